@@ -1,0 +1,5 @@
+"""``python -m pyrouq`` runs the ``pyrouq`` command."""
+
+from pyrouq.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,512 @@
+"""MNIST and Fashion-MNIST, offline first.
+
+The package ships gzip-compressed IDX copies of MNIST (train and test) and of the Fashion-MNIST
+test split (the out-of-distribution set), so nothing downloads by default. ``root=`` or the
+``$PYROUQ_DATA`` environment variable point elsewhere; a torchvision layout
+(``<root>/MNIST/raw/train-images-idx3-ubyte[.gz]``) is read as is, so a folder that torchvision
+downloaded works unchanged.
+
+Loaders keep the whole split in memory as one ``uint8`` tensor (on ``device``) and serve batches
+as slices of a shuffled index: no per-item PIL conversion, no worker processes. Normalisation
+(``(x / 255 - 0.1307) / 0.3081``, the usual MNIST mean and standard deviation) is applied per
+batch and is on by default.
+
+Example
+-------
+>>> from pyrouq.data import load_mnist
+>>> train, test = load_mnist(batch_size=512, seed=0)
+>>> x, y = next(iter(train))
+>>> tuple(x.shape), tuple(y.shape), x.dtype, y.dtype
+((512, 1, 28, 28), (512,), torch.float32, torch.int64)
+>>> len(train.dataset), len(test.dataset)
+(60000, 10000)
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "MNIST_MEAN",
+    "MNIST_STD",
+    "DataError",
+    "TensorLoader",
+    "fashion_mnist_arrays",
+    "load_fashion_mnist",
+    "load_mnist",
+    "mnist_arrays",
+    "ood_loader",
+]
+
+MNIST_MEAN = 0.1307
+"""Mean pixel intensity of the MNIST training images, on the [0, 1] scale."""
+MNIST_STD = 0.3081
+"""Standard deviation of the MNIST training pixels, on the [0, 1] scale."""
+
+Split = Literal["train", "test"]
+
+_BUNDLED_ROOT = Path(__file__).parent / "_data"
+_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+_IMAGES_MAGIC = 0x00000803  # unsigned byte, 3 dimensions
+_LABELS_MAGIC = 0x00000801  # unsigned byte, 1 dimension
+
+
+class DataError(ValueError):
+    """A data file is missing, corrupt or inconsistent."""
+
+
+# --------------------------------------------------------------------------------------------
+# IDX files
+# --------------------------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        return path.read_bytes()
+    except (OSError, EOFError) as e:  # gzip raises EOFError/BadGzipFile on truncation
+        raise DataError(
+            f"Could not read {path}: {e}. The file is corrupt or truncated; delete it and copy "
+            "or download it again (or pass another root=)."
+        ) from e
+
+
+def _read_idx(path: Path, expected_magic: int) -> torch.Tensor:
+    """Read an unsigned-byte IDX file into a uint8 tensor, checking its header and length."""
+    raw = _read_bytes(path)
+    if len(raw) < 4:
+        raise DataError(
+            f"{path} is truncated: {len(raw)} bytes, not even an IDX header. "
+            "Copy or download the file again."
+        )
+    magic = int.from_bytes(raw[:4], "big")
+    if magic != expected_magic:
+        kind = "images" if expected_magic == _IMAGES_MAGIC else "labels"
+        raise DataError(
+            f"{path} is not an IDX {kind} file: expected magic number "
+            f"0x{expected_magic:08x}, got 0x{magic:08x}. Check that the path points at the "
+            f"MNIST {kind} file, or copy it again."
+        )
+    ndim = magic & 0xFF
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path} is truncated inside its header. Copy or download it again.")
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    expected = header + _prod(dims)
+    if len(raw) != expected:
+        raise DataError(
+            f"{path} is truncated or padded: its header declares shape {tuple(dims)} "
+            f"({expected} bytes in all) but the file holds {len(raw)} bytes. "
+            "Copy or download it again."
+        )
+    data = torch.frombuffer(bytearray(raw[header:]), dtype=torch.uint8)
+    return data.reshape(dims)
+
+
+def _prod(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Locating files
+# --------------------------------------------------------------------------------------------
+
+
+def _candidates(root: Path, folder: str, name: str) -> list[Path]:
+    return [
+        root / folder / "raw" / name,
+        root / folder / "raw" / f"{name}.gz",
+    ]
+
+
+def _find(root: Path, folder: str, name: str) -> Path | None:
+    for path in _candidates(root, folder, name):
+        if path.is_file():
+            return path
+    return None
+
+
+def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
+    if root is not None:
+        return Path(root).expanduser(), "root="
+    env = os.environ.get("PYROUQ_DATA")
+    if env:
+        return Path(env).expanduser(), "$PYROUQ_DATA"
+    return _BUNDLED_ROOT, "the bundled copy"
+
+
+def _locate(
+    folder: str,
+    split: str,
+    root: str | os.PathLike[str] | None,
+    download: bool,
+) -> tuple[Path, Path]:
+    if split not in _FILES:
+        raise ValueError(
+            f"Unknown split {split!r}: expected 'train' or 'test'. Pass split='train' or "
+            "split='test'."
+        )
+    base, origin = _resolve_root(root)
+    names = _FILES[split]
+    found = [_find(base, folder, n) for n in names]
+    if any(p is None for p in found) and download and origin != "the bundled copy":
+        _download(folder, base)
+        found = [_find(base, folder, n) for n in names]
+    for name, path in zip(names, found, strict=True):
+        if path is None:
+            expected = _candidates(base, folder, name)[0]
+            if origin == "the bundled copy":
+                hint = (
+                    f"pyrouq bundles only MNIST and the Fashion-MNIST test split; for the "
+                    f"{folder} {split} split pass root= (or set $PYROUQ_DATA) to a folder in "
+                    f"torchvision layout (<root>/{folder}/raw/...)"
+                )
+            else:
+                hint = (
+                    f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz]), "
+                    "unset $PYROUQ_DATA to use the bundled copy, or pass download=True"
+                )
+            raise FileNotFoundError(
+                f"{folder} {split} file not found: expected {expected} or {expected}.gz "
+                f"(looked under {origin}: {base}). To fix: {hint}."
+            )
+    return found[0], found[1]  # type: ignore[return-value]
+
+
+def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the network
+    from torchvision import datasets
+
+    cls = {"MNIST": datasets.MNIST, "FashionMNIST": datasets.FashionMNIST}[folder]
+    for train in (True, False):
+        cls(str(root), train=train, download=True)
+
+
+_CACHE: dict[tuple[Path, Path], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _arrays(
+    folder: str, split: str, root: str | os.PathLike[str] | None, download: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    images_path, labels_path = _locate(folder, split, root, download)
+    key = (images_path.resolve(), labels_path.resolve())
+    stamp = tuple(p.stat().st_mtime_ns for p in key)
+    cached = _CACHE.get(key)
+    if cached is not None and getattr(cached[0], "_pyrouq_stamp", None) == stamp:
+        return cached
+    images = _read_idx(images_path, _IMAGES_MAGIC)
+    labels = _read_idx(labels_path, _LABELS_MAGIC).long()
+    if images.dim() != 3:
+        raise DataError(f"{images_path} holds a {images.dim()}-d array; expected (N, 28, 28).")
+    if images.shape[0] != labels.shape[0]:
+        raise DataError(
+            f"{folder} {split}: {images.shape[0]} images in {images_path} but "
+            f"{labels.shape[0]} labels in {labels_path}; the two files must hold the same "
+            "number of examples. One of them is from another split or data set: copy both again."
+        )
+    images._pyrouq_stamp = stamp  # type: ignore[attr-defined]
+    _CACHE[key] = (images, labels)
+    return images, labels
+
+
+def mnist_arrays(
+    split: Split = "train", root: str | os.PathLike[str] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw MNIST arrays.
+
+    Parameters
+    ----------
+    split : {"train", "test"}
+        Which split.
+    root : path, optional
+        Folder in torchvision layout (``<root>/MNIST/raw/...``); default ``$PYROUQ_DATA`` or the
+        bundled copy.
+
+    Returns
+    -------
+    images : torch.Tensor
+        ``uint8`` of shape ``(N, 28, 28)`` (N = 60000 for train, 10000 for test).
+    labels : torch.Tensor
+        ``int64`` of shape ``(N,)`` with values in ``[0, 10)``.
+
+    Examples
+    --------
+    >>> images, labels = mnist_arrays("test")
+    >>> tuple(images.shape), images.dtype, labels[:5].tolist()
+    ((10000, 28, 28), torch.uint8, [7, 2, 1, 0, 4])
+    """
+    images, labels = _arrays("MNIST", split, root)
+    return images.clone(), labels.clone()
+
+
+def fashion_mnist_arrays(
+    split: Split = "test", root: str | os.PathLike[str] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw Fashion-MNIST arrays (``uint8`` images ``(N, 28, 28)``, ``int64`` labels).
+
+    Only the test split is bundled; the train split needs a ``root`` that has it.
+    """
+    images, labels = _arrays("FashionMNIST", split, root)
+    return images.clone(), labels.clone()
+
+
+# --------------------------------------------------------------------------------------------
+# Loaders
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Transform:
+    flatten: bool
+    normalize: bool
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.to(torch.float32).div_(255.0)
+        if self.normalize:
+            x = x.sub_(MNIST_MEAN).div_(MNIST_STD)
+        if self.flatten:
+            return x.reshape(x.shape[0], -1)
+        return x.unsqueeze(1)
+
+
+class _TensorDataset(torch.utils.data.Dataset):
+    """Map-style view of an in-memory split, with the loader's transform applied per item."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform: _Transform):
+        self.images = images
+        self.labels = labels
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.transform(self.images[index : index + 1])[0], self.labels[index]
+
+
+class TensorLoader:
+    """Batches of an in-memory split, served as slices of a (shuffled) index.
+
+    Iterating yields ``(x, y)`` with ``x`` float32 of shape ``(B, 1, 28, 28)`` (or ``(B, 784)``
+    with ``flatten=True``) and ``y`` int64 of shape ``(B,)``; the last batch may be smaller.
+    Each new iteration draws a new order from the loader's own generator, so a seed fixes the
+    order of every epoch and leaves torch's global RNG alone.
+
+    Attributes
+    ----------
+    dataset : torch.utils.data.Dataset
+        ``len(loader.dataset)`` is the number of examples N (what ``fit`` scales by).
+    batch_size : int
+    shuffle : bool
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        flatten: bool,
+        normalize: bool,
+        seed: int | None,
+    ):
+        _check_batch_size(batch_size)
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.transform = _Transform(flatten=flatten, normalize=normalize)
+        self.dataset = _TensorDataset(images, labels, self.transform)
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.seed = int(seed)
+        self._generator = torch.Generator().manual_seed(self.seed)
+
+    @property
+    def images(self) -> torch.Tensor:
+        return self.dataset.images
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.dataset.labels
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return (n + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.dataset)
+        images, labels = self.dataset.images, self.dataset.labels
+        if self.shuffle:
+            order = torch.randperm(n, generator=self._generator).to(images.device)
+        else:
+            order = None
+        for start in range(0, n, self.batch_size):
+            if order is None:
+                idx = slice(start, start + self.batch_size)
+                yield self.transform(images[idx]), labels[idx]
+            else:
+                idx_t = order[start : start + self.batch_size]
+                yield self.transform(images[idx_t]), labels[idx_t]
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorLoader(num_examples={len(self.dataset)}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, device={self.images.device})"
+        )
+
+
+def _check_batch_size(batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"Expected batch_size to be a positive integer, got {batch_size!r}. "
+            "Pass e.g. batch_size=256."
+        )
+
+
+def _make_loaders(
+    folder: str,
+    batch_size: int,
+    root: str | os.PathLike[str] | None,
+    flatten: bool,
+    normalize: bool,
+    shuffle: bool,
+    seed: int | None,
+    train_size: int | None,
+    device: torch.device | str | None,
+    download: bool,
+) -> tuple[TensorLoader, TensorLoader]:
+    _check_batch_size(batch_size)
+    train_x, train_y = _arrays(folder, "train", root, download)
+    test_x, test_y = _arrays(folder, "test", root, download)
+    if train_size is not None:
+        n = train_x.shape[0]
+        if (
+            isinstance(train_size, bool)
+            or not isinstance(train_size, int)
+            or not (1 <= train_size <= n)
+        ):
+            raise ValueError(
+                f"Expected train_size to be an integer in [1, {n}], got {train_size!r}. "
+                "Pass None for the whole training split."
+            )
+        train_x, train_y = train_x[:train_size], train_y[:train_size]
+    if device is not None:
+        train_x, train_y = train_x.to(device), train_y.to(device)
+        test_x, test_y = test_x.to(device), test_y.to(device)
+    common = dict(flatten=flatten, normalize=normalize)
+    train = TensorLoader(train_x, train_y, batch_size, shuffle=shuffle, seed=seed, **common)
+    test = TensorLoader(test_x, test_y, batch_size, shuffle=False, seed=0, **common)
+    return train, test
+
+
+def load_mnist(
+    batch_size: int = 256,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    flatten: bool = False,
+    normalize: bool = True,
+    shuffle: bool = True,
+    seed: int | None = None,
+    train_size: int | None = None,
+    device: torch.device | str | None = None,
+    download: bool = False,
+) -> tuple[TensorLoader, TensorLoader]:
+    """MNIST train and test loaders, from the bundled copy unless told otherwise.
+
+    Parameters
+    ----------
+    batch_size : int, default 256
+        Examples per batch (the last batch may be smaller).
+    root : path, optional
+        Folder in torchvision layout (``<root>/MNIST/raw/train-images-idx3-ubyte[.gz]``).
+        Default: ``$PYROUQ_DATA`` if set, else the copy shipped inside the package.
+    flatten : bool, default False
+        Yield ``(B, 784)`` (for MLPs) instead of ``(B, 1, 28, 28)``.
+    normalize : bool, default True
+        Map pixels to ``(x / 255 - 0.1307) / 0.3081``; with False, to ``x / 255`` in [0, 1].
+    shuffle : bool, default True
+        Reshuffle the training set at every epoch (the test loader never shuffles).
+    seed : int, optional
+        Seed of the training loader's own generator: the same seed gives the same batch order,
+        epoch after epoch. Default: drawn from torch's global RNG.
+    train_size : int, optional
+        Keep only the first ``train_size`` training examples (quick experiments, tests).
+    device : torch.device or str, optional
+        Where the split tensors (and so every batch) live.
+    download : bool, default False
+        If the files are missing under ``root``, fetch them through torchvision. The default
+        never touches the network.
+
+    Returns
+    -------
+    (train_loader, test_loader) : tuple of TensorLoader
+    """
+    return _make_loaders(
+        "MNIST", batch_size, root, flatten, normalize, shuffle, seed, train_size, device, download
+    )
+
+
+def load_fashion_mnist(
+    batch_size: int = 256,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    flatten: bool = False,
+    normalize: bool = True,
+    shuffle: bool = True,
+    seed: int | None = None,
+    train_size: int | None = None,
+    device: torch.device | str | None = None,
+    download: bool = False,
+) -> tuple[TensorLoader, TensorLoader]:
+    """Fashion-MNIST train and test loaders; same arguments as :func:`load_mnist`.
+
+    Normalisation uses the MNIST statistics on purpose: Fashion-MNIST serves as the
+    out-of-distribution set of a model trained on MNIST, so it must go through the same
+    preprocessing. Only the test split is bundled: the train split needs a ``root`` holding
+    ``FashionMNIST/raw/train-*``. To get the bundled test split alone, use
+    :func:`fashion_mnist_arrays` or :func:`ood_loader`.
+    """
+    return _make_loaders(
+        "FashionMNIST",
+        batch_size,
+        root,
+        flatten,
+        normalize,
+        shuffle,
+        seed,
+        train_size,
+        device,
+        download,
+    )
+
+
+def ood_loader(
+    batch_size: int = 256,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    flatten: bool = False,
+    normalize: bool = True,
+    device: torch.device | str | None = None,
+) -> TensorLoader:
+    """The Fashion-MNIST test split (bundled) as an unshuffled loader with MNIST preprocessing:
+    the out-of-distribution set for models trained on MNIST."""
+    images, labels = _arrays("FashionMNIST", "test", root)
+    if device is not None:
+        images, labels = images.to(device), labels.to(device)
+    return TensorLoader(
+        images, labels, batch_size, shuffle=False, flatten=flatten, normalize=normalize, seed=0
+    )

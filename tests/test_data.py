@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import gzip
+import shutil
+
+import pytest
+import torch
+
+from pyrouq.data import (
+    DataError,
+    fashion_mnist_arrays,
+    load_fashion_mnist,
+    load_mnist,
+    mnist_arrays,
+    ood_loader,
+)
+
+MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+def test_mnist_sizes_label_counts_and_mean_pixel():
+    train_x, train_y = mnist_arrays("train")
+    test_x, test_y = mnist_arrays("test")
+    assert train_x.shape == (60000, 28, 28) and train_x.dtype == torch.uint8
+    assert test_x.shape == (10000, 28, 28)
+    assert train_y.dtype == torch.int64
+    assert train_y.bincount(minlength=10).tolist() == MNIST_TRAIN_COUNTS
+    assert test_y.bincount(minlength=10).tolist() == MNIST_TEST_COUNTS
+    assert train_x.double().mean().item() == pytest.approx(33.318, abs=5e-4)
+
+
+def test_fashion_mnist_test_is_bundled_and_balanced():
+    images, labels = fashion_mnist_arrays("test")
+    assert images.shape == (10000, 28, 28)
+    assert labels.bincount(minlength=10).tolist() == [1000] * 10
+    loader = ood_loader(batch_size=1000)
+    x, _ = next(iter(loader))
+    assert x.shape == (1000, 1, 28, 28)
+
+
+def test_bundled_copy_equals_shared_raw_files(shared_data):
+    for split in ("train", "test"):
+        a_x, a_y = mnist_arrays(split)
+        b_x, b_y = mnist_arrays(split, root=shared_data)
+        assert torch.equal(a_x, b_x) and torch.equal(a_y, b_y)
+    a_x, a_y = fashion_mnist_arrays("test")
+    b_x, b_y = fashion_mnist_arrays("test", root=shared_data)
+    assert torch.equal(a_x, b_x) and torch.equal(a_y, b_y)
+
+
+def test_shared_root_serves_fashion_train(shared_data):
+    train, test = load_fashion_mnist(batch_size=500, root=shared_data, seed=0)
+    assert len(train.dataset) == 60000 and len(test.dataset) == 10000
+
+
+def test_env_var_points_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"\$PYROUQ_DATA"):
+        mnist_arrays("test")
+
+
+def test_loader_shapes_normalisation_and_flatten():
+    _, test = load_mnist(batch_size=1000, seed=0, shuffle=False)
+    x, y = next(iter(test))
+    assert x.shape == (1000, 1, 28, 28) and x.dtype == torch.float32
+    raw, labels = mnist_arrays("test")
+    expected = (raw[:1000].float() / 255 - 0.1307) / 0.3081
+    torch.testing.assert_close(x[:, 0], expected)
+    assert torch.equal(y, labels[:1000])
+    flat, _ = load_mnist(batch_size=10, flatten=True, normalize=False, train_size=25)
+    batches = list(flat)
+    assert [b[0].shape for b in batches] == [(10, 784), (10, 784), (5, 784)]
+    assert 0.0 <= batches[0][0].min() and batches[0][0].max() <= 1.0
+    assert len(flat) == 3 and len(flat.dataset) == 25
+
+
+def test_dataset_item_matches_batch():
+    train, _ = load_mnist(batch_size=4, shuffle=False, train_size=4)
+    x, y = next(iter(train))
+    item_x, item_y = train.dataset[2]
+    torch.testing.assert_close(item_x, x[2])
+    assert item_y == y[2]
+
+
+def _order(loader):
+    return torch.cat([y for _, y in loader])
+
+
+def test_same_seed_same_order_different_seed_different_order():
+    a, _ = load_mnist(batch_size=1000, seed=1, train_size=5000)
+    b, _ = load_mnist(batch_size=1000, seed=1, train_size=5000)
+    c, _ = load_mnist(batch_size=1000, seed=2, train_size=5000)
+    first_a, first_b, first_c = _order(a), _order(b), _order(c)
+    assert torch.equal(first_a, first_b)
+    assert not torch.equal(first_a, first_c)
+    # the next epoch reshuffles, reproducibly
+    second_a, second_b = _order(a), _order(b)
+    assert torch.equal(second_a, second_b) and not torch.equal(first_a, second_a)
+    # every example once per epoch
+    assert torch.equal(first_a.sort().values, mnist_arrays("train")[1][:5000].sort().values)
+
+
+def _fake_root(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    return raw
+
+
+def _write_idx(path, magic, dims, payload, compress=False):
+    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+    data = header + payload
+    if compress:
+        with gzip.open(str(path) + ".gz", "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+
+
+def _write_split(raw, n_images=3, n_labels=3, image_magic=0x803, truncate=0, compress=False):
+    payload = bytes(n_images * 28 * 28)
+    _write_idx(
+        raw / "t10k-images-idx3-ubyte",
+        image_magic,
+        [n_images, 28, 28],
+        payload[: len(payload) - truncate],
+        compress,
+    )
+    _write_idx(raw / "t10k-labels-idx1-ubyte", 0x801, [n_labels], bytes(range(n_labels)), compress)
+
+
+def test_reads_uncompressed_and_gzip_roots(tmp_path):
+    raw = _fake_root(tmp_path / "plain")
+    _write_split(raw)
+    images, labels = mnist_arrays("test", root=tmp_path / "plain")
+    assert images.shape == (3, 28, 28) and labels.tolist() == [0, 1, 2]
+    raw = _fake_root(tmp_path / "gz")
+    _write_split(raw, compress=True)
+    images, labels = mnist_arrays("test", root=tmp_path / "gz")
+    assert labels.tolist() == [0, 1, 2]
+
+
+def test_missing_file_names_path_and_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"MNIST test file not found: expected .*t10k-im"):
+        mnist_arrays("test", root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        load_mnist(root=tmp_path)
+
+
+def test_fashion_train_is_not_bundled_and_says_so():
+    with pytest.raises(FileNotFoundError, match="bundles only MNIST and the Fashion-MNIST test"):
+        load_fashion_mnist()
+
+
+def test_wrong_magic_number(tmp_path):
+    _write_split(_fake_root(tmp_path), image_magic=0x801)
+    with pytest.raises(
+        DataError, match=r"not an IDX images file: expected magic number 0x00000803"
+    ):
+        mnist_arrays("test", root=tmp_path)
+
+
+def test_truncated_file(tmp_path):
+    _write_split(_fake_root(tmp_path), truncate=100)
+    msg = r"shape \(3, 28, 28\) \(2368 bytes in all\) but the file holds 2268 bytes"
+    with pytest.raises(DataError, match=msg):
+        mnist_arrays("test", root=tmp_path)
+
+
+def test_truncated_gzip_stream(tmp_path):
+    raw = _fake_root(tmp_path)
+    src = "pyrouq/_data/MNIST/raw/t10k-labels-idx1-ubyte.gz"
+    from pathlib import Path
+
+    blob = (Path(__file__).resolve().parents[1] / src).read_bytes()
+    (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(blob[: len(blob) // 2])
+    shutil.copy(
+        Path(__file__).resolve().parents[1] / "pyrouq/_data/MNIST/raw/t10k-images-idx3-ubyte.gz",
+        raw,
+    )
+    with pytest.raises(DataError, match="corrupt or truncated"):
+        mnist_arrays("test", root=tmp_path)
+
+
+def test_label_count_mismatch(tmp_path):
+    _write_split(_fake_root(tmp_path), n_images=3, n_labels=2)
+    with pytest.raises(DataError, match=r"3 images in .* but 2 labels in"):
+        mnist_arrays("test", root=tmp_path)
+
+
+def test_unknown_split():
+    with pytest.raises(ValueError, match=r"Unknown split 'valid': expected 'train' or 'test'"):
+        mnist_arrays("valid")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, None])
+def test_non_positive_batch_size(bad):
+    with pytest.raises(
+        ValueError, match=f"Expected batch_size to be a positive integer, got {bad}"
+    ):
+        load_mnist(batch_size=bad)
+
+
+def test_bad_train_size():
+    with pytest.raises(ValueError, match=r"train_size to be an integer in \[1, 60000\], got 0"):
+        load_mnist(train_size=0)
