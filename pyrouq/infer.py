@@ -1,0 +1,671 @@
+"""Variational inference: the mean-field guide, the KL-weighted ELBO and ``fit()``.
+
+The objective, on a minibatch of B of N training points, for a guide q and prior p::
+
+    loss = -(N/B) * sum_batch E_q[log p(y | x, w)]  +  kl_weight * KL(q || p)
+
+``kl_weight = 1`` is the exact (unbiased) negative ELBO; ``kl_weight < 1`` down-weights the
+prior. Code that writes the loss per example, ``mean CE + k * KL`` (the torch-uncertainty seed
+tutorial uses k = 1/10000), corresponds to ``kl_weight = k * N``: multiply that loss by N.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro import poutine
+from pyro.distributions.util import scale_and_mask
+from pyro.infer import ELBO
+from pyro.infer.util import is_validation_enabled
+from pyro.poutine.util import site_is_subsample
+from pyro.util import check_model_guide_match
+from torch import nn
+
+from pyrouq.nn import forget_params
+
+__all__ = [
+    "EpochRecord",
+    "FitResult",
+    "KLWeightedELBO",
+    "MeanFieldGuide",
+    "fit",
+    "mean_field_guide",
+]
+
+LRSchedule = Literal["cosine", "constant"]
+
+DEFAULT_INIT_SCALE = 1e-2
+"""Default initial standard deviation of every guide site."""
+
+
+# --------------------------------------------------------------------------------------------
+# Mean-field guide
+# --------------------------------------------------------------------------------------------
+
+_GUIDE_COUNTER = itertools.count()
+
+
+def _inverse_softplus(x: float) -> float:
+    return x + math.log(-math.expm1(-x))
+
+
+def _key(site: str) -> str:
+    return site.replace(".", "__")
+
+
+class MeanFieldGuide(nn.Module):
+    """Diagonal Normal guide ``q(w) = prod_site Normal(loc, softplus(rho))`` for a pyrouq model.
+
+    Every latent site of the model gets a ``Normal(loc, scale).to_event(...)`` of the prior's
+    exact shape, so ``KL(q || p)`` is analytic for Normal priors (both in
+    :class:`KLWeightedELBO` and in Pyro's ``TraceMeanField_ELBO``).
+
+    Parameters live in this module (``loc`` and ``rho`` parameter dicts, keys are site names
+    with ``.`` replaced by ``__``) and are registered in Pyro's param store under a prefix unique
+    to this guide (``guide.name``), so Pyro optimizers see them while two guides never share or
+    overwrite parameters; the entries are removed when the guide is garbage collected.
+
+    .. warning:: Mean-field: the guide ignores every correlation between weights, and it is
+       known to underestimate posterior variance.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        init_scale: float = DEFAULT_INIT_SCALE,
+        init_from: nn.Module | None = None,
+    ):
+        super().__init__()
+        if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale)) or (
+            init_scale <= 0
+        ):
+            raise ValueError(
+                f"Expected init_scale > 0 (a finite float), got {init_scale!r}. "
+                "It is the initial standard deviation of every guide site; try 1e-3."
+            )
+        latent_sites = getattr(model, "latent_sites", None)
+        if latent_sites is None:
+            raise TypeError(
+                f"mean_field_guide() needs a pyrouq Bayesian model (BayesianMLP, "
+                f"BayesianLeNet), got {type(model).__name__}. For other Pyro models use "
+                "pyro.infer.autoguide.AutoNormal; BatchEnsemble models need no guide (pass "
+                "guide=None to fit)."
+            )
+        sites: dict[str, torch.Size] = latent_sites()
+        if init_from is None:
+            init_from = model.plain_network()  # a fresh torch initialisation
+        state = init_from.state_dict()
+        missing = [s for s in sites if s not in state]
+        if missing:
+            raise ValueError(
+                f"init_from ({type(init_from).__name__}) has no parameter(s) {missing}; "
+                f"expected a network with parameters {list(sites)} (e.g. "
+                f"{type(model.plain_network()).__name__} with the same configuration)."
+            )
+        device = next((b.device for b in model.buffers()), torch.device("cpu"))
+        rho = _inverse_softplus(float(init_scale))
+        self.loc = nn.ParameterDict()
+        self.rho = nn.ParameterDict()
+        for site, shape in sites.items():
+            value = state[site].detach()
+            if value.shape != shape:
+                raise ValueError(
+                    f"init_from parameter {site!r} has shape {tuple(value.shape)}, expected "
+                    f"{tuple(shape)}: the plain network's configuration differs from the model's."
+                )
+            self.loc[_key(site)] = nn.Parameter(value.clone().to(device))
+            self.rho[_key(site)] = nn.Parameter(torch.full(shape, rho, device=device))
+        self.sites = tuple(sites)
+        self.init_scale = float(init_scale)
+        self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
+        weakref.finalize(self, forget_params, self.name)
+
+    def site_loc(self, site: str) -> torch.Tensor:
+        """Location (posterior mean) of ``site``."""
+        return self.loc[_key(site)]
+
+    def site_scale(self, site: str) -> torch.Tensor:
+        """Standard deviation of ``site`` (``softplus(rho)``)."""
+        return F.softplus(self.rho[_key(site)])
+
+    def means(self) -> dict[str, torch.Tensor]:
+        """Posterior means of every site, detached (for ``poutine.condition``)."""
+        return {s: self.site_loc(s).detach() for s in self.sites}
+
+    def scales(self) -> dict[str, torch.Tensor]:
+        """Posterior standard deviations of every site, detached."""
+        return {s: self.site_scale(s).detach() for s in self.sites}
+
+    def get_distributions(self) -> dict[str, dist.Distribution]:
+        """``Normal(loc, scale).to_event(...)`` of every site."""
+        return {
+            s: dist.Normal(self.site_loc(s), self.site_scale(s)).to_event(self.site_loc(s).dim())
+            for s in self.sites
+        }
+
+    def forward(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        """Sample every site from q; the model's arguments are accepted and ignored."""
+        pyro.module(self.name, self)
+        return {s: pyro.sample(s, d) for s, d in self.get_distributions().items()}
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, sites={len(self.sites)}, init_scale={self.init_scale:g}"
+
+
+def mean_field_guide(
+    model: nn.Module,
+    init_scale: float = DEFAULT_INIT_SCALE,
+    init_from: nn.Module | None = None,
+) -> MeanFieldGuide:
+    """Mean-field Normal guide for a pyrouq Bayesian model.
+
+    Parameters
+    ----------
+    model : BayesianMLP or BayesianLeNet
+    init_scale : float, default 1e-2
+        Initial standard deviation of every site (> 0).
+    init_from : nn.Module, optional
+        A trained plain network (``MLP`` / ``LeNet`` of the same configuration) whose
+        parameters become the initial locations. Default: a freshly initialised plain network
+        (torch's default initialisation, not draws from the prior).
+
+    Returns
+    -------
+    MeanFieldGuide
+
+    Examples
+    --------
+    >>> from pyrouq.models import BayesianMLP
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> guide = mean_field_guide(model, init_scale=0.05)
+    >>> guide.sites
+    ('fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias')
+    >>> round(guide.site_scale("fc1.bias")[0].item(), 6)
+    0.05
+    """
+    return MeanFieldGuide(model, init_scale=init_scale, init_from=init_from)
+
+
+# --------------------------------------------------------------------------------------------
+# The KL-weighted ELBO
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ELBOTerms:
+    """The parts of one evaluation of :class:`KLWeightedELBO`.
+
+    Attributes
+    ----------
+    loss : torch.Tensor
+        Differentiable scalar ``nll + kl_weight * kl``.
+    nll : torch.Tensor
+        Scalar, ``-(N/B) * sum_batch log p(y | x, w)`` averaged over particles.
+    kl : torch.Tensor
+        Scalar, ``KL(q || p)`` (unweighted) averaged over particles.
+    logits : torch.Tensor or None
+        The model's ``"logits"`` of the first particle, detached, when recorded.
+    """
+
+    loss: torch.Tensor
+    nll: torch.Tensor
+    kl: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
+def _check_kl_weight(kl_weight: object) -> float:
+    if isinstance(kl_weight, bool) or not isinstance(kl_weight, (int, float)):
+        raise TypeError(f"Expected kl_weight to be a float >= 0, got {kl_weight!r}.")
+    if not math.isfinite(kl_weight) or kl_weight < 0:
+        raise ValueError(
+            f"Expected kl_weight to be a finite float >= 0, got {kl_weight!r}. "
+            "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
+        )
+    return float(kl_weight)
+
+
+class KLWeightedELBO(ELBO):
+    """Negative ELBO with a weight on the KL term, for mean-field guides.
+
+    On a minibatch of B of N points::
+
+        loss = -(N/B) * sum_batch E_q[log p(y | x, w)]  +  kl_weight * KL(q || p)
+
+    The N/B factor comes from the model (pyrouq models scale ``"obs"`` by it). The KL is
+    analytic for each latent site where ``torch.distributions.kl_divergence`` knows the pair
+    (Normal guide and Normal prior) and a single-sample Monte Carlo estimate
+    ``log q(w) - log p(w)`` otherwise. ``kl_weight`` multiplies the latent sites' contribution,
+    which is the same as scaling those sites in both model and guide (``kl_weight = 0`` drops
+    the KL without Pyro's scale handler, which rejects 0). The expectation over q is estimated
+    with ``num_particles`` draws, sequential or vectorised.
+
+    Conversion: a per-example loss ``mean CE + k * KL`` equals ``loss / N`` with
+    ``kl_weight = k * N``.
+
+    Parameters
+    ----------
+    kl_weight : float, default 1.0
+        Weight of the KL term (>= 0, finite). 1 gives the exact ELBO.
+    num_particles : int, default 1
+    vectorize_particles : bool, default False
+        Draw all particles at once under a plate (pyrouq models support it).
+    max_plate_nesting : int, optional
+        As in Pyro; guessed from one trace when vectorising if not given.
+
+    Examples
+    --------
+    >>> import pyro, torch
+    >>> from pyrouq.models import BayesianMLP
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3, num_data=10)
+    >>> guide = mean_field_guide(model)
+    >>> svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), KLWeightedELBO(0.5))
+    >>> loss = svi.step(torch.randn(10, 4), torch.randint(0, 3, (10,)))
+    """
+
+    def __init__(
+        self,
+        kl_weight: float = 1.0,
+        num_particles: int = 1,
+        vectorize_particles: bool = False,
+        max_plate_nesting: float = float("inf"),
+    ):
+        if (
+            isinstance(num_particles, bool)
+            or not isinstance(num_particles, int)
+            or (num_particles < 1)
+        ):
+            raise ValueError(
+                f"Expected num_particles to be an integer >= 1, got {num_particles!r}."
+            )
+        self.kl_weight = _check_kl_weight(kl_weight)
+        super().__init__(
+            num_particles=num_particles,
+            vectorize_particles=vectorize_particles,
+            max_plate_nesting=max_plate_nesting,
+        )
+
+    def _get_trace(self, model, guide, args, kwargs):
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
+            *args, **kwargs
+        )
+        if is_validation_enabled():
+            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
+        return model_trace, guide_trace
+
+    @staticmethod
+    def _particle_terms(model_trace, guide_trace) -> tuple[torch.Tensor, torch.Tensor]:
+        nll = torch.zeros(())
+        kl = torch.zeros(())
+        for name, site in model_trace.nodes.items():
+            if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            if site["is_observed"]:
+                if site["infer"].get("_deterministic"):
+                    continue
+                log_p = site["fn"].log_prob(site["value"])
+                nll = nll - scale_and_mask(log_p, site["scale"], site["mask"]).sum()
+                continue
+            guide_site = guide_trace.nodes.get(name)
+            if guide_site is None:
+                raise ValueError(
+                    f"The model's latent site {name!r} is missing from the guide. Build the "
+                    "guide for this model (mean_field_guide(model))."
+                )
+            q, p = guide_site["fn"], site["fn"]
+            try:
+                kl_site = torch.distributions.kl_divergence(q, p)
+            except NotImplementedError:
+                value = guide_site["value"]
+                kl_site = q.log_prob(value) - p.log_prob(value)
+            kl = kl + scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
+        return nll, kl
+
+    def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
+        """Differentiable loss and its (detached) NLL and KL parts, averaged over particles."""
+        nll_total: torch.Tensor | float = 0.0
+        kl_total: torch.Tensor | float = 0.0
+        logits = None
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            nll, kl = self._particle_terms(model_trace, guide_trace)
+            nll_total = nll_total + nll
+            kl_total = kl_total + kl
+            if logits is None and "logits" in model_trace.nodes:
+                logits = model_trace.nodes["logits"]["value"].detach()
+        nll_t = torch.as_tensor(nll_total) / self.num_particles
+        kl_t = torch.as_tensor(kl_total) / self.num_particles
+        loss = nll_t + self.kl_weight * kl_t if self.kl_weight else nll_t + 0.0 * kl_t
+        return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl_t.detach(), logits=logits)
+
+    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
+        """The loss as a differentiable scalar tensor."""
+        return self.terms(model, guide, *args, **kwargs).loss
+
+    def loss(self, model, guide, *args, **kwargs) -> float:
+        """The loss as a float (no gradients)."""
+        with torch.no_grad():
+            return float(self.terms(model, guide, *args, **kwargs).loss)
+
+    def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
+        """The loss as a float, after back-propagating it into the parameters."""
+        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        if loss.requires_grad:
+            loss.backward()
+        return float(loss.detach())
+
+    def __repr__(self) -> str:
+        return (
+            f"KLWeightedELBO(kl_weight={self.kl_weight:g}, num_particles={self.num_particles}, "
+            f"vectorize_particles={self.vectorize_particles})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# fit()
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """What one epoch of :func:`fit` measured.
+
+    Attributes
+    ----------
+    epoch : int
+        1-based.
+    loss : float
+        Mean over the epoch's steps of the minibatch loss (an estimate of the full-data
+        negative ELBO, in nats, with the KL weighted).
+    nll : float
+        Mean of the expected negative log-likelihood term ``-(N/B) sum_batch log p(y|x,w)``.
+    kl : float
+        Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
+    train_acc : float
+        Accuracy of the guide mean (Bayesian) or of the member-mean prediction (ensemble) on
+        the training batches seen in the epoch, from the training pass's logits: for a
+        Bayesian model those come from the sampled weights, so this is a slightly noisy
+        proxy of the guide mean's accuracy.
+    seconds : float
+        Wall time of the epoch.
+    """
+
+    epoch: int
+    loss: float
+    nll: float
+    kl: float
+    train_acc: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The outcome of :func:`fit`.
+
+    Attributes
+    ----------
+    history : tuple of EpochRecord
+        One record per completed epoch.
+    num_data : int
+        Training-set size N used for the N/B scaling.
+    kl_weight : float
+    num_particles : int
+    steps : int
+        Optimizer steps taken.
+    """
+
+    history: tuple[EpochRecord, ...]
+    num_data: int
+    kl_weight: float
+    num_particles: int
+    steps: int
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def losses(self) -> list[float]:
+        """Per-epoch mean loss."""
+        return [r.loss for r in self.history]
+
+    @property
+    def seconds(self) -> float:
+        """Total training time."""
+        return sum(r.seconds for r in self.history)
+
+
+def _num_examples(loader: Iterable) -> int | None:
+    dataset = getattr(loader, "dataset", None)
+    try:
+        return len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _model_device(*modules: nn.Module | None) -> torch.device:
+    for module in modules:
+        if module is None:
+            continue
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            return tensor.device
+    return torch.device("cpu")
+
+
+def _has_latent_sites(model: nn.Module) -> bool:
+    sites = getattr(model, "latent_sites", None)
+    return bool(sites()) if callable(sites) else False
+
+
+def fit(
+    model: nn.Module,
+    guide: nn.Module | Callable | None,
+    train_loader: Iterable,
+    *,
+    epochs: int,
+    lr: float = 1e-2,
+    optim: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+    lr_schedule: LRSchedule = "cosine",
+    kl_weight: float = 1.0,
+    num_particles: int = 1,
+    vectorize_particles: bool = False,
+    num_data: int | None = None,
+    progress: bool = True,
+    seed: int | None = None,
+    callbacks: Sequence[Callable[[EpochRecord], Any]] = (),
+) -> FitResult:
+    """Fit a pyrouq model by stochastic variational inference.
+
+    Minimises :class:`KLWeightedELBO` with a torch optimizer (Adam by default) over the
+    parameters of the guide and the model (BatchEnsemble models hold theirs), with Pyro's
+    validation off in the loop.
+
+    Parameters
+    ----------
+    model : PyroModule
+        A model following the pyrouq contract (``BayesianMLP``, ``BayesianLeNet``,
+        ``BatchEnsembleMLP``, ...). Its ``num_data`` is set to N.
+    guide : nn.Module or callable or None
+        The variational distribution (``mean_field_guide(model)``); ``None`` for models
+        without latent sites (BatchEnsemble), where the loss is the negative log-likelihood.
+    train_loader : iterable of (x, y)
+        Training batches, e.g. from :func:`pyrouq.load_mnist`.
+    epochs : int
+        Passes over ``train_loader`` (>= 1).
+    lr : float, default 1e-2
+        Learning rate of the default Adam optimizer.
+    optim : callable, optional
+        ``params -> torch.optim.Optimizer`` replacing the default Adam.
+    lr_schedule : {"cosine", "constant"}, default "cosine"
+        ``"cosine"`` decays every learning rate of the optimizer from its initial value to 0
+        along a half cosine over all ``epochs * len(train_loader)`` steps (short runs end
+        better converged and better calibrated); ``"constant"`` leaves it alone.
+    kl_weight : float, default 1.0
+        Weight of the KL term (1 = the exact ELBO).
+    num_particles : int, default 1
+        Draws from the guide per step.
+    vectorize_particles : bool, default False
+        Draw the particles at once (batched layers) rather than in a loop.
+    num_data : int, optional
+        Training-set size N; default ``len(train_loader.dataset)``.
+    progress : bool, default True
+        Show a tqdm progress bar (epoch, step, running loss).
+    seed : int, optional
+        Seeds Pyro/torch before training, so a run repeats exactly.
+    callbacks : sequence of callables
+        Each is called as ``callback(record)`` after every epoch.
+
+    Returns
+    -------
+    FitResult
+
+    Raises
+    ------
+    FloatingPointError
+        When the loss turns non-finite; the parameters of the last finite step are kept.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"Expected epochs to be an integer >= 1, got {epochs!r}.")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"Expected lr > 0 (a finite float), got {lr!r}.")
+    elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles)
+    if guide is None and _has_latent_sites(model):
+        raise ValueError(
+            f"{type(model).__name__} has latent sites but guide is None. Pass "
+            "guide=mean_field_guide(model)."
+        )
+    n = num_data if num_data is not None else _num_examples(train_loader)
+    if n is None:
+        raise ValueError(
+            "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "
+            "Pass num_data=N: the minibatch likelihood is scaled by N/B."
+        )
+    if n < 1:
+        raise ValueError(
+            f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
+        )
+    model.num_data = int(n)
+
+    params = list(model.parameters())
+    if isinstance(guide, nn.Module):
+        params += list(guide.parameters())
+    if not params:
+        raise ValueError(
+            f"Nothing to train: {type(model).__name__} and the guide have no parameters."
+        )
+    optimizer = optim(params) if optim is not None else torch.optim.Adam(params, lr=lr)
+    scheduler = _make_scheduler(optimizer, lr_schedule, epochs * _len_or_zero(train_loader))
+    guide_fn = guide if guide is not None else _empty_guide
+    device = _model_device(model, guide if isinstance(guide, nn.Module) else None)
+
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=epochs * max(_len_or_zero(train_loader), 1), leave=False, unit="step")
+
+    history: list[EpochRecord] = []
+    steps = 0
+    model.train()
+    try:
+        with pyro.validation_enabled(False):
+            for epoch in range(1, epochs + 1):
+                start = time.perf_counter()
+                sums = torch.zeros(3, dtype=torch.float64)
+                correct = 0
+                seen = 0
+                batches = 0
+                for step, (x, y) in enumerate(train_loader, start=1):
+                    x = x.to(device, non_blocking=True)
+                    y = y.to(device, non_blocking=True)
+                    terms = elbo.terms(model, guide_fn, x, y)
+                    loss = terms.loss
+                    if not torch.isfinite(loss.detach()):
+                        raise FloatingPointError(
+                            f"Non-finite loss ({loss.item()}) at epoch {epoch}, step {step}; "
+                            "training stopped and the parameters of the last finite step are "
+                            "kept. Lower lr, check the inputs for NaN/inf, or use a smaller "
+                            "init_scale."
+                        )
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    if scheduler is not None:
+                        scheduler.step()
+                    steps += 1
+                    batches += 1
+                    sums += torch.stack([loss.detach(), terms.nll, terms.kl]).double().cpu()
+                    if terms.logits is not None:
+                        probs_mean = terms.logits.softmax(-1)
+                        if probs_mean.dim() > 2:
+                            probs_mean = probs_mean.reshape(-1, *probs_mean.shape[-2:]).mean(0)
+                        correct += int((probs_mean.argmax(-1) == y).sum())
+                        seen += y.shape[0]
+                    if bar is not None:
+                        bar.update(1)
+                        if step % 10 == 0:
+                            bar.set_description(f"epoch {epoch}/{epochs}")
+                            bar.set_postfix(loss=f"{sums[0].item() / batches:.4g}")
+                if batches == 0:
+                    raise ValueError(
+                        "train_loader yielded no batches. Pass a loader with at least one batch."
+                    )
+                means = (sums / batches).tolist()
+                record = EpochRecord(
+                    epoch=epoch,
+                    loss=means[0],
+                    nll=means[1],
+                    kl=means[2],
+                    train_acc=correct / seen if seen else float("nan"),
+                    seconds=time.perf_counter() - start,
+                )
+                history.append(record)
+                for callback in callbacks:
+                    callback(record)
+    finally:
+        if bar is not None:
+            bar.close()
+    model.eval()
+    return FitResult(
+        history=tuple(history),
+        num_data=int(n),
+        kl_weight=elbo.kl_weight,
+        num_particles=num_particles,
+        steps=steps,
+    )
+
+
+def _make_scheduler(
+    optimizer: torch.optim.Optimizer, lr_schedule: str, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR | None:
+    if lr_schedule == "constant":
+        return None
+    if lr_schedule != "cosine":
+        raise ValueError(f"Unknown lr_schedule {lr_schedule!r}: expected 'cosine' or 'constant'.")
+    if total_steps < 1:  # unsized loader: nothing to plan the decay over
+        return None
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps)),
+    )
+
+
+def _len_or_zero(loader: Iterable) -> int:
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return 0
+
+
+def _empty_guide(*args: Any, **kwargs: Any) -> None:
+    """The guide of a model without latent sites."""
+    return None

@@ -1,0 +1,659 @@
+"""Classification, calibration, selective-prediction and OOD metrics (pure torch).
+
+Shape convention: ``probs`` is ``(S, N, C)`` (S draws or members, N inputs, C classes) or
+``(N, C)``, taken as the mean predictive probabilities ``p̄`` (S = 1). As in torch-uncertainty,
+the metrics are computed on ``p̄ = mean_s p_s``; ``targets`` is an ``(N,)`` integer tensor of
+class labels in ``[0, C)``. Each metric returns a python float, a fraction (not a percentage),
+in nats where a logarithm is involved. Computations run in float64 on the input's device.
+
+:func:`evaluate` returns them all; :func:`format_table` prints them grouped. This module never
+imports Pyro or the models.
+
+Examples
+--------
+>>> import torch
+>>> probs = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+>>> targets = torch.tensor([0, 1, 1])
+>>> round(acc(probs, targets), 4), round(brier(probs, targets), 4)
+(0.6667, 0.2733)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor
+
+from pyrouq.uncertainty import _check_probs, decompose
+
+__all__ = [
+    "OODScore",
+    "acc",
+    "accuracy",
+    "aece",
+    "augrc",
+    "aurc",
+    "brier",
+    "cov_at_5_risk",
+    "disagreement",
+    "ece",
+    "evaluate",
+    "expected_entropy",
+    "format_table",
+    "mutual_information",
+    "nll",
+    "ood_aupr",
+    "ood_auroc",
+    "ood_fpr95",
+    "ood_scores",
+    "risk_at_80_cov",
+]
+
+OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
+"""Per-input OOD score of :func:`ood_scores` (higher = more likely out-of-distribution)."""
+
+_OOD_SCORES: tuple[str, ...] = get_args(OODScore)
+
+#: Number of bins of :func:`ece` (equal width) and :func:`aece` (equal mass).
+NUM_BINS = 15
+#: Lower clamp on ``p̄[target]`` in :func:`nll`, so an exact 0 gives ``-log(1e-12) ≈ 27.6``.
+NLL_CLAMP = 1e-12
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification
+
+
+def acc(probs: Tensor, targets: Tensor) -> float:
+    """Accuracy: ``mean_n [argmax_c p̄_nc == y_n]``.
+
+    Ties in ``p̄`` go to the lowest class index (``torch.argmax``).
+
+    Examples
+    --------
+    >>> acc(torch.tensor([[0.9, 0.1], [0.3, 0.7]]), torch.tensor([0, 0]))
+    0.5
+    """
+    pbar, y = _prepare(probs, targets)
+    return float((pbar.argmax(-1) == y).to(torch.float64).mean())
+
+
+accuracy = acc
+
+
+def nll(probs: Tensor, targets: Tensor) -> float:
+    """Negative log-likelihood: ``mean_n -log max(p̄_n[y_n], 1e-12)``, natural log (nats).
+
+    The clamp at ``1e-12`` keeps a confidently wrong prediction (``p̄[y] = 0``) finite
+    (``≈ 27.63``); torch-uncertainty's ``CategoricalNLL`` takes the log unclamped (``inf``).
+
+    Examples
+    --------
+    >>> round(nll(torch.tensor([[0.5, 0.5], [0.25, 0.75]]), torch.tensor([0, 1])), 4)
+    0.4904
+    """
+    pbar, y = _prepare(probs, targets)
+    p_true = pbar.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    return float(-torch.log(p_true.clamp_min(NLL_CLAMP)).mean())
+
+
+def brier(probs: Tensor, targets: Tensor) -> float:
+    """Brier score: ``mean_n sum_c (p̄_nc - [c == y_n])^2`` (sum over classes, in ``[0, 2]``).
+
+    Examples
+    --------
+    >>> round(brier(torch.tensor([[0.8, 0.2], [0.5, 0.5]]), torch.tensor([0, 1])), 4)
+    0.29
+    """
+    pbar, y = _prepare(probs, targets)
+    onehot = torch.nn.functional.one_hot(y, pbar.shape[-1]).to(pbar.dtype)
+    return float((pbar - onehot).pow(2).sum(-1).mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration
+
+
+def ece(probs: Tensor, targets: Tensor) -> float:
+    """Expected calibration error with 15 equal-width confidence bins.
+
+    ``ECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` with confidence ``max_c p̄_nc``,
+    ``acc(B_b)`` the accuracy and ``conf(B_b)`` the mean confidence of bin ``B_b``; empty bins
+    add 0. Bins are left-closed ``[b/15, (b+1)/15)`` as in torchmetrics' calibration error
+    (``bucketize(conf, linspace(0, 1, 16), right=True) - 1``), except that the index is clamped
+    to ``[0, 14]``: a confidence of exactly 1.0 joins the last bin ``[14/15, 1]`` (torchmetrics
+    gives it a 16th bin of its own).
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.4, 0.6]])
+    >>> round(ece(probs, torch.tensor([0, 1, 0, 0])), 4)  # (2 * |0.5 - 0.9| + 2 * |0.5 - 0.6|) / 4
+    0.25
+    """
+    pbar, y = _prepare(probs, targets)
+    conf, pred = pbar.max(-1)
+    edges = torch.arange(NUM_BINS + 1, dtype=conf.dtype, device=conf.device) / NUM_BINS
+    bins = (torch.bucketize(conf, edges, right=True) - 1).clamp(0, NUM_BINS - 1)
+    return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins)
+
+
+def aece(probs: Tensor, targets: Tensor) -> float:
+    """Adaptive ECE with 15 equal-mass bins (Nixon et al. 2019).
+
+    Points are sorted by increasing confidence ``max_c p̄_nc`` (stable sort) and cut into 15
+    contiguous groups whose sizes differ by at most one, the larger ones first: exactly
+    ``torch.tensor_split(sorted, 15)``, as torch-uncertainty does. Then
+    ``aECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` as in :func:`ece`. With N < 15 the
+    last ``15 - N`` bins are empty and add 0 (torch-uncertainty returns NaN there).
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.9, 0.1], [0.8, 0.2]])
+    >>> round(aece(probs, torch.tensor([0, 1])), 4)  # (|1 - 0.9| + |0 - 0.8|) / 2
+    0.45
+    """
+    pbar, y = _prepare(probs, targets)
+    conf, pred = pbar.max(-1)
+    conf, order = torch.sort(conf, stable=True)
+    # torch.tensor_split(x, 15): the first r = N % 15 bins hold q + 1 = N // 15 + 1 points.
+    n = conf.numel()
+    q, r = divmod(n, NUM_BINS)
+    pos = torch.arange(n, device=conf.device)
+    big = r * (q + 1)
+    bins = torch.where(pos < big, pos // (q + 1), r + (pos - big) // max(q, 1))
+    return _binned_calibration_error(conf, (pred == y)[order].to(conf.dtype), bins)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selective classification (confidence = max_c p̄_nc)
+
+
+def aurc(probs: Tensor, targets: Tensor) -> float:
+    """Area under the risk-coverage curve (Geifman & El-Yaniv 2017), confidence ``max_c p̄``.
+
+    Sort the points by decreasing confidence; the selective risk at coverage ``k / N`` is the
+    error rate among the ``k`` most confident points, and ``AURC = (1/N) sum_{k=1}^N risk_k``.
+    Ties in confidence are averaged: inside a block of tied points the error count grows
+    linearly, its expectation over all orderings of the block (so the result does not depend
+    on the input order). torch-uncertainty integrates the same curve with the trapezoidal rule
+    and divides by ``1 - 1/N``; the two agree as N grows.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    >>> round(aurc(probs, torch.tensor([0, 0, 1])), 4)  # (0/1 + 0/2 + 1/3) / 3
+    0.1111
+    """
+    errors = _error_counts(*_prepare(probs, targets))
+    k = torch.arange(1, errors.numel() + 1, dtype=errors.dtype, device=errors.device)
+    return float((errors / k).mean())
+
+
+def augrc(probs: Tensor, targets: Tensor) -> float:
+    """Area under the generalized risk-coverage curve (Traub et al. 2024).
+
+    The generalized risk at coverage ``k / N`` is the fraction of all N points that are both
+    accepted (among the ``k`` most confident) and wrong: ``errors_k / N``;
+    ``AUGRC = (1/N) sum_{k=1}^N errors_k / N``. Ties as in :func:`aurc`.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    >>> round(augrc(probs, torch.tensor([0, 1, 0])), 4)  # (0 + 1 + 1) / 3 / 3
+    0.2222
+    """
+    errors = _error_counts(*_prepare(probs, targets))
+    return float(errors.mean() / errors.numel())
+
+
+def cov_at_5_risk(probs: Tensor, targets: Tensor) -> float:
+    """Coverage at 5% risk: the largest coverage ``k / N`` whose selective risk is ``<= 0.05``.
+
+    Risks as in :func:`aurc`. Returns ``0.0`` when no coverage reaches a risk of 5% or less
+    (torch-uncertainty returns NaN there).
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    >>> cov_at_5_risk(probs, torch.tensor([0, 0, 1, 0]))  # risks 0, 0, 1/3, 1/4
+    0.5
+    """
+    errors = _error_counts(*_prepare(probs, targets))
+    n = errors.numel()
+    k = torch.arange(1, n + 1, dtype=errors.dtype, device=errors.device)
+    ok = torch.nonzero(errors * 20 <= k + 1e-9)  # risk = errors / k <= 1/20, exactly
+    return float(ok[-1, 0] + 1) / n if ok.numel() else 0.0
+
+
+def risk_at_80_cov(probs: Tensor, targets: Tensor) -> float:
+    """Selective risk at 80% coverage: the error rate among the ``ceil(0.8 N)`` most confident.
+
+    The count is rounded up (computed exactly, in integers), as torch-uncertainty does; ties as
+    in :func:`aurc`.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    >>> round(risk_at_80_cov(probs, torch.tensor([0, 0, 1, 1])), 4)  # top ceil(3.2) = 4
+    0.5
+    """
+    errors = _error_counts(*_prepare(probs, targets))
+    k = (4 * errors.numel() + 4) // 5  # ceil(0.8 N) in integers, no float round-off
+    return float(errors[k - 1] / k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ensemble / posterior uncertainty
+
+
+def disagreement(probs: Tensor, targets: Tensor | None = None) -> float:
+    """Ensemble disagreement: the fraction of member pairs whose predicted classes differ.
+
+    For each input, over the ``S (S - 1) / 2`` unordered pairs ``i < j`` of the members'
+    ``argmax`` predictions, the fraction with ``pred_i != pred_j``; averaged over inputs. Equal
+    to ``1 - sum_c n_c (n_c - 1) / (S (S - 1))`` with ``n_c`` the votes for class ``c``. 0.0 when
+    S = 1 (also for ``(N, C)`` input). ``targets`` is accepted and ignored.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[[0.9, 0.1], [0.6, 0.4]], [[0.2, 0.8], [0.7, 0.3]]])
+    >>> disagreement(probs)  # input 0: the members disagree; input 1: they agree
+    0.5
+    """
+    p = _prepare_probs(probs)
+    s, n, c = p.shape
+    if s == 1:
+        return 0.0
+    preds = p.argmax(-1).T  # (N, S)
+    votes = p.new_zeros(n, c).scatter_add_(1, preds, p.new_ones(n, s))
+    agreeing_pairs = (votes * (votes - 1)).sum(-1) / 2
+    return float((1 - agreeing_pairs / (s * (s - 1) / 2)).mean())
+
+
+def expected_entropy(probs: Tensor, targets: Tensor | None = None) -> float:
+    """Mean over inputs of the expected entropy ``mean_s H(p_s)`` (aleatoric part), in nats.
+
+    See :func:`pyrouq.uncertainty.decompose`; ``targets`` is accepted and ignored.
+
+    Examples
+    --------
+    >>> round(expected_entropy(torch.tensor([[[0.5, 0.5]], [[1.0, 0.0]]])), 4)  # log(2) / 2
+    0.3466
+    """
+    return float(decompose(_prepare_probs(probs), "entropy").aleatoric.mean())
+
+
+def mutual_information(probs: Tensor, targets: Tensor | None = None) -> float:
+    """Mean over inputs of the mutual information ``H(p̄) - mean_s H(p_s)`` (epistemic), nats.
+
+    See :func:`pyrouq.uncertainty.decompose`; ``targets`` is accepted and ignored.
+
+    Examples
+    --------
+    >>> round(mutual_information(torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]])), 4)  # log(2)
+    0.6931
+    """
+    return float(decompose(_prepare_probs(probs), "entropy").epistemic.mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# Out-of-distribution detection (OOD = positive class, higher score = more likely OOD)
+
+
+def ood_scores(probs: Tensor, score: OODScore = "mutual_information") -> Tensor:
+    """Per-input OOD scores, higher meaning more likely out-of-distribution.
+
+    Parameters
+    ----------
+    probs : Tensor or object with ``.probs``
+        ``(S, N, C)`` probabilities, or ``(N, C)`` mean probabilities (S = 1).
+    score : {"mutual_information", "entropy", "max_prob", "variance"}
+        * ``"mutual_information"``: the epistemic part of the entropy decomposition (nats);
+          0 for every input when S = 1.
+        * ``"entropy"``: the total predictive entropy ``H(p̄)`` (nats).
+        * ``"max_prob"``: ``1 - max_c p̄_c``, so that higher means more likely OOD (same ranking
+          as the negated maximum softmax probability baseline).
+        * ``"variance"``: the epistemic part of the variance decomposition,
+          ``sum_c Var_s(p_sc)``.
+
+    Returns
+    -------
+    Tensor
+        ``(N,)`` float64 scores on the input's device.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.9, 0.1], [0.5, 0.5]], dtype=torch.float64)
+    >>> [round(v, 4) for v in ood_scores(probs, "max_prob").tolist()]
+    [0.1, 0.5]
+    """
+    if score not in _OOD_SCORES:
+        raise ValueError(
+            f"Unknown OOD score {score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
+        )
+    p = _prepare_probs(probs)
+    if score == "mutual_information":
+        return decompose(p, "entropy").epistemic
+    if score == "entropy":
+        return decompose(p, "entropy").total
+    if score == "max_prob":
+        return 1 - p.mean(0).amax(-1)
+    return decompose(p, "variance").epistemic
+
+
+def ood_auroc(scores_in: Tensor, scores_out: Tensor) -> float:
+    """Area under the ROC curve for telling OOD (positive) from in-distribution inputs.
+
+    The Mann-Whitney statistic: ``P(s_out > s_in) + P(s_out == s_in) / 2`` over all pairs,
+    computed from average ranks (ties count 1/2).
+
+    Examples
+    --------
+    >>> ood_auroc(torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.9]))  # (1 + 1 + 1/2 + 1) / 4
+    0.875
+    """
+    s_in, s_out = _check_scores(scores_in, scores_out)
+    n_in, n_out = s_in.numel(), s_out.numel()
+    scores = torch.cat([s_in, s_out])
+    is_out = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)])
+    sorted_scores, order = torch.sort(scores)
+    _, counts = torch.unique_consecutive(sorted_scores, return_counts=True)
+    ends = counts.cumsum(0)
+    mean_rank = (ends - counts + 1 + ends).to(torch.float64) / 2  # ranks start at 1
+    ranks = torch.repeat_interleave(mean_rank, counts)
+    u = (ranks * is_out[order]).sum() - n_out * (n_out + 1) / 2
+    return float(u / (n_in * n_out))
+
+
+def ood_aupr(scores_in: Tensor, scores_out: Tensor) -> float:
+    """Area under the precision-recall curve (average precision) with OOD as the positive class.
+
+    ``AP = sum_k (R_k - R_{k-1}) P_k``, with ``P_k`` and ``R_k`` the precision and recall of the
+    rule "OOD if score >= t_k" at the distinct scores ``t_1 > t_2 > ...`` (``R_0 = 0``): scikit-
+    learn's ``average_precision_score``, no interpolation.
+
+    Examples
+    --------
+    >>> ood_aupr(torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.9]))  # 1/2 * 1 + 1/2 * 2/3
+    0.8333333333333333
+    """
+    tp, fp, _, n_out = _threshold_counts(*_check_scores(scores_in, scores_out))
+    precision = tp / (tp + fp)
+    recall = tp / n_out
+    steps = torch.diff(recall, prepend=recall.new_zeros(1))
+    return float((steps * precision).sum())
+
+
+def ood_fpr95(scores_in: Tensor, scores_out: Tensor) -> float:
+    """False-positive rate at 95% true-positive rate, OOD positive.
+
+    Lower the threshold ``t`` through the distinct scores until the fraction of OOD inputs with
+    score ``>= t`` (TPR, the OOD recall) first reaches ``>= 0.95``; return the fraction of
+    in-distribution inputs with score ``>= t``. torch-uncertainty takes the threshold whose
+    recall is closest to 0.95 instead, which may fall below 95% recall.
+
+    Examples
+    --------
+    >>> ood_fpr95(torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.9]))  # t = 0.5
+    0.5
+    """
+    tp, fp, n_in, n_out = _threshold_counts(*_check_scores(scores_in, scores_out))
+    first = int(torch.nonzero(tp * 20 >= 19 * n_out)[0, 0])  # TPR >= 0.95, exactly
+    return float(fp[first] / n_in)
+
+
+# ---------------------------------------------------------------------------------------------
+# All at once
+
+
+def evaluate(
+    predictions_or_probs: Any,
+    targets: Tensor,
+    *,
+    ood: Any = None,
+    ood_score: OODScore = "mutual_information",
+) -> dict[str, float]:
+    """Compute every metric of this module, as fractions (not percentages), nats for logs.
+
+    Parameters
+    ----------
+    predictions_or_probs : Tensor or object with ``.probs``
+        ``(S, N, C)`` probabilities (e.g. a ``Predictions``), or ``(N, C)`` mean probabilities
+        (S = 1: disagreement and mutual information are then 0).
+    targets : Tensor
+        ``(N,)`` integer labels in ``[0, C)``.
+    ood : Tensor or object with ``.probs``, optional
+        ``(S, M, C)`` (or ``(M, C)``) probabilities on M >= 1 out-of-distribution inputs. When
+        given, the in- and out-of-distribution inputs are scored with ``ood_score`` and the OOD
+        metrics are added.
+    ood_score : {"mutual_information", "entropy", "max_prob", "variance"}
+        The per-input score of :func:`ood_scores`.
+
+    Returns
+    -------
+    dict of str to float
+        Keys, in this order: ``acc``, ``nll``, ``brier``, ``ece``, ``aece``, ``aurc``,
+        ``augrc``, ``cov_at_5_risk``, ``risk_at_80_cov``, ``disagreement``,
+        ``expected_entropy``, ``mutual_information``, and with ``ood``: ``ood_auroc``,
+        ``ood_aupr``, ``ood_fpr95``.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[[0.9, 0.1], [0.3, 0.7]], [[0.7, 0.3], [0.4, 0.6]]])
+    >>> ood = torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]])
+    >>> m = evaluate(probs, torch.tensor([0, 1]), ood=ood)
+    >>> list(m)[:3], m["acc"], m["ood_auroc"]
+    (['acc', 'nll', 'brier'], 1.0, 1.0)
+    """
+    if ood_score not in _OOD_SCORES:
+        raise ValueError(
+            f"Unknown ood_score {ood_score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
+        )
+    p = _prepare_probs(predictions_or_probs)
+    pbar = p.mean(0)
+    y = _check_targets(targets, pbar)
+    on_mean = (acc, nll, brier, ece, aece, aurc, augrc, cov_at_5_risk, risk_at_80_cov)
+    out = {fn.__name__: fn(pbar, y) for fn in on_mean}
+    out["disagreement"] = disagreement(p)
+    parts = decompose(p, "entropy")
+    out["expected_entropy"] = float(parts.aleatoric.mean())
+    out["mutual_information"] = float(parts.epistemic.mean())
+    if ood is not None:
+        ood_p = _prepare_probs(ood, name="ood")
+        if ood_p.shape[-1] != p.shape[-1]:
+            raise ValueError(
+                f"Expected ood with C={p.shape[-1]} classes like the in-distribution probs, "
+                f"got shape {tuple(ood_p.shape)}; score both with the same model."
+            )
+        s_in, s_out = ood_scores(p, ood_score), ood_scores(ood_p, ood_score)
+        out["ood_auroc"] = ood_auroc(s_in, s_out)
+        out["ood_aupr"] = ood_aupr(s_in, s_out)
+        out["ood_fpr95"] = ood_fpr95(s_in, s_out)
+    return out
+
+
+# key: (group, display name, shown as a percentage), in display order
+_DISPLAY: dict[str, tuple[str, str, bool]] = {
+    "acc": ("Classification", "Acc", True),
+    "nll": ("Classification", "NLL", False),
+    "brier": ("Classification", "Brier", False),
+    "ece": ("Calibration", "ECE", True),
+    "aece": ("Calibration", "aECE", True),
+    "aurc": ("Selective classification", "AURC", True),
+    "augrc": ("Selective classification", "AUGRC", True),
+    "cov_at_5_risk": ("Selective classification", "Cov@5Risk", True),
+    "risk_at_80_cov": ("Selective classification", "Risk@80Cov", True),
+    "disagreement": ("Uncertainty", "Disagreement", False),
+    "expected_entropy": ("Uncertainty", "Expected entropy", False),
+    "mutual_information": ("Uncertainty", "Mutual information", False),
+    "ood_auroc": ("OOD", "AUROC", True),
+    "ood_aupr": ("OOD", "AUPR", True),
+    "ood_fpr95": ("OOD", "FPR95", True),
+}
+
+
+def format_table(metrics: dict[str, float]) -> str:
+    """Format metrics as grouped text tables, one per group, like torch-uncertainty prints.
+
+    Groups, in order: Classification, Calibration, Selective classification, Uncertainty, OOD
+    and Other (unknown keys, under their own names); groups without a metric are left out.
+    Accuracy, calibration, selective and OOD metrics are shown as percentages (``98.63%``), the
+    others with 5 decimals.
+
+    Examples
+    --------
+    >>> print(format_table({"acc": 0.98631, "nll": 0.0451}))
+    ┌────────────────┬─────────┐
+    │ Classification │   Value │
+    ├────────────────┼─────────┤
+    │ Acc            │  98.63% │
+    │ NLL            │ 0.04510 │
+    └────────────────┴─────────┘
+    """
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for key, (group, name, percent) in _DISPLAY.items():
+        if key in metrics:
+            groups.setdefault(group, []).append((name, _format_value(metrics[key], percent)))
+    for key, value in metrics.items():
+        if key not in _DISPLAY:
+            groups.setdefault("Other", []).append((key, _format_value(value, False)))
+    if not groups:
+        return ""
+    left = max(len(s) for title, rows in groups.items() for s in [title, *(r[0] for r in rows)])
+    right = max(len(s) for rows in groups.values() for s in ["Value", *(r[1] for r in rows)])
+    bar = ("─" * (left + 2), "─" * (right + 2))
+    tables = []
+    for title, rows in groups.items():
+        lines = [f"┌{bar[0]}┬{bar[1]}┐", f"│ {title:<{left}} │ {'Value':>{right}} │"]
+        lines.append(f"├{bar[0]}┼{bar[1]}┤")
+        lines += [f"│ {name:<{left}} │ {value:>{right}} │" for name, value in rows]
+        lines.append(f"└{bar[0]}┴{bar[1]}┘")
+        tables.append("\n".join(lines))
+    return "\n".join(tables)
+
+
+# ---------------------------------------------------------------------------------------------
+# Private helpers: inputs
+
+
+def _format_value(value: object, percent: bool) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.2%}" if percent else f"{value:.5f}"
+    return str(value)
+
+
+def _float64(x: Tensor) -> Tensor:
+    """``x`` as float64; MPS has no float64, so it moves to the CPU there."""
+    if x.device.type == "mps":
+        x = x.cpu()
+    return x.to(torch.float64)
+
+
+def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
+    """Validate ``(S, N, C)`` or ``(N, C)`` probabilities; return them as ``(S, N, C)`` float64."""
+    if not isinstance(probs, Tensor):
+        if not hasattr(probs, "probs"):
+            raise TypeError(
+                f"Expected {name} to be an (S, N, C) or (N, C) probability tensor or an object "
+                f"with a .probs attribute (e.g. pyrouq Predictions), got {type(probs).__name__}."
+            )
+        probs = probs.probs
+    _check_probs(probs, name=name, ndim=(3, 2))
+    p = _float64(probs)
+    return p.unsqueeze(0) if p.dim() == 2 else p
+
+
+def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
+    """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long."""
+    n, c = pbar.shape
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"Expected targets to be a torch.Tensor of class labels, got "
+            f"{type(targets).__name__}; wrap it with torch.as_tensor(...)."
+        )
+    if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
+        raise TypeError(
+            f"Expected integer targets (class indices), got dtype {targets.dtype}; "
+            "convert them with targets.long() (or argmax one-hot targets over the last dim)."
+        )
+    if targets.dim() != 1 or targets.numel() != n:
+        raise ValueError(
+            f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
+            f"{tuple(targets.shape)}; pass the labels of exactly the inputs that were predicted."
+        )
+    lo, hi = int(targets.min()), int(targets.max())
+    if lo < 0 or hi >= c:
+        raise ValueError(
+            f"Expected targets in [0, {c}) (class indices for C={c} classes), got values in "
+            f"[{lo}, {hi}]; relabel them as 0..{c - 1}."
+        )
+    return targets.to(device=pbar.device, dtype=torch.long)
+
+
+def _prepare(probs: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """``(p̄, y)``: float64 mean probabilities ``(N, C)`` and long targets ``(N,)``."""
+    pbar = _prepare_probs(probs).mean(0)
+    return pbar, _check_targets(targets, pbar)
+
+
+def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
+    out = []
+    for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
+        if not isinstance(s, Tensor):
+            raise TypeError(
+                f"Expected {name} to be a torch.Tensor of per-input scores, got "
+                f"{type(s).__name__}; compute them with ood_scores(probs, score)."
+            )
+        if s.dim() != 1 or s.numel() == 0:
+            raise ValueError(
+                f"Expected {name} of shape (M,) with M >= 1 (a non-empty set of inputs), got "
+                f"shape {tuple(s.shape)}; pass one score per input and at least one input."
+            )
+        s = _float64(s)
+        if not bool(torch.isfinite(s).all()):
+            raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")
+        out.append(s)
+    return out[0], out[1].to(out[0].device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Private helpers: metrics on validated float64 p̄ (N, C)
+
+
+def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor) -> float:
+    """``sum_b |B_b| / N * |acc_b - conf_b| = sum_b |sum_{B_b} correct - sum_{B_b} conf| / N``."""
+    sum_conf = conf.new_zeros(NUM_BINS).index_add_(0, bins, conf)
+    sum_correct = conf.new_zeros(NUM_BINS).index_add_(0, bins, correct)
+    return float((sum_correct - sum_conf).abs().sum() / conf.numel())
+
+
+def _error_counts(pbar: Tensor, y: Tensor) -> Tensor:
+    """Expected number of errors among the k most confident points, k = 1..N, float64 ``(N,)``.
+
+    Inside a block of equal confidences the count is interpolated linearly, which is its
+    expectation over all orderings of the block.
+    """
+    conf, pred = pbar.max(-1)
+    conf, order = torch.sort(conf, descending=True, stable=True)
+    wrong = (pred != y)[order].to(torch.float64)
+    cum = torch.cat([wrong.new_zeros(1), wrong.cumsum(0)])  # cum[k]: errors among the first k
+    _, counts = torch.unique_consecutive(conf, return_counts=True)
+    ends = counts.cumsum(0)
+    starts = ends - counts
+    before, block_errors = cum[starts], cum[ends] - cum[starts]
+    block = torch.repeat_interleave(torch.arange(counts.numel(), device=conf.device), counts)
+    taken = torch.arange(1, conf.numel() + 1, device=conf.device) - starts[block]
+    return before[block] + block_errors[block] * taken / counts[block]
+
+
+def _threshold_counts(s_in: Tensor, s_out: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    """True and false positives of "OOD if score >= t" at each distinct score, decreasing t."""
+    scores = torch.cat([s_in, s_out])
+    is_out = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)])
+    scores, order = torch.sort(scores, descending=True, stable=True)
+    _, counts = torch.unique_consecutive(scores, return_counts=True)
+    last = counts.cumsum(0) - 1
+    tp = is_out[order].cumsum(0)[last]
+    fp = (last + 1).to(tp.dtype) - tp
+    return tp, fp, s_in.numel(), s_out.numel()

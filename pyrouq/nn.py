@@ -1,0 +1,406 @@
+"""Layers: Bayesian layers (``PyroSample`` weight priors) and the stacked-pipeline machinery.
+
+Shape convention. Layers here pass *stacked* activations: a plain batch ``(B, ...)``, or a batch
+with one leading stack dimension ``(S, B, ...)`` where S counts weight draws (Bayesian layers
+under a particle or predictive plate) or ensemble members (BatchEnsemble layers). A weighted layer
+adds the stack dimension when its weights carry one; stateless layers (activations, pooling,
+flatten) run on the merged ``(S * B, ...)`` batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Literal
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
+
+__all__ = [
+    "BatchEnsembleConv2d",
+    "BatchEnsembleLinear",
+    "BayesianConv2d",
+    "BayesianLinear",
+]
+
+
+def forget_params(prefix: str) -> None:
+    """Remove every entry of Pyro's param store registered under ``prefix``."""
+    store = pyro.get_param_store()
+    for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
+        del store[name]
+
+
+def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, torch.Size]:
+    """Flatten the leading (sample) dims of ``weight`` into one; return it and those dims."""
+    lead = weight.shape[: weight.dim() - event_dim]
+    return weight.reshape((-1, *weight.shape[weight.dim() - event_dim :])), lead
+
+
+class _BayesianLayer(PyroModule):
+    """Common part of the Bayesian layers: an isotropic Normal prior on weight and bias."""
+
+    weight_shape: tuple[int, ...]
+    bias_shape: tuple[int, ...]
+
+    def _init_prior(self, prior_scale: float) -> None:
+        if not (isinstance(prior_scale, (int, float)) and math.isfinite(prior_scale)) or (
+            prior_scale <= 0
+        ):
+            raise ValueError(
+                f"Expected prior_scale > 0 (a finite float), got {prior_scale!r}. "
+                "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0."
+            )
+        self.register_buffer("prior_loc", torch.tensor(0.0))
+        self.register_buffer("prior_scale", torch.tensor(float(prior_scale)))
+        self.weight = PyroSample(
+            lambda self: (
+                dist.Normal(self.prior_loc, self.prior_scale)
+                .expand(self.weight_shape)
+                .to_event(len(self.weight_shape))
+            )
+        )
+        self.bias = PyroSample(
+            lambda self: (
+                dist.Normal(self.prior_loc, self.prior_scale).expand(self.bias_shape).to_event(1)
+            )
+        )
+
+    def extra_repr(self) -> str:
+        return f"weight_shape={self.weight_shape}, prior=Normal(0, {self.prior_scale.item():g})"
+
+
+class BayesianLinear(_BayesianLayer):
+    """Linear layer whose weight ``(out, in)`` and bias ``(out,)`` are latent Pyro sites.
+
+    Each forward samples (or, under a guide, replays) ``weight`` and ``bias`` from
+    ``Normal(0, prior_scale)`` priors. Weights may carry leading sample dimensions (vectorised
+    particles, ``Predictive(parallel=True)``): the layer then uses one batched matmul and
+    returns ``(S, B, out)``.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+    prior_scale : float, default 1.0
+        Standard deviation of the Normal prior on every weight and bias.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BayesianLinear(3, 2)
+    >>> layer(torch.randn(5, 3)).shape
+    torch.Size([5, 2])
+    """
+
+    def __init__(self, in_features: int, out_features: int, prior_scale: float = 1.0):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight_shape = (out_features, in_features)
+        self.bias_shape = (out_features,)
+        self._init_prior(prior_scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if weight.dim() == 2:
+            return F.linear(x, weight, bias)
+        w, _ = _stack_weights(weight, 2)  # (S, out, in)
+        b, _ = _stack_weights(bias, 1)  # (S, out)
+        # x: (B, in) broadcasts against every draw; (S, B, in) pairs draw s with stack s.
+        return torch.baddbmm(b.unsqueeze(1), x.expand(w.shape[0], *x.shape[-2:]), w.mT)
+
+
+class BayesianConv2d(_BayesianLayer):
+    """2-d convolution whose kernel ``(out, in, k, k)`` and bias ``(out,)`` are latent sites.
+
+    With weight draws carrying a leading sample dimension S, all draws run as one grouped
+    convolution (``groups=S``) and the output is ``(S, B, out, H', W')``.
+
+    Parameters
+    ----------
+    in_channels, out_channels, kernel_size : int
+    stride, padding : int, default 1 and 0
+    prior_scale : float, default 1.0
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        prior_scale: float = 1.0,
+    ):
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.weight_shape = (out_channels, in_channels, kernel_size, kernel_size)
+        self.bias_shape = (out_channels,)
+        self._init_prior(prior_scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if weight.dim() == 4:
+            if x.dim() == 5:
+                s, b = x.shape[:2]
+                out = F.conv2d(x.flatten(0, 1), weight, bias, self.stride, self.padding)
+                return out.unflatten(0, (s, b))
+            return F.conv2d(x, weight, bias, self.stride, self.padding)
+        w, _ = _stack_weights(weight, 4)  # (S, out, in, k, k)
+        bias_s, _ = _stack_weights(bias, 1)
+        s = w.shape[0]
+        if x.dim() == 4:  # same inputs for every draw
+            batch = x.shape[0]
+            grouped = x.repeat(1, s, 1, 1)
+        else:  # (S, B, C, H, W): draw s sees stack s
+            batch = x.shape[1]
+            grouped = x.transpose(0, 1).reshape(batch, s * x.shape[2], *x.shape[3:])
+        out = F.conv2d(
+            grouped,
+            w.reshape(-1, *w.shape[2:]),
+            bias_s.reshape(-1),
+            self.stride,
+            self.padding,
+            groups=s,
+        )
+        return out.reshape(batch, s, self.out_channels, *out.shape[2:]).transpose(0, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Stacked pipelines
+# --------------------------------------------------------------------------------------------
+
+
+def _is_stateless(module: nn.Module) -> bool:
+    return not any(True for _ in module.parameters()) and not any(True for _ in module.buffers())
+
+
+def run_pipeline(
+    owner: nn.Module, steps: tuple[tuple[str, nn.Module | None], ...], x: torch.Tensor
+) -> torch.Tensor:
+    """Run ``steps`` (name, stateless module or None for a weighted child of ``owner``) on x.
+
+    A weighted child is looked up on ``owner`` by name (so Pyro sees it), a stateless module
+    runs on the merged stack ``(S * B, ...)`` when the activations carry a stack dimension.
+    """
+    stacked = False
+    for name, stateless in steps:
+        if stateless is None:
+            rank = x.dim()
+            x = getattr(owner, name)(x)
+            stacked = stacked or x.dim() > rank
+        elif stacked:
+            x = stateless(x.flatten(0, 1)).unflatten(0, x.shape[:2])
+        else:
+            x = stateless(x)
+    return x
+
+
+def build_pipeline(
+    owner: nn.Module,
+    spec: nn.Sequential,
+    convert: Callable[[str, nn.Module], nn.Module],
+) -> tuple[tuple[str, nn.Module | None], ...]:
+    """Attach ``convert(name, layer)`` for each weighted layer of ``spec`` to ``owner``.
+
+    Returns the steps for :func:`run_pipeline`; stateless layers are kept as they are.
+    """
+    steps: list[tuple[str, nn.Module | None]] = []
+    for name, layer in spec.named_children():
+        if _is_stateless(layer):
+            steps.append((name, copy.deepcopy(layer)))
+        else:
+            setattr(owner, name, convert(name, layer))
+            steps.append((name, None))
+    return tuple(steps)
+
+
+# --------------------------------------------------------------------------------------------
+# BatchEnsemble layers
+# --------------------------------------------------------------------------------------------
+
+FactorInit = Literal["normal", "random_sign"]
+
+
+def _check_members(num_members: object) -> int:
+    if isinstance(num_members, bool) or not isinstance(num_members, int) or num_members < 1:
+        raise ValueError(
+            f"Expected num_members to be an integer >= 1, got {num_members!r}. "
+            "BatchEnsemble needs at least one member; 4 is a common choice."
+        )
+    return num_members
+
+
+def _check_factor_init(init: str, r_std: float, s_std: float) -> None:
+    if init not in ("normal", "random_sign"):
+        raise ValueError(
+            f"Unknown init {init!r}: expected 'normal' (r ~ N(r_mean, r_std), s ~ N(s_mean, "
+            "s_std)) or 'random_sign' (entries +-1)."
+        )
+    for name, value in (("r_std", r_std), ("s_std", s_std)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0:
+            raise ValueError(
+                f"Expected {name} >= 0 (a finite float), got {value!r}. It is the standard "
+                "deviation of the rank-1 factors around their mean; 0.5 is the default."
+            )
+
+
+class _BatchEnsembleLayer(PyroModule):
+    """Shared weight, per-member rank-1 factors ``r`` (input side), ``s`` (output side), bias."""
+
+    weight: nn.Parameter
+    r: nn.Parameter
+    s: nn.Parameter
+    bias: nn.Parameter
+    num_members: int
+
+    def _init_factors(
+        self,
+        num_members: int,
+        in_size: int,
+        out_size: int,
+        bias: torch.Tensor | None,
+        init: str,
+        r_mean: float,
+        r_std: float,
+        s_mean: float,
+        s_std: float,
+    ) -> None:
+        self.num_members = _check_members(num_members)
+        _check_factor_init(init, r_std, s_std)
+        device, dtype = self.weight.device, self.weight.dtype
+        r = torch.empty(num_members, in_size, device=device, dtype=dtype)
+        s = torch.empty(num_members, out_size, device=device, dtype=dtype)
+        if init == "normal":
+            nn.init.normal_(r, r_mean, r_std)
+            nn.init.normal_(s, s_mean, s_std)
+        else:
+            r.bernoulli_(0.5).mul_(2).sub_(1)
+            s.bernoulli_(0.5).mul_(2).sub_(1)
+        self.r = nn.Parameter(r)
+        self.s = nn.Parameter(s)
+        if bias is None:
+            bias = torch.zeros(out_size, device=device, dtype=dtype)
+        self.bias = nn.Parameter(bias.detach().to(device, dtype).expand(num_members, -1).clone())
+
+    def _stacked_input(self, x: torch.Tensor, plain_rank: int) -> torch.Tensor:
+        """``x * r_i`` for every member: (M, B, in, ...) from (B, in, ...) or (M, B, in, ...)."""
+        shape = (self.num_members, 1, self.r.shape[1]) + (1,) * (plain_rank - 2)
+        r = self.r.reshape(shape)
+        if x.dim() == plain_rank:
+            return x.unsqueeze(0) * r
+        if x.dim() != plain_rank + 1 or x.shape[0] != self.num_members:
+            raise ValueError(
+                f"{type(self).__name__} with {self.num_members} members expects input of "
+                f"{plain_rank} dims (B, ...) or {plain_rank + 1} dims ({self.num_members}, B, "
+                f"...), got shape {tuple(x.shape)}."
+            )
+        return x * r
+
+    def _member_output(self, out: torch.Tensor) -> torch.Tensor:
+        shape = (self.num_members, 1, self.s.shape[1]) + (1,) * (out.dim() - 3)
+        return torch.addcmul(self.bias.reshape(shape), out, self.s.reshape(shape))
+
+    def effective_weight(self, member: int) -> torch.Tensor:
+        """Member ``i``'s weight ``diag(s_i) W diag(r_i)`` (for checks and export)."""
+        extra = (1,) * (self.weight.dim() - 2)
+        s = self.s[member].reshape(-1, 1, *extra)
+        r = self.r[member].reshape(1, -1, *extra)
+        return s * self.weight * r
+
+
+class BatchEnsembleLinear(_BatchEnsembleLayer):
+    """Linear layer of a BatchEnsemble: member i computes ``(x * r_i) W^T * s_i + b_i``.
+
+    One shared weight ``W`` ``(out, in)``, per-member factors ``r`` ``(M, in)`` and ``s``
+    ``(M, out)`` and biases ``(M, out)``; the effective weight of member i is
+    ``diag(s_i) W diag(r_i)``. Input ``(B, in)`` (every member sees it) or ``(M, B, in)``
+    (member i sees slice i); output ``(M, B, out)``. All members run in one batched matmul.
+
+    Parameters
+    ----------
+    in_features, out_features, num_members : int
+    init : {"normal", "random_sign"}, default "normal"
+        ``"normal"`` draws r ~ N(r_mean, r_std), s ~ N(s_mean, s_std); ``"random_sign"`` +-1.
+    r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
+    base : nn.Linear, optional
+        Copy W and the bias (to every member) from this layer; default a fresh ``nn.Linear``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        num_members: int,
+        *,
+        init: FactorInit = "normal",
+        r_mean: float = 1.0,
+        r_std: float = 0.5,
+        s_mean: float = 1.0,
+        s_std: float = 0.5,
+        base: nn.Linear | None = None,
+    ):
+        super().__init__()
+        if base is None:
+            base = nn.Linear(in_features, out_features)
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(base.weight.detach().clone())
+        self._init_factors(
+            num_members, in_features, out_features, base.bias, init, r_mean, r_std, s_mean, s_std
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._member_output(F.linear(self._stacked_input(x, 2), self.weight))
+
+
+class BatchEnsembleConv2d(_BatchEnsembleLayer):
+    """2-d convolution of a BatchEnsemble: member i computes ``conv(x * r_i, W) * s_i + b_i``.
+
+    ``r`` ``(M, in_channels)`` scales input channels, ``s`` ``(M, out_channels)`` output
+    channels. Input ``(B, C, H, W)`` or ``(M, B, C, H, W)``; output ``(M, B, out, H', W')``,
+    all members in one convolution over the ``M * B`` batch. Arguments as
+    :class:`BatchEnsembleLinear`, plus ``kernel_size``, ``stride``, ``padding``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        num_members: int,
+        *,
+        stride: int = 1,
+        padding: int = 0,
+        init: FactorInit = "normal",
+        r_mean: float = 1.0,
+        r_std: float = 0.5,
+        s_mean: float = 1.0,
+        s_std: float = 0.5,
+        base: nn.Conv2d | None = None,
+    ):
+        super().__init__()
+        if base is None:
+            base = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding)
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.stride = base.stride
+        self.padding = base.padding
+        self.weight = nn.Parameter(base.weight.detach().clone())
+        self._init_factors(
+            num_members, in_channels, out_channels, base.bias, init, r_mean, r_std, s_mean, s_std
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self._stacked_input(x, 4)
+        out = F.conv2d(h.flatten(0, 1), self.weight, None, self.stride, self.padding)
+        return self._member_output(out.unflatten(0, h.shape[:2]))

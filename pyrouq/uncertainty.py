@@ -1,0 +1,330 @@
+"""Uncertainty decompositions of predictive distributions (pure torch: tensors in, tensors out).
+
+Shape convention, used throughout: ``probs`` is an ``(S, N, C)`` tensor of probabilities, with
+S posterior draws or ensemble members, N inputs and C classes. ``p_s`` is the predictive
+distribution of draw ``s`` on one input and ``p̄ = mean_s p_s`` the mean predictive distribution.
+
+Each measure splits the total uncertainty of ``p̄`` into an aleatoric part (the uncertainty the
+draws have on average: noise in the data) and an epistemic part (the disagreement between draws:
+uncertainty about the weights), with ``total = aleatoric + epistemic``.
+
+This module never imports Pyro, arviz, matplotlib or the models: it works on any probabilities.
+
+Examples
+--------
+>>> import torch
+>>> probs = torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]])  # two confident members that disagree
+>>> d = decompose(probs, base=2)
+>>> d.total.tolist(), d.aleatoric.tolist(), d.epistemic.tolist()
+([1.0], [0.0], [1.0])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Decomposition",
+    "Measure",
+    "decompose",
+    "entropy",
+    "expected_entropy",
+    "mutual_information",
+]
+
+Measure = Literal["entropy", "variance", "zero_one"]
+"""The uncertainty measure of :func:`decompose`.
+
+* ``"entropy"``: Shannon entropy; the epistemic part is the mutual information (BALD).
+* ``"variance"``: the Gini impurity ``sum_c p_c (1 - p_c)``; the epistemic part is the summed
+  variance over draws of the class probabilities.
+* ``"zero_one"``: the expected 0-1 loss of the Bayes-optimal decision, ``1 - max_c p_c``.
+"""
+
+_MEASURES: tuple[str, ...] = get_args(Measure)
+
+#: Relative tolerance on ``sum_c p_c = 1`` in the input checks (float32 softmax outputs pass).
+_SUM_TOL = 1e-3
+
+#: The epistemic parts are >= 0 mathematically; a negative value is float round-off, clamped to
+#: 0. Anything more negative than this (in nats) is not round-off but a bug, and raises.
+_ROUNDOFF_TOL = 1e-6
+
+_SHAPE_NAMES = {1: "(N,)", 2: "(N, C)", 3: "(S, N, C)"}
+
+
+@dataclass(frozen=True, eq=False)
+class Decomposition:
+    """A split of predictive uncertainty into its aleatoric and epistemic parts.
+
+    ``total = aleatoric + epistemic`` holds for every input (up to the rounding of one float
+    addition). All three parts are ``>= 0``. Equality is identity (``eq=False``): compare the
+    fields with :func:`torch.allclose`.
+
+    Attributes
+    ----------
+    total : Tensor
+        ``(N,)`` uncertainty of the mean predictive distribution ``p̄``.
+    aleatoric : Tensor
+        ``(N,)`` average uncertainty of the individual draws ``p_s``.
+    epistemic : Tensor
+        ``(N,)`` the difference: disagreement between the draws (``0`` when S = 1 or when all
+        draws agree).
+    """
+
+    total: Tensor
+    aleatoric: Tensor
+    epistemic: Tensor
+
+
+def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e) -> Decomposition:
+    r"""Decompose the uncertainty of S predictive distributions on N inputs.
+
+    With ``p_s`` the S distributions of one input and ``p̄`` their mean over S:
+
+    * ``"entropy"``: total ``= H(p̄)``, aleatoric ``= mean_s H(p_s)`` (expected entropy),
+      epistemic ``= H(p̄) - mean_s H(p_s)``, the mutual information between the label and the
+      draw. ``H(p) = -sum_c p_c log p_c`` with ``0 log 0 = 0``, in nats (``base=e``) or bits
+      (``base=2``): every entropy is divided by ``log(base)``. The epistemic part is computed in
+      the equivalent form ``mean_s KL(p_s || p̄)``, which does not lose precision when the draws
+      nearly agree.
+    * ``"variance"``: total ``= sum_c p̄_c (1 - p̄_c)``, aleatoric
+      ``= mean_s sum_c p_sc (1 - p_sc)``, epistemic ``= sum_c Var_s(p_sc)`` (population variance,
+      divided by S).
+    * ``"zero_one"``: total ``= 1 - max_c p̄_c``, aleatoric ``= mean_s (1 - max_c p_sc)``,
+      epistemic ``= mean_s max_c p_sc - max_c p̄_c``.
+
+    The aleatoric and epistemic parts are computed, and ``total`` is their sum, so the identity
+    ``total = aleatoric + epistemic`` holds up to one rounding; ``total`` matches the direct
+    formula above to float precision. The epistemic part is ``>= 0`` mathematically; negative
+    round-off (at most ``1e-6`` nats) is clamped to 0, and anything beyond that raises a
+    ``RuntimeError`` (it would be a bug, not round-off).
+
+    Parameters
+    ----------
+    probs : Tensor
+        ``(S, N, C)`` probabilities, float32 or float64, each row summing to 1 (within 1e-3).
+        The result has the same dtype and device.
+    measure : {"entropy", "variance", "zero_one"}, default "entropy"
+        The uncertainty measure, see above.
+    base : float, default math.e
+        Logarithm base of the entropies (``2`` for bits). Must be ``> 0`` and ``!= 1``; used only
+        by ``"entropy"``.
+
+    Returns
+    -------
+    Decomposition
+        ``total``, ``aleatoric`` and ``epistemic``, each of shape ``(N,)``.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[[0.9, 0.1], [0.5, 0.5]], [[0.1, 0.9], [0.5, 0.5]]])  # S=2, N=2
+    >>> d = decompose(probs, "variance")
+    >>> [round(v, 4) for v in d.epistemic.tolist()], [round(v, 4) for v in d.total.tolist()]
+    ([0.32, 0.0], [0.5, 0.5])
+    >>> [round(v, 4) for v in decompose(probs, "zero_one").aleatoric.tolist()]
+    [0.1, 0.5]
+    """
+    _check_probs(probs)
+    _check_measure(measure)
+    _check_base(base)
+    if measure == "entropy":
+        plogp = torch.xlogy(probs, probs)  # 0 log 0 = 0
+        aleatoric = _negate(plogp.sum(-1)).mean(0)
+        mean = probs.mean(0)
+        # p̄_c > 0 wherever some p_sc > 0; the clamp only guards an underflow of the mean.
+        log_mean = torch.log(mean.clamp_min(torch.finfo(probs.dtype).tiny))
+        epistemic = (plogp - probs * log_mean).sum(-1).mean(0)  # mean_s KL(p_s || p̄)
+        epistemic = _clamp_roundoff(epistemic, measure)
+        scale = math.log(base)
+        aleatoric, epistemic = aleatoric / scale, epistemic / scale
+    elif measure == "variance":
+        aleatoric = (probs * (1 - probs)).sum(-1).mean(0)
+        epistemic = _clamp_roundoff(probs.var(0, correction=0).sum(-1), measure)
+    else:
+        max_s = probs.amax(-1).mean(0)
+        aleatoric = 1 - max_s
+        epistemic = _clamp_roundoff(max_s - probs.mean(0).amax(-1), measure)
+    return Decomposition(total=aleatoric + epistemic, aleatoric=aleatoric, epistemic=epistemic)
+
+
+def entropy(probs: Tensor, dim: int = -1, base: float = math.e) -> Tensor:
+    """Shannon entropy ``H(p) = -sum_c p_c log p_c / log(base)`` along ``dim`` (``0 log 0 = 0``).
+
+    Parameters
+    ----------
+    probs : Tensor
+        Probabilities of any shape, float32 or float64, summing to 1 (within 1e-3) along ``dim``.
+    dim : int, default -1
+        The class dimension, reduced away.
+    base : float, default math.e
+        Logarithm base: ``e`` for nats, ``2`` for bits.
+
+    Returns
+    -------
+    Tensor
+        ``probs`` with ``dim`` removed, same dtype and device.
+
+    Examples
+    --------
+    >>> entropy(torch.tensor([[0.5, 0.5], [1.0, 0.0]]), base=2).tolist()
+    [1.0, 0.0]
+    """
+    _check_probs(probs, ndim=None, dim=dim)
+    _check_base(base)
+    return _negate(torch.xlogy(probs, probs).sum(dim)) / math.log(base)
+
+
+def expected_entropy(probs: Tensor, base: float = math.e) -> Tensor:
+    """Aleatoric part of the entropy decomposition: ``mean_s H(p_s)``, shape ``(N,)``.
+
+    Same as ``decompose(probs, "entropy", base).aleatoric``; see :func:`decompose`.
+
+    Examples
+    --------
+    >>> expected_entropy(torch.tensor([[[0.5, 0.5]], [[1.0, 0.0]]]), base=2).tolist()
+    [0.5]
+    """
+    return decompose(probs, "entropy", base).aleatoric
+
+
+def mutual_information(probs: Tensor, base: float = math.e) -> Tensor:
+    """Epistemic part of the entropy decomposition: ``H(p̄) - mean_s H(p_s)``, shape ``(N,)``.
+
+    Same as ``decompose(probs, "entropy", base).epistemic``; see :func:`decompose`.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[[0.5, 0.5]], [[1.0, 0.0]]], dtype=torch.float64)
+    >>> mutual_information(probs, base=2).tolist()  # H([.75, .25]) - (1 + 0) / 2
+    [0.31127812445913283]
+    """
+    return decompose(probs, "entropy", base).epistemic
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks, shared with pyrouq.metrics.
+
+
+def _shape_name(ndim: int) -> str:
+    return _SHAPE_NAMES.get(ndim, f"({ndim} dims)")
+
+
+def _check_probs(
+    probs: object,
+    name: str = "probs",
+    ndim: int | tuple[int, ...] | None = 3,
+    *,
+    dim: int = -1,
+) -> None:
+    """Check that ``probs`` is a float tensor of probabilities of the expected rank.
+
+    Parameters
+    ----------
+    probs : object
+        The value to check.
+    name : str, default "probs"
+        Its name in the messages.
+    ndim : int or tuple of int or None, default 3
+        The allowed number of dimensions (``None``: any rank >= 1).
+    dim : int, default -1
+        The class dimension, along which entries must sum to 1 (within 1e-3).
+
+    Raises
+    ------
+    TypeError
+        Not a tensor, or not float32 / float64.
+    ValueError
+        Wrong rank, empty, non-finite, negative or not normalised.
+    """
+    if not isinstance(probs, Tensor):
+        raise TypeError(
+            f"Expected {name} to be a torch.Tensor, got {type(probs).__name__}; "
+            "wrap it with torch.as_tensor(...)."
+        )
+    if probs.dtype not in (torch.float32, torch.float64):
+        raise TypeError(
+            f"Expected {name} of dtype torch.float32 or torch.float64, got {probs.dtype}; "
+            f"convert it with {name}.double() (or .float())."
+        )
+    shape = tuple(probs.shape)
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if probs.dim() not in allowed:
+            wanted = " or ".join(f"{_shape_name(k)} ({k} dims)" for k in allowed)
+            raise ValueError(
+                f"Expected {name} of shape {wanted}, got shape {shape}. "
+                "Stack the draws/members on dim 0 and the classes on the last dim."
+            )
+    elif probs.dim() == 0:
+        raise ValueError(f"Expected {name} with a class dimension, got a scalar (shape ()).")
+    if probs.numel() == 0:
+        raise ValueError(
+            f"Expected a non-empty {name}, got shape {shape}; "
+            "pass at least one draw, one input and one class."
+        )
+    finite = torch.isfinite(probs)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        raise ValueError(
+            f"Expected finite {name}, got {bad} NaN or inf entries; "
+            "check the model outputs (did the fit diverge?)."
+        )
+    low = float(probs.min())
+    if low < 0:
+        raise ValueError(
+            f"Expected {name} to be non-negative probabilities, got a minimum of {low:.4g}. "
+            "If these are logits or log-probabilities, apply torch.softmax(x, dim=-1) first."
+        )
+    sums = probs.sum(dim)
+    lo, hi = float(sums.min()), float(sums.max())
+    if lo < 1 - _SUM_TOL or hi > 1 + _SUM_TOL:
+        raise ValueError(
+            f"Expected {name} to sum to 1 over the class dim {dim} (tolerance {_SUM_TOL:g}), "
+            f"got sums between {lo:.6g} and {hi:.6g}. If these are logits, apply "
+            "torch.softmax(x, dim=-1); if they are unnormalised weights, divide by "
+            "x.sum(-1, keepdim=True)."
+        )
+
+
+def _check_measure(measure: object) -> None:
+    if measure not in _MEASURES:
+        raise ValueError(
+            f"Unknown measure {measure!r}; expected one of {', '.join(map(repr, _MEASURES))}."
+        )
+
+
+def _check_base(base: object) -> None:
+    if (
+        isinstance(base, bool)
+        or not isinstance(base, (int, float))
+        or not math.isfinite(base)
+        or base <= 0
+        or base == 1
+    ):
+        raise ValueError(
+            f"Expected a logarithm base > 0 and != 1, got {base!r}; "
+            "use math.e for nats (the default) or 2 for bits."
+        )
+
+
+def _negate(x: Tensor) -> Tensor:
+    """``-x`` without negative zeros (``-0.0 + 0.0 == +0.0``), so zero entropies print as 0.0."""
+    return x.neg().add_(0.0)
+
+
+def _clamp_roundoff(epistemic: Tensor, measure: str) -> Tensor:
+    """Clamp float round-off below 0 (at most ``_ROUNDOFF_TOL``) and raise on anything larger."""
+    worst = float(epistemic.min())
+    if worst < -_ROUNDOFF_TOL:
+        raise RuntimeError(
+            f"Internal error: the epistemic part of the {measure!r} decomposition is {worst:.3g}, "
+            f"below -{_ROUNDOFF_TOL:g}. It is >= 0 mathematically, so this is not round-off; "
+            "please report it to the pyrouq developers together with the input probabilities."
+        )
+    return epistemic.clamp_min(0)

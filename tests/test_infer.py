@@ -1,0 +1,301 @@
+from __future__ import annotations
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro import poutine
+
+from pyrouq.infer import KLWeightedELBO, fit, mean_field_guide
+from pyrouq.models import MLP, BayesianLeNet, BayesianMLP
+
+
+def tiny_mlp(**kw):
+    return BayesianMLP(in_features=3, hidden_features=20, out_features=2, **kw)
+
+
+def toy_data(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    return x, y
+
+
+class ListLoader(list):
+    """A list of batches with a sized .dataset, like a DataLoader."""
+
+    def __init__(self, x, y, batch_size):
+        super().__init__(
+            (x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)
+        )
+        self.dataset = torch.utils.data.TensorDataset(x, y)
+
+
+@pytest.mark.parametrize("kl_weight", [0.0, 0.3, 1.0, 5.0])
+def test_loss_is_scaled_nll_plus_weighted_analytic_kl(kl_weight):
+    model = tiny_mlp(num_data=1000)
+    guide = mean_field_guide(model, init_scale=0.1)
+    x, y = toy_data(10)
+    pyro.set_rng_seed(7)
+    loss = KLWeightedELBO(kl_weight).differentiable_loss(model, guide, x, y)
+
+    # independent recomputation from the same draws
+    pyro.set_rng_seed(7)
+    guide_trace = poutine.trace(guide).get_trace(x, y)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    obs = model_trace.nodes["obs"]
+    nll = -(1000 / 10) * obs["fn"].log_prob(y).sum()
+    kl = 0.0
+    for site in guide.sites:
+        q = guide_trace.nodes[site]["fn"]
+        p = model_trace.nodes[site]["fn"]
+        kl = kl + torch.distributions.kl_divergence(q, p).sum()
+    torch.testing.assert_close(loss, nll + kl_weight * kl)
+    # and by hand for one site: KL(N(m, s) || N(0, 1)) = log(1/s) + (s^2 + m^2)/2 - 1/2
+    m, s = guide.site_loc("fc2.bias"), guide.site_scale("fc2.bias")
+    by_hand = (torch.log(1 / s) + (s**2 + m**2) / 2 - 0.5).sum()
+    q = guide_trace.nodes["fc2.bias"]["fn"]
+    p = model_trace.nodes["fc2.bias"]["fn"]
+    torch.testing.assert_close(torch.distributions.kl_divergence(q, p), by_hand)
+
+
+def test_kl_term_is_analytic_zero_variance_across_seeds():
+    model = tiny_mlp(num_data=100)
+    guide = mean_field_guide(model, init_scale=0.2)
+    x, y = toy_data(10)
+    elbo = KLWeightedELBO()
+    kls, nlls = [], []
+    for seed in range(5):
+        pyro.set_rng_seed(seed)
+        terms = elbo.terms(model, guide, x, y)
+        kls.append(terms.kl.item())
+        nlls.append(terms.nll.item())
+    assert max(kls) - min(kls) == 0.0
+    assert max(nlls) - min(nlls) > 0.0  # the likelihood term is Monte Carlo
+
+
+def test_every_guide_site_has_an_analytic_kl_against_its_prior():
+    model = tiny_mlp(num_data=100)
+    x, y = toy_data(10)
+
+    def analytic_sites(guide):
+        guide_trace = poutine.trace(guide).get_trace(x, y)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+        count = 0
+        for name in model.latent_sites():
+            try:
+                torch.distributions.kl_divergence(
+                    guide_trace.nodes[name]["fn"], model_trace.nodes[name]["fn"]
+                )
+                count += 1
+            except NotImplementedError:
+                pass
+        return count
+
+    assert analytic_sites(mean_field_guide(model)) == 4
+
+
+def test_vectorized_and_sequential_particles_agree_in_distribution():
+    model = tiny_mlp(num_data=40)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = toy_data(40)
+    n = 400
+    pyro.set_rng_seed(0)
+    vec = KLWeightedELBO(num_particles=n, vectorize_particles=True).loss(model, guide, x, y)
+    pyro.set_rng_seed(1)
+    single = KLWeightedELBO()
+    seq = torch.tensor([single.loss(model, guide, x, y) for _ in range(n)])
+    # both estimate the same expectation; the tolerance is 4 standard errors
+    se = seq.std().item() / math.sqrt(n)
+    assert abs(vec - seq.mean().item()) < 4 * math.sqrt(2) * se
+    assert seq.std() > 0
+
+
+def test_vectorized_particles_on_lenet_shapes():
+    model = BayesianLeNet(num_data=100)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    terms = KLWeightedELBO(num_particles=3, vectorize_particles=True).terms(model, guide, x, y)
+    assert terms.logits.shape == (3, 4, 10)
+    assert torch.isfinite(terms.loss)
+
+
+@pytest.mark.parametrize("make", [tiny_mlp, lambda **kw: BayesianLeNet(**kw)])
+def test_plain_pyro_svi_trains(make):
+    model = make(num_data=40)
+    if isinstance(model, BayesianLeNet):
+        x = torch.randn(40, 1, 28, 28)
+        y = (x.mean((1, 2, 3)) > 0).long()
+    else:
+        x, y = toy_data(40)
+    guide = mean_field_guide(model, init_scale=1e-3)
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), loss=KLWeightedELBO(1e-3))
+    losses = [svi.step(x, y) for _ in range(40)]
+    assert sum(losses[-5:]) / 5 < 0.9 * sum(losses[:5]) / 5
+    # Pyro's optimizer saw the guide's parameters: they moved
+    assert any(name.startswith(guide.name) for name in pyro.get_param_store().keys())
+
+
+def test_two_models_never_share_parameters():
+    x, y = toy_data(40)
+    models = [tiny_mlp(num_data=40), tiny_mlp(num_data=40)]
+    guides = [mean_field_guide(m) for m in models]
+    assert guides[0].name != guides[1].name
+    before = [g.site_loc("fc1.weight").detach().clone() for g in guides]
+    svis = [
+        pyro.infer.SVI(m, g, pyro.optim.Adam({"lr": 1e-2}), loss=KLWeightedELBO())
+        for m, g in zip(models, guides, strict=True)
+    ]
+    for _ in range(5):
+        svis[0].step(x, y)
+    after_first = [g.site_loc("fc1.weight").detach().clone() for g in guides]
+    assert not torch.equal(after_first[0], before[0])
+    assert torch.equal(after_first[1], before[1])  # untouched by training the other one
+    for _ in range(5):
+        svis[1].step(x, y)
+    assert torch.equal(guides[0].site_loc("fc1.weight"), after_first[0])
+    assert not torch.equal(guides[1].site_loc("fc1.weight"), before[1])
+
+
+def test_param_store_entries_go_with_the_guide():
+    import gc
+
+    model = tiny_mlp(num_data=40)
+    guide = mean_field_guide(model)
+    x, y = toy_data(10)
+    pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), KLWeightedELBO()).step(x, y)
+    prefix = guide.name
+    assert any(k.startswith(prefix) for k in pyro.get_param_store().keys())
+    del guide
+    gc.collect()
+    assert not any(k.startswith(prefix) for k in pyro.get_param_store().keys())
+
+
+def test_guide_initialisation():
+    torch.manual_seed(0)
+    model = BayesianMLP()
+    guide = mean_field_guide(model, init_scale=0.05)
+    loc = guide.site_loc("fc1.weight")
+    bound = 1 / math.sqrt(784)  # torch's default Linear init is U(-1/sqrt(in), 1/sqrt(in))
+    assert loc.abs().max() <= bound and loc.std() > 0.5 * bound / math.sqrt(3)
+    torch.testing.assert_close(guide.site_scale("fc2.weight"), torch.full((10, 256), 0.05))
+    plain = MLP()
+    from_plain = mean_field_guide(model, init_from=plain)
+    for name, param in plain.named_parameters():
+        assert torch.equal(from_plain.site_loc(name), param)
+
+
+def test_guide_sites_are_normal_of_prior_shape():
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    trace = poutine.trace(guide).get_trace()
+    for name, shape in model.latent_sites().items():
+        fn = trace.nodes[name]["fn"]
+        assert isinstance(fn, dist.Independent) and isinstance(fn.base_dist, dist.Normal)
+        assert fn.event_shape == shape and fn.batch_shape == ()
+
+
+def test_fit_history_and_learning():
+    x, y = toy_data(200)
+    loader = ListLoader(x, y, 50)
+    model = tiny_mlp()
+    guide = mean_field_guide(model, init_scale=0.01)
+    result = fit(model, guide, loader, epochs=8, lr=0.05, progress=False, seed=0)
+    assert model.num_data == 200 and result.num_data == 200
+    assert len(result.history) == 8 and result.steps == 32
+    first, last = result.history[0], result.history[-1]
+    assert last.loss < first.loss
+    assert last.loss == pytest.approx(last.nll + last.kl, rel=1e-6)
+    assert last.train_acc > 0.85
+    assert all(r.seconds > 0 for r in result.history)
+
+
+def test_fit_kl_weight_enters_the_loss():
+    x, y = toy_data(40)
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    result = fit(model, guide, ListLoader(x, y, 40), epochs=1, kl_weight=0.25, progress=False)
+    record = result.history[0]
+    assert record.loss == pytest.approx(record.nll + 0.25 * record.kl, rel=1e-6)
+
+
+def test_fit_same_seed_same_history():
+    x, y = toy_data(80)
+
+    def run():
+        torch.manual_seed(0)
+        model = tiny_mlp()
+        guide = mean_field_guide(model)
+        fit(model, guide, ListLoader(x, y, 20), epochs=2, progress=False, seed=3)
+        return [guide.site_loc(s).detach() for s in guide.sites]
+
+    for a, b in zip(run(), run(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
+    x, y = toy_data(40)
+    x_bad = x.clone()
+    x_bad[25] = float("inf")
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    loader = ListLoader(x_bad, y, 20)
+    before_second = {}
+
+    class Spy(list):
+        dataset = loader.dataset
+
+        def __iter__(self):
+            for i, batch in enumerate(loader):
+                if i == 1:
+                    before_second.update(
+                        {s: guide.site_loc(s).detach().clone() for s in guide.sites}
+                    )
+                yield batch
+
+    with pytest.raises(FloatingPointError, match=r"Non-finite loss .* at epoch 1, step 2"):
+        fit(model, guide, Spy(), epochs=1, progress=False)
+    for site, value in before_second.items():
+        assert torch.equal(guide.site_loc(site), value)
+
+
+def test_fit_bad_arguments():
+    x, y = toy_data(20)
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    loader = ListLoader(x, y, 10)
+    with pytest.raises(ValueError, match=r"Expected epochs to be an integer >= 1, got 0"):
+        fit(model, guide, loader, epochs=0)
+    with pytest.raises(ValueError, match=r"Expected num_particles to be an integer >= 1, got 0"):
+        fit(model, guide, loader, epochs=1, num_particles=0)
+    with pytest.raises(ValueError, match="train_loader is empty"):
+        fit(model, guide, ListLoader(x[:0], y[:0], 10), epochs=1)
+    with pytest.raises(ValueError, match="yielded no batches"):
+        fit(model, guide, [], epochs=1, num_data=10)
+    with pytest.raises(ValueError, match="Cannot tell the training-set size N"):
+        fit(model, guide, [(x, y)], epochs=1)
+    with pytest.raises(ValueError, match=r"has latent sites but guide is None"):
+        fit(model, None, loader, epochs=1)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_bad_kl_weight(bad):
+    with pytest.raises(ValueError, match=r"Expected kl_weight to be a finite float >= 0"):
+        KLWeightedELBO(kl_weight=bad)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_bad_init_scale(bad):
+    with pytest.raises(ValueError, match=r"Expected init_scale > 0"):
+        mean_field_guide(tiny_mlp(), init_scale=bad)
+
+
+def test_guide_for_unsupported_model_and_mismatched_init_from():
+    with pytest.raises(TypeError, match="needs a pyrouq Bayesian model"):
+        mean_field_guide(MLP())
+    with pytest.raises(
+        ValueError, match=r"init_from parameter 'fc1.weight' has shape \(256, 784\)"
+    ):
+        mean_field_guide(BayesianMLP(hidden_features=128), init_from=MLP())

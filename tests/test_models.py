@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro import poutine
+
+from pyrouq.models import MLP, BayesianLeNet, BayesianMLP, LeNet
+from pyrouq.nn import BayesianConv2d, BayesianLinear
+
+
+def tiny_mlp(**kw):
+    return BayesianMLP(in_features=4, hidden_features=6, out_features=3, **kw)
+
+
+def test_plain_networks_shapes_and_names():
+    assert MLP()(torch.randn(2, 784)).shape == (2, 10)
+    assert MLP(num_hidden=2)(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+    assert [n for n, _ in MLP(num_hidden=2).named_parameters()] == [
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+        "fc3.weight",
+        "fc3.bias",
+    ]
+    lenet = LeNet()
+    assert lenet(torch.randn(3, 1, 28, 28)).shape == (3, 10)
+    shapes = {n: tuple(p.shape) for n, p in lenet.named_parameters()}
+    assert shapes["conv1.weight"] == (6, 1, 5, 5)
+    assert shapes["conv2.weight"] == (16, 6, 5, 5)
+    assert shapes["fc1.weight"] == (120, 256)
+    assert shapes["fc3.weight"] == (10, 84)
+    assert sum(p.numel() for p in lenet.parameters()) == 44426
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_bayesian_sites_mirror_plain_parameters(cls):
+    model = cls()
+    plain = model.plain_network()
+    expected = {n: p.shape for n, p in plain.named_parameters()}
+    assert model.latent_sites() == expected
+    x = torch.randn(2, 1, 28, 28)
+    trace = poutine.trace(model).get_trace(x)
+    latent = {
+        n: s["value"].shape
+        for n, s in trace.nodes.items()
+        if s["type"] == "sample" and not s["is_observed"] and n not in ("data", "obs")
+    }
+    assert latent == expected
+    assert trace.nodes["logits"]["value"].shape == (2, 10)
+    assert trace.nodes["obs"]["value"].shape == (2,)
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_priors_are_normal_with_prior_scale(cls):
+    model = cls(prior_scale=0.3)
+    trace = poutine.trace(model).get_trace(torch.randn(1, 1, 28, 28))
+    fn = trace.nodes["fc1.weight"]["fn"]
+    assert isinstance(fn, dist.Independent) and isinstance(fn.base_dist, dist.Normal)
+    assert torch.all(fn.base_dist.scale == 0.3) and torch.all(fn.base_dist.loc == 0)
+    assert fn.event_shape == trace.nodes["fc1.weight"]["value"].shape
+
+
+def test_obs_is_scaled_by_n_over_b():
+    model = tiny_mlp(num_data=100)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    trace = poutine.trace(model).get_trace(x, y)
+    site = trace.nodes["obs"]
+    assert site["scale"] == pytest.approx(100 / 5)
+    assert [f.name for f in site["cond_indep_stack"]] == ["data"]
+    torch.testing.assert_close(site["fn"].probs, trace.nodes["logits"]["value"].softmax(-1))
+
+
+def test_observing_without_num_data_is_an_error():
+    with pytest.raises(ValueError, match=r"BayesianMLP.num_data is not set.*num_data=N"):
+        tiny_mlp()(torch.randn(2, 4), torch.tensor([0, 1]))
+    # prediction needs no N
+    assert tiny_mlp()(torch.randn(2, 4)).shape == (2, 3)
+
+
+def test_bayesian_linear_with_sample_dim_matches_loop():
+    layer = BayesianLinear(4, 3)
+    w, b = torch.randn(5, 3, 4), torch.randn(5, 3)
+    x = torch.randn(7, 4)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(x)
+    expected = torch.stack([x @ w[s].T + b[s] for s in range(5)])
+    torch.testing.assert_close(out, expected)
+    xs = torch.randn(5, 7, 4)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(xs)
+    torch.testing.assert_close(out, torch.stack([xs[s] @ w[s].T + b[s] for s in range(5)]))
+
+
+def test_bayesian_conv_grouped_matches_loop():
+    layer = BayesianConv2d(2, 3, 3, padding=1)
+    w, b = torch.randn(4, 3, 2, 3, 3), torch.randn(4, 3)
+    x = torch.randn(5, 2, 6, 6)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(x)
+    loop = torch.stack([torch.conv2d(x, w[s], b[s], padding=1) for s in range(4)])
+    torch.testing.assert_close(out, loop)
+    xs = torch.randn(4, 5, 2, 6, 6)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(xs)
+    loop = torch.stack([torch.conv2d(xs[s], w[s], b[s], padding=1) for s in range(4)])
+    torch.testing.assert_close(out, loop)
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_stacked_forward_equals_per_draw_forward(cls):
+    """A model run with S weight draws at once equals S runs with one draw each."""
+    model = cls()
+    x = torch.randn(3, 1, 28, 28)
+    sites = model.latent_sites()
+    draws = {n: torch.randn(4, 1, *shape) * 0.1 for n, shape in sites.items()}
+    with poutine.condition(data=draws):
+        stacked = model(x)
+    assert stacked.shape == (4, 3, 10)
+    for s in range(4):
+        with poutine.condition(data={n: v[s, 0] for n, v in draws.items()}):
+            torch.testing.assert_close(model(x), stacked[s], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_predictive_parallel_runs(cls):
+    model = cls()
+    x = torch.randn(5, 1, 28, 28)
+    samples = pyro.infer.Predictive(model, num_samples=6, parallel=True)(x)
+    assert samples["logits"].shape == (6, 5, 10)
+    assert samples["obs"].shape == (6, 5)
+    assert samples["fc1.weight"].shape[0] == 6
+
+
+def test_bad_inputs_name_expected_shape():
+    with pytest.raises(ValueError, match=r"expects images of shape \(B, 1, 28, 28\), got shape"):
+        BayesianLeNet()(torch.randn(2, 784))
+    with pytest.raises(ValueError, match=r"BayesianMLP expects inputs of shape \(B, 4\)"):
+        tiny_mlp()(torch.randn(2, 5))
+    with pytest.raises(ValueError, match=r"LeNet expects images of shape \(B, 3, 28, 28\)"):
+        LeNet(in_channels=3)(torch.randn(2, 1, 28, 28))
+
+
+def test_bad_labels():
+    model = tiny_mlp(num_data=10)
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), got values in \[0, 3\]"):
+        model(x, torch.tensor([0, 1, 3]))
+    with pytest.raises(ValueError, match=r"expected labels y of shape \(3,\) .* got shape \(2,\)"):
+        model(x, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="expected integer class labels"):
+        model(x, torch.tensor([0.0, 1.0, 2.0]))
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match=r"Expected prior_scale > 0 .*got -1"):
+        BayesianMLP(prior_scale=-1.0)
+    with pytest.raises(ValueError, match=r"Expected num_data to be a positive integer, got 0"):
+        BayesianMLP(num_data=0)
+    with pytest.raises(ValueError, match=r"Expected hidden_features to be a positive integer"):
+        MLP(hidden_features=0)
