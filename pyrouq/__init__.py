@@ -1,6 +1,9 @@
 """pyrouq: Bayesian uncertainty for PyTorch, built on Pyro.
 
-The public names are re-exported here; see ``__all__``.
+Shape convention: S posterior draws or ensemble members, N inputs, C classes.
+
+The public names are re-exported here; see ``__all__``. arviz and matplotlib are imported only
+by :mod:`pyrouq.diagnostics` and :mod:`pyrouq.plotting`, on first use.
 """
 
 from __future__ import annotations
@@ -14,12 +17,58 @@ from pyrouq.data import (
     mnist_arrays,
     ood_loader,
 )
+from pyrouq.infer import (
+    EpochRecord,
+    FitResult,
+    KLWeightedELBO,
+    MeanFieldGuide,
+    fit,
+    mean_field_guide,
+)
+from pyrouq.metrics import evaluate, format_table
+from pyrouq.models import (
+    MLP,
+    BatchEnsembleLeNet,
+    BatchEnsembleMLP,
+    BatchEnsembleNetwork,
+    BayesianLeNet,
+    BayesianMLP,
+    LeNet,
+    batchensemble,
+)
+from pyrouq.nn import BatchEnsembleConv2d, BatchEnsembleLinear, BayesianConv2d, BayesianLinear
+from pyrouq.predictive import Predictions, predict
+from pyrouq.uncertainty import Decomposition, decompose
 
 __all__ = [
+    "MLP",
+    "BatchEnsembleConv2d",
+    "BatchEnsembleLeNet",
+    "BatchEnsembleLinear",
+    "BatchEnsembleMLP",
+    "BatchEnsembleNetwork",
+    "BayesianConv2d",
+    "BayesianLeNet",
+    "BayesianLinear",
+    "BayesianMLP",
+    "Decomposition",
+    "EpochRecord",
+    "FitResult",
+    "KLWeightedELBO",
+    "LeNet",
+    "MeanFieldGuide",
+    "Predictions",
     "__version__",
+    "batchensemble",
+    "decompose",
+    "evaluate",
     "fashion_mnist_arrays",
+    "fit",
+    "format_table",
     "load_fashion_mnist",
     "load_mnist",
+    "mean_field_guide",
     "mnist_arrays",
     "ood_loader",
+    "predict",
 ]

@@ -1,0 +1,45 @@
+"""Prediction: pyrouq.predict with S draws vs S plain LeNet forward passes over 10k images."""
+
+from __future__ import annotations
+
+import torch
+from _common import interleaved, peak_rss_mb, report
+
+from pyrouq import BayesianLeNet, LeNet, load_mnist, mean_field_guide, predict
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    _, test = load_mnist(batch_size=1024)
+    x = test.transform(test.images)
+    net = LeNet().eval()
+    model = BayesianLeNet()
+    guide = mean_field_guide(model)
+    rows = []
+    for s in (16, 64):
+
+        @torch.no_grad()
+        def plain(s: int = s) -> None:
+            for _ in range(s):
+                for start in range(0, x.shape[0], 1024):
+                    net(x[start : start + 1024]).softmax(-1)
+
+        def ours(s: int = s) -> None:
+            predict(model, x, guide, num_samples=s, batch_size=1024)
+
+        times = interleaved({"plain": plain, "pyrouq": ours})
+        rows.append(
+            {
+                "S": s,
+                "plain_seconds": round(times["plain"], 3),
+                "predict_seconds": round(times["pyrouq"], 3),
+                "ratio": round(times["pyrouq"] / times["plain"], 2),
+            }
+        )
+    rows.append({"S": "peak RSS (MB)", "plain_seconds": round(peak_rss_mb(), 1)})
+    print("predict() over the 10k MNIST test images vs S plain forward passes:")
+    report("predict", rows)
+
+
+if __name__ == "__main__":
+    main()

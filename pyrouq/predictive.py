@@ -1,0 +1,360 @@
+"""The shared predictive API: any pyrouq model (and more) to ``(S, N, C)`` probabilities.
+
+Shape convention, used everywhere in pyrouq: S posterior draws or ensemble members, N inputs,
+C classes.
+
+* Bayesian model + guide: S = ``num_samples`` draws of the weights from the guide. The same S
+  draws serve every input batch, so draw s is one network evaluated on all N inputs.
+* BatchEnsemble (no guide): S = M members.
+* A plain ``nn.Module`` returning logits ``(B, C)``: S = 1.
+* Any other Pyro model returning logits, or recording a ``"logits"`` site: S = ``num_samples``
+  runs (with its guide if given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pyro
+import torch
+from pyro import poutine
+from torch import Tensor, nn
+
+from pyrouq.uncertainty import Decomposition, Measure, _check_probs, decompose
+
+__all__ = ["DEFAULT_NUM_SAMPLES", "Predictions", "predict"]
+
+DEFAULT_NUM_SAMPLES = 32
+"""Posterior draws used by :func:`predict` for a Bayesian model when num_samples is None."""
+
+
+@dataclass(frozen=True, eq=False)
+class Predictions:
+    """Predictive probabilities of S draws or members on N inputs.
+
+    Attributes
+    ----------
+    probs : torch.Tensor
+        ``(S, N, C)``: ``probs[s, n]`` is the class distribution of draw/member s on input n.
+    targets : torch.Tensor or None
+        ``(N,)`` labels, when :func:`predict` read them from a loader of ``(x, y)`` batches.
+
+    Examples
+    --------
+    >>> import torch
+    >>> p = Predictions.from_probs(torch.tensor([[[0.9, 0.1]], [[0.5, 0.5]]]))
+    >>> p.mean_probs
+    tensor([[0.7000, 0.3000]])
+    >>> p.predicted
+    tensor([0])
+    >>> d = p.uncertainty("zero_one")
+    >>> round(d.total.item(), 4), round(d.aleatoric.item(), 4), round(d.epistemic.item(), 4)
+    (0.3, 0.3, 0.0)
+    """
+
+    probs: Tensor
+    targets: Tensor | None = field(default=None)
+
+    @classmethod
+    def from_probs(cls, probs: Tensor, targets: Tensor | None = None) -> Predictions:
+        """Wrap any ``(S, N, C)`` probability tensor (checked: non-negative, rows sum to 1)."""
+        _check_probs(probs, "probs", 3)
+        return cls(probs=probs, targets=targets)
+
+    @property
+    def num_samples(self) -> int:
+        """S, the number of draws or members."""
+        return int(self.probs.shape[0])
+
+    @property
+    def num_inputs(self) -> int:
+        """N."""
+        return int(self.probs.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        """C."""
+        return int(self.probs.shape[2])
+
+    @cached_property
+    def mean_probs(self) -> Tensor:
+        """``(N, C)`` mean predictive distribution p̄ (the Bayesian model average)."""
+        return self.probs.mean(0)
+
+    @cached_property
+    def predicted(self) -> Tensor:
+        """``(N,)`` predicted class, ``argmax_c p̄_c``."""
+        return self.mean_probs.argmax(-1)
+
+    def uncertainty(self, measure: Measure = "entropy", base: float = math.e) -> Decomposition:
+        """Total = aleatoric + epistemic, each ``(N,)``; see :func:`pyrouq.uncertainty.decompose`.
+
+        Parameters
+        ----------
+        measure : {"entropy", "variance", "zero_one"}, default "entropy"
+        base : float, default e
+            Logarithm base of the entropy measure (2 for bits).
+        """
+        return decompose(self.probs, measure=measure, base=base)
+
+    def evaluate(
+        self,
+        targets: Tensor | None = None,
+        ood: Predictions | Tensor | None = None,
+        ood_score: str = "mutual_information",
+    ) -> dict[str, float]:
+        """Every metric of :func:`pyrouq.metrics.evaluate` (targets default to ``self.targets``)."""
+        from pyrouq.metrics import evaluate
+
+        if targets is None:
+            targets = self.targets
+        if targets is None:
+            raise ValueError(
+                "No targets: pass targets=(N,) labels, or predict from a loader of (x, y) "
+                "batches so the Predictions carry them."
+            )
+        return evaluate(self, targets, ood=ood, ood_score=ood_score)  # type: ignore[arg-type]
+
+    def to(self, device: torch.device | str) -> Predictions:
+        """A copy on ``device``."""
+        targets = None if self.targets is None else self.targets.to(device)
+        return Predictions(self.probs.to(device), targets)
+
+    def __repr__(self) -> str:
+        return (
+            f"Predictions(S={self.num_samples}, N={self.num_inputs}, C={self.num_classes}, "
+            f"device={self.probs.device})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# predict()
+# --------------------------------------------------------------------------------------------
+
+
+def _batches(x: Tensor | Iterable, batch_size: int) -> Iterable[tuple[Tensor, Tensor | None]]:
+    if torch.is_tensor(x):
+        for start in range(0, x.shape[0], batch_size):
+            yield x[start : start + batch_size], None
+        return
+    for batch in x:
+        if torch.is_tensor(batch):
+            yield batch, None
+        elif isinstance(batch, (tuple, list)) and batch and torch.is_tensor(batch[0]):
+            target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
+            yield batch[0], target
+        else:
+            raise TypeError(
+                f"predict() expects x as a tensor or an iterable of tensors / (x, y) batches; "
+                f"a batch was {type(batch).__name__}."
+            )
+
+
+def _device_of(*modules: Any) -> torch.device | None:
+    for module in modules:
+        if isinstance(module, nn.Module):
+            for t in module.parameters():
+                return t.device
+            for t in module.buffers():
+                return t.device
+    return None
+
+
+def _is_ensemble(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "num_members", None), int) and not _has_latents(model)
+
+
+def _has_latents(model: nn.Module) -> bool:
+    sites = getattr(model, "latent_sites", None)
+    return bool(sites()) if callable(sites) else False
+
+
+def _logits_of(model: Any, x: Tensor) -> Tensor:
+    """Run a model and return its logits: the return value, or its ``"logits"`` site."""
+    out = model(x)
+    if torch.is_tensor(out) and out.dim() >= 2:
+        return out
+    trace = poutine.trace(model).get_trace(x)
+    if "logits" not in trace.nodes:
+        raise TypeError(
+            f"{type(model).__name__} returned {type(out).__name__} and recorded no 'logits' "
+            "site; predict() needs a model that returns logits (..., B, C) or records "
+            "pyro.deterministic('logits', ...)."
+        )
+    return trace.nodes["logits"]["value"]
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected {name} to be a positive integer, got {value!r}.")
+    return value
+
+
+def _draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
+    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``."""
+    draws: dict[str, list[Tensor]] = {}
+    for _ in range(num_samples):
+        trace = poutine.trace(guide).get_trace(*args)
+        for name, site in trace.nodes.items():
+            if site["type"] == "sample" and not site["is_observed"]:
+                draws.setdefault(name, []).append(site["value"].detach())
+    return {name: torch.stack(values) for name, values in draws.items()}
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module | Any,
+    x: Tensor | Iterable,
+    guide: Any = None,
+    *,
+    num_samples: int | None = None,
+    batch_size: int = 1024,
+    parallel: bool = True,
+) -> Predictions:
+    """Predictive probabilities ``(S, N, C)`` of a model on inputs ``x``.
+
+    Parameters
+    ----------
+    model : PyroModule or nn.Module
+        A pyrouq model (Bayesian, BatchEnsemble), any Pyro model returning logits or recording
+        ``"logits"``, or a plain ``nn.Module`` returning logits ``(B, C)``.
+    x : torch.Tensor or iterable
+        ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
+        labels are kept as ``Predictions.targets``).
+    guide : callable, optional
+        The fitted guide of a Bayesian model.
+    num_samples : int, optional
+        Posterior draws S for a Bayesian model (default 32). Must stay None for a
+        BatchEnsemble (S = its M members) and a plain network (S = 1).
+    batch_size : int, default 1024
+        Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
+        ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass.
+    parallel : bool, default True
+        For pyrouq Bayesian models, evaluate several draws in one batched pass (grouped
+        convolutions) when the input batch is smaller than ``batch_size``; otherwise loop over
+        draws. Results are identical either way.
+
+    Returns
+    -------
+    Predictions
+        On the device of ``x`` (of the first batch for a loader).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from pyrouq.models import BayesianMLP
+    >>> from pyrouq.infer import mean_field_guide
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> guide = mean_field_guide(model)
+    >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
+    torch.Size([5, 10, 3])
+    """
+    batch_size = _check_positive_int("batch_size", batch_size)
+    if num_samples is not None:
+        _check_positive_int("num_samples", num_samples)
+    device = _device_of(model, guide)
+    was_training = model.training if isinstance(model, nn.Module) else None
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        with pyro.validation_enabled(False):
+            if guide is not None:
+                run = _bayesian_runner(
+                    model, guide, num_samples or DEFAULT_NUM_SAMPLES, parallel, batch_size
+                )
+            elif _has_latents(model):
+                raise ValueError(
+                    f"{type(model).__name__} has latent sites: pass its fitted guide, "
+                    "predict(model, x, guide), to draw from the posterior."
+                )
+            elif isinstance(model, pyro.nn.PyroModule) and _is_ensemble(model):
+                if num_samples is not None:
+                    raise ValueError(
+                        f"num_samples={num_samples} given for a BatchEnsemble: its "
+                        f"{model.num_members} members are fixed, not sampled, so S = "
+                        f"{model.num_members}. Leave num_samples=None."
+                    )
+                run = _ensemble_runner(model)
+            elif isinstance(model, pyro.nn.PyroModule):
+                run = _sampled_runner(model, num_samples or DEFAULT_NUM_SAMPLES)
+            else:
+                if num_samples is not None:
+                    raise ValueError(
+                        f"num_samples={num_samples} given for a deterministic network "
+                        f"({type(model).__name__}): S = 1. Leave num_samples=None."
+                    )
+                run = _plain_runner(model)
+            probs, targets, out_device = [], [], None
+            for xb, yb in _batches(x, batch_size):
+                if out_device is None:
+                    out_device = xb.device
+                if device is not None:
+                    xb = xb.to(device)
+                logits = run(xb)
+                probs.append(torch.softmax(logits.float(), -1).to(out_device))
+                if yb is not None:
+                    targets.append(yb.to(out_device))
+    finally:
+        if was_training:
+            model.train()
+    if not probs:
+        raise ValueError("predict() got no inputs: x is empty.")
+    all_probs = torch.cat(probs, dim=1)
+    all_targets = torch.cat(targets) if len(targets) == len(probs) else None
+    return Predictions(all_probs, all_targets)
+
+
+def _plain_runner(model: nn.Module):
+    def run(x: Tensor) -> Tensor:
+        logits = model(x)
+        if not torch.is_tensor(logits) or logits.dim() != 2:
+            raise TypeError(
+                f"{type(model).__name__} must return logits of shape (B, C), got "
+                f"{getattr(logits, 'shape', type(logits).__name__)}."
+            )
+        return logits.unsqueeze(0)
+
+    return run
+
+
+def _ensemble_runner(model: nn.Module):
+    def run(x: Tensor) -> Tensor:
+        return model(x)
+
+    return run
+
+
+def _sampled_runner(model: Any, num_samples: int):
+    def run(x: Tensor) -> Tensor:
+        return torch.stack([_logits_of(model, x) for _ in range(num_samples)])
+
+    return run
+
+
+def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, batch_size: int):
+    """Draw the weights once (at the first batch), then evaluate every input batch under the
+    same S draws, ``chunk`` draws per pass so that at most ``max(batch_size, B)`` (input, draw)
+    pairs are evaluated at once."""
+    draws: dict[str, Tensor] = {}
+    stackable = parallel and callable(getattr(model, "latent_sites", None))
+
+    def run(x: Tensor) -> Tensor:
+        if not draws:
+            draws.update(_draw_guide(guide, num_samples, (x,)))
+        chunk = min(num_samples, max(1, batch_size // x.shape[0])) if stackable else 1
+        out = []
+        for start in range(0, num_samples, chunk):
+            stop = min(start + chunk, num_samples)
+            if stop - start == 1:
+                data = {k: v[start] for k, v in draws.items()}
+                out.append(_logits_of(poutine.condition(model, data=data), x).unsqueeze(0))
+            else:
+                data = {k: v[start:stop].unsqueeze(1) for k, v in draws.items()}
+                out.append(_logits_of(poutine.condition(model, data=data), x))
+        return torch.cat(out)
+
+    return run

@@ -1,0 +1,96 @@
+"""Convergence, accuracy, calibration and OOD checks on real MNIST (minutes; `make test-slow`).
+
+Each test prints the figures it measured, so `make test-slow` doubles as the report of the
+acceptance numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyrouq import metrics
+from pyrouq.data import load_mnist, ood_loader
+from pyrouq.infer import fit, mean_field_guide
+from pyrouq.models import (
+    MLP,
+    BatchEnsembleLeNet,
+    BayesianLeNet,
+    BayesianMLP,
+    batchensemble,
+)
+from pyrouq.predictive import predict
+
+pytestmark = pytest.mark.slow
+
+
+def _report(name: str, values: dict[str, float]) -> None:
+    shown = ", ".join(f"{k}={v:.4f}" for k, v in values.items())
+    print(f"\n[{name}] {shown}")
+
+
+def _evaluate(model, guide, test, flatten=False, num_samples=None):
+    preds = predict(model, test, guide, num_samples=num_samples)
+    ood = predict(model, ood_loader(1024, flatten=flatten), guide, num_samples=num_samples)
+    results = preds.evaluate(ood=ood)
+    results["ood_auroc_entropy"] = metrics.ood_auroc(
+        metrics.ood_scores(preds.probs, "entropy"), metrics.ood_scores(ood.probs, "entropy")
+    )
+    return results
+
+
+def test_bayesian_lenet_two_epochs():
+    torch.manual_seed(0)
+    train, test = load_mnist(batch_size=512, seed=0)
+    model = BayesianLeNet()
+    guide = mean_field_guide(model)
+    result = fit(model, guide, train, epochs=2, progress=False, seed=0)
+    m = _evaluate(model, guide, test, num_samples=32)
+    _report("BayesianLeNet 2 epochs", {**m, "train_seconds": result.seconds})
+    assert m["acc"] >= 0.986
+    assert m["nll"] <= 0.045
+    assert m["ece"] <= 0.005
+    assert m["ood_auroc"] >= 0.95
+    assert m["mutual_information"] > 0
+
+
+def test_bayesian_mlp_three_epochs():
+    torch.manual_seed(0)
+    train, test = load_mnist(batch_size=512, seed=0, flatten=True)
+    model = BayesianMLP()
+    guide = mean_field_guide(model)
+    fit(model, guide, train, epochs=3, progress=False, seed=0)
+    m = _evaluate(model, guide, test, flatten=True, num_samples=32)
+    _report("BayesianMLP 3 epochs", m)
+    assert m["acc"] >= 0.975
+
+
+def test_batchensemble_seed_recipe():
+    """Pre-train MLP 784-256-10, convert to 3 members, fine-tune (the seed tutorial)."""
+    torch.manual_seed(0)
+    train, test = load_mnist(batch_size=256, seed=0, flatten=True)
+    net = MLP()
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(5):
+        for x, y in train:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            optimizer.step()
+    ensemble = batchensemble(net, 3, r_mean=1.0, r_std=0.5, s_mean=1.0, s_std=0.5)
+    fit(ensemble, None, train, epochs=5, lr=1e-3, progress=False, seed=0)
+    m = _evaluate(ensemble, None, test, flatten=True)
+    _report("BatchEnsemble MLP seed recipe", m)
+    assert m["acc"] >= 0.980
+    assert m["ece"] <= 0.010
+    assert m["disagreement"] > 0
+
+
+def test_batchensemble_lenet_from_scratch():
+    torch.manual_seed(0)
+    train, test = load_mnist(batch_size=512, seed=0)
+    model = BatchEnsembleLeNet(num_members=4)
+    fit(model, None, train, epochs=3, progress=False, seed=0)
+    m = _evaluate(model, None, test)
+    _report("BatchEnsembleLeNet 4 members 3 epochs", m)
+    assert m["acc"] >= 0.988
+    assert max(m["ood_auroc"], m["ood_auroc_entropy"]) >= 0.95
