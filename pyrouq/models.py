@@ -531,8 +531,37 @@ class BatchEnsembleNetwork(PyroModule):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``(M, B, C)`` of every member on every input; observes ``y`` if given."""
         self._check_input(x)
-        logits = run_pipeline(self, self._steps, x)
+        if x.device.type == "cpu":
+            logits = self._member_passes(x)
+        else:
+            logits = run_pipeline(self, self._steps, x)
         return observe(self, logits, y, self.num_data, members=self.num_members)
+
+    def _member_passes(self, x: torch.Tensor) -> torch.Tensor:
+        """The same logits as the batched pass, computed as M plain passes.
+
+        Each member runs the network with its effective weights ``diag(s_i) W diag(r_i)``
+        (folded once per call, so the factors still get their gradients). On CPU this is the
+        fastest schedule: every convolution and pooling works on B inputs at a time, which
+        oneDNN handles far better than one pass over M * B inputs with per-member scaling of
+        the activations (see benchmarks/results.md); on accelerators the batched pass is used.
+        """
+        folded = {
+            name: [t.unflatten(0, (self.num_members, -1)) for t in getattr(self, name)._folded()]
+            for name, step in self._steps
+            if step is None
+        }
+        outputs = []
+        for member in range(self.num_members):
+            h = x
+            for name, step in self._steps:
+                if step is None:
+                    weight, bias = folded[name]
+                    h = getattr(self, name).member_forward(h, weight[member], bias[member])
+                else:
+                    h = step(h)
+            outputs.append(h)
+        return torch.stack(outputs)
 
 
 class BatchEnsembleMLP(BatchEnsembleNetwork):

@@ -292,23 +292,46 @@ class _BatchEnsembleLayer(PyroModule):
             bias = torch.zeros(out_size, device=device, dtype=dtype)
         self.bias = nn.Parameter(bias.detach().to(device, dtype).expand(num_members, -1).clone())
 
-    def _stacked_input(self, x: torch.Tensor, plain_rank: int) -> torch.Tensor:
-        """``x * r_i`` for every member: (M, B, in, ...) from (B, in, ...) or (M, B, in, ...)."""
-        shape = (self.num_members, 1, self.r.shape[1]) + (1,) * (plain_rank - 2)
-        r = self.r.reshape(shape)
-        if x.dim() == plain_rank:
-            return x.unsqueeze(0) * r
+    def _check_stacked(self, x: torch.Tensor, plain_rank: int) -> None:
         if x.dim() != plain_rank + 1 or x.shape[0] != self.num_members:
             raise ValueError(
                 f"{type(self).__name__} with {self.num_members} members expects input of "
                 f"{plain_rank} dims (B, ...) or {plain_rank + 1} dims ({self.num_members}, B, "
                 f"...), got shape {tuple(x.shape)}."
             )
-        return x * r
+
+    def _folded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's effective weight and bias, stacked along the output dimension.
+
+        Returns ``(M * out, in, ...)`` weights (block m is ``diag(s_m) W diag(r_m)``) and
+        ``(M * out,)`` biases. A shared input ``(B, in, ...)`` then goes through *one* op with
+        M * out outputs: no gradient with respect to the input and no per-member scaling of
+        large activations (the factors' gradients flow through the small weight tensor).
+        """
+        extra = (1,) * (self.weight.dim() - 2)
+        r = self.r.reshape(self.num_members, 1, -1, *extra)
+        s = self.s.reshape(self.num_members, -1, 1, *extra)
+        return (s * self.weight.unsqueeze(0) * r).flatten(0, 1), self.bias.reshape(-1)
+
+    def _scaled_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x * r_m`` for stacked input ``(M, B, in, ...)``."""
+        extra = (1,) * (x.dim() - 3)
+        return x * self.r.reshape(self.num_members, 1, -1, *extra)
 
     def _member_output(self, out: torch.Tensor) -> torch.Tensor:
+        """``out * s_m + b_m`` for ``out`` of shape ``(M, B, out, ...)``."""
         shape = (self.num_members, 1, self.s.shape[1]) + (1,) * (out.dim() - 3)
         return torch.addcmul(self.bias.reshape(shape), out, self.s.reshape(shape))
+
+    def _shared_output(self, out: torch.Tensor) -> torch.Tensor:
+        """``(B, M * out, ...)`` from a folded op to the stacked ``(M, B, out, ...)``."""
+        return out.unflatten(1, (self.num_members, -1)).transpose(0, 1)
+
+    def member_forward(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:  # pragma: no cover - abstract
+        """Apply one member, given its effective weight and bias (see :meth:`_folded`)."""
+        raise NotImplementedError
 
     def effective_weight(self, member: int) -> torch.Tensor:
         """Member ``i``'s weight ``diag(s_i) W diag(r_i)`` (for checks and export)."""
@@ -359,8 +382,14 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
             num_members, in_features, out_features, base.bias, init, r_mean, r_std, s_mean, s_std
         )
 
+    def member_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        return F.linear(x, weight, bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._member_output(F.linear(self._stacked_input(x, 2), self.weight))
+        if x.dim() == 2:
+            return self._shared_output(F.linear(x, *self._folded()))
+        self._check_stacked(x, 2)
+        return self._member_output(F.linear(self._scaled_input(x), self.weight))
 
 
 class BatchEnsembleConv2d(_BatchEnsembleLayer):
@@ -400,7 +429,22 @@ class BatchEnsembleConv2d(_BatchEnsembleLayer):
             num_members, in_channels, out_channels, base.bias, init, r_mean, r_std, s_mean, s_std
         )
 
+    def member_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        return F.conv2d(x, weight, bias, self.stride, self.padding)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self._stacked_input(x, 4)
-        out = F.conv2d(h.flatten(0, 1), self.weight, None, self.stride, self.padding)
-        return self._member_output(out.unflatten(0, h.shape[:2]))
+        shared = x.dim() == 4
+        if not shared:
+            self._check_stacked(x, 4)
+        if shared and self.in_channels == 1:
+            # One input channel: r_m is a scalar per member and commutes with the convolution,
+            # so every member shares one convolution: conv(x r_m, W) s_m = conv(x, W) r_m s_m.
+            base = F.conv2d(x, self.weight, None, self.stride, self.padding)
+            scale = (self.r * self.s).reshape(self.num_members, 1, -1, 1, 1)
+            return torch.addcmul(self.bias.reshape(scale.shape), base.unsqueeze(0), scale)
+        if shared:
+            weight, bias = self._folded()
+            return self._shared_output(F.conv2d(x, weight, bias, self.stride, self.padding))
+        h = self._scaled_input(x).flatten(0, 1)
+        out = F.conv2d(h, self.weight, None, self.stride, self.padding)
+        return self._member_output(out.unflatten(0, x.shape[:2]))

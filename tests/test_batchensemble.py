@@ -189,3 +189,40 @@ def test_bad_inputs():
     layer = BatchEnsembleLinear(4, 3, 2)
     with pytest.raises(ValueError, match=r"with 2 members expects input .* got shape \(3, 5, 4\)"):
         layer(torch.randn(3, 5, 4))
+
+
+@pytest.mark.parametrize("make_net", [lambda: MLP(num_hidden=2), lambda: LeNet(in_channels=1)])
+def test_batched_pass_equals_member_passes_values_and_gradients(make_net):
+    """The batched pass (accelerators) and the per-member passes (CPU) are the same function."""
+    from pyrouq.nn import run_pipeline
+
+    ensemble = batchensemble(make_net(), 3)
+    with torch.no_grad():
+        for module in ensemble.modules():
+            if isinstance(module, (BatchEnsembleLinear, BatchEnsembleConv2d)):
+                module.bias.add_(torch.randn_like(module.bias))
+    x = torch.randn(4, 1, 28, 28)
+    batched = run_pipeline(ensemble, ensemble._steps, x)
+    looped = ensemble._member_passes(x)
+    torch.testing.assert_close(batched, looped, rtol=1e-4, atol=1e-5)
+    grads = []
+    for out in (batched, looped):
+        ensemble.zero_grad()
+        (out * torch.arange(out.numel()).reshape(out.shape).sin()).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in ensemble.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-3, atol=1e-4)
+
+
+def test_conv_layer_with_several_input_channels_shared_and_stacked():
+    layer = BatchEnsembleConv2d(3, 4, 3, 2, padding=1)
+    x = torch.randn(5, 3, 8, 8)
+    out = layer(x)
+    for m in range(2):
+        expected = torch.conv2d(x, layer.effective_weight(m), layer.bias[m], padding=1)
+        torch.testing.assert_close(out[m], expected, rtol=1e-4, atol=1e-5)
+    xs = torch.randn(2, 5, 3, 8, 8)
+    out = layer(xs)
+    for m in range(2):
+        expected = torch.conv2d(xs[m], layer.effective_weight(m), layer.bias[m], padding=1)
+        torch.testing.assert_close(out[m], expected, rtol=1e-4, atol=1e-5)
