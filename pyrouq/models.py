@@ -318,15 +318,34 @@ class _BayesianNetwork(PyroModule):
             ``(B,)`` integer labels in ``[0, C)``, observed at ``"obs"`` with scale N/B.
         """
         self._check_input(x)
-        logits = run_pipeline(self, self._steps, x)
-        if logits.dim() > 2:
-            # weights of shape (*S, 1, ...) under plates: give the logits the same sample dims
-            first = getattr(self, self._first)
-            lead = list(first.weight.shape[: -len(first.weight_shape)])
-            while len(lead) > 1 and lead[-1] == 1:
-                lead.pop()
-            logits = logits.reshape(*lead, *logits.shape[-2:])
+        first = getattr(self, self._first)
+        logits = self._with_sample_dims(run_pipeline(self, self._steps, x), first.weight)
         return observe(self, logits, y, self.num_data)
+
+    def logits_with(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits of the network with explicit weights ``{site: value}``, outside Pyro.
+
+        What ``poutine.condition(model, data=weights)(x)`` returns, without the sample
+        statements (used by :func:`pyrouq.predict` in its inner loop). Values may carry
+        leading sample dimensions like the model's sites.
+        """
+
+        def weighted(name: str, h: torch.Tensor) -> torch.Tensor:
+            layer = getattr(self, name)
+            return layer.forward_with(h, weights[f"{name}.weight"], weights[f"{name}.bias"])
+
+        h = run_pipeline(self, self._steps, x, weighted)
+        return self._with_sample_dims(h, weights[f"{self._first}.weight"])
+
+    def _with_sample_dims(self, logits: torch.Tensor, first_weight: torch.Tensor) -> torch.Tensor:
+        """Give stacked logits ``(S, B, C)`` the sample dims of the weights ``(*S, 1, ...)``."""
+        if logits.dim() <= 2:
+            return logits
+        event = len(getattr(self, self._first).weight_shape)
+        lead = list(first_weight.shape[: first_weight.dim() - event])
+        while len(lead) > 1 and lead[-1] == 1:
+            lead.pop()
+        return logits.reshape(*lead, *logits.shape[-2:])
 
 
 class BayesianMLP(_BayesianNetwork):

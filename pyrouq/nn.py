@@ -106,7 +106,10 @@ class BayesianLinear(_BayesianLayer):
         self._init_prior(prior_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
+        return self.forward_with(x, self.weight, self.bias)
+
+    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        """The layer with explicit weight and bias (no Pyro sample statements)."""
         if weight.dim() == 2:
             return F.linear(x, weight, bias)
         w, _ = _stack_weights(weight, 2)  # (S, out, in)
@@ -148,7 +151,10 @@ class BayesianConv2d(_BayesianLayer):
         self._init_prior(prior_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
+        return self.forward_with(x, self.weight, self.bias)
+
+    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        """The layer with explicit weight and bias (no Pyro sample statements)."""
         if weight.dim() == 4:
             if x.dim() == 5:
                 s, b = x.shape[:2]
@@ -185,18 +191,22 @@ def _is_stateless(module: nn.Module) -> bool:
 
 
 def run_pipeline(
-    owner: nn.Module, steps: tuple[tuple[str, nn.Module | None], ...], x: torch.Tensor
+    owner: nn.Module,
+    steps: tuple[tuple[str, nn.Module | None], ...],
+    x: torch.Tensor,
+    weighted: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Run ``steps`` (name, stateless module or None for a weighted child of ``owner``) on x.
 
-    A weighted child is looked up on ``owner`` by name (so Pyro sees it), a stateless module
-    runs on the merged stack ``(S * B, ...)`` when the activations carry a stack dimension.
+    A weighted child is looked up on ``owner`` by name (so Pyro sees it), or applied through
+    ``weighted(name, x)`` when given; a stateless module runs on the merged stack
+    ``(S * B, ...)`` when the activations carry a stack dimension.
     """
     stacked = False
     for name, stateless in steps:
         if stateless is None:
             rank = x.dim()
-            x = getattr(owner, name)(x)
+            x = getattr(owner, name)(x) if weighted is None else weighted(name, x)
             stacked = stacked or x.dim() > rank
         elif stacked:
             x = stateless(x.flatten(0, 1)).unflatten(0, x.shape[:2])

@@ -340,7 +340,13 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
     same S draws, ``chunk`` draws per pass so that at most ``max(batch_size, B)`` (input, draw)
     pairs are evaluated at once."""
     draws: dict[str, Tensor] = {}
-    stackable = parallel and callable(getattr(model, "latent_sites", None))
+    direct = getattr(model, "logits_with", None)  # pyrouq models: no Pyro work per pass
+    stackable = parallel and direct is not None
+
+    def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
+        if direct is not None:
+            return direct(x, data)
+        return _logits_of(poutine.condition(model, data=data), x)
 
     def run(x: Tensor) -> Tensor:
         if not draws:
@@ -350,11 +356,9 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
         for start in range(0, num_samples, chunk):
             stop = min(start + chunk, num_samples)
             if stop - start == 1:
-                data = {k: v[start] for k, v in draws.items()}
-                out.append(_logits_of(poutine.condition(model, data=data), x).unsqueeze(0))
+                out.append(logits(x, {k: v[start] for k, v in draws.items()}).unsqueeze(0))
             else:
-                data = {k: v[start:stop].unsqueeze(1) for k, v in draws.items()}
-                out.append(_logits_of(poutine.condition(model, data=data), x))
+                out.append(logits(x, {k: v[start:stop].unsqueeze(1) for k, v in draws.items()}))
         return torch.cat(out)
 
     return run

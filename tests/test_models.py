@@ -161,3 +161,16 @@ def test_bad_constructor_arguments():
         BayesianMLP(num_data=0)
     with pytest.raises(ValueError, match=r"Expected hidden_features to be a positive integer"):
         MLP(hidden_features=0)
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_logits_with_equals_conditioned_model(cls):
+    model = cls()
+    x = torch.randn(3, 1, 28, 28)
+    sites = model.latent_sites()
+    single = {n: torch.randn(shape) * 0.1 for n, shape in sites.items()}
+    stacked = {n: torch.randn(4, 1, *shape) * 0.1 for n, shape in sites.items()}
+    for draws in (single, stacked):
+        with poutine.condition(data=draws):
+            expected = model(x)
+        torch.testing.assert_close(model.logits_with(x, draws), expected)
