@@ -22,6 +22,7 @@ from collections import OrderedDict
 import pyro
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from pyro.nn import PyroModule
 from torch import nn
@@ -565,16 +566,34 @@ class BatchEnsembleNetwork(PyroModule):
         oneDNN handles far better than one pass over M * B inputs with per-member scaling of
         the activations (see benchmarks/results.md); on accelerators the batched pass is used.
         """
+        first = next(i for i, (_, step) in enumerate(self._steps) if step is None)
+        shared = x
+        for _, step in self._steps[:first]:
+            shared = step(shared)
+        first_layer = getattr(self, self._steps[first][0])
+        # A first convolution with one input channel is shared by the members: r_m is then a
+        # scalar per member and conv(x r_m, W) s_m = conv(x, W) (r_m s_m).
+        share_first = isinstance(first_layer, BatchEnsembleConv2d) and first_layer.in_channels == 1
+        if share_first:
+            base = F.conv2d(
+                shared, first_layer.weight, None, first_layer.stride, first_layer.padding
+            )
+            scales = (first_layer.r * first_layer.s).unbind(0)
+            biases = first_layer.bias.unbind(0)
         folded = {
             name: [t.unflatten(0, (self.num_members, -1)) for t in getattr(self, name)._folded()]
-            for name, step in self._steps
-            if step is None
+            for index, (name, step) in enumerate(self._steps)
+            if step is None and not (share_first and index == first)
         }
         outputs = []
         for member in range(self.num_members):
-            h = x
-            for name, step in self._steps:
-                if step is None:
+            h = shared
+            for index, (name, step) in enumerate(self._steps[first:], start=first):
+                if share_first and index == first:
+                    h = torch.addcmul(
+                        biases[member][:, None, None], base, scales[member][:, None, None]
+                    )
+                elif step is None:
                     weight, bias = folded[name]
                     h = getattr(self, name).member_forward(h, weight[member], bias[member])
                 else:
