@@ -1,0 +1,146 @@
+"""Plain networks: ``MLP`` and ``LeNet`` (ordinary ``nn.Sequential`` returning logits).
+
+Layers are named (``conv1``, ``fc1``, ...) so that the Bayesian and BatchEnsemble models, which
+mirror them, copy weights across by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+__all__ = ["MLP", "LeNet"]
+
+# --------------------------------------------------------------------------------------------
+# Input checks shared by plain and Bayesian networks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_mlp_input(name: str, x: torch.Tensor, in_features: int) -> None:
+    if not torch.is_tensor(x):
+        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+    if x.dim() < 2 or math.prod(x.shape[1:]) != in_features:
+        raise ValueError(
+            f"{name} expects inputs of shape (B, {in_features}) (or (B, ...) with "
+            f"{in_features} values per example), got shape {tuple(x.shape)}. "
+            "Flatten the images (load_mnist(flatten=True)) or set in_features."
+        )
+
+
+def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
+    if not torch.is_tensor(x):
+        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+    if x.dim() != 4 or tuple(x.shape[1:]) != (in_channels, 28, 28):
+        raise ValueError(
+            f"{name} expects images of shape (B, {in_channels}, 28, 28), got shape "
+            f"{tuple(x.shape)}. Use load_mnist(flatten=False), or x.view(-1, {in_channels}, "
+            "28, 28) for flat inputs."
+        )
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected {name} to be a positive integer, got {value!r}.")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Plain networks
+# --------------------------------------------------------------------------------------------
+
+
+def _mlp_layers(
+    in_features: int, hidden_features: int, out_features: int, num_hidden: int
+) -> OrderedDict[str, nn.Module]:
+    for name, value in (
+        ("in_features", in_features),
+        ("hidden_features", hidden_features),
+        ("out_features", out_features),
+    ):
+        _check_positive_int(name, value)
+    if isinstance(num_hidden, bool) or not isinstance(num_hidden, int) or num_hidden < 0:
+        raise ValueError(f"Expected num_hidden to be an integer >= 0, got {num_hidden!r}.")
+    layers: OrderedDict[str, nn.Module] = OrderedDict(flatten=nn.Flatten())
+    width = in_features
+    for i in range(1, num_hidden + 1):
+        layers[f"fc{i}"] = nn.Linear(width, hidden_features)
+        layers[f"relu{i}"] = nn.ReLU()
+        width = hidden_features
+    layers[f"fc{num_hidden + 1}"] = nn.Linear(width, out_features)
+    return layers
+
+
+class MLP(nn.Sequential):
+    """Multilayer perceptron ``in -> hidden (ReLU) x num_hidden -> out`` returning logits.
+
+    Layers are named ``fc1, relu1, ..., fc{num_hidden+1}``. Inputs are ``(B, in_features)`` or
+    any ``(B, ...)`` holding ``in_features`` values per example (flattened).
+
+    Examples
+    --------
+    >>> import torch
+    >>> MLP()(torch.randn(2, 1, 28, 28)).shape
+    torch.Size([2, 10])
+    """
+
+    def __init__(
+        self,
+        in_features: int = 784,
+        hidden_features: int = 256,
+        out_features: int = 10,
+        num_hidden: int = 1,
+    ):
+        super().__init__(_mlp_layers(in_features, hidden_features, out_features, num_hidden))
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        self.out_features = out_features
+        self.num_hidden = num_hidden
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_mlp_input(type(self).__name__, x, self.in_features)
+        return super().forward(x)
+
+
+def _lenet_layers(in_channels: int, num_classes: int) -> OrderedDict[str, nn.Module]:
+    _check_positive_int("in_channels", in_channels)
+    _check_positive_int("num_classes", num_classes)
+    return OrderedDict(
+        conv1=nn.Conv2d(in_channels, 6, 5),
+        relu1=nn.ReLU(),
+        pool1=nn.MaxPool2d(2),
+        conv2=nn.Conv2d(6, 16, 5),
+        relu2=nn.ReLU(),
+        pool2=nn.MaxPool2d(2),
+        flatten=nn.Flatten(),
+        fc1=nn.Linear(256, 120),
+        relu3=nn.ReLU(),
+        fc2=nn.Linear(120, 84),
+        relu4=nn.ReLU(),
+        fc3=nn.Linear(84, num_classes),
+    )
+
+
+class LeNet(nn.Sequential):
+    """The classic LeNet for 28x28 images, returning logits.
+
+    conv 6@5x5, ReLU, max-pool 2, conv 16@5x5, ReLU, max-pool 2, fc 256 -> 120 -> 84 -> C
+    (ReLU between), as in torch-uncertainty. Input ``(B, in_channels, 28, 28)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> LeNet()(torch.randn(2, 1, 28, 28)).shape
+    torch.Size([2, 10])
+    """
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10):
+        super().__init__(_lenet_layers(in_channels, num_classes))
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_lenet_input(type(self).__name__, x, self.in_channels)
+        return super().forward(x)
