@@ -47,6 +47,9 @@ LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 WARMUP_FRACTION = 0.2
 """Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
 
+TRAIN_ACC_EXAMPLES = 2048
+"""Training examples on which :func:`fit` measures each epoch's ``train_acc``."""
+
 DEFAULT_INIT_SCALE = 1e-2
 """Default initial standard deviation of every guide site."""
 
@@ -394,10 +397,10 @@ class EpochRecord:
     kl : float
         Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
     train_acc : float
-        Accuracy of the guide mean (Bayesian) or of the member-mean prediction (ensemble) on
-        the training batches seen in the epoch, from the training pass's logits: for a
-        Bayesian model those come from the sampled weights, so this is a slightly noisy
-        proxy of the guide mean's accuracy.
+        Accuracy of the network at the guide mean (Bayesian; ``nan`` for a guide that has
+        neither ``means()`` nor ``median()``) or of the member-mean prediction (ensemble),
+        measured after the epoch on the first ``TRAIN_ACC_EXAMPLES`` (2048) training examples
+        the epoch drew (a random subset when the loader shuffles).
     seconds : float
         Wall time of the epoch.
     """
@@ -591,8 +594,8 @@ def fit(
             for epoch in range(1, epochs + 1):
                 start = time.perf_counter()
                 sums = torch.zeros(3, dtype=torch.float64)
-                correct = 0
-                seen = 0
+                held: list[tuple[torch.Tensor, torch.Tensor]] = []
+                held_size = 0
                 batches = 0
                 for step, (x, y) in enumerate(train_loader, start=1):
                     x = x.to(device, non_blocking=True)
@@ -614,12 +617,9 @@ def fit(
                     steps += 1
                     batches += 1
                     sums += torch.stack([loss.detach(), terms.nll, terms.kl]).double().cpu()
-                    if terms.logits is not None:
-                        probs_mean = terms.logits.softmax(-1)
-                        if probs_mean.dim() > 2:
-                            probs_mean = probs_mean.reshape(-1, *probs_mean.shape[-2:]).mean(0)
-                        correct += int((probs_mean.argmax(-1) == y).sum())
-                        seen += y.shape[0]
+                    if held_size < TRAIN_ACC_EXAMPLES:
+                        held.append((x, y))
+                        held_size += y.shape[0]
                     if bar is not None:
                         bar.update(1)
                         if step % 10 == 0:
@@ -635,7 +635,7 @@ def fit(
                     loss=means[0],
                     nll=means[1],
                     kl=means[2],
-                    train_acc=correct / seen if seen else float("nan"),
+                    train_acc=_point_accuracy(model, guide, held),
                     seconds=time.perf_counter() - start,
                 )
                 history.append(record)
@@ -664,6 +664,34 @@ def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+@torch.no_grad()
+def _point_accuracy(
+    model: nn.Module, guide: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
+) -> float:
+    """Accuracy at the guide mean (or of the member-mean prediction) on ``batches``."""
+    point = None
+    if guide is not None:
+        summary = getattr(guide, "means", None) or getattr(guide, "median", None)
+        if summary is None:
+            return float("nan")
+        point = summary()
+    direct = getattr(model, "logits_with", None)
+    correct = total = 0
+    for x, y in batches:
+        if point is None:
+            logits = model(x, y)
+        elif direct is not None:
+            logits = direct(x, point)
+        else:
+            logits = poutine.condition(model, data=point)(x, y)
+        probs = logits.softmax(-1)
+        if probs.dim() > 2:
+            probs = probs.reshape(-1, *probs.shape[-2:]).mean(0)
+        correct += int((probs.argmax(-1) == y).sum())
+        total += y.shape[0]
+    return correct / total if total else float("nan")
 
 
 def _make_scheduler(

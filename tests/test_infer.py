@@ -299,3 +299,14 @@ def test_guide_for_unsupported_model_and_mismatched_init_from():
         ValueError, match=r"init_from parameter 'fc1.weight' has shape \(256, 784\)"
     ):
         mean_field_guide(BayesianMLP(hidden_features=128), init_from=MLP())
+
+
+def test_train_acc_is_the_guide_mean_accuracy():
+    x, y = toy_data(120)
+    model = tiny_mlp()
+    guide = mean_field_guide(model, init_scale=0.2)
+    result = fit(model, guide, ListLoader(x, y, 40), epochs=3, lr=0.05, progress=False, seed=0)
+    # fewer than TRAIN_ACC_EXAMPLES examples: every one is held, so it is the full accuracy
+    logits = model.logits_with(x, guide.means())
+    expected = (logits.argmax(-1) == y).float().mean().item()
+    assert result.history[-1].train_acc == pytest.approx(expected)
