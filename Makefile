@@ -19,7 +19,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/pyrouq data
 
-## Lint and the fast test suite (doctests included; slow tests excluded).
+## Lint (ruff, mypy) and the fast test suite (doctests included; slow tests excluded).
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --doctest-modules pyrouq tests
 
@@ -30,6 +30,7 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy pyrouq
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -87,7 +87,7 @@ class MeanFieldGuide(nn.Module):
 
     def __init__(
         self,
-        model: nn.Module,
+        model: Any,
         init_scale: float = DEFAULT_INIT_SCALE,
         init_from: nn.Module | None = None,
     ):
@@ -162,7 +162,7 @@ class MeanFieldGuide(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
         """Sample every site from q; the model's arguments are accepted and ignored."""
         pyro.module(self.name, self)
-        return {s: pyro.sample(s, d) for s, d in self.get_distributions().items()}
+        return {s: pyro.sample(s, d) for s, d in self.get_distributions().items()}  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, sites={len(self.sites)}, init_scale={self.init_scale:g}"
@@ -563,7 +563,7 @@ def fit(
         raise ValueError(
             f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
         )
-    model.num_data = int(n)
+    model.num_data = int(n)  # type: ignore[assignment]
 
     params = list(model.parameters())
     if isinstance(guide, nn.Module):

@@ -47,6 +47,9 @@ class _BayesianLayer(PyroModule):
 
     weight_shape: tuple[int, ...]
     bias_shape: tuple[int, ...]
+    # PyroSample attributes: reading them samples (or replays) a tensor
+    weight: torch.Tensor
+    bias: torch.Tensor
 
     def _init_prior(self, prior_scale: float) -> None:
         if not (isinstance(prior_scale, (int, float)) and math.isfinite(prior_scale)) or (
@@ -58,14 +61,14 @@ class _BayesianLayer(PyroModule):
             )
         self.register_buffer("prior_loc", torch.tensor(0.0))
         self.register_buffer("prior_scale", torch.tensor(float(prior_scale)))
-        self.weight = PyroSample(
+        self.weight = PyroSample(  # type: ignore[assignment]
             lambda self: (
                 dist.Normal(self.prior_loc, self.prior_scale)
                 .expand(self.weight_shape)
                 .to_event(len(self.weight_shape))
             )
         )
-        self.bias = PyroSample(
+        self.bias = PyroSample(  # type: ignore[assignment]
             lambda self: (
                 dist.Normal(self.prior_loc, self.prior_scale).expand(self.bias_shape).to_event(1)
             )

@@ -13,6 +13,7 @@ C classes.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -157,10 +158,8 @@ def _batches(x: Tensor | Iterable, batch_size: int) -> Iterable[tuple[Tensor, Te
 def _device_of(*modules: Any) -> torch.device | None:
     for module in modules:
         if isinstance(module, nn.Module):
-            for t in module.parameters():
-                return t.device
-            for t in module.buffers():
-                return t.device
+            for tensor in itertools.chain(module.parameters(), module.buffers()):
+                return tensor.device
     return None
 
 

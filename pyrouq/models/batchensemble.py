@@ -164,6 +164,7 @@ class BatchEnsembleNetwork(PyroModule):
         first = next(i for i, (_, step) in enumerate(self._steps) if step is None)
         shared = x
         for _, step in self._steps[:first]:
+            assert step is not None  # the steps before the first weighted one are stateless
             shared = step(shared)
         first_layer = getattr(self, self._steps[first][0])
         # A first convolution with one input channel is shared by the members: r_m is then a
