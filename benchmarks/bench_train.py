@@ -56,7 +56,8 @@ def main() -> None:
             "BayesianLeNet, 3 vectorised particles": bayes(3),
             "BatchEnsembleLeNet M=3": ensemble(3),
             "BatchEnsembleLeNet M=4": ensemble(4),
-        }
+        },
+        reps=5,
     )
     base = times["plain LeNet"]
     rows = [
@@ -64,7 +65,7 @@ def main() -> None:
         for name, t in times.items()
     ]
     rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
-    print("One MNIST epoch, batch 512 (median of 3 after a warm-up):")
+    print("One MNIST epoch, batch 512 (median of 5 after a warm-up):")
     report("train_epoch", rows)
 
 

@@ -47,7 +47,7 @@ LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 WARMUP_FRACTION = 0.2
 """Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
 
-TRAIN_ACC_EXAMPLES = 2048
+TRAIN_ACC_EXAMPLES = 1024
 """Training examples on which :func:`fit` measures each epoch's ``train_acc``."""
 
 DEFAULT_INIT_SCALE = 1e-2
@@ -399,7 +399,7 @@ class EpochRecord:
     train_acc : float
         Accuracy of the network at the guide mean (Bayesian; ``nan`` for a guide that has
         neither ``means()`` nor ``median()``) or of the member-mean prediction (ensemble),
-        measured after the epoch on the first ``TRAIN_ACC_EXAMPLES`` (2048) training examples
+        measured after the epoch on the first ``TRAIN_ACC_EXAMPLES`` (1024) training examples
         the epoch drew (a random subset when the loader shuffles).
     seconds : float
         Wall time of the epoch.
