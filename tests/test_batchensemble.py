@@ -191,12 +191,17 @@ def test_bad_inputs():
         layer(torch.randn(3, 5, 4))
 
 
+@pytest.mark.parametrize("init", ["normal", "random_sign"])
 @pytest.mark.parametrize("make_net", [lambda: MLP(num_hidden=2), lambda: LeNet(in_channels=1)])
-def test_batched_pass_equals_member_passes_values_and_gradients(make_net):
-    """The batched pass (accelerators) and the per-member passes (CPU) are the same function."""
+def test_batched_pass_equals_member_passes_values_and_gradients(make_net, init):
+    """The batched pass (accelerators) and the per-member passes (CPU, with the shared first
+    convolution and pooling, where negative factors turn max-pooling into min-pooling) are
+    the same function."""
     from pyrouq.nn import run_pipeline
 
-    ensemble = batchensemble(make_net(), 3)
+    ensemble = batchensemble(make_net(), 3, init=init)
+    if init == "random_sign" and isinstance(ensemble, BatchEnsembleLeNet):
+        assert (ensemble.conv1.r * ensemble.conv1.s < 0).any()  # the min-pooling branch runs
     with torch.no_grad():
         for module in ensemble.modules():
             if isinstance(module, (BatchEnsembleLinear, BatchEnsembleConv2d)):

@@ -170,26 +170,35 @@ class BatchEnsembleNetwork(PyroModule):
         # A first convolution with one input channel is shared by the members: r_m is then a
         # scalar per member and conv(x r_m, W) s_m = conv(x, W) (r_m s_m).
         share_first = isinstance(first_layer, BatchEnsembleConv2d) and first_layer.in_channels == 1
+        start = first + 1 if share_first else first
         if share_first:
             base = F.conv2d(
                 shared, first_layer.weight, None, first_layer.stride, first_layer.padding
             )
-            scales = (first_layer.r * first_layer.s).unbind(0)
-            biases = first_layer.bias.unbind(0)
+            scales = [sc[:, None, None] for sc in (first_layer.r * first_layer.s).unbind(0)]
+            biases = [b[:, None, None] for b in first_layer.bias.unbind(0)]
+            pool = self._steps[start][1] if start < len(self._steps) else None
+            if isinstance(pool, nn.MaxPool2d):
+                # Max-pooling commutes with a per-channel affine map: pool once for all
+                # members, max for positive scales and min for negative ones.
+                high, low = pool(base), -pool(-base)
+                heads = [
+                    torch.addcmul(b, torch.where(sc >= 0, high, low), sc)
+                    for sc, b in zip(scales, biases, strict=True)
+                ]
+                start += 1
+            else:
+                heads = [torch.addcmul(b, base, sc) for sc, b in zip(scales, biases, strict=True)]
         folded = {
             name: [t.unflatten(0, (self.num_members, -1)) for t in getattr(self, name)._folded()]
-            for index, (name, step) in enumerate(self._steps)
-            if step is None and not (share_first and index == first)
+            for name, step in self._steps[start:]
+            if step is None
         }
         outputs = []
         for member in range(self.num_members):
-            h = shared
-            for index, (name, step) in enumerate(self._steps[first:], start=first):
-                if share_first and index == first:
-                    h = torch.addcmul(
-                        biases[member][:, None, None], base, scales[member][:, None, None]
-                    )
-                elif step is None:
+            h = heads[member] if share_first else shared
+            for name, step in self._steps[start:]:
+                if step is None:
                     weight, bias = folded[name]
                     h = getattr(self, name).member_forward(h, weight[member], bias[member])
                 else:

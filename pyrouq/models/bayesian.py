@@ -85,8 +85,32 @@ class _BayesianNetwork(PyroModule):
         """
         self._check_input(x)
         first = getattr(self, self._first)
-        logits = self._with_sample_dims(run_pipeline(self, self._steps, x), first.weight)
-        return observe(self, logits, y, self.num_data)
+        if x.device.type == "cpu" and first.weight.dim() > len(first.weight_shape):
+            logits = self._per_draw(x)
+        else:
+            logits = run_pipeline(self, self._steps, x)
+        return observe(self, self._with_sample_dims(logits, first.weight), y, self.num_data)
+
+    def _per_draw(self, x: torch.Tensor) -> torch.Tensor:
+        """Stacked logits ``(S, B, C)`` computed one weight draw at a time.
+
+        The same function as the batched pass (grouped convolutions over the S draws), which
+        oneDNN runs several times slower on CPU than S plain passes.
+        """
+        draws: dict[str, tuple[torch.Tensor, ...]] = {}
+        for name, step in self._steps:
+            if step is None:
+                layer = getattr(self, name)
+                for kind, event in (("weight", len(layer.weight_shape)), ("bias", 1)):
+                    value = getattr(layer, kind)
+                    draws[f"{name}.{kind}"] = value.reshape(-1, *value.shape[-event:]).unbind(0)
+        count = max(len(v) for v in draws.values())
+        return torch.stack(
+            [
+                self.logits_with(x, {k: v[s if len(v) > 1 else 0] for k, v in draws.items()})
+                for s in range(count)
+            ]
+        )
 
     def logits_with(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits of the network with explicit weights ``{site: value}``, outside Pyro.
