@@ -19,6 +19,11 @@ MARKDOWN = Path(__file__).with_name("results.md")
 
 def interleaved(workloads: dict[str, Callable[[], object]], reps: int = 3) -> dict[str, float]:
     """Median seconds of each workload; one warm-up each, then ``reps`` interleaved rounds."""
+    return {name: statistics.median(ts) for name, ts in rounds(workloads, reps).items()}
+
+
+def rounds(workloads: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
+    """Seconds of each workload in each of ``reps`` interleaved rounds, after a warm-up."""
     for fn in workloads.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in workloads}
@@ -27,7 +32,16 @@ def interleaved(workloads: dict[str, Callable[[], object]], reps: int = 3) -> di
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def ratio_to(times: dict[str, list[float]], base: str) -> dict[str, float]:
+    """Median over rounds of each workload's time over the baseline's time in that round
+    (robust to the machine's speed drifting between rounds)."""
+    return {
+        name: statistics.median(t / b for t, b in zip(ts, times[base], strict=True))
+        for name, ts in times.items()
+    }
 
 
 def peak_rss_mb() -> float:

@@ -8,9 +8,11 @@ Workloads (MNIST, batch 512, Adam):
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 import torch.nn.functional as F
-from _common import interleaved, peak_rss_mb, report
+from _common import peak_rss_mb, ratio_to, report, rounds
 
 from pyrouq import BayesianLeNet, LeNet, batchensemble, fit, load_mnist, mean_field_guide
 
@@ -49,7 +51,7 @@ def main() -> None:
     def ensemble(m: int):
         return lambda: fit(ensembles[m], None, train, epochs=1, lr=1e-3, progress=False)
 
-    times = interleaved(
+    times = rounds(
         {
             "plain LeNet": plain_epoch,
             "BayesianLeNet, 1 particle": bayes(1),
@@ -57,15 +59,22 @@ def main() -> None:
             "BatchEnsembleLeNet M=3": ensemble(3),
             "BatchEnsembleLeNet M=4": ensemble(4),
         },
-        reps=5,
+        reps=7,
     )
-    base = times["plain LeNet"]
+    ratios = ratio_to(times, "plain LeNet")
     rows = [
-        {"workload": name, "seconds": round(t, 3), "ratio_vs_plain": round(t / base, 2)}
-        for name, t in times.items()
+        {
+            "workload": name,
+            "seconds": round(statistics.median(ts), 3),
+            "ratio_vs_plain": round(ratios[name], 2),
+        }
+        for name, ts in times.items()
     ]
     rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
-    print("One MNIST epoch, batch 512 (median of 5 after a warm-up):")
+    print(
+        "One MNIST epoch, batch 512 (7 interleaved rounds after a warm-up; ratio = median of "
+        "the per-round ratios):"
+    )
     report("train_epoch", rows)
 
 
