@@ -33,6 +33,8 @@ from typing import Literal
 
 import torch
 
+from pyrouq._util import check_int
+
 __all__ = [
     "MNIST_MEAN",
     "MNIST_STD",
@@ -196,7 +198,8 @@ def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the 
         cls(str(root), train=train, download=True)
 
 
-_CACHE: dict[tuple[Path, Path], tuple[torch.Tensor, torch.Tensor]] = {}
+# (images path, labels path) -> (modification times, images, labels)
+_CACHE: dict[tuple[Path, Path], tuple[tuple[int, ...], torch.Tensor, torch.Tensor]] = {}
 
 
 def _arrays(
@@ -206,8 +209,8 @@ def _arrays(
     key = (images_path.resolve(), labels_path.resolve())
     stamp = tuple(p.stat().st_mtime_ns for p in key)
     cached = _CACHE.get(key)
-    if cached is not None and getattr(cached[0], "_pyrouq_stamp", None) == stamp:
-        return cached
+    if cached is not None and cached[0] == stamp:
+        return cached[1], cached[2]
     images = _read_idx(images_path, _IMAGES_MAGIC)
     labels = _read_idx(labels_path, _LABELS_MAGIC).long()
     if images.dim() != 3:
@@ -218,8 +221,7 @@ def _arrays(
             f"{labels.shape[0]} labels in {labels_path}; the two files must hold the same "
             "number of examples. One of them is from another split or data set: copy both again."
         )
-    images._pyrouq_stamp = stamp  # type: ignore[attr-defined]
-    _CACHE[key] = (images, labels)
+    _CACHE[key] = (stamp, images, labels)
     return images, labels
 
 
@@ -325,8 +327,7 @@ class TensorLoader:
         normalize: bool,
         seed: int | None,
     ):
-        _check_batch_size(batch_size)
-        self.batch_size = int(batch_size)
+        self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = bool(shuffle)
         self.transform = _Transform(flatten=flatten, normalize=normalize)
         self.dataset = _TensorDataset(images, labels, self.transform)
@@ -369,12 +370,7 @@ class TensorLoader:
         )
 
 
-def _check_batch_size(batch_size: object) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(
-            f"Expected batch_size to be a positive integer, got {batch_size!r}. "
-            "Pass e.g. batch_size=256."
-        )
+_BATCH_HINT = "Pass e.g. batch_size=256."
 
 
 def _make_loaders(
@@ -389,7 +385,7 @@ def _make_loaders(
     device: torch.device | str | None,
     download: bool,
 ) -> tuple[TensorLoader, TensorLoader]:
-    _check_batch_size(batch_size)
+    check_int("batch_size", batch_size, hint=_BATCH_HINT)
     train_x, train_y = _arrays(folder, "train", root, download)
     test_x, test_y = _arrays(folder, "test", root, download)
     if train_size is not None:

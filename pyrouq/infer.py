@@ -16,7 +16,7 @@ import math
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyro
@@ -31,6 +31,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import nn
 
+from pyrouq._util import check_count, check_positive_float, has_latent_sites, module_device
 from pyrouq.nn import forget_params
 
 __all__ = [
@@ -92,13 +93,11 @@ class MeanFieldGuide(nn.Module):
         init_from: nn.Module | None = None,
     ):
         super().__init__()
-        if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale)) or (
-            init_scale <= 0
-        ):
-            raise ValueError(
-                f"Expected init_scale > 0 (a finite float), got {init_scale!r}. "
-                "It is the initial standard deviation of every guide site; try 1e-3."
-            )
+        init_scale = check_positive_float(
+            "init_scale",
+            init_scale,
+            "It is the initial standard deviation of every guide site; the default is 1e-2.",
+        )
         latent_sites = getattr(model, "latent_sites", None)
         if latent_sites is None:
             raise TypeError(
@@ -132,7 +131,7 @@ class MeanFieldGuide(nn.Module):
             self.loc[_key(site)] = nn.Parameter(value.clone().to(device))
             self.rho[_key(site)] = nn.Parameter(torch.full(shape, rho, device=device))
         self.sites = tuple(sites)
-        self.init_scale = float(init_scale)
+        self.init_scale = init_scale
         self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
         weakref.finalize(self, forget_params, self.name)
 
@@ -285,14 +284,7 @@ class KLWeightedELBO(ELBO):
         vectorize_particles: bool = False,
         max_plate_nesting: float = float("inf"),
     ):
-        if (
-            isinstance(num_particles, bool)
-            or not isinstance(num_particles, int)
-            or (num_particles < 1)
-        ):
-            raise ValueError(
-                f"Expected num_particles to be an integer >= 1, got {num_particles!r}."
-            )
+        check_count("num_particles", num_particles)
         self.kl_weight = _check_kl_weight(kl_weight)
         super().__init__(
             num_particles=num_particles,
@@ -350,7 +342,7 @@ class KLWeightedELBO(ELBO):
                 logits = model_trace.nodes["logits"]["value"].detach()
         nll_t = torch.as_tensor(nll_total) / self.num_particles
         kl_t = torch.as_tensor(kl_total) / self.num_particles
-        loss = nll_t + self.kl_weight * kl_t if self.kl_weight else nll_t + 0.0 * kl_t
+        loss = nll_t + self.kl_weight * kl_t
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl_t.detach(), logits=logits)
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
@@ -434,7 +426,6 @@ class FitResult:
     kl_weight: float
     num_particles: int
     steps: int
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def losses(self) -> list[float]:
@@ -453,20 +444,6 @@ def _num_examples(loader: Iterable) -> int | None:
         return len(dataset)  # type: ignore[arg-type]
     except TypeError:
         return None
-
-
-def _model_device(*modules: nn.Module | None) -> torch.device:
-    for module in modules:
-        if module is None:
-            continue
-        for tensor in itertools.chain(module.parameters(), module.buffers()):
-            return tensor.device
-    return torch.device("cpu")
-
-
-def _has_latent_sites(model: nn.Module) -> bool:
-    sites = getattr(model, "latent_sites", None)
-    return bool(sites()) if callable(sites) else False
 
 
 def fit(
@@ -538,17 +515,15 @@ def fit(
     FloatingPointError
         When the loss turns non-finite; the parameters of the last finite step are kept.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"Expected epochs to be an integer >= 1, got {epochs!r}.")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"Expected lr > 0 (a finite float), got {lr!r}.")
+    check_count("epochs", epochs)
+    check_positive_float("lr", lr)
     if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
         raise ValueError(
             f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
             "'constant'."
         )
     elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles)
-    if guide is None and _has_latent_sites(model):
+    if guide is None and has_latent_sites(model):
         raise ValueError(
             f"{type(model).__name__} has latent sites but guide is None. Pass "
             "guide=mean_field_guide(model)."
@@ -575,7 +550,7 @@ def fit(
     optimizer = optim(params) if optim is not None else torch.optim.Adam(params, lr=lr)
     scheduler = _make_scheduler(optimizer, lr_schedule, epochs * _len_or_zero(train_loader))
     guide_fn = guide if guide is not None else _empty_guide
-    device = _model_device(model, guide if isinstance(guide, nn.Module) else None)
+    device = module_device(model, guide) or torch.device("cpu")
 
     if seed is not None:
         pyro.set_rng_seed(seed)

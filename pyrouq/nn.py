@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
+from pyrouq._util import check_count, check_positive_float
+
 __all__ = [
     "BatchEnsembleConv2d",
     "BatchEnsembleLinear",
@@ -52,13 +54,11 @@ class _BayesianLayer(PyroModule):
     bias: torch.Tensor
 
     def _init_prior(self, prior_scale: float) -> None:
-        if not (isinstance(prior_scale, (int, float)) and math.isfinite(prior_scale)) or (
-            prior_scale <= 0
-        ):
-            raise ValueError(
-                f"Expected prior_scale > 0 (a finite float), got {prior_scale!r}. "
-                "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0."
-            )
+        prior_scale = check_positive_float(
+            "prior_scale",
+            prior_scale,
+            "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0.",
+        )
         self.register_buffer("prior_loc", torch.tensor(0.0))
         self.register_buffer("prior_scale", torch.tensor(float(prior_scale)))
         self.weight = PyroSample(  # type: ignore[assignment]
@@ -252,12 +252,11 @@ FactorInit = Literal["normal", "random_sign"]
 
 
 def _check_members(num_members: object) -> int:
-    if isinstance(num_members, bool) or not isinstance(num_members, int) or num_members < 1:
-        raise ValueError(
-            f"Expected num_members to be an integer >= 1, got {num_members!r}. "
-            "BatchEnsemble needs at least one member; 4 is a common choice."
-        )
-    return num_members
+    return check_count(
+        "num_members",
+        num_members,
+        "BatchEnsemble needs at least one member; 4 is a common choice.",
+    )
 
 
 def _check_factor_init(init: str, r_std: float, s_std: float) -> None:

@@ -13,7 +13,6 @@ C classes.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import torch
 from pyro import poutine
 from torch import Tensor, nn
 
+from pyrouq._util import check_int, has_latent_sites, module_device
 from pyrouq.uncertainty import Decomposition, Measure, _check_probs, decompose
 
 __all__ = ["DEFAULT_NUM_SAMPLES", "Predictions", "predict"]
@@ -155,21 +155,8 @@ def _batches(x: Tensor | Iterable, batch_size: int) -> Iterable[tuple[Tensor, Te
             )
 
 
-def _device_of(*modules: Any) -> torch.device | None:
-    for module in modules:
-        if isinstance(module, nn.Module):
-            for tensor in itertools.chain(module.parameters(), module.buffers()):
-                return tensor.device
-    return None
-
-
 def _is_ensemble(model: nn.Module) -> bool:
-    return isinstance(getattr(model, "num_members", None), int) and not _has_latents(model)
-
-
-def _has_latents(model: nn.Module) -> bool:
-    sites = getattr(model, "latent_sites", None)
-    return bool(sites()) if callable(sites) else False
+    return isinstance(getattr(model, "num_members", None), int) and not has_latent_sites(model)
 
 
 def _logits_of(model: Any, x: Tensor) -> Tensor:
@@ -185,12 +172,6 @@ def _logits_of(model: Any, x: Tensor) -> Tensor:
             "pyro.deterministic('logits', ...)."
         )
     return trace.nodes["logits"]["value"]
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Expected {name} to be a positive integer, got {value!r}.")
-    return value
 
 
 def _draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
@@ -252,10 +233,10 @@ def predict(
     >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
     torch.Size([5, 10, 3])
     """
-    batch_size = _check_positive_int("batch_size", batch_size)
+    batch_size = check_int("batch_size", batch_size)
     if num_samples is not None:
-        _check_positive_int("num_samples", num_samples)
-    device = _device_of(model, guide)
+        check_int("num_samples", num_samples)
+    device = module_device(model, guide)
     was_training = model.training if isinstance(model, nn.Module) else None
     if isinstance(model, nn.Module):
         model.eval()
@@ -265,7 +246,7 @@ def predict(
                 run = _bayesian_runner(
                     model, guide, num_samples or DEFAULT_NUM_SAMPLES, parallel, batch_size
                 )
-            elif _has_latents(model):
+            elif has_latent_sites(model):
                 raise ValueError(
                     f"{type(model).__name__} has latent sites: pass its fitted guide, "
                     "predict(model, x, guide), to draw from the posterior."

@@ -8,7 +8,7 @@ import torch
 from pyro.infer.util import is_validation_enabled
 from torch import nn
 
-from pyrouq.models.plain import _check_positive_int
+from pyrouq._util import check_int
 
 __all__ = ["observe"]
 
@@ -81,4 +81,4 @@ def observe(
 def _check_num_data(num_data: int | None) -> int | None:
     if num_data is None:
         return None
-    return _check_positive_int("num_data", num_data)
+    return check_int("num_data", num_data)

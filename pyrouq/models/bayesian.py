@@ -54,7 +54,6 @@ class _BayesianNetwork(PyroModule):
         self.num_data = _check_num_data(num_data)
         self._steps = build_pipeline(self, spec, lambda _, m: _bayesian_layer(m, prior_scale))
         self._first = next(name for name, step in self._steps if step is None)
-        self.prior_scale_value = float(prior_scale)
 
     def plain_network(self) -> nn.Sequential:  # pragma: no cover - abstract
         """A freshly initialised plain network with the same layers and names."""
@@ -195,7 +194,8 @@ class BayesianLeNet(_BayesianNetwork):
 
     Latent sites ``"conv1.weight"``, ``"conv1.bias"``, ..., ``"fc3.bias"``; input
     ``(B, in_channels, 28, 28)``. With S weight draws (vectorised particles or
-    ``Predictive(parallel=True)``) the convolutions run as one grouped convolution.
+    ``Predictive(parallel=True)``) the convolutions run as one grouped convolution on
+    accelerators and one draw at a time on CPU (faster there); both give the same logits.
 
     Parameters
     ----------

@@ -12,6 +12,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from pyrouq._util import check_int
+
 __all__ = ["MLP", "LeNet"]
 
 # --------------------------------------------------------------------------------------------
@@ -41,12 +43,6 @@ def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
         )
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Expected {name} to be a positive integer, got {value!r}.")
-    return value
-
-
 # --------------------------------------------------------------------------------------------
 # Plain networks
 # --------------------------------------------------------------------------------------------
@@ -60,9 +56,8 @@ def _mlp_layers(
         ("hidden_features", hidden_features),
         ("out_features", out_features),
     ):
-        _check_positive_int(name, value)
-    if isinstance(num_hidden, bool) or not isinstance(num_hidden, int) or num_hidden < 0:
-        raise ValueError(f"Expected num_hidden to be an integer >= 0, got {num_hidden!r}.")
+        check_int(name, value)
+    check_int("num_hidden", num_hidden, minimum=0)
     layers: OrderedDict[str, nn.Module] = OrderedDict(flatten=nn.Flatten())
     width = in_features
     for i in range(1, num_hidden + 1):
@@ -105,8 +100,8 @@ class MLP(nn.Sequential):
 
 
 def _lenet_layers(in_channels: int, num_classes: int) -> OrderedDict[str, nn.Module]:
-    _check_positive_int("in_channels", in_channels)
-    _check_positive_int("num_classes", num_classes)
+    check_int("in_channels", in_channels)
+    check_int("num_classes", num_classes)
     return OrderedDict(
         conv1=nn.Conv2d(in_channels, 6, 5),
         relu1=nn.ReLU(),

@@ -1,0 +1,59 @@
+"""Private helpers shared across modules: argument checks and module introspection."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
+    """``value`` as an int ``>= minimum``, or a ValueError naming ``name``, the bound and ``value``.
+
+    ``hint`` (what to do) is appended to the message.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"Expected {name} to be {expected}, got {value!r}.{_space(hint)}")
+    return value
+
+
+def check_count(name: str, value: object, hint: str = "") -> int:
+    """Like :func:`check_int` with ``minimum=1``, worded "an integer >= 1" (counts of things)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected {name} to be an integer >= 1, got {value!r}.{_space(hint)}")
+    return value
+
+
+def check_positive_float(name: str, value: object, hint: str = "") -> float:
+    """``value`` as a finite float ``> 0``, or a ValueError naming ``name`` and ``value``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"Expected {name} > 0 (a finite float), got {value!r}.{_space(hint)}")
+    return float(value)
+
+
+def _space(hint: str) -> str:
+    return f" {hint}" if hint else ""
+
+
+def module_device(*modules: Any) -> torch.device | None:
+    """Device of the first parameter or buffer of the first ``nn.Module`` that has one."""
+    for module in modules:
+        if isinstance(module, nn.Module):
+            for tensor in itertools.chain(module.parameters(), module.buffers()):
+                return tensor.device
+    return None
+
+
+def has_latent_sites(model: Any) -> bool:
+    """Whether ``model`` is a pyrouq model with latent sites (``latent_sites()`` non-empty)."""
+    sites = getattr(model, "latent_sites", None)
+    return bool(sites()) if callable(sites) else False
