@@ -17,6 +17,7 @@ from pyrouq.data import (
     mnist_arrays,
     ood_loader,
 )
+from pyrouq.diagnostics import PSISResult, psis_diagnostic, summary, to_inference_data
 from pyrouq.infer import (
     EpochRecord,
     FitResult,
@@ -57,6 +58,7 @@ __all__ = [
     "KLWeightedELBO",
     "LeNet",
     "MeanFieldGuide",
+    "PSISResult",
     "Predictions",
     "__version__",
     "batchensemble",
@@ -71,4 +73,7 @@ __all__ = [
     "mnist_arrays",
     "ood_loader",
     "predict",
+    "psis_diagnostic",
+    "summary",
+    "to_inference_data",
 ]

@@ -1,0 +1,395 @@
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+
+import pyrouq
+from pyrouq.diagnostics import (
+    DEFAULT_IDATA_SAMPLES,
+    PSISResult,
+    psis_diagnostic,
+    summary,
+    to_inference_data,
+)
+from pyrouq.infer import mean_field_guide
+from pyrouq.models import BatchEnsembleMLP, BayesianMLP
+
+az = pytest.importorskip("arviz")
+
+N, C = 12, 3
+
+# arviz warns about high Pareto k in LOO on a dozen points with few draws; expected here.
+LOO_WARNINGS = pytest.mark.filterwarnings(
+    "ignore:Estimated shape parameter:UserWarning",
+    "ignore:For one or more samples the posterior variance:UserWarning",
+)
+
+
+@pytest.fixture
+def data():
+    return torch.randn(N, 4), torch.randint(0, C, (N,))
+
+
+@pytest.fixture
+def bayes():
+    model = BayesianMLP(in_features=4, hidden_features=8, out_features=C)
+    return model, mean_field_guide(model, init_scale=0.2)
+
+
+@pytest.fixture
+def ensemble():
+    return BatchEnsembleMLP(in_features=4, hidden_features=8, out_features=C, num_members=4)
+
+
+def _log_probs_at_labels(idata) -> np.ndarray:
+    """log probs[s, n, y_n] recomputed from the stored predictive probabilities."""
+    probs = idata.posterior_predictive["probs"].values[0]  # (S, N, C)
+    y = idata.observed_data["obs"].values
+    return np.log(np.take_along_axis(probs, y[None, :, None], axis=-1)[..., 0])
+
+
+def test_import_pyrouq_loads_neither_arviz_nor_matplotlib():
+    code = (
+        "import sys, pyrouq\n"
+        "assert callable(pyrouq.to_inference_data) and callable(pyrouq.psis_diagnostic)\n"
+        "import pyrouq.diagnostics\n"
+        "print(sorted(m for m in ('arviz', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_names():
+    for name in ("to_inference_data", "psis_diagnostic", "PSISResult", "summary"):
+        assert name in pyrouq.__all__
+    assert pyrouq.to_inference_data is to_inference_data
+
+
+# --------------------------------------------------------------------------------------------
+# to_inference_data: Bayesian MLP
+# --------------------------------------------------------------------------------------------
+
+
+def test_bayesian_groups_shapes_and_dims(bayes, data):
+    model, guide = bayes
+    x, y = data
+    idata = to_inference_data(model, guide, x, y, num_samples=7, batch_size=5)
+    assert idata.groups() == [
+        "posterior",
+        "posterior_predictive",
+        "log_likelihood",
+        "observed_data",
+    ]
+    post = idata.posterior
+    assert list(post.data_vars) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    assert post["fc1.weight"].shape == (1, 7, 8, 4)
+    assert post["fc1.weight"].dims == ("chain", "draw", "fc1_out", "fc1_in")
+    assert post["fc1.bias"].dims == ("chain", "draw", "fc1_out")
+    assert post["fc2.weight"].shape == (1, 7, 3, 8)
+    assert post["fc2.weight"].dtype == np.float32
+    pp = idata.posterior_predictive
+    assert pp["obs"].dims == ("chain", "draw", "obs_id") and pp["obs"].shape == (1, 7, N)
+    assert pp["probs"].dims == ("chain", "draw", "obs_id", "class")
+    assert pp["probs"].shape == (1, 7, N, C)
+    assert set(np.unique(pp["obs"].values)) <= set(range(C))
+    ll = idata.log_likelihood["obs"]
+    assert ll.dims == ("chain", "draw", "obs_id") and ll.dtype == np.float64
+    np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
+    np.testing.assert_array_equal(idata.observed_data["obs_id"].values, np.arange(N))
+    assert idata.posterior.attrs["draws"] == "independent guide draws"
+
+
+def test_default_number_of_draws(bayes, data):
+    idata = to_inference_data(*bayes, *data)
+    assert idata.posterior.sizes["draw"] == DEFAULT_IDATA_SAMPLES
+
+
+def test_predictions_are_the_posterior_draws(bayes, data):
+    """probs[s] is the network run with the exported draw s of the weights."""
+    model, guide = bayes
+    x, y = data
+    idata = to_inference_data(model, guide, x, y, num_samples=5)
+    probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0])
+    for s in range(5):
+        weights = {
+            name: torch.from_numpy(idata.posterior[name].values[0, s]) for name in guide.sites
+        }
+        expected = model.logits_with(x, weights).softmax(-1)
+        torch.testing.assert_close(probs[s], expected)
+    # the draws differ: a real posterior, not the guide mean
+    assert not torch.allclose(probs[0], probs[1])
+
+
+def test_log_likelihood_equals_log_of_stored_probs(bayes, data):
+    idata = to_inference_data(*bayes, *data, num_samples=6)
+    np.testing.assert_allclose(
+        idata.log_likelihood["obs"].values[0], _log_probs_at_labels(idata), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_result_does_not_depend_on_batch_size(bayes, data):
+    pyro.set_rng_seed(1)
+    one = to_inference_data(*bayes, *data, num_samples=4, batch_size=N)
+    pyro.set_rng_seed(1)
+    many = to_inference_data(*bayes, *data, num_samples=4, batch_size=5)
+    for group in ("posterior", "posterior_predictive", "log_likelihood"):
+        for name, values in one[group].data_vars.items():
+            np.testing.assert_array_equal(values.values, many[group][name].values)
+
+
+def test_var_names_export_a_subset(bayes, data):
+    pyro.set_rng_seed(2)
+    full = to_inference_data(*bayes, *data, num_samples=4)
+    pyro.set_rng_seed(2)
+    part = to_inference_data(*bayes, *data, num_samples=4, var_names=["fc2.bias", "fc1.bias"])
+    assert list(part.posterior.data_vars) == ["fc1.bias", "fc2.bias"]  # the model's order
+    np.testing.assert_array_equal(part.posterior["fc2.bias"], full.posterior["fc2.bias"])
+    np.testing.assert_array_equal(part.log_likelihood["obs"], full.log_likelihood["obs"])
+    single = to_inference_data(*bayes, *data, num_samples=2, var_names="fc1.weight")
+    assert list(single.posterior.data_vars) == ["fc1.weight"]
+
+
+@LOO_WARNINGS
+def test_loo_waic_and_summary_run(bayes, data):
+    idata = to_inference_data(*bayes, *data, num_samples=100)
+    loo = az.loo(idata)
+    assert np.isfinite(loo.elpd_loo) and loo.elpd_loo < 0
+    # elpd_loo is a sum over points of log predictive densities
+    assert loo.n_data_points == N
+    assert np.isfinite(az.waic(idata).elpd_waic)
+    stats = az.summary(idata, kind="stats")
+    assert len(stats) == 8 * 4 + 8 + 3 * 8 + 3
+    assert list(stats.columns) == ["mean", "sd", "hdi_3%", "hdi_97%"]
+    ours = summary(idata, var_names=["fc2.bias"])
+    assert list(ours.index) == ["fc2.bias[0]", "fc2.bias[1]", "fc2.bias[2]"]
+    np.testing.assert_allclose(
+        ours["mean"].values, idata.posterior["fc2.bias"].values[0].mean(0), atol=1e-3
+    )
+    assert "r_hat" not in ours.columns
+
+
+# --------------------------------------------------------------------------------------------
+# to_inference_data: BatchEnsemble and plain Pyro models
+# --------------------------------------------------------------------------------------------
+
+
+@LOO_WARNINGS
+def test_batchensemble_members_are_the_draws(ensemble, data):
+    x, y = data
+    idata = to_inference_data(ensemble, None, x, y, batch_size=5)
+    assert idata.groups() == ["posterior_predictive", "log_likelihood", "observed_data"]
+    assert idata.log_likelihood["obs"].shape == (1, 4, N)
+    assert idata.posterior_predictive["obs"].shape == (1, 4, N)
+    probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0])
+    with torch.no_grad():
+        torch.testing.assert_close(probs, ensemble(x).softmax(-1))
+    np.testing.assert_allclose(
+        idata.log_likelihood["obs"].values[0], _log_probs_at_labels(idata), rtol=1e-5, atol=1e-6
+    )
+    # no posterior group to estimate the relative efficiency from: the members are independent
+    assert np.isfinite(az.loo(idata, reff=1.0).elpd_loo)
+    assert idata.log_likelihood.attrs["draws"] == "ensemble members"
+    stats = summary(idata, var_names=["probs"], group="posterior_predictive")
+    assert len(stats) == N * C
+
+
+def _regression(dtype=torch.float64, n=30, noise=0.5, prior=1.0):
+    """Bayesian linear regression with known noise: the posterior of w is Gaussian."""
+    x = torch.randn(n, 2, dtype=dtype)
+    y = x @ torch.tensor([1.0, -2.0], dtype=dtype) + noise * torch.randn(n, dtype=dtype)
+
+    def model(x, y):
+        w = pyro.sample("w", dist.Normal(torch.zeros(2, dtype=dtype), prior).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(x @ w, noise), obs=y)
+
+    precision = x.T @ x / noise**2 + torch.eye(2, dtype=dtype) / prior**2
+    cov = torch.linalg.inv(precision)
+    mean = cov @ x.T @ y / noise**2
+    evidence = dist.MultivariateNormal(
+        torch.zeros(n, dtype=dtype), noise**2 * torch.eye(n, dtype=dtype) + prior**2 * x @ x.T
+    ).log_prob(y)
+    return model, x, y, mean, cov, float(evidence)
+
+
+def _mvn_guide(mean, scale_tril):
+    def guide(x, y):
+        pyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril))
+
+    return guide
+
+
+@LOO_WARNINGS
+def test_plain_pyro_model_export():
+    model, x, y, mean, cov, _ = _regression()
+    guide = _mvn_guide(mean, torch.linalg.cholesky(cov))
+    idata = to_inference_data(model, guide, x, y, num_samples=9)
+    assert idata.groups() == [
+        "posterior",
+        "posterior_predictive",
+        "log_likelihood",
+        "observed_data",
+    ]
+    w = torch.from_numpy(idata.posterior["w"].values[0])  # (S, 2)
+    assert w.shape == (9, 2)
+    expected = dist.Normal(w @ x.T, 0.5).log_prob(y)  # (S, N)
+    np.testing.assert_allclose(idata.log_likelihood["obs"].values[0], expected.numpy())
+    assert idata.posterior_predictive["obs"].shape == (1, 9, 30)
+    assert "probs" not in idata.posterior_predictive
+    assert np.isfinite(az.loo(idata).elpd_loo)
+
+
+# --------------------------------------------------------------------------------------------
+# to_inference_data: errors
+# --------------------------------------------------------------------------------------------
+
+
+def test_length_mismatch(bayes, data):
+    x, y = data
+    with pytest.raises(ValueError, match=r"same number of points.*x with 12.*y with 11"):
+        to_inference_data(*bayes, x, y[:-1])
+
+
+def test_inputs_must_be_tensors(bayes, data):
+    x, y = data
+    with pytest.raises(TypeError, match=r"expected x to be a torch.Tensor, got list"):
+        to_inference_data(*bayes, x.tolist(), y)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_num_samples_must_be_positive(bayes, data, bad):
+    with pytest.raises(ValueError, match=rf"num_samples to be an integer >= 1, got {bad}"):
+        to_inference_data(*bayes, *data, num_samples=bad)
+
+
+def test_unknown_var_names_lists_the_valid_ones(bayes, data):
+    with pytest.raises(ValueError, match=r"Unknown var_names \['fc9.weight'\].*'fc1.weight'"):
+        to_inference_data(*bayes, *data, var_names=["fc1.bias", "fc9.weight"])
+
+
+def test_bayesian_model_needs_a_guide(bayes, data):
+    model, _ = bayes
+    with pytest.raises(ValueError, match=r"BayesianMLP has latent sites but guide is None"):
+        to_inference_data(model, None, *data)
+
+
+def test_batchensemble_takes_no_guide(ensemble, bayes, data):
+    with pytest.raises(ValueError, match=r"guide was given for a BatchEnsemble.*guide=None"):
+        to_inference_data(ensemble, bayes[1], *data)
+    with pytest.raises(ValueError, match=r"num_samples=5 given for a BatchEnsemble"):
+        to_inference_data(ensemble, None, *data, num_samples=5)
+    with pytest.raises(ValueError, match=r"var_names=.* given for a BatchEnsemble"):
+        to_inference_data(ensemble, None, *data, var_names=["fc1.weight"])
+
+
+def test_labels_out_of_range(bayes, data):
+    x, _ = data
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), got values in \[0, 5\]"):
+        to_inference_data(*bayes, x, torch.tensor([0] * (N - 1) + [5]))
+
+
+def test_summary_errors(ensemble, data):
+    idata = to_inference_data(ensemble, None, *data)
+    with pytest.raises(ValueError, match=r"no 'posterior' group.*group='posterior_predictive'"):
+        summary(idata)
+    with pytest.raises(TypeError, match=r"always uses kind='stats'"):
+        summary(idata, group="posterior_predictive", kind="all")
+
+
+# --------------------------------------------------------------------------------------------
+# psis_diagnostic
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_psis_exact_posterior_guide(dtype):
+    """With the exact posterior as guide every ratio p(w, D) / q(w) equals the evidence p(D)."""
+    model, x, y, mean, cov, evidence = _regression(dtype)
+    guide = _mvn_guide(mean, torch.linalg.cholesky(cov))
+    result = psis_diagnostic(model, guide, x, y, num_samples=200)
+    assert isinstance(result, PSISResult)
+    assert result.log_weights.shape == (200,) and result.log_weights.dtype == torch.float64
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    torch.testing.assert_close(
+        result.log_weights, torch.full((200,), evidence, dtype=torch.float64), rtol=0, atol=tol
+    )
+    assert result.k_hat < 0.5 and result.reliable
+    assert result.interpretation.startswith("good")
+    assert math.isclose(float(torch.logsumexp(result.smoothed_log_weights, 0)), 0.0, abs_tol=1e-9)
+
+
+def test_psis_near_exact_and_wrong_guides():
+    model, x, y, mean, cov, _ = _regression()
+    tril = torch.linalg.cholesky(cov)
+    sd = cov.diagonal().sqrt()
+    # slightly too wide: bounded ratios, a finite and small k-hat
+    wide = psis_diagnostic(model, _mvn_guide(mean, 1.2 * tril), x, y, num_samples=1000)
+    # far too narrow and off-centre: heavy-tailed ratios
+    wrong = psis_diagnostic(model, _mvn_guide(mean + 3 * sd, 0.3 * tril), x, y, num_samples=1000)
+    assert math.isfinite(wide.k_hat) and wide.k_hat < 0.5
+    assert wrong.k_hat > 0.7 and wrong.k_hat > wide.k_hat + 1.0
+    assert wrong.interpretation.startswith("bad") and not wrong.reliable
+    assert "unreliable" in wrong.interpretation and "k_hat=" in repr(wrong)
+    assert math.isclose(float(torch.logsumexp(wrong.smoothed_log_weights, 0)), 0.0, abs_tol=1e-9)
+
+
+def test_psis_works_with_an_autoguide():
+    model, x, y, *_ = _regression()
+    guide = pyro.infer.autoguide.AutoNormal(model)
+    result = psis_diagnostic(model, guide, x, y, num_samples=50)
+    assert math.isfinite(result.k_hat) and result.log_weights.shape == (50,)
+
+
+def test_psis_pyrouq_model_scales_the_likelihood_with_num_data(bayes, data):
+    """log w(num_data=3N) - log w(default) = 2 * sum_n log p(y_n | w), draw by draw."""
+    model, guide = bayes
+    x, y = data
+    model.num_data = 1000
+    pyro.set_rng_seed(4)
+    plain = psis_diagnostic(model, guide, x, y, num_samples=30)
+    pyro.set_rng_seed(4)
+    scaled = psis_diagnostic(model, guide, x, y, num_samples=30, num_data=3 * N)
+    assert model.num_data == 1000  # restored
+    pyro.set_rng_seed(4)
+    log_lik = []
+    for _ in range(30):
+        weights = guide()
+        log_lik.append(model.logits_with(x, weights).log_softmax(-1).gather(1, y[:, None]).sum())
+    torch.testing.assert_close(
+        scaled.log_weights - plain.log_weights,
+        2 * torch.stack(log_lik).double().detach(),
+        rtol=1e-5,
+        atol=1e-4,
+    )
+    # a full-size-like situation: the mean-field guide at initialisation is far off
+    assert plain.k_hat > 0.7
+
+
+def test_psis_pyrouq_model_without_num_data(bayes, data):
+    model, guide = bayes
+    assert model.num_data is None
+    result = psis_diagnostic(model, guide, *data, num_samples=25)
+    assert result.log_weights.shape == (25,) and model.num_data is None
+
+
+def test_psis_errors(bayes, data):
+    model, guide = bayes
+    x, y = data
+    with pytest.raises(ValueError, match=r"num_samples to be an integer >= 25, got 10"):
+        psis_diagnostic(model, guide, x, y, num_samples=10)
+    with pytest.raises(ValueError, match=r"same number of points"):
+        psis_diagnostic(model, guide, x[:3], y)
+    with pytest.raises(ValueError, match=r"guide is None"):
+        psis_diagnostic(model, None, x, y)
+    with pytest.raises(ValueError, match=r"num_data to be an integer >= 1, got 0"):
+        psis_diagnostic(model, guide, x, y, num_data=0)
+    reg, rx, ry, *_ = _regression()
+    with pytest.raises(ValueError, match=r"latent site\(s\) \['w'\] are missing from the guide"):
+        psis_diagnostic(reg, lambda x, y: None, rx, ry, num_samples=25)
