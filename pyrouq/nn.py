@@ -44,38 +44,109 @@ def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, 
     return weight.reshape((-1, *weight.shape[weight.dim() - event_dim :])), lead
 
 
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
+    return value
+
+
 class _BayesianLayer(PyroModule):
-    """Common part of the Bayesian layers: an isotropic Normal prior on weight and bias."""
+    """Common part of the Bayesian layers: an isotropic Normal prior on weight and bias, and
+    reparameterised draws of the output under an independent Normal weight distribution."""
 
     weight_shape: tuple[int, ...]
     bias_shape: tuple[int, ...]
+    local_reparameterization: bool
+    _plain_rank: int  # dims of an unstacked input (B, ...)
     # PyroSample attributes: reading them samples (or replays) a tensor
     weight: torch.Tensor
     bias: torch.Tensor
 
-    def _init_prior(self, prior_scale: float) -> None:
+    def _init_prior(self, prior_scale: float, local_reparameterization: bool) -> None:
         prior_scale = check_positive_float(
             "prior_scale",
             prior_scale,
             "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0.",
         )
+        self.local_reparameterization = _check_flag(
+            "local_reparameterization", local_reparameterization
+        )
         self.register_buffer("prior_loc", torch.tensor(0.0))
         self.register_buffer("prior_scale", torch.tensor(float(prior_scale)))
-        self.weight = PyroSample(  # type: ignore[assignment]
-            lambda self: (
-                dist.Normal(self.prior_loc, self.prior_scale)
-                .expand(self.weight_shape)
-                .to_event(len(self.weight_shape))
-            )
-        )
-        self.bias = PyroSample(  # type: ignore[assignment]
-            lambda self: (
-                dist.Normal(self.prior_loc, self.prior_scale).expand(self.bias_shape).to_event(1)
-            )
-        )
+        self.weight = PyroSample(lambda self: self.prior("weight"))  # type: ignore[assignment]
+        self.bias = PyroSample(lambda self: self.prior("bias"))  # type: ignore[assignment]
+
+    def prior(self, kind: Literal["weight", "bias"]) -> dist.Distribution:
+        """The prior of the ``"weight"`` or ``"bias"`` site: ``Normal(0, prior_scale)``."""
+        shape = self.weight_shape if kind == "weight" else self.bias_shape
+        return dist.Normal(self.prior_loc, self.prior_scale).expand(shape).to_event(len(shape))
+
+    def forward_with(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:  # pragma: no cover - abstract
+        """The layer with explicit weight and bias (no Pyro sample statements)."""
+        raise NotImplementedError
+
+    def moments_with(
+        self,
+        x: torch.Tensor,
+        weight_loc: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias_loc: torch.Tensor,
+        bias_scale: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance of every output (pre-activation) when the weights and biases are
+        independent ``Normal(loc, scale)``, for fixed input ``x``::
+
+            mean = layer(x; weight_loc, bias_loc)
+            var  = layer(x ** 2; weight_scale ** 2, bias_scale ** 2)
+
+        (for a linear layer ``x mu^T + b_mu`` and ``x^2 (sigma^2)^T + b_sigma^2``; for a
+        convolution ``conv(x, mu) + b_mu`` and ``conv(x^2, sigma^2) + b_sigma^2``). Each output
+        is exactly Normal with these moments. Shapes as :meth:`forward_with` with unstacked
+        weights; ``x`` may be stacked.
+        """
+        mean = self.forward_with(x, weight_loc, bias_loc)
+        var = self.forward_with(x.square(), weight_scale.square(), bias_scale.square())
+        return mean, var
+
+    def sample_with(
+        self,
+        x: torch.Tensor,
+        weight_loc: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias_loc: torch.Tensor,
+        bias_scale: torch.Tensor,
+        num_draws: int | None = None,
+    ) -> torch.Tensor:
+        """A reparameterised draw of the output when weight and bias are ``Normal(loc, scale)``.
+
+        Differentiable with respect to the four tensors (no Pyro sample statements). With
+        ``local_reparameterization`` the outputs are drawn directly (one standard-normal noise
+        per output per example, ``mean + sqrt(var) * eps`` with the moments of
+        :meth:`moments_with`); otherwise one weight and bias are drawn (``loc + scale * eps``)
+        and applied to the whole batch. Input ``(B, ...)`` gives ``(B, ...)`` output, or
+        ``(num_draws, B, ...)`` with ``num_draws`` independent draws; stacked input
+        ``(S, B, ...)`` gives one draw per stack slice (``num_draws`` is then ignored).
+        """
+        stacked = x.dim() > self._plain_rank
+        if self.local_reparameterization:
+            mean, var = self.moments_with(x, weight_loc, weight_scale, bias_loc, bias_scale)
+            shape = mean.shape if stacked or num_draws is None else (num_draws, *mean.shape)
+            eps = torch.randn(shape, dtype=mean.dtype, device=mean.device)
+            # var >= bias_scale^2 > 0; the clamp only guards rounding in the convolution
+            return torch.addcmul(mean, var.clamp_min(torch.finfo(var.dtype).tiny).sqrt(), eps)
+        draws = x.shape[0] if stacked else num_draws
+        lead = () if draws is None else (draws,)
+        weight = dist.Normal(weight_loc, weight_scale).rsample(lead)
+        bias = dist.Normal(bias_loc, bias_scale).rsample(lead)
+        return self.forward_with(x, weight, bias)
 
     def extra_repr(self) -> str:
-        return f"weight_shape={self.weight_shape}, prior=Normal(0, {self.prior_scale.item():g})"
+        lrt = ", local_reparameterization=True" if self.local_reparameterization else ""
+        return (
+            f"weight_shape={self.weight_shape}, prior=Normal(0, {self.prior_scale.item():g})" + lrt
+        )
 
 
 class BayesianLinear(_BayesianLayer):
@@ -91,6 +162,12 @@ class BayesianLinear(_BayesianLayer):
     in_features, out_features : int
     prior_scale : float, default 1.0
         Standard deviation of the Normal prior on every weight and bias.
+    local_reparameterization : bool, default False
+        How :meth:`sample_with` (the training path of :class:`pyrouq.KLWeightedELBO`) draws the
+        output under a Normal guide: pre-activations ``Normal(x mu^T + b_mu, x^2 (sigma^2)^T +
+        b_sigma^2)`` with one noise per output per example (True; lower-variance gradients), or
+        one weight draw for the whole batch (False). ``forward`` is unaffected: it always
+        samples (or replays) the weight and bias sites.
 
     Examples
     --------
@@ -100,13 +177,21 @@ class BayesianLinear(_BayesianLayer):
     torch.Size([5, 2])
     """
 
-    def __init__(self, in_features: int, out_features: int, prior_scale: float = 1.0):
+    _plain_rank = 2
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        prior_scale: float = 1.0,
+        local_reparameterization: bool = False,
+    ):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
         self.weight_shape = (out_features, in_features)
         self.bias_shape = (out_features,)
-        self._init_prior(prior_scale)
+        self._init_prior(prior_scale, local_reparameterization)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_with(x, self.weight, self.bias)
@@ -132,7 +217,17 @@ class BayesianConv2d(_BayesianLayer):
     in_channels, out_channels, kernel_size : int
     stride, padding : int, default 1 and 0
     prior_scale : float, default 1.0
+    local_reparameterization : bool, default False
+        As for :class:`BayesianLinear`, with moments ``conv(x, mu) + b_mu`` and ``conv(x^2,
+        sigma^2) + b_sigma^2`` and one noise per output pixel per example.
+
+    .. warning:: For a convolution, local reparameterisation gets every output's marginal
+       right, but treats the outputs of one example at different positions as independent,
+       whereas a weight draw (shared kernel) correlates them. The likelihood term it estimates
+       is therefore an approximation of the ELBO's, unlike for linear layers, where it is exact.
     """
+
+    _plain_rank = 4
 
     def __init__(
         self,
@@ -142,6 +237,7 @@ class BayesianConv2d(_BayesianLayer):
         stride: int = 1,
         padding: int = 0,
         prior_scale: float = 1.0,
+        local_reparameterization: bool = False,
     ):
         super().__init__()
         self.in_channels = in_channels
@@ -151,7 +247,7 @@ class BayesianConv2d(_BayesianLayer):
         self.padding = padding
         self.weight_shape = (out_channels, in_channels, kernel_size, kernel_size)
         self.bias_shape = (out_channels,)
-        self._init_prior(prior_scale)
+        self._init_prior(prior_scale, local_reparameterization)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_with(x, self.weight, self.bias)

@@ -3,6 +3,9 @@ on every weight and bias (``PyroSample``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
 from torch import nn
@@ -29,9 +32,14 @@ DEFAULT_PRIOR_SCALE = 1.0
 # --------------------------------------------------------------------------------------------
 
 
-def _bayesian_layer(layer: nn.Module, prior_scale: float) -> nn.Module:
+def _bayesian_layer(layer: nn.Module, prior_scale: float, local: bool) -> nn.Module:
     if isinstance(layer, nn.Linear):
-        return BayesianLinear(layer.in_features, layer.out_features, prior_scale=prior_scale)
+        return BayesianLinear(
+            layer.in_features,
+            layer.out_features,
+            prior_scale=prior_scale,
+            local_reparameterization=local,
+        )
     if isinstance(layer, nn.Conv2d):
         return BayesianConv2d(
             layer.in_channels,
@@ -40,6 +48,7 @@ def _bayesian_layer(layer: nn.Module, prior_scale: float) -> nn.Module:
             stride=layer.stride[0],
             padding=int(layer.padding[0]),  # type: ignore[arg-type]
             prior_scale=prior_scale,
+            local_reparameterization=local,
         )
     raise TypeError(f"No Bayesian version of {type(layer).__name__}.")  # pragma: no cover
 
@@ -48,12 +57,50 @@ class _BayesianNetwork(PyroModule):
     """A plain ``nn.Sequential`` spec with every weighted layer made Bayesian."""
 
     num_classes: int
+    config: dict[str, Any]  # constructor arguments: type(model)(**model.config) rebuilds it
 
-    def __init__(self, spec: nn.Sequential, prior_scale: float, num_data: int | None):
+    def __init__(
+        self,
+        spec: nn.Sequential,
+        prior_scale: float,
+        num_data: int | None,
+        local_reparameterization: bool,
+    ):
         super().__init__()
         self.num_data = _check_num_data(num_data)
-        self._steps = build_pipeline(self, spec, lambda _, m: _bayesian_layer(m, prior_scale))
+        if not isinstance(local_reparameterization, bool):
+            raise TypeError(
+                "Expected local_reparameterization to be True or False, got "
+                f"{local_reparameterization!r}."
+            )
+        self._steps = build_pipeline(
+            self, spec, lambda _, m: _bayesian_layer(m, prior_scale, local_reparameterization)
+        )
         self._first = next(name for name, step in self._steps if step is None)
+
+    def _layers(self) -> dict[str, BayesianLinear | BayesianConv2d]:
+        return {name: getattr(self, name) for name, step in self._steps if step is None}
+
+    @property
+    def local_reparameterization(self) -> bool:
+        """Whether :class:`pyrouq.KLWeightedELBO` trains this model by local reparameterisation.
+
+        True when any Bayesian layer has the flag (set by the constructor argument). Setting it
+        sets every layer and ``config["local_reparameterization"]``. It changes the training
+        path only, never :meth:`forward` (see the class docstring).
+        """
+        return any(layer.local_reparameterization for layer in self._layers().values())
+
+    @local_reparameterization.setter
+    def local_reparameterization(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"Expected local_reparameterization to be True or False, got {value!r}."
+            )
+        for layer in self._layers().values():
+            layer.local_reparameterization = value
+        if hasattr(self, "config"):
+            self.config["local_reparameterization"] = value
 
     def plain_network(self) -> nn.Sequential:  # pragma: no cover - abstract
         """A freshly initialised plain network with the same layers and names."""
@@ -68,6 +115,14 @@ class _BayesianNetwork(PyroModule):
                 sites[f"{name}.weight"] = torch.Size(layer.weight_shape)
                 sites[f"{name}.bias"] = torch.Size(layer.bias_shape)
         return sites
+
+    def priors(self) -> dict[str, dist.Distribution]:
+        """The prior of every latent site, ``{site: Normal(0, prior_scale).to_event(...)}``."""
+        return {
+            f"{name}.{kind}": layer.prior(kind)
+            for name, layer in self._layers().items()
+            for kind in ("weight", "bias")
+        }
 
     def _check_input(self, x: torch.Tensor) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -126,6 +181,34 @@ class _BayesianNetwork(PyroModule):
         h = run_pipeline(self, self._steps, x, weighted)
         return self._with_sample_dims(h, weights[f"{self._first}.weight"])
 
+    def forward_sampled(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor | None = None,
+        *,
+        loc: dict[str, torch.Tensor],
+        scale: dict[str, torch.Tensor],
+        num_draws: int | None = None,
+    ) -> torch.Tensor:
+        """The model with weights ``~ Normal(loc, scale)`` drawn by reparameterisation, as the
+        training path of :class:`pyrouq.KLWeightedELBO` with ``local_reparameterization``.
+
+        No latent sample statements: each Bayesian layer draws its output with
+        :meth:`~pyrouq.nn.BayesianLinear.sample_with` (pre-activations under local
+        reparameterisation, whole weights otherwise), differentiable with respect to ``loc``
+        and ``scale`` (``{site: tensor}`` of the sites' shapes, e.g. a mean-field guide's
+        locations and scales). Records ``"logits"`` and observes ``y`` at ``"obs"`` (scale N/B)
+        like :meth:`forward`. Returns logits ``(B, C)``, or ``(num_draws, B, C)``.
+        """
+        self._check_input(x)
+
+        def weighted(name: str, h: torch.Tensor) -> torch.Tensor:
+            w, b = f"{name}.weight", f"{name}.bias"
+            layer = getattr(self, name)
+            return layer.sample_with(h, loc[w], scale[w], loc[b], scale[b], num_draws)
+
+        return observe(self, run_pipeline(self, self._steps, x, weighted), y, self.num_data)
+
     def _with_sample_dims(self, logits: torch.Tensor, first_weight: torch.Tensor) -> torch.Tensor:
         """Give stacked logits ``(S, B, C)`` the sample dims of the weights ``(*S, 1, ...)``."""
         if logits.dim() <= 2:
@@ -152,6 +235,15 @@ class BayesianMLP(_BayesianNetwork):
         Standard deviation of the ``Normal(0, prior_scale)`` prior on every weight and bias.
     num_data : int, optional
         Training-set size N; the minibatch likelihood is scaled by N/B. Set by ``fit()``.
+    local_reparameterization : bool, default False
+        Train by local reparameterisation: :class:`pyrouq.KLWeightedELBO` (hence
+        :func:`pyrouq.fit`, and Pyro's ``SVI`` with that loss) with a :class:`pyrouq.MeanFieldGuide`
+        then draws every layer's pre-activations from their Normal distribution under the
+        guide, one noise per unit and example, instead of one weight draw per minibatch (see
+        :class:`~pyrouq.KLWeightedELBO`). Lower-variance gradients for one extra layer pass
+        per layer. Stored in ``config``. The model itself is unchanged: ``forward`` still
+        samples every weight at its ``PyroSample`` site, so ``predict``, ``Predictive`` and
+        other losses and guides see the same Pyro model as with False.
 
     Examples
     --------
@@ -170,20 +262,23 @@ class BayesianMLP(_BayesianNetwork):
         *,
         prior_scale: float = DEFAULT_PRIOR_SCALE,
         num_data: int | None = None,
+        local_reparameterization: bool = False,
     ):
         spec = nn.Sequential(_mlp_layers(in_features, hidden_features, out_features, num_hidden))
-        super().__init__(spec, prior_scale, num_data)
+        super().__init__(spec, prior_scale, num_data, local_reparameterization)
         self.config = dict(
             in_features=in_features,
             hidden_features=hidden_features,
             out_features=out_features,
             num_hidden=num_hidden,
+            local_reparameterization=local_reparameterization,
         )
         self.in_features = in_features
         self.num_classes = out_features
 
     def plain_network(self) -> MLP:
-        return MLP(**self.config)
+        config = {k: v for k, v in self.config.items() if k != "local_reparameterization"}
+        return MLP(**config)
 
     def _check_input(self, x: torch.Tensor) -> None:
         _check_mlp_input(type(self).__name__, x, self.in_features)
@@ -203,6 +298,12 @@ class BayesianLeNet(_BayesianNetwork):
     prior_scale : float, default 1.0
     num_data : int, optional
         Training-set size N (set by ``fit()``).
+    local_reparameterization : bool, default False
+        As for :class:`BayesianMLP` (every convolution and linear layer).
+
+    .. warning:: With ``local_reparameterization`` the convolutions' outputs at different
+       positions of one example get independent noise, whereas a shared kernel draw correlates
+       them: the trained objective approximates the ELBO there (exact for linear layers).
     """
 
     def __init__(
@@ -212,15 +313,20 @@ class BayesianLeNet(_BayesianNetwork):
         *,
         prior_scale: float = DEFAULT_PRIOR_SCALE,
         num_data: int | None = None,
+        local_reparameterization: bool = False,
     ):
         spec = nn.Sequential(_lenet_layers(in_channels, num_classes))
-        super().__init__(spec, prior_scale, num_data)
-        self.config = dict(in_channels=in_channels, num_classes=num_classes)
+        super().__init__(spec, prior_scale, num_data, local_reparameterization)
+        self.config = dict(
+            in_channels=in_channels,
+            num_classes=num_classes,
+            local_reparameterization=local_reparameterization,
+        )
         self.in_channels = in_channels
         self.num_classes = num_classes
 
     def plain_network(self) -> LeNet:
-        return LeNet(**self.config)
+        return LeNet(self.in_channels, self.num_classes)
 
     def _check_input(self, x: torch.Tensor) -> None:
         _check_lenet_input(type(self).__name__, x, self.in_channels)

@@ -1,0 +1,259 @@
+"""Local reparameterisation: the output distribution, the training path and the flag."""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import pytest
+import torch
+import torch.nn.functional as F
+from pyro import poutine
+from pyro.infer.autoguide import AutoNormal
+
+from pyrouq.infer import KLWeightedELBO, fit, mean_field_guide
+from pyrouq.models import BayesianLeNet, BayesianMLP
+from pyrouq.nn import BayesianConv2d, BayesianLinear
+
+DRAWS = 40_000
+"""Draws per moment check: the relative standard error of a variance is sqrt(2 / S) = 0.7 %."""
+
+VAR_TOL = 0.05
+"""Largest relative error allowed on any output's variance (7 standard errors)."""
+
+MEAN_TOL = 5.0
+"""Largest error allowed on any output's mean, in standard errors sqrt(var / S)."""
+
+
+def tiny_mlp(**kw):
+    return BayesianMLP(in_features=3, hidden_features=20, out_features=2, **kw)
+
+
+def toy_data(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    return x, y
+
+
+class ListLoader(list):
+    """A list of batches with a sized .dataset, like a DataLoader."""
+
+    def __init__(self, x, y, batch_size):
+        super().__init__(
+            (x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)
+        )
+        self.dataset = torch.utils.data.TensorDataset(x, y)
+
+
+def normal_params(weight_shape, bias_shape):
+    """Locations and scales with scales in [0.2, 0.6] (so sigma and sigma^2 differ by 1.7-5x)
+    and bias scales large enough that dropping the bias variance shows."""
+    g = torch.Generator().manual_seed(1)
+    w_loc = torch.randn(weight_shape, generator=g)
+    w_scale = 0.2 + 0.4 * torch.rand(weight_shape, generator=g)
+    b_loc = torch.randn(bias_shape, generator=g)
+    b_scale = 0.8 + 0.2 * torch.rand(bias_shape, generator=g)
+    return w_loc, w_scale, b_loc, b_scale
+
+
+def moment_errors(samples, mean, var):
+    """Worst error of the empirical means (in standard errors) and variances (relative) of
+    ``samples`` ``(S, ...)`` against ``mean`` and ``var``."""
+    n = samples.shape[0]
+    mean_err = ((samples.mean(0) - mean).abs() / (var / n).sqrt()).max().item()
+    var_err = (samples.var(0) / var - 1).abs().max().item()
+    return mean_err, var_err
+
+
+def check_against_weight_sampling(layer, x, apply, bias_shape):
+    """Both samplers match the analytic moments; deliberately wrong variances do not."""
+    w_loc, w_scale, b_loc, b_scale = normal_params(layer.weight_shape, bias_shape)
+    mean, var = layer.moments_with(x, w_loc, w_scale, b_loc, b_scale)
+
+    # reference: whole weights drawn from Normal(loc, scale) and applied to x, independently of
+    # the layer's code
+    weights = w_loc + w_scale * torch.randn(DRAWS, *w_loc.shape)
+    biases = b_loc + b_scale * torch.randn(DRAWS, *b_loc.shape)
+    reference = apply(weights, biases)
+    mean_err, var_err = moment_errors(reference, mean, var)
+    assert mean_err < MEAN_TOL and var_err < VAR_TOL
+
+    # local reparameterisation: pre-activations drawn directly
+    assert layer.local_reparameterization
+    local = layer.sample_with(x, w_loc, w_scale, b_loc, b_scale, num_draws=DRAWS)
+    assert local.shape == (DRAWS, *mean.shape)
+    mean_err, var_err = moment_errors(local, mean, var)
+    assert mean_err < MEAN_TOL and var_err < VAR_TOL
+    # the two samplers agree with each other (two-sample check of the variances)
+    assert (local.var(0) / reference.var(0) - 1).abs().max() < 2 * VAR_TOL
+
+    # the tolerance is tight enough to catch a wrong variance: scale instead of scale^2, or a
+    # missing bias variance, are far outside it for the weight-sampling reference
+    wrong_scale = layer.forward_with(x.square(), w_scale, b_scale)
+    wrong_no_bias = layer.forward_with(x.square(), w_scale.square(), torch.zeros_like(b_scale))
+    for wrong in (wrong_scale, wrong_no_bias):
+        assert moment_errors(reference, mean, wrong)[1] > 4 * VAR_TOL
+
+
+def test_linear_output_distribution_matches_weight_sampling():
+    layer = BayesianLinear(5, 4, local_reparameterization=True)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(2))
+
+    def apply(w, b):  # (S, out, in), (S, out) -> (S, B, out)
+        return torch.einsum("bi,soi->sbo", x, w) + b.unsqueeze(1)
+
+    check_against_weight_sampling(layer, x, apply, (4,))
+
+
+def test_conv_output_distribution_matches_weight_sampling():
+    layer = BayesianConv2d(2, 3, kernel_size=3, padding=1, local_reparameterization=True)
+    x = torch.randn(2, 2, 5, 5, generator=torch.Generator().manual_seed(2))
+    patches = F.unfold(x, kernel_size=3, padding=1)  # (B, C*k*k, H*W)
+
+    def apply(w, b):  # (S, out, C, k, k), (S, out) -> (S, B, out, H, W)
+        out = torch.einsum("bcl,soc->sbol", patches, w.flatten(2)) + b[:, None, :, None]
+        return out.unflatten(-1, (5, 5))
+
+    check_against_weight_sampling(layer, x, apply, (3,))
+
+
+def test_stacked_input_gives_one_draw_per_slice():
+    layer = BayesianConv2d(2, 3, kernel_size=3, local_reparameterization=True)
+    params = normal_params(layer.weight_shape, (3,))
+    x = torch.randn(4, 5, 2, 7, 7)
+    assert layer.sample_with(x, *params, num_draws=9).shape == (4, 5, 3, 5, 5)
+    layer.local_reparameterization = False
+    assert layer.sample_with(x, *params).shape == (4, 5, 3, 5, 5)
+    assert layer.sample_with(x[0], *params, num_draws=6).shape == (6, 5, 3, 5, 5)
+
+
+def test_local_elbo_same_kl_and_unbiased_nll_with_lower_variance():
+    model = tiny_mlp(num_data=40)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = toy_data(40)
+    elbo = KLWeightedELBO()
+    weight_terms = elbo.terms(model, guide, x, y)
+    model.local_reparameterization = True
+    local_terms = elbo.terms(model, guide, x, y)
+    torch.testing.assert_close(local_terms.kl, weight_terms.kl)  # analytic both ways
+
+    # per-draw NLL of the two estimators, S draws each (one pass each)
+    n = 2000
+    loc, scale = guide.means(), guide.scales()
+
+    def per_draw_nll():
+        logits = model.forward_sampled(x, loc=loc, scale=scale, num_draws=n)
+        return -(40 / 40) * torch.distributions.Categorical(logits=logits).log_prob(y).sum(-1)
+
+    local = per_draw_nll()
+    model.local_reparameterization = False
+    weights = per_draw_nll()
+    # the Pyro path (guide draws replayed at the weight sites), n vectorised particles
+    pyro_path = KLWeightedELBO(num_particles=n, vectorize_particles=True).terms(model, guide, x, y)
+    se = math.sqrt((local.var() + weights.var()).item() / n)
+    assert abs(local.mean().item() - pyro_path.nll.item()) < 4 * se
+    assert abs(weights.mean().item() - pyro_path.nll.item()) < 4 * se
+    assert local.std() < 0.5 * weights.std()  # independent noise per example averages out
+
+
+def test_gradients_reach_loc_and_rho():
+    model = BayesianLeNet(num_data=100, local_reparameterization=True)
+    guide = mean_field_guide(model, init_scale=0.05)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    loss = KLWeightedELBO(num_particles=2, vectorize_particles=True).differentiable_loss(
+        model, guide, x, y
+    )
+    loss.backward()
+    for params in (guide.loc, guide.rho):
+        for name, p in params.items():
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_fit_with_the_flag_trains(vectorize):
+    x, y = toy_data(200)
+    model = tiny_mlp(local_reparameterization=True)
+    guide = mean_field_guide(model, init_scale=0.01)
+    result = fit(
+        model,
+        guide,
+        ListLoader(x, y, 50),
+        epochs=8,
+        lr=0.05,
+        num_particles=2,
+        vectorize_particles=vectorize,
+        progress=False,
+        seed=0,
+    )
+    first, last = result.history[0], result.history[-1]
+    assert last.loss < 0.7 * first.loss
+    assert last.loss == pytest.approx(last.nll + last.kl, rel=1e-6)
+    assert last.train_acc > 0.85
+
+
+def test_plain_pyro_svi_uses_the_local_path_and_updates_the_guide():
+    x, y = toy_data(40)
+    model = tiny_mlp(num_data=40, local_reparameterization=True)
+    guide = mean_field_guide(model, init_scale=1e-3)
+    before = {s: v.clone() for s, v in guide.means().items()}
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), loss=KLWeightedELBO(1e-3))
+    losses = [svi.step(x, y) for _ in range(30)]
+    assert sum(losses[-5:]) < 0.9 * sum(losses[:5])
+    assert all(not torch.equal(before[s], guide.site_loc(s)) for s in guide.sites)
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_flag_round_trips_through_config(cls):
+    model = cls(local_reparameterization=True)
+    assert model.config["local_reparameterization"] is True
+    rebuilt = cls(**model.config)
+    assert rebuilt.local_reparameterization
+    layers = {site.split(".")[0] for site in rebuilt.latent_sites()}
+    assert all(getattr(rebuilt, name).local_reparameterization for name in layers)
+    assert not cls().local_reparameterization
+    assert cls().config["local_reparameterization"] is False
+    rebuilt.local_reparameterization = False  # the setter updates the layers and config
+    assert not rebuilt.local_reparameterization
+    assert cls(**rebuilt.config).config == cls().config
+
+
+@pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
+def test_flag_leaves_the_pyro_model_unchanged(cls):
+    x = torch.randn(3, 1, 28, 28)
+    traces = []
+    for flag in (False, True):
+        pyro.set_rng_seed(5)
+        traces.append(poutine.trace(cls(local_reparameterization=flag)).get_trace(x))
+    plain, local = traces
+    assert list(plain.nodes) == list(local.nodes)  # the same PyroSample sites
+    for name in plain.nodes:
+        if plain.nodes[name]["type"] == "sample":
+            torch.testing.assert_close(plain.nodes[name]["value"], local.nodes[name]["value"])
+    model = cls(local_reparameterization=True)
+    guide = mean_field_guide(model)
+    samples = pyro.infer.Predictive(model, guide=guide, num_samples=3, parallel=True)(x)
+    assert samples["logits"].shape == (3, 3, 10)
+
+
+def test_other_guides_warn_and_sample_weights():
+    x, y = toy_data(10)
+    model = tiny_mlp(num_data=10, local_reparameterization=True)
+    guide = AutoNormal(model)
+    with pytest.warns(UserWarning, match="applies with a MeanFieldGuide only.*got AutoNormal"):
+        terms = KLWeightedELBO().terms(model, guide, x, y)
+    assert torch.isfinite(terms.loss)
+
+
+def test_bad_flag_and_mismatched_guide():
+    with pytest.raises(TypeError, match="Expected local_reparameterization to be True or False"):
+        BayesianMLP(local_reparameterization="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Expected local_reparameterization to be True or False"):
+        BayesianLinear(2, 3, local_reparameterization=1)  # type: ignore[arg-type]
+    model = tiny_mlp(num_data=10, local_reparameterization=True)
+    other = mean_field_guide(
+        BayesianMLP(in_features=3, hidden_features=20, out_features=2, num_hidden=2)
+    )
+    x, y = toy_data(10)
+    with pytest.raises(ValueError, match="differ from the model's latent sites"):
+        KLWeightedELBO().terms(model, other, x, y)
