@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 import warnings
 import weakref
@@ -32,6 +33,16 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import nn
 
+from pyrouq._training import (
+    InterruptFlag,
+    TrainingInterrupted,
+    check_batch,
+    check_loader_inputs,
+    loader_rng_state,
+    restore_rng_states,
+    rng_states,
+    training_state,
+)
 from pyrouq._util import check_count, check_positive_float, has_latent_sites, module_device
 from pyrouq.nn import forget_params
 
@@ -40,6 +51,7 @@ __all__ = [
     "FitResult",
     "KLWeightedELBO",
     "MeanFieldGuide",
+    "TrainingInterrupted",
     "fit",
     "mean_field_guide",
 ]
@@ -518,6 +530,10 @@ def fit(
     progress: bool = True,
     seed: int | None = None,
     callbacks: Sequence[Callable[[EpochRecord], Any]] = (),
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume_from: Any = None,
+    metadata: dict[str, Any] | None = None,
+    check_inputs: bool = True,
 ) -> FitResult:
     """Fit a pyrouq model by stochastic variational inference.
 
@@ -560,7 +576,25 @@ def fit(
     seed : int, optional
         Seeds Pyro/torch before training, so a run repeats exactly.
     callbacks : sequence of callables
-        Each is called as ``callback(record)`` after every epoch.
+        Each is called as ``callback(record)`` after every epoch. A callback may raise
+        ``KeyboardInterrupt`` to stop the run (handled as Ctrl-C, below).
+    checkpoint : str or PathLike, optional
+        Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
+        to this file after every epoch and when the run is interrupted.
+    resume_from : str, PathLike or Checkpoint, optional
+        Continue the run saved there: the model and guide get its parameters, the optimizer its
+        state, and the epoch count, learning-rate schedule, loss history and random-number
+        states carry on, so an interrupted run resumed with the same arguments (``epochs`` is
+        the run's total) ends with the same parameters and history as one that was never
+        stopped. Exact for pyrouq's in-memory loaders (their generator state is stored) and for
+        DataLoaders resumed at an epoch boundary; the model must be built with the same
+        arguments (checked).
+    metadata : dict, optional
+        JSON values stored in the checkpoints.
+    check_inputs : bool, default True
+        Refuse NaN/inf inputs and labels outside ``[0, C)``: for in-memory loaders
+        (``TensorLoader``, ``TensorDataset``) before training starts, naming the examples;
+        for any other loader batch by batch, before the step on that batch.
 
     Returns
     -------
@@ -570,6 +604,14 @@ def fit(
     ------
     FloatingPointError
         When the loss turns non-finite; the parameters of the last finite step are kept.
+    ValueError
+        Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
+        ``resume_from`` that does not fit the model (``CheckpointError``).
+    TrainingInterrupted
+        On Ctrl-C: the first press lets the current step finish, then fit stops with the
+        parameters of that step, writes ``checkpoint`` if given, and raises this
+        ``KeyboardInterrupt`` subclass carrying the partial :class:`FitResult`. A second press
+        interrupts at once.
     """
     check_count("epochs", epochs)
     check_positive_float("lr", lr)
@@ -594,6 +636,10 @@ def fit(
         raise ValueError(
             f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
         )
+    num_classes = getattr(model, "num_classes", None)
+    if check_inputs:
+        check_loader_inputs(train_loader, num_classes)
+    resume = _resume_checkpoint(resume_from, model, guide, epochs)
     model.num_data = int(n)  # type: ignore[assignment]
 
     params = list(model.parameters())
@@ -604,33 +650,93 @@ def fit(
             f"Nothing to train: {type(model).__name__} and the guide have no parameters."
         )
     optimizer = optim(params) if optim is not None else torch.optim.Adam(params, lr=lr)
-    scheduler = _make_scheduler(optimizer, lr_schedule, epochs * _len_or_zero(train_loader))
+    base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+    total_steps = epochs * _len_or_zero(train_loader)
+    lr_factor = _lr_factor(lr_schedule, total_steps)
+    scheduled = lr_schedule != "constant" and total_steps > 0  # unsized loader: no plan
     guide_fn = guide if guide is not None else _empty_guide
     device = module_device(model, guide) or torch.device("cpu")
+    settings = {
+        "kl_weight": elbo.kl_weight,
+        "num_particles": num_particles,
+        "vectorize_particles": vectorize_particles,
+        "num_data": int(n),
+    }
 
     if seed is not None:
         pyro.set_rng_seed(seed)
+
+    history: list[EpochRecord] = []
+    steps = 0
+    first_epoch, skip = 1, 0
+    sums = torch.zeros(3, dtype=torch.float64)
+    if resume is not None:
+        state = resume.training
+        assert state is not None  # checked by _resume_checkpoint
+        optimizer.load_state_dict(resume.optimizer_state)  # type: ignore[arg-type]
+        base_lrs = [float(v) for v in state["base_lrs"]]
+        history = [EpochRecord(**record) for record in state["history"]]
+        steps = int(state["steps"])
+        first_epoch = int(state["epochs_done"]) + 1
+        skip = int(state["epoch_steps"])
+        if skip:
+            sums = state["sums"].clone().double()
+        restore_rng_states(state["rng"], train_loader)
 
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=epochs * max(_len_or_zero(train_loader), 1), leave=False, unit="step")
+        per_epoch = max(_len_or_zero(train_loader), 1)
+        bar = tqdm(total=epochs * per_epoch, initial=steps, leave=False, unit="step")
 
-    history: list[EpochRecord] = []
-    steps = 0
+    def snapshot(epochs_done: int, epoch_steps: int, loader_state: Any) -> dict[str, Any]:
+        return training_state(
+            epochs=epochs,
+            epochs_done=epochs_done,
+            epoch_steps=epoch_steps,
+            steps=steps,
+            sums=sums,
+            history=history,
+            base_lrs=base_lrs,
+            lr_schedule=lr_schedule,
+            total_steps=total_steps,
+            rng=rng_states(train_loader, loader_state),
+            settings=settings,
+        )
+
+    def result() -> FitResult:
+        return FitResult(
+            history=tuple(history),
+            num_data=int(n),
+            kl_weight=elbo.kl_weight,
+            num_particles=num_particles,
+            steps=steps,
+        )
+
+    epoch, batches = first_epoch, skip
+    loader_state = loader_rng_state(train_loader)
     model.train()
     try:
-        with pyro.validation_enabled(False):
-            for epoch in range(1, epochs + 1):
+        with pyro.validation_enabled(False), InterruptFlag() as interrupt:
+            for epoch in range(first_epoch, epochs + 1):
                 start = time.perf_counter()
-                sums = torch.zeros(3, dtype=torch.float64)
                 held: list[tuple[torch.Tensor, torch.Tensor]] = []
                 held_size = 0
-                batches = 0
+                loader_state = loader_rng_state(train_loader)
+                skip, batches = (skip, skip) if epoch == first_epoch else (0, 0)
+                if not skip:
+                    sums = torch.zeros(3, dtype=torch.float64)
                 for step, (x, y) in enumerate(train_loader, start=1):
+                    if step <= skip:  # resuming inside an epoch: these steps were taken
+                        continue
+                    if check_inputs:
+                        check_batch(x, y, epoch, step, num_classes)
                     x = x.to(device, non_blocking=True)
                     y = y.to(device, non_blocking=True)
+                    if scheduled:
+                        for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
+                            group["lr"] = base * lr_factor(steps)
                     terms = elbo.terms(model, guide_fn, x, y)
                     loss = terms.loss
                     if not torch.isfinite(loss.detach()):
@@ -643,8 +749,6 @@ def fit(
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
-                    if scheduler is not None:
-                        scheduler.step()
                     steps += 1
                     batches += 1
                     sums += torch.stack([loss.detach(), terms.nll, terms.kl]).double().cpu()
@@ -656,6 +760,8 @@ def fit(
                         if step % 10 == 0:
                             bar.set_description(f"epoch {epoch}/{epochs}")
                             bar.set_postfix(loss=f"{sums[0].item() / batches:.4g}")
+                    if interrupt.requested:
+                        raise KeyboardInterrupt
                 if batches == 0:
                     raise ValueError(
                         "train_loader yielded no batches. Pass a loader with at least one batch."
@@ -670,19 +776,70 @@ def fit(
                     seconds=time.perf_counter() - start,
                 )
                 history.append(record)
+                batches = 0
+                if checkpoint is not None:
+                    _save_run(
+                        checkpoint,
+                        model,
+                        guide,
+                        optimizer,
+                        snapshot(epoch, 0, loader_rng_state(train_loader)),
+                        metadata,
+                    )
                 for callback in callbacks:
                     callback(record)
+                if interrupt.requested:
+                    raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        # Between steps (a callback, or Ctrl-C seen by InterruptFlag): the parameters are those
+        # of the last completed step. `batches` counts this epoch's completed steps.
+        done = len(history)
+        partial = batches if done < epoch else 0
+        saved = None
+        if checkpoint is not None:
+            state = snapshot(
+                done, partial, loader_state if partial else loader_rng_state(train_loader)
+            )
+            saved = _save_run(checkpoint, model, guide, optimizer, state, metadata)
+        model.eval()
+        raise TrainingInterrupted(result(), saved, epoch, partial) from None
     finally:
         if bar is not None:
             bar.close()
     model.eval()
-    return FitResult(
-        history=tuple(history),
-        num_data=int(n),
-        kl_weight=elbo.kl_weight,
-        num_particles=num_particles,
-        steps=steps,
-    )
+    return result()
+
+
+def _resume_checkpoint(resume_from: Any, model: nn.Module, guide: Any, epochs: int) -> Any:
+    """Load ``resume_from`` into ``model``/``guide`` (checked); None when not resuming."""
+    if resume_from is None:
+        return None
+    from pyrouq.checkpoint import Checkpoint, check_resumable, load
+
+    saved = resume_from if isinstance(resume_from, Checkpoint) else load(resume_from)
+    check_resumable(saved, model, guide)
+    state = saved.training
+    assert state is not None
+    if int(state["epochs_done"]) >= epochs:
+        raise ValueError(
+            f"resume_from has already completed {state['epochs_done']} epochs, but epochs="
+            f"{epochs}. Pass the total number of epochs of the run (more than "
+            f"{state['epochs_done']}), e.g. epochs={state['epochs']}."
+        )
+    if saved.optimizer_state is None:
+        raise ValueError("resume_from holds no optimizer state; it cannot continue a run.")
+    model.load_state_dict(saved.model.state_dict())
+    if guide is not None and saved.guide is not None:
+        guide.load_state_dict(saved.guide.state_dict())
+    return saved
+
+
+def _save_run(
+    path: Any, model: nn.Module, guide: Any, optimizer: Any, state: dict, metadata: Any
+) -> Any:
+    from pyrouq.checkpoint import save
+
+    return save(path, model, guide, optimizer=optimizer, metadata=metadata, training=state)
 
 
 def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
@@ -723,14 +880,6 @@ def _point_accuracy(
         correct += int((probs.argmax(-1) == y).sum())
         total += y.shape[0]
     return correct / total if total else float("nan")
-
-
-def _make_scheduler(
-    optimizer: torch.optim.Optimizer, lr_schedule: str, total_steps: int
-) -> torch.optim.lr_scheduler.LambdaLR | None:
-    if lr_schedule == "constant" or total_steps < 1:  # unsized loader: no plan possible
-        return None
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(lr_schedule, total_steps))
 
 
 def _len_or_zero(loader: Iterable) -> int:

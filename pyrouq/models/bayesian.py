@@ -271,14 +271,19 @@ class BayesianMLP(_BayesianNetwork):
             hidden_features=hidden_features,
             out_features=out_features,
             num_hidden=num_hidden,
+            prior_scale=prior_scale,
             local_reparameterization=local_reparameterization,
         )
         self.in_features = in_features
         self.num_classes = out_features
 
     def plain_network(self) -> MLP:
-        config = {k: v for k, v in self.config.items() if k != "local_reparameterization"}
-        return MLP(**config)
+        return MLP(
+            self.in_features,
+            self.config["hidden_features"],
+            self.num_classes,
+            self.config["num_hidden"],
+        )
 
     def _check_input(self, x: torch.Tensor) -> None:
         _check_mlp_input(type(self).__name__, x, self.in_features)
@@ -320,6 +325,7 @@ class BayesianLeNet(_BayesianNetwork):
         self.config = dict(
             in_channels=in_channels,
             num_classes=num_classes,
+            prior_scale=prior_scale,
             local_reparameterization=local_reparameterization,
         )
         self.in_channels = in_channels

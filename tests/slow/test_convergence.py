@@ -39,9 +39,15 @@ def _evaluate(model, guide, test, flatten=False, num_samples=None):
     return results
 
 
+# The Bayesian LeNet recipe: 2 epochs at batch 256 (470 steps). At batch 512 (236 steps) the
+# MI-based OOD AUROC was 0.947-0.962 over seeds 0-3; at 256 it is 0.965-0.970, with accuracy
+# 98.84-98.94 % and ECE 0.31-0.51 % (seeds 0-3, S = 32).
+RECIPE_BATCH_SIZE = 256
+
+
 def test_bayesian_lenet_two_epochs():
     torch.manual_seed(0)
-    train, test = load_mnist(batch_size=512, seed=0)
+    train, test = load_mnist(batch_size=RECIPE_BATCH_SIZE, seed=0)
     model = BayesianLeNet()
     guide = mean_field_guide(model)
     result = fit(model, guide, train, epochs=2, progress=False, seed=0)
@@ -56,18 +62,18 @@ def test_bayesian_lenet_two_epochs():
     # the scales grew from init_scale=0.01 under the exact ELBO: a posterior, not a point
     assert max(scales.values()) > 0.03
     assert m["ood_auroc_entropy"] >= 0.95
+    assert m["ood_auroc"] >= 0.95  # mutual information, issue 5
 
 
 def test_bayesian_lenet_ood_mutual_information_across_seeds():
     """MNIST -> Fashion-MNIST AUROC with mutual information, over three training seeds.
 
-    Issue 5 asks for >= 0.95. Measured: seed 0 gives 0.947, seeds 1-3 give 0.962 (S = 32),
-    so the figure is checked as the median over seeds 0-2, with a floor for the worst seed.
+    Issue 5 asks for >= 0.95; every seed must reach it (measured 0.965-0.970, S = 32).
     """
     aurocs = []
     for seed in range(3):
         torch.manual_seed(seed)
-        train, test = load_mnist(batch_size=512, seed=seed)
+        train, test = load_mnist(batch_size=RECIPE_BATCH_SIZE, seed=seed)
         model = BayesianLeNet()
         guide = mean_field_guide(model)
         fit(model, guide, train, epochs=2, progress=False, seed=seed)
@@ -75,8 +81,7 @@ def test_bayesian_lenet_ood_mutual_information_across_seeds():
         ood = predict(model, ood_loader(1024), guide, num_samples=32)
         aurocs.append(preds.evaluate(ood=ood)["ood_auroc"])
     _report("BayesianLeNet MI OOD AUROC, seeds 0-2", dict(enumerate(map(float, aurocs))))
-    assert sorted(aurocs)[1] >= 0.95
-    assert min(aurocs) >= 0.94
+    assert min(aurocs) >= 0.95
 
 
 def test_bayesian_mlp_three_epochs():

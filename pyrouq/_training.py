@@ -1,0 +1,221 @@
+"""What ``fit()`` needs besides the ELBO: input checks, Ctrl-C handling, resume state."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+
+TRAINING_STATE_VERSION = 1
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """``fit()`` stopped on Ctrl-C (or a ``KeyboardInterrupt`` raised by a callback).
+
+    The model and guide hold the parameters of the last completed optimizer step.
+
+    Attributes
+    ----------
+    result : FitResult
+        The epochs completed before the interruption.
+    checkpoint : Path or None
+        Where ``fit(checkpoint=...)`` wrote the partial run (resume it with
+        ``fit(..., resume_from=checkpoint)``).
+    epoch, step : int
+        The epoch (1-based) and its last completed step.
+    """
+
+    def __init__(self, result: Any, checkpoint: Path | None, epoch: int, step: int):
+        self.result = result
+        self.checkpoint = checkpoint
+        self.epoch = epoch
+        self.step = step
+        where = (
+            f"; the partial run is saved at {str(checkpoint)!r} (resume with "
+            "fit(..., resume_from=that path))"
+            if checkpoint is not None
+            else "; pass checkpoint=PATH to fit() to save partial runs"
+        )
+        super().__init__(
+            f"Training interrupted in epoch {epoch} after step {step}: the model and guide keep "
+            f"the parameters of that step{where}."
+        )
+
+
+class InterruptFlag:
+    """While active, the first Ctrl-C only sets ``requested``; fit stops after its step.
+
+    A second Ctrl-C raises ``KeyboardInterrupt`` at once. Outside the main thread (where
+    signal handlers cannot be installed) Ctrl-C behaves as usual.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> InterruptFlag:
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+            except ValueError:  # pragma: no cover - e.g. embedded interpreters
+                self._installed = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+
+def _bad_rows(x: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows of ``x`` holding NaN or inf."""
+    flat = x.reshape(x.shape[0], -1)
+    return (~torch.isfinite(flat)).any(dim=1).nonzero().flatten()
+
+
+def _label_problem(y: torch.Tensor, num_classes: int | None) -> str | None:
+    if y.dtype.is_floating_point or y.dtype == torch.bool:
+        return f"labels of dtype {y.dtype}, expected an integer dtype (class indices)"
+    if y.numel() and num_classes is not None:
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= num_classes:
+            return (
+                f"labels in [{low}, {high}], expected class indices in [0, {num_classes - 1}] "
+                f"for a model with {num_classes} classes"
+            )
+    return None
+
+
+def check_loader_inputs(loader: Iterable, num_classes: int | None) -> None:
+    """Refuse NaN/inf inputs and bad labels of an in-memory loader before training starts.
+
+    Works on the tensors of a :class:`pyrouq.data.TensorLoader` or of a ``DataLoader`` over a
+    ``TensorDataset`` at once (no pass over the batches); other loaders are checked batch by
+    batch during training (:func:`check_batch`).
+    """
+    tensors = _in_memory_tensors(loader)
+    if tensors is None:
+        return
+    images, labels = tensors
+    if images.dtype.is_floating_point:
+        bad = _bad_rows(images)
+        if bad.numel():
+            batch_size = getattr(loader, "batch_size", None)
+            shuffled = bool(getattr(loader, "shuffle", True))
+            first = int(bad[0])
+            where = (
+                f" (the first in batch {first // batch_size + 1} of every epoch)"
+                if batch_size and not shuffled
+                else ""
+            )
+            raise ValueError(
+                f"train_loader holds NaN or inf in {bad.numel()} of {images.shape[0]} examples, "
+                f"e.g. example indices {bad[:5].tolist()}{where}; nothing was trained. Remove "
+                "or repair them (torch.nan_to_num, or drop the rows) before fit()."
+            )
+    problem = _label_problem(labels, num_classes)
+    if problem is not None:
+        raise ValueError(f"train_loader has {problem}; nothing was trained. Fix the labels.")
+
+
+def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
+    dataset = getattr(loader, "dataset", None)
+    images = getattr(dataset, "images", None)
+    labels = getattr(dataset, "labels", None)
+    if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
+        return images, labels
+    tensors = getattr(dataset, "tensors", None)
+    if isinstance(tensors, tuple) and len(tensors) >= 2:
+        if isinstance(tensors[0], torch.Tensor) and isinstance(tensors[1], torch.Tensor):
+            return tensors[0], tensors[1]
+    return None
+
+
+def check_batch(
+    x: torch.Tensor, y: torch.Tensor, epoch: int, step: int, num_classes: int | None
+) -> None:
+    """Refuse a batch with NaN/inf inputs or bad labels before training on it."""
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise TypeError(
+            f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
+            f"({type(x).__name__}, {type(y).__name__})."
+        )
+    if x.dtype.is_floating_point and not bool(torch.isfinite(x).all()):
+        bad = _bad_rows(x)
+        raise ValueError(
+            f"Batch {step} of epoch {epoch} holds NaN or inf in {bad.numel()} of {x.shape[0]} "
+            f"inputs (rows {bad[:5].tolist()}); training stopped before that batch, so the "
+            "parameters are those of the previous step. Clean the data before fit()."
+        )
+    problem = _label_problem(y, num_classes)
+    if problem is not None:
+        raise ValueError(
+            f"Batch {step} of epoch {epoch} has {problem}; training stopped before that batch."
+        )
+
+
+def rng_states(loader: Iterable, loader_state: torch.Tensor | None) -> dict[str, Any]:
+    """Random-number states to store: torch's (CPU, CUDA) and the loader's epoch-start state."""
+    states: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    if loader_state is not None:
+        states["loader"] = loader_state
+    return states
+
+
+def restore_rng_states(states: dict[str, Any], loader: Iterable) -> None:
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if "loader" in states and hasattr(loader, "set_rng_state"):
+        loader.set_rng_state(states["loader"])
+
+
+def loader_rng_state(loader: Iterable) -> torch.Tensor | None:
+    get = getattr(loader, "get_rng_state", None)
+    return get() if callable(get) else None
+
+
+def training_state(
+    *,
+    epochs: int,
+    epochs_done: int,
+    epoch_steps: int,
+    steps: int,
+    sums: torch.Tensor,
+    history: list[Any],
+    base_lrs: list[float],
+    lr_schedule: str,
+    total_steps: int,
+    rng: dict[str, Any],
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
+    return {
+        "version": TRAINING_STATE_VERSION,
+        "epochs": epochs,
+        "epochs_done": epochs_done,
+        "epoch_steps": epoch_steps,
+        "steps": steps,
+        "sums": sums.clone(),
+        "history": [asdict(record) for record in history],
+        "base_lrs": list(base_lrs),
+        "lr_schedule": lr_schedule,
+        "total_steps": total_steps,
+        "rng": rng,
+        "settings": settings,
+    }

@@ -1,0 +1,461 @@
+"""Checkpoints that never run code: tensors plus a JSON description of how to rebuild.
+
+A checkpoint is one file written by :func:`torch.save` holding only tensors, numbers, strings,
+lists and dicts:
+
+* ``"format"`` / ``"format_version"``: ``"pyrouq.checkpoint"`` and :data:`FORMAT_VERSION`;
+* ``"description"``: a JSON string naming the model class and its constructor arguments, the
+  guide class and its arguments, ``num_data``, and the versions of pyrouq, torch and Pyro;
+* ``"model"`` / ``"guide"``: their ``state_dict()`` (the guide's is ``None`` without a guide);
+* ``"optimizer"``: an optimizer's ``state_dict()`` or ``None``;
+* ``"metadata"``: a JSON string of the caller's metadata;
+* ``"training"``: what :func:`pyrouq.fit` needs to resume an interrupted run, or ``None``.
+
+:func:`load` reads it with ``torch.load(..., weights_only=True)``, so a file carrying a pickled
+Python object is refused instead of executed, and rebuilds the model and guide from the
+description (the classes are looked up in a fixed table of pyrouq classes, never imported by
+name). Files are written to a temporary name and renamed, so an interrupted save never leaves a
+truncated checkpoint behind.
+
+Examples
+--------
+>>> import tempfile, pathlib, torch
+>>> from pyrouq import BayesianMLP, mean_field_guide
+>>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+>>> guide = mean_field_guide(model)
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "run.pt"
+>>> save(path, model, guide, metadata={"note": "tiny"})
+PosixPath('...run.pt')
+>>> restored = load(path)
+>>> type(restored.model).__name__, restored.metadata
+('BayesianMLP', {'note': 'tiny'})
+>>> torch.equal(restored.guide.site_loc("fc1.weight"), guide.site_loc("fc1.weight"))
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import pickletools
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["FORMAT_VERSION", "Checkpoint", "CheckpointError", "load", "save"]
+
+FORMAT = "pyrouq.checkpoint"
+FORMAT_VERSION = 1
+
+# Constructor arguments rebuilt from the description, per class (the rest of the state is in the
+# state_dict). BatchEnsemble models also record num_members.
+_PLAIN_ARGS = {
+    "MLP": ("in_features", "hidden_features", "out_features", "num_hidden"),
+    "LeNet": ("in_channels", "num_classes"),
+}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written or read (unreadable, unsafe, or of another model)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What :func:`load` returns.
+
+    Attributes
+    ----------
+    model : nn.Module
+        The rebuilt model with its saved parameters, in eval mode.
+    guide : MeanFieldGuide or None
+        The rebuilt guide (``None`` when none was saved).
+    optimizer_state : dict or None
+        The optimizer's ``state_dict()``, to pass to ``optimizer.load_state_dict``.
+    metadata : dict
+        The caller's metadata (JSON values).
+    description : dict
+        Classes, constructor arguments and library versions at save time.
+    training : dict or None
+        State for ``fit(..., resume_from=...)``: epochs done, history, random-number states.
+    path : Path or None
+        The file it came from.
+    """
+
+    model: nn.Module
+    guide: nn.Module | None
+    optimizer_state: dict[str, Any] | None
+    metadata: dict[str, Any]
+    description: dict[str, Any] = field(repr=False)
+    training: dict[str, Any] | None = field(default=None, repr=False)
+    path: Path | None = None
+
+
+def _model_classes() -> dict[str, type]:
+    from pyrouq import models
+
+    return {
+        cls.__name__: cls
+        for cls in (
+            models.MLP,
+            models.LeNet,
+            models.BayesianMLP,
+            models.BayesianLeNet,
+            models.BatchEnsembleMLP,
+            models.BatchEnsembleLeNet,
+        )
+    }
+
+
+def describe_model(model: nn.Module) -> dict[str, Any]:
+    """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``."""
+    name = type(model).__name__
+    known = _model_classes()
+    if known.get(name) is not type(model):
+        raise CheckpointError(
+            f"save() cannot describe a {name}: expected one of {sorted(known)}. Save "
+            "model.state_dict() with torch.save for other modules, and rebuild them yourself."
+        )
+    if name in _PLAIN_ARGS:
+        config = {arg: getattr(model, arg) for arg in _PLAIN_ARGS[name]}
+    else:
+        config = dict(model.config)  # type: ignore[arg-type]
+        if hasattr(model, "num_members"):
+            config["num_members"] = int(model.num_members)  # type: ignore[arg-type]
+    num_data = getattr(model, "num_data", None)
+    return {"class": name, "config": config, "num_data": num_data}
+
+
+def describe_guide(guide: Any) -> dict[str, Any] | None:
+    """The JSON description of a guide (only :class:`MeanFieldGuide` is supported)."""
+    if guide is None:
+        return None
+    from pyrouq.infer import MeanFieldGuide
+
+    if not isinstance(guide, MeanFieldGuide):
+        raise CheckpointError(
+            f"save() can store a MeanFieldGuide, got {type(guide).__name__}. Build the guide "
+            "with mean_field_guide(model), or save its state yourself (pyro.get_param_store())."
+        )
+    return {"class": "MeanFieldGuide", "init_scale": guide.init_scale}
+
+
+def _versions() -> dict[str, str]:
+    import pyro
+
+    from pyrouq import __version__
+
+    return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
+
+
+def save(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    guide: nn.Module | None = None,
+    *,
+    optimizer: torch.optim.Optimizer | dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint of ``model`` (and ``guide``, ``optimizer``) to ``path``.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file to write (its folder is created). Written atomically: a temporary file in
+        the same folder, then renamed.
+    model : pyrouq model
+        ``MLP``, ``LeNet``, ``BayesianMLP``, ``BayesianLeNet``, ``BatchEnsembleMLP`` or
+        ``BatchEnsembleLeNet``.
+    guide : MeanFieldGuide, optional
+    optimizer : torch.optim.Optimizer or its state_dict, optional
+    metadata : dict, optional
+        JSON-serialisable values (metrics, the command line, ...).
+    training : dict, optional
+        Resume state, written by :func:`pyrouq.fit`; leave it alone.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    CheckpointError
+        For a model or guide class it cannot describe, or metadata that is not JSON.
+    """
+    path = Path(path)
+    description = {
+        "model": describe_model(model),
+        "guide": describe_guide(guide),
+        "versions": _versions(),
+    }
+    try:
+        metadata_json = json.dumps(metadata if metadata is not None else {}, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
+            f"got {err}. Convert tensors with .tolist() or float()."
+        ) from None
+    if isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer.state_dict()
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "description": json.dumps(description),
+        "model": _cpu(model.state_dict()),
+        "guide": _cpu(guide.state_dict()) if guide is not None else None,
+        "optimizer": _cpu(optimizer) if optimizer is not None else None,
+        "metadata": metadata_json,
+        "training": _cpu(training) if training is not None else None,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _cpu(value: Any) -> Any:
+    """``value`` with every tensor moved to the CPU (dicts, lists and tuples walked)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate the raw checkpoint dict (tensors only; no code runs)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"No checkpoint at {str(path)!r}: the file does not exist. Pass the path that "
+            "pyrouq.save() or `pyrouq fit --out DIR` wrote (DIR/checkpoint.pt)."
+        )
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's weights-only unpickler names what it refused after "WeightsUnpickler error:";
+        # a global (a class or function to import and call) means a pickled Python object,
+        # anything else (an unknown opcode, ...) a damaged file.
+        reason = str(err).partition("WeightsUnpickler error:")[2] or str(err)
+        if "global" in reason.lower() or _plain_pickle_with_objects(path):
+            raise CheckpointError(
+                f"{str(path)!r} contains pickled Python objects, which pyrouq refuses to load "
+                "because unpickling can run arbitrary code. Load checkpoints written by "
+                "pyrouq.save(); if you trust this file, read it with torch.load yourself."
+            ) from None
+        raise CheckpointError(_corrupt(path, err)) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise CheckpointError(_corrupt(path, err)) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{str(path)!r} is not a pyrouq checkpoint: expected a dict with "
+            f"format={FORMAT!r}, got {_kind(payload)}. Write checkpoints with pyrouq.save()."
+        )
+    version = payload.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{str(path)!r} has checkpoint format version {version!r}; this pyrouq reads "
+            f"version {FORMAT_VERSION}. Load it with the pyrouq version that wrote it."
+        )
+    missing = [k for k in ("description", "model", "metadata") if k not in payload]
+    if missing:
+        raise CheckpointError(
+            f"{str(path)!r} lacks the entries {missing}: the file is damaged. Re-save it."
+        )
+    return payload
+
+
+_OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"}
+
+
+def _plain_pickle_with_objects(path: Path) -> bool:
+    """Whether ``path`` is a bare pickle (not torch's zip format) that builds Python objects.
+
+    Read with :mod:`pickletools` (which parses opcodes and executes nothing).
+    """
+    if zipfile.is_zipfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return any(op.name in _OBJECT_OPCODES for op, _, _ in pickletools.genops(f))
+    except Exception:  # not a pickle at all: a damaged file
+        return False
+
+
+def _corrupt(path: Path, err: BaseException) -> str:
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return (
+        f"{str(path)!r} is not a readable checkpoint: it is truncated or corrupted ({reason}). "
+        "Use an intact copy, or the previous epoch's checkpoint."
+    )
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"a dict with format={value.get('format')!r}"
+    return f"a {type(value).__name__}"
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    model_class: type | str | None = None,
+    device: str | torch.device | None = None,
+) -> Checkpoint:
+    """Rebuild the model and guide saved at ``path``.
+
+    Parameters
+    ----------
+    path : str or PathLike
+    model_class : type or str, optional
+        The class the caller expects (e.g. ``BayesianLeNet``); a checkpoint of another class
+        is refused.
+    device : str or torch.device, optional
+        Where the rebuilt model and guide live (default CPU).
+
+    Returns
+    -------
+    Checkpoint
+
+    Raises
+    ------
+    CheckpointError
+        A missing, truncated or corrupted file, one holding pickled Python objects, one of
+        another model class than ``model_class``, or parameters that do not fit the
+        description.
+    """
+    payload = read(path)
+    description = _parse_description(path, payload["description"])
+    model = build_model(description, expected=model_class, path=path)
+    _load_state(model, payload["model"], "model", path)
+    guide = None
+    if description.get("guide") is not None:
+        guide = build_guide(description, model, path=path)
+        if payload.get("guide") is None:
+            raise CheckpointError(f"{str(path)!r} describes a guide but holds no guide state.")
+        _load_state(guide, payload["guide"], "guide", path)
+    if device is not None:
+        model.to(device)
+        if guide is not None:
+            guide.to(device)
+    model.eval()
+    return Checkpoint(
+        model=model,
+        guide=guide,
+        optimizer_state=payload.get("optimizer"),
+        metadata=json.loads(payload["metadata"]),
+        description=description,
+        training=payload.get("training"),
+        path=Path(path),
+    )
+
+
+def _parse_description(path: Any, text: Any) -> dict[str, Any]:
+    try:
+        description = json.loads(text)
+        description["model"]["class"]
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(
+            f"{str(path)!r} has an unreadable model description ({err}). Re-save it."
+        ) from None
+    return description  # type: ignore[no-any-return]
+
+
+def build_model(
+    description: dict[str, Any], *, expected: type | str | None = None, path: Any = None
+) -> nn.Module:
+    """A fresh model of the described class and configuration (parameters not loaded)."""
+    name = description["model"]["class"]
+    known = _model_classes()
+    if expected is not None:
+        expected_name = expected if isinstance(expected, str) else expected.__name__
+        if expected_name != name:
+            raise CheckpointError(
+                f"{str(path)!r} holds a {name}, expected a {expected_name}. Load it without "
+                f"model_class, or pick the checkpoint of a {expected_name}."
+            )
+    if name not in known:
+        raise CheckpointError(
+            f"{str(path)!r} describes an unknown model class {name!r}; expected one of "
+            f"{sorted(known)}."
+        )
+    config = dict(description["model"].get("config") or {})
+    try:
+        model = known[name](**config)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"{str(path)!r}: cannot rebuild {name} from its saved arguments {config} ({err})."
+        ) from None
+    num_data = description["model"].get("num_data")
+    if num_data is not None and hasattr(model, "num_data"):
+        model.num_data = int(num_data)
+    return model  # type: ignore[no-any-return]
+
+
+def build_guide(description: dict[str, Any], model: nn.Module, *, path: Any = None) -> nn.Module:
+    """A fresh guide of the described class for ``model`` (parameters not loaded)."""
+    from pyrouq.infer import MeanFieldGuide
+
+    spec = description["guide"]
+    if spec.get("class") != "MeanFieldGuide":
+        raise CheckpointError(
+            f"{str(path)!r} describes an unknown guide class {spec.get('class')!r}; expected "
+            "'MeanFieldGuide'."
+        )
+    return MeanFieldGuide(model, init_scale=float(spec.get("init_scale", 1e-2)))
+
+
+def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        reason = " ".join(line.strip() for line in first[:3])
+        raise CheckpointError(
+            f"{str(path)!r}: the saved {what} parameters do not fit a {type(module).__name__} "
+            f"built from the description ({reason}). The file is damaged or was edited."
+        ) from None
+
+
+def check_resumable(checkpoint: Checkpoint, model: nn.Module, guide: Any) -> None:
+    """Refuse to resume ``model``/``guide`` from a checkpoint of another configuration."""
+    saved = checkpoint.description["model"]
+    here = describe_model(model)
+    where = str(checkpoint.path) if checkpoint.path is not None else "the checkpoint"
+    if saved["class"] != here["class"]:
+        raise CheckpointError(
+            f"resume_from={where!r} holds a {saved['class']}, but the model is a "
+            f"{here['class']}. Resume with the model class the run was started with."
+        )
+    if saved["config"] != here["config"]:
+        raise CheckpointError(
+            f"resume_from={where!r} holds a {saved['class']} with {saved['config']}, but the "
+            f"model has {here['config']}. Rebuild the model with the saved arguments."
+        )
+    if (checkpoint.guide is None) != (guide is None):
+        raise CheckpointError(
+            f"resume_from={where!r} was saved {'with' if checkpoint.guide else 'without'} a "
+            f"guide, but guide is {'None' if guide is None else type(guide).__name__}."
+        )
+    if checkpoint.training is None:
+        raise CheckpointError(
+            f"resume_from={where!r} holds no training state (it was written by save(), not "
+            "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."
+        )

@@ -1,0 +1,195 @@
+"""Shared pieces of :mod:`pyrouq.plotting`: option types, the lazy pyplot import, input
+checks and :func:`~pyrouq.plotting.save_figures`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pyrouq.data import MNIST_MEAN, MNIST_STD
+from pyrouq.metrics import _prepare, _prepare_probs
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+Component = Literal["total", "aleatoric", "epistemic"]
+"""A part of a :class:`~pyrouq.uncertainty.Decomposition`."""
+
+DistributionKind = Literal["hist", "ecdf"]
+"""How :func:`~pyrouq.plotting.plot_uncertainty_distributions` draws a distribution: a density
+histogram or the empirical CDF."""
+
+_COMPONENTS: tuple[str, ...] = get_args(Component)
+_KINDS: tuple[str, ...] = get_args(DistributionKind)
+
+#: Up to this many draws/members, :func:`~pyrouq.plotting.plot_most_uncertain` draws grouped
+#: bars (one colour per member); beyond it, one thin line per draw.
+MAX_BARS = 10
+
+Probs = Any  # Predictions, (S, N, C) or (N, C) tensor
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write each figure to ``out_dir/<name>.png`` (dpi 100) and close it.
+
+    Parameters
+    ----------
+    figures : dict of str to Figure
+        File names (without ``.png``, which is added unless present) and figures, e.g.
+        ``{"reliability": plot_reliability(preds, y)}``. Names are plain file names: no
+        directory separators, not starting with a dot.
+    out_dir : path
+        Created (with its parents) when missing.
+
+    Returns
+    -------
+    list of Path
+        The written files, in the order of ``figures``.
+    """
+    if not isinstance(figures, Mapping):
+        raise TypeError(
+            f"Expected figures to be a dict of name -> Figure, got {type(figures).__name__}; "
+            "pass e.g. {'reliability': fig}."
+        )
+    planned = []
+    for name, fig in figures.items():
+        if (
+            not isinstance(name, str)
+            or not name
+            or name.startswith(".")
+            or any(sep in name for sep in ("/", "\\", os.sep))
+        ):
+            raise ValueError(
+                f"Expected each figure name to be a plain file name (no directory separators, "
+                f"not starting with '.'), got {name!r}; pass e.g. 'reliability'."
+            )
+        if not callable(getattr(fig, "savefig", None)):
+            raise TypeError(
+                f"Expected figures[{name!r}] to be a matplotlib Figure, got "
+                f"{type(fig).__name__}; pass what the plot_* functions return."
+            )
+        planned.append((name if name.endswith(".png") else f"{name}.png", fig))
+    plt = _pyplot()
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for filename, fig in planned:
+        path = directory / filename
+        try:
+            fig.savefig(path, dpi=100)
+        finally:
+            plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Private helpers
+
+
+def _pyplot() -> Any:
+    """``matplotlib.pyplot``, imported on first use, with Agg where there is no display."""
+    try:
+        import matplotlib
+    except ImportError as e:  # pragma: no cover - matplotlib is a dependency
+        raise ImportError(
+            "pyrouq.plotting needs matplotlib; install it with `pip install matplotlib`."
+        ) from e
+    if "matplotlib.pyplot" not in sys.modules and _headless():
+        chosen = getattr(matplotlib.rcParams, "_get_backend_or_none", lambda: None)()
+        if chosen is None and not os.environ.get("MPLBACKEND"):
+            matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _headless() -> bool:
+    """No display to draw on: Linux (or another non-macOS Unix) without X11 or Wayland."""
+    if sys.platform in ("win32", "darwin"):
+        return False
+    return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"Unknown {name} {value!r}; expected one of {', '.join(map(repr, allowed))}."
+        )
+
+
+def _probs(value: Probs, name: str) -> Tensor:
+    """Validated ``(S, N, C)`` float64 probabilities on the CPU."""
+    return _prepare_probs(value, name=name).detach().cpu()
+
+
+def _targets(targets: Tensor | None, predictions: Probs) -> Tensor:
+    """``targets``, else ``predictions.targets``, else a ValueError saying what to pass."""
+    if targets is None:
+        targets = getattr(predictions, "targets", None)
+    if targets is None:
+        raise ValueError(
+            "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
+            "from a loader of (x, y) batches)."
+        )
+    return targets.detach().cpu() if isinstance(targets, Tensor) else targets
+
+
+def _optional_targets(targets: Tensor | None, predictions: Probs, p: Tensor) -> Tensor | None:
+    """Like :func:`_targets`, checked against ``p``, but None when there are none."""
+    if targets is None and getattr(predictions, "targets", None) is None:
+        return None
+    return _prepare(p, _targets(targets, predictions))[1]
+
+
+def _display_images(images: Any, n: int, normalized: bool | None, index: list[int]) -> np.ndarray:
+    """``images[index]`` as an ``(len(index), H, W)`` float array in ``[0, 1]`` for imshow."""
+    if isinstance(images, np.ndarray):
+        images = torch.from_numpy(images)
+    if not isinstance(images, Tensor):
+        raise TypeError(
+            f"Expected images to be a torch.Tensor (or numpy array) of N images, got "
+            f"{type(images).__name__}; pass e.g. torch.cat([x for x, _ in loader])."
+        )
+    shape = tuple(images.shape)
+    if images.dim() == 0 or shape[0] != n:
+        raise ValueError(
+            f"Expected images with N={n} entries, one per input of the predictions, got shape "
+            f"{shape}; pass the images that were predicted, in the same order."
+        )
+    x = images.detach().cpu()
+    if x.dim() == 4 and shape[1] == 1:
+        x = x[:, 0]
+    elif x.dim() == 2 and int(np.sqrt(shape[1])) ** 2 == shape[1]:
+        side = int(np.sqrt(shape[1]))
+        x = x.reshape(n, side, side)
+    elif x.dim() != 3:
+        raise ValueError(
+            f"Expected images of shape (N, 1, H, W), (N, H, W) or (N, H * H), got {shape}; "
+            "pass single-channel images."
+        )
+    if x.dtype == torch.uint8:
+        return (x[index].to(torch.float32) / 255).numpy()
+    if not x.is_floating_point():
+        raise TypeError(
+            f"Expected images of a float dtype or uint8, got {x.dtype}; convert them with "
+            "images.float()."
+        )
+    if normalized is None:
+        normalized = bool(x.min() < 0)
+    out = x[index].to(torch.float32)
+    if normalized:
+        out = out * MNIST_STD + MNIST_MEAN
+    return out.clamp(0.0, 1.0).numpy()

@@ -1,0 +1,361 @@
+"""Plots of evaluation results: reliability, risk-coverage, uncertainty distributions,
+training curves and rotated inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pyrouq._util import check_int
+from pyrouq.metrics import (
+    NUM_BINS,
+    _error_counts,
+    _prepare,
+    aurc,
+    ece,
+    ood_auroc,
+    risk_at_80_cov,
+)
+from pyrouq.plotting._common import (
+    _COMPONENTS,
+    _KINDS,
+    DistributionKind,
+    _check_choice,
+    _probs,
+    _pyplot,
+    _targets,
+)
+from pyrouq.uncertainty import Measure, _check_measure, decompose
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from pyrouq.infer import EpochRecord, FitResult
+    from pyrouq.predictive import Predictions
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration and selective prediction
+
+
+def plot_reliability(
+    predictions_or_probs: Predictions | Tensor,
+    targets: Tensor | None = None,
+    *,
+    num_bins: int = NUM_BINS,
+) -> Figure:
+    """Reliability diagram with its ECE, and the histogram of confidences below it.
+
+    The confidence of an input is ``max_c p̄_c``; bins are equal-width and left-closed, with a
+    confidence of 1.0 in the last bin, exactly as :func:`pyrouq.metrics.ece` bins them. Each
+    bar is the accuracy of a bin, the red part the gap to its mean confidence. The ECE in the
+    title is :func:`pyrouq.metrics.ece` (15 bins; the title says so when ``num_bins`` differs).
+
+    Parameters
+    ----------
+    predictions_or_probs : Predictions or Tensor
+        ``(S, N, C)`` or ``(N, C)`` probabilities.
+    targets : Tensor, optional
+        ``(N,)`` labels; default ``predictions_or_probs.targets``.
+    num_bins : int, default 15
+        Number of bins of the diagram.
+
+    Returns
+    -------
+    Figure
+        Two axes: the reliability diagram (title ``Reliability diagram (acc …, ECE …)``) and
+        the fraction of inputs per bin.
+    """
+    num_bins = check_int("num_bins", num_bins, hint="The ECE uses 15 bins.")
+    pbar, y = _prepare(
+        _probs(predictions_or_probs, "predictions_or_probs"),
+        _targets(targets, predictions_or_probs),
+    )
+    conf, pred = pbar.max(-1)
+    correct = (pred == y).to(conf.dtype)
+    edges = torch.arange(num_bins + 1, dtype=conf.dtype) / num_bins
+    bins = (torch.bucketize(conf, edges, right=True) - 1).clamp(0, num_bins - 1)
+    counts = torch.bincount(bins, minlength=num_bins).to(conf.dtype)
+    sum_conf = conf.new_zeros(num_bins).index_add_(0, bins, conf)
+    sum_correct = conf.new_zeros(num_bins).index_add_(0, bins, correct)
+    filled = counts > 0
+    acc_b = torch.where(filled, sum_correct / counts.clamp_min(1), torch.nan).numpy()
+    conf_b = torch.where(filled, sum_conf / counts.clamp_min(1), torch.nan).numpy()
+    centers = ((edges[:-1] + edges[1:]) / 2).numpy()
+    value = ece(pbar, y)
+    accuracy = float(correct.mean())
+
+    plt = _pyplot()
+    fig, (ax, ax_n) = plt.subplots(
+        2, 1, figsize=(5.0, 6.0), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    ax.bar(centers, acc_b, width=1 / num_bins, edgecolor="black", lw=0.5, label="accuracy")
+    ax.bar(
+        centers,
+        conf_b - acc_b,
+        bottom=acc_b,
+        width=1 / num_bins,
+        color="tab:red",
+        alpha=0.35,
+        edgecolor="tab:red",
+        lw=0.5,
+        label="gap to confidence",
+    )
+    ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.legend(loc="upper left", fontsize=8)
+    note = "" if num_bins == NUM_BINS else f" ({NUM_BINS} bins)"
+    ax.set_title(f"Reliability diagram (acc {accuracy:.2%}, ECE {value:.2%}{note})")
+    ax_n.bar(centers, (counts / counts.sum()).numpy(), width=1 / num_bins, color="tab:gray")
+    ax_n.set_xlabel("confidence (max. mean probability)")
+    ax_n.set_ylabel("fraction")
+    fig.tight_layout()
+    return fig
+
+
+def plot_risk_coverage(
+    predictions_or_probs: Predictions | Tensor,
+    targets: Tensor | None = None,
+) -> Figure:
+    """Risk-coverage curve with its AURC, the optimal curve and the Risk@80Cov point.
+
+    The selective risk at coverage ``k / N`` is the error rate among the k most confident
+    inputs (confidence ``max_c p̄_c``, ties averaged), exactly as :func:`pyrouq.metrics.aurc`
+    integrates it; the AURC in the title is :func:`pyrouq.metrics.aurc`. The optimal curve
+    ranks every error last (same accuracy, perfect ranking); the dotted line is the overall
+    error rate (a random ranking).
+
+    Parameters
+    ----------
+    predictions_or_probs : Predictions or Tensor
+        ``(S, N, C)`` or ``(N, C)`` probabilities.
+    targets : Tensor, optional
+        ``(N,)`` labels; default ``predictions_or_probs.targets``.
+
+    Returns
+    -------
+    Figure
+        One axes, titled ``Risk-coverage curve (AURC …)``.
+    """
+    pbar, y = _prepare(
+        _probs(predictions_or_probs, "predictions_or_probs"),
+        _targets(targets, predictions_or_probs),
+    )
+    n = pbar.shape[0]
+    errors = _error_counts(pbar, y)
+    k = torch.arange(1, n + 1, dtype=errors.dtype)
+    risk = errors / k
+    total_errors = float(errors[-1])
+    best = (k - (n - total_errors)).clamp_min(0) / k
+    value, at_80 = aurc(pbar, y), risk_at_80_cov(pbar, y)
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    coverage = (k / n).numpy()
+    ax.plot(coverage, risk.numpy(), lw=1.5, label=f"model (AURC {value:.2%})")
+    ax.plot(coverage, best.numpy(), "g--", lw=1, label=f"optimal (AURC {float(best.mean()):.2%})")
+    ax.axhline(total_errors / n, color="gray", ls=":", lw=1, label="random ranking")
+    ax.plot([(4 * n + 4) // 5 / n], [at_80], "ko", ms=4, label=f"Risk@80Cov {at_80:.2%}")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("coverage")
+    ax.set_ylabel("selective risk (error rate)")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Risk-coverage curve (AURC {value:.2%})")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Uncertainty, training, distribution shift
+
+
+def plot_uncertainty_distributions(
+    in_dist: Predictions | Tensor,
+    ood: Predictions | Tensor | None = None,
+    *,
+    measure: Measure = "entropy",
+    kind: DistributionKind = "hist",
+    bins: int = 30,
+) -> Figure:
+    """Distributions of total, aleatoric and epistemic uncertainty, in-distribution vs OOD.
+
+    With ``ood``, each panel's title gives the OOD AUROC of that part used as the score
+    (:func:`pyrouq.metrics.ood_auroc`, OOD positive): for ``measure="entropy"`` the total and
+    epistemic panels equal ``evaluate(..., ood_score="entropy")`` and
+    ``ood_score="mutual_information"``.
+
+    Parameters
+    ----------
+    in_dist : Predictions or Tensor
+        ``(S, N, C)`` (or ``(N, C)``) probabilities on in-distribution inputs.
+    ood : Predictions or Tensor, optional
+        ``(S, M, C)`` (or ``(M, C)``) probabilities on out-of-distribution inputs.
+    measure : {"entropy", "variance", "zero_one"}, default "entropy"
+        Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
+    kind : {"hist", "ecdf"}, default "hist"
+        Density histograms (common bin edges) or empirical CDFs.
+    bins : int, default 30
+        Number of histogram bins.
+
+    Returns
+    -------
+    Figure
+        Three axes: total, aleatoric, epistemic.
+    """
+    _check_measure(measure)
+    _check_choice("kind", kind, _KINDS)
+    bins = check_int("bins", bins, hint="It is the number of histogram bins, e.g. bins=30.")
+    p_in = _probs(in_dist, "in_dist")
+    parts_in = decompose(p_in, measure)
+    parts_out = None
+    if ood is not None:
+        p_out = _probs(ood, "ood")
+        if p_out.shape[-1] != p_in.shape[-1]:
+            raise ValueError(
+                f"Expected ood with C={p_in.shape[-1]} classes like in_dist, got shape "
+                f"{tuple(p_out.shape)}; predict both with the same model."
+            )
+        parts_out = decompose(p_out, measure)
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.6))
+    for ax, name in zip(axes, _COMPONENTS, strict=True):
+        series = [("in-distribution", getattr(parts_in, name), "tab:blue")]
+        title = f"{name} ({measure})"
+        if parts_out is not None:
+            out_values = getattr(parts_out, name)
+            series.append(("OOD", out_values, "tab:orange"))
+            title += f"\nOOD AUROC {ood_auroc(getattr(parts_in, name), out_values):.2%}"
+        values = torch.cat([v for _, v, _ in series])
+        lo, hi = float(values.min()), float(values.max())
+        edges = np.linspace(lo, hi if hi > lo else lo + 1e-6, bins + 1)
+        for label, v, color in series:
+            data = v.numpy()
+            if kind == "hist":
+                ax.hist(data, bins=edges, density=True, alpha=0.5, color=color, label=label)
+            else:
+                xs = np.sort(data)
+                ax.step(
+                    xs, np.arange(1, xs.size + 1) / xs.size, where="post", color=color, label=label
+                )
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(f"{name} uncertainty")
+        ax.set_ylabel("density" if kind == "hist" else "fraction of inputs ≤ x")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figure:
+    """Loss, KL and training accuracy per epoch of a :func:`pyrouq.infer.fit` run.
+
+    Parameters
+    ----------
+    fit_result : FitResult or sequence of EpochRecord
+        What :func:`pyrouq.infer.fit` returned (or its ``history``).
+
+    Returns
+    -------
+    Figure
+        Three axes: the loss (negative ELBO estimate) with its expected-NLL term, ``KL(q || p)``
+        (0 for BatchEnsemble), and the training accuracy; the title gives the final values.
+    """
+    history = getattr(fit_result, "history", fit_result)
+    fields = ("epoch", "loss", "nll", "kl", "train_acc", "seconds")
+    if isinstance(history, (str, bytes)) or not isinstance(history, Sequence):
+        raise TypeError(
+            f"Expected fit_result to be a FitResult (what pyrouq.fit returns) or a sequence of "
+            f"EpochRecord, got {type(fit_result).__name__}."
+        )
+    if not history:
+        raise ValueError(
+            "Expected fit_result with at least one epoch, got an empty history; plot after "
+            "fit(..., epochs >= 1) has run."
+        )
+    for record in history:
+        if not all(hasattr(record, f) for f in fields):
+            raise TypeError(
+                f"Expected EpochRecord entries with fields {list(fields)}, got "
+                f"{type(record).__name__}; pass the FitResult that pyrouq.fit returned."
+            )
+    epochs = [r.epoch for r in history]
+    last = history[-1]
+    marker = "o-" if len(history) < 30 else "-"
+
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    fig, (ax_loss, ax_kl, ax_acc) = plt.subplots(1, 3, figsize=(12.0, 3.4))
+    ax_loss.plot(epochs, [r.loss for r in history], marker, ms=3, label="loss (neg. ELBO)")
+    ax_loss.plot(epochs, [r.nll for r in history], marker, ms=3, label="expected NLL")
+    ax_loss.set_title("Loss per epoch (nats)", fontsize=10)
+    ax_loss.legend(fontsize=8)
+    ax_kl.plot(epochs, [r.kl for r in history], marker, ms=3, color="tab:green")
+    ax_kl.set_title("KL(q || p) (nats, unweighted)", fontsize=10)
+    ax_acc.plot(epochs, [100 * r.train_acc for r in history], marker, ms=3, color="tab:purple")
+    ax_acc.set_title("Training accuracy (%)", fontsize=10)
+    for ax in (ax_loss, ax_kl, ax_acc):
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    seconds = sum(r.seconds for r in history)
+    fig.suptitle(
+        f"{len(history)} epochs in {seconds:.1f} s: final loss {last.loss:.5g}, "
+        f"KL {last.kl:.5g}, train acc {last.train_acc:.2%}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
+    """Accuracy, ECE and uncertainty against the rotation angle.
+
+    Parameters
+    ----------
+    rows : list of dict
+        What :func:`pyrouq.predictive.evaluate_rotations` returned: one dict per angle with
+        keys ``angle``, ``acc``, ``ece``, ``epistemic``, ``total``.
+
+    Returns
+    -------
+    Figure
+        Three axes against the angle (degrees): accuracy and ECE (%), the mean epistemic and
+        the mean total uncertainty; the first title gives the accuracy at the smallest and the
+        largest angle.
+    """
+    from pyrouq.predictive import _check_rotation_rows
+
+    table = sorted(_check_rotation_rows(rows), key=lambda r: r["angle"])
+    angles = [r["angle"] for r in table]
+    first, last = table[0], table[-1]
+
+    plt = _pyplot()
+    fig, (ax_acc, ax_epi, ax_tot) = plt.subplots(1, 3, figsize=(13.0, 3.6))
+    ax_acc.plot(angles, [100 * r["acc"] for r in table], "o-", ms=3, label="accuracy")
+    ax_acc.plot(angles, [100 * r["ece"] for r in table], "s--", ms=3, label="ECE")
+    ax_acc.set_ylabel("%")
+    ax_acc.set_ylim(0, 100)
+    ax_acc.legend(fontsize=8)
+    ax_acc.set_title(
+        f"Accuracy {first['acc']:.2%} at {first['angle']:g}°, "
+        f"{last['acc']:.2%} at {last['angle']:g}°",
+        fontsize=10,
+    )
+    ax_epi.plot(angles, [r["epistemic"] for r in table], "o-", ms=3, color="tab:red")
+    ax_epi.set_title("Mean epistemic uncertainty", fontsize=10)
+    ax_tot.plot(angles, [r["total"] for r in table], "o-", ms=3, color="tab:gray")
+    ax_tot.set_title("Mean total uncertainty", fontsize=10)
+    for ax in (ax_acc, ax_epi, ax_tot):
+        ax.set_xlabel("rotation angle (degrees)")
+        ax.set_xticks(angles[:: (len(angles) + 6) // 7])  # at most 7 labelled angles
+    for ax in (ax_epi, ax_tot):
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    return fig

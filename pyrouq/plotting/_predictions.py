@@ -1,0 +1,208 @@
+"""Plots of predictions on images: the most uncertain inputs, a grid of test images."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pyrouq._util import check_int
+from pyrouq.plotting._common import (
+    _COMPONENTS,
+    MAX_BARS,
+    Component,
+    _check_choice,
+    _display_images,
+    _optional_targets,
+    _probs,
+    _pyplot,
+)
+from pyrouq.uncertainty import Measure, _check_measure, decompose
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from pyrouq.predictive import Predictions
+
+
+def plot_most_uncertain(
+    predictions: Predictions | Tensor,
+    images: Tensor,
+    *,
+    targets: Tensor | None = None,
+    k: int = 8,
+    measure: Measure = "entropy",
+    component: Component = "epistemic",
+    normalized: bool | None = None,
+) -> Figure:
+    """The k most uncertain inputs, each beside every draw's / member's class probabilities.
+
+    Inputs are ranked by ``component`` of ``predictions.uncertainty(measure)`` (decreasing; ties
+    keep input order). Row r shows the r-th image, titled with its index, true label (when
+    known) and predicted class, and a chart of the class probabilities ``p_s`` of every draw s:
+    grouped bars for up to 10 draws/members, one thin line per draw beyond that, with the mean
+    ``p̄`` as a black line.
+
+    Parameters
+    ----------
+    predictions : Predictions or Tensor
+        ``(S, N, C)`` (or ``(N, C)``) probabilities on N inputs.
+    images : Tensor or numpy.ndarray
+        The N inputs, ``(N, 1, H, W)``, ``(N, H, W)`` or flattened ``(N, H * H)``; float
+        (normalised or in ``[0, 1]``) or uint8.
+    targets : Tensor, optional
+        ``(N,)`` labels; default ``predictions.targets`` when it has them.
+    k : int, default 8
+        Number of inputs (rows) shown; at most N.
+    measure : {"entropy", "variance", "zero_one"}, default "entropy"
+        Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
+    component : {"total", "aleatoric", "epistemic"}, default "epistemic"
+        The part of the decomposition that ranks the inputs.
+    normalized : bool, optional
+        Whether float images carry the MNIST normalisation (they are mapped back to ``[0, 1]``
+        for display). Default: yes when any pixel is negative.
+
+    Returns
+    -------
+    Figure
+        ``min(k, N)`` rows of two axes (image, probabilities).
+    """
+    p = _probs(predictions, "predictions")
+    s, n, c = p.shape
+    k = check_int("k", k, hint="It is the number of images to show, e.g. k=8.")
+    _check_measure(measure)
+    _check_choice("component", component, _COMPONENTS)
+    y = _optional_targets(targets, predictions, p)
+    scores = getattr(decompose(p, measure), component)
+    order = torch.argsort(scores, descending=True, stable=True)[: min(k, n)].tolist()
+    pics = _display_images(images, n, normalized, order)
+    mean = p.mean(0)
+    predicted = mean.argmax(-1)
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        len(order),
+        2,
+        figsize=(9.0, 1.6 * len(order) + 0.6),
+        gridspec_kw={"width_ratios": [1, 5]},
+        squeeze=False,
+    )
+    classes = np.arange(c)
+    width = 0.8 / s
+    colors = plt.get_cmap("tab10")
+    for row, i in enumerate(order):
+        ax_img, ax_p = axes[row]
+        ax_img.imshow(pics[row], cmap="gray", vmin=0.0, vmax=1.0)
+        ax_img.set_axis_off()
+        label = f"#{i}" + ("" if y is None else f" true {int(y[i])}")
+        ax_img.set_title(f"{label} pred {int(predicted[i])}", fontsize=8)
+        if s <= MAX_BARS:
+            for j in range(s):
+                offset = (j - (s - 1) / 2) * width
+                ax_p.bar(
+                    classes + offset,
+                    p[j, i].numpy(),
+                    width=width,
+                    color=colors(j % 10),
+                    label=f"{j + 1}",
+                )
+        else:
+            for j in range(s):
+                ax_p.plot(
+                    classes,
+                    p[j, i].numpy(),
+                    color="tab:blue",
+                    alpha=0.25,
+                    lw=0.8,
+                    label=f"{s} draws" if j == 0 else None,
+                )
+        ax_p.plot(classes, mean[i].numpy(), "k.-", lw=1.0, label="mean")
+        ax_p.set_ylim(0.0, 1.02)
+        ax_p.set_xticks(classes)
+        ax_p.tick_params(labelsize=7)
+        ax_p.set_ylabel("prob.", fontsize=7)
+        ax_p.set_title(f"{component} {measure} = {float(scores[i]):.4f}", fontsize=8)
+    axes[0, 1].legend(
+        fontsize=6,
+        title="draw / member" if s <= MAX_BARS else None,
+        title_fontsize=6,
+        ncol=min(s + 1, 6),
+        loc="upper right",
+    )
+    axes[-1, 1].set_xlabel("class", fontsize=8)
+    fig.suptitle(
+        f"The {len(order)} most uncertain of {n} inputs by {component} uncertainty ({measure}), "
+        f"S = {s}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def plot_image_grid(
+    predictions: Predictions | Tensor,
+    images: Tensor,
+    targets: Tensor | None = None,
+    *,
+    rows: int = 4,
+    cols: int = 8,
+    normalized: bool | None = None,
+) -> Figure:
+    """A grid of the first ``rows * cols`` inputs with truth, prediction and the draws' spread.
+
+    Each image is titled ``GT <true> / P <predicted>`` (red when wrong) and ``σ <std>``, the
+    standard deviation over the S draws of the probability of the predicted class
+    ``argmax_c p̄_c`` (population std, divided by S; 0 when S = 1).
+
+    Parameters
+    ----------
+    predictions : Predictions or Tensor
+        ``(S, N, C)`` (or ``(N, C)``) probabilities on N inputs.
+    images : Tensor or numpy.ndarray
+        The N inputs, as in :func:`~pyrouq.plotting.plot_most_uncertain`.
+    targets : Tensor, optional
+        ``(N,)`` labels; default ``predictions.targets`` (without either, titles omit GT).
+    rows, cols : int, default 4 and 8
+        Grid size; cells beyond N stay blank.
+    normalized : bool, optional
+        As in :func:`~pyrouq.plotting.plot_most_uncertain`.
+
+    Returns
+    -------
+    Figure
+        ``rows * cols`` axes.
+    """
+    p = _probs(predictions, "predictions")
+    s, n, _ = p.shape
+    rows = check_int("rows", rows, hint="It is the number of rows of the grid, e.g. rows=4.")
+    cols = check_int("cols", cols, hint="It is the number of columns of the grid, e.g. cols=8.")
+    y = _optional_targets(targets, predictions, p)
+    shown = list(range(min(rows * cols, n)))
+    pics = _display_images(images, n, normalized, shown)
+    predicted = p.mean(0).argmax(-1)
+    top = p.gather(-1, predicted.view(1, n, 1).expand(s, n, 1)).squeeze(-1)  # (S, N)
+    spread = top.std(0, correction=0)
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(rows, cols, figsize=(1.4 * cols, 1.75 * rows + 0.5), squeeze=False)
+    for cell, ax in enumerate(axes.flat):
+        ax.set_axis_off()
+        if cell >= len(shown):
+            continue
+        ax.imshow(pics[cell], cmap="gray", vmin=0.0, vmax=1.0)
+        pred = int(predicted[cell])
+        truth = "" if y is None else f"GT {int(y[cell])} / "
+        wrong = y is not None and int(y[cell]) != pred
+        ax.set_title(
+            f"{truth}P {pred}\nσ {float(spread[cell]):.3f}",
+            fontsize=8,
+            color="tab:red" if wrong else "black",
+        )
+    fig.suptitle(
+        f"Ground truth, prediction and std of the top-class probability over S = {s} draws",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig

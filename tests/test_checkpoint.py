@@ -1,0 +1,446 @@
+"""Checkpoints, resume, interruption, input refusal, determinism and isolation (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pyro
+import pytest
+import torch
+
+import pyrouq
+from pyrouq import (
+    MLP,
+    BatchEnsembleLeNet,
+    BatchEnsembleMLP,
+    BayesianLeNet,
+    BayesianMLP,
+    CheckpointError,
+    LeNet,
+    TrainingInterrupted,
+    fit,
+    load,
+    load_mnist,
+    mean_field_guide,
+    predict,
+    save,
+)
+from pyrouq.data import TensorLoader
+
+
+def small_mlp(**kw):
+    return BayesianMLP(hidden_features=16, **kw)
+
+
+@pytest.fixture(scope="module")
+def mnist_small():
+    """512 MNIST training images (flattened), in an in-memory loader factory."""
+    train, test = load_mnist(batch_size=64, train_size=512, seed=3, flatten=True)
+    return train, test.transform(test.images[:64]), test.labels[:64]
+
+
+def loader_like(train, seed=3):
+    return TensorLoader(
+        train.images, train.labels, 64, shuffle=True, flatten=True, normalize=True, seed=seed
+    )
+
+
+def params_of(model, guide):
+    state = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
+    if guide is not None:
+        state.update({f"guide.{k}": v.clone() for k, v in guide.state_dict().items()})
+    return state
+
+
+def history_values(result):
+    return [(r.epoch, r.loss, r.nll, r.kl, r.train_acc) for r in result.history]
+
+
+# --------------------------------------------------------------------------------------------
+# save / load
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: (MLP(hidden_features=8), None),
+        lambda: (LeNet(), None),
+        lambda: (BayesianMLP(hidden_features=8, prior_scale=0.3), "guide"),
+        lambda: (BayesianLeNet(local_reparameterization=True), "guide"),
+        lambda: (BatchEnsembleMLP(hidden_features=8, num_members=3), None),
+        lambda: (BatchEnsembleLeNet(num_members=2), None),
+    ],
+    ids=["mlp", "lenet", "bayesian-mlp", "bayesian-lenet", "be-mlp", "be-lenet"],
+)
+def test_round_trip_rebuilds_class_config_and_parameters(tmp_path, build):
+    model, want_guide = build()
+    guide = mean_field_guide(model) if want_guide else None
+    if guide is not None:
+        with torch.no_grad():
+            for p in guide.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+    path = save(tmp_path / "c.pt", model, guide, metadata={"acc": 0.5, "tags": ["a"]})
+    ckpt = load(path)
+    assert type(ckpt.model) is type(model)
+    assert getattr(ckpt.model, "config", None) == getattr(model, "config", None)
+    assert ckpt.metadata == {"acc": 0.5, "tags": ["a"]}
+    assert ckpt.description["versions"]["pyrouq"] == pyrouq.__version__
+    assert ckpt.description["versions"]["torch"] == torch.__version__
+    for key, value in params_of(model, guide).items():
+        assert torch.equal(params_of(ckpt.model, ckpt.guide)[key], value), key
+    assert (ckpt.guide is None) == (guide is None)
+    assert not ckpt.model.training
+
+
+def test_file_loads_with_plain_torch_weights_only(tmp_path):
+    model = BayesianMLP(hidden_features=8)
+    path = save(tmp_path / "c.pt", model, mean_field_guide(model))
+    payload = torch.load(path, weights_only=True)
+    assert payload["format"] == "pyrouq.checkpoint"
+    assert json.loads(payload["description"])["model"]["config"]["prior_scale"] == 1.0
+
+
+def test_prior_scale_survives_the_round_trip(tmp_path):
+    model = BayesianMLP(hidden_features=8, prior_scale=0.25)
+    ckpt = load(save(tmp_path / "c.pt", model, mean_field_guide(model)))
+    prior = ckpt.model.priors()["fc1.weight"]
+    assert float(prior.base_dist.scale.flatten()[0]) == 0.25
+
+
+def test_save_refuses_what_it_cannot_rebuild(tmp_path):
+    with pytest.raises(CheckpointError, match=r"cannot describe a Sequential: expected one of"):
+        save(tmp_path / "c.pt", torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    model = BayesianMLP(hidden_features=8)
+    with pytest.raises(CheckpointError, match="metadata must hold JSON values"):
+        save(tmp_path / "c.pt", model, mean_field_guide(model), metadata={"t": torch.ones(1)})
+    assert not (tmp_path / "c.pt").exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+def test_saved_models_predict_bit_identically_in_a_fresh_process(tmp_path):
+    torch.manual_seed(0)
+    bayes = BayesianLeNet()
+    guide = mean_field_guide(bayes, init_scale=0.05)
+    ensemble = BatchEnsembleLeNet(num_members=3)
+    save(tmp_path / "bayes.pt", bayes, guide)
+    save(tmp_path / "ens.pt", ensemble)
+    x = torch.rand(20, 1, 28, 28)
+    torch.save(x, tmp_path / "x.pt")
+    torch.manual_seed(123)
+    here_bayes = predict(bayes, x, guide, num_samples=8).probs
+    here_ens = predict(ensemble, x).probs
+    script = textwrap.dedent(
+        f"""
+        import torch, pyrouq
+        x = torch.load({str(tmp_path / "x.pt")!r})
+        b = pyrouq.load({str(tmp_path / "bayes.pt")!r})
+        e = pyrouq.load({str(tmp_path / "ens.pt")!r})
+        torch.manual_seed(123)
+        pb = pyrouq.predict(b.model, x, b.guide, num_samples=8).probs
+        pe = pyrouq.predict(e.model, x).probs
+        torch.save({{"bayes": pb, "ens": pe}}, {str(tmp_path / "out.pt")!r})
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    there = torch.load(tmp_path / "out.pt")
+    assert torch.equal(there["bayes"], here_bayes)
+    assert torch.equal(there["ens"], here_ens)
+
+
+# --------------------------------------------------------------------------------------------
+# refused checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
+    with pytest.raises(CheckpointError, match=r"No checkpoint at .*nope\.pt.*does not exist"):
+        load(tmp_path / "nope.pt")
+    model = BayesianMLP(hidden_features=8)
+    good = save(tmp_path / "good.pt", model, mean_field_guide(model)).read_bytes()
+    (tmp_path / "short.pt").write_bytes(good[: len(good) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupted"):
+        load(tmp_path / "short.pt")
+    (tmp_path / "noise.pt").write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(CheckpointError, match="truncated or corrupted"):
+        load(tmp_path / "noise.pt")
+
+
+class Payload:
+    """Anything that is not a tensor: unpickling it would import and run code."""
+
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_pickled_python_object_is_refused_without_running_it(tmp_path, capsys):
+    torch.save({"format": "pyrouq.checkpoint", "evil": Payload()}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match=r"contains pickled Python objects.*arbitrary code"):
+        load(tmp_path / "evil.pt")
+    assert "pwned" not in capsys.readouterr().out
+    with open(tmp_path / "plain.pkl", "wb") as f:
+        pickle.dump({"model": Payload()}, f)
+    with pytest.raises(CheckpointError, match="contains pickled Python objects"):
+        load(tmp_path / "plain.pkl")
+
+
+def test_other_files_and_other_model_classes_are_refused(tmp_path):
+    torch.save({"weights": torch.ones(2)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match=r"is not a pyrouq checkpoint: expected a dict"):
+        load(tmp_path / "other.pt")
+    model = BayesianMLP(hidden_features=8)
+    path = save(tmp_path / "mlp.pt", model, mean_field_guide(model))
+    with pytest.raises(CheckpointError, match="holds a BayesianMLP, expected a BayesianLeNet"):
+        load(path, model_class=BayesianLeNet)
+    # edited parameters that no longer fit the description
+    payload = torch.load(path, weights_only=True)
+    payload["model"]["fc1.prior_scale"] = torch.ones(3)
+    torch.save(payload, tmp_path / "edited.pt")
+    with pytest.raises(CheckpointError, match="do not fit a BayesianMLP"):
+        load(tmp_path / "edited.pt")
+
+
+# --------------------------------------------------------------------------------------------
+# resume and interruption
+# --------------------------------------------------------------------------------------------
+
+
+class StopAfter:
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def __call__(self, record):
+        if record.epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path, mnist_small):
+    train, _, _ = mnist_small
+    pyro.set_rng_seed(0)
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    full = fit(model, guide, loader_like(train), epochs=4, progress=False, seed=1)
+    want = params_of(model, guide)
+
+    pyro.set_rng_seed(0)  # the same initial parameters
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted, match="interrupted in epoch 2") as stopped:
+        fit(model, guide, loader_like(train), epochs=4, progress=False, seed=1,
+            checkpoint=path, callbacks=[StopAfter(2)])  # fmt: skip
+    assert stopped.value.checkpoint == path
+    assert len(stopped.value.result.history) == 2
+
+    # a new process would rebuild everything: new model, guide and loader
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    resumed = fit(model, guide, loader_like(train), epochs=4, progress=False, resume_from=path)
+    assert history_values(resumed) == history_values(full)
+    assert resumed.steps == full.steps == 32
+    for key, value in params_of(model, guide).items():
+        torch.testing.assert_close(value, want[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_resume_from_the_middle_of_an_epoch(tmp_path, mnist_small):
+    train, _, _ = mnist_small
+    pyro.set_rng_seed(0)
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    fit(model, guide, loader_like(train), epochs=2, progress=False, seed=1)
+    want = params_of(model, guide)
+
+    class Interrupting(TensorLoader):
+        calls = 0
+
+        def __iter__(self):
+            for batch in super().__iter__():
+                Interrupting.calls += 1
+                if Interrupting.calls == 12:  # epoch 2, after step 3 completed
+                    raise KeyboardInterrupt
+                yield batch
+
+    loader = Interrupting(
+        train.images, train.labels, 64, shuffle=True, flatten=True, normalize=True, seed=3
+    )
+    pyro.set_rng_seed(0)
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted) as stopped:
+        fit(model, guide, loader, epochs=2, progress=False, seed=1, checkpoint=path)
+    assert (stopped.value.epoch, stopped.value.step) == (2, 3)
+    assert load(path).training["epoch_steps"] == 3
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    fit(model, guide, loader_like(train), epochs=2, progress=False, resume_from=path)
+    for key, value in params_of(model, guide).items():
+        torch.testing.assert_close(value, want[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_interruption_keeps_the_last_completed_step(mnist_small):
+    train, _, _ = mnist_small
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    seen = {}
+
+    def remember(record):
+        seen.update(params_of(model, guide))
+        raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted, match="pass checkpoint=PATH") as stopped:
+        fit(model, guide, loader_like(train), epochs=3, progress=False, callbacks=[remember])
+    assert isinstance(stopped.value, KeyboardInterrupt)
+    assert stopped.value.checkpoint is None
+    assert stopped.value.result.steps == 8
+    for key, value in params_of(model, guide).items():
+        assert torch.equal(value, seen[key]), key
+
+
+def test_ctrl_c_lets_the_step_finish(mnist_small):
+    """A real SIGINT during a step: the step completes, then fit stops."""
+    import os
+    import signal
+
+    train, _, _ = mnist_small
+    model = small_mlp()
+    guide = mean_field_guide(model)
+
+    class SignalOnce(TensorLoader):
+        def __iter__(self):
+            for i, batch in enumerate(super().__iter__()):
+                if i == 2:
+                    os.kill(os.getpid(), signal.SIGINT)  # arrives while batch 3 is served
+                yield batch
+
+    loader = SignalOnce(
+        train.images, train.labels, 64, shuffle=True, flatten=True, normalize=True, seed=3
+    )
+    with pytest.raises(TrainingInterrupted) as stopped:
+        fit(model, guide, loader, epochs=2, progress=False)
+    assert (stopped.value.epoch, stopped.value.step) == (1, 3)
+    assert stopped.value.result.steps == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_resume_refuses_a_checkpoint_that_does_not_fit(tmp_path, mnist_small):
+    train, _, _ = mnist_small
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    path = tmp_path / "run.pt"
+    fit(model, guide, loader_like(train), epochs=1, progress=False, checkpoint=path)
+    other = BayesianMLP(hidden_features=32)
+    with pytest.raises(CheckpointError, match=r"holds a BayesianMLP with .*hidden_features.*16"):
+        fit(other, mean_field_guide(other), loader_like(train), epochs=2, resume_from=path)
+    lenet = BayesianLeNet()
+    with pytest.raises(CheckpointError, match="holds a BayesianMLP, but the model is a BayesianLe"):
+        fit(lenet, mean_field_guide(lenet), loader_like(train), epochs=2, resume_from=path)
+    with pytest.raises(ValueError, match=r"already completed 1 epochs, but epochs=1"):
+        fit(small_mlp(), mean_field_guide(small_mlp()), loader_like(train), epochs=1,
+            resume_from=path)  # fmt: skip
+    plain = save(tmp_path / "plain.pt", model, guide)
+    with pytest.raises(CheckpointError, match="holds no training state"):
+        fit(model, guide, loader_like(train), epochs=2, resume_from=plain)
+
+
+# --------------------------------------------------------------------------------------------
+# non-finite inputs
+# --------------------------------------------------------------------------------------------
+
+
+def test_nan_inputs_are_refused_before_training(mnist_small):
+    train, _, _ = mnist_small
+    images = train.images.float().clone()
+    images[70, 3, 3] = float("nan")
+    loader = TensorLoader(
+        images, train.labels, 64, shuffle=False, flatten=True, normalize=True, seed=0
+    )
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    before = params_of(model, guide)
+    with pytest.raises(ValueError, match=r"NaN or inf in 1 of 512 examples.*\[70\].*batch 2"):
+        fit(model, guide, loader, epochs=1, progress=False)
+    for key, value in params_of(model, guide).items():
+        assert torch.equal(value, before[key])
+
+
+def test_nan_in_a_streamed_batch_is_refused_before_its_step():
+    x = torch.randn(40, 3)
+    y = (x[:, 0] > 0).long()
+    x[25, 1] = float("inf")
+    batches = [(x[i : i + 10], y[i : i + 10]) for i in range(0, 40, 10)]
+
+    class Stream(list):
+        dataset = range(40)
+
+    model = BayesianMLP(in_features=3, hidden_features=4, out_features=2)
+    with pytest.raises(ValueError, match=r"Batch 3 of epoch 1 holds NaN or inf in 1 of 10"):
+        fit(model, mean_field_guide(model), Stream(batches), epochs=1, progress=False)
+
+
+def test_labels_out_of_range_are_refused(mnist_small):
+    train, _, _ = mnist_small
+    model = BayesianMLP(hidden_features=8, out_features=5)  # MNIST has 10 classes
+    with pytest.raises(ValueError, match=r"labels in \[0, 9\], expected class indices in \[0, 4\]"):
+        fit(model, mean_field_guide(model), loader_like(train), epochs=1, progress=False)
+
+
+# --------------------------------------------------------------------------------------------
+# determinism and isolation
+# --------------------------------------------------------------------------------------------
+
+
+def test_same_seed_same_history_and_predictions(mnist_small):
+    train, x_test, _ = mnist_small
+    runs = []
+    for _ in range(2):
+        pyro.set_rng_seed(0)
+        model = small_mlp()
+        guide = mean_field_guide(model)
+        result = fit(model, guide, loader_like(train), epochs=2, progress=False, seed=5)
+        pyro.set_rng_seed(9)
+        runs.append((history_values(result), predict(model, x_test, guide).probs))
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1], runs[1][1])
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    other = fit(model, guide, loader_like(train, seed=4), epochs=2, progress=False, seed=6)
+    assert history_values(other) != runs[0][0]
+
+
+def test_two_models_in_one_process_never_share_parameters(mnist_small):
+    train, _, _ = mnist_small
+    a, b = small_mlp(), small_mlp()
+    guide_a, guide_b = mean_field_guide(a), mean_field_guide(b)
+    assert guide_a.name != guide_b.name
+    fit(a, guide_a, loader_like(train), epochs=1, progress=False, seed=0)
+    b_before = params_of(b, guide_b)
+    ens_a, ens_b = BatchEnsembleMLP(hidden_features=8), BatchEnsembleMLP(hidden_features=8)
+    ens_b_before = params_of(ens_b, None)
+    fit(ens_a, None, loader_like(train), epochs=1, progress=False, seed=0)
+    for key, value in params_of(b, guide_b).items():
+        assert torch.equal(value, b_before[key]), key
+    for key, value in params_of(ens_b, None).items():
+        assert torch.equal(value, ens_b_before[key]), key
+    names = set(pyro.get_param_store().keys())
+    assert any(n.startswith(f"{guide_a.name}$$$") for n in names)
+    assert not any(n.startswith(f"{guide_b.name}$$$") for n in names)  # b was never run
+
+
+def test_rebuilding_in_a_rerun_notebook_cell_works(mnist_small):
+    """Re-running `model = ...; guide = ...; fit(...)` must not trip over old param names."""
+    train, _, _ = mnist_small
+    for _ in range(3):
+        model = small_mlp()
+        guide = mean_field_guide(model)
+        fit(model, guide, loader_like(train), epochs=1, progress=False, seed=0)
+        ensemble = BatchEnsembleMLP(hidden_features=8, num_members=2)
+        fit(ensemble, None, loader_like(train), epochs=1, progress=False, seed=0)
+        svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), pyrouq.KLWeightedELBO())
+        x, y = next(iter(loader_like(train)))
+        assert torch.isfinite(torch.tensor(svi.step(x, y)))

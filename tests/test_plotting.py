@@ -1,0 +1,332 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from pyrouq import metrics
+from pyrouq.data import MNIST_MEAN, MNIST_STD, mnist_arrays
+from pyrouq.infer import EpochRecord, FitResult
+from pyrouq.plotting import (
+    MAX_BARS,
+    plot_image_grid,
+    plot_most_uncertain,
+    plot_reliability,
+    plot_risk_coverage,
+    plot_rotation,
+    plot_training_curves,
+    plot_uncertainty_distributions,
+    save_figures,
+)
+from pyrouq.predictive import Predictions
+
+N, C = 12, 10
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _probs(s: int, n: int = N, seed: int = 0, scale: float = 3.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(scale * torch.randn(s, n, C, generator=g), -1)
+
+
+@pytest.fixture
+def preds():
+    return Predictions.from_probs(_probs(3))
+
+
+@pytest.fixture
+def targets():
+    return torch.randint(0, C, (N,), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture
+def raw_images():
+    return mnist_arrays("test")[0][:N]  # uint8 (N, 28, 28)
+
+
+@pytest.fixture
+def images(raw_images):  # normalised, as the loaders serve them
+    return ((raw_images.float() / 255 - MNIST_MEAN) / MNIST_STD).unsqueeze(1)
+
+
+def _rows():
+    return [
+        {
+            "angle": float(a),
+            "acc": 0.99 - a / 200,
+            "ece": a / 400,
+            "epistemic": a / 1e3,
+            "total": a / 1e2,
+        }
+        for a in range(0, 181, 15)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions and images
+
+
+def test_most_uncertain_ranks_by_the_chosen_component(preds, images, targets):
+    fig = plot_most_uncertain(preds, images, targets=targets, k=4)
+    assert len(fig.axes) == 8
+    epistemic = preds.uncertainty("entropy").epistemic
+    expected = torch.argsort(epistemic, descending=True)[:4].tolist()
+    for row, i in enumerate(expected):
+        ax_img, ax_p = fig.axes[2 * row], fig.axes[2 * row + 1]
+        pred = int(preds.predicted[i])
+        assert ax_img.get_title() == f"#{i} true {int(targets[i])} pred {pred}"
+        assert ax_p.get_title() == f"epistemic entropy = {float(epistemic[i]):.4f}"
+        assert len(ax_p.containers) == 3  # one bar group per member
+        heights = [bar.get_height() for bar in ax_p.containers[1]]
+        np.testing.assert_allclose(heights, preds.probs[1, i].numpy(), rtol=1e-6)
+
+    total = preds.uncertainty("variance").total
+    fig = plot_most_uncertain(preds, images, k=1, measure="variance", component="total")
+    assert fig.axes[0].get_title().startswith(f"#{int(total.argmax())} pred")  # no targets
+
+
+def test_most_uncertain_many_draws_one_draw_and_k_above_n(images):
+    many = Predictions.from_probs(_probs(MAX_BARS + 2))
+    fig = plot_most_uncertain(many, images, k=100)
+    assert len(fig.axes) == 2 * N
+    assert len(fig.axes[1].lines) == MAX_BARS + 2 + 1  # one line per draw, plus the mean
+    fig = plot_most_uncertain(_probs(1)[0], images.flatten(1), k=2)  # (N, C) and (N, 784)
+    assert len(fig.axes) == 4
+
+
+def test_image_grid_titles_show_truth_prediction_and_std(preds, images, targets):
+    fig = plot_image_grid(preds, images, targets, rows=2, cols=3)
+    assert len(fig.axes) == 6
+    top = preds.probs.gather(-1, preds.predicted.view(1, N, 1).expand(3, N, 1))
+    std = top.squeeze(-1).std(0, correction=0)
+    for i, ax in enumerate(fig.axes):
+        pred, truth = int(preds.predicted[i]), int(targets[i])
+        assert ax.get_title() == f"GT {truth} / P {pred}\nσ {float(std[i]):.3f}"
+        assert ax.title.get_color() == ("tab:red" if pred != truth else "black")
+
+    # more cells than inputs: the extra cells stay blank; targets come from the Predictions
+    with_targets = Predictions.from_probs(preds.probs, targets)
+    fig = plot_image_grid(with_targets, images, rows=4, cols=4)
+    assert len(fig.axes) == 16
+    assert [len(ax.images) for ax in fig.axes] == [1] * N + [0] * 4
+    assert fig.axes[0].get_title().startswith(f"GT {int(targets[0])} / P ")
+    fig = plot_image_grid(preds, images, rows=1, cols=2)  # no targets anywhere
+    assert fig.axes[0].get_title().startswith("P ")
+
+
+def test_images_are_shown_unnormalised(preds, images, raw_images):
+    shown = []
+    for imgs in (images, raw_images, raw_images.float() / 255, images.flatten(1).numpy()):
+        fig = plot_image_grid(preds, imgs, rows=1, cols=1)
+        shown.append(np.asarray(fig.axes[0].images[0].get_array()))
+    for other in shown[1:]:
+        np.testing.assert_allclose(other, shown[0], atol=1e-5)
+    assert shown[0].min() == 0.0 and shown[0].max() == pytest.approx(1.0)
+    # an explicit normalized=False shows normalised pixels as they are (clipped to [0, 1])
+    fig = plot_image_grid(preds, images, rows=1, cols=1, normalized=False)
+    arr = np.asarray(fig.axes[0].images[0].get_array())
+    np.testing.assert_allclose(arr, images[0, 0].clamp(0, 1).numpy())
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration and selective prediction
+
+
+def test_reliability_title_and_bars_agree_with_ece(preds, targets):
+    ece = metrics.ece(preds, targets)
+    acc = metrics.acc(preds, targets)
+    fig = plot_reliability(preds, targets)
+    assert len(fig.axes) == 2
+    assert fig.axes[0].get_title() == f"Reliability diagram (acc {acc:.2%}, ECE {ece:.2%})"
+    acc_bars, gap_bars = fig.axes[0].containers
+    fractions = np.array([bar.get_height() for bar in fig.axes[1].containers[0]])
+    gaps = np.array([bar.get_height() for bar in gap_bars])
+    assert len(acc_bars) == metrics.NUM_BINS
+    assert fractions.sum() == pytest.approx(1.0)
+    assert np.nansum(fractions * np.abs(gaps)) == pytest.approx(ece, abs=1e-12)
+
+    fig = plot_reliability(preds.mean_probs, targets, num_bins=10)  # (N, C) input
+    assert len(fig.axes[0].containers[0]) == 10
+    assert fig.axes[0].get_title().endswith(f"ECE {ece:.2%} (15 bins))")
+    with_targets = Predictions.from_probs(preds.probs, targets)
+    assert plot_reliability(with_targets).axes[0].get_title().endswith(f"ECE {ece:.2%})")
+
+
+def test_risk_coverage_title_and_curve_agree_with_aurc(preds, targets):
+    aurc = metrics.aurc(preds, targets)
+    fig = plot_risk_coverage(preds, targets)
+    assert len(fig.axes) == 1
+    ax = fig.axes[0]
+    assert ax.get_title() == f"Risk-coverage curve (AURC {aurc:.2%})"
+    curve = ax.lines[0]
+    np.testing.assert_allclose(curve.get_xdata(), np.arange(1, N + 1) / N)
+    assert np.mean(curve.get_ydata()) == pytest.approx(aurc, abs=1e-12)
+    assert curve.get_ydata()[-1] == pytest.approx(1 - metrics.acc(preds, targets))
+    labels = ax.get_legend_handles_labels()[1]
+    assert f"Risk@80Cov {metrics.risk_at_80_cov(preds, targets):.2%}" in labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Uncertainty, training, rotation
+
+
+@pytest.mark.parametrize("kind", ["hist", "ecdf"])
+def test_uncertainty_distributions_in_vs_ood(preds, targets, kind):
+    ood = Predictions.from_probs(_probs(3, n=7, seed=5, scale=0.5))
+    fig = plot_uncertainty_distributions(preds, ood, kind=kind)
+    assert len(fig.axes) == 3
+    titles = [ax.get_title() for ax in fig.axes]
+    by_mi = metrics.evaluate(preds, targets, ood=ood)["ood_auroc"]
+    by_entropy = metrics.evaluate(preds, targets, ood=ood, ood_score="entropy")["ood_auroc"]
+    assert titles[0] == f"total (entropy)\nOOD AUROC {by_entropy:.2%}"
+    assert titles[1].startswith("aleatoric (entropy)\nOOD AUROC ")
+    assert titles[2] == f"epistemic (entropy)\nOOD AUROC {by_mi:.2%}"
+    if kind == "ecdf":
+        ys = fig.axes[0].lines[0].get_ydata()
+        np.testing.assert_allclose(ys, np.arange(1, N + 1) / N)
+
+    fig = plot_uncertainty_distributions(preds.probs, measure="zero_one")
+    assert [ax.get_title() for ax in fig.axes] == [
+        "total (zero_one)",
+        "aleatoric (zero_one)",
+        "epistemic (zero_one)",
+    ]
+
+
+def test_training_curves():
+    history = tuple(
+        EpochRecord(
+            epoch=e, loss=100.0 / e, nll=50.0 / e, kl=10.0 + e, train_acc=0.9 + e / 100, seconds=0.5
+        )
+        for e in (1, 2, 3)
+    )
+    result = FitResult(history=history, num_data=10, kl_weight=1.0, num_particles=1, steps=3)
+    fig = plot_training_curves(result)
+    assert len(fig.axes) == 3
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), [100.0, 50.0, 100.0 / 3])
+    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), [11.0, 12.0, 13.0])
+    np.testing.assert_allclose(fig.axes[2].lines[0].get_ydata(), [91.0, 92.0, 93.0])
+    assert fig._suptitle.get_text() == (
+        "3 epochs in 1.5 s: final loss 33.333, KL 13, train acc 93.00%"
+    )
+    assert len(plot_training_curves(list(history[:1])).axes) == 3  # a plain list of records
+
+
+def test_rotation_plot():
+    rows = _rows()
+    fig = plot_rotation(list(reversed(rows)))  # any order: plotted by angle
+    assert len(fig.axes) == 3
+    assert fig.axes[0].get_title() == "Accuracy 99.00% at 0°, 9.00% at 180°"
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), np.arange(0, 181, 15))
+    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), np.arange(0, 181, 15) / 1e3)
+    np.testing.assert_allclose(fig.axes[2].lines[0].get_ydata(), np.arange(0, 181, 15) / 1e2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def test_save_figures_writes_pngs_and_closes(tmp_path, preds, targets):
+    figs = {
+        "reliability": plot_reliability(preds, targets),
+        "risk.png": plot_risk_coverage(preds, targets),
+    }
+    out = tmp_path / "new" / "plots"
+    paths = save_figures(figs, out)
+    assert paths == [out / "reliability.png", out / "risk.png"]
+    for path in paths:
+        data = path.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+    assert not any(plt.fignum_exists(fig.number) for fig in figs.values())
+    assert plt.imread(paths[0]).shape[:2] == (600, 500)  # figsize (5, 6) at dpi 100
+
+
+def test_save_figures_bad_input(tmp_path, preds, targets):
+    fig = plot_risk_coverage(preds, targets)
+    with pytest.raises(ValueError, match=r"plain file name .* got 'a/b'"):
+        save_figures({"a/b": fig}, tmp_path)
+    with pytest.raises(ValueError, match=r"got '\.hidden'"):
+        save_figures({".hidden": fig}, tmp_path)
+    with pytest.raises(TypeError, match=r"figures\['x'\] to be a matplotlib Figure, got str"):
+        save_figures({"x": "not a figure"}, tmp_path)
+    with pytest.raises(TypeError, match="Expected figures to be a dict of name -> Figure"):
+        save_figures([fig], tmp_path)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # nothing written on bad input
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks
+
+
+def test_bad_inputs(preds, images, targets):
+    with pytest.raises(ValueError, match=r"Expected images with N=12 entries, .* got shape \(5, "):
+        plot_most_uncertain(preds, images[:5])
+    with pytest.raises(ValueError, match=r"Expected images of shape \(N, 1, H, W\).*\(12, 3, 28"):
+        plot_image_grid(preds, images.expand(N, 3, 28, 28))
+    with pytest.raises(TypeError, match=r"Expected images to be a torch.Tensor .* got list"):
+        plot_image_grid(preds, [0] * N)
+    with pytest.raises(ValueError, match="Expected k to be a positive integer, got 0"):
+        plot_most_uncertain(preds, images, k=0)
+    with pytest.raises(ValueError, match="Unknown component 'mutual'; expected one of 'total'"):
+        plot_most_uncertain(preds, images, component="mutual")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown measure 'gini'"):
+        plot_most_uncertain(preds, images, measure="gini")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown kind 'kde'; expected one of 'hist', 'ecdf'"):
+        plot_uncertainty_distributions(preds, kind="kde")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Expected ood with C=10 classes like in_dist"):
+        plot_uncertainty_distributions(preds, torch.full((2, 4), 0.25))
+    with pytest.raises(TypeError, match=r"Expected predictions_or_probs to be an .* got list"):
+        plot_reliability([[0.5, 0.5]], targets)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="No targets: pass targets="):
+        plot_risk_coverage(preds)
+    with pytest.raises(ValueError, match=r"Expected targets of shape \(N,\) = \(12,\)"):
+        plot_reliability(preds, targets[:3])
+    with pytest.raises(ValueError, match=r"Expected targets of shape \(N,\) = \(12,\)"):
+        plot_most_uncertain(preds, images, targets=targets[:3])
+    with pytest.raises(ValueError, match="Expected rows to be a positive integer, got -1"):
+        plot_image_grid(preds, images, rows=-1)
+    with pytest.raises(ValueError, match="Expected num_bins to be a positive integer, got 0"):
+        plot_reliability(preds, targets, num_bins=0)
+    with pytest.raises(ValueError, match="empty history"):
+        plot_training_curves(())
+    with pytest.raises(TypeError, match=r"Expected fit_result to be a FitResult .* got int"):
+        plot_training_curves(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Expected EpochRecord entries"):
+        plot_training_curves([{"loss": 1.0}])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['ece'\]"):
+        plot_rotation([{"angle": 0.0, "acc": 1.0, "epistemic": 0.0, "total": 0.0}])
+    with pytest.raises(ValueError, match="Expected at least one row"):
+        plot_rotation([])
+
+
+# ---------------------------------------------------------------------------------------------
+# Lazy import and backend
+
+
+def test_matplotlib_is_imported_lazily_with_agg_when_headless():
+    code = (
+        "import sys\n"
+        "import pyrouq.plotting as P\n"
+        "before = 'matplotlib' in sys.modules\n"
+        "rows = [{'angle': 0.0, 'acc': 1.0, 'ece': 0.0, 'epistemic': 0.0, 'total': 0.0}]\n"
+        "fig = P.plot_rotation(rows)\n"
+        "import matplotlib\n"
+        "print(before, 'matplotlib' in sys.modules, matplotlib.get_backend().lower())\n"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["False", "True", "agg"]

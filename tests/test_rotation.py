@@ -1,0 +1,201 @@
+"""Rotated MNIST: pyrouq.data.rotate and pyrouq.predictive.evaluate_rotations."""
+
+from __future__ import annotations
+
+import pyro
+import pytest
+import torch
+
+from pyrouq import metrics
+from pyrouq.data import MNIST_MEAN, MNIST_STD, NORMALIZED_BLACK, mnist_arrays, rotate
+from pyrouq.infer import mean_field_guide
+from pyrouq.models import MLP, BayesianMLP
+from pyrouq.predictive import evaluate_rotations, format_rotation_table, predict
+from pyrouq.uncertainty import decompose
+
+
+@pytest.fixture(scope="module")
+def raw():
+    """Eight MNIST test digits, float in [0, 1], (8, 1, 28, 28)."""
+    return mnist_arrays("test")[0][:8].float().div(255).unsqueeze(1)
+
+
+def _normalise(x):
+    return (x - MNIST_MEAN) / MNIST_STD
+
+
+# ---------------------------------------------------------------------------------------------
+# rotate
+
+
+def test_zero_and_full_turns_are_the_identity(raw):
+    out = rotate(raw, 0)
+    assert torch.equal(out, raw) and out is not raw
+    for angle in (360, -360.0, 720):
+        torch.testing.assert_close(rotate(raw, angle), raw)
+
+
+def test_four_quarter_turns_are_the_identity(raw):
+    x = _normalise(raw)
+    out = x
+    for _ in range(4):
+        out = rotate(out, 90)
+    assert torch.equal(out, x)  # square images: quarter turns permute the pixels exactly
+    assert torch.equal(rotate(rotate(x, 90), -90), x)
+    assert torch.equal(rotate(x, 180), x.flip(-1, -2))
+    # non-square images go through the bilinear sampler
+    wide = torch.rand(2, 1, 6, 10)
+    torch.testing.assert_close(rotate(wide, 180), wide.flip(-1, -2), atol=1e-5, rtol=0)
+    twice = rotate(rotate(wide, 90, normalized=False), -90, normalized=False)
+    torch.testing.assert_close(twice[..., 2:4], wide[..., 2:4], atol=1e-5, rtol=0)  # interior
+
+
+def test_counter_clockwise():
+    x = torch.zeros(1, 1, 5, 5)
+    x[0, 0, 0, 2] = 1.0  # top centre
+    turned = rotate(x, 90, normalized=False)[0, 0]
+    expected = torch.zeros(5, 5)
+    expected[2, 0] = 1.0  # middle left
+    torch.testing.assert_close(turned, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("angle", [30, -45, 137.5])
+def test_matches_torchvision_bilinear_on_raw_images(raw, angle):
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.functional import rotate as tv_rotate
+
+    bilinear = InterpolationMode.BILINEAR
+    expected = tv_rotate(raw, angle, interpolation=bilinear)
+    torch.testing.assert_close(rotate(raw, angle, normalized=False), expected, atol=1e-5, rtol=0)
+    wide = raw[:2, :, 4:24, :]  # non-square (20 x 28)
+    expected = tv_rotate(wide, angle, interpolation=bilinear)
+    torch.testing.assert_close(rotate(wide, angle, normalized=False), expected, atol=1e-5, rtol=0)
+
+
+def test_background_is_black_in_raw_pixel_space(raw):
+    white = torch.ones(2, 1, 28, 28)
+    assert rotate(white, 45, normalized=False)[0, 0, 0, 0] == 0.0  # corner rotated in
+    normalised_white = _normalise(white)
+    corner = rotate(normalised_white, 45)[0, 0, 0, 0]
+    assert corner == pytest.approx(NORMALIZED_BLACK) and NORMALIZED_BLACK == pytest.approx(
+        -0.4242, abs=1e-4
+    )
+    # rotating normalised images = normalising rotated raw images
+    torch.testing.assert_close(
+        rotate(_normalise(raw), 33),
+        _normalise(rotate(raw, 33, normalized=False)),
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+def test_shapes_dtypes_and_layouts(raw):
+    x = _normalise(raw)
+    four_d = rotate(x, 60)
+    flat = rotate(x.flatten(1), 60)
+    three_d = rotate(x[:, 0], 60)
+    assert flat.shape == (8, 784) and three_d.shape == (8, 28, 28)
+    torch.testing.assert_close(flat, four_d.flatten(1))
+    torch.testing.assert_close(three_d, four_d[:, 0])
+    double = rotate(x.double(), 60)
+    assert double.dtype == torch.float64
+    torch.testing.assert_close(double.float(), four_d, atol=1e-5, rtol=0)
+    assert rotate(torch.zeros(0, 784), 30).shape == (0, 784)
+
+
+def test_rotate_bad_inputs(raw):
+    with pytest.raises(
+        TypeError, match=r"Expected angle to be a real number of degrees .* got str '30'"
+    ):
+        rotate(raw, "30")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got bool True"):
+        rotate(raw, True)
+    with pytest.raises(TypeError, match="got Tensor"):
+        rotate(raw, torch.tensor(30.0))  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match="Expected angle to be a finite number of degrees, got nan"
+    ):
+        rotate(raw, float("nan"))
+    with pytest.raises(TypeError, match=r"floating-point images, got dtype torch.uint8.*/ 255"):
+        rotate(mnist_arrays("test")[0][:2], 30)
+    with pytest.raises(ValueError, match=r"shape \(N, 1, H, W\).*got shape \(2, 3, 28, 28\)"):
+        rotate(torch.zeros(2, 3, 28, 28), 30)
+    with pytest.raises(ValueError, match=r"got shape \(2, 783\)"):
+        rotate(torch.zeros(2, 783), 30)
+    with pytest.raises(TypeError, match=r"Expected images to be a torch.Tensor, got list"):
+        rotate([[0.0]], 30)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate_rotations
+
+
+def test_rotation_rows_agree_with_predict_and_metrics(raw):
+    x, y = _normalise(raw), mnist_arrays("test")[1][:8]
+    net = MLP(hidden_features=8)
+    rows = evaluate_rotations(net, x, y, angles=(0, 45.0, 90))
+    assert [r["angle"] for r in rows] == [0.0, 45.0, 90.0]
+    assert all(list(r) == ["angle", "acc", "ece", "epistemic", "total"] for r in rows)
+    assert all(isinstance(v, float) for r in rows for v in r.values())
+    for row in rows:
+        preds = predict(net, rotate(x, row["angle"]))
+        m = metrics.evaluate(preds, y)
+        assert row["acc"] == m["acc"] and row["ece"] == m["ece"]
+        assert row["epistemic"] == 0.0  # S = 1
+        assert row["total"] == pytest.approx(m["expected_entropy"])
+
+
+def test_every_angle_sees_the_same_posterior_draws(raw):
+    x, y = _normalise(raw).flatten(1), mnist_arrays("test")[1][:8]
+    model = BayesianMLP(in_features=784, hidden_features=8, out_features=10)
+    guide = mean_field_guide(model, init_scale=0.3)
+    pyro.set_rng_seed(1)
+    rows = evaluate_rotations(model, x, y, guide, angles=(0, 90, 0), num_samples=4)
+    after = torch.get_rng_state()
+    assert rows[0] == {**rows[2]}
+    assert rows[1] != rows[0]
+    pyro.set_rng_seed(1)
+    preds = predict(model, x, guide, num_samples=4)
+    assert torch.equal(torch.get_rng_state(), after)  # advanced as by one predict() call
+    m = metrics.evaluate(preds, y)
+    assert rows[0]["acc"] == m["acc"] and rows[0]["ece"] == m["ece"]
+    assert rows[0]["epistemic"] == pytest.approx(m["mutual_information"], rel=1e-12)
+    assert rows[0]["epistemic"] > 0
+
+    pyro.set_rng_seed(1)
+    (row,) = evaluate_rotations(model, x, y, guide, angles=[0], num_samples=4, measure="variance")
+    parts = decompose(preds.probs.double(), "variance")
+    assert row["epistemic"] == pytest.approx(float(parts.epistemic.mean()), rel=1e-12)
+    assert row["total"] == pytest.approx(float(parts.total.mean()), rel=1e-12)
+
+
+def test_evaluate_rotations_bad_inputs(raw):
+    net, y = MLP(hidden_features=8), torch.zeros(8, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"Expected y of shape \(N,\) = \(8,\).*got shape \(3,\)"):
+        evaluate_rotations(net, raw, y[:3])
+    with pytest.raises(TypeError, match=r"expects x and y as tensors .* got y of type list"):
+        evaluate_rotations(net, raw, [0] * 8)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Expected at least one angle"):
+        evaluate_rotations(net, raw, y, angles=())
+    with pytest.raises(TypeError, match="Expected each angle to be a real number of degrees"):
+        evaluate_rotations(net, raw, y, angles=(0, "90"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown measure 'bald'"):
+        evaluate_rotations(net, raw, y, measure="bald")  # type: ignore[arg-type]
+
+
+def test_format_rotation_table():
+    rows = [
+        {"angle": 0.0, "acc": 0.99, "ece": 0.004, "epistemic": 0.01, "total": 0.05},
+        {"angle": 165.0, "acc": 0.25, "ece": 0.5, "epistemic": 0.3, "total": 1.25},
+    ]
+    lines = format_rotation_table(rows).splitlines()
+    assert len(lines) == 6 and len({len(line) for line in lines}) == 1  # fixed width
+    assert lines[1] == "│ Angle │    Acc │    ECE │ Epistemic │   Total │"
+    assert lines[3] == "│    0° │ 99.00% │  0.40% │   0.01000 │ 0.05000 │"
+    assert lines[4] == "│  165° │ 25.00% │ 50.00% │   0.30000 │ 1.25000 │"
+    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['total'\]"):
+        format_rotation_table([{"angle": 0.0, "acc": 1.0, "ece": 0.0, "epistemic": 0.0}])
+    with pytest.raises(ValueError, match="Expected at least one row"):
+        format_rotation_table([])
+    with pytest.raises(TypeError, match="Expected rows to be a list of dicts"):
+        format_rotation_table(rows[0])  # type: ignore[arg-type]
