@@ -219,6 +219,9 @@ def save(
     os.close(handle)
     try:
         torch.save(payload, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

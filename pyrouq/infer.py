@@ -543,9 +543,11 @@ def fit(
 
     Parameters
     ----------
-    model : PyroModule
+    model : PyroModule or nn.Module
         A model following the pyrouq contract (``BayesianMLP``, ``BayesianLeNet``,
-        ``BatchEnsembleMLP``, ...). Its ``num_data`` is set to N.
+        ``BatchEnsembleMLP``, ...). Its ``num_data`` is set to N. A plain torch network
+        returning logits (``MLP``, ``LeNet``; ``guide=None``) is fitted by maximum likelihood,
+        ``loss = -(N/B) sum_batch log p(y | x)``, with the same optimizer and schedule.
     guide : nn.Module or callable or None
         The variational distribution (``mean_field_guide(model)``); ``None`` for models
         without latent sites (BatchEnsemble), where the loss is the negative log-likelihood.
@@ -655,6 +657,7 @@ def fit(
     lr_factor = _lr_factor(lr_schedule, total_steps)
     scheduled = lr_schedule != "constant" and total_steps > 0  # unsized loader: no plan
     guide_fn = guide if guide is not None else _empty_guide
+    plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
     device = module_device(model, guide) or torch.device("cpu")
     settings = {
         "kl_weight": elbo.kl_weight,
@@ -737,7 +740,10 @@ def fit(
                     if scheduled:
                         for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
                             group["lr"] = base * lr_factor(steps)
-                    terms = elbo.terms(model, guide_fn, x, y)
+                    if plain:
+                        terms = _plain_terms(model, x, y, int(n))
+                    else:
+                        terms = elbo.terms(model, guide_fn, x, y)
                     loss = terms.loss
                     if not torch.isfinite(loss.detach()):
                         raise FloatingPointError(
@@ -869,7 +875,7 @@ def _point_accuracy(
     correct = total = 0
     for x, y in batches:
         if point is None:
-            logits = model(x, y)
+            logits = model(x) if not isinstance(model, pyro.nn.PyroModule) else model(x, y)
         elif direct is not None:
             logits = direct(x, point)
         else:
@@ -887,6 +893,13 @@ def _len_or_zero(loader: Iterable) -> int:
         return len(loader)  # type: ignore[arg-type]
     except TypeError:
         return 0
+
+
+def _plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
+    """Maximum likelihood for a plain torch network: ``-(N/B) sum_batch log p(y | x)``."""
+    logits = model(x)
+    nll = F.cross_entropy(logits, y, reduction="mean") * n
+    return ELBOTerms(loss=nll, nll=nll.detach(), kl=torch.zeros(()), logits=logits.detach())
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
