@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pyrouq-installed
+DOCS_STAMP := $(VENV)/.pyrouq-docs-installed
 
-.PHONY: demo test test-slow lint format bench install clean
+.PHONY: demo test test-slow lint format bench docs install clean
 
 # Create the virtual environment and install pyrouq editable with its dev extra.
 # The stamp makes a second call install nothing (until pyproject.toml changes).
@@ -14,6 +15,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The docs extra (Sphinx, myst-nb, furo) on top of the dev install; idempotent like $(STAMP).
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs]'
+	touch $(DOCS_STAMP)
 
 ## The main job.
 demo: $(STAMP)
@@ -36,8 +42,15 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+## The HTML docs (API pages, tutorials from their stored outputs), warnings as errors.
+## Always a full build (about 10 s), so no warning hides in a cached page.
+docs: $(DOCS_STAMP)
+	rm -rf docs/_build
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
+
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache build dist *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache build dist *.egg-info docs/_build docs/api docs/tutorials/*.ipynb docs/tutorials/none.md

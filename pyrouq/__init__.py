@@ -10,12 +10,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from pyrouq.checkpoint import Checkpoint, CheckpointError, load, save
 from pyrouq.data import (
     fashion_mnist_arrays,
     load_fashion_mnist,
     load_mnist,
     mnist_arrays,
     ood_loader,
+    rotate,
 )
 from pyrouq.diagnostics import PSISResult, psis_diagnostic, summary, to_inference_data
 from pyrouq.infer import (
@@ -23,6 +25,7 @@ from pyrouq.infer import (
     FitResult,
     KLWeightedELBO,
     MeanFieldGuide,
+    TrainingInterrupted,
     fit,
     mean_field_guide,
 )
@@ -38,7 +41,17 @@ from pyrouq.models import (
     batchensemble,
 )
 from pyrouq.nn import BatchEnsembleConv2d, BatchEnsembleLinear, BayesianConv2d, BayesianLinear
-from pyrouq.predictive import Predictions, predict
+from pyrouq.plotting import (
+    plot_image_grid,
+    plot_most_uncertain,
+    plot_reliability,
+    plot_risk_coverage,
+    plot_rotation,
+    plot_training_curves,
+    plot_uncertainty_distributions,
+    save_figures,
+)
+from pyrouq.predictive import Predictions, evaluate_rotations, format_rotation_table, predict
 from pyrouq.uncertainty import Decomposition, decompose
 
 __all__ = [
@@ -52,6 +65,8 @@ __all__ = [
     "BayesianLeNet",
     "BayesianLinear",
     "BayesianMLP",
+    "Checkpoint",
+    "CheckpointError",
     "Decomposition",
     "EpochRecord",
     "FitResult",
@@ -60,20 +75,34 @@ __all__ = [
     "MeanFieldGuide",
     "PSISResult",
     "Predictions",
+    "TrainingInterrupted",
     "__version__",
     "batchensemble",
     "decompose",
     "evaluate",
+    "evaluate_rotations",
     "fashion_mnist_arrays",
     "fit",
+    "format_rotation_table",
     "format_table",
+    "load",
     "load_fashion_mnist",
     "load_mnist",
     "mean_field_guide",
     "mnist_arrays",
     "ood_loader",
+    "plot_image_grid",
+    "plot_most_uncertain",
+    "plot_reliability",
+    "plot_risk_coverage",
+    "plot_rotation",
+    "plot_training_curves",
+    "plot_uncertainty_distributions",
     "predict",
     "psis_diagnostic",
+    "rotate",
+    "save",
+    "save_figures",
     "summary",
     "to_inference_data",
 ]

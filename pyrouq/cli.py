@@ -1,25 +1,159 @@
-"""The ``pyrouq`` command: thin, it parses arguments, calls the library and prints."""
+"""The ``pyrouq`` command: thin, it parses arguments, calls the library and prints.
+
+``pyrouq fit MODEL`` trains on the bundled MNIST, evaluates on the MNIST test split with
+Fashion-MNIST as out-of-distribution data, prints the metric tables and writes a run directory
+(``metrics.json``, ``config.json``, ``checkpoint.pt``, plots). ``pyrouq evaluate RUN_DIR``
+reloads a run and evaluates it again, optionally on rotated MNIST. Bad input is a one-line
+``pyrouq: error: ...`` on stderr and exit code 2; an interrupted training saves the partial
+run and exits with 130.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
 
 from pyrouq import __version__
 
+# Per model: its builder arguments and the recipe measured for it (see the README).
+MODELS: dict[str, dict[str, Any]] = {
+    "bayesian-lenet": {"class": "BayesianLeNet", "epochs": 2, "batch_size": 256, "lr": 2e-2},
+    "bayesian-mlp": {"class": "BayesianMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+    "batchensemble-lenet": {
+        "class": "BatchEnsembleLeNet",
+        "epochs": 3,
+        "batch_size": 512,
+        "lr": 2e-2,
+    },
+    "batchensemble-mlp": {"class": "BatchEnsembleMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+    "lenet": {"class": "LeNet", "epochs": 2, "batch_size": 512, "lr": 2e-2},
+    "mlp": {"class": "MLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+}
+DEFAULT_NUM_SAMPLES = 32
+DEFAULT_MEMBERS = 4
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A bad argument or input: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"pyrouq: error: {message} (see `pyrouq {self._sub()} --help`)\n")
+
+    def _sub(self) -> str:
+        return self.prog.partition(" ")[2] or "-"
+
+
+def _positive_int(name: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a positive integer, got {text!r}"
+            ) from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(name: str, allow_zero: bool = False):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number {bound}, got {text}")
+        return value
+
+    return parse
+
+
+def _model_name(text: str) -> str:
+    if text not in MODELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown model {text!r}; choose one of: {', '.join(MODELS)}"
+        )
+    return text
+
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pyrouq",
-        description="Bayesian uncertainty for PyTorch, built on Pyro.",
-    )
+    parser = _Parser(prog="pyrouq", description="Bayesian uncertainty for PyTorch, built on Pyro.")
     parser.add_argument("--version", action="version", version=f"pyrouq {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
     data = sub.add_parser("data", help="load MNIST and print a one-line summary")
     data.add_argument("--data-root", default=None, help="folder in torchvision layout")
+
+    fit = sub.add_parser(
+        "fit",
+        help="train a model on MNIST, evaluate it (Fashion-MNIST as OOD), write a run folder",
+        description="Train MODEL on MNIST, evaluate it on the MNIST test split with "
+        "Fashion-MNIST as out-of-distribution data, print the metric tables, and write "
+        "metrics.json, config.json, checkpoint.pt and PNG plots into --out.",
+    )
+    fit.add_argument("model", type=_model_name, metavar="MODEL", help=", ".join(MODELS))
+    fit.add_argument("--epochs", type=_positive_int("--epochs"), help="default per model")
+    fit.add_argument("--batch-size", type=_positive_int("--batch-size"), help="default per model")
+    fit.add_argument("--lr", type=_positive_float("--lr"), help="Adam learning rate")
+    fit.add_argument(
+        "--kl-weight", type=_positive_float("--kl-weight", allow_zero=True), default=1.0
+    )
+    fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
+    fit.add_argument(
+        "--members", type=_positive_int("--members"), default=DEFAULT_MEMBERS,
+        help="BatchEnsemble size M",
+    )  # fmt: skip
+    fit.add_argument("--prior-scale", type=_positive_float("--prior-scale"), default=1.0)
+    fit.add_argument(
+        "--num-samples", type=_positive_int("--num-samples"), default=DEFAULT_NUM_SAMPLES,
+        help="posterior draws for evaluation (Bayesian models)",
+    )  # fmt: skip
+    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--data-root", default=None, help="folder in torchvision layout")
+    fit.add_argument(
+        "--train-size", type=_positive_int("--train-size"), default=None,
+        help="train on the first N of the 60000 images (quick trials)",
+    )  # fmt: skip
+    fit.add_argument("--out", default=None, help="run folder (default runs/MODEL-TIMESTAMP)")
+    fit.add_argument("--overwrite", action="store_true", help="reuse a non-empty --out")
+    fit.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
+    fit.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    ev = sub.add_parser(
+        "evaluate",
+        help="reload a run folder and evaluate it again",
+        description="Reload RUN_DIR/checkpoint.pt and evaluate it on the MNIST test split.",
+    )
+    ev.add_argument("run_dir", metavar="RUN_DIR")
+    ev.add_argument("--num-samples", type=_positive_int("--num-samples"), default=None)
+    ev.add_argument("--ood", choices=("fashion-mnist", "none"), default="fashion-mnist")
+    ev.add_argument("--shift", choices=("rotate",), default=None, help="add rotated MNIST")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--data-root", default=None, help="folder in torchvision layout")
+    ev.add_argument("--device", default=None)
     return parser
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -39,6 +173,260 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _device(name: str | None) -> Any:
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise CommandError(f"--device {name!r} is not a torch device (e.g. cpu, cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CommandError(f"--device {name} asked for CUDA, but torch sees no GPU; use cpu")
+    return device
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    if args.out is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("runs") / f"{args.model}-{stamp}"
+    else:
+        out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise CommandError(
+            f"--out {str(out)!r} exists and is not empty; pass --overwrite or another folder"
+        )
+    return out
+
+
+def _build(args: argparse.Namespace) -> tuple[Any, Any]:
+    import pyrouq
+
+    name = MODELS[args.model]["class"]
+    if name.startswith("Bayesian"):
+        model = getattr(pyrouq, name)(prior_scale=args.prior_scale)
+        return model, pyrouq.mean_field_guide(model)
+    if name.startswith("BatchEnsemble"):
+        return getattr(pyrouq, name)(num_members=args.members), None
+    return getattr(pyrouq, name)(), None
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    import pyro
+
+    import pyrouq
+    from pyrouq.infer import TrainingInterrupted
+
+    recipe = MODELS[args.model]
+    epochs = args.epochs or recipe["epochs"]
+    batch_size = args.batch_size or recipe["batch_size"]
+    lr = args.lr or recipe["lr"]
+    device = _device(args.device)
+    out = _out_dir(args)
+    started = time.perf_counter()
+    train, test = pyrouq.load_mnist(
+        batch_size=batch_size,
+        root=args.data_root,
+        seed=args.seed,
+        device=device,
+        train_size=args.train_size,
+    )
+    pyro.set_rng_seed(args.seed)
+    model, guide = _build(args)
+    model.to(device)
+    if guide is not None:
+        guide.to(device)
+    config = {
+        "model": args.model,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "kl_weight": args.kl_weight,
+        "num_particles": args.num_particles,
+        "members": args.members if recipe["class"].startswith("BatchEnsemble") else None,
+        "prior_scale": args.prior_scale if recipe["class"].startswith("Bayesian") else None,
+        "num_samples": args.num_samples if guide is not None else None,
+        "seed": args.seed,
+        "train_size": args.train_size,
+        "data_root": args.data_root,
+        "device": str(device),
+        "command": "pyrouq " + " ".join(sys.argv[1:]) if sys.argv else "pyrouq fit",
+        "versions": _versions(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    checkpoint = out / "checkpoint.pt"
+    n_params = sum(p.numel() for p in model.parameters())
+    if guide is not None:
+        n_params += sum(p.numel() for p in guide.parameters())
+    print(
+        f"pyrouq {__version__}: fitting {recipe['class']} ({n_params:,} parameters) on "
+        f"{len(train.dataset)} MNIST images, {epochs} epochs of {len(train)} batches of "
+        f"{batch_size}, device {device}"
+    )
+    try:
+        result = pyrouq.fit(
+            model,
+            guide,
+            train,
+            epochs=epochs,
+            lr=lr,
+            kl_weight=args.kl_weight,
+            num_particles=args.num_particles,
+            progress=not args.no_progress,
+            seed=args.seed,
+            checkpoint=checkpoint,
+            metadata={"config": config},
+        )
+    except TrainingInterrupted as stop:
+        print(
+            f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
+            f"is saved at {checkpoint} (resume in Python: pyrouq.fit(..., resume_from=that path))",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    for record in result.history:
+        print(
+            f"epoch {record.epoch}: loss {record.loss:.4g} (nll {record.nll:.4g}, "
+            f"kl {record.kl:.4g}), train acc {100 * record.train_acc:.2f} %, "
+            f"{record.seconds:.1f} s"
+        )
+    num_samples = args.num_samples if guide is not None else None
+    metrics, figures = _evaluate(model, guide, test, num_samples, "fashion-mnist", args, result)
+    metrics["train_seconds"] = result.seconds
+    pyrouq.save(
+        checkpoint, model, guide, metadata={"config": config, "metrics": metrics}
+    )  # the final checkpoint: no resume state, the metrics instead
+    _write_metrics(out, metrics)
+    written = _save_plots(figures, out)
+    total = time.perf_counter() - started
+    print(
+        f"\nwrote {out}/: metrics.json, config.json, checkpoint.pt, "
+        f"{', '.join(p.name for p in written)} ({total:.1f} s in all)"
+    )
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    import pyro
+
+    import pyrouq
+
+    run = Path(args.run_dir)
+    checkpoint = run / "checkpoint.pt"
+    if not run.is_dir():
+        raise CommandError(f"RUN_DIR {str(run)!r} is not a folder; pass a folder of `pyrouq fit`")
+    if not checkpoint.is_file():
+        raise CommandError(f"{str(run)!r} has no checkpoint.pt; pass a folder of `pyrouq fit`")
+    device = _device(args.device)
+    saved = pyrouq.load(checkpoint, device=device)
+    if saved.guide is None and args.num_samples is not None:
+        raise CommandError(
+            f"--num-samples applies to Bayesian models; {type(saved.model).__name__} has fixed "
+            "members (or one network). Leave it out"
+        )
+    config = saved.metadata.get("config", {})
+    num_samples = None
+    if saved.guide is not None:
+        num_samples = args.num_samples or config.get("num_samples") or DEFAULT_NUM_SAMPLES
+    _, test = pyrouq.load_mnist(
+        batch_size=config.get("batch_size", 512), root=args.data_root, seed=args.seed,
+        device=device,
+    )  # fmt: skip
+    pyro.set_rng_seed(args.seed)
+    print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
+    metrics, figures = _evaluate(saved.model, saved.guide, test, num_samples, args.ood, args)
+    if args.shift == "rotate":
+        x = test.transform(test.images)
+        rows = pyrouq.evaluate_rotations(
+            saved.model, x, test.labels, saved.guide, num_samples=num_samples
+        )
+        print("\nRotated MNIST (test split)")
+        print(pyrouq.format_rotation_table(rows))
+        metrics["rotation"] = rows
+        from pyrouq.plotting import plot_rotation
+
+        figures["rotation"] = plot_rotation(rows)
+    _write_metrics(run, metrics, name="metrics-evaluate.json")
+    written = _save_plots(figures, run)
+    print(f"\nwrote {run}/metrics-evaluate.json, {', '.join(p.name for p in written)}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# shared steps
+# --------------------------------------------------------------------------------------------
+
+
+def _evaluate(
+    model: Any,
+    guide: Any,
+    test: Any,
+    num_samples: int | None,
+    ood: str,
+    args: argparse.Namespace,
+    result: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    import pyrouq
+    from pyrouq import plotting
+
+    start = time.perf_counter()
+    preds = pyrouq.predict(model, test, guide, num_samples=num_samples)
+    ood_preds = None
+    if ood == "fashion-mnist":
+        ood_loader = pyrouq.ood_loader(1024, root=args.data_root)
+        ood_preds = pyrouq.predict(model, ood_loader, guide, num_samples=num_samples)
+    metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
+    if ood_preds is not None:
+        entropy = pyrouq.evaluate(preds, test.labels, ood=ood_preds, ood_score="entropy")
+        metrics["ood_auroc_entropy"] = entropy["ood_auroc"]
+    print()
+    print(pyrouq.format_table(metrics))
+    metrics["num_samples"] = preds.probs.shape[0]
+    metrics["eval_seconds"] = time.perf_counter() - start
+    if ood_preds is not None:
+        print(f"(OOD score: mutual information; with entropy the AUROC is "
+              f"{metrics['ood_auroc_entropy']:.4f})")  # fmt: skip
+    preds, labels = preds.to("cpu"), test.labels.cpu()
+    first = pyrouq.Predictions.from_probs(preds.probs[:, :32])
+    figures = {
+        "reliability": plotting.plot_reliability(preds, labels),
+        "risk_coverage": plotting.plot_risk_coverage(preds, labels),
+        "image_grid": plotting.plot_image_grid(
+            first, test.transform(test.images[:32]).cpu(), labels[:32]
+        ),
+        "most_uncertain": plotting.plot_most_uncertain(
+            preds, test.transform(test.images).cpu(), targets=labels, k=6
+        ),
+        "uncertainty": plotting.plot_uncertainty_distributions(
+            preds, ood_preds.to("cpu") if ood_preds is not None else None
+        ),
+    }
+    if result is not None:
+        figures["training_curves"] = plotting.plot_training_curves(result)
+    return metrics, figures
+
+
+def _write_metrics(out: Path, metrics: dict[str, Any], name: str = "metrics.json") -> None:
+    (out / name).write_text(json.dumps(metrics, indent=2) + "\n")
+
+
+def _save_plots(figures: dict[str, Any], out: Path) -> list[Path]:
+    from pyrouq.plotting import save_figures
+
+    return save_figures(figures, out)
+
+
+def _versions() -> dict[str, str]:
+    import pyro
+    import torch
+
+    return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pyrouq`` console script; returns the exit code."""
     parser = _build_parser()
@@ -46,14 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    commands = {"data": _cmd_data, "fit": _cmd_fit, "evaluate": _cmd_evaluate}
     try:
-        if args.command == "data":
-            return _cmd_data(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"pyrouq: error: {e}", file=sys.stderr)
-        return 2
-    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
-    return 2
+        return commands[args.command](args)
+    except (CommandError, ValueError, FileNotFoundError) as e:
+        message = " ".join(str(e).split())  # one line
+        print(f"pyrouq: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,184 @@
+"""The `pyrouq` command: fit / evaluate on a small training subset, and its error cases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import pyrouq
+from pyrouq import cli
+from pyrouq.cli import main
+
+PLOTS = {
+    "reliability.png",
+    "risk_coverage.png",
+    "image_grid.png",
+    "most_uncertain.png",
+    "uncertainty.png",
+    "training_curves.png",
+}
+
+
+def one_line_error(capsys, code, argv):
+    assert main(argv) == code if code != "exit" else None
+    err = capsys.readouterr().err
+    assert err.startswith("pyrouq: error: ")
+    assert err.count("\n") == 1, err
+    return err
+
+
+def run_exit(argv, capsys):
+    """argparse errors leave by SystemExit(2); return the captured stderr."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyrouq: error: ")
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def bayes_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "bayesian-mlp"
+    argv = ["fit", "bayesian-mlp", "--epochs", "2", "--train-size", "4096", "--batch-size", "128"]
+    argv += ["--num-samples", "4", "--out", str(out), "--no-progress", "--seed", "1"]
+    assert main(argv) == 0
+    return out
+
+
+def test_fit_writes_the_run_folder(bayes_run, capsys):
+    names = {p.name for p in bayes_run.iterdir()}
+    assert {"metrics.json", "config.json", "checkpoint.pt"} | PLOTS <= names
+    metrics = json.loads((bayes_run / "metrics.json").read_text())
+    for key in ("acc", "nll", "ece", "aurc", "mutual_information", "ood_auroc", "ood_fpr95"):
+        assert 0 <= metrics[key] < float("inf"), key
+    assert metrics["acc"] > 0.85  # 4096 images, two epochs
+    assert metrics["num_samples"] == 4
+    config = json.loads((bayes_run / "config.json").read_text())
+    assert config["model"] == "bayesian-mlp" and config["train_size"] == 4096
+    assert config["versions"]["pyrouq"] == pyrouq.__version__
+    saved = pyrouq.load(bayes_run / "checkpoint.pt", model_class="BayesianMLP")
+    assert saved.metadata["metrics"]["acc"] == metrics["acc"]
+    assert (bayes_run / "checkpoint.pt").stat().st_mode & 0o044  # readable like other files
+
+
+def test_fit_prints_the_tables(tmp_path, capsys):
+    out = tmp_path / "mlp"
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "512", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    for title in ("Classification", "Calibration", "Selective classification", "OOD"):
+        assert title in printed
+    assert "epoch 1: loss" in printed
+    assert f"wrote {out}/" in printed
+
+
+def test_evaluate_reloads_and_adds_rotations(bayes_run, capsys):
+    code = main(["evaluate", str(bayes_run), "--num-samples", "2", "--ood", "none", "--shift",
+                 "rotate"])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Rotated MNIST" in printed
+    metrics = json.loads((bayes_run / "metrics-evaluate.json").read_text())
+    assert "ood_auroc" not in metrics
+    assert [row["angle"] for row in metrics["rotation"]] == list(range(0, 181, 15))
+    assert metrics["rotation"][0]["acc"] > metrics["rotation"][6]["acc"]  # 0 vs 90 degrees
+    assert (bayes_run / "rotation.png").stat().st_size > 0
+
+
+def test_evaluate_is_reproducible(bayes_run, capsys):
+    for _ in range(2):
+        assert main(["evaluate", str(bayes_run), "--num-samples", "3", "--ood", "none"]) == 0
+        runs = json.loads((bayes_run / "metrics-evaluate.json").read_text())
+        runs.pop("eval_seconds")
+        if _ == 0:
+            first = runs
+    assert runs == first
+
+
+def test_interrupted_fit_saves_the_partial_run(tmp_path, capsys, monkeypatch):
+    real_fit = pyrouq.fit
+
+    def stop_after_first_epoch(*args, **kwargs):
+        def stop(record):
+            raise KeyboardInterrupt
+
+        return real_fit(*args, **kwargs, callbacks=[stop])
+
+    monkeypatch.setattr(pyrouq, "fit", stop_after_first_epoch)
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "3", "--train-size", "256", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert f"the partial run is saved at {out / 'checkpoint.pt'}" in err
+    saved = pyrouq.load(out / "checkpoint.pt")
+    assert saved.training["epochs_done"] == 1
+
+
+# --------------------------------------------------------------------------------------------
+# errors: one line on stderr, exit code 2, no traceback
+# --------------------------------------------------------------------------------------------
+
+
+def test_unknown_model_lists_the_valid_ones(capsys):
+    err = run_exit(["fit", "resnet"], capsys)
+    assert "unknown model 'resnet'; choose one of: bayesian-lenet, bayesian-mlp" in err
+    assert "lenet, mlp" in err
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--epochs", "0", "--epochs must be a positive integer, got 0"),
+        ("--epochs", "two", "--epochs must be a positive integer, got 'two'"),
+        ("--batch-size", "-5", "--batch-size must be a positive integer, got -5"),
+        ("--lr", "nan", "--lr must be a finite number > 0, got nan"),
+    ],
+)
+def test_bad_numbers(capsys, flag, value, expected):
+    assert expected in run_exit(["fit", "mlp", flag, value], capsys)
+
+
+def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
+    (tmp_path / "old.txt").write_text("keep me")
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--out", str(tmp_path)])
+    assert "exists and is not empty; pass --overwrite or another folder" in err
+    assert (tmp_path / "old.txt").read_text() == "keep me"
+
+
+def test_data_root_without_the_files(tmp_path, capsys):
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--data-root", str(tmp_path), "--out",
+                                     str(tmp_path / "o")])  # fmt: skip
+    assert "MNIST train file not found" in err
+
+
+def test_evaluate_errors(tmp_path, bayes_run, capsys):
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path / "missing")])
+    assert "is not a folder" in err
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert "has no checkpoint.pt" in err
+    (tmp_path / "checkpoint.pt").write_bytes(b"garbage" * 10)
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert "is not a readable checkpoint" in err
+
+
+def test_console_script_and_module_entry_point(tmp_path):
+    for cmd in (["pyrouq"], [sys.executable, "-m", "pyrouq"]):
+        if cmd == ["pyrouq"]:
+            cmd = [str(__import__("shutil").which("pyrouq") or "pyrouq")]
+        done = subprocess.run([*cmd, "fit", "nope"], capture_output=True, text=True)
+        assert done.returncode == 2
+        assert "Traceback" not in done.stderr
+        assert done.stderr.startswith("pyrouq: error: argument MODEL: unknown model 'nope'")
+
+
+def test_device_errors(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--device", "cuda"])
+    assert "torch sees no GPU" in err
