@@ -174,6 +174,8 @@ class _BayesianNetwork(PyroModule):
         leading sample dimensions like the model's sites.
         """
 
+        self._check_input(x)
+
         def weighted(name: str, h: torch.Tensor) -> torch.Tensor:
             layer = getattr(self, name)
             return layer.forward_with(h, weights[f"{name}.weight"], weights[f"{name}.bias"])
