@@ -23,7 +23,7 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 
 ## The main job.
 demo: $(STAMP)
-	$(BIN)/pyrouq data
+	$(BIN)/pyrouq fit bayesian-lenet --epochs 2
 
 ## Lint (ruff, mypy) and the fast test suite (doctests included; slow tests excluded).
 test: $(STAMP) lint
