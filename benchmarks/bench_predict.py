@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from _common import interleaved, peak_rss_mb, report
+from _peers import torch_uncertainty_available, tu_predict
 
 from pyrouq import BayesianLeNet, LeNet, load_mnist, mean_field_guide, predict
 
@@ -16,6 +17,7 @@ def main() -> None:
     model = BayesianLeNet()
     guide = mean_field_guide(model)
     rows = []
+    peer = torch_uncertainty_available()
     for s in (16, 64):
 
         @torch.no_grad()
@@ -27,17 +29,24 @@ def main() -> None:
         def ours(s: int = s) -> None:
             predict(model, x, guide, num_samples=s, batch_size=1024)
 
-        times = interleaved({"plain": plain, "pyrouq": ours})
-        rows.append(
-            {
-                "S": s,
-                "plain_seconds": round(times["plain"], 3),
-                "predict_seconds": round(times["pyrouq"], 3),
-                "ratio": round(times["pyrouq"] / times["plain"], 2),
-            }
-        )
+        workloads = {"plain": plain, "pyrouq": ours}
+        if peer:
+            workloads["torch-uncertainty"] = tu_predict(x, s, 1024)
+        times = interleaved(workloads)
+        row = {
+            "S": s,
+            "plain_seconds": round(times["plain"], 3),
+            "predict_seconds": round(times["pyrouq"], 3),
+            "ratio": round(times["pyrouq"] / times["plain"], 2),
+        }
+        if peer:
+            row["torch_uncertainty_seconds"] = round(times["torch-uncertainty"], 3)
+            row["torch_uncertainty_ratio"] = round(times["torch-uncertainty"] / times["plain"], 2)
+        rows.append(row)
     rows.append({"S": "peak RSS (MB)", "plain_seconds": round(peak_rss_mb(), 1)})
     print("predict() over the 10k MNIST test images vs S plain forward passes:")
+    if not peer:
+        print("  (torch-uncertainty not importable: its bayesian_lenet is not timed)")
     report("predict", rows)
 
 

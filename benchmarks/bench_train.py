@@ -13,8 +13,11 @@ import statistics
 import torch
 import torch.nn.functional as F
 from _common import peak_rss_mb, ratio_to, report, rounds
+from _peers import torch_uncertainty_available, tu_train_epoch
 
 from pyrouq import BayesianLeNet, LeNet, batchensemble, fit, load_mnist, mean_field_guide
+
+REPS = 7
 
 
 def main() -> None:
@@ -51,16 +54,20 @@ def main() -> None:
     def ensemble(m: int):
         return lambda: fit(ensembles[m], None, train, epochs=1, lr=1e-3, progress=False)
 
-    times = rounds(
-        {
-            "plain LeNet": plain_epoch,
-            "BayesianLeNet, 1 particle": bayes(1),
-            "BayesianLeNet, 3 vectorised particles": bayes(3),
-            "BatchEnsembleLeNet M=3": ensemble(3),
-            "BatchEnsembleLeNet M=4": ensemble(4),
-        },
-        reps=7,
-    )
+    workloads = {
+        "plain LeNet": plain_epoch,
+        "BayesianLeNet, 1 particle": bayes(1),
+        "BayesianLeNet, 3 vectorised particles": bayes(3),
+        "BatchEnsembleLeNet M=3": ensemble(3),
+        "BatchEnsembleLeNet M=4": ensemble(4),
+    }
+    peer = torch_uncertainty_available()
+    if peer:
+        workloads["torch-uncertainty bayesian_lenet, ELBO 1 sample"] = tu_train_epoch(train, 1)
+        workloads["torch-uncertainty bayesian_lenet, ELBO 3 samples"] = tu_train_epoch(train, 3)
+    else:
+        print("(torch-uncertainty not importable: its bayesian_lenet is not timed)")
+    times = rounds(workloads, reps=REPS)
     ratios = ratio_to(times, "plain LeNet")
     rows = [
         {
@@ -72,8 +79,8 @@ def main() -> None:
     ]
     rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
-        "One MNIST epoch, batch 512 (7 interleaved rounds after a warm-up; ratio = median of "
-        "the per-round ratios):"
+        f"One MNIST epoch, batch 512 ({REPS} interleaved rounds after a warm-up; ratio = median "
+        "of the per-round ratios):"
     )
     report("train_epoch", rows)
 
