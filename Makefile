@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pyrouq-installed
 DOCS_STAMP := $(VENV)/.pyrouq-docs-installed
 
-.PHONY: demo test test-slow lint format bench docs install clean
+.PHONY: demo test test-slow test-tutorials lint format bench docs install clean
 
 # Create the virtual environment and install pyrouq editable with its dev extra.
 # The stamp makes a second call install nothing (until pyproject.toml changes).
@@ -25,9 +25,15 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 demo: $(STAMP)
 	$(BIN)/pyrouq fit bayesian-lenet --epochs 2
 
-## Lint (ruff, mypy) and the fast test suite (doctests included; slow tests excluded).
+## Lint (ruff, mypy) and the fast test suite (doctests included; slow tests excluded). The
+## suite includes tests/test_tutorials.py, which runs the tutorials in smoke mode.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --doctest-modules pyrouq tests
+
+## Execute every tutorials/*.ipynb in smoke mode (CI=1 in the kernel), nothing written back.
+## To store the outputs of a full run instead: $(BIN)/python tutorials/execute.py
+test-tutorials: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_tutorials.py
 
 ## Convergence and accuracy checks on real data (minutes).
 test-slow: $(STAMP)
