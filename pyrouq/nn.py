@@ -285,6 +285,40 @@ class BayesianConv2d(_BayesianLayer):
 # --------------------------------------------------------------------------------------------
 
 
+class MaxPool2x2(nn.MaxPool2d):
+    """``nn.MaxPool2d(2)`` with a faster CPU path for inference.
+
+    Without gradients it takes the maximum of row pairs, then of column pairs (two strided
+    ``torch.maximum`` calls): the same values as ``F.max_pool2d(x, 2)`` (odd trailing rows
+    and columns dropped likewise), about 10x faster on CPU for LeNet's first activation
+    (measured in ``benchmarks/``). With gradients it is ``F.max_pool2d``, whose backward is
+    the faster one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            return F.max_pool2d(x, 2)
+        h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
+        x = x[..., :h, :w]
+        rows = torch.maximum(x[..., 0::2, :], x[..., 1::2, :])
+        return torch.maximum(rows[..., 0::2], rows[..., 1::2])
+
+
+def _is_plain_2x2_pool(layer: nn.Module) -> bool:
+    if type(layer) is not nn.MaxPool2d:
+        return False
+    pairs = (layer.kernel_size, layer.stride, layer.padding, layer.dilation)
+    as_pairs = [p if isinstance(p, tuple) else (p, p) for p in pairs]
+    return (
+        as_pairs == [(2, 2), (2, 2), (0, 0), (1, 1)]
+        and not layer.ceil_mode
+        and not layer.return_indices
+    )
+
+
 def _is_stateless(module: nn.Module) -> bool:
     return not any(True for _ in module.parameters()) and not any(True for _ in module.buffers())
 
@@ -321,13 +355,15 @@ def build_pipeline(
 ) -> tuple[tuple[str, nn.Module | None], ...]:
     """Attach ``convert(name, layer)`` for each weighted layer of ``spec`` to ``owner``.
 
-    Returns the steps for :func:`run_pipeline`; stateless layers are copied. A ReLU followed
-    by a max-pooling is run as pooling then ReLU, the same function (both are monotone) with
-    the ReLU on a quarter of the values.
+    Returns the steps for :func:`run_pipeline`; stateless layers are copied (a 2x2 max-pooling
+    as :class:`MaxPool2x2`). A ReLU followed by a max-pooling is run as pooling then ReLU, the
+    same function (both are monotone) with the ReLU on a quarter of the values.
     """
     steps: list[tuple[str, nn.Module | None]] = []
     for name, layer in spec.named_children():
-        if _is_stateless(layer):
+        if _is_plain_2x2_pool(layer):
+            steps.append((name, MaxPool2x2()))
+        elif _is_stateless(layer):
             steps.append((name, copy.deepcopy(layer)))
         else:
             setattr(owner, name, convert(name, layer))

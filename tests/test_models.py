@@ -6,6 +6,7 @@ import pytest
 import torch
 from pyro import poutine
 
+from pyrouq.infer import mean_field_guide
 from pyrouq.models import MLP, BayesianLeNet, BayesianMLP, LeNet
 from pyrouq.nn import BayesianConv2d, BayesianLinear
 
@@ -174,3 +175,35 @@ def test_logits_with_equals_conditioned_model(cls):
         with poutine.condition(data=draws):
             expected = model(x)
         torch.testing.assert_close(model.logits_with(x, draws), expected)
+
+
+@pytest.mark.parametrize("shape", [(3, 6, 24, 24), (2, 4, 7, 9), (5, 16, 8, 8)])
+def test_fast_max_pool_equals_torch_with_and_without_gradients(shape):
+    import torch.nn.functional as F
+
+    from pyrouq.nn import MaxPool2x2
+
+    x = torch.randn(*shape)
+    pool = MaxPool2x2()
+    with torch.no_grad():
+        assert torch.equal(pool(x), F.max_pool2d(x, 2))
+    xg = x.clone().requires_grad_()
+    pool(xg).sum().backward()
+    ref = x.clone().requires_grad_()
+    F.max_pool2d(ref, 2).sum().backward()
+    assert torch.equal(xg.grad, ref.grad)
+
+
+def test_pipelines_use_the_fast_pool_and_large_cpu_batches_are_split():
+    from pyrouq.models import bayesian
+    from pyrouq.nn import MaxPool2x2
+
+    model = BayesianLeNet()
+    assert sum(isinstance(step, MaxPool2x2) for _, step in model._steps) == 2
+    guide = mean_field_guide(model)
+    weights = guide.means()
+    x = torch.randn(bayesian.CPU_CHUNK + 7, 1, 28, 28)
+    with torch.no_grad():
+        split = model.logits_with(x, weights)
+    whole = model.logits_with(x, weights)  # gradients enabled: one pass
+    torch.testing.assert_close(split, whole.detach(), rtol=1e-5, atol=1e-5)
