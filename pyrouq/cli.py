@@ -382,11 +382,11 @@ def _evaluate(
         x_ood = ood_set.transform(ood_set.images).to(x.device)
         ood_preds = pyrouq.predict(model, x_ood, guide, num_samples=num_samples)
     metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
+    print()
+    print(pyrouq.format_table(metrics))
     if ood_preds is not None:
         entropy = pyrouq.evaluate(preds, test.labels, ood=ood_preds, ood_score="entropy")
         metrics["ood_auroc_entropy"] = entropy["ood_auroc"]
-    print()
-    print(pyrouq.format_table(metrics))
     metrics["num_samples"] = preds.probs.shape[0]
     metrics["eval_seconds"] = time.perf_counter() - start
     if ood_preds is not None:
