@@ -622,7 +622,8 @@ def fit(
             f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
             "'constant'."
         )
-    elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles)
+    # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed
+    elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=2)
     if guide is None and has_latent_sites(model):
         raise ValueError(
             f"{type(model).__name__} has latent sites but guide is None. Pass "
