@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,9 +169,9 @@ def test_evaluate_errors(tmp_path, bayes_run, capsys):
 
 
 def test_console_script_and_module_entry_point(tmp_path):
-    for cmd in (["pyrouq"], [sys.executable, "-m", "pyrouq"]):
-        if cmd == ["pyrouq"]:
-            cmd = [str(__import__("shutil").which("pyrouq") or "pyrouq")]
+    script = Path(sys.executable).parent / "pyrouq"  # installed beside the interpreter
+    assert script.is_file(), f"no console script at {script}; install pyrouq (pip install -e .)"
+    for cmd in ([str(script)], [sys.executable, "-m", "pyrouq"]):
         done = subprocess.run([*cmd, "fit", "nope"], capture_output=True, text=True)
         assert done.returncode == 2
         assert "Traceback" not in done.stderr
