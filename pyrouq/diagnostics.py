@@ -149,6 +149,21 @@ def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
     }
 
 
+def _replayed_draws(
+    model: Any, guide: Any, x: Tensor, y: Tensor, num_samples: int
+) -> Iterator[tuple[int, Any, Any]]:
+    """``(s, guide_trace, model_trace)`` for S guide draws, the model replayed on each.
+
+    The first draw runs under the caller's validation setting, the rest without (speed).
+    """
+    validate = is_validation_enabled()
+    for s in range(num_samples):
+        with pyro.validation_enabled(s == 0 and validate):
+            guide_trace = poutine.trace(guide).get_trace(x, y)
+            model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+        yield s, guide_trace, model_trace
+
+
 def _check_guide_covers(model_trace: poutine.Trace, guide_trace: poutine.Trace) -> None:
     missing = [n for n in _latent_sites(model_trace) if n not in guide_trace.nodes]
     if missing:
@@ -486,12 +501,7 @@ def _export_pyro(
     out = _Draws(num_samples)
     keep: list[str] = []
     with _prepared(model, n):
-        for s in range(num_samples):
-            with pyro.validation_enabled(s == 0 and is_validation_enabled()):
-                guide_trace = poutine.trace(guide).get_trace(x, y)
-                model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
-                    x, y
-                )
+        for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples):
             if s == 0:
                 _check_guide_covers(model_trace, guide_trace)
                 keep = _check_var_names(var_names, list(_latent_sites(model_trace)))
@@ -714,13 +724,7 @@ def psis_diagnostic(
         x, y = x.to(device), y.to(device)
     log_weights = torch.empty(num_samples, dtype=torch.float64)
     with _prepared(model, n):
-        for s in range(num_samples):
-            # The first draw runs under the caller's validation setting, the rest without.
-            with pyro.validation_enabled(s == 0 and is_validation_enabled()):
-                guide_trace = poutine.trace(guide).get_trace(x, y)
-                model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
-                    x, y
-                )
+        for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples):
             if s == 0:
                 _check_guide_covers(model_trace, guide_trace)
                 if not _latent_sites(model_trace):
