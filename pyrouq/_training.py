@@ -99,16 +99,16 @@ def _label_problem(y: torch.Tensor, num_classes: int | None) -> str | None:
     return None
 
 
-def check_loader_inputs(loader: Iterable, num_classes: int | None) -> None:
+def check_loader_inputs(loader: Iterable, num_classes: int | None) -> bool:
     """Refuse NaN/inf inputs and bad labels of an in-memory loader before training starts.
 
     Works on the tensors of a :class:`pyrouq.data.TensorLoader` or of a ``DataLoader`` over a
-    ``TensorDataset`` at once (no pass over the batches); other loaders are checked batch by
-    batch during training (:func:`check_batch`).
+    ``TensorDataset`` at once (no pass over the batches) and returns True; for other loaders
+    it returns False: check their batches during training (:func:`check_batch`).
     """
     tensors = _in_memory_tensors(loader)
     if tensors is None:
-        return
+        return False
     images, labels = tensors
     if images.dtype.is_floating_point:
         bad = _bad_rows(images)
@@ -129,6 +129,7 @@ def check_loader_inputs(loader: Iterable, num_classes: int | None) -> None:
     problem = _label_problem(labels, num_classes)
     if problem is not None:
         raise ValueError(f"train_loader has {problem}; nothing was trained. Fix the labels.")
+    return True
 
 
 def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -199,10 +200,7 @@ def training_state(
     sums: torch.Tensor,
     history: list[Any],
     base_lrs: list[float],
-    lr_schedule: str,
-    total_steps: int,
     rng: dict[str, Any],
-    settings: dict[str, Any],
 ) -> dict[str, Any]:
     """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
     return {
@@ -214,8 +212,5 @@ def training_state(
         "sums": sums.clone(),
         "history": [asdict(record) for record in history],
         "base_lrs": list(base_lrs),
-        "lr_schedule": lr_schedule,
-        "total_steps": total_steps,
         "rng": rng,
-        "settings": settings,
     }

@@ -640,8 +640,8 @@ def fit(
             f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
         )
     num_classes = getattr(model, "num_classes", None)
-    if check_inputs:
-        check_loader_inputs(train_loader, num_classes)
+    # in-memory data is checked once here; other loaders batch by batch, before each step
+    check_each_batch = check_inputs and not check_loader_inputs(train_loader, num_classes)
     resume = _resume_checkpoint(resume_from, model, guide, epochs)
     model.num_data = int(n)  # type: ignore[assignment]
 
@@ -660,12 +660,6 @@ def fit(
     guide_fn = guide if guide is not None else _empty_guide
     plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
     device = module_device(model, guide) or torch.device("cpu")
-    settings = {
-        "kl_weight": elbo.kl_weight,
-        "num_particles": num_particles,
-        "vectorize_particles": vectorize_particles,
-        "num_data": int(n),
-    }
 
     if seed is not None:
         pyro.set_rng_seed(seed)
@@ -703,10 +697,7 @@ def fit(
             sums=sums,
             history=history,
             base_lrs=base_lrs,
-            lr_schedule=lr_schedule,
-            total_steps=total_steps,
             rng=rng_states(train_loader, loader_state),
-            settings=settings,
         )
 
     def result() -> FitResult:
@@ -734,7 +725,7 @@ def fit(
                 for step, (x, y) in enumerate(train_loader, start=1):
                     if step <= skip:  # resuming inside an epoch: these steps were taken
                         continue
-                    if check_inputs:
+                    if check_each_batch:
                         check_batch(x, y, epoch, step, num_classes)
                     x = x.to(device, non_blocking=True)
                     y = y.to(device, non_blocking=True)
