@@ -145,7 +145,8 @@ def describe_guide(guide: Any) -> dict[str, Any] | None:
     return {"class": "MeanFieldGuide", "init_scale": guide.init_scale}
 
 
-def _versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
+    """Versions of pyrouq, torch and Pyro (stored in checkpoints and run folders)."""
     import pyro
 
     from pyrouq import __version__
@@ -193,7 +194,7 @@ def save(
     description = {
         "model": describe_model(model),
         "guide": describe_guide(guide),
-        "versions": _versions(),
+        "versions": library_versions(),
     }
     try:
         metadata_json = json.dumps(metadata if metadata is not None else {}, allow_nan=True)

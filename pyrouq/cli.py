@@ -15,7 +15,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,7 +56,7 @@ class _Parser(argparse.ArgumentParser):
         return self.prog.partition(" ")[2] or "-"
 
 
-def _positive_int(name: str):  # type: ignore[no-untyped-def]
+def _positive_int(name: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -71,7 +71,7 @@ def _positive_int(name: str):  # type: ignore[no-untyped-def]
     return parse
 
 
-def _positive_float(name: str, allow_zero: bool = False):  # type: ignore[no-untyped-def]
+def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -218,6 +218,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import pyro
 
     import pyrouq
+    from pyrouq.checkpoint import library_versions
     from pyrouq.infer import TrainingInterrupted
 
     recipe = MODELS[args.model]
@@ -253,8 +254,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         "train_size": args.train_size,
         "data_root": args.data_root,
         "device": str(device),
-        "command": "pyrouq " + " ".join(sys.argv[1:]) if sys.argv else "pyrouq fit",
-        "versions": _versions(),
+        "command": " ".join(["pyrouq", *args.argv]),
+        "versions": library_versions(),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -420,17 +421,11 @@ def _save_plots(figures: dict[str, Any], out: Path) -> list[Path]:
     return save_figures(figures, out)
 
 
-def _versions() -> dict[str, str]:
-    import pyro
-    import torch
-
-    return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pyrouq`` console script; returns the exit code."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # recorded in config.json
     if args.command is None:
         parser.print_help()
         return 0

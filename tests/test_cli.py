@@ -63,6 +63,7 @@ def test_fit_writes_the_run_folder(bayes_run, capsys):
     config = json.loads((bayes_run / "config.json").read_text())
     assert config["model"] == "bayesian-mlp" and config["train_size"] == 4096
     assert config["versions"]["pyrouq"] == pyrouq.__version__
+    assert config["command"].startswith("pyrouq fit bayesian-mlp --epochs 2 --train-size 4096")
     saved = pyrouq.load(bayes_run / "checkpoint.pt", model_class="BayesianMLP")
     assert saved.metadata["metrics"]["acc"] == metrics["acc"]
     assert (bayes_run / "checkpoint.pt").stat().st_mode & 0o044  # readable like other files
