@@ -8,6 +8,7 @@ import pyro
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import ListLoader, tiny_mlp, toy_data
 from pyro import poutine
 from pyro.infer.autoguide import AutoNormal
 
@@ -23,27 +24,6 @@ VAR_TOL = 0.05
 
 MEAN_TOL = 5.0
 """Largest error allowed on any output's mean, in standard errors sqrt(var / S)."""
-
-
-def tiny_mlp(**kw):
-    return BayesianMLP(in_features=3, hidden_features=20, out_features=2, **kw)
-
-
-def toy_data(n=40, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 3, generator=g)
-    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
-    return x, y
-
-
-class ListLoader(list):
-    """A list of batches with a sized .dataset, like a DataLoader."""
-
-    def __init__(self, x, y, batch_size):
-        super().__init__(
-            (x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)
-        )
-        self.dataset = torch.utils.data.TensorDataset(x, y)
 
 
 def normal_params(weight_shape, bias_shape):

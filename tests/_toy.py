@@ -1,0 +1,28 @@
+"""Toy data and models shared by the inference tests (not a test module)."""
+
+from __future__ import annotations
+
+import torch
+
+from pyrouq.models import BayesianMLP
+
+
+def tiny_mlp(**kw):
+    return BayesianMLP(in_features=3, hidden_features=20, out_features=2, **kw)
+
+
+def toy_data(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    return x, y
+
+
+class ListLoader(list):
+    """A list of batches with a sized .dataset, like a DataLoader."""
+
+    def __init__(self, x, y, batch_size):
+        super().__init__(
+            (x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)
+        )
+        self.dataset = torch.utils.data.TensorDataset(x, y)
