@@ -372,6 +372,7 @@ def _evaluate(
     result: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     import pyrouq
+    from pyrouq import metrics as metrics_module
     from pyrouq import plotting
 
     start = time.perf_counter()
@@ -386,8 +387,10 @@ def _evaluate(
     print()
     print(pyrouq.format_table(metrics))
     if ood_preds is not None:
-        entropy = pyrouq.evaluate(preds, test.labels, ood=ood_preds, ood_score="entropy")
-        metrics["ood_auroc_entropy"] = entropy["ood_auroc"]
+        metrics["ood_auroc_entropy"] = metrics_module.ood_auroc(  # only this metric again
+            metrics_module.ood_scores(preds.probs, "entropy"),
+            metrics_module.ood_scores(ood_preds.probs, "entropy"),
+        )
     metrics["num_samples"] = preds.probs.shape[0]
     metrics["eval_seconds"] = time.perf_counter() - start
     if ood_preds is not None:
