@@ -177,20 +177,24 @@ def test_logits_with_equals_conditioned_model(cls):
         torch.testing.assert_close(model.logits_with(x, draws), expected)
 
 
-@pytest.mark.parametrize("shape", [(3, 6, 24, 24), (2, 4, 7, 9), (5, 16, 8, 8)])
-def test_fast_max_pool_equals_torch_with_and_without_gradients(shape):
+@pytest.mark.parametrize("shape", [(3, 6, 24, 24), (2, 4, 7, 9), (5, 16, 8, 8), (6, 9, 9)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_fast_max_pool_equals_torch_with_and_without_gradients(shape, ties):
     import torch.nn.functional as F
 
     from pyrouq.nn import MaxPool2x2
 
-    x = torch.randn(*shape)
+    g = torch.Generator().manual_seed(0)
+    # with ties (small integers) the gradient must reach the same element of each window
+    x = torch.randint(0, 3, shape, generator=g).float() if ties else torch.randn(*shape)
+    grad = torch.randn(*shape[:-2], shape[-2] // 2, shape[-1] // 2, generator=g)
     pool = MaxPool2x2()
     with torch.no_grad():
         assert torch.equal(pool(x), F.max_pool2d(x, 2))
     xg = x.clone().requires_grad_()
-    pool(xg).sum().backward()
+    pool(xg).backward(grad)
     ref = x.clone().requires_grad_()
-    F.max_pool2d(ref, 2).sum().backward()
+    F.max_pool2d(ref, 2).backward(grad)
     assert torch.equal(xg.grad, ref.grad)
 
 
