@@ -11,6 +11,7 @@ tutorial uses k = 1/10000), corresponds to ``kl_weight = k * N``: multiply that 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -232,13 +233,33 @@ class ELBOTerms:
     kl : torch.Tensor
         Scalar, ``KL(q || p)`` (unweighted) averaged over particles.
     logits : torch.Tensor or None
-        The model's ``"logits"`` of the first particle, detached, when recorded.
+        The model's ``"logits"``, detached, when recorded: ``(B, C)`` of the first particle,
+        or those of every particle when they are vectorised.
     """
 
     loss: torch.Tensor
     nll: torch.Tensor
     kl: torch.Tensor
     logits: torch.Tensor | None = None
+
+
+def _samples_directly(model: Any, guide: Any) -> bool:
+    """Whether :class:`KLWeightedELBO` may run ``model.forward_sampled`` with ``guide``'s
+    locations and scales instead of tracing both: a :class:`MeanFieldGuide` and a model whose
+    ``forward`` is the one of the class defining ``forward_sampled`` (a subclass overriding
+    ``forward`` alone is traced, so its own ``forward`` runs)."""
+    if not isinstance(guide, MeanFieldGuide) or type(guide).forward is not MeanFieldGuide.forward:
+        return False
+    cls = type(model)
+    owner = next((c for c in cls.__mro__ if "forward_sampled" in vars(c)), None)
+    return owner is not None and getattr(cls, "forward", None) is getattr(owner, "forward", None)
+
+
+def _model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """``(x, y)`` from the arguments of a pyrouq model's ``forward(x, y=None)``."""
+    x = args[0] if args else kwargs.get("x")
+    y = args[1] if len(args) > 1 else kwargs.get("y")
+    return x, y
 
 
 def _check_kl_weight(kl_weight: object) -> float:
@@ -270,18 +291,26 @@ class KLWeightedELBO(ELBO):
     Conversion: a per-example loss ``mean CE + k * KL`` equals ``loss / N`` with
     ``kl_weight = k * N``.
 
+    With a :class:`MeanFieldGuide` and a pyrouq Bayesian model, no trace of the guide is
+    taken: each particle runs ``model.forward_sampled`` with the guide's ``loc`` and
+    ``scale = softplus(rho)``, which draws every weight by reparameterisation,
+    ``loc + scale * eps``, in the order Pyro's guide would (one particle gives the numbers
+    of the traced path bit for bit, tested), and the KL term is the analytic
+    ``KL(q || p)`` of every site, computed once. Any other guide (an ``AutoNormal``, a
+    hand-written guide), or a model subclass overriding ``forward``, is traced: the guide
+    is run and the model replayed against it.
+
     Local reparameterisation. For a model with ``local_reparameterization=True`` (pyrouq
-    Bayesian models) and a :class:`MeanFieldGuide`, each particle runs
-    ``model.forward_sampled`` instead of replaying guide draws: every Bayesian layer draws its
-    pre-activations ``Normal(mean, var)`` for the current input h, with ``mean = layer(h; loc)``
-    and ``var = layer(h^2; scale^2)`` (weight and bias; loc, scale = the guide's
-    ``loc`` and ``softplus(rho)``), one standard-normal noise per unit and example, so the
-    gradients reach ``loc`` and ``rho`` through ``mean + sqrt(var) * eps``. The NLL term is
-    ``-(N/B) sum_batch log p(y | x, logits)`` on those logits; the KL term is the analytic
-    ``KL(q || p)`` of every site (the same value as without the flag). For linear layers this is
-    an unbiased estimate of the same loss with lower variance; for convolutions it approximates
-    it (outputs at different positions get independent noise). Any other guide warns and falls
-    back to weight sampling. Vectorised particles draw ``num_particles`` noises in one pass.
+    Bayesian models) and a :class:`MeanFieldGuide`, ``model.forward_sampled`` draws every
+    Bayesian layer's pre-activations ``Normal(mean, var)`` for the current input h instead,
+    with ``mean = layer(h; loc)`` and ``var = layer(h^2; scale^2)`` (weight and bias), one
+    standard-normal noise per unit and example, so the gradients reach ``loc`` and ``rho``
+    through ``mean + sqrt(var) * eps``. The NLL term is ``-(N/B) sum_batch log p(y | x,
+    logits)`` on those logits; the KL term is unchanged. For linear layers this is an
+    unbiased estimate of the same loss with lower variance; for convolutions it approximates
+    it (outputs at different positions get independent noise). Any other guide warns and
+    falls back to weight sampling. Vectorised particles draw ``num_particles`` noises in one
+    pass.
 
     Parameters
     ----------
@@ -289,7 +318,7 @@ class KLWeightedELBO(ELBO):
         Weight of the KL term (>= 0, finite). 1 gives the exact ELBO.
     num_particles : int, default 1
     vectorize_particles : bool, default False
-        Draw all particles at once under a plate (pyrouq models support it).
+        Draw all particles at once (under a particle plate when traced).
     max_plate_nesting : int, optional
         As in Pyro; guessed from one trace when vectorising if not given.
 
@@ -357,9 +386,9 @@ class KLWeightedELBO(ELBO):
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
         """Differentiable loss and its (detached) NLL and KL parts, averaged over particles."""
+        if _samples_directly(model, guide):
+            return self._direct_terms(model, guide, args, kwargs)
         if getattr(model, "local_reparameterization", False):
-            if isinstance(guide, MeanFieldGuide):
-                return self._local_terms(model, guide, args, kwargs)
             warnings.warn(
                 f"{type(model).__name__} has local_reparameterization=True, which "
                 "KLWeightedELBO applies with a MeanFieldGuide only (it needs the guide's "
@@ -381,8 +410,9 @@ class KLWeightedELBO(ELBO):
         loss = nll_t + self.kl_weight * kl_t
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl_t.detach(), logits=logits)
 
-    def _local_terms(self, model, guide: MeanFieldGuide, args, kwargs) -> ELBOTerms:
-        """:meth:`terms` by local reparameterisation (see the class docstring)."""
+    @staticmethod
+    def _guide_moments(model, guide: MeanFieldGuide) -> tuple[dict, dict, dict]:
+        """The guide's locations and scales and the model's priors, site by site."""
         pyro.module(guide.name, guide)  # so that SVI's parameter capture sees them
         loc = {s: guide.site_loc(s) for s in guide.sites}
         scale = {s: guide.site_scale(s) for s in guide.sites}
@@ -392,6 +422,23 @@ class KLWeightedELBO(ELBO):
                 f"The guide's sites {sorted(loc)} differ from the model's latent sites "
                 f"{sorted(priors)}. Build the guide for this model (mean_field_guide(model))."
             )
+        return loc, scale, priors
+
+    @staticmethod
+    def _analytic_kl(loc: dict, scale: dict, priors: dict) -> torch.Tensor:
+        """``KL(q || p)`` summed over the sites of a mean-field Normal guide."""
+        return torch.as_tensor(
+            sum(
+                torch.distributions.kl_divergence(
+                    dist.Normal(loc[s], scale[s]).to_event(loc[s].dim()), priors[s]
+                ).sum()
+                for s in loc
+            )
+        )
+
+    def _direct_terms(self, model, guide: MeanFieldGuide, args, kwargs) -> ELBOTerms:
+        """:meth:`terms` through ``model.forward_sampled`` (see the class docstring)."""
+        loc, scale, priors = self._guide_moments(model, guide)
         draws = self.num_particles if self.vectorize_particles else None
         nll: torch.Tensor | float = 0.0
         logits = None
@@ -402,16 +449,78 @@ class KLWeightedELBO(ELBO):
             nll = nll + self._particle_terms(trace, None)[0]
             if logits is None:
                 logits = trace.nodes["logits"]["value"].detach()
-        kl = sum(
-            torch.distributions.kl_divergence(
-                dist.Normal(loc[s], scale[s]).to_event(loc[s].dim()), priors[s]
-            ).sum()
-            for s in loc
-        )
+        kl_t = self._analytic_kl(loc, scale, priors)
         nll_t = torch.as_tensor(nll) / self.num_particles
-        kl_t = torch.as_tensor(kl)
         loss = nll_t + self.kl_weight * kl_t
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl_t.detach(), logits=logits)
+
+    def terms_and_grads(self, model, guide, *args, **kwargs) -> ELBOTerms:
+        """:meth:`terms`, after back-propagating the loss into the parameters (``loss`` is
+        returned detached). What :func:`fit` and :meth:`loss_and_grads` call.
+
+        The gradients are those of ``terms(...).loss``. With a :class:`MeanFieldGuide`, a
+        pyrouq Bayesian model sampling weights and several particles (sequential, or
+        vectorised on CPU, where vectorised particles run one draw at a time anyway), the
+        particles are back-propagated one at a time: every particle's weights are drawn first
+        (the draws :meth:`terms` makes), then each particle's NLL is run forward and backward
+        into its weight draw before the next particle runs, and the draws are
+        back-propagated into the guide with the KL term. One particle's activations are held
+        at a time instead of all of them, and the memory that the allocator would otherwise
+        return to the system and fault back in on every step stays small.
+        """
+        x, y = _model_inputs(args, kwargs)
+        if (
+            self.num_particles > 1
+            and _samples_directly(model, guide)
+            and not model.local_reparameterization
+            and torch.is_tensor(x)
+            and y is not None
+            and (not self.vectorize_particles or x.device.type == "cpu")
+        ):
+            return self._particle_by_particle(model, guide, x, y)
+        terms = self.terms(model, guide, *args, **kwargs)
+        if terms.loss.requires_grad:
+            terms.loss.backward()
+        return dataclasses.replace(terms, loss=terms.loss.detach())
+
+    def _particle_by_particle(
+        self, model, guide: MeanFieldGuide, x: torch.Tensor, y: torch.Tensor
+    ) -> ELBOTerms:
+        """:meth:`terms_and_grads` one particle at a time (see there)."""
+        loc, scale, priors = self._guide_moments(model, guide)
+        count = self.num_particles
+        if self.vectorize_particles:  # site by site, every particle at once, as terms() does
+            stacked = model.sample_weights(loc, scale, count)
+            draws = [{s: w[i] for s, w in stacked.items()} for i in range(count)]
+        else:
+            draws = [model.sample_weights(loc, scale) for _ in range(count)]
+        nll = torch.zeros((), device=x.device)
+        outputs: list[torch.Tensor] = []
+        output_grads: list[torch.Tensor] = []
+        logits = []
+        for draw in draws:
+            leaves = {s: w.detach().requires_grad_() for s, w in draw.items()}
+            particle_nll, particle_logits = model.nll_with(x, y, leaves)
+            (particle_nll / count).backward()  # frees this particle's activations
+            nll = nll + particle_nll.detach()
+            logits.append(particle_logits.detach())
+            for site, value in draw.items():
+                grad = leaves[site].grad
+                if grad is not None:
+                    outputs.append(value)
+                    output_grads.append(grad)
+        kl = self._analytic_kl(loc, scale, priors)
+        weighted_kl = self.kl_weight * kl
+        torch.autograd.backward(
+            [weighted_kl, *outputs], [torch.ones_like(weighted_kl), *output_grads]
+        )
+        nll_t = nll / count
+        return ELBOTerms(
+            loss=(nll_t + weighted_kl).detach(),
+            nll=nll_t,
+            kl=kl.detach(),
+            logits=torch.stack(logits) if self.vectorize_particles else logits[0],
+        )
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
         """The loss as a differentiable scalar tensor."""
@@ -423,11 +532,9 @@ class KLWeightedELBO(ELBO):
             return float(self.terms(model, guide, *args, **kwargs).loss)
 
     def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
-        """The loss as a float, after back-propagating it into the parameters."""
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
-        if loss.requires_grad:
-            loss.backward()
-        return float(loss.detach())
+        """The loss as a float, after back-propagating it into the parameters (through
+        :meth:`terms_and_grads`)."""
+        return float(self.terms_and_grads(model, guide, *args, **kwargs).loss)
 
     def __repr__(self) -> str:
         return (
@@ -732,24 +839,25 @@ def fit(
                     if scheduled:
                         for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
                             group["lr"] = base * lr_factor(steps)
+                    optimizer.zero_grad(set_to_none=True)
                     if plain:
                         terms = _plain_terms(model, x, y, int(n))
+                        terms.loss.backward()
                     else:
-                        terms = elbo.terms(model, guide_fn, x, y)
-                    loss = terms.loss
-                    if not torch.isfinite(loss.detach()):
+                        terms = elbo.terms_and_grads(model, guide_fn, x, y)
+                    loss = terms.loss.detach()
+                    if not torch.isfinite(loss):
+                        optimizer.zero_grad(set_to_none=True)
                         raise FloatingPointError(
                             f"Non-finite loss ({loss.item()}) at epoch {epoch}, step {step}; "
                             "training stopped and the parameters of the last finite step are "
                             "kept. Lower lr, check the inputs for NaN/inf, or use a smaller "
                             "init_scale."
                         )
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
                     optimizer.step()
                     steps += 1
                     batches += 1
-                    sums += torch.stack([loss.detach(), terms.nll, terms.kl]).double().cpu()
+                    sums += torch.stack([loss, terms.nll, terms.kl]).double().cpu()
                     if held_size < TRAIN_ACC_EXAMPLES:
                         held.append((x, y))
                         held_size += y.shape[0]

@@ -102,6 +102,146 @@ def test_vectorized_particles_on_lenet_shapes():
     assert torch.isfinite(terms.loss)
 
 
+@pytest.mark.parametrize("nesting", [float("inf"), 1, 2])
+@pytest.mark.parametrize("guide_kind", ["mean_field", "mean_field_traced", "auto_normal"])
+@pytest.mark.parametrize("make", [tiny_mlp, lambda **kw: BayesianLeNet(**kw)])
+def test_vectorized_particles_count_the_likelihood_once(make, guide_kind, nesting, monkeypatch):
+    # With (nearly) zero guide scales every particle draws the same weights, so P vectorised
+    # particles must give the NLL of one. fit() uses max_plate_nesting=2, where particles
+    # sit outside the "members" dim: the likelihood was once broadcast over P x P draws.
+    from pyro.infer.autoguide import AutoNormal
+
+    from pyrouq import infer
+
+    model = make(num_data=100)
+    if isinstance(model, BayesianLeNet):
+        x, y = torch.randn(6, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4, 5])
+    else:
+        x, y = toy_data(6)
+    if guide_kind == "auto_normal":
+        guide = AutoNormal(model, init_scale=1e-7)
+        guide(x, y)
+    else:
+        guide = mean_field_guide(model, init_scale=1e-7)
+    if guide_kind == "mean_field_traced":
+        monkeypatch.setattr(infer, "_samples_directly", lambda model, guide: False)
+    one = KLWeightedELBO(max_plate_nesting=nesting).terms(model, guide, x, y)
+    vec = KLWeightedELBO(num_particles=3, vectorize_particles=True, max_plate_nesting=nesting)
+    three = vec.terms(model, guide, x, y)
+    assert three.logits.shape[0] == 3 and three.logits.shape[-2:] == (6, model.num_classes)
+    torch.testing.assert_close(three.nll, one.nll, rtol=1e-4, atol=0)
+    torch.testing.assert_close(three.kl, one.kl, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("particles", [1, 2])
+@pytest.mark.parametrize("make", [tiny_mlp, lambda **kw: BayesianLeNet(**kw)])
+def test_mean_field_path_gives_the_traced_numbers(make, particles, monkeypatch):
+    # KLWeightedELBO skips the guide and model traces for a MeanFieldGuide: the same draws
+    # (same order), the same loss and gradients as replaying the guide's trace
+    from pyrouq import infer
+
+    model = make(num_data=100)
+    if isinstance(model, BayesianLeNet):
+        x, y = torch.randn(5, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4])
+    else:
+        x, y = toy_data(5)
+    guide = mean_field_guide(model, init_scale=0.1)
+    elbo = KLWeightedELBO(kl_weight=0.5, num_particles=particles, max_plate_nesting=2)
+
+    def loss_and_grads():
+        pyro.set_rng_seed(3)
+        guide.zero_grad()
+        terms = elbo.terms(model, guide, x, y)
+        terms.loss.backward()
+        return terms, [p.grad.clone() for p in guide.parameters()]
+
+    direct, direct_grads = loss_and_grads()
+    monkeypatch.setattr(infer, "_samples_directly", lambda model, guide: False)
+    traced, traced_grads = loss_and_grads()
+    if particles == 1:  # bit for bit
+        assert torch.equal(direct.loss, traced.loss)
+        assert all(torch.equal(a, b) for a, b in zip(direct_grads, traced_grads, strict=True))
+    else:  # the KL is computed once instead of once per particle: rounding only
+        torch.testing.assert_close(direct.loss, traced.loss, rtol=1e-6, atol=0)
+        for a, b in zip(direct_grads, traced_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+@pytest.mark.parametrize("make", [tiny_mlp, lambda **kw: BayesianLeNet(**kw)])
+def test_particle_by_particle_gradients_are_those_of_the_loss(make, vectorize):
+    # terms_and_grads back-propagates one particle at a time (fit's path); same draws, same
+    # loss and gradients as back-propagating terms().loss in one go
+    model = make(num_data=100)
+    if isinstance(model, BayesianLeNet):
+        x, y = torch.randn(5, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4])
+    else:
+        x, y = toy_data(5)
+    guide = mean_field_guide(model, init_scale=0.1)
+    elbo = KLWeightedELBO(kl_weight=0.3, num_particles=3, vectorize_particles=vectorize)
+
+    def run(method):
+        pyro.set_rng_seed(5)
+        guide.zero_grad()
+        terms = method(model, guide, x, y)
+        if terms.loss.requires_grad:
+            terms.loss.backward()
+        return terms, [p.grad.clone() for p in guide.parameters()]
+
+    whole, whole_grads = run(elbo.terms)
+    split, split_grads = run(elbo.terms_and_grads)
+    assert not split.loss.requires_grad
+    torch.testing.assert_close(split.loss, whole.loss.detach(), rtol=1e-6, atol=0)
+    torch.testing.assert_close(split.nll, whole.nll, rtol=1e-6, atol=0)
+    torch.testing.assert_close(split.kl, whole.kl, rtol=0, atol=0)
+    assert split.logits.shape == whole.logits.shape
+
+    def assert_same_grads(grads):
+        # rounding only: the per-particle terms are summed in another order
+        for a, b in zip(grads, whole_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6 * b.abs().max().item())
+
+    assert_same_grads(split_grads)
+    pyro.set_rng_seed(5)
+    guide.zero_grad()
+    assert elbo.loss_and_grads(model, guide, x, y) == pytest.approx(
+        float(whole.loss.detach()), rel=1e-6
+    )
+    assert_same_grads([p.grad for p in guide.parameters()])
+
+
+def test_nll_with_is_the_traced_observation_term():
+    model = BayesianLeNet(num_data=60)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([3, 1, 4, 1])
+    weights = guide.means()
+    nll, logits = model.nll_with(x, y, weights)
+    trace = poutine.trace(poutine.condition(model, data=weights)).get_trace(x, y)
+    traced = -(trace.nodes["obs"]["fn"].log_prob(y) * trace.nodes["obs"]["scale"]).sum()
+    torch.testing.assert_close(nll, traced)
+    assert nll.item() > 0 and logits.shape == (4, 10)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
+        model.nll_with(x, torch.tensor([3, 1, 4, 10]), weights)
+
+
+def test_model_subclass_overriding_forward_is_traced():
+    calls = []
+
+    class Logged(BayesianMLP):
+        def forward(self, x, y=None):
+            calls.append(x.shape[0])
+            return super().forward(x, y)
+
+    model = Logged(in_features=3, hidden_features=20, out_features=2, num_data=40)
+    guide = mean_field_guide(model)
+    x, y = toy_data(7)
+    terms = KLWeightedELBO().terms(model, guide, x, y)
+    assert calls == [7]  # its forward ran: the guide was traced and the model replayed
+    assert torch.isfinite(terms.loss)
+    KLWeightedELBO().terms(tiny_mlp(num_data=40), mean_field_guide(tiny_mlp()), x, y)
+    assert calls == [7]
+
+
 @pytest.mark.parametrize("make", [tiny_mlp, lambda **kw: BayesianLeNet(**kw)])
 def test_plain_pyro_svi_trains(make):
     model = make(num_data=40)

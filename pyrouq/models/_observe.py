@@ -38,6 +38,23 @@ def _check_labels(name: str, y: torch.Tensor, batch: int, num_classes: int) -> N
             )
 
 
+def likelihood_scale(
+    model: nn.Module, logits: torch.Tensor, y: torch.Tensor, num_data: int | None
+) -> float:
+    """N/B, the factor of the minibatch log-likelihood, after checking the labels ``y``
+    against ``logits`` ``(..., B, C)`` and that N is set."""
+    name = type(model).__name__
+    batch, num_classes = logits.shape[-2], logits.shape[-1]
+    _check_labels(name, y, batch, num_classes)
+    if num_data is None:
+        raise ValueError(
+            f"{name}.num_data is not set: the likelihood of a minibatch of B points is "
+            "scaled by N/B, with N the training-set size. Pass num_data=N to the "
+            "constructor, set model.num_data = N, or train with pyrouq.fit(), which sets it."
+        )
+    return num_data / max(batch, 1)
+
+
 def observe(
     model: nn.Module,
     logits: torch.Tensor,
@@ -50,18 +67,8 @@ def observe(
     ``logits`` is ``(..., B, C)``; with ``members`` the observation sits in a ``"members"``
     plate (dim -2) too. Returns ``logits``.
     """
-    name = type(model).__name__
-    batch, num_classes = logits.shape[-2], logits.shape[-1]
-    scale = 1.0
-    if y is not None:
-        _check_labels(name, y, batch, num_classes)
-        if num_data is None:
-            raise ValueError(
-                f"{name}.num_data is not set: the likelihood of a minibatch of B points is "
-                "scaled by N/B, with N the training-set size. Pass num_data=N to the "
-                "constructor, set model.num_data = N, or train with pyrouq.fit(), which sets it."
-            )
-        scale = num_data / max(batch, 1)
+    scale = 1.0 if y is None else likelihood_scale(model, logits, y, num_data)
+    batch = logits.shape[-2]
     if members is not None:
         with (
             pyro.plate("members", members, dim=-2),

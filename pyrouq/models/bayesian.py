@@ -7,10 +7,11 @@ from typing import Any
 
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro.nn import PyroModule
 from torch import nn
 
-from pyrouq.models._observe import _check_num_data, observe
+from pyrouq.models._observe import _check_num_data, likelihood_scale, observe
 from pyrouq.models.plain import (
     MLP,
     LeNet,
@@ -142,24 +143,29 @@ class _BayesianNetwork(PyroModule):
         self._check_input(x)
         first = getattr(self, self._first)
         if x.device.type == "cpu" and first.weight.dim() > len(first.weight_shape):
-            logits = self._per_draw(x)
+            # reading each layer's PyroSample attributes samples (or replays) its sites
+            draws = {
+                f"{name}.{kind}": getattr(layer, kind)
+                for name, layer in self._layers().items()
+                for kind in ("weight", "bias")
+            }
+            logits = self._per_draw(x, draws)
         else:
             logits = run_pipeline(self, self._steps, x)
         return observe(self, self._with_sample_dims(logits, first.weight), y, self.num_data)
 
-    def _per_draw(self, x: torch.Tensor) -> torch.Tensor:
-        """Stacked logits ``(S, B, C)`` computed one weight draw at a time.
+    def _per_draw(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Stacked logits ``(S, B, C)`` for weights with sample dims, one draw at a time.
 
         The same function as the batched pass (grouped convolutions over the S draws), which
-        oneDNN runs several times slower on CPU than S plain passes.
+        oneDNN runs several times slower on CPU than S plain passes. A site with a single
+        draw is shared by every draw.
         """
         draws: dict[str, tuple[torch.Tensor, ...]] = {}
-        for name, step in self._steps:
-            if step is None:
-                layer = getattr(self, name)
-                for kind, event in (("weight", len(layer.weight_shape)), ("bias", 1)):
-                    value = getattr(layer, kind)
-                    draws[f"{name}.{kind}"] = value.reshape(-1, *value.shape[-event:]).unbind(0)
+        for name, layer in self._layers().items():
+            for kind, event in (("weight", len(layer.weight_shape)), ("bias", 1)):
+                value = weights[f"{name}.{kind}"]
+                draws[f"{name}.{kind}"] = value.reshape(-1, *value.shape[-event:]).unbind(0)
         count = max(len(v) for v in draws.values())
         return torch.stack(
             [
@@ -188,6 +194,58 @@ class _BayesianNetwork(PyroModule):
         h = run_pipeline(self, self._steps, x, weighted)
         return self._with_sample_dims(h, weights[f"{self._first}.weight"])
 
+    def sample_weights(
+        self,
+        loc: dict[str, torch.Tensor],
+        scale: dict[str, torch.Tensor],
+        num_draws: int | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """A reparameterised draw ``loc + scale * eps`` of every site, differentiable with
+        respect to ``loc`` and ``scale``.
+
+        Sites in forward order, each drawn whole (``(num_draws, *shape)`` with ``num_draws``):
+        the standard-normal draws, in the same order, that Pyro's ``Normal(loc,
+        scale).rsample`` makes for a guide sampled site by site, for one particle or under a
+        particle plate.
+        """
+        lead = () if num_draws is None else (num_draws,)
+        weights = {}
+        for site, shape in self.latent_sites().items():
+            mean, std = loc[site], scale[site]
+            eps = torch.empty(lead + tuple(shape), dtype=mean.dtype, device=mean.device)
+            weights[site] = mean + eps.normal_() * std
+        return weights
+
+    def forward_weighted(
+        self, x: torch.Tensor, y: torch.Tensor | None = None, *, weights: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """The model with explicit weights ``{site: value}``: :meth:`logits_with`, then
+        ``"logits"`` recorded and ``y`` observed at ``"obs"`` (scale N/B) like :meth:`forward`,
+        with no latent sample statements. Weights with a leading draw dimension run one draw
+        at a time on CPU and give logits ``(S, B, C)``.
+        """
+        first = weights[f"{self._first}.weight"]
+        if x.device.type == "cpu" and first.dim() > len(getattr(self, self._first).weight_shape):
+            self._check_input(x)
+            logits = self._per_draw(x, weights)
+        else:
+            logits = self.logits_with(x, weights)
+        return observe(self, logits, y, self.num_data)
+
+    def nll_with(
+        self, x: torch.Tensor, y: torch.Tensor, weights: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``"obs"`` site's negative log-likelihood for one weight draw, outside Pyro.
+
+        Returns ``(-(N/B) * sum_batch log p(y | x, w), logits)`` for unstacked weights
+        ``{site: value}``: the value the model's trace gives for the observed site, computed
+        with ``F.cross_entropy`` (what :meth:`pyrouq.KLWeightedELBO.terms_and_grads`
+        back-propagates particle by particle). Labels are checked like :meth:`forward`'s.
+        """
+        logits = self.logits_with(x, weights)
+        scale = likelihood_scale(self, logits, y, self.num_data)
+        return F.cross_entropy(logits, y, reduction="sum") * scale, logits
+
     def forward_sampled(
         self,
         x: torch.Tensor,
@@ -197,17 +255,22 @@ class _BayesianNetwork(PyroModule):
         scale: dict[str, torch.Tensor],
         num_draws: int | None = None,
     ) -> torch.Tensor:
-        """The model with weights ``~ Normal(loc, scale)`` drawn by reparameterisation, as the
-        training path of :class:`pyrouq.KLWeightedELBO` with ``local_reparameterization``.
+        """The model with weights ``~ Normal(loc, scale)`` drawn by reparameterisation: the
+        training path of :class:`pyrouq.KLWeightedELBO` with a :class:`pyrouq.MeanFieldGuide`.
 
-        No latent sample statements: each Bayesian layer draws its output with
-        :meth:`~pyrouq.nn.BayesianLinear.sample_with` (pre-activations under local
-        reparameterisation, whole weights otherwise), differentiable with respect to ``loc``
-        and ``scale`` (``{site: tensor}`` of the sites' shapes, e.g. a mean-field guide's
-        locations and scales). Records ``"logits"`` and observes ``y`` at ``"obs"`` (scale N/B)
-        like :meth:`forward`. Returns logits ``(B, C)``, or ``(num_draws, B, C)``.
+        No latent sample statements, so no guide or model trace: with
+        ``local_reparameterization`` every Bayesian layer draws its pre-activations
+        (:meth:`~pyrouq.nn.BayesianLinear.sample_with`); otherwise every site's weight is drawn
+        once (``loc + scale * eps``, sites in forward order, the draws Pyro's guide would make)
+        and the network runs with them, one draw at a time on CPU like :meth:`forward`.
+        Differentiable with respect to ``loc`` and ``scale`` (``{site: tensor}`` of the sites'
+        shapes, e.g. a mean-field guide's locations and scales). Records ``"logits"`` and
+        observes ``y`` at ``"obs"`` (scale N/B) like :meth:`forward`. Returns logits
+        ``(B, C)``, or ``(num_draws, B, C)``.
         """
         self._check_input(x)
+        if not self.local_reparameterization:
+            return self.forward_weighted(x, y, weights=self.sample_weights(loc, scale, num_draws))
 
         def weighted(name: str, h: torch.Tensor) -> torch.Tensor:
             w, b = f"{name}.weight", f"{name}.bias"
@@ -217,12 +280,19 @@ class _BayesianNetwork(PyroModule):
         return observe(self, run_pipeline(self, self._steps, x, weighted), y, self.num_data)
 
     def _with_sample_dims(self, logits: torch.Tensor, first_weight: torch.Tensor) -> torch.Tensor:
-        """Give stacked logits ``(S, B, C)`` the sample dims of the weights ``(*S, 1, ...)``."""
+        """Give stacked logits ``(S, B, C)`` the batch shape of the ``"obs"`` site.
+
+        Weights drawn under plates carry sample dims ``(*S, 1)`` lined up with the site's
+        plates, the last one being the data plate: the logits' batch shape is
+        ``(*S, B)`` (e.g. ``(P, 1, B)`` for P vectorised particles outside two plates).
+        Flattening them to ``(P, B)`` would put the particles in the ``"members"`` plate's
+        dim and broadcast the likelihood over P x P draws.
+        """
         if logits.dim() <= 2:
             return logits
         event = len(getattr(self, self._first).weight_shape)
         lead = list(first_weight.shape[: first_weight.dim() - event])
-        while len(lead) > 1 and lead[-1] == 1:
+        if len(lead) > 1 and lead[-1] == 1:
             lead.pop()
         return logits.reshape(*lead, *logits.shape[-2:])
 
