@@ -65,6 +65,42 @@ def test_bayesian_lenet_two_epochs():
     assert m["ood_auroc"] >= 0.95  # mutual information, issue 5
 
 
+def test_bayesian_lenet_three_vectorised_particles():
+    # fit(num_particles=3, vectorize_particles=True) once counted the likelihood three times;
+    # its per-epoch NLL must match one particle's, and it must train as well
+    train, test = load_mnist(batch_size=512, seed=0)
+    runs = {}
+    for particles in (1, 3):
+        torch.manual_seed(0)
+        model = BayesianLeNet()
+        guide = mean_field_guide(model)
+        result = fit(
+            model,
+            guide,
+            train,
+            epochs=1,
+            num_particles=particles,
+            vectorize_particles=particles > 1,
+            progress=False,
+            seed=0,
+        )
+        acc = predict(model, test, guide, num_samples=16).evaluate()["acc"]
+        runs[particles] = (result.history[-1].nll, acc, result.seconds)
+    _report(
+        "BayesianLeNet 1 epoch, batch 512, 1 vs 3 vectorised particles",
+        {
+            "nll_1": runs[1][0],
+            "nll_3": runs[3][0],
+            "acc_1": runs[1][1],
+            "acc_3": runs[3][1],
+            "seconds_1": runs[1][2],
+            "seconds_3": runs[3][2],
+        },
+    )
+    assert 0.8 < runs[3][0] / runs[1][0] < 1.25
+    assert runs[1][1] >= 0.97 and runs[3][1] >= 0.97  # one epoch at batch 512: 97.6 / 98.1 %
+
+
 def test_bayesian_lenet_ood_mutual_information_across_seeds():
     """MNIST -> Fashion-MNIST AUROC with mutual information, over three training seeds.
 
