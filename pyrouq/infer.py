@@ -318,7 +318,8 @@ class KLWeightedELBO(ELBO):
         Weight of the KL term (>= 0, finite). 1 gives the exact ELBO.
     num_particles : int, default 1
     vectorize_particles : bool, default False
-        Draw all particles at once (under a particle plate when traced).
+        Draw all particles at once (under a particle plate when traced; see
+        :meth:`terms_and_grads` for how they run on CPU).
     max_plate_nesting : int, optional
         As in Pyro; guessed from one trace when vectorising if not given.
 
@@ -677,7 +678,11 @@ def fit(
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False
-        Draw the particles at once (batched layers) rather than in a loop.
+        Draw every particle's weights at once, site by site as under a particle plate,
+        rather than one particle after another. The particles then run as one batched pass
+        on accelerators; on CPU, where oneDNN runs batched (grouped) convolutions slower
+        than separate ones, each particle's forward and backward pass runs in turn (see
+        :meth:`KLWeightedELBO.terms_and_grads`). The gradients are the same either way.
     num_data : int, optional
         Training-set size N; default ``len(train_loader.dataset)``.
     progress : bool, default True
