@@ -370,7 +370,12 @@ class KLWeightedELBO(ELBO):
                 log_p = site["fn"].log_prob(site["value"])
                 nll = nll - scale_and_mask(log_p, site["scale"], site["mask"]).sum()
                 continue
-            guide_site = guide_trace.nodes.get(name)
+            guide_site = None if guide_trace is None else guide_trace.nodes.get(name)
+            if guide_site is None and name == "obs":
+                raise ValueError(
+                    'KLWeightedELBO needs the labels: the model\'s "obs" site was not '
+                    "observed (y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
+                )
             if guide_site is None:
                 raise ValueError(
                     f"The model's latent site {name!r} is missing from the guide. Build the "

@@ -210,6 +210,21 @@ def test_particle_by_particle_gradients_are_those_of_the_loss(make, vectorize):
     assert_same_grads([p.grad for p in guide.parameters()])
 
 
+@pytest.mark.filterwarnings("ignore:Found vars in model but not guide")  # Pyro's check, traced
+@pytest.mark.parametrize("traced", [False, True])
+def test_elbo_without_labels_says_so(traced, monkeypatch):
+    from pyrouq import infer
+
+    if traced:
+        monkeypatch.setattr(infer, "_samples_directly", lambda model, guide: False)
+    model = tiny_mlp(num_data=40)
+    guide = mean_field_guide(model)
+    x, _ = toy_data(6)
+    for elbo in (KLWeightedELBO(), KLWeightedELBO(num_particles=3, vectorize_particles=True)):
+        with pytest.raises(ValueError, match=r"needs the labels.*y=None.*loss\(model, guide, x"):
+            elbo.terms_and_grads(model, guide, x)
+
+
 def test_nll_with_is_the_traced_observation_term():
     model = BayesianLeNet(num_data=60)
     guide = mean_field_guide(model)
