@@ -140,19 +140,14 @@ class _BayesianNetwork(PyroModule):
         y : torch.Tensor, optional
             ``(B,)`` integer labels in ``[0, C)``, observed at ``"obs"`` with scale N/B.
         """
-        self._check_input(x)
-        first = getattr(self, self._first)
-        if x.device.type == "cpu" and first.weight.dim() > len(first.weight_shape):
-            # reading each layer's PyroSample attributes samples (or replays) its sites
-            draws = {
-                f"{name}.{kind}": getattr(layer, kind)
-                for name, layer in self._layers().items()
-                for kind in ("weight", "bias")
-            }
-            logits = self._per_draw(x, draws)
-        else:
-            logits = run_pipeline(self, self._steps, x)
-        return observe(self, self._with_sample_dims(logits, first.weight), y, self.num_data)
+        # reading each layer's PyroSample attributes samples (or replays) its sites, in the
+        # order the layers run
+        weights = {
+            f"{name}.{kind}": getattr(layer, kind)
+            for name, layer in self._layers().items()
+            for kind in ("weight", "bias")
+        }
+        return self.forward_weighted(x, y, weights=weights)
 
     def _per_draw(self, x: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
         """Stacked logits ``(S, B, C)`` for weights with sample dims, one draw at a time.
@@ -220,14 +215,14 @@ class _BayesianNetwork(PyroModule):
         self, x: torch.Tensor, y: torch.Tensor | None = None, *, weights: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         """The model with explicit weights ``{site: value}``: :meth:`logits_with`, then
-        ``"logits"`` recorded and ``y`` observed at ``"obs"`` (scale N/B) like :meth:`forward`,
-        with no latent sample statements. Weights with a leading draw dimension run one draw
-        at a time on CPU and give logits ``(S, B, C)``.
+        ``"logits"`` recorded and ``y`` observed at ``"obs"`` (scale N/B), with no latent
+        sample statements (what :meth:`forward` runs on its sampled sites). Weights with
+        leading sample dims S run one draw at a time on CPU (faster there than the batched
+        layers) and give logits ``(*S, B, C)``.
         """
         first = weights[f"{self._first}.weight"]
         if x.device.type == "cpu" and first.dim() > len(getattr(self, self._first).weight_shape):
-            self._check_input(x)
-            logits = self._per_draw(x, weights)
+            logits = self._with_sample_dims(self._per_draw(x, weights), first)
         else:
             logits = self.logits_with(x, weights)
         return observe(self, logits, y, self.num_data)
@@ -255,22 +250,24 @@ class _BayesianNetwork(PyroModule):
         scale: dict[str, torch.Tensor],
         num_draws: int | None = None,
     ) -> torch.Tensor:
-        """The model with weights ``~ Normal(loc, scale)`` drawn by reparameterisation: the
-        training path of :class:`pyrouq.KLWeightedELBO` with a :class:`pyrouq.MeanFieldGuide`.
+        """The model with weights ``~ Normal(loc, scale)`` drawn by reparameterisation: what
+        :meth:`pyrouq.KLWeightedELBO.terms` runs with a :class:`pyrouq.MeanFieldGuide`
+        (``terms_and_grads``, which ``fit`` calls, runs several weight-sampling particles
+        through :meth:`sample_weights` and :meth:`nll_with` instead, one at a time).
 
         No latent sample statements, so no guide or model trace: with
         ``local_reparameterization`` every Bayesian layer draws its pre-activations
         (:meth:`~pyrouq.nn.BayesianLinear.sample_with`); otherwise every site's weight is drawn
-        once (``loc + scale * eps``, sites in forward order, the draws Pyro's guide would make)
-        and the network runs with them, one draw at a time on CPU like :meth:`forward`.
+        once by :meth:`sample_weights` and the network runs with them
+        (:meth:`forward_weighted`).
         Differentiable with respect to ``loc`` and ``scale`` (``{site: tensor}`` of the sites'
         shapes, e.g. a mean-field guide's locations and scales). Records ``"logits"`` and
         observes ``y`` at ``"obs"`` (scale N/B) like :meth:`forward`. Returns logits
         ``(B, C)``, or ``(num_draws, B, C)``.
         """
-        self._check_input(x)
         if not self.local_reparameterization:
             return self.forward_weighted(x, y, weights=self.sample_weights(loc, scale, num_draws))
+        self._check_input(x)
 
         def weighted(name: str, h: torch.Tensor) -> torch.Tensor:
             w, b = f"{name}.weight", f"{name}.bias"
