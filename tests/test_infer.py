@@ -102,6 +102,13 @@ def test_vectorized_particles_on_lenet_shapes():
     assert torch.isfinite(terms.loss)
 
 
+def _small_batch(model, n):
+    """n inputs for a tiny MLP or a LeNet, labels 0, 1, ..., n - 1 for the LeNet."""
+    if isinstance(model, BayesianLeNet):
+        return torch.randn(n, 1, 28, 28), torch.arange(n)
+    return toy_data(n)
+
+
 @pytest.mark.parametrize("nesting", [float("inf"), 1, 2])
 @pytest.mark.parametrize("guide_kind", ["mean_field", "mean_field_traced", "auto_normal"])
 @pytest.mark.parametrize("make", [tiny_mlp, lambda **kw: BayesianLeNet(**kw)])
@@ -114,10 +121,7 @@ def test_vectorized_particles_count_the_likelihood_once(make, guide_kind, nestin
     from pyrouq import infer
 
     model = make(num_data=100)
-    if isinstance(model, BayesianLeNet):
-        x, y = torch.randn(6, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4, 5])
-    else:
-        x, y = toy_data(6)
+    x, y = _small_batch(model, 6)
     if guide_kind == "auto_normal":
         guide = AutoNormal(model, init_scale=1e-7)
         guide(x, y)
@@ -141,10 +145,7 @@ def test_mean_field_path_gives_the_traced_numbers(make, particles, monkeypatch):
     from pyrouq import infer
 
     model = make(num_data=100)
-    if isinstance(model, BayesianLeNet):
-        x, y = torch.randn(5, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4])
-    else:
-        x, y = toy_data(5)
+    x, y = _small_batch(model, 5)
     guide = mean_field_guide(model, init_scale=0.1)
     elbo = KLWeightedELBO(kl_weight=0.5, num_particles=particles, max_plate_nesting=2)
 
@@ -173,10 +174,7 @@ def test_particle_by_particle_gradients_are_those_of_the_loss(make, vectorize):
     # terms_and_grads back-propagates one particle at a time (fit's path); same draws, same
     # loss and gradients as back-propagating terms().loss in one go
     model = make(num_data=100)
-    if isinstance(model, BayesianLeNet):
-        x, y = torch.randn(5, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4])
-    else:
-        x, y = toy_data(5)
+    x, y = _small_batch(model, 5)
     guide = mean_field_guide(model, init_scale=0.1)
     elbo = KLWeightedELBO(kl_weight=0.3, num_particles=3, vectorize_particles=vectorize)
 
