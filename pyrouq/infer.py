@@ -298,7 +298,9 @@ class KLWeightedELBO(ELBO):
     of the traced path bit for bit, tested), and the KL term is the analytic
     ``KL(q || p)`` of every site, computed once. Any other guide (an ``AutoNormal``, a
     hand-written guide), or a model subclass overriding ``forward``, is traced: the guide
-    is run and the model replayed against it.
+    is run and the model replayed against it. :meth:`terms_and_grads` (what :func:`fit` and
+    SVI call) back-propagates several weight-sampling particles one at a time, with the
+    same draws and gradients.
 
     Local reparameterisation. For a model with ``local_reparameterization=True`` (pyrouq
     Bayesian models) and a :class:`MeanFieldGuide`, ``model.forward_sampled`` draws every
