@@ -11,6 +11,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from pyrouq.checkpoint import Checkpoint, CheckpointError, load, save
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, batchensemble, bayesian
 from pyrouq.data import (
     fashion_mnist_arrays,
     load_fashion_mnist,
@@ -34,13 +35,18 @@ from pyrouq.models import (
     MLP,
     BatchEnsembleLeNet,
     BatchEnsembleMLP,
-    BatchEnsembleNetwork,
     BayesianLeNet,
     BayesianMLP,
     LeNet,
-    batchensemble,
 )
-from pyrouq.nn import BatchEnsembleConv2d, BatchEnsembleLinear, BayesianConv2d, BayesianLinear
+from pyrouq.nn import (
+    BatchEnsembleConv1d,
+    BatchEnsembleConv2d,
+    BatchEnsembleConv3d,
+    BatchEnsembleLinear,
+    BayesianConv2d,
+    BayesianLinear,
+)
 from pyrouq.plotting import (
     plot_image_grid,
     plot_most_uncertain,
@@ -56,7 +62,9 @@ from pyrouq.uncertainty import Decomposition, decompose
 
 __all__ = [
     "MLP",
+    "BatchEnsembleConv1d",
     "BatchEnsembleConv2d",
+    "BatchEnsembleConv3d",
     "BatchEnsembleLeNet",
     "BatchEnsembleLinear",
     "BatchEnsembleMLP",
@@ -65,6 +73,7 @@ __all__ = [
     "BayesianLeNet",
     "BayesianLinear",
     "BayesianMLP",
+    "BayesianNetwork",
     "Checkpoint",
     "CheckpointError",
     "Decomposition",
@@ -78,6 +87,7 @@ __all__ = [
     "TrainingInterrupted",
     "__version__",
     "batchensemble",
+    "bayesian",
     "decompose",
     "evaluate",
     "evaluate_rotations",

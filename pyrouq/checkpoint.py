@@ -4,8 +4,10 @@ A checkpoint is one file written by :func:`torch.save` holding only tensors, num
 lists and dicts:
 
 * ``"format"`` / ``"format_version"``: ``"pyrouq.checkpoint"`` and :data:`FORMAT_VERSION`;
-* ``"description"``: a JSON string naming the model class and its constructor arguments, the
-  guide class and its arguments, ``num_data``, and the versions of pyrouq, torch and Pyro;
+* ``"description"``: a JSON string naming the model class and its constructor arguments (for a
+  network converted by :func:`pyrouq.bayesian` / :func:`pyrouq.batchensemble`: its latent sites,
+  prior families, likelihood and ensemble options, and the structure of the original module),
+  the guide class and its arguments, ``num_data``, and the versions of pyrouq, torch and Pyro;
 * ``"model"`` / ``"guide"``: their ``state_dict()`` (the guide's is ``None`` without a guide);
 * ``"optimizer"``: an optimizer's ``state_dict()`` or ``None``;
 * ``"metadata"``: a JSON string of the caller's metadata;
@@ -14,8 +16,10 @@ lists and dicts:
 :func:`load` reads it with ``torch.load(..., weights_only=True)``, so a file carrying a pickled
 Python object is refused instead of executed, and rebuilds the model and guide from the
 description (the classes are looked up in a fixed table of pyrouq classes, never imported by
-name). Files are written to a temporary name and renamed, so an interrupted save never leaves a
-truncated checkpoint behind.
+name). A converted user network is rebuilt from a *skeleton*: ``load(path, module=net)`` with a
+freshly built module of the same structure (checked), never from pickled code. Files are
+written to a temporary name and renamed, so an interrupted save never leaves a truncated
+checkpoint behind.
 
 Examples
 --------
@@ -35,6 +39,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pickle
@@ -46,12 +51,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pyro.nn import PyroModule
 from torch import nn
+
+from pyrouq import models
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 
 __all__ = ["FORMAT_VERSION", "Checkpoint", "CheckpointError", "load", "save"]
 
 FORMAT = "pyrouq.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # version 1: before networks were converted (pyrouq 0.1 runs)
 
 # Constructor arguments rebuilt from the description, per class (the rest of the state is in the
 # state_dict). BatchEnsemble models also record num_members.
@@ -59,6 +69,8 @@ _PLAIN_ARGS = {
     "MLP": ("in_features", "hidden_features", "out_features", "num_hidden"),
     "LeNet": ("in_channels", "num_classes"),
 }
+# Converted networks, rebuilt from a skeleton module
+_CONVERTED = ("BayesianNetwork", "BatchEnsembleNetwork", "Module")
 
 
 class CheckpointError(ValueError):
@@ -96,9 +108,18 @@ class Checkpoint:
     path: Path | None = None
 
 
-def _model_classes() -> dict[str, type]:
-    from pyrouq import models
+_GUIDES: dict[str, type] = {}
 
+
+def register_guide(cls: type) -> type:
+    """Let checkpoints store guides of class ``cls`` (a decorator): ``guide.checkpoint_config()``
+    is saved as JSON and ``cls(model, **config)`` rebuilds the guide. This keeps
+    :mod:`pyrouq.checkpoint` free of imports from :mod:`pyrouq.infer`."""
+    _GUIDES[cls.__name__] = cls
+    return cls
+
+
+def _front_doors() -> dict[str, type]:
     return {
         cls.__name__: cls
         for cls in (
@@ -112,37 +133,89 @@ def _model_classes() -> dict[str, type]:
     }
 
 
+def _module_description(model: nn.Module, record: dict[str, Any], original: type) -> dict:
+    """The structure record of a converted network, plus how to build the skeleton itself
+    when the original module is pyrouq's ``MLP`` or ``LeNet``."""
+    record = dict(record)
+    if original.__name__ in _PLAIN_ARGS and _front_doors().get(original.__name__) is original:
+        net = model.net if hasattr(model, "net") else model
+        record["pyrouq"] = {
+            "class": original.__name__,
+            "config": {arg: getattr(net, arg) for arg in _PLAIN_ARGS[original.__name__]},
+        }
+    return record
+
+
+def _describe_priors(model: Any) -> dict[str, Any]:
+    priors = {}
+    for site in model.latent_sites():
+        prior = model.prior_of(site)
+        if prior.opaque is not None:
+            raise CheckpointError(
+                f"save() cannot describe the prior of site {site!r} ({prior.opaque}): pyrouq "
+                "stores a prior as a pyro.distributions family and its tensor parameters, and "
+                "this one cannot be rebuilt from them. Use such a prior (Normal, Laplace, "
+                "StudentT, Cauchy, ...) to save the model."
+            )
+        params = {k: list(getattr(prior, k).shape) for k in prior._names}
+        priors[site] = {"family": prior.family, "params": params}
+    return priors
+
+
 def describe_model(model: nn.Module) -> dict[str, Any]:
-    """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``."""
+    """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``, plus
+    ``"module"`` (the structure of the original network) for converted networks."""
     name = type(model).__name__
-    known = _model_classes()
-    if known.get(name) is not type(model):
-        raise CheckpointError(
-            f"save() cannot describe a {name}: expected one of {sorted(known)}. Save "
-            "model.state_dict() with torch.save for other modules, and rebuild them yourself."
-        )
-    if name in _PLAIN_ARGS:
-        config = {arg: getattr(model, arg) for arg in _PLAIN_ARGS[name]}
+    doors = _front_doors()
+    out: dict[str, Any]
+    if doors.get(name) is type(model):
+        if name in _PLAIN_ARGS:
+            config = {arg: getattr(model, arg) for arg in _PLAIN_ARGS[name]}
+        else:
+            config = dict(model.config)  # type: ignore[arg-type]
+            if hasattr(model, "num_members"):
+                config["num_members"] = int(model.num_members)  # type: ignore[arg-type]
+        out = {"class": name, "config": config}
+    elif type(model) is BayesianNetwork:
+        config = {
+            "sites": list(model.latent_sites()),
+            "priors": _describe_priors(model),
+            "likelihood": model.likelihood.describe(),
+            "local_reparameterization": model.local_reparameterization,
+        }
+        module = _module_description(model, model.module_record, type(model.net))
+        out = {"class": name, "config": config, "module": module}
+    elif type(model) is BatchEnsembleNetwork:
+        config = {
+            "num_members": model.num_members,
+            **model.options,
+            "likelihood": model.likelihood.describe(),
+        }
+        module = _module_description(model, model.module_record, type(model.net))
+        out = {"class": name, "config": config, "module": module}
+    elif isinstance(model, nn.Module) and not isinstance(model, PyroModule):
+        out = {"class": "Module", "config": {}, "module": module_record(model)}
     else:
-        config = dict(model.config)  # type: ignore[arg-type]
-        if hasattr(model, "num_members"):
-            config["num_members"] = int(model.num_members)  # type: ignore[arg-type]
-    num_data = getattr(model, "num_data", None)
-    return {"class": name, "config": config, "num_data": num_data}
+        raise CheckpointError(
+            f"save() cannot describe a {name}: expected a model made by pyrouq.bayesian() or "
+            f"pyrouq.batchensemble(), one of {sorted(doors)}, or a plain nn.Module. Save "
+            "model.state_dict() with torch.save for other models, and rebuild them yourself."
+        )
+    out["num_data"] = getattr(model, "num_data", None)
+    return out
 
 
 def describe_guide(guide: Any) -> dict[str, Any] | None:
-    """The JSON description of a guide (only :class:`MeanFieldGuide` is supported)."""
+    """The JSON description of a guide (a :class:`~pyrouq.MeanFieldGuide`)."""
     if guide is None:
         return None
-    from pyrouq.infer import MeanFieldGuide
-
-    if not isinstance(guide, MeanFieldGuide):
+    if _GUIDES.get(type(guide).__name__) is not type(guide):
         raise CheckpointError(
             f"save() can store a MeanFieldGuide, got {type(guide).__name__}. Build the guide "
             "with mean_field_guide(model), or save its state yourself (pyro.get_param_store())."
         )
-    return {"class": "MeanFieldGuide", "init_scale": guide.init_scale}
+    config: dict[str, Any] = getattr(guide, "checkpoint_config")()  # noqa: B009
+    return {"class": type(guide).__name__, **config}
 
 
 def library_versions() -> dict[str, str]:
@@ -170,9 +243,10 @@ def save(
     path : str or PathLike
         The file to write (its folder is created). Written atomically: a temporary file in
         the same folder, then renamed.
-    model : pyrouq model
-        ``MLP``, ``LeNet``, ``BayesianMLP``, ``BayesianLeNet``, ``BatchEnsembleMLP`` or
-        ``BatchEnsembleLeNet``.
+    model : pyrouq model or nn.Module
+        A model made by :func:`pyrouq.bayesian` / :func:`pyrouq.batchensemble`, a front door
+        (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
+        ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``).
     guide : MeanFieldGuide, optional
     optimizer : torch.optim.Optimizer or its state_dict, optional
     metadata : dict, optional
@@ -188,7 +262,9 @@ def save(
     Raises
     ------
     CheckpointError
-        For a model or guide class it cannot describe, or metadata that is not JSON.
+        For a model or guide it cannot describe (a subclass of a pyrouq model, a prior that
+        is not a ``pyro.distributions`` family with tensor parameters), or metadata that is
+        not JSON.
     """
     path = Path(path)
     description = {
@@ -271,10 +347,10 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"format={FORMAT!r}, got {_kind(payload)}. Write checkpoints with pyrouq.save()."
         )
     version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in _READABLE_VERSIONS:
         raise CheckpointError(
             f"{str(path)!r} has checkpoint format version {version!r}; this pyrouq reads "
-            f"version {FORMAT_VERSION}. Load it with the pyrouq version that wrote it."
+            f"versions {list(_READABLE_VERSIONS)}. Load it with the pyrouq version that wrote it."
         )
     missing = [k for k in ("description", "model", "metadata") if k not in payload]
     if missing:
@@ -320,6 +396,7 @@ def load(
     *,
     model_class: type | str | None = None,
     device: str | torch.device | None = None,
+    module: nn.Module | None = None,
 ) -> Checkpoint:
     """Rebuild the model and guide saved at ``path``.
 
@@ -331,6 +408,13 @@ def load(
         is refused.
     device : str or torch.device, optional
         Where the rebuilt model and guide live (default CPU).
+    module : nn.Module, optional
+        The skeleton of a converted network (:func:`pyrouq.bayesian`,
+        :func:`pyrouq.batchensemble`) or of a plain module: a freshly built network of the
+        saved structure (same parameter and buffer names and shapes, checked), e.g. from the
+        factory that built the original. It is copied, not changed. Not needed for the
+        front doors (``BayesianLeNet``, ...) nor for networks made from pyrouq's ``MLP`` /
+        ``LeNet``.
 
     Returns
     -------
@@ -340,13 +424,16 @@ def load(
     ------
     CheckpointError
         A missing, truncated or corrupted file, one holding pickled Python objects, one of
-        another model class than ``model_class``, or parameters that do not fit the
-        description.
+        another model class than ``model_class``, a converted network without a skeleton or
+        with one that does not match, or parameters that do not fit the description.
     """
     payload = read(path)
     description = _parse_description(path, payload["description"])
-    model = build_model(description, expected=model_class, path=path)
-    _load_state(model, payload["model"], "model", path)
+    model = build_model(description, expected=model_class, path=path, module=module)
+    state = payload["model"]
+    if payload.get("format_version") == 1:
+        state = _upgrade_v1(model, state)
+    _load_state(model, state, "model", path)
     guide = None
     if description.get("guide") is not None:
         guide = build_guide(description, model, path=path)
@@ -369,6 +456,17 @@ def load(
     )
 
 
+def _upgrade_v1(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 state dict in today's layout: the front doors' priors come from their
+    configuration, and BatchEnsemble layers sit under ``net``."""
+    if isinstance(model, BayesianNetwork):
+        kept = {k: v for k, v in state.items() if not k.endswith((".prior_loc", ".prior_scale"))}
+        return {**model.state_dict(), **kept}
+    if isinstance(model, BatchEnsembleNetwork):
+        return {f"net.{k}": v for k, v in state.items()}
+    return state
+
+
 def _parse_description(path: Any, text: Any) -> dict[str, Any]:
     try:
         description = json.loads(text)
@@ -381,11 +479,15 @@ def _parse_description(path: Any, text: Any) -> dict[str, Any]:
 
 
 def build_model(
-    description: dict[str, Any], *, expected: type | str | None = None, path: Any = None
+    description: dict[str, Any],
+    *,
+    expected: type | str | None = None,
+    path: Any = None,
+    module: nn.Module | None = None,
 ) -> nn.Module:
     """A fresh model of the described class and configuration (parameters not loaded)."""
     name = description["model"]["class"]
-    known = _model_classes()
+    doors = _front_doors()
     if expected is not None:
         expected_name = expected if isinstance(expected, str) else expected.__name__
         if expected_name != name:
@@ -393,35 +495,98 @@ def build_model(
                 f"{str(path)!r} holds a {name}, expected a {expected_name}. Load it without "
                 f"model_class, or pick the checkpoint of a {expected_name}."
             )
-    if name not in known:
+    if name not in doors and name not in _CONVERTED:
         raise CheckpointError(
             f"{str(path)!r} describes an unknown model class {name!r}; expected one of "
-            f"{sorted(known)}."
+            f"{sorted(doors) + list(_CONVERTED)}."
         )
     config = dict(description["model"].get("config") or {})
     try:
-        model = known[name](**config)
+        if name in doors:
+            model = doors[name](**config)
+        else:
+            skeleton = _skeleton(description["model"].get("module") or {}, module, path)
+            model = _rebuild_converted(name, config, skeleton)
     except (TypeError, ValueError) as err:
+        if isinstance(err, CheckpointError):
+            raise
         raise CheckpointError(
             f"{str(path)!r}: cannot rebuild {name} from its saved arguments {config} ({err})."
         ) from None
     num_data = description["model"].get("num_data")
     if num_data is not None and hasattr(model, "num_data"):
         model.num_data = int(num_data)
-    return model  # type: ignore[no-any-return]
+    return model
+
+
+def _skeleton(record: dict[str, Any], module: nn.Module | None, path: Any) -> nn.Module:
+    """The skeleton to rebuild a converted network from, checked against ``record``."""
+    if module is None:
+        known = record.get("pyrouq")
+        if known is not None:
+            return _front_doors()[known["class"]](**known["config"])  # type: ignore[no-any-return]
+        raise CheckpointError(
+            f"{str(path)!r} holds a network converted from a {record.get('class', '?')}. pyrouq "
+            "never unpickles code: rebuild it from a skeleton, load(path, module=net), with "
+            "net a freshly built module of the same structure (e.g. from the same factory)."
+        )
+    if not isinstance(module, nn.Module):
+        raise CheckpointError(
+            f"Expected module= to be an nn.Module (the skeleton), got {type(module).__name__}."
+        )
+    here = module_record(module)
+    for kind in ("parameters", "buffers"):
+        saved, got = record.get(kind, {}), here[kind]
+        for name in list(saved) + [n for n in got if n not in saved]:
+            if saved.get(name) != got.get(name):
+
+                def shape(v: Any) -> str:
+                    return "absent" if v is None else f"shape {tuple(v)}"
+
+                raise CheckpointError(
+                    f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
+                    f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
+                    f"{shape(saved.get(name))} in the checkpoint and {shape(got.get(name))} in "
+                    "the skeleton. Build the module exactly as the saved one was built."
+                )
+    return module
+
+
+def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -> nn.Module:
+    if name == "Module":
+        return copy.deepcopy(skeleton)
+    if name == "BatchEnsembleNetwork":
+        options = {k: v for k, v in config.items() if k != "num_members"}
+        return BatchEnsembleNetwork(skeleton, int(config["num_members"]), **options)
+    model = BayesianNetwork(
+        skeleton,
+        select=list(config["sites"]),
+        likelihood=config["likelihood"],
+        local_reparameterization=bool(config.get("local_reparameterization", False)),
+    )
+    sites = model.latent_sites()
+    model.site_priors = nn.ModuleList(
+        SitePrior(
+            spec["family"],
+            {k: torch.zeros(shape) for k, shape in spec["params"].items()},
+            sites[site],
+        )
+        for site, spec in config["priors"].items()
+    )
+    return model
 
 
 def build_guide(description: dict[str, Any], model: nn.Module, *, path: Any = None) -> nn.Module:
     """A fresh guide of the described class for ``model`` (parameters not loaded)."""
-    from pyrouq.infer import MeanFieldGuide
-
-    spec = description["guide"]
-    if spec.get("class") != "MeanFieldGuide":
+    spec = dict(description["guide"])
+    name = spec.pop("class", None)
+    cls = _GUIDES.get(name)
+    if cls is None:
         raise CheckpointError(
-            f"{str(path)!r} describes an unknown guide class {spec.get('class')!r}; expected "
-            "'MeanFieldGuide'."
+            f"{str(path)!r} describes an unknown guide class {name!r}; expected one of "
+            f"{sorted(_GUIDES)}."
         )
-    return MeanFieldGuide(model, init_scale=float(spec.get("init_scale", 1e-2)))
+    return cls(model, **spec)  # type: ignore[no-any-return]
 
 
 def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
@@ -438,28 +603,68 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
         ) from None
 
 
-def check_resumable(checkpoint: Checkpoint, model: nn.Module, guide: Any) -> None:
-    """Refuse to resume ``model``/``guide`` from a checkpoint of another configuration."""
-    saved = checkpoint.description["model"]
-    here = describe_model(model)
-    where = str(checkpoint.path) if checkpoint.path is not None else "the checkpoint"
-    if saved["class"] != here["class"]:
+def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoint:
+    """Load the run saved at ``source`` (a path or a :class:`Checkpoint`) into ``model`` and
+    ``guide`` to continue it for a total of ``epochs``; returns the checkpoint with its
+    training state (what ``fit(resume_from=...)`` continues). A checkpoint of another
+    configuration, or of a finished run, is refused before anything is loaded."""
+    if isinstance(source, Checkpoint):
+        saved = source
+        model_state = saved.model.state_dict()
+        guide_state = None if saved.guide is None else saved.guide.state_dict()
+    else:
+        payload = read(source)
+        description = _parse_description(source, payload["description"])
+        saved = Checkpoint(
+            model=model,
+            guide=guide,
+            optimizer_state=payload.get("optimizer"),
+            metadata=json.loads(payload["metadata"]),
+            description=description,
+            training=payload.get("training"),
+            path=Path(source),
+        )
+        model_state, guide_state = payload["model"], payload.get("guide")
+    where = str(saved.path) if saved.path is not None else "the checkpoint"
+    stored, here = saved.description["model"], describe_model(model)
+    if stored["class"] != here["class"]:
         raise CheckpointError(
-            f"resume_from={where!r} holds a {saved['class']}, but the model is a "
+            f"resume_from={where!r} holds a {stored['class']}, but the model is a "
             f"{here['class']}. Resume with the model class the run was started with."
         )
-    if saved["config"] != here["config"]:
+    for key in ("config", "module"):
+        if stored.get(key) != here.get(key):
+            raise CheckpointError(
+                f"resume_from={where!r} holds a {stored['class']} with {key} "
+                f"{_short(stored.get(key))}, but the model has {_short(here.get(key))}. "
+                "Rebuild the model with the saved arguments."
+            )
+    saved_guide = saved.description.get("guide") is not None
+    if saved_guide != (guide is not None):
         raise CheckpointError(
-            f"resume_from={where!r} holds a {saved['class']} with {saved['config']}, but the "
-            f"model has {here['config']}. Rebuild the model with the saved arguments."
-        )
-    if (checkpoint.guide is None) != (guide is None):
-        raise CheckpointError(
-            f"resume_from={where!r} was saved {'with' if checkpoint.guide else 'without'} a "
+            f"resume_from={where!r} was saved {'with' if saved_guide else 'without'} a "
             f"guide, but guide is {'None' if guide is None else type(guide).__name__}."
         )
-    if checkpoint.training is None:
+    if saved.training is None:
         raise CheckpointError(
             f"resume_from={where!r} holds no training state (it was written by save(), not "
             "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."
         )
+    done = int(saved.training["epochs_done"])
+    if done >= epochs:
+        raise ValueError(
+            f"resume_from has already completed {done} epochs, but epochs={epochs}. Pass the "
+            f"total number of epochs of the run (more than {done}), e.g. "
+            f"epochs={saved.training['epochs']}."
+        )
+    if saved.optimizer_state is None:
+        raise ValueError("resume_from holds no optimizer state; it cannot continue a run.")
+    _load_state(model, model_state, "model", where)
+    if guide is not None:
+        _load_state(guide, guide_state, "guide", where)
+    return saved
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -296,11 +296,11 @@ def to_inference_data(
     Parameters
     ----------
     model : PyroModule or callable
-        A pyrouq Bayesian model (``BayesianMLP``, ``BayesianLeNet``: evaluated through its
-        ``logits_with``), a BatchEnsemble (``guide=None``), or any Pyro model ``model(x, y)``
-        whose observed site ``"obs"`` lies in a plate over the N points (its pointwise
-        ``log_prob`` is ``(N,)``) and whose latent variables are global; such a model is
-        run on all of ``x`` once per draw.
+        A pyrouq Bayesian model (made by :func:`pyrouq.bayesian`, ``BayesianLeNet``, ...:
+        its network runs with each draw's weights), a BatchEnsemble (``guide=None``), or any
+        Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies in a plate over the N
+        points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables are global;
+        such a model is run on all of ``x`` once per draw.
     guide : callable or None
         The fitted guide (``mean_field_guide(model)``, an autoguide, ...), called as
         ``guide(x, y)`` once per draw (on the first ``batch_size`` points for a pyrouq
@@ -391,7 +391,7 @@ def to_inference_data(
                 "posterior draws. Pass guide=None."
             )
         s = num_samples if num_samples is not None else DEFAULT_IDATA_SAMPLES
-        if has_latent_sites(model) and callable(getattr(model, "logits_with", None)):
+        if has_latent_sites(model) and callable(getattr(model, "outputs", None)):
             keep = _check_var_names(var_names, list(model.latent_sites()))
             out = _export_bayesian(model, guide, xd, yd, n, s, keep, batch_size)
         else:
@@ -454,7 +454,7 @@ def _export_bayesian(
     keep: list[str],
     batch_size: int,
 ) -> _Draws:
-    """A pyrouq Bayesian model: one guide draw at a time, evaluated with ``logits_with``."""
+    """A pyrouq Bayesian model: one guide draw at a time, its network run with the draw."""
     out = _Draws(num_samples)
     first = slice(0, min(batch_size, n))
     with _prepared(model, n):
@@ -472,7 +472,7 @@ def _export_bayesian(
             for name in keep:
                 out.put(name, s, weights[name])
             for cols in _batches(n, batch_size):
-                logits = model.logits_with(x[cols], weights)
+                logits = model.outputs(x[cols], weights)
                 _store_logits(out, s, cols, logits, y, n)
     _sample_obs(out)
     return out

@@ -1,41 +1,37 @@
-"""Layers: Bayesian layers (``PyroSample`` weight priors) and the stacked-pipeline machinery.
+"""Layers: Bayesian layers (``PyroSample`` weight priors) and BatchEnsemble layers.
 
-Shape convention. Layers here pass *stacked* activations: a plain batch ``(B, ...)``, or a batch
-with one leading stack dimension ``(S, B, ...)`` where S counts weight draws (Bayesian layers
-under a particle or predictive plate) or ensemble members (BatchEnsemble layers). A weighted layer
-adds the stack dimension when its weights carry one; stateless layers (activations, pooling,
-flatten) run on the merged ``(S * B, ...)`` batch.
+Bayesian layers are standalone Pyro modules for hand-written Pyro models; their weight and bias
+may carry leading sample dimensions ``(S, ...)`` (vectorised particles, ``Predictive(parallel=
+True)``), and the output then is ``(S, B, ...)``. (Networks made Bayesian by
+:func:`pyrouq.bayesian` keep their own layers; see :mod:`pyrouq.convert`.)
+
+BatchEnsemble layers are what :func:`pyrouq.batchensemble` puts in place of every ``nn.Linear``
+and convolution: M members folded into the batch, input and output ``(M * B, ...)``
+(member-major: rows ``m * B ... (m + 1) * B - 1`` belong to member m).
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable
 from typing import Any, Literal
 
-import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
+from pyrouq import _engine
 from pyrouq._util import check_count, check_positive_float
 
 __all__ = [
+    "BatchEnsembleConv1d",
     "BatchEnsembleConv2d",
+    "BatchEnsembleConv3d",
     "BatchEnsembleLinear",
     "BayesianConv2d",
     "BayesianLinear",
 ]
-
-
-def forget_params(prefix: str) -> None:
-    """Remove every entry of Pyro's param store registered under ``prefix``."""
-    store = pyro.get_param_store()
-    for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
-        del store[name]
 
 
 def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, torch.Size]:
@@ -48,6 +44,11 @@ def _check_flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# Bayesian layers
+# --------------------------------------------------------------------------------------------
 
 
 class _BayesianLayer(PyroModule):
@@ -281,150 +282,6 @@ class BayesianConv2d(_BayesianLayer):
 
 
 # --------------------------------------------------------------------------------------------
-# Stacked pipelines
-# --------------------------------------------------------------------------------------------
-
-
-def _max_pool_2x2(x: torch.Tensor) -> torch.Tensor:
-    """``F.max_pool2d(x, 2)``'s values (no gradient bookkeeping), by two strided maxima."""
-    h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
-    x = x[..., :h, :w]
-    rows = torch.maximum(x[..., 0::2, :], x[..., 1::2, :])
-    return torch.maximum(rows[..., 0::2], rows[..., 1::2])
-
-
-class _MaxPool2x2Function(torch.autograd.Function):
-    """2x2 max-pooling of a 4-d CPU tensor: strided maxima forward, PyTorch's own backward.
-
-    The forward compares the four strided corners of the windows (``a b / c d``), returns
-    ``F.max_pool2d(x, 2)``'s values and derives the flat index of each window's first
-    maximum in row-major order (a later element wins only when strictly greater) for
-    ``max_pool2d_with_indices_backward``: the gradient is ``F.max_pool2d``'s, ties included.
-    Boolean arithmetic instead of ``torch.where`` keeps the index cheap: the forward takes
-    about half the time of ``F.max_pool2d``'s on CPU.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
-        a, b = x[..., 0:h:2, 0:w:2], x[..., 0:h:2, 1:w:2]
-        c, d = x[..., 1:h:2, 0:w:2], x[..., 1:h:2, 1:w:2]
-        top, bottom = torch.maximum(a, b), torch.maximum(c, d)
-        out = torch.maximum(top, bottom)
-        second_row = bottom > top
-        right_top, right_bottom = b > a, d > c
-        # the winning row's column choice: right_top, or right_bottom where second_row
-        second_col = right_top ^ (second_row & (right_top ^ right_bottom))
-        width = x.shape[-1]
-        corner = torch.arange(0, h, 2, device=x.device).unsqueeze(-1) * width + torch.arange(
-            0, w, 2, device=x.device
-        )  # flat index of each window's top-left element
-        index = torch.add(corner, second_row, alpha=width).add_(second_col)
-        ctx.save_for_backward(x, index)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        x, index = ctx.saved_tensors
-        return torch.ops.aten.max_pool2d_with_indices_backward(
-            grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, index
-        )
-
-
-class MaxPool2x2(nn.MaxPool2d):
-    """``nn.MaxPool2d(2)`` with faster CPU paths.
-
-    Without gradients it takes the maximum of row pairs, then of column pairs (two strided
-    ``torch.maximum`` calls): the same values as ``F.max_pool2d(x, 2)`` (odd trailing rows
-    and columns dropped likewise), about 10x faster on CPU for LeNet's first activation.
-    With gradients, on a 4-d CPU input, it does the same and derives the maxima's indices
-    from the comparisons for PyTorch's max-pooling backward: the values and gradients of
-    ``F.max_pool2d``, forward and backward in about half its time on LeNet's activations
-    (3.4 ms against 6.8 ms for ``(512, 6, 24, 24)`` on the 2-core machine of
-    ``benchmarks/results.md``). Elsewhere it is ``F.max_pool2d``.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and x.requires_grad:
-            if x.device.type == "cpu" and x.dim() == 4:
-                return _MaxPool2x2Function.apply(x)  # type: ignore[no-any-return]
-            return F.max_pool2d(x, 2)
-        return _max_pool_2x2(x)
-
-
-def _is_plain_2x2_pool(layer: nn.Module) -> bool:
-    if type(layer) is not nn.MaxPool2d:
-        return False
-    pairs = (layer.kernel_size, layer.stride, layer.padding, layer.dilation)
-    as_pairs = [p if isinstance(p, tuple) else (p, p) for p in pairs]
-    return (
-        as_pairs == [(2, 2), (2, 2), (0, 0), (1, 1)]
-        and not layer.ceil_mode
-        and not layer.return_indices
-    )
-
-
-def _is_stateless(module: nn.Module) -> bool:
-    return not any(True for _ in module.parameters()) and not any(True for _ in module.buffers())
-
-
-def run_pipeline(
-    owner: nn.Module,
-    steps: tuple[tuple[str, nn.Module | None], ...],
-    x: torch.Tensor,
-    weighted: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Run ``steps`` (name, stateless module or None for a weighted child of ``owner``) on x.
-
-    A weighted child is looked up on ``owner`` by name (so Pyro sees it), or applied through
-    ``weighted(name, x)`` when given; a stateless module runs on the merged stack
-    ``(S * B, ...)`` when the activations carry a stack dimension.
-    """
-    stacked = False
-    for name, stateless in steps:
-        if stateless is None:
-            rank = x.dim()
-            x = getattr(owner, name)(x) if weighted is None else weighted(name, x)
-            stacked = stacked or x.dim() > rank
-        elif stacked:
-            x = stateless(x.flatten(0, 1)).unflatten(0, x.shape[:2])
-        else:
-            x = stateless(x)
-    return x
-
-
-def build_pipeline(
-    owner: nn.Module,
-    spec: nn.Sequential,
-    convert: Callable[[str, nn.Module], nn.Module],
-) -> tuple[tuple[str, nn.Module | None], ...]:
-    """Attach ``convert(name, layer)`` for each weighted layer of ``spec`` to ``owner``.
-
-    Returns the steps for :func:`run_pipeline`; stateless layers are copied (a 2x2 max-pooling
-    as :class:`MaxPool2x2`). A ReLU followed by a max-pooling is run as pooling then ReLU, the
-    same function (both are monotone) with the ReLU on a quarter of the values.
-    """
-    steps: list[tuple[str, nn.Module | None]] = []
-    for name, layer in spec.named_children():
-        if _is_plain_2x2_pool(layer):
-            steps.append((name, MaxPool2x2()))
-        elif _is_stateless(layer):
-            steps.append((name, copy.deepcopy(layer)))
-        else:
-            setattr(owner, name, convert(name, layer))
-            steps.append((name, None))
-    # max-pooling commutes with ReLU (both monotone): pool first, then ReLU on 4x fewer values
-    for i in range(len(steps) - 1):
-        (_, first), (_, second) = steps[i], steps[i + 1]
-        if isinstance(first, nn.ReLU) and isinstance(second, nn.MaxPool2d):
-            steps[i], steps[i + 1] = steps[i + 1], steps[i]
-    return tuple(steps)
-
-
-# --------------------------------------------------------------------------------------------
 # BatchEnsemble layers
 # --------------------------------------------------------------------------------------------
 
@@ -453,14 +310,17 @@ def _check_factor_init(init: str, r_std: float, s_std: float) -> None:
             )
 
 
-class _BatchEnsembleLayer(PyroModule):
-    """Shared weight, per-member rank-1 factors ``r`` (input side), ``s`` (output side), bias."""
+class _BatchEnsembleLayer(nn.Module):
+    """Shared weight W, per-member rank-1 factors ``r`` (input side), ``s`` (output side) and
+    per-member biases; member m's effective weight is ``diag(s_m) W diag(r_m)``."""
 
+    _is_batchensemble = True
     weight: nn.Parameter
     r: nn.Parameter
     s: nn.Parameter
     bias: nn.Parameter
     num_members: int
+    _channel_dim: int  # dim of the features in one member's activations (B, ...)
 
     def _init_factors(
         self,
@@ -490,63 +350,50 @@ class _BatchEnsembleLayer(PyroModule):
         if bias is None:
             bias = torch.zeros(out_size, device=device, dtype=dtype)
         self.bias = nn.Parameter(bias.detach().to(device, dtype).expand(num_members, -1).clone())
+        self._member: int | None = None  # set during the engine's member passes
+        self._member_weights: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def _check_stacked(self, x: torch.Tensor, plain_rank: int) -> None:
-        if x.dim() != plain_rank + 1 or x.shape[0] != self.num_members:
-            raise ValueError(
-                f"{type(self).__name__} with {self.num_members} members expects input of "
-                f"{plain_rank} dims (B, ...) or {plain_rank + 1} dims ({self.num_members}, B, "
-                f"...), got shape {tuple(x.shape)}."
-            )
-
-    def _folded(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every member's effective weight and bias, stacked along the output dimension.
-
-        Returns ``(M * out, in, ...)`` weights (block m is ``diag(s_m) W diag(r_m)``) and
-        ``(M * out,)`` biases. A shared input ``(B, in, ...)`` then goes through *one* op with
-        M * out outputs: no gradient with respect to the input and no per-member scaling of
-        large activations (the factors' gradients flow through the small weight tensor).
-        """
-        extra = (1,) * (self.weight.dim() - 2)
-        r = self.r.reshape(self.num_members, 1, -1, *extra)
-        s = self.s.reshape(self.num_members, -1, 1, *extra)
-        return (s * self.weight.unsqueeze(0) * r).flatten(0, 1), self.bias.reshape(-1)
-
-    def _scaled_input(self, x: torch.Tensor) -> torch.Tensor:
-        """``x * r_m`` for stacked input ``(M, B, in, ...)``."""
-        extra = (1,) * (x.dim() - 3)
-        return x * self.r.reshape(self.num_members, 1, -1, *extra)
-
-    def _member_output(self, out: torch.Tensor) -> torch.Tensor:
-        """``out * s_m + b_m`` for ``out`` of shape ``(M, B, out, ...)``."""
-        shape = (self.num_members, 1, self.s.shape[1]) + (1,) * (out.dim() - 3)
-        return torch.addcmul(self.bias.reshape(shape), out, self.s.reshape(shape))
-
-    def _shared_output(self, out: torch.Tensor) -> torch.Tensor:
-        """``(B, M * out, ...)`` from a folded op to the stacked ``(M, B, out, ...)``."""
-        return out.unflatten(1, (self.num_members, -1)).transpose(0, 1)
-
-    def member_forward(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    def _op(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:  # pragma: no cover - abstract
-        """Apply one member, given its effective weight and bias (see :meth:`_folded`)."""
+        """The plain layer with explicit weight and bias."""
         raise NotImplementedError
 
-    def effective_weight(self, member: int) -> torch.Tensor:
-        """Member ``i``'s weight ``diag(s_i) W diag(r_i)`` (for checks and export)."""
+    def _input_factor(self) -> torch.Tensor:
+        """``r`` laid out like one member's weight: ``(M, 1, in)`` (Linear) or
+        ``(M, out, in / groups)`` (convolutions)."""
+        return self.r.unsqueeze(1)
+
+    def folded_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's effective weight ``(M, *W.shape)`` and bias ``(M, out)``."""
         extra = (1,) * (self.weight.dim() - 2)
-        s = self.s[member].reshape(-1, 1, *extra)
-        r = self.r[member].reshape(1, -1, *extra)
-        return s * self.weight * r
+        r = self._input_factor().reshape(*self._input_factor().shape, *extra)
+        s = self.s.reshape(self.num_members, -1, 1, *extra)
+        return s * self.weight.unsqueeze(0) * r, self.bias
+
+    def effective_weight(self, member: int) -> torch.Tensor:
+        """Member ``member``'s weight ``diag(s_m) W diag(r_m)`` (for checks and export)."""
+        return self.folded_weights()[0][member]
+
+    def _factor_view(self, factor: torch.Tensor, ndim: int) -> torch.Tensor:
+        """``factor`` ``(M, C)`` shaped to broadcast against stacked activations ``(M, B, ...)``
+        of ``ndim`` dims, C on the feature dim."""
+        shape = [1] * ndim
+        shape[0] = self.num_members
+        shape[self._channel_dim + 1 if self._channel_dim >= 0 else self._channel_dim] = -1
+        return factor.reshape(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Folded batch ``(M * B, ...)`` in, ``(M * B, ...)`` out (member-major)."""
+        return _engine.batchensemble_forward(self, x)
 
 
 class BatchEnsembleLinear(_BatchEnsembleLayer):
-    """Linear layer of a BatchEnsemble: member i computes ``(x * r_i) W^T * s_i + b_i``.
+    """Linear layer of a BatchEnsemble: member m computes ``(x * r_m) W^T * s_m + b_m``.
 
     One shared weight ``W`` ``(out, in)``, per-member factors ``r`` ``(M, in)`` and ``s``
-    ``(M, out)`` and biases ``(M, out)``; the effective weight of member i is
-    ``diag(s_i) W diag(r_i)``. Input ``(B, in)`` (every member sees it) or ``(M, B, in)``
-    (member i sees slice i); output ``(M, B, out)``. All members run in one batched matmul.
+    ``(M, out)`` and biases ``(M, out)``. Input ``(M * B, ..., in)``, the members folded into
+    the batch (member-major), output ``(M * B, ..., out)``.
 
     Parameters
     ----------
@@ -556,7 +403,18 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
     base : nn.Linear, optional
         Copy W and the bias (to every member) from this layer; default a fresh ``nn.Linear``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleLinear(4, 3, num_members=2)
+    >>> x = torch.randn(5, 4)
+    >>> out = layer(x.repeat(2, 1))  # (M * B, out)
+    >>> torch.allclose(out[5:], x @ layer.effective_weight(1).T + layer.bias[1], atol=1e-6)
+    True
     """
+
+    _channel_dim = -1
 
     def __init__(
         self,
@@ -581,69 +439,159 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
             num_members, in_features, out_features, base.bias, init, r_mean, r_std, s_mean, s_std
         )
 
-    def member_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+    @classmethod
+    def from_module(cls, base: nn.Linear, num_members: int, **options: Any) -> BatchEnsembleLinear:
+        """The BatchEnsemble counterpart of ``base`` (its weight and bias copied)."""
+        return cls(base.in_features, base.out_features, num_members, base=base, **options)
+
+    def _op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
         return F.linear(x, weight, bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:
-            return self._shared_output(F.linear(x, *self._folded()))
-        self._check_stacked(x, 2)
-        return self._member_output(F.linear(self._scaled_input(x), self.weight))
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, num_members={self.num_members}"
 
 
-class BatchEnsembleConv2d(_BatchEnsembleLayer):
-    """2-d convolution of a BatchEnsemble: member i computes ``conv(x * r_i, W) * s_i + b_i``.
+class _BatchEnsembleConv(_BatchEnsembleLayer):
+    """Convolution of a BatchEnsemble: member m computes ``conv(x * r_m, W) * s_m + b_m``,
+    ``r`` scaling input channels and ``s`` output channels (grouped convolutions included)."""
 
-    ``r`` ``(M, in_channels)`` scales input channels, ``s`` ``(M, out_channels)`` output
-    channels. Input ``(B, C, H, W)`` or ``(M, B, C, H, W)``; output ``(M, B, out, H', W')``,
-    all members in one convolution over the ``M * B`` batch. Arguments as
-    :class:`BatchEnsembleLinear`, plus ``kernel_size``, ``stride``, ``padding``.
-    """
+    _channel_dim = 1
+    _conv: Any  # F.conv1d / conv2d / conv3d
+    _base_type: Any  # nn.Conv1d / Conv2d / Conv3d
 
     def __init__(
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size: int,
+        kernel_size: Any,
         num_members: int,
         *,
-        stride: int = 1,
-        padding: int = 0,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        padding_mode: Any = "zeros",
         init: FactorInit = "normal",
         r_mean: float = 1.0,
         r_std: float = 0.5,
         s_mean: float = 1.0,
         s_std: float = 0.5,
-        base: nn.Conv2d | None = None,
+        base: nn.modules.conv._ConvNd | None = None,
     ):
         super().__init__()
         if base is None:
-            base = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding)
-        self.in_channels = in_channels
-        self.out_channels = out_channels
+            base = self._base_type(
+                in_channels,
+                out_channels,
+                kernel_size,
+                stride=stride,
+                padding=padding,
+                dilation=dilation,
+                groups=groups,
+                padding_mode=padding_mode,
+            )
+        self.in_channels = base.in_channels
+        self.out_channels = base.out_channels
+        self.kernel_size = base.kernel_size
         self.stride = base.stride
         self.padding = base.padding
+        self.dilation = base.dilation
+        self.groups = base.groups
+        self.padding_mode = base.padding_mode
+        self._pad = tuple(base._reversed_padding_repeated_twice)
         self.weight = nn.Parameter(base.weight.detach().clone())
         self._init_factors(
-            num_members, in_channels, out_channels, base.bias, init, r_mean, r_std, s_mean, s_std
+            num_members,
+            base.in_channels,
+            base.out_channels,
+            base.bias,
+            init,
+            r_mean,
+            r_std,
+            s_mean,
+            s_std,
         )
 
-    def member_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        return F.conv2d(x, weight, bias, self.stride, self.padding)
+    @classmethod
+    def from_module(
+        cls, base: nn.modules.conv._ConvNd, num_members: int, **options: Any
+    ) -> _BatchEnsembleConv:
+        """The BatchEnsemble counterpart of ``base`` (its weight, bias and settings copied)."""
+        return cls(
+            base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **options
+        )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shared = x.dim() == 4
-        if not shared:
-            self._check_stacked(x, 4)
-        if shared and self.in_channels == 1:
-            # One input channel: r_m is a scalar per member and commutes with the convolution,
-            # so every member shares one convolution: conv(x r_m, W) s_m = conv(x, W) r_m s_m.
-            base = F.conv2d(x, self.weight, None, self.stride, self.padding)
-            scale = (self.r * self.s).reshape(self.num_members, 1, -1, 1, 1)
-            return torch.addcmul(self.bias.reshape(scale.shape), base.unsqueeze(0), scale)
-        if shared:
-            weight, bias = self._folded()
-            return self._shared_output(F.conv2d(x, weight, bias, self.stride, self.padding))
-        h = self._scaled_input(x).flatten(0, 1)
-        out = F.conv2d(h, self.weight, None, self.stride, self.padding)
-        return self._member_output(out.unflatten(0, x.shape[:2]))
+    def _op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+        padding: Any = self.padding
+        if self.padding_mode != "zeros":
+            x = F.pad(x, self._pad, mode=self.padding_mode)
+            padding = 0
+        return self._conv(x, weight, bias, self.stride, padding, self.dilation, self.groups)
+
+    def _input_factor(self) -> torch.Tensor:
+        members, groups = self.num_members, self.groups
+        per_in, per_out = self.in_channels // groups, self.out_channels // groups
+        r = self.r.reshape(members, groups, 1, per_in).expand(members, groups, per_out, per_in)
+        return r.reshape(members, self.out_channels, per_in)
+
+    def folded_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = (1,) * (self.weight.dim() - 2)
+        r = self._input_factor().reshape(self.num_members, self.out_channels, -1, *extra)
+        s = self.s.reshape(self.num_members, -1, 1, *extra)
+        return s * self.weight.unsqueeze(0) * r, self.bias
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, num_members={self.num_members}"
+        )
+
+
+class BatchEnsembleConv1d(_BatchEnsembleConv):
+    """1-d convolution of a BatchEnsemble; arguments as ``nn.Conv1d`` plus ``num_members``
+    and the factor options of :class:`BatchEnsembleLinear`. Input ``(M * B, C, L)``."""
+
+    _conv = staticmethod(F.conv1d)
+    _base_type = nn.Conv1d
+
+
+class BatchEnsembleConv2d(_BatchEnsembleConv):
+    """2-d convolution of a BatchEnsemble: member m computes ``conv(x * r_m, W) * s_m + b_m``.
+
+    ``r`` ``(M, in_channels)`` scales input channels, ``s`` ``(M, out_channels)`` output
+    channels; grouped and depthwise convolutions included. Input ``(M * B, C, H, W)`` (members
+    folded into the batch, member-major), output ``(M * B, out, H', W')``. Arguments as
+    ``nn.Conv2d`` (``stride``, ``padding``, ``dilation``, ``groups``, ``padding_mode``) plus
+    ``num_members`` and the factor options of :class:`BatchEnsembleLinear`; ``base`` copies an
+    ``nn.Conv2d``'s settings, weight and bias.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleConv2d(3, 4, 3, num_members=2, padding=1)
+    >>> x = torch.randn(5, 3, 8, 8)
+    >>> out = layer(x.repeat(2, 1, 1, 1))
+    >>> expected = torch.conv2d(x, layer.effective_weight(0), layer.bias[0], padding=1)
+    >>> torch.allclose(out[:5], expected, atol=1e-5)
+    True
+    """
+
+    _conv = staticmethod(F.conv2d)
+    _base_type = nn.Conv2d
+
+
+class BatchEnsembleConv3d(_BatchEnsembleConv):
+    """3-d convolution of a BatchEnsemble; arguments as ``nn.Conv3d`` plus ``num_members``
+    and the factor options of :class:`BatchEnsembleLinear`. Input ``(M * B, C, D, H, W)``."""
+
+    _conv = staticmethod(F.conv3d)
+    _base_type = nn.Conv3d
+
+
+BATCHENSEMBLE_LAYERS: dict[type[nn.Module], type[_BatchEnsembleLayer]] = {
+    nn.Linear: BatchEnsembleLinear,
+    nn.Conv1d: BatchEnsembleConv1d,
+    nn.Conv2d: BatchEnsembleConv2d,
+    nn.Conv3d: BatchEnsembleConv3d,
+}
+"""The layer types :func:`pyrouq.batchensemble` converts (subclasses included)."""

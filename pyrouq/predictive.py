@@ -181,15 +181,30 @@ def _logits_of(model: Any, x: Tensor) -> Tensor:
     return trace.nodes["logits"]["value"]
 
 
-def _draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
-    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``."""
+def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
+    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``.
+
+    A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
+    its traces would give); any other guide is traced once per draw on ``args``.
+    """
+    from pyrouq.infer.guide import MeanFieldGuide
+
     draws: dict[str, list[Tensor]] = {}
+    if isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward:
+        for _ in range(num_samples):
+            for site, value in guide.sample().items():
+                draws.setdefault(site, []).append(value.detach())
+        return {name: torch.stack(values) for name, values in draws.items()}
     for _ in range(num_samples):
         trace = poutine.trace(guide).get_trace(*args)
         for name, site in trace.nodes.items():
             if site["type"] == "sample" and not site["is_observed"]:
                 draws.setdefault(name, []).append(site["value"].detach())
     return {name: torch.stack(values) for name, values in draws.items()}
+
+
+def _softmax(logits: Tensor) -> Tensor:
+    return torch.softmax(logits.float(), -1)
 
 
 @torch.no_grad()
@@ -221,9 +236,10 @@ def predict(
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass.
     parallel : bool, default True
-        For pyrouq Bayesian models, evaluate several draws in one batched pass (grouped
-        convolutions) when the input batch is smaller than ``batch_size``; otherwise loop over
-        draws. Results are identical either way.
+        For pyrouq Bayesian models, hand several draws to one pass when the input batch is
+        smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
+        where that is slower, one draw at a time anyway); otherwise loop over draws. Results
+        are identical either way.
 
     Returns
     -------
@@ -244,6 +260,8 @@ def predict(
     if num_samples is not None:
         check_int("num_samples", num_samples)
     device = module_device(model, guide)
+    likelihood = getattr(model, "likelihood", None)
+    to_probs = likelihood.predictive if likelihood is not None else _softmax
     was_training = model.training if isinstance(model, nn.Module) else None
     if isinstance(model, nn.Module):
         model.eval()
@@ -282,7 +300,7 @@ def predict(
                 if device is not None:
                     xb = xb.to(device)
                 logits = run(xb)
-                probs.append(torch.softmax(logits.float(), -1).to(out_device))
+                probs.append(to_probs(logits).to(out_device))
                 if yb is not None:
                     targets.append(yb.to(out_device))
     finally:
@@ -309,8 +327,10 @@ def _plain_runner(model: nn.Module):
 
 
 def _ensemble_runner(model: nn.Module):
+    outputs = getattr(model, "outputs", None)
+
     def run(x: Tensor) -> Tensor:
-        return model(x)
+        return outputs(x) if callable(outputs) else model(x)
 
     return run
 
@@ -327,8 +347,7 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
     same S draws, ``chunk`` draws per pass so that at most ``max(batch_size, B)`` (input, draw)
     pairs are evaluated at once."""
     draws: dict[str, Tensor] = {}
-    direct = getattr(model, "logits_with", None)  # pyrouq models: no Pyro work per pass
-    stackable = parallel and direct is not None
+    direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
 
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
@@ -337,7 +356,8 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
 
     def run(x: Tensor) -> Tensor:
         if not draws:
-            draws.update(_draw_guide(guide, num_samples, (x,)))
+            draws.update(draw_guide(guide, num_samples, (x,)))
+        stackable = parallel and direct is not None
         chunk = min(num_samples, max(1, batch_size // x.shape[0])) if stackable else 1
         out = []
         for start in range(0, num_samples, chunk):
@@ -345,7 +365,7 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
             if stop - start == 1:
                 out.append(logits(x, {k: v[start] for k, v in draws.items()}).unsqueeze(0))
             else:
-                out.append(logits(x, {k: v[start:stop].unsqueeze(1) for k, v in draws.items()}))
+                out.append(logits(x, {k: v[start:stop] for k, v in draws.items()}))
         return torch.cat(out)
 
     return run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import pyro
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ from pyrouq import (
     BayesianMLP,
     CheckpointError,
     KLWeightedELBO,
+    bayesian,
     decompose,
     fit,
     load,
@@ -31,6 +33,33 @@ from pyrouq import (
 )
 from pyrouq.cli import main
 from pyrouq.data import TensorLoader
+
+
+class _Subclass(BayesianMLP):
+    """A user subclass of a front door: save() cannot rebuild it from a description."""
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self, width=4):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, width, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(width)
+
+    def forward(self, x):
+        return (x + self.norm(self.conv(x)).mean(1, keepdim=True)).flatten(1)
+
+
+def _residual(width=4):
+    return _Residual(width)
+
+
+class _TupleNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x), x
 
 
 def tiny():
@@ -115,7 +144,7 @@ CASES = {
     "guide: not a Bayesian model": (
         lambda tmp: mean_field_guide(MLP()),
         TypeError,
-        r"needs a pyrouq Bayesian model \(BayesianMLP, BayesianLeNet\), got MLP",
+        r"needs a pyrouq Bayesian model \(made by pyrouq.bayesian\(\), BayesianMLP.*got MLP",
     ),
     # ELBO
     "elbo: kl_weight": (
@@ -235,9 +264,93 @@ CASES = {
         r"evil\.pt' contains pickled Python objects, which pyrouq refuses to load",
     ),
     "checkpoint: unsupported model": (
-        lambda tmp: save(tmp / "x.pt", torch.nn.Linear(2, 2)),
+        lambda tmp: save(tmp / "x.pt", _Subclass(hidden_features=4)),
         CheckpointError,
-        r"cannot describe a Linear: expected one of \['BatchEnsembleLeNet'",
+        r"cannot describe a _Subclass: expected a model made by pyrouq.bayesian\(\)",
+    ),
+    "checkpoint: converted network without a skeleton": (
+        lambda tmp: load(save(tmp / "x.pt", bayesian(_residual()))),
+        CheckpointError,
+        r"holds a network converted from a .*_Residual.*load\(path, module=net\)",
+    ),
+    "checkpoint: skeleton that does not match": (
+        lambda tmp: load(save(tmp / "x.pt", bayesian(_residual())), module=_residual(width=5)),
+        CheckpointError,
+        r"skeleton .* does not match .*parameter 'conv.weight' is shape \(4, 1, 3, 3\) in the "
+        r"checkpoint and shape \(5, 1, 3, 3\) in the skeleton",
+    ),
+    "fit: checkpoint of a model it cannot save": (
+        lambda tmp: fit(
+            (m := _Subclass(hidden_features=4)),
+            mean_field_guide(m),
+            [(torch.randn(2, 784), torch.tensor([0, 1]))],
+            epochs=1,
+            num_data=2,
+            checkpoint=tmp / "c.pt",
+        ),
+        CheckpointError,
+        r"cannot describe a _Subclass",
+    ),
+    # bring your own network
+    "bayesian: nothing to select": (
+        lambda tmp: bayesian(torch.nn.Sequential(torch.nn.LayerNorm(3), torch.nn.ReLU())),
+        ValueError,
+        r"Sequential has no nn.Linear or convolution layer, so select=None picks nothing.*"
+        r"Its parameters are '0.weight', '0.bias'; pass select=",
+    ),
+    "bayesian: no parameters at all": (
+        lambda tmp: bayesian(torch.nn.ReLU()),
+        ValueError,
+        r"ReLU has no parameters, so there is nothing to make Bayesian",
+    ),
+    "bayesian: select entry that matches nothing": (
+        lambda tmp: bayesian(_residual(), select=["conv", "fc2"]),
+        ValueError,
+        r"select entry 'fc2' matches no parameter of _Residual. Its parameters are 'conv.weight'",
+    ),
+    "bayesian: unknown select string": (
+        lambda tmp: bayesian(_residual(), select="conv"),
+        ValueError,
+        r"Unknown select 'conv': expected None .*pass a list: select=\[name\]",
+    ),
+    "bayesian: prior key that matches nothing": (
+        lambda tmp: bayesian(_residual(), prior={"conv": 0.1, "head": 1.0}),
+        ValueError,
+        r"prior key 'head' matches no latent site: it matches no parameter. The latent sites "
+        r"are 'conv.weight'",
+    ),
+    "bayesian: prior key naming a point estimate": (
+        lambda tmp: bayesian(_residual(), prior={"norm": 0.1}),
+        ValueError,
+        r"prior key 'norm' matches no latent site: it names parameters that are not latent "
+        r"\('norm.weight', 'norm.bias'; widen select=",
+    ),
+    "bayesian: prior that does not fit its site": (
+        lambda tmp: bayesian(_residual(), prior=pyro.distributions.Normal(torch.zeros(7), 1.0)),
+        ValueError,
+        r"prior of 'conv.weight' has batch_shape \(7,\), which does not broadcast to the site's "
+        r"shape \(4, 1, 3, 3\)",
+    ),
+    "bayesian: negative prior scale": (
+        lambda tmp: bayesian(_residual(), prior={"conv.bias": -1.0}),
+        ValueError,
+        r"Expected the prior scale of 'conv.bias' > 0 .*got -1.0",
+    ),
+    "bayesian: forward returns no tensor": (
+        lambda tmp: bayesian(_TupleNet())(torch.randn(2, 3)),
+        TypeError,
+        r"_TupleNet.forward returned tuple; pyrouq needs a network whose forward\(x\) returns "
+        r"one tensor of outputs \(B, D\)",
+    ),
+    "bayesian: not a module": (
+        lambda tmp: bayesian("resnet18"),  # type: ignore[arg-type]
+        TypeError,
+        r"Expected an nn.Module to make Bayesian, got str",
+    ),
+    "bayesian: unknown likelihood": (
+        lambda tmp: bayesian(_residual(), likelihood="poisson"),  # type: ignore[arg-type]
+        ValueError,
+        r"Unknown likelihood 'poisson': expected one of \['categorical'\]",
     ),
 }
 

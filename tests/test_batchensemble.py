@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import gc
 
 import pyro
@@ -17,21 +18,32 @@ from pyrouq.models import (
     LeNet,
     batchensemble,
 )
-from pyrouq.nn import BatchEnsembleConv2d, BatchEnsembleLinear
+from pyrouq.nn import (
+    BatchEnsembleConv1d,
+    BatchEnsembleConv2d,
+    BatchEnsembleLinear,
+)
 
 
-def _plain_copy(net: nn.Sequential, ensemble, member: int) -> nn.Sequential:
+def _layers(ensemble):
+    return {n: m for n, m in ensemble.net.named_modules() if getattr(m, "_is_batchensemble", 0)}
+
+
+def _member_copy(net: nn.Module, ensemble, member: int) -> nn.Module:
     """A standalone copy of ``net`` carrying member i's effective weights and bias."""
-    import copy
-
     clone = copy.deepcopy(net)
-    for name, layer in clone.named_children():
-        if isinstance(layer, (nn.Linear, nn.Conv2d)):
-            be = getattr(ensemble, name)
-            with torch.no_grad():
-                layer.weight.copy_(be.effective_weight(member))
-                layer.bias.copy_(be.bias[member])
+    for name, layer in _layers(ensemble).items():
+        plain = clone.get_submodule(name)
+        with torch.no_grad():
+            plain.weight.copy_(layer.effective_weight(member))
+            plain.bias.copy_(layer.bias[member])
     return clone
+
+
+def _distinct_biases(ensemble):
+    with torch.no_grad():
+        for layer in _layers(ensemble).values():
+            layer.bias.add_(torch.randn_like(layer.bias))
 
 
 @pytest.mark.parametrize("make_net", [lambda: MLP(), lambda: LeNet()])
@@ -49,14 +61,11 @@ def test_unit_factors_and_equal_biases_reproduce_the_base_network(make_net):
 def test_member_equals_network_with_effective_weights(make_net):
     net = make_net()
     ensemble = batchensemble(net, 3)  # random r, s ~ N(1, 0.5)
-    with torch.no_grad():  # distinct biases per member too
-        for module in ensemble.modules():
-            if isinstance(module, (BatchEnsembleLinear, BatchEnsembleConv2d)):
-                module.bias.add_(torch.randn_like(module.bias))
+    _distinct_biases(ensemble)
     x = torch.randn(5, 1, 28, 28)
     out = ensemble(x)
     for i in range(3):
-        standalone = _plain_copy(net, ensemble, i)
+        standalone = _member_copy(net, ensemble, i)
         torch.testing.assert_close(out[i], standalone(x), rtol=1e-4, atol=1e-4)
     assert not torch.allclose(out[0], out[1])
 
@@ -73,18 +82,18 @@ def test_converter_copies_weights_exactly_and_leaves_module_alone():
     before = {k: v.clone() for k, v in net.state_dict().items()}
     ensemble = batchensemble(net, 3)
     for name in ("conv1", "conv2", "fc1", "fc2", "fc3"):
-        layer = getattr(ensemble, name)
+        layer = ensemble.net.get_submodule(name)
         assert torch.equal(layer.weight, getattr(net, name).weight)
         assert torch.equal(layer.bias, getattr(net, name).bias.expand(3, -1))
         assert layer.weight.data_ptr() != getattr(net, name).weight.data_ptr()
     assert isinstance(ensemble, BatchEnsembleLeNet)
     assert isinstance(batchensemble(MLP(), 2), BatchEnsembleMLP)
     with torch.no_grad():
-        ensemble.fc1.weight.add_(1.0)
+        ensemble.net.fc1.weight.add_(1.0)
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k])
     fresh = batchensemble(net, 3, use_base_weights=False)
-    assert not torch.equal(fresh.fc1.weight, net.fc1.weight)
+    assert not torch.equal(fresh.net.fc1.weight, net.fc1.weight)
 
 
 def test_factor_initialisation():
@@ -114,9 +123,7 @@ def test_model_contract_sites_and_scale():
     obs = trace.nodes["obs"]
     assert obs["fn"].batch_shape == (2, 5)
     assert obs["scale"] == pytest.approx(10.0)
-    assert [f.name for f in obs["cond_indep_stack"]] == ["data", "members"] or [
-        f.name for f in obs["cond_indep_stack"]
-    ] == ["members", "data"]
+    assert sorted(f.name for f in obs["cond_indep_stack"]) == ["data", "members"]
     assert trace.nodes["logits"]["value"].shape == (2, 5, 3)
 
 
@@ -162,12 +169,78 @@ def test_param_store_entries_go_with_the_ensemble():
     assert not any(k.startswith(prefix + ".") for k in pyro.get_param_store().keys())
 
 
-def test_generic_sequential_conversion():
-    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
-    ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0)
+class Residual(nn.Module):
+    """Nested, residual, BatchNorm, 1-d and grouped convolutions: not an nn.Sequential."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv1d(2, 6, 3, padding=1), nn.BatchNorm1d(6), nn.ReLU())
+        self.block = nn.ModuleDict(
+            {
+                "depthwise": nn.Conv1d(6, 6, 3, padding=1, groups=6),
+                "grouped": nn.Conv1d(6, 6, 1, groups=3, bias=False),
+                "norm": nn.BatchNorm1d(6),
+            }
+        )
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.stem(x)
+        h = h + self.block["norm"](self.block["grouped"](self.block["depthwise"](h)))
+        return self.head(h.relu().mean(-1))
+
+
+def test_any_module_converts_nested_residual_and_grouped():
+    net = Residual().eval()
+    ensemble = batchensemble(net, 3)
     assert type(ensemble) is BatchEnsembleNetwork
-    x = torch.randn(3, 4)
-    torch.testing.assert_close(ensemble(x)[1], net(x))
+    kinds = {n: type(m) for n, m in _layers(ensemble).items()}
+    assert kinds == {
+        "stem.0": BatchEnsembleConv1d,
+        "block.depthwise": BatchEnsembleConv1d,
+        "block.grouped": BatchEnsembleConv1d,
+        "head": BatchEnsembleLinear,
+    }
+    # normalisation layers are shared: one set of parameters and running statistics
+    assert [n for n, _ in ensemble.named_parameters() if "norm" in n or "stem.1" in n] == [
+        "net.stem.1.weight",
+        "net.stem.1.bias",
+        "net.block.norm.weight",
+        "net.block.norm.bias",
+    ]
+    _distinct_biases(ensemble)
+    ensemble.eval()
+    x = torch.randn(4, 2, 9)
+    out = ensemble(x)
+    assert out.shape == (3, 4, 3)
+    for i in range(3):
+        layers = _layers(ensemble)
+        clone = copy.deepcopy(net)
+        for name, layer in layers.items():
+            plain = clone.get_submodule(name)
+            with torch.no_grad():
+                plain.weight.copy_(layer.effective_weight(i))
+                if plain.bias is None:
+                    plain.bias = nn.Parameter(layer.bias[i].clone())
+                else:
+                    plain.bias.copy_(layer.bias[i])
+        torch.testing.assert_close(out[i], clone(x), rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm_in_training_normalises_over_every_member():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0)
+    with torch.no_grad():
+        ensemble.net[0].bias[1] += 10.0  # member 1's pre-activations shifted by 10
+    ensemble.train()
+    out = ensemble(torch.randn(8, 3))
+    # statistics over the folded batch of both members: each member's mean is off zero
+    means = out.mean(1)
+    assert torch.allclose(means.sum(0), torch.zeros(4), atol=1e-5)
+    assert (means[1] - means[0]).abs().min() > 0.5
+    running = ensemble.net[1].running_mean
+    assert running.shape == (4,) and running.abs().sum() > 0  # one shared set
 
 
 def test_bad_inputs():
@@ -179,55 +252,65 @@ def test_bad_inputs():
         BatchEnsembleLinear(2, 2, 2, s_std=-1.0)
     with pytest.raises(ValueError, match=r"Unknown init 'uniform': expected 'normal'"):
         batchensemble(MLP(), 2, init="uniform")  # type: ignore[arg-type]
-    net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
-    with pytest.raises(TypeError, match=r"Layer '1' \(BatchNorm1d\) has parameters and no"):
-        batchensemble(net, 2)
-    with pytest.raises(TypeError, match=r"converts an MLP, a LeNet or an nn\.Sequential"):
-        batchensemble(nn.Linear(3, 3), 2)
+    with pytest.raises(ValueError, match=r"has no nn\.Linear or convolution layer"):
+        batchensemble(nn.Sequential(nn.BatchNorm1d(3), nn.ReLU()), 2)
+    with pytest.raises(TypeError, match=r"Expected an nn\.Module to convert.*got int"):
+        batchensemble(3, 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"expects images of shape \(B, 1, 28, 28\)"):
         BatchEnsembleLeNet(num_members=2)(torch.randn(2, 784))
     layer = BatchEnsembleLinear(4, 3, 2)
-    with pytest.raises(ValueError, match=r"with 2 members expects input .* got shape \(3, 5, 4\)"):
-        layer(torch.randn(3, 5, 4))
+    with pytest.raises(
+        ValueError, match=r"with 2 members expects a folded batch .*got shape \(3, 4\)"
+    ):
+        layer(torch.randn(3, 4))
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.fc(x), x
+
+    with pytest.raises(TypeError, match=r"Pair.forward returned tuple; pyrouq needs a network"):
+        batchensemble(Pair(), 2)(torch.randn(3, 2))
 
 
-@pytest.mark.parametrize("init", ["normal", "random_sign"])
-@pytest.mark.parametrize("make_net", [lambda: MLP(num_hidden=2), lambda: LeNet(in_channels=1)])
-def test_batched_pass_equals_member_passes_values_and_gradients(make_net, init):
-    """The batched pass (accelerators) and the per-member passes (CPU, with the shared first
-    convolution and pooling, where negative factors turn max-pooling into min-pooling) are
-    the same function."""
-    from pyrouq.nn import run_pipeline
+@pytest.mark.parametrize("make_net", [lambda: MLP(num_hidden=2), lambda: LeNet(), Residual])
+def test_cpu_and_accelerator_schedules_are_the_same_function(make_net):
+    """The folded pass with activations scaled by r and s (accelerators), the per-member
+    folded convolutions and the whole member passes (CPU) give the same logits and gradients."""
+    from pyrouq import _engine
 
-    ensemble = batchensemble(make_net(), 3, init=init)
-    if init == "random_sign" and isinstance(ensemble, BatchEnsembleLeNet):
-        assert (ensemble.conv1.r * ensemble.conv1.s < 0).any()  # the min-pooling branch runs
-    with torch.no_grad():
-        for module in ensemble.modules():
-            if isinstance(module, (BatchEnsembleLinear, BatchEnsembleConv2d)):
-                module.bias.add_(torch.randn_like(module.bias))
-    x = torch.randn(4, 1, 28, 28)
-    batched = run_pipeline(ensemble, ensemble._steps, x)
-    looped = ensemble._member_passes(x)
-    torch.testing.assert_close(batched, looped, rtol=1e-4, atol=1e-5)
-    grads = []
-    for out in (batched, looped):
-        ensemble.zero_grad()
-        (out * torch.arange(out.numel()).reshape(out.shape).sin()).sum().backward()
-        grads.append({n: p.grad.clone() for n, p in ensemble.named_parameters()})
-    for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-3, atol=1e-4)
+    ensemble = batchensemble(make_net(), 3, init="random_sign")
+    _distinct_biases(ensemble)
+    x = torch.randn(4, 2, 9) if make_net is Residual else torch.randn(4, 1, 28, 28)
+    results = []
+    for mode in ("eval", "train"):
+        getattr(ensemble, mode)()
+        for kind in ("cpu", "accelerator"):
+            with _engine.schedule(kind):
+                ensemble.zero_grad()
+                out = ensemble(x)
+                (out * torch.arange(out.numel()).reshape(out.shape).sin()).sum().backward()
+            grads = {n: p.grad.clone() for n, p in ensemble.named_parameters()}
+            results.append((mode, out.detach(), grads))
+    for mode in ("eval", "train"):
+        (_, out_a, grads_a), (_, out_b, grads_b) = [r for r in results if r[0] == mode]
+        torch.testing.assert_close(out_a, out_b, rtol=1e-4, atol=1e-5)
+        for name in grads_a:
+            torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-3, atol=1e-4)
 
 
-def test_conv_layer_with_several_input_channels_shared_and_stacked():
+def test_conv_layer_on_a_folded_batch():
     layer = BatchEnsembleConv2d(3, 4, 3, 2, padding=1)
-    x = torch.randn(5, 3, 8, 8)
-    out = layer(x)
-    for m in range(2):
-        expected = torch.conv2d(x, layer.effective_weight(m), layer.bias[m], padding=1)
-        torch.testing.assert_close(out[m], expected, rtol=1e-4, atol=1e-5)
-    xs = torch.randn(2, 5, 3, 8, 8)
-    out = layer(xs)
-    for m in range(2):
-        expected = torch.conv2d(xs[m], layer.effective_weight(m), layer.bias[m], padding=1)
-        torch.testing.assert_close(out[m], expected, rtol=1e-4, atol=1e-5)
+    x = torch.randn(2 * 5, 3, 8, 8)
+    for kind in ("cpu", "accelerator"):
+        from pyrouq import _engine
+
+        with _engine.schedule(kind):
+            out = layer(x)
+        for m in range(2):
+            chunk = x[m * 5 : (m + 1) * 5]
+            expected = torch.conv2d(chunk, layer.effective_weight(m), layer.bias[m], padding=1)
+            torch.testing.assert_close(out[m * 5 : (m + 1) * 5], expected, rtol=1e-4, atol=1e-5)

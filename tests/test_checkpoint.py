@@ -113,8 +113,16 @@ def test_prior_scale_survives_the_round_trip(tmp_path):
 
 
 def test_save_refuses_what_it_cannot_rebuild(tmp_path):
-    with pytest.raises(CheckpointError, match=r"cannot describe a Sequential: expected one of"):
-        save(tmp_path / "c.pt", torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    import pyro.distributions as dist
+
+    from pyrouq import bayesian
+
+    mixture = dist.MixtureSameFamily(
+        dist.Categorical(torch.tensor([0.5, 0.5])), dist.Normal(torch.zeros(2), torch.ones(2))
+    )
+    odd = bayesian(torch.nn.Linear(2, 3), prior={"bias": mixture})
+    with pytest.raises(CheckpointError, match=r"cannot describe the prior of site 'bias'"):
+        save(tmp_path / "c.pt", odd)
     model = BayesianMLP(hidden_features=8)
     with pytest.raises(CheckpointError, match="metadata must hold JSON values"):
         save(tmp_path / "c.pt", model, mean_field_guide(model), metadata={"t": torch.ones(1)})

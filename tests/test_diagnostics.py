@@ -121,7 +121,7 @@ def test_predictions_are_the_posterior_draws(bayes, data):
         weights = {
             name: torch.from_numpy(idata.posterior[name].values[0, s]) for name in guide.sites
         }
-        expected = model.logits_with(x, weights).softmax(-1)
+        expected = model.outputs(x, weights).softmax(-1)
         torch.testing.assert_close(probs[s], expected)
     # the draws differ: a real posterior, not the guide mean
     assert not torch.allclose(probs[0], probs[1])
@@ -361,7 +361,7 @@ def test_psis_pyrouq_model_scales_the_likelihood_with_num_data(bayes, data):
     log_lik = []
     for _ in range(30):
         weights = guide()
-        log_lik.append(model.logits_with(x, weights).log_softmax(-1).gather(1, y[:, None]).sum())
+        log_lik.append(model.outputs(x, weights).log_softmax(-1).gather(1, y[:, None]).sum())
     torch.testing.assert_close(
         scaled.log_weights - plain.log_weights,
         2 * torch.stack(log_lik).double().detach(),

@@ -165,7 +165,7 @@ def test_bad_constructor_arguments():
 
 
 @pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
-def test_logits_with_equals_conditioned_model(cls):
+def test_outputs_equal_the_conditioned_model(cls):
     model = cls()
     x = torch.randn(3, 1, 28, 28)
     sites = model.latent_sites()
@@ -174,7 +174,7 @@ def test_logits_with_equals_conditioned_model(cls):
     for draws in (single, stacked):
         with poutine.condition(data=draws):
             expected = model(x)
-        torch.testing.assert_close(model.logits_with(x, draws), expected)
+        torch.testing.assert_close(model.outputs(x, draws), expected)
 
 
 @pytest.mark.parametrize("shape", [(3, 6, 24, 24), (2, 4, 7, 9), (5, 16, 8, 8), (6, 9, 9)])
@@ -182,7 +182,7 @@ def test_logits_with_equals_conditioned_model(cls):
 def test_fast_max_pool_equals_torch_with_and_without_gradients(shape, ties):
     import torch.nn.functional as F
 
-    from pyrouq.nn import MaxPool2x2
+    from pyrouq._engine import MaxPool2x2
 
     g = torch.Generator().manual_seed(0)
     # with ties (small integers) the gradient must reach the same element of each window
@@ -198,16 +198,23 @@ def test_fast_max_pool_equals_torch_with_and_without_gradients(shape, ties):
     assert torch.equal(xg.grad, ref.grad)
 
 
-def test_pipelines_use_the_fast_pool_and_large_cpu_batches_are_split():
-    from pyrouq.models import bayesian
-    from pyrouq.nn import MaxPool2x2
+def test_networks_use_the_fast_pool_and_large_cpu_batches_are_split():
+    from pyrouq import _engine
 
     model = BayesianLeNet()
-    assert sum(isinstance(step, MaxPool2x2) for _, step in model._steps) == 2
+    pools = [m for m in model.net.modules() if isinstance(m, _engine.MaxPool2x2)]
+    assert len(pools) == 2
+    # ReLU then 2x2 pooling runs as pooling then ReLU (the same function)
+    names = [name for name, _ in model.net.named_children()]
+    assert names.index("pool1") < names.index("relu1")
     guide = mean_field_guide(model)
     weights = guide.means()
-    x = torch.randn(bayesian.CPU_CHUNK + 7, 1, 28, 28)
+    x = torch.randn(_engine.CPU_CHUNK + 7, 1, 28, 28)
     with torch.no_grad():
-        split = model.logits_with(x, weights)
-    whole = model.logits_with(x, weights)  # gradients enabled: one pass
+        split = model.outputs(x, weights)
+    whole = model.outputs(x, weights)  # gradients enabled: one pass
     torch.testing.assert_close(split, whole.detach(), rtol=1e-5, atol=1e-5)
+    plain = LeNet()
+    plain.load_state_dict(model.plain_network().state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(model.net(x[:9]), plain(x[:9]), rtol=1e-5, atol=1e-6)

@@ -1,24 +1,18 @@
-"""Networks: plain ``MLP`` / ``LeNet`` and their Bayesian (Pyro model) counterparts.
+"""Networks: plain ``MLP`` / ``LeNet`` and their Bayesian and BatchEnsemble front doors.
 
-Every pyrouq model follows one contract (see DESIGN.md): ``forward(x, y=None) -> logits`` of
-shape ``(B, C)`` (Bayesian; ``(S, B, C)`` when the weights carry S draws) or ``(M, B, C)``
-(BatchEnsemble, M members); logits are recorded as ``pyro.deterministic("logits")`` and labels
-observed at ``"obs"`` inside ``pyro.plate("data")``, scaled by N/B so that a minibatch of B out
-of N training points estimates the full-data likelihood.
+The front doors are thin: ``BayesianLeNet()`` is ``bayesian(LeNet())`` with a Normal prior of
+``prior_scale``, ``BatchEnsembleLeNet()`` is ``batchensemble(LeNet(), M)``, with input checks and
+a configuration that checkpoints rebuild without a skeleton. Every pyrouq model follows one
+contract (see DESIGN.md and :mod:`pyrouq.convert`).
 
 The plain networks are ``nn.Sequential`` with named layers (``conv1``, ``fc1``, ...), and the
 Bayesian models name their latent sites after them (``"conv1.weight"``, ``"fc1.bias"``, ...), so
 weights copy across by name.
 """
 
-from pyrouq.models._observe import observe
-from pyrouq.models.batchensemble import (
-    BatchEnsembleLeNet,
-    BatchEnsembleMLP,
-    BatchEnsembleNetwork,
-    batchensemble,
-)
-from pyrouq.models.bayesian import DEFAULT_PRIOR_SCALE, BayesianLeNet, BayesianMLP
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, batchensemble, bayesian
+from pyrouq.models._batchensemble import BatchEnsembleLeNet, BatchEnsembleMLP
+from pyrouq.models._bayesian import DEFAULT_PRIOR_SCALE, BayesianLeNet, BayesianMLP
 from pyrouq.models.plain import MLP, LeNet
 
 __all__ = [
@@ -29,7 +23,8 @@ __all__ = [
     "BatchEnsembleNetwork",
     "BayesianLeNet",
     "BayesianMLP",
+    "BayesianNetwork",
     "LeNet",
     "batchensemble",
-    "observe",
+    "bayesian",
 ]

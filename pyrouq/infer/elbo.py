@@ -1,0 +1,435 @@
+"""The KL-weighted ELBO.
+
+On a minibatch of B of N training points, for a guide q and prior p::
+
+    loss = -(N/B) * sum_batch E_q[log p(y | x, w)]  +  kl_weight * KL(q || p)
+
+``kl_weight = 1`` is the exact (unbiased) negative ELBO; ``kl_weight < 1`` down-weights the
+prior. Code that writes the loss per example, ``mean CE + k * KL`` (the torch-uncertainty seed
+tutorial uses k = 1/10000), corresponds to ``kl_weight = k * N``: multiply that loss by N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.distributions.util import scale_and_mask
+from pyro.infer import ELBO
+from pyro.infer.util import is_validation_enabled
+from pyro.poutine.util import site_is_subsample
+from pyro.util import check_model_guide_match
+from torch import Tensor
+
+from pyrouq import _engine
+from pyrouq._util import check_count
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+from pyrouq.infer.guide import MeanFieldGuide, draw
+
+__all__ = ["ELBOTerms", "KLWeightedELBO"]
+
+
+@dataclass(frozen=True)
+class ELBOTerms:
+    """The parts of one evaluation of :class:`KLWeightedELBO`.
+
+    Attributes
+    ----------
+    loss : torch.Tensor
+        Differentiable scalar ``nll + kl_weight * kl``.
+    nll : torch.Tensor
+        Scalar, ``-(N/B) * sum_batch log p(y | x, w)`` averaged over particles.
+    kl : torch.Tensor
+        Scalar, ``KL(q || p)`` (unweighted) averaged over particles.
+    outputs : torch.Tensor or None
+        The model's outputs (logits), detached, when recorded: ``(B, D)`` of the first
+        particle, or those of every particle when they are vectorised.
+    """
+
+    loss: Tensor
+    nll: Tensor
+    kl: Tensor
+    outputs: Tensor | None = None
+
+
+def _samples_directly(model: Any, guide: Any) -> bool:
+    """Whether :class:`KLWeightedELBO` may draw the weights from ``guide``'s locations and
+    scales and run the network through the engine instead of tracing both: a
+    :class:`MeanFieldGuide` and a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is not
+    overridden (a subclass overriding ``forward`` is traced, so its own ``forward`` runs)."""
+    return (
+        isinstance(guide, MeanFieldGuide)
+        and type(guide).forward is MeanFieldGuide.forward
+        and isinstance(model, BayesianNetwork)
+        and type(model).forward is BayesianNetwork.forward
+    )
+
+
+def _deterministic(model: Any, guide: Any) -> bool:
+    """A BatchEnsemble (no latent sites) with no guide: its outputs are computed directly."""
+    return (
+        (guide is None or getattr(guide, "_pyrouq_empty", False))
+        and isinstance(model, BatchEnsembleNetwork)
+        and type(model).forward is BatchEnsembleNetwork.forward
+    )
+
+
+def _model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """``(x, y)`` from the arguments of a pyrouq model's ``forward(x, y=None)``."""
+    x = args[0] if args else kwargs.get("x")
+    y = args[1] if len(args) > 1 else kwargs.get("y")
+    return x, y
+
+
+def _check_kl_weight(kl_weight: object) -> float:
+    if isinstance(kl_weight, bool) or not isinstance(kl_weight, (int, float)):
+        raise TypeError(f"Expected kl_weight to be a float >= 0, got {kl_weight!r}.")
+    if not math.isfinite(kl_weight) or kl_weight < 0:
+        raise ValueError(
+            f"Expected kl_weight to be a finite float >= 0, got {kl_weight!r}. "
+            "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
+        )
+    return float(kl_weight)
+
+
+def _needs_labels(y: Any) -> None:
+    if y is None:
+        raise ValueError(
+            'KLWeightedELBO needs the labels: the model\'s "obs" site was not observed '
+            "(y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
+        )
+
+
+def observed_nll(model: Any, outputs: Tensor, y: Tensor) -> Tensor:
+    """``-(N/B) * sum log p(y | outputs)``: the value a trace of the model gives its ``"obs"``
+    site, computed by the model's likelihood (its fast NLL); the targets checked first."""
+    where = type(model).__name__
+    model.likelihood.check_targets(y, outputs, where)
+    scale = model.likelihood.scale(model.num_data, outputs.shape[-2], where)
+    return model.likelihood.nll(outputs, y) * scale
+
+
+class KLWeightedELBO(ELBO):
+    """Negative ELBO with a weight on the KL term, for mean-field guides.
+
+    On a minibatch of B of N points::
+
+        loss = -(N/B) * sum_batch E_q[log p(y | x, w)]  +  kl_weight * KL(q || p)
+
+    The N/B factor comes from the model (pyrouq models scale ``"obs"`` by it). The KL is
+    analytic for each latent site where ``torch.distributions.kl_divergence`` knows the pair
+    (Normal guide and Normal prior) and a Monte Carlo estimate ``log q(w) - log p(w)``
+    otherwise. ``kl_weight`` multiplies the latent sites' contribution, which is the same as
+    scaling those sites in both model and guide (``kl_weight = 0`` drops the KL without Pyro's
+    scale handler, which rejects 0). The expectation over q is estimated with
+    ``num_particles`` draws, sequential or vectorised.
+
+    Conversion: a per-example loss ``mean CE + k * KL`` equals ``loss / N`` with
+    ``kl_weight = k * N``.
+
+    With a :class:`~pyrouq.MeanFieldGuide` and a model made by :func:`pyrouq.bayesian` (or a
+    front door such as ``BayesianLeNet``), no trace is taken: each particle draws every weight
+    by reparameterisation, ``loc + scale * eps``, in the order Pyro's guide would (one particle
+    gives the loss of the traced path bit for bit, and its gradients up to rounding, tested),
+    runs the network with them and takes the likelihood's fast NLL; the KL term is the analytic
+    ``KL(q || p)`` of every site, computed once. A BatchEnsemble without a guide is run
+    directly too. Any other guide (an ``AutoNormal``, a hand-written guide), or a model
+    subclass overriding ``forward``, is traced: the guide is run and the model replayed
+    against it. :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call)
+    back-propagates several weight-sampling particles one at a time, with the same draws and
+    gradients.
+
+    Local reparameterisation. For a model with ``local_reparameterization=True`` and a
+    :class:`~pyrouq.MeanFieldGuide`, every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` whose weight
+    (and bias) are latent draws its pre-activations ``Normal(mean, var)`` for the current
+    input h instead, with ``mean = layer(h; loc)`` and ``var = layer(h^2; scale^2)``, one
+    standard-normal noise per unit and example, so the gradients reach ``loc`` and ``rho``
+    through ``mean + sqrt(var) * eps``; other latent sites are drawn whole. The KL term is
+    unchanged. For linear layers this is an unbiased estimate of the same loss with lower
+    variance; for convolutions it approximates it (outputs at different positions get
+    independent noise). Any other guide warns and falls back to weight sampling.
+
+    Parameters
+    ----------
+    kl_weight : float, default 1.0
+        Weight of the KL term (>= 0, finite). 1 gives the exact ELBO.
+    num_particles : int, default 1
+    vectorize_particles : bool, default False
+        Draw all particles at once (under a particle plate when traced; see
+        :meth:`terms_and_grads` for how they run on CPU).
+    max_plate_nesting : int, optional
+        As in Pyro; guessed from one trace when vectorising if not given.
+
+    Examples
+    --------
+    >>> import pyro, torch
+    >>> from pyrouq import BayesianMLP, mean_field_guide
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3, num_data=10)
+    >>> guide = mean_field_guide(model)
+    >>> svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), KLWeightedELBO(0.5))
+    >>> loss = svi.step(torch.randn(10, 4), torch.randint(0, 3, (10,)))
+    """
+
+    def __init__(
+        self,
+        kl_weight: float = 1.0,
+        num_particles: int = 1,
+        vectorize_particles: bool = False,
+        max_plate_nesting: float = float("inf"),
+    ):
+        check_count("num_particles", num_particles)
+        self.kl_weight = _check_kl_weight(kl_weight)
+        super().__init__(
+            num_particles=num_particles,
+            vectorize_particles=vectorize_particles,
+            max_plate_nesting=max_plate_nesting,
+        )
+
+    # -- the traced path --------------------------------------------------------------------
+
+    def _get_trace(self, model, guide, args, kwargs):
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
+            *args, **kwargs
+        )
+        if is_validation_enabled():
+            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
+        return model_trace, guide_trace
+
+    @staticmethod
+    def _particle_terms(model_trace, guide_trace) -> tuple[Tensor, Tensor]:
+        nll = torch.zeros(())
+        kl = torch.zeros(())
+        for name, site in model_trace.nodes.items():
+            if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            if site["is_observed"]:
+                if site["infer"].get("_deterministic"):
+                    continue
+                log_p = site["fn"].log_prob(site["value"])
+                nll = nll - scale_and_mask(log_p, site["scale"], site["mask"]).sum()
+                continue
+            guide_site = None if guide_trace is None else guide_trace.nodes.get(name)
+            if guide_site is None and name == "obs":
+                _needs_labels(None)
+            if guide_site is None:
+                raise ValueError(
+                    f"The model's latent site {name!r} is missing from the guide. Build the "
+                    "guide for this model (mean_field_guide(model))."
+                )
+            q, p = guide_site["fn"], site["fn"]
+            try:
+                kl_site = torch.distributions.kl_divergence(q, p)
+            except NotImplementedError:
+                value = guide_site["value"]
+                kl_site = q.log_prob(value) - p.log_prob(value)
+            kl = kl + scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
+        return nll, kl
+
+    def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
+        """Differentiable loss and its (detached) NLL and KL parts, averaged over particles."""
+        if _samples_directly(model, guide):
+            return self._direct_terms(model, guide, *_model_inputs(args, kwargs))
+        if _deterministic(model, guide):
+            return self._ensemble_terms(model, *_model_inputs(args, kwargs))
+        if getattr(model, "local_reparameterization", False):
+            warnings.warn(
+                f"{type(model).__name__} has local_reparameterization=True, which "
+                "KLWeightedELBO applies with a MeanFieldGuide only (it needs the guide's "
+                f"locations and scales), got {type(guide).__name__}: weights are sampled "
+                "instead. Use pyrouq.mean_field_guide(model).",
+                stacklevel=2,
+            )
+        nll_total: Tensor | float = 0.0
+        kl_total: Tensor | float = 0.0
+        outputs = None
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            nll, kl = self._particle_terms(model_trace, guide_trace)
+            nll_total = nll_total + nll
+            kl_total = kl_total + kl
+            if outputs is None and "logits" in model_trace.nodes:
+                outputs = model_trace.nodes["logits"]["value"].detach()
+        nll_t = torch.as_tensor(nll_total) / self.num_particles
+        kl_t = torch.as_tensor(kl_total) / self.num_particles
+        loss = nll_t + self.kl_weight * kl_t
+        return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl_t.detach(), outputs=outputs)
+
+    # -- the direct paths -------------------------------------------------------------------
+
+    @staticmethod
+    def _guide_moments(model: BayesianNetwork, guide: MeanFieldGuide) -> tuple[dict, dict]:
+        """The guide's locations and scales, site by site, checked against the model."""
+        from pyrouq._util import register_params
+
+        register_params(guide.name, guide)  # so that SVI's parameter capture sees them
+        sites = model.latent_sites()
+        loc = {s: guide.site_loc(s) for s in guide.sites}
+        if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
+            differ = next(
+                (s for s in sites if s not in loc or loc[s].shape != sites[s]),
+                next((s for s in loc if s not in sites), "?"),
+            )
+            raise ValueError(
+                f"The guide does not belong to {type(model).__name__}: its sites differ from the "
+                f"model's latent sites (first difference: {differ!r}). Build the guide for this "
+                "model: mean_field_guide(model)."
+            )
+        scale = {s: guide.site_scale(s) for s in guide.sites}
+        return loc, scale
+
+    @staticmethod
+    def _kl(
+        model: BayesianNetwork, loc: dict, scale: dict, draws: list[dict[str, Tensor]]
+    ) -> Tensor:
+        """``KL(q || p)`` summed over the sites: analytic where torch knows the pair, else the
+        Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``."""
+        total = torch.zeros((), device=next(iter(loc.values())).device)
+        for site, prior in model.priors().items():
+            q = dist.Normal(loc[site], scale[site]).to_event(loc[site].dim())
+            try:
+                total = total + torch.distributions.kl_divergence(q, prior).sum()  # type: ignore[arg-type]
+            except NotImplementedError:
+                values = [draw[site] for draw in draws] or [
+                    torch.addcmul(loc[site], scale[site], torch.randn_like(loc[site]))
+                ]
+                estimate = sum(q.log_prob(w) - prior.log_prob(w) for w in values)
+                total = total + torch.as_tensor(estimate).sum() / len(values)
+        return total
+
+    def _draws(self, loc: dict, scale: dict) -> tuple[list[dict[str, Tensor]], dict | None]:
+        """The particles' weights, as :meth:`terms` draws them: one after another, or every
+        particle at once site by site (vectorised, also returned stacked)."""
+        count = self.num_particles
+        if self.vectorize_particles:
+            stacked = draw(loc, scale, count)
+            return [{s: w[i] for s, w in stacked.items()} for i in range(count)], stacked
+        return [draw(loc, scale) for _ in range(count)], None
+
+    def _direct_terms(self, model: BayesianNetwork, guide: MeanFieldGuide, x, y) -> ELBOTerms:
+        """:meth:`terms` without traces (see the class docstring)."""
+        _needs_labels(y)
+        loc, scale = self._guide_moments(model, guide)
+        count = self.num_particles
+        draws: list[dict[str, Tensor]] = []
+        if model.local_reparameterization:
+            model._check_input(x)
+            num = count if self.vectorize_particles else None
+            runs = [
+                _engine.run_local(model.net, x, loc, scale, model.local_layers(), num)
+                for _ in range(1 if num else count)
+            ]
+            nll = sum(observed_nll(model, out, y) for out in runs)
+            first = runs[0]
+        else:
+            draws, stacked = self._draws(loc, scale)
+            if stacked is not None:
+                first = model.outputs(x, stacked)
+                nll = observed_nll(model, first, y)
+            else:
+                outs = [model.outputs(x, draw) for draw in draws]
+                nll = sum(observed_nll(model, out, y) for out in outs)
+                first = outs[0]
+        kl = self._kl(model, loc, scale, draws)
+        nll_t = torch.as_tensor(nll) / count
+        loss = nll_t + self.kl_weight * kl
+        return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl.detach(), outputs=first.detach())
+
+    def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
+        """A BatchEnsemble's loss: its members' summed negative log-likelihood, scaled N/B."""
+        _needs_labels(y)
+        outputs = model.outputs(x)
+        nll = observed_nll(model, outputs, y)
+        zero = torch.zeros((), device=nll.device)
+        return ELBOTerms(loss=nll, nll=nll.detach(), kl=zero, outputs=outputs.detach())
+
+    def terms_and_grads(self, model, guide, *args, **kwargs) -> ELBOTerms:
+        """:meth:`terms`, after back-propagating the loss into the parameters (``loss`` is
+        returned detached). What :func:`pyrouq.fit` and :meth:`loss_and_grads` call.
+
+        The gradients are those of ``terms(...).loss``. With a :class:`~pyrouq.MeanFieldGuide`,
+        a model sampling weights and several particles (sequential, or vectorised on CPU,
+        where vectorised particles run one draw at a time anyway), the particles are
+        back-propagated one at a time: every particle's weights are drawn first (the draws
+        :meth:`terms` makes), then each particle's NLL is run forward and backward into its
+        weight draw before the next particle runs, and the draws are back-propagated into the
+        guide with the KL term. One particle's activations are held at a time instead of all
+        of them.
+        """
+        x, y = _model_inputs(args, kwargs)
+        if (
+            self.num_particles > 1
+            and _samples_directly(model, guide)
+            and not model.local_reparameterization
+            and torch.is_tensor(x)
+            and y is not None
+            and (not self.vectorize_particles or x.device.type == "cpu")
+        ):
+            return self._particle_by_particle(model, guide, x, y)
+        terms = self.terms(model, guide, *args, **kwargs)
+        if terms.loss.requires_grad:
+            terms.loss.backward()
+        return dataclasses.replace(terms, loss=terms.loss.detach())
+
+    def _particle_by_particle(
+        self, model: BayesianNetwork, guide: MeanFieldGuide, x: Tensor, y: Tensor
+    ) -> ELBOTerms:
+        """:meth:`terms_and_grads` one particle at a time (see there)."""
+        loc, scale = self._guide_moments(model, guide)
+        count = self.num_particles
+        draws, _ = self._draws(loc, scale)
+        nll = torch.zeros((), device=x.device)
+        outputs: list[Tensor] = []
+        output_grads: list[Tensor] = []
+        firsts = []
+        for weights in draws:
+            leaves = {s: w.detach().requires_grad_() for s, w in weights.items()}
+            out = model.outputs(x, leaves)
+            particle_nll = observed_nll(model, out, y)
+            (particle_nll / count).backward()  # frees this particle's activations
+            nll = nll + particle_nll.detach()
+            firsts.append(out.detach())
+            for site, value in weights.items():
+                grad = leaves[site].grad
+                if grad is not None:
+                    outputs.append(value)
+                    output_grads.append(grad)
+        kl = self._kl(model, loc, scale, draws)
+        weighted_kl = self.kl_weight * kl
+        torch.autograd.backward(
+            [weighted_kl, *outputs], [torch.ones_like(weighted_kl), *output_grads]
+        )
+        nll_t = nll / count
+        return ELBOTerms(
+            loss=(nll_t + weighted_kl).detach(),
+            nll=nll_t,
+            kl=kl.detach(),
+            outputs=torch.stack(firsts) if self.vectorize_particles else firsts[0],
+        )
+
+    # -- Pyro's ELBO interface ----------------------------------------------------------------
+
+    def differentiable_loss(self, model, guide, *args, **kwargs) -> Tensor:
+        """The loss as a differentiable scalar tensor."""
+        return self.terms(model, guide, *args, **kwargs).loss
+
+    def loss(self, model, guide, *args, **kwargs) -> float:
+        """The loss as a float (no gradients)."""
+        with torch.no_grad():
+            return float(self.terms(model, guide, *args, **kwargs).loss)
+
+    def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
+        """The loss as a float, after back-propagating it into the parameters (through
+        :meth:`terms_and_grads`)."""
+        return float(self.terms_and_grads(model, guide, *args, **kwargs).loss)
+
+    def __repr__(self) -> str:
+        return (
+            f"KLWeightedELBO(kl_weight={self.kl_weight:g}, num_particles={self.num_particles}, "
+            f"vectorize_particles={self.vectorize_particles})"
+        )

@@ -1,0 +1,201 @@
+"""The mean-field guide: an independent Normal for every latent site of a pyrouq model."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pyrouq._util import check_positive_float, forget_params, register_params
+from pyrouq.checkpoint import register_guide
+
+__all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
+
+DEFAULT_INIT_SCALE = 1e-2
+"""Default initial standard deviation of every guide site."""
+
+_GUIDE_COUNTER = itertools.count()
+
+
+def _inverse_softplus(x: float) -> float:
+    return x + math.log(-math.expm1(-x))
+
+
+def _key(site: str) -> str:
+    return site.replace(".", "__")
+
+
+@register_guide
+class MeanFieldGuide(nn.Module):
+    """Diagonal Normal guide ``q(w) = prod_site Normal(loc, softplus(rho))`` for a pyrouq model.
+
+    Every latent site of the model gets a ``Normal(loc, scale).to_event(...)`` of the site's
+    exact shape, so ``KL(q || p)`` is analytic for Normal priors (both in
+    :class:`~pyrouq.KLWeightedELBO` and in Pyro's ``TraceMeanField_ELBO``).
+
+    Parameters live in this module (``loc`` and ``rho`` parameter dicts, keys are site names
+    with ``.`` replaced by ``__``) and are registered in Pyro's param store under a prefix unique
+    to this guide (``guide.name``), so Pyro optimizers see them while two guides never share or
+    overwrite parameters; the entries are removed when the guide is garbage collected.
+
+    .. warning:: Mean-field: the guide ignores every correlation between weights, and it is
+       known to underestimate posterior variance.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        init_scale: float = DEFAULT_INIT_SCALE,
+        init_from: nn.Module | None = None,
+    ):
+        super().__init__()
+        init_scale = check_positive_float(
+            "init_scale",
+            init_scale,
+            "It is the initial standard deviation of every guide site; the default is 1e-2.",
+        )
+        latent_sites = getattr(model, "latent_sites", None)
+        template = getattr(model, "template", None)
+        if not callable(latent_sites) or not callable(template):
+            raise TypeError(
+                f"mean_field_guide() needs a pyrouq Bayesian model (made by pyrouq.bayesian(), "
+                f"BayesianMLP, BayesianLeNet), got {type(model).__name__}. For other Pyro "
+                "models use pyro.infer.autoguide.AutoNormal; BatchEnsemble models need no "
+                "guide (pass guide=None to fit)."
+            )
+        sites: dict[str, torch.Size] = latent_sites()
+        if not sites:
+            raise ValueError(f"{type(model).__name__} has no latent sites; it needs no guide.")
+        if init_from is None:
+            state = template()
+        else:
+            if not isinstance(init_from, nn.Module):
+                raise TypeError(
+                    f"Expected init_from to be a trained plain nn.Module, got "
+                    f"{type(init_from).__name__}."
+                )
+            state = init_from.state_dict()
+            missing = [s for s in sites if s not in state]
+            if missing:
+                raise ValueError(
+                    f"init_from ({type(init_from).__name__}) has no parameter(s) "
+                    f"{missing[:5]}; expected a network of the model's structure, with "
+                    f"parameters {list(sites)[:5]}... (e.g. the module passed to bayesian())."
+                )
+        device = next(iter(template().values())).device
+        rho = _inverse_softplus(float(init_scale))
+        self.loc = nn.ParameterDict()
+        self.rho = nn.ParameterDict()
+        for site, shape in sites.items():
+            value = state[site].detach()
+            if value.shape != shape:
+                raise ValueError(
+                    f"init_from parameter {site!r} has shape {tuple(value.shape)}, expected "
+                    f"{tuple(shape)}: the plain network's configuration differs from the model's."
+                )
+            self.loc[_key(site)] = nn.Parameter(value.clone().to(device))
+            self.rho[_key(site)] = nn.Parameter(torch.full(shape, rho, device=device))
+        self.sites = tuple(sites)
+        self.init_scale = init_scale
+        self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
+        weakref.finalize(self, forget_params, self.name)
+
+    def site_loc(self, site: str) -> torch.Tensor:
+        """Location (posterior mean) of ``site``."""
+        return self.loc[_key(site)]
+
+    def site_scale(self, site: str) -> torch.Tensor:
+        """Standard deviation of ``site`` (``softplus(rho)``)."""
+        return F.softplus(self.rho[_key(site)])
+
+    def means(self) -> dict[str, torch.Tensor]:
+        """Posterior means of every site, detached (for ``poutine.condition``)."""
+        return {s: self.site_loc(s).detach() for s in self.sites}
+
+    def scales(self) -> dict[str, torch.Tensor]:
+        """Posterior standard deviations of every site, detached."""
+        return {s: self.site_scale(s).detach() for s in self.sites}
+
+    def get_distributions(self) -> dict[str, dist.Distribution]:
+        """``Normal(loc, scale).to_event(...)`` of every site."""
+        return {
+            s: dist.Normal(self.site_loc(s), self.site_scale(s)).to_event(self.site_loc(s).dim())
+            for s in self.sites
+        }
+
+    def sample(self, num_samples: int | None = None) -> dict[str, torch.Tensor]:
+        """Reparameterised draws ``loc + scale * eps`` of every site, site by site in the
+        guide's order, ``(num_samples, *shape)`` with ``num_samples``: the standard-normal
+        draws Pyro makes for :meth:`forward` (one draw) or under a particle plate."""
+        loc = {s: self.site_loc(s) for s in self.sites}
+        return draw(loc, {s: self.site_scale(s) for s in self.sites}, num_samples)
+
+    def forward(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        """Sample every site from q; the model's arguments are accepted and ignored."""
+        register_params(self.name, self)
+        return {s: pyro.sample(s, d) for s, d in self.get_distributions().items()}  # type: ignore[arg-type]
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        """The constructor arguments a checkpoint stores (JSON) to rebuild this guide."""
+        return {"init_scale": self.init_scale}
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, sites={len(self.sites)}, init_scale={self.init_scale:g}"
+
+
+def draw(
+    loc: dict[str, torch.Tensor], scale: dict[str, torch.Tensor], num_samples: int | None = None
+) -> dict[str, torch.Tensor]:
+    """``loc + scale * eps`` for every site of ``loc`` in order (``(num_samples, *shape)``
+    with ``num_samples``), differentiable with respect to ``loc`` and ``scale``."""
+    lead = () if num_samples is None else (num_samples,)
+    out = {}
+    for site, mean in loc.items():
+        eps = torch.empty(lead + tuple(mean.shape), dtype=mean.dtype, device=mean.device)
+        out[site] = mean + eps.normal_() * scale[site]
+    return out
+
+
+def mean_field_guide(
+    model: nn.Module,
+    init_scale: float = DEFAULT_INIT_SCALE,
+    init_from: nn.Module | None = None,
+) -> MeanFieldGuide:
+    """Mean-field Normal guide for a pyrouq Bayesian model.
+
+    Parameters
+    ----------
+    model : BayesianNetwork
+        A model made by :func:`pyrouq.bayesian` (or ``BayesianMLP`` / ``BayesianLeNet``).
+    init_scale : float, default 1e-2
+        Initial standard deviation of every site (> 0). Small, so that training starts like
+        the plain network; the KL term then grows the scales where the data allow.
+    init_from : nn.Module, optional
+        A trained plain network of the model's structure (the module given to
+        :func:`pyrouq.bayesian`, an ``MLP`` / ``LeNet`` of the same configuration) whose
+        parameters become the initial locations. Default: the model's own initial values,
+        i.e. the converted module's parameters (a fresh torch initialisation for the front
+        doors, not draws from the prior).
+
+    Returns
+    -------
+    MeanFieldGuide
+
+    Examples
+    --------
+    >>> from pyrouq.models import BayesianMLP
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> guide = mean_field_guide(model, init_scale=0.05)
+    >>> guide.sites
+    ('fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias')
+    >>> round(guide.site_scale("fc1.bias")[0].item(), 6)
+    0.05
+    """
+    return MeanFieldGuide(model, init_scale=init_scale, init_from=init_from)

@@ -1,0 +1,120 @@
+"""BatchEnsemble ``MLP`` and ``LeNet``: named front doors onto :func:`pyrouq.batchensemble`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyrouq.convert import BatchEnsembleNetwork
+from pyrouq.models.plain import MLP, LeNet, _check_lenet_input, _check_mlp_input
+from pyrouq.nn import FactorInit
+
+__all__ = ["BatchEnsembleLeNet", "BatchEnsembleMLP"]
+
+
+class BatchEnsembleMLP(BatchEnsembleNetwork):
+    """BatchEnsemble of :class:`MLP` (same architecture and layer names), M members.
+
+    Parameters
+    ----------
+    in_features, hidden_features, out_features, num_hidden : int
+        As for :class:`MLP`.
+    num_members : int, default 4
+    base : MLP, optional
+        Start from this (e.g. pre-trained) network's weights; default a fresh ``MLP``.
+    use_base_weights, init, r_mean, r_std, s_mean, s_std, num_data
+        See :class:`~pyrouq.BatchEnsembleNetwork`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> model = BatchEnsembleMLP(num_members=3)
+    >>> model(torch.randn(5, 784)).shape
+    torch.Size([3, 5, 10])
+    """
+
+    def __init__(
+        self,
+        in_features: int = 784,
+        hidden_features: int = 256,
+        out_features: int = 10,
+        num_hidden: int = 1,
+        num_members: int = 4,
+        *,
+        base: MLP | None = None,
+        use_base_weights: bool = True,
+        init: FactorInit = "normal",
+        r_mean: float = 1.0,
+        r_std: float = 0.5,
+        s_mean: float = 1.0,
+        s_std: float = 0.5,
+        num_data: int | None = None,
+    ):
+        if base is None:
+            base = MLP(in_features, hidden_features, out_features, num_hidden)
+        super().__init__(
+            base,
+            num_members,
+            use_base_weights=use_base_weights,
+            init=init,
+            r_mean=r_mean,
+            r_std=r_std,
+            s_mean=s_mean,
+            s_std=s_std,
+            num_data=num_data,
+        )
+        self.in_features = base.in_features
+        self.num_classes = base.out_features
+        self.config: dict[str, Any] = dict(
+            in_features=base.in_features,
+            hidden_features=base.hidden_features,
+            out_features=base.out_features,
+            num_hidden=base.num_hidden,
+        )
+
+    def _check_input(self, x: Any) -> None:
+        _check_mlp_input(type(self).__name__, x, self.in_features)
+
+
+class BatchEnsembleLeNet(BatchEnsembleNetwork):
+    """BatchEnsemble of :class:`LeNet` (same architecture and layer names), M members.
+
+    Parameters as :class:`BatchEnsembleMLP`, with ``in_channels``, ``num_classes`` and
+    ``base: LeNet``. Input ``(B, in_channels, 28, 28)``, logits ``(M, B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        num_members: int = 4,
+        *,
+        base: LeNet | None = None,
+        use_base_weights: bool = True,
+        init: FactorInit = "normal",
+        r_mean: float = 1.0,
+        r_std: float = 0.5,
+        s_mean: float = 1.0,
+        s_std: float = 0.5,
+        num_data: int | None = None,
+    ):
+        if base is None:
+            base = LeNet(in_channels, num_classes)
+        super().__init__(
+            base,
+            num_members,
+            use_base_weights=use_base_weights,
+            init=init,
+            r_mean=r_mean,
+            r_std=r_std,
+            s_mean=s_mean,
+            s_std=s_std,
+            num_data=num_data,
+        )
+        self.in_channels = base.in_channels
+        self.num_classes = base.num_classes
+        self.config: dict[str, Any] = dict(
+            in_channels=base.in_channels, num_classes=base.num_classes
+        )
+
+    def _check_input(self, x: Any) -> None:
+        _check_lenet_input(type(self).__name__, x, self.in_channels)
