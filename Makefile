@@ -55,7 +55,10 @@ docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: open docs/_build/html/index.html"
 
+## bayesian-torch is timed beside pyrouq (benchmarks/bench_byon.py): installed into the venv for
+## the benchmark only, never a dependency of pyrouq.
 bench: $(STAMP)
+	-$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps bayesian-torch
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:

@@ -7,7 +7,7 @@ from _common import interleaved, peak_rss_mb, report
 from _peers import torch_uncertainty_available, tu_predict
 
 from pyrouq import BayesianLeNet, LeNet, load_mnist, mean_field_guide, predict
-from pyrouq.nn import MaxPool2x2
+from pyrouq._engine import MaxPool2x2
 
 
 def main() -> None:

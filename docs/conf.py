@@ -80,7 +80,9 @@ nb_merge_streams = True
 #: The API pages, in navigation order (data flows this way through the package).
 API_MODULES = [
     "data",
+    "likelihoods",
     "nn",
+    "convert",
     "models",
     "infer",
     "predictive",

@@ -38,6 +38,7 @@ from pyrouq.models import (
     BayesianLeNet,
     BayesianMLP,
     LeNet,
+    ResidualCNN,
 )
 from pyrouq.nn import (
     BatchEnsembleConv1d,
@@ -84,6 +85,7 @@ __all__ = [
     "MeanFieldGuide",
     "PSISResult",
     "Predictions",
+    "ResidualCNN",
     "TrainingInterrupted",
     "__version__",
     "batchensemble",

@@ -1,11 +1,14 @@
 """The ``pyrouq`` command: thin, it parses arguments, calls the library and prints.
 
-``pyrouq fit MODEL`` trains on the bundled MNIST, evaluates on the MNIST test split with
-Fashion-MNIST as out-of-distribution data, prints the metric tables and writes a run directory
-(``metrics.json``, ``config.json``, ``checkpoint.pt``, plots). ``pyrouq evaluate RUN_DIR``
-reloads a run and evaluates it again, optionally on rotated MNIST. Bad input is a one-line
-``pyrouq: error: ...`` on stderr and exit code 2; an interrupted training saves the partial
-run and exits with 130.
+``pyrouq fit MODEL`` trains on the bundled MNIST (or on Fashion-MNIST with ``--dataset``),
+evaluates on the test split with the other data set as out-of-distribution data, prints the
+metric tables and writes a run directory (``metrics.json``, ``config.json``,
+``checkpoint.pt``, plots). MODEL is a built-in name or ``package.module:factory``, an
+importable callable returning the user's ``nn.Module``, made Bayesian, last-layer Bayesian,
+a BatchEnsemble or left plain by ``--method``. ``pyrouq evaluate RUN_DIR`` reloads a run
+(calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
+images. Bad input is a one-line ``pyrouq: error: ...`` on stderr and exit code 2; an
+interrupted training saves the partial run and exits with 130.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ MODELS: dict[str, dict[str, Any]] = {
     "lenet": {"class": "LeNet", "epochs": 2, "batch_size": 512, "lr": 2e-2},
     "mlp": {"class": "MLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
 }
+# A user's factory (package.module:factory): the recipe of the "bring your own network" docs
+FACTORY_RECIPE: dict[str, Any] = {"epochs": 3, "batch_size": 256, "lr": 2e-2}
+METHODS = ("bayesian", "last-layer", "batchensemble", "plain")
+DATASETS = ("mnist", "fashion-mnist")
 DEFAULT_NUM_SAMPLES = 16  # draws for evaluation: keeps `pyrouq fit` within 20 s on 2 CPU cores
 DEFAULT_MEMBERS = 4
 EXIT_USAGE = 2
@@ -86,11 +93,46 @@ def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], floa
 
 
 def _model_name(text: str) -> str:
-    if text not in MODELS:
+    if text not in MODELS and not _is_factory(text):
         raise argparse.ArgumentTypeError(
-            f"unknown model {text!r}; choose one of: {', '.join(MODELS)}"
+            f"unknown model {text!r}; choose one of: {', '.join(MODELS)}, or give "
+            "package.module:factory, an importable callable returning your nn.Module"
         )
     return text
+
+
+def _is_factory(text: str) -> bool:
+    module, sep, name = text.partition(":")
+    return bool(sep and module and name)
+
+
+def _call_factory(spec: str) -> Any:
+    """Import ``package.module:factory`` and call it: the user's ``nn.Module``."""
+    import importlib
+
+    from torch import nn
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise CommandError(
+            f"cannot import {module_name!r} for the factory {spec!r} ({err}); make the module "
+            "importable (install it, or run from the folder that holds it)"
+        ) from None
+    factory: Any = module
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise CommandError(f"{module_name!r} has no attribute {attr!r} (factory {spec!r})")
+    if not callable(factory):
+        raise CommandError(f"factory {spec!r} is a {type(factory).__name__}, not a callable")
+    net = factory()
+    if not isinstance(net, nn.Module):
+        raise CommandError(
+            f"factory {spec!r} returned a {type(net).__name__}; it must return an nn.Module"
+        )
+    return net
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -104,16 +146,31 @@ def _build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser(
         "fit",
         help="train a model on MNIST, evaluate it (Fashion-MNIST as OOD), write a run folder",
-        description="Train MODEL on MNIST, evaluate it on the MNIST test split with "
-        "Fashion-MNIST as out-of-distribution data, print the metric tables, and write "
-        "metrics.json, config.json, checkpoint.pt and PNG plots into --out.",
+        description="Train MODEL on MNIST (or --dataset fashion-mnist), evaluate it on the "
+        "test split with the other data set as out-of-distribution data, print the metric "
+        "tables, and write metrics.json, config.json, checkpoint.pt and PNG plots into --out.",
     )
-    fit.add_argument("model", type=_model_name, metavar="MODEL", help=", ".join(MODELS))
+    fit.add_argument(
+        "model", type=_model_name, metavar="MODEL",
+        help=f"{', '.join(MODELS)}, or package.module:factory (a callable returning your "
+        "nn.Module, converted by --method)",
+    )  # fmt: skip
+    fit.add_argument(
+        "--method", choices=METHODS, default=None,
+        help="for a factory: bayesian (default), last-layer, batchensemble or plain",
+    )  # fmt: skip
+    fit.add_argument(
+        "--dataset", choices=DATASETS, default="mnist",
+        help="training data; fashion-mnist needs --data-root with its train split (OOD: MNIST)",
+    )  # fmt: skip
     fit.add_argument("--epochs", type=_positive_int("--epochs"), help="default per model")
     fit.add_argument("--batch-size", type=_positive_int("--batch-size"), help="default per model")
     fit.add_argument("--lr", type=_positive_float("--lr"), help="Adam learning rate")
     fit.add_argument(
-        "--kl-weight", type=_positive_float("--kl-weight", allow_zero=True), default=1.0
+        "--kl-weight",
+        type=_positive_float("--kl-weight", allow_zero=True),
+        default=0.1,
+        help="weight of the KL term (default 0.1, fit()'s; 1 is the exact ELBO)",
     )
     fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
     fit.add_argument(
@@ -143,7 +200,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("run_dir", metavar="RUN_DIR")
     ev.add_argument("--num-samples", type=_positive_int("--num-samples"), default=None)
-    ev.add_argument("--ood", choices=("fashion-mnist", "none"), default="fashion-mnist")
+    ev.add_argument(
+        "--ood", choices=("auto", "fashion-mnist", "mnist", "none"), default="auto",
+        help="out-of-distribution set; auto: the other data set of the run",
+    )  # fmt: skip
     ev.add_argument("--shift", choices=("rotate",), default=None, help="add rotated MNIST")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--data-root", default=None, help="folder in torchvision layout")
@@ -190,7 +250,8 @@ def _device(name: str | None) -> Any:
 def _out_dir(args: argparse.Namespace) -> Path:
     if args.out is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{args.model}-{stamp}"
+        name = args.model.replace(":", "-").replace(".", "-")
+        out = Path("runs") / f"{name}-{stamp}"
     else:
         out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -202,9 +263,30 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return out
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any]:
+def _method(args: argparse.Namespace) -> str | None:
+    """The conversion of a factory's network (None for the built-in models)."""
+    if args.model in MODELS:
+        if args.method is not None:
+            raise CommandError(
+                f"--method applies to a factory (package.module:factory); {args.model} is a "
+                "built-in model. Leave --method out"
+            )
+        return None
+    return args.method or "bayesian"
+
+
+def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     import pyrouq
 
+    if method is not None:
+        net = _call_factory(args.model)
+        if method == "plain":
+            return net, None
+        if method == "batchensemble":
+            return pyrouq.batchensemble(net, args.members), None
+        select = "last_layer" if method == "last-layer" else None
+        model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
+        return model, pyrouq.mean_field_guide(model)
     name = MODELS[args.model]["class"]
     if name.startswith("Bayesian"):
         model = getattr(pyrouq, name)(prior_scale=args.prior_scale)
@@ -214,6 +296,27 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
     return getattr(pyrouq, name)(), None
 
 
+def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
+    import pyrouq
+
+    load = pyrouq.load_mnist if dataset == "mnist" else pyrouq.load_fashion_mnist
+    try:
+        return load(
+            batch_size=batch_size,
+            root=args.data_root,
+            seed=args.seed,
+            device=device,
+            train_size=getattr(args, "train_size", None),
+        )
+    except FileNotFoundError as err:
+        if dataset == "fashion-mnist" and args.data_root is None:
+            raise CommandError(
+                "--dataset fashion-mnist trains on the Fashion-MNIST train split, which pyrouq "
+                "does not bundle; pass --data-root DIR holding FashionMNIST/raw/train-*"
+            ) from None
+        raise CommandError(str(err)) from None
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     import pyro
 
@@ -221,34 +324,33 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from pyrouq.checkpoint import library_versions
     from pyrouq.infer import TrainingInterrupted
 
-    recipe = MODELS[args.model]
+    method = _method(args)
+    recipe = MODELS[args.model] if method is None else FACTORY_RECIPE
     epochs = args.epochs or recipe["epochs"]
     batch_size = args.batch_size or recipe["batch_size"]
     lr = args.lr or recipe["lr"]
     device = _device(args.device)
     out = _out_dir(args)
     started = time.perf_counter()
-    train, test = pyrouq.load_mnist(
-        batch_size=batch_size,
-        root=args.data_root,
-        seed=args.seed,
-        device=device,
-        train_size=args.train_size,
-    )
+    train, test = _load_data(args.dataset, batch_size, args, device)
     pyro.set_rng_seed(args.seed)
-    model, guide = _build(args)
+    model, guide = _build(args, method)
     model.to(device)
     if guide is not None:
         guide.to(device)
+    ensemble = isinstance(model, pyrouq.BatchEnsembleNetwork)
     config = {
         "model": args.model,
+        "factory": args.model if method is not None else None,
+        "method": method,
+        "dataset": args.dataset,
         "epochs": epochs,
         "batch_size": batch_size,
         "lr": lr,
         "kl_weight": args.kl_weight,
         "num_particles": args.num_particles,
-        "members": args.members if recipe["class"].startswith("BatchEnsemble") else None,
-        "prior_scale": args.prior_scale if recipe["class"].startswith("Bayesian") else None,
+        "members": args.members if ensemble else None,
+        "prior_scale": args.prior_scale if guide is not None else None,
         "num_samples": args.num_samples if guide is not None else None,
         "seed": args.seed,
         "train_size": args.train_size,
@@ -263,9 +365,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     n_params = sum(p.numel() for p in model.parameters())
     if guide is not None:
         n_params += sum(p.numel() for p in guide.parameters())
+    what = recipe["class"] if method is None else f"{args.model} ({method})"
+    data = "MNIST" if args.dataset == "mnist" else "Fashion-MNIST"
     print(
-        f"pyrouq {__version__}: fitting {recipe['class']} ({n_params:,} parameters) on "
-        f"{len(train.dataset)} MNIST images, {epochs} epochs of {len(train)} batches of "
+        f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "
+        f"{len(train.dataset)} {data} images, {epochs} epochs of {len(train)} batches of "
         f"{batch_size}, device {device}"
     )
     try:
@@ -296,7 +400,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             f"{record.seconds:.1f} s"
         )
     num_samples = args.num_samples if guide is not None else None
-    metrics, figures = _evaluate(model, guide, test, num_samples, "fashion-mnist", args, result)
+    metrics, figures = _evaluate(
+        model, guide, test, num_samples, args.dataset, "auto", args, result
+    )
     metrics["train_seconds"] = result.seconds
     pyrouq.save(
         checkpoint, model, guide, metadata={"config": config, "metrics": metrics}
@@ -315,6 +421,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     import pyro
 
     import pyrouq
+    from pyrouq.checkpoint import read
 
     run = Path(args.run_dir)
     checkpoint = run / "checkpoint.pt"
@@ -323,29 +430,33 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if not checkpoint.is_file():
         raise CommandError(f"{str(run)!r} has no checkpoint.pt; pass a folder of `pyrouq fit`")
     device = _device(args.device)
-    saved = pyrouq.load(checkpoint, device=device)
+    config = json.loads(read(checkpoint)["metadata"]).get("config", {})
+    factory = config.get("factory")
+    skeleton = _call_factory(factory) if factory else None
+    saved = pyrouq.load(checkpoint, device=device, module=skeleton)
     if saved.guide is None and args.num_samples is not None:
         raise CommandError(
             f"--num-samples applies to Bayesian models; {type(saved.model).__name__} has fixed "
             "members (or one network). Leave it out"
         )
-    config = saved.metadata.get("config", {})
     num_samples = None
     if saved.guide is not None:
         num_samples = args.num_samples or config.get("num_samples") or DEFAULT_NUM_SAMPLES
-    _, test = pyrouq.load_mnist(
-        batch_size=config.get("batch_size", 512), root=args.data_root, seed=args.seed,
-        device=device,
-    )  # fmt: skip
+    dataset = config.get("dataset", "mnist")
+    args.train_size = None
+    _, test = _load_data(dataset, config.get("batch_size", 512), args, device)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
-    metrics, figures = _evaluate(saved.model, saved.guide, test, num_samples, args.ood, args)
+    metrics, figures = _evaluate(
+        saved.model, saved.guide, test, num_samples, dataset, args.ood, args
+    )
     if args.shift == "rotate":
         x = test.transform(test.images)
         rows = pyrouq.evaluate_rotations(
             saved.model, x, test.labels, saved.guide, num_samples=num_samples
         )
-        print("\nRotated MNIST (test split)")
+        name = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
+        print(f"\nRotated {name} (test split)")
         print(pyrouq.format_rotation_table(rows))
         metrics["rotation"] = rows
         from pyrouq.plotting import plot_rotation
@@ -362,11 +473,24 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def _ood_images(dataset: str, ood: str, args: argparse.Namespace) -> Any:
+    """The out-of-distribution images (normalised like the training data), or None."""
+    import pyrouq
+
+    if ood == "auto":
+        ood = "fashion-mnist" if dataset == "mnist" else "mnist"
+    if ood == "none":
+        return None
+    loader = pyrouq.ood_loader(1024, root=args.data_root, dataset=ood)  # type: ignore[arg-type]
+    return loader.transform(loader.images)
+
+
 def _evaluate(
     model: Any,
     guide: Any,
     test: Any,
     num_samples: int | None,
+    dataset: str,
     ood: str,
     args: argparse.Namespace,
     result: Any = None,
@@ -379,10 +503,9 @@ def _evaluate(
     x = test.transform(test.images)  # one tensor: predict picks its own batches
     preds = pyrouq.predict(model, x, guide, num_samples=num_samples)
     ood_preds = None
-    if ood == "fashion-mnist":
-        ood_set = pyrouq.ood_loader(1024, root=args.data_root)
-        x_ood = ood_set.transform(ood_set.images).to(x.device)
-        ood_preds = pyrouq.predict(model, x_ood, guide, num_samples=num_samples)
+    x_ood = _ood_images(dataset, ood, args)
+    if x_ood is not None:
+        ood_preds = pyrouq.predict(model, x_ood.to(x.device), guide, num_samples=num_samples)
     metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
     print()
     print(pyrouq.format_table(metrics))

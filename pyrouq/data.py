@@ -509,10 +509,19 @@ def ood_loader(
     flatten: bool = False,
     normalize: bool = True,
     device: torch.device | str | None = None,
+    dataset: Literal["fashion-mnist", "mnist"] = "fashion-mnist",
 ) -> TensorLoader:
-    """The Fashion-MNIST test split (bundled) as an unshuffled loader with MNIST preprocessing:
-    the out-of-distribution set for models trained on MNIST."""
-    images, labels = _arrays("FashionMNIST", "test", root)
+    """An out-of-distribution test split (bundled) as an unshuffled loader with MNIST
+    preprocessing: by default the Fashion-MNIST test split, the OOD set of models trained on
+    MNIST; ``dataset="mnist"`` gives the MNIST test split, the OOD set of models trained on
+    Fashion-MNIST."""
+    if dataset not in ("fashion-mnist", "mnist"):
+        raise ValueError(
+            f"Unknown dataset {dataset!r}: expected 'fashion-mnist' (the OOD set of MNIST "
+            "models) or 'mnist' (that of Fashion-MNIST models)."
+        )
+    folder = "FashionMNIST" if dataset == "fashion-mnist" else "MNIST"
+    images, labels = _arrays(folder, "test", root)
     if device is not None:
         images, labels = images.to(device), labels.to(device)
     return TensorLoader(

@@ -349,7 +349,7 @@ def test_fit_history_and_learning():
     assert len(result.history) == 8 and result.steps == 32
     first, last = result.history[0], result.history[-1]
     assert last.loss < first.loss
-    assert last.loss == pytest.approx(last.nll + last.kl, rel=1e-6)
+    assert last.loss == pytest.approx(last.nll + result.kl_weight * last.kl, rel=1e-6)
     assert last.train_acc > 0.85
     assert all(r.seconds > 0 for r in result.history)
 

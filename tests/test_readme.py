@@ -59,3 +59,24 @@ def test_make_demo_is_the_documented_command(command):
     makefile = (README.parent / "Makefile").read_text()
     assert f"$(BIN)/{command}" in makefile
     assert f"`{command}`" in README.read_text()
+
+
+def test_the_your_own_network_block_runs(monkeypatch, tmp_path):
+    code = block_after("## Your own network")
+    monkeypatch.chdir(tmp_path)
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+    namespace: dict = {"x": x[:3]}
+    namespace["train_loader"] = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=4
+    )
+    exec(compile(code, str(README), "exec"), namespace)
+    assert namespace["preds"].probs.shape == (16, 3, 10)
+    assert len(namespace["head"].latent_sites()) == 2
+    assert namespace["ensemble"].num_members == 4
+    restored = namespace["restored"]
+    model = namespace["model"]
+    for site in model.latent_sites():
+        assert torch.equal(restored.guide.site_loc(site), namespace["guide"].site_loc(site))
+    with torch.no_grad():  # the BatchNorm point estimates came back too
+        model.eval()
+        torch.testing.assert_close(model.net.bn1.running_mean, restored.model.net.bn1.running_mean)

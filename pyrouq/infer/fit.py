@@ -34,9 +34,19 @@ from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
 
-__all__ = ["EpochRecord", "FitResult", "LRSchedule", "TrainingInterrupted", "fit"]
+__all__ = [
+    "DEFAULT_KL_WEIGHT",
+    "EpochRecord",
+    "FitResult",
+    "LRSchedule",
+    "TrainingInterrupted",
+    "fit",
+]
 
 LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
+
+DEFAULT_KL_WEIGHT = 0.1
+"""Default ``kl_weight`` of :func:`fit`: a tempered posterior (see ``fit``'s docstring)."""
 
 WARMUP_FRACTION = 0.2
 """Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
@@ -119,7 +129,7 @@ def fit(
     lr: float = 2e-2,
     optim: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
     lr_schedule: LRSchedule = "warmup_cosine",
-    kl_weight: float = 1.0,
+    kl_weight: float = DEFAULT_KL_WEIGHT,
     num_particles: int = 1,
     vectorize_particles: bool = False,
     num_data: int | None = None,
@@ -165,8 +175,14 @@ def fit(
         to its value over the first 20 % of the steps, then decays it to 0 along a half
         cosine (a one-cycle policy: short runs converge much further, see the benchmarks);
         ``"cosine"`` decays from the start; ``"constant"`` leaves it alone.
-    kl_weight : float, default 1.0
-        Weight of the KL term (1 = the exact ELBO).
+    kl_weight : float, default 0.1
+        Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`). The default
+        tempers the posterior ("cold posterior"): under the exact ELBO a mean-field guide
+        over-prunes networks whose weights outnumber the training examples (a residual CNN with
+        BatchNorm on Fashion-MNIST: 88.8 % accuracy against 91.0 % for the plain network, the
+        deep layers' weights drowned in noise), while 0.1 keeps the accuracy (91.2 %) and
+        lowers the NLL; LeNet on MNIST is as good either way. Pass ``kl_weight=1.0`` for the
+        Bayesian posterior of the model as written (the docs' KL-weight page).
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False

@@ -13,7 +13,7 @@ weights copy across by name.
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, batchensemble, bayesian
 from pyrouq.models._batchensemble import BatchEnsembleLeNet, BatchEnsembleMLP
 from pyrouq.models._bayesian import DEFAULT_PRIOR_SCALE, BayesianLeNet, BayesianMLP
-from pyrouq.models.plain import MLP, LeNet
+from pyrouq.models.plain import MLP, LeNet, ResidualCNN
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
@@ -25,6 +25,7 @@ __all__ = [
     "BayesianMLP",
     "BayesianNetwork",
     "LeNet",
+    "ResidualCNN",
     "batchensemble",
     "bayesian",
 ]

@@ -14,7 +14,7 @@ from torch import nn
 
 from pyrouq._util import check_int
 
-__all__ = ["MLP", "LeNet"]
+__all__ = ["MLP", "LeNet", "ResidualCNN"]
 
 # --------------------------------------------------------------------------------------------
 # Input checks shared by plain and Bayesian networks
@@ -143,3 +143,70 @@ class LeNet(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_lenet_input(type(self).__name__, x, self.in_channels)
         return super().forward(x)
+
+
+class _Block(nn.Module):
+    """Two 3x3 convolutions with BatchNorm and a skip connection (1x1 conv when the shape
+    changes), as in ResNet's basic block."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False),
+                nn.BatchNorm2d(out_channels),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(h)) + self.shortcut(x))
+
+
+class ResidualCNN(nn.Module):
+    """A small residual CNN with BatchNorm for 28x28 images: the "bring your own network"
+    example (not an ``nn.Sequential``: skip connections and nested blocks).
+
+    A 3x3 stem convolution, three basic blocks (two 3x3 convolutions each, a 1x1 convolution
+    on the skip path where the resolution halves: widths ``width``, ``2 * width``,
+    ``4 * width`` at 28, 14 and 7 pixels), global average pooling and a linear layer; nine
+    convolutions in all, each followed by BatchNorm.
+
+    Examples
+    --------
+    >>> import torch
+    >>> net = ResidualCNN()
+    >>> net(torch.randn(2, 1, 28, 28)).shape
+    torch.Size([2, 10])
+    >>> sum(isinstance(m, nn.Conv2d) for m in net.modules())
+    9
+    """
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, width: int = 16):
+        super().__init__()
+        for name, value in (
+            ("in_channels", in_channels),
+            ("num_classes", num_classes),
+            ("width", width),
+        ):
+            check_int(name, value)
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+        )
+        self.layer1 = _Block(width, width, 1)
+        self.layer2 = _Block(width, 2 * width, 2)
+        self.layer3 = _Block(2 * width, 4 * width, 2)
+        self.fc = nn.Linear(4 * width, num_classes)
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+        self.width = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.layer3(self.layer2(self.layer1(self.stem(x))))
+        return self.fc(h.mean((-2, -1)))

@@ -1,0 +1,149 @@
+"""Your own network: a residual CNN with BatchNorm made Bayesian / BatchEnsemble, against the
+same network trained and evaluated in plain PyTorch, in one process.
+
+Workloads (pyrouq.ResidualCNN, 9 convolutions with BatchNorm, MNIST images, batch 256, Adam):
+* plain epoch (cross-entropy, torch optimizer) - the baseline;
+* ``bayesian(net)`` epoch through ``pyrouq.fit`` (1 particle, the defaults);
+* ``batchensemble(net, 4)`` epoch through ``pyrouq.fit``;
+* bayesian-torch's ``dnn_to_bnn`` on the same net (its loss: mean cross-entropy + KL / B),
+  when importable (``make bench`` installs it into the venv for the benchmark only);
+* ``predict`` with S = 16 draws vs 16 plain forward passes of the network in eval mode.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+import torch.nn.functional as F
+from _common import peak_rss_mb, ratio_to, report, rounds
+
+from pyrouq import (
+    ResidualCNN,
+    batchensemble,
+    bayesian,
+    fit,
+    load_mnist,
+    mean_field_guide,
+    predict,
+)
+
+REPS = 3
+BATCH = 256
+TRAIN_SIZE = 10240  # 40 steps per epoch: the ratios, not the absolute times, are the point
+PREDICT_SIZE = 2048
+DRAWS = 16
+
+
+def bayesian_torch_epoch(train):
+    """One epoch of bayesian-torch's dnn_to_bnn(ResidualCNN()), or None when not importable."""
+    try:
+        from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
+    except Exception:  # the peer is simply not timed
+        return None
+    net = ResidualCNN()
+    dnn_to_bnn(
+        net,
+        {
+            "prior_mu": 0.0,
+            "prior_sigma": 1.0,
+            "posterior_mu_init": 0.0,
+            "posterior_rho_init": -3.0,
+            "type": "Reparameterization",
+            "moped_enable": False,
+        },
+    )
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def epoch() -> None:
+        net.train()
+        for x, y in train:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(net(x), y) + get_kl_loss(net) / x.shape[0]
+            loss.backward()
+            optimizer.step()
+
+    return epoch
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    train, test = load_mnist(batch_size=BATCH, seed=0, train_size=TRAIN_SIZE)
+    net = ResidualCNN()
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def plain_epoch() -> None:
+        net.train()
+        for x, y in train:
+            optimizer.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            optimizer.step()
+
+    model = bayesian(ResidualCNN())
+    guide = mean_field_guide(model)
+    ensemble = batchensemble(ResidualCNN(), 4)
+    workloads = {
+        "plain ResidualCNN": plain_epoch,
+        "bayesian(net), 1 particle": lambda: fit(model, guide, train, epochs=1, progress=False),
+        "batchensemble(net, 4)": lambda: fit(ensemble, None, train, epochs=1, progress=False),
+    }
+    peer = bayesian_torch_epoch(train)
+    if peer is not None:
+        workloads["bayesian-torch dnn_to_bnn, 1 sample"] = peer
+    else:
+        print("(bayesian-torch not importable: its dnn_to_bnn is not timed)")
+    times = rounds(workloads, reps=REPS)
+    ratios = ratio_to(times, "plain ResidualCNN")
+    rows: list[dict[str, object]] = [
+        {
+            "workload": f"{name} (epoch)",
+            "seconds": round(statistics.median(ts), 3),
+            "ratio_vs_plain": round(ratios[name], 2),
+        }
+        for name, ts in times.items()
+    ]
+
+    x = test.transform(test.images[:PREDICT_SIZE])
+    net.eval()
+
+    @torch.no_grad()
+    def plain_passes() -> None:
+        for _ in range(DRAWS):
+            for start in range(0, x.shape[0], 1024):
+                net(x[start : start + 1024]).softmax(-1)
+
+    def ours() -> None:
+        predict(model, x, guide, num_samples=DRAWS)
+
+    def ours_ensemble() -> None:
+        predict(ensemble, x)
+
+    predict_times = rounds(
+        {"plain": plain_passes, "predict": ours, "ensemble": ours_ensemble}, reps=REPS
+    )
+    predict_ratios = ratio_to(predict_times, "plain")
+    rows.append(
+        {
+            "workload": f"predict(bayesian(net)), S = {DRAWS}, vs {DRAWS} plain passes",
+            "seconds": round(statistics.median(predict_times["predict"]), 3),
+            "ratio_vs_plain": round(predict_ratios["predict"], 2),
+        }
+    )
+    rows.append(
+        {
+            "workload": "predict(batchensemble(net, 4)) vs 16 plain passes",
+            "seconds": round(statistics.median(predict_times["ensemble"]), 3),
+            "ratio_vs_plain": round(predict_ratios["ensemble"], 2),
+        }
+    )
+    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
+    print(
+        f"ResidualCNN ({sum(p.numel() for p in net.parameters()):,} parameters), epochs of "
+        f"{TRAIN_SIZE} MNIST images at batch {BATCH}; predict over {PREDICT_SIZE} images "
+        f"({REPS} interleaved rounds after a warm-up; ratio = median of per-round ratios):"
+    )
+    report("bring_your_own_network", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""Factories for `pyrouq fit package.module:factory` in the CLI tests (not a test module)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from pyrouq import ResidualCNN
+
+
+def tiny_residual() -> nn.Module:
+    return ResidualCNN(width=4)
+
+
+def not_a_module() -> str:
+    return "resnet"
