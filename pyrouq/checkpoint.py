@@ -445,6 +445,10 @@ def load(
         if guide is not None:
             guide.to(device)
     model.eval()
+    return _checkpoint(payload, description, model, guide, path)
+
+
+def _checkpoint(payload: dict, description: dict, model: Any, guide: Any, path: Any) -> Checkpoint:
     return Checkpoint(
         model=model,
         guide=guide,
@@ -615,15 +619,7 @@ def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoin
     else:
         payload = read(source)
         description = _parse_description(source, payload["description"])
-        saved = Checkpoint(
-            model=model,
-            guide=guide,
-            optimizer_state=payload.get("optimizer"),
-            metadata=json.loads(payload["metadata"]),
-            description=description,
-            training=payload.get("training"),
-            path=Path(source),
-        )
+        saved = _checkpoint(payload, description, model, guide, source)
         model_state, guide_state = payload["model"], payload.get("guide")
     where = str(saved.path) if saved.path is not None else "the checkpoint"
     stored, here = saved.description["model"], describe_model(model)

@@ -10,7 +10,11 @@ Bayesian models name their latent sites after them (``"conv1.weight"``, ``"fc1.b
 weights copy across by name.
 """
 
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, batchensemble, bayesian
+# The converters live in pyrouq.convert (documented there); importable from here as before.
+from pyrouq.convert import BatchEnsembleNetwork as BatchEnsembleNetwork
+from pyrouq.convert import BayesianNetwork as BayesianNetwork
+from pyrouq.convert import batchensemble as batchensemble
+from pyrouq.convert import bayesian as bayesian
 from pyrouq.models._batchensemble import BatchEnsembleLeNet, BatchEnsembleMLP
 from pyrouq.models._bayesian import DEFAULT_PRIOR_SCALE, BayesianLeNet, BayesianMLP
 from pyrouq.models.plain import MLP, LeNet, ResidualCNN
@@ -20,12 +24,8 @@ __all__ = [
     "MLP",
     "BatchEnsembleLeNet",
     "BatchEnsembleMLP",
-    "BatchEnsembleNetwork",
     "BayesianLeNet",
     "BayesianMLP",
-    "BayesianNetwork",
     "LeNet",
     "ResidualCNN",
-    "batchensemble",
-    "bayesian",
 ]
