@@ -356,7 +356,18 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
 
     def run(x: Tensor) -> Tensor:
         if not draws:
-            draws.update(draw_guide(guide, num_samples, (x,)))
+            drawn = draw_guide(guide, num_samples, (x,))
+            if direct is not None:  # the model's latent sites only (autoguides add others)
+                sites = model.latent_sites()
+                missing = [site for site in sites if site not in drawn]
+                if missing:
+                    raise ValueError(
+                        f"The guide did not sample the model's latent site(s) {missing[:3]}: "
+                        f"it does not belong to {type(model).__name__}. Build the guide for "
+                        "this model, e.g. mean_field_guide(model)."
+                    )
+                drawn = {site: drawn[site] for site in sites}
+            draws.update(drawn)
         stackable = parallel and direct is not None
         chunk = min(num_samples, max(1, batch_size // x.shape[0])) if stackable else 1
         out = []

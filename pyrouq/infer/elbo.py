@@ -28,7 +28,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq import _engine
-from pyrouq._util import check_count
+from pyrouq._util import check_count, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer.guide import MeanFieldGuide, draw
 
@@ -104,6 +104,13 @@ def _needs_labels(y: Any) -> None:
             'KLWeightedELBO needs the labels: the model\'s "obs" site was not observed '
             "(y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
         )
+
+
+def _register_point_estimates(model: Any) -> None:
+    """Record the model's own parameters (BatchNorm, ensemble factors) as Pyro param sites,
+    under the names its ``forward`` gives them, so that ``SVI`` trains them on the direct
+    paths too (where ``forward`` does not run)."""
+    register_params(f"{model._pyro_name}.net", model.net)
 
 
 def observed_nll(model: Any, outputs: Tensor, y: Tensor) -> Tensor:
@@ -265,9 +272,8 @@ class KLWeightedELBO(ELBO):
     @staticmethod
     def _guide_moments(model: BayesianNetwork, guide: MeanFieldGuide) -> tuple[dict, dict]:
         """The guide's locations and scales, site by site, checked against the model."""
-        from pyrouq._util import register_params
-
         register_params(guide.name, guide)  # so that SVI's parameter capture sees them
+        _register_point_estimates(model)
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
@@ -343,6 +349,7 @@ class KLWeightedELBO(ELBO):
     def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
         """A BatchEnsemble's loss: its members' summed negative log-likelihood, scaled N/B."""
         _needs_labels(y)
+        _register_point_estimates(model)
         outputs = model.outputs(x)
         nll = observed_nll(model, outputs, y)
         zero = torch.zeros((), device=nll.device)

@@ -263,11 +263,11 @@ def fit(
     if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
         _checkpoint.describe_model(model)
         _checkpoint.describe_guide(guide)
+    model.num_data = int(n)  # type: ignore[assignment]
     probe = _Probe(model, guide, train_loader)
     # in-memory data is checked once here; other loaders batch by batch, before each step
     check_each_batch = check_inputs and not check_loader_inputs(train_loader, probe.num_classes)
     resume = None if resume_from is None else _checkpoint.restore(resume_from, model, guide, epochs)
-    model.num_data = int(n)  # type: ignore[assignment]
     optimizer = _optimizer(model, guide, probe, optim, lr)
     if seed is not None:
         pyro.set_rng_seed(seed)

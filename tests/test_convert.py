@@ -1,0 +1,280 @@
+"""bayesian() and batchensemble() on any nn.Module: torchvision's resnet18, nested and residual
+networks, priors and selections, the model contract, checkpoints from a skeleton."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torchvision
+from pyro import poutine
+from pyro.infer.autoguide import AutoNormal
+from torch import nn
+
+import pyrouq
+from pyrouq import (
+    BatchEnsembleNetwork,
+    BayesianNetwork,
+    KLWeightedELBO,
+    batchensemble,
+    bayesian,
+    fit,
+    load,
+    mean_field_guide,
+    predict,
+    save,
+)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    torch.manual_seed(0)
+    return torchvision.models.resnet18(num_classes=10)
+
+
+def _is_norm(name: str) -> bool:
+    return ".bn" in name or name.startswith("bn") or "downsample.1" in name
+
+
+def test_resnet18_latent_sites_are_exactly_its_convolutions_and_linear(resnet):
+    model = bayesian(resnet)
+    expected = {n: p.shape for n, p in resnet.named_parameters() if not _is_norm(n)}
+    assert model.latent_sites() == expected  # names, shapes and order of named_parameters()
+    assert "layer1.0.conv1.weight" in expected and "fc.bias" in expected
+    point = [n for n, _ in model.named_parameters()]
+    assert point and all(_is_norm(n.removeprefix("net.")) for n in point)  # BatchNorm only
+    assert len(point) == sum(1 for n, _ in resnet.named_parameters() if _is_norm(n))
+    # the module itself is untouched
+    assert all(isinstance(p, nn.Parameter) for _, p in resnet.named_parameters())
+    trace = poutine.trace(model).get_trace(torch.randn(2, 3, 32, 32))
+    latent = [
+        n
+        for n, s in trace.nodes.items()
+        if s["type"] == "sample" and not s["is_observed"] and n not in ("data", "obs")
+    ]
+    assert latent == list(expected)
+
+
+def test_resnet18_predict_shapes(resnet):
+    model = bayesian(resnet)
+    guide = mean_field_guide(model)
+    preds = predict(model, torch.randn(4, 3, 32, 32), guide, num_samples=3)
+    assert preds.probs.shape == (3, 4, 10)
+    torch.testing.assert_close(preds.probs.sum(-1), torch.ones(3, 4))
+    assert not torch.allclose(preds.probs[0], preds.probs[1])  # three different draws
+
+
+def test_last_layer_selects_two_sites(resnet):
+    model = bayesian(resnet, select="last_layer")
+    assert list(model.latent_sites()) == ["fc.weight", "fc.bias"]
+    assert sum(1 for _ in model.named_parameters()) == sum(1 for _ in resnet.parameters()) - 2
+
+
+def test_select_by_names_prefixes_and_callable(resnet):
+    by_prefix = bayesian(resnet, select=["layer4", "fc"])
+    sites = list(by_prefix.latent_sites())
+    assert all(s.startswith(("layer4.", "fc.")) for s in sites)
+    assert "layer4.1.bn2.weight" in sites  # a prefix takes every parameter under it
+    assert not any(s.startswith("layer40") for s in sites)
+    only_weights = bayesian(resnet, select=lambda name, p: p.dim() == 4 and name < "layer2")
+    assert set(only_weights.latent_sites()) == {
+        n for n, p in resnet.named_parameters() if p.dim() == 4 and n < "layer2"
+    }
+
+
+def test_dict_and_callable_priors_reach_the_right_sites(resnet):
+    laplace = dist.Laplace(0.0, 0.5)
+    model = bayesian(resnet, prior={"layer4": 0.1, "layer4.1": 0.05, "fc": laplace})
+    priors = model.priors()
+    assert priors["layer4.0.conv1.weight"].base_dist.scale.unique().item() == pytest.approx(0.1)
+    assert priors["layer4.1.conv2.weight"].base_dist.scale.unique().item() == pytest.approx(0.05)
+    assert isinstance(priors["fc.weight"].base_dist, dist.Laplace)
+    assert priors["fc.weight"].event_shape == (10, 512)
+    assert priors["conv1.weight"].base_dist.scale.unique().item() == 1.0  # unmatched: default
+
+    def fan_in(name, param):
+        return dist.Normal(0.0, (1.0 / param[0].numel()) ** 0.5) if param.dim() > 1 else 1.0
+
+    scaled = bayesian(resnet, prior=fan_in)
+    got = scaled.priors()["layer1.0.conv1.weight"].base_dist.scale.unique().item()
+    assert got == pytest.approx((1 / (64 * 9)) ** 0.5)
+    assert scaled.priors()["fc.bias"].base_dist.scale.unique().item() == 1.0
+
+
+def test_elbo_gradient_reaches_batchnorm_and_the_guide(resnet):
+    model = bayesian(resnet, num_data=100)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    KLWeightedELBO().differentiable_loss(model, guide, x, y).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert guide.loc["fc__weight"].grad.abs().sum() > 0
+
+
+def test_batchnorm_running_statistics_behave_as_in_torch():
+    net = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.Flatten(), nn.LazyLinear(2))
+    net(torch.randn(2, 1, 5, 5))
+    model = bayesian(net, num_data=8)
+    bn = model.net[1]
+    before, count = bn.running_mean.clone(), int(bn.num_batches_tracked)
+    guide = mean_field_guide(model)
+    model.eval()
+    predict(model, torch.randn(8, 1, 5, 5), guide, num_samples=2)
+    assert torch.equal(bn.running_mean, before)  # eval: untouched
+    model.train()
+    KLWeightedELBO().loss(model, guide, torch.randn(8, 1, 5, 5), torch.randint(0, 2, (8,)))
+    assert not torch.equal(bn.running_mean, before)  # train: updated
+    assert int(bn.num_batches_tracked) == count + 1
+
+
+def test_batchensemble_of_resnet18(resnet):
+    resnet = resnet.eval()
+    ensemble = batchensemble(resnet, 4, r_std=0.0, s_std=0.0).eval()
+    x = torch.randn(3, 3, 32, 32)
+    out = ensemble(x)
+    assert out.shape == (4, 3, 10)
+    with torch.no_grad():
+        base = resnet(x)
+    for member in range(4):
+        torch.testing.assert_close(out[member], base, rtol=1e-5, atol=1e-5)
+    preds = predict(batchensemble(resnet, 4), x)
+    assert preds.probs.shape == (4, 3, 10)
+
+
+def test_fit_trains_a_converted_network_and_its_point_estimates():
+    torch.manual_seed(0)
+    x = torch.randn(96, 2)
+    y = (x[:, 0] * x[:, 1] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
+    net = nn.Sequential(nn.Linear(2, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 2))
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    bn_before = model.net[1].weight.detach().clone()
+    result = fit(model, guide, loader, epochs=40, lr=0.05, progress=False, seed=0)
+    assert result.history[-1].train_acc > 0.9
+    assert not torch.equal(model.net[1].weight, bn_before)  # BatchNorm trained too
+    assert model.num_classes is None  # not stated: fit read it off the outputs
+
+
+def test_autonormal_guide_trains_through_fit():
+    """An autoguide creates its parameters on its first call: fit sets it up before building
+    the optimizer (it once trained nothing and stayed at chance)."""
+    torch.manual_seed(0)
+    x = torch.randn(128, 2)
+    y = (x[:, 0] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
+    net = nn.Sequential(nn.Linear(2, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+    model = bayesian(net)
+    guide = AutoNormal(model, init_scale=0.01)
+    fit(model, guide, loader, epochs=30, lr=0.05, progress=False, seed=0)
+    preds = predict(model, x, guide, num_samples=8)
+    assert (preds.predicted == y).float().mean() > 0.9
+
+
+def test_plain_pyro_svi_trains_point_estimates_and_guide():
+    torch.manual_seed(0)
+    x = torch.randn(64, 3)
+    y = (x[:, 0] > 0).long()
+    net = nn.Sequential(nn.Linear(3, 8), nn.LayerNorm(8), nn.ReLU(), nn.Linear(8, 2))
+    model = bayesian(net, num_data=64)
+    guide = mean_field_guide(model)
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.05}), KLWeightedELBO(0.1))
+    norm_before = model.net[1].weight.detach().clone()
+    losses = [svi.step(x, y) for _ in range(60)]
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5])
+    assert not torch.equal(model.net[1].weight, norm_before)  # SVI saw the LayerNorm too
+
+
+class Tower(nn.Module):
+    """Grouped, depthwise and 1-d convolutions, a residual sum, LayerNorm: not a Sequential."""
+
+    def __init__(self, width=6):
+        super().__init__()
+        self.conv = nn.Conv1d(2, width, 3, padding=1)
+        self.depthwise = nn.Conv1d(width, width, 3, padding=1, groups=width)
+        self.grouped = nn.Conv1d(width, width, 1, groups=3)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        h = h + self.grouped(self.depthwise(h))
+        return self.head(self.norm(h.mean(-1)))
+
+
+def test_outputs_with_stacked_draws_equal_one_draw_at_a_time():
+    model = bayesian(Tower())
+    x = torch.randn(5, 2, 7)
+    stacked = {s: torch.randn(4, *shape) * 0.3 for s, shape in model.latent_sites().items()}
+    out = model.outputs(x, stacked)
+    assert out.shape == (4, 5, 3)
+    for i in range(4):
+        one = model.outputs(x, {s: v[i] for s, v in stacked.items()})
+        torch.testing.assert_close(out[i], one)
+    with poutine.condition(data=stacked):
+        torch.testing.assert_close(model(x), out)
+
+
+def test_cpu_and_accelerator_schedules_agree_for_stacked_draws():
+    from pyrouq import _engine
+
+    model = bayesian(Tower()).eval()
+    x = torch.randn(5, 2, 7)
+    stacked = {s: torch.randn(3, *shape) * 0.3 for s, shape in model.latent_sites().items()}
+    with _engine.schedule("cpu"):
+        looped = model.outputs(x, stacked)
+    with _engine.schedule("accelerator"):
+        vmapped = model.outputs(x, stacked)  # one torch.func.vmap pass
+    torch.testing.assert_close(looped, vmapped, rtol=1e-5, atol=1e-6)
+
+
+def test_local_reparameterization_on_a_converted_network():
+    model = bayesian(Tower(), num_data=10, local_reparameterization=True)
+    assert set(model.local_layers()) == {"conv", "depthwise", "grouped", "head"}
+    guide = mean_field_guide(model, init_scale=0.05)
+    x, y = torch.randn(10, 2, 7), torch.randint(0, 3, (10,))
+    loss = KLWeightedELBO().differentiable_loss(model, guide, x, y)
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in guide.parameters())
+    assert model.net.norm.weight.grad is not None  # LayerNorm: a point estimate
+
+
+def test_checkpoint_round_trip_from_a_skeleton(tmp_path, resnet):
+    model = bayesian(resnet, prior={"fc": dist.Laplace(0.0, 0.3), "layer1": 0.2}, num_data=7)
+    guide = mean_field_guide(model)
+    with torch.no_grad():
+        model.net.bn1.running_mean.add_(0.5)
+        guide.loc["fc__bias"].add_(1.0)
+    path = save(tmp_path / "r.pt", model, guide)
+    restored = load(path, module=torchvision.models.resnet18(num_classes=10))
+    assert type(restored.model) is BayesianNetwork and restored.model.num_data == 7
+    assert torch.equal(restored.model.net.bn1.running_mean, model.net.bn1.running_mean)
+    assert torch.equal(restored.guide.site_loc("fc.bias"), guide.site_loc("fc.bias"))
+    assert isinstance(restored.model.priors()["fc.weight"].base_dist, dist.Laplace)
+    assert restored.model.priors()["layer1.0.conv1.weight"].base_dist.scale.unique() == 0.2
+    x = torch.randn(2, 3, 32, 32)
+    pyro.set_rng_seed(1)
+    a = predict(model, x, guide, num_samples=2).probs
+    pyro.set_rng_seed(1)
+    b = predict(restored.model, x, restored.guide, num_samples=2).probs
+    assert torch.equal(a, b)
+    ensemble = batchensemble(resnet, 2)
+    restored = load(
+        save(tmp_path / "e.pt", ensemble), module=torchvision.models.resnet18(num_classes=10)
+    )
+    assert type(restored.model) is BatchEnsembleNetwork
+    ensemble.eval()
+    assert torch.equal(restored.model(x), ensemble(x))
+
+
+def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
+    model = bayesian(pyrouq.ResidualCNN(width=4))
+    with pytest.raises(pyrouq.CheckpointError, match="module=net"):
+        load(save(tmp_path / "r.pt", model))  # a user class: the skeleton is needed
+    lenet = bayesian(pyrouq.LeNet(num_classes=5))
+    restored = load(save(tmp_path / "l.pt", lenet))
+    assert restored.model.latent_sites() == lenet.latent_sites()
+    skeleton = pyrouq.ResidualCNN(width=4)
+    plain = load(save(tmp_path / "p.pt", pyrouq.ResidualCNN(width=4)), module=skeleton)
+    assert isinstance(plain.model, pyrouq.ResidualCNN)
