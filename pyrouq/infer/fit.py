@@ -22,7 +22,9 @@ from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import check_count, check_positive_float, has_latent_sites, module_device
 from pyrouq.infer._training import (
     InterruptFlag,
+    Probe,
     TrainingInterrupted,
+    build_optimizer,
     check_batch,
     check_loader_inputs,
     loader_rng_state,
@@ -31,7 +33,6 @@ from pyrouq.infer._training import (
     training_state,
 )
 from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
-from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
 
 __all__ = [
@@ -264,11 +265,11 @@ def fit(
         _checkpoint.describe_model(model)
         _checkpoint.describe_guide(guide)
     model.num_data = int(n)  # type: ignore[assignment]
-    probe = _Probe(model, guide, train_loader)
+    probe = Probe(model, guide, train_loader)
     # in-memory data is checked once here; other loaders batch by batch, before each step
     check_each_batch = check_inputs and not check_loader_inputs(train_loader, probe.num_classes)
     resume = None if resume_from is None else _checkpoint.restore(resume_from, model, guide, epochs)
-    optimizer = _optimizer(model, guide, probe, optim, lr)
+    optimizer = build_optimizer(model, guide, probe, optim, lr)
     if seed is not None:
         pyro.set_rng_seed(seed)
     loop = _Loop(
@@ -308,95 +309,6 @@ def _len_or_zero(loader: Iterable) -> int:
         return len(loader)  # type: ignore[arg-type]
     except TypeError:
         return 0
-
-
-class _Probe:
-    """What fit learns from a couple of training examples before it builds the optimizer:
-    the number of classes of a model that does not state it (for the label checks), and the
-    parameters of a guide that creates them on its first call (Pyro's autoguides)."""
-
-    def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
-        self.num_classes: int | None = getattr(model, "num_classes", None)
-        self.guide_params: list[torch.Tensor] = []
-        categorical = isinstance(getattr(model, "likelihood", Categorical()), Categorical)
-        needs_classes = self.num_classes is None and categorical
-        lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
-        if not (needs_classes or lazy_guide):
-            return
-        batch = _first_examples(loader)
-        if batch is None:
-            return
-        device = module_device(model, guide)
-        x, y = (t.to(device) if device is not None else t for t in batch)
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad(), pyro.validation_enabled(False):
-                if needs_classes:
-                    self.num_classes = _output_size(model, x)
-            if lazy_guide:
-                with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
-                    guide(x, y)
-                self.guide_params = [
-                    site["value"].unconstrained()  # type: ignore[union-attr]
-                    for site in capture.trace.nodes.values()
-                ]
-        finally:
-            model.train(was_training)
-
-
-def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader."""
-    dataset = getattr(loader, "dataset", None)
-    try:
-        items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
-        xs = torch.stack([torch.as_tensor(item[0]) for item in items])
-        ys = torch.stack([torch.as_tensor(item[1]) for item in items])
-        return xs, ys
-    except Exception:
-        pass
-    state = loader_rng_state(loader)
-    try:
-        x, y = next(iter(loader))[:2]
-    except (StopIteration, TypeError, ValueError):
-        return None
-    finally:
-        if state is not None:
-            loader.set_rng_state(state)  # type: ignore[attr-defined]
-    return x[:2], y[:2]
-
-
-def _output_size(model: Any, x: torch.Tensor) -> int | None:
-    """The number of outputs D of ``model`` on ``x`` (its last output dim)."""
-    run = getattr(model, "outputs", None)
-    if callable(run) and has_latent_sites(model):
-        out = run(x, model.template())
-    elif callable(run):
-        out = run(x)
-    elif not isinstance(model, pyro.nn.PyroModule):
-        out = model(x)
-    else:
-        return None
-    return int(out.shape[-1]) if torch.is_tensor(out) and out.dim() >= 2 else None
-
-
-def _optimizer(
-    model: nn.Module, guide: Any, probe: _Probe, optim: Any, lr: float
-) -> torch.optim.Optimizer:
-    params: list[torch.Tensor] = list(model.parameters())
-    if isinstance(guide, nn.Module):
-        params += list(guide.parameters())
-    seen: set[int] = set()
-    unique = []
-    for p in params + probe.guide_params:
-        if id(p) not in seen:
-            seen.add(id(p))
-            unique.append(p)
-    if not unique:
-        raise ValueError(
-            f"Nothing to train: {type(model).__name__} and the guide have no parameters."
-        )
-    return optim(unique) if optim is not None else torch.optim.Adam(unique, lr=lr)
 
 
 def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
@@ -632,7 +544,7 @@ def _point_accuracy(
                 logits = model(x)
             else:
                 logits = model(x)
-            probs = logits.softmax(-1)
+            probs = (getattr(model, "likelihood", None) or Categorical()).predictive(logits)
             if probs.dim() > 2:
                 probs = probs.reshape(-1, *probs.shape[-2:]).mean(0)
             correct += int((probs.argmax(-1) == y).sum())

@@ -39,7 +39,6 @@ True
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import pickle
@@ -51,30 +50,33 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pyro.nn import PyroModule
 from torch import nn
 
-from pyrouq import models
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
+from pyrouq.checkpoint._describe import (
+    CheckpointError,
+    upgrade_v1_state,
+    build_guide,
+    build_model,
+    describe_guide,
+    describe_model,
+    register_guide,
+)
 
-__all__ = ["FORMAT_VERSION", "Checkpoint", "CheckpointError", "load", "save"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Checkpoint",
+    "CheckpointError",
+    "describe_guide",
+    "describe_model",
+    "load",
+    "register_guide",
+    "restore",
+    "save",
+]
 
 FORMAT = "pyrouq.checkpoint"
 FORMAT_VERSION = 2
 _READABLE_VERSIONS = (1, 2)  # version 1: before networks were converted (pyrouq 0.1 runs)
-
-# Constructor arguments rebuilt from the description, per class (the rest of the state is in the
-# state_dict). BatchEnsemble models also record num_members.
-_PLAIN_ARGS = {
-    "MLP": ("in_features", "hidden_features", "out_features", "num_hidden"),
-    "LeNet": ("in_channels", "num_classes"),
-}
-# Converted networks, rebuilt from a skeleton module
-_CONVERTED = ("BayesianNetwork", "BatchEnsembleNetwork", "Module")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be written or read (unreadable, unsafe, or of another model)."""
 
 
 @dataclass(frozen=True)
@@ -106,116 +108,6 @@ class Checkpoint:
     description: dict[str, Any] = field(repr=False)
     training: dict[str, Any] | None = field(default=None, repr=False)
     path: Path | None = None
-
-
-_GUIDES: dict[str, type] = {}
-
-
-def register_guide(cls: type) -> type:
-    """Let checkpoints store guides of class ``cls`` (a decorator): ``guide.checkpoint_config()``
-    is saved as JSON and ``cls(model, **config)`` rebuilds the guide. This keeps
-    :mod:`pyrouq.checkpoint` free of imports from :mod:`pyrouq.infer`."""
-    _GUIDES[cls.__name__] = cls
-    return cls
-
-
-def _front_doors() -> dict[str, type]:
-    return {
-        cls.__name__: cls
-        for cls in (
-            models.MLP,
-            models.LeNet,
-            models.BayesianMLP,
-            models.BayesianLeNet,
-            models.BatchEnsembleMLP,
-            models.BatchEnsembleLeNet,
-        )
-    }
-
-
-def _module_description(model: nn.Module, record: dict[str, Any], original: type) -> dict:
-    """The structure record of a converted network, plus how to build the skeleton itself
-    when the original module is pyrouq's ``MLP`` or ``LeNet``."""
-    record = dict(record)
-    if original.__name__ in _PLAIN_ARGS and _front_doors().get(original.__name__) is original:
-        net = model.net if hasattr(model, "net") else model
-        record["pyrouq"] = {
-            "class": original.__name__,
-            "config": {arg: getattr(net, arg) for arg in _PLAIN_ARGS[original.__name__]},
-        }
-    return record
-
-
-def _describe_priors(model: Any) -> dict[str, Any]:
-    priors = {}
-    for site in model.latent_sites():
-        prior = model.prior_of(site)
-        if prior.opaque is not None:
-            raise CheckpointError(
-                f"save() cannot describe the prior of site {site!r} ({prior.opaque}): pyrouq "
-                "stores a prior as a pyro.distributions family and its tensor parameters, and "
-                "this one cannot be rebuilt from them. Use such a prior (Normal, Laplace, "
-                "StudentT, Cauchy, ...) to save the model."
-            )
-        params = {k: list(getattr(prior, k).shape) for k in prior._names}
-        priors[site] = {"family": prior.family, "params": params}
-    return priors
-
-
-def describe_model(model: nn.Module) -> dict[str, Any]:
-    """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``, plus
-    ``"module"`` (the structure of the original network) for converted networks."""
-    name = type(model).__name__
-    doors = _front_doors()
-    out: dict[str, Any]
-    if doors.get(name) is type(model):
-        if name in _PLAIN_ARGS:
-            config = {arg: getattr(model, arg) for arg in _PLAIN_ARGS[name]}
-        else:
-            config = dict(model.config)  # type: ignore[arg-type]
-            if hasattr(model, "num_members"):
-                config["num_members"] = int(model.num_members)  # type: ignore[arg-type]
-        out = {"class": name, "config": config}
-    elif type(model) is BayesianNetwork:
-        config = {
-            "sites": list(model.latent_sites()),
-            "priors": _describe_priors(model),
-            "likelihood": model.likelihood.describe(),
-            "local_reparameterization": model.local_reparameterization,
-        }
-        module = _module_description(model, model.module_record, type(model.net))
-        out = {"class": name, "config": config, "module": module}
-    elif type(model) is BatchEnsembleNetwork:
-        config = {
-            "num_members": model.num_members,
-            **model.options,
-            "likelihood": model.likelihood.describe(),
-        }
-        module = _module_description(model, model.module_record, type(model.net))
-        out = {"class": name, "config": config, "module": module}
-    elif isinstance(model, nn.Module) and not isinstance(model, PyroModule):
-        out = {"class": "Module", "config": {}, "module": module_record(model)}
-    else:
-        raise CheckpointError(
-            f"save() cannot describe a {name}: expected a model made by pyrouq.bayesian() or "
-            f"pyrouq.batchensemble(), one of {sorted(doors)}, or a plain nn.Module. Save "
-            "model.state_dict() with torch.save for other models, and rebuild them yourself."
-        )
-    out["num_data"] = getattr(model, "num_data", None)
-    return out
-
-
-def describe_guide(guide: Any) -> dict[str, Any] | None:
-    """The JSON description of a guide (a :class:`~pyrouq.MeanFieldGuide`)."""
-    if guide is None:
-        return None
-    if _GUIDES.get(type(guide).__name__) is not type(guide):
-        raise CheckpointError(
-            f"save() can store a MeanFieldGuide, got {type(guide).__name__}. Build the guide "
-            "with mean_field_guide(model), or save its state yourself (pyro.get_param_store())."
-        )
-    config: dict[str, Any] = getattr(guide, "checkpoint_config")()  # noqa: B009
-    return {"class": type(guide).__name__, **config}
 
 
 def library_versions() -> dict[str, str]:
@@ -432,7 +324,7 @@ def load(
     model = build_model(description, expected=model_class, path=path, module=module)
     state = payload["model"]
     if payload.get("format_version") == 1:
-        state = _upgrade_v1(model, state)
+        state = upgrade_v1_state(model, state)
     _load_state(model, state, "model", path)
     guide = None
     if description.get("guide") is not None:
@@ -460,17 +352,6 @@ def _checkpoint(payload: dict, description: dict, model: Any, guide: Any, path: 
     )
 
 
-def _upgrade_v1(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 state dict in today's layout: the front doors' priors come from their
-    configuration, and BatchEnsemble layers sit under ``net``."""
-    if isinstance(model, BayesianNetwork):
-        kept = {k: v for k, v in state.items() if not k.endswith((".prior_loc", ".prior_scale"))}
-        return {**model.state_dict(), **kept}
-    if isinstance(model, BatchEnsembleNetwork):
-        return {f"net.{k}": v for k, v in state.items()}
-    return state
-
-
 def _parse_description(path: Any, text: Any) -> dict[str, Any]:
     try:
         description = json.loads(text)
@@ -480,117 +361,6 @@ def _parse_description(path: Any, text: Any) -> dict[str, Any]:
             f"{str(path)!r} has an unreadable model description ({err}). Re-save it."
         ) from None
     return description  # type: ignore[no-any-return]
-
-
-def build_model(
-    description: dict[str, Any],
-    *,
-    expected: type | str | None = None,
-    path: Any = None,
-    module: nn.Module | None = None,
-) -> nn.Module:
-    """A fresh model of the described class and configuration (parameters not loaded)."""
-    name = description["model"]["class"]
-    doors = _front_doors()
-    if expected is not None:
-        expected_name = expected if isinstance(expected, str) else expected.__name__
-        if expected_name != name:
-            raise CheckpointError(
-                f"{str(path)!r} holds a {name}, expected a {expected_name}. Load it without "
-                f"model_class, or pick the checkpoint of a {expected_name}."
-            )
-    if name not in doors and name not in _CONVERTED:
-        raise CheckpointError(
-            f"{str(path)!r} describes an unknown model class {name!r}; expected one of "
-            f"{sorted(doors) + list(_CONVERTED)}."
-        )
-    config = dict(description["model"].get("config") or {})
-    try:
-        if name in doors:
-            model = doors[name](**config)
-        else:
-            skeleton = _skeleton(description["model"].get("module") or {}, module, path)
-            model = _rebuild_converted(name, config, skeleton)
-    except (TypeError, ValueError) as err:
-        if isinstance(err, CheckpointError):
-            raise
-        raise CheckpointError(
-            f"{str(path)!r}: cannot rebuild {name} from its saved arguments {config} ({err})."
-        ) from None
-    num_data = description["model"].get("num_data")
-    if num_data is not None and hasattr(model, "num_data"):
-        model.num_data = int(num_data)
-    return model
-
-
-def _skeleton(record: dict[str, Any], module: nn.Module | None, path: Any) -> nn.Module:
-    """The skeleton to rebuild a converted network from, checked against ``record``."""
-    if module is None:
-        known = record.get("pyrouq")
-        if known is not None:
-            return _front_doors()[known["class"]](**known["config"])  # type: ignore[no-any-return]
-        raise CheckpointError(
-            f"{str(path)!r} holds a network converted from a {record.get('class', '?')}. pyrouq "
-            "never unpickles code: rebuild it from a skeleton, load(path, module=net), with "
-            "net a freshly built module of the same structure (e.g. from the same factory)."
-        )
-    if not isinstance(module, nn.Module):
-        raise CheckpointError(
-            f"Expected module= to be an nn.Module (the skeleton), got {type(module).__name__}."
-        )
-    here = module_record(module)
-    for kind in ("parameters", "buffers"):
-        saved, got = record.get(kind, {}), here[kind]
-        for name in list(saved) + [n for n in got if n not in saved]:
-            if saved.get(name) != got.get(name):
-
-                def shape(v: Any) -> str:
-                    return "absent" if v is None else f"shape {tuple(v)}"
-
-                raise CheckpointError(
-                    f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
-                    f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
-                    f"{shape(saved.get(name))} in the checkpoint and {shape(got.get(name))} in "
-                    "the skeleton. Build the module exactly as the saved one was built."
-                )
-    return module
-
-
-def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -> nn.Module:
-    if name == "Module":
-        return copy.deepcopy(skeleton)
-    if name == "BatchEnsembleNetwork":
-        options = {k: v for k, v in config.items() if k != "num_members"}
-        return BatchEnsembleNetwork(skeleton, int(config["num_members"]), **options)
-    model = BayesianNetwork(
-        skeleton,
-        select=list(config["sites"]),
-        likelihood=config["likelihood"],
-        local_reparameterization=bool(config.get("local_reparameterization", False)),
-    )
-    sites = model.latent_sites()
-    model.site_priors = nn.ModuleList(
-        SitePrior(
-            spec["family"],
-            {k: torch.zeros(shape) for k, shape in spec["params"].items()},
-            sites[site],
-        )
-        for site, spec in config["priors"].items()
-    )
-    return model
-
-
-def build_guide(description: dict[str, Any], model: nn.Module, *, path: Any = None) -> nn.Module:
-    """A fresh guide of the described class for ``model`` (parameters not loaded)."""
-    spec = dict(description["guide"])
-    name = spec.pop("class", None)
-    cls = _GUIDES.get(name)
-    if cls is None:
-        raise CheckpointError(
-            f"{str(path)!r} describes an unknown guide class {name!r}; expected one of "
-            f"{sorted(_GUIDES)}."
-        )
-    return cls(model, **spec)  # type: ignore[no-any-return]
 
 
 def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:

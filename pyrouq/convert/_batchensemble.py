@@ -1,0 +1,209 @@
+"""``batchensemble()``: every linear and convolution layer of any network as a BatchEnsemble
+layer."""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import Any
+
+import torch
+from pyro.nn import PyroModule
+from torch import Tensor, nn
+
+from pyrouq import _engine
+from pyrouq._util import forget_params
+from pyrouq.convert._select import COUNTER, check_module, check_num_data, module_record
+from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
+from pyrouq.nn import BATCHENSEMBLE_LAYERS, FactorInit, _check_factor_init, _check_members
+
+__all__ = ["BatchEnsembleNetwork", "batchensemble"]
+
+
+def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
+    """Replace every Linear / Conv{1,2,3}d of ``net`` (nested) by its BatchEnsemble version;
+    the number replaced. Attention modules keep theirs (they read their weights directly)."""
+    count = 0
+    for module in list(net.modules()):
+        if isinstance(module, nn.MultiheadAttention):
+            continue
+        for name, child in list(module.named_children()):
+            layer_type = next((t for t in BATCHENSEMBLE_LAYERS if isinstance(child, t)), None)
+            if layer_type is None or getattr(child, "_is_batchensemble", False):
+                continue
+            setattr(
+                module,
+                name,
+                BATCHENSEMBLE_LAYERS[layer_type].from_module(  # type: ignore[attr-defined]
+                    child, num_members, **options
+                ),
+            )
+            count += 1
+    return count
+
+
+class BatchEnsembleNetwork(PyroModule):
+    """BatchEnsemble version of any network: a deterministic Pyro module (what
+    :func:`batchensemble` returns).
+
+    Every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` of the network, nested ones included, is a
+    BatchEnsemble layer (shared weight W, per-member rank-1 factors and biases, effective
+    weight ``diag(s_i) W diag(r_i)``). Inputs are plain ``(B, ...)`` batches; the input is
+    repeated once per member (folded batch ``(M * B, ...)``, member-major) and the outputs come
+    back as ``(M, B, D)``, recorded (``"logits"``) with ``"obs"`` observed for every member
+    inside a ``"members"`` plate (dim -2) and the ``"data"`` plate (dim -1), scaled N/B.
+
+    Normalisation layers are shared by the members: a BatchNorm in training normalises with
+    statistics over the whole folded batch and keeps one set of running statistics. Other
+    parameterised layers (embeddings, attention) are shared too.
+
+    There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
+    members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
+    Its parameters are registered in Pyro's param store under a name unique to this instance.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The network to convert, deep-copied; its weights are kept when ``use_base_weights``.
+    num_members : int
+        Ensemble size M (>= 1).
+    use_base_weights : bool, default True
+        Copy W and the biases from ``module``; False re-initialises every converted layer
+        (torch's default initialisation).
+    init, r_mean, r_std, s_mean, s_std
+        Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
+    num_data : int, optional
+        Training-set size N (set by ``fit()``).
+    likelihood : {"categorical"} or Likelihood, default "categorical"
+    """
+
+    num_classes: int | None = None
+    _pyrouq_model = True
+
+    def __init__(
+        self,
+        module: nn.Module,
+        num_members: int,
+        *,
+        use_base_weights: bool = True,
+        init: FactorInit = "normal",
+        r_mean: float = 1.0,
+        r_std: float = 0.5,
+        s_mean: float = 1.0,
+        s_std: float = 0.5,
+        num_data: int | None = None,
+        likelihood: LikelihoodName | Likelihood = "categorical",
+    ):
+        super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
+        _check_members(num_members)
+        _check_factor_init(init, r_std, s_std)
+        check_module(module, "convert into a BatchEnsemble")
+        self.num_members = num_members
+        self.num_data = check_num_data(num_data)
+        self.likelihood = get_likelihood(likelihood)
+        self.module_record = module_record(module)
+        self.options = dict(
+            use_base_weights=use_base_weights,
+            init=init,
+            r_mean=r_mean,
+            r_std=r_std,
+            s_mean=s_mean,
+            s_std=s_std,
+        )
+        net = copy.deepcopy(module)
+        if not use_base_weights:
+            for layer in net.modules():
+                if isinstance(layer, tuple(BATCHENSEMBLE_LAYERS)):
+                    layer.reset_parameters()  # type: ignore[operator]
+        factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
+        if not _convert_layers(net, num_members, factors):
+            raise ValueError(
+                f"{type(module).__name__} has no nn.Linear or convolution layer to turn into "
+                "BatchEnsemble layers. Pass a network with such layers."
+            )
+        self.net = _engine.prepare(net)
+        weakref.finalize(self, forget_params, self._pyro_name)
+
+    def _check_input(self, x: Any) -> None:
+        if not torch.is_tensor(x):
+            raise TypeError(
+                f"{type(self).__name__} expects a torch.Tensor input, got {type(x).__name__}."
+            )
+
+    def outputs(self, x: Tensor) -> Tensor:
+        """Every member's outputs on every input, ``(M, B, D)``, no Pyro statements."""
+        self._check_input(x)
+        return _engine.run_members(self.net, x, self.num_members)
+
+    def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
+        """Outputs ``(M, B, D)`` of every member on every input; observes ``y`` if given."""
+        self._check_input(x)
+        outputs = self.outputs(x)
+        return self.likelihood.observe(
+            outputs, y, self.num_data, type(self).__name__, members=self.num_members
+        )
+
+    def extra_repr(self) -> str:
+        return f"num_members={self.num_members}, likelihood={self.likelihood}"
+
+
+def batchensemble(
+    module: nn.Module,
+    num_members: int,
+    *,
+    use_base_weights: bool = True,
+    r_mean: float = 1.0,
+    r_std: float = 0.5,
+    s_mean: float = 1.0,
+    s_std: float = 0.5,
+    init: FactorInit = "normal",
+    likelihood: LikelihoodName | Likelihood = "categorical",
+) -> BatchEnsembleNetwork:
+    """Convert any (e.g. pre-trained) network into a BatchEnsemble of ``num_members``.
+
+    ``MLP`` becomes :class:`~pyrouq.BatchEnsembleMLP`, ``LeNet``
+    :class:`~pyrouq.BatchEnsembleLeNet`, any other module a :class:`BatchEnsembleNetwork`. With
+    ``use_base_weights`` (the default) the shared weights W and every member's bias are copies
+    of the module's, so the two-phase recipe is two calls: pre-train the plain network, then
+    ``fit(batchensemble(net, M), None, loader, ...)``. The module itself is left untouched.
+
+    Parameters
+    ----------
+    module : nn.Module
+        Any network whose forward takes one tensor and returns the outputs ``(B, D)``.
+    num_members : int
+        Ensemble size M (>= 1).
+    use_base_weights : bool, default True
+        Copy W and biases from ``module``; False re-initialises them (torch's default init).
+    r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
+        With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
+    init : {"normal", "random_sign"}, default "normal"
+    likelihood : {"categorical"} or Likelihood, default "categorical"
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+    ...                     nn.Linear(4 * 6 * 6, 3)).eval()
+    >>> ensemble = batchensemble(net, 3, r_std=0.0, s_std=0.0).eval()
+    >>> x = torch.randn(2, 1, 8, 8)
+    >>> torch.allclose(ensemble(x), net(x).expand(3, 2, 3), atol=1e-6)
+    True
+    """
+    options: dict[str, Any] = dict(
+        use_base_weights=use_base_weights,
+        init=init,
+        r_mean=r_mean,
+        r_std=r_std,
+        s_mean=s_mean,
+        s_std=s_std,
+    )
+    from pyrouq.models import MLP, BatchEnsembleLeNet, BatchEnsembleMLP, LeNet
+
+    default_likelihood = isinstance(likelihood, str) and likelihood == "categorical"
+    if type(module) is MLP and default_likelihood:
+        return BatchEnsembleMLP(base=module, num_members=num_members, **options)
+    if type(module) is LeNet and default_likelihood:
+        return BatchEnsembleLeNet(base=module, num_members=num_members, **options)
+    return BatchEnsembleNetwork(module, num_members, likelihood=likelihood, **options)

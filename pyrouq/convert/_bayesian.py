@@ -1,0 +1,281 @@
+"""``bayesian()``: the selected parameters of any network as latent Pyro sites."""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.nn import PyroModule
+from torch import Tensor, nn
+
+from pyrouq import _engine
+from pyrouq._util import forget_params
+from pyrouq.convert._select import (
+    COUNTER,
+    DEFAULT_PRIOR_SCALE,
+    PriorSpec,
+    SelectSpec,
+    SitePrior,
+    _owner,
+    check_module,
+    check_num_data,
+    check_untied,
+    module_record,
+    resolve_priors,
+    select_parameters,
+)
+from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
+
+__all__ = ["BayesianNetwork", "bayesian"]
+
+
+class BayesianNetwork(PyroModule):
+    """A network whose selected parameters are latent Pyro sites: what :func:`bayesian` returns.
+
+    ``forward(x, y=None)`` samples every latent site from its prior (or replays it under a
+    guide, ``poutine.condition``, ...), named by its dotted path, runs the network with those
+    weights, records the outputs (``"logits"``) and observes ``y`` at ``"obs"`` through the
+    likelihood, scaled N/B. Weights with leading sample dims S give outputs ``(*S, B, D)``.
+
+    Point-estimate parameters live in :attr:`net`; as a ``PyroModule`` child it is registered
+    in Pyro's param store (``pyro.module``) under a prefix unique to this model whenever
+    ``forward`` runs, so Pyro's ``SVI`` trains them too.
+
+    Attributes
+    ----------
+    net : nn.Module
+        The converted copy of the network: the selected parameters are replaced by
+        non-persistent buffers holding their initial values (``net(x)`` runs the network with
+        them).
+    likelihood : pyrouq.likelihoods.Likelihood
+    num_data : int or None
+        Training-set size N (set by :func:`pyrouq.fit`).
+    module_record : dict
+        Class and parameter shapes of the original module (checked against a skeleton when a
+        checkpoint is loaded).
+    """
+
+    num_classes: int | None = None
+    _pyrouq_model = True
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        prior: PriorSpec = DEFAULT_PRIOR_SCALE,
+        select: SelectSpec = None,
+        likelihood: LikelihoodName | Likelihood = "categorical",
+        num_data: int | None = None,
+        local_reparameterization: bool = False,
+    ):
+        super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
+        check_module(module, "make Bayesian")
+        if not isinstance(local_reparameterization, bool):
+            raise TypeError(
+                "Expected local_reparameterization to be True or False, got "
+                f"{local_reparameterization!r}."
+            )
+        self.likelihood = get_likelihood(likelihood)
+        self.num_data = check_num_data(num_data)
+        self.module_record = module_record(module)
+        net = copy.deepcopy(module)
+        sites = select_parameters(net, select)
+        check_untied(net, sites)
+        params = dict(net.named_parameters())
+        priors = resolve_priors(prior, {s: params[s] for s in sites}, list(params))
+        for site in sites:
+            owner = net.get_submodule(_owner(site))
+            attr = site.rpartition(".")[2]
+            value = owner._parameters.pop(attr)
+            assert value is not None
+            owner.register_buffer(attr, value.detach(), persistent=False)
+        self.net = _engine.prepare(net)
+        self._sites = {s: torch.Size(params[s].shape) for s in sites}
+        self.site_priors = nn.ModuleList([priors[s] for s in sites])
+        self._local = local_reparameterization
+        weakref.finalize(self, forget_params, self._pyro_name)
+
+    # -- structure ----------------------------------------------------------------------------
+
+    def latent_sites(self) -> dict[str, torch.Size]:
+        """Names and shapes of the latent sites, in ``named_parameters()`` order."""
+        return dict(self._sites)
+
+    def event_dims(self) -> dict[str, int]:
+        """Number of dims of one draw of every site."""
+        return {s: len(shape) for s, shape in self._sites.items()}
+
+    def prior_of(self, site: str) -> SitePrior:
+        """The :class:`SitePrior` of ``site``."""
+        return self.site_priors[list(self._sites).index(site)]  # type: ignore[return-value]
+
+    def priors(self) -> dict[str, dist.TorchDistribution]:
+        """The prior of every latent site, of the site's shape (one event)."""
+        return {
+            site: prior.distribution()  # type: ignore[operator]
+            for site, prior in zip(self._sites, self.site_priors, strict=True)
+        }
+
+    def template(self) -> dict[str, Tensor]:
+        """The initial value of every latent site (the converted module's parameters)."""
+        buffers = dict(self.net.named_buffers())
+        return {site: buffers[site] for site in self._sites}
+
+    def plain_network(self) -> nn.Module:
+        """A plain copy of the network with the template values as ordinary parameters."""
+        plain = copy.deepcopy(self.net)
+        for site in self._sites:
+            owner = plain.get_submodule(_owner(site))
+            attr = site.rpartition(".")[2]
+            value = owner._buffers.pop(attr)
+            assert value is not None
+            owner._non_persistent_buffers_set.discard(attr)
+            owner.register_parameter(attr, nn.Parameter(value.clone()))
+        return plain
+
+    @property
+    def local_reparameterization(self) -> bool:
+        """Whether :class:`pyrouq.KLWeightedELBO` trains this model by local
+        reparameterisation (with a :class:`pyrouq.MeanFieldGuide`): every ``nn.Linear`` /
+        ``nn.Conv{1,2,3}d`` whose weight (and bias, if any) are latent then draws its
+        pre-activations ``Normal(layer(h; loc), layer(h^2; scale^2))`` instead of one weight
+        draw per minibatch. It changes the training path only, never :meth:`forward`."""
+        return self._local
+
+    @local_reparameterization.setter
+    def local_reparameterization(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"Expected local_reparameterization to be True or False, got {value!r}."
+            )
+        self._local = value
+        if hasattr(self, "config"):
+            self.config["local_reparameterization"] = value
+
+    def local_layers(self) -> dict[str, tuple[str, str | None]]:
+        """``{module path: (weight site, bias site or None)}`` of the layers that local
+        reparameterisation draws directly."""
+        layers: dict[str, tuple[str, str | None]] = {}
+        for path, module in self.net.named_modules():
+            if not isinstance(module, _engine.LOCAL_TYPES):
+                continue
+            weight, bias = f"{path}.weight", f"{path}.bias"
+            has_bias = bias in self._sites or getattr(module, "bias", None) is not None
+            if weight in self._sites and (bias in self._sites or not has_bias):
+                layers[path] = (weight, bias if bias in self._sites else None)
+        return layers
+
+    # -- the model ------------------------------------------------------------------------------
+
+    def _check_input(self, x: Any) -> None:
+        if not torch.is_tensor(x):
+            raise TypeError(
+                f"{type(self).__name__} expects a torch.Tensor input, got {type(x).__name__}."
+            )
+
+    def outputs(self, x: Tensor, weights: Mapping[str, Tensor]) -> Tensor:
+        """The network's outputs with explicit weights ``{site: value}`` (values may carry
+        leading sample dims): ``(*S, B, D)``, no Pyro statements."""
+        self._check_input(x)
+        return _engine.run_draws(self.net, x, weights, self.event_dims())
+
+    def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
+        """Outputs ``(B, D)`` (``(*S, B, D)`` when the weights carry sample dims S).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            A batch of B inputs.
+        y : torch.Tensor, optional
+            Targets (``(B,)`` class labels for ``Categorical``), observed at ``"obs"`` with
+            scale N/B.
+        """
+        self._check_input(x)
+        weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
+        outputs = self.outputs(x, weights)
+        return self.likelihood.observe(outputs, y, self.num_data, type(self).__name__)
+
+    def extra_repr(self) -> str:
+        return f"sites={len(self._sites)}, likelihood={self.likelihood}"
+
+
+def bayesian(
+    module: nn.Module,
+    *,
+    prior: PriorSpec = DEFAULT_PRIOR_SCALE,
+    select: SelectSpec = None,
+    likelihood: LikelihoodName | Likelihood = "categorical",
+    num_data: int | None = None,
+    local_reparameterization: bool = False,
+) -> BayesianNetwork:
+    """Make any ``nn.Module`` a Bayesian Pyro model.
+
+    The module is deep-copied, never changed. It may be any network whose ``forward`` takes one
+    tensor and returns the outputs ``(B, D)``: nested containers, residual connections,
+    BatchNorm / LayerNorm, Linear, Conv1d/2d/3d (grouped and depthwise), torchvision models.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The network (its current parameters become the initial guide locations of
+        :func:`pyrouq.mean_field_guide`).
+    prior : float, Distribution, dict or callable, default 1.0
+        The prior of each latent site: a float s is ``Normal(0, s)``; a univariate
+        ``pyro.distributions`` distribution is expanded to every site; a dict
+        ``{name or prefix: float | Distribution}`` gives each site the value of its longest
+        matching key (``"layer4"`` covers ``"layer4.1.conv2.weight"``), sites matching no key
+        getting ``Normal(0, 1)``; a callable ``(name, param) -> float | Distribution`` is asked
+        for every site.
+    select : None, "last_layer", list of str or callable, default None
+        Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
+        and convolution; ``"last_layer"``, those of the last ``nn.Linear``; a list of module
+        names or dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
+        LayerNorm, anything unselected) stay point estimates, trained by :func:`pyrouq.fit`;
+        buffers (running statistics) behave as in torch, train vs eval.
+    likelihood : {"categorical"} or Likelihood, default "categorical"
+        How the outputs meet the targets (:mod:`pyrouq.likelihoods`).
+    num_data : int, optional
+        Training-set size N for the N/B scaling (set by :func:`pyrouq.fit`).
+    local_reparameterization : bool, default False
+        Train by local reparameterisation (see :attr:`BayesianNetwork.local_reparameterization`).
+
+    Returns
+    -------
+    BayesianNetwork
+
+    Raises
+    ------
+    ValueError
+        A module with nothing to select, a ``select`` entry or prior key that matches nothing,
+        a prior that does not fit its site.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    >>> model = bayesian(net, prior={"3": 0.1})
+    >>> list(model.latent_sites())
+    ['0.weight', '0.bias', '3.weight', '3.bias']
+    >>> [n for n, _ in model.named_parameters()]  # BatchNorm: point estimates
+    ['net.1.weight', 'net.1.bias']
+    >>> model(torch.randn(5, 4)).shape
+    torch.Size([5, 3])
+    """
+    return BayesianNetwork(
+        module,
+        prior=prior,
+        select=select,
+        likelihood=likelihood,
+        num_data=num_data,
+        local_reparameterization=local_reparameterization,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# BatchEnsemble networks

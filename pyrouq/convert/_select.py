@@ -1,0 +1,299 @@
+"""What the converters share: selecting parameters, resolving priors, module records."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import pyro.distributions as dist
+import torch
+from torch import Tensor, nn
+
+from pyrouq._util import check_int, check_positive_float
+
+__all__ = [
+    "DEFAULT_PRIOR_SCALE",
+    "PriorSpec",
+    "SelectSpec",
+    "SitePrior",
+    "module_record",
+    "resolve_priors",
+    "select_parameters",
+]
+
+DEFAULT_PRIOR_SCALE = 1.0
+"""Standard deviation of the default ``Normal(0, s)`` prior of every latent site."""
+
+PriorValue = float | dist.Distribution
+PriorSpec = (
+    float | dist.Distribution | Mapping[str, PriorValue] | Callable[[str, nn.Parameter], PriorValue]
+)
+"""What ``prior=`` accepts (see :func:`bayesian`)."""
+
+SelectSpec = None | Literal["last_layer"] | Sequence[str] | Callable[[str, nn.Parameter], bool]
+"""What ``select=`` accepts (see :func:`bayesian`)."""
+
+WEIGHTED_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
+"""Layers whose weight and bias ``select=None`` makes latent."""
+
+COUNTER = itertools.count()
+"""Numbers the converted models, so that each has its own name in Pyro's param store."""
+
+
+# --------------------------------------------------------------------------------------------
+# Selecting parameters
+# --------------------------------------------------------------------------------------------
+
+
+def _matches(name: str, key: str) -> bool:
+    """Whether the dotted ``name`` is ``key`` or lies under it (``layer1`` covers
+    ``layer1.0.conv1.weight``, not ``layer10.weight``)."""
+    return name == key or name.startswith(key + ".")
+
+
+def _owner(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def _names_list(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
+    """The dotted names of the parameters of ``module`` that ``select`` picks, in
+    ``named_parameters()`` order (see :func:`bayesian` for the accepted values)."""
+    params = dict(module.named_parameters())
+    if not params:
+        raise ValueError(
+            f"{type(module).__name__} has no parameters, so there is nothing to make Bayesian. "
+            "Pass a network with weights (e.g. nn.Linear / nn.Conv2d layers)."
+        )
+    if select is None:
+        weighted = {name for name, m in module.named_modules() if isinstance(m, WEIGHTED_TYPES)}
+        chosen = [n for n in params if _owner(n) in weighted]
+        if not chosen:
+            raise ValueError(
+                f"{type(module).__name__} has no nn.Linear or convolution layer, so select=None "
+                f"picks nothing. Its parameters are {_names_list(list(params))}; pass select= a "
+                "list of names or prefixes, or a callable (name, param) -> bool."
+            )
+        return chosen
+    if isinstance(select, str):
+        if select != "last_layer":
+            raise ValueError(
+                f"Unknown select {select!r}: expected None (every Linear and convolution), "
+                "'last_layer', a list of module names or prefixes, or a callable "
+                "(name, param) -> bool. For one module, pass a list: select=[name]."
+            )
+        linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise ValueError(
+                f"select='last_layer' needs an nn.Linear, and {type(module).__name__} has none. "
+                "Pass select= the names of the parameters to make Bayesian."
+            )
+        return [n for n in params if _owner(n) == linears[-1]]
+    if callable(select):
+        chosen = [n for n, p in params.items() if select(n, p)]
+        if not chosen:
+            raise ValueError(
+                f"The select callable returned False for every parameter of "
+                f"{type(module).__name__} ({_names_list(list(params))}); it must pick at least "
+                "one."
+            )
+        return chosen
+    if isinstance(select, Sequence) and select and all(isinstance(k, str) for k in select):
+        for key in select:
+            if not any(_matches(n, key) for n in params):
+                raise ValueError(
+                    f"select entry {key!r} matches no parameter of {type(module).__name__}. "
+                    f"Its parameters are {_names_list(list(params))}; give module names "
+                    "(e.g. 'fc') or dotted prefixes of these."
+                )
+        return [n for n in params if any(_matches(n, k) for k in select)]
+    raise TypeError(
+        f"Expected select to be None, 'last_layer', a non-empty list of names or a callable "
+        f"(name, param) -> bool, got {select!r}."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Priors
+# --------------------------------------------------------------------------------------------
+
+
+class SitePrior(nn.Module):
+    """The prior of one latent site: a ``pyro.distributions`` family and its parameters.
+
+    The parameters are buffers, so they move with ``.to(device)`` and are saved in the model's
+    ``state_dict``; a distribution that cannot be rebuilt from its parameters is held as is
+    (``opaque``; such a model cannot be saved).
+    """
+
+    def __init__(
+        self,
+        family: str | None,
+        params: Mapping[str, Tensor],
+        shape: torch.Size,
+        opaque: Any = None,
+    ):
+        super().__init__()
+        self.family = family
+        self.shape = torch.Size(shape)
+        self.opaque = opaque
+        self._names = tuple(params)
+        for key, value in params.items():
+            self.register_buffer(key, value.detach().clone())
+
+    def base(self) -> dist.TorchDistribution:
+        """The univariate distribution, before expansion to the site's shape."""
+        if self.opaque is not None:
+            return self.opaque
+        cls = getattr(dist, str(self.family))
+        return cls(**{key: getattr(self, key) for key in self._names})  # type: ignore[no-any-return]
+
+    def distribution(self) -> dist.TorchDistribution:
+        """The site's prior, of the site's shape, all of it one event."""
+        base = self.base()
+        if base.batch_shape != self.shape:
+            base = base.expand(self.shape)
+        return base.to_event(len(self.shape)) if len(self.shape) else base
+
+    def extra_repr(self) -> str:
+        if self.opaque is not None:
+            return f"opaque={self.opaque}"
+        values = []
+        for key in self._names:
+            value = getattr(self, key)
+            values.append(f"{key}={value.item():g}" if value.numel() == 1 else f"{key}=tensor")
+        return f"{self.family}({', '.join(values)})"
+
+
+def _site_prior(value: Any, site: str, shape: torch.Size, device: Any) -> SitePrior:
+    """A :class:`SitePrior` of ``site`` from a float (the scale of a zero-mean Normal) or a
+    univariate distribution (expanded to the site's shape)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        scale = check_positive_float(
+            f"the prior scale of {site!r}",
+            value,
+            "A float prior is the standard deviation s of Normal(0, s); pass e.g. 1.0.",
+        )
+        params = {
+            "loc": torch.tensor(0.0, device=device),
+            "scale": torch.tensor(scale, device=device),
+        }
+        return SitePrior("Normal", params, shape)
+    if not isinstance(value, torch.distributions.Distribution):
+        raise TypeError(
+            f"The prior of {site!r} must be a float (the scale of Normal(0, s)) or a "
+            f"pyro.distributions distribution, got {type(value).__name__}."
+        )
+    base = value
+    while isinstance(base, torch.distributions.Independent):
+        base = base.base_dist
+    if isinstance(base, dist.ExpandedDistribution):
+        base = base.base_dist
+    if base.event_shape:
+        raise ValueError(
+            f"The prior of {site!r} must be univariate (event_shape ()), expanded to the site's "
+            f"shape {tuple(shape)} by pyrouq; got {base} with event_shape "
+            f"{tuple(base.event_shape)}. Pass e.g. dist.Normal(0.0, 1.0)."
+        )
+    try:
+        broadcast = torch.broadcast_shapes(base.batch_shape, shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != shape:
+        raise ValueError(
+            f"The prior of {site!r} has batch_shape {tuple(base.batch_shape)}, which does not "
+            f"broadcast to the site's shape {tuple(shape)}. Pass a scalar distribution or one "
+            "of the site's shape."
+        )
+    family = type(base).__name__
+    params = {k: getattr(base, k) for k in base.arg_constraints}
+    try:
+        params = {k: torch.as_tensor(v, device=device) for k, v in params.items()}
+        rebuilt = getattr(dist, family)(**params)
+        if type(rebuilt).__name__ != family or rebuilt.batch_shape != base.batch_shape:
+            raise TypeError
+    except Exception:  # not rebuildable from its parameters: keep the object itself
+        return SitePrior(None, {}, shape, opaque=base)
+    return SitePrior(family, params, shape)
+
+
+def resolve_priors(
+    prior: PriorSpec, params: Mapping[str, nn.Parameter], all_names: Sequence[str]
+) -> dict[str, SitePrior]:
+    """One :class:`SitePrior` per latent site (``params``: ``{site: template parameter}``)."""
+    out: dict[str, SitePrior] = {}
+    if isinstance(prior, Mapping):
+        for key in prior:
+            if not isinstance(key, str) or not any(_matches(s, key) for s in params):
+                unselected = [n for n in all_names if isinstance(key, str) and _matches(n, key)]
+                why = (
+                    f"it names parameters that are not latent ({_names_list(unselected)}; widen "
+                    "select= to make them Bayesian)"
+                    if unselected
+                    else "it matches no parameter"
+                )
+                raise ValueError(
+                    f"prior key {key!r} matches no latent site: {why}. The latent sites are "
+                    f"{_names_list(list(params))}; use these names or their dotted prefixes."
+                )
+    for site, param in params.items():
+        if isinstance(prior, Mapping):
+            keys = sorted((k for k in prior if _matches(site, k)), key=len)
+            value: Any = prior[keys[-1]] if keys else DEFAULT_PRIOR_SCALE
+        elif callable(prior) and not isinstance(prior, torch.distributions.Distribution):
+            value = prior(site, param)
+        else:
+            value = prior
+        out[site] = _site_prior(value, site, param.shape, param.device)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Bayesian networks
+
+# --------------------------------------------------------------------------------------------
+# Shared checks
+# --------------------------------------------------------------------------------------------
+
+
+def module_record(module: nn.Module) -> dict[str, Any]:
+    """The structure of ``module`` (class, parameter and buffer names and shapes), which a
+    checkpoint keeps to check the skeleton it is loaded into."""
+    cls = type(module)
+    return {
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "parameters": {n: list(p.shape) for n, p in module.named_parameters()},
+        "buffers": {n: list(b.shape) for n, b in module.named_buffers()},
+    }
+
+
+def check_untied(module: nn.Module, names: Sequence[str]) -> None:
+    seen: dict[int, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if id(param) in seen and (name in names or seen[id(param)] in names):
+            raise ValueError(
+                f"Parameters {seen[id(param)]!r} and {name!r} are the same tensor (tied "
+                "weights); pyrouq cannot make a tied parameter latent yet. Leave it out of "
+                "select=."
+            )
+        seen.setdefault(id(param), name)
+
+
+def check_num_data(num_data: int | None) -> int | None:
+    return None if num_data is None else check_int("num_data", num_data)
+
+
+def check_module(module: Any, what: str) -> None:
+    """A plain ``nn.Module`` to convert, or a TypeError saying what came."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"Expected an nn.Module to {what}, got {type(module).__name__}.")
+    if getattr(module, "_pyrouq_model", False):
+        raise TypeError(
+            f"{type(module).__name__} is already a pyrouq model; pass the plain network "
+            "it was made from."
+        )

@@ -1,0 +1,176 @@
+"""Argument checks, model helpers and constants shared by the diagnostics."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.infer.util import is_validation_enabled
+from pyro.poutine.util import site_is_subsample
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    pass
+
+
+DEFAULT_IDATA_SAMPLES = 100
+"""Guide draws S exported by :func:`to_inference_data` when ``num_samples`` is None."""
+
+DEFAULT_PSIS_SAMPLES = 1000
+"""Guide draws S used by :func:`psis_diagnostic` when ``num_samples`` is None."""
+
+MIN_PSIS_SAMPLES = 25
+"""Fewest draws :func:`psis_diagnostic` accepts: k-hat is fitted to the largest fifth of the
+weights, and the fit needs at least five of them."""
+
+K_HAT_GOOD = 0.5
+"""Below this k-hat the importance ratios have finite variance: the guide is good."""
+
+K_HAT_OK = 0.7
+"""From this k-hat on, importance-weighted estimates with the guide are unreliable."""
+
+_CONSTANT_WEIGHTS_RTOL = 1e-5
+"""Log weights whose spread is below this (relative to their size) are taken as constant."""
+
+_ARVIZ_HINT = "pip install 'arviz>=0.20,<1' (it comes with pyrouq's default dependencies)"
+
+
+def _arviz() -> Any:
+    """Import arviz (once), without its notice about the coming 1.0 refactor."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="ArviZ is undergoing", category=FutureWarning)
+            import arviz
+    except ImportError as e:  # pragma: no cover - arviz is a dependency
+        raise ImportError(f"pyrouq.diagnostics needs arviz: {_ARVIZ_HINT}.") from e
+    return arviz
+
+
+# --------------------------------------------------------------------------------------------
+# Argument checks and model helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _check_data(fn: str, x: object, y: object) -> int:
+    """N, after checking that x and y are tensors holding the same number of points."""
+    for name, value in (("x", x), ("y", y)):
+        if not torch.is_tensor(value):
+            raise TypeError(
+                f"{fn}: expected {name} to be a torch.Tensor, got {type(value).__name__}. "
+                "Pass tensors holding every point (e.g. torch.cat over a loader's batches)."
+            )
+        if value.dim() == 0:
+            raise ValueError(
+                f"{fn}: expected {name} with a leading dimension of N points, got a scalar."
+            )
+    assert isinstance(x, Tensor) and isinstance(y, Tensor)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"{fn}: x and y must hold the same number of points, got x with "
+            f"{x.shape[0]} (shape {tuple(x.shape)}) and y with {y.shape[0]} (shape "
+            f"{tuple(y.shape)}). Pass one target per input."
+        )
+    if x.shape[0] == 0:
+        raise ValueError(f"{fn}: x and y are empty. Pass at least one point.")
+    return int(x.shape[0])
+
+
+def _check_labels(fn: str, y: Tensor, num_classes: int) -> None:
+    if y.dim() != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise ValueError(
+            f"{fn}: expected y as (N,) integer class labels, got shape {tuple(y.shape)} and "
+            f"dtype {y.dtype}. Use y.long()."
+        )
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= num_classes:
+        raise ValueError(
+            f"{fn}: labels must lie in [0, {num_classes}), got values in [{lo}, {hi}]. Check "
+            "the targets or the model's number of classes."
+        )
+
+
+def _check_var_names(var_names: str | Sequence[str] | None, valid: Sequence[str]) -> list[str]:
+    """The requested latent sites, in the model's order; every site when ``var_names`` is None."""
+    if var_names is None:
+        return list(valid)
+    names = [var_names] if isinstance(var_names, str) else list(var_names)
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise ValueError(
+            f"Unknown var_names {unknown}: the latent sites are {list(valid)}. Pass a subset "
+            "of these, or var_names=None for all of them."
+        )
+    return [n for n in valid if n in names]
+
+
+def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
+    return {
+        name: site
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
+    }
+
+
+def _replayed_draws(
+    model: Any, guide: Any, x: Tensor, y: Tensor, num_samples: int
+) -> Iterator[tuple[int, Any, Any]]:
+    """``(s, guide_trace, model_trace)`` for S guide draws, the model replayed on each.
+
+    The first draw runs under the caller's validation setting, the rest without (speed).
+    """
+    validate = is_validation_enabled()
+    for s in range(num_samples):
+        with pyro.validation_enabled(s == 0 and validate):
+            guide_trace = poutine.trace(guide).get_trace(x, y)
+            model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+        yield s, guide_trace, model_trace
+
+
+def _check_guide_covers(model_trace: poutine.Trace, guide_trace: poutine.Trace) -> None:
+    missing = [n for n in _latent_sites(model_trace) if n not in guide_trace.nodes]
+    if missing:
+        raise ValueError(
+            f"The model's latent site(s) {missing} are missing from the guide, so they would "
+            "be drawn from the prior. Build the guide for this model (mean_field_guide(model) "
+            "or pyro.infer.autoguide.AutoNormal(model))."
+        )
+
+
+@contextlib.contextmanager
+def _prepared(model: Any, num_points: int) -> Iterator[None]:
+    """Evaluation mode, and a pyrouq model's ``num_data`` set to ``num_points`` (scale N/B = 1),
+    both restored on exit."""
+    training = model.training if isinstance(model, nn.Module) else None
+    has_num_data = hasattr(model, "num_data")
+    saved = getattr(model, "num_data", None)
+    if isinstance(model, nn.Module):
+        model.eval()
+    if has_num_data:
+        model.num_data = num_points
+    try:
+        yield
+    finally:
+        if has_num_data:
+            model.num_data = saved
+        if training:
+            model.train()
+
+
+def _weight_dims(site: str, ndim: int) -> list[str] | None:
+    """Named dims of a weight or bias site, torch's layout: ``(out, in[, kh, kw])``."""
+    layer, _, kind = site.rpartition(".")
+    if not layer:
+        return None
+    prefix = layer.replace(".", "_")
+    if kind == "weight" and ndim == 2:
+        return [f"{prefix}_out", f"{prefix}_in"]
+    if kind == "weight" and ndim == 4:
+        return [f"{prefix}_out", f"{prefix}_in", f"{prefix}_kh", f"{prefix}_kw"]
+    if kind == "bias" and ndim == 1:
+        return [f"{prefix}_out"]
+    return None

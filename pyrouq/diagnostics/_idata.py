@@ -1,0 +1,362 @@
+"""``to_inference_data``: draws, predictions and pointwise log-likelihoods as arviz data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyro
+import torch
+from pyro import poutine
+from pyro.infer.util import is_validation_enabled
+from torch import Tensor
+
+from pyrouq._util import check_count, check_int, has_latent_sites, module_device
+from pyrouq.likelihoods import Categorical, Likelihood
+from pyrouq.predictive import _is_ensemble
+
+if TYPE_CHECKING:
+    import arviz
+from pyrouq.diagnostics._common import (
+    DEFAULT_IDATA_SAMPLES,
+    _arviz,
+    _check_data,
+    _check_guide_covers,
+    _check_labels,
+    _check_var_names,
+    _latent_sites,
+    _prepared,
+    _replayed_draws,
+    _weight_dims,
+)
+
+# --------------------------------------------------------------------------------------------
+# to_inference_data()
+# --------------------------------------------------------------------------------------------
+
+
+class _Draws:
+    """``(S, ...)`` CPU tensors, filled one draw at a time."""
+
+    def __init__(self, num_draws: int):
+        self.num_draws = num_draws
+        self.values: dict[str, Tensor] = {}
+
+    def alloc(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        self.values[name] = torch.empty((self.num_draws, *shape), dtype=dtype)
+        return self.values[name]
+
+    def put(self, name: str, s: int, value: Tensor) -> None:
+        """Store draw ``s`` of ``name`` (allocated on its first value)."""
+        if name not in self.values:
+            self.alloc(name, tuple(value.shape), value.dtype)
+        self.values[name][s] = value.detach().cpu()
+
+    def numpy(self, name: str) -> np.ndarray:
+        return self.values[name].numpy()[None]  # (chain=1, draw=S, ...)
+
+
+def _store_logits(
+    out: _Draws,
+    draws: int | slice,
+    cols: slice,
+    logits: Tensor,
+    y: Tensor,
+    n: int,
+    likelihood: Likelihood,
+) -> None:
+    """Store probs ``(S, N, C)`` and the pointwise log-likelihood ``(S, N)`` of logits
+    ``(B, C)`` (draw ``draws``) or ``(S, B, C)`` (every member, ``draws=slice(None)``) on the
+    points ``cols`` of the labels ``y`` ``(N,)``, both from the model's likelihood."""
+    if "probs" not in out.values:  # the first batch: C is known now
+        _check_labels("to_inference_data()", y, logits.shape[-1])
+        out.alloc("probs", (n, logits.shape[-1]), torch.float32)
+        out.alloc("log_lik", (n,), torch.float64)
+    target = y[cols].expand(*logits.shape[:-1])
+    log_lik = likelihood.distribution(logits.double()).log_prob(target)
+    out.values["probs"][draws, cols] = likelihood.predictive(logits.double()).float().cpu()
+    out.values["log_lik"][draws, cols] = log_lik.cpu()
+
+
+@torch.no_grad()
+def to_inference_data(
+    model: Any,
+    guide: Any,
+    x: Tensor,
+    y: Tensor,
+    *,
+    num_samples: int | None = None,
+    var_names: str | Sequence[str] | None = None,
+    batch_size: int = 1024,
+) -> arviz.InferenceData:
+    """Export draws, predictions and pointwise log-likelihoods as ``arviz.InferenceData``.
+
+    Groups (one chain: the draws of a guide are independent):
+
+    * ``posterior`` -- S guide draws of every latent site (or of those in ``var_names``),
+      shaped ``(chain=1, draw=S, *site_shape)``. Weight and bias sites get named dims in
+      torch's layout: ``fc1.weight`` is ``(fc1_out, fc1_in)``, ``conv1.weight``
+      ``(conv1_out, conv1_in, conv1_kh, conv1_kw)``, ``fc1.bias`` ``(fc1_out,)``.
+    * ``posterior_predictive`` -- ``obs``: ``(1, S, N)`` labels drawn from each draw's
+      predictive distribution; ``probs``: ``(1, S, N, C)`` those distributions (classifiers).
+    * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
+      float64), so ``az.loo`` and ``az.waic`` work.
+    * ``observed_data`` -- ``obs``: ``y``, ``(N,)``.
+
+    Every per-point variable has the dim ``obs_id`` (coordinates ``0..N-1``); ``probs`` also
+    has ``class`` (``0..C-1``).
+
+    A BatchEnsemble has no guide and no latent variables: its M members take the place of the
+    draws (S = M) in ``posterior_predictive`` and ``log_likelihood``, and there is **no
+    posterior group**, since the members are not draws from a posterior over any variable (the
+    shared weights and rank-1 factors are point estimates). ``az.loo`` then treats the members
+    as S = M equally weighted draws; without a posterior it cannot estimate their relative
+    efficiency, so call it as ``az.loo(idata, reff=1.0)``, and with a handful of members its
+    Pareto k warnings are expected.
+
+    Memory: the posterior group holds ``S * (number of weights)`` values in the guide's dtype
+    (float32): for ``BayesianLeNet`` (44k weights) and S = 100 about 18 MB, for the default
+    784-256-10 ``BayesianMLP`` (204k weights) about 81 MB. ``var_names`` exports a subset;
+    only one draw of the other sites is held at a time. The predictive groups take
+    ``S * N * (C + 3)`` values more. Inputs are evaluated ``batch_size`` at a time.
+
+    Parameters
+    ----------
+    model : PyroModule or callable
+        A pyrouq Bayesian model (made by :func:`pyrouq.bayesian`, ``BayesianLeNet``, ...:
+        its network runs with each draw's weights), a BatchEnsemble (``guide=None``), or any
+        Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies in a plate over the N
+        points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables are global;
+        such a model is run on all of ``x`` once per draw.
+    guide : callable or None
+        The fitted guide (``mean_field_guide(model)``, an autoguide, ...), called as
+        ``guide(x, y)`` once per draw (on the first ``batch_size`` points for a pyrouq
+        model); None for a BatchEnsemble.
+    x : torch.Tensor
+        ``(N, ...)`` inputs.
+    y : torch.Tensor
+        ``(N,)`` targets (class labels for the pyrouq models).
+    num_samples : int, optional
+        Draws S from the guide (>= 1, default 100). Must stay None for a BatchEnsemble, whose
+        S is its number of members.
+    var_names : str or sequence of str, optional
+        Latent sites exported to the posterior group (default: all). The predictive groups
+        always use every site.
+    batch_size : int, default 1024
+        Inputs per forward pass (pyrouq models).
+
+    Returns
+    -------
+    arviz.InferenceData
+
+    Raises
+    ------
+    TypeError
+        x or y not a tensor.
+    ValueError
+        x and y of different lengths, num_samples < 1, unknown var_names, labels outside
+        ``[0, C)``, no guide for a model with latent sites, a guide (or num_samples,
+        var_names) for a BatchEnsemble.
+
+    Examples
+    --------
+    >>> import pyro, torch
+    >>> from pyrouq import BayesianMLP, mean_field_guide
+    >>> pyro.set_rng_seed(0)
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> guide = mean_field_guide(model, init_scale=0.1)
+    >>> x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    >>> idata = to_inference_data(model, guide, x, y, num_samples=50)
+    >>> idata.groups()
+    ['posterior', 'posterior_predictive', 'log_likelihood', 'observed_data']
+    >>> idata.posterior["fc1.weight"].dims
+    ('chain', 'draw', 'fc1_out', 'fc1_in')
+    >>> idata.log_likelihood["obs"].shape
+    (1, 50, 20)
+    """
+    fn = "to_inference_data()"
+    az = _arviz()
+    n = _check_data(fn, x, y)
+    batch_size = check_int("batch_size", batch_size)
+    if num_samples is not None:
+        check_count(
+            "num_samples",
+            num_samples,
+            f"It is the number of guide draws S (default {DEFAULT_IDATA_SAMPLES}).",
+        )
+    device = module_device(model, guide)
+    xd = x if device is None else x.to(device)
+    yd = y if device is None else y.to(device)
+    posterior_dims: dict[str, list[str]] = {}
+
+    if guide is None:
+        if has_latent_sites(model):
+            raise ValueError(
+                f"{fn}: {type(model).__name__} has latent sites but guide is None. Pass its "
+                "fitted guide, e.g. to_inference_data(model, guide, x, y) with guide = "
+                "mean_field_guide(model) after fit()."
+            )
+        if not _is_ensemble(model):
+            raise ValueError(
+                f"{fn}: guide is None, and {type(model).__name__} is not a BatchEnsemble. "
+                "Pass the guide of the model's latent variables."
+            )
+        for name, value in (("num_samples", num_samples), ("var_names", var_names)):
+            if value is not None:
+                raise ValueError(
+                    f"{fn}: {name}={value!r} given for a BatchEnsemble "
+                    f"({type(model).__name__}): its {model.num_members} members are the "
+                    "draws and it has no posterior group. Leave it None."
+                )
+        out = _export_ensemble(model, xd, yd, n, batch_size)
+        keep: list[str] = []
+    else:
+        if _is_ensemble(model):
+            raise ValueError(
+                f"{fn}: a guide was given for a BatchEnsemble ({type(model).__name__}), which "
+                f"has no latent sites: its {model.num_members} members take the place of "
+                "posterior draws. Pass guide=None."
+            )
+        s = num_samples if num_samples is not None else DEFAULT_IDATA_SAMPLES
+        if has_latent_sites(model) and callable(getattr(model, "outputs", None)):
+            keep = _check_var_names(var_names, list(model.latent_sites()))
+            out = _export_bayesian(model, guide, xd, yd, n, s, keep, batch_size)
+        else:
+            out, keep = _export_pyro(model, guide, xd, yd, n, s, var_names)
+        for name in keep:
+            site_dims = _weight_dims(name, out.values[name].dim() - 1)
+            if site_dims is not None:
+                posterior_dims[name] = site_dims
+
+    coords: dict[str, Any] = {"obs_id": np.arange(n)}
+    dims: dict[str, list[str]] = {"obs": ["obs_id"], **posterior_dims}
+    predictive = {"obs": out.numpy("obs")}
+    if "probs" in out.values:
+        predictive["probs"] = out.numpy("probs")
+        coords["class"] = np.arange(out.values["probs"].shape[-1])
+        dims["probs"] = ["obs_id", "class"]
+    idata = az.from_dict(
+        posterior={name: out.numpy(name) for name in keep} or None,
+        posterior_predictive=predictive,
+        log_likelihood={"obs": out.numpy("log_lik")},
+        observed_data={"obs": y.detach().cpu().numpy()},
+        coords=coords,
+        dims=dims,
+    )
+    from pyrouq import __version__
+
+    attrs = {
+        "inference_library": "pyro",
+        "inference_library_version": pyro.__version__,
+        "creation_library": "pyrouq",
+        "creation_library_version": __version__,
+        "model": type(model).__name__,
+        "draws": "ensemble members" if guide is None else "independent guide draws",
+    }
+    for group in idata.groups():
+        idata[group].attrs.update(attrs)
+    return idata
+
+
+def _likelihood(model: Any) -> Likelihood:
+    return getattr(model, "likelihood", None) or Categorical()
+
+
+def _batches(n: int, batch_size: int) -> Iterator[slice]:
+    for start in range(0, n, batch_size):
+        yield slice(start, min(start + batch_size, n))
+
+
+def _sample_obs(out: _Draws) -> None:
+    """Draw ``obs`` from the stored ``(S, N, C)`` probabilities, one draw at a time (the random
+    stream then does not depend on ``batch_size``)."""
+    probs = out.values["probs"]
+    for s in range(probs.shape[0]):
+        out.put("obs", s, torch.distributions.Categorical(probs=probs[s]).sample())
+
+
+def _export_bayesian(
+    model: Any,
+    guide: Any,
+    x: Tensor,
+    y: Tensor,
+    n: int,
+    num_samples: int,
+    keep: list[str],
+    batch_size: int,
+) -> _Draws:
+    """A pyrouq Bayesian model: one guide draw at a time, its network run with the draw."""
+    out = _Draws(num_samples)
+    first = slice(0, min(batch_size, n))
+    with _prepared(model, n):
+        for s in range(num_samples):
+            # The first draw runs under the caller's validation setting, the rest without.
+            with pyro.validation_enabled(s == 0 and is_validation_enabled()):
+                trace = poutine.trace(guide).get_trace(x[first], y[first])
+            weights = {name: site["value"] for name, site in _latent_sites(trace).items()}
+            missing = [name for name in model.latent_sites() if name not in weights]
+            if missing:
+                raise ValueError(
+                    f"The guide did not sample the model's latent site(s) {missing}. Build "
+                    "the guide for this model (mean_field_guide(model))."
+                )
+            for name in keep:
+                out.put(name, s, weights[name])
+            for cols in _batches(n, batch_size):
+                logits = model.outputs(x[cols], weights)
+                _store_logits(out, s, cols, logits, y, n, model.likelihood)
+    _sample_obs(out)
+    return out
+
+
+def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) -> _Draws:
+    """A BatchEnsemble: the M members are the draws."""
+    out = _Draws(int(model.num_members))
+    with _prepared(model, n), pyro.validation_enabled(False):
+        for cols in _batches(n, batch_size):
+            _store_logits(out, slice(None), cols, model(x[cols]), y, n, _likelihood(model))
+    _sample_obs(out)
+    return out
+
+
+def _export_pyro(
+    model: Any,
+    guide: Any,
+    x: Tensor,
+    y: Tensor,
+    n: int,
+    num_samples: int,
+    var_names: str | Sequence[str] | None,
+) -> tuple[_Draws, list[str]]:
+    """Any Pyro model: replay it on every guide draw and read its ``"obs"`` site."""
+    out = _Draws(num_samples)
+    keep: list[str] = []
+    with _prepared(model, n):
+        for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples):
+            if s == 0:
+                _check_guide_covers(model_trace, guide_trace)
+                keep = _check_var_names(var_names, list(_latent_sites(model_trace)))
+            site = model_trace.nodes.get("obs")
+            if site is None or site["type"] != "sample" or not site["is_observed"]:
+                raise ValueError(
+                    f"{type(model).__name__} has no observed site 'obs': to_inference_data() "
+                    "reads the pointwise log-likelihood there. Observe y as "
+                    "pyro.sample('obs', ..., obs=y) inside pyro.plate('data', N)."
+                )
+            log_lik = site["fn"].log_prob(site["value"])
+            if log_lik.shape != (n,):
+                raise ValueError(
+                    f"The pointwise log-likelihood of 'obs' has shape {tuple(log_lik.shape)}, "
+                    f"expected ({n},), one value per point. Put 'obs' inside "
+                    "pyro.plate('data', N) (dim -1) and run the model on all of x, without "
+                    "subsampling."
+                )
+            for name in keep:
+                out.put(name, s, model_trace.nodes[name]["value"])
+            out.put("log_lik", s, log_lik.double())
+            out.put("obs", s, site["fn"].sample())
+            logits = model_trace.nodes.get("logits")
+            if logits is not None and logits["value"].shape[-2:-1] == (n,):
+                out.put("probs", s, logits["value"].softmax(-1).float())
+    return out, keep
