@@ -144,17 +144,28 @@ class Categorical(Likelihood):
                 f"{where}: expected labels y of shape ({batch},) to match the {batch} inputs, got "
                 f"shape {tuple(y.shape)}. Pass one integer label per input."
             )
-        if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
+        problem = self.label_problem(y, num_classes if is_validation_enabled() else None)
+        if problem is not None:
             raise ValueError(
-                f"{where}: expected integer class labels y, got dtype {y.dtype}. Use y.long()."
+                f"{where}: {problem}. Check the targets (y.long() for class indices) or the "
+                "model's number of classes."
             )
-        if batch and is_validation_enabled():
-            lo, hi = int(y.min()), int(y.max())
-            if lo < 0 or hi >= num_classes:
-                raise ValueError(
-                    f"{where}: labels must lie in [0, {num_classes}), got values in [{lo}, {hi}]. "
-                    "Check the targets or the model's number of classes."
+
+    @staticmethod
+    def label_problem(y: Tensor, num_classes: int | None) -> str | None:
+        """What is wrong with ``y`` as class labels of ``num_classes`` classes (its dtype, or
+        values outside ``[0, C)``; the range is not checked when ``num_classes`` is None), or
+        None: the one label check that models, :func:`pyrouq.fit` and the diagnostics share."""
+        if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
+            return f"labels of dtype {y.dtype}, expected an integer dtype (class indices)"
+        if y.numel() and num_classes is not None:
+            low, high = int(y.min()), int(y.max())
+            if low < 0 or high >= num_classes:
+                return (
+                    f"labels in [{low}, {high}], expected class indices in "
+                    f"[0, {num_classes - 1}] for a model with {num_classes} classes"
                 )
+        return None
 
     def distribution(self, outputs: Tensor) -> dist.TorchDistribution:
         return dist.Categorical(logits=outputs)

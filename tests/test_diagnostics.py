@@ -291,7 +291,7 @@ def test_batchensemble_takes_no_guide(ensemble, bayes, data):
 
 def test_labels_out_of_range(bayes, data):
     x, _ = data
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), got values in \[0, 5\]"):
+    with pytest.raises(ValueError, match=r"labels in \[0, 5\], expected class indices in \[0, 2\]"):
         to_inference_data(*bayes, x, torch.tensor([0] * (N - 1) + [5]))
 
 

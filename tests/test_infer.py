@@ -242,7 +242,9 @@ def test_direct_nll_is_the_traced_observation_term():
     torch.testing.assert_close(terms.nll, traced)
     assert terms.nll.item() > 0 and terms.outputs.shape == (4, 10)
     torch.testing.assert_close(model.outputs(x, weights), trace.nodes["logits"]["value"])
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
+    with pytest.raises(
+        ValueError, match=r"labels in \[1, 10\], expected class indices in \[0, 9\]"
+    ):
         KLWeightedELBO().terms(model, guide, x, torch.tensor([3, 1, 4, 10]))
 
 

@@ -147,11 +147,13 @@ def test_bad_inputs_name_expected_shape():
 def test_bad_labels():
     model = tiny_mlp(num_data=10)
     x = torch.randn(3, 4)
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), got values in \[0, 3\]"):
+    with pytest.raises(ValueError, match=r"labels in \[0, 3\], expected class indices in \[0, 2\]"):
         model(x, torch.tensor([0, 1, 3]))
     with pytest.raises(ValueError, match=r"expected labels y of shape \(3,\) .* got shape \(2,\)"):
         model(x, torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match="expected integer class labels"):
+    with pytest.raises(
+        ValueError, match=r"labels of dtype torch\.float32, expected an integer dtype"
+    ):
         model(x, torch.tensor([0.0, 1.0, 2.0]))
 
 

@@ -54,12 +54,12 @@ from torch import nn
 
 from pyrouq.checkpoint._describe import (
     CheckpointError,
-    upgrade_v1_state,
     build_guide,
     build_model,
     describe_guide,
     describe_model,
     register_guide,
+    upgrade_v1_state,
 )
 
 __all__ = [

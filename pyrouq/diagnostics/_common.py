@@ -14,6 +14,8 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
+from pyrouq.likelihoods import Categorical
+
 if TYPE_CHECKING:
     pass
 
@@ -81,16 +83,12 @@ def _check_data(fn: str, x: object, y: object) -> int:
 
 
 def _check_labels(fn: str, y: Tensor, num_classes: int) -> None:
-    if y.dim() != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
+    problem = Categorical.label_problem(y, num_classes)
+    if y.dim() != 1 or problem is not None:
         raise ValueError(
-            f"{fn}: expected y as (N,) integer class labels, got shape {tuple(y.shape)} and "
-            f"dtype {y.dtype}. Use y.long()."
-        )
-    lo, hi = int(y.min()), int(y.max())
-    if lo < 0 or hi >= num_classes:
-        raise ValueError(
-            f"{fn}: labels must lie in [0, {num_classes}), got values in [{lo}, {hi}]. Check "
-            "the targets or the model's number of classes."
+            f"{fn}: expected y as (N,) integer class labels in [0, {num_classes}), got shape "
+            f"{tuple(y.shape)}{': ' + problem if problem else ''}. Check the targets (y.long() "
+            "for class indices) or the model's number of classes."
         )
 
 

@@ -94,19 +94,6 @@ def _bad_rows(x: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(flat)).any(dim=1).nonzero().flatten()
 
 
-def _label_problem(y: torch.Tensor, num_classes: int | None) -> str | None:
-    if y.dtype.is_floating_point or y.dtype == torch.bool:
-        return f"labels of dtype {y.dtype}, expected an integer dtype (class indices)"
-    if y.numel() and num_classes is not None:
-        low, high = int(y.min()), int(y.max())
-        if low < 0 or high >= num_classes:
-            return (
-                f"labels in [{low}, {high}], expected class indices in [0, {num_classes - 1}] "
-                f"for a model with {num_classes} classes"
-            )
-    return None
-
-
 def check_loader_inputs(loader: Iterable, num_classes: int | None) -> bool:
     """Refuse NaN/inf inputs and bad labels of an in-memory loader before training starts.
 
@@ -134,7 +121,7 @@ def check_loader_inputs(loader: Iterable, num_classes: int | None) -> bool:
                 f"e.g. example indices {bad[:5].tolist()}{where}; nothing was trained. Remove "
                 "or repair them (torch.nan_to_num, or drop the rows) before fit()."
             )
-    problem = _label_problem(labels, num_classes)
+    problem = Categorical.label_problem(labels, num_classes)
     if problem is not None:
         raise ValueError(f"train_loader has {problem}; nothing was trained. Fix the labels.")
     return True
@@ -169,7 +156,7 @@ def check_batch(
             f"inputs (rows {bad[:5].tolist()}); training stopped before that batch, so the "
             "parameters are those of the previous step. Clean the data before fit()."
         )
-    problem = _label_problem(y, num_classes)
+    problem = Categorical.label_problem(y, num_classes)
     if problem is not None:
         raise ValueError(
             f"Batch {step} of epoch {epoch} has {problem}; training stopped before that batch."
