@@ -1,6 +1,7 @@
 """pyrouq: Bayesian uncertainty for PyTorch, built on Pyro.
 
-Shape convention: S posterior draws or ensemble members, N inputs, C classes.
+Shape convention: S posterior draws or ensemble members, N inputs, C classes (D outputs for
+regression).
 
 The public names are re-exported here; see ``__all__``. arviz and matplotlib are imported only
 by :mod:`pyrouq.diagnostics` and :mod:`pyrouq.plotting`, on first use.
@@ -10,6 +11,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from pyrouq.calibration import (
+    ConformalClassifier,
+    ConformalRegressor,
+    TemperatureScaler,
+    class_conditional_coverage,
+    conformal,
+    coverage,
+    mean_set_size,
+    temperature_scale,
+)
 from pyrouq.checkpoint import Checkpoint, CheckpointError, load, save
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, batchensemble, bayesian
 from pyrouq.data import (
@@ -18,7 +29,6 @@ from pyrouq.data import (
     load_mnist,
     mnist_arrays,
     ood_loader,
-    rotate,
 )
 from pyrouq.diagnostics import PSISResult, psis_diagnostic, summary, to_inference_data
 from pyrouq.infer import (
@@ -30,6 +40,8 @@ from pyrouq.infer import (
     fit,
     mean_field_guide,
 )
+from pyrouq.likelihoods import Categorical, Gaussian
+from pyrouq.mcmc import MCMCResult, mcmc
 from pyrouq.metrics import evaluate, format_table
 from pyrouq.models import (
     MLP,
@@ -49,8 +61,10 @@ from pyrouq.nn import (
     BayesianLinear,
 )
 from pyrouq.plotting import (
+    plot_calibration,
     plot_image_grid,
     plot_most_uncertain,
+    plot_regression,
     plot_reliability,
     plot_risk_coverage,
     plot_rotation,
@@ -58,11 +72,15 @@ from pyrouq.plotting import (
     plot_uncertainty_distributions,
     save_figures,
 )
-from pyrouq.predictive import Predictions, evaluate_rotations, format_rotation_table, predict
+from pyrouq.predictive import Predictions, predict
+from pyrouq.regression import GaussianPredictions
+from pyrouq.rotation import evaluate_rotations, format_rotation_table, rotate
+from pyrouq.tabular import ArrayLoader, Standardizer, train_test_split
 from pyrouq.uncertainty import Decomposition, decompose
 
 __all__ = [
     "MLP",
+    "ArrayLoader",
     "BatchEnsembleConv1d",
     "BatchEnsembleConv2d",
     "BatchEnsembleConv3d",
@@ -75,21 +93,32 @@ __all__ = [
     "BayesianLinear",
     "BayesianMLP",
     "BayesianNetwork",
+    "Categorical",
     "Checkpoint",
     "CheckpointError",
+    "ConformalClassifier",
+    "ConformalRegressor",
     "Decomposition",
     "EpochRecord",
     "FitResult",
+    "Gaussian",
+    "GaussianPredictions",
     "KLWeightedELBO",
     "LeNet",
+    "MCMCResult",
     "MeanFieldGuide",
     "PSISResult",
     "Predictions",
     "ResidualCNN",
+    "Standardizer",
+    "TemperatureScaler",
     "TrainingInterrupted",
     "__version__",
     "batchensemble",
     "bayesian",
+    "class_conditional_coverage",
+    "conformal",
+    "coverage",
     "decompose",
     "evaluate",
     "evaluate_rotations",
@@ -100,11 +129,15 @@ __all__ = [
     "load",
     "load_fashion_mnist",
     "load_mnist",
+    "mcmc",
     "mean_field_guide",
+    "mean_set_size",
     "mnist_arrays",
     "ood_loader",
+    "plot_calibration",
     "plot_image_grid",
     "plot_most_uncertain",
+    "plot_regression",
     "plot_reliability",
     "plot_risk_coverage",
     "plot_rotation",
@@ -116,5 +149,7 @@ __all__ = [
     "save",
     "save_figures",
     "summary",
+    "temperature_scale",
     "to_inference_data",
+    "train_test_split",
 ]

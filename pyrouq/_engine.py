@@ -15,7 +15,11 @@ Every device-specific fast path of pyrouq lives in this module, each kept while
   max-pooling in an ``nn.Sequential`` runs as pooling then ReLU (the same function);
 * BatchEnsemble layers run member by member on CPU (effective weights ``diag(s_i) W diag(r_i)``
   on each member's slice of the batch), with rank-1 scaling of the activations elsewhere; a
-  network without batch statistics in training runs whole member passes on CPU.
+  network without batch statistics in training runs whole member passes on CPU;
+* while :func:`pyrouq.fit` and :func:`pyrouq.predict` run on CPU under glibc, freed memory is
+  kept for reuse instead of being handed back to the system (:func:`reuse_freed_memory`):
+  glibc serves every block above 32 MB with a fresh ``mmap``, whose pages fault in again at
+  every step; a BatchEnsemble's M-fold activations cross that size first.
 
 Shape convention: S draws or members, B inputs, D outputs.
 """
@@ -23,7 +27,11 @@ Shape convention: S draws or members, B inputs, D outputs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import math
+import os
+import platform
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -52,6 +60,53 @@ def schedule(kind: str) -> Iterator[None]:
         yield
     finally:
         _forced = previous
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024  # glibc's defaults
+_reusing = 0
+
+
+@functools.cache
+def _glibc() -> Any:
+    """The C library when it is glibc (looked up once: ``libc_ver`` reads the interpreter's
+    binary), else None."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:  # pragma: no cover - no C library handle
+        return None
+
+
+@contextlib.contextmanager
+def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
+    """While inside, glibc keeps freed memory for reuse: no ``mmap`` for large blocks, no
+    trimming of the heap; on exit the defaults come back and the free memory is returned to
+    the system (``malloc_trim``). Large tensors then stop paying page faults at every step
+    (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN on CPU, see
+    ``benchmarks/results.md``). Only on CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` in the
+    environment turns it off."""
+    global _reusing
+    libc = _glibc()
+    off = os.environ.get("PYROUQ_REUSE_MEMORY", "1") == "0"
+    if libc is None or off or (device is not None and device.type != "cpu"):
+        yield
+        return
+    if _reusing == 0:
+        libc.mallopt(_M_MMAP_MAX, 0)
+        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    _reusing += 1
+    try:
+        yield
+    finally:
+        _reusing -= 1
+        if _reusing == 0:
+            libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
+            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
+            libc.malloc_trim(0)
 
 
 def _cpu(x: Tensor) -> bool:
@@ -427,10 +482,14 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
                 layer._member, layer._member_weights = None, None
         return torch.stack(outs)
     folded = x.repeat(num_members, *([1] * (x.dim() - 1)))
-    out = _check_outputs(net(folded), net)
+    out = _check_folded(_check_outputs(net(folded), net), folded, net)
+    return out.unflatten(0, (num_members, x.shape[0]))
+
+
+def _check_folded(out: Tensor, folded: Tensor, net: nn.Module) -> Tensor:
     if out.shape[0] != folded.shape[0]:
         raise ValueError(
             f"{type(net).__name__} returned {out.shape[0]} outputs for a folded batch of "
             f"{folded.shape[0]} inputs; BatchEnsemble needs one output row per input row."
         )
-    return out.unflatten(0, (num_members, x.shape[0]))
+    return out

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -53,6 +55,60 @@ def module_device(*modules: Any) -> torch.device | None:
     return None
 
 
+def module_dtype(module: Any) -> torch.dtype | None:
+    """Floating dtype of the first floating parameter or buffer of ``module`` (None if none)."""
+    if isinstance(module, nn.Module):
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+    return None
+
+
+def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
+    """``x`` as ``module`` computes on it: floating inputs of another dtype (float64, float16)
+    are cast to the module's dtype; integer, bool and complex inputs are refused, unless the
+    network holds an ``nn.Embedding`` / ``nn.EmbeddingBag`` (then they are its indices)."""
+    if not torch.is_tensor(x):
+        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+    if not x.is_floating_point():
+        if not x.is_complex() and _takes_indices(module):
+            return x
+        hint = " (raw 0-255 pixels?)" if x.dtype == torch.uint8 else ""
+        raise TypeError(
+            f"{name} expects floating-point inputs, got a {x.dtype} tensor{hint}. Scale and "
+            "normalise images first, pyrouq.data.normalize(images), or load them with "
+            "load_mnist() / load_fashion_mnist(), which do it; for inputs that are already "
+            "features, x.float()."
+        )
+    dtype = module_dtype(module)
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x
+
+
+def bad_rows(x: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows of ``x`` holding NaN or inf."""
+    flat = x.reshape(x.shape[0], -1)
+    return (~torch.isfinite(flat)).any(dim=1).nonzero().flatten()
+
+
+def check_finite_inputs(x: torch.Tensor, caller: str, name: str = "x") -> None:
+    """Refuse floating inputs holding NaN or inf: the outputs on them would be NaN."""
+    if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x).all()):
+        bad = bad_rows(x)
+        raise ValueError(
+            f"{caller}: {name} holds NaN or inf in {bad.numel()} of {x.shape[0]} inputs (rows "
+            f"{bad[:5].tolist()}), whose outputs would be NaN. Remove or repair them "
+            "(torch.nan_to_num, or drop the rows) first."
+        )
+
+
+def _takes_indices(module: Any) -> bool:
+    if not isinstance(module, nn.Module):
+        return False
+    return any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in module.modules())
+
+
 def has_latent_sites(model: Any) -> bool:
     """Whether ``model`` is a pyrouq model with latent sites (``latent_sites()`` non-empty)."""
     sites = getattr(model, "latent_sites", None)
@@ -84,3 +140,34 @@ def register_params(prefix: str, module: nn.Module) -> None:
         if full not in store or store[full] is not param:
             store[full] = param
         pyro.param(full)
+
+
+class ShardedOrder:
+    """What pyrouq's in-memory loaders share: the order of one epoch, drawn from the loader's
+    own generator, and, while :meth:`sharded` is active (``fit()`` under torch.distributed),
+    this rank's share of it: every rank draws the same permutation and takes every
+    ``world``-th index from position ``rank`` (disjoint shards, sizes within one)."""
+
+    _rank, _world = 0, 1
+
+    @contextlib.contextmanager
+    def sharded(self, rank: int, world: int) -> Iterator[None]:
+        """Serve rank ``rank`` of ``world`` its shard while inside."""
+        previous = (self._rank, self._world)
+        self._rank, self._world = rank, world
+        try:
+            yield
+        finally:
+            self._rank, self._world = previous
+
+    def _order(self, n: int, shuffle: bool, generator: torch.Generator) -> torch.Tensor | None:
+        """This epoch's indices (None: ``0..n-1`` in order, unsharded)."""
+        if shuffle:
+            order: torch.Tensor | None = torch.randperm(n, generator=generator)
+        else:
+            order = torch.arange(n) if self._world > 1 else None
+        return order if order is None or self._world == 1 else order[self._rank :: self._world]
+
+    def _local_size(self, n: int) -> int:
+        """How many of ``n`` examples this rank serves per epoch."""
+        return len(range(self._rank, n, self._world))

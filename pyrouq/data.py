@@ -25,8 +25,6 @@ Example
 from __future__ import annotations
 
 import gzip
-import math
-import numbers
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +33,7 @@ from typing import Literal
 
 import torch
 
-from pyrouq._util import check_int
+from pyrouq._util import ShardedOrder, check_int
 
 __all__ = [
     "MNIST_MEAN",
@@ -47,8 +45,8 @@ __all__ = [
     "load_fashion_mnist",
     "load_mnist",
     "mnist_arrays",
+    "normalize",
     "ood_loader",
-    "rotate",
 ]
 
 MNIST_MEAN = 0.1307
@@ -270,6 +268,48 @@ def fashion_mnist_arrays(
     return images.clone(), labels.clone()
 
 
+def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
+    """Raw 0-255 images as the loaders give them to a network: float32, scaled to [0, 1], then
+    standardised with the MNIST training mean and std (:data:`MNIST_MEAN`,
+    :data:`MNIST_STD`, used for Fashion-MNIST as well).
+
+    Parameters
+    ----------
+    images : torch.Tensor
+        ``(N, H, W)`` integer pixels in [0, 255], e.g. from :func:`mnist_arrays`.
+    flatten : bool, default False
+        Return ``(N, H * W)`` (for an MLP) instead of ``(N, 1, H, W)`` (for a CNN).
+
+    Examples
+    --------
+    >>> x = normalize(torch.zeros(2, 28, 28, dtype=torch.uint8))
+    >>> x.shape, round(x[0, 0, 0, 0].item(), 4) == round(NORMALIZED_BLACK, 4)
+    (torch.Size([2, 1, 28, 28]), True)
+    """
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(
+            f"Expected images to be a torch.Tensor, got {type(images).__name__}; wrap them "
+            "with torch.as_tensor(...)."
+        )
+    if images.is_floating_point() or images.is_complex() or images.dtype == torch.bool:
+        raise TypeError(
+            f"Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype {images.dtype}: "
+            "these images look normalised already; pass them to the network as they are."
+        )
+    if images.dim() != 3 or images.shape[0] == 0:
+        raise ValueError(
+            f"Expected images of shape (N, H, W) with N >= 1, got shape {tuple(images.shape)}; "
+            "for one image use images.unsqueeze(0)."
+        )
+    low, high = int(images.min()), int(images.max())
+    if low < 0 or high > 255:
+        raise ValueError(
+            f"Expected pixel values in [0, 255], got values in [{low}, {high}]. Clip or "
+            "rescale them to 8-bit pixels first."
+        )
+    return _Transform(flatten=flatten, normalize=True)(images)
+
+
 # --------------------------------------------------------------------------------------------
 # Loaders
 # --------------------------------------------------------------------------------------------
@@ -304,7 +344,7 @@ class _TensorDataset(torch.utils.data.Dataset):
         return self.transform(self.images[index : index + 1])[0], self.labels[index]
 
 
-class TensorLoader:
+class TensorLoader(ShardedOrder):
     """Batches of an in-memory split, served as slices of a (shuffled) index.
 
     Iterating yields ``(x, y)`` with ``x`` float32 of shape ``(B, 1, 28, 28)`` (or ``(B, 784)``
@@ -349,16 +389,15 @@ class TensorLoader:
         return self.dataset.labels
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = self._local_size(len(self.dataset))
         return (n + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = len(self.dataset)
         images, labels = self.dataset.images, self.dataset.labels
-        if self.shuffle:
-            order = torch.randperm(n, generator=self._generator).to(images.device)
-        else:
-            order = None
+        order = self._order(len(self.dataset), self.shuffle, self._generator)
+        n = len(self.dataset) if order is None else len(order)
+        if order is not None:
+            order = order.to(images.device)
         for start in range(0, n, self.batch_size):
             if order is None:
                 idx = slice(start, start + self.batch_size)
@@ -529,116 +568,14 @@ def ood_loader(
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Rotation (distribution shift)
-# --------------------------------------------------------------------------------------------
-
 #: A black pixel (raw value 0) after the default normalisation: the background of MNIST.
 NORMALIZED_BLACK = (0.0 - MNIST_MEAN) / MNIST_STD
 
-# Exact (cos, sin) of the multiples of 90 degrees, so quarter turns move pixels exactly.
-_QUARTER_TURNS = {0: (1.0, 0.0), 1: (0.0, 1.0), 2: (-1.0, 0.0), 3: (0.0, -1.0)}
 
+def __getattr__(name: str) -> object:
+    """``pyrouq.data.rotate`` (where it lived before :mod:`pyrouq.rotation`), imported lazily."""
+    if name == "rotate":
+        from pyrouq.rotation import rotate
 
-def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> torch.Tensor:
-    """Rotate a batch of images by ``angle`` degrees counter-clockwise about their centre.
-
-    Bilinear interpolation (``torch.nn.functional.grid_sample``, ``align_corners=False``, the
-    same sampling as ``torchvision.transforms.functional.rotate`` with bilinear interpolation);
-    pure torch, on the device and in the dtype of ``images``. Pixels rotated in from outside
-    the image are black in *raw* pixel space: 0 for raw ``[0, 1]`` images
-    (``normalized=False``) and ``(0 - 0.1307) / 0.3081 ≈ -0.4242`` (:data:`NORMALIZED_BLACK`)
-    for images normalised as :func:`load_mnist` does by default (``normalized=True``). Since
-    the normalisation is affine, rotating normalised images this way equals normalising the
-    rotated raw images. A multiple of 360 returns an unchanged copy, and a multiple of 90 of a
-    square image is an exact permutation of the pixels (``torch.rot90``).
-
-    Parameters
-    ----------
-    images : torch.Tensor
-        Floating-point ``(N, 1, H, W)``, ``(N, H, W)`` or flattened ``(N, H * H)`` (square)
-        images, e.g. ``(N, 1, 28, 28)`` or ``(N, 784)`` MNIST batches.
-    angle : float
-        Degrees, counter-clockwise; any finite real number.
-    normalized : bool, default True
-        Whether ``images`` carry the MNIST normalisation (``(x - 0.1307) / 0.3081``), which
-        decides the background value, see above. Pass False for raw ``[0, 1]`` images.
-
-    Returns
-    -------
-    torch.Tensor
-        The rotated images, of the shape, dtype and device of ``images``.
-
-    Examples
-    --------
-    >>> x = torch.zeros(1, 1, 3, 3)
-    >>> x[0, 0, 0, 1] = 1.0  # top centre
-    >>> rotate(x, 90, normalized=False)[0, 0]  # now middle left
-    tensor([[0., 0., 0.],
-            [1., 0., 0.],
-            [0., 0., 0.]])
-    >>> rotate(torch.zeros(2, 784), 45).shape
-    torch.Size([2, 784])
-    """
-    angle = _check_angle(angle)
-    if not isinstance(images, torch.Tensor):
-        raise TypeError(
-            f"Expected images to be a torch.Tensor, got {type(images).__name__}; wrap them "
-            "with torch.as_tensor(...)."
-        )
-    if not images.is_floating_point():
-        raise TypeError(
-            f"Expected floating-point images, got dtype {images.dtype}; for raw uint8 pixels "
-            "pass images.float() / 255 with normalized=False."
-        )
-    shape = images.shape
-    if images.dim() == 4 and shape[1] == 1:
-        x = images
-    elif images.dim() == 3:
-        x = images.unsqueeze(1)
-    elif images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
-        side = math.isqrt(shape[1])
-        x = images.reshape(shape[0], 1, side, side)
-    else:
-        raise ValueError(
-            f"Expected images of shape (N, 1, H, W), (N, H, W) or (N, H * H) (square, "
-            f"flattened), got shape {tuple(shape)}; pass single-channel images."
-        )
-    if angle % 360 == 0 or images.numel() == 0:
-        return images.clone()
-    height, width = x.shape[-2:]
-    if angle % 90 == 0 and height == width:  # a permutation of the pixels: exact
-        return torch.rot90(x, int(angle % 360) // 90, dims=(-2, -1)).reshape(shape)
-    if angle % 90 == 0:
-        cos, sin = _QUARTER_TURNS[int(angle % 360) // 90]
-    else:
-        cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-    # affine_grid maps each output location to the input location it samples, in coordinates
-    # normalised to [-1, 1] per axis (y pointing down): a counter-clockwise turn on screen
-    # samples the input at R(angle) @ (x, y), rescaled for non-square images.
-    theta = torch.tensor(
-        [[[cos, -sin * height / width, 0.0], [sin * width / height, cos, 0.0]]],
-        dtype=x.dtype,
-        device=x.device,
-    )
-    grid = torch.nn.functional.affine_grid(
-        theta, [1, 1, height, width], align_corners=False
-    ).expand(x.shape[0], -1, -1, -1)
-    background = NORMALIZED_BLACK if normalized else 0.0
-    out = torch.nn.functional.grid_sample(
-        x - background, grid, mode="bilinear", padding_mode="zeros", align_corners=False
-    )
-    return (out + background).reshape(shape)
-
-
-def _check_angle(angle: object, name: str = "angle") -> float:
-    """``angle`` as a finite float, or a TypeError / ValueError naming ``name``."""
-    if isinstance(angle, bool) or not isinstance(angle, numbers.Real):
-        raise TypeError(
-            f"Expected {name} to be a real number of degrees (int or float), got "
-            f"{type(angle).__name__} {angle!r}; pass e.g. {name}=30 or {name}=float(t)."
-        )
-    value = float(angle)
-    if not math.isfinite(value):
-        raise ValueError(f"Expected {name} to be a finite number of degrees, got {angle!r}.")
-    return value
+        return rotate
+    raise AttributeError(f"module 'pyrouq.data' has no attribute {name!r}")

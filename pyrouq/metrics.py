@@ -25,7 +25,14 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
-from pyrouq.uncertainty import _check_probs, decompose
+from pyrouq._metric_inputs import (
+    _check_scores,
+    _check_targets,
+    _prepare,
+    _prepare_probs,
+)
+from pyrouq._tables import format_table
+from pyrouq.uncertainty import decompose
 
 __all__ = [
     "OODScore",
@@ -420,7 +427,9 @@ def evaluate(
     ----------
     predictions_or_probs : Tensor or object with ``.probs``
         ``(S, N, C)`` probabilities (e.g. a ``Predictions``), or ``(N, C)`` mean probabilities
-        (S = 1: disagreement and mutual information are then 0).
+        (S = 1: disagreement and mutual information are then 0). A
+        :class:`~pyrouq.GaussianPredictions` returns its regression metrics
+        (:meth:`~pyrouq.GaussianPredictions.evaluate`).
     targets : Tensor
         ``(N,)`` integer labels in ``[0, C)``.
     ood : Tensor or object with ``.probs``, optional
@@ -450,6 +459,15 @@ def evaluate(
         raise ValueError(
             f"Unknown ood_score {ood_score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
         )
+    from pyrouq.regression import GaussianPredictions
+
+    if isinstance(predictions_or_probs, GaussianPredictions):
+        if ood is not None:
+            raise ValueError(
+                "ood is scored for classifiers only; for regression compare the epistemic "
+                "variances of predictions.uncertainty() in and out of distribution."
+            )
+        return predictions_or_probs.evaluate(targets)
     p = _prepare_probs(predictions_or_probs)
     pbar = p.mean(0)
     y = _check_targets(targets, pbar)
@@ -471,150 +489,6 @@ def evaluate(
         out["ood_aupr"] = ood_aupr(s_in, s_out)
         out["ood_fpr95"] = ood_fpr95(s_in, s_out)
     return out
-
-
-# key: (group, display name, shown as a percentage), in display order
-_DISPLAY: dict[str, tuple[str, str, bool]] = {
-    "acc": ("Classification", "Acc", True),
-    "nll": ("Classification", "NLL", False),
-    "brier": ("Classification", "Brier", False),
-    "ece": ("Calibration", "ECE", True),
-    "aece": ("Calibration", "aECE", True),
-    "aurc": ("Selective classification", "AURC", True),
-    "augrc": ("Selective classification", "AUGRC", True),
-    "cov_at_5_risk": ("Selective classification", "Cov@5Risk", True),
-    "risk_at_80_cov": ("Selective classification", "Risk@80Cov", True),
-    "disagreement": ("Uncertainty", "Disagreement", False),
-    "expected_entropy": ("Uncertainty", "Expected entropy", False),
-    "mutual_information": ("Uncertainty", "Mutual information", False),
-    "ood_auroc": ("OOD", "AUROC", True),
-    "ood_aupr": ("OOD", "AUPR", True),
-    "ood_fpr95": ("OOD", "FPR95", True),
-}
-
-
-def format_table(metrics: dict[str, float]) -> str:
-    """Format metrics as grouped text tables, one per group, like torch-uncertainty prints.
-
-    Groups, in order: Classification, Calibration, Selective classification, Uncertainty, OOD
-    and Other (unknown keys, under their own names); groups without a metric are left out.
-    Accuracy, calibration, selective and OOD metrics are shown as percentages (``98.63%``), the
-    others with 5 decimals.
-
-    Examples
-    --------
-    >>> print(format_table({"acc": 0.98631, "nll": 0.0451}))
-    ┌────────────────┬─────────┐
-    │ Classification │   Value │
-    ├────────────────┼─────────┤
-    │ Acc            │  98.63% │
-    │ NLL            │ 0.04510 │
-    └────────────────┴─────────┘
-    """
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for key, (group, name, percent) in _DISPLAY.items():
-        if key in metrics:
-            groups.setdefault(group, []).append((name, _format_value(metrics[key], percent)))
-    for key, value in metrics.items():
-        if key not in _DISPLAY:
-            groups.setdefault("Other", []).append((key, _format_value(value, False)))
-    if not groups:
-        return ""
-    left = max(len(s) for title, rows in groups.items() for s in [title, *(r[0] for r in rows)])
-    right = max(len(s) for rows in groups.values() for s in ["Value", *(r[1] for r in rows)])
-    bar = ("─" * (left + 2), "─" * (right + 2))
-    tables = []
-    for title, rows in groups.items():
-        lines = [f"┌{bar[0]}┬{bar[1]}┐", f"│ {title:<{left}} │ {'Value':>{right}} │"]
-        lines.append(f"├{bar[0]}┼{bar[1]}┤")
-        lines += [f"│ {name:<{left}} │ {value:>{right}} │" for name, value in rows]
-        lines.append(f"└{bar[0]}┴{bar[1]}┘")
-        tables.append("\n".join(lines))
-    return "\n".join(tables)
-
-
-# ---------------------------------------------------------------------------------------------
-# Private helpers: inputs
-
-
-def _format_value(value: object, percent: bool) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.2%}" if percent else f"{value:.5f}"
-    return str(value)
-
-
-def _float64(x: Tensor) -> Tensor:
-    """``x`` as float64; MPS has no float64, so it moves to the CPU there."""
-    if x.device.type == "mps":
-        x = x.cpu()
-    return x.to(torch.float64)
-
-
-def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
-    """Validate ``(S, N, C)`` or ``(N, C)`` probabilities; return them as ``(S, N, C)`` float64."""
-    if not isinstance(probs, Tensor):
-        if not hasattr(probs, "probs"):
-            raise TypeError(
-                f"Expected {name} to be an (S, N, C) or (N, C) probability tensor or an object "
-                f"with a .probs attribute (e.g. pyrouq Predictions), got {type(probs).__name__}."
-            )
-        probs = probs.probs
-    _check_probs(probs, name=name, ndim=(3, 2))
-    p = _float64(probs)
-    return p.unsqueeze(0) if p.dim() == 2 else p
-
-
-def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
-    """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long."""
-    n, c = pbar.shape
-    if not isinstance(targets, Tensor):
-        raise TypeError(
-            f"Expected targets to be a torch.Tensor of class labels, got "
-            f"{type(targets).__name__}; wrap it with torch.as_tensor(...)."
-        )
-    if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
-        raise TypeError(
-            f"Expected integer targets (class indices), got dtype {targets.dtype}; "
-            "convert them with targets.long() (or argmax one-hot targets over the last dim)."
-        )
-    if targets.dim() != 1 or targets.numel() != n:
-        raise ValueError(
-            f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
-            f"{tuple(targets.shape)}; pass the labels of exactly the inputs that were predicted."
-        )
-    lo, hi = int(targets.min()), int(targets.max())
-    if lo < 0 or hi >= c:
-        raise ValueError(
-            f"Expected targets in [0, {c}) (class indices for C={c} classes), got values in "
-            f"[{lo}, {hi}]; relabel them as 0..{c - 1}."
-        )
-    return targets.to(device=pbar.device, dtype=torch.long)
-
-
-def _prepare(probs: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
-    """``(p̄, y)``: float64 mean probabilities ``(N, C)`` and long targets ``(N,)``."""
-    pbar = _prepare_probs(probs).mean(0)
-    return pbar, _check_targets(targets, pbar)
-
-
-def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
-    out = []
-    for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
-        if not isinstance(s, Tensor):
-            raise TypeError(
-                f"Expected {name} to be a torch.Tensor of per-input scores, got "
-                f"{type(s).__name__}; compute them with ood_scores(probs, score)."
-            )
-        if s.dim() != 1 or s.numel() == 0:
-            raise ValueError(
-                f"Expected {name} of shape (M,) with M >= 1 (a non-empty set of inputs), got "
-                f"shape {tuple(s.shape)}; pass one score per input and at least one input."
-            )
-        s = _float64(s)
-        if not bool(torch.isfinite(s).all()):
-            raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")
-        out.append(s)
-    return out[0], out[1].to(out[0].device)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ C classes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -24,17 +24,21 @@ import torch
 from pyro import poutine
 from torch import Tensor, nn
 
-from pyrouq._util import check_int, has_latent_sites, module_device
+from pyrouq import _engine
+from pyrouq._util import (
+    check_finite_inputs,
+    check_int,
+    has_latent_sites,
+    model_input,
+    module_device,
+)
+from pyrouq.infer.guide import MeanFieldGuide, check_draws, check_guide
+from pyrouq.likelihoods import Categorical
+from pyrouq.mcmc import posterior_draws
+from pyrouq.regression import GaussianPredictions
 from pyrouq.uncertainty import Decomposition, Measure, _check_probs, decompose
 
-__all__ = [
-    "DEFAULT_ANGLES",
-    "DEFAULT_NUM_SAMPLES",
-    "Predictions",
-    "evaluate_rotations",
-    "format_rotation_table",
-    "predict",
-]
+__all__ = ["DEFAULT_NUM_SAMPLES", "Predictions", "predict"]
 
 DEFAULT_NUM_SAMPLES = 32
 """Posterior draws used by :func:`predict` for a Bayesian model when num_samples is None."""
@@ -67,10 +71,17 @@ class Predictions:
     probs: Tensor
     targets: Tensor | None = field(default=None)
 
+    def __post_init__(self) -> None:
+        from pyrouq.metrics import _check_targets
+
+        _check_probs(self.probs, "probs", 3)
+        if self.targets is not None:
+            _check_targets(self.targets, self.probs[0])
+
     @classmethod
     def from_probs(cls, probs: Tensor, targets: Tensor | None = None) -> Predictions:
-        """Wrap any ``(S, N, C)`` probability tensor (checked: non-negative, rows sum to 1)."""
-        _check_probs(probs, "probs", 3)
+        """Wrap any ``(S, N, C)`` probability tensor (checked: finite, non-negative, rows sum
+        to 1; targets ``(N,)`` labels in ``[0, C)``), as the constructor does."""
         return cls(probs=probs, targets=targets)
 
     @property
@@ -187,7 +198,6 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
     its traces would give); any other guide is traced once per draw on ``args``.
     """
-    from pyrouq.infer.guide import MeanFieldGuide
 
     draws: dict[str, list[Tensor]] = {}
     if isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward:
@@ -203,8 +213,21 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     return {name: torch.stack(values) for name, values in draws.items()}
 
 
-def _softmax(logits: Tensor) -> Tensor:
-    return torch.softmax(logits.float(), -1)
+def class_predictions(preds: Any, where: str) -> Predictions:
+    """``preds`` if a classifier's :class:`Predictions`, else a clear error naming ``where``."""
+    if not isinstance(preds, Predictions):
+        raise TypeError(
+            f"{where} works on class probabilities; the model predicts {type(preds).__name__} "
+            "(a Gaussian likelihood): use its .evaluate() and the regression plots instead."
+        )
+    return preds
+
+
+def _to(part: Any, device: torch.device | None) -> Any:
+    """A likelihood's per-batch predictive result (a tensor or a tuple of them) on ``device``."""
+    if isinstance(part, tuple):
+        return tuple(t.to(device) for t in part)
+    return part.to(device)
 
 
 @torch.no_grad()
@@ -216,8 +239,11 @@ def predict(
     num_samples: int | None = None,
     batch_size: int = 1024,
     parallel: bool = True,
-) -> Predictions:
-    """Predictive probabilities ``(S, N, C)`` of a model on inputs ``x``.
+    posterior_samples: Any = None,
+) -> Predictions | GaussianPredictions:
+    """Predictions of S draws (or members) of a model on inputs ``x``: class probabilities
+    ``(S, N, C)`` for a classifier, means and standard deviations ``(S, N, D)`` for a model
+    with a :class:`~pyrouq.likelihoods.Gaussian` likelihood.
 
     Parameters
     ----------
@@ -226,15 +252,23 @@ def predict(
         ``"logits"``, or a plain ``nn.Module`` returning logits ``(B, C)``.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
-        labels are kept as ``Predictions.targets``).
+        labels are kept as ``Predictions.targets``). Floating inputs of another dtype (float64,
+        float16) are cast to the model's; integer ones (raw uint8 pixels) are refused, see
+        :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
+        NaN or inf inputs are refused.
     guide : callable, optional
-        The fitted guide of a Bayesian model.
+        The fitted guide of a Bayesian model; one built for another model (other sites or
+        shapes) is refused, naming the first differing site.
     num_samples : int, optional
         Posterior draws S for a Bayesian model (default 32). Must stay None for a
         BatchEnsemble (S = its M members) and a plain network (S = 1).
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass.
+    posterior_samples : MCMCResult or dict, optional
+        Draws from anywhere instead of a guide: an :class:`~pyrouq.mcmc.MCMCResult` (every
+        chain's draws, chain after chain) or ``{site: (S, *shape)}`` with one S for every
+        latent site. S is then their number (leave ``guide`` and ``num_samples`` out).
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
@@ -243,8 +277,9 @@ def predict(
 
     Returns
     -------
-    Predictions
-        On the device of ``x`` (of the first batch for a loader).
+    Predictions or GaussianPredictions
+        As the model's likelihood makes them (:class:`Predictions` for plain networks and
+        other Pyro models), on the device of ``x`` (of the first batch for a loader).
 
     Examples
     --------
@@ -261,15 +296,28 @@ def predict(
         check_int("num_samples", num_samples)
     device = module_device(model, guide)
     likelihood = getattr(model, "likelihood", None)
-    to_probs = likelihood.predictive if likelihood is not None else _softmax
+    if likelihood is None:
+        likelihood = Categorical()
     was_training = model.training if isinstance(model, nn.Module) else None
     if isinstance(model, nn.Module):
         model.eval()
     try:
-        with pyro.validation_enabled(False):
-            if guide is not None:
+        with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
+            if posterior_samples is not None:
+                if guide is not None or num_samples is not None:
+                    raise ValueError(
+                        "predict() got posterior_samples and a guide or num_samples: the draws "
+                        "come from one source, and S is the number of posterior samples. "
+                        "Pass posterior_samples alone."
+                    )
+                fixed = posterior_draws(posterior_samples, model)
+                count = int(next(iter(fixed.values())).shape[0])
+                run = _bayesian_runner(model, lambda x: fixed, count, parallel, batch_size)
+            elif guide is not None:
+                check_guide(model, guide, "predict()")
+                count = num_samples or DEFAULT_NUM_SAMPLES
                 run = _bayesian_runner(
-                    model, guide, num_samples or DEFAULT_NUM_SAMPLES, parallel, batch_size
+                    model, lambda x: draw_guide(guide, count, (x,)), count, parallel, batch_size
                 )
             elif has_latent_sites(model):
                 raise ValueError(
@@ -293,24 +341,27 @@ def predict(
                         f"({type(model).__name__}): S = 1. Leave num_samples=None."
                     )
                 run = _plain_runner(model)
-            probs, targets, out_device = [], [], None
+            parts, targets, out_device = [], [], None
             for xb, yb in _batches(x, batch_size):
                 if out_device is None:
                     out_device = xb.device
                 if device is not None:
                     xb = xb.to(device)
-                logits = run(xb)
-                probs.append(to_probs(logits).to(out_device))
+                xb = model_input(xb, model, "predict()")
+                check_finite_inputs(xb, "predict()")
+                outputs = run(xb)
+                latent = getattr(run, "latent", None)
+                part = likelihood.predictive(outputs, latent() if latent else None)
+                parts.append(_to(part, out_device))
                 if yb is not None:
                     targets.append(yb.to(out_device))
     finally:
         if was_training:
             model.train()
-    if not probs:
+    if not parts:
         raise ValueError("predict() got no inputs: x is empty.")
-    all_probs = torch.cat(probs, dim=1)
-    all_targets = torch.cat(targets) if len(targets) == len(probs) else None
-    return Predictions(all_probs, all_targets)
+    all_targets = torch.cat(targets) if len(targets) == len(parts) else None
+    return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
 
 
 def _plain_runner(model: nn.Module):
@@ -342,10 +393,16 @@ def _sampled_runner(model: Any, num_samples: int):
     return run
 
 
-def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, batch_size: int):
-    """Draw the weights once (at the first batch), then evaluate every input batch under the
-    same S draws, ``chunk`` draws per pass so that at most ``max(batch_size, B)`` (input, draw)
-    pairs are evaluated at once."""
+def _bayesian_runner(
+    model: Any,
+    source: Callable[[Tensor], dict[str, Tensor]],
+    num_samples: int,
+    parallel: bool,
+    batch_size: int,
+):
+    """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws),
+    then evaluate every input batch under them, ``chunk`` draws per pass so that at most
+    ``max(batch_size, B)`` (input, draw) pairs are evaluated at once."""
     draws: dict[str, Tensor] = {}
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
 
@@ -356,17 +413,10 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
 
     def run(x: Tensor) -> Tensor:
         if not draws:
-            drawn = draw_guide(guide, num_samples, (x,))
+            drawn = source(x)
+            check_draws(model, drawn, "predict()")
             if direct is not None:  # the model's latent sites only (autoguides add others)
-                sites = model.latent_sites()
-                missing = [site for site in sites if site not in drawn]
-                if missing:
-                    raise ValueError(
-                        f"The guide did not sample the model's latent site(s) {missing[:3]}: "
-                        f"it does not belong to {type(model).__name__}. Build the guide for "
-                        "this model, e.g. mean_field_guide(model)."
-                    )
-                drawn = {site: drawn[site] for site in sites}
+                drawn = {site: drawn[site] for site in model.latent_sites()}
             draws.update(drawn)
         stackable = parallel and direct is not None
         chunk = min(num_samples, max(1, batch_size // x.shape[0])) if stackable else 1
@@ -379,199 +429,19 @@ def _bayesian_runner(model: Any, guide: Any, num_samples: int, parallel: bool, b
                 out.append(logits(x, {k: v[start:stop] for k, v in draws.items()}))
         return torch.cat(out)
 
+    def latent() -> dict[str, Tensor] | None:
+        """The draws of the likelihood's own sites (a noise scale), all S of them."""
+        own: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
+        return {site: draws[site] for site in own} or None
+
+    run.latent = latent  # type: ignore[attr-defined]
     return run
 
 
-# --------------------------------------------------------------------------------------------
-# Rotated inputs (distribution shift)
-# --------------------------------------------------------------------------------------------
+def __getattr__(name: str) -> object:
+    """The rotation helpers' former home (now :mod:`pyrouq.rotation`), imported lazily."""
+    if name in ("DEFAULT_ANGLES", "evaluate_rotations", "format_rotation_table"):
+        from pyrouq import rotation
 
-DEFAULT_ANGLES: tuple[int, ...] = tuple(range(0, 181, 15))
-"""Angles (degrees) of :func:`evaluate_rotations`: 0, 15, ..., 180."""
-
-_ROTATION_KEYS = ("angle", "acc", "ece", "epistemic", "total")
-
-
-@torch.no_grad()
-def evaluate_rotations(
-    model: nn.Module | Any,
-    x: Tensor,
-    y: Tensor,
-    guide: Any = None,
-    *,
-    angles: Iterable[float] = DEFAULT_ANGLES,
-    num_samples: int | None = None,
-    batch_size: int = 1024,
-    measure: Measure = "entropy",
-    normalized: bool = True,
-) -> list[dict[str, float]]:
-    """Accuracy, calibration and uncertainty of a model on rotated copies of ``x``.
-
-    For each angle, ``x`` is rotated with :func:`pyrouq.data.rotate` and passed to
-    :func:`predict`; the metrics are those of :mod:`pyrouq.metrics` on the mean predictive
-    probabilities, so the row at angle 0 agrees with :func:`pyrouq.metrics.evaluate`.
-
-    Every angle sees the same S posterior draws (common random numbers): the torch RNG state
-    is saved before the first angle and restored before each other one, so the rows differ by
-    the rotation alone, not by Monte Carlo noise. Afterwards the RNG has advanced as after one
-    :func:`predict` call.
-
-    Parameters
-    ----------
-    model, guide, num_samples, batch_size
-        As in :func:`predict`.
-    x : torch.Tensor
-        ``(N, 1, 28, 28)`` or ``(N, 784)`` images (any single-channel square images).
-    y : torch.Tensor
-        ``(N,)`` integer labels.
-    angles : iterable of float, default ``(0, 15, ..., 180)``
-        Rotation angles in degrees, counter-clockwise.
-    measure : {"entropy", "variance", "zero_one"}, default "entropy"
-        Uncertainty measure of the ``epistemic`` and ``total`` columns (see
-        :func:`pyrouq.uncertainty.decompose`); with ``"entropy"`` they are the mutual
-        information and the predictive entropy in nats.
-    normalized : bool, default True
-        Whether ``x`` carries the MNIST normalisation; decides the background value that
-        rotates in (see :func:`pyrouq.data.rotate`).
-
-    Returns
-    -------
-    list of dict of str to float
-        One row per angle, in the given order, with keys ``angle`` (degrees), ``acc``,
-        ``ece`` (fractions, 15 equal-width bins), ``epistemic`` and ``total`` (means over the
-        N inputs). Print them with :func:`format_rotation_table`, plot them with
-        :func:`pyrouq.plotting.plot_rotation`.
-
-    Examples
-    --------
-    >>> from pyrouq.models import MLP
-    >>> rows = evaluate_rotations(MLP(), torch.randn(8, 1, 28, 28), torch.arange(8), angles=[0, 90])
-    >>> [row["angle"] for row in rows], sorted(rows[0])
-    ([0.0, 90.0], ['acc', 'angle', 'ece', 'epistemic', 'total'])
-    """
-    from pyrouq.data import _check_angle, rotate
-    from pyrouq.metrics import _prepare_probs, acc, ece
-    from pyrouq.uncertainty import _check_measure
-
-    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
-        bad = "x" if not isinstance(x, Tensor) else "y"
-        raise TypeError(
-            f"evaluate_rotations() expects x and y as tensors (images (N, ...) and labels "
-            f"(N,)), got {bad} of type {type(x if bad == 'x' else y).__name__}; concatenate "
-            "the batches of a loader with torch.cat first."
-        )
-    if y.dim() != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(
-            f"Expected y of shape (N,) = ({x.shape[0]},), one label per image of x, got shape "
-            f"{tuple(y.shape)}."
-        )
-    _check_measure(measure)
-    angles = [_check_angle(a, "each angle") for a in angles]
-    if not angles:
-        raise ValueError("Expected at least one angle, got none; pass e.g. angles=(0, 45, 90).")
-    device = module_device(model, guide) or x.device
-    rng = _rng_state(device)
-    rows = []
-    for i, angle in enumerate(angles):
-        if i:
-            _set_rng_state(device, rng)
-        preds = predict(
-            model,
-            rotate(x, angle, normalized=normalized),
-            guide,
-            num_samples=num_samples,
-            batch_size=batch_size,
-        )
-        probs = _prepare_probs(preds.probs)  # float64, as in pyrouq.metrics.evaluate
-        parts = decompose(probs, measure)
-        rows.append(
-            {
-                "angle": angle,
-                "acc": acc(probs, y),
-                "ece": ece(probs, y),
-                "epistemic": float(parts.epistemic.mean()),
-                "total": float(parts.total.mean()),
-            }
-        )
-    return rows
-
-
-def format_rotation_table(rows: Iterable[dict[str, float]]) -> str:
-    """Format the rows of :func:`evaluate_rotations` as one fixed-width text table.
-
-    Accuracy and ECE are shown as percentages, the uncertainties with 5 decimals, in the box
-    style of :func:`pyrouq.metrics.format_table`.
-
-    Examples
-    --------
-    >>> print(format_rotation_table([
-    ...     {"angle": 0.0, "acc": 0.9912, "ece": 0.0041, "epistemic": 0.0123, "total": 0.0456},
-    ...     {"angle": 90.0, "acc": 0.1534, "ece": 0.4012, "epistemic": 0.3012, "total": 1.2345},
-    ... ]))
-    ┌───────┬────────┬────────┬───────────┬─────────┐
-    │ Angle │    Acc │    ECE │ Epistemic │   Total │
-    ├───────┼────────┼────────┼───────────┼─────────┤
-    │    0° │ 99.12% │  0.41% │   0.01230 │ 0.04560 │
-    │   90° │ 15.34% │ 40.12% │   0.30120 │ 1.23450 │
-    └───────┴────────┴────────┴───────────┴─────────┘
-    """
-    rows = _check_rotation_rows(rows)
-    header = ["Angle", "Acc", "ECE", "Epistemic", "Total"]
-    body = [
-        [
-            f"{row['angle']:g}°",
-            f"{row['acc']:.2%}",
-            f"{row['ece']:.2%}",
-            f"{row['epistemic']:.5f}",
-            f"{row['total']:.5f}",
-        ]
-        for row in rows
-    ]
-    widths = [max(len(line[j]) for line in [header, *body]) for j in range(len(header))]
-    bars = ["─" * (w + 2) for w in widths]
-
-    def line(cells: list[str]) -> str:
-        return "│ " + " │ ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + " │"
-
-    out = ["┌" + "┬".join(bars) + "┐", line(header), "├" + "┼".join(bars) + "┤"]
-    out += [line(cells) for cells in body]
-    out.append("└" + "┴".join(bars) + "┘")
-    return "\n".join(out)
-
-
-def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
-    """The rows of :func:`evaluate_rotations` as a list, or a TypeError / ValueError."""
-    if isinstance(rows, (str, bytes, dict)) or not isinstance(rows, Iterable):
-        raise TypeError(
-            f"Expected rows to be a list of dicts (the output of evaluate_rotations()), got "
-            f"{type(rows).__name__}."
-        )
-    out = list(rows)
-    if not out:
-        raise ValueError("Expected at least one row, got none; pass evaluate_rotations(...).")
-    for row in out:
-        missing = [k for k in _ROTATION_KEYS if not isinstance(row, dict) or k not in row]
-        if missing:
-            raise ValueError(
-                f"A rotation row lacks the key(s) {missing}; expected dicts with keys "
-                f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
-            )
-    return out
-
-
-def _rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
-    """The torch CPU RNG state and, on an accelerator, the state of ``device``'s generator."""
-    if device.type == "cuda":
-        return torch.get_rng_state(), torch.cuda.get_rng_state(device)
-    if device.type == "mps":
-        return torch.get_rng_state(), torch.mps.get_rng_state()
-    return torch.get_rng_state(), None
-
-
-def _set_rng_state(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        if device.type == "cuda":
-            torch.cuda.set_rng_state(state[1], device)
-        else:
-            torch.mps.set_rng_state(state[1])
+        return getattr(rotation, name)
+    raise AttributeError(f"module 'pyrouq.predictive' has no attribute {name!r}")

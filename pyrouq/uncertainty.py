@@ -81,6 +81,21 @@ class Decomposition:
     aleatoric: Tensor
     epistemic: Tensor
 
+    def __post_init__(self) -> None:
+        parts = {"total": self.total, "aleatoric": self.aleatoric, "epistemic": self.epistemic}
+        for name, part in parts.items():
+            if not isinstance(part, Tensor):
+                raise TypeError(
+                    f"Expected {name} to be a torch.Tensor, got {type(part).__name__}; a "
+                    "Decomposition is made by decompose() or Predictions.uncertainty()."
+                )
+        shapes = {name: tuple(part.shape) for name, part in parts.items()}
+        if len(set(shapes.values())) > 1:
+            raise ValueError(
+                f"Expected total, aleatoric and epistemic of one shape (N,), got {shapes}; a "
+                "Decomposition is made by decompose() or Predictions.uncertainty()."
+            )
+
 
 def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e) -> Decomposition:
     r"""Decompose the uncertainty of S predictive distributions on N inputs.

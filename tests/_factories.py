@@ -13,3 +13,8 @@ def tiny_residual() -> nn.Module:
 
 def not_a_module() -> str:
     return "resnet"
+
+
+def flat_mlp() -> nn.Module:
+    """Takes flat (B, 784) inputs: fails on the (B, 1, 28, 28) images the CLI loads."""
+    return nn.Sequential(nn.Linear(784, 10))

@@ -16,7 +16,7 @@ def _pyro_state():
     pyro.clear_param_store()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_data():
     """The raw files in ../shared/data (torchvision layout), or skip where they are absent."""
     from pathlib import Path

@@ -6,12 +6,16 @@ expected and what came (the regular expression spans those parts).
 
 from __future__ import annotations
 
+import math
 import re
+import tempfile
+from pathlib import Path
 
 import pyro
 import pytest
 import torch
 
+import pyrouq
 from pyrouq import (
     MLP,
     BatchEnsembleMLP,
@@ -32,7 +36,8 @@ from pyrouq import (
     to_inference_data,
 )
 from pyrouq.cli import main
-from pyrouq.data import TensorLoader
+from pyrouq.data import TensorLoader, normalize
+from pyrouq.likelihoods import Categorical, get_likelihood
 
 
 class _Subclass(BayesianMLP):
@@ -350,7 +355,7 @@ CASES = {
     "bayesian: unknown likelihood": (
         lambda tmp: bayesian(_residual(), likelihood="poisson"),  # type: ignore[arg-type]
         ValueError,
-        r"Unknown likelihood 'poisson': expected one of \['categorical'\]",
+        r"Unknown likelihood 'poisson': expected one of \['categorical', 'gaussian'\]",
     ),
 }
 
@@ -368,15 +373,41 @@ CLI_CASES = {
     "cli: unknown model": (["fit", "resnet"], r"unknown model 'resnet'; choose one of: bayes"),
     "cli: non-positive epochs": (["fit", "mlp", "--epochs", "0"], r"--epochs must be a positive"),
     "cli: batch size": (["fit", "mlp", "--batch-size", "x"], r"--batch-size must be a positive"),
+    "cli: unknown dataset": (
+        ["fit", "mlp", "--dataset", "cifar"],
+        r"argument --dataset: invalid choice: 'cifar' \(choose from 'mnist', 'fashion-mnist'\)",
+    ),
+    "cli: --method for a built-in model": (
+        ["fit", "mlp", "--method", "bayesian"],
+        r"--method applies to a factory \(package.module:factory\); mlp is a built-in model",
+    ),
+    "cli: factory that does not exist": (
+        ["fit", "tests._factories:nope"],
+        r"'tests._factories' has no attribute 'nope' \(factory 'tests._factories:nope'\)",
+    ),
+    "cli: evaluate a missing folder": (
+        ["evaluate", "/nonexistent/run"],
+        r"RUN_DIR '/nonexistent/run' is not a folder; pass a folder of `pyrouq fit`",
+    ),
+    "cli: evaluate a folder without checkpoint": (
+        ["evaluate", "tests"],
+        r"'tests' has no checkpoint.pt; pass a folder of `pyrouq fit`",
+    ),
+    "cli: data from a missing root": (
+        ["data", "--data-root", "/nonexistent"],
+        r"MNIST train file not found: expected /nonexistent/MNIST/raw/.*To fix: pass a root=",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(CLI_CASES))
 def test_cli_refuses_with_one_line_and_exit_code_2(name, capsys):
     argv, pattern = CLI_CASES[name]
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("pyrouq: error: ") and err.count("\n") == 1
     assert re.search(pattern, err), err
@@ -389,3 +420,633 @@ def test_the_catalogue_has_at_least_twelve_cases():
         "data", "model", "guide", "elbo", "fit", "predict", "metrics", "decompose",
         "diagnostics", "cli", "checkpoint",
     }  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# The public API, name by name (issue "bad input, round 2")
+# --------------------------------------------------------------------------------------------
+#
+# One row per (public name, kind of bad argument): the kinds are type, shape, dtype, range,
+# empty, nan (NaN/inf) and companion (a mismatched guide, model or data). Each row asserts a
+# pyrouq error (CheckpointError is a ValueError) or ValueError / TypeError whose message says
+# what was expected and what to do. test_every_public_name_has_a_case fails when a name is
+# added to pyrouq.__all__ without a row here (or a reason in NOT_CALLED_WITH_USER_DATA).
+
+NAN = float("nan")
+U8_IMAGES = torch.zeros(2, 1, 28, 28, dtype=torch.uint8)
+DTYPE_HINT = r"expects floating-point inputs, got a torch.uint8 tensor .*pyrouq.data.normalize"
+MISMATCH = r"the guide does not belong to BayesianMLP: site 'fc1.weight' has shape \(120, 256\)"
+
+
+def mlp_and_guide():
+    model = BayesianMLP(hidden_features=4, num_data=10)
+    return model, mean_field_guide(model)
+
+
+def lenet_guide():
+    return mean_field_guide(BayesianLeNet())
+
+
+def flat_x(n=6):
+    return torch.randn(n, 784)
+
+
+def labels(n=6):
+    return torch.arange(n) % 10
+
+
+def flat_loader(images, targets):
+    return TensorLoader(images, targets, 3, shuffle=False, flatten=True, normalize=False, seed=0)
+
+
+def preds(n=6):
+    return pyrouq.Predictions(torch.full((2, n, 10), 0.1), labels(n))
+
+
+def gaussian_preds(n=6):
+    return pyrouq.GaussianPredictions(torch.zeros(2, n, 1), torch.ones(2, n, 1))
+
+
+def with_model_guide(call):
+    """``call(model, guide)`` on a tiny Bayesian MLP and its guide."""
+    return lambda tmp: call(*mlp_and_guide())
+
+
+API_CASES = [
+    # -- networks ------------------------------------------------------------------------
+    ("MLP", "range", lambda tmp: pyrouq.MLP(in_features=0), ValueError,
+     r"Expected in_features to be a positive integer, got 0"),
+    ("MLP", "shape", lambda tmp: pyrouq.MLP()(torch.randn(2, 5)), ValueError,
+     r"MLP expects inputs of shape \(B, 784\).*got shape \(2, 5\). Flatten the images"),
+    ("MLP", "dtype", lambda tmp: pyrouq.MLP()(torch.zeros(2, 784, dtype=torch.uint8)),
+     TypeError, "MLP " + DTYPE_HINT),
+    ("LeNet", "range", lambda tmp: pyrouq.LeNet(in_channels=-1), ValueError,
+     r"Expected in_channels to be a positive integer, got -1"),
+    ("LeNet", "shape", lambda tmp: pyrouq.LeNet()(torch.randn(2, 28, 28)), ValueError,
+     r"LeNet expects images of shape \(B, 1, 28, 28\), got shape \(2, 28, 28\). Use load_mnist"),
+    ("LeNet", "dtype", lambda tmp: pyrouq.LeNet()(U8_IMAGES), TypeError, "LeNet " + DTYPE_HINT),
+    ("ResidualCNN", "range", lambda tmp: pyrouq.ResidualCNN(width=0), ValueError,
+     r"Expected width to be a positive integer, got 0"),
+    ("ResidualCNN", "shape", lambda tmp: pyrouq.ResidualCNN()(torch.randn(2, 28, 28)),
+     ValueError, r"ResidualCNN expects images of shape \(B, 1, H, W\), got shape \(2, 28, 28\)"),
+    ("ResidualCNN", "dtype", lambda tmp: pyrouq.ResidualCNN()(U8_IMAGES), TypeError,
+     "ResidualCNN " + DTYPE_HINT),
+    # -- layers --------------------------------------------------------------------------
+    ("BatchEnsembleLinear", "range", lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 0),
+     ValueError, r"Expected num_members to be an integer >= 1, got 0.*4 is a common choice"),
+    ("BatchEnsembleLinear", "shape",
+     lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2)(torch.randn(4, 5)), ValueError,
+     r"BatchEnsembleLinear expects inputs of shape \(M \* B, \.\.\., 2\), got shape \(4, 5\)"),
+    ("BatchEnsembleLinear", "type",
+     lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2, init="zeros"),  # type: ignore[arg-type]
+     ValueError, r"Unknown init 'zeros': expected 'normal' .* or 'random_sign'"),
+    ("BatchEnsembleConv1d", "shape",
+     lambda tmp: pyrouq.BatchEnsembleConv1d(2, 3, 3, 2)(torch.randn(3, 2, 8)), ValueError,
+     r"with 2 members expects a folded batch of M \* B inputs .*got shape \(3, 2, 8\)"),
+    ("BatchEnsembleConv2d", "type",
+     lambda tmp: pyrouq.BatchEnsembleConv2d(2, 3, 3, num_members="4"),  # type: ignore[arg-type]
+     ValueError, r"Expected num_members to be an integer >= 1, got '4'"),
+    ("BatchEnsembleConv2d", "shape",
+     lambda tmp: pyrouq.BatchEnsembleConv2d(2, 3, 3, 2)(torch.randn(4, 5, 8, 8)), ValueError,
+     r"BatchEnsembleConv2d expects inputs of shape \(M \* B, 2, H, W\), got shape \(4, 5, 8, 8\)"),
+    ("BatchEnsembleConv3d", "range", lambda tmp: pyrouq.BatchEnsembleConv3d(2, 3, 3, 2, r_std=-1.0),
+     ValueError, r"Expected r_std >= 0 \(a finite float\), got -1.0. It is the standard deviation"),
+    ("BatchEnsembleConv3d", "shape",
+     lambda tmp: pyrouq.BatchEnsembleConv3d(2, 3, 3, 2)(torch.randn(4, 2, 8, 8)), ValueError,
+     r"expects inputs of shape \(M \* B, 2, D, H, W\), got shape \(4, 2, 8, 8\)"),
+    ("BayesianLinear", "nan", lambda tmp: pyrouq.BayesianLinear(2, 3, prior_scale=NAN),
+     ValueError, r"Expected prior_scale > 0 \(a finite float\), got nan.*prior_scale=1.0"),
+    ("BayesianLinear", "shape", lambda tmp: pyrouq.BayesianLinear(2, 3)(torch.randn(2, 5)),
+     ValueError, r"BayesianLinear expects inputs of shape \(\.\.\., 2\), got shape \(2, 5\)"),
+    ("BayesianConv2d", "range", lambda tmp: pyrouq.BayesianConv2d(1, 2, 3, prior_scale=-1.0),
+     ValueError, r"Expected prior_scale > 0 \(a finite float\), got -1.0"),
+    ("BayesianConv2d", "shape", lambda tmp: pyrouq.BayesianConv2d(1, 2, 3)(torch.randn(2, 3, 8, 8)),
+     ValueError,
+     r"BayesianConv2d expects inputs of shape \(B, 1, H, W\) .*got shape \(2, 3, 8, 8\)"),
+    # -- models --------------------------------------------------------------------------
+    ("BayesianMLP", "dtype",
+     lambda tmp: BayesianMLP()(torch.zeros(2, 784, dtype=torch.uint8)), TypeError,
+     "BayesianMLP " + DTYPE_HINT),
+    ("BayesianMLP", "range", lambda tmp: BayesianMLP(hidden_features=0), ValueError,
+     r"Expected hidden_features to be a positive integer, got 0"),
+    ("BayesianLeNet", "range", lambda tmp: BayesianLeNet(prior_scale=0), ValueError,
+     r"Expected prior_scale > 0 \(a finite float\), got 0"),
+    ("BayesianLeNet", "dtype", lambda tmp: BayesianLeNet()(U8_IMAGES), TypeError,
+     "BayesianLeNet " + DTYPE_HINT),
+    ("BatchEnsembleMLP", "shape", lambda tmp: BatchEnsembleMLP()(torch.randn(2, 5)), ValueError,
+     r"BatchEnsembleMLP expects inputs of shape \(B, 784\).*got shape \(2, 5\)"),
+    ("BatchEnsembleLeNet", "range", lambda tmp: pyrouq.BatchEnsembleLeNet(num_members=0),
+     ValueError, r"Expected num_members to be an integer >= 1, got 0"),
+    ("BatchEnsembleLeNet", "dtype", lambda tmp: pyrouq.BatchEnsembleLeNet()(U8_IMAGES),
+     TypeError, "BatchEnsembleLeNet " + DTYPE_HINT),
+    ("BayesianNetwork", "type", lambda tmp: pyrouq.BayesianNetwork(3), TypeError,
+     r"Expected an nn.Module to make Bayesian, got int"),
+    ("BayesianNetwork", "dtype",
+     lambda tmp: bayesian(pyrouq.MLP(4, 3, 2))(torch.zeros(2, 4, dtype=torch.int64)), TypeError,
+     r"BayesianNetwork expects floating-point inputs, got a torch.int64 tensor.*x.float\(\)"),
+    ("bayesian", "companion", lambda tmp: bayesian(pyrouq.MLP(4, 3, 2), select=["conv"]),
+     ValueError, r"select entry 'conv' matches no parameter of MLP. Its parameters are 'fc1"),
+    ("BatchEnsembleNetwork", "type", lambda tmp: pyrouq.BatchEnsembleNetwork("net", 4),
+     TypeError, r"Expected an nn.Module to convert into a BatchEnsemble, got str"),
+    ("batchensemble", "range", lambda tmp: pyrouq.batchensemble(pyrouq.MLP(), 0), ValueError,
+     r"Expected num_members to be an integer >= 1, got 0"),
+    ("batchensemble", "empty", lambda tmp: pyrouq.batchensemble(torch.nn.ReLU(), 4), ValueError,
+     r"ReLU has no nn.Linear or convolution layer to turn into BatchEnsemble layers. Pass a "),
+    ("batchensemble", "dtype",
+     lambda tmp: pyrouq.batchensemble(pyrouq.MLP(4, 3, 2), 2)(torch.zeros(2, 4, dtype=torch.bool)),
+     TypeError, r"expects floating-point inputs, got a torch.bool tensor. Scale and normalise"),
+    # -- inference -----------------------------------------------------------------------
+    ("MeanFieldGuide", "type", lambda tmp: pyrouq.MeanFieldGuide(pyrouq.MLP()), TypeError,
+     r"mean_field_guide\(\) needs a pyrouq Bayesian model .*got MLP. For other Pyro models"),
+    ("MeanFieldGuide", "companion",
+     lambda tmp: pyrouq.MeanFieldGuide(BayesianMLP(hidden_features=4), init_from=pyrouq.LeNet()),
+     ValueError, r"init_from parameter 'fc1.weight' has shape \(120, 256\), expected \(4, 784\)"),
+    ("mean_field_guide", "range", lambda tmp: mean_field_guide(BayesianMLP(), init_scale=0.0),
+     ValueError, r"Expected init_scale > 0 \(a finite float\), got 0.0.*the default is 1e-2"),
+    ("mean_field_guide", "nan", lambda tmp: mean_field_guide(BayesianMLP(), init_scale=math.inf),
+     ValueError, r"Expected init_scale > 0 \(a finite float\), got inf"),
+    ("KLWeightedELBO", "nan", lambda tmp: KLWeightedELBO(kl_weight=NAN), ValueError,
+     r"Expected kl_weight to be a finite float >= 0, got nan. kl_weight = 1 is the exact ELBO"),
+    ("KLWeightedELBO", "range", lambda tmp: KLWeightedELBO(num_particles=0), ValueError,
+     r"Expected num_particles to be an integer >= 1, got 0"),
+    ("fit", "type", lambda tmp: fit("model", None, [], epochs=1), TypeError,
+     r"fit\(\) expects model to be an nn.Module .*got str; build it with e.g. bayesian\(net\)"),
+    ("fit", "companion",
+     lambda tmp: fit(BayesianMLP(), lenet_guide(), flat_loader(torch.rand(6, 784), labels()),
+                     epochs=1, progress=False),
+     ValueError, r"fit\(\): the guide does not belong to BayesianMLP: site 'fc1.weight'"),
+    ("fit", "dtype",
+     with_model_guide(lambda m, g: fit(m, g, torch.utils.data.DataLoader(
+         torch.utils.data.TensorDataset(torch.zeros(6, 784, dtype=torch.uint8), labels()),
+         batch_size=3), epochs=1, progress=False)),
+     TypeError, "fit\\(\\) " + DTYPE_HINT),
+    ("fit", "nan",
+     with_model_guide(lambda m, g: fit(m, g, flat_loader(torch.rand(6, 784), labels()),
+                                       epochs=1, lr=NAN, progress=False)),
+     ValueError, r"Expected lr > 0 \(a finite float\), got nan"),
+    ("fit", "empty",
+     with_model_guide(lambda m, g: fit(m, g, torch.utils.data.DataLoader(
+         torch.utils.data.TensorDataset(torch.zeros(0, 784), torch.zeros(0, dtype=torch.long)),
+         batch_size=3), epochs=1, progress=False)),
+     ValueError, r"train_loader is empty \(its dataset holds 0 examples\). Pass a loader"),
+    ("fit", "shape",
+     lambda tmp: fit(torch.nn.Sequential(torch.nn.Linear(784, 10)), None,
+                     load_mnist(batch_size=4, train_size=8)[0], epochs=1, progress=False),
+     ValueError, r"fit\(\): Sequential failed on the first examples of train_loader \(x "
+     r"of shape \(2, 1, 28, 28\).*Check that the network takes the loader's inputs"),
+    # -- prediction ----------------------------------------------------------------------
+    ("predict", "dtype", lambda tmp: predict(BayesianLeNet(), U8_IMAGES, lenet_guide()),
+     TypeError, r"predict\(\) " + DTYPE_HINT + r".*load_mnist\(\)"),
+    ("predict", "companion", lambda tmp: predict(BayesianMLP(), flat_x(), lenet_guide()),
+     ValueError, r"predict\(\): " + MISMATCH + r" in the guide but \(256, 784\) in the model. "
+     r"Pass the guide built for this model"),
+    ("predict", "nan",
+     with_model_guide(lambda m, g: predict(m, torch.full((2, 784), NAN), g)), ValueError,
+     r"predict\(\): x holds NaN or inf in 2 of 2 inputs \(rows \[0, 1\]\).*torch.nan_to_num"),
+    ("predict", "empty", with_model_guide(lambda m, g: predict(m, torch.zeros(0, 784), g)),
+     ValueError, r"predict\(\) got no inputs: x is empty"),
+    ("predict", "type", with_model_guide(lambda m, g: predict(m, [1, 2], g)), TypeError,
+     r"predict\(\) expects x as a tensor or an iterable of tensors / \(x, y\) batches; a batch "
+     r"was int"),
+    ("predict", "range", with_model_guide(lambda m, g: predict(m, flat_x(), g, num_samples=0)),
+     ValueError, r"Expected num_samples to be a positive integer, got 0"),
+    ("Predictions", "shape", lambda tmp: pyrouq.Predictions(torch.full((6, 10), 0.1)),
+     ValueError, r"probs"),
+    ("Predictions", "companion",
+     lambda tmp: pyrouq.Predictions(torch.full((2, 6, 10), 0.1), torch.arange(5)), ValueError,
+     r"Expected targets of shape \(N,\) = \(6,\), one label per input of probs, got shape \(5,\)"),
+    ("Predictions", "range", lambda tmp: pyrouq.Predictions(torch.full((2, 6, 10), 0.5)),
+     ValueError, r"probs"),
+    ("Predictions", "nan", lambda tmp: pyrouq.Predictions(torch.full((2, 6, 10), NAN)),
+     ValueError, r"Expected finite probs, got 120 NaN or inf entries; check the model outputs"),
+    ("evaluate", "type", lambda tmp: pyrouq.evaluate("probs", labels()), TypeError,
+     r"Expected probs to be an \(S, N, C\) or \(N, C\) probability tensor .*got str"),
+    ("evaluate", "dtype", lambda tmp: pyrouq.evaluate(preds().probs, torch.zeros(6)), TypeError,
+     r"Expected integer targets \(class indices\), got dtype torch.float32; convert them"),
+    ("evaluate", "companion", lambda tmp: pyrouq.evaluate(preds(), torch.arange(5)), ValueError,
+     r"Expected targets of shape \(N,\) = \(6,\)"),
+    ("decompose", "nan", lambda tmp: decompose(torch.full((2, 6, 10), NAN)), ValueError,
+     r"Expected finite probs, got 120 NaN or inf entries"),
+    ("decompose", "range", lambda tmp: decompose(preds().probs, base=-1.0), ValueError,
+     r"Expected a logarithm base > 0 and != 1, got -1.0; use math.e for nats"),
+    ("Decomposition", "shape",
+     lambda tmp: pyrouq.Decomposition(torch.ones(3), torch.ones(2), torch.ones(3)), ValueError,
+     r"Expected total, aleatoric and epistemic of one shape \(N,\), got .*made by decompose"),
+    ("Decomposition", "type",
+     lambda tmp: pyrouq.Decomposition([1.0], torch.ones(1), torch.ones(1)),  # type: ignore[arg-type]
+     TypeError, r"Expected total to be a torch.Tensor, got list"),
+    ("evaluate_rotations", "nan",
+     with_model_guide(lambda m, g: pyrouq.evaluate_rotations(m, flat_x(), labels(), g,
+                                                             angles=[NAN])),
+     ValueError, r"Expected each angle to be a finite number of degrees, got nan"),
+    ("evaluate_rotations", "companion",
+     with_model_guide(lambda m, g: pyrouq.evaluate_rotations(m, flat_x(), labels(3), g)),
+     ValueError, r"Expected y of shape \(N,\) = \(6,\), one label per image of x"),
+    ("evaluate_rotations", "dtype",
+     lambda tmp: pyrouq.evaluate_rotations(BayesianLeNet(), U8_IMAGES, labels(2), lenet_guide()),
+     TypeError, r"Expected floating-point images, got dtype torch.uint8"),
+    ("format_table", "type", lambda tmp: pyrouq.format_table([1, 2]), TypeError,
+     r"Expected metrics to be a dict of name -> value, got list; pass what evaluate\(\)"),
+    ("format_rotation_table", "empty", lambda tmp: pyrouq.format_rotation_table([]), ValueError,
+     r"Expected at least one row, got none; pass evaluate_rotations"),
+    # -- diagnostics ---------------------------------------------------------------------
+    ("psis_diagnostic", "companion",
+     lambda tmp: psis_diagnostic(BayesianMLP(hidden_features=4), lenet_guide(), flat_x(),
+                                 labels()),
+     ValueError, r"psis_diagnostic\(\): the guide does not belong to BayesianMLP"),
+    ("psis_diagnostic", "range",
+     with_model_guide(lambda m, g: psis_diagnostic(m, g, flat_x(), labels(), num_samples=3)),
+     ValueError, r"Expected num_samples to be an integer >= 25, got 3"),
+    ("psis_diagnostic", "nan",
+     with_model_guide(lambda m, g: psis_diagnostic(m, g, torch.full((6, 784), NAN), labels())),
+     ValueError, r"psis_diagnostic\(\): x holds NaN or inf in 6 of 6 inputs"),
+    ("to_inference_data", "companion",
+     lambda tmp: to_inference_data(BayesianMLP(hidden_features=4), lenet_guide(), flat_x(),
+                                   labels(), num_samples=2),
+     ValueError, r"to_inference_data\(\): the guide does not belong to BayesianMLP"),
+    ("to_inference_data", "nan",
+     with_model_guide(lambda m, g: to_inference_data(m, g, torch.full((6, 784), math.inf),
+                                                     labels(), num_samples=2)),
+     ValueError, r"to_inference_data\(\): x holds NaN or inf in 6 of 6 inputs"),
+    ("to_inference_data", "dtype",
+     lambda tmp: to_inference_data(BayesianLeNet(), lenet_guide(), U8_IMAGES, labels(2),
+                                   num_samples=2),
+     TypeError, "BayesianLeNet " + DTYPE_HINT),
+    ("summary", "type", lambda tmp: pyrouq.summary("idata"), TypeError,
+     r"Expected idata to be an arviz.InferenceData, got str; make one with to_inference_data"),
+    # -- checkpoints ---------------------------------------------------------------------
+    ("save", "companion", lambda tmp: save(tmp / "a.pt", BayesianMLP(), lenet_guide()),
+     ValueError, r"save\(\): the guide does not belong to BayesianMLP"),
+    ("save", "type", lambda tmp: save(tmp / "b.pt", "model"), CheckpointError,
+     r"save\(\) cannot describe a str: expected a model made by pyrouq.bayesian\(\)"),
+    ("save", "range", with_model_guide(lambda m, g: save(Path(tempfile.gettempdir()), m, g)),
+     CheckpointError, r"save\(\) needs a file path, got the folder .*pass e.g. .*checkpoint.pt"),
+    ("load", "empty", lambda tmp: load(tmp), CheckpointError, r"No checkpoint at .*: the file "
+     r"does not exist. Pass the path that pyrouq.save\(\)"),
+    ("load", "companion", other_class_checkpoint, CheckpointError, r"BayesianMLP"),
+    # -- data and plots ------------------------------------------------------------------
+    ("load_mnist", "range", lambda tmp: load_mnist(batch_size=0), ValueError,
+     r"Expected batch_size to be a positive integer, got 0"),
+    ("load_fashion_mnist", "range", lambda tmp: pyrouq.load_fashion_mnist(batch_size=-3),
+     ValueError, r"Expected batch_size to be a positive integer, got -3. Pass e.g. batch_size"),
+    ("load_fashion_mnist", "empty", lambda tmp: pyrouq.load_fashion_mnist(root=tmp),
+     FileNotFoundError, r"FashionMNIST train file not found: .*To fix: pass a root="),
+    ("mnist_arrays", "range", lambda tmp: pyrouq.mnist_arrays("dev"), ValueError,  # type: ignore[arg-type]
+     r"Unknown split 'dev': expected 'train' or 'test'"),
+    ("fashion_mnist_arrays", "range", lambda tmp: pyrouq.fashion_mnist_arrays("val"),  # type: ignore[arg-type]
+     ValueError, r"Unknown split 'val': expected 'train' or 'test'"),
+    ("ood_loader", "range", lambda tmp: pyrouq.ood_loader(dataset="cifar"),  # type: ignore[arg-type]
+     ValueError, r"Unknown dataset 'cifar': expected 'fashion-mnist' .* or 'mnist'"),
+    ("rotate", "nan", lambda tmp: pyrouq.rotate(torch.randn(2, 28, 28), NAN), ValueError,
+     r"Expected angle to be a finite number of degrees, got nan"),
+    ("rotate", "shape", lambda tmp: pyrouq.rotate(torch.randn(2, 3, 5, 5), 10.0), ValueError,
+     r"Expected images of shape \(N, 1, H, W\), \(N, H, W\) or .*pass single-channel images"),
+    ("rotate", "dtype", lambda tmp: pyrouq.rotate(U8_IMAGES, 10.0), TypeError,
+     r"Expected floating-point images, got dtype torch.uint8; for raw uint8 pixels"),
+    ("plot_image_grid", "companion",
+     lambda tmp: pyrouq.plot_image_grid(preds(), torch.randn(3, 28, 28)), ValueError,
+     r"Expected images with N=6 entries, one per input of the predictions, got shape"),
+    ("plot_image_grid", "range", lambda tmp: pyrouq.plot_image_grid(preds(), torch.randn(6, 28, 28),
+                                                                      rows=0),
+     ValueError, r"Expected rows to be a positive integer, got 0"),
+    ("plot_most_uncertain", "range",
+     lambda tmp: pyrouq.plot_most_uncertain(preds(), torch.randn(6, 28, 28), k=0), ValueError,
+     r"Expected k to be a positive integer, got 0. It is the number of images to show"),
+    ("plot_most_uncertain", "type",
+     lambda tmp: pyrouq.plot_most_uncertain(preds(), torch.randn(6, 28, 28), component="x"),  # type: ignore[arg-type]
+     ValueError, r"Unknown component 'x'; expected one of 'total', 'aleatoric', 'epistemic'"),
+    ("plot_reliability", "range", lambda tmp: pyrouq.plot_reliability(preds(), num_bins=0),
+     ValueError, r"Expected num_bins to be a positive integer, got 0"),
+    ("plot_reliability", "empty", lambda tmp: pyrouq.plot_reliability(preds().probs), ValueError,
+     r"No targets: pass targets=\(N,\) labels, or Predictions that carry them"),
+    ("plot_risk_coverage", "companion",
+     lambda tmp: pyrouq.plot_risk_coverage(preds().probs, torch.arange(3)), ValueError,
+     r"Expected targets of shape \(N,\) = \(6,\)"),
+    ("plot_rotation", "empty", lambda tmp: pyrouq.plot_rotation([]), ValueError,
+     r"Expected at least one row, got none"),
+    ("plot_rotation", "shape", lambda tmp: pyrouq.plot_rotation([{"angle": 0}]), ValueError,
+     r"A rotation row lacks the key\(s\) \['acc', 'ece', 'epistemic', 'total'\]"),
+    ("plot_training_curves", "empty", lambda tmp: pyrouq.plot_training_curves([]), ValueError,
+     r"Expected fit_result with at least one epoch, got an empty history"),
+    ("plot_training_curves", "type", lambda tmp: pyrouq.plot_training_curves("x"), TypeError,  # type: ignore[arg-type]
+     r"Expected fit_result to be a FitResult .*got str"),
+    ("plot_uncertainty_distributions", "type",
+     lambda tmp: pyrouq.plot_uncertainty_distributions(preds(), kind="pie"),  # type: ignore[arg-type]
+     ValueError, r"Unknown kind 'pie'; expected one of 'hist', 'ecdf'"),
+    ("plot_uncertainty_distributions", "range",
+     lambda tmp: pyrouq.plot_uncertainty_distributions(preds(), bins=0), ValueError,
+     r"Expected bins to be a positive integer, got 0"),
+    ("save_figures", "type", lambda tmp: pyrouq.save_figures([1], tmp), TypeError,  # type: ignore[arg-type]
+     r"Expected figures to be a dict of name -> Figure, got list"),
+    ("save_figures", "companion",
+     lambda tmp: pyrouq.save_figures({}, save(tmp / "c.pt", *mlp_and_guide())), ValueError,
+     r"Expected out_dir to be a folder, got the file .*c.pt"),
+    ("likelihoods.get_likelihood", "range", lambda tmp: get_likelihood("poisson"), ValueError,
+     r"Unknown likelihood 'poisson': expected one of \['categorical', 'gaussian'\] or a "),
+    ("likelihoods.get_likelihood", "type", lambda tmp: get_likelihood(3), ValueError,  # type: ignore[arg-type]
+     r"Unknown likelihood 3: expected one of"),
+    ("likelihoods.Categorical", "dtype",
+     lambda tmp: BayesianMLP(hidden_features=4, num_data=4)(flat_x(2), torch.zeros(2)),
+     ValueError, r"BayesianMLP: labels of dtype torch.float32, expected an integer dtype .*y.long"),
+    ("likelihoods.Categorical", "shape",
+     lambda tmp: Categorical().check_targets(labels(3), torch.zeros(2, 10), "my model"),
+     ValueError, r"my model: expected labels y of shape \(2,\) to match the 2 inputs, got shape "
+     r"\(3,\). Pass one integer label per input"),
+    ("likelihoods.Categorical", "range",
+     lambda tmp: Categorical().check_targets(torch.tensor([0, 12]), torch.zeros(2, 10), "m"),
+     ValueError, r"m: labels in \[0, 12\], expected class indices in \[0, 9\] for a model"),
+    # -- regression ----------------------------------------------------------------------
+    ("Gaussian", "range", lambda tmp: pyrouq.Gaussian(scale=0.0), ValueError,
+     r"Expected the Gaussian noise scale > 0 \(a finite float\), got 0.0. Pass the noise"),
+    ("Gaussian", "shape",
+     lambda tmp: bayesian(torch.nn.Linear(3, 3), likelihood=pyrouq.Gaussian("heteroscedastic"),
+                          num_data=4)(torch.randn(4, 3), torch.randn(4)),
+     ValueError, r"needs a network with 2D outputs \(D means, then D raw scales\), got 3"),
+    ("likelihoods.Gaussian", "dtype",
+     lambda tmp: bayesian(torch.nn.Linear(3, 1), likelihood="gaussian", num_data=4)(
+         torch.randn(4, 3), torch.arange(4)),
+     ValueError, r"targets of dtype torch.int64, expected real values .*Categorical likelihood"),
+    ("likelihoods.Gaussian", "nan",
+     lambda tmp: bayesian(torch.nn.Linear(3, 1), likelihood="gaussian", num_data=4)(
+         torch.randn(4, 3), torch.tensor([0.0, NAN, 0.0, 0.0])),
+     ValueError, r"NaN or inf targets at rows \[1\]; remove or repair them"),
+    ("Categorical", "range",
+     lambda tmp: pyrouq.Categorical().check_targets(torch.tensor([0, 12]), torch.zeros(2, 10), "m"),
+     ValueError, r"m: labels in \[0, 12\], expected class indices in \[0, 9\]"),
+    ("GaussianPredictions", "range",
+     lambda tmp: pyrouq.GaussianPredictions(torch.zeros(2, 3, 1), -torch.ones(2, 3, 1)),
+     ValueError, r"Expected scale > 0 everywhere: they are standard deviations"),
+    ("GaussianPredictions", "shape",
+     lambda tmp: pyrouq.GaussianPredictions(torch.zeros(3, 1), torch.ones(3, 1)), ValueError,
+     r"Expected loc of shape \(S, N, D\) with S, N, D >= 1, got shape \(3, 1\)"),
+    ("GaussianPredictions", "companion",
+     lambda tmp: pyrouq.GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1),
+                                            torch.zeros(4)),
+     ValueError, r"Expected targets of shape \(3, 1\) or \(3,\), one per input and output, "
+     r"got shape \(4,\)"),
+    ("GaussianPredictions", "nan",
+     lambda tmp: pyrouq.GaussianPredictions(torch.full((2, 3, 1), NAN), torch.ones(2, 3, 1)),
+     ValueError, r"Expected finite loc, got NaN or inf; check the model outputs"),
+    ("ArrayLoader", "dtype", lambda tmp: pyrouq.ArrayLoader(torch.randn(4, 3), torch.arange(4)),
+     TypeError, r"ArrayLoader: expected floating-point y, got dtype torch.int64; use y.float\(\)"),
+    ("ArrayLoader", "companion",
+     lambda tmp: pyrouq.ArrayLoader(torch.randn(4, 3), torch.randn(5)), ValueError,
+     r"ArrayLoader: x and y must hold the same number of rows, got 4 and 5"),
+    ("ArrayLoader", "empty", lambda tmp: pyrouq.ArrayLoader(torch.randn(0, 3), torch.randn(0)),
+     ValueError, r"expected x with a leading dimension of N >= 1 rows, got shape \(0, 3\)"),
+    ("train_test_split", "range",
+     lambda tmp: pyrouq.train_test_split(torch.randn(4, 3), torch.randn(4), test_fraction=0.0),
+     ValueError, r"Expected test_fraction in \(0, 1\), got 0.0; e.g. 0.2 holds out a fifth"),
+    ("train_test_split", "nan",
+     lambda tmp: pyrouq.train_test_split(torch.full((4, 3), NAN), torch.randn(4)), ValueError,
+     r"train_test_split\(\): x holds NaN or inf; remove or repair those rows first"),
+    ("Standardizer", "empty",
+     lambda tmp: pyrouq.Standardizer.fit(torch.randn(1, 3), torch.randn(1)), ValueError,
+     r"Standardizer.fit\(\) needs at least 2 rows to measure a spread, got 1"),
+    ("Standardizer", "type", lambda tmp: pyrouq.Standardizer.fit(torch.randn(4, 3),
+                                                                 torch.randn(4)).inverse(preds()),
+     TypeError, r"Expected GaussianPredictions \(what predict\(\) returns for a Gaussian "
+     r"model\), got Predictions"),
+    ("plot_regression", "type", lambda tmp: pyrouq.plot_regression(preds(), torch.zeros(6)),
+     TypeError, r"plot_regression\(\) expects GaussianPredictions .*got Predictions"),
+    ("plot_regression", "shape",
+     lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6, 2)), ValueError,
+     r"Expected x with one value per point, \(N,\) or \(N, 1\) with N = 6, got shape \(6, 2\)"),
+    ("plot_calibration", "empty", lambda tmp: pyrouq.plot_calibration(gaussian_preds()),
+     ValueError, r"No targets: pass targets=\(N, D\) values, or predict from a loader"),
+    # -- calibration and conformal prediction -------------------------------------------
+    ("temperature_scale", "type", lambda tmp: pyrouq.temperature_scale(gaussian_preds()),
+     TypeError, r"Expected val_preds to be Predictions \(class probabilities, what predict"),
+    ("temperature_scale", "empty",
+     lambda tmp: pyrouq.temperature_scale(pyrouq.Predictions(torch.full((1, 6, 10), 0.1))),
+     ValueError, r"No val_targets: pass the \(N,\) labels of the held-out split"),
+    ("TemperatureScaler", "type", lambda tmp: pyrouq.TemperatureScaler(2.0)(gaussian_preds()),
+     TypeError, r"Expected preds to be Predictions"),
+    ("conformal", "range", lambda tmp: pyrouq.conformal(preds(), alpha=0.0), ValueError,
+     r"Expected alpha in \(0, 1\), the allowed miscoverage \(0.1: 90 % coverage\), got 0.0"),
+    ("conformal", "empty", lambda tmp: pyrouq.conformal(preds(), alpha=0.05), ValueError,
+     r"alpha=0.05 needs at least 19 calibration points for a finite threshold, got 6"),
+    ("conformal", "companion", lambda tmp: pyrouq.conformal(preds(), preds().targets[:3]),
+     ValueError, r"Expected targets of shape \(N,\) = \(6,\)"),
+    ("ConformalClassifier", "type",
+     lambda tmp: pyrouq.ConformalClassifier("lac", 0.1, 0.5, 0.0, 1, 0).predict_sets(
+         gaussian_preds()),
+     TypeError, r"Expected preds to be Predictions"),
+    ("ConformalRegressor", "type",
+     lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(1)).intervals(preds()),
+     TypeError, r"Expected GaussianPredictions, got Predictions; a classifier's predictions get "
+     r"prediction sets"),
+    ("coverage", "dtype", lambda tmp: pyrouq.coverage(torch.ones(3, 2), torch.zeros(3)),
+     TypeError, r"Expected prediction sets as an \(N, C\) boolean tensor .*got torch.float32"),
+    ("mean_set_size", "shape", lambda tmp: pyrouq.mean_set_size(torch.ones(3, dtype=torch.bool)),
+     TypeError, r"Expected prediction sets as an \(N, C\) boolean tensor"),
+    ("class_conditional_coverage", "type",
+     lambda tmp: pyrouq.class_conditional_coverage([[True]], torch.zeros(1)), TypeError,
+     r"Expected prediction sets as an \(N, C\) boolean tensor .*got list"),
+    # -- MCMC ----------------------------------------------------------------------------
+    ("mcmc", "range",
+     lambda tmp: pyrouq.mcmc(BayesianMLP(hidden_features=4), flat_x(), labels(), num_samples=5,
+                             warmup_steps=5, num_chains=0),
+     ValueError, r"Expected num_chains to be an integer >= 1, got 0"),
+    ("mcmc", "type",
+     lambda tmp: pyrouq.mcmc(BayesianMLP(hidden_features=4), flat_loader(flat_x(), labels()),
+                             labels(), num_samples=5, warmup_steps=5),
+     TypeError, r"mcmc\(\) needs the full data as tensors x and y, got TensorLoader"),
+    ("mcmc", "shape",
+     lambda tmp: pyrouq.mcmc(BayesianMLP(), flat_x(), labels(), num_samples=5, warmup_steps=5),
+     ValueError, r"latent values, above the 10,000 that NUTS handles .*pass force=True"),
+    ("mcmc", "nan",
+     lambda tmp: pyrouq.mcmc(BayesianMLP(hidden_features=4), torch.full((6, 784), NAN),
+                             labels(), num_samples=5, warmup_steps=5),
+     ValueError, r"mcmc\(\): x holds NaN or inf in 6 of 6 inputs"),
+    ("pyrouq.data.normalize", "dtype", lambda tmp: normalize(torch.rand(2, 28, 28)), TypeError,
+     r"Expected raw integer pixels in \[0, 255\] \(e.g. uint8\), got dtype torch.float32"),
+    ("pyrouq.data.normalize", "range",
+     lambda tmp: normalize(torch.full((2, 28, 28), 300, dtype=torch.int32)), ValueError,
+     r"Expected pixel values in \[0, 255\], got values in \[300, 300\]"),
+]  # fmt: skip
+
+#: Public names that users do not call with data of their own, so no bad argument applies.
+NOT_CALLED_WITH_USER_DATA = {
+    "__version__": "a string",
+    "Checkpoint": "what load() returns",
+    "CheckpointError": "an exception class",
+    "TrainingInterrupted": "an exception class, raised by fit()",
+    "EpochRecord": "a record fit() returns",
+    "FitResult": "what fit() returns",
+    "PSISResult": "what psis_diagnostic() returns",
+    "MCMCResult": "what mcmc() returns (save/load and predict check it)",
+}
+
+
+#: pyrouq.likelihoods names that take no argument a user could get wrong.
+ABSTRACT_LIKELIHOOD = {
+    "likelihoods.Likelihood": "the abstract base class, subclassed, not called",
+    "likelihoods.LikelihoodName": "a typing alias",
+}
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+@pytest.mark.parametrize("case", API_CASES, ids=[f"{name}-{kind}" for name, kind, *_ in API_CASES])
+def test_public_name_refuses_bad_input(case, tmp_path):
+    _name, _kind, call, error, pattern = case
+    assert issubclass(error, (ValueError, TypeError, FileNotFoundError)), error
+    with pytest.raises(error) as info:
+        call(tmp_path)
+    assert re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_every_public_name_has_a_case():
+    covered = {name for name, *_ in API_CASES}
+    missing = [
+        name
+        for name in pyrouq.__all__
+        if name not in covered and name not in NOT_CALLED_WITH_USER_DATA
+    ]
+    likelihoods = [f"likelihoods.{name}" for name in pyrouq.likelihoods.__all__]
+    missing += [
+        name for name in likelihoods if name not in covered and name not in ABSTRACT_LIKELIHOOD
+    ]
+    assert not missing, f"public names without a bad-input case in API_CASES: {missing}"
+    extra = {"pyrouq.data.normalize", *likelihoods}
+    assert not covered - set(pyrouq.__all__) - extra, "stale names"
+    kinds = {kind for _, kind, *_ in API_CASES}
+    assert kinds == {"type", "shape", "dtype", "range", "empty", "nan", "companion"}
+
+
+def test_every_cli_command_has_a_case():
+    from pyrouq.cli import _build_parser
+
+    parser = _build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    covered = {argv[0] for argv, _ in CLI_CASES.values()}
+    assert set(commands) <= covered, f"CLI commands without a case: {set(commands) - covered}"
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs of another dtype, and nothing lost on a refusal
+# --------------------------------------------------------------------------------------------
+
+
+def test_float64_and_float16_inputs_are_cast_to_the_models_dtype():
+    model = BayesianLeNet()
+    guide = mean_field_guide(model)
+    x = torch.randn(5, 1, 28, 28)
+    expected = predict(model, x, guide, num_samples=3, parallel=False)
+    pyro.set_rng_seed(0)
+    as_float32 = predict(model, x, guide, num_samples=3).probs
+    pyro.set_rng_seed(0)
+    as_float64 = predict(model, x.double(), guide, num_samples=3).probs
+    assert as_float64.dtype == torch.float32 and expected.probs.shape == (3, 5, 10)
+    torch.testing.assert_close(as_float64, as_float32, rtol=0, atol=0)
+    net = pyrouq.ResidualCNN(width=4).eval()
+    torch.testing.assert_close(net(x.half()), net(x.half().float()), rtol=0, atol=0)
+
+
+def _state(*modules):
+    return [{k: v.clone() for k, v in m.state_dict().items()} for m in modules]
+
+
+def _same(before, modules):
+    return all(
+        all(torch.equal(v, m.state_dict()[k]) for k, v in state.items())
+        for state, m in zip(before, modules, strict=True)
+    )
+
+
+class _TwoBatches:
+    """A loader (not in memory, so checked batch by batch) of two fixed batches; the second
+    holds a NaN when ``nan``; ``first_only`` yields the first batch alone."""
+
+    def __init__(self, nan: bool, first_only: bool = False):
+        generator = torch.Generator().manual_seed(0)
+        self.batches = [(torch.rand(3, 784, generator=generator), torch.arange(3)) for _ in "ab"]
+        if nan:
+            self.batches[1][0][0, 0] = float("nan")
+        if first_only:
+            self.batches = self.batches[:1]
+        self.dataset = list(range(6))
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    ["mismatched guide", "uint8 images", "NaN in the first batch", "network does not fit"],
+)
+def test_a_refused_fit_leaves_the_model_and_guide_unchanged(refusal):
+    model, guide = mlp_and_guide()
+    if refusal == "network does not fit":  # a flat network on (B, 1, 28, 28) images
+        model = bayesian(torch.nn.Sequential(torch.nn.Linear(784, 10)))
+        guide = mean_field_guide(model)
+    other = mean_field_guide(BayesianLeNet())
+    before = _state(model, guide, other)
+    images = torch.rand(6, 784)
+    kwargs = {"epochs": 1, "progress": False}
+    with pytest.raises((ValueError, TypeError)):
+        if refusal == "mismatched guide":
+            fit(model, other, flat_loader(images, labels()), **kwargs)
+        elif refusal == "uint8 images":
+            data = torch.utils.data.TensorDataset((images * 255).to(torch.uint8), labels())
+            fit(model, guide, torch.utils.data.DataLoader(data, batch_size=3), **kwargs)
+        elif refusal == "NaN in the first batch":
+            images[1, 3] = float("nan")
+            fit(model, guide, flat_loader(images, labels()), **kwargs)
+        else:
+            fit(model, guide, load_mnist(batch_size=4, train_size=8)[0], **kwargs)
+    assert _same(before, (model, guide, other))
+
+
+def test_a_batch_refused_mid_epoch_keeps_the_previous_steps_parameters():
+    model, guide = mlp_and_guide()
+    reference, reference_guide = mlp_and_guide()
+    reference.load_state_dict(model.state_dict())
+    reference_guide.load_state_dict(guide.state_dict())
+    initial = _state(guide)
+    kwargs = {"epochs": 1, "progress": False, "seed": 0, "lr_schedule": "constant"}
+    with pytest.raises(ValueError, match=r"Batch 2 of epoch 1 holds NaN or inf in 1 of 3"):
+        fit(model, guide, _TwoBatches(nan=True), num_data=6, **kwargs)
+    fit(reference, reference_guide, _TwoBatches(nan=False, first_only=True), num_data=6, **kwargs)
+    assert _same(_state(reference, reference_guide), (model, guide))
+    assert not _same(initial, (guide,))  # the one step taken did change the guide
+
+
+def test_a_refused_save_writes_nothing_and_keeps_the_existing_file(tmp_path):
+    model, guide = mlp_and_guide()
+    path = save(tmp_path / "run.pt", model, guide)
+    data = path.read_bytes()
+    with pytest.raises(ValueError, match="does not belong"):
+        save(path, model, mean_field_guide(BayesianLeNet()))
+    with pytest.raises(CheckpointError, match="JSON"):
+        save(path, model, guide, metadata={"x": object()})
+    with pytest.raises(ValueError, match="does not belong"):
+        save(tmp_path / "new.pt", model, mean_field_guide(BayesianLeNet()))
+    assert path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]
+
+
+def test_a_cli_fit_refused_before_training_leaves_no_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["fit", "tests._factories:flat_mlp", "--method", "bayesian", "--out", str(out)]
+    argv += ["--train-size", "64", "--epochs", "1", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyrouq: error: fit(): BayesianNetwork failed on the first examples")
+    assert "nothing was trained" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_integer_inputs_reach_a_network_that_starts_from_an_embedding():
+    net = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    tokens = torch.randint(0, 10, (5, 3))
+    assert list(model.latent_sites()) == ["2.weight", "2.bias"]
+    assert predict(model, tokens, guide, num_samples=2).probs.shape == (2, 5, 3)
+    result = fit(model, guide, [(tokens, torch.arange(5) % 3)], epochs=1, num_data=5,
+                 progress=False)  # fmt: skip
+    assert math.isfinite(result.history[-1].loss)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,23 @@ def test_evaluate_reloads_and_adds_rotations(bayes_run, capsys):
     assert [row["angle"] for row in metrics["rotation"]] == list(range(0, 181, 15))
     assert metrics["rotation"][0]["acc"] > metrics["rotation"][6]["acc"]  # 0 vs 90 degrees
     assert (bayes_run / "rotation.png").stat().st_size > 0
+
+
+def test_evaluate_calibrates_and_builds_conformal_sets(bayes_run, capsys):
+    argv = ["evaluate", str(bayes_run), "--num-samples", "3", "--ood", "none"]
+    assert main([*argv, "--calibrate", "temperature", "--conformal", "0.1"]) == 0
+    printed = capsys.readouterr().out
+    assert "Calibration: fitted on 5000 test images (seed 0), reported on the other 5000" in printed
+    assert "temperature " in printed and "Conformal sets at alpha = 0.1:" in printed
+    calibration = json.loads((bayes_run / "metrics-evaluate.json").read_text())["calibration"]
+    assert calibration["temperature"] > 0
+    before, after = calibration["before"], calibration["after"]
+    assert after["acc"] == before["acc"] and after["nll"] <= before["nll"] + 1e-9
+    for score in ("lac", "aps", "raps"):
+        row = calibration["conformal"][score]
+        assert 0.85 <= row["coverage"] <= 0.95 and row["mean_set_size"] > 0
+    err = run_exit([*argv, "--conformal", "1.5"], capsys)
+    assert "--conformal must lie in (0, 1)" in err
 
 
 def test_evaluate_is_reproducible(bayes_run, capsys):
@@ -246,3 +264,20 @@ def test_factory_errors(tmp_path, capsys):
     err = one_line_error(capsys, 2, ["fit", "mlp", "--dataset", "fashion-mnist", *out])
     assert "which pyrouq does not bundle; pass --data-root" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", "-m", "pyrouq", "fit", "bayesian-mlp", "--epochs", "1",
+               "--train-size", "1024", "--out", str(out), "--no-progress"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("pyrouq 0.1.0: fitting BayesianMLP") == 1  # rank 0 alone prints
+    assert "on 2 ranks" in done.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["world_size"] == 2
+    assert {"metrics.json", "checkpoint.pt"} <= {p.name for p in out.iterdir()}
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.15 < metrics["acc"] <= 1.0  # 4 steps per rank: above chance, no more

@@ -454,3 +454,19 @@ def test_train_acc_is_the_guide_mean_accuracy():
     logits = model.outputs(x, guide.means())
     expected = (logits.argmax(-1) == y).float().mean().item()
     assert result.history[-1].train_acc == pytest.approx(expected)
+
+
+def test_memory_reuse_on_cpu_changes_no_result(monkeypatch):
+    from pyrouq import batchensemble, predict
+    from pyrouq.models import ResidualCNN
+
+    x, y = torch.randn(16, 1, 12, 12), torch.randint(0, 10, (16,))
+    runs = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv("PYROUQ_REUSE_MEMORY", setting)
+        torch.manual_seed(0)
+        model = batchensemble(ResidualCNN(width=4), 2)
+        fit(model, None, [(x[:8], y[:8]), (x[8:], y[8:])], epochs=2, num_data=16,
+            progress=False, seed=0)  # fmt: skip
+        runs.append(predict(model, x).probs)
+    torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)

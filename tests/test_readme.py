@@ -80,3 +80,16 @@ def test_the_your_own_network_block_runs(monkeypatch, tmp_path):
     with torch.no_grad():  # the BatchNorm point estimates came back too
         model.eval()
         torch.testing.assert_close(model.net.bn1.running_mean, restored.model.net.bn1.running_mean)
+
+
+def test_the_regression_block_runs(capsys):
+    code = block_after("## Regression")
+    namespace: dict = {}
+    exec(compile(code, str(README), "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert "│ RMSE" in printed and "│ Coverage 90%" in printed
+    preds, u = namespace["preds"], namespace["u"]
+    assert preds.loc.shape == (32, 250, 1)
+    torch.testing.assert_close(u.total, u.aleatoric + u.epistemic, atol=1e-6, rtol=0)
+    metrics = preds.evaluate(namespace["test_y"])
+    assert metrics["rmse"] < 0.6 and 0.85 <= metrics["coverage_90"] <= 0.98

@@ -1,4 +1,4 @@
-"""Rotated MNIST: pyrouq.data.rotate and pyrouq.predictive.evaluate_rotations."""
+"""Rotated MNIST: pyrouq.rotation.rotate and evaluate_rotations."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from pyrouq import metrics
-from pyrouq.data import MNIST_MEAN, MNIST_STD, NORMALIZED_BLACK, mnist_arrays, rotate
+from pyrouq.data import MNIST_MEAN, MNIST_STD, NORMALIZED_BLACK, mnist_arrays
 from pyrouq.infer import mean_field_guide
 from pyrouq.models import MLP, BayesianMLP
-from pyrouq.predictive import evaluate_rotations, format_rotation_table, predict
+from pyrouq.predictive import predict
+from pyrouq.rotation import evaluate_rotations, format_rotation_table, rotate
 from pyrouq.uncertainty import decompose
 
 

@@ -42,7 +42,7 @@ def execute(path: Path) -> float:
     client = NotebookClient(
         nb,
         kernel_name="python3",
-        timeout=1800,
+        timeout=3600,
         record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     )

@@ -61,6 +61,7 @@ from pyrouq.checkpoint._describe import (
     register_guide,
     upgrade_v1_state,
 )
+from pyrouq.mcmc import MCMCResult
 
 __all__ = [
     "FORMAT_VERSION",
@@ -75,6 +76,8 @@ __all__ = [
 ]
 
 FORMAT = "pyrouq.checkpoint"
+#: The format of a saved :class:`~pyrouq.mcmc.MCMCResult` (draws and sampler statistics).
+MCMC_FORMAT = "pyrouq.mcmc"
 FORMAT_VERSION = 2
 _READABLE_VERSIONS = (1, 2)  # version 1: before networks were converted (pyrouq 0.1 runs)
 
@@ -158,7 +161,27 @@ def save(
         is not a ``pyro.distributions`` family with tensor parameters), or metadata that is
         not JSON.
     """
+    from pyrouq.infer.guide import check_guide  # (infer imports this package)
+
     path = Path(path)
+    if isinstance(model, MCMCResult):  # draws and sampler statistics, no model
+        if guide is not None or optimizer is not None or training is not None:
+            raise CheckpointError(
+                "save() writes an MCMCResult alone (its draws and statistics): pass no guide, "
+                "optimizer or training state with it."
+            )
+        if path.is_dir():
+            raise CheckpointError(
+                f"save() needs a file path, got the folder {str(path)!r}; pass e.g. "
+                f"{str(path / 'mcmc.pt')!r}."
+            )
+        return _save_mcmc(path, model, metadata)
+    if path.is_dir():
+        raise CheckpointError(
+            f"save() needs a file path, got the folder {str(path)!r}; pass e.g. "
+            f"{str(path / 'checkpoint.pt')!r}."
+        )
+    check_guide(model, guide, "save()")
     description = {
         "model": describe_model(model),
         "guide": describe_guide(guide),
@@ -183,6 +206,11 @@ def save(
         "metadata": metadata_json,
         "training": _cpu(training) if training is not None else None,
     }
+    return _write(path, payload)
+
+
+def _write(path: Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to a temporary file beside ``path``, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(handle)
@@ -196,6 +224,49 @@ def save(
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) -> Path:
+    meta = {
+        "kernel": result.kernel,
+        "warmup_steps": result.warmup_steps,
+        "seconds": list(result.seconds),
+        "sites": list(result.samples),
+        "versions": library_versions(),
+        "metadata": metadata or {},
+    }
+    try:
+        text = json.dumps(meta, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
+            f"got {err}. Convert tensors with .tolist() or float()."
+        ) from None
+    payload = {
+        "format": MCMC_FORMAT,
+        "format_version": 1,
+        "samples": _cpu(result.samples),
+        "sample_stats": _cpu(result.sample_stats),
+        "meta": text,
+    }
+    return _write(path, payload)
+
+
+def _mcmc_result(payload: dict[str, Any], path: Any) -> MCMCResult:
+    try:
+        meta = json.loads(payload["meta"])
+        samples = {site: payload["samples"][site] for site in meta["sites"]}
+        return MCMCResult(
+            samples,
+            dict(payload["sample_stats"]),
+            str(meta["kernel"]),
+            int(meta["warmup_steps"]),
+            [float(t) for t in meta["seconds"]],
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"{str(path)!r} is a damaged MCMC result ({type(err).__name__}: {err}). Re-save it."
+        ) from None
 
 
 def _cpu(value: Any) -> Any:
@@ -233,6 +304,8 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(_corrupt(path, err)) from None
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise CheckpointError(_corrupt(path, err)) from None
+    if isinstance(payload, dict) and payload.get("format") == MCMC_FORMAT:
+        return payload
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(
             f"{str(path)!r} is not a pyrouq checkpoint: expected a dict with "
@@ -289,8 +362,8 @@ def load(
     model_class: type | str | None = None,
     device: str | torch.device | None = None,
     module: nn.Module | None = None,
-) -> Checkpoint:
-    """Rebuild the model and guide saved at ``path``.
+) -> Checkpoint | MCMCResult:
+    """Rebuild the model and guide saved at ``path`` (or the MCMC result saved there).
 
     Parameters
     ----------
@@ -320,6 +393,13 @@ def load(
         with one that does not match, or parameters that do not fit the description.
     """
     payload = read(path)
+    if payload.get("format") == MCMC_FORMAT:
+        if model_class is not None or module is not None:
+            raise CheckpointError(
+                f"{str(path)!r} holds an MCMC result (draws, no model): load it without "
+                "model_class or module, then set result.model (and .x, .y) for arviz."
+            )
+        return _mcmc_result(payload, path)
     description = _parse_description(path, payload["description"])
     model = build_model(description, expected=model_class, path=path, module=module)
     state = payload["model"]
@@ -388,6 +468,11 @@ def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoin
         guide_state = None if saved.guide is None else saved.guide.state_dict()
     else:
         payload = read(source)
+        if payload.get("format") == MCMC_FORMAT:
+            raise CheckpointError(
+                f"resume_from={str(source)!r} holds an MCMC result, not a training run; "
+                "resume from a checkpoint that fit(checkpoint=...) wrote."
+            )
         description = _parse_description(source, payload["description"])
         saved = _checkpoint(payload, description, model, guide, source)
         model_state, guide_state = payload["model"], payload.get("guide")

@@ -78,7 +78,7 @@ def _module_description(model: nn.Module, record: dict[str, Any], original: type
 
 def _describe_priors(model: Any) -> dict[str, Any]:
     priors = {}
-    for site in model.latent_sites():
+    for site in model.network_sites():
         prior = model.prior_of(site)
         if prior.opaque is not None:
             raise CheckpointError(
@@ -108,7 +108,7 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
         out = {"class": name, "config": config}
     elif type(model) is BayesianNetwork:
         config = {
-            "sites": list(model.latent_sites()),
+            "sites": list(model.network_sites()),
             "priors": _describe_priors(model),
             "likelihood": model.likelihood.describe(),
             "local_reparameterization": model.local_reparameterization,
@@ -245,7 +245,7 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
         likelihood=config["likelihood"],
         local_reparameterization=bool(config.get("local_reparameterization", False)),
     )
-    sites = model.latent_sites()
+    sites = model.network_sites()
     model.site_priors = nn.ModuleList(
         SitePrior(
             spec["family"],

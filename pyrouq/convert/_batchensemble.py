@@ -7,15 +7,19 @@ import copy
 import weakref
 from typing import Any
 
-import torch
 from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
-from pyrouq._util import forget_params
+from pyrouq._util import forget_params, model_input
 from pyrouq.convert._select import COUNTER, check_module, check_num_data, module_record
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
-from pyrouq.nn import BATCHENSEMBLE_LAYERS, FactorInit, _check_factor_init, _check_members
+from pyrouq.nn._batchensemble import (
+    BATCHENSEMBLE_LAYERS,
+    FactorInit,
+    _check_factor_init,
+    _check_members,
+)
 
 __all__ = ["BatchEnsembleNetwork", "batchensemble"]
 
@@ -111,6 +115,8 @@ class BatchEnsembleNetwork(PyroModule):
             s_std=s_std,
         )
         net = copy.deepcopy(module)
+        if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
+            net = nn.Sequential(net)
         if not use_base_weights:
             for layer in net.modules():
                 if isinstance(layer, tuple(BATCHENSEMBLE_LAYERS)):
@@ -124,20 +130,23 @@ class BatchEnsembleNetwork(PyroModule):
         self.net = _engine.prepare(net)
         weakref.finalize(self, forget_params, self._pyro_name)
 
-    def _check_input(self, x: Any) -> None:
-        if not torch.is_tensor(x):
-            raise TypeError(
-                f"{type(self).__name__} expects a torch.Tensor input, got {type(x).__name__}."
-            )
+    def _input(self, x: Any) -> Tensor:
+        """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""
+        x = model_input(x, self, type(self).__name__)
+        self._check_input(x)
+        return x
+
+    def _check_input(self, x: Tensor) -> None:
+        """A front door's checks of the input's shape (none for a converted network)."""
 
     def outputs(self, x: Tensor) -> Tensor:
         """Every member's outputs on every input, ``(M, B, D)``, no Pyro statements."""
-        self._check_input(x)
+        x = self._input(x)
         return _engine.run_members(self.net, x, self.num_members)
 
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(M, B, D)`` of every member on every input; observes ``y`` if given."""
-        self._check_input(x)
+        x = self._input(x)
         outputs = self.outputs(x)
         return self.likelihood.observe(
             outputs, y, self.num_data, type(self).__name__, members=self.num_members

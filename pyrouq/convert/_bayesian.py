@@ -14,7 +14,7 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
-from pyrouq._util import forget_params
+from pyrouq._util import forget_params, model_input
 from pyrouq.convert._select import (
     COUNTER,
     DEFAULT_PRIOR_SCALE,
@@ -103,28 +103,37 @@ class BayesianNetwork(PyroModule):
     # -- structure ----------------------------------------------------------------------------
 
     def latent_sites(self) -> dict[str, torch.Size]:
-        """Names and shapes of the latent sites, in ``named_parameters()`` order."""
+        """Names and shapes of the latent sites: the network's, in ``named_parameters()``
+        order, then the likelihood's (a noise scale with a prior, ``"sigma"``)."""
+        return {**self._sites, **self.likelihood.latent_sites()}
+
+    def network_sites(self) -> dict[str, torch.Size]:
+        """Names and shapes of the network's latent sites (its selected parameters)."""
         return dict(self._sites)
 
     def event_dims(self) -> dict[str, int]:
         """Number of dims of one draw of every site."""
-        return {s: len(shape) for s, shape in self._sites.items()}
+        return {s: len(shape) for s, shape in self.latent_sites().items()}
 
     def prior_of(self, site: str) -> SitePrior:
         """The :class:`SitePrior` of ``site``."""
+        if site not in self._sites:
+            return self.likelihood.noise_prior  # type: ignore[return-value]
         return self.site_priors[list(self._sites).index(site)]  # type: ignore[return-value]
 
     def priors(self) -> dict[str, dist.TorchDistribution]:
         """The prior of every latent site, of the site's shape (one event)."""
-        return {
+        network = {
             site: prior.distribution()  # type: ignore[operator]
             for site, prior in zip(self._sites, self.site_priors, strict=True)
         }
+        return {**network, **self.likelihood.priors()}
 
     def template(self) -> dict[str, Tensor]:
-        """The initial value of every latent site (the converted module's parameters)."""
+        """The initial value of every latent site (the converted module's parameters, and the
+        likelihood's start for its own sites)."""
         buffers = dict(self.net.named_buffers())
-        return {site: buffers[site] for site in self._sites}
+        return {**{site: buffers[site] for site in self._sites}, **self.likelihood.template()}
 
     def plain_network(self) -> nn.Module:
         """A plain copy of the network with the template values as ordinary parameters."""
@@ -172,17 +181,22 @@ class BayesianNetwork(PyroModule):
 
     # -- the model ------------------------------------------------------------------------------
 
-    def _check_input(self, x: Any) -> None:
-        if not torch.is_tensor(x):
-            raise TypeError(
-                f"{type(self).__name__} expects a torch.Tensor input, got {type(x).__name__}."
-            )
+    def _input(self, x: Any) -> Tensor:
+        """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""
+        x = model_input(x, self, type(self).__name__)
+        self._check_input(x)
+        return x
+
+    def _check_input(self, x: Tensor) -> None:
+        """A front door's checks of the input's shape (none for a converted network)."""
 
     def outputs(self, x: Tensor, weights: Mapping[str, Tensor]) -> Tensor:
         """The network's outputs with explicit weights ``{site: value}`` (values may carry
         leading sample dims): ``(*S, B, D)``, no Pyro statements."""
-        self._check_input(x)
-        return _engine.run_draws(self.net, x, weights, self.event_dims())
+        x = self._input(x)
+        network = {site: weights[site] for site in weights if site in self._sites}
+        dims = {site: len(shape) for site, shape in self._sites.items()}
+        return _engine.run_draws(self.net, x, network, dims)
 
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(B, D)`` (``(*S, B, D)`` when the weights carry sample dims S).
@@ -195,10 +209,13 @@ class BayesianNetwork(PyroModule):
             Targets (``(B,)`` class labels for ``Categorical``), observed at ``"obs"`` with
             scale N/B.
         """
-        self._check_input(x)
+        x = self._input(x)
         weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
         outputs = self.outputs(x, weights)
-        return self.likelihood.observe(outputs, y, self.num_data, type(self).__name__)
+        latent = {site: weights[site] for site in self.likelihood.latent_sites()}
+        return self.likelihood.observe(
+            outputs, y, self.num_data, type(self).__name__, latent=latent or None
+        )
 
     def extra_repr(self) -> str:
         return f"sites={len(self._sites)}, likelihood={self.likelihood}"

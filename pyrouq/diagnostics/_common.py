@@ -14,6 +14,8 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
+from pyrouq._util import check_finite_inputs
+from pyrouq.infer.guide import check_draws
 from pyrouq.likelihoods import Categorical
 
 if TYPE_CHECKING:
@@ -79,6 +81,7 @@ def _check_data(fn: str, x: object, y: object) -> int:
         )
     if x.shape[0] == 0:
         raise ValueError(f"{fn}: x and y are empty. Pass at least one point.")
+    check_finite_inputs(x, fn)
     return int(x.shape[0])
 
 
@@ -115,7 +118,7 @@ def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
 
 
 def _replayed_draws(
-    model: Any, guide: Any, x: Tensor, y: Tensor, num_samples: int
+    model: Any, guide: Any, x: Tensor, y: Tensor, num_samples: int, caller: str
 ) -> Iterator[tuple[int, Any, Any]]:
     """``(s, guide_trace, model_trace)`` for S guide draws, the model replayed on each.
 
@@ -125,6 +128,9 @@ def _replayed_draws(
     for s in range(num_samples):
         with pyro.validation_enabled(s == 0 and validate):
             guide_trace = poutine.trace(guide).get_trace(x, y)
+            if s == 0:  # before the model runs on them
+                drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
+                check_draws(model, drawn, caller)
             model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
         yield s, guide_trace, model_trace
 

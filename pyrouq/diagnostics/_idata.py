@@ -13,7 +13,9 @@ from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
 from pyrouq._util import check_count, check_int, has_latent_sites, module_device
+from pyrouq.infer.guide import check_draws, check_guide
 from pyrouq.likelihoods import Categorical, Likelihood
+from pyrouq.mcmc import MCMCResult
 from pyrouq.predictive import _is_ensemble
 
 if TYPE_CHECKING:
@@ -53,8 +55,10 @@ class _Draws:
             self.alloc(name, tuple(value.shape), value.dtype)
         self.values[name][s] = value.detach().cpu()
 
-    def numpy(self, name: str) -> np.ndarray:
-        return self.values[name].numpy()[None]  # (chain=1, draw=S, ...)
+    def numpy(self, name: str, chains: int = 1) -> np.ndarray:
+        """``(chain, draw, ...)``: the S draws split into ``chains`` chains (one by default)."""
+        value = self.values[name].numpy()
+        return value.reshape(chains, value.shape[0] // chains, *value.shape[1:])
 
 
 def _store_logits(
@@ -65,26 +69,41 @@ def _store_logits(
     y: Tensor,
     n: int,
     likelihood: Likelihood,
+    latent: dict[str, Tensor] | None = None,
 ) -> None:
-    """Store probs ``(S, N, C)`` and the pointwise log-likelihood ``(S, N)`` of logits
-    ``(B, C)`` (draw ``draws``) or ``(S, B, C)`` (every member, ``draws=slice(None)``) on the
-    points ``cols`` of the labels ``y`` ``(N,)``, both from the model's likelihood."""
-    if "probs" not in out.values:  # the first batch: C is known now
-        _check_labels("to_inference_data()", y, logits.shape[-1])
-        out.alloc("probs", (n, logits.shape[-1]), torch.float32)
-        out.alloc("log_lik", (n,), torch.float64)
-    target = y[cols].expand(*logits.shape[:-1])
-    log_lik = likelihood.distribution(logits.double()).log_prob(target)
-    out.values["probs"][draws, cols] = likelihood.predictive(logits.double()).float().cpu()
+    """Store the predictions and the pointwise log-likelihood ``(S, N)`` of outputs ``(B, D)``
+    (draw ``draws``) or ``(S, B, D)`` (every member, ``draws=slice(None)``) on the points
+    ``cols`` of the targets ``y``, both from the model's likelihood: class probabilities
+    ``probs`` ``(S, N, C)`` for a classifier, ``loc`` and ``scale`` ``(S, N, D)`` for a
+    Gaussian."""
+    outputs = logits.double()
+    if isinstance(likelihood, Categorical):
+        if "probs" not in out.values:  # the first batch: C is known now
+            _check_labels("to_inference_data()", y, logits.shape[-1])
+            out.alloc("probs", (n, logits.shape[-1]), torch.float32)
+            out.alloc("log_lik", (n,), torch.float64)
+        target = y[cols].expand(*logits.shape[:-1])
+        out.values["probs"][draws, cols] = likelihood.predictive(outputs).float().cpu()
+    else:
+        loc, scale = likelihood.predictive(outputs, latent)
+        if "loc" not in out.values:
+            likelihood.check_targets(y, logits, "to_inference_data()")
+            for name in ("loc", "scale"):
+                out.alloc(name, (n, loc.shape[-1]), torch.float32)
+            out.alloc("log_lik", (n,), torch.float64)
+        out.values["loc"][draws, cols] = loc.cpu()
+        out.values["scale"][draws, cols] = scale.cpu()
+        target = likelihood.shape_targets(y[cols], outputs).double()
+    log_lik = likelihood.distribution(outputs, latent).log_prob(target)
     out.values["log_lik"][draws, cols] = log_lik.cpu()
 
 
 @torch.no_grad()
 def to_inference_data(
     model: Any,
-    guide: Any,
-    x: Tensor,
-    y: Tensor,
+    guide: Any = None,
+    x: Tensor | None = None,
+    y: Tensor | None = None,
     *,
     num_samples: int | None = None,
     var_names: str | Sequence[str] | None = None,
@@ -98,14 +117,17 @@ def to_inference_data(
       shaped ``(chain=1, draw=S, *site_shape)``. Weight and bias sites get named dims in
       torch's layout: ``fc1.weight`` is ``(fc1_out, fc1_in)``, ``conv1.weight``
       ``(conv1_out, conv1_in, conv1_kh, conv1_kw)``, ``fc1.bias`` ``(fc1_out,)``.
-    * ``posterior_predictive`` -- ``obs``: ``(1, S, N)`` labels drawn from each draw's
-      predictive distribution; ``probs``: ``(1, S, N, C)`` those distributions (classifiers).
+    * ``posterior_predictive`` -- ``obs``: ``(1, S, N)`` labels (or targets, shaped as ``y``)
+      drawn from each draw's predictive distribution; ``probs``: ``(1, S, N, C)`` those
+      distributions (classifiers); ``loc`` and ``scale``: ``(1, S, N, D)`` their means and
+      standard deviations (``Gaussian`` likelihoods; a latent noise scale ``sigma`` is in the
+      posterior group like any site).
     * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
       float64), so ``az.loo`` and ``az.waic`` work.
-    * ``observed_data`` -- ``obs``: ``y``, ``(N,)``.
+    * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
 
     Every per-point variable has the dim ``obs_id`` (coordinates ``0..N-1``); ``probs`` also
-    has ``class`` (``0..C-1``).
+    has ``class`` (``0..C-1``), ``loc`` and ``scale`` ``output`` (``0..D-1``).
 
     A BatchEnsemble has no guide and no latent variables: its M members take the place of the
     draws (S = M) in ``posterior_predictive`` and ``log_likelihood``, and there is **no
@@ -177,7 +199,17 @@ def to_inference_data(
     """
     fn = "to_inference_data()"
     az = _arviz()
+    result = model if isinstance(model, MCMCResult) else None
+    if result is not None:
+        model, x, y = result.model, result.x if x is None else x, result.y if y is None else y
+        if model is None or x is None or y is None or guide is not None:
+            raise ValueError(
+                f"{fn}: an MCMCResult is exported with the model and data its chains ran on "
+                "and no guide; a loaded result carries neither: set result.model, result.x "
+                "and result.y first."
+            )
     n = _check_data(fn, x, y)
+    assert isinstance(x, Tensor) and isinstance(y, Tensor)
     batch_size = check_int("batch_size", batch_size)
     if num_samples is not None:
         check_count(
@@ -190,7 +222,20 @@ def to_inference_data(
     yd = y if device is None else y.to(device)
     posterior_dims: dict[str, list[str]] = {}
 
-    if guide is None:
+    chains = 1
+    keep: list[str]
+    if result is not None:
+        keep = _check_var_names(var_names, list(model.latent_sites()))
+        draws = result.draws()
+        total = result.num_chains * result.num_samples
+        weights = ({k: v[i].to(device or "cpu") for k, v in draws.items()} for i in range(total))
+        out = _export_weights(model, weights, xd, yd, n, total, keep, batch_size)
+        chains = result.num_chains
+        for name in keep:
+            site_dims = _weight_dims(name, out.values[name].dim() - 1)
+            if site_dims is not None:
+                posterior_dims[name] = site_dims
+    elif guide is None:
         if has_latent_sites(model):
             raise ValueError(
                 f"{fn}: {type(model).__name__} has latent sites but guide is None. Pass its "
@@ -210,8 +255,9 @@ def to_inference_data(
                     "draws and it has no posterior group. Leave it None."
                 )
         out = _export_ensemble(model, xd, yd, n, batch_size)
-        keep: list[str] = []
+        keep = []
     else:
+        check_guide(model, guide, fn)
         if _is_ensemble(model):
             raise ValueError(
                 f"{fn}: a guide was given for a BatchEnsemble ({type(model).__name__}), which "
@@ -231,15 +277,26 @@ def to_inference_data(
 
     coords: dict[str, Any] = {"obs_id": np.arange(n)}
     dims: dict[str, list[str]] = {"obs": ["obs_id"], **posterior_dims}
-    predictive = {"obs": out.numpy("obs")}
+    predictive = {"obs": out.numpy("obs", chains)}
     if "probs" in out.values:
-        predictive["probs"] = out.numpy("probs")
+        predictive["probs"] = out.numpy("probs", chains)
         coords["class"] = np.arange(out.values["probs"].shape[-1])
         dims["probs"] = ["obs_id", "class"]
+    for name in ("loc", "scale"):  # a Gaussian's predictive means and standard deviations
+        if name in out.values:
+            predictive[name] = out.numpy(name, chains)
+            coords["output"] = np.arange(out.values[name].shape[-1])
+            dims[name] = ["obs_id", "output"]
+    if "loc" in out.values and y.dim() == 2:
+        dims["obs"] = ["obs_id", "output"]
+    stats = None
+    if result is not None:
+        stats = {name: value.numpy() for name, value in result.sample_stats.items()}
     idata = az.from_dict(
-        posterior={name: out.numpy(name) for name in keep} or None,
+        posterior={name: out.numpy(name, chains) for name in keep} or None,
         posterior_predictive=predictive,
-        log_likelihood={"obs": out.numpy("log_lik")},
+        log_likelihood={"obs": out.numpy("log_lik", chains)},
+        sample_stats=stats,
         observed_data={"obs": y.detach().cpu().numpy()},
         coords=coords,
         dims=dims,
@@ -252,7 +309,13 @@ def to_inference_data(
         "creation_library": "pyrouq",
         "creation_library_version": __version__,
         "model": type(model).__name__,
-        "draws": "ensemble members" if guide is None else "independent guide draws",
+        "draws": (
+            f"{chains} MCMC chains ({result.kernel})"
+            if result is not None
+            else "ensemble members"
+            if guide is None
+            else "independent guide draws"
+        ),
     }
     for group in idata.groups():
         idata[group].attrs.update(attrs)
@@ -268,12 +331,17 @@ def _batches(n: int, batch_size: int) -> Iterator[slice]:
         yield slice(start, min(start + batch_size, n))
 
 
-def _sample_obs(out: _Draws) -> None:
-    """Draw ``obs`` from the stored ``(S, N, C)`` probabilities, one draw at a time (the random
-    stream then does not depend on ``batch_size``)."""
-    probs = out.values["probs"]
-    for s in range(probs.shape[0]):
-        out.put("obs", s, torch.distributions.Categorical(probs=probs[s]).sample())
+def _sample_obs(out: _Draws, y: Tensor) -> None:
+    """Draw ``obs`` from the stored predictions (a Categorical of ``probs``, a Normal of
+    ``loc`` and ``scale``), one draw at a time (the random stream then does not depend on
+    ``batch_size``), shaped as the observed ``y``."""
+    for s in range(out.num_draws):
+        if "probs" in out.values:
+            value = torch.distributions.Categorical(probs=out.values["probs"][s]).sample()
+        else:
+            normal = torch.distributions.Normal(out.values["loc"][s], out.values["scale"][s])
+            value = normal.sample().reshape(y.shape)
+        out.put("obs", s, value)
 
 
 def _export_bayesian(
@@ -287,26 +355,42 @@ def _export_bayesian(
     batch_size: int,
 ) -> _Draws:
     """A pyrouq Bayesian model: one guide draw at a time, its network run with the draw."""
-    out = _Draws(num_samples)
     first = slice(0, min(batch_size, n))
-    with _prepared(model, n):
+
+    def draws() -> Iterator[dict[str, Tensor]]:
         for s in range(num_samples):
             # The first draw runs under the caller's validation setting, the rest without.
             with pyro.validation_enabled(s == 0 and is_validation_enabled()):
                 trace = poutine.trace(guide).get_trace(x[first], y[first])
-            weights = {name: site["value"] for name, site in _latent_sites(trace).items()}
-            missing = [name for name in model.latent_sites() if name not in weights]
-            if missing:
-                raise ValueError(
-                    f"The guide did not sample the model's latent site(s) {missing}. Build "
-                    "the guide for this model (mean_field_guide(model))."
-                )
+            yield {name: site["value"] for name, site in _latent_sites(trace).items()}
+
+    return _export_weights(model, draws(), x, y, n, num_samples, keep, batch_size)
+
+
+def _export_weights(
+    model: Any,
+    draws: Iterator[dict[str, Tensor]],
+    x: Tensor,
+    y: Tensor,
+    n: int,
+    num_samples: int,
+    keep: list[str],
+    batch_size: int,
+) -> _Draws:
+    """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws."""
+    out = _Draws(num_samples)
+    with _prepared(model, n):
+        for s, weights in enumerate(draws):
+            if s == 0:
+                drawn = {name: value[None] for name, value in weights.items()}
+                check_draws(model, drawn, "to_inference_data()")
             for name in keep:
                 out.put(name, s, weights[name])
+            own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)
-                _store_logits(out, s, cols, logits, y, n, model.likelihood)
-    _sample_obs(out)
+                _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None)
+    _sample_obs(out, y)
     return out
 
 
@@ -316,7 +400,7 @@ def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) 
     with _prepared(model, n), pyro.validation_enabled(False):
         for cols in _batches(n, batch_size):
             _store_logits(out, slice(None), cols, model(x[cols]), y, n, _likelihood(model))
-    _sample_obs(out)
+    _sample_obs(out, y)
     return out
 
 
@@ -333,7 +417,9 @@ def _export_pyro(
     out = _Draws(num_samples)
     keep: list[str] = []
     with _prepared(model, n):
-        for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples):
+        for s, guide_trace, model_trace in _replayed_draws(
+            model, guide, x, y, num_samples, "to_inference_data()"
+        ):
             if s == 0:
                 _check_guide_covers(model_trace, guide_trace)
                 keep = _check_var_names(var_names, list(_latent_sites(model_trace)))

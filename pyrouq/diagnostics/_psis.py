@@ -15,6 +15,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._util import check_count, check_int, module_device
+from pyrouq.infer.guide import check_guide
 
 if TYPE_CHECKING:
     import arviz
@@ -222,12 +223,13 @@ def psis_diagnostic(
             "pass the fitted guide (a BatchEnsemble has neither: use to_inference_data() and "
             "az.loo for it)."
         )
+    check_guide(model, guide, fn)
     device = module_device(model, guide)
     if device is not None:
         x, y = x.to(device), y.to(device)
     log_weights = torch.empty(num_samples, dtype=torch.float64)
     with _prepared(model, n):
-        for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples):
+        for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples, fn):
             if s == 0:
                 _check_guide_covers(model_trace, guide_trace)
                 if not _latent_sites(model_trace):
@@ -301,6 +303,11 @@ def summary(
         One row per scalar; columns ``mean``, ``sd``, ``hdi_3%``, ``hdi_97%`` (for 0.94).
     """
     az = _arviz()
+    if not isinstance(idata, az.InferenceData):
+        raise TypeError(
+            f"Expected idata to be an arviz.InferenceData, got {type(idata).__name__}; make "
+            "one with to_inference_data(model, guide, x, y)."
+        )
     if "kind" in kwargs:
         raise TypeError(
             f"summary() always uses kind='stats', got kind={kwargs['kind']!r}: R-hat and ESS "

@@ -16,7 +16,8 @@ import torch
 from pyro import poutine
 from torch import nn
 
-from pyrouq._util import has_latent_sites, module_device
+from pyrouq._util import bad_rows, has_latent_sites, model_input, module_device
+from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
 
@@ -88,13 +89,7 @@ class InterruptFlag:
             self._installed = False
 
 
-def _bad_rows(x: torch.Tensor) -> torch.Tensor:
-    """Indices of the rows of ``x`` holding NaN or inf."""
-    flat = x.reshape(x.shape[0], -1)
-    return (~torch.isfinite(flat)).any(dim=1).nonzero().flatten()
-
-
-def check_loader_inputs(loader: Iterable, num_classes: int | None) -> bool:
+def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | None) -> bool:
     """Refuse NaN/inf inputs and bad labels of an in-memory loader before training starts.
 
     Works on the tensors of a :class:`pyrouq.data.TensorLoader` or of a ``DataLoader`` over a
@@ -106,7 +101,7 @@ def check_loader_inputs(loader: Iterable, num_classes: int | None) -> bool:
         return False
     images, labels = tensors
     if images.dtype.is_floating_point:
-        bad = _bad_rows(images)
+        bad = bad_rows(images)
         if bad.numel():
             batch_size = getattr(loader, "batch_size", None)
             shuffled = bool(getattr(loader, "shuffle", True))
@@ -121,9 +116,9 @@ def check_loader_inputs(loader: Iterable, num_classes: int | None) -> bool:
                 f"e.g. example indices {bad[:5].tolist()}{where}; nothing was trained. Remove "
                 "or repair them (torch.nan_to_num, or drop the rows) before fit()."
             )
-    problem = Categorical.label_problem(labels, num_classes)
+    problem = likelihood.target_problem(labels, num_outputs)
     if problem is not None:
-        raise ValueError(f"train_loader has {problem}; nothing was trained. Fix the labels.")
+        raise ValueError(f"train_loader has {problem}; nothing was trained. Fix the targets.")
     return True
 
 
@@ -141,7 +136,12 @@ def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | 
 
 
 def check_batch(
-    x: torch.Tensor, y: torch.Tensor, epoch: int, step: int, num_classes: int | None
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epoch: int,
+    step: int,
+    likelihood: Any,
+    num_outputs: int | None,
 ) -> None:
     """Refuse a batch with NaN/inf inputs or bad labels before training on it."""
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
@@ -150,13 +150,13 @@ def check_batch(
             f"({type(x).__name__}, {type(y).__name__})."
         )
     if x.dtype.is_floating_point and not bool(torch.isfinite(x).all()):
-        bad = _bad_rows(x)
+        bad = bad_rows(x)
         raise ValueError(
             f"Batch {step} of epoch {epoch} holds NaN or inf in {bad.numel()} of {x.shape[0]} "
             f"inputs (rows {bad[:5].tolist()}); training stopped before that batch, so the "
             "parameters are those of the previous step. Clean the data before fit()."
         )
-    problem = Categorical.label_problem(y, num_classes)
+    problem = likelihood.target_problem(y, num_outputs)
     if problem is not None:
         raise ValueError(
             f"Batch {step} of epoch {epoch} has {problem}; training stopped before that batch."
@@ -217,10 +217,11 @@ class Probe:
     parameters of a guide that creates them on its first call (Pyro's autoguides)."""
 
     def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
+        self.likelihood = getattr(model, "likelihood", None) or Categorical()
         self.num_classes: int | None = getattr(model, "num_classes", None)
         self.guide_params: list[torch.Tensor] = []
-        categorical = isinstance(getattr(model, "likelihood", Categorical()), Categorical)
-        needs_classes = self.num_classes is None and categorical
+        categorical = isinstance(self.likelihood, Categorical)
+        needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
         if not (needs_classes or lazy_guide):
             return
@@ -229,12 +230,21 @@ class Probe:
             return
         device = module_device(model, guide)
         x, y = (t.to(device) if device is not None else t for t in batch)
+        x = model_input(x, model, "fit()")
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad(), pyro.validation_enabled(False):
                 if needs_classes:
-                    self.num_classes = _output_size(model, x)
+                    try:
+                        self.num_classes = _output_size(model, x, self.likelihood)
+                    except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
+                        raise ValueError(
+                            f"fit(): {type(model).__name__} failed on the first examples of "
+                            f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "
+                            f"{' '.join(str(err).split())}. Check that the network takes the "
+                            "loader's inputs (shape, channels, flattening); nothing was trained."
+                        ) from err
             if lazy_guide:
                 with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
                     guide(x, y)
@@ -267,8 +277,9 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
     return x[:2], y[:2]
 
 
-def _output_size(model: Any, x: torch.Tensor) -> int | None:
-    """The number of outputs D of ``model`` on ``x`` (its last output dim)."""
+def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:
+    """The number of outputs D of ``model`` on ``x`` (classes, or regression targets), after
+    the likelihood has seen the outputs (it sizes a learned noise scale)."""
     run = getattr(model, "outputs", None)
     if callable(run) and has_latent_sites(model):
         out = run(x, model.template())
@@ -278,7 +289,11 @@ def _output_size(model: Any, x: torch.Tensor) -> int | None:
         out = model(x)
     else:
         return None
-    return int(out.shape[-1]) if torch.is_tensor(out) and out.dim() >= 2 else None
+    if not torch.is_tensor(out) or out.dim() < 2:
+        return None
+    likelihood.prepare(out)
+    size = getattr(likelihood, "num_outputs", None)
+    return int(size(out)) if callable(size) else int(out.shape[-1])
 
 
 def build_optimizer(
@@ -298,3 +313,56 @@ def build_optimizer(
             f"Nothing to train: {type(model).__name__} and the guide have no parameters."
         )
     return optim(unique) if optim is not None else torch.optim.Adam(unique, lr=lr)
+
+
+@torch.no_grad()
+def point_accuracy(
+    model: nn.Module, guide: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
+) -> float:
+    """Accuracy at the guide mean (or of the member-mean prediction) on ``batches``; NaN for
+    models that do not classify."""
+    if not isinstance(getattr(model, "likelihood", None) or Categorical(), Categorical):
+        return float("nan")
+    point = None
+    if guide is not None:
+        summary = getattr(guide, "means", None) or getattr(guide, "median", None)
+        if summary is None:
+            return float("nan")
+        point = summary()
+    run = getattr(model, "outputs", None)
+    correct = total = 0
+    was_training = model.training
+    model.eval()
+    try:
+        for x, y in batches:
+            if point is not None and callable(run):
+                logits = run(x, point)
+            elif point is not None:
+                logits = poutine.condition(model, data=point)(x)
+            elif callable(run):
+                logits = run(x)
+            elif isinstance(model, pyro.nn.PyroModule):
+                logits = model(x)
+            else:
+                logits = model(x)
+            probs = (getattr(model, "likelihood", None) or Categorical()).predictive(logits)
+            if probs.dim() > 2:
+                probs = probs.reshape(-1, *probs.shape[-2:]).mean(0)
+            correct += int((probs.argmax(-1) == y).sum())
+            total += y.shape[0]
+    finally:
+        model.train(was_training)
+    return correct / total if total else float("nan")
+
+
+def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
+    """Maximum likelihood for a plain torch network: ``-(N/B) sum_batch log p(y | x)``."""
+    likelihood = getattr(model, "likelihood", None) or Categorical()
+    outputs = model(x)
+    if not torch.is_tensor(outputs) or outputs.dim() < 2:
+        raise TypeError(
+            f"{type(model).__name__} returned {type(outputs).__name__}; fit() trains a plain "
+            "network that returns its outputs (B, D) as one tensor."
+        )
+    nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
+    return ELBOTerms(loss=nll, nll=nll.detach(), kl=torch.zeros(()), outputs=outputs.detach())

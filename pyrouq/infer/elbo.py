@@ -113,13 +113,19 @@ def _register_point_estimates(model: Any) -> None:
     register_params(f"{model._pyro_name}.net", model.net)
 
 
-def observed_nll(model: Any, outputs: Tensor, y: Tensor) -> Tensor:
+def observed_nll(
+    model: Any, outputs: Tensor, y: Tensor, weights: dict[str, Tensor] | None = None
+) -> Tensor:
     """``-(N/B) * sum log p(y | outputs)``: the value a trace of the model gives its ``"obs"``
-    site, computed by the model's likelihood (its fast NLL); the targets checked first."""
+    site, computed by the model's likelihood (its fast NLL) with the likelihood's own sites
+    taken from ``weights``; the targets checked first."""
     where = type(model).__name__
+    likelihood = model.likelihood
     model.likelihood.check_targets(y, outputs, where)
-    scale = model.likelihood.scale(model.num_data, outputs.shape[-2], where)
-    return model.likelihood.nll(outputs, y) * scale
+    scale = likelihood.scale(model.num_data, outputs.shape[-2], where)
+    own = likelihood.latent_sites()
+    latent = {s: weights[s] for s in own} if own and weights is not None else None
+    return likelihood.nll(outputs, y, latent) * scale
 
 
 class KLWeightedELBO(ELBO):
@@ -291,57 +297,72 @@ class KLWeightedELBO(ELBO):
 
     @staticmethod
     def _kl(
-        model: BayesianNetwork, loc: dict, scale: dict, draws: list[dict[str, Tensor]]
+        model: BayesianNetwork,
+        loc: dict,
+        scale: dict,
+        draws: list[dict[str, Tensor]],
+        positive: tuple[str, ...] = (),
     ) -> Tensor:
         """``KL(q || p)`` summed over the sites: analytic where torch knows the pair, else the
-        Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``."""
+        Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws`` (one fresh draw without
+        them). q is Normal, LogNormal for the ``positive`` sites."""
         total = torch.zeros((), device=next(iter(loc.values())).device)
         for site, prior in model.priors().items():
-            q = dist.Normal(loc[site], scale[site]).to_event(loc[site].dim())
+            family = dist.LogNormal if site in positive else dist.Normal
+            q = family(loc[site], scale[site]).to_event(loc[site].dim())
             try:
                 total = total + torch.distributions.kl_divergence(q, prior).sum()  # type: ignore[arg-type]
             except NotImplementedError:
-                values = [draw[site] for draw in draws] or [
-                    torch.addcmul(loc[site], scale[site], torch.randn_like(loc[site]))
-                ]
+                values = [weights[site] for weights in draws] or [q.rsample()]
                 estimate = sum(q.log_prob(w) - prior.log_prob(w) for w in values)
                 total = total + torch.as_tensor(estimate).sum() / len(values)
         return total
 
-    def _draws(self, loc: dict, scale: dict) -> tuple[list[dict[str, Tensor]], dict | None]:
+    def _draws(
+        self, loc: dict, scale: dict, positive: tuple[str, ...] = ()
+    ) -> tuple[list[dict[str, Tensor]], dict | None]:
         """The particles' weights, as :meth:`terms` draws them: one after another, or every
         particle at once site by site (vectorised, also returned stacked)."""
         count = self.num_particles
         if self.vectorize_particles:
-            stacked = draw(loc, scale, count)
+            stacked = draw(loc, scale, count, positive)
             return [{s: w[i] for s, w in stacked.items()} for i in range(count)], stacked
-        return [draw(loc, scale) for _ in range(count)], None
+        return [draw(loc, scale, None, positive) for _ in range(count)], None
 
     def _direct_terms(self, model: BayesianNetwork, guide: MeanFieldGuide, x, y) -> ELBOTerms:
         """:meth:`terms` without traces (see the class docstring)."""
         _needs_labels(y)
         loc, scale = self._guide_moments(model, guide)
+        positive = guide.positive
         count = self.num_particles
         draws: list[dict[str, Tensor]] = []
         if model.local_reparameterization:
-            model._check_input(x)
+            x = model._input(x)
             num = count if self.vectorize_particles else None
-            runs = [
-                _engine.run_local(model.net, x, loc, scale, model.local_layers(), num)
-                for _ in range(1 if num else count)
-            ]
-            nll = sum(observed_nll(model, out, y) for out in runs)
+            network = model.network_sites()
+            own = [s for s in loc if s not in network]
+            runs: list[Tensor] = []
+            nll: Tensor | float = 0.0
+            for _ in range(1 if num else count):
+                net_loc = {s: loc[s] for s in network}
+                net_scale = {s: scale[s] for s in network}
+                out = _engine.run_local(model.net, x, net_loc, net_scale, model.local_layers(), num)
+                noise = draw({s: loc[s] for s in own}, {s: scale[s] for s in own}, num, positive)
+                nll = nll + observed_nll(model, out, y, noise)
+                runs.append(out)
             first = runs[0]
         else:
-            draws, stacked = self._draws(loc, scale)
+            draws, stacked = self._draws(loc, scale, positive)
             if stacked is not None:
                 first = model.outputs(x, stacked)
-                nll = observed_nll(model, first, y)
+                nll = observed_nll(model, first, y, stacked)
             else:
-                outs = [model.outputs(x, draw) for draw in draws]
-                nll = sum(observed_nll(model, out, y) for out in outs)
+                outs = [model.outputs(x, weights) for weights in draws]
+                nll = 0.0
+                for out, weights in zip(outs, draws, strict=True):
+                    nll = nll + observed_nll(model, out, y, weights)
                 first = outs[0]
-        kl = self._kl(model, loc, scale, draws)
+        kl = self._kl(model, loc, scale, draws, positive)
         nll_t = torch.as_tensor(nll) / count
         loss = nll_t + self.kl_weight * kl
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl.detach(), outputs=first.detach())
@@ -389,7 +410,7 @@ class KLWeightedELBO(ELBO):
         """:meth:`terms_and_grads` one particle at a time (see there)."""
         loc, scale = self._guide_moments(model, guide)
         count = self.num_particles
-        draws, _ = self._draws(loc, scale)
+        draws, _ = self._draws(loc, scale, guide.positive)
         nll = torch.zeros((), device=x.device)
         outputs: list[Tensor] = []
         output_grads: list[Tensor] = []
@@ -397,7 +418,7 @@ class KLWeightedELBO(ELBO):
         for weights in draws:
             leaves = {s: w.detach().requires_grad_() for s, w in weights.items()}
             out = model.outputs(x, leaves)
-            particle_nll = observed_nll(model, out, y)
+            particle_nll = observed_nll(model, out, y, leaves)
             (particle_nll / count).backward()  # frees this particle's activations
             nll = nll + particle_nll.detach()
             firsts.append(out.detach())
@@ -406,7 +427,7 @@ class KLWeightedELBO(ELBO):
                 if grad is not None:
                     outputs.append(value)
                     output_grads.append(grad)
-        kl = self._kl(model, loc, scale, draws)
+        kl = self._kl(model, loc, scale, draws, guide.positive)
         weighted_kl = self.kl_weight * kl
         torch.autograd.backward(
             [weighted_kl, *outputs], [torch.ones_like(weighted_kl), *output_grads]

@@ -15,11 +15,18 @@ from typing import Any, Literal
 
 import pyro
 import torch
-from pyro import poutine
 from torch import nn
 
+from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
-from pyrouq._util import check_count, check_positive_float, has_latent_sites, module_device
+from pyrouq._util import (
+    check_count,
+    check_positive_float,
+    has_latent_sites,
+    model_input,
+    module_device,
+)
+from pyrouq.infer import _distributed
 from pyrouq.infer._training import (
     InterruptFlag,
     Probe,
@@ -28,11 +35,14 @@ from pyrouq.infer._training import (
     check_batch,
     check_loader_inputs,
     loader_rng_state,
+    plain_terms,
+    point_accuracy,
     restore_rng_states,
     rng_states,
     training_state,
 )
 from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
+from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical
 
 __all__ = [
@@ -47,7 +57,8 @@ __all__ = [
 LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 
 DEFAULT_KL_WEIGHT = 0.1
-"""Default ``kl_weight`` of :func:`fit`: a tempered posterior (see ``fit``'s docstring)."""
+"""Default ``kl_weight`` of :func:`fit` for classifiers and models without a pyrouq likelihood:
+a tempered posterior (see ``fit``'s docstring)."""
 
 WARMUP_FRACTION = 0.2
 """Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
@@ -73,9 +84,10 @@ class EpochRecord:
         Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
     train_acc : float
         Accuracy of the network at the guide mean (Bayesian; ``nan`` for a guide that has
-        neither ``means()`` nor ``median()``) or of the member-mean prediction (ensemble),
-        measured after the epoch on the first ``TRAIN_ACC_EXAMPLES`` (1024) training examples
-        the epoch drew (a random subset when the loader shuffles).
+        neither ``means()`` nor ``median()``, and for regression models) or of the
+        member-mean prediction (ensemble), measured after the epoch on the first
+        ``TRAIN_ACC_EXAMPLES`` (1024) training examples the epoch drew (a random subset when
+        the loader shuffles).
     seconds : float
         Wall time of the epoch.
     """
@@ -130,7 +142,7 @@ def fit(
     lr: float = 2e-2,
     optim: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
     lr_schedule: LRSchedule = "warmup_cosine",
-    kl_weight: float = DEFAULT_KL_WEIGHT,
+    kl_weight: float | None = None,
     num_particles: int = 1,
     vectorize_particles: bool = False,
     num_data: int | None = None,
@@ -141,6 +153,7 @@ def fit(
     resume_from: Any = None,
     metadata: dict[str, Any] | None = None,
     check_inputs: bool = True,
+    distributed_draws: Literal["independent", "identical"] = "independent",
 ) -> FitResult:
     """Fit a pyrouq model by stochastic variational inference.
 
@@ -161,9 +174,12 @@ def fit(
         The variational distribution (``mean_field_guide(model)``, or a Pyro autoguide such as
         ``AutoNormal(model)``, whose lazily created parameters are set up on the first batch
         before the optimizer is built); ``None`` for models without latent sites
-        (BatchEnsemble), where the loss is the negative log-likelihood.
+        (BatchEnsemble), where the loss is the negative log-likelihood. A guide built for
+        another model (other sites or shapes) is refused before anything is trained.
     train_loader : iterable of (x, y)
-        Training batches, e.g. from :func:`pyrouq.load_mnist`.
+        Training batches, e.g. from :func:`pyrouq.load_mnist`. Floating inputs of another
+        dtype are cast to the model's; integer ones (raw uint8 pixels) are refused, see
+        :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
     epochs : int
         Passes over ``train_loader`` (>= 1).
     lr : float, default 2e-2
@@ -176,14 +192,20 @@ def fit(
         to its value over the first 20 % of the steps, then decays it to 0 along a half
         cosine (a one-cycle policy: short runs converge much further, see the benchmarks);
         ``"cosine"`` decays from the start; ``"constant"`` leaves it alone.
-    kl_weight : float, default 0.1
-        Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`). The default
-        tempers the posterior ("cold posterior"): under the exact ELBO a mean-field guide
-        over-prunes networks whose weights outnumber the training examples (a residual CNN with
-        BatchNorm on Fashion-MNIST: 88.8 % accuracy against 91.0 % for the plain network, the
-        deep layers' weights drowned in noise), while 0.1 keeps the accuracy (91.2 %) and
-        lowers the NLL; LeNet on MNIST is as good either way. Pass ``kl_weight=1.0`` for the
-        Bayesian posterior of the model as written (the docs' KL-weight page).
+    kl_weight : float, optional
+        Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`). By default
+        the likelihood's ``default_kl_weight``: 0.1 for classifiers (``Categorical``, and
+        models without a pyrouq likelihood), 1.0 for regression (``Gaussian``). For
+        classifiers it tempers the posterior ("cold posterior"): under the exact ELBO a
+        mean-field guide over-prunes networks whose weights outnumber the training examples (a
+        residual CNN with BatchNorm on Fashion-MNIST: 88.8 % accuracy against 91.0 % for the
+        plain network, the deep layers' weights drowned in noise), while 0.1 keeps the
+        accuracy (91.2 %) and lowers the NLL; LeNet on MNIST is as good either way. Curated
+        classification labels are what a tempered likelihood describes (Aitchison, 2021,
+        "A statistical theory of cold posteriors"); regression targets are not curated, and
+        there the exact ELBO gives the posterior that the regression tests check against
+        the exact one. Pass ``kl_weight=1.0`` for the Bayesian posterior of any model as
+        written (the docs' KL-weight page).
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False
@@ -197,7 +219,8 @@ def fit(
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
-        Seeds Pyro/torch before training, so a run repeats exactly.
+        Seeds Pyro/torch before training, so a run repeats exactly (rank r of a process
+        group is seeded with ``seed + r``: its own weight draws).
     callbacks : sequence of callables
         Each is called as ``callback(record)`` after every epoch. A callback may raise
         ``KeyboardInterrupt`` to stop the run (handled as Ctrl-C, below).
@@ -215,6 +238,12 @@ def fit(
         arguments (checked).
     metadata : dict, optional
         JSON values stored in the checkpoints.
+    distributed_draws : {"independent", "identical"}, default "independent"
+        Under torch.distributed (a process group initialised, e.g. by torchrun): each rank
+        draws its own weights (a particle per rank), or every rank the same ones (needs
+        ``seed``; the check that the averaged gradient equals one process's). See the docs'
+        "Scaling out" page: each rank trains on its shard of every epoch, gradients are
+        averaged after each step, rank 0 alone shows progress and writes ``checkpoint``.
     check_inputs : bool, default True
         Refuse NaN/inf inputs and labels outside ``[0, C)``: for in-memory loaders
         (``TensorLoader``, ``TensorDataset``) before training starts, naming the examples;
@@ -237,6 +266,11 @@ def fit(
         ``KeyboardInterrupt`` subclass carrying the partial :class:`FitResult`. A second press
         interrupts at once.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"fit() expects model to be an nn.Module (a pyrouq model, a PyroModule or a plain "
+            f"network), got {type(model).__name__}; build it with e.g. bayesian(net)."
+        )
     check_count("epochs", epochs)
     check_positive_float("lr", lr)
     if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
@@ -245,12 +279,16 @@ def fit(
             "'constant'."
         )
     # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed
+    if kl_weight is None:
+        likelihood = getattr(model, "likelihood", None)
+        kl_weight = getattr(likelihood, "default_kl_weight", DEFAULT_KL_WEIGHT)
     elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=2)
     if guide is None and has_latent_sites(model):
         raise ValueError(
             f"{type(model).__name__} has latent sites but guide is None. Pass "
             "guide=mean_field_guide(model)."
         )
+    check_guide(model, guide, "fit()")
     n = num_data if num_data is not None else _num_examples(train_loader)
     if n is None:
         raise ValueError(
@@ -267,28 +305,44 @@ def fit(
     model.num_data = int(n)  # type: ignore[assignment]
     probe = Probe(model, guide, train_loader)
     # in-memory data is checked once here; other loaders batch by batch, before each step
-    check_each_batch = check_inputs and not check_loader_inputs(train_loader, probe.num_classes)
+    check_each_batch = check_inputs and not check_loader_inputs(
+        train_loader, probe.likelihood, probe.num_classes
+    )
     resume = None if resume_from is None else _checkpoint.restore(resume_from, model, guide, epochs)
     optimizer = build_optimizer(model, guide, probe, optim, lr)
-    if seed is not None:
-        pyro.set_rng_seed(seed)
-    loop = _Loop(
-        model=model,
-        guide=guide,
-        loader=train_loader,
-        epochs=epochs,
-        elbo=elbo,
-        num_data=int(n),
-        optimizer=optimizer,
-        lr_schedule=lr_schedule,
-        num_classes=probe.num_classes if check_each_batch else False,
-        checkpoint=checkpoint,
-        metadata=metadata,
-        callbacks=callbacks,
+    group = _distributed.current()
+    independent = _distributed.draws_option(distributed_draws, group, seed)
+    named = [(f"model: {k}", v) for k, v in model.state_dict().items()]
+    if isinstance(guide, nn.Module):
+        named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
+    _distributed.check_same_everywhere(named, group, "model and guide parameters")
+    _distributed.check_same_everywhere(
+        _distributed.loader_state(train_loader), group, "loaders (their seeds)"
     )
-    if resume is not None:
-        loop.resume(resume)
-    return loop.run(progress)
+    if seed is not None:
+        pyro.set_rng_seed(seed + (group.rank if independent else 0))
+    with _distributed.shards(train_loader, group):
+        loop = _Loop(
+            model=model,
+            guide=guide,
+            loader=train_loader,
+            epochs=epochs,
+            elbo=elbo,
+            num_data=int(n),
+            optimizer=optimizer,
+            lr_schedule=lr_schedule,
+            num_classes=probe.num_classes if check_each_batch else False,
+            checkpoint=checkpoint,
+            metadata=metadata,
+            callbacks=callbacks,
+            group=group,
+        )
+        if resume is not None:
+            loop.resume(resume)
+            if group.active and independent:  # every rank restored rank 0's generator
+                offset = int(torch.randint(0, 2**31 - 1, ()).item())
+                pyro.set_rng_seed(offset + group.rank)
+        return loop.run(progress and group.leader)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,6 +408,7 @@ class _Loop:
         checkpoint: Any,
         metadata: Any,
         callbacks: Sequence[Callable[[EpochRecord], Any]],
+        group: _distributed.Group,
     ):
         self.model, self.guide, self.loader = model, guide, loader
         self.guide_fn = guide if guide is not None else _empty_guide
@@ -366,7 +421,10 @@ class _Loop:
         self.scheduled = lr_schedule != "constant" and total_steps > 0  # unsized: no plan
         self.check_batches = num_classes is not False
         self.num_classes = num_classes if num_classes is not False else None
+        self.likelihood = getattr(model, "likelihood", None) or Categorical()
         self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
+        self.group = group
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
         self.device = module_device(model, guide) or torch.device("cpu")
         self.history: list[EpochRecord] = []
         self.steps = 0
@@ -395,6 +453,8 @@ class _Loop:
         )
 
     def save(self, epochs_done: int, epoch_steps: int, loader_state: Any) -> Any:
+        if not self.group.leader:  # rank 0 writes; the others know where
+            return self.checkpoint
         state = training_state(
             epochs=self.epochs,
             epochs_done=epochs_done,
@@ -420,10 +480,11 @@ class _Loop:
                 group["lr"] = base * self.lr_factor(self.steps)
         self.optimizer.zero_grad(set_to_none=True)
         if self.plain:
-            terms = _plain_terms(self.model, x, y, self.num_data)
+            terms = plain_terms(self.model, x, y, self.num_data)
             terms.loss.backward()
         else:
             terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
+        _distributed.average_gradients(self.params, self.group)
         if not torch.isfinite(terms.loss):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
@@ -446,12 +507,17 @@ class _Loop:
         loader_state = loader_rng_state(self.loader)
         self.model.train()
         try:
-            with pyro.validation_enabled(False), InterruptFlag() as interrupt:
+            with (
+                pyro.validation_enabled(False),
+                InterruptFlag() as interrupt,
+                _engine.reuse_freed_memory(self.device),
+            ):
                 for epoch in range(self.first_epoch, self.epochs + 1):
                     start = time.perf_counter()
                     held: list[tuple[torch.Tensor, torch.Tensor]] = []
                     held_size = 0
                     loader_state = loader_rng_state(self.loader)
+                    _distributed.set_epoch(self.loader, epoch)
                     skip = self.skip if epoch == self.first_epoch else 0
                     batches = skip
                     if not skip:
@@ -460,8 +526,8 @@ class _Loop:
                         if step <= skip:  # resuming inside an epoch: these steps were taken
                             continue
                         if self.check_batches:
-                            check_batch(x, y, epoch, step, self.num_classes)
-                        x = x.to(self.device, non_blocking=True)
+                            check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
+                        x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")
                         y = y.to(self.device, non_blocking=True)
                         terms = self.step(x, y, epoch, step)
                         batches += 1
@@ -482,13 +548,15 @@ class _Loop:
                             "train_loader yielded no batches. Pass a loader with at least one "
                             "batch."
                         )
-                    means = (self.sums / batches).tolist()
+                    accuracy = point_accuracy(self.model, self.guide, held)
+                    per_rank = torch.cat([self.sums / batches, torch.tensor([accuracy])])
+                    means = _distributed.mean_over_ranks(per_rank.double(), self.group).tolist()
                     record = EpochRecord(
                         epoch=epoch,
                         loss=means[0],
                         nll=means[1],
                         kl=means[2],
-                        train_acc=_point_accuracy(self.model, self.guide, held),
+                        train_acc=means[3],
                         seconds=time.perf_counter() - start,
                     )
                     self.history.append(record)
@@ -515,53 +583,3 @@ class _Loop:
                 bar.close()
         self.model.eval()
         return self.result()
-
-
-@torch.no_grad()
-def _point_accuracy(
-    model: nn.Module, guide: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
-) -> float:
-    """Accuracy at the guide mean (or of the member-mean prediction) on ``batches``."""
-    point = None
-    if guide is not None:
-        summary = getattr(guide, "means", None) or getattr(guide, "median", None)
-        if summary is None:
-            return float("nan")
-        point = summary()
-    run = getattr(model, "outputs", None)
-    correct = total = 0
-    was_training = model.training
-    model.eval()
-    try:
-        for x, y in batches:
-            if point is not None and callable(run):
-                logits = run(x, point)
-            elif point is not None:
-                logits = poutine.condition(model, data=point)(x)
-            elif callable(run):
-                logits = run(x)
-            elif isinstance(model, pyro.nn.PyroModule):
-                logits = model(x)
-            else:
-                logits = model(x)
-            probs = (getattr(model, "likelihood", None) or Categorical()).predictive(logits)
-            if probs.dim() > 2:
-                probs = probs.reshape(-1, *probs.shape[-2:]).mean(0)
-            correct += int((probs.argmax(-1) == y).sum())
-            total += y.shape[0]
-    finally:
-        model.train(was_training)
-    return correct / total if total else float("nan")
-
-
-def _plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
-    """Maximum likelihood for a plain torch network: ``-(N/B) sum_batch log p(y | x)``."""
-    likelihood = getattr(model, "likelihood", None) or Categorical()
-    outputs = model(x)
-    if not torch.is_tensor(outputs) or outputs.dim() < 2:
-        raise TypeError(
-            f"{type(model).__name__} returned {type(outputs).__name__}; fit() trains a plain "
-            "network that returns its outputs (B, D) as one tensor."
-        )
-    nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
-    return ELBOTerms(loss=nll, nll=nll.detach(), kl=torch.zeros(()), outputs=outputs.detach())

@@ -82,7 +82,10 @@ class MeanFieldGuide(nn.Module):
                     f"{type(init_from).__name__}."
                 )
             state = init_from.state_dict()
-            missing = [s for s in sites if s not in state]
+            own: dict[str, Any] = getattr(
+                getattr(model, "likelihood", None), "latent_sites", dict
+            )()
+            missing = [s for s in sites if s not in state and s not in own]
             if missing:
                 raise ValueError(
                     f"init_from ({type(init_from).__name__}) has no parameter(s) "
@@ -91,10 +94,16 @@ class MeanFieldGuide(nn.Module):
                 )
         device = next(iter(template().values())).device
         rho = _inverse_softplus(float(init_scale))
+        priors = model.priors() if callable(getattr(model, "priors", None)) else {}
+        self.positive = tuple(s for s in sites if s in priors and positive_support(priors[s]))
+        if init_from is not None:  # the likelihood's own sites start where the model says
+            state = {**template(), **state}
         self.loc = nn.ParameterDict()
         self.rho = nn.ParameterDict()
         for site, shape in sites.items():
             value = state[site].detach()
+            if site in self.positive:  # a LogNormal guide: its location is log-space
+                value = value.clamp_min(1e-6).log()
             if value.shape != shape:
                 raise ValueError(
                     f"init_from parameter {site!r} has shape {tuple(value.shape)}, expected "
@@ -116,26 +125,35 @@ class MeanFieldGuide(nn.Module):
         return F.softplus(self.rho[_key(site)])
 
     def means(self) -> dict[str, torch.Tensor]:
-        """Posterior means of every site, detached (for ``poutine.condition``)."""
-        return {s: self.site_loc(s).detach() for s in self.sites}
-
-    def scales(self) -> dict[str, torch.Tensor]:
-        """Posterior standard deviations of every site, detached."""
-        return {s: self.site_scale(s).detach() for s in self.sites}
-
-    def get_distributions(self) -> dict[str, dist.Distribution]:
-        """``Normal(loc, scale).to_event(...)`` of every site."""
+        """Posterior means of every site, detached (for ``poutine.condition``); medians
+        ``exp(loc)`` of the positive sites."""
         return {
-            s: dist.Normal(self.site_loc(s), self.site_scale(s)).to_event(self.site_loc(s).dim())
+            s: self.site_loc(s).detach().exp() if s in self.positive else self.site_loc(s).detach()
             for s in self.sites
         }
 
+    def scales(self) -> dict[str, torch.Tensor]:
+        """Posterior standard deviations of every site, detached (of the logarithm, for the
+        positive sites)."""
+        return {s: self.site_scale(s).detach() for s in self.sites}
+
+    def get_distributions(self) -> dict[str, dist.Distribution]:
+        """``Normal(loc, scale).to_event(...)`` of every site (``LogNormal`` of the positive
+        ones)."""
+        out = {}
+        for s in self.sites:
+            family = dist.LogNormal if s in self.positive else dist.Normal
+            out[s] = family(self.site_loc(s), self.site_scale(s)).to_event(self.site_loc(s).dim())
+        return out
+
     def sample(self, num_samples: int | None = None) -> dict[str, torch.Tensor]:
-        """Reparameterised draws ``loc + scale * eps`` of every site, site by site in the
-        guide's order, ``(num_samples, *shape)`` with ``num_samples``: the standard-normal
-        draws Pyro makes for :meth:`forward` (one draw) or under a particle plate."""
+        """Reparameterised draws ``loc + scale * eps`` of every site (``exp`` of it for the
+        positive ones), site by site in the guide's order, ``(num_samples, *shape)`` with
+        ``num_samples``: the standard-normal draws Pyro makes for :meth:`forward` (one draw)
+        or under a particle plate."""
         loc = {s: self.site_loc(s) for s in self.sites}
-        return draw(loc, {s: self.site_scale(s) for s in self.sites}, num_samples)
+        scale = {s: self.site_scale(s) for s in self.sites}
+        return draw(loc, scale, num_samples, self.positive)
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
         """Sample every site from q; the model's arguments are accepted and ignored."""
@@ -151,16 +169,30 @@ class MeanFieldGuide(nn.Module):
 
 
 def draw(
-    loc: dict[str, torch.Tensor], scale: dict[str, torch.Tensor], num_samples: int | None = None
+    loc: dict[str, torch.Tensor],
+    scale: dict[str, torch.Tensor],
+    num_samples: int | None = None,
+    positive: tuple[str, ...] = (),
 ) -> dict[str, torch.Tensor]:
     """``loc + scale * eps`` for every site of ``loc`` in order (``(num_samples, *shape)``
-    with ``num_samples``), differentiable with respect to ``loc`` and ``scale``."""
+    with ``num_samples``; ``exp`` of it for the ``positive`` sites), differentiable with
+    respect to ``loc`` and ``scale``."""
     lead = () if num_samples is None else (num_samples,)
     out = {}
     for site, mean in loc.items():
         eps = torch.empty(lead + tuple(mean.shape), dtype=mean.dtype, device=mean.device)
-        out[site] = mean + eps.normal_() * scale[site]
+        value = mean + eps.normal_() * scale[site]
+        out[site] = value.exp() if site in positive else value
     return out
+
+
+def positive_support(prior: Any) -> bool:
+    """Whether ``prior`` lives on the positive reals (a noise scale): its guide is LogNormal."""
+    support = prior.support
+    while isinstance(support, torch.distributions.constraints.independent):
+        support = support.base_constraint
+    lower = getattr(support, "lower_bound", None)
+    return isinstance(lower, (int, float)) and lower >= 0
 
 
 def mean_field_guide(
@@ -199,3 +231,75 @@ def mean_field_guide(
     0.05
     """
     return MeanFieldGuide(model, init_scale=init_scale, init_from=init_from)
+
+
+# --------------------------------------------------------------------------------------------
+# Does a guide belong to a model?
+# --------------------------------------------------------------------------------------------
+
+
+def check_guide(model: Any, guide: Any, caller: str) -> None:
+    """Refuse a guide whose sites differ from the latent sites of a pyrouq model.
+
+    Decided without drawing for a :class:`MeanFieldGuide` (its sites) and for a Pyro autoguide
+    that has been built (its prototype trace); other guides are checked on their draws
+    (:func:`check_draws`). The message names the first differing site, in the model's order.
+    """
+    expected = _model_sites(model)
+    if expected is None or guide is None:
+        return
+    got: dict[str, tuple[int, ...]] | None = None
+    strict = False
+    if isinstance(guide, MeanFieldGuide):
+        got = {site: tuple(guide.site_loc(site).shape) for site in guide.sites}
+        strict = True
+    else:
+        trace = getattr(guide, "prototype_trace", None)
+        if trace is not None:
+            got = {
+                name: tuple(node["value"].shape)
+                for name, node in trace.nodes.items()
+                if node["type"] == "sample" and not node["is_observed"]
+            }
+    if got is not None:
+        _refuse(model, site_mismatch(expected, got, strict), caller)
+
+
+def check_draws(model: Any, draws: dict[str, torch.Tensor], caller: str) -> None:
+    """Refuse S draws ``{site: (S, *shape)}`` that miss a latent site of a pyrouq model or
+    give it another shape."""
+    expected = _model_sites(model)
+    if expected is not None:
+        got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
+        _refuse(model, site_mismatch(expected, got, strict=False), caller)
+
+
+def site_mismatch(
+    expected: dict[str, tuple[int, ...]], got: dict[str, tuple[int, ...]], strict: bool
+) -> str | None:
+    """The first difference between two ``{site: shape}`` maps (extra sites in ``got`` count
+    only when ``strict``), or None."""
+    for site, shape in expected.items():
+        if site not in got:
+            return f"the model's site {site!r} {shape} is not in the guide"
+        if got[site] != shape:
+            return f"site {site!r} has shape {got[site]} in the guide but {shape} in the model"
+    extra = [site for site in got if site not in expected]
+    if strict and extra:
+        return f"the guide's site {extra[0]!r} is not a latent site of the model"
+    return None
+
+
+def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
+    latent = getattr(model, "latent_sites", None)
+    if not callable(latent):
+        return None
+    return {site: tuple(shape) for site, shape in latent().items()}
+
+
+def _refuse(model: Any, problem: str | None, caller: str) -> None:
+    if problem is not None:
+        raise ValueError(
+            f"{caller}: the guide does not belong to {type(model).__name__}: {problem}. Pass "
+            "the guide built for this model (mean_field_guide(model)) and fitted with it."
+        )

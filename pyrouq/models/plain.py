@@ -12,7 +12,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from pyrouq._util import check_int
+from pyrouq._util import check_int, model_input
 
 __all__ = ["MLP", "LeNet", "ResidualCNN"]
 
@@ -97,6 +97,9 @@ class MLP(nn.Sequential):
         self.num_hidden = num_hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, out_features)``; floating inputs of another dtype are cast to the
+        network's, integer ones refused."""
+        x = model_input(x, self, type(self).__name__)
         _check_mlp_input(type(self).__name__, x, self.in_features)
         return super().forward(x)
 
@@ -141,6 +144,9 @@ class LeNet(nn.Sequential):
         self.num_classes = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)``; floating inputs of another dtype are cast to the
+        network's, integer ones refused."""
+        x = model_input(x, self, type(self).__name__)
         _check_lenet_input(type(self).__name__, x, self.in_channels)
         return super().forward(x)
 
@@ -208,5 +214,14 @@ class ResidualCNN(nn.Module):
         self.width = width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of images ``(B, in_channels, H, W)`` (any H, W >= 1);
+        floating inputs of another dtype are cast to the network's, integer ones refused."""
+        x = model_input(x, self, type(self).__name__)
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"ResidualCNN expects images of shape (B, {self.in_channels}, H, W), got shape "
+                f"{tuple(x.shape)}. Use load_mnist(flatten=False), or x.view(-1, "
+                f"{self.in_channels}, 28, 28) for flat 28x28 inputs."
+            )
         h = self.layer3(self.layer2(self.layer1(self.stem(x))))
         return self.fc(h.mean((-2, -1)))

@@ -3,7 +3,7 @@
 The only part of pyrouq that imports matplotlib, and only when a function is first called:
 ``import pyrouq.plotting`` stays cheap. Every function takes results
 (:class:`~pyrouq.predictive.Predictions` or probability tensors, a
-:class:`~pyrouq.infer.FitResult`, the rows of :func:`~pyrouq.predictive.evaluate_rotations`),
+:class:`~pyrouq.infer.FitResult`, the rows of :func:`~pyrouq.rotation.evaluate_rotations`),
 never fits anything, and returns a ``matplotlib.figure.Figure``. Numbers in titles and legends
 are computed with :mod:`pyrouq.metrics`, so they agree with :func:`pyrouq.metrics.evaluate`,
 and are printed as :func:`pyrouq.metrics.format_table` prints them (percentages with 2
@@ -11,7 +11,8 @@ decimals).
 
 Shape convention: S draws or members, N inputs, C classes. Wherever probabilities are taken,
 a :class:`~pyrouq.predictive.Predictions`, an ``(S, N, C)`` tensor or an ``(N, C)`` tensor
-(S = 1) works.
+(S = 1) works. The regression plots (:func:`plot_regression`, :func:`plot_calibration`) take
+:class:`~pyrouq.regression.GaussianPredictions`.
 
 Figures are made with pyplot, so Jupyter shows them inline. Where there is no display (Linux
 without ``$DISPLAY`` / ``$WAYLAND_DISPLAY``) and no backend was chosen (``$MPLBACKEND``,
@@ -41,13 +42,16 @@ from pyrouq.plotting._evaluation import (
     plot_uncertainty_distributions,
 )
 from pyrouq.plotting._predictions import plot_image_grid, plot_most_uncertain
+from pyrouq.plotting._regression import plot_calibration, plot_regression
 
 __all__ = [
     "MAX_BARS",
     "Component",
     "DistributionKind",
+    "plot_calibration",
     "plot_image_grid",
     "plot_most_uncertain",
+    "plot_regression",
     "plot_reliability",
     "plot_risk_coverage",
     "plot_rotation",

@@ -83,6 +83,11 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
         planned.append((name if name.endswith(".png") else f"{name}.png", fig))
     plt = _pyplot()
     directory = Path(out_dir)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(
+            f"Expected out_dir to be a folder, got the file {str(directory)!r}; pass a folder "
+            "(created if missing)."
+        )
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for filename, fig in planned:

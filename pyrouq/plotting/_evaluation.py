@@ -320,7 +320,7 @@ def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
     Parameters
     ----------
     rows : list of dict
-        What :func:`pyrouq.predictive.evaluate_rotations` returned: one dict per angle with
+        What :func:`pyrouq.rotation.evaluate_rotations` returned: one dict per angle with
         keys ``angle``, ``acc``, ``ece``, ``epistemic``, ``total``.
 
     Returns
@@ -330,7 +330,7 @@ def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
         the mean total uncertainty; the first title gives the accuracy at the smallest and the
         largest angle.
     """
-    from pyrouq.predictive import _check_rotation_rows
+    from pyrouq.rotation import _check_rotation_rows
 
     table = sorted(_check_rotation_rows(rows), key=lambda r: r["angle"])
     angles = [r["angle"] for r in table]

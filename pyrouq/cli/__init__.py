@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pyrouq import __version__
+from pyrouq.cli._report import _calibrate, _evaluate, _save_plots, _write_metrics
 
 # Per model: its builder arguments and the recipe measured for it (see the README).
 MODELS: dict[str, dict[str, Any]] = {
@@ -73,6 +76,21 @@ def _positive_int(name: str) -> Callable[[str], int]:
             ) from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {value}")
+        return value
+
+    return parse
+
+
+def _fraction(name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(
+                f"{name} must lie in (0, 1) (the allowed miscoverage, e.g. 0.1), got {text}"
+            )
         return value
 
     return parse
@@ -196,7 +214,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser(
         "evaluate",
         help="reload a run folder and evaluate it again",
-        description="Reload RUN_DIR/checkpoint.pt and evaluate it on the MNIST test split.",
+        description=(
+            "Reload RUN_DIR/checkpoint.pt and evaluate it on the test split of its data set; "
+            "--calibrate and --conformal fit on a seeded half of it and report the other half."
+        ),
     )
     ev.add_argument("run_dir", metavar="RUN_DIR")
     ev.add_argument("--num-samples", type=_positive_int("--num-samples"), default=None)
@@ -205,6 +226,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="out-of-distribution set; auto: the other data set of the run",
     )  # fmt: skip
     ev.add_argument("--shift", choices=("rotate",), default=None, help="add rotated MNIST")
+    ev.add_argument(
+        "--calibrate", choices=("temperature",), default=None,
+        help="fit a temperature on a seeded half of the test set, report the other half",
+    )  # fmt: skip
+    ev.add_argument(
+        "--conformal", type=_fraction("--conformal"), default=None, metavar="ALPHA",
+        help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
+    )  # fmt: skip
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--data-root", default=None, help="folder in torchvision layout")
     ev.add_argument("--device", default=None)
@@ -322,7 +351,6 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     import pyrouq
     from pyrouq.checkpoint import library_versions
-    from pyrouq.infer import TrainingInterrupted
 
     method = _method(args)
     recipe = MODELS[args.model] if method is None else FACTORY_RECIPE
@@ -330,7 +358,12 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     batch_size = args.batch_size or recipe["batch_size"]
     lr = args.lr or recipe["lr"]
     device = _device(args.device)
-    out = _out_dir(args)
+    rank, world = _join_process_group(device)
+    if world > 1 and device.type == "cuda":
+        import torch
+
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    out = _out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
     pyro.set_rng_seed(args.seed)
@@ -356,10 +389,41 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         "train_size": args.train_size,
         "data_root": args.data_root,
         "device": str(device),
+        "world_size": world,
         "command": " ".join(["pyrouq", *args.argv]),
         "versions": library_versions(),
     }
+    if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
+        pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
+                   num_particles=args.num_particles, progress=False, seed=args.seed)  # fmt: skip
+        return 0
+    fresh = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
+    except Exception:
+        # a run refused before it trained leaves no folder behind; one with a checkpoint stays
+        if fresh and not (out / "checkpoint.pt").exists():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _run_fit(
+    args: argparse.Namespace,
+    out: Path,
+    config: dict[str, Any],
+    recipe: dict[str, Any],
+    method: str | None,
+    model: Any,
+    guide: Any,
+    train: Any,
+    test: Any,
+    started: float,
+) -> int:
+    import pyrouq
+    from pyrouq.infer import TrainingInterrupted
+
+    epochs, batch_size, lr = config["epochs"], config["batch_size"], config["lr"]
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     checkpoint = out / "checkpoint.pt"
     n_params = sum(p.numel() for p in model.parameters())
@@ -367,10 +431,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         n_params += sum(p.numel() for p in guide.parameters())
     what = recipe["class"] if method is None else f"{args.model} ({method})"
     data = "MNIST" if args.dataset == "mnist" else "Fashion-MNIST"
+    ranks = f" on {config['world_size']} ranks" if config["world_size"] > 1 else ""
     print(
         f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "
         f"{len(train.dataset)} {data} images, {epochs} epochs of {len(train)} batches of "
-        f"{batch_size}, device {device}"
+        f"{batch_size}, device {config['device']}{ranks}"
     )
     try:
         result = pyrouq.fit(
@@ -400,7 +465,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             f"{record.seconds:.1f} s"
         )
     num_samples = args.num_samples if guide is not None else None
-    metrics, figures = _evaluate(
+    metrics, figures, _ = _evaluate(
         model, guide, test, num_samples, args.dataset, "auto", args, result
     )
     metrics["train_seconds"] = result.seconds
@@ -430,10 +495,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if not checkpoint.is_file():
         raise CommandError(f"{str(run)!r} has no checkpoint.pt; pass a folder of `pyrouq fit`")
     device = _device(args.device)
-    config = json.loads(read(checkpoint)["metadata"]).get("config", {})
+    raw = read(checkpoint)
+    if "metadata" not in raw:
+        raise CommandError(
+            f"{str(checkpoint)!r} holds an MCMC result, not a fitted run; load it in Python "
+            "with pyrouq.load and pass it to predict(..., posterior_samples=...)"
+        )
+    config = json.loads(raw["metadata"]).get("config", {})
     factory = config.get("factory")
     skeleton = _call_factory(factory) if factory else None
     saved = pyrouq.load(checkpoint, device=device, module=skeleton)
+    assert isinstance(saved, pyrouq.Checkpoint)
     if saved.guide is None and args.num_samples is not None:
         raise CommandError(
             f"--num-samples applies to Bayesian models; {type(saved.model).__name__} has fixed "
@@ -447,9 +519,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     _, test = _load_data(dataset, config.get("batch_size", 512), args, device)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
-    metrics, figures = _evaluate(
+    metrics, figures, preds = _evaluate(
         saved.model, saved.guide, test, num_samples, dataset, args.ood, args
     )
+    if args.calibrate is not None or args.conformal is not None:
+        metrics["calibration"] = _calibrate(preds, test.labels.cpu(), args)
     if args.shift == "rotate":
         x = test.transform(test.images)
         rows = pyrouq.evaluate_rotations(
@@ -468,83 +542,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------------------------
-# shared steps
-# --------------------------------------------------------------------------------------------
+def _join_process_group(device: Any) -> tuple[int, int]:
+    """Under torchrun (``WORLD_SIZE`` > 1), initialise torch.distributed (nccl on CUDA, gloo
+    otherwise) unless the caller has; returns ``(rank, world size)``."""
+    import torch.distributed as dist
 
-
-def _ood_images(dataset: str, ood: str, args: argparse.Namespace) -> Any:
-    """The out-of-distribution images (normalised like the training data), or None."""
-    import pyrouq
-
-    if ood == "auto":
-        ood = "fashion-mnist" if dataset == "mnist" else "mnist"
-    if ood == "none":
-        return None
-    loader = pyrouq.ood_loader(1024, root=args.data_root, dataset=ood)  # type: ignore[arg-type]
-    return loader.transform(loader.images)
-
-
-def _evaluate(
-    model: Any,
-    guide: Any,
-    test: Any,
-    num_samples: int | None,
-    dataset: str,
-    ood: str,
-    args: argparse.Namespace,
-    result: Any = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    import pyrouq
-    from pyrouq import metrics as metrics_module
-    from pyrouq import plotting
-
-    start = time.perf_counter()
-    x = test.transform(test.images)  # one tensor: predict picks its own batches
-    preds = pyrouq.predict(model, x, guide, num_samples=num_samples)
-    ood_preds = None
-    x_ood = _ood_images(dataset, ood, args)
-    if x_ood is not None:
-        ood_preds = pyrouq.predict(model, x_ood.to(x.device), guide, num_samples=num_samples)
-    metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
-    print()
-    print(pyrouq.format_table(metrics))
-    if ood_preds is not None:
-        metrics["ood_auroc_entropy"] = metrics_module.ood_auroc(  # only this metric again
-            metrics_module.ood_scores(preds.probs, "entropy"),
-            metrics_module.ood_scores(ood_preds.probs, "entropy"),
-        )
-    metrics["num_samples"] = preds.probs.shape[0]
-    metrics["eval_seconds"] = time.perf_counter() - start
-    if ood_preds is not None:
-        print(f"(OOD score: mutual information; with entropy the AUROC is "
-              f"{metrics['ood_auroc_entropy']:.4f})")  # fmt: skip
-    preds, labels = preds.to("cpu"), test.labels.cpu()
-    first = pyrouq.Predictions.from_probs(preds.probs[:, :32])
-    figures = {
-        "reliability": plotting.plot_reliability(preds, labels),
-        "risk_coverage": plotting.plot_risk_coverage(preds, labels),
-        "image_grid": plotting.plot_image_grid(
-            first, test.transform(test.images[:32]).cpu(), labels[:32]
-        ),
-        "most_uncertain": plotting.plot_most_uncertain(preds, x.cpu(), targets=labels, k=6),
-        "uncertainty": plotting.plot_uncertainty_distributions(
-            preds, ood_preds.to("cpu") if ood_preds is not None else None
-        ),
-    }
-    if result is not None:
-        figures["training_curves"] = plotting.plot_training_curves(result)
-    return metrics, figures
-
-
-def _write_metrics(out: Path, metrics: dict[str, Any], name: str = "metrics.json") -> None:
-    (out / name).write_text(json.dumps(metrics, indent=2) + "\n")
-
-
-def _save_plots(figures: dict[str, Any], out: Path) -> list[Path]:
-    from pyrouq.plotting import save_figures
-
-    return save_figures(figures, out)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and dist.is_available() and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -558,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"data": _cmd_data, "fit": _cmd_fit, "evaluate": _cmd_evaluate}
     try:
         return commands[args.command](args)
-    except (CommandError, ValueError, FileNotFoundError) as e:
+    except (CommandError, ValueError, TypeError, FileNotFoundError) as e:
         message = " ".join(str(e).split())  # one line
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,289 +1,19 @@
-"""Layers: Bayesian layers (``PyroSample`` weight priors) and BatchEnsemble layers.
-
-Bayesian layers are standalone Pyro modules for hand-written Pyro models; their weight and bias
-may carry leading sample dimensions ``(S, ...)`` (vectorised particles, ``Predictive(parallel=
-True)``), and the output then is ``(S, B, ...)``. (Networks made Bayesian by
-:func:`pyrouq.bayesian` keep their own layers; see :mod:`pyrouq.convert`.)
-
-BatchEnsemble layers are what :func:`pyrouq.batchensemble` puts in place of every ``nn.Linear``
-and convolution: M members folded into the batch, input and output ``(M * B, ...)``
-(member-major: rows ``m * B ... (m + 1) * B - 1`` belong to member m).
-"""
+"""BatchEnsemble layers: M members folded into the batch, one shared weight and rank-1
+factors per member (what :func:`pyrouq.batchensemble` puts in place of Linear and
+convolution layers)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Literal
 
-import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
-from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
 from pyrouq import _engine
-from pyrouq._util import check_count, check_positive_float
-
-__all__ = [
-    "BatchEnsembleConv1d",
-    "BatchEnsembleConv2d",
-    "BatchEnsembleConv3d",
-    "BatchEnsembleLinear",
-    "BayesianConv2d",
-    "BayesianLinear",
-]
-
-
-def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, torch.Size]:
-    """Flatten the leading (sample) dims of ``weight`` into one; return it and those dims."""
-    lead = weight.shape[: weight.dim() - event_dim]
-    return weight.reshape((-1, *weight.shape[weight.dim() - event_dim :])), lead
-
-
-def _check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
-    return value
-
-
-# --------------------------------------------------------------------------------------------
-# Bayesian layers
-# --------------------------------------------------------------------------------------------
-
-
-class _BayesianLayer(PyroModule):
-    """Common part of the Bayesian layers: an isotropic Normal prior on weight and bias, and
-    reparameterised draws of the output under an independent Normal weight distribution."""
-
-    weight_shape: tuple[int, ...]
-    bias_shape: tuple[int, ...]
-    local_reparameterization: bool
-    _plain_rank: int  # dims of an unstacked input (B, ...)
-    # PyroSample attributes: reading them samples (or replays) a tensor
-    weight: torch.Tensor
-    bias: torch.Tensor
-
-    def _init_prior(self, prior_scale: float, local_reparameterization: bool) -> None:
-        prior_scale = check_positive_float(
-            "prior_scale",
-            prior_scale,
-            "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0.",
-        )
-        self.local_reparameterization = _check_flag(
-            "local_reparameterization", local_reparameterization
-        )
-        self.register_buffer("prior_loc", torch.tensor(0.0))
-        self.register_buffer("prior_scale", torch.tensor(float(prior_scale)))
-        self.weight = PyroSample(lambda self: self.prior("weight"))  # type: ignore[assignment]
-        self.bias = PyroSample(lambda self: self.prior("bias"))  # type: ignore[assignment]
-
-    def prior(self, kind: Literal["weight", "bias"]) -> dist.Distribution:
-        """The prior of the ``"weight"`` or ``"bias"`` site: ``Normal(0, prior_scale)``."""
-        shape = self.weight_shape if kind == "weight" else self.bias_shape
-        return dist.Normal(self.prior_loc, self.prior_scale).expand(shape).to_event(len(shape))
-
-    def forward_with(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
-    ) -> torch.Tensor:  # pragma: no cover - abstract
-        """The layer with explicit weight and bias (no Pyro sample statements)."""
-        raise NotImplementedError
-
-    def moments_with(
-        self,
-        x: torch.Tensor,
-        weight_loc: torch.Tensor,
-        weight_scale: torch.Tensor,
-        bias_loc: torch.Tensor,
-        bias_scale: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and variance of every output (pre-activation) when the weights and biases are
-        independent ``Normal(loc, scale)``, for fixed input ``x``::
-
-            mean = layer(x; weight_loc, bias_loc)
-            var  = layer(x ** 2; weight_scale ** 2, bias_scale ** 2)
-
-        (for a linear layer ``x mu^T + b_mu`` and ``x^2 (sigma^2)^T + b_sigma^2``; for a
-        convolution ``conv(x, mu) + b_mu`` and ``conv(x^2, sigma^2) + b_sigma^2``). Each output
-        is exactly Normal with these moments. Shapes as :meth:`forward_with` with unstacked
-        weights; ``x`` may be stacked.
-        """
-        mean = self.forward_with(x, weight_loc, bias_loc)
-        var = self.forward_with(x.square(), weight_scale.square(), bias_scale.square())
-        return mean, var
-
-    def sample_with(
-        self,
-        x: torch.Tensor,
-        weight_loc: torch.Tensor,
-        weight_scale: torch.Tensor,
-        bias_loc: torch.Tensor,
-        bias_scale: torch.Tensor,
-        num_draws: int | None = None,
-    ) -> torch.Tensor:
-        """A reparameterised draw of the output when weight and bias are ``Normal(loc, scale)``.
-
-        Differentiable with respect to the four tensors (no Pyro sample statements). With
-        ``local_reparameterization`` the outputs are drawn directly (one standard-normal noise
-        per output per example, ``mean + sqrt(var) * eps`` with the moments of
-        :meth:`moments_with`); otherwise one weight and bias are drawn (``loc + scale * eps``)
-        and applied to the whole batch. Input ``(B, ...)`` gives ``(B, ...)`` output, or
-        ``(num_draws, B, ...)`` with ``num_draws`` independent draws; stacked input
-        ``(S, B, ...)`` gives one draw per stack slice (``num_draws`` is then ignored).
-        """
-        stacked = x.dim() > self._plain_rank
-        if self.local_reparameterization:
-            mean, var = self.moments_with(x, weight_loc, weight_scale, bias_loc, bias_scale)
-            shape = mean.shape if stacked or num_draws is None else (num_draws, *mean.shape)
-            eps = torch.randn(shape, dtype=mean.dtype, device=mean.device)
-            # var >= bias_scale^2 > 0; the clamp only guards rounding in the convolution
-            return torch.addcmul(mean, var.clamp_min(torch.finfo(var.dtype).tiny).sqrt(), eps)
-        draws = x.shape[0] if stacked else num_draws
-        lead = () if draws is None else (draws,)
-        weight = dist.Normal(weight_loc, weight_scale).rsample(lead)
-        bias = dist.Normal(bias_loc, bias_scale).rsample(lead)
-        return self.forward_with(x, weight, bias)
-
-    def extra_repr(self) -> str:
-        lrt = ", local_reparameterization=True" if self.local_reparameterization else ""
-        return (
-            f"weight_shape={self.weight_shape}, prior=Normal(0, {self.prior_scale.item():g})" + lrt
-        )
-
-
-class BayesianLinear(_BayesianLayer):
-    """Linear layer whose weight ``(out, in)`` and bias ``(out,)`` are latent Pyro sites.
-
-    Each forward samples (or, under a guide, replays) ``weight`` and ``bias`` from
-    ``Normal(0, prior_scale)`` priors. Weights may carry leading sample dimensions (vectorised
-    particles, ``Predictive(parallel=True)``): the layer then uses one batched matmul and
-    returns ``(S, B, out)``.
-
-    Parameters
-    ----------
-    in_features, out_features : int
-    prior_scale : float, default 1.0
-        Standard deviation of the Normal prior on every weight and bias.
-    local_reparameterization : bool, default False
-        How :meth:`sample_with` (the training path of :class:`pyrouq.KLWeightedELBO`) draws the
-        output under a Normal guide: pre-activations ``Normal(x mu^T + b_mu, x^2 (sigma^2)^T +
-        b_sigma^2)`` with one noise per output per example (True; lower-variance gradients), or
-        one weight draw for the whole batch (False). ``forward`` is unaffected: it always
-        samples (or replays) the weight and bias sites.
-
-    Examples
-    --------
-    >>> import torch
-    >>> layer = BayesianLinear(3, 2)
-    >>> layer(torch.randn(5, 3)).shape
-    torch.Size([5, 2])
-    """
-
-    _plain_rank = 2
-
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        prior_scale: float = 1.0,
-        local_reparameterization: bool = False,
-    ):
-        super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
-        self.weight_shape = (out_features, in_features)
-        self.bias_shape = (out_features,)
-        self._init_prior(prior_scale, local_reparameterization)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_with(x, self.weight, self.bias)
-
-    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        """The layer with explicit weight and bias (no Pyro sample statements)."""
-        if weight.dim() == 2:
-            return F.linear(x, weight, bias)
-        w, _ = _stack_weights(weight, 2)  # (S, out, in)
-        b, _ = _stack_weights(bias, 1)  # (S, out)
-        # x: (B, in) broadcasts against every draw; (S, B, in) pairs draw s with stack s.
-        return torch.baddbmm(b.unsqueeze(1), x.expand(w.shape[0], *x.shape[-2:]), w.mT)
-
-
-class BayesianConv2d(_BayesianLayer):
-    """2-d convolution whose kernel ``(out, in, k, k)`` and bias ``(out,)`` are latent sites.
-
-    With weight draws carrying a leading sample dimension S, all draws run as one grouped
-    convolution (``groups=S``) and the output is ``(S, B, out, H', W')``.
-
-    Parameters
-    ----------
-    in_channels, out_channels, kernel_size : int
-    stride, padding : int, default 1 and 0
-    prior_scale : float, default 1.0
-    local_reparameterization : bool, default False
-        As for :class:`BayesianLinear`, with moments ``conv(x, mu) + b_mu`` and ``conv(x^2,
-        sigma^2) + b_sigma^2`` and one noise per output pixel per example.
-
-    .. warning:: For a convolution, local reparameterisation gets every output's marginal
-       right, but treats the outputs of one example at different positions as independent,
-       whereas a weight draw (shared kernel) correlates them. The likelihood term it estimates
-       is therefore an approximation of the ELBO's, unlike for linear layers, where it is exact.
-    """
-
-    _plain_rank = 4
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int,
-        stride: int = 1,
-        padding: int = 0,
-        prior_scale: float = 1.0,
-        local_reparameterization: bool = False,
-    ):
-        super().__init__()
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.weight_shape = (out_channels, in_channels, kernel_size, kernel_size)
-        self.bias_shape = (out_channels,)
-        self._init_prior(prior_scale, local_reparameterization)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_with(x, self.weight, self.bias)
-
-    def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        """The layer with explicit weight and bias (no Pyro sample statements)."""
-        if weight.dim() == 4:
-            if x.dim() == 5:
-                s, b = x.shape[:2]
-                out = F.conv2d(x.flatten(0, 1), weight, bias, self.stride, self.padding)
-                return out.unflatten(0, (s, b))
-            return F.conv2d(x, weight, bias, self.stride, self.padding)
-        w, _ = _stack_weights(weight, 4)  # (S, out, in, k, k)
-        bias_s, _ = _stack_weights(bias, 1)
-        s = w.shape[0]
-        if x.dim() == 4:  # same inputs for every draw
-            batch = x.shape[0]
-            grouped = x.repeat(1, s, 1, 1)
-        else:  # (S, B, C, H, W): draw s sees stack s
-            batch = x.shape[1]
-            grouped = x.transpose(0, 1).reshape(batch, s * x.shape[2], *x.shape[3:])
-        out = F.conv2d(
-            grouped,
-            w.reshape(-1, *w.shape[2:]),
-            bias_s.reshape(-1),
-            self.stride,
-            self.padding,
-            groups=s,
-        )
-        return out.reshape(batch, s, self.out_channels, *out.shape[2:]).transpose(0, 1)
-
-
-# --------------------------------------------------------------------------------------------
-# BatchEnsemble layers
-# --------------------------------------------------------------------------------------------
+from pyrouq._util import check_count
+from pyrouq.nn._checks import _SPATIAL, check_layer_input
 
 FactorInit = Literal["normal", "random_sign"]
 
@@ -385,6 +115,14 @@ class _BatchEnsembleLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Folded batch ``(M * B, ...)`` in, ``(M * B, ...)`` out (member-major)."""
+        rank = self.weight.dim()
+        if rank == 2:
+            size = self.weight.shape[1]
+            check_layer_input(self, x, -1, size, f"(M * B, ..., {size})")
+        else:
+            size = self.weight.shape[1] * int(self.groups)  # type: ignore[arg-type]
+            shape = f"(M * B, {size}, {_SPATIAL[rank]})"
+            check_layer_input(self, x, 1, size, shape, ranks=(rank,))
         return _engine.batchensemble_forward(self, x)
 
 

@@ -1,0 +1,85 @@
+"""The input checks of :mod:`pyrouq.metrics` (probabilities, labels, OOD scores), shared with
+the plots and the predictions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pyrouq.uncertainty import _check_probs
+
+
+def _float64(x: Tensor) -> Tensor:
+    """``x`` as float64; MPS has no float64, so it moves to the CPU there."""
+    if x.device.type == "mps":
+        x = x.cpu()
+    return x.to(torch.float64)
+
+
+def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
+    """Validate ``(S, N, C)`` or ``(N, C)`` probabilities; return them as ``(S, N, C)`` float64."""
+    if not isinstance(probs, Tensor):
+        if not hasattr(probs, "probs"):
+            raise TypeError(
+                f"Expected {name} to be an (S, N, C) or (N, C) probability tensor or an object "
+                f"with a .probs attribute (e.g. pyrouq Predictions), got {type(probs).__name__}."
+            )
+        probs = probs.probs
+    _check_probs(probs, name=name, ndim=(3, 2))
+    p = _float64(probs)
+    return p.unsqueeze(0) if p.dim() == 2 else p
+
+
+def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
+    """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long."""
+    n, c = pbar.shape
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"Expected targets to be a torch.Tensor of class labels, got "
+            f"{type(targets).__name__}; wrap it with torch.as_tensor(...)."
+        )
+    if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
+        raise TypeError(
+            f"Expected integer targets (class indices), got dtype {targets.dtype}; "
+            "convert them with targets.long() (or argmax one-hot targets over the last dim)."
+        )
+    if targets.dim() != 1 or targets.numel() != n:
+        raise ValueError(
+            f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
+            f"{tuple(targets.shape)}; pass the labels of exactly the inputs that were predicted."
+        )
+    lo, hi = int(targets.min()), int(targets.max())
+    if lo < 0 or hi >= c:
+        raise ValueError(
+            f"Expected targets in [0, {c}) (class indices for C={c} classes), got values in "
+            f"[{lo}, {hi}]; relabel them as 0..{c - 1}."
+        )
+    return targets.to(device=pbar.device, dtype=torch.long)
+
+
+def _prepare(probs: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """``(p̄, y)``: float64 mean probabilities ``(N, C)`` and long targets ``(N,)``."""
+    pbar = _prepare_probs(probs).mean(0)
+    return pbar, _check_targets(targets, pbar)
+
+
+def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
+    out = []
+    for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
+        if not isinstance(s, Tensor):
+            raise TypeError(
+                f"Expected {name} to be a torch.Tensor of per-input scores, got "
+                f"{type(s).__name__}; compute them with ood_scores(probs, score)."
+            )
+        if s.dim() != 1 or s.numel() == 0:
+            raise ValueError(
+                f"Expected {name} of shape (M,) with M >= 1 (a non-empty set of inputs), got "
+                f"shape {tuple(s.shape)}; pass one score per input and at least one input."
+            )
+        s = _float64(s)
+        if not bool(torch.isfinite(s).all()):
+            raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")
+        out.append(s)
+    return out[0], out[1].to(out[0].device)

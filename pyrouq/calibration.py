@@ -1,0 +1,416 @@
+"""Post-hoc calibration and conformal prediction on any predictions.
+
+Both are fitted on a held-out split (a *validation* or *calibration* split, never the training
+data) and then applied to new predictions; neither touches the model:
+
+* :func:`temperature_scale`: one temperature T for every draw's log-probabilities, fitted by
+  the NLL of the predictive mixture;
+* :func:`conformal`: split conformal prediction. For classifiers, prediction sets with the
+  LAC, APS or RAPS score; for Gaussian regression, intervals from normalised residuals or, as
+  in CQR, from the mixture's quantiles. On exchangeable data the sets (intervals) contain the
+  true label (target) with probability at least ``1 - alpha``, marginally.
+
+Shape convention: S draws or members, N inputs, C classes (D outputs for regression).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from pyrouq.predictive import Predictions
+from pyrouq.regression import GaussianPredictions
+
+__all__ = [
+    "ConformalClassifier",
+    "ConformalRegressor",
+    "TemperatureScaler",
+    "class_conditional_coverage",
+    "conformal",
+    "coverage",
+    "mean_set_size",
+    "temperature_scale",
+]
+
+ClassScore = Literal["lac", "aps", "raps"]
+RegressionScore = Literal["abs", "cqr"]
+
+#: The range searched for the temperature.
+TEMPERATURE_BOUNDS = (0.05, 20.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------
+
+
+def _class_preds(preds: Any, name: str) -> Predictions:
+    if not isinstance(preds, Predictions):
+        raise TypeError(
+            f"Expected {name} to be Predictions (class probabilities, what predict() returns for "
+            f"a classifier), got {type(preds).__name__}."
+        )
+    return preds
+
+
+def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
+    from pyrouq.metrics import _check_targets
+
+    if targets is None:
+        if preds.targets is None:
+            raise ValueError(
+                f"No {name}: pass the (N,) labels of the held-out split, or predictions made "
+                "from a loader of (x, y) batches, which carry them."
+            )
+        targets = preds.targets
+    return _check_targets(targets, preds.mean_probs)
+
+
+def _check_alpha(alpha: object, n: int) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(
+            f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
+            f"{alpha!r}."
+        )
+    if math.ceil((n + 1) * (1 - alpha)) > n:
+        raise ValueError(
+            f"alpha={alpha} needs at least {math.ceil(1 / alpha) - 1} calibration points for a "
+            f"finite threshold, got {n}. Hold out more data or raise alpha."
+        )
+    return float(alpha)
+
+
+def _quantile(scores: Tensor, alpha: float) -> Tensor:
+    """The conformal threshold: the ``ceil((n + 1)(1 - alpha))``-th smallest score (per column
+    for ``(n, D)`` scores)."""
+    n = scores.shape[0]
+    k = math.ceil((n + 1) * (1 - alpha))
+    return scores.sort(dim=0).values[k - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# Temperature scaling
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemperatureScaler:
+    """Divides every draw's log-probabilities by :attr:`temperature` (then renormalises).
+
+    Call it on predictions of the same model: ``scaler(preds) -> Predictions``.
+
+    Each draw (or member) is tempered, not the mean: ``p_s ∝ p_s^(1/T)``. For one draw (a
+    plain network) this is the temperature scaling of Guo et al. (2017); for S draws the
+    prediction stays a mixture of S tempered distributions, so the uncertainty decomposition
+    keeps its meaning (the members still disagree as before, each is only sharper or
+    softer), and the same T applies whatever S. Tempering the mean's log-probabilities
+    instead would return one distribution, with the epistemic part gone.
+    """
+
+    temperature: float
+
+    def __call__(self, preds: Predictions) -> Predictions:
+        preds = _class_preds(preds, "preds")
+        logp = preds.probs.double().clamp_min(1e-300).log()
+        probs = torch.softmax(logp / self.temperature, dim=-1).to(preds.probs.dtype)
+        return Predictions(probs, preds.targets)
+
+    def __repr__(self) -> str:
+        return f"TemperatureScaler(temperature={self.temperature:.4f})"
+
+
+def _tempered_nll(logp: Tensor, y: Tensor, temperature: float) -> float:
+    logq = torch.log_softmax(logp / temperature, dim=-1)  # (S, N, C)
+    mixture = torch.logsumexp(logq, dim=0) - math.log(logp.shape[0])  # (N, C)
+    return float(-mixture.gather(1, y[:, None]).mean())
+
+
+def temperature_scale(
+    val_preds: Predictions, val_targets: Tensor | None = None
+) -> TemperatureScaler:
+    """Fit one temperature on a validation split by the NLL of the tempered mixture.
+
+    The NLL is minimised over ``log T`` in ``[log 0.05, log 20]``: a grid of 81 points, then
+    golden-section search around the best one (to 1e-6 in ``log T``).
+
+    Parameters
+    ----------
+    val_preds : Predictions
+        ``(S, N, C)`` predictions on held-out data (any model: Bayesian, BatchEnsemble, plain).
+    val_targets : Tensor, optional
+        ``(N,)`` labels; default: those the predictions carry.
+
+    Returns
+    -------
+    TemperatureScaler
+
+    Examples
+    --------
+    >>> import torch
+    >>> logits = torch.tensor([[4.0, 0.0], [4.0, 0.0], [4.0, 0.0], [4.0, 0.0]])
+    >>> preds = Predictions(torch.softmax(logits, -1)[None], torch.tensor([0, 0, 0, 1]))
+    >>> round(temperature_scale(preds).temperature, 2)  # 4/T = log 3: p = 0.75 as observed
+    3.64
+    """
+    preds = _class_preds(val_preds, "val_preds")
+    y = _labels(preds, val_targets, "val_targets")
+    logp = preds.probs.double().clamp_min(1e-300).log()
+    lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
+    grid = [lo + (hi - lo) * i / 80 for i in range(81)]
+    values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
+    best = min(range(len(grid)), key=values.__getitem__)
+    a, b = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    ratio = (math.sqrt(5) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = _tempered_nll(logp, y, math.exp(c)), _tempered_nll(logp, y, math.exp(d))
+    while b - a > 1e-6:
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = _tempered_nll(logp, y, math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = _tempered_nll(logp, y, math.exp(d))
+    return TemperatureScaler(math.exp((a + b) / 2))
+
+
+# --------------------------------------------------------------------------------------------
+# Conformal classification
+# --------------------------------------------------------------------------------------------
+
+
+def _ranked(pbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(order, cumulative_before, rank)``: classes by decreasing probability, the mass of
+    the classes ranked above each class, and each class's rank (1 = the most probable)."""
+    order = pbar.argsort(dim=1, descending=True, stable=True)
+    sorted_p = pbar.gather(1, order)
+    before_sorted = sorted_p.cumsum(1) - sorted_p
+    before = torch.empty_like(pbar).scatter_(1, order, before_sorted)
+    ranks = torch.empty_like(order).scatter_(
+        1, order, torch.arange(1, pbar.shape[1] + 1, device=pbar.device).expand_as(order)
+    )
+    return order, before, ranks
+
+
+@dataclass(frozen=True)
+class ConformalClassifier:
+    """Split-conformal prediction sets for a classifier (made by :func:`conformal`).
+
+    The score of class c for an input (``p̄``: the mean probabilities) is
+
+    * ``"lac"``: ``1 - p̄_c`` (least ambiguous set-valued classifier; Sadinle et al., 2019);
+    * ``"aps"``: the mass of the classes ranked above c plus ``u * p̄_c``, u ~ U(0, 1) drawn per
+      input (adaptive prediction sets, randomised; Romano et al., 2020);
+    * ``"raps"``: the APS score plus ``lam * max(0, rank(c) - k_reg)`` (regularised APS;
+      Angelopoulos et al., 2021).
+
+    A set holds every class whose score is at most :attr:`threshold`. Empty sets can occur (no
+    class is plausible enough at this alpha; LAC when the top probability is below ``1 -
+    threshold``, APS/RAPS through the randomisation) and count as misses; every non-empty set
+    holds the predicted class, since the scores grow with the rank.
+
+    Attributes
+    ----------
+    score, alpha, threshold, lam, k_reg, seed
+    """
+
+    score: ClassScore
+    alpha: float
+    threshold: float
+    lam: float
+    k_reg: int
+    seed: int
+
+    def scores(self, preds: Predictions, seed: int | None = None) -> Tensor:
+        """The ``(N, C)`` score of every class for every input (``u`` drawn from ``seed``)."""
+        pbar = _class_preds(preds, "preds").mean_probs.double()
+        if self.score == "lac":
+            return 1.0 - pbar
+        _, before, ranks = _ranked(pbar)
+        generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
+        u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64).to(pbar.device)
+        out = before + u * pbar
+        if self.score == "raps":
+            out = out + self.lam * (ranks - self.k_reg).clamp_min(0).double()
+        return out
+
+    def predict_sets(self, preds: Predictions, *, seed: int | None = None) -> Tensor:
+        """``(N, C)`` booleans: class c is in the set of input n. APS and RAPS draw their
+        ``u`` from ``seed`` (default: the predictor's seed plus one, not the calibration
+        draws)."""
+        return self.scores(preds, self.seed + 1 if seed is None else seed) <= self.threshold
+
+    def __repr__(self) -> str:
+        return (
+            f"ConformalClassifier(score={self.score!r}, alpha={self.alpha:g}, "
+            f"threshold={self.threshold:.6f})"
+        )
+
+
+@dataclass(frozen=True)
+class ConformalRegressor:
+    """Split-conformal intervals for Gaussian predictions (made by :func:`conformal`).
+
+    * ``"abs"``: normalised residuals ``|y - mean| / sd`` of the predictive mixture; intervals
+      ``mean +- threshold * sd``;
+    * ``"cqr"``: conformalised quantiles (Romano et al., 2019) of the mixture, ``lo`` and
+      ``hi`` its ``alpha / 2`` and ``1 - alpha / 2`` quantiles; score ``max(lo - y, y - hi)``;
+      intervals ``[lo - threshold, hi + threshold]``.
+
+    One threshold per output (:attr:`threshold`, ``(D,)``).
+    """
+
+    score: RegressionScore
+    alpha: float
+    threshold: Tensor
+
+    def intervals(self, preds: GaussianPredictions) -> tuple[Tensor, Tensor]:
+        """``(lo, hi)``, each ``(N, D)``."""
+        if not isinstance(preds, GaussianPredictions):
+            raise TypeError(
+                f"Expected GaussianPredictions, got {type(preds).__name__}; a classifier's "
+                "predictions get prediction sets from conformal(..., score='lac')."
+            )
+        q = self.threshold.to(preds.loc.device)
+        if self.score == "abs":
+            mean, sd = preds.mean.double(), preds.stddev.double()
+            return mean - q * sd, mean + q * sd
+        lo, hi = preds.interval(1 - self.alpha)
+        return lo - q, hi + q
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{v:.4f}" for v in self.threshold.tolist())
+        return (
+            f"ConformalRegressor(score={self.score!r}, alpha={self.alpha:g}, threshold=[{values}])"
+        )
+
+
+def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha: float) -> Tensor:
+    if score == "abs":
+        return (y - preds.mean.double()).abs() / preds.stddev.double()
+    lo, hi = preds.interval(1 - alpha)
+    return torch.maximum(lo - y, y - hi)
+
+
+def conformal(
+    val_preds: Predictions | GaussianPredictions,
+    val_targets: Tensor | None = None,
+    alpha: float = 0.1,
+    score: ClassScore | RegressionScore | None = None,
+    *,
+    seed: int = 0,
+    lam: float = 0.01,
+    k_reg: int = 1,
+) -> ConformalClassifier | ConformalRegressor:
+    """Calibrate a split-conformal predictor on held-out predictions.
+
+    Parameters
+    ----------
+    val_preds : Predictions or GaussianPredictions
+        Predictions on the calibration split (never seen in training).
+    val_targets : Tensor, optional
+        Their labels / targets; default: those the predictions carry.
+    alpha : float, default 0.1
+        Allowed miscoverage: the sets (intervals) contain the truth with probability at least
+        ``1 - alpha`` on exchangeable data.
+    score : str, optional
+        ``"lac"`` (default for classifiers), ``"aps"``, ``"raps"``; ``"abs"`` (default for
+        regression) or ``"cqr"``. See :class:`ConformalClassifier`, :class:`ConformalRegressor`.
+    seed : int, default 0
+        Seed of the APS/RAPS randomisation on the calibration split.
+    lam, k_reg : float, int
+        The RAPS penalty ``lam * max(0, rank - k_reg)``.
+
+    Returns
+    -------
+    ConformalClassifier or ConformalRegressor
+
+    Examples
+    --------
+    >>> import torch
+    >>> probs = torch.tensor([[0.7, 0.2, 0.1]] * 9 + [[0.1, 0.2, 0.7]])[None]
+    >>> cal = conformal(Predictions(probs, torch.zeros(10, dtype=torch.long)), alpha=0.2)
+    >>> round(cal.threshold, 4)  # k = ceil(11 * 0.8) = 9: the 9th smallest of nine 0.3s, one 0.9
+    0.3
+    >>> cal.predict_sets(Predictions(probs[:, :1])).tolist()
+    [[True, False, False]]
+    """
+    if isinstance(val_preds, GaussianPredictions):
+        score = "abs" if score is None else score
+        if score not in ("abs", "cqr"):
+            raise ValueError(
+                f"Unknown score {score!r} for regression: expected 'abs' (normalised residuals) "
+                "or 'cqr' (conformalised mixture quantiles)."
+            )
+        y = val_preds._targets(val_targets).double()
+        a = _check_alpha(alpha, y.shape[0])
+        scores = _regression_scores(val_preds, y, score, a)
+        return ConformalRegressor(score, a, _quantile(scores, a))  # type: ignore[arg-type]
+    preds = _class_preds(val_preds, "val_preds")
+    score = "lac" if score is None else score
+    if score not in ("lac", "aps", "raps"):
+        raise ValueError(
+            f"Unknown score {score!r} for classification: expected 'lac', 'aps' or 'raps'."
+        )
+    y = _labels(preds, val_targets, "val_targets")
+    a = _check_alpha(alpha, y.shape[0])
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0:
+        raise ValueError(f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}.")
+    if isinstance(k_reg, bool) or not isinstance(k_reg, int) or k_reg < 0:
+        raise ValueError(
+            f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}."
+        )
+    predictor = ConformalClassifier(score, a, math.inf, float(lam), k_reg, int(seed))  # type: ignore[arg-type]
+    true_scores = predictor.scores(preds, seed).gather(1, y.to(preds.probs.device)[:, None])[:, 0]
+    return ConformalClassifier(
+        score, a, float(_quantile(true_scores, a)), float(lam), k_reg, int(seed)
+    )  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics of sets and intervals
+# --------------------------------------------------------------------------------------------
+
+
+def _sets(sets: Any) -> Tensor:
+    if not isinstance(sets, Tensor) or sets.dtype != torch.bool or sets.dim() != 2:
+        raise TypeError(
+            "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "
+            f"them), got {getattr(sets, 'dtype', type(sets).__name__)}."
+        )
+    return sets
+
+
+def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor) -> float:
+    """The fraction of inputs whose set holds the label (``(N, C)`` booleans and ``(N,)``
+    labels), or of targets inside their interval (``(lo, hi)`` and targets ``(N, D)`` or
+    ``(N,)``; every output counts)."""
+    if isinstance(sets_or_intervals, tuple):
+        lo, hi = sets_or_intervals
+        y = targets.double().reshape(lo.shape)
+        return float(((y >= lo) & (y <= hi)).double().mean())
+    sets = _sets(sets_or_intervals)
+    return float(sets.gather(1, targets.to(sets.device).long()[:, None]).double().mean())
+
+
+def mean_set_size(sets: Tensor) -> float:
+    """The mean number of classes per prediction set."""
+    return float(_sets(sets).double().sum(1).mean())
+
+
+def class_conditional_coverage(sets: Tensor, targets: Tensor) -> Tensor:
+    """``(C,)``: per class, the fraction of its inputs whose set holds it (NaN for a class
+    with no input)."""
+    sets = _sets(sets)
+    y = targets.to(sets.device).long()
+    hit = sets.gather(1, y[:, None])[:, 0].double()
+    count = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(
+        0, y.cpu(), torch.ones_like(hit).cpu()
+    )
+    covered = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(0, y.cpu(), hit.cpu())
+    return covered / count

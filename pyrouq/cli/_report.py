@@ -1,0 +1,153 @@
+"""What ``pyrouq fit`` and ``pyrouq evaluate`` report: the evaluation on the test split (tables,
+plots, metrics.json) and the post-hoc calibration of ``evaluate --calibrate / --conformal``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Temperature scaling and/or conformal sets, fitted on a seeded half of the test set
+    (the validation half) and reported on the other half; tables printed before and after."""
+    import pyrouq
+
+    n = labels.shape[0]
+    order = _randperm(n, args.seed)
+    val, rest = order[: n // 2], order[n // 2 :]
+
+    def part(index: Any) -> Any:
+        return pyrouq.Predictions(preds.probs[:, index], labels[index])
+
+    val_preds, eval_preds = part(val), part(rest)
+    targets = labels[rest]
+    out: dict[str, Any] = {"validation_size": len(val), "evaluation_size": len(rest)}
+    print(
+        f"\nCalibration: fitted on {len(val)} test images (seed {args.seed}), reported on the "
+        f"other {len(rest)}"
+    )
+    if args.calibrate == "temperature":
+        scaler = pyrouq.temperature_scale(val_preds)
+        before = pyrouq.evaluate(eval_preds, targets)
+        scaled_val, eval_preds = scaler(val_preds), scaler(eval_preds)
+        after = pyrouq.evaluate(eval_preds, targets)
+        val_preds = scaled_val
+        out["temperature"] = scaler.temperature
+        out["before"], out["after"] = before, after
+        keys = ("acc", "nll", "brier", "ece", "aece")
+        print(f"temperature {scaler.temperature:.4f}")
+        print(f"{'':8}{'before':>10}{'after':>10}")
+        for key in keys:
+            print(f"{key:8}{before[key]:>10.4f}{after[key]:>10.4f}")
+    if args.conformal is not None:
+        print(f"\nConformal sets at alpha = {args.conformal:g}:")
+        print(f"{'score':8}{'threshold':>11}{'coverage':>10}{'mean size':>11}")
+        out["conformal"] = {}
+        for score in ("lac", "aps", "raps"):
+            predictor = pyrouq.conformal(
+                val_preds, alpha=args.conformal, score=score, seed=args.seed
+            )
+            assert isinstance(predictor, pyrouq.ConformalClassifier)
+            sets = predictor.predict_sets(eval_preds)
+            row = {
+                "threshold": predictor.threshold,
+                "coverage": pyrouq.coverage(sets, targets),
+                "mean_set_size": pyrouq.mean_set_size(sets),
+            }
+            out["conformal"][score] = row
+            print(
+                f"{score:8}{row['threshold']:>11.4f}{row['coverage']:>10.4f}"
+                f"{row['mean_set_size']:>11.3f}"
+            )
+    return out
+
+
+def _randperm(n: int, seed: int) -> Any:
+    import torch
+
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+
+# --------------------------------------------------------------------------------------------
+# shared steps
+# --------------------------------------------------------------------------------------------
+
+
+def _ood_images(dataset: str, ood: str, args: argparse.Namespace) -> Any:
+    """The out-of-distribution images (normalised like the training data), or None."""
+    import pyrouq
+
+    if ood == "auto":
+        ood = "fashion-mnist" if dataset == "mnist" else "mnist"
+    if ood == "none":
+        return None
+    loader = pyrouq.ood_loader(1024, root=args.data_root, dataset=ood)  # type: ignore[arg-type]
+    return loader.transform(loader.images)
+
+
+def _evaluate(
+    model: Any,
+    guide: Any,
+    test: Any,
+    num_samples: int | None,
+    dataset: str,
+    ood: str,
+    args: argparse.Namespace,
+    result: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    import pyrouq
+    from pyrouq import metrics as metrics_module
+    from pyrouq import plotting
+    from pyrouq.predictive import class_predictions
+
+    start = time.perf_counter()
+    x = test.transform(test.images)  # one tensor: predict picks its own batches
+    preds = class_predictions(pyrouq.predict(model, x, guide, num_samples=num_samples), "pyrouq")
+    ood_preds = None
+    x_ood = _ood_images(dataset, ood, args)
+    if x_ood is not None:
+        ood_preds = class_predictions(
+            pyrouq.predict(model, x_ood.to(x.device), guide, num_samples=num_samples), "pyrouq"
+        )
+    metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
+    print()
+    print(pyrouq.format_table(metrics))
+    if ood_preds is not None:
+        metrics["ood_auroc_entropy"] = metrics_module.ood_auroc(  # only this metric again
+            metrics_module.ood_scores(preds.probs, "entropy"),
+            metrics_module.ood_scores(ood_preds.probs, "entropy"),
+        )
+    metrics["num_samples"] = preds.probs.shape[0]
+    metrics["eval_seconds"] = time.perf_counter() - start
+    if ood_preds is not None:
+        print(f"(OOD score: mutual information; with entropy the AUROC is "
+              f"{metrics['ood_auroc_entropy']:.4f})")  # fmt: skip
+    preds, labels = preds.to("cpu"), test.labels.cpu()
+    first = pyrouq.Predictions.from_probs(preds.probs[:, :32])
+    figures = {
+        "reliability": plotting.plot_reliability(preds, labels),
+        "risk_coverage": plotting.plot_risk_coverage(preds, labels),
+        "image_grid": plotting.plot_image_grid(
+            first, test.transform(test.images[:32]).cpu(), labels[:32]
+        ),
+        "most_uncertain": plotting.plot_most_uncertain(preds, x.cpu(), targets=labels, k=6),
+        "uncertainty": plotting.plot_uncertainty_distributions(
+            preds, ood_preds.to("cpu") if ood_preds is not None else None
+        ),
+    }
+    if result is not None:
+        figures["training_curves"] = plotting.plot_training_curves(result)
+    return metrics, figures, preds
+
+
+def _write_metrics(out: Path, metrics: dict[str, Any], name: str = "metrics.json") -> None:
+    (out / name).write_text(json.dumps(metrics, indent=2) + "\n")
+
+
+def _save_plots(figures: dict[str, Any], out: Path) -> list[Path]:
+    from pyrouq.plotting import save_figures
+
+    return save_figures(figures, out)

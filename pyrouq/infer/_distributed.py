@@ -1,0 +1,170 @@
+"""What :func:`pyrouq.fit` does differently under torch.distributed (a process group
+initialised by torchrun or ``init_process_group``): each rank trains on its own shard of every
+epoch, its gradients are averaged with the other ranks' after each backward pass (one bucketed
+``all_reduce``), and only rank 0 shows progress and writes checkpoints.
+
+Per rank the loss is ``-(N / B_local) * sum_batch log p(y | x, w) + kl_weight * KL``; the
+average over R ranks of its gradient is ``-(N / (R * B_local)) * sum over the global batch +
+kl_weight * grad KL``: in expectation the gradient of the one-process ELBO on the global batch,
+with the KL counted once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from pyrouq._util import ShardedOrder
+
+
+@dataclass(frozen=True)
+class Group:
+    """This process's place: rank ``rank`` of ``world`` (``world == 1``: no process group)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    @property
+    def leader(self) -> bool:
+        """Whether this rank prints, shows progress and writes checkpoints (rank 0)."""
+        return self.rank == 0
+
+
+def current() -> Group:
+    """The process group fit() runs in (a group of one without torch.distributed)."""
+    if dist.is_available() and dist.is_initialized():
+        return Group(dist.get_rank(), dist.get_world_size())
+    return Group()
+
+
+@contextlib.contextmanager
+def shards(loader: Iterable, group: Group) -> Iterator[None]:
+    """While inside, ``loader`` serves this rank's shard of every epoch: pyrouq's in-memory
+    loaders shard themselves; a ``DataLoader`` needs a ``DistributedSampler`` of this group;
+    any other loader would give every rank the same data and is refused."""
+    if not group.active:
+        yield
+        return
+    if isinstance(loader, ShardedOrder):
+        with loader.sharded(group.rank, group.world):
+            yield
+        return
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, torch.utils.data.DistributedSampler):
+        if (sampler.num_replicas, sampler.rank) != (group.world, group.rank):
+            raise ValueError(
+                f"train_loader's DistributedSampler is set for rank {sampler.rank} of "
+                f"{sampler.num_replicas}, but this process is rank {group.rank} of "
+                f"{group.world}. Build it with DistributedSampler(dataset) inside the process "
+                "group (it reads both from torch.distributed)."
+            )
+        yield
+        return
+    raise ValueError(
+        f"fit() runs on {group.world} ranks (torch.distributed is initialised), but "
+        f"train_loader ({type(loader).__name__}) would give every rank the same data. Use "
+        "pyrouq's loaders (load_mnist, ArrayLoader, ...: they shard themselves by rank) or a "
+        "DataLoader with a DistributedSampler."
+    )
+
+
+def set_epoch(loader: Iterable, epoch: int) -> None:
+    """Tell a ``DistributedSampler`` which epoch starts (its shuffling depends on it)."""
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, torch.utils.data.DistributedSampler):
+        sampler.set_epoch(epoch)
+
+
+def average_gradients(params: list[torch.Tensor], group: Group) -> None:
+    """Replace every gradient by its mean over the ranks: one ``all_reduce`` of all of them
+    flattened into one buffer (a missing gradient counts as zeros, on every rank alike)."""
+    if not group.active or not params:
+        return
+    grads = []
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= group.world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
+    """The mean of ``values`` over the ranks (for the epoch records every rank reports)."""
+    if not group.active:
+        return values
+    out = values.clone()
+    dist.all_reduce(out)
+    return out / group.world
+
+
+def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
+    """Refuse to start when ``named`` tensors differ between ranks (a model built with other
+    arguments or another seed, a loader seeded differently): their sums and sums of squares
+    are compared through an all_reduce of their maxima and minima."""
+    if not group.active:
+        return
+    summary = torch.tensor(
+        [[float(t.double().sum()), float(t.double().square().sum()), t.numel()] for _, t in named]
+        or [[0.0, 0.0, 0.0]],
+        dtype=torch.float64,
+    )
+    count = torch.tensor([float(len(named))], dtype=torch.float64)
+    high, low = count.clone(), count.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    if high.item() != low.item():
+        raise ValueError(
+            f"fit(): the {what} differ between ranks ({int(low.item())} to {int(high.item())} "
+            "tensors). Build the same model, guide and loader on every rank."
+        )
+    biggest, smallest = summary.clone(), summary.clone()
+    dist.all_reduce(biggest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
+    differ = (biggest - smallest).abs() > 1e-9 * (1 + biggest.abs())
+    if bool(differ.any()):
+        first = int(differ.any(1).nonzero()[0])
+        name = named[first][0] if named else "?"
+        raise ValueError(
+            f"fit(): the {what} differ between ranks, first at {name!r}. Build them the same "
+            "way on every rank (same arguments and seed: torch.manual_seed before building, "
+            "a seeded loader such as load_mnist(seed=0)); ranks then draw their own weights "
+            "from there."
+        )
+
+
+def loader_state(loader: Iterable) -> list[tuple[str, torch.Tensor]]:
+    """The loader's generator state, compared across ranks (pyrouq's loaders)."""
+    get = getattr(loader, "get_rng_state", None)
+    if not callable(get) or not getattr(loader, "shuffle", True):  # unshuffled: no matter
+        return []
+    return [("the loader's shuffling generator", get().to(torch.float64))]
+
+
+def draws_option(option: str, group: Group, seed: int | None) -> bool:
+    """Whether ranks draw their own weights (True) or all the same ones (the check of
+    gradient equivalence in the tests)."""
+    if option not in ("independent", "identical"):
+        raise ValueError(
+            f"Unknown distributed_draws {option!r}: expected 'independent' (each rank a "
+            "particle, the default) or 'identical' (every rank the same draws)."
+        )
+    if option == "identical" and group.active and seed is None:
+        raise ValueError(
+            "distributed_draws='identical' needs seed=...: every rank must start its random "
+            "generator from the same state."
+        )
+    return option == "independent"

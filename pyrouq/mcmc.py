@@ -1,0 +1,351 @@
+"""Reference posteriors by Markov chain Monte Carlo: Pyro's NUTS (or HMC) on the full data,
+several chains, with per-draw sampler statistics for arviz.
+
+:func:`mcmc` returns an :class:`MCMCResult`: draws ``(chain, draw, *site_shape)`` of every
+latent site and, per draw, whether the trajectory diverged, the step size, the tree depth and
+the energy. :func:`pyrouq.predict` takes it as ``posterior_samples=``, and
+:func:`pyrouq.to_inference_data` exports it with its chains (R-hat, ESS, trace and rank plots,
+BFMI, LOO). For small networks only: NUTS costs hundreds of full-data gradient evaluations per
+draw, and a network above :data:`MAX_LATENT_VALUES` latent values is refused unless forced.
+Chains run in parallel processes when that pays (several chains, cores and steps).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyro
+import torch
+from pyro.infer.mcmc import HMC, NUTS
+from torch import Tensor
+
+from pyrouq._util import check_count, check_finite_inputs, check_int, model_input
+
+__all__ = ["MAX_LATENT_VALUES", "PARALLEL_MIN_STEPS", "MCMCResult", "mcmc"]
+
+#: Above this many latent values, :func:`mcmc` asks for ``force=True`` (and suggests VI).
+MAX_LATENT_VALUES = 10_000
+
+#: Steps per chain from which :func:`mcmc` runs several chains in parallel processes.
+PARALLEL_MIN_STEPS = 200
+
+Kernel = Literal["nuts", "hmc"]
+
+
+@dataclass(eq=False)
+class MCMCResult:
+    """Draws of a posterior by MCMC, chain by chain.
+
+    Attributes
+    ----------
+    samples : dict of str to Tensor
+        ``(chain, draw, *site_shape)`` for every latent site, in the constrained space.
+    sample_stats : dict of str to Tensor
+        ``(chain, draw)``: ``diverging`` (bool), ``step_size``, ``tree_depth`` (NUTS; the
+        number of leapfrog steps for HMC) and ``energy`` (the Hamiltonian at the start of the
+        draw's trajectory, for ``az.bfmi``).
+    kernel : str
+        ``"nuts"`` or ``"hmc"``.
+    warmup_steps : int
+    seconds : list of float
+        Wall time of each chain (warm-up included).
+    model, x, y : optional
+        The model and the data the chains ran on (not saved by :func:`pyrouq.save`; pass them
+        to :func:`pyrouq.to_inference_data` after a :func:`pyrouq.load`).
+    """
+
+    samples: dict[str, Tensor]
+    sample_stats: dict[str, Tensor]
+    kernel: str
+    warmup_steps: int
+    seconds: list[float] = field(default_factory=list)
+    model: Any = None
+    x: Tensor | None = None
+    y: Tensor | None = None
+
+    @property
+    def num_chains(self) -> int:
+        """The number of chains."""
+        return int(next(iter(self.samples.values())).shape[0])
+
+    @property
+    def num_samples(self) -> int:
+        """Draws per chain."""
+        return int(next(iter(self.samples.values())).shape[1])
+
+    def draws(self) -> dict[str, Tensor]:
+        """Every draw of every chain, chain after chain: ``{site: (chain * draw, *shape)}``
+        (the S draws :func:`pyrouq.predict` evaluates)."""
+        return {site: value.flatten(0, 1) for site, value in self.samples.items()}
+
+    @property
+    def divergences(self) -> int:
+        """The number of divergent transitions after warm-up, over all chains."""
+        return int(self.sample_stats["diverging"].sum())
+
+    def __repr__(self) -> str:
+        return (
+            f"MCMCResult(kernel={self.kernel!r}, chains={self.num_chains}, "
+            f"draws={self.num_samples}, sites={len(self.samples)}, "
+            f"divergences={self.divergences})"
+        )
+
+
+def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
+    if not torch.is_tensor(x) or not torch.is_tensor(y):
+        given = type(x).__name__ if not torch.is_tensor(x) else type(y).__name__
+        raise TypeError(
+            f"mcmc() needs the full data as tensors x and y, got {given}: NUTS evaluates the "
+            "likelihood of every point at every step, so it takes no minibatch loader. Pass "
+            "x, y = torch.cat over the loader's batches (or use fit() for minibatch VI)."
+        )
+    if x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise ValueError(
+            f"mcmc(): x and y must hold the same number N >= 1 of points, got {x.shape[0]} and "
+            f"{y.shape[0]}."
+        )
+    return x, y
+
+
+def mcmc(
+    model: Any,
+    x: Tensor,
+    y: Tensor,
+    *,
+    num_samples: int,
+    warmup_steps: int,
+    num_chains: int = 4,
+    kernel: Kernel = "nuts",
+    seed: int | None = None,
+    progress: bool = True,
+    force: bool = False,
+    max_tree_depth: int = 10,
+    parallel: bool | None = None,
+) -> MCMCResult:
+    """Sample the posterior of a pyrouq Bayesian model by NUTS (or HMC) on the full data.
+
+    Every chain adapts its step size and a diagonal mass matrix during ``warmup_steps``, then
+    keeps ``num_samples`` draws. Chain c is seeded with ``seed + c`` (reproducible), whether
+    the chains run in parallel processes or one after another; each shows a progress bar.
+
+    Parameters
+    ----------
+    model : BayesianNetwork
+        A model made by :func:`pyrouq.bayesian` (``BayesianMLP``, ...), a Gaussian likelihood's
+        latent noise included.
+    x, y : Tensor
+        The whole data set (no minibatches: ``model.num_data`` is set to N for the run).
+    num_samples, warmup_steps : int
+        Draws kept per chain; adaptation steps per chain (>= 0).
+    num_chains : int, default 4
+    kernel : {"nuts", "hmc"}
+    seed : int, optional
+    progress : bool, default True
+    force : bool, default False
+        Sample a model above :data:`MAX_LATENT_VALUES` latent values anyway.
+    max_tree_depth : int, default 10
+        NUTS's limit on trajectory doublings.
+    parallel : bool, optional
+        Run the chains in separate processes (``spawn``; one per core, the cores shared out
+        as torch threads). Default: when there are several chains and cores and at least
+        :data:`PARALLEL_MIN_STEPS` steps per chain (shorter chains finish before the
+        processes have started), and no class of the network is defined in ``__main__``
+        (new processes could not import it); otherwise one after another, in this process.
+        The draws are the same either way.
+
+    Returns
+    -------
+    MCMCResult
+    """
+    latent = getattr(model, "latent_sites", None)
+    if not callable(latent) or not latent():
+        raise TypeError(
+            f"mcmc() samples a pyrouq Bayesian model (made by pyrouq.bayesian(), BayesianMLP, "
+            f"...), got {type(model).__name__}; for any other Pyro model use pyro.infer.MCMC."
+        )
+    check_count("num_chains", num_chains, "Chains are what R-hat compares; 4 is usual.")
+    check_int("num_samples", num_samples)
+    check_int("warmup_steps", warmup_steps, minimum=0)
+    check_int("max_tree_depth", max_tree_depth)
+    if kernel not in ("nuts", "hmc"):
+        raise ValueError(f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc'.")
+    size = sum(math.prod(shape) for shape in latent().values())
+    if size > MAX_LATENT_VALUES and not force:
+        raise ValueError(
+            f"{type(model).__name__} has {size:,} latent values, above the {MAX_LATENT_VALUES:,} "
+            "that NUTS handles in reasonable time here. Fit it by variational inference "
+            "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
+        )
+    x, y = _check_data(x, y)
+    x = model_input(x, model, "mcmc()")
+    check_finite_inputs(x, "mcmc()")
+    with torch.no_grad():
+        outputs = model.outputs(x, model.template())
+    model.likelihood.check_targets(y, outputs, "mcmc()")
+    base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
+    previous = (model.num_data, model.training)
+    model.num_data = x.shape[0]
+    model.eval()
+    cores = os.cpu_count() or 1
+    spawnable = all(type(m).__module__ != "__main__" for m in model.modules())
+    if parallel is None:
+        long_enough = warmup_steps + num_samples >= PARALLEL_MIN_STEPS
+        parallel = num_chains > 1 and cores > 1 and long_enough and spawnable
+    elif parallel and not spawnable:
+        raise ValueError(
+            "mcmc(parallel=True) runs the chains in new processes, which cannot import a "
+            "network class defined in __main__ (a script's or a notebook's own cell). Move the "
+            "class into a module, or pass parallel=False."
+        )
+    workers = min(num_chains, cores)
+    jobs = [
+        (model, x, y, kernel, warmup_steps, num_samples, base + chain, chain, progress,
+         max_tree_depth, max(1, cores // workers) if parallel else None)
+        for chain in range(num_chains)
+    ]  # fmt: skip
+    try:
+        if parallel and num_chains > 1:
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                chains = pool.map(_chain_job, jobs)
+        else:
+            chains = [_chain_job(job) for job in jobs]
+    finally:
+        model.num_data = previous[0]
+        model.train(previous[1])
+    samples = {k: torch.stack([c[0][k] for c in chains]) for k in chains[0][0]}
+    stats = {k: torch.stack([c[1][k] for c in chains]) for k in chains[0][1]}
+    order = list(latent())
+    samples = {k: samples[k] for k in order if k in samples}
+    return MCMCResult(samples, stats, kernel, warmup_steps, [c[2] for c in chains], model, x, y)
+
+
+def _chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
+    """One chain (in this process or in a worker): ``_run_chain`` on a packed job."""
+    *args, threads = job
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return _run_chain(*args)
+
+
+def _run_chain(
+    model: Any,
+    x: Tensor,
+    y: Tensor,
+    kind: str,
+    warmup_steps: int,
+    num_samples: int,
+    seed: int,
+    chain: int,
+    progress: bool,
+    max_tree_depth: int,
+) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    if kind == "nuts":
+        sampler: Any = NUTS(model, max_tree_depth=max_tree_depth, jit_compile=False)
+    else:
+        sampler = HMC(model, jit_compile=False)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=warmup_steps + num_samples,
+            desc=f"chain {chain} warmup",
+            leave=False,
+            position=chain,
+        )
+    kept: dict[str, list[Tensor]] = {}
+    stats: dict[str, list[Any]] = {
+        k: [] for k in ("diverging", "step_size", "tree_depth", "energy")
+    }
+    seen: dict[str, Any] = {}
+    _record(sampler, seen)
+    with pyro.validation_enabled(False):
+        sampler.setup(warmup_steps, x, y)
+        params = sampler.initial_params
+        try:
+            for step in range(warmup_steps + num_samples):
+                divergences = len(sampler._divergences)
+                potential = sampler._potential_energy_last
+                seen.clear()
+                params = sampler.sample(params)
+                if bar is not None:
+                    bar.update(1)
+                    if step == warmup_steps:
+                        bar.set_description(f"chain {chain} sample")
+                if step < warmup_steps:
+                    continue
+                for name, value in params.items():
+                    kept.setdefault(name, []).append(sampler.transforms[name].inv(value).detach())
+                kinetic = float(sampler._kinetic_energy(seen["momentum"])) if seen else math.nan
+                stats["diverging"].append(len(sampler._divergences) > divergences)
+                stats["step_size"].append(float(sampler.step_size))
+                if kind == "nuts":
+                    stats["tree_depth"].append(seen.get("depth", -1) + 1)
+                else:
+                    stats["tree_depth"].append(int(sampler.num_steps))
+                energy = float(potential) + kinetic if potential is not None else math.nan
+                stats["energy"].append(energy)
+        finally:
+            sampler.cleanup()
+            if bar is not None:
+                bar.close()
+    samples = {name: torch.stack(values) for name, values in kept.items()}
+    out_stats = {
+        "diverging": torch.tensor(stats["diverging"], dtype=torch.bool),
+        "step_size": torch.tensor(stats["step_size"], dtype=torch.float64),
+        "tree_depth": torch.tensor(stats["tree_depth"], dtype=torch.int64),
+        "energy": torch.tensor(stats["energy"], dtype=torch.float64),
+    }
+    return samples, out_stats, time.perf_counter() - start
+
+
+def _record(sampler: Any, seen: dict[str, Any]) -> None:
+    """Wrap the kernel's momentum draw and tree building on this instance, to read each
+    transition's momentum (for the energy) and its number of trajectory doublings."""
+    draw_momentum = sampler._sample_r
+
+    def sample_r(name: str) -> Any:
+        r, r_unscaled = draw_momentum(name)
+        seen["momentum"] = r_unscaled
+        return r, r_unscaled
+
+    sampler._sample_r = sample_r
+    build = getattr(sampler, "_build_tree", None)
+    if build is not None:
+
+        def build_tree(*args: Any, **kwargs: Any) -> Any:
+            depth = args[5] if len(args) > 5 else kwargs.get("tree_depth", 0)
+            seen["depth"] = max(seen.get("depth", -1), int(depth))
+            return build(*args, **kwargs)
+
+        sampler._build_tree = build_tree
+
+
+def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
+    """``{site: (S, *shape)}`` from an :class:`MCMCResult` or a dict of stacked draws, checked
+    against the model's latent sites (every site, one S for all)."""
+    from pyrouq.infer.guide import check_draws
+
+    if isinstance(source, MCMCResult):
+        draws = source.draws()
+    elif isinstance(source, dict) and all(torch.is_tensor(v) for v in source.values()):
+        draws = dict(source)
+    else:
+        raise TypeError(
+            f"Expected posterior_samples to be an MCMCResult or a dict {{site: (S, ...)}} of "
+            f"tensors, got {type(source).__name__}."
+        )
+    counts = {site: int(v.shape[0]) for site, v in draws.items() if v.dim() > 0}
+    if len(set(counts.values())) > 1:
+        raise ValueError(
+            f"posterior_samples must give every site the same number S of draws, got {counts}."
+        )
+    check_draws(model, draws, "predict()")
+    return draws

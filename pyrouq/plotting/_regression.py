@@ -1,0 +1,125 @@
+"""Plots of regression predictions: the predictive bands over a 1-D input, and quantile
+calibration."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from pyrouq.plotting._common import _pyplot
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from pyrouq.regression import GaussianPredictions
+
+
+def _gaussian(predictions: Any, where: str) -> GaussianPredictions:
+    from pyrouq.regression import GaussianPredictions
+
+    if not isinstance(predictions, GaussianPredictions):
+        raise TypeError(
+            f"{where} expects GaussianPredictions (what predict() returns for a model with a "
+            f"Gaussian likelihood), got {type(predictions).__name__}."
+        )
+    return predictions
+
+
+def _column(value: Any, name: str, n: int) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"Expected {name} to be a torch.Tensor, got {type(value).__name__}.")
+    flat = value.detach().reshape(value.shape[0], -1) if value.dim() else value.reshape(1, 1)
+    if flat.shape[1] != 1 or flat.shape[0] != n:
+        raise ValueError(
+            f"Expected {name} with one value per point, (N,) or (N, 1) with N = {n}, got shape "
+            f"{tuple(value.shape)}; plot_regression draws over a 1-D input."
+        )
+    return flat[:, 0].double().cpu()
+
+
+def plot_regression(
+    predictions: GaussianPredictions,
+    x: Tensor,
+    *,
+    train_x: Tensor | None = None,
+    train_y: Tensor | None = None,
+    output: int = 0,
+    num_sd: float = 2.0,
+) -> Figure:
+    """The predictive mean over a 1-D input with the aleatoric and the epistemic band drawn
+    separately, and the training data.
+
+    The bands are ``mean +- num_sd * sqrt(aleatoric variance)`` (the noise the model
+    expects) and ``mean +- num_sd * sqrt(epistemic variance)`` (the spread of the draws'
+    means, which grows away from the data).
+
+    Parameters
+    ----------
+    predictions : GaussianPredictions
+        Predictions on the points ``x``.
+    x : torch.Tensor
+        ``(N,)`` or ``(N, 1)`` inputs (sorted or not).
+    train_x, train_y : torch.Tensor, optional
+        Training points to scatter.
+    output : int, default 0
+        Which of the D outputs to draw.
+    num_sd : float, default 2.0
+        Half-width of the bands in standard deviations.
+    """
+    p = _gaussian(predictions, "plot_regression()")
+    if isinstance(output, bool) or not isinstance(output, int) or not 0 <= output < p.num_outputs:
+        raise ValueError(
+            f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
+            f"{output!r}."
+        )
+    xs = _column(x, "x", p.num_inputs)
+    order = torch.argsort(xs)
+    grid = xs[order].numpy()
+    mean = p.mean[:, output].double().cpu()[order].numpy()
+    aleatoric = p.aleatoric_variance[:, output].double().cpu()[order].sqrt().numpy()
+    epistemic = p.epistemic_variance[:, output].double().cpu()[order].sqrt().numpy()
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(
+        grid, mean - num_sd * aleatoric, mean + num_sd * aleatoric, color="tab:orange", alpha=0.25,
+        label=f"aleatoric (+-{num_sd:g} sd)",
+    )  # fmt: skip
+    ax.fill_between(
+        grid, mean - num_sd * epistemic, mean + num_sd * epistemic, color="tab:blue", alpha=0.35,
+        label=f"epistemic (+-{num_sd:g} sd)",
+    )  # fmt: skip
+    ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean")
+    if train_x is not None and train_y is not None:
+        n = train_x.shape[0] if isinstance(train_x, Tensor) else 0
+        tx = _column(train_x, "train_x", n)
+        ty = train_y.detach().reshape(n, -1)[:, output].double().cpu()
+        ax.scatter(tx.numpy(), ty.numpy(), s=12, color="black", zorder=3, label="training data")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y" if p.num_outputs == 1 else f"y[{output}]")
+    ax.set_title(f"Predictive mean and uncertainty ({p.num_samples} draws)")
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    return fig  # type: ignore[no-any-return]
+
+
+def plot_calibration(predictions: GaussianPredictions, targets: Tensor | None = None) -> Figure:
+    """Quantile calibration: for each level p, the fraction of targets at or below the
+    predictive p-quantile, against p (on the diagonal when calibrated); the title gives
+    ``calibration_error`` as :meth:`GaussianPredictions.evaluate` computes it."""
+    p = _gaussian(predictions, "plot_calibration()")
+    expected, observed = p.calibration_curve(targets)
+    error = float((observed - expected).square().mean())
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], color="gray", ls="--", label="calibrated")
+    ax.plot(expected.numpy(), observed.cpu().numpy(), marker="o", color="tab:blue", label="model")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("expected quantile level")
+    ax.set_ylabel("observed fraction of targets below it")
+    ax.set_title(f"Quantile calibration (error {error:.4f})")
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    return fig  # type: ignore[no-any-return]

@@ -1,0 +1,309 @@
+"""Gaussian predictions: S draws (or M members) of a mean and a standard deviation per input and
+output, their mixture, its uncertainty decomposition and its proper scores.
+
+The predictive distribution of one input and output is the equal-weight mixture of the S
+Gaussians ``N(mu_s, sigma_s^2)``; every metric here is computed from that mixture exactly (its
+density, CDF, quantiles and CRPS), not from a Gaussian fitted to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from pyrouq.uncertainty import Decomposition
+
+__all__ = [
+    "CALIBRATION_LEVELS",
+    "INTERVAL_LEVELS",
+    "GaussianPredictions",
+    "mixture_crps",
+]
+
+#: The central intervals :meth:`GaussianPredictions.evaluate` scores (coverage and width).
+INTERVAL_LEVELS: tuple[float, ...] = (0.5, 0.9, 0.95)
+
+#: The quantile levels of the calibration error: 0.05, 0.10, ..., 0.95.
+CALIBRATION_LEVELS: tuple[float, ...] = tuple(round(0.05 * j, 2) for j in range(1, 20))
+
+_SQRT2 = math.sqrt(2.0)
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True, eq=False)
+class GaussianPredictions:
+    """Predictive means and standard deviations of S draws or members on N inputs, D outputs.
+
+    Attributes
+    ----------
+    loc, scale : torch.Tensor
+        ``(S, N, D)``: draw s predicts ``N(loc[s, n, d], scale[s, n, d]^2)`` for output d of
+        input n.
+    targets : torch.Tensor or None
+        ``(N, D)`` (or ``(N,)`` when D = 1) real targets, when :func:`pyrouq.predict` read them
+        from a loader of ``(x, y)`` batches.
+
+    Examples
+    --------
+    >>> import torch
+    >>> p = GaussianPredictions(torch.tensor([[[0.0]], [[2.0]]]), torch.ones(2, 1, 1))
+    >>> p.mean, p.variance  # law of total variance: 1 (aleatoric) + 1 (epistemic)
+    (tensor([[1.]]), tensor([[2.]]))
+    >>> d = p.uncertainty()
+    >>> d.total.item(), d.aleatoric.item(), d.epistemic.item()
+    (2.0, 1.0, 1.0)
+    """
+
+    loc: Tensor
+    scale: Tensor
+    targets: Tensor | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        for name, value in (("loc", self.loc), ("scale", self.scale)):
+            if not isinstance(value, Tensor) or not value.is_floating_point():
+                raise TypeError(
+                    f"Expected {name} to be a floating torch.Tensor (S, N, D), got "
+                    f"{getattr(value, 'dtype', type(value).__name__)}."
+                )
+            if value.dim() != 3 or value.numel() == 0:
+                raise ValueError(
+                    f"Expected {name} of shape (S, N, D) with S, N, D >= 1, got shape "
+                    f"{tuple(value.shape)}; predict() returns them so."
+                )
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(
+                    f"Expected finite {name}, got NaN or inf; check the model outputs (did the "
+                    "fit diverge?)."
+                )
+        if self.loc.shape != self.scale.shape:
+            raise ValueError(
+                f"Expected loc and scale of one shape, got {tuple(self.loc.shape)} and "
+                f"{tuple(self.scale.shape)}."
+            )
+        if not bool((self.scale > 0).all()):
+            raise ValueError("Expected scale > 0 everywhere: they are standard deviations.")
+        if self.targets is not None:
+            object.__setattr__(self, "targets", self._check_targets(self.targets))
+
+    def _check_targets(self, targets: object) -> Tensor:
+        n, d = self.num_inputs, self.num_outputs
+        if not isinstance(targets, Tensor):
+            raise TypeError(
+                f"Expected targets to be a torch.Tensor, got {type(targets).__name__}; wrap "
+                "them with torch.as_tensor(...)."
+            )
+        if not targets.is_floating_point():
+            raise TypeError(
+                f"Expected real targets (a floating dtype), got {targets.dtype}: class labels "
+                "belong to a classifier's Predictions; for real targets use y.float()."
+            )
+        shaped = targets.unsqueeze(-1) if targets.dim() == 1 and d == 1 else targets
+        if tuple(shaped.shape) != (n, d):
+            raise ValueError(
+                f"Expected targets of shape ({n}, {d})"
+                + (f" or ({n},)" if d == 1 else "")
+                + f", one per input and output, got shape {tuple(targets.shape)}."
+            )
+        if not bool(torch.isfinite(shaped).all()):
+            raise ValueError("Expected finite targets, got NaN or inf; remove or repair them.")
+        return shaped.to(self.loc.device)
+
+    # -- shape ---------------------------------------------------------------------------------
+
+    @property
+    def num_samples(self) -> int:
+        """S, the number of draws or members."""
+        return int(self.loc.shape[0])
+
+    @property
+    def num_inputs(self) -> int:
+        """N, the number of inputs."""
+        return int(self.loc.shape[1])
+
+    @property
+    def num_outputs(self) -> int:
+        """D, the number of outputs per input."""
+        return int(self.loc.shape[2])
+
+    # -- moments -------------------------------------------------------------------------------
+
+    @property
+    def mean(self) -> Tensor:
+        """The predictive mean ``(N, D)``: the mean of the draws' means."""
+        return self.loc.mean(0)
+
+    @property
+    def aleatoric_variance(self) -> Tensor:
+        """``mean_s sigma_s^2`` ``(N, D)``: the expected noise variance."""
+        return self.scale.square().mean(0)
+
+    @property
+    def epistemic_variance(self) -> Tensor:
+        """``var_s mu_s`` ``(N, D)`` (over the S draws, divided by S): the spread of the means."""
+        return self.loc.var(0, unbiased=False)
+
+    @property
+    def variance(self) -> Tensor:
+        """The predictive variance ``(N, D)`` by the law of total variance: aleatoric plus
+        epistemic."""
+        return self.aleatoric_variance + self.epistemic_variance
+
+    @property
+    def stddev(self) -> Tensor:
+        """The predictive standard deviation ``(N, D)``."""
+        return self.variance.sqrt()
+
+    def uncertainty(self) -> Decomposition:
+        """Variances per input ``(N,)``: total = aleatoric + epistemic, each summed over the D
+        outputs (the trace of the predictive covariance; one output: its variances)."""
+        aleatoric = self.aleatoric_variance.sum(-1)
+        epistemic = self.epistemic_variance.sum(-1)
+        return Decomposition(aleatoric + epistemic, aleatoric, epistemic)
+
+    # -- the mixture ---------------------------------------------------------------------------
+
+    def log_prob(self, targets: Tensor | None = None) -> Tensor:
+        """``log p(y_n)`` ``(N,)`` under the S-component mixture, the D outputs of one draw
+        independent: ``logsumexp_s sum_d log N(y_d | mu_sd, sigma_sd) - log S``."""
+        y = self._targets(targets).to(torch.float64)
+        loc, scale = self.loc.double(), self.scale.double()
+        z = (y - loc) / scale
+        per_draw = (-0.5 * z.square() - scale.log() - _LOG_SQRT_2PI).sum(-1)  # (S, N)
+        return torch.logsumexp(per_draw, 0) - math.log(self.num_samples)
+
+    def cdf(self, value: Tensor) -> Tensor:
+        """The mixture's CDF at ``value`` ``(N, D)``, per input and output."""
+        value = torch.as_tensor(value, dtype=torch.float64, device=self.loc.device)
+        z = (value - self.loc.double()) / self.scale.double()
+        return (0.5 * (1 + torch.erf(z / _SQRT2))).mean(0)
+
+    def quantile(self, level: float) -> Tensor:
+        """The mixture's ``level`` quantile ``(N, D)``, found by bisection on its CDF (to
+        1e-12 of the bracket), not by a Gaussian approximation."""
+        if not 0.0 < float(level) < 1.0:
+            raise ValueError(f"Expected a quantile level in (0, 1), got {level!r}.")
+        loc, scale = self.loc.double(), self.scale.double()
+        lo = (loc - 40 * scale).amin(0)
+        hi = (loc + 40 * scale).amax(0)
+        for _ in range(64):
+            mid = 0.5 * (lo + hi)
+            below = self.cdf(mid) < level
+            lo = torch.where(below, mid, lo)
+            hi = torch.where(below, hi, mid)
+        return 0.5 * (lo + hi)
+
+    def interval(self, level: float) -> tuple[Tensor, Tensor]:
+        """The central ``level`` interval ``(lo, hi)`` of the mixture, each ``(N, D)``."""
+        if not 0.0 < float(level) < 1.0:
+            raise ValueError(f"Expected an interval level in (0, 1), got {level!r}.")
+        tail = (1.0 - float(level)) / 2
+        return self.quantile(tail), self.quantile(1.0 - tail)
+
+    def crps(self, targets: Tensor | None = None) -> Tensor:
+        """The continuous ranked probability score ``(N,)`` of the mixture (closed form,
+        Grimit et al. 2006), averaged over the D outputs; lower is better."""
+        return mixture_crps(self.loc, self.scale, self._targets(targets)).mean(-1)
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def evaluate(self, targets: Tensor | None = None) -> dict[str, float]:
+        """The regression metrics, in the targets' units, averaged over inputs (and outputs).
+
+        Keys: ``rmse`` and ``mae`` of the predictive mean; ``nll``, the mean of
+        ``-log p(y_n)`` under the mixture; ``crps``; ``coverage_50/90/95``, the fraction of
+        targets inside the mixture's central intervals, and ``width_50/90/95``, their mean
+        width; ``calibration_error``, the quantile calibration error of Kuleshov et al.
+        (2018): ``mean_j (p_j - phat_j)^2`` over the levels :data:`CALIBRATION_LEVELS`, where
+        ``phat_j`` is the fraction of targets with ``F(y) <= p_j``.
+        """
+        y = self._targets(targets).to(torch.float64)
+        error = self.mean.double() - y
+        out = {
+            "rmse": float(error.square().mean().sqrt()),
+            "mae": float(error.abs().mean()),
+            "nll": float(-self.log_prob(y).mean()),
+            "crps": float(self.crps(y).mean()),
+        }
+        for level in INTERVAL_LEVELS:
+            lo, hi = self.interval(level)
+            inside = (y >= lo) & (y <= hi)
+            key = round(100 * level)
+            out[f"coverage_{key}"] = float(inside.double().mean())
+            out[f"width_{key}"] = float((hi - lo).mean())
+        out["calibration_error"] = float(
+            self.calibration_curve(y)[1].sub(_levels()).square().mean()
+        )
+        return out
+
+    def calibration_curve(self, targets: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(expected, observed)``: the levels :data:`CALIBRATION_LEVELS` and the fraction of
+        targets whose predictive CDF value is at most each level (calibrated: equal)."""
+        pit = self.cdf(self._targets(targets)).flatten()
+        levels = _levels().to(pit.device)
+        observed = (pit.unsqueeze(0) <= levels.unsqueeze(1)).double().mean(1)
+        return levels, observed
+
+    def _targets(self, targets: Tensor | None) -> Tensor:
+        if targets is None:
+            if self.targets is None:
+                raise ValueError(
+                    "No targets: pass targets=(N, D) values, or predict from a loader of "
+                    "(x, y) batches so that the predictions carry them."
+                )
+            return self.targets
+        return self._check_targets(targets)
+
+    # -- conversions ---------------------------------------------------------------------------
+
+    def rescale(self, mean: Tensor | float, std: Tensor | float) -> GaussianPredictions:
+        """The predictions in other units, ``y = mean + std * y_standardised`` (per output):
+        means shifted and scaled, standard deviations scaled, targets alike."""
+        mean_t = torch.as_tensor(mean, dtype=self.loc.dtype, device=self.loc.device)
+        std_t = torch.as_tensor(std, dtype=self.loc.dtype, device=self.loc.device)
+        targets = None if self.targets is None else self.targets * std_t + mean_t
+        return GaussianPredictions(self.loc * std_t + mean_t, self.scale * std_t, targets)
+
+    def to(self, device: torch.device | str) -> GaussianPredictions:
+        """The same predictions on another device."""
+        targets = None if self.targets is None else self.targets.to(device)
+        return GaussianPredictions(self.loc.to(device), self.scale.to(device), targets)
+
+    def __repr__(self) -> str:
+        return (
+            f"GaussianPredictions(S={self.num_samples}, N={self.num_inputs}, "
+            f"D={self.num_outputs}, targets={'yes' if self.targets is not None else 'no'})"
+        )
+
+
+def _levels() -> Tensor:
+    return torch.tensor(CALIBRATION_LEVELS, dtype=torch.float64)
+
+
+def _crps_term(m: Tensor, v: Tensor) -> Tensor:
+    """``A(m, v) = E|X|`` for ``X ~ N(m, v)``: ``2 sqrt(v) phi(m / sqrt(v)) + m (2 Phi(m /
+    sqrt(v)) - 1)``."""
+    s = v.sqrt()
+    z = m / s
+    pdf = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
+    return 2 * s * pdf + m * torch.erf(z / _SQRT2)
+
+
+def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Tensor:
+    """CRPS ``(N, D)`` of the equal-weight mixture of ``N(loc[s], scale[s]^2)`` ``(S, N, D)``
+    at ``y`` ``(N, D)``: ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006)."""
+    loc, scale, y = loc.double(), scale.double(), y.double()
+    out = []
+    for start in range(0, loc.shape[1], chunk):
+        m, s, t = (
+            loc[:, start : start + chunk],
+            scale[:, start : start + chunk],
+            y[start : start + chunk],
+        )
+        var = s.square()
+        first = _crps_term(t - m, var).mean(0)
+        pair = _crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
+        out.append(first - 0.5 * pair.mean((0, 1)))
+    return torch.cat(out)

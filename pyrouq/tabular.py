@@ -1,0 +1,228 @@
+"""Tabular data for regression: an in-memory loader of ``(x, y)`` tensors, a seeded
+train/test split, and standardisation fitted on the training split only.
+
+Kept small and explicit::
+
+    train_x, train_y, test_x, test_y = train_test_split(x, y, test_fraction=0.2, seed=0)
+    scaler = Standardizer.fit(train_x, train_y)
+    loader = ArrayLoader(*scaler.transform(train_x, train_y), batch_size=64, seed=0)
+    fit(model, guide, loader, epochs=...)
+    preds = scaler.inverse(predict(model, scaler.transform_x(test_x), guide))  # original units
+    preds.evaluate(test_y)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from pyrouq._util import ShardedOrder, check_int
+
+__all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
+
+
+def _check_xy(x: object, y: object, where: str) -> tuple[Tensor, Tensor]:
+    for name, value in (("x", x), ("y", y)):
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{where}: expected {name} to be a torch.Tensor, got {type(value).__name__}; "
+                "wrap it with torch.as_tensor(...)."
+            )
+        if not value.is_floating_point():
+            raise TypeError(
+                f"{where}: expected floating-point {name}, got dtype {value.dtype}; use "
+                f"{name}.float() (class labels belong to a classifier's loaders)."
+            )
+        if value.dim() == 0 or value.shape[0] == 0:
+            raise ValueError(
+                f"{where}: expected {name} with a leading dimension of N >= 1 rows, got shape "
+                f"{tuple(value.shape)}."
+            )
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(
+                f"{where}: {name} holds NaN or inf; remove or repair those rows first."
+            )
+    assert isinstance(x, Tensor) and isinstance(y, Tensor)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"{where}: x and y must hold the same number of rows, got {x.shape[0]} and "
+            f"{y.shape[0]}."
+        )
+    return x, y
+
+
+class _Dataset(torch.utils.data.Dataset):
+    def __init__(self, x: Tensor, y: Tensor):
+        self.tensors = (x, y)
+
+    def __len__(self) -> int:
+        return int(self.tensors[0].shape[0])
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        return self.tensors[0][index], self.tensors[1][index]
+
+
+class ArrayLoader(ShardedOrder):
+    """Minibatches ``(x, y)`` of in-memory tensors, reshuffled every epoch from a seeded
+    generator (its state is saved in :func:`pyrouq.fit` checkpoints, so a resumed run sees the
+    same batches).
+
+    Parameters
+    ----------
+    x, y : torch.Tensor
+        ``(N, ...)`` inputs and ``(N, ...)`` real targets.
+    batch_size : int, default 64
+    shuffle : bool, default True
+    seed : int, optional
+        Seed of the shuffling generator (None: drawn from torch's global generator).
+
+    Examples
+    --------
+    >>> loader = ArrayLoader(torch.randn(10, 3), torch.randn(10), batch_size=4, seed=0)
+    >>> [tuple(x.shape) for x, _ in loader]
+    [(4, 3), (4, 3), (2, 3)]
+    """
+
+    def __init__(
+        self,
+        x: Tensor,
+        y: Tensor,
+        batch_size: int = 64,
+        *,
+        shuffle: bool = True,
+        seed: int | None = None,
+    ):
+        x, y = _check_xy(x, y, "ArrayLoader")
+        self.batch_size = check_int("batch_size", batch_size, hint="Pass e.g. batch_size=64.")
+        self.shuffle = bool(shuffle)
+        self.dataset = _Dataset(x, y)
+        self._generator = torch.Generator()
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
+        self._generator.manual_seed(int(seed))
+
+    def __len__(self) -> int:
+        return -(-self._local_size(len(self.dataset)) // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        x, y = self.dataset.tensors
+        order = self._order(x.shape[0], self.shuffle, self._generator)
+        if order is None:
+            order = torch.arange(x.shape[0])
+        n = order.shape[0]
+        for start in range(0, n, self.batch_size):
+            index = order[start : start + self.batch_size].to(x.device)
+            yield x[index], y[index]
+
+    def get_rng_state(self) -> Tensor:
+        """The shuffling generator's state (what a checkpoint stores)."""
+        return self._generator.get_state()
+
+    def set_rng_state(self, state: Tensor) -> None:
+        """Restore the shuffling generator's state."""
+        self._generator.set_state(state)
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrayLoader(N={len(self.dataset)}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle})"
+        )
+
+
+def train_test_split(
+    x: Tensor, y: Tensor, *, test_fraction: float = 0.2, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(train_x, train_y, test_x, test_y)``: a seeded random split of the rows.
+
+    Examples
+    --------
+    >>> tx, ty, vx, vy = train_test_split(torch.randn(10, 2), torch.randn(10), seed=0)
+    >>> tx.shape[0], vx.shape[0]
+    (8, 2)
+    """
+    x, y = _check_xy(x, y, "train_test_split()")
+    if (
+        isinstance(test_fraction, bool)
+        or not isinstance(test_fraction, (int, float))
+        or not (0.0 < float(test_fraction) < 1.0)
+    ):
+        raise ValueError(
+            f"Expected test_fraction in (0, 1), got {test_fraction!r}; e.g. 0.2 holds out a "
+            "fifth of the rows."
+        )
+    n = x.shape[0]
+    n_test = round(n * float(test_fraction))
+    if not 1 <= n_test < n:
+        raise ValueError(
+            f"test_fraction={test_fraction} of {n} rows leaves {n_test} test and {n - n_test} "
+            "training rows; both need at least one. Pass more rows or another fraction."
+        )
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    test, train = order[:n_test].to(x.device), order[n_test:].to(x.device)
+    return x[train], y[train], x[test], y[test]
+
+
+class Standardizer:
+    """Zero mean, unit standard deviation per input feature and per target, with the
+    statistics of the training split only (:meth:`fit`); :meth:`inverse` brings predictions
+    back to the targets' units.
+
+    Attributes
+    ----------
+    x_mean, x_std, y_mean, y_std : torch.Tensor
+        Per column; a constant column gets std 1 (it is only centred).
+
+    Examples
+    --------
+    >>> x, y = torch.tensor([[0.0], [1.0], [2.0]]), torch.tensor([10.0, 12.0, 14.0])
+    >>> scaler = Standardizer.fit(x, y)  # y: mean 12, std 2 (unbiased)
+    >>> scaler.transform(x, y)[1]
+    tensor([-1.,  0.,  1.])
+    """
+
+    def __init__(self, x_mean: Tensor, x_std: Tensor, y_mean: Tensor, y_std: Tensor):
+        self.x_mean, self.x_std = x_mean, x_std
+        self.y_mean, self.y_std = y_mean, y_std
+
+    @classmethod
+    def fit(cls, x: Tensor, y: Tensor) -> Standardizer:
+        """The statistics of ``x`` and ``y`` (the training split), column by column."""
+        x, y = _check_xy(x, y, "Standardizer.fit()")
+        if x.shape[0] < 2:
+            raise ValueError(
+                f"Standardizer.fit() needs at least 2 rows to measure a spread, got {x.shape[0]}."
+            )
+
+        def stats(t: Tensor) -> tuple[Tensor, Tensor]:
+            std = t.std(0)
+            return t.mean(0), torch.where(std > 0, std, torch.ones_like(std))
+
+        return cls(*stats(x), *stats(y))
+
+    def transform_x(self, x: Tensor) -> Tensor:
+        """Standardised inputs."""
+        return (x - self.x_mean) / self.x_std
+
+    def transform_y(self, y: Tensor) -> Tensor:
+        """Standardised targets."""
+        return (y - self.y_mean) / self.y_std
+
+    def transform(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Standardised ``(x, y)``."""
+        return self.transform_x(x), self.transform_y(y)
+
+    def inverse(self, predictions: object) -> object:
+        """:class:`~pyrouq.GaussianPredictions` of standardised targets, in the targets'
+        original units (means, standard deviations and carried targets rescaled)."""
+        rescale = getattr(predictions, "rescale", None)
+        if not callable(rescale):
+            raise TypeError(
+                f"Expected GaussianPredictions (what predict() returns for a Gaussian model), "
+                f"got {type(predictions).__name__}."
+            )
+        return rescale(self.y_mean, self.y_std)
+
+    def __repr__(self) -> str:
+        return f"Standardizer(x: {tuple(self.x_mean.shape)}, y: {tuple(self.y_mean.shape)})"

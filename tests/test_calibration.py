@@ -1,0 +1,160 @@
+"""Temperature scaling and split conformal prediction, on synthetic predictions whose truth is
+known (labels drawn from the probabilities, Gaussian targets drawn from their Gaussians)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from pyrouq import (
+    GaussianPredictions,
+    Predictions,
+    class_conditional_coverage,
+    conformal,
+    coverage,
+    mean_set_size,
+    temperature_scale,
+)
+from pyrouq.metrics import ece, nll
+
+
+def _classifier_data(n, c=5, s=1, sharpen=1.0, seed=0):
+    """Predictions of S draws whose tempered mean is calibrated (labels drawn from it)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = 2.0 * torch.randn(n, c, generator=g)
+    labels = torch.multinomial(torch.softmax(logits, -1), 1, generator=g)[:, 0]
+    noise = 0.3 * torch.randn(s, n, c, generator=g) if s > 1 else torch.zeros(1, n, c)
+    probs = torch.softmax((logits + noise) * sharpen, -1)
+    return Predictions(probs, labels)
+
+
+def test_temperature_recovers_the_overconfidence_factor():
+    preds = _classifier_data(20000, sharpen=2.0)  # logits doubled: T = 2 undoes it
+    scaler = temperature_scale(preds)
+    assert scaler.temperature == pytest.approx(2.0, rel=0.05)
+    scaled = scaler(preds)
+    assert torch.equal(scaled.predicted, preds.predicted)  # accuracy unchanged
+    before, after = ece(preds.mean_probs, preds.targets), ece(scaled.mean_probs, preds.targets)
+    assert after < 0.5 * before and after < 0.015
+    assert nll(scaled.mean_probs, preds.targets) < nll(preds.mean_probs, preds.targets)
+
+
+def test_temperature_tempers_each_draw_and_keeps_the_mixture():
+    preds = _classifier_data(500, s=4, sharpen=1.5, seed=1)
+    scaler = temperature_scale(preds)
+    scaled = scaler(preds)
+    expected = torch.softmax(preds.probs.double().log() / scaler.temperature, -1)
+    torch.testing.assert_close(scaled.probs.double(), expected, rtol=1e-6, atol=1e-7)
+    assert scaled.num_samples == 4 and torch.equal(scaled.targets, preds.targets)
+    # the fitted T minimises the mixture NLL: nudging it either way does not help
+    from pyrouq.calibration import _tempered_nll
+
+    logp = preds.probs.double().log()
+    best = _tempered_nll(logp, preds.targets, scaler.temperature)
+    for factor in (0.98, 1.02):
+        assert best <= _tempered_nll(logp, preds.targets, scaler.temperature * factor)
+
+
+@pytest.mark.parametrize("score", ["lac", "aps", "raps"])
+def test_conformal_sets_cover_at_the_stated_rate(score):
+    coverages, sizes = [], []
+    data = _classifier_data(20000, c=10, s=3, sharpen=1.3, seed=2)
+    for split in range(40):
+        order = torch.randperm(20000, generator=torch.Generator().manual_seed(split))
+        cal, test = order[:500], order[500:1500]
+        cal_preds = Predictions(data.probs[:, cal], data.targets[cal])
+        test_preds = Predictions(data.probs[:, test], data.targets[test])
+        predictor = conformal(cal_preds, alpha=0.1, score=score, seed=split)
+        sets = predictor.predict_sets(test_preds)
+        coverages.append(coverage(sets, test_preds.targets))
+        sizes.append(mean_set_size(sets))
+        nonempty = sets.any(1)
+        top = test_preds.predicted
+        assert sets[nonempty].gather(1, top[nonempty, None]).all()  # the predicted class
+    mean = sum(coverages) / len(coverages)
+    # exchangeable: E[coverage] is in [1 - alpha, 1 - alpha + 1/(n + 1)]; 40 splits of 1000
+    assert 0.89 <= mean <= 0.915, (score, mean)
+    assert 1.0 < sum(sizes) / len(sizes) < 10.0
+
+
+def test_thresholds_and_sets_by_hand():
+    pbar = torch.tensor([[0.5, 0.3, 0.2]] * 4)
+    preds = Predictions(pbar[None], torch.tensor([0, 1, 0, 2]))
+    lac = conformal(preds, alpha=0.2, score="lac")
+    # scores 1 - p_y: 0.5, 0.7, 0.5, 0.8; k = ceil(5 * 0.8) = 4: the largest, 0.8
+    assert lac.threshold == pytest.approx(0.8)
+    assert lac.predict_sets(Predictions(pbar[:1][None])).tolist() == [[True, True, True]]
+    aps = conformal(preds, alpha=0.2, score="aps", seed=3)
+    u = torch.rand(4, 1, generator=torch.Generator().manual_seed(3), dtype=torch.float64)[:, 0]
+    before = torch.tensor([0.0, 0.5, 0.0, 0.8], dtype=torch.float64)
+    p_true = torch.tensor([0.5, 0.3, 0.5, 0.2], dtype=torch.float64)
+    assert aps.threshold == pytest.approx((before + u * p_true).max().item())
+    raps = conformal(preds, alpha=0.2, score="raps", seed=3, lam=0.5, k_reg=1)
+    penalty = 0.5 * torch.tensor([0.0, 1.0, 0.0, 2.0], dtype=torch.float64)
+    assert raps.threshold == pytest.approx((before + u * p_true + penalty).max().item())
+
+
+def test_set_metrics_by_hand():
+    sets = torch.tensor([[True, False, False], [True, True, False], [False, False, False]])
+    targets = torch.tensor([0, 2, 1])
+    assert coverage(sets, targets) == pytest.approx(1 / 3)
+    assert mean_set_size(sets) == pytest.approx(1.0)
+    per_class = class_conditional_coverage(sets, targets)
+    assert per_class[0] == 1.0 and per_class[1] == 0.0 and per_class[2] == 0.0
+    assert math.isnan(class_conditional_coverage(sets, torch.tensor([0, 0, 1]))[2])
+
+
+@pytest.mark.parametrize("score", ["abs", "cqr"])
+def test_conformal_intervals_cover_at_the_stated_rate(score):
+    g = torch.Generator().manual_seed(0)
+    n = 4000
+    x = torch.rand(n, generator=g) * 8 - 4
+    noise = 0.1 + 0.5 * x.abs()
+    y = torch.sin(x) + noise * torch.randn(n, generator=g)
+    # a miscalibrated model: right mean, noise under-estimated by 30 %, 3 draws
+    loc = torch.sin(x)[None, :, None] + 0.05 * torch.randn(3, n, 1, generator=g)
+    scale = (0.7 * noise)[None, :, None].expand(3, n, 1)
+    preds = GaussianPredictions(loc, scale.contiguous())
+    coverages = []
+    for split in range(20):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(split))
+        cal, test = order[:1000], order[1000:]
+        cal_preds = GaussianPredictions(preds.loc[:, cal], preds.scale[:, cal], y[cal])
+        predictor = conformal(cal_preds, alpha=0.1, score=score)
+        lo, hi = predictor.intervals(GaussianPredictions(preds.loc[:, test], preds.scale[:, test]))
+        assert lo.shape == (3000, 1) and bool((lo < hi).all())
+        coverages.append(coverage((lo, hi), y[test]))
+    mean = sum(coverages) / len(coverages)
+    raw = preds.evaluate(y)["coverage_90"]  # the uncorrected model under-covers
+    assert raw < 0.85 and 0.88 <= mean <= 0.92, (score, raw, mean)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: conformal(_classifier_data(50), alpha=1.5), ValueError,
+         r"Expected alpha in \(0, 1\), the allowed miscoverage"),
+        (lambda: conformal(_classifier_data(50), alpha=0.01), ValueError,
+         r"alpha=0.01 needs at least 99 calibration points for a finite threshold, got 50"),
+        (lambda: conformal(_classifier_data(50), score="abs"), ValueError,
+         r"Unknown score 'abs' for classification: expected 'lac', 'aps' or 'raps'"),
+        (lambda: conformal(GaussianPredictions(torch.zeros(1, 50, 1), torch.ones(1, 50, 1),
+                                               torch.zeros(50)), score="lac"), ValueError,
+         r"Unknown score 'lac' for regression: expected 'abs'"),
+        (lambda: conformal(_classifier_data(50), score="raps", lam=-1.0), ValueError,
+         r"Expected lam >= 0, the RAPS penalty per rank, got -1.0"),
+        (lambda: conformal(Predictions(torch.full((1, 50, 5), 0.2))), ValueError,
+         r"No val_targets: pass the \(N,\) labels of the held-out split"),
+        (lambda: temperature_scale(torch.full((1, 5, 2), 0.5)), TypeError,
+         r"Expected val_preds to be Predictions \(class probabilities"),
+        (lambda: coverage(torch.ones(3, 2), torch.zeros(3)), TypeError,
+         r"Expected prediction sets as an \(N, C\) boolean tensor"),
+    ],
+)  # fmt: skip
+def test_calibration_refuses_bad_input(call, error, pattern):
+    with pytest.raises(error) as info:
+        call()
+    assert re.search(pattern, str(info.value)), str(info.value)

@@ -1,0 +1,147 @@
+"""fit() on 2 processes (gloo, CPU), spawned from the test: the averaged gradient is one
+process's, ranks stay identical, each rank sees a disjoint half of every epoch; for a Bayesian
+MLP and a BatchEnsemble alike."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from pyrouq import ArrayLoader, Gaussian, batchensemble, bayesian, fit, mean_field_guide
+
+WORLD = 2
+N = 16
+
+
+class RecordingLoader(ArrayLoader):
+    """An ArrayLoader that remembers the targets of every batch it served."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: list[torch.Tensor] = []
+
+    def __iter__(self):
+        for x, y in super().__iter__():
+            self.seen.append(y.clone())
+            yield x, y
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N, 3, generator=g)
+    return x, torch.arange(N, dtype=torch.float32)  # targets double as example ids
+
+
+def _build(kind: str):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    if kind == "bayesian":
+        model = bayesian(net, likelihood=Gaussian(1.0))
+        return model, mean_field_guide(model)
+    return batchensemble(net, 2, likelihood=Gaussian(1.0)), None
+
+
+def _state(model, guide):
+    state = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
+    if guide is not None:
+        state.update({f"guide.{k}": v.clone() for k, v in guide.state_dict().items()})
+    return state
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.05)
+
+
+def _one_step(loader, kind, **kwargs):
+    model, guide = _build(kind)
+    fit(model, guide, loader, epochs=1, optim=_sgd, lr_schedule="constant", progress=False,
+        seed=0, **kwargs)  # fmt: skip
+    return _state(model, guide)
+
+
+def _worker(rank: int, kind: str, init: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    try:
+        x, y = _data()
+        # (1) one step on 2 x B/2 with the same draws everywhere
+        one = _one_step(ArrayLoader(x, y, N // WORLD, shuffle=False), kind,
+                        distributed_draws="identical")  # fmt: skip
+        # (2) independent draws, 20 steps (10 epochs of 2 steps), shuffled shards
+        model, guide = _build(kind)
+        loader = RecordingLoader(x, y, 4, seed=0)
+        fit(model, guide, loader, epochs=10, progress=False, seed=0)
+        after_20 = _state(model, guide)
+        # (3) a DataLoader with a DistributedSampler: fit() calls its set_epoch every epoch
+        dataset = torch.utils.data.TensorDataset(x, y)
+        sampler = torch.utils.data.DistributedSampler(dataset, seed=0)
+        data_loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler)
+        model, guide = _build(kind)
+        sampled: list[list[int]] = []
+        fit(model, guide, data_loader, epochs=3, progress=False, seed=0,
+            callbacks=[lambda record: sampled.append(list(sampler))])  # fmt: skip
+        torch.save(
+            {"one_step": one, "after_20": after_20, "seen": loader.seen, "len": len(loader),
+             "sampled": sampled},
+            Path(out) / f"rank{rank}.pt",
+        )  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
+def test_two_ranks_train_as_one_process(kind, tmp_path):
+    mp.spawn(_worker, args=(kind, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
+    x, y = _data()
+    single = _one_step(ArrayLoader(x, y, N, shuffle=False), kind)
+    for r in ranks:  # the averaged gradient of 2 x B/2 is the one-process gradient of B
+        for key, value in single.items():
+            torch.testing.assert_close(r["one_step"][key], value, rtol=0, atol=1e-6)
+    start = _build(kind)
+    moved = False
+    for key, value in ranks[0]["after_20"].items():  # identical on every rank, bit for bit
+        assert torch.equal(value, ranks[1]["after_20"][key]), key
+        moved |= not torch.equal(value, _state(*start)[key])
+    assert moved
+    assert ranks[0]["len"] == math.ceil(N / 4)  # after fit() the loader serves all again
+    for epoch in range(3):  # the DistributedSampler's epochs: disjoint, each one reshuffled
+        assert set(ranks[0]["sampled"][epoch]).isdisjoint(ranks[1]["sampled"][epoch])
+    assert ranks[0]["sampled"][0] != ranks[0]["sampled"][1]  # set_epoch was called
+    for epoch in range(10):  # each epoch: disjoint halves that cover the data
+        halves = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]) for r in ranks]
+        assert set(halves[0].tolist()).isdisjoint(halves[1].tolist())
+        assert sorted(torch.cat(halves).tolist()) == y.tolist()
+
+
+def _refusing_worker(rank: int, init: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    messages = []
+    try:
+        x, y = _data()
+        torch.manual_seed(rank)  # built without a common seed: the ranks' models differ
+        model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(1.0))
+        attempts = [
+            (model, mean_field_guide(model), ArrayLoader(x, y, 4, seed=0)),
+            (*_build("bayesian"), [(x, y)]),  # the same model; a list: the same data everywhere
+        ]
+        for model_, guide_, loader in attempts:
+            try:
+                fit(model_, guide_, loader, epochs=1, num_data=N, progress=False)
+            except ValueError as err:
+                messages.append(str(err))
+        torch.save(messages, Path(out) / f"refused{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
+    mp.spawn(_refusing_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    messages = torch.load(tmp_path / "refused0.pt", weights_only=True)
+    assert "the model and guide parameters differ between ranks, first at" in messages[0]
+    assert "would give every rank the same data" in messages[1]

@@ -1,0 +1,156 @@
+"""MCMC (NUTS/HMC) on tiny models: draws and sampler statistics, predict from posterior
+samples, arviz export with chains, saving, and the refusals."""
+
+from __future__ import annotations
+
+import re
+
+import arviz as az
+import pyro.distributions as dist
+import pytest
+import torch
+from torch import nn
+
+from pyrouq import (
+    CheckpointError,
+    Gaussian,
+    MCMCResult,
+    bayesian,
+    load,
+    mcmc,
+    predict,
+    save,
+    to_inference_data,
+)
+
+
+def _data(n=30, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g)
+    return x, x @ torch.tensor([1.0, -1.0]) + 0.5 + 0.3 * torch.randn(n, generator=g)
+
+
+def _run(model=None, **kwargs):
+    x, y = _data()
+    model = model or bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+    options = {"num_samples": 20, "warmup_steps": 20, "num_chains": 2, "seed": 0}
+    return mcmc(model, x, y, progress=False, **{**options, **kwargs}), model, x, y
+
+
+@pytest.fixture(scope="module")
+def result():
+    return _run()
+
+
+def test_draws_and_statistics_are_shaped_by_chain(result):
+    res, *_ = result
+    assert isinstance(res, MCMCResult) and (res.num_chains, res.num_samples) == (2, 20)
+    assert res.samples["weight"].shape == (2, 20, 1, 2) and res.samples["bias"].shape == (2, 20, 1)
+    stats = res.sample_stats
+    assert stats["diverging"].dtype == torch.bool and stats["diverging"].shape == (2, 20)
+    assert stats["tree_depth"].dtype == torch.int64 and bool((stats["tree_depth"] >= 1).all())
+    assert bool((stats["step_size"] > 0).all()) and bool(torch.isfinite(stats["energy"]).all())
+    assert res.draws()["weight"].shape == (40, 1, 2)
+    assert torch.equal(res.draws()["bias"][20:], res.samples["bias"][1])  # chain after chain
+    assert len(res.seconds) == 2 and res.divergences == int(stats["diverging"].sum())
+
+
+def test_a_seed_repeats_the_chains(result):
+    res, *_ = result
+    again, *_ = _run()
+    for site in res.samples:
+        assert torch.equal(again.samples[site], res.samples[site])
+    other, *_ = _run(seed=1)
+    assert not torch.equal(other.samples["bias"], res.samples["bias"])
+
+
+def test_predict_takes_draws_from_anywhere(result):
+    res, model, x, _ = result
+    p = predict(model, x[:5], posterior_samples=res)
+    assert p.loc.shape == (40, 5, 1)
+    expected = x[:5] @ res.draws()["weight"][7, 0] + res.draws()["bias"][7]
+    torch.testing.assert_close(p.loc[7, :, 0], expected)
+    p2 = predict(model, x[:5], posterior_samples={k: v[:3] for k, v in res.draws().items()})
+    assert p2.loc.shape == (3, 5, 1)
+    with pytest.raises(ValueError, match="the same number S of draws"):
+        predict(model, x, posterior_samples={"weight": res.draws()["weight"][:3],
+                                             "bias": res.draws()["bias"][:4]})  # fmt: skip
+    with pytest.raises(ValueError, match="site 'weight' has shape"):
+        predict(
+            model, x, posterior_samples={"weight": torch.zeros(3, 2), "bias": torch.zeros(3, 1)}
+        )
+    with pytest.raises(ValueError, match="Pass posterior_samples alone"):
+        predict(model, x, num_samples=3, posterior_samples=res)
+
+
+def test_inference_data_has_chains_and_sampler_statistics(result):
+    res, *_ = result
+    idata = to_inference_data(res)
+    assert set(idata.groups()) >= {
+        "posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data"
+    }  # fmt: skip
+    assert idata.posterior["weight"].dims[:2] == ("chain", "draw")
+    assert idata.posterior["weight"].shape[:2] == (2, 20)
+    assert int(idata.sample_stats["diverging"].sum()) == res.divergences
+    assert idata.log_likelihood["obs"].shape == (2, 20, 30)
+    assert idata.posterior.attrs["draws"] == "2 MCMC chains (nuts)"
+    summary = az.summary(idata, var_names=["bias"])
+    assert {"r_hat", "ess_bulk"} <= set(summary.columns)
+    assert az.bfmi(idata).shape == (2,)
+
+
+def test_save_and_load_round_trip(result, tmp_path):
+    res, model, x, y = result
+    path = save(tmp_path / "chains.pt", res, metadata={"note": "test"})
+    back = load(path)
+    assert isinstance(back, MCMCResult) and back.kernel == "nuts" and back.model is None
+    for name in res.samples:
+        assert torch.equal(back.samples[name], res.samples[name])
+    for name in res.sample_stats:
+        assert torch.equal(back.sample_stats[name], res.sample_stats[name])
+    with pytest.raises(ValueError, match=r"set result\.model, result\.x and result\.y first"):
+        to_inference_data(back)
+    back.model, back.x, back.y = model, x, y
+    assert to_inference_data(back).posterior["bias"].shape == (2, 20, 1)
+    with pytest.raises(CheckpointError, match="holds an MCMC result"):
+        load(path, model_class="BayesianMLP")
+
+
+def test_a_latent_noise_is_sampled_too():
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(dist.HalfNormal(1.0)))
+    res, *_ = _run(model, num_chains=1, kernel="hmc")
+    assert list(res.samples) == ["weight", "bias", "sigma"]
+    assert bool((res.samples["sigma"] > 0).all())
+    assert bool((res.sample_stats["tree_depth"] == res.sample_stats["tree_depth"][0, 0]).all())
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: _run(bayesian(nn.Linear(200, 60))), ValueError,
+         r"has 12,060 latent values, above the 10,000 that NUTS handles in reasonable time "
+         r"here. Fit it by variational inference .*pass force=True"),
+        (lambda: _run(num_chains=0), ValueError, r"Expected num_chains to be an integer >= 1"),
+        (lambda: mcmc(bayesian(nn.Linear(2, 1)), torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(*_data())), None, num_samples=5, warmup_steps=5),
+         TypeError, r"mcmc\(\) needs the full data as tensors x and y, got DataLoader: NUTS "
+         r"evaluates the likelihood of every point at every step"),
+        (lambda: _run(kernel="gibbs"), ValueError, r"Unknown kernel 'gibbs'"),
+        (lambda: mcmc(nn.Linear(2, 1), *_data(), num_samples=5, warmup_steps=5), TypeError,
+         r"mcmc\(\) samples a pyrouq Bayesian model .*got Linear"),
+        (lambda: predict(bayesian(nn.Linear(2, 1)), _data()[0], posterior_samples=[1]),
+         TypeError, r"Expected posterior_samples to be an MCMCResult or a dict"),
+    ],
+)  # fmt: skip
+def test_mcmc_refuses_bad_input(call, error, pattern):
+    with pytest.raises(error) as info:
+        call()
+    assert re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_parallel_chains_give_the_same_draws(result):
+    res, *_ = result
+    parallel, *_ = _run(parallel=True)
+    for site in res.samples:
+        torch.testing.assert_close(parallel.samples[site], res.samples[site])
+    assert torch.equal(parallel.sample_stats["diverging"], res.sample_stats["diverging"])

@@ -1,0 +1,315 @@
+"""Regression: Gaussian likelihoods, GaussianPredictions and its metrics checked against
+independent computations, tabular helpers, plots, checkpoints and arviz export."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import matplotlib.pyplot as plt
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from torch import nn
+
+from pyrouq import (
+    ArrayLoader,
+    Gaussian,
+    GaussianPredictions,
+    Standardizer,
+    batchensemble,
+    bayesian,
+    evaluate,
+    fit,
+    format_table,
+    load,
+    mean_field_guide,
+    plot_calibration,
+    plot_regression,
+    predict,
+    psis_diagnostic,
+    save,
+    to_inference_data,
+    train_test_split,
+)
+
+
+def _mixture(seed=0, s=5, n=7, d=2):
+    g = torch.Generator().manual_seed(seed)
+    loc = torch.randn(s, n, d, generator=g, dtype=torch.float64)
+    scale = torch.rand(s, n, d, generator=g, dtype=torch.float64) + 0.2
+    y = torch.randn(n, d, generator=g, dtype=torch.float64)
+    return GaussianPredictions(loc, scale, y), loc, scale, y
+
+
+def _normal_cdf(z):
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+# -- the metric formulae ---------------------------------------------------------------------
+
+
+def test_mixture_nll_matches_a_direct_sum_over_components():
+    p, loc, scale, y = _mixture()
+    s, n, d = loc.shape
+    for i in range(n):
+        density = 0.0
+        for k in range(s):
+            prod = 1.0
+            for j in range(d):
+                z = (y[i, j] - loc[k, i, j]) / scale[k, i, j]
+                prod *= math.exp(-0.5 * z**2) / (scale[k, i, j] * math.sqrt(2 * math.pi))
+            density += prod / s
+        assert abs(p.log_prob()[i].item() - math.log(density)) < 1e-10
+    assert abs(p.evaluate()["nll"] + p.log_prob().mean().item()) < 1e-12
+
+
+def test_crps_matches_numeric_integration_of_the_cdf():
+    p, loc, scale, y = _mixture()
+    # CRPS = int (F(t) - 1[t >= y])^2 dt, split at y so that the integrand is smooth
+    crps = torch.zeros_like(y)
+    for i in range(y.shape[0]):
+        for j in range(y.shape[1]):
+            m, sd, t0 = loc[:, i, j], scale[:, i, j], y[i, j]
+            for lo, hi, step in ((t0 - 30, t0, 0), (t0, t0 + 30, 1)):
+                grid = torch.linspace(float(lo), float(hi), 40001, dtype=torch.float64)
+                cdf = (0.5 * (1 + torch.erf((grid[:, None] - m) / sd / math.sqrt(2)))).mean(1)
+                crps[i, j] += torch.trapezoid((cdf - step) ** 2, grid)
+    assert torch.allclose(p.crps(), crps.mean(-1), atol=1e-5, rtol=0)
+    assert abs(p.evaluate()["crps"] - crps.mean().item()) < 1e-5
+
+
+def test_intervals_hold_their_mass_and_coverage_counts_targets_inside():
+    p, loc, scale, y = _mixture(s=4, n=50, d=1)
+    for level in (0.5, 0.9, 0.95):
+        lo, hi = p.interval(level)
+        assert torch.allclose(p.cdf(hi) - p.cdf(lo), torch.full_like(lo, level), atol=1e-9)
+        inside = ((y >= lo) & (y <= hi)).double().mean().item()
+        assert p.evaluate()[f"coverage_{round(100 * level)}"] == pytest.approx(inside)
+    # Monte Carlo from the mixture: a component, then a Gaussian draw
+    g = torch.Generator().manual_seed(1)
+    draws = 400_000
+    comp = torch.randint(0, 4, (draws,), generator=g)
+    sample = loc[comp, 0, 0] + scale[comp, 0, 0] * torch.randn(draws, generator=g, dtype=loc.dtype)
+    lo, hi = p.interval(0.9)
+    mass = ((sample >= lo[0, 0]) & (sample <= hi[0, 0])).double().mean().item()
+    assert abs(mass - 0.9) < 3 * math.sqrt(0.09 / draws)
+
+
+def test_variance_decomposition_is_the_law_of_total_variance():
+    p, loc, scale, _ = _mixture()
+    second_moment = (scale**2 + loc**2).mean(0)
+    assert torch.allclose(p.variance, second_moment - p.mean**2, atol=1e-12)
+    d = p.uncertainty()
+    assert torch.allclose(d.total, d.aleatoric + d.epistemic, atol=1e-12)
+    assert torch.allclose(d.epistemic, loc.var(0, unbiased=False).sum(-1))
+    assert torch.allclose(d.aleatoric, (scale**2).mean(0).sum(-1))
+
+
+def test_point_errors_and_calibration_error_by_hand():
+    loc = torch.tensor([[[0.0], [1.0]], [[2.0], [3.0]]])  # S=2, N=2, D=1
+    p = GaussianPredictions(loc, torch.ones(2, 2, 1), torch.tensor([2.0, 0.0]))
+    m = p.evaluate()
+    assert m["rmse"] == pytest.approx(math.sqrt((1.0 + 4.0) / 2))  # means 1 and 2
+    assert m["mae"] == pytest.approx(1.5)
+    pit = p.cdf(p.targets)
+    levels = torch.arange(1, 20, dtype=torch.float64) / 20
+    observed = (pit.flatten()[None] <= levels[:, None]).double().mean(1)
+    assert m["calibration_error"] == pytest.approx(((observed - levels) ** 2).mean().item())
+    assert list(m) == [
+        "rmse", "mae", "nll", "crps", "coverage_50", "width_50", "coverage_90", "width_90",
+        "coverage_95", "width_95", "calibration_error",
+    ]  # fmt: skip
+    assert evaluate(p, p.targets) == m
+    table = format_table(m)
+    assert "│ RMSE" in table and "│ Coverage 90%" in table and "Classification" not in table
+
+
+def test_rescale_moves_predictions_to_original_units():
+    p, *_ = _mixture(d=1)
+    q = p.rescale(10.0, 2.0)
+    assert torch.allclose(q.mean, 10 + 2 * p.mean) and torch.allclose(q.stddev, 2 * p.stddev)
+    assert q.evaluate()["crps"] == pytest.approx(2 * p.evaluate()["crps"])
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+def _data(n=64, d_out=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    y = x @ torch.randn(3, d_out, generator=g) + 0.1 * torch.randn(n, d_out, generator=g)
+    return x, (y[:, 0] if d_out == 1 else y)
+
+
+@pytest.mark.parametrize("scale", [0.5, "learned", dist.HalfNormal(1.0), "heteroscedastic"])
+def test_each_noise_model_fits_predicts_and_round_trips(scale, tmp_path):
+    hetero = scale == "heteroscedastic"
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4 if hetero else 2))
+    model = bayesian(net, likelihood=Gaussian(scale))
+    guide = mean_field_guide(model)
+    x, y = _data(d_out=2)
+    result = fit(model, guide, ArrayLoader(x, y, 16, seed=0), epochs=3, progress=False, seed=0)
+    assert result.kl_weight == 1.0 and math.isnan(result.history[-1].train_acc)
+    pyro.set_rng_seed(0)
+    p = predict(model, x, guide, num_samples=4)
+    assert isinstance(p, GaussianPredictions) and p.loc.shape == p.scale.shape == (4, 64, 2)
+    if isinstance(scale, dist.Distribution):  # the noise is a latent site: it varies by draw
+        assert list(model.latent_sites())[-1] == "sigma" and "sigma" in guide.sites
+        assert p.scale[:, 0, 0].unique().numel() == 4
+    path = save(tmp_path / "m.pt", model, guide)
+    saved = load(
+        path, module=nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4 if hetero else 2))
+    )
+    pyro.set_rng_seed(0)
+    again = predict(saved.model, x, saved.guide, num_samples=4)
+    assert torch.equal(again.loc, p.loc) and torch.equal(again.scale, p.scale)
+
+
+def test_learned_noise_is_one_point_estimate_per_output_saved_with_the_model(tmp_path):
+    model = batchensemble(nn.Linear(3, 2), 3, likelihood=Gaussian("learned"))
+    x, y = _data(d_out=2)
+    fit(model, None, ArrayLoader(x, y, 16, seed=0), epochs=2, progress=False, seed=0)
+    raw = model.likelihood.raw_scale
+    assert raw.shape == (2,) and any(p is raw for p in model.parameters())
+    assert not torch.allclose(torch.nn.functional.softplus(raw), torch.ones(2))  # trained
+    saved = load(save(tmp_path / "be.pt", model), module=nn.Linear(3, 2))
+    assert torch.equal(saved.model.likelihood.raw_scale, raw)
+    p = predict(model, x)
+    assert p.loc.shape == (3, 64, 2)
+    assert torch.allclose(p.scale[:, :, 1], torch.nn.functional.softplus(raw[1]).expand(3, 64))
+
+
+def test_default_kl_weight_follows_the_likelihood():
+    x, y = _data()
+    classifier = bayesian(nn.Linear(3, 2))
+    result = fit(classifier, mean_field_guide(classifier), [(x, (y > 0).long())], epochs=1,
+                 num_data=64, progress=False)  # fmt: skip
+    assert result.kl_weight == 0.1
+    regressor = bayesian(nn.Linear(3, 1), likelihood="gaussian")
+    result = fit(regressor, mean_field_guide(regressor), ArrayLoader(x, y, 32, seed=0),
+                 epochs=1, progress=False)  # fmt: skip
+    assert result.kl_weight == 1.0
+    assert regressor.likelihood.fixed == 0.5  # "gaussian" is Gaussian(scale=0.5)
+
+
+def test_to_inference_data_and_psis_for_a_latent_noise():
+    x, y = _data(n=40)
+    model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(dist.HalfNormal(1.0)))
+    guide = mean_field_guide(model)
+    fit(model, guide, ArrayLoader(x, y, 40, seed=0), epochs=800, progress=False, seed=0)
+    idata = to_inference_data(model, guide, x, y, num_samples=30)
+    assert idata.posterior["sigma"].dims == ("chain", "draw")
+    assert idata.posterior_predictive["loc"].dims == ("chain", "draw", "obs_id", "output")
+    assert idata.log_likelihood["obs"].shape == (1, 30, 40)
+    assert float(idata.posterior["sigma"].mean()) == pytest.approx(0.1, abs=0.05)
+    # the pointwise log-likelihood is the Normal's, with each draw's own noise
+    draw0 = idata.posterior_predictive
+    loc, scale = (
+        torch.tensor(draw0["loc"].values[0, 0, :, 0]),
+        torch.tensor(draw0["scale"].values[0, 0, :, 0]),
+    )
+    expected = torch.distributions.Normal(loc.double(), scale.double()).log_prob(y.double())
+    assert torch.allclose(
+        torch.tensor(idata.log_likelihood["obs"].values[0, 0]), expected, atol=1e-4
+    )
+    psis = psis_diagnostic(model, guide, x, y, num_samples=100)
+    assert psis.log_weights.shape == (100,) and math.isfinite(psis.k_hat)
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: _model()(torch.randn(4, 3), torch.arange(4)), ValueError,
+         r"targets of dtype torch.int64, expected real values .*class labels belong to a "
+         r"Categorical likelihood"),
+        (lambda: _model()(torch.randn(4, 3), torch.tensor([0.0, math.nan, 1.0, 2.0])),
+         ValueError, r"NaN or inf targets at rows \[1\]; remove or repair them"),
+        (lambda: _model()(torch.randn(4, 3), torch.randn(4, 2)), ValueError,
+         r"targets of shape \(4, 2\), expected \(N, 1\) or \(N,\) for a network with 1 output"),
+        (lambda: Gaussian(scale=0.0), ValueError,
+         r"Expected the Gaussian noise scale > 0 \(a finite float\), got 0.0"),
+        (lambda: Gaussian(scale=-1.0), ValueError, r"got -1.0. Pass the noise standard dev"),
+        (lambda: Gaussian(scale="fixed"), ValueError,
+         r"Unknown noise scale 'fixed': expected a float > 0, 'learned', 'heteroscedastic'"),
+        (lambda: Gaussian(scale=dist.Normal(0.0, 1.0)), ValueError,
+         r"Expected a noise prior with positive support \(HalfNormal, LogNormal"),
+        (lambda: bayesian(nn.Linear(3, 3), likelihood=Gaussian("heteroscedastic"))(
+            torch.randn(4, 3), torch.randn(4)), ValueError,
+         r"needs a network with 2D outputs \(D means, then D raw scales\), got 3 outputs"),
+        (lambda: fit(_model(), None, ArrayLoader(torch.randn(8, 3), torch.randn(8)), epochs=1),
+         ValueError, r"has latent sites but guide is None"),
+        (lambda: fit(*(lambda m: (m, mean_field_guide(m)))(_model()), [(torch.randn(4, 3),
+         torch.arange(4))], epochs=1, num_data=4, progress=False), ValueError,
+         r"Batch 1 of epoch 1 has targets of dtype torch.int64, expected real values"),
+        (lambda: ArrayLoader(torch.randn(4, 3), torch.arange(4)), TypeError,
+         r"ArrayLoader: expected floating-point y, got dtype torch.int64"),
+        (lambda: train_test_split(torch.randn(4, 3), torch.randn(4), test_fraction=1.5),
+         ValueError, r"Expected test_fraction in \(0, 1\), got 1.5"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), -torch.ones(2, 3, 1)), ValueError,
+         r"Expected scale > 0 everywhere"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).evaluate(
+            torch.arange(3)), TypeError, r"Expected real targets \(a floating dtype\), got "
+         r"torch.int64"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).quantile(1.0),
+         ValueError, r"Expected a quantile level in \(0, 1\), got 1.0"),
+        (lambda: plot_regression(torch.zeros(2, 3, 1), torch.zeros(3)), TypeError,
+         r"plot_regression\(\) expects GaussianPredictions"),
+    ],
+)  # fmt: skip
+def test_regression_refuses_bad_input(call, error, pattern):
+    with pytest.raises(error) as info:
+        call()
+    assert re.search(pattern, str(info.value)), str(info.value)
+
+
+def _model():
+    return bayesian(nn.Linear(3, 1), likelihood=Gaussian(0.5), num_data=4)
+
+
+# -- tabular helpers and plots ---------------------------------------------------------------
+
+
+def test_split_standardise_and_loader():
+    x = torch.arange(20.0).reshape(10, 2)
+    y = torch.arange(10.0) * 3 + 5
+    tx, ty, vx, vy = train_test_split(x, y, test_fraction=0.3, seed=1)
+    assert (tx.shape[0], vx.shape[0]) == (7, 3)
+    assert sorted(torch.cat([ty, vy]).tolist()) == y.tolist()
+    again = train_test_split(x, y, test_fraction=0.3, seed=1)
+    assert torch.equal(again[0], tx)
+    scaler = Standardizer.fit(tx, ty)
+    sx, sy = scaler.transform(tx, ty)
+    assert torch.allclose(sx.mean(0), torch.zeros(2), atol=1e-6)
+    assert torch.allclose(sy.std(), torch.tensor(1.0))
+    p = GaussianPredictions(sy[None, :, None], torch.ones(1, 7, 1), sy)
+    back = scaler.inverse(p)
+    assert torch.allclose(back.mean[:, 0], ty) and torch.allclose(back.targets[:, 0], ty)
+    loader = ArrayLoader(sx, sy, 3, seed=0)
+    state = loader.get_rng_state()
+    first = [yb.tolist() for _, yb in loader]
+    loader.set_rng_state(state)
+    assert [yb.tolist() for _, yb in loader] == first and len(loader) == 3
+    assert sorted(v for batch in first for v in batch) == sorted(sy.tolist())
+
+
+def test_plots_draw_the_bands_and_the_calibration_curve():
+    p, *_ = _mixture(n=20, d=1)
+    x = torch.linspace(-1, 1, 20)
+    fig = plot_regression(p, x, train_x=x[:5], train_y=p.targets[:5])
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert set(labels) == {
+        "predictive mean",
+        "training data",
+        "aleatoric (+-2 sd)",
+        "epistemic (+-2 sd)",
+    }
+    plt.close(fig)
+    fig = plot_calibration(p)
+    error = p.evaluate()["calibration_error"]
+    assert fig.axes[0].get_title() == f"Quantile calibration (error {error:.4f})"
+    plt.close(fig)
