@@ -217,6 +217,8 @@ class ConformalClassifier:
     Attributes
     ----------
     score, alpha, threshold, lam, k_reg, seed
+    num_classes : int or None
+        C of the calibration predictions; predictions with another C are refused.
     """
 
     score: ClassScore
@@ -225,10 +227,17 @@ class ConformalClassifier:
     lam: float
     k_reg: int
     seed: int
+    num_classes: int | None = None
 
     def scores(self, preds: Predictions, seed: int | None = None) -> Tensor:
         """The ``(N, C)`` score of every class for every input (``u`` drawn from ``seed``)."""
         pbar = _class_preds(preds, "preds").mean_probs.double()
+        if self.num_classes is not None and pbar.shape[-1] != self.num_classes:
+            raise ValueError(
+                f"The predictions have {pbar.shape[-1]} classes, the calibration predictions "
+                f"had {self.num_classes}: a conformal predictor applies to the model (and "
+                "classes) it was calibrated on. Calibrate it on this model's predictions."
+            )
         if self.score == "lac":
             return 1.0 - pbar
         _, before, ranks = _ranked(pbar)
@@ -277,6 +286,12 @@ class ConformalRegressor:
                 "predictions get prediction sets from conformal(..., score='lac')."
             )
         q = self.threshold.to(preds.loc.device)
+        if preds.loc.shape[-1] != q.shape[0]:
+            raise ValueError(
+                f"The predictions have {preds.loc.shape[-1]} outputs, the calibration "
+                f"predictions had {q.shape[0]}: a conformal regressor applies to the model it "
+                "was calibrated on. Calibrate it on this model's predictions."
+            )
         if self.score == "abs":
             mean, sd = preds.mean.double(), preds.stddev.double()
             return mean - q * sd, mean + q * sd
@@ -367,9 +382,9 @@ def conformal(
         )
     predictor = ConformalClassifier(score, a, math.inf, float(lam), k_reg, int(seed))  # type: ignore[arg-type]
     true_scores = predictor.scores(preds, seed).gather(1, y.to(preds.probs.device)[:, None])[:, 0]
-    return ConformalClassifier(
-        score, a, float(_quantile(true_scores, a)), float(lam), k_reg, int(seed)
-    )  # type: ignore[arg-type]
+    threshold = float(_quantile(true_scores, a))
+    classes = int(preds.probs.shape[-1])
+    return ConformalClassifier(score, a, threshold, float(lam), k_reg, int(seed), classes)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
