@@ -67,6 +67,26 @@ def _plain_epoch(threads: int) -> float:
     return time.perf_counter() - start
 
 
+LINK_GBIT = 10.0  # the network of the estimate, Gb/s
+LINK_LATENCY = 50e-6  # seconds per message on such a network (TCP over Ethernet, typical)
+
+
+def allreduce_bytes() -> int:
+    """Bytes of the one flattened buffer that ``fit()`` all-reduces per step: every gradient
+    of the guide and of the model's point estimates, in their dtype."""
+    model = BayesianLeNet()
+    guide = mean_field_guide(model)
+    params = [*guide.parameters(), *(p for p in model.parameters() if p.requires_grad)]
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def ring_seconds(num_bytes: int, workers: int) -> float:
+    """A ring all-reduce of ``num_bytes`` over ``workers`` (reduce-scatter then all-gather):
+    each worker sends ``2 (R - 1) / R`` of the buffer in ``2 (R - 1)`` messages."""
+    sent = 2 * (workers - 1) / workers * num_bytes
+    return sent / (LINK_GBIT * 1e9 / 8) + 2 * (workers - 1) * LINK_LATENCY
+
+
 def main() -> None:
     cores = os.cpu_count() or 1
     plain = _plain_epoch(cores)
@@ -75,9 +95,20 @@ def main() -> None:
         out = os.path.join(tmp, "seconds")
         mp.spawn(_rank, args=(2, os.path.join(tmp, "init"), out, max(1, cores // 2)), nprocs=2)
         two = float(open(out).read())
+    num_bytes = allreduce_bytes()
+    steps = -(-TRAIN_SIZE // BATCH)
+    step = one / steps  # one process's compute per step, the work each rank does per step
     print(
         f"BayesianLeNet epochs of {TRAIN_SIZE} MNIST images, batch {BATCH} per rank, {cores} cores:"
     )
+    print(f"all-reduced per step: {num_bytes:,} bytes ({num_bytes / 2**20:.2f} MiB) in one buffer")
+    for workers in (8, 64):
+        comm = ring_seconds(num_bytes, workers)
+        print(
+            f"estimate, {workers} workers on {LINK_GBIT:g} Gb/s ({LINK_LATENCY * 1e6:.0f} us per "
+            f"message): ring all-reduce {comm * 1e3:.2f} ms per step against {step * 1e3:.1f} ms "
+            f"of compute: {step / (step + comm):.0%} scaling efficiency without overlap"
+        )
     report(
         "data_parallel",
         [
@@ -96,6 +127,16 @@ def main() -> None:
                 "seconds": round(two, 2),
                 "ratio_vs_plain": round(two / plain, 2),
             },
+            {"workload": "bytes all-reduced per step", "seconds": num_bytes},
+            *(
+                {
+                    "workload": f"estimate: ring all-reduce per step, {w} workers, "
+                    f"{LINK_GBIT:g} Gb/s (ms)",
+                    "seconds": round(ring_seconds(num_bytes, w) * 1e3, 2),
+                }
+                for w in (8, 64)
+            ),
+            {"workload": "one process's compute per step (ms)", "seconds": round(step * 1e3, 1)},
         ],
     )
 

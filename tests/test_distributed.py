@@ -5,6 +5,7 @@ MLP and a BatchEnsemble alike."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,23 @@ class RecordingLoader(ArrayLoader):
         for x, y in super().__iter__():
             self.seen.append(y.clone())
             yield x, y
+
+
+TIMEOUT = 120  # seconds for a spawned pair of ranks (they take a few seconds)
+
+
+def _spawn(worker, args) -> None:
+    """Run ``worker(rank, *args)`` on WORLD processes; after TIMEOUT seconds, kill them all
+    and fail (a rank stuck in a collective never hangs the suite)."""
+    context = mp.spawn(worker, args=args, nprocs=WORLD, join=False)
+    deadline = time.monotonic() + TIMEOUT
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+            pytest.fail(f"the {WORLD} ranks did not finish within {TIMEOUT} s; killed them")
 
 
 def _data():
@@ -96,7 +114,7 @@ def _worker(rank: int, kind: str, init: str, out: str) -> None:
 
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
 def test_two_ranks_train_as_one_process(kind, tmp_path):
-    mp.spawn(_worker, args=(kind, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    _spawn(_worker, (kind, str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     x, y = _data()
     single = _one_step(ArrayLoader(x, y, N, shuffle=False), kind)
@@ -141,7 +159,7 @@ def _refusing_worker(rank: int, init: str, out: str) -> None:
 
 
 def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
-    mp.spawn(_refusing_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    _spawn(_refusing_worker, (str(tmp_path / "init"), str(tmp_path)))
     messages = torch.load(tmp_path / "refused0.pt", weights_only=True)
     assert "the model and guide parameters differ between ranks, first at" in messages[0]
     assert "would give every rank the same data" in messages[1]
