@@ -22,7 +22,13 @@ from pyrouq.calibration import (
     temperature_scale,
 )
 from pyrouq.checkpoint import Checkpoint, CheckpointError, load, save
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, batchensemble, bayesian
+from pyrouq.convert import (
+    BatchEnsembleNetwork,
+    BayesianNetwork,
+    batchensemble,
+    bayesian,
+    rank1,
+)
 from pyrouq.data import (
     fashion_mnist_arrays,
     load_fashion_mnist,
@@ -145,6 +151,7 @@ __all__ = [
     "plot_uncertainty_distributions",
     "predict",
     "psis_diagnostic",
+    "rank1",
     "rotate",
     "save",
     "save_figures",

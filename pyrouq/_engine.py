@@ -253,9 +253,25 @@ def _batch_statistics(net: nn.Module) -> bool:
     return any(isinstance(m, _BatchNorm) and m.training for m in net.modules())
 
 
-def run(net: nn.Module, x: Tensor, weights: Mapping[str, Tensor]) -> Tensor:
+class _MemberPass(nn.Module):
+    """Runs a BatchEnsemble network's members (:func:`run_members`) as one module's forward,
+    so that :func:`~torch.func.functional_call` can put weights in place for it."""
+
+    def __init__(self, net: nn.Module, num_members: int):
+        super().__init__()
+        self.net = net
+        self.num_members = num_members
+
+    def forward(self, x: Tensor) -> Tensor:
+        return run_members(self.net, x, self.num_members)
+
+
+def run(
+    net: nn.Module, x: Tensor, weights: Mapping[str, Tensor], members: int | None = None
+) -> Tensor:
     """``net(x)`` with the tensors ``weights`` (``{dotted name: value}``, unstacked) in place
-    of its parameters or buffers of those names; the outputs ``(B, D)``.
+    of its parameters or buffers of those names; the outputs ``(B, D)``, or ``(M, B, D)`` for
+    a BatchEnsemble network of ``members`` members (run by :func:`run_members`).
 
     Without gradients on CPU, in eval mode, batches above :data:`CPU_CHUNK` are split.
     """
@@ -265,7 +281,11 @@ def run(net: nn.Module, x: Tensor, weights: Mapping[str, Tensor]) -> Tensor:
         and not torch.is_grad_enabled()
         and not _batch_statistics(net)
     ):
-        return torch.cat([run(net, chunk, weights) for chunk in x.split(CPU_CHUNK)])
+        parts = [run(net, chunk, weights, members) for chunk in x.split(CPU_CHUNK)]
+        return torch.cat(parts, dim=-2)
+    if members is not None:
+        wrapper = _MemberPass(net, members)
+        return functional_call(wrapper, {f"net.{k}": v for k, v in weights.items()}, (x,))
     return _check_outputs(functional_call(net, dict(weights), (x,)), net)
 
 
@@ -278,23 +298,30 @@ def sample_dims(weights: Mapping[str, Tensor], event_dims: Mapping[str, int]) ->
     return torch.Size()
 
 
-def output_dims(lead: torch.Size) -> tuple[int, ...]:
+def output_dims(lead: torch.Size, plates: int = 1) -> tuple[int, ...]:
     """Leading dims of the outputs for weights with leading dims ``lead``.
 
     Weights drawn under plates carry dims ``(*S, 1)`` lined up with the model's plates, the
     last being the data plate, so the outputs are ``(*S, B, D)`` (e.g. ``(P, 1, B, D)`` for P
-    vectorised particles outside two plates); weights ``(S, ...)`` give ``(S, B, D)``.
+    vectorised particles outside two plates); weights ``(S, ...)`` give ``(S, B, D)``. The
+    outputs of an ensemble (``plates=2``: members and data) take the place of two such dims.
     """
     dims = list(lead)
-    if len(dims) > 1 and dims[-1] == 1:
-        dims.pop()
+    for _ in range(plates):
+        if len(dims) > 1 and dims[-1] == 1:
+            dims.pop()
     return tuple(dims)
 
 
 def run_draws(
-    net: nn.Module, x: Tensor, weights: Mapping[str, Tensor], event_dims: Mapping[str, int]
+    net: nn.Module,
+    x: Tensor,
+    weights: Mapping[str, Tensor],
+    event_dims: Mapping[str, int],
+    members: int | None = None,
 ) -> Tensor:
-    """``net(x)`` under weights that may carry leading sample dims: ``(*S, B, D)``.
+    """``net(x)`` under weights that may carry leading sample dims: ``(*S, B, D)``, or
+    ``(*S, M, B, D)`` for a BatchEnsemble network of ``members`` members.
 
     ``event_dims[name]`` is the number of dims of one draw of ``name``. A site with a single
     draw is shared by every draw. On CPU (and while BatchNorm computes batch statistics) the
@@ -302,7 +329,7 @@ def run_draws(
     """
     lead = sample_dims(weights, event_dims)
     if not len(lead):
-        return run(net, x, weights)
+        return run(net, x, weights, members)
     count = math.prod(lead)
     flat = {}
     for name, value in weights.items():
@@ -316,7 +343,7 @@ def run_draws(
         flat[name] = draws
     if _cpu(x) or _batch_statistics(net):
         outs = [
-            run(net, x, {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()})
+            run(net, x, {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
             for s in range(count)
         ]
         stacked = torch.stack(outs)
@@ -325,10 +352,11 @@ def run_draws(
         batched = {k: v for k, v in flat.items() if v.shape[0] > 1}
 
         def one(draw: dict[str, Tensor]) -> Tensor:
-            return _check_outputs(functional_call(net, {**shared, **draw}, (x,)), net)
+            return run(net, x, {**shared, **draw}, members)
 
         stacked = torch.func.vmap(one, randomness="different")(batched)
-    return stacked.reshape(*output_dims(lead), *stacked.shape[1:])
+    plates = 1 if members is None else 2
+    return stacked.reshape(*output_dims(lead, plates), *stacked.shape[1:])
 
 
 # --------------------------------------------------------------------------------------------

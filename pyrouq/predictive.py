@@ -261,7 +261,9 @@ def predict(
         shapes) is refused, naming the first differing site.
     num_samples : int, optional
         Posterior draws S for a Bayesian model (default 32). Must stay None for a
-        BatchEnsemble (S = its M members) and a plain network (S = 1).
+        BatchEnsemble (S = its M members) and a plain network (S = 1). For a rank-1 network
+        (:func:`pyrouq.rank1`) each of K draws runs its M members: S = K * M predictions,
+        draw-major (``s = k * M + m``); K defaults to 32 // M.
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass.
@@ -315,7 +317,8 @@ def predict(
                 run = _bayesian_runner(model, lambda x: fixed, count, parallel, batch_size)
             elif guide is not None:
                 check_guide(model, guide, "predict()")
-                count = num_samples or DEFAULT_NUM_SAMPLES
+                members = getattr(model, "num_members", None) or 1  # rank-1: M per draw
+                count = num_samples or max(1, DEFAULT_NUM_SAMPLES // members)
                 run = _bayesian_runner(
                     model, lambda x: draw_guide(guide, count, (x,)), count, parallel, batch_size
                 )
@@ -405,10 +408,12 @@ def _bayesian_runner(
     ``max(batch_size, B)`` (input, draw) pairs are evaluated at once."""
     draws: dict[str, Tensor] = {}
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
+    # a rank-1 BatchEnsemble: every draw runs its M members, flattened draw-major
+    members: int = (getattr(model, "num_members", None) or 1) if direct is not None else 1
 
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
-            return direct(x, data)
+            return direct(x, data)  # type: ignore[no-any-return]
         return _logits_of(poutine.condition(model, data=data), x)
 
     def run(x: Tensor) -> Tensor:
@@ -419,20 +424,23 @@ def _bayesian_runner(
                 drawn = {site: drawn[site] for site in model.latent_sites()}
             draws.update(drawn)
         stackable = parallel and direct is not None
-        chunk = min(num_samples, max(1, batch_size // x.shape[0])) if stackable else 1
+        pairs = members * x.shape[0]
+        chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
         out = []
         for start in range(0, num_samples, chunk):
             stop = min(start + chunk, num_samples)
             if stop - start == 1:
-                out.append(logits(x, {k: v[start] for k, v in draws.items()}).unsqueeze(0))
+                one = logits(x, {k: v[start] for k, v in draws.items()})
+                out.append(one if members > 1 else one.unsqueeze(0))
             else:
-                out.append(logits(x, {k: v[start:stop] for k, v in draws.items()}))
+                many = logits(x, {k: v[start:stop] for k, v in draws.items()})
+                out.append(many.flatten(0, 1) if members > 1 else many)
         return torch.cat(out)
 
     def latent() -> dict[str, Tensor] | None:
-        """The draws of the likelihood's own sites (a noise scale), all S of them."""
+        """The draws of the likelihood's own sites (a noise scale), one per output draw."""
         own: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
-        return {site: draws[site] for site in own} or None
+        return {site: draws[site].repeat_interleave(members, 0) for site in own} or None
 
     run.latent = latent  # type: ignore[attr-defined]
     return run

@@ -555,6 +555,19 @@ API_CASES = [
     ("batchensemble", "dtype",
      lambda tmp: pyrouq.batchensemble(pyrouq.MLP(4, 3, 2), 2)(torch.zeros(2, 4, dtype=torch.bool)),
      TypeError, r"expects floating-point inputs, got a torch.bool tensor. Scale and normalise"),
+    ("rank1", "range", lambda tmp: pyrouq.rank1(pyrouq.MLP(4, 3, 2), 2, prior_scale=0.0),
+     ValueError, r"Expected prior_scale > 0 \(a finite float\), got 0.0. It is the standard "),
+    ("rank1", "range", lambda tmp: pyrouq.rank1(pyrouq.MLP(4, 3, 2), 0), ValueError,
+     r"Expected num_members to be an integer >= 1, got 0"),
+    ("rank1", "type", lambda tmp: pyrouq.rank1(pyrouq.batchensemble(pyrouq.MLP(4, 3, 2), 2), 2),
+     TypeError, r"rank1\(\) converts a plain network and got a BatchEnsembleMLP, already a "),
+    ("rank1", "companion",
+     lambda tmp: bayesian(pyrouq.batchensemble(pyrouq.MLP(4, 3, 2), 2),
+                          local_reparameterization=True),
+     ValueError, r"a BatchEnsemble's layers draw their rank-1 factors instead. Leave local_"),
+    ("rank1", "dtype",
+     lambda tmp: pyrouq.rank1(pyrouq.MLP(4, 3, 2), 2)(torch.zeros(2, 4, dtype=torch.uint8)),
+     TypeError, r"BayesianNetwork expects floating-point inputs, got a torch.uint8 tensor"),
     # -- inference -----------------------------------------------------------------------
     ("MeanFieldGuide", "type", lambda tmp: pyrouq.MeanFieldGuide(pyrouq.MLP()), TypeError,
      r"mean_field_guide\(\) needs a pyrouq Bayesian model .*got MLP. For other Pyro models"),
@@ -832,6 +845,13 @@ API_CASES = [
      lambda tmp: pyrouq.ConformalClassifier("lac", 0.1, 0.5, 0.0, 1, 0).predict_sets(
          gaussian_preds()),
      TypeError, r"Expected preds to be Predictions"),
+    ("ConformalClassifier", "companion",
+     lambda tmp: pyrouq.conformal(preds(40), alpha=0.1).predict_sets(
+         pyrouq.Predictions(torch.full((2, 6, 5), 0.2))),
+     ValueError, r"The predictions have 5 classes, the calibration predictions had 10: a "),
+    ("ConformalRegressor", "companion",
+     lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(2)).intervals(gaussian_preds()),
+     ValueError, r"The predictions have 1 outputs, the calibration predictions had 2"),
     ("ConformalRegressor", "type",
      lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(1)).intervals(preds()),
      TypeError, r"Expected GaussianPredictions, got Predictions; a classifier's predictions get "

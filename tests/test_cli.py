@@ -209,7 +209,7 @@ def test_device_errors(capsys):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["bayesian", "last-layer", "batchensemble", "plain"])
+@pytest.mark.parametrize("method", ["bayesian", "last-layer", "batchensemble", "rank1", "plain"])
 def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     out = tmp_path / method
     argv = ["fit", "_factories:tiny_residual", "--method", method, "--epochs", "1"]
@@ -226,16 +226,34 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["acc"] > 0.18  # 1024 images, one epoch of a width-4 net: above chance (0.1)
-    assert metrics["num_samples"] == {"bayesian": 2, "last-layer": 2, "batchensemble": 4}.get(
-        method, 1
-    )
+    # rank-1: 2 draws of the factors, each running the 4 members
+    expected = {"bayesian": 2, "last-layer": 2, "batchensemble": 4, "rank1": 8}
+    assert metrics["num_samples"] == expected.get(method, 1)
     # evaluate rebuilds the skeleton by calling the recorded factory
     assert main(["evaluate", str(out), "--ood", "none"]) == 0
     again = json.loads((out / "metrics-evaluate.json").read_text())
     if method in ("batchensemble", "plain"):  # deterministic: the same figures
         assert again["acc"] == metrics["acc"]
     else:  # two other posterior draws of a barely trained network
-        assert again["acc"] > 0.18 and again["num_samples"] == 2
+        assert again["acc"] > 0.18 and again["num_samples"] == expected[method]
+
+
+def test_rank1_lenet_fits_with_the_batchensemble_recipe(tmp_path, capsys):
+    out = tmp_path / "rank1"
+    argv = ["fit", "rank1-lenet", "--epochs", "1", "--train-size", "2048", "--out", str(out)]
+    assert main([*argv, "--batch-size", "128", "--no-progress"]) == 0
+    assert "fitting Rank1LeNet" in capsys.readouterr().out
+    config = json.loads((out / "config.json").read_text())
+    # the BatchEnsemble LeNet's recipe, M = 4, Normal(1, 0.1) factors, the exact ELBO
+    assert (config["epochs"], config["lr"], config["members"]) == (1, 2e-2, 4)
+    assert (config["prior_scale"], config["num_samples"], config["kl_weight"]) == (0.1, 4, 1.0)
+    assert (
+        cli.MODELS["rank1-lenet"]["batch_size"] == cli.MODELS["batchensemble-lenet"]["batch_size"]
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["num_samples"] == 16 and metrics["acc"] > 0.5
+    saved = pyrouq.load(out / "checkpoint.pt")  # a LeNet skeleton: no factory needed
+    assert saved.model.num_members == 4
 
 
 def test_factory_on_fashion_mnist_uses_mnist_as_ood(tmp_path, capsys, shared_data):

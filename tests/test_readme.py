@@ -93,3 +93,12 @@ def test_the_regression_block_runs(capsys):
     torch.testing.assert_close(u.total, u.aleatoric + u.epistemic, atol=1e-6, rtol=0)
     metrics = preds.evaluate(namespace["test_y"])
     assert metrics["rmse"] < 0.6 and 0.85 <= metrics["coverage_90"] <= 0.98
+
+
+def test_the_rank1_block_runs():
+    code = block_after("### Rank-1 Bayesian BatchEnsemble")
+    train, test = pyrouq.load_mnist(batch_size=256, train_size=512)
+    namespace: dict = {"pyrouq": pyrouq, "train": train, "test": subset(test, 64)}
+    exec(compile(code, str(README), "exec"), namespace)
+    assert namespace["preds"].probs.shape == (32, 64, 10)
+    assert namespace["model"].default_kl_weight == 1.0

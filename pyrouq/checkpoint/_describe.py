@@ -103,7 +103,7 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
             config = {arg: getattr(model, arg) for arg in _PLAIN_ARGS[name]}
         else:
             config = dict(model.config)  # type: ignore[arg-type]
-            if hasattr(model, "num_members"):
+            if getattr(model, "num_members", None) is not None:
                 config["num_members"] = int(model.num_members)  # type: ignore[arg-type]
         out = {"class": name, "config": config}
     elif type(model) is BayesianNetwork:
@@ -113,6 +113,9 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
             "likelihood": model.likelihood.describe(),
             "local_reparameterization": model.local_reparameterization,
         }
+        if model.num_members is not None:  # rank-1: made from a BatchEnsemble
+            options = model.ensemble_options or {}
+            config["ensemble"] = {"num_members": model.num_members, **options}
         module = _module_description(model, model.module_record, type(model.net))
         out = {"class": name, "config": config, "module": module}
     elif type(model) is BatchEnsembleNetwork:
@@ -239,8 +242,15 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
     if name == "BatchEnsembleNetwork":
         options = {k: v for k, v in config.items() if k != "num_members"}
         return BatchEnsembleNetwork(skeleton, int(config["num_members"]), **options)
+    source: nn.Module = skeleton
+    ensemble = config.get("ensemble")
+    if ensemble is not None:  # rank-1: the BatchEnsemble first, then its latent factors
+        options = {k: v for k, v in ensemble.items() if k != "num_members"}
+        source = BatchEnsembleNetwork(
+            skeleton, int(ensemble["num_members"]), likelihood=config["likelihood"], **options
+        )
     model = BayesianNetwork(
-        skeleton,
+        source,
         select=list(config["sites"]),
         likelihood=config["likelihood"],
         local_reparameterization=bool(config.get("local_reparameterization", False)),

@@ -39,12 +39,15 @@ MODELS: dict[str, dict[str, Any]] = {
         "lr": 2e-2,
     },
     "batchensemble-mlp": {"class": "BatchEnsembleMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+    "rank1-lenet": {"class": "Rank1LeNet", "epochs": 3, "batch_size": 512, "lr": 2e-2},
     "lenet": {"class": "LeNet", "epochs": 2, "batch_size": 512, "lr": 2e-2},
     "mlp": {"class": "MLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
 }
 # A user's factory (package.module:factory): the recipe of the "bring your own network" docs
 FACTORY_RECIPE: dict[str, Any] = {"epochs": 3, "batch_size": 256, "lr": 2e-2}
-METHODS = ("bayesian", "last-layer", "batchensemble", "plain")
+METHODS = ("bayesian", "last-layer", "batchensemble", "rank1", "plain")
+# --prior-scale when not given: Normal(0, 1) weights, Normal(1, 0.1) rank-1 factors
+DEFAULT_PRIOR_SCALES = {"bayesian": 1.0, "last-layer": 1.0, "rank1": 0.1}
 DATASETS = ("mnist", "fashion-mnist")
 DEFAULT_NUM_SAMPLES = 16  # draws for evaluation: keeps `pyrouq fit` within 20 s on 2 CPU cores
 DEFAULT_MEMBERS = 4
@@ -175,7 +178,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     fit.add_argument(
         "--method", choices=METHODS, default=None,
-        help="for a factory: bayesian (default), last-layer, batchensemble or plain",
+        help="for a factory: bayesian (default), last-layer, batchensemble, rank1 or plain",
     )  # fmt: skip
     fit.add_argument(
         "--dataset", choices=DATASETS, default="mnist",
@@ -187,18 +190,23 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument(
         "--kl-weight",
         type=_positive_float("--kl-weight", allow_zero=True),
-        default=0.1,
-        help="weight of the KL term (default 0.1, fit()'s; 1 is the exact ELBO)",
+        default=None,
+        help="weight of the KL term (default fit()'s: 0.1, rank-1 1.0; 1 is the exact ELBO)",
     )
     fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
     fit.add_argument(
         "--members", type=_positive_int("--members"), default=DEFAULT_MEMBERS,
         help="BatchEnsemble size M",
     )  # fmt: skip
-    fit.add_argument("--prior-scale", type=_positive_float("--prior-scale"), default=1.0)
     fit.add_argument(
-        "--num-samples", type=_positive_int("--num-samples"), default=DEFAULT_NUM_SAMPLES,
-        help=f"posterior draws for evaluation (Bayesian models; default {DEFAULT_NUM_SAMPLES})",
+        "--prior-scale", type=_positive_float("--prior-scale"), default=None,
+        help="prior sd: of Normal(0, s) weights (default 1.0), of Normal(1, s) rank-1 factors "
+        "(default 0.1)",
+    )  # fmt: skip
+    fit.add_argument(
+        "--num-samples", type=_positive_int("--num-samples"), default=None,
+        help=f"posterior draws for evaluation (Bayesian models; default {DEFAULT_NUM_SAMPLES}, "
+        f"rank-1: {DEFAULT_NUM_SAMPLES} / members, each running every member)",
     )  # fmt: skip
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--data-root", default=None, help="folder in torchvision layout")
@@ -307,16 +315,30 @@ def _method(args: argparse.Namespace) -> str | None:
 def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     import pyrouq
 
+    kind = method or MODELS[args.model]["class"]
+    rank1 = kind in ("rank1", "Rank1LeNet")
+    if args.prior_scale is None:
+        args.prior_scale = DEFAULT_PRIOR_SCALES["rank1" if rank1 else "bayesian"]
+    if args.num_samples is None:
+        args.num_samples = (
+            max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
+        )
     if method is not None:
         net = _call_factory(args.model)
         if method == "plain":
             return net, None
         if method == "batchensemble":
             return pyrouq.batchensemble(net, args.members), None
+        if method == "rank1":
+            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale)
+            return model, pyrouq.mean_field_guide(model)
         select = "last_layer" if method == "last-layer" else None
         model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
         return model, pyrouq.mean_field_guide(model)
     name = MODELS[args.model]["class"]
+    if name == "Rank1LeNet":
+        model = pyrouq.rank1(pyrouq.LeNet(), args.members, prior_scale=args.prior_scale)
+        return model, pyrouq.mean_field_guide(model)
     if name.startswith("Bayesian"):
         model = getattr(pyrouq, name)(prior_scale=args.prior_scale)
         return model, pyrouq.mean_field_guide(model)
@@ -371,7 +393,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     model.to(device)
     if guide is not None:
         guide.to(device)
-    ensemble = isinstance(model, pyrouq.BatchEnsembleNetwork)
+    ensemble = getattr(model, "num_members", None) is not None  # BatchEnsemble or rank-1
+    if args.kl_weight is None:
+        from pyrouq.infer.fit import default_kl_weight
+
+        args.kl_weight = default_kl_weight(model)
     config = {
         "model": args.model,
         "factory": args.model if method is not None else None,

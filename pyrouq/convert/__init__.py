@@ -11,6 +11,8 @@ torchvision models convert as they are:
 * :func:`batchensemble` puts a BatchEnsemble layer (:mod:`pyrouq.nn`) in place of every
   ``nn.Linear`` and convolution, nested ones included; members are folded into the batch, and
   normalisation layers are shared by the members.
+* :func:`rank1` composes the two: the rank-1 Bayesian network, a BatchEnsemble whose members'
+  factors are latent (``bayesian(batchensemble(module, M), prior=Normal(1, 0.1))``).
 
 Both results follow the pyrouq model contract (DESIGN.md): ``forward(x, y=None)`` returns
 outputs ``(B, D)`` (``(*S, B, D)`` under stacked weight draws) or ``(M, B, D)`` (ensembles),
@@ -20,6 +22,7 @@ records them (``"logits"`` for classification) and observes ``y`` at ``"obs"`` i
 
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork, bayesian
+from pyrouq.convert._rank1 import DEFAULT_RANK1_PRIOR_SCALE, rank1
 from pyrouq.convert._select import (
     DEFAULT_PRIOR_SCALE,
     PriorSpec,
@@ -31,6 +34,7 @@ from pyrouq.convert._select import (
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
+    "DEFAULT_RANK1_PRIOR_SCALE",
     "BatchEnsembleNetwork",
     "BayesianNetwork",
     "PriorSpec",
@@ -39,5 +43,6 @@ __all__ = [
     "batchensemble",
     "bayesian",
     "module_record",
+    "rank1",
     "select_parameters",
 ]

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._util import forget_params, model_input
+from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._select import (
     COUNTER,
     DEFAULT_PRIOR_SCALE,
@@ -34,6 +35,16 @@ from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 __all__ = ["BayesianNetwork", "bayesian"]
 
 
+def _factor_names(net: nn.Module) -> list[str]:
+    """The rank-1 factors ``r`` and ``s`` of every BatchEnsemble layer of ``net``."""
+    return [
+        f"{path}.{factor}" if path else factor
+        for path, layer in net.named_modules()
+        if getattr(layer, "_is_batchensemble", False)
+        for factor in ("r", "s")
+    ]
+
+
 class BayesianNetwork(PyroModule):
     """A network whose selected parameters are latent Pyro sites: what :func:`bayesian` returns.
 
@@ -41,6 +52,12 @@ class BayesianNetwork(PyroModule):
     guide, ``poutine.condition``, ...), named by its dotted path, runs the network with those
     weights, records the outputs (``"logits"``) and observes ``y`` at ``"obs"`` through the
     likelihood, scaled N/B. Weights with leading sample dims S give outputs ``(*S, B, D)``.
+
+    Made from a BatchEnsemble (:func:`pyrouq.batchensemble`, or :func:`pyrouq.rank1`), it is
+    a rank-1 Bayesian network: the latent sites are the members' factors (by default), the
+    outputs are ``(M, B, D)`` per draw (``(*S, M, B, D)`` under S draws), ``"obs"`` is observed
+    for every member inside a ``"members"`` plate (dim -2) as for the BatchEnsemble, and
+    :func:`pyrouq.predict` flattens draws and members into S * M draws, draw-major.
 
     Point-estimate parameters live in :attr:`net`; as a ``PyroModule`` child it is registered
     in Pyro's param store (``pyro.module``) under a prefix unique to this model whenever
@@ -58,6 +75,10 @@ class BayesianNetwork(PyroModule):
     module_record : dict
         Class and parameter shapes of the original module (checked against a skeleton when a
         checkpoint is loaded).
+    num_members : int or None
+        M for a rank-1 network made from a BatchEnsemble, else None.
+    ensemble_options : dict or None
+        That BatchEnsemble's conversion options (``use_base_weights``, ``init``, ...).
     """
 
     num_classes: int | None = None
@@ -74,16 +95,38 @@ class BayesianNetwork(PyroModule):
         local_reparameterization: bool = False,
     ):
         super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
-        check_module(module, "make Bayesian")
+        ensemble = module if isinstance(module, BatchEnsembleNetwork) else None
+        if ensemble is None:
+            check_module(module, "make Bayesian")
         if not isinstance(local_reparameterization, bool):
             raise TypeError(
                 "Expected local_reparameterization to be True or False, got "
                 f"{local_reparameterization!r}."
             )
+        if ensemble is not None and isinstance(likelihood, str) and likelihood == "categorical":
+            likelihood = ensemble.likelihood  # the default: the ensemble's own
         self.likelihood = get_likelihood(likelihood)
         self.num_data = check_num_data(num_data)
-        self.module_record = module_record(module)
-        net = copy.deepcopy(module)
+        self.num_members: int | None = None
+        self.ensemble_options: dict[str, Any] | None = None
+        # fit()'s kl_weight when none is given (None: the likelihood's); rank-1: the exact ELBO
+        self.default_kl_weight: float | None = None if ensemble is None else 1.0
+        if ensemble is not None:
+            if local_reparameterization:
+                raise ValueError(
+                    "local_reparameterization applies to nn.Linear / convolution layers with "
+                    "latent weights; a BatchEnsemble's layers draw their rank-1 factors "
+                    "instead. Leave local_reparameterization=False."
+                )
+            self.num_members = int(ensemble.num_members)
+            self.ensemble_options = dict(ensemble.options)
+            self.module_record = dict(ensemble.module_record)
+            net = copy.deepcopy(ensemble.net)
+            if select is None:
+                select = _factor_names(net)
+        else:
+            self.module_record = module_record(module)
+            net = copy.deepcopy(module)
         sites = select_parameters(net, select)
         check_untied(net, sites)
         params = dict(net.named_parameters())
@@ -196,7 +239,7 @@ class BayesianNetwork(PyroModule):
         x = self._input(x)
         network = {site: weights[site] for site in weights if site in self._sites}
         dims = {site: len(shape) for site, shape in self._sites.items()}
-        return _engine.run_draws(self.net, x, network, dims)
+        return _engine.run_draws(self.net, x, network, dims, self.num_members)
 
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(B, D)`` (``(*S, B, D)`` when the weights carry sample dims S).
@@ -214,11 +257,17 @@ class BayesianNetwork(PyroModule):
         outputs = self.outputs(x, weights)
         latent = {site: weights[site] for site in self.likelihood.latent_sites()}
         return self.likelihood.observe(
-            outputs, y, self.num_data, type(self).__name__, latent=latent or None
+            outputs,
+            y,
+            self.num_data,
+            type(self).__name__,
+            members=self.num_members,
+            latent=latent or None,
         )
 
     def extra_repr(self) -> str:
-        return f"sites={len(self._sites)}, likelihood={self.likelihood}"
+        members = "" if self.num_members is None else f", num_members={self.num_members}"
+        return f"sites={len(self._sites)}{members}, likelihood={self.likelihood}"
 
 
 def bayesian(
@@ -236,11 +285,16 @@ def bayesian(
     tensor and returns the outputs ``(B, D)``: nested containers, residual connections,
     BatchNorm / LayerNorm, Linear, Conv1d/2d/3d (grouped and depthwise), torchvision models.
 
+    Given a BatchEnsemble (:func:`pyrouq.batchensemble`), it makes the rank-1 Bayesian network
+    (see :func:`pyrouq.rank1`, its front door): ``select=None`` then picks the rank-1 factors
+    ``r`` and ``s`` of every BatchEnsemble layer, and the likelihood defaults to the
+    ensemble's.
+
     Parameters
     ----------
     module : nn.Module
         The network (its current parameters become the initial guide locations of
-        :func:`pyrouq.mean_field_guide`).
+        :func:`pyrouq.mean_field_guide`), or a BatchEnsemble network.
     prior : float, Distribution, dict or callable, default 1.0
         The prior of each latent site: a float s is ``Normal(0, s)``; a univariate
         ``pyro.distributions`` distribution is expanded to every site; a dict
@@ -250,7 +304,8 @@ def bayesian(
         for every site.
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
-        and convolution; ``"last_layer"``, those of the last ``nn.Linear``; a list of module
+        and convolution (of a BatchEnsemble: its layers' factors ``r`` and ``s``);
+        ``"last_layer"``, those of the last ``nn.Linear``; a list of module
         names or dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
         LayerNorm, anything unselected) stay point estimates, trained by :func:`pyrouq.fit`;
         buffers (running statistics) behave as in torch, train vs eval.

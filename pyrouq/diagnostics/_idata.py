@@ -129,6 +129,10 @@ def to_inference_data(
     Every per-point variable has the dim ``obs_id`` (coordinates ``0..N-1``); ``probs`` also
     has ``class`` (``0..C-1``), ``loc`` and ``scale`` ``output`` (``0..D-1``).
 
+    A rank-1 network (:func:`pyrouq.rank1`) exports its factors' draws; each draw's M members
+    are mixed with equal weights, so ``log_likelihood`` and ``posterior_predictive`` are those of
+    the draw's member mixture (Categorical likelihood).
+
     A BatchEnsemble has no guide and no latent variables: its M members take the place of the
     draws (S = M) in ``posterior_predictive`` and ``log_likelihood``, and there is **no
     posterior group**, since the members are not draws from a posterior over any variable (the
@@ -389,9 +393,24 @@ def _export_weights(
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)
+                if getattr(model, "num_members", None) is not None:
+                    logits = _member_mixture(model, logits)
                 _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None)
     _sample_obs(out, y)
     return out
+
+
+def _member_mixture(model: Any, logits: Tensor) -> Tensor:
+    """A rank-1 network's outputs ``(M, B, C)`` under one draw as the log-probabilities of its
+    members' equally weighted mixture ``(B, C)``: the predictive of that draw."""
+    if not isinstance(model.likelihood, Categorical):
+        raise ValueError(
+            f"to_inference_data() exports a rank-1 network ({type(model).__name__} of "
+            f"{model.num_members} members) with a Categorical likelihood only, got "
+            f"{model.likelihood}. Use predict(model, x, guide) for its predictions."
+        )
+    log_probs = torch.log_softmax(logits, dim=-1)
+    return torch.logsumexp(log_probs, dim=0) - np.log(logits.shape[0])
 
 
 def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) -> _Draws:

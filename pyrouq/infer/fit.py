@@ -133,6 +133,17 @@ class FitResult:
         return sum(r.seconds for r in self.history)
 
 
+def default_kl_weight(model: Any) -> float:
+    """The ``kl_weight`` :func:`fit` uses for ``model`` when none is given: the model's own
+    ``default_kl_weight`` (1.0 for a rank-1 network), else its likelihood's, else
+    :data:`DEFAULT_KL_WEIGHT`."""
+    own = getattr(model, "default_kl_weight", None)
+    if own is not None:
+        return float(own)
+    likelihood = getattr(model, "likelihood", None)
+    return float(getattr(likelihood, "default_kl_weight", DEFAULT_KL_WEIGHT))
+
+
 def fit(
     model: nn.Module,
     guide: nn.Module | Callable | None,
@@ -205,7 +216,10 @@ def fit(
         "A statistical theory of cold posteriors"); regression targets are not curated, and
         there the exact ELBO gives the posterior that the regression tests check against
         the exact one. Pass ``kl_weight=1.0`` for the Bayesian posterior of any model as
-        written (the docs' KL-weight page).
+        written (the docs' KL-weight page). A rank-1 network (:func:`pyrouq.rank1`) defaults
+        to 1.0: its few latent factors do not over-prune, and the exact ELBO keeps their
+        posteriors wide enough to improve on the BatchEnsemble's NLL, ECE and OOD AUROC,
+        which 0.1 did not (measured, see the rank-1 section of the README).
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False
@@ -280,8 +294,7 @@ def fit(
         )
     # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed
     if kl_weight is None:
-        likelihood = getattr(model, "likelihood", None)
-        kl_weight = getattr(likelihood, "default_kl_weight", DEFAULT_KL_WEIGHT)
+        kl_weight = default_kl_weight(model)
     elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=2)
     if guide is None and has_latent_sites(model):
         raise ValueError(

@@ -1,0 +1,110 @@
+"""``rank1()``: the rank-1 Bayesian network of Dusenberry et al. (2020), a BatchEnsemble whose
+members' factors are latent."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+from torch import nn
+
+from pyrouq._util import check_positive_float
+from pyrouq.convert._batchensemble import BatchEnsembleNetwork, batchensemble
+from pyrouq.convert._bayesian import BayesianNetwork
+from pyrouq.likelihoods import Likelihood, LikelihoodName
+from pyrouq.nn._batchensemble import FactorInit
+
+__all__ = ["DEFAULT_RANK1_PRIOR_SCALE", "rank1"]
+
+DEFAULT_RANK1_PRIOR_SCALE = 0.1
+"""Standard deviation of the ``Normal(1, s)`` prior of every rank-1 factor entry."""
+
+
+def rank1(
+    module: nn.Module,
+    num_members: int,
+    *,
+    prior_scale: float = DEFAULT_RANK1_PRIOR_SCALE,
+    use_base_weights: bool = True,
+    init: FactorInit = "normal",
+    r_std: float = 0.5,
+    s_std: float = 0.5,
+    likelihood: LikelihoodName | Likelihood = "categorical",
+    num_data: int | None = None,
+) -> BayesianNetwork:
+    """The rank-1 Bayesian network of any ``nn.Module`` (Dusenberry et al., ICML 2020).
+
+    ``bayesian(batchensemble(module, num_members), prior=Normal(1, prior_scale))``: every
+    ``nn.Linear`` / convolution becomes a BatchEnsemble layer (shared weight W, per-member
+    factors ``r_m``, ``s_m`` and biases), and the factors ``r`` ``(M, in)`` and ``s``
+    ``(M, out)`` of every layer become latent sites (named ``"<layer>.r"``, ``"<layer>.s"``)
+    with a ``Normal(1, prior_scale)`` prior on every entry. W, the biases and normalisation
+    layers stay point estimates. With :func:`pyrouq.mean_field_guide` each member row gets its
+    own Gaussian, so the guide is a mixture of M Gaussians over the factors, one per member.
+
+    **The objective** (what :class:`pyrouq.KLWeightedELBO` computes): on a minibatch of B of
+    N points, with one draw of every member's factors,
+    ``sum_m [ -(N/B) sum_b log p(y_b | x_b, W, r_m, s_m) ] + kl_weight * sum_m KL(q_m || p)``:
+    the members' summed negative log-likelihoods, as a BatchEnsemble is trained, plus the
+    per-component KL of each member's Gaussian to the prior. It is M times the paper's
+    average over members of the per-component ELBOs, which leaves Adam's steps unchanged.
+
+    **Predictions**: ``predict(model, x, guide, num_samples=K)`` gives S = K * M draws,
+    draw-major: output ``s = k * M + m`` is member m under the k-th draw of the factors.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The network (deep-copied, never changed); see :func:`pyrouq.batchensemble`.
+    num_members : int
+        Ensemble size M (>= 1).
+    prior_scale : float, default 0.1
+        Standard deviation of the ``Normal(1, prior_scale)`` prior of each factor entry.
+    use_base_weights, init, r_std, s_std
+        The BatchEnsemble's options (:func:`pyrouq.batchensemble`): the factors' initial
+        values, which become the guide's initial locations.
+    likelihood : {"categorical"} or Likelihood, default "categorical"
+    num_data : int, optional
+        Training-set size N (set by :func:`pyrouq.fit`).
+
+    Returns
+    -------
+    BayesianNetwork
+        Its ``num_members`` is M.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    >>> model = rank1(net, 2)
+    >>> {site: tuple(shape) for site, shape in model.latent_sites().items()}
+    {'0.r': (2, 4), '0.s': (2, 8), '2.r': (2, 8), '2.s': (2, 3)}
+    >>> model(torch.randn(5, 4)).shape  # (M, B, C) under one draw of the factors
+    torch.Size([2, 5, 3])
+    """
+    scale = check_positive_float(
+        "prior_scale",
+        prior_scale,
+        "It is the standard deviation of the Normal(1, prior_scale) prior of every rank-1 "
+        "factor; 0.1 is the default.",
+    )
+    if isinstance(module, BatchEnsembleNetwork):
+        raise TypeError(
+            f"rank1() converts a plain network and got a {type(module).__name__}, already a "
+            "BatchEnsemble. Pass the plain network, or use bayesian(ensemble) to make an "
+            "existing BatchEnsemble's factors latent."
+        )
+    ensemble = batchensemble(
+        module,
+        num_members,
+        use_base_weights=use_base_weights,
+        init=init,
+        r_std=r_std,
+        s_std=s_std,
+        likelihood=likelihood,
+    )
+    return BayesianNetwork(
+        ensemble,
+        prior=dist.Normal(1.0, scale),
+        likelihood=ensemble.likelihood,
+        num_data=num_data,
+    )

@@ -1,0 +1,94 @@
+"""Rank-1 Bayesian BatchEnsembles against the BatchEnsembles they are made from, trained in the
+same run with the same recipe (minutes; `make test-slow`; the residual CNN needs the
+Fashion-MNIST train split of ../shared/data).
+
+Prints the figures it measured (accuracy, NLL, ECE, MI OOD AUROC, training seconds).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyro
+import pytest
+import torch
+
+from pyrouq import (
+    BatchEnsembleLeNet,
+    LeNet,
+    ResidualCNN,
+    batchensemble,
+    fit,
+    load_fashion_mnist,
+    load_mnist,
+    mean_field_guide,
+    ood_loader,
+    predict,
+    rank1,
+)
+
+pytestmark = pytest.mark.slow
+
+MEMBERS = 4
+
+
+def _train_and_evaluate(build, train, test, ood, epochs, what, **fit_options):
+    pyro.set_rng_seed(0)
+    torch.manual_seed(0)
+    model, guide = build()
+    start = time.perf_counter()
+    fit(model, guide, train, epochs=epochs, progress=False, seed=0, **fit_options)
+    seconds = time.perf_counter() - start
+    pyro.set_rng_seed(0)
+    figures = predict(model, test, guide).evaluate(ood=predict(model, ood, guide))
+    figures["train_seconds"] = seconds
+    shown = ", ".join(
+        f"{k}={figures[k]:.4f}" for k in ("acc", "nll", "ece", "ood_auroc", "train_seconds")
+    )
+    print(f"\n[{what}] {shown}")
+    return figures
+
+
+def _rank1_no_worse(rank1_figures, ensemble):
+    assert rank1_figures["acc"] >= ensemble["acc"] - 0.001
+    assert rank1_figures["nll"] <= ensemble["nll"]
+    assert rank1_figures["ece"] <= ensemble["ece"]
+    assert rank1_figures["ood_auroc"] >= ensemble["ood_auroc"]
+
+
+def test_rank1_lenet_against_batchensemble_lenet_on_mnist():
+    train, test = load_mnist(batch_size=512, seed=0)  # the BatchEnsemble LeNet's recipe
+    ood = ood_loader(1024, dataset="fashion-mnist")
+
+    def ensemble():
+        return BatchEnsembleLeNet(num_members=MEMBERS), None
+
+    def rank1_lenet():
+        model = rank1(LeNet(), MEMBERS)
+        return model, mean_field_guide(model)
+
+    runs = {
+        name: _train_and_evaluate(build, train, test, ood, 2, f"LeNet on MNIST, {name}", lr=2e-2)
+        for name, build in (("batchensemble", ensemble), ("rank1", rank1_lenet))
+    }
+    _rank1_no_worse(runs["rank1"], runs["batchensemble"])
+
+
+def test_rank1_residual_cnn_against_batchensemble_on_fashion_mnist(shared_data):
+    train, test = load_fashion_mnist(root=shared_data, seed=0)
+    ood = ood_loader(1024, dataset="mnist")
+
+    def ensemble():
+        return batchensemble(ResidualCNN(), MEMBERS), None
+
+    def rank1_cnn():
+        model = rank1(ResidualCNN(), MEMBERS)
+        return model, mean_field_guide(model)
+
+    runs = {
+        name: _train_and_evaluate(
+            build, train, test, ood, 3, f"ResidualCNN on Fashion-MNIST, {name}"
+        )
+        for name, build in (("batchensemble", ensemble), ("rank1", rank1_cnn))
+    }
+    _rank1_no_worse(runs["rank1"], runs["batchensemble"])

@@ -1,0 +1,179 @@
+"""Rank-1 Bayesian BatchEnsembles: ``bayesian(batchensemble(net, M))`` and ``rank1()``."""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from torch import nn
+
+import pyrouq
+from pyrouq import KLWeightedELBO, batchensemble, bayesian, mean_field_guide, predict, rank1
+
+M = 3
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5)
+    )
+
+
+def _batch(n=6):
+    torch.manual_seed(1)
+    return torch.randn(n, 1, 8, 8), torch.randint(0, 5, (n,))
+
+
+def test_composition_makes_the_factors_latent_and_keeps_the_rest_point_estimates():
+    ensemble = batchensemble(_net(), M)
+    model = bayesian(
+        ensemble, select=lambda name, p: name.endswith((".r", ".s")), prior=dist.Normal(1.0, 0.1)
+    )
+    assert {s: tuple(v) for s, v in model.latent_sites().items()} == {
+        "0.r": (M, 1),
+        "0.s": (M, 4),
+        "4.r": (M, 144),
+        "4.s": (M, 5),
+    }
+    # shared weights, member biases and BatchNorm stay ordinary parameters
+    assert [n for n, _ in model.named_parameters()] == [
+        "net.0.weight",
+        "net.0.bias",
+        "net.1.weight",
+        "net.1.bias",
+        "net.4.weight",
+        "net.4.bias",
+    ]
+    assert model.num_members == M
+    prior = model.priors()["4.r"]
+    assert torch.allclose(prior.mean, torch.ones(M, 144))
+    assert torch.allclose(prior.stddev, torch.full((M, 144), 0.1))
+    # select=None picks the same factors, and rank1() is this composition
+    assert list(bayesian(ensemble).latent_sites()) == list(model.latent_sites())
+    assert list(rank1(_net(), M).latent_sites()) == list(model.latent_sites())
+
+
+def test_under_the_ensembles_own_factors_it_predicts_what_the_batchensemble_predicts():
+    ensemble = batchensemble(_net(), M).eval()
+    model = rank1(_net(), M)
+    model.net.load_state_dict(ensemble.net.state_dict(), strict=False)
+    layers = dict(ensemble.net.named_modules())
+    draws = {
+        site: getattr(layers[site[:-2]], site[-1]).detach()[None] for site in model.latent_sites()
+    }
+    x, _ = _batch()
+    got = predict(model, x, posterior_samples=draws).probs
+    assert got.shape == (M, 6, 5)
+    assert torch.allclose(got, predict(ensemble, x).probs, atol=1e-6)
+
+
+def test_predict_gives_k_times_m_draws_in_draw_major_order():
+    model = rank1(_net(), M)
+    model.eval()
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, _ = _batch()
+    k = 4
+    draws = {site: torch.stack([guide.sample()[site] for _ in range(k)]) for site in guide.sites}
+    probs = predict(model, x, posterior_samples=draws).probs
+    assert probs.shape == (k * M, 6, 5)
+    for draw in range(k):
+        outputs = model.outputs(x, {s: v[draw] for s, v in draws.items()})  # (M, B, C)
+        for member in range(M):
+            expected = torch.softmax(outputs[member], -1)
+            assert torch.allclose(probs[draw * M + member], expected, atol=1e-6)
+    # the guide path: K draws, each running every member
+    assert predict(model, x, guide, num_samples=k).probs.shape == (k * M, 6, 5)
+
+
+def test_predict_with_the_same_seed_gives_the_same_draws():
+    model = rank1(_net(), M)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, _ = _batch()
+    pyro.set_rng_seed(7)
+    first = predict(model, x, guide, num_samples=5).probs
+    pyro.set_rng_seed(7)
+    again = predict(model, x, guide, num_samples=5).probs
+    pyro.set_rng_seed(8)
+    other = predict(model, x, guide, num_samples=5).probs
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+
+
+def test_the_objective_is_the_members_summed_nll_plus_the_per_component_kl():
+    model = rank1(_net(), M, prior_scale=0.2)
+    model.num_data = 60
+    guide = mean_field_guide(model, init_scale=1e-8)  # draws at the locations
+    x, y = _batch()
+    model.eval()  # BatchNorm with running statistics: members run independently
+    terms = KLWeightedELBO(kl_weight=0.5).terms(model, guide, x, y)
+    # KL of every member row's Gaussian to Normal(1, 0.2), by the closed form
+    kl = 0.0
+    for site in guide.sites:
+        mu, sd = guide.site_loc(site).detach(), guide.site_scale(site).detach()
+        kl += float(
+            (math.log(0.2) - torch.log(sd) + (sd**2 + (mu - 1) ** 2) / (2 * 0.2**2) - 0.5).sum()
+        )
+    assert float(terms.kl) == pytest.approx(kl, rel=1e-5)
+    outputs = model.outputs(x, {s: guide.site_loc(s) for s in guide.sites})
+    nll = sum(
+        torch.nn.functional.cross_entropy(outputs[m], y, reduction="sum") for m in range(M)
+    ).detach() * (60 / 6)
+    assert float(terms.nll) == pytest.approx(float(nll), rel=1e-4)
+    assert float(terms.loss) == pytest.approx(float(nll) + 0.5 * kl, rel=1e-4)
+
+
+def test_fit_trains_the_factors_guide_and_the_shared_weights():
+    model = rank1(_net(), M)
+    guide = mean_field_guide(model)
+    x, y = _batch(12)
+    before_w = model.net[0].weight.clone()
+    before_loc = guide.site_loc("0.s").detach().clone()
+    pyrouq.fit(model, guide, [(x, y)], epochs=2, progress=False, num_data=12, seed=0)
+    assert not torch.equal(model.net[0].weight, before_w)
+    assert not torch.equal(guide.site_loc("0.s"), before_loc)
+
+
+def test_checkpoints_round_trip_bit_exactly(tmp_path):
+    model = rank1(_net(), M)
+    guide = mean_field_guide(model)
+    x, y = _batch(12)
+    pyrouq.fit(model, guide, [(x, y)], epochs=2, progress=False, num_data=12, seed=0)
+    path = tmp_path / "rank1.pt"
+    pyrouq.save(path, model, guide)
+    saved = pyrouq.load(path, module=_net())
+    assert saved.model.num_members == M
+    for a, b in ((model, saved.model), (guide, saved.guide)):
+        state, loaded = a.state_dict(), b.state_dict()
+        assert state.keys() == loaded.keys()
+        assert all(torch.equal(state[k], loaded[k]) for k in state)
+    pyro.set_rng_seed(3)
+    first = predict(model, x, guide, num_samples=2).probs
+    pyro.set_rng_seed(3)
+    assert torch.equal(first, predict(saved.model, x, saved.guide, num_samples=2).probs)
+
+
+def test_a_rank1_lenet_checkpoint_loads_without_a_skeleton(tmp_path):
+    model = rank1(pyrouq.LeNet(), 2)
+    path = tmp_path / "lenet.pt"
+    pyrouq.save(path, model, mean_field_guide(model))
+    saved = pyrouq.load(path)
+    assert list(saved.model.latent_sites()) == list(model.latent_sites())
+
+
+def test_inference_data_mixes_each_draws_members():
+    model = rank1(_net(), M).eval()
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = _batch()
+    pyro.set_rng_seed(0)
+    idata = pyrouq.to_inference_data(model, guide, x, y, num_samples=4)
+    assert idata.posterior["4.r"].shape == (1, 4, M, 144)
+    loglik = torch.as_tensor(idata.log_likelihood["obs"].values[0])  # (S, N)
+    weights = {s: torch.as_tensor(idata.posterior[s].values[0]) for s in model.latent_sites()}
+    for draw in range(4):
+        outputs = model.outputs(x, {s: w[draw] for s, w in weights.items()})
+        mixture = torch.softmax(outputs, -1).mean(0)[torch.arange(6), y].log()
+        assert torch.allclose(loglik[draw].float(), mixture, atol=1e-5)
