@@ -10,11 +10,26 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 RESULTS = Path(__file__).with_name("results.json")
 MARKDOWN = Path(__file__).with_name("results.md")
+
+
+def plain_epoch(net: torch.nn.Module, train: Any, lr: float = 1e-3) -> Callable[[], None]:
+    """One epoch of ``net`` in plain PyTorch (Adam, cross-entropy): the baseline workload."""
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+
+    def epoch() -> None:
+        net.train()
+        for x, y in train:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            optimizer.step()
+
+    return epoch
 
 
 def interleaved(workloads: dict[str, Callable[[], object]], reps: int = 3) -> dict[str, float]:

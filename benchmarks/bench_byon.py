@@ -16,7 +16,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, ratio_to, report, rounds
+from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
 
 from pyrouq import (
     ResidualCNN,
@@ -70,20 +70,11 @@ def main() -> None:
     torch.manual_seed(0)
     train, test = load_mnist(batch_size=BATCH, seed=0, train_size=TRAIN_SIZE)
     net = ResidualCNN()
-    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
-
-    def plain_epoch() -> None:
-        net.train()
-        for x, y in train:
-            optimizer.zero_grad()
-            F.cross_entropy(net(x), y).backward()
-            optimizer.step()
-
     model = bayesian(ResidualCNN())
     guide = mean_field_guide(model)
     ensemble = batchensemble(ResidualCNN(), 4)
     workloads = {
-        "plain ResidualCNN": plain_epoch,
+        "plain ResidualCNN": plain_epoch(net, train),
         "bayesian(net), 1 particle": lambda: fit(model, guide, train, epochs=1, progress=False),
         "batchensemble(net, 4)": lambda: fit(ensemble, None, train, epochs=1, progress=False),
     }

@@ -14,8 +14,7 @@ from __future__ import annotations
 import statistics
 
 import torch
-import torch.nn.functional as F
-from _common import peak_rss_mb, ratio_to, report, rounds
+from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
 
 from pyrouq import LeNet, ResidualCNN, batchensemble, fit, load_mnist, mean_field_guide, rank1
 
@@ -27,21 +26,11 @@ TRAIN_SIZE = {"LeNet": 20480, "ResidualCNN": 5120}  # the ratios, not the absolu
 
 def workloads_for(name: str, factory, train) -> dict:
     torch.manual_seed(0)
-    net = factory()
-    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
-
-    def plain_epoch() -> None:
-        net.train()
-        for x, y in train:
-            optimizer.zero_grad()
-            F.cross_entropy(net(x), y).backward()
-            optimizer.step()
-
     ensemble = batchensemble(factory(), MEMBERS)
     model = rank1(factory(), MEMBERS)
     guide = mean_field_guide(model)
     return {
-        f"plain {name}": plain_epoch,
+        f"plain {name}": plain_epoch(factory(), train),
         f"batchensemble({name}, {MEMBERS})": lambda: fit(
             ensemble, None, train, epochs=1, progress=False
         ),
