@@ -52,6 +52,7 @@ def _part(preds, index, labels):
 @pytest.fixture(scope="module")
 def fashion_lenet(shared_data):
     train, test = load_fashion_mnist(root=shared_data, seed=0)
+    torch.manual_seed(0)  # the initial weights: fit(seed=) seeds the data order and draws only
     net = LeNet()
     fit(net, None, train, epochs=15, progress=False, seed=0)
     return predict(net, test.transform(test.images)), test.labels
@@ -60,6 +61,7 @@ def fashion_lenet(shared_data):
 @pytest.fixture(scope="module")
 def mnist_bayesian_lenet():
     train, test = load_mnist(seed=0)
+    torch.manual_seed(0)
     model = BayesianLeNet()
     guide = mean_field_guide(model)
     fit(model, guide, train, epochs=2, progress=False, seed=0)
