@@ -5,7 +5,8 @@ evaluates on the test split with the other data set as out-of-distribution data,
 metric tables and writes a run directory (``metrics.json``, ``config.json``,
 ``checkpoint.pt``, plots). MODEL is a built-in name or ``package.module:factory``, an
 importable callable returning the user's ``nn.Module``, made Bayesian, last-layer Bayesian,
-a BatchEnsemble or left plain by ``--method``. ``pyrouq evaluate RUN_DIR`` reloads a run
+a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by ``--method``
+(:mod:`pyrouq.cli._build`). ``pyrouq evaluate RUN_DIR`` reloads a run
 (calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
 images. Bad input is a one-line ``pyrouq: error: ...`` on stderr and exit code 2; an
 interrupted training saves the partial run and exits with 130.
@@ -26,37 +27,24 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pyrouq import __version__
+from pyrouq.cli._build import (
+    DEFAULT_MEMBERS,
+    DEFAULT_NUM_SAMPLES,
+    FACTORY_RECIPE,
+    METHODS,
+    MODELS,
+    CommandError,
+    build,
+    call_factory,
+    is_factory,
+    method_of,
+)
 from pyrouq.cli._report import _calibrate, _evaluate, _save_plots, _write_metrics
 
-# Per model: its builder arguments and the recipe measured for it (see the README).
-MODELS: dict[str, dict[str, Any]] = {
-    "bayesian-lenet": {"class": "BayesianLeNet", "epochs": 2, "batch_size": 256, "lr": 2e-2},
-    "bayesian-mlp": {"class": "BayesianMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
-    "batchensemble-lenet": {
-        "class": "BatchEnsembleLeNet",
-        "epochs": 3,
-        "batch_size": 512,
-        "lr": 2e-2,
-    },
-    "batchensemble-mlp": {"class": "BatchEnsembleMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
-    "rank1-lenet": {"class": "Rank1LeNet", "epochs": 3, "batch_size": 512, "lr": 2e-2},
-    "lenet": {"class": "LeNet", "epochs": 2, "batch_size": 512, "lr": 2e-2},
-    "mlp": {"class": "MLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
-}
-# A user's factory (package.module:factory): the recipe of the "bring your own network" docs
-FACTORY_RECIPE: dict[str, Any] = {"epochs": 3, "batch_size": 256, "lr": 2e-2}
-METHODS = ("bayesian", "last-layer", "batchensemble", "rank1", "plain")
-# --prior-scale when not given: Normal(0, 1) weights, Normal(1, 0.1) rank-1 factors
-DEFAULT_PRIOR_SCALES = {"bayesian": 1.0, "last-layer": 1.0, "rank1": 0.1}
 DATASETS = ("mnist", "fashion-mnist")
-DEFAULT_NUM_SAMPLES = 16  # draws for evaluation: keeps `pyrouq fit` within 20 s on 2 CPU cores
-DEFAULT_MEMBERS = 4
+
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-class CommandError(Exception):
-    """A bad argument or input: printed as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,46 +102,12 @@ def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], floa
 
 
 def _model_name(text: str) -> str:
-    if text not in MODELS and not _is_factory(text):
+    if text not in MODELS and not is_factory(text):
         raise argparse.ArgumentTypeError(
             f"unknown model {text!r}; choose one of: {', '.join(MODELS)}, or give "
             "package.module:factory, an importable callable returning your nn.Module"
         )
     return text
-
-
-def _is_factory(text: str) -> bool:
-    module, sep, name = text.partition(":")
-    return bool(sep and module and name)
-
-
-def _call_factory(spec: str) -> Any:
-    """Import ``package.module:factory`` and call it: the user's ``nn.Module``."""
-    import importlib
-
-    from torch import nn
-
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise CommandError(
-            f"cannot import {module_name!r} for the factory {spec!r} ({err}); make the module "
-            "importable (install it, or run from the folder that holds it)"
-        ) from None
-    factory: Any = module
-    for part in attr.split("."):
-        factory = getattr(factory, part, None)
-        if factory is None:
-            raise CommandError(f"{module_name!r} has no attribute {attr!r} (factory {spec!r})")
-    if not callable(factory):
-        raise CommandError(f"factory {spec!r} is a {type(factory).__name__}, not a callable")
-    net = factory()
-    if not isinstance(net, nn.Module):
-        raise CommandError(
-            f"factory {spec!r} returned a {type(net).__name__}; it must return an nn.Module"
-        )
-    return net
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -196,7 +150,7 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
     fit.add_argument(
         "--members", type=_positive_int("--members"), default=DEFAULT_MEMBERS,
-        help="BatchEnsemble size M",
+        help="members M of a BatchEnsemble or rank-1 network",
     )  # fmt: skip
     fit.add_argument(
         "--prior-scale", type=_positive_float("--prior-scale"), default=None,
@@ -300,53 +254,6 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return out
 
 
-def _method(args: argparse.Namespace) -> str | None:
-    """The conversion of a factory's network (None for the built-in models)."""
-    if args.model in MODELS:
-        if args.method is not None:
-            raise CommandError(
-                f"--method applies to a factory (package.module:factory); {args.model} is a "
-                "built-in model. Leave --method out"
-            )
-        return None
-    return args.method or "bayesian"
-
-
-def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
-    import pyrouq
-
-    kind = method or MODELS[args.model]["class"]
-    rank1 = kind in ("rank1", "Rank1LeNet")
-    if args.prior_scale is None:
-        args.prior_scale = DEFAULT_PRIOR_SCALES["rank1" if rank1 else "bayesian"]
-    if args.num_samples is None:
-        args.num_samples = (
-            max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
-        )
-    if method is not None:
-        net = _call_factory(args.model)
-        if method == "plain":
-            return net, None
-        if method == "batchensemble":
-            return pyrouq.batchensemble(net, args.members), None
-        if method == "rank1":
-            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale)
-            return model, pyrouq.mean_field_guide(model)
-        select = "last_layer" if method == "last-layer" else None
-        model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
-        return model, pyrouq.mean_field_guide(model)
-    name = MODELS[args.model]["class"]
-    if name == "Rank1LeNet":
-        model = pyrouq.rank1(pyrouq.LeNet(), args.members, prior_scale=args.prior_scale)
-        return model, pyrouq.mean_field_guide(model)
-    if name.startswith("Bayesian"):
-        model = getattr(pyrouq, name)(prior_scale=args.prior_scale)
-        return model, pyrouq.mean_field_guide(model)
-    if name.startswith("BatchEnsemble"):
-        return getattr(pyrouq, name)(num_members=args.members), None
-    return getattr(pyrouq, name)(), None
-
-
 def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
     import pyrouq
 
@@ -374,7 +281,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import pyrouq
     from pyrouq.checkpoint import library_versions
 
-    method = _method(args)
+    method = method_of(args)
     recipe = MODELS[args.model] if method is None else FACTORY_RECIPE
     epochs = args.epochs or recipe["epochs"]
     batch_size = args.batch_size or recipe["batch_size"]
@@ -389,7 +296,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
     pyro.set_rng_seed(args.seed)
-    model, guide = _build(args, method)
+    model, guide = build(args, method)
     model.to(device)
     if guide is not None:
         guide.to(device)
@@ -529,7 +436,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
     config = json.loads(raw["metadata"]).get("config", {})
     factory = config.get("factory")
-    skeleton = _call_factory(factory) if factory else None
+    skeleton = call_factory(factory) if factory else None
     saved = pyrouq.load(checkpoint, device=device, module=skeleton)
     assert isinstance(saved, pyrouq.Checkpoint)
     if saved.guide is None and args.num_samples is not None:

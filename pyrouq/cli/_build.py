@@ -1,0 +1,115 @@
+"""What ``pyrouq fit`` trains: the built-in models with their measured recipes, a user's
+``package.module:factory`` and the ``--method`` that converts its network."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+# Per model: its builder arguments and the recipe measured for it (see the README).
+MODELS: dict[str, dict[str, Any]] = {
+    "bayesian-lenet": {"class": "BayesianLeNet", "epochs": 2, "batch_size": 256, "lr": 2e-2},
+    "bayesian-mlp": {"class": "BayesianMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+    "batchensemble-lenet": {
+        "class": "BatchEnsembleLeNet",
+        "epochs": 3,
+        "batch_size": 512,
+        "lr": 2e-2,
+    },
+    "batchensemble-mlp": {"class": "BatchEnsembleMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+    "rank1-lenet": {"class": "Rank1LeNet", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+    "lenet": {"class": "LeNet", "epochs": 2, "batch_size": 512, "lr": 2e-2},
+    "mlp": {"class": "MLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},
+}
+# A user's factory (package.module:factory): the recipe of the "bring your own network" docs
+FACTORY_RECIPE: dict[str, Any] = {"epochs": 3, "batch_size": 256, "lr": 2e-2}
+METHODS = ("bayesian", "last-layer", "batchensemble", "rank1", "plain")
+DEFAULT_NUM_SAMPLES = 16  # draws for evaluation: keeps `pyrouq fit` within 20 s on 2 CPU cores
+DEFAULT_MEMBERS = 4
+
+
+class CommandError(Exception):
+    """A bad argument or input: printed as one line, exit code 2."""
+
+
+def is_factory(text: str) -> bool:
+    module, sep, name = text.partition(":")
+    return bool(sep and module and name)
+
+
+def call_factory(spec: str) -> Any:
+    """Import ``package.module:factory`` and call it: the user's ``nn.Module``."""
+    import importlib
+
+    from torch import nn
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise CommandError(
+            f"cannot import {module_name!r} for the factory {spec!r} ({err}); make the module "
+            "importable (install it, or run from the folder that holds it)"
+        ) from None
+    factory: Any = module
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise CommandError(f"{module_name!r} has no attribute {attr!r} (factory {spec!r})")
+    if not callable(factory):
+        raise CommandError(f"factory {spec!r} is a {type(factory).__name__}, not a callable")
+    net = factory()
+    if not isinstance(net, nn.Module):
+        raise CommandError(
+            f"factory {spec!r} returned a {type(net).__name__}; it must return an nn.Module"
+        )
+    return net
+
+
+def method_of(args: argparse.Namespace) -> str | None:
+    """The conversion of a factory's network (None for the built-in models)."""
+    if args.model in MODELS:
+        if args.method is not None:
+            raise CommandError(
+                f"--method applies to a factory (package.module:factory); {args.model} is a "
+                "built-in model. Leave --method out"
+            )
+        return None
+    return args.method or "bayesian"
+
+
+def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
+    """The model and guide (None for ensembles and plain networks) that ``pyrouq fit`` trains;
+    fills in ``--prior-scale`` and ``--num-samples`` when they were not given."""
+    import pyrouq
+    from pyrouq.convert import DEFAULT_PRIOR_SCALE, DEFAULT_RANK1_PRIOR_SCALE
+
+    rank1 = (method or MODELS[args.model]["class"]) in ("rank1", "Rank1LeNet")
+    if args.prior_scale is None:  # the library's: Normal(0, 1) weights, Normal(1, 0.1) factors
+        args.prior_scale = DEFAULT_RANK1_PRIOR_SCALE if rank1 else DEFAULT_PRIOR_SCALE
+    if args.num_samples is None:  # rank-1: each draw runs every member
+        args.num_samples = (
+            max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
+        )
+    if method is not None:
+        net = call_factory(args.model)
+        if method == "plain":
+            return net, None
+        if method == "batchensemble":
+            return pyrouq.batchensemble(net, args.members), None
+        if method == "rank1":
+            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale)
+            return model, pyrouq.mean_field_guide(model)
+        select = "last_layer" if method == "last-layer" else None
+        model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
+        return model, pyrouq.mean_field_guide(model)
+    name = MODELS[args.model]["class"]
+    if name == "Rank1LeNet":
+        model = pyrouq.rank1(pyrouq.LeNet(), args.members, prior_scale=args.prior_scale)
+        return model, pyrouq.mean_field_guide(model)
+    if name.startswith("Bayesian"):
+        model = getattr(pyrouq, name)(prior_scale=args.prior_scale)
+        return model, pyrouq.mean_field_guide(model)
+    if name.startswith("BatchEnsemble"):
+        return getattr(pyrouq, name)(num_members=args.members), None
+    return getattr(pyrouq, name)(), None
