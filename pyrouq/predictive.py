@@ -440,6 +440,8 @@ def _bayesian_runner(
     def latent() -> dict[str, Tensor] | None:
         """The draws of the likelihood's own sites (a noise scale), one per output draw."""
         own: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
+        if members == 1:
+            return {site: draws[site] for site in own} or None
         return {site: draws[site].repeat_interleave(members, 0) for site in own} or None
 
     run.latent = latent  # type: ignore[attr-defined]
