@@ -15,13 +15,14 @@ interrupted training saves the partial run and exits with 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -276,18 +277,32 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    import pyro
-
-    import pyrouq
-    from pyrouq.checkpoint import library_versions
-
     method = method_of(args)
     recipe = MODELS[args.model] if method is None else FACTORY_RECIPE
     epochs = args.epochs or recipe["epochs"]
     batch_size = args.batch_size or recipe["batch_size"]
     lr = args.lr or recipe["lr"]
     device = _device(args.device)
-    rank, world = _join_process_group(device)
+    with _process_group(device) as (rank, world):
+        return _fit_on_rank(args, method, recipe, epochs, batch_size, lr, device, rank, world)
+
+
+def _fit_on_rank(
+    args: argparse.Namespace,
+    method: str | None,
+    recipe: dict[str, Any],
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    device: Any,
+    rank: int,
+    world: int,
+) -> int:
+    import pyro
+
+    import pyrouq
+    from pyrouq.checkpoint import library_versions
+
     if world > 1 and device.type == "cuda":
         import torch
 
@@ -475,17 +490,27 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _join_process_group(device: Any) -> tuple[int, int]:
+@contextlib.contextmanager
+def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     """Under torchrun (``WORLD_SIZE`` > 1), initialise torch.distributed (nccl on CUDA, gloo
-    otherwise) unless the caller has; returns ``(rank, world size)``."""
+    otherwise) unless the caller has; yields ``(rank, world size)``. A group initialised here
+    is destroyed on the way out, on every rank: a rank that exits holding it can abort in
+    Python's shutdown (gloo's worker threads still reference tensors) while rank 0 evaluates."""
     import torch.distributed as dist
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    created = False
     if world > 1 and dist.is_available() and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+        created = True
+    try:
+        if dist.is_available() and dist.is_initialized():
+            yield dist.get_rank(), dist.get_world_size()
+        else:
+            yield 0, 1
+    finally:
+        if created and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
