@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _processes import run_in_own_group
 
 import pyrouq
 from pyrouq import cli
@@ -285,27 +285,13 @@ def test_factory_errors(tmp_path, capsys):
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 
-def _run_in_own_group(command, env, timeout):
-    """Run ``command`` in a process group of its own; past ``timeout`` seconds kill the whole
-    group (torchrun and the ranks it started), then fail."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env, start_new_session=True)  # fmt: skip
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"{' '.join(command[:6])} ... did not finish in {timeout} s; killed it")
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
 def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", "-m", "pyrouq", "fit", "bayesian-mlp", "--epochs", "1",
                "--train-size", "1024", "--out", str(out), "--no-progress"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = _run_in_own_group(command, env, timeout=300)
+    done = run_in_own_group(command, env, timeout=300)
     # a rank's own traceback comes first, torchrun's summary of the failure after it
     assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
     assert done.stdout.count("pyrouq 0.1.0: fitting BayesianMLP") == 1  # rank 0 alone prints

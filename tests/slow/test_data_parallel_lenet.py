@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 
 import pytest
+from _processes import run_in_own_group
 
 pytestmark = pytest.mark.slow
 
@@ -19,21 +18,10 @@ TIMEOUT = 900
 
 def _run(command: list[str], out) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"} if "torch.distributed.run" in command else None
-    process = subprocess.Popen(
-        [*command, "--out", str(out), "--no-progress"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group: a timeout kills every rank
+    done = run_in_own_group(
+        [*command, "--out", str(out), "--no-progress"], env, TIMEOUT, merge_stderr=True
     )
-    try:
-        printed, _ = process.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"{' '.join(command)} did not finish within {TIMEOUT} s")
-    assert process.returncode == 0, printed[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
     return json.loads((out / "metrics.json").read_text())
 
 
