@@ -16,6 +16,8 @@ import math
 import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -210,8 +212,7 @@ def mcmc(
     ]  # fmt: skip
     try:
         if parallel and num_chains > 1:
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
-                chains = pool.map(_chain_job, jobs)
+            chains = _parallel_chains(jobs, workers)
         else:
             chains = [_chain_job(job) for job in jobs]
     finally:
@@ -222,6 +223,21 @@ def mcmc(
     order = list(latent())
     samples = {k: samples[k] for k in order if k in samples}
     return MCMCResult(samples, stats, kernel, warmup_steps, [c[2] for c in chains], model, x, y)
+
+
+def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
+    """The chains' jobs in ``workers`` new (spawned) processes. A process that dies (killed
+    for memory, a crash in a native library) is a clear error, never a wait without end."""
+    context = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            return list(pool.map(_chain_job, jobs))
+    except BrokenProcessPool as err:
+        raise RuntimeError(
+            f"mcmc(): a process running chains ended abruptly ({err}); out of memory is the "
+            "usual cause. Run fewer chains at once, or mcmc(..., parallel=False) to run them "
+            "one after another in this process."
+        ) from None
 
 
 def _chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:

@@ -9,6 +9,7 @@ import arviz as az
 import pyro.distributions as dist
 import pytest
 import torch
+from _toy import DiesInAWorker
 from torch import nn
 
 from pyrouq import (
@@ -154,3 +155,11 @@ def test_parallel_chains_give_the_same_draws(result):
     for site in res.samples:
         torch.testing.assert_close(parallel.samples[site], res.samples[site])
     assert torch.equal(parallel.sample_stats["diverging"], res.sample_stats["diverging"])
+
+
+def test_a_chain_process_that_dies_is_a_clear_error():
+    model = bayesian(DiesInAWorker(2, 1), likelihood=Gaussian(0.3))
+    with pytest.raises(RuntimeError, match=r"a process running chains ended abruptly .*"
+                       r"parallel=False"):  # fmt: skip
+        _run(model, parallel=True)
+    assert model.training  # the model's state is restored on the way out
