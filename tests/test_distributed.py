@@ -103,9 +103,21 @@ def _worker(rank: int, kind: str, init: str, out: str) -> None:
         sampled: list[list[int]] = []
         fit(model, guide, data_loader, epochs=3, progress=False, seed=0,
             callbacks=[lambda record: sampled.append(list(sampler))])  # fmt: skip
+        # (4) rank 0 checkpoints 2 epochs; every rank resumes from that file to epoch 4
+        checkpoint = Path(out) / "run.pt"
+        model, guide = _build(kind)
+        first = fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=2, progress=False,
+                    seed=0, checkpoint=checkpoint)  # fmt: skip
+        at_2 = _state(model, guide)
+        dist.barrier()  # the checkpoint is written before any rank reads it
+        model, guide = _build(kind)
+        resumed = fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=4, progress=False,
+                      seed=0, resume_from=checkpoint)  # fmt: skip
         torch.save(
             {"one_step": one, "after_20": after_20, "seen": loader.seen, "len": len(loader),
-             "sampled": sampled},
+             "sampled": sampled, "at_2": at_2, "resumed": _state(model, guide),
+             "losses": [(r.loss, r.seconds) for r in first.history],
+             "resumed_losses": [(r.loss, r.seconds) for r in resumed.history]},
             Path(out) / f"rank{rank}.pt",
         )  # fmt: skip
     finally:
@@ -131,6 +143,12 @@ def test_two_ranks_train_as_one_process(kind, tmp_path):
     for epoch in range(3):  # the DistributedSampler's epochs: disjoint, each one reshuffled
         assert set(ranks[0]["sampled"][epoch]).isdisjoint(ranks[1]["sampled"][epoch])
     assert ranks[0]["sampled"][0] != ranks[0]["sampled"][1]  # set_epoch was called
+    for key, value in ranks[0]["resumed"].items():  # resumed from rank 0's file: in step
+        assert torch.equal(value, ranks[1]["resumed"][key]), key
+    assert any(not torch.equal(v, ranks[0]["at_2"][k]) for k, v in ranks[0]["resumed"].items())
+    for r in ranks:  # the resumed history starts with the checkpointed epochs (timings too)
+        assert len(r["resumed_losses"]) == 4
+        assert r["resumed_losses"][:2] == r["losses"]
     for epoch in range(10):  # each epoch: disjoint halves that cover the data
         halves = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]) for r in ranks]
         assert set(halves[0].tolist()).isdisjoint(halves[1].tolist())
