@@ -228,16 +228,24 @@ def mcmc(
 def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     """The chains' jobs in ``workers`` new (spawned) processes. A process that dies (killed
     for memory, a crash in a native library) is a clear error, never a wait without end."""
-    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            return list(pool.map(_chain_job, jobs))
+        return list(pool.map(_chain_job, jobs))
     except BrokenProcessPool as err:
         raise RuntimeError(
             f"mcmc(): a process running chains ended abruptly ({err}); out of memory is the "
             "usual cause. Run fewer chains at once, or mcmc(..., parallel=False) to run them "
             "one after another in this process."
         ) from None
+    except BaseException:
+        # interrupted (Ctrl-C, a kernel interrupt in Jupyter): stop the chains now rather than
+        # wait for them, as multiprocessing.Pool's exit did (the executor keeps its processes
+        # in a private dict; nothing public terminates them)
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:

@@ -39,3 +39,16 @@ class DiesInAWorker(torch.nn.Linear):
         if multiprocessing.parent_process() is not None:
             os._exit(3)
         return super().forward(x)
+
+
+class SleepsInAWorker(torch.nn.Linear):
+    """A Linear layer that stalls for minutes when it runs in a child process (a chain that
+    would run long); in the main process, a plain Linear."""
+
+    def forward(self, x):
+        import multiprocessing
+        import time
+
+        if multiprocessing.parent_process() is not None:
+            time.sleep(600)
+        return super().forward(x)

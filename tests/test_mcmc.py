@@ -3,13 +3,18 @@ samples, arviz export with chains, saving, and the refusals."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+import signal
+import threading
+import time
 
 import arviz as az
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import DiesInAWorker
+from _toy import DiesInAWorker, SleepsInAWorker
 from torch import nn
 
 from pyrouq import (
@@ -163,3 +168,18 @@ def test_a_chain_process_that_dies_is_a_clear_error():
                        r"parallel=False"):  # fmt: skip
         _run(model, parallel=True)
     assert model.training  # the model's state is restored on the way out
+
+
+def test_an_interrupted_parallel_run_stops_its_chain_processes():
+    model = bayesian(SleepsInAWorker(2, 1), likelihood=Gaussian(0.3))
+    # Ctrl-C (SIGINT to this process alone, as a Jupyter interrupt) while the chains run
+    timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _run(model, parallel=True)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 60  # the chains would sleep for 10 minutes
+    assert not multiprocessing.active_children()
