@@ -158,7 +158,8 @@ def mcmc(
         :data:`PARALLEL_MIN_STEPS` steps per chain (shorter chains finish before the
         processes have started), and no class of the network is defined in ``__main__``
         (new processes could not import it); otherwise one after another, in this process.
-        The draws are the same either way.
+        The draws are the same either way. A chain process that dies (out of memory, say)
+        raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes.
 
     Returns
     -------

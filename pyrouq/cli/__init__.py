@@ -277,32 +277,24 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    method = method_of(args)
-    recipe = MODELS[args.model] if method is None else FACTORY_RECIPE
-    epochs = args.epochs or recipe["epochs"]
-    batch_size = args.batch_size or recipe["batch_size"]
-    lr = args.lr or recipe["lr"]
+    method = method_of(args)  # refused before any process group is joined
     device = _device(args.device)
     with _process_group(device) as (rank, world):
-        return _fit_on_rank(args, method, recipe, epochs, batch_size, lr, device, rank, world)
+        return _fit_on_rank(args, method, device, rank, world)
 
 
 def _fit_on_rank(
-    args: argparse.Namespace,
-    method: str | None,
-    recipe: dict[str, Any],
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    device: Any,
-    rank: int,
-    world: int,
+    args: argparse.Namespace, method: str | None, device: Any, rank: int, world: int
 ) -> int:
     import pyro
 
     import pyrouq
     from pyrouq.checkpoint import library_versions
 
+    recipe = MODELS[args.model] if method is None else FACTORY_RECIPE
+    epochs = args.epochs or recipe["epochs"]
+    batch_size = args.batch_size or recipe["batch_size"]
+    lr = args.lr or recipe["lr"]
     if world > 1 and device.type == "cuda":
         import torch
 
