@@ -28,27 +28,23 @@ class ListLoader(list):
         self.dataset = torch.utils.data.TensorDataset(x, y)
 
 
-class DiesInAWorker(torch.nn.Linear):
-    """A Linear layer whose process ends at once when it runs in a child process (a chain
-    worker killed for memory, say); in the main process, a plain Linear."""
+class MisbehavesInAWorker(torch.nn.Linear):
+    """A Linear layer that, when it runs in a child process (an MCMC chain worker), ends that
+    process at once (``then="exit"``: a worker killed for memory, say) or stalls for ten
+    minutes (``then="stall"``: a chain that would run long); in the main process, a plain
+    Linear."""
+
+    def __init__(self, in_features: int, out_features: int, then: str):
+        super().__init__(in_features, out_features)
+        self.then = then
 
     def forward(self, x):
         import multiprocessing
         import os
-
-        if multiprocessing.parent_process() is not None:
-            os._exit(3)
-        return super().forward(x)
-
-
-class SleepsInAWorker(torch.nn.Linear):
-    """A Linear layer that stalls for minutes when it runs in a child process (a chain that
-    would run long); in the main process, a plain Linear."""
-
-    def forward(self, x):
-        import multiprocessing
         import time
 
         if multiprocessing.parent_process() is not None:
+            if self.then == "exit":
+                os._exit(3)
             time.sleep(600)
         return super().forward(x)

@@ -14,7 +14,7 @@ import arviz as az
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import DiesInAWorker, SleepsInAWorker
+from _toy import MisbehavesInAWorker
 from torch import nn
 
 from pyrouq import (
@@ -163,7 +163,7 @@ def test_parallel_chains_give_the_same_draws(result):
 
 
 def test_a_chain_process_that_dies_is_a_clear_error():
-    model = bayesian(DiesInAWorker(2, 1), likelihood=Gaussian(0.3))
+    model = bayesian(MisbehavesInAWorker(2, 1, then="exit"), likelihood=Gaussian(0.3))
     with pytest.raises(RuntimeError, match=r"a process running chains ended abruptly .*"
                        r"parallel=False"):  # fmt: skip
         _run(model, parallel=True)
@@ -171,7 +171,7 @@ def test_a_chain_process_that_dies_is_a_clear_error():
 
 
 def test_an_interrupted_parallel_run_stops_its_chain_processes():
-    model = bayesian(SleepsInAWorker(2, 1), likelihood=Gaussian(0.3))
+    model = bayesian(MisbehavesInAWorker(2, 1, then="stall"), likelihood=Gaussian(0.3))
     # Ctrl-C (SIGINT to this process alone, as a Jupyter interrupt) while the chains run
     timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
