@@ -94,4 +94,6 @@ def test_rank1_residual_cnn_against_batchensemble_on_fashion_mnist(shared_data):
     # Measured (seed 0): rank-1 91.46 %, NLL 0.2406, MI AUROC 0.929 against the BatchEnsemble's
     # 90.97 %, 0.2499, 0.903, but ECE 0.69 % against 0.50 % (0.94 % with kl_weight=0.1): the
     # ECE is held to the BatchEnsemble's plus 0.3 points, not to "no higher" (an open item).
+    # At seed 1 rank-1 wins on accuracy, NLL and ECE (0.50 % vs 0.60 %) but not on the MI AUROC
+    # (0.841 vs 0.865): the gaps are of the size of the seed-to-seed spread.
     _rank1_no_worse(runs["rank1"], runs["batchensemble"], ece_margin=0.003)
