@@ -4,7 +4,9 @@ same network trained and evaluated in plain PyTorch, in one process.
 Workloads (pyrouq.ResidualCNN, 9 convolutions with BatchNorm, MNIST images, batch 256, Adam):
 * plain epoch (cross-entropy, torch optimizer) - the baseline;
 * ``bayesian(net)`` epoch through ``pyrouq.fit`` (1 particle, the defaults);
-* ``batchensemble(net, 4)`` epoch through ``pyrouq.fit``;
+* ``batchensemble(net, 4)`` epoch through ``pyrouq.fit``, with the BatchNorms shared by the
+  members (the default) and with a copy per member (``norms="per_member"``), and with the
+  engine's shared one-channel stem switched off (its A/B);
 * bayesian-torch's ``dnn_to_bnn`` on the same net (its loss: mean cross-entropy + KL / B),
   when importable (``make bench`` installs it into the venv for the benchmark only);
 * ``predict`` with S = 16 draws vs 16 plain forward passes of the network in eval mode.
@@ -20,6 +22,7 @@ from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
 
 from pyrouq import (
     ResidualCNN,
+    _engine,
     batchensemble,
     bayesian,
     fit,
@@ -66,6 +69,17 @@ def bayesian_torch_epoch(train):
     return epoch
 
 
+def stem_per_member(ensemble, train) -> None:
+    """A BatchEnsemble epoch with the engine's shared-stem shortcut off: the one-channel stem
+    convolution then runs once per member, as every other layer does (the shortcut's A/B)."""
+    keep = _engine._single_input_feature
+    _engine._single_input_feature = lambda layer: False
+    try:
+        fit(ensemble, None, train, epochs=1, progress=False)
+    finally:
+        _engine._single_input_feature = keep
+
+
 def main() -> None:
     torch.manual_seed(0)
     train, test = load_mnist(batch_size=BATCH, seed=0, train_size=TRAIN_SIZE)
@@ -73,10 +87,15 @@ def main() -> None:
     model = bayesian(ResidualCNN())
     guide = mean_field_guide(model)
     ensemble = batchensemble(ResidualCNN(), 4)
+    own_norms = batchensemble(ResidualCNN(), 4, norms="per_member")
     workloads = {
         "plain ResidualCNN": plain_epoch(net, train),
         "bayesian(net), 1 particle": lambda: fit(model, guide, train, epochs=1, progress=False),
         "batchensemble(net, 4)": lambda: fit(ensemble, None, train, epochs=1, progress=False),
+        "batchensemble(net, 4, norms='per_member')": lambda: fit(
+            own_norms, None, train, epochs=1, progress=False
+        ),
+        "batchensemble(net, 4), stem per member": lambda: stem_per_member(ensemble, train),
     }
     peer = bayesian_torch_epoch(train)
     if peer is not None:

@@ -15,7 +15,9 @@ Every device-specific fast path of pyrouq lives in this module, each kept while
   max-pooling in an ``nn.Sequential`` runs as pooling then ReLU (the same function);
 * BatchEnsemble layers run member by member on CPU (effective weights ``diag(s_i) W diag(r_i)``
   on each member's slice of the batch), with rank-1 scaling of the activations elsewhere; a
-  network without batch statistics in training runs whole member passes on CPU;
+  network without batch statistics in training runs whole member passes on CPU; a layer
+  with a single input feature that reads the members' repeated input (a grayscale stem) runs
+  once for all members, its output scaled per member (exact: r_m is then a scalar);
 * while :func:`pyrouq.fit` and :func:`pyrouq.predict` run on CPU under glibc, freed memory is
   kept for reuse instead of being handed back to the system (:func:`reuse_freed_memory`):
   glibc serves every block above 32 MB with a fresh ``mmap``, whose pages fault in again at
@@ -249,8 +251,17 @@ def _check_outputs(out: Any, net: nn.Module) -> Tensor:
 
 
 def _batch_statistics(net: nn.Module) -> bool:
-    """Whether ``net`` computes statistics over its batch (BatchNorm in training mode)."""
-    return any(isinstance(m, _BatchNorm) and m.training for m in net.modules())
+    """Whether ``net`` computes statistics over its whole batch (BatchNorm in training mode
+    shared by the members of a BatchEnsemble; per-member copies see their member's rows)."""
+    per_member = {
+        id(m)
+        for norm in net.modules()
+        if getattr(norm, "_is_member_norm", False)
+        for m in norm.modules()
+    }
+    return any(
+        isinstance(m, _BatchNorm) and m.training and id(m) not in per_member for m in net.modules()
+    )
 
 
 class _MemberPass(nn.Module):
@@ -467,6 +478,14 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
             f"multiple of {members}. Run it inside a model made by pyrouq.batchensemble(), "
             "which repeats the input once per member."
         )
+    if getattr(x, _REPEATED, None) == members and _single_input_feature(layer):
+        # M copies of the same inputs into one input feature (a grayscale stem, a 1-d
+        # regression input): r_m is a scalar per member, so every member's output is the
+        # shared op's output scaled by r_m * s_m, plus b_m
+        base = layer._op(x[: x.shape[0] // members], layer.weight, None).unsqueeze(0)
+        view = base.dim()
+        scale = layer._factor_view(layer.s * layer.r, view)
+        return torch.addcmul(layer._factor_view(layer.bias, view), base, scale).flatten(0, 1)
     if _cpu(x):
         # one op per member with its effective weight: oneDNN handles B inputs at a time far
         # better than M * B with the activations scaled per member
@@ -483,8 +502,23 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
     ).flatten(0, 1)
 
 
+_REPEATED = "_pyrouq_repeated_for"
+"""Attribute :func:`run_members` sets on the folded input it makes (the number of members
+whose copies it holds), for :func:`batchensemble_forward`."""
+
+
+def _single_input_feature(layer: Any) -> bool:
+    return int(layer.r.shape[1]) == 1
+
+
 def _ensemble_layers(net: nn.Module) -> list[Any]:
-    return [m for m in net.modules() if getattr(m, "_is_batchensemble", False)]
+    """The modules that run one member at a time in a member pass (BatchEnsemble layers and
+    per-member normalisation layers)."""
+    return [
+        m
+        for m in net.modules()
+        if getattr(m, "_is_batchensemble", False) or getattr(m, "_is_member_norm", False)
+    ]
 
 
 def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
@@ -499,7 +533,8 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
         layers = _ensemble_layers(net)
         try:
             for layer in layers:
-                layer._member_weights = layer.folded_weights()
+                if getattr(layer, "_is_batchensemble", False):
+                    layer._member_weights = layer.folded_weights()
             outs = []
             for member in range(num_members):
                 for layer in layers:
@@ -507,9 +542,12 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
                 outs.append(_check_outputs(net(x), net))
         finally:
             for layer in layers:
-                layer._member, layer._member_weights = None, None
+                layer._member = None
+                if getattr(layer, "_is_batchensemble", False):
+                    layer._member_weights = None
         return torch.stack(outs)
     folded = x.repeat(num_members, *([1] * (x.dim() - 1)))
+    setattr(folded, _REPEATED, num_members)
     out = _check_folded(_check_outputs(net(folded), net), folded, net)
     return out.unflatten(0, (num_members, x.shape[0]))
 

@@ -16,12 +16,14 @@ from pyrouq.models import (
     BatchEnsembleMLP,
     BatchEnsembleNetwork,
     LeNet,
+    ResidualCNN,
     batchensemble,
 )
 from pyrouq.nn import (
     BatchEnsembleConv1d,
     BatchEnsembleConv2d,
     BatchEnsembleLinear,
+    BatchEnsembleNorm,
 )
 
 
@@ -276,13 +278,24 @@ def test_bad_inputs():
         batchensemble(Pair(), 2)(torch.randn(3, 2))
 
 
-@pytest.mark.parametrize("make_net", [lambda: MLP(num_hidden=2), lambda: LeNet(), Residual])
-def test_cpu_and_accelerator_schedules_are_the_same_function(make_net):
+@pytest.mark.parametrize(
+    ("make_net", "norms"),
+    # ResidualCNN: a one-channel stem on the repeated input (the members share its convolution)
+    # and BatchNorm, shared (folded passes in training) or per member (member passes on CPU)
+    [
+        (lambda: MLP(num_hidden=2), "shared"),
+        (LeNet, "shared"),
+        (Residual, "shared"),
+        (lambda: ResidualCNN(width=4), "shared"),
+        (lambda: ResidualCNN(width=4), "per_member"),
+    ],
+)
+def test_cpu_and_accelerator_schedules_are_the_same_function(make_net, norms):
     """The folded pass with activations scaled by r and s (accelerators), the per-member
     folded convolutions and the whole member passes (CPU) give the same logits and gradients."""
     from pyrouq import _engine
 
-    ensemble = batchensemble(make_net(), 3, init="random_sign")
+    ensemble = batchensemble(make_net(), 3, init="random_sign", norms=norms)
     _distinct_biases(ensemble)
     x = torch.randn(4, 2, 9) if make_net is Residual else torch.randn(4, 1, 28, 28)
     results = []
@@ -314,3 +327,68 @@ def test_conv_layer_on_a_folded_batch():
             chunk = x[m * 5 : (m + 1) * 5]
             expected = torch.conv2d(chunk, layer.effective_weight(m), layer.bias[m], padding=1)
             torch.testing.assert_close(out[m * 5 : (m + 1) * 5], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_per_member_norms_keep_each_members_statistics():
+    net = ResidualCNN(width=4)
+    shared = batchensemble(net, 3, init="random_sign")
+    own = batchensemble(net, 3, init="random_sign", norms="per_member")
+    with torch.no_grad():
+        for a, b in zip(_layers(shared).values(), _layers(own).values(), strict=True):
+            b.r.copy_(a.r)
+            b.s.copy_(a.s)
+    norms = [m for m in own.net.modules() if isinstance(m, BatchEnsembleNorm)]
+    assert len(norms) == 9 and all(len(m.norms) == 3 for m in norms)
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in own.net.modules()) == 27
+    x = torch.randn(8, 1, 28, 28)
+    shared.train(), own.train()
+    a, b = shared(x), own(x)
+    assert not torch.allclose(a, b, atol=1e-3)  # statistics over all members' rows vs each's
+    stem = own.net.stem[1].norms  # each copy's running mean moved by its own member's rows
+    assert not torch.allclose(stem[0].running_mean, stem[1].running_mean)
+    # a member's copies see exactly its rows: member 1 computed on its own
+    torch.testing.assert_close(b[1], _member_alone(own, x, 1), rtol=1e-4, atol=1e-5)
+
+
+def _member_alone(ensemble, x, member):
+    """Member ``member``'s outputs computed on its own: effective weights, its norm copies."""
+    import copy as _copy
+
+    net = _copy.deepcopy(ensemble.net)
+    for layer in list(net.modules()):
+        for child_name, child in list(layer.named_children()):
+            if getattr(child, "_is_batchensemble", False):
+                weight, bias = child.folded_weights()
+                setattr(layer, child_name, _plain_layer(child, weight[member], bias[member]))
+            elif isinstance(child, BatchEnsembleNorm):
+                setattr(layer, child_name, child.norms[member])
+    net.train()
+    return net(x)
+
+
+def _plain_layer(layer, weight, bias):
+    if isinstance(layer, BatchEnsembleLinear):
+        plain = nn.Linear(layer.in_features, layer.out_features)
+    else:
+        plain = nn.Conv2d(
+            layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
+            layer.padding, layer.dilation, layer.groups, padding_mode=layer.padding_mode,
+        )  # fmt: skip
+    with torch.no_grad():
+        plain.weight.copy_(weight)
+        plain.bias.copy_(bias)
+    return plain
+
+
+def test_per_member_norms_start_as_the_base_network():
+    net = ResidualCNN(width=4)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5), m.weight.uniform_(0.5, 1.5)
+    net.eval()
+    ensemble = batchensemble(net, 4, r_std=0.0, s_std=0.0, norms="per_member").eval()
+    x = torch.randn(5, 1, 28, 28)
+    out = ensemble(x)
+    for member in range(4):
+        torch.testing.assert_close(out[member], net(x), rtol=1e-5, atol=1e-5)

@@ -266,6 +266,15 @@ def test_checkpoint_round_trip_from_a_skeleton(tmp_path, resnet):
     assert type(restored.model) is BatchEnsembleNetwork
     ensemble.eval()
     assert torch.equal(restored.model(x), ensemble(x))
+    own = batchensemble(resnet, 2, norms="per_member")
+    own.train()
+    own(x)  # every member's copies of the BatchNorms get running statistics of their own
+    own.eval()
+    restored = load(
+        save(tmp_path / "o.pt", own), module=torchvision.models.resnet18(num_classes=10)
+    )
+    assert restored.model.options["norms"] == "per_member"
+    assert torch.equal(restored.model(x), own(x))
 
 
 def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):

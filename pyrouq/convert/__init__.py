@@ -10,7 +10,7 @@ torchvision models convert as they are:
   network then runs with sampled weights through :func:`torch.func.functional_call`.
 * :func:`batchensemble` puts a BatchEnsemble layer (:mod:`pyrouq.nn`) in place of every
   ``nn.Linear`` and convolution, nested ones included; members are folded into the batch, and
-  normalisation layers are shared by the members.
+  normalisation layers are shared by the members (``norms="per_member"``: one copy each).
 * :func:`rank1` composes the two: the rank-1 Bayesian network, a BatchEnsemble whose members'
   factors are latent (``bayesian(batchensemble(module, M), prior=Normal(1, 0.1))``).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 from pyro.nn import PyroModule
 from torch import Tensor, nn
@@ -16,12 +16,35 @@ from pyrouq.convert._select import COUNTER, check_module, check_num_data, module
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
     BATCHENSEMBLE_LAYERS,
+    NORM_LAYERS,
+    BatchEnsembleNorm,
     FactorInit,
     _check_factor_init,
     _check_members,
 )
 
 __all__ = ["BatchEnsembleNetwork", "batchensemble"]
+
+Norms = Literal["shared", "per_member"]
+
+
+def _check_norms(norms: object) -> None:
+    if norms not in ("shared", "per_member"):
+        raise ValueError(
+            f"Unknown norms {norms!r}: expected 'shared' (one normalisation layer for all "
+            "members, BatchNorm statistics over the folded batch) or 'per_member' (a copy per "
+            "member, statistics over that member's rows)."
+        )
+
+
+def _copy_norms(net: nn.Module, num_members: int) -> None:
+    """Replace every normalisation layer of ``net`` (nested) by per-member copies."""
+    for module in list(net.modules()):
+        if isinstance(module, BatchEnsembleNorm):
+            continue
+        for name, child in list(module.named_children()):
+            if isinstance(child, NORM_LAYERS):
+                setattr(module, name, BatchEnsembleNorm(child, num_members))
 
 
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
@@ -57,9 +80,13 @@ class BatchEnsembleNetwork(PyroModule):
     back as ``(M, B, D)``, recorded (``"logits"``) with ``"obs"`` observed for every member
     inside a ``"members"`` plate (dim -2) and the ``"data"`` plate (dim -1), scaled N/B.
 
-    Normalisation layers are shared by the members: a BatchNorm in training normalises with
-    statistics over the whole folded batch and keeps one set of running statistics. Other
-    parameterised layers (embeddings, attention) are shared too.
+    Normalisation layers are shared by the members by default (``norms="shared"``): a
+    BatchNorm in training normalises with statistics over the whole folded batch and keeps one
+    set of running statistics. With ``norms="per_member"`` every normalisation layer
+    (BatchNorm, InstanceNorm, GroupNorm, LayerNorm) becomes a
+    :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per member, with its own affine parameters
+    and statistics, as if each member were its own network. Other parameterised layers
+    (embeddings, attention) are shared.
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
@@ -76,6 +103,8 @@ class BatchEnsembleNetwork(PyroModule):
         (torch's default initialisation).
     init, r_mean, r_std, s_mean, s_std
         Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
+    norms : {"shared", "per_member"}, default "shared"
+        One normalisation layer for all members, or a copy per member (see above).
     num_data : int, optional
         Training-set size N (set by ``fit()``).
     likelihood : {"categorical"} or Likelihood, default "categorical"
@@ -95,12 +124,14 @@ class BatchEnsembleNetwork(PyroModule):
         r_std: float = 0.5,
         s_mean: float = 1.0,
         s_std: float = 0.5,
+        norms: Norms = "shared",
         num_data: int | None = None,
         likelihood: LikelihoodName | Likelihood = "categorical",
     ):
         super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
         _check_members(num_members)
         _check_factor_init(init, r_std, s_std)
+        _check_norms(norms)
         check_module(module, "convert into a BatchEnsemble")
         self.num_members = num_members
         self.num_data = check_num_data(num_data)
@@ -113,6 +144,7 @@ class BatchEnsembleNetwork(PyroModule):
             r_std=r_std,
             s_mean=s_mean,
             s_std=s_std,
+            norms=norms,
         )
         net = copy.deepcopy(module)
         if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
@@ -127,6 +159,8 @@ class BatchEnsembleNetwork(PyroModule):
                 f"{type(module).__name__} has no nn.Linear or convolution layer to turn into "
                 "BatchEnsemble layers. Pass a network with such layers."
             )
+        if norms == "per_member":
+            _copy_norms(net, num_members)
         self.net = _engine.prepare(net)
         weakref.finalize(self, forget_params, self._pyro_name)
 
@@ -166,6 +200,7 @@ def batchensemble(
     s_mean: float = 1.0,
     s_std: float = 0.5,
     init: FactorInit = "normal",
+    norms: Norms = "shared",
     likelihood: LikelihoodName | Likelihood = "categorical",
 ) -> BatchEnsembleNetwork:
     """Convert any (e.g. pre-trained) network into a BatchEnsemble of ``num_members``.
@@ -187,6 +222,11 @@ def batchensemble(
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
         With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
     init : {"normal", "random_sign"}, default "normal"
+    norms : {"shared", "per_member"}, default "shared"
+        Normalisation layers shared by the members (BatchNorm statistics over all members'
+        rows), or one copy per member (its own affine parameters and statistics; on CPU the
+        members then also train as separate passes, which measures faster: see
+        ``benchmarks/results.md``). Networks without normalisation layers are unaffected.
     likelihood : {"categorical"} or Likelihood, default "categorical"
 
     Examples
@@ -210,9 +250,10 @@ def batchensemble(
     )
     from pyrouq.models import MLP, BatchEnsembleLeNet, BatchEnsembleMLP, LeNet
 
+    _check_norms(norms)
     default_likelihood = isinstance(likelihood, str) and likelihood == "categorical"
     if type(module) is MLP and default_likelihood:
         return BatchEnsembleMLP(base=module, num_members=num_members, **options)
     if type(module) is LeNet and default_likelihood:
         return BatchEnsembleLeNet(base=module, num_members=num_members, **options)
-    return BatchEnsembleNetwork(module, num_members, likelihood=likelihood, **options)
+    return BatchEnsembleNetwork(module, num_members, norms=norms, likelihood=likelihood, **options)

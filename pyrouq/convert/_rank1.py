@@ -7,7 +7,7 @@ import pyro.distributions as dist
 from torch import nn
 
 from pyrouq._util import check_positive_float
-from pyrouq.convert._batchensemble import BatchEnsembleNetwork, batchensemble
+from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
 from pyrouq.likelihoods import Likelihood, LikelihoodName
 from pyrouq.nn._batchensemble import FactorInit
@@ -27,6 +27,7 @@ def rank1(
     init: FactorInit = "normal",
     r_std: float = 0.5,
     s_std: float = 0.5,
+    norms: Norms = "shared",
     likelihood: LikelihoodName | Likelihood = "categorical",
     num_data: int | None = None,
 ) -> BayesianNetwork:
@@ -58,9 +59,10 @@ def rank1(
         Ensemble size M (>= 1).
     prior_scale : float, default 0.1
         Standard deviation of the ``Normal(1, prior_scale)`` prior of each factor entry.
-    use_base_weights, init, r_std, s_std
+    use_base_weights, init, r_std, s_std, norms
         The BatchEnsemble's options (:func:`pyrouq.batchensemble`): the factors' initial
-        values, which become the guide's initial locations.
+        values, which become the guide's initial locations, and whether the members share the
+        normalisation layers.
     likelihood : {"categorical"} or Likelihood, default "categorical"
     num_data : int, optional
         Training-set size N (set by :func:`pyrouq.fit`).
@@ -100,6 +102,7 @@ def rank1(
         init=init,
         r_std=r_std,
         s_std=s_std,
+        norms=norms,
         likelihood=likelihood,
     )
     return BayesianNetwork(

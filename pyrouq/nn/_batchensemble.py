@@ -4,6 +4,7 @@ convolution layers)."""
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Literal
 
@@ -333,3 +334,63 @@ BATCHENSEMBLE_LAYERS: dict[type[nn.Module], type[_BatchEnsembleLayer]] = {
     nn.Conv3d: BatchEnsembleConv3d,
 }
 """The layer types :func:`pyrouq.batchensemble` converts (subclasses included)."""
+
+
+NORM_LAYERS: tuple[type[nn.Module], ...] = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+)
+"""The normalisation layers ``batchensemble(..., norms="per_member")`` gives every member a
+copy of (subclasses included)."""
+
+
+class BatchEnsembleNorm(nn.Module):
+    """One copy of a normalisation layer per member: member m's rows of a folded batch
+    ``(M * B, ...)`` (member-major) go through ``norms[m]``, with its own affine parameters and,
+    for BatchNorm, its own batch and running statistics.
+
+    What :func:`pyrouq.batchensemble` puts in place of every normalisation layer with
+    ``norms="per_member"``. Each copy starts as a copy of ``norm``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> layer = BatchEnsembleNorm(nn.BatchNorm1d(3), num_members=2)
+    >>> x = torch.randn(2 * 4, 3)
+    >>> out = layer(x)  # training mode: statistics of each member's 4 rows
+    >>> torch.allclose(out[4:], nn.BatchNorm1d(3)(x[4:]), atol=1e-6)
+    True
+    """
+
+    _is_member_norm = True
+
+    def __init__(self, norm: nn.Module, num_members: int):
+        super().__init__()
+        if not isinstance(norm, NORM_LAYERS):
+            raise TypeError(
+                f"BatchEnsembleNorm copies a normalisation layer (BatchNorm, InstanceNorm, "
+                f"GroupNorm, LayerNorm), got {type(norm).__name__}."
+            )
+        self.num_members = _check_members(num_members)
+        self.norms = nn.ModuleList(copy.deepcopy(norm) for _ in range(self.num_members))
+        self._member: int | None = None  # set during the engine's member passes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Folded batch ``(M * B, ...)`` in and out; one member's ``(B, ...)`` during the
+        engine's member passes."""
+        if self._member is not None:
+            return self.norms[self._member](x)  # type: ignore[no-any-return]
+        members = self.num_members
+        if x.dim() == 0 or x.shape[0] % members:
+            raise ValueError(
+                f"BatchEnsembleNorm with {members} members expects a folded batch of M * B "
+                f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
+                f"multiple of {members}. Run it inside a model made by pyrouq.batchensemble()."
+            )
+        return torch.cat([norm(c) for norm, c in zip(self.norms, x.chunk(members), strict=True)])
+
+    def extra_repr(self) -> str:
+        return f"num_members={self.num_members}"
