@@ -43,6 +43,8 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from pyrouq._util import check_folded_batch
+
 CPU_CHUNK = 512
 """Inputs per pass when a network runs without gradients on CPU (larger batches are split:
 oneDNN's convolutions run 2-4x slower per image above ~512 on CPU)."""
@@ -471,13 +473,7 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
         weight, bias = layer._member_weights
         return layer._op(x, weight[layer._member], bias[layer._member])  # type: ignore[no-any-return]
     members = layer.num_members
-    if x.dim() == 0 or x.shape[0] % members:
-        raise ValueError(
-            f"{type(layer).__name__} with {members} members expects a folded batch of M * B "
-            f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
-            f"multiple of {members}. Run it inside a model made by pyrouq.batchensemble(), "
-            "which repeats the input once per member."
-        )
+    check_folded_batch(layer, x, members)
     if getattr(x, _REPEATED, None) == members and _single_input_feature(layer):
         # M copies of the same inputs into one input feature (a grayscale stem, a 1-d
         # regression input): r_m is a scalar per member, so every member's output is the

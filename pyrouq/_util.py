@@ -86,6 +86,17 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     return x
 
 
+def check_folded_batch(layer: Any, x: torch.Tensor, members: int) -> None:
+    """Refuse an input to a BatchEnsemble layer whose first dim is not M * B."""
+    if x.dim() == 0 or x.shape[0] % members:
+        raise ValueError(
+            f"{type(layer).__name__} with {members} members expects a folded batch of M * B "
+            f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
+            f"multiple of {members}. Run it inside a model made by pyrouq.batchensemble(), "
+            "which repeats the input once per member."
+        )
+
+
 def bad_rows(x: torch.Tensor) -> torch.Tensor:
     """Indices of the rows of ``x`` holding NaN or inf."""
     flat = x.reshape(x.shape[0], -1)

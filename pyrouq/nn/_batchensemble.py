@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
-from pyrouq._util import check_count
+from pyrouq._util import check_count, check_folded_batch
 from pyrouq.nn._checks import _SPATIAL, check_layer_input
 
 FactorInit = Literal["normal", "random_sign"]
@@ -384,12 +384,7 @@ class BatchEnsembleNorm(nn.Module):
         if self._member is not None:
             return self.norms[self._member](x)  # type: ignore[no-any-return]
         members = self.num_members
-        if x.dim() == 0 or x.shape[0] % members:
-            raise ValueError(
-                f"BatchEnsembleNorm with {members} members expects a folded batch of M * B "
-                f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
-                f"multiple of {members}. Run it inside a model made by pyrouq.batchensemble()."
-            )
+        check_folded_batch(self, x, members)
         return torch.cat([norm(c) for norm, c in zip(self.norms, x.chunk(members), strict=True)])
 
     def extra_repr(self) -> str:
