@@ -381,6 +381,10 @@ CLI_CASES = {
         ["fit", "mlp", "--method", "bayesian"],
         r"--method applies to a factory \(package.module:factory\); mlp is a built-in model",
     ),
+    "cli: --norms for a model without members": (
+        ["fit", "tests._factories:flat_mlp", "--norms", "per_member"],
+        r"--norms per_member applies to --method batchensemble or rank1 with a factory",
+    ),
     "cli: factory that does not exist": (
         ["fit", "tests._factories:nope"],
         r"'tests._factories' has no attribute 'nope' \(factory 'tests._factories:nope'\)",

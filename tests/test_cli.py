@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _factories
 import pytest
 import torch
 from _processes import run_in_own_group
@@ -15,6 +16,7 @@ from _processes import run_in_own_group
 import pyrouq
 from pyrouq import cli
 from pyrouq.cli import main
+from pyrouq.nn import BatchEnsembleNorm
 
 PLOTS = {
     "reliability.png",
@@ -237,6 +239,21 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
         assert again["acc"] == metrics["acc"]
     else:  # two other posterior draws of a barely trained network
         assert again["acc"] > 0.18 and again["num_samples"] == expected[method]
+
+
+def test_factory_batchensemble_with_per_member_norms(tmp_path, capsys):
+    out = tmp_path / "own"
+    argv = ["fit", "_factories:tiny_residual", "--method", "batchensemble", "--norms"]
+    argv += ["per_member", "--epochs", "1", "--train-size", "512", "--batch-size", "64"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert json.loads((out / "config.json").read_text())["norms"] == "per_member"
+    saved = pyrouq.load(out / "checkpoint.pt", module=_factories.tiny_residual())
+    assert saved.model.options["norms"] == "per_member"
+    assert any(isinstance(m, BatchEnsembleNorm) for m in saved.model.modules())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert main(["evaluate", str(out), "--ood", "none"]) == 0  # rebuilt with its own norms
+    assert json.loads((out / "metrics-evaluate.json").read_text())["acc"] == metrics["acc"]
 
 
 def test_rank1_lenet_fits_with_the_batchensemble_recipe(tmp_path, capsys):

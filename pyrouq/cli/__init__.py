@@ -154,6 +154,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="members M of a BatchEnsemble or rank-1 network",
     )  # fmt: skip
     fit.add_argument(
+        "--norms", choices=("shared", "per_member"), default="shared",
+        help="for --method batchensemble / rank1: the members share the normalisation layers "
+        "(default) or each has a copy",
+    )  # fmt: skip
+    fit.add_argument(
         "--prior-scale", type=_positive_float("--prior-scale"), default=None,
         help="prior sd: of Normal(0, s) weights (default 1.0), of Normal(1, s) rank-1 factors "
         "(default 0.1)",
@@ -323,6 +328,7 @@ def _fit_on_rank(
         "kl_weight": args.kl_weight,
         "num_particles": args.num_particles,
         "members": args.members if ensemble else None,
+        "norms": args.norms if ensemble else None,
         "prior_scale": args.prior_scale if guide is not None else None,
         "num_samples": args.num_samples if guide is not None else None,
         "seed": args.seed,

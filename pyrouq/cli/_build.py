@@ -91,14 +91,21 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         args.num_samples = (
             max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
         )
+    if args.norms != "shared" and method not in ("batchensemble", "rank1"):
+        raise CommandError(
+            f"--norms {args.norms} applies to --method batchensemble or rank1 with a factory "
+            "(the members' copies of its normalisation layers); leave --norms out"
+        )
     if method is not None:
         net = call_factory(args.model)
         if method == "plain":
             return net, None
         if method == "batchensemble":
-            return pyrouq.batchensemble(net, args.members), None
+            return pyrouq.batchensemble(net, args.members, norms=args.norms), None
         if method == "rank1":
-            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale)
+            model = pyrouq.rank1(
+                net, args.members, prior_scale=args.prior_scale, norms=args.norms
+            )
             return model, pyrouq.mean_field_guide(model)
         select = "last_layer" if method == "last-layer" else None
         model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
