@@ -103,9 +103,7 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         if method == "batchensemble":
             return pyrouq.batchensemble(net, args.members, norms=args.norms), None
         if method == "rank1":
-            model = pyrouq.rank1(
-                net, args.members, prior_scale=args.prior_scale, norms=args.norms
-            )
+            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, norms=args.norms)
             return model, pyrouq.mean_field_guide(model)
         select = "last_layer" if method == "last-layer" else None
         model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
