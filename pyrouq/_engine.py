@@ -253,17 +253,18 @@ def _check_outputs(out: Any, net: nn.Module) -> Tensor:
 
 
 def _batch_statistics(net: nn.Module) -> bool:
-    """Whether ``net`` computes statistics over its whole batch (BatchNorm in training mode
-    shared by the members of a BatchEnsemble; per-member copies see their member's rows)."""
-    per_member = {
-        id(m)
-        for norm in net.modules()
-        if getattr(norm, "_is_member_norm", False)
-        for m in norm.modules()
-    }
-    return any(
-        isinstance(m, _BatchNorm) and m.training and id(m) not in per_member for m in net.modules()
-    )
+    """Whether ``net`` computes statistics over its batch (BatchNorm in training mode)."""
+    return any(isinstance(m, _BatchNorm) and m.training for m in net.modules())
+
+
+def _statistics_across_members(module: nn.Module) -> bool:
+    """Whether a BatchEnsemble network has a BatchNorm in training mode that the members share
+    (statistics over the folded batch); per-member copies see only their member's rows."""
+    if getattr(module, "_is_member_norm", False):
+        return False
+    if isinstance(module, _BatchNorm) and module.training:
+        return True
+    return any(_statistics_across_members(child) for child in module.children())
 
 
 class _MemberPass(nn.Module):
@@ -508,39 +509,35 @@ def _single_input_feature(layer: Any) -> bool:
 
 
 def _ensemble_layers(net: nn.Module) -> list[Any]:
-    """The modules that run one member at a time in a member pass (BatchEnsemble layers and
-    per-member normalisation layers)."""
-    return [
-        m
-        for m in net.modules()
-        if getattr(m, "_is_batchensemble", False) or getattr(m, "_is_member_norm", False)
-    ]
+    return [m for m in net.modules() if getattr(m, "_is_batchensemble", False)]
 
 
 def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """Every member of a converted BatchEnsemble on every input: ``(M, B, D)``.
 
-    On accelerators, and whenever BatchNorm computes batch statistics (shared across the
-    members: one folded batch), the input is repeated once per member and the network runs on
-    the folded batch ``(M * B, ...)``. Otherwise, on CPU, the network runs once per member
-    with that member's effective weights: the same function, faster there.
+    On accelerators, and whenever a BatchNorm shared by the members computes batch
+    statistics (over the folded batch), the input is repeated once per member and the network
+    runs on the folded batch ``(M * B, ...)``. Otherwise, on CPU, the network runs once per
+    member with that member's effective weights (and its own norm copies, with
+    ``norms="per_member"``): the same function, faster there.
     """
-    if _cpu(x) and not _batch_statistics(net):
+    if _cpu(x) and not _statistics_across_members(net):
         layers = _ensemble_layers(net)
+        # the modules told which member runs: the layers and any per-member norms
+        told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
         try:
             for layer in layers:
-                if getattr(layer, "_is_batchensemble", False):
-                    layer._member_weights = layer.folded_weights()
+                layer._member_weights = layer.folded_weights()
             outs = []
             for member in range(num_members):
-                for layer in layers:
-                    layer._member = member
+                for module in told:
+                    module._member = member
                 outs.append(_check_outputs(net(x), net))
         finally:
+            for module in told:
+                module._member = None
             for layer in layers:
-                layer._member = None
-                if getattr(layer, "_is_batchensemble", False):
-                    layer._member_weights = None
+                layer._member_weights = None
         return torch.stack(outs)
     folded = x.repeat(num_members, *([1] * (x.dim() - 1)))
     setattr(folded, _REPEATED, num_members)

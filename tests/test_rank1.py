@@ -177,3 +177,21 @@ def test_inference_data_mixes_each_draws_members():
         outputs = model.outputs(x, {s: w[draw] for s, w in weights.items()})
         mixture = torch.softmax(outputs, -1).mean(0)[torch.arange(6), y].log()
         assert torch.allclose(loglik[draw].float(), mixture, atol=1e-5)
+
+
+def test_stacked_draws_with_per_member_batchnorms_in_training():
+    """Per-member BatchNorm copies still compute batch statistics: stacked draws in training
+    run one draw at a time on every schedule (no vmap over in-place running statistics)."""
+    from pyrouq import _engine
+
+    model = rank1(_net(), M, norms="per_member")
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, _ = _batch()
+    draws = {site: torch.stack([guide.sample()[site] for _ in range(3)]) for site in guide.sites}
+    model.train()
+    one_by_one = torch.stack(
+        [model.outputs(x, {s: v[d] for s, v in draws.items()}) for d in range(3)]
+    )
+    for kind in ("cpu", "accelerator"):
+        with _engine.schedule(kind):
+            torch.testing.assert_close(model.outputs(x, draws), one_by_one, rtol=1e-5, atol=1e-6)
