@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import weakref
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pyro.nn import PyroModule
@@ -37,36 +38,44 @@ def _check_norms(norms: object) -> None:
         )
 
 
-def _copy_norms(net: nn.Module, num_members: int) -> None:
-    """Replace every normalisation layer of ``net`` (nested) by per-member copies."""
+def _replace_children(
+    net: nn.Module, replacement: Callable[[nn.Module], nn.Module | None], keep_inside: type
+) -> int:
+    """Put ``replacement(child)`` in place of every child module of ``net`` (nested) for which
+    it is not None, leaving the insides of ``keep_inside`` modules alone; the number replaced."""
+    count = 0
     for module in list(net.modules()):
-        if isinstance(module, BatchEnsembleNorm):
+        if isinstance(module, keep_inside):
             continue
         for name, child in list(module.named_children()):
-            if isinstance(child, NORM_LAYERS):
-                setattr(module, name, BatchEnsembleNorm(child, num_members))
+            new = replacement(child)
+            if new is not None:
+                setattr(module, name, new)
+                count += 1
+    return count
 
 
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
     """Replace every Linear / Conv{1,2,3}d of ``net`` (nested) by its BatchEnsemble version;
     the number replaced. Attention modules keep theirs (they read their weights directly)."""
-    count = 0
-    for module in list(net.modules()):
-        if isinstance(module, nn.MultiheadAttention):
-            continue
-        for name, child in list(module.named_children()):
-            layer_type = next((t for t in BATCHENSEMBLE_LAYERS if isinstance(child, t)), None)
-            if layer_type is None or getattr(child, "_is_batchensemble", False):
-                continue
-            setattr(
-                module,
-                name,
-                BATCHENSEMBLE_LAYERS[layer_type].from_module(  # type: ignore[attr-defined]
-                    child, num_members, **options
-                ),
-            )
-            count += 1
-    return count
+
+    def counterpart(child: nn.Module) -> nn.Module | None:
+        layer_type = next((t for t in BATCHENSEMBLE_LAYERS if isinstance(child, t)), None)
+        if layer_type is None or getattr(child, "_is_batchensemble", False):
+            return None
+        ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
+        return ensemble_type.from_module(child, num_members, **options)  # type: ignore[no-any-return]
+
+    return _replace_children(net, counterpart, nn.MultiheadAttention)
+
+
+def _copy_norms(net: nn.Module, num_members: int) -> None:
+    """Replace every normalisation layer of ``net`` (nested) by per-member copies."""
+
+    def copies(child: nn.Module) -> nn.Module | None:
+        return BatchEnsembleNorm(child, num_members) if isinstance(child, NORM_LAYERS) else None
+
+    _replace_children(net, copies, BatchEnsembleNorm)
 
 
 class BatchEnsembleNetwork(PyroModule):
