@@ -74,8 +74,15 @@ def method_of(args: argparse.Namespace) -> str | None:
                 f"--method applies to a factory (package.module:factory); {args.model} is a "
                 "built-in model. Leave --method out"
             )
-        return None
-    return args.method or "bayesian"
+        method = None
+    else:
+        method = args.method or "bayesian"
+    if args.norms != "shared" and method not in ("batchensemble", "rank1"):
+        raise CommandError(
+            f"--norms {args.norms} applies to --method batchensemble or rank1 with a factory "
+            "(the members' copies of its normalisation layers); leave --norms out"
+        )
+    return method
 
 
 def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
@@ -90,11 +97,6 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     if args.num_samples is None:  # rank-1: each draw runs every member
         args.num_samples = (
             max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
-        )
-    if args.norms != "shared" and method not in ("batchensemble", "rank1"):
-        raise CommandError(
-            f"--norms {args.norms} applies to --method batchensemble or rank1 with a factory "
-            "(the members' copies of its normalisation layers); leave --norms out"
         )
     if method is not None:
         net = call_factory(args.model)
