@@ -5,8 +5,11 @@ Workloads (pyrouq.ResidualCNN, 9 convolutions with BatchNorm, MNIST images, batc
 * plain epoch (cross-entropy, torch optimizer) - the baseline;
 * ``bayesian(net)`` epoch through ``pyrouq.fit`` (1 particle, the defaults);
 * ``batchensemble(net, 4)`` epoch through ``pyrouq.fit``, with the BatchNorms shared by the
-  members (the default) and with a copy per member (``norms="per_member"``), and with the
-  engine's shared one-channel stem switched off (its A/B);
+  members (the default) and with a copy per member (``norms="per_member"``), with the
+  engine's shared one-channel stem switched off and with its channels-last layout switched
+  off (their A/Bs);
+* the plain epoch again with the network and its inputs made channels-last by hand: what the
+  layout alone gives plain PyTorch (the engine's CPU fast path, done by the user);
 * bayesian-torch's ``dnn_to_bnn`` on the same net (its loss: mean cross-entropy + KL / B),
   when importable (``make bench`` installs it into the venv for the benchmark only);
 * ``predict`` with S = 16 draws vs 16 plain forward passes of the network in eval mode.
@@ -15,6 +18,7 @@ Workloads (pyrouq.ResidualCNN, 9 convolutions with BatchNorm, MNIST images, batc
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -80,6 +84,37 @@ def stem_per_member(ensemble, train) -> None:
         _engine._single_input_feature = keep
 
 
+def default_layout(epoch: Callable[[], None]) -> Callable[[], None]:
+    """``epoch`` with the engine's channels-last layout off (its A/B): every network then runs
+    in PyTorch's default (NCHW) layout."""
+
+    def run() -> None:
+        keep = _engine.CHANNELS_LAST_MIN_CHANNELS
+        _engine.CHANNELS_LAST_MIN_CHANNELS = 10**9
+        try:
+            epoch()
+        finally:
+            _engine.CHANNELS_LAST_MIN_CHANNELS = keep
+
+    return run
+
+
+def plain_channels_last_epoch(train) -> Callable[[], None]:
+    """The plain epoch with the network and every batch channels-last, by hand."""
+    net = ResidualCNN().to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def epoch() -> None:
+        net.train()
+        for x, y in train:
+            optimizer.zero_grad()
+            out = net(x.contiguous(memory_format=torch.channels_last))
+            F.cross_entropy(out, y).backward()
+            optimizer.step()
+
+    return epoch
+
+
 def main() -> None:
     torch.manual_seed(0)
     train, test = load_mnist(batch_size=BATCH, seed=0, train_size=TRAIN_SIZE)
@@ -96,6 +131,10 @@ def main() -> None:
             own_norms, None, train, epochs=1, progress=False
         ),
         "batchensemble(net, 4), stem per member": lambda: stem_per_member(ensemble, train),
+        "batchensemble(net, 4), default layout": default_layout(
+            lambda: fit(ensemble, None, train, epochs=1, progress=False)
+        ),
+        "plain ResidualCNN, channels-last by hand": plain_channels_last_epoch(train),
     }
     peer = bayesian_torch_epoch(train)
     if peer is not None:
@@ -122,6 +161,16 @@ def main() -> None:
             for start in range(0, x.shape[0], 1024):
                 net(x[start : start + 1024]).softmax(-1)
 
+    net_cl = ResidualCNN().to(memory_format=torch.channels_last).eval()
+    net_cl.load_state_dict(net.state_dict())
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+
+    @torch.no_grad()
+    def plain_passes_channels_last() -> None:
+        for _ in range(DRAWS):
+            for start in range(0, x.shape[0], 1024):
+                net_cl(x_cl[start : start + 1024]).softmax(-1)
+
     def ours() -> None:
         predict(model, x, guide, num_samples=DRAWS)
 
@@ -129,7 +178,13 @@ def main() -> None:
         predict(ensemble, x)
 
     predict_times = rounds(
-        {"plain": plain_passes, "predict": ours, "ensemble": ours_ensemble}, reps=REPS
+        {
+            "plain": plain_passes,
+            "plain channels-last": plain_passes_channels_last,
+            "predict": ours,
+            "ensemble": ours_ensemble,
+        },
+        reps=REPS,
     )
     predict_ratios = ratio_to(predict_times, "plain")
     rows.append(
@@ -137,6 +192,13 @@ def main() -> None:
             "workload": f"predict(bayesian(net)), S = {DRAWS}, vs {DRAWS} plain passes",
             "seconds": round(statistics.median(predict_times["predict"]), 3),
             "ratio_vs_plain": round(predict_ratios["predict"], 2),
+        }
+    )
+    rows.append(
+        {
+            "workload": f"{DRAWS} plain passes, channels-last by hand",
+            "seconds": round(statistics.median(predict_times["plain channels-last"]), 3),
+            "ratio_vs_plain": round(predict_ratios["plain channels-last"], 2),
         }
     )
     rows.append(

@@ -315,6 +315,48 @@ def test_cpu_and_accelerator_schedules_are_the_same_function(make_net, norms):
             torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-3, atol=1e-4)
 
 
+class _Downsample(nn.Module):
+    """16 channels wide, with a strided 1x1 convolution on 4 channels: the kind of convolution
+    whose channels-last weight gradient torch 2.14's CPU kernel gets wrong (or hangs on) when
+    called directly, so the engine keeps such networks in the default layout."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 4, 3, padding=1)
+        self.down = nn.Conv2d(4, 16, 1, stride=2)
+        self.wide = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.wide(torch.relu(self.down(torch.relu(self.stem(x)))))
+        return self.fc(h.mean((-2, -1)))
+
+
+@pytest.mark.parametrize(
+    ("make_net", "norms"),
+    [(ResidualCNN, "shared"), (ResidualCNN, "per_member"), (_Downsample, "shared")],
+)
+def test_float32_training_matches_float64(make_net, norms):
+    """Whatever memory layout the engine picks on CPU (channels-last for wide convolutions),
+    a float32 train step's logits and gradients are float64's up to float32 rounding."""
+    torch.manual_seed(0)
+    ensemble = batchensemble(make_net(), 2, init="random_sign", norms=norms)
+    x = torch.randn(6, 1, 28, 28)
+    grads = []
+    for dtype in (torch.float64, torch.float32):
+        net = copy.deepcopy(ensemble).to(dtype).train()
+        out = net(x.to(dtype))
+        (out * torch.arange(out.numel()).reshape(out.shape).sin()).sum().backward()
+        grads.append(
+            (out.detach().double(), {n: p.grad.double() for n, p in net.named_parameters()})
+        )
+    (want, want_grads), (got, got_grads) = grads
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for name, grad in want_grads.items():
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(got_grads[name], grad, rtol=0, atol=1e-4 * max(scale, 1.0))
+
+
 def test_conv_layer_on_a_folded_batch():
     layer = BatchEnsembleConv2d(3, 4, 3, 2, padding=1)
     x = torch.randn(2 * 5, 3, 8, 8)
