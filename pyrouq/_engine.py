@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.conv import _ConvNd
 
 from pyrouq._util import check_folded_batch
 
@@ -258,10 +259,12 @@ def _channels_last_pays(net: nn.Module) -> bool:
     every other kind agreed to 1e-4)."""
     widest = 0
     for m in net.modules():
-        if not (
-            isinstance(m, nn.Conv2d)
-            or (getattr(m, "_is_batchensemble", False) and m.weight.dim() == 4)
+        ensemble = getattr(m, "_is_batchensemble", False)
+        if (isinstance(m, _ConvNd) and type(m) is not nn.Conv2d) or (
+            ensemble and m.weight.dim() not in (2, 4)
         ):
+            return False  # transposed, 1-d and 3-d convolutions: not measured, left as they are
+        if not (isinstance(m, nn.Conv2d) or (ensemble and m.weight.dim() == 4)):
             continue
         reads = int(m.weight.shape[1]) * int(m.groups)
         one_by_one = tuple(m.weight.shape[-2:]) == (1, 1)

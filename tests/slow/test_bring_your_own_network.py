@@ -57,6 +57,10 @@ def test_residual_cnn_plain_bayesian_batchensemble(shared_data):
         shown = ", ".join(f"{k}={v:.4f}" for k, v in results[name].items())
         print(f"\n[ResidualCNN on Fashion-MNIST, {name}, {EPOCHS} epochs] {shown}")
     plain = results["plain"]
+    # Measured (seed 0) with the engine's channels-last layout on CPU: bayesian ECE 1.04 %
+    # (> 1 %) and batchensemble NLL 0.2490 (plain 0.2489), so this test fails there by those
+    # margins; in the default layout the same recipe gave 0.86 % and 0.2429 (an open item:
+    # the criteria sit within the seed-to-seed spread).
     for name in ("bayesian", "batchensemble"):
         r = results[name]
         assert r["acc"] >= plain["acc"] - 0.01, name
