@@ -259,17 +259,21 @@ def _channels_last_pays(net: nn.Module) -> bool:
     every other kind agreed to 1e-4)."""
     widest = 0
     for m in net.modules():
+        weight = getattr(m, "weight", None)
+        if not isinstance(weight, Tensor):
+            continue
         ensemble = getattr(m, "_is_batchensemble", False)
         if (isinstance(m, _ConvNd) and type(m) is not nn.Conv2d) or (
-            ensemble and m.weight.dim() not in (2, 4)
+            ensemble and weight.dim() not in (2, 4)
         ):
             return False  # transposed, 1-d and 3-d convolutions: not measured, left as they are
-        if not (isinstance(m, nn.Conv2d) or (ensemble and m.weight.dim() == 4)):
+        if not (isinstance(m, nn.Conv2d) or (ensemble and weight.dim() == 4)):
             continue
-        reads = int(m.weight.shape[1]) * int(m.groups)
-        one_by_one = tuple(m.weight.shape[-2:]) == (1, 1)
-        strided = any(int(step) != 1 for step in _pair(m.stride))
-        if one_by_one and strided and int(m.weight.shape[1]) < 8:
+        conv: Any = m
+        reads = int(weight.shape[1]) * int(conv.groups)
+        one_by_one = tuple(weight.shape[-2:]) == (1, 1)
+        strided = any(int(step) != 1 for step in _pair(conv.stride))
+        if one_by_one and strided and int(weight.shape[1]) < 8:
             return False
         widest = max(widest, reads)
     return widest >= CHANNELS_LAST_MIN_CHANNELS
