@@ -229,6 +229,7 @@ def mcmc(
 def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     """The chains' jobs in ``workers`` new (spawned) processes. A process that dies (killed
     for memory, a crash in a native library) is a clear error, never a wait without end."""
+    before = {child.pid for child in multiprocessing.active_children()}
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
         return list(pool.map(_chain_job, jobs))
@@ -240,8 +241,13 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
         ) from None
     except BaseException:
         # interrupted (Ctrl-C, a kernel interrupt in Jupyter): stop the chains now rather than
-        # wait for them, as multiprocessing.Pool's exit did (the executor keeps its processes
-        # in a private dict; nothing public terminates them)
+        # wait for them, as multiprocessing.Pool's exit did. Every child started since the
+        # pool was made, not only those in the executor's private dict: an interrupt while
+        # the executor starts a process leaves that one out of the dict, and the shutdown
+        # below would then wait for it without end
+        for child in multiprocessing.active_children():
+            if child.pid not in before:
+                child.terminate()
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
         raise
