@@ -34,6 +34,7 @@ from pyrouq import (
     mean_field_guide,
     predict,
 )
+from pyrouq._engine import _cpu_paths
 
 REPS = 3
 BATCH = 256
@@ -89,12 +90,12 @@ def default_layout(epoch: Callable[[], None]) -> Callable[[], None]:
     in PyTorch's default (NCHW) layout."""
 
     def run() -> None:
-        keep = _engine.CHANNELS_LAST_MIN_CHANNELS
-        _engine.CHANNELS_LAST_MIN_CHANNELS = 10**9
+        keep = _cpu_paths.CHANNELS_LAST_MIN_CHANNELS
+        _cpu_paths.CHANNELS_LAST_MIN_CHANNELS = 10**9
         try:
             epoch()
         finally:
-            _engine.CHANNELS_LAST_MIN_CHANNELS = keep
+            _cpu_paths.CHANNELS_LAST_MIN_CHANNELS = keep
 
     return run
 

@@ -5,7 +5,8 @@ Everything that evaluates a converted network goes through here: the models' ``f
 with :func:`torch.func.functional_call`, so any ``nn.Module`` runs unchanged, whatever its
 nesting, residual connections or normalisation layers.
 
-Every device-specific fast path of pyrouq lives in this module, each kept while
+Every device-specific fast path of pyrouq lives in this package (the CPU kernels, the
+memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), each kept while
 ``benchmarks/`` shows that it pays:
 
 * S weight draws run as S passes on CPU (oneDNN runs the batched alternatives slower) and as
@@ -33,12 +34,7 @@ Shape convention: S draws or members, B inputs, D outputs.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import ctypes
-import functools
 import math
-import os
-import platform
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -47,269 +43,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.conv import _ConvNd
 
+from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, channels_last, nhwc
+from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
+from pyrouq._engine._cpu_paths import prepare as prepare
+from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
+from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._util import check_folded_batch
-
-CPU_CHUNK = 512
-"""Inputs per pass when a network runs without gradients on CPU (larger batches are split:
-oneDNN's convolutions run 2-4x slower per image above ~512 on CPU)."""
-
-_forced: str | None = None
-
-CHANNELS_LAST_MIN_CHANNELS = 16
-"""On CPU, a network whose widest 2-d convolution reads at least this many channels runs
-channels-last (:func:`channels_last`); LeNet's narrow convolutions (1 and 6 channels) run
-faster as they are."""
-
-_channels_last_active: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "pyrouq_channels_last", default=False
-)
-
-
-@contextlib.contextmanager
-def schedule(kind: str) -> Iterator[None]:
-    """Run the ``"cpu"`` or the ``"accelerator"`` schedules whatever the device (the tests
-    check that both compute the same function; nothing else should need it)."""
-    global _forced
-    if kind not in ("cpu", "accelerator"):
-        raise ValueError(f"Unknown schedule {kind!r}: expected 'cpu' or 'accelerator'.")
-    previous, _forced = _forced, kind
-    try:
-        yield
-    finally:
-        _forced = previous
-
-
-# glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024  # glibc's defaults
-_reusing = 0
-
-
-@functools.cache
-def _glibc() -> Any:
-    """The C library when it is glibc (looked up once: ``libc_ver`` reads the interpreter's
-    binary), else None."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-    except OSError:  # pragma: no cover - no C library handle
-        return None
-
-
-@contextlib.contextmanager
-def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
-    """While inside, glibc keeps freed memory for reuse: no ``mmap`` for large blocks, no
-    trimming of the heap; on exit the defaults come back and the free memory is returned to
-    the system (``malloc_trim``). Large tensors then stop paying page faults at every step
-    (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN on CPU, see
-    ``benchmarks/results.md``). Only on CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` in the
-    environment turns it off."""
-    global _reusing
-    libc = _glibc()
-    off = os.environ.get("PYROUQ_REUSE_MEMORY", "1") == "0"
-    if libc is None or off or (device is not None and device.type != "cpu"):
-        yield
-        return
-    if _reusing == 0:
-        libc.mallopt(_M_MMAP_MAX, 0)
-        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
-    _reusing += 1
-    try:
-        yield
-    finally:
-        _reusing -= 1
-        if _reusing == 0:
-            libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
-            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
-            libc.malloc_trim(0)
-
-
-def _cpu(x: Tensor) -> bool:
-    """Whether the CPU schedules apply to a computation on ``x``."""
-    return _forced == "cpu" if _forced is not None else x.device.type == "cpu"
-
-
-# --------------------------------------------------------------------------------------------
-# Preparing a network (exact rewrites, done once at conversion)
-# --------------------------------------------------------------------------------------------
-
-
-def _max_pool_2x2(x: Tensor) -> Tensor:
-    """``F.max_pool2d(x, 2)``'s values (no gradient bookkeeping), by two strided maxima."""
-    h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
-    x = x[..., :h, :w]
-    rows = torch.maximum(x[..., 0::2, :], x[..., 1::2, :])
-    return torch.maximum(rows[..., 0::2], rows[..., 1::2])
-
-
-class _MaxPool2x2Function(torch.autograd.Function):
-    """2x2 max-pooling of a 4-d CPU tensor: strided maxima forward, PyTorch's own backward.
-
-    The forward compares the four strided corners of the windows (``a b / c d``), returns
-    ``F.max_pool2d(x, 2)``'s values and derives the flat index of each window's first
-    maximum in row-major order (a later element wins only when strictly greater) for
-    ``max_pool2d_with_indices_backward``: the gradient is ``F.max_pool2d``'s, ties included.
-    Boolean arithmetic instead of ``torch.where`` keeps the index cheap: the forward takes
-    about half the time of ``F.max_pool2d``'s on CPU.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tensor:  # type: ignore[override]
-        h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
-        a, b = x[..., 0:h:2, 0:w:2], x[..., 0:h:2, 1:w:2]
-        c, d = x[..., 1:h:2, 0:w:2], x[..., 1:h:2, 1:w:2]
-        top, bottom = torch.maximum(a, b), torch.maximum(c, d)
-        out = torch.maximum(top, bottom)
-        second_row = bottom > top
-        right_top, right_bottom = b > a, d > c
-        # the winning row's column choice: right_top, or right_bottom where second_row
-        second_col = right_top ^ (second_row & (right_top ^ right_bottom))
-        width = x.shape[-1]
-        corner = torch.arange(0, h, 2, device=x.device).unsqueeze(-1) * width + torch.arange(
-            0, w, 2, device=x.device
-        )  # flat index of each window's top-left element
-        index = torch.add(corner, second_row, alpha=width).add_(second_col)
-        ctx.save_for_backward(x, index)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
-        x, index = ctx.saved_tensors
-        return torch.ops.aten.max_pool2d_with_indices_backward(
-            grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, index
-        )
-
-
-class MaxPool2x2(nn.MaxPool2d):
-    """``nn.MaxPool2d(2)`` with faster CPU paths (what :func:`prepare` puts in its place).
-
-    Without gradients it takes the maximum of row pairs, then of column pairs (two strided
-    ``torch.maximum`` calls): the same values as ``F.max_pool2d(x, 2)`` (odd trailing rows
-    and columns dropped likewise), about 10x faster on CPU for LeNet's first activation.
-    With gradients, on a 4-d CPU input, it does the same and derives the maxima's indices
-    from the comparisons for PyTorch's max-pooling backward: the values and gradients of
-    ``F.max_pool2d``, forward and backward in about half its time on LeNet's activations.
-    Elsewhere it is ``F.max_pool2d``.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(2)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if torch.is_grad_enabled() and x.requires_grad:
-            if x.device.type == "cpu" and x.dim() == 4:
-                return _MaxPool2x2Function.apply(x)  # type: ignore[no-any-return]
-            return F.max_pool2d(x, 2)
-        return _max_pool_2x2(x)
-
-
-def _is_plain_2x2_pool(layer: nn.Module) -> bool:
-    if type(layer) is not nn.MaxPool2d:
-        return False
-    pairs = (layer.kernel_size, layer.stride, layer.padding, layer.dilation)
-    as_pairs = [p if isinstance(p, tuple) else (p, p) for p in pairs]
-    return (
-        as_pairs == [(2, 2), (2, 2), (0, 0), (1, 1)]
-        and not layer.ceil_mode
-        and not layer.return_indices
-    )
-
-
-def _runs_children_in_order(module: nn.Module) -> bool:
-    """An ``nn.Sequential`` whose forward is Sequential's (or declares that it runs its
-    children in order, as pyrouq's ``MLP`` and ``LeNet`` do after checking the input)."""
-    cls = type(module)
-    return isinstance(module, nn.Sequential) and (
-        cls.forward is nn.Sequential.forward or getattr(cls, "_runs_children_in_order", False)
-    )
-
-
-def prepare(net: nn.Module) -> nn.Module:
-    """Rewrite ``net`` in place into the same function with faster CPU paths; returns it.
-
-    Every ``nn.MaxPool2d(2)`` becomes a :class:`MaxPool2x2` (a subclass, same values and
-    gradients), and inside an ``nn.Sequential`` that runs its children in order a ReLU directly
-    followed by a 2x2 max-pooling swaps places with it (max-pooling commutes with the monotone
-    ReLU, which then runs on a quarter of the values). Parameters and buffers are untouched.
-    """
-    for module in list(net.modules()):
-        for name, child in list(module.named_children()):
-            if _is_plain_2x2_pool(child):
-                setattr(module, name, MaxPool2x2())
-        if _runs_children_in_order(module):
-            items = list(module._modules.items())
-            for i in range(len(items) - 1):
-                (name_a, a), (name_b, b) = items[i], items[i + 1]
-                if type(a) is nn.ReLU and isinstance(b, MaxPool2x2):
-                    items[i], items[i + 1] = (name_b, b), (name_a, a)
-            module._modules.clear()
-            module._modules.update(items)
-    return net
-
-
-def _channels_last_pays(net: nn.Module) -> bool:
-    """Whether ``net``'s 2-d convolutions are wide enough for channels-last to pay on CPU, and
-    none is of the kind whose channels-last weight gradient torch 2.14's CPU kernels get wrong:
-    a strided 1x1 convolution reading fewer than 8 channels (e.g. 4 channels, stride 2:
-    20-130 % off in float32, found by comparing with float64 over 600 random convolutions;
-    every other kind agreed to 1e-4)."""
-    widest = 0
-    for m in net.modules():
-        weight = getattr(m, "weight", None)
-        if not isinstance(weight, Tensor):
-            continue
-        ensemble = getattr(m, "_is_batchensemble", False)
-        if (isinstance(m, _ConvNd) and type(m) is not nn.Conv2d) or (
-            ensemble and weight.dim() not in (2, 4)
-        ):
-            return False  # transposed, 1-d and 3-d convolutions: not measured, left as they are
-        if not (isinstance(m, nn.Conv2d) or (ensemble and weight.dim() == 4)):
-            continue
-        conv: Any = m
-        reads = int(weight.shape[1]) * int(conv.groups)
-        one_by_one = tuple(weight.shape[-2:]) == (1, 1)
-        strided = any(int(step) != 1 for step in _pair(conv.stride))
-        if one_by_one and strided and int(weight.shape[1]) < 8:
-            return False
-        widest = max(widest, reads)
-    return widest >= CHANNELS_LAST_MIN_CHANNELS
-
-
-def _pair(value: Any) -> tuple[Any, ...]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-
-
-@contextlib.contextmanager
-def channels_last(net: nn.Module, x: Tensor) -> Iterator[Tensor]:
-    """``x`` laid out channels-last while ``net`` runs on it, when that pays: on CPU, for a 4-d
-    floating input of a network whose widest 2-d convolution reads at least
-    :data:`CHANNELS_LAST_MIN_CHANNELS` channels (and none that :func:`_channels_last_pays`
-    rules out). Within the block, :func:`nhwc` gives the 4-d weights the same layout, so
-    oneDNN keeps every activation channels-last: a ResidualCNN train step about 1.4x faster,
-    more on a folded BatchEnsemble batch. The values are the same function's, up to float
-    rounding. Otherwise ``x`` is returned unchanged."""
-    if _channels_last_active.get() or not (
-        _cpu(x) and x.dim() == 4 and x.is_floating_point() and _channels_last_pays(net)
-    ):
-        yield x
-        return
-    token = _channels_last_active.set(True)
-    try:
-        yield x.contiguous(memory_format=torch.channels_last)
-    finally:
-        _channels_last_active.reset(token)
-
-
-def nhwc(t: Tensor) -> Tensor:
-    """A 4-d tensor in the channels-last layout inside :func:`channels_last`; else ``t``."""
-    if t.dim() == 4 and _channels_last_active.get():
-        return t.contiguous(memory_format=torch.channels_last)
-    return t
-
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
