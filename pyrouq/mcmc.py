@@ -242,14 +242,11 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     except BaseException:
         # interrupted (Ctrl-C, a kernel interrupt in Jupyter): stop the chains now rather than
         # wait for them, as multiprocessing.Pool's exit did. Every child started since the
-        # pool was made, not only those in the executor's private dict: an interrupt while
-        # the executor starts a process leaves that one out of the dict, and the shutdown
-        # below would then wait for it without end
+        # pool was made: the executor's own processes, and one it was starting when the
+        # interrupt came (not yet in its books, which the shutdown below would wait for)
         for child in multiprocessing.active_children():
             if child.pid not in before:
                 child.terminate()
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.terminate()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
