@@ -379,6 +379,41 @@ def test_fit_same_seed_same_history():
         assert torch.equal(a, b)
 
 
+def _fitted(optim, tmp_path=None, **kwargs):
+    x, y = toy_data(80)
+    torch.manual_seed(0)
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    fit(model, guide, ListLoader(x, y, 20), epochs=3, lr=0.03, optim=optim, progress=False,
+        seed=1, **kwargs)  # fmt: skip
+    return model, guide
+
+
+def test_default_adam_is_torch_adam_to_the_bit():
+    # fit's default optimizer is pyrouq's own Adam (no torch._dynamo import); the schedule
+    # changes the learning rate at every step, so its param_groups are exercised too
+    _, ours = _fitted(None)
+    _, theirs = _fitted(lambda params: torch.optim.Adam(params, lr=0.03))
+    for name in ours.sites:
+        assert torch.equal(ours.site_loc(name), theirs.site_loc(name)), name
+        assert torch.equal(ours.site_scale(name), theirs.site_scale(name)), name
+
+
+def test_default_adam_state_loads_into_torch_adam_and_back(tmp_path):
+    from pyrouq.checkpoint import load
+
+    path = tmp_path / "run.pt"
+    model, guide = _fitted(None, checkpoint=path)
+    saved = load(path).optimizer_state
+    params = list(model.parameters()) + list(guide.parameters())  # fit's order
+    torch_adam = torch.optim.Adam(params, lr=0.03)
+    torch_adam.load_state_dict(saved)  # torch's layout: positions, the group's switches
+    assert torch_adam.state_dict()["param_groups"] == saved["param_groups"]
+    for position, state in saved["state"].items():
+        assert float(state["step"]) == 12.0  # 3 epochs of 4 batches
+        assert torch.equal(torch_adam.state[params[position]]["exp_avg"], state["exp_avg"])
+
+
 def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
     x, y = toy_data(40)
     x_bad = x.clone()

@@ -127,7 +127,7 @@ def save(
     model: nn.Module,
     guide: nn.Module | None = None,
     *,
-    optimizer: torch.optim.Optimizer | dict[str, Any] | None = None,
+    optimizer: Any = None,
     metadata: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
 ) -> Path:
@@ -143,7 +143,7 @@ def save(
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
         ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``).
     guide : MeanFieldGuide, optional
-    optimizer : torch.optim.Optimizer or its state_dict, optional
+    optimizer : optimizer or its state_dict, optional
     metadata : dict, optional
         JSON-serialisable values (metrics, the command line, ...).
     training : dict, optional
@@ -194,7 +194,7 @@ def save(
             f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
             f"got {err}. Convert tensors with .tolist() or float()."
         ) from None
-    if isinstance(optimizer, torch.optim.Optimizer):
+    if callable(getattr(optimizer, "state_dict", None)):  # torch.optim or pyrouq's Adam
         optimizer = optimizer.state_dict()
     payload = {
         "format": FORMAT,

@@ -17,6 +17,7 @@ from pyro import poutine
 from torch import nn
 
 from pyrouq._util import bad_rows, has_latent_sites, model_input, module_device
+from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
@@ -296,9 +297,7 @@ def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:
     return int(size(out)) if callable(size) else int(out.shape[-1])
 
 
-def build_optimizer(
-    model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: float
-) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: float) -> Any:
     params: list[torch.Tensor] = list(model.parameters())
     if isinstance(guide, nn.Module):
         params += list(guide.parameters())
@@ -312,7 +311,7 @@ def build_optimizer(
         raise ValueError(
             f"Nothing to train: {type(model).__name__} and the guide have no parameters."
         )
-    return optim(unique) if optim is not None else torch.optim.Adam(unique, lr=lr)
+    return optim(unique) if optim is not None else Adam(unique, lr=lr)
 
 
 @torch.no_grad()

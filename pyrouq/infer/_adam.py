@@ -1,0 +1,154 @@
+"""The default optimizer of :func:`pyrouq.fit`: Adam, the update of ``torch.optim.Adam`` (no
+weight decay, no AMSGrad) with the same numbers, in a class that does not derive from
+``torch.optim.Optimizer``.
+
+Why not ``torch.optim.Adam`` itself: in torch 2.x every ``torch.optim.Optimizer`` imports
+``torch._dynamo`` when it is built (``add_param_group`` is wrapped by ``torch._disable_dynamo``),
+which costs about 1.9 s on the 2-core CPU machine of ``benchmarks/``, once per process: a tenth
+of ``make demo``. Nothing else ``fit()`` and ``predict()`` do needs it. The state dict has
+``torch.optim.Adam``'s layout, so a checkpoint written by either loads into the other, and a
+user who wants torch's optimizers passes ``optim=`` to :func:`pyrouq.fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+class Adam:
+    """Adam (Kingma & Ba 2015) on a list of tensors, step for step ``torch.optim.Adam``.
+
+    ``m = lerp(m, g, 1 - beta1)``, ``v = beta2 v + (1 - beta2) g^2``, and
+    ``p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``, in the order of
+    operations of torch's implementation, so the parameters agree to the bit on CPU.
+
+    Parameters
+    ----------
+    params : iterable of Tensor
+        The tensors to optimise (one parameter group).
+    lr : float, default 1e-3
+    betas : (float, float), default (0.9, 0.999)
+    eps : float, default 1e-8
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        params = list(params)
+        if not params:
+            raise ValueError("Adam got an empty parameter list; pass the tensors to optimise.")
+        self.defaults: dict[str, Any] = {"lr": lr, "betas": tuple(betas), "eps": eps}
+        self.param_groups: list[dict[str, Any]] = [{"params": params, **self.defaults}]
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_().zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state.get(p)
+                if state is None:
+                    state = self.state[p] = {
+                        "step": torch.zeros(()),
+                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    }
+                params.append(p)
+                grads.append(p.grad)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+                steps.append(state["step"])
+            if not params:
+                continue
+            torch._foreach_add_(steps, 1)
+            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+            counts = [float(t) for t in steps]  # CPU scalars: no device sync
+            step_sizes = [-(lr / (1 - beta1**t)) for t in counts]
+            denom = torch._foreach_sqrt(exp_avg_sqs)
+            torch._foreach_div_(denom, [(1 - beta2**t) ** 0.5 for t in counts])
+            torch._foreach_add_(denom, eps)
+            torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim.Adam``'s layout: per-parameter state keyed by position, and the
+        groups with ``params`` as positions."""
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed.update(_TORCH_FLAGS)
+            packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
+            groups.append(packed)
+        state = {
+            index[id(p)]: dict(s)
+            for group in self.param_groups
+            for p in group["params"]
+            if (s := self.state.get(p)) is not None
+        }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` (or ``torch.optim.Adam.state_dict``) returned for
+        parameters of the same shapes, in the same order."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+            len(saved["params"]) != len(group["params"])
+            for saved, group in zip(groups, self.param_groups, strict=True)
+        ):
+            raise ValueError(
+                "The optimizer state holds other parameter groups than this optimizer's "
+                f"({[len(g['params']) for g in groups]} parameters per group, expected "
+                f"{[len(g['params']) for g in self.param_groups]}); resume with the model and "
+                "guide the state was saved with."
+            )
+        saved_state = state_dict["state"]
+        self.state = {}
+        for saved, group in zip(groups, self.param_groups, strict=True):
+            for key in ("lr", "betas", "eps"):
+                if key in saved:
+                    group[key] = tuple(saved[key]) if key == "betas" else saved[key]
+            for position, p in zip(saved["params"], group["params"], strict=True):
+                s = saved_state.get(position)
+                if s is None:
+                    continue
+                self.state[p] = {
+                    "step": torch.tensor(float(s["step"])),
+                    "exp_avg": s["exp_avg"].to(p.device, p.dtype).clone(),
+                    "exp_avg_sq": s["exp_avg_sq"].to(p.device, p.dtype).clone(),
+                }
+
+
+#: The switches ``torch.optim.Adam`` records in each group, at the values this Adam implements,
+#: so that its state dict loads into torch's optimizer too.
+_TORCH_FLAGS: dict[str, Any] = {
+    "weight_decay": 0,
+    "amsgrad": False,
+    "maximize": False,
+    "foreach": None,
+    "capturable": False,
+    "differentiable": False,
+    "fused": None,
+    "decoupled_weight_decay": False,
+}
