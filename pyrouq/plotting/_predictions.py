@@ -186,7 +186,12 @@ def plot_image_grid(
     spread = top.std(0, correction=0)
 
     plt = _pyplot()
-    fig, axes = plt.subplots(rows, cols, figsize=(1.4 * cols, 1.75 * rows + 0.5), squeeze=False)
+    height = 1.75 * rows + 0.5  # inches; every cell 1.4 x 1.75 whatever the grid size, so
+    # fixed margins fit the two-line titles (tight_layout measured 0.3-0.7 s for 32 axes)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.4 * cols, height), squeeze=False)
+    fig.subplots_adjust(
+        left=0.01, right=0.99, bottom=0.01, top=1 - 0.75 / height, wspace=0.1, hspace=0.45
+    )
     for cell, ax in enumerate(axes.flat):
         ax.set_axis_off()
         if cell >= len(shown):
@@ -204,5 +209,4 @@ def plot_image_grid(
         f"Ground truth, prediction and std of the top-class probability over S = {s} draws",
         fontsize=10,
     )
-    fig.tight_layout()
     return fig
