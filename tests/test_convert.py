@@ -142,6 +142,44 @@ def test_batchensemble_of_resnet18(resnet):
     assert preds.probs.shape == (4, 3, 10)
 
 
+class Encoder(nn.Module):
+    """Tokens (B, T, 6) -> a 2-layer transformer encoder -> mean over tokens -> 4 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(6, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+def test_batchensemble_and_rank1_of_a_transformer_encoder():
+    # in eval mode without gradients, torch's fused encoder layer reads its linear layers'
+    # weights as tensors; the members must still run through the BatchEnsemble layers
+    torch.manual_seed(0)
+    net = Encoder().eval()
+    x = torch.randn(3, 5, 6)
+    with torch.no_grad():
+        base = net(x)  # torch's fused path
+    ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0).eval()
+    with torch.no_grad():
+        out = ensemble(x)
+    for member in range(2):
+        torch.testing.assert_close(out[member], base, rtol=1e-5, atol=1e-5)
+    assert torch.backends.mha.get_fastpath_enabled()  # switched back on after the run
+    y = torch.tensor([0, 1, 3])
+    for model, guide in (
+        (batchensemble(net, 2), None),
+        (lambda m: (m, mean_field_guide(m)))(pyrouq.rank1(net, 2)),
+    ):
+        fit(model, guide, [(x, y)], epochs=1, num_data=3, progress=False, seed=0)
+        preds = predict(model.eval(), x, guide, num_samples=3 if guide is not None else None)
+        assert preds.probs.shape == ((6 if guide is not None else 2), 3, 4)
+
+
 def test_fit_trains_a_converted_network_and_its_point_estimates():
     torch.manual_seed(0)
     x = torch.randn(96, 2)

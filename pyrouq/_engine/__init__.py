@@ -19,6 +19,8 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
   network without batch statistics in training runs whole member passes on CPU; a layer
   with a single input feature that reads the members' repeated input (a grayscale stem) runs
   once for all members, its output scaled per member (exact: r_m is then a scalar);
+* ``nn.TransformerEncoderLayer``'s fused eval path (which reads its linear layers' weights
+  as tensors) is off while a BatchEnsemble runs, so that its BatchEnsemble layers are called;
 * on CPU, networks whose 2-d convolutions reach 16 channels run channels-last
   (:func:`channels_last`: the input and the 4-d weights, so oneDNN keeps the activations
   channels-last too), except where a strided 1x1 convolution reads fewer than 8 channels
@@ -341,7 +343,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     member with that member's effective weights (and its own norm copies, with
     ``norms="per_member"``): the same function, faster there.
     """
-    with channels_last(net, x) as x:
+    with channels_last(net, x) as x, _layers_called(net):
         if _cpu(x) and not _statistics_across_members(net):
             layers = _ensemble_layers(net)
             # the modules told which member runs: the layers and any per-member norms
@@ -364,6 +366,27 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
         setattr(folded, _REPEATED, num_members)
         out = _check_folded(_check_outputs(net(folded), net), folded, net)
         return out.unflatten(0, (num_members, x.shape[0]))
+
+
+@contextlib.contextmanager
+def _layers_called(net: nn.Module) -> Iterator[None]:
+    """PyTorch's fused transformer layer (``nn.TransformerEncoderLayer`` in eval mode without
+    gradients) reads its linear layers' weights and biases as tensors instead of calling the
+    layers, which would bypass the BatchEnsemble layers (and meet their per-member biases): it
+    is switched off while ``net`` runs, so every layer is called."""
+    mha = getattr(torch.backends, "mha", None)
+    if (
+        mha is None
+        or not mha.get_fastpath_enabled()
+        or not any(isinstance(m, nn.TransformerEncoderLayer) for m in net.modules())
+    ):
+        yield
+        return
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(True)
 
 
 def _check_folded(out: Tensor, folded: Tensor, net: nn.Module) -> Tensor:

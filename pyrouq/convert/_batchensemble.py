@@ -95,7 +95,10 @@ class BatchEnsembleNetwork(PyroModule):
     (BatchNorm, InstanceNorm, GroupNorm, LayerNorm) becomes a
     :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per member, with its own affine parameters
     and statistics, as if each member were its own network. Other parameterised layers
-    (embeddings, attention) are shared.
+    (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` stay
+    plain (its forward reads them as tensors), while the feed-forward layers of an
+    ``nn.TransformerEncoderLayer`` are converted (torch's fused eval path is switched off while
+    the members run, so that they are called).
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
