@@ -182,3 +182,17 @@ class ShardedOrder:
     def _local_size(self, n: int) -> int:
         """How many of ``n`` examples this rank serves per epoch."""
         return len(range(self._rank, n, self._world))
+
+
+def warn_caller(message: str) -> None:
+    """``warnings.warn(message)`` attributed to the first frame outside pyrouq (the user's
+    line), however deep inside the package it is raised."""
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    warnings.warn(message, UserWarning, stacklevel=level)

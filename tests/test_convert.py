@@ -325,3 +325,18 @@ def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
     skeleton = pyrouq.ResidualCNN(width=4)
     plain = load(save(tmp_path / "p.pt", pyrouq.ResidualCNN(width=4)), module=skeleton)
     assert isinstance(plain.model, pyrouq.ResidualCNN)
+
+
+def test_parametrized_weights_are_named_in_a_warning():
+    # weight_norm's weight is computed, not a parameter: bayesian() cannot make it latent,
+    # batchensemble() trains W without the parametrization; both say so at the user's line
+    net = nn.Sequential(
+        nn.utils.parametrizations.weight_norm(nn.Linear(4, 6)), nn.ReLU(), nn.Linear(6, 2)
+    )
+    with pytest.warns(UserWarning, match=r"bayesian\(\): '0.weight' of Sequential: computed") as w:
+        model = bayesian(net)
+    assert w[0].filename == __file__
+    assert sorted(model.latent_sites()) == ["0.bias", "2.bias", "2.weight"]
+    with pytest.warns(UserWarning, match=r"batchensemble\(\): 1 of the converted layers") as w:
+        pyrouq.rank1(net, 2)
+    assert w[0].filename == __file__

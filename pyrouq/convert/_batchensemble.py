@@ -12,7 +12,7 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
-from pyrouq._util import forget_params, model_input
+from pyrouq._util import forget_params, model_input, warn_caller
 from pyrouq.convert._select import COUNTER, check_module, check_num_data, module_record
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
@@ -59,14 +59,27 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
     """Replace every Linear / Conv{1,2,3}d of ``net`` (nested) by its BatchEnsemble version;
     the number replaced. Attention modules keep theirs (they read their weights directly)."""
 
+    from torch.nn.utils import parametrize
+
+    parametrized: list[str] = []
+
     def counterpart(child: nn.Module) -> nn.Module | None:
         layer_type = next((t for t in BATCHENSEMBLE_LAYERS if isinstance(child, t)), None)
         if layer_type is None or getattr(child, "_is_batchensemble", False):
             return None
+        if parametrize.is_parametrized(child):
+            parametrized.append(type(child).__name__)
         ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
         return ensemble_type.from_module(child, num_members, **options)  # type: ignore[no-any-return]
 
-    return _replace_children(net, counterpart, nn.MultiheadAttention)
+    count = _replace_children(net, counterpart, nn.MultiheadAttention)
+    if parametrized:
+        warn_caller(
+            f"batchensemble(): {len(parametrized)} of the converted layers carried a "
+            "parametrization (e.g. weight_norm, spectral_norm); their BatchEnsemble layers "
+            "start from its current weight and train W directly, without it.",
+        )
+    return count
 
 
 def _copy_norms(net: nn.Module, num_members: int) -> None:

@@ -10,7 +10,7 @@ import pyro.distributions as dist
 import torch
 from torch import Tensor, nn
 
-from pyrouq._util import check_int, check_positive_float
+from pyrouq._util import check_int, check_positive_float, warn_caller
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
@@ -61,6 +61,27 @@ def _names_list(names: Sequence[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
+def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
+    """Warn when a selected layer's weight is computed by a parametrization (weight_norm,
+    spectral_norm, ...): that tensor is no parameter, so it stays a point estimate."""
+    from torch.nn.utils import parametrize
+
+    computed = [
+        f"{name}.{tensor}" if name else tensor
+        for name, m in module.named_modules()
+        if name in layers and parametrize.is_parametrized(m)
+        for tensor in m.parametrizations  # type: ignore[union-attr]
+    ]
+    if computed:
+        warn_caller(
+            f"bayesian(): {_names_list(computed)} of {type(module).__name__}: computed by a "
+            "parametrization (e.g. weight_norm, spectral_norm) rather than stored as "
+            "parameters, these stay point estimates, as do the parametrization's own tensors. "
+            "To make them latent, remove the parametrization (torch.nn.utils.parametrize."
+            "remove_parametrizations) before converting.",
+        )
+
+
 def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     """The dotted names of the parameters of ``module`` that ``select`` picks, in
     ``named_parameters()`` order (see :func:`bayesian` for the accepted values)."""
@@ -79,6 +100,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
                 f"picks nothing. Its parameters are {_names_list(list(params))}; pass select= a "
                 "list of names or prefixes, or a callable (name, param) -> bool."
             )
+        _warn_parametrized(module, weighted)
         return chosen
     if isinstance(select, str):
         if select != "last_layer":
@@ -93,6 +115,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
                 f"select='last_layer' needs an nn.Linear, and {type(module).__name__} has none. "
                 "Pass select= the names of the parameters to make Bayesian."
             )
+        _warn_parametrized(module, {linears[-1]})
         return [n for n in params if _owner(n) == linears[-1]]
     if callable(select):
         chosen = [n for n, p in params.items() if select(n, p)]
