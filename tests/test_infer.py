@@ -331,6 +331,17 @@ def test_guide_initialisation():
         assert torch.equal(from_plain.site_loc(name), param)
 
 
+def test_a_float64_model_gets_a_float64_guide_and_predictions():
+    from pyrouq import predict
+
+    model = BayesianMLP().double()
+    guide = mean_field_guide(model, init_from=MLP())  # a float32 init_from: the model's dtype
+    assert {p.dtype for p in guide.parameters()} == {torch.float64}
+    preds = predict(model, torch.randn(3, 1, 28, 28), guide, num_samples=2)
+    assert preds.probs.dtype == torch.float64
+    assert preds.probs.sum(-1).sub(1).abs().max() < 1e-12  # float32 would miss this
+
+
 def test_guide_sites_are_normal_of_prior_shape():
     model = tiny_mlp()
     guide = mean_field_guide(model)

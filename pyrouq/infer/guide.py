@@ -92,12 +92,13 @@ class MeanFieldGuide(nn.Module):
                     f"{missing[:5]}; expected a network of the model's structure, with "
                     f"parameters {list(sites)[:5]}... (e.g. the module passed to bayesian())."
                 )
-        device = next(iter(template().values())).device
+        own_values = template()
+        device = next(iter(own_values.values())).device
         rho = _inverse_softplus(float(init_scale))
         priors = model.priors() if callable(getattr(model, "priors", None)) else {}
         self.positive = tuple(s for s in sites if s in priors and positive_support(priors[s]))
         if init_from is not None:  # the likelihood's own sites start where the model says
-            state = {**template(), **state}
+            state = {**own_values, **state}
         self.loc = nn.ParameterDict()
         self.rho = nn.ParameterDict()
         for site, shape in sites.items():
@@ -109,8 +110,9 @@ class MeanFieldGuide(nn.Module):
                     f"init_from parameter {site!r} has shape {tuple(value.shape)}, expected "
                     f"{tuple(shape)}: the plain network's configuration differs from the model's."
                 )
-            self.loc[_key(site)] = nn.Parameter(value.clone().to(device))
-            self.rho[_key(site)] = nn.Parameter(torch.full(shape, rho, device=device))
+            dtype = own_values[site].dtype  # the model's, whatever init_from holds
+            self.loc[_key(site)] = nn.Parameter(value.clone().to(device, dtype))
+            self.rho[_key(site)] = nn.Parameter(torch.full(shape, rho, device=device, dtype=dtype))
         self.sites = tuple(sites)
         self.init_scale = init_scale
         self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
