@@ -352,6 +352,17 @@ CASES = {
         TypeError,
         r"Expected an nn.Module to make Bayesian, got str",
     ),
+    "bayesian: lazy modules not yet materialised": (
+        lambda tmp: bayesian(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(3))),
+        ValueError,
+        r"Cannot make Bayesian Sequential: its lazy modules have not created their parameters "
+        r"yet \('1.weight', '1.bias'\). Run one batch through the network first",
+    ),
+    "batchensemble: lazy modules not yet materialised": (
+        lambda tmp: pyrouq.batchensemble(torch.nn.Sequential(torch.nn.LazyConv2d(2, 3)), 2),
+        ValueError,
+        r"Cannot convert into a BatchEnsemble Sequential: its lazy modules .*'0.weight'",
+    ),
     "bayesian: unknown likelihood": (
         lambda tmp: bayesian(_residual(), likelihood="poisson"),  # type: ignore[arg-type]
         ValueError,

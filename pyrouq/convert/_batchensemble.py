@@ -13,7 +13,12 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._util import forget_params, model_input, warn_caller
-from pyrouq.convert._select import COUNTER, check_module, check_num_data, module_record
+from pyrouq.convert._select import (
+    COUNTER,
+    check_module,
+    check_num_data,
+    module_record,
+)
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
     BATCHENSEMBLE_LAYERS,

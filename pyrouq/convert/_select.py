@@ -320,3 +320,12 @@ def check_module(module: Any, what: str) -> None:
             f"{type(module).__name__} is already a pyrouq model; pass the plain network "
             "it was made from."
         )
+    from torch.nn.parameter import is_lazy
+
+    lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
+    if lazy:  # nothing about them (shape, prior, member factors) is known yet
+        raise ValueError(
+            f"Cannot {what} {type(module).__name__}: its lazy modules have not created their "
+            f"parameters yet ({_names_list(lazy)}). Run one batch through the network first "
+            "(net(x)), then convert it."
+        )
