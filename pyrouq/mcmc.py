@@ -375,5 +375,5 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
         raise ValueError(
             f"posterior_samples must give every site the same number S of draws, got {counts}."
         )
-    check_draws(model, draws, "predict()")
+    check_draws(model, draws, "predict()", source="posterior_samples")
     return draws

@@ -352,6 +352,21 @@ CASES = {
         TypeError,
         r"Expected an nn.Module to make Bayesian, got str",
     ),
+    "predict: posterior_samples shaped (chain, draw, ...)": (
+        lambda tmp: (
+            lambda m: predict(
+                m,
+                torch.randn(3, 4),
+                posterior_samples={
+                    site: torch.zeros(1, 5, *shape) for site, shape in m.latent_sites().items()
+                },
+            )
+        )(bayesian(torch.nn.Linear(4, 2))),
+        ValueError,
+        r"predict\(\): posterior_samples do not fit BayesianNetwork: site 'weight' has shape "
+        r"\(5, 2, 4\) in posterior_samples but \(2, 4\) in the model\. "
+        r"Pass \{site: \(S, \*shape\)\}",
+    ),
     "bayesian: lazy modules not yet materialised": (
         lambda tmp: bayesian(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(3))),
         ValueError,

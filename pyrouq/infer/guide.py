@@ -267,28 +267,41 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
         _refuse(model, site_mismatch(expected, got, strict), caller)
 
 
-def check_draws(model: Any, draws: dict[str, torch.Tensor], caller: str) -> None:
+def check_draws(
+    model: Any, draws: dict[str, torch.Tensor], caller: str, source: str = "the guide"
+) -> None:
     """Refuse S draws ``{site: (S, *shape)}`` that miss a latent site of a pyrouq model or
-    give it another shape."""
+    give it another shape; ``source`` names where they came from in the message."""
     expected = _model_sites(model)
-    if expected is not None:
-        got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
-        _refuse(model, site_mismatch(expected, got, strict=False), caller)
+    if expected is None:
+        return
+    got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
+    problem = site_mismatch(expected, got, strict=False, source=source)
+    if problem is not None and source == "posterior_samples":
+        raise ValueError(
+            f"{caller}: posterior_samples do not fit {type(model).__name__}: {problem}. Pass "
+            "{site: (S, *shape)} with the model's site shapes, or an MCMCResult itself (its "
+            ".samples are (chain, draw, *shape))."
+        )
+    _refuse(model, problem, caller)
 
 
 def site_mismatch(
-    expected: dict[str, tuple[int, ...]], got: dict[str, tuple[int, ...]], strict: bool
+    expected: dict[str, tuple[int, ...]],
+    got: dict[str, tuple[int, ...]],
+    strict: bool,
+    source: str = "the guide",
 ) -> str | None:
     """The first difference between two ``{site: shape}`` maps (extra sites in ``got`` count
-    only when ``strict``), or None."""
+    only when ``strict``), or None; ``source`` is what ``got`` describes."""
     for site, shape in expected.items():
         if site not in got:
-            return f"the model's site {site!r} {shape} is not in the guide"
+            return f"the model's site {site!r} {shape} is not in {source}"
         if got[site] != shape:
-            return f"site {site!r} has shape {got[site]} in the guide but {shape} in the model"
+            return f"site {site!r} has shape {got[site]} in {source} but {shape} in the model"
     extra = [site for site in got if site not in expected]
     if strict and extra:
-        return f"the guide's site {extra[0]!r} is not a latent site of the model"
+        return f"{source}'s site {extra[0]!r} is not a latent site of the model"
     return None
 
 
