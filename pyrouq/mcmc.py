@@ -15,9 +15,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import pickle
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -227,29 +226,81 @@ def mcmc(
 
 
 def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
-    """The chains' jobs in ``workers`` new (spawned) processes. A process that dies (killed
-    for memory, a crash in a native library) is a clear error, never a wait without end."""
-    before = {child.pid for child in multiprocessing.active_children()}
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    """The chains' jobs in new (spawned) processes, at most ``workers`` at a time, one process
+    per chain. A process that ends without its result (killed for memory, a crash in a native
+    library) is a clear error, never a wait without end; an interrupt (Ctrl-C, a Jupyter
+    interrupt) stops every chain process at once.
+
+    Processes of our own rather than a ``ProcessPoolExecutor``, whose shutdown can deadlock
+    while its workers are being terminated (CPython gh-125451: its manager thread and its
+    queue's feeder thread both take the shutdown lock; fixed for 3.12 and 3.13 only), which is
+    what an interrupt does, and what hung two CI runs."""
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context("spawn")
+    results: list[Any] = [None] * len(jobs)
+    pending = list(enumerate(jobs))
+    running: dict[Any, tuple[int, Any]] = {}  # result pipe -> (job index, process)
     try:
-        return list(pool.map(_chain_job, jobs))
-    except BrokenProcessPool as err:
-        raise RuntimeError(
-            f"mcmc(): a process running chains ended abruptly ({err}); out of memory is the "
-            "usual cause. Run fewer chains at once, or mcmc(..., parallel=False) to run them "
-            "one after another in this process."
-        ) from None
-    except BaseException:
-        # interrupted (Ctrl-C, a kernel interrupt in Jupyter): stop the chains now rather than
-        # wait for them, as multiprocessing.Pool's exit did. Every child started since the
-        # pool was made: the executor's own processes, and one it was starting when the
-        # interrupt came (not yet in its books, which the shutdown below would wait for)
-        for child in multiprocessing.active_children():
-            if child.pid not in before:
-                child.terminate()
-        raise
+        while pending or running:
+            while pending and len(running) < workers:
+                index, job = pending.pop(0)
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(target=_chain_process, args=(job, writer), daemon=True)
+                process.start()
+                writer.close()  # the child holds the only writer: its end is the pipe's EOF
+                running[reader] = (index, process)
+            ready: list[Any] = wait(list(running))
+            for reader in ready:
+                index, process = running.pop(reader)
+                try:
+                    message = reader.recv_bytes()
+                except EOFError:
+                    process.join()
+                    raise RuntimeError(
+                        f"mcmc(): a process running chains ended abruptly (chain {index}, exit "
+                        f"code {process.exitcode}); out of memory is the usual cause. Run fewer "
+                        "chains at once, or mcmc(..., parallel=False) to run them one after "
+                        "another in this process."
+                    ) from None
+                finally:
+                    reader.close()
+                process.join()
+                ok, value = pickle.loads(message)
+                if not ok:
+                    raise value
+                results[index] = value
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for _, process in running.values():  # interrupted, or another chain failed
+            if process.is_alive():
+                process.terminate()
+        for _, process in running.values():
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    return results
+
+
+def _chain_process(job: tuple[Any, ...], writer: Any) -> None:
+    """A chain process's body: run the job, send back ``(True, result)`` or ``(False,
+    exception)`` as plain pickled bytes (tensors travel in the message, not by shared memory,
+    so this process may end at once). Ctrl-C is left to the parent, which stops every chain."""
+    import signal
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        message = pickle.dumps((True, _chain_job(job)))
+    except Exception as err:
+        if hasattr(err, "add_note"):  # Python >= 3.11
+            err.add_note(f"(raised in the chain process)\n{traceback.format_exc()}")
+        try:
+            message = pickle.dumps((False, err))
+        except Exception:  # an exception that does not pickle: its text
+            message = pickle.dumps((False, RuntimeError(traceback.format_exc())))
+    writer.send_bytes(message)
+    writer.close()
 
 
 def _chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:

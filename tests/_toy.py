@@ -30,9 +30,9 @@ class ListLoader(list):
 
 class MisbehavesInAWorker(torch.nn.Linear):
     """A Linear layer that, when it runs in a child process (an MCMC chain worker), ends that
-    process at once (``then="exit"``: a worker killed for memory, say) or stalls for ten
-    minutes (``then="stall"``: a chain that would run long); in the main process, a plain
-    Linear."""
+    process at once (``then="exit"``: a worker killed for memory, say), raises
+    (``then="raise"``) or stalls for ten minutes (``then="stall"``: a chain that would run
+    long); in the main process, a plain Linear."""
 
     def __init__(self, in_features: int, out_features: int, then: str):
         super().__init__(in_features, out_features)
@@ -46,5 +46,7 @@ class MisbehavesInAWorker(torch.nn.Linear):
         if multiprocessing.parent_process() is not None:
             if self.then == "exit":
                 os._exit(3)
+            if self.then == "raise":
+                raise ArithmeticError("a chain's own error")
             time.sleep(600)
         return super().forward(x)

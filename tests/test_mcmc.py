@@ -6,9 +6,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import signal
-import threading
-import time
+import subprocess
+import sys
 
 import arviz as az
 import pyro.distributions as dist
@@ -170,22 +169,41 @@ def test_a_chain_process_that_dies_is_a_clear_error():
     assert model.training  # the model's state is restored on the way out
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get("CI")),
-    reason="hung twice in clean-clone .ci/run on 2026-12-01 (the main process waiting in the "
-    "pool's shutdown for a chain process that slept on), never in a local make test; "
-    "under investigation",
-)
-def test_an_interrupted_parallel_run_stops_its_chain_processes():
-    model = bayesian(MisbehavesInAWorker(2, 1, then="stall"), likelihood=Gaussian(0.3))
-    # Ctrl-C (SIGINT to this process alone, as a Jupyter interrupt) while the chains run
-    timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    start = time.monotonic()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _run(model, parallel=True)
-    finally:
-        timer.cancel()
-    assert time.monotonic() - start < 60  # the chains would sleep for 10 minutes
+def test_an_error_in_a_chain_process_is_raised_here():
+    model = bayesian(MisbehavesInAWorker(2, 1, then="raise"), likelihood=Gaussian(0.3))
+    with pytest.raises(ArithmeticError, match="a chain's own error"):
+        _run(model, parallel=True)
     assert not multiprocessing.active_children()
+
+
+_INTERRUPTED = """
+import multiprocessing, os, signal, sys, threading, time
+sys.path.insert(0, {tests!r})
+from test_mcmc import _run, bayesian, Gaussian, MisbehavesInAWorker
+model = bayesian(MisbehavesInAWorker(2, 1, then="stall"), likelihood=Gaussian(0.3))
+# Ctrl-C (SIGINT to this process alone, as a Jupyter interrupt) while the chains run
+threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    _run(model, parallel=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {{time.monotonic() - start:.1f}} s, "
+          f"{{len(multiprocessing.active_children())}} chain processes left")
+"""
+
+
+def test_an_interrupted_parallel_run_stops_its_chain_processes():
+    # in a process of its own, so that a hang fails this test (after 3 minutes) instead of
+    # stalling the suite; the chains would sleep for 10 minutes
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED.format(tests=tests)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seconds, left = re.fullmatch(
+        r"interrupted after ([\d.]+) s, (\d+) chain processes left\n", done.stdout
+    ).groups()
+    assert 8.0 <= float(seconds) < 60 and left == "0"
