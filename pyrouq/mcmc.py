@@ -226,10 +226,10 @@ def mcmc(
 
 
 def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
-    """The chains' jobs in new (spawned) processes, at most ``workers`` at a time, one process
-    per chain. A process that ends without its result (killed for memory, a crash in a native
-    library) is a clear error, never a wait without end; an interrupt (Ctrl-C, a Jupyter
-    interrupt) stops every chain process at once.
+    """The chains' jobs in ``workers`` new (spawned) processes, worker k running chains k,
+    k + workers, ... A process that ends without its results (killed for memory, a crash in a
+    native library) is a clear error, never a wait without end; an interrupt (Ctrl-C, a
+    Jupyter interrupt) stops every chain process at once.
 
     Processes of our own rather than a ``ProcessPoolExecutor``, whose shutdown can deadlock
     while its workers are being terminated (CPython gh-125451: its manager thread and its
@@ -238,68 +238,73 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     from multiprocessing.connection import wait
 
     context = multiprocessing.get_context("spawn")
-    results: list[Any] = [None] * len(jobs)
-    pending = list(enumerate(jobs))
-    running: dict[Any, tuple[int, Any]] = {}  # result pipe -> (job index, process)
+    results: dict[int, Any] = {}
+    running: dict[Any, tuple[list[int], Any]] = {}  # result pipe -> (chains owed, process)
     try:
-        while pending or running:
-            while pending and len(running) < workers:
-                index, job = pending.pop(0)
-                reader, writer = context.Pipe(duplex=False)
-                process = context.Process(target=_chain_process, args=(job, writer), daemon=True)
-                process.start()
-                writer.close()  # the child holds the only writer: its end is the pipe's EOF
-                running[reader] = (index, process)
+        for k in range(workers):
+            share = [(index, jobs[index]) for index in range(k, len(jobs), workers)]
+            reader, writer = context.Pipe(duplex=False)
+            process = context.Process(target=_chain_process, args=(share, writer), daemon=True)
+            process.start()
+            writer.close()  # the child holds the only writer: its end is the pipe's EOF
+            running[reader] = ([index for index, _ in share], process)
+        while running:
             ready: list[Any] = wait(list(running))
             for reader in ready:
-                index, process = running.pop(reader)
+                owed, process = running[reader]
                 try:
-                    message = reader.recv_bytes()
+                    index, ok, value = pickle.loads(reader.recv_bytes())
                 except EOFError:
-                    process.join()
-                    raise RuntimeError(
-                        f"mcmc(): a process running chains ended abruptly (chain {index}, exit "
-                        f"code {process.exitcode}); out of memory is the usual cause. Run fewer "
-                        "chains at once, or mcmc(..., parallel=False) to run them one after "
-                        "another in this process."
-                    ) from None
-                finally:
+                    del running[reader]
                     reader.close()
-                process.join()
-                ok, value = pickle.loads(message)
+                    process.join()
+                    if owed:
+                        raise RuntimeError(
+                            f"mcmc(): a process running chains ended abruptly (chain {owed[0]}, "
+                            f"exit code {process.exitcode}); out of memory is the usual cause. "
+                            "Run fewer chains at once, or mcmc(..., parallel=False) to run them "
+                            "one after another in this process."
+                        ) from None
+                    continue
                 if not ok:
                     raise value
+                owed.remove(index)
                 results[index] = value
     finally:
-        for _, process in running.values():  # interrupted, or another chain failed
+        for _, process in running.values():  # interrupted, or a chain failed
             if process.is_alive():
                 process.terminate()
-        for _, process in running.values():
+        for reader, (_, process) in running.items():
             process.join(5)
             if process.is_alive():
                 process.kill()
                 process.join()
-    return results
+            reader.close()
+    return [results[index] for index in range(len(jobs))]
 
 
-def _chain_process(job: tuple[Any, ...], writer: Any) -> None:
-    """A chain process's body: run the job, send back ``(True, result)`` or ``(False,
-    exception)`` as plain pickled bytes (tensors travel in the message, not by shared memory,
-    so this process may end at once). Ctrl-C is left to the parent, which stops every chain."""
+def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> None:
+    """A chain process's body: run its jobs one after another, sending back ``(index, True,
+    result)`` or ``(index, False, exception)`` for each as plain pickled bytes (tensors travel
+    in the message, not by shared memory, so this process may end at once). Ctrl-C is left to
+    the parent, which stops every chain."""
     import signal
     import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        message = pickle.dumps((True, _chain_job(job)))
-    except Exception as err:
-        if hasattr(err, "add_note"):  # Python >= 3.11
-            err.add_note(f"(raised in the chain process)\n{traceback.format_exc()}")
+    for index, job in share:
         try:
-            message = pickle.dumps((False, err))
-        except Exception:  # an exception that does not pickle: its text
-            message = pickle.dumps((False, RuntimeError(traceback.format_exc())))
-    writer.send_bytes(message)
+            message = pickle.dumps((index, True, _chain_job(job)))
+        except Exception as err:
+            if hasattr(err, "add_note"):  # Python >= 3.11
+                err.add_note(f"(raised in the process of chain {index})\n{traceback.format_exc()}")
+            try:
+                message = pickle.dumps((index, False, err))
+            except Exception:  # an exception that does not pickle: its text
+                message = pickle.dumps((index, False, RuntimeError(traceback.format_exc())))
+            writer.send_bytes(message)
+            break
+        writer.send_bytes(message)
     writer.close()
 
 
