@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
+import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -187,10 +190,6 @@ class ShardedOrder:
 def warn_caller(message: str) -> None:
     """``warnings.warn(message)`` attributed to the first frame outside pyrouq (the user's
     line), however deep inside the package it is raised."""
-    import os
-    import sys
-    import warnings
-
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
     while frame is not None and frame.f_code.co_filename.startswith(package):

@@ -232,8 +232,8 @@ class Categorical(Likelihood):
         return F.cross_entropy(flat, target, reduction="sum")
 
     def predictive(self, outputs: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
-        # half-precision logits are promoted (a stable softmax); float64 stays float64
-        return torch.softmax(outputs if outputs.dtype == torch.float64 else outputs.float(), dim=-1)
+        # half-precision logits are promoted to float32 (a stable softmax); float64 stays
+        return torch.softmax(outputs.to(torch.promote_types(outputs.dtype, torch.float32)), -1)
 
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
         from pyrouq.predictive import Predictions

@@ -16,8 +16,11 @@ import math
 import multiprocessing
 import os
 import pickle
+import signal
 import time
+import traceback
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from typing import Any, Literal
 
 import pyro
@@ -235,8 +238,6 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     while its workers are being terminated (CPython gh-125451: its manager thread and its
     queue's feeder thread both take the shutdown lock; fixed for 3.12 and 3.13 only), which is
     what an interrupt does, and what hung two CI runs."""
-    from multiprocessing.connection import wait
-
     context = multiprocessing.get_context("spawn")
     results: dict[int, Any] = {}
     running: dict[Any, tuple[list[int], Any]] = {}  # result pipe -> (chains owed, process)
@@ -288,24 +289,29 @@ def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> Non
     result)`` or ``(index, False, exception)`` for each as plain pickled bytes (tensors travel
     in the message, not by shared memory, so this process may end at once). Ctrl-C is left to
     the parent, which stops every chain."""
-    import signal
-    import traceback
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for index, job in share:
+        failed = False
         try:
             message = pickle.dumps((index, True, _chain_job(job)))
         except Exception as err:
-            if hasattr(err, "add_note"):  # Python >= 3.11
-                err.add_note(f"(raised in the process of chain {index})\n{traceback.format_exc()}")
-            try:
-                message = pickle.dumps((index, False, err))
-            except Exception:  # an exception that does not pickle: its text
-                message = pickle.dumps((index, False, RuntimeError(traceback.format_exc())))
-            writer.send_bytes(message)
-            break
+            message, failed = _pickled_failure(index, err), True
         writer.send_bytes(message)
+        if failed:
+            break  # the parent raises it and stops the other chains
     writer.close()
+
+
+def _pickled_failure(index: int, err: Exception) -> bytes:
+    """``(index, False, err)`` pickled, with the chain process's traceback as a note (or, for
+    an exception that does not pickle, a RuntimeError holding that traceback)."""
+    text = traceback.format_exc()
+    if hasattr(err, "add_note"):  # Python >= 3.11
+        err.add_note(f"(raised in the process of chain {index})\n{text}")
+    try:
+        return pickle.dumps((index, False, err))
+    except Exception:
+        return pickle.dumps((index, False, RuntimeError(text)))
 
 
 def _chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:

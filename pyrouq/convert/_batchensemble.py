@@ -10,15 +10,11 @@ from typing import Any, Literal
 
 from pyro.nn import PyroModule
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from pyrouq import _engine
 from pyrouq._util import forget_params, model_input, warn_caller
-from pyrouq.convert._select import (
-    COUNTER,
-    check_module,
-    check_num_data,
-    module_record,
-)
+from pyrouq.convert._select import COUNTER, check_module, check_num_data, module_record
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
     BATCHENSEMBLE_LAYERS,
@@ -63,9 +59,6 @@ def _replace_children(
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
     """Replace every Linear / Conv{1,2,3}d of ``net`` (nested) by its BatchEnsemble version;
     the number replaced. Attention modules keep theirs (they read their weights directly)."""
-
-    from torch.nn.utils import parametrize
-
     parametrized: list[str] = []
 
     def counterpart(child: nn.Module) -> nn.Module | None:

@@ -9,6 +9,8 @@ from typing import Any, Literal
 import pyro.distributions as dist
 import torch
 from torch import Tensor, nn
+from torch.nn.parameter import is_lazy
+from torch.nn.utils import parametrize
 
 from pyrouq._util import check_int, check_positive_float, warn_caller
 
@@ -64,8 +66,6 @@ def _names_list(names: Sequence[str], limit: int = 8) -> str:
 def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
     """Warn when a selected layer's weight is computed by a parametrization (weight_norm,
     spectral_norm, ...): that tensor is no parameter, so it stays a point estimate."""
-    from torch.nn.utils import parametrize
-
     computed = [
         f"{name}.{tensor}" if name else tensor
         for name, m in module.named_modules()
@@ -320,8 +320,6 @@ def check_module(module: Any, what: str) -> None:
             f"{type(module).__name__} is already a pyrouq model; pass the plain network "
             "it was made from."
         )
-    from torch.nn.parameter import is_lazy
-
     lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
     if lazy:  # nothing about them (shape, prior, member factors) is known yet
         raise ValueError(

@@ -41,11 +41,8 @@ class Adam:
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
     ):
-        params = list(params)
-        if not params:
-            raise ValueError("Adam got an empty parameter list; pass the tensors to optimise.")
         self.defaults: dict[str, Any] = {"lr": lr, "betas": tuple(betas), "eps": eps}
-        self.param_groups: list[dict[str, Any]] = [{"params": params, **self.defaults}]
+        self.param_groups: list[dict[str, Any]] = [{"params": list(params), **self.defaults}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -1,49 +1,37 @@
-"""``fit()``: the training loop (data, optimizer, schedule, checkpoints, Ctrl-C).
+"""``fit()``: checks its arguments, sets up the model, guide, optimizer and resume state, and
+runs the training loop.
 
-The objective is :class:`~pyrouq.KLWeightedELBO`; what the loop needs besides it (input checks,
+The objective is :class:`~pyrouq.KLWeightedELBO`; the loop itself (epochs, schedule, records,
+checkpoints, Ctrl-C) is :mod:`pyrouq.infer._loop`; what both need besides (input checks,
 interruption, resume state) lives in :mod:`pyrouq.infer._training`.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyro
 import torch
 from torch import nn
 
-from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
     check_count,
     check_positive_float,
     has_latent_sites,
-    model_input,
-    module_device,
 )
 from pyrouq.infer import _distributed
+from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._training import (
-    InterruptFlag,
     Probe,
     TrainingInterrupted,
     build_optimizer,
-    check_batch,
     check_loader_inputs,
-    loader_rng_state,
-    plain_terms,
-    point_accuracy,
-    restore_rng_states,
-    rng_states,
-    training_state,
 )
-from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
+from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.infer.guide import check_guide
-from pyrouq.likelihoods import Categorical
 
 __all__ = [
     "DEFAULT_KL_WEIGHT",
@@ -59,78 +47,6 @@ LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 DEFAULT_KL_WEIGHT = 0.1
 """Default ``kl_weight`` of :func:`fit` for classifiers and models without a pyrouq likelihood:
 a tempered posterior (see ``fit``'s docstring)."""
-
-WARMUP_FRACTION = 0.2
-"""Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
-
-TRAIN_ACC_EXAMPLES = 1024
-"""Training examples on which :func:`fit` measures each epoch's ``train_acc``."""
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """What one epoch of :func:`fit` measured.
-
-    Attributes
-    ----------
-    epoch : int
-        1-based.
-    loss : float
-        Mean over the epoch's steps of the minibatch loss (an estimate of the full-data
-        negative ELBO, in nats, with the KL weighted).
-    nll : float
-        Mean of the expected negative log-likelihood term ``-(N/B) sum_batch log p(y|x,w)``.
-    kl : float
-        Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
-    train_acc : float
-        Accuracy of the network at the guide mean (Bayesian; ``nan`` for a guide that has
-        neither ``means()`` nor ``median()``, and for regression models) or of the
-        member-mean prediction (ensemble), measured after the epoch on the first
-        ``TRAIN_ACC_EXAMPLES`` (1024) training examples the epoch drew (a random subset when
-        the loader shuffles).
-    seconds : float
-        Wall time of the epoch.
-    """
-
-    epoch: int
-    loss: float
-    nll: float
-    kl: float
-    train_acc: float
-    seconds: float
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """The outcome of :func:`fit`.
-
-    Attributes
-    ----------
-    history : tuple of EpochRecord
-        One record per completed epoch.
-    num_data : int
-        Training-set size N used for the N/B scaling.
-    kl_weight : float
-    num_particles : int
-    steps : int
-        Optimizer steps taken.
-    """
-
-    history: tuple[EpochRecord, ...]
-    num_data: int
-    kl_weight: float
-    num_particles: int
-    steps: int
-
-    @property
-    def losses(self) -> list[float]:
-        """Per-epoch mean loss."""
-        return [r.loss for r in self.history]
-
-    @property
-    def seconds(self) -> float:
-        """Total training time."""
-        return sum(r.seconds for r in self.history)
 
 
 def default_kl_weight(model: Any) -> float:
@@ -339,7 +255,7 @@ def fit(
     if seed is not None:
         pyro.set_rng_seed(seed + (group.rank if independent else 0))
     with _distributed.shards(train_loader, group):
-        loop = _Loop(
+        loop = Loop(
             model=model,
             guide=guide,
             loader=train_loader,
@@ -373,230 +289,3 @@ def _num_examples(loader: Iterable) -> int | None:
         return len(dataset)  # type: ignore[arg-type]
     except TypeError:
         return None
-
-
-def _len_or_zero(loader: Iterable) -> int:
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return 0
-
-
-def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
-    warmup = int(WARMUP_FRACTION * total_steps) if lr_schedule == "warmup_cosine" else 0
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(step - warmup, total_steps - warmup) / max(total_steps - warmup, 1)
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
-
-
-# --------------------------------------------------------------------------------------------
-# The loop
-# --------------------------------------------------------------------------------------------
-
-
-def _empty_guide(*args: Any, **kwargs: Any) -> None:
-    """The guide of a model without latent sites."""
-    return None
-
-
-_empty_guide._pyrouq_empty = True  # type: ignore[attr-defined]
-
-
-class _Loop:
-    """The state of one :func:`fit` run: epochs, steps, running sums, history."""
-
-    def __init__(
-        self,
-        *,
-        model: nn.Module,
-        guide: Any,
-        loader: Iterable,
-        epochs: int,
-        elbo: KLWeightedELBO,
-        num_data: int,
-        optimizer: Any,
-        lr_schedule: str,
-        num_classes: int | Literal[False] | None,
-        checkpoint: Any,
-        metadata: Any,
-        callbacks: Sequence[Callable[[EpochRecord], Any]],
-        group: _distributed.Group,
-    ):
-        self.model, self.guide, self.loader = model, guide, loader
-        self.guide_fn = guide if guide is not None else _empty_guide
-        self.plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
-        self.epochs, self.elbo, self.num_data = epochs, elbo, num_data
-        self.optimizer = optimizer
-        self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
-        total_steps = epochs * _len_or_zero(loader)
-        self.lr_factor = _lr_factor(lr_schedule, total_steps)
-        self.scheduled = lr_schedule != "constant" and total_steps > 0  # unsized: no plan
-        self.check_batches = num_classes is not False
-        self.num_classes = num_classes if num_classes is not False else None
-        self.likelihood = getattr(model, "likelihood", None) or Categorical()
-        self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
-        self.group = group
-        self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        self.device = module_device(model, guide) or torch.device("cpu")
-        self.history: list[EpochRecord] = []
-        self.steps = 0
-        self.first_epoch, self.skip = 1, 0
-        self.sums = torch.zeros(3, dtype=torch.float64)
-
-    def resume(self, saved: Any) -> None:
-        state = saved.training
-        self.optimizer.load_state_dict(saved.optimizer_state)
-        self.base_lrs = [float(v) for v in state["base_lrs"]]
-        self.history = [EpochRecord(**record) for record in state["history"]]
-        self.steps = int(state["steps"])
-        self.first_epoch = int(state["epochs_done"]) + 1
-        self.skip = int(state["epoch_steps"])
-        if self.skip:
-            self.sums = state["sums"].clone().double()
-        restore_rng_states(state["rng"], self.loader)
-
-    def result(self) -> FitResult:
-        return FitResult(
-            history=tuple(self.history),
-            num_data=self.num_data,
-            kl_weight=self.elbo.kl_weight,
-            num_particles=self.elbo.num_particles,
-            steps=self.steps,
-        )
-
-    def save(self, epochs_done: int, epoch_steps: int, loader_state: Any) -> Any:
-        if not self.group.leader:  # rank 0 writes; the others know where
-            return self.checkpoint
-        state = training_state(
-            epochs=self.epochs,
-            epochs_done=epochs_done,
-            epoch_steps=epoch_steps,
-            steps=self.steps,
-            sums=self.sums,
-            history=self.history,
-            base_lrs=self.base_lrs,
-            rng=rng_states(self.loader, loader_state),
-        )
-        return _checkpoint.save(
-            self.checkpoint,
-            self.model,
-            self.guide,
-            optimizer=self.optimizer,
-            metadata=self.metadata,
-            training=state,
-        )
-
-    def step(self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int) -> ELBOTerms:
-        if self.scheduled:
-            for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
-                group["lr"] = base * self.lr_factor(self.steps)
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.plain:
-            terms = plain_terms(self.model, x, y, self.num_data)
-            terms.loss.backward()
-        else:
-            terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
-        _distributed.average_gradients(self.params, self.group)
-        if not torch.isfinite(terms.loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError(
-                f"Non-finite loss ({terms.loss.item()}) at epoch {epoch}, step {step}; training "
-                "stopped and the parameters of the last finite step are kept. Lower lr, check "
-                "the inputs for NaN/inf, or use a smaller init_scale."
-            )
-        self.optimizer.step()
-        self.steps += 1
-        return terms
-
-    def run(self, progress: bool) -> FitResult:
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            per_epoch = max(_len_or_zero(self.loader), 1)
-            bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
-        epoch, batches = self.first_epoch, self.skip
-        loader_state = loader_rng_state(self.loader)
-        self.model.train()
-        try:
-            with (
-                pyro.validation_enabled(False),
-                InterruptFlag() as interrupt,
-                _engine.reuse_freed_memory(self.device),
-            ):
-                for epoch in range(self.first_epoch, self.epochs + 1):
-                    start = time.perf_counter()
-                    held: list[tuple[torch.Tensor, torch.Tensor]] = []
-                    held_size = 0
-                    loader_state = loader_rng_state(self.loader)
-                    _distributed.set_epoch(self.loader, epoch)
-                    skip = self.skip if epoch == self.first_epoch else 0
-                    batches = skip
-                    if not skip:
-                        self.sums = torch.zeros(3, dtype=torch.float64)
-                    for step, (x, y) in enumerate(self.loader, start=1):
-                        if step <= skip:  # resuming inside an epoch: these steps were taken
-                            continue
-                        if self.check_batches:
-                            check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
-                        x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")
-                        y = y.to(self.device, non_blocking=True)
-                        terms = self.step(x, y, epoch, step)
-                        batches += 1
-                        loss = terms.loss.detach()
-                        self.sums += torch.stack([loss, terms.nll, terms.kl]).double().cpu()
-                        if held_size < TRAIN_ACC_EXAMPLES:
-                            held.append((x, y))
-                            held_size += y.shape[0]
-                        if bar is not None:
-                            bar.update(1)
-                            if step % 10 == 0:
-                                bar.set_description(f"epoch {epoch}/{self.epochs}")
-                                bar.set_postfix(loss=f"{self.sums[0].item() / batches:.4g}")
-                        if interrupt.requested:
-                            raise KeyboardInterrupt
-                    if batches == 0:
-                        raise ValueError(
-                            "train_loader yielded no batches. Pass a loader with at least one "
-                            "batch."
-                        )
-                    accuracy = point_accuracy(self.model, self.guide, held)
-                    per_rank = torch.cat([self.sums / batches, torch.tensor([accuracy])])
-                    means = _distributed.mean_over_ranks(per_rank.double(), self.group).tolist()
-                    record = EpochRecord(
-                        epoch=epoch,
-                        loss=means[0],
-                        nll=means[1],
-                        kl=means[2],
-                        train_acc=means[3],
-                        seconds=time.perf_counter() - start,
-                    )
-                    self.history.append(record)
-                    batches = 0
-                    if self.checkpoint is not None:
-                        self.save(epoch, 0, loader_rng_state(self.loader))
-                    for callback in self.callbacks:
-                        callback(record)
-                    if interrupt.requested:
-                        raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            # Between steps (a callback, or Ctrl-C seen by InterruptFlag): the parameters are
-            # those of the last completed step; `batches` counts this epoch's completed steps.
-            done = len(self.history)
-            partial = batches if done < epoch else 0
-            saved = None
-            if self.checkpoint is not None:
-                state = loader_state if partial else loader_rng_state(self.loader)
-                saved = self.save(done, partial, state)
-            self.model.eval()
-            raise TrainingInterrupted(self.result(), saved, epoch, partial) from None
-        finally:
-            if bar is not None:
-                bar.close()
-        self.model.eval()
-        return self.result()

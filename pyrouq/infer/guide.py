@@ -276,14 +276,7 @@ def check_draws(
     if expected is None:
         return
     got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
-    problem = site_mismatch(expected, got, strict=False, source=source)
-    if problem is not None and source == "posterior_samples":
-        raise ValueError(
-            f"{caller}: posterior_samples do not fit {type(model).__name__}: {problem}. Pass "
-            "{site: (S, *shape)} with the model's site shapes, or an MCMCResult itself (its "
-            ".samples are (chain, draw, *shape))."
-        )
-    _refuse(model, problem, caller)
+    _refuse(model, site_mismatch(expected, got, strict=False, source=source), caller, source)
 
 
 def site_mismatch(
@@ -312,9 +305,21 @@ def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
     return {site: tuple(shape) for site, shape in latent().items()}
 
 
-def _refuse(model: Any, problem: str | None, caller: str) -> None:
+#: How :func:`_refuse` words a mismatch, by where the draws came from: (lead, fix).
+_REFUSALS = {
+    "the guide": (
+        "the guide does not belong to",
+        "Pass the guide built for this model (mean_field_guide(model)) and fitted with it.",
+    ),
+    "posterior_samples": (
+        "posterior_samples do not fit",
+        "Pass {site: (S, *shape)} with the model's site shapes, or an MCMCResult itself (its "
+        ".samples are (chain, draw, *shape)).",
+    ),
+}
+
+
+def _refuse(model: Any, problem: str | None, caller: str, source: str = "the guide") -> None:
     if problem is not None:
-        raise ValueError(
-            f"{caller}: the guide does not belong to {type(model).__name__}: {problem}. Pass "
-            "the guide built for this model (mean_field_guide(model)) and fitted with it."
-        )
+        lead, fix = _REFUSALS[source]
+        raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {fix}")
