@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import pyro
 import torch
 from torch import nn
 
@@ -187,11 +188,19 @@ class ShardedOrder:
         return len(range(self._rank, n, self._world))
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Where pyrouq, torch and Pyro live (and ``contextlib``): the frames that
+    :func:`warn_caller` passes over on its way to the user's line."""
+    files = (os.path.dirname(__file__), os.path.dirname(torch.__file__), pyro.__path__[0])
+    return (*(os.path.abspath(f) + os.sep for f in files), os.path.abspath(contextlib.__file__))
+
+
 def warn_caller(message: str) -> None:
-    """``warnings.warn(message)`` attributed to the first frame outside pyrouq (the user's
-    line), however deep inside the package it is raised."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    """``warnings.warn(message)`` attributed to the first frame outside pyrouq, torch and Pyro
+    (the user's line), however deep inside them it is raised (a module's ``__call__``, a
+    ``fit()`` step)."""
+    skipped = _library_dirs()
     level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
-    while frame is not None and frame.f_code.co_filename.startswith(package):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
         level, frame = level + 1, frame.f_back  # type: ignore[assignment]
     warnings.warn(message, UserWarning, stacklevel=level)

@@ -3,6 +3,9 @@ networks, priors and selections, the model contract, checkpoints from a skeleton
 
 from __future__ import annotations
 
+import copy
+import warnings
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -340,3 +343,84 @@ def test_parametrized_weights_are_named_in_a_warning():
     with pytest.warns(UserWarning, match=r"batchensemble\(\): 1 of the converted layers") as w:
         pyrouq.rank1(net, 2)
     assert w[0].filename == __file__
+
+
+class Decoder(nn.Module):
+    """A strided conv down, a grouped transposed conv back up to the input's size (torch's
+    ``output_size``), a BatchNorm, then a linear head: 3 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(1, 8, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, groups=2)
+        self.bn = nn.BatchNorm2d(6)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.up(torch.relu(self.down(x)), output_size=x.shape)
+        return self.head(torch.relu(self.bn(h)).mean((2, 3)))
+
+
+def _member_network(ensemble, base, member):
+    """``base`` with member ``member``'s effective weights and biases (a plain network)."""
+    net = copy.deepcopy(base)
+    for name, layer in ensemble.net.named_modules():
+        if getattr(layer, "_is_batchensemble", False):
+            plain = net.get_submodule(name)
+            plain.weight.data = layer.effective_weight(member).detach().clone()
+            plain.bias.data = layer.bias[member].detach().clone()
+    return net
+
+
+def test_batchensemble_converts_transposed_convolutions(tmp_path):
+    torch.manual_seed(0)
+    net = Decoder().eval()
+    x = torch.randn(4, 1, 9, 9)  # odd size: output_size picks the output padding
+    ensemble = batchensemble(net, 3).eval()
+    assert type(ensemble.net.up) is pyrouq.BatchEnsembleConvTranspose2d
+    with torch.no_grad():
+        out = ensemble(x)
+        for member in range(3):  # each member is the plain network with its own weights
+            expected = _member_network(ensemble, net, member)(x)
+            torch.testing.assert_close(out[member], expected, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(out[0], out[1])  # the members differ
+        same = batchensemble(net, 3, r_std=0.0, s_std=0.0).eval()(x)
+        torch.testing.assert_close(same, net(x).expand(3, -1, -1), rtol=1e-5, atol=1e-5)
+    layer = ensemble.net.up
+    folded = torch.randn(3 * 2, 8, 5, 5)  # the layer alone, default output padding
+    ref = torch.conv_transpose2d(
+        folded[2:4], layer.effective_weight(1), layer.bias[1], stride=2, padding=1, groups=2
+    )
+    torch.testing.assert_close(layer(folded)[2:4], ref, rtol=1e-5, atol=1e-5)
+    restored = load(save(tmp_path / "d.pt", ensemble), module=Decoder()).model.eval()
+    assert torch.equal(restored(x), ensemble(x))
+    model = pyrouq.rank1(net, 2)
+    assert tuple(model.latent_sites()["up.r"]) == (2, 8)
+    assert tuple(model.latent_sites()["up.s"]) == (2, 6)
+    y = torch.tensor([0, 1, 2, 0])
+    fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=4, progress=False, seed=0)
+
+
+def test_a_layer_the_forward_bypasses_is_named_in_a_warning():
+    # F.linear(h, self.fc.weight) reads the shared W: the members' factors never apply there
+    class Direct(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = nn.Linear(4, 8)
+            self.fc = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return nn.functional.linear(torch.relu(self.hidden(x)), self.fc.weight)
+
+    ensemble = batchensemble(Direct(), 2)
+    with pytest.warns(
+        UserWarning,
+        match=r"1 of the network's 2 BatchEnsemble layers were not "
+        r"called in its forward: fc\..*call the layer instead",
+    ) as w:
+        ensemble(torch.randn(5, 4))
+    assert w[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ensemble(torch.randn(5, 4))  # said once per network
+        batchensemble(nn.Sequential(nn.Linear(4, 3)), 2)(torch.randn(5, 4))  # all called

@@ -51,7 +51,7 @@ from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
 from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
-from pyrouq._util import check_folded_batch
+from pyrouq._util import check_folded_batch, warn_caller
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
@@ -343,7 +343,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     member with that member's effective weights (and its own norm copies, with
     ``norms="per_member"``): the same function, faster there.
     """
-    with channels_last(net, x) as x, _layers_called(net):
+    with channels_last(net, x) as x, _layers_called(net), _calls_checked(net):
         if _cpu(x) and not _statistics_across_members(net):
             layers = _ensemble_layers(net)
             # the modules told which member runs: the layers and any per-member norms
@@ -387,6 +387,43 @@ def _layers_called(net: nn.Module) -> Iterator[None]:
         yield
     finally:
         mha.set_fastpath_enabled(True)
+
+
+_CALLS_CHECKED = "_pyrouq_calls_checked"
+"""Attribute :func:`_calls_checked` sets on a network once its first run called every
+BatchEnsemble layer (or was warned that some were not)."""
+
+
+@contextlib.contextmanager
+def _calls_checked(net: nn.Module) -> Iterator[None]:
+    """On a network's first successful run, warn if some of its BatchEnsemble layers were not
+    called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
+    meets the shared W and no member's factors, so the members do not differ there."""
+    if getattr(net, _CALLS_CHECKED, False):
+        yield
+        return
+    called: set[str] = set()
+    layers = [
+        (name, m) for name, m in net.named_modules() if getattr(m, "_is_batchensemble", False)
+    ]
+    handles = [
+        m.register_forward_pre_hook(lambda *_, name=name: called.add(name)) for name, m in layers
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+    setattr(net, _CALLS_CHECKED, True)
+    missed = [name for name, _ in layers if name not in called]
+    if missed:
+        warn_caller(
+            f"{len(missed)} of the network's {len(layers)} BatchEnsemble layers were not called "
+            f"in its forward: {', '.join(missed[:5])}{', ...' if len(missed) > 5 else ''}. "
+            "The members do not differ there. If the forward reads a layer's weight as a "
+            "tensor (e.g. F.linear(x, self.fc.weight)), call the layer instead (self.fc(x)); a "
+            "layer the forward does not use (an auxiliary head) can be left as it is."
+        )
 
 
 def _check_folded(out: Tensor, folded: Tensor, net: nn.Module) -> Tensor:

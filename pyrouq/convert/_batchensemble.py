@@ -57,8 +57,9 @@ def _replace_children(
 
 
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
-    """Replace every Linear / Conv{1,2,3}d of ``net`` (nested) by its BatchEnsemble version;
-    the number replaced. Attention modules keep theirs (they read their weights directly)."""
+    """Replace every Linear / Conv{1,2,3}d / ConvTranspose{1,2,3}d of ``net`` (nested) by its
+    BatchEnsemble version; the number replaced. Attention modules keep theirs (they read their
+    weights directly)."""
     parametrized: list[str] = []
 
     def counterpart(child: nn.Module) -> nn.Module | None:
@@ -93,12 +94,13 @@ class BatchEnsembleNetwork(PyroModule):
     """BatchEnsemble version of any network: a deterministic Pyro module (what
     :func:`batchensemble` returns).
 
-    Every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` of the network, nested ones included, is a
-    BatchEnsemble layer (shared weight W, per-member rank-1 factors and biases, effective
-    weight ``diag(s_i) W diag(r_i)``). Inputs are plain ``(B, ...)`` batches; the input is
-    repeated once per member (folded batch ``(M * B, ...)``, member-major) and the outputs come
-    back as ``(M, B, D)``, recorded (``"logits"``) with ``"obs"`` observed for every member
-    inside a ``"members"`` plate (dim -2) and the ``"data"`` plate (dim -1), scaled N/B.
+    Every ``nn.Linear``, ``nn.Conv{1,2,3}d`` and ``nn.ConvTranspose{1,2,3}d`` of the network,
+    nested ones included, is a BatchEnsemble layer (shared weight W, per-member rank-1 factors
+    and biases, effective weight ``diag(s_i) W diag(r_i)``). Inputs are plain ``(B, ...)``
+    batches; the input is repeated once per member (folded batch ``(M * B, ...)``,
+    member-major) and the outputs come back as ``(M, B, D)``, recorded (``"logits"``) with
+    ``"obs"`` observed for every member inside a ``"members"`` plate (dim -2) and the
+    ``"data"`` plate (dim -1), scaled N/B.
 
     Normalisation layers are shared by the members by default (``norms="shared"``): a
     BatchNorm in training normalises with statistics over the whole folded batch and keeps one
@@ -109,7 +111,10 @@ class BatchEnsembleNetwork(PyroModule):
     (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` stay
     plain (its forward reads them as tensors), while the feed-forward layers of an
     ``nn.TransformerEncoderLayer`` are converted (torch's fused eval path is switched off while
-    the members run, so that they are called).
+    the members run, so that they are called). The members differ only where the forward calls
+    the converted layers: one that reads a layer's weight as a tensor
+    (``F.linear(x, self.fc.weight)``) meets the shared W, and the network's first run warns,
+    naming every BatchEnsemble layer it did not call.
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.

@@ -195,6 +195,7 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
     ``r`` scaling input channels and ``s`` output channels (grouped convolutions included)."""
 
     _channel_dim = 1
+    transposed = False  # class-level, read by the engine's layout choice
     _conv: Any  # F.conv1d / conv2d / conv3d
     _base_type: Any  # nn.Conv1d / Conv2d / Conv3d
 
@@ -327,11 +328,148 @@ class BatchEnsembleConv3d(_BatchEnsembleConv):
     _base_type = nn.Conv3d
 
 
+class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
+    """Transposed convolution of a BatchEnsemble: member m computes
+    ``conv_transpose(x * r_m, W) * s_m + b_m``; W is ``(in, out / groups, *kernel)`` as in
+    ``nn.ConvTranspose*d``, and ``forward(x, output_size=None)`` takes torch's ``output_size``."""
+
+    transposed = True
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        num_members: int,
+        *,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        base: nn.modules.conv._ConvTransposeNd | None = None,
+        **factors: Any,
+    ):
+        if base is None:
+            base = self._base_type(
+                in_channels,
+                out_channels,
+                kernel_size,
+                stride=stride,
+                padding=padding,
+                output_padding=output_padding,
+                dilation=dilation,
+                groups=groups,
+            )
+        if base.padding_mode != "zeros":  # torch's own layer refuses it in forward
+            raise ValueError(
+                f"{type(base).__name__} supports only padding_mode='zeros', got "
+                f"{base.padding_mode!r}."
+            )
+        super().__init__(
+            base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **factors
+        )
+        self.output_padding = base.output_padding
+        self._output_padding_now = base.output_padding
+
+    def forward(  # type: ignore[override]
+        self, x: torch.Tensor, output_size: list[int] | None = None
+    ) -> torch.Tensor:
+        """Folded batch ``(M * B, in, ...)`` in, ``(M * B, out, ...)`` out (member-major);
+        ``output_size`` as in ``nn.ConvTranspose*d``."""
+        rank = self.weight.dim()
+        size = self.in_channels
+        check_layer_input(self, x, 1, size, f"(M * B, {size}, {_SPATIAL[rank]})", ranks=(rank,))
+        if output_size is None:
+            return _engine.batchensemble_forward(self, x)
+        self._output_padding_now = nn.modules.conv._ConvTransposeNd._output_padding(
+            self,  # type: ignore[arg-type]
+            x,
+            output_size,
+            list(self.stride),
+            list(self.padding),  # type: ignore[arg-type]
+            list(self.kernel_size),
+            rank - 2,
+            list(self.dilation),
+        )
+        try:
+            return _engine.batchensemble_forward(self, x)
+        finally:
+            self._output_padding_now = self.output_padding
+
+    def _op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+        return self._conv(
+            x,
+            weight,
+            bias,
+            self.stride,
+            self.padding,
+            self._output_padding_now,
+            self.groups,
+            self.dilation,
+        )
+
+    def folded_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        members, groups = self.num_members, self.groups
+        per_in, per_out = self.in_channels // groups, self.out_channels // groups
+        extra = (1,) * (self.weight.dim() - 2)
+        r = self.r.reshape(members, self.in_channels, 1, *extra)
+        s = self.s.reshape(members, groups, 1, per_out).expand(members, groups, per_in, per_out)
+        s = s.reshape(members, self.in_channels, per_out, *extra)
+        return r * self.weight.unsqueeze(0) * s, self.bias
+
+
+class BatchEnsembleConvTranspose1d(_BatchEnsembleConvTranspose):
+    """1-d transposed convolution of a BatchEnsemble; arguments as ``nn.ConvTranspose1d`` plus
+    ``num_members`` and the factor options of :class:`BatchEnsembleLinear`. Input
+    ``(M * B, C, L)``."""
+
+    _conv = staticmethod(F.conv_transpose1d)
+    _base_type = nn.ConvTranspose1d
+
+
+class BatchEnsembleConvTranspose2d(_BatchEnsembleConvTranspose):
+    """2-d transposed convolution of a BatchEnsemble: member m computes
+    ``conv_transpose2d(x * r_m, W) * s_m + b_m``.
+
+    ``r`` ``(M, in_channels)`` scales input channels, ``s`` ``(M, out_channels)`` output
+    channels. Arguments as ``nn.ConvTranspose2d`` (``stride``, ``padding``,
+    ``output_padding``, ``dilation``, ``groups``) plus ``num_members`` and the factor options
+    of :class:`BatchEnsembleLinear`; ``base`` copies an ``nn.ConvTranspose2d``'s settings,
+    weight and bias. ``forward(x, output_size=None)`` as torch's.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleConvTranspose2d(3, 4, 2, num_members=2, stride=2)
+    >>> x = torch.randn(5, 3, 4, 4)
+    >>> out = layer(x.repeat(2, 1, 1, 1))  # (M * B, out, 8, 8)
+    >>> expected = torch.conv_transpose2d(x, layer.effective_weight(1), layer.bias[1], stride=2)
+    >>> out.shape, torch.allclose(out[5:], expected, atol=1e-5)
+    (torch.Size([10, 4, 8, 8]), True)
+    """
+
+    _conv = staticmethod(F.conv_transpose2d)
+    _base_type = nn.ConvTranspose2d
+
+
+class BatchEnsembleConvTranspose3d(_BatchEnsembleConvTranspose):
+    """3-d transposed convolution of a BatchEnsemble; arguments as ``nn.ConvTranspose3d`` plus
+    ``num_members`` and the factor options of :class:`BatchEnsembleLinear`. Input
+    ``(M * B, C, D, H, W)``."""
+
+    _conv = staticmethod(F.conv_transpose3d)
+    _base_type = nn.ConvTranspose3d
+
+
 BATCHENSEMBLE_LAYERS: dict[type[nn.Module], type[_BatchEnsembleLayer]] = {
     nn.Linear: BatchEnsembleLinear,
     nn.Conv1d: BatchEnsembleConv1d,
     nn.Conv2d: BatchEnsembleConv2d,
     nn.Conv3d: BatchEnsembleConv3d,
+    nn.ConvTranspose1d: BatchEnsembleConvTranspose1d,
+    nn.ConvTranspose2d: BatchEnsembleConvTranspose2d,
+    nn.ConvTranspose3d: BatchEnsembleConvTranspose3d,
 }
 """The layer types :func:`pyrouq.batchensemble` converts (subclasses included)."""
 
