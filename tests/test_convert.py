@@ -424,3 +424,29 @@ def test_a_layer_the_forward_bypasses_is_named_in_a_warning():
         warnings.simplefilter("error")
         ensemble(torch.randn(5, 4))  # said once per network
         batchensemble(nn.Sequential(nn.Linear(4, 3)), 2)(torch.randn(5, 4))  # all called
+
+
+class Versioned(nn.Module):
+    """A module that reads its state_dict version on load, as torchvision's MNASNet does (it
+    refuses a state without one)."""
+
+    _version = 3
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.loaded_version = None
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args):
+        self.loaded_version = local_metadata.get("version")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
+def test_checkpoints_keep_the_modules_state_dict_versions(tmp_path):
+    for i, model in enumerate((Versioned(), bayesian(Versioned()), batchensemble(Versioned(), 2))):
+        restored = load(save(tmp_path / f"{i}.pt", model), module=Versioned()).model
+        inner = restored if isinstance(restored, Versioned) else restored.net
+        assert inner.loaded_version == 3, type(model).__name__

@@ -39,6 +39,8 @@ True
 
 from __future__ import annotations
 
+import collections
+import copy
 import json
 import os
 import pickle
@@ -274,7 +276,15 @@ def _cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
+        out = {k: _cpu(v) for k, v in value.items()}
+        versions = getattr(value, "_metadata", None)
+        if versions is None:
+            return out
+        # a state_dict's module versions, which a module's _load_from_state_dict may read
+        # (torchvision's MNASNet refuses a state without them); torch.load keeps them
+        state = collections.OrderedDict(out)
+        setattr(state, "_metadata", copy.deepcopy(versions))  # noqa: B010
+        return state
     if isinstance(value, (list, tuple)):
         return type(value)(_cpu(v) for v in value)
     return value
