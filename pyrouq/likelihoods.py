@@ -421,10 +421,17 @@ class Gaussian(Likelihood):
         if num_outputs is not None and y.dim() >= 1:
             shape = tuple(y.shape[1:])
             if shape not in ((num_outputs,),) and not (shape == () and num_outputs == 1):
+                given = int(math.prod(shape))
+                hint = (
+                    " (if it outputs a mean and a scale per target, pass "
+                    "likelihood=Gaussian(scale='heteroscedastic'))"
+                    if self.mode != "heteroscedastic" and num_outputs == 2 * given
+                    else ""
+                )
                 return (
                     f"targets of shape {tuple(y.shape)}, expected (N, {num_outputs})"
                     + (" or (N,)" if num_outputs == 1 else "")
-                    + f" for a network with {num_outputs} output(s)"
+                    + f" for a network with {num_outputs} output(s){hint}"
                 )
         return None
 

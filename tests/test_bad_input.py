@@ -630,6 +630,11 @@ API_CASES = [
      r"Expected num_particles to be an integer >= 1, got 0"),
     ("fit", "type", lambda tmp: fit("model", None, [], epochs=1), TypeError,
      r"fit\(\) expects model to be an nn.Module .*got str; build it with e.g. bayesian\(net\)"),
+    ("fit", "type",
+     with_model_guide(lambda m, g: fit(m, g, [{"x": torch.rand(6, 784), "y": labels()}],
+                                       epochs=1, num_data=6, progress=False)),
+     TypeError, r"batch 1 of epoch 1 is a dict with keys 'x', 'y'\. Map it to pairs, e\.g\. "
+     r"a collate_fn returning \(batch\['x'\], batch\['y'\]\)"),
     ("fit", "companion",
      lambda tmp: fit(BayesianMLP(), lenet_guide(), flat_loader(torch.rand(6, 784), labels()),
                      epochs=1, progress=False),

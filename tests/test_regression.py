@@ -231,6 +231,10 @@ def test_to_inference_data_and_psis_for_a_latent_noise():
          ValueError, r"NaN or inf targets at rows \[1\]; remove or repair them"),
         (lambda: _model()(torch.randn(4, 3), torch.randn(4, 2)), ValueError,
          r"targets of shape \(4, 2\), expected \(N, 1\) or \(N,\) for a network with 1 output"),
+        (lambda: bayesian(nn.Linear(3, 2), likelihood="gaussian")(
+            torch.randn(4, 3), torch.randn(4)), ValueError,
+         r"targets of shape \(4,\), expected \(N, 2\) for a network with 2 output\(s\) \(if it "
+         r"outputs a mean and a scale per target, pass likelihood=Gaussian\(scale='heteros"),
         (lambda: Gaussian(scale=0.0), ValueError,
          r"Expected the Gaussian noise scale > 0 \(a finite float\), got 0.0"),
         (lambda: Gaussian(scale=-1.0), ValueError, r"got -1.0. Pass the noise standard dev"),

@@ -27,6 +27,7 @@ from pyrouq.infer._training import (
     restore_rng_states,
     rng_states,
     training_state,
+    unpack_batch,
 )
 from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
 from pyrouq.likelihoods import Categorical
@@ -263,9 +264,10 @@ class Loop:
                     batches = skip
                     if not skip:
                         self.sums = torch.zeros(3, dtype=torch.float64)
-                    for step, (x, y) in enumerate(self.loader, start=1):
+                    for step, batch in enumerate(self.loader, start=1):
                         if step <= skip:  # resuming inside an epoch: these steps were taken
                             continue
+                        x, y = unpack_batch(batch, epoch, step)
                         if self.check_batches:
                             check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
                         x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -134,6 +134,23 @@ def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | 
         if isinstance(tensors[0], torch.Tensor) and isinstance(tensors[1], torch.Tensor):
             return tensors[0], tensors[1]
     return None
+
+
+def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
+    """``(x, y)`` of a training batch, or a TypeError naming what the loader yielded."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping):
+        keys = ", ".join(repr(k) for k in list(batch)[:5])
+        what = f"a dict with keys {keys}"
+        fix = " Map it to pairs, e.g. a collate_fn returning (batch['x'], batch['y'])."
+    else:
+        size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
+        what, fix = f"a {type(batch).__name__}{size}", ""
+    raise TypeError(
+        f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is {what}."
+        + fix
+    )
 
 
 def check_batch(
