@@ -155,6 +155,30 @@ def test_two_ranks_train_as_one_process(kind, tmp_path):
         assert sorted(torch.cat(halves).tolist()) == y.tolist()
 
 
+def _batchnorm_worker(rank: int, init: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    try:
+        x, y = _data()
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
+        model = bayesian(net, likelihood=Gaussian(1.0))
+        guide = mean_field_guide(model)
+        fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=2, progress=False, seed=0)
+        torch.save(_state(model, guide), Path(out) / f"bn{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_end_every_epoch_with_the_same_batchnorm_statistics(tmp_path):
+    # each rank updates BatchNorm's running statistics on its own shard; fit() averages them
+    _spawn(_batchnorm_worker, (str(tmp_path / "init"), str(tmp_path)))
+    ranks = [torch.load(tmp_path / f"bn{r}.pt", weights_only=True) for r in range(WORLD)]
+    for key, value in ranks[0].items():
+        assert torch.equal(value, ranks[1][key]), key
+    assert not torch.equal(ranks[0]["model.net.1.running_mean"], torch.zeros(8))  # they moved
+    assert ranks[0]["model.net.1.num_batches_tracked"] == 4  # 2 epochs of 2 local steps
+
+
 def _refusing_worker(rank: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
     messages = []

@@ -1,7 +1,8 @@
 """What :func:`pyrouq.fit` does differently under torch.distributed (a process group
 initialised by torchrun or ``init_process_group``): each rank trains on its own shard of every
 epoch, its gradients are averaged with the other ranks' after each backward pass (one bucketed
-``all_reduce``), and only rank 0 shows progress and writes checkpoints.
+``all_reduce``), its floating buffers (BatchNorm's running statistics) are averaged at the end
+of every epoch, and only rank 0 shows progress and writes checkpoints.
 
 Per rank the loss is ``-(N / B_local) * sum_batch log p(y | x, w) + kl_weight * KL``; the
 average over R ranks of its gradient is ``-(N / (R * B_local)) * sum over the global batch +
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from pyrouq._util import ShardedOrder
 
@@ -100,6 +102,24 @@ def average_gradients(params: list[torch.Tensor], group: Group) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def average_buffers(modules: list[nn.Module], group: Group) -> None:
+    """Replace every floating buffer of ``modules`` (BatchNorm's running statistics) by its
+    mean over the ranks: each rank has updated them on its own shard only, and every rank
+    should end an epoch with the same model, whose statistics saw the whole epoch."""
+    if not group.active:
+        return
+    buffers = [b for m in modules for b in m.buffers() if b.is_floating_point()]
+    if not buffers:
+        return
+    flat = torch.cat([b.detach().reshape(-1).double() for b in buffers])
+    dist.all_reduce(flat)
+    flat /= group.world
+    offset = 0
+    for b in buffers:
+        b.copy_(flat[offset : offset + b.numel()].view_as(b))
+        offset += b.numel()
 
 
 def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:

@@ -291,6 +291,8 @@ class Loop:
                             "train_loader yielded no batches. Pass a loader with at least one "
                             "batch."
                         )
+                    modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
+                    _distributed.average_buffers(modules, self.group)
                     accuracy = point_accuracy(self.model, self.guide, held)
                     per_rank = torch.cat([self.sums / batches, torch.tensor([accuracy])])
                     means = _distributed.mean_over_ranks(per_rank.double(), self.group).tolist()

@@ -177,7 +177,8 @@ def fit(
         draws its own weights (a particle per rank), or every rank the same ones (needs
         ``seed``; the check that the averaged gradient equals one process's). See the docs'
         "Scaling out" page: each rank trains on its shard of every epoch, gradients are
-        averaged after each step, rank 0 alone shows progress and writes ``checkpoint``.
+        averaged after each step and BatchNorm's running statistics after each epoch, rank 0
+        alone shows progress and writes ``checkpoint``.
     check_inputs : bool, default True
         Refuse NaN/inf inputs and labels outside ``[0, C)``: for in-memory loaders
         (``TensorLoader``, ``TensorDataset``) before training starts, naming the examples;
