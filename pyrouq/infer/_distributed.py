@@ -95,13 +95,20 @@ def average_gradients(params: list[torch.Tensor], group: Group) -> None:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    _average_in_place(grads, group)
+
+
+def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
+    """Each of ``tensors`` replaced by its mean over the ranks: one ``all_reduce`` of all of
+    them flattened into one buffer (float64 when they mix dtypes)."""
+    dtype = tensors[0].dtype if len({t.dtype for t in tensors}) == 1 else torch.float64
+    flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
     dist.all_reduce(flat)
     flat /= group.world
     offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
 
 
 def average_buffers(modules: list[nn.Module], group: Group) -> None:
@@ -111,15 +118,8 @@ def average_buffers(modules: list[nn.Module], group: Group) -> None:
     if not group.active:
         return
     buffers = [b for m in modules for b in m.buffers() if b.is_floating_point()]
-    if not buffers:
-        return
-    flat = torch.cat([b.detach().reshape(-1).double() for b in buffers])
-    dist.all_reduce(flat)
-    flat /= group.world
-    offset = 0
-    for b in buffers:
-        b.copy_(flat[offset : offset + b.numel()].view_as(b))
-        offset += b.numel()
+    if buffers:
+        _average_in_place(buffers, group)
 
 
 def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
