@@ -8,7 +8,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyro
@@ -204,3 +204,17 @@ def warn_caller(message: str) -> None:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
         level, frame = level + 1, frame.f_back  # type: ignore[assignment]
     warnings.warn(message, UserWarning, stacklevel=level)
+
+
+def describe_batch(batch: Any) -> str:
+    """What a loader yielded instead of ``(x, y)`` pairs, with the fix for a dict: for the
+    error messages of :func:`pyrouq.fit` and :func:`pyrouq.predict`."""
+    if isinstance(batch, Mapping):
+        keys = ", ".join(repr(k) for k in list(batch)[:5])
+        return (
+            f"a dict with keys {keys}. Map it to pairs, e.g. a collate_fn returning "
+            "(batch['x'], batch['y'])."
+        )
+    size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
+    name = type(batch).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}{size}."

@@ -28,6 +28,7 @@ from pyrouq import _engine
 from pyrouq._util import (
     check_finite_inputs,
     check_int,
+    describe_batch,
     has_latent_sites,
     model_input,
     module_device,
@@ -168,8 +169,8 @@ def _batches(x: Tensor | Iterable, batch_size: int) -> Iterable[tuple[Tensor, Te
             yield batch[0], target
         else:
             raise TypeError(
-                f"predict() expects x as a tensor or an iterable of tensors / (x, y) batches; "
-                f"a batch was {type(batch).__name__}."
+                "predict() expects x as a tensor or an iterable of tensors / (x, y) batches; "
+                f"a batch was {describe_batch(batch)}"
             )
 
 

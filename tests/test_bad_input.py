@@ -671,7 +671,10 @@ API_CASES = [
      ValueError, r"predict\(\) got no inputs: x is empty"),
     ("predict", "type", with_model_guide(lambda m, g: predict(m, [1, 2], g)), TypeError,
      r"predict\(\) expects x as a tensor or an iterable of tensors / \(x, y\) batches; a batch "
-     r"was int"),
+     r"was an int\.$"),
+    ("predict", "type",
+     with_model_guide(lambda m, g: predict(m, [{"image": torch.rand(2, 784)}], g)), TypeError,
+     r"a batch was a dict with keys 'image'\. Map it to pairs, e\.g\. a collate_fn"),
     ("predict", "range", with_model_guide(lambda m, g: predict(m, flat_x(), g, num_samples=0)),
      ValueError, r"Expected num_samples to be a positive integer, got 0"),
     ("Predictions", "shape", lambda tmp: pyrouq.Predictions(torch.full((6, 10), 0.1)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -16,7 +16,13 @@ import torch
 from pyro import poutine
 from torch import nn
 
-from pyrouq._util import bad_rows, has_latent_sites, model_input, module_device
+from pyrouq._util import (
+    bad_rows,
+    describe_batch,
+    has_latent_sites,
+    model_input,
+    module_device,
+)
 from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.infer.guide import MeanFieldGuide
@@ -140,16 +146,9 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
     """``(x, y)`` of a training batch, or a TypeError naming what the loader yielded."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0], batch[1]
-    if isinstance(batch, Mapping):
-        keys = ", ".join(repr(k) for k in list(batch)[:5])
-        what = f"a dict with keys {keys}"
-        fix = " Map it to pairs, e.g. a collate_fn returning (batch['x'], batch['y'])."
-    else:
-        size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
-        what, fix = f"a {type(batch).__name__}{size}", ""
     raise TypeError(
-        f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is {what}."
-        + fix
+        f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
+        + describe_batch(batch)
     )
 
 
