@@ -347,6 +347,18 @@ CASES = {
         r"_TupleNet.forward returned tuple; pyrouq needs a network whose forward\(x\) returns "
         r"one tensor of outputs \(B, D\)",
     ),
+    "bayesian: forward returns outputs per pixel": (
+        lambda tmp: bayesian(torch.nn.Conv2d(1, 3, 1))(torch.randn(2, 1, 4, 4)),
+        ValueError,
+        r"Conv2d.forward returned outputs of shape \(2, 3, 4, 4\) for 2 inputs; pyrouq needs one "
+        r"row of outputs per input, \(2, D\)\. Outputs per pixel .*pool or flatten them",
+    ),
+    "batchensemble: forward returns outputs per pixel": (
+        lambda tmp: pyrouq.batchensemble(torch.nn.Conv2d(1, 3, 1), 2)(torch.randn(2, 1, 4, 4)),
+        ValueError,
+        r"returned outputs of shape \(2, 3, 4, 4\) for 2 inputs; pyrouq needs one row of "
+        r"outputs per input",
+    ),
     "bayesian: not a module": (
         lambda tmp: bayesian("resnet18"),  # type: ignore[arg-type]
         TypeError,

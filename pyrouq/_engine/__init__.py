@@ -58,13 +58,21 @@ from pyrouq._util import check_folded_batch, warn_caller
 # --------------------------------------------------------------------------------------------
 
 
-def _check_outputs(out: Any, net: nn.Module) -> Tensor:
+def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
+    """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
     if not isinstance(out, Tensor) or out.dim() < 2:
         got = type(out).__name__ if not isinstance(out, Tensor) else f"shape {tuple(out.shape)}"
         raise TypeError(
             f"{type(net).__name__}.forward returned {got}; pyrouq needs a network whose "
             "forward(x) returns one tensor of outputs (B, D) (logits for classification). "
             "Wrap it in a small nn.Module whose forward returns that tensor."
+        )
+    if out.dim() > 2 or out.shape[0] != batch:
+        raise ValueError(
+            f"{type(net).__name__}.forward returned outputs of shape {tuple(out.shape)} for "
+            f"{batch} inputs; pyrouq needs one row of outputs per input, ({batch}, D). Outputs "
+            "per pixel or per time step (segmentation, sequence labelling) are not supported: "
+            "pool or flatten them to (B, D) inside the network."
         )
     return out
 
@@ -119,7 +127,7 @@ def run(
         if members is not None:
             wrapper = _MemberPass(net, members)
             return functional_call(wrapper, {f"net.{k}": v for k, v in weights.items()}, (x,))
-        return _check_outputs(functional_call(net, weights, (x,)), net)
+        return _check_outputs(functional_call(net, weights, (x,)), net, x.shape[0])
 
 
 def sample_dims(weights: Mapping[str, Tensor], event_dims: Mapping[str, int]) -> torch.Size:
@@ -274,7 +282,7 @@ def run_local(
     def once() -> Tensor:
         weights = {s: torch.addcmul(loc[s], scale[s], torch.randn_like(loc[s])) for s in others}
         with _local_forwards(net, layers, loc, scale):
-            return _check_outputs(functional_call(net, weights, (x,)), net)
+            return _check_outputs(functional_call(net, weights, (x,)), net, x.shape[0])
 
     if num_draws is None:
         return once()
@@ -355,7 +363,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
                 for member in range(num_members):
                     for module in told:
                         module._member = member
-                    outs.append(_check_outputs(net(x), net))
+                    outs.append(_check_outputs(net(x), net, x.shape[0]))
             finally:
                 for module in told:
                     module._member = None
@@ -364,7 +372,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
             return torch.stack(outs)
         folded = nhwc(x.repeat(num_members, *([1] * (x.dim() - 1))))
         setattr(folded, _REPEATED, num_members)
-        out = _check_folded(_check_outputs(net(folded), net), folded, net)
+        out = _check_outputs(net(folded), net, folded.shape[0])
         return out.unflatten(0, (num_members, x.shape[0]))
 
 
@@ -424,12 +432,3 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
             "tensor (e.g. F.linear(x, self.fc.weight)), call the layer instead (self.fc(x)); a "
             "layer the forward does not use (an auxiliary head) can be left as it is."
         )
-
-
-def _check_folded(out: Tensor, folded: Tensor, net: nn.Module) -> Tensor:
-    if out.shape[0] != folded.shape[0]:
-        raise ValueError(
-            f"{type(net).__name__} returned {out.shape[0]} outputs for a folded batch of "
-            f"{folded.shape[0]} inputs; BatchEnsemble needs one output row per input row."
-        )
-    return out
