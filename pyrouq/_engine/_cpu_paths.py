@@ -233,7 +233,7 @@ def _channels_last_pays(net: nn.Module) -> bool:
             continue
         conv: Any = m
         weight = conv.weight
-        transposed = getattr(type(m), "transposed", False) if ensemble else False
+        transposed = getattr(type(m), "transposed", False)  # a BatchEnsemble layer's class flag
         if (not ensemble and type(m) is not nn.Conv2d) or transposed or weight.dim() not in (2, 4):
             return False  # transposed, 1-d and 3-d convolutions: not measured, left as they are
         if weight.dim() == 2:

@@ -40,7 +40,6 @@ True
 from __future__ import annotations
 
 import collections
-import copy
 import json
 import os
 import pickle
@@ -277,13 +276,12 @@ def _cpu(value: Any) -> Any:
         return value.detach().cpu()
     if isinstance(value, dict):
         out = {k: _cpu(v) for k, v in value.items()}
-        versions = getattr(value, "_metadata", None)
-        if versions is None:
+        if not hasattr(value, "_metadata"):
             return out
         # a state_dict's module versions, which a module's _load_from_state_dict may read
         # (torchvision's MNASNet refuses a state without them); torch.load keeps them
         state = collections.OrderedDict(out)
-        setattr(state, "_metadata", copy.deepcopy(versions))  # noqa: B010
+        state._metadata = value._metadata  # type: ignore[attr-defined]
         return state
     if isinstance(value, (list, tuple)):
         return type(value)(_cpu(v) for v in value)

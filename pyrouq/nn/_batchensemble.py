@@ -328,6 +328,10 @@ class BatchEnsembleConv3d(_BatchEnsembleConv):
     _base_type = nn.Conv3d
 
 
+_CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
+"""The convolution settings a BatchEnsemble convolution passes on to the torch layer it builds."""
+
+
 class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
     """Transposed convolution of a BatchEnsemble: member m computes
     ``conv_transpose(x * r_m, W) * s_m + b_m``; W is ``(in, out / groups, *kernel)`` as in
@@ -342,35 +346,20 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
         kernel_size: Any,
         num_members: int,
         *,
-        stride: Any = 1,
-        padding: Any = 0,
         output_padding: Any = 0,
-        dilation: Any = 1,
-        groups: int = 1,
         base: nn.modules.conv._ConvTransposeNd | None = None,
-        **factors: Any,
+        **options: Any,
     ):
-        if base is None:
+        if base is None:  # stride, padding, dilation, groups as in torch; the rest: factors
+            settings = {k: options.pop(k) for k in _CONV_SETTINGS if k in options}
             base = self._base_type(
-                in_channels,
-                out_channels,
-                kernel_size,
-                stride=stride,
-                padding=padding,
-                output_padding=output_padding,
-                dilation=dilation,
-                groups=groups,
-            )
-        if base.padding_mode != "zeros":  # torch's own layer refuses it in forward
-            raise ValueError(
-                f"{type(base).__name__} supports only padding_mode='zeros', got "
-                f"{base.padding_mode!r}."
+                in_channels, out_channels, kernel_size, output_padding=output_padding, **settings
             )
         super().__init__(
-            base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **factors
+            base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **options
         )
         self.output_padding = base.output_padding
-        self._output_padding_now = base.output_padding
+        self._output_padding_now = base.output_padding  # what output_size asks for, per call
 
     def forward(  # type: ignore[override]
         self, x: torch.Tensor, output_size: list[int] | None = None
