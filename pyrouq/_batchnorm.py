@@ -1,0 +1,77 @@
+"""BatchNorm running statistics re-estimated for one draw of the weights (the
+``batchnorm_data`` option of :func:`pyrouq.predict`, as SWAG's ``bn_update``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor, nn
+
+Norm = nn.modules.batchnorm._BatchNorm
+
+
+def batchnorms(model: Any) -> list[Norm]:
+    if not isinstance(model, nn.Module):
+        return []
+    return [m for m in model.modules() if isinstance(m, Norm) and m.running_mean is not None]
+
+
+def check_batchnorm_data(model: Any, data: Any, guide: Any, posterior_samples: Any) -> list[Norm]:
+    """The BatchNorm layers whose statistics ``batchnorm_data`` re-estimates per draw (none
+    without it), or a clear error where there are no draws or no such layers."""
+    if data is None:
+        return []
+    name = type(model).__name__
+    if guide is None and posterior_samples is None:
+        raise ValueError(
+            f"predict() got batchnorm_data for {name} without posterior draws: it re-estimates "
+            "BatchNorm statistics for each draw of the weights, so it needs a guide or "
+            "posterior_samples. A BatchEnsemble's members and a plain network use the "
+            "statistics fit() kept; leave batchnorm_data out."
+        )
+    norms = batchnorms(model)
+    if not norms:
+        raise ValueError(
+            f"predict() got batchnorm_data, but {name} has no BatchNorm layer with running "
+            "statistics to re-estimate. Leave batchnorm_data out."
+        )
+    return norms
+
+
+def statistics(module: Norm) -> tuple[Tensor, ...]:
+    """A BatchNorm's running statistics, copied: ``(mean, var, num_batches_tracked)``."""
+    return tuple(
+        t.clone()
+        for t in (module.running_mean, module.running_var, module.num_batches_tracked)
+        if t is not None
+    )
+
+
+def load_statistics(module: Norm, values: tuple[Tensor, ...]) -> None:
+    buffers = (module.running_mean, module.running_var, module.num_batches_tracked)
+    for buffer, value in zip([b for b in buffers if b is not None], values, strict=True):
+        buffer.copy_(value)  # type: ignore[union-attr]
+
+
+def estimate_statistics(
+    norms: list[Norm],
+    inputs: list[Tensor],
+    run: Callable[[Tensor], Tensor],
+) -> list[tuple[Tensor, ...]]:
+    """Every BatchNorm's statistics under one draw of the weights (``run``): reset, then the
+    average over train-mode passes on ``inputs`` (momentum None), the rest of the network in
+    eval mode. The layers are back in eval mode with their momentum afterwards."""
+    momenta = [m.momentum for m in norms]
+    try:
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+            m.train()
+        for x in inputs:
+            run(x)
+        return [statistics(m) for m in norms]
+    finally:
+        for m, momentum in zip(norms, momenta, strict=True):
+            m.momentum = momentum
+            m.eval()
