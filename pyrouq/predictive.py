@@ -288,11 +288,12 @@ def predict(
         (a guide or ``posterior_samples``). For each draw, every BatchNorm's running statistics
         are re-estimated under that draw's weights on the first ``batchnorm_batches`` batches
         (train-mode passes, no gradients, the statistics averaged over the batches), and that
-        draw predicts with them, as SWAG does (Maddox et al. 2019). Without it every draw uses the statistics ``fit()`` accumulated
-        over many draws, which fit no single draw exactly. It costs ``S * batchnorm_batches``
-        forward passes; the model is left as it was. Measured on a ResidualCNN (3 epochs on
-        Fashion-MNIST): NLL 0.2537 -> 0.2519, ECE about the same, but less disagreement
-        between the draws and a lower mutual-information OOD AUROC (0.744 -> 0.693).
+        draw predicts with them, as SWAG does (Maddox et al. 2019). Without it every draw uses
+        the statistics ``fit()`` accumulated over many draws, which fit no single draw exactly.
+        It costs ``S * batchnorm_batches`` forward passes; the model is left as it was.
+        Measured on a ResidualCNN (3 epochs on Fashion-MNIST): NLL 0.2537 -> 0.2519, ECE
+        about the same, but less disagreement between the draws and a lower
+        mutual-information OOD AUROC (0.744 -> 0.693).
     batchnorm_batches : int, default 20
         How many batches of ``batchnorm_data`` each draw's statistics are estimated on.
 
