@@ -7,6 +7,7 @@ import math
 import re
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -216,6 +217,21 @@ def test_to_inference_data_and_psis_for_a_latent_noise():
     )
     psis = psis_diagnostic(model, guide, x, y, num_samples=100)
     assert psis.log_weights.shape == (100,) and math.isfinite(psis.k_hat)
+
+
+@pytest.mark.parametrize("d_out", [1, 2])
+def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
+    """More points than batch_size: every batch is checked against its own targets."""
+    x, y = _data(n=40, d_out=d_out)
+    model = bayesian(nn.Linear(3, d_out), likelihood="gaussian")
+    guide = mean_field_guide(model)
+    pyro.set_rng_seed(0)
+    whole = to_inference_data(model, guide, x, y, num_samples=3)
+    pyro.set_rng_seed(0)
+    batched = to_inference_data(model, guide, x, y, num_samples=3, batch_size=16)
+    pairs = [("log_likelihood", "obs")] + [("posterior_predictive", v) for v in ("loc", "scale")]
+    for group, name in [*pairs, ("posterior_predictive", "obs")]:
+        assert np.array_equal(whole[group][name].values, batched[group][name].values)
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def _store_logits(
     else:
         loc, scale = likelihood.predictive(outputs, latent)
         if "loc" not in out.values:
-            likelihood.check_targets(y, logits, "to_inference_data()")
+            likelihood.check_targets(y[cols], logits, "to_inference_data()")
             for name in ("loc", "scale"):
                 out.alloc(name, (n, loc.shape[-1]), torch.float32)
             out.alloc("log_lik", (n,), torch.float64)
@@ -131,7 +131,9 @@ def to_inference_data(
 
     A rank-1 network (:func:`pyrouq.rank1`) exports its factors' draws; each draw's M members
     are mixed with equal weights, so ``log_likelihood`` and ``posterior_predictive`` are those of
-    the draw's member mixture (Categorical likelihood).
+    the draw's member mixture: its class probabilities, or for a ``Gaussian`` likelihood the
+    mixture's mean and standard deviation as ``loc`` and ``scale``, with ``obs`` drawn from the
+    mixture itself (a member per point, then its Normal).
 
     A BatchEnsemble has no guide and no latent variables: its M members take the place of the
     draws (S = M) in ``posterior_predictive`` and ``log_likelihood``, and there is **no
@@ -342,6 +344,12 @@ def _sample_obs(out: _Draws, y: Tensor) -> None:
     for s in range(out.num_draws):
         if "probs" in out.values:
             value = torch.distributions.Categorical(probs=out.values["probs"][s]).sample()
+        elif _MEMBER_LOC in out.values:  # a mixture of the members' Normals: a member per point
+            loc, scale = out.values[_MEMBER_LOC][s], out.values[_MEMBER_SCALE][s]
+            member = torch.randint(loc.shape[0], (loc.shape[1],))
+            points = torch.arange(loc.shape[1])
+            normal = torch.distributions.Normal(loc[member, points], scale[member, points])
+            value = normal.sample().reshape(y.shape)
         else:
             normal = torch.distributions.Normal(out.values["loc"][s], out.values["scale"][s])
             value = normal.sample().reshape(y.shape)
@@ -393,24 +401,63 @@ def _export_weights(
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)
-                if getattr(model, "num_members", None) is not None:
-                    logits = _member_mixture(model, logits)
-                _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None)
+                if getattr(model, "num_members", None) is None:
+                    _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None)
+                elif isinstance(model.likelihood, Categorical):
+                    _store_logits(out, s, cols, _member_mixture(logits), y, n, model.likelihood)
+                else:
+                    _store_member_gaussians(
+                        out, s, cols, logits, y, n, model.likelihood, own or None
+                    )
     _sample_obs(out, y)
     return out
 
 
-def _member_mixture(model: Any, logits: Tensor) -> Tensor:
-    """A rank-1 network's outputs ``(M, B, C)`` under one draw as the log-probabilities of its
+def _member_mixture(logits: Tensor) -> Tensor:
+    """A rank-1 network's logits ``(M, B, C)`` under one draw as the log-probabilities of its
     members' equally weighted mixture ``(B, C)``: the predictive of that draw."""
-    if not isinstance(model.likelihood, Categorical):
-        raise ValueError(
-            f"to_inference_data() exports a rank-1 network ({type(model).__name__} of "
-            f"{model.num_members} members) with a Categorical likelihood only, got "
-            f"{model.likelihood}. Use predict(model, x, guide) for its predictions."
-        )
     log_probs = torch.log_softmax(logits, dim=-1)
     return torch.logsumexp(log_probs, dim=0) - np.log(logits.shape[0])
+
+
+def _store_member_gaussians(
+    out: _Draws,
+    s: int,
+    cols: slice,
+    outputs: Tensor,
+    y: Tensor,
+    n: int,
+    likelihood: Likelihood,
+    latent: dict[str, Tensor] | None,
+) -> None:
+    """A rank-1 network's Gaussian outputs ``(M, B, D)`` under draw ``s``: its predictive is
+    the members' equally weighted mixture of Normals. ``loc`` and ``scale`` are the mixture's
+    mean and standard deviation, ``log_lik`` its log density; the members' own means and
+    standard deviations are kept (not exported) to draw ``obs`` from the mixture."""
+    outputs = outputs.double()
+    loc, scale = likelihood.predictive(outputs, latent)  # (M, B, D) each
+    members = loc.shape[0]
+    if "loc" not in out.values:
+        likelihood.check_targets(y[cols], outputs[0], "to_inference_data()")
+        for name in ("loc", "scale"):
+            out.alloc(name, (n, loc.shape[-1]), torch.float32)
+        for name in (_MEMBER_LOC, _MEMBER_SCALE):
+            out.alloc(name, (members, n, loc.shape[-1]), torch.float32)
+        out.alloc("log_lik", (n,), torch.float64)
+    mean = loc.mean(0)
+    out.values["loc"][s, cols] = mean.float().cpu()
+    out.values["scale"][s, cols] = (scale**2 + (loc - mean) ** 2).mean(0).sqrt().float().cpu()
+    out.values[_MEMBER_LOC][s, :, cols] = loc.float().cpu()
+    out.values[_MEMBER_SCALE][s, :, cols] = scale.float().cpu()
+    target = likelihood.shape_targets(y[cols], outputs[0]).double()
+    member_log_lik = likelihood.distribution(outputs, latent).log_prob(target)  # (M, B)
+    out.values["log_lik"][s, cols] = (
+        torch.logsumexp(member_log_lik, dim=0) - np.log(members)
+    ).cpu()
+
+
+_MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
+"""A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``."""
 
 
 def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) -> _Draws:
