@@ -12,6 +12,7 @@ Norm = nn.modules.batchnorm._BatchNorm
 
 
 def batchnorms(model: Any) -> list[Norm]:
+    """The model's BatchNorm layers that keep running statistics (any dimension, SyncBN)."""
     if not isinstance(model, nn.Module):
         return []
     return [m for m in model.modules() if isinstance(m, Norm) and m.running_mean is not None]
