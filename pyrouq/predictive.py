@@ -246,6 +246,7 @@ def predict(
     posterior_samples: Any = None,
     batchnorm_data: Tensor | Iterable | None = None,
     batchnorm_batches: int = 20,
+    progress: bool = True,
 ) -> Predictions | GaussianPredictions:
     """Predictions of S draws (or members) of a model on inputs ``x``: class probabilities
     ``(S, N, C)`` for a classifier, means and standard deviations ``(S, N, D)`` for a model
@@ -296,6 +297,9 @@ def predict(
         mutual-information OOD AUROC (0.744 -> 0.693).
     batchnorm_batches : int, default 20
         How many batches of ``batchnorm_data`` each draw's statistics are estimated on.
+    progress : bool, default True
+        Show a tqdm progress bar over the input batches, once a prediction has taken more
+        than 2 s (quick calls print nothing); it goes away when done, as ``fit()``'s does.
 
     Returns
     -------
@@ -330,6 +334,7 @@ def predict(
     if batchnorm_data is not None:  # norms is not empty then
         inputs = partial(_inputs_of, batchnorm_data, batch_size, batchnorm_batches, model, device)
         refit = (norms, inputs)
+    bar = _progress_bar(x, batch_size) if progress else None
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             if posterior_samples is not None:
@@ -390,7 +395,11 @@ def predict(
                 parts.append(_to(part, out_device))
                 if yb is not None:
                     targets.append(yb.to(out_device))
+                if bar is not None:
+                    bar.update()
     finally:
+        if bar is not None:
+            bar.close()
         for module, statistics in zip(norms, saved, strict=True):
             batchnorm.load_statistics(module, statistics)
         if was_training:
@@ -501,6 +510,20 @@ def _bayesian_runner(
 
     run.latent = latent  # type: ignore[attr-defined]
     return run
+
+
+def _progress_bar(x: Tensor | Iterable, batch_size: int) -> Any:
+    """A tqdm bar over the input batches that shows itself only after 2 s."""
+    from tqdm.auto import tqdm
+
+    if torch.is_tensor(x):
+        total: int | None = -(-x.shape[0] // batch_size)
+    else:
+        try:
+            total = len(x)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+    return tqdm(total=total, desc="predict", unit="batch", leave=False, delay=2.0)
 
 
 def _inputs_of(

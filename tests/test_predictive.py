@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pyro
 import pytest
 import torch
@@ -227,3 +229,20 @@ def test_batchnorm_data_refuses_what_it_cannot_use():
         predict(model, x, guide, batchnorm_data=loader, batchnorm_batches=0)
     # a refused run leaves the statistics alone
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+class _Slow(nn.Linear):
+    def forward(self, x):
+        time.sleep(0.9)
+        return super().forward(x)
+
+
+def test_a_long_prediction_shows_a_progress_bar_and_a_quick_one_nothing(capsys):
+    net = _Slow(4, 3)
+    x = torch.randn(12, 4)
+    predict(net, x, batch_size=4)  # 3 batches, about 2.7 s: the bar shows after 2 s
+    shown = capsys.readouterr().err
+    assert "predict" in shown and "/3" in shown
+    predict(net, x, batch_size=4, progress=False)
+    predict(nn.Linear(4, 3), x, batch_size=4)  # quick: no bar
+    assert capsys.readouterr().err == ""

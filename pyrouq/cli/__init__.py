@@ -177,7 +177,7 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", default=None, help="run folder (default runs/MODEL-TIMESTAMP)")
     fit.add_argument("--overwrite", action="store_true", help="reuse a non-empty --out")
     fit.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
-    fit.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fit.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     ev = sub.add_parser(
         "evaluate",

@@ -105,12 +105,18 @@ def _evaluate(
 
     start = time.perf_counter()
     x = test.transform(test.images)  # one tensor: predict picks its own batches
-    preds = class_predictions(pyrouq.predict(model, x, guide, num_samples=num_samples), "pyrouq")
+    progress = not getattr(args, "no_progress", False)
+    preds = class_predictions(
+        pyrouq.predict(model, x, guide, num_samples=num_samples, progress=progress), "pyrouq"
+    )
     ood_preds = None
     x_ood = _ood_images(dataset, ood, args)
     if x_ood is not None:
         ood_preds = class_predictions(
-            pyrouq.predict(model, x_ood.to(x.device), guide, num_samples=num_samples), "pyrouq"
+            pyrouq.predict(
+                model, x_ood.to(x.device), guide, num_samples=num_samples, progress=progress
+            ),
+            "pyrouq",
         )
     metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
     print()
