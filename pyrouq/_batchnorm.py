@@ -40,19 +40,22 @@ def check_batchnorm_data(model: Any, data: Any, guide: Any, posterior_samples: A
     return norms
 
 
-def statistics(module: Norm) -> tuple[Tensor, ...]:
-    """A BatchNorm's running statistics, copied: ``(mean, var, num_batches_tracked)``."""
-    return tuple(
-        t.clone()
-        for t in (module.running_mean, module.running_var, module.num_batches_tracked)
-        if t is not None
-    )
-
-
-def load_statistics(module: Norm, values: tuple[Tensor, ...]) -> None:
+def _buffers(module: Norm) -> list[Tensor]:
+    """``running_mean``, ``running_var`` and ``num_batches_tracked`` (where kept)."""
     buffers = (module.running_mean, module.running_var, module.num_batches_tracked)
-    for buffer, value in zip([b for b in buffers if b is not None], values, strict=True):
-        buffer.copy_(value)  # type: ignore[union-attr]
+    return [b for b in buffers if b is not None]
+
+
+def statistics_of(norms: list[Norm]) -> list[tuple[Tensor, ...]]:
+    """Every layer's running statistics, copied."""
+    return [tuple(b.clone() for b in _buffers(m)) for m in norms]
+
+
+def load_all(norms: list[Norm], values: list[tuple[Tensor, ...]]) -> None:
+    """Copy :func:`statistics_of`'s values back into the layers."""
+    for module, saved in zip(norms, values, strict=True):
+        for buffer, value in zip(_buffers(module), saved, strict=True):
+            buffer.copy_(value)
 
 
 def estimate_statistics(
@@ -71,7 +74,7 @@ def estimate_statistics(
             m.train()
         for x in inputs:
             run(x)
-        return [statistics(m) for m in norms]
+        return statistics_of(norms)
     finally:
         for m, momentum in zip(norms, momenta, strict=True):
             m.momentum = momentum

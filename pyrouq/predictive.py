@@ -327,7 +327,7 @@ def predict(
         likelihood = Categorical()
     was_training = model.training if isinstance(model, nn.Module) else None
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
-    saved = [batchnorm.statistics(m) for m in norms]
+    saved = batchnorm.statistics_of(norms)
     if isinstance(model, nn.Module):
         model.eval()
     refit = None
@@ -385,11 +385,7 @@ def predict(
             for xb, yb in _batches(x, batch_size):
                 if out_device is None:
                     out_device = xb.device
-                if device is not None:
-                    xb = xb.to(device)
-                xb = model_input(xb, model, "predict()")
-                check_finite_inputs(xb, "predict()")
-                outputs = run(xb)
+                outputs = run(_prepared(xb, model, device))
                 latent = getattr(run, "latent", None)
                 part = likelihood.predictive(outputs, latent() if latent else None)
                 parts.append(_to(part, out_device))
@@ -400,8 +396,7 @@ def predict(
     finally:
         if bar is not None:
             bar.close()
-        for module, statistics in zip(norms, saved, strict=True):
-            batchnorm.load_statistics(module, statistics)
+        batchnorm.load_all(norms, saved)
         if was_training:
             model.train()
     if not parts:
@@ -453,7 +448,8 @@ def _bayesian_runner(
     BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
     are estimated once, after the draws, and loaded before that draw runs."""
     draws: dict[str, Tensor] = {}
-    per_draw: list[list[tuple[Tensor, ...]]] = []
+    per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
+    norms = refit[0] if refit is not None else []
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
     # a rank-1 BatchEnsemble: every draw runs its M members, flattened draw-major
     members: int = (getattr(model, "num_members", None) or 1) if direct is not None else 1
@@ -474,26 +470,20 @@ def _bayesian_runner(
                 drawn = {site: drawn[site] for site in model.latent_sites()}
             draws.update(drawn)
             if refit is not None:
-                norms, inputs = refit[0], refit[1]()
+                inputs = refit[1]()
                 for s in range(num_samples):
                     per_draw.append(
                         batchnorm.estimate_statistics(norms, inputs, partial(logits, data=draw(s)))
                     )
-        if refit is not None:
-            out = []
-            for s, statistics in enumerate(per_draw):
-                for module, values in zip(refit[0], statistics, strict=True):
-                    batchnorm.load_statistics(module, values)
-                outputs = logits(x, draw(s))
-                out.append(outputs if members > 1 else outputs.unsqueeze(0))
-            return torch.cat(out)
-        stackable = parallel and direct is not None
+        stackable = parallel and direct is not None and refit is None
         pairs = members * x.shape[0]
         chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
         out = []
         for start in range(0, num_samples, chunk):
             stop = min(start + chunk, num_samples)
             if stop - start == 1:
+                if per_draw:  # this draw's own BatchNorm statistics
+                    batchnorm.load_all(norms, per_draw[start])
                 one = logits(x, draw(start))
                 out.append(one if members > 1 else one.unsqueeze(0))
             else:
@@ -510,6 +500,13 @@ def _bayesian_runner(
 
     run.latent = latent  # type: ignore[attr-defined]
     return run
+
+
+def _prepared(x: Tensor, model: Any, device: Any) -> Tensor:
+    """An input batch on the model's device, cast to its dtype and checked (no NaN or inf)."""
+    x = model_input(x if device is None else x.to(device), model, "predict()")
+    check_finite_inputs(x, "predict()")
+    return x
 
 
 def _progress_bar(x: Tensor | Iterable, batch_size: int) -> Any:
@@ -533,9 +530,7 @@ def _inputs_of(
     checked as predict() checks its inputs."""
     inputs = []
     for x, _ in _batches(data, batch_size, "batchnorm_data"):
-        x = model_input(x if device is None else x.to(device), model, "predict()")
-        check_finite_inputs(x, "predict()")
-        inputs.append(x)
+        inputs.append(_prepared(x, model, device))
         if len(inputs) == count:
             break
     if not inputs:
