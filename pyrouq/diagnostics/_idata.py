@@ -70,32 +70,53 @@ def _store_logits(
     n: int,
     likelihood: Likelihood,
     latent: dict[str, Tensor] | None = None,
+    mixture: bool = False,
 ) -> None:
     """Store the predictions and the pointwise log-likelihood ``(S, N)`` of outputs ``(B, D)``
     (draw ``draws``) or ``(S, B, D)`` (every member, ``draws=slice(None)``) on the points
     ``cols`` of the targets ``y``, both from the model's likelihood: class probabilities
     ``probs`` ``(S, N, C)`` for a classifier, ``loc`` and ``scale`` ``(S, N, D)`` for a
-    Gaussian."""
+    Gaussian. With ``mixture`` the outputs ``(M, B, D)`` are a rank-1 draw's members, stored
+    as their equally weighted mixture (its probabilities; for a Gaussian its mean, standard
+    deviation and density, the members' own Normals kept to draw ``obs`` from)."""
     outputs = logits.double()
     if isinstance(likelihood, Categorical):
+        if mixture:
+            log_probs = torch.log_softmax(outputs, dim=-1)
+            outputs = torch.logsumexp(log_probs, dim=0) - np.log(outputs.shape[0])
         if "probs" not in out.values:  # the first batch: C is known now
             _check_labels("to_inference_data()", y, logits.shape[-1])
             out.alloc("probs", (n, logits.shape[-1]), torch.float32)
             out.alloc("log_lik", (n,), torch.float64)
-        target = y[cols].expand(*logits.shape[:-1])
+        target = y[cols].expand(*outputs.shape[:-1])
         out.values["probs"][draws, cols] = likelihood.predictive(outputs).float().cpu()
+        log_lik = likelihood.distribution(outputs, latent).log_prob(target)
     else:
-        loc, scale = likelihood.predictive(outputs, latent)
+        loc, scale = likelihood.predictive(outputs, latent)  # (M, B, D) each with mixture
         if "loc" not in out.values:
             likelihood.check_targets(y[cols], logits, "to_inference_data()")
             for name in ("loc", "scale"):
                 out.alloc(name, (n, loc.shape[-1]), torch.float32)
+            if mixture:
+                for name in (_MEMBER_LOC, _MEMBER_SCALE):
+                    out.alloc(name, (loc.shape[0], n, loc.shape[-1]), torch.float32)
             out.alloc("log_lik", (n,), torch.float64)
-        out.values["loc"][draws, cols] = loc.cpu()
-        out.values["scale"][draws, cols] = scale.cpu()
         target = likelihood.shape_targets(y[cols], outputs).double()
-    log_lik = likelihood.distribution(outputs, latent).log_prob(target)
+        log_lik = likelihood.distribution(outputs, latent).log_prob(target)
+        if mixture:
+            out.values[_MEMBER_LOC][draws, :, cols] = loc.float().cpu()
+            out.values[_MEMBER_SCALE][draws, :, cols] = scale.float().cpu()
+            mean = loc.mean(0)
+            loc, scale = mean, (scale**2 + (loc - mean) ** 2).mean(0).sqrt()
+            log_lik = torch.logsumexp(log_lik, dim=0) - np.log(outputs.shape[0])
+        out.values["loc"][draws, cols] = loc.float().cpu()
+        out.values["scale"][draws, cols] = scale.float().cpu()
     out.values["log_lik"][draws, cols] = log_lik.cpu()
+
+
+_MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
+"""A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``, not
+exported: :func:`_sample_obs` draws ``obs`` from their mixture."""
 
 
 @torch.no_grad()
@@ -401,63 +422,10 @@ def _export_weights(
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)
-                if getattr(model, "num_members", None) is None:
-                    _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None)
-                elif isinstance(model.likelihood, Categorical):
-                    _store_logits(out, s, cols, _member_mixture(logits), y, n, model.likelihood)
-                else:
-                    _store_member_gaussians(
-                        out, s, cols, logits, y, n, model.likelihood, own or None
-                    )
+                mixture = getattr(model, "num_members", None) is not None  # rank-1
+                _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None, mixture)
     _sample_obs(out, y)
     return out
-
-
-def _member_mixture(logits: Tensor) -> Tensor:
-    """A rank-1 network's logits ``(M, B, C)`` under one draw as the log-probabilities of its
-    members' equally weighted mixture ``(B, C)``: the predictive of that draw."""
-    log_probs = torch.log_softmax(logits, dim=-1)
-    return torch.logsumexp(log_probs, dim=0) - np.log(logits.shape[0])
-
-
-def _store_member_gaussians(
-    out: _Draws,
-    s: int,
-    cols: slice,
-    outputs: Tensor,
-    y: Tensor,
-    n: int,
-    likelihood: Likelihood,
-    latent: dict[str, Tensor] | None,
-) -> None:
-    """A rank-1 network's Gaussian outputs ``(M, B, D)`` under draw ``s``: its predictive is
-    the members' equally weighted mixture of Normals. ``loc`` and ``scale`` are the mixture's
-    mean and standard deviation, ``log_lik`` its log density; the members' own means and
-    standard deviations are kept (not exported) to draw ``obs`` from the mixture."""
-    outputs = outputs.double()
-    loc, scale = likelihood.predictive(outputs, latent)  # (M, B, D) each
-    members = loc.shape[0]
-    if "loc" not in out.values:
-        likelihood.check_targets(y[cols], outputs[0], "to_inference_data()")
-        for name in ("loc", "scale"):
-            out.alloc(name, (n, loc.shape[-1]), torch.float32)
-        for name in (_MEMBER_LOC, _MEMBER_SCALE):
-            out.alloc(name, (members, n, loc.shape[-1]), torch.float32)
-        out.alloc("log_lik", (n,), torch.float64)
-    mean = loc.mean(0)
-    out.values["loc"][s, cols] = mean.float().cpu()
-    out.values["scale"][s, cols] = (scale**2 + (loc - mean) ** 2).mean(0).sqrt().float().cpu()
-    out.values[_MEMBER_LOC][s, :, cols] = loc.float().cpu()
-    out.values[_MEMBER_SCALE][s, :, cols] = scale.float().cpu()
-    target = likelihood.shape_targets(y[cols], outputs[0]).double()
-    member_log_lik = likelihood.distribution(outputs, latent).log_prob(target)  # (M, B)
-    out.values["log_lik"][s, cols] = (
-        torch.logsumexp(member_log_lik, dim=0) - np.log(members)
-    ).cpu()
-
-
-_MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
-"""A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``."""
 
 
 def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) -> _Draws:
