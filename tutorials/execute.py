@@ -13,6 +13,7 @@ writes nothing.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,14 +27,29 @@ HERE = Path(__file__).resolve().parent
 KEEP_LANGUAGE_INFO = ("name", "pygments_lexer")
 
 
+#: A tqdm progress bar as text ("predict:  50%|█████     | 5/10 [00:02<00:02, 2.08batch/s]").
+PROGRESS_BAR = re.compile(r"^[^|]*\d+%\|.*\|")
+
+
+def is_progress(output: nbformat.NotebookNode) -> bool:
+    """A stderr stream holding nothing but progress bars (and the blanks that clear them)."""
+    if output.get("output_type") != "stream" or output.get("name") != "stderr":
+        return False
+    lines = re.split(r"[\r\n]", output.get("text", ""))
+    return all(not line.strip() or PROGRESS_BAR.match(line) for line in lines)
+
+
 def scrub(nb: nbformat.NotebookNode) -> None:
-    """Drop what changes from run to run but says nothing about the results."""
+    """Drop what changes from run to run but says nothing about the results: timings, widget
+    state, version details and progress bars (a long ``predict`` shows one)."""
     nb.metadata.pop("widgets", None)
     info = nb.metadata.get("language_info", {})
     nb.metadata["language_info"] = {k: info[k] for k in KEEP_LANGUAGE_INFO if k in info}
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         cell.metadata.pop("ExecuteTime", None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if not is_progress(o)]
 
 
 def execute(path: Path) -> float:
