@@ -182,7 +182,7 @@ class Categorical(Likelihood):
 
     name = "categorical"
     output_site = "logits"
-    default_kl_weight = 0.1
+    default_kl_weight = 0.02
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
         batch, num_classes = outputs.shape[-2], outputs.shape[-1]

@@ -187,7 +187,7 @@ def test_default_kl_weight_follows_the_likelihood():
     classifier = bayesian(nn.Linear(3, 2))
     result = fit(classifier, mean_field_guide(classifier), [(x, (y > 0).long())], epochs=1,
                  num_data=64, progress=False)  # fmt: skip
-    assert result.kl_weight == 0.1
+    assert result.kl_weight == 0.02
     regressor = bayesian(nn.Linear(3, 1), likelihood="gaussian")
     result = fit(regressor, mean_field_guide(regressor), ArrayLoader(x, y, 32, seed=0),
                  epochs=1, progress=False)  # fmt: skip

@@ -38,16 +38,16 @@ def _evaluate(model, guide, test, ood):
 
 
 def test_residual_cnn_plain_bayesian_batchensemble(shared_data):
-    train, test = load_fashion_mnist(root=shared_data, seed=0)
     ood = ood_loader(1024, dataset="mnist")  # MNIST test: the OOD set of Fashion-MNIST
     results = {}
-    torch.manual_seed(0)
     ways = {
         "plain": lambda net: (net, None),
         "bayesian": lambda net: (lambda m: (m, mean_field_guide(m)))(bayesian(net)),
         "batchensemble": lambda net: (batchensemble(net, 4), None),
     }
     for name, build in ways.items():
+        # a fresh loader for each way: each one sees the batches a first run would
+        train, test = load_fashion_mnist(root=shared_data, seed=0)
         torch.manual_seed(0)
         model, guide = build(ResidualCNN())
         start = time.perf_counter()
@@ -57,15 +57,14 @@ def test_residual_cnn_plain_bayesian_batchensemble(shared_data):
         shown = ", ".join(f"{k}={v:.4f}" for k, v in results[name].items())
         print(f"\n[ResidualCNN on Fashion-MNIST, {name}, {EPOCHS} epochs] {shown}")
     plain = results["plain"]
-    # Measured (seed 0) with the engine's channels-last layout on CPU: bayesian ECE 1.04 %
-    # (> 1 %) and batchensemble NLL 0.2490 (plain 0.2489), so this test fails there by those
-    # margins; in the default layout the same recipe gave 0.86 % and 0.2429 (an open item:
-    # the criteria sit within the seed-to-seed spread).
+    # Measured with these steps in one-off scripts, seed 0: plain 91.03 %, NLL 0.2489, ECE
+    # 0.63 %; bayesian (fit's default kl_weight 0.02, fresh loader) 91.45 %, 0.2436, 0.81 %.
+    # Seed 1: plain 91.58 %, 0.2393, 0.70 %; bayesian 91.29 %, 0.2381, 0.80 %. The
+    # batchensemble was measured on a loader that had served other runs first (its shuffles
+    # differ from a fresh one's): 0.2481 after the plain run's 3 epochs, 0.2490 after 6. The
+    # margins are small against the seed spread (NLL moves by about 0.005 from seed to seed).
     for name in ("bayesian", "batchensemble"):
         r = results[name]
         assert r["acc"] >= plain["acc"] - 0.01, name
         assert r["ece"] <= max(plain["ece"], 0.01), name
-    assert results["batchensemble"]["nll"] < plain["nll"]
-    # The mean-field network's NLL is the plain network's within the spread of seeds (0.2460
-    # and 0.2553 against 0.2477 in two runs): it is held to that spread, not to "lower".
-    assert results["bayesian"]["nll"] < plain["nll"] + 0.015
+        assert r["nll"] < plain["nll"], name
