@@ -148,6 +148,7 @@ def evaluate_rotations(
     batch_size: int = 1024,
     measure: Measure = "entropy",
     normalized: bool = True,
+    progress: bool = True,
 ) -> list[dict[str, float]]:
     """Accuracy, calibration and uncertainty of a model on rotated copies of ``x``.
 
@@ -177,6 +178,9 @@ def evaluate_rotations(
     normalized : bool, default True
         Whether ``x`` carries the MNIST normalisation; decides the background value that
         rotates in (see :func:`rotate`).
+    progress : bool, default True
+        One tqdm bar over the angles, shown once the sweep has taken more than 2 s (the
+        predictions themselves show none).
 
     Returns
     -------
@@ -216,7 +220,7 @@ def evaluate_rotations(
     device = module_device(model, guide) or x.device
     rng = _rng_state(device)
     rows = []
-    for i, angle in enumerate(angles):
+    for i, angle in enumerate(_angles_bar(angles) if progress else angles):
         if i:
             _set_rng_state(device, rng)
         preds = predict(
@@ -225,6 +229,7 @@ def evaluate_rotations(
             guide,
             num_samples=num_samples,
             batch_size=batch_size,
+            progress=False,
         )
         probs = _prepare_probs(class_predictions(preds, "evaluate_rotations()").probs)
         parts = decompose(probs, measure)
@@ -238,6 +243,13 @@ def evaluate_rotations(
             }
         )
     return rows
+
+
+def _angles_bar(angles: list[float]) -> Any:
+    """The angles, iterated under a tqdm bar that shows itself only after 2 s."""
+    from tqdm.auto import tqdm
+
+    return tqdm(angles, desc="rotations", unit="angle", leave=False, delay=2.0)
 
 
 def format_rotation_table(rows: Iterable[dict[str, float]]) -> str:

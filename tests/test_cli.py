@@ -86,7 +86,7 @@ def test_fit_prints_the_tables(tmp_path, capsys):
 
 def test_evaluate_reloads_and_adds_rotations(bayes_run, capsys):
     code = main(["evaluate", str(bayes_run), "--num-samples", "2", "--ood", "none", "--shift",
-                 "rotate"])  # fmt: skip
+                 "rotate", "--no-progress"])  # fmt: skip
     assert code == 0
     printed = capsys.readouterr().out
     assert "Rotated MNIST" in printed

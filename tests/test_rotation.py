@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyro
 import pytest
 import torch
@@ -200,3 +202,19 @@ def test_format_rotation_table():
         format_rotation_table([])
     with pytest.raises(TypeError, match="Expected rows to be a list of dicts"):
         format_rotation_table(rows[0])  # type: ignore[arg-type]
+
+
+class _SlowMLP(MLP):
+    def forward(self, x):
+        time.sleep(0.8)
+        return super().forward(x)
+
+
+def test_a_long_rotation_sweep_shows_one_bar_over_the_angles(capsys):
+    x, y = torch.randn(4, 1, 28, 28), torch.arange(4)
+    evaluate_rotations(_SlowMLP(), x, y, angles=[0, 30, 60, 90])  # about 3.2 s
+    shown = capsys.readouterr().err
+    assert "rotations" in shown and "/4" in shown
+    assert "predict" not in shown  # the predictions under it show no bar of their own
+    evaluate_rotations(_SlowMLP(), x, y, angles=[0, 30, 60, 90], progress=False)
+    assert capsys.readouterr().err == ""

@@ -208,6 +208,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--data-root", default=None, help="folder in torchvision layout")
     ev.add_argument("--device", default=None)
+    ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
@@ -476,7 +477,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.shift == "rotate":
         x = test.transform(test.images)
         rows = pyrouq.evaluate_rotations(
-            saved.model, x, test.labels, saved.guide, num_samples=num_samples
+            saved.model,
+            x,
+            test.labels,
+            saved.guide,
+            num_samples=num_samples,
+            progress=not args.no_progress,
         )
         name = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
         print(f"\nRotated {name} (test split)")

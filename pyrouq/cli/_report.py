@@ -105,7 +105,7 @@ def _evaluate(
 
     start = time.perf_counter()
     x = test.transform(test.images)  # one tensor: predict picks its own batches
-    progress = not getattr(args, "no_progress", False)
+    progress = not args.no_progress
     preds = class_predictions(
         pyrouq.predict(model, x, guide, num_samples=num_samples, progress=progress), "pyrouq"
     )
