@@ -61,6 +61,11 @@ class _Draws:
         return value.reshape(chains, value.shape[0] // chains, *value.shape[1:])
 
 
+_MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
+"""A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``, not
+exported: :func:`_sample_obs` draws ``obs`` from their mixture."""
+
+
 def _store_logits(
     out: _Draws,
     draws: int | slice,
@@ -112,11 +117,6 @@ def _store_logits(
         out.values["loc"][draws, cols] = loc.float().cpu()
         out.values["scale"][draws, cols] = scale.float().cpu()
     out.values["log_lik"][draws, cols] = log_lik.cpu()
-
-
-_MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
-"""A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``, not
-exported: :func:`_sample_obs` draws ``obs`` from their mixture."""
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ from pyrouq.infer._training import (
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.infer.guide import check_guide
+from pyrouq.likelihoods import Categorical
 
 __all__ = [
     "DEFAULT_KL_WEIGHT",
@@ -44,9 +45,9 @@ __all__ = [
 
 LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 
-DEFAULT_KL_WEIGHT = 0.02
-"""Default ``kl_weight`` of :func:`fit` for classifiers and models without a pyrouq likelihood:
-a tempered posterior (see ``fit``'s docstring)."""
+DEFAULT_KL_WEIGHT = Categorical.default_kl_weight
+"""Default ``kl_weight`` of :func:`fit` for models without a pyrouq likelihood: the
+classifiers' (``Categorical``'s), a tempered posterior (see ``fit``'s docstring)."""
 
 
 def default_kl_weight(model: Any) -> float:
