@@ -250,7 +250,9 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
             writer.close()  # the child holds the only writer: its end is the pipe's EOF
             running[reader] = ([index for index, _ in share], process)
         while running:
-            ready: list[Any] = wait(list(running))
+            # with a timeout: a Ctrl-C whose signal landed on another thread is only handled
+            # once this thread runs Python again, which a wait without end could never do
+            ready: list[Any] = wait(list(running), timeout=0.5)
             for reader in ready:
                 owed, process = running[reader]
                 try:
