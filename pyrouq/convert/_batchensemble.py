@@ -238,6 +238,9 @@ def batchensemble(
     ``use_base_weights`` (the default) the shared weights W and every member's bias are copies
     of the module's, so the two-phase recipe is two calls: pre-train the plain network, then
     ``fit(batchensemble(net, M), None, loader, ...)``. The module itself is left untouched.
+    Frozen parameters (``requires_grad=False``) stay frozen: a frozen layer's W and biases are
+    frozen in its BatchEnsemble layer, so freezing the pre-trained network before converting
+    trains only the factors ``r`` and ``s`` (and whatever else is not frozen).
 
     Parameters
     ----------

@@ -304,11 +304,14 @@ def bayesian(
         for every site.
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
-        and convolution (of a BatchEnsemble: its layers' factors ``r`` and ``s``);
-        ``"last_layer"``, those of the last ``nn.Linear``; a list of module
-        names or dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
-        LayerNorm, anything unselected) stay point estimates, trained by :func:`pyrouq.fit`;
-        buffers (running statistics) behave as in torch, train vs eval.
+        and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its
+        layers' factors ``r`` and ``s``); ``"last_layer"``, those of the last ``nn.Linear``; a
+        list of module names or dotted prefixes; a callable ``(name, param) -> bool``. The
+        others (BatchNorm, LayerNorm, anything unselected) stay point estimates, trained by
+        :func:`pyrouq.fit` unless frozen, as in torch: freezing a pretrained backbone
+        (``backbone.requires_grad_(False)``) before converting leaves its weights fixed and
+        makes the rest Bayesian. Buffers (running statistics) behave as in torch, train vs
+        eval.
     likelihood : {"categorical"} or Likelihood, default "categorical"
         How the outputs meet the targets (:mod:`pyrouq.likelihoods`).
     num_data : int, optional

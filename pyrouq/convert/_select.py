@@ -93,12 +93,20 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         )
     if select is None:
         weighted = {name for name, m in module.named_modules() if isinstance(m, WEIGHTED_TYPES)}
-        chosen = [n for n in params if _owner(n) in weighted]
-        if not chosen:
+        candidates = [n for n in params if _owner(n) in weighted]
+        chosen = [n for n in candidates if params[n].requires_grad]  # frozen ones stay fixed
+        if not candidates:
             raise ValueError(
                 f"{type(module).__name__} has no nn.Linear or convolution layer, so select=None "
                 f"picks nothing. Its parameters are {_names_list(list(params))}; pass select= a "
                 "list of names or prefixes, or a callable (name, param) -> bool."
+            )
+        if not chosen:
+            raise ValueError(
+                f"Every nn.Linear and convolution parameter of {type(module).__name__} is frozen "
+                f"(requires_grad=False: {_names_list(candidates)}), and select=None leaves "
+                "frozen parameters as they are, so it picks nothing. Unfreeze the layers to make "
+                "Bayesian (layer.requires_grad_(True)), or name them: select=[...]."
             )
         _warn_parametrized(module, weighted)
         return chosen

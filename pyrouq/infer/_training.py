@@ -320,12 +320,19 @@ def build_optimizer(model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: 
     seen: set[int] = set()
     unique = []
     for p in params + probe.guide_params:
-        if id(p) not in seen:
+        if id(p) not in seen and p.requires_grad:  # frozen parameters stay as they are
             seen.add(id(p))
             unique.append(p)
     if not unique:
+        frozen = any(not p.requires_grad for p in params)
         raise ValueError(
-            f"Nothing to train: {type(model).__name__} and the guide have no parameters."
+            f"Nothing to train: {type(model).__name__} and the guide have "
+            + (
+                "only frozen parameters (requires_grad=False), which fit() leaves as they "
+                "are. Unfreeze the ones to train (module.requires_grad_(True))."
+                if frozen
+                else "no parameters."
+            )
         )
     return optim(unique) if optim is not None else Adam(unique, lr=lr)
 

@@ -80,7 +80,10 @@ class _BatchEnsembleLayer(nn.Module):
         self.s = nn.Parameter(s)
         if bias is None:
             bias = torch.zeros(out_size, device=device, dtype=dtype)
-        self.bias = nn.Parameter(bias.detach().to(device, dtype).expand(num_members, -1).clone())
+        self.bias = nn.Parameter(  # a frozen base bias stays frozen, as does a frozen weight
+            bias.detach().to(device, dtype).expand(num_members, -1).clone(),
+            requires_grad=bias.requires_grad if isinstance(bias, nn.Parameter) else True,
+        )
         self._member: int | None = None  # set during the engine's member passes
         self._member_weights: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -173,7 +176,9 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
             base = nn.Linear(in_features, out_features)
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = nn.Parameter(base.weight.detach().clone())
+        self.weight = nn.Parameter(
+            base.weight.detach().clone(), requires_grad=base.weight.requires_grad
+        )
         self._init_factors(
             num_members, in_features, out_features, base.bias, init, r_mean, r_std, s_mean, s_std
         )
@@ -239,7 +244,9 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         self.groups = base.groups
         self.padding_mode = base.padding_mode
         self._pad = tuple(base._reversed_padding_repeated_twice)
-        self.weight = nn.Parameter(base.weight.detach().clone())
+        self.weight = nn.Parameter(
+            base.weight.detach().clone(), requires_grad=base.weight.requires_grad
+        )
         self._init_factors(
             num_members,
             base.in_channels,
