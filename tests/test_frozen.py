@@ -123,3 +123,22 @@ def test_fit_with_nothing_but_frozen_parameters_says_so():
     ensemble.requires_grad_(False)
     with pytest.raises(ValueError, match=r"only frozen parameters.*requires_grad_\(True\)"):
         train(ensemble, None, epochs=1)
+
+
+@pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
+def test_checkpoints_keep_which_parameters_are_frozen(kind, tmp_path):
+    from pyrouq import load, save
+
+    net = net_with_batchnorm()
+    net[0].requires_grad_(False)
+    model = bayesian(net) if kind == "bayesian" else batchensemble(net, 2)
+    guide = mean_field_guide(model) if kind == "bayesian" else None
+    if guide is not None:
+        guide.requires_grad_(False)  # e.g. a guide kept fixed while the BatchNorm trains
+    save(tmp_path / "m.pt", model, guide)
+    back = load(tmp_path / "m.pt", module=net_with_batchnorm())  # a skeleton not frozen
+    flags = {n: p.requires_grad for n, p in back.model.named_parameters()}
+    assert flags == {n: p.requires_grad for n, p in model.named_parameters()}
+    assert False in flags.values() and True in flags.values()
+    if guide is not None:
+        assert not any(p.requires_grad for p in back.guide.parameters())

@@ -187,6 +187,10 @@ def save(
         "model": describe_model(model),
         "guide": describe_guide(guide),
         "versions": library_versions(),
+        "frozen": {  # parameters with requires_grad=False, frozen again by load()
+            "model": _frozen(model),
+            "guide": _frozen(guide) if guide is not None else [],
+        },
     }
     try:
         metadata_json = json.dumps(metadata if metadata is not None else {}, allow_nan=True)
@@ -420,6 +424,11 @@ def load(
         if payload.get("guide") is None:
             raise CheckpointError(f"{str(path)!r} describes a guide but holds no guide state.")
         _load_state(guide, payload["guide"], "guide", path)
+    frozen = description.get("frozen")  # absent from checkpoints of pyrouq before 2026-12
+    if isinstance(frozen, dict):
+        _refreeze(model, frozen.get("model"))
+        if guide is not None:
+            _refreeze(guide, frozen.get("guide"))
     if device is not None:
         model.to(device)
         if guide is not None:
@@ -438,6 +447,18 @@ def _checkpoint(payload: dict, description: dict, model: Any, guide: Any, path: 
         training=payload.get("training"),
         path=Path(path),
     )
+
+
+def _frozen(module: nn.Module) -> list[str]:
+    """The names of the frozen parameters (``requires_grad=False``) of ``module``."""
+    return [name for name, p in module.named_parameters() if not p.requires_grad]
+
+
+def _refreeze(module: nn.Module, names: Any) -> None:
+    """Give the parameters of ``module`` the saved flags: frozen if named, trainable else."""
+    frozen = set(names or [])
+    for name, param in module.named_parameters():
+        param.requires_grad_(name not in frozen)
 
 
 def _parse_description(path: Any, text: Any) -> dict[str, Any]:
