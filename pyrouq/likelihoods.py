@@ -212,9 +212,16 @@ class Categorical(Likelihood):
         if y.numel() and num_classes is not None:
             low, high = int(y.min()), int(y.max())
             if low < 0 or high >= num_classes:
+                one = (
+                    " (a network with one output is a single logit: the Categorical likelihood "
+                    "takes one output per class, so give its last layer 2 outputs for a binary "
+                    "task)"
+                    if num_classes == 1
+                    else ""
+                )
                 return (
                     f"labels in [{low}, {high}], expected class indices in "
-                    f"[0, {num_classes - 1}] for a model with {num_classes} classes"
+                    f"[0, {num_classes - 1}] for a model with {num_classes} classes{one}"
                 )
         return None
 

@@ -390,12 +390,49 @@ CASES = {
         ValueError,
         r"Cannot convert into a BatchEnsemble Sequential: its lazy modules .*'0.weight'",
     ),
+    "fit: a training batch of one input through a BatchNorm": (
+        lambda tmp: (
+            lambda m: fit(
+                m,
+                mean_field_guide(m),
+                [
+                    (torch.randn(4, 3), torch.tensor([0, 1, 0, 1])),
+                    (torch.randn(1, 3), torch.tensor([1])),
+                ],
+                epochs=1,
+                num_data=5,
+                progress=False,
+            )
+        )(bayesian(_batchnorm_mlp())),
+        ValueError,
+        r"Batch 2 of epoch 1 holds 1 input\(s\) of shape \(3,\), and a BatchNorm in training mode "
+        r"needs more than one value per channel.*drop_last=True",
+    ),
+    "fit: a classifier with one output": (
+        lambda tmp: fit(
+            pyrouq.batchensemble(torch.nn.Linear(3, 1), 2),
+            None,
+            [(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))],
+            epochs=1,
+            num_data=4,
+            progress=False,
+        ),
+        ValueError,
+        r"labels in \[0, 1\], expected class indices in \[0, 0\] for a model with 1 classes "
+        r"\(a network with one output is a single logit.*give its last layer 2 outputs",
+    ),
     "bayesian: unknown likelihood": (
         lambda tmp: bayesian(_residual(), likelihood="poisson"),  # type: ignore[arg-type]
         ValueError,
         r"Unknown likelihood 'poisson': expected one of \['categorical', 'gaussian'\]",
     ),
 }
+
+
+def _batchnorm_mlp():
+    return torch.nn.Sequential(
+        torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")

@@ -124,6 +124,21 @@ def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
     return factor
 
 
+_ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel when training"
+"""How torch's BatchNorm refuses a training batch with one value per channel."""
+
+
+def _one_value_message(x: torch.Tensor, epoch: int, step: int) -> str:
+    """What to do about a training batch too small for BatchNorm's batch statistics."""
+    return (
+        f"Batch {step} of epoch {epoch} holds {x.shape[0]} input(s) of shape "
+        f"{tuple(x.shape[1:])}, and a BatchNorm in training mode needs more than one value per "
+        "channel to normalise it (torch: 'Expected more than 1 value per channel'). That is "
+        "usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick "
+        "a batch size that leaves no remainder of 1."
+    )
+
+
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
     """The guide of a model without latent sites."""
     return None
@@ -272,7 +287,12 @@ class Loop:
                             check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
                         x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")
                         y = y.to(self.device, non_blocking=True)
-                        terms = self.step(x, y, epoch, step)
+                        try:
+                            terms = self.step(x, y, epoch, step)
+                        except ValueError as err:
+                            if not str(err).startswith(_ONE_VALUE_PER_CHANNEL):
+                                raise
+                            raise ValueError(_one_value_message(x, epoch, step)) from None
                         batches += 1
                         loss = terms.loss.detach()
                         self.sums += torch.stack([loss, terms.nll, terms.kl]).double().cpu()
