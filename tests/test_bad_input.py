@@ -408,6 +408,19 @@ CASES = {
         r"Batch 2 of epoch 1 holds 1 input\(s\) of shape \(3,\), and a BatchNorm in training mode "
         r"needs more than one value per channel.*drop_last=True",
     ),
+    "fit: particles for a model without latent sites": (
+        lambda tmp: fit(
+            pyrouq.batchensemble(torch.nn.Linear(3, 2), 2),
+            None,
+            [(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))],
+            epochs=1,
+            num_particles=3,
+            progress=False,
+        ),
+        ValueError,
+        r"num_particles=3 given for BatchEnsembleNetwork, which has no latent sites .*nothing to "
+        r"draw.*Leave num_particles=1",
+    ),
     "fit: a classifier with one output": (
         lambda tmp: fit(
             pyrouq.batchensemble(torch.nn.Linear(3, 1), 2),

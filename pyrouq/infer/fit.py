@@ -226,6 +226,12 @@ def fit(
             "guide=mean_field_guide(model)."
         )
     check_guide(model, guide, "fit()")
+    if num_particles > 1 and guide is None:
+        raise ValueError(
+            f"num_particles={num_particles} given for {type(model).__name__}, which has no "
+            "latent sites (a BatchEnsemble or a plain network): there is nothing to draw, so "
+            "every particle would repeat the same pass. Leave num_particles=1."
+        )
     n = num_data if num_data is not None else _num_examples(train_loader)
     if n is None:
         raise ValueError(
