@@ -409,27 +409,13 @@ CASES = {
         r"needs more than one value per channel.*drop_last=True",
     ),
     "fit: particles for a model without latent sites": (
-        lambda tmp: fit(
-            pyrouq.batchensemble(torch.nn.Linear(3, 2), 2),
-            None,
-            [(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))],
-            epochs=1,
-            num_particles=3,
-            progress=False,
-        ),
+        lambda tmp: _fit_a_linear_ensemble(2, num_particles=3),
         ValueError,
         r"num_particles=3 given for BatchEnsembleNetwork, which has no latent sites .*nothing to "
         r"draw.*Leave num_particles=1",
     ),
     "fit: a classifier with one output": (
-        lambda tmp: fit(
-            pyrouq.batchensemble(torch.nn.Linear(3, 1), 2),
-            None,
-            [(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))],
-            epochs=1,
-            num_data=4,
-            progress=False,
-        ),
+        lambda tmp: _fit_a_linear_ensemble(1),
         ValueError,
         r"labels in \[0, 1\], expected class indices in \[0, 0\] for a model with 1 classes "
         r"\(a network with one output is a single logit.*give its last layer 2 outputs",
@@ -440,6 +426,13 @@ CASES = {
         r"Unknown likelihood 'poisson': expected one of \['categorical', 'gaussian'\]",
     ),
 }
+
+
+def _fit_a_linear_ensemble(outputs, **options):
+    """fit() a 2-member BatchEnsemble of Linear(3, outputs) on one batch of 4 binary labels."""
+    model = pyrouq.batchensemble(torch.nn.Linear(3, outputs), 2)
+    batch = (torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))
+    return fit(model, None, [batch], epochs=1, num_data=4, progress=False, **options)
 
 
 def _batchnorm_mlp():
