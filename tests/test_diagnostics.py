@@ -141,7 +141,10 @@ def test_result_does_not_depend_on_batch_size(bayes, data):
     many = to_inference_data(*bayes, *data, num_samples=4, batch_size=5)
     for group in ("posterior", "posterior_predictive", "log_likelihood"):
         for name, values in one[group].data_vars.items():
-            np.testing.assert_array_equal(values.values, many[group][name].values)
+            if group == "posterior" or not np.issubdtype(values.dtype, np.floating):
+                np.testing.assert_array_equal(values.values, many[group][name].values)
+            else:  # the same draws; the network's float32 kernels may round by batch size
+                np.testing.assert_allclose(values.values, many[group][name].values, rtol=1e-5)
 
 
 def test_var_names_export_a_subset(bayes, data):
