@@ -4,10 +4,11 @@ same network trained and evaluated in plain PyTorch, in one process.
 Workloads (pyrouq.ResidualCNN, 9 convolutions with BatchNorm, MNIST images, batch 256, Adam):
 * plain epoch (cross-entropy, torch optimizer) - the baseline;
 * ``bayesian(net)`` epoch through ``pyrouq.fit`` (1 particle, the defaults);
-* ``batchensemble(net, 4)`` epoch through ``pyrouq.fit``, with the BatchNorms shared by the
-  members (the default) and with a copy per member (``norms="per_member"``), with the
-  engine's shared one-channel stem switched off and with its channels-last layout switched
-  off (their A/Bs);
+* ``batchensemble(net, 4)`` epoch through ``pyrouq.fit``, with a copy of the BatchNorms per
+  member (the default since 2026-12) and with the BatchNorms shared by the members
+  (``norms="shared"``), the latter also with the engine's shared one-channel stem switched
+  off and with its channels-last layout switched off (their A/Bs; results.md before 2026-12
+  names the shared one ``batchensemble(net, 4)``);
 * the plain epoch again with the network and its inputs made channels-last by hand: what the
   layout alone gives plain PyTorch (the engine's CPU fast path, done by the user);
 * bayesian-torch's ``dnn_to_bnn`` on the same net (its loss: mean cross-entropy + KL / B),
@@ -122,17 +123,21 @@ def main() -> None:
     net = ResidualCNN()
     model = bayesian(ResidualCNN())
     guide = mean_field_guide(model)
-    ensemble = batchensemble(ResidualCNN(), 4)
-    own_norms = batchensemble(ResidualCNN(), 4, norms="per_member")
+    ensemble = batchensemble(ResidualCNN(), 4, norms="shared")
+    own_norms = batchensemble(ResidualCNN(), 4)  # a copy of the norms per member
     workloads = {
         "plain ResidualCNN": plain_epoch(net, train),
         "bayesian(net), 1 particle": lambda: fit(model, guide, train, epochs=1, progress=False),
-        "batchensemble(net, 4)": lambda: fit(ensemble, None, train, epochs=1, progress=False),
-        "batchensemble(net, 4, norms='per_member')": lambda: fit(
+        "batchensemble(net, 4, norms='shared')": lambda: fit(
+            ensemble, None, train, epochs=1, progress=False
+        ),
+        "batchensemble(net, 4), per-member norms": lambda: fit(
             own_norms, None, train, epochs=1, progress=False
         ),
-        "batchensemble(net, 4), stem per member": lambda: stem_per_member(ensemble, train),
-        "batchensemble(net, 4), default layout": default_layout(
+        "batchensemble(net, 4, norms='shared'), stem per member": lambda: stem_per_member(
+            ensemble, train
+        ),
+        "batchensemble(net, 4, norms='shared'), default layout": default_layout(
             lambda: fit(ensemble, None, train, epochs=1, progress=False)
         ),
         "plain ResidualCNN, channels-last by hand": plain_channels_last_epoch(train),
@@ -204,7 +209,7 @@ def main() -> None:
     )
     rows.append(
         {  # the ensemble's 4 members against 4 plain passes: a quarter of the 16 timed
-            "workload": "predict(batchensemble(net, 4)) vs 4 plain passes",
+            "workload": "predict(batchensemble(net, 4, norms='shared')) vs 4 plain passes",
             "seconds": round(statistics.median(predict_times["ensemble"]), 3),
             "ratio_vs_plain": round(predict_ratios["ensemble"] * DRAWS / 4, 2),
         }

@@ -194,7 +194,7 @@ class Residual(nn.Module):
 
 def test_any_module_converts_nested_residual_and_grouped():
     net = Residual().eval()
-    ensemble = batchensemble(net, 3)
+    ensemble = batchensemble(net, 3, norms="shared")
     assert type(ensemble) is BatchEnsembleNetwork
     kinds = {n: type(m) for n, m in _layers(ensemble).items()}
     assert kinds == {
@@ -232,7 +232,7 @@ def test_any_module_converts_nested_residual_and_grouped():
 def test_batchnorm_in_training_normalises_over_every_member():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
-    ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0)
+    ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0, norms="shared")
     with torch.no_grad():
         ensemble.net[0].bias[1] += 10.0  # member 1's pre-activations shifted by 10
     ensemble.train()
@@ -373,8 +373,8 @@ def test_conv_layer_on_a_folded_batch():
 
 def test_per_member_norms_keep_each_members_statistics():
     net = ResidualCNN(width=4)
-    shared = batchensemble(net, 3, init="random_sign")
-    own = batchensemble(net, 3, init="random_sign", norms="per_member")
+    shared = batchensemble(net, 3, init="random_sign", norms="shared")
+    own = batchensemble(net, 3, init="random_sign")  # the default: a copy per member
     with torch.no_grad():
         for a, b in zip(_layers(shared).values(), _layers(own).values(), strict=True):
             b.r.copy_(a.r)

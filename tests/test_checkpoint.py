@@ -453,3 +453,32 @@ def test_rebuilding_in_a_rerun_notebook_cell_works(mnist_small):
         svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), pyrouq.KLWeightedELBO())
         x, y = next(iter(loader_like(train)))
         assert torch.isfinite(torch.tensor(svi.step(x, y)))
+
+
+@pytest.mark.parametrize("kind", ["batchensemble", "rank1"])
+def test_a_checkpoint_from_before_the_norms_option_loads_with_shared_norms(kind, tmp_path):
+    """Checkpoints written before ``norms`` existed hold networks whose members shared the
+    normalisation layers: they load so, whatever today's default."""
+    net = pyrouq.ResidualCNN(width=4)
+    if kind == "batchensemble":
+        model, guide = pyrouq.batchensemble(net, 2, norms="shared"), None
+    else:
+        model = pyrouq.rank1(net, 2)
+        guide = mean_field_guide(model)
+    path = save(tmp_path / "old.pt", model, guide)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    config = description["model"]["config"]
+    del (config if kind == "batchensemble" else config["ensemble"])["norms"]
+    payload["description"] = json.dumps(description)
+    torch.save(payload, path)
+    back = load(path, module=pyrouq.ResidualCNN(width=4))
+    options = back.model.options if kind == "batchensemble" else back.model.ensemble_options
+    assert options["norms"] == "shared"
+    x = torch.randn(3, 1, 28, 28)
+    model.eval()
+    if guide is None:
+        torch.testing.assert_close(back.model(x), model(x))
+    else:
+        point = guide.means()
+        torch.testing.assert_close(back.model.outputs(x, point), model.outputs(x, point))

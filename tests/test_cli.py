@@ -241,16 +241,21 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
         assert again["acc"] > 0.18 and again["num_samples"] == expected[method]
 
 
-def test_factory_batchensemble_with_per_member_norms(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flags", "norms"),
+    [([], "per_member"), (["--norms", "shared"], "shared")],  # a BatchEnsemble's default
+)
+def test_factory_batchensemble_norms(flags, norms, tmp_path, capsys):
     out = tmp_path / "own"
-    argv = ["fit", "_factories:tiny_residual", "--method", "batchensemble", "--norms"]
-    argv += ["per_member", "--epochs", "1", "--train-size", "512", "--batch-size", "64"]
+    argv = ["fit", "_factories:tiny_residual", "--method", "batchensemble", *flags]
+    argv += ["--epochs", "1", "--train-size", "512", "--batch-size", "64"]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     capsys.readouterr()
-    assert json.loads((out / "config.json").read_text())["norms"] == "per_member"
+    assert json.loads((out / "config.json").read_text())["norms"] == norms
     saved = pyrouq.load(out / "checkpoint.pt", module=_factories.tiny_residual())
-    assert saved.model.options["norms"] == "per_member"
-    assert any(isinstance(m, BatchEnsembleNorm) for m in saved.model.modules())
+    assert saved.model.options["norms"] == norms
+    copies = any(isinstance(m, BatchEnsembleNorm) for m in saved.model.modules())
+    assert copies == (norms == "per_member")
     metrics = json.loads((out / "metrics.json").read_text())
     assert main(["evaluate", str(out), "--ood", "none"]) == 0  # rebuilt with its own norms
     assert json.loads((out / "metrics-evaluate.json").read_text())["acc"] == metrics["acc"]

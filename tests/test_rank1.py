@@ -29,7 +29,7 @@ def _batch(n=6):
 
 
 def test_composition_makes_the_factors_latent_and_keeps_the_rest_point_estimates():
-    ensemble = batchensemble(_net(), M)
+    ensemble = batchensemble(_net(), M, norms="shared")  # rank1()'s default
     model = bayesian(
         ensemble, select=lambda name, p: name.endswith((".r", ".s")), prior=dist.Normal(1.0, 0.1)
     )
@@ -54,7 +54,10 @@ def test_composition_makes_the_factors_latent_and_keeps_the_rest_point_estimates
     assert torch.allclose(prior.stddev, torch.full((M, 144), 0.1))
     # select=None picks the same factors, and rank1() is this composition
     assert list(bayesian(ensemble).latent_sites()) == list(model.latent_sites())
-    assert list(rank1(_net(), M).latent_sites()) == list(model.latent_sites())
+    same = rank1(_net(), M)
+    assert list(same.latent_sites()) == list(model.latent_sites())
+    assert [n for n, _ in same.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert batchensemble(_net(), M).options["norms"] == "per_member"  # a BatchEnsemble's default
 
 
 def test_under_the_ensembles_own_factors_it_predicts_what_the_batchensemble_predicts():

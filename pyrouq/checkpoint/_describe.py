@@ -239,13 +239,14 @@ def _skeleton(record: dict[str, Any], module: nn.Module | None, path: Any) -> nn
 def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -> nn.Module:
     if name == "Module":
         return copy.deepcopy(skeleton)
+    # checkpoints written before the norms option had shared normalisation layers
     if name == "BatchEnsembleNetwork":
-        options = {k: v for k, v in config.items() if k != "num_members"}
+        options = {"norms": "shared", **{k: v for k, v in config.items() if k != "num_members"}}
         return BatchEnsembleNetwork(skeleton, int(config["num_members"]), **options)
     source: nn.Module = skeleton
     ensemble = config.get("ensemble")
     if ensemble is not None:  # rank-1: the BatchEnsemble first, then its latent factors
-        options = {k: v for k, v in ensemble.items() if k != "num_members"}
+        options = {"norms": "shared", **{k: v for k, v in ensemble.items() if k != "num_members"}}
         source = BatchEnsembleNetwork(
             skeleton, int(ensemble["num_members"]), likelihood=config["likelihood"], **options
         )

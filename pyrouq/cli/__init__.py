@@ -157,9 +157,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help="members M of a BatchEnsemble or rank-1 network",
     )  # fmt: skip
     fit.add_argument(
-        "--norms", choices=("shared", "per_member"), default="shared",
-        help="for --method batchensemble / rank1: the members share the normalisation layers "
-        "(default) or each has a copy",
+        "--norms", choices=("shared", "per_member"), default=None,
+        help="for --method batchensemble / rank1: each member has a copy of the normalisation "
+        "layers or the members share them (default: per_member for batchensemble, shared for "
+        "rank1)",
     )  # fmt: skip
     fit.add_argument(
         "--prior-scale", type=_positive_float("--prior-scale"), default=None,
@@ -285,6 +286,12 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
         raise CommandError(str(err)) from None
 
 
+def _norms_of(model: Any) -> str | None:
+    """Whether an ensemble's members share its normalisation layers ("shared", "per_member")."""
+    options = getattr(model, "options", None) or getattr(model, "ensemble_options", None) or {}
+    return options.get("norms")
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     method = method_of(args)  # refused before any process group is joined
     device = _device(args.device)
@@ -332,7 +339,7 @@ def _fit_on_rank(
         "kl_weight": args.kl_weight,
         "num_particles": args.num_particles,
         "members": args.members if ensemble else None,
-        "norms": args.norms if ensemble else None,
+        "norms": _norms_of(model) if ensemble else None,
         "prior_scale": args.prior_scale if guide is not None else None,
         "num_samples": args.num_samples if guide is not None else None,
         "seed": args.seed,

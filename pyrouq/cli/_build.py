@@ -77,7 +77,7 @@ def method_of(args: argparse.Namespace) -> str | None:
         method = None
     else:
         method = args.method or "bayesian"
-    if args.norms != "shared" and method not in ("batchensemble", "rank1"):
+    if args.norms is not None and method not in ("batchensemble", "rank1"):
         raise CommandError(
             f"--norms {args.norms} applies to --method batchensemble or rank1 with a factory "
             "(the members' copies of its normalisation layers); leave --norms out"
@@ -103,9 +103,11 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         if method == "plain":
             return net, None
         if method == "batchensemble":
-            return pyrouq.batchensemble(net, args.members, norms=args.norms), None
+            norms = {} if args.norms is None else {"norms": args.norms}  # else the defaults
+            return pyrouq.batchensemble(net, args.members, **norms), None
         if method == "rank1":
-            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, norms=args.norms)
+            norms = {} if args.norms is None else {"norms": args.norms}
+            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, **norms)
             return model, pyrouq.mean_field_guide(model)
         select = "last_layer" if method == "last-layer" else None
         model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)

@@ -10,9 +10,10 @@ torchvision models convert as they are:
   network then runs with sampled weights through :func:`torch.func.functional_call`.
 * :func:`batchensemble` puts a BatchEnsemble layer (:mod:`pyrouq.nn`) in place of every
   ``nn.Linear`` and convolution, nested ones included; members are folded into the batch, and
-  normalisation layers are shared by the members (``norms="per_member"``: one copy each).
+  every member gets its own copy of the normalisation layers (``norms="shared"``: one for all).
 * :func:`rank1` composes the two: the rank-1 Bayesian network, a BatchEnsemble whose members'
-  factors are latent (``bayesian(batchensemble(module, M), prior=Normal(1, 0.1))``).
+  factors are latent (``bayesian(batchensemble(module, M, norms="shared"),
+  prior=Normal(1, 0.1))``; its members share the normalisation layers by default).
 
 Both results follow the pyrouq model contract (DESIGN.md): ``forward(x, y=None)`` returns
 outputs ``(B, D)`` (``(*S, B, D)`` under stacked weight draws) or ``(M, B, D)`` (ensembles),

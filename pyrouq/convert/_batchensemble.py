@@ -102,12 +102,14 @@ class BatchEnsembleNetwork(PyroModule):
     ``"obs"`` observed for every member inside a ``"members"`` plate (dim -2) and the
     ``"data"`` plate (dim -1), scaled N/B.
 
-    Normalisation layers are shared by the members by default (``norms="shared"``): a
-    BatchNorm in training normalises with statistics over the whole folded batch and keeps one
-    set of running statistics. With ``norms="per_member"`` every normalisation layer
-    (BatchNorm, InstanceNorm, GroupNorm, LayerNorm) becomes a
-    :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per member, with its own affine parameters
-    and statistics, as if each member were its own network. Other parameterised layers
+    By default (``norms="per_member"``) every normalisation layer (BatchNorm, InstanceNorm,
+    GroupNorm, LayerNorm) becomes a :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per member,
+    with its own affine parameters and statistics, as if each member were its own network, as
+    in the BatchEnsemble authors' implementation (edward2's ``ensemble_batchnorm``). With
+    ``norms="shared"`` the members share them: a BatchNorm in training normalises with
+    statistics over the whole folded batch and keeps one set of running statistics. On a
+    residual CNN with BatchNorm (Fashion-MNIST, 3 epochs from scratch) per-member norms
+    measured better in accuracy, NLL and ECE (see the README). Other parameterised layers
     (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` stay
     plain (its forward reads them as tensors), while the feed-forward layers of an
     ``nn.TransformerEncoderLayer`` are converted (torch's fused eval path is switched off while
@@ -131,8 +133,8 @@ class BatchEnsembleNetwork(PyroModule):
         (torch's default initialisation).
     init, r_mean, r_std, s_mean, s_std
         Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
-    norms : {"shared", "per_member"}, default "shared"
-        One normalisation layer for all members, or a copy per member (see above).
+    norms : {"per_member", "shared"}, default "per_member"
+        A copy of every normalisation layer per member, or one for all members (see above).
     num_data : int, optional
         Training-set size N (set by ``fit()``).
     likelihood : {"categorical"} or Likelihood, default "categorical"
@@ -152,7 +154,7 @@ class BatchEnsembleNetwork(PyroModule):
         r_std: float = 0.5,
         s_mean: float = 1.0,
         s_std: float = 0.5,
-        norms: Norms = "shared",
+        norms: Norms = "per_member",
         num_data: int | None = None,
         likelihood: LikelihoodName | Likelihood = "categorical",
     ):
@@ -228,7 +230,7 @@ def batchensemble(
     s_mean: float = 1.0,
     s_std: float = 0.5,
     init: FactorInit = "normal",
-    norms: Norms = "shared",
+    norms: Norms = "per_member",
     likelihood: LikelihoodName | Likelihood = "categorical",
 ) -> BatchEnsembleNetwork:
     """Convert any (e.g. pre-trained) network into a BatchEnsemble of ``num_members``.
@@ -253,11 +255,14 @@ def batchensemble(
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
         With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
     init : {"normal", "random_sign"}, default "normal"
-    norms : {"shared", "per_member"}, default "shared"
-        Normalisation layers shared by the members (BatchNorm statistics over all members'
-        rows), or one copy per member (its own affine parameters and statistics; on CPU the
-        members then also train as separate passes, which measures faster: see
-        ``benchmarks/results.md``). Networks without normalisation layers are unaffected.
+    norms : {"per_member", "shared"}, default "per_member"
+        One copy of every normalisation layer per member (its own affine parameters and
+        statistics, as in the BatchEnsemble authors' implementation; on CPU the members then
+        also train as separate passes, which measures faster: see ``benchmarks/results.md``),
+        or layers shared by the members (BatchNorm statistics over all members' rows).
+        Per-member norms measured better on a residual CNN (README: 91.67 % against 91.21 %
+        accuracy, NLL 0.2356 against 0.2431, ECE 0.39 % against 0.50 %, seed 0). Networks
+        without normalisation layers are unaffected.
     likelihood : {"categorical"} or Likelihood, default "categorical"
 
     Examples

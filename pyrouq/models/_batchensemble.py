@@ -60,6 +60,7 @@ class BatchEnsembleMLP(BatchEnsembleNetwork):
             r_std=r_std,
             s_mean=s_mean,
             s_std=s_std,
+            norms="shared",  # no normalisation layers: the option has nothing to act on
             num_data=num_data,
         )
         self.in_features = base.in_features
@@ -108,6 +109,7 @@ class BatchEnsembleLeNet(BatchEnsembleNetwork):
             r_std=r_std,
             s_mean=s_mean,
             s_std=s_std,
+            norms="shared",  # no normalisation layers: the option has nothing to act on
             num_data=num_data,
         )
         self.in_channels = base.in_channels
