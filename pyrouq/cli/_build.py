@@ -102,11 +102,10 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         net = call_factory(args.model)
         if method == "plain":
             return net, None
+        norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own
         if method == "batchensemble":
-            norms = {} if args.norms is None else {"norms": args.norms}  # else the defaults
             return pyrouq.batchensemble(net, args.members, **norms), None
         if method == "rank1":
-            norms = {} if args.norms is None else {"norms": args.norms}
             model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, **norms)
             return model, pyrouq.mean_field_guide(model)
         select = "last_layer" if method == "last-layer" else None
