@@ -236,19 +236,27 @@ def _skeleton(record: dict[str, Any], module: nn.Module | None, path: Any) -> nn
     return module
 
 
+def _ensemble_options(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved BatchEnsemble's constructor options; checkpoints written before the ``norms``
+    option existed hold members that shared the normalisation layers."""
+    return {"norms": "shared", **{k: v for k, v in config.items() if k != "num_members"}}
+
+
 def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -> nn.Module:
     if name == "Module":
         return copy.deepcopy(skeleton)
-    # checkpoints written before the norms option had shared normalisation layers
     if name == "BatchEnsembleNetwork":
-        options = {"norms": "shared", **{k: v for k, v in config.items() if k != "num_members"}}
-        return BatchEnsembleNetwork(skeleton, int(config["num_members"]), **options)
+        return BatchEnsembleNetwork(
+            skeleton, int(config["num_members"]), **_ensemble_options(config)
+        )
     source: nn.Module = skeleton
     ensemble = config.get("ensemble")
     if ensemble is not None:  # rank-1: the BatchEnsemble first, then its latent factors
-        options = {"norms": "shared", **{k: v for k, v in ensemble.items() if k != "num_members"}}
         source = BatchEnsembleNetwork(
-            skeleton, int(ensemble["num_members"]), likelihood=config["likelihood"], **options
+            skeleton,
+            int(ensemble["num_members"]),
+            likelihood=config["likelihood"],
+            **_ensemble_options(ensemble),
         )
     model = BayesianNetwork(
         source,
