@@ -1,5 +1,5 @@
 """``python -m pyrouq`` runs the ``pyrouq`` command."""
 
-from pyrouq.cli import main
+from pyrouq.cli import console
 
-raise SystemExit(main())
+console()

@@ -40,3 +40,26 @@ def test_data_command_bad_root_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("pyrouq: error: MNIST train file not found")
     assert err.count("\n") == 1
+
+
+def test_console_script_flushes_runs_atexit_and_returns_the_exit_code(tmp_path):
+    # the console entry ends the process with os._exit: what main printed (to a pipe, so
+    # block-buffered) and what atexit handlers print must still come out, with main's code
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('atexit ran')); "
+        "from pyrouq.cli import console; console()"
+    )
+    ok = subprocess.run(
+        [sys.executable, "-c", code, "data"], capture_output=True, text=True, timeout=120
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "MNIST: train 60000 / test 10000 images" in ok.stdout
+    assert ok.stdout.rstrip().endswith("atexit ran")
+    bad = subprocess.run(
+        [sys.executable, "-m", "pyrouq", "data", "--data-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("pyrouq: error: MNIST train file not found")

@@ -106,22 +106,29 @@ def test_most_uncertain_many_draws_one_draw_and_k_above_n(images):
 
 def test_image_grid_titles_show_truth_prediction_and_std(preds, images, targets):
     fig = plot_image_grid(preds, images, targets, rows=2, cols=3)
-    assert len(fig.axes) == 6
+    (ax,) = fig.axes  # one axes holds the cells
+    assert len(ax.images) == len(ax.texts) == 6
     top = preds.probs.gather(-1, preds.predicted.view(1, N, 1).expand(3, N, 1))
     std = top.squeeze(-1).std(0, correction=0)
-    for i, ax in enumerate(fig.axes):
+    for i, title in enumerate(ax.texts):
         pred, truth = int(preds.predicted[i]), int(targets[i])
-        assert ax.get_title() == f"GT {truth} / P {pred}\nσ {float(std[i]):.3f}"
-        assert ax.title.get_color() == ("tab:red" if pred != truth else "black")
+        assert title.get_text() == f"GT {truth} / P {pred}\nσ {float(std[i]):.3f}"
+        assert title.get_color() == ("tab:red" if pred != truth else "black")
+    # row-major cells of 1.4 x 1.75 inches, below a 0.5 inch band for the title: image 4
+    # (row 1, column 1) starts 1.4 + 0.075 inches from the left, 0.5 + 1.75 + 0.4 from the top
+    left, right, bottom, top_edge = ax.images[4].get_extent()
+    assert (left, top_edge) == pytest.approx((1.475, 2.65))
+    assert (right - left, bottom - top_edge) == pytest.approx((1.25, 1.25))  # square pixels
+    assert ax.get_xlim() == pytest.approx((0.0, 4.2)) and ax.get_ylim() == pytest.approx((4.0, 0.0))
 
     # more cells than inputs: the extra cells stay blank; targets come from the Predictions
     with_targets = Predictions.from_probs(preds.probs, targets)
     fig = plot_image_grid(with_targets, images, rows=4, cols=4)
-    assert len(fig.axes) == 16
-    assert [len(ax.images) for ax in fig.axes] == [1] * N + [0] * 4
-    assert fig.axes[0].get_title().startswith(f"GT {int(targets[0])} / P ")
+    assert len(fig.axes[0].images) == len(fig.axes[0].texts) == N
+    assert fig.axes[0].texts[0].get_text().startswith(f"GT {int(targets[0])} / P ")
     fig = plot_image_grid(preds, images, rows=1, cols=2)  # no targets anywhere
-    assert fig.axes[0].get_title().startswith("P ")
+    assert fig.axes[0].texts[0].get_text().startswith("P ")
+    assert fig.get_suptitle() == "GT, P and σ over S = 3 draws"  # the short title of a narrow grid
 
 
 def test_images_are_shown_unnormalised(preds, images, raw_images):

@@ -15,6 +15,7 @@ interrupted training saves the partial run and exits with 130.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import math
@@ -544,5 +545,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def console() -> NoReturn:
+    """The ``pyrouq`` console script (and ``python -m pyrouq``): :func:`main`, then a quick exit.
+
+    After :func:`main` returns, the :mod:`atexit` handlers run and stdout and stderr are flushed
+    as in a normal exit; the process then ends with :func:`os._exit`, skipping the interpreter's
+    teardown of every imported module (torch, Pyro, matplotlib), which frees nothing the
+    operating system does not and measured 0.5-0.9 s of a 20 s ``make demo`` on 2 CPU cores.
+    Every file of a run is closed before :func:`main` returns. Call :func:`main` instead to stay
+    in the interpreter (it returns the exit code)."""
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or detached stream
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    console()

@@ -239,7 +239,17 @@ def plot_uncertainty_distributions(
         for label, v, color in series:
             data = v.numpy()
             if kind == "hist":
-                ax.hist(data, bins=edges, density=True, alpha=0.5, color=color, label=label)
+                # one filled outline per series: 30 bar patches per series measured 0.3 s
+                # more per figure (most of it in tight_layout) and look the same
+                ax.hist(
+                    data,
+                    bins=edges,
+                    density=True,
+                    histtype="stepfilled",
+                    alpha=0.5,
+                    color=color,
+                    label=label,
+                )
             else:
                 xs = np.sort(data)
                 ax.step(

@@ -178,7 +178,8 @@ def plot_image_grid(
     Returns
     -------
     Figure
-        ``rows * cols`` axes.
+        One axes holding the cells, in row-major order: cell i's image is ``axes[0].images[i]``
+        and its title ``axes[0].texts[i]``; cells beyond N stay blank.
     """
     p = _probs(predictions, "predictions")
     s, n, _ = p.shape
@@ -192,27 +193,41 @@ def plot_image_grid(
     spread = top.std(0, correction=0)
 
     plt = _pyplot()
-    height = 1.75 * rows + 0.5  # inches; every cell 1.4 x 1.75 whatever the grid size, so
-    # fixed margins fit the two-line titles (tight_layout measured 0.3-0.7 s for 32 axes)
-    fig, axes = plt.subplots(rows, cols, figsize=(1.4 * cols, height), squeeze=False)
-    fig.subplots_adjust(
-        left=0.01, right=0.99, bottom=0.01, top=1 - 0.75 / height, wspace=0.1, hspace=0.45
-    )
-    for cell, ax in enumerate(axes.flat):
-        ax.set_axis_off()
-        if cell >= len(shown):
-            continue
-        ax.imshow(pics[cell], cmap="gray", vmin=0.0, vmax=1.0)
+    # One axes in inch coordinates holds every cell (an image and its title): 32 axes of their
+    # own measured 0.8 s to build and draw, this 0.15 s. Each cell is 1.4 x 1.75 inches.
+    width, height = 1.4 * cols, 1.75 * rows + 0.5
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_axis_off()
+    for cell in range(len(shown)):
+        row, col = divmod(cell, cols)
+        left, upper = 1.4 * col + 0.075, 0.5 + 1.75 * row + 0.4
+        ax.imshow(
+            pics[cell],
+            cmap="gray",
+            vmin=0.0,
+            vmax=1.0,
+            extent=(left, left + 1.25, upper + 1.25, upper),
+            interpolation="antialiased",
+        )
         pred = int(predicted[cell])
         truth = "" if y is None else f"GT {int(y[cell])} / "
         wrong = y is not None and int(y[cell]) != pred
-        ax.set_title(
+        ax.text(
+            left + 0.625,
+            upper - 0.05,
             f"{truth}P {pred}\nσ {float(spread[cell]):.3f}",
+            ha="center",
+            va="bottom",
             fontsize=8,
             color="tab:red" if wrong else "black",
         )
-    fig.suptitle(
-        f"Ground truth, prediction and std of the top-class probability over S = {s} draws",
-        fontsize=10,
+    ax.set_xlim(0.0, width)  # after imshow, which sets the limits to the images' extent
+    ax.set_ylim(height, 0.0)  # y grows downwards, like the rows
+    title = (
+        f"Ground truth, prediction and std of the top-class probability over S = {s} draws"
+        if cols >= 5
+        else f"GT, P and σ over S = {s} draws"  # what fits above a narrow grid
     )
+    fig.suptitle(title, fontsize=10, wrap=True)
     return fig
