@@ -29,7 +29,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._util import check_count, register_params
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior
 from pyrouq.infer.guide import MeanFieldGuide, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -307,7 +307,26 @@ class KLWeightedELBO(ELBO):
         Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws`` (one fresh draw without
         them). q is Normal, LogNormal for the ``positive`` sites."""
         total = torch.zeros((), device=next(iter(loc.values())).device)
-        for site, prior in model.priors().items():
+        others = []
+        for site in model.latent_sites():
+            known = model.prior_of(site)
+            if (
+                site in positive
+                or not isinstance(known, SitePrior)
+                or known.family != "Normal"
+                or known.opaque is not None
+            ):
+                others.append(site)
+                continue
+            # Normal guide, Normal prior: torch's closed form (_kl_normal_normal) on the tensors,
+            # without two distribution objects per site and step (they measured 2 ms a step of
+            # the 20 ms BayesianLeNet step on 2 CPU cores)
+            var_ratio = (scale[site] / known.scale).pow(2)
+            t1 = ((loc[site] - known.loc) / known.scale).pow(2)
+            total = total + (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum()
+        priors = model.priors() if others else {}
+        for site in others:
+            prior = priors[site]
             family = dist.LogNormal if site in positive else dist.Normal
             q = family(loc[site], scale[site]).to_event(loc[site].dim())
             try:
