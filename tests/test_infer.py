@@ -55,6 +55,37 @@ def test_loss_is_scaled_nll_plus_weighted_analytic_kl(kl_weight):
     torch.testing.assert_close(torch.distributions.kl_divergence(q, p), by_hand)
 
 
+def test_kl_term_equals_torch_kl_divergence_for_non_standard_normal_priors():
+    # a Normal prior of any location and scale, given as a float, a distribution or per site,
+    # gets the same KL as torch.distributions.kl_divergence of the guide and the prior
+    import pyrouq
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    model = pyrouq.bayesian(
+        net,
+        prior={"0.weight": dist.Normal(0.5, 0.3), "0.bias": 2.0, "2": dist.Normal(-1.0, 4.0)},
+        num_data=100,
+    )
+    guide = mean_field_guide(model, init_scale=0.2)
+    x, y = toy_data(10)
+    terms = KLWeightedELBO().terms(model, guide, x, y)
+    expected = sum(
+        torch.distributions.kl_divergence(
+            dist.Normal(guide.site_loc(site), guide.site_scale(site)).to_event(prior.event_dim),
+            prior,
+        )
+        for site, prior in model.priors().items()
+    )
+    torch.testing.assert_close(terms.kl, expected.detach(), rtol=1e-6, atol=0.0)
+    # the hand-written form for one site: log(s0 / s) + (s^2 + (m - m0)^2) / (2 s0^2) - 1/2
+    m, s = guide.site_loc("2.bias"), guide.site_scale("2.bias")
+    by_hand = (torch.log(4.0 / s) + (s**2 + (m + 1.0) ** 2) / 32.0 - 0.5).sum()
+    one = torch.distributions.kl_divergence(
+        dist.Normal(m, s).to_event(1), model.priors()["2.bias"]
+    )
+    torch.testing.assert_close(one, by_hand)
+
+
 def test_kl_term_is_analytic_zero_variance_across_seeds():
     model = tiny_mlp(num_data=100)
     guide = mean_field_guide(model, init_scale=0.2)
