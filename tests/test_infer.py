@@ -80,9 +80,7 @@ def test_kl_term_equals_torch_kl_divergence_for_non_standard_normal_priors():
     # the hand-written form for one site: log(s0 / s) + (s^2 + (m - m0)^2) / (2 s0^2) - 1/2
     m, s = guide.site_loc("2.bias"), guide.site_scale("2.bias")
     by_hand = (torch.log(4.0 / s) + (s**2 + (m + 1.0) ** 2) / 32.0 - 0.5).sum()
-    one = torch.distributions.kl_divergence(
-        dist.Normal(m, s).to_event(1), model.priors()["2.bias"]
-    )
+    one = torch.distributions.kl_divergence(dist.Normal(m, s).to_event(1), model.priors()["2.bias"])
     torch.testing.assert_close(one, by_hand)
 
 
