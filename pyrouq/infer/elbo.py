@@ -29,7 +29,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._util import check_count, register_params
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer.guide import MeanFieldGuide, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -307,15 +307,10 @@ class KLWeightedELBO(ELBO):
         Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws`` (one fresh draw without
         them). q is Normal, LogNormal for the ``positive`` sites."""
         total = torch.zeros((), device=next(iter(loc.values())).device)
-        others = []
-        for site in model.latent_sites():
-            known = model.prior_of(site)
-            if (
-                site in positive
-                or not isinstance(known, SitePrior)
-                or known.family != "Normal"
-                or known.opaque is not None
-            ):
+        network = model.network_sites()
+        others = [site for site in model.latent_sites() if site not in network]  # likelihood's
+        for site, known in zip(network, model.site_priors, strict=True):
+            if site in positive or known.family != "Normal" or known.opaque is not None:
                 others.append(site)
                 continue
             # Normal guide, Normal prior: torch's closed form (_kl_normal_normal) on the tensors,
