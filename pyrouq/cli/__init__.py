@@ -555,7 +555,7 @@ def console() -> NoReturn:
     Every file of a run is closed before :func:`main` returns. Call :func:`main` instead to stay
     in the interpreter (it returns the exit code)."""
     code = main()
-    atexit._run_exitfuncs()
+    atexit._run_exitfuncs()  # what a normal exit runs first (CPython has no public call)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or detached stream
             stream.flush()

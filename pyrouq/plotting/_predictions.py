@@ -208,7 +208,6 @@ def plot_image_grid(
             vmin=0.0,
             vmax=1.0,
             extent=(left, left + 1.25, upper + 1.25, upper),
-            interpolation="antialiased",
         )
         pred = int(predicted[cell])
         truth = "" if y is None else f"GT {int(y[cell])} / "
