@@ -97,6 +97,15 @@ def test_round_trip_rebuilds_class_config_and_parameters(tmp_path, build):
     assert not ckpt.model.training
 
 
+def test_a_relative_guide_keeps_its_option_through_a_checkpoint(tmp_path):
+    model = BayesianMLP(hidden_features=8)
+    guide = mean_field_guide(model, init_scale_relative=0.1)
+    ckpt = load(save(tmp_path / "c.pt", model, guide))
+    assert ckpt.guide.init_scale_relative == 0.1
+    for key, value in params_of(model, guide).items():
+        assert torch.equal(params_of(ckpt.model, ckpt.guide)[key], value), key
+
+
 def test_file_loads_with_plain_torch_weights_only(tmp_path):
     model = BayesianMLP(hidden_features=8)
     path = save(tmp_path / "c.pt", model, mean_field_guide(model))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pyro
 import pyro.distributions as dist
@@ -9,7 +10,9 @@ import torch
 from _toy import ListLoader, tiny_mlp, toy_data
 from pyro import poutine
 
+from pyrouq.convert import bayesian
 from pyrouq.infer import KLWeightedELBO, MeanFieldGuide, fit, mean_field_guide
+from pyrouq.likelihoods import Gaussian
 from pyrouq.models import MLP, BayesianLeNet, BayesianMLP
 
 
@@ -360,6 +363,48 @@ def test_guide_initialisation():
         assert torch.equal(from_plain.site_loc(name), param)
 
 
+def test_relative_initial_scales_follow_the_weights():
+    """MOPED: sigma = 0.1 * |w| per weight, 1e-6 for a weight of 0, 0.1 in log space for a
+    positive site; checkpoints rebuild the guide with the same option."""
+    torch.manual_seed(0)
+    plain = MLP()
+    with torch.no_grad():
+        plain.fc1.bias[:3] = 0.0
+    guide = mean_field_guide(BayesianMLP(), init_from=plain, init_scale_relative=0.1)
+    for name, param in plain.named_parameters():
+        expected = (0.1 * param.detach().abs()).clamp_min(1e-6)
+        torch.testing.assert_close(guide.site_scale(name), expected, rtol=1e-5, atol=0)
+    assert guide.site_scale("fc1.bias")[:3].tolist() == pytest.approx([1e-6] * 3, rel=1e-4)
+    assert "init_scale_relative=0.1" in repr(guide)
+    assert guide.checkpoint_config() == {"init_scale": 0.01, "init_scale_relative": 0.1}
+    noisy = bayesian(torch.nn.Linear(2, 1), likelihood=Gaussian(dist.HalfNormal(1.0)))
+    lognormal = mean_field_guide(noisy, init_scale_relative=0.2)
+    (positive,) = lognormal.positive
+    torch.testing.assert_close(lognormal.site_scale(positive), torch.tensor(0.2))
+
+
+def test_init_from_names_the_normalisation_layers_it_leaves_behind():
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+        )
+
+    trained = net()
+    trained(torch.randn(8, 3))  # train mode: new running statistics
+    with pytest.warns(
+        UserWarning,
+        match=r"keep their values where init_from's differ "
+        r"\(1.running_mean, 1.running_var, 1.num_batches_tracked\).*"
+        r"pyrouq.bayesian\(trained\)",
+    ):
+        mean_field_guide(bayesian(net()), init_from=trained)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        guide = mean_field_guide(bayesian(trained), init_from=trained)  # nothing left behind
+    assert torch.equal(guide.site_loc("0.weight"), trained[0].weight)
+
+
 def test_a_float64_model_gets_a_float64_guide_and_predictions():
     from pyrouq import predict
 
@@ -509,6 +554,10 @@ def test_bad_kl_weight(bad):
 def test_bad_init_scale(bad):
     with pytest.raises(ValueError, match=r"Expected init_scale > 0"):
         mean_field_guide(tiny_mlp(), init_scale=bad)
+    with pytest.raises(
+        ValueError, match=r"Expected init_scale_relative > 0 .*init_scale_relative \* \|loc\|"
+    ):
+        mean_field_guide(tiny_mlp(), init_scale_relative=bad)
 
 
 def test_guide_for_unsupported_model_and_mismatched_init_from():

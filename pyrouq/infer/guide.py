@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import weakref
 from typing import Any
 
@@ -13,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyrouq._util import check_positive_float, forget_params, register_params
+from pyrouq._util import check_positive_float, forget_params, register_params, warn_caller
 from pyrouq.checkpoint import register_guide
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
@@ -21,11 +20,10 @@ __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
 DEFAULT_INIT_SCALE = 1e-2
 """Default initial standard deviation of every guide site."""
 
+MIN_RELATIVE_SCALE = 1e-6
+"""Smallest initial standard deviation ``init_scale_relative`` gives (to a weight that is 0)."""
+
 _GUIDE_COUNTER = itertools.count()
-
-
-def _inverse_softplus(x: float) -> float:
-    return x + math.log(-math.expm1(-x))
 
 
 def _key(site: str) -> str:
@@ -54,6 +52,8 @@ class MeanFieldGuide(nn.Module):
         model: Any,
         init_scale: float = DEFAULT_INIT_SCALE,
         init_from: nn.Module | None = None,
+        *,
+        init_scale_relative: float | None = None,
     ):
         super().__init__()
         init_scale = check_positive_float(
@@ -61,6 +61,13 @@ class MeanFieldGuide(nn.Module):
             init_scale,
             "It is the initial standard deviation of every guide site; the default is 1e-2.",
         )
+        if init_scale_relative is not None:
+            init_scale_relative = check_positive_float(
+                "init_scale_relative",
+                init_scale_relative,
+                "Each site then starts at a standard deviation of init_scale_relative * |loc| "
+                "(MOPED: 0.1); pass None for the absolute init_scale.",
+            )
         latent_sites = getattr(model, "latent_sites", None)
         template = getattr(model, "template", None)
         if not callable(latent_sites) or not callable(template):
@@ -92,9 +99,9 @@ class MeanFieldGuide(nn.Module):
                     f"{missing[:5]}; expected a network of the model's structure, with "
                     f"parameters {list(sites)[:5]}... (e.g. the module passed to bayesian())."
                 )
+            _warn_unshared_point_estimates(model, state)
         own_values = template()
         device = next(iter(own_values.values())).device
-        rho = _inverse_softplus(float(init_scale))
         priors = model.priors() if callable(getattr(model, "priors", None)) else {}
         self.positive = tuple(s for s in sites if s in priors and positive_support(priors[s]))
         if init_from is not None:  # the likelihood's own sites start where the model says
@@ -112,9 +119,17 @@ class MeanFieldGuide(nn.Module):
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
             self.loc[_key(site)] = nn.Parameter(value.clone().to(device, dtype))
-            self.rho[_key(site)] = nn.Parameter(torch.full(shape, rho, device=device, dtype=dtype))
+            if init_scale_relative is None:
+                scale = torch.full(shape, init_scale, dtype=torch.float64)
+            elif site in self.positive:  # a relative spread of the value itself
+                scale = torch.full(shape, init_scale_relative, dtype=torch.float64)
+            else:
+                scale = (init_scale_relative * value.abs().double()).clamp_min(MIN_RELATIVE_SCALE)
+            rho = scale + torch.log(-torch.expm1(-scale))  # softplus^-1
+            self.rho[_key(site)] = nn.Parameter(rho.to(device, dtype))
         self.sites = tuple(sites)
         self.init_scale = init_scale
+        self.init_scale_relative = init_scale_relative
         self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
         weakref.finalize(self, forget_params, self.name)
 
@@ -164,10 +179,38 @@ class MeanFieldGuide(nn.Module):
 
     def checkpoint_config(self) -> dict[str, Any]:
         """The constructor arguments a checkpoint stores (JSON) to rebuild this guide."""
-        return {"init_scale": self.init_scale}
+        return {"init_scale": self.init_scale, "init_scale_relative": self.init_scale_relative}
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, sites={len(self.sites)}, init_scale={self.init_scale:g}"
+        if self.init_scale_relative is not None:
+            init = f"init_scale_relative={self.init_scale_relative:g}"
+        else:
+            init = f"init_scale={self.init_scale:g}"
+        return f"name={self.name!r}, sites={len(self.sites)}, {init}"
+
+
+def _warn_unshared_point_estimates(model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Warn when ``init_from`` holds other values than the model for parameters or buffers
+    the guide does not own (BatchNorm's affine parameters and running statistics, ...): the
+    guide copies only its sites, so a trained network's normalisation layers would be lost."""
+    net = getattr(model, "net", None)
+    if not isinstance(net, nn.Module):
+        return
+    differ = [
+        name
+        for name, value in net.state_dict().items()
+        if name in state
+        and state[name].shape == value.shape
+        and not torch.equal(state[name].to(value.device, value.dtype), value)
+    ]
+    if differ:
+        shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+        warn_caller(
+            f"init_from sets the guide's means only; the model's own parameters and buffers "
+            f"keep their values where init_from's differ ({shown}). To start from the whole "
+            "trained network (its BatchNorm statistics too), convert it: model = "
+            "pyrouq.bayesian(trained); guide = mean_field_guide(model)."
+        )
 
 
 def draw(
@@ -201,6 +244,8 @@ def mean_field_guide(
     model: nn.Module,
     init_scale: float = DEFAULT_INIT_SCALE,
     init_from: nn.Module | None = None,
+    *,
+    init_scale_relative: float | None = None,
 ) -> MeanFieldGuide:
     """Mean-field Normal guide for a pyrouq Bayesian model.
 
@@ -217,6 +262,13 @@ def mean_field_guide(
         parameters become the initial locations. Default: the model's own initial values,
         i.e. the converted module's parameters (a fresh torch initialisation for the front
         doors, not draws from the prior).
+    init_scale_relative : float, optional
+        MOPED's initial scales (Krishnan et al., AAAI 2020): every weight starts at a standard
+        deviation of ``init_scale_relative * |loc|`` (at least 1e-6; ``init_scale`` is then
+        not used), so a trained network passed as ``init_from`` sets both the means and, in
+        proportion, the scales (MOPED's delta: 0.1); a positive site (a LogNormal noise scale)
+        starts at ``init_scale_relative`` in log space, a relative spread of its value. Not
+        the default: see the README's "Starting from a trained network" for what it measured.
 
     Returns
     -------
@@ -232,7 +284,9 @@ def mean_field_guide(
     >>> round(guide.site_scale("fc1.bias")[0].item(), 6)
     0.05
     """
-    return MeanFieldGuide(model, init_scale=init_scale, init_from=init_from)
+    return MeanFieldGuide(
+        model, init_scale=init_scale, init_from=init_from, init_scale_relative=init_scale_relative
+    )
 
 
 # --------------------------------------------------------------------------------------------
