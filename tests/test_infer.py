@@ -365,7 +365,7 @@ def test_guide_initialisation():
 
 def test_relative_initial_scales_follow_the_weights():
     """MOPED: sigma = 0.1 * |w| per weight, 1e-6 for a weight of 0, 0.1 in log space for a
-    positive site; checkpoints rebuild the guide with the same option."""
+    positive site; the option is in the guide's repr and checkpoint config."""
     torch.manual_seed(0)
     plain = MLP()
     with torch.no_grad():
