@@ -138,13 +138,14 @@ def fit(
         as a rule: over 9 (network, seed) pairs on Fashion-MNIST it was ahead at 5 and behind
         at 4, by at most 0.012 either way (the docs' KL-weight page). Curated classification
         labels are what a tempered likelihood describes (Aitchison, 2021, "A statistical theory
-        of cold posteriors"); regression targets are not curated, and there the exact ELBO gives the
-        posterior that the regression tests check against the exact one. Pass
+        of cold posteriors"); regression targets are not curated, and there the exact ELBO gives
+        the posterior that the regression tests check against the exact one. Pass
         ``kl_weight=1.0`` for the Bayesian posterior of any model as written (the docs'
         KL-weight page). A rank-1 network (:func:`pyrouq.rank1`) defaults to 1.0: its few
-        latent factors do not over-prune, and the exact ELBO keeps their posteriors wide
-        enough to improve on the BatchEnsemble's NLL, ECE and OOD AUROC, which 0.1 did not
-        (measured, see the rank-1 section of the README).
+        latent factors do not over-prune, and on LeNet (AMD EPYC, seeds 0 and 1) the exact ELBO
+        kept their posteriors wide enough to improve on the BatchEnsemble's NLL, ECE and OOD
+        AUROC, which 0.1 did not; on an Intel Xeon (seed 0) rank-1's NLL was the higher (see
+        the rank-1 section of the README).
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False

@@ -3,8 +3,8 @@ same run with the same recipe (minutes; `make test-slow`; the residual CNN needs
 Fashion-MNIST train split of ../shared/data).
 
 Prints the figures it measured (accuracy, NLL, ECE, MI OOD AUROC, training seconds) and which
-of issue 19's comparisons hold; asserts that rank-1 stays within the seed-to-seed spread of the
-BatchEnsemble (the comparisons themselves are an open item).
+of issue 19's comparisons hold, then asserts them. On the Intel Xeon of 2026-12-02 both tests
+fail at seed 0 (LeNet: NLL; ResidualCNN: ECE), where they passed on an AMD EPYC: issue 19 is open.
 """
 
 from __future__ import annotations
@@ -51,23 +51,18 @@ def _train_and_evaluate(build, train, test, ood, epochs, what, **fit_options):
     return figures
 
 
-def _rank1_within(rank1_figures, ensemble, *, acc, nll, ece, auroc):
-    """Rank-1 against its BatchEnsemble: issue 19's comparisons (accuracy no lower than the
-    BatchEnsemble's - 0.1 point; NLL and ECE no higher; MI OOD AUROC no lower) are printed, and
-    the test holds rank-1 to the BatchEnsemble's figures within the given margins, the size of
-    their seed-to-seed spread. The comparisons themselves go either way from seed to seed and
-    machine to machine (README, rank-1 section)."""
+def _rank1_no_worse(rank1_figures, ensemble, ece_margin=0.0):
+    """Issue 19's comparisons: accuracy no lower than the BatchEnsemble's - 0.1 point, NLL and
+    ECE no higher, MI OOD AUROC no lower. Prints which hold before asserting them all."""
     met = {
         "acc": rank1_figures["acc"] >= ensemble["acc"] - 0.001,
         "nll": rank1_figures["nll"] <= ensemble["nll"],
-        "ece": rank1_figures["ece"] <= ensemble["ece"],
+        "ece": rank1_figures["ece"] <= ensemble["ece"] + ece_margin,
         "ood_auroc": rank1_figures["ood_auroc"] >= ensemble["ood_auroc"],
     }
     print(f"[issue 19's comparisons met] {met}")
-    assert rank1_figures["acc"] >= ensemble["acc"] - acc
-    assert rank1_figures["nll"] <= ensemble["nll"] + nll
-    assert rank1_figures["ece"] <= ensemble["ece"] + ece
-    assert rank1_figures["ood_auroc"] >= ensemble["ood_auroc"] - auroc
+    shown = {k: (round(rank1_figures[k], 4), round(ensemble[k], 4)) for k in met}
+    assert all(met.values()), f"(rank-1, BatchEnsemble) {shown}; met: {met}"
 
 
 def test_rank1_lenet_against_batchensemble_lenet_on_mnist():
@@ -87,8 +82,8 @@ def test_rank1_lenet_against_batchensemble_lenet_on_mnist():
     }
     # Measured (seed 0): AMD EPYC rank-1 98.90 %, NLL 0.0353, ECE 0.28 %, AUROC 0.981 against
     # 98.85 %, 0.0355, 0.28 %, 0.979; Intel Xeon (2026-12-02) 98.92 %, 0.0360, 0.28 %, 0.981
-    # against 98.89 %, 0.0348, 0.38 %, 0.981
-    _rank1_within(runs["rank1"], runs["batchensemble"], acc=0.002, nll=0.003, ece=0.002, auroc=0.01)
+    # against 98.89 %, 0.0348, 0.38 %, 0.981: there the NLL comparison fails (issue 19 is open)
+    _rank1_no_worse(runs["rank1"], runs["batchensemble"])
 
 
 def test_rank1_residual_cnn_against_batchensemble_on_fashion_mnist(shared_data):
@@ -112,5 +107,7 @@ def test_rank1_residual_cnn_against_batchensemble_on_fashion_mnist(shared_data):
     # the BatchEnsemble's 90.97 %, 0.2499, 0.50 %, 0.903; Intel Xeon (2026-12-02) 91.52 %,
     # 0.2391, 0.98 %, 0.939 against 91.38 %, 0.2415, 0.45 %, 0.910. At seed 1 (AMD) rank-1 won on
     # accuracy, NLL and ECE but not on the MI AUROC (0.841 vs 0.865): the gaps are of the size of
-    # the seed-to-seed spread, and rank-1's ECE is the figure that misses most often.
-    _rank1_within(runs["rank1"], runs["batchensemble"], acc=0.005, nll=0.005, ece=0.008, auroc=0.03)
+    # the seed-to-seed spread, and rank-1's ECE is the figure that misses most often: the ECE is
+    # held to the BatchEnsemble's plus 0.3 points (an open item), and on the Intel Xeon even that
+    # fails (issue 19 is open).
+    _rank1_no_worse(runs["rank1"], runs["batchensemble"], ece_margin=0.003)
