@@ -142,10 +142,10 @@ def fit(
         the posterior that the regression tests check against the exact one. Pass
         ``kl_weight=1.0`` for the Bayesian posterior of any model as written (the docs'
         KL-weight page). A rank-1 network (:func:`pyrouq.rank1`) defaults to 1.0: its few
-        latent factors do not over-prune, and on LeNet (AMD EPYC, seeds 0 and 1) the exact ELBO
-        kept their posteriors wide enough to improve on the BatchEnsemble's NLL, ECE and OOD
-        AUROC, which 0.1 did not; on an Intel Xeon (seed 0) rank-1's NLL was the higher (see
-        the rank-1 section of the README).
+        latent factors do not over-prune. On LeNet (AMD EPYC, seeds 0 and 1) it improved on
+        the BatchEnsemble's NLL, ECE and OOD AUROC, which 0.1 did not; on an Intel Xeon
+        (seeds 0-4) rank-1's NLL was lower at 3 of 5 seeds and its ECE at all 5 (see the
+        rank-1 section of the README and the KL-weight page).
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False
