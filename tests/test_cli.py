@@ -178,6 +178,9 @@ def test_data_root_without_the_files(tmp_path, capsys):
     err = one_line_error(capsys, 2, ["fit", "mlp", "--data-root", str(tmp_path), "--out",
                                      str(tmp_path / "o")])  # fmt: skip
     assert "MNIST train file not found" in err
+    assert "To fix: pass a --data-root in torchvision layout (DIR/MNIST/raw/...) or leave" in err
+    err = one_line_error(capsys, 2, ["data", "--data-root", str(tmp_path)])
+    assert "(looked under --data-root " in err and "leave --data-root out to use the bundled" in err
 
 
 def test_evaluate_errors(tmp_path, bayes_run, capsys):
@@ -289,6 +292,14 @@ def test_factory_on_fashion_mnist_uses_mnist_as_ood(tmp_path, capsys, shared_dat
     assert 0 <= metrics["ood_auroc"] <= 1
     saved = pyrouq.load(out / "checkpoint.pt", module=pyrouq.ResidualCNN())
     assert list(saved.model.latent_sites()) == ["fc.weight", "fc.bias"]
+    # evaluating needs the test split alone, which is bundled: no --data-root
+    assert main(["evaluate", str(out), "--no-progress"]) == 0
+    again = json.loads((out / "metrics-evaluate.json").read_text())
+    assert abs(again["acc"] - metrics["acc"]) < 0.03  # Fashion-MNIST's test split, not MNIST's
+    assert 0 <= again["ood_auroc"] <= 1
+    err = one_line_error(capsys, 2, ["evaluate", str(out), "--data-root", str(tmp_path / "no")])
+    assert "FashionMNIST test file not found: expected" in err
+    assert "pass a --data-root in torchvision layout (DIR/FashionMNIST/raw/...) or leave" in err
 
 
 def test_factory_errors(tmp_path, capsys):

@@ -208,7 +208,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
     )  # fmt: skip
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--data-root", default=None, help="folder in torchvision layout")
+    ev.add_argument(
+        "--data-root", default=None,
+        help="folder in torchvision layout (default: the bundled test splits)",
+    )  # fmt: skip
     ev.add_argument("--device", default=None)
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
@@ -223,7 +226,10 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from pyrouq.data import load_mnist
 
     start = time.perf_counter()
-    train, test = load_mnist(root=args.data_root, seed=0)
+    try:
+        train, test = load_mnist(root=args.data_root, seed=0)
+    except FileNotFoundError as err:
+        raise _missing_data(err, "mnist", bundled=True) from None
     n_batches = sum(1 for _ in train)
     seconds = time.perf_counter() - start
     counts = train.labels.bincount(minlength=10).tolist()
@@ -276,7 +282,7 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
             root=args.data_root,
             seed=args.seed,
             device=device,
-            train_size=getattr(args, "train_size", None),
+            train_size=args.train_size,
         )
     except FileNotFoundError as err:
         if dataset == "fashion-mnist" and args.data_root is None:
@@ -284,7 +290,32 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
                 "--dataset fashion-mnist trains on the Fashion-MNIST train split, which pyrouq "
                 "does not bundle; pass --data-root DIR holding FashionMNIST/raw/train-*"
             ) from None
-        raise CommandError(str(err)) from None
+        raise _missing_data(err, dataset, bundled=dataset == "mnist") from None
+
+
+def _load_test(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
+    """The test split alone (bundled for both data sets): evaluating needs no training data."""
+    from pyrouq.data import TensorLoader, fashion_mnist_arrays, mnist_arrays
+
+    arrays = mnist_arrays if dataset == "mnist" else fashion_mnist_arrays
+    try:
+        images, labels = arrays("test", root=args.data_root)
+    except FileNotFoundError as err:
+        raise _missing_data(err, dataset, bundled=True) from None
+    return TensorLoader(  # as the test loader of load_mnist / load_fashion_mnist
+        images.to(device), labels.to(device), batch_size,
+        shuffle=False, flatten=False, normalize=True, seed=0,
+    )  # fmt: skip
+
+
+def _missing_data(err: FileNotFoundError, dataset: str, *, bundled: bool) -> CommandError:
+    """The data loaders' error told in the command's words (--data-root, not root=)."""
+    what = str(err).split(" To fix:")[0].rstrip(".").replace("under root=:", "under --data-root")
+    folder = "MNIST" if dataset == "mnist" else "FashionMNIST"
+    fix = f"pass a --data-root in torchvision layout (DIR/{folder}/raw/...)"
+    if bundled:
+        fix += " or leave --data-root out to use the bundled copy"
+    return CommandError(f"{what}. To fix: {fix}")
 
 
 def _norms_of(model: Any) -> str | None:
@@ -473,8 +504,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if saved.guide is not None:
         num_samples = args.num_samples or config.get("num_samples") or DEFAULT_NUM_SAMPLES
     dataset = config.get("dataset", "mnist")
-    args.train_size = None
-    _, test = _load_data(dataset, config.get("batch_size", 512), args, device)
+    test = _load_test(dataset, config.get("batch_size", 512), args, device)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
     metrics, figures, preds = _evaluate(
