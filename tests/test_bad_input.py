@@ -480,7 +480,8 @@ CLI_CASES = {
     ),
     "cli: data from a missing root": (
         ["data", "--data-root", "/nonexistent"],
-        r"MNIST train file not found: expected /nonexistent/MNIST/raw/.*To fix: pass a root=",
+        r"MNIST train file not found: expected /nonexistent/MNIST/raw/.*"
+        r"To fix: pass a --data-root in torchvision layout",
     ),
 }
 

@@ -21,10 +21,11 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
   once for all members, its output scaled per member (exact: r_m is then a scalar);
 * ``nn.TransformerEncoderLayer``'s fused eval path (which reads its linear layers' weights
   as tensors) is off while a BatchEnsemble runs, so that its BatchEnsemble layers are called;
-* on CPU, networks whose 2-d convolutions reach 16 channels run channels-last
+* on CPU, networks whose widest 2-d convolution reads 16 to 128 channels run channels-last
   (:func:`channels_last`: the input and the 4-d weights, so oneDNN keeps the activations
-  channels-last too), except where a strided 1x1 convolution reads fewer than 8 channels
-  (torch 2.14's CPU kernel miscomputes that one's weight gradient);
+  channels-last too; wider ones lose on small maps), except where a strided 1x1 convolution
+  reads fewer than 8 channels (torch 2.14's CPU kernel miscomputes that one's weight
+  gradient);
 * while :func:`pyrouq.fit` and :func:`pyrouq.predict` run on CPU under glibc, freed memory is
   kept for reuse instead of being handed back to the system (:func:`reuse_freed_memory`):
   glibc serves every block above 32 MB with a fresh ``mmap``, whose pages fault in again at

@@ -30,6 +30,12 @@ CHANNELS_LAST_MIN_CHANNELS = 16
 channels-last (:func:`channels_last`); LeNet's narrow convolutions (1 and 6 channels) run
 faster as they are."""
 
+CHANNELS_LAST_MAX_CHANNELS = 128
+"""...and none reads more than this many: oneDNN's channels-last convolutions lose on wide,
+small maps (Intel Xeon, 2 threads, batch 512, 3x3: 256 channels at 4x4 1.2-2.5x slower, 512
+at 2x2 3.1x, against 0.36-0.6x for 32-64 channels at 14-28 px), so torchvision's resnet18 on
+28 px images predicted 1.37x slower channels-last and ran as it is instead."""
+
 _channels_last_active: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pyrouq_channels_last", default=False
 )
@@ -220,12 +226,12 @@ def prepare(net: nn.Module) -> nn.Module:
 
 
 def _channels_last_pays(net: nn.Module) -> bool:
-    """Whether ``net``'s 2-d convolutions are wide enough for channels-last to pay on CPU, and
-    none is of the kind whose channels-last weight gradient torch 2.14's CPU kernels get wrong:
-    a strided 1x1 convolution reading fewer than 8 channels (e.g. 4 channels, stride 2:
-    20-130 % off in float32, and a call that never returned at batch 6; found by comparing
-    about 590 random convolutions, in both layouts, with float64: every other kind agreed to
-    1e-4)."""
+    """Whether ``net``'s 2-d convolutions are wide enough for channels-last to pay on CPU but none
+    too wide (:data:`CHANNELS_LAST_MAX_CHANNELS`), and none is of the kind whose channels-last
+    weight gradient torch 2.14's CPU kernels get wrong: a strided 1x1 convolution reading fewer than
+    8 channels (e.g. 4 channels, stride 2: 20-130 % off in float32, and a call that never returned
+    at batch 6; found by comparing about 590 random convolutions, in both layouts, with float64:
+    every other kind agreed to 1e-4)."""
     widest = 0
     for m in net.modules():
         ensemble = getattr(type(m), "_is_batchensemble", False)  # class-level: no __getattr__
@@ -244,7 +250,7 @@ def _channels_last_pays(net: nn.Module) -> bool:
         if one_by_one and strided and int(weight.shape[1]) < 8:
             return False
         widest = max(widest, reads)
-    return widest >= CHANNELS_LAST_MIN_CHANNELS
+    return CHANNELS_LAST_MIN_CHANNELS <= widest <= CHANNELS_LAST_MAX_CHANNELS
 
 
 def _pair(value: Any) -> tuple[Any, ...]:
@@ -254,11 +260,11 @@ def _pair(value: Any) -> tuple[Any, ...]:
 @contextlib.contextmanager
 def channels_last(net: nn.Module, x: Tensor) -> Iterator[Tensor]:
     """``x`` laid out channels-last while ``net`` runs on it, when that pays: on CPU, for a 4-d
-    floating input of a network whose widest 2-d convolution reads at least
-    :data:`CHANNELS_LAST_MIN_CHANNELS` channels (and none that :func:`_channels_last_pays`
-    rules out). Within the block, :func:`nhwc` gives the 4-d weights the same layout, so
-    oneDNN keeps every activation channels-last: a ResidualCNN train step about 1.4x faster,
-    more on a folded BatchEnsemble batch. The values are the same function's, up to float
+    floating input of a network whose widest 2-d convolution reads from
+    :data:`CHANNELS_LAST_MIN_CHANNELS` to :data:`CHANNELS_LAST_MAX_CHANNELS` channels (and none that
+    :func:`_channels_last_pays` rules out). Within the block, :func:`nhwc` gives the 4-d weights the
+    same layout, so oneDNN keeps every activation channels-last: a ResidualCNN train step about 1.4x
+    faster, more on a folded BatchEnsemble batch. The values are the same function's, up to float
     rounding. Otherwise ``x`` is returned unchanged."""
     if _channels_last_active.get() or not (
         _cpu(x) and x.dim() == 4 and x.is_floating_point() and _channels_last_pays(net)
