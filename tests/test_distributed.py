@@ -5,6 +5,8 @@ MLP and a BatchEnsemble alike."""
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -48,6 +50,16 @@ def _spawn(worker, args) -> None:
                     process.kill()
                 process.join()
             pytest.fail(f"the {WORLD} ranks did not finish within {TIMEOUT} s; killed them")
+
+
+def _exit_quietly() -> None:
+    """End a rank that succeeded without the interpreter's teardown, as ``pyrouq``'s console
+    script does: with torch 2.14, a spawned gloo rank could still abort there ("terminate
+    called without an active exception", SIGABRT; once in CI, 2026-12-03) after its group was
+    destroyed and its results saved. A rank that raises is left to ``mp.spawn``'s report."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _data():
@@ -122,6 +134,7 @@ def _worker(rank: int, kind: str, init: str, out: str) -> None:
         )  # fmt: skip
     finally:
         dist.destroy_process_group()
+    _exit_quietly()
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
@@ -167,6 +180,7 @@ def _batchnorm_worker(rank: int, init: str, out: str) -> None:
         torch.save(_state(model, guide), Path(out) / f"bn{rank}.pt")
     finally:
         dist.destroy_process_group()
+    _exit_quietly()
 
 
 def test_ranks_end_every_epoch_with_the_same_batchnorm_statistics(tmp_path):
@@ -198,6 +212,7 @@ def _refusing_worker(rank: int, init: str, out: str) -> None:
         torch.save(messages, Path(out) / f"refused{rank}.pt")
     finally:
         dist.destroy_process_group()
+    _exit_quietly()
 
 
 def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
