@@ -33,8 +33,9 @@ faster as they are."""
 CHANNELS_LAST_MAX_CHANNELS = 128
 """...and none reads more than this many: oneDNN's channels-last convolutions lose on wide,
 small maps (Intel Xeon, 2 threads, batch 512, 3x3: 256 channels at 4x4 1.2-2.5x slower, 512
-at 2x2 3.1x, against 0.36-0.6x for 32-64 channels at 14-28 px), so torchvision's resnet18 on
-28 px images predicted 1.37x slower channels-last and ran as it is instead."""
+at 2x2 3.1x, against 0.36-0.6x for 32-64 channels at 14-28 px): torchvision's resnet18 on
+28 px images predicts at 1.55x its plain passes channels-last, 1.02x as it is
+(``benchmarks/bench_layout.py``)."""
 
 _channels_last_active: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pyrouq_channels_last", default=False
