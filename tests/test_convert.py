@@ -401,6 +401,51 @@ def test_batchensemble_converts_transposed_convolutions(tmp_path):
     fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=4, progress=False, seed=0)
 
 
+class WideOnSmall(nn.Module):
+    """Every layer holds more weights than the activations it meets on 2 x 2 maps: a
+    convolution, a grouped one, a grouped transposed one and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 32, 3, padding=1)
+        self.grouped = nn.Conv2d(32, 32, 3, padding=1, groups=4)
+        self.up = nn.ConvTranspose2d(32, 16, 2, stride=2, groups=2)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.grouped(torch.relu(self.conv(x))))
+        return self.head(torch.relu(self.up(h)).mean((2, 3)))
+
+
+def test_members_of_layers_wider_than_their_activations():
+    # on CPU such layers scale one member's activations instead of building its weights:
+    # the same outputs and gradients as the member's plain network with its effective weights
+    torch.manual_seed(0)
+    net = WideOnSmall()
+    x, y = torch.randn(2, 3, 2, 2), torch.tensor([3, 7])
+    ensemble = batchensemble(net, 3)
+    out = ensemble(x)
+    loss = nn.functional.cross_entropy(out.flatten(0, 1), y.repeat(3))
+    loss.backward()
+    layers = {n: m for n, m in ensemble.net.named_modules() if hasattr(m, "effective_weight")}
+    params = [p for m in layers.values() for p in (m.weight, m.r, m.s, m.bias)]
+    grads = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    refs = []
+    for member in range(3):
+        weights = {}
+        for name, layer in layers.items():
+            weights[f"{name}.weight"] = layer.folded_weights()[0][member]
+            weights[f"{name}.bias"] = layer.bias[member]
+        refs.append(torch.func.functional_call(net, weights, (x,)))
+    ref = torch.stack(refs)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    nn.functional.cross_entropy(ref.flatten(0, 1), y.repeat(3)).backward()
+    for got, p in zip(grads, params, strict=True):
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-6)
+
+
 def test_a_layer_the_forward_bypasses_is_named_in_a_warning():
     # F.linear(h, self.fc.weight) reads the shared W: the members' factors never apply there
     class Direct(nn.Module):

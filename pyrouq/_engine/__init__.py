@@ -298,9 +298,25 @@ def run_local(
 def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
     """A BatchEnsemble layer on a folded batch ``(M * B, ...)`` (member-major), or on one
     member's batch ``(B, ...)`` during :func:`run_members`' member passes."""
-    if layer._member is not None:
-        weight, bias = layer._member_weights
-        return layer._op(x, nhwc(weight[layer._member]), bias[layer._member])  # type: ignore[no-any-return]
+    member = layer._member
+    if member is not None:
+        if _scales_activations(layer, x):
+            # weights larger than the activations they meet (the deep layers of a wide
+            # network on small images): scale one member's B inputs and outputs instead of
+            # building every member's copy of the weights
+            view = [1] * x.dim()
+            view[layer._channel_dim] = -1
+            out = layer._op(x * layer.r[member].reshape(view), layer.weight, None)
+            return torch.addcmul(  # type: ignore[no-any-return]
+                layer.bias[member].reshape(view), out, layer.s[member].reshape(view)
+            )
+        if layer._member_weights is None:
+            # one view per member: indexing the stack would back-propagate a zero tensor of
+            # all M members' weights for every member
+            weight, bias = layer.folded_weights()
+            layer._member_weights = (weight.unbind(0), bias.unbind(0))
+        weights, biases = layer._member_weights
+        return layer._op(x, nhwc(weights[member]), biases[member])  # type: ignore[no-any-return]
     members = layer.num_members
     check_folded_batch(layer, x, members)
     if getattr(x, _REPEATED, None) == members and _single_input_feature(layer):
@@ -335,6 +351,21 @@ _REPEATED = "_pyrouq_repeated_for"
 whose copies it holds), for :func:`batchensemble_forward`."""
 
 
+def _scales_activations(layer: Any, x: Tensor) -> bool:
+    """Whether one member's pass through ``layer`` is cheaper with its inputs and outputs
+    scaled by the member's factors than with the member's effective weight: when the weight
+    holds more values than the inputs and outputs together (each path walks its tensors a
+    few times, forward and backward; the weights' path does so for every member)."""
+    weight = layer.weight
+    channels = int(x.shape[layer._channel_dim])
+    outputs = x.numel() // channels * int(layer.s.shape[1])
+    if weight.dim() > 2:
+        stride = getattr(layer, "stride", (1,))
+        shrink = math.prod(int(v) for v in stride)
+        outputs = outputs * shrink if getattr(layer, "transposed", False) else outputs // shrink
+    return weight.numel() > x.numel() + outputs
+
+
 def _single_input_feature(layer: Any) -> bool:
     return int(layer.r.shape[1]) == 1
 
@@ -358,8 +389,6 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
             # the modules told which member runs: the layers and any per-member norms
             told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
             try:
-                for layer in layers:
-                    layer._member_weights = layer.folded_weights()
                 outs = []
                 for member in range(num_members):
                     for module in told:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 from typing import Any, Literal
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -85,7 +86,7 @@ class _BatchEnsembleLayer(nn.Module):
             requires_grad=bias.requires_grad if isinstance(bias, nn.Parameter) else True,
         )
         self._member: int | None = None  # set during the engine's member passes
-        self._member_weights: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._member_weights: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]] | None = None
 
     def _op(
         self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
@@ -99,11 +100,14 @@ class _BatchEnsembleLayer(nn.Module):
         return self.r.unsqueeze(1)
 
     def folded_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every member's effective weight ``(M, *W.shape)`` and bias ``(M, out)``."""
+        """Every member's effective weight ``(M, *W.shape)`` and bias ``(M, out)``.
+
+        The factors are multiplied first (``(M, out, in)``, a kernel's size smaller than the
+        weights), then the weight once: one pass over the M weights instead of two."""
         extra = (1,) * (self.weight.dim() - 2)
         r = self._input_factor().reshape(*self._input_factor().shape, *extra)
         s = self.s.reshape(self.num_members, -1, 1, *extra)
-        return s * self.weight.unsqueeze(0) * r, self.bias
+        return self.weight.unsqueeze(0) * (s * r), self.bias
 
     def effective_weight(self, member: int) -> torch.Tensor:
         """Member ``member``'s weight ``diag(s_m) W diag(r_m)`` (for checks and export)."""
@@ -285,7 +289,7 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         extra = (1,) * (self.weight.dim() - 2)
         r = self._input_factor().reshape(self.num_members, self.out_channels, -1, *extra)
         s = self.s.reshape(self.num_members, -1, 1, *extra)
-        return s * self.weight.unsqueeze(0) * r, self.bias
+        return self.weight.unsqueeze(0) * (s * r), self.bias
 
     def extra_repr(self) -> str:
         return (
@@ -412,7 +416,7 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
         r = self.r.reshape(members, self.in_channels, 1, *extra)
         s = self.s.reshape(members, groups, 1, per_out).expand(members, groups, per_in, per_out)
         s = s.reshape(members, self.in_channels, per_out, *extra)
-        return r * self.weight.unsqueeze(0) * s, self.bias
+        return self.weight.unsqueeze(0) * (r * s), self.bias
 
 
 class BatchEnsembleConvTranspose1d(_BatchEnsembleConvTranspose):

@@ -1,0 +1,107 @@
+"""Training a network whose weights outweigh its activations: torchvision's resnet18 (11.2M
+parameters, a one-channel stem) on MNIST, batch 256. At 28 px its deep layers see 2x2 and 1x1
+maps, so what a method does per weight (draw, KL, Adam, the members' weight copies) weighs as
+much as the convolutions themselves.
+
+Workloads, in one process (one epoch of ``STEPS`` batches each):
+* the plain epoch in plain PyTorch (Adam, cross-entropy) - the baseline;
+* the plain network through ``pyrouq.fit`` (what fit itself adds: its Adam, the per-epoch
+  accuracy on 1,024 of the epoch's examples);
+* ``bayesian(net)`` through ``fit`` as shipped, and with the KL of its Normal priors
+  differentiated by autograd through the elementwise closed form (the A/B of the fused KL);
+* ``batchensemble(net, 4)`` through ``fit`` as shipped, and with every layer given each
+  member's copy of the weights, even where scaling the member's activations is cheaper (the
+  A/B of the engine's per-layer choice on CPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import torch
+from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
+from torch import nn
+from torchvision.models import resnet18
+
+import pyrouq.infer.elbo
+from pyrouq import _engine, batchensemble, bayesian, fit, load_mnist, mean_field_guide
+
+BATCH = 256
+STEPS = 20
+REPS = 3
+
+
+def _net() -> nn.Module:
+    net = resnet18(num_classes=10)
+    net.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+    return net
+
+
+def _closed_form_kl(loc, scale, prior_loc, prior_scale):
+    var_ratio = (scale / prior_scale).pow(2)
+    t1 = ((loc - prior_loc) / prior_scale).pow(2)
+    return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum()
+
+
+def _with(module: object, name: str, value: object, run: Callable[[], object]) -> Callable:
+    """``run`` with ``module.name`` replaced by ``value`` while it runs."""
+
+    def patched() -> None:
+        saved = getattr(module, name)
+        setattr(module, name, value)
+        try:
+            run()
+        finally:
+            setattr(module, name, saved)
+
+    return patched
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    train, _ = load_mnist(batch_size=BATCH, seed=0, train_size=BATCH * STEPS)
+    model = bayesian(_net())
+    guide = mean_field_guide(model)
+    ensemble = batchensemble(_net(), 4)
+    fitted = _net()
+
+    def bayes() -> None:
+        fit(model, guide, train, epochs=1, progress=False)
+
+    def members() -> None:
+        fit(ensemble, None, train, epochs=1, progress=False)
+
+    workloads = {
+        "plain resnet18 (torch loop)": plain_epoch(_net(), train),
+        "plain resnet18 through fit()": lambda: fit(fitted, None, train, epochs=1, progress=False),
+        "bayesian(net), 1 particle": bayes,
+        "bayesian(net), KL by autograd": _with(
+            pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes
+        ),
+        "batchensemble(net, 4)": members,
+        "batchensemble(net, 4), weight copies in every layer": _with(
+            _engine, "_scales_activations", lambda layer, x: False, members
+        ),
+    }
+    times = rounds(workloads, reps=REPS)
+    ratios = ratio_to(times, "plain resnet18 (torch loop)")
+    rows: list[dict[str, object]] = [
+        {
+            "workload": f"{name} (epoch)",
+            "seconds": round(statistics.median(ts), 3),
+            "ratio_vs_plain": round(ratios[name], 2),
+        }
+        for name, ts in times.items()
+    ]
+    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
+    print(
+        f"resnet18, one-channel stem ({sum(p.numel() for p in _net().parameters()):,} "
+        f"parameters), {STEPS} MNIST batches of {BATCH} ({REPS} interleaved rounds after a "
+        "warm-up; ratio = median of per-round ratios):"
+    )
+    report("weights_outweigh_activations", rows)
+
+
+if __name__ == "__main__":
+    main()
