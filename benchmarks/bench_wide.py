@@ -7,8 +7,9 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
 * the plain epoch in plain PyTorch (Adam, cross-entropy) - the baseline;
 * the plain network through ``pyrouq.fit`` (what fit itself adds: its Adam, the per-epoch
   accuracy on 1,024 of the epoch's examples);
-* ``bayesian(net)`` through ``fit`` as shipped, and with the KL of its Normal priors
+* ``bayesian(net)`` through ``fit`` as shipped; with the KL of its Normal priors
   differentiated by autograd through the elementwise closed form (the A/B of the fused KL);
+  and with Adam in torch's multi-tensor ops instead of its fused CPU kernel (that A/B);
 * ``batchensemble(net, 4)`` through ``fit`` as shipped, and with every layer given each
   member's copy of the weights, even where scaling the member's activations is cheaper (the
   A/B of the engine's per-layer choice on CPU).
@@ -26,6 +27,7 @@ from torchvision.models import resnet18
 
 import pyrouq.infer.elbo
 from pyrouq import _engine, batchensemble, bayesian, fit, load_mnist, mean_field_guide
+from pyrouq._engine import _cpu_paths
 
 BATCH = 256
 STEPS = 20
@@ -79,6 +81,7 @@ def main() -> None:
         "bayesian(net), KL by autograd": _with(
             pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes
         ),
+        "bayesian(net), Adam in multi-tensor ops": _with(_cpu_paths, "_FUSED_ADAM", None, bayes),
         "batchensemble(net, 4)": members,
         "batchensemble(net, 4), weight copies in every layer": _with(
             _engine, "_scales_activations", lambda layer, x: False, members

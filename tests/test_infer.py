@@ -500,6 +500,32 @@ def test_default_adam_is_torch_adam_to_the_bit():
         assert torch.equal(ours.site_scale(name), theirs.site_scale(name)), name
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_default_adam_matches_torch_adam_whatever_the_gradient_layout(dtype):
+    # the update runs in torch's fused kernel where a gradient shares its parameter's layout
+    # and in the multi-tensor ops where it does not (a channels-last gradient): both give
+    # torch.optim.Adam's values to the bit
+    from pyrouq.infer._adam import Adam
+
+    torch.manual_seed(0)
+    start = [torch.randn(6, 4, 3, 3, dtype=dtype), torch.randn(5, dtype=dtype)]
+    results = []
+    for make in (lambda ps: Adam(ps, lr=0.05), lambda ps: torch.optim.Adam(ps, lr=0.05)):
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        optimizer = make(params)
+        for step in range(4):
+            for p in params:
+                grad = torch.sin(3 * p.detach() + step)
+                if p.dim() == 4 and step % 2:
+                    grad = grad.contiguous(memory_format=torch.channels_last)
+                p.grad = grad
+            optimizer.step()
+        results.append(params)
+    for ours, theirs in zip(*results, strict=True):
+        assert torch.equal(ours, theirs)
+        assert ours.dtype == dtype
+
+
 def test_default_adam_state_loads_into_torch_adam_and_back(tmp_path):
     from pyrouq.checkpoint import load
 

@@ -17,13 +17,17 @@ from typing import Any
 
 import torch
 
+from pyrouq._engine import _cpu_paths
+
 
 class Adam:
     """Adam (Kingma & Ba 2015) on a list of tensors, step for step ``torch.optim.Adam``.
 
     ``m = lerp(m, g, 1 - beta1)``, ``v = beta2 v + (1 - beta2) g^2``, and
     ``p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``, in the order of
-    operations of torch's implementation, so the parameters agree to the bit on CPU.
+    operations of torch's implementation, so the parameters agree to the bit on CPU. There the
+    update runs in torch's fused kernel (one pass over each tensor and its state; the same
+    values) where the gradient shares its parameter's memory layout.
 
     Parameters
     ----------
@@ -78,6 +82,22 @@ class Adam:
             if not params:
                 continue
             torch._foreach_add_(steps, 1)
+            fused = [
+                _cpu_paths.fusable_adam(*four)
+                for four in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)
+            ]
+            if any(fused):
+                lists = [
+                    [t for t, f in zip(ts, fused, strict=True) if f]
+                    for ts in (params, grads, exp_avgs, exp_avg_sqs, steps)
+                ]
+                _cpu_paths.fused_adam(*lists, lr=lr, betas=(beta1, beta2), eps=eps)
+                params, grads, exp_avgs, exp_avg_sqs, steps = (
+                    [t for t, f in zip(ts, fused, strict=True) if not f]
+                    for ts in (params, grads, exp_avgs, exp_avg_sqs, steps)
+                )
+                if not params:
+                    continue
             torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
             torch._foreach_mul_(exp_avg_sqs, beta2)
             torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
