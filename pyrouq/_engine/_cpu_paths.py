@@ -295,8 +295,9 @@ def fusable_adam(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tenso
     they must share it: a gradient laid out otherwise (channels-last, from :func:`nhwc`) goes
     through the multi-tensor ops. The values are the same to the bit."""
     return (
-        _FUSED_ADAM is not None
-        and param.device.type == "cpu"
+        param.device.type == "cpu"
+        and _FUSED_ADAM is not None
+        and _fused_adam_on_cpu()
         and param.dtype in (torch.float32, torch.float64)
         and grad.dtype == param.dtype
         and not grad.is_sparse
@@ -341,4 +342,19 @@ def fused_adam(
         )
 
 
-_FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # torch >= 2.4 on CPU
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)
+
+
+@functools.cache
+def _fused_adam_on_cpu() -> bool:
+    """Whether this torch has the fused kernel for CPU tensors (from torch 2.4; earlier ones
+    have it for CUDA only), tried once on one value."""
+    one = [torch.zeros(1) for _ in range(4)]
+    try:
+        _FUSED_ADAM(  # type: ignore[misc]
+            one[:1], one[1:2], one[2:3], one[3:], [], [torch.ones(())], lr=0.0, beta1=0.9,
+            beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False,
+        )  # fmt: skip
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Literal
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
