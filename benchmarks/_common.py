@@ -59,6 +59,22 @@ def ratio_to(times: dict[str, list[float]], base: str) -> dict[str, float]:
     }
 
 
+def ratio_rows(
+    times: dict[str, list[float]], base: str, suffix: str = ""
+) -> list[dict[str, object]]:
+    """One row per workload: its median seconds and :func:`ratio_to` ``base`` (the workload
+    named with ``suffix`` appended)."""
+    ratios = ratio_to(times, base)
+    return [
+        {
+            "workload": f"{name}{suffix}",
+            "seconds": round(statistics.median(ts), 3),
+            "ratio_vs_plain": round(ratios[name], 2),
+        }
+        for name, ts in times.items()
+    ]
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
+from _common import peak_rss_mb, plain_epoch, ratio_rows, ratio_to, report, rounds
 
 from pyrouq import (
     ResidualCNN,
@@ -148,15 +148,7 @@ def main() -> None:
     else:
         print("(bayesian-torch not importable: its dnn_to_bnn is not timed)")
     times = rounds(workloads, reps=REPS)
-    ratios = ratio_to(times, "plain ResidualCNN")
-    rows: list[dict[str, object]] = [
-        {
-            "workload": f"{name} (epoch)",
-            "seconds": round(statistics.median(ts), 3),
-            "ratio_vs_plain": round(ratios[name], 2),
-        }
-        for name, ts in times.items()
-    ]
+    rows = ratio_rows(times, "plain ResidualCNN", " (epoch)")
 
     x = test.transform(test.images[:PREDICT_SIZE])
     net.eval()

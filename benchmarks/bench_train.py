@@ -9,11 +9,9 @@ Workloads (MNIST, batch 256 - the library's default - Adam):
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, ratio_to, report, rounds
+from _common import peak_rss_mb, ratio_rows, report, rounds
 from _peers import torch_uncertainty_available, tu_train_epoch
 
 from pyrouq import BayesianLeNet, LeNet, batchensemble, fit, load_mnist, mean_field_guide
@@ -70,15 +68,7 @@ def main() -> None:
     else:
         print("(torch-uncertainty not importable: its bayesian_lenet is not timed)")
     times = rounds(workloads, reps=REPS)
-    ratios = ratio_to(times, "plain LeNet")
-    rows = [
-        {
-            "workload": name,
-            "seconds": round(statistics.median(ts), 3),
-            "ratio_vs_plain": round(ratios[name], 2),
-        }
-        for name, ts in times.items()
-    ]
+    rows = ratio_rows(times, "plain LeNet")
     rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"One MNIST epoch, batch {BATCH} ({REPS} interleaved rounds after a warm-up; ratio = "

@@ -17,11 +17,10 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 import torch
-from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
+from _common import peak_rss_mb, plain_epoch, ratio_rows, report, rounds
 from torch import nn
 from torchvision.models import resnet18
 
@@ -88,15 +87,7 @@ def main() -> None:
         ),
     }
     times = rounds(workloads, reps=REPS)
-    ratios = ratio_to(times, "plain resnet18 (torch loop)")
-    rows: list[dict[str, object]] = [
-        {
-            "workload": f"{name} (epoch)",
-            "seconds": round(statistics.median(ts), 3),
-            "ratio_vs_plain": round(ratios[name], 2),
-        }
-        for name, ts in times.items()
-    ]
+    rows = ratio_rows(times, "plain resnet18 (torch loop)", " (epoch)")
     rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"resnet18, one-channel stem ({sum(p.numel() for p in _net().parameters()):,} "
