@@ -304,12 +304,12 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
             # weights larger than the activations they meet (the deep layers of a wide
             # network on small images): scale one member's B inputs and outputs instead of
             # building every member's copy of the weights
-            view = [1] * x.dim()
-            view[layer._channel_dim] = -1
-            out = layer._op(x * layer.r[member].reshape(view), layer.weight, None)
-            return torch.addcmul(  # type: ignore[no-any-return]
-                layer.bias[member].reshape(view), out, layer.s[member].reshape(view)
+            dims = x.dim() + 1
+            r, s, bias = (
+                layer._factor_view(f, dims)[member] for f in (layer.r, layer.s, layer.bias)
             )
+            out = layer._op(x * r, nhwc(layer.weight), None)
+            return torch.addcmul(bias, out, s)  # type: ignore[no-any-return]
         if layer._member_weights is None:
             # one view per member: indexing the stack would back-propagate a zero tensor of
             # all M members' weights for every member

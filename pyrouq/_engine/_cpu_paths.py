@@ -1,8 +1,8 @@
 """The engine's CPU fast paths (see :mod:`pyrouq._engine`): the schedule switch, freed
 memory kept for reuse under glibc, the 2x2 max-pooling kernel and the rewrites of
 :func:`prepare`, the channels-last layout, and torch's fused Adam kernel for ``fit()``'s
-optimizer. Each is kept while ``benchmarks/`` shows that
-it pays; :mod:`pyrouq._engine` decides where they apply."""
+optimizer. Each is kept while ``benchmarks/`` shows that it pays; :mod:`pyrouq._engine`
+decides where they apply."""
 
 from __future__ import annotations
 
@@ -292,8 +292,8 @@ def fusable_adam(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tenso
     one pass over the parameter and its state instead of the seven of the multi-tensor ops
     (an 11M-parameter guide's 22M values: 14 ms a step against 55 ms, Intel Xeon, 2 threads;
     ``benchmarks/bench_wide.py``). The kernel walks the four tensors as one memory layout, so
-    they must share it: a gradient laid out otherwise (channels-last, from :func:`nhwc`) goes
-    through the multi-tensor ops. The values are the same to the bit."""
+    they must share it (autograd lays gradients out as their parameters; one set by hand in
+    another layout goes through the multi-tensor ops). The values are the same to the bit."""
     return (
         param.device.type == "cpu"
         and _FUSED_ADAM is not None

@@ -198,8 +198,8 @@ class KLWeightedELBO(ELBO):
     rounding, tested), runs the network with them and takes the likelihood's fast NLL; the KL
     term is the analytic ``KL(q || p)`` of every site, computed once (for a scalar Normal
     prior from three sums per site, with its gradient written out). A BatchEnsemble without a
-    guide is run directly too. Any other guide (an ``AutoNormal``, a hand-written guide), or a model
-    subclass overriding ``forward``, is traced: the guide is run and the model replayed
+    guide is run directly too. Any other guide (an ``AutoNormal``, a hand-written guide), or a
+    model subclass overriding ``forward``, is traced: the guide is run and the model replayed
     against it. :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call)
     back-propagates several weight-sampling particles one at a time, with the same draws and
     gradients.
