@@ -15,7 +15,9 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
 * 2x2 max-pooling uses strided maxima on CPU (:class:`MaxPool2x2`), and a ReLU followed by a
   max-pooling in an ``nn.Sequential`` runs as pooling then ReLU (the same function);
 * BatchEnsemble layers run member by member on CPU (effective weights ``diag(s_i) W diag(r_i)``
-  on each member's slice of the batch), with rank-1 scaling of the activations elsewhere; a
+  on each member's slice of the batch, or, in a layer whose weights outnumber the activations
+  it meets, that member's activations scaled by ``r_i`` and ``s_i``), with rank-1 scaling of
+  the activations elsewhere; a
   network without batch statistics in training runs whole member passes on CPU; a layer
   with a single input feature that reads the members' repeated input (a grayscale stem) runs
   once for all members, its output scaled per member (exact: r_m is then a scalar);
@@ -29,7 +31,9 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
 * while :func:`pyrouq.fit` and :func:`pyrouq.predict` run on CPU under glibc, freed memory is
   kept for reuse instead of being handed back to the system (:func:`reuse_freed_memory`):
   glibc serves every block above 32 MB with a fresh ``mmap``, whose pages fault in again at
-  every step; a BatchEnsemble's M-fold activations cross that size first.
+  every step; a BatchEnsemble's M-fold activations cross that size first;
+* :func:`pyrouq.fit`'s Adam updates CPU parameters in torch's fused kernel
+  (:func:`~pyrouq._engine._cpu_paths.fusable_adam`).
 
 Shape convention: S draws or members, B inputs, D outputs.
 """
@@ -380,8 +384,9 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     On accelerators, and whenever a BatchNorm shared by the members computes batch
     statistics (over the folded batch), the input is repeated once per member and the network
     runs on the folded batch ``(M * B, ...)``. Otherwise, on CPU, the network runs once per
-    member with that member's effective weights (and its own norm copies, with
-    ``norms="per_member"``): the same function, faster there.
+    member with that member's effective weights, or its scaled activations where a layer's
+    weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
+    function, faster there.
     """
     with channels_last(net, x) as x, _layers_called(net), _calls_checked(net):
         if _cpu(x) and not _statistics_across_members(net):

@@ -87,15 +87,11 @@ class Adam:
                 for four in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)
             ]
             if any(fused):
-                lists = [
-                    [t for t, f in zip(ts, fused, strict=True) if f]
-                    for ts in (params, grads, exp_avgs, exp_avg_sqs, steps)
-                ]
-                _cpu_paths.fused_adam(*lists, lr=lr, betas=(beta1, beta2), eps=eps)
-                params, grads, exp_avgs, exp_avg_sqs, steps = (
-                    [t for t, f in zip(ts, fused, strict=True) if not f]
-                    for ts in (params, grads, exp_avgs, exp_avg_sqs, steps)
+                lists = (params, grads, exp_avgs, exp_avg_sqs, steps)
+                _cpu_paths.fused_adam(
+                    *_where(lists, fused, True), lr=lr, betas=(beta1, beta2), eps=eps
                 )
+                params, grads, exp_avgs, exp_avg_sqs, steps = _where(lists, fused, False)
                 if not params:
                     continue
             torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
@@ -155,6 +151,13 @@ class Adam:
                     "exp_avg": s["exp_avg"].to(p.device, p.dtype).clone(),
                     "exp_avg_sq": s["exp_avg_sq"].to(p.device, p.dtype).clone(),
                 }
+
+
+def _where(
+    lists: tuple[list[torch.Tensor], ...], flags: list[bool], flag: bool
+) -> list[list[torch.Tensor]]:
+    """Each of ``lists`` cut to the positions whose entry in ``flags`` is ``flag``."""
+    return [[t for t, f in zip(ts, flags, strict=True) if f == flag] for ts in lists]
 
 
 #: The switches ``torch.optim.Adam`` records in each group, at the values this Adam implements,

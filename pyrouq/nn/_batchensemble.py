@@ -102,8 +102,9 @@ class _BatchEnsembleLayer(nn.Module):
     def folded_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's effective weight ``(M, *W.shape)`` and bias ``(M, out)``.
 
-        The factors are multiplied first (``(M, out, in)``, a kernel's size smaller than the
-        weights), then the weight once: one pass over the M weights instead of two."""
+        The factors are multiplied first, then the weight once: for a convolution the factors'
+        product ``(M, out, in)`` is a kernel's size smaller than the M weights, so these are
+        walked once instead of twice."""
         extra = (1,) * (self.weight.dim() - 2)
         r = self._input_factor().reshape(*self._input_factor().shape, *extra)
         s = self.s.reshape(self.num_members, -1, 1, *extra)
