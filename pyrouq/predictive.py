@@ -34,7 +34,7 @@ from pyrouq._util import (
     model_input,
     module_device,
 )
-from pyrouq.infer.guide import MeanFieldGuide, check_draws, check_guide
+from pyrouq.infer.guide import MeanFieldGuide, check_draws, check_guide, draw_runs
 from pyrouq.likelihoods import Categorical
 from pyrouq.mcmc import posterior_draws
 from pyrouq.regression import GaussianPredictions
@@ -200,15 +200,16 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``.
 
     A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
-    its traces would give); any other guide is traced once per draw on ``args``.
+    its traces would give), its scales computed once; any other guide is traced once per draw
+    on ``args``.
     """
 
     draws: dict[str, list[Tensor]] = {}
     if isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward:
-        for _ in range(num_samples):
-            for site, value in guide.sample().items():
-                draws.setdefault(site, []).append(value.detach())
-        return {name: torch.stack(values) for name, values in draws.items()}
+        with torch.no_grad():
+            loc = {s: guide.site_loc(s) for s in guide.sites}
+            scale = {s: guide.site_scale(s) for s in guide.sites}
+        return draw_runs(loc, scale, num_samples, guide.positive)
     for _ in range(num_samples):
         trace = poutine.trace(guide).get_trace(*args)
         for name, site in trace.nodes.items():

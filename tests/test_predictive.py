@@ -8,6 +8,7 @@ import torch
 from pyro import poutine
 from torch import nn
 
+import pyrouq
 from pyrouq.infer import mean_field_guide
 from pyrouq.models import MLP, BatchEnsembleMLP, BayesianLeNet, BayesianMLP
 from pyrouq.predictive import DEFAULT_NUM_SAMPLES, Predictions, predict
@@ -52,6 +53,23 @@ def test_draw_s_is_one_network():
     for s, trace in enumerate(traces):
         expected = poutine.replay(model, trace=trace)(x).softmax(-1)
         torch.testing.assert_close(p.probs[s], expected)
+
+
+def test_draws_are_the_guide_runs_to_the_bit():
+    """predict's S draws are those of S runs of the guide, bit for bit (sites of sizes that
+    are not multiples of 16, where the standard-normal draw has a tail of its own)."""
+    net = nn.Sequential(nn.Conv2d(1, 5, 3), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 4 * 4, 3))
+    model = pyrouq.bayesian(net)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x = torch.randn(6, 1, 6, 6)
+    pyro.set_rng_seed(0)
+    p = predict(model, x, guide, num_samples=3, batch_size=6, parallel=False, progress=False)
+    pyro.set_rng_seed(0)
+    traces = [poutine.trace(guide).get_trace(x) for _ in range(3)]
+    for s, trace in enumerate(traces):
+        with torch.no_grad():
+            expected = poutine.replay(model, trace=trace)(x).softmax(-1)
+        assert torch.equal(p.probs[s], expected)
 
 
 def test_batchensemble_members_are_the_draws():

@@ -231,6 +231,30 @@ def draw(
     return out
 
 
+@torch.no_grad()
+def draw_runs(
+    loc: dict[str, torch.Tensor],
+    scale: dict[str, torch.Tensor],
+    num_samples: int,
+    positive: tuple[str, ...] = (),
+) -> dict[str, torch.Tensor]:
+    """``num_samples`` draws of every site, ``(num_samples, *shape)``, without gradients: the
+    draws of ``num_samples`` runs of the guide, one run after another, each drawing its sites
+    in order (:func:`draw`'s values for each run, to the bit: ``eps * scale + loc`` is the same
+    floating-point number as ``loc + scale * eps``). Each value is drawn and transformed in
+    place in its slot of the stack: no per-draw temporaries and no copy into the stack."""
+    out = {
+        site: torch.empty((num_samples, *mean.shape), dtype=mean.dtype, device=mean.device)
+        for site, mean in loc.items()
+    }
+    for run in range(num_samples):
+        for site, mean in loc.items():
+            value = out[site][run].normal_().mul_(scale[site]).add_(mean)
+            if site in positive:
+                value.exp_()
+    return out
+
+
 def positive_support(prior: Any) -> bool:
     """Whether ``prior`` lives on the positive reals (a noise scale): its guide is LogNormal."""
     support = prior.support
