@@ -7,9 +7,10 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
 * the plain epoch in plain PyTorch (Adam, cross-entropy) - the baseline;
 * the plain network through ``pyrouq.fit`` (what fit itself adds: its Adam, the per-epoch
   accuracy on 1,024 of the epoch's examples);
-* ``bayesian(net)`` through ``fit`` as shipped; with the KL of its Normal priors
-  differentiated by autograd through the elementwise closed form (the A/B of the fused KL);
-  and with Adam in torch's multi-tensor ops instead of its fused CPU kernel (that A/B);
+* ``bayesian(net)`` through ``fit`` as shipped; with each weight's draw and its KL taken
+  apart (the A/B of the fused draw); with the KL of its Normal priors, apart, differentiated
+  by autograd through the elementwise closed form (the A/B of the three-sum KL); and with
+  Adam in torch's multi-tensor ops instead of its fused CPU kernel (that A/B);
 * ``batchensemble(net, 4)`` through ``fit`` as shipped, and with every layer given each
   member's copy of the weights, even where scaling the member's activations is cheaper (the
   A/B of the engine's per-layer choice on CPU).
@@ -77,8 +78,14 @@ def main() -> None:
         "plain resnet18 (torch loop)": plain_epoch(_net(), train),
         "plain resnet18 through fit()": lambda: fit(fitted, None, train, epochs=1, progress=False),
         "bayesian(net), 1 particle": bayes,
+        "bayesian(net), draw and KL apart": _with(
+            pyrouq.infer.elbo, "_scalar_normal_sites", lambda model, positive: {}, bayes
+        ),
         "bayesian(net), KL by autograd": _with(
-            pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes
+            pyrouq.infer.elbo,
+            "_scalar_normal_sites",
+            lambda model, positive: {},
+            _with(pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes),
         ),
         "bayesian(net), Adam in multi-tensor ops": _with(_cpu_paths, "_FUSED_ADAM", None, bayes),
         "batchensemble(net, 4)": members,

@@ -58,9 +58,12 @@ def test_loss_is_scaled_nll_plus_weighted_analytic_kl(kl_weight):
     torch.testing.assert_close(torch.distributions.kl_divergence(q, p), by_hand)
 
 
-def test_kl_term_equals_torch_kl_divergence_for_non_standard_normal_priors():
+@pytest.mark.parametrize("vectorised", [False, True])
+def test_kl_term_equals_torch_kl_divergence_for_non_standard_normal_priors(vectorised):
     # a Normal prior of any location and scale, given as a float, a distribution or per site,
-    # gets the same KL as torch.distributions.kl_divergence of the guide and the prior
+    # gets the same KL as torch.distributions.kl_divergence of the guide and the prior (taken
+    # with the first particle's draws, or apart from vectorised particles' draws)
+    options = {"num_particles": 2, "vectorize_particles": True} if vectorised else {}
     import pyrouq
 
     net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
@@ -76,7 +79,7 @@ def test_kl_term_equals_torch_kl_divergence_for_non_standard_normal_priors():
     )
     guide = mean_field_guide(model, init_scale=0.2)
     x, y = toy_data(10)
-    terms = KLWeightedELBO().terms(model, guide, x, y)
+    terms = KLWeightedELBO(**options).terms(model, guide, x, y)
     expected = sum(
         torch.distributions.kl_divergence(
             dist.Normal(guide.site_loc(site), guide.site_scale(site)).to_event(prior.event_dim),
@@ -90,16 +93,53 @@ def test_kl_term_equals_torch_kl_divergence_for_non_standard_normal_priors():
     by_hand = (torch.log(4.0 / s) + (s**2 + (m + 1.0) ** 2) / 32.0 - 0.5).sum()
     one = torch.distributions.kl_divergence(dist.Normal(m, s).to_event(1), model.priors()["2.bias"])
     torch.testing.assert_close(one, by_hand)
-    # and the same gradients as the traced path, which differentiates torch's closed form
+    # and the KL's gradient is that of torch's closed form: the loss's gradients at two KL
+    # weights, with the same draws, differ by it
+    guide.zero_grad()
+    expected.backward()
+    closed_form = [p.grad.clone() for p in guide.parameters()]
+
+    def grads(g, kl_weight):
+        pyro.set_rng_seed(0)
+        g.zero_grad()
+        KLWeightedELBO(kl_weight=kl_weight, **options).terms(model, g, x, y).loss.backward()
+        return [p.grad.clone() for p in g.parameters()]
+
+    three, one = grads(guide, 3.0), grads(guide, 1.0)
+    for a, b, kl_grad in zip(three, one, closed_form, strict=True):
+        tol = 1e-5 * a.abs().max().item()
+        torch.testing.assert_close((a - b) / 2, kl_grad, rtol=1e-4, atol=tol)
+    if not vectorised:  # the traced path, which differentiates torch's closed form
+        for a, b in zip(three, grads(traced_copy(model, guide), 3.0), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * b.abs().max().item())
+
+
+def test_a_site_the_network_does_not_use_gets_the_gradient_of_its_kl_alone():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = torch.nn.Linear(3, 2)
+            self.spare = torch.nn.Linear(3, 2)  # selected, never called
+
+        def forward(self, x):
+            return self.used(x)
+
+    model = bayesian(Net(), prior=0.5, num_data=50)
+    guide = mean_field_guide(model, init_scale=0.2)
+    x, y = toy_data(4)
 
     def grads(g):
         pyro.set_rng_seed(0)
         g.zero_grad()
-        KLWeightedELBO(kl_weight=3.0).terms(model, g, x, y).loss.backward()
-        return [p.grad.clone() for p in g.parameters()]
+        KLWeightedELBO(kl_weight=2.0).terms(model, g, x, y).loss.backward()
+        return dict(g.named_parameters()), [p.grad.clone() for p in g.parameters()]
 
-    for a, b in zip(grads(guide), grads(traced_copy(model, guide)), strict=True):
+    params, direct = grads(guide)
+    for a, b in zip(direct, grads(traced_copy(model, guide))[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * b.abs().max().item())
+    # d/dloc of 2 * KL(N(loc, s) || N(0, 0.5)) = 2 * loc / 0.25
+    loc = guide.site_loc("spare.weight")
+    torch.testing.assert_close(params["loc.spare__weight"].grad, 8.0 * loc.detach())
 
 
 def test_kl_term_is_analytic_zero_variance_across_seeds():

@@ -30,6 +30,7 @@ from torch import Tensor
 from pyrouq import _engine
 from pyrouq._util import check_count, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
 from pyrouq.infer.guide import MeanFieldGuide, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -106,6 +107,19 @@ def _needs_labels(y: Any) -> None:
         )
 
 
+def _scalar_normal_sites(model: BayesianNetwork, positive: tuple[str, ...]) -> dict[str, Any]:
+    """The network's sites whose prior is one fixed Normal for the whole site (a Normal
+    guide's KL from it is :func:`normal_kl`'s three sums), with their priors."""
+    return {
+        site: known
+        for site, known in zip(model.network_sites(), model.site_priors, strict=True)
+        if site not in positive
+        and known.family == "Normal"
+        and known.opaque is None
+        and scalar_prior(known.loc, known.scale)
+    }
+
+
 def _register_point_estimates(model: Any) -> None:
     """Record the model's own parameters (BatchNorm, ensemble factors) as Pyro param sites,
     under the names its ``forward`` gives them, so that ``SVI`` trains them on the direct
@@ -126,51 +140,6 @@ def observed_nll(
     own = likelihood.latent_sites()
     latent = {s: weights[s] for s in own} if own and weights is not None else None
     return likelihood.nll(outputs, y, latent) * scale
-
-
-class _NormalKL(torch.autograd.Function):
-    """``sum KL(Normal(loc, scale) || Normal(m, s))`` over every element, for a scalar prior
-    ``(m, s)``, with its gradient written out: ``(loc - m) / s^2`` and ``scale / s^2 -
-    1 / scale``. Autograd through the elementwise closed form allocated and walked about 25
-    site-sized temporaries a step (forward and backward); this walks about 10."""
-
-    @staticmethod
-    def forward(ctx: Any, loc: Tensor, scale: Tensor, m: Tensor, s: Tensor) -> Tensor:
-        ctx.save_for_backward(loc, scale, m, s)
-        centred = (loc - m).reshape(-1)
-        flat = scale.reshape(-1)
-        quad = (torch.dot(flat, flat) + torch.dot(centred, centred)).double()
-        log_scale = flat.log().sum().double()
-        count = loc.numel()
-        s64 = s.double()
-        kl = 0.5 * quad / s64.square() - 0.5 * count - log_scale + count * s64.log()
-        return kl.to(loc.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
-        loc, scale, m, s = ctx.saved_tensors
-        per_var = grad / s.square()
-        grad_loc = (loc - m).mul_(per_var) if ctx.needs_input_grad[0] else None
-        grad_scale = None
-        if ctx.needs_input_grad[1]:
-            grad_scale = scale.reciprocal().mul_(-grad).add_(scale * per_var)
-        return grad_loc, grad_scale, None, None
-
-
-def normal_kl(loc: Tensor, scale: Tensor, prior_loc: Tensor, prior_scale: Tensor) -> Tensor:
-    """``KL(Normal(loc, scale) || Normal(prior_loc, prior_scale))`` summed over the elements:
-    torch's closed form (``_kl_normal_normal``) on the tensors, without distribution objects
-    (they measured 2 ms a step of the 20 ms BayesianLeNet step on 2 CPU cores), fused for a
-    scalar prior (:class:`_NormalKL`)."""
-    if (
-        prior_loc.numel() == 1
-        and prior_scale.numel() == 1
-        and not (prior_loc.requires_grad or prior_scale.requires_grad)
-    ):
-        return _NormalKL.apply(loc, scale, prior_loc.reshape(()), prior_scale.reshape(()))
-    var_ratio = (scale / prior_scale).pow(2)
-    t1 = ((loc - prior_loc) / prior_scale).pow(2)
-    return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum()
 
 
 class KLWeightedELBO(ELBO):
@@ -197,7 +166,8 @@ class KLWeightedELBO(ELBO):
     gives the network outputs of the traced path bit for bit, the loss and its gradients up to
     rounding, tested), runs the network with them and takes the likelihood's fast NLL; the KL
     term is the analytic ``KL(q || p)`` of every site, computed once (for a scalar Normal
-    prior from three sums per site, with its gradient written out). A BatchEnsemble without a
+    prior from three sums per site, with its gradient written out, in the autograd node that
+    draws the site's weights for the first particle). A BatchEnsemble without a
     guide is run directly too. Any other guide (an ``AutoNormal``, a hand-written guide), or a
     model subclass overriding ``forward``, is traced: the guide is run and the model replayed
     against it. :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call)
@@ -348,14 +318,17 @@ class KLWeightedELBO(ELBO):
         scale: dict,
         draws: list[dict[str, Tensor]],
         positive: tuple[str, ...] = (),
+        skip: Any = (),
     ) -> Tensor:
-        """``KL(q || p)`` summed over the sites: analytic where torch knows the pair, else the
-        Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws`` (one fresh draw without
-        them). q is Normal, LogNormal for the ``positive`` sites."""
+        """``KL(q || p)`` summed over the sites but those in ``skip``: analytic where torch
+        knows the pair, else the Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``
+        (one fresh draw without them). q is Normal, LogNormal for the ``positive`` sites."""
         total = torch.zeros((), device=next(iter(loc.values())).device)
         network = model.network_sites()
         others = [site for site in model.latent_sites() if site not in network]  # likelihood's
         for site, known in zip(network, model.site_priors, strict=True):
+            if site in skip:
+                continue
             if site in positive or known.family != "Normal" or known.opaque is not None:
                 others.append(site)
                 continue
@@ -384,6 +357,32 @@ class KLWeightedELBO(ELBO):
             return [{s: w[i] for s, w in stacked.items()} for i in range(count)], stacked
         return [draw(loc, scale, None, positive) for _ in range(count)], None
 
+    def _draws_and_kl(
+        self, model: BayesianNetwork, loc: dict, scale: dict, positive: tuple[str, ...] = ()
+    ) -> tuple[list[dict[str, Tensor]], dict | None, Tensor]:
+        """:meth:`_draws` and :meth:`_kl`. With particles one after another, the first
+        particle's draw of each site whose prior is a scalar Normal is taken with that site's
+        KL in one autograd node (:func:`draw_with_normal_kl`; the same draws, in the same
+        order)."""
+        if self.vectorize_particles:
+            draws, stacked = self._draws(loc, scale, positive)
+            return draws, stacked, self._kl(model, loc, scale, draws, positive)
+        fused = _scalar_normal_sites(model, positive)
+        first: dict[str, Tensor] = {}
+        kl: Tensor | None = None
+        for site in loc:
+            known = fused.get(site)
+            if known is None:
+                first[site] = draw({site: loc[site]}, {site: scale[site]}, None, positive)[site]
+                continue
+            first[site], site_kl = draw_with_normal_kl(
+                loc[site], scale[site], known.loc, known.scale
+            )
+            kl = site_kl if kl is None else kl + site_kl
+        draws = [first] + [draw(loc, scale, None, positive) for _ in range(self.num_particles - 1)]
+        rest = self._kl(model, loc, scale, draws, positive, skip=fused)
+        return draws, None, rest if kl is None else kl + rest
+
     def _direct_terms(self, model: BayesianNetwork, guide: MeanFieldGuide, x, y) -> ELBOTerms:
         """:meth:`terms` without traces (see the class docstring)."""
         _needs_labels(y)
@@ -406,8 +405,9 @@ class KLWeightedELBO(ELBO):
                 nll = nll + observed_nll(model, out, y, noise)
                 runs.append(out)
             first = runs[0]
+            kl = self._kl(model, loc, scale, draws, positive)
         else:
-            draws, stacked = self._draws(loc, scale, positive)
+            draws, stacked, kl = self._draws_and_kl(model, loc, scale, positive)
             if stacked is not None:
                 first = model.outputs(x, stacked)
                 nll = observed_nll(model, first, y, stacked)
@@ -417,7 +417,6 @@ class KLWeightedELBO(ELBO):
                 for out, weights in zip(outs, draws, strict=True):
                     nll = nll + observed_nll(model, out, y, weights)
                 first = outs[0]
-        kl = self._kl(model, loc, scale, draws, positive)
         nll_t = torch.as_tensor(nll) / count
         loss = nll_t + self.kl_weight * kl
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl.detach(), outputs=first.detach())
@@ -465,7 +464,7 @@ class KLWeightedELBO(ELBO):
         """:meth:`terms_and_grads` one particle at a time (see there)."""
         loc, scale = self._guide_moments(model, guide)
         count = self.num_particles
-        draws, _ = self._draws(loc, scale, guide.positive)
+        draws, _, kl = self._draws_and_kl(model, loc, scale, guide.positive)
         nll = torch.zeros((), device=x.device)
         outputs: list[Tensor] = []
         output_grads: list[Tensor] = []
@@ -482,7 +481,6 @@ class KLWeightedELBO(ELBO):
                 if grad is not None:
                     outputs.append(value)
                     output_grads.append(grad)
-        kl = self._kl(model, loc, scale, draws, guide.positive)
         weighted_kl = self.kl_weight * kl
         torch.autograd.backward(
             [weighted_kl, *outputs], [torch.ones_like(weighted_kl), *output_grads]

@@ -1,0 +1,122 @@
+"""The KL divergence of a mean-field Normal site from its Normal prior, and the fused draw.
+
+``KL(Normal(loc, scale) || Normal(m, s))`` summed over a site's elements is the closed form of
+``torch.distributions.kl_divergence``; for a scalar prior ``(m, s)`` (every default prior) it
+is built from three sums, with its gradient written out (:class:`_NormalKL`), and the ELBO's
+first weight draw of the site is taken in the same autograd node
+(:func:`draw_with_normal_kl`), whose backward builds both terms' gradients together. Each
+elementwise step walks the whole site through memory, which is what these save: on an
+11M-weight resnet18 a Bayesian epoch measured 1.31x the plain one with both, 1.38x with the
+draw and the KL apart, 1.50x with the KL by autograd (``benchmarks/bench_wide.py``, Intel
+Xeon, 2 cores).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["draw_with_normal_kl", "normal_kl", "scalar_prior"]
+
+
+def scalar_prior(prior_loc: Tensor, prior_scale: Tensor) -> bool:
+    """Whether a Normal prior has one fixed location and scale for the whole site."""
+    return (
+        prior_loc.numel() == 1
+        and prior_scale.numel() == 1
+        and not (prior_loc.requires_grad or prior_scale.requires_grad)
+    )
+
+
+def _centred(loc: Tensor, m: Tensor) -> Tensor:
+    """``loc - m``; ``loc`` itself for a prior centred at 0 on CPU, where reading ``m`` costs
+    nothing (one walk over the site fewer; on an accelerator it would wait for the device)."""
+    if m.device.type == "cpu" and float(m) == 0.0:
+        return loc
+    return loc - m
+
+
+def _kl_value(centred: Tensor, scale: Tensor, s: Tensor) -> Tensor:
+    """``sum 0.5 (scale^2 + centred^2) / s^2 - 0.5 - log(scale) + log(s)``, the sums combined
+    in float64."""
+    flat = scale.reshape(-1)
+    shifted = centred.reshape(-1)
+    quad = (torch.dot(flat, flat) + torch.dot(shifted, shifted)).double()
+    log_scale = flat.log().sum().double()
+    count = flat.numel()
+    s64 = s.double()
+    kl = 0.5 * quad / s64.square() - 0.5 * count - log_scale + count * s64.log()
+    return kl.to(scale.dtype)
+
+
+class _NormalKL(torch.autograd.Function):
+    """``sum KL(Normal(loc, scale) || Normal(m, s))`` over every element, for a scalar prior
+    ``(m, s)``, with its gradient written out: ``(loc - m) / s^2`` and ``scale / s^2 -
+    1 / scale``. Autograd through the elementwise closed form allocated and walked about 25
+    site-sized temporaries a step (forward and backward); this walks about 10."""
+
+    @staticmethod
+    def forward(ctx: Any, loc: Tensor, scale: Tensor, m: Tensor, s: Tensor) -> Tensor:
+        ctx.save_for_backward(loc, scale, m, s)
+        return _kl_value(_centred(loc, m), scale, s)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+        loc, scale, m, s = ctx.saved_tensors
+        per_var = grad / s.square()
+        grad_loc = _centred(loc, m) * per_var if ctx.needs_input_grad[0] else None
+        grad_scale = None
+        if ctx.needs_input_grad[1]:
+            grad_scale = scale.reciprocal().mul_(-grad).add_(scale * per_var)
+        return grad_loc, grad_scale, None, None
+
+
+def normal_kl(loc: Tensor, scale: Tensor, prior_loc: Tensor, prior_scale: Tensor) -> Tensor:
+    """``KL(Normal(loc, scale) || Normal(prior_loc, prior_scale))`` summed over the elements:
+    torch's closed form (``_kl_normal_normal``) on the tensors, without distribution objects
+    (they measured 2 ms a step of the 20 ms BayesianLeNet step on 2 CPU cores), fused for a
+    scalar prior (:class:`_NormalKL`)."""
+    if scalar_prior(prior_loc, prior_scale):
+        return _NormalKL.apply(loc, scale, prior_loc.reshape(()), prior_scale.reshape(()))
+    var_ratio = (scale / prior_scale).pow(2)
+    t1 = ((loc - prior_loc) / prior_scale).pow(2)
+    return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum()
+
+
+class _DrawWithNormalKL(torch.autograd.Function):
+    """One draw ``loc + scale * eps`` of a site and its ``KL`` from a scalar Normal prior
+    ``(m, s)``, in one node. The backward adds the two terms' gradients as it builds them:
+    ``g_w + g_kl (loc - m) / s^2`` for ``loc`` and ``g_w eps + g_kl (scale / s^2 - 1 /
+    scale)`` for ``scale``, four walks over the site where the separate draw and KL (and
+    autograd's sums of their gradients) took eight."""
+
+    @staticmethod
+    def forward(ctx: Any, loc: Tensor, scale: Tensor, m: Tensor, s: Tensor) -> Any:
+        eps = torch.empty(loc.shape, dtype=loc.dtype, device=loc.device).normal_()
+        value = loc + eps * scale  # draw()'s expression: the same rounding
+        centred = _centred(loc, m)
+        ctx.save_for_backward(centred, scale, eps, s)
+        return value, _kl_value(centred, scale, s)
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_value: Tensor, grad_kl: Tensor
+    ) -> tuple[Tensor, Tensor, None, None]:
+        # (a gradient autograd has none for, such as that of a draw the network does not
+        # use, comes as zeros)
+        centred, scale, eps, s = ctx.saved_tensors
+        per_var = grad_kl / s.square()
+        grad_loc = torch.addcmul(grad_value, centred, per_var)
+        grad_scale = (grad_value * eps).addcmul_(scale, per_var).addcdiv_(grad_kl, scale, value=-1)
+        return grad_loc, grad_scale, None, None
+
+
+def draw_with_normal_kl(loc: Tensor, scale: Tensor, m: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
+    """One draw of a site, ``loc + scale * eps`` (the value :func:`~pyrouq.infer.guide.draw`
+    gives for the same random state, to the bit), and ``KL(Normal(loc, scale) || Normal(m,
+    s))`` summed over its elements, for a scalar prior (:func:`scalar_prior`): one autograd
+    node, whose backward walks the site fewer times than the draw's and the KL's apart."""
+    value, kl = _DrawWithNormalKL.apply(loc, scale, m.reshape(()), s.reshape(()))
+    return value, kl
