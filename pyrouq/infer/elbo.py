@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,7 +319,7 @@ class KLWeightedELBO(ELBO):
         scale: dict,
         draws: list[dict[str, Tensor]],
         positive: tuple[str, ...] = (),
-        skip: Any = (),
+        skip: Container[str] = (),
     ) -> Tensor:
         """``KL(q || p)`` summed over the sites but those in ``skip``: analytic where torch
         knows the pair, else the Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``
@@ -346,26 +347,17 @@ class KLWeightedELBO(ELBO):
                 total = total + torch.as_tensor(estimate).sum() / len(values)
         return total
 
-    def _draws(
-        self, loc: dict, scale: dict, positive: tuple[str, ...] = ()
-    ) -> tuple[list[dict[str, Tensor]], dict | None]:
-        """The particles' weights, as :meth:`terms` draws them: one after another, or every
-        particle at once site by site (vectorised, also returned stacked)."""
-        count = self.num_particles
-        if self.vectorize_particles:
-            stacked = draw(loc, scale, count, positive)
-            return [{s: w[i] for s, w in stacked.items()} for i in range(count)], stacked
-        return [draw(loc, scale, None, positive) for _ in range(count)], None
-
     def _draws_and_kl(
         self, model: BayesianNetwork, loc: dict, scale: dict, positive: tuple[str, ...] = ()
     ) -> tuple[list[dict[str, Tensor]], dict | None, Tensor]:
-        """:meth:`_draws` and :meth:`_kl`. With particles one after another, the first
-        particle's draw of each site whose prior is a scalar Normal is taken with that site's
-        KL in one autograd node (:func:`draw_with_normal_kl`; the same draws, in the same
-        order)."""
+        """The particles' weights, as :meth:`terms` draws them (every particle at once site by
+        site when vectorised, also returned stacked; else one particle after another), and
+        :meth:`_kl`. With particles one after another, the first particle's draw of each site
+        whose prior is a scalar Normal is taken with that site's KL in one autograd node
+        (:func:`draw_with_normal_kl`; the same draws, in the same order)."""
         if self.vectorize_particles:
-            draws, stacked = self._draws(loc, scale, positive)
+            stacked = draw(loc, scale, self.num_particles, positive)
+            draws = [{s: w[i] for s, w in stacked.items()} for i in range(self.num_particles)]
             return draws, stacked, self._kl(model, loc, scale, draws, positive)
         fused = _scalar_normal_sites(model, positive)
         first: dict[str, Tensor] = {}
