@@ -10,10 +10,11 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
 * ``bayesian(net)`` through ``fit`` as shipped; with each weight's draw and its KL taken
   apart (the A/B of the fused draw); with the KL of its Normal priors, apart, differentiated
   by autograd through the elementwise closed form (the A/B of the three-sum KL); and with
-  Adam in torch's multi-tensor ops instead of its fused CPU kernel (that A/B);
+  Adam in torch's multi-tensor ops instead of its fused CPU kernel (that A/B); and with the
+  stem's 3x3 max-pooling in torch's NCHW kernel instead of channels-last (that A/B);
 * ``batchensemble(net, 4)`` through ``fit`` as shipped, and with every layer given each
   member's copy of the weights, even where scaling the member's activations is cheaper (the
-  A/B of the engine's per-layer choice on CPU).
+  A/B of the engine's per-layer choice on CPU), and with the NCHW max-pooling.
 """
 
 from __future__ import annotations
@@ -88,9 +89,15 @@ def main() -> None:
             _with(pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes),
         ),
         "bayesian(net), Adam in multi-tensor ops": _with(_cpu_paths, "_FUSED_ADAM", None, bayes),
+        "bayesian(net), NCHW max-pooling": _with(
+            _cpu_paths.MaxPool2dChannelsLast, "forward", nn.MaxPool2d.forward, bayes
+        ),
         "batchensemble(net, 4)": members,
         "batchensemble(net, 4), weight copies in every layer": _with(
             _engine, "_scales_activations", lambda layer, x: False, members
+        ),
+        "batchensemble(net, 4), NCHW max-pooling": _with(
+            _cpu_paths.MaxPool2dChannelsLast, "forward", nn.MaxPool2d.forward, members
         ),
     }
     times = rounds(workloads, reps=REPS)

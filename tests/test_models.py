@@ -200,6 +200,45 @@ def test_fast_max_pool_equals_torch_with_and_without_gradients(shape, ties):
     assert torch.equal(xg.grad, ref.grad)
 
 
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"kernel_size": 3, "stride": 2, "padding": 1},  # a resnet's stem
+        {"kernel_size": 3, "stride": 1, "padding": 1},
+        {"kernel_size": (3, 2), "stride": (2, 1)},
+        {"kernel_size": 3, "stride": 2, "ceil_mode": True},
+        {"kernel_size": 2, "stride": 2, "dilation": 2},
+    ],
+)
+@pytest.mark.parametrize("values", ["normal", "ties", "nan"])
+@pytest.mark.parametrize("channels", [16, 3])  # 3: below the channels-last route
+def test_channels_last_max_pool_equals_torch_with_and_without_gradients(window, values, channels):
+    import torch.nn.functional as F
+
+    from pyrouq._engine import MaxPool2dChannelsLast
+
+    g = torch.Generator().manual_seed(0)
+    shape = (3, channels, 11, 10)
+    x = torch.randn(*shape, generator=g)
+    if values == "ties":  # the gradient must reach the same element of each window
+        x = torch.randint(0, 3, shape, generator=g).float()
+    elif values == "nan":
+        x[torch.rand(*shape, generator=g) < 0.05] = float("nan")
+    pool = MaxPool2dChannelsLast(**window)
+    with torch.no_grad():
+        fast = pool(x)
+        assert fast.is_contiguous()
+        assert torch.equal(fast.nan_to_num(7.0), F.max_pool2d(x, **window).nan_to_num(7.0))
+    grad = torch.randn(fast.shape, generator=g)
+    xg = x.clone().requires_grad_()
+    out = pool(xg)
+    out.backward(grad)
+    ref = x.clone().requires_grad_()
+    F.max_pool2d(ref, **window).backward(grad)
+    assert out.is_contiguous()
+    assert torch.equal(xg.grad, ref.grad)
+
+
 def test_networks_use_the_fast_pool_and_large_cpu_batches_are_split():
     from pyrouq import _engine
 

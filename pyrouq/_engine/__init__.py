@@ -12,8 +12,10 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
 * S weight draws run as S passes on CPU (oneDNN runs the batched alternatives slower) and as
   one ``torch.func.vmap`` pass on accelerators;
 * without gradients, CPU batches above :data:`CPU_CHUNK` inputs are split;
-* 2x2 max-pooling uses strided maxima on CPU (:class:`MaxPool2x2`), and a ReLU followed by a
-  max-pooling in an ``nn.Sequential`` runs as pooling then ReLU (the same function);
+* 2x2 max-pooling uses strided maxima on CPU (:class:`MaxPool2x2`), other max-pooling of
+  NCHW inputs of 16 channels or more runs channels-last (:class:`MaxPool2dChannelsLast`), and
+  a ReLU followed by a 2x2 max-pooling in an ``nn.Sequential`` runs as pooling then ReLU (the
+  same function);
 * BatchEnsemble layers run member by member on CPU (effective weights ``diag(s_i) W diag(r_i)``
   on each member's slice of the batch, or, in a layer whose weights outnumber the activations
   it meets, that member's activations scaled by ``r_i`` and ``s_i``), with rank-1 scaling of
@@ -52,6 +54,7 @@ from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, channels_last, nhwc
+from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
 from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
