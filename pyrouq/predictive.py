@@ -204,12 +204,12 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     on ``args``.
     """
 
-    draws: dict[str, list[Tensor]] = {}
     if isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward:
         with torch.no_grad():
             loc = {s: guide.site_loc(s) for s in guide.sites}
             scale = {s: guide.site_scale(s) for s in guide.sites}
         return draw_runs(loc, scale, num_samples, guide.positive)
+    draws: dict[str, list[Tensor]] = {}
     for _ in range(num_samples):
         trace = poutine.trace(guide).get_trace(*args)
         for name, site in trace.nodes.items():

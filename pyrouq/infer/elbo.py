@@ -108,16 +108,25 @@ def _needs_labels(y: Any) -> None:
         )
 
 
+def _priors(model: BayesianNetwork) -> list[Any]:
+    """The model's network sites' priors (:class:`~pyrouq.convert.SitePrior`, whose
+    parameters are buffers), in site order."""
+    return list(model.site_priors)
+
+
+def _normal_prior(site: str, known: Any, positive: tuple[str, ...]) -> bool:
+    """Whether a Normal guide meets a Normal prior at ``site`` (a KL :func:`normal_kl` takes
+    from the tensors): a Normal prior held by its parameters, at a site not drawn LogNormal."""
+    return site not in positive and known.family == "Normal" and known.opaque is None
+
+
 def _scalar_normal_sites(model: BayesianNetwork, positive: tuple[str, ...]) -> dict[str, Any]:
     """The network's sites whose prior is one fixed Normal for the whole site (a Normal
     guide's KL from it is :func:`normal_kl`'s three sums), with their priors."""
     return {
         site: known
-        for site, known in zip(model.network_sites(), model.site_priors, strict=True)
-        if site not in positive
-        and known.family == "Normal"
-        and known.opaque is None
-        and scalar_prior(known.loc, known.scale)
+        for site, known in zip(model.network_sites(), _priors(model), strict=True)
+        if _normal_prior(site, known, positive) and scalar_prior(known.loc, known.scale)
     }
 
 
@@ -327,10 +336,10 @@ class KLWeightedELBO(ELBO):
         total = torch.zeros((), device=next(iter(loc.values())).device)
         network = model.network_sites()
         others = [site for site in model.latent_sites() if site not in network]  # likelihood's
-        for site, known in zip(network, model.site_priors, strict=True):
+        for site, known in zip(network, _priors(model), strict=True):
             if site in skip:
                 continue
-            if site in positive or known.family != "Normal" or known.opaque is not None:
+            if not _normal_prior(site, known, positive):
                 others.append(site)
                 continue
             total = total + normal_kl(loc[site], scale[site], known.loc, known.scale)
