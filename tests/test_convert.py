@@ -183,6 +183,64 @@ def test_batchensemble_and_rank1_of_a_transformer_encoder():
         assert preds.probs.shape == ((6 if guide is not None else 2), 3, 4)
 
 
+def _small_swin() -> nn.Module:
+    """torchvision's Swin transformer (v2 blocks), two stages of width 24, 4 x 4 windows."""
+    from torchvision.models import swin_transformer as swin
+
+    return swin.SwinTransformer(
+        [4, 4], 24, [2, 2], [2, 2], [4, 4], num_classes=10,
+        block=swin.SwinTransformerBlockV2, downsample_layer=swin.PatchMergingV2,
+    )  # fmt: skip
+
+
+def test_batchensemble_and_rank1_of_a_swin_transformer(tmp_path):
+    # torchvision's Swin attention reads its qkv and projection layers' weights and biases as
+    # tensors: those layers stay plain (shared), every other layer is converted
+    torch.manual_seed(0)
+    net = _small_swin().eval()
+    x = torch.randn(3, 3, 32, 32)
+    ensemble = batchensemble(net, 2)
+    attention = ensemble.net.features[1][0].attn
+    assert type(attention.qkv) is nn.Linear and type(attention.proj) is nn.Linear
+    assert type(attention.cpb_mlp[0]) is nn.Linear  # the relative position bias's MLP too
+    assert type(ensemble.net.features[1][0].mlp[0]) is pyrouq.BatchEnsembleLinear
+    assert type(ensemble.net.head) is pyrouq.BatchEnsembleLinear
+    with torch.no_grad():
+        same = batchensemble(net, 2, r_std=0.0, s_std=0.0).eval()(x)
+        torch.testing.assert_close(same, net(x).expand(2, -1, -1), rtol=1e-5, atol=1e-5)
+    y = torch.tensor([0, 1, 3])
+    ranked = pyrouq.rank1(net, 2)
+    for model, guide in ((ensemble, None), (ranked, mean_field_guide(ranked))):
+        fit(model, guide, [(x, y)], epochs=1, num_data=3, progress=False, seed=0)
+        preds = predict(model.eval(), x, guide, num_samples=3 if guide is not None else None)
+        assert preds.probs.shape == ((6 if guide is not None else 2), 3, 10)
+        assert not torch.allclose(preds.probs[0], preds.probs[1])  # the members differ
+    restored = load(save(tmp_path / "s.pt", ensemble), module=_small_swin()).model.eval()
+    assert torch.equal(restored(x), ensemble.eval()(x))
+
+
+def test_a_forward_that_reads_a_bias_fails_with_a_note_naming_the_layers_not_called():
+    # a converted layer's bias is per member, (M, out): F.linear(h, w, b) cannot take it
+    class Direct(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = nn.Linear(4, 8)
+            self.fc = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return nn.functional.linear(torch.relu(self.hidden(x)), self.fc.weight, self.fc.bias)
+
+    ensemble = batchensemble(Direct(), 2)
+    with pytest.raises(RuntimeError) as failure:
+        ensemble(torch.randn(5, 4))
+    (note,) = failure.value.__notes__
+    assert note.startswith(
+        "pyrouq: the forward failed before calling these BatchEnsemble layers: fc. If it reads "
+        "a layer's bias as a tensor"
+    )
+    assert "per-member biases, shaped (M, out): call the layer instead (self.fc(x))" in note
+
+
 def test_fit_trains_a_converted_network_and_its_point_estimates():
     torch.manual_seed(0)
     x = torch.randn(96, 2)
@@ -403,27 +461,32 @@ def test_batchensemble_converts_transposed_convolutions(tmp_path):
 
 class WideOnSmall(nn.Module):
     """Every layer holds more weights than the activations it meets on 2 x 2 maps: a
-    convolution, a grouped one, a grouped transposed one and a linear head."""
+    convolution, a grouped one, a grouped transposed one and a linear head; optionally a
+    BatchNorm on the outputs."""
 
-    def __init__(self):
+    def __init__(self, norm: bool = False):
         super().__init__()
         self.conv = nn.Conv2d(3, 32, 3, padding=1)
         self.grouped = nn.Conv2d(32, 32, 3, padding=1, groups=4)
         self.up = nn.ConvTranspose2d(32, 16, 2, stride=2, groups=2)
         self.head = nn.Linear(16, 10)
+        self.norm = nn.BatchNorm1d(10) if norm else nn.Identity()
 
     def forward(self, x):
         h = torch.relu(self.grouped(torch.relu(self.conv(x))))
-        return self.head(torch.relu(self.up(h)).mean((2, 3)))
+        return self.norm(self.head(torch.relu(self.up(h)).mean((2, 3))))
 
 
-def test_members_of_layers_wider_than_their_activations():
+@pytest.mark.parametrize("shared_batchnorm", [False, True], ids=["member-passes", "folded"])
+def test_members_of_layers_wider_than_their_activations(shared_batchnorm):
     # on CPU such layers scale one member's activations instead of building its weights:
-    # the same outputs and gradients as the member's plain network with its effective weights
+    # the same outputs and gradients as the member's plain network with its effective weights.
+    # A BatchNorm the members share, in training, runs them as one folded batch, its
+    # statistics over every member's rows.
     torch.manual_seed(0)
-    net = WideOnSmall()
+    net = WideOnSmall(norm=shared_batchnorm)
     x, y = torch.randn(2, 3, 2, 2), torch.tensor([3, 7])
-    ensemble = batchensemble(net, 3)
+    ensemble = batchensemble(net, 3, norms="shared").train()
     out = ensemble(x)
     loss = nn.functional.cross_entropy(out.flatten(0, 1), y.repeat(3))
     loss.backward()
@@ -432,18 +495,25 @@ def test_members_of_layers_wider_than_their_activations():
     grads = [p.grad.clone() for p in params]
     for p in params:
         p.grad = None
+    net_without_norm = copy.deepcopy(net)
+    net_without_norm.norm = nn.Identity()
     refs = []
     for member in range(3):
         weights = {}
         for name, layer in layers.items():
             weights[f"{name}.weight"] = layer.folded_weights()[0][member]
             weights[f"{name}.bias"] = layer.bias[member]
-        refs.append(torch.func.functional_call(net, weights, (x,)))
+        refs.append(torch.func.functional_call(net_without_norm, weights, (x,)))
     ref = torch.stack(refs)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    if shared_batchnorm:
+        norm = ensemble.net.norm
+        ref = nn.functional.batch_norm(
+            ref.flatten(0, 1), None, None, norm.weight, norm.bias, training=True
+        ).unflatten(0, (3, 2))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     nn.functional.cross_entropy(ref.flatten(0, 1), y.repeat(3)).backward()
     for got, p in zip(grads, params, strict=True):
-        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-5)
 
 
 def test_a_layer_the_forward_bypasses_is_named_in_a_warning():

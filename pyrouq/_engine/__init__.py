@@ -308,15 +308,7 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
     member = layer._member
     if member is not None:
         if _scales_activations(layer, x):
-            # weights larger than the activations they meet (the deep layers of a wide
-            # network on small images): scale one member's B inputs and outputs instead of
-            # building every member's copy of the weights
-            dims = x.dim() + 1
-            r, s, bias = (
-                layer._factor_view(f, dims)[member] for f in (layer.r, layer.s, layer.bias)
-            )
-            out = layer._op(x * r, nhwc(layer.weight), None)
-            return torch.addcmul(bias, out, s)  # type: ignore[no-any-return]
+            return _scaled_member(layer, x, member)
         if layer._member_weights is None:
             # one view per member: indexing the stack would back-propagate a zero tensor of
             # all M members' weights for every member
@@ -338,8 +330,10 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
     if _cpu(x):
         # one op per member with its effective weight: oneDNN handles B inputs at a time far
         # better than M * B with the activations scaled per member
-        weight, bias = layer.folded_weights()
         chunks = x.chunk(members)
+        if _scales_activations(layer, chunks[0]):
+            return torch.cat([_scaled_member(layer, c, m) for m, c in enumerate(chunks)])
+        weight, bias = layer.folded_weights()
         return torch.cat(
             [layer._op(c, nhwc(w), b) for c, w, b in zip(chunks, weight, bias, strict=True)]
         )
@@ -351,6 +345,16 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
     return torch.addcmul(
         layer._factor_view(layer.bias, view), out, layer._factor_view(layer.s, view)
     ).flatten(0, 1)
+
+
+def _scaled_member(layer: Any, x: Tensor, member: int) -> Tensor:
+    """Member ``member``'s outputs on its ``B`` inputs, its factors scaling the inputs and
+    outputs of the shared op: for weights larger than the activations they meet (the deep
+    layers of a wide network on small images), instead of building the member's weights."""
+    dims = x.dim() + 1
+    r, s, bias = (layer._factor_view(f, dims)[member] for f in (layer.r, layer.s, layer.bias))
+    out = layer._op(x * r, nhwc(layer.weight), None)
+    return torch.addcmul(bias, out, s)  # type: ignore[no-any-return]
 
 
 _REPEATED = "_pyrouq_repeated_for"
@@ -457,6 +461,17 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
     ]
     try:
         yield
+    except RuntimeError as error:  # a shape error where a forward met per-member biases?
+        missed = [name for name, _ in layers if name not in called]
+        if missed:
+            error.add_note(
+                "pyrouq: the forward failed before calling these BatchEnsemble layers: "
+                f"{_names(missed)}. If it reads a layer's bias as a tensor (e.g. "
+                "F.linear(x, self.fc.weight, self.fc.bias), as some attention modules do), it "
+                "meets that layer's per-member biases, shaped (M, out): call the layer instead "
+                "(self.fc(x))."
+            )
+        raise
     finally:
         for handle in handles:
             handle.remove()
@@ -465,8 +480,13 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
     if missed:
         warn_caller(
             f"{len(missed)} of the network's {len(layers)} BatchEnsemble layers were not called "
-            f"in its forward: {', '.join(missed[:5])}{', ...' if len(missed) > 5 else ''}. "
+            f"in its forward: {_names(missed)}. "
             "The members do not differ there. If the forward reads a layer's weight as a "
             "tensor (e.g. F.linear(x, self.fc.weight)), call the layer instead (self.fc(x)); a "
             "layer the forward does not use (an auxiliary head) can be left as it is."
         )
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``names``, comma-separated, with ', ...' when there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")

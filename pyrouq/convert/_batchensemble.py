@@ -4,6 +4,7 @@ layer."""
 from __future__ import annotations
 
 import copy
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any, Literal
@@ -40,13 +41,16 @@ def _check_norms(norms: object) -> None:
 
 
 def _replace_children(
-    net: nn.Module, replacement: Callable[[nn.Module], nn.Module | None], keep_inside: type
+    net: nn.Module,
+    replacement: Callable[[nn.Module], nn.Module | None],
+    keep_inside: type | tuple[type, ...],
 ) -> int:
     """Put ``replacement(child)`` in place of every child module of ``net`` (nested) for which
     it is not None, leaving the insides of ``keep_inside`` modules alone; the number replaced."""
     count = 0
+    kept = {id(m) for k in net.modules() if isinstance(k, keep_inside) for m in k.modules()}
     for module in list(net.modules()):
-        if isinstance(module, keep_inside):
+        if id(module) in kept:
             continue
         for name, child in list(module.named_children()):
             new = replacement(child)
@@ -56,10 +60,22 @@ def _replace_children(
     return count
 
 
+def _weight_readers() -> tuple[type, ...]:
+    """Module types whose forward reads their layers' weights and biases as tensors instead of
+    calling the layers: ``nn.MultiheadAttention`` and torchvision's Swin attention (v1, v2).
+    Their layers stay plain (a network holding torchvision's is built after that module was
+    imported, so it is looked up only then)."""
+    readers: list[type] = [nn.MultiheadAttention]
+    swin = sys.modules.get("torchvision.models.swin_transformer")
+    if swin is not None:
+        readers.append(swin.ShiftedWindowAttention)  # ShiftedWindowAttentionV2 subclasses it
+    return tuple(readers)
+
+
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
     """Replace every Linear / Conv{1,2,3}d / ConvTranspose{1,2,3}d of ``net`` (nested) by its
-    BatchEnsemble version; the number replaced. Attention modules keep theirs (they read their
-    weights directly)."""
+    BatchEnsemble version; the number replaced. Attention modules that read their layers'
+    weights directly keep them plain (:func:`_weight_readers`)."""
     parametrized: list[str] = []
 
     def counterpart(child: nn.Module) -> nn.Module | None:
@@ -71,7 +87,7 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
         ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
         return ensemble_type.from_module(child, num_members, **options)  # type: ignore[no-any-return]
 
-    count = _replace_children(net, counterpart, nn.MultiheadAttention)
+    count = _replace_children(net, counterpart, _weight_readers())
     if parametrized:
         warn_caller(
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "
@@ -110,13 +126,14 @@ class BatchEnsembleNetwork(PyroModule):
     statistics over the whole folded batch and keeps one set of running statistics. On a
     residual CNN with BatchNorm (Fashion-MNIST, 3 epochs from scratch) per-member norms
     measured better in accuracy, NLL and ECE (see the README). Other parameterised layers
-    (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` stay
-    plain (its forward reads them as tensors), while the feed-forward layers of an
-    ``nn.TransformerEncoderLayer`` are converted (torch's fused eval path is switched off while
-    the members run, so that they are called). The members differ only where the forward calls
-    the converted layers: one that reads a layer's weight as a tensor
-    (``F.linear(x, self.fc.weight)``) meets the shared W, and the network's first run warns,
-    naming every BatchEnsemble layer it did not call.
+    (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` and of
+    torchvision's Swin attention stay plain (their forwards read them as tensors), while the
+    feed-forward layers of an ``nn.TransformerEncoderLayer`` are converted (torch's fused eval
+    path is switched off while the members run, so that they are called). The members differ
+    only where the forward calls the converted layers: one that reads a layer's weight as a
+    tensor (``F.linear(x, self.fc.weight)``) meets the shared W, and the network's first run
+    warns, naming every BatchEnsemble layer it did not call; one that reads its bias too meets
+    the per-member biases ``(M, out)`` and fails, the error noting the layers not yet called.
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
