@@ -14,6 +14,7 @@ from pathlib import Path
 import pyro
 import pytest
 import torch
+import torchvision
 
 import pyrouq
 from pyrouq import (
@@ -346,6 +347,15 @@ CASES = {
         TypeError,
         r"_TupleNet.forward returned tuple; pyrouq needs a network whose forward\(x\) returns "
         r"one tensor of outputs \(B, D\)",
+    ),
+    "bayesian: forward returns auxiliary logits": (
+        lambda tmp: bayesian(torchvision.models.googlenet(num_classes=3, init_weights=True))(
+            torch.randn(2, 3, 32, 32)
+        ),
+        TypeError,
+        r"GoogLeNet.forward returned GoogLeNetOutputs; pyrouq needs a network whose forward\(x\) "
+        r"returns one tensor .* It returns auxiliary logits in training mode: build it with "
+        r"aux_logits=False",
     ),
     "bayesian: forward returns outputs per pixel": (
         lambda tmp: bayesian(torch.nn.Conv2d(1, 3, 1))(torch.randn(2, 1, 4, 4)),

@@ -70,10 +70,17 @@ def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
     """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
     if not isinstance(out, Tensor) or out.dim() < 2:
         got = type(out).__name__ if not isinstance(out, Tensor) else f"shape {tuple(out.shape)}"
+        fix = "Wrap it in a small nn.Module whose forward returns that tensor."
+        if any(f.startswith("aux") for f in getattr(out, "_fields", ())):  # torchvision's
+            # GoogLeNet (aux_logits1, aux_logits2) and Inception3 (aux_logits)
+            fix = (
+                "It returns auxiliary logits in training mode: build it with "
+                "aux_logits=False, or wrap it in a small nn.Module whose forward returns the "
+                "main logits."
+            )
         raise TypeError(
             f"{type(net).__name__}.forward returned {got}; pyrouq needs a network whose "
-            "forward(x) returns one tensor of outputs (B, D) (logits for classification). "
-            "Wrap it in a small nn.Module whose forward returns that tensor."
+            f"forward(x) returns one tensor of outputs (B, D) (logits for classification). {fix}"
         )
     if out.dim() > 2 or out.shape[0] != batch:
         raise ValueError(
