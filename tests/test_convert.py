@@ -219,6 +219,41 @@ def test_batchensemble_and_rank1_of_a_swin_transformer(tmp_path):
     assert torch.equal(restored(x), ensemble.eval()(x))
 
 
+class Tied(nn.Module):
+    """Tokens -> embedding -> two linear layers sharing one weight -> the first again, under a
+    second name -> a head tied to the embedding (as language models tie them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.b.weight = self.a.weight
+        self.again = self.a
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        h = torch.relu(self.b(torch.relu(self.a(self.emb(x).mean(1)))))
+        return self.head(torch.relu(self.again(h)))
+
+
+def test_batchensemble_keeps_tied_weights_and_repeated_layers(tmp_path):
+    torch.manual_seed(0)
+    ensemble = batchensemble(Tied(), 2)
+    net = ensemble.net
+    assert type(net.a) is pyrouq.BatchEnsembleLinear and net.again is net.a  # one layer
+    assert net.b.weight is net.a.weight and net.head.weight is net.emb.weight
+    assert net.b.r is not net.a.r  # the factors and biases are each layer's own
+    x, y = torch.randint(0, 10, (4, 3)), torch.tensor([0, 3, 9, 1])
+    fit(ensemble, None, [(x, y)], epochs=1, num_data=4, progress=False, seed=0)
+    assert net.b.weight is net.a.weight and net.head.weight is net.emb.weight
+    restored = load(save(tmp_path / "t.pt", ensemble), module=Tied()).model.eval()
+    assert restored.net.b.weight is restored.net.a.weight
+    assert restored.net.head.weight is restored.net.emb.weight
+    assert torch.equal(restored(x), ensemble.eval()(x))
+
+
 def test_a_forward_that_reads_a_bias_fails_with_a_note_naming_the_layers_not_called():
     # a converted layer's bias is per member, (M, out): F.linear(h, w, b) cannot take it
     class Direct(nn.Module):

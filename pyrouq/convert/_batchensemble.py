@@ -46,18 +46,22 @@ def _replace_children(
     keep_inside: type | tuple[type, ...],
 ) -> int:
     """Put ``replacement(child)`` in place of every child module of ``net`` (nested) for which
-    it is not None, leaving the insides of ``keep_inside`` modules alone; the number replaced."""
-    count = 0
+    it is not None, leaving the insides of ``keep_inside`` modules alone; the number replaced.
+    A module registered under several names gets one replacement, put under all of them."""
     kept = {id(m) for k in net.modules() if isinstance(k, keep_inside) for m in k.modules()}
+    made: dict[int, nn.Module | None] = {}
     for module in list(net.modules()):
         if id(module) in kept:
             continue
-        for name, child in list(module.named_children()):
-            new = replacement(child)
+        for name, child in list(module._modules.items()):  # named_children() skips repeats
+            if child is None:
+                continue
+            if id(child) not in made:
+                made[id(child)] = replacement(child)
+            new = made[id(child)]
             if new is not None:
                 setattr(module, name, new)
-                count += 1
-    return count
+    return sum(new is not None for new in made.values())
 
 
 def _weight_readers() -> tuple[type, ...]:
@@ -77,6 +81,9 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
     BatchEnsemble version; the number replaced. Attention modules that read their layers'
     weights directly keep them plain (:func:`_weight_readers`)."""
     parametrized: list[str] = []
+    uses: dict[int, int] = {}  # how many names each parameter has (tied weights: several)
+    for _, param in net.named_parameters(remove_duplicate=False):
+        uses[id(param)] = uses.get(id(param), 0) + 1
 
     def counterpart(child: nn.Module) -> nn.Module | None:
         layer_type = next((t for t in BATCHENSEMBLE_LAYERS if isinstance(child, t)), None)
@@ -85,7 +92,11 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
         if parametrize.is_parametrized(child):
             parametrized.append(type(child).__name__)
         ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
-        return ensemble_type.from_module(child, num_members, **options)  # type: ignore[no-any-return]
+        layer = ensemble_type.from_module(child, num_members, **options)
+        weight = child.weight
+        if isinstance(weight, nn.Parameter) and uses[id(weight)] > 1:
+            layer.weight = weight  # tied weights stay tied (the members share W anyway)
+        return layer  # type: ignore[no-any-return]
 
     count = _replace_children(net, counterpart, _weight_readers())
     if parametrized:
@@ -134,6 +145,8 @@ class BatchEnsembleNetwork(PyroModule):
     tensor (``F.linear(x, self.fc.weight)``) meets the shared W, and the network's first run
     warns, naming every BatchEnsemble layer it did not call; one that reads its bias too meets
     the per-member biases ``(M, out)`` and fails, the error noting the layers not yet called.
+    Tied weights stay tied (their layers share one W, as the members do), and a layer
+    registered under several names becomes one BatchEnsemble layer.
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
