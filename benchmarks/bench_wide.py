@@ -14,7 +14,10 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
   stem's 3x3 max-pooling in torch's NCHW kernel instead of channels-last (that A/B);
 * ``batchensemble(net, 4)`` through ``fit`` as shipped, and with every layer given each
   member's copy of the weights, even where scaling the member's activations is cheaper (the
-  A/B of the engine's per-layer choice on CPU), and with the NCHW max-pooling.
+  A/B of the engine's per-layer choice on CPU), and with the NCHW max-pooling;
+* ``batchensemble(net, 4, norms="shared")``, whose BatchNorm statistics span the members, so
+  that they run as one folded batch (as ``rank1()``'s do), as shipped and with every layer
+  given the members' weight copies (the same A/B on the folded path).
 """
 
 from __future__ import annotations
@@ -75,6 +78,11 @@ def main() -> None:
     def members() -> None:
         fit(ensemble, None, train, epochs=1, progress=False)
 
+    folded = batchensemble(_net(), 4, norms="shared")
+
+    def folded_members() -> None:
+        fit(folded, None, train, epochs=1, progress=False)
+
     workloads = {
         "plain resnet18 (torch loop)": plain_epoch(_net(), train),
         "plain resnet18 through fit()": lambda: fit(fitted, None, train, epochs=1, progress=False),
@@ -98,6 +106,10 @@ def main() -> None:
         ),
         "batchensemble(net, 4), NCHW max-pooling": _with(
             _cpu_paths.MaxPool2dChannelsLast, "forward", nn.MaxPool2d.forward, members
+        ),
+        "batchensemble(net, 4, norms='shared')": folded_members,
+        "batchensemble(net, 4, norms='shared'), weight copies in every layer": _with(
+            _engine, "_scales_activations", lambda layer, x: False, folded_members
         ),
     }
     times = rounds(workloads, reps=REPS)
