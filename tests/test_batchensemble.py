@@ -332,9 +332,31 @@ class _Downsample(nn.Module):
         return self.fc(h.mean((-2, -1)))
 
 
+class _Depthwise(nn.Module):
+    """A MobileNet-style block: a depthwise 3x3 (strided) and a 1x1 expansion to 160 channels,
+    wider than the engine's channels-last bound, which a depthwise convolution lifts."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 16, 3, padding=1)
+        self.depthwise = nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16)
+        self.norm = nn.BatchNorm2d(16)
+        self.expand = nn.Conv2d(16, 160, 1)
+        self.fc = nn.Linear(160, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.norm(self.depthwise(torch.relu(self.stem(x)))))
+        return self.fc(torch.relu(self.expand(h)).mean((-2, -1)))
+
+
 @pytest.mark.parametrize(
     ("make_net", "norms"),
-    [(ResidualCNN, "shared"), (ResidualCNN, "per_member"), (_Downsample, "shared")],
+    [
+        (ResidualCNN, "shared"),
+        (ResidualCNN, "per_member"),
+        (_Downsample, "shared"),
+        (_Depthwise, "per_member"),
+    ],
 )
 def test_float32_training_matches_float64(make_net, norms):
     """Whatever memory layout the engine picks on CPU (channels-last for wide convolutions),

@@ -39,11 +39,15 @@ channel, the channels-last one vectorises across channels (3x3 stride 2 with pad
 8 px 17 -> 6 ms; 6 channels about even, 3 channels 1.6x slower; Intel Xeon, 2 threads)."""
 
 CHANNELS_LAST_MAX_CHANNELS = 128
-"""...and none reads more than this many: oneDNN's channels-last convolutions lose on wide,
-small maps (Intel Xeon, 2 threads, batch 512, 3x3: 256 channels at 4x4 1.2-2.5x slower, 512
-at 2x2 3.1x, against 0.36-0.6x for 32-64 channels at 14-28 px): torchvision's resnet18 on
-28 px images predicts at 1.55x its plain passes channels-last, 1.02x as it is
-(``benchmarks/bench_layout.py``)."""
+"""...and none reads more than this many, unless the network has a depthwise convolution (one
+input channel per group): oneDNN's channels-last convolutions lose on wide, small maps (Intel
+Xeon, 2 threads, batch 512, 3x3: 256 channels at 4x4 1.2-2.5x slower, 512 at 2x2 3.1x, against
+0.36-0.6x for 32-64 channels at 14-28 px): torchvision's resnet18 on 28 px images predicts at
+1.55x its plain passes channels-last, 1.02x as it is (``benchmarks/bench_layout.py``). Its
+NCHW depthwise convolutions are slower still: a train step of torchvision's mobilenet_v2,
+mobilenet_v3_small, efficientnet_b0 and shufflenet_v2_x1_0 (batch 128, 32 px) takes 0.46,
+0.33, 0.38 and 0.63 times as long channels-last, though they read up to 1,280 channels
+(resnet18 1.00, resnext50_32x4d, grouped but not depthwise, 1.16)."""
 
 _channels_last_active: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pyrouq_channels_last", default=False
@@ -311,12 +315,14 @@ def prepare(net: nn.Module) -> nn.Module:
 
 def _channels_last_pays(net: nn.Module) -> bool:
     """Whether ``net``'s 2-d convolutions are wide enough for channels-last to pay on CPU but none
-    too wide (:data:`CHANNELS_LAST_MAX_CHANNELS`), and none is of the kind whose channels-last
-    weight gradient torch 2.14's CPU kernels get wrong: a strided 1x1 convolution reading fewer than
-    8 channels (e.g. 4 channels, stride 2: 20-130 % off in float32, and a call that never returned
-    at batch 6; found by comparing about 590 random convolutions, in both layouts, with float64:
-    every other kind agreed to 1e-4)."""
+    too wide (:data:`CHANNELS_LAST_MAX_CHANNELS`; any width with a depthwise one), and none is of
+    the kind whose channels-last weight gradient torch 2.14's CPU kernels get wrong: a strided 1x1
+    convolution reading fewer than 8 channels (e.g. 4 channels, stride 2: 20-130 % off in
+    float32, and a call that never returned at batch 6; found by comparing about 590 random
+    convolutions, in both layouts, with float64: every other kind agreed to 1e-4; 154 depthwise
+    ones, kernels 3-7, strides 1-2, 8-240 channels, agreed to 5e-6)."""
     widest = 0
+    depthwise = False
     for m in net.modules():
         ensemble = getattr(type(m), "_is_batchensemble", False)  # class-level: no __getattr__
         if not (ensemble or isinstance(m, _ConvNd)):
@@ -334,6 +340,9 @@ def _channels_last_pays(net: nn.Module) -> bool:
         if one_by_one and strided and int(weight.shape[1]) < 8:
             return False
         widest = max(widest, reads)
+        depthwise = depthwise or (int(conv.groups) > 1 and int(weight.shape[1]) == 1)
+    if depthwise:  # oneDNN's NCHW depthwise convolutions are the slow ones, at any width
+        return widest >= CHANNELS_LAST_MIN_CHANNELS
     return CHANNELS_LAST_MIN_CHANNELS <= widest <= CHANNELS_LAST_MAX_CHANNELS
 
 
@@ -345,21 +354,40 @@ def _pair(value: Any) -> tuple[Any, ...]:
 def channels_last(net: nn.Module, x: Tensor) -> Iterator[Tensor]:
     """``x`` laid out channels-last while ``net`` runs on it, when that pays: on CPU, for a 4-d
     floating input of a network whose widest 2-d convolution reads from
-    :data:`CHANNELS_LAST_MIN_CHANNELS` to :data:`CHANNELS_LAST_MAX_CHANNELS` channels (and none that
-    :func:`_channels_last_pays` rules out). Within the block, :func:`nhwc` gives the 4-d weights the
-    same layout, so oneDNN keeps every activation channels-last: a ResidualCNN train step about 1.4x
-    faster, more on a folded BatchEnsemble batch. The values are the same function's, up to float
-    rounding. Otherwise ``x`` is returned unchanged."""
+    :data:`CHANNELS_LAST_MIN_CHANNELS` to :data:`CHANNELS_LAST_MAX_CHANNELS` channels, or at least
+    the former with a depthwise convolution (and none that :func:`_channels_last_pays` rules
+    out). Within the block, :func:`nhwc` gives the 4-d weights the same layout, so oneDNN keeps
+    every activation channels-last: a ResidualCNN train step about 1.4x faster, more on a folded
+    BatchEnsemble batch. A one-channel input, and the weights of depthwise and 1x1 convolutions,
+    are both layouts at once, and torch then lays a convolution's output out NCHW: such outputs
+    are turned channels-last, so that a network made of those alone (mobilenet_v2 on MNIST) runs
+    channels-last too. The values are the same function's, up to float rounding. Otherwise ``x``
+    is returned unchanged."""
     if _channels_last_active.get() or not (
         _cpu(x) and x.dim() == 4 and x.is_floating_point() and _channels_last_pays(net)
     ):
         yield x
         return
     token = _channels_last_active.set(True)
+    hooks = [
+        m.register_forward_hook(_output_channels_last)
+        for m in net.modules()
+        if isinstance(m, nn.Conv2d) or getattr(type(m), "_is_batchensemble", False)
+    ]
     try:
         yield x.contiguous(memory_format=torch.channels_last)
     finally:
+        for hook in hooks:
+            hook.remove()
         _channels_last_active.reset(token)
+
+
+def _output_channels_last(module: nn.Module, args: Any, out: Any) -> Any:
+    """A 4-d output laid out NCHW, channels-last (forward hook of :func:`channels_last`)."""
+    if isinstance(out, Tensor) and out.dim() == 4:
+        if not out.is_contiguous(memory_format=torch.channels_last):
+            return out.contiguous(memory_format=torch.channels_last)
+    return None
 
 
 def nhwc(t: Tensor) -> Tensor:
