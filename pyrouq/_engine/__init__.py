@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -471,13 +472,16 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
     except RuntimeError as error:  # a shape error where a forward met per-member biases?
         missed = [name for name, _ in layers if name not in called]
         if missed:
-            error.add_note(
+            note = (
                 "pyrouq: the forward failed before calling these BatchEnsemble layers: "
                 f"{_names(missed)}. If it reads a layer's bias as a tensor (e.g. "
                 "F.linear(x, self.fc.weight, self.fc.bias), as some attention modules do), it "
                 "meets that layer's per-member biases, shaped (M, out): call the layer instead "
                 "(self.fc(x))."
             )
+            if sys.version_info < (3, 11):  # no exception notes
+                raise RuntimeError(f"{error}\n{note}") from error
+            error.add_note(note)
         raise
     finally:
         for handle in handles:
