@@ -254,18 +254,23 @@ def test_batchensemble_keeps_tied_weights_and_repeated_layers(tmp_path):
     assert torch.equal(restored(x), ensemble.eval()(x))
 
 
+class Direct(nn.Module):
+    """A forward that reads its head's weight (and, with ``bias``, its bias) as tensors."""
+
+    def __init__(self, bias: bool = False):
+        super().__init__()
+        self.hidden = nn.Linear(4, 8)
+        self.fc = nn.Linear(8, 3)
+        self.read_bias = bias
+
+    def forward(self, x):
+        bias = self.fc.bias if self.read_bias else None
+        return nn.functional.linear(torch.relu(self.hidden(x)), self.fc.weight, bias)
+
+
 def test_a_forward_that_reads_a_bias_fails_with_a_note_naming_the_layers_not_called():
     # a converted layer's bias is per member, (M, out): F.linear(h, w, b) cannot take it
-    class Direct(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.hidden = nn.Linear(4, 8)
-            self.fc = nn.Linear(8, 3)
-
-        def forward(self, x):
-            return nn.functional.linear(torch.relu(self.hidden(x)), self.fc.weight, self.fc.bias)
-
-    ensemble = batchensemble(Direct(), 2)
+    ensemble = batchensemble(Direct(bias=True), 2)
     with pytest.raises(RuntimeError) as failure:
         ensemble(torch.randn(5, 4))
     note = "\n".join([str(failure.value), *getattr(failure.value, "__notes__", [])])
@@ -553,15 +558,6 @@ def test_members_of_layers_wider_than_their_activations(shared_batchnorm):
 
 def test_a_layer_the_forward_bypasses_is_named_in_a_warning():
     # F.linear(h, self.fc.weight) reads the shared W: the members' factors never apply there
-    class Direct(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.hidden = nn.Linear(4, 8)
-            self.fc = nn.Linear(8, 3)
-
-        def forward(self, x):
-            return nn.functional.linear(torch.relu(self.hidden(x)), self.fc.weight)
-
     ensemble = batchensemble(Direct(), 2)
     with pytest.warns(
         UserWarning,
