@@ -32,6 +32,20 @@ def plain_epoch(net: torch.nn.Module, train: Any, lr: float = 1e-3) -> Callable[
     return epoch
 
 
+def patched(module: object, name: str, value: object, run: Callable[[], object]) -> Callable:
+    """``run`` with ``module.name`` replaced by ``value`` while it runs (an A/B workload)."""
+
+    def call() -> None:
+        saved = getattr(module, name)
+        setattr(module, name, value)
+        try:
+            run()
+        finally:
+            setattr(module, name, saved)
+
+    return call
+
+
 def interleaved(workloads: dict[str, Callable[[], object]], reps: int = 3) -> dict[str, float]:
     """Median seconds of each workload; one warm-up each, then ``reps`` interleaved rounds."""
     return {name: statistics.median(ts) for name, ts in rounds(workloads, reps).items()}

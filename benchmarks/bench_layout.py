@@ -18,9 +18,10 @@ default layout (the A/B that keeps the depthwise rule).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 import torch
-from _common import plain_epoch, ratio_rows, ratio_to, report, rounds
+from _common import patched, plain_epoch, ratio_rows, ratio_to, report, rounds
 from torch import nn
 from torchvision.models import mobilenet_v2, resnet18
 
@@ -102,16 +103,8 @@ def depthwise() -> None:
     guide = mean_field_guide(model)
     ensemble = batchensemble(_mobilenet(), 4)
 
-    def default_layout(run):
-        def patched() -> None:
-            pays = _cpu_paths._channels_last_pays
-            _cpu_paths._channels_last_pays = lambda net: False
-            try:
-                run()
-            finally:
-                _cpu_paths._channels_last_pays = pays
-
-        return patched
+    def default_layout(run: Callable[[], object]) -> Callable:
+        return patched(_cpu_paths, "_channels_last_pays", lambda net: False, run)
 
     def bayes() -> None:
         fit(model, guide, train, epochs=1, progress=False)

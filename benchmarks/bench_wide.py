@@ -22,10 +22,8 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-from _common import peak_rss_mb, plain_epoch, ratio_rows, report, rounds
+from _common import patched, peak_rss_mb, plain_epoch, ratio_rows, report, rounds
 from torch import nn
 from torchvision.models import resnet18
 
@@ -48,20 +46,6 @@ def _closed_form_kl(loc, scale, prior_loc, prior_scale):
     var_ratio = (scale / prior_scale).pow(2)
     t1 = ((loc - prior_loc) / prior_scale).pow(2)
     return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum()
-
-
-def _with(module: object, name: str, value: object, run: Callable[[], object]) -> Callable:
-    """``run`` with ``module.name`` replaced by ``value`` while it runs."""
-
-    def patched() -> None:
-        saved = getattr(module, name)
-        setattr(module, name, value)
-        try:
-            run()
-        finally:
-            setattr(module, name, saved)
-
-    return patched
 
 
 def main() -> None:
@@ -87,28 +71,28 @@ def main() -> None:
         "plain resnet18 (torch loop)": plain_epoch(_net(), train),
         "plain resnet18 through fit()": lambda: fit(fitted, None, train, epochs=1, progress=False),
         "bayesian(net), 1 particle": bayes,
-        "bayesian(net), draw and KL apart": _with(
+        "bayesian(net), draw and KL apart": patched(
             pyrouq.infer.elbo, "_scalar_normal_sites", lambda model, positive: {}, bayes
         ),
-        "bayesian(net), KL by autograd": _with(
+        "bayesian(net), KL by autograd": patched(
             pyrouq.infer.elbo,
             "_scalar_normal_sites",
             lambda model, positive: {},
-            _with(pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes),
+            patched(pyrouq.infer.elbo, "normal_kl", _closed_form_kl, bayes),
         ),
-        "bayesian(net), Adam in multi-tensor ops": _with(_cpu_paths, "_FUSED_ADAM", None, bayes),
-        "bayesian(net), NCHW max-pooling": _with(
+        "bayesian(net), Adam in multi-tensor ops": patched(_cpu_paths, "_FUSED_ADAM", None, bayes),
+        "bayesian(net), NCHW max-pooling": patched(
             _cpu_paths.MaxPool2dChannelsLast, "forward", nn.MaxPool2d.forward, bayes
         ),
         "batchensemble(net, 4)": members,
-        "batchensemble(net, 4), weight copies in every layer": _with(
+        "batchensemble(net, 4), weight copies in every layer": patched(
             _engine, "_scales_activations", lambda layer, x: False, members
         ),
-        "batchensemble(net, 4), NCHW max-pooling": _with(
+        "batchensemble(net, 4), NCHW max-pooling": patched(
             _cpu_paths.MaxPool2dChannelsLast, "forward", nn.MaxPool2d.forward, members
         ),
         "batchensemble(net, 4, norms='shared')": folded_members,
-        "batchensemble(net, 4, norms='shared'), weight copies in every layer": _with(
+        "batchensemble(net, 4, norms='shared'), weight copies in every layer": patched(
             _engine, "_scales_activations", lambda layer, x: False, folded_members
         ),
     }
