@@ -400,6 +400,23 @@ CASES = {
         ValueError,
         r"Cannot convert into a BatchEnsemble Sequential: its lazy modules .*'0.weight'",
     ),
+    "bayesian: a network wrapped in nn.DataParallel": (
+        lambda tmp: bayesian(torch.nn.DataParallel(torch.nn.Linear(4, 2))),
+        TypeError,
+        r"Cannot make Bayesian DataParallel: pass the network inside it \(net.module\). To "
+        r"train on several devices, run fit\(\) under torch.distributed",
+    ),
+    "batchensemble: a network wrapped in nn.DataParallel": (
+        lambda tmp: pyrouq.batchensemble(torch.nn.DataParallel(torch.nn.Linear(4, 2)), 2),
+        TypeError,
+        r"Cannot convert into a BatchEnsemble DataParallel: pass the network inside it",
+    ),
+    "rank1: a TorchScript module": (
+        lambda tmp: pyrouq.rank1(torch.jit.trace(torch.nn.Linear(4, 2), torch.randn(1, 4)), 2),
+        TypeError,
+        r"Cannot convert into a BatchEnsemble TopLevelTracedModule: it is a TorchScript "
+        r"module, whose layers are compiled code.*Convert the nn.Module before torch.jit.script",
+    ),
     "fit: a training batch of one input through a BatchNorm": (
         lambda tmp: (
             lambda m: fit(

@@ -328,6 +328,21 @@ def check_module(module: Any, what: str) -> None:
             f"{type(module).__name__} is already a pyrouq model; pass the plain network "
             "it was made from."
         )
+    if isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        # their replicas split the batch, which a BatchEnsemble folds members into, and
+        # torch.func.functional_call refuses DataParallel
+        raise TypeError(
+            f"Cannot {what} {type(module).__name__}: pass the network inside it "
+            "(net.module). To train on several devices, run fit() under torch.distributed "
+            "(e.g. torchrun): it shards the data and averages the gradients itself (docs: "
+            "scaling out)."
+        )
+    if isinstance(module, torch.jit.ScriptModule):
+        raise TypeError(
+            f"Cannot {what} {type(module).__name__}: it is a TorchScript module, whose "
+            "layers are compiled code, not nn.Linear / convolution modules to replace. Convert "
+            "the nn.Module before torch.jit.script / torch.jit.trace."
+        )
     lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
     if lazy:  # nothing about them (shape, prior, member factors) is known yet
         raise ValueError(
