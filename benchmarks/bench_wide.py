@@ -6,7 +6,7 @@ much as the convolutions themselves.
 Workloads, in one process (one epoch of ``STEPS`` batches each):
 * the plain epoch in plain PyTorch (Adam, cross-entropy) - the baseline;
 * the plain network through ``pyrouq.fit`` (what fit itself adds: its Adam, the per-epoch
-  accuracy on 1,024 of the epoch's examples);
+  running accuracy, read off the steps' own outputs);
 * ``bayesian(net)`` through ``fit`` as shipped; with each weight's draw and its KL taken
   apart (the A/B of the fused draw); with the KL of its Normal priors, apart, differentiated
   by autograd through the elementwise closed form (the A/B of the three-sum KL); and with

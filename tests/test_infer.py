@@ -651,15 +651,39 @@ def test_guide_for_unsupported_model_and_mismatched_init_from():
         mean_field_guide(BayesianMLP(hidden_features=128), init_from=MLP())
 
 
-def test_train_acc_is_the_guide_mean_accuracy():
-    x, y = toy_data(120)
-    model = tiny_mlp()
-    guide = mean_field_guide(model, init_scale=0.2)
-    result = fit(model, guide, ListLoader(x, y, 40), epochs=3, lr=0.05, progress=False, seed=0)
-    # fewer than TRAIN_ACC_EXAMPLES examples: every one is held, so it is the full accuracy
-    logits = model.outputs(x, guide.means())
-    expected = (logits.argmax(-1) == y).float().mean().item()
-    assert result.history[-1].train_acc == pytest.approx(expected)
+def _frozen(params):
+    return torch.optim.SGD(params, lr=0.0)  # the network stays as built: its accuracy is known
+
+
+@pytest.mark.parametrize("kind", ["plain", "bayesian", "batchensemble"])
+def test_train_acc_counts_the_examples_the_steps_saw(kind):
+    from pyrouq import batchensemble, predict
+    from pyrouq.models import MLP
+
+    x, y = toy_data(110)
+    torch.manual_seed(0)
+    net = MLP(in_features=3, hidden_features=4, out_features=2)
+    guide = None
+    if kind == "plain":
+        model = net
+        expected = net(x).argmax(-1)
+    elif kind == "bayesian":
+        model = bayesian(net)
+        guide = mean_field_guide(model, init_scale=1e-7)  # draws = the means, to argmax
+        expected = net(x).argmax(-1)
+    else:
+        model = batchensemble(net, 3)
+        expected = predict(model, x, progress=False).probs.mean(0).argmax(-1)
+    hits = (expected == y).float()
+    assert 0.2 < hits.mean() < 0.8  # a number that tells the ways of counting apart
+    # batches of 50, 50, 10: the count of correct examples over the epoch, not a mean of
+    # per-batch accuracies
+    result = fit(model, guide, ListLoader(x, y, 50), epochs=2, optim=_frozen, progress=False)
+    for record in result.history:
+        assert record.train_acc == pytest.approx(hits.mean().item())
+    assert hits.mean().item() != pytest.approx(
+        (hits[:50].mean() + hits[50:100].mean() + hits[100:].mean()).item() / 3
+    )
 
 
 def test_memory_reuse_on_cpu_changes_no_result(monkeypatch):

@@ -23,20 +23,20 @@ from pyrouq.infer._training import (
     check_batch,
     loader_rng_state,
     plain_terms,
-    point_accuracy,
     restore_rng_states,
     rng_states,
+    step_hits,
     training_state,
     unpack_batch,
 )
 from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
 from pyrouq.likelihoods import Categorical
 
+_SUMS = 5
+"""Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
+
 WARMUP_FRACTION = 0.2
 """Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
-
-TRAIN_ACC_EXAMPLES = 1024
-"""Training examples on which :func:`fit` measures each epoch's ``train_acc``."""
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,11 @@ class EpochRecord:
     kl : float
         Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
     train_acc : float
-        Accuracy of the network at the guide mean (Bayesian; ``nan`` for a guide that has
-        neither ``means()`` nor ``median()``, and for regression models) or of the
-        member-mean prediction (ensemble), measured after the epoch on the first
-        ``TRAIN_ACC_EXAMPLES`` (1024) training examples the epoch drew (a random subset when
-        the loader shuffles).
+        Running accuracy over the epoch's training examples, read off the outputs each step
+        computed anyway (in training mode, before that step's update): under the step's
+        weight draw (Bayesian), of the members' mean prediction (ensemble), of the network
+        (plain); as Keras and Lightning report it, so it costs no extra pass. ``nan`` for
+        regression models and for Pyro models without a ``"logits"`` site.
     seconds : float
         Wall time of the epoch.
     """
@@ -186,7 +186,7 @@ class Loop:
         self.history: list[EpochRecord] = []
         self.steps = 0
         self.first_epoch, self.skip = 1, 0
-        self.sums = torch.zeros(3, dtype=torch.float64)
+        self.sums = torch.zeros(_SUMS, dtype=torch.float64)
 
     def resume(self, saved: Any) -> None:
         state = saved.training
@@ -197,7 +197,8 @@ class Loop:
         self.first_epoch = int(state["epochs_done"]) + 1
         self.skip = int(state["epoch_steps"])
         if self.skip:
-            self.sums = state["sums"].clone().double()
+            sums = state["sums"].clone().double()  # 3 sums before train_acc was counted
+            self.sums = torch.cat([sums, torch.zeros(_SUMS - len(sums), dtype=torch.float64)])
         restore_rng_states(state["rng"], self.loader)
 
     def result(self) -> FitResult:
@@ -271,14 +272,12 @@ class Loop:
             ):
                 for epoch in range(self.first_epoch, self.epochs + 1):
                     start = time.perf_counter()
-                    held: list[tuple[torch.Tensor, torch.Tensor]] = []
-                    held_size = 0
                     loader_state = loader_rng_state(self.loader)
                     _distributed.set_epoch(self.loader, epoch)
                     skip = self.skip if epoch == self.first_epoch else 0
                     batches = skip
                     if not skip:
-                        self.sums = torch.zeros(3, dtype=torch.float64)
+                        self.sums = torch.zeros(_SUMS, dtype=torch.float64)
                     for step, batch in enumerate(self.loader, start=1):
                         if step <= skip:  # resuming inside an epoch: these steps were taken
                             continue
@@ -294,11 +293,10 @@ class Loop:
                                 raise
                             raise ValueError(_one_value_message(x, epoch, step)) from None
                         batches += 1
-                        loss = terms.loss.detach()
-                        self.sums += torch.stack([loss, terms.nll, terms.kl]).double().cpu()
-                        if held_size < TRAIN_ACC_EXAMPLES:
-                            held.append((x, y))
-                            held_size += y.shape[0]
+                        parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
+                        parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
+                        hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
+                        self.sums += torch.cat([parts, hits]).cpu().double()  # one transfer
                         if bar is not None:
                             bar.update(1)
                             if step % 10 == 0:
@@ -313,8 +311,9 @@ class Loop:
                         )
                     modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
                     _distributed.average_buffers(modules, self.group)
-                    accuracy = point_accuracy(self.model, self.guide, held)
-                    per_rank = torch.cat([self.sums / batches, torch.tensor([accuracy])])
+                    correct, counted = self.sums[3:].tolist()
+                    accuracy = correct / counted if counted else float("nan")
+                    per_rank = torch.cat([self.sums[:3] / batches, torch.tensor([accuracy])])
                     means = _distributed.mean_over_ranks(per_rank.double(), self.group).tolist()
                     record = EpochRecord(
                         epoch=epoch,

@@ -337,44 +337,20 @@ def build_optimizer(model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: 
     return optim(unique) if optim is not None else Adam(unique, lr=lr)
 
 
-@torch.no_grad()
-def point_accuracy(
-    model: nn.Module, guide: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
-) -> float:
-    """Accuracy at the guide mean (or of the member-mean prediction) on ``batches``; NaN for
-    models that do not classify."""
-    if not isinstance(getattr(model, "likelihood", None) or Categorical(), Categorical):
-        return float("nan")
-    point = None
-    if guide is not None:
-        summary = getattr(guide, "means", None) or getattr(guide, "median", None)
-        if summary is None:
-            return float("nan")
-        point = summary()
-    run = getattr(model, "outputs", None)
-    correct = total = 0
-    was_training = model.training
-    model.eval()
-    try:
-        for x, y in batches:
-            if point is not None and callable(run):
-                logits = run(x, point)
-            elif point is not None:
-                logits = poutine.condition(model, data=point)(x)
-            elif callable(run):
-                logits = run(x)
-            elif isinstance(model, pyro.nn.PyroModule):
-                logits = model(x)
-            else:
-                logits = model(x)
-            probs = (getattr(model, "likelihood", None) or Categorical()).predictive(logits)
-            if probs.dim() > 2:
-                probs = probs.reshape(-1, *probs.shape[-2:]).mean(0)
-            correct += int((probs.argmax(-1) == y).sum())
-            total += y.shape[0]
-    finally:
-        model.train(was_training)
-    return correct / total if total else float("nan")
+def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``[correct, counted]`` of one training step's own outputs (the member- or draw-mean
+    prediction when they carry leading dims); zeros for models that do not classify or whose
+    step recorded no outputs."""
+    if outputs is None or not isinstance(likelihood, Categorical) or outputs.dim() < 2:
+        return torch.zeros(2, device=y.device)
+    if outputs.dim() > 2:
+        guess = likelihood.predictive(outputs.reshape(-1, *outputs.shape[-2:])).mean(0).argmax(-1)
+    else:
+        guess = outputs.argmax(-1)
+    if guess.shape != y.shape:
+        return torch.zeros(2, device=y.device)
+    correct = (guess == y).sum()
+    return torch.stack([correct.float(), torch.tensor(float(y.numel()), device=y.device)])
 
 
 def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
