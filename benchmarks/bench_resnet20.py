@@ -1,7 +1,7 @@
-"""A second residual network, written as users write one and never used to tune pyrouq: the
-CIFAR-style ResNet-20 of He et al. (2016), a 16-channel 3x3 stem and 9 basic blocks of
-16/32/64 channels with BatchNorm and 1x1 projection shortcuts, on one-channel MNIST images,
-batch 256. The speed items of "bring your own network" on it, in one process:
+"""A second residual network, never used to tune pyrouq: the CIFAR-style ResNet-20 of He et
+al. (2016), a 16-channel 3x3 stem and 9 basic blocks of 16/32/64 channels with BatchNorm and
+1x1 projection shortcuts (ResidualCNN is the same with one block per stage), on one-channel
+MNIST images, batch 256. The speed items of "bring your own network" on it, in one process:
 
 * the plain epoch in plain PyTorch (Adam, cross-entropy) - the baseline;
 * ``bayesian(net)`` and ``batchensemble(net, 4)`` epochs through ``pyrouq.fit`` (defaults);
@@ -16,29 +16,12 @@ from _common import peak_rss_mb, plain_epoch, ratio_rows, report, rounds
 from torch import nn
 
 from pyrouq import batchensemble, bayesian, fit, load_mnist, mean_field_guide, predict
+from pyrouq.models.plain import _Block  # ResNet's basic block, as ResidualCNN uses it
 
 REPS = 3
 BATCH = 256
 STEPS = 20
 DRAWS = 16
-
-
-class Block(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
 
 
 class ResNet20(nn.Module):
@@ -50,7 +33,7 @@ class ResNet20(nn.Module):
         layers, cin = [], width
         for stage, cout in enumerate((width, 2 * width, 4 * width)):
             for i in range(blocks):
-                layers.append(Block(cin, cout, 2 if stage > 0 and i == 0 else 1))
+                layers.append(_Block(cin, cout, 2 if stage > 0 and i == 0 else 1))
                 cin = cout
         self.layers = nn.Sequential(*layers)
         self.fc = nn.Linear(cin, num_classes)
