@@ -350,7 +350,7 @@ def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) ->
     if guess.shape != y.shape:
         return torch.zeros(2, device=y.device)
     correct = (guess == y).sum()
-    return torch.stack([correct.float(), torch.tensor(float(y.numel()), device=y.device)])
+    return torch.stack([correct, torch.full_like(correct, y.numel())]).float()  # no host copy
 
 
 def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
