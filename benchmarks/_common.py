@@ -32,6 +32,20 @@ def plain_epoch(net: torch.nn.Module, train: Any, lr: float = 1e-3) -> Callable[
     return epoch
 
 
+def plain_passes(net: torch.nn.Module, x: torch.Tensor, passes: int) -> Callable[[], None]:
+    """``passes`` forward passes of ``net`` in eval mode over ``x`` (batches of 1,024, softmax):
+    the baseline of ``predict`` with S = ``passes`` draws."""
+
+    @torch.no_grad()
+    def run() -> None:
+        net.eval()
+        for _ in range(passes):
+            for start in range(0, x.shape[0], 1024):
+                net(x[start : start + 1024]).softmax(-1)
+
+    return run
+
+
 def patched(module: object, name: str, value: object, run: Callable[[], object]) -> Callable:
     """``run`` with ``module.name`` replaced by ``value`` while it runs (an A/B workload)."""
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, plain_epoch, ratio_rows, ratio_to, report, rounds
+from _common import peak_rss_mb, plain_epoch, plain_passes, ratio_rows, ratio_to, report, rounds
 
 from pyrouq import (
     ResidualCNN,
@@ -153,12 +153,6 @@ def main() -> None:
     x = test.transform(test.images[:PREDICT_SIZE])
     net.eval()
 
-    @torch.no_grad()
-    def plain_passes() -> None:
-        for _ in range(DRAWS):
-            for start in range(0, x.shape[0], 1024):
-                net(x[start : start + 1024]).softmax(-1)
-
     net_cl = ResidualCNN().to(memory_format=torch.channels_last).eval()
     net_cl.load_state_dict(net.state_dict())
     x_cl = x.contiguous(memory_format=torch.channels_last)
@@ -170,14 +164,14 @@ def main() -> None:
                 net_cl(x_cl[start : start + 1024]).softmax(-1)
 
     def ours() -> None:
-        predict(model, x, guide, num_samples=DRAWS)
+        predict(model, x, guide, num_samples=DRAWS, progress=False)
 
     def ours_ensemble() -> None:
-        predict(ensemble, x)
+        predict(ensemble, x, progress=False)
 
     predict_times = rounds(
         {
-            "plain": plain_passes,
+            "plain": plain_passes(net, x, DRAWS),
             "plain channels-last": plain_passes_channels_last,
             "predict": ours,
             "ensemble": ours_ensemble,
