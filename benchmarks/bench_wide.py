@@ -19,8 +19,8 @@ Workloads, in one process (one epoch of ``STEPS`` batches each):
   that they run as one folded batch (as ``rank1()``'s do), as shipped and with every layer
   given the members' weight copies (the same A/B on the folded path);
 * ``predict`` of the trained ``bayesian(net)`` with S = 16 draws over 1,024 MNIST test images
-  vs 16 plain forward passes of the network in eval mode: drawing 16 x 11M weights weighs
-  here as it does on no small network.
+  vs 16 plain forward passes of the network in eval mode: the 16 draws of 11.2M weights
+  weigh here as on no small network.
 """
 
 from __future__ import annotations
