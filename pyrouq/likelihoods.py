@@ -236,6 +236,8 @@ class Categorical(Likelihood):
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
         flat = outputs.reshape(-1, outputs.shape[-1])
         target = y.expand(outputs.shape[:-1]).reshape(-1)
+        if target.dtype != torch.long:  # int32 / int16 labels (numpy's, often): the check let
+            target = target.long()  # them through, and cross_entropy takes int64 or uint8 only
         return F.cross_entropy(flat, target, reduction="sum")
 
     def predictive(self, outputs: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:

@@ -506,6 +506,22 @@ def test_fit_kl_weight_enters_the_loss():
     assert record.loss == pytest.approx(record.nll + 0.25 * record.kl, rel=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["plain", "bayesian"])
+def test_int32_labels_train_as_int64_ones_do(kind):
+    # numpy hands out int32 labels: fit() takes them, and trains as on int64 labels
+    x, y = toy_data(40)
+
+    def run(labels):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        model = bayesian(net) if kind == "bayesian" else net
+        guide = mean_field_guide(model) if kind == "bayesian" else None
+        result = fit(model, guide, ListLoader(x, labels, 20), epochs=2, progress=False, seed=0)
+        return [record.loss for record in result.history]
+
+    assert run(y.int()) == run(y)
+
+
 def test_fit_same_seed_same_history():
     x, y = toy_data(80)
 
