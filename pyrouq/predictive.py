@@ -453,8 +453,10 @@ def _bayesian_runner(
     per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
     norms = refit[0] if refit is not None else []
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
-    # a rank-1 BatchEnsemble: every draw runs its M members, flattened draw-major
-    members: int = (getattr(model, "num_members", None) or 1) if direct is not None else 1
+    # a rank-1 BatchEnsemble (M = 1 included): every draw runs its M members, flattened
+    # draw-major
+    ensemble = direct is not None and getattr(model, "num_members", None) is not None
+    members: int = model.num_members if ensemble else 1
 
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
@@ -487,10 +489,10 @@ def _bayesian_runner(
                 if per_draw:  # this draw's own BatchNorm statistics
                     batchnorm.load_all(norms, per_draw[start])
                 one = logits(x, draw(start))
-                out.append(one if members > 1 else one.unsqueeze(0))
+                out.append(one if ensemble else one.unsqueeze(0))
             else:
                 many = logits(x, {k: v[start:stop] for k, v in draws.items()})
-                out.append(many.flatten(0, 1) if members > 1 else many)
+                out.append(many.flatten(0, 1) if ensemble else many)
         return torch.cat(out)
 
     def latent() -> dict[str, Tensor] | None:

@@ -74,22 +74,23 @@ def test_under_the_ensembles_own_factors_it_predicts_what_the_batchensemble_pred
     assert torch.allclose(got, predict(ensemble, x).probs, atol=1e-6)
 
 
-def test_predict_gives_k_times_m_draws_in_draw_major_order():
-    model = rank1(_net(), M)
+@pytest.mark.parametrize("members", [M, 1])  # one member: still (K * 1, B, C)
+def test_predict_gives_k_times_m_draws_in_draw_major_order(members):
+    model = rank1(_net(), members)
     model.eval()
     guide = mean_field_guide(model, init_scale=0.3)
     x, _ = _batch()
     k = 4
     draws = {site: torch.stack([guide.sample()[site] for _ in range(k)]) for site in guide.sites}
     probs = predict(model, x, posterior_samples=draws).probs
-    assert probs.shape == (k * M, 6, 5)
+    assert probs.shape == (k * members, 6, 5)
     for draw in range(k):
         outputs = model.outputs(x, {s: v[draw] for s, v in draws.items()})  # (M, B, C)
-        for member in range(M):
+        for member in range(members):
             expected = torch.softmax(outputs[member], -1)
-            assert torch.allclose(probs[draw * M + member], expected, atol=1e-6)
+            assert torch.allclose(probs[draw * members + member], expected, atol=1e-6)
     # the guide path: K draws, each running every member
-    assert predict(model, x, guide, num_samples=k).probs.shape == (k * M, 6, 5)
+    assert predict(model, x, guide, num_samples=k).probs.shape == (k * members, 6, 5)
 
 
 def test_predict_with_the_same_seed_gives_the_same_draws():
