@@ -50,19 +50,31 @@ def _space(hint: str) -> str:
     return f" {hint}" if hint else ""
 
 
+def _tensors(module: nn.Module) -> Iterator[torch.Tensor]:
+    """The parameters and buffers of ``module``, those of the network it wraps first (a
+    converted model's ``.net``: its likelihood's own parameters, registered before it, such as
+    a learned noise scale, do not decide where and in which dtype the network computes)."""
+    net = getattr(module, "net", None)
+    if isinstance(net, nn.Module) and net is not module:
+        yield from itertools.chain(net.parameters(), net.buffers())
+    yield from itertools.chain(module.parameters(), module.buffers())
+
+
 def module_device(*modules: Any) -> torch.device | None:
-    """Device of the first parameter or buffer of the first ``nn.Module`` that has one."""
+    """Device of the first parameter or buffer of the first ``nn.Module`` that has one (a
+    converted model's network's first)."""
     for module in modules:
         if isinstance(module, nn.Module):
-            for tensor in itertools.chain(module.parameters(), module.buffers()):
+            for tensor in _tensors(module):
                 return tensor.device
     return None
 
 
 def module_dtype(module: Any) -> torch.dtype | None:
-    """Floating dtype of the first floating parameter or buffer of ``module`` (None if none)."""
+    """Floating dtype of the first floating parameter or buffer of ``module`` (a converted
+    model's network's first; None if none)."""
     if isinstance(module, nn.Module):
-        for tensor in itertools.chain(module.parameters(), module.buffers()):
+        for tensor in _tensors(module):
             if tensor.is_floating_point():
                 return tensor.dtype
     return None

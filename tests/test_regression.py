@@ -168,6 +168,20 @@ def test_each_noise_model_fits_predicts_and_round_trips(scale, tmp_path):
     assert torch.equal(again.loc, p.loc) and torch.equal(again.scale, p.scale)
 
 
+@pytest.mark.parametrize("scale", ["learned", dist.HalfNormal(1.0)])
+def test_a_float64_network_with_its_own_noise_parameters_computes_in_float64(scale):
+    # the likelihood's float32 noise parameter, registered before the network, does not decide
+    # the dtype the float64 network's inputs are cast to
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2)).double()
+    model = bayesian(net, likelihood=Gaussian(scale))
+    guide = mean_field_guide(model)
+    x, y = (t.double() for t in _data(d_out=2))
+    result = fit(model, guide, ArrayLoader(x, y, 16, seed=0), epochs=1, progress=False, seed=0)
+    assert math.isfinite(result.history[-1].loss)
+    p = predict(model, x, guide, num_samples=2, progress=False)
+    assert p.loc.shape == (2, 64, 2) and torch.isfinite(p.loc).all()
+
+
 def test_learned_noise_is_one_point_estimate_per_output_saved_with_the_model(tmp_path):
     model = batchensemble(nn.Linear(3, 2), 3, likelihood=Gaussian("learned"))
     x, y = _data(d_out=2)
