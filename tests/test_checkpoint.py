@@ -11,6 +11,8 @@ import textwrap
 import pyro
 import pytest
 import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 import pyrouq
 from pyrouq import (
@@ -22,11 +24,13 @@ from pyrouq import (
     CheckpointError,
     LeNet,
     TrainingInterrupted,
+    bayesian,
     fit,
     load,
     load_mnist,
     mean_field_guide,
     predict,
+    rank1,
     save,
 )
 from pyrouq.data import TensorLoader
@@ -364,6 +368,35 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit(tmp_path, mnist_small):
     plain = save(tmp_path / "plain.pt", model, guide)
     with pytest.raises(CheckpointError, match="holds no training state"):
         fit(model, guide, loader_like(train), epochs=2, resume_from=plain)
+
+
+@pytest.mark.parametrize("kind", ["bayesian", "rank1"])
+def test_resume_refuses_a_model_built_with_other_priors(tmp_path, kind):
+    # a prior's parameters are buffers: loading the run's state would swap them in silently
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+
+    def build(scale):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        if kind == "bayesian":
+            return bayesian(net, prior=scale)
+        return rank1(net, 2, prior_scale=scale)
+
+    model = build(0.2)
+    loader = DataLoader(TensorDataset(x, y), batch_size=20)
+    path = tmp_path / "run.pt"
+    fit(model, mean_field_guide(model), loader, epochs=1, progress=False, checkpoint=path)
+    other = build(0.5)
+    message = (
+        r"trained with the prior Normal\(loc=[01], scale=0.2\) of site '0\.\w+', but the model "
+        r"has Normal\(loc=[01], scale=0.5\)\. Rebuild the model with the run's prior"
+    )
+    with pytest.raises(CheckpointError, match=message):
+        fit(other, mean_field_guide(other), loader, epochs=2, progress=False, resume_from=path)
+    again = build(0.2)  # the run's own prior resumes
+    result = fit(again, mean_field_guide(again), loader, epochs=2, progress=False,
+                 resume_from=path)  # fmt: skip
+    assert len(result.history) == 2
 
 
 # --------------------------------------------------------------------------------------------

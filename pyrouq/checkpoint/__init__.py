@@ -62,6 +62,7 @@ from pyrouq.checkpoint._describe import (
     register_guide,
     upgrade_v1_state,
 )
+from pyrouq.convert import SitePrior
 from pyrouq.mcmc import MCMCResult
 
 __all__ = [
@@ -539,10 +540,51 @@ def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoin
         )
     if saved.optimizer_state is None:
         raise ValueError("resume_from holds no optimizer state; it cannot continue a run.")
+    _check_same_priors(model, model_state, where)
     _load_state(model, model_state, "model", where)
     if guide is not None:
         _load_state(guide, guide_state, "guide", where)
     return saved
+
+
+def _check_same_priors(model: nn.Module, state: Any, where: str) -> None:
+    """Refuse to resume a run under other priors than it was trained with: a prior's
+    parameters are buffers of the model, which loading the run's state would silently put back
+    in place of the ones the model was built with (the description records only the family)."""
+    if not isinstance(state, dict):
+        return
+    prior_of = getattr(model, "prior_of", None)
+    sites = getattr(model, "network_sites", lambda: ())()
+    named = {id(prior_of(site)): site for site in sites} if prior_of is not None else {}
+    for name, module in model.named_modules():
+        if not isinstance(module, SitePrior):
+            continue
+        entries = {key: state.get(f"{name}.{key}") for key in module._names}
+        saved = {key: v for key, v in entries.items() if torch.is_tensor(v)}
+        if len(saved) < len(entries):
+            continue  # _load_state reports a missing entry
+        here = {key: getattr(module, key) for key in module._names}
+        if all(
+            saved[key].shape == here[key].shape and torch.equal(saved[key].to(here[key]), here[key])
+            for key in here
+        ):
+            continue
+        what = f"site {named[id(module)]!r}" if id(module) in named else repr(name)
+        raise CheckpointError(
+            f"resume_from={where!r} was trained with the prior {_prior_text(module, saved)} of "
+            f"{what}, but the model has {_prior_text(module, here)}. Rebuild the model with "
+            "the run's prior (or start a new run without resume_from)."
+        )
+
+
+def _prior_text(prior: Any, params: dict[str, torch.Tensor]) -> str:
+    def value(t: torch.Tensor) -> str:
+        flat = t.detach().flatten()
+        if flat.numel() and bool((flat == flat[0]).all()):
+            return f"{flat[0].item():g}"
+        return f"<tensor of shape {tuple(t.shape)}>"
+
+    return f"{prior.family}(" + ", ".join(f"{k}={value(v)}" for k, v in params.items()) + ")"
 
 
 def _short(value: Any, limit: int = 300) -> str:
