@@ -153,8 +153,12 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
         aleatoric = _negate(plogp.sum(-1)).mean(0)
         mean = probs.mean(0)
         # p̄_c > 0 wherever some p_sc > 0; the clamp only guards an underflow of the mean.
-        log_mean = torch.log(mean.clamp_min(torch.finfo(probs.dtype).tiny))
-        epistemic = (plogp - probs * log_mean).sum(-1).mean(0)  # mean_s KL(p_s || p̄)
+        tiny = torch.finfo(probs.dtype).tiny
+        log_mean = torch.log(mean.clamp_min(tiny))
+        # mean_s KL(p_s || p̄), both logs by one kernel: draws that agree (S = 1, a plain
+        # network) give exactly 0, not the rounding of two ways of computing p log p
+        log_probs = torch.log(probs.clamp_min(tiny))
+        epistemic = (probs * (log_probs - log_mean)).sum(-1).mean(0)
         epistemic = _clamp_roundoff(epistemic, measure)
         scale = math.log(base)
         aleatoric, epistemic = aleatoric / scale, epistemic / scale
