@@ -289,8 +289,9 @@ def predict(
         input tensors or ``(x, y)`` batches) for a network with BatchNorm and posterior draws
         (a guide or ``posterior_samples``). For each draw, every BatchNorm's running statistics
         are re-estimated under that draw's weights on the first ``batchnorm_batches`` batches
-        (train-mode passes, no gradients, the statistics averaged over the batches), and that
-        draw predicts with them, as SWAG does (Maddox et al. 2019). Without it every draw uses
+        (train-mode passes, no gradients, the statistics averaged over the batches; a batch of
+        one input is left out), and that draw predicts with them, as SWAG does (Maddox et al.
+        2019). Without it every draw uses
         the statistics ``fit()`` accumulated over many draws, which fit no single draw exactly.
         It costs ``S * batchnorm_batches`` forward passes, and the draws then run one per
         pass (``parallel`` does not stack them); the model is left as it was.
@@ -530,14 +531,24 @@ def _progress_bar(x: Tensor | Iterable, batch_size: int) -> Any:
 def _inputs_of(
     data: Tensor | Iterable, batch_size: int, count: int, model: Any, device: Any
 ) -> list[Tensor]:
-    """The first ``count`` input batches of ``batchnorm_data``, on the model's device and
-    checked as predict() checks its inputs."""
-    inputs = []
+    """The first ``count`` input batches of ``batchnorm_data`` of two inputs or more (a
+    BatchNorm cannot take batch statistics of one, and the average weighs every batch alike),
+    on the model's device and checked as predict() checks its inputs."""
+    inputs, seen = [], 0
     for x, _ in _batches(data, batch_size, "batchnorm_data"):
+        seen += 1
+        if x.shape[0] < 2:
+            continue
         inputs.append(_prepared(x, model, device))
         if len(inputs) == count:
             break
     if not inputs:
+        if seen:
+            raise ValueError(
+                "predict() got batchnorm_data whose batches hold one input each: BatchNorm "
+                "statistics need at least 2 inputs a batch. Pass training inputs in batches "
+                "of 2 or more (a tensor is cut into batches of batch_size)."
+            )
         raise ValueError("predict() got batchnorm_data with no batches: it is empty.")
     return inputs
 

@@ -226,6 +226,15 @@ def test_batchnorm_data_on_a_rank1_network_keeps_members_draw_major():
     preds = predict(model, x, guide, num_samples=3, batchnorm_data=x)
     assert preds.probs.shape == (6, 32, 3)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # a last batch of one input (BatchNorm1d cannot take its statistics) is left out
+    pyro.set_rng_seed(0)
+    ragged = predict(model, x, guide, num_samples=3, batchnorm_data=x[:17], batch_size=16)
+    pyro.set_rng_seed(0)
+    whole = predict(model, x, guide, num_samples=3, batchnorm_data=x[:16], batch_size=16)
+    assert torch.equal(ragged.probs, whole.probs)
+    with pytest.raises(ValueError, match=r"batches hold one input each: BatchNorm statistics "
+                       r"need at least 2 inputs a batch"):  # fmt: skip
+        predict(model, x, guide, batchnorm_data=x[:1])
 
 
 def test_batchnorm_data_refuses_what_it_cannot_use():
