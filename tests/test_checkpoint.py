@@ -370,6 +370,29 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit(tmp_path, mnist_small):
         fit(model, guide, loader_like(train), epochs=2, resume_from=plain)
 
 
+def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
+    # DataLoader(..., generator=g) shuffles with g, not torch's global state: the checkpoint
+    # stores g's state at the epoch's start, so the resumed epochs see the same batches
+    x, y = torch.randn(60, 4), torch.randint(0, 3, (60,))
+
+    def run(epochs, **kw):
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        guide = mean_field_guide(model)
+        loader = DataLoader(TensorDataset(x, y), batch_size=20, shuffle=True,
+                            generator=torch.Generator().manual_seed(5))  # fmt: skip
+        result = fit(model, guide, loader, epochs=epochs, progress=False, seed=0, **kw)
+        return [record.loss for record in result.history], guide.site_loc("0.weight").detach()
+
+    straight, weights = run(3)
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted):
+        run(3, checkpoint=path, callbacks=[StopAfter(1)])
+    resumed, resumed_weights = run(3, resume_from=path)
+    assert resumed == straight
+    torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("kind", ["bayesian", "rank1"])
 def test_resume_refuses_a_model_built_with_other_priors(tmp_path, kind):
     # a prior's parameters are buffers: loading the run's state would swap them in silently

@@ -194,13 +194,37 @@ def restore_rng_states(states: dict[str, Any], loader: Iterable) -> None:
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
-    if "loader" in states and hasattr(loader, "set_rng_state"):
-        loader.set_rng_state(states["loader"])
+    if "loader" in states:
+        set_loader_rng_state(loader, states["loader"])
+
+
+def _loader_generator(loader: Iterable) -> torch.Generator | None:
+    """The generator a torch DataLoader shuffles with, when it was given one
+    (``DataLoader(..., generator=g)``, or a sampler's own); without one it draws from torch's
+    global state, which the checkpoint stores anyway."""
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        return None
+    generator = loader.generator or getattr(loader.sampler, "generator", None)
+    return generator if isinstance(generator, torch.Generator) else None
 
 
 def loader_rng_state(loader: Iterable) -> torch.Tensor | None:
+    """The loader's own random state (pyrouq's loaders', or a DataLoader's generator's)."""
     get = getattr(loader, "get_rng_state", None)
-    return get() if callable(get) else None
+    if callable(get):
+        return get()  # type: ignore[no-any-return]
+    generator = _loader_generator(loader)
+    return None if generator is None else generator.get_state()
+
+
+def set_loader_rng_state(loader: Iterable, state: torch.Tensor) -> None:
+    put = getattr(loader, "set_rng_state", None)
+    if callable(put):
+        put(state)
+        return
+    generator = _loader_generator(loader)
+    if generator is not None:
+        generator.set_state(state)
 
 
 def training_state(
@@ -290,7 +314,7 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
         return None
     finally:
         if state is not None:
-            loader.set_rng_state(state)  # type: ignore[attr-defined]
+            set_loader_rng_state(loader, state)
     return x[:2], y[:2]
 
 

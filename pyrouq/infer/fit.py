@@ -173,9 +173,9 @@ def fit(
         state, and the epoch count, learning-rate schedule, loss history and random-number
         states carry on, so an interrupted run resumed with the same arguments (``epochs`` is
         the run's total) ends with the same parameters and history as one that was never
-        stopped. Exact for pyrouq's in-memory loaders (their generator state is stored) and for
-        DataLoaders resumed at an epoch boundary; the model must be built with the same
-        arguments (checked).
+        stopped. Exact for pyrouq's in-memory loaders and DataLoaders given a ``generator``
+        (their generator's state is stored), and for other DataLoaders resumed at an epoch
+        boundary; the model must be built with the same arguments and priors (checked).
     metadata : dict, optional
         JSON values stored in the checkpoints.
     distributed_draws : {"independent", "identical"}, default "independent"
