@@ -393,6 +393,24 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
 
 
+def test_resume_names_the_config_entry_that_differs(tmp_path):
+    # the long entries (sites, priors) agree: the message shows the one that does not
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=20)
+
+    def build(local):
+        net = nn.Sequential(*[nn.Linear(4, 4) for _ in range(12)], nn.Linear(4, 3))
+        return bayesian(net, local_reparameterization=local)
+
+    model = build(False)
+    path = tmp_path / "run.pt"
+    fit(model, mean_field_guide(model), loader, epochs=1, progress=False, checkpoint=path)
+    other = build(True)
+    with pytest.raises(CheckpointError, match=r'with config \{"local_reparameterization": false\}'
+                       r', but the model has \{"local_reparameterization": true\}'):  # fmt: skip
+        fit(other, mean_field_guide(other), loader, epochs=2, progress=False, resume_from=path)
+
+
 @pytest.mark.parametrize("kind", ["bayesian", "rank1"])
 def test_resume_refuses_a_model_built_with_other_priors(tmp_path, kind):
     # a prior's parameters are buffers: loading the run's state would swap them in silently

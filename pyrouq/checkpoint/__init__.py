@@ -514,10 +514,15 @@ def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoin
             f"{here['class']}. Resume with the model class the run was started with."
         )
     for key in ("config", "module"):
-        if stored.get(key) != here.get(key):
+        theirs, mine = stored.get(key), here.get(key)
+        if theirs != mine:
+            if isinstance(theirs, dict) and isinstance(mine, dict):  # only the entries that differ
+                differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
+                theirs = {k: theirs.get(k) for k in differ}
+                mine = {k: mine.get(k) for k in differ}
             raise CheckpointError(
                 f"resume_from={where!r} holds a {stored['class']} with {key} "
-                f"{_short(stored.get(key))}, but the model has {_short(here.get(key))}. "
+                f"{_short(theirs)}, but the model has {_short(mine)}. "
                 "Rebuild the model with the saved arguments."
             )
     saved_guide = saved.description.get("guide") is not None
