@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pyro
 import pytest
@@ -391,6 +392,29 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     resumed, resumed_weights = run(3, resume_from=path)
     assert resumed == straight
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
+
+
+def test_resume_with_another_lr_says_the_runs_lr_carries_on(tmp_path):
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=20)
+
+    def run(lr, **kw):
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        guide = mean_field_guide(model)
+        fit(model, guide, loader, epochs=kw.pop("epochs", 2), lr=lr, progress=False, seed=0,
+            **kw)  # fmt: skip
+        return guide.site_loc("0.weight").detach()
+
+    path = tmp_path / "run.pt"
+    run(0.01, epochs=1, checkpoint=path)
+    with pytest.warns(UserWarning, match=r"continues the run at its learning rate 0.01; "
+                      r"lr=0.05 is ignored"):  # fmt: skip
+        other = run(0.05, resume_from=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = run(0.01, resume_from=path)
+    assert torch.equal(other, same)
 
 
 def test_resume_names_the_config_entry_that_differs(tmp_path):

@@ -15,7 +15,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
-from pyrouq._util import model_input, module_device
+from pyrouq._util import model_input, module_device, warn_caller
 from pyrouq.infer import _distributed
 from pyrouq.infer._training import (
     InterruptFlag,
@@ -190,8 +190,15 @@ class Loop:
 
     def resume(self, saved: Any) -> None:
         state = saved.training
+        given, run = self.base_lrs, [float(v) for v in state["base_lrs"]]
+        if given != run:
+            warn_caller(
+                f"fit(resume_from=...) continues the run at its learning rate "
+                f"{_lrs(run)}; lr={_lrs(given)} is ignored (the optimizer's state and the "
+                "schedule carry on). Pass the run's lr, or start a new run to change it."
+            )
         self.optimizer.load_state_dict(saved.optimizer_state)
-        self.base_lrs = [float(v) for v in state["base_lrs"]]
+        self.base_lrs = run
         self.history = [EpochRecord(**record) for record in state["history"]]
         self.steps = int(state["steps"])
         self.first_epoch = int(state["epochs_done"]) + 1
@@ -347,3 +354,9 @@ class Loop:
                 bar.close()
         self.model.eval()
         return self.result()
+
+
+def _lrs(values: list[float]) -> str:
+    """One learning rate, or the distinct ones of several parameter groups."""
+    distinct = sorted(set(values))
+    return f"{distinct[0]:g}" if len(distinct) == 1 else str([float(f"{v:g}") for v in values])

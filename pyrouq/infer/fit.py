@@ -175,7 +175,8 @@ def fit(
         the run's total) ends with the same parameters and history as one that was never
         stopped. Exact for pyrouq's in-memory loaders and DataLoaders given a ``generator``
         (their generator's state is stored), and for other DataLoaders resumed at an epoch
-        boundary; the model must be built with the same arguments and priors (checked).
+        boundary; the model must be built with the same arguments and priors (checked), and
+        another ``lr`` than the run's is ignored with a warning.
     metadata : dict, optional
         JSON values stored in the checkpoints.
     distributed_draws : {"independent", "identical"}, default "independent"
