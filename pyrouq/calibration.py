@@ -401,16 +401,47 @@ def _sets(sets: Any) -> Tensor:
     return sets
 
 
+def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
+    """``targets`` as the ``(N,)`` class labels of ``(N, C)`` sets, or a clear error."""
+    num, classes = sets.shape
+    if not isinstance(targets, Tensor) or targets.shape != (num,):
+        raise ValueError(
+            f"{where}: expected labels of shape ({num},), one per prediction set, got "
+            f"{tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
+        )
+    y = targets.to(sets.device)
+    if y.is_floating_point() or y.is_complex() or (num and (y.min() < 0 or y.max() >= classes)):
+        raise ValueError(
+            f"{where}: expected integer class labels in [0, {classes - 1}] for sets over "
+            f"{classes} classes, got dtype {targets.dtype}"
+            + (f" and values in [{y.min().item()}, {y.max().item()}]" if num else "")
+            + "."
+        )
+    return y.long()
+
+
 def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor) -> float:
     """The fraction of inputs whose set holds the label (``(N, C)`` booleans and ``(N,)``
     labels), or of targets inside their interval (``(lo, hi)`` and targets ``(N, D)`` or
-    ``(N,)``; every output counts)."""
+    ``(N,)`` when D = 1; every output counts)."""
     if isinstance(sets_or_intervals, tuple):
         lo, hi = sets_or_intervals
-        y = targets.double().reshape(lo.shape)
+        shape = tuple(lo.shape)
+        ok = isinstance(targets, Tensor) and (
+            tuple(targets.shape) == shape or (len(shape) == 2 and shape[1] == 1
+                                              and tuple(targets.shape) == shape[:1])
+        )  # fmt: skip
+        if not ok:
+            raise ValueError(
+                f"coverage(): expected targets of shape {shape}, as the intervals"
+                + (f" (or ({shape[0]},))" if len(shape) == 2 and shape[1] == 1 else "")
+                + f", got {tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
+            )
+        y = targets.to(lo.device).double().reshape(shape)
         return float(((y >= lo) & (y <= hi)).double().mean())
     sets = _sets(sets_or_intervals)
-    return float(sets.gather(1, targets.to(sets.device).long()[:, None]).double().mean())
+    y = _labels_of(sets, targets, "coverage()")
+    return float(sets.gather(1, y[:, None]).double().mean())
 
 
 def mean_set_size(sets: Tensor) -> float:
@@ -422,7 +453,7 @@ def class_conditional_coverage(sets: Tensor, targets: Tensor) -> Tensor:
     """``(C,)``: per class, the fraction of its inputs whose set holds it (NaN for a class
     with no input)."""
     sets = _sets(sets)
-    y = targets.to(sets.device).long()
+    y = _labels_of(sets, targets, "class_conditional_coverage()")
     hit = sets.gather(1, y[:, None])[:, 0].double()
     count = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(
         0, y.cpu(), torch.ones_like(hit).cpu()

@@ -152,6 +152,20 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"Expected val_preds to be Predictions \(class probabilities"),
         (lambda: coverage(torch.ones(3, 2), torch.zeros(3)), TypeError,
          r"Expected prediction sets as an \(N, C\) boolean tensor"),
+        (lambda: coverage(torch.ones(3, 2, dtype=torch.bool), torch.zeros(4).long()), ValueError,
+         r"coverage\(\): expected labels of shape \(3,\), one per prediction set, got \(4,\)"),
+        (lambda: coverage(torch.ones(3, 2, dtype=torch.bool), torch.tensor([0, 2, 1])),
+         ValueError, r"expected integer class labels in \[0, 1\] for sets over 2 classes, got "
+         r"dtype torch.int64 and values in \[0, 2\]"),
+        (lambda: coverage(torch.ones(3, 2, dtype=torch.bool), torch.zeros(3)), ValueError,
+         r"expected integer class labels .* got dtype torch.float32"),
+        (lambda: class_conditional_coverage(torch.ones(3, 2, dtype=torch.bool),
+                                            torch.tensor([0, -1, 1])), ValueError,
+         r"class_conditional_coverage\(\): expected integer class labels in \[0, 1\]"),
+        (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(2, 5)), ValueError,
+         r"coverage\(\): expected targets of shape \(5, 2\), as the intervals, got \(2, 5\)"),
+        (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(5)), ValueError,
+         r"expected targets of shape \(5, 2\), as the intervals, got \(5,\)"),
     ],
 )  # fmt: skip
 def test_calibration_refuses_bad_input(call, error, pattern):
