@@ -174,9 +174,19 @@ class GaussianPredictions:
         per_draw = (-0.5 * z.square() - scale.log() - _LOG_SQRT_2PI).sum(-1)  # (S, N)
         return torch.logsumexp(per_draw, 0) - math.log(self.num_samples)
 
-    def cdf(self, value: Tensor) -> Tensor:
-        """The mixture's CDF at ``value`` ``(N, D)``, per input and output."""
+    def cdf(self, value: Tensor | float) -> Tensor:
+        """The mixture's CDF at ``value`` ``(N, D)`` (``(N,)`` when D = 1, or one number),
+        per input and output: ``(N, D)``."""
         value = torch.as_tensor(value, dtype=torch.float64, device=self.loc.device)
+        n, d = self.num_inputs, self.num_outputs
+        if value.dim() == 1 and d == 1 and value.shape[0] == n:
+            value = value.unsqueeze(-1)
+        if value.dim() and tuple(value.shape) != (n, d):
+            raise ValueError(
+                f"Expected cdf values of shape ({n}, {d})"
+                + (f" or ({n},)" if d == 1 else "")
+                + f", one per input and output, or one number, got shape {tuple(value.shape)}."
+            )
         z = (value - self.loc.double()) / self.scale.double()
         return (0.5 * (1 + torch.erf(z / _SQRT2))).mean(0)
 

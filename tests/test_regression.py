@@ -86,6 +86,8 @@ def test_intervals_hold_their_mass_and_coverage_counts_targets_inside():
     for level in (0.5, 0.9, 0.95):
         lo, hi = p.interval(level)
         assert torch.allclose(p.cdf(hi) - p.cdf(lo), torch.full_like(lo, level), atol=1e-9)
+        # one output: (N,) values are the (N, 1) ones, not a broadcast (N, N)
+        assert torch.equal(p.cdf(hi[:, 0]), p.cdf(hi)) and p.cdf(hi[:, 0]).shape == (50, 1)
         inside = ((y >= lo) & (y <= hi)).double().mean().item()
         assert p.evaluate()[f"coverage_{round(100 * level)}"] == pytest.approx(inside)
     # Monte Carlo from the mixture: a component, then a Gaussian draw
@@ -294,6 +296,9 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
          r"torch.int64"),
         (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).quantile(1.0),
          ValueError, r"Expected a quantile level in \(0, 1\), got 1.0"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 2), torch.ones(2, 3, 2)).cdf(
+            torch.zeros(3)), ValueError, r"Expected cdf values of shape \(3, 2\), one per "
+         r"input and output, or one number, got shape \(3,\)"),
         (lambda: plot_regression(torch.zeros(2, 3, 1), torch.zeros(3)), TypeError,
          r"plot_regression\(\) expects GaussianPredictions"),
     ],
