@@ -76,7 +76,7 @@ def _check_alpha(alpha: object, n: int) -> float:
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
             f"{alpha!r}."
         )
-    if math.ceil((n + 1) * (1 - alpha)) > n:
+    if _rank(n, alpha) > n:
         raise ValueError(
             f"alpha={alpha} needs at least {math.ceil(1 / alpha) - 1} calibration points for a "
             f"finite threshold, got {n}. Hold out more data or raise alpha."
@@ -88,8 +88,13 @@ def _quantile(scores: Tensor, alpha: float) -> Tensor:
     """The conformal threshold: the ``ceil((n + 1)(1 - alpha))``-th smallest score (per column
     for ``(n, D)`` scores)."""
     n = scores.shape[0]
-    k = math.ceil((n + 1) * (1 - alpha))
-    return scores.sort(dim=0).values[k - 1]
+    return scores.sort(dim=0).values[_rank(n, alpha) - 1]
+
+
+def _rank(n: int, alpha: float) -> int:
+    """``ceil((n + 1)(1 - alpha))``, without the float product's round-up: (9 + 1) * (1 - 0.7)
+    is 3.0000000000000004 in floating point, whose ceiling would be 4, one score too high."""
+    return math.ceil(round((n + 1) * (1 - alpha), 9))
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,6 +117,14 @@ class TemperatureScaler:
     """
 
     temperature: float
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+            raise ValueError(
+                f"Expected a temperature > 0 (finite), got {t!r}: T > 1 softens the "
+                "probabilities, T < 1 sharpens them. temperature_scale() fits one."
+            )
 
     def __call__(self, preds: Predictions) -> Predictions:
         preds = _class_preds(preds, "preds")

@@ -12,6 +12,7 @@ import torch
 from pyrouq import (
     GaussianPredictions,
     Predictions,
+    TemperatureScaler,
     class_conditional_coverage,
     conformal,
     coverage,
@@ -97,6 +98,14 @@ def test_thresholds_and_sets_by_hand():
     assert raps.threshold == pytest.approx((before + u * p_true + penalty).max().item())
 
 
+def test_the_threshold_rank_is_exact_where_the_float_product_rounds_up():
+    # (9 + 1) * (1 - 0.7) is 3.0000000000000004 in floating point: k = 3, not 4
+    probs = torch.linspace(0.1, 0.9, 9, dtype=torch.float64)
+    preds = Predictions(torch.stack([probs, 1 - probs], -1)[None], torch.zeros(9).long())
+    scores = (1 - probs).sort().values  # LAC: 1 - p_y
+    assert conformal(preds, alpha=0.7, score="lac").threshold == pytest.approx(scores[2].item())
+
+
 def test_set_metrics_by_hand():
     sets = torch.tensor([[True, False, False], [True, True, False], [False, False, False]])
     targets = torch.tensor([0, 2, 1])
@@ -150,6 +159,9 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"No val_targets: pass the \(N,\) labels of the held-out split"),
         (lambda: temperature_scale(torch.full((1, 5, 2), 0.5)), TypeError,
          r"Expected val_preds to be Predictions \(class probabilities"),
+        (lambda: TemperatureScaler(0.0), ValueError,
+         r"Expected a temperature > 0 \(finite\), got 0.0: T > 1 softens"),
+        (lambda: TemperatureScaler(-1.0), ValueError, r"Expected a temperature > 0"),
         (lambda: coverage(torch.ones(3, 2), torch.zeros(3)), TypeError,
          r"Expected prediction sets as an \(N, C\) boolean tensor"),
         (lambda: coverage(torch.ones(3, 2, dtype=torch.bool), torch.zeros(4).long()), ValueError,
