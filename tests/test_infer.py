@@ -640,6 +640,16 @@ def test_fit_bad_arguments():
         fit(model, guide, [(x, y)], epochs=1)
     with pytest.raises(ValueError, match=r"has latent sites but guide is None"):
         fit(model, None, loader, epochs=1)
+    one_shot = ((x[i : i + 10], y[i : i + 10]) for i in range(0, 20, 10))
+    with pytest.raises(ValueError, match=r"train_loader is an iterator \(generator\), which "
+                       r"yields its batches once, but epochs=2\. Pass something that can be "
+                       r"iterated once per epoch"):  # fmt: skip
+        fit(model, guide, one_shot, epochs=2, num_data=20, progress=False)
+    assert fit(model, guide, one_shot, epochs=1, num_data=20, progress=False).steps == 2
+    # a plain network's first examples are looked at (its number of classes) and put back
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    one_shot = ((x[i : i + 10], y[i : i + 10]) for i in range(0, 20, 10))
+    assert fit(plain, None, one_shot, epochs=1, num_data=20, progress=False).steps == 2
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])

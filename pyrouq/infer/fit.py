@@ -9,7 +9,7 @@ interruption, resume state) lives in :mod:`pyrouq.infer._training`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import pyro
@@ -236,6 +236,14 @@ def fit(
             "latent sites (a BatchEnsemble or a plain network): there is nothing to draw, so "
             "every particle would repeat the same pass. Leave num_particles=1."
         )
+    if isinstance(train_loader, Iterator) and epochs > 1:
+        raise ValueError(
+            f"train_loader is an iterator ({type(train_loader).__name__}), which yields its "
+            f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
+            "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
+        )
+    if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
+        train_loader = _ReadAhead(train_loader)
     n = num_data if num_data is not None else _num_examples(train_loader)
     if n is None:
         raise ValueError(
@@ -303,3 +311,17 @@ def _num_examples(loader: Iterable) -> int | None:
         return len(dataset)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+class _ReadAhead:
+    """An iterator's batches with the first one read ahead, so that looking at it (fit's
+    probe of the first examples) does not take it from the epoch."""
+
+    def __init__(self, iterator: Iterator[Any]):
+        self._first = next(iterator, None)
+        self._rest = iterator
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._first is not None:
+            yield self._first
+        yield from self._rest
