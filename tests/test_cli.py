@@ -167,6 +167,14 @@ def test_bad_numbers(capsys, flag, value, expected):
     assert expected in run_exit(["fit", "mlp", flag, value], capsys)
 
 
+def test_members_apply_to_ensembles_only_and_errors_name_the_right_help(capsys):
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--members", "3"])
+    assert "--members 3 applies to a BatchEnsemble or rank-1 network" in err
+    assert "leave --members out" in err
+    assert run_exit(["fit", "--epochs", "0"], capsys).endswith("(see `pyrouq fit --help`)\n")
+    assert run_exit(["--bogus"], capsys).endswith("(see `pyrouq --help`)\n")
+
+
 def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
     (tmp_path / "old.txt").write_text("keep me")
     err = one_line_error(capsys, 2, ["fit", "mlp", "--out", str(tmp_path)])

@@ -53,10 +53,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block), exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"pyrouq: error: {message} (see `pyrouq {self._sub()} --help`)\n")
-
-    def _sub(self) -> str:
-        return self.prog.partition(" ")[2] or "-"
+        command = " ".join(["pyrouq", *self.prog.split()[1:2], "--help"])  # the subcommand's
+        self.exit(EXIT_USAGE, f"pyrouq: error: {message} (see `{command}`)\n")
 
 
 def _positive_int(name: str) -> Callable[[str], int]:
@@ -154,8 +152,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
     fit.add_argument(
-        "--members", type=_positive_int("--members"), default=DEFAULT_MEMBERS,
-        help="members M of a BatchEnsemble or rank-1 network",
+        "--members", type=_positive_int("--members"), default=None,
+        help=f"members M of a BatchEnsemble or rank-1 network (default {DEFAULT_MEMBERS})",
     )  # fmt: skip
     fit.add_argument(
         "--norms", choices=("shared", "per_member"), default=None,

@@ -82,6 +82,18 @@ def method_of(args: argparse.Namespace) -> str | None:
             f"--norms {args.norms} applies to --method batchensemble or rank1 with a factory "
             "(the members' copies of its normalisation layers); leave --norms out"
         )
+    built_in = MODELS[args.model]["class"] if method is None else ""
+    ensemble = method in ("batchensemble", "rank1") or built_in.startswith(
+        ("BatchEnsemble", "Rank1")
+    )
+    if getattr(args, "members", None) is not None and not ensemble:
+        raise CommandError(
+            f"--members {args.members} applies to a BatchEnsemble or rank-1 network (a "
+            "batchensemble or rank1 model, or --method batchensemble / rank1); "
+            "leave --members out"
+        )
+    if hasattr(args, "members") and args.members is None:
+        args.members = DEFAULT_MEMBERS
     return method
 
 
