@@ -372,6 +372,19 @@ def test_evaluate_ood_class_mismatch_and_unknown_score():
         evaluate(FOUR, FOUR_Y, ood=FOUR, ood_score="bald")  # type: ignore[arg-type]
 
 
+def test_evaluate_refuses_epistemic_ood_scores_across_draw_counts():
+    # an (N, C) OOD set is one draw, whose disagreement is 0: against S draws in
+    # distribution the AUROC would be 0 by construction
+    many = dirichlet(4, 6, 3)
+    for score in ("mutual_information", "variance"):
+        with pytest.raises(ValueError, match=r"ood holds 1 draw\(s\) per input and the "
+                           r"in-distribution predictions 4: the " + score):  # fmt: skip
+            evaluate(many, torch.zeros(6, dtype=torch.long), ood=many.mean(0), ood_score=score)
+    # total-uncertainty scores compare any draw counts
+    assert 0 <= evaluate(many, torch.zeros(6, dtype=torch.long), ood=many.mean(0),
+                         ood_score="entropy")["ood_auroc"] <= 1  # fmt: skip
+
+
 def test_format_table():
     m = evaluate(FOUR, FOUR_Y, ood=f64([[0.5, 0.5]]), ood_score="entropy")
     m["my_metric"] = 0.123456
