@@ -279,6 +279,12 @@ CASES = {
         CheckpointError,
         r"holds a network converted from a .*_Residual.*load\(path, module=net\)",
     ),
+    "checkpoint: plain network without a skeleton": (
+        lambda tmp: load(save(tmp / "x.pt", _residual())),
+        CheckpointError,
+        r"holds a plain network, a .*_Residual\. pyrouq never unpickles code.*"
+        r"load\(path, module=net\)",
+    ),
     "checkpoint: skeleton that does not match": (
         lambda tmp: load(save(tmp / "x.pt", bayesian(_residual())), module=_residual(width=5)),
         CheckpointError,

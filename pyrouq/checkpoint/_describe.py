@@ -189,7 +189,8 @@ def build_model(
         if name in doors:
             model = doors[name](**config)
         else:
-            skeleton = _skeleton(description["model"].get("module") or {}, module, path)
+            record = description["model"].get("module") or {}
+            skeleton = _skeleton(record, module, path, plain=name == "Module")
             model = _rebuild_converted(name, config, skeleton)
     except (TypeError, ValueError) as err:
         if isinstance(err, CheckpointError):
@@ -203,14 +204,18 @@ def build_model(
     return model
 
 
-def _skeleton(record: dict[str, Any], module: nn.Module | None, path: Any) -> nn.Module:
-    """The skeleton to rebuild a converted network from, checked against ``record``."""
+def _skeleton(
+    record: dict[str, Any], module: nn.Module | None, path: Any, plain: bool = False
+) -> nn.Module:
+    """The skeleton to rebuild a converted (or ``plain``) network from, checked against
+    ``record``."""
     if module is None:
         known = record.get("pyrouq")
         if known is not None:
             return _front_doors()[known["class"]](**known["config"])  # type: ignore[no-any-return]
+        what = "a plain network, a" if plain else "a network converted from a"
         raise CheckpointError(
-            f"{str(path)!r} holds a network converted from a {record.get('class', '?')}. pyrouq "
+            f"{str(path)!r} holds {what} {record.get('class', '?')}. pyrouq "
             "never unpickles code: rebuild it from a skeleton, load(path, module=net), with "
             "net a freshly built module of the same structure (e.g. from the same factory)."
         )
