@@ -279,6 +279,14 @@ CASES = {
         CheckpointError,
         r"holds a network converted from a .*_Residual.*load\(path, module=net\)",
     ),
+    "checkpoint: a learned noise scale not created yet": (
+        lambda tmp: save(
+            tmp / "x.pt", bayesian(torch.nn.Linear(3, 2), likelihood=pyrouq.Gaussian("learned"))
+        ),
+        CheckpointError,
+        r"save\(\) got a BayesianNetwork whose parameters \['likelihood.raw_scale'\] are not "
+        r"created yet .* fit it, or call it on a batch, before saving",
+    ),
     "checkpoint: plain network without a skeleton": (
         lambda tmp: load(save(tmp / "x.pt", _residual())),
         CheckpointError,

@@ -184,6 +184,18 @@ def save(
             f"{str(path / 'checkpoint.pt')!r}."
         )
     check_guide(model, guide, "save()")
+    for owner in (model, guide):
+        lazy = [
+            name
+            for name, p in (owner.named_parameters() if owner is not None else ())
+            if isinstance(p, nn.parameter.UninitializedParameter)
+        ]
+        if lazy:
+            raise CheckpointError(
+                f"save() got a {type(owner).__name__} whose parameters {lazy[:3]} are not "
+                "created yet (a learned noise scale or a lazy layer takes its shape from the "
+                "first batch): fit it, or call it on a batch, before saving."
+            )
     description = {
         "model": describe_model(model),
         "guide": describe_guide(guide),
