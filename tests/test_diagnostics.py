@@ -306,6 +306,16 @@ def test_summary_errors(ensemble, data):
         summary(idata)
     with pytest.raises(TypeError, match=r"always uses kind='stats'"):
         summary(idata, group="posterior_predictive", kind="all")
+    with pytest.raises(ValueError, match=r"summary\(\): var_names \['nope'\] are not in "
+                       r"idata's 'posterior_predictive' group, which holds \['obs', 'probs'\]"):  # fmt: skip
+        summary(idata, var_names=["nope"], group="posterior_predictive")
+
+
+def test_a_plain_network_has_no_posterior_to_export(data):
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    with pytest.raises(ValueError, match=r"Sequential has no posterior to export: no latent "
+                       r"sites \(a plain network\) and no ensemble members"):  # fmt: skip
+        to_inference_data(net, None, *data)
 
 
 # --------------------------------------------------------------------------------------------

@@ -271,8 +271,10 @@ def to_inference_data(
             )
         if not _is_ensemble(model):
             raise ValueError(
-                f"{fn}: guide is None, and {type(model).__name__} is not a BatchEnsemble. "
-                "Pass the guide of the model's latent variables."
+                f"{fn}: {type(model).__name__} has no posterior to export: no latent sites "
+                "(a plain network) and no ensemble members. Export a Bayesian model with its "
+                "guide (bayesian(net), then fit), or a BatchEnsemble; a plain network's "
+                "predictions are predict(net, x)."
             )
         for name, value in (("num_samples", num_samples), ("var_names", var_names)):
             if value is not None:

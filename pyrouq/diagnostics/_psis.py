@@ -319,6 +319,14 @@ def summary(
             f"idata has no {group!r} group; it has {groups}. A BatchEnsemble export has no "
             "posterior: pass group='posterior_predictive'."
         )
+    names = [var_names] if isinstance(var_names, str) else list(var_names or [])
+    known = list(idata[group].data_vars)
+    missing = [n for n in names if n not in known and not n.startswith("~")]
+    if missing and kwargs.get("filter_vars") is None:  # else names are patterns
+        raise ValueError(
+            f"summary(): var_names {missing} are not in idata's {group!r} group, which holds "
+            f"{known[:10]}{' ...' if len(known) > 10 else ''}. Pick from those."
+        )
     return az.summary(
         idata, var_names=var_names, group=group, kind="stats", hdi_prob=hdi_prob, **kwargs
     )
