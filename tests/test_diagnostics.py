@@ -306,8 +306,8 @@ def test_summary_errors(ensemble, data):
         summary(idata)
     with pytest.raises(TypeError, match=r"always uses kind='stats'"):
         summary(idata, group="posterior_predictive", kind="all")
-    with pytest.raises(ValueError, match=r"summary\(\): var_names \['nope'\] are not in "
-                       r"idata's 'posterior_predictive' group, which holds \['obs', 'probs'\]"):  # fmt: skip
+    missing = r"var_names \['nope'\] are not in idata's 'posterior_predictive' group, which holds"
+    with pytest.raises(ValueError, match=missing + r" \['obs', 'probs'\]"):
         summary(idata, var_names=["nope"], group="posterior_predictive")
 
 
