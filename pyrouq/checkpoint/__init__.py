@@ -187,7 +187,7 @@ def save(
     for owner in (model, guide):
         lazy = [
             name
-            for name, p in (owner.named_parameters() if owner is not None else ())
+            for name, p in (owner.named_parameters() if isinstance(owner, nn.Module) else ())
             if isinstance(p, nn.parameter.UninitializedParameter)
         ]
         if lazy:
