@@ -62,7 +62,6 @@ from pyrouq.checkpoint._describe import (
     register_guide,
     upgrade_v1_state,
 )
-from pyrouq.convert import SitePrior
 from pyrouq.mcmc import MCMCResult
 
 __all__ = [
@@ -73,7 +72,6 @@ __all__ = [
     "describe_model",
     "load",
     "register_guide",
-    "restore",
     "save",
 ]
 
@@ -497,113 +495,3 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
             f"{str(path)!r}: the saved {what} parameters do not fit a {type(module).__name__} "
             f"built from the description ({reason}). The file is damaged or was edited."
         ) from None
-
-
-def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoint:
-    """Load the run saved at ``source`` (a path or a :class:`Checkpoint`) into ``model`` and
-    ``guide`` to continue it for a total of ``epochs``; returns the checkpoint with its
-    training state (what ``fit(resume_from=...)`` continues). A checkpoint of another
-    configuration, or of a finished run, is refused before anything is loaded."""
-    if isinstance(source, Checkpoint):
-        saved = source
-        model_state = saved.model.state_dict()
-        guide_state = None if saved.guide is None else saved.guide.state_dict()
-    else:
-        payload = read(source)
-        if payload.get("format") == MCMC_FORMAT:
-            raise CheckpointError(
-                f"resume_from={str(source)!r} holds an MCMC result, not a training run; "
-                "resume from a checkpoint that fit(checkpoint=...) wrote."
-            )
-        description = _parse_description(source, payload["description"])
-        saved = _checkpoint(payload, description, model, guide, source)
-        model_state, guide_state = payload["model"], payload.get("guide")
-    where = str(saved.path) if saved.path is not None else "the checkpoint"
-    stored, here = saved.description["model"], describe_model(model)
-    if stored["class"] != here["class"]:
-        raise CheckpointError(
-            f"resume_from={where!r} holds a {stored['class']}, but the model is a "
-            f"{here['class']}. Resume with the model class the run was started with."
-        )
-    for key in ("config", "module"):
-        theirs, mine = stored.get(key), here.get(key)
-        if theirs != mine:
-            if isinstance(theirs, dict) and isinstance(mine, dict):  # only the entries that differ
-                differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
-                theirs = {k: theirs.get(k) for k in differ}
-                mine = {k: mine.get(k) for k in differ}
-            raise CheckpointError(
-                f"resume_from={where!r} holds a {stored['class']} with {key} "
-                f"{_short(theirs)}, but the model has {_short(mine)}. "
-                "Rebuild the model with the saved arguments."
-            )
-    saved_guide = saved.description.get("guide") is not None
-    if saved_guide != (guide is not None):
-        raise CheckpointError(
-            f"resume_from={where!r} was saved {'with' if saved_guide else 'without'} a "
-            f"guide, but guide is {'None' if guide is None else type(guide).__name__}."
-        )
-    if saved.training is None:
-        raise CheckpointError(
-            f"resume_from={where!r} holds no training state (it was written by save(), not "
-            "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."
-        )
-    done = int(saved.training["epochs_done"])
-    if done >= epochs:
-        raise ValueError(
-            f"resume_from has already completed {done} epochs, but epochs={epochs}. Pass the "
-            f"total number of epochs of the run (more than {done}), e.g. "
-            f"epochs={saved.training['epochs']}."
-        )
-    if saved.optimizer_state is None:
-        raise ValueError("resume_from holds no optimizer state; it cannot continue a run.")
-    _check_same_priors(model, model_state, where)
-    _load_state(model, model_state, "model", where)
-    if guide is not None:
-        _load_state(guide, guide_state, "guide", where)
-    return saved
-
-
-def _check_same_priors(model: nn.Module, state: Any, where: str) -> None:
-    """Refuse to resume a run under other priors than it was trained with: a prior's
-    parameters are buffers of the model, which loading the run's state would silently put back
-    in place of the ones the model was built with (the description records only the family)."""
-    if not isinstance(state, dict):
-        return
-    prior_of = getattr(model, "prior_of", None)
-    sites = getattr(model, "network_sites", lambda: ())()
-    named = {id(prior_of(site)): site for site in sites} if prior_of is not None else {}
-    for name, module in model.named_modules():
-        if not isinstance(module, SitePrior):
-            continue
-        entries = {key: state.get(f"{name}.{key}") for key in module._names}
-        saved = {key: v for key, v in entries.items() if torch.is_tensor(v)}
-        if len(saved) < len(entries):
-            continue  # _load_state reports a missing entry
-        here = {key: getattr(module, key) for key in module._names}
-        if all(
-            saved[key].shape == here[key].shape and torch.equal(saved[key].to(here[key]), here[key])
-            for key in here
-        ):
-            continue
-        what = f"site {named[id(module)]!r}" if id(module) in named else repr(name)
-        raise CheckpointError(
-            f"resume_from={where!r} was trained with the prior {_prior_text(module, saved)} of "
-            f"{what}, but the model has {_prior_text(module, here)}. Rebuild the model with "
-            "the run's prior (or start a new run without resume_from)."
-        )
-
-
-def _prior_text(prior: Any, params: dict[str, torch.Tensor]) -> str:
-    def value(t: torch.Tensor) -> str:
-        flat = t.detach().flatten()
-        if flat.numel() and bool((flat == flat[0]).all()):
-            return f"{flat[0].item():g}"
-        return f"<tensor of shape {tuple(t.shape)}>"
-
-    return f"{prior.family}(" + ", ".join(f"{k}={value(v)}" for k, v in params.items()) + ")"
-
-
-def _short(value: Any, limit: int = 300) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit] + "..."

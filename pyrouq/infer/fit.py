@@ -22,6 +22,7 @@ from pyrouq._util import (
     check_positive_float,
     has_latent_sites,
 )
+from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._training import (
@@ -263,7 +264,7 @@ def fit(
     check_each_batch = check_inputs and not check_loader_inputs(
         train_loader, probe.likelihood, probe.num_classes
     )
-    resume = None if resume_from is None else _checkpoint.restore(resume_from, model, guide, epochs)
+    resume = None if resume_from is None else restore(resume_from, model, guide, epochs)
     optimizer = build_optimizer(model, guide, probe, optim, lr)
     group = _distributed.current()
     independent = _distributed.draws_option(distributed_draws, group, seed)
