@@ -471,7 +471,8 @@ class Gaussian(Likelihood):
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
     ) -> tuple[Tensor, Tensor]:
         loc, scale = self.loc_scale(outputs, latent)
-        return loc.float(), scale.float()
+        dtype = torch.promote_types(loc.dtype, torch.float32)  # half to float32; float64 stays
+        return loc.to(dtype), scale.to(dtype)
 
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
         from pyrouq.regression import GaussianPredictions

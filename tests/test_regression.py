@@ -180,8 +180,10 @@ def test_a_float64_network_with_its_own_noise_parameters_computes_in_float64(sca
     x, y = (t.double() for t in _data(d_out=2))
     result = fit(model, guide, ArrayLoader(x, y, 16, seed=0), epochs=1, progress=False, seed=0)
     assert math.isfinite(result.history[-1].loss)
-    p = predict(model, x, guide, num_samples=2, progress=False)
+    p = predict(model, ArrayLoader(x, y, 16), guide, num_samples=2, progress=False)
     assert p.loc.shape == (2, 64, 2) and torch.isfinite(p.loc).all()
+    assert p.loc.dtype == p.scale.dtype == torch.float64  # as a classifier's probabilities
+    assert math.isfinite(p.evaluate()["nll"])
 
 
 def test_learned_noise_is_one_point_estimate_per_output_saved_with_the_model(tmp_path):
