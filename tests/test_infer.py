@@ -668,6 +668,13 @@ def test_bad_init_scale(bad):
         mean_field_guide(tiny_mlp(), init_scale_relative=bad)
 
 
+def test_absolute_and_relative_initial_scales_together_are_refused():
+    with pytest.raises(
+        ValueError, match=r"init_scale=0.05 and init_scale_relative=0.1: .* Pass one of them"
+    ):
+        mean_field_guide(tiny_mlp(), init_scale=0.05, init_scale_relative=0.1)
+
+
 def test_guide_for_unsupported_model_and_mismatched_init_from():
     with pytest.raises(TypeError, match="needs a pyrouq Bayesian model"):
         mean_field_guide(MLP())

@@ -68,6 +68,12 @@ class MeanFieldGuide(nn.Module):
                 "Each site then starts at a standard deviation of init_scale_relative * |loc| "
                 "(MOPED: 0.1); pass None for the absolute init_scale.",
             )
+            if init_scale != DEFAULT_INIT_SCALE:
+                raise ValueError(
+                    f"mean_field_guide() got init_scale={init_scale:g} and "
+                    f"init_scale_relative={init_scale_relative:g}: the initial scales are "
+                    "either absolute or relative to |loc|. Pass one of them."
+                )
         latent_sites = getattr(model, "latent_sites", None)
         template = getattr(model, "template", None)
         if not callable(latent_sites) or not callable(template):
@@ -288,8 +294,8 @@ def mean_field_guide(
         doors, not draws from the prior).
     init_scale_relative : float, optional
         MOPED's initial scales (Krishnan et al., AAAI 2020): every weight starts at a standard
-        deviation of ``init_scale_relative * |loc|`` (at least 1e-6; ``init_scale`` is then
-        not used), so a trained network passed as ``init_from`` sets both the means and, in
+        deviation of ``init_scale_relative * |loc|`` (at least 1e-6; do not pass
+        ``init_scale`` with it), so a trained network passed as ``init_from`` sets both the means and, in
         proportion, the scales (MOPED's delta: 0.1); a positive site (a LogNormal noise scale)
         starts at ``init_scale_relative`` in log space, a relative spread of its value. Not
         the default: see the README's "Starting from a trained network" for what it measured.
