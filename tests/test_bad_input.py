@@ -15,6 +15,7 @@ import pyro
 import pytest
 import torch
 import torchvision
+from torch import nn
 
 import pyrouq
 from pyrouq import (
@@ -24,6 +25,7 @@ from pyrouq import (
     BayesianMLP,
     CheckpointError,
     KLWeightedELBO,
+    batchensemble,
     bayesian,
     decompose,
     fit,
@@ -298,6 +300,23 @@ CASES = {
         CheckpointError,
         r"skeleton .* does not match .*parameter 'conv.weight' is shape \(4, 1, 3, 3\) in the "
         r"checkpoint and shape \(5, 1, 3, 3\) in the skeleton",
+    ),
+    "checkpoint: skeleton with another activation": (
+        lambda tmp: load(
+            save(tmp / "x.pt", bayesian(nn.Sequential(nn.Linear(2, 3), nn.ReLU()))),
+            module=nn.Sequential(nn.Linear(2, 3), nn.Tanh()),
+        ),
+        CheckpointError,
+        r"skeleton \(torch.nn.modules.container.Sequential\) does not match .*module '1' is a "
+        r"ReLU in the checkpoint and a Tanh in the skeleton \(layers without parameters",
+    ),
+    "checkpoint: skeleton with an extra layer": (
+        lambda tmp: load(
+            save(tmp / "x.pt", batchensemble(nn.Sequential(nn.Linear(2, 3)), 2)),
+            module=nn.Sequential(nn.Linear(2, 3), nn.Softmax(-1)),
+        ),
+        CheckpointError,
+        r"module '1' is absent in the checkpoint and a Softmax in the skeleton",
     ),
     "fit: checkpoint of a model it cannot save": (
         lambda tmp: fit(

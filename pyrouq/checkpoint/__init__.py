@@ -399,7 +399,8 @@ def load(
     module : nn.Module, optional
         The skeleton of a converted network (:func:`pyrouq.bayesian`,
         :func:`pyrouq.batchensemble`) or of a plain module: a freshly built network of the
-        saved structure (same parameter and buffer names and shapes, checked), e.g. from the
+        saved structure (same parameter and buffer names and shapes, and the same class name
+        for every submodule, activations included; checked), e.g. from the
         factory that built the original. It is copied, not changed. Not needed for the
         front doors (``BayesianLeNet``, ...) nor for networks made from pyrouq's ``MLP`` /
         ``LeNet``.

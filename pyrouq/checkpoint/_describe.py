@@ -238,6 +238,22 @@ def _skeleton(
                     f"{shape(saved.get(name))} in the checkpoint and {shape(got.get(name))} in "
                     "the skeleton. Build the module exactly as the saved one was built."
                 )
+    saved_modules = record.get("modules")  # absent from checkpoints written before 2026-12-03
+    if saved_modules is not None:
+        got_modules = here["modules"]
+        for name in list(saved_modules) + [n for n in got_modules if n not in saved_modules]:
+            if saved_modules.get(name) != got_modules.get(name):
+                where = f"module {name!r}" if name else "the network itself"
+                saved_kind, got_kind = (
+                    "absent" if kind is None else f"a {kind}"
+                    for kind in (saved_modules.get(name), got_modules.get(name))
+                )
+                raise CheckpointError(
+                    f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} is "
+                    f"{saved_kind} in the checkpoint and {got_kind} in the skeleton "
+                    "(layers without parameters, such as activations, count too). Build the "
+                    "module exactly as the saved one was built."
+                )
     return module
 
 

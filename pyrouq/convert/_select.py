@@ -293,11 +293,13 @@ def resolve_priors(
 
 
 def module_record(module: nn.Module) -> dict[str, Any]:
-    """The structure of ``module`` (class, parameter and buffer names and shapes), which a
-    checkpoint keeps to check the skeleton it is loaded into."""
+    """The structure of ``module`` (class, the class name of every submodule, parameter and
+    buffer names and shapes), which a checkpoint keeps to check the skeleton it is loaded
+    into."""
     cls = type(module)
     return {
         "class": f"{cls.__module__}.{cls.__qualname__}",
+        "modules": {n: type(m).__name__ for n, m in module.named_modules()},
         "parameters": {n: list(p.shape) for n, p in module.named_parameters()},
         "buffers": {n: list(b.shape) for n, b in module.named_buffers()},
     }

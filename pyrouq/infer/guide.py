@@ -295,10 +295,11 @@ def mean_field_guide(
     init_scale_relative : float, optional
         MOPED's initial scales (Krishnan et al., AAAI 2020): every weight starts at a standard
         deviation of ``init_scale_relative * |loc|`` (at least 1e-6; do not pass
-        ``init_scale`` with it), so a trained network passed as ``init_from`` sets both the means and, in
-        proportion, the scales (MOPED's delta: 0.1); a positive site (a LogNormal noise scale)
-        starts at ``init_scale_relative`` in log space, a relative spread of its value. Not
-        the default: see the README's "Starting from a trained network" for what it measured.
+        ``init_scale`` with it), so a trained network passed as ``init_from`` sets both the
+        means and, in proportion, the scales (MOPED's delta: 0.1); a positive site (a
+        LogNormal noise scale) starts at ``init_scale_relative`` in log space, a relative
+        spread of its value. Not the default: see the README's "Starting from a trained
+        network" for what it measured.
 
     Returns
     -------
