@@ -173,6 +173,8 @@ def test_members_apply_to_ensembles_only_and_errors_name_the_right_help(capsys):
     assert "leave --members out" in err
     assert run_exit(["fit", "--epochs", "0"], capsys).endswith("(see `pyrouq fit --help`)\n")
     assert run_exit(["--bogus"], capsys).endswith("(see `pyrouq --help`)\n")
+    unknown = run_exit(["evaluate", "runs/x", "--bogus", "1"], capsys)
+    assert unknown.endswith("unrecognized arguments: --bogus 1 (see `pyrouq evaluate --help`)\n")
 
 
 def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
