@@ -162,11 +162,21 @@ def mcmc(
         (new processes could not import it); otherwise one after another, in this process.
         The draws are the same either way. A chain process that dies (out of memory, say)
         raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes.
+        Each chain process first runs the script's top-level code again (Python's ``spawn``),
+        so a script that calls ``mcmc()`` needs the usual ``if __name__ == "__main__":``
+        guard, or ``parallel=False``.
 
     Returns
     -------
     MCMCResult
     """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # a chain process (spawned) running the script's top-level code again
+        raise RuntimeError(
+            "mcmc() was called while a chain process was starting: each chain process first "
+            "runs the script's top-level code again. Put the code that calls mcmc() under "
+            '`if __name__ == "__main__":`, or pass mcmc(..., parallel=False).'
+        )
     latent = getattr(model, "latent_sites", None)
     if not callable(latent) or not latent():
         raise TypeError(
@@ -189,13 +199,17 @@ def mcmc(
     x, y = _check_data(x, y)
     x = model_input(x, model, "mcmc()")
     check_finite_inputs(x, "mcmc()")
-    with torch.no_grad():
-        outputs = model.outputs(x, model.template())
-    model.likelihood.check_targets(y, outputs, "mcmc()")
-    base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
     previous = (model.num_data, model.training)
+    model.eval()  # before any pass: train-mode BatchNorm would update its running statistics
+    try:
+        with torch.no_grad():
+            outputs = model.outputs(x, model.template())
+        model.likelihood.check_targets(y, outputs, "mcmc()")
+    except BaseException:
+        model.train(previous[1])
+        raise
+    base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
     model.num_data = x.shape[0]
-    model.eval()
     cores = os.cpu_count() or 1
     spawnable = all(type(m).__module__ != "__main__" for m in model.modules())
     if parallel is None:
@@ -262,12 +276,7 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
                     reader.close()
                     process.join()
                     if owed:
-                        raise RuntimeError(
-                            f"mcmc(): a process running chains ended abruptly (chain {owed[0]}, "
-                            f"exit code {process.exitcode}); out of memory is the usual cause. "
-                            "Run fewer chains at once, or mcmc(..., parallel=False) to run them "
-                            "one after another in this process."
-                        ) from None
+                        raise RuntimeError(_ended_abruptly(owed[0], process.exitcode)) from None
                     continue
                 if not ok:
                     raise value
@@ -284,6 +293,27 @@ def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
                 process.join()
             reader.close()
     return [results[index] for index in range(len(jobs))]
+
+
+def _ended_abruptly(chain: int, code: int | None) -> str:
+    """What to say of a chain process that ended without its results, by its exit code."""
+    start = f"mcmc(): a process running chains ended abruptly (chain {chain}"
+    if code is not None and code < 0:  # killed by a signal
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        cause = "; out of memory is the usual cause" if -code == signal.SIGKILL else ""
+        return (
+            f"{start}, killed by {name}){cause}. Run fewer chains at once, or "
+            "mcmc(..., parallel=False) to run them one after another in this process."
+        )
+    return (
+        f"{start}, exit code {code}; its own error, if any, is printed above). A chain process "
+        "starts by running the script's top-level code again: in a script, put the code that "
+        'calls mcmc() under `if __name__ == "__main__":`, or pass mcmc(..., parallel=False) to '
+        "run the chains one after another in this process."
+    )
 
 
 def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> None:

@@ -30,7 +30,8 @@ class ListLoader(list):
 
 class MisbehavesInAWorker(torch.nn.Linear):
     """A Linear layer that, when it runs in a child process (an MCMC chain worker), ends that
-    process at once (``then="exit"``: a worker killed for memory, say), raises
+    process at once (``then="exit"``: exit code 3; ``then="kill"``: SIGKILL, as a worker
+    killed for memory), raises
     (``then="raise"``) or stalls for ten minutes (``then="stall"``: a chain that would run
     long); in the main process, a plain Linear."""
 
@@ -46,6 +47,10 @@ class MisbehavesInAWorker(torch.nn.Linear):
         if multiprocessing.parent_process() is not None:
             if self.then == "exit":
                 os._exit(3)
+            if self.then == "kill":
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
             if self.then == "raise":
                 raise ArithmeticError("a chain's own error")
             time.sleep(600)

@@ -162,12 +162,52 @@ def test_parallel_chains_give_the_same_draws(result):
     assert torch.equal(parallel.sample_stats["diverging"], res.sample_stats["diverging"])
 
 
-def test_a_chain_process_that_dies_is_a_clear_error():
-    model = bayesian(MisbehavesInAWorker(2, 1, then="exit"), likelihood=Gaussian(0.3))
-    with pytest.raises(RuntimeError, match=r"a process running chains ended abruptly .*"
-                       r"parallel=False"):  # fmt: skip
+@pytest.mark.parametrize(
+    ("then", "pattern"),
+    [
+        ("kill", r"ended abruptly \(chain \d, killed by SIGKILL\); out of memory is the usual "
+         r"cause. Run fewer chains at once, or mcmc\(..., parallel=False\)"),
+        ("exit", r"ended abruptly \(chain \d, exit code 3; its own error, if any, is printed "
+         r"above\).*under `if __name__ == \"__main__\":`, or pass mcmc\(..., parallel=False\)"),
+    ],
+)  # fmt: skip
+def test_a_chain_process_that_dies_is_a_clear_error(then, pattern):
+    model = bayesian(MisbehavesInAWorker(2, 1, then=then), likelihood=Gaussian(0.3))
+    with pytest.raises(RuntimeError, match=pattern):
         _run(model, parallel=True)
     assert model.training  # the model's state is restored on the way out
+
+
+_UNGUARDED = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_mcmc import _run
+print("top-level code ran", flush=True)
+_run(parallel=True)
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
+    # each spawned chain process runs the script's top-level code again
+    script = tmp_path / "unguarded.py"
+    script.write_text(_UNGUARDED.format(tests=os.path.dirname(__file__)))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1
+    assert "mcmc() was called while a chain process was starting" in done.stderr  # a child's
+    assert re.search(r"ended abruptly \(chain \d, exit code 1; .*__main__", done.stderr)
+
+
+def test_mcmc_leaves_the_batchnorm_statistics_alone():
+    net = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 1))
+    model = bayesian(net, likelihood=Gaussian(0.3))
+    short = {"num_chains": 1, "num_samples": 3, "warmup_steps": 3, "max_tree_depth": 3}
+    first, *_ = _run(model, **short)
+    assert torch.equal(model.net[1].running_mean, torch.zeros(3))
+    assert int(model.net[1].num_batches_tracked) == 0 and model.training
+    again, *_ = _run(model, **short)
+    assert all(torch.equal(first.samples[k], again.samples[k]) for k in first.samples)
 
 
 def test_an_error_in_a_chain_process_is_raised_here():
