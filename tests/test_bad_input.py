@@ -995,6 +995,17 @@ API_CASES = [
     ("plot_regression", "shape",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6, 2)), ValueError,
      r"Expected x with one value per point, \(N,\) or \(N, 1\) with N = 6, got shape \(6, 2\)"),
+    ("plot_regression", "train_y length",
+     lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), train_x=torch.zeros(3),
+                                        train_y=torch.zeros(6)), ValueError,
+     r"Expected train_y of shape \(3, 1\) or \(3,\), one row of the 1 output\(s\) per point "
+     r"of train_x, got shape \(6,\)"),
+    ("plot_regression", "train_y alone",
+     lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), train_y=torch.zeros(6)),
+     ValueError, r"got train_y without train_x: .* Pass both, or neither"),
+    ("plot_regression", "num_sd",
+     lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), num_sd=-2),
+     ValueError, r"Expected num_sd > 0, the bands' half-width in standard deviations, got -2"),
     ("plot_calibration", "empty", lambda tmp: pyrouq.plot_calibration(gaussian_preds()),
      ValueError, r"No targets: pass targets=\(N, D\) values, or predict from a loader"),
     # -- calibration and conformal prediction -------------------------------------------

@@ -39,6 +39,20 @@ def _column(value: Any, name: str, n: int) -> Tensor:
     return flat[:, 0].double().cpu()
 
 
+def _targets_of(train_y: Any, n: int, num_outputs: int) -> Tensor:
+    """``train_y`` as ``(n, D)``: one row of the D outputs per training point."""
+    if not isinstance(train_y, Tensor):
+        raise TypeError(f"Expected train_y to be a torch.Tensor, got {type(train_y).__name__}.")
+    one = num_outputs == 1 and train_y.dim() == 1
+    if train_y.shape[:1] != (n,) or not (one or train_y.shape[1:] == (num_outputs,)):
+        allowed = f"({n}, {num_outputs})" + (f" or ({n},)" if num_outputs == 1 else "")
+        raise ValueError(
+            f"Expected train_y of shape {allowed}, one row of the {num_outputs} output(s) per "
+            f"point of train_x, got shape {tuple(train_y.shape)}."
+        )
+    return train_y.detach().reshape(n, num_outputs)
+
+
 def plot_regression(
     predictions: GaussianPredictions,
     x: Tensor,
@@ -74,6 +88,16 @@ def plot_regression(
             f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
             f"{output!r}."
         )
+    if not (isinstance(num_sd, (int, float)) and not isinstance(num_sd, bool) and num_sd > 0):
+        raise ValueError(
+            f"Expected num_sd > 0, the bands' half-width in standard deviations, got {num_sd!r}."
+        )
+    if (train_x is None) != (train_y is None):
+        given, missing = ("train_x", "train_y") if train_y is None else ("train_y", "train_x")
+        raise ValueError(
+            f"plot_regression() got {given} without {missing}: the training points are "
+            "scattered as (train_x, train_y) pairs. Pass both, or neither."
+        )
     xs = _column(x, "x", p.num_inputs)
     order = torch.argsort(xs)
     grid = xs[order].numpy()
@@ -92,9 +116,9 @@ def plot_regression(
     )  # fmt: skip
     ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean")
     if train_x is not None and train_y is not None:
-        n = train_x.shape[0] if isinstance(train_x, Tensor) else 0
+        n = train_x.shape[0] if isinstance(train_x, Tensor) and train_x.dim() else 0
         tx = _column(train_x, "train_x", n)
-        ty = train_y.detach().reshape(n, -1)[:, output].double().cpu()
+        ty = _targets_of(train_y, n, p.num_outputs)[:, output].double().cpu()
         ax.scatter(tx.numpy(), ty.numpy(), s=12, color="black", zorder=3, label="training data")
     ax.set_xlabel("x")
     ax.set_ylabel("y" if p.num_outputs == 1 else f"y[{output}]")
