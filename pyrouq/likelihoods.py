@@ -256,6 +256,15 @@ NOISE_SITE = "sigma"
 NoiseSpec = float | Literal["learned", "heteroscedastic"] | torch.distributions.Distribution
 
 
+def _all_equal(bound: Any, value: float) -> bool:
+    """Whether a support's bound (a float, a tensor, or None) is ``value`` everywhere."""
+    if bound is None:
+        return False
+    if torch.is_tensor(bound):
+        return bool((bound == value).all())
+    return isinstance(bound, (int, float)) and float(bound) == value
+
+
 class Gaussian(Likelihood):
     """Regression: outputs are means ``(*S, B, D)``, targets real ``(B, D)`` (or ``(B,)`` when
     D = 1), observed as ``Normal(mean, scale)``, independent over the D outputs.
@@ -300,10 +309,13 @@ class Gaussian(Likelihood):
 
             support = scale.support
             lower = getattr(support, "lower_bound", None)
-            if not (isinstance(lower, (int, float)) and lower >= 0):
+            upper = getattr(support, "upper_bound", math.inf)
+            if not (_all_equal(lower, 0.0) and _all_equal(upper, math.inf)):
                 raise ValueError(
-                    f"Expected a noise prior with positive support (HalfNormal, LogNormal, "
-                    f"Gamma, HalfCauchy, ...), got {scale} with support {support}."
+                    f"Expected a noise prior on the positive half-line, (0, inf) (HalfNormal, "
+                    f"LogNormal, Gamma, HalfCauchy, ...), got {scale} with support {support}: "
+                    "the guide fits the noise by a LogNormal, whose KL to a prior with bounds "
+                    "elsewhere is infinite."
                 )
             if scale.event_shape:
                 raise ValueError(
@@ -382,6 +394,13 @@ class Gaussian(Likelihood):
                     "Give the last layer twice as many outputs as there are targets."
                 )
             return size // 2
+        if self.mode == "latent" and tuple(self.noise_prior.shape) not in ((), (size,)):
+            raise ValueError(
+                f"{where}: the noise prior has batch shape {tuple(self.noise_prior.shape)}, "
+                f"expected () (one noise for all outputs) or ({size},) (one per output) for a "
+                f"network with {size} output(s). Build the prior with that shape, e.g. "
+                f"HalfNormal(torch.ones({size}))."
+            )
         return size
 
     def loc_scale(
@@ -403,6 +422,7 @@ class Gaussian(Likelihood):
                 f"The Gaussian noise is the latent site {NOISE_SITE!r}: pass its value (a "
                 "model built with this likelihood samples it)."
             )
+        self.num_outputs(outputs)  # the noise prior's shape fits D
         noise = latent[NOISE_SITE]
         event = len(self.noise_prior.shape)
         lead = noise.shape[: noise.dim() - event]

@@ -278,7 +278,19 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
         (lambda: Gaussian(scale="fixed"), ValueError,
          r"Unknown noise scale 'fixed': expected a float > 0, 'learned', 'heteroscedastic'"),
         (lambda: Gaussian(scale=dist.Normal(0.0, 1.0)), ValueError,
-         r"Expected a noise prior with positive support \(HalfNormal, LogNormal"),
+         r"Expected a noise prior on the positive half-line, \(0, inf\) \(HalfNormal, LogNormal"),
+        (lambda: Gaussian(scale=dist.Uniform(0.1, 2.0)), ValueError,
+         r"positive half-line, .*got Uniform.* whose KL to a prior with bounds elsewhere is "
+         r"infinite"),
+        (lambda: Gaussian(scale=dist.Pareto(1.0, 2.0)), ValueError,
+         r"positive half-line, .*got Pareto"),
+        (lambda: bayesian(nn.Linear(3, 1), likelihood=Gaussian(dist.HalfNormal(torch.ones(3))))(
+            torch.randn(4, 3), torch.randn(4)), ValueError,
+         r"the noise prior has batch shape \(3,\), expected \(\) \(one noise for all "
+         r"outputs\) or \(1,\) \(one per output\) for a network with 1 output\(s\)"),
+        (lambda: batchensemble(nn.Linear(3, 1), 2, likelihood=Gaussian(dist.HalfNormal(1.0))),
+         ValueError, r"batchensemble\(\) got a likelihood whose noise is a latent site "
+         r"\(\['sigma'\], .*Use Gaussian\('learned'\) .*or rank1\(module, M, likelihood=...\)"),
         (lambda: bayesian(nn.Linear(3, 3), likelihood=Gaussian("heteroscedastic"))(
             torch.randn(4, 3), torch.randn(4)), ValueError,
          r"needs a network with 2D outputs \(D means, then D raw scales\), got 3 outputs"),

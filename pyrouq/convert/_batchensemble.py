@@ -306,6 +306,43 @@ def batchensemble(
     >>> torch.allclose(ensemble(x), net(x).expand(3, 2, 3), atol=1e-6)
     True
     """
+    latent = get_likelihood(likelihood).latent_sites()
+    if latent:
+        raise ValueError(
+            f"batchensemble() got a likelihood whose noise is a latent site ({sorted(latent)}, "
+            "from a prior), but a BatchEnsemble is deterministic: nothing would sample it. Use "
+            "Gaussian('learned') for a noise trained as a point estimate, or rank1(module, M, "
+            "likelihood=...) for a rank-1 Bayesian network, whose guide fits the noise too."
+        )
+    return _batchensemble(
+        module,
+        num_members,
+        use_base_weights=use_base_weights,
+        r_mean=r_mean,
+        r_std=r_std,
+        s_mean=s_mean,
+        s_std=s_std,
+        init=init,
+        norms=norms,
+        likelihood=likelihood,
+    )
+
+
+def _batchensemble(
+    module: nn.Module,
+    num_members: int,
+    *,
+    use_base_weights: bool,
+    r_mean: float,
+    r_std: float,
+    s_mean: float,
+    s_std: float,
+    init: FactorInit,
+    norms: Norms,
+    likelihood: LikelihoodName | Likelihood,
+) -> BatchEnsembleNetwork:
+    """:func:`batchensemble` without its check of the likelihood: :func:`pyrouq.rank1` builds
+    its BatchEnsemble with a latent noise, which its guide then fits."""
     options: dict[str, Any] = dict(
         use_base_weights=use_base_weights,
         init=init,

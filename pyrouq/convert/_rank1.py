@@ -7,7 +7,7 @@ import pyro.distributions as dist
 from torch import nn
 
 from pyrouq._util import check_positive_float
-from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, batchensemble
+from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, _batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
 from pyrouq.likelihoods import Likelihood, LikelihoodName
 from pyrouq.nn._batchensemble import FactorInit
@@ -109,13 +109,15 @@ def rank1(
             "BatchEnsemble. Pass the plain network, or use bayesian(ensemble) to make an "
             "existing BatchEnsemble's factors latent."
         )
-    ensemble = batchensemble(
+    ensemble = _batchensemble(
         module,
         num_members,
         use_base_weights=use_base_weights,
-        init=init,
+        r_mean=1.0,
         r_std=r_std,
+        s_mean=1.0,
         s_std=s_std,
+        init=init,
         norms=norms,
         likelihood=likelihood,
     )
