@@ -128,8 +128,8 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
         The uncertainty measure, see above.
     base : float, default math.e
-        Logarithm base of the entropies (``2`` for bits). Must be ``> 0`` and ``!= 1``; used only
-        by ``"entropy"``.
+        Logarithm base of the entropies (``2`` for bits). Must be ``> 1`` (below 1 every
+        entropy would be negative); used only by ``"entropy"``.
 
     Returns
     -------
@@ -323,12 +323,11 @@ def _check_base(base: object) -> None:
         isinstance(base, bool)
         or not isinstance(base, (int, float))
         or not math.isfinite(base)
-        or base <= 0
-        or base == 1
+        or base <= 1
     ):
         raise ValueError(
-            f"Expected a logarithm base > 0 and != 1, got {base!r}; "
-            "use math.e for nats (the default) or 2 for bits."
+            f"Expected a logarithm base > 1, got {base!r} (a base below 1 makes every "
+            "uncertainty negative); use math.e for nats (the default) or 2 for bits."
         )
 
 
