@@ -304,7 +304,9 @@ def test_summary_errors(ensemble, data):
     idata = to_inference_data(ensemble, None, *data)
     with pytest.raises(ValueError, match=r"no 'posterior' group.*group='posterior_predictive'"):
         summary(idata)
-    with pytest.raises(TypeError, match=r"always uses kind='stats'"):
+    with pytest.raises(
+        TypeError, match=r"summary\(\) of ensemble members always uses kind='stats'"
+    ):
         summary(idata, group="posterior_predictive", kind="all")
     missing = r"var_names \['nope'\] are not in idata's 'posterior_predictive' group, which holds"
     with pytest.raises(ValueError, match=missing + r" \['obs', 'probs'\]"):

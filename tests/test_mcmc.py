@@ -26,6 +26,7 @@ from pyrouq import (
     mcmc,
     predict,
     save,
+    summary,
     to_inference_data,
 )
 
@@ -100,8 +101,13 @@ def test_inference_data_has_chains_and_sampler_statistics(result):
     assert int(idata.sample_stats["diverging"].sum()) == res.divergences
     assert idata.log_likelihood["obs"].shape == (2, 20, 30)
     assert idata.posterior.attrs["draws"] == "2 MCMC chains (nuts)"
-    summary = az.summary(idata, var_names=["bias"])
-    assert {"r_hat", "ess_bulk"} <= set(summary.columns)
+    table = az.summary(idata, var_names=["bias"])
+    assert {"r_hat", "ess_bulk"} <= set(table.columns)
+    ours = summary(idata, var_names=["bias"])  # MCMC chains: the diagnostics too, as arviz's
+    assert list(ours.columns) == list(table.columns) and ours.equals(table)
+    assert list(summary(idata, var_names=["bias"], kind="stats").columns) == [
+        "mean", "sd", "hdi_3%", "hdi_97%"
+    ]  # fmt: skip
     assert az.bfmi(idata).shape == (2,)
 
 

@@ -254,7 +254,9 @@ def test_unknown_measure_lists_valid_ones():
 
 @pytest.mark.parametrize("base", [0, -2.0, 0.5, 1, 1.0, float("nan"), True])
 def test_bad_base(base):
-    with pytest.raises(ValueError, match=r"base > 1, got .*makes every uncertainty negative\); use math\.e"):
+    with pytest.raises(
+        ValueError, match=r"base > 1, got .*makes every uncertainty negative\); use math\.e"
+    ):
         decompose(dirichlet(2, 3, 2), base=base)
 
 

@@ -276,11 +276,14 @@ def summary(
     hdi_prob: float | None = None,
     **kwargs: Any,
 ) -> pandas.DataFrame:
-    """``az.summary(idata, kind="stats")``: mean, sd and HDI of each variable.
+    """``az.summary`` of each variable: mean, sd and HDI, and for MCMC draws R-hat and ESS.
 
-    The diagnostics columns that ``az.summary`` adds by default (R-hat, bulk and tail ESS,
-    MCSE) are left out on purpose: they measure the mixing of Markov chains, and the draws of
-    a guide (or the members of an ensemble) are independent, so they would tell nothing.
+    For the draws of a guide or the members of an ensemble (what :func:`to_inference_data`
+    records in the ``draws`` attribute) it is ``kind="stats"``: the diagnostics columns
+    (R-hat, bulk and tail ESS, MCSE) measure the mixing of Markov chains, and those draws are
+    independent, so they would tell nothing. For MCMC chains (and an ``idata`` from elsewhere)
+    it is ``az.summary``'s default, ``kind="all"``, diagnostics included; ``kind`` may be
+    passed then.
 
     Parameters
     ----------
@@ -295,12 +298,13 @@ def summary(
     hdi_prob : float, optional
         Probability mass of the HDI (arviz's default, 0.94, when None).
     **kwargs
-        Passed on to ``az.summary`` (``round_to``, ``coords``, ...), except ``kind``.
+        Passed on to ``az.summary`` (``round_to``, ``coords``, ...; ``kind`` for MCMC draws).
 
     Returns
     -------
     pandas.DataFrame
-        One row per scalar; columns ``mean``, ``sd``, ``hdi_3%``, ``hdi_97%`` (for 0.94).
+        One row per scalar; columns ``mean``, ``sd``, ``hdi_3%``, ``hdi_97%`` (for 0.94), then
+        for MCMC draws ``mcse_mean``, ``mcse_sd``, ``ess_bulk``, ``ess_tail`` and ``r_hat``.
     """
     az = _arviz()
     if not isinstance(idata, az.InferenceData):
@@ -308,12 +312,17 @@ def summary(
             f"Expected idata to be an arviz.InferenceData, got {type(idata).__name__}; make "
             "one with to_inference_data(model, guide, x, y)."
         )
-    if "kind" in kwargs:
-        raise TypeError(
-            f"summary() always uses kind='stats', got kind={kwargs['kind']!r}: R-hat and ESS "
-            "mean nothing for independent draws. Call az.summary directly for other kinds."
-        )
     groups = idata.groups()
+    draws = str(idata[groups[0]].attrs.get("draws", "")) if groups else ""
+    independent = draws in ("independent guide draws", "ensemble members")
+    if independent and "kind" in kwargs:
+        raise TypeError(
+            f"summary() of {draws} always uses kind='stats', got kind={kwargs['kind']!r}: R-hat "
+            "and ESS mean nothing for independent draws. Call az.summary directly for other "
+            "kinds."
+        )
+    if independent:
+        kwargs["kind"] = "stats"
     if group not in groups:
         raise ValueError(
             f"idata has no {group!r} group; it has {groups}. A BatchEnsemble export has no "
@@ -327,6 +336,4 @@ def summary(
             f"summary(): var_names {missing} are not in idata's {group!r} group, which holds "
             f"{known[:10]}{' ...' if len(known) > 10 else ''}. Pick from those."
         )
-    return az.summary(
-        idata, var_names=var_names, group=group, kind="stats", hdi_prob=hdi_prob, **kwargs
-    )
+    return az.summary(idata, var_names=var_names, group=group, hdi_prob=hdi_prob, **kwargs)
