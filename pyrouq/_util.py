@@ -27,6 +27,20 @@ def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int
     return value
 
 
+MAX_SEED = 2**32 - 1
+"""The largest seed every generator pyrouq seeds takes (numpy's, through ``pyro.set_rng_seed``)."""
+
+
+def check_seed(value: object, where: str) -> int:
+    """``value`` as a seed, an int in ``[0, 2**32 - 1]``, or a ValueError saying so."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(
+            f"{where}: expected seed to be an integer in [0, 2**32 - 1], got {value!r}. Pass "
+            "e.g. seed=0."
+        )
+    return value
+
+
 def check_count(name: str, value: object, hint: str = "") -> int:
     """Like :func:`check_int` with ``minimum=1``, worded "an integer >= 1" (counts of things)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

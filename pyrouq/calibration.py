@@ -22,6 +22,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from pyrouq._util import check_seed
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
 
@@ -350,9 +351,11 @@ def conformal(
         ``"lac"`` (default for classifiers), ``"aps"``, ``"raps"``; ``"abs"`` (default for
         regression) or ``"cqr"``. See :class:`ConformalClassifier`, :class:`ConformalRegressor`.
     seed : int, default 0
-        Seed of the APS/RAPS randomisation on the calibration split.
+        Seed of the APS/RAPS randomisation on the calibration split (unused by the other
+        scores, but checked).
     lam, k_reg : float, int
-        The RAPS penalty ``lam * max(0, rank - k_reg)``.
+        The RAPS penalty ``lam * max(0, rank - k_reg)`` (unused by the other scores, but
+        checked).
 
     Returns
     -------
@@ -368,6 +371,13 @@ def conformal(
     >>> cal.predict_sets(Predictions(probs[:, :1])).tolist()
     [[True, False, False]]
     """
+    check_seed(seed, "conformal()")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < math.inf:
+        raise ValueError(f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}.")
+    if isinstance(k_reg, bool) or not isinstance(k_reg, int) or k_reg < 0:
+        raise ValueError(
+            f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}."
+        )
     if isinstance(val_preds, GaussianPredictions):
         score = "abs" if score is None else score
         if score not in ("abs", "cqr"):
@@ -387,17 +397,11 @@ def conformal(
         )
     y = _labels(preds, val_targets, "val_targets")
     a = _check_alpha(alpha, y.shape[0])
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0:
-        raise ValueError(f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}.")
-    if isinstance(k_reg, bool) or not isinstance(k_reg, int) or k_reg < 0:
-        raise ValueError(
-            f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}."
-        )
-    predictor = ConformalClassifier(score, a, math.inf, float(lam), k_reg, int(seed))  # type: ignore[arg-type]
+    predictor = ConformalClassifier(score, a, math.inf, float(lam), k_reg, seed)  # type: ignore[arg-type]
     true_scores = predictor.scores(preds, seed).gather(1, y.to(preds.probs.device)[:, None])[:, 0]
     threshold = float(_quantile(true_scores, a))
     classes = int(preds.probs.shape[-1])
-    return ConformalClassifier(score, a, threshold, float(lam), k_reg, int(seed), classes)  # type: ignore[arg-type]
+    return ConformalClassifier(score, a, threshold, float(lam), k_reg, seed, classes)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------

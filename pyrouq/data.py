@@ -33,7 +33,7 @@ from typing import Literal
 
 import torch
 
-from pyrouq._util import ShardedOrder, check_int
+from pyrouq._util import ShardedOrder, check_int, check_seed
 
 __all__ = [
     "MNIST_MEAN",
@@ -377,7 +377,9 @@ class TensorLoader(ShardedOrder):
         self.dataset = _TensorDataset(images, labels, self.transform)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
-        self.seed = int(seed)
+        else:
+            check_seed(seed, "the loader")
+        self.seed = seed
         self._generator = torch.Generator().manual_seed(self.seed)
 
     @property

@@ -28,7 +28,7 @@ import torch
 from pyro.infer.mcmc import HMC, NUTS
 from torch import Tensor
 
-from pyrouq._util import check_count, check_finite_inputs, check_int, model_input
+from pyrouq._util import check_count, check_finite_inputs, check_int, check_seed, model_input
 
 __all__ = ["MAX_LATENT_VALUES", "PARALLEL_MIN_STEPS", "MCMCResult", "mcmc"]
 
@@ -187,6 +187,8 @@ def mcmc(
     check_int("num_samples", num_samples)
     check_int("warmup_steps", warmup_steps, minimum=0)
     check_int("max_tree_depth", max_tree_depth)
+    if seed is not None:
+        check_seed(seed, "mcmc()")
     if kernel not in ("nuts", "hmc"):
         raise ValueError(f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc'.")
     size = sum(math.prod(shape) for shape in latent().values())

@@ -1,4 +1,4 @@
-"""Tabular data for regression: an in-memory loader of ``(x, y)`` tensors, a seeded
+"""Tabular data: an in-memory loader of ``(x, y)`` tensors, a seeded
 train/test split, and standardisation fitted on the training split only.
 
 Kept small and explicit::
@@ -18,29 +18,32 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from pyrouq._util import ShardedOrder, check_int
+from pyrouq._util import ShardedOrder, check_int, check_seed
 
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
 
 
-def _check_xy(x: object, y: object, where: str) -> tuple[Tensor, Tensor]:
+def _check_xy(x: object, y: object, where: str, integers: bool = True) -> tuple[Tensor, Tensor]:
+    """``x`` and ``y`` as tensors of N rows each, real (or, with ``integers``, integer: token
+    ids, class labels) and finite, or a clear error."""
     for name, value in (("x", x), ("y", y)):
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"{where}: expected {name} to be a torch.Tensor, got {type(value).__name__}; "
                 "wrap it with torch.as_tensor(...)."
             )
-        if not value.is_floating_point():
+        integer = not value.is_floating_point() and not value.is_complex()
+        if value.dtype == torch.bool or not (value.is_floating_point() or (integers and integer)):
+            allowed = "floating-point or integer" if integers else "floating-point"
             raise TypeError(
-                f"{where}: expected floating-point {name}, got dtype {value.dtype}; use "
-                f"{name}.float() (class labels belong to a classifier's loaders)."
+                f"{where}: expected {allowed} {name}, got dtype {value.dtype}; use {name}.float()."
             )
         if value.dim() == 0 or value.shape[0] == 0:
             raise ValueError(
                 f"{where}: expected {name} with a leading dimension of N >= 1 rows, got shape "
                 f"{tuple(value.shape)}."
             )
-        if not bool(torch.isfinite(value).all()):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ValueError(
                 f"{where}: {name} holds NaN or inf; remove or repair those rows first."
             )
@@ -72,7 +75,8 @@ class ArrayLoader(ShardedOrder):
     Parameters
     ----------
     x, y : torch.Tensor
-        ``(N, ...)`` inputs and ``(N, ...)`` real targets.
+        ``(N, ...)`` inputs and ``(N, ...)`` targets, real or integer (token ids, class
+        labels; the model's likelihood checks the targets when it trains).
     batch_size : int, default 64
     shuffle : bool, default True
     seed : int, optional
@@ -101,7 +105,9 @@ class ArrayLoader(ShardedOrder):
         self._generator = torch.Generator()
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
-        self._generator.manual_seed(int(seed))
+        else:
+            check_seed(seed, "ArrayLoader")
+        self._generator.manual_seed(seed)
 
     def __len__(self) -> int:
         return -(-self._local_size(len(self.dataset)) // self.batch_size)
@@ -143,6 +149,7 @@ def train_test_split(
     (8, 2)
     """
     x, y = _check_xy(x, y, "train_test_split()")
+    check_seed(seed, "train_test_split()")
     if (
         isinstance(test_fraction, bool)
         or not isinstance(test_fraction, (int, float))
@@ -159,9 +166,23 @@ def train_test_split(
             f"test_fraction={test_fraction} of {n} rows leaves {n_test} test and {n - n_test} "
             "training rows; both need at least one. Pass more rows or another fraction."
         )
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     test, train = order[:n_test].to(x.device), order[n_test:].to(x.device)
     return x[train], y[train], x[test], y[test]
+
+
+def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
+    """``value`` if its rows have the columns ``mean`` was fitted on, else a clear error."""
+    if not isinstance(value, Tensor) or not value.is_floating_point():
+        what = getattr(value, "dtype", type(value).__name__)
+        raise TypeError(f"Standardizer.{where}(): expected a floating-point tensor, got {what}.")
+    if value.dim() == 0 or tuple(value.shape[1:]) != tuple(mean.shape):
+        raise ValueError(
+            f"Standardizer.{where}(): expected {name} of shape "
+            f"{str(('N', *mean.shape)).replace(chr(39), '')} as in fit() (rows of the columns "
+            f"it was fitted on), got shape {tuple(value.shape)}."
+        )
+    return value
 
 
 class Standardizer:
@@ -189,7 +210,7 @@ class Standardizer:
     @classmethod
     def fit(cls, x: Tensor, y: Tensor) -> Standardizer:
         """The statistics of ``x`` and ``y`` (the training split), column by column."""
-        x, y = _check_xy(x, y, "Standardizer.fit()")
+        x, y = _check_xy(x, y, "Standardizer.fit()", integers=False)
         if x.shape[0] < 2:
             raise ValueError(
                 f"Standardizer.fit() needs at least 2 rows to measure a spread, got {x.shape[0]}."
@@ -203,11 +224,11 @@ class Standardizer:
 
     def transform_x(self, x: Tensor) -> Tensor:
         """Standardised inputs."""
-        return (x - self.x_mean) / self.x_std
+        return (_fitting(x, self.x_mean, "x", "transform_x") - self.x_mean) / self.x_std
 
     def transform_y(self, y: Tensor) -> Tensor:
         """Standardised targets."""
-        return (y - self.y_mean) / self.y_std
+        return (_fitting(y, self.y_mean, "y", "transform_y") - self.y_mean) / self.y_std
 
     def transform(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Standardised ``(x, y)``."""

@@ -148,6 +148,8 @@ def test_a_latent_noise_is_sampled_too():
          TypeError, r"mcmc\(\) needs the full data as tensors x and y, got DataLoader: NUTS "
          r"evaluates the likelihood of every point at every step"),
         (lambda: _run(kernel="gibbs"), ValueError, r"Unknown kernel 'gibbs'"),
+        (lambda: _run(seed=1.5), ValueError,
+         r"mcmc\(\): expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.5"),
         (lambda: mcmc(nn.Linear(2, 1), *_data(), num_samples=5, warmup_steps=5), TypeError,
          r"mcmc\(\) samples a pyrouq Bayesian model .*got Linear"),
         (lambda: predict(bayesian(nn.Linear(2, 1)), _data()[0], posterior_samples=[1]),

@@ -299,8 +299,19 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
         (lambda: fit(*(lambda m: (m, mean_field_guide(m)))(_model()), [(torch.randn(4, 3),
          torch.arange(4))], epochs=1, num_data=4, progress=False), ValueError,
          r"Batch 1 of epoch 1 has targets of dtype torch.int64, expected real values"),
-        (lambda: ArrayLoader(torch.randn(4, 3), torch.arange(4)), TypeError,
-         r"ArrayLoader: expected floating-point y, got dtype torch.int64"),
+        (lambda: ArrayLoader(torch.randn(4, 3), torch.ones(4, dtype=torch.bool)), TypeError,
+         r"ArrayLoader: expected floating-point or integer y, got dtype torch.bool"),
+        (lambda: Standardizer.fit(torch.randn(5, 3), torch.randn(5)).transform_x(
+            torch.randn(4, 4)), ValueError, r"Standardizer.transform_x\(\): expected x of shape "
+         r"\(N, 3\) as in fit\(\) \(rows of the columns it was fitted on\), got shape \(4, 4\)"),
+        (lambda: Standardizer.fit(torch.randn(5, 3), torch.randn(5, 2)).transform_y(
+            torch.randn(4)), ValueError, r"expected y of shape \(N, 2\) as in fit\(\)"),
+        (lambda: Standardizer.fit(torch.randn(5, 3), torch.arange(5)), TypeError,
+         r"Standardizer.fit\(\): expected floating-point y, got dtype torch.int64"),
+        (lambda: ArrayLoader(torch.randn(4, 3), torch.randn(4), seed=1.7), ValueError,
+         r"ArrayLoader: expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.7"),
+        (lambda: train_test_split(torch.randn(4, 3), torch.randn(4), seed=None), ValueError,
+         r"train_test_split\(\): expected seed to be an integer .*got None"),
         (lambda: train_test_split(torch.randn(4, 3), torch.randn(4), test_fraction=1.5),
          ValueError, r"Expected test_fraction in \(0, 1\), got 1.5"),
         (lambda: GaussianPredictions(torch.zeros(2, 3, 1), -torch.ones(2, 3, 1)), ValueError,
@@ -369,3 +380,18 @@ def test_plots_draw_the_bands_and_the_calibration_curve():
     error = p.evaluate()["calibration_error"]
     assert fig.axes[0].get_title() == f"Quantile calibration (error {error:.4f})"
     plt.close(fig)
+
+
+def test_array_loader_takes_token_ids_and_class_labels():
+    # integer inputs (an embedding's token ids) and labels: a tabular classifier trains on it
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 6, (24, 3), generator=g)
+    labels = (tokens[:, 0] >= 3).long()
+    net = nn.Sequential(nn.Embedding(6, 4), nn.Flatten(), nn.Linear(12, 2))
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    loader = ArrayLoader(tokens, labels, 8, seed=0)
+    assert next(iter(loader))[0].dtype == torch.int64
+    result = fit(model, guide, loader, epochs=2, progress=False, seed=0)
+    assert math.isfinite(result.history[-1].loss)
+    assert predict(model, loader, guide, num_samples=2, progress=False).probs.shape == (2, 24, 2)

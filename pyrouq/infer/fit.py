@@ -20,6 +20,7 @@ from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
     check_count,
     check_positive_float,
+    check_seed,
     has_latent_sites,
 )
 from pyrouq.checkpoint._resume import restore
@@ -216,6 +217,8 @@ def fit(
         )
     check_count("epochs", epochs)
     check_positive_float("lr", lr)
+    if seed is not None:
+        check_seed(seed, "fit()")
     if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
         raise ValueError(
             f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
