@@ -214,6 +214,13 @@ def evaluate_rotations(
             f"{tuple(y.shape)}."
         )
     _check_measure(measure)
+    if isinstance(angles, Tensor) and angles.dim() == 1:
+        angles = angles.tolist()
+    if isinstance(angles, (int, float, Tensor)) or not isinstance(angles, Iterable):
+        raise TypeError(
+            f"Expected angles to be an iterable of degrees, got {angles!r}; pass e.g. "
+            f"angles=[{angles}] for one angle, or angles=range(0, 181, 15)."
+        )
     angles = [_check_angle(a, "each angle") for a in angles]
     if not angles:
         raise ValueError("Expected at least one angle, got none; pass e.g. angles=(0, 45, 90).")

@@ -995,6 +995,11 @@ API_CASES = [
     ("plot_regression", "shape",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6, 2)), ValueError,
      r"Expected x with one value per point, \(N,\) or \(N, 1\) with N = 6, got shape \(6, 2\)"),
+    ("evaluate_rotations", "one angle",
+     lambda tmp: pyrouq.evaluate_rotations(pyrouq.MLP(), torch.randn(2, 1, 28, 28),
+                                           torch.tensor([0, 1]), angles=30), TypeError,
+     r"Expected angles to be an iterable of degrees, got 30; pass e.g. angles=\[30\] for one "
+     r"angle, or angles=range\(0, 181, 15\)"),
     ("fit", "seed",
      with_model_guide(lambda m, g: fit(m, g, [(torch.randn(4, 784), torch.tensor([0, 1, 0, 1]))],
                                        epochs=1, num_data=4, seed=1.5)), ValueError,
