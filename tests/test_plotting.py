@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -227,6 +228,10 @@ def test_training_curves():
         "3 epochs in 1.5 s: final loss 33.333, KL 13, train acc 93.00%"
     )
     assert len(plot_training_curves(list(history[:1])).axes) == 3  # a plain list of records
+    regression = [dataclasses.replace(r, train_acc=float("nan")) for r in history]  # no accuracy
+    fig = plot_training_curves(regression)
+    assert len(fig.axes) == 2
+    assert fig._suptitle.get_text() == "3 epochs in 1.5 s: final loss 33.333, KL 13"
 
 
 def test_rotation_plot():
@@ -256,6 +261,10 @@ def test_save_figures_writes_pngs_and_closes(tmp_path, preds, targets):
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
     assert not any(plt.fignum_exists(fig.number) for fig in figs.values())
     assert plt.imread(paths[0]).shape[:2] == (600, 500)  # figsize (5, 6) at dpi 100
+    again = {"risk": plt.figure(), "Risk.PNG": plt.figure()}
+    with pytest.raises(ValueError, match=r"Figures 'risk' and 'Risk.PNG' would both be written "
+                       r"to 'Risk.PNG' .*Give them other names"):  # fmt: skip
+        save_figures(again, out)
 
 
 def test_save_figures_bad_input(tmp_path, preds, targets):

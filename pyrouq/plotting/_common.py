@@ -64,6 +64,7 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
             "pass e.g. {'reliability': fig}."
         )
     planned = []
+    owners: dict[str, str] = {}  # file name, without case -> the figure's name
     for name, fig in figures.items():
         if (
             not isinstance(name, str)
@@ -80,7 +81,14 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
                 f"Expected figures[{name!r}] to be a matplotlib Figure, got "
                 f"{type(fig).__name__}; pass what the plot_* functions return."
             )
-        planned.append((name if name.endswith(".png") else f"{name}.png", fig))
+        file = name if name.lower().endswith(".png") else f"{name}.png"
+        twin = owners.setdefault(file.lower(), name)
+        if twin != name:
+            raise ValueError(
+                f"Figures {twin!r} and {name!r} would both be written to {file!r} (names are "
+                "compared without case, '.png' added unless present). Give them other names."
+            )
+        planned.append((file, fig))
     plt = _pyplot()
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():

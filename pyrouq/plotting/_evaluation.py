@@ -3,6 +3,7 @@ training curves and rotated inputs."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -275,7 +276,8 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
     -------
     Figure
         Three axes: the loss (negative ELBO estimate) with its expected-NLL term, ``KL(q || p)``
-        (0 for BatchEnsemble), and the training accuracy; the title gives the final values.
+        (0 for BatchEnsemble), and the training accuracy (left out for a regression, which has
+        none); the title gives the final values.
     """
     history = getattr(fit_result, "history", fit_result)
     fields = ("epoch", "loss", "nll", "kl", "train_acc", "seconds")
@@ -302,22 +304,27 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    fig, (ax_loss, ax_kl, ax_acc) = plt.subplots(1, 3, figsize=(12.0, 3.4))
+    accuracy = any(math.isfinite(r.train_acc) for r in history)  # none for regression
+    fig, axes = plt.subplots(1, 3 if accuracy else 2, figsize=(12.0 if accuracy else 8.0, 3.4))
+    ax_loss, ax_kl = axes[:2]
     ax_loss.plot(epochs, [r.loss for r in history], marker, ms=3, label="loss (neg. ELBO)")
     ax_loss.plot(epochs, [r.nll for r in history], marker, ms=3, label="expected NLL")
     ax_loss.set_title("Loss per epoch (nats)", fontsize=10)
     ax_loss.legend(fontsize=8)
     ax_kl.plot(epochs, [r.kl for r in history], marker, ms=3, color="tab:green")
     ax_kl.set_title("KL(q || p) (nats, unweighted)", fontsize=10)
-    ax_acc.plot(epochs, [100 * r.train_acc for r in history], marker, ms=3, color="tab:purple")
-    ax_acc.set_title("Training accuracy (%)", fontsize=10)
-    for ax in (ax_loss, ax_kl, ax_acc):
+    if accuracy:
+        ax_acc = axes[2]
+        acc = [100 * r.train_acc for r in history]
+        ax_acc.plot(epochs, acc, marker, ms=3, color="tab:purple")
+        ax_acc.set_title("Training accuracy (%)", fontsize=10)
+    for ax in axes:
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     seconds = sum(r.seconds for r in history)
     fig.suptitle(
         f"{len(history)} epochs in {seconds:.1f} s: final loss {last.loss:.5g}, "
-        f"KL {last.kl:.5g}, train acc {last.train_acc:.2%}",
+        f"KL {last.kl:.5g}" + (f", train acc {last.train_acc:.2%}" if accuracy else ""),
         fontsize=10,
     )
     fig.tight_layout()
