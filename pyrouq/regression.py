@@ -220,10 +220,12 @@ class GaussianPredictions:
     # -- evaluation ----------------------------------------------------------------------------
 
     def evaluate(self, targets: Tensor | None = None) -> dict[str, float]:
-        """The regression metrics, in the targets' units, averaged over inputs (and outputs).
+        """The regression metrics, in the targets' units, averaged over inputs (and, except
+        ``nll``, over the D outputs).
 
-        Keys: ``rmse`` and ``mae`` of the predictive mean; ``nll``, the mean of
-        ``-log p(y_n)`` under the mixture; ``crps``; ``coverage_50/90/95``, the fraction of
+        Keys: ``rmse`` and ``mae`` of the predictive mean; ``nll``, the mean over inputs of
+        ``-log p(y_n)`` under the mixture, ``y_n`` all D outputs of input n (a joint density,
+        summed over the outputs' logs); ``crps``; ``coverage_50/90/95``, the fraction of
         targets inside the mixture's central intervals, and ``width_50/90/95``, their mean
         width; ``calibration_error``, the quantile calibration error of Kuleshov et al.
         (2018): ``mean_j (p_j - phat_j)^2`` over the levels :data:`CALIBRATION_LEVELS`, where
