@@ -427,7 +427,8 @@ def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
             f"{tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
         )
     y = targets.to(sets.device)
-    if y.is_floating_point() or y.is_complex() or (num and (y.min() < 0 or y.max() >= classes)):
+    wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool
+    if wrong_dtype or (num and (y.min() < 0 or y.max() >= classes)):
         raise ValueError(
             f"{where}: expected integer class labels in [0, {classes - 1}] for sets over "
             f"{classes} classes, got dtype {targets.dtype}"

@@ -174,6 +174,10 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
         (lambda: class_conditional_coverage(torch.ones(3, 2, dtype=torch.bool),
                                             torch.tensor([0, -1, 1])), ValueError,
          r"class_conditional_coverage\(\): expected integer class labels in \[0, 1\]"),
+        (lambda: class_conditional_coverage(torch.ones(3, 2, dtype=torch.bool),
+                                            torch.tensor([True, False, True])), ValueError,
+         r"expected integer class labels in \[0, 1\] for sets over 2 classes, got dtype "
+         r"torch.bool"),
         (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(2, 5)), ValueError,
          r"coverage\(\): expected targets of shape \(5, 2\), as the intervals, got \(2, 5\)"),
         (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(5)), ValueError,
