@@ -218,6 +218,12 @@ def test_device_errors(capsys):
         pytest.skip("a GPU is present")
     err = one_line_error(capsys, 2, ["fit", "mlp", "--device", "cuda"])
     assert "torch sees no GPU" in err
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--device", "meta"])
+    assert "--device meta holds no data (a meta device); use cpu or cuda" in err
+    if not torch.backends.mps.is_available():
+        err = one_line_error(capsys, 2, ["fit", "mlp", "--device", "mps"])
+        assert "--device mps: this torch build cannot use mps devices here; use cpu" in err
+    assert "--seed must be in [0, 2**32 - 1], got -1" in run_exit(["fit", "--seed", "-1"], capsys)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,8 +235,13 @@ def test_device_errors(capsys):
 def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     out = tmp_path / method
     argv = ["fit", "_factories:tiny_residual", "--method", method, "--epochs", "1"]
-    argv += ["--train-size", "1024", "--batch-size", "32", "--num-samples", "2"]
-    argv += ["--out", str(out), "--no-progress"]
+    argv += ["--train-size", "1024", "--batch-size", "32", "--out", str(out), "--no-progress"]
+    if method in ("batchensemble", "plain"):  # no posterior draws to set: refused
+        err = one_line_error(capsys, 2, [*argv, "--num-samples", "2"])
+        assert "--num-samples 2 applies to a Bayesian model (a bayesian or rank1 model" in err
+        assert not out.exists() or not any(out.iterdir())
+    else:
+        argv += ["--num-samples", "2"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert f"fitting _factories:tiny_residual ({method})" in printed
@@ -294,8 +305,11 @@ def test_rank1_lenet_fits_with_the_batchensemble_recipe(tmp_path, capsys):
 
 def test_factory_on_fashion_mnist_uses_mnist_as_ood(tmp_path, capsys, shared_data):
     out = tmp_path / "fashion"
+    root = tmp_path / "fashion-only"  # no MNIST here: the OOD set comes from the bundled copy
+    root.mkdir()
+    (root / "FashionMNIST").symlink_to(shared_data / "FashionMNIST")
     argv = ["fit", "pyrouq.models:ResidualCNN", "--dataset", "fashion-mnist", "--epochs", "1"]
-    argv += ["--data-root", str(shared_data), "--train-size", "256", "--num-samples", "2"]
+    argv += ["--data-root", str(root), "--train-size", "256", "--num-samples", "2"]
     assert main([*argv, "--method", "last-layer", "--out", str(out), "--no-progress"]) == 0
     assert "on 256 Fashion-MNIST images" in capsys.readouterr().out
     metrics = json.loads((out / "metrics.json").read_text())
@@ -320,6 +334,10 @@ def test_factory_errors(tmp_path, capsys):
     assert "'_factories' has no attribute 'missing'" in err
     err = one_line_error(capsys, 2, ["fit", "_factories:not_a_module", *out])
     assert "factory '_factories:not_a_module' returned a str; it must return an nn.Module" in err
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--kl-weight", "5", *out])
+    assert "--kl-weight 5.0 applies to a Bayesian model" in err and "mlp has none" in err
+    err = one_line_error(capsys, 2, ["fit", "batchensemble-lenet", "--prior-scale", "0.5", *out])
+    assert "--prior-scale 0.5 applies to a Bayesian model" in err
     err = one_line_error(capsys, 2, ["fit", "mlp", "--method", "bayesian", *out])
     assert "--method applies to a factory" in err
     assert "--method" in run_exit(["fit", "_factories:tiny_residual", "--method", "deep"], capsys)

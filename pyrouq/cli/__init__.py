@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pyrouq import __version__
+from pyrouq._util import MAX_SEED
 from pyrouq.cli._build import (
     DEFAULT_MEMBERS,
     DEFAULT_NUM_SAMPLES,
@@ -70,6 +71,17 @@ def _positive_int(name: str) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**32 - 1], what every generator pyrouq seeds takes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"--seed must be in [0, 2**32 - 1], got {value}")
+    return value
 
 
 def _fraction(name: str) -> Callable[[str], float]:
@@ -171,7 +183,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"posterior draws for evaluation (Bayesian models; default {DEFAULT_NUM_SAMPLES}, "
         f"rank-1: {DEFAULT_NUM_SAMPLES} / members, each running every member)",
     )  # fmt: skip
-    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--seed", type=_seed, default=0)
     fit.add_argument("--data-root", default=None, help="folder in torchvision layout")
     fit.add_argument(
         "--train-size", type=_positive_int("--train-size"), default=None,
@@ -196,7 +208,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "--ood", choices=("auto", "fashion-mnist", "mnist", "none"), default="auto",
         help="out-of-distribution set; auto: the other data set of the run",
     )  # fmt: skip
-    ev.add_argument("--shift", choices=("rotate",), default=None, help="add rotated MNIST")
+    ev.add_argument(
+        "--shift", choices=("rotate",), default=None,
+        help="add a sweep of rotated test images of the run's data set",
+    )  # fmt: skip
     ev.add_argument(
         "--calibrate", choices=("temperature",), default=None,
         help="fit a temperature on a seeded half of the test set, report the other half",
@@ -205,7 +220,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--conformal", type=_fraction("--conformal"), default=None, metavar="ALPHA",
         help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
     )  # fmt: skip
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--seed", type=_seed, default=0)
     ev.add_argument(
         "--data-root", default=None,
         help="folder in torchvision layout (default: the bundled test splits)",
@@ -251,6 +266,15 @@ def _device(name: str | None) -> Any:
         raise CommandError(f"--device {name!r} is not a torch device (e.g. cpu, cuda)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CommandError(f"--device {name} asked for CUDA, but torch sees no GPU; use cpu")
+    if device.type == "meta":
+        raise CommandError(f"--device {name} holds no data (a meta device); use cpu or cuda")
+    try:
+        torch.zeros(1, device=device).item()  # a device this torch build can use
+    except (RuntimeError, AssertionError):
+        raise CommandError(
+            f"--device {name}: this torch build cannot use {device.type} devices here; use cpu"
+            + (" or cuda" if torch.cuda.is_available() else "")
+        ) from None
     return device
 
 
@@ -366,8 +390,8 @@ def _fit_on_rank(
         "epochs": epochs,
         "batch_size": batch_size,
         "lr": lr,
-        "kl_weight": args.kl_weight,
-        "num_particles": args.num_particles,
+        "kl_weight": args.kl_weight if guide is not None else None,
+        "num_particles": args.num_particles if guide is not None else None,
         "members": args.members if ensemble else None,
         "norms": _norms_of(model) if ensemble else None,
         "prior_scale": args.prior_scale if guide is not None else None,

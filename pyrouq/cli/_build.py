@@ -94,6 +94,22 @@ def method_of(args: argparse.Namespace) -> str | None:
         )
     if hasattr(args, "members") and args.members is None:
         args.members = DEFAULT_MEMBERS
+    bayesian = method in ("bayesian", "last-layer", "rank1") or built_in.startswith(
+        ("Bayesian", "Rank1")
+    )
+    given = {
+        "--prior-scale": getattr(args, "prior_scale", None),
+        "--num-samples": getattr(args, "num_samples", None),
+        "--kl-weight": getattr(args, "kl_weight", None),
+        "--num-particles": None if getattr(args, "num_particles", 1) == 1 else args.num_particles,
+    }
+    for option, value in given.items():
+        if value is not None and not bayesian:
+            raise CommandError(
+                f"{option} {value} applies to a Bayesian model (a bayesian or rank1 model, or "
+                "--method bayesian / last-layer / rank1), which has a prior and posterior "
+                f"draws; {args.model} has none. Leave {option} out"
+            )
     return method
 
 
