@@ -256,6 +256,9 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     # rank-1: 2 draws of the factors, each running the 4 members
     expected = {"bayesian": 2, "last-layer": 2, "batchensemble": 4, "rank1": 8}
     assert metrics["num_samples"] == expected.get(method, 1)
+    # one network's draws cannot disagree: its OOD score is the entropy, not the MI (always 0)
+    assert metrics["ood_score"] == ("entropy" if method == "plain" else "mutual_information")
+    assert metrics["ood_auroc"] != 0.5
     # evaluate rebuilds the skeleton by calling the recorded factory
     assert main(["evaluate", str(out), "--ood", "none"]) == 0
     again = json.loads((out / "metrics-evaluate.json").read_text())

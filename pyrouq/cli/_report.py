@@ -125,17 +125,26 @@ def _evaluate(
             ),
             "pyrouq",
         )
-    metrics: dict[str, Any] = dict(pyrouq.evaluate(preds, test.labels, ood=ood_preds))
+    # one network (S = 1) has no disagreement between draws: its mutual information is 0
+    single = preds.probs.shape[0] == 1
+    score = "entropy" if single else "mutual_information"
+    metrics: dict[str, Any] = dict(
+        pyrouq.evaluate(preds, test.labels, ood=ood_preds, ood_score=score)
+    )
     print()
     print(pyrouq.format_table(metrics))
     if ood_preds is not None:
+        metrics["ood_score"] = score
+    if ood_preds is not None and not single:
         metrics["ood_auroc_entropy"] = metrics_module.ood_auroc(  # only this metric again
             metrics_module.ood_scores(preds.probs, "entropy"),
             metrics_module.ood_scores(ood_preds.probs, "entropy"),
         )
     metrics["num_samples"] = preds.probs.shape[0]
     metrics["eval_seconds"] = time.perf_counter() - start
-    if ood_preds is not None:
+    if ood_preds is not None and single:
+        print("(OOD score: predictive entropy; one network has no mutual information)")
+    elif ood_preds is not None:
         print(f"(OOD score: mutual information; with entropy the AUROC is "
               f"{metrics['ood_auroc_entropy']:.4f})")  # fmt: skip
     preds, labels = preds.to("cpu"), test.labels.cpu()
