@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def _evaluate(
         )
     # one network (S = 1) has no disagreement between draws: its mutual information is 0
     single = preds.probs.shape[0] == 1
-    score = "entropy" if single else "mutual_information"
+    score: Literal["entropy", "mutual_information"] = "entropy" if single else "mutual_information"
     metrics: dict[str, Any] = dict(
         pyrouq.evaluate(preds, test.labels, ood=ood_preds, ood_score=score)
     )
