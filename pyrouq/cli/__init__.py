@@ -6,7 +6,8 @@ metric tables and writes a run directory (``metrics.json``, ``config.json``,
 ``checkpoint.pt``, plots). MODEL is a built-in name or ``package.module:factory``, an
 importable callable returning the user's ``nn.Module``, made Bayesian, last-layer Bayesian,
 a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by ``--method``
-(:mod:`pyrouq.cli._build`). ``pyrouq evaluate RUN_DIR`` reloads a run
+(:mod:`pyrouq.cli._build`; the options are parsed in :mod:`pyrouq.cli._parser`, the metrics
+and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` reloads a run
 (calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
 images. Bad input is a one-line ``pyrouq: error: ...`` on stderr and exit code 2; an
 interrupted training saves the partial run and exits with 130.
@@ -18,221 +19,27 @@ import argparse
 import atexit
 import contextlib
 import json
-import math
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pyrouq import __version__
-from pyrouq._util import MAX_SEED
 from pyrouq.cli._build import (
-    DEFAULT_MEMBERS,
     DEFAULT_NUM_SAMPLES,
     FACTORY_RECIPE,
-    METHODS,
     MODELS,
     CommandError,
     build,
     call_factory,
-    is_factory,
     method_of,
 )
+from pyrouq.cli._parser import EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
 from pyrouq.cli._report import _calibrate, _evaluate, _save_plots, _write_metrics
-
-DATASETS = ("mnist", "fashion-mnist")
-
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block), exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        command = " ".join(["pyrouq", *self.prog.split()[1:2], "--help"])  # the subcommand's
-        self.exit(EXIT_USAGE, f"pyrouq: error: {message} (see `{command}`)\n")
-
-
-def _positive_int(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a positive integer, got {text!r}"
-            ) from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {value}")
-        return value
-
-    return parse
-
-
-def _seed(text: str) -> int:
-    """--seed: an integer in [0, 2**32 - 1], what every generator pyrouq seeds takes."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer, got {text!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"--seed must be in [0, 2**32 - 1], got {value}")
-    return value
-
-
-def _fraction(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not 0 < value < 1:
-            raise argparse.ArgumentTypeError(
-                f"{name} must lie in (0, 1) (the allowed miscoverage, e.g. 0.1), got {text}"
-            )
-        return value
-
-    return parse
-
-
-def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            bound = ">= 0" if allow_zero else "> 0"
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number {bound}, got {text}")
-        return value
-
-    return parse
-
-
-def _model_name(text: str) -> str:
-    if text not in MODELS and not is_factory(text):
-        raise argparse.ArgumentTypeError(
-            f"unknown model {text!r}; choose one of: {', '.join(MODELS)}, or give "
-            "package.module:factory, an importable callable returning your nn.Module"
-        )
-    return text
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pyrouq", description="Bayesian uncertainty for PyTorch, built on Pyro.")
-    parser.add_argument("--version", action="version", version=f"pyrouq {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-
-    data = sub.add_parser("data", help="load MNIST and print a one-line summary")
-    data.add_argument("--data-root", default=None, help="folder in torchvision layout")
-
-    fit = sub.add_parser(
-        "fit",
-        help="train a model on MNIST, evaluate it (Fashion-MNIST as OOD), write a run folder",
-        description="Train MODEL on MNIST (or --dataset fashion-mnist), evaluate it on the "
-        "test split with the other data set as out-of-distribution data, print the metric "
-        "tables, and write metrics.json, config.json, checkpoint.pt and PNG plots into --out.",
-    )
-    fit.add_argument(
-        "model", type=_model_name, metavar="MODEL",
-        help=f"{', '.join(MODELS)}, or package.module:factory (a callable returning your "
-        "nn.Module, converted by --method)",
-    )  # fmt: skip
-    fit.add_argument(
-        "--method", choices=METHODS, default=None,
-        help="for a factory: bayesian (default), last-layer, batchensemble, rank1 or plain",
-    )  # fmt: skip
-    fit.add_argument(
-        "--dataset", choices=DATASETS, default="mnist",
-        help="training data; fashion-mnist needs --data-root with its train split (OOD: MNIST)",
-    )  # fmt: skip
-    fit.add_argument("--epochs", type=_positive_int("--epochs"), help="default per model")
-    fit.add_argument("--batch-size", type=_positive_int("--batch-size"), help="default per model")
-    fit.add_argument("--lr", type=_positive_float("--lr"), help="Adam learning rate")
-    fit.add_argument(
-        "--kl-weight",
-        type=_positive_float("--kl-weight", allow_zero=True),
-        default=None,
-        help=(
-            "weight of the KL term (default fit()'s: 0.02 for classifiers, 1.0 for regression "
-            "and rank-1; 1 is the exact ELBO)"
-        ),
-    )
-    fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
-    fit.add_argument(
-        "--members", type=_positive_int("--members"), default=None,
-        help=f"members M of a BatchEnsemble or rank-1 network (default {DEFAULT_MEMBERS})",
-    )  # fmt: skip
-    fit.add_argument(
-        "--norms", choices=("shared", "per_member"), default=None,
-        help="for --method batchensemble / rank1: each member has a copy of the normalisation "
-        "layers or the members share them (default: per_member for batchensemble, shared for "
-        "rank1)",
-    )  # fmt: skip
-    fit.add_argument(
-        "--prior-scale", type=_positive_float("--prior-scale"), default=None,
-        help="prior sd: of Normal(0, s) weights (default 1.0), of Normal(1, s) rank-1 factors "
-        "(default 0.1)",
-    )  # fmt: skip
-    fit.add_argument(
-        "--num-samples", type=_positive_int("--num-samples"), default=None,
-        help=f"posterior draws for evaluation (Bayesian models; default {DEFAULT_NUM_SAMPLES}, "
-        f"rank-1: {DEFAULT_NUM_SAMPLES} / members, each running every member)",
-    )  # fmt: skip
-    fit.add_argument("--seed", type=_seed, default=0)
-    fit.add_argument("--data-root", default=None, help="folder in torchvision layout")
-    fit.add_argument(
-        "--train-size", type=_positive_int("--train-size"), default=None,
-        help="train on the first N of the 60000 images (quick trials)",
-    )  # fmt: skip
-    fit.add_argument("--out", default=None, help="run folder (default runs/MODEL-TIMESTAMP)")
-    fit.add_argument("--overwrite", action="store_true", help="reuse a non-empty --out")
-    fit.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
-    fit.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-    ev = sub.add_parser(
-        "evaluate",
-        help="reload a run folder and evaluate it again",
-        description=(
-            "Reload RUN_DIR/checkpoint.pt and evaluate it on the test split of its data set; "
-            "--calibrate and --conformal fit on a seeded half of it and report the other half."
-        ),
-    )
-    ev.add_argument("run_dir", metavar="RUN_DIR")
-    ev.add_argument("--num-samples", type=_positive_int("--num-samples"), default=None)
-    ev.add_argument(
-        "--ood", choices=("auto", "fashion-mnist", "mnist", "none"), default="auto",
-        help="out-of-distribution set; auto: the other data set of the run",
-    )  # fmt: skip
-    ev.add_argument(
-        "--shift", choices=("rotate",), default=None,
-        help="add a sweep of rotated test images of the run's data set",
-    )  # fmt: skip
-    ev.add_argument(
-        "--calibrate", choices=("temperature",), default=None,
-        help="fit a temperature on a seeded half of the test set, report the other half",
-    )  # fmt: skip
-    ev.add_argument(
-        "--conformal", type=_fraction("--conformal"), default=None, metavar="ALPHA",
-        help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
-    )  # fmt: skip
-    ev.add_argument("--seed", type=_seed, default=0)
-    ev.add_argument(
-        "--data-root", default=None,
-        help="folder in torchvision layout (default: the bundled test splits)",
-    )  # fmt: skip
-    ev.add_argument("--device", default=None)
-    ev.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
-
-
-# --------------------------------------------------------------------------------------------
-# commands
-# --------------------------------------------------------------------------------------------
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
