@@ -200,7 +200,15 @@ def test_evaluate_errors(tmp_path, bayes_run, capsys):
     assert "has no checkpoint.pt" in err
     (tmp_path / "checkpoint.pt").write_bytes(b"garbage" * 10)
     err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
-    assert "is not a readable checkpoint" in err
+    assert "is not a readable checkpoint" in err and "weights_only" not in err
+    payload = torch.load(bayes_run / "checkpoint.pt", weights_only=True)
+    payload["metadata"] = '{"config": '  # cut short
+    torch.save(payload, tmp_path / "checkpoint.pt")
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert "checkpoint.pt' has damaged metadata (not the JSON `pyrouq fit` writes)" in err
+    err = one_line_error(capsys, 2, ["evaluate", str(bayes_run), "--ood", "mnist"])
+    assert "--ood mnist is the run's own data set, which cannot be out of distribution; " in err
+    assert "pass --ood fashion-mnist (what auto picks) or none" in err
 
 
 def test_console_script_and_module_entry_point(tmp_path):
@@ -335,6 +343,8 @@ def test_factory_errors(tmp_path, capsys):
     assert "cannot import 'no_such_module' for the factory 'no_such_module:net'" in err
     err = one_line_error(capsys, 2, ["fit", "_factories:missing", *out])
     assert "'_factories' has no attribute 'missing'" in err
+    err = one_line_error(capsys, 2, ["fit", "_factories:needs_weights", *out])
+    assert "factory '_factories:needs_weights' raised FileNotFoundError: weights.pt (call" in err
     err = one_line_error(capsys, 2, ["fit", "_factories:not_a_module", *out])
     assert "factory '_factories:not_a_module' returned a str; it must return an nn.Module" in err
     err = one_line_error(capsys, 2, ["fit", "mlp", "--kl-weight", "5", *out])

@@ -317,14 +317,14 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
         # torch's weights-only unpickler names what it refused after "WeightsUnpickler error:";
         # a global (a class or function to import and call) means a pickled Python object,
         # anything else (an unknown opcode, ...) a damaged file.
-        reason = str(err).partition("WeightsUnpickler error:")[2] or str(err)
+        reason = str(err).partition("WeightsUnpickler error:")[2].strip() or str(err)
         if "global" in reason.lower() or _plain_pickle_with_objects(path):
             raise CheckpointError(
                 f"{str(path)!r} contains pickled Python objects, which pyrouq refuses to load "
                 "because unpickling can run arbitrary code. Load checkpoints written by "
                 "pyrouq.save(); if you trust this file, read it with torch.load yourself."
             ) from None
-        raise CheckpointError(_corrupt(path, err)) from None
+        raise CheckpointError(_corrupt(path, reason)) from None
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise CheckpointError(_corrupt(path, err)) from None
     if isinstance(payload, dict) and payload.get("format") == MCMC_FORMAT:
@@ -365,8 +365,11 @@ def _plain_pickle_with_objects(path: Path) -> bool:
         return False
 
 
-def _corrupt(path: Path, err: BaseException) -> str:
-    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+def _corrupt(path: Path, err: BaseException | str) -> str:
+    """The message for a file that is no readable checkpoint, with the first line of why (not
+    torch's advice to load it without ``weights_only``, which pyrouq never does)."""
+    text = str(err).strip()
+    reason = text.splitlines()[0] if text else getattr(type(err), "__name__", "unreadable")
     return (
         f"{str(path)!r} is not a readable checkpoint: it is truncated or corrupted ({reason}). "
         "Use an intact copy, or the previous epoch's checkpoint."

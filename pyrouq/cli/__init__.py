@@ -252,7 +252,8 @@ def _run_fit(
     ranks = f" on {config['world_size']} ranks" if config["world_size"] > 1 else ""
     print(
         f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "
-        f"{len(train.dataset)} {data} images, {epochs} epochs of {len(train)} batches of "
+        f"{len(train.dataset)} {data} images, {epochs} epoch{'s' if epochs != 1 else ''} of "
+        f"{len(train)} batches of "
         f"{batch_size}, device {config['device']}{ranks}"
     )
     try:
@@ -319,7 +320,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             f"{str(checkpoint)!r} holds an MCMC result, not a fitted run; load it in Python "
             "with pyrouq.load and pass it to predict(..., posterior_samples=...)"
         )
-    config = json.loads(raw["metadata"]).get("config", {})
+    try:
+        config = json.loads(raw["metadata"]).get("config", {})
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        raise CommandError(
+            f"{str(checkpoint)!r} has damaged metadata (not the JSON `pyrouq fit` writes); "
+            "run `pyrouq fit` again, or load the file in Python with pyrouq.load"
+        ) from None
     factory = config.get("factory")
     skeleton = call_factory(factory) if factory else None
     saved = pyrouq.load(checkpoint, device=device, module=skeleton)
@@ -333,6 +340,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if saved.guide is not None:
         num_samples = args.num_samples or config.get("num_samples") or DEFAULT_NUM_SAMPLES
     dataset = config.get("dataset", "mnist")
+    if args.ood == dataset:
+        other = "fashion-mnist" if dataset == "mnist" else "mnist"
+        raise CommandError(
+            f"--ood {args.ood} is the run's own data set, which cannot be out of distribution; "
+            f"pass --ood {other} (what auto picks) or none"
+        )
     test = _load_test(dataset, config.get("batch_size", 512), args, device)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")

@@ -58,7 +58,13 @@ def call_factory(spec: str) -> Any:
             raise CommandError(f"{module_name!r} has no attribute {attr!r} (factory {spec!r})")
     if not callable(factory):
         raise CommandError(f"factory {spec!r} is a {type(factory).__name__}, not a callable")
-    net = factory()
+    try:
+        net = factory()
+    except Exception as err:
+        raise CommandError(
+            f"factory {spec!r} raised {type(err).__name__}: {err} (call it in Python to see the "
+            "traceback)"
+        ) from None
     if not isinstance(net, nn.Module):
         raise CommandError(
             f"factory {spec!r} returned a {type(net).__name__}; it must return an nn.Module"
