@@ -85,6 +85,7 @@ def test_fit_prints_the_tables(tmp_path, capsys):
 
 
 def test_evaluate_reloads_and_adds_rotations(bayes_run, capsys):
+    fits = {name: (bayes_run / name).read_bytes() for name in PLOTS}
     code = main(["evaluate", str(bayes_run), "--num-samples", "2", "--ood", "none", "--shift",
                  "rotate", "--no-progress"])  # fmt: skip
     assert code == 0
@@ -94,7 +95,10 @@ def test_evaluate_reloads_and_adds_rotations(bayes_run, capsys):
     assert "ood_auroc" not in metrics
     assert [row["angle"] for row in metrics["rotation"]] == list(range(0, 181, 15))
     assert metrics["rotation"][0]["acc"] > metrics["rotation"][6]["acc"]  # 0 vs 90 degrees
-    assert (bayes_run / "rotation.png").stat().st_size > 0
+    assert (bayes_run / "rotation-evaluate.png").stat().st_size > 0
+    # fit's figures stay as fit wrote them; evaluate's go beside them
+    assert (bayes_run / "reliability-evaluate.png").stat().st_size > 0
+    assert all((bayes_run / name).read_bytes() == fits[name] for name in PLOTS)
 
 
 def test_evaluate_calibrates_and_builds_conformal_sets(bayes_run, capsys):

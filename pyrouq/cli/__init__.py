@@ -372,7 +372,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
         figures["rotation"] = plot_rotation(rows)
     _write_metrics(run, metrics, name="metrics-evaluate.json")
-    written = _save_plots(figures, run)
+    # beside fit's own figures, which stay: as metrics-evaluate.json beside metrics.json
+    written = _save_plots({f"{name}-evaluate": fig for name, fig in figures.items()}, run)
     print(f"\nwrote {run}/metrics-evaluate.json, {', '.join(p.name for p in written)}")
     return 0
 
