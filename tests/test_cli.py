@@ -186,6 +186,17 @@ def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
     err = one_line_error(capsys, 2, ["fit", "mlp", "--out", str(tmp_path)])
     assert "exists and is not empty; pass --overwrite or another folder" in err
     assert (tmp_path / "old.txt").read_text() == "keep me"
+    # --overwrite: an earlier run's evaluate files go (they would describe another model)
+    for stale in ("metrics-evaluate.json", "reliability-evaluate.png"):
+        (tmp_path / stale).write_text("stale")
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "256", "--out", str(tmp_path)]
+    assert main([*argv, "--overwrite", "--no-progress"]) == 0
+    assert (tmp_path / "old.txt").read_text() == "keep me"
+    assert (tmp_path / "metrics.json").is_file()
+    assert not any(
+        (tmp_path / stale).exists()
+        for stale in ("metrics-evaluate.json", "reliability-evaluate.png")
+    )
 
 
 def test_data_root_without_the_files(tmp_path, capsys):

@@ -98,6 +98,9 @@ def _out_dir(args: argparse.Namespace) -> Path:
         raise CommandError(
             f"--out {str(out)!r} exists and is not empty; pass --overwrite or another folder"
         )
+    if out.is_dir():  # --overwrite: an earlier run's `pyrouq evaluate` files would be stale
+        for stale in [out / "metrics-evaluate.json", *out.glob("*-evaluate.png")]:
+            stale.unlink(missing_ok=True)
     return out
 
 
