@@ -395,3 +395,11 @@ def test_array_loader_takes_token_ids_and_class_labels():
     result = fit(model, guide, loader, epochs=2, progress=False, seed=0)
     assert math.isfinite(result.history[-1].loss)
     assert predict(model, loader, guide, num_samples=2, progress=False).probs.shape == (2, 24, 2)
+
+
+def test_a_gaussian_likelihood_shows_its_noise_prior():
+    assert repr(Gaussian(0.3)) == "Gaussian(scale=0.3)"
+    per_output = repr(Gaussian(dist.HalfNormal(torch.tensor([1.0, 2.0]))))
+    assert "scale=HalfNormal(scale=[1, 2])" in per_output  # a few values: all shown
+    wide = repr(Gaussian(dist.HalfNormal(torch.ones(20))))
+    assert "scale=HalfNormal(scale=tensor of shape (20,))" in wide

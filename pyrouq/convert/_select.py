@@ -197,7 +197,12 @@ class SitePrior(nn.Module):
         values = []
         for key in self._names:
             value = getattr(self, key)
-            values.append(f"{key}={value.item():g}" if value.numel() == 1 else f"{key}=tensor")
+            if value.numel() == 1:
+                values.append(f"{key}={value.item():g}")
+            elif value.numel() <= 8:  # a few values (a noise scale per output): all of them
+                values.append(f"{key}=[{', '.join(f'{v:g}' for v in value.flatten().tolist())}]")
+            else:
+                values.append(f"{key}=tensor of shape {tuple(value.shape)}")
         return f"{self.family}({', '.join(values)})"
 
 
