@@ -403,3 +403,15 @@ def test_a_gaussian_likelihood_shows_its_noise_prior():
     assert "scale=HalfNormal(scale=[1, 2])" in per_output  # a few values: all shown
     wide = repr(Gaussian(dist.HalfNormal(torch.ones(20))))
     assert "scale=HalfNormal(scale=tensor of shape (20,))" in wide
+
+
+def test_posterior_samples_of_the_noise_must_be_positive():
+    model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(dist.HalfNormal(1.0)))
+    draws = {"weight": torch.zeros(2, 1, 3), "bias": torch.zeros(2, 1), "sigma": torch.tensor(
+        [0.5, -0.3])}  # fmt: skip
+    with pytest.raises(ValueError, match=r"predict\(\): the draws of 'sigma' from "
+                       r"posterior_samples must be > 0 \(a noise standard deviation\), got a "
+                       r"minimum of -0.3"):  # fmt: skip
+        predict(model, torch.randn(4, 3), posterior_samples=draws)
+    draws["sigma"] = draws["sigma"].abs()
+    assert predict(model, torch.randn(4, 3), posterior_samples=draws).scale.shape == (2, 4, 1)

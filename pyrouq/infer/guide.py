@@ -362,6 +362,14 @@ def check_draws(
         return
     got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
     _refuse(model, site_mismatch(expected, got, strict=False, source=source), caller, source)
+    likelihood = getattr(model, "likelihood", None)
+    for site in getattr(likelihood, "latent_sites", dict)():  # a noise scale: positive
+        if site in draws and not bool((draws[site] > 0).all()):
+            raise ValueError(
+                f"{caller}: the draws of {site!r} from {source} must be > 0 (a noise standard "
+                f"deviation), got a minimum of {draws[site].min().item():g}. Pass the draws "
+                "of the scale itself, not of its logarithm."
+            )
 
 
 def site_mismatch(
