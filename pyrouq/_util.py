@@ -27,6 +27,32 @@ def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int
     return value
 
 
+def _bound_is(bound: Any, value: float) -> bool:
+    """Whether a support's bound (a float, a tensor, or None) is ``value`` everywhere."""
+    if bound is None:
+        return False
+    if torch.is_tensor(bound):
+        return bool((bound == value).all())
+    return isinstance(bound, (int, float)) and float(bound) == value
+
+
+def support_of(prior: Any) -> str | None:
+    """``"real"`` for a prior on the real line, ``"positive"`` for one on (0, inf) (what a
+    mean-field guide fits by a Normal and by a LogNormal), ``"nonnegative"`` for any other
+    support within [0, inf) (a Uniform(0.1, 2), a Beta), None for the rest."""
+    support = prior.support
+    while isinstance(support, torch.distributions.constraints.independent):
+        support = support.base_constraint
+    if type(support) is type(torch.distributions.constraints.real):
+        return "real"
+    lower = getattr(support, "lower_bound", None)
+    if _bound_is(lower, 0.0) and _bound_is(getattr(support, "upper_bound", math.inf), math.inf):
+        return "positive"
+    if lower is not None and bool(torch.as_tensor(lower).ge(0).all()):
+        return "nonnegative"
+    return None
+
+
 MAX_SEED = 2**32 - 1
 """The largest seed every generator pyrouq seeds takes (numpy's, through ``pyro.set_rng_seed``)."""
 

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor, nn
 
+from pyrouq._util import support_of
+
 __all__ = ["Categorical", "Gaussian", "Likelihood", "LikelihoodName", "get_likelihood"]
 
 LikelihoodName = Literal["categorical", "gaussian"]
@@ -256,15 +258,6 @@ NOISE_SITE = "sigma"
 NoiseSpec = float | Literal["learned", "heteroscedastic"] | torch.distributions.Distribution
 
 
-def _all_equal(bound: Any, value: float) -> bool:
-    """Whether a support's bound (a float, a tensor, or None) is ``value`` everywhere."""
-    if bound is None:
-        return False
-    if torch.is_tensor(bound):
-        return bool((bound == value).all())
-    return isinstance(bound, (int, float)) and float(bound) == value
-
-
 class Gaussian(Likelihood):
     """Regression: outputs are means ``(*S, B, D)``, targets real ``(B, D)`` (or ``(B,)`` when
     D = 1), observed as ``Normal(mean, scale)``, independent over the D outputs.
@@ -280,7 +273,9 @@ class Gaussian(Likelihood):
         * a ``pyro.distributions`` distribution with positive support (e.g.
           ``HalfNormal(1.0)``): its prior; the noise is then the latent site ``"sigma"`` that
           the guide fits beside the weights, of the distribution's batch shape (``()``: one
-          noise for all outputs; ``(D,)``: one per output);
+          noise for all outputs; ``(D,)``: one per output). :func:`pyrouq.mean_field_guide`
+          fits priors on (0, inf) (HalfNormal, Gamma, ...); a bounded one (Uniform(0.1, 2))
+          is for :func:`pyrouq.mcmc`;
         * ``"heteroscedastic"``: the network outputs 2D values per input, D means then D raw
           scales, mapped to ``min_scale + softplus(raw)``.
     min_scale : float, default 1e-3
@@ -307,15 +302,10 @@ class Gaussian(Likelihood):
         if isinstance(scale, torch.distributions.Distribution):
             from pyrouq.convert._select import _site_prior
 
-            support = scale.support
-            lower = getattr(support, "lower_bound", None)
-            upper = getattr(support, "upper_bound", math.inf)
-            if not (_all_equal(lower, 0.0) and _all_equal(upper, math.inf)):
+            if support_of(scale) not in ("positive", "nonnegative"):
                 raise ValueError(
-                    f"Expected a noise prior on the positive half-line, (0, inf) (HalfNormal, "
-                    f"LogNormal, Gamma, HalfCauchy, ...), got {scale} with support {support}: "
-                    "the guide fits the noise by a LogNormal, whose KL to a prior with bounds "
-                    "elsewhere is infinite."
+                    f"Expected a noise prior with positive support (HalfNormal, LogNormal, "
+                    f"Gamma, HalfCauchy, ...), got {scale} with support {scale.support}."
                 )
             if scale.event_shape:
                 raise ValueError(

@@ -207,6 +207,15 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
     assert re.search(r"ended abruptly \(chain \d, exit code 1; .*__main__", done.stderr)
 
 
+def test_a_bounded_noise_prior_is_sampled_within_its_bounds():
+    # the mean-field guide refuses a Uniform prior (infinite KL); NUTS samples it
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(dist.Uniform(0.05, 2.0)))
+    res, *_ = _run(model, num_chains=1, num_samples=5, warmup_steps=5, max_tree_depth=3)
+    assert res.samples["sigma"].shape == (1, 5) and bool(
+        ((res.samples["sigma"] > 0.05) & (res.samples["sigma"] < 2.0)).all()
+    )
+
+
 def test_mcmc_leaves_the_batchnorm_statistics_alone():
     net = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 1))
     model = bayesian(net, likelihood=Gaussian(0.3))

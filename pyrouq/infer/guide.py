@@ -12,7 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyrouq._util import check_positive_float, forget_params, register_params, warn_caller
+from pyrouq._util import (
+    check_positive_float,
+    forget_params,
+    register_params,
+    support_of,
+    warn_caller,
+)
 from pyrouq.checkpoint import register_guide
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
@@ -109,6 +115,18 @@ class MeanFieldGuide(nn.Module):
         own_values = template()
         device = next(iter(own_values.values())).device
         priors = model.priors() if callable(getattr(model, "priors", None)) else {}
+        for site, prior in priors.items():
+            if site in sites and support_of(prior) not in ("real", "positive"):
+                base = prior
+                while isinstance(base, (dist.Independent, dist.ExpandedDistribution)):
+                    base = base.base_dist  # the family itself
+                raise ValueError(
+                    f"mean_field_guide(): the prior of site {site!r} ({type(base).__name__}) "
+                    f"has support {base.support}; the guide fits a Normal (on the real line) or a "
+                    "LogNormal (on (0, inf)), whose KL to a prior with other bounds is "
+                    "infinite. Use a prior on the real line (Normal, Laplace, StudentT) or on "
+                    "(0, inf) (HalfNormal, Gamma, LogNormal), or sample it by mcmc()."
+                )
         self.positive = tuple(s for s in sites if s in priors and positive_support(priors[s]))
         if init_from is not None:  # the likelihood's own sites start where the model says
             state = {**own_values, **state}
@@ -262,12 +280,8 @@ def draw_runs(
 
 
 def positive_support(prior: Any) -> bool:
-    """Whether ``prior`` lives on the positive reals (a noise scale): its guide is LogNormal."""
-    support = prior.support
-    while isinstance(support, torch.distributions.constraints.independent):
-        support = support.base_constraint
-    lower = getattr(support, "lower_bound", None)
-    return isinstance(lower, (int, float)) and lower >= 0
+    """Whether ``prior`` lives on (0, inf) (a noise scale): its guide is LogNormal."""
+    return support_of(prior) == "positive"
 
 
 def mean_field_guide(
@@ -304,6 +318,14 @@ def mean_field_guide(
     Returns
     -------
     MeanFieldGuide
+        A Normal per site whose prior lives on the real line, a LogNormal per site whose
+        prior lives on (0, inf) (a noise scale).
+
+    Raises
+    ------
+    ValueError
+        A site whose prior has other bounds (a ``Uniform``, a ``Beta``, a ``Pareto``): the KL
+        of either family to it is infinite. :func:`pyrouq.mcmc` samples such priors.
 
     Examples
     --------
