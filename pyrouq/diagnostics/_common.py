@@ -44,6 +44,12 @@ _CONSTANT_WEIGHTS_RTOL = 1e-5
 _ARVIZ_HINT = "pip install 'arviz>=0.20,<1' (it comes with pyrouq's default dependencies)"
 
 
+GUIDE_DRAWS = "independent guide draws"
+"""The ``draws`` attribute of an export of guide draws (independent: no chains to mix)."""
+ENSEMBLE_MEMBERS = "ensemble members"
+"""The ``draws`` attribute of an export of a BatchEnsemble's members."""
+
+
 def _arviz() -> Any:
     """Import arviz (once), without its notice about the coming 1.0 refactor."""
     try:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     import arviz
 from pyrouq.diagnostics._common import (
     DEFAULT_IDATA_SAMPLES,
+    ENSEMBLE_MEMBERS,
+    GUIDE_DRAWS,
     _arviz,
     _check_data,
     _check_guide_covers,
@@ -341,9 +343,9 @@ def to_inference_data(
         "draws": (
             f"{chains} MCMC chains ({result.kernel})"
             if result is not None
-            else "ensemble members"
+            else ENSEMBLE_MEMBERS
             if guide is None
-            else "independent guide draws"
+            else GUIDE_DRAWS
         ),
     }
     for group in idata.groups():

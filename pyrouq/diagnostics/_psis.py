@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 from pyrouq.diagnostics._common import (
     _CONSTANT_WEIGHTS_RTOL,
     DEFAULT_PSIS_SAMPLES,
+    ENSEMBLE_MEMBERS,
+    GUIDE_DRAWS,
     K_HAT_GOOD,
     K_HAT_OK,
     MIN_PSIS_SAMPLES,
@@ -314,7 +316,7 @@ def summary(
         )
     groups = idata.groups()
     draws = str(idata[groups[0]].attrs.get("draws", "")) if groups else ""
-    independent = draws in ("independent guide draws", "ensemble members")
+    independent = draws in (GUIDE_DRAWS, ENSEMBLE_MEMBERS)
     if independent and "kind" in kwargs:
         raise TypeError(
             f"summary() of {draws} always uses kind='stats', got kind={kwargs['kind']!r}: R-hat "
