@@ -407,11 +407,7 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pyrouq`` console script; returns the exit code."""
     parser = _build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # reported by the subcommand's parser, whose --help lists its options
-        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        owner = subparsers.choices.get(args.command, parser) if args.command else parser
-        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]  # recorded in config.json
     if args.command is None:
         parser.print_help()

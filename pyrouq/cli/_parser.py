@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 from pyrouq import __version__
 from pyrouq._util import MAX_SEED
@@ -25,11 +25,23 @@ EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block), exit code 2."""
+    """argparse with one-line errors (no usage block), exit code 2; an unknown option is
+    reported by the subcommand it was given to, whose ``--help`` lists the options."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.subcommands: Mapping[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> NoReturn:
         command = " ".join(["pyrouq", *self.prog.split()[1:2], "--help"])  # the subcommand's
         self.exit(EXIT_USAGE, f"pyrouq: error: {message} (see `{command}`)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            owner = self.subcommands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed
 
 
 def _positive_int(name: str) -> Callable[[str], int]:
@@ -96,10 +108,11 @@ def _model_name(text: str) -> str:
     return text
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> _Parser:
     parser = _Parser(prog="pyrouq", description="Bayesian uncertainty for PyTorch, built on Pyro.")
     parser.add_argument("--version", action="version", version=f"pyrouq {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    parser.subcommands = sub.choices
 
     data = sub.add_parser("data", help="load MNIST and print a one-line summary")
     data.add_argument("--data-root", default=None, help="folder in torchvision layout")
