@@ -203,13 +203,39 @@ def mcmc(
     check_finite_inputs(x, "mcmc()")
     previous = (model.num_data, model.training)
     model.eval()  # before any pass: train-mode BatchNorm would update its running statistics
-    try:
-        with torch.no_grad():
-            outputs = model.outputs(x, model.template())
-        model.likelihood.check_targets(y, outputs, "mcmc()")
-    except BaseException:
+    try:  # the model's mode and num_data are restored however this ends
+        chains = _run_chains(
+            model, x, y, kernel, warmup_steps, num_samples, num_chains, seed, progress,
+            max_tree_depth, parallel,
+        )  # fmt: skip
+    finally:
+        model.num_data = previous[0]
         model.train(previous[1])
-        raise
+    samples = {k: torch.stack([c[0][k] for c in chains]) for k in chains[0][0]}
+    stats = {k: torch.stack([c[1][k] for c in chains]) for k in chains[0][1]}
+    order = list(latent())
+    samples = {k: samples[k] for k in order if k in samples}
+    return MCMCResult(samples, stats, kernel, warmup_steps, [c[2] for c in chains], model, x, y)
+
+
+def _run_chains(
+    model: Any,
+    x: Tensor,
+    y: Tensor,
+    kernel: str,
+    warmup_steps: int,
+    num_samples: int,
+    num_chains: int,
+    seed: int | None,
+    progress: bool,
+    max_tree_depth: int,
+    parallel: bool | None,
+) -> list[Any]:
+    """:func:`mcmc`'s chains, the model in eval mode: the targets checked against one pass,
+    then every chain run, in parallel processes or one after another."""
+    with torch.no_grad():
+        outputs = model.outputs(x, model.template())
+    model.likelihood.check_targets(y, outputs, "mcmc()")
     base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
     model.num_data = x.shape[0]
     cores = os.cpu_count() or 1
@@ -229,19 +255,9 @@ def mcmc(
          max_tree_depth, max(1, cores // workers) if parallel else None)
         for chain in range(num_chains)
     ]  # fmt: skip
-    try:
-        if parallel and num_chains > 1:
-            chains = _parallel_chains(jobs, workers)
-        else:
-            chains = [_chain_job(job) for job in jobs]
-    finally:
-        model.num_data = previous[0]
-        model.train(previous[1])
-    samples = {k: torch.stack([c[0][k] for c in chains]) for k in chains[0][0]}
-    stats = {k: torch.stack([c[1][k] for c in chains]) for k in chains[0][1]}
-    order = list(latent())
-    samples = {k: samples[k] for k in order if k in samples}
-    return MCMCResult(samples, stats, kernel, warmup_steps, [c[2] for c in chains], model, x, y)
+    if parallel and num_chains > 1:
+        return _parallel_chains(jobs, workers)
+    return [_chain_job(job) for job in jobs]
 
 
 def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:

@@ -207,6 +207,18 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
     assert re.search(r"ended abruptly \(chain \d, exit code 1; .*__main__", done.stderr)
 
 
+def test_parallel_chains_of_a_class_from_main_are_refused_and_the_model_left_as_it_was():
+    class Script(nn.Linear):  # as if defined in a script: spawned processes cannot import it
+        pass
+
+    Script.__module__ = "__main__"
+    model = bayesian(Script(2, 1), likelihood=Gaussian(0.3))
+    before = model.num_data
+    with pytest.raises(ValueError, match=r"cannot import a network class defined in __main__"):
+        _run(model, parallel=True)
+    assert model.training and model.num_data == before
+
+
 def test_a_bounded_noise_prior_is_sampled_within_its_bounds():
     # the mean-field guide refuses a Uniform prior (infinite KL); NUTS samples it
     model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(dist.Uniform(0.05, 2.0)))
