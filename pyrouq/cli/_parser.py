@@ -45,29 +45,29 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive_int(name: str) -> Callable[[str], int]:
+    return _integer(name, 1)
+
+
+def _integer(name: str, low: int, high: int | None = None, shown: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]`` (``shown`` writes ``high``), or a
+    one-line error naming the option."""
+    expected = "a positive integer" if (low, high) == (1, None) else "an integer"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a positive integer, got {text!r}"
-            ) from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {value}")
+            raise argparse.ArgumentTypeError(f"{name} must be {expected}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            within = expected if high is None else f"in [{low}, {shown or high}]"
+            raise argparse.ArgumentTypeError(f"{name} must be {within}, got {value}")
         return value
 
     return parse
 
 
-def _seed(text: str) -> int:
-    """--seed: an integer in [0, 2**32 - 1], what every generator pyrouq seeds takes."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer, got {text!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"--seed must be in [0, 2**32 - 1], got {value}")
-    return value
+_seed = _integer("--seed", 0, MAX_SEED, "2**32 - 1")
+"""--seed: an integer in [0, 2**32 - 1], what every generator pyrouq seeds takes."""
 
 
 def _fraction(name: str) -> Callable[[str], float]:
