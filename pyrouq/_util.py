@@ -13,7 +13,7 @@ from typing import Any
 
 import pyro
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
@@ -274,3 +274,22 @@ def describe_batch(batch: Any) -> str:
     size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
     name = type(batch).__name__
     return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}{size}."
+
+
+def rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
+    """The torch CPU RNG state and, on an accelerator, the state of ``device``'s generator."""
+    if device.type == "cuda":
+        return torch.get_rng_state(), torch.cuda.get_rng_state(device)
+    if device.type == "mps":
+        return torch.get_rng_state(), torch.mps.get_rng_state()
+    return torch.get_rng_state(), None
+
+
+def set_rng_state(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:
+    """Restore a state :func:`rng_state` took."""
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        if device.type == "cuda":
+            torch.cuda.set_rng_state(state[1], device)
+        else:
+            torch.mps.set_rng_state(state[1])

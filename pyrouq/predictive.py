@@ -14,18 +14,17 @@ C classes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
 import pyro
 import torch
-from pyro import poutine
 from torch import Tensor, nn
 
 from pyrouq import _batchnorm as batchnorm
-from pyrouq import _engine
+from pyrouq import _engine, _runners
 from pyrouq._util import (
     check_finite_inputs,
     check_int,
@@ -34,7 +33,7 @@ from pyrouq._util import (
     model_input,
     module_device,
 )
-from pyrouq.infer.guide import MeanFieldGuide, check_draws, check_guide, draw_runs
+from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical
 from pyrouq.mcmc import posterior_draws
 from pyrouq.regression import GaussianPredictions
@@ -177,47 +176,6 @@ def _batches(
             )
 
 
-def _is_ensemble(model: nn.Module) -> bool:
-    return isinstance(getattr(model, "num_members", None), int) and not has_latent_sites(model)
-
-
-def _logits_of(model: Any, x: Tensor) -> Tensor:
-    """Run a model and return its logits: the return value, or its ``"logits"`` site."""
-    out = model(x)
-    if torch.is_tensor(out) and out.dim() >= 2:
-        return out
-    trace = poutine.trace(model).get_trace(x)
-    if "logits" not in trace.nodes:
-        raise TypeError(
-            f"{type(model).__name__} returned {type(out).__name__} and recorded no 'logits' "
-            "site; predict() needs a model that returns logits (..., B, C) or records "
-            "pyro.deterministic('logits', ...)."
-        )
-    return trace.nodes["logits"]["value"]
-
-
-def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
-    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``.
-
-    A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
-    its traces would give), its scales computed once; any other guide is traced once per draw
-    on ``args``.
-    """
-
-    if isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward:
-        with torch.no_grad():
-            loc = {s: guide.site_loc(s) for s in guide.sites}
-            scale = {s: guide.site_scale(s) for s in guide.sites}
-        return draw_runs(loc, scale, num_samples, guide.positive)
-    draws: dict[str, list[Tensor]] = {}
-    for _ in range(num_samples):
-        trace = poutine.trace(guide).get_trace(*args)
-        for name, site in trace.nodes.items():
-            if site["type"] == "sample" and not site["is_observed"]:
-                draws.setdefault(name, []).append(site["value"].detach())
-    return {name: torch.stack(values) for name, values in draws.items()}
-
-
 def class_predictions(preds: Any, where: str) -> Predictions:
     """``preds`` if a classifier's :class:`Predictions`, else a clear error naming ``where``."""
     if not isinstance(preds, Predictions):
@@ -247,6 +205,7 @@ def predict(
     posterior_samples: Any = None,
     batchnorm_data: Tensor | Iterable | None = None,
     batchnorm_batches: int = 20,
+    max_draw_bytes: int = _runners.DEFAULT_MAX_DRAW_BYTES,
     progress: bool = True,
 ) -> Predictions | GaussianPredictions:
     """Predictions of S draws (or members) of a model on inputs ``x``: class probabilities
@@ -300,6 +259,16 @@ def predict(
         mutual-information OOD AUROC (0.744 -> 0.693).
     batchnorm_batches : int, default 20
         How many batches of ``batchnorm_data`` each draw's statistics are estimated on.
+    max_draw_bytes : int, default 2**30 (1 GiB)
+        The most memory the guide's weight draws take at once. Every input is predicted under
+        the same S draws, so they are held while x is read; when S draws of the network's
+        weights take more (32 draws of an 11M-weight resnet18 take 1.4 GB), they are taken
+        in chunks that fit, and x is read once per chunk. The predictions are the same to the
+        bit either way. That needs an x that gives the same batches each time it is read: a
+        tensor, a list of batches, a ``DataLoader`` that does not shuffle, or a pyrouq loader
+        with ``shuffle=False``; for any other iterable all S draws are held, with a warning.
+        Applies to :func:`~pyrouq.mean_field_guide` guides (MCMC draws are already in
+        memory).
     progress : bool, default True
         Show a tqdm progress bar over the input batches, once a prediction has taken more
         than 2 s (quick calls print nothing); it goes away when done, as ``fit()``'s does.
@@ -322,6 +291,7 @@ def predict(
     """
     batch_size = check_int("batch_size", batch_size)
     batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
+    max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
     if num_samples is not None:
         check_int("num_samples", num_samples)
     device = module_device(model, guide)
@@ -337,9 +307,10 @@ def predict(
     if batchnorm_data is not None:  # norms is not empty then
         inputs = partial(_inputs_of, batchnorm_data, batch_size, batchnorm_batches, model, device)
         refit = (norms, inputs)
-    bar = _progress_bar(x, batch_size) if progress else None
+    bar = None
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
+            sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
             if posterior_samples is not None:
                 if guide is not None or num_samples is not None:
                     raise ValueError(
@@ -349,162 +320,74 @@ def predict(
                     )
                 fixed = posterior_draws(posterior_samples, model)
                 count = int(next(iter(fixed.values())).shape[0])
-                run = _bayesian_runner(model, lambda x: fixed, count, parallel, batch_size, refit)
+                run = _runners.bayesian_runner(
+                    model, lambda x: fixed, count, parallel, batch_size, refit
+                )
             elif guide is not None:
                 check_guide(model, guide, "predict()")
                 members = getattr(model, "num_members", None) or 1  # rank-1: M per draw
                 count = num_samples or max(1, DEFAULT_NUM_SAMPLES // members)
-                run = _bayesian_runner(
-                    model,
-                    lambda x: draw_guide(guide, count, (x,)),
-                    count,
-                    parallel,
-                    batch_size,
-                    refit,
-                )
+                sizes = _runners.draw_sizes(guide, model, count, max_draw_bytes, x)
+                source = _runners.GuideDraws(guide, device)
+
+                def guide_runner(size: int) -> Callable[[Tensor], Tensor]:
+                    return _runners.bayesian_runner(
+                        model, partial(source, size), size, parallel, batch_size, refit
+                    )
+
             elif has_latent_sites(model):
                 raise ValueError(
                     f"{type(model).__name__} has latent sites: pass its fitted guide, "
                     "predict(model, x, guide), to draw from the posterior."
                 )
-            elif isinstance(model, pyro.nn.PyroModule) and _is_ensemble(model):
+            elif isinstance(model, pyro.nn.PyroModule) and _runners.is_ensemble(model):
                 if num_samples is not None:
                     raise ValueError(
                         f"num_samples={num_samples} given for a BatchEnsemble: its "
                         f"{model.num_members} members are fixed, not sampled, so S = "
                         f"{model.num_members}. Leave num_samples=None."
                     )
-                run = _ensemble_runner(model)
+                run = _runners.ensemble_runner(model)
             elif isinstance(model, pyro.nn.PyroModule):
-                run = _sampled_runner(model, num_samples or DEFAULT_NUM_SAMPLES)
+                run = _runners.sampled_runner(model, num_samples or DEFAULT_NUM_SAMPLES)
             else:
                 if num_samples is not None:
                     raise ValueError(
                         f"num_samples={num_samples} given for a deterministic network "
                         f"({type(model).__name__}): S = 1. Leave num_samples=None."
                     )
-                run = _plain_runner(model)
-            parts, targets, out_device = [], [], None
-            for xb, yb in _batches(x, batch_size):
-                if out_device is None:
-                    out_device = xb.device
-                outputs = run(_prepared(xb, model, device))
-                latent = getattr(run, "latent", None)
-                part = likelihood.predictive(outputs, latent() if latent else None)
-                parts.append(_to(part, out_device))
-                if yb is not None:
-                    targets.append(yb.to(out_device))
-                if bar is not None:
-                    bar.update()
+                run = _runners.plain_runner(model)
+            bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
+            passes: list[list[Any]] = []  # each pass's parts, one per input batch
+            targets, out_device = [], None
+            for size in sizes:
+                if size:
+                    run = latent = None  # type: ignore[assignment]  # free the last draws
+                    run = guide_runner(size)
+                parts = []
+                for xb, yb in _batches(x, batch_size):
+                    if out_device is None:
+                        out_device = xb.device
+                    outputs = run(_prepared(xb, model, device))
+                    latent = getattr(run, "latent", None)
+                    part = likelihood.predictive(outputs, latent() if latent else None)
+                    parts.append(_to(part, out_device))
+                    if yb is not None and not passes:
+                        targets.append(yb.to(out_device))
+                    if bar is not None:
+                        bar.update()
+                passes.append(parts)
     finally:
         if bar is not None:
             bar.close()
         batchnorm.load_all(norms, saved)
         if was_training:
             model.train()
+    parts = [_draws_joined(batch) for batch in zip(*passes, strict=True)]
     if not parts:
         raise ValueError("predict() got no inputs: x is empty.")
     all_targets = torch.cat(targets) if len(targets) == len(parts) else None
     return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
-
-
-def _plain_runner(model: nn.Module):
-    def run(x: Tensor) -> Tensor:
-        logits = model(x)
-        if not torch.is_tensor(logits) or logits.dim() != 2:
-            raise TypeError(
-                f"{type(model).__name__} must return logits of shape (B, C), got "
-                f"{getattr(logits, 'shape', type(logits).__name__)}."
-            )
-        return logits.unsqueeze(0)
-
-    return run
-
-
-def _ensemble_runner(model: nn.Module):
-    outputs = getattr(model, "outputs", None)
-
-    def run(x: Tensor) -> Tensor:
-        return outputs(x) if callable(outputs) else model(x)
-
-    return run
-
-
-def _sampled_runner(model: Any, num_samples: int):
-    def run(x: Tensor) -> Tensor:
-        return torch.stack([_logits_of(model, x) for _ in range(num_samples)])
-
-    return run
-
-
-def _bayesian_runner(
-    model: Any,
-    source: Callable[[Tensor], dict[str, Tensor]],
-    num_samples: int,
-    parallel: bool,
-    batch_size: int,
-    refit: tuple[list[batchnorm.Norm], Callable[[], list[Tensor]]] | None = None,
-):
-    """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws),
-    then evaluate every input batch under them, ``chunk`` draws per pass so that at most
-    ``max(batch_size, B)`` (input, draw) pairs are evaluated at once. With ``refit`` (the
-    BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
-    are estimated once, after the draws, and loaded before that draw runs."""
-    draws: dict[str, Tensor] = {}
-    per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
-    norms = refit[0] if refit is not None else []
-    direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
-    # a rank-1 BatchEnsemble (M = 1 included): every draw runs its M members, flattened
-    # draw-major
-    ensemble = direct is not None and getattr(model, "num_members", None) is not None
-    members: int = model.num_members if ensemble else 1
-
-    def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
-        if direct is not None:
-            return direct(x, data)  # type: ignore[no-any-return]
-        return _logits_of(poutine.condition(model, data=data), x)
-
-    def draw(s: int) -> dict[str, Tensor]:
-        return {k: v[s] for k, v in draws.items()}
-
-    def run(x: Tensor) -> Tensor:
-        if not draws:
-            drawn = source(x)
-            check_draws(model, drawn, "predict()")
-            if direct is not None:  # the model's latent sites only (autoguides add others)
-                drawn = {site: drawn[site] for site in model.latent_sites()}
-            draws.update(drawn)
-            if refit is not None:
-                inputs = refit[1]()
-                for s in range(num_samples):
-                    per_draw.append(
-                        batchnorm.estimate_statistics(norms, inputs, partial(logits, data=draw(s)))
-                    )
-        stackable = parallel and direct is not None and refit is None
-        pairs = members * x.shape[0]
-        chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
-        out = []
-        for start in range(0, num_samples, chunk):
-            stop = min(start + chunk, num_samples)
-            if stop - start == 1:
-                if per_draw:  # this draw's own BatchNorm statistics
-                    batchnorm.load_all(norms, per_draw[start])
-                one = logits(x, draw(start))
-                out.append(one if ensemble else one.unsqueeze(0))
-            else:
-                many = logits(x, {k: v[start:stop] for k, v in draws.items()})
-                out.append(many.flatten(0, 1) if ensemble else many)
-        return torch.cat(out)
-
-    def latent() -> dict[str, Tensor] | None:
-        """The draws of the likelihood's own sites (a noise scale), one per output draw."""
-        own: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
-        if members == 1:
-            return {site: draws[site] for site in own} or None
-        return {site: draws[site].repeat_interleave(members, 0) for site in own} or None
-
-    run.latent = latent  # type: ignore[attr-defined]
-    return run
 
 
 def _prepared(x: Tensor, model: Any, device: Any) -> Tensor:
@@ -514,8 +397,19 @@ def _prepared(x: Tensor, model: Any, device: Any) -> Tensor:
     return x
 
 
-def _progress_bar(x: Tensor | Iterable, batch_size: int) -> Any:
-    """A tqdm bar over the input batches that shows itself only after 2 s."""
+def _draws_joined(parts: Sequence[Any]) -> Any:
+    """One input batch's predictive parts of the passes over x (each pass's draws), joined
+    along the draws: tensors ``(S_k, B, ...)`` or tuples of them."""
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], tuple):
+        return tuple(torch.cat(column) for column in zip(*parts, strict=True))
+    return torch.cat(list(parts))
+
+
+def _progress_bar(x: Tensor | Iterable, batch_size: int, passes: int = 1) -> Any:
+    """A tqdm bar over the input batches (of every pass over x) that shows itself only after
+    2 s."""
     from tqdm.auto import tqdm
 
     if torch.is_tensor(x):
@@ -525,6 +419,7 @@ def _progress_bar(x: Tensor | Iterable, batch_size: int) -> Any:
             total = len(x)  # type: ignore[arg-type]
         except TypeError:
             total = None
+    total = None if total is None else total * passes
     return tqdm(total=total, desc="predict", unit="batch", leave=False, delay=2.0)
 
 

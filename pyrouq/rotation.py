@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pyrouq._util import module_device
+from pyrouq._util import module_device, rng_state, set_rng_state
 from pyrouq.data import NORMALIZED_BLACK
 from pyrouq.uncertainty import Measure, decompose
 
@@ -225,11 +225,11 @@ def evaluate_rotations(
     if not angles:
         raise ValueError("Expected at least one angle, got none; pass e.g. angles=(0, 45, 90).")
     device = module_device(model, guide) or x.device
-    rng = _rng_state(device)
+    rng = rng_state(device)
     rows = []
     for i, angle in enumerate(_angles_bar(angles) if progress else angles):
         if i:
-            _set_rng_state(device, rng)
+            set_rng_state(device, rng)
         preds = predict(
             model,
             rotate(x, angle, normalized=normalized),
@@ -320,21 +320,3 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
     return out
-
-
-def _rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
-    """The torch CPU RNG state and, on an accelerator, the state of ``device``'s generator."""
-    if device.type == "cuda":
-        return torch.get_rng_state(), torch.cuda.get_rng_state(device)
-    if device.type == "mps":
-        return torch.get_rng_state(), torch.mps.get_rng_state()
-    return torch.get_rng_state(), None
-
-
-def _set_rng_state(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        if device.type == "cuda":
-            torch.cuda.set_rng_state(state[1], device)
-        else:
-            torch.mps.set_rng_state(state[1])

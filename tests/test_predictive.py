@@ -273,3 +273,105 @@ def test_a_long_prediction_shows_a_progress_bar_and_a_quick_one_nothing(capsys):
     predict(net, x, batch_size=4, progress=False)
     predict(nn.Linear(4, 3), x, batch_size=4)  # quick: no bar
     assert capsys.readouterr().err == ""
+
+
+class _Reads(list):
+    """A list of batches that counts how often it is read (a loader with shuffle=False)."""
+
+    shuffle = False
+
+    def __init__(self, batches):
+        super().__init__(batches)
+        self.reads = 0
+
+    def __iter__(self):
+        self.reads += 1
+        return super().__iter__()
+
+
+def _bytes_per_draw(guide):
+    return sum(guide.site_loc(s).numel() * 4 for s in guide.sites)
+
+
+def test_draws_over_max_draw_bytes_are_taken_in_chunks_with_the_same_predictions():
+    """A network whose S draws do not fit in max_draw_bytes is predicted chunk by chunk, x
+    read once per chunk, with the predictions of one chunk to the bit (and the labels once)."""
+    model = tiny_bayes()
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    pyro.set_rng_seed(4)
+    whole = predict(model, x, guide, num_samples=7, batch_size=4)
+    per_draw = _bytes_per_draw(guide)
+    for limit in (per_draw, 3 * per_draw - 1, 3 * per_draw):  # chunks of 1, 2 and 3 draws
+        pyro.set_rng_seed(4)
+        chunked = predict(model, x, guide, num_samples=7, batch_size=4, max_draw_bytes=limit)
+        assert torch.equal(chunked.probs, whole.probs)
+    batches = _Reads([(x[:4], y[:4]), (x[4:], y[4:])])
+    pyro.set_rng_seed(4)
+    read = predict(model, batches, guide, num_samples=7, max_draw_bytes=3 * per_draw)
+    assert batches.reads == 3  # 3 + 3 + 1 draws
+    assert torch.equal(read.probs, whole.probs) and torch.equal(read.targets, y)
+    # a DataLoader that does not shuffle takes a seed from the global stream each time it is
+    # read; the draws go on where they stopped all the same
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    pyro.set_rng_seed(4)
+    once = predict(model, loader, guide, num_samples=7)
+    pyro.set_rng_seed(4)
+    read = predict(model, loader, guide, num_samples=7, max_draw_bytes=per_draw)
+    assert torch.equal(read.probs, once.probs) and torch.equal(read.targets, y)
+
+
+def test_chunked_draws_of_a_rank1_network_and_a_latent_noise_stay_in_order():
+    from pyro import distributions as dist
+
+    from pyrouq import bayesian, rank1
+    from pyrouq.likelihoods import Gaussian
+
+    torch.manual_seed(0)
+    model = rank1(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), 2)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x = torch.randn(6, 4)
+    pyro.set_rng_seed(2)
+    whole = predict(model, x, guide, num_samples=5)
+    pyro.set_rng_seed(2)
+    chunked = predict(model, x, guide, num_samples=5, max_draw_bytes=2 * _bytes_per_draw(guide))
+    assert chunked.probs.shape == (10, 6, 3) and torch.equal(chunked.probs, whole.probs)
+
+    regressor = bayesian(nn.Linear(4, 2), likelihood=Gaussian(dist.HalfNormal(1.0)))
+    guide = mean_field_guide(regressor, init_scale=0.3)
+    pyro.set_rng_seed(2)
+    whole = predict(regressor, x, guide, num_samples=5)
+    pyro.set_rng_seed(2)
+    chunked = predict(regressor, x, guide, num_samples=5, max_draw_bytes=1)
+    assert torch.equal(chunked.loc, whole.loc) and torch.equal(chunked.scale, whole.scale)
+    assert chunked.scale[0].sub(chunked.scale[1]).abs().max() > 0  # each draw its own noise
+
+
+def test_chunked_draws_with_batchnorm_data():
+    model, guide, x, loader = _bn_model()
+    pyro.set_rng_seed(1)
+    whole = predict(model, x, guide, num_samples=3, batchnorm_data=x)
+    pyro.set_rng_seed(1)
+    chunked = predict(model, x, guide, num_samples=3, batchnorm_data=x, max_draw_bytes=1)
+    assert torch.equal(chunked.probs, whole.probs)
+
+
+def test_draws_over_max_draw_bytes_from_a_loader_read_once_are_held_with_a_warning():
+    model = tiny_bayes()
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    pyro.set_rng_seed(4)
+    whole = predict(model, x, guide, num_samples=4)
+    shuffled = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=10, shuffle=True
+    )
+    for source in (shuffled, (b for b in [x[:5], x[5:]])):
+        pyro.set_rng_seed(4)
+        with pytest.warns(UserWarning, match=r"predict\(\) holds all 4 weight draws at once "
+                          r"\(0\.00 GiB, more than max_draw_bytes=1\): x is a "):  # fmt: skip
+            preds = predict(model, source, guide, num_samples=4, max_draw_bytes=1)
+        assert preds.probs.shape == (4, 10, 3)
+    torch.testing.assert_close(preds.probs, whole.probs)  # the generator: the same inputs
+    with pytest.raises(ValueError, match=r"Expected max_draw_bytes to be a positive integer, "
+                       r"got 0"):  # fmt: skip
+        predict(model, x, guide, max_draw_bytes=0)

@@ -12,11 +12,11 @@ from pyro import poutine
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
+from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._util import check_count, check_int, has_latent_sites, module_device
 from pyrouq.infer.guide import check_draws, check_guide
 from pyrouq.likelihoods import Categorical, Likelihood
 from pyrouq.mcmc import MCMCResult
-from pyrouq.predictive import _is_ensemble
 
 if TYPE_CHECKING:
     import arviz

@@ -1,0 +1,232 @@
+"""How :func:`pyrouq.predict` evaluates a model on one input batch: one runner per kind of
+model (a plain network, a BatchEnsemble, a Pyro model run S times, a Bayesian model under S
+weight draws), and how many weight draws it holds at once."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+from pyro import poutine
+from torch import Tensor, nn
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+from pyrouq import _batchnorm as batchnorm
+from pyrouq._util import has_latent_sites, rng_state, set_rng_state
+from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
+
+#: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
+DEFAULT_MAX_DRAW_BYTES = 2**30
+
+
+def is_ensemble(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "num_members", None), int) and not has_latent_sites(model)
+
+
+def logits_of(model: Any, x: Tensor) -> Tensor:
+    """Run a model and return its logits: the return value, or its ``"logits"`` site."""
+    out = model(x)
+    if torch.is_tensor(out) and out.dim() >= 2:
+        return out
+    trace = poutine.trace(model).get_trace(x)
+    if "logits" not in trace.nodes:
+        raise TypeError(
+            f"{type(model).__name__} returned {type(out).__name__} and recorded no 'logits' "
+            "site; predict() needs a model that returns logits (..., B, C) or records "
+            "pyro.deterministic('logits', ...)."
+        )
+    return trace.nodes["logits"]["value"]
+
+
+def _sampled_directly(guide: Any) -> bool:
+    """Whether ``guide`` is a :class:`~pyrouq.MeanFieldGuide` as pyrouq made it (not a
+    subclass with its own ``forward``): its draws are then taken from its locs and scales."""
+    return isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward
+
+
+def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
+    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``.
+
+    A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
+    its traces would give), its scales computed once; any other guide is traced once per draw
+    on ``args``.
+    """
+
+    if _sampled_directly(guide):
+        with torch.no_grad():
+            loc = {s: guide.site_loc(s) for s in guide.sites}
+            scale = {s: guide.site_scale(s) for s in guide.sites}
+        return draw_runs(loc, scale, num_samples, guide.positive)
+    draws: dict[str, list[Tensor]] = {}
+    for _ in range(num_samples):
+        trace = poutine.trace(guide).get_trace(*args)
+        for name, site in trace.nodes.items():
+            if site["type"] == "sample" and not site["is_observed"]:
+                draws.setdefault(name, []).append(site["value"].detach())
+    return {name: torch.stack(values) for name, values in draws.items()}
+
+
+def plain_runner(model: nn.Module):
+    def run(x: Tensor) -> Tensor:
+        logits = model(x)
+        if not torch.is_tensor(logits) or logits.dim() != 2:
+            raise TypeError(
+                f"{type(model).__name__} must return logits of shape (B, C), got "
+                f"{getattr(logits, 'shape', type(logits).__name__)}."
+            )
+        return logits.unsqueeze(0)
+
+    return run
+
+
+def ensemble_runner(model: nn.Module):
+    outputs = getattr(model, "outputs", None)
+
+    def run(x: Tensor) -> Tensor:
+        return outputs(x) if callable(outputs) else model(x)
+
+    return run
+
+
+def sampled_runner(model: Any, num_samples: int):
+    def run(x: Tensor) -> Tensor:
+        return torch.stack([logits_of(model, x) for _ in range(num_samples)])
+
+    return run
+
+
+def bayesian_runner(
+    model: Any,
+    source: Callable[[Tensor], dict[str, Tensor]],
+    num_samples: int,
+    parallel: bool,
+    batch_size: int,
+    refit: tuple[list[batchnorm.Norm], Callable[[], list[Tensor]]] | None = None,
+):
+    """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws),
+    then evaluate every input batch under them, ``chunk`` draws per pass so that at most
+    ``max(batch_size, B)`` (input, draw) pairs are evaluated at once. With ``refit`` (the
+    BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
+    are estimated once, after the draws, and loaded before that draw runs."""
+    draws: dict[str, Tensor] = {}
+    per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
+    norms = refit[0] if refit is not None else []
+    direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
+    # a rank-1 BatchEnsemble (M = 1 included): every draw runs its M members, flattened
+    # draw-major
+    ensemble = direct is not None and getattr(model, "num_members", None) is not None
+    members: int = model.num_members if ensemble else 1
+
+    def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
+        if direct is not None:
+            return direct(x, data)  # type: ignore[no-any-return]
+        return logits_of(poutine.condition(model, data=data), x)
+
+    def draw(s: int) -> dict[str, Tensor]:
+        return {k: v[s] for k, v in draws.items()}
+
+    def run(x: Tensor) -> Tensor:
+        if not draws:
+            drawn = source(x)
+            check_draws(model, drawn, "predict()")
+            if direct is not None:  # the model's latent sites only (autoguides add others)
+                drawn = {site: drawn[site] for site in model.latent_sites()}
+            draws.update(drawn)
+            if refit is not None:
+                inputs = refit[1]()
+                for s in range(num_samples):
+                    per_draw.append(
+                        batchnorm.estimate_statistics(norms, inputs, partial(logits, data=draw(s)))
+                    )
+        stackable = parallel and direct is not None and refit is None
+        pairs = members * x.shape[0]
+        chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
+        out = []
+        for start in range(0, num_samples, chunk):
+            stop = min(start + chunk, num_samples)
+            if stop - start == 1:
+                if per_draw:  # this draw's own BatchNorm statistics
+                    batchnorm.load_all(norms, per_draw[start])
+                one = logits(x, draw(start))
+                out.append(one if ensemble else one.unsqueeze(0))
+            else:
+                many = logits(x, {k: v[start:stop] for k, v in draws.items()})
+                out.append(many.flatten(0, 1) if ensemble else many)
+        return torch.cat(out)
+
+    def latent() -> dict[str, Tensor] | None:
+        """The draws of the likelihood's own sites (a noise scale), one per output draw."""
+        own: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
+        if members == 1:
+            return {site: draws[site] for site in own} or None
+        return {site: draws[site].repeat_interleave(members, 0) for site in own} or None
+
+    run.latent = latent  # type: ignore[attr-defined]
+    return run
+
+
+def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> list[int]:
+    """How :func:`pyrouq.predict` takes a guide's ``count`` draws: the draws of each pass over
+    ``x``. All at once when they fit in ``max_bytes``; else in chunks that fit, for a
+    :class:`~pyrouq.MeanFieldGuide` of a pyrouq model (whose draws, taken chunk after chunk
+    in one random stream, are those of a single call) and an ``x`` that can be read again in
+    the same order; else all at once, with a warning."""
+    plain_guide = (
+        isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward
+    )
+    if not plain_guide or getattr(model, "outputs", None) is None:
+        return [count]
+    with torch.no_grad():
+        per_draw = sum(
+            (loc := guide.site_loc(site)).numel() * loc.element_size() for site in guide.sites
+        )
+    fits = max(1, max_bytes // max(per_draw, 1))
+    if fits >= count:
+        return [count]
+    if not repeatable(x):
+        warnings.warn(
+            f"predict() holds all {count} weight draws at once ({count * per_draw / 2**30:.2f} "
+            f"GiB, more than max_draw_bytes={max_bytes}): x is a {type(x).__name__}, which "
+            "may not give its batches in the same order when read again, so the draws cannot "
+            "be taken in chunks with a pass over x for each. Pass a tensor, a list of batches "
+            "or a DataLoader that does not shuffle to bound the memory, or raise "
+            "max_draw_bytes to silence this.",
+            stacklevel=3,
+        )
+        return [count]
+    return [min(fits, count - start) for start in range(0, count, fits)]
+
+
+def repeatable(x: Any) -> bool:
+    """Whether reading ``x`` again gives the same batches in the same order: a tensor, a list
+    or tuple, a DataLoader with a sequential sampler, a loader with ``shuffle=False``."""
+    if torch.is_tensor(x) or isinstance(x, (list, tuple)):
+        return True
+    if isinstance(x, DataLoader):
+        batches = x.batch_sampler
+        if batches is None:  # batch_size=None: the sampler's items are the batches
+            return isinstance(x.sampler, SequentialSampler)
+        return type(batches) is BatchSampler and isinstance(batches.sampler, SequentialSampler)
+    return getattr(x, "shuffle", None) is False
+
+
+class GuideDraws:
+    """Draws of a guide taken chunk after chunk in one random stream: whatever runs between
+    two calls (a pass over the inputs, a DataLoader taking its seed), the next call starts
+    where the last one's draws ended, so the chunks' draws are, to the bit, those of one
+    :func:`draw_guide` call for all of them."""
+
+    def __init__(self, guide: Any, device: torch.device | None) -> None:
+        self.guide = guide
+        self.device = device if device is not None else torch.device("cpu")
+        self.state: tuple[Tensor, Tensor | None] | None = None
+
+    def __call__(self, num_samples: int, x: Tensor) -> dict[str, Tensor]:
+        if self.state is not None:
+            set_rng_state(self.device, self.state)
+        draws = draw_guide(self.guide, num_samples, (x,))
+        self.state = rng_state(self.device)
+        return draws
