@@ -71,7 +71,8 @@ def _mlp_layers(
 class MLP(nn.Sequential):
     """Multilayer perceptron ``in -> hidden (ReLU) x num_hidden -> out`` returning logits.
 
-    Layers are named ``fc1, relu1, ..., fc{num_hidden+1}``. Inputs are ``(B, in_features)`` or
+    Layers are named ``flatten, fc1, relu1, ..., fc{num_hidden+1}``. Inputs are
+    ``(B, in_features)`` or
     any ``(B, ...)`` holding ``in_features`` values per example (flattened).
 
     Examples
