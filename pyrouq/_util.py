@@ -217,7 +217,10 @@ class ShardedOrder:
     """What pyrouq's in-memory loaders share: the order of one epoch, drawn from the loader's
     own generator, and, while :meth:`sharded` is active (``fit()`` under torch.distributed),
     this rank's share of it: every rank draws the same permutation and takes every
-    ``world``-th index from position ``rank`` (disjoint shards, sizes within one)."""
+    ``world``-th index from position ``rank``. The shards are disjoint and of one size,
+    ``ceil(n / world)``: when ``world`` does not divide ``n``, the order is first lengthened
+    by repeating its first few indices (as torch's ``DistributedSampler`` pads), so that every
+    rank takes as many steps as the others."""
 
     _rank, _world = 0, 1
 
@@ -237,11 +240,16 @@ class ShardedOrder:
             order: torch.Tensor | None = torch.randperm(n, generator=generator)
         else:
             order = torch.arange(n) if self._world > 1 else None
-        return order if order is None or self._world == 1 else order[self._rank :: self._world]
+        if order is None or self._world == 1:
+            return order
+        padding = self._local_size(n) * self._world - n
+        if padding:
+            order = torch.cat([order, order.repeat(-(-padding // n))[:padding]])
+        return order[self._rank :: self._world]
 
     def _local_size(self, n: int) -> int:
-        """How many of ``n`` examples this rank serves per epoch."""
-        return len(range(self._rank, n, self._world))
+        """How many of ``n`` examples this rank serves per epoch (``ceil(n / world)``)."""
+        return -(-n // self._world)
 
 
 def _library_dirs() -> tuple[str, ...]:

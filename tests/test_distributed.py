@@ -38,10 +38,10 @@ class RecordingLoader(ArrayLoader):
 TIMEOUT = 120  # seconds for a spawned pair of ranks (they take a few seconds)
 
 
-def _spawn(worker, args) -> None:
-    """Run ``worker(rank, *args)`` on WORLD processes; after TIMEOUT seconds, kill them all
-    and fail (a rank stuck in a collective never hangs the suite)."""
-    context = mp.spawn(worker, args=args, nprocs=WORLD, join=False)
+def _spawn(worker, args, world: int = WORLD) -> None:
+    """Run ``worker(rank, *args)`` on ``world`` processes; after TIMEOUT seconds, kill them
+    all and fail (a rank stuck in a collective never hangs the suite)."""
+    context = mp.spawn(worker, args=args, nprocs=world, join=False)
     deadline = time.monotonic() + TIMEOUT
     while not context.join(timeout=1):
         if time.monotonic() > deadline:
@@ -49,7 +49,7 @@ def _spawn(worker, args) -> None:
                 if process.is_alive():
                     process.kill()
                 process.join()
-            pytest.fail(f"the {WORLD} ranks did not finish within {TIMEOUT} s; killed them")
+            pytest.fail(f"the {world} ranks did not finish within {TIMEOUT} s; killed them")
 
 
 def _exit_quietly() -> None:
@@ -220,3 +220,60 @@ def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
     messages = torch.load(tmp_path / "refused0.pt", weights_only=True)
     assert "the model and guide parameters differ between ranks, first at" in messages[0]
     assert "would give every rank the same data" in messages[1]
+
+
+def _three_rank_worker(rank: int, init: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=3)
+    messages = []
+    try:
+        x, y = _data()  # 16 examples on 3 ranks, batches of 5: shards of 6, 5 and 5 examples
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+        model = bayesian(net, prior=0.9, likelihood=Gaussian(1.0))
+        guide = mean_field_guide(model)
+        loader = RecordingLoader(x, y, 5, seed=0)
+        checkpoint = Path(out) / "run3.pt"
+        fit(model, guide, loader, epochs=2, progress=False, seed=0, checkpoint=checkpoint)
+        scale = model.state_dict()["site_priors.0.scale"].clone()
+        dist.barrier()  # rank 0 has written the checkpoint
+        torch.manual_seed(0)
+        again = bayesian(nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)),
+                         prior=0.9, likelihood=Gaussian(1.0))  # fmt: skip
+        fit(again, mean_field_guide(again), ArrayLoader(x, y, 5, seed=0), epochs=3,
+            progress=False, seed=0, resume_from=checkpoint)  # fmt: skip
+        dataset = torch.utils.data.TensorDataset(x, y)
+        attempts = [
+            (torch.utils.data.DataLoader(dataset, batch_size=4, sampler=torch.utils.data.
+             DistributedSampler(dataset, seed=rank)), 1),  # fmt: skip
+            (ArrayLoader(x, y, 4, seed=0), 1 + rank),
+        ]
+        for data, epochs in attempts:
+            try:
+                fit(model, guide, data, epochs=epochs, progress=False)
+            except ValueError as err:
+                messages.append(str(err))
+        torch.save({"seen": loader.seen, "scale": scale, "messages": messages},
+                   Path(out) / f"three{rank}.pt")  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+    _exit_quietly()
+
+
+def test_three_ranks_take_shards_of_one_size_keep_constants_and_refuse_mismatches(tmp_path):
+    _spawn(_three_rank_worker, (str(tmp_path / "init"), str(tmp_path)), world=3)
+    ranks = [torch.load(tmp_path / f"three{r}.pt", weights_only=True) for r in range(3)]
+    for epoch in range(2):  # 2 batches (5 + 1) on every rank; together all 16, 2 repeated
+        shards = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]).tolist() for r in ranks]
+        assert [len(s) for s in shards] == [6, 6, 6]
+        assert sorted(set(sum(shards, []))) == list(range(N))
+    # the prior's scale, alike on every rank, is not averaged (three 0.9s average to
+    # 0.89999992 in float32), so resuming from the checkpoint found the prior unchanged
+    for r in ranks:
+        assert r["scale"].item() == torch.tensor(0.9).item()
+    sampler, epochs = ranks[1]["messages"]
+    assert ("the loaders (their seeds or samplers) differ between ranks, first at "
+            "\"the DistributedSampler's seed, shuffle and drop_last\"") in sampler  # fmt: skip
+    assert epochs.startswith(
+        "fit() runs on 3 ranks, but they would take different numbers of steps: 2 to 2 "
+        "batches per epoch (this rank 2), 1 to 3 epochs (this rank 2)."
+    )

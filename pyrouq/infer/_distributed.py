@@ -114,12 +114,27 @@ def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
 def average_buffers(modules: list[nn.Module], group: Group) -> None:
     """Replace every floating buffer of ``modules`` (BatchNorm's running statistics) by its
     mean over the ranks: each rank has updated them on its own shard only, and every rank
-    should end an epoch with the same model, whose statistics saw the whole epoch."""
+    should end an epoch with the same model, whose statistics saw the whole epoch. A value
+    that every rank holds alike (a prior's scale, a fixed noise) is kept as it is: the mean of
+    R equal floats need not be that float (three 0.9s average to 0.89999992 in float32)."""
     if not group.active:
         return
     buffers = [b for m in modules for b in m.buffers() if b.is_floating_point()]
-    if buffers:
-        _average_in_place(buffers, group)
+    if not buffers:
+        return
+    before = torch.cat([b.detach().reshape(-1).double() for b in buffers])
+    _average_in_place(buffers, group)
+    extremes = torch.cat([before, -before])  # one all_reduce gives the maxima and minima
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    high, low = extremes[: before.numel()], -extremes[before.numel() :]
+    alike = high == low
+    offset = 0
+    for b in buffers:
+        end = offset + b.numel()
+        keep = alike[offset:end].view(b.shape)
+        if bool(keep.any()):
+            b.copy_(torch.where(keep, high[offset:end].view(b.shape).to(b.dtype), b))
+        offset = end
 
 
 def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
@@ -167,11 +182,48 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
 
 
 def loader_state(loader: Iterable) -> list[tuple[str, torch.Tensor]]:
-    """The loader's generator state, compared across ranks (pyrouq's loaders)."""
+    """What decides the ranks' shards, compared across ranks: a pyrouq loader's generator
+    state, a ``DistributedSampler``'s seed, shuffling and ``drop_last``."""
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, torch.utils.data.DistributedSampler):
+        values = [float(sampler.seed), float(sampler.shuffle), float(sampler.drop_last)]
+        return [
+            (
+                "the DistributedSampler's seed, shuffle and drop_last",
+                torch.tensor(values, dtype=torch.float64),
+            )
+        ]
     get = getattr(loader, "get_rng_state", None)
     if not callable(get) or not getattr(loader, "shuffle", True):  # unshuffled: no matter
         return []
     return [("the loader's shuffling generator", get().to(torch.float64))]
+
+
+def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
+    """Refuse to start when the ranks would take different numbers of steps (their shards
+    give different numbers of batches, or ``epochs`` differs): every step ends in a
+    collective, and a rank with a step more would wait for the others forever or fail in it.
+    Call it with the shards active."""
+    if not group.active:
+        return
+    try:
+        batches = len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return  # not sized: nothing to compare before the epoch runs
+    mine = torch.tensor([batches, epochs, -batches, -epochs], dtype=torch.float64)
+    extremes = mine.clone()
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    most, fewest = extremes[:2], -extremes[2:]
+    if bool((most != fewest).any()):
+        raise ValueError(
+            f"fit() runs on {group.world} ranks, but they would take different numbers of "
+            f"steps: {int(fewest[0])} to {int(most[0])} batches per epoch (this rank "
+            f"{batches}), {int(fewest[1])} to {int(most[1])} epochs (this rank {epochs}). "
+            "Every step ends in a collective, so every rank must take the same number: pass "
+            "the same epochs everywhere and give every rank as many batches (pyrouq's loaders "
+            "pad their shards to one size; a DistributedSampler does too unless its dataset "
+            "differs between ranks)."
+        )
 
 
 def draws_option(option: str, group: Group, seed: int | None) -> bool:

@@ -276,11 +276,12 @@ def fit(
         named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
     _distributed.check_same_everywhere(named, group, "model and guide parameters")
     _distributed.check_same_everywhere(
-        _distributed.loader_state(train_loader), group, "loaders (their seeds)"
+        _distributed.loader_state(train_loader), group, "loaders (their seeds or samplers)"
     )
     if seed is not None:
         pyro.set_rng_seed(seed + (group.rank if independent else 0))
     with _distributed.shards(train_loader, group):
+        _distributed.check_same_steps(train_loader, epochs, group)
         loop = Loop(
             model=model,
             guide=guide,
