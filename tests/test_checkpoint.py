@@ -590,3 +590,46 @@ def test_a_checkpoint_from_before_the_norms_option_loads_with_shared_norms(kind,
     else:
         point = guide.means()
         torch.testing.assert_close(back.model.outputs(x, point), model.outputs(x, point))
+
+
+def test_a_float64_network_comes_back_float64_to_the_bit(tmp_path):
+    """load() rebuilds float32 modules; every tensor takes its saved dtype back."""
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+
+    x = torch.randn(5, 4, dtype=torch.float64)
+    for kind in ("bayesian", "batchensemble", "rank1", "front door"):
+        if kind == "bayesian":
+            model = pyrouq.bayesian(net(), likelihood=pyrouq.Gaussian("learned"))
+            model(x)  # the learned noise scale takes its shape from the first batch
+            model.double()
+        elif kind == "batchensemble":
+            model = pyrouq.batchensemble(net(), 2).double()
+        elif kind == "rank1":
+            model = pyrouq.rank1(net(), 2).double()
+        else:
+            model = BayesianMLP(in_features=4, hidden_features=8, out_features=2).double()
+        guide = None if kind == "batchensemble" else pyrouq.mean_field_guide(model).double()
+        if guide is not None:
+            with torch.no_grad():
+                for p in guide.parameters():
+                    p.add_(1e-12)  # a detail only float64 holds
+        pyrouq.save(tmp_path / f"{kind}.pt", model, guide)
+        back = pyrouq.load(tmp_path / f"{kind}.pt", module=None if kind == "front door" else net())
+        for original, restored in ((model, back.model), (guide, back.guide)):
+            if original is None:
+                continue
+            for (name, a), (_, b) in zip(
+                original.state_dict().items(), restored.state_dict().items(), strict=True
+            ):
+                assert a.dtype == b.dtype and torch.equal(a, b), (kind, name)
+        draws = None if guide is None else 2
+        pyro.set_rng_seed(0)
+        before = predict(model.eval(), x, guide, num_samples=draws, progress=False)
+        pyro.set_rng_seed(0)
+        after = predict(back.model, x, back.guide, num_samples=draws, progress=False)
+        first = before.probs if hasattr(before, "probs") else before.loc
+        again = after.probs if hasattr(after, "probs") else after.loc
+        assert again.dtype == torch.float64 and torch.equal(first, again), kind

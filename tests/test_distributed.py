@@ -242,9 +242,9 @@ def _three_rank_worker(rank: int, init: str, out: str) -> None:
         fit(again, mean_field_guide(again), ArrayLoader(x, y, 5, seed=0), epochs=3,
             progress=False, seed=0, resume_from=checkpoint)  # fmt: skip
         dataset = torch.utils.data.TensorDataset(x, y)
+        sampler = torch.utils.data.DistributedSampler(dataset, seed=rank)
         attempts = [
-            (torch.utils.data.DataLoader(dataset, batch_size=4, sampler=torch.utils.data.
-             DistributedSampler(dataset, seed=rank)), 1),  # fmt: skip
+            (torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler), 1),
             (ArrayLoader(x, y, 4, seed=0), 1 + rank),
         ]
         for data, epochs in attempts:
@@ -265,7 +265,7 @@ def test_three_ranks_take_shards_of_one_size_keep_constants_and_refuse_mismatche
     for epoch in range(2):  # 2 batches (5 + 1) on every rank; together all 16, 2 repeated
         shards = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]).tolist() for r in ranks]
         assert [len(s) for s in shards] == [6, 6, 6]
-        assert sorted(set(sum(shards, []))) == list(range(N))
+        assert sorted({i for shard in shards for i in shard}) == list(range(N))
     # the prior's scale, alike on every rank, is not averaged (three 0.9s average to
     # 0.89999992 in float32), so resuming from the checkpoint found the prior unchanged
     for r in ranks:

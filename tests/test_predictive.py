@@ -348,7 +348,7 @@ def test_chunked_draws_of_a_rank1_network_and_a_latent_noise_stay_in_order():
 
 
 def test_chunked_draws_with_batchnorm_data():
-    model, guide, x, loader = _bn_model()
+    model, guide, x, _ = _bn_model()
     pyro.set_rng_seed(1)
     whole = predict(model, x, guide, num_samples=3, batchnorm_data=x)
     pyro.set_rng_seed(1)

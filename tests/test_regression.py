@@ -420,3 +420,31 @@ def test_posterior_samples_of_the_noise_must_be_positive():
         predict(model, torch.randn(4, 3), posterior_samples=draws)
     draws["sigma"] = draws["sigma"].abs()
     assert predict(model, torch.randn(4, 3), posterior_samples=draws).scale.shape == (2, 4, 1)
+
+
+def test_a_learned_noise_model_runs_under_plain_pyro_svi_before_fit():
+    """A fresh model's learned noise scale has no shape until it sees outputs; calling the
+    model, or stepping Pyro's own SVI on it, creates it and trains it with the rest."""
+    import pyro
+
+    from pyrouq import batchensemble, bayesian, mean_field_guide
+
+    x, y = torch.randn(8, 3), torch.randn(8)
+    for kind in ("bayesian", "batchensemble"):
+        pyro.clear_param_store()
+        if kind == "bayesian":
+            model = bayesian(nn.Linear(3, 1), likelihood=Gaussian("learned"), num_data=8)
+            guide = mean_field_guide(model)
+        else:
+            model = batchensemble(nn.Linear(3, 1), 2, likelihood=Gaussian("learned"))
+            model.num_data = 8
+
+            def guide(x, y):
+                return None
+
+        svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.1}), pyro.infer.Trace_ELBO())
+        svi.step(x, y)
+        start = model.likelihood.raw_scale.detach().clone()
+        assert start.shape == (1,)
+        svi.step(x, y)
+        assert not torch.equal(model.likelihood.raw_scale.detach(), start), kind

@@ -40,6 +40,7 @@ True
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import pickle
@@ -490,6 +491,7 @@ def _parse_description(path: Any, text: Any) -> dict[str, Any]:
 def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
+    _take_dtypes(module, state)
     try:
         module.load_state_dict(state)
     except RuntimeError as err:
@@ -499,3 +501,23 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
             f"{str(path)!r}: the saved {what} parameters do not fit a {type(module).__name__} "
             f"built from the description ({reason}). The file is damaged or was edited."
         ) from None
+
+
+def _take_dtypes(module: nn.Module, state: dict[str, Any]) -> None:
+    """Give ``module``, rebuilt in float32, the floating dtypes of its saved tensors: a float64
+    network comes back float64, its unsaved buffers too (the whole module is cast when the
+    saved tensors share one dtype), not cast into a float32 rebuild."""
+    saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
+    lazy = any(isinstance(p, nn.parameter.UninitializedTensorMixin) for p in module.parameters())
+    if len(saved) == 1 and not lazy:
+        module.to(saved.pop())
+    for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers()):
+        value = state.get(name)
+        if (
+            torch.is_tensor(value)
+            and value.is_floating_point()
+            and not isinstance(tensor, nn.parameter.UninitializedTensorMixin)
+            and tensor.is_floating_point()
+            and value.dtype != tensor.dtype
+        ):
+            tensor.data = tensor.data.to(value.dtype)

@@ -242,6 +242,9 @@ class BatchEnsembleNetwork(PyroModule):
         """Outputs ``(M, B, D)`` of every member on every input; observes ``y`` if given."""
         x = self._input(x)
         outputs = self.outputs(x)
+        # a learned noise scale takes its shape from the outputs before PyroModule's attribute
+        # hook registers it with Pyro (self.likelihood below)
+        self._modules["likelihood"].prepare(outputs)  # type: ignore[union-attr,operator]
         return self.likelihood.observe(
             outputs, y, self.num_data, type(self).__name__, members=self.num_members
         )

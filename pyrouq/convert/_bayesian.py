@@ -170,7 +170,10 @@ class BayesianNetwork(PyroModule):
             site: prior.distribution()  # type: ignore[operator]
             for site, prior in zip(self._sites, self.site_priors, strict=True)
         }
-        return {**network, **self.likelihood.priors()}
+        # read past PyroModule's attribute hook, which under Pyro registers the likelihood's
+        # parameters, a learned noise scale included, before the outputs have given it a shape
+        likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
+        return {**network, **likelihood.priors()}
 
     def template(self) -> dict[str, Tensor]:
         """The initial value of every latent site (the converted module's parameters, and the
@@ -255,6 +258,7 @@ class BayesianNetwork(PyroModule):
         x = self._input(x)
         weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
         outputs = self.outputs(x, weights)
+        self._modules["likelihood"].prepare(outputs)  # type: ignore[union-attr,operator]
         latent = {site: weights[site] for site in self.likelihood.latent_sites()}
         return self.likelihood.observe(
             outputs,
