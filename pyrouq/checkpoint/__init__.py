@@ -53,7 +53,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parameter import UninitializedTensorMixin
 
 from pyrouq.checkpoint._describe import (
     CheckpointError,
@@ -504,12 +503,15 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
         ) from None
 
 
+_UNINITIALIZED = (nn.UninitializedParameter, nn.UninitializedBuffer)
+
+
 def _take_dtypes(module: nn.Module, state: dict[str, Any]) -> None:
     """Give ``module``, rebuilt in float32, the floating dtypes of its saved tensors: a float64
     network comes back float64, its unsaved buffers too (the whole module is cast when the
     saved tensors share one dtype), not cast into a float32 rebuild."""
     saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
-    lazy = any(isinstance(p, UninitializedTensorMixin) for p in module.parameters())
+    lazy = any(isinstance(p, _UNINITIALIZED) for p in module.parameters())
     if len(saved) == 1 and not lazy:
         module.to(saved.pop())
     for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers()):
@@ -517,7 +519,7 @@ def _take_dtypes(module: nn.Module, state: dict[str, Any]) -> None:
         if (
             torch.is_tensor(value)
             and value.is_floating_point()
-            and not isinstance(tensor, UninitializedTensorMixin)
+            and not isinstance(tensor, _UNINITIALIZED)
             and tensor.is_floating_point()
             and value.dtype != tensor.dtype
         ):
