@@ -259,6 +259,9 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, mnist_small):
             checkpoint=path, callbacks=[StopAfter(2)])  # fmt: skip
     assert stopped.value.checkpoint == path
     assert len(stopped.value.result.history) == 2
+    # stopped at the end of epoch 2: its last completed step is its 8th (of 8)
+    assert (stopped.value.epoch, stopped.value.step) == (2, 8)
+    assert "interrupted in epoch 2 after step 8:" in str(stopped.value)
 
     # a new process would rebuild everything: new model, guide and loader
     model = small_mlp()
@@ -416,6 +419,43 @@ def test_resume_with_another_lr_says_the_runs_lr_carries_on(tmp_path):
         warnings.simplefilter("error")
         same = run(0.01, resume_from=path)
     assert torch.equal(other, same)
+
+
+def test_resume_refuses_another_optimizer_and_warns_of_another_kl_weight(tmp_path):
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=20)
+
+    def run(**kw):
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        guide = mean_field_guide(model)
+        fit(model, guide, loader, epochs=kw.pop("epochs", 2), progress=False, seed=0, **kw)
+        return model, guide
+
+    def sgd(params):
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+    adam_run, sgd_run = tmp_path / "adam.pt", tmp_path / "sgd.pt"
+    run(epochs=1, checkpoint=adam_run)
+    run(epochs=1, checkpoint=sgd_run, optim=sgd)
+    model, guide = run(epochs=1)  # a fresh run's weights: resuming must not touch them
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"adam.pt' was trained with the optimizer "
+                       r"pyrouq.infer._adam.Adam, but this fit\(\) builds torch.optim.sgd.SGD: "
+                       r"the saved optimizer state \(moments, step counts\) belongs to the other "
+                       r"one. Leave optim=None, as the run did, or start a new run."):  # fmt: skip
+        fit(model, guide, loader, epochs=2, optim=sgd, progress=False, resume_from=adam_run)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(CheckpointError, match=r"sgd.pt' was trained with the optimizer "
+                       r"torch.optim.sgd.SGD, but this fit\(\) builds pyrouq.infer._adam.Adam "
+                       r"\(optim=None: pyrouq's Adam\): .* Pass the run's optim, e.g. lambda "
+                       r"params: SGD\(params, ...\), or start a new run."):  # fmt: skip
+        fit(model, guide, loader, epochs=2, progress=False, resume_from=sgd_run)
+    run(resume_from=sgd_run, optim=sgd)  # the run's optimizer: accepted
+    with pytest.warns(UserWarning, match=r"continues a run trained with kl_weight=0.02 under "
+                      r"kl_weight=0.5: the objective changes from here on. Pass "
+                      r"kl_weight=0.02"):  # fmt: skip
+        run(resume_from=adam_run, kl_weight=0.5)
 
 
 def test_resume_names_the_config_entry_that_differs(tmp_path):

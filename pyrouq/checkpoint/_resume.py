@@ -23,11 +23,15 @@ from pyrouq.checkpoint import (
 from pyrouq.convert import SitePrior
 
 
-def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoint:
+def restore(
+    source: Any, model: nn.Module, guide: Any, epochs: int, optimizer: tuple[str, str]
+) -> Checkpoint:
     """Load the run saved at ``source`` (a path or a :class:`Checkpoint`) into ``model`` and
-    ``guide`` to continue it for a total of ``epochs``; returns the checkpoint with its
+    ``guide`` to continue it for a total of ``epochs`` with ``optimizer`` (the dotted class
+    path of fit()'s optimizer, and how the message names it); returns the checkpoint with its
     training state (what ``fit(resume_from=...)`` continues). A checkpoint of another
-    configuration, or of a finished run, is refused before anything is loaded."""
+    configuration or optimizer, or of a finished run, is refused before anything is
+    loaded."""
     if isinstance(source, Checkpoint):
         saved = source
         model_state = saved.model.state_dict()
@@ -81,6 +85,19 @@ def restore(source: Any, model: nn.Module, guide: Any, epochs: int) -> Checkpoin
         )
     if saved.optimizer_state is None:
         raise ValueError("resume_from holds no optimizer state; it cannot continue a run.")
+    ours, named = optimizer
+    theirs = saved.training.get("optimizer", ours)  # not recorded before 2026-12-03
+    if theirs != ours:
+        if theirs.startswith("pyrouq."):
+            fix = "Leave optim=None, as the run did"
+        else:
+            name = theirs.rsplit(".", 1)[-1]
+            fix = f"Pass the run's optim, e.g. lambda params: {name}(params, ...)"
+        raise CheckpointError(
+            f"resume_from={where!r} was trained with the optimizer {theirs}, but this fit() "
+            f"builds {named}: the saved optimizer state (moments, step counts) belongs to the "
+            f"other one. {fix}, or start a new run."
+        )
     _check_same_priors(model, model_state, where)
     _load_state(model, model_state, "model", where)
     if guide is not None:

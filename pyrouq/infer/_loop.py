@@ -22,6 +22,7 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     check_batch,
     loader_rng_state,
+    optimizer_name,
     plain_terms,
     restore_rng_states,
     rng_states,
@@ -190,6 +191,14 @@ class Loop:
 
     def resume(self, saved: Any) -> None:
         state = saved.training
+        where = "resume_from" if saved.path is None else f"resume_from={str(saved.path)!r}"
+        kl_weight = state.get("kl_weight", self.elbo.kl_weight)
+        if float(kl_weight) != self.elbo.kl_weight:
+            warn_caller(
+                f"fit(resume_from=...) continues a run trained with kl_weight={kl_weight} "
+                f"under kl_weight={self.elbo.kl_weight}: the objective changes from here on. "
+                f"Pass kl_weight={kl_weight} to continue the run as it was."
+            )
         given, run = self.base_lrs, [float(v) for v in state["base_lrs"]]
         if given != run:
             warn_caller(
@@ -197,7 +206,16 @@ class Loop:
                 f"{_lrs(run)}; lr={_lrs(given)} is ignored (the optimizer's state and the "
                 "schedule carry on). Pass the run's lr, or start a new run to change it."
             )
-        self.optimizer.load_state_dict(saved.optimizer_state)
+        try:
+            self.optimizer.load_state_dict(saved.optimizer_state)
+        except (KeyError, ValueError) as err:
+            raise _checkpoint.CheckpointError(
+                f"{where}: its optimizer state does not fit this fit()'s "
+                f"{optimizer_name(self.optimizer)} ({err!r}): "
+                "the parameters to optimise differ from the run's (a guide or model built "
+                "otherwise) or the optimizer does. Resume with the run's model, guide and "
+                "optim."
+            ) from None
         self.base_lrs = run
         self.history = [EpochRecord(**record) for record in state["history"]]
         self.steps = int(state["steps"])
@@ -229,6 +247,8 @@ class Loop:
             history=self.history,
             base_lrs=self.base_lrs,
             rng=rng_states(self.loader, loader_state),
+            optimizer=optimizer_name(self.optimizer),
+            kl_weight=self.elbo.kl_weight,
         )
         return _checkpoint.save(
             self.checkpoint,
@@ -268,7 +288,7 @@ class Loop:
 
             per_epoch = max(len_or_zero(self.loader), 1)
             bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
-        epoch, batches = self.first_epoch, self.skip
+        epoch, batches, finished = self.first_epoch, self.skip, 0
         loader_state = loader_rng_state(self.loader)
         self.model.train()
         try:
@@ -331,7 +351,7 @@ class Loop:
                         seconds=time.perf_counter() - start,
                     )
                     self.history.append(record)
-                    batches = 0
+                    finished, batches = batches, 0
                     if self.checkpoint is not None:
                         self.save(epoch, 0, loader_rng_state(self.loader))
                     for callback in self.callbacks:
@@ -340,7 +360,8 @@ class Loop:
                         raise KeyboardInterrupt
         except KeyboardInterrupt:
             # Between steps (a callback, or Ctrl-C seen by InterruptFlag): the parameters are
-            # those of the last completed step; `batches` counts this epoch's completed steps.
+            # those of the last completed step; `batches` counts this epoch's completed steps,
+            # `finished` those of the epoch just completed (interrupted at its end).
             done = len(self.history)
             partial = batches if done < epoch else 0
             saved = None
@@ -348,7 +369,8 @@ class Loop:
                 state = loader_state if partial else loader_rng_state(self.loader)
                 saved = self.save(done, partial, state)
             self.model.eval()
-            raise TrainingInterrupted(self.result(), saved, epoch, partial) from None
+            last = partial if done < epoch else finished
+            raise TrainingInterrupted(self.result(), saved, epoch, last) from None
         finally:
             if bar is not None:
                 bar.close()

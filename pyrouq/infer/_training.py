@@ -237,9 +237,13 @@ def training_state(
     history: list[Any],
     base_lrs: list[float],
     rng: dict[str, Any],
+    optimizer: str,
+    kl_weight: float,
 ) -> dict[str, Any]:
     """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
     return {
+        "optimizer": optimizer,
+        "kl_weight": kl_weight,
         "version": TRAINING_STATE_VERSION,
         "epochs": epochs,
         "epochs_done": epochs_done,
@@ -388,3 +392,10 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
         )
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
     return ELBOTerms(loss=nll, nll=nll.detach(), kl=torch.zeros(()), outputs=outputs.detach())
+
+
+def optimizer_name(optimizer: Any) -> str:
+    """The optimizer's class as a dotted path (``torch.optim.sgd.SGD``), as a checkpoint
+    records it."""
+    cls = type(optimizer)
+    return f"{cls.__module__}.{cls.__qualname__}"

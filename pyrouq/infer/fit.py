@@ -31,6 +31,7 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
+    optimizer_name,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.infer.guide import check_guide
@@ -267,8 +268,12 @@ def fit(
     check_each_batch = check_inputs and not check_loader_inputs(
         train_loader, probe.likelihood, probe.num_classes
     )
-    resume = None if resume_from is None else restore(resume_from, model, guide, epochs)
     optimizer = build_optimizer(model, guide, probe, optim, lr)
+    resume = None
+    if resume_from is not None:
+        ours = optimizer_name(optimizer)
+        shown = f"{ours} (optim=None: pyrouq's Adam)" if optim is None else ours
+        resume = restore(resume_from, model, guide, epochs, (ours, shown))
     group = _distributed.current()
     independent = _distributed.draws_option(distributed_draws, group, seed)
     named = [(f"model: {k}", v) for k, v in model.state_dict().items()]
