@@ -673,3 +673,40 @@ def test_a_float64_network_comes_back_float64_to_the_bit(tmp_path):
         first = before.probs if hasattr(before, "probs") else before.loc
         again = after.probs if hasattr(after, "probs") else after.loc
         assert again.dtype == torch.float64 and torch.equal(first, again), kind
+
+
+def test_a_converted_model_as_the_skeleton_is_refused_with_the_fix(tmp_path):
+    def net():
+        return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+    model = bayesian(net())
+    save(tmp_path / "m.pt", model, mean_field_guide(model))
+    for wrong in (bayesian(net()), pyrouq.batchensemble(net(), 2)):
+        expected = (
+            r"module= got a (BayesianNetwork|BatchEnsembleNetwork), a pyrouq model, but it "
+            r"takes the plain network the saved model was made from \(torch.nn.modules."
+            r"container.Sequential\): load\(path, module=make_net\(\)\)"
+        )
+        with pytest.raises(CheckpointError, match=expected):
+            load(tmp_path / "m.pt", module=wrong)
+    assert load(tmp_path / "m.pt", module=net()).model.network_sites() == model.network_sites()
+
+
+def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exactly(tmp_path):
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+
+    def run(batch_size, **kw):
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        loader = pyrouq.ArrayLoader(x, y, batch_size, seed=0)
+        fit(model, mean_field_guide(model), loader, progress=False, seed=0, **kw)
+
+    path = tmp_path / "run.pt"
+    run(10, epochs=1, checkpoint=path)
+    with pytest.warns(UserWarning, match=r"continues a run of 4 batches an epoch with a loader "
+                      r"of 2: the learning-rate schedule no longer matches the run's. Resume "
+                      r"with the run's loader"):  # fmt: skip
+        run(20, epochs=2, resume_from=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(10, epochs=2, resume_from=path)

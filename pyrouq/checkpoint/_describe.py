@@ -223,6 +223,13 @@ def _skeleton(
         raise CheckpointError(
             f"Expected module= to be an nn.Module (the skeleton), got {type(module).__name__}."
         )
+    if isinstance(module, (BayesianNetwork, BatchEnsembleNetwork)):
+        raise CheckpointError(
+            f"module= got a {type(module).__name__}, a pyrouq model, but it takes the plain "
+            f"network the saved model was made from ({record.get('class', '?')}): load(path, "
+            "module=make_net()), with make_net what built the network before bayesian(), "
+            "batchensemble() or rank1() converted it."
+        )
     here = module_record(module)
     for kind in ("parameters", "buffers"):
         saved, got = record.get(kind, {}), here[kind]

@@ -199,6 +199,20 @@ class Loop:
                 f"under kl_weight={self.elbo.kl_weight}: the objective changes from here on. "
                 f"Pass kl_weight={kl_weight} to continue the run as it was."
             )
+        theirs, ours = int(state.get("batches_per_epoch", 0)), len_or_zero(self.loader)
+        if theirs and ours and theirs != ours:
+            skipped = (
+                f", and the {state['epoch_steps']} steps the run took of epoch "
+                f"{state['epochs_done'] + 1} skip other batches than it saw"
+                if state["epoch_steps"]
+                else ""
+            )
+            warn_caller(
+                f"fit(resume_from=...) continues a run of {theirs} batches an epoch with a "
+                f"loader of {ours}: the learning-rate schedule no longer matches the run's"
+                f"{skipped}. Resume with the run's loader (same data and batch size) to "
+                "continue it exactly."
+            )
         given, run = self.base_lrs, [float(v) for v in state["base_lrs"]]
         if given != run:
             warn_caller(
@@ -249,6 +263,7 @@ class Loop:
             rng=rng_states(self.loader, loader_state),
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
+            batches_per_epoch=len_or_zero(self.loader),
         )
         return _checkpoint.save(
             self.checkpoint,

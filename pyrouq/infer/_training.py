@@ -239,11 +239,13 @@ def training_state(
     rng: dict[str, Any],
     optimizer: str,
     kl_weight: float,
+    batches_per_epoch: int,
 ) -> dict[str, Any]:
     """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
     return {
         "optimizer": optimizer,
         "kl_weight": kl_weight,
+        "batches_per_epoch": batches_per_epoch,
         "version": TRAINING_STATE_VERSION,
         "epochs": epochs,
         "epochs_done": epochs_done,
