@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -378,13 +380,16 @@ def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", "-m", "pyrouq", "fit", "bayesian-mlp", "--epochs", "1",
-               "--train-size", "1024", "--out", str(out), "--no-progress"]  # fmt: skip
+               "--train-size", "1025", "--out", str(out), "--no-progress"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = run_in_own_group(command, env, timeout=300)
     # a rank's own traceback comes first, torchrun's summary of the failure after it
     assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
     assert done.stdout.count("pyrouq 0.1.0: fitting BayesianMLP") == 1  # rank 0 alone prints
-    assert "on 2 ranks" in done.stdout
+    # 1,025 images: shards padded to 513 each, so that both ranks take as many steps
+    banner = re.search(r"1 epoch of (\d+) batches of (\d+) on each of 2 ranks", done.stdout)
+    assert banner is not None, done.stdout
+    assert int(banner[1]) == math.ceil(513 / int(banner[2]))
     config = json.loads((out / "config.json").read_text())
     assert config["world_size"] == 2
     assert {"metrics.json", "checkpoint.pt"} <= {p.name for p in out.iterdir()}

@@ -252,12 +252,14 @@ def _run_fit(
         n_params += sum(p.numel() for p in guide.parameters())
     what = recipe["class"] if method is None else f"{args.model} ({method})"
     data = "MNIST" if args.dataset == "mnist" else "Fashion-MNIST"
-    ranks = f" on {config['world_size']} ranks" if config["world_size"] > 1 else ""
+    world = config["world_size"]
+    with train.sharded(0, world):  # what each rank runs (one shard of every epoch)
+        batches = len(train)
+    ranks = f" on each of {world} ranks" if world > 1 else ""
     print(
         f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "
         f"{len(train.dataset)} {data} images, {epochs} epoch{'s' if epochs != 1 else ''} of "
-        f"{len(train)} batches of "
-        f"{batch_size}, device {config['device']}{ranks}"
+        f"{batches} batches of {batch_size}{ranks}, device {config['device']}"
     )
     try:
         result = pyrouq.fit(
