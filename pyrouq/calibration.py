@@ -307,7 +307,8 @@ class ConformalRegressor:
                 "was calibrated on. Calibrate it on this model's predictions."
             )
         if self.score == "abs":
-            mean, sd = preds.mean.double(), preds.stddev.double()
+            wide = preds.double()  # moments in float64
+            mean, sd = wide.mean, wide.stddev
             return mean - q * sd, mean + q * sd
         lo, hi = preds.interval(1 - self.alpha)
         return lo - q, hi + q
@@ -321,7 +322,8 @@ class ConformalRegressor:
 
 def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha: float) -> Tensor:
     if score == "abs":
-        return (y - preds.mean.double()).abs() / preds.stddev.double()
+        wide = preds.double()  # moments in float64
+        return (y - wide.mean).abs() / wide.stddev
     lo, hi = preds.interval(1 - alpha)
     return torch.maximum(lo - y, y - hi)
 
@@ -415,6 +417,11 @@ def _sets(sets: Any) -> Tensor:
             "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "
             f"them), got {getattr(sets, 'dtype', type(sets).__name__)}."
         )
+    if sets.shape[0] == 0:
+        raise ValueError(
+            f"Expected at least one prediction set, got shape {tuple(sets.shape)}: a coverage "
+            "or a mean size of no sets is undefined."
+        )
     return sets
 
 
@@ -445,6 +452,11 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
     if isinstance(sets_or_intervals, tuple):
         lo, hi = sets_or_intervals
         shape = tuple(lo.shape)
+        if lo.numel() == 0:
+            raise ValueError(
+                f"coverage(): expected at least one interval, got shape {shape}: the coverage "
+                "of no intervals is undefined."
+            )
         ok = isinstance(targets, Tensor) and (
             tuple(targets.shape) == shape or (len(shape) == 2 and shape[1] == 1
                                               and tuple(targets.shape) == shape[:1])

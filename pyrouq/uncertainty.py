@@ -259,7 +259,7 @@ def _check_probs(
     TypeError
         Not a tensor, or not float32 / float64.
     ValueError
-        Wrong rank, empty, non-finite, negative or not normalised.
+        Wrong rank, empty, non-finite, negative, above 1 or not normalised.
     """
     if not isinstance(probs, Tensor):
         raise TypeError(
@@ -308,6 +308,12 @@ def _check_probs(
             f"got sums between {lo:.6g} and {hi:.6g}. If these are logits, apply "
             "torch.softmax(x, dim=-1); if they are unnormalised weights, divide by "
             "x.sum(-1, keepdim=True)."
+        )
+    high = float(probs.max())
+    if high > 1:  # rows within the sum tolerance may still hold one: negative entropies
+        raise ValueError(
+            f"Expected {name} to be probabilities of at most 1, got a maximum of {high:.6g}. "
+            "Normalise them exactly: x / x.sum(-1, keepdim=True)."
         )
 
 

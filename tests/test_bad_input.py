@@ -810,6 +810,10 @@ API_CASES = [
      r"Expected targets of shape \(N,\) = \(6,\)"),
     ("decompose", "nan", lambda tmp: decompose(torch.full((2, 6, 10), NAN)), ValueError,
      r"Expected finite probs, got 120 NaN or inf entries"),
+    ("decompose", "range",
+     lambda tmp: decompose(torch.tensor([[[1.0009, 0.0]], [[0.0, 1.0009]]], dtype=torch.float64)),
+     ValueError, r"Expected probs to be probabilities of at most 1, got a maximum of 1.0009. "
+     r"Normalise them exactly"),
     ("decompose", "range", lambda tmp: decompose(preds().probs, base=-1.0), ValueError,
      r"Expected a logarithm base > 1, got -1.0 \(a base below 1 .*use math.e for nats"),
     ("Decomposition", "shape",
@@ -1057,6 +1061,16 @@ API_CASES = [
     ("class_conditional_coverage", "type",
      lambda tmp: pyrouq.class_conditional_coverage([[True]], torch.zeros(1)), TypeError,
      r"Expected prediction sets as an \(N, C\) boolean tensor .*got list"),
+    ("coverage", "empty",
+     lambda tmp: pyrouq.coverage(torch.zeros(0, 3, dtype=torch.bool), torch.zeros(0).long()),
+     ValueError, r"Expected at least one prediction set, got shape \(0, 3\): a coverage or a "
+     r"mean size of no sets is undefined"),
+    ("mean_set_size", "empty",
+     lambda tmp: pyrouq.mean_set_size(torch.zeros(0, 3, dtype=torch.bool)), ValueError,
+     r"Expected at least one prediction set, got shape \(0, 3\)"),
+    ("coverage", "empty",
+     lambda tmp: pyrouq.coverage((torch.zeros(0, 1), torch.ones(0, 1)), torch.zeros(0)),
+     ValueError, r"coverage\(\): expected at least one interval, got shape \(0, 1\)"),
     # -- MCMC ----------------------------------------------------------------------------
     ("mcmc", "range",
      lambda tmp: pyrouq.mcmc(BayesianMLP(hidden_features=4), flat_x(), labels(), num_samples=5,

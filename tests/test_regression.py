@@ -448,3 +448,19 @@ def test_a_learned_noise_model_runs_under_plain_pyro_svi_before_fit():
         assert start.shape == (1,)
         svi.step(x, y)
         assert not torch.equal(model.likelihood.raw_scale.detach(), start), kind
+
+
+def test_float32_predictions_are_evaluated_with_float64_moments():
+    """A float32 mean of values near 1000 is off by about 6e-5, which an RMSE of 0.01 feels;
+    evaluate() and the conformal scores take the moments in float64."""
+    g = torch.Generator().manual_seed(0)
+    loc = 1000 + 0.01 * torch.randn(8, 500, 1, generator=g)
+    scale = torch.full_like(loc, 0.01)
+    y = 1000 + 0.01 * torch.randn(500, 1, generator=g)
+    narrow, wide = (
+        GaussianPredictions(loc, scale, y),
+        GaussianPredictions(loc.double(), scale.double(), y.double()),
+    )
+    assert narrow.double().loc.dtype == torch.float64
+    assert narrow.evaluate()["rmse"] == pytest.approx(wide.evaluate()["rmse"], rel=1e-9)
+    assert narrow.evaluate()["mae"] == pytest.approx(wide.evaluate()["mae"], rel=1e-9)
