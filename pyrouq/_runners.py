@@ -174,10 +174,7 @@ def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> li
     :class:`~pyrouq.MeanFieldGuide` of a pyrouq model (whose draws, taken chunk after chunk
     in one random stream, are those of a single call) and an ``x`` that can be read again in
     the same order; else all at once, with a warning."""
-    plain_guide = (
-        isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward
-    )
-    if not plain_guide or getattr(model, "outputs", None) is None:
+    if not _sampled_directly(guide) or getattr(model, "outputs", None) is None:
         return [count]
     with torch.no_grad():
         per_draw = sum(
