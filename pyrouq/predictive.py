@@ -360,10 +360,10 @@ def predict(
             bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
             targets, out_device = [], None
-            for size in sizes:
-                if size:
-                    run = latent = None  # type: ignore[assignment]  # free the last draws
-                    run = guide_runner(size)
+
+            def read(run: Callable[[Tensor], Any]) -> list[Any]:
+                """One pass over x under ``run``'s draws (freed when it returns)."""
+                nonlocal out_device
                 parts = []
                 for xb, yb in _batches(x, batch_size):
                     if out_device is None:
@@ -376,7 +376,10 @@ def predict(
                         targets.append(yb.to(out_device))
                     if bar is not None:
                         bar.update()
-                passes.append(parts)
+                return parts
+
+            for size in sizes:
+                passes.append(read(guide_runner(size) if size else run))
     finally:
         if bar is not None:
             bar.close()
