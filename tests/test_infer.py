@@ -233,7 +233,10 @@ def test_vectorized_particles_count_the_likelihood_once(make, guide_kind, nestin
     three = vec.terms(model, guide, x, y)
     assert three.outputs.shape[0] == 3 and three.outputs.shape[-2:] == (6, model.num_classes)
     torch.testing.assert_close(three.nll, one.nll, rtol=1e-4, atol=0)
-    torch.testing.assert_close(three.kl, one.kl, rtol=1e-5, atol=0)
+    # an autoguide's KL is a one-draw estimate, log q(aux) - log p(w) (its auxiliary sites'
+    # log-density varies with each draw by about 1 %); counted once, not P times, all the same
+    rtol = 0.05 if guide_kind == "auto_normal" else 1e-5
+    torch.testing.assert_close(three.kl, one.kl, rtol=rtol, atol=0)
 
 
 @pytest.mark.parametrize("particles", [1, 2])
@@ -733,3 +736,36 @@ def test_memory_reuse_on_cpu_changes_no_result(monkeypatch):
             progress=False, seed=0)  # fmt: skip
         runs.append(predict(model, x).probs)
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("autoguide", ["AutoNormal", "AutoDiagonalNormal"])
+def test_kl_weight_1_is_pyros_elbo_for_autoguides_and_fits_their_scales(autoguide):
+    """An autoguide draws auxiliary sites ("*_unconstrained", "_AutoDiagonalNormal_latent")
+    and makes the model's sites Delta transforms of them: their log-density is part of
+    log q(w), or the loss misses the guide's entropy (here 8 x 2.9 nats) and fit() shrinks
+    the scales toward 0."""
+    from pyro.infer import Trace_ELBO
+    from pyro.infer import autoguide as autoguides
+    from torch import nn
+
+    torch.manual_seed(0)
+    x = torch.randn(30, 3)
+    y = x @ torch.tensor([[1.0, -1.0], [0.5, 0.0], [0.0, 2.0]]) + 0.5 * torch.randn(30, 2)
+    pyro.clear_param_store()
+    model = bayesian(nn.Linear(3, 2), likelihood=Gaussian(0.5), num_data=30)
+    guide = getattr(autoguides, autoguide)(model)
+    guide(x, y)
+    many = {"num_particles": 5000, "vectorize_particles": True, "max_plate_nesting": 1}
+    with torch.no_grad():
+        pyro.set_rng_seed(0)
+        ours = KLWeightedELBO(**many).loss(model, guide, x, y)
+        pyro.set_rng_seed(0)
+        pyros = Trace_ELBO(**many).loss(model, guide, x, y)
+    assert ours == pytest.approx(pyros, abs=0.3)
+    # fit() then finds the mean-field optimum: each weight's sd is 1 / sqrt of the diagonal
+    # of the posterior precision, sum_n x_nj^2 / sigma^2 + 1 under the prior Normal(0, 1)
+    fit(model, guide, ListLoader(x, y, 30), epochs=600, lr=0.05, progress=False, seed=0)
+    optimum = (x.square().sum(0) / 0.5**2 + 1.0).rsqrt()
+    with torch.no_grad():
+        draws = torch.stack([guide(x, y)["weight"] for _ in range(1000)])
+    torch.testing.assert_close(draws.std(0), optimum.expand(2, 3), rtol=0.2, atol=0)

@@ -162,7 +162,10 @@ class KLWeightedELBO(ELBO):
     The N/B factor comes from the model (pyrouq models scale ``"obs"`` by it). The KL is
     analytic for each latent site where ``torch.distributions.kl_divergence`` knows the pair
     (Normal guide and Normal prior) and a Monte Carlo estimate ``log q(w) - log p(w)``
-    otherwise. ``kl_weight`` multiplies the latent sites' contribution, which is the same as
+    otherwise; ``log q`` includes the guide's own auxiliary sites (an ``AutoNormal``'s
+    ``*_unconstrained``, an ``AutoDiagonalNormal``'s joint latent, of which the model's
+    sites are Delta transforms), so ``kl_weight=1`` is the loss of Pyro's ``Trace_ELBO``.
+    ``kl_weight`` multiplies the latent sites' contribution, which is the same as
     scaling those sites in both model and guide (``kl_weight = 0`` drops the KL without Pyro's
     scale handler, which rejects 0). The expectation over q is estimated with
     ``num_particles`` draws, sequential or vectorised.
@@ -269,6 +272,18 @@ class KLWeightedELBO(ELBO):
                 value = guide_site["value"]
                 kl_site = q.log_prob(value) - p.log_prob(value)
             kl = kl + scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
+        if guide_trace is None:
+            return nll, kl
+        # the guide's own auxiliary sites (an autoguide's "*_unconstrained" or
+        # "_AutoDiagonalNormal_latent", of which the model's sites are Delta transforms): their
+        # log-density is part of log q(w), as in Pyro's Trace_ELBO
+        for name, site in guide_trace.nodes.items():
+            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+                continue
+            if model_trace.nodes.get(name, {}).get("type") == "sample":
+                continue
+            log_q = site["fn"].log_prob(site["value"])
+            kl = kl + scale_and_mask(log_q, site["scale"], site["mask"]).sum()
         return nll, kl
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
