@@ -742,7 +742,7 @@ def test_memory_reuse_on_cpu_changes_no_result(monkeypatch):
 def test_kl_weight_1_is_pyros_elbo_for_autoguides_and_fits_their_scales(autoguide):
     """An autoguide draws auxiliary sites ("*_unconstrained", "_AutoDiagonalNormal_latent")
     and makes the model's sites Delta transforms of them: their log-density is part of
-    log q(w), or the loss misses the guide's entropy (here 8 x 2.9 nats) and fit() shrinks
+    log q(w), or the loss misses the guide's entropy (which rewards wide scales) and fit() shrinks
     the scales toward 0."""
     from pyro.infer import Trace_ELBO
     from pyro.infer import autoguide as autoguides
