@@ -27,11 +27,11 @@ def is_ensemble(model: nn.Module) -> bool:
 
 
 def logits_of(model: Any, x: Tensor) -> Tensor:
-    """Run a model and return its logits: the return value, or its ``"logits"`` site."""
-    out = model(x)
+    """Run a model once and return its logits: the return value, or its ``"logits"`` site."""
+    trace = poutine.trace(model).get_trace(x)
+    out = trace.nodes["_RETURN"]["value"]
     if torch.is_tensor(out) and out.dim() >= 2:
         return out
-    trace = poutine.trace(model).get_trace(x)
     if "logits" not in trace.nodes:
         raise TypeError(
             f"{type(model).__name__} returned {type(out).__name__} and recorded no 'logits' "

@@ -348,7 +348,8 @@ def predict(
                         f"{model.num_members}. Leave num_samples=None."
                     )
                 run = _runners.ensemble_runner(model)
-            elif isinstance(model, pyro.nn.PyroModule):
+            elif isinstance(model, pyro.nn.PyroModule) or not isinstance(model, nn.Module):
+                # a Pyro model (a PyroModule or a function), run S times from its own sites
                 run = _runners.sampled_runner(model, num_samples or DEFAULT_NUM_SAMPLES)
             else:
                 if num_samples is not None:
