@@ -236,3 +236,37 @@ def test_bad_flag_and_mismatched_guide():
     x, y = toy_data(10)
     with pytest.raises(ValueError, match="differ from the model's latent sites"):
         KLWeightedELBO().terms(model, other, x, y)
+
+
+def test_layers_whose_weights_attention_reads_are_drawn_whole():
+    """nn.MultiheadAttention reads out_proj's weight as a tensor, never calling the layer:
+    local reparameterisation cannot draw its pre-activations, so its sites are drawn whole
+    (they once kept the network's initial weights in training, ignoring the guide)."""
+    from torch import nn
+
+    from pyrouq import bayesian
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Linear(4, 8)
+            self.att = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = self.emb(x)
+            h, _ = self.att(h, h, h)
+            return self.head(h.mean(1))
+
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 5, 4), torch.randint(0, 3, (6,))
+    local = bayesian(Net(), local_reparameterization=True, num_data=6)
+    assert set(local.local_layers()) == {"emb", "head"}
+    whole = bayesian(local.plain_network(), num_data=6)
+    losses = []
+    for model in (local, whole):
+        guide = mean_field_guide(model, init_scale=1e-8)
+        with torch.no_grad():
+            guide.site_loc("att.out_proj.weight").mul_(3.0)  # away from the initial weights
+        losses.append(KLWeightedELBO(kl_weight=0.0).terms(model, guide, x, y).nll)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=0)

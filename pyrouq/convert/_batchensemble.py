@@ -4,7 +4,6 @@ layer."""
 from __future__ import annotations
 
 import copy
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any, Literal
@@ -15,7 +14,13 @@ from torch.nn.utils import parametrize
 
 from pyrouq import _engine
 from pyrouq._util import forget_params, model_input, warn_caller
-from pyrouq.convert._select import COUNTER, check_module, check_num_data, module_record
+from pyrouq.convert._select import (
+    COUNTER,
+    check_module,
+    check_num_data,
+    module_record,
+    weight_readers,
+)
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
     BATCHENSEMBLE_LAYERS,
@@ -64,22 +69,10 @@ def _replace_children(
     return sum(new is not None for new in made.values())
 
 
-def _weight_readers() -> tuple[type, ...]:
-    """Module types whose forward reads their layers' weights and biases as tensors instead of
-    calling the layers: ``nn.MultiheadAttention`` and torchvision's Swin attention (v1, v2).
-    Their layers stay plain (a network holding torchvision's is built after that module was
-    imported, so it is looked up only then)."""
-    readers: list[type] = [nn.MultiheadAttention]
-    swin = sys.modules.get("torchvision.models.swin_transformer")
-    if swin is not None:
-        readers.append(swin.ShiftedWindowAttention)  # ShiftedWindowAttentionV2 subclasses it
-    return tuple(readers)
-
-
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
     """Replace every Linear / Conv{1,2,3}d / ConvTranspose{1,2,3}d of ``net`` (nested) by its
     BatchEnsemble version; the number replaced. Attention modules that read their layers'
-    weights directly keep them plain (:func:`_weight_readers`)."""
+    weights directly keep them plain (:func:`~pyrouq.convert._select.weight_readers`)."""
     parametrized: list[str] = []
     uses: dict[int, int] = {}  # how many names each parameter has (tied weights: several)
     for _, param in net.named_parameters(remove_duplicate=False):
@@ -98,7 +91,7 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
             layer.weight = weight  # tied weights stay tied (the members share W anyway)
         return layer  # type: ignore[no-any-return]
 
-    count = _replace_children(net, counterpart, _weight_readers())
+    count = _replace_children(net, counterpart, weight_readers())
     if parametrized:
         warn_caller(
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "

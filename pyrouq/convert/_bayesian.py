@@ -29,6 +29,7 @@ from pyrouq.convert._select import (
     module_record,
     resolve_priors,
     select_parameters,
+    weight_readers,
 )
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 
@@ -214,10 +215,16 @@ class BayesianNetwork(PyroModule):
 
     def local_layers(self) -> dict[str, tuple[str, str | None]]:
         """``{module path: (weight site, bias site or None)}`` of the layers that local
-        reparameterisation draws directly."""
+        reparameterisation draws directly: not those inside a module that reads their weights
+        as tensors instead of calling them (``nn.MultiheadAttention``'s ``out_proj``, Swin's
+        attention), whose sites are drawn whole."""
+        readers = weight_readers()
+        inside = [f"{p}." for p, m in self.net.named_modules() if isinstance(m, readers)]
         layers: dict[str, tuple[str, str | None]] = {}
         for path, module in self.net.named_modules():
             if not isinstance(module, _engine.LOCAL_TYPES):
+                continue
+            if any(path.startswith(prefix) for prefix in inside):
                 continue
             weight, bias = f"{path}.weight", f"{path}.bias"
             has_bias = bias in self._sites or getattr(module, "bias", None) is not None

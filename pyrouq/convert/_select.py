@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -357,3 +358,15 @@ def check_module(module: Any, what: str) -> None:
             f"parameters yet ({_names_list(lazy)}). Run one batch through the network first "
             "(net(x)), then convert it."
         )
+
+
+def weight_readers() -> tuple[type, ...]:
+    """Module types whose forward reads their layers' weights and biases as tensors instead of
+    calling the layers: ``nn.MultiheadAttention`` and torchvision's Swin attention (v1, v2).
+    Their layers stay plain (a network holding torchvision's is built after that module was
+    imported, so it is looked up only then)."""
+    readers: list[type] = [nn.MultiheadAttention]
+    swin = sys.modules.get("torchvision.models.swin_transformer")
+    if swin is not None:
+        readers.append(swin.ShiftedWindowAttention)  # ShiftedWindowAttentionV2 subclasses it
+    return tuple(readers)
