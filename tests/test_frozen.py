@@ -81,6 +81,21 @@ def test_batchensemble_of_a_frozen_network_trains_only_its_factors(norms):
     assert torch.equal(ensemble.net[0].weight, net[0].weight)
 
 
+def test_a_frozen_layer_without_bias_gets_frozen_member_biases():
+    # a conv before a BatchNorm has no bias; its BatchEnsemble layer adds the members' own,
+    # which a frozen backbone must keep fixed too (at zero), with or without rank-1 priors
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 8, bias=False), nn.BatchNorm1d(8), nn.ReLU(),
+                        nn.Linear(8, 2))  # fmt: skip
+    net[:2].requires_grad_(False)
+    ensemble = batchensemble(net, 2)
+    assert not ensemble.net[0].bias.requires_grad and ensemble.net[3].bias.requires_grad
+    train(ensemble, None)
+    assert torch.equal(ensemble.net[0].bias, torch.zeros(2, 8))
+    model = rank1(net, 2)
+    assert not dict(model.named_parameters())["net.0.bias"].requires_grad
+
+
 def test_rank1_of_a_frozen_network_keeps_w_and_biases_fixed():
     net = net_with_batchnorm()
     net.requires_grad_(False)

@@ -79,11 +79,14 @@ class _BatchEnsembleLayer(nn.Module):
             s.bernoulli_(0.5).mul_(2).sub_(1)
         self.r = nn.Parameter(r)
         self.s = nn.Parameter(s)
-        if bias is None:
+        if bias is None:  # the members' own biases, from zero; frozen with a frozen layer
             bias = torch.zeros(out_size, device=device, dtype=dtype)
-        self.bias = nn.Parameter(  # a frozen base bias stays frozen, as does a frozen weight
+            trainable = self.weight.requires_grad
+        else:  # a frozen base bias stays frozen, as does a frozen weight
+            trainable = bias.requires_grad if isinstance(bias, nn.Parameter) else True
+        self.bias = nn.Parameter(
             bias.detach().to(device, dtype).expand(num_members, -1).clone(),
-            requires_grad=bias.requires_grad if isinstance(bias, nn.Parameter) else True,
+            requires_grad=trainable,
         )
         self._member: int | None = None  # set during the engine's member passes
         self._member_weights: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]] | None = None
