@@ -243,6 +243,13 @@ class Categorical(Likelihood):
         return F.cross_entropy(flat, target, reduction="sum")
 
     def predictive(self, outputs: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
+        if outputs.shape[-1] < 2:
+            raise ValueError(
+                f"predict() got logits of one class (outputs of shape {tuple(outputs.shape)}): "
+                "every probability would be 1. A classifier needs C >= 2 logits; a regression "
+                "model takes a Gaussian likelihood, e.g. bayesian(net, likelihood='gaussian'), "
+                "and predict() then returns GaussianPredictions."
+            )
         # half-precision logits are promoted to float32 (a stable softmax); float64 stays
         return torch.softmax(outputs.to(torch.promote_types(outputs.dtype, torch.float32)), -1)
 

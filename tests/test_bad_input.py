@@ -746,6 +746,12 @@ API_CASES = [
      r"Expected num_particles to be an integer >= 1, got 0"),
     ("fit", "type", lambda tmp: fit("model", None, [], epochs=1), TypeError,
      r"fit\(\) expects model to be an nn.Module .*got str; build it with e.g. bayesian\(net\)"),
+    ("predict", "shape", lambda tmp: predict(nn.Linear(4, 1), torch.randn(3, 4)), ValueError,
+     r"predict\(\) got logits of one class \(outputs of shape \(1, 3, 1\)\): every probability "
+     r"would be 1. .*bayesian\(net, likelihood='gaussian'\)"),
+    ("fit", "type", lambda tmp: fit(lambda x, y=None: None, None, [], epochs=1), TypeError,
+     r"got function; .* A Pyro model written as a function: wrap it in a PyroModule whose "
+     r"forward\(x, y\) calls it, or train it with pyro.infer.SVI"),
     ("fit", "type",
      with_model_guide(lambda m, g: fit(m, g, [{"x": torch.rand(6, 784), "y": labels()}],
                                        epochs=1, num_data=6, progress=False)),

@@ -97,9 +97,12 @@ def fit(
     model : PyroModule or nn.Module
         A model following the pyrouq contract (made by :func:`pyrouq.bayesian` or
         :func:`pyrouq.batchensemble`, ``BayesianLeNet``, ``BatchEnsembleMLP``, ...; its point
-        estimates, e.g. BatchNorm parameters, are trained too) or any Pyro model
-        ``model(x, y)``. Its ``num_data`` is set to N. A plain torch network
-        returning logits (``MLP``, ``LeNet``; ``guide=None``) is fitted by maximum likelihood,
+        estimates, e.g. BatchNorm parameters, are trained too) or any Pyro model written as a
+        ``PyroModule`` with ``forward(x, y)`` (a model written as a function is refused: fit()
+        sets ``model.num_data`` and switches train / eval modes; train it with Pyro's own
+        ``SVI``, or wrap it in a ``PyroModule``). Its ``num_data`` is set to N. A plain torch
+        network returning logits (``MLP``, ``LeNet``; ``guide=None``) is fitted by maximum
+        likelihood,
         ``loss = -(N/B) sum_batch log p(y | x)``, with the same optimizer and schedule.
     guide : nn.Module or callable or None
         The variational distribution (``mean_field_guide(model)``, or a Pyro autoguide such as
@@ -214,7 +217,9 @@ def fit(
     if not isinstance(model, nn.Module):
         raise TypeError(
             f"fit() expects model to be an nn.Module (a pyrouq model, a PyroModule or a plain "
-            f"network), got {type(model).__name__}; build it with e.g. bayesian(net)."
+            f"network), got {type(model).__name__}; build it with e.g. bayesian(net). A Pyro "
+            "model written as a function: wrap it in a PyroModule whose forward(x, y) calls "
+            "it, or train it with pyro.infer.SVI."
         )
     check_count("epochs", epochs)
     check_positive_float("lr", lr)
