@@ -769,3 +769,40 @@ def test_kl_weight_1_is_pyros_elbo_for_autoguides_and_fits_their_scales(autoguid
     with torch.no_grad():
         draws = torch.stack([guide(x, y)["weight"] for _ in range(1000)])
     torch.testing.assert_close(draws.std(0), optimum.expand(2, 3), rtol=0.2, atol=0)
+
+
+def test_fit_warns_when_a_users_pyro_model_does_not_scale_its_likelihood():
+    from pyro.infer.autoguide import AutoNormal
+    from pyro.nn import PyroModule
+
+    class Logistic(PyroModule):
+        def __init__(self, scaled):
+            super().__init__()
+            self.scaled, self.num_data = scaled, None
+
+        def forward(self, x, y=None):
+            w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+            logits = x @ w
+            if self.scaled:  # the batch stands for the num_data points: scale N/B
+                plate = pyro.plate("data", self.num_data, subsample_size=len(x))
+            else:
+                plate = pyro.plate("data", len(x))
+            with plate:
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    x, y = torch.randn(40, 3), torch.randint(0, 2, (40,))
+    loader = ListLoader(x, y, 10)
+    pyro.clear_param_store()
+    expected = (
+        r"fit\(\): Logistic observes its targets without the factor N/B: on 2 of N = 40 "
+        r"examples the likelihood's scale is 1"
+    )
+    with pytest.warns(UserWarning, match=expected):
+        model = Logistic(False)
+        fit(model, AutoNormal(model), loader, epochs=1, progress=False)
+    pyro.clear_param_store()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = Logistic(True)
+        fit(model, AutoNormal(model), loader, epochs=1, progress=False)

@@ -14,6 +14,7 @@ from typing import Any
 import pyro
 import torch
 from pyro import poutine
+from pyro.poutine.util import site_is_subsample
 from torch import nn
 
 from pyrouq._util import (
@@ -22,7 +23,9 @@ from pyrouq._util import (
     has_latent_sites,
     model_input,
     module_device,
+    warn_caller,
 )
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.infer.guide import MeanFieldGuide
@@ -270,7 +273,11 @@ class Probe:
         categorical = isinstance(self.likelihood, Categorical)
         needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
-        if not (needs_classes or lazy_guide):
+        # a Pyro model of the user's own: does it scale its likelihood by N/B?
+        foreign = isinstance(model, pyro.nn.PyroModule) and not isinstance(
+            model, (BayesianNetwork, BatchEnsembleNetwork)
+        )
+        if not (needs_classes or lazy_guide or foreign):
             return
         batch = _first_examples(loader)
         if batch is None:
@@ -292,6 +299,8 @@ class Probe:
                             f"{' '.join(str(err).split())}. Check that the network takes the "
                             "loader's inputs (shape, channels, flattening); nothing was trained."
                         ) from err
+            if foreign:
+                _check_scaled(model, x, y)
             if lazy_guide:
                 with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
                     guide(x, y)
@@ -301,6 +310,33 @@ class Probe:
                 ]
         finally:
             model.train(was_training)
+
+
+def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Warn when a Pyro model of the user's own observes a minibatch without the factor N/B
+    (``pyro.plate("data", B)`` instead of ``pyro.plate("data", N, subsample_size=B)``): its
+    likelihood then counts as if the batch were the whole data set, and the KL outweighs it
+    N/B times."""
+    num_data = getattr(model, "num_data", None)
+    if not num_data or num_data <= x.shape[0]:
+        return
+    try:
+        trace = poutine.trace(model).get_trace(x, y)
+    except Exception:  # the model's own errors surface, with their context, in the first step
+        return
+    observed = [
+        site
+        for site in trace.nodes.values()
+        if site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
+    ]
+    if observed and all(float(site["scale"]) == 1.0 for site in observed):
+        warn_caller(
+            f"fit(): {type(model).__name__} observes its targets without the factor N/B: on "
+            f"{x.shape[0]} of N = {num_data} examples the likelihood's scale is 1, so every "
+            "minibatch counts as the whole data set and the KL outweighs it N/B times. Observe "
+            "them inside pyro.plate('data', self.num_data, subsample_size=len(x)) (fit() sets "
+            "model.num_data), or under poutine.scale(scale=self.num_data / len(x))."
+        )
 
 
 def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
