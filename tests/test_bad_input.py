@@ -643,6 +643,9 @@ API_CASES = [
     ("BatchEnsembleLinear", "shape",
      lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2)(torch.randn(4, 5)), ValueError,
      r"BatchEnsembleLinear expects inputs of shape \(M \* B, \.\.\., 2\), got shape \(4, 5\)"),
+    ("BatchEnsembleLinear", "shape",
+     lambda tmp: pyrouq.BatchEnsembleLinear(4, 3, 2)(torch.randn(4)), ValueError,
+     r"BatchEnsembleLinear expects inputs of shape \(M \* B, \.\.\., 4\), got shape \(4,\)"),
     ("BatchEnsembleLinear", "type",
      lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2, init="zeros"),  # type: ignore[arg-type]
      ValueError, r"Unknown init 'zeros': expected 'normal' .* or 'random_sign'"),

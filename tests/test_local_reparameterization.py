@@ -219,9 +219,36 @@ def test_other_guides_warn_and_sample_weights():
     x, y = toy_data(10)
     model = tiny_mlp(num_data=10, local_reparameterization=True)
     guide = AutoNormal(model)
-    with pytest.warns(UserWarning, match="applies with a MeanFieldGuide only.*got AutoNormal"):
+    with pytest.warns(UserWarning, match="with a MeanFieldGuide only.*with AutoNormal"):
         terms = KLWeightedELBO().terms(model, guide, x, y)
     assert torch.isfinite(terms.loss)
+
+
+def test_a_local_layer_inside_a_users_model_warns_that_it_is_sampled():
+    """BayesianLinear(local_reparameterization=True) in a PyroModule of the user's own: the
+    ELBO cannot draw its pre-activations (no MeanFieldGuide of a pyrouq model), and says so."""
+    from pyro.nn import PyroModule
+
+    class Net(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = BayesianLinear(4, 3, local_reparameterization=True)
+
+        def forward(self, x, y=None):
+            logits = self.fc(x)
+            with pyro.plate("data", len(x)):
+                pyro.sample("obs", pyro.distributions.Categorical(logits=logits), obs=y)
+            return logits
+
+    model = Net()
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    guide = AutoNormal(model)
+    expected = (
+        r"Net's layer 'fc' \(BayesianLinear\) has local_reparameterization=True, .* weights "
+        r"are sampled instead"
+    )
+    with pytest.warns(UserWarning, match=expected):
+        KLWeightedELBO().terms(model, guide, x, y)
 
 
 def test_bad_flag_and_mismatched_guide():

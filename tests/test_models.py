@@ -93,6 +93,28 @@ def test_bayesian_linear_with_sample_dim_matches_loop():
     with poutine.condition(data={"weight": w, "bias": b}):
         out = layer(xs)
     torch.testing.assert_close(out, torch.stack([xs[s] @ w[s].T + b[s] for s in range(5)]))
+    # inputs with more dims: (B, T, in) meets every draw; (S, B, T, in) pairs draw s with s
+    seq = torch.randn(2, 6, 4)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(seq)
+    torch.testing.assert_close(out, torch.stack([seq @ w[s].T + b[s] for s in range(5)]))
+    per_draw = torch.randn(5, 2, 6, 4)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(per_draw)
+    torch.testing.assert_close(out, torch.stack([per_draw[s] @ w[s].T + b[s] for s in range(5)]))
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(torch.ones(4))
+    torch.testing.assert_close(out, w.sum(-1) + b)
+
+
+def test_bayesian_layers_pickle_with_their_priors(tmp_path):
+    for layer in (BayesianLinear(4, 3, prior_scale=0.5), BayesianConv2d(2, 3, 3)):
+        torch.save(layer, tmp_path / "layer.pt")
+        back = torch.load(tmp_path / "layer.pt", weights_only=False)
+        assert type(back) is type(layer)
+        assert back.prior("weight").base_dist.scale.unique().tolist() == (
+            layer.prior("weight").base_dist.scale.unique().tolist()
+        )
 
 
 def test_bayesian_conv_grouped_matches_loop():

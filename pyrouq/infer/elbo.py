@@ -292,12 +292,15 @@ class KLWeightedELBO(ELBO):
             return self._direct_terms(model, guide, *_model_inputs(args, kwargs))
         if _deterministic(model, guide):
             return self._ensemble_terms(model, *_model_inputs(args, kwargs))
-        if getattr(model, "local_reparameterization", False):
+        local = _local_owner(model)
+        if local is not None:
             warnings.warn(
-                f"{type(model).__name__} has local_reparameterization=True, which "
-                "KLWeightedELBO applies with a MeanFieldGuide only (it needs the guide's "
-                f"locations and scales), got {type(guide).__name__}: weights are sampled "
-                "instead. Use pyrouq.mean_field_guide(model).",
+                f"{local} has local_reparameterization=True, which KLWeightedELBO applies "
+                "to a model made by pyrouq.bayesian() with a MeanFieldGuide only (it needs "
+                f"the guide's locations and scales), got {type(model).__name__} with "
+                f"{type(guide).__name__}: weights are sampled instead. Convert the network "
+                "with pyrouq.bayesian(net, local_reparameterization=True) and use "
+                "pyrouq.mean_field_guide(model).",
                 stacklevel=2,
             )
         nll_total: Tensor | float = 0.0
@@ -530,3 +533,15 @@ class KLWeightedELBO(ELBO):
             f"KLWeightedELBO(kl_weight={self.kl_weight:g}, num_particles={self.num_particles}, "
             f"vectorize_particles={self.vectorize_particles})"
         )
+
+
+def _local_owner(model: Any) -> str | None:
+    """What in ``model`` asks for local reparameterisation (the model, or a pyrouq.nn layer
+    inside a model of the user's own), named for a warning; None if nothing does."""
+    if getattr(model, "local_reparameterization", False):
+        return type(model).__name__
+    if isinstance(model, torch.nn.Module):
+        for name, module in model.named_modules():
+            if getattr(module, "local_reparameterization", False):
+                return f"{type(model).__name__}'s layer {name!r} ({type(module).__name__})"
+    return None

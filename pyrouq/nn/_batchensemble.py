@@ -130,7 +130,7 @@ class _BatchEnsembleLayer(nn.Module):
         rank = self.weight.dim()
         if rank == 2:
             size = self.weight.shape[1]
-            check_layer_input(self, x, -1, size, f"(M * B, ..., {size})")
+            check_layer_input(self, x, -1, size, f"(M * B, ..., {size})", min_rank=2)
         else:
             size = self.weight.shape[1] * int(self.groups)  # type: ignore[arg-type]
             shape = f"(M * B, {size}, {_SPATIAL[rank]})"

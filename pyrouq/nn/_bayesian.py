@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import pyro.distributions as dist
@@ -54,8 +55,10 @@ class _BayesianLayer(PyroModule):
         )
         self.register_buffer("prior_loc", torch.tensor(0.0))
         self.register_buffer("prior_scale", torch.tensor(float(prior_scale)))
-        self.weight = PyroSample(lambda self: self.prior("weight"))  # type: ignore[assignment]
-        self.bias = PyroSample(lambda self: self.prior("bias"))  # type: ignore[assignment]
+        # partials of a module-level function, not lambdas, so that the layer pickles
+        # (torch.save of a model); PyroSample renames a function it gets, not a partial
+        self.weight = PyroSample(partial(_site_prior, kind="weight"))  # type: ignore[assignment,arg-type]
+        self.bias = PyroSample(partial(_site_prior, kind="bias"))  # type: ignore[assignment,arg-type]
 
     def prior(self, kind: Literal["weight", "bias"]) -> dist.Distribution:
         """The prior of the ``"weight"`` or ``"bias"`` site: ``Normal(0, prior_scale)``."""
@@ -179,13 +182,20 @@ class BayesianLinear(_BayesianLayer):
         return self.forward_with(x, self.weight, self.bias)
 
     def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        """The layer with explicit weight and bias (no Pyro sample statements)."""
+        """The layer with explicit weight and bias (no Pyro sample statements). With S drawn
+        weights ``(S, out, in)``, an input ``(..., in)`` meets every draw, giving
+        ``(S, ..., out)``; one of 3 dims or more whose first is S, ``(S, B, ..., in)``, pairs
+        draw s with its slice s (as the layer before it, under the same draws, gives it)."""
         if weight.dim() == 2:
             return F.linear(x, weight, bias)
         w, _ = _stack_weights(weight, 2)  # (S, out, in)
         b, _ = _stack_weights(bias, 1)  # (S, out)
-        # x: (B, in) broadcasts against every draw; (S, B, in) pairs draw s with stack s.
-        return torch.baddbmm(b.unsqueeze(1), x.expand(w.shape[0], *x.shape[-2:]), w.mT)
+        draws = w.shape[0]
+        if x.dim() >= 3 and x.shape[0] == draws:  # one slice per draw
+            flat, lead = x.reshape(draws, -1, x.shape[-1]), x.shape[1:-1]
+        else:  # every draw on all of x
+            flat, lead = x.reshape(1, -1, x.shape[-1]).expand(draws, -1, -1), x.shape[:-1]
+        return torch.baddbmm(b.unsqueeze(1), flat, w.mT).reshape(draws, *lead, -1)
 
 
 class BayesianConv2d(_BayesianLayer):
@@ -267,3 +277,8 @@ class BayesianConv2d(_BayesianLayer):
 # --------------------------------------------------------------------------------------------
 # BatchEnsemble layers
 # --------------------------------------------------------------------------------------------
+
+
+def _site_prior(layer: _BayesianLayer, kind: Literal["weight", "bias"]) -> dist.Distribution:
+    """The prior of a Bayesian layer's ``kind`` site (for its ``PyroSample``)."""
+    return layer.prior(kind)

@@ -18,13 +18,15 @@ def check_layer_input(
     size: int,
     expected: str,
     ranks: tuple[int, ...] | None = None,
+    min_rank: int = 1,
 ) -> None:
-    """Refuse an input of a layer that is not a tensor, or whose rank or feature size
-    (``x.shape[dim]``) is not the layer's, naming the shape expected and the one given."""
+    """Refuse an input of a layer that is not a tensor, or whose rank (one of ``ranks``, or
+    at least ``min_rank``) or feature size (``x.shape[dim]``) is not the layer's, naming the
+    shape expected and the one given."""
     name = type(layer).__name__
     if not torch.is_tensor(x):
         raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
-    rank_ok = x.dim() >= 1 if ranks is None else x.dim() in ranks
+    rank_ok = x.dim() >= min_rank if ranks is None else x.dim() in ranks
     if not rank_ok or x.shape[dim] != size:
         raise ValueError(
             f"{name} expects inputs of shape {expected}, got shape {tuple(x.shape)}. Check the "
