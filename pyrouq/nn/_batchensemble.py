@@ -182,6 +182,9 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
         super().__init__()
         if base is None:
             base = nn.Linear(in_features, out_features)
+        _check_base(type(self).__name__, base, nn.Linear, (in_features, out_features),
+                    (getattr(base, "in_features", None), getattr(base, "out_features", None)),
+                    {})  # fmt: skip
         self.in_features = in_features
         self.out_features = out_features
         self.weight = nn.Parameter(
@@ -194,6 +197,7 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     @classmethod
     def from_module(cls, base: nn.Linear, num_members: int, **options: Any) -> BatchEnsembleLinear:
         """The BatchEnsemble counterpart of ``base`` (its weight and bias copied)."""
+        _check_base(cls.__name__, base, nn.Linear, (0, 0), (0, 0), {})  # its type first
         return cls(base.in_features, base.out_features, num_members, base=base, **options)
 
     def _op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -232,17 +236,18 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         base: nn.modules.conv._ConvNd | None = None,
     ):
         super().__init__()
+        given = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups,
+                 "padding_mode": padding_mode}  # fmt: skip
         if base is None:
-            base = self._base_type(
-                in_channels,
-                out_channels,
-                kernel_size,
-                stride=stride,
-                padding=padding,
-                dilation=dilation,
-                groups=groups,
-                padding_mode=padding_mode,
-            )
+            base = self._base_type(in_channels, out_channels, kernel_size, **given)
+            given = {}  # base is built with them
+        else:
+            defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1,
+                        "padding_mode": "zeros"}  # fmt: skip
+            given = {k: v for k, v in given.items() if v != defaults[k]}
+        _check_base(type(self).__name__, base, self._base_type, (in_channels, out_channels),
+                    (getattr(base, "in_channels", None), getattr(base, "out_channels", None)),
+                    given)  # fmt: skip
         self.in_channels = base.in_channels
         self.out_channels = base.out_channels
         self.kernel_size = base.kernel_size
@@ -272,6 +277,7 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         cls, base: nn.modules.conv._ConvNd, num_members: int, **options: Any
     ) -> _BatchEnsembleConv:
         """The BatchEnsemble counterpart of ``base`` (its weight, bias and settings copied)."""
+        _check_base(cls.__name__, base, cls._base_type, (0, 0), (0, 0), {})  # its type first
         return cls(
             base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **options
         )
@@ -344,6 +350,38 @@ class BatchEnsembleConv3d(_BatchEnsembleConv):
 
 
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
+
+
+def _check_base(
+    name: str,
+    base: Any,
+    base_type: type,
+    sizes: tuple[int, int],
+    base_sizes: tuple[Any, Any],
+    settings: dict[str, Any],
+) -> None:
+    """Refuse a ``base=`` layer of another type, of other sizes than the layer's arguments,
+    or given with settings of its own (``base`` brings its settings); ``name`` is the
+    BatchEnsemble layer's class name."""
+    if not isinstance(base, base_type):
+        raise TypeError(
+            f"{name} copies a {base_type.__name__}, got base={type(base).__name__}. Convert "
+            "each layer with its counterpart (pyrouq.batchensemble(net, M) picks it for you)."
+        )
+    if tuple(sizes) != tuple(base_sizes):
+        raise ValueError(
+            f"{name} got sizes {tuple(sizes)} and base={base_type.__name__} of sizes "
+            f"{tuple(base_sizes)}: they must agree. Use {name}.from_module(base, M), which "
+            "takes the sizes from base."
+        )
+    if settings:
+        raise ValueError(
+            f"{name} got base= and the settings {settings}: base brings its own "
+            f"({', '.join(f'{k}={getattr(base, k)!r}' for k in settings)}). Build base with "
+            "the settings you want, or leave base out."
+        )
+
+
 """The convolution settings a BatchEnsemble convolution passes on to the torch layer it builds."""
 
 
