@@ -111,6 +111,14 @@ def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
         offset += t.numel()
 
 
+def _extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The elementwise maxima and minima of ``values`` (float64, 1-d) over the ranks, in one
+    ``all_reduce``: the maximum of ``-values`` is minus their minimum."""
+    both = torch.cat([values, -values])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return both[: values.numel()], -both[values.numel() :]
+
+
 def average_buffers(modules: list[nn.Module], group: Group) -> None:
     """Replace every floating buffer of ``modules`` (BatchNorm's running statistics) by its
     mean over the ranks: each rank has updated them on its own shard only, and every rank
@@ -124,9 +132,7 @@ def average_buffers(modules: list[nn.Module], group: Group) -> None:
         return
     before = torch.cat([b.detach().reshape(-1).double() for b in buffers])
     _average_in_place(buffers, group)
-    extremes = torch.cat([before, -before])  # one all_reduce gives the maxima and minima
-    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
-    high, low = extremes[: before.numel()], -extremes[before.numel() :]
+    high, low = _extremes(before)
     alike = high == low
     offset = 0
     for b in buffers:
@@ -149,7 +155,7 @@ def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
 def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
     """Refuse to start when ``named`` tensors differ between ranks (a model built with other
     arguments or another seed, a loader seeded differently): their sums and sums of squares
-    are compared through an all_reduce of their maxima and minima."""
+    are compared through their maxima and minima over the ranks."""
     if not group.active:
         return
     summary = torch.tensor(
@@ -157,18 +163,13 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
         or [[0.0, 0.0, 0.0]],
         dtype=torch.float64,
     )
-    count = torch.tensor([float(len(named))], dtype=torch.float64)
-    high, low = count.clone(), count.clone()
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    high, low = _extremes(torch.tensor([float(len(named))], dtype=torch.float64))
     if high.item() != low.item():
         raise ValueError(
             f"fit(): the {what} differ between ranks ({int(low.item())} to {int(high.item())} "
             "tensors). Build the same model, guide and loader on every rank."
         )
-    biggest, smallest = summary.clone(), summary.clone()
-    dist.all_reduce(biggest, op=dist.ReduceOp.MAX)
-    dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
+    biggest, smallest = (t.view(summary.shape) for t in _extremes(summary.reshape(-1)))
     differ = (biggest - smallest).abs() > 1e-9 * (1 + biggest.abs())
     if bool(differ.any()):
         first = int(differ.any(1).nonzero()[0])
@@ -210,10 +211,7 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
         batches = len(loader)  # type: ignore[arg-type]
     except TypeError:
         return  # not sized: nothing to compare before the epoch runs
-    mine = torch.tensor([batches, epochs, -batches, -epochs], dtype=torch.float64)
-    extremes = mine.clone()
-    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
-    most, fewest = extremes[:2], -extremes[2:]
+    most, fewest = _extremes(torch.tensor([batches, epochs], dtype=torch.float64))
     if bool((most != fewest).any()):
         raise ValueError(
             f"fit() runs on {group.world} ranks, but they would take different numbers of "

@@ -182,9 +182,9 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
         super().__init__()
         if base is None:
             base = nn.Linear(in_features, out_features)
-        _check_base(type(self).__name__, base, nn.Linear, (in_features, out_features),
-                    (getattr(base, "in_features", None), getattr(base, "out_features", None)),
-                    {})  # fmt: skip
+        _check_base_type(type(self).__name__, base, nn.Linear)
+        sizes, base_sizes = (in_features, out_features), (base.in_features, base.out_features)
+        _check_base_fits(type(self).__name__, base, sizes, base_sizes, {})
         self.in_features = in_features
         self.out_features = out_features
         self.weight = nn.Parameter(
@@ -197,7 +197,7 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     @classmethod
     def from_module(cls, base: nn.Linear, num_members: int, **options: Any) -> BatchEnsembleLinear:
         """The BatchEnsemble counterpart of ``base`` (its weight and bias copied)."""
-        _check_base(cls.__name__, base, nn.Linear, (0, 0), (0, 0), {})  # its type first
+        _check_base_type(cls.__name__, base, nn.Linear)
         return cls(base.in_features, base.out_features, num_members, base=base, **options)
 
     def _op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -245,9 +245,9 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
             defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1,
                         "padding_mode": "zeros"}  # fmt: skip
             given = {k: v for k, v in given.items() if v != defaults[k]}
-        _check_base(type(self).__name__, base, self._base_type, (in_channels, out_channels),
-                    (getattr(base, "in_channels", None), getattr(base, "out_channels", None)),
-                    given)  # fmt: skip
+        _check_base_type(type(self).__name__, base, self._base_type)
+        sizes, base_sizes = (in_channels, out_channels), (base.in_channels, base.out_channels)
+        _check_base_fits(type(self).__name__, base, sizes, base_sizes, given)
         self.in_channels = base.in_channels
         self.out_channels = base.out_channels
         self.kernel_size = base.kernel_size
@@ -277,7 +277,7 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         cls, base: nn.modules.conv._ConvNd, num_members: int, **options: Any
     ) -> _BatchEnsembleConv:
         """The BatchEnsemble counterpart of ``base`` (its weight, bias and settings copied)."""
-        _check_base(cls.__name__, base, cls._base_type, (0, 0), (0, 0), {})  # its type first
+        _check_base_type(cls.__name__, base, cls._base_type)
         return cls(
             base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **options
         )
@@ -352,25 +352,24 @@ class BatchEnsembleConv3d(_BatchEnsembleConv):
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
 
 
-def _check_base(
-    name: str,
-    base: Any,
-    base_type: type,
-    sizes: tuple[int, int],
-    base_sizes: tuple[Any, Any],
-    settings: dict[str, Any],
-) -> None:
-    """Refuse a ``base=`` layer of another type, of other sizes than the layer's arguments,
-    or given with settings of its own (``base`` brings its settings); ``name`` is the
-    BatchEnsemble layer's class name."""
+def _check_base_type(name: str, base: Any, base_type: type) -> None:
+    """Refuse a ``base=`` layer that is not a ``base_type``; ``name`` is the BatchEnsemble
+    layer's class name."""
     if not isinstance(base, base_type):
         raise TypeError(
             f"{name} copies a {base_type.__name__}, got base={type(base).__name__}. Convert "
             "each layer with its counterpart (pyrouq.batchensemble(net, M) picks it for you)."
         )
+
+
+def _check_base_fits(
+    name: str, base: Any, sizes: tuple[int, int], base_sizes: tuple[int, int], settings: dict
+) -> None:
+    """Refuse a ``base=`` layer of other sizes than the layer's arguments, or given with
+    settings of its own (``base`` brings its settings)."""
     if tuple(sizes) != tuple(base_sizes):
         raise ValueError(
-            f"{name} got sizes {tuple(sizes)} and base={base_type.__name__} of sizes "
+            f"{name} got sizes {tuple(sizes)} and base={type(base).__name__} of sizes "
             f"{tuple(base_sizes)}: they must agree. Use {name}.from_module(base, M), which "
             "takes the sizes from base."
         )
