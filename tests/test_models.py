@@ -36,6 +36,18 @@ def test_plain_networks_shapes_and_names():
     assert sum(p.numel() for p in lenet.parameters()) == 44426
 
 
+def test_bayesian_conv_takes_a_rectangular_kernel():
+    layer = BayesianConv2d(2, 3, (1, 3), stride=(1, 2), padding=(0, 1))
+    assert layer.prior("weight").event_shape == (3, 2, 1, 3)
+    w, b = torch.randn(4, 3, 2, 1, 3), torch.randn(4, 3)
+    x = torch.randn(5, 2, 6, 6)
+    with poutine.condition(data={"weight": w, "bias": b}):
+        out = layer(x)
+    loop = torch.stack([torch.conv2d(x, w[s], b[s], (1, 2), (0, 1)) for s in range(4)])
+    assert out.shape == (4, 5, 3, 6, 3)
+    torch.testing.assert_close(out, loop)
+
+
 @pytest.mark.parametrize("cls", [BayesianMLP, BayesianLeNet])
 def test_bayesian_sites_mirror_plain_parameters(cls):
     model = cls()

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
-from pyrouq._util import check_positive_float
+from pyrouq._util import check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
 
 
@@ -19,6 +19,25 @@ def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, 
     """Flatten the leading (sample) dims of ``weight`` into one; return it and those dims."""
     lead = weight.shape[: weight.dim() - event_dim]
     return weight.reshape((-1, *weight.shape[weight.dim() - event_dim :])), lead
+
+
+def _check_sizes(layer: str, **sizes: object) -> None:
+    """Refuse a layer size that is not a positive integer, naming the layer and the size."""
+    for name, value in sizes.items():
+        check_int(f"{layer}'s {name}", value, hint=f"Pass {name} as an int such as 16.")
+
+
+def _kernel_pair(kernel_size: object) -> tuple[int, int]:
+    """``kernel_size`` (an int ``k`` or a pair ``(kh, kw)``) as ``(kh, kw)``."""
+    pair = kernel_size if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * 2
+    if len(pair) != 2 or any(
+        isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in pair
+    ):
+        raise ValueError(
+            "Expected BayesianConv2d's kernel_size to be a positive int or a pair of them "
+            f"(kh, kw), got {kernel_size!r}. Pass e.g. kernel_size=3 or kernel_size=(3, 5)."
+        )
+    return int(pair[0]), int(pair[1])
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -171,6 +190,7 @@ class BayesianLinear(_BayesianLayer):
         local_reparameterization: bool = False,
     ):
         super().__init__()
+        _check_sizes("BayesianLinear", in_features=in_features, out_features=out_features)
         self.in_features = in_features
         self.out_features = out_features
         self.weight_shape = (out_features, in_features)
@@ -199,15 +219,17 @@ class BayesianLinear(_BayesianLayer):
 
 
 class BayesianConv2d(_BayesianLayer):
-    """2-d convolution whose kernel ``(out, in, k, k)`` and bias ``(out,)`` are latent sites.
+    """2-d convolution whose kernel ``(out, in, kh, kw)`` and bias ``(out,)`` are latent sites.
 
     With weight draws carrying a leading sample dimension S, all draws run as one grouped
     convolution (``groups=S``) and the output is ``(S, B, out, H', W')``.
 
     Parameters
     ----------
-    in_channels, out_channels, kernel_size : int
-    stride, padding : int, default 1 and 0
+    in_channels, out_channels : int
+    kernel_size : int or (int, int)
+        A square ``k`` or a ``(kh, kw)`` kernel.
+    stride, padding : int or (int, int), default 1 and 0
     prior_scale : float, default 1.0
     local_reparameterization : bool, default False
         As for :class:`BayesianLinear`, with moments ``conv(x, mu) + b_mu`` and ``conv(x^2,
@@ -225,19 +247,20 @@ class BayesianConv2d(_BayesianLayer):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size: int,
-        stride: int = 1,
-        padding: int = 0,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
         prior_scale: float = 1.0,
         local_reparameterization: bool = False,
     ):
         super().__init__()
+        _check_sizes("BayesianConv2d", in_channels=in_channels, out_channels=out_channels)
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.kernel_size = kernel_size
+        self.kernel_size = _kernel_pair(kernel_size)
         self.stride = stride
         self.padding = padding
-        self.weight_shape = (out_channels, in_channels, kernel_size, kernel_size)
+        self.weight_shape = (out_channels, in_channels, *self.kernel_size)
         self.bias_shape = (out_channels,)
         self._init_prior(prior_scale, local_reparameterization)
 
