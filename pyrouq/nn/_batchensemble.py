@@ -28,7 +28,9 @@ def _check_members(num_members: object) -> int:
     )
 
 
-def _check_factor_init(init: str, r_std: float, s_std: float) -> None:
+def _check_factor_init(
+    init: str, r_mean: float, r_std: float, s_mean: float, s_std: float
+) -> None:
     if init not in ("normal", "random_sign"):
         raise ValueError(
             f"Unknown init {init!r}: expected 'normal' (r ~ N(r_mean, r_std), s ~ N(s_mean, "
@@ -39,6 +41,14 @@ def _check_factor_init(init: str, r_std: float, s_std: float) -> None:
             raise ValueError(
                 f"Expected {name} >= 0 (a finite float), got {value!r}. It is the standard "
                 "deviation of the rank-1 factors around their mean; 0.5 is the default."
+            )
+    for name, value in (("r_mean", r_mean), ("s_mean", s_mean)):
+        if isinstance(value, bool) or not (
+            isinstance(value, (int, float)) and math.isfinite(value)
+        ):
+            raise ValueError(
+                f"Expected {name} to be a finite float, got {value!r}. It is the mean of the "
+                "rank-1 factors; 1.0 (the default) starts every member at the shared weight."
             )
 
 
@@ -67,7 +77,7 @@ class _BatchEnsembleLayer(nn.Module):
         s_std: float,
     ) -> None:
         self.num_members = _check_members(num_members)
-        _check_factor_init(init, r_std, s_std)
+        _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         device, dtype = self.weight.device, self.weight.dtype
         r = torch.empty(num_members, in_size, device=device, dtype=dtype)
         s = torch.empty(num_members, out_size, device=device, dtype=dtype)
