@@ -16,6 +16,7 @@ Shape convention: S draws or members, N inputs, C classes (D outputs for regress
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -149,7 +150,9 @@ def temperature_scale(
     """Fit one temperature on a validation split by the NLL of the tempered mixture.
 
     The NLL is minimised over ``log T`` in ``[log 0.05, log 20]``: a grid of 81 points, then
-    golden-section search around the best one (to 1e-6 in ``log T``).
+    golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
+    warns: it means labels the predictions barely tell apart (T = 20) or predictions far less
+    confident than their accuracy (T = 0.05), most often labels that are not the predictions'.
 
     Parameters
     ----------
@@ -190,7 +193,21 @@ def temperature_scale(
             a, c, fc = c, d, fd
             d = a + ratio * (b - a)
             fd = _tempered_nll(logp, y, math.exp(d))
-    return TemperatureScaler(math.exp((a + b) / 2))
+    log_t = (a + b) / 2
+    if min(log_t - lo, hi - log_t) < 1e-3:
+        bound = TEMPERATURE_BOUNDS[0] if log_t - lo < hi - log_t else TEMPERATURE_BOUNDS[1]
+        why = (
+            "the predictions barely tell the labels apart, so the flattest T fits best"
+            if bound > 1
+            else "the predictions are far less confident than their accuracy"
+        )
+        warnings.warn(
+            f"temperature_scale: the validation NLL is lowest at T = {bound:g}, the bound of "
+            f"the search [{TEMPERATURE_BOUNDS[0]:g}, {TEMPERATURE_BOUNDS[1]:g}]: {why}. Check "
+            "that val_targets are the labels of val_preds, in the same order.",
+            stacklevel=2,
+        )
+    return TemperatureScaler(math.exp(log_t))
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import pytest
 import torch
@@ -41,6 +42,19 @@ def test_temperature_recovers_the_overconfidence_factor():
     before, after = ece(preds.mean_probs, preds.targets), ece(scaled.mean_probs, preds.targets)
     assert after < 0.5 * before and after < 0.015
     assert nll(scaled.mean_probs, preds.targets) < nll(preds.mean_probs, preds.targets)
+
+
+def test_temperature_at_a_bound_of_the_search_warns():
+    confident = torch.softmax(torch.tensor([[4.0, 0.0]]).repeat(8, 1), -1)[None]
+    shuffled = Predictions(confident, torch.tensor([0, 1] * 4))  # labels it cannot tell apart
+    with pytest.warns(UserWarning, match=r"lowest at T = 20, the bound .*barely tell the labels"):
+        assert temperature_scale(shuffled).temperature == pytest.approx(20.0, rel=1e-3)
+    timid = torch.softmax(torch.tensor([[0.01, 0.0]]).repeat(8, 1), -1)[None]
+    with pytest.warns(UserWarning, match=r"lowest at T = 0.05, .*far less confident"):
+        temperature_scale(Predictions(timid, torch.zeros(8, dtype=torch.long)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        temperature_scale(_classifier_data(500, sharpen=1.5))  # an inner optimum: silent
 
 
 def test_temperature_tempers_each_draw_and_keeps_the_mixture():
