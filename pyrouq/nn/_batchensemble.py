@@ -28,9 +28,7 @@ def _check_members(num_members: object) -> int:
     )
 
 
-def _check_factor_init(
-    init: str, r_mean: float, r_std: float, s_mean: float, s_std: float
-) -> None:
+def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_std: float) -> None:
     if init not in ("normal", "random_sign"):
         raise ValueError(
             f"Unknown init {init!r}: expected 'normal' (r ~ N(r_mean, r_std), s ~ N(s_mean, "

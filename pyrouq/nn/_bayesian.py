@@ -30,9 +30,7 @@ def _check_sizes(layer: str, **sizes: object) -> None:
 def _kernel_pair(kernel_size: object) -> tuple[int, int]:
     """``kernel_size`` (an int ``k`` or a pair ``(kh, kw)``) as ``(kh, kw)``."""
     pair = kernel_size if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * 2
-    if len(pair) != 2 or any(
-        isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in pair
-    ):
+    if len(pair) != 2 or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in pair):
         raise ValueError(
             "Expected BayesianConv2d's kernel_size to be a positive int or a pair of them "
             f"(kh, kw), got {kernel_size!r}. Pass e.g. kernel_size=3 or kernel_size=(3, 5)."
