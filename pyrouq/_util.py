@@ -67,6 +67,14 @@ def check_seed(value: object, where: str) -> int:
     return value
 
 
+def check_flag(name: str, value: object) -> bool:
+    """``value`` if it is True or False, else a TypeError naming ``name`` and ``value`` (a
+    string such as ``"no"`` would otherwise be taken as true)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
+    return value
+
+
 def check_count(name: str, value: object, hint: str = "") -> int:
     """Like :func:`check_int` with ``minimum=1``, worded "an integer >= 1" (counts of things)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -16,6 +16,7 @@ Shape convention: S draws or members, N inputs, C classes (D outputs for regress
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from pyrouq._util import check_seed
+from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
 
@@ -73,7 +74,7 @@ def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
 
 
 def _check_alpha(alpha: object, n: int) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 1:
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
             f"{alpha!r}."
@@ -272,6 +273,8 @@ class ConformalClassifier:
         if self.score == "lac":
             return 1.0 - pbar
         _, before, ranks = _ranked(pbar)
+        if seed is not None:
+            check_seed(seed, "ConformalClassifier.scores()")
         generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
         u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64).to(pbar.device)
         out = before + u * pbar
@@ -281,9 +284,12 @@ class ConformalClassifier:
 
     def predict_sets(self, preds: Predictions, *, seed: int | None = None) -> Tensor:
         """``(N, C)`` booleans: class c is in the set of input n. APS and RAPS draw their
-        ``u`` from ``seed`` (default: the predictor's seed plus one, not the calibration
-        draws)."""
-        return self.scores(preds, self.seed + 1 if seed is None else seed) <= self.threshold
+        ``u`` from ``seed`` (default: the predictor's seed plus one, modulo 2**32, not the
+        calibration draws)."""
+        if seed is not None:
+            check_seed(seed, "ConformalClassifier.predict_sets()")
+        seed = (self.seed + 1) % (MAX_SEED + 1) if seed is None else seed
+        return self.scores(preds, seed) <= self.threshold
 
     def __repr__(self) -> str:
         return (

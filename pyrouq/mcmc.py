@@ -19,6 +19,7 @@ import pickle
 import signal
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Literal
@@ -26,9 +27,18 @@ from typing import Any, Literal
 import pyro
 import torch
 from pyro.infer.mcmc import HMC, NUTS
+from pyro.util import get_rng_state, set_rng_state
 from torch import Tensor
 
-from pyrouq._util import check_count, check_finite_inputs, check_int, check_seed, model_input
+from pyrouq._util import (
+    MAX_SEED,
+    check_count,
+    check_finite_inputs,
+    check_flag,
+    check_int,
+    check_seed,
+    model_input,
+)
 
 __all__ = ["MAX_LATENT_VALUES", "PARALLEL_MIN_STEPS", "MCMCResult", "mcmc"]
 
@@ -134,8 +144,16 @@ def mcmc(
     """Sample the posterior of a pyrouq Bayesian model by NUTS (or HMC) on the full data.
 
     Every chain adapts its step size and a diagonal mass matrix during ``warmup_steps``, then
-    keeps ``num_samples`` draws. Chain c is seeded with ``seed + c`` (reproducible), whether
-    the chains run in parallel processes or one after another; each shows a progress bar.
+    keeps ``num_samples`` draws. Chain c is seeded with ``seed + c`` (modulo 2**32;
+    reproducible), whether the chains run in parallel processes or one after another, and the
+    global random state (torch, numpy, random) is left as it was either way; each chain shows a
+    progress bar.
+
+    NUTS samples the latent sites only. The model's point estimates (parameters it does not
+    select, such as BatchNorm's, a ``Gaussian("learned")`` noise scale) and its BatchNorm
+    running statistics stay at their current values throughout: :func:`pyrouq.fit` the model
+    first, or make them latent (``select=``, a noise prior such as
+    ``Gaussian(dist.HalfNormal(1.0))``). A learned noise scale warns, naming its value.
 
     Parameters
     ----------
@@ -189,6 +207,10 @@ def mcmc(
     check_int("max_tree_depth", max_tree_depth)
     if seed is not None:
         check_seed(seed, "mcmc()")
+    check_flag("progress", progress)
+    check_flag("force", force)
+    if parallel is not None:
+        check_flag("parallel", parallel)
     if kernel not in ("nuts", "hmc"):
         raise ValueError(f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc'.")
     size = sum(math.prod(shape) for shape in latent().values())
@@ -236,6 +258,17 @@ def _run_chains(
     with torch.no_grad():
         outputs = model.outputs(x, model.template())
     model.likelihood.check_targets(y, outputs, "mcmc()")
+    likelihood = model.likelihood
+    if getattr(likelihood, "mode", None) == "learned":
+        _, scale = likelihood.loc_scale(outputs)
+        values = ", ".join(f"{v:.4g}" for v in scale.reshape(-1, scale.shape[-1])[0].tolist())
+        warnings.warn(
+            f"mcmc(): the noise scale of Gaussian('learned') is a point estimate, held at its "
+            f"current value ({values}) while NUTS samples the weights; untrained, it is 1. For "
+            "a reference posterior give it a prior, Gaussian(dist.HalfNormal(1.0)), or fit() "
+            "the model first.",
+            stacklevel=3,
+        )
     base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
     model.num_data = x.shape[0]
     cores = os.cpu_count() or 1
@@ -251,13 +284,17 @@ def _run_chains(
         )
     workers = min(num_chains, cores)
     jobs = [
-        (model, x, y, kernel, warmup_steps, num_samples, base + chain, chain, progress,
-         max_tree_depth, max(1, cores // workers) if parallel else None)
+        (model, x, y, kernel, warmup_steps, num_samples, (base + chain) % (MAX_SEED + 1),
+         chain, progress, max_tree_depth, max(1, cores // workers) if parallel else None)
         for chain in range(num_chains)
     ]  # fmt: skip
     if parallel and num_chains > 1:
         return _parallel_chains(jobs, workers)
-    return [_chain_job(job) for job in jobs]
+    state = get_rng_state()  # left as it was, as by chains in other processes
+    try:
+        return [_chain_job(job) for job in jobs]
+    finally:
+        set_rng_state(state)
 
 
 def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
@@ -396,7 +433,7 @@ def _run_chain(
 
         bar = tqdm(
             total=warmup_steps + num_samples,
-            desc=f"chain {chain} warmup",
+            desc=f"chain {chain} {'warmup' if warmup_steps else 'sample'}",
             leave=False,
             position=chain,
         )
@@ -417,7 +454,7 @@ def _run_chain(
                 params = sampler.sample(params)
                 if bar is not None:
                     bar.update(1)
-                    if step == warmup_steps:
+                    if step + 1 == warmup_steps:
                         bar.set_description(f"chain {chain} sample")
                 if step < warmup_steps:
                     continue

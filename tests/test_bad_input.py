@@ -1081,6 +1081,13 @@ API_CASES = [
      lambda tmp: pyrouq.conformal(preds(40), alpha=0.1).predict_sets(
          pyrouq.Predictions(torch.full((2, 6, 5), 0.2))),
      ValueError, r"The predictions have 5 classes, the calibration predictions had 10: a "),
+    ("ConformalClassifier", "range",
+     lambda tmp: pyrouq.conformal(preds(40), alpha=0.1, score="aps").predict_sets(
+         preds(), seed=-5),
+     ValueError, r"ConformalClassifier.predict_sets\(\): expected seed to be an integer in "),
+    ("ConformalClassifier", "type",
+     lambda tmp: pyrouq.conformal(preds(40), alpha=0.1, score="raps").scores(preds(), 1.5),
+     ValueError, r"ConformalClassifier.scores\(\): expected seed .* got 1.5\. Pass e.g."),
     ("ConformalRegressor", "companion",
      lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(2)).intervals(gaussian_preds()),
      ValueError, r"The predictions have 1 outputs, the calibration predictions had 2"),

@@ -7,6 +7,7 @@ import math
 import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -202,3 +203,11 @@ def test_calibration_refuses_bad_input(call, error, pattern):
     with pytest.raises(error) as info:
         call()
     assert re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_conformal_takes_numpy_alphas_and_the_largest_seed():
+    preds = _classifier_data(200)
+    for alpha in (np.float32(0.1), np.float64(0.1)):
+        assert conformal(preds, alpha=alpha).alpha == pytest.approx(0.1)
+    last = conformal(preds, alpha=0.1, score="aps", seed=2**32 - 1)
+    assert torch.equal(last.predict_sets(preds), last.predict_sets(preds, seed=0))  # wraps

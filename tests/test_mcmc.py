@@ -136,6 +136,29 @@ def test_a_latent_noise_is_sampled_too():
     assert bool((res.sample_stats["tree_depth"] == res.sample_stats["tree_depth"][0, 0]).all())
 
 
+def test_the_largest_seeds_run_every_chain_and_leave_the_global_state_alone():
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    options = {"num_chains": 2, "num_samples": 3, "warmup_steps": 3, "parallel": False}
+    res, *_ = _run(model, seed=2**32 - 1, **options)
+    assert res.num_chains == 2  # chain 1 is seeded with 0 (2**32 wraps), not refused by numpy
+    assert torch.equal(torch.rand(3), expected)  # as if the chains ran in other processes
+    wrapped, *_ = _run(model, seed=0, num_chains=1, num_samples=3, warmup_steps=3)
+    assert torch.equal(wrapped.samples["bias"][0], res.samples["bias"][1])
+
+
+def test_a_learned_noise_warns_that_nuts_holds_it():
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian("learned"))
+    with pytest.warns(
+        UserWarning,
+        match=r"Gaussian\('learned'\) is a point estimate, held at "
+        r"its current value \(1\) .*Gaussian\(dist.HalfNormal\(1.0\)\)",
+    ):
+        _run(model, num_chains=1, num_samples=2, warmup_steps=2)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "pattern"),
     [
@@ -150,6 +173,9 @@ def test_a_latent_noise_is_sampled_too():
         (lambda: _run(kernel="gibbs"), ValueError, r"Unknown kernel 'gibbs'"),
         (lambda: _run(seed=1.5), ValueError,
          r"mcmc\(\): expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.5"),
+        (lambda: _run(parallel="no"), TypeError,
+         r"Expected parallel to be True or False, got 'no'"),
+        (lambda: _run(force=1), TypeError, r"Expected force to be True or False, got 1\."),
         (lambda: mcmc(nn.Linear(2, 1), *_data(), num_samples=5, warmup_steps=5), TypeError,
          r"mcmc\(\) samples a pyrouq Bayesian model .*got Linear"),
         (lambda: predict(bayesian(nn.Linear(2, 1)), _data()[0], posterior_samples=[1]),

@@ -14,7 +14,7 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
-from pyrouq._util import forget_params, model_input
+from pyrouq._util import check_flag, forget_params, model_input
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._select import (
     COUNTER,
@@ -99,11 +99,7 @@ class BayesianNetwork(PyroModule):
         ensemble = module if isinstance(module, BatchEnsembleNetwork) else None
         if ensemble is None:
             check_module(module, "make Bayesian")
-        if not isinstance(local_reparameterization, bool):
-            raise TypeError(
-                "Expected local_reparameterization to be True or False, got "
-                f"{local_reparameterization!r}."
-            )
+        check_flag("local_reparameterization", local_reparameterization)
         if ensemble is not None and isinstance(likelihood, str) and likelihood == "categorical":
             likelihood = ensemble.likelihood  # the default: the ensemble's own
         self.likelihood = get_likelihood(likelihood)
@@ -205,11 +201,7 @@ class BayesianNetwork(PyroModule):
 
     @local_reparameterization.setter
     def local_reparameterization(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(
-                f"Expected local_reparameterization to be True or False, got {value!r}."
-            )
-        self._local = value
+        self._local = check_flag("local_reparameterization", value)
         if hasattr(self, "config"):
             self.config["local_reparameterization"] = value
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
-from pyrouq._util import check_int, check_positive_float
+from pyrouq._util import check_flag, check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
 
 
@@ -38,12 +38,6 @@ def _kernel_pair(kernel_size: object) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-def _check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
-    return value
-
-
 # --------------------------------------------------------------------------------------------
 # Bayesian layers
 # --------------------------------------------------------------------------------------------
@@ -67,7 +61,7 @@ class _BayesianLayer(PyroModule):
             prior_scale,
             "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0.",
         )
-        self.local_reparameterization = _check_flag(
+        self.local_reparameterization = check_flag(
             "local_reparameterization", local_reparameterization
         )
         self.register_buffer("prior_loc", torch.tensor(0.0))
