@@ -106,6 +106,28 @@ def test_bayesian_groups_shapes_and_dims(bayes, data):
     assert idata.posterior.attrs["draws"] == "independent guide draws"
 
 
+def test_dims_follow_each_layers_layout():
+    net = torch.nn.Sequential(
+        torch.nn.ConvTranspose2d(1, 2, 3),  # weight (in, out, kh, kw)
+        torch.nn.Flatten(2),
+        torch.nn.Conv1d(2, 4, 3, groups=2),  # on (B, 2, 25): weight (out, in / groups, k)
+        torch.nn.Flatten(1),
+    )
+    model = pyrouq.bayesian(net)
+    x, y = torch.randn(3, 1, 3, 3), torch.zeros(3, dtype=torch.long)
+    post = to_inference_data(model, mean_field_guide(model), x, y, num_samples=2).posterior
+    assert post["0.weight"].dims == ("chain", "draw", "0_in", "0_out", "0_kh", "0_kw")
+    assert post["0.weight"].shape == (1, 2, 1, 2, 3, 3)  # not joined with the bias's 0_out
+    assert not np.isnan(post["0.weight"].values).any()
+    assert post["2.weight"].dims == ("chain", "draw", "2_out", "2_in", "2_k")
+    rank1 = pyrouq.rank1(torch.nn.Sequential(torch.nn.Linear(4, 3)), 2)
+    draws = pyrouq.mean_field_guide(rank1)
+    post = to_inference_data(rank1, draws, torch.randn(5, 4), torch.zeros(5, dtype=torch.long),
+                             num_samples=2).posterior  # fmt: skip
+    assert post["0.r"].dims == ("chain", "draw", "0_member", "0_in")
+    assert post["0.s"].dims == ("chain", "draw", "0_member", "0_out")
+
+
 def test_default_number_of_draws(bayes, data):
     idata = to_inference_data(*bayes, *data)
     assert idata.posterior.sizes["draw"] == DEFAULT_IDATA_SAMPLES

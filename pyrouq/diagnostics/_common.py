@@ -171,11 +171,35 @@ def _prepared(model: Any, num_points: int) -> Iterator[None]:
             model.train()
 
 
-def _weight_dims(site: str, ndim: int) -> list[str] | None:
-    """Named dims of a weight or bias site, torch's layout: ``(out, in[, kh, kw])``."""
-    layer, _, kind = site.rpartition(".")
-    if not layer:
+#: The names of a convolution's kernel dims, by their number.
+_KERNEL_DIMS = {1: ["k"], 2: ["kh", "kw"], 3: ["kd", "kh", "kw"]}
+
+
+def _weight_dims(model: Any, site: str, ndim: int) -> list[str] | None:
+    """Named dims of a site of a layer of ``model``'s network, by the layer's layout: a
+    Linear's or convolution's weight ``(out, in[, kernel...])``, a transposed convolution's
+    ``(in, out[, kernel...])``, a bias ``(out,)``, BatchEnsemble factors ``r`` ``(member,
+    in)`` and ``s`` ``(member, out)``; None (arviz's own names) for any other site."""
+    layer_name, _, kind = site.rpartition(".")
+    net = getattr(model, "net", None)  # a converted network's, else a Pyro model's own layers
+    root = net if isinstance(net, nn.Module) else model
+    if not layer_name or not isinstance(root, nn.Module):
         return None
+    try:
+        layer = root.get_submodule(layer_name)
+    except AttributeError:
+        return None
+    ensemble = getattr(layer, "_is_batchensemble", False)
+    if not (ensemble or isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd))):
+        return None
+    prefix = layer_name.replace(".", "_")
+    names = {"r": ["member", "in"], "s": ["member", "out"], "bias": ["out"]}.get(kind)
+    if kind == "weight" and ndim >= 2:
+        lead = ["in", "out"] if getattr(layer, "transposed", False) else ["out", "in"]
+        names = lead + _KERNEL_DIMS.get(ndim - 2, [])
+    if names is None or len(names) != ndim:
+        return None
+    return [f"{prefix}_{name}" for name in names]
     prefix = layer.replace(".", "_")
     if kind == "weight" and ndim == 2:
         return [f"{prefix}_out", f"{prefix}_in"]
