@@ -414,6 +414,19 @@ def ood_fpr95(scores_in: Tensor, scores_out: Tensor) -> float:
 # All at once
 
 
+def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
+    """Refuse OOD probabilities ``(S', M, C)`` with another number of draws than the
+    in-distribution ones ``(S, N, C)`` where ``what`` (a disagreement of the draws) is
+    compared."""
+    if ood_p.shape[0] != p.shape[0]:
+        raise ValueError(
+            f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
+            f"predictions {p.shape[0]}: {what} of a draw's disagreement is only comparable "
+            "between predictions with as many draws (with one, it is 0). Predict the OOD "
+            "inputs with the same model and num_samples (an (N, C) tensor is one draw)."
+        )
+
+
 def evaluate(
     predictions_or_probs: Any,
     targets: Tensor,
@@ -484,14 +497,8 @@ def evaluate(
                 f"Expected ood with C={p.shape[-1]} classes like the in-distribution probs, "
                 f"got shape {tuple(ood_p.shape)}; score both with the same model."
             )
-        if ood_score in ("mutual_information", "variance") and ood_p.shape[0] != p.shape[0]:
-            raise ValueError(
-                f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
-                f"predictions {p.shape[0]}: the {ood_score} of a draw's disagreement is only "
-                "comparable between predictions with as many draws (with one, it is 0). "
-                "Predict the OOD inputs with the same model and num_samples (an (N, C) tensor "
-                "is one draw)."
-            )
+        if ood_score in ("mutual_information", "variance"):
+            check_same_draws(p, ood_p, f"the {ood_score}")
         s_in, s_out = ood_scores(p, ood_score), ood_scores(ood_p, ood_score)
         out["ood_auroc"] = ood_auroc(s_in, s_out)
         out["ood_aupr"] = ood_aupr(s_in, s_out)

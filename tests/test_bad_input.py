@@ -957,6 +957,10 @@ API_CASES = [
     ("plot_uncertainty_distributions", "range",
      lambda tmp: pyrouq.plot_uncertainty_distributions(preds(), bins=0), ValueError,
      r"Expected bins to be a positive integer, got 0"),
+    ("plot_uncertainty_distributions", "companion",
+     lambda tmp: pyrouq.plot_uncertainty_distributions(preds(), torch.full((4, 10), 0.1)),
+     ValueError, r"ood holds 1 draw\(s\) per input and the in-distribution predictions 2: the "
+     r"epistemic part of a draw's disagreement is only comparable"),
     ("save_figures", "type", lambda tmp: pyrouq.save_figures([1], tmp), TypeError,  # type: ignore[arg-type]
      r"Expected figures to be a dict of name -> Figure, got list"),
     ("save_figures", "companion",

@@ -17,6 +17,7 @@ from pyrouq.metrics import (
     _error_counts,
     _prepare,
     aurc,
+    check_same_draws,
     ece,
     ood_auroc,
     risk_at_80_cov,
@@ -223,6 +224,7 @@ def plot_uncertainty_distributions(
                 f"Expected ood with C={p_in.shape[-1]} classes like in_dist, got shape "
                 f"{tuple(p_out.shape)}; predict both with the same model."
             )
+        check_same_draws(p_in, p_out, "the epistemic part")
         parts_out = decompose(p_out, measure)
 
     plt = _pyplot()
