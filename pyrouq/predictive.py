@@ -139,10 +139,16 @@ class Predictions:
             )
         return evaluate(self, targets, ood=ood, ood_score=ood_score)  # type: ignore[arg-type]
 
-    def to(self, device: torch.device | str) -> Predictions:
-        """A copy on ``device``."""
-        targets = None if self.targets is None else self.targets.to(device)
-        return Predictions(self.probs.to(device), targets)
+    def to(self, device: torch.device | str | torch.dtype) -> Predictions:
+        """A copy on ``device`` (or, given a floating dtype, with the probabilities in it; the
+        class-index targets keep theirs)."""
+        probs = self.probs.to(device)
+        targets = None if self.targets is None else self.targets.to(probs.device)
+        return Predictions(probs, targets)
+
+    def double(self) -> Predictions:
+        """The same predictions with float64 probabilities."""
+        return self.to(torch.float64)
 
     def __repr__(self) -> str:
         return (

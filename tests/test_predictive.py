@@ -141,6 +141,15 @@ def test_from_probs_and_uncertainty():
         p.evaluate()
 
 
+def test_predictions_in_float64_keep_their_class_targets():
+    probs = torch.tensor([[[0.7, 0.3], [0.2, 0.8]]])
+    p = Predictions(probs, torch.tensor([0, 1]))
+    for wide in (p.double(), p.to(torch.float64)):
+        assert wide.probs.dtype == torch.float64 and wide.targets.dtype == torch.int64
+        torch.testing.assert_close(wide.probs, probs.double())
+        assert wide.evaluate()["acc"] == 1.0
+
+
 def test_bad_inputs():
     model = tiny_bayes()
     guide = mean_field_guide(model)
