@@ -21,6 +21,12 @@ def _float64(x: Tensor) -> Tensor:
 def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
     """Validate ``(S, N, C)`` or ``(N, C)`` probabilities; return them as ``(S, N, C)`` float64."""
     if not isinstance(probs, Tensor):
+        if hasattr(probs, "loc") and hasattr(probs, "scale"):  # GaussianPredictions
+            raise TypeError(
+                f"Expected {name} to be class probabilities, got {type(probs).__name__}, a "
+                "Gaussian likelihood's predictions: evaluate them with their .evaluate() and "
+                "plot them with plot_regression() / plot_calibration()."
+            )
         if not hasattr(probs, "probs"):
             raise TypeError(
                 f"Expected {name} to be an (S, N, C) or (N, C) probability tensor or an object "

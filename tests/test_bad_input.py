@@ -1061,6 +1061,9 @@ API_CASES = [
     ("plot_regression", "range",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), num_sd=-2),
      ValueError, r"Expected num_sd > 0, the bands' half-width in standard deviations, got -2"),
+    ("plot_reliability", "type", lambda tmp: pyrouq.plot_reliability(gaussian_preds()), TypeError,
+     r"Expected predictions_or_probs to be class probabilities, got GaussianPredictions, a "
+     r"Gaussian likelihood.s predictions: .*plot_regression\(\) / plot_calibration\(\)"),
     ("plot_calibration", "empty", lambda tmp: pyrouq.plot_calibration(gaussian_preds()),
      ValueError, r"No targets: pass targets=\(N, D\) values, or predict from a loader"),
     # -- calibration and conformal prediction -------------------------------------------
