@@ -263,7 +263,8 @@ def test_save_figures_writes_pngs_and_closes(tmp_path, preds, targets):
     assert plt.imread(paths[0]).shape[:2] == (600, 500)  # figsize (5, 6) at dpi 100
     again = {"risk": plt.figure(), "Risk.PNG": plt.figure()}
     with pytest.raises(ValueError, match=r"Figures 'risk' and 'Risk.PNG' would both be written "
-                       r"to 'Risk.PNG' .*Give them other names"):  # fmt: skip
+                       r"to 'risk.png' and 'Risk.PNG', one file where names are compared "
+                       r"without case .*Give them other names"):  # fmt: skip
         save_figures(again, out)
 
 

@@ -64,7 +64,7 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
             "pass e.g. {'reliability': fig}."
         )
     planned = []
-    owners: dict[str, str] = {}  # file name, without case -> the figure's name
+    owners: dict[str, tuple[str, str]] = {}  # file name, without case -> (figure, file)
     for name, fig in figures.items():
         if (
             not isinstance(name, str)
@@ -82,11 +82,13 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
                 f"{type(fig).__name__}; pass what the plot_* functions return."
             )
         file = name if name.lower().endswith(".png") else f"{name}.png"
-        twin = owners.setdefault(file.lower(), name)
+        twin, twin_file = owners.setdefault(file.lower(), (name, file))
         if twin != name:
+            where = repr(file) if twin_file == file else f"{twin_file!r} and {file!r}"
             raise ValueError(
-                f"Figures {twin!r} and {name!r} would both be written to {file!r} (names are "
-                "compared without case, '.png' added unless present). Give them other names."
+                f"Figures {twin!r} and {name!r} would both be written to {where}, one file "
+                "where names are compared without case (as on macOS and Windows; '.png' is "
+                "added unless present). Give them other names."
             )
         planned.append((file, fig))
     plt = _pyplot()

@@ -138,7 +138,9 @@ def plot_calibration(predictions: GaussianPredictions, targets: Tensor | None = 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     ax.plot([0, 1], [0, 1], color="gray", ls="--", label="calibrated")
-    ax.plot(expected.numpy(), observed.cpu().numpy(), marker="o", color="tab:blue", label="model")
+    ax.plot(
+        expected.cpu().numpy(), observed.cpu().numpy(), marker="o", color="tab:blue", label="model"
+    )
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("expected quantile level")
