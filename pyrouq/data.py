@@ -33,7 +33,7 @@ from typing import Literal
 
 import torch
 
-from pyrouq._util import ShardedOrder, check_int, check_seed
+from pyrouq._util import MAX_SEED, ShardedOrder, check_int, check_seed
 
 __all__ = [
     "MNIST_MEAN",
@@ -211,8 +211,8 @@ def _arrays(
     key = (images_path.resolve(), labels_path.resolve())
     stamp = tuple(p.stat().st_mtime_ns for p in key)
     cached = _CACHE.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1], cached[2]
+    if cached is not None and cached[0] == stamp:  # copies: a caller may change its own
+        return cached[1].clone(), cached[2].clone()
     images = _read_idx(images_path, _IMAGES_MAGIC)
     labels = _read_idx(labels_path, _LABELS_MAGIC).long()
     if images.dim() != 3:
@@ -224,7 +224,7 @@ def _arrays(
             "number of examples. One of them is from another split or data set: copy both again."
         )
     _CACHE[key] = (stamp, images, labels)
-    return images, labels
+    return images.clone(), labels.clone()
 
 
 def mnist_arrays(
@@ -253,8 +253,7 @@ def mnist_arrays(
     >>> tuple(images.shape), images.dtype, labels[:5].tolist()
     ((10000, 28, 28), torch.uint8, [7, 2, 1, 0, 4])
     """
-    images, labels = _arrays("MNIST", split, root)
-    return images.clone(), labels.clone()
+    return _arrays("MNIST", split, root)
 
 
 def fashion_mnist_arrays(
@@ -264,8 +263,7 @@ def fashion_mnist_arrays(
 
     Only the test split is bundled; the train split needs a ``root`` that has it.
     """
-    images, labels = _arrays("FashionMNIST", split, root)
-    return images.clone(), labels.clone()
+    return _arrays("FashionMNIST", split, root)
 
 
 def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
@@ -321,7 +319,8 @@ class _Transform:
     normalize: bool
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        x = images.to(torch.float32).div_(255.0)
+        x = images.to(torch.float32)  # the images themselves if float32: leave them alone
+        x = x / 255.0 if x is images else x.div_(255.0)
         if self.normalize:
             x = x.sub_(MNIST_MEAN).div_(MNIST_STD)
         if self.flatten:
@@ -341,6 +340,10 @@ class _TensorDataset(torch.utils.data.Dataset):
         return int(self.labels.shape[0])
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"index {index} is out of range for a data set of {n} examples")
+        index %= n
         return self.transform(self.images[index : index + 1])[0], self.labels[index]
 
 
@@ -376,7 +379,7 @@ class TensorLoader(ShardedOrder):
         self.transform = _Transform(flatten=flatten, normalize=normalize)
         self.dataset = _TensorDataset(images, labels, self.transform)
         if seed is None:
-            seed = int(torch.randint(0, 2**62, (1,)).item())
+            seed = int(torch.randint(0, MAX_SEED + 1, (1,)).item())
         else:
             check_seed(seed, "the loader")
         self.seed = seed

@@ -8,6 +8,7 @@ import torch
 
 from pyrouq.data import (
     DataError,
+    TensorLoader,
     fashion_mnist_arrays,
     load_fashion_mnist,
     load_mnist,
@@ -81,6 +82,42 @@ def test_dataset_item_matches_batch():
     item_x, item_y = train.dataset[2]
     torch.testing.assert_close(item_x, x[2])
     assert item_y == y[2]
+
+
+def test_dataset_takes_negative_indices_and_refuses_out_of_range():
+    train, _ = load_mnist(batch_size=4, shuffle=False, train_size=4)
+    torch.testing.assert_close(train.dataset[-1][0], train.dataset[3][0])
+    with pytest.raises(IndexError, match="index 4 is out of range for a data set of 4"):
+        train.dataset[4]
+    assert len(list(train.dataset)) == 4  # iteration stops at the end
+
+
+def test_changing_a_loaders_tensors_changes_no_other_loader():
+    _, test = load_mnist()
+    before = mnist_arrays("test")[0][:5].clone()
+    test.images[:5] = 0
+    test.labels[:5] = 3
+    _, again = load_mnist()
+    assert torch.equal(again.images[:5], before) and torch.equal(
+        mnist_arrays("test")[0][:5], before
+    )
+    assert not torch.equal(again.labels[:5], torch.full((5,), 3))
+    ood = ood_loader()
+    ood.images[:1] = 0
+    assert ood_loader().images[0].any()
+
+
+def test_float_images_are_not_changed_in_place():
+    images = torch.full((4, 28, 28), 255.0)
+    loader = TensorLoader(
+        images, torch.arange(4), 2, shuffle=False, flatten=False, normalize=True, seed=0
+    )
+    first, second = [x for x, _ in loader], [x for x, _ in loader]
+    assert torch.equal(images, torch.full((4, 28, 28), 255.0))
+    torch.testing.assert_close(torch.cat(first), torch.cat(second))
+    assert loader.seed == 0 and 0 <= TensorLoader(images, torch.arange(4), 2, shuffle=True,
+                                                  flatten=True, normalize=False,
+                                                  seed=None).seed < 2**32  # fmt: skip
 
 
 def _order(loader):
