@@ -376,6 +376,53 @@ def test_factory_errors(tmp_path, capsys):
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 
+def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.chdir(tmp_path)  # the console script does not put it on sys.path itself
+    (tmp_path / "here_nets.py").write_text(
+        "from torch import nn\n\ndef flat():\n    return nn.Sequential(nn.Flatten(), "
+        "nn.Linear(784, 10))\n"
+    )
+    (tmp_path / "broken_nets.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "typo_nets.py").write_text("def net(:\n")
+    argv = ["fit", "here_nets:flat", "--method", "plain", "--epochs", "1", "--train-size", "256"]
+    assert main([*argv, "--out", "o", "--no-progress"]) == 0
+    err = one_line_error(capsys, 2, ["fit", "broken_nets:net", "--out", "b"])
+    assert (
+        "importing 'broken_nets' for the factory 'broken_nets:net' raised RuntimeError: boom" in err
+    )
+    err = one_line_error(capsys, 2, ["fit", "typo_nets:net", "--out", "b"])
+    assert "importing 'typo_nets' for the factory 'typo_nets:net' raised SyntaxError" in err
+
+
+def test_an_unwritable_out_and_a_diverging_run_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--train-size", "256", "--out",
+                                     str(tmp_path / "file" / "run")])  # fmt: skip
+    assert "cannot write the run folder --out" in err and "pass a folder you can write to" in err
+    argv = ["fit", "mlp", "--lr", "1e30", "--train-size", "1024", "--epochs", "2", "--out"]
+    err = one_line_error(capsys, 2, [*argv, str(tmp_path / "nan"), "--no-progress"])
+    assert "Non-finite loss (nan) at epoch 1" in err and "Lower lr" in err
+
+
+def test_overwrite_keeps_nothing_of_the_earlier_run_and_only_once_the_new_one_is_built(
+    tmp_path, capsys
+):
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "256", "--no-progress", "--out"]
+    assert main([*argv, str(tmp_path)]) == 0
+    capsys.readouterr()
+    (tmp_path / "metrics-evaluate.json").write_text("{}")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    one_line_error(capsys, 2, ["fit", "no_such_module:net", "--out", str(tmp_path), "--overwrite"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # refused: nothing removed
+    diverging = ["fit", "mlp", "--lr", "1e30", "--train-size", "1024", "--no-progress"]
+    err = one_line_error(capsys, 2, [*diverging, "--out", str(tmp_path), "--overwrite"])
+    assert "Non-finite loss" in err
+    # the new run failed: its config stays, none of the earlier run's files beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert '"lr": 1e+30' in (tmp_path / "config.json").read_text()
+
+
 def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",

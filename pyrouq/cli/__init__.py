@@ -98,10 +98,16 @@ def _out_dir(args: argparse.Namespace) -> Path:
         raise CommandError(
             f"--out {str(out)!r} exists and is not empty; pass --overwrite or another folder"
         )
-    if out.is_dir():  # --overwrite: an earlier run's `pyrouq evaluate` files would be stale
-        for stale in [out / "metrics-evaluate.json", *out.glob("*-evaluate.png")]:
-            stale.unlink(missing_ok=True)
     return out
+
+
+def _clear_run(out: Path) -> None:
+    """Remove an earlier run's files from ``out`` (--overwrite, once the new run is built):
+    none of them may stay beside the new run's, which could fail or be interrupted. Files of
+    the user's own are kept."""
+    stale = [out / name for name in ("config.json", "checkpoint.pt", "metrics.json")]
+    for path in [*stale, out / "metrics-evaluate.json", *out.glob("*.png")]:
+        path.unlink(missing_ok=True)
 
 
 def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
@@ -219,7 +225,14 @@ def _fit_on_rank(
                    num_particles=args.num_particles, progress=False, seed=args.seed)  # fmt: skip
         return 0
     fresh = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _clear_run(out)
+    except OSError as err:
+        raise CommandError(
+            f"cannot write the run folder --out {str(out)!r}: {err.strerror or err}; pass a "
+            "folder you can write to"
+        ) from None
     try:
         return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
     except Exception:
@@ -417,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"data": _cmd_data, "fit": _cmd_fit, "evaluate": _cmd_evaluate}
     try:
         return commands[args.command](args)
-    except (CommandError, ValueError, TypeError, FileNotFoundError) as e:
+    except (CommandError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
         message = " ".join(str(e).split())  # one line
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE

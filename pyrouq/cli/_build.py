@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 # Per model: its builder arguments and the recipe measured for it (see the README).
@@ -44,12 +46,19 @@ def call_factory(spec: str) -> Any:
     from torch import nn
 
     module_name, _, attr = spec.partition(":")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current folder
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise CommandError(
             f"cannot import {module_name!r} for the factory {spec!r} ({err}); make the module "
-            "importable (install it, or run from the folder that holds it)"
+            "importable (install it, add its folder to PYTHONPATH, or run from that folder)"
+        ) from None
+    except Exception as err:  # the module itself fails: a SyntaxError, an error it raises
+        raise CommandError(
+            f"importing {module_name!r} for the factory {spec!r} raised {type(err).__name__}: "
+            f"{err} (import it in Python to see the traceback)"
         ) from None
     factory: Any = module
     for part in attr.split("."):

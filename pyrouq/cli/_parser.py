@@ -177,7 +177,9 @@ def _build_parser() -> _Parser:
         help="train on the first N of the 60000 images (quick trials)",
     )  # fmt: skip
     fit.add_argument("--out", default=None, help="run folder (default runs/MODEL-TIMESTAMP)")
-    fit.add_argument("--overwrite", action="store_true", help="reuse a non-empty --out")
+    fit.add_argument(
+        "--overwrite", action="store_true", help="reuse a non-empty --out, removing its earlier run"
+    )
     fit.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
     fit.add_argument("--no-progress", action="store_true", help="no progress bars")
 
