@@ -76,7 +76,8 @@ def call_factory(spec: str) -> Any:
         ) from None
     if not isinstance(net, nn.Module):
         raise CommandError(
-            f"factory {spec!r} returned a {type(net).__name__}; it must return an nn.Module"
+            f"factory {spec!r} returned an object of type {type(net).__name__}; it must return "
+            "an nn.Module"
         )
     return net
 

@@ -149,7 +149,10 @@ def _build_parser() -> _Parser:
             "and rank-1; 1 is the exact ELBO)"
         ),
     )
-    fit.add_argument("--num-particles", type=_positive_int("--num-particles"), default=1)
+    fit.add_argument(
+        "--num-particles", type=_positive_int("--num-particles"), default=1,
+        help="weight draws per step for the ELBO (Bayesian models; default 1)",
+    )  # fmt: skip
     fit.add_argument(
         "--members", type=_positive_int("--members"), default=None,
         help=f"members M of a BatchEnsemble or rank-1 network (default {DEFAULT_MEMBERS})",
@@ -170,7 +173,10 @@ def _build_parser() -> _Parser:
         help=f"posterior draws for evaluation (Bayesian models; default {DEFAULT_NUM_SAMPLES}, "
         f"rank-1: {DEFAULT_NUM_SAMPLES} / members, each running every member)",
     )  # fmt: skip
-    fit.add_argument("--seed", type=_seed, default=0)
+    fit.add_argument(
+        "--seed", type=_seed, default=0,
+        help="seeds the initial weights, the data order and the draws: a run repeats exactly",
+    )  # fmt: skip
     fit.add_argument("--data-root", default=None, help="folder in torchvision layout")
     fit.add_argument(
         "--train-size", type=_positive_int("--train-size"), default=None,
@@ -192,7 +198,10 @@ def _build_parser() -> _Parser:
         ),
     )
     ev.add_argument("run_dir", metavar="RUN_DIR")
-    ev.add_argument("--num-samples", type=_positive_int("--num-samples"), default=None)
+    ev.add_argument(
+        "--num-samples", type=_positive_int("--num-samples"), default=None,
+        help="posterior draws (Bayesian models; default: the run's own --num-samples)",
+    )  # fmt: skip
     ev.add_argument(
         "--ood", choices=("auto", "fashion-mnist", "mnist", "none"), default="auto",
         help="out-of-distribution set; auto: the other data set of the run",
@@ -209,7 +218,10 @@ def _build_parser() -> _Parser:
         "--conformal", type=_fraction("--conformal"), default=None, metavar="ALPHA",
         help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
     )  # fmt: skip
-    ev.add_argument("--seed", type=_seed, default=0)
+    ev.add_argument(
+        "--seed", type=_seed, default=0,
+        help="seeds the draws and the split of --calibrate / --conformal",
+    )  # fmt: skip
     ev.add_argument(
         "--data-root", default=None,
         help="folder in torchvision layout (default: the bundled test splits)",
