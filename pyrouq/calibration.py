@@ -74,17 +74,18 @@ def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
 
 
 def _check_alpha(alpha: object, n: int) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 1:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < float(alpha) < 1:
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
             f"{alpha!r}."
         )
-    if _rank(n, alpha) > n:
+    a = float(alpha)
+    if _rank(n, a) > n:
         raise ValueError(
-            f"alpha={alpha} needs at least {math.ceil(1 / alpha) - 1} calibration points for a "
+            f"alpha={a:g} needs at least {math.ceil(1 / a) - 1} calibration points for a "
             f"finite threshold, got {n}. Hold out more data or raise alpha."
         )
-    return float(alpha)
+    return a
 
 
 def _quantile(scores: Tensor, alpha: float) -> Tensor:
