@@ -10,6 +10,7 @@ import torch
 from _toy import ListLoader, tiny_mlp, toy_data
 from pyro import poutine
 
+from pyrouq.checkpoint import CheckpointError
 from pyrouq.convert import bayesian
 from pyrouq.infer import KLWeightedELBO, MeanFieldGuide, fit, mean_field_guide
 from pyrouq.likelihoods import Gaussian
@@ -537,6 +538,56 @@ def test_fit_same_seed_same_history():
 
     for a, b in zip(run(), run(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_fit_seed_repeats_an_autoguide_that_starts_at_random():
+    from pyro.infer.autoguide import AutoDiagonalNormal
+
+    x, y = toy_data(48)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 2))  # fmt: skip
+    losses = []
+    for outside in (1, 2):  # the global state before fit() differs
+        pyro.clear_param_store()  # where autoguides keep their parameters, by name
+        torch.manual_seed(outside)
+        model = bayesian(net)
+        result = fit(model, AutoDiagonalNormal(model), ListLoader(x, y, 24), epochs=2,
+                     progress=False, seed=0)  # fmt: skip
+        losses.append([record.loss for record in result.history])
+    assert losses[0] == losses[1]
+
+
+def test_fit_refuses_before_training_what_it_could_not_store(tmp_path):
+    x, y = toy_data(48)
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    before = [p.detach().clone() for p in guide.parameters()]
+    with pytest.raises(CheckpointError, match=r"metadata must hold JSON values .*\.tolist\(\)"):
+        fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False,
+            checkpoint=tmp_path / "c.pt", metadata={"lr": torch.tensor(0.1)})  # fmt: skip
+    with pytest.raises(TypeError, match=r"callbacks to be a sequence of callables.*\[print\]"):
+        fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False, callbacks=print)
+    assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
+    assert not (tmp_path / "c.pt").exists()
+    with pytest.warns(UserWarning, match=r"no checkpoint= was given: it is not kept"):
+        fit(model, guide, ListLoader(x, y, 24), epochs=1, progress=False, metadata={"a": 1})
+
+
+def test_a_float64_network_runs_under_its_prior_draws():
+    from pyro.infer.autoguide import AutoNormal
+
+    x, y = toy_data(24)
+    net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 4), torch.nn.ReLU(),
+                              torch.nn.Linear(4, 2)).double()  # fmt: skip
+    model = bayesian(net, prior={"0": 1.0, "2": dist.Normal(0.0, 2.0)})
+    assert {model.prior_of(s).base().mean.dtype for s in model.latent_sites()} == {torch.float64}
+    assert model(x.double()).dtype == torch.float64  # weights drawn from the prior
+    assert pyro.infer.Predictive(model, num_samples=2)(x.double())["logits"].dtype == (
+        torch.float64
+    )
+    guide = AutoNormal(model)
+    fit(model, guide, ListLoader(x.double(), y, 12), epochs=1, progress=False, seed=0)
 
 
 def _fitted(optim, tmp_path=None, **kwargs):

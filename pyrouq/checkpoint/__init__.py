@@ -123,6 +123,17 @@ def library_versions() -> dict[str, str]:
     return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
 
 
+def json_text(metadata: Any) -> str:
+    """``metadata`` as JSON text, or a :class:`CheckpointError` saying what to convert."""
+    try:
+        return json.dumps(metadata, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
+            f"got {err}. Convert tensors with .tolist() or float()."
+        ) from None
+
+
 def save(
     path: str | os.PathLike[str],
     model: nn.Module,
@@ -204,13 +215,7 @@ def save(
             "guide": _frozen(guide) if guide is not None else [],
         },
     }
-    try:
-        metadata_json = json.dumps(metadata if metadata is not None else {}, allow_nan=True)
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(
-            f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
-            f"got {err}. Convert tensors with .tolist() or float()."
-        ) from None
+    metadata_json = json_text(metadata if metadata is not None else {})
     if callable(getattr(optimizer, "state_dict", None)):  # torch.optim or pyrouq's Adam
         optimizer = optimizer.state_dict()
     payload = {
@@ -252,13 +257,7 @@ def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) 
         "versions": library_versions(),
         "metadata": metadata or {},
     }
-    try:
-        text = json.dumps(meta, allow_nan=True)
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(
-            f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
-            f"got {err}. Convert tensors with .tolist() or float()."
-        ) from None
+    text = json_text(meta)
     payload = {
         "format": MCMC_FORMAT,
         "format_version": 1,

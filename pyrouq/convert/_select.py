@@ -207,9 +207,17 @@ class SitePrior(nn.Module):
         return f"{self.family}({', '.join(values)})"
 
 
-def _site_prior(value: Any, site: str, shape: torch.Size, device: Any) -> SitePrior:
+def _site_prior(
+    value: Any,
+    site: str,
+    shape: torch.Size,
+    device: Any = None,
+    dtype: torch.dtype | None = None,
+) -> SitePrior:
     """A :class:`SitePrior` of ``site`` from a float (the scale of a zero-mean Normal) or a
-    univariate distribution (expanded to the site's shape)."""
+    univariate distribution (expanded to the site's shape), its floating parameters on
+    ``device`` and in ``dtype`` (the site's template parameter's; by default a
+    distribution's own and torch's default for a float)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         scale = check_positive_float(
             f"the prior scale of {site!r}",
@@ -217,8 +225,8 @@ def _site_prior(value: Any, site: str, shape: torch.Size, device: Any) -> SitePr
             "A float prior is the standard deviation s of Normal(0, s); pass e.g. 1.0.",
         )
         params = {
-            "loc": torch.tensor(0.0, device=device),
-            "scale": torch.tensor(scale, device=device),
+            "loc": torch.tensor(0.0, device=device, dtype=dtype),
+            "scale": torch.tensor(scale, device=device, dtype=dtype),
         }
         return SitePrior("Normal", params, shape)
     if not isinstance(value, torch.distributions.Distribution):
@@ -251,6 +259,8 @@ def _site_prior(value: Any, site: str, shape: torch.Size, device: Any) -> SitePr
     params = {k: getattr(base, k) for k in base.arg_constraints}
     try:
         params = {k: torch.as_tensor(v, device=device) for k, v in params.items()}
+        if dtype is not None:
+            params = {k: v.to(dtype) if v.is_floating_point() else v for k, v in params.items()}
         rebuilt = getattr(dist, family)(**params)
         if type(rebuilt).__name__ != family or rebuilt.batch_shape != base.batch_shape:
             raise TypeError
@@ -286,7 +296,7 @@ def resolve_priors(
             value = prior(site, param)
         else:
             value = prior
-        out[site] = _site_prior(value, site, param.shape, param.device)
+        out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
     return out
 
 

@@ -9,6 +9,7 @@ interruption, resume state) lives in :mod:`pyrouq.infer._training`.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -223,8 +224,8 @@ def fit(
         )
     check_count("epochs", epochs)
     check_positive_float("lr", lr)
-    if seed is not None:
-        check_seed(seed, "fit()")
+    if seed is not None:  # now: an autoguide may draw its initial values when first run
+        pyro.set_rng_seed(check_seed(seed, "fit()"))
     if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
         raise ValueError(
             f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
@@ -264,9 +265,21 @@ def fit(
         raise ValueError(
             f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
         )
+    if callable(callbacks) or not all(callable(c) for c in callbacks):
+        raise TypeError(
+            f"Expected callbacks to be a sequence of callables, got {callbacks!r}: each is called "
+            "as callback(record) after every epoch. Pass a list, e.g. callbacks=[print]."
+        )
+    if metadata is not None and checkpoint is None:
+        warnings.warn(
+            "fit(metadata=...) is stored in the checkpoints, but no checkpoint= was given: it "
+            "is not kept. Pass checkpoint=PATH, or save it with pyrouq.save(..., metadata=...).",
+            stacklevel=2,
+        )
     if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
         _checkpoint.describe_model(model)
         _checkpoint.describe_guide(guide)
+        _checkpoint.json_text(metadata if metadata is not None else {})
     model.num_data = int(n)  # type: ignore[assignment]
     probe = Probe(model, guide, train_loader)
     # in-memory data is checked once here; other loaders batch by batch, before each step
