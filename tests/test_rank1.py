@@ -53,7 +53,8 @@ def test_composition_makes_the_factors_latent_and_keeps_the_rest_point_estimates
     assert torch.allclose(prior.mean, torch.ones(M, 144))
     assert torch.allclose(prior.stddev, torch.full((M, 144), 0.1))
     # select=None picks the same factors, and rank1() is this composition
-    assert list(bayesian(ensemble).latent_sites()) == list(model.latent_sites())
+    with pytest.warns(UserWarning, match=r"puts a Normal\(0, 1.0\) prior on the rank-1 factors"):
+        assert list(bayesian(ensemble).latent_sites()) == list(model.latent_sites())
     same = rank1(_net(), M)
     assert list(same.latent_sites()) == list(model.latent_sites())
     assert [n for n, _ in same.named_parameters()] == [n for n, _ in model.named_parameters()]

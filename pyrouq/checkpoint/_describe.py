@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
 from torch import nn
@@ -288,6 +289,7 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
         )
     model = BayesianNetwork(
         source,
+        prior=dist.Normal(0.0, 1.0),  # a placeholder: the saved priors replace it below
         select=list(config["sites"]),
         likelihood=config["likelihood"],
         local_reparameterization=bool(config.get("local_reparameterization", False)),

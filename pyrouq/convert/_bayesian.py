@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -121,6 +122,14 @@ class BayesianNetwork(PyroModule):
             net = copy.deepcopy(ensemble.net)
             if select is None:
                 select = _factor_names(net)
+            if isinstance(prior, (int, float)) and not isinstance(prior, bool):
+                warnings.warn(
+                    f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
+                    "prior on the rank-1 factors, which start near 1 and scale the shared "
+                    "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
+                    "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M).",
+                    stacklevel=3,
+                )
         else:
             self.module_record = module_record(module)
             net = copy.deepcopy(module)
