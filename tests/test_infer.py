@@ -738,6 +738,23 @@ def test_guide_for_unsupported_model_and_mismatched_init_from():
         mean_field_guide(BayesianMLP(hidden_features=128), init_from=MLP())
 
 
+def test_init_from_a_trained_batchensemble_starts_a_rank1_guide():
+    from pyrouq import batchensemble, rank1
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    ensemble = batchensemble(net, 2)
+    with torch.no_grad():
+        ensemble.net[0].r.fill_(2.0)
+        ensemble.net[2].s.fill_(0.5)
+    model = rank1(net, 2)
+    guide = mean_field_guide(model, init_from=ensemble)
+    assert torch.equal(guide.site_loc("0.r"), torch.full((2, 4), 2.0))
+    assert torch.equal(guide.site_loc("2.s"), torch.full((2, 3), 0.5))
+    with pytest.raises(TypeError, match=r"init_from is a Bayesian model \(BayesianNetwork\): its "
+                       r"weights are drawn from its guide"):  # fmt: skip
+        mean_field_guide(model, init_from=model)
+
+
 def _frozen(params):
     return torch.optim.SGD(params, lr=0.0)  # the network stays as built: its accuracy is known
 

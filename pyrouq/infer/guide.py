@@ -100,7 +100,19 @@ class MeanFieldGuide(nn.Module):
                     f"Expected init_from to be a trained plain nn.Module, got "
                     f"{type(init_from).__name__}."
                 )
-            state = init_from.state_dict()
+            if callable(getattr(init_from, "latent_sites", None)):
+                raise TypeError(
+                    f"init_from is a Bayesian model ({type(init_from).__name__}): its weights "
+                    "are drawn from its guide, not held. Pass a trained network that holds "
+                    "them: the plain module (for rank1(), a trained batchensemble() of it)."
+                )
+            ensemble_net = getattr(init_from, "net", None)
+            if getattr(init_from, "num_members", None) is not None and isinstance(
+                ensemble_net, nn.Module
+            ):  # a trained BatchEnsembleNetwork: its layers are named as the rank-1 model's
+                state = ensemble_net.state_dict()
+            else:
+                state = init_from.state_dict()
             own: dict[str, Any] = getattr(
                 getattr(model, "likelihood", None), "latent_sites", dict
             )()
@@ -305,7 +317,8 @@ def mean_field_guide(
         :func:`pyrouq.bayesian`, an ``MLP`` / ``LeNet`` of the same configuration) whose
         parameters become the initial locations. Default: the model's own initial values,
         i.e. the converted module's parameters (a fresh torch initialisation for the front
-        doors, not draws from the prior).
+        doors, not draws from the prior). For a rank-1 model (:func:`pyrouq.rank1`), a
+        trained :func:`pyrouq.batchensemble` of the same network starts the factors.
     init_scale_relative : float, optional
         MOPED's initial scales (Krishnan et al., AAAI 2020): every weight starts at a standard
         deviation of ``init_scale_relative * |loc|`` (at least 1e-6; do not pass
