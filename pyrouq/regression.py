@@ -9,6 +9,7 @@ density, CDF, quantiles and CRPS), not from a Gaussian fitted to it.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -273,8 +274,28 @@ class GaussianPredictions:
     def rescale(self, mean: Tensor | float, std: Tensor | float) -> GaussianPredictions:
         """The predictions in other units, ``y = mean + std * y_standardised`` (per output):
         means shifted and scaled, standard deviations scaled, targets alike."""
-        mean_t = torch.as_tensor(mean, dtype=self.loc.dtype, device=self.loc.device)
-        std_t = torch.as_tensor(std, dtype=self.loc.dtype, device=self.loc.device)
+        d = self.num_outputs
+        values = []
+        for name, value in (("mean", mean), ("std", std)):
+            if not (torch.is_tensor(value) or isinstance(value, numbers.Real)) or isinstance(
+                value, bool
+            ):
+                raise TypeError(
+                    f"Expected rescale's {name} to be a float or a tensor of one value per "
+                    f"output, got {type(value).__name__}."
+                )
+            t = torch.as_tensor(value, dtype=self.loc.dtype, device=self.loc.device)
+            if t.numel() not in (1, d) or t.dim() > 1:
+                raise ValueError(
+                    f"rescale's {name} has shape {tuple(t.shape)}, but the predictions have "
+                    f"{d} output(s): pass one value, or one per output, ({d},). A Standardizer "
+                    "rescales the predictions of a model trained on the targets it was fitted "
+                    "on."
+                )
+            values.append(t.reshape(-1) if t.dim() else t)
+        mean_t, std_t = values
+        if bool((std_t <= 0).any()) or not bool(torch.isfinite(std_t).all()):
+            raise ValueError(f"rescale's std must be finite and > 0, got {std!r}.")
         targets = None if self.targets is None else self.targets * std_t + mean_t
         return GaussianPredictions(self.loc * std_t + mean_t, self.scale * std_t, targets)
 
@@ -309,10 +330,20 @@ def _crps_term(m: Tensor, v: Tensor) -> Tensor:
     return 2 * s * pdf + m * torch.erf(z / _SQRT2)
 
 
+#: Values of one pairwise temporary of :func:`mixture_crps` (S * S * inputs * D, float64):
+#: the inputs are taken in chunks that keep each within it (32 MB).
+CRPS_PAIR_VALUES = 2**22
+
+
 def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Tensor:
     """CRPS ``(N, D)`` of the equal-weight mixture of ``N(loc[s], scale[s]^2)`` ``(S, N, D)``
-    at ``y`` ``(N, D)``: ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006)."""
+    at ``y`` ``(N, D)``: ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006).
+
+    The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` at a time,
+    fewer when S is large, so that memory stays bounded (:data:`CRPS_PAIR_VALUES`)."""
     loc, scale, y = loc.double(), scale.double(), y.double()
+    pairs = loc.shape[0] ** 2 * max(1, math.prod(loc.shape[2:]))
+    chunk = max(1, min(chunk, CRPS_PAIR_VALUES // pairs))
     out = []
     for start in range(0, loc.shape[1], chunk):
         m, s, t = (

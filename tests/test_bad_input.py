@@ -1027,6 +1027,16 @@ API_CASES = [
     ("train_test_split", "nan",
      lambda tmp: pyrouq.train_test_split(torch.full((4, 3), NAN), torch.randn(4)), ValueError,
      r"train_test_split\(\): x holds NaN or inf; remove or repair those rows first"),
+    ("Standardizer", "companion",
+     lambda tmp: pyrouq.Standardizer.fit(torch.randn(5, 1), torch.randn(5, 2)).inverse(
+         gaussian_preds()),
+     ValueError, r"rescale's mean has shape \(2,\), but the predictions have 1 output\(s\): "
+     r"pass one value, or one per output, \(1,\)"),
+    ("GaussianPredictions", "type", lambda tmp: gaussian_preds().rescale("a", 1.0),
+     TypeError, r"Expected rescale's mean to be a float or a tensor of one value per output, "
+     r"got str"),
+    ("GaussianPredictions", "range", lambda tmp: gaussian_preds().rescale(0.0, -1.0),
+     ValueError, r"rescale's std must be finite and > 0, got -1.0"),
     ("Standardizer", "empty",
      lambda tmp: pyrouq.Standardizer.fit(torch.randn(1, 3), torch.randn(1)), ValueError,
      r"Standardizer.fit\(\) needs at least 2 rows to measure a spread, got 1"),

@@ -81,6 +81,35 @@ def test_crps_matches_numeric_integration_of_the_cdf():
     assert abs(p.evaluate()["crps"] - crps.mean().item()) < 1e-5
 
 
+def test_crps_of_many_draws_takes_fewer_inputs_at_a_time_with_the_same_values():
+    from pyrouq.regression import CRPS_PAIR_VALUES, mixture_crps
+
+    g = torch.Generator().manual_seed(0)
+    s = 700  # S^2 = 490,000 values per input: about 8 inputs a chunk, not 1,024
+    loc, scale = torch.randn(s, 20, 1, generator=g), torch.rand(s, 20, 1, generator=g) + 0.5
+    y = torch.randn(20, 1, generator=g)
+    assert CRPS_PAIR_VALUES // s**2 < 20
+    together = mixture_crps(loc[:40], scale[:40], y)  # one chunk
+    one_by_one = mixture_crps(loc[:40], scale[:40], y, chunk=1)
+    torch.testing.assert_close(together, one_by_one, rtol=1e-12, atol=0)
+    var = scale.double().square()
+    i = 3  # one input by the formula, every pair at once
+    first = (_crps(y[i].double() - loc[:, i].double(), var[:, i])).mean(0)
+    pair = _crps(
+        loc[:, None, i].double() - loc[None, :, i].double(), var[:, None, i] + var[None, :, i]
+    )
+    torch.testing.assert_close(mixture_crps(loc, scale, y)[i], first - 0.5 * pair.mean((0, 1)))
+
+
+def _crps(diff, var):
+    """E|Z| for Z ~ N(diff, var): the closed form the mixture's CRPS is built from."""
+    sd = var.sqrt()
+    z = diff / sd
+    cdf = 0.5 * (1 + torch.erf(z / math.sqrt(2)))
+    pdf = torch.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
+    return diff * (2 * cdf - 1) + 2 * sd * pdf
+
+
 def test_intervals_hold_their_mass_and_coverage_counts_targets_inside():
     p, loc, scale, y = _mixture(s=4, n=50, d=1)
     for level in (0.5, 0.9, 0.95):
