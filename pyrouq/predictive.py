@@ -228,7 +228,10 @@ def predict(
         labels are kept as ``Predictions.targets``). Floating inputs of another dtype (float64,
         float16) are cast to the model's; integer ones (raw uint8 pixels) are refused, see
         :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
-        NaN or inf inputs are refused.
+        NaN or inf inputs are refused. The predictions follow the order x gives: a loader
+        that shuffles gives them shuffled, with its labels in the same order (so
+        ``evaluate()`` is right without targets, but labels passed in the data set's order
+        are not); predict from a loader with ``shuffle=False`` to keep that order.
     guide : callable, optional
         The fitted guide of a Bayesian model; one built for another model (other sites or
         shapes) is refused, naming the first differing site.
