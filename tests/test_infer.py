@@ -574,6 +574,26 @@ def test_fit_refuses_before_training_what_it_could_not_store(tmp_path):
         fit(model, guide, ListLoader(x, y, 24), epochs=1, progress=False, metadata={"a": 1})
 
 
+def test_fit_takes_the_models_own_num_data_and_refuses_numpy_batches_before_training():
+    import numpy as np
+
+    x, y = toy_data(24)
+    model = bayesian(torch.nn.Linear(x.shape[1], 2), num_data=240)
+    guide = mean_field_guide(model)
+    fit(model, guide, [(x, y)], epochs=1, progress=False)  # a list: no sized .dataset
+    assert model.num_data == 240
+    before = [p.detach().clone() for p in guide.parameters()]
+    with pytest.raises(TypeError, match=r"batch 1 of epoch 1 is \(ndarray, ndarray\)\. Convert "
+                       r"them with torch.as_tensor"):  # fmt: skip
+        fit(model, guide, [(x.numpy(), y.numpy().astype(np.int64))], epochs=1, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
+    with pytest.warns(UserWarning, match=r"has no length: the learning rate stays constant"):
+        fit(model, guide, iter([(x, y)]), epochs=1, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit(model, guide, iter([(x, y)]), epochs=1, progress=False, lr_schedule="constant")
+
+
 def test_a_float64_network_runs_under_its_prior_draws():
     from pyro.infer.autoguide import AutoNormal
 
@@ -672,7 +692,8 @@ def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
                 yield batch
 
     with pytest.raises(FloatingPointError, match=r"Non-finite loss .* at epoch 1, step 2"):
-        fit(model, guide, Spy(), epochs=1, progress=False, check_inputs=False)
+        fit(model, guide, Spy(), epochs=1, progress=False, check_inputs=False,
+            lr_schedule="constant")  # fmt: skip
     for site, value in before_second.items():
         assert torch.equal(guide.site_loc(site), value)
 
@@ -699,11 +720,13 @@ def test_fit_bad_arguments():
                        r"yields its batches once, but epochs=2\. Pass something that can be "
                        r"iterated once per epoch"):  # fmt: skip
         fit(model, guide, one_shot, epochs=2, num_data=20, progress=False)
-    assert fit(model, guide, one_shot, epochs=1, num_data=20, progress=False).steps == 2
+    assert fit(model, guide, one_shot, epochs=1, num_data=20, progress=False,
+               lr_schedule="constant").steps == 2  # fmt: skip
     # a plain network's first examples are looked at (its number of classes) and put back
     plain = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     one_shot = ((x[i : i + 10], y[i : i + 10]) for i in range(0, 20, 10))
-    assert fit(plain, None, one_shot, epochs=1, num_data=20, progress=False).steps == 2
+    assert fit(plain, None, one_shot, epochs=1, num_data=20, progress=False,
+               lr_schedule="constant").steps == 2  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])

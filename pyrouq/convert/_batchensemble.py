@@ -188,6 +188,7 @@ class BatchEnsembleNetwork(PyroModule):
         check_module(module, "convert into a BatchEnsemble")
         self.num_members = num_members
         self.num_data = check_num_data(num_data)
+        self.given_num_data = self.num_data  # fit()'s N for a loader of unknown size
         self.likelihood = get_likelihood(likelihood)
         self.module_record = module_record(module)
         self.options = dict(

@@ -105,6 +105,7 @@ class BayesianNetwork(PyroModule):
             likelihood = ensemble.likelihood  # the default: the ensemble's own
         self.likelihood = get_likelihood(likelihood)
         self.num_data = check_num_data(num_data)
+        self.given_num_data = self.num_data  # fit()'s N for a loader of unknown size
         self.num_members: int | None = None
         self.ensemble_options: dict[str, Any] | None = None
         # fit()'s kl_weight when none is given (None: the likelihood's); rank-1: the exact ELBO

@@ -148,7 +148,14 @@ def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | 
 def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
     """``(x, y)`` of a training batch, or a TypeError naming what the loader yielded."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        return batch[0], batch[1]
+        x, y = batch
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            raise TypeError(
+                f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
+                f"is ({type(x).__name__}, {type(y).__name__}). Convert them with "
+                "torch.as_tensor(...), or serve them through a TensorDataset."
+            )
+        return x, y
     raise TypeError(
         f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
         + describe_batch(batch)
@@ -163,12 +170,8 @@ def check_batch(
     likelihood: Any,
     num_outputs: int | None,
 ) -> None:
-    """Refuse a batch with NaN/inf inputs or bad labels before training on it."""
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise TypeError(
-            f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
-            f"({type(x).__name__}, {type(y).__name__})."
-        )
+    """Refuse a batch with NaN/inf inputs or bad labels before training on it (its (x, y)
+    are tensors: :func:`unpack_batch` checked)."""
     if x.dtype.is_floating_point and not bool(torch.isfinite(x).all()):
         bad = bad_rows(x)
         raise ValueError(
@@ -351,12 +354,13 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
         pass
     state = loader_rng_state(loader)
     try:
-        x, y = next(iter(loader))[:2]
+        batch = next(iter(loader))
     except (StopIteration, TypeError, ValueError):
         return None
     finally:
         if state is not None:
             set_loader_rng_state(loader, state)
+    x, y = unpack_batch(batch, 1, 1)  # what the first step would refuse, refused now
     return x[:2], y[:2]
 
 

@@ -162,7 +162,9 @@ def fit(
         than separate ones, each particle's forward and backward pass runs in turn (see
         :meth:`KLWeightedELBO.terms_and_grads`). The gradients are the same either way.
     num_data : int, optional
-        Training-set size N; default ``len(train_loader.dataset)``.
+        Training-set size N; default ``len(train_loader.dataset)``, else the ``num_data`` the
+        model was built with (``bayesian(net, num_data=N)``): a loader without a sized
+        ``.dataset``, such as a list of batches, needs one of the two.
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
@@ -253,9 +255,19 @@ def fit(
             f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
             "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
         )
+    if lr_schedule != "constant" and not hasattr(train_loader, "__len__"):
+        warnings.warn(
+            f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
+            f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
+            "rate stays constant. Pass a loader with a length (a list, a DataLoader), or "
+            "lr_schedule='constant'.",
+            stacklevel=2,
+        )
     if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
         train_loader = _ReadAhead(train_loader)
     n = num_data if num_data is not None else _num_examples(train_loader)
+    if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
+        n = getattr(model, "given_num_data", None)
     if n is None:
         raise ValueError(
             "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "
