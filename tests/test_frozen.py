@@ -81,6 +81,15 @@ def test_batchensemble_of_a_frozen_network_trains_only_its_factors(norms):
     assert torch.equal(ensemble.net[0].weight, net[0].weight)
 
 
+def test_use_base_weights_false_starts_afresh_all_but_the_frozen_layers():
+    net = net_with_batchnorm()
+    net[0].requires_grad_(False)  # a frozen feature layer, a head to learn from scratch
+    ensemble = batchensemble(net, 2, use_base_weights=False)
+    assert torch.equal(ensemble.net[0].weight, net[0].weight)
+    assert torch.equal(ensemble.net[0].bias[0], net[0].bias)
+    assert not torch.equal(ensemble.net[3].weight, net[3].weight)
+
+
 def test_a_frozen_layer_without_bias_gets_frozen_member_biases():
     # a conv before a BatchNorm has no bias; its BatchEnsemble layer adds the members' own,
     # which a frozen backbone must keep fixed too (at zero), with or without rank-1 priors

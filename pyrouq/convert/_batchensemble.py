@@ -153,7 +153,8 @@ class BatchEnsembleNetwork(PyroModule):
         Ensemble size M (>= 1).
     use_base_weights : bool, default True
         Copy W and the biases from ``module``; False re-initialises every converted layer
-        (torch's default initialisation).
+        (torch's default initialisation) but the frozen ones (``requires_grad=False``), which
+        keep their weights: they would not train away from a random start.
     init, r_mean, r_std, s_mean, s_std
         Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
     norms : {"per_member", "shared"}, default "per_member"
@@ -203,9 +204,9 @@ class BatchEnsembleNetwork(PyroModule):
         net = copy.deepcopy(module)
         if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
             net = nn.Sequential(net)
-        if not use_base_weights:
+        if not use_base_weights:  # a frozen layer keeps its weights: it would stay random
             for layer in net.modules():
-                if isinstance(layer, tuple(BATCHENSEMBLE_LAYERS)):
+                if isinstance(layer, tuple(BATCHENSEMBLE_LAYERS)) and layer.weight.requires_grad:
                     layer.reset_parameters()  # type: ignore[operator]
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
         if not _convert_layers(net, num_members, factors):
@@ -278,7 +279,8 @@ def batchensemble(
     num_members : int
         Ensemble size M (>= 1).
     use_base_weights : bool, default True
-        Copy W and biases from ``module``; False re-initialises them (torch's default init).
+        Copy W and biases from ``module``; False re-initialises them (torch's default init),
+        frozen layers' apart.
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
         With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
     init : {"normal", "random_sign"}, default "normal"
