@@ -318,8 +318,9 @@ def bayesian(
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
         and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its
-        layers' factors ``r`` and ``s``); ``"last_layer"``, those of the last ``nn.Linear``; a
-        list of module names or dotted prefixes; a callable ``(name, param) -> bool``. The
+        layers' factors ``r`` and ``s``); ``"last_layer"``, those of the last ``nn.Linear``
+        registered (in ``named_modules()`` order: for a network whose head is defined before
+        its body, name the head instead, ``select=["head"]``); a list of module names or dotted prefixes; a callable ``(name, param) -> bool``. The
         others (BatchNorm, LayerNorm, anything unselected) stay point estimates, trained by
         :func:`pyrouq.fit` unless frozen, as in torch: freezing a pretrained backbone
         (``backbone.requires_grad_(False)``) before converting leaves its weights fixed and
