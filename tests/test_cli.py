@@ -210,6 +210,13 @@ def test_data_root_without_the_files(tmp_path, capsys):
     assert "(looked under --data-root " in err and "leave --data-root out to use the bundled" in err
 
 
+def test_a_missing_pyrouq_data_folder_is_named_as_the_cause(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))
+    err = one_line_error(capsys, 2, ["data"])
+    assert "To fix: point $PYROUQ_DATA (or --data-root) at a folder in torchvision layout" in err
+    assert "or unset $PYROUQ_DATA to use the bundled copy" in err
+
+
 def test_evaluate_errors(tmp_path, bayes_run, capsys):
     err = one_line_error(capsys, 2, ["evaluate", str(tmp_path / "missing")])
     assert "is not a folder" in err

@@ -49,7 +49,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     try:
         train, test = load_mnist(root=args.data_root, seed=0)
     except FileNotFoundError as err:
-        raise _missing_data(err, "mnist", bundled=True) from None
+        raise _missing_data(err, "mnist", bundled=True, root=args.data_root) from None
     n_batches = sum(1 for _ in train)
     seconds = time.perf_counter() - start
     counts = train.labels.bincount(minlength=10).tolist()
@@ -128,7 +128,8 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
                 "--dataset fashion-mnist trains on the Fashion-MNIST train split, which pyrouq "
                 "does not bundle; pass --data-root DIR holding FashionMNIST/raw/train-*"
             ) from None
-        raise _missing_data(err, dataset, bundled=dataset == "mnist") from None
+        bundled = dataset == "mnist"
+        raise _missing_data(err, dataset, bundled=bundled, root=args.data_root) from None
 
 
 def _load_test(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
@@ -139,20 +140,29 @@ def _load_test(dataset: str, batch_size: int, args: argparse.Namespace, device: 
     try:
         images, labels = arrays("test", root=args.data_root)
     except FileNotFoundError as err:
-        raise _missing_data(err, dataset, bundled=True) from None
+        raise _missing_data(err, dataset, bundled=True, root=args.data_root) from None
     return TensorLoader(  # as the test loader of load_mnist / load_fashion_mnist
         images.to(device), labels.to(device), batch_size,
         shuffle=False, flatten=False, normalize=True, seed=0,
     )  # fmt: skip
 
 
-def _missing_data(err: FileNotFoundError, dataset: str, *, bundled: bool) -> CommandError:
-    """The data loaders' error told in the command's words (--data-root, not root=)."""
+def _missing_data(
+    err: FileNotFoundError, dataset: str, *, bundled: bool, root: str | None
+) -> CommandError:
+    """The data loaders' error told in the command's words (--data-root, not root=), the fix
+    naming what chose the folder: --data-root, or $PYROUQ_DATA when it was left out."""
     what = str(err).split(" To fix:")[0].rstrip(".").replace("under root=:", "under --data-root")
     folder = "MNIST" if dataset == "mnist" else "FashionMNIST"
-    fix = f"pass a --data-root in torchvision layout (DIR/{folder}/raw/...)"
-    if bundled:
-        fix += " or leave --data-root out to use the bundled copy"
+    layout = f"in torchvision layout (DIR/{folder}/raw/...)"
+    if root is None and os.environ.get("PYROUQ_DATA"):
+        fix = f"point $PYROUQ_DATA (or --data-root) at a folder {layout}"
+        if bundled:
+            fix += " or unset $PYROUQ_DATA to use the bundled copy"
+    else:
+        fix = f"pass a --data-root {layout}"
+        if bundled:
+            fix += " or leave --data-root out to use the bundled copy"
     return CommandError(f"{what}. To fix: {fix}")
 
 

@@ -115,7 +115,10 @@ def _build_parser() -> _Parser:
     parser.subcommands = sub.choices
 
     data = sub.add_parser("data", help="load MNIST and print a one-line summary")
-    data.add_argument("--data-root", default=None, help="folder in torchvision layout")
+    data.add_argument(
+        "--data-root", default=None,
+        help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled copy)",
+    )  # fmt: skip
 
     fit = sub.add_parser(
         "fit",
@@ -177,7 +180,10 @@ def _build_parser() -> _Parser:
         "--seed", type=_seed, default=0,
         help="seeds the initial weights, the data order and the draws: a run repeats exactly",
     )  # fmt: skip
-    fit.add_argument("--data-root", default=None, help="folder in torchvision layout")
+    fit.add_argument(
+        "--data-root", default=None,
+        help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled MNIST)",
+    )  # fmt: skip
     fit.add_argument(
         "--train-size", type=_positive_int("--train-size"), default=None,
         help="train on the first N of the 60000 images (quick trials)",
@@ -224,7 +230,7 @@ def _build_parser() -> _Parser:
     )  # fmt: skip
     ev.add_argument(
         "--data-root", default=None,
-        help="folder in torchvision layout (default: the bundled test splits)",
+        help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled test splits)",
     )  # fmt: skip
     ev.add_argument("--device", default=None)
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -320,9 +320,10 @@ def bayesian(
         and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its
         layers' factors ``r`` and ``s``); ``"last_layer"``, those of the last ``nn.Linear``
         registered (in ``named_modules()`` order: for a network whose head is defined before
-        its body, name the head instead, ``select=["head"]``); a list of module names or dotted prefixes; a callable ``(name, param) -> bool``. The
-        others (BatchNorm, LayerNorm, anything unselected) stay point estimates, trained by
-        :func:`pyrouq.fit` unless frozen, as in torch: freezing a pretrained backbone
+        its body, name the head instead, ``select=["head"]``); a list of module names or
+        dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
+        LayerNorm, anything unselected) stay point estimates, trained by :func:`pyrouq.fit`
+        unless frozen, as in torch: freezing a pretrained backbone
         (``backbone.requires_grad_(False)``) before converting leaves its weights fixed and
         makes the rest Bayesian. Buffers (running statistics) behave as in torch, train vs
         eval.
