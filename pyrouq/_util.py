@@ -309,3 +309,27 @@ def set_rng_state(device: torch.device, state: tuple[Tensor, Tensor | None]) -> 
             torch.cuda.set_rng_state(state[1], device)
         else:
             torch.mps.set_rng_state(state[1])
+
+
+#: A module's hook tables (what ``register_*_hook`` fills).
+HOOK_TABLES = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a user registered a forward, pre-forward or backward hook on ``module``."""
+    return any(getattr(module, table, None) for table in HOOK_TABLES)
+
+
+def carry_hooks(old: nn.Module, new: nn.Module) -> None:
+    """Give ``new`` (what replaces ``old`` in a network) ``old``'s hooks."""
+    for table in (*HOOK_TABLES, "_is_full_backward_hook"):
+        if hasattr(old, table):
+            setattr(new, table, getattr(old, table))

@@ -279,9 +279,19 @@ def test_networks_use_the_fast_pool_and_large_cpu_batches_are_split():
     model = BayesianLeNet()
     pools = [m for m in model.net.modules() if isinstance(m, _engine.MaxPool2x2)]
     assert len(pools) == 2
-    # ReLU then 2x2 pooling runs as pooling then ReLU (the same function)
+    # ReLU then 2x2 pooling runs as pooling then ReLU (the same function, on a quarter of the
+    # values), the layers in their places
     names = [name for name, _ in model.net.named_children()]
-    assert names.index("pool1") < names.index("relu1")
+    assert names.index("relu1") < names.index("pool1")
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, i, o: seen.append(tuple(i[0].shape)) if m is model.net.relu1 else None
+    )
+    try:
+        model.outputs(torch.randn(2, 1, 28, 28), model.template())
+    finally:
+        handle.remove()
+    assert seen == [(2, 6, 12, 12)]  # pooled: the convolution gives 24 x 24
     guide = mean_field_guide(model)
     weights = guide.means()
     x = torch.randn(_engine.CPU_CHUNK + 7, 1, 28, 28)

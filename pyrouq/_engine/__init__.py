@@ -46,6 +46,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -54,7 +55,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, channels_last, nhwc
+from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
 from pyrouq._engine._cpu_paths import prepare as prepare
@@ -93,9 +94,16 @@ def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
     return out
 
 
+def _uses_batch_statistics(module: nn.Module) -> bool:
+    """A BatchNorm that normalises with its batch's statistics: in training mode, or without
+    running statistics (``track_running_stats=False``) in either mode, as torch does."""
+    return isinstance(module, _BatchNorm) and (module.training or module.running_mean is None)
+
+
 def _batch_statistics(net: nn.Module) -> bool:
-    """Whether ``net`` computes statistics over its batch (BatchNorm in training mode)."""
-    return any(isinstance(m, _BatchNorm) and m.training for m in net.modules())
+    """Whether ``net`` computes statistics over its batch (a BatchNorm in training mode, or
+    one without running statistics)."""
+    return any(_uses_batch_statistics(m) for m in net.modules())
 
 
 def _statistics_across_members(module: nn.Module) -> bool:
@@ -103,7 +111,7 @@ def _statistics_across_members(module: nn.Module) -> bool:
     (statistics over the folded batch); per-member copies see only their member's rows."""
     if getattr(module, "_is_member_norm", False):
         return False
-    if isinstance(module, _BatchNorm) and module.training:
+    if _uses_batch_statistics(module):
         return True
     return any(_statistics_across_members(child) for child in module.children())
 
@@ -138,12 +146,15 @@ def run(
     ):
         parts = [run(net, chunk, weights, members) for chunk in x.split(CPU_CHUNK)]
         return torch.cat(parts, dim=-2)
-    with channels_last(net, x) as x:
-        weights = {k: nhwc(v) for k, v in weights.items()}
+
+    def body(x: Tensor) -> Tensor:
+        laid = {k: nhwc(v) for k, v in weights.items()}
         if members is not None:
             wrapper = _MemberPass(net, members)
-            return functional_call(wrapper, {f"net.{k}": v for k, v in weights.items()}, (x,))
-        return _check_outputs(functional_call(net, weights, (x,)), net, x.shape[0])
+            return functional_call(wrapper, {f"net.{k}": v for k, v in laid.items()}, (x,))
+        return _check_outputs(functional_call(net, laid, (x,)), net, x.shape[0])
+
+    return laid_out(net, x, body)  # type: ignore[no-any-return]
 
 
 def sample_dims(weights: Mapping[str, Tensor], event_dims: Mapping[str, int]) -> torch.Size:
@@ -326,7 +337,7 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
         return layer._op(x, nhwc(weights[member]), biases[member])  # type: ignore[no-any-return]
     members = layer.num_members
     check_folded_batch(layer, x, members)
-    if getattr(x, _REPEATED, None) == members and _single_input_feature(layer):
+    if getattr(x, _REPEATED, None) == (members, x._version) and _single_input_feature(layer):
         # M copies of the same inputs into one input feature (a grayscale stem, a 1-d
         # regression input): r_m is a scalar per member, so every member's output is the
         # shared op's output scaled by r_m * s_m, plus b_m
@@ -403,27 +414,32 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
     function, faster there.
     """
-    with channels_last(net, x) as x, _layers_called(net), _calls_checked(net):
-        if _cpu(x) and not _statistics_across_members(net):
-            layers = _ensemble_layers(net)
-            # the modules told which member runs: the layers and any per-member norms
-            told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
-            try:
-                outs = []
-                for member in range(num_members):
-                    for module in told:
-                        module._member = member
-                    outs.append(_check_outputs(net(x), net, x.shape[0]))
-            finally:
+    with _layers_called(net), _calls_checked(net):
+        return laid_out(net, x, partial(_run_members, net, num_members=num_members))  # type: ignore[no-any-return]
+
+
+def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
+    """:func:`run_members` on ``x`` as laid out."""
+    if _cpu(x) and not _statistics_across_members(net):
+        layers = _ensemble_layers(net)
+        # the modules told which member runs: the layers and any per-member norms
+        told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
+        try:
+            outs = []
+            for member in range(num_members):
                 for module in told:
-                    module._member = None
-                for layer in layers:
-                    layer._member_weights = None
-            return torch.stack(outs)
-        folded = nhwc(x.repeat(num_members, *([1] * (x.dim() - 1))))
-        setattr(folded, _REPEATED, num_members)
-        out = _check_outputs(net(folded), net, folded.shape[0])
-        return out.unflatten(0, (num_members, x.shape[0]))
+                    module._member = member
+                outs.append(_check_outputs(net(x), net, x.shape[0]))
+        finally:
+            for module in told:
+                module._member = None
+            for layer in layers:
+                layer._member_weights = None
+        return torch.stack(outs)
+    folded = nhwc(x.repeat(num_members, *([1] * (x.dim() - 1))))
+    setattr(folded, _REPEATED, (num_members, folded._version))  # in-place ops change it
+    out = _check_outputs(net(folded), net, folded.shape[0])
+    return out.unflatten(0, (num_members, x.shape[0]))
 
 
 @contextlib.contextmanager

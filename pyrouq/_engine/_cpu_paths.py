@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.conv import _ConvNd
 
+from pyrouq._util import has_hooks
+
 CPU_CHUNK = 512
 """Inputs per pass when a network runs without gradients on CPU (larger batches are split:
 oneDNN's convolutions run 2-4x slower per image above ~512 on CPU)."""
@@ -280,36 +282,60 @@ def _runs_children_in_order(module: nn.Module) -> bool:
     )
 
 
+def _swaps(relu: nn.Module, pool: nn.Module, first: bool) -> bool:
+    """Whether :func:`run_children` runs ``pool`` before ``relu``: a plain ReLU directly
+    followed by a :class:`MaxPool2x2`, neither hooked (a hook would see other values), and
+    not an in-place ReLU on the Sequential's own input (which torch would change)."""
+    return (
+        type(relu) is nn.ReLU
+        and isinstance(pool, MaxPool2x2)
+        and not (first and relu.inplace)
+        and not has_hooks(relu)
+        and not has_hooks(pool)
+    )
+
+
+def run_children(sequential: nn.Sequential, x: Any) -> Any:
+    """``nn.Sequential``'s forward, but a ReLU directly followed by a 2x2 max-pooling that
+    :func:`prepare` made a :class:`MaxPool2x2` runs after it (max-pooling commutes with the
+    monotone ReLU, which then runs on a quarter of the values). The children keep their
+    places, so indexing and slicing the Sequential give what they gave."""
+    children = list(sequential._modules.values())
+    i = 0
+    while i < len(children):
+        if i + 1 < len(children) and _swaps(children[i], children[i + 1], i == 0):
+            x = children[i](children[i + 1](x))
+            i += 2
+        else:
+            x = children[i](x)
+            i += 1
+    return x
+
+
+class SwappingSequential(nn.Sequential):
+    """What :func:`prepare` makes of a plain ``nn.Sequential``: its forward is
+    :func:`run_children`."""
+
+    def forward(self, x: Any) -> Any:
+        return run_children(self, x)
+
+
 def prepare(net: nn.Module) -> nn.Module:
     """Rewrite ``net`` in place into the same function with faster CPU paths; returns it.
 
     Every ``nn.MaxPool2d(2)`` becomes a :class:`MaxPool2x2` and every other ``nn.MaxPool2d`` a
-    :class:`MaxPool2dChannelsLast` (subclasses, same values and gradients), and inside an
-    ``nn.Sequential`` that runs its children in order a ReLU directly followed by a 2x2
-    max-pooling swaps places with it (max-pooling commutes with the monotone ReLU, which then
-    runs on a quarter of the values). Parameters and buffers are untouched.
+    :class:`MaxPool2dChannelsLast` (subclasses, same values and gradients; the same objects,
+    their hooks kept), and a plain ``nn.Sequential`` a :class:`SwappingSequential`, which runs
+    a ReLU directly followed by a 2x2 max-pooling after it (pyrouq's ``MLP`` and ``LeNet`` do
+    the same). Parameters, buffers and the children's places are untouched.
     """
     for module in list(net.modules()):
-        for name, child in list(module.named_children()):
-            if _is_plain_2x2_pool(child):
-                setattr(module, name, MaxPool2x2())
-            elif type(child) is nn.MaxPool2d and not child.return_indices:
-                pool = MaxPool2dChannelsLast(
-                    child.kernel_size,
-                    child.stride,
-                    child.padding,
-                    child.dilation,
-                    ceil_mode=child.ceil_mode,
-                )
-                setattr(module, name, pool)
-        if _runs_children_in_order(module):
-            items = list(module._modules.items())
-            for i in range(len(items) - 1):
-                (name_a, a), (name_b, b) = items[i], items[i + 1]
-                if type(a) is nn.ReLU and isinstance(b, MaxPool2x2):
-                    items[i], items[i + 1] = (name_b, b), (name_a, a)
-            module._modules.clear()
-            module._modules.update(items)
+        if _is_plain_2x2_pool(module):
+            module.__class__ = MaxPool2x2
+        elif type(module) is nn.MaxPool2d and not module.return_indices:
+            module.__class__ = MaxPool2dChannelsLast
+        elif type(module) is nn.Sequential:
+            module.__class__ = SwappingSequential
     return net
 
 
@@ -363,9 +389,7 @@ def channels_last(net: nn.Module, x: Tensor) -> Iterator[Tensor]:
     are turned channels-last, so that a network made of those alone (mobilenet_v2 on MNIST) runs
     channels-last too. The values are the same function's, up to float rounding. Otherwise ``x``
     is returned unchanged."""
-    if _channels_last_active.get() or not (
-        _cpu(x) and x.dim() == 4 and x.is_floating_point() and _channels_last_pays(net)
-    ):
+    if not _lays_out(net, x):
         yield x
         return
     token = _channels_last_active.set(True)
@@ -380,6 +404,55 @@ def channels_last(net: nn.Module, x: Tensor) -> Iterator[Tensor]:
         for hook in hooks:
             hook.remove()
         _channels_last_active.reset(token)
+
+
+def _lays_out(net: nn.Module, x: Tensor) -> bool:
+    """Whether :func:`channels_last` lays ``x`` out channels-last for ``net`` (not already
+    inside such a block, and not for a network found to refuse it, see :func:`laid_out`)."""
+    return (
+        not _channels_last_active.get()
+        and not getattr(net, _NCHW_ONLY, False)
+        and _cpu(x)
+        and x.dim() == 4
+        and x.is_floating_point()
+        and _channels_last_pays(net)
+    )
+
+
+#: Set on a network whose forward failed channels-last (see :func:`laid_out`), and on one that
+#: ran it: the attributes keep the answer.
+_NCHW_ONLY, _LAYOUT_CHECKED = "_pyrouq_nchw_only", "_pyrouq_layout_checked"
+
+_VIEW_ERROR = "view size is not compatible with input tensor's size and stride"
+
+
+def laid_out(net: nn.Module, x: Tensor, body: Any) -> Any:
+    """``body(x)``, ``net``'s run on ``x``, inside :func:`channels_last` when that lays ``x``
+    out. A forward that ``.view()``s an activation (``h.view(h.size(0), -1)``) fails on a
+    channels-last one, which torch's own layout would not: the first run of a network that
+    fails so is undone (its buffers, e.g. BatchNorm's running statistics, and the random
+    state restored) and run again as torch lays it out, as are all its runs after it."""
+    if not _lays_out(net, x):
+        return body(x)
+    checked = getattr(net, _LAYOUT_CHECKED, False)
+    saved = None
+    if not checked:
+        saved = ([b.detach().clone() for b in net.buffers()], torch.get_rng_state())
+    try:
+        with channels_last(net, x) as laid:
+            out = body(laid)
+    except RuntimeError as err:
+        if saved is None or _VIEW_ERROR not in str(err):
+            raise
+        with torch.no_grad():
+            for buffer, value in zip(net.buffers(), saved[0], strict=True):
+                buffer.copy_(value)
+        torch.set_rng_state(saved[1])
+        setattr(net, _NCHW_ONLY, True)
+        return body(x)
+    if not checked:
+        setattr(net, _LAYOUT_CHECKED, True)
+    return out
 
 
 def _output_channels_last(module: nn.Module, args: Any, out: Any) -> Any:

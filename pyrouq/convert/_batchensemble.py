@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._util import forget_params, model_input, warn_caller
+from pyrouq._util import carry_hooks, forget_params, model_input, warn_caller
 from pyrouq.convert._select import (
     COUNTER,
     check_module,
@@ -86,6 +86,7 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
             parametrized.append(type(child).__name__)
         ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
         layer = ensemble_type.from_module(child, num_members, **options)
+        carry_hooks(child, layer)  # the user's hooks on the layer stay on it
         weight = child.weight
         if isinstance(weight, nn.Parameter) and uses[id(weight)] > 1:
             layer.weight = weight  # tied weights stay tied (the members share W anyway)

@@ -12,6 +12,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from pyrouq._engine._cpu_paths import run_children
 from pyrouq._util import check_int, model_input
 
 __all__ = ["MLP", "LeNet", "ResidualCNN"]
@@ -102,7 +103,7 @@ class MLP(nn.Sequential):
         network's, integer ones refused."""
         x = model_input(x, self, type(self).__name__)
         _check_mlp_input(type(self).__name__, x, self.in_features)
-        return super().forward(x)
+        return run_children(self, x)
 
 
 def _lenet_layers(in_channels: int, num_classes: int) -> OrderedDict[str, nn.Module]:
@@ -149,7 +150,7 @@ class LeNet(nn.Sequential):
         network's, integer ones refused."""
         x = model_input(x, self, type(self).__name__)
         _check_lenet_input(type(self).__name__, x, self.in_channels)
-        return super().forward(x)
+        return run_children(self, x)
 
 
 class _Block(nn.Module):

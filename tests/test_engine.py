@@ -1,0 +1,136 @@
+"""The converted networks compute what plain PyTorch computes, whatever the engine's CPU
+speed paths do underneath (pooling kernels, the ReLU / max-pooling swap, the channels-last
+layout, chunked batches, the folded BatchEnsemble batch): compared on networks that once
+fooled one of them."""
+
+from __future__ import annotations
+
+import copy
+
+import pyro
+import torch
+from torch import nn
+
+from pyrouq import batchensemble, bayesian, fit, mean_field_guide, predict
+
+
+def _plain_and_bayesian(net):
+    """The network and ``bayesian(net)``'s outputs at its own weights (eval mode)."""
+    model = bayesian(net).eval()
+    with torch.no_grad():
+        return net.eval(), lambda x: model.outputs(x, model.template())
+
+
+def _ensemble_of_one_weight(net, members=2):
+    """``batchensemble(net)`` whose factors are 1 and biases the network's: every member is
+    the network."""
+    return batchensemble(net, members, r_std=0.0, s_std=0.0).eval()
+
+
+def test_user_hooks_on_pools_relus_and_converted_layers_still_run():
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1),
+        nn.MaxPool2d(3, 2, 1), nn.Flatten(), nn.Linear(4 * 2 * 2, 3),
+    )  # fmt: skip
+    net[2].register_forward_hook(lambda m, i, o: o * 2)  # on a pool
+    net[1].register_forward_hook(lambda m, i, o: -o)  # on the ReLU before a 2x2 pool
+    net[4].register_forward_pre_hook(lambda m, i: (i[0] + 1,))
+    net[6].register_forward_hook(lambda m, i, o: o + 5)  # on a layer batchensemble converts
+    x = torch.randn(3, 1, 9, 9)
+    plain, outputs = _plain_and_bayesian(net)
+    with torch.no_grad():
+        expected = plain(x)
+        torch.testing.assert_close(outputs(x), expected)
+        members = _ensemble_of_one_weight(copy.deepcopy(net))(x)
+    torch.testing.assert_close(members, expected.expand(2, -1, -1))
+
+
+class _Taps(nn.Module):
+    """A parent that runs its Sequential in slices (a feature tap), as perceptual losses do."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
+        self.head = nn.Linear(4 * 3 * 3 + 4 * 7 * 7, 3)
+
+    def forward(self, x):
+        tap = self.f[:2](x)  # conv and ReLU: before the pooling
+        return self.head(torch.cat([tap.flatten(1), self.f[2:](tap)], 1))
+
+
+def test_a_sequential_read_by_position_keeps_its_order():
+    torch.manual_seed(0)
+    net, x = _Taps(), torch.randn(3, 1, 9, 9)
+    plain, outputs = _plain_and_bayesian(net)
+    with torch.no_grad():
+        expected = plain(x)
+        torch.testing.assert_close(outputs(x), expected)
+        torch.testing.assert_close(_ensemble_of_one_weight(copy.deepcopy(net))(x)[1], expected)
+    assert type(bayesian(net).net.f[1]) is nn.ReLU  # the children keep their places
+
+
+def test_a_batchnorm_without_running_statistics_normalises_the_whole_batch():
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Linear(4, 8), nn.BatchNorm1d(8, track_running_stats=False), nn.ReLU(), nn.Linear(8, 3)
+    )
+    x = torch.randn(600, 4)  # above the CPU chunk of 512 inputs
+    plain, outputs = _plain_and_bayesian(net)
+    with torch.no_grad():
+        expected = plain(x)
+        torch.testing.assert_close(outputs(x), expected)
+    model = bayesian(net)
+    probs = predict(model, x, mean_field_guide(model, init_scale=1e-8), num_samples=1).probs[0]
+    torch.testing.assert_close(probs, torch.softmax(expected, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_members_of_a_folded_batch_keep_their_own_dropout_masks():
+    # a shared train-mode BatchNorm runs the members as one folded batch; an in-place
+    # dropout on the repeated input must still give each member its own mask
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Dropout(0.5, inplace=True), nn.Linear(1, 8), nn.BatchNorm1d(8), nn.Linear(8, 3)
+    )
+    ensemble = batchensemble(net, 2, norms="shared", r_std=0.0, s_std=0.0).train()
+    out = ensemble(torch.ones(64, 1))
+    assert (out[0] - out[1]).abs().max() > 0.1  # identical factors: only the masks differ
+
+
+class _Viewer(nn.Module):
+    """Convolutions wide enough for the engine's channels-last layout, then ``.view``."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.c2, self.drop = nn.Conv2d(16, 16, 3, padding=1), nn.Dropout(0.3)
+        self.fc = nn.Linear(16 * 8 * 8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.c2(self.drop(torch.relu(self.bn(self.c1(x))))))
+        return self.fc(h.view(h.size(0), -1))  # fails on a channels-last activation
+
+
+def test_a_forward_that_views_its_activations_runs_and_trains_as_in_torch():
+    x, y = torch.randn(16, 3, 8, 8), torch.randint(0, 3, (16,))
+
+    def run(nchw):
+        torch.manual_seed(0)
+        model = bayesian(_Viewer())
+        guide = mean_field_guide(model)
+        if nchw:  # the layout the engine falls back to, from the start
+            model.net._pyrouq_nchw_only = True
+        losses = fit(model, guide, [(x, y)], epochs=2, num_data=16, progress=False, seed=0).losses
+        pyro.set_rng_seed(1)
+        probs = predict(model, x, guide, num_samples=2).probs
+        return losses, model.net.bn.running_mean.clone(), probs
+
+    fallen_back, torch_layout = run(False), run(True)
+    assert fallen_back[0] == torch_layout[0]  # the failed first attempt left no trace
+    assert torch.equal(fallen_back[1], torch_layout[1]) and torch.equal(
+        fallen_back[2], torch_layout[2]
+    )
+    torch.manual_seed(0)
+    net = _Viewer().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(_ensemble_of_one_weight(net)(x)[0], net(x))
