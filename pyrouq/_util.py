@@ -150,14 +150,22 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     return x
 
 
-def check_folded_batch(layer: Any, x: torch.Tensor, members: int) -> None:
-    """Refuse an input to a BatchEnsemble layer whose first dim is not M * B."""
+def check_folded_batch(layer: Any, x: torch.Tensor, members: int, inside: bool = False) -> None:
+    """Refuse an input to a BatchEnsemble layer whose first dim is not M * B (``inside``: in
+    a BatchEnsemble network's run, where the network's forward moved the batch elsewhere)."""
     if x.dim() == 0 or x.shape[0] % members:
+        fix = (
+            "Inside a BatchEnsemble network the members' folded batch must stay on dim 0 of "
+            "every converted layer's input (or on dim 1 of sequence-first activations "
+            "(T, M * B, F) for a Linear layer): keep it there in the network's forward."
+            if inside
+            else "Run it inside a model made by pyrouq.batchensemble(), which repeats the "
+            "input once per member."
+        )
         raise ValueError(
             f"{type(layer).__name__} with {members} members expects a folded batch of M * B "
             f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
-            f"multiple of {members}. Run it inside a model made by pyrouq.batchensemble(), "
-            "which repeats the input once per member."
+            f"multiple of {members}. {fix}"
         )
 
 

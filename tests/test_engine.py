@@ -11,7 +11,7 @@ import pyro
 import torch
 from torch import nn
 
-from pyrouq import batchensemble, bayesian, fit, mean_field_guide, predict
+from pyrouq import batchensemble, bayesian, fit, mean_field_guide, predict, rank1
 
 
 def _plain_and_bayesian(net):
@@ -134,3 +134,34 @@ def test_a_forward_that_views_its_activations_runs_and_trains_as_in_torch():
     net = _Viewer().eval()
     with torch.no_grad():
         torch.testing.assert_close(_ensemble_of_one_weight(net)(x)[0], net(x))
+
+
+class _SequenceFirst(nn.Module):
+    """A transformer layer that takes (T, B, F), as torch's default batch_first=False does."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.enc = nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dropout=0.0)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):  # (B, T, F)
+        x = self.bn(x.transpose(1, 2)).transpose(1, 2)
+        return self.fc(self.enc(x.transpose(0, 1)).mean(0))
+
+
+def test_sequence_first_activations_keep_the_members_apart_in_a_folded_batch():
+    from pyrouq import _engine
+
+    torch.manual_seed(0)
+    ensemble = batchensemble(_SequenceFirst(), 2).eval()
+    x = torch.randn(6, 4, 4)  # T = 4: a multiple of M, which once mixed the members silently
+    with torch.no_grad(), _engine.schedule("cpu"):
+        member_passes = ensemble(x)
+    with torch.no_grad(), _engine.schedule("accelerator"):
+        folded = ensemble(x)  # one folded batch (M * B): the members on dim 1 inside
+    torch.testing.assert_close(folded, member_passes, rtol=1e-5, atol=1e-6)
+    # a shared train-mode BatchNorm folds the batch on CPU too; T = 5 once crashed there
+    model = rank1(_SequenceFirst(), 2)
+    x, y = torch.randn(32, 5, 4), torch.randint(0, 3, (32,))
+    fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=32, progress=False)

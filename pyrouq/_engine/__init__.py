@@ -43,6 +43,7 @@ Shape convention: S draws or members, B inputs, D outputs.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import sys
 from collections.abc import Iterator, Mapping
@@ -336,7 +337,13 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
         weights, biases = layer._member_weights
         return layer._op(x, nhwc(weights[member]), biases[member])  # type: ignore[no-any-return]
     members = layer.num_members
-    check_folded_batch(layer, x, members)
+    folded = _FOLDED.get()
+    if folded is not None and x.dim() >= 3 and x.shape[0] != folded and x.shape[1] == folded:
+        if getattr(layer, "in_features", None) is not None:
+            # sequence-first activations (T, M * B, F), as a transformer layer with
+            # batch_first=False makes: the members are on dim 1
+            return batchensemble_forward(layer, x.transpose(0, 1)).transpose(0, 1)
+    check_folded_batch(layer, x, members, inside=folded is not None)
     if getattr(x, _REPEATED, None) == (members, x._version) and _single_input_feature(layer):
         # M copies of the same inputs into one input feature (a grayscale stem, a 1-d
         # regression input): r_m is a scalar per member, so every member's output is the
@@ -375,6 +382,13 @@ def _scaled_member(layer: Any, x: Tensor, member: int) -> Tensor:
     out = layer._op(x * r, nhwc(layer.weight), None)
     return torch.addcmul(bias, out, s)  # type: ignore[no-any-return]
 
+
+_FOLDED: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "pyrouq_folded_batch", default=None
+)
+"""The size M * B of the folded batch a BatchEnsemble network runs on (:func:`run_members`),
+which :func:`batchensemble_forward` finds on dim 0 of a layer's input, or on dim 1 of
+sequence-first activations."""
 
 _REPEATED = "_pyrouq_repeated_for"
 """Attribute :func:`run_members` sets on the folded input it makes (the number of members
@@ -438,7 +452,11 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
         return torch.stack(outs)
     folded = nhwc(x.repeat(num_members, *([1] * (x.dim() - 1))))
     setattr(folded, _REPEATED, (num_members, folded._version))  # in-place ops change it
-    out = _check_outputs(net(folded), net, folded.shape[0])
+    token = _FOLDED.set(folded.shape[0])
+    try:
+        out = _check_outputs(net(folded), net, folded.shape[0])
+    finally:
+        _FOLDED.reset(token)
     return out.unflatten(0, (num_members, x.shape[0]))
 
 
