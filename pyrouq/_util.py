@@ -341,3 +341,16 @@ def carry_hooks(old: nn.Module, new: nn.Module) -> None:
     for table in (*HOOK_TABLES, "_is_full_backward_hook"):
         if hasattr(old, table):
             setattr(new, table, getattr(old, table))
+
+
+def modes(model: Any) -> list[tuple[nn.Module, bool]]:
+    """Every submodule of ``model`` with its ``training`` flag (none for a non-module), for
+    :func:`restore_modes`: ``model.eval()`` then ``model.train()`` would turn a BatchNorm the
+    user keeps in eval mode back to training."""
+    return [(m, m.training) for m in model.modules()] if isinstance(model, nn.Module) else []
+
+
+def restore_modes(saved: list[tuple[nn.Module, bool]]) -> None:
+    """Put back the ``training`` flags :func:`modes` took."""
+    for module, training in saved:
+        module.training = training

@@ -31,7 +31,9 @@ from pyrouq._util import (
     describe_batch,
     has_latent_sites,
     model_input,
+    modes,
     module_device,
+    restore_modes,
 )
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical
@@ -307,7 +309,7 @@ def predict(
     likelihood = getattr(model, "likelihood", None)
     if likelihood is None:
         likelihood = Categorical()
-    was_training = model.training if isinstance(model, nn.Module) else None
+    was = modes(model)
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
     saved = batchnorm.statistics_of(norms)
     if isinstance(model, nn.Module):
@@ -394,8 +396,7 @@ def predict(
         if bar is not None:
             bar.close()
         batchnorm.load_all(norms, saved)
-        if was_training:
-            model.train()
+        restore_modes(was)
     parts = [_draws_joined(batch) for batch in zip(*passes, strict=True)]
     if not parts:
         raise ValueError("predict() got no inputs: x is empty.")

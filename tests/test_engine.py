@@ -165,3 +165,19 @@ def test_sequence_first_activations_keep_the_members_apart_in_a_folded_batch():
     model = rank1(_SequenceFirst(), 2)
     x, y = torch.randn(32, 5, 4), torch.randint(0, 3, (32,))
     fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=32, progress=False)
+
+
+def test_predict_and_fit_keep_a_batchnorm_the_user_froze_in_eval_mode():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    model.train()
+    model.net[1].eval()  # its running statistics are to stay as they are
+    before = model.net[1].running_mean.clone()
+    predict(model, torch.randn(10, 6), guide, num_samples=2)
+    assert model.training and not model.net[1].training
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    fit(model, guide, [(x, y)], epochs=2, num_data=32, progress=False)
+    assert torch.equal(model.net[1].running_mean, before)  # trained with it in eval mode
+    assert not model.training  # fit leaves the model in eval mode

@@ -14,7 +14,7 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
-from pyrouq._util import check_finite_inputs
+from pyrouq._util import check_finite_inputs, modes, restore_modes
 from pyrouq.infer.guide import check_draws
 from pyrouq.likelihoods import Categorical
 
@@ -155,7 +155,7 @@ def _check_guide_covers(model_trace: poutine.Trace, guide_trace: poutine.Trace) 
 def _prepared(model: Any, num_points: int) -> Iterator[None]:
     """Evaluation mode, and a pyrouq model's ``num_data`` set to ``num_points`` (scale N/B = 1),
     both restored on exit."""
-    training = model.training if isinstance(model, nn.Module) else None
+    was = modes(model)
     has_num_data = hasattr(model, "num_data")
     saved = getattr(model, "num_data", None)
     if isinstance(model, nn.Module):
@@ -167,8 +167,7 @@ def _prepared(model: Any, num_points: int) -> Iterator[None]:
     finally:
         if has_num_data:
             model.num_data = saved
-        if training:
-            model.train()
+        restore_modes(was)
 
 
 #: The names of a convolution's kernel dims, by their number.

@@ -305,7 +305,8 @@ class Loop:
             bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
         epoch, batches, finished = self.first_epoch, self.skip, 0
         loader_state = loader_rng_state(self.loader)
-        self.model.train()
+        if not self.model.training:  # in training mode, the modes the user set stay
+            self.model.train()
         try:
             with (
                 pyro.validation_enabled(False),

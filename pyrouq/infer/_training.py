@@ -22,7 +22,9 @@ from pyrouq._util import (
     describe_batch,
     has_latent_sites,
     model_input,
+    modes,
     module_device,
+    restore_modes,
     warn_caller,
 )
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
@@ -288,7 +290,7 @@ class Probe:
         device = module_device(model, guide)
         x, y = (t.to(device) if device is not None else t for t in batch)
         x = model_input(x, model, "fit()")
-        was_training = model.training
+        was = modes(model)
         model.eval()
         try:
             with torch.no_grad(), pyro.validation_enabled(False):
@@ -312,7 +314,7 @@ class Probe:
                     for site in capture.trace.nodes.values()
                 ]
         finally:
-            model.train(was_training)
+            restore_modes(was)
 
 
 def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:

@@ -101,7 +101,10 @@ def fit(
         estimates, e.g. BatchNorm parameters, are trained too) or any Pyro model written as a
         ``PyroModule`` with ``forward(x, y)`` (a model written as a function is refused: fit()
         sets ``model.num_data`` and switches train / eval modes; train it with Pyro's own
-        ``SVI``, or wrap it in a ``PyroModule``). Its ``num_data`` is set to N. A plain torch
+        ``SVI``, or wrap it in a ``PyroModule``). Its ``num_data`` is set to N. It trains in
+        training mode: a model already in it keeps the modes of its submodules (a BatchNorm
+        put in eval mode to keep its statistics stays so), one in eval mode is switched to
+        training mode throughout; it is left in eval mode. A plain torch
         network returning logits (``MLP``, ``LeNet``; ``guide=None``) is fitted by maximum
         likelihood,
         ``loss = -(N/B) sum_batch log p(y | x)``, with the same optimizer and schedule.
