@@ -238,6 +238,17 @@ class Tied(nn.Module):
         return self.head(torch.relu(self.again(h)))
 
 
+def test_bayesian_refuses_a_tied_weight_under_any_of_its_names():
+    tied = r"Parameters '{}' and '{}' are the same tensor \(tied weights, or one layer under"
+    with pytest.raises(ValueError, match=tied.format("a.weight", "b.weight") + r".*select=None"):
+        bayesian(Tied())
+    # the head is registered after the embedding it is tied to: named_parameters() lists the
+    # tensor under the embedding's name only, which once hid the head from select
+    for select in (["head"], ["emb"]):
+        with pytest.raises(ValueError, match=tied.format("emb.weight", "head.weight") + r".*Leave"):
+            bayesian(Tied(), select=select)
+
+
 def test_batchensemble_keeps_tied_weights_and_repeated_layers(tmp_path):
     torch.manual_seed(0)
     ensemble = batchensemble(Tied(), 2)

@@ -135,7 +135,7 @@ class BayesianNetwork(PyroModule):
             self.module_record = module_record(module)
             net = copy.deepcopy(module)
         sites = select_parameters(net, select)
-        check_untied(net, sites)
+        check_untied(net, sites, select)
         params = dict(net.named_parameters())
         priors = resolve_priors(prior, {s: params[s] for s in sites}, list(params))
         for site in sites:

@@ -85,8 +85,9 @@ def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
 
 def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     """The dotted names of the parameters of ``module`` that ``select`` picks, in
-    ``named_parameters()`` order (see :func:`bayesian` for the accepted values)."""
-    params = dict(module.named_parameters())
+    ``named_parameters()`` order (see :func:`bayesian` for the accepted values). A tied
+    parameter is picked under any of its names (for :func:`check_untied` to refuse)."""
+    params = dict(module.named_parameters(remove_duplicate=False))
     if not params:
         raise ValueError(
             f"{type(module).__name__} has no parameters, so there is nothing to make Bayesian. "
@@ -321,14 +322,21 @@ def module_record(module: nn.Module) -> dict[str, Any]:
     }
 
 
-def check_untied(module: nn.Module, names: Sequence[str]) -> None:
+def check_untied(module: nn.Module, names: Sequence[str], select: SelectSpec = None) -> None:
+    """Refuse to make a tied parameter (one tensor under several names) latent."""
     seen: dict[int, str] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
         if id(param) in seen and (name in names or seen[id(param)] in names):
+            fix = (
+                "Leave it out of select="
+                if select is not None
+                else "select=None picks every Linear and convolution: pass select= the names "
+                "of the others (or a callable) to leave it a point estimate"
+            )
             raise ValueError(
                 f"Parameters {seen[id(param)]!r} and {name!r} are the same tensor (tied "
-                "weights); pyrouq cannot make a tied parameter latent yet. Leave it out of "
-                "select=."
+                f"weights, or one layer under two names); pyrouq cannot make a tied parameter "
+                f"latent yet. {fix}."
             )
         seen.setdefault(id(param), name)
 
