@@ -740,6 +740,10 @@ API_CASES = [
     ("BatchEnsembleLinear", "nan",
      lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2, s_mean=float("inf")), ValueError,
      r"Expected s_mean to be a finite float, got inf\."),
+    ("batchensemble", "type",
+     lambda tmp: pyrouq.batchensemble(torch.nn.utils.weight_norm(torch.nn.Linear(3, 2)), 2),
+     ValueError, r"Linear cannot be copied, so pyrouq cannot convert it into a BatchEnsemble "
+     r"\(it converts a copy .*Use torch.nn.utils.parametrizations.weight_norm"),
     ("batchensemble", "empty", lambda tmp: pyrouq.batchensemble(torch.nn.ReLU(), 4), ValueError,
      r"ReLU has no nn.Linear or convolution layer to turn into BatchEnsemble layers. Pass a "),
     ("batchensemble", "dtype",

@@ -3,7 +3,6 @@ layer."""
 
 from __future__ import annotations
 
-import copy
 import weakref
 from collections.abc import Callable
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from pyrouq.convert._select import (
     COUNTER,
     check_module,
     check_num_data,
+    copy_network,
     module_record,
     weight_readers,
 )
@@ -202,7 +202,7 @@ class BatchEnsembleNetwork(PyroModule):
             s_std=s_std,
             norms=norms,
         )
-        net = copy.deepcopy(module)
+        net = copy_network(module, "convert it into a BatchEnsemble")
         if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
             net = nn.Sequential(net)
         if not use_base_weights:  # a frozen layer keeps its weights: it would stay random

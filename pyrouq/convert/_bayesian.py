@@ -27,6 +27,7 @@ from pyrouq.convert._select import (
     check_module,
     check_num_data,
     check_untied,
+    copy_network,
     module_record,
     resolve_priors,
     select_parameters,
@@ -133,7 +134,7 @@ class BayesianNetwork(PyroModule):
                 )
         else:
             self.module_record = module_record(module)
-            net = copy.deepcopy(module)
+            net = copy_network(module, "make it Bayesian")
         sites = select_parameters(net, select)
         check_untied(net, sites, select)
         params = dict(net.named_parameters())

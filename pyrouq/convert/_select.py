@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -339,6 +340,24 @@ def check_untied(module: nn.Module, names: Sequence[str], select: SelectSpec = N
                 f"latent yet. {fix}."
             )
         seen.setdefault(id(param), name)
+
+
+def copy_network(module: nn.Module, what: str) -> nn.Module:
+    """A deep copy of the user's ``module`` (converting never changes it), or a clear error
+    for one that cannot be copied: torch's legacy ``weight_norm`` / ``spectral_norm`` keep a
+    computed weight as a non-leaf tensor, which ``copy.deepcopy`` refuses."""
+    try:
+        return copy.deepcopy(module)
+    except RuntimeError as err:
+        if "deepcopy protocol" not in str(err):
+            raise
+        raise ValueError(
+            f"{type(module).__name__} cannot be copied, so pyrouq cannot {what} (it converts "
+            "a copy and leaves your network as it is): a tensor in it was computed, not "
+            "created, as the legacy hook versions of torch.nn.utils.weight_norm and "
+            "spectral_norm do. Use torch.nn.utils.parametrizations.weight_norm / spectral_norm "
+            "instead."
+        ) from None
 
 
 def check_num_data(num_data: int | None) -> int | None:
