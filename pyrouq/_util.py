@@ -175,14 +175,22 @@ def bad_rows(x: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(flat)).any(dim=1).nonzero().flatten()
 
 
-def check_finite_inputs(x: torch.Tensor, caller: str, name: str = "x") -> None:
-    """Refuse floating inputs holding NaN or inf: the outputs on them would be NaN."""
+def check_finite_inputs(
+    x: torch.Tensor, caller: str, name: str = "x", first: int | None = None
+) -> None:
+    """Refuse floating inputs holding NaN or inf: the outputs on them would be NaN. ``x`` is
+    all of ``name``, or (``first``) its batch whose first input is ``name``'s input ``first``:
+    the rows named are then ``name``'s."""
     if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x).all()):
         bad = bad_rows(x)
+        where = f"{bad.numel()} of {x.shape[0]} inputs"
+        if first is not None:
+            bad = bad + first
+            where = f"{bad.numel()} of the {x.shape[0]} inputs of its batch from input {first}"
         raise ValueError(
-            f"{caller}: {name} holds NaN or inf in {bad.numel()} of {x.shape[0]} inputs (rows "
-            f"{bad[:5].tolist()}), whose outputs would be NaN. Remove or repair them "
-            "(torch.nan_to_num, or drop the rows) first."
+            f"{caller}: {name} holds NaN or inf in {where} (rows {bad[:5].tolist()}), whose "
+            "outputs would be NaN. Remove or repair them (torch.nan_to_num, or drop the rows) "
+            "first."
         )
 
 

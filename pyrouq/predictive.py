@@ -269,7 +269,8 @@ def predict(
         about the same, but less disagreement between the draws and a lower
         mutual-information OOD AUROC (0.744 -> 0.693).
     batchnorm_batches : int, default 20
-        How many batches of ``batchnorm_data`` each draw's statistics are estimated on.
+        How many batches of ``batchnorm_data`` each draw's statistics are estimated on: the
+        first ones, read once before any draw, so every draw sees the same batches.
     max_draw_bytes : int, default 2**30 (1 GiB)
         The most memory the guide's weight draws take at once. Every input is predicted under
         the same S draws, so they are held while x is read; when S draws of the network's
@@ -311,13 +312,15 @@ def predict(
         likelihood = Categorical()
     was = modes(model)
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
+    refit = None
+    if batchnorm_data is not None:  # norms is not empty then
+        # read once, before any draw: every chunk of draws (max_draw_bytes) takes its
+        # statistics on the same batches, those a shuffling loader gives at the same point
+        inputs = _inputs_of(batchnorm_data, batch_size, batchnorm_batches, model, device)
+        refit = (norms, lambda: inputs)
     saved = batchnorm.statistics_of(norms)
     if isinstance(model, nn.Module):
         model.eval()
-    refit = None
-    if batchnorm_data is not None:  # norms is not empty then
-        inputs = partial(_inputs_of, batchnorm_data, batch_size, batchnorm_batches, model, device)
-        refit = (norms, inputs)
     bar = None
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
@@ -376,11 +379,12 @@ def predict(
             def read(run: Callable[[Tensor], Any]) -> list[Any]:
                 """One pass over x under ``run``'s draws (freed when it returns)."""
                 nonlocal out_device
-                parts = []
+                parts, first = [], 0
                 for xb, yb in _batches(x, batch_size):
                     if out_device is None:
                         out_device = xb.device
-                    outputs = run(_prepared(xb, model, device))
+                    outputs = run(_prepared(xb, model, device, "x", first))
+                    first += xb.shape[0]
                     latent = getattr(run, "latent", None)
                     part = likelihood.predictive(outputs, latent() if latent else None)
                     parts.append(_to(part, out_device))
@@ -404,10 +408,11 @@ def predict(
     return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
 
 
-def _prepared(x: Tensor, model: Any, device: Any) -> Tensor:
-    """An input batch on the model's device, cast to its dtype and checked (no NaN or inf)."""
+def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:
+    """An input batch of ``name`` (its inputs from ``first`` on) on the model's device, cast
+    to its dtype and checked (no NaN or inf)."""
     x = model_input(x if device is None else x.to(device), model, "predict()")
-    check_finite_inputs(x, "predict()")
+    check_finite_inputs(x, "predict()", name, first)
     return x
 
 
@@ -443,12 +448,12 @@ def _inputs_of(
     """The first ``count`` input batches of ``batchnorm_data`` of two inputs or more (a
     BatchNorm cannot take batch statistics of one, and the average weighs every batch alike),
     on the model's device and checked as predict() checks its inputs."""
-    inputs, seen = [], 0
+    inputs, seen, first = [], 0, 0
     for x, _ in _batches(data, batch_size, "batchnorm_data"):
-        seen += 1
+        seen, first = seen + 1, first + x.shape[0]
         if x.shape[0] < 2:
             continue
-        inputs.append(_prepared(x, model, device))
+        inputs.append(_prepared(x, model, device, "batchnorm_data", first - x.shape[0]))
         if len(inputs) == count:
             break
     if not inputs:

@@ -820,7 +820,13 @@ API_CASES = [
      r"Pass the guide built for this model"),
     ("predict", "nan",
      with_model_guide(lambda m, g: predict(m, torch.full((2, 784), NAN), g)), ValueError,
-     r"predict\(\): x holds NaN or inf in 2 of 2 inputs \(rows \[0, 1\]\).*torch.nan_to_num"),
+     r"predict\(\): x holds NaN or inf in 2 of the 2 inputs of its batch from input 0 \(rows "
+     r"\[0, 1\]\).*torch.nan_to_num"),
+    ("predict", "nan",  # the rows of x, not of the batch
+     with_model_guide(lambda m, g: predict(
+         m, torch.cat([flat_x(20), torch.full((1, 784), NAN)]), g, batch_size=8)),
+     ValueError, r"x holds NaN or inf in 1 of the 5 inputs of its batch from input 16 "
+     r"\(rows \[20\]\)"),
     ("predict", "empty", with_model_guide(lambda m, g: predict(m, torch.zeros(0, 784), g)),
      ValueError, r"predict\(\) got no inputs: x is empty"),
     ("predict", "type", with_model_guide(lambda m, g: predict(m, [1, 2], g)), TypeError,

@@ -372,6 +372,16 @@ def test_chunked_draws_with_batchnorm_data():
     pyro.set_rng_seed(1)
     chunked = predict(model, x, guide, num_samples=3, batchnorm_data=x, max_draw_bytes=1)
     assert torch.equal(chunked.probs, whole.probs)
+    # a shuffling loader as batchnorm_data: read once, every chunk of draws sees its batches
+    shuffled = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(64, *x.shape[1:])), batch_size=8, shuffle=True
+    )
+    both = []
+    for max_draw_bytes in (2**30, 1):
+        pyro.set_rng_seed(1)
+        both.append(predict(model, x, guide, num_samples=4, batchnorm_data=shuffled,
+                            batchnorm_batches=2, max_draw_bytes=max_draw_bytes).probs)  # fmt: skip
+    assert torch.equal(both[0], both[1])
 
 
 def test_draws_over_max_draw_bytes_from_a_loader_read_once_are_held_with_a_warning():
