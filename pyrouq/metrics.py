@@ -32,7 +32,7 @@ from pyrouq._metric_inputs import (
     _prepare_probs,
 )
 from pyrouq._tables import format_table
-from pyrouq.uncertainty import decompose
+from pyrouq.uncertainty import decompose, entropy
 
 __all__ = [
     "OODScore",
@@ -342,8 +342,8 @@ def ood_scores(probs: Tensor, score: OODScore = "mutual_information") -> Tensor:
     p = _prepare_probs(probs)
     if score == "mutual_information":
         return decompose(p, "entropy").epistemic
-    if score == "entropy":
-        return decompose(p, "entropy").total
+    if score == "entropy":  # H(p̄) itself: inputs of one mean tie exactly
+        return entropy(p.mean(0))
     if score == "max_prob":
         return 1 - p.mean(0).amax(-1)
     return decompose(p, "variance").epistemic

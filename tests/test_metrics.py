@@ -219,6 +219,14 @@ def test_ood_auroc_with_tie():
     assert ood_auroc(f64([0.3, 0.3]), f64([0.3])) == 0.5
 
 
+def test_entropy_scores_of_one_mean_tie_exactly():
+    # the same mean (0.5, 0.5) from agreeing and from disagreeing draws: H(p̄) = log 2 for both
+    ind = torch.tensor([[[0.5, 0.5]], [[0.5, 0.5]]], dtype=torch.float64)
+    ood = torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]], dtype=torch.float64)
+    assert torch.equal(ood_scores(ind, "entropy"), ood_scores(ood, "entropy"))
+    assert ood_auroc(ood_scores(ind, "entropy"), ood_scores(ood, "entropy")) == 0.5
+
+
 def test_ood_aupr_with_tie():
     # thresholds (decreasing): .9 P1 R1/4, .8 P1 R2/4, .7 P1 R3/4, .6 P3/4 R3/4,
     # .4 (one out, one in) P4/6 R1, .1 P4/7 R1 -> AP = 3 · 1/4 · 1 + 1/4 · 2/3 = 11/12
