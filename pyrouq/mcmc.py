@@ -519,7 +519,15 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
             f"Expected posterior_samples to be an MCMCResult or a dict {{site: (S, ...)}} of "
             f"tensors, got {type(source).__name__}."
         )
-    counts = {site: int(v.shape[0]) for site, v in draws.items() if v.dim() > 0}
+    for site, value in draws.items():
+        if value.dim() == 0 or value.shape[0] == 0:
+            what = "no draw dimension" if value.dim() == 0 else "no draws (S = 0)"
+            raise ValueError(
+                f"posterior_samples: site {site!r} has {what}, shape {tuple(value.shape)}. "
+                "Give every site its draws first, (S, *shape) with S >= 1 (one draw: "
+                "value[None])."
+            )
+    counts = {site: int(v.shape[0]) for site, v in draws.items()}
     if len(set(counts.values())) > 1:
         raise ValueError(
             f"posterior_samples must give every site the same number S of draws, got {counts}."

@@ -325,6 +325,8 @@ def predict(
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
+            if posterior_samples is not None or guide is not None:
+                _check_drawable(model, "posterior_samples" if guide is None else "a guide")
             if posterior_samples is not None:
                 if guide is not None or num_samples is not None:
                     raise ValueError(
@@ -406,6 +408,24 @@ def predict(
         raise ValueError("predict() got no inputs: x is empty.")
     all_targets = torch.cat(targets) if len(targets) == len(parts) else None
     return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
+
+
+def _check_drawable(model: Any, source: str) -> None:
+    """Refuse weight draws (``source``: a guide, posterior_samples) for a model that has none
+    to take: a BatchEnsemble (its members are the draws) or a plain torch network."""
+    if has_latent_sites(model):
+        return
+    what = None
+    if getattr(model, "num_members", None) is not None:
+        what = f"a BatchEnsemble ({type(model).__name__}), whose members are the draws"
+    elif isinstance(model, nn.Module) and not isinstance(model, pyro.nn.PyroModule):
+        what = f"a plain network ({type(model).__name__}), which has no weights to draw"
+    if what is not None:
+        raise ValueError(
+            f"predict() got {source} for {what}. Leave it out (guide=None, no "
+            "posterior_samples); to draw weights, make the network Bayesian first: "
+            "pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an ensemble."
+        )
 
 
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:

@@ -827,6 +827,17 @@ API_CASES = [
          m, torch.cat([flat_x(20), torch.full((1, 784), NAN)]), g, batch_size=8)),
      ValueError, r"x holds NaN or inf in 1 of the 5 inputs of its batch from input 16 "
      r"\(rows \[20\]\)"),
+    ("predict", "companion", with_model_guide(lambda m, g: predict(MLP(), flat_x(), g)),
+     ValueError, r"predict\(\) got a guide for a plain network \(MLP\), which has no weights to "
+     r"draw. Leave it out"),
+    ("predict", "companion",
+     with_model_guide(lambda m, g: predict(BatchEnsembleMLP(num_members=2), flat_x(), g)),
+     ValueError, r"got a guide for a BatchEnsemble \(BatchEnsembleMLP\), whose members are the "
+     r"draws"),
+    ("predict", "shape",
+     lambda tmp: predict(bayesian(torch.nn.Linear(4, 3)), torch.randn(5, 4), posterior_samples={
+         "weight": torch.zeros(0, 3, 4), "bias": torch.zeros(0, 3)}),
+     ValueError, r"posterior_samples: site 'weight' has no draws \(S = 0\), shape \(0, 3, 4\)"),
     ("predict", "empty", with_model_guide(lambda m, g: predict(m, torch.zeros(0, 784), g)),
      ValueError, r"predict\(\) got no inputs: x is empty"),
     ("predict", "type", with_model_guide(lambda m, g: predict(m, [1, 2], g)), TypeError,
