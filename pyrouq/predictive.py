@@ -142,8 +142,8 @@ class Predictions:
         return evaluate(self, targets, ood=ood, ood_score=ood_score)  # type: ignore[arg-type]
 
     def to(self, device: torch.device | str | torch.dtype) -> Predictions:
-        """A copy on ``device`` (or, given a floating dtype, with the probabilities in it; the
-        class-index targets keep theirs)."""
+        """A copy on ``device`` (or, given ``torch.float32`` or ``torch.float64``, with the
+        probabilities in that dtype; the class-index targets keep theirs)."""
         probs = self.probs.to(device)
         targets = None if self.targets is None else self.targets.to(probs.device)
         return Predictions(probs, targets)
