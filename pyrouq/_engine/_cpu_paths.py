@@ -273,15 +273,6 @@ def _is_plain_2x2_pool(layer: nn.Module) -> bool:
     )
 
 
-def _runs_children_in_order(module: nn.Module) -> bool:
-    """An ``nn.Sequential`` whose forward is Sequential's (or declares that it runs its
-    children in order, as pyrouq's ``MLP`` and ``LeNet`` do after checking the input)."""
-    cls = type(module)
-    return isinstance(module, nn.Sequential) and (
-        cls.forward is nn.Sequential.forward or getattr(cls, "_runs_children_in_order", False)
-    )
-
-
 def _swaps(relu: nn.Module, pool: nn.Module, first: bool) -> bool:
     """Whether :func:`run_children` runs ``pool`` before ``relu``: a plain ReLU directly
     followed by a :class:`MaxPool2x2`, neither hooked (a hook would see other values), and

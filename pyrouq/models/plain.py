@@ -83,8 +83,6 @@ class MLP(nn.Sequential):
     torch.Size([2, 10])
     """
 
-    _runs_children_in_order = True  # forward checks the input, then runs the layers in order
-
     def __init__(
         self,
         in_features: int = 784,
@@ -137,8 +135,6 @@ class LeNet(nn.Sequential):
     >>> LeNet()(torch.randn(2, 1, 28, 28)).shape
     torch.Size([2, 10])
     """
-
-    _runs_children_in_order = True  # forward checks the input, then runs the layers in order
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10):
         super().__init__(_lenet_layers(in_channels, num_classes))
