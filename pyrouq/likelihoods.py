@@ -240,7 +240,8 @@ class Categorical(Likelihood):
         target = y.expand(outputs.shape[:-1]).reshape(-1)
         if target.dtype != torch.long:  # int32 / int16 labels (numpy's, often): the check let
             target = target.long()  # them through, and cross_entropy takes int64 or uint8 only
-        return F.cross_entropy(flat, target, reduction="sum")
+        # no ignored label: cross_entropy's default (-100) would drop such rows silently
+        return F.cross_entropy(flat, target, reduction="sum", ignore_index=_NO_LABEL)
 
     def predictive(self, outputs: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
         if outputs.shape[-1] < 2:
@@ -514,11 +515,15 @@ class Gaussian(Likelihood):
 
     @classmethod
     def from_description(cls, spec: dict[str, Any]) -> Gaussian:
-        """The likelihood :meth:`describe` wrote (a prior's parameters are zeros until the
-        model's state dict is loaded)."""
+        """The likelihood :meth:`describe` wrote (a prior's parameters are placeholders until
+        the model's state dict is loaded: 1, 2, ... in their order, which every family pyrouq
+        takes accepts, ``Uniform(low=1, high=2)`` included)."""
         scale = spec.get("scale", 0.5)
         if isinstance(scale, dict):
-            params = {k: torch.ones(shape) for k, shape in scale["params"].items()}
+            params = {
+                k: torch.full(shape, float(i + 1))
+                for i, (k, shape) in enumerate(scale["params"].items())
+            }
             scale = getattr(dist, scale["family"])(**params)
         lik = cls(scale, min_scale=float(spec.get("min_scale", 1e-3)))
         if "num_outputs" in spec:
@@ -540,6 +545,10 @@ def _positive(name: str, value: Any, hint: str) -> float:
 
 
 _LIKELIHOODS: dict[str, type[Likelihood]] = {"categorical": Categorical, "gaussian": Gaussian}
+
+
+_NO_LABEL = -(2**63)
+"""``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
 
 
 def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:

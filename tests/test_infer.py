@@ -594,6 +594,17 @@ def test_fit_takes_the_models_own_num_data_and_refuses_numpy_batches_before_trai
         fit(model, guide, iter([(x, y)]), epochs=1, progress=False, lr_schedule="constant")
 
 
+def test_a_label_of_minus_100_is_not_dropped_when_checks_are_off():
+    # cross_entropy's default ignore_index is -100: the fast NLL must not skip such a row
+    x, y = toy_data(8)
+    y = y.clone()
+    y[1] = -100
+    model = tiny_mlp()
+    with pytest.raises(IndexError, match="Target -100 is out of bounds"):
+        fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, progress=False,
+            check_inputs=False)  # fmt: skip
+
+
 def test_a_float64_network_runs_under_its_prior_draws():
     from pyro.infer.autoguide import AutoNormal
 

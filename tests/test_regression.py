@@ -199,6 +199,14 @@ def test_each_noise_model_fits_predicts_and_round_trips(scale, tmp_path):
     assert torch.equal(again.loc, p.loc) and torch.equal(again.scale, p.scale)
 
 
+def test_a_bounded_noise_prior_for_mcmc_round_trips(tmp_path):
+    model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(dist.Uniform(0.1, 2.0)))
+    back = load(save(tmp_path / "u.pt", model), module=nn.Linear(3, 1)).model
+    prior = back.likelihood.noise_prior.base()  # once rebuilt as Uniform(1, 1): refused
+    assert isinstance(prior, dist.Uniform)
+    assert (float(prior.low), float(prior.high)) == (pytest.approx(0.1), 2.0)
+
+
 @pytest.mark.parametrize("scale", ["learned", dist.HalfNormal(1.0)])
 def test_a_float64_network_with_its_own_noise_parameters_computes_in_float64(scale):
     # the likelihood's float32 noise parameter, registered before the network, does not decide
