@@ -139,6 +139,12 @@ class Likelihood(nn.Module):
         estimates the full-data log-likelihood. Without ``y`` nothing is scaled (prediction).
         Returns ``outputs``.
         """
+        if outputs.dim() < 2:
+            raise ValueError(
+                f"{where}: the outputs have shape {tuple(outputs.shape)}, expected (B, D): one "
+                "row per input, D outputs each (a single output: (B, 1), e.g. "
+                "outputs.unsqueeze(-1))."
+            )
         batch = outputs.shape[-2]
         scale = 1.0
         if y is not None:
@@ -193,9 +199,10 @@ class Categorical(Likelihood):
                 f"{where}: expected labels y as a torch.Tensor, got {type(y).__name__}."
             )
         if y.shape != (batch,):
+            one_hot = " (one-hot labels: y.argmax(-1))" if y.shape == (batch, num_classes) else ""
             raise ValueError(
                 f"{where}: expected labels y of shape ({batch},) to match the {batch} inputs, got "
-                f"shape {tuple(y.shape)}. Pass one integer label per input."
+                f"shape {tuple(y.shape)}. Pass one integer label per input{one_hot}."
             )
         problem = self.label_problem(y, num_classes if is_validation_enabled() else None)
         if problem is not None:
@@ -441,6 +448,11 @@ class Gaussian(Likelihood):
             return (
                 f"targets of dtype {y.dtype}, expected real values (a floating dtype): class "
                 "labels belong to a Categorical likelihood; for real targets use y.float()"
+            )
+        if y.dim() == 0:
+            return (
+                f"a 0-d target tensor ({float(y):g}), expected one target per input, (N,) or "
+                "(N, D); a single input's target is y.reshape(1)"
             )
         if y.numel() and not bool(torch.isfinite(y).all()):
             bad = (~torch.isfinite(y.reshape(y.shape[0], -1))).any(-1).nonzero().flatten()

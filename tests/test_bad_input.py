@@ -998,6 +998,16 @@ API_CASES = [
      lambda tmp: Categorical().check_targets(labels(3), torch.zeros(2, 10), "my model"),
      ValueError, r"my model: expected labels y of shape \(2,\) to match the 2 inputs, got shape "
      r"\(3,\). Pass one integer label per input"),
+    ("likelihoods.Categorical", "shape",
+     lambda tmp: Categorical().check_targets(torch.eye(3)[[0, 2]], torch.zeros(2, 3), "m"),
+     ValueError, r"expected labels y of shape \(2,\) .*got shape \(2, 3\)\. Pass one integer label "
+     r"per input \(one-hot labels: y.argmax\(-1\)\)"),
+    ("likelihoods.Categorical", "shape",
+     lambda tmp: Categorical().observe(torch.zeros(4), torch.zeros(4, dtype=torch.long), 4, "m"),
+     ValueError, r"m: the outputs have shape \(4,\), expected \(B, D\).*outputs.unsqueeze\(-1\)"),
+    ("likelihoods.Gaussian", "shape",
+     lambda tmp: pyrouq.Gaussian(0.5).check_targets(torch.tensor(1.0), torch.zeros(1, 1), "m"),
+     ValueError, r"m: a 0-d target tensor \(1\), expected one target per input.*y.reshape\(1\)"),
     ("likelihoods.Categorical", "range",
      lambda tmp: Categorical().check_targets(torch.tensor([0, 12]), torch.zeros(2, 10), "m"),
      ValueError, r"m: labels in \[0, 12\], expected class indices in \[0, 9\] for a model"),
