@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 
 import pyro
+import pytest
 import torch
 from torch import nn
 
@@ -181,3 +182,13 @@ def test_predict_and_fit_keep_a_batchnorm_the_user_froze_in_eval_mode():
     fit(model, guide, [(x, y)], epochs=2, num_data=32, progress=False)
     assert torch.equal(model.net[1].running_mean, before)  # trained with it in eval mode
     assert not model.training  # fit leaves the model in eval mode
+
+
+def test_a_pooling_with_nothing_to_pool_fails_as_in_torch():
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2, 3))
+    model = bayesian(net)
+    x = torch.randn(2, 1, 3, 3)  # a 1 x 1 map into a 2 x 2 pooling
+    with pytest.raises(RuntimeError, match="Output size is too small"):
+        net(x)
+    with pytest.raises(RuntimeError, match="Output size is too small"):
+        model.outputs(x, model.template())  # not an empty map, met later as a shape error
