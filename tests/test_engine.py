@@ -192,3 +192,19 @@ def test_a_pooling_with_nothing_to_pool_fails_as_in_torch():
         net(x)
     with pytest.raises(RuntimeError, match="Output size is too small"):
         model.outputs(x, model.template())  # not an empty map, met later as a shape error
+
+
+def test_a_network_left_in_eval_mode_is_converted_into_a_model_that_trains():
+    # fit() leaves a network in eval mode; its conversion must not train with BatchNorm and
+    # dropout stuck there (pre-train, then convert, as tutorial 2 does)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.3), nn.Linear(8, 3))
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    fit(net, None, [(x, y)], epochs=1, num_data=32, progress=False)
+    assert not net[1].training
+    for model in (bayesian(net), batchensemble(net, 2, norms="shared")):
+        assert all(m.training for m in model.modules())
+        before = model.net[1].running_mean.clone()
+        guide = mean_field_guide(model) if hasattr(model, "latent_sites") else None
+        fit(model, guide, [(x, y)], epochs=1, num_data=32, progress=False)
+        assert not torch.equal(model.net[1].running_mean, before)  # trained in training mode

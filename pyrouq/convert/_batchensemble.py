@@ -217,7 +217,9 @@ class BatchEnsembleNetwork(PyroModule):
             )
         if norms == "per_member":
             _copy_norms(net, num_members)
-        self.net = _engine.prepare(net)
+        # a new model starts in training mode throughout, as a torch module does, whatever
+        # modes the network was left in (fit() and predict() leave eval)
+        self.net = _engine.prepare(net.train())
         weakref.finalize(self, forget_params, self._pyro_name)
 
     def _input(self, x: Any) -> Tensor:

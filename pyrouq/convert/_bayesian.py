@@ -145,7 +145,9 @@ class BayesianNetwork(PyroModule):
             value = owner._parameters.pop(attr)
             assert value is not None
             owner.register_buffer(attr, value.detach(), persistent=False)
-        self.net = _engine.prepare(net)
+        # a new model starts in training mode throughout, as a torch module does, whatever
+        # modes the network was left in (fit() and predict() leave eval)
+        self.net = _engine.prepare(net.train())
         self._sites = {s: torch.Size(params[s].shape) for s in sites}
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
         self._local = local_reparameterization
