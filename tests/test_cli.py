@@ -58,6 +58,12 @@ def bayes_run(tmp_path_factory):
     return out
 
 
+def test_the_run_plots_are_the_plots_a_run_writes():
+    from pyrouq.cli._report import RUN_PLOTS
+
+    assert {f"{name}.png" for name in RUN_PLOTS} == PLOTS
+
+
 def test_fit_writes_the_run_folder(bayes_run, capsys):
     names = {p.name for p in bayes_run.iterdir()}
     assert {"metrics.json", "config.json", "checkpoint.pt"} | PLOTS <= names
@@ -419,6 +425,7 @@ def test_overwrite_keeps_nothing_of_the_earlier_run_and_only_once_the_new_one_is
     assert main([*argv, str(tmp_path)]) == 0
     capsys.readouterr()
     (tmp_path / "metrics-evaluate.json").write_text("{}")
+    (tmp_path / "my_diagram.png").write_text("the user's")  # not the run's: kept
     before = sorted(p.name for p in tmp_path.iterdir())
     one_line_error(capsys, 2, ["fit", "no_such_module:net", "--out", str(tmp_path), "--overwrite"])
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # refused: nothing removed
@@ -426,7 +433,7 @@ def test_overwrite_keeps_nothing_of_the_earlier_run_and_only_once_the_new_one_is
     err = one_line_error(capsys, 2, [*diverging, "--out", str(tmp_path), "--overwrite"])
     assert "Non-finite loss" in err
     # the new run failed: its config stays, none of the earlier run's files beside it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "my_diagram.png"]
     assert '"lr": 1e+30' in (tmp_path / "config.json").read_text()
 
 

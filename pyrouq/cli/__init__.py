@@ -39,7 +39,7 @@ from pyrouq.cli._build import (
     method_of,
 )
 from pyrouq.cli._parser import EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
-from pyrouq.cli._report import _calibrate, _evaluate, _save_plots, _write_metrics
+from pyrouq.cli._report import RUN_PLOTS, _calibrate, _evaluate, _save_plots, _write_metrics
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -105,9 +105,11 @@ def _clear_run(out: Path) -> None:
     """Remove an earlier run's files from ``out`` (--overwrite, once the new run is built):
     none of them may stay beside the new run's, which could fail or be interrupted. Files of
     the user's own are kept."""
-    stale = [out / name for name in ("config.json", "checkpoint.pt", "metrics.json")]
-    for path in [*stale, out / "metrics-evaluate.json", *out.glob("*.png")]:
-        path.unlink(missing_ok=True)
+    names = ["config.json", "checkpoint.pt", "metrics.json", "metrics-evaluate.json"]
+    names += [f"{plot}.png" for plot in RUN_PLOTS]
+    names += [f"{plot}-evaluate.png" for plot in (*RUN_PLOTS, "rotation")]
+    for name in names:
+        (out / name).unlink(missing_ok=True)
 
 
 def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:

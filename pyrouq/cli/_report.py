@@ -165,6 +165,18 @@ def _evaluate(
     return metrics, figures, preds
 
 
+#: The plots a run folder holds: `fit` writes ``<name>.png``, `evaluate` ``<name>-evaluate.png``
+#: (and ``rotation-evaluate.png`` with ``--shift rotate``).
+RUN_PLOTS = (
+    "reliability",
+    "risk_coverage",
+    "image_grid",
+    "most_uncertain",
+    "uncertainty",
+    "training_curves",
+)
+
+
 def _write_metrics(out: Path, metrics: dict[str, Any], name: str = "metrics.json") -> None:
     (out / name).write_text(json.dumps(metrics, indent=2) + "\n")
 
