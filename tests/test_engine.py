@@ -208,3 +208,39 @@ def test_a_network_left_in_eval_mode_is_converted_into_a_model_that_trains():
         guide = mean_field_guide(model) if hasattr(model, "latent_sites") else None
         fit(model, guide, [(x, y)], epochs=1, num_data=32, progress=False)
         assert not torch.equal(model.net[1].running_mean, before)  # trained in training mode
+
+
+def test_the_plain_network_given_back_is_made_of_torchs_own_modules(tmp_path):
+    def make():
+        return nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Sequential(nn.Linear(8, 3)))  # fmt: skip
+
+    plain = bayesian(make()).plain_network()
+    assert {type(m) for m in plain.modules()} == {type(m) for m in make().modules()}
+    from pyrouq import load, save
+
+    back = load(save(tmp_path / "p.pt", plain), module=make()).model
+    x = torch.randn(2, 1, 6, 6)
+    torch.testing.assert_close(back(x), plain(x))
+
+
+class _Shifting(_Viewer):
+    """A forward that changes its input in place before it views an activation."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1)  # one input channel: channels-last in place
+
+    def forward(self, x):
+        return super().forward(x.sub_(0.5))
+
+
+def test_the_fallback_retries_on_the_input_as_it_was():
+    torch.manual_seed(0)
+    model = bayesian(_Shifting()).eval()
+    x = torch.randn(4, 1, 8, 8)
+    with torch.no_grad():
+        fallen_back = model.outputs(x.clone(), model.template())
+        model.net._pyrouq_nchw_only = True  # torch's layout from the start
+        torch_layout = model.outputs(x.clone(), model.template())
+    assert torch.equal(fallen_back, torch_layout)

@@ -62,6 +62,7 @@ from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
 from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
+from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._util import check_folded_batch, warn_caller
 
 # --------------------------------------------------------------------------------------------

@@ -332,6 +332,17 @@ def prepare(net: nn.Module) -> nn.Module:
     return net
 
 
+def unprepare(net: nn.Module) -> nn.Module:
+    """Undo :func:`prepare`'s class changes in place (for a plain copy handed to the user):
+    its pools become ``nn.MaxPool2d`` and its Sequentials ``nn.Sequential`` again."""
+    for module in net.modules():
+        if type(module) in (MaxPool2x2, MaxPool2dChannelsLast):
+            module.__class__ = nn.MaxPool2d
+        elif type(module) is SwappingSequential:
+            module.__class__ = nn.Sequential
+    return net
+
+
 def _channels_last_pays(net: nn.Module) -> bool:
     """Whether ``net``'s 2-d convolutions are wide enough for channels-last to pay on CPU but none
     too wide (:data:`CHANNELS_LAST_MAX_CHANNELS`; any width with a depthwise one), and none is of
@@ -429,10 +440,12 @@ def laid_out(net: nn.Module, x: Tensor, body: Any) -> Any:
         return body(x)
     checked = getattr(net, _LAYOUT_CHECKED, False)
     saved = None
+    first = x
     if not checked:
         saved = ([b.detach().clone() for b in net.buffers()], torch.get_rng_state())
+        first = x.clone()  # the attempt may change it in place: the retry must see x as it was
     try:
-        with channels_last(net, x) as laid:
+        with channels_last(net, first) as laid:
             out = body(laid)
     except RuntimeError as err:
         if saved is None or _VIEW_ERROR not in str(err):

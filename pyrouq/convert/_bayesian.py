@@ -192,8 +192,9 @@ class BayesianNetwork(PyroModule):
         return {**{site: buffers[site] for site in self._sites}, **self.likelihood.template()}
 
     def plain_network(self) -> nn.Module:
-        """A plain copy of the network with the template values as ordinary parameters."""
-        plain = copy.deepcopy(self.net)
+        """A plain copy of the network with the template values as ordinary parameters (and
+        torch's own modules where the engine put faster ones)."""
+        plain = _engine.unprepare(copy.deepcopy(self.net))
         for site in self._sites:
             owner = plain.get_submodule(_owner(site))
             attr = site.rpartition(".")[2]
