@@ -156,8 +156,8 @@ def check_folded_batch(layer: Any, x: torch.Tensor, members: int, inside: bool =
     if x.dim() == 0 or x.shape[0] % members:
         fix = (
             "Inside a BatchEnsemble network the members' folded batch must stay on dim 0 of "
-            "every converted layer's input (or on dim 1 of sequence-first activations "
-            "(T, M * B, F) for a Linear layer): keep it there in the network's forward."
+            "every converted layer's input (only the linear layers of a batch_first=False "
+            "transformer layer take it on dim 1): keep it there in the network's forward."
             if inside
             else "Run it inside a model made by pyrouq.batchensemble(), which repeats the "
             "input once per member."

@@ -244,3 +244,31 @@ def test_the_fallback_retries_on_the_input_as_it_was():
         model.net._pyrouq_nchw_only = True  # torch's layout from the start
         torch_layout = model.outputs(x.clone(), model.template())
     assert torch.equal(fallen_back, torch_layout)
+
+
+class _Windows(nn.Module):
+    """Windows merged into the batch (member-major still), tokens on dim 1, as window
+    attention does: (B * P, T, F)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):  # (B, P * T, 3)
+        n = x.shape[0]
+        h = self.lin(x.reshape(n * 2, 4, 3))
+        return self.head(h.reshape(n, 8, 3).mean(1))
+
+
+def test_windows_merged_into_the_batch_keep_the_members_apart():
+    from pyrouq import _engine
+
+    torch.manual_seed(0)
+    ensemble = batchensemble(_Windows(), 2, init="random_sign").eval()
+    x = torch.randn(2, 8, 3)  # M * B = 4 = T: no sequence-first activations here
+    with torch.no_grad(), _engine.schedule("cpu"):
+        member_passes = ensemble(x)
+    with torch.no_grad(), _engine.schedule("accelerator"):
+        folded = ensemble(x)
+    torch.testing.assert_close(folded, member_passes, rtol=1e-5, atol=1e-6)

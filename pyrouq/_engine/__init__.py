@@ -339,10 +339,10 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
         return layer._op(x, nhwc(weights[member]), biases[member])  # type: ignore[no-any-return]
     members = layer.num_members
     folded = _FOLDED.get()
-    if folded is not None and x.dim() >= 3 and x.shape[0] != folded and x.shape[1] == folded:
-        if getattr(layer, "in_features", None) is not None:
-            # sequence-first activations (T, M * B, F), as a transformer layer with
-            # batch_first=False makes: the members are on dim 1
+    if folded is not None and getattr(layer, "_sequence_first", False):
+        if x.dim() >= 3 and x.shape[1] == folded:
+            # a linear layer of a batch_first=False transformer layer: its activations are
+            # (T, M * B, F), the members on dim 1
             return batchensemble_forward(layer, x.transpose(0, 1)).transpose(0, 1)
     check_folded_batch(layer, x, members, inside=folded is not None)
     if getattr(x, _REPEATED, None) == (members, x._version) and _single_input_feature(layer):
@@ -388,8 +388,8 @@ _FOLDED: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "pyrouq_folded_batch", default=None
 )
 """The size M * B of the folded batch a BatchEnsemble network runs on (:func:`run_members`),
-which :func:`batchensemble_forward` finds on dim 0 of a layer's input, or on dim 1 of
-sequence-first activations."""
+which :func:`batchensemble_forward` finds on dim 0 of a layer's input, or on dim 1 of the
+sequence-first activations of a ``batch_first=False`` transformer layer's linear layers."""
 
 _REPEATED = "_pyrouq_repeated_for"
 """Attribute :func:`run_members` sets on the folded input it makes (the number of members

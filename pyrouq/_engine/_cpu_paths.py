@@ -339,7 +339,7 @@ def unprepare(net: nn.Module) -> nn.Module:
         if type(module) in (MaxPool2x2, MaxPool2dChannelsLast):
             module.__class__ = nn.MaxPool2d
         elif type(module) is SwappingSequential:
-            module.__class__ = nn.Sequential
+            module.__class__ = nn.Sequential  # type: ignore[assignment]
     return net
 
 

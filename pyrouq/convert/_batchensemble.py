@@ -69,6 +69,10 @@ def _replace_children(
     return sum(new is not None for new in made.values())
 
 
+#: Transformer layers whose linear layers see sequence-first activations unless batch_first.
+SEQUENCE_FIRST_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
 def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
     """Replace every Linear / Conv{1,2,3}d / ConvTranspose{1,2,3}d of ``net`` (nested) by its
     BatchEnsemble version; the number replaced. Attention modules that read their layers'
@@ -93,6 +97,11 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
         return layer  # type: ignore[no-any-return]
 
     count = _replace_children(net, counterpart, weight_readers())
+    for module in net.modules():  # their linear layers see (T, M * B, F): told so
+        if isinstance(module, SEQUENCE_FIRST_LAYERS) and not module.self_attn.batch_first:
+            for layer in module.modules():
+                if getattr(layer, "_is_batchensemble", False):
+                    layer._sequence_first = True  # type: ignore[assignment]
     if parametrized:
         warn_caller(
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "
