@@ -211,8 +211,8 @@ def _arrays(
     key = (images_path.resolve(), labels_path.resolve())
     stamp = tuple(p.stat().st_mtime_ns for p in key)
     cached = _CACHE.get(key)
-    if cached is not None and cached[0] == stamp:  # copies: a caller may change its own
-        return cached[1].clone(), cached[2].clone()
+    if cached is not None and cached[0] == stamp:  # shared: callers hand out copies
+        return cached[1], cached[2]
     images = _read_idx(images_path, _IMAGES_MAGIC)
     labels = _read_idx(labels_path, _LABELS_MAGIC).long()
     if images.dim() != 3:
@@ -224,7 +224,7 @@ def _arrays(
             "number of examples. One of them is from another split or data set: copy both again."
         )
     _CACHE[key] = (stamp, images, labels)
-    return images.clone(), labels.clone()
+    return images, labels
 
 
 def mnist_arrays(
@@ -253,7 +253,8 @@ def mnist_arrays(
     >>> tuple(images.shape), images.dtype, labels[:5].tolist()
     ((10000, 28, 28), torch.uint8, [7, 2, 1, 0, 4])
     """
-    return _arrays("MNIST", split, root)
+    images, labels = _arrays("MNIST", split, root)
+    return images.clone(), labels.clone()  # the caller's own: the cache stays as read
 
 
 def fashion_mnist_arrays(
@@ -263,7 +264,8 @@ def fashion_mnist_arrays(
 
     Only the test split is bundled; the train split needs a ``root`` that has it.
     """
-    return _arrays("FashionMNIST", split, root)
+    images, labels = _arrays("FashionMNIST", split, root)
+    return images.clone(), labels.clone()
 
 
 def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
@@ -456,9 +458,11 @@ def _make_loaders(
                 "Pass None for the whole training split."
             )
         train_x, train_y = train_x[:train_size], train_y[:train_size]
-    if device is not None:
-        train_x, train_y = train_x.to(device), train_y.to(device)
-        test_x, test_y = test_x.to(device), test_y.to(device)
+    # the loaders' own copies (of the subset alone): changing one changes no other load
+    train_x, train_y, test_x, test_y = (
+        t.to(device, copy=True) if device is not None else t.clone()
+        for t in (train_x, train_y, test_x, test_y)
+    )
     common = dict(flatten=flatten, normalize=normalize)
     train = TensorLoader(train_x, train_y, batch_size, shuffle=shuffle, seed=seed, **common)
     test = TensorLoader(test_x, test_y, batch_size, shuffle=False, seed=0, **common)
@@ -566,8 +570,9 @@ def ood_loader(
         )
     folder = "FashionMNIST" if dataset == "fashion-mnist" else "MNIST"
     images, labels = _arrays(folder, "test", root)
-    if device is not None:
-        images, labels = images.to(device), labels.to(device)
+    images, labels = (
+        t.to(device, copy=True) if device is not None else t.clone() for t in (images, labels)
+    )
     return TensorLoader(
         images, labels, batch_size, shuffle=False, flatten=flatten, normalize=normalize, seed=0
     )

@@ -400,6 +400,7 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
     (tmp_path / "typo_nets.py").write_text("def net(:\n")
     argv = ["fit", "here_nets:flat", "--method", "plain", "--epochs", "1", "--train-size", "256"]
     assert main([*argv, "--out", "o", "--no-progress"]) == 0
+    assert str(tmp_path) not in sys.path  # found there while it ran, not left on the path
     err = one_line_error(capsys, 2, ["fit", "broken_nets:net", "--out", "b"])
     assert (
         "importing 'broken_nets' for the factory 'broken_nets:net' raised RuntimeError: boom" in err

@@ -105,6 +105,8 @@ def test_changing_a_loaders_tensors_changes_no_other_loader():
     ood = ood_loader()
     ood.images[:1] = 0
     assert ood_loader().images[0].any()
+    small, _ = load_mnist(train_size=64)  # a copy of the subset, not of the whole split
+    assert small.images.untyped_storage().nbytes() == 64 * 28 * 28
 
 
 def test_float_images_are_not_changed_in_place():

@@ -566,12 +566,17 @@ def test_fit_refuses_before_training_what_it_could_not_store(tmp_path):
     with pytest.raises(CheckpointError, match=r"metadata must hold JSON values .*\.tolist\(\)"):
         fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False,
             checkpoint=tmp_path / "c.pt", metadata={"lr": torch.tensor(0.1)})  # fmt: skip
-    with pytest.raises(TypeError, match=r"callbacks to be a sequence of callables.*\[print\]"):
-        fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False, callbacks=print)
+    for callbacks in (print, None):
+        with pytest.raises(TypeError, match=r"callbacks to be a sequence of callables.*\[print\]"):
+            fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False, callbacks=callbacks)
     assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
     assert not (tmp_path / "c.pt").exists()
     with pytest.warns(UserWarning, match=r"no checkpoint= was given: it is not kept"):
         fit(model, guide, ListLoader(x, y, 24), epochs=1, progress=False, metadata={"a": 1})
+    calls = []  # a generator of callbacks is read once and each called every epoch
+    fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False,
+        callbacks=(c for c in [calls.append]))  # fmt: skip
+    assert len(calls) == 2
 
 
 def test_fit_takes_the_models_own_num_data_and_refuses_numpy_batches_before_training():
@@ -589,6 +594,14 @@ def test_fit_takes_the_models_own_num_data_and_refuses_numpy_batches_before_trai
     assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
     with pytest.warns(UserWarning, match=r"has no length: the learning rate stays constant"):
         fit(model, guide, iter([(x, y)]), epochs=1, progress=False)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield x, y
+
+    with pytest.warns(UserWarning, match=r"\(DataLoader\) has no length"):  # len() raises
+        fit(model, guide, torch.utils.data.DataLoader(Stream(), batch_size=None), epochs=1,
+            progress=False)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fit(model, guide, iter([(x, y)]), epochs=1, progress=False, lr_schedule="constant")

@@ -40,14 +40,25 @@ def is_factory(text: str) -> bool:
 
 
 def call_factory(spec: str) -> Any:
-    """Import ``package.module:factory`` and call it: the user's ``nn.Module``."""
+    """Import ``package.module:factory`` and call it: the user's ``nn.Module``. Modules of the
+    current folder are found, as under ``python -m``, while it runs."""
+    here = os.getcwd()
+    added = "" not in sys.path and here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return _call_factory(spec)
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
+
+
+def _call_factory(spec: str) -> Any:
     import importlib
 
     from torch import nn
 
     module_name, _, attr = spec.partition(":")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current folder
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:

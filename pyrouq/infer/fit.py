@@ -260,7 +260,7 @@ def fit(
             f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
             "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
         )
-    if lr_schedule != "constant" and not hasattr(train_loader, "__len__"):
+    if lr_schedule != "constant" and not _has_length(train_loader):
         warnings.warn(
             f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
             f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
@@ -282,11 +282,15 @@ def fit(
         raise ValueError(
             f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
         )
-    if callable(callbacks) or not all(callable(c) for c in callbacks):
-        raise TypeError(
-            f"Expected callbacks to be a sequence of callables, got {callbacks!r}: each is called "
-            "as callback(record) after every epoch. Pass a list, e.g. callbacks=[print]."
-        )
+    refused = (
+        f"Expected callbacks to be a sequence of callables, got {callbacks!r}: each is called as "
+        "callback(record) after every epoch. Pass a list, e.g. callbacks=[print]."
+    )
+    if callable(callbacks) or not isinstance(callbacks, Iterable):
+        raise TypeError(refused)
+    callbacks = list(callbacks)  # a generator is read once, here
+    if not all(callable(c) for c in callbacks):
+        raise TypeError(refused)
     if metadata is not None and checkpoint is None:
         warnings.warn(
             "fit(metadata=...) is stored in the checkpoints, but no checkpoint= was given: it "
@@ -348,6 +352,15 @@ def fit(
 # --------------------------------------------------------------------------------------------
 # Set-up
 # --------------------------------------------------------------------------------------------
+
+
+def _has_length(loader: Any) -> bool:
+    """Whether ``len(loader)`` works (a DataLoader over an IterableDataset raises)."""
+    try:
+        len(loader)
+    except TypeError:
+        return False
+    return True
 
 
 def _num_examples(loader: Iterable) -> int | None:
