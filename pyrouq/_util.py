@@ -150,22 +150,27 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     return x
 
 
-def check_folded_batch(layer: Any, x: torch.Tensor, members: int, inside: bool = False) -> None:
-    """Refuse an input to a BatchEnsemble layer whose first dim is not M * B (``inside``: in
-    a BatchEnsemble network's run, where the network's forward moved the batch elsewhere)."""
-    if x.dim() == 0 or x.shape[0] % members:
+def check_folded_batch(
+    layer: Any, x: torch.Tensor, members: int, folded: int | None = None
+) -> None:
+    """Refuse an input to a BatchEnsemble layer whose first dim is not M * B: a multiple of M
+    (of ``folded``, the M * B inputs of a BatchEnsemble network's run, when given: inputs
+    merged into the batch, windows or tokens, keep it a multiple)."""
+    unit = folded if folded is not None else members
+    if x.dim() == 0 or x.shape[0] % unit:
         fix = (
             "Inside a BatchEnsemble network the members' folded batch must stay on dim 0 of "
             "every converted layer's input (only the linear layers of a batch_first=False "
             "transformer layer take it on dim 1): keep it there in the network's forward."
-            if inside
+            if folded is not None
             else "Run it inside a model made by pyrouq.batchensemble(), which repeats the "
             "input once per member."
         )
+        what = f"M * B = {folded}" if folded is not None else str(members)
         raise ValueError(
             f"{type(layer).__name__} with {members} members expects a folded batch of M * B "
             f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
-            f"multiple of {members}. {fix}"
+            f"multiple of {what}. {fix}"
         )
 
 

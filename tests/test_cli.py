@@ -392,10 +392,13 @@ def test_factory_errors(tmp_path, capsys):
 def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     monkeypatch.chdir(tmp_path)  # the console script does not put it on sys.path itself
-    (tmp_path / "here_nets.py").write_text(
-        "from torch import nn\n\ndef flat():\n    return nn.Sequential(nn.Flatten(), "
-        "nn.Linear(784, 10))\n"
+    (tmp_path / "here_nets.py").write_text(  # its forward imports a sibling as it trains
+        "from torch import nn\n\nclass Flat(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.fc = nn.Linear(784, 10)\n\n"
+        "    def forward(self, x):\n        from here_helpers import flat\n\n"
+        "        return self.fc(flat(x))\n\ndef flat():\n    return Flat()\n"
     )
+    (tmp_path / "here_helpers.py").write_text("def flat(x):\n    return x.flatten(1)\n")
     (tmp_path / "broken_nets.py").write_text("raise RuntimeError('boom')\n")
     (tmp_path / "typo_nets.py").write_text("def net(:\n")
     argv = ["fit", "here_nets:flat", "--method", "plain", "--epochs", "1", "--train-size", "256"]

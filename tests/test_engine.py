@@ -156,12 +156,19 @@ def test_sequence_first_activations_keep_the_members_apart_in_a_folded_batch():
 
     torch.manual_seed(0)
     ensemble = batchensemble(_SequenceFirst(), 2).eval()
-    x = torch.randn(6, 4, 4)  # T = 4: a multiple of M, which once mixed the members silently
-    with torch.no_grad(), _engine.schedule("cpu"):
-        member_passes = ensemble(x)
-    with torch.no_grad(), _engine.schedule("accelerator"):
-        folded = ensemble(x)  # one folded batch (M * B): the members on dim 1 inside
-    torch.testing.assert_close(folded, member_passes, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # members with norms of their own, as after training
+        for p in ensemble.net.enc.parameters():
+            if p.dim() == 2 and p.shape[0] == 2:  # the per-member copies' and factors' rows
+                p.add_(torch.randn_like(p) * 0.3)
+        for norms in (ensemble.net.enc.norm1.norms, ensemble.net.enc.norm2.norms):
+            norms[1].weight.mul_(2.0)
+    for t in (4, 12):  # T a multiple of M (once mixed the members), T = M * B (once looped)
+        x = torch.randn(6, t, 4)
+        with torch.no_grad(), _engine.schedule("cpu"):
+            member_passes = ensemble(x)
+        with torch.no_grad(), _engine.schedule("accelerator"):
+            folded = ensemble(x)  # one folded batch (M * B): the members on dim 1 inside
+        torch.testing.assert_close(folded, member_passes, rtol=1e-5, atol=1e-6)
     # a shared train-mode BatchNorm folds the batch on CPU too; T = 5 once crashed there
     model = rank1(_SequenceFirst(), 2)
     x, y = torch.randn(32, 5, 4), torch.randint(0, 3, (32,))

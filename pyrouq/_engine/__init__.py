@@ -323,9 +323,10 @@ def run_local(
 # --------------------------------------------------------------------------------------------
 
 
-def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
+def batchensemble_forward(layer: Any, x: Tensor, sequence_first: bool = True) -> Tensor:
     """A BatchEnsemble layer on a folded batch ``(M * B, ...)`` (member-major), or on one
-    member's batch ``(B, ...)`` during :func:`run_members`' member passes."""
+    member's batch ``(B, ...)`` during :func:`run_members`' member passes (``sequence_first``:
+    whether a layer flagged so may find the folded batch on dim 1)."""
     member = layer._member
     if member is not None:
         if _scales_activations(layer, x):
@@ -339,12 +340,13 @@ def batchensemble_forward(layer: Any, x: Tensor) -> Tensor:
         return layer._op(x, nhwc(weights[member]), biases[member])  # type: ignore[no-any-return]
     members = layer.num_members
     folded = _FOLDED.get()
-    if folded is not None and getattr(layer, "_sequence_first", False):
+    if folded is not None and sequence_first and getattr(layer, "_sequence_first", False):
         if x.dim() >= 3 and x.shape[1] == folded:
             # a linear layer of a batch_first=False transformer layer: its activations are
-            # (T, M * B, F), the members on dim 1
-            return batchensemble_forward(layer, x.transpose(0, 1)).transpose(0, 1)
-    check_folded_batch(layer, x, members, inside=folded is not None)
+            # (T, M * B, F), the members on dim 1 (transposed once, whatever T is)
+            out = batchensemble_forward(layer, x.transpose(0, 1), sequence_first=False)
+            return out.transpose(0, 1)
+    check_folded_batch(layer, x, members, folded)
     if getattr(x, _REPEATED, None) == (members, x._version) and _single_input_feature(layer):
         # M copies of the same inputs into one input feature (a grayscale stem, a 1-d
         # regression input): r_m is a scalar per member, so every member's output is the
@@ -390,6 +392,12 @@ _FOLDED: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 """The size M * B of the folded batch a BatchEnsemble network runs on (:func:`run_members`),
 which :func:`batchensemble_forward` finds on dim 0 of a layer's input, or on dim 1 of the
 sequence-first activations of a ``batch_first=False`` transformer layer's linear layers."""
+
+
+def folded_batch() -> int | None:
+    """The size M * B of the folded batch being run (:data:`_FOLDED`), or None outside one."""
+    return _FOLDED.get()
+
 
 _REPEATED = "_pyrouq_repeated_for"
 """Attribute :func:`run_members` sets on the folded input it makes (the number of members

@@ -440,12 +440,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     commands = {"data": _cmd_data, "fit": _cmd_fit, "evaluate": _cmd_evaluate}
+    # as under `python -m`, the modules of the current folder are found while the command
+    # runs (a factory's, and any its network imports as it trains)
+    here = os.getcwd()
+    added = "" not in sys.path and here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
         return commands[args.command](args)
     except (CommandError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
         message = " ".join(str(e).split())  # one line
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
 
 
 def console() -> NoReturn:

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from typing import Any
 
 # Per model: its builder arguments and the recipe measured for it (see the README).
@@ -40,20 +38,8 @@ def is_factory(text: str) -> bool:
 
 
 def call_factory(spec: str) -> Any:
-    """Import ``package.module:factory`` and call it: the user's ``nn.Module``. Modules of the
-    current folder are found, as under ``python -m``, while it runs."""
-    here = os.getcwd()
-    added = "" not in sys.path and here not in sys.path
-    if added:
-        sys.path.insert(0, here)
-    try:
-        return _call_factory(spec)
-    finally:
-        if added and here in sys.path:
-            sys.path.remove(here)
-
-
-def _call_factory(spec: str) -> Any:
+    """Import ``package.module:factory`` and call it: the user's ``nn.Module`` (the current
+    folder is on ``sys.path`` while a command runs: see :func:`pyrouq.cli.main`)."""
     import importlib
 
     from torch import nn

@@ -97,11 +97,6 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
         return layer  # type: ignore[no-any-return]
 
     count = _replace_children(net, counterpart, weight_readers())
-    for module in net.modules():  # their linear layers see (T, M * B, F): told so
-        if isinstance(module, SEQUENCE_FIRST_LAYERS) and not module.self_attn.batch_first:
-            for layer in module.modules():
-                if getattr(layer, "_is_batchensemble", False):
-                    layer._sequence_first = True  # type: ignore[assignment]
     if parametrized:
         warn_caller(
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "
@@ -109,6 +104,18 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
             "start from its current weight and train W directly, without it.",
         )
     return count
+
+
+def _mark_sequence_first(net: nn.Module) -> None:
+    """Tell the BatchEnsemble layers and per-member norms inside a ``batch_first=False``
+    transformer layer that their activations are ``(T, M * B, F)``: the members on dim 1."""
+    for module in net.modules():
+        if isinstance(module, SEQUENCE_FIRST_LAYERS) and not module.self_attn.batch_first:
+            for inner in module.modules():
+                if getattr(inner, "_is_batchensemble", False) or isinstance(
+                    inner, BatchEnsembleNorm
+                ):
+                    inner._sequence_first = True  # type: ignore[assignment]
 
 
 def _copy_norms(net: nn.Module, num_members: int) -> None:
@@ -226,6 +233,7 @@ class BatchEnsembleNetwork(PyroModule):
             )
         if norms == "per_member":
             _copy_norms(net, num_members)
+        _mark_sequence_first(net)
         # a new model starts in training mode throughout, as a torch module does, whatever
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())

@@ -570,8 +570,15 @@ class BatchEnsembleNorm(nn.Module):
         engine's member passes."""
         if self._member is not None:
             return self.norms[self._member](x)  # type: ignore[no-any-return]
+        folded = _engine.folded_batch()
+        if getattr(self, "_sequence_first", False) and folded is not None:
+            if x.dim() >= 3 and x.shape[1] == folded:  # (T, M * B, F) in a transformer layer
+                return self._members_on_dim_0(x.transpose(0, 1), folded).transpose(0, 1)
+        return self._members_on_dim_0(x, folded)
+
+    def _members_on_dim_0(self, x: torch.Tensor, folded: int | None) -> torch.Tensor:
         members = self.num_members
-        check_folded_batch(self, x, members)
+        check_folded_batch(self, x, members, folded)
         return torch.cat([norm(c) for norm, c in zip(self.norms, x.chunk(members), strict=True)])
 
     def extra_repr(self) -> str:
