@@ -227,6 +227,11 @@ def _arrays(
     return images, labels
 
 
+def _own_copy(t: torch.Tensor, device: str | torch.device | None) -> torch.Tensor:
+    """A loader's own copy of a cached array (on ``device``): changing it changes no other."""
+    return t.to(device, copy=True) if device is not None else t.clone()
+
+
 def mnist_arrays(
     split: Split = "train", root: str | os.PathLike[str] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -460,8 +465,7 @@ def _make_loaders(
         train_x, train_y = train_x[:train_size], train_y[:train_size]
     # the loaders' own copies (of the subset alone): changing one changes no other load
     train_x, train_y, test_x, test_y = (
-        t.to(device, copy=True) if device is not None else t.clone()
-        for t in (train_x, train_y, test_x, test_y)
+        _own_copy(t, device) for t in (train_x, train_y, test_x, test_y)
     )
     common = dict(flatten=flatten, normalize=normalize)
     train = TensorLoader(train_x, train_y, batch_size, shuffle=shuffle, seed=seed, **common)
@@ -570,9 +574,7 @@ def ood_loader(
         )
     folder = "FashionMNIST" if dataset == "fashion-mnist" else "MNIST"
     images, labels = _arrays(folder, "test", root)
-    images, labels = (
-        t.to(device, copy=True) if device is not None else t.clone() for t in (images, labels)
-    )
+    images, labels = _own_copy(images, device), _own_copy(labels, device)
     return TensorLoader(
         images, labels, batch_size, shuffle=False, flatten=flatten, normalize=normalize, seed=0
     )

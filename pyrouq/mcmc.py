@@ -38,6 +38,8 @@ from pyrouq._util import (
     check_int,
     check_seed,
     model_input,
+    modes,
+    restore_modes,
 )
 
 __all__ = ["MAX_LATENT_VALUES", "PARALLEL_MIN_STEPS", "MCMCResult", "mcmc"]
@@ -223,16 +225,16 @@ def mcmc(
     x, y = _check_data(x, y)
     x = model_input(x, model, "mcmc()")
     check_finite_inputs(x, "mcmc()")
-    previous = (model.num_data, model.training)
+    num_data, was = model.num_data, modes(model)
     model.eval()  # before any pass: train-mode BatchNorm would update its running statistics
-    try:  # the model's mode and num_data are restored however this ends
+    try:  # every module's mode and num_data are restored however this ends
         chains = _run_chains(
             model, x, y, kernel, warmup_steps, num_samples, num_chains, seed, progress,
             max_tree_depth, parallel,
         )  # fmt: skip
     finally:
-        model.num_data = previous[0]
-        model.train(previous[1])
+        model.num_data = num_data
+        restore_modes(was)
     samples = {k: torch.stack([c[0][k] for c in chains]) for k in chains[0][0]}
     stats = {k: torch.stack([c[1][k] for c in chains]) for k in chains[0][1]}
     order = list(latent())

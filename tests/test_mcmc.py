@@ -263,6 +263,9 @@ def test_mcmc_leaves_the_batchnorm_statistics_alone():
     assert int(model.net[1].num_batches_tracked) == 0 and model.training
     again, *_ = _run(model, **short)
     assert all(torch.equal(first.samples[k], again.samples[k]) for k in first.samples)
+    model.net[1].eval()  # a BatchNorm the user keeps in eval mode stays so
+    _run(model, **short)
+    assert model.training and not model.net[1].training
 
 
 def test_an_error_in_a_chain_process_is_raised_here():
