@@ -404,6 +404,22 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
     argv = ["fit", "here_nets:flat", "--method", "plain", "--epochs", "1", "--train-size", "256"]
     assert main([*argv, "--out", "o", "--no-progress"]) == 0
     assert str(tmp_path) not in sys.path  # found there while it ran, not left on the path
+    config = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert config["factory_root"] == str(tmp_path.resolve())
+    # evaluate from another folder finds the factory where the run found it
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    for name in ("here_nets", "here_helpers"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["evaluate", str(tmp_path / "o"), "--ood", "none", "--no-progress"]) == 0
+    assert str(tmp_path.resolve()) not in sys.path  # and it does not stay on the path
+    capsys.readouterr()
+    (tmp_path / "here_nets.py").rename(tmp_path / "moved_nets.py")
+    monkeypatch.delitem(sys.modules, "here_nets")
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path / "o"), "--ood", "none"])
+    assert "cannot import 'here_nets' for the factory 'here_nets:flat' (No module named" in err
+    assert f"(nor from {str(tmp_path.resolve())!r}, where the run found it)" in err
+    monkeypatch.chdir(tmp_path)
     err = one_line_error(capsys, 2, ["fit", "broken_nets:net", "--out", "b"])
     assert (
         "importing 'broken_nets' for the factory 'broken_nets:net' raised RuntimeError: boom" in err

@@ -36,6 +36,7 @@ from pyrouq.cli._build import (
     CommandError,
     build,
     call_factory,
+    factory_root,
     method_of,
 )
 from pyrouq.cli._parser import EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
@@ -213,6 +214,7 @@ def _fit_on_rank(
     config = {
         "model": args.model,
         "factory": args.model if method is not None else None,
+        "factory_root": factory_root(args.model) if method is not None else None,
         "method": method,
         "dataset": args.dataset,
         "epochs": epochs,
@@ -332,9 +334,6 @@ def _run_fit(
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    import pyro
-
-    import pyrouq
     from pyrouq.checkpoint import read
 
     run = Path(args.run_dir)
@@ -358,7 +357,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             "run `pyrouq fit` again, or load the file in Python with pyrouq.load"
         ) from None
     factory = config.get("factory")
-    skeleton = call_factory(factory) if factory else None
+    paths = list(sys.path)
+    try:  # the folder the factory was found in when the run trained, if it is not found now
+        skeleton = call_factory(factory, config.get("factory_root")) if factory else None
+        return _evaluate_run(args, run, checkpoint, skeleton, config, device)
+    finally:
+        sys.path[:] = paths
+
+
+def _evaluate_run(
+    args: argparse.Namespace,
+    run: Path,
+    checkpoint: Path,
+    skeleton: Any,
+    config: dict[str, Any],
+    device: Any,
+) -> int:
+    import pyro
+
+    import pyrouq
+
     saved = pyrouq.load(checkpoint, device=device, module=skeleton)
     assert isinstance(saved, pyrouq.Checkpoint)
     if saved.guide is None and args.num_samples is not None:

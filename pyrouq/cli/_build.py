@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 # Per model: its builder arguments and the recipe measured for it (see the README).
@@ -37,9 +39,25 @@ def is_factory(text: str) -> bool:
     return bool(sep and module and name)
 
 
-def call_factory(spec: str) -> Any:
+def factory_root(spec: str) -> str | None:
+    """The folder on ``sys.path`` that the (imported) module of factory ``spec`` was found
+    in: the folder holding its top-level package, recorded by ``pyrouq fit`` so that
+    ``pyrouq evaluate`` finds the factory from any folder. None for a module without a file."""
+    module_name = spec.partition(":")[0]
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    if file is None:
+        return None
+    path = Path(file).resolve()
+    depth = len(module_name.split(".")) - (0 if path.name == "__init__.py" else 1)
+    return str(path.parents[depth])
+
+
+def call_factory(spec: str, root: str | None = None) -> Any:
     """Import ``package.module:factory`` and call it: the user's ``nn.Module`` (the current
-    folder is on ``sys.path`` while a command runs: see :func:`pyrouq.cli.main`)."""
+    folder is on ``sys.path`` while a command runs: see :func:`pyrouq.cli.main`). When the
+    module cannot be imported and ``root`` (the folder :func:`factory_root` recorded) is an
+    existing folder, that folder is put on ``sys.path`` and the import tried again; it stays
+    there for the rest of the command (the caller takes it off)."""
     import importlib
 
     from torch import nn
@@ -47,6 +65,16 @@ def call_factory(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if root is None or not Path(root).is_dir() or root in sys.path:
+            where = f" (nor from {root!r}, where the run found it)" if root else ""
+            raise CommandError(
+                f"cannot import {module_name!r} for the factory {spec!r} ({err}){where}; make "
+                "the module importable (install it, add its folder to PYTHONPATH, or run from "
+                "that folder)"
+            ) from None
+        sys.path.insert(0, root)
+        return call_factory(spec, root)
     except ImportError as err:
         raise CommandError(
             f"cannot import {module_name!r} for the factory {spec!r} ({err}); make the module "
