@@ -123,18 +123,23 @@ def machine() -> str:
     )
 
 
-def report(section: str, rows: list[dict[str, object]]) -> None:
-    """Print rows and merge them into results.json under ``section``."""
+def report(section: str, rows: list[dict[str, object]], facts: dict | None = None) -> None:
+    """Print rows and merge them into results.json under ``section``. ``facts`` are figures
+    that are not timings (bytes, estimates, each with its unit in its label), shown under the
+    table; the process's peak resident memory is always one of them."""
+    facts = {**(facts or {}), "peak RSS (MB)": round(peak_rss_mb(), 1)}
     for row in rows:
         print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()))
+    for label, value in facts.items():
+        print(f"  {label}: {value}")
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[section] = {"machine": machine(), "rows": rows}
+    data[section] = {"machine": machine(), "rows": rows, "facts": facts}
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
     MARKDOWN.write_text(render(data))
 
 
 def render(data: dict) -> str:
-    """results.json as markdown tables, one per section."""
+    """results.json as markdown tables, one per section, each followed by its facts."""
     lines = [
         "# Benchmark results",
         "",
@@ -153,4 +158,7 @@ def render(data: dict) -> str:
         for row in rows:
             lines.append("| " + " | ".join(str(row.get(k, "")) for k in keys) + " |")
         lines.append("")
+        facts = content.get("facts", {})
+        lines += [f"- {label}: {value}" for label, value in facts.items()]
+        lines += [""] * bool(facts)
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, plain_epoch, plain_passes, ratio_rows, ratio_to, report, rounds
+from _common import plain_epoch, plain_passes, ratio_rows, ratio_to, report, rounds
 
 from pyrouq import (
     ResidualCNN,
@@ -200,7 +200,6 @@ def main() -> None:
             "ratio_vs_plain": round(predict_ratios["ensemble"] * DRAWS / 4, 2),
         }
     )
-    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"ResidualCNN ({sum(p.numel() for p in net.parameters()):,} parameters), epochs of "
         f"{TRAIN_SIZE} MNIST images at batch {BATCH}; predict over {PREDICT_SIZE} images "

@@ -127,17 +127,17 @@ def main() -> None:
                 "seconds": round(two, 2),
                 "ratio_vs_plain": round(two / plain, 2),
             },
-            {"workload": "bytes all-reduced per step", "seconds": num_bytes},
-            *(
-                {
-                    "workload": f"estimate: ring all-reduce per step, {w} workers, "
-                    f"{LINK_GBIT:g} Gb/s (ms)",
-                    "seconds": round(ring_seconds(num_bytes, w) * 1e3, 2),
-                }
-                for w in (8, 64)
-            ),
-            {"workload": "one process's compute per step (ms)", "seconds": round(step * 1e3, 1)},
         ],
+        {
+            "bytes all-reduced per step": num_bytes,
+            **{
+                f"estimate: ring all-reduce per step, {w} workers, {LINK_GBIT:g} Gb/s (ms)": round(
+                    ring_seconds(num_bytes, w) * 1e3, 2
+                )
+                for w in (8, 64)
+            },
+            "one process's compute per step (ms)": round(step * 1e3, 1),
+        },
     )
 
 

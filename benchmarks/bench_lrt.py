@@ -24,7 +24,7 @@ import statistics
 import pyro
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, ratio_to, report, rounds
+from _common import ratio_to, report, rounds
 
 from pyrouq import (
     BayesianLeNet,
@@ -152,7 +152,6 @@ def main() -> None:
         }
         for name, ts in times.items()
     ]
-    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"One MNIST epoch, batch 512 ({args.reps} interleaved rounds after a warm-up; ratio = "
         "median of the per-round ratios):"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from _common import interleaved, peak_rss_mb, report
+from _common import interleaved, report
 from _peers import torch_uncertainty_available, tu_predict
 
 from pyrouq import BayesianLeNet, LeNet, load_mnist, mean_field_guide, predict
@@ -54,7 +54,6 @@ def main() -> None:
             row["torch_uncertainty_seconds"] = round(times["torch-uncertainty"], 3)
             row["torch_uncertainty_ratio"] = round(times["torch-uncertainty"] / times["plain"], 2)
         rows.append(row)
-    rows.append({"S": "peak RSS (MB)", "plain_seconds": round(peak_rss_mb(), 1)})
     print(
         "predict() over the 10k MNIST test images vs S plain LeNet forward passes (plain: "
         "nn.MaxPool2d, batches of 1024; plain_tuned: pyrouq's exact fast pool, batches of 512):"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 
 import torch
-from _common import peak_rss_mb, plain_epoch, ratio_to, report, rounds
+from _common import plain_epoch, ratio_to, report, rounds
 
 from pyrouq import LeNet, ResidualCNN, batchensemble, fit, load_mnist, mean_field_guide, rank1
 
@@ -63,7 +63,6 @@ def main() -> None:
                     "ratio_vs_batchensemble": round(vs_ensemble[workload], 2),
                 }
             )
-    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"Rank-1 vs BatchEnsemble (M = {MEMBERS}) vs plain epochs at batch {BATCH} "
         f"({REPS} interleaved rounds after a warm-up; ratio = median of per-round ratios):"

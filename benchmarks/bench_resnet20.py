@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, plain_epoch, ratio_rows, report, rounds
+from _common import plain_epoch, ratio_rows, report, rounds
 from torch import nn
 
 from pyrouq import batchensemble, bayesian, fit, load_mnist, mean_field_guide, predict
@@ -76,7 +76,6 @@ def main() -> None:
         reps=REPS,
     )
     rows += ratio_rows(predict_times, f"{DRAWS} plain passes", f" ({x.shape[0]} images)")
-    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"ResNet-20 ({sum(p.numel() for p in net.parameters()):,} parameters), epochs of "
         f"{BATCH * STEPS} MNIST images at batch {BATCH} ({REPS} interleaved rounds after a "

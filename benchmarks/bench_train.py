@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _common import peak_rss_mb, ratio_rows, report, rounds
+from _common import ratio_rows, report, rounds
 from _peers import torch_uncertainty_available, tu_train_epoch
 
 from pyrouq import BayesianLeNet, LeNet, batchensemble, fit, load_mnist, mean_field_guide
@@ -69,7 +69,6 @@ def main() -> None:
         print("(torch-uncertainty not importable: its bayesian_lenet is not timed)")
     times = rounds(workloads, reps=REPS)
     rows = ratio_rows(times, "plain LeNet")
-    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"One MNIST epoch, batch {BATCH} ({REPS} interleaved rounds after a warm-up; ratio = "
         "median "

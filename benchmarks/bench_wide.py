@@ -30,7 +30,6 @@ import statistics
 import torch
 from _common import (
     patched,
-    peak_rss_mb,
     plain_epoch,
     plain_passes,
     ratio_rows,
@@ -131,7 +130,6 @@ def main() -> None:
             "ratio_vs_plain": round(ratio_to(predict_times, "plain")["predict"], 2),
         }
     )
-    rows.append({"workload": "peak RSS (MB)", "seconds": round(peak_rss_mb(), 1)})
     print(
         f"resnet18, one-channel stem ({sum(p.numel() for p in _net().parameters()):,} "
         f"parameters), {STEPS} MNIST batches of {BATCH} ({REPS} interleaved rounds after a "
