@@ -19,6 +19,7 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 import torch
@@ -96,9 +97,11 @@ def _quantile(scores: Tensor, alpha: float) -> Tensor:
 
 
 def _rank(n: int, alpha: float) -> int:
-    """``ceil((n + 1)(1 - alpha))``, without the float product's round-up: (9 + 1) * (1 - 0.7)
-    is 3.0000000000000004 in floating point, whose ceiling would be 4, one score too high."""
-    return math.ceil(round((n + 1) * (1 - alpha), 9))
+    """``ceil((n + 1)(1 - alpha))``, computed exactly on alpha as written (its shortest decimal
+    form): in floating point (9 + 1) * (1 - 0.7) is 3.0000000000000004, whose ceiling would
+    be 4, one score too high, while alpha = 0.69999999999 must give 4, and an alpha just
+    below 1 the smallest score (rank 1)."""
+    return max(1, math.ceil((n + 1) * (1 - Fraction(repr(float(alpha))))))
 
 
 # --------------------------------------------------------------------------------------------

@@ -119,6 +119,14 @@ def test_the_threshold_rank_is_exact_where_the_float_product_rounds_up():
     preds = Predictions(torch.stack([probs, 1 - probs], -1)[None], torch.zeros(9).long())
     scores = (1 - probs).sort().values  # LAC: 1 - p_y
     assert conformal(preds, alpha=0.7, score="lac").threshold == pytest.approx(scores[2].item())
+    # a genuine fraction above 3 is not rounded away: (9 + 1) * 0.30000000001 -> k = 4
+    assert conformal(preds, alpha=0.69999999999, score="lac").threshold == pytest.approx(
+        scores[3].item()
+    )
+    # an alpha just below 1: k = 1, the smallest score (not k = 0, which read the largest)
+    assert conformal(preds, alpha=1 - 1e-11, score="lac").threshold == pytest.approx(
+        scores[0].item()
+    )
 
 
 def test_set_metrics_by_hand():
