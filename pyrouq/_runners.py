@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from pyrouq import _batchnorm as batchnorm
+from pyrouq import _own_models as own_models
 from pyrouq._util import has_latent_sites, rng_state, set_rng_state
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
 
@@ -26,19 +27,23 @@ def is_ensemble(model: nn.Module) -> bool:
     return isinstance(getattr(model, "num_members", None), int) and not has_latent_sites(model)
 
 
-def logits_of(model: Any, x: Tensor) -> Tensor:
-    """Run a model once and return its logits: the return value, or its ``"logits"`` site."""
-    trace = poutine.trace(model).get_trace(x)
+def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
+    """Run a Pyro model once and return its logits: its ``"logits"`` site when it records
+    one, else its return value. ``owner``: the model ``model`` wraps (a ``poutine`` handler),
+    whose name messages give and whose ``num_data`` makes room for ``x``."""
+    owner = model if owner is None else owner
+    with own_models.room_for(owner, x.shape[0]):
+        trace = poutine.trace(model).get_trace(x)
+    if "logits" in trace.nodes:
+        return trace.nodes["logits"]["value"]
     out = trace.nodes["_RETURN"]["value"]
-    if torch.is_tensor(out) and out.dim() >= 2:
-        return out
-    if "logits" not in trace.nodes:
+    if not torch.is_tensor(out) or out.dim() < 2:
         raise TypeError(
-            f"{type(model).__name__} returned {type(out).__name__} and recorded no 'logits' "
-            "site; predict() needs a model that returns logits (..., B, C) or records "
+            f"{own_models.name_of(owner)} returned {type(out).__name__} and recorded no "
+            "'logits' site; predict() needs a model that returns logits (..., B, C) or records "
             "pyro.deterministic('logits', ...)."
         )
-    return trace.nodes["logits"]["value"]
+    return out
 
 
 def _sampled_directly(guide: Any) -> bool:
@@ -105,8 +110,10 @@ def bayesian_runner(
     parallel: bool,
     batch_size: int,
     refit: tuple[list[batchnorm.Norm], Callable[[], list[Tensor]]] | None = None,
+    what: str = "the guide",
 ):
-    """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws),
+    """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws;
+    ``what`` names them in messages: "the guide" or "posterior_samples"),
     then evaluate every input batch under them, ``chunk`` draws per pass so that at most
     ``max(batch_size, B)`` (input, draw) pairs are evaluated at once. With ``refit`` (the
     BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
@@ -123,7 +130,7 @@ def bayesian_runner(
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
             return direct(x, data)  # type: ignore[no-any-return]
-        return logits_of(poutine.condition(model, data=data), x)
+        return logits_of(poutine.condition(model, data=data), x, model)
 
     def draw(s: int) -> dict[str, Tensor]:
         return {k: v[s] for k, v in draws.items()}
@@ -131,9 +138,11 @@ def bayesian_runner(
     def run(x: Tensor) -> Tensor:
         if not draws:
             drawn = source(x)
-            check_draws(model, drawn, "predict()")
             if direct is not None:  # the model's latent sites only (autoguides add others)
+                check_draws(model, drawn, "predict()", what)
                 drawn = {site: drawn[site] for site in model.latent_sites()}
+            else:  # a model of the user's own: its latent sites, read off a trace
+                drawn = own_models.fitting_draws(model, drawn, x, "predict()", what)
             draws.update(drawn)
             if refit is not None:
                 inputs = refit[1]()

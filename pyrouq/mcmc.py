@@ -510,16 +510,19 @@ def _record(sampler: Any, seen: dict[str, Any]) -> None:
 def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
     """``{site: (S, *shape)}`` from an :class:`MCMCResult` or a dict of stacked draws, checked
     against the model's latent sites (every site, one S for all)."""
+    from pyrouq._own_models import unpadded
     from pyrouq.infer.guide import check_draws
 
     if isinstance(source, MCMCResult):
         draws = source.draws()
+    elif isinstance(source, pyro.infer.MCMC):  # a run of Pyro's own: every chain's draws
+        draws = {site: value.detach() for site, value in source.get_samples().items()}
     elif isinstance(source, dict) and all(torch.is_tensor(v) for v in source.values()):
         draws = dict(source)
     else:
         raise TypeError(
-            f"Expected posterior_samples to be an MCMCResult or a dict {{site: (S, ...)}} of "
-            f"tensors, got {type(source).__name__}."
+            "Expected posterior_samples to be an MCMCResult, a pyro.infer.MCMC run or a dict "
+            f"{{site: (S, ...)}} of tensors, got {type(source).__name__}."
         )
     for site, value in draws.items():
         if value.dim() == 0 or value.shape[0] == 0:
@@ -534,5 +537,9 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
         raise ValueError(
             f"posterior_samples must give every site the same number S of draws, got {counts}."
         )
+    sites = getattr(model, "latent_sites", None)
+    if callable(sites):  # Predictive's plate padding dropped (a model of the user's own: later)
+        shapes = sites()
+        draws = {k: unpadded(v, tuple(shapes[k])) if k in shapes else v for k, v in draws.items()}
     check_draws(model, draws, "predict()", source="posterior_samples")
     return draws

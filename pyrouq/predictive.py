@@ -245,10 +245,13 @@ def predict(
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass.
-    posterior_samples : MCMCResult or dict, optional
-        Draws from anywhere instead of a guide: an :class:`~pyrouq.mcmc.MCMCResult` (every
-        chain's draws, chain after chain) or ``{site: (S, *shape)}`` with one S for every
-        latent site. S is then their number (leave ``guide`` and ``num_samples`` out).
+    posterior_samples : MCMCResult, pyro.infer.MCMC or dict, optional
+        Draws from anywhere instead of a guide: an :class:`~pyrouq.mcmc.MCMCResult` or a
+        ``pyro.infer.MCMC`` run (every chain's draws, chain after chain) or ``{site: (S,
+        *shape)}`` with one S for every latent site (``pyro.infer.Predictive``'s output too:
+        its other sites are left out, its padding of a site's draws to the model's plates,
+        ``(S, 1, *shape)``, dropped). S is then their number (leave ``guide`` and
+        ``num_samples`` out).
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
@@ -337,7 +340,7 @@ def predict(
                 fixed = posterior_draws(posterior_samples, model)
                 count = int(next(iter(fixed.values())).shape[0])
                 run = _runners.bayesian_runner(
-                    model, lambda x: fixed, count, parallel, batch_size, refit
+                    model, lambda x: fixed, count, parallel, batch_size, refit, "posterior_samples"
                 )
             elif guide is not None:
                 check_guide(model, guide, "predict()")

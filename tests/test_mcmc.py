@@ -179,7 +179,7 @@ def test_a_learned_noise_warns_that_nuts_holds_it():
         (lambda: mcmc(nn.Linear(2, 1), *_data(), num_samples=5, warmup_steps=5), TypeError,
          r"mcmc\(\) samples a pyrouq Bayesian model .*got Linear"),
         (lambda: predict(bayesian(nn.Linear(2, 1)), _data()[0], posterior_samples=[1]),
-         TypeError, r"Expected posterior_samples to be an MCMCResult or a dict"),
+         TypeError, r"Expected posterior_samples to be an MCMCResult, a pyro.infer.MCMC run or a dict"),
     ],
 )  # fmt: skip
 def test_mcmc_refuses_bad_input(call, error, pattern):

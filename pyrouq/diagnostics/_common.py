@@ -141,16 +141,6 @@ def _replayed_draws(
         yield s, guide_trace, model_trace
 
 
-def _check_guide_covers(model_trace: poutine.Trace, guide_trace: poutine.Trace) -> None:
-    missing = [n for n in _latent_sites(model_trace) if n not in guide_trace.nodes]
-    if missing:
-        raise ValueError(
-            f"The model's latent site(s) {missing} are missing from the guide, so they would "
-            "be drawn from the prior. Build the guide for this model (mean_field_guide(model) "
-            "or pyro.infer.autoguide.AutoNormal(model))."
-        )
-
-
 @contextlib.contextmanager
 def _prepared(model: Any, num_points: int) -> Iterator[None]:
     """Evaluation mode, and a pyrouq model's ``num_data`` set to ``num_points`` (scale N/B = 1),

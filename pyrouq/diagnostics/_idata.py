@@ -12,6 +12,7 @@ from pyro import poutine
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
+from pyrouq._own_models import check_traces_match
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._util import check_count, check_int, has_latent_sites, module_device
 from pyrouq.infer.guide import check_draws, check_guide
@@ -26,7 +27,6 @@ from pyrouq.diagnostics._common import (
     GUIDE_DRAWS,
     _arviz,
     _check_data,
-    _check_guide_covers,
     _check_labels,
     _check_var_names,
     _latent_sites,
@@ -228,6 +228,14 @@ def to_inference_data(
     """
     fn = "to_inference_data()"
     az = _arviz()
+    for what, value in (("model", model), ("guide", guide)):
+        if isinstance(value, pyro.infer.MCMC):
+            raise TypeError(
+                f"{fn}: got a pyro.infer.MCMC run as the {what}; it exports pyrouq's "
+                "MCMCResult (pyrouq.mcmc(model, x, y)) as to_inference_data(result). For a "
+                "pyro.infer.MCMC run use arviz.from_pyro(mcmc), or predict its draws with "
+                "pyrouq.predict(model, x, posterior_samples=mcmc.get_samples())."
+            )
     result = model if isinstance(model, MCMCResult) else None
     if result is not None:
         model, x, y = result.model, result.x if x is None else x, result.y if y is None else y
@@ -459,7 +467,7 @@ def _export_pyro(
             model, guide, x, y, num_samples, "to_inference_data()"
         ):
             if s == 0:
-                _check_guide_covers(model_trace, guide_trace)
+                check_traces_match(model_trace, guide_trace, "to_inference_data()", model)
                 keep = _check_var_names(var_names, list(_latent_sites(model_trace)))
             site = model_trace.nodes.get("obs")
             if site is None or site["type"] != "sample" or not site["is_observed"]:

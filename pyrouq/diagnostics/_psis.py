@@ -14,6 +14,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyrouq._own_models import check_traces_match
 from pyrouq._util import check_count, check_int, module_device
 from pyrouq.infer.guide import check_guide
 
@@ -30,7 +31,6 @@ from pyrouq.diagnostics._common import (
     MIN_PSIS_SAMPLES,
     _arviz,
     _check_data,
-    _check_guide_covers,
     _latent_sites,
     _prepared,
     _replayed_draws,
@@ -233,7 +233,7 @@ def psis_diagnostic(
     with _prepared(model, n):
         for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples, fn):
             if s == 0:
-                _check_guide_covers(model_trace, guide_trace)
+                check_traces_match(model_trace, guide_trace, fn, model)
                 if not _latent_sites(model_trace):
                     raise ValueError(
                         f"{fn}: {type(model).__name__} has no latent sites, so there is no "

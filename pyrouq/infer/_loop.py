@@ -31,7 +31,6 @@ from pyrouq.infer._training import (
     unpack_batch,
 )
 from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
-from pyrouq.likelihoods import Categorical
 
 _SUMS = 5
 """Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
@@ -167,6 +166,7 @@ class Loop:
         metadata: Any,
         callbacks: Sequence[Callable[[EpochRecord], Any]],
         group: _distributed.Group,
+        likelihood: Any,
     ):
         self.model, self.guide, self.loader = model, guide, loader
         self.guide_fn = guide if guide is not None else _empty_guide
@@ -179,7 +179,7 @@ class Loop:
         self.scheduled = lr_schedule != "constant" and total_steps > 0  # unsized: no plan
         self.check_batches = num_classes is not False
         self.num_classes = num_classes if num_classes is not False else None
-        self.likelihood = getattr(model, "likelihood", None) or Categorical()
+        self.likelihood = likelihood
         self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
         self.group = group
         self.params = [p for g in optimizer.param_groups for p in g["params"]]

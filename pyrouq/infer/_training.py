@@ -17,6 +17,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import nn
 
+from pyrouq._own_models import check_traces_match
 from pyrouq._util import (
     bad_rows,
     describe_batch,
@@ -266,15 +267,27 @@ def training_state(
     }
 
 
+class OwnTargets:
+    """The likelihood fit() assumes for a Pyro model of the user's own that has real-valued
+    targets (a regression written in Pyro, as in Pyro's Bayesian-regression tutorial): the
+    targets are the model's to judge (its distributions validate them), and there is no
+    training accuracy to count."""
+
+    def target_problem(self, y: torch.Tensor, num_outputs: int | None) -> str | None:
+        return None
+
+
 class Probe:
     """What fit learns from a couple of training examples before it builds the optimizer:
     the number of classes of a model that does not state it (for the label checks), and the
-    parameters of a guide that creates them on its first call (Pyro's autoguides)."""
+    parameters created on the first call, by a guide (Pyro's autoguides) or by a Pyro model
+    of the user's own (``pyro.param`` in its forward); such a model's sites are checked
+    against the guide's, as Pyro's ``Trace_ELBO`` validates them."""
 
     def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
-        self.likelihood = getattr(model, "likelihood", None) or Categorical()
+        self.likelihood: Any = getattr(model, "likelihood", None) or Categorical()
         self.num_classes: int | None = getattr(model, "num_classes", None)
-        self.guide_params: list[torch.Tensor] = []
+        self.guide_params: list[torch.Tensor] = []  # and those of a user's model
         categorical = isinstance(self.likelihood, Categorical)
         needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
@@ -288,7 +301,9 @@ class Probe:
         if batch is None:
             return
         device = module_device(model, guide)
-        x, y = (t.to(device) if device is not None else t for t in batch)
+        x, y, rows = *(t.to(device) if device is not None else t for t in batch[:2]), batch[2]
+        if foreign and getattr(model, "likelihood", None) is None and y.dtype.is_floating_point:
+            self.likelihood = OwnTargets()
         x = model_input(x, model, "fit()")
         was = modes(model)
         model.eval()
@@ -305,25 +320,43 @@ class Probe:
                             "loader's inputs (shape, channels, flattening); nothing was trained."
                         ) from err
             if foreign:
-                _check_scaled(model, x, y)
+                _check_scaled(model, x, y, rows)
             if lazy_guide:
                 with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
                     guide(x, y)
-                self.guide_params = [
-                    site["value"].unconstrained()  # type: ignore[union-attr]
-                    for site in capture.trace.nodes.values()
-                ]
+                self.guide_params = _unconstrained(capture.trace)
+            if foreign:
+                self.guide_params += _own_model_params(model, guide, x, y)
         finally:
             restore_modes(was)
 
 
-def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+def _unconstrained(trace: Any) -> list[torch.Tensor]:
+    """The tensors an optimizer updates of the ``pyro.param`` sites of a param-only trace."""
+    return [site["value"].unconstrained() for site in trace.nodes.values()]
+
+
+def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor) -> list:
+    """The parameters a Pyro model of the user's own creates with ``pyro.param`` as it runs
+    (trained with the rest, as Pyro's SVI does), once its sites are checked against the
+    guide's: a latent site the guide lacks or gives another shape is refused here."""
+    guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
+    run = model if guide_trace is None else poutine.replay(model, trace=guide_trace)
+    with poutine.trace(param_only=True) as capture:
+        model_trace = poutine.trace(run).get_trace(x, y)
+    if guide_trace is not None:
+        check_traces_match(model_trace, guide_trace, "fit()", model)
+    return _unconstrained(capture.trace)
+
+
+def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, rows: int | None) -> None:
     """Warn when a Pyro model of the user's own observes a minibatch without the factor N/B
     (``pyro.plate("data", B)`` instead of ``pyro.plate("data", N, subsample_size=B)``): its
     likelihood then counts as if the batch were the whole data set, and the KL outweighs it
-    N/B times."""
+    N/B times. ``x, y`` are two examples; ``rows``, the loader's batch size where known: a
+    batch of the whole data set needs no factor."""
     num_data = getattr(model, "num_data", None)
-    if not num_data or num_data <= x.shape[0]:
+    if not num_data or num_data <= x.shape[0] or (rows is not None and rows >= num_data):
         return
     try:
         trace = poutine.trace(model).get_trace(x, y)
@@ -344,14 +377,15 @@ def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
         )
 
 
-def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader."""
+def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int | None] | None:
+    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader, and
+    the number of examples of its batches (the first one's; None where unknown)."""
     dataset = getattr(loader, "dataset", None)
     try:
         items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
         xs = torch.stack([torch.as_tensor(item[0]) for item in items])
         ys = torch.stack([torch.as_tensor(item[1]) for item in items])
-        return xs, ys
+        return xs, ys, getattr(loader, "batch_size", None)
     except Exception:
         pass
     state = loader_rng_state(loader)
@@ -363,7 +397,7 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
         if state is not None:
             set_loader_rng_state(loader, state)
     x, y = unpack_batch(batch, 1, 1)  # what the first step would refuse, refused now
-    return x[:2], y[:2]
+    return x[:2], y[:2], x.shape[0]
 
 
 def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:

@@ -340,6 +340,7 @@ def fit(
             metadata=metadata,
             callbacks=callbacks,
             group=group,
+            likelihood=probe.likelihood,
         )
         if resume is not None:
             loop.resume(resume)

@@ -1,0 +1,153 @@
+"""Pyro models of the user's own (a ``PyroModule`` with ``PyroSample`` priors written by hand,
+a model function): pyrouq's models state their latent sites (``latent_sites()``); these have
+theirs read off a trace. What :func:`pyrouq.predict`, :func:`pyrouq.fit` and the diagnostics
+check of such a model's guide and draws, as Pyro's ``Trace_ELBO`` validates them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import torch
+from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+from pyro.util import check_model_guide_match
+from torch import Tensor
+
+from pyrouq._util import has_latent_sites, rng_state, set_rng_state
+
+
+def name_of(model: Any) -> str:
+    """A model's name for messages: a function's own name, else its class's."""
+    return getattr(model, "__name__", None) or type(model).__name__
+
+
+def is_own(model: Any) -> bool:
+    """Whether ``model`` is a Pyro model of the user's own (not one pyrouq built)."""
+    return not callable(getattr(model, "latent_sites", None))
+
+
+@contextlib.contextmanager
+def room_for(model: Any, rows: int) -> Iterator[None]:
+    """While predictions run on ``rows`` inputs, a model of the user's own whose ``num_data``
+    is smaller gets ``num_data = rows``: ``pyro.plate("data", self.num_data,
+    subsample_size=len(x))`` (the README's recipe, with ``num_data`` set by ``fit()`` to the
+    training set's size) refuses a batch larger than the data set, and predictions read the
+    logits only, which the plate's scale does not touch."""
+    num_data = getattr(model, "num_data", None)
+    if not isinstance(num_data, int) or has_latent_sites(model) or num_data >= rows:
+        yield
+        return
+    model.num_data = rows
+    try:
+        yield
+    finally:
+        model.num_data = num_data
+
+
+def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]]:
+    """``{site: shape}`` of the latent sites of a model of the user's own that posterior draws
+    must give, read off one run on ``x`` under its priors (the random state is kept as it
+    was): its unobserved sample sites, less those of one value per input (inside a plate over
+    the rows of ``x``: the likelihood ``"obs"``, which is not observed without targets, and
+    any local latent variable, drawn from its prior for new inputs)."""
+    state = rng_state(x.device)
+    try:
+        with torch.no_grad(), room_for(model, x.shape[0]):
+            trace = poutine.trace(model).get_trace(x)
+    finally:
+        set_rng_state(x.device, state)
+    rows = x.shape[0]
+    sites = {}
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+            continue
+        batch_shape = site["fn"].batch_shape
+        per_row = any(
+            frame.dim is not None
+            and -frame.dim <= len(batch_shape)
+            and batch_shape[frame.dim] == rows
+            for frame in site["cond_indep_stack"]
+        )
+        if not per_row:
+            sites[name] = tuple(site["value"].shape)
+    return sites
+
+
+def fitting_draws(
+    model: Any,
+    draws: dict[str, Tensor],
+    x: Tensor,
+    caller: str,
+    source: str,
+) -> dict[str, Tensor]:
+    """The draws ``{site: (S, *shape)}`` to run a model of the user's own under: those of its
+    latent sites (:func:`traced_latent_sites`), each ``(S, *shape)``. Other sites are left
+    out (``pyro.infer.Predictive`` gives ``"obs"`` and recorded ``"logits"`` too, computed on
+    other inputs); leading dims of size 1 after S (``Predictive`` pads draws to the model's
+    plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
+    model would draw it from its prior, or broadcast it, without a word."""
+    expected = traced_latent_sites(model, x)
+    kept = {}
+    for site, shape in expected.items():
+        value = draws.get(site)
+        if value is None:
+            _refuse(model, f"the model's latent site {site!r} {shape} is not in it", caller, source)
+        value = unpadded(value, shape)
+        got = tuple(value.shape[1:])
+        if got != shape:
+            problem = f"site {site!r} has shape {got} there but {shape} in the model"
+            _refuse(model, problem, caller, source)
+        kept[site] = value
+    return kept
+
+
+def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Draws ``(S, 1, ..., 1, *shape)`` as ``(S, *shape)``: ``pyro.infer.Predictive`` pads a
+    global site's draws with a dim of size 1 per plate of the model. Other shapes as given."""
+    got = tuple(value.shape[1:])
+    extra = len(got) - len(shape)
+    if extra > 0 and got[extra:] == shape and all(d == 1 for d in got[:extra]):
+        return value.reshape(value.shape[0], *shape)
+    return value
+
+
+def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: Any) -> None:
+    """Refuse a guide's trace that misses a latent site of the model's trace replayed on it, or
+    gives one another shape than the model's prior (Pyro's own check, which also warns of
+    guide sites the model does not have)."""
+    missing = [
+        name
+        for name, site in model_trace.nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and not site_is_subsample(site)
+        and name not in guide_trace.nodes
+    ]
+    if missing:
+        _refuse(
+            model,
+            f"the model's latent site(s) {missing} are missing from the guide, so they would "
+            "be drawn from the prior",
+            caller,
+        )
+    try:
+        check_model_guide_match(model_trace, guide_trace)
+    except ValueError as err:
+        _refuse(model, str(err).rstrip("."), caller)
+
+
+def _refuse(model: Any, problem: str, caller: str, source: str | None = None) -> NoReturn:
+    """Refuse draws (``source``: "the guide" or "posterior_samples") or, without a source, a
+    guide's trace."""
+    any_model = "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)"
+    if source is None:
+        lead, fix = "the guide does not fit", f"Pass a guide built for this model {any_model}"
+    else:
+        lead = f"{source} {'do' if source == 'posterior_samples' else 'does'} not fit"
+        fix = (
+            f"Pass the guide fitted with this model {any_model}, or posterior draws "
+            "{site: (S, *shape)} of its latent sites"
+        )
+    raise ValueError(f"{caller}: {lead} {name_of(model)}: {problem}. {fix}.")

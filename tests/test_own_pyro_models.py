@@ -1,0 +1,224 @@
+"""Pyro models written by hand (PyroSample priors, pyro.param, model functions) with Pyro's
+autoguides, Predictive and MCMC, through pyrouq's fit(), predict() and diagnostics."""
+
+from __future__ import annotations
+
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torch.nn.functional as F
+from pyro.infer import MCMC, NUTS, Predictive
+from pyro.infer.autoguide import AutoNormal
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
+
+import pyrouq
+
+
+class BNN(PyroModule):
+    """A classifier as in Pyro's own tutorials: PyroSample weights, obs in a subsampled plate."""
+
+    def __init__(self, record_logits: bool = False, returns: str = "logits"):
+        super().__init__()
+        self.fc1 = PyroModule[nn.Linear](4, 8)
+        self.fc1.weight = PyroSample(dist.Normal(0.0, 1.0).expand([8, 4]).to_event(2))
+        self.fc1.bias = PyroSample(dist.Normal(0.0, 1.0).expand([8]).to_event(1))
+        self.fc2 = PyroModule[nn.Linear](8, 3)
+        self.fc2.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 8]).to_event(2))
+        self.fc2.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        self.num_data = 48
+        self.record_logits, self.returns = record_logits, returns
+
+    def forward(self, x, y=None):
+        logits = self.fc2(F.relu(self.fc1(x)))
+        if self.record_logits:
+            pyro.deterministic("logits", logits)
+        with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+            obs = pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return {"logits": logits, "probs": logits.softmax(-1), "obs": obs}[self.returns]
+
+
+def data(n=48, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def fitted(model=None, epochs=2):
+    x, y = data()
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    model = model or BNN()
+    guide = AutoNormal(model)
+    pyrouq.fit(
+        model,
+        guide,
+        [(x[:24], y[:24]), (x[24:], y[24:])],
+        epochs=epochs,
+        num_data=48,
+        progress=False,
+    )
+    return model, guide
+
+
+def drop_site(guide, site):
+    return pyro.poutine.block(guide, hide=[site])  # its draws lack the site
+
+
+def test_a_guide_missing_a_site_or_of_another_shape_is_refused_not_drawn_from_the_prior():
+    model, guide = fitted()
+    x, _ = data()
+    with pytest.raises(ValueError) as err:
+        pyrouq.predict(model, x, drop_site(guide, "fc2.bias"), progress=False)
+    assert "predict(): the guide does not fit BNN: the model's latent site 'fc2.bias' (3,) is " in (
+        str(err.value)
+    )
+    assert "AutoNormal(model) is one for any Pyro model" in str(err.value)
+    draws = Predictive(model, guide=guide, num_samples=4, return_sites=["fc1.weight"])(x)
+    with pytest.raises(ValueError, match=r"posterior_samples do not fit BNN: the model's latent"):
+        pyrouq.predict(model, x, posterior_samples=draws, progress=False)
+    draws = Predictive(model, guide=guide, num_samples=4)(x)
+    draws["fc2.bias"] = draws["fc2.bias"][..., :1]
+    with pytest.raises(ValueError, match=r"site 'fc2.bias' has shape \(1, 1\) there but \(3,\)"):
+        pyrouq.predict(model, x, posterior_samples=draws, progress=False)
+
+
+def test_fit_refuses_a_guide_of_another_shape_before_training():
+    class Narrow(PyroModule):
+        def forward(self, x, y=None):
+            pyro.sample("fc1.weight", dist.Normal(torch.zeros(8, 4), 1.0).to_event(2))
+            pyro.sample("fc1.bias", dist.Normal(torch.zeros(8), 1.0).to_event(1))
+            pyro.sample("fc2.weight", dist.Normal(torch.zeros(3, 8), 1.0).to_event(2))
+            pyro.sample("fc2.bias", dist.Normal(torch.zeros(1), 1.0).to_event(1))
+
+    x, y = data()
+    model = BNN()
+    with pytest.raises(ValueError) as err:
+        pyrouq.fit(model, Narrow(), [(x, y)], epochs=1, num_data=48, progress=False)
+    assert "fit(): the guide does not fit BNN: Model and guide shapes disagree at site " in str(
+        err.value
+    )
+    assert "'fc2.bias': torch.Size([3]) vs torch.Size([1])" in str(err.value)
+
+
+def test_predictive_output_predicts_the_new_inputs_under_its_latent_draws_only():
+    model, guide = fitted(BNN(record_logits=True))
+    x, _ = data()
+    new = torch.randn(10, 4)
+    draws = Predictive(model, guide=guide, num_samples=5)(x)  # with "obs" and "logits" of x
+    assert draws["fc1.weight"].shape == (5, 1, 8, 4)  # padded to the model's one plate
+    assert draws["logits"].shape == (5, 1, 48, 3)  # of x, not of the new inputs
+    preds = pyrouq.predict(model, new, posterior_samples=draws, progress=False)
+    assert preds.probs.shape == (5, 10, 3)
+    # by hand: each draw's network on the new inputs
+    w1, b1 = draws["fc1.weight"][:, 0], draws["fc1.bias"][:, 0]
+    w2, b2 = draws["fc2.weight"][:, 0], draws["fc2.bias"][:, 0]
+    hidden = F.relu(torch.einsum("ni,shi->snh", new, w1) + b1[:, None])
+    expected = (torch.einsum("snh,sch->snc", hidden, w2) + b2[:, None]).softmax(-1)
+    torch.testing.assert_close(preds.probs, expected)
+
+
+def test_a_recorded_logits_site_is_read_before_the_return_value():
+    model, guide = fitted(BNN(record_logits=True, returns="probs"))
+    x, _ = data()
+    pyro.set_rng_seed(1)
+    preds = pyrouq.predict(model, x, guide, num_samples=3, progress=False)
+    model.returns = "logits"  # the same draws, the logits returned
+    pyro.set_rng_seed(1)
+    expected = pyrouq.predict(model, x, guide, num_samples=3, progress=False)
+    torch.testing.assert_close(preds.probs, expected.probs)  # not a softmax of probabilities
+
+
+def test_predict_takes_batches_larger_than_the_training_set_of_a_subsampling_model():
+    model, guide = fitted()
+    x = torch.randn(100, 4)  # num_data is 48: pyro.plate(..., 48, subsample_size=100) alone fails
+    preds = pyrouq.predict(model, x, guide, num_samples=3, progress=False)
+    assert preds.probs.shape == (3, 100, 3)
+    assert model.num_data == 48  # put back
+    pyro.set_rng_seed(0)
+    whole = pyrouq.predict(model, x, guide, num_samples=3, progress=False)
+    pyro.set_rng_seed(0)
+    parts = pyrouq.predict(model, x, guide, num_samples=3, batch_size=40, progress=False)
+    torch.testing.assert_close(whole.probs, parts.probs)
+
+
+def test_fit_trains_the_pyro_params_a_model_creates():
+    class Biased(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = PyroModule[nn.Linear](4, 3)
+            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
+
+        def forward(self, x, y=None):
+            logits = x @ self.fc.weight.T + pyro.param("class_bias", torch.zeros(3))
+            with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    x = torch.randn(60, 4)
+    y = torch.full((60,), 2)  # every label class 2: the bias must grow for class 2
+    pyro.clear_param_store()
+    model = Biased()
+    pyrouq.fit(model, AutoNormal(model), [(x[:30], y[:30]), (x[30:], y[30:])], epochs=5, num_data=60,
+               lr=0.1, progress=False, seed=0)  # fmt: skip
+    bias = pyro.param("class_bias").detach()
+    assert bias[2] > bias[0] + 1.0 and bias[2] > bias[1] + 1.0
+
+
+def test_fit_takes_pyros_bayesian_regression_with_real_targets_and_full_batches():
+    class BayesianRegression(PyroModule):  # as in Pyro's tutorial
+        def __init__(self):
+            super().__init__()
+            self.linear = PyroModule[nn.Linear](3, 1)
+            self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 3]).to_event(2))
+            self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
+
+        def forward(self, x, y=None):
+            sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
+            mean = self.linear(x).squeeze(-1)
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
+            return mean
+
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(40)
+    pyro.clear_param_store()
+    model = BayesianRegression()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one batch of all N: no warning about the N/B scale
+        result = pyrouq.fit(model, AutoNormal(model), [(x, y)], epochs=60, num_data=40, lr=0.05,
+                            kl_weight=1.0, progress=False, seed=0)  # fmt: skip
+    assert result.history[-1].loss < result.history[0].loss
+    assert torch.isnan(torch.tensor(result.history[-1].train_acc))  # no accuracy to count
+
+
+def test_pyro_mcmc_runs_are_predicted_and_refused_by_to_inference_data_with_the_fix():
+    class Linear(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = PyroModule[nn.Linear](4, 3)
+            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
+            self.fc.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+
+        def forward(self, x, y=None):
+            logits = self.fc(x)
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    x, y = data(30)
+    pyro.set_rng_seed(0)
+    model = Linear()
+    run = MCMC(NUTS(model), num_samples=6, warmup_steps=6, disable_progbar=True)
+    run.run(x, y)
+    preds = pyrouq.predict(model, x, posterior_samples=run, progress=False)
+    samples = run.get_samples()
+    expected = torch.einsum("ni,sci->snc", x, samples["fc.weight"]) + samples["fc.bias"][:, None]
+    torch.testing.assert_close(preds.probs, expected.softmax(-1))
+    with pytest.raises(TypeError, match=r"got a pyro.infer.MCMC run as the model; .*from_pyro"):
+        pyrouq.to_inference_data(run, x=x, y=y)
+    with pytest.raises(TypeError, match=r"got a pyro.infer.MCMC run as the guide"):
+        pyrouq.to_inference_data(model, run, x, y)
