@@ -73,6 +73,10 @@ class MCMCResult:
     model, x, y : optional
         The model and the data the chains ran on (not saved by :func:`pyrouq.save`; pass them
         to :func:`pyrouq.to_inference_data` after a :func:`pyrouq.load`).
+    metadata : dict
+        JSON values of the caller's: ``pyrouq.save(path, result, metadata=...)`` stores them
+        (``result.metadata`` when that argument is left out) and :func:`pyrouq.load` gives
+        them back here.
     """
 
     samples: dict[str, Tensor]
@@ -83,6 +87,7 @@ class MCMCResult:
     model: Any = None
     x: Tensor | None = None
     y: Tensor | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_chains(self) -> int:

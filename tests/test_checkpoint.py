@@ -273,6 +273,76 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, mnist_small):
         torch.testing.assert_close(value, want[key], rtol=1e-6, atol=1e-7, msg=key)
 
 
+def test_callbacks_that_draw_or_read_the_loader_leave_the_training_and_its_resume_exact(
+    tmp_path, mnist_small
+):
+    train, x_test, _ = mnist_small
+
+    def run(callbacks, **kwargs):
+        pyro.set_rng_seed(0)
+        model = small_mlp()
+        guide = mean_field_guide(model)
+        loader = loader_like(train)
+        monitor = [lambda r: predict(model, x_test, guide, num_samples=2, progress=False),
+                   lambda r: sum(1 for _ in loader)]  # fmt: skip
+        result = fit(model, guide, loader, epochs=3, progress=False, seed=1,
+                     callbacks=monitor if callbacks else [], **kwargs)  # fmt: skip
+        return history_values(result), params_of(model, guide)
+
+    quiet, want = run(callbacks=False)
+    watched, got = run(callbacks=True)
+    assert watched == quiet
+    assert all(torch.equal(got[k], v) for k, v in want.items())
+    path = tmp_path / "run.pt"  # stopped after epoch 1 (a crash), then resumed: the same run
+    pyro.set_rng_seed(0)
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    loader = loader_like(train)
+    with pytest.raises(TrainingInterrupted):
+        fit(model, guide, loader, epochs=3, progress=False, seed=1, checkpoint=path,
+            callbacks=[lambda r: predict(model, x_test, guide, num_samples=2, progress=False),
+                       StopAfter(1)])  # fmt: skip
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    resumed = fit(model, guide, loader_like(train), epochs=3, progress=False, resume_from=path)
+    assert history_values(resumed) == quiet
+    assert all(torch.equal(params_of(model, guide)[k], v) for k, v in want.items())
+
+
+def test_fit_refuses_a_checkpoint_path_it_cannot_write_before_training(tmp_path):
+    x, y = torch.randn(32, 784), torch.randint(0, 10, (32,))
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    before = params_of(model, guide)
+    (tmp_path / "a_file").write_text("")
+    for path, message in [
+        (tmp_path, r"fit\(checkpoint=...\) needs a file path, got the folder .*checkpoint.pt"),
+        (tmp_path / "a_file" / "run.pt", r"cannot write .*: '.*a_file' is a file, not a folder"),
+    ]:
+        with pytest.raises(CheckpointError, match=message):
+            fit(model, guide, [(x, y)], num_data=32, epochs=1, progress=False, checkpoint=path)
+    assert all(torch.equal(params_of(model, guide)[k], v) for k, v in before.items())
+    finished = tmp_path / "runs" / "done.pt"  # a missing folder is made
+    fit(model, guide, [(x, y)], num_data=32, epochs=2, progress=False, checkpoint=finished)
+    with pytest.raises(ValueError) as err:
+        fit(model, guide, [(x, y)], num_data=32, epochs=2, progress=False, resume_from=finished)
+    assert "completed 2 epochs, but epochs=2: it finished the run it was planned for (2 " in (
+        str(err.value)
+    )
+    assert "pass a larger total, e.g. epochs=3" in str(err.value)
+
+
+def test_the_num_data_a_model_was_built_with_survives_a_checkpoint(tmp_path):
+    def net():
+        return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+
+    model = bayesian(net(), num_data=1000)
+    batches = [(torch.randn(8, 4), torch.randint(0, 3, (8,)))]
+    back = load(save(tmp_path / "m.pt", model, mean_field_guide(model)), module=net())
+    assert back.model.given_num_data == 1000
+    assert fit(back.model, back.guide, batches, epochs=1, progress=False).num_data == 1000
+
+
 def test_resume_from_the_middle_of_an_epoch(tmp_path, mnist_small):
     train, _, _ = mnist_small
     pyro.set_rng_seed(0)

@@ -125,11 +125,16 @@ def _worker(rank: int, kind: str, init: str, out: str) -> None:
         model, guide = _build(kind)
         resumed = fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=4, progress=False,
                       seed=0, resume_from=checkpoint)  # fmt: skip
+        resumed_state = _state(model, guide)
+        # (5) no seed: the ranks, seeded alike for one initial model, get streams of their own
+        model, guide = _build(kind)
+        fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False)
         torch.save(
             {"one_step": one, "after_20": after_20, "seen": loader.seen, "len": len(loader),
-             "sampled": sampled, "at_2": at_2, "resumed": _state(model, guide),
+             "sampled": sampled, "at_2": at_2, "resumed": resumed_state,
              "losses": [(r.loss, r.seconds) for r in first.history],
-             "resumed_losses": [(r.loss, r.seconds) for r in resumed.history]},
+             "resumed_losses": [(r.loss, r.seconds) for r in resumed.history],
+             "unseeded_stream": torch.rand(4)},
             Path(out) / f"rank{rank}.pt",
         )  # fmt: skip
     finally:
@@ -162,6 +167,7 @@ def test_two_ranks_train_as_one_process(kind, tmp_path):
     for r in ranks:  # the resumed history starts with the epochs rank 0 checkpointed (its
         assert len(r["resumed_losses"]) == 4  # timings too: they are read, not measured again)
         assert r["resumed_losses"][:2] == ranks[0]["losses"]
+    assert not torch.equal(ranks[0]["unseeded_stream"], ranks[1]["unseeded_stream"])
     for epoch in range(10):  # each epoch: disjoint halves that cover the data
         halves = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]) for r in ranks]
         assert set(halves[0].tolist()).isdisjoint(halves[1].tolist())

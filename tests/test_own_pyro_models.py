@@ -161,8 +161,9 @@ def test_fit_trains_the_pyro_params_a_model_creates():
     y = torch.full((60,), 2)  # every label class 2: the bias must grow for class 2
     pyro.clear_param_store()
     model = Biased()
-    pyrouq.fit(model, AutoNormal(model), [(x[:30], y[:30]), (x[30:], y[30:])], epochs=5, num_data=60,
-               lr=0.1, progress=False, seed=0)  # fmt: skip
+    batches = [(x[:30], y[:30]), (x[30:], y[30:])]
+    pyrouq.fit(model, AutoNormal(model), batches, epochs=5, num_data=60, lr=0.1, progress=False,
+               seed=0)  # fmt: skip
     bias = pyro.param("class_bias").detach()
     assert bias[2] > bias[0] + 1.0 and bias[2] > bias[1] + 1.0
 

@@ -182,17 +182,9 @@ def save(
                 "save() writes an MCMCResult alone (its draws and statistics): pass no guide, "
                 "optimizer or training state with it."
             )
-        if path.is_dir():
-            raise CheckpointError(
-                f"save() needs a file path, got the folder {str(path)!r}; pass e.g. "
-                f"{str(path / 'mcmc.pt')!r}."
-            )
+        check_target(path, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
-    if path.is_dir():
-        raise CheckpointError(
-            f"save() needs a file path, got the folder {str(path)!r}; pass e.g. "
-            f"{str(path / 'checkpoint.pt')!r}."
-        )
+    check_target(path, "save()")
     check_guide(model, guide, "save()")
     for owner in (model, guide):
         lazy = [
@@ -231,6 +223,28 @@ def save(
     return _write(path, payload)
 
 
+def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
+    """Refuse a path a checkpoint cannot be written to: a folder, or one below a file. Its
+    missing folders are created when it is written."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"{caller} needs a file path, got the folder {str(path)!r}; pass e.g. "
+            f"{str(path / example)!r}."
+        )
+    above = next((parent for parent in path.parents if parent.exists()), None)
+    if above is not None and not above.is_dir():
+        raise CheckpointError(
+            f"{caller} cannot write {str(path)!r}: {str(above)!r} is a file, not a folder. "
+            "Pass a path inside a folder (missing folders are created)."
+        )
+    if above is not None and not os.access(above, os.W_OK | os.X_OK):
+        raise CheckpointError(
+            f"{caller} cannot write {str(path)!r}: the folder {str(above)!r} is not writable. "
+            "Pass a path in a folder you can write to."
+        )
+
+
 def _write(path: Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` to a temporary file beside ``path``, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +269,7 @@ def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) 
         "seconds": list(result.seconds),
         "sites": list(result.samples),
         "versions": library_versions(),
-        "metadata": metadata or {},
+        "metadata": metadata if metadata is not None else result.metadata,
     }
     text = json_text(meta)
     payload = {
@@ -278,6 +292,7 @@ def _mcmc_result(payload: dict[str, Any], path: Any) -> MCMCResult:
             str(meta["kernel"]),
             int(meta["warmup_steps"]),
             [float(t) for t in meta["seconds"]],
+            metadata=meta.get("metadata", {}),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(

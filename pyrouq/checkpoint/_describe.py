@@ -136,6 +136,9 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
             "model.state_dict() with torch.save for other models, and rebuild them yourself."
         )
     out["num_data"] = getattr(model, "num_data", None)
+    given = getattr(model, "given_num_data", None)  # the N it was built with, fit()'s default
+    if given is not None:
+        out["given_num_data"] = int(given)
     return out
 
 
@@ -202,6 +205,9 @@ def build_model(
     num_data = description["model"].get("num_data")
     if num_data is not None and hasattr(model, "num_data"):
         model.num_data = int(num_data)
+    given = description["model"].get("given_num_data")
+    if given is not None and hasattr(model, "given_num_data"):
+        model.given_num_data = int(given)
     return model
 
 

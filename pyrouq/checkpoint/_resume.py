@@ -78,10 +78,20 @@ def restore(
         )
     done = int(saved.training["epochs_done"])
     if done >= epochs:
+        planned = int(saved.training["epochs"])
+        if done >= planned:
+            fix = (
+                f"it finished the run it was planned for ({planned} epochs): there is nothing "
+                f"to resume. To train on, pass a larger total, e.g. epochs={done + 1} (the "
+                "learning-rate schedule is then planned over the new total)"
+            )
+        else:
+            fix = (
+                f"pass the total number of epochs of the run (more than {done}), e.g. "
+                f"epochs={planned}, as it was planned"
+            )
         raise ValueError(
-            f"resume_from has already completed {done} epochs, but epochs={epochs}. Pass the "
-            f"total number of epochs of the run (more than {done}), e.g. "
-            f"epochs={saved.training['epochs']}."
+            f"resume_from has already completed {done} epochs, but epochs={epochs}: {fix}."
         )
     if saved.optimizer_state is None:
         raise ValueError("resume_from holds no optimizer state; it cannot continue a run.")

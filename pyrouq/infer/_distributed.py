@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import pyro
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -238,3 +239,14 @@ def draws_option(option: str, group: Group, seed: int | None) -> bool:
             "generator from the same state."
         )
     return option == "independent"
+
+
+def own_streams(group: Group) -> None:
+    """Give every rank its own random stream, derived from the state the ranks share (rank r
+    seeds ``offset + r``, with ``offset`` drawn from its generator): ranks whose generators
+    run in lockstep (seeded alike for the same initial weights, or restored from one
+    checkpoint) would otherwise draw the same weights, one particle instead of R."""
+    if not group.active:
+        return
+    offset = int(torch.randint(0, 2**31 - 1, ()).item())
+    pyro.set_rng_seed(offset + group.rank)

@@ -15,7 +15,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
-from pyrouq._util import model_input, module_device, warn_caller
+from pyrouq._util import model_input, module_device, rng_state, set_rng_state, warn_caller
 from pyrouq.infer import _distributed
 from pyrouq.infer._training import (
     InterruptFlag,
@@ -26,6 +26,7 @@ from pyrouq.infer._training import (
     plain_terms,
     restore_rng_states,
     rng_states,
+    set_loader_rng_state,
     step_hits,
     training_state,
     unpack_batch,
@@ -249,6 +250,22 @@ class Loop:
             steps=self.steps,
         )
 
+    def call_back(self, record: EpochRecord) -> None:
+        """Run the callbacks on an epoch's record, with the random state (torch's and the
+        training loader's) put back afterwards: a callback that draws (predict() to monitor
+        the run) or reads the training loader changes nothing of the training, which stays
+        the run a checkpoint written before the callbacks resumes exactly."""
+        if not self.callbacks:
+            return
+        state, loader_state = rng_state(self.device), loader_rng_state(self.loader)
+        try:
+            for callback in self.callbacks:
+                callback(record)
+        finally:
+            set_rng_state(self.device, state)
+            if loader_state is not None:
+                set_loader_rng_state(self.loader, loader_state)
+
     def save(self, epochs_done: int, epoch_steps: int, loader_state: Any) -> Any:
         if not self.group.leader:  # rank 0 writes; the others know where
             return self.checkpoint
@@ -370,8 +387,7 @@ class Loop:
                     finished, batches = batches, 0
                     if self.checkpoint is not None:
                         self.save(epoch, 0, loader_rng_state(self.loader))
-                    for callback in self.callbacks:
-                        callback(record)
+                    self.call_back(record)
                     if interrupt.requested:
                         raise KeyboardInterrupt
         except KeyboardInterrupt:

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import pyro
-import torch
 from torch import nn
 
 from pyrouq import checkpoint as _checkpoint
@@ -174,10 +173,14 @@ def fit(
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
         Seeds Pyro/torch before training, so a run repeats exactly (rank r of a process
-        group is seeded with ``seed + r``: its own weight draws).
+        group is seeded with ``seed + r``: its own weight draws; without a seed, each rank
+        seeds ``offset + r``, ``offset`` drawn from its generator).
     callbacks : sequence of callables
-        Each is called as ``callback(record)`` after every epoch. A callback may raise
-        ``KeyboardInterrupt`` to stop the run (handled as Ctrl-C, below).
+        Each is called as ``callback(record)`` after every epoch (after the epoch's
+        checkpoint is written). A callback may raise ``KeyboardInterrupt`` to stop the run
+        (handled as Ctrl-C, below). The random state, torch's and the training loader's, is
+        put back after the callbacks, so one that draws (``predict()`` to monitor the run) or
+        reads the training loader leaves the training as it would be without it.
     checkpoint : str or PathLike, optional
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model or guide that
@@ -190,7 +193,9 @@ def fit(
         stopped. Exact for pyrouq's in-memory loaders and DataLoaders given a ``generator``
         (their generator's state is stored), and for other DataLoaders resumed at an epoch
         boundary; the model must be built with the same arguments and priors (checked), and
-        another ``lr`` than the run's is ignored with a warning.
+        another ``lr`` than the run's is ignored with a warning. Under torch.distributed a
+        resumed run is repeatable but not the one never stopped: the checkpoint holds rank
+        0's random state, from which each rank derives its own stream (see "Scaling out").
     metadata : dict, optional
         JSON values stored in the checkpoints.
     distributed_draws : {"independent", "identical"}, default "independent"
@@ -298,6 +303,7 @@ def fit(
             stacklevel=2,
         )
     if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
+        _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
         _checkpoint.describe_model(model)
         _checkpoint.describe_guide(guide)
         _checkpoint.json_text(metadata if metadata is not None else {})
@@ -324,6 +330,8 @@ def fit(
     )
     if seed is not None:
         pyro.set_rng_seed(seed + (group.rank if independent else 0))
+    elif independent:
+        _distributed.own_streams(group)
     with _distributed.shards(train_loader, group):
         _distributed.check_same_steps(train_loader, epochs, group)
         loop = Loop(
@@ -344,9 +352,8 @@ def fit(
         )
         if resume is not None:
             loop.resume(resume)
-            if group.active and independent:  # every rank restored rank 0's generator
-                offset = int(torch.randint(0, 2**31 - 1, ()).item())
-                pyro.set_rng_seed(offset + group.rank)
+            if independent:  # every rank restored rank 0's generator
+                _distributed.own_streams(group)
         return loop.run(progress and group.leader)
 
 
