@@ -71,7 +71,8 @@ def test_residual_cnn_plain_bayesian_batchensemble(shared_data):
     # 0.2407, 0.72 %; bayesian 90.88 %, 0.2526, 0.55 % (0.738), which fails issue 14(b);
     # batchensemble 91.71 %, 0.2339, 0.71 % (0.871). Later that day (809 s, the stem's output
     # channels-last too): plain the same; bayesian 91.37 %, 0.2435, 0.97 % (0.784), failing
-    # 14(b) by less; batchensemble 91.52 %, 0.2374, 0.41 % (0.858).
+    # 14(b) by less; batchensemble 91.52 %, 0.2374, 0.41 % (0.858). Re-run on 2026-12-04 (945 s):
+    # the same figures to the digit.
     for name in ("bayesian", "batchensemble"):
         r = results[name]
         assert r["acc"] >= plain["acc"] - 0.01, name
