@@ -122,37 +122,41 @@ def brier(probs: Tensor, targets: Tensor) -> float:
 # Calibration
 
 
-def ece(probs: Tensor, targets: Tensor) -> float:
-    """Expected calibration error with 15 equal-width confidence bins.
+def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
+    """Expected calibration error with ``num_bins`` (default 15) equal-width confidence bins.
 
     ``ECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` with confidence ``max_c p̄_nc``,
     ``acc(B_b)`` the accuracy and ``conf(B_b)`` the mean confidence of bin ``B_b``; empty bins
-    add 0. Bins are left-closed ``[b/15, (b+1)/15)`` as in torchmetrics' calibration error
-    (``bucketize(conf, linspace(0, 1, 16), right=True) - 1``), except that the index is clamped
-    to ``[0, 14]``: a confidence of exactly 1.0 joins the last bin ``[14/15, 1]`` (torchmetrics
-    gives it a 16th bin of its own).
+    add 0. With K bins they are left-closed ``[b/K, (b+1)/K)`` as in torchmetrics' calibration
+    error (``bucketize(conf, linspace(0, 1, K + 1), right=True) - 1``), except that the index
+    is clamped to ``[0, K - 1]``: a confidence of exactly 1.0 joins the last bin
+    ``[(K-1)/K, 1]`` (torchmetrics gives it a bin of its own). The figures pyrouq reports
+    (``evaluate()``, the tables) use 15.
 
     Examples
     --------
     >>> probs = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.4, 0.6]])
     >>> round(ece(probs, torch.tensor([0, 1, 0, 0])), 4)  # (2 * |0.5 - 0.9| + 2 * |0.5 - 0.6|) / 4
     0.25
+    >>> round(ece(probs, torch.tensor([0, 1, 0, 0]), num_bins=1), 4)  # |0.5 - 0.75|
+    0.25
     """
+    num_bins = _check_bins(num_bins)
     pbar, y = _prepare(probs, targets)
     conf, pred = pbar.max(-1)
-    edges = torch.arange(NUM_BINS + 1, dtype=conf.dtype, device=conf.device) / NUM_BINS
-    bins = (torch.bucketize(conf, edges, right=True) - 1).clamp(0, NUM_BINS - 1)
-    return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins)
+    edges = torch.arange(num_bins + 1, dtype=conf.dtype, device=conf.device) / num_bins
+    bins = (torch.bucketize(conf, edges, right=True) - 1).clamp(0, num_bins - 1)
+    return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins, num_bins)
 
 
-def aece(probs: Tensor, targets: Tensor) -> float:
-    """Adaptive ECE with 15 equal-mass bins (Nixon et al. 2019).
+def aece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
+    """Adaptive ECE with ``num_bins`` (default 15) equal-mass bins (Nixon et al. 2019).
 
-    Points are sorted by increasing confidence ``max_c p̄_nc`` (stable sort) and cut into 15
+    Points are sorted by increasing confidence ``max_c p̄_nc`` (stable sort) and cut into K
     contiguous groups whose sizes differ by at most one, the larger ones first: exactly
-    ``torch.tensor_split(sorted, 15)``, as torch-uncertainty does. Then
-    ``aECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` as in :func:`ece`. With N < 15 the
-    last ``15 - N`` bins are empty and add 0 (torch-uncertainty returns NaN there).
+    ``torch.tensor_split(sorted, K)``, as torch-uncertainty does. Then
+    ``aECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` as in :func:`ece`. With N < K the
+    last ``K - N`` bins are empty and add 0 (torch-uncertainty returns NaN there).
 
     Examples
     --------
@@ -160,16 +164,26 @@ def aece(probs: Tensor, targets: Tensor) -> float:
     >>> round(aece(probs, torch.tensor([0, 1])), 4)  # (|1 - 0.9| + |0 - 0.8|) / 2
     0.45
     """
+    num_bins = _check_bins(num_bins)
     pbar, y = _prepare(probs, targets)
     conf, pred = pbar.max(-1)
     conf, order = torch.sort(conf, stable=True)
-    # torch.tensor_split(x, 15): the first r = N % 15 bins hold q + 1 = N // 15 + 1 points.
+    # torch.tensor_split(x, K): the first r = N % K bins hold q + 1 = N // K + 1 points.
     n = conf.numel()
-    q, r = divmod(n, NUM_BINS)
+    q, r = divmod(n, num_bins)
     pos = torch.arange(n, device=conf.device)
     big = r * (q + 1)
     bins = torch.where(pos < big, pos // (q + 1), r + (pos - big) // max(q, 1))
-    return _binned_calibration_error(conf, (pred == y)[order].to(conf.dtype), bins)
+    return _binned_calibration_error(conf, (pred == y)[order].to(conf.dtype), bins, num_bins)
+
+
+def _check_bins(num_bins: Any) -> int:
+    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+        raise ValueError(
+            f"Expected num_bins to be a positive integer, got {num_bins!r}. The reported "
+            f"figures use {NUM_BINS}."
+        )
+    return num_bins
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,10 +524,10 @@ def evaluate(
 # Private helpers: metrics on validated float64 p̄ (N, C)
 
 
-def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor) -> float:
+def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor, num_bins: int) -> float:
     """``sum_b |B_b| / N * |acc_b - conf_b| = sum_b |sum_{B_b} correct - sum_{B_b} conf| / N``."""
-    sum_conf = conf.new_zeros(NUM_BINS).index_add_(0, bins, conf)
-    sum_correct = conf.new_zeros(NUM_BINS).index_add_(0, bins, correct)
+    sum_conf = conf.new_zeros(num_bins).index_add_(0, bins, conf)
+    sum_correct = conf.new_zeros(num_bins).index_add_(0, bins, correct)
     return float((sum_correct - sum_conf).abs().sum() / conf.numel())
 
 

@@ -94,6 +94,20 @@ def test_ece_four_points():
     assert expected == pytest.approx(0.22)
 
 
+def test_ece_and_aece_take_other_numbers_of_bins():
+    # 3 bins: [2/3, 1] holds .95 (right), .70 (wrong), .68 (right): |2 - 2.33|; [1/3, 2/3)
+    # holds .55 (right): |1 - .55|. Over 4 points: (.33 + .45) / 4
+    assert ece(FOUR, FOUR_Y, num_bins=3) == pytest.approx(0.78 / 4, abs=1e-12)
+    assert ece(FOUR, FOUR_Y, num_bins=15) == ece(FOUR, FOUR_Y)
+    # 2 equal-mass bins: {.55, .68} both right: |2 - 1.23|; {.70 wrong, .95 right}: |1 - 1.65|
+    assert aece(FOUR, FOUR_Y, num_bins=2) == pytest.approx(1.42 / 4, abs=1e-12)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"num_bins to be a positive integer, got {bad!r}"):
+            ece(FOUR, FOUR_Y, num_bins=bad)
+        with pytest.raises(ValueError, match=r"The reported figures use 15"):
+            aece(FOUR, FOUR_Y, num_bins=bad)
+
+
 def test_ece_bins_are_left_closed():
     # conf .6 = 9/15 exactly is the left edge of bin 9, with .65: |1 - (.6 + .65)| / 2 = .125.
     # (right-closed bins would put .6 in bin 8: (.4 + .65) / 2 = .525)
