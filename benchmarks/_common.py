@@ -123,11 +123,16 @@ def machine() -> str:
     )
 
 
-def report(section: str, rows: list[dict[str, object]], facts: dict | None = None) -> None:
+def report(
+    section: str, rows: list[dict[str, object]], facts: dict | None = None, own_rss: bool = True
+) -> None:
     """Print rows and merge them into results.json under ``section``. ``facts`` are figures
     that are not timings (bytes, estimates, each with its unit in its label), shown under the
-    table; the process's peak resident memory is always one of them."""
-    facts = {**(facts or {}), "peak RSS (MB)": round(peak_rss_mb(), 1)}
+    table; with ``own_rss`` this process's peak resident memory is one of them (leave it out
+    where the timed work ran in child processes, which report their own)."""
+    facts = dict(facts or {})
+    if own_rss:
+        facts["peak RSS (MB)"] = round(peak_rss_mb(), 1)
     for row in rows:
         print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()))
     for label, value in facts.items():

@@ -92,7 +92,7 @@ def main() -> None:
             }
         )
     print(f"End to end, fresh process per run, {args.rounds} interleaved rounds:")
-    report("end_to_end", rows)
+    report("end_to_end", rows, own_rss=False)
 
 
 if __name__ == "__main__":

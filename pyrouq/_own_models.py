@@ -46,33 +46,52 @@ def room_for(model: Any, rows: int) -> Iterator[None]:
         model.num_data = num_data
 
 
-def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]]:
+PROBE_ROWS = (2, 3)
+"""The batch sizes :func:`traced_latent_sites` runs a model at, to tell which of its sites
+grow with the batch."""
+
+
+def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | None:
     """``{site: shape}`` of the latent sites of a model of the user's own that posterior draws
-    must give, read off one run on ``x`` under its priors (the random state is kept as it
-    was): its unobserved sample sites, less those of one value per input (inside a plate over
-    the rows of ``x``: the likelihood ``"obs"``, which is not observed without targets, and
-    any local latent variable, drawn from its prior for new inputs)."""
+    must give, or None where the model cannot be run as below.
+
+    The model runs under its priors on 2 and on 3 copies of the first input (the random state
+    is kept as it was). Its global latent sites are the unobserved sample sites that both runs
+    have, of the same shape, in plates of the same sizes; the others hold a value per input
+    (the likelihood ``"obs"``, not observed without targets, in a plate, a sequential plate
+    or none; a local latent variable, drawn from its prior for new inputs).
+    """
+    traces = []
     state = rng_state(x.device)
     try:
-        with torch.no_grad(), room_for(model, x.shape[0]):
-            trace = poutine.trace(model).get_trace(x)
+        with torch.no_grad():
+            for rows in PROBE_ROWS:
+                batch = x[:1].expand(rows, *x.shape[1:]).clone()
+                with room_for(model, rows):
+                    traces.append(poutine.trace(model).get_trace(batch))
+    except Exception:  # a model that needs other batches: its sites are not checked
+        return None
     finally:
         set_rng_state(x.device, state)
-    rows = x.shape[0]
-    sites = {}
-    for name, site in trace.nodes.items():
-        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
-            continue
-        batch_shape = site["fn"].batch_shape
-        per_row = any(
-            frame.dim is not None
-            and -frame.dim <= len(batch_shape)
-            and batch_shape[frame.dim] == rows
-            for frame in site["cond_indep_stack"]
+    small, large = (_sample_sites(trace) for trace in traces)
+    return {
+        name: shape
+        for name, (shape, plates) in small.items()
+        if name in large and large[name] == (shape, plates)
+    }
+
+
+def _sample_sites(trace: Any) -> dict[str, tuple[tuple[int, ...], tuple]]:
+    """``{site: (shape, plates)}`` of a trace's unobserved sample sites, ``plates`` the
+    (name, size) of the plates around each."""
+    return {
+        name: (
+            tuple(site["value"].shape),
+            tuple((frame.name, frame.size) for frame in site["cond_indep_stack"]),
         )
-        if not per_row:
-            sites[name] = tuple(site["value"].shape)
-    return sites
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
+    }
 
 
 def fitting_draws(
@@ -87,8 +106,11 @@ def fitting_draws(
     out (``pyro.infer.Predictive`` gives ``"obs"`` and recorded ``"logits"`` too, computed on
     other inputs); leading dims of size 1 after S (``Predictive`` pads draws to the model's
     plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
-    model would draw it from its prior, or broadcast it, without a word."""
+    model would draw it from its prior, or broadcast it, without a word. A model that cannot
+    be traced on small batches gets every draw, unchecked."""
     expected = traced_latent_sites(model, x)
+    if expected is None:
+        return draws
     kept = {}
     for site, shape in expected.items():
         value = draws.get(site)

@@ -119,6 +119,7 @@ def bayesian_runner(
     BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
     are estimated once, after the draws, and loaded before that draw runs."""
     draws: dict[str, Tensor] = {}
+    taken: list[bool] = []
     per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
     norms = refit[0] if refit is not None else []
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
@@ -136,7 +137,8 @@ def bayesian_runner(
         return {k: v[s] for k, v in draws.items()}
 
     def run(x: Tensor) -> Tensor:
-        if not draws:
+        if not taken:  # once, at the first batch (a model may keep no site of them)
+            taken.append(True)
             drawn = source(x)
             if direct is not None:  # the model's latent sites only (autoguides add others)
                 check_draws(model, drawn, "predict()", what)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
@@ -97,11 +98,16 @@ def _quantile(scores: Tensor, alpha: float) -> Tensor:
 
 
 def _rank(n: int, alpha: float) -> int:
-    """``ceil((n + 1)(1 - alpha))``, computed exactly on alpha as written (its shortest decimal
-    form): in floating point (9 + 1) * (1 - 0.7) is 3.0000000000000004, whose ceiling would
-    be 4, one score too high, while alpha = 0.69999999999 must give 4, and an alpha just
-    below 1 the smallest score (rank 1)."""
-    return max(1, math.ceil((n + 1) * (1 - Fraction(repr(float(alpha))))))
+    """``ceil((n + 1)(1 - alpha))``, of the float alpha's exact value, where a product within
+    float rounding of an integer k is k: alpha = 0.7 (a little below 7/10 in binary) and n = 9
+    give 3, not the 4 that (9 + 1) * (1 - 0.7) = 3.0000000000000004 would, and alpha = 1/3
+    with n = 2 gives 2; a genuine fraction counts (alpha = 0.69999999999, n = 9: 4), and an
+    alpha just below 1 gives the smallest score (rank 1)."""
+    exact = (n + 1) * (1 - Fraction(float(alpha)))
+    nearest = round(exact)
+    if abs(exact - nearest) <= 8 * sys.float_info.epsilon * (n + 1):
+        return max(1, nearest)
+    return max(1, math.ceil(exact))
 
 
 # --------------------------------------------------------------------------------------------

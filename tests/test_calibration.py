@@ -123,6 +123,12 @@ def test_the_threshold_rank_is_exact_where_the_float_product_rounds_up():
     assert conformal(preds, alpha=0.69999999999, score="lac").threshold == pytest.approx(
         scores[3].item()
     )
+    # alpha = 1/3 (a little below it in binary), n = 5: (5 + 1) * (2 / 3) = 4 exactly
+    five = Predictions(torch.stack([probs[:5], 1 - probs[:5]], -1)[None], torch.zeros(5).long())
+    five_scores = (1 - probs[:5]).sort().values
+    assert conformal(five, alpha=1 / 3, score="lac").threshold == pytest.approx(
+        five_scores[3].item()
+    )
     # an alpha just below 1: k = 1, the smallest score (not k = 0, which read the largest)
     assert conformal(preds, alpha=1 - 1e-11, score="lac").threshold == pytest.approx(
         scores[0].item()

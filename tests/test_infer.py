@@ -910,7 +910,7 @@ def test_fit_warns_when_a_users_pyro_model_does_not_scale_its_likelihood():
     loader = ListLoader(x, y, 10)
     pyro.clear_param_store()
     expected = (
-        r"fit\(\): Logistic observes its targets without the factor N/B: on 2 of N = 40 "
+        r"fit\(\): Logistic observes its targets without the factor N/B: on 10 of N = 40 "
         r"examples the likelihood's scale is 1"
     )
     with pytest.warns(UserWarning, match=expected):

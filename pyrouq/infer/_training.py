@@ -297,7 +297,9 @@ class Probe:
         )
         if not (needs_classes or lazy_guide or foreign):
             return
-        batch = _first_examples(loader)
+        # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
+        # all N): it is probed on the loader's first batch, the others on two examples
+        batch = _first_batch(loader) if foreign else _first_examples(loader)
         if batch is None:
             return
         device = module_device(model, guide)
@@ -340,10 +342,18 @@ def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Te
     """The parameters a Pyro model of the user's own creates with ``pyro.param`` as it runs
     (trained with the rest, as Pyro's SVI does), once its sites are checked against the
     guide's: a latent site the guide lacks or gives another shape is refused here."""
-    guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
-    run = model if guide_trace is None else poutine.replay(model, trace=guide_trace)
-    with poutine.trace(param_only=True) as capture:
-        model_trace = poutine.trace(run).get_trace(x, y)
+    try:
+        guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
+        run = model if guide_trace is None else poutine.replay(model, trace=guide_trace)
+        with poutine.trace(param_only=True) as capture:
+            model_trace = poutine.trace(run).get_trace(x, y)
+    except Exception as err:
+        raise ValueError(
+            f"fit(): {type(model).__name__} and its guide failed on the first batch of "
+            f"train_loader (x of shape {tuple(x.shape)}), run as model(x, y) replayed on "
+            f"guide(x, y) to check their sites: {type(err).__name__}: "
+            f"{' '.join(str(err).split())}. Nothing was trained."
+        ) from err
     if guide_trace is not None:
         check_traces_match(model_trace, guide_trace, "fit()", model)
     return _unconstrained(capture.trace)
@@ -388,6 +398,16 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int |
         return xs, ys, getattr(loader, "batch_size", None)
     except Exception:
         pass
+    batch = _first_batch(loader)
+    if batch is None:
+        return None
+    x, y, rows = batch
+    return x[:2], y[:2], rows
+
+
+def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """The loader's first batch ``(x, y)`` and its size, read without disturbing the loader
+    (its random state put back where it has one)."""
     state = loader_rng_state(loader)
     try:
         batch = next(iter(loader))
@@ -397,7 +417,7 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int |
         if state is not None:
             set_loader_rng_state(loader, state)
     x, y = unpack_batch(batch, 1, 1)  # what the first step would refuse, refused now
-    return x[:2], y[:2], x.shape[0]
+    return x, y, x.shape[0]
 
 
 def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:
