@@ -223,3 +223,15 @@ def test_pyro_mcmc_runs_are_predicted_and_refused_by_to_inference_data_with_the_
         pyrouq.to_inference_data(run, x=x, y=y)
     with pytest.raises(TypeError, match=r"got a pyro.infer.MCMC run as the guide"):
         pyrouq.to_inference_data(model, run, x, y)
+
+
+def test_fit_counts_the_training_accuracy_of_returned_or_recorded_logits():
+    x, y = data()
+    accuracies = []
+    for record_logits in (False, True):
+        pyro.clear_param_store()
+        model = BNN(record_logits=record_logits)
+        result = pyrouq.fit(model, AutoNormal(model), [(x, y)], epochs=1, num_data=48,
+                            progress=False, seed=0)  # fmt: skip
+        accuracies.append(result.history[-1].train_acc)
+    assert accuracies[0] == accuracies[1] and 0 < accuracies[0] < 1  # not NaN: counted

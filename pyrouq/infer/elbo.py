@@ -310,8 +310,11 @@ class KLWeightedELBO(ELBO):
             nll, kl = self._particle_terms(model_trace, guide_trace)
             nll_total = nll_total + nll
             kl_total = kl_total + kl
-            if outputs is None and "logits" in model_trace.nodes:
-                outputs = model_trace.nodes["logits"]["value"].detach()
+            if outputs is None:  # as predict() reads them: the "logits" site, else the return
+                node = model_trace.nodes.get("logits") or model_trace.nodes.get("_RETURN")
+                value = None if node is None else node["value"]
+                if torch.is_tensor(value) and value.dim() >= 2:
+                    outputs = value.detach()
         nll_t = torch.as_tensor(nll_total) / self.num_particles
         kl_t = torch.as_tensor(kl_total) / self.num_particles
         loss = nll_t + self.kl_weight * kl_t
