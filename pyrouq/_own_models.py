@@ -6,6 +6,7 @@ check of such a model's guide and draws, as Pyro's ``Trace_ELBO`` validates them
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -46,11 +47,6 @@ def room_for(model: Any, rows: int) -> Iterator[None]:
         model.num_data = num_data
 
 
-PROBE_ROWS = (2, 3)
-"""The batch sizes :func:`traced_latent_sites` runs a model at, to tell which of its sites
-grow with the batch."""
-
-
 def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | None:
     """``{site: shape}`` of the latent sites of a model of the user's own that posterior draws
     must give, or None where the model cannot be run as below.
@@ -59,26 +55,44 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
     is kept as it was). Its global latent sites are the unobserved sample sites that both runs
     have, of the same shape, in plates of the same sizes; the others hold a value per input
     (the likelihood ``"obs"``, not observed without targets, in a plate, a sequential plate
-    or none; a local latent variable, drawn from its prior for new inputs).
+    or none; a local latent variable, drawn from its prior for new inputs), and so do sites
+    named like those only the larger run has, up to their numbers (``obs_0``, ``obs_1``
+    beside ``obs_2``: one site per input, in a loop). A model that fails on such batches
+    (one that needs all its N rows) is run on ``x`` itself, its sites in a plate over the
+    rows of ``x`` taken for per-input ones.
     """
-    traces = []
     state = rng_state(x.device)
     try:
         with torch.no_grad():
-            for rows in PROBE_ROWS:
-                batch = x[:1].expand(rows, *x.shape[1:]).clone()
-                with room_for(model, rows):
-                    traces.append(poutine.trace(model).get_trace(batch))
+            try:
+                small, large = (_sample_sites(_run(model, _copies(x, rows))) for rows in (2, 3))
+            except Exception:
+                return _sites_beside_the_rows(_run(model, x), x.shape[0])
     except Exception:  # a model that needs other batches: its sites are not checked
         return None
     finally:
         set_rng_state(x.device, state)
-    small, large = (_sample_sites(trace) for trace in traces)
+    per_input = {_numbered(name) for name in large if name not in small}
     return {
         name: shape
         for name, (shape, plates) in small.items()
-        if name in large and large[name] == (shape, plates)
+        if large.get(name) == (shape, plates) and _numbered(name) not in per_input
     }
+
+
+def _copies(x: Tensor, rows: int) -> Tensor:
+    return x[:1].expand(rows, *x.shape[1:]).clone()
+
+
+def _run(model: Any, x: Tensor) -> Any:
+    """The trace of one run of ``model`` on ``x`` under its priors."""
+    with room_for(model, x.shape[0]):
+        return poutine.trace(model).get_trace(x)
+
+
+def _numbered(name: str) -> str:
+    """A site's name with its numbers replaced: one pattern for ``obs_0``, ``obs_1``, ..."""
+    return re.sub(r"\d+", "#", name)
 
 
 def _sample_sites(trace: Any) -> dict[str, tuple[tuple[int, ...], tuple]]:
@@ -92,6 +106,24 @@ def _sample_sites(trace: Any) -> dict[str, tuple[tuple[int, ...], tuple]]:
         for name, site in trace.nodes.items()
         if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
     }
+
+
+def _sites_beside_the_rows(trace: Any, rows: int) -> dict[str, tuple[int, ...]]:
+    """The unobserved sample sites of a trace on ``rows`` inputs that no plate over the rows
+    holds (a plate dim of that size in the site's batch shape)."""
+    sites = {}
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+            continue
+        batch_shape = site["fn"].batch_shape
+        if not any(
+            frame.dim is not None
+            and -frame.dim <= len(batch_shape)
+            and batch_shape[frame.dim] == rows
+            for frame in site["cond_indep_stack"]
+        ):
+            sites[name] = tuple(site["value"].shape)
+    return sites
 
 
 def fitting_draws(

@@ -83,9 +83,12 @@ def _check_alpha(alpha: object, n: int) -> float:
         )
     a = float(alpha)
     if _rank(n, a) > n:
+        least = max(1, math.floor(1 / a) - 2)  # (m + 1)(1 - a) <= m: m >= 1/a - 1, give or take
+        while _rank(least, a) > least:
+            least += 1
         raise ValueError(
-            f"alpha={a:g} needs at least {math.ceil(1 / a) - 1} calibration points for a "
-            f"finite threshold, got {n}. Hold out more data or raise alpha."
+            f"alpha={a:g} needs at least {least} calibration points for a finite threshold, "
+            f"got {n}. Hold out more data or raise alpha."
         )
     return a
 

@@ -129,6 +129,10 @@ def test_the_threshold_rank_is_exact_where_the_float_product_rounds_up():
     assert conformal(five, alpha=1 / 3, score="lac").threshold == pytest.approx(
         five_scores[3].item()
     )
+    # the fewest points an alpha needs, named as the rank decides it: 1/49 takes 48
+    many = Predictions(torch.full((1, 47, 2), 0.5, dtype=torch.float64), torch.zeros(47).long())
+    with pytest.raises(ValueError, match=r"alpha=0.0204082 needs at least 48 calibration points"):
+        conformal(many, alpha=1 / 49)
     # an alpha just below 1: k = 1, the smallest score (not k = 0, which read the largest)
     assert conformal(preds, alpha=1 - 1e-11, score="lac").threshold == pytest.approx(
         scores[0].item()

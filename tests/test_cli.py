@@ -402,6 +402,9 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
     (tmp_path / "broken_nets.py").write_text("raise RuntimeError('boom')\n")
     (tmp_path / "typo_nets.py").write_text("def net(:\n")
     (tmp_path / "dep_nets.py").write_text("import not_installed_xyz\n")
+    (tmp_path / "typo_pkg").mkdir()
+    (tmp_path / "typo_pkg" / "__init__.py").write_text("")
+    (tmp_path / "typo_pkg" / "nets.py").write_text("import typo_pkg.helperz\n")
     argv = ["fit", "here_nets:flat", "--method", "plain", "--epochs", "1", "--train-size", "256"]
     assert main([*argv, "--out", "o", "--no-progress"]) == 0
     assert str(tmp_path) not in sys.path  # found there while it ran, not left on the path
@@ -432,6 +435,8 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
         "importing 'dep_nets' for the factory 'dep_nets:net' failed: No module named "
         "'not_installed_xyz', a module it imports; install 'not_installed_xyz'" in err
     )
+    err = one_line_error(capsys, 2, ["fit", "typo_pkg.nets:net", "--out", "b"])
+    assert "'typo_pkg.helperz', a module it imports; check that import (a typo, or a file" in err
 
 
 def test_an_unwritable_out_and_a_diverging_run_are_one_line_errors(tmp_path, capsys):

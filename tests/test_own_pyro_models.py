@@ -3,6 +3,7 @@ autoguides, Predictive and MCMC, through pyrouq's fit(), predict() and diagnosti
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pyro
@@ -235,3 +236,62 @@ def test_fit_counts_the_training_accuracy_of_returned_or_recorded_logits():
                             progress=False, seed=0)  # fmt: skip
         accuracies.append(result.history[-1].train_acc)
     assert accuracies[0] == accuracies[1] and 0 < accuracies[0] < 1  # not NaN: counted
+
+
+def test_models_observing_row_by_row_or_needing_all_rows_are_checked_right():
+    class Loop(PyroModule):  # Pyro's SVI Part I idiom: one site per row, named by its index
+        def __init__(self):
+            super().__init__()
+            self.fc = PyroModule[nn.Linear](4, 3)
+            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
+
+        def forward(self, x, y=None):
+            logits = self.fc(x)
+            for i in range(len(x)):
+                pyro.sample(f"obs_{i}", dist.Categorical(logits=logits[i]),
+                            obs=None if y is None else y[i])  # fmt: skip
+            return logits
+
+    class FullBatch(PyroModule):  # pyro.plate("data", N): runs on all N rows only
+        def __init__(self):
+            super().__init__()
+            self.b = PyroSample(dist.Normal(0.0, 10.0).expand([3]).to_event(1))
+
+        def forward(self, x, y=None):
+            logits = x[:, :3] + self.b
+            with pyro.plate("data", 12):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    x = torch.randn(12, 4)
+    draws = {"fc.weight": torch.randn(4, 3, 4), "fc.bias": torch.randn(4, 3)}
+    preds = pyrouq.predict(Loop(), x, posterior_samples=draws, progress=False)
+    assert preds.probs.shape == (4, 12, 3)  # obs_0, obs_1, ... are not latent sites
+    with pytest.raises(ValueError, match=r"FullBatch: the model's latent site 'b' \(3,\) is not"):
+        pyrouq.predict(FullBatch(), x, posterior_samples={"c": torch.randn(4, 3)}, progress=False)
+    preds = pyrouq.predict(FullBatch(), x, posterior_samples={"b": torch.zeros(4, 3)},
+                           progress=False)  # fmt: skip
+    torch.testing.assert_close(preds.probs[0], x[:, :3].softmax(-1))
+
+
+def test_one_logit_a_row_counts_no_training_accuracy():
+    class Binary(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = PyroModule[nn.Linear](4, 1)
+            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+
+        def forward(self, x, y=None):
+            logits = self.fc(x)  # (B, 1): argmax over one column is always 0
+            with pyro.plate("data", self.num_data, subsample_size=len(x)):
+                pyro.sample("obs", dist.Bernoulli(logits=logits[:, 0]),
+                            obs=None if y is None else y.float())  # fmt: skip
+            return logits
+
+    x, _ = data()
+    y = (x[:, 0] > 0).long()
+    pyro.clear_param_store()
+    model = Binary()
+    result = pyrouq.fit(model, AutoNormal(model), [(x, y)], epochs=1, num_data=48,
+                        progress=False)  # fmt: skip
+    assert math.isnan(result.history[-1].train_acc)

@@ -67,9 +67,15 @@ def call_factory(spec: str, root: str | None = None) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and not (module_name + ".").startswith(err.name + "."):
-            raise CommandError(  # the module is there; a module it imports is not
+            top = err.name.partition(".")[0]  # the module is there; a module it imports is not
+            fix = (
+                f"check that import (a typo, or a file missing from {top!r}?)"
+                if top == module_name.partition(".")[0]
+                else f"install {top!r} (or make it importable)"
+            )
+            raise CommandError(
                 f"importing {module_name!r} for the factory {spec!r} failed: {err}, a module "
-                f"it imports; install {err.name.partition('.')[0]!r} (or make it importable)"
+                f"it imports; {fix}"
             ) from None
         if root is None or not Path(root).is_dir() or root in sys.path:
             where = f" (nor from {root!r}, where the run found it)" if root else ""

@@ -467,7 +467,12 @@ def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) ->
     """``[correct, counted]`` of one training step's own outputs (the member- or draw-mean
     prediction when they carry leading dims); zeros for models that do not classify or whose
     step recorded no outputs."""
-    if outputs is None or not isinstance(likelihood, Categorical) or outputs.dim() < 2:
+    if (
+        outputs is None
+        or not isinstance(likelihood, Categorical)
+        or outputs.dim() < 2
+        or outputs.shape[-1] < 2  # one logit a row (a Bernoulli model's): no argmax to count
+    ):
         return torch.zeros(2, device=y.device)
     if outputs.dim() > 2:
         guess = likelihood.predictive(outputs.reshape(-1, *outputs.shape[-2:])).mean(0).argmax(-1)
