@@ -38,10 +38,15 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
         return trace.nodes["logits"]["value"]
     out = trace.nodes["_RETURN"]["value"]
     if not torch.is_tensor(out) or out.dim() < 2:
+        shown = (
+            f"a tensor of shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
+        )
         raise TypeError(
-            f"{own_models.name_of(owner)} returned {type(out).__name__} and recorded no "
-            "'logits' site; predict() needs a model that returns logits (..., B, C) or records "
-            "pyro.deterministic('logits', ...)."
+            f"{own_models.name_of(owner)} returned {shown} and recorded no 'logits' site; "
+            "predict() needs a model of your own to return class logits (..., B, C) or record "
+            "pyro.deterministic('logits', ...). A regression model of your own: draw its "
+            "predictions with pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
+            "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
         )
     return out
 

@@ -295,3 +295,27 @@ def test_one_logit_a_row_counts_no_training_accuracy():
     result = pyrouq.fit(model, AutoNormal(model), [(x, y)], epochs=1, num_data=48,
                         progress=False)  # fmt: skip
     assert math.isnan(result.history[-1].train_acc)
+
+
+def test_a_regression_model_of_ones_own_is_refused_by_predict_with_the_way_out():
+    class Regression(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = PyroModule[nn.Linear](4, 1)
+            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+
+        def forward(self, x, y=None):
+            mean = self.fc(x).squeeze(-1)
+            with pyro.plate("data", len(x)):
+                pyro.sample("obs", dist.Normal(mean, 1.0), obs=y)
+            return mean
+
+    x, _ = data()
+    with pytest.raises(TypeError) as err:
+        pyrouq.predict(Regression(), x, progress=False)
+    assert "Regression returned a tensor of shape (48,) and recorded no 'logits' site" in str(
+        err.value
+    )
+    assert "pyro.infer.Predictive, or build it as pyrouq.bayesian(net, likelihood=" in str(
+        err.value
+    )
