@@ -24,11 +24,6 @@ def name_of(model: Any) -> str:
     return getattr(model, "__name__", None) or type(model).__name__
 
 
-def is_own(model: Any) -> bool:
-    """Whether ``model`` is a Pyro model of the user's own (not one pyrouq built)."""
-    return not callable(getattr(model, "latent_sites", None))
-
-
 @contextlib.contextmanager
 def room_for(model: Any, rows: int) -> Iterator[None]:
     """While predictions run on ``rows`` inputs, a model of the user's own whose ``num_data``

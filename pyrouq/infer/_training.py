@@ -278,16 +278,16 @@ class OwnTargets:
 
 
 class Probe:
-    """What fit learns from a couple of training examples before it builds the optimizer:
-    the number of classes of a model that does not state it (for the label checks), and the
-    parameters created on the first call, by a guide (Pyro's autoguides) or by a Pyro model
-    of the user's own (``pyro.param`` in its forward); such a model's sites are checked
-    against the guide's, as Pyro's ``Trace_ELBO`` validates them."""
+    """What fit learns from a couple of training examples (a Pyro model of the user's own:
+    from the loader's first batch) before it builds the optimizer: the number of classes of
+    a model that does not state it (for the label checks), and the parameters created on the
+    first call, by a guide (Pyro's autoguides) or by a Pyro model of the user's own
+    (``pyro.param`` in its forward); such a model's sites are checked against the guide's."""
 
     def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
         self.likelihood: Any = getattr(model, "likelihood", None) or Categorical()
         self.num_classes: int | None = getattr(model, "num_classes", None)
-        self.guide_params: list[torch.Tensor] = []  # and those of a user's model
+        self.created_params: list[torch.Tensor] = []
         categorical = isinstance(self.likelihood, Categorical)
         needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
@@ -303,7 +303,7 @@ class Probe:
         if batch is None:
             return
         device = module_device(model, guide)
-        x, y, rows = *(t.to(device) if device is not None else t for t in batch[:2]), batch[2]
+        x, y = (t.to(device) if device is not None else t for t in batch)
         if foreign and getattr(model, "likelihood", None) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()
         x = model_input(x, model, "fit()")
@@ -322,13 +322,13 @@ class Probe:
                             "loader's inputs (shape, channels, flattening); nothing was trained."
                         ) from err
             if foreign:
-                _check_scaled(model, x, y, rows)
+                _check_scaled(model, x, y)
             if lazy_guide:
                 with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
                     guide(x, y)
-                self.guide_params = _unconstrained(capture.trace)
+                self.created_params = _unconstrained(capture.trace)
             if foreign:
-                self.guide_params += _own_model_params(model, guide, x, y)
+                self.created_params += _own_model_params(model, guide, x, y)
         finally:
             restore_modes(was)
 
@@ -359,14 +359,13 @@ def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Te
     return _unconstrained(capture.trace)
 
 
-def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, rows: int | None) -> None:
+def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     """Warn when a Pyro model of the user's own observes a minibatch without the factor N/B
     (``pyro.plate("data", B)`` instead of ``pyro.plate("data", N, subsample_size=B)``): its
     likelihood then counts as if the batch were the whole data set, and the KL outweighs it
-    N/B times. ``x, y`` are two examples; ``rows``, the loader's batch size where known: a
-    batch of the whole data set needs no factor."""
+    N/B times. ``x, y``: the loader's first batch (one of the whole data set needs none)."""
     num_data = getattr(model, "num_data", None)
-    if not num_data or num_data <= x.shape[0] or (rows is not None and rows >= num_data):
+    if not num_data or num_data <= x.shape[0]:
         return
     try:
         trace = poutine.trace(model).get_trace(x, y)
@@ -387,27 +386,26 @@ def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, rows: int 
         )
 
 
-def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int | None] | None:
-    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader, and
-    the number of examples of its batches (the first one's; None where unknown)."""
+def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader."""
     dataset = getattr(loader, "dataset", None)
     try:
         items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
         xs = torch.stack([torch.as_tensor(item[0]) for item in items])
         ys = torch.stack([torch.as_tensor(item[1]) for item in items])
-        return xs, ys, getattr(loader, "batch_size", None)
+        return xs, ys
     except Exception:
         pass
     batch = _first_batch(loader)
     if batch is None:
         return None
-    x, y, rows = batch
-    return x[:2], y[:2], rows
+    x, y = batch
+    return x[:2], y[:2]
 
 
-def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int] | None:
-    """The loader's first batch ``(x, y)`` and its size, read without disturbing the loader
-    (its random state put back where it has one)."""
+def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The loader's first batch ``(x, y)``, read without disturbing the loader (its random
+    state put back where it has one)."""
     state = loader_rng_state(loader)
     try:
         batch = next(iter(loader))
@@ -417,7 +415,7 @@ def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int] | N
         if state is not None:
             set_loader_rng_state(loader, state)
     x, y = unpack_batch(batch, 1, 1)  # what the first step would refuse, refused now
-    return x, y, x.shape[0]
+    return x, y
 
 
 def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:
@@ -445,7 +443,7 @@ def build_optimizer(model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: 
         params += list(guide.parameters())
     seen: set[int] = set()
     unique = []
-    for p in params + probe.guide_params:
+    for p in params + probe.created_params:
         if id(p) not in seen and p.requires_grad:  # frozen parameters stay as they are
             seen.add(id(p))
             unique.append(p)
