@@ -234,7 +234,7 @@ def to_inference_data(
                 f"{fn}: got a pyro.infer.MCMC run as the {what}; it exports pyrouq's "
                 "MCMCResult (pyrouq.mcmc(model, x, y)) as to_inference_data(result). For a "
                 "pyro.infer.MCMC run use arviz.from_pyro(mcmc), or predict its draws with "
-                "pyrouq.predict(model, x, posterior_samples=mcmc.get_samples())."
+                "pyrouq.predict(model, x, posterior_samples=mcmc)."
             )
     result = model if isinstance(model, MCMCResult) else None
     if result is not None:
