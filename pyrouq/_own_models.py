@@ -46,33 +46,44 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
     """``{site: shape}`` of the latent sites of a model of the user's own that posterior draws
     must give, or None where the model cannot be run as below.
 
-    The model runs under its priors on 2 and on 3 copies of the first input (the random state
-    is kept as it was). Its global latent sites are the unobserved sample sites that both runs
-    have, of the same shape, in plates of the same sizes; the others hold a value per input
-    (the likelihood ``"obs"``, not observed without targets, in a plate, a sequential plate
-    or none; a local latent variable, drawn from its prior for new inputs), and so do sites
-    named like those only the larger run has, up to their numbers (``obs_0``, ``obs_1``
-    beside ``obs_2``: one site per input, in a loop). A model that fails on such batches
-    (one that needs all its N rows) is run on ``x`` itself, its sites in a plate over the
-    rows of ``x`` taken for per-input ones.
+    The model runs under its priors on two batches of different sizes (the random state is
+    kept as it was): the first 2 and 3 inputs of ``x`` (2 and 3 copies of its first input
+    when it has fewer, or when those fail), else ``x`` without its last input and ``x``. Its
+    global latent sites are the unobserved sample sites that both runs have, of the same
+    shape, in plates of the same sizes; the others hold a value per input (the likelihood
+    ``"obs"``, not observed without targets, in a plate, a sequential plate or none; a local
+    latent variable, drawn from its prior for new inputs), and so do sites named like those
+    only the larger run has, up to their numbers (``obs_0``, ``obs_1`` beside ``obs_2``: one
+    site per input, in a loop). A model that runs on no two sizes (one that needs all its N
+    rows) is run on ``x`` itself, its sites in a plate over the rows of ``x`` taken for
+    per-input ones.
     """
+    rows = x.shape[0]
+    pairs = [(x[:2], x[:3])] if rows >= 3 else []
+    pairs.append((_copies(x, 2), _copies(x, 3)))
+    if rows > 3:
+        pairs.append((x[:-1], x))
     state = rng_state(x.device)
     try:
         with torch.no_grad():
-            try:
-                small, large = (_sample_sites(_run(model, _copies(x, rows))) for rows in (2, 3))
-            except Exception:
-                return _sites_beside_the_rows(_run(model, x), x.shape[0])
-    except Exception:  # a model that needs other batches: its sites are not checked
+            for smaller, larger in pairs:
+                try:
+                    small, large = (
+                        _sample_sites(_run(model, batch)) for batch in (smaller, larger)
+                    )
+                except Exception:
+                    continue
+                per_input = {_numbered(name) for name in large if name not in small}
+                return {
+                    name: shape
+                    for name, (shape, plates) in small.items()
+                    if large.get(name) == (shape, plates) and _numbered(name) not in per_input
+                }
+            return _sites_beside_the_rows(_run(model, x), rows)
+    except Exception:  # a model that runs on no batch of these: its sites are not checked
         return None
     finally:
         set_rng_state(x.device, state)
-    per_input = {_numbered(name) for name in large if name not in small}
-    return {
-        name: shape
-        for name, (shape, plates) in small.items()
-        if large.get(name) == (shape, plates) and _numbered(name) not in per_input
-    }
 
 
 def _copies(x: Tensor, rows: int) -> Tensor:

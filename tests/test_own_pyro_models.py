@@ -319,3 +319,21 @@ def test_a_regression_model_of_ones_own_is_refused_by_predict_with_the_way_out()
     assert "pyro.infer.Predictive, or build it as pyrouq.bayesian(net, likelihood=" in str(
         err.value
     )
+
+
+def test_a_model_standardising_its_batch_is_probed_on_distinct_inputs():
+    class Standardising(PyroModule):  # copies of one input give NaN: probed on x[:2], x[:3]
+        def __init__(self):
+            super().__init__()
+            self.w = PyroSample(dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
+
+        def forward(self, x, y=None):
+            logits = ((x - x.mean(0)) / x.std(0)) @ self.w
+            pyro.sample("obs", dist.Categorical(logits=logits).to_event(1), obs=y)  # no plate
+            return logits
+
+    x = torch.randn(16, 4)
+    draws = {"w": torch.randn(4, 4, 3)}
+    preds = pyrouq.predict(Standardising(), x, posterior_samples=draws, progress=False)
+    standardised = (x - x.mean(0)) / x.std(0)
+    torch.testing.assert_close(preds.probs, (standardised @ draws["w"]).softmax(-1))
