@@ -446,7 +446,7 @@ def evaluate(
     targets: Tensor,
     *,
     ood: Any = None,
-    ood_score: OODScore = "mutual_information",
+    ood_score: OODScore | None = None,
 ) -> dict[str, float]:
     """Compute every metric of this module, as fractions (not percentages), nats for logs.
 
@@ -463,8 +463,10 @@ def evaluate(
         ``(S, M, C)`` (or ``(M, C)``) probabilities on M >= 1 out-of-distribution inputs. When
         given, the in- and out-of-distribution inputs are scored with ``ood_score`` and the OOD
         metrics are added.
-    ood_score : {"mutual_information", "entropy", "max_prob", "variance"}
-        The per-input score of :func:`ood_scores`.
+    ood_score : {"mutual_information", "entropy", "max_prob", "variance"}, optional
+        The per-input score of :func:`ood_scores`. Default: the mutual information, or for
+        one draw (S = 1: a plain network), whose draws cannot disagree, the entropy; the
+        mutual information and the variance of one draw are refused (0 for every input).
 
     Returns
     -------
@@ -482,7 +484,7 @@ def evaluate(
     >>> list(m)[:3], m["acc"], m["ood_auroc"]
     (['acc', 'nll', 'brier'], 1.0, 1.0)
     """
-    if ood_score not in _OOD_SCORES:
+    if ood_score is not None and ood_score not in _OOD_SCORES:
         raise ValueError(
             f"Unknown ood_score {ood_score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
         )
@@ -510,6 +512,14 @@ def evaluate(
             raise ValueError(
                 f"Expected ood with C={p.shape[-1]} classes like the in-distribution probs, "
                 f"got shape {tuple(ood_p.shape)}; score both with the same model."
+            )
+        if ood_score is None:
+            ood_score = "mutual_information" if p.shape[0] > 1 else "entropy"
+        elif ood_score in ("mutual_information", "variance") and p.shape[0] == 1:
+            raise ValueError(
+                f"ood_score={ood_score!r} of one draw (S = 1) is 0 for every input, so its OOD "
+                "metrics say nothing. Use ood_score='entropy' or 'max_prob' (the default for "
+                "S = 1), or predict with posterior draws or ensemble members."
             )
         if ood_score in ("mutual_information", "variance"):
             check_same_draws(p, ood_p, f"the {ood_score}")

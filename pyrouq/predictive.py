@@ -34,6 +34,7 @@ from pyrouq._util import (
     modes,
     module_device,
     restore_modes,
+    warn_caller,
 )
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical
@@ -127,7 +128,7 @@ class Predictions:
         self,
         targets: Tensor | None = None,
         ood: Predictions | Tensor | None = None,
-        ood_score: str = "mutual_information",
+        ood_score: str | None = None,
     ) -> dict[str, float]:
         """Every metric of :func:`pyrouq.metrics.evaluate` (targets default to ``self.targets``)."""
         from pyrouq.metrics import evaluate
@@ -410,7 +411,18 @@ def predict(
     if not parts:
         raise ValueError("predict() got no inputs: x is empty.")
     all_targets = torch.cat(targets) if len(targets) == len(parts) else None
-    return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
+    try:
+        return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as err:
+        if all_targets is None:
+            raise
+        # the loader's labels cannot be the targets: the predictions stand without them
+        warn_caller(
+            f"predict(): the labels x yields cannot be the predictions' targets ("
+            f"{' '.join(str(err).split())}); the predictions carry none. Pass targets to "
+            "evaluate(), or yield (x, y) batches whose y are the targets."
+        )
+        return likelihood.predictions(parts, None)  # type: ignore[no-any-return]
 
 
 def _check_drawable(model: Any, source: str) -> None:

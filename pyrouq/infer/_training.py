@@ -135,7 +135,26 @@ def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | No
     return True
 
 
+def serves_dataset_as_is(loader: Iterable) -> bool:
+    """Whether the loader's batches are its dataset's examples, all of them each epoch, as
+    they are: not a torch ``DataLoader`` with a ``collate_fn`` of its own (which may scale,
+    reshape or relabel them) or a sampler that leaves examples out (a subset's)."""
+    data = torch.utils.data
+    if not isinstance(loader, data.DataLoader):
+        return True
+    if loader.collate_fn not in (data.default_collate, data.default_convert):
+        return False
+    if type(loader.batch_sampler) not in (data.BatchSampler, type(None)):
+        return False
+    sampler = loader.sampler
+    if isinstance(sampler, data.RandomSampler):
+        return not sampler.replacement and sampler.num_samples == len(sampler.data_source)
+    return isinstance(sampler, (data.SequentialSampler, data.DistributedSampler))
+
+
 def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if not serves_dataset_as_is(loader):  # then checked batch by batch, as they come
+        return None
     dataset = getattr(loader, "dataset", None)
     images = getattr(dataset, "images", None)
     labels = getattr(dataset, "labels", None)
@@ -388,7 +407,7 @@ def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
 
 def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Two training examples ``(x, y)`` as a batch, read without disturbing the loader."""
-    dataset = getattr(loader, "dataset", None)
+    dataset = getattr(loader, "dataset", None) if serves_dataset_as_is(loader) else None
     try:
         items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
         xs = torch.stack([torch.as_tensor(item[0]) for item in items])
@@ -486,11 +505,13 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
     """Maximum likelihood for a plain torch network: ``-(N/B) sum_batch log p(y | x)``."""
     likelihood = getattr(model, "likelihood", None) or Categorical()
     outputs = model(x)
-    if not torch.is_tensor(outputs) or outputs.dim() < 2:
+    if not torch.is_tensor(outputs) or outputs.dim() != 2:
+        shown = f"outputs of shape {tuple(outputs.shape)}" if torch.is_tensor(outputs) else ""
         raise TypeError(
-            f"{type(model).__name__} returned {type(outputs).__name__}; fit() trains a plain "
-            "network that returns its outputs (B, D) as one tensor."
+            f"{type(model).__name__} returned {shown or type(outputs).__name__}; fit() trains "
+            "a plain network that returns its outputs (B, D) as one tensor."
         )
+    likelihood.check_targets(y, outputs, "fit()")
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
     return ELBOTerms(loss=nll, nll=nll.detach(), kl=torch.zeros(()), outputs=outputs.detach())
 

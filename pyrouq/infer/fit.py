@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import pyro
+import torch
 from torch import nn
 
 from pyrouq import checkpoint as _checkpoint
@@ -166,7 +167,8 @@ def fit(
         than separate ones, each particle's forward and backward pass runs in turn (see
         :meth:`KLWeightedELBO.terms_and_grads`). The gradients are the same either way.
     num_data : int, optional
-        Training-set size N; default ``len(train_loader.dataset)``, else the ``num_data`` the
+        Training-set size N; default ``len(train_loader.dataset)`` (the number of indices of
+        a ``SubsetRandomSampler``), else the ``num_data`` the
         model was built with (``bayesian(net, num_data=N)``): a loader without a sized
         ``.dataset``, such as a list of batches, needs one of the two.
     progress : bool, default True
@@ -372,6 +374,10 @@ def _has_length(loader: Any) -> bool:
 
 
 def _num_examples(loader: Iterable) -> int | None:
+    """N: the size of the loader's dataset, or of the subset its sampler draws from."""
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
+        return len(sampler)
     dataset = getattr(loader, "dataset", None)
     try:
         return len(dataset)  # type: ignore[arg-type]

@@ -1,0 +1,75 @@
+"""What a PyTorch user passes: DataLoaders with a collate_fn or a subset sampler, label
+columns, loaders whose labels cannot be targets, and one-draw predictions scored for OOD."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+
+import pyrouq
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def test_fit_checks_what_the_collate_fn_yields_not_the_raw_dataset():
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randint(0, 256, (64, 16), dtype=torch.uint8, generator=g)  # uint8, flat
+    labels = torch.randint(1, 4, (64,), generator=g)  # 1..3: the collate_fn makes them 0..2
+
+    def collate(items):
+        x = torch.stack([item[0] for item in items]).float().div(255).view(-1, 1, 4, 4)
+        return x, torch.stack([item[1] for item in items]) - 1
+
+    loader = DataLoader(TensorDataset(raw, labels), batch_size=16, collate_fn=collate)
+    bayesian = pyrouq.bayesian(net())
+    for model, guide in ((net(), None), (bayesian, pyrouq.mean_field_guide(bayesian))):
+        result = pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+        assert result.num_data == 64 and result.history[-1].train_acc > 0
+
+
+def test_a_subset_sampler_sets_n_and_only_its_rows_are_checked():
+    x, y = torch.randn(64, 16), torch.randint(0, 3, (64,))
+    x[60] = float("nan")  # outside the subset the sampler draws from
+    y[50:] = -1  # unlabelled rows, outside it too
+    sampler = SubsetRandomSampler(range(16), generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, sampler=sampler)
+    result = pyrouq.fit(net(), None, loader, epochs=1, progress=False)
+    assert result.num_data == 16  # the subset's size, not the dataset's 64
+
+
+def test_a_plain_network_gets_the_label_and_output_checks_of_the_others():
+    x, y = torch.randn(32, 16), torch.randint(0, 3, (32, 1))
+    with pytest.raises(ValueError, match=r"fit\(\): expected labels y of shape \(32,\) to match"):
+        pyrouq.fit(net(), None, [(x, y)], num_data=32, epochs=1, progress=False)
+    per_row = nn.Sequential(nn.Linear(16, 3), nn.Unflatten(1, (1, 3)))  # (B, 1, 3) outputs
+    with pytest.raises(TypeError, match=r"returned outputs of shape \(32, 1, 3\); fit\(\) trains"):
+        pyrouq.fit(per_row, None, [(x, y[:, 0])], num_data=32, epochs=1, progress=False)
+
+
+def test_labels_that_cannot_be_targets_leave_the_predictions_without_them():
+    x = torch.randn(40, 16)
+    model = net()
+    expected = model(x).softmax(-1)
+    for labels in (torch.randint(0, 3, (40, 1)), torch.rand(40)):
+        loader = DataLoader(TensorDataset(x, labels), batch_size=16)
+        with pytest.warns(UserWarning, match=r"the labels x yields cannot be the predictions'"):
+            preds = pyrouq.predict(model, loader, progress=False)
+        assert preds.targets is None
+        torch.testing.assert_close(preds.probs[0], expected)
+
+
+def test_one_draw_is_scored_for_ood_by_its_entropy():
+    probs = torch.tensor([[[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]])
+    ood = torch.tensor([[[0.5, 0.5], [0.55, 0.45]]])
+    preds = pyrouq.Predictions(probs, torch.tensor([0, 1, 0]))
+    by_default = preds.evaluate(ood=ood)
+    assert by_default == preds.evaluate(ood=ood, ood_score="entropy")
+    assert by_default["ood_auroc"] == 1.0  # the OOD inputs are the least confident
+    for score in ("mutual_information", "variance"):
+        with pytest.raises(ValueError, match=rf"ood_score='{score}' of one draw \(S = 1\) is 0"):
+            preds.evaluate(ood=ood, ood_score=score)
