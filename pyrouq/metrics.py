@@ -518,8 +518,8 @@ def evaluate(
         elif ood_score in ("mutual_information", "variance") and p.shape[0] == 1:
             raise ValueError(
                 f"ood_score={ood_score!r} of one draw (S = 1) is 0 for every input, so its OOD "
-                "metrics say nothing. Use ood_score='entropy' or 'max_prob' (the default for "
-                "S = 1), or predict with posterior draws or ensemble members."
+                "metrics say nothing. Use ood_score='entropy' (the default for S = 1) or "
+                "'max_prob', or predict with posterior draws or ensemble members."
             )
         if ood_score in ("mutual_information", "variance"):
             check_same_draws(p, ood_p, f"the {ood_score}")

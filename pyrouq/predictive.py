@@ -416,13 +416,14 @@ def predict(
     except (TypeError, ValueError) as err:
         if all_targets is None:
             raise
+        alone = likelihood.predictions(parts, None)  # the outputs' own error, if it is theirs
         # the loader's labels cannot be the targets: the predictions stand without them
         warn_caller(
             f"predict(): the labels x yields cannot be the predictions' targets ("
             f"{' '.join(str(err).split())}); the predictions carry none. Pass targets to "
             "evaluate(), or yield (x, y) batches whose y are the targets."
         )
-        return likelihood.predictions(parts, None)  # type: ignore[no-any-return]
+        return alone  # type: ignore[no-any-return]
 
 
 def _check_drawable(model: Any, source: str) -> None:

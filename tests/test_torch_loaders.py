@@ -3,10 +3,12 @@ columns, loaders whose labels cannot be targets, and one-draw predictions scored
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, SubsetRandomSampler, TensorDataset
 
 import pyrouq
 
@@ -40,6 +42,13 @@ def test_a_subset_sampler_sets_n_and_only_its_rows_are_checked():
     loader = DataLoader(TensorDataset(x, y), batch_size=8, sampler=sampler)
     result = pyrouq.fit(net(), None, loader, epochs=1, progress=False)
     assert result.num_data == 16  # the subset's size, not the dataset's 64
+    batches = BatchSampler(SubsetRandomSampler(range(16)), 8, drop_last=False)
+    loader = DataLoader(TensorDataset(x, y), batch_sampler=batches)  # the subset given so
+    assert pyrouq.fit(net(), None, loader, epochs=1, progress=False).num_data == 16
+    # drop_last without shuffling never serves the last 4 rows: they are not checked either
+    tail = DataLoader(TensorDataset(x[:52], y[:52].clamp(min=0)), batch_size=16, drop_last=True)
+    x[48:52] = float("nan")
+    assert pyrouq.fit(net(), None, tail, epochs=1, progress=False).num_data == 52
 
 
 def test_a_plain_network_gets_the_label_and_output_checks_of_the_others():
@@ -61,6 +70,12 @@ def test_labels_that_cannot_be_targets_leave_the_predictions_without_them():
             preds = pyrouq.predict(model, loader, progress=False)
         assert preds.targets is None
         torch.testing.assert_close(preds.probs[0], expected)
+    broken = nn.Sequential(net(), nn.Hardtanh(float("nan"), float("nan")))  # NaN outputs
+    loader = DataLoader(TensorDataset(x, torch.randint(0, 3, (40,))), batch_size=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the outputs' own error, no word about the labels
+        with pytest.raises(ValueError, match=r"Expected finite probs"):
+            pyrouq.predict(broken, loader, progress=False)
 
 
 def test_one_draw_is_scored_for_ood_by_its_entropy():

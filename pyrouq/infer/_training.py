@@ -135,20 +135,35 @@ def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | No
     return True
 
 
+def example_sampler(loader: Iterable) -> Any:
+    """The sampler that picks a loader's examples: its batch sampler's (``batch_sampler=``,
+    or a ``BatchSampler`` given as ``sampler=`` with ``batch_size=None``), else its own."""
+    batches = getattr(loader, "batch_sampler", None)
+    sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
+    if isinstance(sampler, torch.utils.data.BatchSampler):
+        sampler = sampler.sampler
+    return sampler
+
+
 def serves_dataset_as_is(loader: Iterable) -> bool:
-    """Whether the loader's batches are its dataset's examples, all of them each epoch, as
-    they are: not a torch ``DataLoader`` with a ``collate_fn`` of its own (which may scale,
-    reshape or relabel them) or a sampler that leaves examples out (a subset's)."""
+    """Whether the loader's batches are its dataset's examples, every one of them (over the
+    epochs), as they are: not a torch ``DataLoader`` with a ``collate_fn`` of its own (which
+    may scale, reshape or relabel them), a sampler that leaves examples out (a subset's), or
+    ``drop_last`` that never serves the same last ones."""
     data = torch.utils.data
     if not isinstance(loader, data.DataLoader):
         return True
     if loader.collate_fn not in (data.default_collate, data.default_convert):
         return False
-    if type(loader.batch_sampler) not in (data.BatchSampler, type(None)):
+    batches = loader.batch_sampler
+    if type(batches) not in (data.BatchSampler, type(None)):
         return False
-    sampler = loader.sampler
+    sampler = example_sampler(loader)
     if isinstance(sampler, data.RandomSampler):
         return not sampler.replacement and sampler.num_samples == len(sampler.data_source)
+    if isinstance(sampler, data.SequentialSampler) and isinstance(batches, data.BatchSampler):
+        if batches.drop_last:  # the same tail is never served, unless there is none
+            return len(sampler) % batches.batch_size == 0
     return isinstance(sampler, (data.SequentialSampler, data.DistributedSampler))
 
 

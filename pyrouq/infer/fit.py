@@ -32,6 +32,7 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
+    example_sampler,
     optimizer_name,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
@@ -375,7 +376,7 @@ def _has_length(loader: Any) -> bool:
 
 def _num_examples(loader: Iterable) -> int | None:
     """N: the size of the loader's dataset, or of the subset its sampler draws from."""
-    sampler = getattr(loader, "sampler", None)
+    sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
         return len(sampler)
     dataset = getattr(loader, "dataset", None)
