@@ -1,7 +1,8 @@
 """Pyro models of the user's own (a ``PyroModule`` with ``PyroSample`` priors written by hand,
 a model function): pyrouq's models state their latent sites (``latent_sites()``); these have
 theirs read off a trace. What :func:`pyrouq.predict`, :func:`pyrouq.fit` and the diagnostics
-check of such a model's guide and draws, as Pyro's ``Trace_ELBO`` validates them."""
+check of such a model's guide and draws: a latent site they lack (which Pyro's ``Trace_ELBO``
+only warns of) or give another shape (which it refuses) is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import Tensor
 
-from pyrouq._util import has_latent_sites, rng_state, set_rng_state
+from pyrouq._util import rng_state, set_rng_state
 
 
 def name_of(model: Any) -> str:
@@ -32,7 +33,8 @@ def room_for(model: Any, rows: int) -> Iterator[None]:
     training set's size) refuses a batch larger than the data set, and predictions read the
     logits only, which the plate's scale does not touch."""
     num_data = getattr(model, "num_data", None)
-    if not isinstance(num_data, int) or has_latent_sites(model) or num_data >= rows:
+    ours = callable(getattr(model, "latent_sites", None))  # pyrouq scales by N/B itself
+    if not isinstance(num_data, int) or ours or num_data >= rows:
         yield
         return
     model.num_data = rows

@@ -144,8 +144,7 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     num_bins = _check_bins(num_bins)
     pbar, y = _prepare(probs, targets)
     conf, pred = pbar.max(-1)
-    edges = torch.arange(num_bins + 1, dtype=conf.dtype, device=conf.device) / num_bins
-    bins = (torch.bucketize(conf, edges, right=True) - 1).clamp(0, num_bins - 1)
+    _, bins = equal_width_bins(conf, num_bins)
     return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins, num_bins)
 
 
@@ -175,6 +174,13 @@ def aece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     big = r * (q + 1)
     bins = torch.where(pos < big, pos // (q + 1), r + (pos - big) // max(q, 1))
     return _binned_calibration_error(conf, (pred == y)[order].to(conf.dtype), bins, num_bins)
+
+
+def equal_width_bins(conf: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
+    """``(edges, bins)``: the ``num_bins + 1`` edges of equal-width bins of [0, 1] and each
+    confidence's bin, left-closed, a confidence of 1.0 in the last (as :func:`ece` bins)."""
+    edges = torch.arange(num_bins + 1, dtype=conf.dtype, device=conf.device) / num_bins
+    return edges, (torch.bucketize(conf, edges, right=True) - 1).clamp(0, num_bins - 1)
 
 
 def _check_bins(num_bins: Any) -> int:

@@ -19,17 +19,24 @@ from torch import nn
 import pyrouq
 
 
+def sampled_linear(in_features, out_features, bias_scale=None):
+    """``PyroModule[nn.Linear]`` with a Normal(0, 1) ``PyroSample`` weight, and a Normal(0,
+    bias_scale) one for its bias when given (else the bias is an ordinary parameter)."""
+    layer = PyroModule[nn.Linear](in_features, out_features)
+    shape = [out_features, in_features]
+    layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand(shape).to_event(2))
+    if bias_scale is not None:
+        layer.bias = PyroSample(dist.Normal(0.0, bias_scale).expand([out_features]).to_event(1))
+    return layer
+
+
 class BNN(PyroModule):
     """A classifier as in Pyro's own tutorials: PyroSample weights, obs in a subsampled plate."""
 
     def __init__(self, record_logits: bool = False, returns: str = "logits"):
         super().__init__()
-        self.fc1 = PyroModule[nn.Linear](4, 8)
-        self.fc1.weight = PyroSample(dist.Normal(0.0, 1.0).expand([8, 4]).to_event(2))
-        self.fc1.bias = PyroSample(dist.Normal(0.0, 1.0).expand([8]).to_event(1))
-        self.fc2 = PyroModule[nn.Linear](8, 3)
-        self.fc2.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 8]).to_event(2))
-        self.fc2.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        self.fc1 = sampled_linear(4, 8, bias_scale=1.0)
+        self.fc2 = sampled_linear(8, 3, bias_scale=1.0)
         self.num_data = 48
         self.record_logits, self.returns = record_logits, returns
 
@@ -149,8 +156,7 @@ def test_fit_trains_the_pyro_params_a_model_creates():
     class Biased(PyroModule):
         def __init__(self):
             super().__init__()
-            self.fc = PyroModule[nn.Linear](4, 3)
-            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
+            self.fc = sampled_linear(4, 3)
 
         def forward(self, x, y=None):
             logits = x @ self.fc.weight.T + pyro.param("class_bias", torch.zeros(3))
@@ -173,9 +179,7 @@ def test_fit_takes_pyros_bayesian_regression_with_real_targets_and_full_batches(
     class BayesianRegression(PyroModule):  # as in Pyro's tutorial
         def __init__(self):
             super().__init__()
-            self.linear = PyroModule[nn.Linear](3, 1)
-            self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 3]).to_event(2))
-            self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
+            self.linear = sampled_linear(3, 1, bias_scale=10.0)
 
         def forward(self, x, y=None):
             sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
@@ -201,9 +205,7 @@ def test_pyro_mcmc_runs_are_predicted_and_refused_by_to_inference_data_with_the_
     class Linear(PyroModule):
         def __init__(self):
             super().__init__()
-            self.fc = PyroModule[nn.Linear](4, 3)
-            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
-            self.fc.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+            self.fc = sampled_linear(4, 3, bias_scale=1.0)
 
         def forward(self, x, y=None):
             logits = self.fc(x)
@@ -242,8 +244,7 @@ def test_models_observing_row_by_row_or_needing_all_rows_are_checked_right():
     class Loop(PyroModule):  # Pyro's SVI Part I idiom: one site per row, named by its index
         def __init__(self):
             super().__init__()
-            self.fc = PyroModule[nn.Linear](4, 3)
-            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
+            self.fc = sampled_linear(4, 3)
 
         def forward(self, x, y=None):
             logits = self.fc(x)
@@ -278,8 +279,7 @@ def test_one_logit_a_row_counts_no_training_accuracy():
     class Binary(PyroModule):
         def __init__(self):
             super().__init__()
-            self.fc = PyroModule[nn.Linear](4, 1)
-            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+            self.fc = sampled_linear(4, 1)
 
         def forward(self, x, y=None):
             logits = self.fc(x)  # (B, 1): argmax over one column is always 0
@@ -301,8 +301,7 @@ def test_a_regression_model_of_ones_own_is_refused_by_predict_with_the_way_out()
     class Regression(PyroModule):
         def __init__(self):
             super().__init__()
-            self.fc = PyroModule[nn.Linear](4, 1)
-            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+            self.fc = sampled_linear(4, 1)
 
         def forward(self, x, y=None):
             mean = self.fc(x).squeeze(-1)

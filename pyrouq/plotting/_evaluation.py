@@ -19,6 +19,7 @@ from pyrouq.metrics import (
     aurc,
     check_same_draws,
     ece,
+    equal_width_bins,
     ood_auroc,
     risk_at_80_cov,
 )
@@ -79,8 +80,7 @@ def plot_reliability(
     )
     conf, pred = pbar.max(-1)
     correct = (pred == y).to(conf.dtype)
-    edges = torch.arange(num_bins + 1, dtype=conf.dtype) / num_bins
-    bins = (torch.bucketize(conf, edges, right=True) - 1).clamp(0, num_bins - 1)
+    edges, bins = equal_width_bins(conf, num_bins)
     counts = torch.bincount(bins, minlength=num_bins).to(conf.dtype)
     sum_conf = conf.new_zeros(num_bins).index_add_(0, bins, conf)
     sum_correct = conf.new_zeros(num_bins).index_add_(0, bins, correct)
