@@ -70,6 +70,24 @@ from pyrouq._util import check_folded_batch, warn_caller
 # --------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def repeatable(device: torch.device | None, on: bool) -> Iterator[None]:
+    """While inside, when ``on`` and ``device`` is a GPU, cuDNN runs its deterministic kernels
+    only (``cudnn.deterministic``, no autotuning): its default convolution gradients add in a
+    varying order, so two seeded runs of a BayesianLeNet on an H200 ended with other weights
+    in the last bits (tests/test_cuda.py, 2026-12-04). The flags are put back on the way out."""
+    if not on or device is None or device.type != "cuda":
+        yield
+        return
+    cudnn = torch.backends.cudnn
+    keep = cudnn.deterministic, cudnn.benchmark
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.benchmark = keep
+
+
 def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
     """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
     if not isinstance(out, Tensor) or out.dim() < 2:

@@ -198,6 +198,7 @@ def _fit_on_rank(
         import torch
 
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)  # nccl's own work (barriers, streams) uses this GPU
     out = _out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyro
 import torch
@@ -26,10 +27,13 @@ from pyrouq._util import ShardedOrder
 
 @dataclass(frozen=True)
 class Group:
-    """This process's place: rank ``rank`` of ``world`` (``world == 1``: no process group)."""
+    """This process's place: rank ``rank`` of ``world`` (``world == 1``: no process group).
+    ``device`` is where the backend reduces: a GPU for nccl, which takes no CPU tensor (None:
+    where the tensor is; gloo reduces CPU and CUDA tensors alike)."""
 
     rank: int = 0
     world: int = 1
+    device: torch.device | None = None
 
     @property
     def active(self) -> bool:
@@ -41,11 +45,25 @@ class Group:
         return self.rank == 0
 
 
-def current() -> Group:
-    """The process group fit() runs in (a group of one without torch.distributed)."""
-    if dist.is_available() and dist.is_initialized():
-        return Group(dist.get_rank(), dist.get_world_size())
-    return Group()
+def current(device: torch.device | None = None) -> Group:
+    """The process group fit() runs in (a group of one without torch.distributed), for a model
+    on ``device``: under nccl the collectives run on that GPU (the current one if the model is
+    not on a GPU, which nccl cannot reduce anyway)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return Group()
+    on = None
+    if dist.get_backend() == "nccl":
+        on = device if device is not None and device.type == "cuda" else None
+        on = on or torch.device("cuda", torch.cuda.current_device())
+    return Group(dist.get_rank(), dist.get_world_size(), on)
+
+
+def _all_reduce(t: torch.Tensor, group: Group, op: Any = None) -> torch.Tensor:
+    """``t`` reduced over the ranks (summed, or by ``op``) on the backend's device, returned
+    on ``t``'s device (``t`` itself is reduced in place when it is already there)."""
+    work = t if group.device is None else t.to(group.device)
+    dist.all_reduce(work, op=dist.ReduceOp.SUM if op is None else op)
+    return work.to(t.device)
 
 
 @contextlib.contextmanager
@@ -104,19 +122,17 @@ def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
     them flattened into one buffer (float64 when they mix dtypes)."""
     dtype = tensors[0].dtype if len({t.dtype for t in tensors}) == 1 else torch.float64
     flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
-    dist.all_reduce(flat)
-    flat /= group.world
+    flat = _all_reduce(flat, group) / group.world
     offset = 0
     for t in tensors:
         t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
 
 
-def _extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _extremes(values: torch.Tensor, group: Group) -> tuple[torch.Tensor, torch.Tensor]:
     """The elementwise maxima and minima of ``values`` (float64, 1-d) over the ranks, in one
     ``all_reduce``: the maximum of ``-values`` is minus their minimum."""
-    both = torch.cat([values, -values])
-    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    both = _all_reduce(torch.cat([values, -values]), group, dist.ReduceOp.MAX)
     return both[: values.numel()], -both[values.numel() :]
 
 
@@ -133,7 +149,7 @@ def average_buffers(modules: list[nn.Module], group: Group) -> None:
         return
     before = torch.cat([b.detach().reshape(-1).double() for b in buffers])
     _average_in_place(buffers, group)
-    high, low = _extremes(before)
+    high, low = _extremes(before, group)
     alike = high == low
     offset = 0
     for b in buffers:
@@ -148,9 +164,7 @@ def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
     """The mean of ``values`` over the ranks (for the epoch records every rank reports)."""
     if not group.active:
         return values
-    out = values.clone()
-    dist.all_reduce(out)
-    return out / group.world
+    return _all_reduce(values.clone(), group) / group.world
 
 
 def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
@@ -164,13 +178,13 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
         or [[0.0, 0.0, 0.0]],
         dtype=torch.float64,
     )
-    high, low = _extremes(torch.tensor([float(len(named))], dtype=torch.float64))
+    high, low = _extremes(torch.tensor([float(len(named))], dtype=torch.float64), group)
     if high.item() != low.item():
         raise ValueError(
             f"fit(): the {what} differ between ranks ({int(low.item())} to {int(high.item())} "
             "tensors). Build the same model, guide and loader on every rank."
         )
-    biggest, smallest = (t.view(summary.shape) for t in _extremes(summary.reshape(-1)))
+    biggest, smallest = (t.view(summary.shape) for t in _extremes(summary.reshape(-1), group))
     differ = (biggest - smallest).abs() > 1e-9 * (1 + biggest.abs())
     if bool(differ.any()):
         first = int(differ.any(1).nonzero()[0])
@@ -212,7 +226,7 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
         batches = len(loader)  # type: ignore[arg-type]
     except TypeError:
         return  # not sized: nothing to compare before the epoch runs
-    most, fewest = _extremes(torch.tensor([batches, epochs], dtype=torch.float64))
+    most, fewest = _extremes(torch.tensor([batches, epochs], dtype=torch.float64), group)
     if bool((most != fewest).any()):
         raise ValueError(
             f"fit() runs on {group.world} ranks, but they would take different numbers of "

@@ -17,12 +17,14 @@ import pyro
 import torch
 from torch import nn
 
+from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
     check_count,
     check_positive_float,
     check_seed,
     has_latent_sites,
+    module_device,
 )
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed
@@ -177,7 +179,11 @@ def fit(
     seed : int, optional
         Seeds Pyro/torch before training, so a run repeats exactly (rank r of a process
         group is seeded with ``seed + r``: its own weight draws; without a seed, each rank
-        seeds ``offset + r``, ``offset`` drawn from its generator).
+        seeds ``offset + r``, ``offset`` drawn from its generator). On a CUDA device a seeded
+        (or resumed) run also keeps cuDNN to its deterministic kernels while it trains
+        (``torch.backends.cudnn.deterministic``; put back afterwards): cuDNN's default
+        convolution gradients add in a varying order, and two seeded runs of a
+        convolutional network would drift apart in the last bits.
     callbacks : sequence of callables
         Each is called as ``callback(record)`` after every epoch (after the epoch's
         checkpoint is written). A callback may raise ``KeyboardInterrupt`` to stop the run
@@ -322,7 +328,7 @@ def fit(
         ours = optimizer_name(optimizer)
         shown = f"{ours} (optim=None: pyrouq's Adam)" if optim is None else ours
         resume = restore(resume_from, model, guide, epochs, (ours, shown))
-    group = _distributed.current()
+    group = _distributed.current(module_device(model, guide))
     independent = _distributed.draws_option(distributed_draws, group, seed)
     named = [(f"model: {k}", v) for k, v in model.state_dict().items()]
     if isinstance(guide, nn.Module):
@@ -357,7 +363,8 @@ def fit(
             loop.resume(resume)
             if independent:  # every rank restored rank 0's generator
                 _distributed.own_streams(group)
-        return loop.run(progress and group.leader)
+        with _engine.repeatable(loop.device, seed is not None or resume is not None):
+            return loop.run(progress and group.leader)
 
 
 # --------------------------------------------------------------------------------------------
