@@ -339,6 +339,8 @@ def predict(
                         "Pass posterior_samples alone."
                     )
                 fixed = posterior_draws(posterior_samples, model)
+                if device is not None:  # draws loaded on the CPU for a model on a GPU
+                    fixed = {k: v.to(device) for k, v in fixed.items()}
                 count = int(next(iter(fixed.values())).shape[0])
                 run = _runners.bayesian_runner(
                     model, lambda x: fixed, count, parallel, batch_size, refit, "posterior_samples"

@@ -224,11 +224,13 @@ class Standardizer:
 
     def transform_x(self, x: Tensor) -> Tensor:
         """Standardised inputs."""
-        return (_fitting(x, self.x_mean, "x", "transform_x") - self.x_mean) / self.x_std
+        x = _fitting(x, self.x_mean, "x", "transform_x")
+        return (x - self.x_mean.to(x.device)) / self.x_std.to(x.device)
 
     def transform_y(self, y: Tensor) -> Tensor:
         """Standardised targets."""
-        return (_fitting(y, self.y_mean, "y", "transform_y") - self.y_mean) / self.y_std
+        y = _fitting(y, self.y_mean, "y", "transform_y")
+        return (y - self.y_mean.to(y.device)) / self.y_std.to(y.device)
 
     def transform(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Standardised ``(x, y)``."""

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pyro
+import pyro.distributions as dist
 import pytest
 import torch
-import torch.distributed as dist
+import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 import torchvision
 from torch import nn
@@ -29,6 +30,8 @@ from pyrouq import (
     BayesianLeNet,
     BayesianMLP,
     Gaussian,
+    LeNet,
+    Standardizer,
     TrainingInterrupted,
     batchensemble,
     bayesian,
@@ -42,6 +45,7 @@ from pyrouq import (
     predict,
     psis_diagnostic,
     rank1,
+    save,
     temperature_scale,
     to_inference_data,
 )
@@ -115,6 +119,7 @@ def test_a_seed_repeats_a_cuda_run_exactly(network, mnist):
     inputs = x.flatten(1) if flat else x
     cudnn = torch.backends.cudnn
     flags = cudnn.deterministic, cudnn.benchmark
+    cudnn.benchmark = True  # a user's autotuning: off while a seeded run trains, then back
     seen = []
     runs = []
     for _ in range(2):
@@ -122,12 +127,14 @@ def test_a_seed_repeats_a_cuda_run_exactly(network, mnist):
         model = (BayesianMLP(hidden_features=32) if flat else BayesianLeNet()).to(CUDA)
         guide = mean_field_guide(model)
         loader = load_mnist(batch_size=64, train_size=256, seed=3, flatten=flat, device=CUDA)[0]
-        fit(model, guide, loader, epochs=1, progress=False, seed=5,
-            callbacks=[lambda record: seen.append(cudnn.deterministic)])  # fmt: skip
+        flags_now = lambda record: seen.append((cudnn.deterministic, cudnn.benchmark))  # noqa: E731
+        fit(model, guide, loader, epochs=1, progress=False, seed=5, callbacks=[flags_now])
         runs.append(_state(model, guide))
     # cuDNN kept to its deterministic kernels while a seeded run trains on a GPU, then put back
-    assert seen == [CUDA.type == "cuda"] * 2
-    assert (cudnn.deterministic, cudnn.benchmark) == flags
+    on_gpu = CUDA.type == "cuda"
+    assert seen == [(on_gpu, not on_gpu)] * 2
+    assert (cudnn.deterministic, cudnn.benchmark) == (flags[0], True)
+    cudnn.benchmark = flags[1]
     for key, value in runs[0].items():
         assert torch.equal(value, runs[1][key]), key
     draws = []
@@ -241,6 +248,10 @@ def test_regression_on_cuda_fits_predicts_and_calibrates():
     assert preds.loc.shape == (16, 256, 1) and preds.loc.device.type == CUDA.type
     rmse = (preds.loc.mean(0).cpu() - y).pow(2).mean().sqrt().item()
     assert rmse < 0.3, rmse
+    metrics = preds.evaluate(y.to(CUDA))
+    cpu_metrics = preds.to("cpu").evaluate(y)
+    for key, value in cpu_metrics.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     intervals = conformal(preds, y.to(CUDA), alpha=0.2)
     lower, upper = intervals.intervals(preds)
     covered = ((lower <= y.to(CUDA)) & (y.to(CUDA) <= upper)).float().mean().item()
@@ -306,7 +317,7 @@ def _rank_step(loader, **kwargs):
 def _rank_worker(rank: int, backend: str, init: str, out: str) -> None:
     if CUDA.type == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(backend, init_method=f"file://{init}", rank=rank, world_size=2)
+    torch_dist.init_process_group(backend, init_method=f"file://{init}", rank=rank, world_size=2)
     try:
         x, y = _rank_data()
         one = _rank_step(ArrayLoader(x, y, N // 2, shuffle=False),
@@ -316,7 +327,7 @@ def _rank_worker(rank: int, backend: str, init: str, out: str) -> None:
         after = {k: v.cpu() for k, v in _state(model, guide).items()}
         torch.save({"one": one, "after": after}, Path(out) / f"rank{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        torch_dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -324,9 +335,8 @@ def _rank_worker(rank: int, backend: str, init: str, out: str) -> None:
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
 def test_two_cuda_ranks_train_as_one_process(backend, tmp_path):
-    one_gpu = CUDA.type != "cuda" or torch.cuda.device_count() < 2
-    if backend == "nccl" and one_gpu and not os.environ.get("PYROUQ_TEST_NCCL_ONE_GPU"):
-        pytest.skip("nccl needs a GPU per rank (PYROUQ_TEST_NCCL_ONE_GPU=1 tries one)")
+    if backend == "nccl" and (CUDA.type != "cuda" or torch.cuda.device_count() < 2):
+        pytest.skip("nccl needs a GPU per rank (it refuses two ranks on one GPU)")
     context = mp.spawn(_rank_worker, args=(backend, str(tmp_path / "init"), str(tmp_path)),
                        nprocs=2, join=False)  # fmt: skip
     deadline = time.monotonic() + 180
@@ -353,6 +363,47 @@ def test_the_cli_fits_on_cuda_and_evaluates_the_run_on_the_cpu(tmp_path):
             "--num-samples", "4", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     assert (out / "metrics.json").exists()
+    plain = ["fit", "lenet", "--epochs", "1", "--train-size", "512", "--device", CUDA.type,
+             "--out", str(tmp_path / "plain"), "--no-progress"]  # fmt: skip
+    assert main(plain) == 0
     code = main(["evaluate", str(out), "--device", "cpu", "--num-samples", "2", "--ood", "none",
                  "--no-progress"])  # fmt: skip
     assert code == 0
+
+
+def test_a_plain_network_and_a_cpu_made_noise_prior_train_on_cuda(mnist):
+    train, _, _ = mnist
+    torch.manual_seed(0)
+    net = LeNet().to(CUDA)  # no KL term: fit() reports a zero one on the GPU
+    first, second = fit(net, None, train, epochs=2, progress=False, seed=0).history
+    assert first.kl == second.kl == 0.0 and second.nll < first.nll
+    g = torch.Generator().manual_seed(0)
+    xs, ys = torch.randn(64, 3, generator=g), torch.randn(64, 2, generator=g)
+    # converted after the network moved to the GPU: the (CPU-made) noise prior follows it
+    model = bayesian(nn.Linear(3, 2).to(CUDA), likelihood=Gaussian(dist.HalfNormal(torch.ones(2))))
+    fit(model, mean_field_guide(model), ArrayLoader(xs, ys, 16, seed=0), epochs=2,
+        progress=False, seed=0)  # fmt: skip
+    stats = Standardizer.fit(xs, ys)  # fitted on the CPU, applied on the GPU
+    torch.testing.assert_close(stats.transform_x(xs.to(CUDA)).cpu(), stats.transform_x(xs))
+    torch.testing.assert_close(stats.transform_y(ys.to(CUDA)).cpu(), stats.transform_y(ys))
+
+
+def test_mcmc_draws_saved_from_the_gpu_predict_with_a_model_on_either_device(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 2, generator=g)
+    y = (x[:, 0] > 0).long()
+    torch.manual_seed(0)
+    model = bayesian(nn.Linear(2, 2)).to(CUDA)
+    result = mcmc(model, x.to(CUDA), y.to(CUDA), num_samples=10, warmup_steps=10,
+                  num_chains=1, seed=0, progress=False)  # fmt: skip
+    want = predict(model, x, posterior_samples=result, progress=False).probs
+    save(tmp_path / "mcmc.pt", result)
+    loaded = load(tmp_path / "mcmc.pt")  # draws on the CPU
+    assert all(v.device.type == "cpu" for v in loaded.samples.values())
+    got = predict(model, x, posterior_samples=loaded, progress=False).probs  # model on GPU
+    torch.testing.assert_close(got, want)
+    on_gpu = load(tmp_path / "mcmc.pt", device=CUDA)
+    assert all(v.device.type == CUDA.type for v in on_gpu.samples.values())
+    cpu_model = copy.deepcopy(model).cpu()
+    got = predict(cpu_model, x, posterior_samples=on_gpu, progress=False).probs
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -283,3 +283,47 @@ def test_three_ranks_take_shards_of_one_size_keep_constants_and_refuse_mismatche
         "fit() runs on 3 ranks, but they would take different numbers of steps: 2 to 2 "
         "batches per epoch (this rank 2), 1 to 3 epochs (this rank 2)."
     )
+
+
+# A group with no CPU backend ("cuda:gloo" here, as nccl): fit() reduces on the model's GPU and
+# refuses a model on the CPU, whose tensors such a group cannot reduce (nccl raised "No backend
+# type associated with device type cpu" from fit()'s start-up checks before 2026-12-04).
+
+
+@pytest.mark.parametrize(
+    "backend, on_gpu", [("gloo", False), ("cpu:gloo,cuda:gloo", False), ("cuda:gloo", True)]
+)
+def test_collectives_run_on_the_models_gpu_when_the_group_has_no_cpu_backend(backend, on_gpu):
+    from pyrouq.infer import _distributed
+
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        gpu = torch.device("cuda", 1)
+        assert _distributed.current(gpu).device == (gpu if on_gpu else None)
+    finally:
+        dist.destroy_process_group()
+
+
+def _gpu_only_worker(rank: int, init: str, out: str) -> None:
+    dist.init_process_group("cuda:gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    try:
+        model, guide = _build("bayesian")  # on the CPU
+        x, y = _data()
+        try:
+            fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False)
+            error = "no error"
+        except Exception as err:  # the message is the test's to read
+            error = f"{type(err).__name__}: {err}"
+        Path(out, f"rank{rank}.txt").write_text(error)
+    finally:
+        dist.destroy_process_group()
+    _exit_quietly()
+
+
+def test_a_cpu_model_in_a_gpu_only_group_is_refused_with_what_to_do(tmp_path):
+    _spawn(_gpu_only_worker, (str(tmp_path / "init"), str(tmp_path)))
+    for rank in range(WORLD):
+        error = (tmp_path / f"rank{rank}.txt").read_text()
+        assert error.startswith("ValueError: fit() runs on 2 ranks in a process group whose "
+                                "backend (cuda:gloo) reduces GPU tensors only"), error  # fmt: skip
+        assert "model.to('cuda')" in error and "init_process_group('gloo')" in error

@@ -46,6 +46,7 @@ import contextlib
 import contextvars
 import math
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -70,22 +71,36 @@ from pyrouq._util import check_folded_batch, warn_caller
 # --------------------------------------------------------------------------------------------
 
 
+_repeatable_lock = threading.Lock()
+_repeatable_depth = 0
+_repeatable_saved: tuple[bool, bool] = (False, False)
+
+
 @contextlib.contextmanager
 def repeatable(device: torch.device | None, on: bool) -> Iterator[None]:
     """While inside, when ``on`` and ``device`` is a GPU, cuDNN runs its deterministic kernels
     only (``cudnn.deterministic``, no autotuning): its default convolution gradients add in a
     varying order, so two seeded runs of a BayesianLeNet on an H200 ended with other weights
-    in the last bits (tests/test_cuda.py, 2026-12-04). The flags are put back on the way out."""
+    in the last bits (tests/test_cuda.py, 2026-12-04). The flags are process-wide: the
+    outermost of nested or concurrent (threads) uses sets them and the last one out puts back
+    what the first one found."""
+    global _repeatable_depth, _repeatable_saved
     if not on or device is None or device.type != "cuda":
         yield
         return
     cudnn = torch.backends.cudnn
-    keep = cudnn.deterministic, cudnn.benchmark
-    cudnn.deterministic, cudnn.benchmark = True, False
+    with _repeatable_lock:
+        if _repeatable_depth == 0:
+            _repeatable_saved = (cudnn.deterministic, cudnn.benchmark)
+            cudnn.deterministic, cudnn.benchmark = True, False
+        _repeatable_depth += 1
     try:
         yield
     finally:
-        cudnn.deterministic, cudnn.benchmark = keep
+        with _repeatable_lock:
+            _repeatable_depth -= 1
+            if _repeatable_depth == 0:
+                cudnn.deterministic, cudnn.benchmark = _repeatable_saved
 
 
 def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:

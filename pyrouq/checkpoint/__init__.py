@@ -413,7 +413,7 @@ def load(
         The class the caller expects (e.g. ``BayesianLeNet``); a checkpoint of another class
         is refused.
     device : str or torch.device, optional
-        Where the rebuilt model and guide live (default CPU).
+        Where the rebuilt model and guide live, or an MCMC result's draws (default CPU).
     module : nn.Module, optional
         The skeleton of a converted network (:func:`pyrouq.bayesian`,
         :func:`pyrouq.batchensemble`) or of a plain module: a freshly built network of the
@@ -441,7 +441,10 @@ def load(
                 f"{str(path)!r} holds an MCMC result (draws, no model): load it without "
                 "model_class or module, then set result.model (and .x, .y) for arviz."
             )
-        return _mcmc_result(payload, path)
+        result = _mcmc_result(payload, path)
+        if device is not None:
+            result.samples = {k: v.to(device) for k, v in result.samples.items()}
+        return result
     description = _parse_description(path, payload["description"])
     model = build_model(description, expected=model_class, path=path, module=module)
     state = payload["model"]

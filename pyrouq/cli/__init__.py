@@ -197,8 +197,7 @@ def _fit_on_rank(
     if world > 1 and device.type == "cuda":
         import torch
 
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)  # nccl's own work (barriers, streams) uses this GPU
+        device = torch.device("cuda", torch.cuda.current_device())  # set for the group
     out = _out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
@@ -438,6 +437,11 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     created = False
     if world > 1 and dist.is_available() and not dist.is_initialized():
+        if device.type == "cuda":  # each rank its GPU (one visible per rank: that one)
+            import torch
+
+            local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+            torch.cuda.set_device(local)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         created = True
     try:

@@ -15,7 +15,7 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
-from pyrouq._util import check_flag, forget_params, model_input
+from pyrouq._util import check_flag, forget_params, model_input, module_device
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._select import (
     COUNTER,
@@ -148,6 +148,9 @@ class BayesianNetwork(PyroModule):
         # a new model starts in training mode throughout, as a torch module does, whatever
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
+        device = module_device(self.net)
+        if device is not None:  # a noise prior made for the CPU follows a network on a GPU
+            self.likelihood.to(device)
         self._sites = {s: torch.Size(params[s].shape) for s in sites}
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
         self._local = local_reparameterization

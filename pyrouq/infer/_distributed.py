@@ -47,15 +47,36 @@ class Group:
 
 def current(device: torch.device | None = None) -> Group:
     """The process group fit() runs in (a group of one without torch.distributed), for a model
-    on ``device``: under nccl the collectives run on that GPU (the current one if the model is
-    not on a GPU, which nccl cannot reduce anyway)."""
+    on ``device``. A group with no CPU backend (nccl, ``"cuda:nccl"``, or a bare
+    ``init_process_group()`` on a GPU machine) reduces no CPU tensor: its collectives then run
+    on the model's GPU, and a model on the CPU is refused."""
     if not (dist.is_available() and dist.is_initialized()):
         return Group()
-    on = None
-    if dist.get_backend() == "nccl":
-        on = device if device is not None and device.type == "cuda" else None
-        on = on or torch.device("cuda", torch.cuda.current_device())
-    return Group(dist.get_rank(), dist.get_world_size(), on)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if _reduces_cpu_tensors():
+        return Group(rank, world)
+    if device is not None and device.type == "cuda":
+        return Group(rank, world, device)
+    if world > 1:
+        raise ValueError(
+            f"fit() runs on {world} ranks in a process group whose backend "
+            f"({dist.get_backend()}) reduces GPU tensors only, but the model is on "
+            f"{device or 'no device'}. Put it on this rank's GPU first "
+            "(torch.cuda.set_device(local_rank); model.to('cuda')), or train on the CPU in a "
+            "gloo group: init_process_group('gloo')."
+        )
+    return Group(rank, world)
+
+
+def _reduces_cpu_tensors() -> bool:
+    """Whether the default process group has a backend for CPU tensors (gloo, or a mixed
+    ``"cpu:gloo,cuda:nccl"``), read off its backend configuration (its name alone would miss a
+    bare ``init_process_group()``, named "undefined", which gets nccl alone on a GPU machine)."""
+    config = getattr(dist, "get_backend_config", None)
+    if config is None:  # older torch: the name tells
+        return dist.get_backend() != "nccl"
+    devices = {part.split(":")[0].strip() for part in str(config()).split(",")}
+    return "cpu" in devices
 
 
 def _all_reduce(t: torch.Tensor, group: Group, op: Any = None) -> torch.Tensor:

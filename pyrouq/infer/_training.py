@@ -528,7 +528,8 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
         )
     likelihood.check_targets(y, outputs, "fit()")
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
-    return ELBOTerms(loss=nll, nll=nll.detach(), kl=torch.zeros(()), outputs=outputs.detach())
+    kl = torch.zeros((), device=nll.device)
+    return ELBOTerms(loss=nll, nll=nll.detach(), kl=kl, outputs=outputs.detach())
 
 
 def optimizer_name(optimizer: Any) -> str:

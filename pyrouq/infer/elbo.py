@@ -272,6 +272,7 @@ class KLWeightedELBO(ELBO):
                 value = guide_site["value"]
                 kl_site = q.log_prob(value) - p.log_prob(value)
             kl = kl + scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
+        kl = kl.to(nll.device)  # a model with no latent site: its zero KL on the GPU too
         if guide_trace is None:
             return nll, kl
         # the guide's own auxiliary sites (an autoguide's "*_unconstrained" or

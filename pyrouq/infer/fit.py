@@ -181,9 +181,12 @@ def fit(
         group is seeded with ``seed + r``: its own weight draws; without a seed, each rank
         seeds ``offset + r``, ``offset`` drawn from its generator). On a CUDA device a seeded
         (or resumed) run also keeps cuDNN to its deterministic kernels while it trains
-        (``torch.backends.cudnn.deterministic``; put back afterwards): cuDNN's default
-        convolution gradients add in a varying order, and two seeded runs of a
-        convolutional network would drift apart in the last bits.
+        (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
+        afterwards): cuDNN's default convolution gradients add in a varying order, and two
+        seeded runs of a convolutional network would drift apart in the last bits. That
+        covers pyrouq's layers and common networks; a few other CUDA ops (``nn.Embedding``'s
+        and bilinear ``interpolate``'s gradients, ``scatter_add_``, ...) repeat exactly only
+        under ``torch.use_deterministic_algorithms(True)``, yours to set.
     callbacks : sequence of callables
         Each is called as ``callback(record)`` after every epoch (after the epoch's
         checkpoint is written). A callback may raise ``KeyboardInterrupt`` to stop the run
