@@ -36,7 +36,7 @@ from pyrouq._util import (
     restore_modes,
     warn_caller,
 )
-from pyrouq.infer.guide import check_guide
+from pyrouq.infer.guide import check_drawable, check_guide
 from pyrouq.likelihoods import Categorical
 from pyrouq.mcmc import posterior_draws
 from pyrouq.regression import GaussianPredictions
@@ -330,7 +330,9 @@ def predict(
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
             if posterior_samples is not None or guide is not None:
-                _check_drawable(model, "posterior_samples" if guide is None else "a guide")
+                check_drawable(
+                    model, "posterior_samples" if guide is None else "a guide", "predict()"
+                )
             if posterior_samples is not None:
                 if guide is not None or num_samples is not None:
                     raise ValueError(
@@ -426,24 +428,6 @@ def predict(
             "evaluate(), or yield (x, y) batches whose y are the targets."
         )
         return alone  # type: ignore[no-any-return]
-
-
-def _check_drawable(model: Any, source: str) -> None:
-    """Refuse weight draws (``source``: a guide, posterior_samples) for a model that has none
-    to take: a BatchEnsemble (its members are the draws) or a plain torch network."""
-    if has_latent_sites(model):
-        return
-    what = None
-    if getattr(model, "num_members", None) is not None:
-        what = f"a BatchEnsemble ({type(model).__name__}), whose members are the draws"
-    elif isinstance(model, nn.Module) and not isinstance(model, pyro.nn.PyroModule):
-        what = f"a plain network ({type(model).__name__}), which has no weights to draw"
-    if what is not None:
-        raise ValueError(
-            f"predict() got {source} for {what}. Leave it out (guide=None, no "
-            "posterior_samples); to draw weights, make the network Bayesian first: "
-            "pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an ensemble."
-        )
 
 
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:

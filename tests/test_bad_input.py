@@ -793,6 +793,18 @@ API_CASES = [
      lambda tmp: fit(BayesianMLP(), lenet_guide(), flat_loader(torch.rand(6, 784), labels()),
                      epochs=1, progress=False),
      ValueError, r"fit\(\): the guide does not belong to BayesianMLP: site 'fc1.weight'"),
+    ("fit", "companion",
+     with_model_guide(lambda m, g: fit(BatchEnsembleMLP(num_members=2), g,
+                                       flat_loader(torch.rand(6, 784), labels()), epochs=1,
+                                       progress=False)),
+     ValueError, r"fit\(\) got a guide for a BatchEnsemble \(BatchEnsembleMLP\), whose members "
+     r"are the draws. Leave it out \(guide=None\); to draw weights, make the network Bayesian "
+     r"first: pyrouq.bayesian\(net\), or pyrouq.rank1\(net, M\)"),
+    ("fit", "companion",
+     with_model_guide(lambda m, g: fit(MLP(), g, flat_loader(torch.rand(6, 784), labels()),
+                                       epochs=1, progress=False)),
+     ValueError, r"fit\(\) got a guide for a plain network \(MLP\), which has no weights to "
+     r"draw. Leave it out \(guide=None\)"),
     ("fit", "dtype",
      with_model_guide(lambda m, g: fit(m, g, torch.utils.data.DataLoader(
          torch.utils.data.TensorDataset(torch.zeros(6, 784, dtype=torch.uint8), labels()),

@@ -607,3 +607,27 @@ def test_checkpoints_keep_the_modules_state_dict_versions(tmp_path):
         restored = load(save(tmp_path / f"{i}.pt", model), module=Versioned()).model
         inner = restored if isinstance(restored, Versioned) else restored.net
         assert inner.loaded_version == 3, type(model).__name__
+
+
+def test_weights_outside_linear_and_conv_stay_point_estimates_unless_selected():
+    """README: with select=None, attention's Q/K/V projection, a ViT's tokens and embeddings
+    stay point estimates; select=lambda name, p: p.dim() > 1 makes every weight latent."""
+    torch.manual_seed(0)
+    vit = torchvision.models.VisionTransformer(
+        image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+        num_classes=3,
+    )  # fmt: skip
+    attention = "encoder.layers.encoder_layer_0.self_attention."
+    default = bayesian(vit)
+    assert attention + "in_proj_weight" not in default.latent_sites()
+    assert attention + "out_proj.weight" in default.latent_sites()  # a Linear (subclass)
+    assert "net." + attention + "in_proj_weight" in dict(default.named_parameters())
+    every = bayesian(vit, select=lambda name, p: p.dim() > 1)
+    assert (
+        set(every.latent_sites())
+        == {name for name, p in vit.named_parameters() if p.dim() > 1}
+        >= {attention + "in_proj_weight", "class_token", "encoder.pos_embedding"}
+    )
+    draws = predict(every, torch.randn(2, 3, 16, 16), mean_field_guide(every), num_samples=3,
+                    progress=False)  # fmt: skip
+    assert draws.probs.shape == (3, 2, 3)

@@ -329,8 +329,10 @@ def bayesian(
         registered (in ``named_modules()`` order: for a network whose head is defined before
         its body, name the head instead, ``select=["head"]``); a list of module names or
         dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
-        LayerNorm, anything unselected) stay point estimates, trained by :func:`pyrouq.fit`
-        unless frozen, as in torch: freezing a pretrained backbone
+        LayerNorm, anything unselected; with ``None``, weights outside a Linear or convolution
+        too: ``nn.MultiheadAttention``'s ``in_proj_weight``, a ViT's class token, ConvNeXt's
+        layer scales, RNN and embedding weights) stay point estimates, trained by
+        :func:`pyrouq.fit` unless frozen, as in torch: freezing a pretrained backbone
         (``backbone.requires_grad_(False)``) before converting leaves its weights fixed and
         makes the rest Bayesian. Buffers (running statistics) behave as in torch, train vs
         eval.

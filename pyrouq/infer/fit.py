@@ -38,7 +38,7 @@ from pyrouq.infer._training import (
     optimizer_name,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
-from pyrouq.infer.guide import check_guide
+from pyrouq.infer.guide import check_drawable, check_guide
 from pyrouq.likelihoods import Categorical
 
 __all__ = [
@@ -264,6 +264,8 @@ def fit(
             f"{type(model).__name__} has latent sites but guide is None. Pass "
             "guide=mean_field_guide(model)."
         )
+    if guide is not None:
+        check_drawable(model, "a guide", "fit()")
     check_guide(model, guide, "fit()")
     if num_particles > 1 and guide is None:
         raise ValueError(

@@ -15,6 +15,7 @@ from torch import nn
 from pyrouq._util import (
     check_positive_float,
     forget_params,
+    has_latent_sites,
     register_params,
     support_of,
     warn_caller,
@@ -424,6 +425,25 @@ def site_mismatch(
     if strict and extra:
         return f"{source}'s site {extra[0]!r} is not a latent site of the model"
     return None
+
+
+def check_drawable(model: Any, source: str, caller: str) -> None:
+    """Refuse weight draws (``source``: a guide, posterior_samples) for a model that has none
+    to take: a BatchEnsemble (its members are the draws) or a plain torch network."""
+    if has_latent_sites(model):
+        return
+    what = None
+    if getattr(model, "num_members", None) is not None:
+        what = f"a BatchEnsemble ({type(model).__name__}), whose members are the draws"
+    elif isinstance(model, nn.Module) and not isinstance(model, pyro.nn.PyroModule):
+        what = f"a plain network ({type(model).__name__}), which has no weights to draw"
+    if what is not None:
+        leave = "guide=None, no posterior_samples" if caller == "predict()" else "guide=None"
+        raise ValueError(
+            f"{caller} got {source} for {what}. Leave it out ({leave}); to draw weights, make "
+            "the network Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an "
+            "ensemble."
+        )
 
 
 def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
