@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from typing import Any, Literal
 
 import pyro
@@ -207,8 +208,7 @@ class Categorical(Likelihood):
         problem = self.label_problem(y, num_classes if is_validation_enabled() else None)
         if problem is not None:
             raise ValueError(
-                f"{where}: {problem}. Check the targets (y.long() for class indices) or the "
-                "model's number of classes."
+                f"{where}: {problem}. Check the targets or the model's number of classes."
             )
 
     @staticmethod
@@ -217,7 +217,16 @@ class Categorical(Likelihood):
         values outside ``[0, C)``; the range is not checked when ``num_classes`` is None), or
         None: the one label check that models, :func:`pyrouq.fit` and the diagnostics share."""
         if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
-            return f"labels of dtype {y.dtype}, expected an integer dtype (class indices)"
+            regression = (
+                "; real-valued targets are regression, for a model built with "
+                "likelihood=pyrouq.Gaussian(...)"
+                if y.dtype.is_floating_point
+                else ""
+            )
+            return (
+                f"labels of dtype {y.dtype}, expected an integer dtype (class indices: "
+                f"y.long(){regression})"
+            )
         if y.numel() and num_classes is not None:
             low, high = int(y.min()), int(y.max())
             if low < 0 or high >= num_classes:
@@ -338,15 +347,25 @@ class Gaussian(Likelihood):
             self.mode = scale
             if scale == "learned":
                 self.raw_scale = nn.UninitializedParameter()
-        elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        elif _one_number(scale):  # a float, a numpy scalar, a tensor of one value
             self.fixed = _positive(
-                "the Gaussian noise scale", scale, "Pass the noise standard deviation, e.g. 0.5."
+                "the Gaussian noise scale",
+                float(scale),
+                "Pass the noise standard deviation, e.g. 0.5.",
             )
             self.mode = "fixed"
         else:
+            got = type(scale).__name__
+            if torch.is_tensor(scale):
+                got = f"a {scale.dtype} tensor of shape {tuple(scale.shape)}"
+                if scale.numel() > 1:  # one scale per output: learned, or a prior of (D,)
+                    got += (
+                        "; for one noise scale per output pass 'learned', or a prior of batch "
+                        "shape (D,), e.g. dist.HalfNormal(torch.ones(D))"
+                    )
             raise TypeError(
                 f"Expected the Gaussian noise scale to be a float > 0, 'learned', "
-                f"'heteroscedastic' or a pyro.distributions prior, got {type(scale).__name__}."
+                f"'heteroscedastic' or a pyro.distributions prior, got {got}."
             )
 
     # -- latent noise --------------------------------------------------------------------------
@@ -467,6 +486,15 @@ class Gaussian(Likelihood):
                     if self.mode != "heteroscedastic" and num_outputs == 2 * given
                     else ""
                 )
+                if self.mode == "heteroscedastic":  # its outputs: D means, then D scales
+                    return (
+                        f"targets of shape {tuple(y.shape)}, expected (N, {num_outputs})"
+                        + (" or (N,)" if num_outputs == 1 else "")
+                        + f": the network has {2 * num_outputs} outputs, read as "
+                        f"{num_outputs} mean(s) then {num_outputs} scale(s) "
+                        "(Gaussian(scale='heteroscedastic')); for targets (N, D) its last "
+                        "layer needs 2D outputs"
+                    )
                 return (
                     f"targets of shape {tuple(y.shape)}, expected (N, {num_outputs})"
                     + (" or (N,)" if num_outputs == 1 else "")
@@ -548,6 +576,16 @@ class Gaussian(Likelihood):
         if self.mode == "latent":
             return f"scale={self.noise_prior.extra_repr()}"  # type: ignore[union-attr]
         return f"scale={self.mode!r}"
+
+
+def _one_number(value: Any) -> bool:
+    """Whether ``value`` is one real number: a Python or numpy scalar, or a floating tensor
+    holding one value (``noise / scaler.y_std`` is a 0-d tensor)."""
+    if isinstance(value, bool):
+        return False
+    if torch.is_tensor(value):
+        return value.numel() == 1 and value.is_floating_point()
+    return isinstance(value, numbers.Real)
 
 
 def _positive(name: str, value: Any, hint: str) -> float:

@@ -613,6 +613,17 @@ def gaussian_preds(n=6):
     return pyrouq.GaussianPredictions(torch.zeros(2, n, 1), torch.ones(2, n, 1))
 
 
+class Squeezed(torch.nn.Module):
+    """A regression network whose forward drops its single output's dimension: (B,)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.fc(x).squeeze(-1)
+
+
 def with_model_guide(call):
     """``call(model, guide)`` on a tiny Bayesian MLP and its guide."""
     return lambda tmp: call(*mlp_and_guide())
@@ -1024,12 +1035,34 @@ API_CASES = [
      lambda tmp: Categorical().check_targets(torch.tensor([0, 12]), torch.zeros(2, 10), "m"),
      ValueError, r"m: labels in \[0, 12\], expected class indices in \[0, 9\] for a model"),
     # -- regression ----------------------------------------------------------------------
+    ("Gaussian", "type", lambda tmp: pyrouq.Gaussian(torch.tensor([0.5, 0.2])), TypeError,
+     r"got a torch.float32 tensor of shape \(2,\); for one noise scale per output pass "
+     r"'learned', or a prior of batch shape \(D,\), e.g. dist.HalfNormal\(torch.ones\(D\)\)"),
     ("Gaussian", "range", lambda tmp: pyrouq.Gaussian(scale=0.0), ValueError,
      r"Expected the Gaussian noise scale > 0 \(a finite float\), got 0.0. Pass the noise"),
     ("Gaussian", "shape",
      lambda tmp: bayesian(torch.nn.Linear(3, 3), likelihood=pyrouq.Gaussian("heteroscedastic"),
                           num_data=4)(torch.randn(4, 3), torch.randn(4)),
      ValueError, r"needs a network with 2D outputs \(D means, then D raw scales\), got 3"),
+    ("Gaussian", "shape",  # 2 outputs read as 1 mean and 1 scale, for targets (N, 2)
+     lambda tmp: pyrouq.Gaussian("heteroscedastic").check_targets(
+         torch.zeros(3, 2), torch.zeros(3, 2), "m"),
+     ValueError, r"m: targets of shape \(3, 2\), expected \(N, 1\) or \(N,\): the network has 2 "
+     r"outputs, read as 1 mean\(s\) then 1 scale\(s\).*its last layer needs 2D outputs"),
+    ("fit", "shape",  # a regression network that squeezes its single output away
+     lambda tmp: fit(*(lambda m: (m, mean_field_guide(m)))(
+         bayesian(Squeezed(), likelihood=pyrouq.Gaussian(0.3))),
+         pyrouq.ArrayLoader(torch.randn(8, 2), torch.randn(8), 4), epochs=1, progress=False),
+     TypeError, r"Squeezed.forward returned shape \(\d+,\) for \d+ inputs: one value per input, "
+     r"without the outputs' dimension.*drop the forward's .squeeze\(-1\) or return "
+     r"outputs.unsqueeze\(-1\)"),
+    ("fit", "dtype",  # real-valued targets on a classifier: the regression likelihood is named
+     lambda tmp: fit(*(lambda m: (m, mean_field_guide(m)))(bayesian(torch.nn.Linear(2, 1))),
+                     pyrouq.ArrayLoader(torch.randn(8, 2), torch.randn(8), 4), epochs=1,
+                     progress=False),
+     ValueError, r"labels of dtype torch.float32, expected an integer dtype \(class indices: "
+     r"y.long\(\); real-valued targets are regression, for a model built with "
+     r"likelihood=pyrouq.Gaussian\(...\)\)"),
     ("likelihoods.Gaussian", "dtype",
      lambda tmp: bayesian(torch.nn.Linear(3, 1), likelihood="gaussian", num_data=4)(
          torch.randn(4, 3), torch.arange(4)),

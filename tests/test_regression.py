@@ -501,3 +501,15 @@ def test_float32_predictions_are_evaluated_with_float64_moments():
     assert narrow.double().loc.dtype == torch.float64
     assert narrow.evaluate()["rmse"] == pytest.approx(wide.evaluate()["rmse"], rel=1e-9)
     assert narrow.evaluate()["mae"] == pytest.approx(wide.evaluate()["mae"], rel=1e-9)
+
+
+def test_a_fixed_noise_scale_may_be_any_one_number():
+    """Gaussian(scale) takes a float, a numpy scalar or a tensor of one value (a rescaled noise
+    such as noise / scaler.y_std is a 0-d tensor), each as the float it holds."""
+    import numpy as np
+
+    for scale in (0.25, np.float32(0.25), torch.tensor(0.25), torch.tensor([0.25])):
+        likelihood = Gaussian(scale)
+        assert likelihood.fixed == 0.25 and isinstance(likelihood.fixed, float)
+    with pytest.raises(ValueError, match=r"got -0\.25"):
+        Gaussian(torch.tensor(-0.25))

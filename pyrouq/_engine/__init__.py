@@ -105,6 +105,13 @@ def repeatable(device: torch.device | None, on: bool) -> Iterator[None]:
 
 def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
     """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
+    if isinstance(out, Tensor) and out.dim() == 1 and out.shape[0] == batch:
+        raise TypeError(
+            f"{type(net).__name__}.forward returned shape {tuple(out.shape)} for {batch} "
+            "inputs: one value per input, without the outputs' dimension. pyrouq needs outputs "
+            f"(B, D): for a single output (regression), return ({batch}, 1), e.g. drop the "
+            "forward's .squeeze(-1) or return outputs.unsqueeze(-1)."
+        )
     if not isinstance(out, Tensor) or out.dim() < 2:
         got = type(out).__name__ if not isinstance(out, Tensor) else f"shape {tuple(out.shape)}"
         fix = "Wrap it in a small nn.Module whose forward returns that tensor."

@@ -96,8 +96,8 @@ def _check_labels(fn: str, y: Tensor, num_classes: int) -> None:
     if y.dim() != 1 or problem is not None:
         raise ValueError(
             f"{fn}: expected y as (N,) integer class labels in [0, {num_classes}), got shape "
-            f"{tuple(y.shape)}{': ' + problem if problem else ''}. Check the targets (y.long() "
-            "for class indices) or the model's number of classes."
+            f"{tuple(y.shape)}{': ' + problem if problem else ''}. Check the targets or the "
+            "model's number of classes."
         )
 
 
