@@ -513,3 +513,18 @@ def test_a_fixed_noise_scale_may_be_any_one_number():
         assert likelihood.fixed == 0.25 and isinstance(likelihood.fixed, float)
     with pytest.raises(ValueError, match=r"got -0\.25"):
         Gaussian(torch.tensor(-0.25))
+
+
+def test_a_learned_scale_converts_under_torchs_swapping_conversions():
+    """bayesian() moves a likelihood to its network's device only when a tensor of it is
+    elsewhere: a learned scale, uninitialised until the first outputs, cannot be swapped by
+    torch.__future__.set_swap_module_params_on_conversion(True)."""
+    keep = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model = bayesian(nn.Linear(3, 2), likelihood=Gaussian("learned"))
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(keep)
+    preds = predict(model, torch.randn(4, 3), mean_field_guide(model), num_samples=2,
+                    progress=False)  # fmt: skip
+    assert preds.loc.shape == (2, 4, 2)

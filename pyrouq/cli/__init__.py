@@ -197,7 +197,8 @@ def _fit_on_rank(
     if world > 1 and device.type == "cuda":
         import torch
 
-        device = torch.device("cuda", torch.cuda.current_device())  # set for the group
+        local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        device = torch.device("cuda", local)  # as _process_group set it
     out = _out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -149,8 +150,13 @@ class BayesianNetwork(PyroModule):
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
         device = module_device(self.net)
-        if device is not None:  # a noise prior made for the CPU follows a network on a GPU
-            self.likelihood.to(device)
+        held = [
+            t
+            for t in itertools.chain(self.likelihood.parameters(), self.likelihood.buffers())
+            if not nn.parameter.is_lazy(t)  # a learned scale is made on the outputs' device
+        ]
+        if device is not None and any(t.device != device for t in held):
+            self.likelihood.to(device)  # a noise prior made on the CPU, the network on a GPU
         self._sites = {s: torch.Size(params[s].shape) for s in sites}
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
         self._local = local_reparameterization

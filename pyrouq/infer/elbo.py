@@ -246,8 +246,12 @@ class KLWeightedELBO(ELBO):
 
     @staticmethod
     def _particle_terms(model_trace, guide_trace) -> tuple[Tensor, Tensor]:
-        nll = torch.zeros(())
-        kl = torch.zeros(())
+        device = next(  # the zeros the sums start from: on the sites' device (a GPU's)
+            (s["value"].device for s in model_trace.nodes.values() if s["type"] == "sample"),
+            None,
+        )
+        nll = torch.zeros((), device=device)
+        kl = torch.zeros((), device=device)
         for name, site in model_trace.nodes.items():
             if site["type"] != "sample" or site_is_subsample(site):
                 continue
@@ -272,7 +276,6 @@ class KLWeightedELBO(ELBO):
                 value = guide_site["value"]
                 kl_site = q.log_prob(value) - p.log_prob(value)
             kl = kl + scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
-        kl = kl.to(nll.device)  # a model with no latent site: its zero KL on the GPU too
         if guide_trace is None:
             return nll, kl
         # the guide's own auxiliary sites (an autoguide's "*_unconstrained" or
