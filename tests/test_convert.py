@@ -292,6 +292,18 @@ def test_a_forward_that_reads_a_bias_fails_with_a_note_naming_the_layers_not_cal
     assert "per-member biases, shaped (M, out): call the layer instead (self.fc(x))" in note
 
 
+def test_the_note_on_a_bias_read_as_a_tensor_outlives_a_first_run_that_passed():
+    ensemble = batchensemble(Direct(bias=True), 2)
+    with pytest.warns(UserWarning, match=r"reads a layer's weight or bias as a tensor"):
+        ensemble(torch.randn(2, 4))  # M rows: the (M, out) bias happens to fit them
+    with pytest.raises(RuntimeError) as failure:  # fit() probes, then fails on 5 rows
+        fit(ensemble, None, [(torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1]))], epochs=1,
+            num_data=5, progress=False)  # fmt: skip
+    notes = getattr(failure.value, "__notes__", [])
+    assert any(n.startswith("pyrouq: the forward failed before calling these BatchEnsemble "
+                            "layers: fc.") for n in notes), notes  # fmt: skip
+
+
 def test_fit_trains_a_converted_network_and_its_point_estimates():
     torch.manual_seed(0)
     x = torch.randn(96, 2)

@@ -531,8 +531,8 @@ def _layers_called(net: nn.Module) -> Iterator[None]:
 
 
 _CALLS_CHECKED = "_pyrouq_calls_checked"
-"""Attribute :func:`_calls_checked` sets on a network once its first run called every
-BatchEnsemble layer (or was warned that some were not)."""
+"""Attribute :func:`_calls_checked` sets on a network after its first successful run: the
+names of the BatchEnsemble layers that run did not call (empty: it called every one)."""
 
 
 @contextlib.contextmanager
@@ -540,8 +540,14 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
     """On a network's first successful run, warn if some of its BatchEnsemble layers were not
     called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
     meets the shared W and no member's factors, so the members do not differ there."""
-    if getattr(net, _CALLS_CHECKED, False):
-        yield
+    checked = getattr(net, _CALLS_CHECKED, None)
+    if checked is not None:  # a later run: no hooks, but a failure still gets its note
+        try:
+            yield
+        except RuntimeError as error:
+            if checked:
+                _note_uncalled(error, checked)
+            raise
         return
     called: set[str] = set()
     layers = [
@@ -555,30 +561,36 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
     except RuntimeError as error:  # a shape error where a forward met per-member biases?
         missed = [name for name, _ in layers if name not in called]
         if missed:
-            note = (
-                "pyrouq: the forward failed before calling these BatchEnsemble layers: "
-                f"{_names(missed)}. If it reads a layer's bias as a tensor (e.g. "
-                "F.linear(x, self.fc.weight, self.fc.bias), as some attention modules do), it "
-                "meets that layer's per-member biases, shaped (M, out): call the layer instead "
-                "(self.fc(x))."
-            )
-            if sys.version_info < (3, 11):  # no exception notes
-                raise RuntimeError(f"{error}\n{note}") from error
-            error.add_note(note)
+            _note_uncalled(error, missed)
         raise
     finally:
         for handle in handles:
             handle.remove()
-    setattr(net, _CALLS_CHECKED, True)
     missed = [name for name, _ in layers if name not in called]
+    setattr(net, _CALLS_CHECKED, missed)
     if missed:
         warn_caller(
             f"{len(missed)} of the network's {len(layers)} BatchEnsemble layers were not called "
             f"in its forward: {_names(missed)}. "
-            "The members do not differ there. If the forward reads a layer's weight as a "
-            "tensor (e.g. F.linear(x, self.fc.weight)), call the layer instead (self.fc(x)); a "
+            "The members do not differ there. If the forward reads a layer's weight or bias as "
+            "a tensor (e.g. F.linear(x, self.fc.weight, self.fc.bias)), call the layer instead "
+            "(self.fc(x)): its bias is per member, (M, out), and fails on most batch sizes; a "
             "layer the forward does not use (an auxiliary head) can be left as it is."
         )
+
+
+def _note_uncalled(error: RuntimeError, missed: list[str]) -> None:
+    """Add to ``error`` (a forward's failure) the BatchEnsemble layers it did not call."""
+    note = (
+        "pyrouq: the forward failed before calling these BatchEnsemble layers: "
+        f"{_names(missed)}. If it reads a layer's bias as a tensor (e.g. "
+        "F.linear(x, self.fc.weight, self.fc.bias), as some attention modules do), it "
+        "meets that layer's per-member biases, shaped (M, out): call the layer instead "
+        "(self.fc(x))."
+    )
+    if sys.version_info < (3, 11):  # no exception notes
+        raise RuntimeError(f"{error}\n{note}") from error
+    error.add_note(note)
 
 
 def _names(names: list[str], shown: int = 5) -> str:
