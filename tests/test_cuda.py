@@ -275,15 +275,22 @@ def test_metrics_calibration_and_diagnostics_take_a_cuda_model(mnist):
     assert math.isfinite(psis.k_hat)
 
 
-@pytest.mark.parametrize("parallel", [False, True])
-def test_mcmc_chains_run_on_cuda(parallel):
+def _mcmc_on_gpu(n: int, steps: int, **options):
+    """A Bayesian linear classifier on the GPU, its NUTS draws on ``n`` toy inputs (on the
+    CPU) and their labels."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 2, generator=g)
+    x = torch.randn(n, 2, generator=g)
     y = (x[:, 0] > 0).long()
     torch.manual_seed(0)
     model = bayesian(nn.Linear(2, 2)).to(CUDA)
-    result = mcmc(model, x.to(CUDA), y.to(CUDA), num_samples=20, warmup_steps=20,
-                  num_chains=2, parallel=parallel, seed=0, progress=False)  # fmt: skip
+    result = mcmc(model, x.to(CUDA), y.to(CUDA), num_samples=steps, warmup_steps=steps,
+                  seed=0, progress=False, **options)  # fmt: skip
+    return model, x, y, result
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_mcmc_chains_run_on_cuda(parallel):
+    model, x, y, result = _mcmc_on_gpu(64, 20, num_chains=2, parallel=parallel)
     preds = predict(model, x.to(CUDA), posterior_samples=result, progress=False)
     assert preds.probs.shape == (40, 64, 2)
     assert evaluate(preds, y.to(CUDA))["acc"] > 0.9
@@ -389,13 +396,7 @@ def test_a_plain_network_and_a_cpu_made_noise_prior_train_on_cuda(mnist):
 
 
 def test_mcmc_draws_saved_from_the_gpu_predict_with_a_model_on_either_device(tmp_path):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(32, 2, generator=g)
-    y = (x[:, 0] > 0).long()
-    torch.manual_seed(0)
-    model = bayesian(nn.Linear(2, 2)).to(CUDA)
-    result = mcmc(model, x.to(CUDA), y.to(CUDA), num_samples=10, warmup_steps=10,
-                  num_chains=1, seed=0, progress=False)  # fmt: skip
+    model, x, _, result = _mcmc_on_gpu(32, 10, num_chains=1)
     want = predict(model, x, posterior_samples=result, progress=False).probs
     save(tmp_path / "mcmc.pt", result)
     loaded = load(tmp_path / "mcmc.pt")  # draws on the CPU
