@@ -23,6 +23,7 @@ import math
 import numbers
 from typing import Any, Literal
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -219,7 +220,7 @@ class Categorical(Likelihood):
         if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
             regression = (
                 "; real-valued targets are regression, for a model built with "
-                "likelihood=pyrouq.Gaussian(...)"
+                "bayesian(net, likelihood=pyrouq.Gaussian(...))"
                 if y.dtype.is_floating_point
                 else ""
             )
@@ -350,7 +351,7 @@ class Gaussian(Likelihood):
         elif _one_number(scale):  # a float, a numpy scalar, a tensor of one value
             self.fixed = _positive(
                 "the Gaussian noise scale",
-                float(scale),
+                _as_float(scale),
                 "Pass the noise standard deviation, e.g. 0.5.",
             )
             self.mode = "fixed"
@@ -584,8 +585,19 @@ def _one_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if torch.is_tensor(value):
-        return value.numel() == 1 and value.is_floating_point()
+        return value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool
+    if isinstance(value, np.ndarray):
+        return value.size == 1 and value.dtype.kind in "fiu"
     return isinstance(value, numbers.Real)
+
+
+def _as_float(value: Any) -> float:
+    """The number :func:`_one_number` accepted, as a float (a tensor's detached)."""
+    if torch.is_tensor(value):
+        return float(value.detach().reshape(()))
+    if isinstance(value, np.ndarray):
+        return float(value.reshape(()))
+    return float(value)
 
 
 def _positive(name: str, value: Any, hint: str) -> float:

@@ -304,6 +304,31 @@ def test_the_note_on_a_bias_read_as_a_tensor_outlives_a_first_run_that_passed():
                             "layers: fc.") for n in notes), notes  # fmt: skip
 
 
+class AuxHead(nn.Module):
+    """A network with a head its forward never calls, that runs out of memory once told to."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.aux = nn.Linear(4, 3)
+        self.fail = False
+
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return self.fc(x)
+
+
+def test_a_failure_that_is_no_shape_error_gets_no_note_about_layers_not_called():
+    ensemble = batchensemble(AuxHead(), 2)
+    with pytest.warns(UserWarning, match=r"layers were not called in its forward: aux"):
+        ensemble(torch.randn(3, 4))
+    ensemble.net.fail = True
+    with pytest.raises(RuntimeError, match="out of memory") as failure:
+        ensemble(torch.randn(3, 4))
+    assert not getattr(failure.value, "__notes__", [])
+
+
 def test_fit_trains_a_converted_network_and_its_point_estimates():
     torch.manual_seed(0)
     x = torch.randn(96, 2)

@@ -408,3 +408,28 @@ def test_mcmc_draws_saved_from_the_gpu_predict_with_a_model_on_either_device(tmp
     cpu_model = copy.deepcopy(model).cpu()
     got = predict(cpu_model, x, posterior_samples=on_gpu, progress=False).probs
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+class Observed(pyro.nn.PyroModule):
+    """A Pyro model of one's own with no latent site: a network observed in a plate."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x, y=None):
+        logits = self.fc(x)
+        with pyro.plate("data", x.shape[0]):  # its subsample indices are made on the CPU
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_a_pyro_model_with_no_latent_site_trains_on_cuda():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 3, generator=g)
+    y = (x[:, 0] > 0).long()
+    torch.manual_seed(0)
+    model = Observed().to(CUDA)
+    history = fit(model, None, ArrayLoader(x, y, 32, seed=0), epochs=3, progress=False,
+                  seed=0).history  # fmt: skip
+    assert all(r.kl == 0.0 for r in history) and history[-1].nll < history[0].nll

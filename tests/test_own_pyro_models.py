@@ -336,3 +336,29 @@ def test_a_model_standardising_its_batch_is_probed_on_distinct_inputs():
     preds = pyrouq.predict(Standardising(), x, posterior_samples=draws, progress=False)
     standardised = (x - x.mean(0)) / x.std(0)
     torch.testing.assert_close(preds.probs, (standardised @ draws["w"]).softmax(-1))
+
+
+class PlainModulePyroModel(nn.Module):
+    """A Pyro model written as a plain nn.Module (as in Pyro's VAE tutorial): its forward
+    samples a weight with pyro.sample and observes y."""
+
+    def forward(self, x, y=None):
+        w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+        logits = x @ w
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_fit_takes_a_pyro_model_written_as_a_plain_module_and_refuses_a_plain_network():
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    y = (x[:, 0] - x[:, 1] > 0).long()
+    model = PlainModulePyroModel()
+    result = pyrouq.fit(model, AutoNormal(model), [(x, y)], epochs=20, num_data=40, lr=0.1,
+                        progress=False)  # fmt: skip
+    assert result.history[-1].kl > 0 and result.history[-1].nll < result.history[0].nll
+    network = nn.Linear(3, 2)  # forward(x): no labels, so no Pyro model
+    with pytest.raises(ValueError, match=r"fit\(\) got a guide for a plain network \(Linear\)"):
+        pyrouq.fit(network, AutoNormal(model), [(x, y)], epochs=1, num_data=40,
+                   progress=False)  # fmt: skip

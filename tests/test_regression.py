@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -508,9 +509,13 @@ def test_a_fixed_noise_scale_may_be_any_one_number():
     such as noise / scaler.y_std is a 0-d tensor), each as the float it holds."""
     import numpy as np
 
-    for scale in (0.25, np.float32(0.25), torch.tensor(0.25), torch.tensor([0.25])):
-        likelihood = Gaussian(scale)
-        assert likelihood.fixed == 0.25 and isinstance(likelihood.fixed, float)
+    quarter = (0.25, np.float32(0.25), np.array(0.25), torch.tensor(0.25), torch.tensor([0.25]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a tensor that requires grad is read detached
+        for scale in (*quarter, torch.tensor(0.25, requires_grad=True)):
+            likelihood = Gaussian(scale)
+            assert likelihood.fixed == 0.25 and isinstance(likelihood.fixed, float)
+    assert Gaussian(torch.tensor(2)).fixed == 2.0
     with pytest.raises(ValueError, match=r"got -0\.25"):
         Gaussian(torch.tensor(-0.25))
 

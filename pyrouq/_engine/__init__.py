@@ -110,7 +110,8 @@ def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
             f"{type(net).__name__}.forward returned shape {tuple(out.shape)} for {batch} "
             "inputs: one value per input, without the outputs' dimension. pyrouq needs outputs "
             f"(B, D): for a single output (regression), return ({batch}, 1), e.g. drop the "
-            "forward's .squeeze(-1) or return outputs.unsqueeze(-1)."
+            "forward's .squeeze(-1) or return outputs.unsqueeze(-1); a classifier returns "
+            "(B, C) logits, C >= 2."
         )
     if not isinstance(out, Tensor) or out.dim() < 2:
         got = type(out).__name__ if not isinstance(out, Tensor) else f"shape {tuple(out.shape)}"
@@ -544,8 +545,8 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
     if checked is not None:  # a later run: no hooks, but a failure still gets its note
         try:
             yield
-        except RuntimeError as error:
-            if checked:
+        except RuntimeError as error:  # a shape error: the layers the first run skipped
+            if isinstance(checked, list) and checked and _shape_error(error):
                 _note_uncalled(error, checked)
             raise
         return
@@ -577,6 +578,12 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
             "(self.fc(x)): its bias is per member, (M, out), and fails on most batch sizes; a "
             "layer the forward does not use (an auxiliary head) can be left as it is."
         )
+
+
+def _shape_error(error: RuntimeError) -> bool:
+    """Whether ``error`` reads as torch's shape mismatch (not, say, running out of memory)."""
+    text = str(error).lower()
+    return "size" in text or "shape" in text
 
 
 def _note_uncalled(error: RuntimeError, missed: list[str]) -> None:

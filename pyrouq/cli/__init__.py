@@ -195,10 +195,7 @@ def _fit_on_rank(
     batch_size = args.batch_size or recipe["batch_size"]
     lr = args.lr or recipe["lr"]
     if world > 1 and device.type == "cuda":
-        import torch
-
-        local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
-        device = torch.device("cuda", local)  # as _process_group set it
+        device = _rank_gpu()  # as _process_group set it
     out = _out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
@@ -427,6 +424,24 @@ def _evaluate_run(
     return 0
 
 
+def _rank_gpu() -> Any:
+    """This torchrun rank's GPU: ``cuda:LOCAL_RANK``, or the one GPU a launcher that shows
+    each rank its own makes visible; more ranks than GPUs on a node is refused (nccl takes one
+    GPU per rank)."""
+    import torch
+
+    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if count == 1:
+        return torch.device("cuda", 0)
+    if local >= count:
+        raise CommandError(
+            f"this rank's LOCAL_RANK is {local}, but only {count} GPUs are visible here: nccl "
+            "takes one GPU per rank. Start at most as many ranks per node as it has GPUs "
+            "(torchrun --nproc_per_node), or train on the CPU (--device cpu)."
+        )
+    return torch.device("cuda", local)
+
+
 @contextlib.contextmanager
 def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     """Under torchrun (``WORLD_SIZE`` > 1), initialise torch.distributed (nccl on CUDA, gloo
@@ -438,11 +453,10 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     created = False
     if world > 1 and dist.is_available() and not dist.is_initialized():
-        if device.type == "cuda":  # each rank its GPU (one visible per rank: that one)
+        if device.type == "cuda":
             import torch
 
-            local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
-            torch.cuda.set_device(local)
+            torch.cuda.set_device(_rank_gpu())
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         created = True
     try:

@@ -246,8 +246,13 @@ class KLWeightedELBO(ELBO):
 
     @staticmethod
     def _particle_terms(model_trace, guide_trace) -> tuple[Tensor, Tensor]:
-        device = next(  # the zeros the sums start from: on the sites' device (a GPU's)
-            (s["value"].device for s in model_trace.nodes.values() if s["type"] == "sample"),
+        device = next(  # the zeros the sums start from: on the sites' device (a GPU's; a
+            # plate's subsample indices are made on the CPU)
+            (
+                s["value"].device
+                for s in model_trace.nodes.values()
+                if s["type"] == "sample" and not site_is_subsample(s)
+            ),
             None,
         )
         nll = torch.zeros((), device=device)

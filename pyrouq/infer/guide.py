@@ -429,13 +429,23 @@ def site_mismatch(
 
 def check_drawable(model: Any, source: str, caller: str) -> None:
     """Refuse weight draws (``source``: a guide, posterior_samples) for a model that has none
-    to take: a BatchEnsemble (its members are the draws) or a plain torch network."""
+    to take: a BatchEnsemble (its members are the draws) or a plain torch network. fit()
+    refuses a plain network only when its forward takes no labels (``forward(x)``): an
+    ``nn.Module`` whose ``forward(x, y)`` calls ``pyro.sample`` is a Pyro model."""
+    from pyrouq.convert import BatchEnsembleNetwork
+
     if has_latent_sites(model):
         return
     what = None
-    if getattr(model, "num_members", None) is not None:
+    if isinstance(model, BatchEnsembleNetwork) or (
+        caller == "predict()" and getattr(model, "num_members", None) is not None
+    ):
         what = f"a BatchEnsemble ({type(model).__name__}), whose members are the draws"
-    elif isinstance(model, nn.Module) and not isinstance(model, pyro.nn.PyroModule):
+    elif (
+        isinstance(model, nn.Module)
+        and not isinstance(model, pyro.nn.PyroModule)
+        and (caller == "predict()" or not _takes_labels(model))
+    ):
         what = f"a plain network ({type(model).__name__}), which has no weights to draw"
     if what is not None:
         leave = "guide=None, no posterior_samples" if caller == "predict()" else "guide=None"
@@ -444,6 +454,20 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
             "the network Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an "
             "ensemble."
         )
+
+
+def _takes_labels(model: nn.Module) -> bool:
+    """Whether ``model.forward`` can take a second positional argument (labels ``y``), or its
+    signature cannot be read (then it is given the benefit of the doubt)."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    kinds = [p.kind for p in params]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return inspect.Parameter.VAR_POSITIONAL in kinds or sum(k in positional for k in kinds) >= 2
 
 
 def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
