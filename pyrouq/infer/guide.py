@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import weakref
 from typing import Any
@@ -459,8 +460,6 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
 def _takes_labels(model: nn.Module) -> bool:
     """Whether ``model.forward`` can take a second positional argument (labels ``y``), or its
     signature cannot be read (then it is given the benefit of the doubt)."""
-    import inspect
-
     try:
         params = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):
