@@ -31,7 +31,7 @@ from pyrouq.infer._training import (
     training_state,
     unpack_batch,
 )
-from pyrouq.infer.elbo import ELBOTerms, KLWeightedELBO
+from pyrouq.infer.elbo import KLWeightedELBO
 
 _SUMS = 5
 """Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
@@ -291,7 +291,10 @@ class Loop:
             training=state,
         )
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int) -> ELBOTerms:
+    def step(self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
+        """One optimizer step on ``(x, y)``; returns its loss, NLL, KL and ``[correct,
+        counted]`` on the CPU, read in one transfer before the update (on a GPU the update's
+        kernels then run while the next batch is prepared)."""
         if self.scheduled:
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.steps)
@@ -302,16 +305,20 @@ class Loop:
         else:
             terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
         _distributed.average_gradients(self.params, self.group)
-        if not torch.isfinite(terms.loss):
+        parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
+        parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
+        hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
+        row = torch.cat([parts, hits]).cpu().double()  # the step's one host transfer
+        if not math.isfinite(float(row[0])):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
-                f"Non-finite loss ({terms.loss.item()}) at epoch {epoch}, step {step}; training "
+                f"Non-finite loss ({float(row[0])}) at epoch {epoch}, step {step}; training "
                 "stopped and the parameters of the last finite step are kept. Lower lr, check "
                 "the inputs for NaN/inf, or use a smaller init_scale."
             )
         self.optimizer.step()
         self.steps += 1
-        return terms
+        return row
 
     def run(self, progress: bool) -> FitResult:
         bar = None
@@ -347,16 +354,13 @@ class Loop:
                         x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")
                         y = y.to(self.device, non_blocking=True)
                         try:
-                            terms = self.step(x, y, epoch, step)
+                            row = self.step(x, y, epoch, step)
                         except ValueError as err:
                             if not str(err).startswith(_ONE_VALUE_PER_CHANNEL):
                                 raise
                             raise ValueError(_one_value_message(x, epoch, step)) from None
                         batches += 1
-                        parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
-                        parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
-                        hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
-                        self.sums += torch.cat([parts, hits]).cpu().double()  # one transfer
+                        self.sums += row
                         if bar is not None:
                             bar.update(1)
                             if step % 10 == 0:
