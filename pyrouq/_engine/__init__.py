@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -64,7 +63,8 @@ from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
-from pyrouq._util import check_folded_batch, warn_caller
+from pyrouq._engine._layer_calls import calls_checked, layers_called
+from pyrouq._util import check_folded_batch
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
@@ -478,7 +478,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
     function, faster there.
     """
-    with _layers_called(net), _calls_checked(net):
+    with layers_called(net), calls_checked(net):
         return laid_out(net, x, partial(_run_members, net, num_members=num_members))  # type: ignore[no-any-return]
 
 
@@ -508,98 +508,3 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     finally:
         _FOLDED.reset(token)
     return out.unflatten(0, (num_members, x.shape[0]))
-
-
-@contextlib.contextmanager
-def _layers_called(net: nn.Module) -> Iterator[None]:
-    """PyTorch's fused transformer layer (``nn.TransformerEncoderLayer`` in eval mode without
-    gradients) reads its linear layers' weights and biases as tensors instead of calling the
-    layers, which would bypass the BatchEnsemble layers (and meet their per-member biases): it
-    is switched off while ``net`` runs, so every layer is called."""
-    mha = getattr(torch.backends, "mha", None)
-    if (
-        mha is None
-        or not mha.get_fastpath_enabled()
-        or not any(isinstance(m, nn.TransformerEncoderLayer) for m in net.modules())
-    ):
-        yield
-        return
-    mha.set_fastpath_enabled(False)
-    try:
-        yield
-    finally:
-        mha.set_fastpath_enabled(True)
-
-
-_CALLS_CHECKED = "_pyrouq_calls_checked"
-"""Attribute :func:`_calls_checked` sets on a network after its first successful run: the
-names of the BatchEnsemble layers that run did not call (empty: it called every one)."""
-
-
-@contextlib.contextmanager
-def _calls_checked(net: nn.Module) -> Iterator[None]:
-    """On a network's first successful run, warn if some of its BatchEnsemble layers were not
-    called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
-    meets the shared W and no member's factors, so the members do not differ there."""
-    checked = getattr(net, _CALLS_CHECKED, None)
-    if checked is not None:  # a later run: no hooks, but a failure still gets its note
-        try:
-            yield
-        except RuntimeError as error:  # a shape error: the layers the first run skipped
-            if isinstance(checked, list) and checked and _shape_error(error):
-                _note_uncalled(error, checked)
-            raise
-        return
-    called: set[str] = set()
-    layers = [
-        (name, m) for name, m in net.named_modules() if getattr(m, "_is_batchensemble", False)
-    ]
-    handles = [
-        m.register_forward_pre_hook(lambda *_, name=name: called.add(name)) for name, m in layers
-    ]
-    try:
-        yield
-    except RuntimeError as error:  # a shape error where a forward met per-member biases?
-        missed = [name for name, _ in layers if name not in called]
-        if missed:
-            _note_uncalled(error, missed)
-        raise
-    finally:
-        for handle in handles:
-            handle.remove()
-    missed = [name for name, _ in layers if name not in called]
-    setattr(net, _CALLS_CHECKED, missed)
-    if missed:
-        warn_caller(
-            f"{len(missed)} of the network's {len(layers)} BatchEnsemble layers were not called "
-            f"in its forward: {_names(missed)}. "
-            "The members do not differ there. If the forward reads a layer's weight or bias as "
-            "a tensor (e.g. F.linear(x, self.fc.weight, self.fc.bias)), call the layer instead "
-            "(self.fc(x)): its bias is per member, (M, out), and fails on most batch sizes; a "
-            "layer the forward does not use (an auxiliary head) can be left as it is."
-        )
-
-
-def _shape_error(error: RuntimeError) -> bool:
-    """Whether ``error`` reads as torch's shape mismatch (not, say, running out of memory)."""
-    text = str(error).lower()
-    return "size" in text or "shape" in text
-
-
-def _note_uncalled(error: RuntimeError, missed: list[str]) -> None:
-    """Add to ``error`` (a forward's failure) the BatchEnsemble layers it did not call."""
-    note = (
-        "pyrouq: the forward failed before calling these BatchEnsemble layers: "
-        f"{_names(missed)}. If it reads a layer's bias as a tensor (e.g. "
-        "F.linear(x, self.fc.weight, self.fc.bias), as some attention modules do), it "
-        "meets that layer's per-member biases, shaped (M, out): call the layer instead "
-        "(self.fc(x))."
-    )
-    if sys.version_info < (3, 11):  # no exception notes
-        raise RuntimeError(f"{error}\n{note}") from error
-    error.add_note(note)
-
-
-def _names(names: list[str], shown: int = 5) -> str:
-    """The first ``shown`` of ``names``, comma-separated, with ', ...' when there are more."""
-    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")

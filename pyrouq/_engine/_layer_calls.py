@@ -1,0 +1,109 @@
+"""Whether a BatchEnsemble's forward calls every one of its BatchEnsemble layers: a forward
+that reads a layer's weight or bias as a tensor bypasses the members' factors (a warning on
+the first run) or meets the per-member biases (a note on the shape error it raises)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from pyrouq._util import warn_caller
+
+
+@contextlib.contextmanager
+def layers_called(net: nn.Module) -> Iterator[None]:
+    """PyTorch's fused transformer layer (``nn.TransformerEncoderLayer`` in eval mode without
+    gradients) reads its linear layers' weights and biases as tensors instead of calling the
+    layers, which would bypass the BatchEnsemble layers (and meet their per-member biases): it
+    is switched off while ``net`` runs, so every layer is called."""
+    mha = getattr(torch.backends, "mha", None)
+    if (
+        mha is None
+        or not mha.get_fastpath_enabled()
+        or not any(isinstance(m, nn.TransformerEncoderLayer) for m in net.modules())
+    ):
+        yield
+        return
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(True)
+
+
+_CALLS_CHECKED = "_pyrouq_calls_checked"
+"""Attribute :func:`calls_checked` sets on a network after its first successful run: the
+names of the BatchEnsemble layers that run did not call (empty: it called every one)."""
+
+
+@contextlib.contextmanager
+def calls_checked(net: nn.Module) -> Iterator[None]:
+    """On a network's first successful run, warn if some of its BatchEnsemble layers were not
+    called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
+    meets the shared W and no member's factors, so the members do not differ there."""
+    checked = getattr(net, _CALLS_CHECKED, None)
+    if checked is not None:  # a later run: no hooks, but a failure still gets its note
+        try:
+            yield
+        except RuntimeError as error:  # a shape error: the layers the first run skipped
+            if isinstance(checked, list) and checked and _shape_error(error):
+                _note_uncalled(error, checked)
+            raise
+        return
+    called: set[str] = set()
+    layers = [
+        (name, m) for name, m in net.named_modules() if getattr(m, "_is_batchensemble", False)
+    ]
+    handles = [
+        m.register_forward_pre_hook(lambda *_, name=name: called.add(name)) for name, m in layers
+    ]
+    try:
+        yield
+    except RuntimeError as error:  # a shape error where a forward met per-member biases?
+        missed = [name for name, _ in layers if name not in called]
+        if missed:
+            _note_uncalled(error, missed)
+        raise
+    finally:
+        for handle in handles:
+            handle.remove()
+    missed = [name for name, _ in layers if name not in called]
+    setattr(net, _CALLS_CHECKED, missed)
+    if missed:
+        warn_caller(
+            f"{len(missed)} of the network's {len(layers)} BatchEnsemble layers were not called "
+            f"in its forward: {_names(missed)}. "
+            "The members do not differ there. If the forward reads a layer's weight or bias as "
+            "a tensor (e.g. F.linear(x, self.fc.weight, self.fc.bias)), call the layer instead "
+            "(self.fc(x)): its bias is per member, (M, out), and fails on most batch sizes; a "
+            "layer the forward does not use (an auxiliary head) can be left as it is."
+        )
+
+
+def _shape_error(error: RuntimeError) -> bool:
+    """Whether ``error`` reads as torch's shape mismatch (not, say, running out of memory)."""
+    text = str(error).lower()
+    return "size" in text or "shape" in text
+
+
+def _note_uncalled(error: RuntimeError, missed: list[str]) -> None:
+    """Add to ``error`` (a forward's failure) the BatchEnsemble layers it did not call."""
+    note = (
+        "pyrouq: the forward failed before calling these BatchEnsemble layers: "
+        f"{_names(missed)}. If it reads a layer's bias as a tensor (e.g. "
+        "F.linear(x, self.fc.weight, self.fc.bias), as some attention modules do), it "
+        "meets that layer's per-member biases, shaped (M, out): call the layer instead "
+        "(self.fc(x))."
+    )
+    if sys.version_info < (3, 11):  # no exception notes
+        raise RuntimeError(f"{error}\n{note}") from error
+    error.add_note(note)
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``names``, comma-separated, with ', ...' when there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")

@@ -1,0 +1,56 @@
+"""Likelihoods: how a network's outputs meet the targets.
+
+One object owns, for one kind of target, everything that used to be hard-coded as softmax and
+cross-entropy across the package:
+
+* how the targets are observed in a Pyro model (the ``"obs"`` site inside ``pyro.plate("data")``,
+  scaled N/B, with the outputs recorded as a deterministic site);
+* the fast negative log-likelihood that :func:`pyrouq.fit` back-propagates;
+* the target checks (shape, dtype, range) with their error messages;
+* how outputs become predictive distributions (:func:`pyrouq.predict`, the diagnostics).
+
+Shape convention: outputs are ``(*S, B, D)``: leading sample dims S (weight draws or ensemble
+members, possibly none), B inputs, D outputs (C classes for :class:`Categorical`).
+
+Models take a likelihood as ``likelihood="categorical"`` / ``"gaussian"`` or as an instance
+(``Gaussian(scale="learned")``); :func:`get_likelihood` maps the strings onto classes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pyrouq.likelihoods._base import Likelihood
+from pyrouq.likelihoods._categorical import Categorical
+from pyrouq.likelihoods._gaussian import NOISE_SITE as NOISE_SITE
+from pyrouq.likelihoods._gaussian import Gaussian
+
+__all__ = ["Categorical", "Gaussian", "Likelihood", "LikelihoodName", "get_likelihood"]
+
+LikelihoodName = Literal["categorical", "gaussian"]
+
+_LIKELIHOODS: dict[str, type[Likelihood]] = {"categorical": Categorical, "gaussian": Gaussian}
+
+
+def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
+    """The likelihood named by ``spec``: a name (``"categorical"``, ``"gaussian"`` with its
+    default scale), an instance (copied: each model owns its likelihood)
+    or the :meth:`Likelihood.describe` dict of a checkpoint.
+
+    Examples
+    --------
+    >>> get_likelihood("categorical")
+    Categorical()
+    """
+    if isinstance(spec, Likelihood):
+        return copy.deepcopy(spec)  # each model owns its likelihood (and its parameters)
+    name = spec.get("name") if isinstance(spec, dict) else spec
+    if not isinstance(name, str) or name not in _LIKELIHOODS:
+        raise ValueError(
+            f"Unknown likelihood {spec!r}: expected one of {sorted(_LIKELIHOODS)} or a "
+            "pyrouq.likelihoods.Likelihood instance (e.g. pyrouq.likelihoods.Gaussian(0.5))."
+        )
+    if isinstance(spec, dict) and name == "gaussian":
+        return Gaussian.from_description(spec)
+    return _LIKELIHOODS[name]()

@@ -1,0 +1,144 @@
+"""The base class of pyrouq's likelihoods (the contract: :mod:`pyrouq.likelihoods`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from torch import Tensor, nn
+
+
+class Likelihood(nn.Module):
+    """Base class of pyrouq likelihoods (see the module docstring for the contract).
+
+    Subclasses set :attr:`name` (the string a user types) and :attr:`output_site` (the
+    deterministic site holding the network's outputs) and implement the methods below. A
+    likelihood is an ``nn.Module``, a child of the model: its parameters (a learned noise
+    scale) are trained as point estimates and saved with the model, and its latent sites
+    (a noise scale with a prior) are sampled by the model beside the weights.
+
+    ``latent`` arguments are the values of :meth:`latent_sites` for the outputs at hand,
+    ``{site: (*S, *shape)}`` with the outputs' leading sample dims; None when it has none.
+    """
+
+    name: str = ""
+    output_site: str = "outputs"
+    #: The ``kl_weight`` :func:`pyrouq.fit` uses when none is given (see its docs).
+    default_kl_weight: float = 1.0
+
+    def latent_sites(self) -> dict[str, torch.Size]:
+        """Names and shapes of the likelihood's own latent sites (none by default)."""
+        return {}
+
+    def priors(self) -> dict[str, dist.TorchDistribution]:
+        """The prior of every latent site of the likelihood, one event each."""
+        return {}
+
+    def template(self) -> dict[str, Tensor]:
+        """An initial value of every latent site of the likelihood."""
+        return {}
+
+    def prepare(self, outputs: Tensor) -> None:
+        """See the outputs ``(*S, B, D)`` once before training (creates lazily sized
+        parameters); nothing by default."""
+
+    def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:  # pragma: no cover
+        """Raise a ``TypeError`` / ``ValueError`` naming ``where`` if ``y`` cannot be the
+        targets of ``outputs`` ``(*S, B, D)``."""
+        raise NotImplementedError
+
+    def target_problem(self, y: Tensor, num_outputs: int | None) -> str | None:  # pragma: no cover
+        """What is wrong with a whole column of targets ``y`` (a loader's), or None."""
+        raise NotImplementedError
+
+    def shape_targets(self, y: Tensor, outputs: Tensor) -> Tensor:
+        """``y`` shaped as the observation site holds it."""
+        return y
+
+    def distribution(
+        self, outputs: Tensor, latent: dict[str, Tensor] | None = None
+    ) -> dist.TorchDistribution:  # pragma: no cover
+        """The observation distribution of every input, batch shape ``(*S, B)``."""
+        raise NotImplementedError
+
+    def nll(
+        self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None
+    ) -> Tensor:  # pragma: no cover
+        """``-sum log p(y | outputs)`` over the batch (and over S), unscaled: a scalar."""
+        raise NotImplementedError
+
+    def predictive(
+        self, outputs: Tensor, latent: dict[str, Tensor] | None = None
+    ) -> Any:  # pragma: no cover
+        """What :func:`pyrouq.predict` collects per draw and batch (class probabilities
+        ``(S, B, C)`` for classifiers, ``(loc, scale)`` for Gaussians)."""
+        raise NotImplementedError
+
+    def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:  # pragma: no cover
+        """The predictions object of the batches' :meth:`predictive` results (concatenated
+        along the inputs)."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON description that :func:`get_likelihood` turns back into this likelihood."""
+        return {"name": self.name}
+
+    # ---------------------------------------------------------------------------------------
+
+    def scale(self, num_data: int | None, batch: int, where: str) -> float:
+        """N/B, the factor of a minibatch's log-likelihood, or a clear error when N is unset."""
+        if num_data is None:
+            raise ValueError(
+                f"{where}.num_data is not set: the likelihood of a minibatch of B points is "
+                "scaled by N/B, with N the training-set size. Pass num_data=N to the "
+                "constructor, set model.num_data = N, or train with pyrouq.fit(), which sets it."
+            )
+        return num_data / max(batch, 1)
+
+    def observe(
+        self,
+        outputs: Tensor,
+        y: Tensor | None,
+        num_data: int | None,
+        where: str,
+        members: int | None = None,
+        latent: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Record ``outputs`` at :attr:`output_site` and observe ``y`` at ``"obs"``.
+
+        The observation lies in ``pyro.plate("data", B)`` (dim -1) and, for ensembles, in
+        ``pyro.plate("members", M)`` (dim -2); it is scaled by N/B so that a minibatch
+        estimates the full-data log-likelihood. Without ``y`` nothing is scaled (prediction).
+        Returns ``outputs``.
+        """
+        if outputs.dim() < 2:
+            raise ValueError(
+                f"{where}: the outputs have shape {tuple(outputs.shape)}, expected (B, D): one "
+                "row per input, D outputs each (a single output: (B, 1), e.g. "
+                "outputs.unsqueeze(-1))."
+            )
+        batch = outputs.shape[-2]
+        scale = 1.0
+        if y is not None:
+            self.check_targets(y, outputs, where)
+            scale = self.scale(num_data, batch, where)
+            y = self.shape_targets(y, outputs)
+        with pyro.plate("data", batch, dim=-1):
+            if members is not None:
+                with pyro.plate("members", members, dim=-2):
+                    self._sample(outputs, y, scale, latent)
+            else:
+                self._sample(outputs, y, scale, latent)
+        return outputs
+
+    def _sample(
+        self, outputs: Tensor, y: Tensor | None, scale: float, latent: dict[str, Tensor] | None
+    ) -> None:
+        pyro.deterministic(self.output_site, outputs, event_dim=1)
+        with pyro.poutine.scale(scale=scale):
+            pyro.sample("obs", self.distribution(outputs, latent), obs=y)
+
+    def extra_repr(self) -> str:
+        return ""

@@ -1,0 +1,121 @@
+"""Classification: :class:`Categorical`, logits observed against integer labels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.infer.util import is_validation_enabled
+from torch import Tensor
+
+from pyrouq.likelihoods._base import Likelihood
+
+_NO_LABEL = -(2**63)
+"""``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
+
+
+class Categorical(Likelihood):
+    """Classification: outputs are logits ``(*S, B, C)``, targets integer labels ``(B,)`` in
+    ``[0, C)``.
+
+    The observation is ``Categorical(logits=outputs)``; the fast NLL is
+    ``F.cross_entropy(..., reduction="sum")``; predictions are ``softmax(outputs)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> lik = Categorical()
+    >>> logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    >>> round(lik.nll(logits, torch.tensor([0, 1])).item(), 4)
+    0.4402
+    >>> lik.predictive(logits).argmax(-1)
+    tensor([0, 1])
+    """
+
+    name = "categorical"
+    output_site = "logits"
+    default_kl_weight = 0.02
+
+    def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
+        batch, num_classes = outputs.shape[-2], outputs.shape[-1]
+        if not torch.is_tensor(y):
+            raise TypeError(
+                f"{where}: expected labels y as a torch.Tensor, got {type(y).__name__}."
+            )
+        if y.shape != (batch,):
+            one_hot = " (one-hot labels: y.argmax(-1))" if y.shape == (batch, num_classes) else ""
+            raise ValueError(
+                f"{where}: expected labels y of shape ({batch},) to match the {batch} inputs, got "
+                f"shape {tuple(y.shape)}. Pass one integer label per input{one_hot}."
+            )
+        problem = self.label_problem(y, num_classes if is_validation_enabled() else None)
+        if problem is not None:
+            raise ValueError(
+                f"{where}: {problem}. Check the targets or the model's number of classes."
+            )
+
+    @staticmethod
+    def label_problem(y: Tensor, num_classes: int | None) -> str | None:
+        """What is wrong with ``y`` as class labels of ``num_classes`` classes (its dtype, or
+        values outside ``[0, C)``; the range is not checked when ``num_classes`` is None), or
+        None: the one label check that models, :func:`pyrouq.fit` and the diagnostics share."""
+        if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
+            regression = (
+                "; real-valued targets are regression, for a model built with "
+                "bayesian(net, likelihood=pyrouq.Gaussian(...))"
+                if y.dtype.is_floating_point
+                else ""
+            )
+            return (
+                f"labels of dtype {y.dtype}, expected an integer dtype (class indices: "
+                f"y.long(){regression})"
+            )
+        if y.numel() and num_classes is not None:
+            low, high = int(y.min()), int(y.max())
+            if low < 0 or high >= num_classes:
+                one = (
+                    " (a network with one output is a single logit: the Categorical likelihood "
+                    "takes one output per class, so give its last layer 2 outputs for a binary "
+                    "task)"
+                    if num_classes == 1
+                    else ""
+                )
+                return (
+                    f"labels in [{low}, {high}], expected class indices in "
+                    f"[0, {num_classes - 1}] for a model with {num_classes} classes{one}"
+                )
+        return None
+
+    def target_problem(self, y: Tensor, num_outputs: int | None) -> str | None:
+        return self.label_problem(y, num_outputs)
+
+    def distribution(
+        self, outputs: Tensor, latent: dict[str, Tensor] | None = None
+    ) -> dist.TorchDistribution:
+        return dist.Categorical(logits=outputs)
+
+    def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
+        flat = outputs.reshape(-1, outputs.shape[-1])
+        target = y.expand(outputs.shape[:-1]).reshape(-1)
+        if target.dtype != torch.long:  # int32 / int16 labels (numpy's, often): the check let
+            target = target.long()  # them through, and cross_entropy takes int64 or uint8 only
+        # no ignored label: cross_entropy's default (-100) would drop such rows silently
+        return F.cross_entropy(flat, target, reduction="sum", ignore_index=_NO_LABEL)
+
+    def predictive(self, outputs: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
+        if outputs.shape[-1] < 2:
+            raise ValueError(
+                f"predict() got logits of one class (outputs of shape {tuple(outputs.shape)}): "
+                "every probability would be 1. A classifier needs C >= 2 logits; a regression "
+                "model takes a Gaussian likelihood, e.g. bayesian(net, likelihood='gaussian'), "
+                "and predict() then returns GaussianPredictions."
+            )
+        # half-precision logits are promoted to float32 (a stable softmax); float64 stays
+        return torch.softmax(outputs.to(torch.promote_types(outputs.dtype, torch.float32)), -1)
+
+    def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
+        from pyrouq.predictive import Predictions
+
+        return Predictions(torch.cat(parts, dim=1), targets)
