@@ -55,3 +55,14 @@ class MisbehavesInAWorker(torch.nn.Linear):
                 raise ArithmeticError("a chain's own error")
             time.sleep(600)
         return super().forward(x)
+
+
+class StopAfter:
+    """A fit() callback that stops the run (as Ctrl-C does) at the end of epoch ``epoch``."""
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def __call__(self, record):
+        if record.epoch == self.epoch:
+            raise KeyboardInterrupt

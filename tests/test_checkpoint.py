@@ -12,6 +12,7 @@ import warnings
 import pyro
 import pytest
 import torch
+from _toy import StopAfter
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -231,15 +232,6 @@ def test_other_files_and_other_model_classes_are_refused(tmp_path):
 # --------------------------------------------------------------------------------------------
 # resume and interruption
 # --------------------------------------------------------------------------------------------
-
-
-class StopAfter:
-    def __init__(self, epoch):
-        self.epoch = epoch
-
-    def __call__(self, record):
-        if record.epoch == self.epoch:
-            raise KeyboardInterrupt
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path, mnist_small):

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 import torchvision
+from _toy import StopAfter
 from torch import nn
 
 from pyrouq import (
@@ -142,15 +143,6 @@ def test_a_seed_repeats_a_cuda_run_exactly(network, mnist):
         pyro.set_rng_seed(7)
         draws.append(predict(model, inputs, guide, num_samples=4, progress=False).probs)
     assert torch.equal(draws[0], draws[1])
-
-
-class StopAfter:
-    def __init__(self, epoch):
-        self.epoch = epoch
-
-    def __call__(self, record):
-        if record.epoch == self.epoch:
-            raise KeyboardInterrupt
 
 
 def _loader():
