@@ -362,3 +362,21 @@ def test_fit_takes_a_pyro_model_written_as_a_plain_module_and_refuses_a_plain_ne
     with pytest.raises(ValueError, match=r"fit\(\) got a guide for a plain network \(Linear\)"):
         pyrouq.fit(network, AutoNormal(model), [(x, y)], epochs=1, num_data=40,
                    progress=False)  # fmt: skip
+
+
+def test_predict_draws_a_pyro_model_written_as_a_plain_module_from_its_guide_or_draws():
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    y = (x[:, 0] - x[:, 1] > 0).long()
+    model = PlainModulePyroModel()
+    guide = AutoNormal(model)
+    pyrouq.fit(model, guide, [(x, y)], epochs=30, num_data=40, lr=0.1, progress=False)
+    preds = pyrouq.predict(model, x, guide, num_samples=7, progress=False)
+    assert preds.probs.shape == (7, 40, 2)
+    assert preds.probs.std(0).mean() > 1e-3  # seven draws of w, not one network
+    assert (preds.probs.mean(0).argmax(-1) == y).float().mean() >= 0.9
+    draws = {"w": torch.randn(5, 3, 2)}
+    given = pyrouq.predict(model, x, posterior_samples=draws, progress=False)
+    torch.testing.assert_close(given.probs, (x @ draws["w"]).softmax(-1))
+    with pytest.raises(ValueError, match=r"predict\(\) got a guide for a plain network \(Linear\)"):
+        pyrouq.predict(nn.Linear(3, 2), x, guide, progress=False)

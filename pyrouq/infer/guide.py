@@ -430,9 +430,9 @@ def site_mismatch(
 
 def check_drawable(model: Any, source: str, caller: str) -> None:
     """Refuse weight draws (``source``: a guide, posterior_samples) for a model that has none
-    to take: a BatchEnsemble (its members are the draws) or a plain torch network. fit()
-    refuses a plain network only when its forward takes no labels (``forward(x)``): an
-    ``nn.Module`` whose ``forward(x, y)`` calls ``pyro.sample`` is a Pyro model."""
+    to take: a BatchEnsemble (its members are the draws) or a plain torch network, told by a
+    forward that takes no labels (``forward(x)``): an ``nn.Module`` whose ``forward(x, y)``
+    calls ``pyro.sample`` is a Pyro model."""
     from pyrouq.convert import BatchEnsembleNetwork
 
     if has_latent_sites(model):
@@ -445,7 +445,7 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
     elif (
         isinstance(model, nn.Module)
         and not isinstance(model, pyro.nn.PyroModule)
-        and (caller == "predict()" or not _takes_labels(model))
+        and not _takes_labels(model)
     ):
         what = f"a plain network ({type(model).__name__}), which has no weights to draw"
     if what is not None:
