@@ -337,6 +337,23 @@ CASES = {
         r"Sequential has no nn.Linear or convolution layer, so select=None picks nothing.*"
         r"Its parameters are '0.weight', '0.bias'; pass select=",
     ),
+    "bayesian: last_layer of a network without a Linear": (
+        lambda tmp: bayesian(torchvision.models.squeezenet1_1(num_classes=3), select="last_layer"),
+        ValueError,
+        r"select='last_layer' needs an nn.Linear, and SqueezeNet has none\. Pass select= the "
+        r"names.*its last convolution, as select=\['classifier.1'\], if it makes the outputs",
+    ),
+    "bayesian: a forward of two inputs": (
+        lambda tmp: bayesian(_TwoInputs()),
+        TypeError,
+        r"Cannot make Bayesian _TwoInputs: its forward takes 2 inputs \(a, b\), and pyrouq runs "
+        r"a network on one input tensor x.*Wrap it in a module whose forward\(x\)",
+    ),
+    "batchensemble: a forward of two inputs": (
+        lambda tmp: batchensemble(_TwoInputs(), 2),
+        TypeError,
+        r"Cannot convert into a BatchEnsemble _TwoInputs: its forward takes 2 inputs \(a, b\)",
+    ),
     "bayesian: no parameters at all": (
         lambda tmp: bayesian(torch.nn.ReLU()),
         ValueError,
@@ -493,6 +510,15 @@ def _fit_a_linear_ensemble(outputs, **options):
     model = pyrouq.batchensemble(torch.nn.Linear(3, outputs), 2)
     batch = (torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))
     return fit(model, None, [batch], epochs=1, num_data=4, progress=False, **options)
+
+
+class _TwoInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, a, b):
+        return self.fc(a + b)
 
 
 def _batchnorm_mlp():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -122,9 +123,14 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
             )
         linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
         if not linears:
+            layers = [
+                name for name, m in module.named_modules() if isinstance(m, nn.modules.conv._ConvNd)
+            ]
+            last = f" (its last convolution, as select=[{layers[-1]!r}], if it makes the outputs)"
             raise ValueError(
                 f"select='last_layer' needs an nn.Linear, and {type(module).__name__} has none. "
-                "Pass select= the names of the parameters to make Bayesian."
+                "Pass select= the names of the layers or parameters to make Bayesian"
+                f"{last if layers else ''}."
             )
         _warn_parametrized(module, {linears[-1]})
         return [n for n in params if _owner(n) == linears[-1]]
@@ -388,6 +394,15 @@ def check_module(module: Any, what: str) -> None:
             "layers are compiled code, not nn.Linear / convolution modules to replace. Convert "
             "the nn.Module before torch.jit.script / torch.jit.trace."
         )
+    inputs = _required_inputs(module)
+    if len(inputs) > 1:
+        raise TypeError(
+            f"Cannot {what} {type(module).__name__}: its forward takes {len(inputs)} inputs "
+            f"({', '.join(inputs)}), and pyrouq runs a network on one input tensor x (fit() "
+            "and predict() pass the loader's x). Wrap it in a module whose forward(x) takes "
+            "one tensor (split it, or hold the other input as a buffer), or give the other "
+            "inputs defaults."
+        )
     lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
     if lazy:  # nothing about them (shape, prior, member factors) is known yet
         raise ValueError(
@@ -395,6 +410,17 @@ def check_module(module: Any, what: str) -> None:
             f"parameters yet ({_names_list(lazy)}). Run one batch through the network first "
             "(net(x)), then convert it."
         )
+
+
+def _required_inputs(module: nn.Module) -> list[str]:
+    """The names of the positional inputs ``module.forward`` requires (no default); none when
+    its signature cannot be read."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in positional and p.default is p.empty]
 
 
 def weight_readers() -> tuple[type, ...]:
