@@ -1170,6 +1170,12 @@ API_CASES = [
     ("plot_regression", "companion",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), train_y=torch.zeros(6)),
      ValueError, r"got train_y without train_x: .* Pass both, or neither"),
+    ("plot_regression", "nan",
+     lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6),
+                                        train_x=torch.tensor([0.0, float("nan")]),
+                                        train_y=torch.zeros(2)), ValueError,
+     r"train_x holds 1 NaN or infinite value\(s\) \(first at row 1\); plot_regression draws "
+     r"finite points only. Drop those rows first"),
     ("plot_regression", "range",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), num_sd=-2),
      ValueError, r"Expected num_sd > 0, the bands' half-width in standard deviations, got -2"),

@@ -119,7 +119,15 @@ def test_dims_follow_each_layers_layout():
     assert post["0.weight"].dims == ("chain", "draw", "0_in", "0_out", "0_kh", "0_kw")
     assert post["0.weight"].shape == (1, 2, 1, 2, 3, 3)  # not joined with the bias's 0_out
     assert not np.isnan(post["0.weight"].values).any()
-    assert post["2.weight"].dims == ("chain", "draw", "2_out", "2_in", "2_k")
+    assert post["2.weight"].dims == ("chain", "draw", "2_out", "2_in_per_group", "2_k")
+    assert post["2.weight"].shape == (1, 2, 4, 1, 3)  # in / groups = 1, the bias's 2_out = 4
+    transposed = torch.nn.ConvTranspose1d(4, 4, 3, groups=2)  # weight (in, out / groups, k)
+    grouped = pyrouq.bayesian(torch.nn.Sequential(transposed, torch.nn.Flatten()))
+    x, y = torch.randn(3, 4, 2), torch.zeros(3, dtype=torch.long)
+    post = to_inference_data(grouped, mean_field_guide(grouped), x, y, num_samples=2).posterior
+    assert post["0.weight"].dims == ("chain", "draw", "0_in", "0_out_per_group", "0_k")
+    assert post["0.weight"].shape == (1, 2, 4, 2, 3) and post["0.bias"].shape == (1, 2, 4)
+    assert not np.isnan(post["0.weight"].values).any()  # 0_out (4) was joined with 2 before
     rank1 = pyrouq.rank1(torch.nn.Sequential(torch.nn.Linear(4, 3)), 2)
     draws = pyrouq.mean_field_guide(rank1)
     post = to_inference_data(rank1, draws, torch.randn(5, 4), torch.zeros(5, dtype=torch.long),
@@ -273,6 +281,28 @@ def test_plain_pyro_model_export():
     assert np.isfinite(az.loo(idata).elpd_loo)
 
 
+def test_a_pyro_models_layer_called_net_gets_named_dims():
+    from pyro.nn import PyroModule, PyroSample
+
+    class Model(PyroModule):  # sites named from the model's root: "net.weight"
+        def __init__(self):
+            super().__init__()
+            self.net = PyroModule[torch.nn.Linear](4, C)
+            self.net.weight = PyroSample(dist.Normal(0.0, 1.0).expand([C, 4]).to_event(2))
+
+        def forward(self, x, y=None):
+            logits = self.net(x)
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    model = Model()
+    guide = pyro.infer.autoguide.AutoNormal(model)
+    x, y = torch.randn(N, 4), torch.randint(0, C, (N,))
+    post = to_inference_data(model, guide, x, y, num_samples=2).posterior
+    assert post["net.weight"].dims == ("chain", "draw", "net_out", "net_in")
+
+
 # --------------------------------------------------------------------------------------------
 # to_inference_data: errors
 # --------------------------------------------------------------------------------------------
@@ -299,6 +329,8 @@ def test_num_samples_must_be_positive(bayes, data, bad):
 def test_unknown_var_names_lists_the_valid_ones(bayes, data):
     with pytest.raises(ValueError, match=r"Unknown var_names \['fc9.weight'\].*'fc1.weight'"):
         to_inference_data(*bayes, *data, var_names=["fc1.bias", "fc9.weight"])
+    with pytest.raises(ValueError, match=r"var_names is empty.*the latent sites are \['fc1"):
+        to_inference_data(*bayes, *data, var_names=[])
 
 
 def test_bayesian_model_needs_a_guide(bayes, data):
@@ -330,6 +362,8 @@ def test_summary_errors(ensemble, data):
         TypeError, match=r"summary\(\) of ensemble members always uses kind='stats'"
     ):
         summary(idata, group="posterior_predictive", kind="all")
+    table = summary(idata, group="posterior_predictive", var_names=["probs"], kind="stats")
+    assert list(table.columns) == ["mean", "sd", "hdi_3%", "hdi_97%"]  # the kind it uses
     missing = r"var_names \['nope'\] are not in idata's 'posterior_predictive' group, which holds"
     with pytest.raises(ValueError, match=missing + r" \['obs', 'probs'\]"):
         summary(idata, var_names=["nope"], group="posterior_predictive")

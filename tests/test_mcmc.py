@@ -96,13 +96,17 @@ def test_inference_data_has_chains_and_sampler_statistics(result):
     assert set(idata.groups()) >= {
         "posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data"
     }  # fmt: skip
-    assert idata.posterior["weight"].dims[:2] == ("chain", "draw")
+    # the network is the Linear itself: its sites are named in torch's layout too
+    assert idata.posterior["weight"].dims == ("chain", "draw", "out", "in")
+    assert idata.posterior["bias"].dims == ("chain", "draw", "out")
     assert idata.posterior["weight"].shape[:2] == (2, 20)
     assert int(idata.sample_stats["diverging"].sum()) == res.divergences
     assert idata.log_likelihood["obs"].shape == (2, 20, 30)
     assert idata.posterior.attrs["draws"] == "2 MCMC chains (nuts)"
     table = az.summary(idata, var_names=["bias"])
     assert {"r_hat", "ess_bulk"} <= set(table.columns)
+    with pytest.raises(ValueError, match=r"num_samples=5 given for an MCMCResult: its 2 x 20 "):
+        to_inference_data(res, num_samples=5)
     ours = summary(idata, var_names=["bias"])  # MCMC chains: the diagnostics too, as arviz's
     assert list(ours.columns) == list(table.columns) and ours.equals(table)
     assert list(summary(idata, var_names=["bias"], kind="stats").columns) == [

@@ -106,6 +106,12 @@ def _check_var_names(var_names: str | Sequence[str] | None, valid: Sequence[str]
     if var_names is None:
         return list(valid)
     names = [var_names] if isinstance(var_names, str) else list(var_names)
+    if not names:
+        raise ValueError(
+            f"var_names is empty, so the posterior group would hold nothing (and az.loo needs "
+            f"one): the latent sites are {list(valid)}. Pass some of them, or var_names=None "
+            "for all of them."
+        )
     unknown = [n for n in names if n not in valid]
     if unknown:
         raise ValueError(
@@ -168,32 +174,37 @@ def _weight_dims(model: Any, site: str, ndim: int) -> list[str] | None:
     """Named dims of a site of a layer of ``model``'s network, by the layer's layout: a
     Linear's or convolution's weight ``(out, in[, kernel...])``, a transposed convolution's
     ``(in, out[, kernel...])``, a bias ``(out,)``, BatchEnsemble factors ``r`` ``(member,
-    in)`` and ``s`` ``(member, out)``; None (arviz's own names) for any other site."""
+    in)`` and ``s`` ``(member, out)``; None (arviz's own names) for any other site. A grouped
+    convolution's weight holds ``in / groups`` (``out / groups`` transposed) on its second dim,
+    named ``<layer>_in_per_group`` (``_out_per_group``): one name is one size in xarray."""
     layer_name, _, kind = site.rpartition(".")
-    net = getattr(model, "net", None)  # a converted network's, else a Pyro model's own layers
-    root = net if isinstance(net, nn.Module) else model
-    if not layer_name or not isinstance(root, nn.Module):
+    layer = _layer_of(model, layer_name)
+    if layer is None:
         return None
-    try:
-        layer = root.get_submodule(layer_name)
-    except AttributeError:
-        return None
-    ensemble = getattr(layer, "_is_batchensemble", False)
-    if not (ensemble or isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd))):
-        return None
-    prefix = layer_name.replace(".", "_")
+    prefix = layer_name.replace(".", "_") + "_" if layer_name else ""
     names = {"r": ["member", "in"], "s": ["member", "out"], "bias": ["out"]}.get(kind)
     if kind == "weight" and ndim >= 2:
         lead = ["in", "out"] if getattr(layer, "transposed", False) else ["out", "in"]
+        if getattr(layer, "groups", 1) != 1:
+            lead[1] += "_per_group"
         names = lead + _KERNEL_DIMS.get(ndim - 2, [])
     if names is None or len(names) != ndim:
         return None
-    return [f"{prefix}_{name}" for name in names]
-    prefix = layer.replace(".", "_")
-    if kind == "weight" and ndim == 2:
-        return [f"{prefix}_out", f"{prefix}_in"]
-    if kind == "weight" and ndim == 4:
-        return [f"{prefix}_out", f"{prefix}_in", f"{prefix}_kh", f"{prefix}_kw"]
-    if kind == "bias" and ndim == 1:
-        return [f"{prefix}_out"]
+    return [prefix + name for name in names]
+
+
+def _layer_of(model: Any, layer_name: str) -> nn.Module | None:
+    """The Linear, convolution or BatchEnsemble layer that ``layer_name`` names (``""``: the
+    root), in a converted network (``model.net``, where its sites are named) or else in the
+    model itself (a Pyro model's own layers, one of which may be called ``net``)."""
+    net = getattr(model, "net", None)
+    roots = [r for r in (net, model) if isinstance(r, nn.Module)]
+    for root in roots:
+        try:
+            layer = root.get_submodule(layer_name)
+        except AttributeError:
+            continue
+        ensemble = getattr(layer, "_is_batchensemble", False)
+        if ensemble or isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
+            return layer
     return None

@@ -139,12 +139,15 @@ def to_inference_data(
     * ``posterior`` -- S guide draws of every latent site (or of those in ``var_names``),
       shaped ``(chain=1, draw=S, *site_shape)``. Weight and bias sites get named dims in
       torch's layout: ``fc1.weight`` is ``(fc1_out, fc1_in)``, ``conv1.weight``
-      ``(conv1_out, conv1_in, conv1_kh, conv1_kw)``, ``fc1.bias`` ``(fc1_out,)``.
+      ``(conv1_out, conv1_in, conv1_kh, conv1_kw)``, ``fc1.bias`` ``(fc1_out,)``; a grouped
+      convolution's second weight dim is ``<layer>_in_per_group`` (``_out_per_group`` for a
+      transposed one), a network that is a single layer has ``(out, in)``.
     * ``posterior_predictive`` -- ``obs``: ``(1, S, N)`` labels (or targets, shaped as ``y``)
       drawn from each draw's predictive distribution; ``probs``: ``(1, S, N, C)`` those
       distributions (classifiers); ``loc`` and ``scale``: ``(1, S, N, D)`` their means and
       standard deviations (``Gaussian`` likelihoods; a latent noise scale ``sigma`` is in the
-      posterior group like any site).
+      posterior group like any site). Read them as ``posterior_predictive["loc"]``: the
+      attribute ``.loc`` is xarray's label indexer.
     * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
       float64), so ``az.loo`` and ``az.waic`` work.
     * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
@@ -190,7 +193,7 @@ def to_inference_data(
         ``(N,)`` targets (class labels for the pyrouq models).
     num_samples : int, optional
         Draws S from the guide (>= 1, default 100). Must stay None for a BatchEnsemble, whose
-        S is its number of members.
+        S is its number of members, and for an MCMCResult, whose draws are all exported.
     var_names : str or sequence of str, optional
         Latent sites exported to the posterior group (default: all). The predictive groups
         always use every site.
@@ -262,6 +265,13 @@ def to_inference_data(
     chains = 1
     keep: list[str]
     if result is not None:
+        if num_samples is not None:
+            raise ValueError(
+                f"{fn}: num_samples={num_samples!r} given for an MCMCResult: its "
+                f"{result.num_chains} x {result.num_samples} draws are exported, S is the "
+                "number of MCMC draws. Leave num_samples None (thin with "
+                "idata.sel(draw=slice(None, None, k)))."
+            )
         keep = _check_var_names(var_names, list(model.latent_sites()))
         draws = result.draws()
         total = result.num_chains * result.num_samples

@@ -317,7 +317,7 @@ def summary(
     groups = idata.groups()
     draws = str(idata[groups[0]].attrs.get("draws", "")) if groups else ""
     independent = draws in (GUIDE_DRAWS, ENSEMBLE_MEMBERS)
-    if independent and "kind" in kwargs:
+    if independent and kwargs.get("kind", "stats") != "stats":
         raise TypeError(
             f"summary() of {draws} always uses kind='stats', got kind={kwargs['kind']!r}: R-hat "
             "and ESS mean nothing for independent draws. Call az.summary directly for other "

@@ -36,7 +36,19 @@ def _column(value: Any, name: str, n: int) -> Tensor:
             f"Expected {name} with one value per point, (N,) or (N, 1) with N = {n}, got shape "
             f"{tuple(value.shape)}; plot_regression draws over a 1-D input."
         )
+    _check_finite(flat, name)
     return flat[:, 0].double().cpu()
+
+
+def _check_finite(value: Tensor, name: str) -> None:
+    """A clear error for NaN or infinite values, which would be drawn as gaps or not at all."""
+    bad = ~torch.isfinite(value)
+    if value.is_floating_point() and bad.any():
+        raise ValueError(
+            f"{name} holds {int(bad.sum())} NaN or infinite value(s) (first at row "
+            f"{int(bad.reshape(value.shape[0], -1).any(1).nonzero()[0])}); plot_regression "
+            "draws finite points only. Drop those rows first."
+        )
 
 
 def _targets_of(train_y: Any, n: int, num_outputs: int) -> Tensor:
@@ -50,6 +62,7 @@ def _targets_of(train_y: Any, n: int, num_outputs: int) -> Tensor:
             f"Expected train_y of shape {allowed}, one row of the {num_outputs} output(s) per "
             f"point of train_x, got shape {tuple(train_y.shape)}."
         )
+    _check_finite(train_y.detach().reshape(n, num_outputs), "train_y")
     return train_y.detach().reshape(n, num_outputs)
 
 
