@@ -417,6 +417,41 @@ def test_ctrl_c_lets_the_step_finish(mnist_small):
     assert signal.getsignal(signal.SIGINT) is before  # fit() put the caller's handler back
 
 
+def test_a_second_ctrl_c_inside_a_step_writes_nothing(tmp_path, mnist_small):
+    """Two SIGINTs during a step's forward: fit stops at once with a plain KeyboardInterrupt
+    and keeps the last epoch's checkpoint, from which the run resumes exactly (the half-done
+    step, its weights drawn, was saved before as if it were the previous step's state)."""
+    import os
+    import signal
+
+    train, _, _ = mnist_small
+    torch.manual_seed(0)
+    reference = small_mlp()
+    reference_guide = mean_field_guide(reference)
+    whole = fit(reference, reference_guide, loader_like(train), epochs=2, progress=False, seed=0)
+    torch.manual_seed(0)
+    model = small_mlp()
+    guide = mean_field_guide(model)
+    calls = []
+
+    def press_twice(module, inputs):
+        calls.append(1)
+        if len(calls) == 11:  # in epoch 2 (8 steps an epoch), after the weights are drawn
+            for _ in range(2):
+                os.kill(os.getpid(), signal.SIGINT)
+
+    hook = model.net.register_forward_pre_hook(press_twice)
+    path = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        fit(model, guide, loader_like(train), epochs=2, progress=False, seed=0, checkpoint=path)
+    hook.remove()
+    assert not isinstance(stopped.value, TrainingInterrupted)
+    resumed = fit(model, guide, loader_like(train), epochs=2, progress=False, resume_from=path)
+    assert history_values(resumed) == history_values(whole)
+    for key, value in params_of(reference, reference_guide).items():
+        assert torch.equal(value, params_of(model, guide)[key]), key
+
+
 def test_resume_refuses_a_checkpoint_that_does_not_fit(tmp_path, mnist_small):
     train, _, _ = mnist_small
     model = small_mlp()

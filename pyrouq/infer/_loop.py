@@ -328,6 +328,7 @@ class Loop:
             per_epoch = max(len_or_zero(self.loader), 1)
             bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
         epoch, batches, finished = self.first_epoch, self.skip, 0
+        mid_step = False  # a step under way: a second Ctrl-C there leaves it half done
         loader_state = loader_rng_state(self.loader)
         if not self.model.training:  # in training mode, the modes the user set stay
             self.model.train()
@@ -353,6 +354,7 @@ class Loop:
                             check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
                         x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")
                         y = y.to(self.device, non_blocking=True)
+                        mid_step = True
                         try:
                             row = self.step(x, y, epoch, step)
                         except ValueError as err:
@@ -361,6 +363,7 @@ class Loop:
                             raise ValueError(_one_value_message(x, epoch, step)) from None
                         batches += 1
                         self.sums += row
+                        mid_step = False
                         if bar is not None:
                             bar.update(1)
                             if step % 10 == 0:
@@ -395,6 +398,12 @@ class Loop:
                     if interrupt.requested:
                         raise KeyboardInterrupt
         except KeyboardInterrupt:
+            if mid_step:
+                # a second Ctrl-C inside a step: weights drawn, BatchNorm statistics or some
+                # parameters updated, so no state to resume from exactly; the last checkpoint
+                # written (an epoch's end) stays as it was
+                self.model.eval()
+                raise
             # Between steps (a callback, or Ctrl-C seen by InterruptFlag): the parameters are
             # those of the last completed step; `batches` counts this epoch's completed steps,
             # `finished` those of the epoch just completed (interrupted at its end).

@@ -237,7 +237,8 @@ def fit(
         On Ctrl-C: the first press lets the current step finish, then fit stops with the
         parameters of that step, writes ``checkpoint`` if given, and raises this
         ``KeyboardInterrupt`` subclass carrying the partial :class:`FitResult`. A second press
-        interrupts at once.
+        interrupts at once with a plain ``KeyboardInterrupt``: the step it cuts short is half
+        done, so nothing is written (``checkpoint`` keeps the last epoch's end).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
