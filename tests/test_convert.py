@@ -464,6 +464,38 @@ def test_checkpoint_round_trip_from_a_skeleton(tmp_path, resnet):
     assert torch.equal(restored.model(x), own(x))
 
 
+class _TwoHidden(nn.Module):
+    def __init__(self, fc2_first=False):
+        super().__init__()
+        if fc2_first:  # the same network, its layers defined in another order
+            self.fc2 = nn.Linear(8, 8)
+            self.fc1 = nn.Linear(8, 8)
+        else:
+            self.fc1 = nn.Linear(8, 8)
+            self.fc2 = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def test_a_skeleton_defining_its_layers_in_another_order_keeps_each_sites_prior(tmp_path):
+    torch.manual_seed(0)
+    model = bayesian(_TwoHidden(), prior={"fc1": 0.1, "fc2": 5.0, "out": 1.0}, num_data=4)
+    guide = mean_field_guide(model, init_scale=0.3)
+    save(tmp_path / "m.pt", model, guide)
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])
+
+    def loss(m, g):
+        pyro.set_rng_seed(0)
+        return KLWeightedELBO(1.0).differentiable_loss(m, g, x, y).item()
+
+    back = load(tmp_path / "m.pt", module=_TwoHidden(fc2_first=True))
+    assert back.model.prior_of("fc1.weight").distribution().base_dist.scale[0, 0] == 0.1
+    assert back.model.prior_of("fc2.weight").distribution().base_dist.scale[0, 0] == 5.0
+    assert loss(back.model, back.guide) == loss(model, guide)  # the KL too, to the bit
+
+
 def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
     model = bayesian(pyrouq.ResidualCNN(width=4))
     with pytest.raises(pyrouq.CheckpointError, match="module=net"):

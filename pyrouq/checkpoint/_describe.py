@@ -300,6 +300,9 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
         likelihood=config["likelihood"],
         local_reparameterization=bool(config.get("local_reparameterization", False)),
     )
+    # the saved order of the sites, which the priors, the guide and the saved tensors follow
+    # (a skeleton may define its layers in another order: named_parameters() follows it)
+    model._sites = {site: model._sites[site] for site in config["sites"]}
     sites = model.network_sites()
     model.site_priors = nn.ModuleList(
         SitePrior(
