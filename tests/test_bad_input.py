@@ -310,6 +310,16 @@ CASES = {
         r"skeleton \(torch.nn.modules.container.Sequential\) does not match .*module '1' is a "
         r"ReLU in the checkpoint and a Tanh in the skeleton \(layers without parameters",
     ),
+    "checkpoint: a guide saved with a BatchEnsemble": (
+        lambda tmp: save(
+            tmp / "x.pt",
+            batchensemble(nn.Sequential(nn.Linear(2, 3)), 2),
+            mean_field_guide(bayesian(nn.Sequential(nn.Linear(2, 3)))),
+        ),
+        CheckpointError,
+        r"save\(\) got a guide for a BatchEnsemble \(BatchEnsembleNetwork\), whose members are "
+        r"the draws. Leave it out \(guide=None\)",
+    ),
     "checkpoint: skeleton with an extra layer": (
         lambda tmp: load(
             save(tmp / "x.pt", batchensemble(nn.Sequential(nn.Linear(2, 3)), 2)),

@@ -173,7 +173,7 @@ def save(
         is not a ``pyro.distributions`` family with tensor parameters), or metadata that is
         not JSON.
     """
-    from pyrouq.infer.guide import check_guide  # (infer imports this package)
+    from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
     path = Path(path)
     if isinstance(model, MCMCResult):  # draws and sampler statistics, no model
@@ -185,6 +185,11 @@ def save(
         check_target(path, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
     check_target(path, "save()")
+    if guide is not None:  # a model without latent sites: its file would not load
+        try:
+            check_drawable(model, "a guide", "save()")
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
     check_guide(model, guide, "save()")
     for owner in (model, guide):
         lazy = [
