@@ -495,6 +495,49 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("own", ["loader", "sampler"])
+def test_a_dataloader_with_a_generator_resumes_inside_an_epoch_exactly(tmp_path, own):
+    """Ctrl-C in the middle of epoch 2: the resumed run equals the one never stopped, for a
+    DataLoader given a generator and for one whose sampler has it (that DataLoader draws its
+    seed from torch's stream, which the resumed run did again and was shifted by)."""
+    import os
+    import signal
+
+    from torch.utils.data import RandomSampler
+
+    data = TensorDataset(torch.randn(96, 4), torch.randint(0, 3, (96,)))
+
+    def run(interrupt_at=None, **kw):
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        guide = mean_field_guide(model)
+        g = torch.Generator().manual_seed(5)
+        if own == "loader":
+            loader = DataLoader(data, batch_size=16, shuffle=True, generator=g)
+        else:
+            loader = DataLoader(data, batch_size=16, sampler=RandomSampler(data, generator=g))
+        calls = []
+
+        def press(module, inputs):
+            calls.append(1)
+            if len(calls) == interrupt_at:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        model.net.register_forward_pre_hook(press)
+        result = fit(model, guide, loader, epochs=2, progress=False, seed=0, **kw)
+        return history_values(result), params_of(model, guide)
+
+    straight = run()
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted) as stopped:
+        run(interrupt_at=10, checkpoint=path)
+    assert stopped.value.epoch == 2 and stopped.value.step > 0  # inside epoch 2
+    history, params = run(resume_from=path)
+    assert history == straight[0]
+    for key, value in straight[1].items():
+        assert torch.equal(value, params[key]), key
+
+
 def test_resume_with_another_lr_says_the_runs_lr_carries_on(tmp_path):
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
     loader = DataLoader(TensorDataset(x, y), batch_size=20)
@@ -553,6 +596,22 @@ def test_resume_refuses_another_optimizer_and_warns_of_another_kl_weight(tmp_pat
                       r"kl_weight=0.5: the objective changes from here on. Pass "
                       r"kl_weight=0.02"):  # fmt: skip
         run(resume_from=adam_run, kl_weight=0.5)
+    cut = tmp_path / "cut.pt"  # a run of 2 epochs stopped after the first
+    with pytest.raises(TrainingInterrupted):
+        run(epochs=2, checkpoint=cut, callbacks=[StopAfter(1)])
+    for option, effect in (
+        ({"epochs": 3}, r"epochs=2 under epochs=3: the learning-rate schedule, planned over"),
+        ({"lr_schedule": "constant"}, r"lr_schedule='warmup_cosine' under lr_schedule='const"),
+        ({"num_particles": 2}, r"num_particles=1 under num_particles=2: each step averages"),
+        ({"num_data": 400}, r"num_data=40 under num_data=400: the likelihood is scaled"),
+    ):
+        with pytest.warns(UserWarning, match=r"continues a run trained with " + effect) as seen:
+            run(resume_from=cut, **option)
+        assert len(seen) == 1, [str(w.message) for w in seen]  # that setting alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(resume_from=cut)
+        run(resume_from=adam_run, epochs=2)  # a finished run trained on: planned anew
 
 
 def test_resume_names_the_config_entry_that_differs(tmp_path):

@@ -176,6 +176,7 @@ class Loop:
         self.optimizer = optimizer
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         total_steps = epochs * len_or_zero(loader)
+        self.lr_schedule = lr_schedule
         self.lr_factor = _lr_factor(lr_schedule, total_steps)
         self.scheduled = lr_schedule != "constant" and total_steps > 0  # unsized: no plan
         self.check_batches = num_classes is not False
@@ -200,6 +201,7 @@ class Loop:
                 f"under kl_weight={self.elbo.kl_weight}: the objective changes from here on. "
                 f"Pass kl_weight={kl_weight} to continue the run as it was."
             )
+        self._warn_of_other_settings(state)
         theirs, ours = int(state.get("batches_per_epoch", 0)), len_or_zero(self.loader)
         if theirs and ours and theirs != ours:
             skipped = (
@@ -241,6 +243,34 @@ class Loop:
             self.sums = torch.cat([sums, torch.zeros(_SUMS - len(sums), dtype=torch.float64)])
         restore_rng_states(state["rng"], self.loader)
 
+    def _warn_of_other_settings(self, state: dict[str, Any]) -> None:
+        """Warn of each setting that changes the run from here on: the planned epochs (the
+        schedule's length), the schedule, the particles, N (checkpoints from before a setting
+        was stored are not checked on it)."""
+        # a finished run trained on for more epochs is planned anew, as fit() says when it
+        # refuses the run's own total; an interrupted one is continued
+        interrupted = int(state["epochs_done"]) < int(state.get("epochs", 0))
+        ours = {
+            "epochs": self.epochs if self.scheduled and interrupted else state.get("epochs"),
+            "lr_schedule": self.lr_schedule,
+            "num_particles": self.elbo.num_particles,
+            "num_data": self.num_data,
+        }
+        effect = {
+            "epochs": "the learning-rate schedule, planned over the run's epochs, is planned "
+            "anew and the learning rate jumps",
+            "lr_schedule": "the learning rate follows another schedule",
+            "num_particles": "each step averages another number of draws",
+            "num_data": "the likelihood is scaled by another N against the KL",
+        }
+        for key, value in ours.items():
+            if key in state and value is not None and state[key] != value:
+                warn_caller(
+                    f"fit(resume_from=...) continues a run trained with {key}={state[key]!r} "
+                    f"under {key}={value!r}: {effect[key]}. Pass {key}={state[key]!r} to "
+                    "continue the run as it was."
+                )
+
     def result(self) -> FitResult:
         return FitResult(
             history=tuple(self.history),
@@ -281,6 +311,9 @@ class Loop:
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
             batches_per_epoch=len_or_zero(self.loader),
+            lr_schedule=self.lr_schedule,
+            num_particles=self.elbo.num_particles,
+            num_data=self.num_data,
         )
         return _checkpoint.save(
             self.checkpoint,
@@ -346,7 +379,7 @@ class Loop:
                     batches = skip
                     if not skip:
                         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
-                    for step, batch in enumerate(self.loader, start=1):
+                    for step, batch in enumerate(_batches(self.loader, skip), start=1):
                         if step <= skip:  # resuming inside an epoch: these steps were taken
                             continue
                         x, y = unpack_batch(batch, epoch, step)
@@ -421,6 +454,19 @@ class Loop:
                 bar.close()
         self.model.eval()
         return self.result()
+
+
+def _batches(loader: Iterable, skip: int) -> Iterable:
+    """An epoch's iterator over ``loader``. Resuming inside an epoch, a torch DataLoader without
+    a generator of its own is iterated without the draw from torch's stream it makes for its
+    seed: the run being resumed made that draw at the epoch's start, before its saved state
+    (a sampler's own generator then repeats the epoch's order, and the draws stay the run's)."""
+    if not skip or not isinstance(loader, torch.utils.data.DataLoader) or loader.generator:
+        return loader
+    state = torch.get_rng_state()
+    batches = iter(loader)
+    torch.set_rng_state(state)
+    return batches
 
 
 def _lrs(values: list[float]) -> str:

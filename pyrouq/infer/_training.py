@@ -283,12 +283,18 @@ def training_state(
     optimizer: str,
     kl_weight: float,
     batches_per_epoch: int,
+    lr_schedule: str,
+    num_particles: int,
+    num_data: int,
 ) -> dict[str, Any]:
     """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
     return {
         "optimizer": optimizer,
         "kl_weight": kl_weight,
         "batches_per_epoch": batches_per_epoch,
+        "lr_schedule": lr_schedule,
+        "num_particles": num_particles,
+        "num_data": num_data,
         "version": TRAINING_STATE_VERSION,
         "epochs": epochs,
         "epochs_done": epochs_done,

@@ -203,9 +203,11 @@ def fit(
         states carry on, so an interrupted run resumed with the same arguments (``epochs`` is
         the run's total) ends with the same parameters and history as one that was never
         stopped. Exact for pyrouq's in-memory loaders and DataLoaders given a ``generator``
-        (their generator's state is stored), and for other DataLoaders resumed at an epoch
-        boundary; the model must be built with the same arguments and priors (checked), and
-        another ``lr`` than the run's is ignored with a warning. Under torch.distributed a
+        (the DataLoader's or its sampler's: its state is stored), and for other DataLoaders
+        resumed at an epoch boundary; the model must be built with the same arguments and
+        priors (checked), another ``lr`` than the run's is ignored with a warning, and another
+        ``kl_weight``, ``lr_schedule``, ``num_particles``, ``num_data``, batches per epoch or
+        (for an interrupted run) ``epochs`` is warned of, as it changes the run from there. Under torch.distributed a
         resumed run is repeatable but not the one never stopped: the checkpoint holds rank
         0's random state, from which each rank derives its own stream (see "Scaling out").
     metadata : dict, optional
