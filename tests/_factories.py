@@ -22,3 +22,30 @@ def not_a_module() -> str:
 def flat_mlp() -> nn.Module:
     """Takes flat (B, 784) inputs: fails on the (B, 1, 28, 28) images the CLI loads."""
     return nn.Sequential(nn.Linear(784, 10))
+
+
+class _Interrupts(nn.Module):
+    """Raises KeyboardInterrupt (as Ctrl-C does) at its first run in training mode, or at its
+    first run once trained (its weights moved by an optimizer step)."""
+
+    def __init__(self, when: str):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+        self.when = when
+        self.start = self.fc.weight.detach().clone()
+
+    def forward(self, x):
+        trained = not self.fc.weight.detach().equal(self.start)
+        if (self.when == "training" and self.training) or (self.when != "training" and trained):
+            raise KeyboardInterrupt
+        return self.fc(x.flatten(1))
+
+
+def interrupted_setup() -> nn.Module:
+    """Ctrl-C at the network's first run, in fit()'s checks before training starts."""
+    return _Interrupts("training")
+
+
+def interrupted_evaluation() -> nn.Module:
+    """Ctrl-C once training is over, when the run is evaluated."""
+    return _Interrupts("evaluation")

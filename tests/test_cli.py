@@ -155,6 +155,29 @@ def test_interrupted_fit_saves_the_partial_run(tmp_path, capsys, monkeypatch):
     assert saved.training["epochs_done"] == 1
 
 
+@pytest.mark.parametrize("when", ["setup", "evaluation"])
+def test_ctrl_c_outside_training_is_one_line_and_exit_code_130(when, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["fit", f"_factories:interrupted_{when}", "--method", "plain", "--epochs", "1"]
+    assert main([*argv, "--train-size", "256", "--out", str(out), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0, err  # one line, no traceback
+    if when == "setup":  # before training: no run folder is left behind
+        assert err.strip() == "pyrouq: interrupted" and not out.exists()
+    else:  # the trained run stays, for `pyrouq evaluate`
+        assert f"interrupted while evaluating; the trained run is saved at {out}" in err
+        assert (out / "checkpoint.pt").is_file()
+
+
+def test_evaluate_of_a_checkpoint_whose_config_is_not_a_dict_is_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    pyrouq.save(run / "checkpoint.pt", pyrouq.MLP(), metadata={"config": None})
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyrouq: error: ") and "has damaged metadata" in err, err
+
+
 # --------------------------------------------------------------------------------------------
 # errors: one line on stderr, exit code 2, no traceback
 # --------------------------------------------------------------------------------------------

@@ -247,7 +247,7 @@ def _fit_on_rank(
         ) from None
     try:
         return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
-    except Exception:
+    except BaseException:  # Ctrl-C too
         # a run refused before it trained leaves no folder behind; one with a checkpoint stays
         if fresh and not (out / "checkpoint.pt").exists():
             shutil.rmtree(out, ignore_errors=True)
@@ -314,9 +314,17 @@ def _run_fit(
             f"{record.seconds:.1f} s"
         )
     num_samples = args.num_samples if guide is not None else None
-    metrics, figures, _ = _evaluate(
-        model, guide, test, num_samples, args.dataset, "auto", args, result
-    )
+    try:
+        metrics, figures, _ = _evaluate(
+            model, guide, test, num_samples, args.dataset, "auto", args, result
+        )
+    except KeyboardInterrupt:
+        print(
+            f"\npyrouq: interrupted while evaluating; the trained run is saved at {checkpoint} "
+            f"(evaluate it with: pyrouq evaluate {out})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     metrics["train_seconds"] = result.seconds
     pyrouq.save(
         checkpoint, model, guide, metadata={"config": config, "metrics": metrics}
@@ -349,6 +357,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
     try:
         config = json.loads(raw["metadata"]).get("config", {})
+        if not isinstance(config, dict):
+            raise TypeError("config")
     except (json.JSONDecodeError, AttributeError, TypeError):
         raise CommandError(
             f"{str(checkpoint)!r} has damaged metadata (not the JSON `pyrouq fit` writes); "
@@ -490,6 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(e).split())  # one line
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # before training, or in `evaluate` (training saves its run)
+        print("\npyrouq: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         if added and here in sys.path:
             sys.path.remove(here)
