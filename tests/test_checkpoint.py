@@ -788,6 +788,46 @@ def test_a_checkpoint_from_before_the_norms_option_loads_with_shared_norms(kind,
         torch.testing.assert_close(back.model.outputs(x, point), model.outputs(x, point))
 
 
+def test_a_skeleton_with_other_settings_is_refused_and_older_files_are_not_checked(tmp_path):
+    """The same layers set up otherwise (a BatchNorm's eps, a convolution's padding mode)
+    compute another function with the saved weights; files written before the settings were
+    recorded load and resume as they did."""
+
+    def net(eps=1e-5, padding_mode="zeros"):
+        torch.manual_seed(0)
+        return nn.Sequential(
+            nn.Conv2d(1, 2, 3, padding=1, padding_mode=padding_mode),
+            nn.BatchNorm2d(2, eps=eps),
+            nn.Flatten(),
+            nn.Linear(32, 3),
+        )
+
+    model = bayesian(net())
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 1, 4, 4), torch.randint(0, 3, (8,))
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted):
+        fit(model, guide, [(x, y)], epochs=2, num_data=8, progress=False, seed=0,
+            checkpoint=path, callbacks=[StopAfter(1)])  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"module '1' is set up as \(2, eps=1e-05, .*\) in "
+                       r"the checkpoint and as \(2, eps=0.5, .*\) in the skeleton, which would "
+                       r"compute another function"):  # fmt: skip
+        load(path, module=net(eps=0.5))
+    reflect = r"module '0' is set up as .*padding=\(1, 1\)\) in the checkpoint and as "
+    with pytest.raises(CheckpointError, match=reflect + r".*padding_mode=reflect\) in the"):
+        load(path, module=net(padding_mode="reflect"))
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    del description["model"]["module"]["settings"]  # as written before 2026-12-04
+    payload["description"] = json.dumps(description)
+    torch.save(payload, path)
+    assert load(path, module=net(eps=0.5)).model.net[1].eps == 0.5  # not recorded: not checked
+    resumed = bayesian(net())
+    result = fit(resumed, mean_field_guide(resumed), [(x, y)], epochs=2, num_data=8,
+                 progress=False, resume_from=path)  # fmt: skip
+    assert [r.epoch for r in result.history] == [1, 2]
+
+
 def test_a_float64_network_comes_back_float64_to_the_bit(tmp_path):
     """load() rebuilds float32 modules; every tensor takes its saved dtype back."""
 

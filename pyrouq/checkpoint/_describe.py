@@ -268,6 +268,19 @@ def _skeleton(
                     "(layers without parameters, such as activations, count too). Build the "
                     "module exactly as the saved one was built."
                 )
+    saved_settings = record.get("settings")  # absent from checkpoints written before 2026-12-04
+    if saved_settings is not None:
+        got_settings = here["settings"]
+        for name in list(saved_settings) + [n for n in got_settings if n not in saved_settings]:
+            if saved_settings.get(name) != got_settings.get(name):
+                where = f"module {name!r}" if name else "the network itself"
+                raise CheckpointError(
+                    f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} is "
+                    f"set up as ({saved_settings.get(name, '')}) in the checkpoint and as "
+                    f"({got_settings.get(name, '')}) in the skeleton, which would compute "
+                    "another function with the saved weights. Build the module exactly as the "
+                    "saved one was built."
+                )
     return module
 
 

@@ -55,6 +55,9 @@ def restore(
         )
     for key in ("config", "module"):
         theirs, mine = stored.get(key), here.get(key)
+        if key == "module" and isinstance(theirs, dict) and isinstance(mine, dict):
+            # entries added to the structure record after the checkpoint was written
+            mine = {k: v for k, v in mine.items() if k in theirs}
         if theirs != mine:
             if isinstance(theirs, dict) and isinstance(mine, dict):  # only the entries that differ
                 differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]

@@ -317,13 +317,15 @@ def resolve_priors(
 
 
 def module_record(module: nn.Module) -> dict[str, Any]:
-    """The structure of ``module`` (class, the class name of every submodule, parameter and
-    buffer names and shapes), which a checkpoint keeps to check the skeleton it is loaded
-    into."""
+    """The structure of ``module`` (class, the class name and settings of every submodule,
+    parameter and buffer names and shapes), which a checkpoint keeps to check the skeleton it
+    is loaded into. The settings are what a module prints (``extra_repr()``: a convolution's
+    stride and padding, a BatchNorm's eps, an activation's slope)."""
     cls = type(module)
     return {
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "modules": {n: type(m).__name__ for n, m in module.named_modules()},
+        "settings": {n: m.extra_repr() for n, m in module.named_modules() if m.extra_repr()},
         "parameters": {n: list(p.shape) for n, p in module.named_parameters()},
         "buffers": {n: list(b.shape) for n, b in module.named_buffers()},
     }
