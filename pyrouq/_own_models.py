@@ -151,6 +151,12 @@ def fitting_draws(
     expected = traced_latent_sites(model, x)
     if expected is None:
         return draws
+    if not expected:  # a plain network whose forward takes a second, optional argument
+        raise ValueError(
+            f"{caller} got {source} for {name_of(model)}, which samples no latent site: it "
+            "has no weights to draw, so every draw would be the same network. Leave it out; to "
+            "draw weights, make the network Bayesian first: pyrouq.bayesian(net)."
+        )
     kept = {}
     for site, shape in expected.items():
         value = draws.get(site)

@@ -320,6 +320,16 @@ CASES = {
         r"save\(\) got a guide for a BatchEnsemble \(BatchEnsembleNetwork\), whose members are "
         r"the draws. Leave it out \(guide=None\)",
     ),
+    "checkpoint: a guide saved with a plain network taking an optional input": (
+        lambda tmp: save(
+            tmp / "x.pt",
+            _Masked(),
+            mean_field_guide(bayesian(nn.Sequential(nn.Linear(2, 3)))),
+        ),
+        CheckpointError,
+        r"save\(\) got a guide for _Masked, which has no latent sites to draw. Save the model "
+        r"alone \(guide=None\)",
+    ),
     "checkpoint: skeleton with an extra layer": (
         lambda tmp: load(
             save(tmp / "x.pt", batchensemble(nn.Sequential(nn.Linear(2, 3)), 2)),
@@ -520,6 +530,15 @@ def _fit_a_linear_ensemble(outputs, **options):
     model = pyrouq.batchensemble(torch.nn.Linear(3, outputs), 2)
     batch = (torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))
     return fit(model, None, [batch], epochs=1, num_data=4, progress=False, **options)
+
+
+class _Masked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 3)
+
+    def forward(self, x, mask=None):
+        return self.fc(x)
 
 
 class _TwoInputs(torch.nn.Module):

@@ -303,6 +303,30 @@ def test_a_pyro_models_layer_called_net_gets_named_dims():
     assert post["net.weight"].dims == ("chain", "draw", "net_out", "net_in")
 
 
+def test_a_pyro_models_root_sites_are_not_named_after_its_layer_called_net():
+    from pyro.nn import PyroModule
+
+    class Model(PyroModule):  # its own sites "weight" (8, C) and "bias" (C,) at the root
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 8)  # a deterministic feature layer, weight (8, 4)
+
+        def forward(self, x, y=None):
+            w = pyro.sample("weight", dist.Normal(0.0, 1.0).expand([8, C]).to_event(2))
+            b = pyro.sample("bias", dist.Normal(0.0, 1.0).expand([C]).to_event(1))
+            logits = torch.relu(self.net(x)) @ w + b
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    model = Model()
+    guide = pyro.infer.autoguide.AutoNormal(model)
+    x, y = torch.randn(N, 4), torch.randint(0, C, (N,))
+    post = to_inference_data(model, guide, x, y, num_samples=2).posterior
+    assert post["bias"].shape == (1, 2, C)  # not joined with an "out" of 8
+    assert not np.isnan(post["weight"].values).any() and not np.isnan(post["bias"].values).any()
+
+
 # --------------------------------------------------------------------------------------------
 # to_inference_data: errors
 # --------------------------------------------------------------------------------------------

@@ -380,3 +380,15 @@ def test_predict_draws_a_pyro_model_written_as_a_plain_module_from_its_guide_or_
     torch.testing.assert_close(given.probs, (x @ draws["w"]).softmax(-1))
     with pytest.raises(ValueError, match=r"predict\(\) got a guide for a plain network \(Linear\)"):
         pyrouq.predict(nn.Linear(3, 2), x, guide, progress=False)
+
+    class Masked(nn.Module):  # a plain network whose forward takes a second, optional input
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x, mask=None):
+            return self.fc(x if mask is None else x * mask)
+
+    with pytest.raises(ValueError, match=r"got posterior_samples for Masked, which samples no "
+                       r"latent site: it has no weights to draw"):  # fmt: skip
+        pyrouq.predict(Masked(), x, posterior_samples=draws, progress=False)

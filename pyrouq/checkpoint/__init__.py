@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyrouq._util import has_latent_sites
 from pyrouq.checkpoint._describe import (
     CheckpointError,
     build_guide,
@@ -185,11 +186,16 @@ def save(
         check_target(path, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
     check_target(path, "save()")
-    if guide is not None:  # a model without latent sites: its file would not load
+    if guide is not None and not has_latent_sites(model):  # its file would not load
         try:
             check_drawable(model, "a guide", "save()")
         except ValueError as err:
             raise CheckpointError(str(err)) from None
+        raise CheckpointError(
+            f"save() got a guide for {type(model).__name__}, which has no latent sites to "
+            "draw. Save the model alone (guide=None); to draw weights, make the network "
+            "Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an ensemble."
+        )
     check_guide(model, guide, "save()")
     for owner in (model, guide):
         lazy = [
@@ -422,8 +428,9 @@ def load(
     module : nn.Module, optional
         The skeleton of a converted network (:func:`pyrouq.bayesian`,
         :func:`pyrouq.batchensemble`) or of a plain module: a freshly built network of the
-        saved structure (same parameter and buffer names and shapes, and the same class name
-        for every submodule, activations included; checked), e.g. from the
+        saved structure (same parameter and buffer names and shapes, the same class name for
+        every submodule, activations included, and the same settings of torch's layers, such
+        as a convolution's stride or a BatchNorm's eps; checked), e.g. from the
         factory that built the original. It is copied, not changed. Not needed for the
         front doors (``BayesianLeNet``, ...) nor for networks made from pyrouq's ``MLP`` /
         ``LeNet``.

@@ -272,14 +272,20 @@ def _skeleton(
     if saved_settings is not None:
         got_settings = here["settings"]
         for name in list(saved_settings) + [n for n in got_settings if n not in saved_settings]:
-            if saved_settings.get(name) != got_settings.get(name):
+            theirs, mine = saved_settings.get(name, {}), got_settings.get(name, {})
+            differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
+            if differ:
                 where = f"module {name!r}" if name else "the network itself"
+
+                saved_values, got_values = (
+                    ", ".join(f"{k}={values.get(k, 'unset')!r}" for k in differ)
+                    for values in (theirs, mine)
+                )
                 raise CheckpointError(
-                    f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} is "
-                    f"set up as ({saved_settings.get(name, '')}) in the checkpoint and as "
-                    f"({got_settings.get(name, '')}) in the skeleton, which would compute "
-                    "another function with the saved weights. Build the module exactly as the "
-                    "saved one was built."
+                    f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} "
+                    f"({here['modules'].get(name, '?')}) has {saved_values} in the checkpoint "
+                    f"and {got_values} in the skeleton, which would compute another function "
+                    "with the saved weights. Build the module exactly as the saved one was built."
                 )
     return module
 

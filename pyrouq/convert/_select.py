@@ -317,18 +317,51 @@ def resolve_priors(
 
 
 def module_record(module: nn.Module) -> dict[str, Any]:
-    """The structure of ``module`` (class, the class name and settings of every submodule,
-    parameter and buffer names and shapes), which a checkpoint keeps to check the skeleton it
-    is loaded into. The settings are what a module prints (``extra_repr()``: a convolution's
-    stride and padding, a BatchNorm's eps, an activation's slope)."""
+    """The structure of ``module`` (class, the class name of every submodule, the settings of
+    torch's layers, parameter and buffer names and shapes), which a checkpoint keeps to check
+    the skeleton it is loaded into. The settings are those that change what the saved weights
+    compute (:data:`LAYER_SETTINGS`: a convolution's stride and padding, a BatchNorm's eps, an
+    activation's slope); modules of other libraries and the user's own are not read."""
     cls = type(module)
+    settings = {n: _settings_of(m) for n, m in module.named_modules()}
     return {
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "modules": {n: type(m).__name__ for n, m in module.named_modules()},
-        "settings": {n: m.extra_repr() for n, m in module.named_modules() if m.extra_repr()},
+        "settings": {n: values for n, values in settings.items() if values},
         "parameters": {n: list(p.shape) for n, p in module.named_parameters()},
         "buffers": {n: list(b.shape) for n, b in module.named_buffers()},
     }
+
+
+LAYER_SETTINGS = (
+    "kernel_size", "stride", "padding", "dilation", "groups", "padding_mode", "output_padding",
+    "eps", "affine", "track_running_stats", "normalized_shape", "elementwise_affine",
+    "num_groups", "negative_slope", "alpha", "lambd", "beta", "threshold", "value",
+    "approximate", "min_val", "max_val", "dim", "start_dim", "end_dim", "ceil_mode",
+    "count_include_pad", "divisor_override", "output_size", "upscale_factor",
+    "downscale_factor", "scale_factor", "mode", "align_corners",
+)  # fmt: skip
+"""Attributes of torch's layers that :func:`module_record` keeps: those that change the function
+the saved weights compute (not training-only ones such as dropout's p or BatchNorm's
+momentum)."""
+
+
+def _settings_of(module: nn.Module) -> dict[str, Any]:
+    """The :data:`LAYER_SETTINGS` a torch layer has, as JSON values (tuples as lists)."""
+    if not type(module).__module__.startswith("torch.nn."):
+        return {}
+    out: dict[str, Any] = {}
+    for name in LAYER_SETTINGS:
+        value = getattr(module, name, None)
+        if isinstance(value, tuple):
+            value = list(value)
+        plain = (bool, int, float, str, type(None))
+        if isinstance(value, plain) or (
+            isinstance(value, list) and all(isinstance(v, plain) for v in value)
+        ):
+            if hasattr(module, name):
+                out[name] = value
+    return out
 
 
 def check_untied(module: nn.Module, names: Sequence[str], select: SelectSpec = None) -> None:

@@ -108,9 +108,9 @@ def _check_var_names(var_names: str | Sequence[str] | None, valid: Sequence[str]
     names = [var_names] if isinstance(var_names, str) else list(var_names)
     if not names:
         raise ValueError(
-            f"var_names is empty, so the posterior group would hold nothing (and az.loo needs "
-            f"one): the latent sites are {list(valid)}. Pass some of them, or var_names=None "
-            "for all of them."
+            "to_inference_data(): var_names is empty, so the posterior group would hold "
+            f"nothing (and az.loo needs one): the latent sites are {list(valid)}. Pass some of "
+            "them, or var_names=None for all of them."
         )
     unknown = [n for n in names if n not in valid]
     if unknown:
@@ -170,7 +170,7 @@ def _prepared(model: Any, num_points: int) -> Iterator[None]:
 _KERNEL_DIMS = {1: ["k"], 2: ["kh", "kw"], 3: ["kd", "kh", "kw"]}
 
 
-def _weight_dims(model: Any, site: str, ndim: int) -> list[str] | None:
+def _weight_dims(model: Any, site: str, shape: tuple[int, ...]) -> list[str] | None:
     """Named dims of a site of a layer of ``model``'s network, by the layer's layout: a
     Linear's or convolution's weight ``(out, in[, kernel...])``, a transposed convolution's
     ``(in, out[, kernel...])``, a bias ``(out,)``, BatchEnsemble factors ``r`` ``(member,
@@ -179,8 +179,10 @@ def _weight_dims(model: Any, site: str, ndim: int) -> list[str] | None:
     named ``<layer>_in_per_group`` (``_out_per_group``): one name is one size in xarray."""
     layer_name, _, kind = site.rpartition(".")
     layer = _layer_of(model, layer_name)
-    if layer is None:
+    held = getattr(layer, kind, None)  # the layer's own tensor of that name (a site's value)
+    if layer is None or not isinstance(held, Tensor) or tuple(held.shape) != tuple(shape):
         return None
+    ndim = len(shape)
     prefix = layer_name.replace(".", "_") + "_" if layer_name else ""
     names = {"r": ["member", "in"], "s": ["member", "out"], "bias": ["out"]}.get(kind)
     if kind == "weight" and ndim >= 2:
@@ -195,16 +197,16 @@ def _weight_dims(model: Any, site: str, ndim: int) -> list[str] | None:
 
 def _layer_of(model: Any, layer_name: str) -> nn.Module | None:
     """The Linear, convolution or BatchEnsemble layer that ``layer_name`` names (``""``: the
-    root), in a converted network (``model.net``, where its sites are named) or else in the
+    root), in a pyrouq model's network (``model.net``, where its sites are named) or else in the
     model itself (a Pyro model's own layers, one of which may be called ``net``)."""
-    net = getattr(model, "net", None)
-    roots = [r for r in (net, model) if isinstance(r, nn.Module)]
-    for root in roots:
-        try:
-            layer = root.get_submodule(layer_name)
-        except AttributeError:
-            continue
-        ensemble = getattr(layer, "_is_batchensemble", False)
-        if ensemble or isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
-            return layer
+    root = model.net if getattr(model, "_pyrouq_model", False) else model
+    if not isinstance(root, nn.Module):
+        return None
+    try:
+        layer = root.get_submodule(layer_name)
+    except AttributeError:
+        return None
+    ensemble = getattr(layer, "_is_batchensemble", False)
+    if ensemble or isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
+        return layer
     return None

@@ -279,7 +279,7 @@ def to_inference_data(
         out = _export_weights(model, weights, xd, yd, n, total, keep, batch_size)
         chains = result.num_chains
         for name in keep:
-            site_dims = _weight_dims(model, name, out.values[name].dim() - 1)
+            site_dims = _weight_dims(model, name, tuple(out.values[name].shape[1:]))
             if site_dims is not None:
                 posterior_dims[name] = site_dims
     elif guide is None:
@@ -320,7 +320,7 @@ def to_inference_data(
         else:
             out, keep = _export_pyro(model, guide, xd, yd, n, s, var_names)
         for name in keep:
-            site_dims = _weight_dims(model, name, out.values[name].dim() - 1)
+            site_dims = _weight_dims(model, name, tuple(out.values[name].shape[1:]))
             if site_dims is not None:
                 posterior_dims[name] = site_dims
 
