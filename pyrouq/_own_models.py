@@ -13,9 +13,10 @@ from typing import Any, NoReturn
 
 import torch
 from pyro import poutine
+from pyro.nn import PyroModule
 from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
-from torch import Tensor
+from torch import Tensor, nn
 
 from pyrouq._util import rng_state, set_rng_state
 
@@ -151,11 +152,11 @@ def fitting_draws(
     expected = traced_latent_sites(model, x)
     if expected is None:
         return draws
-    if not expected:  # a plain network whose forward takes a second, optional argument
+    if not expected and _samples_nothing(model, x):  # a plain network: forward(x, mask=None)
         raise ValueError(
-            f"{caller} got {source} for {name_of(model)}, which samples no latent site: it "
-            "has no weights to draw, so every draw would be the same network. Leave it out; to "
-            "draw weights, make the network Bayesian first: pyrouq.bayesian(net)."
+            f"{caller} got {source} for {name_of(model)}, a plain network whose forward samples "
+            "nothing: it has no weights to draw, so every draw would be the same network. Leave "
+            "it out; to draw weights, make the network Bayesian first: pyrouq.bayesian(net)."
         )
     kept = {}
     for site, shape in expected.items():
@@ -169,6 +170,25 @@ def fitting_draws(
             _refuse(model, problem, caller, source)
         kept[site] = value
     return kept
+
+
+def _samples_nothing(model: Any, x: Tensor) -> bool:
+    """Whether ``model`` is a plain torch network: an ``nn.Module`` (not a ``PyroModule``) that
+    samples no site at all on ``x`` (a Pyro model samples at least its likelihood; one whose
+    latent sites are all per-input ones, or drawn for some inputs only, still has draws)."""
+    if not isinstance(model, nn.Module) or isinstance(model, PyroModule):
+        return False
+    state = rng_state(x.device)
+    try:
+        with torch.no_grad():
+            trace = _run(model, x)
+    except Exception:
+        return False
+    finally:
+        set_rng_state(x.device, state)
+    return not any(
+        site["type"] == "sample" and not site_is_subsample(site) for site in trace.nodes.values()
+    )
 
 
 def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:

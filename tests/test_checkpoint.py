@@ -819,13 +819,22 @@ def test_a_skeleton_with_other_settings_is_refused_and_older_files_are_not_check
         fit(model, guide, [(x, y)], epochs=2, num_data=8, progress=False, seed=0,
             checkpoint=path, callbacks=[StopAfter(1)])  # fmt: skip
     with pytest.raises(CheckpointError, match=r"module '1' \(BatchNorm2d\) has eps=1e-05 in the "
-                       r"checkpoint and eps=0.5 in the skeleton, which would compute another "
+                       r"checkpoint and eps=0.5 in the skeleton, and may compute another "
                        r"function with the saved weights"):  # fmt: skip
         load(path, module=net(eps=0.5))
     reflect = r"module '0' \(Conv2d\) has padding_mode='zeros' in the checkpoint and "
     with pytest.raises(CheckpointError, match=reflect + r"padding_mode='reflect' in the skel"):
         load(path, module=net(padding_mode="reflect"))
     assert load(path, module=net(inplace=True)).model.net[2].inplace  # another build: taken
+
+    def pooled(size, pool):
+        return nn.Sequential(nn.Conv2d(1, 2, size), nn.MaxPool2d(pool), nn.Flatten(),
+                             nn.Linear(2, 3))  # fmt: skip
+
+    import numpy as np
+
+    saved = save(tmp_path / "pooled.pt", bayesian(pooled(np.int64(3), 2)))  # numpy's 3, pool 2
+    load(saved, module=pooled(3, (2, 2)))  # the same layers, spelled otherwise
     payload = torch.load(path, weights_only=True)
     description = json.loads(payload["description"])
     del description["model"]["module"]["settings"]  # as written before 2026-12-04

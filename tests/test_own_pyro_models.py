@@ -389,6 +389,23 @@ def test_predict_draws_a_pyro_model_written_as_a_plain_module_from_its_guide_or_
         def forward(self, x, mask=None):
             return self.fc(x if mask is None else x * mask)
 
-    with pytest.raises(ValueError, match=r"got posterior_samples for Masked, which samples no "
-                       r"latent site: it has no weights to draw"):  # fmt: skip
+    class Local(nn.Module):  # a Pyro model as an nn.Module whose latent sites are per row
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x, y=None):
+            with pyro.plate("data", x.shape[0]):
+                u = pyro.sample("u", dist.Normal(0.0, 1.0))
+                logits = self.fc(x) + u.unsqueeze(-1) * torch.tensor([1.0, -1.0])
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    local = Local()
+    local_guide = AutoNormal(local)
+    local_guide(x, y)
+    local_preds = pyrouq.predict(local, x, local_guide, num_samples=3, progress=False)
+    assert local_preds.probs.shape == (3, 40, 2)  # per-input draws: not refused as plain
+    with pytest.raises(ValueError, match=r"got posterior_samples for Masked, a plain network "
+                       r"whose forward samples nothing: it has no weights to draw"):  # fmt: skip
         pyrouq.predict(Masked(), x, posterior_samples=draws, progress=False)

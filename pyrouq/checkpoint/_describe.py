@@ -284,8 +284,8 @@ def _skeleton(
                 raise CheckpointError(
                     f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} "
                     f"({here['modules'].get(name, '?')}) has {saved_values} in the checkpoint "
-                    f"and {got_values} in the skeleton, which would compute another function "
-                    "with the saved weights. Build the module exactly as the saved one was built."
+                    f"and {got_values} in the skeleton, and may compute another function with "
+                    "the saved weights. Build the module exactly as the saved one was built."
                 )
     return module
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
+import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -337,31 +338,49 @@ LAYER_SETTINGS = (
     "kernel_size", "stride", "padding", "dilation", "groups", "padding_mode", "output_padding",
     "eps", "affine", "track_running_stats", "normalized_shape", "elementwise_affine",
     "num_groups", "negative_slope", "alpha", "lambd", "beta", "threshold", "value",
-    "approximate", "min_val", "max_val", "dim", "start_dim", "end_dim", "ceil_mode",
-    "count_include_pad", "divisor_override", "output_size", "upscale_factor",
-    "downscale_factor", "scale_factor", "mode", "align_corners",
+    "approximate", "min_val", "max_val", "lower", "upper", "dim", "start_dim", "end_dim",
+    "unflattened_size", "ceil_mode", "count_include_pad", "divisor_override", "return_indices",
+    "output_size", "norm_type", "size", "k", "upscale_factor", "downscale_factor",
+    "scale_factor", "mode", "align_corners", "max_norm", "batch_first", "num_heads",
+    "norm_first", "bidirectional", "nonlinearity",
 )  # fmt: skip
 """Attributes of torch's layers that :func:`module_record` keeps: those that change the function
 the saved weights compute (not training-only ones such as dropout's p or BatchNorm's
 momentum)."""
 
 
+#: Settings a pooling layer or convolution takes as one number for every spatial dim.
+_PER_DIM = ("kernel_size", "stride", "padding", "dilation", "output_size", "output_padding")
+
+
 def _settings_of(module: nn.Module) -> dict[str, Any]:
-    """The :data:`LAYER_SETTINGS` a torch layer has, as JSON values (tuples as lists)."""
+    """The :data:`LAYER_SETTINGS` a torch layer has, as JSON values: numbers as Python's
+    (numpy's too), tuples as lists, and a pooling layer's one number for every spatial dim
+    spelled out (``MaxPool2d(2)`` is ``MaxPool2d((2, 2))``)."""
     if not type(module).__module__.startswith("torch.nn."):
         return {}
+    suffix = type(module).__name__[-2:]
+    dims = int(suffix[0]) if suffix in ("1d", "2d", "3d") else None
     out: dict[str, Any] = {}
     for name in LAYER_SETTINGS:
-        value = getattr(module, name, None)
-        if isinstance(value, tuple):
-            value = list(value)
-        plain = (bool, int, float, str, type(None))
-        if isinstance(value, plain) or (
-            isinstance(value, list) and all(isinstance(v, plain) for v in value)
-        ):
-            if hasattr(module, name):
-                out[name] = value
+        if not hasattr(module, name):
+            continue
+        value = getattr(module, name)
+        many = isinstance(value, (tuple, list))
+        values = [_number(v) for v in (value if many else [value])]
+        if not all(isinstance(v, (bool, int, float, str, type(None))) for v in values):
+            continue  # a module, a function, a tensor: not a setting this record reads
+        if not many and dims is not None and name in _PER_DIM and isinstance(values[0], int):
+            values, many = values * dims, True
+        out[name] = values if many else values[0]
     return out
+
+
+def _number(value: Any) -> Any:
+    """A numpy (or other) integer or real as Python's own; anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 def check_untied(module: nn.Module, names: Sequence[str], select: SelectSpec = None) -> None:
