@@ -13,10 +13,9 @@ from typing import Any, NoReturn
 
 import torch
 from pyro import poutine
-from pyro.nn import PyroModule
 from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
-from torch import Tensor, nn
+from torch import Tensor
 
 from pyrouq._util import rng_state, set_rng_state
 
@@ -152,11 +151,16 @@ def fitting_draws(
     expected = traced_latent_sites(model, x)
     if expected is None:
         return draws
-    if not expected and _samples_nothing(model, x):  # a plain network: forward(x, mask=None)
+    sampled = _sampled_sites(model, x) if not expected else None
+    if sampled is not None and not set(draws) & sampled:
+        # no global latent site, and none of the draws is a site the model samples: a plain
+        # network (forward(x, mask=None)), or a model without latent sites given others' draws
+        drawn = ", ".join(sorted(draws)[:3]) + (", ..." if len(draws) > 3 else "")
         raise ValueError(
-            f"{caller} got {source} for {name_of(model)}, a plain network whose forward samples "
-            "nothing: it has no weights to draw, so every draw would be the same network. Leave "
-            "it out; to draw weights, make the network Bayesian first: pyrouq.bayesian(net)."
+            f"{caller} got {source} for {name_of(model)}, which samples none of the sites drawn "
+            f"({drawn or 'none'}): it has no latent site to draw, so every draw would be the "
+            "same network. Leave it out; to draw a network's weights, make it Bayesian first: "
+            "pyrouq.bayesian(net)."
         )
     kept = {}
     for site, shape in expected.items():
@@ -172,23 +176,22 @@ def fitting_draws(
     return kept
 
 
-def _samples_nothing(model: Any, x: Tensor) -> bool:
-    """Whether ``model`` is a plain torch network: an ``nn.Module`` (not a ``PyroModule``) that
-    samples no site at all on ``x`` (a Pyro model samples at least its likelihood; one whose
-    latent sites are all per-input ones, or drawn for some inputs only, still has draws)."""
-    if not isinstance(model, nn.Module) or isinstance(model, PyroModule):
-        return False
+def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:
+    """The names of the sites ``model`` samples on ``x`` (its likelihood, without targets,
+    and per-input latent sites included), or None where it cannot be traced."""
     state = rng_state(x.device)
     try:
         with torch.no_grad():
             trace = _run(model, x)
     except Exception:
-        return False
+        return None
     finally:
         set_rng_state(x.device, state)
-    return not any(
-        site["type"] == "sample" and not site_is_subsample(site) for site in trace.nodes.values()
-    )
+    return {
+        name
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not site_is_subsample(site)
+    }
 
 
 def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -406,6 +406,16 @@ def test_predict_draws_a_pyro_model_written_as_a_plain_module_from_its_guide_or_
     local_guide(x, y)
     local_preds = pyrouq.predict(local, x, local_guide, num_samples=3, progress=False)
     assert local_preds.probs.shape == (3, 40, 2)  # per-input draws: not refused as plain
-    with pytest.raises(ValueError, match=r"got posterior_samples for Masked, a plain network "
-                       r"whose forward samples nothing: it has no weights to draw"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"got posterior_samples for Masked, which samples none "
+                       r"of the sites drawn \(w\): it has no latent site to draw"):  # fmt: skip
         pyrouq.predict(Masked(), x, posterior_samples=draws, progress=False)
+
+    class NoLatent(Masked):  # a Pyro model whose only sample site is its likelihood
+        def forward(self, x, y=None):
+            logits = self.fc(x)
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    with pytest.raises(ValueError, match=r"NoLatent, which samples none of the sites drawn \(w\)"):
+        pyrouq.predict(NoLatent(), x, posterior_samples=draws, progress=False)

@@ -342,11 +342,12 @@ LAYER_SETTINGS = (
     "unflattened_size", "ceil_mode", "count_include_pad", "divisor_override", "return_indices",
     "output_size", "norm_type", "size", "k", "upscale_factor", "downscale_factor",
     "scale_factor", "mode", "align_corners", "max_norm", "batch_first", "num_heads",
-    "norm_first", "bidirectional", "nonlinearity",
+    "norm_first", "bidirectional", "nonlinearity", "activation_relu_or_gelu", "add_zero_attn",
+    "padding_idx", "include_last_offset", "output_ratio", "p", "norm", "keepdim",
 )  # fmt: skip
 """Attributes of torch's layers that :func:`module_record` keeps: those that change the function
-the saved weights compute (not training-only ones such as dropout's p or BatchNorm's
-momentum)."""
+the saved weights compute (not training-only ones such as BatchNorm's momentum, nor dropout's
+p, which is read for other layers: a distance's norm)."""
 
 
 #: Settings a pooling layer or convolution takes as one number for every spatial dim.
@@ -362,8 +363,9 @@ def _settings_of(module: nn.Module) -> dict[str, Any]:
     suffix = type(module).__name__[-2:]
     dims = int(suffix[0]) if suffix in ("1d", "2d", "3d") else None
     out: dict[str, Any] = {}
+    dropout = isinstance(module, nn.modules.dropout._DropoutNd)
     for name in LAYER_SETTINGS:
-        if not hasattr(module, name):
+        if not hasattr(module, name) or (dropout and name == "p"):
             continue
         value = getattr(module, name)
         many = isinstance(value, (tuple, list))
