@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import math
 import os
@@ -203,6 +204,21 @@ def _takes_indices(module: Any) -> bool:
     if not isinstance(module, nn.Module):
         return False
     return any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in module.modules())
+
+
+def forward_inputs(module: nn.Module) -> list[inspect.Parameter] | None:
+    """The positional parameters of ``module.forward`` (``*args`` included), or None where its
+    signature cannot be read."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return [p for p in params if p.kind in positional]
 
 
 def has_latent_sites(model: Any) -> bool:

@@ -281,6 +281,20 @@ def test_plain_pyro_model_export():
     assert np.isfinite(az.loo(idata).elpd_loo)
 
 
+def _observed(logits, y):
+    """A Pyro model's likelihood of its labels, returning its logits."""
+    with pyro.plate("data", logits.shape[0]):
+        pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+    return logits
+
+
+def _autonormal_posterior(model):
+    """The posterior group of two AutoNormal draws of a Pyro model on (N, 4) inputs."""
+    guide = pyro.infer.autoguide.AutoNormal(model)
+    x, y = torch.randn(N, 4), torch.randint(0, C, (N,))
+    return to_inference_data(model, guide, x, y, num_samples=2).posterior
+
+
 def test_a_pyro_models_layer_called_net_gets_named_dims():
     from pyro.nn import PyroModule, PyroSample
 
@@ -291,15 +305,9 @@ def test_a_pyro_models_layer_called_net_gets_named_dims():
             self.net.weight = PyroSample(dist.Normal(0.0, 1.0).expand([C, 4]).to_event(2))
 
         def forward(self, x, y=None):
-            logits = self.net(x)
-            with pyro.plate("data", x.shape[0]):
-                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-            return logits
+            return _observed(self.net(x), y)
 
-    model = Model()
-    guide = pyro.infer.autoguide.AutoNormal(model)
-    x, y = torch.randn(N, 4), torch.randint(0, C, (N,))
-    post = to_inference_data(model, guide, x, y, num_samples=2).posterior
+    post = _autonormal_posterior(Model())
     assert post["net.weight"].dims == ("chain", "draw", "net_out", "net_in")
 
 
@@ -314,15 +322,9 @@ def test_a_pyro_models_root_sites_are_not_named_after_its_layer_called_net():
         def forward(self, x, y=None):
             w = pyro.sample("weight", dist.Normal(0.0, 1.0).expand([8, C]).to_event(2))
             b = pyro.sample("bias", dist.Normal(0.0, 1.0).expand([C]).to_event(1))
-            logits = torch.relu(self.net(x)) @ w + b
-            with pyro.plate("data", x.shape[0]):
-                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-            return logits
+            return _observed(torch.relu(self.net(x)) @ w + b, y)
 
-    model = Model()
-    guide = pyro.infer.autoguide.AutoNormal(model)
-    x, y = torch.randn(N, 4), torch.randint(0, C, (N,))
-    post = to_inference_data(model, guide, x, y, num_samples=2).posterior
+    post = _autonormal_posterior(Model())
     assert post["bias"].shape == (1, 2, C)  # not joined with an "out" of 8
     assert not np.isnan(post["weight"].values).any() and not np.isnan(post["bias"].values).any()
 

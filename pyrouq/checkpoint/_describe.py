@@ -240,54 +240,62 @@ def _skeleton(
     here = module_record(module)
     for kind in ("parameters", "buffers"):
         saved, got = record.get(kind, {}), here[kind]
-        for name in list(saved) + [n for n in got if n not in saved]:
-            if saved.get(name) != got.get(name):
+        name = _first_difference(saved, got)
+        if name is not None:
 
-                def shape(v: Any) -> str:
-                    return "absent" if v is None else f"shape {tuple(v)}"
+            def shape(v: Any) -> str:
+                return "absent" if v is None else f"shape {tuple(v)}"
 
-                raise CheckpointError(
-                    f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
-                    f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
-                    f"{shape(saved.get(name))} in the checkpoint and {shape(got.get(name))} in "
-                    "the skeleton. Build the module exactly as the saved one was built."
-                )
+            raise CheckpointError(
+                f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
+                f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
+                f"{shape(saved.get(name))} in the checkpoint and {shape(got.get(name))} in "
+                "the skeleton. Build the module exactly as the saved one was built."
+            )
     saved_modules = record.get("modules")  # absent from checkpoints written before 2026-12-03
-    if saved_modules is not None:
-        got_modules = here["modules"]
-        for name in list(saved_modules) + [n for n in got_modules if n not in saved_modules]:
-            if saved_modules.get(name) != got_modules.get(name):
-                where = f"module {name!r}" if name else "the network itself"
-                saved_kind, got_kind = (
-                    "absent" if kind is None else f"a {kind}"
-                    for kind in (saved_modules.get(name), got_modules.get(name))
-                )
-                raise CheckpointError(
-                    f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} is "
-                    f"{saved_kind} in the checkpoint and {got_kind} in the skeleton "
-                    "(layers without parameters, such as activations, count too). Build the "
-                    "module exactly as the saved one was built."
-                )
+    if (
+        saved_modules is not None
+        and (name := _first_difference(saved_modules, here["modules"])) is not None
+    ):
+        saved_kind, got_kind = (
+            "absent" if kind is None else f"a {kind}"
+            for kind in (saved_modules.get(name), here["modules"].get(name))
+        )
+        raise CheckpointError(
+            f"The skeleton ({here['class']}) does not match {str(path)!r}: {_where(name)} is "
+            f"{saved_kind} in the checkpoint and {got_kind} in the skeleton (layers without "
+            "parameters, such as activations, count too). Build the module exactly as the "
+            "saved one was built."
+        )
     saved_settings = record.get("settings")  # absent from checkpoints written before 2026-12-04
-    if saved_settings is not None:
-        got_settings = here["settings"]
-        for name in list(saved_settings) + [n for n in got_settings if n not in saved_settings]:
-            theirs, mine = saved_settings.get(name, {}), got_settings.get(name, {})
-            differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
-            if differ:
-                where = f"module {name!r}" if name else "the network itself"
-
-                saved_values, got_values = (
-                    ", ".join(f"{k}={values.get(k, 'unset')!r}" for k in differ)
-                    for values in (theirs, mine)
-                )
-                raise CheckpointError(
-                    f"The skeleton ({here['class']}) does not match {str(path)!r}: {where} "
-                    f"({here['modules'].get(name, '?')}) has {saved_values} in the checkpoint "
-                    f"and {got_values} in the skeleton, and may compute another function with "
-                    "the saved weights. Build the module exactly as the saved one was built."
-                )
+    if (
+        saved_settings is not None
+        and (name := _first_difference(saved_settings, here["settings"])) is not None
+    ):
+        theirs, mine = saved_settings.get(name, {}), here["settings"].get(name, {})
+        differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
+        saved_values, got_values = (
+            ", ".join(f"{k}={values.get(k, 'unset')!r}" for k in differ)
+            for values in (theirs, mine)
+        )
+        raise CheckpointError(
+            f"The skeleton ({here['class']}) does not match {str(path)!r}: {_where(name)} "
+            f"({here['modules'].get(name, '?')}) has {saved_values} in the checkpoint and "
+            f"{got_values} in the skeleton, and may compute another function with the saved "
+            "weights. Build the module exactly as the saved one was built."
+        )
     return module
+
+
+def _first_difference(saved: dict[str, Any], got: dict[str, Any]) -> str | None:
+    """The first name, in the saved record's order and then the skeleton's, whose entry
+    differs between the two (one absent counts); None where they agree."""
+    names = [*saved, *(name for name in got if name not in saved)]
+    return next((name for name in names if saved.get(name) != got.get(name)), None)
+
+
+def _where(name: str) -> str:
+    return f"module {name!r}" if name else "the network itself"
 
 
 def _ensemble_options(config: dict[str, Any]) -> dict[str, Any]:

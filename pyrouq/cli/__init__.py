@@ -356,10 +356,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             "with pyrouq.load and pass it to predict(..., posterior_samples=...)"
         )
     try:
-        config = json.loads(raw["metadata"]).get("config", {})
-        if not isinstance(config, dict):
-            raise TypeError("config")
-    except (json.JSONDecodeError, AttributeError, TypeError):
+        metadata = json.loads(raw["metadata"])
+    except (json.JSONDecodeError, TypeError):
+        metadata = None
+    config = metadata.get("config", {}) if isinstance(metadata, dict) else None
+    if not isinstance(config, dict):
         raise CommandError(
             f"{str(checkpoint)!r} has damaged metadata (not the JSON `pyrouq fit` writes); "
             "run `pyrouq fit` again, or load the file in Python with pyrouq.load"

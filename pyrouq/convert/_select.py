@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import itertools
 import numbers
 import sys
@@ -16,7 +15,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
-from pyrouq._util import check_int, check_positive_float, warn_caller
+from pyrouq._util import check_int, check_positive_float, forward_inputs, warn_caller
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
@@ -450,7 +449,11 @@ def check_module(module: Any, what: str) -> None:
             "layers are compiled code, not nn.Linear / convolution modules to replace. Convert "
             "the nn.Module before torch.jit.script / torch.jit.trace."
         )
-    inputs = _required_inputs(module)
+    inputs = [  # the inputs forward requires: no default, not *args
+        p.name
+        for p in forward_inputs(module) or []
+        if p.kind != p.VAR_POSITIONAL and p.default is p.empty
+    ]
     if len(inputs) > 1:
         raise TypeError(
             f"Cannot {what} {type(module).__name__}: its forward takes {len(inputs)} inputs "
@@ -466,17 +469,6 @@ def check_module(module: Any, what: str) -> None:
             f"parameters yet ({_names_list(lazy)}). Run one batch through the network first "
             "(net(x)), then convert it."
         )
-
-
-def _required_inputs(module: nn.Module) -> list[str]:
-    """The names of the positional inputs ``module.forward`` requires (no default); none when
-    its signature cannot be read."""
-    try:
-        params = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in params if p.kind in positional and p.default is p.empty]
 
 
 def weight_readers() -> tuple[type, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import weakref
 from typing import Any
@@ -16,6 +15,7 @@ from torch import nn
 from pyrouq._util import (
     check_positive_float,
     forget_params,
+    forward_inputs,
     has_latent_sites,
     register_params,
     support_of,
@@ -460,13 +460,8 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
 def _takes_labels(model: nn.Module) -> bool:
     """Whether ``model.forward`` can take a second positional argument (labels ``y``), or its
     signature cannot be read (then it is given the benefit of the doubt)."""
-    try:
-        params = inspect.signature(model.forward).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    kinds = [p.kind for p in params]
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return inspect.Parameter.VAR_POSITIONAL in kinds or sum(k in positional for k in kinds) >= 2
+    inputs = forward_inputs(model)
+    return inputs is None or len(inputs) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in inputs)
 
 
 def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
