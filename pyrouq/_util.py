@@ -16,16 +16,20 @@ import pyro
 import torch
 from torch import Tensor, nn
 
+from pyrouq._numbers import is_integer, is_real, tensor_hint
+
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
     """``value`` as an int ``>= minimum``, or a ValueError naming ``name``, the bound and ``value``.
 
     ``hint`` (what to do) is appended to the message.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_integer(value) or value < minimum:
         expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"Expected {name} to be {expected}, got {value!r}.{_space(hint)}")
-    return value
+        raise ValueError(
+            f"Expected {name} to be {expected}, got {value!r}{tensor_hint(value)}.{_space(hint)}"
+        )
+    return int(value)
 
 
 def _bound_is(bound: Any, value: float) -> bool:
@@ -60,12 +64,13 @@ MAX_SEED = 2**32 - 1
 
 def check_seed(value: object, where: str) -> int:
     """``value`` as a seed, an int in ``[0, 2**32 - 1]``, or a ValueError saying so."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+    if not is_integer(value) or not 0 <= value <= MAX_SEED:
         raise ValueError(
-            f"{where}: expected seed to be an integer in [0, 2**32 - 1], got {value!r}. Pass "
+            f"{where}: expected seed to be an integer in [0, 2**32 - 1], got {value!r}"
+            f"{tensor_hint(value)}. Pass "
             "e.g. seed=0."
         )
-    return value
+    return int(value)
 
 
 def check_flag(name: str, value: object) -> bool:
@@ -78,20 +83,21 @@ def check_flag(name: str, value: object) -> bool:
 
 def check_count(name: str, value: object, hint: str = "") -> int:
     """Like :func:`check_int` with ``minimum=1``, worded "an integer >= 1" (counts of things)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Expected {name} to be an integer >= 1, got {value!r}.{_space(hint)}")
-    return value
+    if not is_integer(value) or value < 1:
+        raise ValueError(
+            f"Expected {name} to be an integer >= 1, got {value!r}{tensor_hint(value)}."
+            f"{_space(hint)}"
+        )
+    return int(value)
 
 
 def check_positive_float(name: str, value: object, hint: str = "") -> float:
     """``value`` as a finite float ``> 0``, or a ValueError naming ``name`` and ``value``."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"Expected {name} > 0 (a finite float), got {value!r}.{_space(hint)}")
+    if not is_real(value) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"Expected {name} > 0 (a finite float), got {value!r}{tensor_hint(value)}."
+            f"{_space(hint)}"
+        )
     return float(value)
 
 

@@ -16,16 +16,16 @@ Shape convention: S draws or members, N inputs, C classes (D outputs for regress
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
 
+from pyrouq._numbers import is_integer, is_real, tensor_hint
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
@@ -76,10 +76,10 @@ def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
 
 
 def _check_alpha(alpha: object, n: int) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < float(alpha) < 1:
+    if not is_real(alpha) or not 0 < float(alpha) < 1:
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
-            f"{alpha!r}."
+            f"{alpha!r}{tensor_hint(alpha)}."
         )
     a = float(alpha)
     if _rank(n, a) > n:
@@ -136,20 +136,30 @@ class TemperatureScaler:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+        if not is_real(t) or not 0 < t < math.inf:
             raise ValueError(
                 f"Expected a temperature > 0 (finite), got {t!r}: T > 1 softens the "
                 "probabilities, T < 1 sharpens them. temperature_scale() fits one."
             )
+        object.__setattr__(self, "temperature", float(t))
 
     def __call__(self, preds: Predictions) -> Predictions:
         preds = _class_preds(preds, "preds")
-        logp = preds.probs.double().clamp_min(1e-300).log()
+        logp = _log_probs(preds.probs)
         probs = torch.softmax(logp / self.temperature, dim=-1).to(preds.probs.dtype)
         return Predictions(probs, preds.targets)
 
     def __repr__(self) -> str:
         return f"TemperatureScaler(temperature={self.temperature:.4f})"
+
+
+def _log_probs(probs: Tensor) -> Tensor:
+    """``log p`` in float64, a probability that underflowed to 0 taken as the smallest positive
+    number of its dtype (1.4e-45 in float32: log p = -103.3), the least extreme value that
+    rounds to it. A smaller stand-in (1e-300: -690.8) would let one confidently wrong input
+    outweigh the rest of the validation split in the fit."""
+    info = torch.finfo(probs.dtype)
+    return probs.double().clamp_min(info.tiny * info.eps).log()
 
 
 def _tempered_nll(logp: Tensor, y: Tensor, temperature: float) -> float:
@@ -167,6 +177,8 @@ def temperature_scale(
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
     warns: it means labels the predictions barely tell apart (T = 20) or predictions far less
     confident than their accuracy (T = 0.05), most often labels that are not the predictions'.
+    A probability that underflowed to 0 counts as the smallest positive number of its dtype
+    (1.4e-45 in float32), the least extreme value it stands for.
 
     Parameters
     ----------
@@ -189,7 +201,7 @@ def temperature_scale(
     """
     preds = _class_preds(val_preds, "val_preds")
     y = _labels(preds, val_targets, "val_targets")
-    logp = preds.probs.double().clamp_min(1e-300).log()
+    logp = _log_probs(preds.probs)
     lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
     values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
@@ -227,6 +239,14 @@ def temperature_scale(
 # --------------------------------------------------------------------------------------------
 # Conformal classification
 # --------------------------------------------------------------------------------------------
+
+
+def _check_score(score: object, allowed: tuple[str, ...], where: str) -> None:
+    if score not in allowed:
+        raise ValueError(
+            f"{where}: unknown score {score!r}, expected one of {', '.join(map(repr, allowed))} "
+            "(lower case). conformal() builds the predictor and picks the score."
+        )
 
 
 def _ranked(pbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -274,6 +294,9 @@ class ConformalClassifier:
     seed: int
     num_classes: int | None = None
 
+    def __post_init__(self) -> None:
+        _check_score(self.score, get_args(ClassScore), "ConformalClassifier")
+
     def scores(self, preds: Predictions, seed: int | None = None) -> Tensor:
         """The ``(N, C)`` score of every class for every input (``u`` drawn from ``seed``)."""
         pbar = _class_preds(preds, "preds").mean_probs.double()
@@ -287,7 +310,7 @@ class ConformalClassifier:
             return 1.0 - pbar
         _, before, ranks = _ranked(pbar)
         if seed is not None:
-            check_seed(seed, "ConformalClassifier.scores()")
+            seed = check_seed(seed, "ConformalClassifier.scores()")
         generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
         u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64).to(pbar.device)
         out = before + u * pbar
@@ -300,7 +323,7 @@ class ConformalClassifier:
         ``u`` from ``seed`` (default: the predictor's seed plus one, modulo 2**32, not the
         calibration draws)."""
         if seed is not None:
-            check_seed(seed, "ConformalClassifier.predict_sets()")
+            seed = check_seed(seed, "ConformalClassifier.predict_sets()")
         seed = (self.seed + 1) % (MAX_SEED + 1) if seed is None else seed
         return self.scores(preds, seed) <= self.threshold
 
@@ -327,6 +350,9 @@ class ConformalRegressor:
     score: RegressionScore
     alpha: float
     threshold: Tensor
+
+    def __post_init__(self) -> None:
+        _check_score(self.score, get_args(RegressionScore), "ConformalRegressor")
 
     def intervals(self, preds: GaussianPredictions) -> tuple[Tensor, Tensor]:
         """``(lo, hi)``, each ``(N, D)``."""
@@ -409,10 +435,10 @@ def conformal(
     >>> cal.predict_sets(Predictions(probs[:, :1])).tolist()
     [[True, False, False]]
     """
-    check_seed(seed, "conformal()")
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < math.inf:
+    seed = check_seed(seed, "conformal()")
+    if not is_real(lam) or not 0 <= lam < math.inf:
         raise ValueError(f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}.")
-    if isinstance(k_reg, bool) or not isinstance(k_reg, int) or k_reg < 0:
+    if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(
             f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}."
         )
@@ -435,11 +461,11 @@ def conformal(
         )
     y = _labels(preds, val_targets, "val_targets")
     a = _check_alpha(alpha, y.shape[0])
-    predictor = ConformalClassifier(score, a, math.inf, float(lam), k_reg, seed)  # type: ignore[arg-type]
+    predictor = ConformalClassifier(score, a, math.inf, float(lam), int(k_reg), seed)  # type: ignore[arg-type]
     true_scores = predictor.scores(preds, seed).gather(1, y.to(preds.probs.device)[:, None])[:, 0]
     threshold = float(_quantile(true_scores, a))
     classes = int(preds.probs.shape[-1])
-    return ConformalClassifier(score, a, threshold, float(lam), k_reg, seed, classes)  # type: ignore[arg-type]
+    return ConformalClassifier(score, a, threshold, float(lam), int(k_reg), seed, classes)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,10 +474,20 @@ def conformal(
 
 
 def _sets(sets: Any) -> Tensor:
-    if not isinstance(sets, Tensor) or sets.dtype != torch.bool or sets.dim() != 2:
+    if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
         raise TypeError(
             "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "
-            f"them), got {getattr(sets, 'dtype', type(sets).__name__)}."
+            f"them), got {getattr(sets, 'dtype', type(sets).__name__)}"
+            + (
+                "; for intervals pass the tuple (lo, hi) that intervals() returns."
+                if isinstance(sets, list)
+                else "."
+            )
+        )
+    if sets.dim() != 2:
+        raise ValueError(
+            "Expected prediction sets as an (N, C) boolean tensor, one row per input "
+            f"(predict_sets() returns them), got shape {tuple(sets.shape)}."
         )
     if sets.shape[0] == 0:
         raise ValueError(
@@ -486,7 +522,7 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
     labels), or of targets inside their interval (``(lo, hi)`` and targets ``(N, D)`` or
     ``(N,)`` when D = 1; every output counts)."""
     if isinstance(sets_or_intervals, tuple):
-        lo, hi = sets_or_intervals
+        lo, hi = _intervals(sets_or_intervals)
         shape = tuple(lo.shape)
         if lo.numel() == 0:
             raise ValueError(
@@ -504,10 +540,38 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
                 + f", got {tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
             )
         y = targets.to(lo.device).double().reshape(shape)
+        if y.isnan().any():
+            raise ValueError(
+                f"coverage(): the targets hold {int(y.isnan().sum())} NaN values; drop those "
+                "rows (a NaN is inside no interval, outside none)."
+            )
         return float(((y >= lo) & (y <= hi)).double().mean())
     sets = _sets(sets_or_intervals)
     y = _labels_of(sets, targets, "coverage()")
     return float(sets.gather(1, y[:, None]).double().mean())
+
+
+def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+    """``(lo, hi)`` as two tensors of one shape without NaN, or a clear error."""
+    if len(intervals) != 2 or not all(isinstance(t, Tensor) for t in intervals):
+        raise TypeError(
+            "coverage(): expected intervals as a tuple (lo, hi) of two tensors (intervals() "
+            f"returns it), got a tuple of {len(intervals)}: "
+            f"{', '.join(type(t).__name__ for t in intervals)}."
+        )
+    lo, hi = intervals
+    if lo.shape != hi.shape:
+        raise ValueError(
+            f"coverage(): expected lo and hi of one shape, got {tuple(lo.shape)} and "
+            f"{tuple(hi.shape)}: each target needs its own lower and upper bound."
+        )
+    for name, bound in (("lo", lo), ("hi", hi)):
+        if bound.isnan().any():
+            raise ValueError(
+                f"coverage(): {name} holds {int(bound.isnan().sum())} NaN values; an interval "
+                "needs both bounds."
+            )
+    return lo, hi.to(lo.device)
 
 
 def mean_set_size(sets: Tensor) -> float:

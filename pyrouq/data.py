@@ -33,6 +33,7 @@ from typing import Literal
 
 import torch
 
+from pyrouq._numbers import is_integer
 from pyrouq._util import MAX_SEED, ShardedOrder, check_int, check_seed
 
 __all__ = [
@@ -388,7 +389,7 @@ class TensorLoader(ShardedOrder):
         if seed is None:
             seed = int(torch.randint(0, MAX_SEED + 1, (1,)).item())
         else:
-            check_seed(seed, "the loader")
+            seed = check_seed(seed, "the loader")
         self.seed = seed
         self._generator = torch.Generator().manual_seed(self.seed)
 
@@ -448,16 +449,12 @@ def _make_loaders(
     device: torch.device | str | None,
     download: bool,
 ) -> tuple[TensorLoader, TensorLoader]:
-    check_int("batch_size", batch_size, hint=_BATCH_HINT)
+    batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
     train_x, train_y = _arrays(folder, "train", root, download)
     test_x, test_y = _arrays(folder, "test", root, download)
     if train_size is not None:
         n = train_x.shape[0]
-        if (
-            isinstance(train_size, bool)
-            or not isinstance(train_size, int)
-            or not (1 <= train_size <= n)
-        ):
+        if not is_integer(train_size) or not (1 <= train_size <= n):
             raise ValueError(
                 f"Expected train_size to be an integer in [1, {n}], got {train_size!r}. "
                 "Pass None for the whole training split."

@@ -39,6 +39,7 @@ from pyrouq._util import (
     check_seed,
     model_input,
     modes,
+    module_dtype,
     restore_modes,
 )
 
@@ -208,12 +209,14 @@ def mcmc(
             f"mcmc() samples a pyrouq Bayesian model (made by pyrouq.bayesian(), BayesianMLP, "
             f"...), got {type(model).__name__}; for any other Pyro model use pyro.infer.MCMC."
         )
-    check_count("num_chains", num_chains, "Chains are what R-hat compares; 4 is usual.")
-    check_int("num_samples", num_samples)
-    check_int("warmup_steps", warmup_steps, minimum=0)
-    check_int("max_tree_depth", max_tree_depth)
+    num_chains = check_count(
+        "num_chains", num_chains, "Chains are what R-hat compares; 4 is usual."
+    )
+    num_samples = check_int("num_samples", num_samples)
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
+    max_tree_depth = check_int("max_tree_depth", max_tree_depth)
     if seed is not None:
-        check_seed(seed, "mcmc()")
+        seed = check_seed(seed, "mcmc()")
     check_flag("progress", progress)
     check_flag("force", force)
     if parallel is not None:
@@ -230,6 +233,9 @@ def mcmc(
     x, y = _check_data(x, y)
     x = model_input(x, model, "mcmc()")
     check_finite_inputs(x, "mcmc()")
+    dtype = module_dtype(model)
+    if y.is_floating_point() and dtype is not None and y.dtype != dtype:
+        y = y.to(dtype)  # a float64 y would turn the log density, then NUTS's weights, float64
     num_data, was = model.num_data, modes(model)
     model.eval()  # before any pass: train-mode BatchNorm would update its running statistics
     try:  # every module's mode and num_data are restored however this ends

@@ -31,6 +31,7 @@ from pyrouq._metric_inputs import (
     _prepare,
     _prepare_probs,
 )
+from pyrouq._numbers import is_integer
 from pyrouq._tables import format_table
 from pyrouq.uncertainty import decompose, entropy
 
@@ -184,7 +185,7 @@ def equal_width_bins(conf: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
 
 
 def _check_bins(num_bins: Any) -> int:
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+    if not is_integer(num_bins) or num_bins < 1:
         raise ValueError(
             f"Expected num_bins to be a positive integer, got {num_bins!r}. The reported "
             f"figures use {NUM_BINS}."

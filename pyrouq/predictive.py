@@ -309,7 +309,7 @@ def predict(
     batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
     if num_samples is not None:
-        check_int("num_samples", num_samples)
+        num_samples = check_int("num_samples", num_samples)
     device = module_device(model, guide)
     likelihood = getattr(model, "likelihood", None)
     if likelihood is None:

@@ -340,6 +340,21 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
 
     The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` at a time,
     fewer when S is large, so that memory stays bounded (:data:`CRPS_PAIR_VALUES`)."""
+    for name, value in (("loc", loc), ("scale", scale), ("y", y)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"mixture_crps(): expected {name} as a tensor, got {type(value)}.")
+    if loc.dim() != 3 or scale.shape != loc.shape:
+        raise ValueError(
+            "mixture_crps(): expected loc and scale of one shape (S, N, D), got "
+            f"{tuple(loc.shape)} and {tuple(scale.shape)}."
+        )
+    if y.shape == loc.shape[1:2] and loc.shape[2] == 1:
+        y = y[:, None]  # (N,) targets of one output
+    if y.shape != loc.shape[1:]:
+        raise ValueError(
+            f"mixture_crps(): expected y of shape {tuple(loc.shape[1:])} (N, D), one target per "
+            f"input and output, as loc's {tuple(loc.shape)}, got {tuple(y.shape)}."
+        )
     loc, scale, y = loc.double(), scale.double(), y.double()
     pairs = loc.shape[0] ** 2 * max(1, math.prod(loc.shape[2:]))
     chunk = max(1, min(chunk, CRPS_PAIR_VALUES // pairs))

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import ShardedOrder, check_int, check_seed
 
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
@@ -106,7 +107,7 @@ class ArrayLoader(ShardedOrder):
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         else:
-            check_seed(seed, "ArrayLoader")
+            seed = check_seed(seed, "ArrayLoader")
         self._generator.manual_seed(seed)
 
     def __len__(self) -> int:
@@ -142,6 +143,9 @@ def train_test_split(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(train_x, train_y, test_x, test_y)``: a seeded random split of the rows.
 
+    The test split holds ``round(N * test_fraction)`` rows, Python's rounding (a half goes to
+    the even count: 10 rows at 0.25 hold out 2).
+
     Examples
     --------
     >>> tx, ty, vx, vy = train_test_split(torch.randn(10, 2), torch.randn(10), seed=0)
@@ -149,15 +153,11 @@ def train_test_split(
     (8, 2)
     """
     x, y = _check_xy(x, y, "train_test_split()")
-    check_seed(seed, "train_test_split()")
-    if (
-        isinstance(test_fraction, bool)
-        or not isinstance(test_fraction, (int, float))
-        or not (0.0 < float(test_fraction) < 1.0)
-    ):
+    seed = check_seed(seed, "train_test_split()")
+    if not is_real(test_fraction) or not (0.0 < float(test_fraction) < 1.0):
         raise ValueError(
-            f"Expected test_fraction in (0, 1), got {test_fraction!r}; e.g. 0.2 holds out a "
-            "fifth of the rows."
+            f"Expected test_fraction in (0, 1), got {test_fraction!r}{tensor_hint(test_fraction)}; "
+            "e.g. 0.2 holds out a fifth of the rows."
         )
     n = x.shape[0]
     n_test = round(n * float(test_fraction))
@@ -244,6 +244,14 @@ class Standardizer:
             raise TypeError(
                 f"Expected GaussianPredictions (what predict() returns for a Gaussian model), "
                 f"got {type(predictions).__name__}."
+            )
+        fitted = max(1, self.y_mean.numel())
+        outputs = getattr(predictions, "num_outputs", fitted)
+        if outputs != fitted:
+            raise ValueError(
+                f"Standardizer.inverse(): the predictions have {outputs} output(s), the scaler "
+                f"was fitted on targets of {fitted} column(s): it rescales the predictions of "
+                "a model trained on the targets it was fitted on. Fit it on those targets."
             )
         return rescale(self.y_mean, self.y_std)
 

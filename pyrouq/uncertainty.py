@@ -28,6 +28,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from pyrouq._numbers import is_real
+
 __all__ = [
     "Decomposition",
     "Measure",
@@ -325,12 +327,7 @@ def _check_measure(measure: object) -> None:
 
 
 def _check_base(base: object) -> None:
-    if (
-        isinstance(base, bool)
-        or not isinstance(base, (int, float))
-        or not math.isfinite(base)
-        or base <= 1
-    ):
+    if not is_real(base) or not math.isfinite(base) or base <= 1:
         raise ValueError(
             f"Expected a logarithm base > 1, got {base!r} (a base below 1 makes every "
             "uncertainty negative); use math.e for nats (the default) or 2 for bits."

@@ -1161,6 +1161,10 @@ API_CASES = [
     ("Standardizer", "companion",
      lambda tmp: pyrouq.Standardizer.fit(torch.randn(5, 1), torch.randn(5, 2)).inverse(
          gaussian_preds()),
+     ValueError, r"Standardizer.inverse\(\): the predictions have 1 output\(s\), the scaler "
+     r"was fitted on targets of 2 column\(s\).* Fit it on those targets"),
+    ("GaussianPredictions", "companion",
+     lambda tmp: gaussian_preds().rescale(torch.zeros(2), torch.ones(2)),
      ValueError, r"rescale's mean has shape \(2,\), but the predictions have 1 output\(s\): "
      r"pass one value, or one per output, \(1,\)"),
     ("GaussianPredictions", "type", lambda tmp: gaussian_preds().rescale("a", 1.0),
@@ -1252,7 +1256,8 @@ API_CASES = [
     ("coverage", "dtype", lambda tmp: pyrouq.coverage(torch.ones(3, 2), torch.zeros(3)),
      TypeError, r"Expected prediction sets as an \(N, C\) boolean tensor .*got torch.float32"),
     ("mean_set_size", "shape", lambda tmp: pyrouq.mean_set_size(torch.ones(3, dtype=torch.bool)),
-     TypeError, r"Expected prediction sets as an \(N, C\) boolean tensor"),
+     ValueError, r"Expected prediction sets as an \(N, C\) boolean tensor, one row per input "
+     r".*got shape \(3,\)"),
     ("class_conditional_coverage", "type",
      lambda tmp: pyrouq.class_conditional_coverage([[True]], torch.zeros(1)), TypeError,
      r"Expected prediction sets as an \(N, C\) boolean tensor .*got list"),

@@ -925,3 +925,29 @@ def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exac
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run(10, epochs=2, resume_from=path)
+
+
+def test_numpy_sizes_and_seeds_train_save_and_load_as_python_numbers(tmp_path):
+    """Sizes, counts and seeds may be numpy's (read from an array or a config): the run is the
+    one of the Python numbers they equal, and the checkpoint writes them as such."""
+    import numpy as np
+
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+
+    def run(number):
+        torch.manual_seed(0)  # the network's initial weights
+        model = BayesianMLP(in_features=number(4), hidden_features=number(8), out_features=3)
+        guide = mean_field_guide(model)
+        loader = pyrouq.ArrayLoader(x, y, batch_size=number(8), seed=number(0))
+        fit(model, guide, loader, epochs=number(2), seed=number(1), progress=False)
+        return model, guide
+
+    model, guide = run(np.int64)
+    save(tmp_path / "np.pt", model, guide)
+    loaded = load(tmp_path / "np.pt")
+    assert loaded.model.config["hidden_features"] == 8
+    assert type(loaded.model.config["hidden_features"]) is int
+    _, plain_guide = run(int)
+    ours, plain = loaded.guide.state_dict(), plain_guide.state_dict()
+    assert list(ours) == list(plain)
+    assert all(torch.equal(ours[k], plain[k]) for k in ours)

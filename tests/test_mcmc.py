@@ -326,3 +326,15 @@ def test_an_interrupted_parallel_run_stops_its_chain_processes():
         r"interrupted after ([\d.]+) s, (\d+) chain processes left\n", stdout
     ).groups()
     assert 8.0 <= float(seconds) < 60 and left == "0"
+
+
+def test_float64_targets_and_numpy_counts_give_the_draws_of_float32_ones(result):
+    """Targets from ``torch.from_numpy`` are float64: they are cast to the model's dtype, as
+    the inputs are (a float64 y turned NUTS's weights float64, and the network refused them)."""
+    import numpy as np
+
+    ours, model, x, y = result
+    again = mcmc(model, x, y.double(), num_samples=np.int64(20), warmup_steps=20, num_chains=2,
+                 seed=np.int64(0), progress=False)  # fmt: skip
+    assert all(torch.equal(again.samples[k], ours.samples[k]) for k in ours.samples)
+    assert again.samples["weight"].dtype == torch.float32

@@ -35,6 +35,7 @@ from pyrouq import (
     to_inference_data,
     train_test_split,
 )
+from pyrouq.regression import mixture_crps
 
 
 def _mixture(seed=0, s=5, n=7, d=2):
@@ -369,6 +370,19 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
          r"input and output, or one number, got shape \(3,\)"),
         (lambda: plot_regression(torch.zeros(2, 3, 1), torch.zeros(3)), TypeError,
          r"plot_regression\(\) expects GaussianPredictions"),
+        (lambda: Standardizer.fit(torch.randn(5, 3), torch.randn(5)).inverse(
+            GaussianPredictions(torch.zeros(2, 3, 2), torch.ones(2, 3, 2))), ValueError,
+         r"Standardizer.inverse\(\): the predictions have 2 output\(s\), the scaler was "
+         r"fitted on targets of 1 column\(s\)"),
+        (lambda: mixture_crps(torch.zeros(4, 3, 1), torch.ones(4, 3, 1), torch.zeros(2)),
+         ValueError, r"mixture_crps\(\): expected y of shape \(3, 1\) \(N, D\), one target "
+         r"per input and output, as loc's \(4, 3, 1\), got \(2,\)"),
+        (lambda: mixture_crps(torch.zeros(4, 3, 1), torch.ones(4, 3), torch.zeros(3)),
+         ValueError, r"expected loc and scale of one shape \(S, N, D\), got \(4, 3, 1\) and "
+         r"\(4, 3\)"),
+        (lambda: train_test_split(torch.randn(4, 3), torch.randn(4),
+                                  test_fraction=torch.tensor(0.5)), ValueError,
+         r"got tensor\(0.5000\) \(a tensor: pass a Python number"),
     ],
 )  # fmt: skip
 def test_regression_refuses_bad_input(call, error, pattern):
@@ -533,3 +547,13 @@ def test_a_learned_scale_converts_under_torchs_swapping_conversions():
     preds = predict(model, torch.randn(4, 3), mean_field_guide(model), num_samples=2,
                     progress=False)  # fmt: skip
     assert preds.loc.shape == (2, 4, 2)
+
+
+def test_crps_takes_targets_of_one_output_as_a_column_and_split_takes_numpy_fractions():
+    loc, scale = torch.randn(4, 3, 1), torch.rand(4, 3, 1) + 0.1
+    y = torch.randn(3)
+    assert torch.equal(mixture_crps(loc, scale, y), mixture_crps(loc, scale, y[:, None]))
+    x = torch.arange(20.0).reshape(10, 2)
+    ours = train_test_split(x, x[:, 0], test_fraction=np.float32(0.3), seed=1)
+    plain = train_test_split(x, x[:, 0], test_fraction=0.3, seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(ours, plain, strict=True))

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -122,6 +123,14 @@ def library_versions() -> dict[str, str]:
     from pyrouq import __version__
 
     return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
+
+
+def _python_number(value: Any) -> Any:
+    """A numpy number of a model's settings (``BayesianMLP(hidden_features=np.int64(64))``) as
+    the Python number JSON writes."""
+    if isinstance(value, np.generic) and np.ndim(value) == 0:
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def json_text(metadata: Any) -> str:
@@ -224,7 +233,7 @@ def save(
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "description": json.dumps(description),
+        "description": json.dumps(description, default=_python_number),
         "model": _cpu(model.state_dict()),
         "guide": _cpu(guide.state_dict()) if guide is not None else None,
         "optimizer": _cpu(optimizer) if optimizer is not None else None,

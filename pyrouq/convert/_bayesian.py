@@ -16,6 +16,7 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
+from pyrouq._numbers import is_real
 from pyrouq._util import check_flag, forget_params, model_input, module_device
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._select import (
@@ -125,7 +126,7 @@ class BayesianNetwork(PyroModule):
             net = copy.deepcopy(ensemble.net)
             if select is None:
                 select = _factor_names(net)
-            if isinstance(prior, (int, float)) and not isinstance(prior, bool):
+            if is_real(prior):
                 warnings.warn(
                     f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
                     "prior on the rank-1 factors, which start near 1 and scale the shared "

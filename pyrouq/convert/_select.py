@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
+from pyrouq._numbers import is_real
 from pyrouq._util import check_int, check_positive_float, forward_inputs, warn_caller
 
 __all__ = [
@@ -226,7 +227,7 @@ def _site_prior(
     univariate distribution (expanded to the site's shape), its floating parameters on
     ``device`` and in ``dtype`` (the site's template parameter's; by default a
     distribution's own and torch's default for a float)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_real(value):
         scale = check_positive_float(
             f"the prior scale of {site!r}",
             value,

@@ -29,6 +29,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq import _engine
+from pyrouq._numbers import is_real
 from pyrouq._util import check_count, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
@@ -90,7 +91,7 @@ def _model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
 
 
 def _check_kl_weight(kl_weight: object) -> float:
-    if isinstance(kl_weight, bool) or not isinstance(kl_weight, (int, float)):
+    if not is_real(kl_weight):
         raise TypeError(f"Expected kl_weight to be a float >= 0, got {kl_weight!r}.")
     if not math.isfinite(kl_weight) or kl_weight < 0:
         raise ValueError(
@@ -225,7 +226,7 @@ class KLWeightedELBO(ELBO):
         vectorize_particles: bool = False,
         max_plate_nesting: float = float("inf"),
     ):
-        check_count("num_particles", num_particles)
+        num_particles = check_count("num_particles", num_particles)
         self.kl_weight = _check_kl_weight(kl_weight)
         super().__init__(
             num_particles=num_particles,

@@ -250,10 +250,11 @@ def fit(
             "model written as a function: wrap it in a PyroModule whose forward(x, y) calls "
             "it, or train it with pyro.infer.SVI."
         )
-    check_count("epochs", epochs)
-    check_positive_float("lr", lr)
+    epochs = check_count("epochs", epochs)
+    lr = check_positive_float("lr", lr)
     if seed is not None:  # now: an autoguide may draw its initial values when first run
-        pyro.set_rng_seed(check_seed(seed, "fit()"))
+        seed = check_seed(seed, "fit()")
+        pyro.set_rng_seed(seed)
     if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
         raise ValueError(
             f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
+from pyrouq._numbers import is_real
 from pyrouq._util import check_count, check_folded_batch
 from pyrouq.nn._checks import _SPATIAL, check_layer_input
 
@@ -35,15 +36,13 @@ def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_
             "s_std)) or 'random_sign' (entries +-1)."
         )
     for name, value in (("r_std", r_std), ("s_std", s_std)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0:
+        if not (is_real(value) and math.isfinite(value)) or value < 0:
             raise ValueError(
                 f"Expected {name} >= 0 (a finite float), got {value!r}. It is the standard "
                 "deviation of the rank-1 factors around their mean; 0.5 is the default."
             )
     for name, value in (("r_mean", r_mean), ("s_mean", s_mean)):
-        if isinstance(value, bool) or not (
-            isinstance(value, (int, float)) and math.isfinite(value)
-        ):
+        if not (is_real(value) and math.isfinite(value)):
             raise ValueError(
                 f"Expected {name} to be a finite float, got {value!r}. It is the mean of the "
                 "rank-1 factors; 1.0 (the default) starts every member at the shared weight."

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from pyrouq._numbers import is_integer, is_real
 from pyrouq.plotting._common import _pyplot
 
 if TYPE_CHECKING:
@@ -96,12 +97,12 @@ def plot_regression(
         Half-width of the bands in standard deviations.
     """
     p = _gaussian(predictions, "plot_regression()")
-    if isinstance(output, bool) or not isinstance(output, int) or not 0 <= output < p.num_outputs:
+    if not is_integer(output) or not 0 <= output < p.num_outputs:
         raise ValueError(
             f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
             f"{output!r}."
         )
-    if not (isinstance(num_sd, (int, float)) and not isinstance(num_sd, bool) and num_sd > 0):
+    if not (is_real(num_sd) and num_sd > 0):
         raise ValueError(
             f"Expected num_sd > 0, the bands' half-width in standard deviations, got {num_sd!r}."
         )

@@ -1,0 +1,30 @@
+"""What counts as a number in an argument: Python's and numpy's, never a bool or a tensor."""
+
+from __future__ import annotations
+
+import numbers
+from typing import TypeGuard
+
+import numpy as np
+import torch
+
+
+def is_integer(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is an integer number: a Python int or a numpy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is a real number: a Python int or float or a numpy scalar of either,
+    not a bool (a tensor is not: pass ``float(t)``). Typed as int and float, which numpy's
+    scalars stand in for."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def tensor_hint(value: object) -> str:
+    """For the message refusing ``value``: what to do when it is a tensor, else ``""``."""
+    return (
+        " (a tensor: pass a Python number, e.g. float(t) or int(t))"
+        if torch.is_tensor(value)
+        else ""
+    )
