@@ -154,12 +154,14 @@ class TemperatureScaler:
 
 
 def _log_probs(probs: Tensor) -> Tensor:
-    """``log p`` in float64, a probability that underflowed to 0 taken as the smallest positive
-    number of its dtype (1.4e-45 in float32: log p = -103.3), the least extreme value that
-    rounds to it. A smaller stand-in (1e-300: -690.8) would let one confidently wrong input
-    outweigh the rest of the validation split in the fit."""
-    info = torch.finfo(probs.dtype)
-    return probs.double().clamp_min(info.tiny * info.eps).log()
+    """``log p`` in float64, clamped at ``log(NLL_CLAMP)`` (-27.6), as the NLL the metrics
+    report is: a probability that underflowed to 0 says only "very small", and a far smaller
+    stand-in (1e-300: -690.8) let one confidently wrong input outweigh the rest of the
+    validation split in the fit (and gave float32 and float64 probabilities two
+    temperatures)."""
+    from pyrouq.metrics import NLL_CLAMP
+
+    return probs.double().clamp_min(NLL_CLAMP).log()
 
 
 def _tempered_nll(logp: Tensor, y: Tensor, temperature: float) -> float:
@@ -177,8 +179,9 @@ def temperature_scale(
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
     warns: it means labels the predictions barely tell apart (T = 20) or predictions far less
     confident than their accuracy (T = 0.05), most often labels that are not the predictions'.
-    A probability that underflowed to 0 counts as the smallest positive number of its dtype
-    (1.4e-45 in float32), the least extreme value it stands for.
+    Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`: a
+    probability that underflowed to 0 says only "very small", and one confidently wrong input
+    would otherwise outweigh the rest of the split.
 
     Parameters
     ----------

@@ -336,18 +336,21 @@ CRPS_PAIR_VALUES = 2**22
 
 def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Tensor:
     """CRPS ``(N, D)`` of the equal-weight mixture of ``N(loc[s], scale[s]^2)`` ``(S, N, D)``
-    at ``y`` ``(N, D)``: ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006).
+    at ``y`` ``(N, D)`` (or ``(N,)`` when D = 1; ``(S, N)`` draws of one output give ``(N,)``):
+    ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006).
 
     The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` at a time,
     fewer when S is large, so that memory stays bounded (:data:`CRPS_PAIR_VALUES`)."""
     for name, value in (("loc", loc), ("scale", scale), ("y", y)):
         if not isinstance(value, Tensor):
             raise TypeError(f"mixture_crps(): expected {name} as a tensor, got {type(value)}.")
-    if loc.dim() != 3 or scale.shape != loc.shape:
+    if loc.dim() not in (2, 3) or scale.shape != loc.shape:
         raise ValueError(
-            "mixture_crps(): expected loc and scale of one shape (S, N, D), got "
-            f"{tuple(loc.shape)} and {tuple(scale.shape)}."
+            "mixture_crps(): expected loc and scale of one shape (S, N, D), or (S, N) for one "
+            f"output, got {tuple(loc.shape)} and {tuple(scale.shape)}."
         )
+    if loc.dim() == 2:  # one output, and a CRPS (N,) per input
+        return mixture_crps(loc[..., None], scale[..., None], y.reshape(-1, 1), chunk)[:, 0]
     if y.shape == loc.shape[1:2] and loc.shape[2] == 1:
         y = y[:, None]  # (N,) targets of one output
     if y.shape != loc.shape[1:]:

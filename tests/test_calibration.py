@@ -269,7 +269,7 @@ def test_a_probability_that_underflowed_to_zero_does_not_swing_the_temperature()
     """One confidently wrong input among 1000 calibrated ones: its float32 probability of the
     label is 4e-45 at a logit gap of 100 and underflows to 0 at 110. The fitted T moves little
     between the two (a zero taken as 1e-300 gave T = 1.67 at 110 against 1.08 at 100, and an
-    ECE of 16 %)."""
+    ECE of 16 %), nor with the dtype."""
     g = torch.Generator().manual_seed(0)
     base = 2.0 * torch.randn(1000, 5, generator=g)
     y = torch.multinomial(torch.softmax(base, -1), 1, generator=g)[:, 0]
@@ -284,3 +284,8 @@ def test_a_probability_that_underflowed_to_zero_does_not_swing_the_temperature()
     (t100, p100), (t110, p110) = fitted(100.0), fitted(110.0)
     assert p100 > 0 and p110 == 0
     assert t110 == pytest.approx(t100, abs=0.01) and t110 < 1.15
+    logits = base.clone()
+    logits[0] = 0.0
+    logits[0, y[0]] = -110.0
+    double = temperature_scale(Predictions(torch.softmax(logits.double(), -1)[None], y))
+    assert double.temperature == pytest.approx(t110, abs=1e-6)  # float64 keeps 1e-48: the same T

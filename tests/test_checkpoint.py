@@ -951,3 +951,24 @@ def test_numpy_sizes_and_seeds_train_save_and_load_as_python_numbers(tmp_path):
     ours, plain = loaded.guide.state_dict(), plain_guide.state_dict()
     assert list(ours) == list(plain)
     assert all(torch.equal(ours[k], plain[k]) for k in ours)
+
+
+def test_a_batchensemble_of_numpy_settings_predicts_its_members_and_resumes_checked(tmp_path):
+    import numpy as np
+
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    loader = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
+    model = pyrouq.batchensemble(MLP(4, 8, 3), np.int64(3), r_std=np.float32(0.25))
+    fit(model, None, loader, epochs=1, progress=False, checkpoint=tmp_path / "be.pt")
+    assert predict(model, x, progress=False).probs.shape == (3, 16, 3)  # S = M
+    bayes = BayesianMLP(4, 8, 3)
+    fit(bayes, mean_field_guide(bayes), loader, epochs=1, progress=False,
+        checkpoint=tmp_path / "bayes.pt")  # fmt: skip
+    other = BayesianMLP(4, np.int64(16), 3)
+    pattern = r'\{"hidden_features": 8\}, but the model has \{"hidden_features": 16\}'
+    with pytest.raises(CheckpointError, match=pattern):
+        fit(other, mean_field_guide(other), loader, epochs=2, progress=False,
+            resume_from=tmp_path / "bayes.pt")  # fmt: skip
+    fit(model, None, loader, epochs=1, progress=False, metadata={"fold": np.int64(2)},
+        checkpoint=tmp_path / "meta.pt")  # fmt: skip
+    assert load(tmp_path / "meta.pt", module=MLP(4, 8, 3)).metadata == {"fold": 2}

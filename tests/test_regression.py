@@ -378,8 +378,8 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
          ValueError, r"mixture_crps\(\): expected y of shape \(3, 1\) \(N, D\), one target "
          r"per input and output, as loc's \(4, 3, 1\), got \(2,\)"),
         (lambda: mixture_crps(torch.zeros(4, 3, 1), torch.ones(4, 3), torch.zeros(3)),
-         ValueError, r"expected loc and scale of one shape \(S, N, D\), got \(4, 3, 1\) and "
-         r"\(4, 3\)"),
+         ValueError, r"expected loc and scale of one shape \(S, N, D\), or \(S, N\) for one "
+         r"output, got \(4, 3, 1\) and \(4, 3\)"),
         (lambda: train_test_split(torch.randn(4, 3), torch.randn(4),
                                   test_fraction=torch.tensor(0.5)), ValueError,
          r"got tensor\(0.5000\) \(a tensor: pass a Python number"),
@@ -553,6 +553,9 @@ def test_crps_takes_targets_of_one_output_as_a_column_and_split_takes_numpy_frac
     loc, scale = torch.randn(4, 3, 1), torch.rand(4, 3, 1) + 0.1
     y = torch.randn(3)
     assert torch.equal(mixture_crps(loc, scale, y), mixture_crps(loc, scale, y[:, None]))
+    assert torch.equal(
+        mixture_crps(loc[..., 0], scale[..., 0], y), mixture_crps(loc, scale, y)[:, 0]
+    )
     x = torch.arange(20.0).reshape(10, 2)
     ours = train_test_split(x, x[:, 0], test_fraction=np.float32(0.3), seed=1)
     plain = train_test_split(x, x[:, 0], test_fraction=0.3, seed=1)

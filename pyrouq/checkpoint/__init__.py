@@ -125,9 +125,9 @@ def library_versions() -> dict[str, str]:
     return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
 
 
-def _python_number(value: Any) -> Any:
-    """A numpy number of a model's settings (``BayesianMLP(hidden_features=np.int64(64))``) as
-    the Python number JSON writes."""
+def python_number(value: Any) -> Any:
+    """A numpy number (of a model's settings, ``BayesianMLP(hidden_features=np.int64(64))``, or
+    of the metadata) as the Python number JSON writes; anything else stays refused."""
     if isinstance(value, np.generic) and np.ndim(value) == 0:
         return value.item()
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
@@ -136,7 +136,7 @@ def _python_number(value: Any) -> Any:
 def json_text(metadata: Any) -> str:
     """``metadata`` as JSON text, or a :class:`CheckpointError` saying what to convert."""
     try:
-        return json.dumps(metadata, allow_nan=True)
+        return json.dumps(metadata, allow_nan=True, default=python_number)
     except (TypeError, ValueError) as err:
         raise CheckpointError(
             f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
@@ -233,7 +233,7 @@ def save(
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "description": json.dumps(description, default=_python_number),
+        "description": json.dumps(description, default=python_number),
         "model": _cpu(model.state_dict()),
         "guide": _cpu(guide.state_dict()) if guide is not None else None,
         "optimizer": _cpu(optimizer) if optimizer is not None else None,

@@ -18,6 +18,7 @@ from pyrouq.checkpoint import (
     _load_state,
     _parse_description,
     describe_model,
+    python_number,
     read,
 )
 from pyrouq.convert import SitePrior
@@ -159,5 +160,5 @@ def _prior_text(prior: Any, params: dict[str, torch.Tensor]) -> str:
 
 
 def _short(value: Any, limit: int = 300) -> str:
-    text = json.dumps(value)
+    text = json.dumps(value, default=python_number)
     return text if len(text) <= limit else text[:limit] + "..."

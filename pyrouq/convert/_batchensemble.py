@@ -200,7 +200,7 @@ class BatchEnsembleNetwork(PyroModule):
         likelihood: LikelihoodName | Likelihood = "categorical",
     ):
         super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
-        _check_members(num_members)
+        num_members = _check_members(num_members)
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         _check_norms(norms)
         check_module(module, "convert into a BatchEnsemble")

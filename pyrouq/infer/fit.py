@@ -21,6 +21,7 @@ from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
     check_count,
+    check_int,
     check_positive_float,
     check_seed,
     has_latent_sites,
@@ -294,7 +295,7 @@ def fit(
         )
     if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
         train_loader = _ReadAhead(train_loader)
-    n = num_data if num_data is not None else _num_examples(train_loader)
+    n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
     if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
         n = getattr(model, "given_num_data", None)
     if n is None:

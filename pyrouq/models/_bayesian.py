@@ -63,15 +63,15 @@ class BayesianMLP(BayesianNetwork):
             local_reparameterization=local_reparameterization,
         )
         self.config: dict[str, Any] = dict(
-            in_features=in_features,
-            hidden_features=hidden_features,
-            out_features=out_features,
-            num_hidden=num_hidden,
-            prior_scale=prior_scale,
+            in_features=net.in_features,
+            hidden_features=net.hidden_features,
+            out_features=net.out_features,
+            num_hidden=net.num_hidden,
+            prior_scale=_prior_scale(prior_scale),
             local_reparameterization=local_reparameterization,
         )
-        self.in_features = in_features
-        self.num_classes = out_features
+        self.in_features = net.in_features
+        self.num_classes = net.out_features
 
     def _check_input(self, x: Any) -> None:
         _check_mlp_input(type(self).__name__, x, self.in_features)
@@ -107,20 +107,21 @@ class BayesianLeNet(BayesianNetwork):
         num_data: int | None = None,
         local_reparameterization: bool = False,
     ):
+        net = LeNet(in_channels, num_classes)
         super().__init__(
-            LeNet(in_channels, num_classes),
+            net,
             prior=_prior_scale(prior_scale),
             num_data=num_data,
             local_reparameterization=local_reparameterization,
         )
         self.config: dict[str, Any] = dict(
-            in_channels=in_channels,
-            num_classes=num_classes,
-            prior_scale=prior_scale,
+            in_channels=net.in_channels,
+            num_classes=net.num_classes,
+            prior_scale=_prior_scale(prior_scale),
             local_reparameterization=local_reparameterization,
         )
-        self.in_channels = in_channels
-        self.num_classes = num_classes
+        self.in_channels = net.in_channels
+        self.num_classes = net.num_classes
 
     def _check_input(self, x: Any) -> None:
         _check_lenet_input(type(self).__name__, x, self.in_channels)

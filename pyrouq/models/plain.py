@@ -52,13 +52,6 @@ def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
 def _mlp_layers(
     in_features: int, hidden_features: int, out_features: int, num_hidden: int
 ) -> OrderedDict[str, nn.Module]:
-    for name, value in (
-        ("in_features", in_features),
-        ("hidden_features", hidden_features),
-        ("out_features", out_features),
-    ):
-        check_int(name, value)
-    check_int("num_hidden", num_hidden, minimum=0)
     layers: OrderedDict[str, nn.Module] = OrderedDict(flatten=nn.Flatten())
     width = in_features
     for i in range(1, num_hidden + 1):
@@ -90,6 +83,15 @@ class MLP(nn.Sequential):
         out_features: int = 10,
         num_hidden: int = 1,
     ):
+        in_features, hidden_features, out_features = (
+            check_int(name, value)
+            for name, value in (
+                ("in_features", in_features),
+                ("hidden_features", hidden_features),
+                ("out_features", out_features),
+            )
+        )
+        num_hidden = check_int("num_hidden", num_hidden, minimum=0)
         super().__init__(_mlp_layers(in_features, hidden_features, out_features, num_hidden))
         self.in_features = in_features
         self.hidden_features = hidden_features
@@ -105,8 +107,6 @@ class MLP(nn.Sequential):
 
 
 def _lenet_layers(in_channels: int, num_classes: int) -> OrderedDict[str, nn.Module]:
-    check_int("in_channels", in_channels)
-    check_int("num_classes", num_classes)
     return OrderedDict(
         conv1=nn.Conv2d(in_channels, 6, 5),
         relu1=nn.ReLU(),
@@ -137,6 +137,8 @@ class LeNet(nn.Sequential):
     """
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10):
+        in_channels = check_int("in_channels", in_channels)
+        num_classes = check_int("num_classes", num_classes)
         super().__init__(_lenet_layers(in_channels, num_classes))
         self.in_channels = in_channels
         self.num_classes = num_classes
@@ -192,12 +194,14 @@ class ResidualCNN(nn.Module):
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, width: int = 16):
         super().__init__()
-        for name, value in (
-            ("in_channels", in_channels),
-            ("num_classes", num_classes),
-            ("width", width),
-        ):
+        in_channels, num_classes, width = (
             check_int(name, value)
+            for name, value in (
+                ("in_channels", in_channels),
+                ("num_classes", num_classes),
+                ("width", width),
+            )
+        )
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
             nn.BatchNorm2d(width),

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
+from pyrouq._numbers import is_integer
 from pyrouq._util import check_flag, check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
 
@@ -21,16 +22,19 @@ def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, 
     return weight.reshape((-1, *weight.shape[weight.dim() - event_dim :])), lead
 
 
-def _check_sizes(layer: str, **sizes: object) -> None:
-    """Refuse a layer size that is not a positive integer, naming the layer and the size."""
-    for name, value in sizes.items():
+def _check_sizes(layer: str, **sizes: object) -> tuple[int, ...]:
+    """The layer's sizes as ints, or a ValueError naming the layer and a size that is not a
+    positive integer."""
+    return tuple(
         check_int(f"{layer}'s {name}", value, hint=f"Pass {name} as an int such as 16.")
+        for name, value in sizes.items()
+    )
 
 
 def _kernel_pair(kernel_size: object) -> tuple[int, int]:
     """``kernel_size`` (an int ``k`` or a pair ``(kh, kw)``) as ``(kh, kw)``."""
     pair = kernel_size if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * 2
-    if len(pair) != 2 or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in pair):
+    if len(pair) != 2 or any(not is_integer(k) or k < 1 for k in pair):
         raise ValueError(
             "Expected BayesianConv2d's kernel_size to be a positive int or a pair of them "
             f"(kh, kw), got {kernel_size!r}. Pass e.g. kernel_size=3 or kernel_size=(3, 5)."
@@ -182,7 +186,9 @@ class BayesianLinear(_BayesianLayer):
         local_reparameterization: bool = False,
     ):
         super().__init__()
-        _check_sizes("BayesianLinear", in_features=in_features, out_features=out_features)
+        in_features, out_features = _check_sizes(
+            "BayesianLinear", in_features=in_features, out_features=out_features
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.weight_shape = (out_features, in_features)
@@ -246,7 +252,9 @@ class BayesianConv2d(_BayesianLayer):
         local_reparameterization: bool = False,
     ):
         super().__init__()
-        _check_sizes("BayesianConv2d", in_channels=in_channels, out_channels=out_channels)
+        in_channels, out_channels = _check_sizes(
+            "BayesianConv2d", in_channels=in_channels, out_channels=out_channels
+        )
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = _kernel_pair(kernel_size)
