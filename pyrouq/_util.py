@@ -157,6 +157,16 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     return x
 
 
+def example_sampler(loader: Any) -> Any:
+    """The sampler that picks a loader's examples: its batch sampler's (``batch_sampler=``,
+    or a ``BatchSampler`` given as ``sampler=`` with ``batch_size=None``), else its own."""
+    batches = getattr(loader, "batch_sampler", None)
+    sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
+    if isinstance(sampler, torch.utils.data.BatchSampler):
+        sampler = sampler.sampler
+    return sampler
+
+
 def check_folded_batch(
     layer: Any, x: torch.Tensor, members: int, folded: int | None = None
 ) -> None:

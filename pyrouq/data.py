@@ -159,8 +159,10 @@ def _locate(
     folder: str,
     split: str,
     root: str | os.PathLike[str] | None,
-    download: bool,
+    download: bool | None,
 ) -> tuple[Path, Path]:
+    """The split's two files; ``download`` None: the caller has no download option (the
+    message then does not offer one)."""
     if split not in _FILES:
         raise ValueError(
             f"Unknown split {split!r}: expected 'train' or 'test'. Pass split='train' or "
@@ -182,9 +184,11 @@ def _locate(
                     f"torchvision layout (<root>/{folder}/raw/...)"
                 )
             else:
-                hint = (
-                    f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz]), "
-                    "unset $PYROUQ_DATA to use the bundled copy, or pass download=True"
+                layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
+                hint = layout + (
+                    " or unset $PYROUQ_DATA to use the bundled copy"
+                    if download is None
+                    else ", unset $PYROUQ_DATA to use the bundled copy, or pass download=True"
                 )
             raise FileNotFoundError(
                 f"{folder} {split} file not found: expected {expected} or {expected}.gz "
@@ -206,7 +210,7 @@ _CACHE: dict[tuple[Path, Path], tuple[tuple[int, ...], torch.Tensor, torch.Tenso
 
 
 def _arrays(
-    folder: str, split: str, root: str | os.PathLike[str] | None, download: bool = False
+    folder: str, split: str, root: str | os.PathLike[str] | None, download: bool | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     images_path, labels_path = _locate(folder, split, root, download)
     key = (images_path.resolve(), labels_path.resolve())
@@ -358,6 +362,9 @@ class _TensorDataset(torch.utils.data.Dataset):
 class TensorLoader(ShardedOrder):
     """Batches of an in-memory split, served as slices of a (shuffled) index.
 
+    ``images`` are raw pixel values in 0-255, ``(N, H, W)`` (the uint8 arrays of
+    :func:`mnist_arrays`): every value is divided by 255, floats too, so pass images already
+    in [0, 1] as ``images * 255`` (or train on them with :class:`~pyrouq.ArrayLoader`).
     Iterating yields ``(x, y)`` with ``x`` float32 of shape ``(B, 1, 28, 28)`` (or ``(B, 784)``
     with ``flatten=True``) and ``y`` int64 of shape ``(B,)``; the last batch may be smaller.
     Each new iteration draws a new order from the loader's own generator, so a seed fixes the
@@ -382,6 +389,17 @@ class TensorLoader(ShardedOrder):
         normalize: bool,
         seed: int | None,
     ):
+        for name, value in (("images", images), ("labels", labels)):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"TensorLoader: expected {name} as a torch.Tensor, got "
+                    f"{type(value).__name__}; convert an array with torch.from_numpy({name})."
+                )
+        if labels.dim() != 1 or images.dim() < 2 or images.shape[0] != labels.shape[0]:
+            raise ValueError(
+                f"TensorLoader: expected images (N, ...) and labels (N,), one label per image, "
+                f"got shapes {tuple(images.shape)} and {tuple(labels.shape)}."
+            )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = bool(shuffle)
         self.transform = _Transform(flatten=flatten, normalize=normalize)

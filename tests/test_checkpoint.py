@@ -495,7 +495,7 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("own", ["loader", "sampler"])
+@pytest.mark.parametrize("own", ["loader", "sampler", "batch_sampler"])
 def test_a_dataloader_with_a_generator_resumes_inside_an_epoch_exactly(tmp_path, own):
     """Ctrl-C in the middle of epoch 2: the resumed run equals the one never stopped, for a
     DataLoader given a generator and for one whose sampler has it (that DataLoader draws its
@@ -503,7 +503,7 @@ def test_a_dataloader_with_a_generator_resumes_inside_an_epoch_exactly(tmp_path,
     import os
     import signal
 
-    from torch.utils.data import RandomSampler
+    from torch.utils.data import BatchSampler, RandomSampler
 
     data = TensorDataset(torch.randn(96, 4), torch.randint(0, 3, (96,)))
 
@@ -514,8 +514,11 @@ def test_a_dataloader_with_a_generator_resumes_inside_an_epoch_exactly(tmp_path,
         g = torch.Generator().manual_seed(5)
         if own == "loader":
             loader = DataLoader(data, batch_size=16, shuffle=True, generator=g)
-        else:
+        elif own == "sampler":
             loader = DataLoader(data, batch_size=16, sampler=RandomSampler(data, generator=g))
+        else:
+            batches = BatchSampler(RandomSampler(data, generator=g), 16, drop_last=False)
+            loader = DataLoader(data, batch_sampler=batches)
         calls = []
 
         def press(module, inputs):

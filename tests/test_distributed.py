@@ -327,3 +327,85 @@ def test_a_cpu_model_in_a_gpu_only_group_is_refused_with_what_to_do(tmp_path):
         assert error.startswith("ValueError: fit() runs on 2 ranks in a process group whose "
                                 "backend (cuda:gloo) reduces GPU tensors only"), error  # fmt: skip
         assert "model.to('cuda')" in error and "init_process_group('gloo')" in error
+
+
+class _Rows(torch.utils.data.Dataset):
+    """Rows of two tensors, read one by one (not checked up front, as a TensorDataset is)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def _stopping_worker(rank: int, init: str, out: str) -> None:
+    """Failures that only one rank meets, and arguments that differ between ranks: every rank
+    must stop at the same point with an error (not wait in the next collective)."""
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    data = torch.utils.data
+    outcomes = []
+    try:
+        x, y = _data()
+        huge = y.clone()
+        huge[5] = 1e30  # one example whose Gaussian loss overflows: on one rank's shard only
+        nan_x = x.clone()
+        nan_x[5, 0] = math.nan
+        dataset = _Rows(nan_x, y)
+        attempts = {
+            "lr": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=1,
+                              lr=0.01 * (1 + rank), progress=False),
+            "overflow": lambda: fit(*_build("bayesian"), ArrayLoader(x, huge, 4, shuffle=False),
+                                    epochs=1, progress=False),
+            "nan batch": lambda: fit(*_build("bayesian"), data.DataLoader(
+                dataset, 4, sampler=data.DistributedSampler(dataset, shuffle=False)), epochs=1,
+                progress=False),
+            "sampler rank": lambda: fit(*_build("bayesian"), data.DataLoader(
+                data.TensorDataset(x, y), 4,
+                sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
+                progress=False),
+        }  # fmt: skip
+        for name, attempt in attempts.items():
+            try:
+                attempt()
+                outcomes.append((name, "ran", ""))
+            except (ValueError, FloatingPointError) as err:
+                outcomes.append((name, type(err).__name__, str(err)))
+        inner = data.BatchSampler(data.DistributedSampler(data.TensorDataset(x, y)), 4, False)
+        loader = data.DataLoader(data.TensorDataset(x, y), batch_sampler=inner)
+        fit(*_build("bayesian"), loader, epochs=2, progress=False)  # refused before
+        ids = sorted(int(v) for _, yb in loader for v in yb)
+        outcomes.append(("batch_sampler", "ran", ids))
+        torch.save(outcomes, Path(out) / f"stopped{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    _exit_quietly()
+
+
+def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
+    _spawn(_stopping_worker, (str(tmp_path / "init"), str(tmp_path)))
+    ranks = [torch.load(tmp_path / f"stopped{r}.pt", weights_only=False) for r in range(WORLD)]
+    by_rank = [{name: (kind, message) for name, kind, message in r} for r in ranks]
+    for outcome in by_rank:
+        kind, message = outcome["lr"]
+        assert kind == "ValueError", message
+        assert "the fit() arguments differ between ranks, first at 'lr'. Pass the same lr, " in (
+            message
+        )
+        assert outcome["overflow"][0] == "FloatingPointError"
+        assert outcome["sampler rank"][0] == "ValueError"
+    overflow = sorted(outcome["overflow"][1] for outcome in by_rank)
+    assert overflow[0].startswith("Another rank stopped at epoch 1, step ")
+    assert overflow[1].startswith("Non-finite loss (inf) at epoch 1, step ")
+    nan_batch = sorted((outcome["nan batch"] for outcome in by_rank), key=lambda o: o[0])
+    assert [kind for kind, _ in nan_batch] == ["FloatingPointError", "ValueError"]
+    assert nan_batch[0][1].startswith("Another rank stopped at epoch 1, step ")
+    assert "NaN" in nan_batch[1][1]
+    assert "is set for rank 0 of 2, but this process is rank 1" in by_rank[1]["sampler rank"][1]
+    assert by_rank[0]["sampler rank"][1].startswith("fit() stopped on every rank: rank 1 failed")
+    # a DistributedSampler inside batch_sampler= shards the data: disjoint halves
+    halves = [outcome["batch_sampler"][1] for outcome in by_rank]
+    assert sorted(halves[0] + halves[1]) == list(range(N))

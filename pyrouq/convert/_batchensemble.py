@@ -135,9 +135,9 @@ class BatchEnsembleNetwork(PyroModule):
     nested ones included, is a BatchEnsemble layer (shared weight W, per-member rank-1 factors
     and biases, effective weight ``diag(s_i) W diag(r_i)``). Inputs are plain ``(B, ...)``
     batches; the input is repeated once per member (folded batch ``(M * B, ...)``,
-    member-major) and the outputs come back as ``(M, B, D)``, recorded (``"logits"``) with
-    ``"obs"`` observed for every member inside a ``"members"`` plate (dim -2) and the
-    ``"data"`` plate (dim -1), scaled N/B.
+    member-major) and the outputs come back as ``(M, B, D)``, recorded (``"logits"``, or
+    ``"outputs"`` for ``Gaussian``) with ``"obs"`` observed for every member inside a
+    ``"members"`` plate (dim -2) and the ``"data"`` plate (dim -1), scaled N/B.
 
     By default (``norms="per_member"``) every normalisation layer (BatchNorm, InstanceNorm,
     GroupNorm, LayerNorm) becomes a :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per member,
@@ -178,7 +178,7 @@ class BatchEnsembleNetwork(PyroModule):
         A copy of every normalisation layer per member, or one for all members (see above).
     num_data : int, optional
         Training-set size N (set by ``fit()``).
-    likelihood : {"categorical"} or Likelihood, default "categorical"
+    likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
     """
 
     num_classes: int | None = None
@@ -312,7 +312,7 @@ def batchensemble(
         Per-member norms measured better on a residual CNN (README: 91.67 % against 91.21 %
         accuracy, NLL 0.2356 against 0.2431, ECE 0.39 % against 0.50 %, seed 0). Networks
         without normalisation layers are unaffected.
-    likelihood : {"categorical"} or Likelihood, default "categorical"
+    likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
 
     Examples
     --------

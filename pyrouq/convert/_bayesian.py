@@ -55,8 +55,9 @@ class BayesianNetwork(PyroModule):
 
     ``forward(x, y=None)`` samples every latent site from its prior (or replays it under a
     guide, ``poutine.condition``, ...), named by its dotted path, runs the network with those
-    weights, records the outputs (``"logits"``) and observes ``y`` at ``"obs"`` through the
-    likelihood, scaled N/B. Weights with leading sample dims S give outputs ``(*S, B, D)``.
+    weights, records the outputs (``"logits"`` for ``Categorical``, ``"outputs"`` for
+    ``Gaussian``) and observes ``y`` at ``"obs"`` through the likelihood, scaled N/B. Weights
+    with leading sample dims S give outputs ``(*S, B, D)``.
 
     Made from a BatchEnsemble (:func:`pyrouq.batchensemble`, or :func:`pyrouq.rank1`), it is
     a rank-1 Bayesian network: the latent sites are the members' factors (by default), the
@@ -343,7 +344,7 @@ def bayesian(
         (``backbone.requires_grad_(False)``) before converting leaves its weights fixed and
         makes the rest Bayesian. Buffers (running statistics) behave as in torch, train vs
         eval.
-    likelihood : {"categorical"} or Likelihood, default "categorical"
+    likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
         How the outputs meet the targets (:mod:`pyrouq.likelihoods`).
     num_data : int, optional
         Training-set size N for the N/B scaling (set by :func:`pyrouq.fit`).

@@ -77,7 +77,7 @@ def rank1(
         re-estimates the statistics per draw and removes the excess (ECE 0.72 %, NLL 0.2360),
         but it leaves the network no better than a BatchEnsemble with per-member norms (see the
         README).
-    likelihood : {"categorical"} or Likelihood, default "categorical"
+    likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
     num_data : int, optional
         Training-set size N (set by :func:`pyrouq.fit`).
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pyrouq._util import ShardedOrder
+from pyrouq._util import ShardedOrder, example_sampler
 
 
 @dataclass(frozen=True)
@@ -99,15 +99,17 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
         with loader.sharded(group.rank, group.world):
             yield
         return
-    sampler = getattr(loader, "sampler", None)
+    sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.DistributedSampler):
+        error = None
         if (sampler.num_replicas, sampler.rank) != (group.world, group.rank):
-            raise ValueError(
+            error = ValueError(
                 f"train_loader's DistributedSampler is set for rank {sampler.rank} of "
                 f"{sampler.num_replicas}, but this process is rank {group.rank} of "
                 f"{group.world}. Build it with DistributedSampler(dataset) inside the process "
                 "group (it reads both from torch.distributed)."
             )
+        raise_together(error, group, "its DistributedSampler is set for another rank")
         yield
         return
     raise ValueError(
@@ -118,24 +120,49 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
     )
 
 
+def raise_together(error: Exception | None, group: Group, why: str) -> None:
+    """Raise ``error`` on this rank, and on every other rank an error naming a rank that
+    failed, when any rank has one (one ``all_reduce``): a check that fails on one rank only
+    would otherwise leave the others waiting in the next collective. ``why`` says what failed
+    (in the others' message)."""
+    if not group.active:
+        if error is not None:
+            raise error
+        return
+    failed = torch.tensor([float(group.rank) if error is not None else -1.0], dtype=torch.float64)
+    first, _ = _extremes(failed, group)
+    if error is not None:
+        raise error
+    if first.item() >= 0:
+        raise ValueError(
+            f"fit() stopped on every rank: rank {int(first.item())} failed ({why}); its error "
+            "says what to change."
+        )
+
+
 def set_epoch(loader: Iterable, epoch: int) -> None:
     """Tell a ``DistributedSampler`` which epoch starts (its shuffling depends on it)."""
-    sampler = getattr(loader, "sampler", None)
+    sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.DistributedSampler):
         sampler.set_epoch(epoch)
 
 
-def average_gradients(params: list[torch.Tensor], group: Group) -> None:
+def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tensor) -> torch.Tensor:
     """Replace every gradient by its mean over the ranks: one ``all_reduce`` of all of them
-    flattened into one buffer (a missing gradient counts as zeros, on every rank alike)."""
+    flattened into one buffer (a missing gradient counts as zeros, on every rank alike).
+    Returns the ranks' mean ``loss`` (a scalar), reduced in the same buffer: it is not finite
+    when any rank's is, so that every rank stops at the same step (a rank raising alone would
+    leave the others waiting in the next collective). Without ranks, ``loss`` itself."""
     if not group.active or not params:
-        return
+        return loss
     grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
-    _average_in_place(grads, group)
+    mean_loss = loss.detach().reshape(1).to(grads[0].device, copy=True)
+    _average_in_place([*grads, mean_loss], group)
+    return mean_loss[0]
 
 
 def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
@@ -188,10 +215,13 @@ def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
     return _all_reduce(values.clone(), group) / group.world
 
 
-def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
+def check_same_everywhere(
+    named: list[tuple[str, torch.Tensor]], group: Group, what: str, fix: str | None = None
+) -> None:
     """Refuse to start when ``named`` tensors differ between ranks (a model built with other
-    arguments or another seed, a loader seeded differently): their sums and sums of squares
-    are compared through their maxima and minima over the ranks."""
+    arguments or another seed, a loader seeded differently, other training arguments): their
+    sums and sums of squares are compared through their maxima and minima over the ranks.
+    ``fix`` says what to do (default: build them alike)."""
     if not group.active:
         return
     summary = torch.tensor(
@@ -211,17 +241,20 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
         first = int(differ.any(1).nonzero()[0])
         name = named[first][0] if named else "?"
         raise ValueError(
-            f"fit(): the {what} differ between ranks, first at {name!r}. Build them the same "
-            "way on every rank (same arguments and seed: torch.manual_seed before building, "
-            "a seeded loader such as load_mnist(seed=0)); ranks then draw their own weights "
-            "from there."
+            f"fit(): the {what} differ between ranks, first at {name!r}. "
+            + (
+                fix
+                or "Build them the same way on every rank (same arguments and seed: "
+                "torch.manual_seed before building, a seeded loader such as "
+                "load_mnist(seed=0)); ranks then draw their own weights from there."
+            )
         )
 
 
 def loader_state(loader: Iterable) -> list[tuple[str, torch.Tensor]]:
     """What decides the ranks' shards, compared across ranks: a pyrouq loader's generator
     state, a ``DistributedSampler``'s seed, shuffling and ``drop_last``."""
-    sampler = getattr(loader, "sampler", None)
+    sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.DistributedSampler):
         values = [float(sampler.seed), float(sampler.shuffle), float(sampler.drop_last)]
         return [

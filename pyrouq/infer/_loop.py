@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import pyro
 import torch
@@ -337,11 +337,13 @@ class Loop:
             terms.loss.backward()
         else:
             terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
-        _distributed.average_gradients(self.params, self.group)
+        ranks_loss = _distributed.average_gradients(self.params, self.group, terms.loss.detach())
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
         hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
-        row = torch.cat([parts, hits]).cpu().double()  # the step's one host transfer
+        shared = ranks_loss.reshape(1).to(parts.dtype)
+        row = torch.cat([parts, hits, shared]).cpu().double()  # the step's one host transfer
+        row, everywhere = row[:-1], float(row[-1])
         if not math.isfinite(float(row[0])):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
@@ -349,9 +351,27 @@ class Loop:
                 "stopped and the parameters of the last finite step are kept. Lower lr, check "
                 "the inputs for NaN/inf, or use a smaller init_scale."
             )
+        if not math.isfinite(everywhere):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(
+                f"Another rank stopped at epoch {epoch}, step {step} (a non-finite loss, or a "
+                "batch its input checks refused: its error says which); training stopped on "
+                "every rank, and the parameters of the last finite step are kept."
+            )
         self.optimizer.step()
         self.steps += 1
         return row
+
+    def stop_with_the_ranks(self, error: Exception) -> NoReturn:
+        """Raise ``error``, a batch this rank refuses before its step, after taking part in
+        the step's gradient ``all_reduce`` with a non-finite loss: the other ranks then stop
+        at the same step (:meth:`step`) instead of waiting for this one."""
+        if self.group.active and self.params:
+            self.optimizer.zero_grad(set_to_none=True)
+            nan = torch.full((), math.nan, dtype=self.params[0].dtype, device=self.params[0].device)
+            _distributed.average_gradients(self.params, self.group, nan)
+            self.optimizer.zero_grad(set_to_none=True)
+        raise error
 
     def run(self, progress: bool) -> FitResult:
         bar = None
@@ -382,10 +402,15 @@ class Loop:
                     for step, batch in enumerate(_batches(self.loader, skip), start=1):
                         if step <= skip:  # resuming inside an epoch: these steps were taken
                             continue
-                        x, y = unpack_batch(batch, epoch, step)
-                        if self.check_batches:
-                            check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
-                        x = model_input(x.to(self.device, non_blocking=True), self.model, "fit()")
+                        try:
+                            x, y = unpack_batch(batch, epoch, step)
+                            if self.check_batches:
+                                check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
+                            x = model_input(
+                                x.to(self.device, non_blocking=True), self.model, "fit()"
+                            )
+                        except (ValueError, TypeError) as err:
+                            self.stop_with_the_ranks(err)
                         y = y.to(self.device, non_blocking=True)
                         mid_step = True
                         try:

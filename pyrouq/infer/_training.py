@@ -21,6 +21,7 @@ from pyrouq._own_models import check_traces_match
 from pyrouq._util import (
     bad_rows,
     describe_batch,
+    example_sampler,
     has_latent_sites,
     model_input,
     modes,
@@ -135,16 +136,6 @@ def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | No
     return True
 
 
-def example_sampler(loader: Iterable) -> Any:
-    """The sampler that picks a loader's examples: its batch sampler's (``batch_sampler=``,
-    or a ``BatchSampler`` given as ``sampler=`` with ``batch_size=None``), else its own."""
-    batches = getattr(loader, "batch_sampler", None)
-    sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
-    if isinstance(sampler, torch.utils.data.BatchSampler):
-        sampler = sampler.sampler
-    return sampler
-
-
 def serves_dataset_as_is(loader: Iterable) -> bool:
     """Whether the loader's batches are its dataset's examples, every one of them (over the
     epochs), as they are: not a torch ``DataLoader`` with a ``collate_fn`` of its own (which
@@ -247,7 +238,7 @@ def _loader_generator(loader: Iterable) -> torch.Generator | None:
     global state, which the checkpoint stores anyway."""
     if not isinstance(loader, torch.utils.data.DataLoader):
         return None
-    generator = loader.generator or getattr(loader.sampler, "generator", None)
+    generator = loader.generator or getattr(example_sampler(loader), "generator", None)
     return generator if isinstance(generator, torch.Generator) else None
 
 

@@ -24,6 +24,7 @@ from pyrouq._util import (
     check_int,
     check_positive_float,
     check_seed,
+    example_sampler,
     has_latent_sites,
     module_device,
 )
@@ -35,7 +36,6 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
-    example_sampler,
     optimizer_name,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
@@ -348,6 +348,21 @@ def fit(
     _distributed.check_same_everywhere(named, group, "model and guide parameters")
     _distributed.check_same_everywhere(
         _distributed.loader_state(train_loader), group, "loaders (their seeds or samplers)"
+    )
+    settings = {
+        "lr": lr,
+        "lr_schedule": ("warmup_cosine", "cosine", "constant").index(lr_schedule),
+        "kl_weight": elbo.kl_weight,
+        "num_particles": elbo.num_particles,
+        "num_data": n,
+        **({"seed": seed} if seed is not None and not independent else {}),
+    }
+    _distributed.check_same_everywhere(
+        [(k, torch.tensor([float(v)], dtype=torch.float64)) for k, v in settings.items()],
+        group,
+        "fit() arguments",
+        fix="Pass the same lr, lr_schedule, kl_weight, num_particles and num_data on every rank "
+        "(and the same seed with distributed_draws='identical'): the ranks train one model.",
     )
     if seed is not None:
         pyro.set_rng_seed(seed + (group.rank if independent else 0))
