@@ -89,7 +89,7 @@ def _ood_images(dataset: str, ood: str, args: argparse.Namespace) -> Any:
     except FileNotFoundError:
         # --data-root (or $PYROUQ_DATA) holds the training data set only: the OOD set is a
         # test split, and both test splits ship with pyrouq
-        from pyrouq.data import _BUNDLED_ROOT
+        from pyrouq._idx import _BUNDLED_ROOT
 
         loader = pyrouq.ood_loader(1024, root=_BUNDLED_ROOT, dataset=ood)  # type: ignore[arg-type]
     return loader.transform(loader.images)

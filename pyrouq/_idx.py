@@ -1,0 +1,184 @@
+"""Reading the MNIST-format IDX files of a split: from ``root=``, ``$PYROUQ_DATA`` or the copy
+bundled in the package (plain or gzip-compressed, torchvision's layout), checked and cached."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import torch
+
+_BUNDLED_ROOT = Path(__file__).parent / "_data"
+_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+_IMAGES_MAGIC = 0x00000803  # unsigned byte, 3 dimensions
+_LABELS_MAGIC = 0x00000801  # unsigned byte, 1 dimension
+
+
+class DataError(ValueError):
+    """A data file is missing, corrupt or inconsistent."""
+
+
+# --------------------------------------------------------------------------------------------
+# IDX files
+# --------------------------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        return path.read_bytes()
+    except (OSError, EOFError) as e:  # gzip raises EOFError/BadGzipFile on truncation
+        raise DataError(
+            f"Could not read {path}: {e}. The file is corrupt or truncated; delete it and copy "
+            "or download it again (or pass another root=)."
+        ) from e
+
+
+def _read_idx(path: Path, expected_magic: int) -> torch.Tensor:
+    """Read an unsigned-byte IDX file into a uint8 tensor, checking its header and length."""
+    raw = _read_bytes(path)
+    if len(raw) < 4:
+        raise DataError(
+            f"{path} is truncated: {len(raw)} bytes, not even an IDX header. "
+            "Copy or download the file again."
+        )
+    magic = int.from_bytes(raw[:4], "big")
+    if magic != expected_magic:
+        kind = "images" if expected_magic == _IMAGES_MAGIC else "labels"
+        raise DataError(
+            f"{path} is not an IDX {kind} file: expected magic number "
+            f"0x{expected_magic:08x}, got 0x{magic:08x}. Check that the path points at the "
+            f"MNIST {kind} file, or copy it again."
+        )
+    ndim = magic & 0xFF
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path} is truncated inside its header. Copy or download it again.")
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    expected = header + _prod(dims)
+    if len(raw) != expected:
+        raise DataError(
+            f"{path} is truncated or padded: its header declares shape {tuple(dims)} "
+            f"({expected} bytes in all) but the file holds {len(raw)} bytes. "
+            "Copy or download it again."
+        )
+    data = torch.frombuffer(bytearray(raw[header:]), dtype=torch.uint8)
+    return data.reshape(dims)
+
+
+def _prod(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Locating files
+# --------------------------------------------------------------------------------------------
+
+
+def _candidates(root: Path, folder: str, name: str) -> list[Path]:
+    return [
+        root / folder / "raw" / name,
+        root / folder / "raw" / f"{name}.gz",
+    ]
+
+
+def _find(root: Path, folder: str, name: str) -> Path | None:
+    for path in _candidates(root, folder, name):
+        if path.is_file():
+            return path
+    return None
+
+
+def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
+    if root is not None:
+        return Path(root).expanduser(), "root="
+    env = os.environ.get("PYROUQ_DATA")
+    if env:
+        return Path(env).expanduser(), "$PYROUQ_DATA"
+    return _BUNDLED_ROOT, "the bundled copy"
+
+
+def _locate(
+    folder: str,
+    split: str,
+    root: str | os.PathLike[str] | None,
+    download: bool | None,
+) -> tuple[Path, Path]:
+    """The split's two files; ``download`` None: the caller has no download option (the
+    message then does not offer one)."""
+    if split not in _FILES:
+        raise ValueError(
+            f"Unknown split {split!r}: expected 'train' or 'test'. Pass split='train' or "
+            "split='test'."
+        )
+    base, origin = _resolve_root(root)
+    names = _FILES[split]
+    found = [_find(base, folder, n) for n in names]
+    if any(p is None for p in found) and download and origin != "the bundled copy":
+        _download(folder, base)
+        found = [_find(base, folder, n) for n in names]
+    for name, path in zip(names, found, strict=True):
+        if path is None:
+            expected = _candidates(base, folder, name)[0]
+            if origin == "the bundled copy":
+                hint = (
+                    f"pyrouq bundles only MNIST and the Fashion-MNIST test split; for the "
+                    f"{folder} {split} split pass root= (or set $PYROUQ_DATA) to a folder in "
+                    f"torchvision layout (<root>/{folder}/raw/...)"
+                )
+            else:
+                layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
+                hint = layout + (
+                    " or unset $PYROUQ_DATA to use the bundled copy"
+                    if download is None
+                    else ", unset $PYROUQ_DATA to use the bundled copy, or pass download=True"
+                )
+            raise FileNotFoundError(
+                f"{folder} {split} file not found: expected {expected} or {expected}.gz "
+                f"(looked under {origin}: {base}). To fix: {hint}."
+            )
+    return found[0], found[1]  # type: ignore[return-value]
+
+
+def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the network
+    from torchvision import datasets
+
+    cls = {"MNIST": datasets.MNIST, "FashionMNIST": datasets.FashionMNIST}[folder]
+    for train in (True, False):
+        cls(str(root), train=train, download=True)
+
+
+# (images path, labels path) -> (modification times, images, labels)
+_CACHE: dict[tuple[Path, Path], tuple[tuple[int, ...], torch.Tensor, torch.Tensor]] = {}
+
+
+def _arrays(
+    folder: str, split: str, root: str | os.PathLike[str] | None, download: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    images_path, labels_path = _locate(folder, split, root, download)
+    key = (images_path.resolve(), labels_path.resolve())
+    stamp = tuple(p.stat().st_mtime_ns for p in key)
+    cached = _CACHE.get(key)
+    if cached is not None and cached[0] == stamp:  # shared: callers hand out copies
+        return cached[1], cached[2]
+    images = _read_idx(images_path, _IMAGES_MAGIC)
+    labels = _read_idx(labels_path, _LABELS_MAGIC).long()
+    if images.dim() != 3:
+        raise DataError(f"{images_path} holds a {images.dim()}-d array; expected (N, 28, 28).")
+    if images.shape[0] != labels.shape[0]:
+        raise DataError(
+            f"{folder} {split}: {images.shape[0]} images in {images_path} but "
+            f"{labels.shape[0]} labels in {labels_path}; the two files must hold the same "
+            "number of examples. One of them is from another split or data set: copy both again."
+        )
+    _CACHE[key] = (stamp, images, labels)
+    return images, labels
