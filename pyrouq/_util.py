@@ -160,8 +160,9 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
 def example_sampler(loader: Any) -> Any:
     """The sampler that picks a loader's examples: its batch sampler's (``batch_sampler=``,
     or a ``BatchSampler`` given as ``sampler=`` with ``batch_size=None``), else its own."""
-    batches = getattr(loader, "batch_sampler", None)
-    sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
+    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    if sampler is None:  # not `or`: a sampler may be a tensor or an array of indices
+        sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, torch.utils.data.BatchSampler):
         sampler = sampler.sampler
     return sampler

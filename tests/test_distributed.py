@@ -363,6 +363,16 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
             "nan batch": lambda: fit(*_build("bayesian"), data.DataLoader(
                 dataset, 4, sampler=data.DistributedSampler(dataset, shuffle=False)), epochs=1,
                 progress=False),
+            "nan batch, float64 targets": lambda: fit(*_build("bayesian"), data.DataLoader(
+                _Rows(nan_x, y.double()), 4,
+                sampler=data.DistributedSampler(dataset, shuffle=False)), epochs=1,
+                progress=False),
+            "seed": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=1,
+                                seed=2_000_000_000 + rank, distributed_draws="identical",
+                                progress=False),
+            "draws": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=1,
+                                 seed=0, progress=False,
+                                 distributed_draws=("identical", "independent")[rank]),
             "sampler rank": lambda: fit(*_build("bayesian"), data.DataLoader(
                 data.TensorDataset(x, y), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
@@ -392,18 +402,22 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
     for outcome in by_rank:
         kind, message = outcome["lr"]
         assert kind == "ValueError", message
-        assert "the fit() arguments differ between ranks, first at 'lr'. Pass the same lr, " in (
-            message
-        )
+        assert "fit(): the arguments differ between ranks: lr. Pass the same lr, " in message
         assert outcome["overflow"][0] == "FloatingPointError"
         assert outcome["sampler rank"][0] == "ValueError"
     overflow = sorted(outcome["overflow"][1] for outcome in by_rank)
     assert overflow[0].startswith("Another rank stopped at epoch 1, step ")
     assert overflow[1].startswith("Non-finite loss (inf) at epoch 1, step ")
-    nan_batch = sorted((outcome["nan batch"] for outcome in by_rank), key=lambda o: o[0])
-    assert [kind for kind, _ in nan_batch] == ["FloatingPointError", "ValueError"]
-    assert nan_batch[0][1].startswith("Another rank stopped at epoch 1, step ")
-    assert "NaN" in nan_batch[1][1]
+    for case in ("nan batch", "nan batch, float64 targets"):  # a float64 loss: same buffer
+        nan_batch = sorted((outcome[case] for outcome in by_rank), key=lambda o: o[0])
+        assert [kind for kind, _ in nan_batch] == ["FloatingPointError", "ValueError"], case
+        assert nan_batch[0][1].startswith("Another rank stopped at epoch 1, step ")
+        assert "NaN" in nan_batch[1][1]
+    for outcome in by_rank:  # seeds compared exactly; another distributed_draws named
+        assert outcome["seed"][1].startswith("fit(): the arguments differ between ranks: seed.")
+        assert outcome["draws"][1].startswith(
+            "fit(): the arguments differ between ranks: distributed_draws, seed."
+        )
     assert "is set for rank 0 of 2, but this process is rank 1" in by_rank[1]["sampler rank"][1]
     assert by_rank[0]["sampler rank"][1].startswith("fit() stopped on every rank: rank 1 failed")
     # a DistributedSampler inside batch_sampler= shards the data: disjoint halves

@@ -13,6 +13,7 @@ with the KL counted once.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -150,19 +151,23 @@ def set_epoch(loader: Iterable, epoch: int) -> None:
 def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tensor) -> torch.Tensor:
     """Replace every gradient by its mean over the ranks: one ``all_reduce`` of all of them
     flattened into one buffer (a missing gradient counts as zeros, on every rank alike).
-    Returns the ranks' mean ``loss`` (a scalar), reduced in the same buffer: it is not finite
-    when any rank's is, so that every rank stops at the same step (a rank raising alone would
-    leave the others waiting in the next collective). Without ranks, ``loss`` itself."""
+    Returns a scalar flag reduced in the same buffer, 0 when every rank's ``loss`` is finite
+    and NaN when any is not, so that every rank stops at the same step (a rank raising alone
+    would leave the others waiting in the next collective). The flag, not the loss, travels:
+    in the gradients' dtype, it neither widens the buffer nor overflows a float16 sum. Without
+    ranks, the flag of ``loss``."""
+    loss = loss.detach()
     if not group.active or not params:
-        return loss
+        return torch.where(torch.isfinite(loss), 0.0, math.nan)
     grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
-    mean_loss = loss.detach().reshape(1).to(grads[0].device, copy=True)
-    _average_in_place([*grads, mean_loss], group)
-    return mean_loss[0]
+    dtype = grads[0].dtype if len({g.dtype for g in grads}) == 1 else torch.float64
+    flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(grads[0].device, dtype).reshape(1)
+    _average_in_place([*grads, flag], group)
+    return flag[0]
 
 
 def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
@@ -215,13 +220,21 @@ def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
     return _all_reduce(values.clone(), group) / group.world
 
 
-def check_same_everywhere(
-    named: list[tuple[str, torch.Tensor]], group: Group, what: str, fix: str | None = None
-) -> None:
+def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> None:
+    """Refuse to start when a number of ``values`` (the same names on every rank) differs
+    between ranks, compared exactly; ``fix`` says what to do."""
+    if not group.active:
+        return
+    high, low = _extremes(torch.tensor(list(values.values()), dtype=torch.float64), group)
+    differ = [k for k, h, lo in zip(values, high.tolist(), low.tolist(), strict=True) if h != lo]
+    if differ:
+        raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}. {fix}")
+
+
+def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
     """Refuse to start when ``named`` tensors differ between ranks (a model built with other
-    arguments or another seed, a loader seeded differently, other training arguments): their
-    sums and sums of squares are compared through their maxima and minima over the ranks.
-    ``fix`` says what to do (default: build them alike)."""
+    arguments or another seed, a loader seeded differently): their sums and sums of squares
+    are compared through their maxima and minima over the ranks."""
     if not group.active:
         return
     summary = torch.tensor(
@@ -241,13 +254,10 @@ def check_same_everywhere(
         first = int(differ.any(1).nonzero()[0])
         name = named[first][0] if named else "?"
         raise ValueError(
-            f"fit(): the {what} differ between ranks, first at {name!r}. "
-            + (
-                fix
-                or "Build them the same way on every rank (same arguments and seed: "
-                "torch.manual_seed before building, a seeded loader such as "
-                "load_mnist(seed=0)); ranks then draw their own weights from there."
-            )
+            f"fit(): the {what} differ between ranks, first at {name!r}. Build them the same "
+            "way on every rank (same arguments and seed: torch.manual_seed before building, "
+            "a seeded loader such as load_mnist(seed=0)); ranks then draw their own weights "
+            "from there."
         )
 
 

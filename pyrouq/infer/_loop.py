@@ -337,11 +337,11 @@ class Loop:
             terms.loss.backward()
         else:
             terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
-        ranks_loss = _distributed.average_gradients(self.params, self.group, terms.loss.detach())
+        stopped = _distributed.average_gradients(self.params, self.group, terms.loss)
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
         hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
-        shared = ranks_loss.reshape(1).to(parts.dtype)
+        shared = stopped.reshape(1).to(parts.dtype)
         row = torch.cat([parts, hits, shared]).cpu().double()  # the step's one host transfer
         row, everywhere = row[:-1], float(row[-1])
         if not math.isfinite(float(row[0])):
@@ -368,8 +368,7 @@ class Loop:
         at the same step (:meth:`step`) instead of waiting for this one."""
         if self.group.active and self.params:
             self.optimizer.zero_grad(set_to_none=True)
-            nan = torch.full((), math.nan, dtype=self.params[0].dtype, device=self.params[0].device)
-            _distributed.average_gradients(self.params, self.group, nan)
+            _distributed.average_gradients(self.params, self.group, torch.tensor(math.nan))
             self.optimizer.zero_grad(set_to_none=True)
         raise error
 

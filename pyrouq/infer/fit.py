@@ -349,20 +349,20 @@ def fit(
     _distributed.check_same_everywhere(
         _distributed.loader_state(train_loader), group, "loaders (their seeds or samplers)"
     )
-    settings = {
-        "lr": lr,
-        "lr_schedule": ("warmup_cosine", "cosine", "constant").index(lr_schedule),
-        "kl_weight": elbo.kl_weight,
-        "num_particles": elbo.num_particles,
-        "num_data": n,
-        **({"seed": seed} if seed is not None and not independent else {}),
-    }
-    _distributed.check_same_everywhere(
-        [(k, torch.tensor([float(v)], dtype=torch.float64)) for k, v in settings.items()],
+    _distributed.check_same_arguments(
+        {
+            "lr": lr,
+            "lr_schedule": ("warmup_cosine", "cosine", "constant").index(lr_schedule),
+            "kl_weight": elbo.kl_weight,
+            "num_particles": elbo.num_particles,
+            "num_data": n,
+            "distributed_draws": float(independent),
+            "seed": -1 if seed is None or independent else seed,  # identical draws: one seed
+        },
         group,
-        "fit() arguments",
-        fix="Pass the same lr, lr_schedule, kl_weight, num_particles and num_data on every rank "
-        "(and the same seed with distributed_draws='identical'): the ranks train one model.",
+        "Pass the same lr, lr_schedule, kl_weight, num_particles, num_data and "
+        "distributed_draws on every rank (and the same seed with distributed_draws="
+        "'identical'): the ranks train one model.",
     )
     if seed is not None:
         pyro.set_rng_seed(seed + (group.rank if independent else 0))
