@@ -342,6 +342,12 @@ class _Rows(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
+def _build_classifier():
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 3)))
+    return model, mean_field_guide(model)
+
+
 def _stopping_worker(rank: int, init: str, out: str) -> None:
     """Failures that only one rank meets, and arguments that differ between ranks: every rank
     must stop at the same point with an error (not wait in the next collective)."""
@@ -373,6 +379,13 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
             "draws": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=1,
                                  seed=0, progress=False,
                                  distributed_draws=("identical", "independent")[rank]),
+            "label out of range": lambda: fit(*_build_classifier(), ArrayLoader(
+                x, torch.where(torch.arange(N) == 5, 7, torch.arange(N) % 3), 4, shuffle=False),
+                epochs=1, check_inputs=False, progress=False),
+            "float64 on one rank": lambda: fit(
+                *(lambda m: (m, None))(
+                    _build("batchensemble")[0].to((torch.float32, torch.float64)[rank])),
+                ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False),
             "sampler rank": lambda: fit(*_build("bayesian"), data.DataLoader(
                 data.TensorDataset(x, y), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
@@ -382,7 +395,7 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
             try:
                 attempt()
                 outcomes.append((name, "ran", ""))
-            except (ValueError, FloatingPointError) as err:
+            except Exception as err:
                 outcomes.append((name, type(err).__name__, str(err)))
         inner = data.BatchSampler(data.DistributedSampler(data.TensorDataset(x, y)), 4, False)
         loader = data.DataLoader(data.TensorDataset(x, y), batch_sampler=inner)
@@ -413,6 +426,12 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
         assert [kind for kind, _ in nan_batch] == ["FloatingPointError", "ValueError"], case
         assert nan_batch[0][1].startswith("Another rank stopped at epoch 1, step ")
         assert "NaN" in nan_batch[1][1]
+    label = sorted((outcome["label out of range"] for outcome in by_rank), key=lambda o: o[0])
+    assert label[0][0] == "FloatingPointError", label  # the rank whose forward failed: its own
+    assert label[0][1].startswith("Another rank stopped at epoch 1, step ")
+    for outcome in by_rank:
+        kind, message = outcome["float64 on one rank"]
+        assert kind == "ValueError" and "parameters differ between ranks, first at" in message
     for outcome in by_rank:  # seeds compared exactly; another distributed_draws named
         assert outcome["seed"][1].startswith("fit(): the arguments differ between ranks: seed.")
         assert outcome["draws"][1].startswith(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -231,6 +232,12 @@ def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> No
         raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}. {fix}")
 
 
+def _code(dtype: torch.dtype) -> float:
+    """A number per dtype, the same on every rank (float32 and float64 values compare equal,
+    but their gradients would fill all_reduce buffers of two sizes)."""
+    return float(zlib.crc32(str(dtype).encode()) % 2**24)
+
+
 def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
     """Refuse to start when ``named`` tensors differ between ranks (a model built with other
     arguments or another seed, a loader seeded differently): their sums and sums of squares
@@ -238,8 +245,11 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
     if not group.active:
         return
     summary = torch.tensor(
-        [[float(t.double().sum()), float(t.double().square().sum()), t.numel()] for _, t in named]
-        or [[0.0, 0.0, 0.0]],
+        [
+            [float(t.double().sum()), float(t.double().square().sum()), t.numel(), _code(t.dtype)]
+            for _, t in named
+        ]
+        or [[0.0, 0.0, 0.0, 0.0]],
         dtype=torch.float64,
     )
     high, low = _extremes(torch.tensor([float(len(named))], dtype=torch.float64), group)

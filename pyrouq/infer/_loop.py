@@ -332,11 +332,14 @@ class Loop:
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.steps)
         self.optimizer.zero_grad(set_to_none=True)
-        if self.plain:
-            terms = plain_terms(self.model, x, y, self.num_data)
-            terms.loss.backward()
-        else:
-            terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
+        try:
+            if self.plain:
+                terms = plain_terms(self.model, x, y, self.num_data)
+                terms.loss.backward()
+            else:
+                terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
+        except Exception as err:  # before the step's collective: the other ranks wait in it
+            self.stop_with_the_ranks(err)
         stopped = _distributed.average_gradients(self.params, self.group, terms.loss)
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
@@ -363,9 +366,10 @@ class Loop:
         return row
 
     def stop_with_the_ranks(self, error: Exception) -> NoReturn:
-        """Raise ``error``, a batch this rank refuses before its step, after taking part in
-        the step's gradient ``all_reduce`` with a non-finite loss: the other ranks then stop
-        at the same step (:meth:`step`) instead of waiting for this one."""
+        """Raise ``error`` (a batch this rank refuses, or a failure of its forward or backward
+        pass) after taking part in the step's gradient ``all_reduce`` with a non-finite loss:
+        the other ranks then stop at the same step (:meth:`step`) instead of waiting for this
+        one."""
         if self.group.active and self.params:
             self.optimizer.zero_grad(set_to_none=True)
             _distributed.average_gradients(self.params, self.group, torch.tensor(math.nan))
