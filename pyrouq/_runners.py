@@ -16,7 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _own_models as own_models
-from pyrouq._util import has_latent_sites, rng_state, set_rng_state
+from pyrouq._util import has_latent_sites, rng_state, set_rng_state, takes_labels
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
@@ -79,8 +79,28 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     return {name: torch.stack(values) for name, values in draws.items()}
 
 
+def _refuse_prior_weights(model: Any, x: Tensor) -> None:
+    """Refuse to predict with a Pyro model of the user's own that samples global latent sites
+    (weights) when no draws were given: it would draw them from their priors, anew for every
+    input batch. Sites that hold a value per input (a local latent variable) are fine."""
+    latent = own_models.traced_latent_sites(model, x)
+    if latent:
+        raise ValueError(
+            f"{own_models.name_of(model)} samples the latent sites {sorted(latent)} and "
+            "predict() got no draws of them: it would draw them from their priors, new ones for "
+            "every input batch. Pass its fitted guide, predict(model, x, guide), or "
+            "posterior_samples=...; for draws from the prior, use pyro.infer.Predictive."
+        )
+
+
 def plain_runner(model: nn.Module):
+    checked = not takes_labels(model)  # forward(x, y): a Pyro model, whose sites are checked
+
     def run(x: Tensor) -> Tensor:
+        nonlocal checked
+        if not checked:
+            _refuse_prior_weights(model, x)
+            checked = True
         logits = model(x)
         if not torch.is_tensor(logits) or logits.dim() != 2:
             raise TypeError(
@@ -101,11 +121,54 @@ def ensemble_runner(model: nn.Module):
     return run
 
 
-def sampled_runner(model: Any, num_samples: int):
+def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int):
+    """A Pyro model of the user's own without draws, run S times from its priors. Its global
+    latent sites (weights) are drawn S times once, at the first batch, and every batch runs
+    under those draws, so that draw s is one network on all inputs; sites that hold a value
+    per input are drawn anew with every batch, as they are per input."""
+    inner: Callable[[Tensor], Tensor] | None = None
+
     def run(x: Tensor) -> Tensor:
-        return torch.stack([logits_of(model, x) for _ in range(num_samples)])
+        nonlocal inner
+        if inner is None:
+            draws = _prior_draws(model, x, num_samples)
+            if draws:
+                inner = bayesian_runner(
+                    model, lambda _: draws, num_samples, parallel, batch_size, None, "the prior"
+                )
+                run.latent = inner.latent  # type: ignore[attr-defined,union-attr]
+            else:
+                inner = lambda xb: torch.stack(  # noqa: E731
+                    [logits_of(model, xb) for _ in range(num_samples)]
+                )
+        return inner(x)
 
     return run
+
+
+def _prior_draws(model: Any, x: Tensor, num_samples: int) -> dict[str, Tensor]:
+    """S draws of the model's global latent sites from their priors, ``{site: (S, *shape)}``,
+    empty for a model with none. Each draw runs the model on the first input of ``x`` (the
+    first batch; on all of it if the model refuses one input), so that the draws a seed gives
+    do not depend on the batch size through the per-input sites drawn beside them."""
+    sites = own_models.traced_latent_sites(model, x) or {}
+    if not sites:
+        return {}
+    state = rng_state(x.device)
+    for inputs in (x[:1], x):
+        values: dict[str, list[Tensor]] = {site: [] for site in sites}
+        try:
+            for _ in range(num_samples):
+                with own_models.room_for(model, inputs.shape[0]):
+                    trace = poutine.trace(model).get_trace(inputs)
+                for site, drawn in values.items():
+                    drawn.append(trace.nodes[site]["value"].detach())
+            return {site: torch.stack(drawn) for site, drawn in values.items()}
+        except Exception:
+            if inputs is x:
+                raise
+            set_rng_state(x.device, state)  # the draws start again from the same state
+    raise AssertionError("unreachable")
 
 
 def bayesian_runner(
@@ -158,7 +221,7 @@ def bayesian_runner(
                         batchnorm.estimate_statistics(norms, inputs, partial(logits, data=draw(s)))
                     )
         stackable = parallel and direct is not None and refit is None
-        pairs = members * x.shape[0]
+        pairs = members * max(x.shape[0], 1)  # an empty batch: one pass, of no inputs
         chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
         out = []
         for start in range(0, num_samples, chunk):

@@ -238,6 +238,14 @@ def forward_inputs(module: nn.Module) -> list[inspect.Parameter] | None:
     return [p for p in params if p.kind in positional]
 
 
+def takes_labels(model: nn.Module) -> bool:
+    """Whether ``model.forward`` can take a second positional argument (labels ``y``: a Pyro
+    model written as an ``nn.Module``), or its signature cannot be read (then it is given the
+    benefit of the doubt)."""
+    inputs = forward_inputs(model)
+    return inputs is None or len(inputs) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in inputs)
+
+
 def has_latent_sites(model: Any) -> bool:
     """Whether ``model`` is a pyrouq model with latent sites (``latent_sites()`` non-empty)."""
     sites = getattr(model, "latent_sites", None)

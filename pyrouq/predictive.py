@@ -8,7 +8,8 @@ C classes.
 * BatchEnsemble (no guide): S = M members.
 * A plain ``nn.Module`` returning logits ``(B, C)``: S = 1.
 * Any other Pyro model returning logits, or recording a ``"logits"`` site: S = ``num_samples``
-  runs (with its guide if given).
+  runs (with its guide if given; without one, its latent sites are drawn from their priors S
+  times, once, and serve every input batch).
 """
 
 from __future__ import annotations
@@ -373,8 +374,9 @@ def predict(
                     )
                 run = _runners.ensemble_runner(model)
             elif isinstance(model, pyro.nn.PyroModule) or not isinstance(model, nn.Module):
-                # a Pyro model (a PyroModule or a function), run S times from its own sites
-                run = _runners.sampled_runner(model, num_samples or DEFAULT_NUM_SAMPLES)
+                # a Pyro model (a PyroModule or a function), run S times from its priors
+                count = num_samples or DEFAULT_NUM_SAMPLES
+                run = _runners.sampled_runner(model, count, parallel, batch_size)
             else:
                 if num_samples is not None:
                     raise ValueError(

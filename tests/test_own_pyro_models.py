@@ -419,3 +419,38 @@ def test_predict_draws_a_pyro_model_written_as_a_plain_module_from_its_guide_or_
 
     with pytest.raises(ValueError, match=r"NoLatent, which samples none of the sites drawn \(w\)"):
         pyrouq.predict(NoLatent(), x, posterior_samples=draws, progress=False)
+
+
+def test_a_pyro_model_written_as_a_module_is_refused_prior_weights_without_a_guide():
+    """An ``nn.Module`` whose ``forward(x, y)`` samples its weights is a Pyro model: predict()
+    without a guide ran it once, on weights drawn from the prior anew for every batch."""
+
+    class Sampling(nn.Module):
+        def forward(self, x, y=None):
+            w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
+            logits = x @ w
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    x, _ = data()
+    with pytest.raises(ValueError) as err:
+        pyrouq.predict(Sampling(), x, progress=False)
+    assert str(err.value).startswith(
+        "Sampling samples the latent sites ['w'] and predict() got no draws of them: it would "
+        "draw them from their priors, new ones for every input batch. Pass its fitted guide"
+    )
+
+
+def test_an_empty_batch_among_the_inputs_is_passed_over():
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Linear(4, 3))
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    batches = [(x[:3], y[:3]), (x[:0], y[:0]), (x[3:], y[3:])]
+    pyro.set_rng_seed(0)
+    ours = pyrouq.predict(model, batches, guide, num_samples=2, progress=False)
+    pyro.set_rng_seed(0)
+    whole = pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    torch.testing.assert_close(ours.probs, whole.probs)
+    assert torch.equal(ours.targets, y)

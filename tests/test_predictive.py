@@ -107,14 +107,17 @@ def test_any_pyro_model_recording_logits():
     p = predict(model, x, guide, num_samples=4)
     assert p.probs.shape == (4, 6, 2)
     # without a guide, a Pyro model written as a function runs S times from its prior, as a
-    # PyroModule does: S draws that differ, not one network
+    # PyroModule does: S draws that differ, each one network on every input batch (its
+    # weights drawn once, on the first input), whatever the batch size
     pyro.set_rng_seed(0)
     prior = predict(model, x, num_samples=5)
     assert prior.probs.shape == (5, 6, 2)
     assert not torch.allclose(prior.probs[0], prior.probs[1])
     pyro.set_rng_seed(0)
-    by_hand = [poutine.trace(model).get_trace(x).nodes["logits"]["value"] for _ in range(5)]
-    torch.testing.assert_close(prior.probs, torch.stack(by_hand).softmax(-1))
+    weights = [poutine.trace(model).get_trace(x[:1]).nodes["w"]["value"] for _ in range(5)]
+    torch.testing.assert_close(prior.probs, torch.stack([x @ w for w in weights]).softmax(-1))
+    pyro.set_rng_seed(0)
+    torch.testing.assert_close(predict(model, x, num_samples=5, batch_size=2).probs, prior.probs)
 
 
 def test_loader_input_keeps_targets_and_device():

@@ -15,10 +15,10 @@ from torch import nn
 from pyrouq._util import (
     check_positive_float,
     forget_params,
-    forward_inputs,
     has_latent_sites,
     register_params,
     support_of,
+    takes_labels,
     warn_caller,
 )
 from pyrouq.checkpoint import register_guide
@@ -445,7 +445,7 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
     elif (
         isinstance(model, nn.Module)
         and not isinstance(model, pyro.nn.PyroModule)
-        and not _takes_labels(model)
+        and not takes_labels(model)
     ):
         what = f"a plain network ({type(model).__name__}), which has no weights to draw"
     if what is not None:
@@ -455,13 +455,6 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
             "the network Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an "
             "ensemble."
         )
-
-
-def _takes_labels(model: nn.Module) -> bool:
-    """Whether ``model.forward`` can take a second positional argument (labels ``y``), or its
-    signature cannot be read (then it is given the benefit of the doubt)."""
-    inputs = forward_inputs(model)
-    return inputs is None or len(inputs) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in inputs)
 
 
 def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
