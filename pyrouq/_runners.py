@@ -4,7 +4,6 @@ weight draws), and how many weight draws it holds at once."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -16,7 +15,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _own_models as own_models
-from pyrouq._util import has_latent_sites, rng_state, set_rng_state, takes_labels
+from pyrouq._util import has_latent_sites, rng_state, set_rng_state, takes_labels, warn_caller
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
@@ -263,14 +262,13 @@ def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> li
     if fits >= count:
         return [count]
     if not repeatable(x):
-        warnings.warn(
+        warn_caller(
             f"predict() holds all {count} weight draws at once ({count * per_draw / 2**30:.2f} "
             f"GiB, more than max_draw_bytes={max_bytes}): x is a {type(x).__name__}, which "
             "may not give its batches in the same order when read again, so the draws cannot "
             "be taken in chunks with a pass over x for each. Pass a tensor, a list of batches "
             "or a DataLoader that does not shuffle to bound the memory, or raise "
-            "max_draw_bytes to silence this.",
-            stacklevel=3,
+            "max_draw_bytes to silence this."
         )
         return [count]
     return [min(fits, count - start) for start in range(0, count, fits)]
@@ -290,19 +288,21 @@ def repeatable(x: Any) -> bool:
 
 
 class GuideDraws:
-    """Draws of a guide taken chunk after chunk in one random stream: whatever runs between
-    two calls (a pass over the inputs, a DataLoader taking its seed), the next call starts
-    where the last one's draws ended, so the chunks' draws are, to the bit, those of one
-    :func:`draw_guide` call for all of them."""
+    """Draws of a guide taken chunk after chunk in one random stream, from ``state`` (the
+    random state when :func:`pyrouq.predict` began): whatever runs before the first call or
+    between two calls (a DataLoader of the inputs or of ``batchnorm_data`` taking its seed, a
+    pass over the inputs), each call starts where the last one's draws ended, so the draws
+    are, to the bit, those of one :func:`draw_guide` call at the start."""
 
-    def __init__(self, guide: Any, device: torch.device | None) -> None:
+    def __init__(
+        self, guide: Any, device: torch.device | None, state: tuple[Tensor, Tensor | None]
+    ) -> None:
         self.guide = guide
         self.device = device if device is not None else torch.device("cpu")
-        self.state: tuple[Tensor, Tensor | None] | None = None
+        self.state = state
 
     def __call__(self, num_samples: int, x: Tensor) -> dict[str, Tensor]:
-        if self.state is not None:
-            set_rng_state(self.device, self.state)
+        set_rng_state(self.device, self.state)
         draws = draw_guide(self.guide, num_samples, (x,))
         self.state = rng_state(self.device)
         return draws

@@ -34,7 +34,9 @@ from pyrouq._util import (
     model_input,
     modes,
     module_device,
+    module_dtype,
     restore_modes,
+    rng_state,
     warn_caller,
 )
 from pyrouq.infer.guide import check_drawable, check_guide
@@ -312,6 +314,7 @@ def predict(
     if num_samples is not None:
         num_samples = check_int("num_samples", num_samples)
     device = module_device(model, guide)
+    start = rng_state(device if device is not None else torch.device("cpu"))  # for the draws
     likelihood = getattr(model, "likelihood", None)
     if likelihood is None:
         likelihood = Categorical()
@@ -342,8 +345,16 @@ def predict(
                         "Pass posterior_samples alone."
                     )
                 fixed = posterior_draws(posterior_samples, model)
-                if device is not None:  # draws loaded on the CPU for a model on a GPU
-                    fixed = {k: v.to(device) for k, v in fixed.items()}
+                if not fixed:
+                    raise ValueError(
+                        "predict() got posterior_samples with no draws (an empty dict): give "
+                        "the model's latent sites, {site: (S, *shape)}."
+                    )
+                dtype = module_dtype(model)  # numpy's or arviz's float64 draws, say
+                fixed = {
+                    k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype)
+                    for k, v in fixed.items()
+                }
                 count = int(next(iter(fixed.values())).shape[0])
                 run = _runners.bayesian_runner(
                     model, lambda x: fixed, count, parallel, batch_size, refit, "posterior_samples"
@@ -353,7 +364,7 @@ def predict(
                 members = getattr(model, "num_members", None) or 1  # rank-1: M per draw
                 count = num_samples or max(1, DEFAULT_NUM_SAMPLES // members)
                 sizes = _runners.draw_sizes(guide, model, count, max_draw_bytes, x)
-                source = _runners.GuideDraws(guide, device)
+                source = _runners.GuideDraws(guide, device, start)
 
                 def guide_runner(size: int) -> Callable[[Tensor], Tensor]:
                     return _runners.bayesian_runner(

@@ -398,11 +398,25 @@ def test_draws_over_max_draw_bytes_from_a_loader_read_once_are_held_with_a_warni
     )
     for source in (shuffled, (b for b in [x[:5], x[5:]])):
         pyro.set_rng_seed(4)
-        with pytest.warns(UserWarning, match=r"predict\(\) holds all 4 weight draws at once "
-                          r"\(0\.00 GiB, more than max_draw_bytes=1\): x is a "):  # fmt: skip
+        held = r"predict\(\) holds all 4 weight draws at once \(0\.00 GiB, more than max_draw"
+        with pytest.warns(UserWarning, match=held) as record:
             preds = predict(model, source, guide, num_samples=4, max_draw_bytes=1)
+        assert record[0].filename == __file__  # the user's line, not torch's no_grad wrapper
         assert preds.probs.shape == (4, 10, 3)
     torch.testing.assert_close(preds.probs, whole.probs)  # the generator: the same inputs
+    # a DataLoader takes its seed from torch's stream: the draws are taken as if it did not
+    in_order = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    pyro.set_rng_seed(4)
+    torch.testing.assert_close(predict(model, in_order, guide, num_samples=4).probs, whole.probs)
     with pytest.raises(ValueError, match=r"Expected max_draw_bytes to be a positive integer, "
                        r"got 0"):  # fmt: skip
         predict(model, x, guide, max_draw_bytes=0)
+
+
+def test_float64_posterior_samples_run_a_float32_model():
+    """Draws from numpy or arviz are float64: they are taken in the model's dtype."""
+    model = tiny_bayes()
+    x = torch.randn(5, 4)
+    draws = {k: torch.randn(3, *shape) for k, shape in model.latent_sites().items()}
+    ours = predict(model, x, posterior_samples={k: v.double() for k, v in draws.items()})
+    torch.testing.assert_close(ours.probs, predict(model, x, posterior_samples=draws).probs)
