@@ -93,14 +93,22 @@ def _refuse_prior_weights(model: Any, x: Tensor) -> None:
 
 
 def plain_runner(model: nn.Module):
-    checked = not takes_labels(model)  # forward(x, y): a Pyro model, whose sites are checked
+    checked = not takes_labels(model)  # forward(x, y): maybe a Pyro model, whose sites count
 
     def run(x: Tensor) -> Tensor:
         nonlocal checked
-        if not checked:
-            _refuse_prior_weights(model, x)
+        if not checked and x.shape[0]:  # the first run traced: latent sites are refused
             checked = True
-        logits = model(x)
+            trace = poutine.trace(model).get_trace(x)
+            sampled = (
+                node["type"] == "sample" and not node["is_observed"]
+                for node in trace.nodes.values()
+            )
+            if any(sampled):
+                _refuse_prior_weights(model, x)
+            logits = trace.nodes["_RETURN"]["value"]
+        else:
+            logits = model(x)
         if not torch.is_tensor(logits) or logits.dim() != 2:
             raise TypeError(
                 f"{type(model).__name__} must return logits of shape (B, C), got "
@@ -127,8 +135,13 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
     per input are drawn anew with every batch, as they are per input."""
     inner: Callable[[Tensor], Tensor] | None = None
 
+    def every_run(x: Tensor) -> Tensor:
+        return torch.stack([logits_of(model, x) for _ in range(num_samples)])
+
     def run(x: Tensor) -> Tensor:
         nonlocal inner
+        if inner is None and not x.shape[0]:
+            return every_run(x)  # nothing to learn the sites from: the next batch will
         if inner is None:
             draws = _prior_draws(model, x, num_samples)
             if draws:
@@ -137,9 +150,7 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
                 )
                 run.latent = inner.latent  # type: ignore[attr-defined,union-attr]
             else:
-                inner = lambda xb: torch.stack(  # noqa: E731
-                    [logits_of(model, xb) for _ in range(num_samples)]
-                )
+                inner = every_run
         return inner(x)
 
     return run
@@ -147,27 +158,16 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
 
 def _prior_draws(model: Any, x: Tensor, num_samples: int) -> dict[str, Tensor]:
     """S draws of the model's global latent sites from their priors, ``{site: (S, *shape)}``,
-    empty for a model with none. Each draw runs the model on the first input of ``x`` (the
-    first batch; on all of it if the model refuses one input), so that the draws a seed gives
-    do not depend on the batch size through the per-input sites drawn beside them."""
+    each from a run of the model on ``x`` (the first input batch: a prior may read the
+    inputs); empty for a model with none."""
     sites = own_models.traced_latent_sites(model, x) or {}
-    if not sites:
-        return {}
-    state = rng_state(x.device)
-    for inputs in (x[:1], x):
-        values: dict[str, list[Tensor]] = {site: [] for site in sites}
-        try:
-            for _ in range(num_samples):
-                with own_models.room_for(model, inputs.shape[0]):
-                    trace = poutine.trace(model).get_trace(inputs)
-                for site, drawn in values.items():
-                    drawn.append(trace.nodes[site]["value"].detach())
-            return {site: torch.stack(drawn) for site, drawn in values.items()}
-        except Exception:
-            if inputs is x:
-                raise
-            set_rng_state(x.device, state)  # the draws start again from the same state
-    raise AssertionError("unreachable")
+    values: dict[str, list[Tensor]] = {site: [] for site in sites}
+    for _ in range(num_samples if sites else 0):
+        with own_models.room_for(model, x.shape[0]):
+            trace = poutine.trace(model).get_trace(x)
+        for site, drawn in values.items():
+            drawn.append(trace.nodes[site]["value"].detach())
+    return {site: torch.stack(drawn) for site, drawn in values.items()}
 
 
 def bayesian_runner(
@@ -237,8 +237,9 @@ def bayesian_runner(
 
     def latent() -> dict[str, Tensor] | None:
         """The draws of the likelihood's own sites (a noise scale), one per output draw."""
-        own: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
-        if members == 1:
+        sites: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
+        own = [site for site in sites if site in draws]  # one the model never samples: the
+        if members == 1:  # likelihood refuses it, with its message
             return {site: draws[site] for site in own} or None
         return {site: draws[site].repeat_interleave(members, 0) for site in own} or None
 
@@ -288,21 +289,20 @@ def repeatable(x: Any) -> bool:
 
 
 class GuideDraws:
-    """Draws of a guide taken chunk after chunk in one random stream, from ``state`` (the
-    random state when :func:`pyrouq.predict` began): whatever runs before the first call or
-    between two calls (a DataLoader of the inputs or of ``batchnorm_data`` taking its seed, a
-    pass over the inputs), each call starts where the last one's draws ended, so the draws
-    are, to the bit, those of one :func:`draw_guide` call at the start."""
+    """Draws of a guide taken chunk after chunk in one random stream: whatever runs between
+    two calls (a pass over the inputs, a DataLoader taking its seed), the next call starts
+    where the last one's draws ended, so the chunks' draws are, to the bit, those of one
+    :func:`draw_guide` call for all of them. The first call draws from the state it finds: a
+    DataLoader without a ``generator=`` has taken its seed from torch's stream by then."""
 
-    def __init__(
-        self, guide: Any, device: torch.device | None, state: tuple[Tensor, Tensor | None]
-    ) -> None:
+    def __init__(self, guide: Any, device: torch.device | None) -> None:
         self.guide = guide
         self.device = device if device is not None else torch.device("cpu")
-        self.state = state
+        self.state: tuple[Tensor, Tensor | None] | None = None
 
     def __call__(self, num_samples: int, x: Tensor) -> dict[str, Tensor]:
-        set_rng_state(self.device, self.state)
+        if self.state is not None:
+            set_rng_state(self.device, self.state)
         draws = draw_guide(self.guide, num_samples, (x,))
         self.state = rng_state(self.device)
         return draws

@@ -36,7 +36,6 @@ from pyrouq._util import (
     module_device,
     module_dtype,
     restore_modes,
-    rng_state,
     warn_caller,
 )
 from pyrouq.infer.guide import check_drawable, check_guide
@@ -237,7 +236,9 @@ def predict(
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader
         that shuffles gives them shuffled, with its labels in the same order (so
         ``evaluate()`` is right without targets, but labels passed in the data set's order
-        are not); predict from a loader with ``shuffle=False`` to keep that order.
+        are not); predict from a loader with ``shuffle=False`` to keep that order. A torch
+        ``DataLoader`` takes a seed from torch's random stream when it starts, before the
+        draws, unless given ``generator=``: pass one for the draws a seed gives with a tensor.
     guide : callable, optional
         The fitted guide of a Bayesian model; one built for another model (other sites or
         shapes) is refused, naming the first differing site.
@@ -314,7 +315,6 @@ def predict(
     if num_samples is not None:
         num_samples = check_int("num_samples", num_samples)
     device = module_device(model, guide)
-    start = rng_state(device if device is not None else torch.device("cpu"))  # for the draws
     likelihood = getattr(model, "likelihood", None)
     if likelihood is None:
         likelihood = Categorical()
@@ -350,9 +350,11 @@ def predict(
                         "predict() got posterior_samples with no draws (an empty dict): give "
                         "the model's latent sites, {site: (S, *shape)}."
                     )
-                dtype = module_dtype(model)  # numpy's or arviz's float64 draws, say
+                # numpy's or arviz's float64 draws, say; a model without parameters of its own
+                # (PyroSample weights, a function) computes in torch's default dtype
+                dtype = module_dtype(model) or torch.get_default_dtype()
                 fixed = {
-                    k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype)
+                    k: v.to(device, dtype if v.is_floating_point() else v.dtype)
                     for k, v in fixed.items()
                 }
                 count = int(next(iter(fixed.values())).shape[0])
@@ -364,7 +366,7 @@ def predict(
                 members = getattr(model, "num_members", None) or 1  # rank-1: M per draw
                 count = num_samples or max(1, DEFAULT_NUM_SAMPLES // members)
                 sizes = _runners.draw_sizes(guide, model, count, max_draw_bytes, x)
-                source = _runners.GuideDraws(guide, device, start)
+                source = _runners.GuideDraws(guide, device)
 
                 def guide_runner(size: int) -> Callable[[Tensor], Tensor]:
                     return _runners.bayesian_runner(

@@ -108,16 +108,19 @@ def test_any_pyro_model_recording_logits():
     assert p.probs.shape == (4, 6, 2)
     # without a guide, a Pyro model written as a function runs S times from its prior, as a
     # PyroModule does: S draws that differ, each one network on every input batch (its
-    # weights drawn once, on the first input), whatever the batch size
+    # weights drawn once, on the first batch)
     pyro.set_rng_seed(0)
     prior = predict(model, x, num_samples=5)
     assert prior.probs.shape == (5, 6, 2)
     assert not torch.allclose(prior.probs[0], prior.probs[1])
     pyro.set_rng_seed(0)
-    weights = [poutine.trace(model).get_trace(x[:1]).nodes["w"]["value"] for _ in range(5)]
+    weights = [poutine.trace(model).get_trace(x).nodes["w"]["value"] for _ in range(5)]
     torch.testing.assert_close(prior.probs, torch.stack([x @ w for w in weights]).softmax(-1))
     pyro.set_rng_seed(0)
-    torch.testing.assert_close(predict(model, x, num_samples=5, batch_size=2).probs, prior.probs)
+    split = predict(model, x, num_samples=5, batch_size=2)  # draw s: one network on 3 batches
+    pyro.set_rng_seed(0)
+    weights = [poutine.trace(model).get_trace(x[:2]).nodes["w"]["value"] for _ in range(5)]
+    torch.testing.assert_close(split.probs, torch.stack([x @ w for w in weights]).softmax(-1))
 
 
 def test_loader_input_keeps_targets_and_device():
@@ -404,8 +407,10 @@ def test_draws_over_max_draw_bytes_from_a_loader_read_once_are_held_with_a_warni
         assert record[0].filename == __file__  # the user's line, not torch's no_grad wrapper
         assert preds.probs.shape == (4, 10, 3)
     torch.testing.assert_close(preds.probs, whole.probs)  # the generator: the same inputs
-    # a DataLoader takes its seed from torch's stream: the draws are taken as if it did not
-    in_order = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    # a DataLoader given a generator takes its seed from it, not from torch's stream
+    in_order = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=4, generator=torch.Generator()
+    )
     pyro.set_rng_seed(4)
     torch.testing.assert_close(predict(model, in_order, guide, num_samples=4).probs, whole.probs)
     with pytest.raises(ValueError, match=r"Expected max_draw_bytes to be a positive integer, "
