@@ -454,3 +454,26 @@ def test_an_empty_batch_among_the_inputs_is_passed_over():
     whole = pyrouq.predict(model, x, guide, num_samples=2, progress=False)
     torch.testing.assert_close(ours.probs, whole.probs)
     assert torch.equal(ours.targets, y)
+
+
+def test_an_empty_first_batch_and_a_network_taking_a_mask_are_run_as_given():
+    def weights_only(x, y=None):  # global weights, no plate
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
+        return x @ w
+
+    x, _ = data(n=7)
+    preds = pyrouq.predict(weights_only, [x[:0], x[:3], x[3:]], num_samples=3, progress=False)
+    assert preds.probs.shape == (3, 7, 3)
+
+    class Masked(nn.Module):  # a second argument, no sampling: run once per batch
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x, mask=None):
+            return self.fc(x)
+
+    net, seen = Masked(), []
+    net.register_forward_hook(lambda module, inputs, out: seen.append(inputs[0].shape[0]))
+    assert pyrouq.predict(net, x, progress=False).probs.shape == (1, 7, 3)
+    assert seen == [7]
