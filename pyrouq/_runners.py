@@ -97,9 +97,16 @@ def plain_runner(model: nn.Module):
 
     def run(x: Tensor) -> Tensor:
         nonlocal checked
+        trace = None
         if not checked and x.shape[0]:  # the first run traced: latent sites are refused
             checked = True
-            trace = poutine.trace(model).get_trace(x)
+            try:
+                trace = poutine.trace(model).get_trace(x)
+            except Exception:  # Pyro rewraps errors: run it plainly, for its own error
+                trace = None
+        if trace is None:
+            logits = model(x)
+        else:
             sampled = (
                 node["type"] == "sample" and not node["is_observed"]
                 for node in trace.nodes.values()
@@ -107,8 +114,6 @@ def plain_runner(model: nn.Module):
             if any(sampled):
                 _refuse_prior_weights(model, x)
             logits = trace.nodes["_RETURN"]["value"]
-        else:
-            logits = model(x)
         if not torch.is_tensor(logits) or logits.dim() != 2:
             raise TypeError(
                 f"{type(model).__name__} must return logits of shape (B, C), got "
@@ -140,8 +145,12 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
 
     def run(x: Tensor) -> Tensor:
         nonlocal inner
-        if inner is None and not x.shape[0]:
-            return every_run(x)  # nothing to learn the sites from: the next batch will
+        if inner is None and not x.shape[0]:  # nothing to learn the sites from: the next
+            state = rng_state(x.device)  # batch will, from the random state found here
+            try:
+                return every_run(x)
+            finally:
+                set_rng_state(x.device, state)
         if inner is None:
             draws = _prior_draws(model, x, num_samples)
             if draws:

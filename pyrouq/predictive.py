@@ -350,11 +350,11 @@ def predict(
                         "predict() got posterior_samples with no draws (an empty dict): give "
                         "the model's latent sites, {site: (S, *shape)}."
                     )
-                # numpy's or arviz's float64 draws, say; a model without parameters of its own
-                # (PyroSample weights, a function) computes in torch's default dtype
-                dtype = module_dtype(model) or torch.get_default_dtype()
+                # numpy's or arviz's float64 draws, say (a model without parameters of its own
+                # tells no dtype: its draws are taken as they come)
+                dtype = module_dtype(model)
                 fixed = {
-                    k: v.to(device, dtype if v.is_floating_point() else v.dtype)
+                    k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype)
                     for k, v in fixed.items()
                 }
                 count = int(next(iter(fixed.values())).shape[0])
