@@ -477,3 +477,29 @@ def test_an_empty_first_batch_and_a_network_taking_a_mask_are_run_as_given():
     net.register_forward_hook(lambda module, inputs, out: seen.append(inputs[0].shape[0]))
     assert pyrouq.predict(net, x, progress=False).probs.shape == (1, 7, 3)
     assert seen == [7]
+
+
+def test_a_networks_own_error_and_an_empty_first_batchs_random_state_come_through():
+    class Failing(Exception):
+        def __init__(self, code, message):
+            super().__init__(message)
+            self.code = code
+
+    class Masked(nn.Module):
+        def forward(self, x, mask=None):
+            raise Failing(42, "the network's own error")
+
+    x, _ = data(n=7)
+    with pytest.raises(Failing) as err:  # not Pyro's rewrapped copy (a TypeError here)
+        pyrouq.predict(Masked(), x, progress=False)
+    assert err.value.code == 42
+
+    def weights_only(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
+        return x @ w
+
+    pyro.set_rng_seed(0)
+    plain = pyrouq.predict(weights_only, [x], num_samples=3, progress=False)
+    pyro.set_rng_seed(0)
+    after_empty = pyrouq.predict(weights_only, [x[:0], x], num_samples=3, progress=False)
+    assert torch.equal(plain.probs, after_empty.probs)
