@@ -386,6 +386,9 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
                 *(lambda m: (m, None))(
                     _build("batchensemble")[0].to((torch.float32, torch.float64)[rank])),
                 ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False),
+            "identical without a seed": lambda: fit(
+                *_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False,
+                distributed_draws="identical", seed=(0, None)[rank]),
             "sampler rank": lambda: fit(*_build("bayesian"), data.DataLoader(
                 data.TensorDataset(x, y), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
@@ -426,6 +429,12 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
         assert [kind for kind, _ in nan_batch] == ["FloatingPointError", "ValueError"], case
         assert nan_batch[0][1].startswith("Another rank stopped at epoch 1, step ")
         assert "NaN" in nan_batch[1][1]
+    assert by_rank[1]["identical without a seed"][1].startswith(
+        "distributed_draws='identical' needs seed=..."
+    )
+    assert by_rank[0]["identical without a seed"][1].startswith(
+        "fit() stopped on every rank: rank 1 failed (its distributed_draws or seed)"
+    )
     label = sorted((outcome["label out of range"] for outcome in by_rank), key=lambda o: o[0])
     assert label[0][0] == "FloatingPointError", label  # the rank whose forward failed: its own
     assert label[0][1].startswith("Another rank stopped at epoch 1, step ")

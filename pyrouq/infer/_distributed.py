@@ -315,17 +315,19 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
 
 def draws_option(option: str, group: Group, seed: int | None) -> bool:
     """Whether ranks draw their own weights (True) or all the same ones (the check of
-    gradient equivalence in the tests)."""
+    gradient equivalence in the tests). A refusal on one rank stops every rank."""
+    error = None
     if option not in ("independent", "identical"):
-        raise ValueError(
+        error = ValueError(
             f"Unknown distributed_draws {option!r}: expected 'independent' (each rank a "
             "particle, the default) or 'identical' (every rank the same draws)."
         )
-    if option == "identical" and group.active and seed is None:
-        raise ValueError(
+    elif option == "identical" and group.active and seed is None:
+        error = ValueError(
             "distributed_draws='identical' needs seed=...: every rank must start its random "
             "generator from the same state."
         )
+    raise_together(error, group, "its distributed_draws or seed")
     return option == "independent"
 
 
