@@ -156,17 +156,16 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
     and NaN when any is not, so that every rank stops at the same step (a rank raising alone
     would leave the others waiting in the next collective). The flag, not the loss, travels:
     in the gradients' dtype, it neither widens the buffer nor overflows a float16 sum. Without
-    ranks, the flag of ``loss``."""
+    ranks, ``loss`` itself (finite exactly when its flag would be): nothing added per step."""
     loss = loss.detach()
     if not group.active or not params:
-        return torch.where(torch.isfinite(loss), 0.0, math.nan)
+        return loss
     grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
-    dtype = grads[0].dtype if len({g.dtype for g in grads}) == 1 else torch.float64
-    flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(grads[0].device, dtype).reshape(1)
+    flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(grads[0]).reshape(1)
     _average_in_place([*grads, flag], group)
     return flag[0]
 

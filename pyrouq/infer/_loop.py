@@ -357,9 +357,10 @@ class Loop:
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
-                f"Another rank stopped at epoch {epoch}, step {step} (a non-finite loss, or a "
-                "batch its input checks refused: its error says which); training stopped on "
-                "every rank, and the parameters of the last finite step are kept."
+                f"Another rank stopped at epoch {epoch}, step {step} (a non-finite loss, a batch "
+                "its input checks refused or an error in its step: its error says which); "
+                "training stopped on every rank, and the parameters of the last finite step "
+                "are kept."
             )
         self.optimizer.step()
         self.steps += 1
