@@ -174,6 +174,15 @@ def _batches(
         for start in range(0, x.shape[0], batch_size):
             yield x[start : start + batch_size], None
         return
+    if _looks_like_one_pair(x):
+        first, second = x  # type: ignore[misc]
+        raise TypeError(
+            f"predict() reads {what} as inputs or as an iterable of batches; it got a "
+            f"{type(x).__name__} of two tensors that looks like one (x, y) pair (shapes "
+            f"{tuple(first.shape)} and {tuple(second.shape)}), whose second tensor would be read "
+            f"as a batch of inputs. Pass the inputs alone, {what}=x, or the pair as a list of "
+            f"batches, [(x, y)]."
+        )
     for batch in x:
         if torch.is_tensor(batch):
             yield batch, None
@@ -185,6 +194,18 @@ def _batches(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
                 f"a batch was {describe_batch(batch)}"
             )
+
+
+def _looks_like_one_pair(x: Any) -> bool:
+    """Whether ``x`` is a tuple/list ``(x, y)`` rather than two batches of inputs: two tensors
+    of as many rows but of different ranks (batches of one input have one rank)."""
+    return (
+        isinstance(x, (tuple, list))
+        and len(x) == 2
+        and all(torch.is_tensor(t) and t.dim() > 0 for t in x)
+        and x[0].dim() != x[1].dim()
+        and x[0].shape[0] == x[1].shape[0]
+    )
 
 
 def class_predictions(preds: Any, where: str) -> Predictions:

@@ -921,6 +921,10 @@ API_CASES = [
     ("predict", "type", with_model_guide(lambda m, g: predict(m, [1, 2], g)), TypeError,
      r"predict\(\) expects x as a tensor or an iterable of tensors / \(x, y\) batches; a batch "
      r"was an int\.$"),
+    ("predict", "type", with_model_guide(lambda m, g: predict(m, (flat_x(), labels()), g)),
+     TypeError, r"got a tuple of two tensors that looks like one \(x, y\) pair \(shapes "
+     r"\(6, 784\) and \(6,\)\).* Pass the inputs alone, x=x, or the pair as a list of "
+     r"batches, \[\(x, y\)\]\.$"),
     ("predict", "type",
      with_model_guide(lambda m, g: predict(m, [{"image": torch.rand(2, 784)}], g)), TypeError,
      r"a batch was a dict with keys 'image'\. Map it to pairs, e\.g\. a collate_fn"),
