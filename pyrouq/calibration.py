@@ -299,6 +299,7 @@ class ConformalClassifier:
 
     def __post_init__(self) -> None:
         _check_score(self.score, get_args(ClassScore), "ConformalClassifier")
+        object.__setattr__(self, "seed", check_seed(self.seed, "ConformalClassifier"))
 
     def scores(self, preds: Predictions, seed: int | None = None) -> Tensor:
         """The ``(N, C)`` score of every class for every input (``u`` drawn from ``seed``)."""

@@ -1250,6 +1250,10 @@ API_CASES = [
     ("ConformalClassifier", "type",
      lambda tmp: pyrouq.conformal(preds(40), alpha=0.1, score="raps").scores(preds(), 1.5),
      ValueError, r"ConformalClassifier.scores\(\): expected seed .* got 1.5\. Pass e.g."),
+    ("ConformalClassifier", "range",  # built by hand: its default predict_sets seed overflowed
+     lambda tmp: pyrouq.ConformalClassifier("aps", 0.1, 0.5, 0.0, 1, 2**32),
+     ValueError, r"ConformalClassifier: expected seed to be an integer in \[0, 2\*\*32 - 1\], "
+     r"got 4294967296\. Pass e\.g\. seed=0\."),
     ("ConformalRegressor", "companion",
      lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(2)).intervals(gaussian_preds()),
      ValueError, r"The predictions have 1 outputs, the calibration predictions had 2"),
