@@ -196,6 +196,13 @@ def _batches(
             )
 
 
+def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
+    """``draws``' floating tensors in the dtype of the floating inputs ``x``."""
+    if not x.is_floating_point():
+        return draws
+    return {k: v.to(x.dtype) if v.is_floating_point() else v for k, v in draws.items()}
+
+
 def _looks_like_one_pair(x: Any) -> bool:
     """Whether ``x`` is a tuple/list ``(x, y)`` rather than two batches of inputs: two tensors
     of as many rows but of different ranks (batches of one input have one rank)."""
@@ -277,7 +284,8 @@ def predict(
         *shape)}`` with one S for every latent site (``pyro.infer.Predictive``'s output too:
         its other sites are left out, its padding of a site's draws to the model's plates,
         ``(S, 1, *shape)``, dropped). S is then their number (leave ``guide`` and
-        ``num_samples`` out).
+        ``num_samples`` out). Floating draws (arviz's and numpy's are float64) are taken in
+        the dtype of the model's parameters, or of the inputs for a model without any.
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
@@ -371,8 +379,8 @@ def predict(
                         "predict() got posterior_samples with no draws (an empty dict): give "
                         "the model's latent sites, {site: (S, *shape)}."
                     )
-                # numpy's or arviz's float64 draws, say (a model without parameters of its own
-                # tells no dtype: its draws are taken as they come)
+                # numpy's or arviz's float64 draws, say, in the model's dtype (a model without
+                # parameters of its own tells none: its draws take the inputs' dtype)
                 dtype = module_dtype(model)
                 fixed = {
                     k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype)
@@ -380,7 +388,13 @@ def predict(
                 }
                 count = int(next(iter(fixed.values())).shape[0])
                 run = _runners.bayesian_runner(
-                    model, lambda x: fixed, count, parallel, batch_size, refit, "posterior_samples"
+                    model,
+                    partial(_in_dtype_of, fixed) if dtype is None else lambda x: fixed,
+                    count,
+                    parallel,
+                    batch_size,
+                    refit,
+                    "posterior_samples",
                 )
             elif guide is not None:
                 check_guide(model, guide, "predict()")

@@ -128,6 +128,20 @@ def test_predictive_output_predicts_the_new_inputs_under_its_latent_draws_only()
     torch.testing.assert_close(preds.probs, expected)
 
 
+def test_float64_draws_of_a_model_without_parameters_take_the_inputs_dtype():
+    """arviz / numpy draws come as float64; a model with no parameters of its own tells no
+    dtype, so they take the inputs' (torch refused float32 inputs times float64 weights)."""
+    model, guide = fitted(BNN())
+    x, _ = data()
+    draws = Predictive(model, guide=guide, num_samples=4, return_sites=[
+        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"])(x)
+    as_float64 = {k: v.double() for k, v in draws.items()}
+    preds = pyrouq.predict(model, x[:6], posterior_samples=as_float64, progress=False)
+    expected = pyrouq.predict(model, x[:6], posterior_samples=draws, progress=False)
+    assert preds.probs.dtype == torch.float32
+    torch.testing.assert_close(preds.probs, expected.probs)
+
+
 def test_a_recorded_logits_site_is_read_before_the_return_value():
     model, guide = fitted(BNN(record_logits=True, returns="probs"))
     x, _ = data()
