@@ -64,6 +64,7 @@ from pyrouq.checkpoint._describe import (
     describe_model,
     register_guide,
     upgrade_v1_state,
+    upgrade_v2_state,
 )
 from pyrouq.mcmc import MCMCResult
 
@@ -81,8 +82,10 @@ __all__ = [
 FORMAT = "pyrouq.checkpoint"
 #: The format of a saved :class:`~pyrouq.mcmc.MCMCResult` (draws and sampler statistics).
 MCMC_FORMAT = "pyrouq.mcmc"
-FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # version 1: before networks were converted (pyrouq 0.1 runs)
+FORMAT_VERSION = 3
+# version 1: before networks were converted (pyrouq 0.1 runs); 2: without a Bayesian network's
+# latent-site start values (a loaded one takes the skeleton's)
+_READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -471,6 +474,8 @@ def load(
     state = payload["model"]
     if payload.get("format_version") == 1:
         state = upgrade_v1_state(model, state)
+    elif payload.get("format_version") == 2:
+        state = upgrade_v2_state(model, state)
     _load_state(model, state, "model", path)
     guide = None
     if description.get("guide") is not None:

@@ -166,6 +166,15 @@ def upgrade_v1_state(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def upgrade_v2_state(model: nn.Module, state: Any) -> Any:
+    """A version-2 state dict with a Bayesian network's latent-site start values, which that
+    version did not save, taken from the rebuilt ``model`` (the skeleton's, as then)."""
+    if not isinstance(model, BayesianNetwork) or not isinstance(state, dict):
+        return state
+    starts = {f"net.{site}" for site in model.network_sites()}
+    return {**{k: v for k, v in model.state_dict().items() if k in starts}, **state}
+
+
 def build_model(
     description: dict[str, Any],
     *,

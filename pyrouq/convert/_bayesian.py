@@ -72,9 +72,10 @@ class BayesianNetwork(PyroModule):
     Attributes
     ----------
     net : nn.Module
-        The converted copy of the network: the selected parameters are replaced by
-        non-persistent buffers holding their initial values (``net(x)`` runs the network with
-        them).
+        The converted copy of the network: the selected parameters are replaced by buffers
+        holding their initial values (``net(x)`` runs the network with them; checkpoints keep
+        them, so a loaded model's :meth:`template` and :meth:`plain_network` are the saved
+        model's).
     likelihood : pyrouq.likelihoods.Likelihood
     num_data : int or None
         Training-set size N (set by :func:`pyrouq.fit`).
@@ -147,7 +148,7 @@ class BayesianNetwork(PyroModule):
             attr = site.rpartition(".")[2]
             value = owner._parameters.pop(attr)
             assert value is not None
-            owner.register_buffer(attr, value.detach(), persistent=False)
+            owner.register_buffer(attr, value.detach())  # saved: the guide's start
         # a new model starts in training mode throughout, as a torch module does, whatever
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
@@ -211,7 +212,6 @@ class BayesianNetwork(PyroModule):
             attr = site.rpartition(".")[2]
             value = owner._buffers.pop(attr)
             assert value is not None
-            owner._non_persistent_buffers_set.discard(attr)
             owner.register_parameter(attr, nn.Parameter(value.clone()))
         return plain
 
