@@ -783,6 +783,15 @@ API_CASES = [
      "BayesianLeNet " + DTYPE_HINT),
     ("BatchEnsembleMLP", "shape", lambda tmp: BatchEnsembleMLP()(torch.randn(2, 5)), ValueError,
      r"BatchEnsembleMLP expects inputs of shape \(B, 784\).*got shape \(2, 5\)"),
+    ("BatchEnsembleMLP", "companion", lambda tmp: BatchEnsembleMLP(base=pyrouq.LeNet()),
+     TypeError, r"BatchEnsembleMLP\(base=\) takes a pyrouq\.MLP, got LeNet\. For another "
+     r"network, use pyrouq\.batchensemble\(net, num_members\)\."),
+    ("BatchEnsembleMLP", "companion",
+     lambda tmp: BatchEnsembleMLP(in_features=6, base=pyrouq.MLP(4, 8, 3)), ValueError,
+     r"BatchEnsembleMLP: base= has another architecture than the arguments given beside it: "
+     r"in_features=6 \(base has 4\)\. Pass base alone"),
+    ("BatchEnsembleLeNet", "companion", lambda tmp: pyrouq.BatchEnsembleLeNet(base=pyrouq.MLP()),
+     TypeError, r"BatchEnsembleLeNet\(base=\) takes a pyrouq\.LeNet, got MLP\."),
     ("BatchEnsembleLeNet", "range", lambda tmp: pyrouq.BatchEnsembleLeNet(num_members=0),
      ValueError, r"Expected num_members to be an integer >= 1, got 0"),
     ("BatchEnsembleLeNet", "dtype", lambda tmp: pyrouq.BatchEnsembleLeNet()(U8_IMAGES),
@@ -1005,8 +1014,8 @@ API_CASES = [
      r"save\(\) cannot describe a str: expected a model made by pyrouq.bayesian\(\)"),
     ("save", "range", with_model_guide(lambda m, g: save(Path(tempfile.gettempdir()), m, g)),
      CheckpointError, r"save\(\) needs a file path, got the folder .*pass e.g. .*checkpoint.pt"),
-    ("load", "empty", lambda tmp: load(tmp), CheckpointError, r"No checkpoint at .*: the file "
-     r"does not exist. Pass the path that pyrouq.save\(\)"),
+    ("load", "empty", lambda tmp: load(tmp), CheckpointError, r"No checkpoint at .*: the path "
+     r"is a folder\. Pass the path that pyrouq.save\(\)"),
     ("load", "companion", other_class_checkpoint, CheckpointError, r"BayesianMLP"),
     # -- data and plots ------------------------------------------------------------------
     ("load_mnist", "range", lambda tmp: load_mnist(batch_size=0), ValueError,

@@ -141,8 +141,23 @@ def test_save_refuses_what_it_cannot_rebuild(tmp_path):
     model = BayesianMLP(hidden_features=8)
     with pytest.raises(CheckpointError, match="metadata must hold JSON values"):
         save(tmp_path / "c.pt", model, mean_field_guide(model), metadata={"t": torch.ones(1)})
+    # an optimizer state load() would refuse to unpickle: refused when saving
+    with pytest.raises(CheckpointError, match=r"save\(optimizer=\) takes a torch optimizer, a "
+                       r"Pyro optimizer or a state dict .* got object, .* Pass optimizer"):
+        save(tmp_path / "c.pt", model, optimizer=object())
+    # a Pyro model of one's own with an autoguide: it cannot be described (it has latent sites)
+    from pyro.infer.autoguide import AutoNormal
+    from pyro.nn import PyroModule, PyroSample
+
+    own = PyroModule[torch.nn.Linear](2, 3)
+    own.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 2]).to_event(2))
+    with pytest.raises(CheckpointError, match=r"save\(\) cannot describe a PyroLinear"):
+        save(tmp_path / "c.pt", own, AutoNormal(own))
     assert not (tmp_path / "c.pt").exists()
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+    pyro_adam = pyro.optim.Adam({"lr": 0.1})
+    back = load(save(tmp_path / "p.pt", model, optimizer=pyro_adam))
+    assert back.optimizer_state == {}  # a Pyro optimizer's get_state(): no parameter seen yet
 
 
 def test_saved_models_predict_bit_identically_in_a_fresh_process(tmp_path):
@@ -188,10 +203,37 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
     (tmp_path / "short.pt").write_bytes(good[: len(good) // 2])
     with pytest.raises(CheckpointError, match="truncated or corrupted"):
         load(tmp_path / "short.pt")
-    (tmp_path / "noise.pt").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "noise.pt").write_bytes(b"\x80\x02" + bytes(range(256)) * 8)  # a pickle's start
     with pytest.raises(CheckpointError, match="truncated or corrupted") as info:
         load(tmp_path / "noise.pt")
     assert "weights_only" not in str(info.value)  # not torch's advice to unpickle it anyway
+    # a flipped byte inside a tensor: torch.load reads it as another value, the CRC tells
+    flipped = bytearray(good)
+    loc = mean_field_guide(model).site_loc("fc1.weight")  # the guide saved starts there
+    start = good.find(loc.detach().numpy().tobytes()[:64])
+    assert start > 0
+    flipped[start : start + 4] = b"\x00\x00\xc8\x42"  # 100.0
+    (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match=r"truncated or corrupted \(its entry .*data/\d+' "
+                       r"fails its checksum\)"):
+        load(tmp_path / "flipped.pt")
+    # files that are not torch's: a clear error naming what they are, never a raw KeyError
+    for name, content, what in (
+        ("notes.txt", b"hello world", r"it begins with b'hello world'"),
+        ("abc.txt", b"abc", r"it begins with b'abc'"),
+        ("empty.pt", b"", "it is empty"),
+    ):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(CheckpointError, match=rf"is not a pyrouq checkpoint: {what}, not a "
+                           r"file torch.save\(\) writes\. Pass the file that pyrouq.save\(\)"):
+            load(tmp_path / name)
+    import numpy as np
+
+    np.savez(tmp_path / "arrays.npz", a=np.zeros(3))
+    with pytest.raises(CheckpointError, match=r"it is a zip archive of a\.npy, not a file"):
+        load(tmp_path / "arrays.npz")
+    with pytest.raises(CheckpointError, match=r"No checkpoint at .*: the path is a folder\. Pass the path"):
+        load(tmp_path)
 
 
 class Payload:
@@ -459,7 +501,8 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit(tmp_path, mnist_small):
     path = tmp_path / "run.pt"
     fit(model, guide, loader_like(train), epochs=1, progress=False, checkpoint=path)
     other = BayesianMLP(hidden_features=32)
-    with pytest.raises(CheckpointError, match=r"holds a BayesianMLP with .*hidden_features.*16"):
+    with pytest.raises(CheckpointError, match=r"holds a BayesianMLP of another config: config"
+                       r"\['hidden_features'\] is 16 there and 32 in the model\. Rebuild"):
         fit(other, mean_field_guide(other), loader_like(train), epochs=2, resume_from=path)
     lenet = BayesianLeNet()
     with pytest.raises(CheckpointError, match="holds a BayesianMLP, but the model is a BayesianLe"):
@@ -630,9 +673,15 @@ def test_resume_names_the_config_entry_that_differs(tmp_path):
     path = tmp_path / "run.pt"
     fit(model, mean_field_guide(model), loader, epochs=1, progress=False, checkpoint=path)
     other = build(True)
-    with pytest.raises(CheckpointError, match=r'with config \{"local_reparameterization": false\}'
-                       r', but the model has \{"local_reparameterization": true\}'):  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"of another config: config\['local_reparameteri"
+                       r"zation'\] is false there and true in the model\. Rebuild"):  # fmt: skip
         fit(other, mean_field_guide(other), loader, epochs=2, progress=False, resume_from=path)
+    # a network of another structure: the layer that differs, not the start of both records
+    wider = bayesian(nn.Sequential(*[nn.Linear(4, 4) for _ in range(12)], nn.Linear(4, 5)))
+    with pytest.raises(CheckpointError, match=r"of another module: module\['parameters'\]\['12"
+                       r"\.weight'\] is \[3, 4\] there and \[5, 4\] in the model; module\["
+                       r"'parameters'\]\['12\.bias'\] is \[3\] there and \[5\] in the model"):
+        fit(wider, mean_field_guide(wider), loader, epochs=2, progress=False, resume_from=path)
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "rank1"])
@@ -1018,7 +1067,7 @@ def test_a_batchensemble_of_numpy_settings_predicts_its_members_and_resumes_chec
     fit(bayes, mean_field_guide(bayes), loader, epochs=1, progress=False,
         checkpoint=tmp_path / "bayes.pt")  # fmt: skip
     other = BayesianMLP(4, np.int64(16), 3)
-    pattern = r'\{"hidden_features": 8\}, but the model has \{"hidden_features": 16\}'
+    pattern = r"config\['hidden_features'\] is 8 there and 16 in the model"
     with pytest.raises(CheckpointError, match=pattern):
         fit(other, mean_field_guide(other), loader, epochs=2, progress=False,
             resume_from=tmp_path / "bayes.pt")  # fmt: skip

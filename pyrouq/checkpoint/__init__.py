@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyro.optim
 import torch
 from torch import nn
 
@@ -168,7 +169,8 @@ def save(
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
         ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``).
     guide : MeanFieldGuide, optional
-    optimizer : optimizer or its state_dict, optional
+    optimizer : torch optimizer, Pyro optimizer or a state dict, optional
+        Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``).
     metadata : dict, optional
         JSON-serialisable values (metrics, the command line, ...).
     training : dict, optional
@@ -183,8 +185,8 @@ def save(
     ------
     CheckpointError
         For a model or guide it cannot describe (a subclass of a pyrouq model, a prior that
-        is not a ``pyro.distributions`` family with tensor parameters), or metadata that is
-        not JSON.
+        is not a ``pyro.distributions`` family with tensor parameters), metadata that is
+        not JSON, or an optimizer state that is not tensors, numbers and strings.
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
@@ -203,6 +205,7 @@ def save(
             check_drawable(model, "a guide", "save()")
         except ValueError as err:
             raise CheckpointError(str(err)) from None
+        describe_model(model)  # a Pyro model of one's own: save() cannot describe it, it says
         raise CheckpointError(
             f"save() got a guide for {type(model).__name__}, which has no latent sites to "
             "draw. Save the model alone (guide=None); to draw weights, make the network "
@@ -233,6 +236,14 @@ def save(
     metadata_json = json_text(metadata if metadata is not None else {})
     if callable(getattr(optimizer, "state_dict", None)):  # torch.optim or pyrouq's Adam
         optimizer = optimizer.state_dict()
+    elif isinstance(optimizer, pyro.optim.PyroOptim):
+        optimizer = optimizer.get_state()
+    if optimizer is not None and not _plain_data(optimizer):
+        raise CheckpointError(
+            "save(optimizer=) takes a torch optimizer, a Pyro optimizer or a state dict of "
+            f"tensors, numbers and strings; got {type(optimizer).__name__}, which load() could "
+            "only unpickle (it refuses to). Pass optimizer.state_dict()."
+        )
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -345,9 +356,17 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate the raw checkpoint dict (tensors only; no code runs)."""
     path = Path(path)
     if not path.is_file():
+        what = "the path is a folder" if path.is_dir() else "the file does not exist"
         raise CheckpointError(
-            f"No checkpoint at {str(path)!r}: the file does not exist. Pass the path that "
+            f"No checkpoint at {str(path)!r}: {what}. Pass the path that "
             "pyrouq.save() or `pyrouq fit --out DIR` wrote (DIR/checkpoint.pt)."
+        )
+    foreign = _not_written_by_torch(path)
+    if foreign:
+        raise CheckpointError(
+            f"{str(path)!r} is not a pyrouq checkpoint: {foreign}, not a file torch.save() "
+            "writes. Pass the file that pyrouq.save() or `pyrouq fit --out DIR` wrote "
+            "(DIR/checkpoint.pt)."
         )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -363,8 +382,11 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
                 "pyrouq.save(); if you trust this file, read it with torch.load yourself."
             ) from None
         raise CheckpointError(_corrupt(path, reason)) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except Exception as err:  # torch's unpickler fails on damaged bytes in many ways
         raise CheckpointError(_corrupt(path, err)) from None
+    damaged = _damaged_entry(path)
+    if damaged:
+        raise CheckpointError(_corrupt(path, f"{damaged} fails its checksum"))
     if isinstance(payload, dict) and payload.get("format") == MCMC_FORMAT:
         return payload
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -387,6 +409,53 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 _OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"}
+
+
+def _plain_data(value: Any) -> bool:
+    """Whether ``value`` is made of what ``torch.load(weights_only=True)`` reads back: tensors,
+    numbers, strings, None, and dicts, lists and tuples of them."""
+    if value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, dict):
+        return all(_plain_data(k) and _plain_data(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain_data(v) for v in value)
+    return False
+
+
+def _not_written_by_torch(path: Path) -> str | None:
+    """What ``path`` is instead of a file of :func:`torch.save`, or None: torch writes a zip
+    archive holding a ``data.pkl`` (or, before torch 1.6, a pickle, opening with byte 0x80)."""
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return None  # a damaged archive: torch.load says what is wrong
+        if any(name.endswith("data.pkl") for name in names):
+            return None
+        shown = ", ".join(names[:3]) or "nothing"
+        return f"it is a zip archive of {shown}"
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if not head:
+        return "it is empty"
+    if head[:1] == b"\x80" or head[:2] == b"PK":  # a pickle, or a truncated archive
+        return None
+    return f"it begins with {head!r}"
+
+
+def _damaged_entry(path: Path) -> str | None:
+    """The first entry of the zip archive ``path`` whose bytes fail their CRC-32, or None
+    (torch.load does not check them: a flipped byte in a tensor loads as another value)."""
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"the archive ({err})"
+    return None if bad is None else f"its entry {bad!r}"
 
 
 def _plain_pickle_with_objects(path: Path) -> bool:

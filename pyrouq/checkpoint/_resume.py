@@ -59,15 +59,16 @@ def restore(
         if key == "module" and isinstance(theirs, dict) and isinstance(mine, dict):
             # entries added to the structure record after the checkpoint was written
             mine = {k: v for k, v in mine.items() if k in theirs}
-        if theirs != mine:
-            if isinstance(theirs, dict) and isinstance(mine, dict):  # only the entries that differ
-                differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
-                theirs = {k: theirs.get(k) for k in differ}
-                mine = {k: mine.get(k) for k in differ}
+        if theirs != mine:  # the innermost entries that differ, three at most
+            differ = _differences(theirs, mine, key)
+            shown = "; ".join(
+                f"{path} is {_entry(a)} there and {_entry(b)} in the model"
+                for path, a, b in differ[:3]
+            )
+            more = f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""
             raise CheckpointError(
-                f"resume_from={where!r} holds a {stored['class']} with {key} "
-                f"{_short(theirs)}, but the model has {_short(mine)}. "
-                "Rebuild the model with the saved arguments."
+                f"resume_from={where!r} holds a {stored['class']} of another {key}: {shown}"
+                f"{more}. Rebuild the model with the saved arguments."
             )
     saved_guide = saved.description.get("guide") is not None
     if saved_guide != (guide is not None):
@@ -157,6 +158,41 @@ def _prior_text(prior: Any, params: dict[str, torch.Tensor]) -> str:
         return f"<tensor of shape {tuple(t.shape)}>"
 
     return f"{prior.family}(" + ", ".join(f"{k}={value(v)}" for k, v in params.items()) + ")"
+
+
+_ABSENT = object()  # an entry one side lacks
+
+
+def _differences(theirs: Any, mine: Any, path: str) -> list[tuple[str, Any, Any]]:
+    """``(path, theirs, mine)`` for each innermost entry in which two JSON values differ:
+    dicts key by key, lists of lists or dicts of one length item by item (``path['key'][i]``);
+    a list of numbers (a shape) is one value."""
+    if theirs == mine:
+        return []
+    if isinstance(theirs, dict) and isinstance(mine, dict):
+        return [
+            found
+            for k in {**theirs, **mine}
+            for found in _differences(
+                theirs.get(k, _ABSENT), mine.get(k, _ABSENT), f"{path}[{k!r}]"
+            )
+        ]
+    if (
+        isinstance(theirs, list)
+        and isinstance(mine, list)
+        and len(theirs) == len(mine)
+        and any(isinstance(v, (dict, list)) for v in theirs + mine)  # a shape is one value
+    ):
+        return [
+            found
+            for i, (a, b) in enumerate(zip(theirs, mine, strict=True))
+            for found in _differences(a, b, f"{path}[{i}]")
+        ]
+    return [(path, theirs, mine)]
+
+
+def _entry(value: Any) -> str:
+    return "absent" if value is _ABSENT else _short(value, 120)
 
 
 def _short(value: Any, limit: int = 300) -> str:

@@ -11,6 +11,33 @@ from pyrouq.nn import FactorInit
 __all__ = ["BatchEnsembleLeNet", "BatchEnsembleMLP"]
 
 
+_MLP_DEFAULTS = (("in_features", 784), ("hidden_features", 256), ("out_features", 10),
+                 ("num_hidden", 1))  # fmt: skip
+_LENET_DEFAULTS = (("in_channels", 1), ("num_classes", 10))
+
+
+def _check_base(
+    name: str, base: Any, kind: type, given: dict[str, Any], defaults: dict[str, Any]
+) -> None:
+    """Refuse a ``base=`` of another class than ``kind``, or with an architecture other than
+    the arguments given beside it (they were ignored)."""
+    if not isinstance(base, kind):
+        raise TypeError(
+            f"{name}(base=) takes a pyrouq.{kind.__name__}, got {type(base).__name__}. For "
+            "another network, use pyrouq.batchensemble(net, num_members)."
+        )
+    clash = [
+        f"{arg}={value!r} (base has {getattr(base, arg)!r})"
+        for arg, value in given.items()
+        if value != defaults[arg] and value != getattr(base, arg)
+    ]
+    if clash:
+        raise ValueError(
+            f"{name}: base= has another architecture than the arguments given beside it: "
+            f"{', '.join(clash)}. Pass base alone (its architecture is used), or leave it out."
+        )
+
+
 class BatchEnsembleMLP(BatchEnsembleNetwork):
     """BatchEnsemble of :class:`MLP` (same architecture and layer names), M members.
 
@@ -49,8 +76,15 @@ class BatchEnsembleMLP(BatchEnsembleNetwork):
         s_std: float = 0.5,
         num_data: int | None = None,
     ):
+        given = dict(
+            in_features=in_features,
+            hidden_features=hidden_features,
+            out_features=out_features,
+            num_hidden=num_hidden,
+        )
         if base is None:
-            base = MLP(in_features, hidden_features, out_features, num_hidden)
+            base = MLP(**given)
+        _check_base(type(self).__name__, base, MLP, given, dict(_MLP_DEFAULTS))
         super().__init__(
             base,
             num_members,
@@ -98,8 +132,10 @@ class BatchEnsembleLeNet(BatchEnsembleNetwork):
         s_std: float = 0.5,
         num_data: int | None = None,
     ):
+        given = dict(in_channels=in_channels, num_classes=num_classes)
         if base is None:
-            base = LeNet(in_channels, num_classes)
+            base = LeNet(**given)
+        _check_base(type(self).__name__, base, LeNet, given, dict(_LENET_DEFAULTS))
         super().__init__(
             base,
             num_members,
