@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._numbers import is_real, tensor_hint
-from pyrouq._util import ShardedOrder, check_int, check_seed
+from pyrouq._util import ShardedOrder, check_flag, check_int, check_seed
 
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
 
@@ -101,7 +101,7 @@ class ArrayLoader(ShardedOrder):
     ):
         x, y = _check_xy(x, y, "ArrayLoader")
         self.batch_size = check_int("batch_size", batch_size, hint="Pass e.g. batch_size=64.")
-        self.shuffle = bool(shuffle)
+        self.shuffle = check_flag("shuffle", shuffle)
         self.dataset = _Dataset(x, y)
         self._generator = torch.Generator()
         if seed is None:

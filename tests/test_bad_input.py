@@ -1017,6 +1017,10 @@ API_CASES = [
     ("load", "empty", lambda tmp: load(tmp), CheckpointError, r"No checkpoint at .*: the path "
      r"is a folder\. Pass the path that pyrouq.save\(\)"),
     ("load", "companion", other_class_checkpoint, CheckpointError, r"BayesianMLP"),
+    ("load", "type", lambda tmp: load(save(tmp / "m.pt", BayesianMLP()), model_class=3),
+     TypeError, r"Expected model_class to be a model class or its name, got 3\. Pass e\.g\. "
+     r"model_class=pyrouq\.BayesianLeNet, or leave it out\."),
+
     # -- data and plots ------------------------------------------------------------------
     ("load_mnist", "range", lambda tmp: load_mnist(batch_size=0), ValueError,
      r"Expected batch_size to be a positive integer, got 0"),
@@ -1163,6 +1167,9 @@ API_CASES = [
     ("ArrayLoader", "companion",
      lambda tmp: pyrouq.ArrayLoader(torch.randn(4, 3), torch.randn(5)), ValueError,
      r"ArrayLoader: x and y must hold the same number of rows, got 4 and 5"),
+    ("ArrayLoader", "type",  # "no" is true: it shuffled
+     lambda tmp: pyrouq.ArrayLoader(torch.randn(4, 3), torch.randn(4), shuffle="no"),
+     TypeError, r"Expected shuffle to be True or False, got 'no'\."),
     ("ArrayLoader", "empty", lambda tmp: pyrouq.ArrayLoader(torch.randn(0, 3), torch.randn(0)),
      ValueError, r"expected x with a leading dimension of N >= 1 rows, got shape \(0, 3\)"),
     ("train_test_split", "range",

@@ -1024,6 +1024,10 @@ def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exac
                       r"of 2: the learning-rate schedule no longer matches the run's. Resume "
                       r"with the run's loader"):  # fmt: skip
         run(20, epochs=2, resume_from=path)
+    # 40 rows at 11 a batch are 4 batches too: the batch size tells
+    with pytest.warns(UserWarning, match=r"continues a run of batch size 10 with a loader of "
+                      r"batch size 11: its steps see other batches than the run's would have"):
+        run(11, epochs=2, resume_from=path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run(10, epochs=2, resume_from=path)

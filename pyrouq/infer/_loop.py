@@ -113,6 +113,12 @@ def len_or_zero(loader: Iterable) -> int:
         return 0
 
 
+def _batch_size(loader: Iterable) -> int:
+    """A loader's ``batch_size`` (a DataLoader's, a pyrouq loader's), or 0 if it tells none."""
+    size = getattr(loader, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else 0
+
+
 def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
     warmup = int(WARMUP_FRACTION * total_steps) if lr_schedule == "warmup_cosine" else 0
 
@@ -216,6 +222,14 @@ class Loop:
                 f"{skipped}. Resume with the run's loader (same data and batch size) to "
                 "continue it exactly."
             )
+        theirs_size, ours_size = state.get("batch_size"), _batch_size(self.loader)
+        if theirs == ours and theirs_size and ours_size and theirs_size != ours_size:
+            warn_caller(
+                f"fit(resume_from=...) continues a run of batch size {theirs_size} with a loader "
+                f"of batch size {ours_size}: its steps see other batches than the run's would "
+                "have. Resume with the run's loader (same data and batch size) to continue it "
+                "exactly."
+            )
         given, run = self.base_lrs, [float(v) for v in state["base_lrs"]]
         if given != run:
             warn_caller(
@@ -311,6 +325,7 @@ class Loop:
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
             batches_per_epoch=len_or_zero(self.loader),
+            batch_size=_batch_size(self.loader),
             lr_schedule=self.lr_schedule,
             num_particles=self.elbo.num_particles,
             num_data=self.num_data,

@@ -274,6 +274,7 @@ def training_state(
     optimizer: str,
     kl_weight: float,
     batches_per_epoch: int,
+    batch_size: int,
     lr_schedule: str,
     num_particles: int,
     num_data: int,
@@ -283,6 +284,7 @@ def training_state(
         "optimizer": optimizer,
         "kl_weight": kl_weight,
         "batches_per_epoch": batches_per_epoch,
+        "batch_size": batch_size,  # 0: the loader told none
         "lr_schedule": lr_schedule,
         "num_particles": num_particles,
         "num_data": num_data,
