@@ -136,6 +136,30 @@ def test_dims_follow_each_layers_layout():
     assert post["0.s"].dims == ("chain", "draw", "0_member", "0_out")
 
 
+def test_layers_whose_dim_names_would_meet_keep_their_dots():
+    """``block.fc`` and ``block_fc`` both gave ``block_fc_out``: xarray joined a 5 with a 3
+    and padded the smaller sites with NaN, without a word."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = torch.nn.Module()
+            self.block.fc = torch.nn.Linear(4, 5)
+            self.block_fc = torch.nn.Linear(5, 3)
+
+        def forward(self, x):
+            return self.block_fc(torch.relu(self.block.fc(x)))
+
+    model = pyrouq.bayesian(Net())
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    post = to_inference_data(model, mean_field_guide(model), x, y, num_samples=2).posterior
+    assert post["block.fc.weight"].dims == ("chain", "draw", "block.fc_out", "block.fc_in")
+    assert post["block_fc.weight"].dims == ("chain", "draw", "block_fc_out", "block_fc_in")
+    assert post["block.fc.weight"].shape == (1, 2, 5, 4)
+    assert post["block_fc.bias"].shape == (1, 2, 3)
+    assert not any(np.isnan(post[k].values).any() for k in post.data_vars)
+
+
 def test_default_number_of_draws(bayes, data):
     idata = to_inference_data(*bayes, *data)
     assert idata.posterior.sizes["draw"] == DEFAULT_IDATA_SAMPLES

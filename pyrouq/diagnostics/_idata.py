@@ -141,7 +141,8 @@ def to_inference_data(
       torch's layout: ``fc1.weight`` is ``(fc1_out, fc1_in)``, ``conv1.weight``
       ``(conv1_out, conv1_in, conv1_kh, conv1_kw)``, ``fc1.bias`` ``(fc1_out,)``; a grouped
       convolution's second weight dim is ``<layer>_in_per_group`` (``_out_per_group`` for a
-      transposed one), a network that is a single layer has ``(out, in)``.
+      transposed one), a network that is a single layer has ``(out, in)``. Where two layers'
+      names would meet (``block.fc`` and ``block_fc``), theirs keep the dots: ``block.fc_out``.
     * ``posterior_predictive`` -- ``obs``: ``(1, S, N)`` labels (or targets, shaped as ``y``)
       drawn from each draw's predictive distribution; ``probs``: ``(1, S, N, C)`` those
       distributions (classifiers); ``loc`` and ``scale``: ``(1, S, N, D)`` their means and
@@ -260,7 +261,7 @@ def to_inference_data(
     device = module_device(model, guide)
     xd = x if device is None else x.to(device)
     yd = y if device is None else y.to(device)
-    posterior_dims: dict[str, list[str]] = {}
+    posterior_dims: dict[str, list[str]] = {}  # a BatchEnsemble has no posterior
 
     chains = 1
     keep: list[str]
@@ -278,10 +279,7 @@ def to_inference_data(
         weights = ({k: v[i].to(device or "cpu") for k, v in draws.items()} for i in range(total))
         out = _export_weights(model, weights, xd, yd, n, total, keep, batch_size)
         chains = result.num_chains
-        for name in keep:
-            site_dims = _weight_dims(model, name, tuple(out.values[name].shape[1:]))
-            if site_dims is not None:
-                posterior_dims[name] = site_dims
+        posterior_dims = _named_dims(model, keep, out)
     elif guide is None:
         if has_latent_sites(model):
             raise ValueError(
@@ -319,10 +317,7 @@ def to_inference_data(
             out = _export_bayesian(model, guide, xd, yd, n, s, keep, batch_size)
         else:
             out, keep = _export_pyro(model, guide, xd, yd, n, s, var_names)
-        for name in keep:
-            site_dims = _weight_dims(model, name, tuple(out.values[name].shape[1:]))
-            if site_dims is not None:
-                posterior_dims[name] = site_dims
+        posterior_dims = _named_dims(model, keep, out)
 
     coords: dict[str, Any] = {"obs_id": np.arange(n)}
     dims: dict[str, list[str]] = {"obs": ["obs_id"], **posterior_dims}
@@ -373,6 +368,29 @@ def to_inference_data(
 
 def _likelihood(model: Any) -> Likelihood:
     return getattr(model, "likelihood", None) or Categorical()
+
+
+def _named_dims(model: Any, keep: list[str], out: Any) -> dict[str, list[str]]:
+    """The named dims of the exported sites (:func:`_weight_dims`), each name one layer's:
+    where two layers' names meet (``block.fc`` and ``block_fc`` both give ``block_fc_out``,
+    and xarray would pad the smaller with NaN), theirs keep the dots (``block.fc_out``)."""
+    named = {}
+    for name in keep:
+        site_dims = _weight_dims(model, name, tuple(out.values[name].shape[1:]))
+        if site_dims is not None:
+            named[name] = site_dims
+    owners: dict[str, set[str]] = {}
+    for site, site_dims in named.items():
+        for dim in site_dims:
+            owners.setdefault(dim, set()).add(site.rpartition(".")[0])
+    shared = {dim for dim, layers in owners.items() if len(layers) > 1}
+    for site, site_dims in named.items():
+        layer = site.rpartition(".")[0]
+        flat = layer.replace(".", "_") + "_"
+        named[site] = [
+            layer + "_" + dim[len(flat) :] if dim in shared and layer else dim for dim in site_dims
+        ]
+    return named
 
 
 def _batches(n: int, batch_size: int) -> Iterator[slice]:
