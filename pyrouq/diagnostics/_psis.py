@@ -103,6 +103,27 @@ def _interpret(k_hat: float) -> str:
     )
 
 
+def _log_prob(fn: Any, value: Tensor) -> Tensor:
+    """``fn.log_prob(value)`` without torch's support check, which a distribution built under
+    validation (the first draw's) makes: a guide draw outside the model's support has log
+    density -inf (weight 0, as importance sampling reads it), not a ValueError."""
+    chain, inner = [], fn  # the distribution and those it wraps (Independent, Expanded, ...)
+    while isinstance(inner, torch.distributions.Distribution) and inner not in chain:
+        chain.append(inner)
+        inner = getattr(inner, "base_dist", None)
+    saved = [d.__dict__.get("_validate_args") for d in chain]
+    for d in chain:
+        d._validate_args = False
+    try:
+        return fn.log_prob(value)  # type: ignore[no-any-return]
+    finally:
+        for d, was in zip(chain, saved, strict=True):
+            if was is None:
+                d.__dict__.pop("_validate_args", None)
+            else:
+                d._validate_args = was
+
+
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
     """``sum`` of the (scaled, masked) log densities of a trace, float64; observed sites times
     ``observed_factor``, deterministic and subsample sites skipped."""
@@ -113,7 +134,7 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
             continue
         if site["is_observed"] and site["infer"].get("_deterministic"):
             continue
-        log_p = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"])
+        log_p = scale_and_mask(_log_prob(site["fn"], site["value"]), site["scale"], site["mask"])
         log_p = torch.as_tensor(log_p).double().sum().cpu()
         total = total + (log_p * observed_factor if site["is_observed"] else log_p)
     return total
