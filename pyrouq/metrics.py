@@ -103,7 +103,7 @@ def nll(probs: Tensor, targets: Tensor) -> float:
     """
     pbar, y = _prepare(probs, targets)
     p_true = pbar.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    return float(-torch.log(p_true.clamp_min(NLL_CLAMP)).mean())
+    return float(-torch.log(p_true.clamp_min(NLL_CLAMP)).mean()) + 0.0  # no -0.0 for p = 1
 
 
 def brier(probs: Tensor, targets: Tensor) -> float:

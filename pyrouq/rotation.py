@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyrouq._numbers import is_real
 from pyrouq._util import module_device, rng_state, set_rng_state
 from pyrouq.data import NORMALIZED_BLACK
 from pyrouq.uncertainty import Measure, decompose
@@ -317,6 +318,12 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
         if missing:
             raise ValueError(
                 f"A rotation row lacks the key(s) {missing}; expected dicts with keys "
+                f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
+            )
+        odd = {k: row[k] for k in _ROTATION_KEYS if not is_real(row[k])}
+        if odd:
+            raise TypeError(
+                f"A rotation row holds non-numbers {odd}; expected a number for each of "
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
     return out

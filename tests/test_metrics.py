@@ -80,6 +80,8 @@ def test_nll_four_points():
 def test_nll_clamps_exact_zero():
     # p̄[target] = 0 -> -log(1e-12) = 27.631..., finite
     assert nll(f64([[1.0, 0.0]]), torch.tensor([1])) == pytest.approx(12 * math.log(10))
+    # certain and right: 0.0, not -0.0 (tables printed "-0.00000")
+    assert math.copysign(1.0, nll(f64([[1.0, 0.0]]), torch.tensor([0]))) == 1.0
 
 
 def test_brier_four_points():

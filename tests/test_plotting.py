@@ -24,7 +24,8 @@ from pyrouq.plotting import (
     plot_uncertainty_distributions,
     save_figures,
 )
-from pyrouq.predictive import Predictions
+from pyrouq.plotting import plot_regression
+from pyrouq.predictive import GaussianPredictions, Predictions
 
 N, C = 12, 10
 
@@ -324,6 +325,18 @@ def test_bad_inputs(preds, images, targets):
         plot_rotation([{"angle": 0.0, "acc": 1.0, "epistemic": 0.0, "total": 0.0}])
     with pytest.raises(ValueError, match="Expected at least one row"):
         plot_rotation([])
+    # values checked before a figure is made: none is left open by a refusal
+    open_before = len(plt.get_fignums())
+    with pytest.raises(TypeError, match=r"A rotation row holds non-numbers \{'acc': None\}"):
+        plot_rotation([{"angle": 0, "acc": None, "ece": 0.1, "epistemic": 0.1, "total": 0.1}])
+    with pytest.raises(TypeError, match=r"Expected EpochRecord fields \['loss'\] to be numbers, "
+                       r"got None \(epoch 1\)"):
+        plot_training_curves([EpochRecord(1, None, 1.0, 1.0, 0.5, 1.0)])  # type: ignore[arg-type]
+    gaussian = GaussianPredictions(torch.randn(2, 5, 1), torch.ones(2, 5, 1))
+    x = torch.arange(5.0)
+    with pytest.raises(ValueError):
+        plot_regression(gaussian, x, train_x=x, train_y=x[:3])  # (5,) inputs, 3 targets
+    assert len(plt.get_fignums()) == open_before
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._numbers import is_real
 from pyrouq._util import check_int
 from pyrouq.metrics import (
     NUM_BINS,
@@ -299,6 +300,13 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
                 f"Expected EpochRecord entries with fields {list(fields)}, got "
                 f"{type(record).__name__}; pass the FitResult that pyrouq.fit returned."
             )
+        odd = [f for f in fields if not is_real(getattr(record, f))]
+        if odd:
+            raise TypeError(
+                f"Expected EpochRecord fields {odd} to be numbers, got "
+                f"{', '.join(repr(getattr(record, f)) for f in odd)} (epoch {record.epoch!r}); "
+                "pass the FitResult that pyrouq.fit returned."
+            )
     epochs = [r.epoch for r in history]
     last = history[-1]
     marker = "o-" if len(history) < 30 else "-"
@@ -325,7 +333,7 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     seconds = sum(r.seconds for r in history)
     fig.suptitle(
-        f"{len(history)} epochs in {seconds:.1f} s: final loss {last.loss:.5g}, "
+        f"{len(history)} epoch{'s' if len(history) != 1 else ''} in {seconds:.1f} s: final loss {last.loss:.5g}, "
         f"KL {last.kl:.5g}" + (f", train acc {last.train_acc:.2%}" if accuracy else ""),
         fontsize=10,
     )

@@ -118,6 +118,12 @@ def plot_regression(
     mean = p.mean[:, output].double().cpu()[order].numpy()
     aleatoric = p.aleatoric_variance[:, output].double().cpu()[order].sqrt().numpy()
     epistemic = p.epistemic_variance[:, output].double().cpu()[order].sqrt().numpy()
+    train = None
+    if train_x is not None and train_y is not None:  # checked before a figure is made
+        n = train_x.shape[0] if isinstance(train_x, Tensor) and train_x.dim() else 0
+        tx = _column(train_x, "train_x", n)
+        ty = _targets_of(train_y, n, p.num_outputs)[:, output].double().cpu()
+        train = tx.numpy(), ty.numpy()
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.fill_between(
@@ -129,11 +135,8 @@ def plot_regression(
         label=f"epistemic (+-{num_sd:g} sd)",
     )  # fmt: skip
     ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean")
-    if train_x is not None and train_y is not None:
-        n = train_x.shape[0] if isinstance(train_x, Tensor) and train_x.dim() else 0
-        tx = _column(train_x, "train_x", n)
-        ty = _targets_of(train_y, n, p.num_outputs)[:, output].double().cpu()
-        ax.scatter(tx.numpy(), ty.numpy(), s=12, color="black", zorder=3, label="training data")
+    if train is not None:
+        ax.scatter(*train, s=12, color="black", zorder=3, label="training data")
     ax.set_xlabel("x")
     ax.set_ylabel("y" if p.num_outputs == 1 else f"y[{output}]")
     ax.set_title(f"Predictive mean and uncertainty ({p.num_samples} draws)")
