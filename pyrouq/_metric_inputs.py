@@ -28,9 +28,11 @@ def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
                 "plot them with plot_regression() / plot_calibration()."
             )
         if not hasattr(probs, "probs"):
+            arrayish = isinstance(probs, (list, tuple)) or hasattr(probs, "__array__")
             raise TypeError(
                 f"Expected {name} to be an (S, N, C) or (N, C) probability tensor or an object "
-                f"with a .probs attribute (e.g. pyrouq Predictions), got {type(probs).__name__}."
+                f"with a .probs attribute (e.g. pyrouq Predictions), got {type(probs).__name__}"
+                f"{f'; pass torch.as_tensor({name})' if arrayish else ''}."
             )
         probs = probs.probs
     _check_probs(probs, name=name, ndim=(3, 2))

@@ -303,7 +303,8 @@ def test_bad_inputs(preds, images, targets):
         plot_uncertainty_distributions(preds, kind="kde")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"Expected ood with C=10 classes like in_dist"):
         plot_uncertainty_distributions(preds, torch.full((2, 4), 0.25))
-    with pytest.raises(TypeError, match=r"Expected predictions_or_probs to be an .* got list"):
+    with pytest.raises(TypeError, match=r"Expected predictions_or_probs to be an .* got list; "
+                       r"pass torch\.as_tensor\(predictions_or_probs\)\."):
         plot_reliability([[0.5, 0.5]], targets)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="No targets: pass targets="):
         plot_risk_coverage(preds)

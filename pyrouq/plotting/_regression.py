@@ -30,7 +30,10 @@ def _gaussian(predictions: Any, where: str) -> GaussianPredictions:
 
 def _column(value: Any, name: str, n: int) -> Tensor:
     if not isinstance(value, Tensor):
-        raise TypeError(f"Expected {name} to be a torch.Tensor, got {type(value).__name__}.")
+        raise TypeError(
+            f"Expected {name} to be a torch.Tensor, got {type(value).__name__}; pass "
+            f"torch.as_tensor({name})."
+        )
     flat = value.detach().reshape(value.shape[0], -1) if value.dim() else value.reshape(1, 1)
     if flat.shape[1] != 1 or flat.shape[0] != n:
         raise ValueError(
