@@ -652,6 +652,45 @@ def test_a_layer_the_forward_bypasses_is_named_in_a_warning():
         batchensemble(nn.Sequential(nn.Linear(4, 3)), 2)(torch.randn(5, 4))  # all called
 
 
+class ScaledLinear(nn.Linear):
+    """A Linear subclass with a computation of its own."""
+
+    def forward(self, x):
+        return 3.0 * super().forward(x) + 1.0
+
+
+class StdConv(nn.Conv2d):
+    """A weight-standardised convolution (BiT's), overriding ``_conv_forward`` only."""
+
+    def _conv_forward(self, x, weight, bias):
+        mean = weight.mean((1, 2, 3), keepdim=True)
+        weight = (weight - mean) / (weight.std((1, 2, 3), keepdim=True) + 1e-5)
+        return super()._conv_forward(x, weight, bias)
+
+
+class PlainSubclass(nn.Linear):
+    """A subclass that computes as torch's Linear does: converted as one."""
+
+
+def test_subclasses_computing_their_own_way_keep_their_computation():
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        StdConv(1, 4, 3), nn.ReLU(), nn.Flatten(), PlainSubclass(64, 8), nn.ReLU(),
+        ScaledLinear(8, 3),
+    ).eval()  # fmt: skip
+    x = torch.randn(5, 1, 6, 6)
+    with pytest.warns(UserWarning, match=r"batchensemble\(\): 2 layer\(s\) of ScaledLinear, "
+                      r"StdConv, subclasses with a forward of their own, are kept as they are"):
+        ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0).eval()
+    assert type(ensemble.net[3]).__name__ == "BatchEnsembleLinear"  # converted
+    assert type(ensemble.net[5]) is ScaledLinear and type(ensemble.net[0]) is StdConv
+    with torch.no_grad():
+        torch.testing.assert_close(ensemble(x), net(x).expand(2, 5, 3))  # was off by 3.3
+    # local reparameterisation draws only layers that compute as torch's do
+    model = bayesian(net, local_reparameterization=True)
+    assert set(model.local_layers()) == {"3"}
+
+
 class Versioned(nn.Module):
     """A module that reads its state_dict version on load, as torchvision's MNASNet does (it
     refuses a state without one)."""

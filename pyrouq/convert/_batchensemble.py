@@ -17,6 +17,7 @@ from pyrouq.convert._select import (
     COUNTER,
     check_module,
     check_num_data,
+    computes_its_own_way,
     copy_network,
     module_record,
     weight_readers,
@@ -78,6 +79,7 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
     BatchEnsemble version; the number replaced. Attention modules that read their layers'
     weights directly keep them plain (:func:`~pyrouq.convert._select.weight_readers`)."""
     parametrized: list[str] = []
+    own_way: list[str] = []  # layers of subclasses with their own computation: kept plain
     uses: dict[int, int] = {}  # how many names each parameter has (tied weights: several)
     for _, param in net.named_parameters(remove_duplicate=False):
         uses[id(param)] = uses.get(id(param), 0) + 1
@@ -85,6 +87,9 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
     def counterpart(child: nn.Module) -> nn.Module | None:
         layer_type = next((t for t in BATCHENSEMBLE_LAYERS if isinstance(child, t)), None)
         if layer_type is None or getattr(child, "_is_batchensemble", False):
+            return None
+        if computes_its_own_way(child):
+            own_way.append(type(child).__name__)
             return None
         if parametrize.is_parametrized(child):
             parametrized.append(type(child).__name__)
@@ -102,6 +107,13 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "
             "parametrization (e.g. weight_norm, spectral_norm); their BatchEnsemble layers "
             "start from its current weight and train W directly, without it.",
+        )
+    if own_way:
+        kinds = ", ".join(sorted(set(own_way)))
+        warn_caller(
+            f"batchensemble(): {len(own_way)} layer(s) of {kinds}, subclasses with a forward of "
+            "their own, are kept as they are, one layer the members share: a BatchEnsemble "
+            "layer would run torch's computation on their weights and drop theirs.",
         )
     return count
 
@@ -148,7 +160,10 @@ class BatchEnsembleNetwork(PyroModule):
     residual CNN with BatchNorm (Fashion-MNIST, 3 epochs from scratch) per-member norms
     measured better in accuracy, NLL and ECE (see the README). Other parameterised layers
     (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` and of
-    torchvision's Swin attention stay plain (their forwards read them as tensors), while the
+    torchvision's Swin attention stay plain (their forwards read them as tensors), as do
+    subclasses of Linear or a convolution with a computation of their own (a
+    weight-standardised convolution: a BatchEnsemble layer would drop it; a warning names
+    them), while the
     feed-forward layers of an ``nn.TransformerEncoderLayer`` are converted (torch's fused eval
     path is switched off while the members run, so that they are called). The members differ
     only where the forward calls the converted layers: one that reads a layer's weight as a

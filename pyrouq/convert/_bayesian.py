@@ -29,6 +29,7 @@ from pyrouq.convert._select import (
     check_module,
     check_num_data,
     check_untied,
+    computes_its_own_way,
     copy_network,
     module_record,
     resolve_priors,
@@ -234,13 +235,14 @@ class BayesianNetwork(PyroModule):
         """``{module path: (weight site, bias site or None)}`` of the layers that local
         reparameterisation draws directly: not those inside a module that reads their weights
         as tensors instead of calling them (``nn.MultiheadAttention``'s ``out_proj``, Swin's
-        attention), whose sites are drawn whole."""
+        attention), nor subclasses with a computation of their own (a weight-standardised
+        convolution), whose sites are drawn whole."""
         readers = weight_readers()
         inside = [f"{p}." for p, m in self.net.named_modules() if isinstance(m, readers)]
         layers: dict[str, tuple[str, str | None]] = {}
         for path, module in self.net.named_modules():
-            if not isinstance(module, _engine.LOCAL_TYPES):
-                continue
+            if not isinstance(module, _engine.LOCAL_TYPES) or computes_its_own_way(module):
+                continue  # (a subclass computing its own way runs its forward, drawn whole)
             if any(path.startswith(prefix) for prefix in inside):
                 continue
             weight, bias = f"{path}.weight", f"{path}.bias"

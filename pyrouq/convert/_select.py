@@ -482,3 +482,18 @@ def weight_readers() -> tuple[type, ...]:
     if swin is not None:
         readers.append(swin.ShiftedWindowAttention)  # ShiftedWindowAttentionV2 subclasses it
     return tuple(readers)
+
+
+def computes_its_own_way(layer: nn.Module) -> bool:
+    """Whether ``layer``, a Linear or convolution, is of a subclass that overrides torch's
+    computation (``forward`` or ``_conv_forward``: a weight-standardised convolution, a
+    scaled linear layer), which a layer built from its weights alone would drop."""
+    base = next(
+        (t for t in type(layer).__mro__ if t.__module__.startswith("torch.nn.")), None
+    )  # the torch class it extends (the class itself for torch's own layers)
+    if base is None or base is type(layer):
+        return False
+    return any(
+        getattr(type(layer), attr, None) is not getattr(base, attr, None)
+        for attr in ("forward", "_conv_forward")
+    )
