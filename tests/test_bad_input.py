@@ -668,6 +668,21 @@ def gaussian_preds(n=6):
     return pyrouq.GaussianPredictions(torch.zeros(2, n, 1), torch.ones(2, n, 1))
 
 
+def pruned():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    torch.nn.utils.prune.l1_unstructured(net[0], "weight", amount=0.5)
+    return net
+
+
+def pruned_after_a_pass():
+    """Pruned, then run once without gradients: its weight is then a plain tensor, so the
+    network copies, but the layer's hook still recomputes it."""
+    net = pruned()
+    with torch.no_grad():
+        net(torch.randn(2, 4))
+    return net
+
+
 class Squeezed(torch.nn.Module):
     """A regression network whose forward drops its single output's dimension: (B,)."""
 
@@ -818,7 +833,15 @@ API_CASES = [
     ("batchensemble", "type",
      lambda tmp: pyrouq.batchensemble(torch.nn.utils.weight_norm(torch.nn.Linear(3, 2)), 2),
      ValueError, r"Linear cannot be copied, so pyrouq cannot convert it into a BatchEnsemble "
-     r"\(it converts a copy .*Use torch.nn.utils.parametrizations.weight_norm"),
+     r"\(it converts a copy .*: '' is under the legacy torch\.nn\.utils\.weight_norm, and its "
+     r"hook .* Use torch.nn.utils.parametrizations.weight_norm"),
+    ("batchensemble", "type", lambda tmp: pyrouq.batchensemble(pruned_after_a_pass(), 2),
+     ValueError, r"A BatchEnsemble cannot be built of layers whose weight a hook recomputes .*: "
+     r"'0' \(pruned by torch\.nn\.utils\.prune\)\. Make the pruning permanent first, "
+     r"torch\.nn\.utils\.prune\.remove\(layer, name\)\.$"),
+    ("bayesian", "type", lambda tmp: pyrouq.bayesian(pruned()), ValueError,
+     r"Sequential cannot be copied, .*: '0' is pruned by torch\.nn\.utils\.prune, and its hook "
+     r"keeps the weight as a computed tensor\. Make the pruning permanent first"),
     ("batchensemble", "empty", lambda tmp: pyrouq.batchensemble(torch.nn.ReLU(), 4), ValueError,
      r"ReLU has no nn.Linear or convolution layer to turn into BatchEnsemble layers. Pass a "),
     ("batchensemble", "dtype",

@@ -19,7 +19,9 @@ from pyrouq.convert._select import (
     check_num_data,
     computes_its_own_way,
     copy_network,
+    hook_fix,
     module_record,
+    weight_hooks,
     weight_readers,
 )
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
@@ -234,6 +236,14 @@ class BatchEnsembleNetwork(PyroModule):
             norms=norms,
         )
         net = copy_network(module, "convert it into a BatchEnsemble")
+        hooked = weight_hooks(net)
+        if hooked:  # its hook would read tensors a BatchEnsemble layer does not hold
+            names = ", ".join(f"{name!r} ({what})" for name, what in hooked[:3])
+            raise ValueError(
+                f"A BatchEnsemble cannot be built of layers whose weight a hook recomputes "
+                f"(its members' layers hold no tensors for it to read): {names}. "
+                f"{hook_fix(hooked)}"
+            )
         if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
             net = nn.Sequential(net)
         if not use_base_weights:  # a frozen layer keeps its weights: it would stay random

@@ -413,13 +413,56 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
     except RuntimeError as err:
         if "deepcopy protocol" not in str(err):
             raise
+        hooked = weight_hooks(module)
+        why = (
+            f"{hooked[0][0]!r} is {hooked[0][1]}"
+            if hooked
+            else "a tensor in it was computed, "
+            "not created, as torch.nn.utils.prune and the legacy weight_norm do"
+        )
         raise ValueError(
             f"{type(module).__name__} cannot be copied, so pyrouq cannot {what} (it converts "
-            "a copy and leaves your network as it is): a tensor in it was computed, not "
-            "created, as the legacy hook versions of torch.nn.utils.weight_norm and "
-            "spectral_norm do. Use torch.nn.utils.parametrizations.weight_norm / spectral_norm "
-            "instead."
+            f"a copy and leaves your network as it is): {why}, and its hook keeps the weight "
+            f"as a computed tensor. {hook_fix(hooked)}"
         ) from None
+
+
+def hook_fix(hooked: list[tuple[str, str]]) -> str:
+    """What to do about the layers :func:`weight_hooks` found (all fixes when none is)."""
+    pruned = any("prune" in what for _, what in hooked) or not hooked
+    legacy = any("legacy" in what for _, what in hooked) or not hooked
+    fixes = []
+    if pruned:
+        fixes.append("make the pruning permanent first, torch.nn.utils.prune.remove(layer, name)")
+    if legacy:
+        fixes.append(
+            "use torch.nn.utils.parametrizations.weight_norm / spectral_norm instead of the "
+            "legacy torch.nn.utils.weight_norm / spectral_norm"
+        )
+    text = "; ".join(fixes)
+    return text[0].upper() + text[1:] + "."
+
+
+def weight_hooks(module: nn.Module) -> list[tuple[str, str]]:
+    """``(layer name, what)`` for every layer whose weight a forward pre-hook recomputes from
+    other tensors: torch.nn.utils.prune (``weight_orig * weight_mask``) and the legacy
+    ``weight_norm`` / ``spectral_norm``."""
+    from torch.nn.utils import prune
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    kinds = (
+        (prune.BasePruningMethod, "pruned by torch.nn.utils.prune"),
+        (WeightNorm, "under the legacy torch.nn.utils.weight_norm"),
+        (SpectralNorm, "under the legacy torch.nn.utils.spectral_norm"),
+    )
+    found = []
+    for name, layer in module.named_modules():
+        for hook in layer._forward_pre_hooks.values():
+            what = next((text for kind, text in kinds if isinstance(hook, kind)), None)
+            if what is not None:
+                found.append((name, what))
+    return found
 
 
 def check_num_data(num_data: int | None) -> int | None:
