@@ -691,6 +691,20 @@ def test_subclasses_computing_their_own_way_keep_their_computation():
     assert set(model.local_layers()) == {"3"}
 
 
+def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_draw_and_member():
+    """An in-place activation first: the second draw or member saw the first one's output."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.LeakyReLU(0.1, inplace=True), nn.Linear(4, 3)).eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        expected = net(x.clone())
+        model = bayesian(net).eval()
+        same = {k: v.expand(3, *v.shape) for k, v in model.template().items()}  # 3 equal draws
+        torch.testing.assert_close(model.outputs(x.clone(), same), expected.expand(3, 2, 3))
+        ensemble = batchensemble(net, 3, r_std=0.0, s_std=0.0).eval()
+        torch.testing.assert_close(ensemble(x.clone()), expected.expand(3, 2, 3))
+
+
 class Versioned(nn.Module):
     """A module that reads its state_dict version on load, as torchvision's MNASNet does (it
     refuses a state without one)."""

@@ -253,8 +253,9 @@ def run_draws(
             )
         flat[name] = draws
     if _cpu(x) or _batch_statistics(net):
+        inputs = _AsItCame(x, count)
         outs = [
-            run(net, x, {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
+            run(net, inputs(), {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
             for s in range(count)
         ]
         stacked = torch.stack(outs)
@@ -468,6 +469,21 @@ def _ensemble_layers(net: nn.Module) -> list[Any]:
     return [m for m in net.modules() if getattr(m, "_is_batchensemble", False)]
 
 
+class _AsItCame:
+    """``x`` for each of ``runs`` runs of a network, as it came: a network may change its input
+    in place (an in-place activation first), which the next run must not see. One copy is
+    taken before the first run and handed out only once ``x`` has changed."""
+
+    def __init__(self, x: Tensor, runs: int):
+        self.x, self.version = x, x._version
+        self.copy = x.clone() if runs > 1 else None
+
+    def __call__(self) -> Tensor:
+        if self.copy is None or self.x._version == self.version:
+            return self.x
+        return self.copy.clone()
+
+
 def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """Every member of a converted BatchEnsemble on every input: ``(M, B, D)``.
 
@@ -490,10 +506,11 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
         told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
         try:
             outs = []
+            inputs = _AsItCame(x, num_members)
             for member in range(num_members):
                 for module in told:
                     module._member = member
-                outs.append(_check_outputs(net(x), net, x.shape[0]))
+                outs.append(_check_outputs(net(inputs()), net, x.shape[0]))
         finally:
             for module in told:
                 module._member = None
