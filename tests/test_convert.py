@@ -705,6 +705,33 @@ def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_draw_
         torch.testing.assert_close(ensemble(x.clone()), expected.expand(3, 2, 3))
 
 
+class DoubleUnderscore(nn.Module):
+    """Sites ``block.fc.*`` and ``block__fc.*``: the guide keys both ``block__fc__*``."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Module()
+        self.block.fc = nn.Linear(4, 4)
+        self.block__fc = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.block__fc(torch.tanh(self.block.fc(x)))))
+
+
+def test_sites_whose_guide_keys_would_meet_get_one_each(tmp_path):
+    torch.manual_seed(0)
+    net = DoubleUnderscore()
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    assert len(guide.loc) == len(guide.rho) == 6  # two sites shared one location before
+    assert torch.equal(guide.site_loc("block.fc.weight"), net.block.fc.weight)
+    assert torch.equal(guide.site_loc("block__fc.weight"), net.block__fc.weight)
+    back = pyrouq.load(pyrouq.save(tmp_path / "m.pt", model, guide), module=DoubleUnderscore())
+    for site in model.latent_sites():
+        assert torch.equal(back.guide.site_loc(site), guide.site_loc(site)), site
+
+
 class Versioned(nn.Module):
     """A module that reads its state_dict version on load, as torchvision's MNASNet does (it
     refuses a state without one)."""

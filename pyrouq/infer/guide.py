@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import pyro
@@ -34,8 +35,14 @@ MIN_RELATIVE_SCALE = 1e-6
 _GUIDE_COUNTER = itertools.count()
 
 
-def _key(site: str) -> str:
-    return site.replace(".", "__")
+def _keys(sites: Iterable[str]) -> dict[str, str]:
+    """Each site's key in the guide's ``loc`` / ``rho`` (which take no dots): ``fc1.weight`` is
+    ``fc1__weight``. Where two sites would meet (``block.fc.weight`` and
+    ``block__fc.weight``), every ``_`` is first written ``_0``, so no two keys are one."""
+    keys = {site: site.replace(".", "__") for site in sites}
+    if len(set(keys.values())) < len(keys):
+        keys = {site: site.replace("_", "_0").replace(".", "__") for site in keys}
+    return keys
 
 
 @register_guide
@@ -146,6 +153,7 @@ class MeanFieldGuide(nn.Module):
             state = {**own_values, **state}
         self.loc = nn.ParameterDict()
         self.rho = nn.ParameterDict()
+        self._keys = _keys(sites)
         for site, shape in sites.items():
             value = state[site].detach()
             if site in self.positive:  # a LogNormal guide: its location is log-space
@@ -156,7 +164,7 @@ class MeanFieldGuide(nn.Module):
                     f"{tuple(shape)}: the plain network's configuration differs from the model's."
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
-            self.loc[_key(site)] = nn.Parameter(value.clone().to(device, dtype))
+            self.loc[self._keys[site]] = nn.Parameter(value.clone().to(device, dtype))
             if init_scale_relative is None:
                 scale = torch.full(shape, init_scale, dtype=torch.float64)
             elif site in self.positive:  # a relative spread of the value itself
@@ -164,7 +172,7 @@ class MeanFieldGuide(nn.Module):
             else:
                 scale = (init_scale_relative * value.abs().double()).clamp_min(MIN_RELATIVE_SCALE)
             rho = scale + torch.log(-torch.expm1(-scale))  # softplus^-1
-            self.rho[_key(site)] = nn.Parameter(rho.to(device, dtype))
+            self.rho[self._keys[site]] = nn.Parameter(rho.to(device, dtype))
         self.sites = tuple(sites)
         self.init_scale = init_scale
         self.init_scale_relative = init_scale_relative
@@ -173,11 +181,11 @@ class MeanFieldGuide(nn.Module):
 
     def site_loc(self, site: str) -> torch.Tensor:
         """Location (posterior mean) of ``site``."""
-        return self.loc[_key(site)]
+        return self.loc[self._keys[site]]
 
     def site_scale(self, site: str) -> torch.Tensor:
         """Standard deviation of ``site`` (``softplus(rho)``)."""
-        return F.softplus(self.rho[_key(site)])
+        return F.softplus(self.rho[self._keys[site]])
 
     def means(self) -> dict[str, torch.Tensor]:
         """Posterior means of every site, detached (for ``poutine.condition``); medians
