@@ -416,6 +416,31 @@ def test_cpu_and_accelerator_schedules_agree_for_stacked_draws():
     torch.testing.assert_close(looped, vmapped, rtol=1e-5, atol=1e-6)
 
 
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+def test_draws_vmap_cannot_batch_run_one_at_a_time_on_the_accelerator_schedule():
+    """torch.func.vmap has no batching rule for nn.LSTM: the draws run one at a time (the
+    accelerator schedule raised 'Batching rule not implemented for aten::lstm.input')."""
+    from pyrouq import _engine
+
+    model = bayesian(Recurrent(), select=lambda name, p: p.dim() > 1).eval()
+    x = torch.randn(3, 5, 4)
+    stacked = {s: torch.randn(3, *shape) * 0.3 for s, shape in model.latent_sites().items()}
+    with _engine.schedule("cpu"):
+        looped = model.outputs(x, stacked)
+    with _engine.schedule("accelerator"):
+        fallen_back = model.outputs(x, stacked)
+    torch.testing.assert_close(looped, fallen_back)
+
+
 def test_local_reparameterization_on_a_converted_network():
     model = bayesian(Tower(), num_data=10, local_reparameterization=True)
     assert set(model.local_layers()) == {"conv", "depthwise", "grouped", "head"}

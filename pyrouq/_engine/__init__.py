@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -252,13 +253,17 @@ def run_draws(
                 "give every site the same leading sample dims."
             )
         flat[name] = draws
-    if _cpu(x) or _batch_statistics(net):
+
+    def one_at_a_time() -> Tensor:
         inputs = _AsItCame(x, count)
         outs = [
             run(net, inputs(), {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
             for s in range(count)
         ]
-        stacked = torch.stack(outs)
+        return torch.stack(outs)
+
+    if _cpu(x) or _batch_statistics(net):
+        stacked = one_at_a_time()
     else:
         shared = {k: v[0] for k, v in flat.items() if v.shape[0] == 1}
         batched = {k: v for k, v in flat.items() if v.shape[0] > 1}
@@ -266,7 +271,12 @@ def run_draws(
         def one(draw: dict[str, Tensor]) -> Tensor:
             return run(net, x, {**shared, **draw}, members)
 
-        stacked = torch.func.vmap(one, randomness="different")(batched)
+        try:
+            stacked = torch.func.vmap(one, randomness="different")(batched)
+        except RuntimeError as err:  # an op vmap cannot batch (nn.LSTM's), .item(), data-
+            if not _VMAP_REFUSAL.search(str(err)):  # dependent control flow: draw by draw
+                raise
+            stacked = one_at_a_time()
     plates = 1 if members is None else 2
     return stacked.reshape(*output_dims(lead, plates), *stacked.shape[1:])
 
@@ -467,6 +477,10 @@ def _single_input_feature(layer: Any) -> bool:
 
 def _ensemble_layers(net: nn.Module) -> list[Any]:
     return [m for m in net.modules() if getattr(m, "_is_batchensemble", False)]
+
+
+_VMAP_REFUSAL = re.compile(r"Batching rule not implemented|\bvmap\b")
+"""What ``torch.func.vmap``'s refusals of a network's ops say (not the network's own errors)."""
 
 
 class _AsItCame:
