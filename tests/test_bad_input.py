@@ -668,6 +668,15 @@ def gaussian_preds(n=6):
     return pyrouq.GaussianPredictions(torch.zeros(2, n, 1), torch.ones(2, n, 1))
 
 
+class NeedsScale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x, *, scale):
+        return self.fc(x) * scale
+
+
 def pruned():
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     torch.nn.utils.prune.l1_unstructured(net[0], "weight", amount=0.5)
@@ -839,6 +848,9 @@ API_CASES = [
      ValueError, r"A BatchEnsemble cannot be built of layers whose weight a hook recomputes .*: "
      r"'0' \(pruned by torch\.nn\.utils\.prune\)\. Make the pruning permanent first, "
      r"torch\.nn\.utils\.prune\.remove\(layer, name\)\.$"),
+    ("bayesian", "type", lambda tmp: pyrouq.bayesian(NeedsScale()), TypeError,
+     r"Cannot make Bayesian NeedsScale: its forward requires the keyword argument\(s\) scale, "
+     r"and pyrouq runs a network on one input tensor x alone\. Give them defaults"),
     ("bayesian", "type", lambda tmp: pyrouq.bayesian(pruned()), ValueError,
      r"Sequential cannot be copied, .*: '0' is pruned by torch\.nn\.utils\.prune, and its hook "
      r"keeps the weight as a computed tensor\. Make the pruning permanent first"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import numbers
 import sys
@@ -505,6 +506,21 @@ def check_module(module: Any, what: str) -> None:
             "and predict() pass the loader's x). Wrap it in a module whose forward(x) takes "
             "one tensor (split it, or hold the other input as a buffer), or give the other "
             "inputs defaults."
+        )
+    try:
+        keywords = [
+            p.name
+            for p in inspect.signature(module.forward).parameters.values()
+            if p.kind == p.KEYWORD_ONLY and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        keywords = []
+    if keywords:
+        raise TypeError(
+            f"Cannot {what} {type(module).__name__}: its forward requires the keyword "
+            f"argument(s) {', '.join(keywords)}, and pyrouq runs a network on one input tensor "
+            "x alone. Give them defaults, or wrap the network in a module whose forward(x) "
+            "passes them."
         )
     lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
     if lazy:  # nothing about them (shape, prior, member factors) is known yet
