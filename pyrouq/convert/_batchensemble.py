@@ -173,7 +173,12 @@ class BatchEnsembleNetwork(PyroModule):
     warns, naming every BatchEnsemble layer it did not call; one that reads its bias too meets
     the per-member biases ``(M, out)`` and fails, the error noting the layers not yet called.
     Tied weights stay tied (their layers share one W, as the members do), and a layer
-    registered under several names becomes one BatchEnsemble layer.
+    registered under several names becomes one BatchEnsemble layer. The folded batch must
+    stay on dim 0 of every converted layer's and norm's input (merging windows or tokens into
+    it keeps it there); only inside an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with
+    ``batch_first=False`` is it read on dim 1. A layer applied to other sequence-first
+    activations ``(T, M * B, F)`` would split T among the members (an error unless T is a
+    multiple of M * B): write such a network batch-first.
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
