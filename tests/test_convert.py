@@ -714,6 +714,14 @@ def test_subclasses_computing_their_own_way_keep_their_computation():
     # local reparameterisation draws only layers that compute as torch's do
     model = bayesian(net, local_reparameterization=True)
     assert set(model.local_layers()) == {"3"}
+    # a parametrization's generated class (ParametrizedScaledLinear) hides no subclass
+    weighted = nn.Sequential(nn.Linear(4, 4), nn.utils.parametrizations.weight_norm(
+        ScaledLinear(4, 3))).eval()  # fmt: skip
+    with pytest.warns(UserWarning, match=r"1 layer\(s\) of ParametrizedScaledLinear"):
+        ensemble = batchensemble(weighted, 2, r_std=0.0, s_std=0.0).eval()
+    with torch.no_grad():
+        x = torch.randn(5, 4)
+        torch.testing.assert_close(ensemble(x), weighted(x).expand(2, 5, 3))
 
 
 def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_draw_and_member():

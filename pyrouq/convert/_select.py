@@ -547,10 +547,10 @@ def computes_its_own_way(layer: nn.Module) -> bool:
     """Whether ``layer``, a Linear or convolution, is of a subclass that overrides torch's
     computation (``forward`` or ``_conv_forward``: a weight-standardised convolution, a
     scaled linear layer), which a layer built from its weights alone would drop."""
-    base = next(
-        (t for t in type(layer).__mro__ if t.__module__.startswith("torch.nn.")), None
-    )  # the torch class it extends (the class itself for torch's own layers)
-    if base is None or base is type(layer):
+    # the classes it is made of, less the one torch.nn.utils.parametrize generates
+    made_of = [t for t in type(layer).__mro__ if t.__module__ != parametrize.__name__]
+    base = next((t for t in made_of if t.__module__.startswith("torch.nn.")), None)
+    if base is None or base is made_of[0]:  # torch's own layer (parametrized or not)
         return False
     return any(
         getattr(type(layer), attr, None) is not getattr(base, attr, None)
