@@ -142,8 +142,11 @@ def test_save_refuses_what_it_cannot_rebuild(tmp_path):
     with pytest.raises(CheckpointError, match="metadata must hold JSON values"):
         save(tmp_path / "c.pt", model, mean_field_guide(model), metadata={"t": torch.ones(1)})
     # an optimizer state load() would refuse to unpickle: refused when saving
-    with pytest.raises(CheckpointError, match=r"save\(optimizer=\) takes a torch optimizer, a "
-                       r"Pyro optimizer or a state dict .* got object, .* Pass optimizer"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"save\(optimizer=\) takes a torch optimizer, a "
+        r"Pyro optimizer or a state dict .* got object, .* Pass optimizer",
+    ):
         save(tmp_path / "c.pt", model, optimizer=object())
     # a Pyro model of one's own with an autoguide: it cannot be described (it has latent sites)
     from pyro.infer.autoguide import AutoNormal
@@ -214,8 +217,11 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
     assert start > 0
     flipped[start : start + 4] = b"\x00\x00\xc8\x42"  # 100.0
     (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
-    with pytest.raises(CheckpointError, match=r"truncated or corrupted \(its entry .*data/\d+' "
-                       r"fails its checksum\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"truncated or corrupted \(its entry .*data/\d+' "
+        r"fails its checksum\)",
+    ):
         load(tmp_path / "flipped.pt")
     # files that are not torch's: a clear error naming what they are, never a raw KeyError
     for name, content, what in (
@@ -224,15 +230,22 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
         ("empty.pt", b"", "it is empty"),
     ):
         (tmp_path / name).write_bytes(content)
-        with pytest.raises(CheckpointError, match=rf"is not a pyrouq checkpoint: {what}, not a "
-                           r"file torch.save\(\) writes\. Pass the file that pyrouq.save\(\)"):
+        with pytest.raises(
+            CheckpointError,
+            match=rf"is not a pyrouq checkpoint: {what}, not a "
+            r"file torch.save\(\) writes\. Pass the file that pyrouq.save\(\)",
+        ):
             load(tmp_path / name)
     import numpy as np
 
     np.savez(tmp_path / "arrays.npz", a=np.zeros(3))
     with pytest.raises(CheckpointError, match=r"it is a zip archive of a\.npy, not a file"):
         load(tmp_path / "arrays.npz")
-    with pytest.raises(CheckpointError, match=r"No checkpoint at .*: the path is a folder\. Pass the path"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"No checkpoint at .*: the path is a folder\. "
+        r"Pass the path",
+    ):
         load(tmp_path)
 
 
@@ -501,8 +514,11 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit(tmp_path, mnist_small):
     path = tmp_path / "run.pt"
     fit(model, guide, loader_like(train), epochs=1, progress=False, checkpoint=path)
     other = BayesianMLP(hidden_features=32)
-    with pytest.raises(CheckpointError, match=r"holds a BayesianMLP of another config: config"
-                       r"\['hidden_features'\] is 16 there and 32 in the model\. Rebuild"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"holds a BayesianMLP of another config: config"
+        r"\['hidden_features'\] is 16 there and 32 in the model\. Rebuild",
+    ):
         fit(other, mean_field_guide(other), loader_like(train), epochs=2, resume_from=path)
     lenet = BayesianLeNet()
     with pytest.raises(CheckpointError, match="holds a BayesianMLP, but the model is a BayesianLe"):
@@ -678,9 +694,12 @@ def test_resume_names_the_config_entry_that_differs(tmp_path):
         fit(other, mean_field_guide(other), loader, epochs=2, progress=False, resume_from=path)
     # a network of another structure: the layer that differs, not the start of both records
     wider = bayesian(nn.Sequential(*[nn.Linear(4, 4) for _ in range(12)], nn.Linear(4, 5)))
-    with pytest.raises(CheckpointError, match=r"of another module: module\['parameters'\]\['12"
-                       r"\.weight'\] is \[3, 4\] there and \[5, 4\] in the model; module\["
-                       r"'parameters'\]\['12\.bias'\] is \[3\] there and \[5\] in the model"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"of another module: module\['parameters'\]\['12"
+        r"\.weight'\] is \[3, 4\] there and \[5, 4\] in the model; module\["
+        r"'parameters'\]\['12\.bias'\] is \[3\] there and \[5\] in the model",
+    ):
         fit(wider, mean_field_guide(wider), loader, epochs=2, progress=False, resume_from=path)
 
 
@@ -963,8 +982,9 @@ def test_a_loaded_bayesian_network_keeps_the_weights_it_was_converted_from(tmp_p
 
     payload = torch.load(path, weights_only=True)
     payload["format_version"] = 2
-    payload["model"] = {k: v for k, v in payload["model"].items() if k not in ("net.2.weight",
-                                                                             "net.2.bias")}
+    payload["model"] = {
+        k: v for k, v in payload["model"].items() if k not in ("net.2.weight", "net.2.bias")
+    }
     torch.save(payload, tmp_path / "v2.pt")
     old = load(tmp_path / "v2.pt", module=net(1))
     assert torch.equal(old.model.plain_network()[2].weight, net(1)[2].weight)
@@ -1025,8 +1045,11 @@ def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exac
                       r"with the run's loader"):  # fmt: skip
         run(20, epochs=2, resume_from=path)
     # 40 rows at 11 a batch are 4 batches too: the batch size tells
-    with pytest.warns(UserWarning, match=r"continues a run of batch size 10 with a loader of "
-                      r"batch size 11: its steps see other batches than the run's would have"):
+    with pytest.warns(
+        UserWarning,
+        match=r"continues a run of batch size 10 with a loader of "
+        r"batch size 11: its steps see other batches than the run's would have",
+    ):
         run(11, epochs=2, resume_from=path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

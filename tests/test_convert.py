@@ -704,8 +704,11 @@ def test_subclasses_computing_their_own_way_keep_their_computation():
         ScaledLinear(8, 3),
     ).eval()  # fmt: skip
     x = torch.randn(5, 1, 6, 6)
-    with pytest.warns(UserWarning, match=r"batchensemble\(\): 2 layer\(s\) of ScaledLinear, "
-                      r"StdConv, subclasses with a forward of their own, are kept as they are"):
+    with pytest.warns(
+        UserWarning,
+        match=r"batchensemble\(\): 2 layer\(s\) of ScaledLinear, "
+        r"StdConv, subclasses with a forward of their own, are kept as they are",
+    ):
         ensemble = batchensemble(net, 2, r_std=0.0, s_std=0.0).eval()
     assert type(ensemble.net[3]).__name__ == "BatchEnsembleLinear"  # converted
     assert type(ensemble.net[5]) is ScaledLinear and type(ensemble.net[0]) is StdConv

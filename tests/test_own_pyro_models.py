@@ -133,8 +133,12 @@ def test_float64_draws_of_a_model_without_parameters_take_the_inputs_dtype():
     dtype, so they take the inputs' (torch refused float32 inputs times float64 weights)."""
     model, guide = fitted(BNN())
     x, _ = data()
-    draws = Predictive(model, guide=guide, num_samples=4, return_sites=[
-        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"])(x)
+    draws = Predictive(
+        model,
+        guide=guide,
+        num_samples=4,
+        return_sites=["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"],
+    )(x)
     as_float64 = {k: v.double() for k, v in draws.items()}
     preds = pyrouq.predict(model, x[:6], posterior_samples=as_float64, progress=False)
     expected = pyrouq.predict(model, x[:6], posterior_samples=draws, progress=False)

@@ -17,6 +17,7 @@ from pyrouq.plotting import (
     MAX_BARS,
     plot_image_grid,
     plot_most_uncertain,
+    plot_regression,
     plot_reliability,
     plot_risk_coverage,
     plot_rotation,
@@ -24,7 +25,6 @@ from pyrouq.plotting import (
     plot_uncertainty_distributions,
     save_figures,
 )
-from pyrouq.plotting import plot_regression
 from pyrouq.predictive import GaussianPredictions, Predictions
 
 N, C = 12, 10
@@ -303,8 +303,11 @@ def test_bad_inputs(preds, images, targets):
         plot_uncertainty_distributions(preds, kind="kde")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"Expected ood with C=10 classes like in_dist"):
         plot_uncertainty_distributions(preds, torch.full((2, 4), 0.25))
-    with pytest.raises(TypeError, match=r"Expected predictions_or_probs to be an .* got list; "
-                       r"pass torch\.as_tensor\(predictions_or_probs\)\."):
+    with pytest.raises(
+        TypeError,
+        match=r"Expected predictions_or_probs to be an .* got list; "
+        r"pass torch\.as_tensor\(predictions_or_probs\)\.",
+    ):
         plot_reliability([[0.5, 0.5]], targets)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="No targets: pass targets="):
         plot_risk_coverage(preds)
@@ -330,8 +333,11 @@ def test_bad_inputs(preds, images, targets):
     open_before = len(plt.get_fignums())
     with pytest.raises(TypeError, match=r"A rotation row holds non-numbers \{'acc': None\}"):
         plot_rotation([{"angle": 0, "acc": None, "ece": 0.1, "epistemic": 0.1, "total": 0.1}])
-    with pytest.raises(TypeError, match=r"Expected EpochRecord fields \['loss'\] to be numbers, "
-                       r"got None \(epoch 1\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"Expected EpochRecord fields \['loss'\] to be numbers, "
+        r"got None \(epoch 1\)",
+    ):
         plot_training_curves([EpochRecord(1, None, 1.0, 1.0, 0.5, 1.0)])  # type: ignore[arg-type]
     gaussian = GaussianPredictions(torch.randn(2, 5, 1), torch.ones(2, 5, 1))
     x = torch.arange(5.0)

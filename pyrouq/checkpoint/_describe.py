@@ -186,7 +186,9 @@ def build_model(
     name = description["model"]["class"]
     doors = _front_doors()
     if expected is not None:
-        expected_name = expected if isinstance(expected, str) else getattr(expected, "__name__", None)
+        expected_name = (
+            expected if isinstance(expected, str) else getattr(expected, "__name__", None)
+        )
         if not isinstance(expected_name, str):
             raise TypeError(
                 f"Expected model_class to be a model class or its name, got {expected!r}. "

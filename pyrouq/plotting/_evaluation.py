@@ -333,7 +333,8 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     seconds = sum(r.seconds for r in history)
     fig.suptitle(
-        f"{len(history)} epoch{'s' if len(history) != 1 else ''} in {seconds:.1f} s: final loss {last.loss:.5g}, "
+        f"{len(history)} epoch{'s' if len(history) != 1 else ''} in {seconds:.1f} s: final "
+        f"loss {last.loss:.5g}, "
         f"KL {last.kl:.5g}" + (f", train acc {last.train_acc:.2%}" if accuracy else ""),
         fontsize=10,
     )
