@@ -175,7 +175,7 @@ def _batches(
             yield x[start : start + batch_size], None
         return
     if _looks_like_one_pair(x):
-        first, second = x  # type: ignore[misc]
+        first, second = x[0], x[1]  # type: ignore[index]
         raise TypeError(
             f"predict() reads {what} as inputs or as an iterable of batches; it got a "
             f"{type(x).__name__} of two tensors that looks like one (x, y) pair (shapes "
@@ -205,14 +205,16 @@ def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
 
 def _looks_like_one_pair(x: Any) -> bool:
     """Whether ``x`` is a tuple/list ``(x, y)`` rather than two batches of inputs: two tensors
-    of as many rows but of different ranks (batches of one input have one rank)."""
-    return (
-        isinstance(x, (tuple, list))
-        and len(x) == 2
-        and all(torch.is_tensor(t) and t.dim() > 0 for t in x)
-        and x[0].dim() != x[1].dim()
-        and x[0].shape[0] == x[1].shape[0]
-    )
+    of as many rows but of different ranks, or two tables of different widths (batches of one
+    input have one rank and one width). Read by index: iterating may count as reading."""
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        return False
+    first, second = x[0], x[1]
+    if not (torch.is_tensor(first) and torch.is_tensor(second)):
+        return False
+    if first.dim() == 0 or second.dim() == 0 or first.shape[0] != second.shape[0]:
+        return False
+    return first.dim() != second.dim() or (first.dim() == 2 and first.shape[1] != second.shape[1])
 
 
 def class_predictions(preds: Any, where: str) -> Predictions:
@@ -258,7 +260,9 @@ def predict(
         ``"logits"``, or a plain ``nn.Module`` returning logits ``(B, C)``.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
-        labels are kept as ``Predictions.targets``). Floating inputs of another dtype (float64,
+        labels are kept as ``Predictions.targets``); one ``(x, y)`` pair goes in a list,
+        ``[(x, y)]`` (a bare pair whose tensors differ in rank or width is refused, as it would
+        be read as two batches of inputs). Floating inputs of another dtype (float64,
         float16) are cast to the model's; integer ones (raw uint8 pixels) are refused, see
         :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader

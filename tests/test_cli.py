@@ -253,7 +253,8 @@ def test_evaluate_errors(tmp_path, bayes_run, capsys):
     assert "has no checkpoint.pt" in err
     (tmp_path / "checkpoint.pt").write_bytes(b"garbage" * 10)
     err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
-    assert "is not a readable checkpoint" in err and "weights_only" not in err
+    assert "is not a pyrouq checkpoint: it be" in err
+    assert "weights_only" not in err
     payload = torch.load(bayes_run / "checkpoint.pt", weights_only=True)
     payload["metadata"] = '{"config": '  # cut short
     torch.save(payload, tmp_path / "checkpoint.pt")
