@@ -991,6 +991,43 @@ def test_a_loaded_bayesian_network_keeps_the_weights_it_was_converted_from(tmp_p
     assert torch.equal(old.model.plain_network()[0].weight, trained[0].weight)
 
 
+def as_version_2(path, out, model):
+    """The file at ``path`` as pyrouq wrote it before version 3: without the latent sites'
+    start values."""
+    payload = torch.load(path, weights_only=True)
+    payload["format_version"] = 2
+    starts = {f"net.{site}" for site in model.network_sites()}
+    payload["model"] = {k: v for k, v in payload["model"].items() if k not in starts}
+    torch.save(payload, out)
+    return out
+
+
+def test_version_2_runs_resume_and_float64_ones_load_float64(tmp_path):
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+
+    def run():
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        return model, mean_field_guide(model)
+
+    loader = pyrouq.ArrayLoader(x, y, 16, seed=0)
+    model, guide = run()
+    fit(model, guide, loader, epochs=1, progress=False, seed=0, checkpoint=tmp_path / "r.pt")
+    old = as_version_2(tmp_path / "r.pt", tmp_path / "r2.pt", model)
+    again, again_guide = run()
+    result = fit(again, again_guide, loader, epochs=2, progress=False, seed=0, resume_from=old)
+    assert len(result.history) == 2  # it failed: "Missing key(s) net.0.weight"
+
+    double = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).double())
+    path = save(tmp_path / "d.pt", double, mean_field_guide(double))
+    skeleton = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))  # float32
+    back = load(as_version_2(path, tmp_path / "d2.pt", double), module=skeleton)
+    assert {v.dtype for v in back.model.state_dict().values()} == {torch.float64}
+    probs = predict(back.model, torch.randn(3, 4, dtype=torch.float64), back.guide,
+                    num_samples=2, progress=False).probs  # fmt: skip
+    assert probs.dtype == torch.float64
+
+
 def test_a_float64_network_with_a_float32_noise_prior_predicts_after_a_round_trip(tmp_path):
     """A float64 network beside a float32 noise prior is saved with mixed dtypes, so load()
     casts tensor by tensor: the latent sites' start values, unsaved before, stayed float32

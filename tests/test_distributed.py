@@ -210,9 +210,19 @@ def _refusing_worker(rank: int, init: str, out: str) -> None:
             (model, mean_field_guide(model), ArrayLoader(x, y, 4, seed=0)),
             (*_build("bayesian"), [(x, y)]),  # the same model; a list: the same data everywhere
         ]
+        # models built apart whose guides start from one trained network train together: the
+        # latent sites' start values, which differ, are the guide's, not trained
+        torch.manual_seed(0)
+        trained = nn.Linear(3, 1)
+        torch.manual_seed(rank)
+        apart = bayesian(nn.Linear(3, 1), likelihood=Gaussian(1.0))
+        attempts.append(
+            (apart, mean_field_guide(apart, init_from=trained), ArrayLoader(x, y, 4, seed=0))
+        )
         for model_, guide_, loader in attempts:
             try:
-                fit(model_, guide_, loader, epochs=1, num_data=N, progress=False)
+                fit(model_, guide_, loader, epochs=1, num_data=N, progress=False, seed=0)
+                messages.append("trained")
             except ValueError as err:
                 messages.append(str(err))
         torch.save(messages, Path(out) / f"refused{rank}.pt")
@@ -226,6 +236,7 @@ def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
     messages = torch.load(tmp_path / "refused0.pt", weights_only=True)
     assert "the model and guide parameters differ between ranks, first at" in messages[0]
     assert "would give every rank the same data" in messages[1]
+    assert messages[2] == "trained"
 
 
 def _three_rank_worker(rank: int, init: str, out: str) -> None:

@@ -64,8 +64,7 @@ from pyrouq.checkpoint._describe import (
     describe_guide,
     describe_model,
     register_guide,
-    upgrade_v1_state,
-    upgrade_v2_state,
+    upgraded_state,
 )
 from pyrouq.mcmc import MCMCResult
 
@@ -540,12 +539,7 @@ def load(
         return result
     description = _parse_description(path, payload["description"])
     model = build_model(description, expected=model_class, path=path, module=module)
-    state = payload["model"]
-    if payload.get("format_version") == 1:
-        state = upgrade_v1_state(model, state)
-    elif payload.get("format_version") == 2:
-        state = upgrade_v2_state(model, state)
-    _load_state(model, state, "model", path)
+    _load_state(model, upgraded_state(model, payload), "model", path)
     guide = None
     if description.get("guide") is not None:
         guide = build_guide(description, model, path=path)

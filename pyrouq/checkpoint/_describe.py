@@ -168,11 +168,29 @@ def upgrade_v1_state(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
 
 def upgrade_v2_state(model: nn.Module, state: Any) -> Any:
     """A version-2 state dict with a Bayesian network's latent-site start values, which that
-    version did not save, taken from the rebuilt ``model`` (the skeleton's, as then)."""
+    version did not save, taken from the rebuilt ``model`` (the skeleton's, as then), in the
+    saved tensors' dtype where they have one (a float64 network's)."""
     if not isinstance(model, BayesianNetwork) or not isinstance(state, dict):
         return state
+    saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
+    dtype = saved.pop() if len(saved) == 1 else None
     starts = {f"net.{site}" for site in model.network_sites()}
-    return {**{k: v for k, v in model.state_dict().items() if k in starts}, **state}
+    filled = {
+        k: v.to(dtype) if dtype is not None and v.is_floating_point() else v
+        for k, v in model.state_dict().items()
+        if k in starts and k not in state
+    }
+    return {**filled, **state}
+
+
+def upgraded_state(model: nn.Module, payload: dict[str, Any]) -> Any:
+    """The model's saved state of a checkpoint ``payload`` in today's layout."""
+    state = payload["model"]
+    if payload.get("format_version") == 1:
+        return upgrade_v1_state(model, state)
+    if payload.get("format_version") == 2:
+        return upgrade_v2_state(model, state)
+    return state
 
 
 def build_model(

@@ -21,6 +21,7 @@ from pyrouq.checkpoint import (
     python_number,
     read,
 )
+from pyrouq.checkpoint._describe import upgraded_state
 from pyrouq.convert import SitePrior
 
 
@@ -46,7 +47,7 @@ def restore(
             )
         description = _parse_description(source, payload["description"])
         saved = _checkpoint(payload, description, model, guide, source)
-        model_state, guide_state = payload["model"], payload.get("guide")
+        model_state, guide_state = upgraded_state(model, payload), payload.get("guide")
     where = str(saved.path) if saved.path is not None else "the checkpoint"
     stored, here = saved.description["model"], describe_model(model)
     if stored["class"] != here["class"]:

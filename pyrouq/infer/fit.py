@@ -342,7 +342,9 @@ def fit(
         resume = restore(resume_from, model, guide, epochs, (ours, shown))
     group = _distributed.current(module_device(model, guide))
     independent = _distributed.draws_option(distributed_draws, group, seed)
-    named = [(f"model: {k}", v) for k, v in model.state_dict().items()]
+    # the latent sites' start values are the guide's to train from (init_from may set them)
+    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if guide else set()
+    named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
     if isinstance(guide, nn.Module):
         named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
     _distributed.check_same_everywhere(named, group, "model and guide parameters")

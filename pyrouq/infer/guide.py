@@ -242,10 +242,12 @@ def _warn_unshared_point_estimates(model: Any, state: dict[str, torch.Tensor]) -
     net = getattr(model, "net", None)
     if not isinstance(net, nn.Module):
         return
-    differ = [
+    own: dict[str, Any] = getattr(model, "network_sites", dict)()  # the guide's sites: their
+    differ = [  # start values are not the model's to keep
         name
         for name, value in net.state_dict().items()
         if name in state
+        and name not in own
         and state[name].shape == value.shape
         and not torch.equal(state[name].to(value.device, value.dtype), value)
     ]
