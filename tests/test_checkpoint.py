@@ -223,6 +223,13 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
         r"fails its checksum\)",
     ):
         load(tmp_path / "flipped.pt")
+    # written without CRCs (a torch option): nothing to check, it loads
+    torch.serialization.set_crc32_options(False)
+    try:
+        unchecked = save(tmp_path / "no_crc.pt", model, mean_field_guide(model))
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert load(unchecked).guide is not None
     # files that are not torch's: a clear error naming what they are, never a raw KeyError
     for name, content, what in (
         ("notes.txt", b"hello world", r"it begins with b'hello world'"),
