@@ -15,7 +15,14 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _own_models as own_models
-from pyrouq._util import has_latent_sites, rng_state, set_rng_state, takes_labels, warn_caller
+from pyrouq._util import (
+    AsItCame,
+    has_latent_sites,
+    rng_state,
+    set_rng_state,
+    takes_labels,
+    warn_caller,
+)
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
@@ -232,15 +239,17 @@ def bayesian_runner(
         pairs = members * max(x.shape[0], 1)  # an empty batch: one pass, of no inputs
         chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1
         out = []
-        for start in range(0, num_samples, chunk):
+        starts = range(0, num_samples, chunk)
+        given = AsItCame(x, len(starts))  # as it came to every pass
+        for start in starts:
             stop = min(start + chunk, num_samples)
             if stop - start == 1:
                 if per_draw:  # this draw's own BatchNorm statistics
                     batchnorm.load_all(norms, per_draw[start])
-                one = logits(x, draw(start))
+                one = logits(given(), draw(start))
                 out.append(one if ensemble else one.unsqueeze(0))
             else:
-                many = logits(x, {k: v[start:stop] for k, v in draws.items()})
+                many = logits(given(), {k: v[start:stop] for k, v in draws.items()})
                 out.append(many.flatten(0, 1) if ensemble else many)
         return torch.cat(out)
 

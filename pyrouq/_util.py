@@ -168,6 +168,27 @@ def example_sampler(loader: Any) -> Any:
     return sampler
 
 
+class AsItCame:
+    """``x`` for each of ``runs`` runs of a network, as it came: a network may change its input
+    in place (an in-place activation first), which the next run must not see. One copy is
+    taken before the first run and handed out only once ``x`` has changed (told by its version
+    counter, or, for an inference-mode tensor, which keeps none, by comparing)."""
+
+    def __init__(self, x: Any, runs: int):
+        self.x = x
+        self.copy = x.clone() if runs > 1 and torch.is_tensor(x) else None
+        self.version = None if self.copy is None or x.is_inference() else x._version
+
+    def __call__(self) -> Any:
+        if self.copy is None:
+            return self.x
+        if self.version is not None and self.x._version == self.version:
+            return self.x
+        if self.version is None and torch.equal(self.x, self.copy):
+            return self.x
+        return self.copy.clone()
+
+
 def check_folded_batch(
     layer: Any, x: torch.Tensor, members: int, folded: int | None = None
 ) -> None:

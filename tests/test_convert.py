@@ -739,6 +739,27 @@ def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_draw_
         torch.testing.assert_close(model.outputs(x.clone(), same), expected.expand(3, 2, 3))
         ensemble = batchensemble(net, 3, r_std=0.0, s_std=0.0).eval()
         torch.testing.assert_close(ensemble(x.clone()), expected.expand(3, 2, 3))
+    # one draw per pass (parallel=False), and inference-mode inputs, which keep no version
+    draws = {k: v.expand(3, *v.shape).clone() for k, v in model.template().items()}
+    for parallel in (False, True):
+        probs = pyrouq.predict(model, x.clone(), posterior_samples=draws, parallel=parallel,
+                               progress=False).probs  # fmt: skip
+        torch.testing.assert_close(probs, expected.softmax(-1).expand(3, 2, 3))
+    with torch.inference_mode():
+        frozen = x.clone()  # (an in-place network cannot run on it, in torch either)
+    plain = nn.Sequential(nn.Linear(4, 3))
+    for other in (bayesian(plain), batchensemble(plain, 3)):
+        guide = mean_field_guide(other) if isinstance(other, pyrouq.BayesianNetwork) else None
+        assert pyrouq.predict(other, frozen, guide, progress=False).probs.shape[1:] == (2, 3)
+    # training: every particle sees the batch as it came
+    seen = []
+    recorder = nn.Module()
+    recorder.forward = lambda h: seen.append(float(h.sum())) or h
+    watched = bayesian(nn.Sequential(recorder, *net))
+    batch = -torch.rand(8, 4)
+    fit(watched, mean_field_guide(watched), [(batch, torch.zeros(8, dtype=torch.long))],
+        epochs=1, num_particles=2, num_data=8, progress=False, seed=0)  # fmt: skip
+    assert seen[-1] == seen[-2]  # the two particles of the one step
 
 
 class DoubleUnderscore(nn.Module):

@@ -65,7 +65,7 @@ from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._engine._layer_calls import calls_checked, layers_called
-from pyrouq._util import check_folded_batch
+from pyrouq._util import AsItCame, check_folded_batch
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
@@ -255,7 +255,7 @@ def run_draws(
         flat[name] = draws
 
     def one_at_a_time() -> Tensor:
-        inputs = _AsItCame(x, count)
+        inputs = AsItCame(x, count)
         outs = [
             run(net, inputs(), {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
             for s in range(count)
@@ -483,21 +483,6 @@ _VMAP_REFUSAL = re.compile(r"Batching rule not implemented|\bvmap\b")
 """What ``torch.func.vmap``'s refusals of a network's ops say (not the network's own errors)."""
 
 
-class _AsItCame:
-    """``x`` for each of ``runs`` runs of a network, as it came: a network may change its input
-    in place (an in-place activation first), which the next run must not see. One copy is
-    taken before the first run and handed out only once ``x`` has changed."""
-
-    def __init__(self, x: Tensor, runs: int):
-        self.x, self.version = x, x._version
-        self.copy = x.clone() if runs > 1 else None
-
-    def __call__(self) -> Tensor:
-        if self.copy is None or self.x._version == self.version:
-            return self.x
-        return self.copy.clone()
-
-
 def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """Every member of a converted BatchEnsemble on every input: ``(M, B, D)``.
 
@@ -520,7 +505,7 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
         told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
         try:
             outs = []
-            inputs = _AsItCame(x, num_members)
+            inputs = AsItCame(x, num_members)
             for member in range(num_members):
                 for module in told:
                     module._member = member

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._util import check_count, register_params
+from pyrouq._util import AsItCame, check_count, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
 from pyrouq.infer.guide import MeanFieldGuide, draw
@@ -429,10 +429,13 @@ class KLWeightedELBO(ELBO):
             own = [s for s in loc if s not in network]
             runs: list[Tensor] = []
             nll: Tensor | float = 0.0
+            inputs = AsItCame(x, 1 if num else count)  # as it came to every particle
             for _ in range(1 if num else count):
                 net_loc = {s: loc[s] for s in network}
                 net_scale = {s: scale[s] for s in network}
-                out = _engine.run_local(model.net, x, net_loc, net_scale, model.local_layers(), num)
+                out = _engine.run_local(
+                    model.net, inputs(), net_loc, net_scale, model.local_layers(), num
+                )
                 noise = draw({s: loc[s] for s in own}, {s: scale[s] for s in own}, num, positive)
                 nll = nll + observed_nll(model, out, y, noise)
                 runs.append(out)
@@ -444,7 +447,8 @@ class KLWeightedELBO(ELBO):
                 first = model.outputs(x, stacked)
                 nll = observed_nll(model, first, y, stacked)
             else:
-                outs = [model.outputs(x, weights) for weights in draws]
+                inputs = AsItCame(x, len(draws))  # as it came to every particle
+                outs = [model.outputs(inputs(), weights) for weights in draws]
                 nll = 0.0
                 for out, weights in zip(outs, draws, strict=True):
                     nll = nll + observed_nll(model, out, y, weights)
@@ -501,9 +505,10 @@ class KLWeightedELBO(ELBO):
         outputs: list[Tensor] = []
         output_grads: list[Tensor] = []
         firsts = []
+        inputs = AsItCame(x, len(draws))  # as it came to every particle
         for weights in draws:
             leaves = {s: w.detach().requires_grad_() for s, w in weights.items()}
-            out = model.outputs(x, leaves)
+            out = model.outputs(inputs(), leaves)
             particle_nll = observed_nll(model, out, y, leaves)
             (particle_nll / count).backward()  # frees this particle's activations
             nll = nll + particle_nll.detach()
