@@ -104,9 +104,11 @@ def _interpret(k_hat: float) -> str:
 
 
 def _log_prob(fn: Any, value: Tensor) -> Tensor:
-    """``fn.log_prob(value)`` without torch's support check, which a distribution built under
-    validation (the first draw's) makes: a guide draw outside the model's support has log
-    density -inf (weight 0, as importance sampling reads it), not a ValueError."""
+    """``fn.log_prob(value)``, -inf where ``value`` lies outside ``fn``'s support: a guide draw
+    the model cannot produce has weight 0, as importance sampling reads it. Torch's support
+    check is switched off for the call (a distribution built under validation, the first
+    draw's, raised instead), and many distributions (Exponential's) give a finite density
+    there without it, so the support is checked here."""
     chain, inner = [], fn  # the distribution and those it wraps (Independent, Expanded, ...)
     while isinstance(inner, torch.distributions.Distribution) and inner not in chain:
         chain.append(inner)
@@ -115,13 +117,17 @@ def _log_prob(fn: Any, value: Tensor) -> Tensor:
     for d in chain:
         d._validate_args = False
     try:
-        return fn.log_prob(value)  # type: ignore[no-any-return]
+        log_p = fn.log_prob(value)
+        inside = fn.support.check(value)
     finally:
         for d, was in zip(chain, saved, strict=True):
             if was is None:
                 d.__dict__.pop("_validate_args", None)
             else:
                 d._validate_args = was
+    while inside.dim() > log_p.dim():  # a support checked entry by entry within an event
+        inside = inside.all(-1)
+    return torch.where(inside, log_p, torch.full_like(log_p, -math.inf))  # type: ignore[no-any-return]
 
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
