@@ -320,7 +320,11 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 f"A rotation row lacks the key(s) {missing}; expected dicts with keys "
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
-        odd = {k: row[k] for k in _ROTATION_KEYS if not is_real(row[k])}
+        odd = {  # numbers, or one-number tensors (a metric left as a tensor)
+            k: row[k]
+            for k in _ROTATION_KEYS
+            if not (is_real(row[k]) or (torch.is_tensor(row[k]) and row[k].numel() == 1))
+        }
         if odd:
             raise TypeError(
                 f"A rotation row holds non-numbers {odd}; expected a number for each of "

@@ -693,6 +693,28 @@ class StdConv(nn.Conv2d):
         return super()._conv_forward(x, weight, bias)
 
 
+def test_a_batchensemble_file_that_converted_such_a_subclass_says_why_it_cannot_load(tmp_path):
+    """pyrouq before 2026-12-04 converted a subclass with a forward of its own (dropping it):
+    such a file holds member factors for a layer that today's conversion keeps plain."""
+    import json
+
+    ensemble = batchensemble(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), 2)
+    path = pyrouq.save(tmp_path / "old.pt", ensemble)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"]["modules"]["0"] = "ScaledLinear"  # as the old file records
+    payload["description"] = json.dumps(description)
+    torch.save(payload, path)
+    skeleton = nn.Sequential(ScaledLinear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    with pytest.warns(UserWarning, match="subclasses with a forward of their own"):
+        with pytest.raises(
+            pyrouq.CheckpointError,
+            match=r"Its layers \['0'\] are of subclasses "
+            r"with a forward of their own, .*convert and train the network again",
+        ):
+            pyrouq.load(path, module=skeleton)
+
+
 class PlainSubclass(nn.Linear):
     """A subclass that computes as torch's Linear does: converted as one."""
 

@@ -612,10 +612,38 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
     except RuntimeError as err:
         first = str(err).strip().splitlines()
         reason = " ".join(line.strip() for line in first[:3])
+        why = _converted_own_way(module, state) or "The file is damaged or was edited."
         raise CheckpointError(
             f"{str(path)!r}: the saved {what} parameters do not fit a {type(module).__name__} "
-            f"built from the description ({reason}). The file is damaged or was edited."
+            f"built from the description ({reason}). {why}"
         ) from None
+
+
+def _converted_own_way(module: nn.Module, state: dict[str, Any]) -> str:
+    """Why a BatchEnsemble's state does not fit, where it holds member factors for layers of
+    subclasses with a computation of their own, which earlier pyrouq converted (dropping that
+    computation) and today's keeps plain; else ``""``."""
+    from pyrouq.convert._select import computes_its_own_way  # (convert imports this package)
+
+    net = getattr(module, "net", None)
+    if not isinstance(net, nn.Module):
+        return ""
+    layers = {k[4:].rpartition(".")[0] for k in state if k.startswith("net.") and k.endswith(".r")}
+    own = []
+    for name in sorted(layers):
+        try:
+            if computes_its_own_way(net.get_submodule(name)):
+                own.append(name)
+        except AttributeError:
+            continue
+    if not own:
+        return ""
+    return (
+        f"Its layers {own[:3]} are of subclasses with a forward of their own, which pyrouq "
+        "before 2026-12-04 turned into BatchEnsemble layers (dropping that forward) and "
+        "today's keeps as they are, so this model cannot be rebuilt: convert and train the "
+        "network again."
+    )
 
 
 _UNINITIALIZED = (nn.UninitializedParameter, nn.UninitializedBuffer)

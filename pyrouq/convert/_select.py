@@ -547,6 +547,8 @@ def computes_its_own_way(layer: nn.Module) -> bool:
     """Whether ``layer``, a Linear or convolution, is of a subclass that overrides torch's
     computation (``forward`` or ``_conv_forward``: a weight-standardised convolution, a
     scaled linear layer), which a layer built from its weights alone would drop."""
+    if getattr(layer, "_is_batchensemble", False):
+        return False  # pyrouq's own layer
     # the classes it is made of, less the one torch.nn.utils.parametrize generates
     made_of = [t for t in type(layer).__mro__ if t.__module__ != parametrize.__name__]
     base = next((t for t in made_of if t.__module__.startswith("torch.nn.")), None)
