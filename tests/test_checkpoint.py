@@ -1033,6 +1033,19 @@ def test_version_2_runs_resume_and_float64_ones_load_float64(tmp_path):
     probs = predict(back.model, torch.randn(3, 4, dtype=torch.float64), back.guide,
                     num_samples=2, progress=False).probs  # fmt: skip
     assert probs.dtype == torch.float64
+    # a float64 network beside a float32 noise prior: the starts take the network's dtype
+    import pyro.distributions as dist
+
+    mixed = bayesian(
+        nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).double(),
+        likelihood=pyrouq.Gaussian(dist.HalfNormal(1.0)),
+    )
+    path = save(tmp_path / "m.pt", mixed, mean_field_guide(mixed))
+    skeleton = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    back = load(as_version_2(path, tmp_path / "m2.pt", mixed), module=skeleton)
+    loc = predict(back.model, torch.randn(3, 4, dtype=torch.float64), back.guide,
+                  num_samples=2, progress=False).loc  # fmt: skip
+    assert loc.dtype == torch.float64
 
 
 def test_a_float64_network_with_a_float32_noise_prior_predicts_after_a_round_trip(tmp_path):

@@ -705,7 +705,18 @@ def test_a_batchensemble_file_that_converted_such_a_subclass_says_why_it_cannot_
     description["model"]["module"]["modules"]["0"] = "ScaledLinear"  # as the old file records
     payload["description"] = json.dumps(description)
     torch.save(payload, path)
+    # a rank-1 file fails earlier, rebuilding its sites
+    rank_one = pyrouq.rank1(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), 2)
+    old_rank1 = pyrouq.save(tmp_path / "old1.pt", rank_one, mean_field_guide(rank_one))
+    payload = torch.load(old_rank1, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"]["modules"]["0"] = "ScaledLinear"
+    payload["description"] = json.dumps(description)
+    torch.save(payload, old_rank1)
     skeleton = nn.Sequential(ScaledLinear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    with pytest.warns(UserWarning, match="subclasses with a forward of their own"):
+        with pytest.raises(pyrouq.CheckpointError, match=r"its layers \['0'\] are of subclasses"):
+            pyrouq.load(old_rank1, module=skeleton)
     with pytest.warns(UserWarning, match="subclasses with a forward of their own"):
         with pytest.raises(
             pyrouq.CheckpointError,

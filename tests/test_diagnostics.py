@@ -490,6 +490,44 @@ def test_psis_weighs_a_guide_draw_outside_the_models_support_zero(prior):
     assert math.isfinite(result.k_hat)
 
 
+def test_psis_takes_likelihoods_without_a_support_and_masked_observations():
+    """The support is checked on the latent sites only, where it is declared: a likelihood of
+    one's own without one, or observations a mask leaves out (NaN there), weigh as before."""
+
+    class NoSupport(dist.TorchDistribution):
+        arg_constraints: dict = {}  # noqa: RUF012 (torch reads it off the class)
+
+        def __init__(self, loc):
+            self.loc = loc
+            super().__init__(loc.shape, torch.Size())
+
+        def log_prob(self, value):
+            return -((value - self.loc) ** 2)
+
+    x = torch.randn(6, 1)
+    y = torch.tensor([0.3, float("nan"), -0.2, 1.0, float("nan"), 0.1])
+    seen = ~torch.isnan(y)
+
+    def own(x, y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", 6):
+            pyro.sample("obs", NoSupport(w * x[:, 0]), obs=torch.nan_to_num(y))
+
+    def masked(x, y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", 6):
+            pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0).mask(seen), obs=y)
+
+    def guide(x, y):
+        pyro.sample("w", dist.Normal(0.0, 0.5))
+
+    for model in (own, masked):
+        pyro.set_rng_seed(0)
+        with pyro.validation_enabled(False):
+            result = psis_diagnostic(model, guide, x, y, num_samples=50)
+        assert bool(torch.isfinite(result.log_weights).all()) and math.isfinite(result.k_hat)
+
+
 def test_psis_works_with_an_autoguide():
     model, x, y, *_ = _regression()
     guide = pyro.infer.autoguide.AutoNormal(model)

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyro
 import pytest
 import torch
 import torch.distributed as dist
@@ -219,6 +220,18 @@ def _refusing_worker(rank: int, init: str, out: str) -> None:
         attempts.append(
             (apart, mean_field_guide(apart, init_from=trained), ArrayLoader(x, y, 4, seed=0))
         )
+        # ... but a guide of one's own (a function), whose parameters are not compared, does
+        # not make their start values the guide's: refused
+        torch.manual_seed(rank)
+        fresh = bayesian(nn.Linear(3, 1), likelihood=Gaussian(1.0))
+        starts = {k: v.clone() for k, v in fresh.template().items()}
+
+        def own_guide(x=None, y=None):
+            for site, value in starts.items():
+                loc = pyro.param(f"own_{site}", value.clone())
+                pyro.sample(site, pyro.distributions.Normal(loc, 0.1).to_event(value.dim()))
+
+        attempts.append((fresh, own_guide, ArrayLoader(x, y, 4, seed=0)))
         for model_, guide_, loader in attempts:
             try:
                 fit(model_, guide_, loader, epochs=1, num_data=N, progress=False, seed=0)
@@ -237,6 +250,7 @@ def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
     assert "the model and guide parameters differ between ranks, first at" in messages[0]
     assert "would give every rank the same data" in messages[1]
     assert messages[2] == "trained"
+    assert "parameters differ between ranks, first at 'model: net.weight'" in messages[3]
 
 
 def _three_rank_worker(rank: int, init: str, out: str) -> None:

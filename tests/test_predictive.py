@@ -425,3 +425,25 @@ def test_float64_posterior_samples_run_a_float32_model():
     draws = {k: torch.randn(3, *shape) for k, shape in model.latent_sites().items()}
     ours = predict(model, x, posterior_samples={k: v.double() for k, v in draws.items()})
     torch.testing.assert_close(ours.probs, predict(model, x, posterior_samples=draws).probs)
+
+
+class TokenBag(torch.nn.Module):
+    """Token indices (B, T) of any length T: mean of their embeddings, then a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 4)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, tokens):
+        return self.fc(self.emb(tokens).mean(1))
+
+
+def test_two_input_batches_of_other_widths_are_two_batches_not_a_pair():
+    """Token batches of lengths 7 and 9 are two batches of inputs (the (x, y) check refused
+    them as a pair for a moment); batches of other ranks are still read as a pair."""
+    model = pyrouq.bayesian(TokenBag())
+    first, second = torch.randint(0, 20, (4, 7)), torch.randint(0, 20, (4, 9))
+    preds = predict(model, [first, second], mean_field_guide(model), num_samples=2,
+                    progress=False)  # fmt: skip
+    assert preds.probs.shape == (2, 8, 3)

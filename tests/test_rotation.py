@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pyro
 import pytest
 import torch
@@ -202,6 +203,14 @@ def test_format_rotation_table():
         format_rotation_table([])
     with pytest.raises(TypeError, match="Expected rows to be a list of dicts"):
         format_rotation_table(rows[0])  # type: ignore[arg-type]
+    # metrics left as one-number tensors or arrays read as the numbers they hold
+    held = [
+        {**rows[0], "acc": torch.tensor(0.99), "ece": np.array(0.004)},
+        {**rows[1], "acc": torch.tensor([0.25], requires_grad=True), "total": np.array([1.25])},
+    ]
+    assert format_rotation_table(held).splitlines() == lines
+    with pytest.raises(TypeError, match=r"A rotation row holds non-numbers \{'acc': None\}"):
+        format_rotation_table([{**rows[0], "acc": None}])
 
 
 class _SlowMLP(MLP):

@@ -63,6 +63,7 @@ from pyrouq.checkpoint._describe import (
     build_model,
     describe_guide,
     describe_model,
+    own_way_layers,
     register_guide,
     upgraded_state,
 )
@@ -623,19 +624,11 @@ def _converted_own_way(module: nn.Module, state: dict[str, Any]) -> str:
     """Why a BatchEnsemble's state does not fit, where it holds member factors for layers of
     subclasses with a computation of their own, which earlier pyrouq converted (dropping that
     computation) and today's keeps plain; else ``""``."""
-    from pyrouq.convert._select import computes_its_own_way  # (convert imports this package)
-
     net = getattr(module, "net", None)
     if not isinstance(net, nn.Module):
         return ""
-    layers = {k[4:].rpartition(".")[0] for k in state if k.startswith("net.") and k.endswith(".r")}
-    own = []
-    for name in sorted(layers):
-        try:
-            if computes_its_own_way(net.get_submodule(name)):
-                own.append(name)
-        except AttributeError:
-            continue
+    layers = [k[4:].rpartition(".")[0] for k in state if k.startswith("net.") and k.endswith(".r")]
+    own = own_way_layers(net, layers)
     if not own:
         return ""
     return (

@@ -166,20 +166,44 @@ def upgrade_v1_state(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def own_way_layers(net: nn.Module, names: Any) -> list[str]:
+    """Those of the layers ``names`` of ``net`` whose class computes its own way
+    (:func:`~pyrouq.convert._select.computes_its_own_way`), sorted, each once."""
+    from pyrouq.convert._select import computes_its_own_way
+
+    own = []
+    for name in sorted(set(names)):
+        try:
+            if computes_its_own_way(net.get_submodule(name)):
+                own.append(name)
+        except AttributeError:
+            continue
+    return own
+
+
 def upgrade_v2_state(model: nn.Module, state: Any) -> Any:
     """A version-2 state dict with a Bayesian network's latent-site start values, which that
     version did not save, taken from the rebuilt ``model`` (the skeleton's, as then), in the
-    saved tensors' dtype where they have one (a float64 network's)."""
+    dtype of the site's saved prior (a float64 network's)."""
     if not isinstance(model, BayesianNetwork) or not isinstance(state, dict):
         return state
-    saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
-    dtype = saved.pop() if len(saved) == 1 else None
-    starts = {f"net.{site}" for site in model.network_sites()}
-    filled = {
-        k: v.to(dtype) if dtype is not None and v.is_floating_point() else v
-        for k, v in model.state_dict().items()
-        if k in starts and k not in state
-    }
+    current = model.state_dict()
+    filled = {}
+    for index, site in enumerate(model.network_sites()):
+        key = f"net.{site}"
+        if key in state or key not in current:
+            continue
+        value = current[key]
+        # the dtype the network was saved in: its site's prior's (a float32 noise prior may
+        # sit beside a float64 network)
+        prior = [
+            v
+            for k, v in state.items()
+            if k.startswith(f"site_priors.{index}.")
+            and torch.is_tensor(v)
+            and v.is_floating_point()
+        ]
+        filled[key] = value.to(prior[0].dtype) if prior and value.is_floating_point() else value
     return {**filled, **state}
 
 
@@ -233,6 +257,15 @@ def build_model(
     except (TypeError, ValueError) as err:
         if isinstance(err, CheckpointError):
             raise
+        factors = [s[:-2] for s in config.get("sites") or [] if str(s).endswith((".r", ".s"))]
+        own = own_way_layers(module, factors) if module is not None else []
+        if own:
+            raise CheckpointError(
+                f"{str(path)!r}: its layers {own[:3]} are of subclasses with a forward of their "
+                "own, which pyrouq before 2026-12-04 turned into BatchEnsemble layers (dropping "
+                "that forward) and today's keeps as they are, so this model cannot be rebuilt: "
+                "convert and train the network again."
+            ) from None
         raise CheckpointError(
             f"{str(path)!r}: cannot rebuild {name} from its saved arguments {config} ({err})."
         ) from None

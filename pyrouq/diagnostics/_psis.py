@@ -103,9 +103,10 @@ def _interpret(k_hat: float) -> str:
     )
 
 
-def _log_prob(fn: Any, value: Tensor) -> Tensor:
-    """``fn.log_prob(value)``, -inf where ``value`` lies outside ``fn``'s support: a guide draw
-    the model cannot produce has weight 0, as importance sampling reads it. Torch's support
+def _log_prob(fn: Any, value: Tensor, check_support: bool = True) -> Tensor:
+    """``fn.log_prob(value)``, -inf where ``value`` lies outside ``fn``'s support (when
+    ``check_support`` and the support is declared): a guide draw the model cannot produce has
+    weight 0, as importance sampling reads it. Torch's support
     check is switched off for the call (a distribution built under validation, the first
     draw's, raised instead), and many distributions (Exponential's) give a finite density
     there without it, so the support is checked here."""
@@ -118,13 +119,18 @@ def _log_prob(fn: Any, value: Tensor) -> Tensor:
         d._validate_args = False
     try:
         log_p = fn.log_prob(value)
-        inside = fn.support.check(value)
+        try:
+            inside = fn.support.check(value) if check_support else None
+        except (NotImplementedError, ValueError):  # no support declared, or a dependent one
+            inside = None
     finally:
         for d, was in zip(chain, saved, strict=True):
             if was is None:
                 d.__dict__.pop("_validate_args", None)
             else:
                 d._validate_args = was
+    if inside is None:
+        return log_p  # type: ignore[no-any-return]
     while inside.dim() > log_p.dim():  # a support checked entry by entry within an event
         inside = inside.all(-1)
     return torch.where(inside, log_p, torch.full_like(log_p, -math.inf))  # type: ignore[no-any-return]
@@ -140,7 +146,10 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
             continue
         if site["is_observed"] and site["infer"].get("_deterministic"):
             continue
-        log_p = scale_and_mask(_log_prob(site["fn"], site["value"]), site["scale"], site["mask"])
+        # the support of the latent sites: the guide's draws (the data are the model's own,
+        # and entries a MaskedDistribution leaves out may lie anywhere)
+        log_p = _log_prob(site["fn"], site["value"], check_support=not site["is_observed"])
+        log_p = scale_and_mask(log_p, site["scale"], site["mask"])
         log_p = torch.as_tensor(log_p).double().sum().cpu()
         total = total + (log_p * observed_factor if site["is_observed"] else log_p)
     return total

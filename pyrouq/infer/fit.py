@@ -342,8 +342,10 @@ def fit(
         resume = restore(resume_from, model, guide, epochs, (ours, shown))
     group = _distributed.current(module_device(model, guide))
     independent = _distributed.draws_option(distributed_draws, group, seed)
-    # the latent sites' start values are the guide's to train from (init_from may set them)
-    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if guide else set()
+    # the latent sites' start values are a guide module's to train from (init_from may set
+    # them): its own state is compared instead
+    own_state = isinstance(guide, nn.Module)
+    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if own_state else set()
     named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
     if isinstance(guide, nn.Module):
         named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
