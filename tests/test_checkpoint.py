@@ -1046,6 +1046,21 @@ def test_version_2_runs_resume_and_float64_ones_load_float64(tmp_path):
     loc = predict(back.model, torch.randn(3, 4, dtype=torch.float64), back.guide,
                   num_samples=2, progress=False).loc  # fmt: skip
     assert loc.dtype == torch.float64
+    # priors were float32 whatever the network before 2026-12-02: the network's saved tensors
+    # tell its dtype (the last layer latent, the first a point estimate)
+    last = bayesian(
+        nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).double(), select="last_layer"
+    )
+    path = save(tmp_path / "l.pt", last, mean_field_guide(last))
+    as_version_2(path, tmp_path / "l2.pt", last)
+    payload = torch.load(tmp_path / "l2.pt", weights_only=True)
+    payload["model"] = {
+        k: v.float() if k.startswith("site_priors.") else v for k, v in payload["model"].items()
+    }
+    torch.save(payload, tmp_path / "l2.pt")
+    skeleton = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    back = load(tmp_path / "l2.pt", module=skeleton)
+    assert back.model.template()["2.weight"].dtype == torch.float64
 
 
 def test_a_float64_network_with_a_float32_noise_prior_predicts_after_a_round_trip(tmp_path):

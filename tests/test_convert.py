@@ -726,6 +726,34 @@ def test_a_batchensemble_file_that_converted_such_a_subclass_says_why_it_cannot_
             pyrouq.load(path, module=skeleton)
 
 
+class ScaledHead(nn.Module):
+    """A head of ScaledLinear whose own parameter is called ``s``, as BatchEnsemble factors."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(3, 4)
+        self.head = ScaledLinear(4, 2)
+        self.head.s = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return self.head.s * self.head(torch.relu(self.body(x)))
+
+
+class ScaledHeadTakingT(ScaledHead):
+    def forward(self, x, *, t):
+        return super().forward(x) / t
+
+
+def test_a_bayesian_file_with_a_site_named_s_is_not_taken_for_an_old_ensemble(tmp_path):
+    model = bayesian(ScaledHead(), select=["head"])
+    path = pyrouq.save(tmp_path / "m.pt", model, mean_field_guide(model))
+    ScaledHeadTakingT.__name__ = ScaledHeadTakingT.__qualname__ = "ScaledHead"
+    with pytest.raises(pyrouq.CheckpointError, match=r"cannot rebuild BayesianNetwork .*requires "
+                       r"the keyword argument\(s\) t") as info:  # fmt: skip
+        pyrouq.load(path, module=ScaledHeadTakingT())
+    assert "subclasses with a forward of their own" not in str(info.value)
+
+
 class PlainSubclass(nn.Linear):
     """A subclass that computes as torch's Linear does: converted as one."""
 

@@ -521,11 +521,37 @@ def test_psis_takes_likelihoods_without_a_support_and_masked_observations():
     def guide(x, y):
         pyro.sample("w", dist.Normal(0.0, 0.5))
 
-    for model in (own, masked):
+    def latent_masked(x, y):  # the guide's draws below 0 only where the model masks them out
+        with pyro.plate("units", 2):
+            keep = torch.tensor([True, False])
+            pyro.sample("rate", dist.Exponential(1.0).mask(keep))
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", 6):
+            pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=torch.nan_to_num(y))
+
+    def latent_guide(x, y):
+        with pyro.plate("units", 2):
+            pyro.sample("rate", dist.Normal(torch.tensor([1.0, -1.0]), 0.1))
+        pyro.sample("w", dist.Normal(0.0, 0.5))
+
+    for model, q in ((own, guide), (masked, guide), (latent_masked, latent_guide)):
         pyro.set_rng_seed(0)
         with pyro.validation_enabled(False):
-            result = psis_diagnostic(model, guide, x, y, num_samples=50)
+            result = psis_diagnostic(model, q, x, y, num_samples=50)
         assert bool(torch.isfinite(result.log_weights).all()) and math.isfinite(result.k_hat)
+
+    def coins(x, y):  # labels in {-1, 1}: data a Bernoulli cannot produce, refused
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", 6):
+            pyro.sample("obs", dist.Bernoulli(logits=w * x[:, 0]), obs=torch.sign(x[:, 0]))
+
+    with pytest.raises(
+        ValueError,
+        match=r"The observed values of site 'obs' lie outside the "
+        r"support of its distribution \(Bernoulli, .*at \d+ entries.*Pass data",
+    ):
+        with pyro.validation_enabled(False):
+            psis_diagnostic(coins, guide, x, y, num_samples=25)
 
 
 def test_psis_works_with_an_autoguide():

@@ -232,6 +232,12 @@ def _refusing_worker(rank: int, init: str, out: str) -> None:
                 pyro.sample(site, pyro.distributions.Normal(loc, 0.1).to_event(value.dim()))
 
         attempts.append((fresh, own_guide, ArrayLoader(x, y, 4, seed=0)))
+
+        class ParamGuide(nn.Module):  # a guide module keeping its state in pyro.param
+            def forward(self, x=None, y=None):
+                own_guide(x, y)
+
+        attempts.append((fresh, ParamGuide(), ArrayLoader(x, y, 4, seed=0)))
         for model_, guide_, loader in attempts:
             try:
                 fit(model_, guide_, loader, epochs=1, num_data=N, progress=False, seed=0)
@@ -251,6 +257,7 @@ def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
     assert "would give every rank the same data" in messages[1]
     assert messages[2] == "trained"
     assert "parameters differ between ranks, first at 'model: net.weight'" in messages[3]
+    assert "parameters differ between ranks, first at 'model: net.weight'" in messages[4]
 
 
 def _three_rank_worker(rank: int, init: str, out: str) -> None:

@@ -181,29 +181,42 @@ def own_way_layers(net: nn.Module, names: Any) -> list[str]:
     return own
 
 
+def _layer_names(module: nn.Module) -> list[str]:
+    """The names of the Linear and convolution layers of ``module`` (``""``: itself)."""
+    kinds = (nn.Linear, nn.modules.conv._ConvNd)
+    return [name for name, layer in module.named_modules() if isinstance(layer, kinds)]
+
+
 def upgrade_v2_state(model: nn.Module, state: Any) -> Any:
     """A version-2 state dict with a Bayesian network's latent-site start values, which that
     version did not save, taken from the rebuilt ``model`` (the skeleton's, as then), in the
-    dtype of the site's saved prior (a float64 network's)."""
+    dtype the network was saved in."""
     if not isinstance(model, BayesianNetwork) or not isinstance(state, dict):
         return state
     current = model.state_dict()
+    # the dtype the network was saved in: its saved tensors' (the sites left point estimates,
+    # its buffers), else each site's prior's (version-2 priors were float32 before 2026-12-02
+    # whatever the network; a float32 noise prior may sit beside a float64 network)
+    network = {
+        v.dtype
+        for k, v in state.items()
+        if k.startswith("net.") and torch.is_tensor(v) and v.is_floating_point()
+    }
     filled = {}
     for index, site in enumerate(model.network_sites()):
         key = f"net.{site}"
         if key in state or key not in current:
             continue
         value = current[key]
-        # the dtype the network was saved in: its site's prior's (a float32 noise prior may
-        # sit beside a float64 network)
         prior = [
-            v
+            v.dtype
             for k, v in state.items()
             if k.startswith(f"site_priors.{index}.")
             and torch.is_tensor(v)
             and v.is_floating_point()
         ]
-        filled[key] = value.to(prior[0].dtype) if prior and value.is_floating_point() else value
+        dtype = next(iter(network)) if len(network) == 1 else (prior[0] if prior else None)
+        filled[key] = value.to(dtype) if dtype is not None and value.is_floating_point() else value
     return {**filled, **state}
 
 
@@ -257,14 +270,15 @@ def build_model(
     except (TypeError, ValueError) as err:
         if isinstance(err, CheckpointError):
             raise
-        factors = [s[:-2] for s in config.get("sites") or [] if str(s).endswith((".r", ".s"))]
-        own = own_way_layers(module, factors) if module is not None else []
+        ensemble = name == "BatchEnsembleNetwork" or bool(config.get("ensemble"))
+        own = own_way_layers(module, _layer_names(module)) if ensemble and module else []
         if own:
             raise CheckpointError(
-                f"{str(path)!r}: its layers {own[:3]} are of subclasses with a forward of their "
-                "own, which pyrouq before 2026-12-04 turned into BatchEnsemble layers (dropping "
-                "that forward) and today's keeps as they are, so this model cannot be rebuilt: "
-                "convert and train the network again."
+                f"{str(path)!r}: cannot rebuild {name} ({err}). Its layers {own[:3]} are of "
+                "subclasses with a forward of their own, which pyrouq before 2026-12-04 turned "
+                "into BatchEnsemble layers (dropping that forward) and today's keeps as they "
+                "are: if the file is that old, its model cannot be rebuilt; convert and train "
+                "the network again."
             ) from None
         raise CheckpointError(
             f"{str(path)!r}: cannot rebuild {name} from its saved arguments {config} ({err})."

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyro.distributions as dist
 import torch
 from pyro import poutine
 from pyro.distributions.util import scale_and_mask
@@ -103,13 +104,12 @@ def _interpret(k_hat: float) -> str:
     )
 
 
-def _log_prob(fn: Any, value: Tensor, check_support: bool = True) -> Tensor:
-    """``fn.log_prob(value)``, -inf where ``value`` lies outside ``fn``'s support (when
-    ``check_support`` and the support is declared): a guide draw the model cannot produce has
-    weight 0, as importance sampling reads it. Torch's support
-    check is switched off for the call (a distribution built under validation, the first
-    draw's, raised instead), and many distributions (Exponential's) give a finite density
-    there without it, so the support is checked here."""
+def _log_prob(fn: Any, value: Tensor) -> tuple[Tensor, Tensor | None]:
+    """``fn.log_prob(value)`` and where ``value`` lies inside ``fn``'s support or is masked
+    out (None where no support is declared). Torch's support check is switched off for the
+    call (a distribution built under validation, the first draw's, raised instead), and many
+    distributions (Exponential's) give a finite density outside the support without it, so
+    the support is checked here."""
     chain, inner = [], fn  # the distribution and those it wraps (Independent, Expanded, ...)
     while isinstance(inner, torch.distributions.Distribution) and inner not in chain:
         chain.append(inner)
@@ -120,7 +120,7 @@ def _log_prob(fn: Any, value: Tensor, check_support: bool = True) -> Tensor:
     try:
         log_p = fn.log_prob(value)
         try:
-            inside = fn.support.check(value) if check_support else None
+            inside = _inside(fn, value)
         except (NotImplementedError, ValueError):  # no support declared, or a dependent one
             inside = None
     finally:
@@ -129,11 +129,26 @@ def _log_prob(fn: Any, value: Tensor, check_support: bool = True) -> Tensor:
                 d.__dict__.pop("_validate_args", None)
             else:
                 d._validate_args = was
-    if inside is None:
-        return log_p  # type: ignore[no-any-return]
-    while inside.dim() > log_p.dim():  # a support checked entry by entry within an event
+    return log_p, inside
+
+
+def _inside(fn: Any, value: Tensor) -> Tensor:
+    """Where ``value`` lies inside ``fn``'s support, or where a ``MaskedDistribution`` leaves
+    it out (its log density is 0 there, wherever it lies), shaped as ``fn.log_prob(value)``."""
+    if isinstance(fn, torch.distributions.Independent):
+        inner = _inside(fn.base_dist, value)
+        dims = fn.reinterpreted_batch_ndims
+        return inner.flatten(inner.dim() - dims).all(-1) if dims else inner
+    if isinstance(fn, dist.MaskedDistribution):
+        inner = _inside(fn.base_dist, value)
+        mask = fn._mask
+        if isinstance(mask, bool):
+            return inner if mask else torch.ones_like(inner)
+        return inner | ~mask
+    inside = fn.support.check(value)
+    while inside.dim() > value.dim() - fn.event_dim:  # checked entry by entry within an event
         inside = inside.all(-1)
-    return torch.where(inside, log_p, torch.full_like(log_p, -math.inf))  # type: ignore[no-any-return]
+    return inside  # type: ignore[no-any-return]
 
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
@@ -146,9 +161,21 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
             continue
         if site["is_observed"] and site["infer"].get("_deterministic"):
             continue
-        # the support of the latent sites: the guide's draws (the data are the model's own,
-        # and entries a MaskedDistribution leaves out may lie anywhere)
-        log_p = _log_prob(site["fn"], site["value"], check_support=not site["is_observed"])
+        log_p, inside = _log_prob(site["fn"], site["value"])
+        if inside is not None and site["mask"] is not None:  # poutine.mask: left out too
+            inside = inside | ~torch.as_tensor(site["mask"], device=inside.device)
+        if inside is not None and not bool(inside.all()):
+            if site["is_observed"]:
+                count = int((~inside).sum())
+                raise ValueError(
+                    f"The observed values of site {site['name']!r} lie outside the support of "
+                    f"its distribution ({type(site['fn']).__name__}, support "
+                    f"{site['fn'].support}) at {count} entries: the model cannot have produced "
+                    "these data. Pass data of that support (labels of a Bernoulli in {0, 1}, "
+                    "say), or mask those entries out."
+                )
+            # a guide draw the model cannot produce: weight 0, as importance sampling reads it
+            log_p = torch.where(inside, log_p, torch.full_like(log_p, -math.inf))
         log_p = scale_and_mask(log_p, site["scale"], site["mask"])
         log_p = torch.as_tensor(log_p).double().sum().cpu()
         total = total + (log_p * observed_factor if site["is_observed"] else log_p)

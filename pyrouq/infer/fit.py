@@ -344,7 +344,7 @@ def fit(
     independent = _distributed.draws_option(distributed_draws, group, seed)
     # the latent sites' start values are a guide module's to train from (init_from may set
     # them): its own state is compared instead
-    own_state = isinstance(guide, nn.Module)
+    own_state = isinstance(guide, nn.Module) and bool(guide.state_dict())  # (not pyro.param)
     starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if own_state else set()
     named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
     if isinstance(guide, nn.Module):
