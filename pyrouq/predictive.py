@@ -205,9 +205,9 @@ def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
 
 def _looks_like_one_pair(x: Any) -> bool:
     """Whether ``x`` is a tuple/list ``(x, y)`` rather than two batches of inputs: two tensors
-    of as many rows but of different ranks (batches of one input have one rank), or two
-    floating tables of different widths (regression targets beside features; token batches
-    of two lengths are integers). Read by index: iterating may count as a read."""
+    of as many rows but of different ranks (batches of one input have one rank; not widths,
+    which differ between batches of sequences of two lengths). Read by index: iterating may
+    count as a read."""
     if not isinstance(x, (tuple, list)) or len(x) != 2:
         return False
     first, second = x[0], x[1]
@@ -215,10 +215,7 @@ def _looks_like_one_pair(x: Any) -> bool:
         return False
     if first.dim() == 0 or second.dim() == 0 or first.shape[0] != second.shape[0]:
         return False
-    if first.dim() != second.dim():
-        return True
-    floating = first.is_floating_point() and second.is_floating_point()  # (not token indices)
-    return floating and first.dim() == 2 and first.shape[1] != second.shape[1]
+    return first.dim() != second.dim()
 
 
 def class_predictions(preds: Any, where: str) -> Predictions:
@@ -265,8 +262,8 @@ def predict(
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``); one ``(x, y)`` pair goes in a list,
-        ``[(x, y)]`` (a bare pair whose tensors differ in rank, or floating tables in width,
-        is refused; others are read as two batches of inputs). Floating inputs of another
+        ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
+        is read as two batches of inputs). Floating inputs of another
         dtype (float64, float16) are cast to the model's; integer ones (raw uint8 pixels) are
         refused, see :func:`pyrouq.data.normalize`, unless the network starts from an
         ``nn.Embedding``.

@@ -969,10 +969,6 @@ API_CASES = [
      TypeError, r"got a tuple of two tensors that looks like one \(x, y\) pair \(shapes "
      r"\(6, 784\) and \(6,\)\).* Pass the inputs alone, x=x, or the pair as a list of "
      r"batches, \[\(x, y\)\]\.$"),
-    ("predict", "type",  # same rank, other width: floating targets (N, D) of a regression
-     with_model_guide(lambda m, g: predict(m, [flat_x(), torch.randn(6, 3)], g)), TypeError,
-     r"got a list of two tensors that looks like one \(x, y\) pair \(shapes \(6, 784\) and "
-     r"\(6, 3\)\)"),
     ("predict", "type",
      with_model_guide(lambda m, g: predict(m, [{"image": torch.rand(2, 784)}], g)), TypeError,
      r"a batch was a dict with keys 'image'\. Map it to pairs, e\.g\. a collate_fn"),

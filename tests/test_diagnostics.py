@@ -553,6 +553,34 @@ def test_psis_takes_likelihoods_without_a_support_and_masked_observations():
         with pyro.validation_enabled(False):
             psis_diagnostic(coins, guide, x, y, num_samples=25)
 
+    def classes(x, y):  # label 3 of 3 classes: said before torch's index error
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", 6):
+            logits = torch.stack([w * x[:, 0], -w * x[:, 0], 0 * x[:, 0]], -1)
+            labels = torch.tensor([0, 1, 2, 3, 0, 1])
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
+
+    with pytest.raises(ValueError, match=r"site 'obs' lie outside .*Categorical, .* 1 entries"):
+        with pyro.validation_enabled(False):
+            psis_diagnostic(classes, guide, x, y, num_samples=25)
+
+    def mixture(x, y):  # inside one component's support: a mixture's check is not made
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        parts = dist.Uniform(torch.tensor([0.0, 5.0]), torch.tensor([1.0, 6.0]))
+        with pyro.plate("data", 6):
+            mix = dist.MixtureSameFamily(dist.Categorical(logits=torch.stack([w, -w])), parts)
+            data = torch.tensor([0.5, 5.5, 0.2, 5.1, 0.9, 5.9])
+            pyro.sample("obs", mix.expand([6]), obs=data)
+
+    with pyro.validation_enabled(False):
+        assert math.isfinite(psis_diagnostic(mixture, guide, x, y, num_samples=25).k_hat)
+
+    def anchored(x, y):  # a scalar observation broadcast over a (2, 3) event
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("anchor", dist.Normal(w.expand(2, 3), 1.0).to_event(2), obs=torch.tensor(0.0))
+
+    assert math.isfinite(psis_diagnostic(anchored, guide, x, y, num_samples=25).k_hat)
+
 
 def test_psis_works_with_an_autoguide():
     model, x, y, *_ = _regression()

@@ -43,10 +43,7 @@ import collections
 import itertools
 import json
 import os
-import pickle
-import pickletools
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +64,12 @@ from pyrouq.checkpoint._describe import (
     register_guide,
     upgraded_state,
 )
+from pyrouq.checkpoint._file import (
+    FORMAT,
+    FORMAT_VERSION,
+    MCMC_FORMAT,
+    read,
+)
 from pyrouq.mcmc import MCMCResult
 
 __all__ = [
@@ -79,14 +82,6 @@ __all__ = [
     "register_guide",
     "save",
 ]
-
-FORMAT = "pyrouq.checkpoint"
-#: The format of a saved :class:`~pyrouq.mcmc.MCMCResult` (draws and sampler statistics).
-MCMC_FORMAT = "pyrouq.mcmc"
-FORMAT_VERSION = 3
-# version 1: before networks were converted (pyrouq 0.1 runs); 2: without a Bayesian network's
-# latent-site start values (a loaded one takes the skeleton's)
-_READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -352,65 +347,6 @@ def _cpu(value: Any) -> Any:
     return value
 
 
-def read(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate the raw checkpoint dict (tensors only; no code runs)."""
-    path = Path(path)
-    if not path.is_file():
-        what = "the path is a folder" if path.is_dir() else "the file does not exist"
-        raise CheckpointError(
-            f"No checkpoint at {str(path)!r}: {what}. Pass the path that "
-            "pyrouq.save() or `pyrouq fit --out DIR` wrote (DIR/checkpoint.pt)."
-        )
-    foreign = _not_written_by_torch(path)
-    if foreign:
-        raise CheckpointError(
-            f"{str(path)!r} is not a pyrouq checkpoint: {foreign}, not a file torch.save() "
-            "writes. Pass the file that pyrouq.save() or `pyrouq fit --out DIR` wrote "
-            "(DIR/checkpoint.pt)."
-        )
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        # torch's weights-only unpickler names what it refused after "WeightsUnpickler error:";
-        # a global (a class or function to import and call) means a pickled Python object,
-        # anything else (an unknown opcode, ...) a damaged file.
-        reason = str(err).partition("WeightsUnpickler error:")[2].strip() or str(err)
-        if "global" in reason.lower() or _plain_pickle_with_objects(path):
-            raise CheckpointError(
-                f"{str(path)!r} contains pickled Python objects, which pyrouq refuses to load "
-                "because unpickling can run arbitrary code. Load checkpoints written by "
-                "pyrouq.save(); if you trust this file, read it with torch.load yourself."
-            ) from None
-        raise CheckpointError(_corrupt(path, reason)) from None
-    except Exception as err:  # torch's unpickler fails on damaged bytes in many ways
-        raise CheckpointError(_corrupt(path, err)) from None
-    damaged = _damaged_entry(path)
-    if damaged:
-        raise CheckpointError(_corrupt(path, f"{damaged} fails its checksum"))
-    if isinstance(payload, dict) and payload.get("format") == MCMC_FORMAT:
-        return payload
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{str(path)!r} is not a pyrouq checkpoint: expected a dict with "
-            f"format={FORMAT!r}, got {_kind(payload)}. Write checkpoints with pyrouq.save()."
-        )
-    version = payload.get("format_version")
-    if version not in _READABLE_VERSIONS:
-        raise CheckpointError(
-            f"{str(path)!r} has checkpoint format version {version!r}; this pyrouq reads "
-            f"versions {list(_READABLE_VERSIONS)}. Load it with the pyrouq version that wrote it."
-        )
-    missing = [k for k in ("description", "model", "metadata") if k not in payload]
-    if missing:
-        raise CheckpointError(
-            f"{str(path)!r} lacks the entries {missing}: the file is damaged. Re-save it."
-        )
-    return payload
-
-
-_OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"}
-
-
 def _plain_data(value: Any) -> bool:
     """Whether ``value`` is made of what ``torch.load(weights_only=True)`` reads back: tensors,
     numbers, strings, None, and dicts, lists and tuples of them."""
@@ -421,81 +357,6 @@ def _plain_data(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_plain_data(v) for v in value)
     return False
-
-
-def _not_written_by_torch(path: Path) -> str | None:
-    """What ``path`` is instead of a file of :func:`torch.save`, or None: torch writes a zip
-    archive holding a ``data.pkl`` (or, before torch 1.6, a pickle, opening with byte 0x80)."""
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except (zipfile.BadZipFile, OSError):
-            return None  # a damaged archive: torch.load says what is wrong
-        if any(name.endswith("data.pkl") for name in names):
-            return None
-        shown = ", ".join(names[:3]) or "nothing"
-        return f"it is a zip archive of {shown}"
-    with open(path, "rb") as f:
-        head = f.read(12)
-    if not head:
-        return "it is empty"
-    if head[:1] == b"\x80" or head[:2] == b"PK":  # a pickle, or a truncated archive
-        return None
-    return f"it begins with {head!r}"
-
-
-def _damaged_entry(path: Path) -> str | None:
-    """The first entry of the zip archive ``path`` whose bytes fail their CRC-32, or None
-    (torch.load does not check them: a flipped byte in a tensor loads as another value).
-    Entries written without one (``torch.serialization.set_crc32_options(False)``: 0) pass."""
-    if not zipfile.is_zipfile(path):
-        return None
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if info.CRC == 0:
-                    continue
-                try:
-                    with archive.open(info) as entry:  # checks the CRC once read to the end
-                        while entry.read(1 << 24):
-                            pass
-                except zipfile.BadZipFile:
-                    return f"its entry {info.filename!r}"
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
-        return f"the archive ({err})"
-    return None
-
-
-def _plain_pickle_with_objects(path: Path) -> bool:
-    """Whether ``path`` is a bare pickle (not torch's zip format) that builds Python objects.
-
-    Read with :mod:`pickletools` (which parses opcodes and executes nothing).
-    """
-    if zipfile.is_zipfile(path):
-        return False
-    try:
-        with open(path, "rb") as f:
-            return any(op.name in _OBJECT_OPCODES for op, _, _ in pickletools.genops(f))
-    except Exception:  # not a pickle at all: a damaged file
-        return False
-
-
-def _corrupt(path: Path, err: BaseException | str) -> str:
-    """The message for a file that is no readable checkpoint, with the first line of why (not
-    torch's advice to load it without ``weights_only``, which pyrouq never does)."""
-    text = str(err).strip()
-    reason = text.splitlines()[0] if text else getattr(type(err), "__name__", "unreadable")
-    return (
-        f"{str(path)!r} is not a readable checkpoint: it is truncated or corrupted ({reason}). "
-        "Use an intact copy, or the previous epoch's checkpoint."
-    )
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return f"a dict with format={value.get('format')!r}"
-    return f"a {type(value).__name__}"
 
 
 def load(

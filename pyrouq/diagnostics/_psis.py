@@ -104,37 +104,46 @@ def _interpret(k_hat: float) -> str:
     )
 
 
-def _log_prob(fn: Any, value: Tensor) -> tuple[Tensor, Tensor | None]:
-    """``fn.log_prob(value)`` and where ``value`` lies inside ``fn``'s support or is masked
-    out (None where no support is declared). Torch's support check is switched off for the
-    call (a distribution built under validation, the first draw's, raised instead), and many
-    distributions (Exponential's) give a finite density outside the support without it, so
-    the support is checked here."""
+def _unvalidated(fn: Any) -> list[tuple[Any, Any]]:
+    """Switch torch's support check off on ``fn`` and the distributions it wraps (one built
+    under validation, the first draw's, raises outside the support); what to restore."""
     chain, inner = [], fn  # the distribution and those it wraps (Independent, Expanded, ...)
     while isinstance(inner, torch.distributions.Distribution) and inner not in chain:
         chain.append(inner)
         inner = getattr(inner, "base_dist", None)
-    saved = [d.__dict__.get("_validate_args") for d in chain]
+    saved = [(d, d.__dict__.get("_validate_args")) for d in chain]
     for d in chain:
         d._validate_args = False
+    return saved
+
+
+def _restore(saved: list[tuple[Any, Any]]) -> None:
+    for d, was in saved:
+        if was is None:
+            d.__dict__.pop("_validate_args", None)
+        else:
+            d._validate_args = was
+
+
+def _support_check(fn: Any, value: Tensor) -> Tensor | None:
+    """Where ``value`` lies inside ``fn``'s support or is masked out, shaped as
+    ``fn.log_prob(value)``; None where that cannot be told (no support declared, a dependent
+    one, a mixture's, whose check asks for every component, or shapes that do not fit)."""
     try:
-        log_p = fn.log_prob(value)
-        try:
-            inside = _inside(fn, value)
-        except (NotImplementedError, ValueError):  # no support declared, or a dependent one
-            inside = None
-    finally:
-        for d, was in zip(chain, saved, strict=True):
-            if was is None:
-                d.__dict__.pop("_validate_args", None)
-            else:
-                d._validate_args = was
-    return log_p, inside
+        inside = _inside(fn, value)
+        shape = torch.broadcast_shapes(
+            value.shape[: value.dim() - fn.event_dim], tuple(fn.batch_shape)
+        )
+        return inside.expand(shape)
+    except (NotImplementedError, ValueError, IndexError, RuntimeError):
+        return None
 
 
 def _inside(fn: Any, value: Tensor) -> Tensor:
-    """Where ``value`` lies inside ``fn``'s support, or where a ``MaskedDistribution`` leaves
-    it out (its log density is 0 there, wherever it lies), shaped as ``fn.log_prob(value)``."""
+    """:func:`_support_check`'s work: a ``MaskedDistribution``'s left-out entries count as
+    inside (their log density is 0, wherever they lie)."""
+    if isinstance(fn, torch.distributions.MixtureSameFamily):
+        raise NotImplementedError  # torch's check asks for every component's support
     if isinstance(fn, torch.distributions.Independent):
         inner = _inside(fn.base_dist, value)
         dims = fn.reinterpreted_batch_ndims
@@ -146,9 +155,27 @@ def _inside(fn: Any, value: Tensor) -> Tensor:
             return inner if mask else torch.ones_like(inner)
         return inner | ~mask
     inside = fn.support.check(value)
-    while inside.dim() > value.dim() - fn.event_dim:  # checked entry by entry within an event
+    rank = max(value.dim() - fn.event_dim, len(fn.batch_shape))
+    while inside.dim() > rank:  # a support checked entry by entry within an event
         inside = inside.all(-1)
     return inside  # type: ignore[no-any-return]
+
+
+def _check_observed(site: dict[str, Any], inside: Tensor) -> None:
+    """Refuse data the model cannot have produced (outside the likelihood's support where
+    neither a ``MaskedDistribution`` nor ``poutine.mask`` leaves them out)."""
+    if site["mask"] is not None:
+        inside = inside | ~torch.as_tensor(site["mask"], device=inside.device)
+    if bool(inside.all()):
+        return
+    fn = site["fn"]
+    raise ValueError(
+        f"The observed values of site {site['name']!r} lie outside the support of its "
+        f"distribution ({type(fn).__name__}, support {fn.support}) at {int((~inside).sum())} "
+        "entries: the model cannot have produced these data. Pass data of that support "
+        "(labels of a Bernoulli in {0, 1}, of a Categorical in [0, C), say), or mask those "
+        "entries out."
+    )
 
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
@@ -161,19 +188,17 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
             continue
         if site["is_observed"] and site["infer"].get("_deterministic"):
             continue
-        log_p, inside = _log_prob(site["fn"], site["value"])
+        saved = _unvalidated(site["fn"])
+        try:
+            inside = _support_check(site["fn"], site["value"])
+            if site["is_observed"] and inside is not None:
+                _check_observed(site, inside)  # (before log_prob: a label out of range fails)
+            log_p = site["fn"].log_prob(site["value"])
+        finally:
+            _restore(saved)
         if inside is not None and site["mask"] is not None:  # poutine.mask: left out too
             inside = inside | ~torch.as_tensor(site["mask"], device=inside.device)
         if inside is not None and not bool(inside.all()):
-            if site["is_observed"]:
-                count = int((~inside).sum())
-                raise ValueError(
-                    f"The observed values of site {site['name']!r} lie outside the support of "
-                    f"its distribution ({type(site['fn']).__name__}, support "
-                    f"{site['fn'].support}) at {count} entries: the model cannot have produced "
-                    "these data. Pass data of that support (labels of a Bernoulli in {0, 1}, "
-                    "say), or mask those entries out."
-                )
             # a guide draw the model cannot produce: weight 0, as importance sampling reads it
             log_p = torch.where(inside, log_p, torch.full_like(log_p, -math.inf))
         log_p = scale_and_mask(log_p, site["scale"], site["mask"])
