@@ -715,7 +715,7 @@ def test_a_batchensemble_file_that_converted_such_a_subclass_says_why_it_cannot_
     torch.save(payload, old_rank1)
     skeleton = nn.Sequential(ScaledLinear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     with pytest.warns(UserWarning, match="subclasses with a forward of their own"):
-        with pytest.raises(pyrouq.CheckpointError, match=r"its layers \['0'\] are of subclasses"):
+        with pytest.raises(pyrouq.CheckpointError, match=r"Its layers \['0'\] are of subclasses"):
             pyrouq.load(old_rank1, module=skeleton)
     with pytest.warns(UserWarning, match="subclasses with a forward of their own"):
         with pytest.raises(
