@@ -581,6 +581,21 @@ def test_psis_takes_likelihoods_without_a_support_and_masked_observations():
 
     assert math.isfinite(psis_diagnostic(anchored, guide, x, y, num_samples=25).k_hat)
 
+    def plain_number(x, y):  # a Python float observed
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("extra", dist.Normal(w, 1.0), obs=0.5)
+
+    assert math.isfinite(psis_diagnostic(plain_number, guide, x, y, num_samples=25).k_hat)
+
+    def event_entries(x, y):  # an entry-wise support under an event: checked entry by entry
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        rates = dist.Exponential(w.exp().expand(3)).to_event(1)
+        with pyro.plate("rows", 5):
+            pyro.sample("obs", rates, obs=torch.tensor([1.0, -1.0, 1.0]))
+
+    with pytest.raises(ValueError, match=r"site 'obs' lie outside .* at 1 entries"):
+        psis_diagnostic(event_entries, guide, x, y, num_samples=25)
+
 
 def test_psis_works_with_an_autoguide():
     model, x, y, *_ = _regression()

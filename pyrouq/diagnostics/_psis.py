@@ -125,57 +125,36 @@ def _restore(saved: list[tuple[Any, Any]]) -> None:
             d._validate_args = was
 
 
-def _support_check(fn: Any, value: Tensor) -> Tensor | None:
-    """Where ``value`` lies inside ``fn``'s support or is masked out, shaped as
-    ``fn.log_prob(value)``; None where that cannot be told (no support declared, a dependent
-    one, a mixture's, whose check asks for every component, or shapes that do not fit)."""
+_WRAPPERS = (torch.distributions.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
+
+
+def _outside(fn: Any, value: Tensor) -> int | None:
+    """How many entries of ``value`` lie outside ``fn``'s support, checked entry by entry on
+    the distribution inside its Independent / Expanded / Masked wrappers; None where that
+    cannot be told (no support declared, a dependent one, a mixture's: torch's check asks for
+    every component's)."""
+    inner = fn
+    while isinstance(inner, _WRAPPERS):
+        inner = inner.base_dist
+    if isinstance(inner, torch.distributions.MixtureSameFamily):
+        return None
     try:
-        inside = _inside(fn, value)
-        shape = torch.broadcast_shapes(
-            value.shape[: value.dim() - fn.event_dim], tuple(fn.batch_shape)
-        )
-        return inside.expand(shape)
-    except (NotImplementedError, ValueError, IndexError, RuntimeError):
+        return int((~torch.as_tensor(inner.support.check(value), dtype=torch.bool)).sum())
+    except (NotImplementedError, ValueError, RuntimeError, IndexError):
         return None
 
 
-def _inside(fn: Any, value: Tensor) -> Tensor:
-    """:func:`_support_check`'s work: a ``MaskedDistribution``'s left-out entries count as
-    inside (their log density is 0, wherever they lie)."""
-    if isinstance(fn, torch.distributions.MixtureSameFamily):
-        raise NotImplementedError  # torch's check asks for every component's support
-    if isinstance(fn, torch.distributions.Independent):
-        inner = _inside(fn.base_dist, value)
-        dims = fn.reinterpreted_batch_ndims
-        return inner.flatten(inner.dim() - dims).all(-1) if dims else inner
-    if isinstance(fn, dist.MaskedDistribution):
-        inner = _inside(fn.base_dist, value)
-        mask = fn._mask
-        if isinstance(mask, bool):
-            return inner if mask else torch.ones_like(inner)
-        return inner | ~mask
-    inside = fn.support.check(value)
-    rank = max(value.dim() - fn.event_dim, len(fn.batch_shape))
-    while inside.dim() > rank:  # a support checked entry by entry within an event
-        inside = inside.all(-1)
-    return inside  # type: ignore[no-any-return]
-
-
-def _check_observed(site: dict[str, Any], inside: Tensor) -> None:
-    """Refuse data the model cannot have produced (outside the likelihood's support where
-    neither a ``MaskedDistribution`` nor ``poutine.mask`` leaves them out)."""
+def _masked(site: dict[str, Any]) -> bool:
+    """Whether a mask leaves entries of the site out (``poutine.mask`` or ``.mask()``), whose
+    values may then lie anywhere: its support is not checked."""
     if site["mask"] is not None:
-        inside = inside | ~torch.as_tensor(site["mask"], device=inside.device)
-    if bool(inside.all()):
-        return
-    fn = site["fn"]
-    raise ValueError(
-        f"The observed values of site {site['name']!r} lie outside the support of its "
-        f"distribution ({type(fn).__name__}, support {fn.support}) at {int((~inside).sum())} "
-        "entries: the model cannot have produced these data. Pass data of that support "
-        "(labels of a Bernoulli in {0, 1}, of a Categorical in [0, C), say), or mask those "
-        "entries out."
-    )
+        return True
+    inner = site["fn"]
+    while isinstance(inner, _WRAPPERS):
+        if isinstance(inner, dist.MaskedDistribution) and inner._mask is not True:
+            return True
+        inner = inner.base_dist
+    return False
 
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
@@ -188,20 +167,24 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
             continue
         if site["is_observed"] and site["infer"].get("_deterministic"):
             continue
-        saved = _unvalidated(site["fn"])
+        fn, value = site["fn"], site["value"]
+        saved = _unvalidated(fn)
         try:
-            inside = _support_check(site["fn"], site["value"])
-            if site["is_observed"] and inside is not None:
-                _check_observed(site, inside)  # (before log_prob: a label out of range fails)
-            log_p = site["fn"].log_prob(site["value"])
+            outside = None if _masked(site) else _outside(fn, value)
+            if outside and site["is_observed"]:  # (before log_prob: a label out of range fails)
+                raise ValueError(
+                    f"The observed values of site {site['name']!r} lie outside the support of "
+                    f"its distribution ({type(fn).__name__}, support {fn.support}) at "
+                    f"{outside} entries: the model cannot have produced these data. Pass data "
+                    "of that support (labels of a Bernoulli in {0, 1}, of a Categorical in "
+                    "[0, C), say)."
+                )
+            log_p = fn.log_prob(value)
         finally:
             _restore(saved)
-        if inside is not None and site["mask"] is not None:  # poutine.mask: left out too
-            inside = inside | ~torch.as_tensor(site["mask"], device=inside.device)
-        if inside is not None and not bool(inside.all()):
-            # a guide draw the model cannot produce: weight 0, as importance sampling reads it
-            log_p = torch.where(inside, log_p, torch.full_like(log_p, -math.inf))
         log_p = scale_and_mask(log_p, site["scale"], site["mask"])
+        if outside:  # a guide draw the model cannot produce: weight 0, as importance sampling
+            log_p = torch.full_like(torch.as_tensor(log_p), -math.inf)  # reads it
         log_p = torch.as_tensor(log_p).double().sum().cpu()
         total = total + (log_p * observed_factor if site["is_observed"] else log_p)
     return total
@@ -236,6 +219,11 @@ def psis_diagnostic(
     scale, with a pyrouq model's ``num_data`` set to N = ``len(x)`` meanwhile (so its N/B
     scale is 1; the attribute is restored afterwards). ``num_data=M`` instead treats ``x, y``
     as a sample of a data set of M points: every observed site is multiplied by ``M / N``.
+
+    A guide draw outside the support of a latent site weighs 0 (log ratio -inf), and observed
+    data outside their distribution's support are refused: both are checked entry by entry
+    where the support is declared, whatever Pyro's validation setting, but not for sites a mask
+    leaves entries of (``poutine.mask``, ``.mask()``) nor for mixtures.
 
     .. warning:: For full-size networks (the MNIST MLP or LeNet under a mean-field guide)
        k-hat is expected to be large, often far above 1: with tens of thousands of weights and
