@@ -9,6 +9,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from pyro import poutine
 
 import pyrouq
 from pyrouq.diagnostics import (
@@ -595,6 +596,18 @@ def test_psis_takes_likelihoods_without_a_support_and_masked_observations():
 
     with pytest.raises(ValueError, match=r"site 'obs' lie outside .* at 1 entries"):
         psis_diagnostic(event_entries, guide, x, y, num_samples=25)
+
+    def masked_nowhere(x, y):  # a mask of True everywhere leaves nothing out: still checked
+        with pyro.plate("units", 3), poutine.mask(mask=torch.ones(3, dtype=torch.bool)):
+            pyro.sample("rate", dist.Exponential(1.0))
+
+    def loose(x, y):
+        with pyro.plate("units", 3):
+            pyro.sample("rate", dist.Normal(0.0, 1.0))
+
+    pyro.set_rng_seed(0)
+    weights = psis_diagnostic(masked_nowhere, loose, x, y, num_samples=40).log_weights
+    assert 20 < int(torch.isinf(weights).sum()) < 40  # P(some rate < 0) = 7/8
 
 
 def test_psis_works_with_an_autoguide():

@@ -140,21 +140,28 @@ def _outside(fn: Any, value: Tensor) -> int | None:
         return None
     try:
         return int((~torch.as_tensor(inner.support.check(value), dtype=torch.bool)).sum())
-    except (NotImplementedError, ValueError, RuntimeError, IndexError):
+    except (NotImplementedError, ValueError, RuntimeError, IndexError, AttributeError):
         return None
 
 
 def _masked(site: dict[str, Any]) -> bool:
-    """Whether a mask leaves entries of the site out (``poutine.mask`` or ``.mask()``), whose
-    values may then lie anywhere: its support is not checked."""
-    if site["mask"] is not None:
+    """Whether a mask leaves entries of the site out (``poutine.mask`` or ``.mask()``; a mask
+    of True everywhere leaves none), whose values may then lie anywhere: its support is not
+    checked."""
+    if _leaves_out(site["mask"]):
         return True
     inner = site["fn"]
     while isinstance(inner, _WRAPPERS):
-        if isinstance(inner, dist.MaskedDistribution) and inner._mask is not True:
+        if isinstance(inner, dist.MaskedDistribution) and _leaves_out(inner._mask):
             return True
         inner = inner.base_dist
     return False
+
+
+def _leaves_out(mask: Any) -> bool:
+    if mask is None or mask is True:
+        return False
+    return not (torch.is_tensor(mask) and bool(mask.all()))
 
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
