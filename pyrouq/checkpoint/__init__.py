@@ -60,7 +60,7 @@ from pyrouq.checkpoint._describe import (
     build_model,
     describe_guide,
     describe_model,
-    own_way_layers,
+    own_way_note,
     register_guide,
     upgraded_state,
 )
@@ -483,21 +483,12 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
 
 def _converted_own_way(module: nn.Module, state: dict[str, Any]) -> str:
     """Why a BatchEnsemble's state does not fit, where it holds member factors for layers of
-    subclasses with a computation of their own, which earlier pyrouq converted (dropping that
-    computation) and today's keeps plain; else ``""``."""
+    subclasses with a computation of their own (:func:`own_way_note`); else ``""``."""
     net = getattr(module, "net", None)
     if not isinstance(net, nn.Module):
         return ""
     layers = [k[4:].rpartition(".")[0] for k in state if k.startswith("net.") and k.endswith(".r")]
-    own = own_way_layers(net, layers)
-    if not own:
-        return ""
-    return (
-        f"Its layers {own[:3]} are of subclasses with a forward of their own, which pyrouq "
-        "before 2026-12-04 turned into BatchEnsemble layers (dropping that forward) and "
-        "today's keeps as they are, so this model cannot be rebuilt: convert and train the "
-        "network again."
-    )
+    return own_way_note(net, layers)
 
 
 _UNINITIALIZED = (nn.UninitializedParameter, nn.UninitializedBuffer)

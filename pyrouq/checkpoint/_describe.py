@@ -166,9 +166,10 @@ def upgrade_v1_state(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def own_way_layers(net: nn.Module, names: Any) -> list[str]:
-    """Those of the layers ``names`` of ``net`` whose class computes its own way
-    (:func:`~pyrouq.convert._select.computes_its_own_way`), sorted, each once."""
+def own_way_note(net: nn.Module, names: Any) -> str:
+    """Why an old ensemble file may not fit ``net``: those of its layers ``names`` whose class
+    computes its own way (:func:`~pyrouq.convert._select.computes_its_own_way`), which pyrouq
+    converted before 2026-12-04 and keeps plain since; ``""`` if there are none."""
     from pyrouq.convert._select import computes_its_own_way
 
     own = []
@@ -178,7 +179,14 @@ def own_way_layers(net: nn.Module, names: Any) -> list[str]:
                 own.append(name)
         except AttributeError:
             continue
-    return own
+    if not own:
+        return ""
+    return (
+        f"Its layers {own[:3]} are of subclasses with a forward of their own, which pyrouq "
+        "before 2026-12-04 turned into BatchEnsemble layers (dropping that forward) and "
+        "today's keeps as they are: if the file is that old, its model cannot be rebuilt; "
+        "convert and train the network again."
+    )
 
 
 def _layer_names(module: nn.Module) -> list[str]:
@@ -271,15 +279,9 @@ def build_model(
         if isinstance(err, CheckpointError):
             raise
         ensemble = name == "BatchEnsembleNetwork" or bool(config.get("ensemble"))
-        own = own_way_layers(module, _layer_names(module)) if ensemble and module else []
-        if own:
-            raise CheckpointError(
-                f"{str(path)!r}: cannot rebuild {name} ({err}). Its layers {own[:3]} are of "
-                "subclasses with a forward of their own, which pyrouq before 2026-12-04 turned "
-                "into BatchEnsemble layers (dropping that forward) and today's keeps as they "
-                "are: if the file is that old, its model cannot be rebuilt; convert and train "
-                "the network again."
-            ) from None
+        note = own_way_note(module, _layer_names(module)) if ensemble and module else ""
+        if note:
+            raise CheckpointError(f"{str(path)!r}: cannot rebuild {name} ({err}). {note}") from None
         raise CheckpointError(
             f"{str(path)!r}: cannot rebuild {name} from its saved arguments {config} ({err})."
         ) from None
