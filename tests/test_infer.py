@@ -723,6 +723,82 @@ def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
         assert torch.equal(guide.site_loc(site), value)
 
 
+def _norm_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(3, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3)
+    )
+
+
+def _statistics(net: torch.nn.Module) -> list[torch.Tensor]:
+    return [b.detach().clone() for b in net.buffers() if b.dim() == 1 or b.dim() == 0]
+
+
+def _keeping_statistics(loader, model, kept: list) -> ListLoader:
+    """``loader``, which puts ``model``'s statistics in ``kept`` before its second batch."""
+
+    class Spy(list):
+        dataset = loader.dataset
+
+        def __iter__(self):
+            for i, batch in enumerate(loader):
+                if i == 1:
+                    kept.extend(_statistics(model))
+                yield batch
+
+    return Spy()
+
+
+@pytest.mark.parametrize("way", ["plain", "bayesian", "batchensemble"])
+def test_refused_step_leaves_the_normalisation_statistics_of_the_last_finite_step(way):
+    """A step whose loss is non-finite (or whose forward fails) updated the BatchNorm running
+    statistics in its forward pass; they are put back with the parameters: inf running
+    variances made every later prediction the same."""
+    from pyrouq import batchensemble
+
+    x, y = toy_data(40)
+    x_bad = x.clone()
+    x_bad[25] = float("inf")
+    net = _norm_net()
+    model = {"plain": lambda: net, "bayesian": lambda: bayesian(net),
+             "batchensemble": lambda: batchensemble(net, 2)}[way]()  # fmt: skip
+    guide = mean_field_guide(model) if way == "bayesian" else None
+    before_second: list[torch.Tensor] = []
+    loader = _keeping_statistics(ListLoader(x_bad, y, 20), model, before_second)
+    with pytest.raises(FloatingPointError, match=r"parameters and normalisation statistics"):
+        fit(model, guide, loader, epochs=1, progress=False, lr_schedule="constant",
+            check_inputs=False)  # fmt: skip
+    after = _statistics(model)
+    assert len(after) == len(before_second) >= 3
+    for kept, now in zip(before_second, after, strict=True):
+        assert torch.equal(kept, now)
+        assert bool(torch.isfinite(now.double()).all())
+
+
+def test_step_whose_forward_fails_leaves_the_normalisation_statistics():
+    class FailsSecondTime(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = _norm_net()
+            self.calls = 0
+
+        def forward(self, x):
+            out = self.body(x)  # the BatchNorm updates its statistics first
+            self.calls += self.training and x.shape[0] == 20
+            if self.calls == 2:
+                raise RuntimeError("a failure of the network's own, after its BatchNorm")
+            return out
+
+    x, y = toy_data(40)
+    net = FailsSecondTime()
+    kept: list[torch.Tensor] = []
+    with pytest.raises(RuntimeError, match="a failure of the network's own"):
+        fit(net, None, _keeping_statistics(ListLoader(x, y, 20), net, kept), epochs=1,
+            progress=False)  # fmt: skip
+    assert len(kept) == 3
+    assert all(torch.equal(a, b) for a, b in zip(kept, _statistics(net), strict=True))
+
+
 def test_fit_bad_arguments():
     x, y = toy_data(20)
     model = tiny_mlp()

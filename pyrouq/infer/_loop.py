@@ -12,6 +12,7 @@ from typing import Any, Literal, NoReturn
 import pyro
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
@@ -191,6 +192,8 @@ class Loop:
         self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
         self.group = group
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        self.statistics = _running_statistics(model)
+        self.kept = [b.detach().clone() for b in self.statistics]
         self.device = module_device(model, guide) or torch.device("cpu")
         self.history: list[EpochRecord] = []
         self.steps = 0
@@ -347,6 +350,9 @@ class Loop:
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.steps)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.statistics:  # what a refused step's forward pass updated is put back
+            with torch.no_grad():
+                torch._foreach_copy_(self.kept, self.statistics)
         try:
             if self.plain:
                 terms = plain_terms(self.model, x, y, self.num_data)
@@ -354,6 +360,7 @@ class Loop:
             else:
                 terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
         except Exception as err:  # before the step's collective: the other ranks wait in it
+            self.put_back_statistics()
             self.stop_with_the_ranks(err)
         stopped = _distributed.average_gradients(self.params, self.group, terms.loss)
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
@@ -364,22 +371,32 @@ class Loop:
         row, everywhere = row[:-1], float(row[-1])
         if not math.isfinite(float(row[0])):
             self.optimizer.zero_grad(set_to_none=True)
+            self.put_back_statistics()
             raise FloatingPointError(
                 f"Non-finite loss ({float(row[0])}) at epoch {epoch}, step {step}; training "
-                "stopped and the parameters of the last finite step are kept. Lower lr, check "
-                "the inputs for NaN/inf, or use a smaller init_scale."
+                "stopped and the parameters and normalisation statistics of the last finite "
+                "step are kept. Lower lr, check the inputs for NaN/inf, or use a smaller "
+                "init_scale."
             )
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
+            self.put_back_statistics()
             raise FloatingPointError(
                 f"Another rank stopped at epoch {epoch}, step {step} (a non-finite loss, a batch "
                 "its input checks refused or an error in its step: its error says which); "
-                "training stopped on every rank, and the parameters of the last finite step "
-                "are kept."
+                "training stopped on every rank, and the parameters and normalisation "
+                "statistics of the last finite step are kept."
             )
         self.optimizer.step()
         self.steps += 1
         return row
+
+    def put_back_statistics(self) -> None:
+        """The normalisation layers' running statistics as they were before the step being
+        refused (its forward pass updated them)."""
+        if self.statistics:
+            with torch.no_grad():
+                torch._foreach_copy_(self.statistics, self.kept)
 
     def stop_with_the_ranks(self, error: Exception) -> NoReturn:
         """Raise ``error`` (a batch this rank refuses, or a failure of its forward or backward
@@ -498,6 +515,22 @@ class Loop:
                 bar.close()
         self.model.eval()
         return self.result()
+
+
+def _running_statistics(model: nn.Module) -> list[torch.Tensor]:
+    """The running statistics (and batch counts) of ``model``'s BatchNorm / InstanceNorm
+    layers, which every training forward pass updates: kept before each step, so that a step
+    refused for a non-finite loss or an error leaves them as the last finite step did."""
+    seen: set[int] = set()
+    found = []
+    for module in model.modules():
+        if isinstance(module, _NormBase):
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                tensor = getattr(module, name, None)
+                if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found.append(tensor)
+    return found
 
 
 def _batches(loader: Iterable, skip: int) -> Iterable:

@@ -235,7 +235,8 @@ def fit(
     Raises
     ------
     FloatingPointError
-        When the loss turns non-finite; the parameters of the last finite step are kept.
+        When the loss turns non-finite; the parameters and the normalisation layers' running
+        statistics of the last finite step are kept (also when a step's forward pass fails).
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
         ``resume_from`` that does not fit the model (``CheckpointError``).
