@@ -291,6 +291,52 @@ def test_other_files_and_other_model_classes_are_refused(tmp_path):
         load(tmp_path / "edited.pt")
 
 
+def test_a_hand_edited_description_or_metadata_is_refused_as_such(tmp_path):
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    fit(model, guide, [(x, y)], epochs=1, num_data=8, progress=False,
+        checkpoint=tmp_path / "run.pt")  # fmt: skip
+    payload = torch.load(tmp_path / "run.pt", weights_only=True)
+    description = json.loads(payload["description"])
+
+    def edited(name, payload_edit=None, description_edit=None):
+        changed, described = dict(payload), json.loads(json.dumps(description))
+        if description_edit is not None:
+            description_edit(described)
+            changed["description"] = json.dumps(described)
+        if payload_edit is not None:
+            payload_edit(changed)
+        torch.save(changed, tmp_path / name)
+        return tmp_path / name
+
+    def family(d):
+        d["model"]["config"]["priors"]["0.weight"]["family"] = "Weird"
+
+    def metadata(p):
+        p["metadata"] = "{not json"
+
+    cases = {
+        "family.pt": edited("family.pt", description_edit=family),  # AttributeError came
+        "guide.pt": edited("guide.pt", description_edit=lambda d: d.update(guide="x")),
+        "metadata.pt": edited("metadata.pt", payload_edit=metadata),  # JSONDecodeError came
+    }
+    for name, path in cases.items():
+        with pytest.raises(CheckpointError) as caught:
+            load(path, module=net)
+        assert str(caught.value).startswith(
+            f"{str(path)!r} cannot be rebuilt from its description or metadata ("
+        ), name
+        assert "edited by hand, or written by another program?" in str(caught.value)
+    with pytest.raises(CheckpointError, match=r"cannot be rebuilt .*JSONDecodeError"):
+        fit(model, guide, [(x, y)], epochs=2, num_data=8, progress=False,
+            resume_from=cases["metadata.pt"])  # fmt: skip
+    # the caller's own mistake keeps its own error
+    with pytest.raises(TypeError, match="Expected model_class to be a model class or its name"):
+        load(tmp_path / "run.pt", model_class=3, module=net)
+
+
 # --------------------------------------------------------------------------------------------
 # resume and interruption
 # --------------------------------------------------------------------------------------------

@@ -40,10 +40,12 @@ True
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,7 @@ from pyrouq.checkpoint._describe import (
     build_model,
     describe_guide,
     describe_model,
+    expected_class_name,
     own_way_note,
     register_guide,
     upgraded_state,
@@ -395,7 +398,8 @@ def load(
     CheckpointError
         A missing, truncated or corrupted file, one holding pickled Python objects, one of
         another model class than ``model_class``, a converted network without a skeleton or
-        with one that does not match, or parameters that do not fit the description.
+        with one that does not match, parameters that do not fit the description, or a
+        description or metadata that ``save()`` did not write (edited by hand).
     """
     payload = read(path)
     if payload.get("format") == MCMC_FORMAT:
@@ -408,26 +412,46 @@ def load(
         if device is not None:
             result.samples = {k: v.to(device) for k, v in result.samples.items()}
         return result
+    expected = None if model_class is None else expected_class_name(model_class)
     description = _parse_description(path, payload["description"])
-    model = build_model(description, expected=model_class, path=path, module=module)
-    _load_state(model, upgraded_state(model, payload), "model", path)
-    guide = None
-    if description.get("guide") is not None:
-        guide = build_guide(description, model, path=path)
-        if payload.get("guide") is None:
-            raise CheckpointError(f"{str(path)!r} describes a guide but holds no guide state.")
-        _load_state(guide, payload["guide"], "guide", path)
-    frozen = description.get("frozen")  # absent from checkpoints of pyrouq before 2026-12
-    if isinstance(frozen, dict):
-        _refreeze(model, frozen.get("model"))
-        if guide is not None:
-            _refreeze(guide, frozen.get("guide"))
+    with description_errors(path):
+        model = build_model(description, expected=expected, path=path, module=module)
+        _load_state(model, upgraded_state(model, payload), "model", path)
+        guide = None
+        if description.get("guide") is not None:
+            guide = build_guide(description, model, path=path)
+            if payload.get("guide") is None:
+                raise CheckpointError(f"{str(path)!r} describes a guide but holds no guide state.")
+            _load_state(guide, payload["guide"], "guide", path)
+        frozen = description.get("frozen")  # absent from checkpoints of pyrouq before 2026-12
+        if isinstance(frozen, dict):
+            _refreeze(model, frozen.get("model"))
+            if guide is not None:
+                _refreeze(guide, frozen.get("guide"))
+        saved = _checkpoint(payload, description, model, guide, path)
     if device is not None:
         model.to(device)
         if guide is not None:
             guide.to(device)
     model.eval()
-    return _checkpoint(payload, description, model, guide, path)
+    return saved
+
+
+@contextlib.contextmanager
+def description_errors(path: Any) -> Iterator[None]:
+    """Turn the errors of rebuilding from a description pyrouq did not write (a file edited
+    by hand, a key missing or of another type) into a :class:`CheckpointError` that says so."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (KeyError, AttributeError, IndexError, TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"{str(path)!r} cannot be rebuilt from its description or metadata "
+            f"({type(err).__name__}: {err}): not as pyrouq.save() writes them (edited by "
+            "hand, or written by another program?). Use the file as pyrouq.save() wrote it, or "
+            "save the trained model again."
+        ) from err
 
 
 def _checkpoint(payload: dict, description: dict, model: Any, guide: Any, path: Any) -> Checkpoint:

@@ -20,6 +20,7 @@ __all__ = [
     "build_model",
     "describe_guide",
     "describe_model",
+    "expected_class_name",
     "register_guide",
 ]
 
@@ -238,6 +239,17 @@ def upgraded_state(model: nn.Module, payload: dict[str, Any]) -> Any:
     return state
 
 
+def expected_class_name(expected: type | str) -> str:
+    """The class name ``load(model_class=...)`` asks for (a class or its name)."""
+    name = expected if isinstance(expected, str) else getattr(expected, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"Expected model_class to be a model class or its name, got {expected!r}. "
+            "Pass e.g. model_class=pyrouq.BayesianLeNet, or leave it out."
+        )
+    return name
+
+
 def build_model(
     description: dict[str, Any],
     *,
@@ -249,14 +261,7 @@ def build_model(
     name = description["model"]["class"]
     doors = _front_doors()
     if expected is not None:
-        expected_name = (
-            expected if isinstance(expected, str) else getattr(expected, "__name__", None)
-        )
-        if not isinstance(expected_name, str):
-            raise TypeError(
-                f"Expected model_class to be a model class or its name, got {expected!r}. "
-                "Pass e.g. model_class=pyrouq.BayesianLeNet, or leave it out."
-            )
+        expected_name = expected_class_name(expected)
         if expected_name != name:
             raise CheckpointError(
                 f"{str(path)!r} holds a {name}, expected a {expected_name}. Load it without "

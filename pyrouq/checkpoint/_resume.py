@@ -18,6 +18,7 @@ from pyrouq.checkpoint import (
     _load_state,
     _parse_description,
     describe_model,
+    description_errors,
     python_number,
     read,
 )
@@ -46,8 +47,9 @@ def restore(
                 "resume from a checkpoint that fit(checkpoint=...) wrote."
             )
         description = _parse_description(source, payload["description"])
-        saved = _checkpoint(payload, description, model, guide, source)
-        model_state, guide_state = upgraded_state(model, payload), payload.get("guide")
+        with description_errors(source):
+            saved = _checkpoint(payload, description, model, guide, source)
+            model_state, guide_state = upgraded_state(model, payload), payload.get("guide")
     where = str(saved.path) if saved.path is not None else "the checkpoint"
     stored, here = saved.description["model"], describe_model(model)
     if stored["class"] != here["class"]:
