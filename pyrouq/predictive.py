@@ -344,6 +344,12 @@ def predict(
     >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
     torch.Size([5, 10, 3])
     """
+    if torch.is_tensor(x) and x.dim() == 0:
+        raise ValueError(
+            f"predict() expects a batch of inputs, the examples on dim 0, got a 0-d tensor "
+            f"({x.item()!r}). Pass one example as x.reshape(1, *shape) (one feature: "
+            "x.reshape(1, 1))."
+        )
     batch_size = check_int("batch_size", batch_size)
     batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)

@@ -962,6 +962,9 @@ API_CASES = [
      ValueError, r"posterior_samples: site 'weight' has no draws \(S = 0\), shape \(0, 3, 4\)"),
     ("predict", "empty", with_model_guide(lambda m, g: predict(m, torch.zeros(0, 784), g)),
      ValueError, r"predict\(\) got no inputs: x is empty"),
+    ("predict", "shape", with_model_guide(lambda m, g: predict(m, torch.tensor(0.5), g)),
+     ValueError, r"predict\(\) expects a batch of inputs, the examples on dim 0, got a 0-d "
+     r"tensor \(0.5\)\. Pass one example as x.reshape\(1, \*shape\)"),
     ("predict", "type", with_model_guide(lambda m, g: predict(m, [1, 2], g)), TypeError,
      r"predict\(\) expects x as a tensor or an iterable of tensors / \(x, y\) batches; a batch "
      r"was an int\.$"),
