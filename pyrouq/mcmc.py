@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Literal
 
+import numpy as np
 import pyro
 import torch
 from pyro.infer.mcmc import HMC, NUTS
@@ -528,8 +529,18 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
         draws = source.draws()
     elif isinstance(source, pyro.infer.MCMC):  # a run of Pyro's own: every chain's draws
         draws = {site: value.detach() for site, value in source.get_samples().items()}
-    elif isinstance(source, dict) and all(torch.is_tensor(v) for v in source.values()):
-        draws = dict(source)
+    elif isinstance(source, dict):
+        draws = {}
+        for site, value in source.items():
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                value = torch.as_tensor(value)  # numpy's draws (arviz's posterior, say)
+            if not torch.is_tensor(value):
+                raise TypeError(
+                    f"posterior_samples: site {site!r} holds a {type(value).__name__}, "
+                    "expected its draws as a tensor (or numpy array) of shape (S, *shape). "
+                    "Convert it with torch.as_tensor(...)."
+                )
+            draws[site] = value
     else:
         raise TypeError(
             "Expected posterior_samples to be an MCMCResult, a pyro.infer.MCMC run or a dict "

@@ -287,11 +287,12 @@ def predict(
     posterior_samples : MCMCResult, pyro.infer.MCMC or dict, optional
         Draws from anywhere instead of a guide: an :class:`~pyrouq.mcmc.MCMCResult` or a
         ``pyro.infer.MCMC`` run (every chain's draws, chain after chain) or ``{site: (S,
-        *shape)}`` with one S for every latent site (``pyro.infer.Predictive``'s output too:
-        its other sites are left out, its padding of a site's draws to the model's plates,
-        ``(S, 1, *shape)``, dropped). S is then their number (leave ``guide`` and
-        ``num_samples`` out). Floating draws (arviz's and numpy's are float64) are taken in
-        the dtype of the model's parameters, or of the inputs for a model without any.
+        *shape)}`` (tensors or numpy arrays) with one S for every latent site
+        (``pyro.infer.Predictive``'s output too: its other sites are left out, its padding of
+        a site's draws to the model's plates, ``(S, 1, *shape)``, dropped). S is then their
+        number (leave ``guide`` and ``num_samples`` out). Floating draws (arviz's and numpy's
+        are float64) are taken in the dtype of the model's parameters, or of the inputs for a
+        model without any.
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,

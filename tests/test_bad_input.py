@@ -1253,6 +1253,21 @@ API_CASES = [
      r"fit\(\): expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.5. Pass e.g. seed=0"),
     ("conformal", "range", lambda tmp: pyrouq.conformal(gaussian_preds(), torch.zeros(6), lam=-1),
      ValueError, r"Expected lam >= 0, the RAPS penalty per rank, got -1"),
+    ("conformal", "missing", lambda tmp: pyrouq.conformal(gaussian_preds(), alpha=0.2),
+     ValueError, r"No val_targets: pass the \(N, D\) or \(N,\) targets of the held-out split, "
+     r"conformal\(val_preds, val_targets, \.\.\.\)"),
+    ("fit", "shape",
+     lambda tmp: (lambda m: fit(m, mean_field_guide(m), [(torch.randn(20, 1), torch.randn(19))],
+                                epochs=1, num_data=20, progress=False))(
+         bayesian(torch.nn.Linear(1, 1), likelihood="gaussian")), ValueError,
+     r"expected targets y of 20 rows to match the 20 inputs, got shape \(19,\)\. Pass one "
+     r"target per input"),
+    ("predict", "type",
+     lambda tmp: predict(bayesian(torch.nn.Linear(1, 1), likelihood="gaussian"),
+                         torch.randn(3, 1), posterior_samples={"weight": [[[1.0]]],
+                                                               "bias": torch.zeros(1, 1)}),
+     TypeError, r"posterior_samples: site 'weight' holds a list, expected its draws as a tensor "
+     r"\(or numpy array\) of shape \(S, \*shape\)\. Convert it with torch.as_tensor"),
     ("plot_regression", "companion",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), train_x=torch.zeros(3),
                                         train_y=torch.zeros(6)), ValueError,

@@ -425,6 +425,9 @@ def test_float64_posterior_samples_run_a_float32_model():
     draws = {k: torch.randn(3, *shape) for k, shape in model.latent_sites().items()}
     ours = predict(model, x, posterior_samples={k: v.double() for k, v in draws.items()})
     torch.testing.assert_close(ours.probs, predict(model, x, posterior_samples=draws).probs)
+    # numpy's own arrays (arviz's posterior .values) too: a TypeError said "got dict"
+    from_numpy = predict(model, x, posterior_samples={k: v.numpy() for k, v in draws.items()})
+    torch.testing.assert_close(from_numpy.probs, ours.probs)
 
 
 class TokenBag(torch.nn.Module):

@@ -250,7 +250,11 @@ class Gaussian(Likelihood):
             )
         problem = self.target_problem(y, d)
         if problem is None and y.shape[0] != batch:
-            problem = f"{y.shape[0]} targets for {batch} inputs"
+            problem = (
+                f"expected targets y of {batch} rows to match the {batch} inputs, got shape "
+                f"{tuple(y.shape)}. Pass one target per input (a row of each batch's y for "
+                "each row of its x)"
+            )
         if problem is not None:
             raise ValueError(f"{where}: {problem}.")
 
