@@ -49,3 +49,20 @@ def interrupted_setup() -> nn.Module:
 def interrupted_evaluation() -> nn.Module:
     """Ctrl-C once training is over, when the run is evaluated."""
     return _Interrupts("evaluation")
+
+
+def five_classes() -> nn.Module:
+    """Five outputs per image: MNIST has ten classes."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 5))
+
+
+def exits() -> nn.Module:
+    raise SystemExit(3)
+
+
+def lazy() -> nn.Module:
+    """A lazy layer: its weight takes its shape from the first batch."""
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(10))
+
+
+NOT_CALLABLE = 3

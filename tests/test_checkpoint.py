@@ -337,6 +337,24 @@ def test_a_hand_edited_description_or_metadata_is_refused_as_such(tmp_path):
         load(tmp_path / "run.pt", model_class=3, module=net)
 
 
+def test_a_lazy_skeleton_not_yet_run_is_refused_with_the_fix(tmp_path):
+    net = nn.Sequential(nn.Flatten(), nn.LazyLinear(3))
+    net(torch.zeros(2, 4))
+    model = bayesian(net)
+    path = save(tmp_path / "lazy.pt", model, mean_field_guide(model))
+    fresh = nn.Sequential(nn.Flatten(), nn.LazyLinear(3))
+    with pytest.raises(CheckpointError) as caught:  # torch's RuntimeError on the shape came
+        load(path, module=fresh)
+    assert str(caught.value) == (
+        "The skeleton (Sequential) has lazy modules that have not created their parameters yet "
+        "('1.weight', '1.bias'): run one batch through it first (net(x)), then "
+        "load(path, module=net)."
+    )
+    fresh(torch.zeros(2, 4))
+    loaded = load(path, module=fresh)
+    assert torch.equal(loaded.model.plain_network()[1].weight, net[1].weight)
+
+
 # --------------------------------------------------------------------------------------------
 # resume and interruption
 # --------------------------------------------------------------------------------------------

@@ -230,6 +230,45 @@ def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
     )
 
 
+def test_train_size_beyond_the_split_and_fashion_mnist_under_a_wrong_pyrouq_data(
+    tmp_path, capsys, monkeypatch
+):
+    out = ["--out", str(tmp_path / "o")]
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--train-size", "70000", *out])
+    assert err.endswith(
+        "Expected --train-size to be an integer in [1, 60000], got 70000. Leave --train-size "
+        "out for the whole training split\n"
+    )
+    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path / "nowhere"))
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--dataset", "fashion-mnist", *out])
+    assert f"(looked under $PYROUQ_DATA: {tmp_path / 'nowhere'})" in err
+    assert "To fix: point $PYROUQ_DATA (or --data-root) at a folder in torchvision layout" in err
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, capsys, monkeypatch):
+    """Two runs named by the same second shared one folder: each wrote its config.json and
+    checkpoint.pt over the other's."""
+    from datetime import datetime
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 12, 4, 22, 38, 35)
+
+    monkeypatch.setattr(cli, "datetime", Frozen)
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "256", "--no-progress", "--seed"]
+    assert main([*argv, "1"]) == 0
+    assert main([*argv, "2"]) == 0
+    first, second = (
+        tmp_path / "runs" / "mlp-20261204-223835",
+        tmp_path / "runs" / "mlp-20261204-223835-2",
+    )
+    assert json.loads((first / "config.json").read_text())["seed"] == 1
+    assert json.loads((second / "config.json").read_text())["seed"] == 2
+    assert "wrote runs/mlp-20261204-223835-2/: metrics.json" in capsys.readouterr().out
+
+
 def test_data_root_without_the_files(tmp_path, capsys):
     err = one_line_error(capsys, 2, ["fit", "mlp", "--data-root", str(tmp_path), "--out",
                                      str(tmp_path / "o")])  # fmt: skip
@@ -401,6 +440,17 @@ def test_factory_errors(tmp_path, capsys):
     assert "factory '_factories:needs_weights' raised FileNotFoundError: weights.pt (call" in err
     err = one_line_error(capsys, 2, ["fit", "_factories:not_a_module", *out])
     assert "factory '_factories:not_a_module' returned an object of type str; it must" in err
+    err = one_line_error(capsys, 2, ["fit", "_factories:NOT_CALLABLE", *out])
+    assert "factory '_factories:NOT_CALLABLE' is an object of type int, not a callable" in err
+    # SystemExit ended pyrouq with the factory's code and no message
+    err = one_line_error(capsys, 2, ["fit", "_factories:exits", *out])
+    assert "factory '_factories:exits' raised SystemExit: 3 (call it in Python" in err
+    # the targets cannot be fixed on the command line (fit() said "Fix the targets")
+    err = one_line_error(capsys, 2, ["fit", "_factories:five_classes", *out])
+    assert (
+        "factory '_factories:five_classes' builds a network with 5 outputs per image; MNIST "
+        "and Fashion-MNIST have 10 classes: make it output 10 logits" in err
+    )
     err = one_line_error(capsys, 2, ["fit", "mlp", "--kl-weight", "5", *out])
     assert "--kl-weight 5.0 applies to a Bayesian model" in err and "mlp has none" in err
     err = one_line_error(capsys, 2, ["fit", "batchensemble-lenet", "--prior-scale", "0.5", *out])
@@ -461,6 +511,44 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
     )
     err = one_line_error(capsys, 2, ["fit", "typo_pkg.nets:net", "--out", "b"])
     assert "'typo_pkg.helperz', a module it imports; check that import (a typo, or a file" in err
+
+
+def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_plot(
+    tmp_path, capsys
+):
+    """A lazy layer failed --method plain in the command's parameter count (torch's message
+    on uninitialised parameters), and evaluating its run in the skeleton's load."""
+    out = tmp_path / "o"
+    argv = ["fit", "_factories:lazy", "--method", "plain", "--epochs", "1", "--train-size", "256"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert "fitting _factories:lazy (plain) (7,850 parameters)" in capsys.readouterr().out
+    (out / "rotation-evaluate.png").write_text("an earlier evaluate --shift rotate's")
+    assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
+    assert not (out / "rotation-evaluate.png").exists()
+    assert (out / "reliability-evaluate.png").is_file()
+
+
+def test_a_factory_module_reached_by_a_link_is_found_where_it_was_imported(
+    tmp_path, capsys, monkeypatch
+):
+    """factory_root followed the link to the file's folder, where evaluate then looked in
+    vain (and said the run had found it there)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "src" / "real_nets.py").write_text(
+        "from torch import nn\n\ndef small():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))\n"
+    )
+    (tmp_path / "proj" / "linked_nets.py").symlink_to(tmp_path / "src" / "real_nets.py")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "proj"), *sys.path])
+    out = tmp_path / "o"
+    argv = ["fit", "linked_nets:small", "--method", "plain", "--epochs", "1"]
+    assert main([*argv, "--train-size", "256", "--out", str(out), "--no-progress"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["factory_root"] == str(tmp_path / "proj")
+    monkeypatch.setattr(sys, "path", sys.path[1:])
+    monkeypatch.delitem(sys.modules, "linked_nets")
+    assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
 
 
 def test_an_unwritable_out_and_a_diverging_run_are_one_line_errors(tmp_path, capsys):

@@ -325,6 +325,15 @@ def _skeleton(
             "module=make_net()), with make_net what built the network before bayesian(), "
             "batchensemble() or rank1() converted it."
         )
+    lazy = [name for name, t in (*module.named_parameters(), *module.named_buffers())
+            if nn.parameter.is_lazy(t)]  # fmt: skip
+    if lazy:
+        raise CheckpointError(
+            f"The skeleton ({type(module).__name__}) has lazy modules that have not created "
+            f"their parameters yet ({', '.join(repr(n) for n in lazy[:3])}"
+            f"{', ...' if len(lazy) > 3 else ''}): run one batch through it first (net(x)), "
+            "then load(path, module=net)."
+        )
     here = module_record(module)
     for kind in ("parameters", "buffers"):
         saved, got = record.get(kind, {}), here[kind]

@@ -87,12 +87,13 @@ def _device(name: str | None) -> Any:
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
+    """The run folder: ``--out``, checked before anything is built, or a new folder under
+    ``runs/`` named after the model and the time (made unique by :func:`_claim`)."""
     if args.out is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         name = args.model.replace(":", "-").replace(".", "-")
-        out = Path("runs") / f"{name}-{stamp}"
-    else:
-        out = Path(args.out)
+        return Path("runs") / f"{name}-{stamp}"
+    out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
@@ -100,6 +101,43 @@ def _out_dir(args: argparse.Namespace) -> Path:
             f"--out {str(out)!r} exists and is not empty; pass --overwrite or another folder"
         )
     return out
+
+
+def _claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[Path, bool]:
+    """Make the run folder ``out`` and write its ``config.json``, which no other run may have
+    written first: ``(the folder, whether this run created it)``. A default folder taken by
+    another run started in the same second gets a suffix (``-2``, ``-3``, ...); an ``--out``
+    that another run has claimed since the check is refused (with --overwrite, the earlier
+    run's files are removed first)."""
+    text = json.dumps(config, indent=2) + "\n"
+    default = args.out is None
+    for number in range(1, 10_000):
+        folder = out if number == 1 or not default else out.with_name(f"{out.name}-{number}")
+        try:
+            fresh = not folder.exists()
+            if default:
+                try:
+                    folder.mkdir(parents=True)
+                except FileExistsError:
+                    continue  # another run's, started in the same second
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                if args.overwrite:
+                    _clear_run(folder)
+            with open(folder / "config.json", "x") as file:
+                file.write(text)
+            return folder, fresh
+        except FileExistsError:
+            raise CommandError(
+                f"--out {str(folder)!r} was claimed by another run while this one started (it "
+                "holds a config.json now); pass another folder"
+            ) from None
+        except OSError as err:
+            raise CommandError(
+                f"cannot write the run folder --out {str(folder)!r}: {err.strerror or err}; "
+                "pass a folder you can write to"
+            ) from None
+    raise CommandError(f"runs/ holds 10,000 runs named {out.name}-*; pass --out")
 
 
 def _clear_run(out: Path) -> None:
@@ -125,8 +163,21 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
             device=device,
             train_size=args.train_size,
         )
+    except ValueError as err:
+        if not str(err).startswith("Expected train_size"):
+            raise
+        raise CommandError(  # in the command's words
+            str(err)
+            .replace("Expected train_size", "Expected --train-size")
+            .replace("Pass None for the whole", "Leave --train-size out for the whole")
+            .rstrip(".")
+        ) from None
     except FileNotFoundError as err:
-        if dataset == "fashion-mnist" and args.data_root is None:
+        if (
+            dataset == "fashion-mnist"
+            and args.data_root is None
+            and not os.environ.get("PYROUQ_DATA")
+        ):
             raise CommandError(
                 "--dataset fashion-mnist trains on the Fashion-MNIST train split, which pyrouq "
                 "does not bundle; pass --data-root DIR holding FashionMNIST/raw/train-*"
@@ -236,15 +287,7 @@ def _fit_on_rank(
         pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
                    num_particles=args.num_particles, progress=False, seed=args.seed)  # fmt: skip
         return 0
-    fresh = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        _clear_run(out)
-    except OSError as err:
-        raise CommandError(
-            f"cannot write the run folder --out {str(out)!r}: {err.strerror or err}; pass a "
-            "folder you can write to"
-        ) from None
+    out, fresh = _claim(out, args, config)
     try:
         return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
     except BaseException:  # Ctrl-C too
@@ -270,7 +313,6 @@ def _run_fit(
     from pyrouq.infer import TrainingInterrupted
 
     epochs, batch_size, lr = config["epochs"], config["batch_size"], config["lr"]
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     checkpoint = out / "checkpoint.pt"
     n_params = sum(p.numel() for p in model.parameters())
     if guide is not None:
@@ -429,7 +471,11 @@ def _evaluate_run(
 
         figures["rotation"] = plot_rotation(rows)
     _write_metrics(run, metrics, name="metrics-evaluate.json")
-    # beside fit's own figures, which stay: as metrics-evaluate.json beside metrics.json
+    # beside fit's own figures, which stay: as metrics-evaluate.json beside metrics.json; an
+    # earlier evaluate's figure that this one does not draw (--shift rotate) goes
+    for name in (*RUN_PLOTS, "rotation"):
+        if name not in figures:
+            (run / f"{name}-evaluate.png").unlink(missing_ok=True)
     written = _save_plots({f"{name}-evaluate": fig for name, fig in figures.items()}, run)
     print(f"\nwrote {run}/metrics-evaluate.json, {', '.join(p.name for p in written)}")
     return 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ FACTORY_RECIPE: dict[str, Any] = {"epochs": 3, "batch_size": 256, "lr": 2e-2}
 METHODS = ("bayesian", "last-layer", "batchensemble", "rank1", "plain")
 DEFAULT_NUM_SAMPLES = 16  # draws for evaluation: keeps `pyrouq fit` within 20 s on 2 CPU cores
 DEFAULT_MEMBERS = 4
+IMAGE_SHAPE = (1, 28, 28)  # an MNIST / Fashion-MNIST image, as the command's loaders give it
+NUM_CLASSES = 10
 
 
 class CommandError(Exception):
@@ -47,7 +50,7 @@ def factory_root(spec: str) -> str | None:
     file = getattr(sys.modules.get(module_name), "__file__", None)
     if file is None:
         return None
-    path = Path(file).resolve()
+    path = Path(os.path.abspath(file))  # where it was imported from: a link is not followed
     depth = len(module_name.split(".")) - (0 if path.name == "__init__.py" else 1)
     return str(path.parents[depth])
 
@@ -91,7 +94,7 @@ def call_factory(spec: str, root: str | None = None) -> Any:
             f"cannot import {module_name!r} for the factory {spec!r} ({err}); make the module "
             "importable (install it, add its folder to PYTHONPATH, or run from that folder)"
         ) from None
-    except Exception as err:  # the module itself fails: a SyntaxError, an error it raises
+    except (Exception, SystemExit) as err:  # the module fails: a SyntaxError, its own error
         raise CommandError(
             f"importing {module_name!r} for the factory {spec!r} raised {type(err).__name__}: "
             f"{err} (import it in Python to see the traceback)"
@@ -102,10 +105,12 @@ def call_factory(spec: str, root: str | None = None) -> Any:
         if factory is None:
             raise CommandError(f"{module_name!r} has no attribute {attr!r} (factory {spec!r})")
     if not callable(factory):
-        raise CommandError(f"factory {spec!r} is a {type(factory).__name__}, not a callable")
+        raise CommandError(
+            f"factory {spec!r} is an object of type {type(factory).__name__}, not a callable"
+        )
     try:
         net = factory()
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # sys.exit() in a factory ended pyrouq silently
         raise CommandError(
             f"factory {spec!r} raised {type(err).__name__}: {err} (call it in Python to see the "
             "traceback)"
@@ -115,7 +120,43 @@ def call_factory(spec: str, root: str | None = None) -> Any:
             f"factory {spec!r} returned an object of type {type(net).__name__}; it must return "
             "an nn.Module"
         )
+    _probe(net, spec)
     return net
+
+
+def _probe(net: Any, spec: str) -> None:
+    """Run one blank image through the factory's network, without gradients, its modules in
+    eval mode: lazy modules (``nn.LazyLinear``) take their shapes, as training or loading
+    needs, and a network of another number of outputs than the data sets' 10 classes is
+    refused in the command's words. A network that fails on the image is left to the checks
+    of training and loading, which say more."""
+    import torch
+
+    from pyrouq._util import modes, restore_modes
+
+    saved = modes(net)
+    try:
+        net.eval()
+        with torch.no_grad():
+            out = net(torch.zeros(1, *IMAGE_SHAPE, dtype=_dtype_of(net)))
+    except Exception:
+        return
+    finally:
+        restore_modes(saved)
+    if torch.is_tensor(out) and out.dim() == 2 and out.shape[-1] != NUM_CLASSES:
+        raise CommandError(
+            f"factory {spec!r} builds a network with {out.shape[-1]} outputs per image; MNIST "
+            f"and Fashion-MNIST have {NUM_CLASSES} classes: make it output {NUM_CLASSES} "
+            "logits"
+        )
+
+
+def _dtype_of(net: Any) -> Any:
+    import torch
+
+    from pyrouq._util import module_dtype
+
+    return module_dtype(net) or torch.get_default_dtype()
 
 
 def method_of(args: argparse.Namespace) -> str | None:
