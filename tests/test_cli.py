@@ -558,7 +558,7 @@ def test_an_unwritable_out_and_a_diverging_run_are_one_line_errors(tmp_path, cap
     assert "cannot write the run folder --out" in err and "pass a folder you can write to" in err
     argv = ["fit", "mlp", "--lr", "1e30", "--train-size", "1024", "--epochs", "2", "--out"]
     err = one_line_error(capsys, 2, [*argv, str(tmp_path / "nan"), "--no-progress"])
-    assert "Non-finite loss (nan) at epoch 1" in err and "Lower lr" in err
+    assert "Non-finite loss (nan) at epoch 1" in err and err.endswith(" Lower --lr.\n")
 
 
 def test_overwrite_keeps_nothing_of_the_earlier_run_and_only_once_the_new_one_is_built(

@@ -545,6 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except (CommandError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
         message = " ".join(str(e).split())  # one line
+        if isinstance(e, FloatingPointError) and " Lower lr" in message:
+            # fit()'s advice in the command's words: its data and guide are the command's
+            message = message.split(" Lower lr")[0] + " Lower --lr."
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # before training, or in `evaluate` (training saves its run)
