@@ -513,6 +513,18 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
     assert "'typo_pkg.helperz', a module it imports; check that import (a typo, or a file" in err
 
 
+def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_python(
+    tmp_path, capsys
+):
+    model = pyrouq.batchensemble(
+        torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), 2
+    )
+    pyrouq.save(tmp_path / "checkpoint.pt", model)
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert "holds a converted network that pyrouq.save() wrote, not `pyrouq fit`" in err
+    assert "evaluate it in Python: pyrouq.load(path, module=make_net()), then" in err
+
+
 def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_plot(
     tmp_path, capsys
 ):

@@ -428,7 +428,16 @@ def _evaluate_run(
 
     import pyrouq
 
-    saved = pyrouq.load(checkpoint, device=device, module=skeleton)
+    try:
+        saved = pyrouq.load(checkpoint, device=device, module=skeleton)
+    except pyrouq.CheckpointError as err:
+        if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
+            raise
+        raise CommandError(  # load()'s fix, module=, is not the command's to take
+            f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
+            "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
+            "Python: pyrouq.load(path, module=make_net()), then pyrouq.predict"
+        ) from None
     assert isinstance(saved, pyrouq.Checkpoint)
     if saved.guide is None and args.num_samples is not None:
         raise CommandError(
