@@ -533,7 +533,9 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
         draws = {}
         for site, value in source.items():
             if isinstance(value, np.ndarray) and value.dtype != object:
-                value = torch.as_tensor(value)  # numpy's draws (arviz's posterior, say)
+                # numpy's draws (arviz's posterior, say): reversed or big-endian ones too
+                native = value.dtype.newbyteorder("=")
+                value = torch.as_tensor(np.ascontiguousarray(value, dtype=native))
             if not torch.is_tensor(value):
                 raise TypeError(
                     f"posterior_samples: site {site!r} holds a {type(value).__name__}, "

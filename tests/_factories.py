@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from pyrouq import ResidualCNN
@@ -66,3 +67,22 @@ def lazy() -> nn.Module:
 
 
 NOT_CALLABLE = 3
+
+
+class _FirstInputScale(nn.Module):
+    """Takes its scale from the first input it sees (as Glow's ActNorm does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(()))
+        self.register_buffer("started", torch.zeros((), dtype=torch.bool))
+
+    def forward(self, x):
+        if not bool(self.started):
+            self.scale.fill_(float(x.std()) + 1e-6)
+            self.started.fill_(True)
+        return x / self.scale
+
+
+def first_input_scale() -> nn.Module:
+    return nn.Sequential(_FirstInputScale(), nn.Flatten(), nn.Linear(784, 10))

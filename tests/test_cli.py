@@ -540,6 +540,16 @@ def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_p
     assert (out / "reliability-evaluate.png").is_file()
 
 
+def test_the_check_of_a_factorys_outputs_leaves_its_network_as_it_was(tmp_path, capsys):
+    """A network that sets itself up on its first input saw the check's blank image first
+    (a scale of 0, training ruined) when the check ran on the network itself."""
+    out = tmp_path / "o"
+    argv = ["fit", "_factories:first_input_scale", "--method", "plain", "--epochs", "1"]
+    assert main([*argv, "--train-size", "256", "--out", str(out), "--no-progress"]) == 0
+    saved = pyrouq.load(out / "checkpoint.pt", module=_factories.first_input_scale())
+    assert float(saved.model[0].scale) > 0.5  # a training batch's spread, not the blank's 0
+
+
 def test_a_factory_module_reached_by_a_link_is_found_where_it_was_imported(
     tmp_path, capsys, monkeypatch
 ):

@@ -799,6 +799,62 @@ def test_step_whose_forward_fails_leaves_the_normalisation_statistics():
     assert all(torch.equal(a, b) for a, b in zip(kept, _statistics(net), strict=True))
 
 
+def test_lazy_norms_train_and_a_guides_norm_statistics_are_put_back_too():
+    """A lazy BatchNorm's statistics cannot be copied before its first forward pass (fit
+    failed on them when its probe did not run the network); a guide's BatchNorm statistics
+    are put back with the model's."""
+    from pyro.nn import PyroModule, PyroParam
+
+    class Net(torch.nn.Sequential):
+        num_classes = 3  # states its classes: fit()'s probe does not run it
+
+    torch.manual_seed(0)
+    net = Net(torch.nn.LazyLinear(6), torch.nn.LazyBatchNorm1d(), torch.nn.ReLU(),
+              torch.nn.Linear(6, 3))  # fmt: skip
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    fit(net, None, [(x[:20], y[:20]), (x[20:], y[20:])], num_data=40, epochs=1, progress=False)
+    assert net[1].running_mean.shape == (6,) and bool(net[1].running_mean.abs().sum() > 0)
+
+    class Model(PyroModule):
+        calls = 0
+
+        def forward(self, x, y=None):
+            w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+            if self.training and y is not None:
+                self.calls += 1
+                if self.calls == 3:
+                    raise RuntimeError("the model fails after the guide ran")
+            with pyro.plate("data", 40, subsample_size=x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=x @ w), obs=y)
+
+    class Guide(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(3)
+            self.loc = PyroParam(torch.zeros(3, 2))
+
+        def forward(self, x, y=None):
+            features = self.bn(x)  # amortisation features, say
+            pyro.sample("w", dist.Normal(self.loc + 0 * features.mean(), 0.1).to_event(2))
+
+    x = torch.randn(40, 3)
+    y = torch.randint(0, 2, (40,))
+    guide = Guide()
+    kept: list[torch.Tensor] = []
+
+    class Spy(list):
+        def __iter__(self):
+            for batch in list.__iter__(self):
+                kept.append(guide.bn.running_mean.clone())
+                yield batch
+
+    with pytest.raises(RuntimeError, match="the model fails after the guide ran"):
+        fit(Model(), guide, Spy([(x[:20], y[:20]), (x[20:], y[20:])]), epochs=2, num_data=40,
+            progress=False)  # fmt: skip
+    assert len(kept) >= 3 and not torch.equal(kept[0], kept[-1])
+    assert torch.equal(guide.bn.running_mean, kept[-1])
+
+
 def test_fit_bad_arguments():
     x, y = toy_data(20)
     model = tiny_mlp()

@@ -428,6 +428,10 @@ def test_float64_posterior_samples_run_a_float32_model():
     # numpy's own arrays (arviz's posterior .values) too: a TypeError said "got dict"
     from_numpy = predict(model, x, posterior_samples={k: v.numpy() for k, v in draws.items()})
     torch.testing.assert_close(from_numpy.probs, ours.probs)
+    # reversed (negative strides) and big-endian arrays: torch refuses both as they are
+    odd = {k: v.double().numpy()[::-1].astype(">f8") for k, v in draws.items()}
+    reversed_draws = predict(model, x, posterior_samples=odd)
+    torch.testing.assert_close(reversed_draws.probs, ours.probs.flip(0))
 
 
 class TokenBag(torch.nn.Module):

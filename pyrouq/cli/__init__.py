@@ -37,6 +37,7 @@ from pyrouq.cli._build import (
     build,
     call_factory,
     factory_root,
+    initialise_lazy,
     method_of,
 )
 from pyrouq.cli._parser import EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
@@ -411,6 +412,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     paths = list(sys.path)
     try:  # the folder the factory was found in when the run trained, if it is not found now
         skeleton = call_factory(factory, config.get("factory_root")) if factory else None
+        if skeleton is not None:
+            initialise_lazy(skeleton)
         return _evaluate_run(args, run, checkpoint, skeleton, config, device)
     finally:
         sys.path[:] = paths

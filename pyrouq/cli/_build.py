@@ -120,16 +120,46 @@ def call_factory(spec: str, root: str | None = None) -> Any:
             f"factory {spec!r} returned an object of type {type(net).__name__}; it must return "
             "an nn.Module"
         )
-    _probe(net, spec)
     return net
 
 
-def _probe(net: Any, spec: str) -> None:
-    """Run one blank image through the factory's network, without gradients, its modules in
-    eval mode: lazy modules (``nn.LazyLinear``) take their shapes, as training or loading
-    needs, and a network of another number of outputs than the data sets' 10 classes is
-    refused in the command's words. A network that fails on the image is left to the checks
-    of training and loading, which say more."""
+def initialise_lazy(net: Any) -> None:
+    """Give the lazy layers (``nn.LazyLinear``, ...) of a factory's network their shapes by
+    running it once on a blank image, without gradients, its modules in eval mode, as training
+    or loading needs. A network without lazy layers is not run. A network that fails on the
+    image is left to the checks of training and loading, which say more."""
+    from torch.nn.parameter import is_lazy
+
+    if not any(is_lazy(t) for t in (*net.parameters(), *net.buffers())):
+        return
+    _blank_image_through(net)
+
+
+def check_outputs(net: Any, spec: str) -> None:
+    """Refuse, in the command's words, a factory's network with other than the data sets' 10
+    outputs per image (fit() would say to fix the targets). It runs on a copy of the network,
+    the random-number state kept, so the network and a seeded run stay as they were."""
+    import copy
+
+    import torch
+
+    try:
+        probe = copy.deepcopy(net)
+    except Exception:  # a network that cannot be copied is left to fit()'s checks
+        return
+    with torch.random.fork_rng(devices=[]):
+        out = _blank_image_through(probe)
+    if torch.is_tensor(out) and out.dim() == 2 and out.shape[-1] != NUM_CLASSES:
+        raise CommandError(
+            f"factory {spec!r} builds a network with {out.shape[-1]} outputs per image; MNIST "
+            f"and Fashion-MNIST have {NUM_CLASSES} classes: make it output {NUM_CLASSES} "
+            "logits"
+        )
+
+
+def _blank_image_through(net: Any) -> Any:
+    """``net`` on one blank image, without gradients, in eval mode (its modules' own modes
+    put back); None when it fails."""
     import torch
 
     from pyrouq._util import modes, restore_modes
@@ -138,17 +168,11 @@ def _probe(net: Any, spec: str) -> None:
     try:
         net.eval()
         with torch.no_grad():
-            out = net(torch.zeros(1, *IMAGE_SHAPE, dtype=_dtype_of(net)))
+            return net(torch.zeros(1, *IMAGE_SHAPE, dtype=_dtype_of(net)))
     except Exception:
-        return
+        return None
     finally:
         restore_modes(saved)
-    if torch.is_tensor(out) and out.dim() == 2 and out.shape[-1] != NUM_CLASSES:
-        raise CommandError(
-            f"factory {spec!r} builds a network with {out.shape[-1]} outputs per image; MNIST "
-            f"and Fashion-MNIST have {NUM_CLASSES} classes: make it output {NUM_CLASSES} "
-            "logits"
-        )
 
 
 def _dtype_of(net: Any) -> Any:
@@ -221,6 +245,8 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         )
     if method is not None:
         net = call_factory(args.model)
+        initialise_lazy(net)
+        check_outputs(net, args.model)
         if method == "plain":
             return net, None
         norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own

@@ -192,8 +192,8 @@ class Loop:
         self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
         self.group = group
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        self.statistics = _running_statistics(model)
-        self.kept = [b.detach().clone() for b in self.statistics]
+        self.statistics = _running_statistics(model, guide)
+        self.kept: list[torch.Tensor] | None = None  # taken at each step (lazy ones once made)
         self.device = module_device(model, guide) or torch.device("cpu")
         self.history: list[EpochRecord] = []
         self.steps = 0
@@ -350,9 +350,7 @@ class Loop:
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.steps)
         self.optimizer.zero_grad(set_to_none=True)
-        if self.statistics:  # what a refused step's forward pass updated is put back
-            with torch.no_grad():
-                torch._foreach_copy_(self.kept, self.statistics)
+        self.keep_statistics()  # what a refused step's forward pass updated is put back
         try:
             if self.plain:
                 terms = plain_terms(self.model, x, y, self.num_data)
@@ -391,10 +389,22 @@ class Loop:
         self.steps += 1
         return row
 
+    def keep_statistics(self) -> None:
+        """Copy the normalisation layers' running statistics before a step (once a lazy
+        layer's have been made by a first forward pass: before it, none are kept)."""
+        if not self.statistics:
+            return
+        if self.kept is None:
+            if not any(nn.parameter.is_lazy(t) for t in self.statistics):
+                self.kept = [t.detach().clone() for t in self.statistics]
+            return
+        with torch.no_grad():
+            torch._foreach_copy_(self.kept, self.statistics)
+
     def put_back_statistics(self) -> None:
         """The normalisation layers' running statistics as they were before the step being
         refused (its forward pass updated them)."""
-        if self.statistics:
+        if self.kept is not None:
             with torch.no_grad():
                 torch._foreach_copy_(self.statistics, self.kept)
 
@@ -517,13 +527,15 @@ class Loop:
         return self.result()
 
 
-def _running_statistics(model: nn.Module) -> list[torch.Tensor]:
-    """The running statistics (and batch counts) of ``model``'s BatchNorm / InstanceNorm
-    layers, which every training forward pass updates: kept before each step, so that a step
-    refused for a non-finite loss or an error leaves them as the last finite step did."""
+def _running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:
+    """The running statistics (and batch counts) of the BatchNorm / InstanceNorm layers of
+    ``model`` and of a guide module, which every training forward pass updates: kept before
+    each step, so that a step refused for a non-finite loss or an error leaves them as the last
+    finite step did."""
     seen: set[int] = set()
     found = []
-    for module in model.modules():
+    owners = [m for m in (model, guide) if isinstance(m, nn.Module)]
+    for module in (m for owner in owners for m in owner.modules()):
         if isinstance(module, _NormBase):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 tensor = getattr(module, name, None)
