@@ -216,6 +216,20 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
         and not site_is_subsample(site)
         and name not in guide_trace.nodes
     ]
+    discrete = [
+        name
+        for name in missing
+        if not getattr(model_trace.nodes[name]["fn"], "has_rsample", True)
+        or model_trace.nodes[name]["infer"].get("enumerate")
+    ]
+    if discrete:  # AutoNormal(model) is no fix: continuous guides refuse discrete sites
+        raise ValueError(
+            f"{caller}: {name_of(model)} has discrete latent site(s) {discrete}, which its guide "
+            "leaves out for enumeration; pyrouq does not enumerate (nor take score-function "
+            "gradients), so they would be drawn from the prior. Use Pyro's own tools for such "
+            "a model: pyro.infer.SVI with pyro.infer.TraceEnum_ELBO, and "
+            "pyro.infer.Predictive."
+        )
     if missing:
         _refuse(
             model,

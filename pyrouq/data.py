@@ -33,7 +33,7 @@ import torch
 
 from pyrouq._idx import DataError, _arrays
 from pyrouq._numbers import is_integer
-from pyrouq._util import MAX_SEED, ShardedOrder, check_int, check_seed
+from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
 
 __all__ = [
     "MNIST_MEAN",
@@ -226,8 +226,10 @@ class TensorLoader(ShardedOrder):
                 f"got shapes {tuple(images.shape)} and {tuple(labels.shape)}."
             )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
-        self.shuffle = bool(shuffle)
-        self.transform = _Transform(flatten=flatten, normalize=normalize)
+        self.shuffle = check_flag("shuffle", shuffle)
+        self.transform = _Transform(
+            flatten=check_flag("flatten", flatten), normalize=check_flag("normalize", normalize)
+        )
         self.dataset = _TensorDataset(images, labels, self.transform)
         if seed is None:
             seed = int(torch.randint(0, MAX_SEED + 1, (1,)).item())

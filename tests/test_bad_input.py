@@ -327,8 +327,9 @@ CASES = {
             mean_field_guide(bayesian(nn.Sequential(nn.Linear(2, 3)))),
         ),
         CheckpointError,
-        r"save\(\) got a guide for _Masked, which has no latent sites to draw. Save the model "
-        r"alone \(guide=None\)",
+        r"save\(\) got a guide for _Masked, which has no latent sites to draw \(if it is a Pyro "
+        r"model of your own, save\(\) cannot rebuild it: save model.state_dict\(\) and "
+        r"pyro.get_param_store\(\) with torch.save\). Save the model alone \(guide=None\)",
     ),
     "checkpoint: skeleton with an extra layer": (
         lambda tmp: load(
@@ -1253,7 +1254,30 @@ API_CASES = [
      r"fit\(\): expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.5. Pass e.g. seed=0"),
     ("conformal", "range", lambda tmp: pyrouq.conformal(gaussian_preds(), torch.zeros(6), lam=-1),
      ValueError, r"Expected lam >= 0, the RAPS penalty per rank, got -1"),
-    ("conformal", "missing", lambda tmp: pyrouq.conformal(gaussian_preds(), alpha=0.2),
+    ("fit", "type",
+     with_model_guide(lambda m, g: fit(m, g, [(torch.randn(4, 784), torch.tensor([0, 1, 0, 1]))],
+                                       epochs=1, num_data=4, optim=pyro.optim.Adam({"lr": 0.01}))),
+     TypeError, r"optim got a Pyro optimizer \(PyroOptim\), which wraps one for "
+     r"pyro.infer.SVI; fit\(\) takes a function building a torch optimizer, e.g. "
+     r"optim=lambda params: torch.optim.AdamW\(params, lr=1e-3\)"),
+    ("fit", "type",
+     with_model_guide(lambda m, g: fit(m, g, [(torch.randn(4, 784), torch.tensor([0, 1, 0, 1]))],
+                                       epochs=1, num_data=4, optim=lambda params: None)),
+     TypeError, r"optim returned None, expected a torch optimizer \(a torch.optim.Optimizer\)"),
+    ("fit", "type",
+     with_model_guide(lambda m, g: fit(m, g, [(torch.randn(4, 784), torch.tensor([0, 1, 0, 1]))],
+                                       epochs=1, num_data=4, check_inputs="no")),
+     TypeError, r"Expected check_inputs to be True or False, got 'no'"),
+    ("load_mnist", "type", lambda tmp: load_mnist(batch_size=8, shuffle="no"), TypeError,
+     r"Expected shuffle to be True or False, got 'no'"),
+    ("fit", "companion",
+     lambda tmp: fit(torch.nn.Linear(5, 3), None, torch.utils.data.DataLoader(
+         [(torch.randn(4, 5), torch.tensor([0, 1, 2, 0]))] * 3, batch_size=None), epochs=1,
+         progress=False), ValueError,
+     r"train_loader is a DataLoader with batch_size=None \(automatic batching off\): it serves "
+     r"its dataset's items as they are, so the size of its dataset \(3 items\) does not count "
+     r"the training examples. Pass num_data=N"),
+    ("conformal", "companion", lambda tmp: pyrouq.conformal(gaussian_preds(), alpha=0.2),
      ValueError, r"No val_targets: pass the \(N, D\) or \(N,\) targets of the held-out split, "
      r"conformal\(val_preds, val_targets, \.\.\.\)"),
     ("fit", "shape",

@@ -55,7 +55,7 @@ import pyro.optim
 import torch
 from torch import nn
 
-from pyrouq._util import has_latent_sites
+from pyrouq._util import has_latent_sites, takes_labels
 from pyrouq.checkpoint._describe import (
     CheckpointError,
     build_guide,
@@ -204,9 +204,15 @@ def save(
         except ValueError as err:
             raise CheckpointError(str(err)) from None
         describe_model(model)  # a Pyro model of one's own: save() cannot describe it, it says
+        own = (  # an nn.Module written as a Pyro model (Pyro's VAE tutorial), perhaps
+            " (if it is a Pyro model of your own, save() cannot rebuild it: save "
+            "model.state_dict() and pyro.get_param_store() with torch.save)"
+            if takes_labels(model)
+            else ""
+        )
         raise CheckpointError(
             f"save() got a guide for {type(model).__name__}, which has no latent sites to "
-            "draw. Save the model alone (guide=None); to draw weights, make the network "
+            f"draw{own}. Save the model alone (guide=None); to draw weights, make the network "
             "Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an ensemble."
         )
     check_guide(model, guide, "save()")

@@ -25,9 +25,10 @@ class Adam:
 
     ``m = lerp(m, g, 1 - beta1)``, ``v = beta2 v + (1 - beta2) g^2``, and
     ``p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``, in the order of
-    operations of torch's implementation, so the parameters agree to the bit on CPU. There the
-    update runs in torch's fused kernel (one pass over each tensor and its state; the same
-    values) where the gradient shares its parameter's memory layout.
+    operations of torch's multi-tensor implementation. On CPU the update runs in torch's fused
+    kernel (one pass over each tensor and its state) where the gradient shares its parameter's
+    memory layout: the values of ``torch.optim.Adam(fused=True)`` to the bit, which differ from
+    ``torch.optim.Adam()``'s default path in the last bits of some entries (float rounding).
 
     Parameters
     ----------

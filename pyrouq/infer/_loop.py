@@ -523,7 +523,7 @@ class Loop:
         finally:
             if bar is not None:
                 bar.close()
-        self.model.eval()
+            self.model.eval()  # as documented, whatever ended the run
         return self.result()
 
 

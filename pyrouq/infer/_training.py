@@ -136,6 +136,20 @@ def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | No
     return True
 
 
+def items_are_batches(loader: Iterable) -> bool:
+    """Whether ``loader`` is a torch DataLoader with automatic batching off
+    (``batch_size=None`` and no batch sampler): it serves its dataset's items as they are, the
+    batches of a dataset of pre-made batches, so ``len(dataset)`` does not count examples."""
+    data = torch.utils.data
+    return (
+        isinstance(loader, data.DataLoader)
+        and loader.batch_size is None
+        and loader.batch_sampler is None
+        and not isinstance(loader.sampler, data.BatchSampler)
+        and not isinstance(loader.dataset, data.IterableDataset)
+    )
+
+
 def serves_dataset_as_is(loader: Iterable) -> bool:
     """Whether the loader's batches are its dataset's examples, every one of them (over the
     epochs), as they are: not a torch ``DataLoader`` with a ``collate_fn`` of its own (which
@@ -144,6 +158,8 @@ def serves_dataset_as_is(loader: Iterable) -> bool:
     data = torch.utils.data
     if not isinstance(loader, data.DataLoader):
         return True
+    if items_are_batches(loader):
+        return False
     if loader.collate_fn not in (data.default_collate, data.default_convert):
         return False
     batches = loader.batch_sampler
@@ -325,9 +341,7 @@ class Probe:
         needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
         # a Pyro model of the user's own: does it scale its likelihood by N/B?
-        foreign = isinstance(model, pyro.nn.PyroModule) and not isinstance(
-            model, (BayesianNetwork, BatchEnsembleNetwork)
-        )
+        foreign = own_pyro_model(model, guide)
         if not (needs_classes or lazy_guide or foreign):
             return
         # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
@@ -346,7 +360,7 @@ class Probe:
             with torch.no_grad(), pyro.validation_enabled(False):
                 if needs_classes:
                     try:
-                        self.num_classes = _output_size(model, x, self.likelihood)
+                        self.num_classes = _output_size(model, x, self.likelihood, foreign)
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
                         raise ValueError(
                             f"fit(): {type(model).__name__} failed on the first examples of "
@@ -409,7 +423,7 @@ def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
         for site in trace.nodes.values()
         if site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
     ]
-    if observed and all(float(site["scale"]) == 1.0 for site in observed):
+    if observed and all(_is_one(site["scale"]) for site in observed):
         warn_caller(
             f"fit(): {type(model).__name__} observes its targets without the factor N/B: on "
             f"{x.shape[0]} of N = {num_data} examples the likelihood's scale is 1, so every "
@@ -417,6 +431,13 @@ def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
             "them inside pyro.plate('data', self.num_data, subsample_size=len(x)) (fit() sets "
             "model.num_data), or under poutine.scale(scale=self.num_data / len(x))."
         )
+
+
+def _is_one(scale: Any) -> bool:
+    """Whether a site's scale is 1 (a number, or a tensor of per-example weights)."""
+    if torch.is_tensor(scale):
+        return bool((scale == 1).all())
+    return float(scale) == 1.0
 
 
 def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -451,7 +472,17 @@ def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
     return x, y
 
 
-def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:
+def own_pyro_model(model: Any, guide: Any) -> bool:
+    """Whether ``model`` is a Pyro model of the user's own: a ``PyroModule``, or an
+    ``nn.Module`` given with a guide (as in Pyro's VAE tutorial), not one of pyrouq's."""
+    if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
+        return False
+    return isinstance(model, pyro.nn.PyroModule) or (
+        guide is not None and isinstance(model, nn.Module)
+    )
+
+
+def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int | None:
     """The number of outputs D of ``model`` on ``x`` (classes, or regression targets), after
     the likelihood has seen the outputs (it sizes a learned noise scale)."""
     run = getattr(model, "outputs", None)
@@ -459,7 +490,7 @@ def _output_size(model: Any, x: torch.Tensor, likelihood: Any) -> int | None:
         out = run(x, model.template())
     elif callable(run):
         out = run(x)
-    elif not isinstance(model, pyro.nn.PyroModule):
+    elif not own and not isinstance(model, pyro.nn.PyroModule):
         out = model(x)
     else:
         return None
@@ -491,7 +522,33 @@ def build_optimizer(model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: 
                 else "no parameters."
             )
         )
-    return optim(unique) if optim is not None else Adam(unique, lr=lr)
+    if optim is None:
+        return Adam(unique, lr=lr)
+    example = "e.g. optim=lambda params: torch.optim.AdamW(params, lr=1e-3)"
+    if isinstance(optim, pyro.optim.PyroOptim):
+        raise TypeError(
+            f"optim got a Pyro optimizer ({type(optim).__name__}), which wraps one for "
+            f"pyro.infer.SVI; fit() takes a function building a torch optimizer, {example}."
+        )
+    if isinstance(optim, torch.optim.Optimizer) or not callable(optim):
+        raise TypeError(
+            f"optim got {_an(optim)}; fit() takes a function building a torch optimizer from "
+            f"the parameters it trains (which it gathers), {example}."
+        )
+    optimizer = optim(unique)
+    if not hasattr(optimizer, "param_groups") or not callable(getattr(optimizer, "step", None)):
+        raise TypeError(
+            f"optim returned {_an(optimizer)}, expected a torch optimizer (a "
+            f"torch.optim.Optimizer), {example}."
+        )
+    return optimizer
+
+
+def _an(value: Any) -> str:
+    """How an error names a value it did not expect."""
+    if isinstance(value, torch.optim.Optimizer):
+        return f"a built {type(value).__name__} optimizer"
+    return "None" if value is None else f"an object of type {type(value).__name__}"
 
 
 def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ from pyrouq._numbers import is_real
 from pyrouq._util import AsItCame, check_count, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
+from pyrouq.infer._site_kl import check_reparameterised, site_kl
 from pyrouq.infer.guide import MeanFieldGuide, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -275,13 +276,8 @@ class KLWeightedELBO(ELBO):
                     f"The model's latent site {name!r} is missing from the guide. Build the "
                     "guide for this model (mean_field_guide(model))."
                 )
-            q, p = guide_site["fn"], site["fn"]
-            try:
-                kl_site = torch.distributions.kl_divergence(q, p)
-            except NotImplementedError:
-                value = guide_site["value"]
-                kl_site = q.log_prob(value) - p.log_prob(value)
-            kl = kl + scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
+            check_reparameterised(name, guide_site)
+            kl = kl + site_kl(site, guide_site)
         if guide_trace is None:
             return nll, kl
         # the guide's own auxiliary sites (an autoguide's "*_unconstrained" or
@@ -292,6 +288,7 @@ class KLWeightedELBO(ELBO):
                 continue
             if model_trace.nodes.get(name, {}).get("type") == "sample":
                 continue
+            check_reparameterised(name, site)
             log_q = site["fn"].log_prob(site["value"])
             kl = kl + scale_and_mask(log_q, site["scale"], site["mask"]).sum()
         return nll, kl

@@ -21,6 +21,7 @@ from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
     check_count,
+    check_flag,
     check_int,
     check_positive_float,
     check_seed,
@@ -29,13 +30,16 @@ from pyrouq._util import (
     module_device,
 )
 from pyrouq.checkpoint._resume import restore
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer import _distributed
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._training import (
+    OwnTargets,
     Probe,
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
+    items_are_batches,
     optimizer_name,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
@@ -128,12 +132,15 @@ def fit(
         Passes over ``train_loader`` (>= 1).
     lr : float, default 2e-2
         Learning rate of the default Adam optimizer: ``torch.optim.Adam``'s update, step for
-        step the same numbers, in pyrouq's own class (every ``torch.optim`` optimizer imports
-        ``torch._dynamo`` when it is built: about 2 s, once per process). Its state dict has
-        ``torch.optim.Adam``'s layout.
+        step, in pyrouq's own class (every ``torch.optim`` optimizer imports ``torch._dynamo``
+        when it is built: about 2 s, once per process); on CPU in torch's fused kernel, so
+        ``torch.optim.Adam(fused=True)``'s numbers to the bit and ``torch.optim.Adam()``'s to
+        float rounding. Its state dict has ``torch.optim.Adam``'s layout.
     optim : callable, optional
         ``params -> torch.optim.Optimizer`` (e.g. ``lambda p: torch.optim.AdamW(p, 1e-3)``)
-        replacing the default Adam; ``lr`` is then ignored.
+        replacing the default Adam; ``lr`` is then ignored. A built optimizer, a Pyro
+        optimizer (``pyro.optim.Adam``: it is for ``SVI``) or a function returning something
+        else is refused.
     lr_schedule : {"warmup_cosine", "cosine", "constant"}, default "warmup_cosine"
         Multiplies every learning rate of the optimizer, over the ``epochs *
         len(train_loader)`` steps of the run: ``"warmup_cosine"`` ramps it linearly from ~0
@@ -143,7 +150,8 @@ def fit(
     kl_weight : float, optional
         Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`). By default
         the likelihood's ``default_kl_weight``: 0.02 for classifiers (``Categorical``, and
-        models without a pyrouq likelihood), 1.0 for regression (``Gaussian``). For
+        Pyro models of one's own observing integer labels), 1.0 for regression (``Gaussian``,
+        and Pyro models of one's own observing real-valued targets). For
         classifiers it tempers the posterior ("cold posterior"): under the exact ELBO a
         mean-field guide over-prunes networks whose weights outnumber the training examples (a
         residual CNN with BatchNorm on Fashion-MNIST: 88.8 % accuracy against 91.0 % for the
@@ -264,10 +272,17 @@ def fit(
             f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
             "'constant'."
         )
-    # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed
+    vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
+    check_inputs = check_flag("check_inputs", check_inputs)
+    progress = check_flag("progress", progress)
+    chosen_kl_weight = kl_weight is not None
     if kl_weight is None:
         kl_weight = default_kl_weight(model)
-    elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=2)
+    # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed; a
+    # Pyro model of the user's own may nest more, which Pyro finds out (vectorized particles)
+    pyrouqs = isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)) or guide is None
+    nesting = 2 if pyrouqs else float("inf")
+    elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=nesting)
     if guide is None and has_latent_sites(model):
         raise ValueError(
             f"{type(model).__name__} has latent sites but guide is None. Pass "
@@ -301,6 +316,13 @@ def fit(
     n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
     if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
         n = getattr(model, "given_num_data", None)
+    if n is None and items_are_batches(train_loader):
+        raise ValueError(
+            "train_loader is a DataLoader with batch_size=None (automatic batching off): it "
+            "serves its dataset's items as they are, so the size of its dataset "
+            f"({len(train_loader.dataset)} items) does not count the training examples. Pass "  # type: ignore[attr-defined, arg-type]
+            "num_data=N, the number of examples: the minibatch likelihood is scaled by N/B."
+        )
     if n is None:
         raise ValueError(
             "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "
@@ -332,6 +354,8 @@ def fit(
         _checkpoint.json_text(metadata if metadata is not None else {})
     model.num_data = int(n)  # type: ignore[assignment]
     probe = Probe(model, guide, train_loader)
+    if not chosen_kl_weight and isinstance(probe.likelihood, OwnTargets):
+        elbo.kl_weight = 1.0  # a regression written in Pyro: the exact ELBO, as for Gaussian()
     # in-memory data is checked once here; other loaders batch by batch, before each step
     check_each_batch = check_inputs and not check_loader_inputs(
         train_loader, probe.likelihood, probe.num_classes
@@ -415,7 +439,10 @@ def _has_length(loader: Any) -> bool:
 
 
 def _num_examples(loader: Iterable) -> int | None:
-    """N: the size of the loader's dataset, or of the subset its sampler draws from."""
+    """N: the size of the loader's dataset, or of the subset its sampler draws from (None for a
+    DataLoader without automatic batching, whose dataset's items may be whole batches)."""
+    if items_are_batches(loader):
+        return None
     sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
         return len(sampler)
