@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyro
 import torch
 from torch import Tensor, nn
@@ -76,9 +77,11 @@ def check_seed(value: object, where: str) -> int:
 def check_flag(name: str, value: object) -> bool:
     """``value`` if it is True or False, else a TypeError naming ``name`` and ``value`` (a
     string such as ``"no"`` would otherwise be taken as true)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
-    return value
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
 
 
 def check_count(name: str, value: object, hint: str = "") -> int:

@@ -533,6 +533,17 @@ def _fit_a_linear_ensemble(outputs, **options):
     return fit(model, None, [batch], epochs=1, num_data=4, progress=False, **options)
 
 
+class _Batches(torch.utils.data.IterableDataset):
+    """Streams three pre-made batches of four examples."""
+
+    def __iter__(self):
+        for _ in range(3):
+            yield torch.randn(4, 5), torch.tensor([0, 1, 2, 0])
+
+    def __len__(self):
+        return 3
+
+
 class _Masked(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -1270,6 +1281,11 @@ API_CASES = [
      TypeError, r"Expected check_inputs to be True or False, got 'no'"),
     ("load_mnist", "type", lambda tmp: load_mnist(batch_size=8, shuffle="no"), TypeError,
      r"Expected shuffle to be True or False, got 'no'"),
+    ("fit", "companion",
+     lambda tmp: fit(torch.nn.Linear(5, 3), None, torch.utils.data.DataLoader(
+         _Batches(), batch_size=None), epochs=1, progress=False), ValueError,
+     r"train_loader is a DataLoader with batch_size=None \(automatic batching off\): it serves "
+     r"its dataset's items as they are, so the size of its dataset \(3 items\) does not count"),
     ("fit", "companion",
      lambda tmp: fit(torch.nn.Linear(5, 3), None, torch.utils.data.DataLoader(
          [(torch.randn(4, 5), torch.tensor([0, 1, 2, 0]))] * 3, batch_size=None), epochs=1,

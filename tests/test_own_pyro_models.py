@@ -709,3 +709,54 @@ def test_a_pyro_model_written_as_a_plain_module_trains_its_params_and_is_checked
     assert float(b[1] - b[0]) > 1.0
     with pytest.raises(pyrouq.CheckpointError, match="if it is a Pyro model of your own"):
         pyrouq.save(tmp_path / "unused.pt", model, guide)
+
+
+def test_masked_priors_a_models_own_kl_weight_and_non_discrete_samplers_without_rsample():
+    """Two .mask()ed distributions: torch's registered KL kept the entries both masks keep
+    (and gave a float 0.0 for two masks of False); a model's own default_kl_weight stays its
+    default for real targets; a continuous guide site without rsample is not called discrete."""
+    x, y = torch.randn(6, 3), torch.randn(6)
+
+    def masked_model(mask):
+        def model(x, y=None):
+            w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).mask(mask).to_event(1))
+            with pyro.plate("data", 6):
+                pyro.sample("obs", dist.Normal(x @ w, 1.0), obs=y)
+
+        return model
+
+    def masked_guide(mask):
+        def guide(x, y=None):
+            pyro.sample("w", dist.Normal(torch.full((3,), 0.5), 0.3).mask(mask).to_event(1))
+
+        return guide
+
+    different = (torch.tensor([True, True, False]), torch.tensor([True, False, True]))
+    for model_mask, guide_mask in (different, (False, False)):
+        theirs, ours = _losses(masked_model(model_mask), masked_guide(guide_mask), x, y)
+        assert ours == pytest.approx(theirs, rel=1e-6), (model_mask, guide_mask)
+
+    class OwnWeight(PyroModule):
+        default_kl_weight = 0.1
+
+        def forward(self, x, y=None):
+            w = pyro.sample("w", dist.Normal(0.0, 1.0))
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
+
+    pyro.clear_param_store()
+    model = OwnWeight()
+    record = pyrouq.fit(model, AutoNormal(model), [(x, y)], num_data=6, epochs=1,
+                        progress=False).history[0]  # fmt: skip
+    assert record.loss == pytest.approx(record.nll + 0.1 * record.kl, rel=1e-6)
+
+    def circular(x, y=None):
+        pyro.sample("angle", dist.VonMises(0.0, 1.0))
+
+    def circular_guide(x, y=None):
+        pyro.sample("angle", dist.VonMises(pyro.param("mu", torch.tensor(0.1)), 2.0))
+
+    with pytest.raises(ValueError) as caught:
+        pyrouq.KLWeightedELBO(1.0).loss(circular, circular_guide, x, y)
+    assert "(torch has no rsample for VonMises)" in str(caught.value)
+    assert "discrete" not in str(caught.value)

@@ -88,3 +88,23 @@ def test_one_draw_is_scored_for_ood_by_its_entropy():
     for score in ("mutual_information", "variance"):
         with pytest.raises(ValueError, match=rf"ood_score='{score}' of one draw \(S = 1\) is 0"):
             preds.evaluate(ood=ood, ood_score=score)
+
+
+def test_a_batch_sampler_of_ones_own_given_as_sampler_counts_the_examples():
+    """It fetches dataset[[i, j, ...]]: examples, not items that are batches (refused for a
+    moment as batch_size=None's pre-made batches)."""
+
+    class Chunks(torch.utils.data.Sampler):
+        def __iter__(self):
+            for start in range(0, 20, 5):
+                yield list(range(start, start + 5))
+
+        def __len__(self):
+            return 4
+
+    x = torch.randn(20, 3)
+    dataset = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())
+    loader = torch.utils.data.DataLoader(dataset, sampler=Chunks(), batch_size=None)
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2))
+    result = pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1, progress=False)
+    assert result.num_data == 20

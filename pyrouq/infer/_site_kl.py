@@ -17,17 +17,20 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     alike, else the single-draw estimate ``log q(w) - log p(w)``, each side with its own site's
     scale and mask (a model's ``poutine.scale`` or ``mask`` on the prior). An autoguide's
     ``Delta`` site (a constrained site's value, its log-Jacobian as its density) is always
-    estimated: the analytic form registered for ``Delta`` leaves that density out."""
+    estimated: the analytic form registered for ``Delta`` leaves that density out; so is a
+    distribution masked with ``.mask(...)`` (the form registered for two of them keeps the
+    entries both masks keep)."""
     q, p = guide_site["fn"], site["fn"]
     alike = _same_weight(site["scale"], guide_site["scale"]) and _same_mask(
         site["mask"], guide_site["mask"]
     )
-    if alike and not isinstance(_innermost(q), dist.Delta):
+    if alike and not isinstance(_innermost(q), dist.Delta) and not (_masked(q) or _masked(p)):
         try:
             kl_site = torch.distributions.kl_divergence(q, p)
         except NotImplementedError:
             pass
         else:
+            kl_site = torch.as_tensor(kl_site)
             return scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
     value = guide_site["value"]
     log_q = scale_and_mask(q.log_prob(value), guide_site["scale"], guide_site["mask"]).sum()
@@ -39,6 +42,15 @@ def _innermost(fn: Any) -> Any:
     while isinstance(fn, (torch.distributions.Independent, dist.MaskedDistribution)):
         fn = fn.base_dist
     return fn
+
+
+def _masked(fn: Any) -> bool:
+    """Whether ``fn`` is a ``MaskedDistribution``, or wraps one."""
+    while isinstance(fn, (torch.distributions.Independent, dist.MaskedDistribution)):
+        if isinstance(fn, dist.MaskedDistribution):
+            return True
+        fn = fn.base_dist
+    return False
 
 
 def _same_weight(a: Any, b: Any) -> bool:
@@ -59,16 +71,27 @@ def _same_mask(a: Any, b: Any) -> bool:
 
 
 def check_reparameterised(name: str, site: dict[str, Any]) -> None:
-    """Refuse a guide site drawn without a reparameterised sampler (a discrete site): the
-    KLWeightedELBO's gradients reach the guide through its draws only (no score-function
-    term), so such a site's parameters would never learn."""
-    if getattr(site["fn"], "has_rsample", True):
+    """Refuse a guide site drawn without a reparameterised sampler (a discrete site, or
+    ``VonMises``, ``LKJCholesky``...): the KLWeightedELBO's gradients reach the guide through
+    its draws only (no score-function term), so such a site's parameters would never learn."""
+    fn = site["fn"]
+    if getattr(fn, "has_rsample", True):
         return
+    what = type(_innermost(fn)).__name__
+    if getattr(getattr(fn, "support", None), "is_discrete", False):
+        kind = "a discrete site"
+        fix = (
+            "Sum the site out of the model (enumeration: pyro.infer.TraceEnum_ELBO with "
+            "pyro.infer.SVI) or train with pyro.infer.SVI and Trace_ELBO."
+        )
+    else:
+        kind = f"torch has no rsample for {what}"
+        fix = (
+            "Draw it from a reparameterisable distribution in the guide, or train with "
+            "pyro.infer.SVI and Trace_ELBO."
+        )
     raise ValueError(
-        f"The guide draws its site {name!r} from {type(_innermost(site['fn'])).__name__}, which "
-        "has no reparameterised sampler (a discrete site): KLWeightedELBO and fit() take "
-        "gradients through the guide's draws only, with no score-function term, so its "
-        "parameters would not learn. Sum the site out of the model (enumeration: "
-        "pyro.infer.TraceEnum_ELBO with pyro.infer.SVI) or train with pyro.infer.SVI and "
-        "Trace_ELBO."
+        f"The guide draws its site {name!r} from {what}, which has no reparameterised sampler "
+        f"({kind}): KLWeightedELBO and fit() take gradients through the guide's draws only, "
+        f"with no score-function term, so its parameters would not learn. {fix}"
     )

@@ -141,12 +141,20 @@ def items_are_batches(loader: Iterable) -> bool:
     (``batch_size=None`` and no batch sampler): it serves its dataset's items as they are, the
     batches of a dataset of pre-made batches, so ``len(dataset)`` does not count examples."""
     data = torch.utils.data
-    return (
-        isinstance(loader, data.DataLoader)
-        and loader.batch_size is None
-        and loader.batch_sampler is None
-        and not isinstance(loader.sampler, data.BatchSampler)
-        and not isinstance(loader.dataset, data.IterableDataset)
+    if not isinstance(loader, data.DataLoader) or loader.batch_size is not None:
+        return False
+    if loader.batch_sampler is not None:
+        return False
+    if isinstance(loader.dataset, data.IterableDataset):
+        return True  # it yields its items as they are
+    # torch's samplers of single indices: dataset[i], an item (a sampler of lists of indices,
+    # a batch sampler of one's own, fetches dataset[[i, j, ...]]: examples)
+    return type(loader.sampler) in (
+        data.SequentialSampler,
+        data.RandomSampler,
+        data.SubsetRandomSampler,
+        data.WeightedRandomSampler,
+        data.DistributedSampler,
     )
 
 
@@ -474,12 +482,29 @@ def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 def own_pyro_model(model: Any, guide: Any) -> bool:
     """Whether ``model`` is a Pyro model of the user's own: a ``PyroModule``, or an
-    ``nn.Module`` given with a guide (as in Pyro's VAE tutorial), not one of pyrouq's."""
-    if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
+    ``nn.Module`` given with a guide (as in Pyro's VAE tutorial), not one of pyrouq's (nor one
+    of pyrouq's wrapped by ``torch.compile`` or ``nn.DataParallel``)."""
+    if is_pyrouq_model(model):
         return False
     return isinstance(model, pyro.nn.PyroModule) or (
         guide is not None and isinstance(model, nn.Module)
     )
+
+
+def is_pyrouq_model(model: Any) -> bool:
+    """Whether ``model`` is a converted pyrouq model, perhaps inside ``torch.compile``'s or
+    ``nn.DataParallel``'s wrapper."""
+    while True:
+        if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
+            return True
+        inner = getattr(model, "_orig_mod", None)  # torch.compile
+        if inner is None and isinstance(
+            model, nn.DataParallel | nn.parallel.DistributedDataParallel
+        ):
+            inner = model.module
+        if not isinstance(inner, nn.Module):
+            return False
+        model = inner
 
 
 def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int | None:

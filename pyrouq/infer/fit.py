@@ -30,7 +30,6 @@ from pyrouq._util import (
     module_device,
 )
 from pyrouq.checkpoint._resume import restore
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer import _distributed
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._training import (
@@ -39,6 +38,7 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
+    is_pyrouq_model,
     items_are_batches,
     optimizer_name,
 )
@@ -280,8 +280,7 @@ def fit(
         kl_weight = default_kl_weight(model)
     # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed; a
     # Pyro model of the user's own may nest more, which Pyro finds out (vectorized particles)
-    pyrouqs = isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)) or guide is None
-    nesting = 2 if pyrouqs else float("inf")
+    nesting = 2 if is_pyrouq_model(model) or guide is None else float("inf")
     elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=nesting)
     if guide is None and has_latent_sites(model):
         raise ValueError(
@@ -317,11 +316,13 @@ def fit(
     if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
         n = getattr(model, "given_num_data", None)
     if n is None and items_are_batches(train_loader):
+        size = _dataset_size(train_loader)
         raise ValueError(
             "train_loader is a DataLoader with batch_size=None (automatic batching off): it "
-            "serves its dataset's items as they are, so the size of its dataset "
-            f"({len(train_loader.dataset)} items) does not count the training examples. Pass "  # type: ignore[attr-defined, arg-type]
-            "num_data=N, the number of examples: the minibatch likelihood is scaled by N/B."
+            "serves its dataset's items as they are, so the size of its dataset"
+            f"{'' if size is None else f' ({size} items)'} does not count the training "
+            "examples. Pass num_data=N, the number of examples: the minibatch likelihood is "
+            "scaled by N/B."
         )
     if n is None:
         raise ValueError(
@@ -354,7 +355,8 @@ def fit(
         _checkpoint.json_text(metadata if metadata is not None else {})
     model.num_data = int(n)  # type: ignore[assignment]
     probe = Probe(model, guide, train_loader)
-    if not chosen_kl_weight and isinstance(probe.likelihood, OwnTargets):
+    own_default = getattr(model, "default_kl_weight", None) is not None
+    if not (chosen_kl_weight or own_default) and isinstance(probe.likelihood, OwnTargets):
         elbo.kl_weight = 1.0  # a regression written in Pyro: the exact ELBO, as for Gaussian()
     # in-memory data is checked once here; other loaders batch by batch, before each step
     check_each_batch = check_inputs and not check_loader_inputs(
@@ -436,6 +438,13 @@ def _has_length(loader: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _dataset_size(loader: Any) -> int | None:
+    try:
+        return len(loader.dataset)
+    except TypeError:
+        return None
 
 
 def _num_examples(loader: Iterable) -> int | None:
