@@ -637,6 +637,15 @@ def test_an_enumerated_site_left_out_of_the_guide_is_refused_with_pyros_way():
     assert "pyro.infer.SVI with pyro.infer.TraceEnum_ELBO" in str(caught.value)
 
 
+class _Regression(PyroModule):
+    """y = w x[:, 0] + noise, w ~ Normal(0, 1): real-valued targets."""
+
+    def forward(self, x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
+
+
 def test_per_example_weights_deep_plates_and_a_regressions_default_kl_weight():
     """A tensor poutine.scale crashed fit()'s N/B check; three nested plates collided with
     vectorized particles (nesting fixed at 2); a regression written in Pyro got the
@@ -672,14 +681,8 @@ def test_per_example_weights_deep_plates_and_a_regressions_default_kl_weight():
                         num_particles=3, vectorize_particles=True, progress=False)  # fmt: skip
     assert math.isfinite(result.history[0].loss)
 
-    class Regression(PyroModule):
-        def forward(self, x, y=None):
-            w = pyro.sample("w", dist.Normal(0.0, 1.0))
-            with pyro.plate("data", x.shape[0]):
-                pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
-
     pyro.clear_param_store()
-    model = Regression()
+    model = _Regression()
     result = pyrouq.fit(model, AutoNormal(model), [(x, 0.8 * x[:, 0])], num_data=20, epochs=2,
                         progress=False)  # fmt: skip
     for record in result.history:  # loss = nll + kl_weight * kl with kl_weight = 1
@@ -736,16 +739,9 @@ def test_masked_priors_a_models_own_kl_weight_and_non_discrete_samplers_without_
         theirs, ours = _losses(masked_model(model_mask), masked_guide(guide_mask), x, y)
         assert ours == pytest.approx(theirs, rel=1e-6), (model_mask, guide_mask)
 
-    class OwnWeight(PyroModule):
-        default_kl_weight = 0.1
-
-        def forward(self, x, y=None):
-            w = pyro.sample("w", dist.Normal(0.0, 1.0))
-            with pyro.plate("data", x.shape[0]):
-                pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
-
     pyro.clear_param_store()
-    model = OwnWeight()
+    model = _Regression()
+    model.default_kl_weight = 0.1  # its own default, which fit() keeps
     record = pyrouq.fit(model, AutoNormal(model), [(x, y)], num_data=6, epochs=1,
                         progress=False).history[0]  # fmt: skip
     assert record.loss == pytest.approx(record.nll + 0.1 * record.kl, rel=1e-6)
