@@ -453,13 +453,7 @@ def conformal(
                 f"Unknown score {score!r} for regression: expected 'abs' (normalised residuals) "
                 "or 'cqr' (conformalised mixture quantiles)."
             )
-        if val_targets is None and val_preds.targets is None:
-            raise ValueError(
-                "No val_targets: pass the (N, D) or (N,) targets of the held-out split, "
-                "conformal(val_preds, val_targets, ...), or predict it from a loader of (x, y) "
-                "batches so that the predictions carry them."
-            )
-        y = val_preds._targets(val_targets).double()
+        y = val_preds._targets(val_targets, "val_targets").double()
         a = _check_alpha(alpha, y.shape[0])
         scores = _regression_scores(val_preds, y, score, a)
         return ConformalRegressor(score, a, _quantile(scores, a))  # type: ignore[arg-type]

@@ -258,11 +258,11 @@ class GaussianPredictions:
         observed = (pit.unsqueeze(0) <= levels.unsqueeze(1)).double().mean(1)
         return levels, observed
 
-    def _targets(self, targets: Tensor | None) -> Tensor:
+    def _targets(self, targets: Tensor | None, name: str = "targets") -> Tensor:
         if targets is None:
             if self.targets is None:
                 raise ValueError(
-                    "No targets: pass targets=(N, D) values, or predict from a loader of "
+                    f"No {name}: pass {name}=(N, D) values, or predict from a loader of "
                     "(x, y) batches so that the predictions carry them."
                 )
             return self.targets

@@ -1294,8 +1294,8 @@ API_CASES = [
      r"its dataset's items as they are, so the size of its dataset \(3 items\) does not count "
      r"the training examples. Pass num_data=N"),
     ("conformal", "companion", lambda tmp: pyrouq.conformal(gaussian_preds(), alpha=0.2),
-     ValueError, r"No val_targets: pass the \(N, D\) or \(N,\) targets of the held-out split, "
-     r"conformal\(val_preds, val_targets, \.\.\.\)"),
+     ValueError, r"No val_targets: pass val_targets=\(N, D\) values, or predict from a loader of "
+     r"\(x, y\) batches"),
     ("fit", "shape",
      lambda tmp: (lambda m: fit(m, mean_field_guide(m), [(torch.randn(20, 1), torch.randn(19))],
                                 epochs=1, num_data=20, progress=False))(

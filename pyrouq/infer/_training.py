@@ -1,5 +1,5 @@
-"""What ``fit()`` needs besides the ELBO: the first look at the data (number of classes, lazily
-built guides), the optimizer, input checks, Ctrl-C handling, resume state."""
+"""What ``fit()`` needs besides the ELBO: the optimizer, input checks, Ctrl-C handling, resume
+state (the first look at the data is :mod:`pyrouq.infer._probe`'s)."""
 
 from __future__ import annotations
 
@@ -13,26 +13,15 @@ from typing import Any
 
 import pyro
 import torch
-from pyro import poutine
-from pyro.poutine.util import site_is_subsample
 from torch import nn
 
-from pyrouq._own_models import check_traces_match
 from pyrouq._util import (
     bad_rows,
     describe_batch,
     example_sampler,
-    has_latent_sites,
-    model_input,
-    modes,
-    module_device,
-    restore_modes,
-    warn_caller,
 )
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
-from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
 
 TRAINING_STATE_VERSION = 1
@@ -324,209 +313,7 @@ def training_state(
     }
 
 
-class OwnTargets:
-    """The likelihood fit() assumes for a Pyro model of the user's own that has real-valued
-    targets (a regression written in Pyro, as in Pyro's Bayesian-regression tutorial): the
-    targets are the model's to judge (its distributions validate them), and there is no
-    training accuracy to count."""
-
-    def target_problem(self, y: torch.Tensor, num_outputs: int | None) -> str | None:
-        return None
-
-
-class Probe:
-    """What fit learns from a couple of training examples (a Pyro model of the user's own:
-    from the loader's first batch) before it builds the optimizer: the number of classes of
-    a model that does not state it (for the label checks), and the parameters created on the
-    first call, by a guide (Pyro's autoguides) or by a Pyro model of the user's own
-    (``pyro.param`` in its forward); such a model's sites are checked against the guide's."""
-
-    def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
-        self.likelihood: Any = getattr(model, "likelihood", None) or Categorical()
-        self.num_classes: int | None = getattr(model, "num_classes", None)
-        self.created_params: list[torch.Tensor] = []
-        categorical = isinstance(self.likelihood, Categorical)
-        needs_classes = self.num_classes is None or not categorical  # D of a regression too
-        lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
-        # a Pyro model of the user's own: does it scale its likelihood by N/B?
-        foreign = own_pyro_model(model, guide)
-        if not (needs_classes or lazy_guide or foreign):
-            return
-        # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
-        # all N): it is probed on the loader's first batch, the others on two examples
-        batch = _first_batch(loader) if foreign else _first_examples(loader)
-        if batch is None:
-            return
-        device = module_device(model, guide)
-        x, y = (t.to(device) if device is not None else t for t in batch)
-        if foreign and getattr(model, "likelihood", None) is None and y.dtype.is_floating_point:
-            self.likelihood = OwnTargets()
-        x = model_input(x, model, "fit()")
-        was = modes(model)
-        model.eval()
-        try:
-            with torch.no_grad(), pyro.validation_enabled(False):
-                if needs_classes:
-                    try:
-                        self.num_classes = _output_size(model, x, self.likelihood, foreign)
-                    except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
-                        raise ValueError(
-                            f"fit(): {type(model).__name__} failed on the first examples of "
-                            f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "
-                            f"{' '.join(str(err).split())}. Check that the network takes the "
-                            "loader's inputs (shape, channels, flattening); nothing was trained."
-                        ) from err
-            if foreign:
-                _check_scaled(model, x, y)
-            if lazy_guide:
-                with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
-                    guide(x, y)
-                self.created_params = _unconstrained(capture.trace)
-            if foreign:
-                self.created_params += _own_model_params(model, guide, x, y)
-        finally:
-            restore_modes(was)
-
-
-def _unconstrained(trace: Any) -> list[torch.Tensor]:
-    """The tensors an optimizer updates of the ``pyro.param`` sites of a param-only trace."""
-    return [site["value"].unconstrained() for site in trace.nodes.values()]
-
-
-def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor) -> list:
-    """The parameters a Pyro model of the user's own creates with ``pyro.param`` as it runs
-    (trained with the rest, as Pyro's SVI does), once its sites are checked against the
-    guide's: a latent site the guide lacks or gives another shape is refused here."""
-    try:
-        guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
-        run = model if guide_trace is None else poutine.replay(model, trace=guide_trace)
-        with poutine.trace(param_only=True) as capture:
-            model_trace = poutine.trace(run).get_trace(x, y)
-    except Exception as err:
-        raise ValueError(
-            f"fit(): {type(model).__name__} and its guide failed on the first batch of "
-            f"train_loader (x of shape {tuple(x.shape)}), run as model(x, y) replayed on "
-            f"guide(x, y) to check their sites: {type(err).__name__}: "
-            f"{' '.join(str(err).split())}. Nothing was trained."
-        ) from err
-    if guide_trace is not None:
-        check_traces_match(model_trace, guide_trace, "fit()", model)
-    return _unconstrained(capture.trace)
-
-
-def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
-    """Warn when a Pyro model of the user's own observes a minibatch without the factor N/B
-    (``pyro.plate("data", B)`` instead of ``pyro.plate("data", N, subsample_size=B)``): its
-    likelihood then counts as if the batch were the whole data set, and the KL outweighs it
-    N/B times. ``x, y``: the loader's first batch (one of the whole data set needs none)."""
-    num_data = getattr(model, "num_data", None)
-    if not num_data or num_data <= x.shape[0]:
-        return
-    try:
-        trace = poutine.trace(model).get_trace(x, y)
-    except Exception:  # the model's own errors surface, with their context, in the first step
-        return
-    observed = [
-        site
-        for site in trace.nodes.values()
-        if site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
-    ]
-    if observed and all(_is_one(site["scale"]) for site in observed):
-        warn_caller(
-            f"fit(): {type(model).__name__} observes its targets without the factor N/B: on "
-            f"{x.shape[0]} of N = {num_data} examples the likelihood's scale is 1, so every "
-            "minibatch counts as the whole data set and the KL outweighs it N/B times. Observe "
-            "them inside pyro.plate('data', self.num_data, subsample_size=len(x)) (fit() sets "
-            "model.num_data), or under poutine.scale(scale=self.num_data / len(x))."
-        )
-
-
-def _is_one(scale: Any) -> bool:
-    """Whether a site's scale is 1 (a number, or a tensor of per-example weights)."""
-    if torch.is_tensor(scale):
-        return bool((scale == 1).all())
-    return float(scale) == 1.0
-
-
-def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader."""
-    dataset = getattr(loader, "dataset", None) if serves_dataset_as_is(loader) else None
-    try:
-        items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
-        xs = torch.stack([torch.as_tensor(item[0]) for item in items])
-        ys = torch.stack([torch.as_tensor(item[1]) for item in items])
-        return xs, ys
-    except Exception:
-        pass
-    batch = _first_batch(loader)
-    if batch is None:
-        return None
-    x, y = batch
-    return x[:2], y[:2]
-
-
-def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The loader's first batch ``(x, y)``, read without disturbing the loader (its random
-    state put back where it has one)."""
-    state = loader_rng_state(loader)
-    try:
-        batch = next(iter(loader))
-    except (StopIteration, TypeError, ValueError):
-        return None
-    finally:
-        if state is not None:
-            set_loader_rng_state(loader, state)
-    x, y = unpack_batch(batch, 1, 1)  # what the first step would refuse, refused now
-    return x, y
-
-
-def own_pyro_model(model: Any, guide: Any) -> bool:
-    """Whether ``model`` is a Pyro model of the user's own: a ``PyroModule``, or an
-    ``nn.Module`` given with a guide (as in Pyro's VAE tutorial), not one of pyrouq's (nor one
-    of pyrouq's wrapped by ``torch.compile`` or ``nn.DataParallel``)."""
-    if is_pyrouq_model(model):
-        return False
-    return isinstance(model, pyro.nn.PyroModule) or (
-        guide is not None and isinstance(model, nn.Module)
-    )
-
-
-def is_pyrouq_model(model: Any) -> bool:
-    """Whether ``model`` is a converted pyrouq model, perhaps inside ``torch.compile``'s or
-    ``nn.DataParallel``'s wrapper."""
-    while True:
-        if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
-            return True
-        inner = getattr(model, "_orig_mod", None)  # torch.compile
-        if inner is None and isinstance(
-            model, nn.DataParallel | nn.parallel.DistributedDataParallel
-        ):
-            inner = model.module
-        if not isinstance(inner, nn.Module):
-            return False
-        model = inner
-
-
-def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int | None:
-    """The number of outputs D of ``model`` on ``x`` (classes, or regression targets), after
-    the likelihood has seen the outputs (it sizes a learned noise scale)."""
-    run = getattr(model, "outputs", None)
-    if callable(run) and has_latent_sites(model):
-        out = run(x, model.template())
-    elif callable(run):
-        out = run(x)
-    elif not own and not isinstance(model, pyro.nn.PyroModule):
-        out = model(x)
-    else:
-        return None
-    if not torch.is_tensor(out) or out.dim() < 2:
-        return None
-    likelihood.prepare(out)
-    size = getattr(likelihood, "num_outputs", None)
-    return int(size(out)) if callable(size) else int(out.shape[-1])
-
-
-def build_optimizer(model: nn.Module, guide: Any, probe: Probe, optim: Any, lr: float) -> Any:
+def build_optimizer(model: nn.Module, guide: Any, probe: Any, optim: Any, lr: float) -> Any:
     params: list[torch.Tensor] = list(model.parameters())
     if isinstance(guide, nn.Module):
         params += list(guide.parameters())

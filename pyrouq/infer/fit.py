@@ -32,13 +32,11 @@ from pyrouq._util import (
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
+from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
 from pyrouq.infer._training import (
-    OwnTargets,
-    Probe,
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
-    is_pyrouq_model,
     items_are_batches,
     optimizer_name,
 )
