@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import ClassVar
 
 import pyro
 import pyro.distributions as dist
@@ -738,6 +739,12 @@ def test_masked_priors_a_models_own_kl_weight_and_non_discrete_samplers_without_
     for model_mask, guide_mask in (different, (False, False)):
         theirs, ours = _losses(masked_model(model_mask), masked_guide(guide_mask), x, y)
         assert ours == pytest.approx(theirs, rel=1e-6), (model_mask, guide_mask)
+    # masked alike (a mirrored guide): the exact KL of the entries kept, no estimate's noise
+    same = torch.tensor([True, False, True])
+    exact = torch.distributions.kl_divergence(dist.Normal(0.5, 0.3), dist.Normal(0.0, 1.0))
+    for _ in range(3):
+        terms = pyrouq.KLWeightedELBO(1.0).terms(masked_model(same), masked_guide(same), x, y)
+        assert float(terms.kl) == pytest.approx(2 * float(exact), rel=1e-6)
 
     pyro.clear_param_store()
     model = _Regression()
@@ -756,3 +763,17 @@ def test_masked_priors_a_models_own_kl_weight_and_non_discrete_samplers_without_
         pyrouq.KLWeightedELBO(1.0).loss(circular, circular_guide, x, y)
     assert "(torch has no rsample for VonMises)" in str(caught.value)
     assert "discrete" not in str(caught.value)
+
+    class Jitter(dist.TorchDistribution):  # a distribution of one's own: no support declared
+        arg_constraints: ClassVar[dict] = {}
+
+        def sample(self, sample_shape=()):
+            return torch.randn(sample_shape)
+
+        def log_prob(self, value):
+            return -0.5 * value**2
+
+    with pytest.raises(ValueError, match=r"\(torch has no rsample for Jitter\)"):
+        pyrouq.KLWeightedELBO(1.0).loss(
+            circular, lambda x, y=None: pyro.sample("angle", Jitter()), x, y
+        )

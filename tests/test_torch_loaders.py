@@ -108,3 +108,28 @@ def test_a_batch_sampler_of_ones_own_given_as_sampler_counts_the_examples():
     model = pyrouq.bayesian(torch.nn.Linear(3, 2))
     result = pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1, progress=False)
     assert result.num_data == 20
+
+
+def test_pre_made_batches_behind_any_sampler_of_single_indices_ask_for_num_data():
+    """A sampler of one's own yielding single indices, or a RandomSampler's subclass, serves
+    the dataset's items, here batches: N is not len(dataset) (it trained with N = 4 batches,
+    or stacked two batches as a pair of examples)."""
+
+    class Ints(torch.utils.data.Sampler):
+        def __iter__(self):
+            return iter(range(4))
+
+        def __len__(self):
+            return 4
+
+    class Seedable(torch.utils.data.RandomSampler):
+        pass
+
+    batches = [(torch.randn(8, 3), torch.randint(0, 2, (8,))) for _ in range(4)]
+    net = torch.nn.Linear(3, 2)
+    state = torch.get_rng_state()
+    for sampler in (Ints(), Seedable(batches)):
+        loader = torch.utils.data.DataLoader(batches, sampler=sampler, batch_size=None)
+        with pytest.raises(ValueError, match=r"batch_size=None .* Pass num_data=N"):
+            pyrouq.fit(net, None, loader, epochs=1, progress=False)
+    assert torch.equal(torch.get_rng_state(), state)  # reading a sampler draws nothing

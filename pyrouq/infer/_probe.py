@@ -201,19 +201,13 @@ def own_pyro_model(model: Any, guide: Any) -> bool:
 
 
 def is_pyrouq_model(model: Any) -> bool:
-    """Whether ``model`` is a converted pyrouq model, perhaps inside ``torch.compile``'s or
-    ``nn.DataParallel``'s wrapper."""
-    while True:
-        if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
-            return True
-        inner = getattr(model, "_orig_mod", None)  # torch.compile
-        if inner is None and isinstance(
-            model, nn.DataParallel | nn.parallel.DistributedDataParallel
-        ):
-            inner = model.module
-        if not isinstance(inner, nn.Module):
+    """Whether ``model`` is a converted pyrouq model, perhaps compiled (``torch.compile``'s
+    wrapper)."""
+    while not isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
+        model = getattr(model, "_orig_mod", None)
+        if not isinstance(model, nn.Module):
             return False
-        model = inner
+    return True
 
 
 def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int | None:

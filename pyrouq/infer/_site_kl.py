@@ -24,7 +24,7 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     alike = _same_weight(site["scale"], guide_site["scale"]) and _same_mask(
         site["mask"], guide_site["mask"]
     )
-    if alike and not isinstance(_innermost(q), dist.Delta) and not (_masked(q) or _masked(p)):
+    if alike and not isinstance(_innermost(q), dist.Delta) and _same_masks(q, p):
         try:
             kl_site = torch.distributions.kl_divergence(q, p)
         except NotImplementedError:
@@ -44,13 +44,24 @@ def _innermost(fn: Any) -> Any:
     return fn
 
 
-def _masked(fn: Any) -> bool:
-    """Whether ``fn`` is a ``MaskedDistribution``, or wraps one."""
-    while isinstance(fn, (torch.distributions.Independent, dist.MaskedDistribution)):
+def _masks(fn: Any) -> list[Any]:
+    """The masks of the ``MaskedDistribution`` wrappers in ``fn``'s chain of base
+    distributions (``Independent``, ``TransformedDistribution``, ... wrappers)."""
+    found = []
+    while fn is not None:
         if isinstance(fn, dist.MaskedDistribution):
-            return True
-        fn = fn.base_dist
-    return False
+            found.append(fn._mask)
+        fn = getattr(fn, "base_dist", None)
+    return found
+
+
+def _same_masks(q: Any, p: Any) -> bool:
+    """Whether ``q`` and ``p`` are masked alike (or not at all): torch's KL of two masked
+    distributions keeps the entries both masks keep, right only when the masks are equal."""
+    mine, theirs = _masks(q), _masks(p)
+    return len(mine) == len(theirs) and all(
+        _same_weight(a, b) for a, b in zip(mine, theirs, strict=True)
+    )
 
 
 def _same_weight(a: Any, b: Any) -> bool:
@@ -78,7 +89,11 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
     if getattr(fn, "has_rsample", True):
         return
     what = type(_innermost(fn)).__name__
-    if getattr(getattr(fn, "support", None), "is_discrete", False):
+    try:
+        discrete = bool(fn.support.is_discrete)
+    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
+        discrete = False
+    if discrete:
         kind = "a discrete site"
         fix = (
             "Sum the site out of the model (enumeration: pyro.infer.TraceEnum_ELBO with "

@@ -3,6 +3,7 @@ state (the first look at the data is :mod:`pyrouq.infer._probe`'s)."""
 
 from __future__ import annotations
 
+import numbers
 import signal
 import threading
 from collections.abc import Iterable
@@ -136,15 +137,38 @@ def items_are_batches(loader: Iterable) -> bool:
         return False
     if isinstance(loader.dataset, data.IterableDataset):
         return True  # it yields its items as they are
-    # torch's samplers of single indices: dataset[i], an item (a sampler of lists of indices,
-    # a batch sampler of one's own, fetches dataset[[i, j, ...]]: examples)
-    return type(loader.sampler) in (
+    # a sampler of single indices fetches dataset[i], an item; one of lists of indices (a
+    # batch sampler of one's own) fetches dataset[[i, j, ...]], examples
+    sampler = loader.sampler
+    if isinstance(sampler, data.BatchSampler):
+        return False
+    single = (
         data.SequentialSampler,
         data.RandomSampler,
         data.SubsetRandomSampler,
         data.WeightedRandomSampler,
         data.DistributedSampler,
     )
+    return isinstance(sampler, single) or _yields_single_indices(sampler)
+
+
+def _yields_single_indices(sampler: Any) -> bool:
+    """Whether a sampler of one's own yields single indices (its first one read, the random
+    streams it may draw from, torch's and its own generator's, put back); a sampler that
+    cannot be read so counts as yielding them (then N is asked for)."""
+    generator = getattr(sampler, "generator", None)
+    state = generator.get_state() if isinstance(generator, torch.Generator) else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            first = next(iter(sampler))
+    except Exception:
+        return True
+    finally:
+        if state is not None:
+            generator.set_state(state)  # type: ignore[union-attr]
+    if torch.is_tensor(first):
+        return first.dim() == 0
+    return isinstance(first, numbers.Integral)
 
 
 def serves_dataset_as_is(loader: Iterable) -> bool:
