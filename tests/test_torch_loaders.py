@@ -90,12 +90,16 @@ def test_one_draw_is_scored_for_ood_by_its_entropy():
             preds.evaluate(ood=ood, ood_score=score)
 
 
-def test_a_batch_sampler_of_ones_own_given_as_sampler_counts_the_examples():
-    """It fetches dataset[[i, j, ...]]: examples, not items that are batches (refused for a
-    moment as batch_size=None's pre-made batches)."""
+def test_a_sampler_of_ones_own_with_batch_size_none_is_not_read_and_asks_for_num_data():
+    """Behind a sampler of one's own, items may be whole batches (single indices) or
+    examples (lists of indices): reading its first index to tell used up a one-shot sampler
+    (training got 1 batch of 4) and moved samplers with state; N is asked for instead."""
 
     class Chunks(torch.utils.data.Sampler):
+        passes = 0
+
         def __iter__(self):
+            Chunks.passes += 1
             for start in range(0, 20, 5):
                 yield list(range(start, start + 5))
 
@@ -106,7 +110,16 @@ def test_a_batch_sampler_of_ones_own_given_as_sampler_counts_the_examples():
     dataset = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())
     loader = torch.utils.data.DataLoader(dataset, sampler=Chunks(), batch_size=None)
     model = pyrouq.bayesian(torch.nn.Linear(3, 2))
-    result = pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1, progress=False)
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(ValueError) as caught:
+        pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+    assert (
+        "its sampler (Chunks) may serve single indices (whole batches) or lists of them "
+        "(examples), so the size of its dataset (20 items) may not count the training "
+        "examples. Pass num_data=N" in str(caught.value)
+    )
+    assert Chunks.passes == 0
+    result = pyrouq.fit(model, guide, loader, epochs=2, num_data=20, progress=False)
     assert result.num_data == 20
 
 

@@ -3,7 +3,6 @@ state (the first look at the data is :mod:`pyrouq.infer._probe`'s)."""
 
 from __future__ import annotations
 
-import numbers
 import signal
 import threading
 from collections.abc import Iterable
@@ -126,22 +125,24 @@ def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | No
     return True
 
 
-def items_are_batches(loader: Iterable) -> bool:
-    """Whether ``loader`` is a torch DataLoader with automatic batching off
-    (``batch_size=None`` and no batch sampler): it serves its dataset's items as they are, the
-    batches of a dataset of pre-made batches, so ``len(dataset)`` does not count examples."""
+def unbatched_items(loader: Iterable) -> str | None:
+    """What a torch DataLoader with automatic batching off (``batch_size=None``, no batch
+    sampler, a map-style dataset read through a sampler) serves: ``"batches"`` when it serves
+    its dataset's items as they are (an IterableDataset, or torch's samplers of single
+    indices: the items of a dataset of pre-made batches, so ``len(dataset)`` does not count
+    examples), ``"unknown"`` behind a sampler of one's own (single indices, or lists of them
+    that fetch examples: it is not read, which could change or use it up); None for other
+    loaders, whose batches are made of examples."""
     data = torch.utils.data
     if not isinstance(loader, data.DataLoader) or loader.batch_size is not None:
-        return False
+        return None
     if loader.batch_sampler is not None:
-        return False
+        return None
     if isinstance(loader.dataset, data.IterableDataset):
-        return True  # it yields its items as they are
-    # a sampler of single indices fetches dataset[i], an item; one of lists of indices (a
-    # batch sampler of one's own) fetches dataset[[i, j, ...]], examples
+        return "batches"  # it yields its items as they are
     sampler = loader.sampler
     if isinstance(sampler, data.BatchSampler):
-        return False
+        return None  # lists of indices: dataset[[i, j, ...]], examples
     single = (
         data.SequentialSampler,
         data.RandomSampler,
@@ -149,26 +150,7 @@ def items_are_batches(loader: Iterable) -> bool:
         data.WeightedRandomSampler,
         data.DistributedSampler,
     )
-    return isinstance(sampler, single) or _yields_single_indices(sampler)
-
-
-def _yields_single_indices(sampler: Any) -> bool:
-    """Whether a sampler of one's own yields single indices (its first one read, the random
-    streams it may draw from, torch's and its own generator's, put back); a sampler that
-    cannot be read so counts as yielding them (then N is asked for)."""
-    generator = getattr(sampler, "generator", None)
-    state = generator.get_state() if isinstance(generator, torch.Generator) else None
-    try:
-        with torch.random.fork_rng(devices=[]):
-            first = next(iter(sampler))
-    except Exception:
-        return True
-    finally:
-        if state is not None:
-            generator.set_state(state)  # type: ignore[union-attr]
-    if torch.is_tensor(first):
-        return first.dim() == 0
-    return isinstance(first, numbers.Integral)
+    return "batches" if isinstance(sampler, single) else "unknown"
 
 
 def serves_dataset_as_is(loader: Iterable) -> bool:
@@ -179,7 +161,7 @@ def serves_dataset_as_is(loader: Iterable) -> bool:
     data = torch.utils.data
     if not isinstance(loader, data.DataLoader):
         return True
-    if items_are_batches(loader):
+    if unbatched_items(loader) is not None:
         return False
     if loader.collate_fn not in (data.default_collate, data.default_convert):
         return False

@@ -37,8 +37,8 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     build_optimizer,
     check_loader_inputs,
-    items_are_batches,
     optimizer_name,
+    unbatched_items,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.infer.guide import check_drawable, check_guide
@@ -313,13 +313,21 @@ def fit(
     n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
     if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
         n = getattr(model, "given_num_data", None)
-    if n is None and items_are_batches(train_loader):
+    served = unbatched_items(train_loader) if n is None else None
+    if served is not None:
         size = _dataset_size(train_loader)
+        counted = f"the size of its dataset{'' if size is None else f' ({size} items)'}"
+        what = (
+            f"it serves its dataset's items as they are, so {counted} does not count the "
+            "training examples"
+            if served == "batches"
+            else f"its sampler ({type(train_loader.sampler).__name__}) may serve single indices "  # type: ignore[attr-defined]
+            f"(whole batches) or lists of them (examples), so {counted} may not count the "
+            "training examples"
+        )
         raise ValueError(
-            "train_loader is a DataLoader with batch_size=None (automatic batching off): it "
-            "serves its dataset's items as they are, so the size of its dataset"
-            f"{'' if size is None else f' ({size} items)'} does not count the training "
-            "examples. Pass num_data=N, the number of examples: the minibatch likelihood is "
+            f"train_loader is a DataLoader with batch_size=None (automatic batching off): "
+            f"{what}. Pass num_data=N, the number of examples: the minibatch likelihood is "
             "scaled by N/B."
         )
     if n is None:
@@ -448,7 +456,7 @@ def _dataset_size(loader: Any) -> int | None:
 def _num_examples(loader: Iterable) -> int | None:
     """N: the size of the loader's dataset, or of the subset its sampler draws from (None for a
     DataLoader without automatic batching, whose dataset's items may be whole batches)."""
-    if items_are_batches(loader):
+    if unbatched_items(loader) is not None:
         return None
     sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
