@@ -1285,14 +1285,16 @@ API_CASES = [
      lambda tmp: fit(torch.nn.Linear(5, 3), None, torch.utils.data.DataLoader(
          _Batches(), batch_size=None), epochs=1, progress=False), ValueError,
      r"train_loader is a DataLoader with batch_size=None \(automatic batching off\): it serves "
-     r"its dataset's items as they are, so the size of its dataset \(3 items\) does not count"),
+     r"its dataset's items as they are, so the size of its dataset \(3 items\) counts the "
+     r"training examples only if they are single examples, not pre-made batches"),
     ("fit", "companion",
      lambda tmp: fit(torch.nn.Linear(5, 3), None, torch.utils.data.DataLoader(
          [(torch.randn(4, 5), torch.tensor([0, 1, 2, 0]))] * 3, batch_size=None), epochs=1,
          progress=False), ValueError,
      r"train_loader is a DataLoader with batch_size=None \(automatic batching off\): it serves "
-     r"its dataset's items as they are, so the size of its dataset \(3 items\) does not count "
-     r"the training examples. Pass num_data=N"),
+     r"its dataset's items as they are, so the size of its dataset \(3 items\) counts the "
+     r"training examples only if they are single examples, not pre-made batches. Pass "
+     r"num_data=N"),
     ("conformal", "companion", lambda tmp: pyrouq.conformal(gaussian_preds(), alpha=0.2),
      ValueError, r"No val_targets: pass val_targets=\(N, D\) values, or predict from a loader of "
      r"\(x, y\) batches"),

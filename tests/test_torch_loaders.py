@@ -114,9 +114,9 @@ def test_a_sampler_of_ones_own_with_batch_size_none_is_not_read_and_asks_for_num
     with pytest.raises(ValueError) as caught:
         pyrouq.fit(model, guide, loader, epochs=1, progress=False)
     assert (
-        "its sampler (Chunks) may serve single indices (whole batches) or lists of them "
-        "(examples), so the size of its dataset (20 items) may not count the training "
-        "examples. Pass num_data=N" in str(caught.value)
+        "its sampler of its own (Chunks) is not read to tell whether it fetches whole items "
+        "(pre-made batches) or lists of examples, so the size of its dataset (20 items) may "
+        "not count the training examples. Pass num_data=N" in str(caught.value)
     )
     assert Chunks.passes == 0
     result = pyrouq.fit(model, guide, loader, epochs=2, num_data=20, progress=False)
@@ -146,3 +146,13 @@ def test_pre_made_batches_behind_any_sampler_of_single_indices_ask_for_num_data(
         with pytest.raises(ValueError, match=r"batch_size=None .* Pass num_data=N"):
             pyrouq.fit(net, None, loader, epochs=1, progress=False)
     assert torch.equal(torch.get_rng_state(), state)  # reading a sampler draws nothing
+
+
+def test_single_unbatched_examples_get_the_networks_shape_error_not_an_index_error():
+    """DataLoader(TensorDataset(x, y), batch_size=None) serves one example at a time: fit()'s
+    first look sliced its 0-d label (IndexError: slice() cannot be applied to a 0-dim
+    tensor)."""
+    x, y = torch.randn(24, 16), torch.randint(0, 3, (24,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=None)
+    with pytest.raises(TypeError, match=r"returned outputs of shape \(3,\); fit\(\) trains"):
+        pyrouq.fit(torch.nn.Linear(16, 3), None, loader, epochs=1, num_data=24, progress=False)

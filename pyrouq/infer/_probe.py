@@ -171,6 +171,8 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
     if batch is None:
         return None
     x, y = batch
+    if x.dim() == 0 or y.dim() == 0:  # an unbatched example: training's own checks say so
+        return None
     return x[:2], y[:2]
 
 

@@ -314,16 +314,16 @@ def fit(
     if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
         n = getattr(model, "given_num_data", None)
     served = unbatched_items(train_loader) if n is None else None
-    if served is not None:
-        size = _dataset_size(train_loader)
-        counted = f"the size of its dataset{'' if size is None else f' ({size} items)'}"
+    size = _dataset_size(train_loader) if served is not None else None
+    if served is not None and size is not None:  # without a size: the message below
+        counted = f"the size of its dataset ({size} items)"
         what = (
-            f"it serves its dataset's items as they are, so {counted} does not count the "
-            "training examples"
+            f"it serves its dataset's items as they are, so {counted} counts the training "
+            "examples only if they are single examples, not pre-made batches"
             if served == "batches"
-            else f"its sampler ({type(train_loader.sampler).__name__}) may serve single indices "  # type: ignore[attr-defined]
-            f"(whole batches) or lists of them (examples), so {counted} may not count the "
-            "training examples"
+            else f"its sampler of its own ({type(train_loader.sampler).__name__}) is not read "  # type: ignore[attr-defined]
+            f"to tell whether it fetches whole items (pre-made batches) or lists of examples, "
+            f"so {counted} may not count the training examples"
         )
         raise ValueError(
             f"train_loader is a DataLoader with batch_size=None (automatic batching off): "
