@@ -17,9 +17,9 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     alike, else the single-draw estimate ``log q(w) - log p(w)``, each side with its own site's
     scale and mask (a model's ``poutine.scale`` or ``mask`` on the prior). An autoguide's
     ``Delta`` site (a constrained site's value, its log-Jacobian as its density) is always
-    estimated: the analytic form registered for ``Delta`` leaves that density out; so is a
-    distribution masked with ``.mask(...)`` (the form registered for two of them keeps the
-    entries both masks keep)."""
+    estimated: the analytic form registered for ``Delta`` leaves that density out; so are two
+    distributions masked unlike each other with ``.mask(...)`` (the form registered for them
+    keeps the entries both masks keep; masked alike, it is exact)."""
     q, p = guide_site["fn"], site["fn"]
     alike = _same_weight(site["scale"], guide_site["scale"]) and _same_mask(
         site["mask"], guide_site["mask"]
