@@ -59,6 +59,31 @@ def support_of(prior: Any) -> str | None:
     return None
 
 
+def innermost_distribution(fn: Any) -> Any:
+    """The distribution inside ``fn``'s ``Independent`` / ``ExpandedDistribution`` /
+    ``MaskedDistribution`` wrappers (its family)."""
+    import pyro.distributions as dist
+
+    while isinstance(
+        fn, (torch.distributions.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
+    ):
+        fn = fn.base_dist
+    return fn
+
+
+def distribution_masks(fn: Any) -> list[Any]:
+    """The masks of the ``.mask(...)`` wrappers (``MaskedDistribution``) anywhere in ``fn``'s
+    chain of base distributions (inside ``Independent``, ``TransformedDistribution``, ...)."""
+    import pyro.distributions as dist
+
+    found = []
+    while isinstance(fn, torch.distributions.Distribution):
+        if isinstance(fn, dist.MaskedDistribution):
+            found.append(fn._mask)
+        fn = getattr(fn, "base_dist", None)
+    return found
+
+
 MAX_SEED = 2**32 - 1
 """The largest seed every generator pyrouq seeds takes (numpy's, through ``pyro.set_rng_seed``)."""
 

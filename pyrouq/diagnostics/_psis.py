@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyro.distributions as dist
 import torch
 from pyro import poutine
 from pyro.distributions.util import scale_and_mask
@@ -16,7 +15,13 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._own_models import check_traces_match
-from pyrouq._util import check_count, check_int, module_device
+from pyrouq._util import (
+    check_count,
+    check_int,
+    distribution_masks,
+    innermost_distribution,
+    module_device,
+)
 from pyrouq.infer.guide import check_guide
 
 if TYPE_CHECKING:
@@ -125,17 +130,12 @@ def _restore(saved: list[tuple[Any, Any]]) -> None:
             d._validate_args = was
 
 
-_WRAPPERS = (torch.distributions.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
-
-
 def _outside(fn: Any, value: Tensor) -> int | None:
     """How many entries of ``value`` lie outside ``fn``'s support, checked entry by entry on
     the distribution inside its Independent / Expanded / Masked wrappers; None where that
     cannot be told (no support declared, a dependent one, a mixture's: torch's check asks for
     every component's)."""
-    inner = fn
-    while isinstance(inner, _WRAPPERS):
-        inner = inner.base_dist
+    inner = innermost_distribution(fn)
     if isinstance(inner, torch.distributions.MixtureSameFamily):
         return None
     try:
@@ -148,14 +148,8 @@ def _masked(site: dict[str, Any]) -> bool:
     """Whether a mask leaves entries of the site out (``poutine.mask`` or ``.mask()``; a mask
     of True everywhere leaves none), whose values may then lie anywhere: its support is not
     checked."""
-    if _leaves_out(site["mask"]):
-        return True
-    inner = site["fn"]
-    while isinstance(inner, _WRAPPERS):
-        if isinstance(inner, dist.MaskedDistribution) and _leaves_out(inner._mask):
-            return True
-        inner = inner.base_dist
-    return False
+    masks = [site["mask"], *distribution_masks(site["fn"])]
+    return any(_leaves_out(mask) for mask in masks)
 
 
 def _leaves_out(mask: Any) -> bool:

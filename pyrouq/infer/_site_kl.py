@@ -10,6 +10,8 @@ import torch
 from pyro.distributions.util import scale_and_mask
 from torch import Tensor
 
+from pyrouq._util import distribution_masks, innermost_distribution
+
 
 def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     """A latent site's ``KL(q || p)`` term, weighed as Pyro's ``Trace_ELBO`` weighs ``log q``
@@ -24,7 +26,7 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     alike = _same_weight(site["scale"], guide_site["scale"]) and _same_mask(
         site["mask"], guide_site["mask"]
     )
-    if alike and not isinstance(_innermost(q), dist.Delta) and _same_masks(q, p):
+    if alike and not isinstance(innermost_distribution(q), dist.Delta) and _same_masks(q, p):
         try:
             kl_site = torch.distributions.kl_divergence(q, p)
         except NotImplementedError:
@@ -37,28 +39,10 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     return log_q - scale_and_mask(p.log_prob(value), site["scale"], site["mask"]).sum()
 
 
-def _innermost(fn: Any) -> Any:
-    """The distribution inside ``Independent`` / ``MaskedDistribution`` wrappers."""
-    while isinstance(fn, (torch.distributions.Independent, dist.MaskedDistribution)):
-        fn = fn.base_dist
-    return fn
-
-
-def _masks(fn: Any) -> list[Any]:
-    """The masks of the ``MaskedDistribution`` wrappers in ``fn``'s chain of base
-    distributions (``Independent``, ``TransformedDistribution``, ... wrappers)."""
-    found = []
-    while fn is not None:
-        if isinstance(fn, dist.MaskedDistribution):
-            found.append(fn._mask)
-        fn = getattr(fn, "base_dist", None)
-    return found
-
-
 def _same_masks(q: Any, p: Any) -> bool:
     """Whether ``q`` and ``p`` are masked alike (or not at all): torch's KL of two masked
     distributions keeps the entries both masks keep, right only when the masks are equal."""
-    mine, theirs = _masks(q), _masks(p)
+    mine, theirs = distribution_masks(q), distribution_masks(p)
     return len(mine) == len(theirs) and all(
         _same_weight(a, b) for a, b in zip(mine, theirs, strict=True)
     )
@@ -88,7 +72,7 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
     fn = site["fn"]
     if getattr(fn, "has_rsample", True):
         return
-    what = type(_innermost(fn)).__name__
+    what = type(innermost_distribution(fn)).__name__
     try:
         discrete = bool(fn.support.is_discrete)
     except (AttributeError, NotImplementedError):  # a distribution of one's own, no support

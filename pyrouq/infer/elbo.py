@@ -163,8 +163,11 @@ class KLWeightedELBO(ELBO):
 
     The N/B factor comes from the model (pyrouq models scale ``"obs"`` by it). The KL is
     analytic for each latent site where ``torch.distributions.kl_divergence`` knows the pair
-    (Normal guide and Normal prior) and a Monte Carlo estimate ``log q(w) - log p(w)``
-    otherwise; ``log q`` includes the guide's own auxiliary sites (an ``AutoNormal``'s
+    (Normal guide and Normal prior) and the model and guide weigh the site alike (scale and
+    mask), and a Monte Carlo estimate ``log q(w) - log p(w)`` otherwise, each side with its
+    own site's scale and mask (an autoguide's ``Delta`` sites always: torch's KL for them
+    leaves out their log-Jacobian); guide sites without ``rsample`` are refused (no
+    score-function term); ``log q`` includes the guide's own auxiliary sites (an ``AutoNormal``'s
     ``*_unconstrained``, an ``AutoDiagonalNormal``'s joint latent, of which the model's
     sites are Delta transforms), so ``kl_weight=1`` is the loss of Pyro's ``Trace_ELBO``.
     ``kl_weight`` multiplies the latent sites' contribution, which is the same as

@@ -447,9 +447,10 @@ def _has_length(loader: Any) -> bool:
 
 
 def _dataset_size(loader: Any) -> int | None:
+    """``len(loader.dataset)``, or None (no dataset, or one without a length)."""
     try:
         return len(loader.dataset)
-    except TypeError:
+    except (AttributeError, TypeError):
         return None
 
 
@@ -461,11 +462,7 @@ def _num_examples(loader: Iterable) -> int | None:
     sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
         return len(sampler)
-    dataset = getattr(loader, "dataset", None)
-    try:
-        return len(dataset)  # type: ignore[arg-type]
-    except TypeError:
-        return None
+    return _dataset_size(loader)
 
 
 class _ReadAhead:

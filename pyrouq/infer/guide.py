@@ -17,6 +17,7 @@ from pyrouq._util import (
     check_positive_float,
     forget_params,
     has_latent_sites,
+    innermost_distribution,
     register_params,
     support_of,
     takes_labels,
@@ -138,9 +139,7 @@ class MeanFieldGuide(nn.Module):
         priors = model.priors() if callable(getattr(model, "priors", None)) else {}
         for site, prior in priors.items():
             if site in sites and support_of(prior) not in ("real", "positive"):
-                base = prior
-                while isinstance(base, (dist.Independent, dist.ExpandedDistribution)):
-                    base = base.base_dist  # the family itself
+                base = innermost_distribution(prior)  # the family itself
                 raise ValueError(
                     f"mean_field_guide(): the prior of site {site!r} ({type(base).__name__}) "
                     f"has support {base.support}; the guide fits a Normal (on the real line) or a "
