@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
+from torch import Tensor
+
+from pyrouq._numbers import is_real
+
 __all__ = ["format_table"]
 
 # key: (group, display name, shown as a percentage), in display order
@@ -90,6 +95,8 @@ def format_table(metrics: dict[str, float]) -> str:
 
 
 def _format_value(value: object, percent: bool) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.2%}" if percent else f"{value:.5f}"
+    if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
+        value = value.item()  # a one-number tensor, as format_rotation_table takes it
+    if is_real(value):  # Python's and numpy's numbers alike, not bools
+        return f"{float(value):.2%}" if percent else f"{float(value):.5f}"
     return str(value)

@@ -450,7 +450,7 @@ def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
 
 def evaluate(
     predictions_or_probs: Any,
-    targets: Tensor,
+    targets: Tensor | None = None,
     *,
     ood: Any = None,
     ood_score: OODScore | None = None,
@@ -464,8 +464,9 @@ def evaluate(
         (S = 1: disagreement and mutual information are then 0). A
         :class:`~pyrouq.GaussianPredictions` returns its regression metrics
         (:meth:`~pyrouq.GaussianPredictions.evaluate`).
-    targets : Tensor
-        ``(N,)`` integer labels in ``[0, C)``.
+    targets : Tensor, optional
+        ``(N,)`` integer labels in ``[0, C)``; default ``predictions_or_probs.targets`` (the
+        labels a ``Predictions`` carries when it was predicted from a loader).
     ood : Tensor or object with ``.probs``, optional
         ``(S, M, C)`` (or ``(M, C)``) probabilities on M >= 1 out-of-distribution inputs. When
         given, the in- and out-of-distribution inputs are scored with ``ood_score`` and the OOD
@@ -497,6 +498,13 @@ def evaluate(
         )
     from pyrouq.regression import GaussianPredictions
 
+    if targets is None:
+        targets = getattr(predictions_or_probs, "targets", None)
+        if targets is None:
+            raise ValueError(
+                "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
+                "from a loader of (x, y) batches)."
+            )
     if isinstance(predictions_or_probs, GaussianPredictions):
         if ood is not None:
             raise ValueError(

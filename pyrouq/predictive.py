@@ -112,8 +112,9 @@ class Predictions:
 
     @cached_property
     def predicted(self) -> Tensor:
-        """``(N,)`` predicted class, ``argmax_c p̄_c``."""
-        return self.mean_probs.argmax(-1)
+        """``(N,)`` predicted class, ``argmax_c p̄_c``, with p̄ averaged in float64 as the
+        metrics and plots average it (a float32 mean can break a near-tie the other way)."""
+        return self.probs.to(torch.float64).mean(0).argmax(-1)
 
     def uncertainty(self, measure: Measure = "entropy", base: float = math.e) -> Decomposition:
         """Total = aleatoric + epistemic, each ``(N,)``; see :func:`pyrouq.uncertainty.decompose`.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -425,5 +426,9 @@ def test_format_table():
     for name in ("AURC", "AUGRC", "Cov@5Risk", "Risk@80Cov", "AUROC", "AUPR", "FPR95"):
         assert f"│ {name} " in text
     assert "│ my_metric " in text and "0.12346 │" in text
+    # numpy's numbers and one-number tensors as Python's, as format_rotation_table takes them
+    for value in (np.float32(0.98631), torch.tensor(0.98631), np.float64(0.98631)):
+        assert "│ Acc            │ 98.63% │" in format_table({"acc": value})
+    assert "0.12346 │" in format_table({"nll": torch.tensor([0.123456])})
     assert "OOD" not in format_table(evaluate(FOUR, FOUR_Y))
     assert format_table({}) == ""

@@ -4,6 +4,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -26,6 +27,7 @@ from pyrouq.plotting import (
     save_figures,
 )
 from pyrouq.predictive import GaussianPredictions, Predictions
+from pyrouq.uncertainty import decompose
 
 N, C = 12, 10
 
@@ -210,6 +212,25 @@ def test_uncertainty_distributions_in_vs_ood(preds, targets, kind):
         "aleatoric (zero_one)",
         "epistemic (zero_one)",
     ]
+
+
+def test_uncertainty_distributions_total_panel_ties_as_evaluate_does():
+    # one input whose draws agree and one whose draws disagree, of the same mean p̄: H(p̄)
+    # ties (AUROC 0.5); aleatoric + epistemic rounds one of them a step lower
+    a, d = 0.49850263595581057, 0.1536443591117859
+    p_in = torch.tensor([[[a, 1 - a]], [[a, 1 - a]]], dtype=torch.float64)
+    p_out = torch.tensor([[[a + d, 1 - a - d]], [[a - d, 1 - a + d]]], dtype=torch.float64)
+    assert torch.equal(p_in.mean(0), p_out.mean(0))
+    parts_in, parts_out = decompose(p_in), decompose(p_out)
+    assert float(parts_in.total) != float(parts_out.total)  # the rounding the panel must not see
+    assert (
+        metrics.evaluate(p_in, torch.tensor([1]), ood=p_out, ood_score="entropy")["ood_auroc"]
+        == 0.5
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no zero-width bins for a range of one rounding step
+        fig = plot_uncertainty_distributions(p_in, p_out)
+    assert fig.axes[0].get_title() == "total (entropy)\nOOD AUROC 50.00%"
 
 
 def test_training_curves():

@@ -156,6 +156,26 @@ def test_predictions_in_float64_keep_their_class_targets():
         assert wide.evaluate()["acc"] == 1.0
 
 
+def test_predicted_class_is_the_metrics_one_in_a_near_tie():
+    # seven draws whose means of classes 0 and 1 are 1e-8 apart: float64 puts class 0 ahead,
+    # the float32 mean class 1 (found by a seeded search over near-ties)
+    two = [[0.3386770188808441, 0.4851120710372925], [0.2810700833797455, 0.4355899691581726],
+           [0.2232152819633484, 0.48594731092453003], [0.4851120412349701, 0.33867695927619934],
+           [0.250932902097702, 0.2810700833797455], [0.48594728112220764, 0.250932902097702],
+           [0.435589998960495, 0.22321531176567078]]  # fmt: skip
+    probs = torch.tensor(two)
+    probs = torch.cat([probs, 1 - probs.sum(-1, keepdim=True)], -1)[:, None, :]
+    assert probs.mean(0).argmax(-1).tolist() == [1]  # the float32 mean
+    p = Predictions(probs, torch.tensor([0]))
+    by_metrics = int(p.probs.double().mean(0).argmax(-1))
+    assert by_metrics == 0 and pyrouq.metrics.acc(p, torch.tensor([0])) == 1.0
+    assert p.predicted.tolist() == [by_metrics]
+    # metrics.evaluate takes the targets the predictions carry, as Predictions.evaluate does
+    assert pyrouq.metrics.evaluate(p) == p.evaluate()
+    with pytest.raises(ValueError, match=r"No targets: pass targets=\(N,\) labels"):
+        pyrouq.metrics.evaluate(p.probs)
+
+
 def test_bad_inputs():
     model = tiny_bayes()
     guide = mean_field_guide(model)

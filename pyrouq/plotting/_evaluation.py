@@ -22,6 +22,7 @@ from pyrouq.metrics import (
     ece,
     equal_width_bins,
     ood_auroc,
+    ood_scores,
     risk_at_80_cov,
 )
 from pyrouq.plotting._common import (
@@ -236,10 +237,17 @@ def plot_uncertainty_distributions(
         if parts_out is not None:
             out_values = getattr(parts_out, name)
             series.append(("OOD", out_values, "tab:orange"))
-            title += f"\nOOD AUROC {ood_auroc(getattr(parts_in, name), out_values):.2%}"
+            scores = (getattr(parts_in, name), out_values)
+            if measure == "entropy" and name == "total":
+                # H(p̄) itself, as evaluate(ood_score="entropy") scores: aleatoric + epistemic
+                # can round one way for one input and the other way for another of equal p̄
+                scores = (ood_scores(p_in, "entropy"), ood_scores(p_out, "entropy"))
+            title += f"\nOOD AUROC {ood_auroc(*scores):.2%}"
         values = torch.cat([v for _, v, _ in series])
         lo, hi = float(values.min()), float(values.max())
-        edges = np.linspace(lo, hi if hi > lo else lo + 1e-6, bins + 1)
+        if not hi - lo > 1e-9 * max(abs(lo), abs(hi)):  # one value (to rounding): a visible bar
+            hi = lo + max(1e-6, 1e-6 * abs(lo))
+        edges = np.linspace(lo, hi, bins + 1)
         for label, v, color in series:
             data = v.numpy()
             if kind == "hist":
