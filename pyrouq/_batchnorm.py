@@ -73,7 +73,7 @@ def estimate_statistics(
             m.momentum = None
             m.train()
         for x in inputs:
-            run(x)
+            run(x.clone())  # a network changing its input in place changes a copy
         return statistics_of(norms)
     finally:
         for m, momentum in zip(norms, momenta, strict=True):

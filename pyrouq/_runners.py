@@ -175,14 +175,25 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
 def _prior_draws(model: Any, x: Tensor, num_samples: int) -> dict[str, Tensor]:
     """S draws of the model's global latent sites from their priors, ``{site: (S, *shape)}``,
     each from a run of the model on ``x`` (the first input batch: a prior may read the
-    inputs); empty for a model with none."""
+    inputs) seeded by a draw of the random state, so that the first batch's size moves none
+    of them; empty for a model with none."""
     sites = own_models.traced_latent_sites(model, x) or {}
+    if not sites:
+        return {}
     values: dict[str, list[Tensor]] = {site: [] for site in sites}
-    for _ in range(num_samples if sites else 0):
-        with own_models.room_for(model, x.shape[0]):
-            trace = poutine.trace(model).get_trace(x)
-        for site, drawn in values.items():
-            drawn.append(trace.nodes[site]["value"].detach())
+    # each run from a seed of its own, drawn first: a run also samples "obs" (a value per
+    # input), which must not move the next run's weights with the first batch's size
+    seeds = torch.randint(2**62, (num_samples,)).tolist()
+    state = rng_state(x.device)
+    try:
+        for seed in seeds:
+            torch.manual_seed(seed)
+            with own_models.room_for(model, x.shape[0]):
+                trace = poutine.trace(model).get_trace(x)
+            for site, drawn in values.items():
+                drawn.append(trace.nodes[site]["value"].detach())
+    finally:
+        set_rng_state(x.device, state)
     return {site: torch.stack(drawn) for site, drawn in values.items()}
 
 

@@ -33,6 +33,14 @@ def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int
     return int(value)
 
 
+def class_name(obj: object) -> str:
+    """The class a message names for ``obj``: a module's own name as ``repr`` shows it (torch's
+    class, not the faster subclass the engine's CPU paths swapped in)."""
+    if isinstance(obj, nn.Module) and not isinstance(obj, torch.jit.ScriptModule):
+        return obj._get_name()
+    return type(obj).__name__  # a TorchScript module's _get_name is its source's class
+
+
 def _bound_is(bound: Any, value: float) -> bool:
     """Whether a support's bound (a float, a tensor, or None) is ``value`` everywhere."""
     if bound is None:

@@ -565,5 +565,11 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
     if callable(sites):  # Predictive's plate padding dropped (a model of the user's own: later)
         shapes = sites()
         draws = {k: unpadded(v, tuple(shapes[k])) if k in shapes else v for k, v in draws.items()}
+        for site, value in draws.items():
+            if site in shapes and not value.is_floating_point():
+                raise TypeError(
+                    f"posterior_samples: site {site!r} holds {value.dtype} draws, expected "
+                    f"floating-point weights. Convert them: posterior_samples[{site!r}].float()."
+                )
     check_draws(model, draws, "predict()", source="posterior_samples")
     return draws

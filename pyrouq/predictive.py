@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._util import (
+    AsItCame,
     check_finite_inputs,
     check_int,
     describe_batch,
@@ -450,14 +451,25 @@ def predict(
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
             targets, out_device = [], None
 
+            given = _as_they_came(x, len(sizes))
+
             def read(run: Callable[[Tensor], Any]) -> list[Any]:
                 """One pass over x under ``run``'s draws (freed when it returns)."""
                 nonlocal out_device
                 parts, first = [], 0
-                for xb, yb in _batches(x, batch_size):
+                for xb, yb in _batches(given(), batch_size):
                     if out_device is None:
                         out_device = xb.device
-                    outputs = run(_prepared(xb, model, device, "x", first))
+                    inputs = _prepared(xb, model, device, "x", first)
+                    try:
+                        outputs = run(inputs)
+                    except (TypeError, ValueError, RuntimeError) as err:
+                        if inputs.dim() == 1:  # one example without its batch dimension?
+                            err.add_note(
+                                f"predict(): x's batches have shape {tuple(inputs.shape)}; if x "
+                                "is one example, give it a batch dimension: x.unsqueeze(0)."
+                            )
+                        raise
                     first += xb.shape[0]
                     latent = getattr(run, "latent", None)
                     part = likelihood.predictive(outputs, latent() if latent else None)
@@ -492,6 +504,31 @@ def predict(
             "evaluate(), or yield (x, y) batches whose y are the targets."
         )
         return alone  # type: ignore[no-any-return]
+
+
+def _as_they_came(x: Tensor | Iterable, passes: int) -> Callable[[], Tensor | Iterable]:
+    """``x`` for each of ``passes`` passes over it, as it came: a network that changes its
+    input in place changes the first pass's ``x`` (as calling it would), and the later passes
+    (the draws' chunks) read a copy of ``x`` as it came. A tensor and a list or tuple of
+    batches are kept; a loader makes its batches anew each pass."""
+    if passes < 2 or _looks_like_one_pair(x):  # one pair: refused on the first pass
+        return lambda: x
+    if torch.is_tensor(x):
+        return AsItCame(x, passes)
+    if type(x) in (list, tuple):  # not a subclass: its own iteration may make them anew
+        kept = [_batch_as_it_came(batch, passes) for batch in x]
+        return lambda: [batch() for batch in kept]
+    return lambda: x
+
+
+def _batch_as_it_came(batch: Any, passes: int) -> Callable[[], Any]:
+    """One batch of a list of batches (inputs, or an (x, y) pair) for each pass, as it came."""
+    if torch.is_tensor(batch):
+        return AsItCame(batch, passes)
+    if isinstance(batch, (list, tuple)) and batch and torch.is_tensor(batch[0]):
+        inputs = AsItCame(batch[0], passes)
+        return lambda: (inputs(), *batch[1:])
+    return lambda: batch  # refused by _batches, with its message
 
 
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:

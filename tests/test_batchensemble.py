@@ -245,6 +245,35 @@ def test_batchnorm_in_training_normalises_over_every_member():
     assert running.shape == (4,) and running.abs().sum() > 0  # one shared set
 
 
+def test_a_shared_instancenorm_moves_its_running_statistics_once_a_step():
+    # members equal to the base network: the folded batch is x four times over, whose
+    # per-instance statistics torch averages into one update of the running statistics
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True,
+                        track_running_stats=True), nn.Flatten(), nn.Linear(144, 3))  # fmt: skip
+    ensemble = batchensemble(net, 4, r_std=0.0, s_std=0.0, norms="shared").train()
+    x = torch.randn(5, 3, 8, 8)
+    ensemble(x)
+    reference = copy.deepcopy(net[1]).train()
+    reference(net[0](x))
+    norm = ensemble.net[1]
+    torch.testing.assert_close(norm.running_mean, reference.running_mean)
+    torch.testing.assert_close(norm.running_var, reference.running_var)
+
+
+def test_rmsnorm_gets_a_copy_per_member_and_an_empty_batch_a_message():
+    net = nn.Sequential(nn.Linear(6, 5), nn.RMSNorm(5), nn.Linear(5, 3))
+    ensemble = batchensemble(net, 2)
+    assert isinstance(ensemble.net[1], BatchEnsembleNorm)
+    assert [n for n, _ in ensemble.named_parameters() if n.startswith("net.1.")] == [
+        "net.1.norms.0.weight",
+        "net.1.norms.1.weight",
+    ]
+    with pytest.raises(ValueError, match=r"got an empty batch \(outputs of shape \(2, 0, 3\)\), "
+                       "expected at least one input"):  # fmt: skip
+        ensemble(torch.randn(0, 6))
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match=r"Expected num_members to be an integer >= 1, got 0"):
         batchensemble(MLP(), 0)

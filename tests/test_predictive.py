@@ -113,14 +113,16 @@ def test_any_pyro_model_recording_logits():
     prior = predict(model, x, num_samples=5)
     assert prior.probs.shape == (5, 6, 2)
     assert not torch.allclose(prior.probs[0], prior.probs[1])
-    pyro.set_rng_seed(0)
-    weights = [poutine.trace(model).get_trace(x).nodes["w"]["value"] for _ in range(5)]
-    torch.testing.assert_close(prior.probs, torch.stack([x @ w for w in weights]).softmax(-1))
-    pyro.set_rng_seed(0)
-    split = predict(model, x, num_samples=5, batch_size=2)  # draw s: one network on 3 batches
-    pyro.set_rng_seed(0)
-    weights = [poutine.trace(model).get_trace(x[:2]).nodes["w"]["value"] for _ in range(5)]
-    torch.testing.assert_close(split.probs, torch.stack([x @ w for w in weights]).softmax(-1))
+    # each draw is a network x @ w: its log-probabilities' class difference is linear in x
+    gaps = prior.probs.log().diff(dim=-1).squeeze(-1)  # (S, N)
+    w_gap = torch.linalg.lstsq(x, gaps.T).solution  # (4, S)
+    torch.testing.assert_close(x @ w_gap, gaps.T, rtol=1e-4, atol=1e-4)
+    # the same networks whatever the batch size: a run also samples "obs", one value per
+    # input of the first batch, which moves none of the draws
+    for batch_size in (2, 5):
+        pyro.set_rng_seed(0)
+        split = predict(model, x, num_samples=5, batch_size=batch_size)
+        torch.testing.assert_close(split.probs, prior.probs)
 
 
 def test_loader_input_keeps_targets_and_device():
@@ -174,6 +176,55 @@ def test_predicted_class_is_the_metrics_one_in_a_near_tie():
     assert pyrouq.metrics.evaluate(p) == p.evaluate()
     with pytest.raises(ValueError, match=r"No targets: pass targets=\(N,\) labels"):
         pyrouq.metrics.evaluate(p.probs)
+
+
+def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_chunk():
+    class Standardise(nn.Module):  # an in-place first op
+        def forward(self, x):
+            return x.sub_(0.5).mul_(2.0)
+
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Sequential(Standardise(), nn.Linear(4, 3), nn.BatchNorm1d(3)))
+    guide = mean_field_guide(model)
+    x0 = torch.randn(6, 4)
+    passes = []
+    for limit in ({}, {"max_draw_bytes": 1}):  # all draws in one pass over x, or one a pass
+        x = x0.clone()
+        pyro.set_rng_seed(0)
+        passes.append(predict(model, x, guide, num_samples=4, **limit).probs)
+        torch.testing.assert_close(x, (x0 - 0.5) * 2.0)  # once, as calling the network would
+    assert torch.equal(passes[1], passes[0])
+    pyro.set_rng_seed(0)  # a list of batches and of (x, y) pairs alike
+    listed = [x0[:4].clone(), (x0[4:].clone(), torch.tensor([0, 1]))]
+    assert torch.equal(predict(model, listed, guide, num_samples=4, max_draw_bytes=1).probs,
+                       passes[0])  # fmt: skip
+    # batchnorm_data is read once a draw, each time as it came, and left as it was
+    same = {k: torch.randn(shape).expand(3, *shape) for k, shape in model.latent_sites().items()}
+    train = torch.randn(8, 4)
+    kept = train.clone()
+    refit = predict(model, x0, posterior_samples=same, batchnorm_data=train).probs
+    assert torch.equal(train, kept)
+    assert torch.equal(refit[1], refit[0]) and torch.equal(refit[2], refit[0])
+
+
+def test_one_example_without_its_batch_dimension_and_integer_draws_are_told_what_to_do():
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+    guide = mean_field_guide(model)
+    for network, g in ((nn.Linear(4, 3), None), (model, guide)):
+        with pytest.raises(TypeError) as caught:
+            predict(network, torch.randn(4), g)
+        assert caught.value.__notes__ == [
+            "predict(): x's batches have shape (4,); if x is one example, give it a batch "
+            "dimension: x.unsqueeze(0)."
+        ]
+        assert "Swapping" not in str(caught.value)
+    whole = {
+        k: torch.ones(2, *shape, dtype=torch.long) for k, shape in model.latent_sites().items()
+    }
+    with pytest.raises(TypeError, match=r"posterior_samples: site '0.weight' holds torch.int64 "
+                       r"draws, expected floating-point weights\. Convert them: "
+                       r"posterior_samples\['0.weight'\].float\(\)\."):  # fmt: skip
+        predict(model, torch.randn(5, 4), posterior_samples=whole)
 
 
 def test_bad_inputs():

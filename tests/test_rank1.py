@@ -61,6 +61,33 @@ def test_composition_makes_the_factors_latent_and_keeps_the_rest_point_estimates
     assert batchensemble(_net(), M).options["norms"] == "per_member"  # a BatchEnsemble's default
 
 
+def test_last_layer_of_a_batchensemble_is_its_last_linears_factors():
+    net = nn.Sequential(nn.Conv1d(2, 4, 3), nn.Flatten(), nn.Linear(8, 6), nn.Tanh(),
+                        nn.Linear(6, 3))  # fmt: skip
+    model = bayesian(batchensemble(net, 2), select="last_layer", prior=dist.Normal(1.0, 0.1))
+    assert {k: tuple(v) for k, v in model.latent_sites().items()} == {
+        "4.r": (2, 6),
+        "4.s": (2, 3),
+    }
+    convs = batchensemble(nn.Sequential(nn.Conv1d(2, 3, 4), nn.Flatten()), 2)
+    with pytest.raises(ValueError, match=r"needs a BatchEnsembleLinear .* this BatchEnsemble has "
+                       r"none\. .* e\.g\. its last convolution's: \['0\.r', '0\.s'\]"):  # fmt: skip
+        bayesian(convs, select="last_layer", prior=dist.Normal(1.0, 0.1))
+    # nor any layer at all: the message, not an IndexError
+    with pytest.raises(ValueError, match=r"select='last_layer' needs an nn.Linear, and "
+                       r"Sequential has none\. Pass select= the names"):  # fmt: skip
+        bayesian(nn.Sequential(nn.Embedding(5, 3), nn.Flatten()), select="last_layer")
+    # messages and repr name the user's classes, not the engine's faster stand-ins
+    ensemble = batchensemble(nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)), 2)
+    with pytest.raises(ValueError, match="matches no parameter of Sequential\\."):
+        bayesian(ensemble, select=["zzz"], prior=dist.Normal(1.0, 0.1))
+    pooled = bayesian(nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.MaxPool2d(3, 1),
+                                    nn.Flatten(), nn.Linear(2, 3)))  # fmt: skip
+    shown = repr(pooled)
+    assert "(net): Sequential(" in shown and shown.count("MaxPool2d(kernel_size=") == 2
+    assert "Swapping" not in shown and "MaxPool2x2" not in shown and "ChannelsLast" not in shown
+
+
 def test_under_the_ensembles_own_factors_it_predicts_what_the_batchensemble_predicts():
     ensemble = batchensemble(_net(), M).eval()
     model = rank1(_net(), M)

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
@@ -65,7 +65,7 @@ from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._engine._layer_calls import calls_checked, layers_called
-from pyrouq._util import AsItCame, check_folded_batch
+from pyrouq._util import AsItCame, check_folded_batch, class_name
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
@@ -108,7 +108,7 @@ def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
     """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
     if isinstance(out, Tensor) and out.dim() == 1 and out.shape[0] == batch:
         raise TypeError(
-            f"{type(net).__name__}.forward returned shape {tuple(out.shape)} for {batch} "
+            f"{class_name(net)}.forward returned shape {tuple(out.shape)} for {batch} "
             "inputs: one value per input, without the outputs' dimension. pyrouq needs outputs "
             f"(B, D): for a single output (regression), return ({batch}, 1), e.g. drop the "
             "forward's .squeeze(-1) or return outputs.unsqueeze(-1); a classifier returns "
@@ -125,12 +125,12 @@ def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
                 "main logits."
             )
         raise TypeError(
-            f"{type(net).__name__}.forward returned {got}; pyrouq needs a network whose "
+            f"{class_name(net)}.forward returned {got}; pyrouq needs a network whose "
             f"forward(x) returns one tensor of outputs (B, D) (logits for classification). {fix}"
         )
     if out.dim() > 2 or out.shape[0] != batch:
         raise ValueError(
-            f"{type(net).__name__}.forward returned outputs of shape {tuple(out.shape)} for "
+            f"{class_name(net)}.forward returned outputs of shape {tuple(out.shape)} for "
             f"{batch} inputs; pyrouq needs one row of outputs per input, ({batch}, D). Outputs "
             "per pixel or per time step (segmentation, sequence labelling) are not supported: "
             "pool or flatten them to (B, D) inside the network."
@@ -144,18 +144,27 @@ def _uses_batch_statistics(module: nn.Module) -> bool:
     return isinstance(module, _BatchNorm) and (module.training or module.running_mean is None)
 
 
+def _updates_running_statistics(module: nn.Module) -> bool:
+    """A BatchNorm or InstanceNorm in training mode with running statistics: each call moves
+    them once (by ``momentum``), so the batch must go through it in one call."""
+    return isinstance(module, _NormBase) and module.training and module.running_mean is not None
+
+
 def _batch_statistics(net: nn.Module) -> bool:
     """Whether ``net`` computes statistics over its batch (a BatchNorm in training mode, or
-    one without running statistics)."""
-    return any(_uses_batch_statistics(m) for m in net.modules())
+    one without running statistics) or updates running statistics from it (an InstanceNorm
+    tracking them, in training mode)."""
+    return any(_uses_batch_statistics(m) or _updates_running_statistics(m) for m in net.modules())
 
 
 def _statistics_across_members(module: nn.Module) -> bool:
-    """Whether a BatchEnsemble network has a BatchNorm in training mode that the members share
-    (statistics over the folded batch); per-member copies see only their member's rows."""
+    """Whether a BatchEnsemble network has a normalisation layer that the members share and
+    that needs their rows in one call: a BatchNorm in training mode (statistics over the folded
+    batch) or an InstanceNorm updating running statistics (once per step, not once per member);
+    per-member copies see only their member's rows."""
     if getattr(module, "_is_member_norm", False):
         return False
-    if _uses_batch_statistics(module):
+    if _uses_batch_statistics(module) or _updates_running_statistics(module):
         return True
     return any(_statistics_across_members(child) for child in module.children())
 

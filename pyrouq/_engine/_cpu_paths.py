@@ -188,6 +188,9 @@ class MaxPool2x2(nn.MaxPool2d):
     def __init__(self) -> None:
         super().__init__(2)
 
+    def _get_name(self) -> str:  # repr and messages name the user's class
+        return "MaxPool2d"
+
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] < 2 or x.shape[-2] < 2:  # torch's own error: the output would be empty
             return F.max_pool2d(x, 2)
@@ -248,6 +251,9 @@ class MaxPool2dChannelsLast(nn.MaxPool2d):
     values and gradients as ``F.max_pool2d``, in a third of its time on a resnet's 64-channel
     stem. Elsewhere (a channels-last input, an accelerator, few channels) it is
     ``nn.MaxPool2d``."""
+
+    def _get_name(self) -> str:  # repr and messages name the user's class
+        return "MaxPool2d"
 
     def forward(self, x: Tensor) -> Tensor:
         if not (
@@ -311,6 +317,9 @@ class SwappingSequential(nn.Sequential):
 
     def forward(self, x: Any) -> Any:
         return run_children(self, x)
+
+    def _get_name(self) -> str:  # repr and messages name the user's class
+        return "Sequential"
 
 
 def prepare(net: nn.Module) -> nn.Module:

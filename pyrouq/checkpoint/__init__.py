@@ -55,7 +55,7 @@ import pyro.optim
 import torch
 from torch import nn
 
-from pyrouq._util import has_latent_sites, takes_labels
+from pyrouq._util import class_name, has_latent_sites, takes_labels
 from pyrouq.checkpoint._describe import (
     CheckpointError,
     build_guide,
@@ -506,7 +506,7 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
         reason = " ".join(line.strip() for line in first[:3])
         why = _converted_own_way(module, state) or "The file is damaged or was edited."
         raise CheckpointError(
-            f"{str(path)!r}: the saved {what} parameters do not fit a {type(module).__name__} "
+            f"{str(path)!r}: the saved {what} parameters do not fit a {class_name(module)} "
             f"built from the description ({reason}). {why}"
         ) from None
 

@@ -12,6 +12,7 @@ from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq import models
+from pyrouq._util import class_name
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 
 __all__ = [
@@ -316,11 +317,11 @@ def _skeleton(
         )
     if not isinstance(module, nn.Module):
         raise CheckpointError(
-            f"Expected module= to be an nn.Module (the skeleton), got {type(module).__name__}."
+            f"Expected module= to be an nn.Module (the skeleton), got {class_name(module)}."
         )
     if isinstance(module, (BayesianNetwork, BatchEnsembleNetwork)):
         raise CheckpointError(
-            f"module= got a {type(module).__name__}, a pyrouq model, but it takes the plain "
+            f"module= got a {class_name(module)}, a pyrouq model, but it takes the plain "
             f"network the saved model was made from ({record.get('class', '?')}): load(path, "
             "module=make_net()), with make_net what built the network before bayesian(), "
             "batchensemble() or rank1() converted it."
@@ -329,7 +330,7 @@ def _skeleton(
             if nn.parameter.is_lazy(t)]  # fmt: skip
     if lazy:
         raise CheckpointError(
-            f"The skeleton ({type(module).__name__}) has lazy modules that have not created "
+            f"The skeleton ({class_name(module)}) has lazy modules that have not created "
             f"their parameters yet ({', '.join(repr(n) for n in lazy[:3])}"
             f"{', ...' if len(lazy) > 3 else ''}): run one batch through it first (net(x)), "
             "then load(path, module=net)."

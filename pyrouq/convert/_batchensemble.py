@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._util import carry_hooks, forget_params, model_input, warn_caller
+from pyrouq._util import carry_hooks, class_name, forget_params, model_input, warn_caller
 from pyrouq.convert._select import (
     COUNTER,
     check_module,
@@ -154,9 +154,10 @@ class BatchEnsembleNetwork(PyroModule):
     ``"members"`` plate (dim -2) and the ``"data"`` plate (dim -1), scaled N/B.
 
     By default (``norms="per_member"``) every normalisation layer (BatchNorm, InstanceNorm,
-    GroupNorm, LayerNorm) becomes a :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per member,
-    with its own affine parameters and statistics, as if each member were its own network, as
-    in the BatchEnsemble authors' implementation (edward2's ``ensemble_batchnorm``). With
+    GroupNorm, LayerNorm, RMSNorm) becomes a :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per
+    member, with its own affine parameters and statistics, as if each member were its own
+    network, as in the BatchEnsemble authors' implementation (edward2's
+    ``ensemble_batchnorm``). With
     ``norms="shared"`` the members share them: a BatchNorm in training normalises with
     statistics over the whole folded batch and keeps one set of running statistics. On a
     residual CNN with BatchNorm (Fashion-MNIST, 3 epochs from scratch) per-member norms
@@ -258,7 +259,7 @@ class BatchEnsembleNetwork(PyroModule):
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
         if not _convert_layers(net, num_members, factors):
             raise ValueError(
-                f"{type(module).__name__} has no nn.Linear or convolution layer to turn into "
+                f"{class_name(module)} has no nn.Linear or convolution layer to turn into "
                 "BatchEnsemble layers. Pass a network with such layers."
             )
         if norms == "per_member":

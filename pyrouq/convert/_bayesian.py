@@ -37,18 +37,37 @@ from pyrouq.convert._select import (
     weight_readers,
 )
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
+from pyrouq.nn import BatchEnsembleLinear
 
 __all__ = ["BayesianNetwork", "bayesian"]
 
 
-def _factor_names(net: nn.Module) -> list[str]:
-    """The rank-1 factors ``r`` and ``s`` of every BatchEnsemble layer of ``net``."""
-    return [
-        f"{path}.{factor}" if path else factor
+def _factor_names(net: nn.Module, select: SelectSpec) -> SelectSpec:
+    """What ``select`` means for a BatchEnsemble's ``net``: None, the rank-1 factors ``r`` and
+    ``s`` of every BatchEnsemble layer; "last_layer", those of its last ``BatchEnsembleLinear``
+    (in ``named_modules()`` order, as for a plain network); anything else, itself."""
+    if select is not None and not (isinstance(select, str) and select == "last_layer"):
+        return select
+    layers = [
+        path
         for path, layer in net.named_modules()
         if getattr(layer, "_is_batchensemble", False)
-        for factor in ("r", "s")
+        and (select is None or isinstance(layer, BatchEnsembleLinear))
     ]
+    if not layers:
+        convs = [path for path, m in net.named_modules() if getattr(m, "_is_batchensemble", 0)]
+        last = (
+            f", e.g. its last convolution's: {[f'{convs[-1]}.r', f'{convs[-1]}.s']}"
+            if convs
+            else ""
+        )
+        raise ValueError(
+            "select='last_layer' needs a BatchEnsembleLinear (a converted nn.Linear), and this "
+            f"BatchEnsemble has none. Pass select= the names of the factors to make Bayesian{last}."
+        )
+    if select is not None:
+        layers = layers[-1:]
+    return [f"{path}.{factor}" if path else factor for path in layers for factor in ("r", "s")]
 
 
 class BayesianNetwork(PyroModule):
@@ -127,8 +146,7 @@ class BayesianNetwork(PyroModule):
             self.ensemble_options = dict(ensemble.options)
             self.module_record = dict(ensemble.module_record)
             net = copy.deepcopy(ensemble.net)
-            if select is None:
-                select = _factor_names(net)
+            select = _factor_names(net, select)
             if is_real(prior):
                 warnings.warn(
                     f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
@@ -336,8 +354,9 @@ def bayesian(
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
         and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its
         layers' factors ``r`` and ``s``); ``"last_layer"``, those of the last ``nn.Linear``
-        registered (in ``named_modules()`` order: for a network whose head is defined before
-        its body, name the head instead, ``select=["head"]``); a list of module names or
+        registered (of a BatchEnsemble: the factors of its last converted ``nn.Linear``; in
+        ``named_modules()`` order: for a network whose head is defined before its body, name
+        the head instead, ``select=["head"]``); a list of module names or
         dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
         LayerNorm, anything unselected; with ``None``, weights outside a Linear or convolution
         too: ``nn.MultiheadAttention``'s ``in_proj_weight``, a ViT's class token, ConvNeXt's

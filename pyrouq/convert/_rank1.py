@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyro.distributions as dist
 from torch import nn
 
-from pyrouq._util import check_positive_float
+from pyrouq._util import check_positive_float, class_name
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, _batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
 from pyrouq.likelihoods import Likelihood, LikelihoodName
@@ -105,7 +105,7 @@ def rank1(
     )
     if isinstance(module, BatchEnsembleNetwork):
         raise TypeError(
-            f"rank1() converts a plain network and got a {type(module).__name__}, already a "
+            f"rank1() converts a plain network and got a {class_name(module)}, already a "
             "BatchEnsemble. Pass the plain network, or use bayesian(ensemble) to make an "
             "existing BatchEnsemble's factors latent."
         )

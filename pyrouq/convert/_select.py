@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
 from pyrouq._numbers import is_real
-from pyrouq._util import check_int, check_positive_float, forward_inputs, warn_caller
+from pyrouq._util import check_int, check_positive_float, class_name, forward_inputs, warn_caller
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
@@ -79,7 +79,7 @@ def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
     ]
     if computed:
         warn_caller(
-            f"bayesian(): {_names_list(computed)} of {type(module).__name__}: computed by a "
+            f"bayesian(): {_names_list(computed)} of {class_name(module)}: computed by a "
             "parametrization (e.g. weight_norm, spectral_norm) rather than stored as "
             "parameters, these stay point estimates, as do the parametrization's own tensors. "
             "To make them latent, remove the parametrization (torch.nn.utils.parametrize."
@@ -94,7 +94,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     params = dict(module.named_parameters(remove_duplicate=False))
     if not params:
         raise ValueError(
-            f"{type(module).__name__} has no parameters, so there is nothing to make Bayesian. "
+            f"{class_name(module)} has no parameters, so there is nothing to make Bayesian. "
             "Pass a network with weights (e.g. nn.Linear / nn.Conv2d layers)."
         )
     if select is None:
@@ -103,13 +103,13 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         chosen = [n for n in candidates if params[n].requires_grad]  # frozen ones stay fixed
         if not candidates:
             raise ValueError(
-                f"{type(module).__name__} has no nn.Linear or convolution layer, so select=None "
+                f"{class_name(module)} has no nn.Linear or convolution layer, so select=None "
                 f"picks nothing. Its parameters are {_names_list(list(params))}; pass select= a "
                 "list of names or prefixes, or a callable (name, param) -> bool."
             )
         if not chosen:
             raise ValueError(
-                f"Every nn.Linear and convolution parameter of {type(module).__name__} is frozen "
+                f"Every nn.Linear and convolution parameter of {class_name(module)} is frozen "
                 f"(requires_grad=False: {_names_list(candidates)}), and select=None leaves "
                 "frozen parameters as they are, so it picks nothing. Unfreeze the layers to make "
                 "Bayesian (layer.requires_grad_(True)), or name them: select=[...]."
@@ -128,11 +128,14 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
             layers = [
                 name for name, m in module.named_modules() if isinstance(m, nn.modules.conv._ConvNd)
             ]
-            last = f" (its last convolution, as select=[{layers[-1]!r}], if it makes the outputs)"
+            last = (
+                f" (its last convolution, as select=[{layers[-1]!r}], if it makes the outputs)"
+                if layers
+                else ""
+            )
             raise ValueError(
-                f"select='last_layer' needs an nn.Linear, and {type(module).__name__} has none. "
-                "Pass select= the names of the layers or parameters to make Bayesian"
-                f"{last if layers else ''}."
+                f"select='last_layer' needs an nn.Linear, and {class_name(module)} has none. "
+                f"Pass select= the names of the layers or parameters to make Bayesian{last}."
             )
         _warn_parametrized(module, {linears[-1]})
         return [n for n in params if _owner(n) == linears[-1]]
@@ -141,7 +144,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         if not chosen:
             raise ValueError(
                 f"The select callable returned False for every parameter of "
-                f"{type(module).__name__} ({_names_list(list(params))}); it must pick at least "
+                f"{class_name(module)} ({_names_list(list(params))}); it must pick at least "
                 "one."
             )
         return chosen
@@ -149,7 +152,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         for key in select:
             if not any(_matches(n, key) for n in params):
                 raise ValueError(
-                    f"select entry {key!r} matches no parameter of {type(module).__name__}. "
+                    f"select entry {key!r} matches no parameter of {class_name(module)}. "
                     f"Its parameters are {_names_list(list(params))}; give module names "
                     "(e.g. 'fc') or dotted prefixes of these."
                 )
@@ -361,7 +364,7 @@ def _settings_of(module: nn.Module) -> dict[str, Any]:
     spelled out (``MaxPool2d(2)`` is ``MaxPool2d((2, 2))``)."""
     if not type(module).__module__.startswith("torch.nn."):
         return {}
-    suffix = type(module).__name__[-2:]
+    suffix = class_name(module)[-2:]
     dims = int(suffix[0]) if suffix in ("1d", "2d", "3d") else None
     out: dict[str, Any] = {}
     dropout = isinstance(module, nn.modules.dropout._DropoutNd)
@@ -422,7 +425,7 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
             "not created, as torch.nn.utils.prune and the legacy weight_norm do"
         )
         raise ValueError(
-            f"{type(module).__name__} cannot be copied, so pyrouq cannot {what} (it converts "
+            f"{class_name(module)} cannot be copied, so pyrouq cannot {what} (it converts "
             f"a copy and leaves your network as it is): {why}, and its hook keeps the weight "
             f"as a computed tensor. {hook_fix(hooked)}"
         ) from None
@@ -473,24 +476,24 @@ def check_num_data(num_data: int | None) -> int | None:
 def check_module(module: Any, what: str) -> None:
     """A plain ``nn.Module`` to convert, or a TypeError saying what came."""
     if not isinstance(module, nn.Module):
-        raise TypeError(f"Expected an nn.Module to {what}, got {type(module).__name__}.")
+        raise TypeError(f"Expected an nn.Module to {what}, got {class_name(module)}.")
     if getattr(module, "_pyrouq_model", False):
         raise TypeError(
-            f"{type(module).__name__} is already a pyrouq model; pass the plain network "
+            f"{class_name(module)} is already a pyrouq model; pass the plain network "
             "it was made from."
         )
     if isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
         # their replicas split the batch, which a BatchEnsemble folds members into, and
         # torch.func.functional_call refuses DataParallel
         raise TypeError(
-            f"Cannot {what} {type(module).__name__}: pass the network inside it "
+            f"Cannot {what} {class_name(module)}: pass the network inside it "
             "(net.module). To train on several devices, run fit() under torch.distributed "
             "(e.g. torchrun): it shards the data and averages the gradients itself (docs: "
             "scaling out)."
         )
     if isinstance(module, torch.jit.ScriptModule):
         raise TypeError(
-            f"Cannot {what} {type(module).__name__}: it is a TorchScript module, whose "
+            f"Cannot {what} {class_name(module)}: it is a TorchScript module, whose "
             "layers are compiled code, not nn.Linear / convolution modules to replace. Convert "
             "the nn.Module before torch.jit.script / torch.jit.trace."
         )
@@ -501,7 +504,7 @@ def check_module(module: Any, what: str) -> None:
     ]
     if len(inputs) > 1:
         raise TypeError(
-            f"Cannot {what} {type(module).__name__}: its forward takes {len(inputs)} inputs "
+            f"Cannot {what} {class_name(module)}: its forward takes {len(inputs)} inputs "
             f"({', '.join(inputs)}), and pyrouq runs a network on one input tensor x (fit() "
             "and predict() pass the loader's x). Wrap it in a module whose forward(x) takes "
             "one tensor (split it, or hold the other input as a buffer), or give the other "
@@ -517,7 +520,7 @@ def check_module(module: Any, what: str) -> None:
         keywords = []
     if keywords:
         raise TypeError(
-            f"Cannot {what} {type(module).__name__}: its forward requires the keyword "
+            f"Cannot {what} {class_name(module)}: its forward requires the keyword "
             f"argument(s) {', '.join(keywords)}, and pyrouq runs a network on one input tensor "
             "x alone. Give them defaults, or wrap the network in a module whose forward(x) "
             "passes them."
@@ -525,7 +528,7 @@ def check_module(module: Any, what: str) -> None:
     lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
     if lazy:  # nothing about them (shape, prior, member factors) is known yet
         raise ValueError(
-            f"Cannot {what} {type(module).__name__}: its lazy modules have not created their "
+            f"Cannot {what} {class_name(module)}: its lazy modules have not created their "
             f"parameters yet ({_names_list(lazy)}). Run one batch through the network first "
             "(net(x)), then convert it."
         )

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._util import AsItCame, check_count, register_params
+from pyrouq._util import AsItCame, check_count, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_reparameterised, site_kl
@@ -561,5 +561,5 @@ def _local_owner(model: Any) -> str | None:
     if isinstance(model, torch.nn.Module):
         for name, module in model.named_modules():
             if getattr(module, "local_reparameterization", False):
-                return f"{type(model).__name__}'s layer {name!r} ({type(module).__name__})"
+                return f"{type(model).__name__}'s layer {name!r} ({class_name(module)})"
     return None

@@ -120,6 +120,11 @@ class Likelihood(nn.Module):
                 "outputs.unsqueeze(-1))."
             )
         batch = outputs.shape[-2]
+        if batch == 0:  # pyro.plate("data", 0) would divide by it
+            raise ValueError(
+                f"{where}: got an empty batch (outputs of shape {tuple(outputs.shape)}), "
+                "expected at least one input; leave empty batches out."
+            )
         scale = 1.0
         if y is not None:
             self.check_targets(y, outputs, where)

@@ -527,6 +527,7 @@ NORM_LAYERS: tuple[type[nn.Module], ...] = (
     nn.modules.instancenorm._InstanceNorm,
     nn.GroupNorm,
     nn.LayerNorm,
+    *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()),  # torch >= 2.4
 )
 """The normalisation layers ``batchensemble(..., norms="per_member")`` gives every member a
 copy of (subclasses included)."""
@@ -558,7 +559,7 @@ class BatchEnsembleNorm(nn.Module):
         if not isinstance(norm, NORM_LAYERS):
             raise TypeError(
                 f"BatchEnsembleNorm copies a normalisation layer (BatchNorm, InstanceNorm, "
-                f"GroupNorm, LayerNorm), got {type(norm).__name__}."
+                f"GroupNorm, LayerNorm, RMSNorm), got {type(norm).__name__}."
             )
         self.num_members = _check_members(num_members)
         self.norms = nn.ModuleList(copy.deepcopy(norm) for _ in range(self.num_members))
