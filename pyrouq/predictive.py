@@ -464,7 +464,7 @@ def predict(
                     try:
                         outputs = run(inputs)
                     except (TypeError, ValueError, RuntimeError) as err:
-                        if inputs.dim() == 1:  # one example without its batch dimension?
+                        if inputs.dim() == 1 and hasattr(err, "add_note"):  # one example?
                             err.add_note(
                                 f"predict(): x's batches have shape {tuple(inputs.shape)}; if x "
                                 "is one example, give it a batch dimension: x.unsqueeze(0)."
