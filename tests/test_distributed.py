@@ -5,16 +5,14 @@ MLP and a BatchEnsemble alike."""
 from __future__ import annotations
 
 import math
-import os
-import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pyro
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _processes import exit_quietly, spawn_ranks
 from torch import nn
 
 from pyrouq import ArrayLoader, Gaussian, batchensemble, bayesian, fit, mean_field_guide
@@ -34,33 +32,6 @@ class RecordingLoader(ArrayLoader):
         for x, y in super().__iter__():
             self.seen.append(y.clone())
             yield x, y
-
-
-TIMEOUT = 120  # seconds for a spawned pair of ranks (they take a few seconds)
-
-
-def _spawn(worker, args, world: int = WORLD) -> None:
-    """Run ``worker(rank, *args)`` on ``world`` processes; after TIMEOUT seconds, kill them
-    all and fail (a rank stuck in a collective never hangs the suite)."""
-    context = mp.spawn(worker, args=args, nprocs=world, join=False)
-    deadline = time.monotonic() + TIMEOUT
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-                process.join()
-            pytest.fail(f"the {world} ranks did not finish within {TIMEOUT} s; killed them")
-
-
-def _exit_quietly() -> None:
-    """End a rank that succeeded without the interpreter's teardown, as ``pyrouq``'s console
-    script does: with torch 2.14, a spawned gloo rank could still abort there ("terminate
-    called without an active exception", SIGABRT; once in CI, 2026-12-03) after its group was
-    destroyed and its results saved. A rank that raises is left to ``mp.spawn``'s report."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _data():
@@ -140,12 +111,12 @@ def _worker(rank: int, kind: str, init: str, out: str) -> None:
         )  # fmt: skip
     finally:
         dist.destroy_process_group()
-    _exit_quietly()
+    exit_quietly()
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
 def test_two_ranks_train_as_one_process(kind, tmp_path):
-    _spawn(_worker, (kind, str(tmp_path / "init"), str(tmp_path)))
+    spawn_ranks(_worker, (kind, str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     x, y = _data()
     single = _one_step(ArrayLoader(x, y, N, shuffle=False), kind)
@@ -168,6 +139,10 @@ def test_two_ranks_train_as_one_process(kind, tmp_path):
     for r in ranks:  # the resumed history starts with the epochs rank 0 checkpointed (its
         assert len(r["resumed_losses"]) == 4  # timings too: they are read, not measured again)
         assert r["resumed_losses"][:2] == ranks[0]["losses"]
+    # every rank reports the same records: the means of the figures, the slowest rank's seconds
+    # (measured per rank before 2026-12-05, so a callback stopping on time stopped one rank)
+    assert ranks[0]["losses"] == ranks[1]["losses"]
+    assert ranks[0]["resumed_losses"] == ranks[1]["resumed_losses"]
     assert not torch.equal(ranks[0]["unseeded_stream"], ranks[1]["unseeded_stream"])
     for epoch in range(10):  # each epoch: disjoint halves that cover the data
         halves = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]) for r in ranks]
@@ -187,12 +162,12 @@ def _batchnorm_worker(rank: int, init: str, out: str) -> None:
         torch.save(_state(model, guide), Path(out) / f"bn{rank}.pt")
     finally:
         dist.destroy_process_group()
-    _exit_quietly()
+    exit_quietly()
 
 
 def test_ranks_end_every_epoch_with_the_same_batchnorm_statistics(tmp_path):
     # each rank updates BatchNorm's running statistics on its own shard; fit() averages them
-    _spawn(_batchnorm_worker, (str(tmp_path / "init"), str(tmp_path)))
+    spawn_ranks(_batchnorm_worker, (str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"bn{r}.pt", weights_only=True) for r in range(WORLD)]
     for key, value in ranks[0].items():
         assert torch.equal(value, ranks[1][key]), key
@@ -247,11 +222,11 @@ def _refusing_worker(rank: int, init: str, out: str) -> None:
         torch.save(messages, Path(out) / f"refused{rank}.pt")
     finally:
         dist.destroy_process_group()
-    _exit_quietly()
+    exit_quietly()
 
 
 def test_ranks_that_differ_or_share_data_are_refused(tmp_path):
-    _spawn(_refusing_worker, (str(tmp_path / "init"), str(tmp_path)))
+    spawn_ranks(_refusing_worker, (str(tmp_path / "init"), str(tmp_path)))
     messages = torch.load(tmp_path / "refused0.pt", weights_only=True)
     assert "the model and guide parameters differ between ranks, first at" in messages[0]
     assert "would give every rank the same data" in messages[1]
@@ -294,11 +269,11 @@ def _three_rank_worker(rank: int, init: str, out: str) -> None:
                    Path(out) / f"three{rank}.pt")  # fmt: skip
     finally:
         dist.destroy_process_group()
-    _exit_quietly()
+    exit_quietly()
 
 
 def test_three_ranks_take_shards_of_one_size_keep_constants_and_refuse_mismatches(tmp_path):
-    _spawn(_three_rank_worker, (str(tmp_path / "init"), str(tmp_path)), world=3)
+    spawn_ranks(_three_rank_worker, (str(tmp_path / "init"), str(tmp_path)), world=3)
     ranks = [torch.load(tmp_path / f"three{r}.pt", weights_only=True) for r in range(3)]
     for epoch in range(2):  # 2 batches (5 + 1) on every rank; together all 16, 2 repeated
         shards = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]).tolist() for r in ranks]
@@ -349,11 +324,11 @@ def _gpu_only_worker(rank: int, init: str, out: str) -> None:
         Path(out, f"rank{rank}.txt").write_text(error)
     finally:
         dist.destroy_process_group()
-    _exit_quietly()
+    exit_quietly()
 
 
 def test_a_cpu_model_in_a_gpu_only_group_is_refused_with_what_to_do(tmp_path):
-    _spawn(_gpu_only_worker, (str(tmp_path / "init"), str(tmp_path)))
+    spawn_ranks(_gpu_only_worker, (str(tmp_path / "init"), str(tmp_path)))
     for rank in range(WORLD):
         error = (tmp_path / f"rank{rank}.txt").read_text()
         assert error.startswith("ValueError: fit() runs on 2 ranks in a process group whose "
@@ -425,6 +400,11 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
                 data.TensorDataset(x, y), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
                 progress=False),
+            # a checkpoint that one rank cannot read (written on another node): the others,
+            # past their own set-up, waited in its first collective before 2026-12-05
+            "resume on one rank": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0),
+                                              epochs=1, progress=False,
+                                              resume_from=(None, Path(out, "missing.pt"))[rank]),
         }  # fmt: skip
         for name, attempt in attempts.items():
             try:
@@ -440,11 +420,11 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
         torch.save(outcomes, Path(out) / f"stopped{rank}.pt")
     finally:
         dist.destroy_process_group()
-    _exit_quietly()
+    exit_quietly()
 
 
 def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
-    _spawn(_stopping_worker, (str(tmp_path / "init"), str(tmp_path)))
+    spawn_ranks(_stopping_worker, (str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"stopped{r}.pt", weights_only=False) for r in range(WORLD)]
     by_rank = [{name: (kind, message) for name, kind, message in r} for r in ranks]
     for outcome in by_rank:
@@ -464,9 +444,13 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
     assert by_rank[1]["identical without a seed"][1].startswith(
         "distributed_draws='identical' needs seed=..."
     )
-    assert by_rank[0]["identical without a seed"][1].startswith(
-        "fit() stopped on every rank: rank 1 failed (its distributed_draws or seed)"
-    )
+    set_up = "fit() stopped on every rank: rank 1 failed (fit()'s set-up, before training: "
+    assert by_rank[0]["identical without a seed"][1].startswith(set_up)
+    kind, message = by_rank[1]["resume on one rank"]  # its own error
+    assert kind == "CheckpointError" and message.startswith("No checkpoint at "), message
+    kind, message = by_rank[0]["resume on one rank"]
+    assert kind == "ValueError" and message.startswith(set_up), message
+    assert message.endswith("its error says what to change.")
     label = sorted((outcome["label out of range"] for outcome in by_rank), key=lambda o: o[0])
     assert label[0][0] == "FloatingPointError", label  # the rank whose forward failed: its own
     assert label[0][1].startswith("Another rank stopped at epoch 1, step ")
@@ -483,3 +467,130 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
     # a DistributedSampler inside batch_sampler= shards the data: disjoint halves
     halves = [outcome["batch_sampler"][1] for outcome in by_rank]
     assert sorted(halves[0] + halves[1]) == list(range(N))
+
+
+class _TemperedRegression(pyro.nn.PyroModule):
+    """A Pyro model of one's own whose forward draws a pyro.param's start value at random."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = pyro.nn.PyroModule[nn.Linear](3, 1)
+        self.linear.weight = pyro.nn.PyroSample(
+            pyro.distributions.Normal(0.0, 1.0).expand([1, 3]).to_event(2)
+        )
+
+    def forward(self, x, y=None):
+        scale = pyro.param("noise", lambda: torch.rand(()) + 0.5,
+                           constraint=pyro.distributions.constraints.positive)  # fmt: skip
+        mean = self.linear(x).squeeze(-1)
+        with pyro.plate("data", self.num_data, subsample_size=len(x)):
+            pyro.sample("obs", pyro.distributions.Normal(mean, scale), obs=y)
+
+
+def _param_store_worker(rank: int, init: str, out: str) -> None:
+    """Pyro's param store compared across ranks; the largest seed taken on every rank."""
+    from pyro.infer.autoguide import AutoNormal
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    outcomes = {}
+    try:
+        x, y = _data()
+
+        def attempt(name, model, guide, **kwargs):
+            try:
+                fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False, **kwargs)
+                outcomes[name] = "trained"
+            except ValueError as err:
+                outcomes[name] = str(err)
+
+        torch.manual_seed(0)
+        model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(1.0))
+        shapes = {site: value.shape for site, value in model.template().items()}
+
+        def own_guide(x=None, y=None):  # a guide written as a function: random start values
+            for site, shape in shapes.items():
+                loc = pyro.param(f"loc_{site}", lambda shape=shape: torch.randn(shape))
+                pyro.sample(site, pyro.distributions.Normal(loc, 0.1).to_event(len(shape)))
+
+        torch.manual_seed(100 + rank)  # the ranks' generators differ from here on
+        attempt("function guide", model, own_guide)
+        pyro.clear_param_store()
+        attempt("function guide, seed", model, own_guide, seed=0)  # drawn after seeding: alike
+        outcomes["site"] = next(iter(shapes))
+        outcomes["seeded loc"] = pyro.param(f"loc_{outcomes['site']}").detach().clone()
+        pyro.clear_param_store()
+        torch.manual_seed(0)
+        regression = _TemperedRegression()
+        guide = AutoNormal(regression)  # its start values (init_to_feasible) do not draw
+        torch.manual_seed(100 + rank)
+        attempt("model's pyro.param", regression, guide)
+        pyro.clear_param_store()
+        # the largest seed: rank 1 seeds (2**32 - 1 + 1) % 2**32 = 0 (numpy refused 2**32)
+        attempt("largest seed", *_build("bayesian"), seed=2**32 - 1)
+        outcomes["initial seed"] = torch.initial_seed()
+        torch.save(outcomes, Path(out) / f"store{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_param_store_parameters_are_compared_and_the_largest_seed_wraps(tmp_path):
+    spawn_ranks(_param_store_worker, (str(tmp_path / "init"), str(tmp_path)))
+    ranks = [torch.load(tmp_path / f"store{r}.pt", weights_only=True) for r in range(WORLD)]
+    differ = "fit(): the model and guide parameters differ between ranks, first at "
+    for r in ranks:  # trained apart, silently, before 2026-12-05
+        assert r["function guide"].startswith(f"{differ}'param store: loc_{r['site']}'")
+        assert r["model's pyro.param"].startswith(differ + "'param store: noise'")
+        assert "pass the same fit(seed=...) on every rank" in r["model's pyro.param"]
+        assert r["function guide, seed"] == "trained"
+        assert r["largest seed"] == "trained"
+    assert torch.equal(ranks[0]["seeded loc"], ranks[1]["seeded loc"])
+    assert [r["initial seed"] for r in ranks] == [2**32 - 1, 0]
+
+
+def _stop_statistics_worker(rank: int, init: str, out: str) -> None:
+    """A step refused on rank 1 (its 4th batch: a NaN input, then a target whose loss
+    overflows) after 3 steps that updated BatchNorm's statistics on each rank's shard."""
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    data = torch.utils.data
+    outcomes = {}
+    try:
+        x, y = _data()
+        nan_x, huge = x.clone(), y.clone()
+        nan_x[13, 0] = math.nan  # rank 1's 4th batch of 2 (shards unshuffled: every other one)
+        huge[13] = 1e30
+        rows = _Rows(nan_x, y)
+        sampler: Any = data.DistributedSampler(rows, shuffle=False)
+        loaders: dict[str, Any] = {  # the nan input is checked batch by batch (not in memory)
+            "nan input": data.DataLoader(rows, 2, sampler=sampler),
+            "overflow": ArrayLoader(x, huge, 2, shuffle=False),
+        }
+        for name, loader in loaders.items():
+            torch.manual_seed(0)
+            net = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
+            model = bayesian(net, likelihood=Gaussian(1.0))
+            guide = mean_field_guide(model)
+            error = "trained"
+            try:
+                fit(model, guide, loader, epochs=1, progress=False, seed=0)
+            except (ValueError, FloatingPointError) as err:
+                error = type(err).__name__
+            outcomes[name] = (error, _state(model, guide))
+        torch.save(outcomes, Path(out) / f"stats{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_ranks_stopped_within_an_epoch_end_with_the_same_statistics(tmp_path):
+    spawn_ranks(_stop_statistics_worker, (str(tmp_path / "init"), str(tmp_path)))
+    ranks = [torch.load(tmp_path / f"stats{r}.pt", weights_only=True) for r in range(WORLD)]
+    for name, errors in (("nan input", ["FloatingPointError", "ValueError"]),
+                         ("overflow", ["FloatingPointError", "FloatingPointError"])):  # fmt: skip
+        assert [r[name][0] for r in ranks] == errors, name
+        states = [r[name][1] for r in ranks]
+        # 3 steps' statistics, averaged as the ranks stopped (each kept its own before 2026-12-05)
+        assert states[0]["model.net.1.num_batches_tracked"] == 3, name
+        assert not torch.equal(states[0]["model.net.1.running_mean"], torch.zeros(8)), name
+        for key, value in states[0].items():
+            assert torch.equal(value, states[1][key]), (name, key)

@@ -2,7 +2,8 @@
 initialised by torchrun or ``init_process_group``): each rank trains on its own shard of every
 epoch, its gradients are averaged with the other ranks' after each backward pass (one bucketed
 ``all_reduce``), its floating buffers (BatchNorm's running statistics) are averaged at the end
-of every epoch, and only rank 0 shows progress and writes checkpoints.
+of every epoch and when a refused step stops every rank, and only rank 0 shows progress and
+writes checkpoints.
 
 Per rank the loss is ``-(N / B_local) * sum_batch log p(y | x, w) + kl_weight * KL``; the
 average over R ranks of its gradient is ``-(N / (R * B_local)) * sum over the global batch +
@@ -51,12 +52,15 @@ def current(device: torch.device | None = None) -> Group:
     """The process group fit() runs in (a group of one without torch.distributed), for a model
     on ``device``. A group with no CPU backend (nccl, ``"cuda:nccl"``, or a bare
     ``init_process_group()`` on a GPU machine) reduces no CPU tensor: its collectives then run
-    on the model's GPU, and a model on the CPU is refused."""
+    on the model's GPU (``device=None``, a model without tensors yet, whose guide makes them on
+    the first batch: on the current GPU), and a model on the CPU is refused."""
     if not (dist.is_available() and dist.is_initialized()):
         return Group()
     rank, world = dist.get_rank(), dist.get_world_size()
     if _reduces_cpu_tensors():
         return Group(rank, world)
+    if device is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
     if device is not None and device.type == "cuda":
         return Group(rank, world, device)
     if world > 1:
@@ -120,6 +124,22 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
         "pyrouq's loaders (load_mnist, ArrayLoader, ...: they shard themselves by rank) or a "
         "DataLoader with a DistributedSampler."
     )
+
+
+@contextlib.contextmanager
+def together(group: Group, why: str) -> Iterator[None]:
+    """Run the block on every rank, then stop every rank when it raised on any (one
+    ``all_reduce`` at its end, through :func:`raise_together`): the rank that failed raises
+    its own error, the others one naming that rank. For fit()'s set-up, before its first
+    collective: a failure on one rank only (an argument, a checkpoint file or a first batch of
+    its own) would otherwise leave the others waiting in the next collective. ``why`` says
+    what failed, in the others' message."""
+    try:
+        yield
+    except Exception as err:
+        raise_together(err, group, why)
+        raise  # raise_together has raised err; for the type checker
+    raise_together(None, group, why)
 
 
 def raise_together(error: Exception | None, group: Group, why: str) -> None:
@@ -213,11 +233,19 @@ def average_buffers(modules: list[nn.Module], group: Group) -> None:
         offset = end
 
 
-def mean_over_ranks(values: torch.Tensor, group: Group) -> torch.Tensor:
-    """The mean of ``values`` over the ranks (for the epoch records every rank reports)."""
+def epoch_figures(values: torch.Tensor, seconds: float, group: Group) -> tuple[list[float], float]:
+    """The figures of an epoch's record, alike on every rank: the mean of ``values`` (float64,
+    1-d) over the ranks, and the longest of the ranks' ``seconds`` (wall times measured per
+    rank, which a callback stopping on time would otherwise read differently on each rank),
+    gathered in one ``all_gather``."""
     if not group.active:
-        return values
-    return _all_reduce(values.clone(), group) / group.world
+        return values.tolist(), seconds
+    row = torch.cat([values, torch.tensor([seconds], dtype=torch.float64)])
+    work = row if group.device is None else row.to(group.device)
+    rows = [torch.empty_like(work) for _ in range(group.world)]
+    dist.all_gather(rows, work)
+    table = torch.stack(rows).cpu()
+    return (table[:, :-1].sum(0) / group.world).tolist(), float(table[:, -1].max())
 
 
 def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> None:
@@ -235,6 +263,10 @@ def _code(dtype: torch.dtype) -> float:
     """A number per dtype, the same on every rank (float32 and float64 values compare equal,
     but their gradients would fill all_reduce buffers of two sizes)."""
     return float(zlib.crc32(str(dtype).encode()) % 2**24)
+
+
+STORE = "param store: "
+"""How :func:`check_same_everywhere`'s names begin for the parameters of Pyro's param store."""
 
 
 def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
@@ -262,11 +294,19 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
     if bool(differ.any()):
         first = int(differ.any(1).nonzero()[0])
         name = named[first][0] if named else "?"
+        stored = (
+            " A parameter of Pyro's param store (pyro.param) draws its start value where it is "
+            "created, when fit() first runs the guide or model: pass the same fit(seed=...) "
+            "on every rank, which seeds them alike before that, or seed every rank alike "
+            "before calling fit()."
+            if name.startswith(STORE)
+            else ""
+        )
         raise ValueError(
             f"fit(): the {what} differ between ranks, first at {name!r}. Build them the same "
             "way on every rank (same arguments and seed: torch.manual_seed before building, "
             "a seeded loader such as load_mnist(seed=0)); ranks then draw their own weights "
-            "from there."
+            f"from there.{stored}"
         )
 
 
@@ -314,20 +354,26 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
 
 def draws_option(option: str, group: Group, seed: int | None) -> bool:
     """Whether ranks draw their own weights (True) or all the same ones (the check of
-    gradient equivalence in the tests). A refusal on one rank stops every rank."""
-    error = None
+    gradient equivalence in the tests). fit() calls it inside its set-up's :func:`together`,
+    so a refusal on one rank stops every rank."""
     if option not in ("independent", "identical"):
-        error = ValueError(
+        raise ValueError(
             f"Unknown distributed_draws {option!r}: expected 'independent' (each rank a "
             "particle, the default) or 'identical' (every rank the same draws)."
         )
-    elif option == "identical" and group.active and seed is None:
-        error = ValueError(
+    if option == "identical" and group.active and seed is None:
+        raise ValueError(
             "distributed_draws='identical' needs seed=...: every rank must start its random "
             "generator from the same state."
         )
-    raise_together(error, group, "its distributed_draws or seed")
     return option == "independent"
+
+
+def rank_seed(seed: int, group: Group, independent: bool) -> int:
+    """The seed of this rank's generators: ``seed + rank`` with independent draws (its own
+    stream), wrapped around into ``[0, 2**32 - 1]`` (numpy's range, which ``seed=2**32 - 1``
+    on rank 1 would leave); ``seed`` itself on every rank with identical draws."""
+    return (seed + group.rank) % 2**32 if independent else seed
 
 
 def own_streams(group: Group) -> None:

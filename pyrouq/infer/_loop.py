@@ -63,7 +63,8 @@ class EpochRecord:
         (plain); as Keras and Lightning report it, so it costs no extra pass. ``nan`` for
         regression models and for Pyro models without a ``"logits"`` site.
     seconds : float
-        Wall time of the epoch.
+        Wall time of the epoch (under torch.distributed, the longest of the ranks': every rank
+        reports the same record).
     """
 
     epoch: int
@@ -370,6 +371,7 @@ class Loop:
         if not math.isfinite(float(row[0])):
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()
+            self.share_statistics()
             raise FloatingPointError(
                 f"Non-finite loss ({float(row[0])}) at epoch {epoch}, step {step}; training "
                 "stopped and the parameters and normalisation statistics of the last finite "
@@ -379,11 +381,13 @@ class Loop:
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()
+            self.share_statistics()
             raise FloatingPointError(
                 f"Another rank stopped at epoch {epoch}, step {step} (a non-finite loss, a batch "
                 "its input checks refused or an error in its step: its error says which); "
                 "training stopped on every rank, and the parameters and normalisation "
-                "statistics of the last finite step are kept."
+                "statistics of the last finite step are kept (the statistics averaged over the "
+                "ranks, as at an epoch's end)."
             )
         self.optimizer.step()
         self.steps += 1
@@ -408,15 +412,28 @@ class Loop:
             with torch.no_grad():
                 torch._foreach_copy_(self.statistics, self.kept)
 
+    def share_statistics(self) -> None:
+        """At a step refused on some rank, which every rank has learnt from the step's gradient
+        ``all_reduce``: replace the floating buffers (the running statistics of the last finite
+        step, each rank's of its own shard) by their means over the ranks, as at an epoch's end,
+        so that every rank stops with the same model. Every rank stopping calls it, at the same
+        step (the stop's second collective); without ranks or parameters (no gradient
+        ``all_reduce``, nothing to stop together) nothing is done."""
+        if self.group.active and self.params:
+            modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
+            _distributed.average_buffers(modules, self.group)
+
     def stop_with_the_ranks(self, error: Exception) -> NoReturn:
         """Raise ``error`` (a batch this rank refuses, or a failure of its forward or backward
         pass) after taking part in the step's gradient ``all_reduce`` with a non-finite loss:
         the other ranks then stop at the same step (:meth:`step`) instead of waiting for this
-        one."""
+        one; then the running statistics are averaged over the ranks with theirs
+        (:meth:`share_statistics`)."""
         if self.group.active and self.params:
             self.optimizer.zero_grad(set_to_none=True)
             _distributed.average_gradients(self.params, self.group, torch.tensor(math.nan))
             self.optimizer.zero_grad(set_to_none=True)
+            self.share_statistics()
         raise error
 
     def run(self, progress: bool) -> FitResult:
@@ -485,14 +502,16 @@ class Loop:
                     correct, counted = self.sums[3:].tolist()
                     accuracy = correct / counted if counted else float("nan")
                     per_rank = torch.cat([self.sums[:3] / batches, torch.tensor([accuracy])])
-                    means = _distributed.mean_over_ranks(per_rank.double(), self.group).tolist()
+                    means, seconds = _distributed.epoch_figures(
+                        per_rank.double(), time.perf_counter() - start, self.group
+                    )
                     record = EpochRecord(
                         epoch=epoch,
                         loss=means[0],
                         nll=means[1],
                         kl=means[2],
                         train_acc=means[3],
-                        seconds=time.perf_counter() - start,
+                        seconds=seconds,
                     )
                     self.history.append(record)
                     finished, batches = batches, 0

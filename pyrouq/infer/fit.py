@@ -55,6 +55,9 @@ __all__ = [
 
 LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 
+_SET_UP = "fit()'s set-up, before training: an argument, its data, its model or resume_from"
+"""What failed, as the other ranks' error names a failure in one rank's set-up."""
+
 DEFAULT_KL_WEIGHT = Categorical.default_kl_weight
 """Default ``kl_weight`` of :func:`fit` for models without a pyrouq likelihood: the
 classifiers' (``Categorical``'s), a tempered posterior (see ``fit``'s docstring)."""
@@ -186,10 +189,10 @@ def fit(
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
         Seeds Pyro/torch before training, so a run repeats exactly (rank r of a process
-        group is seeded with ``seed + r``: its own weight draws; without a seed, each rank
-        seeds ``offset + r``, ``offset`` drawn from its generator). On a CUDA device a seeded
-        (or resumed) run also keeps cuDNN to its deterministic kernels while it trains
-        (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
+        group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a seed,
+        each rank seeds ``offset + r``, ``offset`` drawn from its generator). On a CUDA device
+        a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
+        trains (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
         afterwards): cuDNN's default convolution gradients add in a varying order, and two
         seeded runs of a convolutional network would drift apart in the last bits. That
         covers pyrouq's layers and common networks; a few other CUDA ops (``nn.Embedding``'s
@@ -227,8 +230,9 @@ def fit(
         draws its own weights (a particle per rank), or every rank the same ones (needs
         ``seed``; the check that the averaged gradient equals one process's). See the docs'
         "Scaling out" page: each rank trains on its shard of every epoch, gradients are
-        averaged after each step and BatchNorm's running statistics after each epoch, rank 0
-        alone shows progress and writes ``checkpoint``.
+        averaged after each step and BatchNorm's running statistics after each epoch (and
+        when a refused step stops every rank), rank 0 alone shows progress and writes
+        ``checkpoint``.
     check_inputs : bool, default True
         Refuse NaN/inf inputs and labels outside ``[0, C)``: for in-memory loaders
         (``TensorLoader``, ``TensorDataset``) before training starts, naming the examples;
@@ -242,10 +246,13 @@ def fit(
     ------
     FloatingPointError
         When the loss turns non-finite; the parameters and the normalisation layers' running
-        statistics of the last finite step are kept (also when a step's forward pass fails).
+        statistics of the last finite step are kept (also when a step's forward pass fails;
+        under torch.distributed, on every rank, with the statistics averaged over the ranks).
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
-        ``resume_from`` that does not fit the model (``CheckpointError``).
+        ``resume_from`` that does not fit the model (``CheckpointError``). Under
+        torch.distributed, also ranks that differ (parameters, loaders, arguments), and a
+        failure of another rank's set-up (naming that rank; it raises its own error).
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with the
         parameters of that step, writes ``checkpoint`` if given, and raises this
@@ -260,130 +267,135 @@ def fit(
             "model written as a function: wrap it in a PyroModule whose forward(x, y) calls "
             "it, or train it with pyro.infer.SVI."
         )
-    epochs = check_count("epochs", epochs)
-    lr = check_positive_float("lr", lr)
-    if seed is not None:  # now: an autoguide may draw its initial values when first run
-        seed = check_seed(seed, "fit()")
-        pyro.set_rng_seed(seed)
-    if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
-        raise ValueError(
-            f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
-            "'constant'."
+    # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
+    # cannot read) stops every rank at the block's end, in one all_reduce, instead of leaving
+    # the others waiting in the next collective
+    early = _distributed.current(module_device(model, guide))
+    with _distributed.together(early, _SET_UP):
+        epochs = check_count("epochs", epochs)
+        lr = check_positive_float("lr", lr)
+        if seed is not None:  # now: an autoguide may draw its initial values when first run
+            seed = check_seed(seed, "fit()")
+            pyro.set_rng_seed(seed)
+        if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
+            raise ValueError(
+                f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
+                "'constant'."
+            )
+        vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
+        check_inputs = check_flag("check_inputs", check_inputs)
+        progress = check_flag("progress", progress)
+        chosen_kl_weight = kl_weight is not None
+        if kl_weight is None:
+            kl_weight = default_kl_weight(model)
+        # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed; a
+        # Pyro model of the user's own may nest more, which Pyro finds out (vectorized particles)
+        nesting = 2 if is_pyrouq_model(model) or guide is None else float("inf")
+        elbo = KLWeightedELBO(
+            kl_weight, num_particles, vectorize_particles, max_plate_nesting=nesting
         )
-    vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
-    check_inputs = check_flag("check_inputs", check_inputs)
-    progress = check_flag("progress", progress)
-    chosen_kl_weight = kl_weight is not None
-    if kl_weight is None:
-        kl_weight = default_kl_weight(model)
-    # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed; a
-    # Pyro model of the user's own may nest more, which Pyro finds out (vectorized particles)
-    nesting = 2 if is_pyrouq_model(model) or guide is None else float("inf")
-    elbo = KLWeightedELBO(kl_weight, num_particles, vectorize_particles, max_plate_nesting=nesting)
-    if guide is None and has_latent_sites(model):
-        raise ValueError(
-            f"{type(model).__name__} has latent sites but guide is None. Pass "
-            "guide=mean_field_guide(model)."
+        if guide is None and has_latent_sites(model):
+            raise ValueError(
+                f"{type(model).__name__} has latent sites but guide is None. Pass "
+                "guide=mean_field_guide(model)."
+            )
+        if guide is not None:
+            check_drawable(model, "a guide", "fit()")
+        check_guide(model, guide, "fit()")
+        if num_particles > 1 and guide is None:
+            raise ValueError(
+                f"num_particles={num_particles} given for {type(model).__name__}, which has no "
+                "latent sites (a BatchEnsemble or a plain network): there is nothing to draw, so "
+                "every particle would repeat the same pass. Leave num_particles=1."
+            )
+        if isinstance(train_loader, Iterator) and epochs > 1:
+            raise ValueError(
+                f"train_loader is an iterator ({type(train_loader).__name__}), which yields its "
+                f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
+                "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
+            )
+        if lr_schedule != "constant" and not _has_length(train_loader):
+            warnings.warn(
+                f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
+                f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
+                "rate stays constant. Pass a loader with a length (a list, a DataLoader), or "
+                "lr_schedule='constant'.",
+                stacklevel=2,
+            )
+        if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
+            train_loader = _ReadAhead(train_loader)
+        n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
+        if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
+            n = getattr(model, "given_num_data", None)
+        served = unbatched_items(train_loader) if n is None else None
+        size = _dataset_size(train_loader) if served is not None else None
+        if served is not None and size is not None:  # without a size: the message below
+            counted = f"the size of its dataset ({size} items)"
+            sampler = type(getattr(train_loader, "sampler", None)).__name__
+            what = (
+                f"it serves its dataset's items as they are, so {counted} counts the training "
+                "examples only if they are single examples, not pre-made batches"
+                if served == "batches"
+                else f"its sampler of its own ({sampler}) is not read "
+                f"to tell whether it fetches whole items (pre-made batches) or lists of examples, "
+                f"so {counted} may not count the training examples"
+            )
+            raise ValueError(
+                f"train_loader is a DataLoader with batch_size=None (automatic batching off): "
+                f"{what}. Pass num_data=N, the number of examples: the minibatch likelihood is "
+                "scaled by N/B."
+            )
+        if n is None:
+            raise ValueError(
+                "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "
+                "Pass num_data=N: the minibatch likelihood is scaled by N/B."
+            )
+        if n < 1:
+            raise ValueError(
+                f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
+            )
+        refused = (
+            f"Expected callbacks to be a sequence of callables, got {callbacks!r}: each is "
+            "called as callback(record) after every epoch. Pass a list, e.g. "
+            "callbacks=[print]."
         )
-    if guide is not None:
-        check_drawable(model, "a guide", "fit()")
-    check_guide(model, guide, "fit()")
-    if num_particles > 1 and guide is None:
-        raise ValueError(
-            f"num_particles={num_particles} given for {type(model).__name__}, which has no "
-            "latent sites (a BatchEnsemble or a plain network): there is nothing to draw, so "
-            "every particle would repeat the same pass. Leave num_particles=1."
+        if callable(callbacks) or not isinstance(callbacks, Iterable):
+            raise TypeError(refused)
+        callbacks = list(callbacks)  # a generator is read once, here
+        if not all(callable(c) for c in callbacks):
+            raise TypeError(refused)
+        if metadata is not None and checkpoint is None:
+            warnings.warn(
+                "fit(metadata=...) is stored in the checkpoints, but no checkpoint= was given: "
+                "it is not kept. Pass checkpoint=PATH, or save it with pyrouq.save(..., "
+                "metadata=...).",
+                stacklevel=2,
+            )
+        if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
+            _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
+            _checkpoint.describe_model(model)
+            _checkpoint.describe_guide(guide)
+            _checkpoint.json_text(metadata if metadata is not None else {})
+        model.num_data = int(n)  # type: ignore[assignment]
+        probe = Probe(model, guide, train_loader)
+        own_default = getattr(model, "default_kl_weight", None) is not None
+        if not (chosen_kl_weight or own_default) and isinstance(probe.likelihood, OwnTargets):
+            elbo.kl_weight = 1.0  # a regression written in Pyro: the exact ELBO, as for Gaussian()
+        # in-memory data is checked once here; other loaders batch by batch, before each step
+        check_each_batch = check_inputs and not check_loader_inputs(
+            train_loader, probe.likelihood, probe.num_classes
         )
-    if isinstance(train_loader, Iterator) and epochs > 1:
-        raise ValueError(
-            f"train_loader is an iterator ({type(train_loader).__name__}), which yields its "
-            f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
-            "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
-        )
-    if lr_schedule != "constant" and not _has_length(train_loader):
-        warnings.warn(
-            f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
-            f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
-            "rate stays constant. Pass a loader with a length (a list, a DataLoader), or "
-            "lr_schedule='constant'.",
-            stacklevel=2,
-        )
-    if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
-        train_loader = _ReadAhead(train_loader)
-    n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
-    if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
-        n = getattr(model, "given_num_data", None)
-    served = unbatched_items(train_loader) if n is None else None
-    size = _dataset_size(train_loader) if served is not None else None
-    if served is not None and size is not None:  # without a size: the message below
-        counted = f"the size of its dataset ({size} items)"
-        what = (
-            f"it serves its dataset's items as they are, so {counted} counts the training "
-            "examples only if they are single examples, not pre-made batches"
-            if served == "batches"
-            else f"its sampler of its own ({type(train_loader.sampler).__name__}) is not read "  # type: ignore[attr-defined]
-            f"to tell whether it fetches whole items (pre-made batches) or lists of examples, "
-            f"so {counted} may not count the training examples"
-        )
-        raise ValueError(
-            f"train_loader is a DataLoader with batch_size=None (automatic batching off): "
-            f"{what}. Pass num_data=N, the number of examples: the minibatch likelihood is "
-            "scaled by N/B."
-        )
-    if n is None:
-        raise ValueError(
-            "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "
-            "Pass num_data=N: the minibatch likelihood is scaled by N/B."
-        )
-    if n < 1:
-        raise ValueError(
-            f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
-        )
-    refused = (
-        f"Expected callbacks to be a sequence of callables, got {callbacks!r}: each is called as "
-        "callback(record) after every epoch. Pass a list, e.g. callbacks=[print]."
+        optimizer = build_optimizer(model, guide, probe, optim, lr)
+        resume = None
+        if resume_from is not None:
+            ours = optimizer_name(optimizer)
+            shown = f"{ours} (optim=None: pyrouq's Adam)" if optim is None else ours
+            resume = restore(resume_from, model, guide, epochs, (ours, shown))
+        group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
+        independent = _distributed.draws_option(distributed_draws, group, seed)
+    _distributed.check_same_everywhere(
+        _compared_parameters(model, guide, probe), group, "model and guide parameters"
     )
-    if callable(callbacks) or not isinstance(callbacks, Iterable):
-        raise TypeError(refused)
-    callbacks = list(callbacks)  # a generator is read once, here
-    if not all(callable(c) for c in callbacks):
-        raise TypeError(refused)
-    if metadata is not None and checkpoint is None:
-        warnings.warn(
-            "fit(metadata=...) is stored in the checkpoints, but no checkpoint= was given: it "
-            "is not kept. Pass checkpoint=PATH, or save it with pyrouq.save(..., metadata=...).",
-            stacklevel=2,
-        )
-    if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
-        _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
-        _checkpoint.describe_model(model)
-        _checkpoint.describe_guide(guide)
-        _checkpoint.json_text(metadata if metadata is not None else {})
-    model.num_data = int(n)  # type: ignore[assignment]
-    probe = Probe(model, guide, train_loader)
-    own_default = getattr(model, "default_kl_weight", None) is not None
-    if not (chosen_kl_weight or own_default) and isinstance(probe.likelihood, OwnTargets):
-        elbo.kl_weight = 1.0  # a regression written in Pyro: the exact ELBO, as for Gaussian()
-    # in-memory data is checked once here; other loaders batch by batch, before each step
-    check_each_batch = check_inputs and not check_loader_inputs(
-        train_loader, probe.likelihood, probe.num_classes
-    )
-    optimizer = build_optimizer(model, guide, probe, optim, lr)
-    resume = None
-    if resume_from is not None:
-        ours = optimizer_name(optimizer)
-        shown = f"{ours} (optim=None: pyrouq's Adam)" if optim is None else ours
-        resume = restore(resume_from, model, guide, epochs, (ours, shown))
-    group = _distributed.current(module_device(model, guide))
-    independent = _distributed.draws_option(distributed_draws, group, seed)
-    # the latent sites' start values are a guide module's to train from (init_from may set
-    # them): its own state is compared instead
-    own_state = isinstance(guide, nn.Module) and bool(guide.state_dict())  # (not pyro.param)
-    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if own_state else set()
-    named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
-    if isinstance(guide, nn.Module):
-        named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
-    _distributed.check_same_everywhere(named, group, "model and guide parameters")
     _distributed.check_same_everywhere(
         _distributed.loader_state(train_loader), group, "loaders (their seeds or samplers)"
     )
@@ -403,7 +415,7 @@ def fit(
         "'identical'): the ranks train one model.",
     )
     if seed is not None:
-        pyro.set_rng_seed(seed + (group.rank if independent else 0))
+        pyro.set_rng_seed(_distributed.rank_seed(seed, group, independent))
     elif independent:
         _distributed.own_streams(group)
     with _distributed.shards(train_loader, group):
@@ -435,6 +447,30 @@ def fit(
 # --------------------------------------------------------------------------------------------
 # Set-up
 # --------------------------------------------------------------------------------------------
+
+
+def _compared_parameters(
+    model: nn.Module, guide: Any, probe: Probe
+) -> list[tuple[str, torch.Tensor]]:
+    """What every rank must hold alike before the first step, named: the model's and a guide
+    module's state, and the parameters kept in Pyro's param store that the guide or a Pyro
+    model of the user's own creates or reads (``pyro.param``: a guide written as a function, a
+    model's own parameter), which no module holds. A converted model's latent sites' start
+    values are left out when a guide module has a state of its own: they are its values to
+    train from (``init_from`` may set them), and its own state is compared instead."""
+    own_state = isinstance(guide, nn.Module) and bool(guide.state_dict())  # (not pyro.param)
+    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if own_state else set()
+    named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
+    if isinstance(guide, nn.Module):
+        named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
+    modules = [m for m in (model, guide) if isinstance(m, nn.Module)]
+    seen = {id(p) for m in modules for p in m.parameters()}  # compared above
+    store = pyro.get_param_store()
+    for p in probe.created_params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            named.append((f"{_distributed.STORE}{store.param_name(p) or '?'}", p.detach()))
+    return named
 
 
 def _has_length(loader: Any) -> bool:
