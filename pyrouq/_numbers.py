@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 import torch
@@ -28,3 +28,23 @@ def tensor_hint(value: object) -> str:
         if torch.is_tensor(value)
         else ""
     )
+
+
+def is_one_number(value: object) -> bool:
+    """Whether ``value`` is one real number: a Python or numpy scalar (not a bool), or a
+    tensor or array holding one real value (``noise / scaler.y_std`` is a 0-d tensor, a metric
+    may be left as one)."""
+    if torch.is_tensor(value):
+        return value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool
+    if isinstance(value, np.ndarray):
+        return value.size == 1 and value.dtype.kind in "fiu"
+    return is_real(value)
+
+
+def one_number(value: Any) -> float:
+    """The number :func:`is_one_number` accepted, as a float (a tensor's detached)."""
+    if torch.is_tensor(value):
+        return float(value.detach().reshape(()))
+    if isinstance(value, np.ndarray):
+        return float(value.reshape(()))
+    return float(value)

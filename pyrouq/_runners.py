@@ -19,6 +19,7 @@ from pyrouq._util import (
     AsItCame,
     has_latent_sites,
     rng_state,
+    seed_generators,
     set_rng_state,
     takes_labels,
     warn_caller,
@@ -187,7 +188,7 @@ def _prior_draws(model: Any, x: Tensor, num_samples: int) -> dict[str, Tensor]:
     state = rng_state(x.device)
     try:
         for seed in seeds:
-            torch.manual_seed(seed)
+            seed_generators(x.device, seed)
             with own_models.room_for(model, x.shape[0]):
                 trace = poutine.trace(model).get_trace(x)
             for site, drawn in values.items():

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import torch
-from torch import Tensor
-
-from pyrouq._numbers import is_real
+from pyrouq._numbers import is_one_number, one_number
 
 __all__ = ["format_table"]
 
@@ -95,8 +92,7 @@ def format_table(metrics: dict[str, float]) -> str:
 
 
 def _format_value(value: object, percent: bool) -> str:
-    if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
-        value = value.item()  # a one-number tensor, as format_rotation_table takes it
-    if is_real(value):  # Python's and numpy's numbers alike, not bools
-        return f"{float(value):.2%}" if percent else f"{float(value):.5f}"
+    if is_one_number(value):  # Python's and numpy's numbers, one-number tensors and arrays
+        number = one_number(value)
+        return f"{number:.2%}" if percent else f"{number:.5f}"
     return str(value)

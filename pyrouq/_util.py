@@ -215,14 +215,18 @@ class AsItCame:
         self.copy = x.clone() if runs > 1 and torch.is_tensor(x) else None
         self.version = None if self.copy is None or x.is_inference() else x._version
 
-    def __call__(self) -> Any:
+    def changed(self) -> bool:
+        """Whether ``x`` has changed since it came (never, for one run: no copy is kept)."""
         if self.copy is None:
-            return self.x
-        if self.version is not None and self.x._version == self.version:
-            return self.x
-        if self.version is None and torch.equal(self.x, self.copy):
-            return self.x
-        return self.copy.clone()
+            return False
+        if self.version is not None:
+            return bool(self.x._version != self.version)
+        return not torch.equal(self.x, self.copy)
+
+    def __call__(self) -> Any:
+        if self.copy is not None and self.changed():
+            return self.copy.clone()
+        return self.x
 
 
 def check_folded_batch(
@@ -418,6 +422,16 @@ def rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
     if device.type == "mps":
         return torch.get_rng_state(), torch.mps.get_rng_state()
     return torch.get_rng_state(), None
+
+
+def seed_generators(device: torch.device, seed: int) -> None:
+    """Seed the generators :func:`rng_state` takes (the CPU's and ``device``'s), no other."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+    elif device.type == "mps":
+        torch.mps.manual_seed(seed)
 
 
 def set_rng_state(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:

@@ -498,6 +498,13 @@ def evaluate(
         )
     from pyrouq.regression import GaussianPredictions
 
+    if isinstance(predictions_or_probs, GaussianPredictions):
+        if ood is not None:
+            raise ValueError(
+                "ood is scored for classifiers only; for regression compare the epistemic "
+                "variances of predictions.uncertainty() in and out of distribution."
+            )
+        return predictions_or_probs.evaluate(targets)  # its own targets, if None
     if targets is None:
         targets = getattr(predictions_or_probs, "targets", None)
         if targets is None:
@@ -505,13 +512,6 @@ def evaluate(
                 "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
                 "from a loader of (x, y) batches)."
             )
-    if isinstance(predictions_or_probs, GaussianPredictions):
-        if ood is not None:
-            raise ValueError(
-                "ood is scored for classifiers only; for regression compare the epistemic "
-                "variances of predictions.uncertainty() in and out of distribution."
-            )
-        return predictions_or_probs.evaluate(targets)
     p = _prepare_probs(predictions_or_probs)
     pbar = p.mean(0)
     y = _check_targets(targets, pbar)

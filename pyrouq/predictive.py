@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
+from pyrouq._metric_inputs import _float64
 from pyrouq._util import (
     AsItCame,
     check_finite_inputs,
@@ -114,8 +115,9 @@ class Predictions:
     @cached_property
     def predicted(self) -> Tensor:
         """``(N,)`` predicted class, ``argmax_c p̄_c``, with p̄ averaged in float64 as the
-        metrics and plots average it (a float32 mean can break a near-tie the other way)."""
-        return self.probs.to(torch.float64).mean(0).argmax(-1)
+        metrics and plots average it (a float32 mean, :attr:`mean_probs`, can break a near-tie
+        the other way)."""
+        return _float64(self.probs).mean(0).argmax(-1).to(self.probs.device)
 
     def uncertainty(self, measure: Measure = "entropy", base: float = math.e) -> Decomposition:
         """Total = aleatoric + epistemic, each ``(N,)``; see :func:`pyrouq.uncertainty.decompose`.
@@ -451,20 +453,21 @@ def predict(
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
             targets, out_device = [], None
 
-            given = _as_they_came(x, len(sizes))
+            came = _AsTheyCame(len(sizes))
 
             def read(run: Callable[[Tensor], Any]) -> list[Any]:
                 """One pass over x under ``run``'s draws (freed when it returns)."""
                 nonlocal out_device
                 parts, first = [], 0
-                for xb, yb in _batches(given(), batch_size):
+                for index, (xb, yb) in enumerate(_batches(x, batch_size)):
                     if out_device is None:
                         out_device = xb.device
                     inputs = _prepared(xb, model, device, "x", first)
                     try:
-                        outputs = run(inputs)
+                        outputs = came.run(index, inputs, run)
                     except (TypeError, ValueError, RuntimeError) as err:
-                        if inputs.dim() == 1 and hasattr(err, "add_note"):  # one example?
+                        one = inputs.dim() == 1 and inputs.is_floating_point()  # (not ids)
+                        if one and hasattr(err, "add_note"):
                             err.add_note(
                                 f"predict(): x's batches have shape {tuple(inputs.shape)}; if x "
                                 "is one example, give it a batch dimension: x.unsqueeze(0)."
@@ -506,29 +509,27 @@ def predict(
         return alone  # type: ignore[no-any-return]
 
 
-def _as_they_came(x: Tensor | Iterable, passes: int) -> Callable[[], Tensor | Iterable]:
-    """``x`` for each of ``passes`` passes over it, as it came: a network that changes its
-    input in place changes the first pass's ``x`` (as calling it would), and the later passes
-    (the draws' chunks) read a copy of ``x`` as it came. A tensor and a list or tuple of
-    batches are kept; a loader makes its batches anew each pass."""
-    if passes < 2 or _looks_like_one_pair(x):  # one pair: refused on the first pass
-        return lambda: x
-    if torch.is_tensor(x):
-        return AsItCame(x, passes)
-    if type(x) in (list, tuple):  # not a subclass: its own iteration may make them anew
-        kept = [_batch_as_it_came(batch, passes) for batch in x]
-        return lambda: [batch() for batch in kept]
-    return lambda: x
+class _AsTheyCame:
+    """x's input batches for each of ``passes`` passes over x (the draws' chunks), as they
+    came: a network that changes its input in place changes the first pass's batches (as
+    calling it would), and the later passes read a copy of each batch it changed. A batch is
+    copied just before its first pass and kept only if the network changed it, so a network
+    that leaves its input alone costs one batch's copy at a time."""
 
+    def __init__(self, passes: int):
+        self.passes = passes
+        self.changed: dict[int, Tensor] = {}  # batch index -> its copy as it came
 
-def _batch_as_it_came(batch: Any, passes: int) -> Callable[[], Any]:
-    """One batch of a list of batches (inputs, or an (x, y) pair) for each pass, as it came."""
-    if torch.is_tensor(batch):
-        return AsItCame(batch, passes)
-    if isinstance(batch, (list, tuple)) and batch and torch.is_tensor(batch[0]):
-        inputs = AsItCame(batch[0], passes)
-        return lambda: (inputs(), *batch[1:])
-    return lambda: batch  # refused by _batches, with its message
+    def run(self, index: int, inputs: Tensor, run: Callable[[Tensor], Any]) -> Any:
+        if self.passes < 2:
+            return run(inputs)
+        if index in self.changed:
+            return run(self.changed[index].clone())
+        given = AsItCame(inputs, 2)
+        out = run(inputs)
+        if given.changed():
+            self.changed[index] = given.copy  # type: ignore[assignment]
+        return out
 
 
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:

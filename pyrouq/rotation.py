@@ -9,11 +9,10 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pyrouq._numbers import is_real
+from pyrouq._numbers import is_one_number, one_number
 from pyrouq._util import module_device, rng_state, set_rng_state
 from pyrouq.data import NORMALIZED_BLACK
 from pyrouq.uncertainty import Measure, decompose
@@ -321,24 +320,11 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 f"A rotation row lacks the key(s) {missing}; expected dicts with keys "
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
-        odd = {k: row[k] for k in _ROTATION_KEYS if not _one_number(row[k])}
+        odd = {k: row[k] for k in _ROTATION_KEYS if not is_one_number(row[k])}
         if odd:
             raise TypeError(
                 f"A rotation row holds non-numbers {odd}; expected a number for each of "
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
     # one-number tensors and arrays (a metric left as one) as floats, as the rows are read
-    return [{**row, **{k: _as_float(row[k]) for k in _ROTATION_KEYS}} for row in out]
-
-
-def _as_float(value: Any) -> float:
-    return float(value) if is_real(value) else float(value.item())
-
-
-def _one_number(value: object) -> bool:
-    """A real number, or a tensor or array holding one."""
-    if is_real(value):
-        return True
-    if isinstance(value, np.ndarray):
-        return value.size == 1 and value.dtype.kind in "iuf"
-    return torch.is_tensor(value) and value.numel() == 1 and not value.is_complex()
+    return [{**row, **{k: one_number(row[k]) for k in _ROTATION_KEYS}} for row in out]

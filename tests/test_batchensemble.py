@@ -261,6 +261,7 @@ def test_a_shared_instancenorm_moves_its_running_statistics_once_a_step():
     torch.testing.assert_close(norm.running_var, reference.running_var)
 
 
+@pytest.mark.skipif(not hasattr(nn, "RMSNorm"), reason="nn.RMSNorm needs torch >= 2.4")
 def test_rmsnorm_gets_a_copy_per_member_and_an_empty_batch_a_message():
     net = nn.Sequential(nn.Linear(6, 5), nn.RMSNorm(5), nn.Linear(5, 3))
     ensemble = batchensemble(net, 2)

@@ -112,6 +112,29 @@ def test_a_relative_guide_keeps_its_option_through_a_checkpoint(tmp_path):
         assert torch.equal(params_of(ckpt.model, ckpt.guide)[key], value), key
 
 
+@pytest.mark.skipif(not hasattr(nn, "RMSNorm"), reason="nn.RMSNorm needs torch >= 2.4")
+def test_a_norm_saved_shared_by_per_member_ensembles_loads_as_each_members_copy(tmp_path):
+    # a per-member BatchEnsemble saved when nn.RMSNorm stayed one shared layer
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.RMSNorm(5), nn.Linear(5, 3))
+    ensemble = pyrouq.batchensemble(net, 2)
+    path = tmp_path / "old.pt"
+    pyrouq.save(path, ensemble)
+    payload = torch.load(path, weights_only=True)
+    shared = torch.rand(5) + 0.5
+    for member in (0, 1):
+        del payload["model"][f"net.1.norms.{member}.weight"]
+    payload["model"]["net.1.weight"] = shared
+    torch.save(payload, path)
+    loaded = pyrouq.load(path, module=net).model
+    for member in (0, 1):
+        assert torch.equal(loaded.net[1].norms[member].weight, shared)
+    with torch.no_grad():
+        ensemble.net[1].norms[0].weight.copy_(shared), ensemble.net[1].norms[1].weight.copy_(shared)
+    x = torch.randn(4, 6)
+    assert torch.equal(loaded(x), ensemble(x))
+
+
 def test_file_loads_with_plain_torch_weights_only(tmp_path):
     model = BayesianMLP(hidden_features=8)
     path = save(tmp_path / "c.pt", model, mean_field_guide(model))

@@ -427,7 +427,7 @@ def test_format_table():
         assert f"│ {name} " in text
     assert "│ my_metric " in text and "0.12346 │" in text
     # numpy's numbers and one-number tensors as Python's, as format_rotation_table takes them
-    for value in (np.float32(0.98631), torch.tensor(0.98631), np.float64(0.98631)):
+    for value in (np.float32(0.98631), torch.tensor(0.98631), np.array(0.98631), 0.98631):
         assert "│ Acc            │ 98.63% │" in format_table({"acc": value})
     assert "0.12346 │" in format_table({"nll": torch.tensor([0.123456])})
     assert "OOD" not in format_table(evaluate(FOUR, FOUR_Y))

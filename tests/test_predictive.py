@@ -5,6 +5,7 @@ import time
 import pyro
 import pytest
 import torch
+from _toy import ListLoader
 from pyro import poutine
 from torch import nn
 
@@ -176,6 +177,9 @@ def test_predicted_class_is_the_metrics_one_in_a_near_tie():
     assert pyrouq.metrics.evaluate(p) == p.evaluate()
     with pytest.raises(ValueError, match=r"No targets: pass targets=\(N,\) labels"):
         pyrouq.metrics.evaluate(p.probs)
+    gaussian = pyrouq.GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1))
+    with pytest.raises(ValueError, match=r"\(N, D\)"):  # a regression's own message
+        pyrouq.metrics.evaluate(gaussian)
 
 
 def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_chunk():
@@ -194,10 +198,12 @@ def test_a_network_changing_its_input_in_place_sees_it_as_it_came_in_every_chunk
         passes.append(predict(model, x, guide, num_samples=4, **limit).probs)
         torch.testing.assert_close(x, (x0 - 0.5) * 2.0)  # once, as calling the network would
     assert torch.equal(passes[1], passes[0])
-    pyro.set_rng_seed(0)  # a list of batches and of (x, y) pairs alike
-    listed = [x0[:4].clone(), (x0[4:].clone(), torch.tensor([0, 1]))]
-    assert torch.equal(predict(model, listed, guide, num_samples=4, max_draw_bytes=1).probs,
-                       passes[0])  # fmt: skip
+    y0 = torch.tensor([0, 1, 2, 0, 1, 2])  # a list of batches, of pairs, a loader of views
+    for make in (lambda: [x0[:4].clone(), (x0[4:].clone(), y0[4:])],
+                 lambda: ListLoader(x0.clone(), y0, 4)):  # fmt: skip
+        pyro.set_rng_seed(0)
+        chunked = predict(model, make(), guide, num_samples=4, max_draw_bytes=1).probs
+        assert torch.equal(chunked, passes[0])
     # batchnorm_data is read once a draw, each time as it came, and left as it was
     same = {k: torch.randn(shape).expand(3, *shape) for k, shape in model.latent_sites().items()}
     train = torch.randn(8, 4)

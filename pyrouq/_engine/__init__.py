@@ -496,8 +496,9 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """Every member of a converted BatchEnsemble on every input: ``(M, B, D)``.
 
     On accelerators, and whenever a BatchNorm shared by the members computes batch
-    statistics (over the folded batch), the input is repeated once per member and the network
-    runs on the folded batch ``(M * B, ...)``. Otherwise, on CPU, the network runs once per
+    statistics (over the folded batch) or a shared InstanceNorm updates running statistics
+    (once a call), the input is repeated once per member and the network runs on the folded
+    batch ``(M * B, ...)``. Otherwise, on CPU, the network runs once per
     member with that member's effective weights, or its scaled activations where a layer's
     weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
     function, faster there.

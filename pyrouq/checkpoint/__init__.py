@@ -499,6 +499,7 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
     _take_dtypes(module, state)
+    _share_out_member_norms(module, state)
     try:
         module.load_state_dict(state)
     except RuntimeError as err:
@@ -509,6 +510,25 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
             f"{str(path)!r}: the saved {what} parameters do not fit a {class_name(module)} "
             f"built from the description ({reason}). {why}"
         ) from None
+
+
+def _share_out_member_norms(module: nn.Module, state: dict[str, Any]) -> None:
+    """Give each member its copy of a normalisation layer saved as one layer the members
+    shared (in place): a per-member BatchEnsemble saved before that layer type got a copy per
+    member (``nn.RMSNorm``, before 2026-12-05) starts every copy from the shared one, the same
+    function."""
+    for path, norm in module.named_modules():
+        if not getattr(norm, "_is_member_norm", False):
+            continue
+        prefix = f"{path}." if path else ""
+        own = list(norm.norms[0].state_dict())
+        if not own or f"{prefix}norms.0.{own[0]}" in state:
+            continue
+        if all(f"{prefix}{key}" in state for key in own):
+            for key in own:
+                shared = state.pop(f"{prefix}{key}")
+                for member in range(len(norm.norms)):
+                    state[f"{prefix}norms.{member}.{key}"] = shared
 
 
 def _converted_own_way(module: nn.Module, state: dict[str, Any]) -> str:

@@ -4,15 +4,14 @@ heteroscedastic or latent noise scale."""
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Literal
 
-import numpy as np
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pyrouq._numbers import is_one_number, one_number
 from pyrouq._util import support_of
 from pyrouq.likelihoods._base import Likelihood
 
@@ -87,10 +86,10 @@ class Gaussian(Likelihood):
             self.mode = scale
             if scale == "learned":
                 self.raw_scale = nn.UninitializedParameter()
-        elif _one_number(scale):  # a float, a numpy scalar, a tensor of one value
+        elif is_one_number(scale):  # a float, a numpy scalar, a tensor of one value
             self.fixed = _positive(
                 "the Gaussian noise scale",
-                _as_float(scale),
+                one_number(scale),
                 "Pass the noise standard deviation, e.g. 0.5.",
             )
             self.mode = "fixed"
@@ -320,27 +319,6 @@ class Gaussian(Likelihood):
         if self.mode == "latent":
             return f"scale={self.noise_prior.extra_repr()}"  # type: ignore[union-attr]
         return f"scale={self.mode!r}"
-
-
-def _one_number(value: Any) -> bool:
-    """Whether ``value`` is one real number: a Python or numpy scalar, or a floating tensor
-    holding one value (``noise / scaler.y_std`` is a 0-d tensor)."""
-    if isinstance(value, bool):
-        return False
-    if torch.is_tensor(value):
-        return value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool
-    if isinstance(value, np.ndarray):
-        return value.size == 1 and value.dtype.kind in "fiu"
-    return isinstance(value, numbers.Real)
-
-
-def _as_float(value: Any) -> float:
-    """The number :func:`_one_number` accepted, as a float (a tensor's detached)."""
-    if torch.is_tensor(value):
-        return float(value.detach().reshape(()))
-    if isinstance(value, np.ndarray):
-        return float(value.reshape(()))
-    return float(value)
 
 
 def _positive(name: str, value: Any, hint: str) -> float:

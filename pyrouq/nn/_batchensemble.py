@@ -558,8 +558,9 @@ class BatchEnsembleNorm(nn.Module):
         super().__init__()
         if not isinstance(norm, NORM_LAYERS):
             raise TypeError(
-                f"BatchEnsembleNorm copies a normalisation layer (BatchNorm, InstanceNorm, "
-                f"GroupNorm, LayerNorm, RMSNorm), got {type(norm).__name__}."
+                "BatchEnsembleNorm copies a normalisation layer "
+                f"({', '.join(t.__name__.lstrip('_') for t in NORM_LAYERS)}), got "
+                f"{type(norm).__name__}."
             )
         self.num_members = _check_members(num_members)
         self.norms = nn.ModuleList(copy.deepcopy(norm) for _ in range(self.num_members))
