@@ -295,10 +295,12 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
         first = int(differ.any(1).nonzero()[0])
         name = named[first][0] if named else "?"
         stored = (
-            " A parameter of Pyro's param store (pyro.param) draws its start value where it is "
-            "created, when fit() first runs the guide or model: pass the same fit(seed=...) "
-            "on every rank, which seeds them alike before that, or seed every rank alike "
-            "before calling fit()."
+            " A parameter of Pyro's param store (pyro.param) takes its start value where it is "
+            "created: when fit() first runs the guide or model, pass the same fit(seed=...) "
+            "on every rank, which seeds them alike before that; if it was created before "
+            "fit(), seed every rank alike before creating it (or pyro.clear_param_store()); "
+            "if its start value is computed from the data, compute it from data every rank "
+            "holds, not from the first batch of its own shard."
             if name.startswith(STORE)
             else ""
         )

@@ -372,11 +372,12 @@ class Loop:
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()
             self.share_statistics()
+            averaged = " (the statistics averaged over the ranks)" if self.group.active else ""
             raise FloatingPointError(
                 f"Non-finite loss ({float(row[0])}) at epoch {epoch}, step {step}; training "
                 "stopped and the parameters and normalisation statistics of the last finite "
-                "step are kept. Lower lr, check the inputs for NaN/inf, or use a smaller "
-                "init_scale."
+                f"step are kept{averaged}. Lower lr, check the inputs for NaN/inf, or use a "
+                "smaller init_scale."
             )
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
@@ -417,8 +418,8 @@ class Loop:
         ``all_reduce``: replace the floating buffers (the running statistics of the last finite
         step, each rank's of its own shard) by their means over the ranks, as at an epoch's end,
         so that every rank stops with the same model. Every rank stopping calls it, at the same
-        step (the stop's second collective); without ranks or parameters (no gradient
-        ``all_reduce``, nothing to stop together) nothing is done."""
+        step (the stop's collectives after the gradient one); without ranks or parameters (no
+        gradient ``all_reduce``, nothing to stop together) nothing is done."""
         if self.group.active and self.params:
             modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
             _distributed.average_buffers(modules, self.group)
