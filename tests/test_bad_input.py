@@ -413,6 +413,19 @@ CASES = {
         ValueError,
         r"Expected the prior scale of 'conv.bias' > 0 .*got -1.0",
     ),
+    "bayesian: a Delta prior": (
+        lambda tmp: bayesian(
+            _residual(), prior={"conv": pyro.distributions.Delta(torch.tensor(0.0))}
+        ),
+        ValueError,
+        r"The prior of 'conv.weight' is a Delta, which fixes the weight: a guide's KL to it is "
+        r"infinite\. Leave the parameter out of select=",
+    ),
+    "KLWeightedELBO: vectorize_particles not a flag": (
+        lambda tmp: KLWeightedELBO(vectorize_particles="yes"),
+        TypeError,
+        r"vectorize_particles.*True or False.*'yes'",
+    ),
     "bayesian: forward returns no tensor": (
         lambda tmp: bayesian(_TupleNet())(torch.randn(2, 3)),
         TypeError,

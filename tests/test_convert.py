@@ -898,3 +898,25 @@ def test_weights_outside_linear_and_conv_stay_point_estimates_unless_selected():
     draws = predict(every, torch.randn(2, 3, 16, 16), mean_field_guide(every), num_samples=3,
                     progress=False)  # fmt: skip
     assert draws.probs.shape == (3, 2, 3)
+
+
+def test_a_prior_to_learn_and_a_positive_prior_on_signed_weights_are_told_what_happens():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    scale = torch.tensor(1.0, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = bayesian(net, prior=dist.Normal(0.0, scale), num_data=4)
+    assert [str(w.message) for w in caught] == [
+        "The priors of '0.weight', '0.bias', '2.weight', '2.bias' have parameters that require "
+        "grad (scale); pyrouq keeps a copy of their values, fixed, not learnt (the prior is part "
+        "of the model, not of the fit). Pass plain tensors to silence this."
+    ]
+    assert not model.site_priors[0].scale.requires_grad and float(model.site_priors[0].scale) == 1
+    positive = bayesian(net, prior={"2.bias": dist.HalfNormal(1.0)}, num_data=4)
+    below = int((net[2].bias <= 0).sum())
+    assert below > 0  # the seed gives this bias a weight that is not positive
+    with pytest.warns(UserWarning, match=r"sites with a prior on \(0, inf\) get a LogNormal "
+                      rf"guide, .* '2.bias' \({below} of 2\); the network starts changed"):  # fmt: skip
+        guide = mean_field_guide(positive)
+    torch.testing.assert_close(guide.site_loc("2.bias").exp(), net[2].bias.detach().clamp_min(1e-6))

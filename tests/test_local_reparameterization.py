@@ -297,3 +297,63 @@ def test_layers_whose_weights_attention_reads_are_drawn_whole():
             guide.site_loc("att.out_proj.weight").mul_(3.0)  # away from the initial weights
         losses.append(KLWeightedELBO(kl_weight=0.0).terms(model, guide, x, y).nll)
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=0)
+
+
+def test_layers_a_forward_shows_it_cannot_draw_by_pre_activations_are_drawn_whole():
+    """A layer called twice (one weight, not two independent noises), a Linear on (B, T, F)
+    inputs (not one noise per token) and a layer whose weight the forward reads as a tensor
+    (not the network's initial weight) train as if drawn whole: the same expected NLL."""
+    from torch import nn
+
+    from pyrouq import bayesian
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.out = nn.Linear(2, 2, bias=False), nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.out(self.fc(self.fc(x)))
+
+    class Tokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(x).mean(1)
+
+    class ReadsWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return F.linear(x, self.fc.weight, self.fc.bias)
+
+    torch.manual_seed(0)
+    cases = [(Twice(), torch.randn(8, 2)), (Tokens(), torch.randn(8, 16, 3)),
+             (ReadsWeight(), torch.randn(8, 3))]  # fmt: skip
+    y = torch.randint(0, 2, (8,))
+    elbo, n, gaps = KLWeightedELBO(kl_weight=0.0), 1000, []
+    for net, x in cases:
+        means = []
+        for local in (True, False):
+            model = bayesian(net, local_reparameterization=local, num_data=8)
+            guide = mean_field_guide(model, init_scale=1.0)
+            with torch.no_grad():
+                for site in model.latent_sites():
+                    guide.site_loc(site).add_(0.5)  # away from the network's own weights
+                if isinstance(net, Twice):  # E[W W] = I + 2 I, against I with two noises
+                    guide.site_loc("fc.weight").copy_(torch.eye(2))
+                    guide.site_loc("out.weight").copy_(torch.diag(torch.tensor([3.0, -3.0])))
+            with torch.no_grad():  # each draw's NLL and logits
+                terms = [elbo.terms(model, guide, x, y) for _ in range(n)]
+                draws = torch.stack(
+                    [torch.cat([t.nll.view(1), t.outputs.flatten()]) for t in terms]
+                )
+            means.append((draws.mean(0), draws.var(0)))
+        (a, va), (b, vb) = means
+        z = ((a - b).abs() / ((va + vb) / n).sqrt()).max().item()  # the largest of 17 or more
+        gaps.append((type(net).__name__, round(z, 1)))
+    assert all(z < 4.5 for _, z in gaps), gaps

@@ -47,6 +47,7 @@ import contextvars
 import math
 import re
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -327,15 +328,20 @@ def _local_forwards(
     layers: Mapping[str, tuple[str, str | None]],
     loc: Mapping[str, Tensor],
     scale: Mapping[str, Tensor],
+    calls: dict[str, list[int]],
 ) -> Iterator[None]:
     """While active, each layer of ``layers`` (path -> (weight site, bias site)) draws its
-    pre-activations ``mean + sqrt(var) * eps`` instead of applying a weight."""
+    pre-activations ``mean + sqrt(var) * eps`` instead of applying a weight; ``calls[path]``
+    gets the number of dims of each call's input."""
     patched = []
     try:
         for path, (w, b) in layers.items():
             module = net.get_submodule(path)
 
-            def forward(h: Tensor, module: nn.Module = module, w: str = w, b: Any = b) -> Tensor:
+            def forward(
+                h: Tensor, module: nn.Module = module, w: str = w, b: Any = b, path: str = path
+            ) -> Tensor:
+                calls[path].append(h.dim())
                 mean, var = local_moments(
                     module,
                     h,
@@ -355,6 +361,23 @@ def _local_forwards(
             del module.forward
 
 
+_DRAWN_WHOLE: weakref.WeakKeyDictionary[nn.Module, frozenset[str]] = weakref.WeakKeyDictionary()
+"""Per network, the layers local reparameterisation found it cannot draw by their
+pre-activations (:func:`_drawn_whole`), drawn whole from then on."""
+
+
+def _drawn_whole(net: nn.Module, calls: Mapping[str, list[int]]) -> set[str]:
+    """The layers whose pre-activations are not one draw of the loss's: called more than once
+    a forward (a shared weight would get independent noise at each call), never (its weight
+    read as a tensor, e.g. ``F.linear(h, self.fc.weight)``, would find none), or a Linear on
+    inputs of more than two dims (every token its own noise)."""
+    return {
+        path
+        for path, dims in calls.items()
+        if len(dims) != 1 or (dims[0] > 2 and isinstance(net.get_submodule(path), nn.Linear))
+    }
+
+
 def run_local(
     net: nn.Module,
     x: Tensor,
@@ -365,14 +388,28 @@ def run_local(
 ) -> Tensor:
     """One draw of the outputs by local reparameterisation (``(num_draws, B, D)`` with
     ``num_draws``): the ``layers`` draw their pre-activations, one noise per output and
-    example; every other site's weight is drawn whole, ``loc + scale * eps``."""
-    covered = {s for pair in layers.values() for s in pair if s is not None}
-    others = [s for s in loc if s not in covered]
+    example; every other site's weight is drawn whole, ``loc + scale * eps``, as are the
+    layers a forward shows cannot be drawn by their pre-activations (:func:`_drawn_whole`: the
+    first forward that finds one is run again without it, and the network remembers it)."""
+    given = AsItCame(x, 2)  # as it came, to a forward run again
 
     def once() -> Tensor:
-        weights = {s: torch.addcmul(loc[s], scale[s], torch.randn_like(loc[s])) for s in others}
-        with _local_forwards(net, layers, loc, scale):
-            return _check_outputs(functional_call(net, weights, (x,)), net, x.shape[0])
+        while True:
+            whole = _DRAWN_WHOLE.get(net, frozenset())
+            local = {path: sites for path, sites in layers.items() if path not in whole}
+            covered = {s for pair in local.values() for s in pair if s is not None}
+            weights = {
+                s: torch.addcmul(loc[s], scale[s], torch.randn_like(loc[s]))
+                for s in loc
+                if s not in covered
+            }
+            calls: dict[str, list[int]] = {path: [] for path in local}
+            with _local_forwards(net, local, loc, scale, calls):
+                out = _check_outputs(functional_call(net, weights, (given(),)), net, x.shape[0])
+            found = _drawn_whole(net, calls)
+            if not found:
+                return out
+            _DRAWN_WHOLE[net] = whole | found
 
     if num_draws is None:
         return once()

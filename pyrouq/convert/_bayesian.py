@@ -254,7 +254,9 @@ class BayesianNetwork(PyroModule):
         reparameterisation draws directly: not those inside a module that reads their weights
         as tensors instead of calling them (``nn.MultiheadAttention``'s ``out_proj``, Swin's
         attention), nor subclasses with a computation of their own (a weight-standardised
-        convolution), whose sites are drawn whole."""
+        convolution), whose sites are drawn whole. Training also draws whole those a forward
+        shows it cannot draw by their pre-activations: called more than once a forward, never
+        (the weight read as a tensor), or a Linear on inputs of more than two dims."""
         readers = weight_readers()
         inside = [f"{p}." for p, m in self.net.named_modules() if isinstance(m, readers)]
         layers: dict[str, tuple[str, str | None]] = {}

@@ -17,7 +17,14 @@ from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
 from pyrouq._numbers import is_real
-from pyrouq._util import check_int, check_positive_float, class_name, forward_inputs, warn_caller
+from pyrouq._util import (
+    check_int,
+    check_positive_float,
+    class_name,
+    forward_inputs,
+    innermost_distribution,
+    warn_caller,
+)
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
@@ -268,6 +275,12 @@ def _site_prior(
             f"broadcast to the site's shape {tuple(shape)}. Pass a scalar distribution or one "
             "of the site's shape."
         )
+    if isinstance(base, dist.Delta):
+        raise ValueError(
+            f"The prior of {site!r} is a Delta, which fixes the weight: a guide's KL to it is "
+            "infinite. Leave the parameter out of select= (a point estimate, trained by fit()) "
+            "or fix it yourself (param.requires_grad_(False)) before converting."
+        )
     family = type(base).__name__
     params = {k: getattr(base, k) for k in base.arg_constraints}
     try:
@@ -301,6 +314,8 @@ def resolve_priors(
                     f"prior key {key!r} matches no latent site: {why}. The latent sites are "
                     f"{_names_list(list(params))}; use these names or their dotted prefixes."
                 )
+    to_learn: list[str] = []  # sites whose prior has parameters that require grad
+    learnt: set[str] = set()
     for site, param in params.items():
         if isinstance(prior, Mapping):
             keys = sorted((k for k in prior if _matches(site, k)), key=len)
@@ -310,7 +325,26 @@ def resolve_priors(
         else:
             value = prior
         out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
+        if isinstance(value, torch.distributions.Distribution):
+            grads = [k for k, v in _parameters_of(value).items() if v.requires_grad]
+            if grads:
+                to_learn.append(site)
+                learnt.update(grads)
+    if to_learn:
+        warn_caller(
+            f"The priors of {_names_list(to_learn)} have parameters that require grad "
+            f"({', '.join(sorted(learnt))}); pyrouq keeps a copy of their values, fixed, not "
+            "learnt (the prior is part of the model, not of the fit). Pass plain tensors to "
+            "silence this."
+        )
     return out
+
+
+def _parameters_of(prior: torch.distributions.Distribution) -> dict[str, Tensor]:
+    """The tensor parameters of the univariate distribution inside ``prior``'s wrappers."""
+    base = innermost_distribution(prior)
+    values = {k: getattr(base, k, None) for k in base.arg_constraints}
+    return {k: v for k, v in values.items() if torch.is_tensor(v)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._util import AsItCame, check_count, class_name, register_params
+from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_reparameterised, site_kl
@@ -197,10 +197,12 @@ class KLWeightedELBO(ELBO):
     (and bias) are latent draws its pre-activations ``Normal(mean, var)`` for the current
     input h instead, with ``mean = layer(h; loc)`` and ``var = layer(h^2; scale^2)``, one
     standard-normal noise per unit and example, so the gradients reach ``loc`` and ``rho``
-    through ``mean + sqrt(var) * eps``; other latent sites are drawn whole. The KL term is
-    unchanged. For linear layers this is an unbiased estimate of the same loss with lower
-    variance; for convolutions it approximates it (outputs at different positions get
-    independent noise). Any other guide warns and falls back to weight sampling.
+    through ``mean + sqrt(var) * eps``; other latent sites are drawn whole, as are layers
+    called more than once a forward, never (their weight read as a tensor), or, for a Linear,
+    on inputs of more than two dims. The KL term is unchanged. For linear layers this is an
+    unbiased estimate of the same loss with lower variance; for convolutions it approximates
+    it (outputs at different positions get independent noise). Any other guide warns and falls
+    back to weight sampling.
 
     Parameters
     ----------
@@ -231,6 +233,7 @@ class KLWeightedELBO(ELBO):
         max_plate_nesting: float = float("inf"),
     ):
         num_particles = check_count("num_particles", num_particles)
+        vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
         self.kl_weight = _check_kl_weight(kl_weight)
         super().__init__(
             num_particles=num_particles,

@@ -153,9 +153,13 @@ class MeanFieldGuide(nn.Module):
         self.loc = nn.ParameterDict()
         self.rho = nn.ParameterDict()
         self._keys = _keys(sites)
+        clamped: list[str] = []  # positive sites whose values were not all positive
         for site, shape in sites.items():
             value = state[site].detach()
             if site in self.positive:  # a LogNormal guide: its location is log-space
+                below = int((value <= 0).sum())
+                if below:
+                    clamped.append(f"{site!r} ({below} of {value.numel()})")
                 value = value.clamp_min(1e-6).log()
             if value.shape != shape:
                 raise ValueError(
@@ -172,6 +176,13 @@ class MeanFieldGuide(nn.Module):
                 scale = (init_scale_relative * value.abs().double()).clamp_min(MIN_RELATIVE_SCALE)
             rho = scale + torch.log(-torch.expm1(-scale))  # softplus^-1
             self.rho[self._keys[site]] = nn.Parameter(rho.to(device, dtype))
+        if clamped:
+            warn_caller(
+                "mean_field_guide(): sites with a prior on (0, inf) get a LogNormal guide, "
+                "started at their values clamped to 1e-6, and some values are not positive: "
+                f"{', '.join(clamped)}; the network starts changed. Start those weights "
+                "positive, or give the sites a prior on the real line (Normal, Laplace)."
+            )
         self.sites = tuple(sites)
         self.init_scale = init_scale
         self.init_scale_relative = init_scale_relative
