@@ -357,3 +357,25 @@ def test_layers_a_forward_shows_it_cannot_draw_by_pre_activations_are_drawn_whol
         z = ((a - b).abs() / ((va + vb) / n).sqrt()).max().item()  # the largest of 17 or more
         gaps.append((type(net).__name__, round(z, 1)))
     assert all(z < 4.5 for _, z in gaps), gaps
+
+
+def test_the_forward_run_again_finds_the_running_statistics_as_they_were():
+    from torch import nn
+
+    from pyrouq import bayesian
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = nn.Linear(3, 3), nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.norm(self.fc(self.fc(x)))
+
+    torch.manual_seed(0)
+    model = bayesian(Twice(), local_reparameterization=True, num_data=8)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 3), torch.randint(0, 3, (8,))
+    model.train()
+    KLWeightedELBO().terms(model, guide, x, y)  # the first forward finds fc called twice
+    assert int(model.net.norm.num_batches_tracked) == 1  # moved once, by the forward kept

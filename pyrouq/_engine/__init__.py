@@ -378,6 +378,16 @@ def _drawn_whole(net: nn.Module, calls: Mapping[str, list[int]]) -> set[str]:
     }
 
 
+def _running_statistics(net: nn.Module) -> list[tuple[Tensor, Tensor]]:
+    """Every normalisation buffer of ``net`` a training-mode forward moves, with a copy."""
+    return [
+        (buffer, buffer.clone())
+        for module in net.modules()
+        if _updates_running_statistics(module)
+        for buffer in module.buffers(recurse=False)
+    ]
+
+
 def run_local(
     net: nn.Module,
     x: Tensor,
@@ -390,11 +400,12 @@ def run_local(
     ``num_draws``): the ``layers`` draw their pre-activations, one noise per output and
     example; every other site's weight is drawn whole, ``loc + scale * eps``, as are the
     layers a forward shows cannot be drawn by their pre-activations (:func:`_drawn_whole`: the
-    first forward that finds one is run again without it, and the network remembers it)."""
-    given = AsItCame(x, 2)  # as it came, to a forward run again
+    first forward that finds one is run again without it, on the input and running statistics
+    as they were, and the network remembers it)."""
 
     def once() -> Tensor:
         while True:
+            checked = net in _DRAWN_WHOLE  # a forward has shown which layers it can draw
             whole = _DRAWN_WHOLE.get(net, frozenset())
             local = {path: sites for path, sites in layers.items() if path not in whole}
             covered = {s for pair in local.values() for s in pair if s is not None}
@@ -404,12 +415,19 @@ def run_local(
                 if s not in covered
             }
             calls: dict[str, list[int]] = {path: [] for path in local}
+            # until then, what a forward run again must find as it was: its input and the
+            # running statistics the first run moved
+            given = (lambda: x) if checked else AsItCame(x, 2)
+            kept = [] if checked else _running_statistics(net)
             with _local_forwards(net, local, loc, scale, calls):
                 out = _check_outputs(functional_call(net, weights, (given(),)), net, x.shape[0])
             found = _drawn_whole(net, calls)
+            _DRAWN_WHOLE[net] = whole | found
             if not found:
                 return out
-            _DRAWN_WHOLE[net] = whole | found
+            with torch.no_grad():
+                for buffer, value in kept:
+                    buffer.copy_(value)
 
     if num_draws is None:
         return once()
