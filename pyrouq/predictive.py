@@ -464,7 +464,7 @@ def predict(
                         out_device = xb.device
                     inputs = _prepared(xb, model, device, "x", first)
                     try:
-                        outputs = came.run(index, inputs, run)
+                        outputs = came.run(index, xb, inputs, run)
                     except (TypeError, ValueError, RuntimeError) as err:
                         one = inputs.dim() == 1 and inputs.is_floating_point()  # (not ids)
                         if one and hasattr(err, "add_note"):
@@ -512,24 +512,31 @@ def predict(
 class _AsTheyCame:
     """x's input batches for each of ``passes`` passes over x (the draws' chunks), as they
     came: a network that changes its input in place changes the first pass's batches (as
-    calling it would), and the later passes read a copy of each batch it changed. A batch is
-    copied just before its first pass and kept only if the network changed it, so a network
-    that leaves its input alone costs one batch's copy at a time."""
+    calling it would), and the later passes read a copy of each batch of x it changed. A
+    batch is copied just before its first pass and kept only if the network changed it and
+    the batch is x's own (not a cast or moved copy that every pass makes anew); a later pass
+    takes the copy only for the same batch (a loader making its batches anew gives others)."""
 
     def __init__(self, passes: int):
         self.passes = passes
-        self.changed: dict[int, Tensor] = {}  # batch index -> its copy as it came
+        self.changed: dict[int, tuple[Tensor, int]] = {}  # index -> (copy, x's storage)
 
-    def run(self, index: int, inputs: Tensor, run: Callable[[Tensor], Any]) -> Any:
-        if self.passes < 2:
+    def run(self, index: int, batch: Tensor, inputs: Tensor, run: Callable[[Tensor], Any]) -> Any:
+        """``run(inputs)``, ``inputs`` being the ``index``-th ``batch`` of x as prepared."""
+        if self.passes < 2 or _storage(inputs) != _storage(batch):
             return run(inputs)
         if index in self.changed:
-            return run(self.changed[index].clone())
+            copy, storage = self.changed[index]
+            return run(copy.clone() if storage == _storage(batch) else inputs)
         given = AsItCame(inputs, 2)
         out = run(inputs)
-        if given.changed():
-            self.changed[index] = given.copy  # type: ignore[assignment]
+        if given.changed() and given.copy is not None:
+            self.changed[index] = (given.copy, _storage(batch))
         return out
+
+
+def _storage(x: Tensor) -> int:
+    return int(x.untyped_storage().data_ptr())
 
 
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:

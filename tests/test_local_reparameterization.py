@@ -379,3 +379,51 @@ def test_the_forward_run_again_finds_the_running_statistics_as_they_were():
     model.train()
     KLWeightedELBO().terms(model, guide, x, y)  # the first forward finds fc called twice
     assert int(model.net.norm.num_batches_tracked) == 1  # moved once, by the forward kept
+
+
+def test_finding_layers_to_draw_whole_costs_no_random_numbers_nor_input(tmp_path):
+    """A resumed run finds its layers again with a fresh network: it must draw as the run that
+    found them before (the same history), and every particle sees the input as it came."""
+    from torch import nn
+
+    from pyrouq import bayesian
+
+    class Tokens(nn.Module):  # a Linear on (B, T, F) inputs, drawn whole, found by a forward
+        def __init__(self, in_place=False):
+            super().__init__()
+            self.fc, self.out = nn.Linear(3, 4), nn.Linear(4, 2)
+            self.in_place = in_place
+
+        def forward(self, x):
+            x = x.mul_(2.0) if self.in_place else x * 2.0  # changes its input, or not
+            return self.out(torch.tanh(self.fc(x)).mean(1))
+
+    def fresh(in_place=False):
+        torch.manual_seed(0)
+        model = bayesian(Tokens(in_place), local_reparameterization=True, num_data=16)
+        return model, mean_field_guide(model)
+
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 5, 3, generator=g), torch.randint(0, 2, (8,), generator=g))
+            for _ in range(2)]  # fmt: skip
+    same = {"progress": False, "seed": 0, "lr_schedule": "constant"}
+    model, guide = fresh()
+    whole = fit(model, guide, data, epochs=2, **same)
+    first, _ = fresh()
+    path = tmp_path / "run.pt"
+    fit(first, mean_field_guide(first), data, epochs=1, checkpoint=path, **same)
+    again, resumed_guide = fresh()  # a new process builds the model afresh
+    resumed = fit(again, resumed_guide, data, epochs=2, resume_from=path, **same)
+    assert [r.loss for r in resumed.history] == [r.loss for r in whole.history]
+    for site in model.latent_sites():
+        assert torch.equal(resumed_guide.site_loc(site), guide.site_loc(site))
+    # particles, vectorized or not, each see x as it came (near-point guide: all alike)
+    model, _ = fresh(in_place=True)
+    point = mean_field_guide(model, init_scale=1e-12)
+    x, y = data[0]
+    nlls = [
+        KLWeightedELBO(num_particles=n, vectorize_particles=v).terms(model, point, x.clone(), y).nll
+        for n, v in ((1, False), (4, False), (4, True))
+    ]
+    torch.testing.assert_close(nlls[1], nlls[0])
+    torch.testing.assert_close(nlls[2], nlls[0])

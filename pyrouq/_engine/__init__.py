@@ -66,7 +66,7 @@ from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._engine._layer_calls import calls_checked, layers_called
-from pyrouq._util import AsItCame, check_folded_batch, class_name
+from pyrouq._util import AsItCame, check_folded_batch, class_name, rng_state, set_rng_state
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
@@ -400,12 +400,17 @@ def run_local(
     ``num_draws``): the ``layers`` draw their pre-activations, one noise per output and
     example; every other site's weight is drawn whole, ``loc + scale * eps``, as are the
     layers a forward shows cannot be drawn by their pre-activations (:func:`_drawn_whole`: the
-    first forward that finds one is run again without it, on the input and running statistics
-    as they were, and the network remembers it)."""
+    first forward that finds one is run again without it, from the random state, input and
+    running statistics it found, and the network remembers it)."""
+
+    given = AsItCame(x, 2)  # as it came, to every draw and to a forward run again
 
     def once() -> Tensor:
+        # what a forward run again must find as it was: the random state (a resumed run finds
+        # its layers again, and must draw as the run that found them before), the input and
+        # the running statistics the first run moved
+        state, kept = rng_state(x.device), _running_statistics(net)
         while True:
-            checked = net in _DRAWN_WHOLE  # a forward has shown which layers it can draw
             whole = _DRAWN_WHOLE.get(net, frozenset())
             local = {path: sites for path, sites in layers.items() if path not in whole}
             covered = {s for pair in local.values() for s in pair if s is not None}
@@ -415,16 +420,13 @@ def run_local(
                 if s not in covered
             }
             calls: dict[str, list[int]] = {path: [] for path in local}
-            # until then, what a forward run again must find as it was: its input and the
-            # running statistics the first run moved
-            given = (lambda: x) if checked else AsItCame(x, 2)
-            kept = [] if checked else _running_statistics(net)
             with _local_forwards(net, local, loc, scale, calls):
                 out = _check_outputs(functional_call(net, weights, (given(),)), net, x.shape[0])
             found = _drawn_whole(net, calls)
             _DRAWN_WHOLE[net] = whole | found
             if not found:
                 return out
+            set_rng_state(x.device, state)
             with torch.no_grad():
                 for buffer, value in kept:
                     buffer.copy_(value)

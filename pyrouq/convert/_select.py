@@ -275,7 +275,7 @@ def _site_prior(
             f"broadcast to the site's shape {tuple(shape)}. Pass a scalar distribution or one "
             "of the site's shape."
         )
-    if isinstance(base, dist.Delta):
+    if isinstance(innermost_distribution(value), dist.Delta):  # masked ones too
         raise ValueError(
             f"The prior of {site!r} is a Delta, which fixes the weight: a guide's KL to it is "
             "infinite. Leave the parameter out of select= (a point estimate, trained by fit()) "
@@ -325,7 +325,8 @@ def resolve_priors(
         else:
             value = prior
         out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
-        if isinstance(value, torch.distributions.Distribution):
+        if isinstance(value, torch.distributions.Distribution) and out[site].opaque is None:
+            # (a prior kept as the object itself, not rebuilt from copies, keeps its tensors)
             grads = [k for k, v in _parameters_of(value).items() if v.requires_grad]
             if grads:
                 to_learn.append(site)
