@@ -137,10 +137,13 @@ def _locate(
                 )
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
+                bundled = (
+                    "unset $PYROUQ_DATA to use the bundled copy"
+                    if origin == "$PYROUQ_DATA"
+                    else "leave root=None to use the bundled copy"
+                )
                 hint = layout + (
-                    " or unset $PYROUQ_DATA to use the bundled copy"
-                    if download is None
-                    else ", unset $PYROUQ_DATA to use the bundled copy, or pass download=True"
+                    f" or {bundled}" if download is None else f", {bundled}, or pass download=True"
                 )
             raise FileNotFoundError(
                 f"{folder} {split} file not found: expected {expected} or {expected}.gz "

@@ -220,10 +220,11 @@ class TensorLoader(ShardedOrder):
                     f"TensorLoader: expected {name} as a torch.Tensor, got "
                     f"{type(value).__name__}; convert an array with torch.from_numpy({name})."
                 )
-        if labels.dim() != 1 or images.dim() < 2 or images.shape[0] != labels.shape[0]:
+        if labels.dim() != 1 or images.dim() != 3 or images.shape[0] != labels.shape[0]:
+            channel = " (drop the channel dim: images[:, 0])" if images.dim() == 4 else ""
             raise ValueError(
-                f"TensorLoader: expected images (N, ...) and labels (N,), one label per image, "
-                f"got shapes {tuple(images.shape)} and {tuple(labels.shape)}."
+                f"TensorLoader: expected images (N, H, W) and labels (N,), one label per image, "
+                f"got shapes {tuple(images.shape)} and {tuple(labels.shape)}{channel}."
             )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = check_flag("shuffle", shuffle)

@@ -133,6 +133,18 @@ def test_a_norm_saved_shared_by_per_member_ensembles_loads_as_each_members_copy(
         ensemble.net[1].norms[0].weight.copy_(shared), ensemble.net[1].norms[1].weight.copy_(shared)
     x = torch.randn(4, 6)
     assert torch.equal(loaded(x), ensemble(x))
+    # a run's checkpoint of that time loads, but its optimizer state cannot go on
+    y = torch.randint(0, 3, (4,))
+    fit(ensemble, None, [(x, y)], epochs=1, num_data=4, progress=False, checkpoint=path)
+    payload = torch.load(path, weights_only=True)
+    for member in (0, 1):
+        del payload["model"][f"net.1.norms.{member}.weight"]
+    payload["model"]["net.1.weight"] = shared
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=r"was saved when the members shared the norms at "
+                       r"\['net.1'\] .* start a new fit\(\) from the loaded model"):  # fmt: skip
+        fit(pyrouq.batchensemble(net, 2), None, [(x, y)], epochs=2, num_data=4, progress=False,
+            resume_from=path)  # fmt: skip
 
 
 def test_file_loads_with_plain_torch_weights_only(tmp_path):
@@ -164,6 +176,13 @@ def test_save_refuses_what_it_cannot_rebuild(tmp_path):
     model = BayesianMLP(hidden_features=8)
     with pytest.raises(CheckpointError, match="metadata must hold JSON values"):
         save(tmp_path / "c.pt", model, mean_field_guide(model), metadata={"t": torch.ones(1)})
+    # what JSON would give back changed: refused, not loaded back otherwise
+    for metadata, what in (({1: "one"}, r"metadata has the key 1, which would load back as "
+                            r'"1"'), ({"a": [{"b": (2, 3)}]}, r"metadata\['a'\]\[0\]\['b'\] "
+                            r"is a tuple, which would load back as a list")):  # fmt: skip
+        with pytest.raises(CheckpointError, match=r"metadata must hold JSON values, which load "
+                           r"back as saved; " + what):  # fmt: skip
+            save(tmp_path / "c.pt", model, mean_field_guide(model), metadata=metadata)
     # an optimizer state load() would refuse to unpickle: refused when saving
     with pytest.raises(
         CheckpointError,
@@ -1259,4 +1278,34 @@ def test_a_batchensemble_of_numpy_settings_predicts_its_members_and_resumes_chec
             resume_from=tmp_path / "bayes.pt")  # fmt: skip
     fit(model, None, loader, epochs=1, progress=False, metadata={"fold": np.int64(2)},
         checkpoint=tmp_path / "meta.pt")  # fmt: skip
-    assert load(tmp_path / "meta.pt", module=MLP(4, 8, 3)).metadata == {"fold": 2}
+    assert load(tmp_path / "meta.pt").metadata == {"fold": 2}
+    with pytest.warns(UserWarning, match=r"holds a BatchEnsembleMLP, which pyrouq rebuilds from "
+                      r"its description: the module= skeleton \(MLP\) is not used"):  # fmt: skip
+        load(tmp_path / "meta.pt", module=MLP(4, 8, 3))
+
+
+def test_a_resume_refused_for_its_guide_class_or_dtype_changes_nothing_and_says_why(tmp_path):
+    from pyro.infer.autoguide import AutoNormal
+
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    torch.manual_seed(0)
+    model = bayesian(net, num_data=8)
+    fit(model, mean_field_guide(model), [(x, y)], epochs=1, progress=False,
+        checkpoint=tmp_path / "run.pt")  # fmt: skip
+    torch.manual_seed(1)
+    fresh = bayesian(net, num_data=8)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"was trained with a MeanFieldGuide guide, but "
+                       r"guide is of class AutoNormal: the saved guide state belongs to the "
+                       r"other class\. Build the guide as the run did \(a MeanFieldGuide, "
+                       r"mean_field_guide\(model\)\)"):  # fmt: skip
+        fit(fresh, AutoNormal(fresh), [(x, y)], epochs=2, progress=False,
+            resume_from=tmp_path / "run.pt")  # fmt: skip
+    after = fresh.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # nothing loaded
+    wide = bayesian(net, num_data=8).double()
+    with pytest.warns(UserWarning, match=r"holds float32 tensors and the model was built in "
+                      r"float64: it takes the run's dtype"):  # fmt: skip
+        fit(wide, mean_field_guide(wide), [(x.double(), y)], epochs=2, progress=False,
+            resume_from=tmp_path / "run.pt")  # fmt: skip

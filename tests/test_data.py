@@ -180,23 +180,30 @@ def test_reads_uncompressed_and_gzip_roots(tmp_path):
     assert labels.tolist() == [0, 1, 2]
 
 
-def test_missing_file_names_path_and_fix(tmp_path):
+def test_missing_file_names_path_and_fix(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=r"MNIST test file not found: expected .*t10k-im"):
         mnist_arrays("test", root=tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"\[\.gz\]\) or unset \$PYROUQ_DATA to use the "
+    with pytest.raises(FileNotFoundError, match=r"\[\.gz\]\) or leave root=None to use the "
                        r"bundled copy\.$"):  # fmt: skip
         mnist_arrays("test", root=tmp_path)  # it has no download= to offer
     with pytest.raises(FileNotFoundError, match="download=True"):
         load_mnist(root=tmp_path)
+    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))  # the folder named by the environment
+    with pytest.raises(FileNotFoundError, match=r"\(looked under \$PYROUQ_DATA: .*\) or unset "
+                       r"\$PYROUQ_DATA to use the bundled copy\.$"):  # fmt: skip
+        mnist_arrays("test")
 
 
 def test_a_tensor_loader_refuses_labels_that_do_not_match_the_images():
     from pyrouq.data import TensorLoader
 
     kw = dict(shuffle=False, flatten=True, normalize=False, seed=0)
-    with pytest.raises(ValueError, match=r"expected images \(N, \.\.\.\) and labels \(N,\), one "
-                       r"label per image, got shapes \(10, 28, 28\) and \(5,\)"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"expected images \(N, H, W\) and labels \(N,\), one "
+                       r"label per image, got shapes \(10, 28, 28\) and \(5,\)\.$"):  # fmt: skip
         TensorLoader(torch.zeros(10, 28, 28, dtype=torch.uint8), torch.zeros(5).long(), 4, **kw)
+    with pytest.raises(ValueError, match=r"got shapes \(10, 1, 28, 28\) and \(10,\) \(drop the "
+                       r"channel dim: images\[:, 0\]\)"):  # fmt: skip
+        TensorLoader(torch.zeros(10, 1, 28, 28), torch.zeros(10).long(), 4, **kw)
     with pytest.raises(TypeError, match=r"expected images as a torch.Tensor, got ndarray; "
                        r"convert an array with torch.from_numpy\(images\)"):  # fmt: skip
         TensorLoader(np.zeros((10, 28, 28), np.uint8), torch.zeros(10).long(), 4, **kw)

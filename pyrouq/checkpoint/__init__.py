@@ -65,6 +65,7 @@ from pyrouq.checkpoint._describe import (
     expected_class_name,
     own_way_note,
     register_guide,
+    share_out_member_norms,
     upgraded_state,
 )
 from pyrouq.checkpoint._file import (
@@ -136,7 +137,14 @@ def python_number(value: Any) -> Any:
 
 
 def json_text(metadata: Any) -> str:
-    """``metadata`` as JSON text, or a :class:`CheckpointError` saying what to convert."""
+    """``metadata`` as JSON text, or a :class:`CheckpointError` saying what to convert (what
+    JSON would change, a tuple or a key that is not a string, too: it would load otherwise)."""
+    changed = _changed_by_json(metadata, "metadata")
+    if changed:
+        raise CheckpointError(
+            f"metadata must hold JSON values, which load back as saved; {changed}. Convert it "
+            "(a list for a tuple, str(key) for a key) before saving."
+        )
     try:
         return json.dumps(metadata, allow_nan=True, default=python_number)
     except (TypeError, ValueError) as err:
@@ -144,6 +152,27 @@ def json_text(metadata: Any) -> str:
             f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
             f"got {err}. Convert tensors with .tolist() or float()."
         ) from None
+
+
+def _changed_by_json(value: Any, where: str) -> str:
+    """Where JSON would give ``value`` back changed (a tuple as a list, a key that is not a
+    string as one), and how; ``""`` if nowhere."""
+    if isinstance(value, tuple):
+        return f"{where} is a tuple, which would load back as a list"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, (int, float, bool)) or key is None:  # json.dumps takes these
+                as_text = json.dumps({key: 0})[1:-4]
+                return f"{where} has the key {key!r}, which would load back as {as_text}"
+            found = _changed_by_json(item, f"{where}[{key!r}]")
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _changed_by_json(item, f"{where}[{index}]")
+            if found:
+                return found
+    return ""
 
 
 def save(
@@ -499,7 +528,7 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
     _take_dtypes(module, state)
-    _share_out_member_norms(module, state)
+    share_out_member_norms(module, state)
     try:
         module.load_state_dict(state)
     except RuntimeError as err:
@@ -510,25 +539,6 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
             f"{str(path)!r}: the saved {what} parameters do not fit a {class_name(module)} "
             f"built from the description ({reason}). {why}"
         ) from None
-
-
-def _share_out_member_norms(module: nn.Module, state: dict[str, Any]) -> None:
-    """Give each member its copy of a normalisation layer saved as one layer the members
-    shared (in place): a per-member BatchEnsemble saved before that layer type got a copy per
-    member (``nn.RMSNorm``, before 2026-12-05) starts every copy from the shared one, the same
-    function."""
-    for path, norm in module.named_modules():
-        if not getattr(norm, "_is_member_norm", False):
-            continue
-        prefix = f"{path}." if path else ""
-        own = list(norm.norms[0].state_dict())
-        if not own or f"{prefix}norms.0.{own[0]}" in state:
-            continue
-        if all(f"{prefix}{key}" in state for key in own):
-            for key in own:
-                shared = state.pop(f"{prefix}{key}")
-                for member in range(len(norm.norms)):
-                    state[f"{prefix}norms.{member}.{key}"] = shared
 
 
 def _converted_own_way(module: nn.Module, state: dict[str, Any]) -> str:

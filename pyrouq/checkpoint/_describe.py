@@ -4,6 +4,7 @@ pyrouq classes by name and configuration, converted networks from a skeleton mod
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import pyro.distributions as dist
@@ -240,6 +241,34 @@ def upgraded_state(model: nn.Module, payload: dict[str, Any]) -> Any:
     return state
 
 
+def shared_member_norms(module: nn.Module, state: dict[str, Any]) -> list[str]:
+    """The per-member norms of ``module`` (:class:`~pyrouq.nn.BatchEnsembleNorm`) that
+    ``state`` holds as one layer the members shared: a per-member BatchEnsemble saved before
+    that layer type got a copy per member (``nn.RMSNorm``, before 2026-12-05)."""
+    paths = []
+    for path, norm in module.named_modules():
+        if not getattr(norm, "_is_member_norm", False):
+            continue
+        prefix = f"{path}." if path else ""
+        own = list(norm.norms[0].state_dict())
+        if own and f"{prefix}norms.0.{own[0]}" not in state:
+            if all(f"{prefix}{key}" in state for key in own):
+                paths.append(path)
+    return paths
+
+
+def share_out_member_norms(module: nn.Module, state: dict[str, Any]) -> None:
+    """Give each member its copy of a norm :func:`shared_member_norms` finds saved as one
+    (in place): every copy starts from the shared one, the same function."""
+    for path in shared_member_norms(module, state):
+        copies: Any = module.get_submodule(path).norms
+        prefix = f"{path}." if path else ""
+        for key in copies[0].state_dict():
+            shared = state.pop(f"{prefix}{key}")
+            for member in range(len(copies)):
+                state[f"{prefix}norms.{member}.{key}"] = shared
+
+
 def expected_class_name(expected: type | str) -> str:
     """The class name ``load(model_class=...)`` asks for (a class or its name)."""
     name = expected if isinstance(expected, str) else getattr(expected, "__name__", None)
@@ -274,6 +303,13 @@ def build_model(
             f"{sorted(doors) + list(_CONVERTED)}."
         )
     config = dict(description["model"].get("config") or {})
+    if name in doors and module is not None:
+        warnings.warn(
+            f"{str(path)!r} holds a {name}, which pyrouq rebuilds from its description: the "
+            f"module= skeleton ({class_name(module)}) is not used. Leave module= out for "
+            "pyrouq's own models.",
+            stacklevel=3,
+        )
     try:
         if name in doors:
             model = doors[name](**config)
@@ -450,4 +486,6 @@ def build_guide(description: dict[str, Any], model: nn.Module, *, path: Any = No
             f"{str(path)!r} describes an unknown guide class {name!r}; expected one of "
             f"{sorted(_GUIDES)}."
         )
-    return cls(model, **spec)  # type: ignore[no-any-return]
+    with warnings.catch_warnings():  # its start is replaced by the saved state: not news
+        warnings.filterwarnings("ignore", message=r"mean_field_guide\(\): sites with a prior")
+        return cls(model, **spec)  # type: ignore[no-any-return]

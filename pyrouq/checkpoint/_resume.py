@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyrouq._util import warn_caller
 from pyrouq.checkpoint import (
     MCMC_FORMAT,
     Checkpoint,
@@ -22,7 +23,7 @@ from pyrouq.checkpoint import (
     python_number,
     read,
 )
-from pyrouq.checkpoint._describe import upgraded_state
+from pyrouq.checkpoint._describe import shared_member_norms, upgraded_state
 from pyrouq.convert import SitePrior
 
 
@@ -79,6 +80,22 @@ def restore(
             f"resume_from={where!r} was saved {'with' if saved_guide else 'without'} a "
             f"guide, but guide is {'None' if guide is None else type(guide).__name__}."
         )
+    guide_class = (saved.description.get("guide") or {}).get("class")
+    if guide is not None and guide_class not in (None, type(guide).__name__):
+        raise CheckpointError(
+            f"resume_from={where!r} was trained with a {guide_class} guide, but guide is of class "
+            f"{type(guide).__name__}: the saved guide state belongs to the other class. "
+            f"Build the guide as the run did (a {guide_class}"
+            f"{', mean_field_guide(model)' if guide_class == 'MeanFieldGuide' else ''})."
+        )
+    shared = shared_member_norms(model, model_state) if isinstance(model_state, dict) else []
+    if shared:
+        raise CheckpointError(
+            f"resume_from={where!r} was saved when the members shared the norms at "
+            f"{shared} (an older pyrouq: nn.RMSNorm got a copy per member on 2026-12-05); "
+            "pyrouq.load() rebuilds it with each member's copy, but its optimizer state "
+            "cannot continue: start a new fit() from the loaded model."
+        )
     if saved.training is None:
         raise CheckpointError(
             f"resume_from={where!r} holds no training state (it was written by save(), not "
@@ -117,10 +134,35 @@ def restore(
             f"other one. {fix}, or start a new run."
         )
     _check_same_priors(model, model_state, where)
+    _warn_other_dtype(model, model_state, where)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     _load_state(model, model_state, "model", where)
     if guide is not None:
-        _load_state(guide, guide_state, "guide", where)
+        try:
+            _load_state(guide, guide_state, "guide", where)
+        except Exception:  # refused: the model as it was, as the docstring says
+            model.load_state_dict(before)
+            raise
     return saved
+
+
+def _warn_other_dtype(model: nn.Module, state: Any, where: str) -> None:
+    """Warn when the run's saved tensors are of another floating dtype than the model built to
+    resume it (a float64 model takes the float32 run's dtype)."""
+    if not isinstance(state, dict):
+        return
+    saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
+    built = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if saved and built and saved != built:
+        warn_caller(
+            f"resume_from={where!r} holds {_dtypes(saved)} tensors and the model was built in "
+            f"{_dtypes(built)}: it takes the run's dtype, as it was trained (inputs are cast "
+            "to it). Build the model in the run's dtype to silence this."
+        )
+
+
+def _dtypes(dtypes: set[torch.dtype]) -> str:
+    return " / ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
 
 
 def _check_same_priors(model: nn.Module, state: Any, where: str) -> None:
