@@ -220,11 +220,13 @@ class TensorLoader(ShardedOrder):
                     f"TensorLoader: expected {name} as a torch.Tensor, got "
                     f"{type(value).__name__}; convert an array with torch.from_numpy({name})."
                 )
-        if labels.dim() != 1 or images.dim() != 3 or images.shape[0] != labels.shape[0]:
+        flat = images.dim() == 2 and check_flag("flatten", flatten)  # (N, D) rows, served flat
+        if labels.dim() != 1 or not (images.dim() == 3 or flat) or len(images) != len(labels):
             channel = " (drop the channel dim: images[:, 0])" if images.dim() == 4 else ""
             raise ValueError(
-                f"TensorLoader: expected images (N, H, W) and labels (N,), one label per image, "
-                f"got shapes {tuple(images.shape)} and {tuple(labels.shape)}{channel}."
+                "TensorLoader: expected images (N, H, W) (or rows (N, D) with flatten=True) and "
+                f"labels (N,), one label per image, got shapes {tuple(images.shape)} and "
+                f"{tuple(labels.shape)}{channel}."
             )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = check_flag("shuffle", shuffle)

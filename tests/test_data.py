@@ -198,12 +198,17 @@ def test_a_tensor_loader_refuses_labels_that_do_not_match_the_images():
     from pyrouq.data import TensorLoader
 
     kw = dict(shuffle=False, flatten=True, normalize=False, seed=0)
-    with pytest.raises(ValueError, match=r"expected images \(N, H, W\) and labels \(N,\), one "
-                       r"label per image, got shapes \(10, 28, 28\) and \(5,\)\.$"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"expected images \(N, H, W\) \(or rows \(N, D\) with "
+                       r"flatten=True\) and labels \(N,\), one label per image, got shapes "
+                       r"\(10, 28, 28\) and \(5,\)\.$"):  # fmt: skip
         TensorLoader(torch.zeros(10, 28, 28, dtype=torch.uint8), torch.zeros(5).long(), 4, **kw)
     with pytest.raises(ValueError, match=r"got shapes \(10, 1, 28, 28\) and \(10,\) \(drop the "
                        r"channel dim: images\[:, 0\]\)"):  # fmt: skip
         TensorLoader(torch.zeros(10, 1, 28, 28), torch.zeros(10).long(), 4, **kw)
+    rows = TensorLoader(torch.zeros(10, 784), torch.zeros(10).long(), 4, **kw)  # flat rows
+    assert next(iter(rows))[0].shape == (4, 784)
+    with pytest.raises(ValueError, match=r"got shapes \(10, 784\) and \(10,\)\.$"):
+        TensorLoader(torch.zeros(10, 784), torch.zeros(10).long(), 4, **{**kw, "flatten": False})
     with pytest.raises(TypeError, match=r"expected images as a torch.Tensor, got ndarray; "
                        r"convert an array with torch.from_numpy\(images\)"):  # fmt: skip
         TensorLoader(np.zeros((10, 28, 28), np.uint8), torch.zeros(10).long(), 4, **kw)
