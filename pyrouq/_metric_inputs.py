@@ -91,3 +91,15 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
             raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")
         out.append(s)
     return out[0], out[1].to(out[0].device)
+
+
+def carried_targets(targets: Any, predictions: Any) -> Any:
+    """``targets``, else the ones ``predictions`` carry, else a ValueError saying what to pass."""
+    if targets is None:
+        targets = getattr(predictions, "targets", None)
+    if targets is None:
+        raise ValueError(
+            "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
+            "from a loader of (x, y) batches)."
+        )
+    return targets

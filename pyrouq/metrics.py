@@ -30,6 +30,7 @@ from pyrouq._metric_inputs import (
     _check_targets,
     _prepare,
     _prepare_probs,
+    carried_targets,
 )
 from pyrouq._numbers import is_integer
 from pyrouq._tables import format_table
@@ -505,13 +506,7 @@ def evaluate(
                 "variances of predictions.uncertainty() in and out of distribution."
             )
         return predictions_or_probs.evaluate(targets)  # its own targets, if None
-    if targets is None:
-        targets = getattr(predictions_or_probs, "targets", None)
-        if targets is None:
-            raise ValueError(
-                "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
-                "from a loader of (x, y) batches)."
-            )
+    targets = carried_targets(targets, predictions_or_probs)
     p = _prepare_probs(predictions_or_probs)
     pbar = p.mean(0)
     y = _check_targets(targets, pbar)

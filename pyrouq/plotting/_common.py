@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._metric_inputs import carried_targets
 from pyrouq.data import MNIST_MEAN, MNIST_STD
 from pyrouq.metrics import _prepare, _prepare_probs
 
@@ -151,14 +152,8 @@ def _probs(value: Probs, name: str) -> Tensor:
 
 
 def _targets(targets: Tensor | None, predictions: Probs) -> Tensor:
-    """``targets``, else ``predictions.targets``, else a ValueError saying what to pass."""
-    if targets is None:
-        targets = getattr(predictions, "targets", None)
-    if targets is None:
-        raise ValueError(
-            "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
-            "from a loader of (x, y) batches)."
-        )
+    """``targets``, else ``predictions.targets`` (:func:`carried_targets`), on the CPU."""
+    targets = carried_targets(targets, predictions)
     return targets.detach().cpu() if isinstance(targets, Tensor) else targets
 
 
