@@ -137,13 +137,18 @@ def _locate(
                 )
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
-                bundled = (
-                    "unset $PYROUQ_DATA to use the bundled copy"
-                    if origin == "$PYROUQ_DATA"
-                    else "leave root=None to use the bundled copy"
-                )
-                hint = layout + (
-                    f" or {bundled}" if download is None else f", {bundled}, or pass download=True"
+                others = []
+                if _find(_BUNDLED_ROOT, folder, name) is not None:  # the split is bundled
+                    others.append(
+                        "unset $PYROUQ_DATA to use the bundled copy"
+                        if origin == "$PYROUQ_DATA"
+                        else "leave root=None to use the bundled copy"
+                        + (" (and unset $PYROUQ_DATA)" if os.environ.get("PYROUQ_DATA") else "")
+                    )
+                if download is not None:
+                    others.append("pass download=True")
+                hint = layout + "".join(
+                    f"{', ' if k < len(others) - 1 else ' or '}{o}" for k, o in enumerate(others)
                 )
             raise FileNotFoundError(
                 f"{folder} {split} file not found: expected {expected} or {expected}.gz "

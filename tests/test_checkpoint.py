@@ -145,6 +145,10 @@ def test_a_norm_saved_shared_by_per_member_ensembles_loads_as_each_members_copy(
                        r"\['net.1'\] .* start a new fit\(\) from the loaded model"):  # fmt: skip
         fit(pyrouq.batchensemble(net, 2), None, [(x, y)], epochs=2, num_data=4, progress=False,
             resume_from=path)  # fmt: skip
+    loaded = pyrouq.load(path, module=net)  # shared out on load: refused for resume all the same
+    with pytest.raises(CheckpointError, match=r"shared the norms at \['net.1'\]"):
+        fit(pyrouq.batchensemble(net, 2), None, [(x, y)], epochs=2, num_data=4, progress=False,
+            resume_from=loaded)  # fmt: skip
 
 
 def test_file_loads_with_plain_torch_weights_only(tmp_path):
@@ -183,6 +187,10 @@ def test_save_refuses_what_it_cannot_rebuild(tmp_path):
         with pytest.raises(CheckpointError, match=r"metadata must hold JSON values, which load "
                            r"back as saved; " + what):  # fmt: skip
             save(tmp_path / "c.pt", model, mean_field_guide(model), metadata=metadata)
+    circular: dict = {}
+    circular["self"] = circular
+    with pytest.raises(CheckpointError, match=r"metadata must hold JSON values .*Circular"):
+        save(tmp_path / "c.pt", model, mean_field_guide(model), metadata=circular)
     # an optimizer state load() would refuse to unpickle: refused when saving
     with pytest.raises(
         CheckpointError,
@@ -329,7 +337,7 @@ def test_other_files_and_other_model_classes_are_refused(tmp_path):
     payload = torch.load(path, weights_only=True)
     payload["model"]["fc1.prior_scale"] = torch.ones(3)
     torch.save(payload, tmp_path / "edited.pt")
-    with pytest.raises(CheckpointError, match="do not fit a BayesianMLP"):
+    with pytest.raises(CheckpointError, match="do not fit the BayesianMLP"):
         load(tmp_path / "edited.pt")
 
 
@@ -1279,8 +1287,8 @@ def test_a_batchensemble_of_numpy_settings_predicts_its_members_and_resumes_chec
     fit(model, None, loader, epochs=1, progress=False, metadata={"fold": np.int64(2)},
         checkpoint=tmp_path / "meta.pt")  # fmt: skip
     assert load(tmp_path / "meta.pt").metadata == {"fold": 2}
-    with pytest.warns(UserWarning, match=r"holds a BatchEnsembleMLP, which pyrouq rebuilds from "
-                      r"its description: the module= skeleton \(MLP\) is not used"):  # fmt: skip
+    unused = r"holds pyrouq's BatchEnsembleMLP, which it rebuilds from its description: the "
+    with pytest.warns(UserWarning, match=unused + r"module= skeleton \(MLP\) is not used"):
         load(tmp_path / "meta.pt", module=MLP(4, 8, 3))
 
 
@@ -1304,8 +1312,31 @@ def test_a_resume_refused_for_its_guide_class_or_dtype_changes_nothing_and_says_
             resume_from=tmp_path / "run.pt")  # fmt: skip
     after = fresh.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # nothing loaded
-    wide = bayesian(net, num_data=8).double()
-    with pytest.warns(UserWarning, match=r"holds float32 tensors and the model was built in "
+    # a guide subclass holds the guide's state: it resumes
+    subclass = type("MyGuide", (pyrouq.MeanFieldGuide,), {})
+    fit(fresh, subclass(fresh), [(x, y)], epochs=2, progress=False,
+        resume_from=tmp_path / "run.pt")  # fmt: skip
+    # a float64 model (a Bayesian MLP has no nn.Parameter) takes the float32 run's dtype, said
+    wide = BayesianMLP(3, 4, 2, num_data=8).double()
+    mlp = BayesianMLP(3, 4, 2, num_data=8)
+    fit(mlp, mean_field_guide(mlp), [(x, y)], epochs=1, progress=False,
+        checkpoint=tmp_path / "mlp.pt")  # fmt: skip
+    with pytest.warns(UserWarning, match=r"holds float32 tensors where the model was built in "
                       r"float64: it takes the run's dtype"):  # fmt: skip
         fit(wide, mean_field_guide(wide), [(x.double(), y)], epochs=2, progress=False,
-            resume_from=tmp_path / "run.pt")  # fmt: skip
+            resume_from=tmp_path / "mlp.pt")  # fmt: skip
+    # a guide state that does not fit: the model and guide stay as built, float64 too
+    payload = torch.load(tmp_path / "mlp.pt", weights_only=True)
+    first = next(iter(payload["guide"]))
+    payload["guide"][first] = payload["guide"][first][:1]
+    torch.save(payload, tmp_path / "damaged.pt")
+    wide = BayesianMLP(3, 4, 2, num_data=8).double()
+    guide = mean_field_guide(wide)
+    built = {k: v.clone() for k, v in [*wide.state_dict().items(), *guide.state_dict().items()]}
+    with pytest.raises(CheckpointError, match=r"the saved guide parameters do not fit the "
+                       r"MeanFieldGuide the guide given"), warnings.catch_warnings():  # fmt: skip
+        warnings.simplefilter("ignore")  # (the dtype)
+        fit(wide, guide, [(x.double(), y)], epochs=2, progress=False,
+            resume_from=tmp_path / "damaged.pt")  # fmt: skip
+    now = {**wide.state_dict(), **guide.state_dict()}
+    assert all(now[k].dtype == v.dtype and torch.equal(now[k], v) for k, v in built.items())

@@ -909,8 +909,8 @@ def test_a_prior_to_learn_and_a_positive_prior_on_signed_weights_are_told_what_h
         model = bayesian(net, prior=dist.Normal(0.0, scale), num_data=4)
     assert [str(w.message) for w in caught] == [
         "The priors of '0.weight', '0.bias', '2.weight', '2.bias' have parameters that require "
-        "grad (scale); pyrouq keeps a copy of their values, fixed, not learnt (the prior is part "
-        "of the model, not of the fit). Pass plain tensors to silence this."
+        "grad (scale); pyrouq does not learn priors (they are part of the model, not of the "
+        "fit): fit() leaves their values as given. Pass plain tensors to silence this."
     ]
     assert not model.site_priors[0].scale.requires_grad and float(model.site_priors[0].scale) == 1
     positive = bayesian(net, prior={"2.bias": dist.HalfNormal(1.0)}, num_data=4)

@@ -46,7 +46,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from pyrouq.checkpoint._describe import (
     own_way_note,
     register_guide,
     share_out_member_norms,
+    shared_member_norms,
     upgraded_state,
 )
 from pyrouq.checkpoint._file import (
@@ -154,9 +155,14 @@ def json_text(metadata: Any) -> str:
         ) from None
 
 
-def _changed_by_json(value: Any, where: str) -> str:
+def _changed_by_json(value: Any, where: str, seen: frozenset[int] = frozenset()) -> str:
     """Where JSON would give ``value`` back changed (a tuple as a list, a key that is not a
-    string as one), and how; ``""`` if nowhere."""
+    string as one), and how; ``""`` if nowhere (or in a circular reference, which json.dumps
+    refuses itself)."""
+    if id(value) in seen:
+        return ""
+    if isinstance(value, (tuple, dict, list)):
+        seen = seen | {id(value)}
     if isinstance(value, tuple):
         return f"{where} is a tuple, which would load back as a list"
     if isinstance(value, dict):
@@ -164,12 +170,12 @@ def _changed_by_json(value: Any, where: str) -> str:
             if isinstance(key, (int, float, bool)) or key is None:  # json.dumps takes these
                 as_text = json.dumps({key: 0})[1:-4]
                 return f"{where} has the key {key!r}, which would load back as {as_text}"
-            found = _changed_by_json(item, f"{where}[{key!r}]")
+            found = _changed_by_json(item, f"{where}[{key!r}]", seen)
             if found:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _changed_by_json(item, f"{where}[{index}]")
+            found = _changed_by_json(item, f"{where}[{index}]", seen)
             if found:
                 return found
     return ""
@@ -451,7 +457,9 @@ def load(
     description = _parse_description(path, payload["description"])
     with description_errors(path):
         model = build_model(description, expected=expected, path=path, module=module)
-        _load_state(model, upgraded_state(model, payload), "model", path)
+        state = upgraded_state(model, payload)
+        shared = shared_member_norms(model, state) if isinstance(state, dict) else []
+        _load_state(model, state, "model", path)
         guide = None
         if description.get("guide") is not None:
             guide = build_guide(description, model, path=path)
@@ -464,6 +472,8 @@ def load(
             if guide is not None:
                 _refreeze(guide, frozen.get("guide"))
         saved = _checkpoint(payload, description, model, guide, path)
+        if shared and saved.training is not None:  # resume refuses it: no optimizer state fits
+            saved = replace(saved, training={**saved.training, "shared_norms": shared})
     if device is not None:
         model.to(device)
         if guide is not None:
@@ -524,7 +534,9 @@ def _parse_description(path: Any, text: Any) -> dict[str, Any]:
     return description  # type: ignore[no-any-return]
 
 
-def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
+def _load_state(
+    module: nn.Module, state: Any, what: str, path: Any, built: str = "built from the description"
+) -> None:
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
     _take_dtypes(module, state)
@@ -536,8 +548,8 @@ def _load_state(module: nn.Module, state: Any, what: str, path: Any) -> None:
         reason = " ".join(line.strip() for line in first[:3])
         why = _converted_own_way(module, state) or "The file is damaged or was edited."
         raise CheckpointError(
-            f"{str(path)!r}: the saved {what} parameters do not fit a {class_name(module)} "
-            f"built from the description ({reason}). {why}"
+            f"{str(path)!r}: the saved {what} parameters do not fit the {class_name(module)} "
+            f"{built} ({reason}). {why}"
         ) from None
 
 

@@ -305,7 +305,7 @@ def build_model(
     config = dict(description["model"].get("config") or {})
     if name in doors and module is not None:
         warnings.warn(
-            f"{str(path)!r} holds a {name}, which pyrouq rebuilds from its description: the "
+            f"{str(path)!r} holds pyrouq's {name}, which it rebuilds from its description: the "
             f"module= skeleton ({class_name(module)}) is not used. Leave module= out for "
             "pyrouq's own models.",
             stacklevel=3,

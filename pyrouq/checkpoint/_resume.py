@@ -23,7 +23,7 @@ from pyrouq.checkpoint import (
     python_number,
     read,
 )
-from pyrouq.checkpoint._describe import shared_member_norms, upgraded_state
+from pyrouq.checkpoint._describe import _GUIDES, shared_member_norms, upgraded_state
 from pyrouq.convert import SitePrior
 
 
@@ -34,8 +34,9 @@ def restore(
     ``guide`` to continue it for a total of ``epochs`` with ``optimizer`` (the dotted class
     path of fit()'s optimizer, and how the message names it); returns the checkpoint with its
     training state (what ``fit(resume_from=...)`` continues). A checkpoint of another
-    configuration or optimizer, or of a finished run, is refused before anything is
-    loaded."""
+    configuration or optimizer, or of a finished run, is refused before anything is loaded;
+    one whose saved tensors do not fit leaves the model and guide as they were (values and
+    dtypes)."""
     if isinstance(source, Checkpoint):
         saved = source
         model_state = saved.model.state_dict()
@@ -81,7 +82,14 @@ def restore(
             f"guide, but guide is {'None' if guide is None else type(guide).__name__}."
         )
     guide_class = (saved.description.get("guide") or {}).get("class")
-    if guide is not None and guide_class not in (None, type(guide).__name__):
+    registered = _GUIDES.get(guide_class) if isinstance(guide_class, str) else None
+    if guide is None or guide_class is None:
+        other = False
+    elif registered is not None:  # its subclasses hold the same state
+        other = not isinstance(guide, registered)
+    else:
+        other = guide_class != type(guide).__name__
+    if other:
         raise CheckpointError(
             f"resume_from={where!r} was trained with a {guide_class} guide, but guide is of class "
             f"{type(guide).__name__}: the saved guide state belongs to the other class. "
@@ -89,6 +97,7 @@ def restore(
             f"{', mean_field_guide(model)' if guide_class == 'MeanFieldGuide' else ''})."
         )
     shared = shared_member_norms(model, model_state) if isinstance(model_state, dict) else []
+    shared = shared or list((saved.training or {}).get("shared_norms", []))  # load() shared out
     if shared:
         raise CheckpointError(
             f"resume_from={where!r} was saved when the members shared the norms at "
@@ -135,29 +144,61 @@ def restore(
         )
     _check_same_priors(model, model_state, where)
     _warn_other_dtype(model, model_state, where)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    _load_state(model, model_state, "model", where)
-    if guide is not None:
-        try:
-            _load_state(guide, guide_state, "guide", where)
-        except Exception:  # refused: the model as it was, as the docstring says
-            model.load_state_dict(before)
-            raise
+    modules = [m for m in (model, guide) if isinstance(m, nn.Module)]
+    before = [_tensors_of(m) for m in modules]
+    try:
+        _load_state(model, model_state, "model", where, built="the model given")
+        if guide is not None:
+            _load_state(guide, guide_state, "guide", where, built="the guide given")
+    except Exception:  # refused: the model and guide as they were, dtypes too
+        for module, copies in zip(modules, before, strict=True):
+            _put_back(module, copies)
+        raise
     return saved
 
 
+def _tensors_of(module: nn.Module) -> dict[tuple[str, str], torch.Tensor]:
+    """A copy of every parameter and buffer of ``module``, by (owner's path, name)."""
+    return {
+        (path, name): tensor.detach().clone()
+        for path, owner in module.named_modules()
+        for name, tensor in (*owner._parameters.items(), *owner._buffers.items())
+        if tensor is not None
+    }
+
+
+def _put_back(module: nn.Module, saved: dict[tuple[str, str], torch.Tensor]) -> None:
+    """Give ``module`` back the tensors :func:`_tensors_of` copied: the parameters' values
+    and dtypes (the same Parameter objects), the buffers as they were (a cast replaced them)."""
+    for (path, name), value in saved.items():
+        owner = module.get_submodule(path)
+        if name in owner._parameters and owner._parameters[name] is not None:
+            owner._parameters[name].data = value  # type: ignore[union-attr]
+        else:
+            owner._buffers[name] = value
+
+
 def _warn_other_dtype(model: nn.Module, state: Any, where: str) -> None:
-    """Warn when the run's saved tensors are of another floating dtype than the model built to
-    resume it (a float64 model takes the float32 run's dtype)."""
+    """Warn when the run saved a tensor of another floating dtype than the model's tensor of
+    the same name (a float64 model takes the float32 run's dtype)."""
     if not isinstance(state, dict):
         return
-    saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
-    built = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    if saved and built and saved != built:
+    own = model.state_dict()
+    pairs = [
+        (value.dtype, own[key].dtype)
+        for key, value in state.items()
+        if torch.is_tensor(value)
+        and value.is_floating_point()
+        and torch.is_tensor(own.get(key))
+        and own[key].is_floating_point()
+        and value.dtype != own[key].dtype
+    ]
+    if pairs:
+        saved, built = {a for a, _ in pairs}, {b for _, b in pairs}
         warn_caller(
-            f"resume_from={where!r} holds {_dtypes(saved)} tensors and the model was built in "
-            f"{_dtypes(built)}: it takes the run's dtype, as it was trained (inputs are cast "
-            "to it). Build the model in the run's dtype to silence this."
+            f"resume_from={where!r} holds {_dtypes(saved)} tensors where the model was built "
+            f"in {_dtypes(built)}: it takes the run's dtype, as it was trained (inputs are "
+            "cast to it). Build the model in the run's dtype to silence this."
         )
 
 

@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -432,7 +433,9 @@ def _evaluate_run(
     import pyrouq
 
     try:
-        saved = pyrouq.load(checkpoint, device=device, module=skeleton)
+        with warnings.catch_warnings():  # a factory of pyrouq's own MLP: the skeleton is
+            warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
+            saved = pyrouq.load(checkpoint, device=device, module=skeleton)
     except pyrouq.CheckpointError as err:
         if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
             raise

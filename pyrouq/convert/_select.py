@@ -325,8 +325,7 @@ def resolve_priors(
         else:
             value = prior
         out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
-        if isinstance(value, torch.distributions.Distribution) and out[site].opaque is None:
-            # (a prior kept as the object itself, not rebuilt from copies, keeps its tensors)
+        if isinstance(value, torch.distributions.Distribution):
             grads = [k for k, v in _parameters_of(value).items() if v.requires_grad]
             if grads:
                 to_learn.append(site)
@@ -334,9 +333,9 @@ def resolve_priors(
     if to_learn:
         warn_caller(
             f"The priors of {_names_list(to_learn)} have parameters that require grad "
-            f"({', '.join(sorted(learnt))}); pyrouq keeps a copy of their values, fixed, not "
-            "learnt (the prior is part of the model, not of the fit). Pass plain tensors to "
-            "silence this."
+            f"({', '.join(sorted(learnt))}); pyrouq does not learn priors (they are part of the "
+            "model, not of the fit): fit() leaves their values as given. Pass plain tensors "
+            "to silence this.",
         )
     return out
 
