@@ -279,3 +279,108 @@ def test_windows_merged_into_the_batch_keep_the_members_apart():
     with torch.no_grad(), _engine.schedule("accelerator"):
         folded = ensemble(x)
     torch.testing.assert_close(folded, member_passes, rtol=1e-5, atol=1e-6)
+
+
+def test_pooling_fast_paths_route_nan_gradients_and_take_torch_func_as_torch_does():
+    """A 2x2 window's gradient goes to its last NaN, as torch's kernel sends it; torch.func
+    transforms and forward-mode AD run through the swapped-in pools (torch's own there)."""
+    import torch.autograd.forward_ad as fwAD
+
+    from pyrouq._engine import MaxPool2x2
+
+    nan = float("nan")
+    x = torch.tensor([[1.0, nan, 2.0, 3.0], [4.0, 0.0, nan, nan], [0.0, 1.0, 5.0, 6.0],
+                      [2.0, 2.0, 7.0, 8.0]]).view(1, 1, 4, 4)  # fmt: skip
+    grads = []
+    for pool in (MaxPool2x2(), nn.MaxPool2d(2)):
+        leaf = x.clone().requires_grad_()
+        pool(leaf).sum().backward()
+        grads.append(leaf.grad)
+    assert torch.equal(grads[0], grads[1])
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                        nn.Linear(4 * 3 * 3, 3))  # fmt: skip
+    model, images = batchensemble(net, 2), torch.randn(2, 1, 8, 8)
+    saliency = torch.func.grad(lambda z: model.outputs(z).sum())(images)
+    leaf = images.clone().requires_grad_()
+    model.outputs(leaf).sum().backward()
+    torch.testing.assert_close(saliency, leaf.grad)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(images, torch.ones_like(images))
+        tangent = fwAD.unpack_dual(model.outputs(dual)).tangent
+    assert tangent.shape == (2, 2, 3) and torch.isfinite(tangent).all()
+
+
+def test_swapping_relu_and_pooling_stays_invisible():
+    """ReLU then 2x2 pooling runs pooling first on CPU only where no one could tell: not under
+    a global module hook, and an in-place ReLU not after a layer that hands on its input."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    seen = []
+    handle = register_module_forward_hook(lambda m, i, o: seen.append(m._get_name()))
+    try:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                            nn.Linear(8, 3))  # fmt: skip
+        model = bayesian(net)
+        predict(model, torch.randn(1, 1, 6, 6), mean_field_guide(model), num_samples=1)
+    finally:
+        handle.remove()
+    order = [name for name in seen if name in ("ReLU", "MaxPool2d")]
+    assert order[:2] == ["ReLU", "MaxPool2d"]
+    torch.manual_seed(0)
+    hands_on = nn.Sequential(nn.Identity(), nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(4, 3))  # fmt: skip
+    model = bayesian(hands_on, select=["4"])
+    x = torch.randn(2, 1, 4, 4)
+    predict(model, x, mean_field_guide(model), num_samples=1)
+    assert x.min() == 0  # rectified in place, as torch does through the Identity
+
+
+def test_a_transformer_ensemble_predicting_beside_another_thread_calls_its_layers():
+    """torch's fused transformer path is switched off while a BatchEnsemble transformer runs
+    (it would read the layers' weights as tensors); a thread leaving must not switch it back
+    on under another thread still running."""
+    import threading
+    import time
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.enc(x).mean(1))
+
+    torch.manual_seed(0)
+    a, b = batchensemble(Net(), 2).eval(), batchensemble(Net(), 2).eval()
+    x = torch.randn(5, 4, 8)
+    with torch.no_grad():
+        alone = b.outputs(x)
+        a.outputs(x)
+    b_inside, a_left = threading.Event(), threading.Event()
+    a.net.enc.register_forward_pre_hook(lambda m, i: b_inside.wait(5) and None)
+    b.net.enc.register_forward_pre_hook(lambda m, i: (b_inside.set(), a_left.wait(5)) and None)
+    out = {}
+
+    def run_a():
+        with torch.no_grad():
+            a.outputs(x)
+        a_left.set()
+
+    def run_b():
+        try:
+            with torch.no_grad():
+                out["b"] = b.outputs(x)
+        except Exception as err:  # compared below
+            out["b"] = err
+
+    first = threading.Thread(target=run_a)
+    first.start()
+    time.sleep(0.3)  # A inside its forward, waiting for B
+    second = threading.Thread(target=run_b)
+    second.start()
+    first.join(), second.join()
+    assert isinstance(out["b"], torch.Tensor), out["b"]
+    torch.testing.assert_close(out["b"], alone)

@@ -190,7 +190,10 @@ def run(
     of its parameters or buffers of those names; the outputs ``(B, D)``, or ``(M, B, D)`` for
     a BatchEnsemble network of ``members`` members (run by :func:`run_members`).
 
-    Without gradients on CPU, in eval mode, batches above :data:`CPU_CHUNK` are split.
+    Without gradients on CPU, batches above :data:`CPU_CHUNK` are split unless a
+    normalisation layer takes statistics of the batch (:func:`_batch_statistics`): the same
+    function for a network whose layers treat inputs independently, as torch's do in eval
+    mode (a layer of the user's own that mixes a batch's inputs sees the chunks).
     """
     if (
         _cpu(x)

@@ -71,8 +71,13 @@ def schedule(kind: str) -> Iterator[None]:
 
 
 # glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024  # glibc's defaults
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_GLIBC_MMAP_MAX = 65536  # glibc's default
+# Any mallopt turns glibc's dynamic mmap threshold off for good (it grows with the blocks freed
+# up to 32 MiB on 64-bit, the trim threshold twice that): on exit those are set, not its start
+# (128 KiB: every block over it mmapped from then on, 4 MiB tensors allocated 6x slower).
+_GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
+_GLIBC_TRIM_THRESHOLD = 2 * _GLIBC_MMAP_THRESHOLD_MAX
 _reusing = 0
 
 
@@ -92,9 +97,10 @@ def _glibc() -> Any:
 @contextlib.contextmanager
 def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
     """While inside, glibc keeps freed memory for reuse: no ``mmap`` for large blocks, no
-    trimming of the heap; on exit the defaults come back and the free memory is returned to
-    the system (``malloc_trim``). Large tensors then stop paying page faults at every step
-    (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN on CPU, see
+    trimming of the heap; on exit the thresholds glibc's own adjustment grows to come back
+    (32 MiB for mmap on 64-bit; setting any turns that adjustment off) and the free memory is
+    returned to the system (``malloc_trim``). Large tensors then stop paying page faults at
+    every step (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN on CPU, see
     ``benchmarks/results.md``). Only on CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` in the
     environment turns it off."""
     global _reusing
@@ -113,6 +119,7 @@ def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
         _reusing -= 1
         if _reusing == 0:
             libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
+            libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_THRESHOLD_MAX)
             libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
             libc.malloc_trim(0)
 
@@ -141,7 +148,8 @@ class _MaxPool2x2Function(torch.autograd.Function):
     The forward compares the four strided corners of the windows (``a b / c d``), returns
     ``F.max_pool2d(x, 2)``'s values and derives the flat index of each window's first
     maximum in row-major order (a later element wins only when strictly greater) for
-    ``max_pool2d_with_indices_backward``: the gradient is ``F.max_pool2d``'s, ties included.
+    ``max_pool2d_with_indices_backward``: the gradient is ``F.max_pool2d``'s, ties included
+    (and NaNs: a window's last NaN takes it, as in torch's kernel).
     Boolean arithmetic instead of ``torch.where`` keeps the index cheap: the forward takes
     about half the time of ``F.max_pool2d``'s on CPU.
     """
@@ -161,6 +169,13 @@ class _MaxPool2x2Function(torch.autograd.Function):
         corner = torch.arange(0, h, 2, device=x.device).unsqueeze(-1) * width + torch.arange(
             0, w, 2, device=x.device
         )  # flat index of each window's top-left element
+        if bool(out.isnan().any()):  # torch's kernel takes a window's last NaN
+            nan_a, nan_b, nan_c, nan_d = a.isnan(), b.isnan(), c.isnan(), d.isnan()
+            nan_row = nan_c | nan_d
+            nan_col = nan_b ^ (nan_row & (nan_b ^ nan_d))
+            nan = nan_row | nan_a | nan_b
+            second_row = torch.where(nan, nan_row, second_row)
+            second_col = torch.where(nan, nan_col, second_col)
         index = torch.add(corner, second_row, alpha=width).add_(second_col)
         ctx.save_for_backward(x, index)
         return out
@@ -193,6 +208,8 @@ class MaxPool2x2(nn.MaxPool2d):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] < 2 or x.shape[-2] < 2:  # torch's own error: the output would be empty
+            return F.max_pool2d(x, 2)
+        if _transformed(x):
             return F.max_pool2d(x, 2)
         if torch.is_grad_enabled() and x.requires_grad:
             if x.device.type == "cpu" and x.dim() == 4:
@@ -256,7 +273,7 @@ class MaxPool2dChannelsLast(nn.MaxPool2d):
         return "MaxPool2d"
 
     def forward(self, x: Tensor) -> Tensor:
-        if not (
+        if _transformed(x) or not (
             x.device.type == "cpu"
             and x.dim() == 4
             and x.shape[1] >= POOL_CHANNELS_LAST_MIN_CHANNELS
@@ -267,6 +284,16 @@ class MaxPool2dChannelsLast(nn.MaxPool2d):
         if torch.is_grad_enabled() and x.requires_grad:
             return _MaxPoolChannelsLastFunction.apply(x, self)  # type: ignore[no-any-return]
         return _pool_channels_last(x, self, return_indices=False).contiguous()  # type: ignore[no-any-return]
+
+
+def _transformed(x: Tensor) -> bool:
+    """Whether ``x`` is under a ``torch.func`` transform (grad, jacrev, vmap) or carries a
+    forward-mode tangent: the fast paths' autograd Functions support neither, so the pools are
+    torch's own there."""
+    if torch._C._are_functorch_transforms_active():
+        return True
+    level = getattr(torch.autograd.forward_ad, "_current_level", -1)
+    return level >= 0 and torch.autograd.forward_ad.unpack_dual(x).tangent is not None
 
 
 def _is_plain_2x2_pool(layer: nn.Module) -> bool:
@@ -281,17 +308,29 @@ def _is_plain_2x2_pool(layer: nn.Module) -> bool:
     )
 
 
-def _swaps(relu: nn.Module, pool: nn.Module, first: bool) -> bool:
+# layers whose output is a new tensor no one else holds (unless hooked): an in-place ReLU
+# after one changes nothing torch would show elsewhere
+_FRESH = (_ConvNd, nn.Linear, nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+_GLOBAL_HOOKS = [f"_global_{kind}_hooks" for kind in ("forward", "forward_pre", "backward")]
+
+
+def _swaps(previous: nn.Module | None, relu: nn.Module, pool: nn.Module) -> bool:
     """Whether :func:`run_children` runs ``pool`` before ``relu``: a plain ReLU directly
-    followed by a :class:`MaxPool2x2`, neither hooked (a hook would see other values), and
-    not an in-place ReLU on the Sequential's own input (which torch would change)."""
-    return (
-        type(relu) is nn.ReLU
-        and isinstance(pool, MaxPool2x2)
-        and not (first and relu.inplace)
-        and not has_hooks(relu)
-        and not has_hooks(pool)
-    )
+    followed by a :class:`MaxPool2x2`, neither hooked, nor every module (a hook would see other
+    values), an in-place ReLU only after an unhooked layer of fresh output (torch changes in
+    place what the Sequential's input, an ``nn.Identity``'s output or a hook holds)."""
+    if type(relu) is not nn.ReLU or not isinstance(pool, MaxPool2x2):
+        return False
+    if (
+        has_hooks(relu)
+        or has_hooks(pool)
+        or any(getattr(torch.nn.modules.module, table, None) for table in _GLOBAL_HOOKS)
+    ):
+        return False
+    if not relu.inplace:
+        return True
+    fresh = isinstance(previous, _FRESH) or getattr(previous, "_is_batchensemble", False)
+    return bool(fresh) and not has_hooks(previous)  # type: ignore[arg-type]
 
 
 def run_children(sequential: nn.Sequential, x: Any) -> Any:
@@ -302,7 +341,8 @@ def run_children(sequential: nn.Sequential, x: Any) -> Any:
     children = list(sequential._modules.values())
     i = 0
     while i < len(children):
-        if i + 1 < len(children) and _swaps(children[i], children[i + 1], i == 0):
+        previous = children[i - 1] if i else None
+        if i + 1 < len(children) and _swaps(previous, children[i], children[i + 1]):
             x = children[i](children[i + 1](x))
             i += 2
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -13,26 +14,36 @@ from torch import nn
 
 from pyrouq._util import warn_caller
 
+_lock = threading.Lock()
+_depth = 0  # networks running with the fast path off (nested, or in other threads)
+_found = True  # the setting the first of them found
+
 
 @contextlib.contextmanager
 def layers_called(net: nn.Module) -> Iterator[None]:
     """PyTorch's fused transformer layer (``nn.TransformerEncoderLayer`` in eval mode without
     gradients) reads its linear layers' weights and biases as tensors instead of calling the
     layers, which would bypass the BatchEnsemble layers (and meet their per-member biases): it
-    is switched off while ``net`` runs, so every layer is called."""
+    is switched off while ``net`` runs, so every layer is called. The switch is process-wide:
+    the first of nested or concurrent (threads) runs turns it off and the last one out puts
+    back what the first found."""
+    global _depth, _found
     mha = getattr(torch.backends, "mha", None)
-    if (
-        mha is None
-        or not mha.get_fastpath_enabled()
-        or not any(isinstance(m, nn.TransformerEncoderLayer) for m in net.modules())
-    ):
+    if mha is None or not any(isinstance(m, nn.TransformerEncoderLayer) for m in net.modules()):
         yield
         return
-    mha.set_fastpath_enabled(False)
+    with _lock:
+        if _depth == 0:
+            _found = mha.get_fastpath_enabled()
+            mha.set_fastpath_enabled(False)
+        _depth += 1
     try:
         yield
     finally:
-        mha.set_fastpath_enabled(True)
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                mha.set_fastpath_enabled(_found)
 
 
 _CALLS_CHECKED = "_pyrouq_calls_checked"
