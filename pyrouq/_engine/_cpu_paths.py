@@ -169,7 +169,7 @@ class _MaxPool2x2Function(torch.autograd.Function):
         corner = torch.arange(0, h, 2, device=x.device).unsqueeze(-1) * width + torch.arange(
             0, w, 2, device=x.device
         )  # flat index of each window's top-left element
-        if bool(out.isnan().any()):  # torch's kernel takes a window's last NaN
+        if bool(out.sum().isnan()):  # a NaN (or inf - inf): torch takes a window's last NaN
             nan_a, nan_b, nan_c, nan_d = a.isnan(), b.isnan(), c.isnan(), d.isnan()
             nan_row = nan_c | nan_d
             nan_col = nan_b ^ (nan_row & (nan_b ^ nan_d))
