@@ -188,9 +188,12 @@ def fit(
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
-        Seeds Pyro/torch before training, so a run repeats exactly (rank r of a process
+        Seeds Pyro/torch before training, so a run repeats exactly from the model and guide
+        it is given (what they drew when built, a network's initial weights or the factors
+        ``batchensemble()`` draws, follows the seed set before building them: call
+        ``torch.manual_seed`` first for a run that repeats from scratch). Rank r of a process
         group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a seed,
-        each rank seeds ``offset + r``, ``offset`` drawn from its generator). On a CUDA device
+        each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA device
         a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
         trains (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
         afterwards): cuDNN's default convolution gradients add in a varying order, and two
