@@ -287,10 +287,11 @@ def predict(
         draw-major (``s = k * M + m``); K defaults to 32 // M.
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
-        ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass. On CPU a network
-        runs more than 512 inputs in chunks of 512 (faster there; the same outputs for a
-        network that treats its inputs independently in eval mode, as torch's layers do: a
-        layer of your own that mixes a batch's inputs sees at most 512 of them).
+        ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass. On CPU a Bayesian
+        network runs more than 512 inputs in chunks of 512 (faster there; the same outputs
+        for a network that treats its inputs independently in eval mode, as torch's layers
+        do, and none where a BatchNorm takes the batch's statistics: a layer of your own that
+        mixes a batch's inputs sees at most 512 of them).
     posterior_samples : MCMCResult, pyro.infer.MCMC or dict, optional
         Draws from anywhere instead of a guide: an :class:`~pyrouq.mcmc.MCMCResult` or a
         ``pyro.infer.MCMC`` run (every chain's draws, chain after chain) or ``{site: (S,

@@ -336,6 +336,32 @@ def test_swapping_relu_and_pooling_stays_invisible():
     predict(model, x, mean_field_guide(model), num_samples=1)
     assert x.min() == 0  # rectified in place, as torch does through the Identity
 
+    class Keeps(nn.Conv2d):  # a convolution of one's own that keeps its output
+        def forward(self, x):
+            self.kept = super().forward(x)
+            return self.kept
+
+    torch.manual_seed(0)
+    keeps = nn.Sequential(Keeps(1, 2, 3), nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(8, 3))  # fmt: skip
+    model = bayesian(keeps, select=["4"])
+    predict(model, torch.randn(2, 1, 6, 6), mean_field_guide(model), num_samples=1)
+    assert model.net[0].kept.min() == 0  # rectified in place, as in torch
+    # a global backward pre-hook sees the gradients in torch's order too
+    order = []
+    hook = torch.nn.modules.module.register_module_full_backward_pre_hook(
+        lambda m, g: order.append((m._get_name(), tuple(g[0].shape))) and None
+    )
+    try:
+        model = bayesian(net)
+        leaf = torch.randn(1, 1, 6, 6, requires_grad=True)
+        model.outputs(leaf, {k: torch.ones(v) for k, v in model.latent_sites().items()}).sum(
+        ).backward()  # fmt: skip
+    finally:
+        hook.remove()
+    pooling = [entry for entry in order if entry[0] in ("ReLU", "MaxPool2d")]
+    assert pooling == [("MaxPool2d", (1, 2, 2, 2)), ("ReLU", (1, 2, 4, 4))]
+
 
 def test_a_transformer_ensemble_predicting_beside_another_thread_calls_its_layers():
     """torch's fused transformer path is switched off while a BatchEnsemble transformer runs

@@ -292,8 +292,7 @@ def _transformed(x: Tensor) -> bool:
     torch's own there."""
     if torch._C._are_functorch_transforms_active():
         return True
-    level = getattr(torch.autograd.forward_ad, "_current_level", -1)
-    return level >= 0 and torch.autograd.forward_ad.unpack_dual(x).tangent is not None
+    return torch.autograd.forward_ad.unpack_dual(x).tangent is not None
 
 
 def _is_plain_2x2_pool(layer: nn.Module) -> bool:
@@ -308,10 +307,10 @@ def _is_plain_2x2_pool(layer: nn.Module) -> bool:
     )
 
 
-# layers whose output is a new tensor no one else holds (unless hooked): an in-place ReLU
-# after one changes nothing torch would show elsewhere
-_FRESH = (_ConvNd, nn.Linear, nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
-_GLOBAL_HOOKS = [f"_global_{kind}_hooks" for kind in ("forward", "forward_pre", "backward")]
+# torch's layers (not subclasses, which may keep their output) whose output is a new tensor no
+# one else holds unless hooked: an in-place ReLU after one changes nothing torch would show
+_FRESH = {nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.GroupNorm, nn.LayerNorm}
+_FRESH |= {nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d}
 
 
 def _swaps(previous: nn.Module | None, relu: nn.Module, pool: nn.Module) -> bool:
@@ -321,16 +320,16 @@ def _swaps(previous: nn.Module | None, relu: nn.Module, pool: nn.Module) -> bool
     place what the Sequential's input, an ``nn.Identity``'s output or a hook holds)."""
     if type(relu) is not nn.ReLU or not isinstance(pool, MaxPool2x2):
         return False
-    if (
-        has_hooks(relu)
-        or has_hooks(pool)
-        or any(getattr(torch.nn.modules.module, table, None) for table in _GLOBAL_HOOKS)
-    ):
+    kinds = ("forward", "forward_pre", "backward", "backward_pre")
+    hooked = (getattr(torch.nn.modules.module, f"_global_{k}_hooks", None) for k in kinds)
+    if has_hooks(relu) or has_hooks(pool) or any(hooked):
         return False
     if not relu.inplace:
         return True
-    fresh = isinstance(previous, _FRESH) or getattr(previous, "_is_batchensemble", False)
-    return bool(fresh) and not has_hooks(previous)  # type: ignore[arg-type]
+    fresh = type(previous) in _FRESH or any(  # pyrouq's layers: the members' outputs
+        getattr(previous, flag, False) for flag in ("_is_batchensemble", "_is_member_norm")
+    )
+    return fresh and not has_hooks(previous)  # type: ignore[arg-type]
 
 
 def run_children(sequential: nn.Sequential, x: Any) -> Any:
