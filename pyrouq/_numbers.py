@@ -1,4 +1,5 @@
-"""What counts as a number in an argument: Python's and numpy's, never a bool or a tensor."""
+"""What counts as a number in an argument: Python's and numpy's, never a bool or a tensor
+(:func:`is_one_number` takes one-value tensors and arrays too, where a value may be one)."""
 
 from __future__ import annotations
 

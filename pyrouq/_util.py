@@ -224,9 +224,7 @@ class AsItCame:
         return not torch.equal(self.x, self.copy)
 
     def __call__(self) -> Any:
-        if self.copy is not None and self.changed():
-            return self.copy.clone()
-        return self.x
+        return self.copy.clone() if self.changed() else self.x  # type: ignore[union-attr]
 
 
 def check_folded_batch(

@@ -188,10 +188,11 @@ class TensorLoader(ShardedOrder):
     """Batches of an in-memory split, served as slices of a (shuffled) index.
 
     ``images`` are raw pixel values in 0-255, ``(N, H, W)`` (the uint8 arrays of
-    :func:`mnist_arrays`): every value is divided by 255, floats too, so pass images already
-    in [0, 1] as ``images * 255`` (or train on them with :class:`~pyrouq.ArrayLoader`).
-    Iterating yields ``(x, y)`` with ``x`` float32 of shape ``(B, 1, 28, 28)`` (or ``(B, 784)``
-    with ``flatten=True``) and ``y`` int64 of shape ``(B,)``; the last batch may be smaller.
+    :func:`mnist_arrays`; or rows ``(N, D)`` with ``flatten=True``): every value is divided by
+    255, floats too, so pass images already in [0, 1] as ``images * 255`` (or train on them
+    with :class:`~pyrouq.ArrayLoader`). Iterating yields ``(x, y)`` with ``x`` float32 of shape
+    ``(B, 1, H, W)`` (or ``(B, H * W)`` with ``flatten=True``) and ``y`` int64 of shape
+    ``(B,)``; the last batch may be smaller.
     Each new iteration draws a new order from the loader's own generator, so a seed fixes the
     order of every epoch and leaves torch's global RNG alone.
 
@@ -220,7 +221,8 @@ class TensorLoader(ShardedOrder):
                     f"TensorLoader: expected {name} as a torch.Tensor, got "
                     f"{type(value).__name__}; convert an array with torch.from_numpy({name})."
                 )
-        flat = images.dim() == 2 and check_flag("flatten", flatten)  # (N, D) rows, served flat
+        flatten = check_flag("flatten", flatten)
+        flat = images.dim() == 2 and flatten  # (N, D) rows, served flat
         if labels.dim() != 1 or not (images.dim() == 3 or flat) or len(images) != len(labels):
             channel = " (drop the channel dim: images[:, 0])" if images.dim() == 4 else ""
             raise ValueError(
@@ -230,9 +232,7 @@ class TensorLoader(ShardedOrder):
             )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = check_flag("shuffle", shuffle)
-        self.transform = _Transform(
-            flatten=check_flag("flatten", flatten), normalize=check_flag("normalize", normalize)
-        )
+        self.transform = _Transform(flatten=flatten, normalize=check_flag("normalize", normalize))
         self.dataset = _TensorDataset(images, labels, self.transform)
         if seed is None:
             seed = int(torch.randint(0, MAX_SEED + 1, (1,)).item())

@@ -139,13 +139,6 @@ class Predictions:
         """Every metric of :func:`pyrouq.metrics.evaluate` (targets default to ``self.targets``)."""
         from pyrouq.metrics import evaluate
 
-        if targets is None:
-            targets = self.targets
-        if targets is None:
-            raise ValueError(
-                "No targets: pass targets=(N,) labels, or predict from a loader of (x, y) "
-                "batches so the Predictions carry them."
-            )
         return evaluate(self, targets, ood=ood, ood_score=ood_score)  # type: ignore[arg-type]
 
     def to(self, device: torch.device | str | torch.dtype) -> Predictions:
@@ -524,18 +517,21 @@ class _AsTheyCame:
     def __init__(self, passes: int):
         self.passes = passes
         self.changed: dict[int, tuple[Tensor, int]] = {}  # index -> (copy, x's storage)
+        self.unchanged: set[int] = set()  # batches the network left alone
 
     def run(self, index: int, batch: Tensor, inputs: Tensor, run: Callable[[Tensor], Any]) -> Any:
         """``run(inputs)``, ``inputs`` being the ``index``-th ``batch`` of x as prepared."""
-        if self.passes < 2 or _storage(inputs) != _storage(batch):
+        if self.passes < 2 or index in self.unchanged or _storage(inputs) != _storage(batch):
             return run(inputs)
         if index in self.changed:
             copy, storage = self.changed[index]
             return run(copy.clone() if storage == _storage(batch) else inputs)
         given = AsItCame(inputs, 2)
         out = run(inputs)
-        if given.changed() and given.copy is not None:
-            self.changed[index] = (given.copy, _storage(batch))
+        if given.changed():
+            self.changed[index] = (given.copy, _storage(batch))  # type: ignore[assignment]
+        else:
+            self.unchanged.add(index)
         return out
 
 

@@ -20,7 +20,8 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
   on each member's slice of the batch, or, in a layer whose weights outnumber the activations
   it meets, that member's activations scaled by ``r_i`` and ``s_i``), with rank-1 scaling of
   the activations elsewhere; a
-  network without batch statistics in training runs whole member passes on CPU; a layer
+  network without shared batch statistics in training (nor a shared InstanceNorm tracking
+  running statistics) runs whole member passes on CPU; a layer
   with a single input feature that reads the members' repeated input (a grayscale stem) runs
   once for all members, its output scaled per member (exact: r_m is then a scalar);
 * ``nn.TransformerEncoderLayer``'s fused eval path (which reads its linear layers' weights
@@ -406,13 +407,17 @@ def run_local(
     first forward that finds one is run again without it, from the random state, input and
     running statistics it found, and the network remembers it)."""
 
-    given = AsItCame(x, 2)  # as it came, to every draw and to a forward run again
+    checked = net in _DRAWN_WHOLE  # a forward has shown which layers it can draw
+    # x as it came to every draw, and, until a forward has shown the layers, to one run again
+    given = AsItCame(x, (num_draws or 1) + (0 if checked else 1))
 
     def once() -> Tensor:
         # what a forward run again must find as it was: the random state (a resumed run finds
-        # its layers again, and must draw as the run that found them before), the input and
-        # the running statistics the first run moved
-        state, kept = rng_state(x.device), _running_statistics(net)
+        # its layers again, and must draw as the run that found them before) and the running
+        # statistics the first run moved (a pattern that shows only later is found without)
+        first = net not in _DRAWN_WHOLE
+        state = rng_state(x.device) if first else None
+        kept = _running_statistics(net) if first else []
         while True:
             whole = _DRAWN_WHOLE.get(net, frozenset())
             local = {path: sites for path, sites in layers.items() if path not in whole}
@@ -429,7 +434,8 @@ def run_local(
             _DRAWN_WHOLE[net] = whole | found
             if not found:
                 return out
-            set_rng_state(x.device, state)
+            if state is not None:
+                set_rng_state(x.device, state)
             with torch.no_grad():
                 for buffer, value in kept:
                     buffer.copy_(value)

@@ -205,7 +205,8 @@ def save(
     optimizer : torch optimizer, Pyro optimizer or a state dict, optional
         Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``).
     metadata : dict, optional
-        JSON-serialisable values (metrics, the command line, ...).
+        JSON values that load back as saved (metrics, the command line, ...): string keys,
+        lists rather than tuples.
     training : dict, optional
         Resume state, written by :func:`pyrouq.fit`; leave it alone.
 

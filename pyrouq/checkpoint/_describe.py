@@ -13,7 +13,7 @@ from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq import models
-from pyrouq._util import class_name
+from pyrouq._util import class_name, warn_caller
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 
 __all__ = [
@@ -304,11 +304,10 @@ def build_model(
         )
     config = dict(description["model"].get("config") or {})
     if name in doors and module is not None:
-        warnings.warn(
+        warn_caller(
             f"{str(path)!r} holds pyrouq's {name}, which it rebuilds from its description: the "
             f"module= skeleton ({class_name(module)}) is not used. Leave module= out for "
-            "pyrouq's own models.",
-            stacklevel=3,
+            "pyrouq's own models."
         )
     try:
         if name in doors:

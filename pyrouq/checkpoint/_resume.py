@@ -158,9 +158,10 @@ def restore(
 
 
 def _tensors_of(module: nn.Module) -> dict[tuple[str, str], torch.Tensor]:
-    """A copy of every parameter and buffer of ``module``, by (owner's path, name)."""
+    """A copy of every parameter and buffer of ``module``, by (owner's path, name), in host
+    memory (a copy on the accelerator could run a large model out of its memory)."""
     return {
-        (path, name): tensor.detach().clone()
+        (path, name): tensor.detach().to("cpu", copy=True)
         for path, owner in module.named_modules()
         for name, tensor in (*owner._parameters.items(), *owner._buffers.items())
         if tensor is not None
@@ -172,10 +173,12 @@ def _put_back(module: nn.Module, saved: dict[tuple[str, str], torch.Tensor]) -> 
     and dtypes (the same Parameter objects), the buffers as they were (a cast replaced them)."""
     for (path, name), value in saved.items():
         owner = module.get_submodule(path)
-        if name in owner._parameters and owner._parameters[name] is not None:
-            owner._parameters[name].data = value  # type: ignore[union-attr]
+        parameter = owner._parameters.get(name)
+        if parameter is not None:
+            parameter.data = value.to(parameter.device)
         else:
-            owner._buffers[name] = value
+            current = owner._buffers.get(name)
+            owner._buffers[name] = value if current is None else value.to(current.device)
 
 
 def _warn_other_dtype(model: nn.Module, state: Any, where: str) -> None:

@@ -227,7 +227,7 @@ def fit(
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out").
     metadata : dict, optional
-        JSON values stored in the checkpoints.
+        JSON values stored in the checkpoints (string keys, lists rather than tuples).
     distributed_draws : {"independent", "identical"}, default "independent"
         Under torch.distributed (a process group initialised, e.g. by torchrun): each rank
         draws its own weights (a particle per rank), or every rank the same ones (needs
