@@ -336,3 +336,36 @@ class GuideDraws:
         draws = draw_guide(self.guide, num_samples, (x,))
         self.state = rng_state(self.device)
         return draws
+
+
+class AsTheyCame:
+    """x's input batches for each of ``passes`` passes over x (the draws' chunks), as they
+    came: a network that changes its input in place changes the first pass's batches (as
+    calling it would), and the later passes read a copy of each batch of x it changed. A
+    batch is copied just before its first pass and kept only if the network changed it and
+    the batch is x's own (not a cast or moved copy that every pass makes anew); a later pass
+    takes the copy only for the same batch (a loader making its batches anew gives others)."""
+
+    def __init__(self, passes: int):
+        self.passes = passes
+        self.changed: dict[int, tuple[Tensor, int]] = {}  # index -> (copy, x's storage)
+        self.unchanged: set[int] = set()  # batches the network left alone
+
+    def run(self, index: int, batch: Tensor, inputs: Tensor, run: Callable[[Tensor], Any]) -> Any:
+        """``run(inputs)``, ``inputs`` being the ``index``-th ``batch`` of x as prepared."""
+        if self.passes < 2 or index in self.unchanged or _storage(inputs) != _storage(batch):
+            return run(inputs)
+        if index in self.changed:
+            copy, storage = self.changed[index]
+            return run(copy.clone() if storage == _storage(batch) else inputs)
+        given = AsItCame(inputs, 2)
+        out = run(inputs)
+        if given.changed():
+            self.changed[index] = (given.copy, _storage(batch))  # type: ignore[assignment]
+        else:
+            self.unchanged.add(index)
+        return out
+
+
+def _storage(x: Tensor) -> int:
+    return int(x.untyped_storage().data_ptr())

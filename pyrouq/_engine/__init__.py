@@ -382,16 +382,6 @@ def _drawn_whole(net: nn.Module, calls: Mapping[str, list[int]]) -> set[str]:
     }
 
 
-def _running_statistics(net: nn.Module) -> list[tuple[Tensor, Tensor]]:
-    """Every normalisation buffer of ``net`` a training-mode forward moves, with a copy."""
-    return [
-        (buffer, buffer.clone())
-        for module in net.modules()
-        if _updates_running_statistics(module)
-        for buffer in module.buffers(recurse=False)
-    ]
-
-
 def run_local(
     net: nn.Module,
     x: Tensor,
@@ -417,7 +407,8 @@ def run_local(
         # statistics the first run moved (a pattern that shows only later is found without)
         first = net not in _DRAWN_WHOLE
         state = rng_state(x.device) if first else None
-        kept = _running_statistics(net) if first else []
+        moved = [m for m in net.modules() if first and _updates_running_statistics(m)]
+        kept = [(b, b.clone()) for m in moved for b in m.buffers(recurse=False)]
         while True:
             whole = _DRAWN_WHOLE.get(net, frozenset())
             local = {path: sites for path, sites in layers.items() if path not in whole}
