@@ -93,13 +93,16 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
     return out[0], out[1].to(out[0].device)
 
 
-def carried_targets(targets: Any, predictions: Any) -> Any:
-    """``targets``, else the ones ``predictions`` carry, else a ValueError saying what to pass."""
+def carried_targets(
+    targets: Any,
+    predictions: Any,
+    name: str = "targets",
+    fix: str = "pass targets=(N,) labels, or Predictions that carry them (predict from a "
+    "loader of (x, y) batches)",
+) -> Any:
+    """``targets``, else the ones ``predictions`` carry, else a ValueError: "No {name}: {fix}"."""
     if targets is None:
         targets = getattr(predictions, "targets", None)
     if targets is None:
-        raise ValueError(
-            "No targets: pass targets=(N,) labels, or Predictions that carry them (predict "
-            "from a loader of (x, y) batches)."
-        )
+        raise ValueError(f"No {name}: {fix}.")
     return targets

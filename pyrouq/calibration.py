@@ -63,16 +63,13 @@ def _class_preds(preds: Any, name: str) -> Predictions:
 
 
 def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
-    from pyrouq.metrics import _check_targets
+    from pyrouq._metric_inputs import _check_targets, carried_targets
 
-    if targets is None:
-        if preds.targets is None:
-            raise ValueError(
-                f"No {name}: pass the (N,) labels of the held-out split, or predictions made "
-                "from a loader of (x, y) batches, which carry them."
-            )
-        targets = preds.targets
-    return _check_targets(targets, preds.mean_probs)
+    fix = (
+        "pass the (N,) labels of the held-out split, or predictions made from a loader of "
+        "(x, y) batches, which carry them"
+    )
+    return _check_targets(carried_targets(targets, preds, name, fix), preds.mean_probs)
 
 
 def _check_alpha(alpha: object, n: int) -> float:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from pyrouq._metric_inputs import carried_targets
 from pyrouq.uncertainty import Decomposition
 
 __all__ = [
@@ -259,13 +260,12 @@ class GaussianPredictions:
         return levels, observed
 
     def _targets(self, targets: Tensor | None, name: str = "targets") -> Tensor:
-        if targets is None:
-            if self.targets is None:
-                raise ValueError(
-                    f"No {name}: pass {name}=(N, D) values, or predict from a loader of "
-                    "(x, y) batches so that the predictions carry them."
-                )
-            return self.targets
+        if targets is None:  # the ones carried, checked when these predictions were made
+            fix = (
+                f"pass {name}=(N, D) values, or predict from a loader of (x, y) batches so "
+                "that the predictions carry them"
+            )
+            return carried_targets(None, self, name, fix)  # type: ignore[no-any-return]
         return self._check_targets(targets)
 
     # -- conversions ---------------------------------------------------------------------------
