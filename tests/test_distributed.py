@@ -355,6 +355,31 @@ def _build_classifier():
     return model, mean_field_guide(model)
 
 
+def _failing_on(rank: int, failing: int):
+    """A callback that raises on rank ``failing`` only."""
+
+    def callback(record):
+        if rank == failing:
+            raise RuntimeError(f"the callback failed at epoch {record.epoch}")
+
+    return callback
+
+
+def _blocking_the_folder(rank: int, out: str):
+    """A callback that, on rank 0, puts a file where the checkpoint's folder was: rank 0's
+    next checkpoint write fails."""
+
+    def callback(record):
+        folder = Path(out, "run")
+        if rank == 0 and folder.is_dir():
+            for child in folder.iterdir():
+                child.unlink()
+            folder.rmdir()
+            folder.write_text("not a folder")
+
+    return callback
+
+
 def _stopping_worker(rank: int, init: str, out: str) -> None:
     """Failures that only one rank meets, and arguments that differ between ranks: every rank
     must stop at the same point with an error (not wait in the next collective)."""
@@ -405,6 +430,15 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
             "resume on one rank": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0),
                                               epochs=1, progress=False,
                                               resume_from=(None, Path(out, "missing.pt"))[rank]),
+            # rank 0 alone writes the checkpoints; a callback may fail on one rank only: the
+            # others waited in the next epoch's first collective before 2026-12-05
+            "callback on one rank": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0),
+                                                epochs=2, progress=False,
+                                                callbacks=[_failing_on(rank, 1)]),
+            "checkpoint write": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0),
+                                            epochs=2, progress=False,
+                                            checkpoint=Path(out, "run", "last.pt"),
+                                            callbacks=[_blocking_the_folder(rank, out)]),
         }  # fmt: skip
         for name, attempt in attempts.items():
             try:
@@ -451,6 +485,16 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
     kind, message = by_rank[0]["resume on one rank"]
     assert kind == "ValueError" and message.startswith(set_up), message
     assert message.endswith("its error says what to change.")
+    kind, message = by_rank[1]["callback on one rank"]  # its own error
+    assert kind == "RuntimeError" and message == "the callback failed at epoch 1", message
+    epoch_end = "fit() stopped on every rank: rank {} failed (writing the checkpoint or running "
+    kind, message = by_rank[0]["callback on one rank"]
+    assert kind == "ValueError" and message.startswith(epoch_end.format(1)), message
+    assert "a callback at the end of epoch 1)" in message
+    kind, message = by_rank[1]["checkpoint write"]
+    assert kind == "ValueError" and message.startswith(epoch_end.format(0)), message
+    assert "at the end of epoch 2)" in message
+    assert by_rank[0]["checkpoint write"][0] != "ValueError", by_rank[0]["checkpoint write"]
     label = sorted((outcome["label out of range"] for outcome in by_rank), key=lambda o: o[0])
     assert label[0][0] == "FloatingPointError", label  # the rank whose forward failed: its own
     assert label[0][1].startswith("Another rank stopped at epoch 1, step ")

@@ -516,9 +516,12 @@ class Loop:
                     )
                     self.history.append(record)
                     finished, batches = batches, 0
-                    if self.checkpoint is not None:
-                        self.save(epoch, 0, loader_rng_state(self.loader))
-                    self.call_back(record)
+                    # rank 0 alone writes, and a callback may fail on one rank only: every
+                    # rank stops with it (the others would wait in the next step's collective)
+                    with _distributed.together(self.group, _EPOCH_END.format(epoch=epoch)):
+                        if self.checkpoint is not None:
+                            self.save(epoch, 0, loader_rng_state(self.loader))
+                        self.call_back(record)
                     if interrupt.requested:
                         raise KeyboardInterrupt
         except KeyboardInterrupt:
@@ -545,6 +548,9 @@ class Loop:
                 bar.close()
             self.model.eval()  # as documented, whatever ended the run
         return self.result()
+
+
+_EPOCH_END = "writing the checkpoint or running a callback at the end of epoch {epoch}"
 
 
 def _running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:
