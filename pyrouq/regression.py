@@ -66,9 +66,14 @@ class GaussianPredictions:
     def __post_init__(self) -> None:
         for name, value in (("loc", self.loc), ("scale", self.scale)):
             if not isinstance(value, Tensor) or not value.is_floating_point():
+                got = (
+                    f"a tensor of dtype {value.dtype}"
+                    if isinstance(value, Tensor)
+                    else type(value).__name__
+                )
                 raise TypeError(
-                    f"Expected {name} to be a floating torch.Tensor (S, N, D), got "
-                    f"{getattr(value, 'dtype', type(value).__name__)}."
+                    f"Expected {name} to be a floating torch.Tensor (S, N, D), got {got}; pass "
+                    f"torch.as_tensor({name}).float()."
                 )
             if value.dim() != 3 or value.numel() == 0:
                 raise ValueError(
@@ -86,7 +91,12 @@ class GaussianPredictions:
                 f"{tuple(self.scale.shape)}."
             )
         if not bool((self.scale > 0).all()):
-            raise ValueError("Expected scale > 0 everywhere: they are standard deviations.")
+            bad = int((self.scale <= 0).sum())
+            raise ValueError(
+                f"Expected scale > 0 everywhere: they are standard deviations; got {bad} "
+                f"value(s) <= 0, the smallest {float(self.scale.min()):g}. Pass standard "
+                "deviations (not log-scales), floored above 0."
+            )
         if self.targets is not None:
             object.__setattr__(self, "targets", self._check_targets(self.targets))
 
@@ -195,8 +205,7 @@ class GaussianPredictions:
     def quantile(self, level: float) -> Tensor:
         """The mixture's ``level`` quantile ``(N, D)``, found by bisection on its CDF (to
         1e-12 of the bracket), not by a Gaussian approximation."""
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"Expected a quantile level in (0, 1), got {level!r}.")
+        level = _level(level, "a quantile level")
         loc, scale = self.loc.double(), self.scale.double()
         lo = (loc - 40 * scale).amin(0)
         hi = (loc + 40 * scale).amax(0)
@@ -209,9 +218,7 @@ class GaussianPredictions:
 
     def interval(self, level: float) -> tuple[Tensor, Tensor]:
         """The central ``level`` interval ``(lo, hi)`` of the mixture, each ``(N, D)``."""
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"Expected an interval level in (0, 1), got {level!r}.")
-        tail = (1.0 - float(level)) / 2
+        tail = (1.0 - _level(level, "an interval level")) / 2
         return self.quantile(tail), self.quantile(1.0 - tail)
 
     def crps(self, targets: Tensor | None = None) -> Tensor:
@@ -272,8 +279,17 @@ class GaussianPredictions:
 
     def rescale(self, mean: Tensor | float, std: Tensor | float) -> GaussianPredictions:
         """The predictions in other units, ``y = mean + std * y_standardised`` (per output):
-        means shifted and scaled, standard deviations scaled, targets alike."""
+        means shifted and scaled, standard deviations scaled, targets alike.
+
+        Python numbers keep the predictions' dtype; float64 tensors (a :class:`Standardizer`
+        fitted on float64 targets) make them float64, for a float32 mean of values near
+        123456 is only good to ~0.004 (its spacing is 0.0078), whatever the model's
+        accuracy in standardised units."""
         d = self.num_outputs
+        dtype = self.loc.dtype
+        for value in (mean, std):
+            if torch.is_tensor(value) and value.is_floating_point():
+                dtype = torch.promote_types(dtype, value.dtype)
         values = []
         for name, value in (("mean", mean), ("std", std)):
             if not (torch.is_tensor(value) or isinstance(value, numbers.Real)) or isinstance(
@@ -283,7 +299,7 @@ class GaussianPredictions:
                     f"Expected rescale's {name} to be a float or a tensor of one value per "
                     f"output, got {type(value).__name__}."
                 )
-            t = torch.as_tensor(value, dtype=self.loc.dtype, device=self.loc.device)
+            t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)
             if t.numel() not in (1, d) or t.dim() > 1:
                 raise ValueError(
                     f"rescale's {name} has shape {tuple(t.shape)}, but the predictions have "
@@ -295,8 +311,12 @@ class GaussianPredictions:
         mean_t, std_t = values
         if bool((std_t <= 0).any()) or not bool(torch.isfinite(std_t).all()):
             raise ValueError(f"rescale's std must be finite and > 0, got {std!r}.")
-        targets = None if self.targets is None else self.targets * std_t + mean_t
-        return GaussianPredictions(self.loc * std_t + mean_t, self.scale * std_t, targets)
+        targets = None
+        if self.targets is not None:  # in float64 if they or the statistics are
+            wide = torch.promote_types(self.targets.dtype, dtype)
+            targets = self.targets.to(wide) * std_t.to(wide) + mean_t.to(wide)
+        loc, scale = self.loc.to(dtype), self.scale.to(dtype)
+        return GaussianPredictions(loc * std_t + mean_t, scale * std_t, targets)
 
     def to(self, device: torch.device | str) -> GaussianPredictions:
         """The same predictions on another device."""
@@ -316,6 +336,19 @@ class GaussianPredictions:
         )
 
 
+def _level(level: object, what: str) -> float:
+    """``level`` as a float in (0, 1), or a clear error."""
+    if torch.is_tensor(level) and level.numel() == 1:
+        level = float(level)
+    if not (isinstance(level, numbers.Real) and not isinstance(level, bool)):
+        raise TypeError(
+            f"Expected {what} in (0, 1), one number, got {type(level).__name__}; e.g. 0.9."
+        )
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"Expected {what} in (0, 1), got {level!r}.")
+    return float(level)
+
+
 def _levels() -> Tensor:
     return torch.tensor(CALIBRATION_LEVELS, dtype=torch.float64)
 
@@ -324,9 +357,10 @@ def _crps_term(m: Tensor, v: Tensor) -> Tensor:
     """``A(m, v) = E|X|`` for ``X ~ N(m, v)``: ``2 sqrt(v) phi(m / sqrt(v)) + m (2 Phi(m /
     sqrt(v)) - 1)``."""
     s = v.sqrt()
-    z = m / s
+    point = s == 0  # a point mass (a zero scale): E|X| = |m|, where the formula is 0 / 0
+    z = m / torch.where(point, torch.ones_like(s), s)
     pdf = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
-    return 2 * s * pdf + m * torch.erf(z / _SQRT2)
+    return torch.where(point, m.abs(), 2 * s * pdf + m * torch.erf(z / _SQRT2))
 
 
 #: Values of one pairwise temporary of :func:`mixture_crps` (S * S * inputs * D, float64):
@@ -337,7 +371,8 @@ CRPS_PAIR_VALUES = 2**22
 def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Tensor:
     """CRPS ``(N, D)`` of the equal-weight mixture of ``N(loc[s], scale[s]^2)`` ``(S, N, D)``
     at ``y`` ``(N, D)`` (or ``(N,)`` when D = 1; ``(S, N)`` draws of one output give ``(N,)``):
-    ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006).
+    ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006). A zero scale is a point
+    mass: with all scales 0 it is the ensemble CRPS ``mean_s |x_s - y| - mean_st |x_s - x_t| / 2``.
 
     The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` at a time,
     fewer when S is large, so that memory stays bounded (:data:`CRPS_PAIR_VALUES`)."""
@@ -348,6 +383,13 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
         raise ValueError(
             "mixture_crps(): expected loc and scale of one shape (S, N, D), or (S, N) for one "
             f"output, got {tuple(loc.shape)} and {tuple(scale.shape)}."
+        )
+    if scale.numel() and not bool((scale >= 0).all()):  # NaN included
+        bad = scale[~(scale >= 0)]
+        raise ValueError(
+            f"mixture_crps(): expected scale >= 0 (standard deviations; 0 for point "
+            f"predictions), got {bad.numel()} value(s) below 0 or NaN, e.g. {float(bad[0]):g}. "
+            "Pass the components' standard deviations, not log-scales or variances."
         )
     if loc.dim() == 2:  # one output, and a CRPS (N,) per input
         return mixture_crps(loc[..., None], scale[..., None], y.reshape(-1, 1), chunk)[:, 0]

@@ -24,9 +24,18 @@ from pyrouq._util import ShardedOrder, check_flag, check_int, check_seed
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
 
 
-def _check_xy(x: object, y: object, where: str, integers: bool = True) -> tuple[Tensor, Tensor]:
+def _check_xy(
+    x: object, y: object, where: str, integers: bool = True, same_device: bool = True
+) -> tuple[Tensor, Tensor]:
     """``x`` and ``y`` as tensors of N rows each, real (or, with ``integers``, integer: token
-    ids, class labels) and finite, or a clear error."""
+    ids, class labels) and finite (and, with ``same_device``, on one device: their rows are
+    picked by one index), or a clear error."""
+    if same_device and isinstance(x, Tensor) and isinstance(y, Tensor) and x.device != y.device:
+        raise ValueError(
+            f"{where}: x is on {x.device} and y on {y.device}; their rows are picked by one "
+            "index, so they must be on one device: pass y.to(x.device) (or keep both on the "
+            "CPU; fit() and predict() move each batch to the model's device)."
+        )
     for name, value in (("x", x), ("y", y)):
         if not isinstance(value, Tensor):
             raise TypeError(
@@ -175,7 +184,10 @@ def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
     """``value`` if its rows have the columns ``mean`` was fitted on, else a clear error."""
     if not isinstance(value, Tensor) or not value.is_floating_point():
         what = getattr(value, "dtype", type(value).__name__)
-        raise TypeError(f"Standardizer.{where}(): expected a floating-point tensor, got {what}.")
+        raise TypeError(
+            f"Standardizer.{where}(): expected a floating-point tensor, got {what}; the scaler "
+            f"was fitted on real values: pass {name}.float()."
+        )
     if value.dim() == 0 or tuple(value.shape[1:]) != tuple(mean.shape):
         raise ValueError(
             f"Standardizer.{where}(): expected {name} of shape "
@@ -183,6 +195,19 @@ def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
             f"it was fitted on), got shape {tuple(value.shape)}."
         )
     return value
+
+
+def _column_stats(t: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-column mean and (unbiased) standard deviation of ``t``, in ``t``'s dtype, computed
+    in float64; a constant column gets its value as the mean and std 1 exactly (in float32 the
+    mean of N copies of 0.1 rounds off it, which would leave a std of ~1e-8 and send any other
+    value to ~1e8)."""
+    wide = t.double()
+    mean, std = wide.mean(0), wide.std(0)
+    constant = (t == t[0]).all(0)
+    mean = torch.where(constant, wide[0], mean)
+    std = torch.where(constant | (std == 0), torch.ones_like(std), std)
+    return mean.to(t.dtype), std.to(t.dtype)
 
 
 class Standardizer:
@@ -210,17 +235,13 @@ class Standardizer:
     @classmethod
     def fit(cls, x: Tensor, y: Tensor) -> Standardizer:
         """The statistics of ``x`` and ``y`` (the training split), column by column."""
-        x, y = _check_xy(x, y, "Standardizer.fit()", integers=False)
+        x, y = _check_xy(x, y, "Standardizer.fit()", integers=False, same_device=False)
         if x.shape[0] < 2:
             raise ValueError(
                 f"Standardizer.fit() needs at least 2 rows to measure a spread, got {x.shape[0]}."
             )
 
-        def stats(t: Tensor) -> tuple[Tensor, Tensor]:
-            std = t.std(0)
-            return t.mean(0), torch.where(std > 0, std, torch.ones_like(std))
-
-        return cls(*stats(x), *stats(y))
+        return cls(*_column_stats(x), *_column_stats(y))
 
     def transform_x(self, x: Tensor) -> Tensor:
         """Standardised inputs."""
@@ -238,7 +259,8 @@ class Standardizer:
 
     def inverse(self, predictions: object) -> object:
         """:class:`~pyrouq.GaussianPredictions` of standardised targets, in the targets'
-        original units (means, standard deviations and carried targets rescaled)."""
+        original units (means, standard deviations and carried targets rescaled; in the
+        statistics' dtype when it is wider: float64 targets give float64 predictions)."""
         rescale = getattr(predictions, "rescale", None)
         if not callable(rescale):
             raise TypeError(

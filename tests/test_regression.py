@@ -383,6 +383,29 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
         (lambda: train_test_split(torch.randn(4, 3), torch.randn(4),
                                   test_fraction=torch.tensor(0.5)), ValueError,
          r"got tensor\(0.5000\) \(a tensor: pass a Python number"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).quantile([0.5]),
+         TypeError, r"Expected a quantile level in \(0, 1\), one number, got list; e.g. 0.9"),
+        (lambda: GaussianPredictions(np.zeros((2, 3, 1)), np.ones((2, 3, 1))), TypeError,
+         r"Expected loc to be a floating torch.Tensor \(S, N, D\), got ndarray; pass "
+         r"torch.as_tensor\(loc\).float\(\)"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.tensor([1.0, 0.0, -2.0]).expand(
+            2, 3).unsqueeze(-1)), ValueError, r"got 4 value\(s\) <= 0, the smallest -2\. Pass "
+         r"standard deviations \(not log-scales\)"),
+        (lambda: mixture_crps(torch.zeros(4, 3), -torch.ones(4, 3), torch.zeros(3)), ValueError,
+         r"mixture_crps\(\): expected scale >= 0 \(standard deviations; 0 for point "
+         r"predictions\), got 12 value\(s\) below 0 or NaN, e.g. -1"),
+        (lambda: ArrayLoader(torch.randn(4, 3), torch.randn(4, device="meta")), ValueError,
+         r"ArrayLoader: x is on cpu and y on meta; their rows are picked by one index, so they "
+         r"must be on one device: pass y.to\(x.device\)"),
+        (lambda: train_test_split(torch.randn(4, 3, device="meta"), torch.randn(4)), ValueError,
+         r"train_test_split\(\): x is on meta and y on cpu"),
+        (lambda: Standardizer.fit(torch.randn(5, 3), torch.randn(5)).transform_x(
+            torch.zeros(4, 3, dtype=torch.long)), TypeError, r"Standardizer.transform_x\(\): "
+         r"expected a floating-point tensor, got torch.int64; the scaler was fitted on real "
+         r"values: pass x.float\(\)"),
+        (lambda: _learned_for(2).loc_scale(torch.zeros(4, 3)), ValueError,
+         r"Gaussian: Gaussian\('learned'\) holds 2 noise scale\(s\), one per output of the "
+         r"network it was first called on, got a network with 3 output\(s\)"),
     ],
 )  # fmt: skip
 def test_regression_refuses_bad_input(call, error, pattern):
@@ -393,6 +416,12 @@ def test_regression_refuses_bad_input(call, error, pattern):
 
 def _model():
     return bayesian(nn.Linear(3, 1), likelihood=Gaussian(0.5), num_data=4)
+
+
+def _learned_for(d):
+    likelihood = Gaussian("learned")
+    likelihood.prepare(torch.zeros(1, d))
+    return likelihood
 
 
 # -- tabular helpers and plots ---------------------------------------------------------------

@@ -157,6 +157,15 @@ class Gaussian(Likelihood):
                     "Give the last layer twice as many outputs as there are targets."
                 )
             return size // 2
+        learned = self.raw_scale
+        if self.mode == "learned" and not isinstance(learned, nn.UninitializedParameter):
+            if int(learned.shape[0]) != size:
+                raise ValueError(
+                    f"{where}: Gaussian('learned') holds {int(learned.shape[0])} noise "
+                    f"scale(s), one per output of the network it was first called on, got a "
+                    f"network with {size} output(s). Give each network its own "
+                    "Gaussian('learned')."
+                )
         if self.mode == "latent" and tuple(self.noise_prior.shape) not in ((), (size,)):
             raise ValueError(
                 f"{where}: the noise prior has batch shape {tuple(self.noise_prior.shape)}, "
@@ -178,6 +187,7 @@ class Gaussian(Likelihood):
             return outputs, torch.full_like(outputs, self.fixed)
         if self.mode == "learned":
             self.prepare(outputs)
+            self.num_outputs(outputs)  # the learned scales fit D
             assert self.raw_scale is not None
             return outputs, F.softplus(self.raw_scale).expand_as(outputs)
         if latent is None or NOISE_SITE not in latent:
