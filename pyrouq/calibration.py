@@ -16,16 +16,27 @@ Shape convention: S draws or members, N inputs, C classes (D outputs for regress
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._conformal_scores import (
+    _check_alpha,
+    _intervals,
+    _labels_of,
+    _quantile,
+    _ranked,
+    _regression_scores,
+    _sets,
+    check_alpha_field,
+    check_class_fields,
+    check_thresholds,
+)
+from pyrouq._metric_inputs import _float64
+from pyrouq._numbers import is_integer, is_real
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
@@ -72,44 +83,6 @@ def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
     return _check_targets(carried_targets(targets, preds, name, fix), preds.mean_probs)
 
 
-def _check_alpha(alpha: object, n: int) -> float:
-    if not is_real(alpha) or not 0 < float(alpha) < 1:
-        raise ValueError(
-            f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
-            f"{alpha!r}{tensor_hint(alpha)}."
-        )
-    a = float(alpha)
-    if _rank(n, a) > n:
-        least = max(1, math.floor(1 / a) - 2)  # (m + 1)(1 - a) <= m: m >= 1/a - 1, give or take
-        while _rank(least, a) > least:
-            least += 1
-        raise ValueError(
-            f"alpha={a:g} needs at least {least} calibration points for a finite threshold, "
-            f"got {n}. Hold out more data or raise alpha."
-        )
-    return a
-
-
-def _quantile(scores: Tensor, alpha: float) -> Tensor:
-    """The conformal threshold: the ``ceil((n + 1)(1 - alpha))``-th smallest score (per column
-    for ``(n, D)`` scores)."""
-    n = scores.shape[0]
-    return scores.sort(dim=0).values[_rank(n, alpha) - 1]
-
-
-def _rank(n: int, alpha: float) -> int:
-    """``ceil((n + 1)(1 - alpha))``, of the float alpha's exact value, where a product within
-    float rounding of an integer k is k: alpha = 0.7 (a little below 7/10 in binary) and n = 9
-    give 3, not the 4 that (9 + 1) * (1 - 0.7) = 3.0000000000000004 would, and alpha = 1/3
-    with n = 2 gives 2; a genuine fraction counts (alpha = 0.69999999999, n = 9: 4), and an
-    alpha just below 1 gives the smallest score (rank 1)."""
-    exact = (n + 1) * (1 - Fraction(float(alpha)))
-    nearest = round(exact)
-    if abs(exact - nearest) <= 8 * sys.float_info.epsilon * (n + 1):
-        return max(1, nearest)
-    return max(1, math.ceil(exact))
-
-
 # --------------------------------------------------------------------------------------------
 # Temperature scaling
 # --------------------------------------------------------------------------------------------
@@ -143,7 +116,8 @@ class TemperatureScaler:
     def __call__(self, preds: Predictions) -> Predictions:
         preds = _class_preds(preds, "preds")
         logp = _log_probs(preds.probs)
-        probs = torch.softmax(logp / self.temperature, dim=-1).to(preds.probs.dtype)
+        probs = torch.softmax(logp / self.temperature, dim=-1)
+        probs = probs.to(device=preds.probs.device, dtype=preds.probs.dtype)
         return Predictions(probs, preds.targets)
 
     def __repr__(self) -> str:
@@ -158,7 +132,7 @@ def _log_probs(probs: Tensor) -> Tensor:
     temperatures)."""
     from pyrouq.metrics import NLL_CLAMP
 
-    return probs.double().clamp_min(NLL_CLAMP).log()
+    return _float64(probs).clamp_min(NLL_CLAMP).log()
 
 
 def _tempered_nll(logp: Tensor, y: Tensor, temperature: float) -> float:
@@ -200,8 +174,8 @@ def temperature_scale(
     3.64
     """
     preds = _class_preds(val_preds, "val_preds")
-    y = _labels(preds, val_targets, "val_targets")
     logp = _log_probs(preds.probs)
+    y = _labels(preds, val_targets, "val_targets").to(logp.device)
     lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
     values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
@@ -249,19 +223,6 @@ def _check_score(score: object, allowed: tuple[str, ...], where: str) -> None:
         )
 
 
-def _ranked(pbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(order, cumulative_before, rank)``: classes by decreasing probability, the mass of
-    the classes ranked above each class, and each class's rank (1 = the most probable)."""
-    order = pbar.argsort(dim=1, descending=True, stable=True)
-    sorted_p = pbar.gather(1, order)
-    before_sorted = sorted_p.cumsum(1) - sorted_p
-    before = torch.empty_like(pbar).scatter_(1, order, before_sorted)
-    ranks = torch.empty_like(order).scatter_(
-        1, order, torch.arange(1, pbar.shape[1] + 1, device=pbar.device).expand_as(order)
-    )
-    return order, before, ranks
-
-
 @dataclass(frozen=True)
 class ConformalClassifier:
     """Split-conformal prediction sets for a classifier (made by :func:`conformal`).
@@ -295,12 +256,25 @@ class ConformalClassifier:
     num_classes: int | None = None
 
     def __post_init__(self) -> None:
-        _check_score(self.score, get_args(ClassScore), "ConformalClassifier")
-        object.__setattr__(self, "seed", check_seed(self.seed, "ConformalClassifier"))
+        where = "ConformalClassifier"
+        _check_score(self.score, get_args(ClassScore), where)
+        check_class_fields(self.threshold, self.lam, self.k_reg, self.num_classes)
+        fields = {
+            "alpha": check_alpha_field(self.alpha, where),
+            "threshold": float(self.threshold),
+            "lam": float(self.lam),
+            "k_reg": int(self.k_reg),
+            "seed": check_seed(self.seed, where),
+            "num_classes": None if self.num_classes is None else int(self.num_classes),
+        }
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
 
     def scores(self, preds: Predictions, seed: int | None = None) -> Tensor:
-        """The ``(N, C)`` score of every class for every input (``u`` drawn from ``seed``)."""
-        pbar = _class_preds(preds, "preds").mean_probs.double()
+        """The ``(N, C)`` score of every class for every input (``u`` drawn from ``seed``),
+        from ``p̄`` averaged in float64, as :attr:`Predictions.predicted` averages it: a float32
+        mean can break a near-tie the other way and leave the predicted class out of a set."""
+        pbar = _float64(_class_preds(preds, "preds").probs).mean(0)
         if self.num_classes is not None and pbar.shape[-1] != self.num_classes:
             raise ValueError(
                 f"The predictions have {pbar.shape[-1]} classes, the calibration predictions "
@@ -326,7 +300,7 @@ class ConformalClassifier:
         if seed is not None:
             seed = check_seed(seed, "ConformalClassifier.predict_sets()")
         seed = (self.seed + 1) % (MAX_SEED + 1) if seed is None else seed
-        return self.scores(preds, seed) <= self.threshold
+        return (self.scores(preds, seed) <= self.threshold).to(preds.probs.device)
 
     def __repr__(self) -> str:
         return (
@@ -354,6 +328,8 @@ class ConformalRegressor:
 
     def __post_init__(self) -> None:
         _check_score(self.score, get_args(RegressionScore), "ConformalRegressor")
+        object.__setattr__(self, "alpha", check_alpha_field(self.alpha, "ConformalRegressor"))
+        object.__setattr__(self, "threshold", check_thresholds(self.threshold))
 
     def intervals(self, preds: GaussianPredictions) -> tuple[Tensor, Tensor]:
         """``(lo, hi)``, each ``(N, D)``."""
@@ -381,14 +357,6 @@ class ConformalRegressor:
         return (
             f"ConformalRegressor(score={self.score!r}, alpha={self.alpha:g}, threshold=[{values}])"
         )
-
-
-def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha: float) -> Tensor:
-    if score == "abs":
-        wide = preds.double()  # moments in float64
-        return (y - wide.mean).abs() / wide.stddev
-    lo, hi = preds.interval(1 - alpha)
-    return torch.maximum(lo - y, y - hi)
 
 
 def conformal(
@@ -463,7 +431,8 @@ def conformal(
     y = _labels(preds, val_targets, "val_targets")
     a = _check_alpha(alpha, y.shape[0])
     predictor = ConformalClassifier(score, a, math.inf, float(lam), int(k_reg), seed)  # type: ignore[arg-type]
-    true_scores = predictor.scores(preds, seed).gather(1, y.to(preds.probs.device)[:, None])[:, 0]
+    scores = predictor.scores(preds, seed)
+    true_scores = scores.gather(1, y.to(scores.device)[:, None])[:, 0]
     threshold = float(_quantile(true_scores, a))
     classes = int(preds.probs.shape[-1])
     return ConformalClassifier(score, a, threshold, float(lam), int(k_reg), seed, classes)  # type: ignore[arg-type]
@@ -472,50 +441,6 @@ def conformal(
 # --------------------------------------------------------------------------------------------
 # Metrics of sets and intervals
 # --------------------------------------------------------------------------------------------
-
-
-def _sets(sets: Any) -> Tensor:
-    if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
-        raise TypeError(
-            "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "
-            f"them), got {getattr(sets, 'dtype', type(sets).__name__)}"
-            + (
-                "; for intervals pass the tuple (lo, hi) that intervals() returns."
-                if isinstance(sets, list)
-                else "."
-            )
-        )
-    if sets.dim() != 2:
-        raise ValueError(
-            "Expected prediction sets as an (N, C) boolean tensor, one row per input "
-            f"(predict_sets() returns them), got shape {tuple(sets.shape)}."
-        )
-    if sets.shape[0] == 0:
-        raise ValueError(
-            f"Expected at least one prediction set, got shape {tuple(sets.shape)}: a coverage "
-            "or a mean size of no sets is undefined."
-        )
-    return sets
-
-
-def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
-    """``targets`` as the ``(N,)`` class labels of ``(N, C)`` sets, or a clear error."""
-    num, classes = sets.shape
-    if not isinstance(targets, Tensor) or targets.shape != (num,):
-        raise ValueError(
-            f"{where}: expected labels of shape ({num},), one per prediction set, got "
-            f"{tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
-        )
-    y = targets.to(sets.device)
-    wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool
-    if wrong_dtype or (num and (y.min() < 0 or y.max() >= classes)):
-        raise ValueError(
-            f"{where}: expected integer class labels in [0, {classes - 1}] for sets over "
-            f"{classes} classes, got dtype {targets.dtype}"
-            + (f" and values in [{y.min().item()}, {y.max().item()}]" if num else "")
-            + "."
-        )
-    return y.long()
 
 
 def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor) -> float:
@@ -550,29 +475,6 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
     sets = _sets(sets_or_intervals)
     y = _labels_of(sets, targets, "coverage()")
     return float(sets.gather(1, y[:, None]).double().mean())
-
-
-def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
-    """``(lo, hi)`` as two tensors of one shape without NaN, or a clear error."""
-    if len(intervals) != 2 or not all(isinstance(t, Tensor) for t in intervals):
-        raise TypeError(
-            "coverage(): expected intervals as a tuple (lo, hi) of two tensors (intervals() "
-            f"returns it), got a tuple of {len(intervals)}: "
-            f"{', '.join(type(t).__name__ for t in intervals)}."
-        )
-    lo, hi = intervals
-    if lo.shape != hi.shape:
-        raise ValueError(
-            f"coverage(): expected lo and hi of one shape, got {tuple(lo.shape)} and "
-            f"{tuple(hi.shape)}: each target needs its own lower and upper bound."
-        )
-    for name, bound in (("lo", lo), ("hi", hi)):
-        if bound.isnan().any():
-            raise ValueError(
-                f"coverage(): {name} holds {int(bound.isnan().sum())} NaN values; an interval "
-                "needs both bounds."
-            )
-    return lo, hi.to(lo.device)
 
 
 def mean_set_size(sets: Tensor) -> float:

@@ -235,6 +235,26 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"'raps' \(lower case\)"),
         (lambda: __import__("pyrouq").ConformalRegressor("ABS", 0.1, torch.ones(1)), ValueError,
          r"ConformalRegressor: unknown score 'ABS', expected one of 'abs', 'cqr'"),
+        (lambda: conformal(_classifier_data(50), alpha=5e-324), ValueError,
+         r"alpha=4.94066e-324 needs at least 2.02e\+323 calibration points for a finite "
+         r"threshold, got 50. Hold out more data or raise alpha"),
+        (lambda: __import__("pyrouq").ConformalRegressor("abs", 0.1, 1.5), ValueError,
+         r"ConformalRegressor: expected threshold as a floating \(D,\) tensor, one per output "
+         r"\(conformal\(\) makes it\), got float; for one output pass torch.tensor\(\[t\]\)"),
+        (lambda: __import__("pyrouq").ConformalRegressor("abs", 0.1, torch.tensor(1.5)),
+         ValueError, r"expected threshold as a floating \(D,\) tensor.*got shape \(\), dtype "
+         r"torch.float32"),
+        (lambda: __import__("pyrouq").ConformalRegressor("cqr", 1.5, torch.ones(1)), ValueError,
+         r"ConformalRegressor: expected alpha in \(0, 1\), the allowed miscoverage, got 1.5"),
+        (lambda: __import__("pyrouq").ConformalClassifier("lac", "0.1", 0.5, 0.0, 0, 0),
+         ValueError, r"ConformalClassifier: expected alpha in \(0, 1\), the allowed "
+         r"miscoverage, got '0.1'"),
+        (lambda: __import__("pyrouq").ConformalClassifier("lac", 0.1, math.nan, 0.0, 0, 0),
+         ValueError, r"ConformalClassifier: expected threshold to be a real number \(the "
+         r"largest score a set admits; inf admits every class\), got nan"),
+        (lambda: __import__("pyrouq").ConformalClassifier("raps", 0.1, 0.5, 0.1, -1, 0),
+         ValueError, r"ConformalClassifier: expected k_reg, the ranks free of penalty, an "
+         r"integer >= 0, got -1"),
     ],
 )  # fmt: skip
 def test_calibration_refuses_bad_input(call, error, pattern):
@@ -289,3 +309,38 @@ def test_a_probability_that_underflowed_to_zero_does_not_swing_the_temperature()
     logits[0, y[0]] = -110.0
     double = temperature_scale(Predictions(torch.softmax(logits.double(), -1)[None], y))
     assert double.temperature == pytest.approx(t110, abs=1e-6)  # float64 keeps 1e-48: the same T
+
+
+@pytest.mark.parametrize("score", ["lac", "aps", "raps"])
+def test_sets_keep_the_predicted_class_at_a_float32_near_tie(score):
+    """Classes 0 and 1 tie in the float64 mean (predicted: 0), but the float32 mean puts 1 a
+    hair above 0; calibrated on label 1, the sets held class 1 alone, not the predicted 0."""
+    probs = torch.tensor(
+        [
+            [0.4926582872867584, 0.49265867471694946, 0.014683067798614502],
+            [0.4105505049228668, 0.4105500280857086, 0.17889949679374695],
+            [0.45217904448509216, 0.4521791338920593, 0.09564179182052612],
+        ]
+    )[:, None]  # (S=3, N=1, C=3), float32
+    test = Predictions(probs)
+    assert test.mean_probs[0, 1] > test.mean_probs[0, 0] and test.predicted.item() == 0
+    cal = Predictions(probs.expand(3, 20, 3).contiguous(), torch.ones(20, dtype=torch.long))
+    predictor = conformal(cal, alpha=0.1, score=score, lam=0.0)
+    sets = predictor.predict_sets(test, seed=1)  # APS: u = 0.76, a set of both classes
+    assert sets.tolist() == [[True, True, False]], sets.tolist()  # was [[False, True, False]]
+    if score == "lac":
+        assert predictor.threshold == pytest.approx(1 - float(probs.double().mean(0)[0, 1]))
+
+
+def test_hand_made_predictors_are_checked_and_normalised():
+    from pyrouq import ConformalClassifier, ConformalRegressor
+
+    reg = ConformalRegressor("abs", np.float32(0.25), [1.5, 2.0])
+    assert reg.alpha == 0.25 and type(reg.alpha) is float
+    assert reg.threshold.dtype == torch.float64 and reg.threshold.tolist() == [1.5, 2.0]
+    preds = GaussianPredictions(torch.zeros(1, 2, 2), torch.ones(1, 2, 2))
+    lo, hi = reg.intervals(preds)
+    assert hi[0].tolist() == [1.5, 2.0] and lo[1].tolist() == [-1.5, -2.0]
+    cls = ConformalClassifier("raps", 0.1, np.float64(0.5), np.float32(0.25), np.int64(1), 0, 3)
+    assert (type(cls.threshold), type(cls.lam), type(cls.k_reg)) == (float, float, int)
+    assert repr(cls) == "ConformalClassifier(score='raps', alpha=0.1, threshold=0.500000)"

@@ -1,0 +1,204 @@
+"""The private parts of :mod:`pyrouq.calibration`: the conformal rank and threshold, the
+class ranking of APS / RAPS, the regression scores, and the checks of alphas, sets, intervals
+and hand-made predictors."""
+
+from __future__ import annotations
+
+import math
+import sys
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from pyrouq._numbers import is_integer, is_real, tensor_hint
+
+if TYPE_CHECKING:
+    from pyrouq.regression import GaussianPredictions
+
+
+def _check_alpha(alpha: object, n: int) -> float:
+    if not is_real(alpha) or not 0 < float(alpha) < 1:
+        raise ValueError(
+            f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
+            f"{alpha!r}{tensor_hint(alpha)}."
+        )
+    a = float(alpha)
+    if _rank(n, a) > n:
+        # (m + 1)(1 - a) <= m: m >= 1/a - 1, give or take; 1/a exactly (5e-324: no float)
+        least = max(1, math.floor(1 / Fraction(a)) - 2)
+        while _rank(least, a) > least:
+            least += 1
+        digits = str(least)  # 1e-300: a count no float holds, shown as 9.99e+299
+        count = digits if len(digits) < 16 else f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+        raise ValueError(
+            f"alpha={a:g} needs at least {count} calibration points for a finite threshold, "
+            f"got {n}. Hold out more data or raise alpha."
+        )
+    return a
+
+
+def _quantile(scores: Tensor, alpha: float) -> Tensor:
+    """The conformal threshold: the ``ceil((n + 1)(1 - alpha))``-th smallest score (per column
+    for ``(n, D)`` scores)."""
+    n = scores.shape[0]
+    return scores.sort(dim=0).values[_rank(n, alpha) - 1]
+
+
+def _rank(n: int, alpha: float) -> int:
+    """``ceil((n + 1)(1 - alpha))``, of the float alpha's exact value, where a product within
+    float rounding of an integer k is k: alpha = 0.7 (a little below 7/10 in binary) and n = 9
+    give 3, not the 4 that (9 + 1) * (1 - 0.7) = 3.0000000000000004 would, and alpha = 1/3
+    with n = 2 gives 2; a genuine fraction counts (alpha = 0.69999999999, n = 9: 4), and an
+    alpha just below 1 gives the smallest score (rank 1)."""
+    exact = (n + 1) * (1 - Fraction(float(alpha)))
+    nearest = round(exact)
+    if abs(exact - nearest) <= Fraction(8 * sys.float_info.epsilon) * (n + 1):
+        return max(1, nearest)
+    return max(1, math.ceil(exact))
+
+
+def _ranked(pbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(order, cumulative_before, rank)``: classes by decreasing probability, the mass of
+    the classes ranked above each class, and each class's rank (1 = the most probable)."""
+    order = pbar.argsort(dim=1, descending=True, stable=True)
+    sorted_p = pbar.gather(1, order)
+    before_sorted = sorted_p.cumsum(1) - sorted_p
+    before = torch.empty_like(pbar).scatter_(1, order, before_sorted)
+    ranks = torch.empty_like(order).scatter_(
+        1, order, torch.arange(1, pbar.shape[1] + 1, device=pbar.device).expand_as(order)
+    )
+    return order, before, ranks
+
+
+def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha: float) -> Tensor:
+    if score == "abs":
+        wide = preds.double()  # moments in float64
+        return (y - wide.mean).abs() / wide.stddev
+    lo, hi = preds.interval(1 - alpha)
+    return torch.maximum(lo - y, y - hi)
+
+
+def _sets(sets: Any) -> Tensor:
+    if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
+        raise TypeError(
+            "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "
+            f"them), got {getattr(sets, 'dtype', type(sets).__name__)}"
+            + (
+                "; for intervals pass the tuple (lo, hi) that intervals() returns."
+                if isinstance(sets, list)
+                else "."
+            )
+        )
+    if sets.dim() != 2:
+        raise ValueError(
+            "Expected prediction sets as an (N, C) boolean tensor, one row per input "
+            f"(predict_sets() returns them), got shape {tuple(sets.shape)}."
+        )
+    if sets.shape[0] == 0:
+        raise ValueError(
+            f"Expected at least one prediction set, got shape {tuple(sets.shape)}: a coverage "
+            "or a mean size of no sets is undefined."
+        )
+    return sets
+
+
+def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
+    """``targets`` as the ``(N,)`` class labels of ``(N, C)`` sets, or a clear error."""
+    num, classes = sets.shape
+    if not isinstance(targets, Tensor) or targets.shape != (num,):
+        raise ValueError(
+            f"{where}: expected labels of shape ({num},), one per prediction set, got "
+            f"{tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
+        )
+    y = targets.to(sets.device)
+    wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool
+    if wrong_dtype or (num and (y.min() < 0 or y.max() >= classes)):
+        raise ValueError(
+            f"{where}: expected integer class labels in [0, {classes - 1}] for sets over "
+            f"{classes} classes, got dtype {targets.dtype}"
+            + (f" and values in [{y.min().item()}, {y.max().item()}]" if num else "")
+            + "."
+        )
+    return y.long()
+
+
+def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+    """``(lo, hi)`` as two tensors of one shape without NaN, or a clear error."""
+    if len(intervals) != 2 or not all(isinstance(t, Tensor) for t in intervals):
+        raise TypeError(
+            "coverage(): expected intervals as a tuple (lo, hi) of two tensors (intervals() "
+            f"returns it), got a tuple of {len(intervals)}: "
+            f"{', '.join(type(t).__name__ for t in intervals)}."
+        )
+    lo, hi = intervals
+    if lo.shape != hi.shape:
+        raise ValueError(
+            f"coverage(): expected lo and hi of one shape, got {tuple(lo.shape)} and "
+            f"{tuple(hi.shape)}: each target needs its own lower and upper bound."
+        )
+    for name, bound in (("lo", lo), ("hi", hi)):
+        if bound.isnan().any():
+            raise ValueError(
+                f"coverage(): {name} holds {int(bound.isnan().sum())} NaN values; an interval "
+                "needs both bounds."
+            )
+    return lo, hi.to(lo.device)
+
+
+def check_alpha_field(alpha: object, where: str) -> float:
+    """A predictor's ``alpha`` in (0, 1) as a float, or a ValueError naming ``where``."""
+    if not is_real(alpha) or not 0 < float(alpha) < 1:
+        raise ValueError(
+            f"{where}: expected alpha in (0, 1), the allowed miscoverage, got {alpha!r}"
+            f"{tensor_hint(alpha)}. conformal() builds the predictor from held-out predictions."
+        )
+    return float(alpha)
+
+
+def check_class_fields(threshold: object, lam: object, k_reg: object, classes: object) -> None:
+    """The numbers of a :class:`ConformalClassifier` made by hand, or a clear error."""
+    where = "ConformalClassifier"
+    if not is_real(threshold) or math.isnan(threshold):
+        raise ValueError(
+            f"{where}: expected threshold to be a real number (the largest score a set "
+            f"admits; inf admits every class), got {threshold!r}{tensor_hint(threshold)}."
+        )
+    if not is_real(lam) or not 0 <= lam < math.inf:
+        raise ValueError(
+            f"{where}: expected lam >= 0 (finite), the RAPS penalty per rank, got {lam!r}"
+            f"{tensor_hint(lam)}."
+        )
+    if not is_integer(k_reg) or k_reg < 0:
+        raise ValueError(
+            f"{where}: expected k_reg, the ranks free of penalty, an integer >= 0, got "
+            f"{k_reg!r}{tensor_hint(k_reg)}."
+        )
+    if classes is not None and (not is_integer(classes) or classes < 1):
+        raise ValueError(
+            f"{where}: expected num_classes to be None or an integer >= 1, got {classes!r}."
+        )
+
+
+def check_thresholds(threshold: object) -> Tensor:
+    """A :class:`ConformalRegressor`'s thresholds as a float64 ``(D,)`` tensor, or an error."""
+    values = threshold
+    if isinstance(threshold, (list, tuple)):
+        values = torch.as_tensor(threshold, dtype=torch.float64)
+    if not isinstance(values, Tensor) or not values.is_floating_point() or values.dim() != 1:
+        got = (
+            f"shape {tuple(values.shape)}, dtype {values.dtype}"
+            if isinstance(values, Tensor)
+            else type(threshold).__name__
+        )
+        raise ValueError(
+            "ConformalRegressor: expected threshold as a floating (D,) tensor, one per output "
+            f"(conformal() makes it), got {got}; for one output pass torch.tensor([t])."
+        )
+    if values.numel() == 0 or bool(values.isnan().any()):
+        raise ValueError(
+            "ConformalRegressor: expected at least one threshold and no NaN, got "
+            f"{values.tolist()}."
+        )
+    return values
