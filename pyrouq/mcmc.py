@@ -15,22 +15,22 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import pickle
-import signal
-import time
-import traceback
 import warnings
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from typing import Any, Literal
 
 import numpy as np
 import pyro
 import torch
-from pyro.infer.mcmc import HMC, NUTS
-from pyro.util import get_rng_state, set_rng_state
 from torch import Tensor
 
+from pyrouq._mcmc_workers import (
+    chain_job,
+    parallel_chains,
+    rng_state,
+    set_rng_state,
+    spawn_problem,
+)
 from pyrouq._util import (
     MAX_SEED,
     check_count,
@@ -40,6 +40,7 @@ from pyrouq._util import (
     check_seed,
     model_input,
     modes,
+    module_device,
     module_dtype,
     restore_modes,
 )
@@ -120,13 +121,24 @@ class MCMCResult:
 
 
 def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
-    if not torch.is_tensor(x) or not torch.is_tensor(y):
-        given = type(x).__name__ if not torch.is_tensor(x) else type(y).__name__
-        raise TypeError(
-            f"mcmc() needs the full data as tensors x and y, got {given}: NUTS evaluates the "
-            "likelihood of every point at every step, so it takes no minibatch loader. Pass "
-            "x, y = torch.cat over the loader's batches (or use fit() for minibatch VI)."
-        )
+    for name, value in (("x", x), ("y", y)):
+        if isinstance(value, (np.ndarray, list, tuple)):
+            raise TypeError(
+                f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
+                f"for {name}. Convert it first: {name} = torch.as_tensor({name})."
+            )
+        if not torch.is_tensor(value):
+            raise TypeError(
+                f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
+                f"for {name}: NUTS evaluates the likelihood of every point at every step, so it "
+                "takes no minibatch loader. Pass x, y = torch.cat over the loader's batches (or "
+                "use fit() for minibatch VI)."
+            )
+        if value.dim() == 0:
+            raise ValueError(
+                f"mcmc(): expected {name} with a leading dimension of N points, got a scalar "
+                f"tensor. Pass every point: x of shape (N, ...) and y of shape (N,) or (N, D)."
+            )
     if x.shape[0] != y.shape[0] or x.shape[0] == 0:
         raise ValueError(
             f"mcmc(): x and y must hold the same number N >= 1 of points, got {x.shape[0]} and "
@@ -155,9 +167,11 @@ def mcmc(
     Every chain adapts its step size and a diagonal mass matrix during ``warmup_steps``, then
     keeps ``num_samples`` draws. Chain c is seeded with ``seed + c`` (modulo 2**32;
     reproducible), whether the chains run in parallel processes or one after another, and the
-    global random state (torch, numpy, random) is left as it was either way; each chain shows a
-    progress bar.
+    global random state (torch's, on the CPU and on the model's device, numpy's and Python's)
+    is left as it was either way; only ``seed=None`` takes one draw from torch's generator, for
+    the seed. Each chain shows a progress bar.
 
+    The network runs in evaluation mode (no dropout; BatchNorm on its running statistics).
     NUTS samples the latent sites only. The model's point estimates (parameters it does not
     select, such as BatchNorm's, a ``Gaussian("learned")`` noise scale) and its BatchNorm
     running statistics stay at their current values throughout: :func:`pyrouq.fit` the model
@@ -170,12 +184,15 @@ def mcmc(
         A model made by :func:`pyrouq.bayesian` (``BayesianMLP``, ...), a Gaussian likelihood's
         latent noise included.
     x, y : Tensor
-        The whole data set (no minibatches: ``model.num_data`` is set to N for the run).
+        The whole data set (no minibatches: ``model.num_data`` is set to N for the run),
+        moved to the model's device.
     num_samples, warmup_steps : int
         Draws kept per chain; adaptation steps per chain (>= 0).
     num_chains : int, default 4
     kernel : {"nuts", "hmc"}
     seed : int, optional
+        In ``[0, 2**32 - 1]``. None: drawn from torch's generator (so ``torch.manual_seed``
+        before the call makes it reproducible too).
     progress : bool, default True
     force : bool, default False
         Sample a model above :data:`MAX_LATENT_VALUES` latent values anyway.
@@ -185,8 +202,10 @@ def mcmc(
         Run the chains in separate processes (``spawn``; one per core, the cores shared out
         as torch threads). Default: when there are several chains and cores and at least
         :data:`PARALLEL_MIN_STEPS` steps per chain (shorter chains finish before the
-        processes have started), and no class of the network is defined in ``__main__``
-        (new processes could not import it); otherwise one after another, in this process.
+        processes have started), and the model can be sent to new processes (no class of the
+        network defined in ``__main__``, which they could not import, nor one that does not
+        pickle: defined inside a function, holding a lambda); otherwise one after another, in
+        this process.
         The draws are the same either way. A chain process that dies (out of memory, say)
         raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes.
         Each chain process first runs the script's top-level code again (Python's ``spawn``),
@@ -232,6 +251,9 @@ def mcmc(
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
     x, y = _check_data(x, y)
+    device = module_device(model)
+    if device is not None:  # as predict() and to_inference_data(): the data go to the model
+        x, y = x.to(device), y.to(device)
     x = model_input(x, model, "mcmc()")
     check_finite_inputs(x, "mcmc()")
     dtype = module_dtype(model)
@@ -285,238 +307,40 @@ def _run_chains(
         )
     base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
     model.num_data = x.shape[0]
-    cores = os.cpu_count() or 1
-    spawnable = all(type(m).__module__ != "__main__" for m in model.modules())
+    cores = _cores()
     if parallel is None:
         long_enough = warmup_steps + num_samples >= PARALLEL_MIN_STEPS
-        parallel = num_chains > 1 and cores > 1 and long_enough and spawnable
-    elif parallel and not spawnable:
-        raise ValueError(
-            "mcmc(parallel=True) runs the chains in new processes, which cannot import a "
-            "network class defined in __main__ (a script's or a notebook's own cell). Move the "
-            "class into a module, or pass parallel=False."
-        )
+        parallel = num_chains > 1 and cores > 1 and long_enough and spawn_problem(model) is None
+    elif parallel and num_chains > 1:
+        problem = spawn_problem(model)
+        if problem is not None:
+            raise ValueError(
+                f"mcmc(parallel=True) runs the chains in new processes, which {problem}, or "
+                "pass parallel=False."
+            )
+    parallel = parallel and num_chains > 1  # one chain runs here, with the caller's threads
     workers = min(num_chains, cores)
     jobs = [
         (model, x, y, kernel, warmup_steps, num_samples, (base + chain) % (MAX_SEED + 1),
          chain, progress, max_tree_depth, max(1, cores // workers) if parallel else None)
         for chain in range(num_chains)
     ]  # fmt: skip
-    if parallel and num_chains > 1:
-        return _parallel_chains(jobs, workers)
-    state = get_rng_state()  # left as it was, as by chains in other processes
+    if parallel:
+        return parallel_chains(jobs, workers)
+    device = module_device(model)
+    state = rng_state(device)  # left as it was, as by chains in other processes
     try:
-        return [_chain_job(job) for job in jobs]
+        return [chain_job(job) for job in jobs]
     finally:
-        set_rng_state(state)
+        set_rng_state(state, device)
 
 
-def _parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
-    """The chains' jobs in ``workers`` new (spawned) processes, worker k running chains k,
-    k + workers, ... A process that ends without its results (killed for memory, a crash in a
-    native library) is a clear error, never a wait without end; an interrupt (Ctrl-C, a
-    Jupyter interrupt) stops every chain process at once.
-
-    Processes of our own rather than a ``ProcessPoolExecutor``, whose shutdown can deadlock
-    while its workers are being terminated (CPython gh-125451: its manager thread and its
-    queue's feeder thread both take the shutdown lock; fixed for 3.12 and 3.13 only), which is
-    what an interrupt does, and what hung two CI runs."""
-    context = multiprocessing.get_context("spawn")
-    results: dict[int, Any] = {}
-    running: dict[Any, tuple[list[int], Any]] = {}  # result pipe -> (chains owed, process)
+def _cores() -> int:
+    """The cores this process may run on (its affinity, where the OS tells it)."""
     try:
-        for k in range(workers):
-            share = [(index, jobs[index]) for index in range(k, len(jobs), workers)]
-            reader, writer = context.Pipe(duplex=False)
-            process = context.Process(target=_chain_process, args=(share, writer), daemon=True)
-            process.start()
-            writer.close()  # the child holds the only writer: its end is the pipe's EOF
-            running[reader] = ([index for index, _ in share], process)
-        while running:
-            # with a timeout: a Ctrl-C whose signal landed on another thread is only handled
-            # once this thread runs Python again, which a wait without end could never do
-            ready: list[Any] = wait(list(running), timeout=0.5)
-            for reader in ready:
-                owed, process = running[reader]
-                try:
-                    index, ok, value = pickle.loads(reader.recv_bytes())
-                except EOFError:
-                    del running[reader]
-                    reader.close()
-                    process.join()
-                    if owed:
-                        raise RuntimeError(_ended_abruptly(owed[0], process.exitcode)) from None
-                    continue
-                if not ok:
-                    raise value
-                owed.remove(index)
-                results[index] = value
-    finally:
-        for _, process in running.values():  # interrupted, or a chain failed
-            if process.is_alive():
-                process.terminate()
-        for reader, (_, process) in running.items():
-            process.join(5)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            reader.close()
-    return [results[index] for index in range(len(jobs))]
-
-
-def _ended_abruptly(chain: int, code: int | None) -> str:
-    """What to say of a chain process that ended without its results, by its exit code."""
-    start = f"mcmc(): a process running chains ended abruptly (chain {chain}"
-    if code is not None and code < 0:  # killed by a signal
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        cause = "; out of memory is the usual cause" if -code == signal.SIGKILL else ""
-        return (
-            f"{start}, killed by {name}){cause}. Run fewer chains at once, or "
-            "mcmc(..., parallel=False) to run them one after another in this process."
-        )
-    return (
-        f"{start}, exit code {code}; its own error, if any, is printed above). A chain process "
-        "starts by running the script's top-level code again: in a script, put the code that "
-        'calls mcmc() under `if __name__ == "__main__":`, or pass mcmc(..., parallel=False) to '
-        "run the chains one after another in this process."
-    )
-
-
-def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> None:
-    """A chain process's body: run its jobs one after another, sending back ``(index, True,
-    result)`` or ``(index, False, exception)`` for each as plain pickled bytes (tensors travel
-    in the message, not by shared memory, so this process may end at once). Ctrl-C is left to
-    the parent, which stops every chain."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for index, job in share:
-        failed = False
-        try:
-            message = pickle.dumps((index, True, _chain_job(job)))
-        except Exception as err:
-            message, failed = _pickled_failure(index, err), True
-        writer.send_bytes(message)
-        if failed:
-            break  # the parent raises it and stops the other chains
-    writer.close()
-
-
-def _pickled_failure(index: int, err: Exception) -> bytes:
-    """``(index, False, err)`` pickled, with the chain process's traceback as a note (or, for
-    an exception that does not pickle, a RuntimeError holding that traceback)."""
-    text = traceback.format_exc()
-    if hasattr(err, "add_note"):  # Python >= 3.11
-        err.add_note(f"(raised in the process of chain {index})\n{text}")
-    try:
-        return pickle.dumps((index, False, err))
-    except Exception:
-        return pickle.dumps((index, False, RuntimeError(text)))
-
-
-def _chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
-    """One chain (in this process or in a worker): ``_run_chain`` on a packed job."""
-    *args, threads = job
-    if threads is not None:
-        torch.set_num_threads(threads)
-    return _run_chain(*args)
-
-
-def _run_chain(
-    model: Any,
-    x: Tensor,
-    y: Tensor,
-    kind: str,
-    warmup_steps: int,
-    num_samples: int,
-    seed: int,
-    chain: int,
-    progress: bool,
-    max_tree_depth: int,
-) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
-    pyro.set_rng_seed(seed)
-    start = time.perf_counter()
-    if kind == "nuts":
-        sampler: Any = NUTS(model, max_tree_depth=max_tree_depth, jit_compile=False)
-    else:
-        sampler = HMC(model, jit_compile=False)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=warmup_steps + num_samples,
-            desc=f"chain {chain} {'warmup' if warmup_steps else 'sample'}",
-            leave=False,
-            position=chain,
-        )
-    kept: dict[str, list[Tensor]] = {}
-    stats: dict[str, list[Any]] = {
-        k: [] for k in ("diverging", "step_size", "tree_depth", "energy")
-    }
-    seen: dict[str, Any] = {}
-    _record(sampler, seen)
-    with pyro.validation_enabled(False):
-        sampler.setup(warmup_steps, x, y)
-        params = sampler.initial_params
-        try:
-            for step in range(warmup_steps + num_samples):
-                divergences = len(sampler._divergences)
-                potential = sampler._potential_energy_last
-                seen.clear()
-                params = sampler.sample(params)
-                if bar is not None:
-                    bar.update(1)
-                    if step + 1 == warmup_steps:
-                        bar.set_description(f"chain {chain} sample")
-                if step < warmup_steps:
-                    continue
-                for name, value in params.items():
-                    kept.setdefault(name, []).append(sampler.transforms[name].inv(value).detach())
-                kinetic = float(sampler._kinetic_energy(seen["momentum"])) if seen else math.nan
-                stats["diverging"].append(len(sampler._divergences) > divergences)
-                stats["step_size"].append(float(sampler.step_size))
-                if kind == "nuts":
-                    stats["tree_depth"].append(seen.get("depth", -1) + 1)
-                else:
-                    stats["tree_depth"].append(int(sampler.num_steps))
-                energy = float(potential) + kinetic if potential is not None else math.nan
-                stats["energy"].append(energy)
-        finally:
-            sampler.cleanup()
-            if bar is not None:
-                bar.close()
-    samples = {name: torch.stack(values) for name, values in kept.items()}
-    out_stats = {
-        "diverging": torch.tensor(stats["diverging"], dtype=torch.bool),
-        "step_size": torch.tensor(stats["step_size"], dtype=torch.float64),
-        "tree_depth": torch.tensor(stats["tree_depth"], dtype=torch.int64),
-        "energy": torch.tensor(stats["energy"], dtype=torch.float64),
-    }
-    return samples, out_stats, time.perf_counter() - start
-
-
-def _record(sampler: Any, seen: dict[str, Any]) -> None:
-    """Wrap the kernel's momentum draw and tree building on this instance, to read each
-    transition's momentum (for the energy) and its number of trajectory doublings."""
-    draw_momentum = sampler._sample_r
-
-    def sample_r(name: str) -> Any:
-        r, r_unscaled = draw_momentum(name)
-        seen["momentum"] = r_unscaled
-        return r, r_unscaled
-
-    sampler._sample_r = sample_r
-    build = getattr(sampler, "_build_tree", None)
-    if build is not None:
-
-        def build_tree(*args: Any, **kwargs: Any) -> Any:
-            depth = args[5] if len(args) > 5 else kwargs.get("tree_depth", 0)
-            seen["depth"] = max(seen.get("depth", -1), int(depth))
-            return build(*args, **kwargs)
-
-        sampler._build_tree = build_tree
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 
@@ -663,3 +664,60 @@ def test_psis_errors(bayes, data):
     reg, rx, ry, *_ = _regression()
     with pytest.raises(ValueError, match=r"latent site\(s\) \['w'\] are missing from the guide"):
         psis_diagnostic(reg, lambda x, y: None, rx, ry, num_samples=25)
+
+
+# --------------------------------------------------------------------------------------------
+# MCMC results: hand-made draws (no sampler run), checked against hand computations
+# --------------------------------------------------------------------------------------------
+
+
+def _hand_made_chain(num_draws=4):
+    """A Bayesian linear regression and one chain of draws of its weights, as mcmc() would
+    return them, without running a sampler."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N, 2, generator=g)
+    y = x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(N, generator=g)
+    model = pyrouq.bayesian(torch.nn.Linear(2, 1), likelihood=pyrouq.Gaussian(0.5))
+    samples = {
+        "weight": torch.randn(1, num_draws, 1, 2, generator=g),
+        "bias": torch.randn(1, num_draws, 1, generator=g),
+    }
+    stats = {
+        "diverging": torch.zeros(1, num_draws, dtype=torch.bool),
+        "step_size": torch.full((1, num_draws), 0.1, dtype=torch.float64),
+        "tree_depth": torch.full((1, num_draws), 2),
+        "energy": torch.arange(num_draws, dtype=torch.float64)[None],
+    }
+    result = pyrouq.MCMCResult(samples, stats, "nuts", 10, model=model, x=x, y=y)
+    return result, model, x, y
+
+
+def test_one_mcmc_chain_exports_the_log_likelihood_of_its_draws():
+    result, _, x, y = _hand_made_chain()
+    idata = to_inference_data(result)
+    assert idata.posterior.attrs["draws"] == "1 MCMC chain (nuts)"  # not "1 MCMC chains"
+    w, b = result.samples["weight"][0, :, 0].double(), result.samples["bias"][0].double()
+    loc = w @ x.double().T + b  # (S, N)
+    expected = torch.distributions.Normal(loc, 0.5).log_prob(y.double())
+    np.testing.assert_allclose(idata.log_likelihood["obs"].values[0], expected.numpy(), rtol=1e-6)
+    assert idata.sample_stats["energy"].values.tolist() == [[0.0, 1.0, 2.0, 3.0]]
+
+
+def test_an_mcmc_result_in_a_guides_place_is_a_clear_error():
+    result, model, x, y = _hand_made_chain()
+    guide = mean_field_guide(model)
+    calls = [
+        (lambda: to_inference_data(model, result, x, y),
+         r"to_inference_data\(\): got an MCMCResult as the guide; an MCMC run is exported "
+         r"alone, to_inference_data\(result\)"),
+        (lambda: to_inference_data(result, guide),
+         r"to_inference_data\(\): got an MCMCResult and a guide \(MeanFieldGuide\); an MCMC "
+         r"run's draws are the posterior, with no guide\. Call to_inference_data\(result\)"),
+        (lambda: psis_diagnostic(model, result, x, y),
+         r"psis_diagnostic\(\): got an MCMCResult; the diagnostic weighs a guide's draws by "
+         r"their density q\(w\), which MCMC draws have none of\. .*az\.loo\(idata\)"),
+    ]  # fmt: skip
+    for call, pattern in calls:
+        with pytest.raises(TypeError) as info:
+            call()
+        assert re.search(pattern, str(info.value)), str(info.value)

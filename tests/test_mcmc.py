@@ -174,8 +174,16 @@ def test_a_learned_noise_warns_that_nuts_holds_it():
         (lambda: _run(num_chains=0), ValueError, r"Expected num_chains to be an integer >= 1"),
         (lambda: mcmc(bayesian(nn.Linear(2, 1)), torch.utils.data.DataLoader(
             torch.utils.data.TensorDataset(*_data())), None, num_samples=5, warmup_steps=5),
-         TypeError, r"mcmc\(\) needs the full data as tensors x and y, got DataLoader: NUTS "
-         r"evaluates the likelihood of every point at every step"),
+         TypeError, r"mcmc\(\) needs the full data as tensors x and y, got DataLoader for x: "
+         r"NUTS evaluates the likelihood of every point at every step"),
+        (lambda: mcmc(bayesian(nn.Linear(2, 1)), _data()[0], _data()[1].numpy(), num_samples=5,
+                      warmup_steps=5), TypeError,
+         r"needs the full data as tensors x and y, got ndarray for y\. Convert it first: "
+         r"y = torch\.as_tensor\(y\)"),
+        (lambda: mcmc(bayesian(nn.Linear(2, 1)), torch.tensor(1.0), _data()[1], num_samples=5,
+                      warmup_steps=5), ValueError,
+         r"mcmc\(\): expected x with a leading dimension of N points, got a scalar tensor\. "
+         r"Pass every point: x of shape \(N, \.\.\.\)"),
         (lambda: _run(kernel="gibbs"), ValueError, r"Unknown kernel 'gibbs'"),
         (lambda: _run(seed=1.5), ValueError,
          r"mcmc\(\): expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.5"),
@@ -338,3 +346,76 @@ def test_float64_targets_and_numpy_counts_give_the_draws_of_float32_ones(result)
                  seed=np.int64(0), progress=False)  # fmt: skip
     assert all(torch.equal(again.samples[k], ours.samples[k]) for k in ours.samples)
     assert again.samples["weight"].dtype == torch.float32
+
+
+def test_a_model_that_does_not_pickle_runs_its_chains_here_or_is_refused(monkeypatch):
+    """A network class defined in a function does not pickle, so no chain process can receive
+    it: by default the chains run here (they used to fail with pickle's "Can't pickle local
+    object" where parallel processes would have paid), and parallel=True says why it cannot."""
+
+    class Local(nn.Linear):  # a class of a function: pickle cannot find it by name
+        pass
+
+    workers = sys.modules["pyrouq.mcmc"]
+    monkeypatch.setattr(workers, "PARALLEL_MIN_STEPS", 2)  # parallel would pay by default
+    monkeypatch.setattr(workers, "_cores", lambda: 2, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    torch.manual_seed(0)
+    model = bayesian(Local(2, 1), likelihood=Gaussian(0.3))
+    short = {"num_chains": 2, "num_samples": 3, "warmup_steps": 3, "max_tree_depth": 3}
+    auto, *_ = _run(model, **short)
+    here, *_ = _run(model, parallel=False, **short)
+    assert all(torch.equal(auto.samples[k], here.samples[k]) for k in here.samples)
+    with pytest.raises(ValueError) as info:
+        _run(model, parallel=True, **short)
+    assert re.search(
+        r"mcmc\(parallel=True\) runs the chains in new processes, which cannot receive the "
+        r"model: it does not pickle \(AttributeError: .*Local.*\)\. Define its classes at "
+        r"the top level of a module, .*or pass parallel=False\.",
+        str(info.value),
+    ), str(info.value)
+    assert model.training and not multiprocessing.active_children()
+
+
+def test_chains_run_here_reseed_no_cuda_generator(monkeypatch):
+    """Chains run one after another leave the caller's generators as they were, CUDA's
+    included: they used to call torch.manual_seed, which seeds (or, before CUDA starts,
+    queues a seed for) every CUDA device, so the caller's GPU draws changed after mcmc()."""
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    torch.manual_seed(3)
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+    seeded.clear()
+    before = torch.get_rng_state()
+    options = {"num_chains": 2, "num_samples": 3, "warmup_steps": 3, "parallel": False}
+    res, *_ = _run(model, seed=11, max_tree_depth=3, **options)
+    assert seeded == [] and torch.equal(torch.get_rng_state(), before)
+    single, *_ = _run(model, seed=12, num_chains=1, num_samples=3, warmup_steps=3,
+                      max_tree_depth=3)  # fmt: skip
+    assert torch.equal(single.samples["weight"][0], res.samples["weight"][1])  # seed + c
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_data_on_the_cpu_go_to_a_cuda_model_and_its_generator_is_left_alone():
+    x, y = _data()
+    torch.manual_seed(0)
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3)).cuda()
+    state = torch.cuda.get_rng_state()
+    res = mcmc(model, x, y, num_samples=3, warmup_steps=3, num_chains=2, seed=0,
+               progress=False, parallel=False, max_tree_depth=3)  # fmt: skip
+    assert res.samples["weight"].device.type == "cuda" and res.x.device.type == "cuda"
+    assert torch.equal(torch.cuda.get_rng_state(), state)
+
+
+def test_one_chain_asked_to_run_in_parallel_keeps_the_callers_threads(monkeypatch):
+    """One chain runs in this process even with parallel=True, and used to set torch's thread
+    count there to every core (what a chain process gets), for good."""
+    monkeypatch.setattr(sys.modules["pyrouq.mcmc"], "_cores", lambda: 4, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        res, *_ = _run(num_chains=1, num_samples=2, warmup_steps=2, parallel=True)
+        assert torch.get_num_threads() == 1 and res.num_chains == 1
+    finally:
+        torch.set_num_threads(threads)

@@ -152,6 +152,10 @@ def to_inference_data(
     * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
       float64), so ``az.loo`` and ``az.waic`` work.
     * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
+    * ``sample_stats`` -- for an :class:`pyrouq.MCMCResult` only, whose C chains replace the
+      one chain above (``(chain=C, draw=S, ...)`` in every group): ``diverging``,
+      ``step_size``, ``tree_depth`` and ``energy``, each ``(C, S)``, as ``az.bfmi`` and
+      arviz's divergence plots read them.
 
     Every per-point variable has the dim ``obs_id`` (coordinates ``0..N-1``); ``probs`` also
     has ``class`` (``0..C-1``), ``loc`` and ``scale`` ``output`` (``0..D-1``).
@@ -183,7 +187,10 @@ def to_inference_data(
         its network runs with each draw's weights), a BatchEnsemble (``guide=None``), or any
         Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies in a plate over the N
         points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables are global;
-        such a model is run on all of ``x`` once per draw.
+        such a model is run on all of ``x`` once per draw. Or an :class:`pyrouq.MCMCResult`
+        (``guide`` left None): its chains become the posterior's ``chain`` dim, its sampler
+        statistics the ``sample_stats`` group, and the predictive groups are computed on the
+        data the chains ran on (on ``x`` and ``y`` where given).
     guide : callable or None
         The fitted guide (``mean_field_guide(model)``, an autoguide, ...), called as
         ``guide(x, y)`` once per draw (on the first ``batch_size`` points for a pyrouq
@@ -208,7 +215,7 @@ def to_inference_data(
     Raises
     ------
     TypeError
-        x or y not a tensor.
+        x or y not a tensor; an MCMCResult given as the guide, or with a guide.
     ValueError
         x and y of different lengths, num_samples < 1, unknown var_names, labels outside
         ``[0, C)``, no guide for a model with latent sites, a guide (or num_samples,
@@ -240,10 +247,22 @@ def to_inference_data(
                 "pyro.infer.MCMC run use arviz.from_pyro(mcmc), or predict its draws with "
                 "pyrouq.predict(model, x, posterior_samples=mcmc)."
             )
+    if isinstance(guide, MCMCResult):
+        raise TypeError(
+            f"{fn}: got an MCMCResult as the guide; an MCMC run is exported alone, "
+            "to_inference_data(result): its draws are the posterior, and its model and data "
+            "come with it."
+        )
     result = model if isinstance(model, MCMCResult) else None
+    if result is not None and guide is not None:
+        raise TypeError(
+            f"{fn}: got an MCMCResult and a guide ({type(guide).__name__}); an MCMC run's "
+            "draws are the posterior, with no guide. Call to_inference_data(result), or "
+            "to_inference_data(model, guide, x, y) for the guide's draws."
+        )
     if result is not None:
         model, x, y = result.model, result.x if x is None else x, result.y if y is None else y
-        if model is None or x is None or y is None or guide is not None:
+        if model is None or x is None or y is None:
             raise ValueError(
                 f"{fn}: an MCMCResult is exported with the model and data its chains ran on "
                 "and no guide; a loaded result carries neither: set result.model, result.x "
@@ -354,7 +373,7 @@ def to_inference_data(
         "creation_library_version": __version__,
         "model": type(model).__name__,
         "draws": (
-            f"{chains} MCMC chains ({result.kernel})"
+            f"{chains} MCMC chain{'s' if chains > 1 else ''} ({result.kernel})"
             if result is not None
             else ENSEMBLE_MEMBERS
             if guide is None

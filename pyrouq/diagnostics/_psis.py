@@ -23,6 +23,7 @@ from pyrouq._util import (
     module_device,
 )
 from pyrouq.infer.guide import check_guide
+from pyrouq.mcmc import MCMCResult
 
 if TYPE_CHECKING:
     import arviz
@@ -296,6 +297,13 @@ def psis_diagnostic(
     factor = 1.0
     if num_data is not None:
         factor = check_count("num_data", num_data, "It is the size of the full data set.") / n
+    if isinstance(guide, MCMCResult) or isinstance(model, MCMCResult):
+        raise TypeError(
+            f"{fn}: got an MCMCResult; the diagnostic weighs a guide's draws by their density "
+            "q(w), which MCMC draws have none of. Check MCMC chains on their export, "
+            "idata = to_inference_data(result), with az.rhat(idata), az.ess(idata) and "
+            "az.loo(idata); check a guide with psis_diagnostic(model, guide, x, y)."
+        )
     if guide is None:
         raise ValueError(
             f"{fn}: guide is None. The diagnostic compares a guide q(w) with the posterior; "

@@ -1,0 +1,285 @@
+"""The chains of :func:`pyrouq.mcmc`: one chain's NUTS (or HMC) run with its sampler statistics,
+and the processes that run several chains in parallel (private)."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import pickle
+import random
+import signal
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any
+
+import numpy as np
+import pyro
+import torch
+from pyro.infer.mcmc import HMC, NUTS
+from torch import Tensor
+
+from pyrouq._util import module_device
+
+__all__ = ["chain_job", "parallel_chains", "rng_state", "set_rng_state", "spawn_problem"]
+
+
+def parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
+    """The chains' jobs in ``workers`` new (spawned) processes, worker k running chains k,
+    k + workers, ... A process that ends without its results (killed for memory, a crash in a
+    native library) is a clear error, never a wait without end; an interrupt (Ctrl-C, a
+    Jupyter interrupt) stops every chain process at once.
+
+    Processes of our own rather than a ``ProcessPoolExecutor``, whose shutdown can deadlock
+    while its workers are being terminated (CPython gh-125451: its manager thread and its
+    queue's feeder thread both take the shutdown lock; fixed for 3.12 and 3.13 only), which is
+    what an interrupt does, and what hung two CI runs."""
+    context = multiprocessing.get_context("spawn")
+    results: dict[int, Any] = {}
+    running: dict[Any, tuple[list[int], Any]] = {}  # result pipe -> (chains owed, process)
+    try:
+        for k in range(workers):
+            share = [(index, jobs[index]) for index in range(k, len(jobs), workers)]
+            reader, writer = context.Pipe(duplex=False)
+            process = context.Process(target=_chain_process, args=(share, writer), daemon=True)
+            process.start()
+            writer.close()  # the child holds the only writer: its end is the pipe's EOF
+            running[reader] = ([index for index, _ in share], process)
+        while running:
+            # with a timeout: a Ctrl-C whose signal landed on another thread is only handled
+            # once this thread runs Python again, which a wait without end could never do
+            ready: list[Any] = wait(list(running), timeout=0.5)
+            for reader in ready:
+                owed, process = running[reader]
+                try:
+                    index, ok, value = pickle.loads(reader.recv_bytes())
+                except EOFError:
+                    del running[reader]
+                    reader.close()
+                    process.join()
+                    if owed:
+                        raise RuntimeError(_ended_abruptly(owed[0], process.exitcode)) from None
+                    continue
+                if not ok:
+                    raise value
+                owed.remove(index)
+                results[index] = value
+    finally:
+        for _, process in running.values():  # interrupted, or a chain failed
+            if process.is_alive():
+                process.terminate()
+        for reader, (_, process) in running.items():
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            reader.close()
+    return [results[index] for index in range(len(jobs))]
+
+
+def _ended_abruptly(chain: int, code: int | None) -> str:
+    """What to say of a chain process that ended without its results, by its exit code."""
+    start = f"mcmc(): a process running chains ended abruptly (chain {chain}"
+    if code is not None and code < 0:  # killed by a signal
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        cause = "; out of memory is the usual cause" if -code == signal.SIGKILL else ""
+        return (
+            f"{start}, killed by {name}){cause}. Run fewer chains at once, or "
+            "mcmc(..., parallel=False) to run them one after another in this process."
+        )
+    return (
+        f"{start}, exit code {code}; its own error, if any, is printed above). A chain process "
+        "starts by running the script's top-level code again: in a script, put the code that "
+        'calls mcmc() under `if __name__ == "__main__":`, or pass mcmc(..., parallel=False) to '
+        "run the chains one after another in this process."
+    )
+
+
+def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> None:
+    """A chain process's body: run its jobs one after another, sending back ``(index, True,
+    result)`` or ``(index, False, exception)`` for each as plain pickled bytes (tensors travel
+    in the message, not by shared memory, so this process may end at once). Ctrl-C is left to
+    the parent, which stops every chain."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for index, job in share:
+        failed = False
+        try:
+            message = pickle.dumps((index, True, chain_job(job)))
+        except Exception as err:
+            message, failed = _pickled_failure(index, err), True
+        writer.send_bytes(message)
+        if failed:
+            break  # the parent raises it and stops the other chains
+    writer.close()
+
+
+def _pickled_failure(index: int, err: Exception) -> bytes:
+    """``(index, False, err)`` pickled, with the chain process's traceback as a note (or, for
+    an exception that does not pickle, a RuntimeError holding that traceback)."""
+    text = traceback.format_exc()
+    if hasattr(err, "add_note"):  # Python >= 3.11
+        err.add_note(f"(raised in the process of chain {index})\n{text}")
+    try:
+        return pickle.dumps((index, False, err))
+    except Exception:
+        return pickle.dumps((index, False, RuntimeError(text)))
+
+
+def chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
+    """One chain (in this process or in a worker): ``_run_chain`` on a packed job."""
+    *args, threads = job
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return _run_chain(*args)
+
+
+def _run_chain(
+    model: Any,
+    x: Tensor,
+    y: Tensor,
+    kind: str,
+    warmup_steps: int,
+    num_samples: int,
+    seed: int,
+    chain: int,
+    progress: bool,
+    max_tree_depth: int,
+) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
+    seed_chain(seed, module_device(model))
+    start = time.perf_counter()
+    if kind == "nuts":
+        sampler: Any = NUTS(model, max_tree_depth=max_tree_depth, jit_compile=False)
+    else:
+        sampler = HMC(model, jit_compile=False)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=warmup_steps + num_samples,
+            desc=f"chain {chain} {'warmup' if warmup_steps else 'sample'}",
+            leave=False,
+            position=chain,
+        )
+    kept: dict[str, list[Tensor]] = {}
+    stats: dict[str, list[Any]] = {
+        k: [] for k in ("diverging", "step_size", "tree_depth", "energy")
+    }
+    seen: dict[str, Any] = {}
+    _record(sampler, seen)
+    with pyro.validation_enabled(False):
+        sampler.setup(warmup_steps, x, y)
+        params = sampler.initial_params
+        try:
+            for step in range(warmup_steps + num_samples):
+                divergences = len(sampler._divergences)
+                potential = sampler._potential_energy_last
+                seen.clear()
+                params = sampler.sample(params)
+                if bar is not None:
+                    bar.update(1)
+                    if step + 1 == warmup_steps:
+                        bar.set_description(f"chain {chain} sample")
+                if step < warmup_steps:
+                    continue
+                for name, value in params.items():
+                    kept.setdefault(name, []).append(sampler.transforms[name].inv(value).detach())
+                kinetic = float(sampler._kinetic_energy(seen["momentum"])) if seen else math.nan
+                stats["diverging"].append(len(sampler._divergences) > divergences)
+                stats["step_size"].append(float(sampler.step_size))
+                if kind == "nuts":
+                    stats["tree_depth"].append(seen.get("depth", -1) + 1)
+                else:
+                    stats["tree_depth"].append(int(sampler.num_steps))
+                energy = float(potential) + kinetic if potential is not None else math.nan
+                stats["energy"].append(energy)
+        finally:
+            sampler.cleanup()
+            if bar is not None:
+                bar.close()
+    samples = {name: torch.stack(values) for name, values in kept.items()}
+    out_stats = {
+        "diverging": torch.tensor(stats["diverging"], dtype=torch.bool),
+        "step_size": torch.tensor(stats["step_size"], dtype=torch.float64),
+        "tree_depth": torch.tensor(stats["tree_depth"], dtype=torch.int64),
+        "energy": torch.tensor(stats["energy"], dtype=torch.float64),
+    }
+    return samples, out_stats, time.perf_counter() - start
+
+
+def _record(sampler: Any, seen: dict[str, Any]) -> None:
+    """Wrap the kernel's momentum draw and tree building on this instance, to read each
+    transition's momentum (for the energy) and its number of trajectory doublings."""
+    draw_momentum = sampler._sample_r
+
+    def sample_r(name: str) -> Any:
+        r, r_unscaled = draw_momentum(name)
+        seen["momentum"] = r_unscaled
+        return r, r_unscaled
+
+    sampler._sample_r = sample_r
+    build = getattr(sampler, "_build_tree", None)
+    if build is not None:
+
+        def build_tree(*args: Any, **kwargs: Any) -> Any:
+            depth = args[5] if len(args) > 5 else kwargs.get("tree_depth", 0)
+            seen["depth"] = max(seen.get("depth", -1), int(depth))
+            return build(*args, **kwargs)
+
+        sampler._build_tree = build_tree
+
+
+def spawn_problem(model: Any) -> str | None:
+    """Why a new (spawned) process could not receive ``model``, or None: a class of the
+    network defined in ``__main__`` (the new process cannot import it), or a part that does
+    not pickle (a class defined inside a function, a lambda held as an attribute)."""
+    if any(type(m).__module__ == "__main__" for m in model.modules()):
+        return (
+            "cannot import a network class defined in __main__ (a script's or a notebook's "
+            "own cell). Move the class into a module"
+        )
+    try:
+        pickle.dumps(model)
+    except Exception as err:  # PicklingError, AttributeError, TypeError: all say the same
+        return (
+            f"cannot receive the model: it does not pickle ({type(err).__name__}: {err}). "
+            "Define its classes at the top level of a module, without lambdas held as "
+            "attributes"
+        )
+    return None
+
+
+def seed_chain(seed: int, device: torch.device | None) -> None:
+    """Seed what a chain draws from: Python's, numpy's and torch's CPU generators and, for a
+    model on an accelerator, that device's (not every CUDA device's, as ``torch.manual_seed``
+    does, which would change, or queue a change of, generators the caller may be using)."""
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - the legacy global state, as pyro.set_rng_seed
+    torch.default_generator.manual_seed(seed)
+    if device is not None and device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+    elif device is not None and device.type != "cpu":  # other accelerators: as torch does
+        torch.manual_seed(seed)
+
+
+def rng_state(device: torch.device | None) -> tuple[Any, ...]:
+    """The generators :func:`seed_chain` seeds, as they are now (for :func:`set_rng_state`)."""
+    cuda = None
+    if device is not None and device.type == "cuda":
+        cuda = torch.cuda.get_rng_state(device)
+    numpy = np.random.get_state()  # noqa: NPY002 - the legacy global state
+    return random.getstate(), numpy, torch.get_rng_state(), cuda
+
+
+def set_rng_state(state: tuple[Any, ...], device: torch.device | None) -> None:
+    """Put back what :func:`rng_state` recorded."""
+    python, numpy, cpu, cuda = state
+    random.setstate(python)
+    np.random.set_state(numpy)  # noqa: NPY002
+    torch.set_rng_state(cpu)
+    if cuda is not None and device is not None:
+        torch.cuda.set_rng_state(cuda, device)
