@@ -602,6 +602,127 @@ def test_overwrite_keeps_nothing_of_the_earlier_run_and_only_once_the_new_one_is
     assert '"lr": 1e+30' in (tmp_path / "config.json").read_text()
 
 
+def test_a_factory_given_as_a_file_path_is_told_its_import_name(tmp_path, capsys, monkeypatch):
+    """A file path (fp_nets.py:make, fp_pkg/fp_nets.py:make, ./fp_nets:make) failed with Python's
+    import error (a relative import needing 'package', "'nets' is not a package")."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fp_pkg").mkdir()
+    (tmp_path / "fp_pkg" / "fp_nets.py").write_text("from torch import nn\n")
+    (tmp_path / "fp_nets.py").write_text("from torch import nn\n")
+    out = ["--out", "o"]
+    err = one_line_error(capsys, 2, ["fit", "fp_nets.py:make", *out])
+    assert (
+        "the factory 'fp_nets.py:make' names a file, not a module: give the module's dotted "
+        "import name, 'fp_nets:make' from the folder holding it\n" in err
+    )
+    err = one_line_error(capsys, 2, ["fit", "fp_pkg/fp_nets.py:make", *out])
+    assert (
+        "import name, 'fp_pkg.fp_nets:make' from this folder, or 'fp_nets:make' with its folder on "
+        "PYTHONPATH\n" in err
+    )
+    err = one_line_error(capsys, 2, ["fit", "./fp_nets:make", *out])
+    assert "'./fp_nets:make' names a file, not a module" in err and "'fp_nets:make' from the" in err
+    assert not (tmp_path / "o").exists()
+    sys.modules.pop("fp_nets", None)  # imported by the first attempt
+
+
+def test_a_lazy_factory_that_fails_on_the_images_is_refused_with_the_networks_error(
+    tmp_path, capsys, monkeypatch
+):
+    """The command ran the blank image, the network failed on it, and the error then said
+    torch's "Attempted to use an uninitialized parameter" (plain) or "run one batch through
+    the network first" (converted), which the command had done."""
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    (tmp_path / "rgb_nets.py").write_text(
+        "from torch import nn\n\ndef lazy_rgb():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), "
+        "nn.Flatten(), nn.LazyLinear(10))\n"
+    )
+    for method in ("plain", "bayesian"):
+        argv = ["fit", "rgb_nets:lazy_rgb", "--method", method, "--out", str(tmp_path / "o")]
+        err = one_line_error(capsys, 2, argv)
+        assert (
+            "factory 'rgb_nets:lazy_rgb' builds a network whose lazy layers could not take their "
+            "shapes: it fails on a (1, 1, 28, 28) MNIST image with RuntimeError: " in err
+        )
+        assert "to have 3 channels, but got 1" in err and err.endswith("(B, 1, 28, 28) images\n")
+
+
+def test_plain_method_on_a_factory_of_a_bayesian_model_says_what_to_return(tmp_path, capsys):
+    """fit() asked for guide=mean_field_guide(model), which the command cannot take."""
+    argv = ["fit", "pyrouq.models:BayesianMLP", "--method", "plain", "--out", str(tmp_path / "o")]
+    err = one_line_error(capsys, 2, argv)
+    assert (
+        "factory 'pyrouq.models:BayesianMLP' returned BayesianMLP, a Bayesian pyrouq model (it "
+        "has latent sites), which --method plain trains without a guide; make the factory "
+        "return the plain network and pick the --method\n" in err
+    )
+    assert "guide=" not in err
+
+
+def test_evaluate_that_cannot_write_into_the_run_folder_is_one_line(bayes_run, tmp_path, capsys):
+    """A run folder evaluate cannot write into (read-only, or a folder where a file goes) was
+    a traceback, after the whole evaluation."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(bayes_run, run)
+    (run / "metrics-evaluate.json").unlink(missing_ok=True)
+    (run / "metrics-evaluate.json").mkdir()
+    err = one_line_error(capsys, 2, ["evaluate", str(run), "--num-samples", "2", "--ood", "none",
+                                     "--no-progress"])  # fmt: skip
+    assert f"cannot write the evaluation into RUN_DIR {str(run)!r} (Is a directory: " in err
+    assert err.endswith("evaluate a copy of the run folder in a folder you can write to\n")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("dataset", "cifar", "its config's 'dataset' is 'cifar', where `pyrouq fit` writes mnist "
+         "or fashion-mnist"),
+        ("factory", 5, "its config's 'factory' is 5, where `pyrouq fit` writes "
+         "package.module:factory or null"),
+        ("batch_size", "x", "its config's 'batch_size' is 'x', where `pyrouq fit` writes a "
+         "positive integer"),
+    ],
+)  # fmt: skip
+def test_evaluate_refuses_a_damaged_config_value(key, value, expected, bayes_run, tmp_path, capsys):
+    """A damaged config evaluated another data set silently ('cifar': Fashion-MNIST's test
+    split), or failed with a traceback (a factory that is no text) or with fit()'s words."""
+    payload = torch.load(bayes_run / "checkpoint.pt", weights_only=True)
+    metadata = json.loads(payload["metadata"])
+    metadata["config"][key] = value
+    payload["metadata"] = json.dumps(metadata)
+    torch.save(payload, tmp_path / "checkpoint.pt")
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path), "--ood", "none"])
+    assert f"'{tmp_path / 'checkpoint.pt'}' has damaged metadata: {expected}; run" in err
+    assert not (tmp_path / "metrics-evaluate.json").exists()
+
+
+def test_evaluate_when_the_factory_builds_another_network_names_the_factory(
+    tmp_path, capsys, monkeypatch
+):
+    """The error spoke of a "skeleton" the user never built and said to build it exactly as
+    the saved one, not which factory built it."""
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    module = tmp_path / "changing_nets.py"
+    module.write_text("from torch import nn\n\ndef net():\n"
+                      "    return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))\n")  # fmt: skip
+    out = tmp_path / "o"
+    argv = ["fit", "changing_nets:net", "--method", "plain", "--epochs", "1", "--train-size"]
+    assert main([*argv, "64", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    module.write_text(module.read_text().replace("10)", "10, bias=False)"))
+    monkeypatch.delitem(sys.modules, "changing_nets")
+    err = one_line_error(capsys, 2, ["evaluate", str(out), "--ood", "none", "--no-progress"])
+    assert (
+        "the factory 'changing_nets:net', called to rebuild the run's network, now builds "
+        "another network: " in err
+    )
+    assert "parameter '1.bias' is shape (10,) in the checkpoint and absent in the skeleton; " in err
+    assert err.endswith("make the factory build what it built when the run trained, or fit "
+                        "the run again\n")  # fmt: skip
+
+
 def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",

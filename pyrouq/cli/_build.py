@@ -66,6 +66,8 @@ def call_factory(spec: str, root: str | None = None) -> Any:
     from torch import nn
 
     module_name, _, attr = spec.partition(":")
+    if "/" in module_name or "\\" in module_name or module_name.startswith("."):
+        raise CommandError(_file_given(spec))  # not an import name: it would fail obscurely
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -81,6 +83,8 @@ def call_factory(spec: str, root: str | None = None) -> Any:
                 f"it imports; {fix}"
             ) from None
         if root is None or not Path(root).is_dir() or root in sys.path:
+            if module_name.endswith(".py"):  # nets.py:make, a file's name
+                raise CommandError(_file_given(spec)) from None
             where = f" (nor from {root!r}, where the run found it)" if root else ""
             raise CommandError(
                 f"cannot import {module_name!r} for the factory {spec!r} ({err}){where}; make "
@@ -123,16 +127,53 @@ def call_factory(spec: str, root: str | None = None) -> Any:
     return net
 
 
-def initialise_lazy(net: Any) -> None:
+def _file_given(spec: str) -> str:
+    """The error for a factory whose module is given as a file path (``pkg/nets.py:make``,
+    ``./nets:make``): the import names that would find it."""
+    module_name, _, attr = spec.partition(":")
+    parts = module_name.replace("\\", "/").removesuffix(".py").split("/")
+    parts = [p for p in parts if p not in ("", ".")]
+    if not parts or not parts[-1].isidentifier():
+        return (
+            f"the factory {spec!r} names a file, not an importable module; give "
+            "package.module:factory, the module's dotted import name"
+        )
+    tail = f"{parts[-1]}:{attr}"
+    if len(parts) == 1:
+        ways = f"{tail!r} from the folder holding it"
+    else:
+        ways = f"{tail!r} with its folder on PYTHONPATH"
+        if all(p.isidentifier() for p in parts[:-1]):  # a (namespace) package from here
+            dotted = ".".join(parts) + ":" + attr
+            ways = f"{dotted!r} from this folder, or {ways}"
+    return (
+        f"the factory {spec!r} names a file, not a module: give the module's dotted import "
+        f"name, {ways}"
+    )
+
+
+def initialise_lazy(net: Any, spec: str = "") -> None:
     """Give the lazy layers (``nn.LazyLinear``, ...) of a factory's network their shapes by
     running it once on a blank image, without gradients, its modules in eval mode, as training
-    or loading needs. A network without lazy layers is not run. A network that fails on the
-    image is left to the checks of training and loading, which say more."""
+    or loading needs. A network without lazy layers is not run. One that fails on the image
+    and keeps lazy layers is refused with its error (training would otherwise say to run a
+    batch through it first, which is what failed)."""
     from torch.nn.parameter import is_lazy
 
-    if not any(is_lazy(t) for t in (*net.parameters(), *net.buffers())):
+    def lazy() -> bool:
+        return any(is_lazy(t) for t in (*net.parameters(), *net.buffers()))
+
+    if not lazy():
         return
-    _blank_image_through(net)
+    _, error = _run_blank(net)
+    if error is not None and lazy():
+        message = " ".join(str(error).split())
+        raise CommandError(
+            f"factory {spec!r} builds a network whose lazy layers could not take their shapes: "
+            f"it fails on a (1, {', '.join(map(str, IMAGE_SHAPE))}) MNIST image with "
+            f"{type(error).__name__}: {message}; make it take the data sets' (B, 1, 28, 28) "
+            "images"
+        )
 
 
 def check_outputs(net: Any, spec: str) -> None:
@@ -160,6 +201,12 @@ def check_outputs(net: Any, spec: str) -> None:
 def _blank_image_through(net: Any) -> Any:
     """``net`` on one blank image, without gradients, in eval mode (its modules' own modes
     put back); None when it fails."""
+    return _run_blank(net)[0]
+
+
+def _run_blank(net: Any) -> tuple[Any, Exception | None]:
+    """``(net's outputs on one blank image, None)``, or ``(None, the error)`` when it fails;
+    without gradients, in eval mode (its modules' own modes put back)."""
     import torch
 
     from pyrouq._util import modes, restore_modes
@@ -168,9 +215,9 @@ def _blank_image_through(net: Any) -> Any:
     try:
         net.eval()
         with torch.no_grad():
-            return net(torch.zeros(1, *IMAGE_SHAPE, dtype=_dtype_of(net)))
-    except Exception:
-        return None
+            return net(torch.zeros(1, *IMAGE_SHAPE, dtype=_dtype_of(net))), None
+    except Exception as err:
+        return None, err
     finally:
         restore_modes(saved)
 
@@ -245,9 +292,17 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         )
     if method is not None:
         net = call_factory(args.model)
-        initialise_lazy(net)
+        initialise_lazy(net, args.model)
         check_outputs(net, args.model)
         if method == "plain":
+            from pyrouq._util import has_latent_sites
+
+            if has_latent_sites(net):  # fit() would ask for a guide= the command cannot take
+                raise CommandError(
+                    f"factory {args.model!r} returned {type(net).__name__}, a Bayesian pyrouq "
+                    "model (it has latent sites), which --method plain trains without a guide; "
+                    "make the factory return the plain network and pick the --method"
+                )
             return net, None
         norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own
         if method == "batchensemble":

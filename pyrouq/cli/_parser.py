@@ -232,7 +232,7 @@ def _build_parser() -> _Parser:
         "--data-root", default=None,
         help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled test splits)",
     )  # fmt: skip
-    ev.add_argument("--device", default=None)
+    ev.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 

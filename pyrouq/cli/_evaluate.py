@@ -1,0 +1,251 @@
+"""``pyrouq evaluate RUN_DIR``: reload a run of ``pyrouq fit`` (calling its recorded factory for
+the skeleton) and evaluate it again; with the steps the two commands share (the device, the
+test split, the data loaders' errors told in the command's words)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyrouq import __version__
+from pyrouq.cli._build import (
+    DEFAULT_NUM_SAMPLES,
+    MODELS,
+    CommandError,
+    call_factory,
+    initialise_lazy,
+    is_factory,
+)
+from pyrouq.cli._report import RUN_PLOTS, _calibrate, _evaluate, _save_plots, _write_metrics
+
+
+def _device(name: str | None) -> Any:
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise CommandError(f"--device {name!r} is not a torch device (e.g. cpu, cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CommandError(f"--device {name} asked for CUDA, but torch sees no GPU; use cpu")
+    if device.type == "meta":
+        raise CommandError(f"--device {name} holds no data (a meta device); use cpu or cuda")
+    try:
+        torch.zeros(1, device=device).item()  # a device this torch build can use
+    except (RuntimeError, AssertionError):
+        raise CommandError(
+            f"--device {name}: this torch build cannot use {device.type} devices here; use cpu"
+            + (" or cuda" if torch.cuda.is_available() else "")
+        ) from None
+    return device
+
+
+def _load_test(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
+    """The test split alone (bundled for both data sets): evaluating needs no training data."""
+    from pyrouq.data import TensorLoader, fashion_mnist_arrays, mnist_arrays
+
+    arrays = mnist_arrays if dataset == "mnist" else fashion_mnist_arrays
+    try:
+        images, labels = arrays("test", root=args.data_root)
+    except FileNotFoundError as err:
+        raise _missing_data(err, dataset, bundled=True, root=args.data_root) from None
+    return TensorLoader(  # as the test loader of load_mnist / load_fashion_mnist
+        images.to(device), labels.to(device), batch_size,
+        shuffle=False, flatten=False, normalize=True, seed=0,
+    )  # fmt: skip
+
+
+def _missing_data(
+    err: FileNotFoundError, dataset: str, *, bundled: bool, root: str | None
+) -> CommandError:
+    """The data loaders' error told in the command's words (--data-root, not root=), the fix
+    naming what chose the folder: --data-root, or $PYROUQ_DATA when it was left out."""
+    what = str(err).split(" To fix:")[0].rstrip(".").replace("under root=:", "under --data-root")
+    folder = "MNIST" if dataset == "mnist" else "FashionMNIST"
+    layout = f"in torchvision layout (DIR/{folder}/raw/...)"
+    if root is None and os.environ.get("PYROUQ_DATA"):
+        fix = f"point $PYROUQ_DATA (or --data-root) at a folder {layout}"
+        if bundled:
+            fix += " or unset $PYROUQ_DATA to use the bundled copy"
+    else:
+        fix = f"pass a --data-root {layout}"
+        if bundled:
+            fix += " or leave --data-root out to use the bundled copy"
+    return CommandError(f"{what}. To fix: {fix}")
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from pyrouq.checkpoint import read
+
+    run = Path(args.run_dir)
+    checkpoint = run / "checkpoint.pt"
+    if not run.is_dir():
+        raise CommandError(f"RUN_DIR {str(run)!r} is not a folder; pass a folder of `pyrouq fit`")
+    if not checkpoint.is_file():
+        raise CommandError(f"{str(run)!r} has no checkpoint.pt; pass a folder of `pyrouq fit`")
+    device = _device(args.device)
+    raw = read(checkpoint)
+    if "metadata" not in raw:
+        raise CommandError(
+            f"{str(checkpoint)!r} holds an MCMC result, not a fitted run; load it in Python "
+            "with pyrouq.load and pass it to predict(..., posterior_samples=...)"
+        )
+    try:
+        metadata = json.loads(raw["metadata"])
+    except (json.JSONDecodeError, TypeError):
+        metadata = None
+    config = metadata.get("config", {}) if isinstance(metadata, dict) else None
+    if not isinstance(config, dict):
+        raise CommandError(
+            f"{str(checkpoint)!r} has damaged metadata (not the JSON `pyrouq fit` writes); "
+            "run `pyrouq fit` again, or load the file in Python with pyrouq.load"
+        ) from None
+    _check_config(config, checkpoint)
+    if not os.access(run, os.W_OK):  # before the evaluation, not after it
+        raise CommandError(_unwritable(run, "permission denied"))
+    factory = config.get("factory")
+    paths = list(sys.path)
+    try:  # the folder the factory was found in when the run trained, if it is not found now
+        skeleton = None
+        if factory:
+            skeleton = call_factory(factory, config.get("factory_root"))
+            initialise_lazy(skeleton, factory)
+        return _evaluate_run(args, run, checkpoint, skeleton, config, device)
+    finally:
+        sys.path[:] = paths
+
+
+def _evaluate_run(
+    args: argparse.Namespace,
+    run: Path,
+    checkpoint: Path,
+    skeleton: Any,
+    config: dict[str, Any],
+    device: Any,
+) -> int:
+    import pyro
+
+    import pyrouq
+
+    try:
+        with warnings.catch_warnings():  # a factory of pyrouq's own MLP: the skeleton is
+            warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
+            saved = pyrouq.load(checkpoint, device=device, module=skeleton)
+    except pyrouq.CheckpointError as err:
+        if skeleton is not None and str(err).startswith("The skeleton "):
+            # the skeleton is what the recorded factory builds now; load()'s fix is the user's
+            detail = " ".join(str(err).split()).split(" Build the module exactly")[0]
+            raise CommandError(
+                f"the factory {config['factory']!r}, called to rebuild the run's network, "
+                f"now builds another network: {detail.rstrip('.')}; make the factory build "
+                "what it built when the run trained, or fit the run again"
+            ) from None
+        if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
+            raise
+        raise CommandError(  # load()'s fix, module=, is not the command's to take
+            f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
+            "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
+            "Python: pyrouq.load(path, module=make_net()), then pyrouq.predict"
+        ) from None
+    assert isinstance(saved, pyrouq.Checkpoint)
+    if saved.guide is None and args.num_samples is not None:
+        raise CommandError(
+            f"--num-samples applies to Bayesian models; {type(saved.model).__name__} has fixed "
+            "members (or one network). Leave it out"
+        )
+    num_samples = None
+    if saved.guide is not None:
+        num_samples = args.num_samples or config.get("num_samples") or DEFAULT_NUM_SAMPLES
+    dataset = config.get("dataset", "mnist")
+    if args.ood == dataset:
+        other = "fashion-mnist" if dataset == "mnist" else "mnist"
+        raise CommandError(
+            f"--ood {args.ood} is the run's own data set, which cannot be out of distribution; "
+            f"pass --ood {other} (what auto picks) or none"
+        )
+    test = _load_test(dataset, config.get("batch_size", 512), args, device)
+    pyro.set_rng_seed(args.seed)
+    print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
+    metrics, figures, preds = _evaluate(
+        saved.model, saved.guide, test, num_samples, dataset, args.ood, args
+    )
+    if args.calibrate is not None or args.conformal is not None:
+        metrics["calibration"] = _calibrate(preds, test.labels.cpu(), args)
+    if args.shift == "rotate":
+        x = test.transform(test.images)
+        rows = pyrouq.evaluate_rotations(
+            saved.model,
+            x,
+            test.labels,
+            saved.guide,
+            num_samples=num_samples,
+            progress=not args.no_progress,
+        )
+        name = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
+        print(f"\nRotated {name} (test split)")
+        print(pyrouq.format_rotation_table(rows))
+        metrics["rotation"] = rows
+        from pyrouq.plotting import plot_rotation
+
+        figures["rotation"] = plot_rotation(rows)
+    with _writing(run):
+        _write_metrics(run, metrics, name="metrics-evaluate.json")
+        # beside fit's own figures, which stay: as metrics-evaluate.json beside metrics.json;
+        # an earlier evaluate's figure that this one does not draw (--shift rotate) goes
+        for name in (*RUN_PLOTS, "rotation"):
+            if name not in figures:
+                (run / f"{name}-evaluate.png").unlink(missing_ok=True)
+        written = _save_plots({f"{name}-evaluate": fig for name, fig in figures.items()}, run)
+    print(f"\nwrote {run}/metrics-evaluate.json, {', '.join(p.name for p in written)}")
+    return 0
+
+
+# what a run's recorded config holds, as `pyrouq fit` writes it: key -> (its check, in words)
+_CONFIG_CHECKS: dict[str, tuple[Any, str]] = {
+    "model": (lambda v: isinstance(v, str) and (v in MODELS or is_factory(v)), "a model name"),
+    "factory": (lambda v: v is None or (isinstance(v, str) and is_factory(v)),
+                "package.module:factory or null"),
+    "factory_root": (lambda v: v is None or isinstance(v, str), "a folder or null"),
+    "dataset": (lambda v: v in ("mnist", "fashion-mnist"), "mnist or fashion-mnist"),
+    "batch_size": (lambda v: type(v) is int and v > 0, "a positive integer"),
+    "num_samples": (lambda v: v is None or (type(v) is int and v > 0),
+                    "a positive integer or null"),
+}  # fmt: skip
+
+
+def _check_config(config: dict[str, Any], checkpoint: Path) -> None:
+    """Refuse a recorded config that `pyrouq fit` cannot have written (a damaged or edited
+    checkpoint): a wrong value would fail deep inside, or evaluate on the wrong data."""
+    for key, (ok, expected) in _CONFIG_CHECKS.items():
+        if key in config and not ok(config[key]):
+            raise CommandError(
+                f"{str(checkpoint)!r} has damaged metadata: its config's {key!r} is "
+                f"{config[key]!r}, where `pyrouq fit` writes {expected}; run `pyrouq fit` "
+                "again, or load the file in Python with pyrouq.load"
+            )
+
+
+def _unwritable(run: Path, why: str) -> str:
+    return (
+        f"cannot write the evaluation into RUN_DIR {str(run)!r} ({why}); evaluate a copy of "
+        "the run folder in a folder you can write to"
+    )
+
+
+@contextlib.contextmanager
+def _writing(run: Path) -> Iterator[None]:
+    """Writes into a run folder: a failure (a read-only folder, a full disk, a directory in a
+    file's place) is a one-line error naming the folder, not a traceback."""
+    try:
+        yield
+    except OSError as err:
+        raise CommandError(_unwritable(run, f"{err.strerror or err}: {err.filename}")) from None
