@@ -20,6 +20,7 @@ from pyrouq.models import (
     batchensemble,
 )
 from pyrouq.nn import (
+    BATCHENSEMBLE_LAYERS,
     BatchEnsembleConv1d,
     BatchEnsembleConv2d,
     BatchEnsembleLinear,
@@ -28,7 +29,8 @@ from pyrouq.nn import (
 
 
 def _layers(ensemble):
-    return {n: m for n, m in ensemble.net.named_modules() if getattr(m, "_is_batchensemble", 0)}
+    kinds = tuple(BATCHENSEMBLE_LAYERS.values())
+    return {n: m for n, m in ensemble.net.named_modules() if isinstance(m, kinds)}
 
 
 def _member_copy(net: nn.Module, ensemble, member: int) -> nn.Module:
@@ -152,23 +154,29 @@ def test_fit_without_guide_and_isolation_between_ensembles():
     a = BatchEnsembleMLP(in_features=4, hidden_features=16, out_features=2, num_members=2)
     b = BatchEnsembleMLP(in_features=4, hidden_features=16, out_features=2, num_members=2)
     b_before = {k: v.clone() for k, v in b.state_dict().items()}
+    b_out = b(x).detach()
     result = fit(a, None, loader, epochs=15, lr=0.02, num_data=64, progress=False)
     assert result.history[-1].loss < result.history[0].loss
     assert result.history[-1].kl == 0.0
     assert result.history[-1].train_acc > 0.9
     for k, v in b.state_dict().items():
         assert torch.equal(v, b_before[k])
-    assert a._pyro_name != b._pyro_name
+    # b's entries in the param store are its own: a's training moved none of them
+    assert torch.equal(b(x).detach(), b_out)
+    assert not torch.equal(a(x).detach(), b_out)
 
 
 def test_param_store_entries_go_with_the_ensemble():
+    other = BatchEnsembleMLP(in_features=4, hidden_features=8, out_features=3, num_members=2)
+    other(torch.randn(2, 4))
+    kept = set(pyro.get_param_store().keys())
     model = BatchEnsembleMLP(in_features=4, hidden_features=8, out_features=3, num_members=2)
     model(torch.randn(2, 4))
-    prefix = model._pyro_name
-    assert any(k.startswith(prefix + ".") for k in pyro.get_param_store().keys())
+    added = set(pyro.get_param_store().keys()) - kept
+    assert len(added) == len(kept) > 0  # as many entries again, under names of its own
     del model
     gc.collect()
-    assert not any(k.startswith(prefix + ".") for k in pyro.get_param_store().keys())
+    assert set(pyro.get_param_store().keys()) == kept  # another ensemble's entries stay
 
 
 class Residual(nn.Module):
@@ -388,9 +396,15 @@ class _Depthwise(nn.Module):
         (_Depthwise, "per_member"),
     ],
 )
-def test_float32_training_matches_float64(make_net, norms):
+def test_float32_training_matches_float64(make_net, norms, monkeypatch):
     """Whatever memory layout the engine picks on CPU (channels-last for wide convolutions),
-    a float32 train step's logits and gradients are float64's up to float32 rounding."""
+    a float32 train step's logits and gradients are float64's up to float32 rounding.
+
+    The networks' ``torch.relu`` is smooth here (tanh): a pre-activation within float32's
+    rounding of 0 (about one in 10^5; ResidualCNN on one thread, torch 2.14) switches its
+    gradient on in one dtype and off in the other, which moves the weight gradients by a few
+    percent through BatchNorm with no layout at fault."""
+    monkeypatch.setattr(torch, "relu", torch.tanh)
     torch.manual_seed(0)
     ensemble = batchensemble(make_net(), 2, init="random_sign", norms=norms)
     x = torch.randn(6, 1, 28, 28)

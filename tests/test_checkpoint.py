@@ -274,12 +274,18 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
     ):
         load(tmp_path / "flipped.pt")
     # written without CRCs (a torch option): nothing to check, it loads
+    saved_guide = mean_field_guide(model)
+    with torch.no_grad():  # moved off its initial values, which a fresh guide would have
+        for param in saved_guide.parameters():
+            param.add_(0.1)
     torch.serialization.set_crc32_options(False)
     try:
-        unchecked = save(tmp_path / "no_crc.pt", model, mean_field_guide(model))
+        unchecked = save(tmp_path / "no_crc.pt", model, saved_guide)
     finally:
         torch.serialization.set_crc32_options(True)
-    assert load(unchecked).guide is not None
+    back = load(unchecked).guide
+    for site in ("fc1.weight", "fc2.bias"):
+        assert torch.equal(back.site_loc(site), saved_guide.site_loc(site)), site
     # files that are not torch's: a clear error naming what they are, never a raw KeyError
     for name, content, what in (
         ("notes.txt", b"hello world", r"it begins with b'hello world'"),

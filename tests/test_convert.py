@@ -529,8 +529,12 @@ def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
     restored = load(save(tmp_path / "l.pt", lenet))
     assert restored.model.latent_sites() == lenet.latent_sites()
     skeleton = pyrouq.ResidualCNN(width=4)
-    plain = load(save(tmp_path / "p.pt", pyrouq.ResidualCNN(width=4)), module=skeleton)
+    saved = pyrouq.ResidualCNN(width=4)
+    plain = load(save(tmp_path / "p.pt", saved), module=skeleton)
     assert isinstance(plain.model, pyrouq.ResidualCNN)
+    want = saved.state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in plain.model.state_dict().items())
+    assert not torch.equal(skeleton.stem[0].weight, saved.stem[0].weight)  # so the file's
 
 
 def test_parametrized_weights_are_named_in_a_warning():

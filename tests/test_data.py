@@ -56,12 +56,6 @@ def test_shared_root_serves_fashion_train(shared_data):
     assert len(train.dataset) == 60000 and len(test.dataset) == 10000
 
 
-def test_env_var_points_elsewhere(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=r"\$PYROUQ_DATA"):
-        mnist_arrays("test")
-
-
 def test_loader_shapes_normalisation_and_flatten():
     _, test = load_mnist(batch_size=1000, seed=0, shuffle=False)
     x, y = next(iter(test))
@@ -177,10 +171,11 @@ def test_reads_uncompressed_and_gzip_roots(tmp_path):
     raw = _fake_root(tmp_path / "gz")
     _write_split(raw, compress=True)
     images, labels = mnist_arrays("test", root=tmp_path / "gz")
-    assert labels.tolist() == [0, 1, 2]
+    assert images.shape == (3, 28, 28) and labels.tolist() == [0, 1, 2]
 
 
 def test_missing_file_names_path_and_fix(tmp_path, monkeypatch):
+    """Also: $PYROUQ_DATA points the loaders elsewhere than the bundled copy."""
     with pytest.raises(FileNotFoundError, match=r"MNIST test file not found: expected .*t10k-im"):
         mnist_arrays("test", root=tmp_path)
     with pytest.raises(FileNotFoundError, match=r"\[\.gz\]\) or leave root=None to use the "
@@ -215,14 +210,19 @@ def test_a_tensor_loader_refuses_labels_that_do_not_match_the_images():
 
 
 def test_fashion_train_is_not_bundled_and_says_so():
-    with pytest.raises(FileNotFoundError, match="bundles only MNIST and the Fashion-MNIST test"):
+    with pytest.raises(FileNotFoundError, match=r"FashionMNIST train file not found: expected "
+                       r".*train-images-idx3-ubyte.*To fix: pyrouq bundles only MNIST and the "
+                       r"Fashion-MNIST test split; for the FashionMNIST train split pass root= "
+                       r"\(or set \$PYROUQ_DATA\)"):  # fmt: skip
         load_fashion_mnist()
 
 
 def test_wrong_magic_number(tmp_path):
     _write_split(_fake_root(tmp_path), image_magic=0x801)
     with pytest.raises(
-        DataError, match=r"not an IDX images file: expected magic number 0x00000803"
+        DataError,
+        match=r"t10k-images-idx3-ubyte is not an IDX images file: expected magic "
+        r"number 0x00000803, got 0x00000801\. Check that the path points at the MNIST images",
     ):
         mnist_arrays("test", root=tmp_path)
 
@@ -245,13 +245,19 @@ def test_truncated_gzip_stream(tmp_path):
         Path(__file__).resolve().parents[1] / "pyrouq/_data/MNIST/raw/t10k-images-idx3-ubyte.gz",
         raw,
     )
-    with pytest.raises(DataError, match="corrupt or truncated"):
+    with pytest.raises(DataError, match=r"Could not read .*t10k-labels-idx1-ubyte\.gz: .*"
+                       r"The file is corrupt or truncated; delete it and copy or download it "
+                       r"again"):  # fmt: skip
         mnist_arrays("test", root=tmp_path)
 
 
 def test_label_count_mismatch(tmp_path):
     _write_split(_fake_root(tmp_path), n_images=3, n_labels=2)
-    with pytest.raises(DataError, match=r"3 images in .* but 2 labels in"):
+    with pytest.raises(
+        DataError,
+        match=r"MNIST test: 3 images in .* but 2 labels in .*; the "
+        r"two files must hold the same number of examples.*copy both again",
+    ):
         mnist_arrays("test", root=tmp_path)
 
 

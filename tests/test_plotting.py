@@ -246,14 +246,12 @@ def test_training_curves():
     np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), [100.0, 50.0, 100.0 / 3])
     np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), [11.0, 12.0, 13.0])
     np.testing.assert_allclose(fig.axes[2].lines[0].get_ydata(), [91.0, 92.0, 93.0])
-    assert fig._suptitle.get_text() == (
-        "3 epochs in 1.5 s: final loss 33.333, KL 13, train acc 93.00%"
-    )
+    assert fig.get_suptitle() == ("3 epochs in 1.5 s: final loss 33.333, KL 13, train acc 93.00%")
     assert len(plot_training_curves(list(history[:1])).axes) == 3  # a plain list of records
     regression = [dataclasses.replace(r, train_acc=float("nan")) for r in history]  # no accuracy
     fig = plot_training_curves(regression)
     assert len(fig.axes) == 2
-    assert fig._suptitle.get_text() == "3 epochs in 1.5 s: final loss 33.333, KL 13"
+    assert fig.get_suptitle() == "3 epochs in 1.5 s: final loss 33.333, KL 13"
 
 
 def test_rotation_plot():
@@ -362,7 +360,11 @@ def test_bad_inputs(preds, images, targets):
         plot_training_curves([EpochRecord(1, None, 1.0, 1.0, 0.5, 1.0)])  # type: ignore[arg-type]
     gaussian = GaussianPredictions(torch.randn(2, 5, 1), torch.ones(2, 5, 1))
     x = torch.arange(5.0)
-    with pytest.raises(ValueError):
+    three_targets = (
+        r"Expected train_y of shape \(5, 1\) or \(5,\), one row of the 1 output\(s\) per point "
+        r"of train_x, got shape \(3,\)\."
+    )
+    with pytest.raises(ValueError, match=three_targets):
         plot_regression(gaussian, x, train_x=x, train_y=x[:3])  # (5,) inputs, 3 targets
     assert len(plt.get_fignums()) == open_before
 

@@ -145,6 +145,7 @@ def test_from_probs_and_uncertainty():
     # input 0: members disagree completely -> 1 bit epistemic, 0 aleatoric
     torch.testing.assert_close(d.epistemic, torch.tensor([1.0, 0.0]))
     torch.testing.assert_close(d.aleatoric, torch.tensor([0.0, 1.0]))
+    torch.testing.assert_close(d.total, torch.tensor([1.0, 1.0]))  # p̄ = [.5, .5] for both
     torch.testing.assert_close(d.total, d.aleatoric + d.epistemic)
     with pytest.raises(ValueError, match="No targets"):
         p.evaluate()
@@ -255,6 +256,9 @@ def test_model_left_in_its_mode():
     net.train()
     predict(net, torch.randn(2, 4))
     assert net.training
+    net.eval()
+    predict(net, torch.randn(2, 4))
+    assert not net.training
 
 
 def _bn_model(seed=0):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from pyrouq import metrics
 from pyrouq.uncertainty import (
     Decomposition,
-    _check_probs,
     _clamp_roundoff,
     decompose,
     entropy,
@@ -148,6 +148,7 @@ def test_identical_members_have_zero_epistemic(measure, dtype):
     d = decompose(one.expand(30, -1, -1), measure)
     atol = 1e-12 if dtype == torch.float64 else 1e-6
     torch.testing.assert_close(d.epistemic, torch.zeros_like(d.epistemic), atol=atol, rtol=0)
+    assert bool((d.epistemic >= 0).all())  # round-off below 0 is clamped, never returned
     torch.testing.assert_close(d.total, decompose(one, measure).total, atol=atol * 10, rtol=0)
 
 
@@ -210,6 +211,9 @@ def test_decomposition_is_frozen_and_documented():
 
 
 def test_clamp_only_absorbs_roundoff():
+    # private: an error above round-off cannot be produced through decompose(), whose epistemic
+    # part is >= 0 mathematically; the public side (round-off clamped) is in
+    # test_identical_members_have_zero_epistemic
     tiny = torch.tensor([-5e-7, 0.0, 0.3], dtype=torch.float64)
     assert _clamp_roundoff(tiny, "entropy").tolist() == [0.0, 0.0, 0.3]
     with pytest.raises(RuntimeError, match="not round-off"):
@@ -276,10 +280,13 @@ def test_nan_and_empty():
         decompose(torch.zeros(2, 0, 3))
 
 
-def test_check_probs_is_reusable():
-    _check_probs(torch.tensor([[0.5, 0.5]]), name="mean_probs", ndim=(2, 3))
-    with pytest.raises(ValueError, match=r"Expected ood of shape \(S, N, C\) \(3 dims\) or"):
-        _check_probs(torch.tensor([0.5, 0.5]), name="ood", ndim=(3, 2))
+def test_the_probs_checks_serve_the_metrics_and_name_their_argument():
+    # the metrics take (N, C) mean probabilities too, and a refusal names the argument
+    assert metrics.acc(torch.tensor([[0.25, 0.75], [0.9, 0.1]]), torch.tensor([1, 1])) == 0.5
+    with pytest.raises(ValueError, match=r"Expected ood of shape \(S, N, C\) \(3 dims\) or "
+                       r"\(N, C\) \(2 dims\), got shape \(2,\)\. Stack the draws/members on "
+                       r"dim 0 and the classes on the last dim\.$"):  # fmt: skip
+        metrics.evaluate(dirichlet(2, 3, 2), torch.tensor([0, 1, 0]), ood=torch.tensor([0.5, 0.5]))
 
 
 # --- module hygiene -----------------------------------------------------------------------
