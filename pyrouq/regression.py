@@ -355,10 +355,13 @@ def _levels() -> Tensor:
 
 def _crps_term(m: Tensor, v: Tensor) -> Tensor:
     """``A(m, v) = E|X|`` for ``X ~ N(m, v)``: ``2 sqrt(v) phi(m / sqrt(v)) + m (2 Phi(m /
-    sqrt(v)) - 1)``."""
-    s = v.sqrt()
-    point = s == 0  # a point mass (a zero scale): E|X| = |m|, where the formula is 0 / 0
-    z = m / torch.where(point, torch.ones_like(s), s)
+    sqrt(v)) - 1)``. A zero variance is a point mass, ``|m|``; its gradient in ``v`` is 0
+    there (a subgradient: the formula's own is 0 / 0), so that a CRPS differentiated through
+    zero scales has no NaN (masking the formula's result alone left sqrt's inf slope at 0
+    times the masked 0: NaN)."""
+    point = v == 0  # where the formula is 0 / 0: kept out of its backward pass too
+    s = torch.where(point, torch.ones_like(v), v).sqrt()
+    z = m / s
     pdf = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
     return torch.where(point, m.abs(), 2 * s * pdf + m * torch.erf(z / _SQRT2))
 

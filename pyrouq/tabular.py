@@ -201,13 +201,14 @@ def _column_stats(t: Tensor) -> tuple[Tensor, Tensor]:
     """Per-column mean and (unbiased) standard deviation of ``t``, in ``t``'s dtype, computed
     in float64; a constant column gets its value as the mean and std 1 exactly (in float32 the
     mean of N copies of 0.1 rounds off it, which would leave a std of ~1e-8 and send any other
-    value to ~1e8)."""
+    value to ~1e8). A spread that rounds to 0 in ``t``'s dtype (a float32 column of zeros
+    and one 1e-45) also gets std 1, not 0, which would send the column to inf and NaN."""
     wide = t.double()
     mean, std = wide.mean(0), wide.std(0)
     constant = (t == t[0]).all(0)
     mean = torch.where(constant, wide[0], mean)
-    std = torch.where(constant | (std == 0), torch.ones_like(std), std)
-    return mean.to(t.dtype), std.to(t.dtype)
+    std = torch.where(constant, torch.ones_like(std), std).to(t.dtype)
+    return mean.to(t.dtype), torch.where(std == 0, torch.ones_like(std), std)
 
 
 class Standardizer:

@@ -62,3 +62,38 @@ def test_float64_statistics_rescale_float32_predictions_in_float64():
     assert back.evaluate()["rmse"] == pytest.approx(exact, rel=1e-6)
     assert back.evaluate(y)["rmse"] == pytest.approx(exact, rel=1e-6)
     assert preds.rescale(10.0, 2.0).loc.dtype == torch.float32  # Python numbers: no promotion
+
+
+def test_the_crps_of_zero_scales_has_finite_gradients():
+    """Masking the 0 / 0 of a zero scale's result alone left sqrt's infinite slope at 0 in the
+    backward pass (inf times the masked 0): the scales' gradients were NaN. A zero scale's own
+    gradient is 0 (a subgradient), as a scale clamped up to 1e-12 gets; the rest are the
+    clamped ones, and the locations' too."""
+    loc = torch.tensor([[1.0, 0.0], [2.0, 0.5], [4.0, -1.0]])
+    mixed = torch.tensor([[0.0, 0.3], [0.7, 0.0], [0.2, 0.0]])
+    y = torch.tensor([2.5, 0.0])
+
+    def grads(transform):
+        m, s = loc.clone().requires_grad_(), mixed.clone().requires_grad_()
+        mixture_crps(m, transform(s), y).sum().backward()
+        return m.grad, s.grad
+
+    loc_grad, scale_grad = grads(lambda s: s)
+    assert bool(torch.isfinite(scale_grad).all()) and bool(torch.isfinite(loc_grad).all())
+    near_loc, near_scale = grads(lambda s: s.clamp_min(1e-12))
+    torch.testing.assert_close(loc_grad, near_loc, atol=1e-6, rtol=0)
+    torch.testing.assert_close(scale_grad, near_scale, atol=1e-6, rtol=0)
+    assert scale_grad[mixed == 0].abs().max().item() == 0.0
+    zero = torch.zeros(3, 2, requires_grad=True)
+    mixture_crps(loc, zero, y).sum().backward()
+    assert torch.equal(zero.grad, torch.zeros(3, 2))
+
+
+def test_a_spread_below_the_dtypes_smallest_std_gets_std_1():
+    """A float32 column of zeros and one 1.4e-45 has a float64 std of 4e-47, 0 in float32: kept
+    as 0, it sent the column to inf and NaN (0 / 0)."""
+    x = torch.zeros(1000, 1)
+    x[0, 0] = 1.4e-45
+    scaler = Standardizer.fit(x, torch.randn(1000, generator=torch.Generator().manual_seed(0)))
+    assert scaler.x_std.item() == 1.0
+    assert bool(torch.isfinite(scaler.transform_x(x)).all())
