@@ -232,6 +232,25 @@ def _record(sampler: Any, seen: dict[str, Any]) -> None:
         sampler._build_tree = build_tree
 
 
+class _Nowhere:
+    """A file that keeps nothing: what :func:`spawn_problem` pickles into."""
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+class _ClassesOnly(pickle.Pickler):
+    """Pickles every object but tensors, which it leaves as references to their class (as
+    torch's process pickler sends a tensor: its class, its storage through shared memory):
+    what decides whether a model pickles (its classes, its attributes), without copying its
+    weights, nor a GPU's weights to the CPU."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, (Tensor, torch.UntypedStorage)):
+            return id(obj), type(obj)  # a tensor class defined in a function does not pickle
+        return None
+
+
 def spawn_problem(model: Any) -> str | None:
     """Why a new (spawned) process could not receive ``model``, or None: a class of the
     network defined in ``__main__`` (the new process cannot import it), or a part that does
@@ -242,7 +261,7 @@ def spawn_problem(model: Any) -> str | None:
             "own cell). Move the class into a module"
         )
     try:
-        pickle.dumps(model)
+        _ClassesOnly(_Nowhere(), protocol=pickle.HIGHEST_PROTOCOL).dump(model)
     except Exception as err:  # PicklingError, AttributeError, TypeError: all say the same
         return (
             f"cannot receive the model: it does not pickle ({type(err).__name__}: {err}). "
@@ -262,24 +281,30 @@ def seed_chain(seed: int, device: torch.device | None) -> None:
     if device is not None and device.type == "cuda":
         with torch.cuda.device(device):
             torch.cuda.manual_seed(seed)
+    elif device is not None and device.type == "mps":
+        torch.mps.manual_seed(seed)
     elif device is not None and device.type != "cpu":  # other accelerators: as torch does
         torch.manual_seed(seed)
 
 
 def rng_state(device: torch.device | None) -> tuple[Any, ...]:
     """The generators :func:`seed_chain` seeds, as they are now (for :func:`set_rng_state`)."""
-    cuda = None
+    accelerator = None
     if device is not None and device.type == "cuda":
-        cuda = torch.cuda.get_rng_state(device)
+        accelerator = torch.cuda.get_rng_state(device)
+    elif device is not None and device.type == "mps":
+        accelerator = torch.mps.get_rng_state()
     numpy = np.random.get_state()  # noqa: NPY002 - the legacy global state
-    return random.getstate(), numpy, torch.get_rng_state(), cuda
+    return random.getstate(), numpy, torch.get_rng_state(), accelerator
 
 
 def set_rng_state(state: tuple[Any, ...], device: torch.device | None) -> None:
     """Put back what :func:`rng_state` recorded."""
-    python, numpy, cpu, cuda = state
+    python, numpy, cpu, accelerator = state
     random.setstate(python)
     np.random.set_state(numpy)  # noqa: NPY002
     torch.set_rng_state(cpu)
-    if cuda is not None and device is not None:
-        torch.cuda.set_rng_state(cuda, device)
+    if accelerator is not None and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(accelerator, device)
+    elif accelerator is not None and device is not None and device.type == "mps":
+        torch.mps.set_rng_state(accelerator)

@@ -419,3 +419,59 @@ def test_one_chain_asked_to_run_in_parallel_keeps_the_callers_threads(monkeypatc
         assert torch.get_num_threads() == 1 and res.num_chains == 1
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_check_that_a_model_pickles_copies_none_of_its_weights():
+    """Whether a chain process can receive the model is decided by its classes and attributes:
+    the check used to pickle every weight too (a frozen backbone under a Bayesian last layer
+    copied whole, a GPU model's weights copied to the CPU), which a process receives through
+    shared memory anyway."""
+    import tracemalloc
+
+    from pyrouq._mcmc_workers import spawn_problem
+
+    net = nn.Sequential(nn.Linear(2, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                        nn.Linear(256, 1))  # fmt: skip
+    model = bayesian(net, select="last_layer", likelihood=Gaussian(0.3))
+    frozen = sum(t.numel() * t.element_size() for t in net[2].parameters())  # 257 KiB
+    tracemalloc.start()
+    try:
+        assert spawn_problem(model) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < frozen / 8, (peak, frozen)
+
+    class LocalParameter(nn.Parameter):  # a tensor class a chain process cannot import
+        pass
+
+    model.net[0].bias = LocalParameter(model.net[0].bias.detach())
+    problem = str(spawn_problem(model))
+    assert "does not pickle" in problem and "LocalParameter" in problem, problem
+    model.net[0].bias = nn.Parameter(model.net[0].bias.detach())
+    model.net[1].hook = lambda: None  # an attribute that does not pickle is still found
+    problem = spawn_problem(model)
+    assert problem is not None and problem.startswith("cannot receive the model: it does not")
+
+
+def test_chains_on_an_mps_model_leave_its_generator_as_it_was(monkeypatch):
+    """A chain seeds the generator of the model's device; on Apple's MPS it reseeded it (through
+    torch.manual_seed) without putting it back, so the caller's MPS draws changed after
+    mcmc() (the CPU's, CUDA's, numpy's and Python's were put back)."""
+    from pyrouq import _mcmc_workers as workers
+
+    generator = {"state": torch.tensor([7], dtype=torch.uint8)}
+
+    def manual_seed(seed):
+        generator["state"] = torch.tensor([seed % 256], dtype=torch.uint8)
+
+    monkeypatch.setattr(torch.mps, "manual_seed", manual_seed)
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda *_, **__: generator["state"].clone())
+    monkeypatch.setattr(torch.mps, "set_rng_state",
+                        lambda state, *_, **__: generator.update(state=state.clone()))  # fmt: skip
+    mps, cpu = torch.device("mps"), torch.get_rng_state()
+    saved = workers.rng_state(mps)
+    workers.seed_chain(3, mps)
+    assert generator["state"].tolist() == [3]  # the chain's draws on the device are seeded
+    workers.set_rng_state(saved, mps)
+    assert generator["state"].tolist() == [7] and torch.equal(torch.get_rng_state(), cpu)
