@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -622,6 +623,14 @@ def test_a_factory_given_as_a_file_path_is_told_its_import_name(tmp_path, capsys
     )
     err = one_line_error(capsys, 2, ["fit", "./fp_nets:make", *out])
     assert "'./fp_nets:make' names a file, not a module" in err and "'fp_nets:make' from the" in err
+    # a drive's ':' is not the factory's (was "cannot import 'C'"); an absolute path has no
+    # dotted name from this folder (was 'tmp.….fp_pkg.fp_nets:make')
+    for path in ("C:\\fp_pkg\\fp_nets.py", "C:/fp_pkg/fp_nets.py", f"{tmp_path}/fp_pkg/fp_nets.py"):
+        err = one_line_error(capsys, 2, ["fit", f"{path}:make", *out])
+        assert err.endswith(
+            f"the factory {path + ':make'!r} names a file, not a module: give the module's "
+            "dotted import name, 'fp_nets:make' with its folder on PYTHONPATH\n"
+        ), err
     assert not (tmp_path / "o").exists()
     sys.modules.pop("fp_nets", None)  # imported by the first attempt
 
@@ -659,18 +668,55 @@ def test_plain_method_on_a_factory_of_a_bayesian_model_says_what_to_return(tmp_p
     assert "guide=" not in err
 
 
-def test_evaluate_that_cannot_write_into_the_run_folder_is_one_line(bayes_run, tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["folder", "read-only"])
+def test_evaluate_that_cannot_write_into_the_run_folder_is_one_line(
+    kind, bayes_run, tmp_path, capsys, monkeypatch
+):
     """A run folder evaluate cannot write into (read-only, or a folder where a file goes) was
-    a traceback, after the whole evaluation."""
+    a traceback, after the whole evaluation; then a read-only earlier metrics-evaluate.json
+    (the folder writable) was refused after it, saying to evaluate a copy (which keeps it)."""
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(bayes_run, run)
-    (run / "metrics-evaluate.json").unlink(missing_ok=True)
-    (run / "metrics-evaluate.json").mkdir()
+    target = run / "metrics-evaluate.json"
+    target.unlink(missing_ok=True)
+    if kind == "folder":
+        target.mkdir()
+    else:
+        target.write_text("{}\n")
+        target.chmod(0o444)
+        access = os.access  # root may write a read-only file: as a user may not
+        monkeypatch.setattr(
+            os, "access", lambda p, mode: access(p, mode) and not (Path(p) == target and mode)
+        )
+    evaluate = importlib.import_module("pyrouq.cli._evaluate")  # (pyrouq.cli._evaluate: a function)
+    monkeypatch.setattr(evaluate, "_evaluate_run", None)  # refused before it
     err = one_line_error(capsys, 2, ["evaluate", str(run), "--num-samples", "2", "--ood", "none",
                                      "--no-progress"])  # fmt: skip
-    assert f"cannot write the evaluation into RUN_DIR {str(run)!r} (Is a directory: " in err
+    why = "a folder; remove it" if kind == "folder" else "read-only; make it writable or remove it"
+    assert (
+        f"cannot write the evaluation into RUN_DIR {str(run)!r}: metrics-evaluate.json there is "
+        f"{why} (evaluate writes it) and evaluate again\n" in err
+    )
+
+
+def test_evaluate_whose_write_fails_is_one_line(bayes_run, tmp_path, capsys, monkeypatch):
+    """A write that fails once the evaluation is done (a full disk) is one line too."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(bayes_run, run)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(run / "metrics-evaluate.json"))
+
+    monkeypatch.setattr(importlib.import_module("pyrouq.cli._evaluate"), "_write_metrics", full)
+    err = one_line_error(capsys, 2, ["evaluate", str(run), "--num-samples", "2", "--ood", "none",
+                                     "--no-progress"])  # fmt: skip
+    assert (
+        f"cannot write the evaluation into RUN_DIR {str(run)!r} (No space left on device: " in err
+    )
     assert err.endswith("evaluate a copy of the run folder in a folder you can write to\n")
 
 

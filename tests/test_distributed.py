@@ -15,7 +15,15 @@ import torch.distributed as dist
 from _processes import exit_quietly, spawn_ranks
 from torch import nn
 
-from pyrouq import ArrayLoader, Gaussian, batchensemble, bayesian, fit, mean_field_guide
+from pyrouq import (
+    ArrayLoader,
+    Gaussian,
+    TrainingInterrupted,
+    batchensemble,
+    bayesian,
+    fit,
+    mean_field_guide,
+)
 
 WORLD = 2
 N = 16
@@ -380,6 +388,17 @@ def _blocking_the_folder(rank: int, out: str):
     return callback
 
 
+def _interrupting_on(rank: int, stopping: int):
+    """A callback that stops the run (KeyboardInterrupt, as documented) on rank ``stopping``
+    only."""
+
+    def callback(record):
+        if rank == stopping:
+            raise KeyboardInterrupt
+
+    return callback
+
+
 def _stopping_worker(rank: int, init: str, out: str) -> None:
     """Failures that only one rank meets, and arguments that differ between ranks: every rank
     must stop at the same point with an error (not wait in the next collective)."""
@@ -439,11 +458,26 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
                                             epochs=2, progress=False,
                                             checkpoint=Path(out, "run", "last.pt"),
                                             callbacks=[_blocking_the_folder(rank, out)]),
+            # a callback stopping the run on one rank: the other waited in the epoch's end
+            # collective (until the first one's process ended) before 2026-12-05
+            "interrupt on one rank": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0),
+                                                 epochs=3, progress=False,
+                                                 checkpoint=Path(out, "stopped.pt"),
+                                                 callbacks=[_interrupting_on(rank, 1)]),
+            # the epoch's end takes one collective on every rank, given a checkpoint or
+            # callbacks there or not (rank 0 alone may be given them)
+            "rank 0's checkpoint and callback": lambda: fit(
+                *_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=2, progress=False,
+                checkpoint=(Path(out, "rank0.pt"), None)[rank],
+                callbacks=([lambda record: None], [])[rank]),
         }  # fmt: skip
         for name, attempt in attempts.items():
             try:
                 attempt()
                 outcomes.append((name, "ran", ""))
+            except TrainingInterrupted as err:
+                outcomes.append((name, "TrainingInterrupted", (len(err.result.history),
+                                                               err.checkpoint)))  # fmt: skip
             except Exception as err:
                 outcomes.append((name, type(err).__name__, str(err)))
         inner = data.BatchSampler(data.DistributedSampler(data.TensorDataset(x, y)), 4, False)
@@ -495,6 +529,13 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
     assert kind == "ValueError" and message.startswith(epoch_end.format(0)), message
     assert "at the end of epoch 2)" in message
     assert by_rank[0]["checkpoint write"][0] != "ValueError", by_rank[0]["checkpoint write"]
+    for outcome in by_rank:  # every rank stops at the epoch's end, with the checkpoint
+        assert outcome["interrupt on one rank"] == (
+            "TrainingInterrupted",
+            (1, tmp_path / "stopped.pt"),
+        )
+        assert outcome["rank 0's checkpoint and callback"] == ("ran", "")
+    assert torch.load(tmp_path / "stopped.pt", weights_only=False)["training"] is not None
     label = sorted((outcome["label out of range"] for outcome in by_rank), key=lambda o: o[0])
     assert label[0][0] == "FloatingPointError", label  # the rank whose forward failed: its own
     assert label[0][1].startswith("Another rank stopped at epoch 1, step ")

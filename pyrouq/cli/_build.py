@@ -66,7 +66,7 @@ def call_factory(spec: str, root: str | None = None) -> Any:
     from torch import nn
 
     module_name, _, attr = spec.partition(":")
-    if "/" in module_name or "\\" in module_name or module_name.startswith("."):
+    if "/" in module_name or "\\" in module_name or module_name.startswith(".") or _drive(spec):
         raise CommandError(_file_given(spec))  # not an import name: it would fail obscurely
     try:
         module = importlib.import_module(module_name)
@@ -127,23 +127,31 @@ def call_factory(spec: str, root: str | None = None) -> Any:
     return net
 
 
+def _drive(spec: str) -> bool:
+    """Whether ``spec`` starts with a Windows drive (``C:\\nets.py:make``, ``C:/nets.py:make``):
+    its first ``:`` is the drive's, not the factory's."""
+    return len(spec) > 2 and spec[0].isalpha() and spec[1] == ":" and spec[2] in "/\\"
+
+
 def _file_given(spec: str) -> str:
     """The error for a factory whose module is given as a file path (``pkg/nets.py:make``,
-    ``./nets:make``): the import names that would find it."""
-    module_name, _, attr = spec.partition(":")
-    parts = module_name.replace("\\", "/").removesuffix(".py").split("/")
-    parts = [p for p in parts if p not in ("", ".")]
+    ``./nets:make``, ``C:\\pkg\\nets.py:make``): the import names that would find it."""
+    module_name, _, attr = (spec[2:] if _drive(spec) else spec).partition(":")
+    path = module_name.replace("\\", "/")
+    absolute = _drive(spec) or path.startswith("/")  # no import name from this folder
+    parts = [p for p in path.removesuffix(".py").split("/") if p not in ("", ".")]
     if not parts or not parts[-1].isidentifier():
         return (
             f"the factory {spec!r} names a file, not an importable module; give "
             "package.module:factory, the module's dotted import name"
         )
+    attr = attr or "factory"
     tail = f"{parts[-1]}:{attr}"
-    if len(parts) == 1:
+    if len(parts) == 1 and not absolute:
         ways = f"{tail!r} from the folder holding it"
     else:
         ways = f"{tail!r} with its folder on PYTHONPATH"
-        if all(p.isidentifier() for p in parts[:-1]):  # a (namespace) package from here
+        if not absolute and all(p.isidentifier() for p in parts[:-1]):  # a (namespace) package
             dotted = ".".join(parts) + ":" + attr
             ways = f"{dotted!r} from this folder, or {ways}"
     return (

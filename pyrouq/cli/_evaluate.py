@@ -112,6 +112,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     _check_config(config, checkpoint)
     if not os.access(run, os.W_OK):  # before the evaluation, not after it
         raise CommandError(_unwritable(run, "permission denied"))
+    _check_outputs(run, args)
     factory = config.get("factory")
     paths = list(sys.path)
     try:  # the folder the factory was found in when the run trained, if it is not found now
@@ -239,6 +240,26 @@ def _unwritable(run: Path, why: str) -> str:
         f"cannot write the evaluation into RUN_DIR {str(run)!r} ({why}); evaluate a copy of "
         "the run folder in a folder you can write to"
     )
+
+
+def _check_outputs(run: Path, args: argparse.Namespace) -> None:
+    """Refuse, before evaluating, a file evaluate would overwrite that cannot be (read-only,
+    or a folder in its place): a copy of the run folder would hold it as it is."""
+    plots = [name for name in RUN_PLOTS if name != "training_curves"]  # fit's alone
+    if args.shift == "rotate":
+        plots.append("rotation")
+    for name in ("metrics-evaluate.json", *(f"{plot}-evaluate.png" for plot in plots)):
+        path = run / name
+        if path.is_dir():
+            why, fix = "a folder", "remove it"
+        elif path.exists() and not os.access(path, os.W_OK):
+            why, fix = "read-only", "make it writable or remove it"
+        else:
+            continue
+        raise CommandError(
+            f"cannot write the evaluation into RUN_DIR {str(run)!r}: {name} there is {why}; "
+            f"{fix} (evaluate writes it) and evaluate again"
+        )
 
 
 @contextlib.contextmanager

@@ -133,33 +133,38 @@ def together(group: Group, why: str) -> Iterator[None]:
     its own error, the others one naming that rank. For fit()'s set-up, before its first
     collective: a failure on one rank only (an argument, a checkpoint file or a first batch of
     its own) would otherwise leave the others waiting in the next collective. ``why`` says
-    what failed, in the others' message."""
+    what failed, in the others' message. A ``KeyboardInterrupt`` in the block (a callback
+    stopping the run) interrupts every rank: each raises one (fit()'s ``TrainingInterrupted``)."""
     try:
         yield
-    except Exception as err:
+    except (Exception, KeyboardInterrupt) as err:
         raise_together(err, group, why)
         raise  # raise_together has raised err; for the type checker
     raise_together(None, group, why)
 
 
-def raise_together(error: Exception | None, group: Group, why: str) -> None:
+def raise_together(error: BaseException | None, group: Group, why: str) -> None:
     """Raise ``error`` on this rank, and on every other rank an error naming a rank that
     failed, when any rank has one (one ``all_reduce``): a check that fails on one rank only
     would otherwise leave the others waiting in the next collective. ``why`` says what failed
-    (in the others' message)."""
+    (in the others' message). A ``KeyboardInterrupt`` on a rank (and no error on any) is
+    raised on every rank."""
     if not group.active:
         if error is not None:
             raise error
         return
-    failed = torch.tensor([float(group.rank) if error is not None else -1.0], dtype=torch.float64)
-    first, _ = _extremes(failed, group)
+    failed = float(group.rank) if isinstance(error, Exception) else -1.0
+    stopped = 1.0 if isinstance(error, KeyboardInterrupt) else 0.0
+    most, _ = _extremes(torch.tensor([failed, stopped], dtype=torch.float64), group)
     if error is not None:
         raise error
-    if first.item() >= 0:
+    if most[0].item() >= 0:
         raise ValueError(
-            f"fit() stopped on every rank: rank {int(first.item())} failed ({why}); its error "
+            f"fit() stopped on every rank: rank {int(most[0].item())} failed ({why}); its error "
             "says what to change."
         )
+    if most[1].item() > 0:
+        raise KeyboardInterrupt(f"another rank was interrupted ({why})")
 
 
 def set_epoch(loader: Iterable, epoch: int) -> None:

@@ -516,13 +516,16 @@ class Loop:
                     )
                     self.history.append(record)
                     finished, batches = batches, 0
-                    # rank 0 alone writes, and a callback may fail on one rank only: every
-                    # rank stops with it (the others would wait in the next step's collective)
+                    # rank 0 alone writes, and a callback may fail or stop the run (Ctrl-C seen
+                    # too) on one rank only: every rank stops with it, in one collective on every
+                    # rank and epoch (the others would wait in the next step's collective)
                     with _distributed.together(self.group, _EPOCH_END.format(epoch=epoch)):
                         if self.checkpoint is not None:
                             self.save(epoch, 0, loader_rng_state(self.loader))
                         self.call_back(record)
-                    if interrupt.requested:
+                        if interrupt.requested:
+                            raise KeyboardInterrupt
+                    if interrupt.requested:  # during the collective
                         raise KeyboardInterrupt
         except KeyboardInterrupt:
             if mid_step:

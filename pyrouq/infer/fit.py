@@ -207,7 +207,8 @@ def fit(
         (handled as Ctrl-C, below). The random state, torch's and the training loader's, is
         put back after the callbacks, so one that draws (``predict()`` to monitor the run) or
         reads the training loader leaves the training as it would be without it. Under
-        data-parallel training a callback that raises on one rank stops every rank.
+        data-parallel training a callback that raises on one rank stops every rank (one that
+        raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank).
     checkpoint : str or PathLike, optional
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model or guide that
