@@ -7,7 +7,7 @@ of issue 19's comparisons hold, then asserts them. On the Intel Xeon of 2026-12-
 fail at seed 0 (LeNet: NLL; ResidualCNN: ECE), where they passed on an AMD EPYC: issue 19 is open.
 The same day, with each network trained in its own process, all four comparisons held at LeNet
 seeds 1-3 and ResidualCNN seeds 1-2 and missed by at most 0.0005 NLL, 0.25 ECE points and 0.0005
-AUROC at the others (README, "Measured here").
+AUROC at the others (docs/measurements.md).
 """
 
 from __future__ import annotations
