@@ -44,6 +44,34 @@ def room_for(model: Any, rows: int) -> Iterator[None]:
         model.num_data = num_data
 
 
+def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
+    """Refuse what a model of the user's own gave as the class logits of ``rows`` inputs
+    (``recorded``: its ``"logits"`` site, else its return value) unless it is ``(rows, C)``:
+    logits ``(C, B)`` or of a subsample of the inputs would be read as other inputs' without a
+    word, and extra dims as more draws. A value that cannot be logits (not a tensor, one dim)
+    is a ``TypeError`` that names the way out for a regression model."""
+    where = "recorded a 'logits' site" if recorded else "returned logits"
+    shown = f"a tensor of shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
+    if not torch.is_tensor(out) or out.dim() < 2:
+        got = f"returned {shown} and recorded no 'logits' site"
+        if recorded:
+            got = f"recorded a 'logits' site of {shown}"
+        raise TypeError(
+            f"{name_of(owner)} {got}; predict() needs a model of your own to return class "
+            "logits (B, C) or record "
+            "pyro.deterministic('logits', ...). A regression model of your own: draw its "
+            "predictions with pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
+            "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
+        )
+    if out.dim() != 2 or out.shape[0] != rows:
+        raise ValueError(
+            f"predict(): {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
+            f"{rows} inputs, expected class logits ({rows}, C): one row per input, in the "
+            "order given (not logits.T, nor those of a subsample of the inputs: plate "
+            "'data' with subsample_size=len(x)). Return or record logits of shape (B, C)."
+        )
+
+
 def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | None:
     """``{site: shape}`` of the latent sites of a model of the user's own that posterior draws
     must give, or None where the model cannot be run as below.

@@ -41,20 +41,9 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
     owner = model if owner is None else owner
     with own_models.room_for(owner, x.shape[0]):
         trace = poutine.trace(model).get_trace(x)
-    if "logits" in trace.nodes:
-        return trace.nodes["logits"]["value"]
-    out = trace.nodes["_RETURN"]["value"]
-    if not torch.is_tensor(out) or out.dim() < 2:
-        shown = (
-            f"a tensor of shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
-        )
-        raise TypeError(
-            f"{own_models.name_of(owner)} returned {shown} and recorded no 'logits' site; "
-            "predict() needs a model of your own to return class logits (..., B, C) or record "
-            "pyro.deterministic('logits', ...). A regression model of your own: draw its "
-            "predictions with pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
-            "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
-        )
+    recorded = "logits" in trace.nodes
+    out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
+    own_models.check_logits(owner, out, x.shape[0], recorded)
     return out
 
 

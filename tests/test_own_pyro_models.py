@@ -777,3 +777,76 @@ def test_masked_priors_a_models_own_kl_weight_and_non_discrete_samplers_without_
         pyrouq.KLWeightedELBO(1.0).loss(
             circular, lambda x, y=None: pyro.sample("angle", Jitter()), x, y
         )
+
+
+def test_a_bayesian_layers_local_reparameterization_is_documented_as_fit_applies_it():
+    """BayesianLinear's docs called sample_with "the training path of KLWeightedELBO": fit()
+    trains a model of one's own holding the layer through its sites, and warns so."""
+
+    class WithLayer(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = pyrouq.BayesianLinear(4, 3, local_reparameterization=True)
+
+        def forward(self, x, y=None):
+            logits = self.fc(x)
+            with pyro.plate("data", self.num_data, subsample_size=len(x)):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    x, y = data()
+    pyro.clear_param_store()
+    model = WithLayer()
+    with pytest.warns(UserWarning, match=r"layer 'fc' \(BayesianLinear\) has local_repa"):
+        pyrouq.fit(model, AutoNormal(model), [(x, y)], num_data=48, epochs=1, progress=False)
+    for layer in (pyrouq.BayesianLinear, pyrouq.BayesianConv2d):
+        doc = " ".join((layer.__doc__ or "").split())
+        assert "the training path of" not in doc
+    doc = " ".join((pyrouq.BayesianLinear.__doc__ or "").split())
+    assert "and warn that the flag is not applied" in doc
+
+
+class _Shaped(BNN):
+    """BNN whose logits come out reshaped by ``how``: transposed (C, B), with a leading 1
+    (1, B, C), or those of the first 10 inputs only."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x, y=None):
+        full = self.fc2(F.relu(self.fc1(x)))
+        logits = {"T": full.T, "lead": full[None], "first": full[:10]}[self.how]
+        if self.how == "lead":
+            pyro.deterministic("logits", logits)
+        with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=full), obs=y)
+        return logits
+
+
+@pytest.mark.parametrize("how", ["T", "lead", "first"])
+@pytest.mark.parametrize("source", ["prior", "guide", "posterior_samples"])
+def test_logits_not_one_row_per_input_are_refused_by_predict(how, source):
+    """A model returning logits.T ((C, B)) was predicted as C inputs of B classes, without a
+    word (and beside targets of B rows); (1, B, C) failed later as "probs of 4 dims"."""
+    x, y = data()
+    model = _Shaped(how)
+    kwargs: dict = {"num_samples": 2}
+    pyro.clear_param_store()
+    if source == "guide":
+        kwargs["guide"] = AutoNormal(model)
+        kwargs["guide"](x, y)  # built on the model with its targets, as fit() builds it
+    elif source == "posterior_samples":
+        kwargs = {}
+        kwargs["posterior_samples"] = {
+            "fc1.weight": torch.randn(2, 8, 4), "fc1.bias": torch.randn(2, 8),
+            "fc2.weight": torch.randn(2, 3, 8), "fc2.bias": torch.randn(2, 3),
+        }  # fmt: skip
+    recorded = "recorded a 'logits' site" if how == "lead" else "returned logits"
+    shape = {"T": (3, 48), "lead": (1, 48, 3), "first": (10, 3)}[how]
+    with pytest.raises(ValueError) as err:
+        pyrouq.predict(model, x, **kwargs)
+    assert str(err.value).startswith(
+        f"predict(): _Shaped {recorded} of shape {shape} on a batch of 48 inputs, expected "
+        "class logits (48, C): one row per input"
+    ), str(err.value)

@@ -126,7 +126,9 @@ class _BayesianLayer(PyroModule):
         :meth:`moments_with`); otherwise one weight and bias are drawn (``loc + scale * eps``)
         and applied to the whole batch. Input ``(B, ...)`` gives ``(B, ...)`` output, or
         ``(num_draws, B, ...)`` with ``num_draws`` independent draws; stacked input
-        ``(S, B, ...)`` gives one draw per stack slice (``num_draws`` is then ignored).
+        ``(S, B, ...)`` gives one draw per stack slice (``num_draws`` is then ignored). An
+        input of more dims than the layer's own ``(B, in)`` or ``(B, C, H, W)`` counts as
+        stacked: a linear layer's ``(B, T, in)`` gets one draw per example.
         """
         stacked = x.dim() > self._plain_rank
         if self.local_reparameterization:
@@ -162,11 +164,16 @@ class BayesianLinear(_BayesianLayer):
     prior_scale : float, default 1.0
         Standard deviation of the Normal prior on every weight and bias.
     local_reparameterization : bool, default False
-        How :meth:`sample_with` (the training path of :class:`pyrouq.KLWeightedELBO`) draws the
-        output under a Normal guide: pre-activations ``Normal(x mu^T + b_mu, x^2 (sigma^2)^T +
+        How :meth:`sample_with` (for a training loop of your own) draws the output under a
+        Normal weight distribution: pre-activations ``Normal(x mu^T + b_mu, x^2 (sigma^2)^T +
         b_sigma^2)`` with one noise per output per example (True; lower-variance gradients), or
         one weight draw for the whole batch (False). ``forward`` is unaffected: it always
-        samples (or replays) the weight and bias sites.
+        samples (or replays) the weight and bias sites, and so are :class:`pyrouq.KLWeightedELBO`
+        and :func:`pyrouq.fit`, which train a model of your own holding this layer through
+        those sites (one weight draw per step) and warn that the flag is not applied. For
+        local reparameterisation in training, convert a plain network with
+        ``pyrouq.bayesian(net, local_reparameterization=True)`` and fit it with
+        ``pyrouq.mean_field_guide(model)``.
 
     Examples
     --------
@@ -230,7 +237,8 @@ class BayesianConv2d(_BayesianLayer):
     stride, padding : int or (int, int), default 1 and 0
     prior_scale : float, default 1.0
     local_reparameterization : bool, default False
-        As for :class:`BayesianLinear`, with moments ``conv(x, mu) + b_mu`` and ``conv(x^2,
+        As for :class:`BayesianLinear` (:meth:`sample_with` only; ``fit()`` does not apply it
+        to a model of your own), with moments ``conv(x, mu) + b_mu`` and ``conv(x^2,
         sigma^2) + b_sigma^2`` and one noise per output pixel per example.
 
     .. warning:: For a convolution, local reparameterisation gets every output's marginal
