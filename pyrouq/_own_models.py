@@ -48,8 +48,8 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
     """Refuse what a model of the user's own gave as the class logits of ``rows`` inputs
     (``recorded``: its ``"logits"`` site, else its return value) unless it is ``(rows, C)``:
     logits ``(C, B)`` or of a subsample of the inputs would be read as other inputs' without a
-    word, and extra dims as more draws. A value that cannot be logits (not a tensor, one dim)
-    is a ``TypeError`` that names the way out for a regression model."""
+    word, and extra dims as more draws or inputs. A value that cannot be logits (not a tensor,
+    one dim) is a ``TypeError`` that names the way out for a regression model."""
     where = "recorded a 'logits' site" if recorded else "returned logits"
     shown = f"a tensor of shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
     if not torch.is_tensor(out) or out.dim() < 2:
@@ -64,11 +64,21 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
             "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
         )
     if out.dim() != 2 or out.shape[0] != rows:
+        if out.dim() == 2:
+            why = (
+                "one row per input, in the order given (not logits.T, nor those of a "
+                "subsample of the inputs: plate 'data' with subsample_size=len(x))"
+            )
+        else:
+            why = (
+                "one run gives one draw, and predict() stacks the S runs itself (no leading "
+                "dim of draws or particles, nor of size 1), one row of C logits per input "
+                "(not one per position, as a sequence's (B, T, C))"
+            )
         raise ValueError(
             f"predict(): {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
-            f"{rows} inputs, expected class logits ({rows}, C): one row per input, in the "
-            "order given (not logits.T, nor those of a subsample of the inputs: plate "
-            "'data' with subsample_size=len(x)). Return or record logits of shape (B, C)."
+            f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
+            "logits of shape (B, C)."
         )
 
 

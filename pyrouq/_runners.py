@@ -116,6 +116,13 @@ def plain_runner(model: nn.Module):
                 f"{type(model).__name__} must return logits of shape (B, C), got "
                 f"{getattr(logits, 'shape', type(logits).__name__)}."
             )
+        if logits.shape[0] != x.shape[0]:  # logits.T, or a subsample's: another input's
+            raise ValueError(
+                f"predict(): {type(model).__name__} returned logits of shape "
+                f"{tuple(logits.shape)} on a batch of {x.shape[0]} inputs, expected class "
+                f"logits ({x.shape[0]}, C): one row per input, in the order given (not "
+                "logits.T, nor those of a subsample of the inputs)."
+            )
         return logits.unsqueeze(0)
 
     return run

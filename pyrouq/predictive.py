@@ -254,7 +254,7 @@ def predict(
     ----------
     model : PyroModule or nn.Module
         A pyrouq model (Bayesian, BatchEnsemble), any Pyro model returning logits or recording
-        ``"logits"``, or a plain ``nn.Module`` returning logits ``(B, C)``.
+        ``"logits"`` of shape ``(B, C)``, or a plain ``nn.Module`` returning logits ``(B, C)``.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``); one ``(x, y)`` pair goes in a list,

@@ -808,7 +808,8 @@ def test_a_bayesian_layers_local_reparameterization_is_documented_as_fit_applies
 
 class _Shaped(BNN):
     """BNN whose logits come out reshaped by ``how``: transposed (C, B), with a leading 1
-    (1, B, C), or those of the first 10 inputs only."""
+    (1, B, C), with a leading dim of 2 draws (2, B, C), or those of the first 10 inputs
+    only."""
 
     def __init__(self, how: str):
         super().__init__()
@@ -816,7 +817,8 @@ class _Shaped(BNN):
 
     def forward(self, x, y=None):
         full = self.fc2(F.relu(self.fc1(x)))
-        logits = {"T": full.T, "lead": full[None], "first": full[:10]}[self.how]
+        logits = {"T": full.T, "lead": full[None], "draws": full.expand(2, *full.shape),
+                  "first": full[:10]}[self.how]  # fmt: skip
         if self.how == "lead":
             pyro.deterministic("logits", logits)
         with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
@@ -824,7 +826,7 @@ class _Shaped(BNN):
         return logits
 
 
-@pytest.mark.parametrize("how", ["T", "lead", "first"])
+@pytest.mark.parametrize("how", ["T", "lead", "draws", "first"])
 @pytest.mark.parametrize("source", ["prior", "guide", "posterior_samples"])
 def test_logits_not_one_row_per_input_are_refused_by_predict(how, source):
     """A model returning logits.T ((C, B)) was predicted as C inputs of B classes, without a
@@ -843,10 +845,41 @@ def test_logits_not_one_row_per_input_are_refused_by_predict(how, source):
             "fc2.weight": torch.randn(2, 3, 8), "fc2.bias": torch.randn(2, 3),
         }  # fmt: skip
     recorded = "recorded a 'logits' site" if how == "lead" else "returned logits"
-    shape = {"T": (3, 48), "lead": (1, 48, 3), "first": (10, 3)}[how]
+    shape = {"T": (3, 48), "lead": (1, 48, 3), "draws": (2, 48, 3), "first": (10, 3)}[how]
+    why = "one row per input" if len(shape) == 2 else "one run gives one draw, and predict() "
     with pytest.raises(ValueError) as err:
         pyrouq.predict(model, x, **kwargs)
     assert str(err.value).startswith(
         f"predict(): _Shaped {recorded} of shape {shape} on a batch of 48 inputs, expected "
-        "class logits (48, C): one row per input"
+        f"class logits (48, C): {why}"
     ), str(err.value)
+    assert str(err.value).endswith("Return or record logits of shape (B, C).")
+
+
+class _Transposing(nn.Module):
+    """A Pyro model written as an ``nn.Module`` (``forward(x, y)``) with no latent site,
+    which predict() runs as a plain network, returning logits.T."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.num_data = 48
+
+    def forward(self, x, y=None):
+        logits = self.fc(x)
+        with pyro.plate("data", self.num_data, subsample_size=len(x)):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits.T
+
+
+def test_logits_not_one_row_per_input_of_a_network_without_latent_sites_are_refused():
+    """The plain path (an nn.Module whose forward(x, y) samples no latent site, or a plain
+    network) read (C, B) logits as C inputs of B classes, without a word."""
+    x, _ = data()
+    with pytest.raises(ValueError) as err:
+        pyrouq.predict(_Transposing(), x, progress=False)
+    assert str(err.value) == (
+        "predict(): _Transposing returned logits of shape (3, 48) on a batch of 48 inputs, "
+        "expected class logits (48, C): one row per input, in the order given (not logits.T, "
+        "nor those of a subsample of the inputs)."
+    )

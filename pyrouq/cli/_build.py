@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# Per model: its builder arguments and the recipe measured for it (see the README).
+# Per model: its builder arguments and the recipe measured for it (see docs/measurements.md).
 MODELS: dict[str, dict[str, Any]] = {
     "bayesian-lenet": {"class": "BayesianLeNet", "epochs": 2, "batch_size": 256, "lr": 2e-2},
     "bayesian-mlp": {"class": "BayesianMLP", "epochs": 3, "batch_size": 512, "lr": 2e-2},

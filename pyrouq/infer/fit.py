@@ -171,7 +171,7 @@ def fit(
         latent factors do not over-prune. On LeNet (AMD EPYC, seeds 0 and 1) it improved on
         the BatchEnsemble's NLL, ECE and OOD AUROC, which 0.1 did not; on an Intel Xeon
         (seeds 0-4) rank-1's NLL was lower at 3 of 5 seeds and its ECE at all 5 (see the
-        rank-1 section of the README and the KL-weight page).
+        KL-weight page and the docs' measured figures).
     num_particles : int, default 1
         Draws from the guide per step.
     vectorize_particles : bool, default False
