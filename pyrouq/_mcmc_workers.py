@@ -3,13 +3,16 @@ and the processes that run several chains in parallel (private)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import pickle
 import random
 import signal
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -38,13 +41,18 @@ def parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     results: dict[int, Any] = {}
     running: dict[Any, tuple[list[int], Any]] = {}  # result pipe -> (chains owed, process)
     try:
-        for k in range(workers):
-            share = [(index, jobs[index]) for index in range(k, len(jobs), workers)]
-            reader, writer = context.Pipe(duplex=False)
-            process = context.Process(target=_chain_process, args=(share, writer), daemon=True)
-            process.start()
-            writer.close()  # the child holds the only writer: its end is the pipe's EOF
-            running[reader] = ([index for index, _ in share], process)
+        # Ctrl-C held back until every process is started and recorded: one raised inside
+        # start(), after the spawn, would leave a chain process running that no one stops
+        with _interrupts_held():
+            for k in range(workers):
+                share = [(index, jobs[index]) for index in range(k, len(jobs), workers)]
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(target=_chain_process, args=(share, writer), daemon=True)
+                try:
+                    process.start()
+                finally:
+                    writer.close()  # the child holds the only writer: its end is the EOF
+                running[reader] = ([index for index, _ in share], process)
         while running:
             # with a timeout: a Ctrl-C whose signal landed on another thread is only handled
             # once this thread runs Python again, which a wait without end could never do
@@ -65,16 +73,42 @@ def parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
                 owed.remove(index)
                 results[index] = value
     finally:
-        for _, process in running.values():  # interrupted, or a chain failed
-            if process.is_alive():
-                process.terminate()
-        for reader, (_, process) in running.items():
-            process.join(5)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            reader.close()
+        with _interrupts_held():  # a second Ctrl-C stops no cleanup half way
+            for _, process in running.values():  # interrupted, or a chain failed
+                if process.is_alive():
+                    process.terminate()
+            for reader, (_, process) in running.items():
+                process.join(5)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+                reader.close()
     return [results[index] for index in range(len(jobs))]
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT held back while the block runs, then handled as it would have been (Python's
+    KeyboardInterrupt, or a handler of the caller's own): what must not stop half way, as a
+    chain process spawned but not yet recorded, runs to its end. Only in the main thread, the
+    one Python runs signal handlers in, and only for a Python handler (an ignored SIGINT, or a
+    C handler of an embedding application, is left as it is)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    caught: list[Any] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        caught.append(frame)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            previous(signal.SIGINT, caught[0])
 
 
 def _ended_abruptly(chain: int, code: int | None) -> str:

@@ -294,6 +294,10 @@ import faulthandler, multiprocessing, os, signal, sys, threading, time
 faulthandler.dump_traceback_later(150, exit=True)  # a hang prints every thread's stack and ends
 sys.path.insert(0, {tests!r})
 from test_mcmc import _run, bayesian, Gaussian, MisbehavesInAWorker
+# Python's Ctrl-C handler, as a Jupyter kernel's while a cell runs: a process started with
+# SIGINT ignored (a background job of a non-interactive shell, as CI runners and `make test &`
+# start) keeps it ignored, and so did this one, whose chains then waited until the timeout
+signal.signal(signal.SIGINT, signal.default_int_handler)
 model = bayesian(MisbehavesInAWorker(2, 1, then="stall"), likelihood=Gaussian(0.3))
 # Ctrl-C (SIGINT to this process alone, as a Jupyter interrupt) while the chains run
 threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -306,12 +310,6 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.skipif(
-    "CI" in os.environ,
-    reason="an open bug: hung in 1 of the last 3 clean-clone CI runs and in 1 local make test "
-    "(the main thread still in mcmc's chain wait 150 s after the interrupt), never in 19 runs "
-    "by hand; locally a hang ends after 150 s with every thread's stack",
-)
 def test_an_interrupted_parallel_run_stops_its_chain_processes():
     # in a process of its own, so that a hang fails this test (after 2.5 minutes, with every
     # thread's stack in the message) instead of stalling the suite; the chains would sleep for
@@ -334,6 +332,43 @@ def test_an_interrupted_parallel_run_stops_its_chain_processes():
         r"interrupted after ([\d.]+) s, (\d+) chain processes left\n", stdout
     ).groups()
     assert 8.0 <= float(seconds) < 60 and left == "0"
+
+
+@pytest.mark.parametrize("process", [0, 1])
+def test_an_interrupt_inside_a_chain_process_start_stops_it_too(monkeypatch, process):
+    """Ctrl-C landing inside start(), just after the spawn: start() never returned, so that
+    process was neither recorded nor reachable (no Process held it), and it ran on, its chain
+    to the end, after the KeyboardInterrupt; now the interrupt waits for the starts."""
+    import signal
+    import time
+    from multiprocessing.context import SpawnProcess
+
+    spawned = []
+    launch = SpawnProcess._Popen
+
+    def interrupted(process_obj):
+        popen = launch(process_obj)
+        spawned.append(popen)
+        if len(spawned) == process + 1:
+            os.kill(os.getpid(), signal.SIGINT)  # handled before _Popen returns, unheld
+        return popen
+
+    monkeypatch.setattr(SpawnProcess, "_Popen", staticmethod(interrupted))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not an inherited SIG_IGN
+    model = bayesian(MisbehavesInAWorker(2, 1, then="stall"), likelihood=Gaussian(0.3))
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _run(model, parallel=True)
+        seconds = time.monotonic() - start
+        running = [popen.pid for popen in spawned if popen.poll() is None]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for popen in spawned:  # what a failure leaves, stopped
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait()
+    assert not running and seconds < 30 and not multiprocessing.active_children()
 
 
 def test_float64_targets_and_numpy_counts_give_the_draws_of_float32_ones(result):
