@@ -883,3 +883,46 @@ def test_logits_not_one_row_per_input_of_a_network_without_latent_sites_are_refu
         "expected class logits (48, C): one row per input, in the order given (not logits.T, "
         "nor those of a subsample of the inputs)."
     )
+
+
+class _TakesLengths(BNN):
+    """BNN whose forward takes another input between x and y."""
+
+    def forward(self, x, lengths, y=None):
+        return super().forward(x, y)
+
+
+class _Needs(BNN):
+    """BNN whose forward needs a third input."""
+
+    def forward(self, x, y, lengths):
+        return super().forward(x, y)
+
+
+class _Renamed(BNN):
+    """BNN whose forward names its inputs otherwise, with an extra one that has a default."""
+
+    def forward(self, inputs, targets=None, mask=None):
+        return super().forward(inputs, targets)
+
+
+def test_a_forward_that_fit_cannot_call_as_model_x_y_is_refused_first():
+    """forward(x, lengths, y=None) took y as lengths and left obs unobserved: Pyro's autoguide
+    then said "Continuous inference cannot handle discrete sample site 'obs'"."""
+    x, y = data()
+    for model, why in (
+        (_TakesLengths(), "y would fill its parameter 'lengths'"),
+        (_Needs(), "it also needs 'lengths'"),
+    ):
+        pyro.clear_param_store()
+        with pytest.raises(TypeError) as err:
+            pyrouq.fit(model, AutoNormal(model), [(x, y)], num_data=48, epochs=1, progress=False)
+        name = type(model).__name__
+        assert str(err.value).startswith(
+            f"fit() calls {name}(x, y), as Pyro's SVI calls a model, but its forward("
+        ), str(err.value)
+        assert f") takes them otherwise: {why}. Write forward(x, y=None) (the inputs, then " in (
+            str(err.value)
+        )
+    # other names, an extra parameter with a default: called as model(x, y) fine
+    fitted(_Renamed())

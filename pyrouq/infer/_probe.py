@@ -4,6 +4,7 @@ user's own creates on its first call, and that model's sites and N/B scale."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,6 +60,8 @@ class Probe:
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
         # a Pyro model of the user's own: does it scale its likelihood by N/B?
         foreign = own_pyro_model(model, guide)
+        if foreign:
+            _check_called_with_x_y(model)
         if not (needs_classes or lazy_guide or foreign):
             return
         # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
@@ -95,6 +98,33 @@ class Probe:
                 self.created_params += _own_model_params(model, guide, x, y)
         finally:
             restore_modes(was)
+
+
+def _check_called_with_x_y(model: nn.Module) -> None:
+    """Refuse a Pyro model of the user's own whose ``forward`` cannot be called as fit() and
+    Pyro's SVI call it, ``model(x, y)``: a parameter named ``y`` elsewhere than second (``y``
+    would fill the second, e.g. ``lengths``, and the likelihood go unobserved: Pyro then
+    blames a discrete latent site), or a third one without a default."""
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # a builtin or C forward: nothing to read
+        return
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in signature.parameters.values() if p.kind in kinds]
+    names = [p.name for p in positional]
+    needed = [p.name for p in positional[2:] if p.default is inspect.Parameter.empty]
+    if needed or ("y" in names and names.index("y") != 1):
+        why = (
+            f"it also needs {', '.join(map(repr, needed))}"
+            if needed
+            else f"y would fill its parameter {names[1]!r}"
+        )
+        raise TypeError(
+            f"fit() calls {type(model).__name__}(x, y), as Pyro's SVI calls a model, but its "
+            f"forward{signature} takes them otherwise: {why}. Write forward(x, y=None) (the "
+            "inputs, then the targets), and give any other parameter a default, or set what "
+            "it needs as an attribute of the model before fit()."
+        )
 
 
 def _unconstrained(trace: Any) -> list[torch.Tensor]:
