@@ -155,15 +155,21 @@ def test_fit_without_guide_and_isolation_between_ensembles():
     b = BatchEnsembleMLP(in_features=4, hidden_features=16, out_features=2, num_members=2)
     b_before = {k: v.clone() for k, v in b.state_dict().items()}
     b_out = b(x).detach()
+    b_entries = dict(pyro.get_param_store().items())  # b's call registered b's tensors
+    a_out = a(x).detach()
     result = fit(a, None, loader, epochs=15, lr=0.02, num_data=64, progress=False)
     assert result.history[-1].loss < result.history[0].loss
     assert result.history[-1].kl == 0.0
     assert result.history[-1].train_acc > 0.9
+    assert not torch.equal(a(x).detach(), a_out)  # a did train
     for k, v in b.state_dict().items():
         assert torch.equal(v, b_before[k])
-    # b's entries in the param store are its own: a's training moved none of them
     assert torch.equal(b(x).detach(), b_out)
-    assert not torch.equal(a(x).detach(), b_out)
+    # b's entries in the param store are its own: a's training replaced or moved none of them
+    store = pyro.get_param_store()
+    assert b_entries and set(b_entries) <= set(store.keys())
+    for name, value in b_entries.items():
+        assert torch.equal(store[name].detach(), value.detach()), name
 
 
 def test_param_store_entries_go_with_the_ensemble():

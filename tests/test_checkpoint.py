@@ -286,6 +286,9 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
     back = load(unchecked).guide
     for site in ("fc1.weight", "fc2.bias"):
         assert torch.equal(back.site_loc(site), saved_guide.site_loc(site)), site
+    want = saved_guide.state_dict()  # the scales too, not only the means
+    assert back.state_dict().keys() == want.keys()
+    assert all(torch.equal(v, want[k]) for k, v in back.state_dict().items())
     # files that are not torch's: a clear error naming what they are, never a raw KeyError
     for name, content, what in (
         ("notes.txt", b"hello world", r"it begins with b'hello world'"),

@@ -533,6 +533,7 @@ def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
     plain = load(save(tmp_path / "p.pt", saved), module=skeleton)
     assert isinstance(plain.model, pyrouq.ResidualCNN)
     want = saved.state_dict()
+    assert plain.model.state_dict().keys() == want.keys()
     assert all(torch.equal(v, want[k]) for k, v in plain.model.state_dict().items())
     assert not torch.equal(skeleton.stem[0].weight, saved.stem[0].weight)  # so the file's
 
