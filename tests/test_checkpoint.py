@@ -204,7 +204,9 @@ def test_save_refuses_what_it_cannot_rebuild(tmp_path):
 
     own = PyroModule[torch.nn.Linear](2, 3)
     own.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 2]).to_event(2))
-    with pytest.raises(CheckpointError, match=r"save\(\) cannot describe a PyroLinear"):
+    with pytest.raises(CheckpointError, match=r"save\(\) cannot describe a PyroLinear: .* For a "
+                       r"Pyro model of your own, keep torch.save\(model.state_dict\(\)\) and the "
+                       r"guide's parameters \(pyro.get_param_store\(\).save\(path\)"):  # fmt: skip
         save(tmp_path / "c.pt", own, AutoNormal(own))
     assert not (tmp_path / "c.pt").exists()
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind

@@ -135,8 +135,10 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
     else:
         raise CheckpointError(
             f"save() cannot describe a {name}: expected a model made by pyrouq.bayesian() or "
-            f"pyrouq.batchensemble(), one of {sorted(doors)}, or a plain nn.Module. Save "
-            "model.state_dict() with torch.save for other models, and rebuild them yourself."
+            f"pyrouq.batchensemble(), one of {sorted(doors)}, or a plain nn.Module. For a "
+            "Pyro model of your own, keep torch.save(model.state_dict()) and the guide's "
+            "parameters (pyro.get_param_store().save(path), which holds an autoguide's and "
+            "every pyro.param), and rebuild the model and guide yourself."
         )
     out["num_data"] = getattr(model, "num_data", None)
     given = getattr(model, "given_num_data", None)  # the N it was built with, fit()'s default
