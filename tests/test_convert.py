@@ -238,15 +238,80 @@ class Tied(nn.Module):
         return self.head(torch.relu(self.again(h)))
 
 
-def test_bayesian_refuses_a_tied_weight_under_any_of_its_names():
-    tied = r"Parameters '{}' and '{}' are the same tensor \(tied weights, or one layer under"
-    with pytest.raises(ValueError, match=tied.format("a.weight", "b.weight") + r".*select=None"):
+class TiedLM(nn.Module):
+    """Tied's ties without a layer registered twice: two linear layers sharing one weight, a
+    head tied to the embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.b.weight = self.a.weight
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(torch.relu(self.b(torch.relu(self.a(self.emb(x).mean(1))))))
+
+
+def test_a_tied_weight_is_one_latent_site_that_every_name_reads(tmp_path):
+    torch.manual_seed(0)
+    net = TiedLM()
+    model = bayesian(net, prior={"head": 0.1})  # a key matching the head's name for the matrix
+    assert list(model.latent_sites()) == ["emb.weight", "a.weight", "a.bias", "b.bias"]
+    assert model.prior_of("emb.weight").scale.item() == pytest.approx(0.1)
+    assert list(bayesian(net, select=["b.weight"]).latent_sites()) == ["a.weight"]
+    x, y = torch.randint(0, 10, (4, 3)), torch.tensor([0, 3, 9, 1])
+    # one draw, read under every name: as the plain network holding the drawn values
+    drawn = {k: v + 0.1 * torch.randn_like(v) for k, v in model.template().items()}
+    plain = model.plain_network()
+    assert plain.b.weight is plain.a.weight and plain.head.weight is plain.emb.weight
+    with torch.no_grad():
+        for site, value in drawn.items():
+            plain.get_parameter(site).copy_(value)
+    assert torch.allclose(model.outputs(x, drawn), plain(x), atol=1e-5)
+    guide = mean_field_guide(model, init_from=net)
+    fit(model, guide, [(x, y)], epochs=1, num_data=4, progress=False, seed=0)
+    model.double().float()  # torch casts each module's buffers on its own
+    assert model.net.b.weight is model.net.a.weight
+    assert model.net.head.weight is model.net.emb.weight
+    assert predict(model.eval(), x, guide, num_samples=2).probs.shape == (2, 4, 10)
+    restored = load(save(tmp_path / "t.pt", model, guide=guide), module=TiedLM())
+    assert restored.model.net.head.weight is restored.model.net.emb.weight
+    assert torch.equal(restored.model.outputs(x, drawn), model.outputs(x, drawn))
+
+
+def test_a_layer_registered_twice_cannot_have_latent_parameters():
+    # torch.func.functional_call would leave a draw in it: refused under any of its names
+    twice = r"'{}' belongs to a layer of Tied registered under several names \('a' and 'again'"
+    with pytest.raises(ValueError, match=twice.format("a.weight") + r".*call it as often"):
         bayesian(Tied())
-    # the head is registered after the embedding it is tied to: named_parameters() lists the
-    # tensor under the embedding's name only, which once hid the head from select
-    for select in (["head"], ["emb"]):
-        with pytest.raises(ValueError, match=tied.format("emb.weight", "head.weight") + r".*Leave"):
-            bayesian(Tied(), select=select)
+    with pytest.raises(ValueError, match=twice.format("a.bias")):
+        bayesian(Tied(), select=["again.bias"])
+    with pytest.raises(ValueError, match=twice.format("a.r")):
+        pyrouq.rank1(Tied(), 2)
+    assert list(bayesian(Tied(), select=["head"]).latent_sites()) == ["emb.weight"]
+
+
+class Counts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.counts = nn.Parameter(torch.tensor([1, 2]), requires_grad=False)
+
+    def forward(self, x):
+        return self.fc(x) * self.counts.sum()
+
+
+def test_select_refuses_integer_parameters_and_non_bool_answers():
+    with pytest.raises(ValueError, match=r"not floating-point: 'counts' \(torch.int64\).*callable"):
+        bayesian(Counts(), select=lambda name, param: True)
+    with pytest.raises(ValueError, match=r"not floating-point: 'counts'.*names or prefixes"):
+        bayesian(Counts(), select=["counts"])
+    assert list(bayesian(Counts()).latent_sites()) == ["fc.weight", "fc.bias"]
+    with pytest.raises(TypeError, match=r"for 'counts' it returned Tensor of shape \(2,\)"):
+        bayesian(Counts(), select=lambda name, param: param > 0)
 
 
 def test_batchensemble_keeps_tied_weights_and_repeated_layers(tmp_path):

@@ -28,7 +28,6 @@ from pyrouq.convert._select import (
     _owner,
     check_module,
     check_num_data,
-    check_untied,
     computes_its_own_way,
     copy_network,
     module_record,
@@ -36,6 +35,7 @@ from pyrouq.convert._select import (
     select_parameters,
     weight_readers,
 )
+from pyrouq.convert._sites import aliases_of, latent_sites_of
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn import BatchEnsembleLinear
 
@@ -158,16 +158,22 @@ class BayesianNetwork(PyroModule):
         else:
             self.module_record = module_record(module)
             net = copy_network(module, "make it Bayesian")
-        sites = select_parameters(net, select)
-        check_untied(net, sites, select)
+        sites = latent_sites_of(net, select_parameters(net, select), select)
         params = dict(net.named_parameters())
-        priors = resolve_priors(prior, {s: params[s] for s in sites}, list(params))
+        # a tied parameter is one site, named by its first name; every name holds its value
+        tied = {site: more for site, more in aliases_of(net).items() if site in sites}
+        every_name = [name for name, _ in net.named_parameters(remove_duplicate=False)]
+        priors = resolve_priors(prior, {s: params[s] for s in sites}, every_name, tied)
         for site in sites:
-            owner = net.get_submodule(_owner(site))
-            attr = site.rpartition(".")[2]
-            value = owner._parameters.pop(attr)
-            assert value is not None
-            owner.register_buffer(attr, value.detach())  # saved: the guide's start
+            value = params[site].detach()
+            for name in (site, *tied.get(site, ())):
+                owner = net.get_submodule(_owner(name))
+                attr = name.rpartition(".")[2]
+                if owner._parameters.pop(attr, None) is None:
+                    continue  # a layer registered twice: done under its first name
+                # saved under the site's name: the guide's start (its other names are the
+                # same tensor, not saved again)
+                owner.register_buffer(attr, value, persistent=name == site)
         # a new model starts in training mode throughout, as a torch module does, whatever
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
@@ -180,9 +186,28 @@ class BayesianNetwork(PyroModule):
         if device is not None and any(t.device != device for t in held):
             self.likelihood.to(device)  # a noise prior made on the CPU, the network on a GPU
         self._sites = {s: torch.Size(params[s].shape) for s in sites}
+        self._tied = tied
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
         self._local = local_reparameterization
         weakref.finalize(self, forget_params, self._pyro_name)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        # torch casts and moves each module's buffers on its own (.to(), .double()): a tied
+        # site's other names are then given its new tensor again
+        out = super()._apply(fn, recurse)
+        self._retie()
+        return out
+
+    def _retie(self) -> None:
+        """Give every other name of a tied site the site's own tensor again, where something
+        that replaces buffers one by one (a cast, a restore) made it a copy."""
+        for site, others in getattr(self, "_tied", {}).items():
+            value = self.net.get_buffer(site)
+            for name in others:
+                owner = self.net.get_submodule(_owner(name))
+                attr = name.rpartition(".")[2]
+                if owner._buffers.get(attr) is not value:
+                    owner._buffers[attr] = value
 
     # -- structure ----------------------------------------------------------------------------
 
@@ -219,19 +244,21 @@ class BayesianNetwork(PyroModule):
     def template(self) -> dict[str, Tensor]:
         """The initial value of every latent site (the converted module's parameters, and the
         likelihood's start for its own sites)."""
-        buffers = dict(self.net.named_buffers())
+        buffers = dict(self.net.named_buffers(remove_duplicate=False))
         return {**{site: buffers[site] for site in self._sites}, **self.likelihood.template()}
 
     def plain_network(self) -> nn.Module:
         """A plain copy of the network with the template values as ordinary parameters (and
         torch's own modules where the engine put faster ones)."""
         plain = _engine.unprepare(copy.deepcopy(self.net))
+        buffers = dict(plain.named_buffers(remove_duplicate=False))
         for site in self._sites:
-            owner = plain.get_submodule(_owner(site))
-            attr = site.rpartition(".")[2]
-            value = owner._buffers.pop(attr)
-            assert value is not None
-            owner.register_parameter(attr, nn.Parameter(value.clone()))
+            param = nn.Parameter(buffers[site].clone())
+            for name in (site, *self._tied.get(site, ())):  # tied weights stay tied
+                owner = plain.get_submodule(_owner(name))
+                attr = name.rpartition(".")[2]
+                if owner._buffers.pop(attr, None) is not None:  # (a layer registered twice)
+                    owner.register_parameter(attr, param)
         return plain
 
     @property
@@ -257,7 +284,10 @@ class BayesianNetwork(PyroModule):
         convolution), whose sites are drawn whole. Training also draws whole those a forward
         shows it cannot draw by their pre-activations: called more than once a forward, never
         (the weight read as a tensor), or a Linear on inputs of more than two dims."""
+        self._retie()  # (what a training step runs on: a restore may have untied them)
         readers = weight_readers()
+        # a tied weight is drawn whole: one draw for every layer that reads it
+        tied = {n for site, more in self._tied.items() for n in (site, *more)}
         inside = [f"{p}." for p, m in self.net.named_modules() if isinstance(m, readers)]
         layers: dict[str, tuple[str, str | None]] = {}
         for path, module in self.net.named_modules():
@@ -267,6 +297,8 @@ class BayesianNetwork(PyroModule):
                 continue
             weight, bias = f"{path}.weight", f"{path}.bias"
             has_bias = bias in self._sites or getattr(module, "bias", None) is not None
+            if weight in tied or bias in tied:
+                continue
             if weight in self._sites and (bias in self._sites or not has_bias):
                 layers[path] = (weight, bias if bias in self._sites else None)
         return layers
@@ -286,6 +318,7 @@ class BayesianNetwork(PyroModule):
         """The network's outputs with explicit weights ``{site: value}`` (values may carry
         leading sample dims): ``(*S, B, D)``, no Pyro statements."""
         x = self._input(x)
+        self._retie()
         network = {site: weights[site] for site in weights if site in self._sites}
         dims = {site: len(shape) for site, shape in self._sites.items()}
         return _engine.run_draws(self.net, x, network, dims, self.num_members)
@@ -366,7 +399,14 @@ def bayesian(
         :func:`pyrouq.fit` unless frozen, as in torch: freezing a pretrained backbone
         (``backbone.requires_grad_(False)``) before converting leaves its weights fixed and
         makes the rest Bayesian. Buffers (running statistics) behave as in torch, train vs
-        eval.
+        eval. A tied parameter (one tensor under several names: an output layer sharing an
+        embedding's matrix, as language models do) is one latent site, named by its first
+        name in ``named_parameters()`` (``"emb.weight"``), picked, and matched by prior keys,
+        under any of its names (so ``select=None`` makes such an embedding matrix latent
+        too); every name reads the same draw, and :meth:`~BayesianNetwork.plain_network`
+        keeps it tied. A layer registered under two names (``self.again = self.a``) cannot
+        have latent parameters yet (a clear error): register it once and call it twice. A
+        parameter that is not floating-point cannot be latent (an error names it).
     likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
         How the outputs meet the targets (:mod:`pyrouq.likelihoods`).
     num_data : int, optional
@@ -382,7 +422,8 @@ def bayesian(
     ------
     ValueError
         A module with nothing to select, a ``select`` entry or prior key that matches nothing,
-        a prior that does not fit its site.
+        a prior that does not fit its site, a non-floating or twice-registered parameter
+        selected.
 
     Examples
     --------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
-import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -25,9 +24,11 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
+from pyrouq.convert._record import LAYER_SETTINGS, module_record
 
 __all__ = [
     "DEFAULT_PRIOR_SCALE",
+    "LAYER_SETTINGS",
     "PriorSpec",
     "SelectSpec",
     "SitePrior",
@@ -94,10 +95,30 @@ def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
         )
 
 
+def _picks(select: Callable[[str, nn.Parameter], bool], name: str, param: nn.Parameter) -> bool:
+    """``select(name, param)`` as True or False, or a TypeError for an answer that is neither
+    (a tensor of several values)."""
+    answer = select(name, param)
+    try:
+        return bool(answer)
+    except (RuntimeError, TypeError, ValueError):
+        raise TypeError(
+            f"The select callable must return True or False for each parameter; for {name!r} "
+            f"it returned {class_name(answer)}{_shape_of(answer)}, which is neither. Return "
+            "a bool, e.g. lambda name, param: name.startswith('fc')."
+        ) from None
+
+
+def _shape_of(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return "" if shape is None else f" of shape {tuple(shape)}"
+
+
 def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     """The dotted names of the parameters of ``module`` that ``select`` picks, in
-    ``named_parameters()`` order (see :func:`bayesian` for the accepted values). A tied
-    parameter is picked under any of its names (for :func:`check_untied` to refuse)."""
+    ``named_parameters(remove_duplicate=False)`` order (see :func:`bayesian` for the accepted
+    values): a tied parameter is picked under any of its names, for
+    :func:`~pyrouq.convert._sites.latent_sites_of` to make it one site."""
     params = dict(module.named_parameters(remove_duplicate=False))
     if not params:
         raise ValueError(
@@ -147,7 +168,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         _warn_parametrized(module, {linears[-1]})
         return [n for n in params if _owner(n) == linears[-1]]
     if callable(select):
-        chosen = [n for n, p in params.items() if select(n, p)]
+        chosen = [n for n, p in params.items() if _picks(select, n, p)]
         if not chosen:
             raise ValueError(
                 f"The select callable returned False for every parameter of "
@@ -296,13 +317,21 @@ def _site_prior(
 
 
 def resolve_priors(
-    prior: PriorSpec, params: Mapping[str, nn.Parameter], all_names: Sequence[str]
+    prior: PriorSpec,
+    params: Mapping[str, nn.Parameter],
+    all_names: Sequence[str],
+    aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, SitePrior]:
-    """One :class:`SitePrior` per latent site (``params``: ``{site: template parameter}``)."""
+    """One :class:`SitePrior` per latent site (``params``: ``{site: template parameter}``). A
+    dict's key covers a tied site (``aliases``: ``{site: its other names}``) when it matches
+    any of its names."""
     out: dict[str, SitePrior] = {}
+    names = {site: (site, *(aliases or {}).get(site, ())) for site in params}
     if isinstance(prior, Mapping):
         for key in prior:
-            if not isinstance(key, str) or not any(_matches(s, key) for s in params):
+            if not isinstance(key, str) or not any(
+                _matches(n, key) for site in params for n in names[site]
+            ):
                 unselected = [n for n in all_names if isinstance(key, str) and _matches(n, key)]
                 why = (
                     f"it names parameters that are not latent ({_names_list(unselected)}; widen "
@@ -318,7 +347,7 @@ def resolve_priors(
     learnt: set[str] = set()
     for site, param in params.items():
         if isinstance(prior, Mapping):
-            keys = sorted((k for k in prior if _matches(site, k)), key=len)
+            keys = sorted((k for k in prior if any(_matches(n, k) for n in names[site])), key=len)
             value: Any = prior[keys[-1]] if keys else DEFAULT_PRIOR_SCALE
         elif callable(prior) and not isinstance(prior, torch.distributions.Distribution):
             value = prior(site, param)
@@ -353,93 +382,6 @@ def _parameters_of(prior: torch.distributions.Distribution) -> dict[str, Tensor]
 # --------------------------------------------------------------------------------------------
 # Shared checks
 # --------------------------------------------------------------------------------------------
-
-
-def module_record(module: nn.Module) -> dict[str, Any]:
-    """The structure of ``module`` (class, the class name of every submodule, the settings of
-    torch's layers, parameter and buffer names and shapes), which a checkpoint keeps to check
-    the skeleton it is loaded into. The settings are those that change what the saved weights
-    compute (:data:`LAYER_SETTINGS`: a convolution's stride and padding, a BatchNorm's eps, an
-    activation's slope); modules of other libraries and the user's own are not read."""
-    cls = type(module)
-    settings = {n: _settings_of(m) for n, m in module.named_modules()}
-    return {
-        "class": f"{cls.__module__}.{cls.__qualname__}",
-        "modules": {n: type(m).__name__ for n, m in module.named_modules()},
-        "settings": {n: values for n, values in settings.items() if values},
-        "parameters": {n: list(p.shape) for n, p in module.named_parameters()},
-        "buffers": {n: list(b.shape) for n, b in module.named_buffers()},
-    }
-
-
-LAYER_SETTINGS = (
-    "kernel_size", "stride", "padding", "dilation", "groups", "padding_mode", "output_padding",
-    "eps", "affine", "track_running_stats", "normalized_shape", "elementwise_affine",
-    "num_groups", "negative_slope", "alpha", "lambd", "beta", "threshold", "value",
-    "approximate", "min_val", "max_val", "lower", "upper", "dim", "start_dim", "end_dim",
-    "unflattened_size", "ceil_mode", "count_include_pad", "divisor_override", "return_indices",
-    "output_size", "norm_type", "size", "k", "upscale_factor", "downscale_factor",
-    "scale_factor", "mode", "align_corners", "max_norm", "batch_first", "num_heads",
-    "norm_first", "bidirectional", "nonlinearity", "activation_relu_or_gelu", "add_zero_attn",
-    "padding_idx", "include_last_offset", "output_ratio", "p", "norm", "keepdim",
-)  # fmt: skip
-"""Attributes of torch's layers that :func:`module_record` keeps: those that change the function
-the saved weights compute (not training-only ones such as BatchNorm's momentum, nor dropout's
-p, which is read for other layers: a distance's norm)."""
-
-
-#: Settings a pooling layer or convolution takes as one number for every spatial dim.
-_PER_DIM = ("kernel_size", "stride", "padding", "dilation", "output_size", "output_padding")
-
-
-def _settings_of(module: nn.Module) -> dict[str, Any]:
-    """The :data:`LAYER_SETTINGS` a torch layer has, as JSON values: numbers as Python's
-    (numpy's too), tuples as lists, and a pooling layer's one number for every spatial dim
-    spelled out (``MaxPool2d(2)`` is ``MaxPool2d((2, 2))``)."""
-    if not type(module).__module__.startswith("torch.nn."):
-        return {}
-    suffix = class_name(module)[-2:]
-    dims = int(suffix[0]) if suffix in ("1d", "2d", "3d") else None
-    out: dict[str, Any] = {}
-    dropout = isinstance(module, nn.modules.dropout._DropoutNd)
-    for name in LAYER_SETTINGS:
-        if not hasattr(module, name) or (dropout and name == "p"):
-            continue
-        value = getattr(module, name)
-        many = isinstance(value, (tuple, list))
-        values = [_number(v) for v in (value if many else [value])]
-        if not all(isinstance(v, (bool, int, float, str, type(None))) for v in values):
-            continue  # a module, a function, a tensor: not a setting this record reads
-        if not many and dims is not None and name in _PER_DIM and isinstance(values[0], int):
-            values, many = values * dims, True
-        out[name] = values if many else values[0]
-    return out
-
-
-def _number(value: Any) -> Any:
-    """A numpy (or other) integer or real as Python's own; anything else as it is."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return value
-    return int(value) if isinstance(value, numbers.Integral) else float(value)
-
-
-def check_untied(module: nn.Module, names: Sequence[str], select: SelectSpec = None) -> None:
-    """Refuse to make a tied parameter (one tensor under several names) latent."""
-    seen: dict[int, str] = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
-        if id(param) in seen and (name in names or seen[id(param)] in names):
-            fix = (
-                "Leave it out of select="
-                if select is not None
-                else "select=None picks every Linear and convolution: pass select= the names "
-                "of the others (or a callable) to leave it a point estimate"
-            )
-            raise ValueError(
-                f"Parameters {seen[id(param)]!r} and {name!r} are the same tensor (tied "
-                f"weights, or one layer under two names); pyrouq cannot make a tied parameter "
-                f"latent yet. {fix}."
-            )
-        seen.setdefault(id(param), name)
 
 
 def copy_network(module: nn.Module, what: str) -> nn.Module:

@@ -1,0 +1,76 @@
+"""What :func:`~pyrouq.bayesian` makes a latent site of the parameters ``select`` picks: a tied
+parameter once, under its first name; never an integer or boolean one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from pyrouq._util import class_name
+
+__all__ = ["aliases_of", "latent_sites_of"]
+
+
+def aliases_of(module: nn.Module) -> dict[str, tuple[str, ...]]:
+    """``{first name: (its other names, ...)}`` of every parameter of ``module`` registered
+    under several names (tied weights: an embedding and an output layer sharing one matrix; a
+    layer registered twice), the first name being the one ``named_parameters()`` gives."""
+    first: dict[int, str] = {}
+    others: dict[str, list[str]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            others.setdefault(first[id(param)], []).append(name)
+        else:
+            first[id(param)] = name
+    return {name: tuple(more) for name, more in others.items()}
+
+
+def latent_sites_of(module: nn.Module, picked: Sequence[str], select: object) -> list[str]:
+    """The latent sites of the parameters ``picked`` (any of their names), in
+    ``named_parameters()`` order: a tied parameter is one site, named by its first name. A
+    non-floating parameter (an integer table held as a frozen parameter) cannot be a random
+    variable: a clear error."""
+    canonical = {other: first for first, more in aliases_of(module).items() for other in more}
+    chosen = {canonical.get(name, name) for name in picked}
+    sites = [name for name, _ in module.named_parameters() if name in chosen]
+    _check_registered_once(module, sites)
+    params = dict(module.named_parameters())
+    discrete = [name for name in sites if not params[name].is_floating_point()]
+    if discrete:
+        dtypes = ", ".join(f"{name!r} ({params[name].dtype})" for name in discrete[:4])
+        how = (
+            "a callable that returns False for them"
+            if callable(select)
+            else "names or prefixes that leave them out"
+        )
+        raise ValueError(
+            f"select= picked parameters of {class_name(module)} that are not floating-point: "
+            f"{dtypes}. A latent site is a real-valued random variable (a Normal prior and "
+            f"guide), so these can only stay as they are. Pass select= {how}."
+        )
+    return sites
+
+
+def _check_registered_once(module: nn.Module, sites: Sequence[str]) -> None:
+    """Refuse a site whose layer is registered under several names (``self.again = self.a``,
+    ``nn.Sequential(block, block)``): ``torch.func.functional_call``, which runs the network
+    with drawn weights, puts the draw in under every name and restores only one, so the layer
+    would keep a draw as its weight."""
+    aliases = aliases_of(module)
+    for site in sites:
+        seen: dict[tuple[int, str], str] = {}
+        for name in (site, *aliases.get(site, ())):
+            owner, _, attr = name.rpartition(".")
+            slot = (id(module.get_submodule(owner)), attr)
+            if slot in seen:
+                first, again = seen[slot].rpartition(".")[0], owner
+                raise ValueError(
+                    f"{site!r} belongs to a layer of {class_name(module)} registered under "
+                    f"several names ({first!r} and {again!r} are one module), and pyrouq "
+                    "cannot make such a layer's parameters latent yet: the weights drawn for "
+                    "it would stay in it. Register the layer once and call it as often as "
+                    f"forward needs (self.{first.rpartition('.')[2] or 'layer'}(...) twice; "
+                    "one draw serves every call), or leave it out of select=."
+                )
+            seen[slot] = name
