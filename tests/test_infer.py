@@ -1078,3 +1078,48 @@ def test_fit_warns_when_a_users_pyro_model_does_not_scale_its_likelihood():
         warnings.simplefilter("error")
         model = Logistic(True)
         fit(model, AutoNormal(model), loader, epochs=1, progress=False)
+
+
+class _NoisyData(torch.utils.data.Dataset):
+    """Examples with noise drawn from numpy's and Python's global generators, as augmentations
+    written with numpy or ``random`` draw it (in the main process: num_workers=0)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        import random
+
+        import numpy as np
+
+        noise = float(np.random.randn()) + random.gauss(0.0, 1.0)  # noqa: NPY002
+        return self.x[i] + 0.1 * noise, self.y[i]
+
+
+def test_resume_is_exact_for_a_loader_drawing_from_numpy_and_python(tmp_path):
+    # the checkpoint keeps numpy's and Python's global states as well as torch's: a resumed
+    # run's augmentations draw what the uninterrupted run's drew in the same epochs
+    from _toy import StopAfter
+
+    from pyrouq.infer import TrainingInterrupted
+
+    x, y = toy_data(40)
+
+    def run(**kw):
+        torch.manual_seed(0)
+        model = tiny_mlp()
+        guide = mean_field_guide(model)
+        loader = torch.utils.data.DataLoader(_NoisyData(x, y), batch_size=20, shuffle=True)
+        result = fit(model, guide, loader, epochs=3, progress=False, seed=0, **kw)
+        return [record.loss for record in result.history], guide.site_loc("fc1.weight").detach()
+
+    straight, weights = run()
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted):
+        run(checkpoint=path, callbacks=[StopAfter(1)])
+    resumed, resumed_weights = run(resume_from=path)
+    assert resumed == straight
+    assert torch.equal(resumed_weights, weights)

@@ -3,6 +3,7 @@ state (the first look at the data is :mod:`pyrouq.infer._probe`'s)."""
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 from collections.abc import Iterable
@@ -11,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import pyro
 import torch
 from torch import nn
@@ -234,10 +236,14 @@ def check_batch(
 
 
 def rng_states(loader: Iterable, loader_state: torch.Tensor | None) -> dict[str, Any]:
-    """Random-number states to store: torch's (CPU, CUDA) and the loader's epoch-start state."""
+    """Random-number states to store: torch's (CPU, CUDA), numpy's and Python's global ones
+    (what a dataset's augmentations may draw from in the main process; ``fit(seed=...)``
+    seeds them too) and the loader's epoch-start state."""
     states: dict[str, Any] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
+    states["numpy"] = _numpy_state()
+    states["python"] = _python_state()
     if loader_state is not None:
         states["loader"] = loader_state
     return states
@@ -247,8 +253,46 @@ def restore_rng_states(states: dict[str, Any], loader: Iterable) -> None:
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+    if "numpy" in states:  # not in checkpoints written before they were stored
+        _set_numpy_state(states["numpy"])
+    if "python" in states:
+        _set_python_state(states["python"])
     if "loader" in states:
         set_loader_rng_state(loader, states["loader"])
+
+
+def _numpy_state() -> dict[str, Any]:
+    """numpy's legacy global state as a checkpoint keeps it (tensors and numbers, which
+    ``torch.load(weights_only=True)`` reads back)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # noqa: NPY002
+    return {
+        "name": str(name),
+        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def _set_numpy_state(state: dict[str, Any]) -> None:
+    keys = state["keys"].numpy().astype(np.uint32)
+    numpy_state = (state["name"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"])
+    np.random.set_state(numpy_state)  # noqa: NPY002
+
+
+def _python_state() -> dict[str, Any]:
+    """Python's ``random`` state as a checkpoint keeps it (its 625 words as a tensor)."""
+    version, words, gauss_next = random.getstate()
+    return {
+        "version": version,
+        "words": torch.tensor(words, dtype=torch.int64),
+        "gauss_next": gauss_next,
+    }
+
+
+def _set_python_state(state: dict[str, Any]) -> None:
+    words = tuple(int(w) for w in state["words"].tolist())
+    random.setstate((state["version"], words, state["gauss_next"]))
 
 
 def _loader_generator(loader: Iterable) -> torch.Generator | None:
