@@ -282,6 +282,87 @@ def test_a_tied_weight_is_one_latent_site_that_every_name_reads(tmp_path):
     assert torch.equal(restored.model.outputs(x, drawn), model.outputs(x, drawn))
 
 
+def test_a_tied_site_stays_tied_through_load_state_dict_with_assign():
+    # assign=True puts the loaded tensor in under the site's name only; net(x), which runs the
+    # network with its template, read the tensor it replaced under the other names
+    torch.manual_seed(0)
+    source, model = bayesian(TiedLM()), bayesian(TiedLM())
+    x = torch.randint(0, 10, (4, 3))
+    for loading in (model, nn.ModuleList([model])):  # its own load_state_dict, or a parent's
+        state = (
+            source.state_dict()
+            if loading is model
+            else {f"0.{k}": v for k, v in source.state_dict().items()}
+        )
+        loading.load_state_dict(state, assign=True)
+        assert model.net.head.weight is model.net.emb.weight
+        assert model.net.b.weight is model.net.a.weight
+        with torch.no_grad():
+            assert torch.equal(model.net(x), source.net(x))
+
+
+def test_a_model_pickled_before_tied_sites_runs_whole():
+    import pickle
+
+    model = bayesian(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)),
+                     local_reparameterization=True)  # fmt: skip
+    del model._tied  # as pickled by pyrouq before tied sites
+    old = pickle.loads(pickle.dumps(model))
+    assert old.local_layers() == {"0": ("0.weight", "0.bias"), "2": ("2.weight", "2.bias")}
+    assert isinstance(old.plain_network()[0].weight, nn.Parameter)
+
+
+class TiedTo(nn.Module):
+    """Three layers, the last reading the weight of the one named ``partner``: tied to "a" or
+    to "b", the same first names and shapes."""
+
+    def __init__(self, partner):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+        self.c.weight = getattr(self, partner).weight
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(torch.tanh(self.a(x)))))
+
+
+class _Untied(TiedLM):
+    """TiedLM with its two linear layers untied."""
+
+    def __init__(self):
+        super().__init__()
+        self.b.weight = nn.Parameter(self.a.weight.detach().clone())
+
+
+def test_a_checkpoint_refuses_a_skeleton_tied_otherwise(tmp_path):
+    from _toy import StopAfter
+
+    from pyrouq.infer import TrainingInterrupted
+
+    # the record listed parameters under their first names only: a skeleton whose "c" read
+    # "b"'s weight instead of "a"'s loaded, and computed another function
+    torch.manual_seed(0)
+    model = bayesian(TiedTo("a"))
+    x, y = torch.randn(8, 4), torch.randint(0, 4, (8,))
+    path = save(tmp_path / "t.pt", model)
+    other = r"'c.weight' is tied to 'a.weight' in the checkpoint and tied to 'b.weight' in"
+    with pytest.raises(pyrouq.CheckpointError, match=other):
+        load(path, module=TiedTo("b"))
+    assert load(path, module=TiedTo("a")).model.net.c.weight is not None
+    untied = r"'b.weight' is tied to 'a.weight' in the checkpoint and shape \(8, 8\) in"
+    with pytest.raises(pyrouq.CheckpointError, match=untied):
+        load(save(tmp_path / "lm.pt", bayesian(TiedLM())), module=_Untied())
+    guide = mean_field_guide(model)
+    with pytest.raises(TrainingInterrupted):
+        fit(model, guide, [(x, y)], epochs=2, num_data=8, progress=False, seed=0,
+            checkpoint=tmp_path / "run.pt", callbacks=[StopAfter(1)])  # fmt: skip
+    other_model = bayesian(TiedTo("b"))
+    with pytest.raises(
+        pyrouq.CheckpointError, match=r"module\['tied'\]\['c.weight'\] is \"a.weight\""
+    ):
+        fit(other_model, mean_field_guide(other_model), [(x, y)], epochs=2, num_data=8,
+            progress=False, resume_from=tmp_path / "run.pt")  # fmt: skip
+
+
 def test_a_layer_registered_twice_cannot_have_latent_parameters():
     # torch.func.functional_call would leave a draw in it: refused under any of its names
     twice = r"'{}' belongs to a layer of Tied registered under several names \('a' and 'again'"

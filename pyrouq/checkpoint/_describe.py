@@ -378,15 +378,32 @@ def _skeleton(
         name = _first_difference(saved, got)
         if name is not None:
 
-            def shape(v: Any) -> str:
-                return "absent" if v is None else f"shape {tuple(v)}"
+            def shape(v: Any, ties: dict[str, str], name: str = name) -> str:
+                if v is None:  # (a tied parameter is listed under its first name only)
+                    return f"tied to {ties[name]!r}" if name in ties else "absent"
+                return f"shape {tuple(v)}"
 
             raise CheckpointError(
                 f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
                 f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
-                f"{shape(saved.get(name))} in the checkpoint and {shape(got.get(name))} in "
-                "the skeleton. Build the module exactly as the saved one was built."
+                f"{shape(saved.get(name), record.get('tied', {}))} in the checkpoint and "
+                f"{shape(got.get(name), here.get('tied', {}))} in the skeleton. Build the "
+                "module exactly as the saved one was built."
             )
+    saved_ties = record.get("tied")  # absent without ties (and before 2026-12-05): unchecked
+    if saved_ties is not None and (
+        (name := _first_difference(saved_ties, here.get("tied", {}))) is not None
+    ):
+        saved_tie, got_tie = (
+            "its own tensor" if ties.get(name) is None else f"tied to {ties[name]!r}"
+            for ties in (saved_ties, here.get("tied", {}))
+        )
+        raise CheckpointError(
+            f"The skeleton ({here['class']}) does not match {str(path)!r}: parameter "
+            f"{name!r} is {saved_tie} in the checkpoint and {got_tie} in the skeleton (tied "
+            "weights: one tensor under several names). Build the module exactly as the saved "
+            "one was built."
+        )
     saved_modules = record.get("modules")  # absent from checkpoints written before 2026-12-03
     if (
         saved_modules is not None

@@ -189,7 +189,13 @@ class BayesianNetwork(PyroModule):
         self._tied = tied
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
         self._local = local_reparameterization
+        # load_state_dict(assign=True) puts the loaded tensor in under the site's name only
+        self.register_load_state_dict_post_hook(_retie_after_load)
         weakref.finalize(self, forget_params, self._pyro_name)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_tied", {})  # a model pickled before tied sites existed has none
+        super().__setstate__(state)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         # torch casts and moves each module's buffers on its own (.to(), .double()): a tied
@@ -351,6 +357,11 @@ class BayesianNetwork(PyroModule):
     def extra_repr(self) -> str:
         members = "" if self.num_members is None else f", num_members={self.num_members}"
         return f"sites={len(self._sites)}{members}, likelihood={self.likelihood}"
+
+
+def _retie_after_load(module: nn.Module, incompatible_keys: Any) -> None:
+    """A load_state_dict post hook: a tied site's other names hold the loaded tensor too."""
+    module._retie()  # type: ignore[operator]
 
 
 def bayesian(

@@ -8,8 +8,9 @@ from typing import Any
 from torch import nn
 
 from pyrouq._util import class_name
+from pyrouq.convert._sites import aliases_of
 
-__all__ = ["LAYER_SETTINGS", "module_record"]
+__all__ = ["LAYER_SETTINGS", "module_record", "tied_names"]
 
 
 def module_record(module: nn.Module) -> dict[str, Any]:
@@ -17,16 +18,29 @@ def module_record(module: nn.Module) -> dict[str, Any]:
     torch's layers, parameter and buffer names and shapes), which a checkpoint keeps to check
     the skeleton it is loaded into. The settings are those that change what the saved weights
     compute (:data:`LAYER_SETTINGS`: a convolution's stride and padding, a BatchNorm's eps, an
-    activation's slope); modules of other libraries and the user's own are not read."""
+    activation's slope); modules of other libraries and the user's own are not read. A
+    module with tied parameters (one tensor under several names) also has ``"tied"``:
+    ``{other name: first name}``, which tells a skeleton tied otherwise (the same first
+    names, another tensor read under one of them) from the saved one."""
     cls = type(module)
     settings = {n: _settings_of(m) for n, m in module.named_modules()}
-    return {
+    record = {
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "modules": {n: type(m).__name__ for n, m in module.named_modules()},
         "settings": {n: values for n, values in settings.items() if values},
         "parameters": {n: list(p.shape) for n, p in module.named_parameters()},
         "buffers": {n: list(b.shape) for n, b in module.named_buffers()},
     }
+    tied = tied_names(module)
+    if tied:  # (absent otherwise: an untied module's record is as it always was)
+        record["tied"] = tied
+    return record
+
+
+def tied_names(module: nn.Module) -> dict[str, str]:
+    """``{other name: first name}`` of every parameter of ``module`` registered under several
+    names (:func:`~pyrouq.convert._sites.aliases_of`)."""
+    return {other: first for first, more in aliases_of(module).items() for other in more}
 
 
 LAYER_SETTINGS = (
