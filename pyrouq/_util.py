@@ -7,6 +7,7 @@ import inspect
 import itertools
 import math
 import os
+import random
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -420,6 +421,19 @@ def rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
     if device.type == "mps":
         return torch.get_rng_state(), torch.mps.get_rng_state()
     return torch.get_rng_state(), None
+
+
+@contextlib.contextmanager
+def global_streams_kept() -> Iterator[None]:
+    """torch's CPU generator and numpy's and Python's global ones put back as they were after
+    the block: what it draws (a callback, a dataset's augmentations) changes no later draw."""
+    kept = torch.get_rng_state(), np.random.get_state(), random.getstate()  # noqa: NPY002
+    try:
+        yield
+    finally:
+        torch.set_rng_state(kept[0])
+        np.random.set_state(kept[1])  # noqa: NPY002
+        random.setstate(kept[2])
 
 
 def seed_generators(device: torch.device, seed: int) -> None:

@@ -296,7 +296,8 @@ class ConformalClassifier:
     def predict_sets(self, preds: Predictions, *, seed: int | None = None) -> Tensor:
         """``(N, C)`` booleans: class c is in the set of input n. APS and RAPS draw their
         ``u`` from ``seed`` (default: the predictor's seed plus one, modulo 2**32, not the
-        calibration draws)."""
+        calibration draws), one per input in the order given: an input's set depends on its
+        row, so sets made in several calls differ from one call's (coverage alike)."""
         if seed is not None:
             seed = check_seed(seed, "ConformalClassifier.predict_sets()")
         seed = (self.seed + 1) % (MAX_SEED + 1) if seed is None else seed

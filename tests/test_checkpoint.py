@@ -9,6 +9,7 @@ import sys
 import textwrap
 import warnings
 
+import numpy as np
 import pyro
 import pytest
 import torch
@@ -686,17 +687,33 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
 
 
+class _Augmented(TensorDataset):
+    """Each example with noise drawn from torch's, numpy's and Python's global streams, as a
+    dataset's random augmentations draw."""
+
+    def __getitem__(self, index):
+        import random
+
+        x, y = super().__getitem__(index)
+        noise = float(torch.randn(())) + np.random.randn() + random.gauss(0.0, 1.0)  # noqa: NPY002
+        return x + 0.1 * noise, y
+
+
 @pytest.mark.parametrize("own", ["loader", "sampler", "batch_sampler"])
 def test_a_dataloader_with_a_generator_resumes_inside_an_epoch_exactly(tmp_path, own):
     """Ctrl-C in the middle of epoch 2: the resumed run equals the one never stopped, for a
     DataLoader given a generator and for one whose sampler has it (that DataLoader draws its
-    seed from torch's stream, which the resumed run did again and was shifted by)."""
+    seed from torch's stream, which the resumed run did again and was shifted by), with a
+    dataset drawing its augmentations from torch, numpy and Python (the batches the resumed
+    run skips drew them again, before 2026-12-05) and a callback drawing from numpy and
+    Python (they were not put back)."""
     import os
+    import random
     import signal
 
     from torch.utils.data import BatchSampler, RandomSampler
 
-    data = TensorDataset(torch.randn(96, 4), torch.randint(0, 3, (96,)))
+    data = _Augmented(torch.randn(96, 4), torch.randint(0, 3, (96,)))
 
     def run(interrupt_at=None, **kw):
         torch.manual_seed(0)
@@ -721,12 +738,15 @@ def test_a_dataloader_with_a_generator_resumes_inside_an_epoch_exactly(tmp_path,
         result = fit(model, guide, loader, epochs=2, progress=False, seed=0, **kw)
         return history_values(result), params_of(model, guide)
 
+    def draw(record):
+        return np.random.rand(), random.random()  # noqa: NPY002
+
     straight = run()
     path = tmp_path / "run.pt"
     with pytest.raises(TrainingInterrupted) as stopped:
-        run(interrupt_at=10, checkpoint=path)
+        run(interrupt_at=10, checkpoint=path, callbacks=[draw])
     assert stopped.value.epoch == 2 and stopped.value.step > 0  # inside epoch 2
-    history, params = run(resume_from=path)
+    history, params = run(resume_from=path, callbacks=[draw])
     assert history == straight[0]
     for key, value in straight[1].items():
         assert torch.equal(value, params[key]), key

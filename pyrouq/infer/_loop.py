@@ -16,7 +16,14 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
-from pyrouq._util import model_input, module_device, rng_state, set_rng_state, warn_caller
+from pyrouq._util import (
+    global_streams_kept,
+    model_input,
+    module_device,
+    rng_state,
+    set_rng_state,
+    warn_caller,
+)
 from pyrouq.infer import _distributed
 from pyrouq.infer._training import (
     InterruptFlag,
@@ -26,6 +33,7 @@ from pyrouq.infer._training import (
     optimizer_name,
     plain_terms,
     restore_rng_states,
+    resumed_batches,
     rng_states,
     set_loader_rng_state,
     step_hits,
@@ -307,8 +315,9 @@ class Loop:
             return
         state, loader_state = rng_state(self.device), loader_rng_state(self.loader)
         try:
-            for callback in self.callbacks:
-                callback(record)
+            with global_streams_kept():  # numpy's and Python's too
+                for callback in self.callbacks:
+                    callback(record)
         finally:
             set_rng_state(self.device, state)
             if loader_state is not None:
@@ -463,7 +472,7 @@ class Loop:
                     batches = skip
                     if not skip:
                         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
-                    for step, batch in enumerate(_batches(self.loader, skip), start=1):
+                    for step, batch in enumerate(resumed_batches(self.loader, skip), start=1):
                         if step <= skip:  # resuming inside an epoch: these steps were taken
                             continue
                         try:
@@ -572,19 +581,6 @@ def _running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:
                     seen.add(id(tensor))
                     found.append(tensor)
     return found
-
-
-def _batches(loader: Iterable, skip: int) -> Iterable:
-    """An epoch's iterator over ``loader``. Resuming inside an epoch, a torch DataLoader without
-    a generator of its own is iterated without the draw from torch's stream it makes for its
-    seed: the run being resumed made that draw at the epoch's start, before its saved state
-    (a sampler's own generator then repeats the epoch's order, and the draws stay the run's)."""
-    if not skip or not isinstance(loader, torch.utils.data.DataLoader) or loader.generator:
-        return loader
-    state = torch.get_rng_state()
-    batches = iter(loader)
-    torch.set_rng_state(state)
-    return batches
 
 
 def _lrs(values: list[float]) -> str:

@@ -3,6 +3,7 @@ state (the first look at the data is :mod:`pyrouq.infer._probe`'s)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import signal
 import threading
@@ -21,6 +22,7 @@ from pyrouq._util import (
     bad_rows,
     describe_batch,
     example_sampler,
+    global_streams_kept,
 )
 from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
@@ -455,3 +457,23 @@ def optimizer_name(optimizer: Any) -> str:
     records it."""
     cls = type(optimizer)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def resumed_batches(loader: Iterable, skip: int) -> Iterable:
+    """An epoch's iterator over ``loader``; resuming inside an epoch, its first ``skip`` batches
+    (taken by the run being resumed) are fetched here and stand as None, with the random
+    streams they draw from (a dataset's augmentations) put back, as the run's saved state
+    already has their draws. A torch DataLoader without a generator of its own is iterated
+    without the draw from torch's stream it makes for its seed: the run being resumed made it
+    at the epoch's start, before its saved state (a sampler's own generator then repeats the
+    epoch's order, and the draws stay the run's)."""
+    if not skip:
+        return loader
+    state = torch.get_rng_state()
+    batches = iter(loader)
+    if isinstance(loader, torch.utils.data.DataLoader) and not loader.generator:
+        torch.set_rng_state(state)
+    with global_streams_kept():
+        for _ in itertools.islice(batches, skip):
+            pass
+    return itertools.chain(itertools.repeat(None, skip), batches)

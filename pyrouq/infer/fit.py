@@ -188,24 +188,27 @@ def fit(
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
-        Seeds Pyro/torch before training, so a run repeats exactly from the model and guide
+        Seeds torch, numpy and Python's ``random`` (as ``pyro.set_rng_seed``; not put back
+        afterwards) before training, so a run repeats exactly from the model, guide and loader
         it is given (what they drew when built, a network's initial weights or the factors
         ``batchensemble()`` draws, follows the seed set before building them: call
-        ``torch.manual_seed`` first for a run that repeats from scratch). Rank r of a process
-        group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a seed,
-        each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA device
-        a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
+        ``torch.manual_seed`` first for a run that repeats from scratch; a loader with a
+        generator of its own, ``ArrayLoader(seed=...)`` or a DataLoader's ``generator=``,
+        carries on from where the last run left it: build it anew to repeat a run). Rank r of a
+        process group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a
+        seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
+        device a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
         trains (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
         afterwards): cuDNN's default convolution gradients add in a varying order, and two
-        seeded runs of a convolutional network would drift apart in the last bits. That
-        covers pyrouq's layers and common networks; a few other CUDA ops (``nn.Embedding``'s
-        and bilinear ``interpolate``'s gradients, ``scatter_add_``, ...) repeat exactly only
-        under ``torch.use_deterministic_algorithms(True)``, yours to set.
+        seeded runs of a convolutional network would drift apart in the last bits. That covers
+        pyrouq's layers and common networks; a few other CUDA ops (``nn.Embedding``'s and
+        bilinear ``interpolate``'s gradients, ``scatter_add_``, ...) repeat exactly only under
+        ``torch.use_deterministic_algorithms(True)``, yours to set.
     callbacks : sequence of callables
-        Each is called as ``callback(record)`` after every epoch (after the epoch's
-        checkpoint is written). A callback may raise ``KeyboardInterrupt`` to stop the run
-        (handled as Ctrl-C, below). The random state, torch's and the training loader's, is
-        put back after the callbacks, so one that draws (``predict()`` to monitor the run) or
+        Each is called as ``callback(record)`` after every epoch (after the epoch's checkpoint
+        is written). A callback may raise ``KeyboardInterrupt`` to stop the run (handled as
+        Ctrl-C, below). The random state, torch's, numpy's, Python's and the training loader's,
+        is put back after the callbacks, so one that draws (``predict()`` to monitor the run) or
         reads the training loader leaves the training as it would be without it. Under
         data-parallel training a callback that raises on one rank stops every rank (one that
         raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank).
@@ -216,15 +219,16 @@ def fit(
     resume_from : str, PathLike or Checkpoint, optional
         Continue the run saved there: the model and guide get its parameters, the optimizer its
         state, and the epoch count, learning-rate schedule, loss history and random-number
-        states carry on, so an interrupted run resumed with the same arguments (``epochs`` is
-        the run's total) ends with the same parameters and history as one that was never
-        stopped. Exact for pyrouq's in-memory loaders and DataLoaders given a ``generator``
-        (the DataLoader's or its sampler's: its state is stored), and for other DataLoaders
-        resumed at an epoch boundary; the model must be built with the same arguments and
-        priors (checked), another ``lr`` than the run's is ignored with a warning, and another
+        states (torch's, numpy's, Python's) carry on, so an interrupted run resumed with the
+        same arguments (``epochs`` is the run's total) ends with the same parameters and history
+        as one that was never stopped. Exact for pyrouq's in-memory loaders and DataLoaders
+        given a ``generator`` (the DataLoader's or its sampler's: its state is stored), datasets
+        drawing their augmentations from those streams included, and for other DataLoaders
+        resumed at an epoch boundary; the model must be built with the same arguments and priors
+        (checked), another ``lr`` than the run's is ignored with a warning, and another
         ``kl_weight``, ``lr_schedule``, ``num_particles``, ``num_data``, batches per epoch,
-        batch size (a loader's ``batch_size``) or (for an interrupted run) ``epochs`` is
-        warned of, as it changes the run from there.
+        batch size (a loader's ``batch_size``) or (for an interrupted run) ``epochs`` is warned
+        of, as it changes the run from there.
         Under torch.distributed a resumed run is repeatable but not the one never stopped: the
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out").
