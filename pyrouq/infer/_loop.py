@@ -307,10 +307,11 @@ class Loop:
         )
 
     def call_back(self, record: EpochRecord) -> None:
-        """Run the callbacks on an epoch's record, with the random state (torch's and the
-        training loader's) put back afterwards: a callback that draws (predict() to monitor
-        the run) or reads the training loader changes nothing of the training, which stays
-        the run a checkpoint written before the callbacks resumes exactly."""
+        """Run the callbacks on an epoch's record, with the random state (torch's, numpy's,
+        Python's and the training loader's; a callback's own seeding too) put back afterwards:
+        a callback that draws (predict() to monitor the run) or reads the training loader
+        changes nothing of the training, which stays the run a checkpoint written before the
+        callbacks resumes exactly."""
         if not self.callbacks:
             return
         state, loader_state = rng_state(self.device), loader_rng_state(self.loader)

@@ -223,12 +223,14 @@ def fit(
         same arguments (``epochs`` is the run's total) ends with the same parameters and history
         as one that was never stopped. Exact for pyrouq's in-memory loaders and DataLoaders
         given a ``generator`` (the DataLoader's or its sampler's: its state is stored), datasets
-        drawing their augmentations from those streams included, and for other DataLoaders
-        resumed at an epoch boundary; the model must be built with the same arguments and priors
-        (checked), another ``lr`` than the run's is ignored with a warning, and another
-        ``kl_weight``, ``lr_schedule``, ``num_particles``, ``num_data``, batches per epoch,
-        batch size (a loader's ``batch_size``) or (for an interrupted run) ``epochs`` is warned
-        of, as it changes the run from there.
+        drawing their augmentations from those streams included (not with
+        ``persistent_workers``, nor for augmentations drawn in worker processes when only the
+        sampler has the generator), and for other DataLoaders resumed at an epoch boundary; the
+        model must be built with the same arguments and priors (checked), another ``lr`` than
+        the run's is ignored with a warning, and another ``kl_weight``, ``lr_schedule``,
+        ``num_particles``, ``num_data``, batches per epoch, batch size (a loader's
+        ``batch_size``) or (for an interrupted run) ``epochs`` is warned of, as it changes the
+        run from there.
         Under torch.distributed a resumed run is repeatable but not the one never stopped: the
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out").
