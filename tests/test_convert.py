@@ -219,28 +219,9 @@ def test_batchensemble_and_rank1_of_a_swin_transformer(tmp_path):
     assert torch.equal(restored(x), ensemble.eval()(x))
 
 
-class Tied(nn.Module):
-    """Tokens -> embedding -> two linear layers sharing one weight -> the first again, under a
-    second name -> a head tied to the embedding (as language models tie them)."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(10, 8)
-        self.a = nn.Linear(8, 8)
-        self.b = nn.Linear(8, 8)
-        self.b.weight = self.a.weight
-        self.again = self.a
-        self.head = nn.Linear(8, 10, bias=False)
-        self.head.weight = self.emb.weight
-
-    def forward(self, x):
-        h = torch.relu(self.b(torch.relu(self.a(self.emb(x).mean(1)))))
-        return self.head(torch.relu(self.again(h)))
-
-
 class TiedLM(nn.Module):
-    """Tied's ties without a layer registered twice: two linear layers sharing one weight, a
-    head tied to the embedding."""
+    """Tokens -> embedding -> two linear layers sharing one weight -> a head tied to the
+    embedding (as language models tie them)."""
 
     def __init__(self):
         super().__init__()
@@ -253,6 +234,18 @@ class TiedLM(nn.Module):
 
     def forward(self, x):
         return self.head(torch.relu(self.b(torch.relu(self.a(self.emb(x).mean(1))))))
+
+
+class Tied(TiedLM):
+    """TiedLM's ties, and the first linear layer registered again under a second name."""
+
+    def __init__(self):
+        super().__init__()
+        self.again = self.a
+
+    def forward(self, x):
+        h = torch.relu(self.b(torch.relu(self.a(self.emb(x).mean(1)))))
+        return self.head(torch.relu(self.again(h)))
 
 
 def test_a_tied_weight_is_one_latent_site_that_every_name_reads(tmp_path):
