@@ -159,10 +159,12 @@ def restore(
 
 def _tensors_of(module: nn.Module) -> dict[tuple[str, str], torch.Tensor]:
     """A copy of every parameter and buffer of ``module``, by (owner's path, name), in host
-    memory (a copy on the accelerator could run a large model out of its memory)."""
+    memory (a copy on the accelerator could run a large model out of its memory); a tensor
+    held under several names (a tied weight) is copied once, and so put back tied."""
+    copies: dict[int, torch.Tensor] = {}
     return {
-        (path, name): tensor.detach().to("cpu", copy=True)
-        for path, owner in module.named_modules()
+        (path, name): copies.setdefault(id(tensor), tensor.detach().to("cpu", copy=True))
+        for path, owner in module.named_modules(remove_duplicate=False)
         for name, tensor in (*owner._parameters.items(), *owner._buffers.items())
         if tensor is not None
     }
@@ -171,6 +173,7 @@ def _tensors_of(module: nn.Module) -> dict[tuple[str, str], torch.Tensor]:
 def _put_back(module: nn.Module, saved: dict[tuple[str, str], torch.Tensor]) -> None:
     """Give ``module`` back the tensors :func:`_tensors_of` copied: the parameters' values
     and dtypes (the same Parameter objects), the buffers as they were (a cast replaced them)."""
+    moved: dict[int, torch.Tensor] = {}  # one tensor per copy: ties stay ties
     for (path, name), value in saved.items():
         owner = module.get_submodule(path)
         parameter = owner._parameters.get(name)
@@ -178,7 +181,8 @@ def _put_back(module: nn.Module, saved: dict[tuple[str, str], torch.Tensor]) -> 
             parameter.data = value.to(parameter.device)
         else:
             current = owner._buffers.get(name)
-            owner._buffers[name] = value if current is None else value.to(current.device)
+            device = value.device if current is None else current.device
+            owner._buffers[name] = moved.setdefault(id(value), value.to(device))
 
 
 def _warn_other_dtype(model: nn.Module, state: Any, where: str) -> None:

@@ -207,7 +207,7 @@ class BayesianNetwork(PyroModule):
     def _retie(self) -> None:
         """Give every other name of a tied site the site's own tensor again, where something
         that replaces buffers one by one (a cast, a restore) made it a copy."""
-        for site, others in getattr(self, "_tied", {}).items():
+        for site, others in self._tied.items():
             value = self.net.get_buffer(site)
             for name in others:
                 owner = self.net.get_submodule(_owner(name))
@@ -290,7 +290,7 @@ class BayesianNetwork(PyroModule):
         convolution), whose sites are drawn whole. Training also draws whole those a forward
         shows it cannot draw by their pre-activations: called more than once a forward, never
         (the weight read as a tensor), or a Linear on inputs of more than two dims."""
-        self._retie()  # (what a training step runs on: a restore may have untied them)
+        self._retie()  # (a cast of the inner network, model.net.double(), unties them)
         readers = weight_readers()
         # a tied weight is drawn whole: one draw for every layer that reads it
         tied = {n for site, more in self._tied.items() for n in (site, *more)}

@@ -131,9 +131,10 @@ def together(group: Group, why: str) -> Iterator[None]:
     """Run the block on every rank, then stop every rank when it raised on any (one
     ``all_reduce`` at its end, through :func:`raise_together`): the rank that failed raises
     its own error, the others one naming that rank. For fit()'s set-up, before its first
-    collective: a failure on one rank only (an argument, a checkpoint file or a first batch of
-    its own) would otherwise leave the others waiting in the next collective. ``why`` says
-    what failed, in the others' message. A ``KeyboardInterrupt`` in the block (a callback
+    collective, and every epoch's end (the checkpoint, the callbacks): a failure on one rank
+    only (an argument, a checkpoint file, a first batch or a callback of its own) would
+    otherwise leave the others waiting in the next collective. ``why`` says what failed, in
+    the others' message. A ``KeyboardInterrupt`` in the block (a callback
     stopping the run) interrupts every rank: each raises one (fit()'s ``TrainingInterrupted``)."""
     try:
         yield
