@@ -50,9 +50,12 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
     logits ``(C, B)`` or of a subsample of the inputs would be read as other inputs' without a
     word, and extra dims as more draws or inputs. A value that cannot be logits (not a tensor,
     one dim) is a ``TypeError`` that names the way out for a regression model."""
-    where = "recorded a 'logits' site" if recorded else "returned logits"
-    shown = f"a tensor of shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
+    if torch.is_tensor(out) and out.dim() == 2 and out.shape[0] == rows:
+        return
     if not torch.is_tensor(out) or out.dim() < 2:
+        shown = (
+            f"a tensor of shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
+        )
         got = f"returned {shown} and recorded no 'logits' site"
         if recorded:
             got = f"recorded a 'logits' site of {shown}"
@@ -63,23 +66,26 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
             "predictions with pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
             "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
         )
-    if out.dim() != 2 or out.shape[0] != rows:
-        if out.dim() == 2:
-            why = (
-                "one row per input, in the order given (not logits.T, nor those of a "
-                "subsample of the inputs: plate 'data' with subsample_size=len(x))"
-            )
-        else:
-            why = (
-                "one run gives one draw, and predict() stacks the S runs itself (no leading "
-                "dim of draws or particles, nor of size 1), one row of C logits per input "
-                "(not one per position, as a sequence's (B, T, C))"
-            )
-        raise ValueError(
-            f"predict(): {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
-            f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
-            "logits of shape (B, C)."
+    if out.dim() == 2:
+        why = f"{ONE_ROW_PER_INPUT}: plate 'data' with subsample_size=len(x))"
+    else:
+        why = (
+            "one run gives one draw, and predict() stacks the S runs itself (no leading "
+            "dim of draws or particles, nor of size 1), one row of C logits per input "
+            "(not one per position, as a sequence's (B, T, C))"
         )
+    where = "recorded a 'logits' site" if recorded else "returned logits"
+    raise ValueError(
+        f"predict(): {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
+        f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
+        "logits of shape (B, C)."
+    )
+
+
+#: Why logits must be ``(B, C)`` in the inputs' order (both refusals of predict() say it).
+ONE_ROW_PER_INPUT = (
+    "one row per input, in the order given (not logits.T, nor those of a subsample of the inputs"
+)
 
 
 def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | None:

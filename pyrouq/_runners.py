@@ -120,8 +120,7 @@ def plain_runner(model: nn.Module):
             raise ValueError(
                 f"predict(): {type(model).__name__} returned logits of shape "
                 f"{tuple(logits.shape)} on a batch of {x.shape[0]} inputs, expected class "
-                f"logits ({x.shape[0]}, C): one row per input, in the order given (not "
-                "logits.T, nor those of a subsample of the inputs)."
+                f"logits ({x.shape[0]}, C): {own_models.ONE_ROW_PER_INPUT})."
             )
         return logits.unsqueeze(0)
 

@@ -169,8 +169,7 @@ class BayesianNetwork(PyroModule):
             for name in (site, *tied.get(site, ())):
                 owner = net.get_submodule(_owner(name))
                 attr = name.rpartition(".")[2]
-                if owner._parameters.pop(attr, None) is None:
-                    continue  # a layer registered twice: done under its first name
+                del owner._parameters[attr]  # (a layer registered twice was refused)
                 # saved under the site's name: the guide's start (its other names are the
                 # same tensor, not saved again)
                 owner.register_buffer(attr, value, persistent=name == site)
@@ -263,8 +262,8 @@ class BayesianNetwork(PyroModule):
             for name in (site, *self._tied.get(site, ())):  # tied weights stay tied
                 owner = plain.get_submodule(_owner(name))
                 attr = name.rpartition(".")[2]
-                if owner._buffers.pop(attr, None) is not None:  # (a layer registered twice)
-                    owner.register_parameter(attr, param)
+                del owner._buffers[attr]
+                owner.register_parameter(attr, param)
         return plain
 
     @property

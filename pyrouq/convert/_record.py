@@ -8,9 +8,9 @@ from typing import Any
 from torch import nn
 
 from pyrouq._util import class_name
-from pyrouq.convert._sites import aliases_of
+from pyrouq.convert._sites import tied_names
 
-__all__ = ["LAYER_SETTINGS", "module_record", "tied_names"]
+__all__ = ["LAYER_SETTINGS", "module_record"]
 
 
 def module_record(module: nn.Module) -> dict[str, Any]:
@@ -35,12 +35,6 @@ def module_record(module: nn.Module) -> dict[str, Any]:
     if tied:  # (absent otherwise: an untied module's record is as it always was)
         record["tied"] = tied
     return record
-
-
-def tied_names(module: nn.Module) -> dict[str, str]:
-    """``{other name: first name}`` of every parameter of ``module`` registered under several
-    names (:func:`~pyrouq.convert._sites.aliases_of`)."""
-    return {other: first for first, more in aliases_of(module).items() for other in more}
 
 
 LAYER_SETTINGS = (

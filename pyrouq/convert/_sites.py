@@ -9,7 +9,7 @@ from torch import nn
 
 from pyrouq._util import class_name
 
-__all__ = ["aliases_of", "latent_sites_of"]
+__all__ = ["aliases_of", "latent_sites_of", "tied_names"]
 
 
 def aliases_of(module: nn.Module) -> dict[str, tuple[str, ...]]:
@@ -26,12 +26,18 @@ def aliases_of(module: nn.Module) -> dict[str, tuple[str, ...]]:
     return {name: tuple(more) for name, more in others.items()}
 
 
+def tied_names(module: nn.Module) -> dict[str, str]:
+    """``{other name: first name}`` of every parameter of ``module`` registered under several
+    names (:func:`aliases_of`)."""
+    return {other: first for first, more in aliases_of(module).items() for other in more}
+
+
 def latent_sites_of(module: nn.Module, picked: Sequence[str], select: object) -> list[str]:
     """The latent sites of the parameters ``picked`` (any of their names), in
     ``named_parameters()`` order: a tied parameter is one site, named by its first name. A
     non-floating parameter (an integer table held as a frozen parameter) cannot be a random
     variable: a clear error."""
-    canonical = {other: first for first, more in aliases_of(module).items() for other in more}
+    canonical = tied_names(module)
     chosen = {canonical.get(name, name) for name in picked}
     sites = [name for name, _ in module.named_parameters() if name in chosen]
     _check_registered_once(module, sites)

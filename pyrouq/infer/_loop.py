@@ -473,9 +473,9 @@ class Loop:
                     batches = skip
                     if not skip:
                         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
-                    for step, batch in enumerate(resumed_batches(self.loader, skip), start=1):
-                        if step <= skip:  # resuming inside an epoch: these steps were taken
-                            continue
+                    # resuming inside an epoch: its first `skip` steps were taken
+                    batches_left = resumed_batches(self.loader, skip)
+                    for step, batch in enumerate(batches_left, start=skip + 1):
                         try:
                             x, y = unpack_batch(batch, epoch, step)
                             if self.check_batches:

@@ -461,7 +461,7 @@ def optimizer_name(optimizer: Any) -> str:
 
 def resumed_batches(loader: Iterable, skip: int) -> Iterable:
     """An epoch's iterator over ``loader``; resuming inside an epoch, its first ``skip`` batches
-    (taken by the run being resumed) are fetched here and stand as None, with the random
+    (taken by the run being resumed) are fetched and passed over here, with the random
     streams they draw from (a dataset's augmentations) put back, as the run's saved state
     already has their draws. A torch DataLoader without a generator of its own is iterated
     without the draw from torch's stream it makes for its seed: the run being resumed made it
@@ -476,4 +476,4 @@ def resumed_batches(loader: Iterable, skip: int) -> Iterable:
     with global_streams_kept():
         for _ in itertools.islice(batches, skip):
             pass
-    return itertools.chain(itertools.repeat(None, skip), batches)
+    return batches
