@@ -22,9 +22,9 @@ import torch
 from pyro.infer.mcmc import HMC, NUTS
 from torch import Tensor
 
-from pyrouq._util import module_device
+from pyrouq._util import module_device, seed_generators
 
-__all__ = ["chain_job", "parallel_chains", "rng_state", "set_rng_state", "spawn_problem"]
+__all__ = ["chain_job", "parallel_chains", "spawn_problem"]
 
 
 def parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
@@ -307,38 +307,7 @@ def spawn_problem(model: Any) -> str | None:
 
 def seed_chain(seed: int, device: torch.device | None) -> None:
     """Seed what a chain draws from: Python's, numpy's and torch's CPU generators and, for a
-    model on an accelerator, that device's (not every CUDA device's, as ``torch.manual_seed``
-    does, which would change, or queue a change of, generators the caller may be using)."""
+    model on an accelerator, that device's."""
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - the legacy global state, as pyro.set_rng_seed
-    torch.default_generator.manual_seed(seed)
-    if device is not None and device.type == "cuda":
-        with torch.cuda.device(device):
-            torch.cuda.manual_seed(seed)
-    elif device is not None and device.type == "mps":
-        torch.mps.manual_seed(seed)
-    elif device is not None and device.type != "cpu":  # other accelerators: as torch does
-        torch.manual_seed(seed)
-
-
-def rng_state(device: torch.device | None) -> tuple[Any, ...]:
-    """The generators :func:`seed_chain` seeds, as they are now (for :func:`set_rng_state`)."""
-    accelerator = None
-    if device is not None and device.type == "cuda":
-        accelerator = torch.cuda.get_rng_state(device)
-    elif device is not None and device.type == "mps":
-        accelerator = torch.mps.get_rng_state()
-    numpy = np.random.get_state()  # noqa: NPY002 - the legacy global state
-    return random.getstate(), numpy, torch.get_rng_state(), accelerator
-
-
-def set_rng_state(state: tuple[Any, ...], device: torch.device | None) -> None:
-    """Put back what :func:`rng_state` recorded."""
-    python, numpy, cpu, accelerator = state
-    random.setstate(python)
-    np.random.set_state(numpy)  # noqa: NPY002
-    torch.set_rng_state(cpu)
-    if accelerator is not None and device is not None and device.type == "cuda":
-        torch.cuda.set_rng_state(accelerator, device)
-    elif accelerator is not None and device is not None and device.type == "mps":
-        torch.mps.set_rng_state(accelerator)
+    seed_generators(device, seed)

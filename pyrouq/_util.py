@@ -414,42 +414,49 @@ def describe_batch(batch: Any) -> str:
     return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}{size}."
 
 
-def rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
+def rng_state(device: torch.device | None) -> tuple[Tensor, Tensor | None]:
     """The torch CPU RNG state and, on an accelerator, the state of ``device``'s generator."""
-    if device.type == "cuda":
+    if device is not None and device.type == "cuda":
         return torch.get_rng_state(), torch.cuda.get_rng_state(device)
-    if device.type == "mps":
+    if device is not None and device.type == "mps":
         return torch.get_rng_state(), torch.mps.get_rng_state()
     return torch.get_rng_state(), None
 
 
 @contextlib.contextmanager
-def global_streams_kept() -> Iterator[None]:
-    """torch's CPU generator and numpy's and Python's global ones put back as they were after
-    the block: what it draws (a callback, a dataset's augmentations) changes no later draw."""
-    kept = torch.get_rng_state(), np.random.get_state(), random.getstate()  # noqa: NPY002
+def global_streams_kept(device: torch.device | None = None) -> Iterator[None]:
+    """torch's CPU generator, numpy's and Python's global ones and, given a ``device`` on an
+    accelerator, its generator put back as they were after the block: what it draws (a
+    callback, a dataset's augmentations, a chain) changes no later draw."""
+    kept = rng_state(device), np.random.get_state(), random.getstate()  # noqa: NPY002
     try:
         yield
     finally:
-        torch.set_rng_state(kept[0])
+        set_rng_state(device, kept[0])
         np.random.set_state(kept[1])  # noqa: NPY002
         random.setstate(kept[2])
 
 
-def seed_generators(device: torch.device, seed: int) -> None:
-    """Seed the generators :func:`rng_state` takes (the CPU's and ``device``'s), no other."""
+def seed_generators(device: torch.device | None, seed: int) -> None:
+    """Seed the generators :func:`rng_state` takes (the CPU's and ``device``'s; not every CUDA
+    device's, as ``torch.manual_seed`` does, which would change, or queue a change of,
+    generators the caller may be using)."""
     torch.default_generator.manual_seed(seed)
+    if device is None or device.type == "cpu":
+        return
     if device.type == "cuda":
         with torch.cuda.device(device):
             torch.cuda.manual_seed(seed)
     elif device.type == "mps":
         torch.mps.manual_seed(seed)
+    else:  # other accelerators: as torch does
+        torch.manual_seed(seed)
 
 
-def set_rng_state(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:
+def set_rng_state(device: torch.device | None, state: tuple[Tensor, Tensor | None]) -> None:
     """Restore a state :func:`rng_state` took."""
     torch.set_rng_state(state[0])
-    if state[1] is not None:
+    if state[1] is not None and device is not None:
         if device.type == "cuda":
             torch.cuda.set_rng_state(state[1], device)
         else:

@@ -27,8 +27,6 @@ from torch import Tensor
 from pyrouq._mcmc_workers import (
     chain_job,
     parallel_chains,
-    rng_state,
-    set_rng_state,
     spawn_problem,
 )
 from pyrouq._util import (
@@ -38,6 +36,7 @@ from pyrouq._util import (
     check_flag,
     check_int,
     check_seed,
+    global_streams_kept,
     model_input,
     modes,
     module_device,
@@ -327,12 +326,8 @@ def _run_chains(
     ]  # fmt: skip
     if parallel:
         return parallel_chains(jobs, workers)
-    device = module_device(model)
-    state = rng_state(device)  # left as it was, as by chains in other processes
-    try:
+    with global_streams_kept(module_device(model)):  # left as found, as by other processes
         return [chain_job(job) for job in jobs]
-    finally:
-        set_rng_state(state, device)
 
 
 def _cores() -> int:

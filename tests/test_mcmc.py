@@ -496,6 +496,7 @@ def test_chains_on_an_mps_model_leave_its_generator_as_it_was(monkeypatch):
     torch.manual_seed) without putting it back, so the caller's MPS draws changed after
     mcmc() (the CPU's, CUDA's, numpy's and Python's were put back)."""
     from pyrouq import _mcmc_workers as workers
+    from pyrouq._util import global_streams_kept
 
     generator = {"state": torch.tensor([7], dtype=torch.uint8)}
 
@@ -507,8 +508,7 @@ def test_chains_on_an_mps_model_leave_its_generator_as_it_was(monkeypatch):
     monkeypatch.setattr(torch.mps, "set_rng_state",
                         lambda state, *_, **__: generator.update(state=state.clone()))  # fmt: skip
     mps, cpu = torch.device("mps"), torch.get_rng_state()
-    saved = workers.rng_state(mps)
-    workers.seed_chain(3, mps)
-    assert generator["state"].tolist() == [3]  # the chain's draws on the device are seeded
-    workers.set_rng_state(saved, mps)
+    with global_streams_kept(mps):  # as mcmc() runs chains here
+        workers.seed_chain(3, mps)
+        assert generator["state"].tolist() == [3]  # the chain's draws on the device are seeded
     assert generator["state"].tolist() == [7] and torch.equal(torch.get_rng_state(), cpu)

@@ -20,8 +20,6 @@ from pyrouq._util import (
     global_streams_kept,
     model_input,
     module_device,
-    rng_state,
-    set_rng_state,
     warn_caller,
 )
 from pyrouq.infer import _distributed
@@ -314,13 +312,12 @@ class Loop:
         callbacks resumes exactly."""
         if not self.callbacks:
             return
-        state, loader_state = rng_state(self.device), loader_rng_state(self.loader)
+        loader_state = loader_rng_state(self.loader)
         try:
-            with global_streams_kept():  # numpy's and Python's too
+            with global_streams_kept(self.device):
                 for callback in self.callbacks:
                     callback(record)
         finally:
-            set_rng_state(self.device, state)
             if loader_state is not None:
                 set_loader_rng_state(self.loader, loader_state)
 
