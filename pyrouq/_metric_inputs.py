@@ -77,9 +77,15 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
     out = []
     for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
         if not isinstance(s, Tensor):
+            arrayish = isinstance(s, (list, tuple)) or hasattr(s, "__array__")
+            fix = (
+                f"pass torch.as_tensor({name})"
+                if arrayish
+                else "compute them with ood_scores(probs, score)"
+            )
             raise TypeError(
                 f"Expected {name} to be a torch.Tensor of per-input scores, got "
-                f"{type(s).__name__}; compute them with ood_scores(probs, score)."
+                f"{type(s).__name__}; {fix}."
             )
         if s.dim() != 1 or s.numel() == 0:
             raise ValueError(

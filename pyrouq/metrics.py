@@ -32,7 +32,7 @@ from pyrouq._metric_inputs import (
     _prepare_probs,
     carried_targets,
 )
-from pyrouq._numbers import is_integer
+from pyrouq._numbers import is_integer, tensor_hint
 from pyrouq._tables import format_table
 from pyrouq.uncertainty import decompose, entropy
 
@@ -188,8 +188,8 @@ def equal_width_bins(conf: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
 def _check_bins(num_bins: Any) -> int:
     if not is_integer(num_bins) or num_bins < 1:
         raise ValueError(
-            f"Expected num_bins to be a positive integer, got {num_bins!r}. The reported "
-            f"figures use {NUM_BINS}."
+            f"Expected num_bins to be a positive integer, got {num_bins!r}"
+            f"{tensor_hint(num_bins)}. The reported figures use {NUM_BINS}."
         )
     return num_bins
 

@@ -28,7 +28,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_real
+from pyrouq._numbers import is_real, tensor_hint
 
 __all__ = [
     "Decomposition",
@@ -264,10 +264,17 @@ def _check_probs(
         Wrong rank, empty, non-finite, negative, above 1 or not normalised.
     """
     if not isinstance(probs, Tensor):
-        raise TypeError(
-            f"Expected {name} to be a torch.Tensor, got {type(probs).__name__}; "
-            "wrap it with torch.as_tensor(...)."
-        )
+        kind = type(probs).__name__
+        if hasattr(probs, "loc") and hasattr(probs, "scale"):  # GaussianPredictions
+            fix = (
+                "a Gaussian likelihood's predictions: split their variance with "
+                "predictions.uncertainty()"
+            )
+        elif isinstance(getattr(probs, "probs", None), Tensor):  # Predictions
+            fix = f"pass its (S, N, C) tensor, {name}.probs, or call its .uncertainty(measure)"
+        else:
+            fix = "wrap it with torch.as_tensor(...)"
+        raise TypeError(f"Expected {name} to be a torch.Tensor, got {kind}; {fix}.")
     if probs.dtype not in (torch.float32, torch.float64):
         raise TypeError(
             f"Expected {name} of dtype torch.float32 or torch.float64, got {probs.dtype}; "
@@ -278,9 +285,14 @@ def _check_probs(
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if probs.dim() not in allowed:
             wanted = " or ".join(f"{_shape_name(k)} ({k} dims)" for k in allowed)
+            one_draw = (
+                f" For the (N, C) probabilities of one draw pass {name}.unsqueeze(0)."
+                if allowed == (3,) and probs.dim() == 2
+                else ""
+            )
             raise ValueError(
                 f"Expected {name} of shape {wanted}, got shape {shape}. "
-                "Stack the draws/members on dim 0 and the classes on the last dim."
+                f"Stack the draws/members on dim 0 and the classes on the last dim.{one_draw}"
             )
     elif probs.dim() == 0:
         raise ValueError(f"Expected {name} with a class dimension, got a scalar (shape ()).")
@@ -327,10 +339,12 @@ def _check_measure(measure: object) -> None:
 
 
 def _check_base(base: object) -> None:
-    if not is_real(base) or not math.isfinite(base) or base <= 1:
+    # comparisons, not math.isfinite: a huge int (10**400) is a valid base, and NaN fails them
+    if not is_real(base) or not 1 < base < math.inf:
+        why = tensor_hint(base) or " (a base below 1 makes every uncertainty negative)"
         raise ValueError(
-            f"Expected a logarithm base > 1, got {base!r} (a base below 1 makes every "
-            "uncertainty negative); use math.e for nats (the default) or 2 for bits."
+            f"Expected a logarithm base > 1, got {base!r}{why}; use math.e for nats (the "
+            "default) or 2 for bits."
         )
 
 
