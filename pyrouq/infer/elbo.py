@@ -34,7 +34,7 @@ from pyrouq._util import AsItCame, check_count, check_flag, class_name, register
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_reparameterised, site_kl
-from pyrouq.infer.guide import MeanFieldGuide, draw
+from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
 
@@ -198,8 +198,9 @@ class KLWeightedELBO(ELBO):
     input h instead, with ``mean = layer(h; loc)`` and ``var = layer(h^2; scale^2)``, one
     standard-normal noise per unit and example, so the gradients reach ``loc`` and ``rho``
     through ``mean + sqrt(var) * eps``; other latent sites are drawn whole, as are layers
-    called more than once a forward, never (their weight read as a tensor), or, for a Linear,
-    on inputs of more than two dims. The KL term is unchanged. For linear layers this is an
+    with a site drawn LogNormal (a prior on (0, inf)) and layers called more than once a
+    forward, never (their weight read as a tensor), or, for a Linear, on inputs of more than
+    two dims. The KL term is unchanged. For linear layers this is an
     unbiased estimate of the same loss with lower variance; for convolutions it approximates
     it (outputs at different positions get independent noise). Any other guide warns and falls
     back to weight sampling.
@@ -340,6 +341,7 @@ class KLWeightedELBO(ELBO):
         """The guide's locations and scales, site by site, checked against the model."""
         register_params(guide.name, guide)  # so that SVI's parameter capture sees them
         _register_point_estimates(model)
+        check_guide_tensors(model, guide, "KLWeightedELBO", first=True)
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
@@ -427,22 +429,33 @@ class KLWeightedELBO(ELBO):
         draws: list[dict[str, Tensor]] = []
         if model.local_reparameterization:
             x = model._input(x)
-            num = count if self.vectorize_particles else None
             network = model.network_sites()
             own = [s for s in loc if s not in network]
+            # a site with a LogNormal guide (a prior on (0, inf)) is drawn whole, exp(loc +
+            # scale * eps), before the run (which then adds 0 * noise), and its layers with it;
+            # the particles then run one after another, each with its own draw
+            logn = [s for s in network if s in positive]
+            layers = {
+                path: pair
+                for path, pair in model.local_layers().items()
+                if not any(s in logn for s in pair if s is not None)
+            }
+            num = count if self.vectorize_particles and not logn else None
             runs: list[Tensor] = []
             nll: Tensor | float = 0.0
             inputs = AsItCame(x, 1 if num else count)  # as it came to every particle
             for _ in range(1 if num else count):
                 net_loc = {s: loc[s] for s in network}
                 net_scale = {s: scale[s] for s in network}
-                out = _engine.run_local(
-                    model.net, inputs(), net_loc, net_scale, model.local_layers(), num
-                )
+                for site, value in draw(
+                    {s: loc[s] for s in logn}, {s: scale[s] for s in logn}, None, positive
+                ).items():
+                    net_loc[site], net_scale[site] = value, torch.zeros_like(value)
+                out = _engine.run_local(model.net, inputs(), net_loc, net_scale, layers, num)
                 noise = draw({s: loc[s] for s in own}, {s: scale[s] for s in own}, num, positive)
                 nll = nll + observed_nll(model, out, y, noise)
                 runs.append(out)
-            first = runs[0]
+            first = torch.stack(runs) if self.vectorize_particles and num is None else runs[0]
             kl = self._kl(model, loc, scale, draws, positive)
         else:
             draws, stacked, kl = self._draws_and_kl(model, loc, scale, positive)

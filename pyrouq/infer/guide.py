@@ -131,7 +131,7 @@ class MeanFieldGuide(nn.Module):
                 raise ValueError(
                     f"init_from ({type(init_from).__name__}) has no parameter(s) "
                     f"{missing[:5]}; expected a network of the model's structure, with "
-                    f"parameters {list(sites)[:5]}... (e.g. the module passed to bayesian())."
+                    f"parameters {list(sites)[:5]}... ({_expected_init_from(model)})."
                 )
             _warn_unshared_point_estimates(model, state)
         own_values = template()
@@ -164,7 +164,8 @@ class MeanFieldGuide(nn.Module):
             if value.shape != shape:
                 raise ValueError(
                     f"init_from parameter {site!r} has shape {tuple(value.shape)}, expected "
-                    f"{tuple(shape)}: the plain network's configuration differs from the model's."
+                    f"{tuple(shape)}: the network's configuration differs from the model's "
+                    f"({_expected_init_from(model)})."
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
             self.loc[self._keys[site]] = nn.Parameter(value.clone().to(device, dtype))
@@ -243,6 +244,17 @@ class MeanFieldGuide(nn.Module):
         else:
             init = f"init_scale={self.init_scale:g}"
         return f"name={self.name!r}, sites={len(self.sites)}, {init}"
+
+
+def _expected_init_from(model: Any) -> str:
+    """What ``init_from`` should be for ``model``, for an error message."""
+    members = getattr(model, "num_members", None)
+    if members is not None:  # rank-1: the factors come from a trained BatchEnsemble
+        return (
+            f"a rank-1 model starts from a trained pyrouq.batchensemble(net, {members}) of "
+            "the network it was made from, not from the plain network"
+        )
+    return "e.g. the module passed to bayesian(), trained"
 
 
 def _warn_unshared_point_estimates(model: Any, state: dict[str, torch.Tensor]) -> None:
@@ -407,6 +419,29 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
             }
     if got is not None:
         _refuse(model, site_mismatch(expected, got, strict), caller)
+    if isinstance(guide, MeanFieldGuide) and caller != "save()":  # (saving a pair moves none)
+        check_guide_tensors(model, guide, caller)
+
+
+def check_guide_tensors(
+    model: Any, guide: MeanFieldGuide, caller: str, first: bool = False
+) -> None:
+    """Refuse a :class:`MeanFieldGuide` whose locations are of another dtype or on another
+    device than the model's network sites (a model cast or moved after its guide was built:
+    the run would fail deep in a layer); ``first``: the first site only."""
+    net = getattr(model, "net", None)
+    network = getattr(model, "network_sites", None)
+    if not isinstance(net, nn.Module) or not callable(network):
+        return
+    for site in list(network())[:1] if first else network():
+        held, loc = net.get_buffer(site), guide.site_loc(site)
+        if held.dtype != loc.dtype or held.device != loc.device:
+            raise ValueError(
+                f"{caller}: the guide's site {site!r} is {loc.dtype} on {loc.device}, the "
+                f"model's {held.dtype} on {held.device}: one of them was cast or moved after the "
+                "guide was built. Cast or move the guide as the model (guide.to(device, dtype), "
+                "guide.double()), or build it again: mean_field_guide(model)."
+            )
 
 
 def check_draws(

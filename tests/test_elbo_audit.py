@@ -1,0 +1,218 @@
+"""The KL-weighted ELBO and the mean-field guide against independent computations, and the
+defects an audit of them found."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torch.nn.functional as F
+from pyro import poutine
+from torch import nn
+
+from pyrouq import batchensemble, bayesian, fit, predict, rank1
+from pyrouq.infer import KLWeightedELBO, mean_field_guide
+
+N, B = 100, 6
+SITES = {"0.weight": (4, 3), "0.bias": (4,), "2.weight": (2, 4), "2.bias": (2,)}
+
+
+def _net(positive=False):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    if positive:
+        with torch.no_grad():
+            for p in net.parameters():
+                p.abs_().add_(0.5)
+    return net
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(B, 3, generator=g), torch.randint(0, 2, (B,), generator=g)
+
+
+def _hand_model(priors, kl_weight):
+    """The same network written as a Pyro model by hand, its latent sites scaled by
+    ``kl_weight`` (what kl_weight means) and its likelihood by N/B."""
+
+    def model(x, y):
+        with poutine.scale(scale=kl_weight):
+            w = {
+                s: pyro.sample(s, priors[s].expand(shape).to_event(len(shape)))
+                for s, shape in SITES.items()
+            }
+        h = torch.tanh(F.linear(x, w["0.weight"], w["0.bias"]))
+        logits = F.linear(h, w["2.weight"], w["2.bias"])
+        with pyro.plate("data", B), poutine.scale(scale=N / B):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+
+    return model
+
+
+def _hand_guide(guide, kl_weight):
+    def run(x, y):
+        with poutine.scale(scale=kl_weight):
+            for s, shape in SITES.items():
+                q = dist.Normal(guide.site_loc(s), guide.site_scale(s)).to_event(len(shape))
+                pyro.sample(s, q)
+
+    return run
+
+
+_PRIORS = {
+    "float": (0.7, {s: dist.Normal(0.0, 0.7) for s in SITES}),
+    "dict by prefix, Laplace (Monte Carlo)": (
+        {"0": 0.3, "2.weight": dist.Laplace(0.0, 1.0)},
+        {
+            "0.weight": dist.Normal(0.0, 0.3),
+            "0.bias": dist.Normal(0.0, 0.3),
+            "2.weight": dist.Laplace(0.0, 1.0),
+            "2.bias": dist.Normal(0.0, 1.0),
+        },
+    ),
+    "callable, Cauchy": (
+        lambda name, p: 0.2 if name.endswith("bias") else dist.Cauchy(0.0, 1.0),
+        {s: dist.Normal(0.0, 0.2) if s.endswith("bias") else dist.Cauchy(0.0, 1.0) for s in SITES},
+    ),
+    "Normal with batch shape": (
+        {"0.weight": dist.Normal(torch.zeros(4, 1), torch.linspace(0.5, 2.0, 3)), "2": 0.1},
+        {
+            "0.weight": dist.Normal(torch.zeros(4, 1), torch.linspace(0.5, 2.0, 3)),
+            "0.bias": dist.Normal(0.0, 1.0),
+            "2.weight": dist.Normal(0.0, 0.1),
+            "2.bias": dist.Normal(0.0, 0.1),
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_PRIORS))
+@pytest.mark.parametrize("kl_weight", [0.3, 1.0])
+@pytest.mark.parametrize("particles", [1, 3])
+def test_loss_and_gradients_are_pyros_mean_field_elbo_on_the_same_draws(case, kl_weight, particles):
+    torch.set_num_threads(1)
+    prior, by_hand = _PRIORS[case]
+    model = bayesian(_net(), prior=prior, num_data=N)
+    guide = mean_field_guide(model, init_scale=0.3)
+    params = [*guide.loc.values(), *guide.rho.values()]
+    x, y = _data()
+    elbo = KLWeightedELBO(kl_weight, num_particles=particles)
+    pyro.set_rng_seed(3)
+    ours = elbo.differentiable_loss(model, guide, x, y)
+    ours_grads = torch.autograd.grad(ours, params)
+    pyro.set_rng_seed(3)
+    terms = elbo.terms_and_grads(model, guide, x, y)  # what fit() calls
+    reference = pyro.infer.TraceMeanField_ELBO(num_particles=particles)
+    pyro.set_rng_seed(3)
+    theirs = reference.differentiable_loss(
+        _hand_model(by_hand, kl_weight), _hand_guide(guide, kl_weight), x, y
+    )
+    theirs_grads = torch.autograd.grad(theirs, params)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(terms.loss, theirs.detach(), rtol=1e-5, atol=1e-4)
+    for mine, ref, param in zip(ours_grads, theirs_grads, params, strict=True):
+        torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(param.grad, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_lognormal_guided_layer_is_not_run_at_its_log_weights_by_local_reparameterisation():
+    """A prior on (0, inf) gives a site a LogNormal guide, its location log-space: local
+    reparameterisation used that location as the weights' mean (outputs 0.27 where the
+    network gives 3.52)."""
+    torch.set_num_threads(1)
+    net = _net(positive=True)
+    x, _ = _data()
+    y = torch.randint(0, 2, (B,))
+    for prior in (dist.LogNormal(0.0, 1.0), {"2": dist.Gamma(2.0, 2.0)}):
+        model = bayesian(net, prior=prior, num_data=N, local_reparameterization=True)
+        guide = mean_field_guide(model, init_scale=1e-4)
+        pyro.set_rng_seed(0)
+        terms = KLWeightedELBO().terms(model, guide, x, y)
+        torch.testing.assert_close(terms.outputs, net(x).detach(), rtol=0, atol=5e-3)
+        # several particles, vectorised: every particle's outputs, each of the network
+        elbo = KLWeightedELBO(num_particles=2, vectorize_particles=True)
+        pyro.set_rng_seed(0)
+        terms = elbo.terms_and_grads(model, guide, x, y)
+        assert terms.outputs.shape == (2, B, 2)
+        torch.testing.assert_close(terms.outputs[1], net(x).detach(), rtol=0, atol=5e-3)
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in guide.parameters())
+
+
+def test_local_reparameterisation_with_lognormal_sites_is_unbiased():
+    """Its expected NLL is the weight-sampling path's (a mix: layer 0 local, layer 2 whole)."""
+    torch.set_num_threads(1)
+    net = _net(positive=True)
+    x, y = _data()
+    means = {}
+    for local in (False, True):
+        model = bayesian(
+            net, prior={"2": dist.Gamma(2.0, 2.0)}, num_data=N, local_reparameterization=local
+        )
+        guide = mean_field_guide(model, init_scale=0.3)
+        elbo = KLWeightedELBO()
+        nlls = []
+        for seed in range(200):
+            pyro.set_rng_seed(seed)
+            nlls.append(elbo.terms(model, guide, x, y).nll)
+        means[local] = torch.stack(nlls).mean()
+    torch.testing.assert_close(means[True], means[False], rtol=0.03, atol=0)
+
+
+def test_init_from_the_plain_network_of_a_rank1_model_says_to_pass_its_batchensemble():
+    net = _net()
+    model = rank1(net, 2)
+    with pytest.raises(ValueError, match=r"has no parameter\(s\) \['0.r'.*a rank-1 model starts "
+                       r"from a trained pyrouq.batchensemble\(net, 2\)"):  # fmt: skip
+        mean_field_guide(model, init_from=net)
+    with pytest.raises(ValueError, match=r"'0.r' has shape \(3, 3\), expected \(2, 3\).*"
+                       r"batchensemble\(net, 2\)"):  # fmt: skip
+        mean_field_guide(model, init_from=batchensemble(net, 3))
+    with pytest.raises(ValueError, match=r"e.g. the module passed to bayesian\(\)"):
+        mean_field_guide(bayesian(net), init_from=nn.Sequential(nn.Linear(3, 4)))
+
+
+def test_a_model_cast_after_its_guide_was_built_is_refused_with_a_clear_message():
+    torch.set_num_threads(1)
+    model = bayesian(_net(), num_data=N)
+    guide = mean_field_guide(model)
+    model.double()
+    x, y = _data()
+    message = r"guide's site '0.weight' is torch.float32 on cpu, the model's torch.float64"
+    with pytest.raises(ValueError, match="KLWeightedELBO: the " + message):
+        KLWeightedELBO().loss(model, guide, x, y)
+    with pytest.raises(ValueError, match=r"fit\(\): the " + message):
+        fit(model, guide, [(x, y)], epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"predict\(\): the " + message):
+        predict(model, x, guide, num_samples=2, progress=False)
+    guide.double()  # cast alike: it runs
+    assert torch.isfinite(torch.tensor(KLWeightedELBO().loss(model, guide, x, y)))
+
+
+def test_a_tied_weight_is_one_site_with_one_kl_term():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Linear(3, 3)
+            self.out = nn.Linear(3, 3)
+            self.out.weight = self.emb.weight
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.emb(x)))
+
+    torch.manual_seed(0)
+    net = Tied()
+    model = bayesian(net, prior={"out.weight": 0.2}, num_data=5)
+    guide = mean_field_guide(model, init_scale=0.1, init_from=Tied())
+    assert guide.sites == ("emb.weight", "emb.bias", "out.bias")
+    x, y = torch.randn(5, 3), torch.randint(0, 3, (5,))
+    kl = KLWeightedELBO().terms(model, guide, x, y).kl
+    by_hand = sum(
+        torch.distributions.kl_divergence(
+            dist.Normal(guide.site_loc(s), guide.site_scale(s)),
+            dist.Normal(0.0, 0.2 if s == "emb.weight" else 1.0),
+        ).sum()
+        for s in guide.sites
+    )
+    torch.testing.assert_close(kl, by_hand.detach())
