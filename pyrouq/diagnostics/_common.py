@@ -14,7 +14,7 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
-from pyrouq._util import check_finite_inputs, modes, restore_modes
+from pyrouq._util import check_finite_inputs, distribution_masks, modes, restore_modes
 from pyrouq.infer.guide import check_draws
 from pyrouq.likelihoods import Categorical
 
@@ -38,8 +38,12 @@ K_HAT_GOOD = 0.5
 K_HAT_OK = 0.7
 """From this k-hat on, importance-weighted estimates with the guide are unreliable."""
 
-_CONSTANT_WEIGHTS_RTOL = 1e-5
-"""Log weights whose spread is below this (relative to their size) are taken as constant."""
+_CONSTANT_WEIGHTS_RTOL = 1e-9
+"""Log weights whose spread is below this times ``max(1, |largest|)`` are taken as constant
+(k-hat -inf): there ``az.psislw`` fits a tail to the rounding of float64 values and returns
+NaN or inf. Any larger spread is fitted: a log joint of 1e6 nats (a million observations)
+leaves a spread of a few nats between draws that matters to importance sampling, and float32
+rounding noise is bounded, so its fitted k-hat comes out small (below 0.5)."""
 
 _ARVIZ_HINT = "pip install 'arviz>=0.20,<1' (it comes with pyrouq's default dependencies)"
 
@@ -145,6 +149,20 @@ def _replayed_draws(
                 check_draws(model, drawn, caller)
             model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
         yield s, guide_trace, model_trace
+
+
+def _masked(site: dict[str, Any]) -> bool:
+    """Whether a mask leaves entries of the site out (``poutine.mask`` or ``.mask()``; a mask
+    of True everywhere leaves none), whose values may then lie anywhere: its support is not
+    checked, and its pointwise log-likelihood is not the model's."""
+    masks = [site["mask"], *distribution_masks(site["fn"])]
+    return any(_leaves_out(mask) for mask in masks)
+
+
+def _leaves_out(mask: Any) -> bool:
+    if mask is None or mask is True:
+        return False
+    return not (torch.is_tensor(mask) and bool(mask.all()))
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ from pyrouq.diagnostics._common import (
     _check_labels,
     _check_var_names,
     _latent_sites,
+    _masked,
     _prepared,
     _replayed_draws,
     _weight_dims,
@@ -185,8 +188,9 @@ def to_inference_data(
     model : PyroModule or callable
         A pyrouq Bayesian model (made by :func:`pyrouq.bayesian`, ``BayesianLeNet``, ...:
         its network runs with each draw's weights), a BatchEnsemble (``guide=None``), or any
-        Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies in a plate over the N
-        points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables are global;
+        Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies, unmasked, in a plate
+        over the N points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables
+        are global;
         such a model is run on all of ``x`` once per draw. Or an :class:`pyrouq.MCMCResult`
         (``guide`` left None): its chains become the posterior's ``chain`` dim, its sampler
         statistics the ``sample_stats`` group, and the predictive groups are computed on the
@@ -219,7 +223,12 @@ def to_inference_data(
     ValueError
         x and y of different lengths, num_samples < 1, unknown var_names, labels outside
         ``[0, C)``, no guide for a model with latent sites, a guide (or num_samples,
-        var_names) for a BatchEnsemble.
+        var_names) for a BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out.
+
+    Warns
+    -----
+    RuntimeWarning
+        Where the pointwise log-likelihood is NaN or +inf (``az.loo`` is then NaN).
 
     Examples
     --------
@@ -338,6 +347,7 @@ def to_inference_data(
             out, keep = _export_pyro(model, guide, xd, yd, n, s, var_names)
         posterior_dims = _named_dims(model, keep, out)
 
+    _warn_not_finite(out.values["log_lik"], fn)
     coords: dict[str, Any] = {"obs_id": np.arange(n)}
     dims: dict[str, list[str]] = {"obs": ["obs_id"], **posterior_dims}
     predictive = {"obs": out.numpy("obs", chains)}
@@ -383,6 +393,22 @@ def to_inference_data(
     for group in idata.groups():
         idata[group].attrs.update(attrs)
     return idata
+
+
+def _warn_not_finite(log_lik: Tensor, fn: str) -> None:
+    """Warn where the pointwise log-likelihood ``(S, N)`` is NaN or +inf (no log density)."""
+    bad = torch.isnan(log_lik) | (log_lik == math.inf)
+    if bool(bad.any()):
+        draws = bad.any(1).nonzero().flatten().tolist()
+        warnings.warn(
+            f"{fn}: the pointwise log-likelihood is NaN or +inf at {int(bad.sum())} of "
+            f"{bad.numel()} entries, in draws {draws[:10]}{' ...' if len(draws) > 10 else ''} "
+            "(flattened over chains): az.loo and az.waic will return NaN. The model's outputs "
+            "or the likelihood's parameters are not finite there; check the guide's scales "
+            "(or the chains) and the model at those draws.",
+            RuntimeWarning,
+            stacklevel=4,  # past torch.no_grad: the caller
+        )
 
 
 def _likelihood(model: Any) -> Likelihood:
@@ -522,6 +548,16 @@ def _export_pyro(
                     f"{type(model).__name__} has no observed site 'obs': to_inference_data() "
                     "reads the pointwise log-likelihood there. Observe y as "
                     "pyro.sample('obs', ..., obs=y) inside pyro.plate('data', N)."
+                )
+            if _masked(site):
+                raise ValueError(
+                    f"to_inference_data(): a mask (poutine.mask or .mask()) leaves points of "
+                    f"{getattr(model, '__name__', type(model).__name__)}'s observed site 'obs' "
+                    "out. The model does not observe them, so they have no pointwise "
+                    "log-likelihood, yet az.loo and az.waic would count each as a point, at the "
+                    "density of whatever value fills y there. Export the observed points alone: "
+                    "to_inference_data(model, guide, x[keep], y[keep]) with keep the points the "
+                    "mask keeps."
                 )
             log_lik = site["fn"].log_prob(site["value"])
             if log_lik.shape != (n,):

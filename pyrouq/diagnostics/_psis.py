@@ -15,13 +15,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._own_models import check_traces_match
-from pyrouq._util import (
-    check_count,
-    check_int,
-    distribution_masks,
-    innermost_distribution,
-    module_device,
-)
+from pyrouq._util import check_count, check_int, innermost_distribution, module_device
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -39,6 +33,7 @@ from pyrouq.diagnostics._common import (
     _arviz,
     _check_data,
     _latent_sites,
+    _masked,
     _prepared,
     _replayed_draws,
 )
@@ -143,20 +138,6 @@ def _outside(fn: Any, value: Tensor) -> int | None:
         return int((~torch.as_tensor(inner.support.check(value), dtype=torch.bool)).sum())
     except (NotImplementedError, ValueError, RuntimeError, IndexError, AttributeError):
         return None
-
-
-def _masked(site: dict[str, Any]) -> bool:
-    """Whether a mask leaves entries of the site out (``poutine.mask`` or ``.mask()``; a mask
-    of True everywhere leaves none), whose values may then lie anywhere: its support is not
-    checked."""
-    masks = [site["mask"], *distribution_masks(site["fn"])]
-    return any(_leaves_out(mask) for mask in masks)
-
-
-def _leaves_out(mask: Any) -> bool:
-    if mask is None or mask is True:
-        return False
-    return not (torch.is_tensor(mask) and bool(mask.all()))
 
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
