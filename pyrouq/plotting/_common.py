@@ -198,7 +198,15 @@ def _display_images(images: Any, n: int, normalized: bool | None, index: list[in
             "images.float()."
         )
     if normalized is None:
-        normalized = bool(x.min() < 0)
+        low, high = float(x.min()), float(x.max())
+        normalized = low < 0
+        if not normalized and high > 1 + 1e-3:  # neither [0, 1] nor (with black) normalised
+            raise ValueError(
+                f"Expected float images in [0, 1] or with the MNIST normalisation, got values "
+                f"in [{low:g}, {high:g}], which would be shown clipped to [0, 1]. Pass raw "
+                "0-255 pixels as uint8 (or divide them by 255), normalized=True for "
+                "normalised images, or normalized=False to show them clipped."
+            )
     out = x[index].to(torch.float32)
     if normalized:
         out = out * MNIST_STD + MNIST_MEAN

@@ -62,7 +62,8 @@ def plot_most_uncertain(
         The part of the decomposition that ranks the inputs.
     normalized : bool, optional
         Whether float images carry the MNIST normalisation (they are mapped back to ``[0, 1]``
-        for display). Default: yes when any pixel is negative.
+        for display). Default: yes when any pixel is negative; float images with none
+        negative and some above 1 (raw 0-255 pixels as floats) are refused, as neither.
 
     Returns
     -------

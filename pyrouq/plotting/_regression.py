@@ -142,7 +142,8 @@ def plot_regression(
         ax.scatter(*train, s=12, color="black", zorder=3, label="training data")
     ax.set_xlabel("x")
     ax.set_ylabel("y" if p.num_outputs == 1 else f"y[{output}]")
-    ax.set_title(f"Predictive mean and uncertainty ({p.num_samples} draws)")
+    draws = f"{p.num_samples} draw{'s' if p.num_samples != 1 else ''}"
+    ax.set_title(f"Predictive mean and uncertainty ({draws})")
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
     return fig  # type: ignore[no-any-return]

@@ -1,0 +1,97 @@
+"""Audit of data loading, tabular data and plotting: values the plots draw against
+:mod:`pyrouq.metrics`, and the fixes of the audit."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from pyrouq import metrics
+from pyrouq.plotting import (
+    plot_image_grid,
+    plot_most_uncertain,
+    plot_regression,
+    plot_reliability,
+    plot_risk_coverage,
+)
+from pyrouq.regression import GaussianPredictions
+from pyrouq.tabular import train_test_split
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _probs(s: int = 3, n: int = 13, c: int = 4, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(s, n, c, generator=g).round(), -1)  # ties in confidence
+
+
+def _labels(n: int = 13, c: int = 4, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, c, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def test_float_images_of_raw_pixels_are_refused_not_shown_white():
+    p = _probs(n=4)
+    raw = torch.randint(0, 256, (4, 28, 28), generator=torch.Generator().manual_seed(0))
+    raw = raw.to(torch.uint8)
+    for plot in (plot_image_grid, plot_most_uncertain):
+        with pytest.raises(ValueError, match=r"got values in \[0, 255\].*as uint8"):
+            plot(p, raw.float())
+    assert plt.get_fignums() == []  # refused before a figure was made
+    # uint8, [0, 1] floats and an explicit normalized=False are shown as before
+    shown = [
+        np.asarray(plot_image_grid(p, imgs, rows=1, cols=1).axes[0].images[0].get_array())
+        for imgs in (raw, raw.float() / 255)
+    ]
+    np.testing.assert_allclose(shown[1], shown[0], atol=1e-6)
+    fig = plot_image_grid(p, raw.float(), rows=1, cols=1, normalized=False)
+    arr = np.asarray(fig.axes[0].images[0].get_array())
+    np.testing.assert_allclose(arr, raw[0].float().clamp(0, 1).numpy())
+
+
+def test_regression_title_counts_one_draw_in_the_singular():
+    loc, scale = torch.zeros(1, 5, 1), torch.ones(1, 5, 1)
+    fig = plot_regression(GaussianPredictions(loc, scale), torch.arange(5.0))
+    assert fig.axes[0].get_title() == "Predictive mean and uncertainty (1 draw)"
+    fig = plot_regression(GaussianPredictions(loc.expand(2, 5, 1), scale.expand(2, 5, 1)),
+                          torch.arange(5.0))  # fmt: skip
+    assert fig.axes[0].get_title() == "Predictive mean and uncertainty (2 draws)"
+
+
+@pytest.mark.parametrize("num_bins", [5, 15])
+def test_reliability_bars_give_the_ece_of_their_bins(num_bins):
+    p, y = _probs(), _labels()
+    fig = plot_reliability(p, y, num_bins=num_bins)
+    ax, ax_n = fig.axes
+    gaps = np.array([r.get_height() for r in ax.patches[num_bins : 2 * num_bins]])
+    fractions = np.array([r.get_height() for r in ax_n.patches])
+    assert fractions.sum() == pytest.approx(1.0)
+    assert np.nansum(fractions * np.abs(gaps)) == pytest.approx(
+        metrics.ece(p, y, num_bins=num_bins)
+    )
+
+
+@pytest.mark.parametrize("n", [1, 5, 13])
+def test_risk_coverage_curve_and_risk_at_80_point(n):
+    p, y = _probs(n=n), _labels(n=n)
+    ax = plot_risk_coverage(p, y).axes[0]
+    risk = ax.lines[0].get_ydata()
+    (x80,), (r80,) = ax.lines[-1].get_data()
+    assert risk.mean() == pytest.approx(metrics.aurc(p, y))
+    assert r80 == pytest.approx(metrics.risk_at_80_cov(p, y))
+    k = round(x80 * n)
+    assert k == int(np.ceil(0.8 * n)) and risk[k - 1] == pytest.approx(r80)  # on the curve
+    assert ax.lines[0].get_xdata()[k - 1] == pytest.approx(x80)
+
+
+def test_train_test_split_partitions_the_rows():
+    x, y = torch.arange(40.0).reshape(20, 2), torch.arange(20)
+    tx, ty, vx, vy = train_test_split(x, y, test_fraction=0.25, seed=3)
+    assert (len(ty), len(vy)) == (15, 5)
+    assert sorted(ty.tolist() + vy.tolist()) == list(range(20))  # disjoint, every row once
+    assert torch.equal(tx[:, 0], 2.0 * ty) and torch.equal(vx[:, 0], 2.0 * vy)  # rows aligned
