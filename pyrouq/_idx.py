@@ -135,6 +135,8 @@ def _locate(
                     f"{folder} {split} split pass root= (or set $PYROUQ_DATA) to a folder in "
                     f"torchvision layout (<root>/{folder}/raw/...)"
                 )
+                if download:
+                    hint += "; download=True downloads into that root, never into the package"
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
                 others = []

@@ -90,6 +90,13 @@ class GaussianPredictions:
                 f"Expected loc and scale of one shape, got {tuple(self.loc.shape)} and "
                 f"{tuple(self.scale.shape)}."
             )
+        if self.loc.dtype != self.scale.dtype or self.loc.device != self.scale.device:
+            raise ValueError(
+                f"Expected loc and scale of one dtype on one device, got {self.loc.dtype} on "
+                f"{self.loc.device} and {self.scale.dtype} on {self.scale.device} (the "
+                "decomposition's parts would come out in different dtypes); pass "
+                "scale.to(loc) or loc.to(scale)."
+            )
         if not bool((self.scale > 0).all()):
             bad = int((self.scale <= 0).sum())
             raise ValueError(

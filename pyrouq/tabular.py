@@ -172,8 +172,9 @@ def train_test_split(
     n_test = round(n * float(test_fraction))
     if not 1 <= n_test < n:
         raise ValueError(
-            f"test_fraction={test_fraction} of {n} rows leaves {n_test} test and {n - n_test} "
-            "training rows; both need at least one. Pass more rows or another fraction."
+            f"test_fraction={test_fraction} of {n} row{'s' if n != 1 else ''} leaves {n_test} "
+            f"test and {n - n_test} training rows; both need at least one. Pass more rows or "
+            "another fraction."
         )
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     test, train = order[:n_test].to(x.device), order[n_test:].to(x.device)

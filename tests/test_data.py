@@ -215,6 +215,9 @@ def test_fashion_train_is_not_bundled_and_says_so():
                        r"Fashion-MNIST test split; for the FashionMNIST train split pass root= "
                        r"\(or set \$PYROUQ_DATA\)"):  # fmt: skip
         load_fashion_mnist()
+    with pytest.raises(FileNotFoundError, match=r"\(<root>/FashionMNIST/raw/\.\.\.\); download="
+                       r"True downloads into that root, never into the package\.$"):  # fmt: skip
+        load_fashion_mnist(download=True)  # no root: nothing to download into
 
 
 def test_wrong_magic_number(tmp_path):

@@ -356,8 +356,13 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
          r"ArrayLoader: expected seed to be an integer in \[0, 2\*\*32 - 1\], got 1.7"),
         (lambda: train_test_split(torch.randn(4, 3), torch.randn(4), seed=None), ValueError,
          r"train_test_split\(\): expected seed to be an integer .*got None"),
+        (lambda: train_test_split(torch.randn(1, 3), torch.randn(1), test_fraction=0.5),
+         ValueError, r"test_fraction=0.5 of 1 row leaves 0 test and 1 training rows"),
         (lambda: train_test_split(torch.randn(4, 3), torch.randn(4), test_fraction=1.5),
          ValueError, r"Expected test_fraction in \(0, 1\), got 1.5"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1).double()),
+         ValueError, r"Expected loc and scale of one dtype on one device, got torch.float32 on "
+         r"cpu and torch.float64 on cpu .*pass scale.to\(loc\) or loc.to\(scale\)\."),
         (lambda: GaussianPredictions(torch.zeros(2, 3, 1), -torch.ones(2, 3, 1)), ValueError,
          r"Expected scale > 0 everywhere"),
         (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).evaluate(
