@@ -153,7 +153,7 @@ def to_inference_data(
       posterior group like any site). Read them as ``posterior_predictive["loc"]``: the
       attribute ``.loc`` is xarray's label indexer.
     * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
-      float64), so ``az.loo`` and ``az.waic`` work.
+      float64), so ``az.loo`` and ``az.waic`` work (from two draws on: with one, arviz fails).
     * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
     * ``sample_stats`` -- for an :class:`pyrouq.MCMCResult` only, whose C chains replace the
       one chain above (``(chain=C, draw=S, ...)`` in every group): ``diverging``,
