@@ -497,6 +497,12 @@ def evaluate(
         raise ValueError(
             f"Unknown ood_score {ood_score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
         )
+    if ood_score is not None and ood is None:
+        raise ValueError(
+            f"ood_score={ood_score!r} given without ood: it scores the in- and "
+            "out-of-distribution inputs for the OOD metrics. Pass ood=(predictions on the OOD "
+            "inputs), or leave ood_score out."
+        )
     from pyrouq.regression import GaussianPredictions
 
     if isinstance(predictions_or_probs, GaussianPredictions):

@@ -221,6 +221,13 @@ CASES = {
         ValueError,
         r"Unknown ood_score 'foo'; expected one of 'mutual_information', 'entropy'",
     ),
+    "metrics: OOD score without OOD predictions": (
+        lambda tmp: metrics.evaluate(uniform(), torch.tensor([0, 1, 2]), ood_score="entropy"),
+        ValueError,
+        r"ood_score='entropy' given without ood: it scores the in- and out-of-distribution "
+        r"inputs for the OOD metrics\. Pass ood=\(predictions on the OOD inputs\), or leave "
+        r"ood_score out\.",
+    ),
     # decompositions
     "decompose: unknown measure": (
         lambda tmp: decompose(uniform(), "foo"),

@@ -129,7 +129,9 @@ def _evaluate(
     single = preds.probs.shape[0] == 1
     score: Literal["entropy", "mutual_information"] = "entropy" if single else "mutual_information"
     metrics: dict[str, Any] = dict(
-        pyrouq.evaluate(preds, test.labels, ood=ood_preds, ood_score=score)
+        pyrouq.evaluate(
+            preds, test.labels, ood=ood_preds, ood_score=score if ood_preds is not None else None
+        )
     )
     print()
     print(pyrouq.format_table(metrics))
