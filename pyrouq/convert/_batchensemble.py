@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
+import torch
 from pyro.nn import PyroModule
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
@@ -30,9 +31,8 @@ from pyrouq.nn._batchensemble import (
     NORM_LAYERS,
     BatchEnsembleNorm,
     FactorInit,
-    _check_factor_init,
-    _check_members,
 )
+from pyrouq.nn._batchensemble_checks import _check_factor_init, _check_members
 
 __all__ = ["BatchEnsembleNetwork", "batchensemble"]
 
@@ -76,10 +76,14 @@ def _replace_children(
 SEQUENCE_FIRST_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 
 
-def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -> int:
+def _convert_layers(
+    net: nn.Module, num_members: int, options: dict[str, Any], reset: bool = False
+) -> int:
     """Replace every Linear / Conv{1,2,3}d / ConvTranspose{1,2,3}d of ``net`` (nested) by its
     BatchEnsemble version; the number replaced. Attention modules that read their layers'
-    weights directly keep them plain (:func:`~pyrouq.convert._select.weight_readers`)."""
+    weights directly keep them plain (:func:`~pyrouq.convert._select.weight_readers`).
+    ``reset``: re-initialise each converted layer first (torch's default initialisation), the
+    frozen ones apart; the layers kept plain keep their weights, as the other shared ones do."""
     parametrized: list[str] = []
     own_way: list[str] = []  # layers of subclasses with their own computation: kept plain
     uses: dict[int, int] = {}  # how many names each parameter has (tied weights: several)
@@ -95,8 +99,11 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
             return None
         if parametrize.is_parametrized(child):
             parametrized.append(type(child).__name__)
+        base = child
+        if reset and child.weight.requires_grad:  # a frozen layer would stay random
+            base = _reset(child)
         ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
-        layer = ensemble_type.from_module(child, num_members, **options)
+        layer = ensemble_type.from_module(base, num_members, **options)
         carry_hooks(child, layer)  # the user's hooks on the layer stay on it
         weight = child.weight
         if isinstance(weight, nn.Parameter) and uses[id(weight)] > 1:
@@ -108,7 +115,8 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
         warn_caller(
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "
             "parametrization (e.g. weight_norm, spectral_norm); their BatchEnsemble layers "
-            "start from its current weight and train W directly, without it.",
+            f"start from {'a re-initialised' if reset else 'its current'} weight and train W "
+            "directly, without it.",
         )
     if own_way:
         kinds = ", ".join(sorted(set(own_way)))
@@ -118,6 +126,28 @@ def _convert_layers(net: nn.Module, num_members: int, options: dict[str, Any]) -
             "layer would run torch's computation on their weights and drop theirs.",
         )
     return count
+
+
+def _reset(layer: nn.Module) -> nn.Module:
+    """``layer`` re-initialised by its ``reset_parameters`` (torch's default initialisation):
+    in place, or, for a parametrized layer, whose ``reset_parameters`` would write into a
+    computed weight and change nothing, as a plain stand-in holding the new weight and bias
+    (its BatchEnsemble layer trains W without the parametrization)."""
+    if not parametrize.is_parametrized(layer):
+        layer.reset_parameters()  # type: ignore[operator]
+        return layer
+    own: Any = next(t for t in type(layer).__mro__ if t.__module__ != parametrize.__name__)
+    # the layer's settings (attributes read, never written) and fresh tensors to initialise
+    stand_in = own.__new__(own)
+
+    def fresh(tensor: Any) -> nn.Parameter | None:
+        if tensor is None:
+            return None
+        return nn.Parameter(torch.empty_like(tensor.detach()), tensor.requires_grad)
+
+    stand_in.__dict__ = {**layer.__dict__, "weight": fresh(layer.weight), "bias": fresh(layer.bias)}
+    own.reset_parameters(stand_in)
+    return stand_in  # type: ignore[no-any-return]
 
 
 def _mark_sequence_first(net: nn.Module) -> None:
@@ -195,7 +225,8 @@ class BatchEnsembleNetwork(PyroModule):
     use_base_weights : bool, default True
         Copy W and the biases from ``module``; False re-initialises every converted layer
         (torch's default initialisation) but the frozen ones (``requires_grad=False``), which
-        keep their weights: they would not train away from a random start.
+        keep their weights: they would not train away from a random start. Layers kept plain
+        (attention projections, subclasses with a computation of their own) keep theirs.
     init, r_mean, r_std, s_mean, s_std
         Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
     norms : {"per_member", "shared"}, default "per_member"
@@ -253,12 +284,8 @@ class BatchEnsembleNetwork(PyroModule):
             )
         if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
             net = nn.Sequential(net)
-        if not use_base_weights:  # a frozen layer keeps its weights: it would stay random
-            for layer in net.modules():
-                if isinstance(layer, tuple(BATCHENSEMBLE_LAYERS)) and layer.weight.requires_grad:
-                    layer.reset_parameters()  # type: ignore[operator]
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
-        if not _convert_layers(net, num_members, factors):
+        if not _convert_layers(net, num_members, factors, reset=not use_base_weights):
             raise ValueError(
                 f"{class_name(module)} has no nn.Linear or convolution layer to turn into "
                 "BatchEnsemble layers. Pass a network with such layers."
@@ -332,7 +359,7 @@ def batchensemble(
         Ensemble size M (>= 1).
     use_base_weights : bool, default True
         Copy W and biases from ``module``; False re-initialises them (torch's default init),
-        frozen layers' apart.
+        frozen layers' apart (layers kept plain keep their weights).
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
         With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
     init : {"normal", "random_sign"}, default "normal"

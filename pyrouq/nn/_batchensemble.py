@@ -5,7 +5,6 @@ convolution layers)."""
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -14,39 +13,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
-from pyrouq._numbers import is_real
-from pyrouq._util import check_count, check_folded_batch
+from pyrouq._util import check_folded_batch
+from pyrouq.nn._batchensemble_checks import (
+    _CONV_SETTINGS,
+    _check_base_fits,
+    _check_base_type,
+    _check_factor_init,
+    _check_members,
+    _settings_given,
+)
 from pyrouq.nn._checks import _SPATIAL, check_layer_input
 
 FactorInit = Literal["normal", "random_sign"]
-
-
-def _check_members(num_members: object) -> int:
-    return check_count(
-        "num_members",
-        num_members,
-        "BatchEnsemble needs at least one member; 4 is a common choice.",
-    )
-
-
-def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_std: float) -> None:
-    if init not in ("normal", "random_sign"):
-        raise ValueError(
-            f"Unknown init {init!r}: expected 'normal' (r ~ N(r_mean, r_std), s ~ N(s_mean, "
-            "s_std)) or 'random_sign' (entries +-1)."
-        )
-    for name, value in (("r_std", r_std), ("s_std", s_std)):
-        if not (is_real(value) and math.isfinite(value)) or value < 0:
-            raise ValueError(
-                f"Expected {name} >= 0 (a finite float), got {value!r}. It is the standard "
-                "deviation of the rank-1 factors around their mean; 0.5 is the default."
-            )
-    for name, value in (("r_mean", r_mean), ("s_mean", s_mean)):
-        if not (is_real(value) and math.isfinite(value)):
-            raise ValueError(
-                f"Expected {name} to be a finite float, got {value!r}. It is the mean of the "
-                "rank-1 factors; 1.0 (the default) starts every member at the shared weight."
-            )
 
 
 class _BatchEnsembleLayer(nn.Module):
@@ -248,13 +226,10 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         if base is None:
             base = self._base_type(in_channels, out_channels, kernel_size, **given)
             given = {}  # base is built with them
-        else:
-            defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1,
-                        "padding_mode": "zeros"}  # fmt: skip
-            given = {k: v for k, v in given.items() if v != defaults[k]}
         _check_base_type(type(self).__name__, base, self._base_type)
+        given = _settings_given(base, given)
         sizes, base_sizes = (in_channels, out_channels), (base.in_channels, base.out_channels)
-        _check_base_fits(type(self).__name__, base, sizes, base_sizes, given)
+        _check_base_fits(type(self).__name__, base, sizes, base_sizes, given, kernel_size)
         self.in_channels = base.in_channels
         self.out_channels = base.out_channels
         self.kernel_size = base.kernel_size
@@ -356,41 +331,6 @@ class BatchEnsembleConv3d(_BatchEnsembleConv):
     _base_type = nn.Conv3d
 
 
-_CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
-
-
-def _check_base_type(name: str, base: Any, base_type: type) -> None:
-    """Refuse a ``base=`` layer that is not a ``base_type``; ``name`` is the BatchEnsemble
-    layer's class name."""
-    if not isinstance(base, base_type):
-        raise TypeError(
-            f"{name} copies a {base_type.__name__}, got base={type(base).__name__}. Convert "
-            "each layer with its counterpart (pyrouq.batchensemble(net, M) picks it for you)."
-        )
-
-
-def _check_base_fits(
-    name: str, base: Any, sizes: tuple[int, int], base_sizes: tuple[int, int], settings: dict
-) -> None:
-    """Refuse a ``base=`` layer of other sizes than the layer's arguments, or given with
-    settings of its own (``base`` brings its settings)."""
-    if tuple(sizes) != tuple(base_sizes):
-        raise ValueError(
-            f"{name} got sizes {tuple(sizes)} and base={type(base).__name__} of sizes "
-            f"{tuple(base_sizes)}: they must agree. Use {name}.from_module(base, M), which "
-            "takes the sizes from base."
-        )
-    if settings:
-        raise ValueError(
-            f"{name} got base= and the settings {settings}: base brings its own "
-            f"({', '.join(f'{k}={getattr(base, k)!r}' for k in settings)}). Build base with "
-            "the settings you want, or leave base out."
-        )
-
-
-"""The convolution settings a BatchEnsemble convolution passes on to the torch layer it builds."""
-
-
 class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
     """Transposed convolution of a BatchEnsemble: member m computes
     ``conv_transpose(x * r_m, W) * s_m + b_m``; W is ``(in, out / groups, *kernel)`` as in
@@ -414,9 +354,11 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
             base = self._base_type(
                 in_channels, out_channels, kernel_size, output_padding=output_padding, **settings
             )
-        super().__init__(
-            base.in_channels, base.out_channels, base.kernel_size, num_members, base=base, **options
-        )
+        else:  # base brings its output_padding too
+            _check_base_type(type(self).__name__, base, self._base_type)
+            given = _settings_given(base, {"output_padding": output_padding})
+            _check_base_fits(type(self).__name__, base, (0, 0), (0, 0), given)
+        super().__init__(in_channels, out_channels, kernel_size, num_members, base=base, **options)
         self.output_padding = base.output_padding
         self._output_padding_now = base.output_padding  # what output_size asks for, per call
 
@@ -576,6 +518,22 @@ class BatchEnsembleNorm(nn.Module):
             if x.dim() >= 3 and x.shape[1] == folded:  # (T, M * B, F) in a transformer layer
                 return self._members_on_dim_0(x.transpose(0, 1), folded).transpose(0, 1)
         return self._members_on_dim_0(x, folded)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            norms = self.__dict__.get("_modules", {}).get("norms")
+            if norms is None or not len(norms) or not hasattr(norms[0], name):
+                raise
+            kind = type(norms[0]).__name__
+            raise AttributeError(
+                f"{type(self).__name__} holds one {kind} per member (.norms[m]), not one "
+                f"{kind}: it has no {name!r} of its own. A forward that reads a normalisation "
+                f"layer's {name!r} (e.g. F.layer_norm(x, shape, self.norm.weight, "
+                "self.norm.bias)) would skip the members' copies: call the layer instead "
+                "(self.norm(x)), or convert with norms='shared' (one layer for all members)."
+            ) from None
 
     def _members_on_dim_0(self, x: torch.Tensor, folded: int | None) -> torch.Tensor:
         members = self.num_members
