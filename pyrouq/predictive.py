@@ -170,6 +170,19 @@ def _batches(
         for start in range(0, x.shape[0], batch_size):
             yield x[start : start + batch_size], None
         return
+    if hasattr(x, "__array__"):  # a numpy array, a pandas frame: rows are no batches
+        shape = f" of shape {tuple(x.shape)}" if hasattr(x, "shape") else ""
+        raise TypeError(
+            f"predict() expects {what} as a torch.Tensor or an iterable of batches, got a "
+            f"{type(x).__name__}{shape}. Convert an array first: torch.as_tensor({what})."
+        )
+    data = torch.utils.data
+    if isinstance(x, data.Dataset) and not isinstance(x, data.IterableDataset):
+        raise TypeError(
+            f"predict() reads {what} as batches of inputs; it got a {type(x).__name__}, whose "
+            f"items are single examples. Pass a loader of it: DataLoader({what}, "
+            "batch_size=256) (without shuffle=True, to keep its order)."
+        )
     if _looks_like_one_pair(x):
         first, second = x[0], x[1]  # type: ignore[index]
         raise TypeError(
@@ -186,9 +199,11 @@ def _batches(
             target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
             yield batch[0], target
         else:
+            arrays = isinstance(batch, (list, tuple)) or hasattr(batch, "__array__")
+            fix = " Make them tensors (torch.as_tensor)." if arrays else ""
             raise TypeError(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
-                f"a batch was {describe_batch(batch)}"
+                f"a batch was {describe_batch(batch)}{fix}"
             )
 
 
@@ -259,10 +274,10 @@ def predict(
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``); one ``(x, y)`` pair goes in a list,
         ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
-        is read as two batches of inputs). Floating inputs of another
-        dtype (float64, float16) are cast to the model's; integer ones (raw uint8 pixels) are
-        refused, see :func:`pyrouq.data.normalize`, unless the network starts from an
-        ``nn.Embedding``.
+        is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``;
+        empty batches are skipped). Floating inputs of another dtype (float64, float16) are
+        cast to the model's; integer ones (raw uint8 pixels) are refused, see
+        :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader
         that shuffles gives them shuffled, with its labels in the same order (so
         ``evaluate()`` is right without targets, but labels passed in the data set's order
@@ -458,6 +473,10 @@ def predict(
                 for index, (xb, yb) in enumerate(_batches(x, batch_size)):
                     if out_device is None:
                         out_device = xb.device
+                    if not xb.shape[0]:  # an empty batch (a filtered loader's): nothing to
+                        if bar is not None:  # predict, and a Pyro model's plate of 0 fails
+                            bar.update()
+                        continue
                     inputs = _prepared(xb, model, device, "x", first)
                     try:
                         outputs = came.run(index, xb, inputs, run)

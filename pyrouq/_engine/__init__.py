@@ -465,7 +465,8 @@ def batchensemble_forward(layer: Any, x: Tensor, sequence_first: bool = True) ->
             out = batchensemble_forward(layer, x.transpose(0, 1), sequence_first=False)
             return out.transpose(0, 1)
     check_folded_batch(layer, x, members, folded)
-    if getattr(x, _REPEATED, None) == (members, x._version) and _single_input_feature(layer):
+    mark = getattr(x, _REPEATED, None)  # never on an inference tensor (no version counter)
+    if mark is not None and mark == (members, x._version) and _single_input_feature(layer):
         # M copies of the same inputs into one input feature (a grayscale stem, a 1-d
         # regression input): r_m is a scalar per member, so every member's output is the
         # shared op's output scaled by r_m * s_m, plus b_m
@@ -584,7 +585,8 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
                 layer._member_weights = None
         return torch.stack(outs)
     folded = nhwc(x.repeat(num_members, *([1] * (x.dim() - 1))))
-    setattr(folded, _REPEATED, (num_members, folded._version))  # in-place ops change it
+    if not folded.is_inference():  # (torch.inference_mode keeps no version counter)
+        setattr(folded, _REPEATED, (num_members, folded._version))  # in-place ops change it
     token = _FOLDED.set(folded.shape[0])
     try:
         out = _check_outputs(net(folded), net, folded.shape[0])
