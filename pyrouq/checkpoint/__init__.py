@@ -218,9 +218,10 @@ def save(
     Raises
     ------
     CheckpointError
-        For a model or guide it cannot describe (a subclass of a pyrouq model, a prior that
-        is not a ``pyro.distributions`` family with tensor parameters), metadata that is
-        not JSON, or an optimizer state that is not tensors, numbers and strings.
+        For a model or guide it cannot describe (a subclass of a pyrouq model, a likelihood
+        other than pyrouq's ``Categorical`` / ``Gaussian``, a prior that is not a
+        ``pyro.distributions`` family with tensor parameters), metadata that is not JSON, or
+        an optimizer state that is not tensors, numbers and strings.
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
@@ -320,16 +321,18 @@ def check_target(path: str | os.PathLike[str], caller: str, example: str = "chec
 
 
 def _write(path: Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to a temporary file beside ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``payload`` to a temporary file beside ``path`` (beside the file a symbolic link
+    points to, which is written as torch.save would, the link kept), then rename it there."""
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(handle)
     try:
         torch.save(payload, tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

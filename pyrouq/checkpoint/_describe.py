@@ -15,6 +15,7 @@ from torch import nn
 from pyrouq import models
 from pyrouq._util import class_name, warn_caller
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
+from pyrouq.likelihoods import _LIKELIHOODS
 
 __all__ = [
     "CheckpointError",
@@ -96,6 +97,33 @@ def _describe_priors(model: Any) -> dict[str, Any]:
     return priors
 
 
+def _describe_likelihood(model: Any) -> dict[str, Any]:
+    """The description of ``model.likelihood``, refused where :func:`get_likelihood` would not
+    rebuild it as it is: a class of one's own (a subclass too, which would come back as its
+    base class) or a noise prior that is no family with tensor parameters."""
+    likelihood = model.likelihood
+    known = _LIKELIHOODS.get(getattr(likelihood, "name", None))  # type: ignore[arg-type]
+    if type(likelihood) is not known:
+        parent = next((c for c in _LIKELIHOODS.values() if isinstance(likelihood, c)), None)
+        base = f", a subclass of {parent.__name__}" if parent is not None else ""
+        own = ", ".join(cls.__name__ for cls in _LIKELIHOODS.values())
+        raise CheckpointError(
+            f"save() cannot describe the likelihood {class_name(likelihood)}{base}: a "
+            f"checkpoint rebuilds only pyrouq's own likelihoods ({own}), by name, so it could "
+            "not give this one back. Save the model with one of them, or save "
+            "model.state_dict() with torch.save and rebuild the model yourself."
+        )
+    prior = getattr(likelihood, "noise_prior", None)
+    if prior is not None and prior.opaque is not None:
+        raise CheckpointError(
+            f"save() cannot describe the noise prior of the Gaussian likelihood "
+            f"({prior.opaque}): pyrouq stores a prior as a pyro.distributions family and its "
+            "tensor parameters, and this one cannot be rebuilt from them. Use such a prior "
+            "(HalfNormal, LogNormal, Gamma, HalfCauchy, ...) to save the model."
+        )
+    return likelihood.describe()  # type: ignore[no-any-return]
+
+
 def describe_model(model: nn.Module) -> dict[str, Any]:
     """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``, plus
     ``"module"`` (the structure of the original network) for converted networks."""
@@ -114,7 +142,7 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
         config = {
             "sites": list(model.network_sites()),
             "priors": _describe_priors(model),
-            "likelihood": model.likelihood.describe(),
+            "likelihood": _describe_likelihood(model),
             "local_reparameterization": model.local_reparameterization,
         }
         if model.num_members is not None:  # rank-1: made from a BatchEnsemble
@@ -126,7 +154,7 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
         config = {
             "num_members": model.num_members,
             **model.options,
-            "likelihood": model.likelihood.describe(),
+            "likelihood": _describe_likelihood(model),
         }
         module = _module_description(model, model.module_record, type(model.net))
         out = {"class": name, "config": config, "module": module}
@@ -371,6 +399,15 @@ def _skeleton(
             f"their parameters yet ({', '.join(repr(n) for n in lazy[:3])}"
             f"{', ...' if len(lazy) > 3 else ''}): run one batch through it first (net(x)), "
             "then load(path, module=net)."
+        )
+    meta = [name for name, t in (*module.named_parameters(), *module.named_buffers())
+            if t.is_meta]  # fmt: skip
+    if meta:
+        raise CheckpointError(
+            f"The skeleton ({class_name(module)}) has tensors on the meta device "
+            f"({', '.join(repr(n) for n in meta[:3])}{', ...' if len(meta) > 3 else ''}), "
+            "which hold no values and cannot take the saved ones. Build it on the CPU (outside "
+            "`with torch.device('meta')`), then load(path, module=net)."
         )
     here = module_record(module)
     for kind in ("parameters", "buffers"):

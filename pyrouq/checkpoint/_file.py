@@ -57,7 +57,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(_corrupt(path, err)) from None
     damaged = _damaged_entry(path)
     if damaged:
-        raise CheckpointError(_corrupt(path, f"{damaged} fails its checksum"))
+        raise CheckpointError(_corrupt(path, damaged))
     if isinstance(payload, dict) and payload.get("format") == MCMC_FORMAT:
         return payload
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -85,11 +85,11 @@ _OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", 
 def _not_written_by_torch(path: Path) -> str | None:
     """What ``path`` is instead of a file of :func:`torch.save`, or None: torch writes a zip
     archive holding a ``data.pkl`` (or, before torch 1.6, a pickle, opening with byte 0x80)."""
-    if zipfile.is_zipfile(path):
+    if _is_zip(path):
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
-        except (zipfile.BadZipFile, OSError):
+        except _ZIP_ERRORS:
             return None  # a damaged archive: torch.load says what is wrong
         if any(name.endswith("data.pkl") for name in names):
             return None
@@ -104,25 +104,50 @@ def _not_written_by_torch(path: Path) -> str | None:
     return f"it begins with {head!r}"
 
 
+#: What :mod:`zipfile` raises on a damaged archive: a bad header, a name that is not UTF-8 (a
+#: flipped bit in it), an unknown version or compression, an "encrypted" flag, a short read.
+_ZIP_ERRORS = (zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError, EOFError, OSError)
+
+#: The MS-DOS folder bit of a zip entry's external attributes: torch's reader (miniz) takes an
+#: entry with it for a folder and gives its tensor uninitialised memory, whatever its bytes.
+_FOLDER_BIT = 0x10
+
+
+def _is_zip(path: Path) -> bool:
+    """Whether ``path`` is a zip archive (a damaged end record, which
+    :func:`zipfile.is_zipfile` raises on rather than answers, counts as one)."""
+    try:
+        return zipfile.is_zipfile(path)
+    except _ZIP_ERRORS:
+        return True
+
+
 def _damaged_entry(path: Path) -> str | None:
-    """The first entry of the zip archive ``path`` whose bytes fail their CRC-32, or None
-    (torch.load does not check them: a flipped byte in a tensor loads as another value).
-    Entries written without one (``torch.serialization.set_crc32_options(False)``: 0) pass."""
-    if not zipfile.is_zipfile(path):
+    """Why the zip archive ``path`` is damaged (its first entry whose bytes fail their CRC-32,
+    or that cannot be read, or that torch would read as a folder), or None (torch.load checks
+    none of it: a flipped byte in a tensor loads as another value). Entries written without a
+    CRC (``torch.serialization.set_crc32_options(False)``: 0) pass that check."""
+    if not _is_zip(path):
         return None
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
+                if info.external_attr & _FOLDER_BIT or info.is_dir():
+                    return f"its entry {info.filename!r} is marked as a folder"
                 if info.CRC == 0:
                     continue
                 try:
                     with archive.open(info) as entry:  # checks the CRC once read to the end
                         while entry.read(1 << 24):
                             pass
-                except zipfile.BadZipFile:
-                    return f"its entry {info.filename!r}"
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
-        return f"the archive ({err})"
+                except zipfile.BadZipFile as err:
+                    if "CRC" in str(err):
+                        return f"its entry {info.filename!r} fails its checksum"
+                    return f"its entry {info.filename!r} is unreadable ({err})"
+                except _ZIP_ERRORS as err:
+                    return f"its entry {info.filename!r} is unreadable ({type(err).__name__})"
+    except _ZIP_ERRORS as err:
+        return f"the archive is unreadable ({type(err).__name__}: {err})"
     return None
 
 
@@ -131,7 +156,7 @@ def _plain_pickle_with_objects(path: Path) -> bool:
 
     Read with :mod:`pickletools` (which parses opcodes and executes nothing).
     """
-    if zipfile.is_zipfile(path):
+    if _is_zip(path):
         return False
     try:
         with open(path, "rb") as f:
