@@ -822,9 +822,19 @@ def test_resume_refuses_another_optimizer_and_warns_of_another_kl_weight(tmp_pat
         with pytest.warns(UserWarning, match=r"continues a run trained with " + effect) as seen:
             run(resume_from=cut, **option)
         assert len(seen) == 1, [str(w.message) for w in seen]  # that setting alone
+    pairs = tmp_path / "pairs.pt"  # two particles a step, one after the other
+    with pytest.raises(TrainingInterrupted):
+        run(epochs=2, checkpoint=pairs, callbacks=[StopAfter(1)], num_particles=2)
+    with pytest.warns(UserWarning, match=r"continues a run trained with vectorize_particles="
+                      r"False under vectorize_particles=True: the particles are drawn in "
+                      r"another order") as seen:  # fmt: skip
+        run(resume_from=pairs, num_particles=2, vectorize_particles=True)
+    assert len(seen) == 1, [str(w.message) for w in seen]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run(resume_from=cut)
+        run(resume_from=cut, vectorize_particles=True)  # one particle: the same draws
+        run(resume_from=pairs, num_particles=2)
         run(resume_from=adam_run, epochs=2)  # a finished run trained on: planned anew
 
 

@@ -269,7 +269,8 @@ class Loop:
 
     def _warn_of_other_settings(self, state: dict[str, Any]) -> None:
         """Warn of each setting that changes the run from here on: the planned epochs (the
-        schedule's length), the schedule, the particles, N (checkpoints from before a setting
+        schedule's length), the schedule, the particles (their number and, for more than one,
+        whether they are vectorised), N (checkpoints from before a setting
         was stored are not checked on it)."""
         # a finished run trained on for more epochs is planned anew, as fit() says when it
         # refuses the run's own total; an interrupted one is continued
@@ -278,6 +279,10 @@ class Loop:
             "epochs": self.epochs if self.scheduled and interrupted else state.get("epochs"),
             "lr_schedule": self.lr_schedule,
             "num_particles": self.elbo.num_particles,
+            # one particle is the same draw either way; another number is warned of above
+            "vectorize_particles": getattr(self.elbo, "vectorize_particles", None)
+            if 1 < self.elbo.num_particles == state.get("num_particles")
+            else None,
             "num_data": self.num_data,
         }
         effect = {
@@ -285,6 +290,8 @@ class Loop:
             "anew and the learning rate jumps",
             "lr_schedule": "the learning rate follows another schedule",
             "num_particles": "each step averages another number of draws",
+            "vectorize_particles": "the particles are drawn in another order (all at once or "
+            "one after another), so every later draw differs",
             "num_data": "the likelihood is scaled by another N against the KL",
         }
         for key, value in ours.items():
@@ -339,6 +346,7 @@ class Loop:
             batch_size=_batch_size(self.loader),
             lr_schedule=self.lr_schedule,
             num_particles=self.elbo.num_particles,
+            vectorize_particles=bool(getattr(self.elbo, "vectorize_particles", False)),
             num_data=self.num_data,
         )
         return _checkpoint.save(

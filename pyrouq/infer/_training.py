@@ -342,6 +342,7 @@ def training_state(
     batch_size: int,
     lr_schedule: str,
     num_particles: int,
+    vectorize_particles: bool,
     num_data: int,
 ) -> dict[str, Any]:
     """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
@@ -352,6 +353,7 @@ def training_state(
         "batch_size": batch_size,  # 0: the loader told none
         "lr_schedule": lr_schedule,
         "num_particles": num_particles,
+        "vectorize_particles": vectorize_particles,
         "num_data": num_data,
         "version": TRAINING_STATE_VERSION,
         "epochs": epochs,
