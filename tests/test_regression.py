@@ -201,6 +201,15 @@ def test_each_noise_model_fits_predicts_and_round_trips(scale, tmp_path):
     assert torch.equal(again.loc, p.loc) and torch.equal(again.scale, p.scale)
 
 
+def test_a_noise_prior_without_a_closed_form_mean_starts_its_guide_at_one():
+    # a folded Normal has no .mean: mean_field_guide raised a bare NotImplementedError
+    model = bayesian(
+        nn.Linear(3, 1), likelihood=Gaussian(dist.FoldedDistribution(dist.Normal(0.0, 1.0)))
+    )
+    guide = mean_field_guide(model)
+    assert guide.means()["sigma"].item() == pytest.approx(1.0)  # the median exp(loc) = 1
+
+
 def test_a_bounded_noise_prior_for_mcmc_round_trips(tmp_path):
     model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(dist.Uniform(0.1, 2.0)))
     back = load(save(tmp_path / "u.pt", model), module=nn.Linear(3, 1)).model

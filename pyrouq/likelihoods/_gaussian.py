@@ -123,7 +123,10 @@ class Gaussian(Likelihood):
         if self.noise_prior is None:
             return {}
         prior = self.noise_prior.distribution()  # type: ignore[operator]
-        mean = prior.mean
+        try:
+            mean = prior.mean
+        except NotImplementedError:  # no closed form (a folded or transformed family): 1
+            mean = torch.ones(prior.batch_shape + prior.event_shape)
         if not bool(torch.isfinite(mean).all()):  # e.g. HalfCauchy: start at the median-ish 1
             mean = torch.ones_like(mean)
         return {NOISE_SITE: mean.detach().clone()}
