@@ -473,6 +473,12 @@ def predict(
                 for index, (xb, yb) in enumerate(_batches(x, batch_size)):
                     if out_device is None:
                         out_device = xb.device
+                    if xb.dim() == 0:  # (it has no dim 0 to be empty or not)
+                        raise ValueError(
+                            "predict() expects x's batches with the examples on dim 0; a batch "
+                            f"was a 0-d tensor ({xb.item()!r}). One example of one feature is "
+                            "batch.reshape(1, 1)."
+                        )
                     if not xb.shape[0]:  # an empty batch (a filtered loader's): nothing to
                         if bar is not None:  # predict, and a Pyro model's plate of 0 fails
                             bar.update()

@@ -39,10 +39,11 @@ def test_float_images_of_raw_pixels_are_refused_not_shown_white():
     p = _probs(n=4)
     raw = torch.randint(0, 256, (4, 28, 28), generator=torch.Generator().manual_seed(0))
     raw = raw.to(torch.uint8)
+    open_before = plt.get_fignums()  # (figures other tests left open)
     for plot in (plot_image_grid, plot_most_uncertain):
         with pytest.raises(ValueError, match=r"got values in \[0, 255\].*as uint8"):
             plot(p, raw.float())
-    assert plt.get_fignums() == []  # refused before a figure was made
+    assert plt.get_fignums() == open_before  # refused before a figure was made
     # uint8, [0, 1] floats and an explicit normalized=False are shown as before
     shown = [
         np.asarray(plot_image_grid(p, imgs, rows=1, cols=1).axes[0].images[0].get_array())

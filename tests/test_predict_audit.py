@@ -100,3 +100,12 @@ def test_an_array_or_a_data_set_given_as_x_is_refused_with_the_fix():
     with pytest.raises(TypeError, match=r"Pass a loader of it: DataLoader\(batchnorm_data"):
         model = rank1(copy.deepcopy(_conv_net()), 2)
         predict(model, torch.zeros(2, 1, 8, 8), mean_field_guide(model), batchnorm_data=data)
+
+
+def test_a_0d_batch_of_a_loader_is_refused_with_the_fix():
+    # the empty-batch check read its dim 0: a bare IndexError "tuple index out of range"
+    net = nn.Linear(1, 3)
+    for x in ([torch.tensor(1.0)], [(torch.tensor(1.0), torch.tensor(0))]):
+        with pytest.raises(ValueError, match=r"a batch was a 0-d tensor \(1\.0\)\. One example "
+                           r"of one feature is batch\.reshape\(1, 1\)\.$"):  # fmt: skip
+            predict(net, x, progress=False)
