@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import pyro
 import torch
 from torch import nn
@@ -126,7 +127,8 @@ def fit(
         (BatchEnsemble), where the loss is the negative log-likelihood. A guide built for
         another model (other sites or shapes) is refused before anything is trained.
     train_loader : iterable of (x, y)
-        Training batches, e.g. from :func:`pyrouq.load_mnist`. Floating inputs of another
+        Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
+        or one ``(x, y)`` pair, is refused: batch it). Floating inputs of another
         dtype are cast to the model's; integer ones (raw uint8 pixels) are refused, see
         :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
     epochs : int
@@ -149,7 +151,8 @@ def fit(
         cosine (a one-cycle policy: short runs converge much further, see the benchmarks);
         ``"cosine"`` decays from the start; ``"constant"`` leaves it alone.
     kl_weight : float, optional
-        Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`). By default
+        Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`; a model
+        without latent sites has none: another value than the default is warned of). By default
         the likelihood's ``default_kl_weight``: 0.02 for classifiers (``Categorical``, and
         Pyro models of one's own observing integer labels), 1.0 for regression (``Gaussian``,
         and Pyro models of one's own observing real-valued targets). For
@@ -293,12 +296,14 @@ def fit(
                 f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
                 "'constant'."
             )
+        _check_paths(checkpoint, resume_from, metadata)
+        _check_loader_kind(train_loader)
         vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
         check_inputs = check_flag("check_inputs", check_inputs)
         progress = check_flag("progress", progress)
-        chosen_kl_weight = kl_weight is not None
+        chosen_kl_weight, default_weight = kl_weight is not None, default_kl_weight(model)
         if kl_weight is None:
-            kl_weight = default_kl_weight(model)
+            kl_weight = default_weight
         # pyrouq models nest at most two plates ("members", "data"): no guessing trace needed; a
         # Pyro model of the user's own may nest more, which Pyro finds out (vectorized particles)
         nesting = 2 if is_pyrouq_model(model) or guide is None else float("inf")
@@ -319,13 +324,20 @@ def fit(
                 "latent sites (a BatchEnsemble or a plain network): there is nothing to draw, so "
                 "every particle would repeat the same pass. Leave num_particles=1."
             )
+        if guide is None and kl_weight != default_weight:  # (the CLI passes the default)
+            warnings.warn(
+                f"fit(kl_weight={kl_weight}) has no effect on {type(model).__name__}, which has no "
+                "latent sites (a BatchEnsemble or a plain network): there is no KL term, the loss "
+                "is the negative log-likelihood alone. Leave kl_weight out.",
+                stacklevel=2,
+            )
         if isinstance(train_loader, Iterator) and epochs > 1:
             raise ValueError(
                 f"train_loader is an iterator ({type(train_loader).__name__}), which yields its "
                 f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
                 "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
             )
-        if lr_schedule != "constant" and not _has_length(train_loader):
+        if lr_schedule != "constant" and _length(train_loader) is None:
             warnings.warn(
                 f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
                 f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
@@ -334,7 +346,7 @@ def fit(
                 stacklevel=2,
             )
         if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
-            train_loader = _ReadAhead(train_loader)
+            train_loader = _ReadAhead(train_loader, _length(train_loader))
         n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
         if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
             n = getattr(model, "given_num_data", None)
@@ -484,13 +496,59 @@ def _compared_parameters(
     return named
 
 
-def _has_length(loader: Any) -> bool:
-    """Whether ``len(loader)`` works (a DataLoader over an IterableDataset raises)."""
+def _check_paths(checkpoint: Any, resume_from: Any, metadata: Any) -> None:
+    """Refuse a ``checkpoint`` or ``resume_from`` that is not a path (or a Checkpoint), and
+    ``metadata`` that is not a dict, before anything reads or writes them."""
+    for name, value in (("checkpoint", checkpoint), ("resume_from", resume_from)):
+        saved = name == "resume_from" and isinstance(value, _checkpoint.Checkpoint)
+        if not (value is None or saved or isinstance(value, (str, os.PathLike))):
+            also = " or the Checkpoint that pyrouq.load() returns" if name == "resume_from" else ""
+            raise TypeError(
+                f"Expected fit({name}=...) to be a file path (str or pathlib.Path){also}, got "
+                f"{type(value).__name__}. Pass e.g. {name}='run.pt'."
+            )
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(
+            f"Expected fit(metadata=...) to be a dict of JSON values, got "
+            f"{type(metadata).__name__}. Pass e.g. metadata={{'note': 'run 1'}}."
+        )
+
+
+def _check_loader_kind(loader: Any) -> None:
+    """Refuse what iterates examples or tensors rather than ``(x, y)`` batches: one pair of
+    tensors or arrays, a list or map-style dataset (``TensorDataset``) of single examples."""
+    hint = (
+        "Serve batches: pyrouq.ArrayLoader(x, y, batch_size=64), or "
+        "torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)."
+    )
+    data, what = torch.utils.data, f"{type(loader).__name__}"
+    if isinstance(loader, (tuple, list)):
+        if len(loader) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in loader):
+            raise TypeError(
+                f"train_loader is a {what} of 2 {type(loader[0]).__name__}s (one (x, y) pair?), "
+                f"not an iterable of (x, y) batches: each would be taken for a batch. {hint}"
+            )
+    elif not isinstance(loader, data.Dataset) or isinstance(loader, data.IterableDataset):
+        return
+    elif hasattr(type(loader), "__iter__"):  # a dataset that iterates in its own way
+        return
     try:
-        len(loader)
+        label = loader[0][1]
+    except Exception:  # not (x, y) items: the batch checks speak
+        return
+    if isinstance(label, (int, float, np.number)) or (torch.is_tensor(label) and label.dim() == 0):
+        raise TypeError(
+            f"train_loader is a {what} of single examples (its first label is one number): "
+            f"iterated directly, each example would be taken for a batch. {hint}"
+        )
+
+
+def _length(loader: Any) -> int | None:
+    """``len(loader)``, or None where it fails (a DataLoader over an IterableDataset raises)."""
+    try:
+        return len(loader)
     except TypeError:
-        return False
-    return True
+        return None
 
 
 def _dataset_size(loader: Any) -> int | None:
@@ -516,9 +574,15 @@ class _ReadAhead:
     """An iterator's batches with the first one read ahead, so that looking at it (fit's
     probe of the first examples) does not take it from the epoch."""
 
-    def __init__(self, iterator: Iterator[Any]):
+    def __init__(self, iterator: Iterator[Any], length: int | None = None):
+        self._length = length  # a sized iterator's (a DataLoader's): the schedule plans over it
         self._first = next(iterator, None)
         self._rest = iterator
+
+    def __len__(self) -> int:
+        if self._length is None:
+            raise TypeError(f"{type(self._rest).__name__} has no length")
+        return self._length
 
     def __iter__(self) -> Iterator[Any]:
         if self._first is not None:

@@ -42,10 +42,15 @@ class Categorical(Likelihood):
         batch, num_classes = outputs.shape[-2], outputs.shape[-1]
         if not torch.is_tensor(y):
             raise TypeError(
-                f"{where}: expected labels y as a torch.Tensor, got {type(y).__name__}."
+                f"{where}: expected labels y as a torch.Tensor, got {type(y).__name__}. Convert "
+                "them with torch.as_tensor(y)."
             )
         if y.shape != (batch,):
-            one_hot = " (one-hot labels: y.argmax(-1))" if y.shape == (batch, num_classes) else ""
+            one_hot = ""
+            if y.shape == (batch, num_classes) and num_classes > 1:
+                one_hot = " (one-hot labels: y.argmax(-1))"
+            elif y.shape == (batch, 1):
+                one_hot = " (a column of labels: y.squeeze(-1))"
             raise ValueError(
                 f"{where}: expected labels y of shape ({batch},) to match the {batch} inputs, got "
                 f"shape {tuple(y.shape)}. Pass one integer label per input{one_hot}."

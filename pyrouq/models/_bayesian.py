@@ -68,7 +68,8 @@ class BayesianMLP(BayesianNetwork):
             out_features=net.out_features,
             num_hidden=net.num_hidden,
             prior_scale=_prior_scale(prior_scale),
-            local_reparameterization=local_reparameterization,
+            # checked by the converter (True / False, numpy's too): a JSON bool here
+            local_reparameterization=bool(local_reparameterization),
         )
         self.in_features = net.in_features
         self.num_classes = net.out_features
@@ -118,7 +119,8 @@ class BayesianLeNet(BayesianNetwork):
             in_channels=net.in_channels,
             num_classes=net.num_classes,
             prior_scale=_prior_scale(prior_scale),
-            local_reparameterization=local_reparameterization,
+            # checked by the converter (True / False, numpy's too): a JSON bool here
+            local_reparameterization=bool(local_reparameterization),
         )
         self.in_channels = net.in_channels
         self.num_classes = net.num_classes

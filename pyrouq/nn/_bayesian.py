@@ -31,15 +31,30 @@ def _check_sizes(layer: str, **sizes: object) -> tuple[int, ...]:
     )
 
 
-def _kernel_pair(kernel_size: object) -> tuple[int, int]:
-    """``kernel_size`` (an int ``k`` or a pair ``(kh, kw)``) as ``(kh, kw)``."""
-    pair = kernel_size if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * 2
-    if len(pair) != 2 or any(not is_integer(k) or k < 1 for k in pair):
+def _conv_pair(
+    name: str, value: object, minimum: int, example: str, words: tuple[str, ...] = ()
+) -> tuple[int, int] | str:
+    """A BayesianConv2d size (an int ``k`` or a pair ``(kh, kw)``, each ``>= minimum``, or one
+    of ``words``) as ``(kh, kw)`` (or the word), or a ValueError naming it and ``value``."""
+    if isinstance(value, str) and value in words:
+        return value
+    pair = value if isinstance(value, (tuple, list)) else (value,) * 2
+    if len(pair) != 2 or any(not is_integer(k) or k < minimum for k in pair):
+        kind = "a positive int" if minimum == 1 else "an int >= 0"
+        named = "".join(f" or {w!r}" for w in words)
         raise ValueError(
-            "Expected BayesianConv2d's kernel_size to be a positive int or a pair of them "
-            f"(kh, kw), got {kernel_size!r}. Pass e.g. kernel_size=3 or kernel_size=(3, 5)."
+            f"Expected BayesianConv2d's {name} to be {kind} or a pair of them "
+            f"({name[0]}h, {name[0]}w){named}, "
+            f"got {value!r}. Pass e.g. {example}."
         )
     return int(pair[0]), int(pair[1])
+
+
+def _positive_pair(name: str, value: object, example: str) -> tuple[int, int]:
+    """``kernel_size`` or ``stride`` (an int ``k`` or a pair ``(kh, kw)``) as ``(kh, kw)``."""
+    pair = _conv_pair(name, value, 1, example)
+    assert not isinstance(pair, str)  # no words allowed
+    return pair
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,6 +250,8 @@ class BayesianConv2d(_BayesianLayer):
     kernel_size : int or (int, int)
         A square ``k`` or a ``(kh, kw)`` kernel.
     stride, padding : int or (int, int), default 1 and 0
+        Each ``>= 1`` and ``>= 0``; ``padding`` may also be ``"same"`` (stride 1) or
+        ``"valid"``, as for ``torch.nn.functional.conv2d``.
     prior_scale : float, default 1.0
     local_reparameterization : bool, default False
         As for :class:`BayesianLinear` (:meth:`sample_with` only; ``fit()`` does not apply it
@@ -255,7 +272,7 @@ class BayesianConv2d(_BayesianLayer):
         out_channels: int,
         kernel_size: int | tuple[int, int],
         stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] = 0,
+        padding: int | tuple[int, int] | str = 0,
         prior_scale: float = 1.0,
         local_reparameterization: bool = False,
     ):
@@ -265,12 +282,29 @@ class BayesianConv2d(_BayesianLayer):
         )
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.kernel_size = _kernel_pair(kernel_size)
-        self.stride = stride
-        self.padding = padding
+        self.kernel_size = _positive_pair(
+            "kernel_size", kernel_size, "kernel_size=3 or kernel_size=(3, 5)"
+        )
+        # checked here, not at the first forward (torch's "non-positive stride is not supported")
+        self.stride = _positive_pair("stride", stride, "stride=2 or stride=(2, 1)")
+        self.padding = _conv_pair(
+            "padding", padding, 0, "padding=1 or padding=(1, 0)", ("same", "valid")
+        )
+        if self.padding == "same" and self.stride != (1, 1):
+            raise ValueError(
+                f"BayesianConv2d got padding='same' with stride={stride!r}: torch pads 'same' "
+                "for stride 1 only. Pass stride=1, or padding as ints."
+            )
         self.weight_shape = (out_channels, in_channels, *self.kernel_size)
         self.bias_shape = (out_channels,)
         self._init_prior(prior_scale, local_reparameterization)
+
+    def extra_repr(self) -> str:
+        return (
+            super().extra_repr()
+            + f", stride={self.stride}"
+            + (f", padding={self.padding!r}" if self.padding != (0, 0) else "")
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = f"(B, {self.in_channels}, H, W) or (S, B, {self.in_channels}, H, W)"
