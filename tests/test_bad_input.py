@@ -160,6 +160,12 @@ CASES = {
         ValueError,
         r"Expected kl_weight to be a finite float >= 0, got -1",
     ),
+    "elbo: kl_weight as a tensor": (
+        lambda tmp: KLWeightedELBO(kl_weight=torch.tensor(1.0)),
+        TypeError,
+        r"Expected kl_weight to be a float >= 0, got tensor\(1\.\) \(a tensor: pass a Python "
+        r"number, e\.g\. float\(t\) or int\(t\)\)\.",
+    ),
     "elbo: num_particles": (
         lambda tmp: KLWeightedELBO(num_particles=0),
         ValueError,
@@ -277,6 +283,12 @@ CASES = {
         pickled_checkpoint,
         CheckpointError,
         r"evil\.pt' contains pickled Python objects, which pyrouq refuses to load",
+    ),
+    "checkpoint: metadata that is no dict": (
+        lambda tmp: save(tmp / "x.pt", BayesianMLP(hidden_features=4), metadata=[1]),
+        CheckpointError,
+        r"Expected metadata to be a dict of JSON values, got list; load\(\) gives it back as "
+        r"Checkpoint.metadata, a dict\. Pass e\.g\. metadata=\{'note': 'run 1'\}\.",
     ),
     "checkpoint: unsupported model": (
         lambda tmp: save(tmp / "x.pt", _Subclass(hidden_features=4)),

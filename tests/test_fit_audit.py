@@ -73,6 +73,12 @@ def test_config_holds_a_python_bool(cls):
     model = cls(**kw, local_reparameterization=np.bool_(True))
     assert type(model.config["local_reparameterization"]) is bool
     assert model.config["local_reparameterization"] is True
+    assert model.local_reparameterization is True  # the flag itself, a bool too
+
+
+def test_bayesian_keeps_a_python_bool_for_a_numpy_flag():
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2), local_reparameterization=np.bool_(True))
+    assert type(model.local_reparameterization) is bool
 
 
 # --------------------------------------------------------------------------------------------

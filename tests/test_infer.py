@@ -890,7 +890,8 @@ def test_fit_bad_arguments():
         fit(model, guide, loader, epochs=1, num_particles=0)
     with pytest.raises(ValueError, match="train_loader is empty"):
         fit(model, guide, ListLoader(x[:0], y[:0], 10), epochs=1)
-    with pytest.raises(ValueError, match="yielded no batches"):
+    with pytest.raises(ValueError, match=r"yielded no batches \(a DataLoader with drop_last=True "
+                       r"and a batch_size above N yields none"):  # fmt: skip
         fit(model, guide, [], epochs=1, num_data=10)
     with pytest.raises(ValueError, match="Cannot tell the training-set size N"):
         fit(model, guide, [(x, y)], epochs=1)

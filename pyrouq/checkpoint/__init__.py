@@ -226,6 +226,12 @@ def save(
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
     path = Path(path)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise CheckpointError(
+            f"Expected metadata to be a dict of JSON values, got {type(metadata).__name__}; "
+            "load() gives it back as Checkpoint.metadata, a dict. Pass e.g. "
+            "metadata={'note': 'run 1'}."
+        )
     if isinstance(model, MCMCResult):  # draws and sampler statistics, no model
         if guide is not None or optimizer is not None or training is not None:
             raise CheckpointError(

@@ -125,7 +125,7 @@ class BayesianNetwork(PyroModule):
         ensemble = module if isinstance(module, BatchEnsembleNetwork) else None
         if ensemble is None:
             check_module(module, "make Bayesian")
-        check_flag("local_reparameterization", local_reparameterization)
+        local_reparameterization = check_flag("local_reparameterization", local_reparameterization)
         if ensemble is not None and isinstance(likelihood, str) and likelihood == "categorical":
             likelihood = ensemble.likelihood  # the default: the ensemble's own
         self.likelihood = get_likelihood(likelihood)

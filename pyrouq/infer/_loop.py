@@ -510,8 +510,9 @@ class Loop:
                             raise KeyboardInterrupt
                     if batches == 0:
                         raise ValueError(
-                            "train_loader yielded no batches. Pass a loader with at least one "
-                            "batch."
+                            "train_loader yielded no batches (a DataLoader with drop_last=True "
+                            "and a batch_size above N yields none; an exhausted iterator none "
+                            "either). Pass a loader with at least one batch each epoch."
                         )
                     modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
                     _distributed.average_buffers(modules, self.group)

@@ -29,7 +29,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq import _engine
-from pyrouq._numbers import is_real
+from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
@@ -93,7 +93,9 @@ def _model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
 
 def _check_kl_weight(kl_weight: object) -> float:
     if not is_real(kl_weight):
-        raise TypeError(f"Expected kl_weight to be a float >= 0, got {kl_weight!r}.")
+        raise TypeError(
+            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}."
+        )
     if not math.isfinite(kl_weight) or kl_weight < 0:
         raise ValueError(
             f"Expected kl_weight to be a finite float >= 0, got {kl_weight!r}. "
