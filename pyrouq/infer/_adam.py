@@ -68,6 +68,14 @@ class Adam:
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                if p.grad.is_sparse:  # before any state moves: the step is refused whole
+                    raise RuntimeError(
+                        f"pyrouq's Adam (fit()'s default optimizer) got a sparse gradient for "
+                        f"a parameter of shape {tuple(p.shape)} (an nn.Embedding(..., "
+                        "sparse=True)?), as torch.optim.Adam refuses them: build the layer "
+                        "with sparse=False, or pass optim=... with an optimizer for sparse "
+                        "gradients."
+                    )
                 state = self.state.get(p)
                 if state is None:
                     state = self.state[p] = {
@@ -125,7 +133,9 @@ class Adam:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` (or ``torch.optim.Adam.state_dict``) returned for
-        parameters of the same shapes, in the same order."""
+        parameters of the same shapes, in the same order. A state of other shapes, or of an
+        Adam with weight decay, AMSGrad or ``maximize``, is refused (``ValueError``) and this
+        optimizer left as it was."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
             len(saved["params"]) != len(group["params"])
@@ -138,20 +148,42 @@ class Adam:
                 "guide the state was saved with."
             )
         saved_state = state_dict["state"]
-        self.state = {}
+        for saved in groups:
+            changing = ("weight_decay", "amsgrad", "maximize")  # the others: how, not what
+            other = {
+                k: saved[k] for k in changing if saved.get(k, _TORCH_FLAGS[k]) != _TORCH_FLAGS[k]
+            }
+            if other:
+                raise ValueError(
+                    f"The optimizer state was saved by an Adam with {other}, which this Adam "
+                    "does not implement (no weight decay, AMSGrad nor maximize): its steps "
+                    "would silently differ. Resume with the optimizer the state was saved with "
+                    "(optim=...)."
+                )
+        state = {}
         for saved, group in zip(groups, self.param_groups, strict=True):
-            for key in ("lr", "betas", "eps"):
-                if key in saved:
-                    group[key] = tuple(saved[key]) if key == "betas" else saved[key]
             for position, p in zip(saved["params"], group["params"], strict=True):
                 s = saved_state.get(position)
                 if s is None:
                     continue
-                self.state[p] = {
+                for key in ("exp_avg", "exp_avg_sq"):  # another shape would be read past its end
+                    if tuple(s[key].shape) != tuple(p.shape):
+                        raise ValueError(
+                            f"The optimizer state's {key} at position {position} has shape "
+                            f"{tuple(s[key].shape)}, but the parameter there has shape "
+                            f"{tuple(p.shape)}; resume with the model and guide the state was "
+                            "saved with (the same parameters, in the same order)."
+                        )
+                state[p] = {
                     "step": torch.tensor(float(s["step"])),
                     "exp_avg": s["exp_avg"].to(p.device, p.dtype).clone(),
                     "exp_avg_sq": s["exp_avg_sq"].to(p.device, p.dtype).clone(),
                 }
+        self.state = state  # set once every entry is checked: a refused state changes nothing
+        for saved, group in zip(groups, self.param_groups, strict=True):
+            for key in ("lr", "betas", "eps"):
+                if key in saved:
+                    group[key] = tuple(saved[key]) if key == "betas" else saved[key]
 
 
 def _where(

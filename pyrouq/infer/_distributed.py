@@ -177,7 +177,9 @@ def set_epoch(loader: Iterable, epoch: int) -> None:
 
 def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tensor) -> torch.Tensor:
     """Replace every gradient by its mean over the ranks: one ``all_reduce`` of all of them
-    flattened into one buffer (a missing gradient counts as zeros, on every rank alike).
+    flattened into one buffer (a gradient missing on some ranks counts as zeros there; one
+    missing on every rank stays missing, ``None``, as in one process, where the optimizer
+    leaves such a parameter and its state alone, and as under DDP).
     Returns a scalar flag reduced in the same buffer, 0 when every rank's ``loss`` is finite
     and NaN when any is not, so that every rank stops at the same step (a rank raising alone
     would leave the others waiting in the next collective). The flag, not the loss, travels:
@@ -186,13 +188,23 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
     loss = loss.detach()
     if not group.active or not params:
         return loss
+    present = [p.grad is not None for p in params]
     grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
-    flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(grads[0]).reshape(1)
-    _average_in_place([*grads, flag], group)
+    like = grads[0]
+    if all(present):  # no host value to send: no wait for the device
+        held = torch.ones(len(params), dtype=like.dtype, device=like.device)
+    else:
+        held = torch.tensor(present, dtype=like.dtype).to(like.device)
+    flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(like).reshape(1)
+    _average_in_place([*grads, held, flag], group)
+    if not all(present):  # which of this rank's missing gradients no rank had
+        for p, here, anywhere in zip(params, present, held.tolist(), strict=True):
+            if not here and anywhere == 0:
+                p.grad = None
     return flag[0]
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from pyrouq._own_models import check_traces_match
 from pyrouq._util import (
+    ShardedOrder,
     has_latent_sites,
     model_input,
     modes,
@@ -58,11 +59,15 @@ class Probe:
         categorical = isinstance(self.likelihood, Categorical)
         needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
+        # a lazy layer's parameters are made now, before the optimizer is built and the ranks
+        # of a process group compare them (made in the first step, after each rank's own seed,
+        # they would start apart)
+        lazy_model = any(nn.parameter.is_lazy(t) for t in (*model.parameters(), *model.buffers()))
         # a Pyro model of the user's own: does it scale its likelihood by N/B?
         foreign = own_pyro_model(model, guide)
         if foreign:
             _check_called_with_x_y(model)
-        if not (needs_classes or lazy_guide or foreign):
+        if not (needs_classes or lazy_guide or foreign or lazy_model):
             return
         # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
         # all N): it is probed on the loader's first batch, the others on two examples
@@ -78,9 +83,9 @@ class Probe:
         model.eval()
         try:
             with torch.no_grad(), pyro.validation_enabled(False):
-                if needs_classes:
+                if needs_classes or lazy_model:
                     try:
-                        self.num_classes = _output_size(model, x, self.likelihood, foreign)
+                        size = _output_size(model, x, self.likelihood, foreign)
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
                         raise ValueError(
                             f"fit(): {type(model).__name__} failed on the first examples of "
@@ -88,6 +93,8 @@ class Probe:
                             f"{' '.join(str(err).split())}. Check that the network takes the "
                             "loader's inputs (shape, channels, flattening); nothing was trained."
                         ) from err
+                    if needs_classes:
+                        self.num_classes = size
             if foreign:
                 _check_scaled(model, x, y)
             if lazy_guide:
@@ -188,8 +195,10 @@ def _is_one(scale: Any) -> bool:
 
 
 def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader."""
-    dataset = getattr(loader, "dataset", None) if serves_dataset_as_is(loader) else None
+    """Two training examples ``(x, y)`` as a batch, read without disturbing the loader: off
+    its dataset when its batches are that dataset's items as they are, else off its first
+    batch."""
+    dataset = getattr(loader, "dataset", None) if _batches_its_dataset(loader) else None
     try:
         items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
         xs = torch.stack([torch.as_tensor(item[0]) for item in items])
@@ -204,6 +213,16 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
     if x.dim() == 0 or y.dim() == 0:  # an unbatched example: training's own checks say so
         return None
     return x[:2], y[:2]
+
+
+def _batches_its_dataset(loader: Iterable) -> bool:
+    """Whether ``loader``'s batches are its ``.dataset``'s items stacked as they are: a torch
+    ``DataLoader`` that :func:`serves_dataset_as_is` passes, or one of pyrouq's in-memory
+    loaders. Another object with a ``.dataset`` (a wrapper that flattens, normalises or moves
+    a DataLoader's batches) may serve something else than its dataset's items: fit() then
+    probes its first batch."""
+    known = isinstance(loader, (torch.utils.data.DataLoader, ShardedOrder))
+    return known and serves_dataset_as_is(loader)
 
 
 def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
