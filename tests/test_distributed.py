@@ -296,7 +296,7 @@ def test_three_ranks_take_shards_of_one_size_keep_constants_and_refuse_mismatche
             "\"the DistributedSampler's seed, shuffle and drop_last\"") in sampler  # fmt: skip
     assert epochs.startswith(
         "fit() runs on 3 ranks, but they would take different numbers of steps: 2 to 2 "
-        "batches per epoch (this rank 2), 1 to 3 epochs (this rank 2)."
+        "batches per epoch (2 on this rank), 1 to 3 epochs (2 on this rank)."
     )
 
 

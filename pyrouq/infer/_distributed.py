@@ -363,8 +363,8 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
     if bool((most != fewest).any()):
         raise ValueError(
             f"fit() runs on {group.world} ranks, but they would take different numbers of "
-            f"steps: {int(fewest[0])} to {int(most[0])} batches per epoch (this rank "
-            f"{batches}), {int(fewest[1])} to {int(most[1])} epochs (this rank {epochs}). "
+            f"steps: {int(fewest[0])} to {int(most[0])} batches per epoch ({batches} on this "
+            f"rank), {int(fewest[1])} to {int(most[1])} epochs ({epochs} on this rank). "
             "Every step ends in a collective, so every rank must take the same number: pass "
             "the same epochs everywhere and give every rank as many batches (pyrouq's loaders "
             "pad their shards to one size; a DistributedSampler does too unless its dataset "

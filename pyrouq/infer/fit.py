@@ -146,8 +146,9 @@ def fit(
         else is refused.
     lr_schedule : {"warmup_cosine", "cosine", "constant"}, default "warmup_cosine"
         Multiplies every learning rate of the optimizer, over the ``epochs *
-        len(train_loader)`` steps of the run: ``"warmup_cosine"`` ramps it linearly from ~0
-        to its value over the first 20 % of the steps, then decays it to 0 along a half
+        len(train_loader)`` steps of the run: ``"warmup_cosine"`` ramps it linearly over the first
+        w = 20 % of the steps (rounded down: none in runs under 5 steps), from 1/w of its
+        value at the first step to its value at the w-th, then decays it to 0 along a half
         cosine (a one-cycle policy: short runs converge much further, see the benchmarks);
         ``"cosine"`` decays from the start; ``"constant"`` leaves it alone.
     kl_weight : float, optional
