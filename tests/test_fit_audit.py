@@ -164,6 +164,21 @@ def test_fit_warns_of_a_kl_weight_without_latent_sites():
         pyrouq.fit(MLP(3, 4, 2), None, ListLoader(x, y, 10), epochs=1, progress=False)
 
 
+def test_resuming_a_network_without_latent_sites_does_not_ask_for_its_kl_weight(tmp_path):
+    # the resume asked "Pass kl_weight=0.5 to continue the run as it was", and fit() then
+    # warned that kl_weight=0.5 "has no effect": there is no KL term to change
+    x, y = toy_data(20)
+    path = tmp_path / "run.pt"
+    with pytest.warns(UserWarning, match="has no effect"):
+        pyrouq.fit(MLP(3, 4, 2), None, ListLoader(x, y, 10), epochs=1, kl_weight=0.5,
+                   checkpoint=path, progress=False, seed=0)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = pyrouq.fit(MLP(3, 4, 2), None, ListLoader(x, y, 10), epochs=2,
+                            resume_from=path, progress=False, seed=0)  # fmt: skip
+    assert result.steps == 4
+
+
 def _learning_rates(loader):
     seen: list[float] = []
 

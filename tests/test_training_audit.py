@@ -183,6 +183,38 @@ def test_the_probe_runs_the_model_on_what_a_wrapping_loader_serves(images, prepa
     assert result.steps == 4 and math.isfinite(result.losses[0])
 
 
+class _Forwarding:
+    """A loader wrapping another, its .dataset forwarded, that serves its batches as they are."""
+
+    def __init__(self, inner):
+        self.inner, self.dataset = inner, inner.dataset
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        yield from self.inner
+
+
+def test_the_probe_of_a_wrapping_loader_leaves_the_wrapped_loaders_random_state_alone():
+    # reading the wrapper's first batch drew the wrapped loader's first order: from a pyrouq
+    # loader's generator (the first epoch then took the second order) or torch's global state
+    from pyrouq.infer._probe import Probe
+
+    x, y = torch.randn(20, 3), torch.arange(20) % 2
+    model = pyrouq.bayesian(nn.Linear(3, 2))
+    inner = pyrouq.ArrayLoader(x, y, batch_size=5, seed=0)
+    before = inner.get_rng_state()
+    assert Probe(model, pyrouq.mean_field_guide(model), _Forwarding(inner)).num_classes == 2
+    assert torch.equal(inner.get_rng_state(), before)
+    shuffled = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=5, shuffle=True
+    )
+    state = torch.get_rng_state()
+    Probe(model, pyrouq.mean_field_guide(model), _Forwarding(shuffled))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_the_probe_leaves_random_state_and_batchnorm_statistics_alone():
     from pyrouq.infer._probe import Probe
 

@@ -211,7 +211,7 @@ class Loop:
         state = saved.training
         where = "resume_from" if saved.path is None else f"resume_from={str(saved.path)!r}"
         kl_weight = state.get("kl_weight", self.elbo.kl_weight)
-        if float(kl_weight) != self.elbo.kl_weight:
+        if self.guide is not None and float(kl_weight) != self.elbo.kl_weight:  # (no KL else)
             warn_caller(
                 f"fit(resume_from=...) continues a run trained with kl_weight={kl_weight} "
                 f"under kl_weight={self.elbo.kl_weight}: the objective changes from here on. "

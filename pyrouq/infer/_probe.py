@@ -17,6 +17,7 @@ from torch import nn
 from pyrouq._own_models import check_traces_match
 from pyrouq._util import (
     ShardedOrder,
+    global_streams_kept,
     has_latent_sites,
     model_input,
     modes,
@@ -226,16 +227,24 @@ def _batches_its_dataset(loader: Iterable) -> bool:
 
 
 def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The loader's first batch ``(x, y)``, read without disturbing the loader (its random
-    state put back where it has one)."""
-    state = loader_rng_state(loader)
+    """The loader's first batch ``(x, y)``, read without disturbing the loader: the global
+    random states put back (a shuffling DataLoader without a generator draws from torch's, a
+    dataset's augmentations from any), and the own random state of the loader and of the
+    loaders a wrapper holds as attributes (a pyrouq loader's generator, a DataLoader's)."""
+    inner = vars(loader).values() if hasattr(loader, "__dict__") else ()
+    owners: list[Any] = [
+        loader,
+        *(v for v in inner if isinstance(v, (torch.utils.data.DataLoader, ShardedOrder))),
+    ]
+    states = [(owner, state) for owner in owners if (state := loader_rng_state(owner)) is not None]
     try:
-        batch = next(iter(loader))
+        with global_streams_kept():  # numpy's and Python's too: a dataset's augmentations
+            batch = next(iter(loader))
     except (StopIteration, TypeError, ValueError):
         return None
     finally:
-        if state is not None:
-            set_loader_rng_state(loader, state)
+        for owner, state in states:
+            set_loader_rng_state(owner, state)
     x, y = unpack_batch(batch, 1, 1)  # what the first step would refuse, refused now
     return x, y
 
