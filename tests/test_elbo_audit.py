@@ -234,3 +234,14 @@ def test_a_layer_with_only_its_bias_lognormal_guided_is_drawn_whole_by_local_rep
     pyro.set_rng_seed(0)
     terms = KLWeightedELBO().terms(model, guide, x, y)
     torch.testing.assert_close(terms.outputs, net(x).detach(), rtol=0, atol=5e-3)
+
+
+def test_an_init_scale_that_is_zero_in_the_models_dtype_is_refused():
+    # 1e-46 is 0 in float32: the guide built, and the first step's KL was inf
+    model = bayesian(nn.Linear(3, 2))
+    with pytest.raises(ValueError, match=r"the initial scale of site 'weight' \(1e-46\) is 0 in "
+                       r"torch.float32, so its KL would be infinite\. Pass an init_scale of at "
+                       r"least 1.17549e-38 \(the default is 0.01\)\."):  # fmt: skip
+        mean_field_guide(model, init_scale=1e-46)
+    guide = mean_field_guide(model.double(), init_scale=1e-46)  # representable in float64
+    assert guide.site_scale("weight").min().item() == pytest.approx(1e-46)

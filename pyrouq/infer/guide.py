@@ -175,8 +175,15 @@ class MeanFieldGuide(nn.Module):
                 scale = torch.full(shape, init_scale_relative, dtype=torch.float64)
             else:
                 scale = (init_scale_relative * value.abs().double()).clamp_min(MIN_RELATIVE_SCALE)
-            rho = scale + torch.log(-torch.expm1(-scale))  # softplus^-1
-            self.rho[self._keys[site]] = nn.Parameter(rho.to(device, dtype))
+            rho = (scale + torch.log(-torch.expm1(-scale))).to(device, dtype)  # softplus^-1
+            if not bool((F.softplus(rho) > 0).all()):  # (a KL of -log 0: inf)
+                raise ValueError(
+                    f"mean_field_guide(): the initial scale of site {site!r} "
+                    f"({float(scale.min()):g}) is 0 in {dtype}, so its KL would be infinite. "
+                    f"Pass an init_scale of at least {torch.finfo(dtype).tiny:g} (the default "
+                    f"is {DEFAULT_INIT_SCALE:g})."
+                )
+            self.rho[self._keys[site]] = nn.Parameter(rho)
         if clamped:
             warn_caller(
                 "mean_field_guide(): sites with a prior on (0, inf) get a LogNormal guide, "
