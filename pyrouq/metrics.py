@@ -475,7 +475,8 @@ def evaluate(
     ood_score : {"mutual_information", "entropy", "max_prob", "variance"}, optional
         The per-input score of :func:`ood_scores`. Default: the mutual information, or for
         one draw (S = 1: a plain network), whose draws cannot disagree, the entropy; the
-        mutual information and the variance of one draw are refused (0 for every input).
+        mutual information and the variance of one draw are refused (0 for every input), as
+        is an ``ood_score`` without ``ood``.
 
     Returns
     -------
