@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pyrouq._numbers import is_array_like
 from pyrouq.uncertainty import _check_probs
 
 
@@ -28,7 +29,7 @@ def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
                 "plot them with plot_regression() / plot_calibration()."
             )
         if not hasattr(probs, "probs"):
-            arrayish = isinstance(probs, (list, tuple)) or hasattr(probs, "__array__")
+            arrayish = is_array_like(probs)
             raise TypeError(
                 f"Expected {name} to be an (S, N, C) or (N, C) probability tensor or an object "
                 f"with a .probs attribute (e.g. pyrouq Predictions), got {type(probs).__name__}"
@@ -77,7 +78,7 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
     out = []
     for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
         if not isinstance(s, Tensor):
-            arrayish = isinstance(s, (list, tuple)) or hasattr(s, "__array__")
+            arrayish = is_array_like(s)
             fix = (
                 f"pass torch.as_tensor({name})"
                 if arrayish

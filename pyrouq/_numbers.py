@@ -31,6 +31,12 @@ def tensor_hint(value: object) -> str:
     )
 
 
+def is_array_like(value: object) -> bool:
+    """Whether ``value`` is a list, a tuple or an array (numpy's, a pandas frame: it has
+    ``__array__``) rather than a tensor: what ``torch.as_tensor`` makes one of."""
+    return isinstance(value, (list, tuple)) or hasattr(value, "__array__")
+
+
 def is_one_number(value: object) -> bool:
     """Whether ``value`` is one real number: a Python or numpy scalar (not a bool), or a
     tensor or array holding one real value (``noise / scaler.y_std`` is a 0-d tensor, a metric

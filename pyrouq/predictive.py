@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._metric_inputs import _float64
+from pyrouq._numbers import is_array_like
 from pyrouq._util import (
     check_finite_inputs,
     check_int,
@@ -199,7 +200,7 @@ def _batches(
             target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
             yield batch[0], target
         else:
-            arrays = isinstance(batch, (list, tuple)) or hasattr(batch, "__array__")
+            arrays = is_array_like(batch)
             fix = " Make them tensors (torch.as_tensor)." if arrays else ""
             raise TypeError(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "

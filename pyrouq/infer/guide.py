@@ -440,7 +440,7 @@ def check_guide_tensors(
     network = getattr(model, "network_sites", None)
     if not isinstance(net, nn.Module) or not callable(network):
         return
-    for site in list(network())[:1] if first else network():
+    for site in itertools.islice(network(), 1 if first else None):
         held, loc = net.get_buffer(site), guide.site_loc(site)
         if held.dtype != loc.dtype or held.device != loc.device:
             raise ValueError(
