@@ -503,7 +503,7 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
         assert outcome["sampler rank"][0] == "ValueError"
     overflow = sorted(outcome["overflow"][1] for outcome in by_rank)
     assert overflow[0].startswith("Another rank stopped at epoch 1, step ")
-    assert overflow[1].startswith("Non-finite loss (inf) at epoch 1, step ")
+    assert overflow[1].startswith("Non-finite loss (inf) on rank 1 of 2 at epoch 1, step ")
     for case in ("nan batch", "nan batch, float64 targets"):  # a float64 loss: same buffer
         nan_batch = sorted((outcome[case] for outcome in by_rank), key=lambda o: o[0])
         assert [kind for kind, _ in nan_batch] == ["FloatingPointError", "ValueError"], case

@@ -387,9 +387,11 @@ class Loop:
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()
             self.share_statistics()
-            averaged = " (the statistics averaged over the ranks)" if self.group.active else ""
+            active = self.group.active
+            averaged = " (the statistics averaged over the ranks)" if active else ""
+            where = f" on rank {self.group.rank} of {self.group.world}" if active else ""
             raise FloatingPointError(
-                f"Non-finite loss ({float(row[0])}) at epoch {epoch}, step {step}; training "
+                f"Non-finite loss ({float(row[0])}){where} at epoch {epoch}, step {step}; training "
                 "stopped and the parameters and normalisation statistics of the last finite "
                 f"step are kept{averaged}. Lower lr, check the inputs for NaN/inf, or use a "
                 "smaller init_scale."
