@@ -397,8 +397,13 @@ def fit(
             )
         if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
             _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
-            _checkpoint.describe_model(model)
-            _checkpoint.describe_guide(guide)
+            try:
+                _checkpoint.describe_model(model), _checkpoint.describe_guide(guide)
+            except _checkpoint.CheckpointError as err:
+                raise _checkpoint.CheckpointError(
+                    f"fit(checkpoint=...) saves with pyrouq.save(), which refuses this run: {err} "
+                    "Or leave checkpoint= out."
+                ) from None
             _checkpoint.json_text(metadata if metadata is not None else {})
         model.num_data = int(n)  # type: ignore[assignment]
         probe = Probe(model, guide, train_loader)
