@@ -45,8 +45,9 @@ class GaussianPredictions:
         ``(S, N, D)``: draw s predicts ``N(loc[s, n, d], scale[s, n, d]^2)`` for output d of
         input n.
     targets : torch.Tensor or None
-        ``(N, D)`` (or ``(N,)`` when D = 1) real targets, when :func:`pyrouq.predict` read them
-        from a loader of ``(x, y)`` batches.
+        ``(N, D)`` real targets, when :func:`pyrouq.predict` read them from a loader of
+        ``(x, y)`` batches. Given as ``(N,)`` when D = 1, they are kept as a column ``(N, 1)``
+        (compare them with ``mean``, ``(N, D)``, not with ``(N,)`` tensors, which broadcast).
 
     Examples
     --------
@@ -247,6 +248,10 @@ class GaussianPredictions:
         (2018): ``mean_j (p_j - phat_j)^2`` over the levels :data:`CALIBRATION_LEVELS`, where
         ``phat_j`` is the fraction of targets with ``F(y) <= p_j``.
         """
+        with torch.no_grad():  # floats out: no graph (nor torch's warning per float())
+            return self._evaluate(targets)
+
+    def _evaluate(self, targets: Tensor | None) -> dict[str, float]:
         y = self._targets(targets).to(torch.float64)
         error = self.double().mean - y  # a float32 mean of ~1000 is off by ~6e-5
         out = {

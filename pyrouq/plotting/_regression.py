@@ -3,6 +3,7 @@ calibration."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -105,9 +106,10 @@ def plot_regression(
             f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
             f"{output!r}."
         )
-    if not (is_real(num_sd) and num_sd > 0):
+    if not (is_real(num_sd) and 0 < num_sd < math.inf):  # inf: bands drawn as nothing
         raise ValueError(
-            f"Expected num_sd > 0, the bands' half-width in standard deviations, got {num_sd!r}."
+            f"Expected num_sd > 0, the bands' half-width in standard deviations, got "
+            f"{num_sd!r}; pass a finite number, e.g. num_sd=2."
         )
     if (train_x is None) != (train_y is None):
         given, missing = ("train_x", "train_y") if train_y is None else ("train_y", "train_x")
@@ -118,9 +120,11 @@ def plot_regression(
     xs = _column(x, "x", p.num_inputs)
     order = torch.argsort(xs)
     grid = xs[order].numpy()
-    mean = p.mean[:, output].double().cpu()[order].numpy()
-    aleatoric = p.aleatoric_variance[:, output].double().cpu()[order].sqrt().numpy()
-    epistemic = p.epistemic_variance[:, output].double().cpu()[order].sqrt().numpy()
+    # detached: predictions built from outputs that require grad (to differentiate their
+    # CRPS) would otherwise fail in numpy()
+    mean = p.mean[:, output].detach().double().cpu()[order].numpy()
+    aleatoric = p.aleatoric_variance[:, output].detach().double().cpu()[order].sqrt().numpy()
+    epistemic = p.epistemic_variance[:, output].detach().double().cpu()[order].sqrt().numpy()
     train = None
     if train_x is not None and train_y is not None:  # checked before a figure is made
         n = train_x.shape[0] if isinstance(train_x, Tensor) and train_x.dim() else 0
