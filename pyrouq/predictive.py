@@ -491,8 +491,9 @@ def predict(
                         one = inputs.dim() == 1 and inputs.is_floating_point()  # (not ids)
                         if one and hasattr(err, "add_note"):
                             err.add_note(
-                                f"predict(): x's batches have shape {tuple(inputs.shape)}; if x "
-                                "is one example, give it a batch dimension: x.unsqueeze(0)."
+                                f"predict(): x's batches have shape {tuple(inputs.shape)}: if x "
+                                "is one example, give it a batch dimension, x.unsqueeze(0); if "
+                                "it is N examples of one feature, x.unsqueeze(-1)."
                             )
                         raise
                     first += xb.shape[0]

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+import pyrouq
 from pyrouq import _engine, batchensemble, mean_field_guide, predict, rank1
 
 
@@ -109,3 +110,21 @@ def test_a_0d_batch_of_a_loader_is_refused_with_the_fix():
         with pytest.raises(ValueError, match=r"a batch was a 0-d tensor \(1\.0\)\. One example "
                            r"of one feature is batch\.reshape\(1, 1\)\.$"):  # fmt: skip
             predict(net, x, progress=False)
+
+
+def test_a_1d_x_is_told_both_ways_to_add_its_missing_dimension():
+    """A 1-d x is one example or N examples of one feature (a regression toy): the note
+    names both fixes (it named unsqueeze(0) alone, the wrong one for a toy)."""
+    net = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    model = pyrouq.bayesian(net, likelihood=pyrouq.likelihoods.Gaussian(scale=0.5), num_data=10)
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(RuntimeError) as info:
+        pyrouq.predict(model, torch.linspace(-1, 1, 10), guide, num_samples=2, progress=False)
+    assert info.value.__notes__ == [
+        "predict(): x's batches have shape (10,): if x is one example, give it a batch "
+        "dimension, x.unsqueeze(0); if it is N examples of one feature, x.unsqueeze(-1)."
+    ]
+    p = pyrouq.predict(
+        model, torch.linspace(-1, 1, 10).unsqueeze(-1), guide, num_samples=2, progress=False
+    )
+    assert p.mean.shape == (10, 1)
