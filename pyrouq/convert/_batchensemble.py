@@ -13,7 +13,14 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._util import carry_hooks, class_name, forget_params, model_input, warn_caller
+from pyrouq._util import (
+    carry_hooks,
+    check_flag,
+    class_name,
+    forget_params,
+    model_input,
+    warn_caller,
+)
 from pyrouq.convert._select import (
     COUNTER,
     check_module,
@@ -256,6 +263,7 @@ class BatchEnsembleNetwork(PyroModule):
     ):
         super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
         num_members = _check_members(num_members)
+        use_base_weights = check_flag("use_base_weights", use_base_weights)
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         _check_norms(norms)
         check_module(module, "convert into a BatchEnsemble")
@@ -422,7 +430,7 @@ def _batchensemble(
     """:func:`batchensemble` without its check of the likelihood: :func:`pyrouq.rank1` builds
     its BatchEnsemble with a latent noise, which its guide then fits."""
     options: dict[str, Any] = dict(
-        use_base_weights=use_base_weights,
+        use_base_weights=check_flag("use_base_weights", use_base_weights),
         init=init,
         r_mean=r_mean,
         r_std=r_std,

@@ -17,7 +17,13 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._util import check_flag, forget_params, model_input, module_device
+from pyrouq._util import (
+    check_flag,
+    forget_params,
+    model_input,
+    module_device,
+    warn_caller,
+)
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._select import (
     COUNTER,
@@ -25,6 +31,7 @@ from pyrouq.convert._select import (
     PriorSpec,
     SelectSpec,
     SitePrior,
+    _names_list,
     _owner,
     check_module,
     check_num_data,
@@ -68,6 +75,31 @@ def _factor_names(net: nn.Module, select: SelectSpec) -> SelectSpec:
     if select is not None:
         layers = layers[-1:]
     return [f"{path}.{factor}" if path else factor for path in layers for factor in ("r", "s")]
+
+
+def _is_function(prior: object) -> bool:
+    return callable(prior) and not isinstance(prior, torch.distributions.Distribution)
+
+
+def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> None:
+    """Warn when a dict or callable prior gives rank-1 factors (``r``, ``s`` of a
+    BatchEnsemble layer) a prior centred on 0, as a dict does any factor its keys miss."""
+    zero = [
+        site
+        for site, prior in priors.items()
+        if site.rpartition(".")[2] in ("r", "s")
+        and getattr(net.get_submodule(_owner(site)), "_is_batchensemble", False)
+        and prior.family in ("Normal", "Laplace", "StudentT", "Cauchy")  # loc: the centre
+        and not bool(prior.get_buffer("loc").any())
+    ]
+    if zero:
+        warn_caller(
+            f"bayesian(BatchEnsemble, prior=...) gives the rank-1 factors {_names_list(zero)} "
+            "a prior centred on 0 (a dict gives the sites none of its keys matches Normal(0, 1)). "
+            "The factors start near 1 and scale the shared weights: that prior pulls them to "
+            "0. rank1() uses Normal(1, 0.1): give them e.g. dist.Normal(1.0, 0.1), through a "
+            "dict key for each of their layers or one distribution for all."
+        )
 
 
 class BayesianNetwork(PyroModule):
@@ -164,6 +196,9 @@ class BayesianNetwork(PyroModule):
         tied = {site: more for site, more in aliases_of(net).items() if site in sites}
         every_name = [name for name, _ in net.named_parameters(remove_duplicate=False)]
         priors = resolve_priors(prior, {s: params[s] for s in sites}, every_name, tied)
+        if ensemble is not None and (isinstance(prior, Mapping) or _is_function(prior)):
+            _warn_zero_mean_factors(net, priors)  # (a float has warned; one distribution:
+            # the user's choice, or the placeholder pyrouq.load() replaces)
         for site in sites:
             value = params[site].detach()
             for name in (site, *tied.get(site, ())):
@@ -394,7 +429,8 @@ def bayesian(
         ``{name or prefix: float | Distribution}`` gives each site the value of its longest
         matching key (``"layer4"`` covers ``"layer4.1.conv2.weight"``), sites matching no key
         getting ``Normal(0, 1)``; a callable ``(name, param) -> float | Distribution`` is asked
-        for every site.
+        for every site. Of a BatchEnsemble, whose factors start near 1, a float, or a dict or
+        callable that leaves factors with a prior centred on 0, warns: it pulls them to 0.
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
         and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its

@@ -95,6 +95,22 @@ def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
         )
 
 
+def _converted(module: nn.Module) -> str:
+    """For the messages refusing ``module`` with nothing to select: where it is the inner
+    network of a converted model, what to pass instead."""
+    if any(getattr(m, "_is_batchensemble", False) for m in module.modules()):
+        return (
+            " Its layers are BatchEnsemble layers: for a rank-1 network, pass the BatchEnsemble "
+            "itself, bayesian(ensemble, ...), or the plain network to pyrouq.rank1."
+        )
+    if any(isinstance(m, WEIGHTED_TYPES) and "weight" in m._buffers for m in module.modules()):
+        return (
+            " Its nn.Linear / convolution weights are buffers, as in the .net of a model "
+            "bayesian() made: pass model.plain_network() (a plain copy) or the original network."
+        )
+    return ""
+
+
 def _picks(select: Callable[[str, nn.Parameter], bool], name: str, param: nn.Parameter) -> bool:
     """``select(name, param)`` as True or False, or a TypeError for an answer that is neither
     (a tensor of several values)."""
@@ -123,7 +139,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     if not params:
         raise ValueError(
             f"{class_name(module)} has no parameters, so there is nothing to make Bayesian. "
-            "Pass a network with weights (e.g. nn.Linear / nn.Conv2d layers)."
+            f"Pass a network with weights (e.g. nn.Linear / nn.Conv2d layers).{_converted(module)}"
         )
     if select is None:
         weighted = {name for name, m in module.named_modules() if isinstance(m, WEIGHTED_TYPES)}
@@ -131,9 +147,10 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         chosen = [n for n in candidates if params[n].requires_grad]  # frozen ones stay fixed
         if not candidates:
             raise ValueError(
-                f"{class_name(module)} has no nn.Linear or convolution layer, so select=None "
-                f"picks nothing. Its parameters are {_names_list(list(params))}; pass select= a "
-                "list of names or prefixes, or a callable (name, param) -> bool."
+                f"{class_name(module)} has no nn.Linear or convolution layer, so "
+                f"select=None picks nothing. Its parameters are {_names_list(list(params))}; "
+                "pass select= a list of names or prefixes, or a callable (name, param) -> "
+                f"bool.{_converted(module)}"
             )
         if not chosen:
             raise ValueError(
@@ -219,6 +236,15 @@ class SitePrior(nn.Module):
         for key, value in params.items():
             self.register_buffer(key, value.detach().clone())
 
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        # a cast or a move (.double(), .to(device)) reaches the buffers; an opaque prior's
+        # tensors are given the same treatment, so that its draws match the network's
+        out = super()._apply(fn, recurse)
+        if self.opaque is not None:
+            with torch.no_grad():
+                self.opaque = map_tensors(self.opaque, fn)
+        return out
+
     def base(self) -> dist.TorchDistribution:
         """The univariate distribution, before expansion to the site's shape."""
         if self.opaque is not None:
@@ -246,6 +272,32 @@ class SitePrior(nn.Module):
             else:
                 values.append(f"{key}=tensor of shape {tuple(value.shape)}")
         return f"{self.family}({', '.join(values)})"
+
+
+def map_tensors(
+    obj: Any, fn: Callable[[Tensor], Tensor], memo: dict[int, Any] | None = None
+) -> Any:
+    """A copy of the distribution (or transform) ``obj`` with ``fn`` applied to every tensor it
+    holds, nested distributions and transforms included (one tensor held twice stays one)."""
+    memo = {} if memo is None else memo
+    if id(obj) in memo:
+        return memo[id(obj)]
+    if torch.is_tensor(obj):
+        out: Any = fn(obj)
+    elif type(obj) in (list, tuple):
+        out = type(obj)(map_tensors(item, fn, memo) for item in obj)
+    elif isinstance(obj, (torch.distributions.Distribution, torch.distributions.Transform)):
+        out = copy.copy(obj)
+        memo[id(obj)] = out
+        out.__dict__ = {
+            # (a transform's weak reference to its inverse is rebuilt on demand)
+            key: None if key == "_inv" else map_tensors(value, fn, memo)
+            for key, value in obj.__dict__.items()
+        }
+    else:
+        return obj
+    memo[id(obj)] = out
+    return out
 
 
 def _site_prior(
@@ -311,8 +363,13 @@ def _site_prior(
         rebuilt = getattr(dist, family)(**params)
         if type(rebuilt).__name__ != family or rebuilt.batch_shape != base.batch_shape:
             raise TypeError
-    except Exception:  # not rebuildable from its parameters: keep the object itself
-        return SitePrior(None, {}, shape, opaque=base)
+    except Exception:  # not rebuildable from its parameters: keep the object itself, its
+        # tensors on the site's device and in its dtype, as a rebuilt prior's are
+        def cast(tensor: Tensor) -> Tensor:
+            floating = dtype is not None and tensor.is_floating_point()
+            return tensor.detach().to(device=device, dtype=dtype if floating else None)
+
+        return SitePrior(None, {}, shape, opaque=map_tensors(base, cast))
     return SitePrior(family, params, shape)
 
 
