@@ -221,8 +221,8 @@ def test_one_example_without_its_batch_dimension_and_integer_draws_are_told_what
         with pytest.raises(TypeError) as caught:
             predict(network, torch.randn(4), g)
         assert caught.value.__notes__ == [
-            "predict(): x's batches have shape (4,); if x is one example, give it a batch "
-            "dimension: x.unsqueeze(0)."
+            "predict(): x's batches have shape (4,): if x is one example, give it a batch "
+            "dimension, x.unsqueeze(0); if it is N examples of one feature, x.unsqueeze(-1)."
         ]
         assert "Swapping" not in str(caught.value)
     whole = {
