@@ -56,7 +56,11 @@ def support_of(prior: Any) -> str | None:
     mean-field guide fits by a Normal and by a LogNormal), ``"nonnegative"`` for any other
     support within [0, inf) (a Uniform(0.1, 2), a Beta), None for the rest."""
     support = prior.support
-    while isinstance(support, torch.distributions.constraints.independent):
+    wrappers = (
+        torch.distributions.constraints.independent,
+        getattr(torch.distributions.constraints, "MixtureSameFamilyConstraint", ()),
+    )  # a scale-mixture prior's support is its components'
+    while isinstance(support, wrappers):
         support = support.base_constraint
     if type(support) is type(torch.distributions.constraints.real):
         return "real"

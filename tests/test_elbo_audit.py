@@ -3,6 +3,8 @@ defects an audit of them found."""
 
 from __future__ import annotations
 
+import math
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -245,3 +247,29 @@ def test_an_init_scale_that_is_zero_in_the_models_dtype_is_refused():
         mean_field_guide(model, init_scale=1e-46)
     guide = mean_field_guide(model.double(), init_scale=1e-46)  # representable in float64
     assert guide.site_scale("weight").min().item() == pytest.approx(1e-46)
+
+
+def test_a_scale_mixture_prior_gets_a_guide_on_its_components_support():
+    """Bayes by Backprop's scale-mixture prior (a MixtureSameFamily of two Normals) lies on
+    the real line: mean_field_guide refused it, reading its support's wrapper as another
+    support. A mixture of LogNormals gets the LogNormal guide, as a LogNormal prior does."""
+    weights = dist.Categorical(torch.tensor([0.5, 0.5]))
+    normals = dist.MixtureSameFamily(
+        weights, dist.Normal(torch.zeros(2), torch.tensor([1.0, 0.01]))
+    )
+    lognormals = dist.MixtureSameFamily(weights, dist.LogNormal(torch.zeros(2), torch.ones(2)))
+    for prior, positive in ((normals, ()), (lognormals, ("2.weight", "2.bias"))):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        model = bayesian(net, prior={"0": 1.0, "2": prior}, num_data=64)
+        if positive:  # the network's signed weights start clamped: said once
+            with pytest.warns(UserWarning, match=r"get a LogNormal guide, started at their"):
+                guide = mean_field_guide(model)
+        else:
+            guide = mean_field_guide(model)
+        assert guide.positive == positive
+        x = torch.randn(64, 4)
+        loader = [(x[:32], (x[:32, 0] > 0).long()), (x[32:], (x[32:, 0] > 0).long())]
+        result = fit(model, guide, loader, epochs=2, progress=False)
+        assert all(math.isfinite(r.loss) and math.isfinite(r.kl) for r in result.history)
+        assert predict(model, x, guide, num_samples=3, progress=False).probs.shape == (3, 64, 3)
