@@ -201,4 +201,6 @@ def check_thresholds(threshold: object) -> Tensor:
             "ConformalRegressor: expected at least one threshold and no NaN, got "
             f"{values.tolist()}."
         )
-    return values
+    # float64 as documented (a float32 tensor stayed float32), on the CPU: a predictor
+    # calibrated on a GPU then pickles anywhere; intervals() moves it to the predictions
+    return values.to(device="cpu", dtype=torch.float64)

@@ -115,7 +115,11 @@ class TemperatureScaler:
 
     def __call__(self, preds: Predictions) -> Predictions:
         preds = _class_preds(preds, "preds")
-        logp = _log_probs(preds.probs)
+        # exact for every probability the dtype holds (1e-30 at T = 3: 1e-10); the fit's clamp
+        # at 1e-12 made it 1e-4 here, and tied classes whose probabilities differed. Only an
+        # underflowed 0 counts as the dtype's smallest normal number.
+        tiny = torch.finfo(preds.probs.dtype).tiny
+        logp = _float64(preds.probs).clamp_min(tiny).log()
         probs = torch.softmax(logp / self.temperature, dim=-1)
         probs = probs.to(device=preds.probs.device, dtype=preds.probs.dtype)
         return Predictions(probs, preds.targets)
@@ -150,9 +154,10 @@ def temperature_scale(
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
     warns: it means labels the predictions barely tell apart (T = 20) or predictions far less
     confident than their accuracy (T = 0.05), most often labels that are not the predictions'.
-    Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`: a
-    probability that underflowed to 0 says only "very small", and one confidently wrong input
-    would otherwise outweigh the rest of the split.
+    In the fit, probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`:
+    a probability that underflowed to 0 says only "very small", and one confidently wrong input
+    would otherwise outweigh the rest of the split (the scaler then tempers the probabilities
+    as they are). An NLL that no T changes (uniform draws, one class) warns and gives T = 1.
 
     Parameters
     ----------
@@ -179,6 +184,14 @@ def temperature_scale(
     lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
     values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
+    if max(values) - min(values) <= 1e-12 * max(1.0, abs(min(values))):
+        warnings.warn(
+            "temperature_scale: the validation NLL is the same at every T (every draw is "
+            "uniform over the classes, or there is one class): no temperature fits better than "
+            "another, so T = 1 (no change) is returned.",
+            stacklevel=2,
+        )
+        return TemperatureScaler(1.0)
     best = min(range(len(grid)), key=values.__getitem__)
     a, b = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
     ratio = (math.sqrt(5) - 1) / 2
@@ -320,7 +333,12 @@ class ConformalRegressor:
       ``hi`` its ``alpha / 2`` and ``1 - alpha / 2`` quantiles; score ``max(lo - y, y - hi)``;
       intervals ``[lo - threshold, hi + threshold]``.
 
-    One threshold per output (:attr:`threshold`, ``(D,)``).
+    One threshold per output (:attr:`threshold`, ``(D,)``, float64 on the CPU). A CQR
+    threshold is negative where the mixture's intervals are too wide; an input whose interval
+    is narrower than ``-2 * threshold`` then gets ``lo > hi``, an empty interval that covers
+    nothing (as in Romano et al.): mind it when averaging widths.
+
+    Two predictors are equal when their score, alpha and thresholds are.
     """
 
     score: RegressionScore
@@ -331,6 +349,16 @@ class ConformalRegressor:
         _check_score(self.score, get_args(RegressionScore), "ConformalRegressor")
         object.__setattr__(self, "alpha", check_alpha_field(self.alpha, "ConformalRegressor"))
         object.__setattr__(self, "threshold", check_thresholds(self.threshold))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConformalRegressor):
+            return NotImplemented
+        return (self.score, self.alpha) == (other.score, other.alpha) and torch.equal(
+            self.threshold, other.threshold
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.score, self.alpha, tuple(self.threshold.tolist())))
 
     def intervals(self, preds: GaussianPredictions) -> tuple[Tensor, Tensor]:
         """``(lo, hi)``, each ``(N, D)``."""
