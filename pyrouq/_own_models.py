@@ -17,7 +17,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import Tensor
 
-from pyrouq._util import rng_state, set_rng_state
+from pyrouq._util import innermost_distribution, rng_state, set_rng_state
 
 
 def name_of(model: Any) -> str:
@@ -48,9 +48,20 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
     """Refuse what a model of the user's own gave as the class logits of ``rows`` inputs
     (``recorded``: its ``"logits"`` site, else its return value) unless it is ``(rows, C)``:
     logits ``(C, B)`` or of a subsample of the inputs would be read as other inputs' without a
-    word, and extra dims as more draws or inputs. A value that cannot be logits (not a tensor,
-    one dim) is a ``TypeError`` that names the way out for a regression model."""
+    word, and extra dims as more draws or inputs; so are class probabilities (every row in
+    [0, 1], summing to 1: a ``Categorical(probs=p)`` model's ``p``), which the softmax would
+    flatten. A value that cannot be logits (not a tensor, one dim) is a ``TypeError`` that
+    names the way out for a binary classifier and a regression model."""
     if torch.is_tensor(out) and out.dim() == 2 and out.shape[0] == rows:
+        if _probabilities(out):
+            what = "recorded a 'logits' site of" if recorded else "returned"
+            raise ValueError(
+                f"predict(): {name_of(owner)} {what} class probabilities, not logits: every "
+                f"row of its ({rows}, {out.shape[1]}) values is in [0, 1] and sums to 1. "
+                "predict() takes logits and applies the softmax, which would flatten them "
+                "towards uniform. Return or record the logits (with Categorical(probs=p), "
+                "pyro.deterministic('logits', p.log()))."
+            )
         return
     if not torch.is_tensor(out) or out.dim() < 2:
         shown = (
@@ -62,7 +73,9 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
         raise TypeError(
             f"{name_of(owner)} {got}; predict() needs a model of your own to return class "
             "logits (B, C) or record "
-            "pyro.deterministic('logits', ...). A regression model of your own: draw its "
+            "pyro.deterministic('logits', ...). A binary classifier observing "
+            "Bernoulli(logits=l): return or record torch.stack([torch.zeros_like(l), l], -1) "
+            "(its classes 0 and 1). A regression model of your own: draw its "
             "predictions with pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
             "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
         )
@@ -80,6 +93,18 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
         f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
         "logits of shape (B, C)."
     )
+
+
+def _probabilities(out: Tensor) -> bool:
+    """Whether ``(B, C)`` values are class probabilities rather than logits: floating, C >= 2,
+    each row in [0, 1] and summing to 1 to within rounding (a softmax's, or a ``probs``)."""
+    if not out.is_floating_point() or out.shape[1] < 2 or not out.shape[0]:
+        return False
+    out = out.detach()
+    if not bool(((out >= 0) & (out <= 1)).all()):
+        return False
+    tolerance = 16 * out.shape[1] * torch.finfo(out.dtype).eps
+    return bool(((out.sum(-1) - 1).abs() <= tolerance).all())
 
 
 #: Why logits must be ``(B, C)`` in the inputs' order (both refusals of predict() say it).
@@ -110,26 +135,62 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
     if rows > 3:
         pairs.append((x[:-1], x))
     state = rng_state(x.device)
+    regression = None
     try:
         with torch.no_grad():
             for smaller, larger in pairs:
                 try:
-                    small, large = (
-                        _sample_sites(_run(model, batch)) for batch in (smaller, larger)
-                    )
+                    traces = [_run(model, batch) for batch in (smaller, larger)]
                 except Exception:
                     continue
+                small, large = (_sample_sites(trace) for trace in traces)
                 per_input = {_numbered(name) for name in large if name not in small}
-                return {
+                found = {
                     name: shape
                     for name, (shape, plates) in small.items()
                     if large.get(name) == (shape, plates) and _numbered(name) not in per_input
                 }
-            return _sites_beside_the_rows(_run(model, x), rows)
+                regression = _regression_outputs(traces[1], larger.shape[0])
+                break
+            else:
+                trace = _run(model, x)
+                found = _sites_beside_the_rows(trace, rows)
+                regression = _regression_outputs(trace, rows)
     except Exception:  # a model that runs on no batch of these: its sites are not checked
         return None
     finally:
         set_rng_state(x.device, state)
+    if regression is not None:
+        raise TypeError(
+            f"predict(): {name_of(model)} observes continuous targets (its 'obs' site is "
+            f"drawn from {regression[0]}): a regression model, whose {regression[1]} outputs "
+            f"per input predict() would take for the logits of {regression[1]} classes. "
+            "A regression model of your own: draw its predictions with "
+            "pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
+            "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
+        )
+    return found
+
+
+def _regression_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
+    """``(distribution, C)`` where a trace of a model on ``rows`` inputs draws its
+    ``"obs"`` from a continuous distribution (a regression) and gives outputs that predict()
+    would take for class logits, ``(rows, C)`` with ``C >= 2`` (its ``"logits"`` site, else its
+    return value); None otherwise (outputs predict() refuses anyway with their own message)."""
+    site = trace.nodes.get("obs")
+    if site is None or site["type"] != "sample":
+        return None
+    try:
+        discrete = bool(site["fn"].support.is_discrete)
+    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
+        return None
+    node = trace.nodes.get("logits") or trace.nodes.get("_RETURN")
+    out = None if node is None else node["value"]
+    if discrete or not torch.is_tensor(out) or out.dim() != 2:
+        return None
+    if out.shape[0] != rows or out.shape[1] < 2:
+        return None
+    return type(innermost_distribution(site["fn"])).__name__, int(out.shape[1])
 
 
 def _copies(x: Tensor, rows: int) -> Tensor:

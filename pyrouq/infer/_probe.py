@@ -80,6 +80,8 @@ class Probe:
         if foreign and getattr(model, "likelihood", None) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()
         x = model_input(x, model, "fit()")
+        held = {id(p) for p in _module_params(model, guide)}
+        stored = {id(p) for _, p in pyro.get_param_store().named_parameters()}
         was = modes(model)
         model.eval()
         try:
@@ -106,6 +108,45 @@ class Probe:
                 self.created_params += _own_model_params(model, guide, x, y)
         finally:
             restore_modes(was)
+        _warn_adopted(model, guide, held, stored)
+
+
+def _module_params(model: Any, guide: Any) -> list[torch.Tensor]:
+    """The parameters the model and a guide module hold."""
+    modules = [m for m in (model, guide) if isinstance(m, nn.Module)]  # (a module, or None)
+    return [p for m in modules for p in m.parameters()]
+
+
+def _warn_adopted(model: nn.Module, guide: Any, held: set[int], stored: set[int]) -> None:
+    """Warn when the model or guide took, on its first call, parameters that Pyro's global
+    param store already held under the same names (``held``: the ids of the parameters they
+    held before; ``stored``: those of the store's): a ``PyroModule`` takes a stored value of
+    its parameter's name in place of its own, so a new ``AutoNormal`` of a second model of
+    the same class starts from the first fit's posterior and shares its tensors: training
+    one moves the other's guide."""
+    store = pyro.get_param_store()
+    taken, takers = [], []
+    for who, owner in ((type(model).__name__, model), (f"{type(model).__name__}'s guide", guide)):
+        mine = [
+            store.param_name(p) or "?"
+            for p in _module_params(owner, None)
+            if id(p) not in held and id(p) in stored
+        ]
+        taken += mine
+        takers += [who] if mine else []
+    if not taken:
+        return
+    shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
+    warn_caller(
+        f"fit(): {' and '.join(takers)} took {len(taken)} parameter(s) ({shown}) from "
+        "Pyro's param store, which already held them under those names (another model's or "
+        "guide's: an AutoNormal of a model of the same class fitted before, say). It starts "
+        "from those values instead of its own, and shares the tensors, so training it also "
+        "changes the other one. Call pyro.settings.set(module_local_params=True) before "
+        "building the models to keep each one's parameters its own (or "
+        "pyro.clear_param_store() before building this model and guide, if the other is no "
+        "longer used); values you loaded into the store to resume a run are taken as intended."
+    )
 
 
 def _check_called_with_x_y(model: nn.Module) -> None:
@@ -136,8 +177,16 @@ def _check_called_with_x_y(model: nn.Module) -> None:
 
 
 def _unconstrained(trace: Any) -> list[torch.Tensor]:
-    """The tensors an optimizer updates of the ``pyro.param`` sites of a param-only trace."""
-    return [site["value"].unconstrained() for site in trace.nodes.values()]
+    """The tensors an optimizer updates of the ``pyro.param`` sites of a param-only trace: a
+    param store's (or a ``PyroParam``'s) unconstrained tensor, else, under
+    ``pyro.settings.set(module_local_params=True)``, a module's ``nn.Parameter`` itself (its
+    site's value, which has no ``unconstrained``)."""
+    tensors = []
+    for site in trace.nodes.values():
+        value = site["value"]
+        unconstrained = getattr(value, "unconstrained", None)
+        tensors.append(unconstrained() if callable(unconstrained) else value)
+    return tensors
 
 
 def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor) -> list:
