@@ -205,9 +205,15 @@ def _run_chain(
     seen: dict[str, Any] = {}
     _record(sampler, seen)
     with pyro.validation_enabled(False):
-        sampler.setup(warmup_steps, x, y)
-        params = sampler.initial_params
-        try:
+        try:  # the progress bar closed however this ends, a failed start included
+            try:
+                sampler.setup(warmup_steps, x, y)
+            except ValueError as err:  # Pyro's "Model specification seems incorrect - ..."
+                if "valid initial params" not in str(err):
+                    raise
+                message = _NO_START.format(chain=chain, err=str(err).rstrip("."))
+                raise ValueError(message) from err
+            params = sampler.initial_params
             for step in range(warmup_steps + num_samples):
                 divergences = len(sampler._divergences)
                 potential = sampler._potential_energy_last
@@ -242,6 +248,16 @@ def _run_chain(
         "energy": torch.tensor(stats["energy"], dtype=torch.float64),
     }
     return samples, out_stats, time.perf_counter() - start
+
+
+_NO_START = (
+    "mcmc(): chain {chain} found no starting point where the model's log density is finite "
+    "(Pyro drew the latent sites 100 times, uniformly in [-2, 2] in the unconstrained space; "
+    "it says: {err}). The network's outputs, or the likelihood of y given them, are NaN or "
+    "infinite at those weights: check model.outputs(x, model.template()) for NaN or inf, "
+    "standardise large inputs and targets (pyrouq.Standardizer), and check the likelihood's "
+    "scale."
+)
 
 
 def _record(sampler: Any, seen: dict[str, Any]) -> None:

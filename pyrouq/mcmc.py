@@ -143,7 +143,10 @@ def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
             f"mcmc(): x and y must hold the same number N >= 1 of points, got {x.shape[0]} and "
             f"{y.shape[0]}."
         )
-    return x, y
+    # data, not parameters: a graph (features from a network) would be refused by the chain
+    # processes' pickling, and an inference tensor cannot be saved for NUTS's backward passes
+    x, y = x.detach(), y.detach()
+    return (x.clone() if x.is_inference() else x), (y.clone() if y.is_inference() else y)
 
 
 def mcmc(
@@ -188,6 +191,8 @@ def mcmc(
     num_samples, warmup_steps : int
         Draws kept per chain; adaptation steps per chain (>= 0).
     num_chains : int, default 4
+        R-hat compares chains: with one, ``az.rhat`` (and the ``r_hat`` column of
+        :func:`pyrouq.summary`) is NaN.
     kernel : {"nuts", "hmc"}
     seed : int, optional
         In ``[0, 2**32 - 1]``. None: drawn from torch's generator (so ``torch.manual_seed``
@@ -214,6 +219,12 @@ def mcmc(
     Returns
     -------
     MCMCResult
+
+    Raises
+    ------
+    ValueError
+        A chain that finds no starting point with a finite log density (the network's outputs
+        NaN or infinite at every weight tried) says so, naming the chain.
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # a chain process (spawned) running the script's top-level code again
@@ -249,6 +260,29 @@ def mcmc(
             "that NUTS handles in reasonable time here. Fit it by variational inference "
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
+    with torch.inference_mode(False), torch.enable_grad():  # NUTS differentiates the density
+        return _mcmc(
+            model, x, y, num_samples, warmup_steps, num_chains, kernel, seed, progress,
+            max_tree_depth, parallel,
+        )  # fmt: skip
+
+
+def _mcmc(
+    model: Any,
+    x: Any,
+    y: Any,
+    num_samples: int,
+    warmup_steps: int,
+    num_chains: int,
+    kernel: str,
+    seed: int | None,
+    progress: bool,
+    max_tree_depth: int,
+    parallel: bool | None,
+) -> MCMCResult:
+    """:func:`mcmc` past its checks of the arguments, gradients on whatever the caller's
+    grad mode (``torch.no_grad``, ``torch.inference_mode``)."""
+    latent = model.latent_sites
     x, y = _check_data(x, y)
     device = module_device(model)
     if device is not None:  # as predict() and to_inference_data(): the data go to the model

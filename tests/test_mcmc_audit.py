@@ -1,0 +1,83 @@
+"""mcmc() on data and in contexts a user brings: features that carry an autograd graph, a
+caller in torch.no_grad / torch.inference_mode, and a model with no finite starting point."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from pyrouq import Gaussian, bayesian, mcmc
+
+OPTIONS = {"num_samples": 3, "warmup_steps": 3, "seed": 0, "progress": False}
+
+
+def _data(n=12):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 2, generator=g)
+    return x, x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(n, generator=g)
+
+
+def _model():
+    return bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+
+
+def test_features_with_an_autograd_graph_run_in_parallel_chains():
+    """Inputs computed by a network (an encoder's features, outside torch.no_grad) carry a
+    graph; the chain processes' pickling refused them ("Cowardly refusing to serialize
+    non-leaf tensor which requires_grad"), where the chains run here took them."""
+    x, y = _data()
+    encoder = nn.Linear(2, 2)
+    features = encoder(x)
+    assert features.requires_grad
+    model = _model()
+    here = mcmc(model, features, y, num_chains=2, parallel=False, **OPTIONS)
+    there = mcmc(model, features, y, num_chains=2, parallel=True, **OPTIONS)
+    for site in here.samples:
+        torch.testing.assert_close(there.samples[site], here.samples[site])
+    assert not there.x.requires_grad and encoder.weight.grad is None
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_mcmc_runs_under_no_grad_and_inference_mode(context):
+    """NUTS differentiates the log density: called under torch.no_grad (an evaluation block)
+    it failed with "element 0 of tensors does not require grad and does not have a grad_fn"."""
+    x, y = _data()
+    model = _model()
+    expected = mcmc(model, x, y, num_chains=1, **OPTIONS)
+    with context():
+        res = mcmc(model, x, y, num_chains=1, **OPTIONS)
+        assert not torch.is_grad_enabled()  # the caller's mode as it was
+    for site in expected.samples:
+        assert torch.equal(res.samples[site], expected.samples[site])
+
+
+def test_data_made_in_inference_mode_are_sampled_on():
+    """Tensors made under torch.inference_mode cannot be saved for a backward pass."""
+    x, y = _data()
+    model = _model()
+    expected = mcmc(model, x, y, num_chains=1, **OPTIONS)
+    with torch.inference_mode():
+        xi, yi = x * 1, y * 1
+    res = mcmc(model, xi, yi, num_chains=1, **OPTIONS)
+    assert torch.equal(res.samples["bias"], expected.samples["bias"])
+    assert not res.x.is_inference()
+
+
+def test_a_chain_with_no_finite_starting_point_says_why_and_closes_its_bar():
+    """Targets whose squared error overflows float32 make the log density -inf at every
+    weight: Pyro's "Model specification seems incorrect - cannot find valid initial params"
+    said nothing of the chain or what to check, and the chain's progress bar stayed open."""
+    from tqdm.auto import tqdm
+
+    x, _ = _data()
+    y = torch.full((x.shape[0],), 1e25)
+    before = len(tqdm._instances)
+    with pytest.raises(
+        ValueError,
+        match=r"mcmc\(\): chain 0 found no starting point where the model's log density is "
+        r"finite .*cannot find valid initial params\)\. .*NaN or infinite.*Standardizer",
+    ) as info:
+        mcmc(_model(), x, y, num_chains=1, **{**OPTIONS, "progress": True})
+    assert len(tqdm._instances) == before, "the bar is left open"  # while the error is held
+    assert info.value.__cause__ is not None  # Pyro's own error chained
