@@ -232,3 +232,19 @@ def test_plain_network_fit_is_a_hand_written_adam_loop():
     assert result.steps == 12 and len(result.history) == 3
     for a, b in zip(net.parameters(), fitted.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_features_computed_under_inference_mode_train_as_their_clones():
+    """Features a frozen backbone computed under torch.inference_mode (a Bayesian head on
+    embeddings): autograd refused them ('Inference tensors cannot be saved for backward')."""
+    x, y = torch.randn(32, 4), torch.arange(32) % 3
+    with torch.inference_mode():
+        frozen = [(x.clone(), y.clone())]
+    runs = []
+    for batches in (frozen, [(x, y)]):
+        torch.manual_seed(0)
+        model = pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(4, 3)), num_data=32)
+        runs.append(
+            pyrouq.fit(model, pyrouq.mean_field_guide(model), batches, epochs=2, progress=False)
+        )
+    assert runs[0].losses == runs[1].losses

@@ -493,6 +493,8 @@ class Loop:
                         except (ValueError, TypeError) as err:
                             self.stop_with_the_ranks(err)
                         y = y.to(self.device, non_blocking=True)
+                        if x.is_inference() or y.is_inference():  # (features computed under
+                            x, y = x.clone(), y.clone()  # inference_mode: autograd refuses them)
                         mid_step = True
                         try:
                             row = self.step(x, y, epoch, step)
