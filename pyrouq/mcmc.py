@@ -235,9 +235,17 @@ def mcmc(
         )
     latent = getattr(model, "latent_sites", None)
     if not callable(latent) or not latent():
+        plain = isinstance(model, torch.nn.Module) and not isinstance(model, pyro.nn.PyroModule)
+        fix = (
+            "; make a plain network Bayesian first, pyrouq.bayesian(net) (with likelihood="
+            "pyrouq.likelihoods.Gaussian(...) for regression)"
+            if plain
+            else ""
+        )
         raise TypeError(
             f"mcmc() samples a pyrouq Bayesian model (made by pyrouq.bayesian(), BayesianMLP, "
-            f"...), got {type(model).__name__}; for any other Pyro model use pyro.infer.MCMC."
+            f"...), got {type(model).__name__}{fix}; for any other Pyro model use "
+            "pyro.infer.MCMC."
         )
     num_chains = check_count(
         "num_chains", num_chains, "Chains are what R-hat compares; 4 is usual."

@@ -191,7 +191,8 @@ def test_a_learned_noise_warns_that_nuts_holds_it():
          r"Expected parallel to be True or False, got 'no'"),
         (lambda: _run(force=1), TypeError, r"Expected force to be True or False, got 1\."),
         (lambda: mcmc(nn.Linear(2, 1), *_data(), num_samples=5, warmup_steps=5), TypeError,
-         r"mcmc\(\) samples a pyrouq Bayesian model .*got Linear"),
+         r"mcmc\(\) samples a pyrouq Bayesian model .*got Linear; make a plain network "
+         r"Bayesian first, pyrouq\.bayesian\(net\) \(with likelihood="),
         (lambda: predict(bayesian(nn.Linear(2, 1)), _data()[0], posterior_samples=[1]),
          TypeError, r"Expected posterior_samples to be an MCMCResult, a pyro.infer.MCMC run or"),
     ],
