@@ -10,7 +10,8 @@ a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by ``--method``
 and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` reloads a run
 (calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
 images (:mod:`pyrouq.cli._evaluate`). Bad input is a one-line ``pyrouq: error: ...`` on
-stderr and exit code 2; an interrupted training saves the partial run and exits with 130.
+stderr and exit code 2; an interrupted training saves the partial run and exits with 130; a
+closed stdout (``pyrouq evaluate RUN | head``) ends the command quietly with 141.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import atexit
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -38,7 +40,7 @@ from pyrouq.cli._build import (
     method_of,
 )
 from pyrouq.cli._evaluate import _cmd_evaluate, _device, _missing_data
-from pyrouq.cli._parser import EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
+from pyrouq.cli._parser import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
 from pyrouq.cli._report import RUN_PLOTS, _evaluate, _save_plots, _write_metrics
 
 
@@ -222,7 +224,7 @@ def _fit_on_rank(
         "data_root": args.data_root,
         "device": str(device),
         "world_size": world,
-        "command": " ".join(["pyrouq", *args.argv]),
+        "command": shlex.join(["pyrouq", *args.argv]),  # quoted: it runs again as written
         "versions": library_versions(),
     }
     if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
@@ -234,8 +236,11 @@ def _fit_on_rank(
         return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
     except BaseException:  # Ctrl-C too
         # a run refused before it trained leaves no folder behind; one with a checkpoint stays
-        if fresh and not (out / "checkpoint.pt").exists():
-            shutil.rmtree(out, ignore_errors=True)
+        if not (out / "checkpoint.pt").exists():
+            if fresh:
+                shutil.rmtree(out, ignore_errors=True)
+            elif not args.overwrite:  # an empty --out that was there: empty again, or the
+                (out / "config.json").unlink(missing_ok=True)  # fixed command is refused
         raise
 
 
@@ -305,7 +310,7 @@ def _run_fit(
     except KeyboardInterrupt:
         print(
             f"\npyrouq: interrupted while evaluating; the trained run is saved at {checkpoint} "
-            f"(evaluate it with: pyrouq evaluate {out})",
+            f"(evaluate it with: pyrouq evaluate {shlex.quote(str(out))})",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
@@ -390,8 +395,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, FloatingPointError) and " Lower lr" in message:
             # fit()'s advice in the command's words: its data and guide are the command's
             message = message.split(" Lower lr")[0] + " Lower --lr."
+        if "drop_last=True" in message:  # fit()'s advice for a loader; the command's loader:
+            message = message.split(" That is usually")[0] + (
+                " That is the last batch of the epoch: pick a --batch-size (or --train-size) "
+                "that leaves no remainder of 1."
+            )
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # stdout's reader is gone (`pyrouq evaluate RUN | head`): as a
+        return EXIT_BROKEN_PIPE  # shell tool, stop quietly (console() skips the last flush)
     except KeyboardInterrupt:  # before training, or in `evaluate` (training saves its run)
         print("\npyrouq: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -174,11 +174,22 @@ def _evaluate_run(
             f"pass --ood {other} (what auto picks) or none"
         )
     test = _load_test(dataset, config.get("batch_size", 512), args, device)
+    if args.conformal is not None:  # before the evaluation, not after it
+        _check_conformal(args.conformal, test.labels.shape[0] // 2)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
+    partial = _partial(saved.training)
+    if partial is not None:
+        print(
+            f"(an interrupted run: its weights after {partial['epochs_done']} of "
+            f"{partial['epochs']} epochs and {partial['steps']} steps; resume the training in "
+            f"Python: pyrouq.fit(..., resume_from={str(checkpoint)!r}))"
+        )
     metrics, figures, preds = _evaluate(
         saved.model, saved.guide, test, num_samples, dataset, args.ood, args
     )
+    if partial is not None:
+        metrics["interrupted_run"] = partial
     if args.calibrate is not None or args.conformal is not None:
         metrics["calibration"] = _calibrate(preds, test.labels.cpu(), args)
     if args.shift == "rotate":
@@ -208,6 +219,42 @@ def _evaluate_run(
         written = _save_plots({f"{name}-evaluate": fig for name, fig in figures.items()}, run)
     print(f"\nwrote {run}/metrics-evaluate.json, {', '.join(p.name for p in written)}")
     return 0
+
+
+def _partial(training: Any) -> dict[str, int] | None:
+    """Where the training of an interrupted run stopped (the resume state that fit() saves
+    each epoch and on Ctrl-C, which a finished run's checkpoint no longer holds): ``{"epochs",
+    "epochs_done", "steps"}``; None for a run that trained all its epochs."""
+    if not isinstance(training, dict):
+        return None
+    try:
+        epochs, done, steps = (int(training[key]) for key in ("epochs", "epochs_done", "steps"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if done >= epochs:
+        return None
+    return {"epochs": epochs, "epochs_done": done, "steps": steps}
+
+
+def _check_conformal(alpha: float, n: int) -> None:
+    """Refuse, before evaluating, a ``--conformal`` alpha too small for the ``n`` test images
+    it calibrates on (half the test split): their conformal threshold would be infinite."""
+    import math
+
+    from pyrouq._conformal_scores import _rank
+
+    if _rank(n, alpha) <= n:
+        return
+    least = 1 / (n + 1)  # (n + 1)(1 - alpha) <= n, rounded up to two significant digits
+    scale = 10.0 ** (math.floor(math.log10(least)) - 1)
+    least = math.ceil(least / scale) * scale
+    while _rank(n, least) > n:
+        least += scale
+    raise CommandError(
+        f"--conformal {alpha:g} is too small for the {n} test images it calibrates on (half "
+        f"the test split), whose conformal threshold would be infinite; pass --conformal "
+        f"{least:.2g} or more"
+    )
 
 
 # what a run's recorded config holds, as `pyrouq fit` writes it: key -> (its check, in words)

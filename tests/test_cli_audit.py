@@ -1,0 +1,152 @@
+"""The `pyrouq` command: a re-runnable recorded command, a closed stdout, an interrupted run's
+evaluation, a too small --conformal alpha and fit()'s BatchNorm advice in the command's words."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+import pyrouq
+from pyrouq import cli
+from pyrouq.cli import main
+from pyrouq.cli._evaluate import _check_conformal
+from pyrouq.cli._parser import EXIT_BROKEN_PIPE
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "mlp"
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "256", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    return out
+
+
+def test_the_recorded_command_runs_again_as_written(tmp_path, capsys):
+    out = tmp_path / "my run's folder"  # a space and a quote
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    command = json.loads((out / "config.json").read_text())["command"]
+    assert shlex.split(command) == ["pyrouq", *argv, "--no-progress"]
+
+
+class _ClosedStdout:
+    """stdout whose reader has gone, as under `pyrouq evaluate RUN | head -1`."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_stdout_ends_the_command_quietly(plain_run, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", _ClosedStdout())
+    code = main(["evaluate", str(plain_run), "--ood", "none", "--no-progress"])
+    assert code == EXIT_BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_a_closed_stdout_under_the_console_script_has_no_traceback(plain_run):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "pyrouq", "evaluate", str(plain_run), "--ood", "none"]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [*argv, "--no-progress"], stdout=write, stderr=subprocess.PIPE, text=True, env=env
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 141
+
+
+def test_evaluate_of_an_interrupted_run_says_where_its_training_stopped(
+    tmp_path, capsys, monkeypatch
+):
+    real_fit = pyrouq.fit
+
+    def stop_after_first_epoch(*args, **kwargs):
+        def stop(record):
+            raise KeyboardInterrupt
+
+        return real_fit(*args, **kwargs, callbacks=[stop])
+
+    monkeypatch.setattr(pyrouq, "fit", stop_after_first_epoch)
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "3", "--train-size", "256", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
+    printed = capsys.readouterr().out.splitlines()[1]
+    assert printed.startswith("(an interrupted run: its weights after 1 of 3 epochs and 1 steps")
+    metrics = json.loads((out / "metrics-evaluate.json").read_text())
+    assert metrics["interrupted_run"] == {"epochs": 3, "epochs_done": 1, "steps": 1}
+
+
+def test_evaluate_of_a_finished_run_says_nothing_of_an_interruption(plain_run, capsys):
+    assert main(["evaluate", str(plain_run), "--ood", "none", "--no-progress"]) == 0
+    assert "interrupted" not in capsys.readouterr().out
+    assert "interrupted_run" not in json.loads((plain_run / "metrics-evaluate.json").read_text())
+
+
+def test_a_conformal_alpha_too_small_for_the_split_is_refused_before_evaluating(plain_run, capsys):
+    assert main(["evaluate", str(plain_run), "--conformal", "0.0001", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before any table
+    assert captured.err == (
+        "pyrouq: error: --conformal 0.0001 is too small for the 5000 test images it calibrates "
+        "on (half the test split), whose conformal threshold would be infinite; pass "
+        "--conformal 0.0002 or more\n"
+    )
+    _check_conformal(0.0002, 5000)  # the alpha it names is enough: (5001)(1 - a) <= 5000
+    with pytest.raises(cli.CommandError, match=r"pass --conformal 0\.0002 or more"):
+        _check_conformal(0.00019, 5000)
+
+
+_BATCHNORM_NET = """
+from torch import nn
+
+
+def make():
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(784, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10)
+    )
+"""
+
+
+def test_a_last_batch_of_one_for_batchnorm_is_told_in_the_commands_words(
+    tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "audit_batchnorm_nets.py").write_text(_BATCHNORM_NET)
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", "audit_batchnorm_nets:make", "--method", "plain", "--epochs", "1"]
+    argv += ["--train-size", "201", "--batch-size", "100", "--out", "run", "--no-progress"]
+    try:
+        assert main(argv) == 2
+    finally:
+        sys.modules.pop("audit_batchnorm_nets", None)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "drop_last" not in err  # a DataLoader option the command does not have
+    assert err.endswith(
+        "That is the last batch of the epoch: pick a --batch-size (or --train-size) that "
+        "leaves no remainder of 1.\n"
+    )
+
+
+def test_a_run_that_fails_in_an_empty_out_leaves_it_empty_for_the_fixed_command(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()  # made beforehand, empty: not this run's to remove
+    diverging = ["fit", "mlp", "--lr", "1e30", "--train-size", "1024", "--no-progress"]
+    assert main([*diverging, "--out", str(out)]) == 2
+    assert "Non-finite loss" in capsys.readouterr().err
+    assert out.is_dir() and list(out.iterdir()) == []
+    fixed = ["fit", "mlp", "--epochs", "1", "--train-size", "256", "--no-progress"]
+    assert main([*fixed, "--out", str(out)]) == 0  # not refused as a non-empty --out
