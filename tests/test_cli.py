@@ -534,7 +534,9 @@ def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_p
     out = tmp_path / "o"
     argv = ["fit", "_factories:lazy", "--method", "plain", "--epochs", "1", "--train-size", "256"]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
-    assert "fitting _factories:lazy (plain) (7,850 parameters)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "fitting _factories:lazy (plain) (7,850 parameters)" in printed
+    assert "MNIST images, 1 epoch of 1 batch of 256, device cpu" in printed  # (not "1 batches")
     (out / "rotation-evaluate.png").write_text("an earlier evaluate --shift rotate's")
     assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
     assert not (out / "rotation-evaluate.png").exists()

@@ -57,7 +57,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     counts = train.labels.bincount(minlength=10).tolist()
     print(
         f"MNIST: train {len(train.dataset)} / test {len(test.dataset)} images, "
-        f"{n_batches} batches of {train.batch_size}, "
+        f"{n_batches} batch{'es' if n_batches != 1 else ''} of {train.batch_size}, "
         f"mean raw pixel {train.images.double().mean().item():.3f}/255, "
         f"train label counts {counts}, loaded in {seconds:.2f} s"
     )
@@ -273,7 +273,8 @@ def _run_fit(
     print(
         f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "
         f"{len(train.dataset)} {data} images, {epochs} epoch{'s' if epochs != 1 else ''} of "
-        f"{batches} batches of {batch_size}{ranks}, device {config['device']}"
+        f"{batches} batch{'es' if batches != 1 else ''} of {batch_size}{ranks}, device "
+        f"{config['device']}"
     )
     try:
         result = pyrouq.fit(
