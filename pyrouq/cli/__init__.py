@@ -256,6 +256,8 @@ def _run_fit(
     test: Any,
     started: float,
 ) -> int:
+    import pyro
+
     import pyrouq
     from pyrouq.infer import TrainingInterrupted
 
@@ -304,6 +306,7 @@ def _run_fit(
             f"{record.seconds:.1f} s"
         )
     num_samples = args.num_samples if guide is not None else None
+    pyro.set_rng_seed(args.seed)  # as `pyrouq evaluate` does: it repeats these numbers
     try:
         metrics, figures, _ = _evaluate(
             model, guide, test, num_samples, args.dataset, "auto", args, result
