@@ -17,6 +17,7 @@ from pyrouq import _batchnorm as batchnorm
 from pyrouq import _own_models as own_models
 from pyrouq._util import (
     AsItCame,
+    class_name,
     has_latent_sites,
     rng_state,
     seed_generators,
@@ -25,6 +26,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
+from pyrouq.likelihoods import Categorical
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
 DEFAULT_MAX_DRAW_BYTES = 2**30
@@ -91,6 +93,7 @@ def _refuse_prior_weights(model: Any, x: Tensor) -> None:
 
 def plain_runner(model: nn.Module):
     checked = not takes_labels(model)  # forward(x, y): maybe a Pyro model, whose sites count
+    refuse = _probabilities_refused(model)
 
     def run(x: Tensor) -> Tensor:
         nonlocal checked
@@ -114,7 +117,7 @@ def plain_runner(model: nn.Module):
         if not torch.is_tensor(logits) or logits.dim() != 2:
             raise TypeError(
                 f"{type(model).__name__} must return logits of shape (B, C), got "
-                f"{getattr(logits, 'shape', type(logits).__name__)}."
+                f"{_described(logits)}{_fix_outputs(logits)}"
             )
         if logits.shape[0] != x.shape[0]:  # logits.T, or a subsample's: another input's
             raise ValueError(
@@ -122,16 +125,64 @@ def plain_runner(model: nn.Module):
                 f"{tuple(logits.shape)} on a batch of {x.shape[0]} inputs, expected class "
                 f"logits ({x.shape[0]}, C): {own_models.ONE_ROW_PER_INPUT})."
             )
-        return logits.unsqueeze(0)
+        logits = logits.unsqueeze(0)
+        refuse(logits)
+        return logits
 
     return run
 
 
+def _described(out: Any) -> str:
+    return f"shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
+
+
+def _fix_outputs(out: Any) -> str:
+    """What a plain network returning ``out``, not logits ``(B, C)``, should return instead
+    (the end of predict()'s message, from ``": "``)."""
+    if not torch.is_tensor(out):
+        keys = f" (keys {', '.join(map(repr, list(out)[:5]))})" if isinstance(out, dict) else ""
+        return (
+            f"{keys}: predict() takes a network whose forward(x) returns one tensor of logits. "
+            "Wrap it in a small nn.Module whose forward returns that tensor (net(x)['logits'] "
+            "of a dict, net(x)[0] of a tuple)."
+        )
+    if out.dim() < 2:
+        return (
+            ": one value per input, without a class dimension. A classifier returns (B, C) "
+            "logits, C >= 2 (a binary one too); a regression network is predicted as "
+            "bayesian(net, likelihood=pyrouq.Gaussian(...))."
+        )
+    return (
+        ": outputs per pixel or per time step (segmentation, sequence labelling) are not "
+        "supported; pool or flatten them to (B, C) inside the network."
+    )
+
+
+def _probabilities_refused(model: Any) -> Callable[[Tensor], None]:
+    """A check of a classifier's outputs ``(S, B, C)`` that refuses, on its first non-empty
+    batch, class probabilities (a forward ending in a softmax), which predict()'s own softmax
+    would flatten towards uniform: :meth:`~pyrouq.likelihoods.Categorical.refuse_probabilities`.
+    Nothing for another likelihood's outputs."""
+    likelihood = getattr(model, "likelihood", None)
+    checked = likelihood is not None and not isinstance(likelihood, Categorical)
+
+    def refuse(outputs: Tensor) -> None:
+        nonlocal checked
+        if not checked and outputs.dim() >= 2 and outputs.shape[-2]:
+            checked = True
+            Categorical.refuse_probabilities(outputs, f"predict(): {class_name(model)}")
+
+    return refuse
+
+
 def ensemble_runner(model: nn.Module):
     outputs = getattr(model, "outputs", None)
+    refuse = _probabilities_refused(model)
 
     def run(x: Tensor) -> Tensor:
-        return outputs(x) if callable(outputs) else model(x)
+        out = outputs(x) if callable(outputs) else model(x)
+        refuse(out)
+        return out
 
     return run
 
@@ -217,6 +268,7 @@ def bayesian_runner(
     # draw-major
     ensemble = direct is not None and getattr(model, "num_members", None) is not None
     members: int = model.num_members if ensemble else 1
+    refuse = _probabilities_refused(model)
 
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
@@ -258,7 +310,10 @@ def bayesian_runner(
             else:
                 many = logits(given(), {k: v[start:stop] for k, v in draws.items()})
                 out.append(many.flatten(0, 1) if ensemble else many)
-        return torch.cat(out)
+        joined = torch.cat(out)
+        if direct is not None:  # (a model of the user's own: logits_of checks its logits)
+            refuse(joined)
+        return joined
 
     def latent() -> dict[str, Tensor] | None:
         """The draws of the likelihood's own sites (a noise scale), one per output draw."""

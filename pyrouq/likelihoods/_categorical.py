@@ -37,6 +37,48 @@ class Categorical(Likelihood):
     name = "categorical"
     output_site = "logits"
     default_kl_weight = 0.02
+    _outputs_checked = False  # prepare() refuses class probabilities once, on its first call
+
+    def prepare(self, outputs: Tensor) -> None:
+        """Refuse, on the first outputs it sees (:func:`pyrouq.fit` shows it a couple of
+        training examples before it trains), class probabilities in place of logits: see
+        :meth:`refuse_probabilities`. Later calls (every step) check nothing."""
+        if not self._outputs_checked:
+            self.refuse_probabilities(outputs, "The network")
+            self._outputs_checked = True
+
+    @staticmethod
+    def refuse_probabilities(outputs: Any, who: str) -> None:
+        """Raise a ``ValueError`` if ``outputs`` ``(..., B, C)`` are class probabilities, not
+        logits: floating, C >= 2, every row in [0, 1] and summing to 1 to within rounding (a
+        forward that ends in a softmax). The likelihood applies the softmax itself, so such
+        a network would be trained on a softmax of its probabilities and predict() would
+        flatten them towards uniform. Log-probabilities (``nn.LogSoftmax``) are logits.
+        ``who`` begins the message (``"predict(): ResNet"``)."""
+        if not torch.is_tensor(outputs) or outputs.dim() < 2 or not outputs.is_floating_point():
+            return
+        num_classes = outputs.shape[-1]
+        if num_classes < 2 or not outputs.numel():
+            return
+        rows = outputs.detach().reshape(-1, num_classes)
+        if not bool(((rows >= 0) & (rows <= 1)).all()):
+            return
+        # the rounding of a softmax summed in float32 (or wider), plus one rounding of each
+        # probability to a half-precision dtype: not C times its coarse epsilon
+        wide = rows.to(torch.promote_types(rows.dtype, torch.float32))
+        tolerance = 16 * num_classes * torch.finfo(wide.dtype).eps
+        tolerance += 4 * torch.finfo(rows.dtype).eps
+        rows = wide
+        if not bool(((rows.sum(-1) - 1).abs() <= tolerance).all()):
+            return
+        raise ValueError(
+            f"{who} returned class probabilities, not logits: every row of its "
+            f"outputs of shape {tuple(outputs.shape)} is in [0, 1] and sums to 1 (does its "
+            "forward end in a softmax?). The categorical likelihood applies the softmax "
+            "itself: fit() would train on a softmax of the probabilities and predict() would "
+            "flatten them towards uniform. Return the logits: drop the final nn.Softmax / "
+            "torch.softmax (log-probabilities, nn.LogSoftmax, are fine)."
+        )
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
         batch, num_classes = outputs.shape[-2], outputs.shape[-1]
