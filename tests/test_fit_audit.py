@@ -248,3 +248,23 @@ def test_features_computed_under_inference_mode_train_as_their_clones():
             pyrouq.fit(model, pyrouq.mean_field_guide(model), batches, epochs=2, progress=False)
         )
     assert runs[0].losses == runs[1].losses
+
+
+def test_a_plain_network_returning_a_dict_is_told_how_to_wrap_it():
+    class Dict(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return {"logits": self.head(x)}
+
+    x, y = torch.randn(8, 4), torch.arange(8) % 3
+    with pytest.raises(TypeError) as info:
+        pyrouq.fit(Dict(), None, [(x, y)], epochs=1, progress=False, num_data=8)
+    assert str(info.value) == (
+        "Dict returned dict; fit() trains a plain network that returns its outputs (B, D) as "
+        "one tensor. Wrap it in a small nn.Module whose forward returns that tensor "
+        "(net(x)['logits'] of a dict, net(x)[0] of a tuple; per-pixel outputs pooled or "
+        "flattened to (B, D))."
+    )

@@ -446,7 +446,9 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
         shown = f"outputs of shape {tuple(outputs.shape)}" if torch.is_tensor(outputs) else ""
         raise TypeError(
             f"{type(model).__name__} returned {shown or type(outputs).__name__}; fit() trains "
-            "a plain network that returns its outputs (B, D) as one tensor."
+            "a plain network that returns its outputs (B, D) as one tensor. Wrap it in a small "
+            "nn.Module whose forward returns that tensor (net(x)['logits'] of a dict, net(x)[0] "
+            "of a tuple; per-pixel outputs pooled or flattened to (B, D))."
         )
     likelihood.check_targets(y, outputs, "fit()")
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
