@@ -103,8 +103,13 @@ def _probabilities(out: Tensor) -> bool:
     out = out.detach()
     if not bool(((out >= 0) & (out <= 1)).all()):
         return False
-    tolerance = 16 * out.shape[1] * torch.finfo(out.dtype).eps
-    return bool(((out.sum(-1) - 1).abs() <= tolerance).all())
+    # summed in float32 at least: a softmax's rounding to the dtype moves the sum by at most
+    # its eps (bfloat16's 0.0078), and its computation, and this sum, by ~C eps of float32's.
+    # A tolerance of 16 C eps of a half dtype (0.25 for bfloat16 and C = 2, 1.25 for C = 10)
+    # took ReLU scores summing to 0.3 for probabilities.
+    wide = torch.promote_types(out.dtype, torch.float32)
+    tolerance = 2 * torch.finfo(out.dtype).eps + 16 * out.shape[1] * torch.finfo(wide).eps
+    return bool(((out.to(wide).sum(-1) - 1).abs() <= tolerance).all())
 
 
 #: Why logits must be ``(B, C)`` in the inputs' order (both refusals of predict() say it).

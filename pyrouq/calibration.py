@@ -115,11 +115,11 @@ class TemperatureScaler:
 
     def __call__(self, preds: Predictions) -> Predictions:
         preds = _class_preds(preds, "preds")
-        # exact for every probability the dtype holds (1e-30 at T = 3: 1e-10); the fit's clamp
-        # at 1e-12 made it 1e-4 here, and tied classes whose probabilities differed. Only an
-        # underflowed 0 counts as the dtype's smallest normal number.
-        tiny = torch.finfo(preds.probs.dtype).tiny
-        logp = _float64(preds.probs).clamp_min(tiny).log()
+        # clamped at 1e-12 as in the fit: T is the NLL minimiser of this transform. Tempering
+        # smaller probabilities exactly instead (1e-30 at T = 3: 1e-10, not 1e-4) applied
+        # another transform than the one fitted (a validation NLL of 1.4 where the fit's T gave
+        # 0.57), and float32's and float64's underflowed 0s other results (0.012 and 0 at T = 20)
+        logp = _log_probs(preds.probs)
         probs = torch.softmax(logp / self.temperature, dim=-1)
         probs = probs.to(device=preds.probs.device, dtype=preds.probs.dtype)
         return Predictions(probs, preds.targets)
@@ -154,10 +154,11 @@ def temperature_scale(
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
     warns: it means labels the predictions barely tell apart (T = 20) or predictions far less
     confident than their accuracy (T = 0.05), most often labels that are not the predictions'.
-    In the fit, probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`:
-    a probability that underflowed to 0 says only "very small", and one confidently wrong input
-    would otherwise outweigh the rest of the split (the scaler then tempers the probabilities
-    as they are). An NLL that no T changes (uniform draws, one class) warns and gives T = 1.
+    Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`, in the fit
+    and in the scaler it returns (which applies the transform fitted): a probability that
+    underflowed to 0 says only "very small", and one confidently wrong input would otherwise
+    outweigh the rest of the split. An NLL that no T changes (uniform draws, one class) warns
+    and gives T = 1.
 
     Parameters
     ----------

@@ -59,18 +59,27 @@ def test_coverage_at_a_small_split_is_k_over_n_plus_one(score):
     assert 0.91 < float(np.mean(covs)) < 0.93, np.mean(covs)
 
 
-def test_the_scaler_tempers_probabilities_below_the_fit_clamp_exactly():
-    """The fit counts p < 1e-12 as 1e-12; applying that clamp in the scaler made p = 1e-30 at
-    T = 3 come out 1e-4 (not 1e-10) and tied it with a class of p = 4e-18."""
+def test_the_scaler_tempers_probabilities_clamped_at_1e_12_as_its_fit_does():
+    """The scaler applies the transform whose NLL the fit minimised: p < 1e-12 counts as
+    1e-12 in both (tempering them exactly applied another transform than the one fitted; see
+    test_review_audit), so 1e-30 at T = 3 comes out as 1e-12 does, and float32 and float64
+    agree on an underflowed 0."""
     logits = torch.tensor([[0.0, -69.0, -40.0]], dtype=torch.float64)
-    scaled = TemperatureScaler(3.0)(Predictions(torch.softmax(logits, -1)[None])).probs[0]
-    torch.testing.assert_close(scaled, torch.softmax(logits / 3, -1), rtol=1e-9, atol=0)
-    assert scaled[0, 1] < 2e-10 and scaled[0, 1] < scaled[0, 2]
-    ten = torch.tensor([[0.0] + [-35.0] * 9])  # float32, p = 6e-16 each
+    probs = torch.softmax(logits, -1)
+    scaled = TemperatureScaler(3.0)(Predictions(probs[None])).probs[0]
+    expected = torch.softmax(probs.clamp_min(1e-12).log() / 3, -1)
+    torch.testing.assert_close(scaled, expected, rtol=1e-9, atol=0)
+    assert scaled[0, 1] == scaled[0, 2]  # both below the clamp
+    ten = torch.tensor([[0.0] + [-20.0] * 9])  # float32, p = 2e-9 each: above the clamp
     scaled = TemperatureScaler(2.0)(Predictions(torch.softmax(ten, -1)[None])).probs[0]
     torch.testing.assert_close(scaled, torch.softmax(ten / 2, -1), rtol=1e-5, atol=0)
-    one_hot = TemperatureScaler(2.0)(Predictions(torch.tensor([[[1.0, 0.0]]]))).probs
-    assert one_hot[0, 0, 1] < 1e-18  # an underflowed 0 stays tiny
+    one_hot = [
+        TemperatureScaler(2.0)(Predictions(torch.tensor([[[1.0, 0.0]]], dtype=dt))).probs
+        for dt in (torch.float32, torch.float64)
+    ]
+    tempered = 1e-6 / (1 + 1e-6)  # (1e-12)^(1/2), renormalised
+    assert one_hot[0][0, 0, 1].item() == pytest.approx(tempered, rel=1e-6, abs=0)
+    assert one_hot[1][0, 0, 1].item() == pytest.approx(tempered, rel=1e-12, abs=0)
 
 
 @pytest.mark.parametrize("probs", [torch.full((1, 40, 4), 0.25), torch.ones(2, 40, 1)])

@@ -6,6 +6,7 @@ import copy
 import inspect
 import itertools
 import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -290,8 +291,9 @@ def map_tensors(
         out = copy.copy(obj)
         memo[id(obj)] = out
         out.__dict__ = {
-            # (a transform's weak reference to its inverse is rebuilt on demand)
-            key: None if key == "_inv" else map_tensors(value, fn, memo)
+            # a transform's weak reference to its inverse is rebuilt on demand; an inverse
+            # transform's own _inv (``t.inv``: the transform it inverts) is a strong one, kept
+            key: None if isinstance(value, weakref.ref) else map_tensors(value, fn, memo)
             for key, value in obj.__dict__.items()
         }
     else:
