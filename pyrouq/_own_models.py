@@ -18,6 +18,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq._util import innermost_distribution, rng_state, set_rng_state
+from pyrouq.likelihoods._categorical import are_probabilities
 
 
 def name_of(model: Any) -> str:
@@ -53,7 +54,7 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
     flatten. A value that cannot be logits (not a tensor, one dim) is a ``TypeError`` that
     names the way out for a binary classifier and a regression model."""
     if torch.is_tensor(out) and out.dim() == 2 and out.shape[0] == rows:
-        if _probabilities(out):
+        if are_probabilities(out):
             what = "recorded a 'logits' site of" if recorded else "returned"
             raise ValueError(
                 f"predict(): {name_of(owner)} {what} class probabilities, not logits: every "
@@ -93,23 +94,6 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
         f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
         "logits of shape (B, C)."
     )
-
-
-def _probabilities(out: Tensor) -> bool:
-    """Whether ``(B, C)`` values are class probabilities rather than logits: floating, C >= 2,
-    each row in [0, 1] and summing to 1 to within rounding (a softmax's, or a ``probs``)."""
-    if not out.is_floating_point() or out.shape[1] < 2 or not out.shape[0]:
-        return False
-    out = out.detach()
-    if not bool(((out >= 0) & (out <= 1)).all()):
-        return False
-    # summed in float32 at least: a softmax's rounding to the dtype moves the sum by at most
-    # its eps (bfloat16's 0.0078), and its computation, and this sum, by ~C eps of float32's.
-    # A tolerance of 16 C eps of a half dtype (0.25 for bfloat16 and C = 2, 1.25 for C = 10)
-    # took ReLU scores summing to 0.3 for probabilities.
-    wide = torch.promote_types(out.dtype, torch.float32)
-    tolerance = 2 * torch.finfo(out.dtype).eps + 16 * out.shape[1] * torch.finfo(wide).eps
-    return bool(((out.to(wide).sum(-1) - 1).abs() <= tolerance).all())
 
 
 #: Why logits must be ``(B, C)`` in the inputs' order (both refusals of predict() say it).

@@ -16,6 +16,26 @@ _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
 
 
+def are_probabilities(outputs: Any) -> bool:
+    """Whether ``outputs`` ``(..., B, C)`` are class probabilities rather than logits:
+    floating, C >= 2, every row in [0, 1] and summing to 1 to within rounding (a softmax's, or
+    a ``probs``). Summed in float32 at least: a softmax's rounding to the dtype moves the sum
+    by at most a few of its eps (bfloat16's 0.0078), its computation and this sum by ~C eps of
+    float32's (16 C eps of a half dtype, 0.25 for bfloat16 and C = 2, took ReLU scores
+    summing to 0.3 for probabilities)."""
+    if not torch.is_tensor(outputs) or outputs.dim() < 2 or not outputs.is_floating_point():
+        return False
+    num_classes = outputs.shape[-1]
+    if num_classes < 2 or not outputs.numel():
+        return False
+    rows = outputs.detach().reshape(-1, num_classes)
+    if not bool(((rows >= 0) & (rows <= 1)).all()):
+        return False
+    wide = torch.promote_types(rows.dtype, torch.float32)
+    tolerance = 16 * num_classes * torch.finfo(wide).eps + 4 * torch.finfo(rows.dtype).eps
+    return bool(((rows.to(wide).sum(-1) - 1).abs() <= tolerance).all())
+
+
 class Categorical(Likelihood):
     """Classification: outputs are logits ``(*S, B, C)``, targets integer labels ``(B,)`` in
     ``[0, C)``.
@@ -55,21 +75,7 @@ class Categorical(Likelihood):
         a network would be trained on a softmax of its probabilities and predict() would
         flatten them towards uniform. Log-probabilities (``nn.LogSoftmax``) are logits.
         ``who`` begins the message (``"predict(): ResNet"``)."""
-        if not torch.is_tensor(outputs) or outputs.dim() < 2 or not outputs.is_floating_point():
-            return
-        num_classes = outputs.shape[-1]
-        if num_classes < 2 or not outputs.numel():
-            return
-        rows = outputs.detach().reshape(-1, num_classes)
-        if not bool(((rows >= 0) & (rows <= 1)).all()):
-            return
-        # the rounding of a softmax summed in float32 (or wider), plus one rounding of each
-        # probability to a half-precision dtype: not C times its coarse epsilon
-        wide = rows.to(torch.promote_types(rows.dtype, torch.float32))
-        tolerance = 16 * num_classes * torch.finfo(wide.dtype).eps
-        tolerance += 4 * torch.finfo(rows.dtype).eps
-        rows = wide
-        if not bool(((rows.sum(-1) - 1).abs() <= tolerance).all()):
+        if not are_probabilities(outputs):
             return
         raise ValueError(
             f"{who} returned class probabilities, not logits: every row of its "
