@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+import pyrouq
 from pyrouq import Gaussian, bayesian, mcmc
 
 OPTIONS = {"num_samples": 3, "warmup_steps": 3, "seed": 0, "progress": False}
@@ -81,3 +82,17 @@ def test_a_chain_with_no_finite_starting_point_says_why_and_closes_its_bar():
         mcmc(_model(), x, y, num_chains=1, **{**OPTIONS, "progress": True})
     assert len(tqdm._instances) == before, "the bar is left open"  # while the error is held
     assert info.value.__cause__ is not None  # Pyro's own error chained
+
+
+def test_summary_of_an_mcmc_result_names_the_call_that_exports_it():
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(scale=0.5))
+    x = torch.randn(20, 2)
+    result = mcmc(model, x, x.sum(-1, keepdim=True), num_samples=5, warmup_steps=5,
+                  num_chains=1, progress=False, parallel=False)  # fmt: skip
+    with pytest.raises(TypeError) as info:
+        pyrouq.diagnostics.summary(result)
+    assert str(info.value) == (
+        "Expected idata to be an arviz.InferenceData, got MCMCResult; make one with "
+        "to_inference_data(result)."
+    )
+    assert len(pyrouq.diagnostics.summary(pyrouq.diagnostics.to_inference_data(result))) == 3

@@ -376,9 +376,10 @@ def summary(
     """
     az = _arviz()
     if not isinstance(idata, az.InferenceData):
+        how = "(result)" if type(idata).__name__ == "MCMCResult" else "(model, guide, x, y)"
         raise TypeError(
             f"Expected idata to be an arviz.InferenceData, got {type(idata).__name__}; make "
-            "one with to_inference_data(model, guide, x, y)."
+            f"one with to_inference_data{how}."
         )
     groups = idata.groups()
     draws = str(idata[groups[0]].attrs.get("draws", "")) if groups else ""
