@@ -149,6 +149,14 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
         return None
     finally:
         set_rng_state(x.device, state)
+    if regression is not None and regression[0] == "Bernoulli":
+        raise TypeError(
+            f"predict(): {name_of(model)} observes {regression[1]} labels per input (its "
+            "'obs' site is drawn from Bernoulli): a multi-label model, whose outputs predict() "
+            f"would take for the logits of one softmax over {regression[1]} classes. Draw its "
+            "predictions with pyro.infer.Predictive (predict() covers models that pick one "
+            "class of C per input)."
+        )
     if regression is not None:
         raise TypeError(
             f"predict(): {name_of(model)} observes continuous targets (its 'obs' site is "
@@ -163,9 +171,10 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
 
 def _regression_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
     """``(distribution, C)`` where a trace of a model on ``rows`` inputs draws its
-    ``"obs"`` from a continuous distribution (a regression) and gives outputs that predict()
-    would take for class logits, ``(rows, C)`` with ``C >= 2`` (its ``"logits"`` site, else its
-    return value); None otherwise (outputs predict() refuses anyway with their own message)."""
+    ``"obs"`` from a continuous distribution (a regression), or ``C`` labels per input from a
+    Bernoulli (a multi-label model), and gives outputs that predict() would take for class
+    logits, ``(rows, C)`` with ``C >= 2`` (its ``"logits"`` site, else its return value); None
+    otherwise (outputs predict() refuses anyway with their own message)."""
     site = trace.nodes.get("obs")
     if site is None or site["type"] != "sample":
         return None
@@ -173,13 +182,17 @@ def _regression_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
         discrete = bool(site["fn"].support.is_discrete)
     except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
         return None
+    family = type(innermost_distribution(site["fn"])).__name__
+    value = site["value"]
+    if family == "Bernoulli" and torch.is_tensor(value) and value.dim() == 2:
+        discrete = False  # (rows, C) labels, each its own yes or no: not one class of C
     node = trace.nodes.get("logits") or trace.nodes.get("_RETURN")
     out = None if node is None else node["value"]
     if discrete or not torch.is_tensor(out) or out.dim() != 2:
         return None
     if out.shape[0] != rows or out.shape[1] < 2:
         return None
-    return type(innermost_distribution(site["fn"])).__name__, int(out.shape[1])
+    return family, int(out.shape[1])
 
 
 def _copies(x: Tensor, rows: int) -> Tensor:

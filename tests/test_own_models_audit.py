@@ -313,3 +313,36 @@ def test_fit_and_predict_with_module_local_params():
             pyro.settings.set(module_local_params=old)
     assert losses[0] == losses[2] == (32, 5, 3)
     torch.testing.assert_close(losses[1], losses[3])  # the same run either way
+
+
+class _MultiLabel(PyroModule):
+    """Three yes/no labels per input, each a Bernoulli of its own logit."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = PyroModule[nn.Linear](4, 3)
+        self.lin.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
+        self.num_data = 16
+
+    def forward(self, x, y=None):
+        logits = self.lin(x)
+        with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+            pyro.sample("obs", dist.Bernoulli(logits=logits).to_event(1), obs=y)
+        return logits
+
+
+def test_a_multi_label_model_is_refused_not_read_as_one_softmax():
+    """Its (B, 3) logits were read as one softmax over 3 classes, without a word."""
+    pyro.clear_param_store()
+    model = _MultiLabel()
+    guide = AutoNormal(model)
+    x, y = torch.randn(16, 4), (torch.rand(16, 3) > 0.5).float()
+    guide(x, y)
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert str(info.value) == (
+        "predict(): _MultiLabel observes 3 labels per input (its 'obs' site is drawn from "
+        "Bernoulli): a multi-label model, whose outputs predict() would take for the logits of "
+        "one softmax over 3 classes. Draw its predictions with pyro.infer.Predictive "
+        "(predict() covers models that pick one class of C per input)."
+    )
