@@ -190,7 +190,8 @@ class TensorLoader(ShardedOrder):
     ``images`` are raw pixel values in 0-255, ``(N, H, W)`` (the uint8 arrays of
     :func:`mnist_arrays`; or rows ``(N, D)`` with ``flatten=True``): every value is divided by
     255, floats too, so pass images already in [0, 1] as ``images * 255`` (or train on them
-    with :class:`~pyrouq.ArrayLoader`). Iterating yields ``(x, y)`` with ``x`` float32 of shape
+    with :class:`~pyrouq.ArrayLoader`); float images with fractional values all within
+    [0, 1] are refused as such. Iterating yields ``(x, y)`` with ``x`` float32 of shape
     ``(B, 1, H, W)`` (or ``(B, H * W)`` with ``flatten=True``) and ``y`` int64 of shape
     ``(B,)``; the last batch may be smaller.
     Each new iteration draws a new order from the loader's own generator, so a seed fixes the
@@ -230,6 +231,15 @@ class TensorLoader(ShardedOrder):
                 f"labels (N,), one label per image, got shapes {tuple(images.shape)} and "
                 f"{tuple(labels.shape)}{channel}."
             )
+        if images.is_floating_point() and images.numel():
+            low, high = images.min().item(), images.max().item()
+            if low >= 0 and high <= 1 and not bool((images == images.round()).all()):
+                raise ValueError(  # divided by 255 again, they would train near 0
+                    f"TensorLoader: expected raw pixel values in 0-255, got floats in [{low:.3g}, "
+                    f"{high:.3g}], images already scaled to [0, 1], which it would divide by 255 "
+                    "again. Pass images * 255, or train on them as they are with "
+                    "pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
+                )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = check_flag("shuffle", shuffle)
         self.transform = _Transform(flatten=flatten, normalize=check_flag("normalize", normalize))

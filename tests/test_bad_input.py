@@ -709,8 +709,10 @@ def labels(n=6):
     return torch.arange(n) % 10
 
 
-def flat_loader(images, targets):
-    return TensorLoader(images, targets, 3, shuffle=False, flatten=True, normalize=False, seed=0)
+def flat_loader(images, targets):  # (torch.rand images: raw pixels are 0-255)
+    return TensorLoader(
+        images * 255, targets, 3, shuffle=False, flatten=True, normalize=False, seed=0
+    )
 
 
 def preds(n=6):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import pyrouq
 from pyrouq import metrics
 from pyrouq.plotting import (
     plot_image_grid,
@@ -96,3 +97,23 @@ def test_train_test_split_partitions_the_rows():
     assert (len(ty), len(vy)) == (15, 5)
     assert sorted(ty.tolist() + vy.tolist()) == list(range(20))  # disjoint, every row once
     assert torch.equal(tx[:, 0], 2.0 * ty) and torch.equal(vx[:, 0], 2.0 * vy)  # rows aligned
+
+
+def test_tensor_loader_refuses_images_already_scaled_to_0_1():
+    """They were divided by 255 again and trained near 0, without a word."""
+    images, labels = torch.rand(8, 4, 4), torch.arange(8) % 2
+    with pytest.raises(ValueError) as info:
+        pyrouq.data.TensorLoader(images, labels, 4, shuffle=False, flatten=False,
+                                 normalize=False, seed=0)  # fmt: skip
+    low, high = images.min().item(), images.max().item()
+    assert str(info.value) == (
+        f"TensorLoader: expected raw pixel values in 0-255, got floats in [{low:.3g}, "
+        f"{high:.3g}], images already scaled to [0, 1], which it would divide by 255 again. "
+        "Pass images * 255, or train on them as they are with "
+        "pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
+    )
+    loader = pyrouq.data.TensorLoader(images * 255, labels, 4, shuffle=False, flatten=False,
+                                      normalize=False, seed=0)  # fmt: skip
+    assert torch.allclose(next(iter(loader))[0][:, 0], images[:4])
+    as_they_are = pyrouq.ArrayLoader(images.unsqueeze(1), labels, 4, shuffle=False)
+    assert torch.equal(next(iter(as_they_are))[0][:, 0], images[:4])
