@@ -185,7 +185,9 @@ def _regression_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
     family = type(innermost_distribution(site["fn"])).__name__
     value = site["value"]
     if family == "Bernoulli" and torch.is_tensor(value) and value.dim() == 2:
-        discrete = False  # (rows, C) labels, each its own yes or no: not one class of C
+        # (rows, C) labels, each its own yes or no: not one class of C. One label a row,
+        # (rows, 1), is a binary classifier, whose two-column logits [0, l] predict() takes
+        discrete = value.shape[-1] < 2
     node = trace.nodes.get("logits") or trace.nodes.get("_RETURN")
     out = None if node is None else node["value"]
     if discrete or not torch.is_tensor(out) or out.dim() != 2:

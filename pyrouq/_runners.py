@@ -149,8 +149,9 @@ def _fix_outputs(out: Any) -> str:
     if out.dim() < 2:
         return (
             ": one value per input, without a class dimension. A classifier returns (B, C) "
-            "logits, C >= 2 (a binary one too); a regression network is predicted as "
-            "bayesian(net, likelihood=pyrouq.Gaussian(...))."
+            "logits, C >= 2 (a binary one too); a regression network returns (B, 1) "
+            "(outputs.unsqueeze(-1)) and is predicted as bayesian(net, "
+            "likelihood=pyrouq.Gaussian(...))."
         )
     return (
         ": outputs per pixel or per time step (segmentation, sequence labelling) are not "

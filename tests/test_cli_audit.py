@@ -85,7 +85,7 @@ def test_evaluate_of_an_interrupted_run_says_where_its_training_stopped(
     capsys.readouterr()
     assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
     printed = capsys.readouterr().out.splitlines()[1]
-    assert printed.startswith("(an interrupted run: its weights after 1 of 3 epochs and 1 steps")
+    assert printed.startswith("(an interrupted run: its weights after 1 of 3 epochs and 1 step;")
     metrics = json.loads((out / "metrics-evaluate.json").read_text())
     assert metrics["interrupted_run"] == {"epochs": 3, "epochs_done": 1, "steps": 1}
 

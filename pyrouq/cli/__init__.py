@@ -295,7 +295,8 @@ def _run_fit(
     except TrainingInterrupted as stop:
         print(
             f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
-            f"is saved at {checkpoint} (resume in Python: pyrouq.fit(..., resume_from=that path))",
+            f"is saved at {checkpoint} (resume in Python: pyrouq.fit(..., resume_from=that path, "
+            "checkpoint=that path))",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
@@ -401,8 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = message.split(" Lower lr")[0] + " Lower --lr."
         if "drop_last=True" in message:  # fit()'s advice for a loader; the command's loader:
             message = message.split(" That is usually")[0] + (
-                " That is the last batch of the epoch: pick a --batch-size (or --train-size) "
-                "that leaves no remainder of 1."
+                " --batch-size 1 makes every batch one input: pass a --batch-size of 2 or more."
+                if getattr(args, "batch_size", None) == 1
+                else " That is the last batch of the epoch: pick a --batch-size (or "
+                "--train-size) that leaves no remainder of 1."
             )
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE

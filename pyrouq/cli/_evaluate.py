@@ -182,8 +182,10 @@ def _evaluate_run(
     if partial is not None:
         print(
             f"(an interrupted run: its weights after {partial['epochs_done']} of "
-            f"{partial['epochs']} epochs and {partial['steps']} steps; resume the training in "
-            f"Python: pyrouq.fit(..., resume_from={str(checkpoint)!r}))"
+            f"{partial['epochs']} epochs and {partial['steps']} "
+            f"step{'s' if partial['steps'] != 1 else ''}; resume the training in Python, "
+            f"saving it in the run: pyrouq.fit(..., resume_from=path, checkpoint=path), path "
+            f"= {str(checkpoint)!r})"
         )
     metrics, figures, preds = _evaluate(
         saved.model, saved.guide, test, num_samples, dataset, args.ood, args

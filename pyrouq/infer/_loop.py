@@ -209,6 +209,8 @@ class Loop:
 
     def resume(self, saved: Any) -> None:
         state = saved.training
+        if self.metadata is None:  # the run's own (`pyrouq fit`'s config), kept, not emptied
+            self.metadata = getattr(saved, "metadata", None)
         where = "resume_from" if saved.path is None else f"resume_from={str(saved.path)!r}"
         kl_weight = state.get("kl_weight", self.elbo.kl_weight)
         if self.guide is not None and float(kl_weight) != self.elbo.kl_weight:  # (no KL else)
@@ -536,9 +538,8 @@ class Loop:
                     )
                     self.history.append(record)
                     finished, batches = batches, 0
-                    # rank 0 alone writes, and a callback may fail or stop the run (Ctrl-C seen
-                    # too) on one rank only: every rank stops with it, in one collective on every
-                    # rank and epoch (the others would wait in the next step's collective)
+                    # rank 0 alone writes, a callback may fail or stop the run (Ctrl-C too) on
+                    # one rank: all stop with it, in one collective each epoch (not the next step's)
                     with _distributed.together(self.group, _EPOCH_END.format(epoch=epoch)):
                         if self.checkpoint is not None:
                             self.save(epoch, 0, loader_rng_state(self.loader))
@@ -549,9 +550,8 @@ class Loop:
                         raise KeyboardInterrupt
         except KeyboardInterrupt:
             if mid_step:
-                # a second Ctrl-C inside a step: weights drawn, BatchNorm statistics or some
-                # parameters updated, so no state to resume from exactly; the last checkpoint
-                # written (an epoch's end) stays as it was
+                # a second Ctrl-C inside a step (weights drawn, some statistics or parameters
+                # updated): no exact state to resume from; the last epoch's checkpoint stays
                 self.model.eval()
                 raise
             # Between steps (a callback, or Ctrl-C seen by InterruptFlag): the parameters are

@@ -67,6 +67,13 @@ class Categorical(Likelihood):
             self.refuse_probabilities(outputs, "The network")
             self._outputs_checked = True
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy checks again: bayesian(other_net, likelihood=model.likelihood) deep-copies a
+        # likelihood that saw another network's outputs (and so does pickling)
+        state = dict(super().__getstate__())
+        state.pop("_outputs_checked", None)
+        return state
+
     @staticmethod
     def refuse_probabilities(outputs: Any, who: str) -> None:
         """Raise a ``ValueError`` if ``outputs`` ``(..., B, C)`` are class probabilities, not
@@ -80,10 +87,11 @@ class Categorical(Likelihood):
         raise ValueError(
             f"{who} returned class probabilities, not logits: every row of its "
             f"outputs of shape {tuple(outputs.shape)} is in [0, 1] and sums to 1 (does its "
-            "forward end in a softmax?). The categorical likelihood applies the softmax "
-            "itself: fit() would train on a softmax of the probabilities and predict() would "
-            "flatten them towards uniform. Return the logits: drop the final nn.Softmax / "
-            "torch.softmax (log-probabilities, nn.LogSoftmax, are fine)."
+            "forward end in a softmax, or in a sigmoid of 2 outputs?). The categorical "
+            "likelihood applies the softmax itself: fit() would train on a softmax of the "
+            "probabilities and predict() would flatten them towards uniform. Return the "
+            "logits: drop the final nn.Softmax / torch.softmax (or nn.Sigmoid; "
+            "log-probabilities, nn.LogSoftmax, are fine)."
         )
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
