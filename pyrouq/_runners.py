@@ -160,18 +160,18 @@ def _fix_outputs(out: Any) -> str:
 
 
 def _probabilities_refused(model: Any) -> Callable[[Tensor], None]:
-    """A check of a classifier's outputs ``(S, B, C)`` that refuses, on its first non-empty
-    batch, class probabilities (a forward ending in a softmax), which predict()'s own softmax
-    would flatten towards uniform: :meth:`~pyrouq.likelihoods.Categorical.refuse_probabilities`.
-    Nothing for another likelihood's outputs."""
+    """A check of a classifier's outputs ``(S, B, C)`` that refuses, on its first batch of
+    enough inputs to tell, class probabilities (a forward ending in a softmax), which
+    predict()'s own softmax would flatten towards uniform:
+    :meth:`~pyrouq.likelihoods.Categorical.refuse_probabilities`. Nothing for another
+    likelihood's outputs."""
     likelihood = getattr(model, "likelihood", None)
     checked = likelihood is not None and not isinstance(likelihood, Categorical)
 
     def refuse(outputs: Tensor) -> None:
         nonlocal checked
-        if not checked and outputs.dim() >= 2 and outputs.shape[-2]:
-            checked = True
-            Categorical.refuse_probabilities(outputs, f"predict(): {class_name(model)}")
+        if not checked:  # until a batch of enough inputs to tell
+            checked = Categorical.refuse_probabilities(outputs, f"predict(): {class_name(model)}")
 
     return refuse
 

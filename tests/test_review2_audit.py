@@ -196,3 +196,31 @@ def test_evaluate_of_an_interrupted_run_names_the_resume_that_saves_it(
     assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
     assert "interrupted" not in capsys.readouterr().out
     assert "interrupted_run" not in json.loads((out / "metrics-evaluate.json").read_text())
+
+
+class _Fixed(torch.nn.Module):
+    """Logits (0.3, 0.7) for every input: a row that sums to 1, as one honest row can."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones((), dtype=dtype))
+
+    def forward(self, x):
+        row = torch.tensor([0.3, 0.7], dtype=self.scale.dtype) * self.scale
+        return row.expand(x.shape[0], 2)
+
+
+@pytest.mark.parametrize("dtype, enough", [(torch.float32, 2), (torch.bfloat16, 4)])
+def test_too_few_inputs_are_not_judged_probabilities(dtype, enough):
+    """One row of honest logits sums to 1 within rounding now and then (a 2-class bfloat16
+    row 3 times in 1,000): predict() judged single examples, refusing some at random."""
+    net = _Fixed(dtype)
+    x = torch.zeros(enough, 3, dtype=dtype)
+    probs = pyrouq.predict(net, x[: enough - 1], progress=False).probs
+    assert probs.shape == (1, enough - 1, 2)
+    with pytest.raises(ValueError, match=r"returned class probabilities, not logits"):
+        pyrouq.predict(net, x, progress=False)
+    lik = pyrouq.likelihoods.Categorical()
+    lik.prepare(net(x[: enough - 1]))  # not enough to tell: the next call checks
+    with pytest.raises(ValueError, match=r"^The network returned class probabilities"):
+        lik.prepare(net(x))

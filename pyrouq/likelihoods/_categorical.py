@@ -16,6 +16,17 @@ _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
 
 
+def judged(outputs: Any) -> bool:
+    """Whether :func:`are_probabilities` can tell from ``outputs`` ``(..., B, C)``: floating,
+    C >= 2, and enough inputs that logits are not taken for probabilities by chance: two
+    (one row of honest float32 logits sums to 1 within the tolerance about once in 1e5 to
+    1e6), four in a half-precision dtype (one row of 2 in bfloat16: 3 in 1,000)."""
+    if not torch.is_tensor(outputs) or outputs.dim() < 2 or not outputs.is_floating_point():
+        return False
+    half = torch.finfo(outputs.dtype).bits <= 16
+    return outputs.shape[-1] >= 2 and outputs.shape[-2] >= (4 if half else 2)
+
+
 def are_probabilities(outputs: Any) -> bool:
     """Whether ``outputs`` ``(..., B, C)`` are class probabilities rather than logits:
     floating, C >= 2, every row in [0, 1] and summing to 1 to within rounding (a softmax's, or
@@ -23,11 +34,9 @@ def are_probabilities(outputs: Any) -> bool:
     by at most a few of its eps (bfloat16's 0.0078), its computation and this sum by ~C eps of
     float32's (16 C eps of a half dtype, 0.25 for bfloat16 and C = 2, took ReLU scores
     summing to 0.3 for probabilities)."""
-    if not torch.is_tensor(outputs) or outputs.dim() < 2 or not outputs.is_floating_point():
+    if not judged(outputs):
         return False
     num_classes = outputs.shape[-1]
-    if num_classes < 2 or not outputs.numel():
-        return False
     rows = outputs.detach().reshape(-1, num_classes)
     if not bool(((rows >= 0) & (rows <= 1)).all()):
         return False
@@ -57,15 +66,14 @@ class Categorical(Likelihood):
     name = "categorical"
     output_site = "logits"
     default_kl_weight = 0.02
-    _outputs_checked = False  # prepare() refuses class probabilities once, on its first call
+    _outputs_checked = False  # prepare() refuses class probabilities once, when it can tell
 
     def prepare(self, outputs: Tensor) -> None:
-        """Refuse, on the first outputs it sees (:func:`pyrouq.fit` shows it a couple of
-        training examples before it trains), class probabilities in place of logits: see
-        :meth:`refuse_probabilities`. Later calls (every step) check nothing."""
+        """Refuse, on the first outputs of enough inputs to tell (:func:`pyrouq.fit` shows it
+        a couple of training examples before it trains), class probabilities in place of
+        logits: see :meth:`refuse_probabilities`. Later calls (every step) check nothing."""
         if not self._outputs_checked:
-            self.refuse_probabilities(outputs, "The network")
-            self._outputs_checked = True
+            self._outputs_checked = self.refuse_probabilities(outputs, "The network")
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy checks again: bayesian(other_net, likelihood=model.likelihood) deep-copies a
@@ -75,15 +83,16 @@ class Categorical(Likelihood):
         return state
 
     @staticmethod
-    def refuse_probabilities(outputs: Any, who: str) -> None:
+    def refuse_probabilities(outputs: Any, who: str) -> bool:
         """Raise a ``ValueError`` if ``outputs`` ``(..., B, C)`` are class probabilities, not
         logits: floating, C >= 2, every row in [0, 1] and summing to 1 to within rounding (a
         forward that ends in a softmax). The likelihood applies the softmax itself, so such
         a network would be trained on a softmax of its probabilities and predict() would
         flatten them towards uniform. Log-probabilities (``nn.LogSoftmax``) are logits.
-        ``who`` begins the message (``"predict(): ResNet"``)."""
+        ``who`` begins the message (``"predict(): ResNet"``). Returns whether the outputs
+        were enough to tell (:func:`judged`: too few inputs are not checked)."""
         if not are_probabilities(outputs):
-            return
+            return judged(outputs)
         raise ValueError(
             f"{who} returned class probabilities, not logits: every row of its "
             f"outputs of shape {tuple(outputs.shape)} is in [0, 1] and sums to 1 (does its "
