@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrouq import __version__
+from pyrouq._util import MAX_SEED
 from pyrouq.cli._build import (
     DEFAULT_NUM_SAMPLES,
     MODELS,
@@ -176,6 +177,8 @@ def _evaluate_run(
     test = _load_test(dataset, config.get("batch_size", 512), args, device)
     if args.conformal is not None:  # before the evaluation, not after it
         _check_conformal(args.conformal, test.labels.shape[0] // 2)
+    if args.seed is None:  # the run's own: evaluate repeats the figures fit printed
+        args.seed = config.get("seed", 0)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
     partial = _partial(saved.training)
@@ -269,6 +272,7 @@ _CONFIG_CHECKS: dict[str, tuple[Any, str]] = {
     "batch_size": (lambda v: type(v) is int and v > 0, "a positive integer"),
     "num_samples": (lambda v: v is None or (type(v) is int and v > 0),
                     "a positive integer or null"),
+    "seed": (lambda v: type(v) is int and 0 <= v <= MAX_SEED, "an integer in [0, 2**32 - 1]"),
 }  # fmt: skip
 
 

@@ -226,8 +226,9 @@ def _build_parser() -> _Parser:
         help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
     )  # fmt: skip
     ev.add_argument(
-        "--seed", type=_seed, default=0,
-        help="seeds the draws and the split of --calibrate / --conformal",
+        "--seed", type=_seed, default=None,
+        help="seeds the draws and the split of --calibrate / --conformal (default: the run's "
+        "own --seed, so that evaluate repeats the figures fit printed)",
     )  # fmt: skip
     ev.add_argument(
         "--data-root", default=None,
