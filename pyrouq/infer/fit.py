@@ -239,7 +239,8 @@ def fit(
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out").
     metadata : dict, optional
-        JSON values stored in the checkpoints (string keys, lists rather than tuples).
+        JSON values stored in the checkpoints (string keys, lists rather than tuples); a
+        resumed run keeps its checkpoint's when none is given.
     distributed_draws : {"independent", "identical"}, default "independent"
         Under torch.distributed (a process group initialised, e.g. by torchrun): each rank
         draws its own weights (a particle per rank), or every rank the same ones (needs
