@@ -86,3 +86,19 @@ class _FirstInputScale(nn.Module):
 
 def first_input_scale() -> nn.Module:
     return nn.Sequential(_FirstInputScale(), nn.Flatten(), nn.Linear(784, 10))
+
+
+def stop_fit_after_first_epoch(monkeypatch) -> None:
+    """Make `pyrouq fit` stop after its first epoch as on Ctrl-C (a callback raising
+    KeyboardInterrupt), for the tests of interrupted runs."""
+    import pyrouq
+
+    real_fit = pyrouq.fit
+
+    def stopped(*args, **kwargs):
+        def stop(record):
+            raise KeyboardInterrupt
+
+        return real_fit(*args, **kwargs, callbacks=[stop])
+
+    monkeypatch.setattr(pyrouq, "fit", stopped)

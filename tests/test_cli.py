@@ -138,15 +138,7 @@ def test_evaluate_is_reproducible(bayes_run, capsys):
 
 
 def test_interrupted_fit_saves_the_partial_run(tmp_path, capsys, monkeypatch):
-    real_fit = pyrouq.fit
-
-    def stop_after_first_epoch(*args, **kwargs):
-        def stop(record):
-            raise KeyboardInterrupt
-
-        return real_fit(*args, **kwargs, callbacks=[stop])
-
-    monkeypatch.setattr(pyrouq, "fit", stop_after_first_epoch)
+    _factories.stop_fit_after_first_epoch(monkeypatch)
     out = tmp_path / "run"
     argv = ["fit", "mlp", "--epochs", "3", "--train-size", "256", "--out", str(out)]
     assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED

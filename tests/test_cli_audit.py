@@ -1,5 +1,6 @@
-"""The `pyrouq` command: a re-runnable recorded command, a closed stdout, an interrupted run's
-evaluation, a too small --conformal alpha and fit()'s BatchNorm advice in the command's words."""
+"""The `pyrouq` command: a re-runnable recorded command, a closed stdout, a finished run's
+evaluation, a too small --conformal alpha, fit()'s BatchNorm advice in the command's words and
+evaluate repeating fit's figures."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import sys
 
 import pytest
 
-import pyrouq
 from pyrouq import cli
 from pyrouq.cli import main
 from pyrouq.cli._evaluate import _check_conformal
@@ -64,30 +64,6 @@ def test_a_closed_stdout_under_the_console_script_has_no_traceback(plain_run):
         os.close(write)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 141
-
-
-def test_evaluate_of_an_interrupted_run_says_where_its_training_stopped(
-    tmp_path, capsys, monkeypatch
-):
-    real_fit = pyrouq.fit
-
-    def stop_after_first_epoch(*args, **kwargs):
-        def stop(record):
-            raise KeyboardInterrupt
-
-        return real_fit(*args, **kwargs, callbacks=[stop])
-
-    monkeypatch.setattr(pyrouq, "fit", stop_after_first_epoch)
-    out = tmp_path / "run"
-    argv = ["fit", "mlp", "--epochs", "3", "--train-size", "256", "--out", str(out)]
-    assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED
-    monkeypatch.undo()
-    capsys.readouterr()
-    assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
-    printed = capsys.readouterr().out.splitlines()[1]
-    assert printed.startswith("(an interrupted run: its weights after 1 of 3 epochs and 1 step;")
-    metrics = json.loads((out / "metrics-evaluate.json").read_text())
-    assert metrics["interrupted_run"] == {"epochs": 3, "epochs_done": 1, "steps": 1}
 
 
 def test_evaluate_of_a_finished_run_says_nothing_of_an_interruption(plain_run, capsys):

@@ -11,6 +11,7 @@ import json
 import pickle
 import sys
 
+import _factories
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -164,15 +165,7 @@ def test_batchnorm_with_batch_size_one_is_told_to_raise_it(tmp_path, capsys, mon
 def test_evaluate_of_an_interrupted_run_names_the_resume_that_saves_it(
     tmp_path, capsys, monkeypatch
 ):
-    real_fit = pyrouq.fit
-
-    def stop_after_first_epoch(*args, **kwargs):
-        def stop(record):
-            raise KeyboardInterrupt
-
-        return real_fit(*args, **kwargs, callbacks=[stop])
-
-    monkeypatch.setattr(pyrouq, "fit", stop_after_first_epoch)
+    _factories.stop_fit_after_first_epoch(monkeypatch)
     out = tmp_path / "run"
     argv = ["fit", "mlp", "--epochs", "2", "--train-size", "256", "--out", str(out)]
     assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED
@@ -186,6 +179,8 @@ def test_evaluate_of_an_interrupted_run_names_the_resume_that_saves_it(
         "in Python, saving it in the run: pyrouq.fit(..., resume_from=path, checkpoint=path), "
         f"path = {path!r})"
     )
+    metrics = json.loads((out / "metrics-evaluate.json").read_text())
+    assert metrics["interrupted_run"] == {"epochs": 2, "epochs_done": 1, "steps": 1}
     # the advice followed: the run's folder holds the finished run, with its config
     saved = pyrouq.load(path)
     config = json.loads((out / "config.json").read_text())
