@@ -36,7 +36,7 @@ def main() -> None:
                     tuned(x[start : start + 512]).softmax(-1)
 
         def ours(s: int = s) -> None:
-            predict(model, x, guide, num_samples=s, batch_size=1024)
+            predict(model, x, guide, num_samples=s, batch_size=1024, progress=False)
 
         workloads = {"plain": plain, "plain_tuned": plain_tuned, "pyrouq": ours}
         if peer:
