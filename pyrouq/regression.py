@@ -323,6 +323,11 @@ class GaussianPredictions:
         mean_t, std_t = values
         if bool((std_t <= 0).any()) or not bool(torch.isfinite(std_t).all()):
             raise ValueError(f"rescale's std must be finite and > 0, got {std!r}.")
+        if not bool(torch.isfinite(mean_t).all()):  # else refused below as the model's NaN
+            raise ValueError(
+                f"rescale's mean must be finite, got {mean!r}: a Standardizer's y_mean, or the "
+                "targets' mean in their units."
+            )
         targets = None
         if self.targets is not None:  # in float64 if they or the statistics are
             wide = torch.promote_types(self.targets.dtype, dtype)

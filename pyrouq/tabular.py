@@ -54,8 +54,11 @@ def _check_xy(
                 f"{tuple(value.shape)}."
             )
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = (~torch.isfinite(value.reshape(value.shape[0], -1))).any(1).nonzero()
             raise ValueError(
-                f"{where}: {name} holds NaN or inf; remove or repair those rows first."
+                f"{where}: {name} holds NaN or inf; remove or repair those rows first: "
+                f"{bad.shape[0]} of {value.shape[0]}, at rows "
+                f"{str(bad[:5, 0].tolist())[:-1]}{', ...' if bad.shape[0] > 5 else ''}]."
             )
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
     if x.shape[0] != y.shape[0]:

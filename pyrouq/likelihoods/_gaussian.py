@@ -30,7 +30,9 @@ class Gaussian(Likelihood):
     scale : float, "learned", "heteroscedastic" or Distribution, default 0.5
         The noise standard deviation:
 
-        * a float: known noise;
+        * a float: known noise, in the units of the targets the model trains on: for targets
+          standardised by :class:`pyrouq.Standardizer`, pass the sd known in the original
+          units divided by ``scaler.y_std`` (``scaler.inverse`` scales the predictions back);
         * ``"learned"``: one positive parameter per output (``softplus`` of a free one,
           starting at 1.0), a point estimate trained by :func:`pyrouq.fit`, saved with the model;
         * a ``pyro.distributions`` distribution with positive support (e.g.
@@ -42,7 +44,8 @@ class Gaussian(Likelihood):
         * ``"heteroscedastic"``: the network outputs 2D values per input, D means then D raw
           scales, mapped to ``min_scale + softplus(raw)``.
     min_scale : float, default 1e-3
-        The floor of the heteroscedastic scales (keeps the likelihood bounded).
+        The floor of the heteroscedastic scales (keeps the likelihood bounded), in the units
+        of the targets the model trains on.
 
     Examples
     --------

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_integer, is_real
+from pyrouq._numbers import is_integer, is_real, tensor_hint
 from pyrouq.plotting._common import _pyplot
 
 if TYPE_CHECKING:
@@ -104,12 +104,12 @@ def plot_regression(
     if not is_integer(output) or not 0 <= output < p.num_outputs:
         raise ValueError(
             f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
-            f"{output!r}."
+            f"{output!r}{tensor_hint(output)}."
         )
     if not (is_real(num_sd) and 0 < num_sd < math.inf):  # inf: bands drawn as nothing
         raise ValueError(
             f"Expected num_sd > 0, the bands' half-width in standard deviations, got "
-            f"{num_sd!r}; pass a finite number, e.g. num_sd=2."
+            f"{num_sd!r}{tensor_hint(num_sd)}; pass a finite number, e.g. num_sd=2."
         )
     if (train_x is None) != (train_y is None):
         given, missing = ("train_x", "train_y") if train_y is None else ("train_y", "train_x")
