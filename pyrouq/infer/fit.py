@@ -529,6 +529,8 @@ def _check_loader_kind(loader: Any) -> None:
         "torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)."
     )
     data, what = torch.utils.data, f"{type(loader).__name__}"
+    if isinstance(loader, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
     if isinstance(loader, (tuple, list)):
         if len(loader) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in loader):
             raise TypeError(
