@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from pyrouq import _batchnorm as batchnorm
+from pyrouq import _engine
 from pyrouq import _own_models as own_models
 from pyrouq._util import (
     AsItCame,
@@ -27,6 +28,7 @@ from pyrouq._util import (
 )
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
 from pyrouq.likelihoods import Categorical
+from pyrouq.likelihoods._categorical import are_probabilities, judged
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
 DEFAULT_MAX_DRAW_BYTES = 2**30
@@ -115,10 +117,7 @@ def plain_runner(model: nn.Module):
                 _refuse_prior_weights(model, x)
             logits = trace.nodes["_RETURN"]["value"]
         if not torch.is_tensor(logits) or logits.dim() != 2:
-            raise TypeError(
-                f"{type(model).__name__} must return logits of shape (B, C), got "
-                f"{_described(logits)}{_fix_outputs(logits)}"
-            )
+            _engine.check_outputs(logits, model, x.shape[0])  # says what to return instead
         if logits.shape[0] != x.shape[0]:  # logits.T, or a subsample's: another input's
             raise ValueError(
                 f"predict(): {type(model).__name__} returned logits of shape "
@@ -132,33 +131,6 @@ def plain_runner(model: nn.Module):
     return run
 
 
-def _described(out: Any) -> str:
-    return f"shape {tuple(out.shape)}" if torch.is_tensor(out) else type(out).__name__
-
-
-def _fix_outputs(out: Any) -> str:
-    """What a plain network returning ``out``, not logits ``(B, C)``, should return instead
-    (the end of predict()'s message, from ``": "``)."""
-    if not torch.is_tensor(out):
-        keys = f" (keys {', '.join(map(repr, list(out)[:5]))})" if isinstance(out, dict) else ""
-        return (
-            f"{keys}: predict() takes a network whose forward(x) returns one tensor of logits. "
-            "Wrap it in a small nn.Module whose forward returns that tensor (net(x)['logits'] "
-            "of a dict, net(x)[0] of a tuple)."
-        )
-    if out.dim() < 2:
-        return (
-            ": one value per input, without a class dimension. A classifier returns (B, C) "
-            "logits, C >= 2 (a binary one too); a regression network returns (B, 1) "
-            "(outputs.unsqueeze(-1)) and is predicted as bayesian(net, "
-            "likelihood=pyrouq.Gaussian(...))."
-        )
-    return (
-        ": outputs per pixel or per time step (segmentation, sequence labelling) are not "
-        "supported; pool or flatten them to (B, C) inside the network."
-    )
-
-
 def _probabilities_refused(model: Any) -> Callable[[Tensor], None]:
     """A check of a classifier's outputs ``(S, B, C)`` that refuses, on its first batch of
     enough inputs to tell, class probabilities (a forward ending in a softmax), which
@@ -168,10 +140,22 @@ def _probabilities_refused(model: Any) -> Callable[[Tensor], None]:
     likelihood = getattr(model, "likelihood", None)
     checked = likelihood is not None and not isinstance(likelihood, Categorical)
 
+    few: list[Tensor] = []  # batches too small to tell alone (a loader of batch_size=1)
+    who = f"predict(): {class_name(model)}"
+
     def refuse(outputs: Tensor) -> None:
         nonlocal checked
-        if not checked:  # until a batch of enough inputs to tell
-            checked = Categorical.refuse_probabilities(outputs, f"predict(): {class_name(model)}")
+        if checked:
+            return
+        if judged(outputs) or not judged(outputs, pooled=True):
+            checked = Categorical.refuse_probabilities(outputs, who)
+        elif not are_probabilities(outputs, pooled=True):
+            checked = True  # a row of logits: the network's outputs are no probabilities
+        else:  # rows of probabilities, too few to tell: pooled with the next batches'
+            if few and few[0].shape[:-2] != outputs.shape[:-2]:
+                few.clear()
+            few.append(outputs.detach())
+            checked = Categorical.refuse_probabilities(torch.cat(few, dim=-2), who)
 
     return refuse
 

@@ -263,10 +263,10 @@ def test_a_plain_network_returning_a_dict_is_told_how_to_wrap_it():
     with pytest.raises(TypeError) as info:
         pyrouq.fit(Dict(), None, [(x, y)], epochs=1, progress=False, num_data=8)
     assert str(info.value) == (
-        "Dict returned dict; fit() trains a plain network that returns its outputs (B, D) as "
-        "one tensor. Wrap it in a small nn.Module whose forward returns that tensor "
-        "(net(x)['logits'] of a dict, net(x)[0] of a tuple; per-pixel outputs pooled or "
-        "flattened to (B, D))."
+        "Dict.forward returned dict (keys 'logits'); pyrouq needs a network whose forward(x) "
+        "returns one tensor of outputs (B, D) (logits for classification). Wrap it in a small "
+        "nn.Module whose forward returns that tensor (net(x)['logits'] of a dict, net(x)[0] of "
+        "a tuple)."
     )
 
 

@@ -102,19 +102,19 @@ class _TupleOut(_DictOut):
 def test_plain_predict_says_how_to_wrap_a_dict_or_tuple_output():
     # before: "_DictOut must return logits of shape (B, C), got dict." and nothing to do
     x, _ = _data()
-    with pytest.raises(TypeError, match=r"got dict \(keys 'logits', 'hidden'\): .*Wrap it in"):
+    with pytest.raises(TypeError, match=r"returned dict \(keys 'logits', 'hidden'\); .*Wrap it"):
         pyrouq.predict(_DictOut(), x, progress=False)
-    with pytest.raises(TypeError, match=r"got tuple: .*net\(x\)\[0\] of a tuple"):
+    with pytest.raises(TypeError, match=r"returned tuple; .*net\(x\)\[0\] of a tuple\)\.$"):
         pyrouq.predict(_TupleOut(), x, progress=False)
 
 
 def test_plain_predict_explains_per_pixel_and_per_input_outputs():
     x = torch.randn(5, 2, 8, 8)
     per_pixel = nn.Conv2d(2, 3, 3, padding=1)
-    with pytest.raises(TypeError, match=r"got shape \(5, 3, 8, 8\): outputs per pixel"):
+    with pytest.raises(ValueError, match=r"shape \(5, 3, 8, 8\) for 5 inputs; .* per pixel"):
         pyrouq.predict(per_pixel, x, progress=False)
     one_value = nn.Sequential(nn.Flatten(), nn.Linear(128, 1), nn.Flatten(0))
-    with pytest.raises(TypeError, match=r"got shape \(5,\): one value per input.*Gaussian"):
+    with pytest.raises(TypeError, match=r"shape \(5,\) for 5 inputs: one value per input"):
         pyrouq.predict(one_value, x, progress=False)
 
 

@@ -218,7 +218,9 @@ def test_one_example_without_its_batch_dimension_and_integer_draws_are_told_what
     model = pyrouq.bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
     guide = mean_field_guide(model)
     for network, g in ((nn.Linear(4, 3), None), (model, guide)):
-        with pytest.raises(TypeError) as caught:
+        with pytest.raises(
+            ValueError, match=r"returned outputs of shape \(3,\) for 4 inputs"
+        ) as caught:
             predict(network, torch.randn(4), g)
         assert caught.value.__notes__ == [
             "predict(): x's batches have shape (4,): if x is one example, give it a batch "
@@ -247,7 +249,9 @@ def test_bad_inputs():
         predict(model, torch.randn(0, 4), guide)
     with pytest.raises(ValueError, match=r"shape \(S, N, C\)"):
         Predictions.from_probs(torch.ones(3, 2) / 2)
-    with pytest.raises(TypeError, match=r"must return logits of shape \(B, C\)"):
+    with pytest.raises(ValueError, match=r"Flatten.forward returned outputs of shape \(8,\) "
+                       r"for 2 inputs; pyrouq needs one row of outputs per input, \(2, D\)\. "
+                       r"Reshape them to \(B, D\) inside the network\.$"):  # fmt: skip
         predict(nn.Flatten(0), torch.randn(2, 4))
 
 

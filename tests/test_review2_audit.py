@@ -91,13 +91,16 @@ def test_fit_of_a_network_with_one_value_per_input_is_not_told_to_wrap_it():
     net = nn.Sequential(nn.Linear(6, 1), nn.Flatten(0))
     with pytest.raises(TypeError) as info:
         pyrouq.fit(net, None, [(x, y)], epochs=1, num_data=16, progress=False)
-    assert str(info.value) == (
-        "Sequential returned outputs of shape (16,); fit() trains a plain network that returns "
-        "its outputs (B, D) as one tensor. A classifier returns (B, C) logits, C >= 2 (a binary "
-        "one too)."
+    message = (
+        "Sequential.forward returned shape (16,) for 16 inputs: one value per input, without "
+        "the outputs' dimension. pyrouq needs outputs (B, D): for a single output (regression), "
+        "return (16, 1), e.g. drop the forward's .squeeze(-1) or return outputs.unsqueeze(-1); "
+        "a classifier returns (B, C) logits, C >= 2."
     )
-    with pytest.raises(TypeError, match=r"a regression network returns \(B, 1\) \(outputs"):
-        pyrouq.predict(net, x, progress=False)  # not the Gaussian's next refusal, of (B,)
+    assert str(info.value) == message  # fit and predict alike, one message (not 'wrap it')
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(net, x, progress=False)
+    assert str(info.value) == message
 
 
 def test_a_run_resumed_in_python_keeps_its_metadata(tmp_path):

@@ -106,36 +106,39 @@ def repeatable(device: torch.device | None, on: bool) -> Iterator[None]:
                 cudnn.deterministic, cudnn.benchmark = _repeatable_saved
 
 
-def _check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
+def check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
     """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
+    name, shape = class_name(net), tuple(getattr(out, "shape", ()))
     if isinstance(out, Tensor) and out.dim() == 1 and out.shape[0] == batch:
         raise TypeError(
-            f"{class_name(net)}.forward returned shape {tuple(out.shape)} for {batch} "
-            "inputs: one value per input, without the outputs' dimension. pyrouq needs outputs "
-            f"(B, D): for a single output (regression), return ({batch}, 1), e.g. drop the "
-            "forward's .squeeze(-1) or return outputs.unsqueeze(-1); a classifier returns "
-            "(B, C) logits, C >= 2."
+            f"{name}.forward returned shape {shape} for {batch} inputs: one value per input, "
+            "without the outputs' dimension. pyrouq needs outputs (B, D): for a single output "
+            f"(regression), return ({batch}, 1), e.g. drop the forward's .squeeze(-1) or return "
+            "outputs.unsqueeze(-1); a classifier returns (B, C) logits, C >= 2."
         )
-    if not isinstance(out, Tensor) or out.dim() < 2:
-        got = type(out).__name__ if not isinstance(out, Tensor) else f"shape {tuple(out.shape)}"
-        fix = "Wrap it in a small nn.Module whose forward returns that tensor."
-        if any(f.startswith("aux") for f in getattr(out, "_fields", ())):  # torchvision's
-            # GoogLeNet (aux_logits1, aux_logits2) and Inception3 (aux_logits)
-            fix = (
-                "It returns auxiliary logits in training mode: build it with "
-                "aux_logits=False, or wrap it in a small nn.Module whose forward returns the "
-                "main logits."
-            )
+    if not isinstance(out, Tensor):
+        keys = f" (keys {', '.join(map(repr, list(out)[:5]))})" if isinstance(out, dict) else ""
+        fix = (  # torchvision's GoogLeNet and Inception3 (aux_logits...) in training mode
+            "It returns auxiliary logits in training mode: build it with aux_logits=False, "
+            "or wrap it in a small nn.Module whose forward returns the main logits."
+            if any(f.startswith("aux") for f in getattr(out, "_fields", ()))
+            else "Wrap it in a small nn.Module whose forward returns that tensor "
+            "(net(x)['logits'] of a dict, net(x)[0] of a tuple)."
+        )
         raise TypeError(
-            f"{class_name(net)}.forward returned {got}; pyrouq needs a network whose "
+            f"{name}.forward returned {type(out).__name__}{keys}; pyrouq needs a network whose "
             f"forward(x) returns one tensor of outputs (B, D) (logits for classification). {fix}"
         )
-    if out.dim() > 2 or out.shape[0] != batch:
+    if out.dim() != 2 or out.shape[0] != batch:
+        per_pixel = (
+            " Outputs per pixel or per time step (segmentation, sequence labelling) are not "
+            "supported: pool or flatten them to (B, D) inside the network."
+            if out.dim() > 2
+            else " Reshape them to (B, D) inside the network."
+        )
         raise ValueError(
-            f"{class_name(net)}.forward returned outputs of shape {tuple(out.shape)} for "
-            f"{batch} inputs; pyrouq needs one row of outputs per input, ({batch}, D). Outputs "
-            "per pixel or per time step (segmentation, sequence labelling) are not supported: "
-            "pool or flatten them to (B, D) inside the network."
+            f"{name}.forward returned outputs of shape {shape} for {batch} inputs; pyrouq "
+            f"needs one row of outputs per input, ({batch}, D).{per_pixel}"
         )
     return out
 
@@ -210,7 +213,7 @@ def run(
         if members is not None:
             wrapper = _MemberPass(net, members)
             return functional_call(wrapper, {f"net.{k}": v for k, v in laid.items()}, (x,))
-        return _check_outputs(functional_call(net, laid, (x,)), net, x.shape[0])
+        return check_outputs(functional_call(net, laid, (x,)), net, x.shape[0])
 
     return laid_out(net, x, body)  # type: ignore[no-any-return]
 
@@ -420,7 +423,7 @@ def run_local(
             }
             calls: dict[str, list[int]] = {path: [] for path in local}
             with _local_forwards(net, local, loc, scale, calls):
-                out = _check_outputs(functional_call(net, weights, (given(),)), net, x.shape[0])
+                out = check_outputs(functional_call(net, weights, (given(),)), net, x.shape[0])
             found = _drawn_whole(net, calls)
             _DRAWN_WHOLE[net] = whole | found
             if not found:
@@ -577,7 +580,7 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
             for member in range(num_members):
                 for module in told:
                     module._member = member
-                outs.append(_check_outputs(net(inputs()), net, x.shape[0]))
+                outs.append(check_outputs(net(inputs()), net, x.shape[0]))
         finally:
             for module in told:
                 module._member = None
@@ -589,7 +592,7 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
         setattr(folded, _REPEATED, (num_members, folded._version))  # in-place ops change it
     token = _FOLDED.set(folded.shape[0])
     try:
-        out = _check_outputs(net(folded), net, folded.shape[0])
+        out = check_outputs(net(folded), net, folded.shape[0])
     finally:
         _FOLDED.reset(token)
     return out.unflatten(0, (num_members, x.shape[0]))

@@ -18,6 +18,7 @@ import pyro
 import torch
 from torch import nn
 
+from pyrouq import _engine
 from pyrouq._util import (
     bad_rows,
     describe_batch,
@@ -443,18 +444,7 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
     likelihood = getattr(model, "likelihood", None) or Categorical()
     outputs = model(x)
     if not torch.is_tensor(outputs) or outputs.dim() != 2:
-        shown = f"outputs of shape {tuple(outputs.shape)}" if torch.is_tensor(outputs) else ""
-        fix = (  # one value per input: no tensor to wrap, a class dimension to add
-            "A classifier returns (B, C) logits, C >= 2 (a binary one too)."
-            if torch.is_tensor(outputs) and outputs.dim() < 2
-            else "Wrap it in a small nn.Module whose forward returns that tensor "
-            "(net(x)['logits'] of a dict, net(x)[0] of a tuple; per-pixel outputs pooled or "
-            "flattened to (B, D))."
-        )
-        raise TypeError(
-            f"{type(model).__name__} returned {shown or type(outputs).__name__}; fit() trains "
-            f"a plain network that returns its outputs (B, D) as one tensor. {fix}"
-        )
+        _engine.check_outputs(outputs, model, x.shape[0])  # says what to return instead
     likelihood.check_targets(y, outputs, "fit()")
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
     kl = torch.zeros((), device=nll.device)

@@ -16,25 +16,36 @@ _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
 
 
-def judged(outputs: Any) -> bool:
+def judged(outputs: Any, *, pooled: bool = False) -> bool:
     """Whether :func:`are_probabilities` can tell from ``outputs`` ``(..., B, C)``: floating,
     C >= 2, and enough inputs that logits are not taken for probabilities by chance: two
     (one row of honest float32 logits sums to 1 within the tolerance about once in 1e5 to
-    1e6), four in a half-precision dtype (one row of 2 in bfloat16: 3 in 1,000)."""
+    1e6), four in a half-precision dtype (one row of 2 in bfloat16: 3 in 1,000). With
+    ``pooled``, one input is enough: rows to be pooled with other batches' until they tell."""
     if not torch.is_tensor(outputs) or outputs.dim() < 2 or not outputs.is_floating_point():
         return False
-    half = torch.finfo(outputs.dtype).bits <= 16
-    return outputs.shape[-1] >= 2 and outputs.shape[-2] >= (4 if half else 2)
+    least = 1 if pooled else 4 if _half(outputs) else 2
+    return outputs.shape[-1] >= 2 and outputs.shape[-2] >= least
 
 
-def are_probabilities(outputs: Any) -> bool:
+def _half(outputs: Any) -> bool:
+    """Whether ``outputs`` are floating, of a half-precision dtype (16 bits or fewer)."""
+    return bool(
+        torch.is_tensor(outputs)
+        and outputs.is_floating_point()
+        and torch.finfo(outputs.dtype).bits <= 16
+    )
+
+
+def are_probabilities(outputs: Any, *, pooled: bool = False) -> bool:
     """Whether ``outputs`` ``(..., B, C)`` are class probabilities rather than logits:
     floating, C >= 2, every row in [0, 1] and summing to 1 to within rounding (a softmax's, or
     a ``probs``). Summed in float32 at least: a softmax's rounding to the dtype moves the sum
     by at most a few of its eps (bfloat16's 0.0078), its computation and this sum by ~C eps of
     float32's (16 C eps of a half dtype, 0.25 for bfloat16 and C = 2, took ReLU scores
-    summing to 0.3 for probabilities)."""
-    if not judged(outputs):
+    summing to 0.3 for probabilities). ``pooled``: of any number of inputs (see
+    :func:`judged`), rows that a caller pools with other batches' before it tells."""
+    if not judged(outputs, pooled=pooled):
         return False
     num_classes = outputs.shape[-1]
     rows = outputs.detach().reshape(-1, num_classes)
@@ -104,6 +115,8 @@ class Categorical(Likelihood):
         )
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
+        if not self._outputs_checked and _half(outputs):  # fit() probes 2 examples, which
+            self.prepare(outputs)  # half-precision outputs need 4 of (its steps skip prepare)
         batch, num_classes = outputs.shape[-2], outputs.shape[-1]
         if not torch.is_tensor(y):
             raise TypeError(
