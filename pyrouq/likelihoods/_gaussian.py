@@ -32,7 +32,9 @@ class Gaussian(Likelihood):
 
         * a float: known noise, in the units of the targets the model trains on: for targets
           standardised by :class:`pyrouq.Standardizer`, pass the sd known in the original
-          units divided by ``scaler.y_std`` (``scaler.inverse`` scales the predictions back);
+          units divided by ``scaler.y_std``, ``float(sd / scaler.y_std)`` for one output (one
+          float serves every output: for several, whose y_std differ, use ``"learned"``);
+          ``scaler.inverse`` scales the predictions back;
         * ``"learned"``: one positive parameter per output (``softplus`` of a free one,
           starting at 1.0), a point estimate trained by :func:`pyrouq.fit`, saved with the model;
         * a ``pyro.distributions`` distribution with positive support (e.g.
