@@ -124,7 +124,7 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
     if rows > 3:
         pairs.append((x[:-1], x))
     state = rng_state(x.device)
-    regression = None
+    not_classes = None
     try:
         with torch.no_grad():
             for smaller, larger in pairs:
@@ -139,29 +139,29 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
                     for name, (shape, plates) in small.items()
                     if large.get(name) == (shape, plates) and _numbered(name) not in per_input
                 }
-                regression = _regression_outputs(traces[1], larger.shape[0])
+                not_classes = _not_class_outputs(traces[1], larger.shape[0])
                 break
             else:
                 trace = _run(model, x)
                 found = _sites_beside_the_rows(trace, rows)
-                regression = _regression_outputs(trace, rows)
+                not_classes = _not_class_outputs(trace, rows)
     except Exception:  # a model that runs on no batch of these: its sites are not checked
         return None
     finally:
         set_rng_state(x.device, state)
-    if regression is not None and regression[0] == "Bernoulli":
+    if not_classes is not None and not_classes[0] == "Bernoulli":
         raise TypeError(
-            f"predict(): {name_of(model)} observes {regression[1]} labels per input (its "
+            f"predict(): {name_of(model)} observes {not_classes[1]} labels per input (its "
             "'obs' site is drawn from Bernoulli): a multi-label model, whose outputs predict() "
-            f"would take for the logits of one softmax over {regression[1]} classes. Draw its "
+            f"would take for the logits of one softmax over {not_classes[1]} classes. Draw its "
             "predictions with pyro.infer.Predictive (predict() covers models that pick one "
             "class of C per input)."
         )
-    if regression is not None:
+    if not_classes is not None:
         raise TypeError(
             f"predict(): {name_of(model)} observes continuous targets (its 'obs' site is "
-            f"drawn from {regression[0]}): a regression model, whose {regression[1]} outputs "
-            f"per input predict() would take for the logits of {regression[1]} classes. "
+            f"drawn from {not_classes[0]}): a regression model, whose {not_classes[1]} outputs "
+            f"per input predict() would take for the logits of {not_classes[1]} classes. "
             "A regression model of your own: draw its predictions with "
             "pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
             "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
@@ -169,7 +169,7 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
     return found
 
 
-def _regression_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
+def _not_class_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
     """``(distribution, C)`` where a trace of a model on ``rows`` inputs draws its
     ``"obs"`` from a continuous distribution (a regression), or ``C`` labels per input from a
     Bernoulli (a multi-label model), and gives outputs that predict() would take for class
