@@ -56,7 +56,7 @@ def test_a_plain_network_gets_the_label_and_output_checks_of_the_others():
     with pytest.raises(ValueError, match=r"fit\(\): expected labels y of shape \(32,\) to match"):
         pyrouq.fit(net(), None, [(x, y)], num_data=32, epochs=1, progress=False)
     per_row = nn.Sequential(nn.Linear(16, 3), nn.Unflatten(1, (1, 3)))  # (B, 1, 3) outputs
-    with pytest.raises(TypeError, match=r"returned outputs of shape \(32, 1, 3\); fit\(\) trains"):
+    with pytest.raises(ValueError, match=r"returned outputs of shape \(32, 1, 3\) for 32 inputs"):
         pyrouq.fit(per_row, None, [(x, y[:, 0])], num_data=32, epochs=1, progress=False)
 
 
@@ -154,5 +154,5 @@ def test_single_unbatched_examples_get_the_networks_shape_error_not_an_index_err
     tensor)."""
     x, y = torch.randn(24, 16), torch.randint(0, 3, (24,))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=None)
-    with pytest.raises(TypeError, match=r"returned outputs of shape \(3,\); fit\(\) trains"):
+    with pytest.raises(ValueError, match=r"returned outputs of shape \(3,\) for 16 inputs; "):
         pyrouq.fit(torch.nn.Linear(16, 3), None, loader, epochs=1, num_data=24, progress=False)
