@@ -88,6 +88,13 @@ def first_input_scale() -> nn.Module:
     return nn.Sequential(_FirstInputScale(), nn.Flatten(), nn.Linear(784, 10))
 
 
+def batchnorm_mlp() -> nn.Module:
+    """An MLP with BatchNorm1d, which refuses a batch of one input in training mode."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(784, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10)
+    )
+
+
 def stop_fit_after_first_epoch(monkeypatch) -> None:
     """Make `pyrouq fit` stop after its first epoch as on Ctrl-C (a callback raising
     KeyboardInterrupt), for the tests of interrupted runs."""

@@ -86,28 +86,13 @@ def test_a_conformal_alpha_too_small_for_the_split_is_refused_before_evaluating(
         _check_conformal(0.00019, 5000)
 
 
-_BATCHNORM_NET = """
-from torch import nn
-
-
-def make():
-    return nn.Sequential(
-        nn.Flatten(), nn.Linear(784, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10)
-    )
-"""
-
-
 def test_a_last_batch_of_one_for_batchnorm_is_told_in_the_commands_words(
     tmp_path, capsys, monkeypatch
 ):
-    (tmp_path / "audit_batchnorm_nets.py").write_text(_BATCHNORM_NET)
     monkeypatch.chdir(tmp_path)
-    argv = ["fit", "audit_batchnorm_nets:make", "--method", "plain", "--epochs", "1"]
+    argv = ["fit", "_factories:batchnorm_mlp", "--method", "plain", "--epochs", "1"]
     argv += ["--train-size", "201", "--batch-size", "100", "--out", "run", "--no-progress"]
-    try:
-        assert main(argv) == 2
-    finally:
-        sys.modules.pop("audit_batchnorm_nets", None)
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert "drop_last" not in err  # a DataLoader option the command does not have

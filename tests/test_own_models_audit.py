@@ -11,6 +11,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import sampled_linear
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import (
@@ -28,21 +29,14 @@ import pyrouq
 GUIDES = [AutoNormal, AutoDiagonalNormal, AutoDelta, AutoLowRankMultivariateNormal]
 
 
-def sampled_linear(in_features, out_features):
-    layer = PyroModule[nn.Linear](in_features, out_features)
-    layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand([out_features, in_features]).to_event(2))
-    layer.bias = PyroSample(dist.Normal(0.0, 1.0).expand([out_features]).to_event(1))
-    return layer
-
-
 class Classifier(PyroModule):
     """Global weights, a positive global site, optionally a local latent per data point, and
     ``obs`` in a subsampled plate (named ``plate``); ``returns`` "logits" or "probs"."""
 
     def __init__(self, local=False, plate="data", returns="logits"):
         super().__init__()
-        self.fc1 = sampled_linear(4, 5)
-        self.fc2 = sampled_linear(5, 3)
+        self.fc1 = sampled_linear(4, 5, bias_scale=1.0)
+        self.fc2 = sampled_linear(5, 3, bias_scale=1.0)
         self.num_data = 40
         self.local, self.plate, self.returns = local, plate, returns
 
@@ -196,7 +190,7 @@ def test_probabilities_returned_for_logits_are_refused_not_softmaxed_again():
 class _Regression(PyroModule):
     def __init__(self, outputs):
         super().__init__()
-        self.fc = sampled_linear(4, outputs)
+        self.fc = sampled_linear(4, outputs, bias_scale=1.0)
         self.num_data = 40
 
     def forward(self, x, y=None):
@@ -226,7 +220,7 @@ def test_a_bernoulli_classifiers_single_logit_is_refused_with_the_binary_fix():
     class Binary(PyroModule):
         def __init__(self):
             super().__init__()
-            self.fc = sampled_linear(4, 1)
+            self.fc = sampled_linear(4, 1, bias_scale=1.0)
             self.num_data = 40
 
         def forward(self, x, y=None):

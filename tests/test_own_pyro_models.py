@@ -12,23 +12,13 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import sampled_linear
 from pyro.infer import MCMC, NUTS, Predictive
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
 import pyrouq
-
-
-def sampled_linear(in_features, out_features, bias_scale=None):
-    """``PyroModule[nn.Linear]`` with a Normal(0, 1) ``PyroSample`` weight, and a Normal(0,
-    bias_scale) one for its bias when given (else the bias is an ordinary parameter)."""
-    layer = PyroModule[nn.Linear](in_features, out_features)
-    shape = [out_features, in_features]
-    layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand(shape).to_event(2))
-    if bias_scale is not None:
-        layer.bias = PyroSample(dist.Normal(0.0, bias_scale).expand([out_features]).to_event(1))
-    return layer
 
 
 class BNN(PyroModule):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-import sys
 
 import _factories
 import pyro
@@ -136,28 +135,13 @@ def test_a_run_resumed_in_python_keeps_its_metadata(tmp_path):
     assert pyrouq.load(tmp_path / "other.pt", module=nn.Linear(6, 3)).metadata == {"note": 1}
 
 
-_BATCHNORM_NET = """
-from torch import nn
-
-
-def make():
-    return nn.Sequential(
-        nn.Flatten(), nn.Linear(784, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10)
-    )
-"""
-
-
 def test_batchnorm_with_batch_size_one_is_told_to_raise_it(tmp_path, capsys, monkeypatch):
     """'That is the last batch of the epoch' was said of batch 1 of 64 under --batch-size 1,
     whose every batch is one input (and 64 % 1 leaves no remainder to remove)."""
-    (tmp_path / "review2_batchnorm_nets.py").write_text(_BATCHNORM_NET)
     monkeypatch.chdir(tmp_path)
-    argv = ["fit", "review2_batchnorm_nets:make", "--method", "plain", "--epochs", "1"]
+    argv = ["fit", "_factories:batchnorm_mlp", "--method", "plain", "--epochs", "1"]
     argv += ["--train-size", "8", "--batch-size", "1", "--out", "run", "--no-progress"]
-    try:
-        assert main(argv) == 2
-    finally:
-        sys.modules.pop("review2_batchnorm_nets", None)
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("pyrouq: error: Batch 1 of epoch 1 holds 1 input(s)"), err
     assert err.endswith(

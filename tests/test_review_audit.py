@@ -10,7 +10,8 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro.nn import PyroModule, PyroSample
+from _toy import sampled_linear
+from pyro.nn import PyroModule
 from torch import nn
 from torch.distributions.transforms import AffineTransform, SigmoidTransform
 
@@ -94,20 +95,13 @@ def test_a_prior_holding_an_inverse_transform_survives_conversion_and_casts(cast
     assert len(result.history) == 2
 
 
-def _sampled_linear(i, o):
-    layer = PyroModule[nn.Linear](i, o)
-    layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand([o, i]).to_event(2))
-    layer.bias = PyroSample(dist.Normal(0.0, 1.0).expand([o]).to_event(1))
-    return layer
-
-
 class _LowPrecision(PyroModule):
     """A 10-class classifier of one's own computing in a half dtype: its logits are small ReLU
     scores (rows summing to far less than 1), or, with ``probs``, the softmax."""
 
     def __init__(self, dtype, probs=False):
         super().__init__()
-        self.fc = _sampled_linear(4, 10)
+        self.fc = sampled_linear(4, 10, bias_scale=1.0)
         self.dtype, self.probs, self.num_data = dtype, probs, 40
 
     def forward(self, x, y=None):
