@@ -318,9 +318,11 @@ class ConformalClassifier:
         return (self.scores(preds, seed) <= self.threshold).to(preds.probs.device)
 
     def __repr__(self) -> str:
+        extra = f", lam={self.lam:g}, k_reg={self.k_reg}" if self.score == "raps" else ""
+        extra += f", seed={self.seed}" if self.score != "lac" else ""  # the scores' draws
         return (
             f"ConformalClassifier(score={self.score!r}, alpha={self.alpha:g}, "
-            f"threshold={self.threshold:.6f})"
+            f"threshold={self.threshold:.6f}{extra})"
         )
 
 

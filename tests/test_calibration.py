@@ -343,4 +343,9 @@ def test_hand_made_predictors_are_checked_and_normalised():
     assert hi[0].tolist() == [1.5, 2.0] and lo[1].tolist() == [-1.5, -2.0]
     cls = ConformalClassifier("raps", 0.1, np.float64(0.5), np.float32(0.25), np.int64(1), 0, 3)
     assert (type(cls.threshold), type(cls.lam), type(cls.k_reg)) == (float, float, int)
-    assert repr(cls) == "ConformalClassifier(score='raps', alpha=0.1, threshold=0.500000)"
+    assert repr(cls) == (
+        "ConformalClassifier(score='raps', alpha=0.1, threshold=0.500000, lam=0.25, k_reg=1, "
+        "seed=0)"
+    )  # what the sets depend on: lam and k_reg (RAPS), the seed of the draws (APS, RAPS)
+    lac = ConformalClassifier("lac", 0.1, 0.5, 0.0, 0, 0)
+    assert repr(lac) == "ConformalClassifier(score='lac', alpha=0.1, threshold=0.500000)"
