@@ -271,6 +271,8 @@ def predict(
     model : PyroModule or nn.Module
         A pyrouq model (Bayesian, BatchEnsemble), any Pyro model returning logits or recording
         ``"logits"`` of shape ``(B, C)``, or a plain ``nn.Module`` returning logits ``(B, C)``.
+        It runs in eval mode (dropout off: no MC dropout; BatchNorm's running statistics) and
+        is left in the mode it came in.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``); one ``(x, y)`` pair goes in a list,
@@ -321,8 +323,8 @@ def predict(
         are re-estimated under that draw's weights on the first ``batchnorm_batches`` batches
         (train-mode passes, no gradients, the statistics averaged over the batches; a batch of
         one input is left out), and that draw predicts with them, as SWAG does (Maddox et al.
-        2019). Without it every draw uses
-        the statistics ``fit()`` accumulated over many draws, which fit no single draw exactly.
+        2019). Without it every draw uses the statistics ``fit()`` accumulated over many
+        draws, which fit no single draw exactly.
         It costs ``S * batchnorm_batches`` forward passes, and the draws then run one per
         pass (``parallel`` does not stack them); the model is left as it was.
         Measured on a ResidualCNN (3 epochs on Fashion-MNIST): NLL 0.2537 -> 0.2519, ECE
@@ -339,8 +341,7 @@ def predict(
         bit either way. That needs an x that gives the same batches each time it is read: a
         tensor, a list of batches, a ``DataLoader`` that does not shuffle, or a pyrouq loader
         with ``shuffle=False``; for any other iterable all S draws are held, with a warning.
-        Applies to :func:`~pyrouq.mean_field_guide` guides (MCMC draws are already in
-        memory).
+        Applies to :func:`~pyrouq.mean_field_guide` guides (MCMC draws are in memory).
     progress : bool, default True
         Show a tqdm progress bar over the input batches, once a prediction has taken more
         than 2 s (quick calls print nothing); it goes away when done, as ``fit()``'s does.
@@ -354,8 +355,7 @@ def predict(
     Examples
     --------
     >>> import torch
-    >>> from pyrouq.models import BayesianMLP
-    >>> from pyrouq.infer import mean_field_guide
+    >>> from pyrouq import BayesianMLP, mean_field_guide
     >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
     >>> guide = mean_field_guide(model)
     >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
