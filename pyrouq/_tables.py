@@ -75,7 +75,7 @@ def format_table(metrics: dict[str, float]) -> str:
             groups.setdefault(group, []).append((name, _format_value(metrics[key], percent)))
     for key, value in metrics.items():
         if key not in display:
-            groups.setdefault("Other", []).append((key, _format_value(value, False)))
+            groups.setdefault("Other", []).append((str(key), _format_value(value, False)))
     if not groups:
         return ""
     left = max(len(s) for title, rows in groups.items() for s in [title, *(r[0] for r in rows)])

@@ -95,7 +95,8 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
     if angle % 90 == 0:
         cos, sin = _QUARTER_TURNS[int(angle % 360) // 90]
     else:
-        cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+        radians = math.radians(angle % 360)  # exact remainder: a huge angle keeps its turn
+        cos, sin = math.cos(radians), math.sin(radians)
     # affine_grid maps each output location to the input location it samples, in coordinates
     # normalised to [-1, 1] per axis (y pointing down): a counter-clockwise turn on screen
     # samples the input at R(angle) @ (x, y), rescaled for non-square images.
@@ -215,14 +216,7 @@ def evaluate_rotations(
             f"{tuple(y.shape)}."
         )
     _check_measure(measure)
-    if isinstance(angles, Tensor) and angles.dim() == 1:
-        angles = angles.tolist()
-    if isinstance(angles, (int, float, Tensor)) or not isinstance(angles, Iterable):
-        raise TypeError(
-            f"Expected angles to be an iterable of degrees, got {angles!r}; pass e.g. "
-            f"angles=[{angles}] for one angle, or angles=range(0, 181, 15)."
-        )
-    angles = [_check_angle(a, "each angle") for a in angles]
+    angles = _check_angles(angles)
     if not angles:
         raise ValueError("Expected at least one angle, got none; pass e.g. angles=(0, 45, 90).")
     device = module_device(model, guide) or x.device
@@ -251,6 +245,27 @@ def evaluate_rotations(
             }
         )
     return rows
+
+
+def _check_angles(angles: Any) -> list[float]:
+    """``angles`` as a list of finite floats, or a TypeError saying what to pass instead (one
+    number, a tensor or array of another rank, text: bytes iterated as numbers)."""
+    ndim = getattr(angles, "ndim", None)  # a tensor's or an array's rank
+    if ndim == 1 and hasattr(angles, "tolist"):
+        angles = angles.tolist()
+    elif ndim is not None or isinstance(angles, (str, bytes)) or not isinstance(angles, Iterable):
+        if is_one_number(angles):
+            fix = f"angles=[{one_number(angles):g}] for one angle"
+        elif ndim:
+            fix = "angles=angles.flatten()"
+        else:
+            fix = "angles=(0, 45, 90)"
+        got = f"{type(angles).__name__} of shape {tuple(angles.shape)}" if ndim else repr(angles)
+        raise TypeError(
+            f"Expected angles to be an iterable of degrees, got {got}; pass e.g. {fix}, or "
+            "angles=range(0, 181, 15)."
+        )
+    return [_check_angle(a, "each angle") for a in angles]
 
 
 def _angles_bar(angles: list[float]) -> Any:
