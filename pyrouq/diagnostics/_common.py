@@ -95,6 +95,26 @@ def _check_data(fn: str, x: object, y: object) -> int:
     return int(x.shape[0])
 
 
+def _check_callables(fn: str, model: object, guide: object) -> None:
+    """A clear error for a model, or a guide other than None, that cannot be called (a
+    FitResult met Pyro's "is not callable" or dataclasses' "cannot assign to field")."""
+    for name, value in (("model", model), ("guide", guide)):
+        if (value is None and name == "guide") or callable(value):
+            continue
+        what = "the pyrouq model fit() trained" if name == "model" else "mean_field_guide(model)"
+        fit_result = type(value).__name__ == "FitResult"
+        raise TypeError(
+            f"{fn}: expected the {name} to be callable ({what}, or a Pyro {name} function), "
+            f"got {type(value).__name__}."
+            + (
+                " fit() returns a FitResult, the record of its epochs: pass the model and the "
+                "guide that fit() trained."
+                if fit_result
+                else ""
+            )
+        )
+
+
 def _check_labels(fn: str, y: Tensor, num_classes: int) -> None:
     problem = Categorical.label_problem(y, num_classes)
     if y.dim() != 1 or problem is not None:

@@ -28,6 +28,7 @@ from pyrouq.diagnostics._common import (
     ENSEMBLE_MEMBERS,
     GUIDE_DRAWS,
     _arviz,
+    _check_callables,
     _check_data,
     _check_labels,
     _check_var_names,
@@ -66,6 +67,11 @@ class _Draws:
         return value.reshape(chains, value.shape[0] // chains, *value.shape[1:])
 
 
+def _stored_dtype(value: Tensor) -> torch.dtype:
+    """float64 for a float64 model's predictions, float32 for any other (half included)."""
+    return torch.promote_types(value.dtype, torch.float32)
+
+
 _MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
 """A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``, not
 exported: :func:`_sample_obs` draws ``obs`` from their mixture."""
@@ -88,7 +94,9 @@ def _store_logits(
     ``probs`` ``(S, N, C)`` for a classifier, ``loc`` and ``scale`` ``(S, N, D)`` for a
     Gaussian. With ``mixture`` the outputs ``(M, B, D)`` are a rank-1 draw's members, stored
     as their equally weighted mixture (its probabilities; for a Gaussian its mean, standard
-    deviation and density, the members' own Normals kept to draw ``obs`` from)."""
+    deviation and density, the members' own Normals kept to draw ``obs`` from). Predictions
+    are stored in float32, or in float64 for a float64 model (:func:`_stored_dtype`)."""
+    stored = _stored_dtype(logits)
     outputs = logits.double()
     if isinstance(likelihood, Categorical):
         if mixture:
@@ -96,31 +104,35 @@ def _store_logits(
             outputs = torch.logsumexp(log_probs, dim=0) - np.log(outputs.shape[0])
         if "probs" not in out.values:  # the first batch: C is known now
             _check_labels("to_inference_data()", y, logits.shape[-1])
-            out.alloc("probs", (n, logits.shape[-1]), torch.float32)
+            out.alloc("probs", (n, logits.shape[-1]), stored)
             out.alloc("log_lik", (n,), torch.float64)
         target = y[cols].expand(*outputs.shape[:-1])
-        out.values["probs"][draws, cols] = likelihood.predictive(outputs).float().cpu()
+        out.values["probs"][draws, cols] = likelihood.predictive(outputs).to(stored).cpu()
         log_lik = likelihood.distribution(outputs, latent).log_prob(target)
     else:
         loc, scale = likelihood.predictive(outputs, latent)  # (M, B, D) each with mixture
         if "loc" not in out.values:
+            # every target, not the first batch's alone (a NaN further on met torch's check)
+            problem = likelihood.target_problem(y, loc.shape[-1])
+            if problem is not None:
+                raise ValueError(f"to_inference_data(): {problem}.")
             likelihood.check_targets(y[cols], logits, "to_inference_data()")
             for name in ("loc", "scale"):
-                out.alloc(name, (n, loc.shape[-1]), torch.float32)
+                out.alloc(name, (n, loc.shape[-1]), stored)
             if mixture:
                 for name in (_MEMBER_LOC, _MEMBER_SCALE):
-                    out.alloc(name, (loc.shape[0], n, loc.shape[-1]), torch.float32)
+                    out.alloc(name, (loc.shape[0], n, loc.shape[-1]), stored)
             out.alloc("log_lik", (n,), torch.float64)
         target = likelihood.shape_targets(y[cols], outputs).double()
         log_lik = likelihood.distribution(outputs, latent).log_prob(target)
         if mixture:
-            out.values[_MEMBER_LOC][draws, :, cols] = loc.float().cpu()
-            out.values[_MEMBER_SCALE][draws, :, cols] = scale.float().cpu()
+            out.values[_MEMBER_LOC][draws, :, cols] = loc.to(stored).cpu()
+            out.values[_MEMBER_SCALE][draws, :, cols] = scale.to(stored).cpu()
             mean = loc.mean(0)
             loc, scale = mean, (scale**2 + (loc - mean) ** 2).mean(0).sqrt()
             log_lik = torch.logsumexp(log_lik, dim=0) - np.log(outputs.shape[0])
-        out.values["loc"][draws, cols] = loc.float().cpu()
-        out.values["scale"][draws, cols] = scale.float().cpu()
+        out.values["loc"][draws, cols] = loc.to(stored).cpu()
+        out.values["scale"][draws, cols] = scale.to(stored).cpu()
     out.values["log_lik"][draws, cols] = log_lik.cpu()
 
 
@@ -151,7 +163,8 @@ def to_inference_data(
       distributions (classifiers); ``loc`` and ``scale``: ``(1, S, N, D)`` their means and
       standard deviations (``Gaussian`` likelihoods; a latent noise scale ``sigma`` is in the
       posterior group like any site). Read them as ``posterior_predictive["loc"]``: the
-      attribute ``.loc`` is xarray's label indexer.
+      attribute ``.loc`` is xarray's label indexer. ``probs``, ``loc`` and ``scale`` are
+      float32, float64 for a model that computes in float64.
     * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
       float64), so ``az.loo`` and ``az.waic`` work (from two draws on: with one, arviz fails).
     * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
@@ -277,6 +290,7 @@ def to_inference_data(
                 "and no guide; a loaded result carries neither: set result.model, result.x "
                 "and result.y first."
             )
+    _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
     batch_size = check_int("batch_size", batch_size)
@@ -573,5 +587,6 @@ def _export_pyro(
             out.put("obs", s, site["fn"].sample())
             logits = model_trace.nodes.get("logits")
             if logits is not None and logits["value"].shape[-2:-1] == (n,):
-                out.put("probs", s, logits["value"].softmax(-1).float())
+                probs = logits["value"].softmax(-1)
+                out.put("probs", s, probs.to(_stored_dtype(probs)))
     return out, keep

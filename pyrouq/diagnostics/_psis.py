@@ -31,6 +31,7 @@ from pyrouq.diagnostics._common import (
     K_HAT_OK,
     MIN_PSIS_SAMPLES,
     _arviz,
+    _check_callables,
     _check_data,
     _latent_sites,
     _masked,
@@ -291,6 +292,7 @@ def psis_diagnostic(
             "pass the fitted guide (a BatchEnsemble has neither: use to_inference_data() and "
             "az.loo for it)."
         )
+    _check_callables(fn, model, guide)
     check_guide(model, guide, fn)
     device = module_device(model, guide)
     if device is not None:

@@ -148,6 +148,8 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 
 def _probs(value: Probs, name: str) -> Tensor:
     """Validated ``(S, N, C)`` float64 probabilities on the CPU."""
+    if isinstance(value, Tensor):  # before the checks read numbers off it (torch warns)
+        value = value.detach()
     return _prepare_probs(value, name=name).detach().cpu()
 
 
@@ -194,8 +196,9 @@ def _display_images(images: Any, n: int, normalized: bool | None, index: list[in
         return (x[index].to(torch.float32) / 255).numpy()
     if not x.is_floating_point():
         raise TypeError(
-            f"Expected images of a float dtype or uint8, got {x.dtype}; convert them with "
-            "images.float()."
+            f"Expected images of a float dtype or uint8, got {x.dtype}; convert them: 0-255 "
+            "pixels with images.to(torch.uint8) (images.float() keeps 0-255, which is refused "
+            "as neither [0, 1] nor normalised), values in [0, 1] with images.float()."
         )
     if normalized is None:
         low, high = float(x.min()), float(x.max())
