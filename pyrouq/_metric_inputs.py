@@ -37,7 +37,7 @@ def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
             )
         probs = probs.probs
     _check_probs(probs, name=name, ndim=(3, 2))
-    p = _float64(probs)
+    p = _float64(probs.detach())  # the metrics are numbers: nothing to differentiate
     return p.unsqueeze(0) if p.dim() == 2 else p
 
 

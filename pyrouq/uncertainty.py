@@ -301,6 +301,7 @@ def _check_probs(
             f"Expected a non-empty {name}, got shape {shape}; "
             "pass at least one draw, one input and one class."
         )
+    probs = probs.detach()  # read numbers off, nothing differentiated (torch warns otherwise)
     finite = torch.isfinite(probs)
     if not bool(finite.all()):
         bad = int((~finite).sum())

@@ -171,3 +171,17 @@ def test_format_table_shows_a_key_that_is_not_a_string_under_other():
     # it raised TypeError: object of type 'int' has no len()
     table = format_table({"acc": 0.5, 3: 0.25})
     assert "│ 3              │ 0.25000 │" in table.splitlines()
+
+
+def test_metrics_of_probabilities_that_require_grad_give_no_torch_warning():
+    import warnings
+
+    from pyrouq import metrics
+
+    probs = torch.tensor([[[0.7, 0.3], [0.2, 0.8]]], requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "requires_grad=True to a scalar" warning
+        assert metrics.nll(probs, torch.tensor([0, 1])) == pytest.approx(
+            -(math.log(0.7) + math.log(0.8)) / 2
+        )
+        assert metrics.ece(probs, torch.tensor([0, 1])) == pytest.approx(0.25)
