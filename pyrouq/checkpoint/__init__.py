@@ -39,12 +39,10 @@ True
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -73,6 +71,9 @@ from pyrouq.checkpoint._file import (
     FORMAT,
     FORMAT_VERSION,
     MCMC_FORMAT,
+    _cpu,
+    _plain_data,
+    _write,
     read,
 )
 from pyrouq.mcmc import MCMCResult
@@ -225,7 +226,7 @@ def save(
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
-    path = Path(path)
+    given, path = path, Path(path)  # (Path drops the "/" that makes "runs/" a folder)
     if metadata is not None and not isinstance(metadata, dict):
         raise CheckpointError(
             f"Expected metadata to be a dict of JSON values, got {type(metadata).__name__}; "
@@ -238,9 +239,9 @@ def save(
                 "save() writes an MCMCResult alone (its draws and statistics): pass no guide, "
                 "optimizer or training state with it."
             )
-        check_target(path, "save()", "mcmc.pt")
+        check_target(given, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
-    check_target(path, "save()")
+    check_target(given, "save()")
     if guide is not None and not has_latent_sites(model):  # its file would not load
         try:
             check_drawable(model, "a guide", "save()")
@@ -307,10 +308,12 @@ def save(
 def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
     """Refuse a path a checkpoint cannot be written to: a folder, or one below a file. Its
     missing folders are created when it is written."""
-    path = Path(path)
-    if path.is_dir():
+    given, path = str(os.fspath(path)), Path(path)
+    slash = given.endswith(("/", os.sep))  # "runs/", a folder yet to make (Path drops the "/")
+    if path.is_dir() or slash:
+        shown = given if slash else str(path)
         raise CheckpointError(
-            f"{caller} needs a file path, got the folder {str(path)!r}; pass e.g. "
+            f"{caller} needs a file path, got the folder {shown!r}; pass e.g. "
             f"{str(path / example)!r}."
         )
     above = next((parent for parent in path.parents if parent.exists()), None)
@@ -326,33 +329,16 @@ def check_target(path: str | os.PathLike[str], caller: str, example: str = "chec
         )
 
 
-def _write(path: Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to a temporary file beside ``path`` (beside the file a symbolic link
-    points to, which is written as torch.save would, the link kept), then rename it there."""
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    try:
-        torch.save(payload, tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
 def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) -> Path:
+    own = metadata if metadata is not None else result.metadata
+    json_text(own)  # refused as the caller's metadata (not as "metadata['metadata']...")
     meta = {
         "kernel": result.kernel,
         "warmup_steps": result.warmup_steps,
         "seconds": list(result.seconds),
         "sites": list(result.samples),
         "versions": library_versions(),
-        "metadata": metadata if metadata is not None else result.metadata,
+        "metadata": own,
     }
     text = json_text(meta)
     payload = {
@@ -381,36 +367,6 @@ def _mcmc_result(payload: dict[str, Any], path: Any) -> MCMCResult:
         raise CheckpointError(
             f"{str(path)!r} is a damaged MCMC result ({type(err).__name__}: {err}). Re-save it."
         ) from None
-
-
-def _cpu(value: Any) -> Any:
-    """``value`` with every tensor moved to the CPU (dicts, lists and tuples walked)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        out = {k: _cpu(v) for k, v in value.items()}
-        if not hasattr(value, "_metadata"):
-            return out
-        # a state_dict's module versions, which a module's _load_from_state_dict may read
-        # (torchvision's MNASNet refuses a state without them); torch.load keeps them
-        state = collections.OrderedDict(out)
-        state._metadata = value._metadata  # type: ignore[attr-defined]
-        return state
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
-
-
-def _plain_data(value: Any) -> bool:
-    """Whether ``value`` is made of what ``torch.load(weights_only=True)`` reads back: tensors,
-    numbers, strings, None, and dicts, lists and tuples of them."""
-    if value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, dict):
-        return all(_plain_data(k) and _plain_data(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(_plain_data(v) for v in value)
-    return False
 
 
 def load(

@@ -1,11 +1,13 @@
-"""Reading a checkpoint file without running code: what torch wrote, intact, in a format
-version this pyrouq reads (:func:`read`)."""
+"""A checkpoint file: written whole or not at all (:func:`_write`), and read without running
+code: what torch wrote, intact, in a format version this pyrouq reads (:func:`read`)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import pickletools
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,68 @@ def _kind(value: Any) -> str:
     if isinstance(value, dict):
         return f"a dict with format={value.get('format')!r}"
     return f"a {type(value).__name__}"
+
+
+def _write(path: Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to a temporary file beside ``path`` (beside the file a symbolic link
+    points to, which is written as torch.save would, the link kept), flush it to the disk,
+    then rename it there: a crash, of the process or of the machine, leaves the file before
+    or after, never a truncated one (renamed unflushed, a power cut could leave the name on
+    an empty file, the previous checkpoint lost)."""
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    try:
+        torch.save(payload, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
+        handle = os.open(tmp, os.O_RDWR | getattr(os, "O_BINARY", 0))
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _cpu(value: Any) -> Any:
+    """``value`` with every tensor moved to the CPU (dicts, lists and tuples walked). A view
+    of a larger tensor (thinned draws, ``samples[:, ::10]``) is copied out: torch.save would
+    write all of the memory it views, the file as large as before the thinning."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if (
+            value.layout == torch.strided  # (a sparse tensor has no one storage)
+            and value.untyped_storage().nbytes() > value.numel() * value.element_size()
+        ):
+            value = value.clone()
+        return value
+    if isinstance(value, dict):
+        out = {k: _cpu(v) for k, v in value.items()}
+        if not hasattr(value, "_metadata"):
+            return out
+        # a state_dict's module versions, which a module's _load_from_state_dict may read
+        # (torchvision's MNASNet refuses a state without them); torch.load keeps them
+        state = collections.OrderedDict(out)
+        state._metadata = value._metadata  # type: ignore[attr-defined]
+        return state
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
+
+
+def _plain_data(value: Any) -> bool:
+    """Whether ``value`` is made of what ``torch.load(weights_only=True)`` reads back: tensors,
+    numbers, strings, None, and dicts, lists and tuples of them."""
+    if value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, dict):
+        return all(_plain_data(k) and _plain_data(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain_data(v) for v in value)
+    return False

@@ -28,15 +28,21 @@ from pyrouq.convert import SitePrior
 
 
 def restore(
-    source: Any, model: nn.Module, guide: Any, epochs: int, optimizer: tuple[str, str]
+    source: Any,
+    model: nn.Module,
+    guide: Any,
+    epochs: int,
+    optimizer: tuple[str, str],
+    built: Any = None,
 ) -> Checkpoint:
     """Load the run saved at ``source`` (a path or a :class:`Checkpoint`) into ``model`` and
     ``guide`` to continue it for a total of ``epochs`` with ``optimizer`` (the dotted class
     path of fit()'s optimizer, and how the message names it); returns the checkpoint with its
     training state (what ``fit(resume_from=...)`` continues). A checkpoint of another
-    configuration or optimizer, or of a finished run, is refused before anything is loaded;
-    one whose saved tensors do not fit leaves the model and guide as they were (values and
-    dtypes)."""
+    configuration or optimizer, or of a finished run, is refused before anything is loaded,
+    as is one whose optimizer state has other parameter groups than the optimizer ``built``
+    (fit()'s, when given); one whose saved tensors do not fit leaves the model and guide as
+    they were (values and dtypes)."""
     if isinstance(source, Checkpoint):
         saved = source
         model_state = saved.model.state_dict()
@@ -142,6 +148,7 @@ def restore(
             f"builds {named}: the saved optimizer state (moments, step counts) belongs to the "
             f"other one. {fix}, or start a new run."
         )
+    _check_optimizer_groups(built, saved.optimizer_state, where)
     _check_same_priors(model, model_state, where)
     _warn_other_dtype(model, model_state, where)
     modules = [m for m in (model, guide) if isinstance(m, nn.Module)]
@@ -155,6 +162,27 @@ def restore(
             _put_back(module, copies)
         raise
     return saved
+
+
+def _check_optimizer_groups(built: Any, state: Any, where: str) -> None:
+    """Refuse an optimizer state whose parameter groups hold other numbers of parameters than
+    those of the optimizer ``built`` (what its ``load_state_dict`` refuses), before the model
+    and guide are loaded: the parameters to train differ (other frozen ones) or their grouping."""
+    groups = getattr(built, "param_groups", None)
+    saved = state.get("param_groups") if isinstance(state, dict) else None
+    if not isinstance(groups, list) or not isinstance(saved, list):
+        return  # the optimizer's load_state_dict says what is wrong
+    ours = [len(group["params"]) for group in groups]
+    theirs = [len(g["params"]) if isinstance(g, dict) and isinstance(g.get("params"), list)
+              else None for g in saved]  # fmt: skip
+    if ours != theirs:
+        raise CheckpointError(
+            f"resume_from={where!r} holds an optimizer state of parameter groups of {theirs} "
+            f"parameters, but this fit()'s optimizer has {ours}: the parameters to train "
+            "differ from the run's (a model or guide built otherwise, other parameters frozen) "
+            "or their grouping (another optim). Resume with the run's model, guide and optim; "
+            "nothing was loaded."
+        )
 
 
 def _tensors_of(module: nn.Module) -> dict[tuple[str, str], torch.Tensor]:

@@ -1,0 +1,137 @@
+"""Audit of checkpoints (writing, views, folder paths, MCMC metadata, resume refusals)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from pyrouq import ArrayLoader, BayesianMLP, CheckpointError, fit, load, mean_field_guide, save
+from pyrouq.checkpoint._resume import restore
+from pyrouq.mcmc import MCMCResult
+
+
+def _mlp():
+    torch.manual_seed(0)
+    model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    return model, mean_field_guide(model)
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(20, 4, generator=g), torch.randint(0, 3, (20,), generator=g)
+
+
+def test_save_flushes_the_new_file_to_the_disk_before_renaming_it(tmp_path, monkeypatch):
+    # renamed unflushed, a power cut could leave the checkpoint's name on an empty file (the
+    # previous checkpoint lost): the data must reach the disk before the rename
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def recording_fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino))
+        return fsync(fd)
+
+    def recording_replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino, os.fspath(dst)))
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
+    model, guide = _mlp()
+    path = tmp_path / "run.pt"
+    save(path, model, guide)
+    renames = [e for e in events if e[0] == "replace" and e[2] == os.fspath(path)]
+    assert len(renames) == 1
+    inode = renames[0][1]
+    assert ("fsync", inode) in events
+    assert events.index(("fsync", inode)) < events.index(renames[0])
+    assert torch.equal(load(path).guide.site_loc("fc1.weight"), guide.site_loc("fc1.weight"))
+
+
+def test_a_path_ending_in_a_separator_is_a_folder_not_a_file_to_write(tmp_path):
+    # save("runs/") wrote a file named "runs", which the next save("runs/ckpt.pt") then
+    # found in its way; torch.save refuses such a path
+    model, guide = _mlp()
+    folder = os.path.join(str(tmp_path), "runs") + os.sep
+    expected = repr(os.path.join(str(tmp_path), "runs", "checkpoint.pt"))
+    with pytest.raises(CheckpointError) as info:
+        save(folder, model, guide)
+    assert str(info.value) == (
+        f"save() needs a file path, got the folder {folder!r}; pass e.g. {expected}."
+    )
+    x, y = _data()
+    with pytest.raises(CheckpointError, match=r"fit\(checkpoint=\.\.\.\) needs a file path"):
+        fit(model, guide, ArrayLoader(x, y, 5), epochs=1, progress=False, checkpoint=folder)
+    assert not (tmp_path / "runs").exists()
+    assert save(tmp_path / "runs" / "checkpoint.pt", model, guide).is_file()
+
+
+def test_thinned_draws_are_saved_without_the_draws_thinned_out(tmp_path):
+    # torch.save writes all of the memory a view looks at: every 10th draw of 1000 took the
+    # room of all 1000 (1.6 MB for 160 kB of values)
+    draws = torch.randn(4, 1000, 100)
+    thinned = draws[:, ::10]
+    stats = {"diverging": torch.zeros(4, 100, dtype=torch.bool), "step_size": torch.rand(4, 100)}
+    result = MCMCResult({"w": thinned}, stats, "nuts", 10, [1.0, 2.0])
+    path = save(tmp_path / "mcmc.pt", result)
+    assert os.path.getsize(path) < 2 * thinned.numel() * thinned.element_size()
+    back = load(path)
+    assert torch.equal(back.samples["w"], thinned)
+    assert torch.equal(draws[:, ::10], thinned)  # the caller's draws untouched
+    # a model's tied weights (one tensor under two names) stay one tensor
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    net[1].weight = net[0].weight
+    skeleton = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    skeleton[1].weight = skeleton[0].weight
+    model = load(save(tmp_path / "tied.pt", net), module=skeleton).model
+    assert model[0].weight is model[1].weight
+    assert torch.equal(model[0].weight, net[0].weight)
+
+
+def test_an_mcmc_results_metadata_is_refused_under_the_callers_own_key(tmp_path):
+    stats = {"diverging": torch.zeros(2, 3, dtype=torch.bool)}
+    result = MCMCResult({"w": torch.randn(2, 3)}, stats, "nuts", 10, metadata={"t": (1, 2)})
+    with pytest.raises(CheckpointError) as info:  # it said metadata['metadata']['t']
+        save(tmp_path / "mcmc.pt", result)
+    assert str(info.value).startswith(
+        "metadata must hold JSON values, which load back as saved; metadata['t'] is a tuple"
+    )
+    with pytest.raises(CheckpointError, match=r"; metadata\['run'\] is a tuple"):
+        save(tmp_path / "mcmc.pt", result, metadata={"run": (1,)})
+    assert not (tmp_path / "mcmc.pt").exists()
+
+
+def _two_groups(params):
+    params = list(params)
+    return torch.optim.Adam([{"params": params[:1]}, {"params": params[1:]}], lr=0.01)
+
+
+def test_a_resume_whose_optimizer_groups_differ_is_refused_before_anything_is_loaded(tmp_path):
+    # the model and guide took the run's values, then the optimizer's state was refused:
+    # the refusal left them changed
+    x, y = _data()
+    model, guide = _mlp()
+    path = tmp_path / "run.pt"
+    fit(model, guide, ArrayLoader(x, y, 5, seed=0), epochs=1, progress=False,
+        optim=_two_groups, checkpoint=path)  # fmt: skip
+    name = load(path).training["optimizer"]
+    model, guide = _mlp()
+    before = {k: v.clone() for k, v in guide.state_dict().items()}
+    one = torch.optim.Adam(list(guide.parameters()) + list(model.parameters()), lr=0.01)
+    with pytest.raises(CheckpointError) as info:
+        restore(path, model, guide, 2, (name, name), built=one)
+    count = len(one.param_groups[0]["params"])
+    assert str(info.value).startswith(
+        f"resume_from={str(path)!r} holds an optimizer state of parameter groups of "
+        f"[1, {count - 1}] parameters, but this fit()'s optimizer has [{count}]"
+    )
+    assert str(info.value).endswith("nothing was loaded.")
+    for key, value in guide.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    model, guide = _mlp()  # the run's grouping: restored
+    saved = restore(path, model, guide, 2, (name, name), built=_two_groups(
+        list(guide.parameters()) + list(model.parameters())))  # fmt: skip
+    assert saved.training["epochs_done"] == 1
+    assert torch.equal(guide.site_loc("fc1.weight"), load(path).guide.site_loc("fc1.weight"))
