@@ -219,12 +219,10 @@ def run(
 
 
 def sample_dims(weights: Mapping[str, Tensor], event_dims: Mapping[str, int]) -> torch.Size:
-    """The leading (sample) dims of the first site of ``weights`` that has any."""
-    for name, value in weights.items():
-        lead = value.shape[: value.dim() - event_dims[name]]
-        if len(lead):
-            return lead
-    return torch.Size()
+    """The leading (sample) dims of the first site of ``weights`` with the most draws and any
+    such dims (a site of a single draw, shared by every draw, may come first)."""
+    leads = [value.shape[: value.dim() - event_dims[name]] for name, value in weights.items()]
+    return max(leads, key=lambda lead: (math.prod(lead), len(lead) > 0), default=torch.Size())
 
 
 def output_dims(lead: torch.Size, plates: int = 1) -> tuple[int, ...]:
@@ -279,7 +277,7 @@ def run_draws(
         ]
         return torch.stack(outs)
 
-    if _cpu(x) or _batch_statistics(net):
+    if _cpu(x) or _batch_statistics(net) or count == 1:  # (vmap needs a site of S > 1 draws)
         stacked = one_at_a_time()
     else:
         shared = {k: v[0] for k, v in flat.items() if v.shape[0] == 1}

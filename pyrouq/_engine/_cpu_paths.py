@@ -207,7 +207,7 @@ class MaxPool2x2(nn.MaxPool2d):
         return "MaxPool2d"
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1] < 2 or x.shape[-2] < 2:  # torch's own error: the output would be empty
+        if x.dim() not in (3, 4) or 0 in x.shape[-3:] or min(x.shape[-2:]) < 2:  # torch refuses
             return F.max_pool2d(x, 2)
         if _transformed(x):
             return F.max_pool2d(x, 2)

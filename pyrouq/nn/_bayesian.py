@@ -326,6 +326,12 @@ class BayesianConv2d(_BayesianLayer):
             batch = x.shape[0]
             grouped = x.repeat(1, s, 1, 1)
         else:  # (S, B, C, H, W): draw s sees stack s
+            if x.shape[0] != s:
+                raise ValueError(
+                    f"BayesianConv2d got {s} weight draws and stacked inputs of shape "
+                    f"{tuple(x.shape)}: inputs (S, B, C, H, W) hold one stack per draw, S = {s}. "
+                    "Pass inputs (B, C, H, W) to run every draw on all of them."
+                )
             batch = x.shape[1]
             grouped = x.transpose(0, 1).reshape(batch, s * x.shape[2], *x.shape[3:])
         out = F.conv2d(
