@@ -647,9 +647,11 @@ def _fitted(optim, tmp_path=None, **kwargs):
 
 def test_default_adam_is_torch_adam_to_the_bit():
     # fit's default optimizer is pyrouq's own Adam (no torch._dynamo import); the schedule
-    # changes the learning rate at every step, so its param_groups are exercised too
+    # changes the learning rate at every step, so its param_groups are exercised too. To the
+    # bit against torch's fused kernel, as documented: torch.optim.Adam()'s default
+    # (multi-tensor) update rounds differently on some CPUs (AMD EPYC: 6e-8 apart)
     _, ours = _fitted(None)
-    _, theirs = _fitted(lambda params: torch.optim.Adam(params, lr=0.03))
+    _, theirs = _fitted(lambda params: torch.optim.Adam(params, lr=0.03, fused=True))
     for name in ours.sites:
         assert torch.equal(ours.site_loc(name), theirs.site_loc(name)), name
         assert torch.equal(ours.site_scale(name), theirs.site_scale(name)), name
