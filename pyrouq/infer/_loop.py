@@ -395,8 +395,8 @@ class Loop:
             raise FloatingPointError(
                 f"Non-finite loss ({float(row[0])}){where} at epoch {epoch}, step {step}; training "
                 "stopped and the parameters and normalisation statistics of the last finite "
-                f"step are kept{averaged}. Lower lr, check the inputs for NaN/inf, or use a "
-                "smaller init_scale."
+                f"step are kept{averaged}. Lower lr, check the inputs and targets for NaN/inf, "
+                "or use a smaller init_scale."
             )
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
@@ -523,8 +523,8 @@ class Loop:
                     modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
                     _distributed.average_buffers(modules, self.group)
                     correct, counted = self.sums[3:].tolist()
-                    accuracy = correct / counted if counted else float("nan")
-                    per_rank = torch.cat([self.sums[:3] / batches, torch.tensor([accuracy])])
+                    accuracy = self.sums.new_tensor([correct / counted if counted else math.nan])
+                    per_rank = torch.cat([self.sums[:3] / batches, accuracy])
                     means, seconds = _distributed.epoch_figures(
                         per_rank.double(), time.perf_counter() - start, self.group
                     )

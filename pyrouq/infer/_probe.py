@@ -39,8 +39,9 @@ from pyrouq.likelihoods import Categorical
 class OwnTargets:
     """The likelihood fit() assumes for a Pyro model of the user's own that has real-valued
     targets (a regression written in Pyro, as in Pyro's Bayesian-regression tutorial): the
-    targets are the model's to judge (its distributions validate them), and there is no
-    training accuracy to count."""
+    targets are the model's to judge (fit() trains with Pyro's validation off; the model may
+    mask missing ones itself: a NaN it lets through shows as a non-finite loss), and there is
+    no training accuracy to count."""
 
     def target_problem(self, y: torch.Tensor, num_outputs: int | None) -> str | None:
         return None
