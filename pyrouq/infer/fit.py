@@ -420,7 +420,7 @@ def fit(
         if resume_from is not None:
             ours = optimizer_name(optimizer)
             shown = f"{ours} (optim=None: pyrouq's Adam)" if optim is None else ours
-            resume = restore(resume_from, model, guide, epochs, (ours, shown))
+            resume = restore(resume_from, model, guide, epochs, (ours, shown), optimizer)
         group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
         independent = _distributed.draws_option(distributed_draws, group, seed)
     _distributed.check_same_everywhere(
