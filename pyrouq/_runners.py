@@ -18,8 +18,10 @@ from pyrouq import _engine
 from pyrouq import _own_models as own_models
 from pyrouq._util import (
     AsItCame,
+    check_flag,
     class_name,
     has_latent_sites,
+    module_dtype,
     rng_state,
     seed_generators,
     set_rng_state,
@@ -32,6 +34,57 @@ from pyrouq.likelihoods._categorical import are_probabilities, judged
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
 DEFAULT_MAX_DRAW_BYTES = 2**30
+
+
+def check_arguments(model: Any, guide: Any, parallel: Any, progress: Any) -> None:
+    """Refuse, before anything runs, a model or guide that predict() cannot call (what
+    ``fit()`` returns, posterior draws given as the guide, the inputs given first, a guide
+    given as the model) and flags that are not True or False (``"no"`` would count as true)."""
+    from pyro.infer import MCMC
+    from pyro.infer.autoguide import AutoGuide
+
+    from pyrouq.infer import FitResult
+    from pyrouq.mcmc import MCMCResult
+
+    check_flag("parallel", parallel)
+    check_flag("progress", progress)
+    for name, value in (("model", model), ("guide", guide)):
+        if isinstance(value, FitResult):
+            raise TypeError(
+                f"predict() got a FitResult as the {name}: fit() returns the record of its "
+                "epochs (losses, steps) and trains the model and the guide in place. Pass "
+                "them: result = fit(model, guide, loader, ...), then predict(model, x, guide)."
+            )
+        if name == "guide" and isinstance(value, (dict, MCMCResult, MCMC)):
+            raise TypeError(
+                f"predict() got posterior draws (a {type(value).__name__}) as the guide: pass "
+                "them by name, predict(model, x, posterior_samples=draws)."
+            )
+        if name == "model" and isinstance(value, (MeanFieldGuide, AutoGuide)):
+            raise TypeError(
+                f"predict() got a guide ({type(value).__name__}) as the model: the model comes "
+                "first, predict(model, x, guide)."
+            )
+        if (value is None and name == "guide") or callable(value):
+            continue
+        first = " The model comes first: predict(model, x, ...)." if torch.is_tensor(value) else ""
+        what = "a pyrouq model, an nn.Module or a Pyro model function"
+        if name == "guide":
+            what = "mean_field_guide(model), a Pyro autoguide or guide function"
+        raise TypeError(
+            f"predict() expects the {name} to be callable ({what}), got a "
+            f"{type(value).__name__}.{first}"
+        )
+
+
+def typed_by(model: Any, guide: Any) -> Any:
+    """Whose dtype predict() casts floating inputs to: the model's, or, for a model of the
+    user's own without floating parameters (every weight a ``PyroSample``, a function), its
+    guide's, whose draws the model computes with (a fitted autoguide's float32 draws times
+    float64 inputs from numpy would fail in the model)."""
+    if module_dtype(model) is None and module_dtype(guide) is not None:
+        return guide
+    return model
 
 
 def is_ensemble(model: nn.Module) -> bool:

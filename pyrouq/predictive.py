@@ -279,7 +279,7 @@ def predict(
         ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
         is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``;
         empty batches are skipped). Floating inputs of another dtype (float64, float16) are
-        cast to the model's; integer ones (raw uint8 pixels) are refused, see
+        cast to the model's (or its guide's); integer ones (raw uint8 pixels) are refused, see
         :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader
         that shuffles gives them shuffled, with its labels in the same order (so
@@ -367,11 +367,11 @@ def predict(
             f"({x.item()!r}). Pass one example as x.reshape(1, *shape) (one feature: "
             "x.reshape(1, 1))."
         )
+    _runners.check_arguments(model, guide, parallel, progress)
     batch_size = check_int("batch_size", batch_size)
     batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
-    if num_samples is not None:
-        num_samples = check_int("num_samples", num_samples)
+    num_samples = None if num_samples is None else check_int("num_samples", num_samples)
     device = module_device(model, guide)
     likelihood = getattr(model, "likelihood", None)
     if likelihood is None:
@@ -484,7 +484,7 @@ def predict(
                         if bar is not None:  # predict, and a Pyro model's plate of 0 fails
                             bar.update()
                         continue
-                    inputs = _prepared(xb, model, device, "x", first)
+                    inputs = _prepared(xb, _runners.typed_by(model, guide), device, "x", first)
                     try:
                         outputs = came.run(index, xb, inputs, run)
                     except (TypeError, ValueError, RuntimeError) as err:
