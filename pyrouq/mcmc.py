@@ -73,8 +73,10 @@ class MCMCResult:
     seconds : list of float
         Wall time of each chain (warm-up included).
     model, x, y : optional
-        The model and the data the chains ran on (not saved by :func:`pyrouq.save`; pass them
-        to :func:`pyrouq.to_inference_data` after a :func:`pyrouq.load`).
+        The model and the data the chains ran on (not saved by :func:`pyrouq.save`). After a
+        :func:`pyrouq.load`, set ``result.model = model`` before
+        :func:`pyrouq.to_inference_data`, which takes no model beside a result, and set
+        ``result.x``, ``result.y`` too or pass them: ``to_inference_data(result, x=x, y=y)``.
     metadata : dict
         JSON values of the caller's: ``pyrouq.save(path, result, metadata=...)`` stores them
         (``result.metadata`` when that argument is left out) and :func:`pyrouq.load` gives
@@ -196,7 +198,9 @@ def mcmc(
     kernel : {"nuts", "hmc"}
     seed : int, optional
         In ``[0, 2**32 - 1]``. None: drawn from torch's generator (so ``torch.manual_seed``
-        before the call makes it reproducible too).
+        before the call makes it reproducible too). Since chain c runs on ``seed + c``, runs
+        on nearby seeds share chains (``seed=1``'s chain 0 is ``seed=0``'s chain 1): for an
+        independent run, take seeds at least ``num_chains`` apart.
     progress : bool, default True
     force : bool, default False
         Sample a model above :data:`MAX_LATENT_VALUES` latent values anyway.
