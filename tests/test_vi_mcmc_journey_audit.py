@@ -52,6 +52,13 @@ def test_a_loaded_result_exports_once_its_model_is_set_on_data_passed(tmp_path):
     back = pyrouq.load(pyrouq.save(tmp_path / "chains.pt", result))
     assert back.model is None and back.x is None and back.y is None
     new_x, new_y = _data(12, seed=1)
+    with pytest.raises(ValueError, match=r"carries neither: set result\.model first\.$"):
+        pyrouq.to_inference_data(back, x=new_x, y=new_y)  # x and y given: the model is missing
+    with pytest.raises(
+        ValueError,
+        match=r"set result\.model, result\.x and result\.y first \(or pass x= and y=\)\.$",
+    ):
+        pyrouq.to_inference_data(back)
     back.model = model
     got = pyrouq.to_inference_data(back, x=new_x, y=new_y)
     want = pyrouq.to_inference_data(result, x=new_x, y=new_y)

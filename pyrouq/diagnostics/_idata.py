@@ -284,11 +284,14 @@ def to_inference_data(
         )
     if result is not None:
         model, x, y = result.model, result.x if x is None else x, result.y if y is None else y
-        if model is None or x is None or y is None:
+        missing = [name for name, v in (("model", model), ("x", x), ("y", y)) if v is None]
+        if missing:
+            names = [f"result.{name}" for name in missing]
+            setting = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
+            passing = " (or pass x= and y=)" if {"x", "y"} & set(missing) else ""
             raise ValueError(
                 f"{fn}: an MCMCResult is exported with the model and data its chains ran on "
-                "and no guide; a loaded result carries neither: set result.model, result.x "
-                "and result.y first."
+                f"and no guide; a loaded result carries neither: set {setting} first{passing}."
             )
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
