@@ -23,6 +23,7 @@ from pyrouq._util import (
 )
 from pyrouq.convert._select import (
     COUNTER,
+    _names_list,
     check_module,
     check_num_data,
     computes_its_own_way,
@@ -155,6 +156,46 @@ def _reset(layer: nn.Module) -> nn.Module:
     stand_in.__dict__ = {**layer.__dict__, "weight": fresh(layer.weight), "bias": fresh(layer.bias)}
     own.reset_parameters(stand_in)
     return stand_in  # type: ignore[no-any-return]
+
+
+def _nothing_converted(net: nn.Module, name: str) -> str:
+    """Why ``net`` (``name``: its class) got no BatchEnsemble layer: it has no Linear or
+    convolution, or all it has are kept plain (read as tensors by attention, or subclasses
+    computing their own way), which the message names, with what to do."""
+    layers = tuple(BATCHENSEMBLE_LAYERS)
+    inside = [p for p, m in net.named_modules() if isinstance(m, weight_readers())]
+    read = [
+        p
+        for p, m in net.named_modules()
+        if isinstance(m, layers) and any(p.startswith(f"{q}.") for q in inside)
+    ]
+    own = [
+        f"{p!r} ({type(m).__name__})"
+        for p, m in net.named_modules()
+        if isinstance(m, layers) and p not in read and computes_its_own_way(m)
+    ]
+    if not read and not own:
+        return (
+            f"{name} has no nn.Linear or convolution layer to turn into BatchEnsemble layers. "
+            "Pass a network with such layers."
+        )
+    why = []
+    if read:
+        why.append(
+            f"{_names_list(read, 4)} inside a module that reads its layers' weights as tensors "
+            "(nn.MultiheadAttention, Swin attention), kept shared"
+        )
+    if own:
+        why.append(
+            f"{', '.join(own[:4])}: subclasses with a forward of their own, which a "
+            "BatchEnsemble layer would drop, kept as they are"
+        )
+    return (
+        f"{name} has no nn.Linear or convolution layer a BatchEnsemble can convert, so its "
+        f"members would all be one network; its layers are {'; '.join(why)}. Give the "
+        "network a plain nn.Linear / convolution that its forward calls (a head, or the "
+        "subclass's extra computation moved outside the layer), or use pyrouq.bayesian(net)."
+    )
 
 
 def _mark_sequence_first(net: nn.Module) -> None:
@@ -294,10 +335,7 @@ class BatchEnsembleNetwork(PyroModule):
             net = nn.Sequential(net)
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
         if not _convert_layers(net, num_members, factors, reset=not use_base_weights):
-            raise ValueError(
-                f"{class_name(module)} has no nn.Linear or convolution layer to turn into "
-                "BatchEnsemble layers. Pass a network with such layers."
-            )
+            raise ValueError(_nothing_converted(net, class_name(module)))
         if norms == "per_member":
             _copy_norms(net, num_members)
         _mark_sequence_first(net)

@@ -81,14 +81,20 @@ def _is_function(prior: object) -> bool:
     return callable(prior) and not isinstance(prior, torch.distributions.Distribution)
 
 
+def _is_factor(net: nn.Module, site: str) -> bool:
+    """Whether ``site`` is a rank-1 factor (``r``, ``s``) of a BatchEnsemble layer of ``net``."""
+    return site.rpartition(".")[2] in ("r", "s") and bool(
+        getattr(net.get_submodule(_owner(site)), "_is_batchensemble", False)
+    )
+
+
 def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> None:
     """Warn when a dict or callable prior gives rank-1 factors (``r``, ``s`` of a
     BatchEnsemble layer) a prior centred on 0, as a dict does any factor its keys miss."""
     zero = [
         site
         for site, prior in priors.items()
-        if site.rpartition(".")[2] in ("r", "s")
-        and getattr(net.get_submodule(_owner(site)), "_is_batchensemble", False)
+        if _is_factor(net, site)
         and prior.family in ("Normal", "Laplace", "StudentT", "Cauchy")  # loc: the centre
         and not bool(prior.get_buffer("loc").any())
     ]
@@ -179,14 +185,6 @@ class BayesianNetwork(PyroModule):
             self.module_record = dict(ensemble.module_record)
             net = copy.deepcopy(ensemble.net)
             select = _factor_names(net, select)
-            if is_real(prior):
-                warnings.warn(
-                    f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
-                    "prior on the rank-1 factors, which start near 1 and scale the shared "
-                    "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
-                    "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M).",
-                    stacklevel=3,
-                )
         else:
             self.module_record = module_record(module)
             net = copy_network(module, "make it Bayesian")
@@ -196,6 +194,14 @@ class BayesianNetwork(PyroModule):
         tied = {site: more for site, more in aliases_of(net).items() if site in sites}
         every_name = [name for name, _ in net.named_parameters(remove_duplicate=False)]
         priors = resolve_priors(prior, {s: params[s] for s in sites}, every_name, tied)
+        if ensemble is not None and is_real(prior) and any(_is_factor(net, s) for s in sites):
+            warnings.warn(  # (none where no factor is latent: the weights, the norms)
+                f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
+                "prior on the rank-1 factors, which start near 1 and scale the shared "
+                "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
+                "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M).",
+                stacklevel=3,
+            )
         if ensemble is not None and (isinstance(prior, Mapping) or _is_function(prior)):
             _warn_zero_mean_factors(net, priors)  # (a float has warned; one distribution:
             # the user's choice, or the placeholder pyrouq.load() replaces)
@@ -265,9 +271,15 @@ class BayesianNetwork(PyroModule):
         return {s: len(shape) for s, shape in self.latent_sites().items()}
 
     def prior_of(self, site: str) -> SitePrior:
-        """The :class:`SitePrior` of ``site``."""
+        """The :class:`SitePrior` of ``site`` (a KeyError names the sites, for another)."""
         if site not in self._sites:
-            return self.likelihood.noise_prior  # type: ignore[return-value]
+            likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
+            if site not in likelihood.latent_sites():
+                raise KeyError(
+                    f"{site!r} is not a latent site of this model; its latent sites are "
+                    f"{_names_list(list(self.latent_sites()))}."
+                )
+            return likelihood.noise_prior  # type: ignore[return-value]
         return self.site_priors[list(self._sites).index(site)]  # type: ignore[return-value]
 
     def priors(self) -> dict[str, dist.TorchDistribution]:
@@ -428,9 +440,11 @@ def bayesian(
         ``pyro.distributions`` distribution is expanded to every site; a dict
         ``{name or prefix: float | Distribution}`` gives each site the value of its longest
         matching key (``"layer4"`` covers ``"layer4.1.conv2.weight"``), sites matching no key
-        getting ``Normal(0, 1)``; a callable ``(name, param) -> float | Distribution`` is asked
-        for every site. Of a BatchEnsemble, whose factors start near 1, a float, or a dict or
-        callable that leaves factors with a prior centred on 0, warns: it pulls them to 0.
+        getting ``Normal(0, 1)`` (two equally long keys that give one tied site, under two of
+        its names, other priors are an error); a callable
+        ``(name, param) -> float | Distribution`` is asked for every site. Of a BatchEnsemble,
+        whose factors start near 1, a float, or a dict or callable that leaves factors with a
+        prior centred on 0, warns: it pulls them to 0.
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
         and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its
@@ -467,7 +481,8 @@ def bayesian(
     Raises
     ------
     ValueError
-        A module with nothing to select, a ``select`` entry or prior key that matches nothing,
+        A module with nothing to select (a ``select`` that finds only layers holding no
+        parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
         selected.
 

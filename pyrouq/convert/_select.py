@@ -25,6 +25,10 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
+from pyrouq.convert._hints import WEIGHTED_TYPES, nothing_of_their_own
+from pyrouq.convert._hints import converted as _converted
+from pyrouq.convert._hints import names_list as _names_list
+from pyrouq.convert._hints import warn_parametrized as _warn_parametrized
 from pyrouq.convert._record import LAYER_SETTINGS, module_record
 
 __all__ = [
@@ -50,9 +54,6 @@ PriorSpec = (
 SelectSpec = None | Literal["last_layer"] | Sequence[str] | Callable[[str, nn.Parameter], bool]
 """What ``select=`` accepts (see :func:`bayesian`)."""
 
-WEIGHTED_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
-"""Layers whose weight and bias ``select=None`` makes latent."""
-
 COUNTER = itertools.count()
 """Numbers the converted models, so that each has its own name in Pyro's param store."""
 
@@ -70,46 +71,6 @@ def _matches(name: str, key: str) -> bool:
 
 def _owner(name: str) -> str:
     return name.rpartition(".")[0]
-
-
-def _names_list(names: Sequence[str], limit: int = 8) -> str:
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
-
-
-def _warn_parametrized(module: nn.Module, layers: set[str]) -> None:
-    """Warn when a selected layer's weight is computed by a parametrization (weight_norm,
-    spectral_norm, ...): that tensor is no parameter, so it stays a point estimate."""
-    computed = [
-        f"{name}.{tensor}" if name else tensor
-        for name, m in module.named_modules()
-        if name in layers and parametrize.is_parametrized(m)
-        for tensor in m.parametrizations  # type: ignore[union-attr]
-    ]
-    if computed:
-        warn_caller(
-            f"bayesian(): {_names_list(computed)} of {class_name(module)}: computed by a "
-            "parametrization (e.g. weight_norm, spectral_norm) rather than stored as "
-            "parameters, these stay point estimates, as do the parametrization's own tensors. "
-            "To make them latent, remove the parametrization (torch.nn.utils.parametrize."
-            "remove_parametrizations) before converting.",
-        )
-
-
-def _converted(module: nn.Module) -> str:
-    """For the messages refusing ``module`` with nothing to select: where it is the inner
-    network of a converted model, what to pass instead."""
-    if any(getattr(m, "_is_batchensemble", False) for m in module.modules()):
-        return (
-            " Its layers are BatchEnsemble layers: for a rank-1 network, pass the BatchEnsemble "
-            "itself, bayesian(ensemble, ...), or the plain network to pyrouq.rank1."
-        )
-    if any(isinstance(m, WEIGHTED_TYPES) and "weight" in m._buffers for m in module.modules()):
-        return (
-            " Its nn.Linear / convolution weights are buffers, as in the .net of a model "
-            "bayesian() made: pass model.plain_network() (a plain copy) or the original network."
-        )
-    return ""
 
 
 def _picks(select: Callable[[str, nn.Parameter], bool], name: str, param: nn.Parameter) -> bool:
@@ -146,6 +107,8 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         weighted = {name for name, m in module.named_modules() if isinstance(m, WEIGHTED_TYPES)}
         candidates = [n for n in params if _owner(n) in weighted]
         chosen = [n for n in candidates if params[n].requires_grad]  # frozen ones stay fixed
+        if weighted and not candidates:  # (weights computed by parametrizations, no bias)
+            raise ValueError(nothing_of_their_own(module, sorted(weighted), "None"))
         if not candidates:
             raise ValueError(
                 f"{class_name(module)} has no nn.Linear or convolution layer, so "
@@ -183,8 +146,11 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
                 f"select='last_layer' needs an nn.Linear, and {class_name(module)} has none. "
                 f"Pass select= the names of the layers or parameters to make Bayesian{last}."
             )
+        chosen = [n for n in params if _owner(n) == linears[-1]]
+        if not chosen:
+            raise ValueError(nothing_of_their_own(module, linears[-1:], "'last_layer'"))
         _warn_parametrized(module, {linears[-1]})
-        return [n for n in params if _owner(n) == linears[-1]]
+        return chosen
     if callable(select):
         chosen = [n for n, p in params.items() if _picks(select, n, p)]
         if not chosen:
@@ -408,6 +374,15 @@ def resolve_priors(
         if isinstance(prior, Mapping):
             keys = sorted((k for k in prior if any(_matches(n, k) for n in names[site])), key=len)
             value: Any = prior[keys[-1]] if keys else DEFAULT_PRIOR_SCALE
+            if len(keys) > 1 and len(keys[-2]) == len(keys[-1]):  # two names of a tied site
+                other = prior[keys[-2]]
+                if other is not value and not (is_real(other) and other == value):
+                    raise ValueError(
+                        f"prior keys {keys[-2]!r} and {keys[-1]!r} both match {site!r}, one "
+                        f"tensor under the names {_names_list(names[site])}, with other "
+                        "priors, and neither is longer (more specific) than the other. Give "
+                        f"it one prior: drop one key, or add the key {site!r}."
+                    )
         elif callable(prior) and not isinstance(prior, torch.distributions.Distribution):
             value = prior(site, param)
         else:

@@ -71,12 +71,19 @@ def _check_registered_once(module: nn.Module, sites: Sequence[str]) -> None:
             slot = (id(module.get_submodule(owner)), attr)
             if slot in seen:
                 first, again = seen[slot].rpartition(".")[0], owner
+                factors = (
+                    " (rank1() makes every layer's factors latent; to leave these out, build "
+                    "pyrouq.bayesian(pyrouq.batchensemble(net, M, norms='shared'), select=[the "
+                    "other layers' factors], prior=dist.Normal(1.0, 0.1)))"
+                    if getattr(module.get_submodule(owner), "_is_batchensemble", False)
+                    else ""
+                )
                 raise ValueError(
                     f"{site!r} belongs to a layer of {class_name(module)} registered under "
                     f"several names ({first!r} and {again!r} are one module), and pyrouq "
                     "cannot make such a layer's parameters latent yet: the weights drawn for "
                     "it would stay in it. Register the layer once and call it as often as "
                     f"forward needs (self.{first.rpartition('.')[2] or 'layer'}(...) twice; "
-                    "one draw serves every call), or leave it out of select=."
+                    f"one draw serves every call), or leave it out of select={factors}."
                 )
             seen[slot] = name
