@@ -265,3 +265,18 @@ def test_two_equally_long_prior_keys_naming_one_tied_site_otherwise_are_refused(
     longer = bayesian(_TiedLM(), prior={"emb": 0.1, "out.weight": 0.2})  # the longest wins
     assert str(longer.prior_of("emb.weight")) == "SitePrior(Normal(loc=0, scale=0.2))"
     assert str(longer.prior_of("emb.bias")) == "SitePrior(Normal(loc=0, scale=0.1))"
+
+
+def test_a_noise_prior_takes_the_dtype_of_a_float64_network():
+    # HalfNormal(1.0) is made float32: the guide's sigma was float32 in a float64 model
+    from pyrouq import ArrayLoader, fit, mean_field_guide
+    from pyrouq.likelihoods import Gaussian
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1)).double()
+    model = bayesian(net, likelihood=Gaussian(dist.HalfNormal(1.0)))
+    assert model.likelihood.noise_prior.scale.dtype == torch.float64
+    guide = mean_field_guide(model)
+    x, y = torch.randn(20, 2, dtype=torch.float64), torch.randn(20, 1, dtype=torch.float64)
+    fit(model, guide, ArrayLoader(x, y, 10, seed=0), epochs=1, progress=False)
+    assert guide.site_loc("sigma").dtype == torch.float64

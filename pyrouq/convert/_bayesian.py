@@ -22,6 +22,7 @@ from pyrouq._util import (
     forget_params,
     model_input,
     module_device,
+    module_dtype,
     warn_caller,
 )
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
@@ -225,6 +226,9 @@ class BayesianNetwork(PyroModule):
         ]
         if device is not None and any(t.device != device for t in held):
             self.likelihood.to(device)  # a noise prior made on the CPU, the network on a GPU
+        dtype = module_dtype(self.net)  # a float32 noise prior of a float64 network: its dtype
+        if dtype is not None and any(t.is_floating_point() and t.dtype != dtype for t in held):
+            self.likelihood.to(dtype)
         self._sites = {s: torch.Size(params[s].shape) for s in sites}
         self._tied = tied
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
