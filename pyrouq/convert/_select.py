@@ -341,6 +341,19 @@ def _site_prior(
     return SitePrior(family, params, shape)
 
 
+def _same_prior(one: Any, other: Any, site: str, param: nn.Parameter) -> bool:
+    """Whether two priors given for one site are the same (a float and ``Normal(0, it)``, or
+    two distributions of one family built apart, with equal parameters)."""
+    a, b = (_site_prior(v, site, param.shape, param.device, param.dtype) for v in (one, other))
+    return (
+        a.opaque is None
+        and b.opaque is None
+        and a.family == b.family
+        and set(a._names) == set(b._names)
+        and all(torch.equal(getattr(a, k), getattr(b, k)) for k in a._names)
+    )
+
+
 def resolve_priors(
     prior: PriorSpec,
     params: Mapping[str, nn.Parameter],
@@ -374,11 +387,12 @@ def resolve_priors(
         if isinstance(prior, Mapping):
             keys = sorted((k for k in prior if any(_matches(n, k) for n in names[site])), key=len)
             value: Any = prior[keys[-1]] if keys else DEFAULT_PRIOR_SCALE
-            if len(keys) > 1 and len(keys[-2]) == len(keys[-1]):  # two names of a tied site
-                other = prior[keys[-2]]
-                if other is not value and not (is_real(other) and other == value):
+            # equally long keys: names of a tied site (a third name's key may differ too)
+            for key in (k for k in keys[:-1] if len(k) == len(keys[-1])):
+                other = prior[key]
+                if other is not value and not _same_prior(other, value, site, param):
                     raise ValueError(
-                        f"prior keys {keys[-2]!r} and {keys[-1]!r} both match {site!r}, one "
+                        f"prior keys {key!r} and {keys[-1]!r} both match {site!r}, one "
                         f"tensor under the names {_names_list(names[site])}, with other "
                         "priors, and neither is longer (more specific) than the other. Give "
                         f"it one prior: drop one key, or add the key {site!r}."
