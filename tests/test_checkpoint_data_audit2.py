@@ -49,6 +49,23 @@ def test_save_flushes_the_new_file_to_the_disk_before_renaming_it(tmp_path, monk
     assert torch.equal(load(path).guide.site_loc("fc1.weight"), guide.site_loc("fc1.weight"))
 
 
+def test_save_on_a_file_system_that_cannot_flush_still_saves(tmp_path, monkeypatch):
+    # some FUSE mounts answer fsync with EINVAL: saving there worked before the flush came
+    import errno
+
+    def refusing_fsync(fd):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "fsync", refusing_fsync)
+    model, guide = _mlp()
+    path = save(tmp_path / "run.pt", model, guide)
+    assert torch.equal(load(path).guide.site_loc("fc1.weight"), guide.site_loc("fc1.weight"))
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
+    with pytest.raises(OSError, match="I/O"):  # a real write error is not swallowed
+        save(tmp_path / "other.pt", model, guide)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]  # no temporary file left
+
+
 def test_a_path_ending_in_a_separator_is_a_folder_not_a_file_to_write(tmp_path):
     # save("runs/") wrote a file named "runs", which the next save("runs/ckpt.pt") then
     # found in its way; torch.save refuses such a path

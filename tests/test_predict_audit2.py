@@ -20,7 +20,6 @@ from torch.func import functional_call
 from torch.utils.data import DataLoader, TensorDataset
 
 from pyrouq import BayesianMLP, bayesian, fit, mean_field_guide, predict, rank1
-from pyrouq._runners import draw_guide
 from pyrouq.likelihoods import Gaussian
 
 
@@ -33,6 +32,13 @@ def _mlp():
 def _predict(model, x, guide=None, seed=5, **kwargs):
     torch.manual_seed(seed)
     return predict(model, x, guide, progress=False, **kwargs)
+
+
+def _one_after_another(guide, count):
+    """``count`` draws of the guide, one after another (the draws predict() takes), stacked."""
+    with torch.no_grad():
+        draws = [guide.sample() for _ in range(count)]
+    return {site: torch.stack([d[site] for d in draws]) for site in draws[0]}
 
 
 def test_probabilities_are_the_softmax_of_the_guides_draws_run_by_functional_call():
@@ -100,7 +106,7 @@ def test_gaussian_predictions_are_the_hand_means_and_scales(scale):
     x = torch.randn(13, 3)
     got = _predict(model, x, guide, num_samples=5)
     torch.manual_seed(5)
-    draws = draw_guide(guide, 5, (x,))
+    draws = _one_after_another(guide, 5)
     out = torch.stack(
         [
             functional_call(model.net, {k: v[s] for k, v in draws.items() if k != "sigma"}, (x,))
@@ -138,7 +144,7 @@ def test_batchnorm_data_gives_each_draw_the_statistics_of_a_hand_loop():
     assert model.training and not norm.training
     assert bool((norm.running_mean == 0.5).all()) and bool((norm.running_var == 2.0).all())
     torch.manual_seed(5)
-    draws = draw_guide(guide, 3, (x,))
+    draws = _one_after_another(guide, 3)
     hand = copy.deepcopy(model.net).eval()
     expected = []
     for s in range(3):

@@ -4,6 +4,7 @@ code: what torch wrote, intact, in a format version this pyrouq reads (:func:`re
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import pickle
 import pickletools
@@ -202,6 +203,9 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
         handle = os.open(tmp, os.O_RDWR | getattr(os, "O_BINARY", 0))
         try:
             os.fsync(handle)
+        except OSError as err:  # a file system that cannot flush (some FUSE mounts): as before
+            if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                raise
         finally:
             os.close(handle)
         os.replace(tmp, target)
