@@ -60,6 +60,8 @@ def test_a_loaded_result_exports_once_its_model_is_set_on_data_passed(tmp_path):
     ):
         pyrouq.to_inference_data(back)
     back.model = model
+    with pytest.raises(ValueError, match=r"set result\.y first \(or pass y=\)\.$"):
+        pyrouq.to_inference_data(back, x=new_x)
     got = pyrouq.to_inference_data(back, x=new_x, y=new_y)
     want = pyrouq.to_inference_data(result, x=new_x, y=new_y)
     assert got.log_likelihood["obs"].shape == (2, 15, 12)

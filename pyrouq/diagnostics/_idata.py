@@ -288,7 +288,8 @@ def to_inference_data(
         if missing:
             names = [f"result.{name}" for name in missing]
             setting = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
-            passing = " (or pass x= and y=)" if {"x", "y"} & set(missing) else ""
+            data = [f"{name}=" for name in missing if name != "model"]
+            passing = f" (or pass {' and '.join(data)})" if data else ""
             raise ValueError(
                 f"{fn}: an MCMCResult is exported with the model and data its chains ran on "
                 f"and no guide; a loaded result carries neither: set {setting} first{passing}."
