@@ -118,9 +118,12 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
 def _check_angle(angle: object, name: str = "angle") -> float:
     """``angle`` as a finite float, or a TypeError / ValueError naming ``name``."""
     if isinstance(angle, bool) or not isinstance(angle, numbers.Real):
+        fix = f"{name}=30 or {name}=float(t)"
+        if not name.isidentifier():  # "each angle" of evaluate_rotations' angles
+            fix = "angles=[0, 30] or angles=[float(a) for a in angles]"
         raise TypeError(
             f"Expected {name} to be a real number of degrees (int or float), got "
-            f"{type(angle).__name__} {angle!r}; pass e.g. {name}=30 or {name}=float(t)."
+            f"{type(angle).__name__} {angle!r}; pass e.g. {fix}."
         )
     value = float(angle)
     if not math.isfinite(value):

@@ -196,8 +196,9 @@ def save(
     Parameters
     ----------
     path : str or PathLike
-        The file to write (its folder is created). Written atomically: a temporary file in
-        the same folder, then renamed.
+        The file to write (its folder is created; a leading ``~`` is refused, not expanded:
+        pass ``os.path.expanduser(path)``). Written atomically: a temporary file in the same
+        folder, then renamed.
     model : pyrouq model or nn.Module
         A model made by :func:`pyrouq.bayesian` / :func:`pyrouq.batchensemble`, a front door
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
@@ -306,10 +307,16 @@ def save(
 
 
 def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
-    """Refuse a path a checkpoint cannot be written to: a folder, or one below a file. Its
-    missing folders are created when it is written."""
+    """Refuse a path a checkpoint cannot be written to: a folder, one below a file, or one
+    starting with a '~' left unexpanded. Its missing folders are created when it is written."""
     given, path = str(os.fspath(path)), Path(path)
-    slash = given.endswith(("/", os.sep))  # "runs/", a folder yet to make (Path drops the "/")
+    if os.path.expanduser(given) != given:  # "~/runs/c.pt" would make a folder named "~" here
+        raise CheckpointError(
+            f"{caller} got {given!r}, whose '~' is not expanded (it would name a folder or a "
+            f"file '~' in the working directory); pass os.path.expanduser({given!r})."
+        )
+    # "runs/" or "runs/.", a folder yet to make (Path drops the "/" and the ".")
+    slash = given.endswith(("/", os.sep)) or os.path.basename(given) in (".", "..")
     if path.is_dir() or slash:
         shown = given if slash else str(path)
         raise CheckpointError(

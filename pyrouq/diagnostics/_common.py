@@ -115,6 +115,13 @@ def _check_callables(fn: str, model: object, guide: object) -> None:
         )
 
 
+def _numpy(value: Tensor) -> Any:
+    """``value`` as a numpy array on the CPU; bfloat16, which numpy lacks, as float32 (a
+    bfloat16 model's draws and targets)."""
+    value = value.detach().cpu()
+    return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+
+
 def _check_labels(fn: str, y: Tensor, num_classes: int) -> None:
     problem = Categorical.label_problem(y, num_classes)
     if y.dim() != 1 or problem is not None:

@@ -34,6 +34,7 @@ from pyrouq.diagnostics._common import (
     _check_var_names,
     _latent_sites,
     _masked,
+    _numpy,
     _prepared,
     _replayed_draws,
     _weight_dims,
@@ -63,7 +64,7 @@ class _Draws:
 
     def numpy(self, name: str, chains: int = 1) -> np.ndarray:
         """``(chain, draw, ...)``: the S draws split into ``chains`` chains (one by default)."""
-        value = self.values[name].numpy()
+        value = _numpy(self.values[name])  # (a bfloat16 model's draws as float32)
         return value.reshape(chains, value.shape[0] // chains, *value.shape[1:])
 
 
@@ -388,7 +389,7 @@ def to_inference_data(
         posterior_predictive=predictive,
         log_likelihood={"obs": out.numpy("log_lik", chains)},
         sample_stats=stats,
-        observed_data={"obs": y.detach().cpu().numpy()},
+        observed_data={"obs": _numpy(y)},
         coords=coords,
         dims=dims,
     )
