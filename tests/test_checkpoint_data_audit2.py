@@ -154,3 +154,28 @@ def test_a_resume_whose_optimizer_groups_differ_is_refused_before_anything_is_lo
     result = fit(model, guide, ArrayLoader(x, y, 5, seed=0), epochs=2, progress=False,
                  optim=_two_groups, resume_from=path)  # fmt: skip
     assert len(result.history) == 2
+
+
+@pytest.mark.parametrize("kind", ["front door", "batchensemble", "rank1"])
+def test_load_leaves_torchs_random_state_as_it_was(tmp_path, kind):
+    # rebuilding drew fresh initial values (then replaced by the saved ones) from torch's
+    # stream: seeding, loading, then drawing gave other draws than seeding, then drawing
+    from pyrouq import batchensemble, rank1
+
+    def net():
+        return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+    if kind == "front door":
+        model, guide = _mlp()
+    elif kind == "batchensemble":
+        model, guide = batchensemble(net(), 2), None
+    else:
+        model = rank1(net(), 2)
+        guide = mean_field_guide(model)
+    path = save(tmp_path / "run.pt", model, guide)
+    skeleton = None if kind == "front door" else net()  # (built by the user, before seeding)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    load(path, module=skeleton)
+    assert torch.equal(torch.rand(3), expected)

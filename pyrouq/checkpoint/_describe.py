@@ -13,7 +13,7 @@ from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq import models
-from pyrouq._util import class_name, warn_caller
+from pyrouq._util import class_name, module_device, warn_caller
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 from pyrouq.likelihoods import _LIKELIHOODS
 
@@ -339,13 +339,17 @@ def build_model(
             f"module= skeleton ({class_name(module)}) is not used. Leave module= out for "
             "pyrouq's own models."
         )
-    try:
-        if name in doors:
-            model = doors[name](**config)
-        else:
-            record = description["model"].get("module") or {}
-            skeleton = _skeleton(record, module, path, plain=name == "Module")
-            model = _rebuild_converted(name, config, skeleton)
+    device = module_device(module) if module is not None else None
+    try:  # the initial values drawn are replaced by the saved ones: torch's state left as it was
+        with torch.random.fork_rng(
+            devices=[device] if getattr(device, "type", "") == "cuda" else []
+        ):
+            if name in doors:
+                model = doors[name](**config)
+            else:
+                record = description["model"].get("module") or {}
+                skeleton = _skeleton(record, module, path, plain=name == "Module")
+                model = _rebuild_converted(name, config, skeleton)
     except (TypeError, ValueError) as err:
         if isinstance(err, CheckpointError):
             raise
