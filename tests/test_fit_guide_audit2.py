@@ -12,7 +12,7 @@ import torch
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule, PyroSample
 
-from pyrouq import BayesianMLP, KLWeightedELBO, fit, mean_field_guide
+from pyrouq import BayesianMLP, KLWeightedELBO, bayesian, fit, mean_field_guide
 
 
 def _batches(n=17, classes=3, size=6, seed=0):
@@ -133,3 +133,11 @@ def test_a_non_finite_loss_from_nan_targets_of_ones_own_regression_names_the_tar
     with pytest.raises(FloatingPointError, match=r"epoch 1, step 1.*inputs and targets for NaN"):
         fit(model, AutoNormal(model), [(x[:10], y[:10]), (x[10:], y[10:])], epochs=1,
             num_data=23, progress=False)  # fmt: skip
+
+
+def test_init_from_takes_a_compiled_network():
+    # torch.compile(net) names its parameters "_orig_mod.0.weight": init_from refused it
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    model = bayesian(net)
+    guide = mean_field_guide(model, init_from=torch.compile(net))
+    assert torch.equal(guide.site_loc("2.weight"), net[2].weight)

@@ -127,6 +127,10 @@ class MeanFieldGuide(nn.Module):
                 getattr(model, "likelihood", None), "latent_sites", dict
             )()
             missing = [s for s in sites if s not in state and s not in own]
+            compiled = getattr(init_from, "_orig_mod", None)  # torch.compile(net)'s module
+            if missing and isinstance(compiled, nn.Module):  # (its names are "_orig_mod."...)
+                state, init_from = compiled.state_dict(), compiled
+                missing = [s for s in sites if s not in state and s not in own]
             if missing:
                 raise ValueError(
                     f"init_from ({type(init_from).__name__}) has no parameter(s) "
