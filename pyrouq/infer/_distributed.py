@@ -97,17 +97,16 @@ def _all_reduce(t: torch.Tensor, group: Group, op: Any = None) -> torch.Tensor:
 def shards(loader: Iterable, group: Group) -> Iterator[None]:
     """While inside, ``loader`` serves this rank's shard of every epoch: pyrouq's in-memory
     loaders shard themselves; a ``DataLoader`` needs a ``DistributedSampler`` of this group;
-    any other loader would give every rank the same data and is refused."""
+    any other loader would give every rank the same data and is refused. The ranks decide
+    together (one ``all_reduce``): a loader refused on one rank only stops every rank, instead
+    of leaving the others in the next collective (which would meet the refused rank's next
+    one, and read its numbers)."""
     if not group.active:
         yield
         return
-    if isinstance(loader, ShardedOrder):
-        with loader.sharded(group.rank, group.world):
-            yield
-        return
-    sampler = example_sampler(loader)
+    error = None
+    sampler = None if isinstance(loader, ShardedOrder) else example_sampler(loader)
     if isinstance(sampler, torch.utils.data.DistributedSampler):
-        error = None
         if (sampler.num_replicas, sampler.rank) != (group.world, group.rank):
             error = ValueError(
                 f"train_loader's DistributedSampler is set for rank {sampler.rank} of "
@@ -115,15 +114,19 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
                 f"{group.world}. Build it with DistributedSampler(dataset) inside the process "
                 "group (it reads both from torch.distributed)."
             )
-        raise_together(error, group, "its DistributedSampler is set for another rank")
+    elif not isinstance(loader, ShardedOrder):
+        error = ValueError(
+            f"fit() runs on {group.world} ranks (torch.distributed is initialised), but "
+            f"train_loader ({type(loader).__name__}) would give every rank the same data. Use "
+            "pyrouq's loaders (load_mnist, ArrayLoader, ...: they shard themselves by rank) or "
+            "a DataLoader with a DistributedSampler."
+        )
+    raise_together(error, group, "its train_loader does not shard the data for its rank")
+    if isinstance(loader, ShardedOrder):
+        with loader.sharded(group.rank, group.world):
+            yield
+    else:
         yield
-        return
-    raise ValueError(
-        f"fit() runs on {group.world} ranks (torch.distributed is initialised), but "
-        f"train_loader ({type(loader).__name__}) would give every rank the same data. Use "
-        "pyrouq's loaders (load_mnist, ArrayLoader, ...: they shard themselves by rank) or a "
-        "DataLoader with a DistributedSampler."
-    )
 
 
 @contextlib.contextmanager
@@ -258,12 +261,22 @@ def epoch_figures(values: torch.Tensor, seconds: float, group: Group) -> tuple[l
     gathered in one ``all_gather``."""
     if not group.active:
         return values.tolist(), seconds
-    row = torch.cat([values, torch.tensor([seconds], dtype=torch.float64)])
-    work = row if group.device is None else row.to(group.device)
+    table = _gather(torch.cat([values, torch.tensor([seconds], dtype=torch.float64)]), group)
+    return (table[:, :-1].sum(0) / group.world).tolist(), float(table[:, -1].max())
+
+
+def _gather(values: torch.Tensor, group: Group) -> torch.Tensor:
+    """Every rank's ``values`` (1-d, of one size on every rank), a row per rank, on the CPU:
+    one ``all_gather``."""
+    work = values if group.device is None else values.to(group.device)
     rows = [torch.empty_like(work) for _ in range(group.world)]
     dist.all_gather(rows, work)
-    table = torch.stack(rows).cpu()
-    return (table[:, :-1].sum(0) / group.world).tolist(), float(table[:, -1].max())
+    return torch.stack(rows).cpu()
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 2`` or ``ranks 1, 3``."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}"
 
 
 def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> None:
@@ -290,7 +303,9 @@ STORE = "param store: "
 def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, what: str) -> None:
     """Refuse to start when ``named`` tensors differ between ranks (a model built with other
     arguments or another seed, a loader seeded differently): their sums and sums of squares
-    are compared through their maxima and minima over the ranks."""
+    are gathered from every rank (one ``all_gather`` of their number, one of them) and
+    compared with rank 0's; the error names the first that differs and the ranks that hold
+    other values."""
     if not group.active:
         return
     summary = torch.tensor(
@@ -301,17 +316,22 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
         or [[0.0, 0.0, 0.0, 0.0]],
         dtype=torch.float64,
     )
-    high, low = _extremes(torch.tensor([float(len(named))], dtype=torch.float64), group)
-    if high.item() != low.item():
+    counts = _gather(torch.tensor([float(len(named))], dtype=torch.float64), group)[:, 0]
+    if bool((counts != counts[0]).any()):
+        other = [r for r in range(group.world) if counts[r] != counts[0]]
         raise ValueError(
-            f"fit(): the {what} differ between ranks ({int(low.item())} to {int(high.item())} "
-            "tensors). Build the same model, guide and loader on every rank."
+            f"fit(): the {what} differ between ranks: {_ranks(other)} "
+            f"{'hold' if len(other) > 1 else 'holds'} "
+            f"{', '.join(str(int(counts[r])) for r in other)} tensors, rank 0 holds "
+            f"{int(counts[0])}. Build the same model, guide and loader on every rank."
         )
-    biggest, smallest = (t.view(summary.shape) for t in _extremes(summary.reshape(-1), group))
-    differ = (biggest - smallest).abs() > 1e-9 * (1 + biggest.abs())
+    table = _gather(summary.reshape(-1), group).view(group.world, *summary.shape)
+    apart = (table - table[0]).abs() > 1e-9 * (1 + table[0].abs())
+    differ = (apart | (table.isnan() != table[0].isnan())).any(-1)  # (rank, tensor)
     if bool(differ.any()):
-        first = int(differ.any(1).nonzero()[0])
+        first = int(differ.any(0).nonzero()[0])
         name = named[first][0] if named else "?"
+        other = differ[:, first].nonzero()[:, 0].tolist()
         stored = (
             " A parameter of Pyro's param store (pyro.param) takes its start value where it is "
             "created: when fit() first runs the guide or model, pass the same fit(seed=...) "
@@ -323,10 +343,11 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
             else ""
         )
         raise ValueError(
-            f"fit(): the {what} differ between ranks, first at {name!r}. Build them the same "
-            "way on every rank (same arguments and seed: torch.manual_seed before building, "
-            "a seeded loader such as load_mnist(seed=0)); ranks then draw their own weights "
-            f"from there.{stored}"
+            f"fit(): the {what} differ between ranks, first at {name!r}, where "
+            f"{_ranks(other)} {'hold' if len(other) > 1 else 'holds'} other values than "
+            "rank 0. Build them the same way on every rank (same arguments and seed: "
+            "torch.manual_seed before building, a seeded loader such as load_mnist(seed=0)); "
+            f"ranks then draw their own weights from there.{stored}"
         )
 
 
