@@ -24,7 +24,7 @@ from pyrouq._util import has_hooks
 
 CPU_CHUNK = 512
 """Inputs per pass when a network runs without gradients on CPU (larger batches are split:
-oneDNN's convolutions run 2-4x slower per image above ~512 on CPU)."""
+oneDNN's convolutions ran 2-4x slower per image above ~512 on an Intel Xeon; AMD: neutral)."""
 
 _forced: str | None = None
 
