@@ -326,8 +326,9 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
             f"{int(counts[0])}. Build the same model, guide and loader on every rank."
         )
     table = _gather(summary.reshape(-1), group).view(group.world, *summary.shape)
-    apart = (table - table[0]).abs() > 1e-9 * (1 + table[0].abs())
-    differ = (apart | (table.isnan() != table[0].isnan())).any(-1)  # (rank, tensor)
+    close = table[0].isfinite() & ((table - table[0]).abs() <= 1e-9 * (1 + table[0].abs()))
+    alike = close | (table == table[0]) | (table.isnan() & table[0].isnan())  # inf: equal only
+    differ = (~alike).any(-1)  # (rank, tensor)
     if bool(differ.any()):
         first = int(differ.any(0).nonzero()[0])
         name = named[first][0] if named else "?"
