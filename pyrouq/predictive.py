@@ -209,10 +209,10 @@ def _batches(
 
 
 def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
-    """``draws``' floating tensors in the dtype of the floating inputs ``x``."""
-    if not x.is_floating_point():
-        return draws
-    return {k: v.to(x.dtype) if v.is_floating_point() else v for k, v in draws.items()}
+    """``draws`` on the device of the inputs ``x`` (where a model without tensors computes),
+    their floating tensors in the dtype of floating ``x``."""
+    dtype = x.dtype if x.is_floating_point() else None
+    return {k: v.to(x.device, dtype if v.is_floating_point() else None) for k, v in draws.items()}
 
 
 def _looks_like_one_pair(x: Any) -> bool:

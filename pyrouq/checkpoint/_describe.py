@@ -524,10 +524,11 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
     # (a skeleton may define its layers in another order: named_parameters() follows it)
     model._sites = {site: model._sites[site] for site in config["sites"]}
     sites = model.network_sites()
+    device = module_device(model)  # the skeleton's (a GPU's): the priors live with the network
     model.site_priors = nn.ModuleList(
         SitePrior(
             spec["family"],
-            {k: torch.zeros(shape) for k, shape in spec["params"].items()},
+            {k: torch.zeros(shape, device=device) for k, shape in spec["params"].items()},
             sites[site],
         )
         for site, spec in config["priors"].items()

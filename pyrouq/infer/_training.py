@@ -254,8 +254,8 @@ def rng_states(loader: Iterable, loader_state: torch.Tensor | None) -> dict[str,
 
 def restore_rng_states(states: dict[str, Any], loader: Iterable) -> None:
     torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+    if "cuda" in states and torch.cuda.is_available():  # (saved with more GPUs: those here)
+        torch.cuda.set_rng_state_all(states["cuda"][: torch.cuda.device_count()])
     if "numpy" in states:  # not in checkpoints written before they were stored
         _set_numpy_state(states["numpy"])
     if "python" in states:
