@@ -80,6 +80,25 @@ def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha:
     return torch.maximum(lo - y, y - hi)
 
 
+def _last_inside(centre: Tensor, spread: Tensor, threshold: Tensor) -> Tensor:
+    """The largest float64 ``y`` whose score ``(y - centre) / spread``, computed in float64, is
+    at most ``threshold``: the upper bound of an interval that holds a target exactly when
+    its score says so (``-_last_inside(-centre, ...)``: the lower bound, the score's rounding
+    being symmetric). ``centre + threshold * spread`` rounded can be one ulp short, and
+    leave out a target whose score is the threshold; the bound is found by bisection within
+    8 ulps of its operands, which bound the rounding of the score and of the formula."""
+    start = centre + threshold * spread
+    finite = torch.isfinite(start)
+    slack = 8 * torch.finfo(torch.float64).eps * (centre.abs() + (threshold * spread).abs())
+    slack = torch.where(finite, slack, torch.zeros_like(slack))
+    inside, outside = start - slack, start + slack  # score at most, and above, the threshold
+    for _ in range(64):  # to adjacent floats, but for a bound near 0 found by cancellation
+        mid = inside + (outside - inside) / 2
+        ok = (mid - centre) / spread <= threshold
+        inside, outside = torch.where(ok, mid, inside), torch.where(ok, outside, mid)
+    return torch.where(finite, inside, start)
+
+
 def _sets(sets: Any) -> Tensor:
     if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
         raise TypeError(

@@ -27,6 +27,7 @@ from pyrouq._conformal_scores import (
     _check_alpha,
     _intervals,
     _labels_of,
+    _last_inside,
     _quantile,
     _ranked,
     _regression_scores,
@@ -336,6 +337,11 @@ class ConformalRegressor:
       ``hi`` its ``alpha / 2`` and ``1 - alpha / 2`` quantiles; score ``max(lo - y, y - hi)``;
       intervals ``[lo - threshold, hi + threshold]``.
 
+    A target is inside its interval exactly when its score is at most the threshold: the
+    bounds are the last float64 values whose computed score is (the formulas above, rounded,
+    could leave out by one ulp a target whose score is the threshold, and with it every tied
+    target: count targets).
+
     One threshold per output (:attr:`threshold`, ``(D,)``, float64 on the CPU). A CQR
     threshold is negative where the mixture's intervals are too wide; an input whose interval
     is narrower than ``-2 * threshold`` then gets ``lo > hi``, an empty interval that covers
@@ -378,11 +384,12 @@ class ConformalRegressor:
                 "was calibrated on. Calibrate it on this model's predictions."
             )
         if self.score == "abs":
-            wide = preds.double()  # moments in float64
+            wide = preds.double()  # moments in float64, as the scores'
             mean, sd = wide.mean, wide.stddev
-            return mean - q * sd, mean + q * sd
+            return -_last_inside(-mean, sd, q), _last_inside(mean, sd, q)
         lo, hi = preds.interval(1 - self.alpha)
-        return lo - q, hi + q
+        one = torch.ones_like(lo)
+        return -_last_inside(-lo, one, q), _last_inside(hi, one, q)
 
     def __repr__(self) -> str:
         values = ", ".join(f"{v:.4f}" for v in self.threshold.tolist())

@@ -412,6 +412,12 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
             "Pass the components' standard deviations, not log-scales or variances."
         )
     if loc.dim() == 2:  # one output, and a CRPS (N,) per input
+        if y.shape not in (loc.shape[1:], (loc.shape[1], 1)):  # not any y of N values
+            raise ValueError(
+                f"mixture_crps(): expected y of shape ({loc.shape[1]},) (or ({loc.shape[1]}, "
+                f"1)), one target per input, as loc's {tuple(loc.shape)} (S, N), got "
+                f"{tuple(y.shape)}."
+            )
         return mixture_crps(loc[..., None], scale[..., None], y.reshape(-1, 1), chunk)[:, 0]
     if y.shape == loc.shape[1:2] and loc.shape[2] == 1:
         y = y[:, None]  # (N,) targets of one output

@@ -289,8 +289,11 @@ class Gaussian(Likelihood):
     def predictive(
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
     ) -> tuple[Tensor, Tensor]:
-        loc, scale = self.loc_scale(outputs, latent)
-        dtype = torch.promote_types(loc.dtype, torch.float32)  # half to float32; float64 stays
+        # half outputs are promoted before the scales are made (as Categorical's logits before
+        # the softmax): a fixed 0.3 in bfloat16 is 0.30078, 1e-8 in float16 is 0, 1e5 overflows
+        dtype = torch.promote_types(outputs.dtype, torch.float32)  # float64 stays
+        self.prepare(outputs)  # a learned noise still takes the network's dtype, as in fit()
+        loc, scale = self.loc_scale(outputs.to(dtype), latent)
         return loc.to(dtype), scale.to(dtype)
 
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
