@@ -71,6 +71,11 @@ def _out_dir(args: argparse.Namespace) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         name = args.model.replace(":", "-").replace(".", "-")
         return Path("runs") / f"{name}-{stamp}"
+    if not args.out.strip():  # an unset shell variable, `--out "$RUN"`: not the current folder
+        raise CommandError(
+            f"--out is {args.out!r}, an empty name; pass a folder, or leave --out out for "
+            "runs/MODEL-TIMESTAMP"
+        )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
@@ -111,9 +116,10 @@ def _claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple
                 "holds a config.json now); pass another folder"
             ) from None
         except OSError as err:
+            what = f"{str(folder)!r} (the default)" if default else f"--out {str(folder)!r}"
             raise CommandError(
-                f"cannot write the run folder --out {str(folder)!r}: {err.strerror or err}; "
-                "pass a folder you can write to"
+                f"cannot write the run folder {what}: {err.strerror or err}; pass "
+                f"{'--out ' if default else ''}a folder you can write to"
             ) from None
     raise CommandError(f"runs/ holds 10,000 runs named {out.name}-*; pass --out")
 
@@ -271,6 +277,8 @@ def _run_fit(
     world = config["world_size"]
     with train.sharded(0, world):  # what each rank runs (one shard of every epoch)
         batches = len(train)
+    if batches == 1:  # the one batch holds the shard: fewer images than --batch-size
+        batch_size = min(batch_size, -(-len(train.dataset) // world))
     ranks = f" on each of {world} ranks" if world > 1 else ""
     print(
         f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "
@@ -300,6 +308,8 @@ def _run_fit(
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except FloatingPointError as err:
+        raise CommandError(_non_finite(str(err), out, guide is not None, method)) from None
     for record in result.history:
         print(
             f"epoch {record.epoch}: loss {record.loss:.4g} (nll {record.nll:.4g}, "
@@ -331,6 +341,33 @@ def _run_fit(
         f"{', '.join(p.name for p in written)} ({total:.1f} s in all)"
     )
     return 0
+
+
+def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> str:
+    """fit()'s error for a non-finite loss in the command's words: what the run folder keeps
+    (fit() keeps the last finite step's weights in the model, which the command drops), and
+    at the first step, the untrained model's loss, a cause other than --lr."""
+    message = " ".join(message.split())
+    head = message.split(";")[0]  # Non-finite loss (nan)[ on rank r of w] at epoch E, step S
+    if not head.startswith("Non-finite loss") or ";" not in message:
+        return message
+    causes = ["a smaller --kl-weight or a larger --prior-scale"] if bayesian else []
+    if method is not None:  # a factory's network
+        causes.append(
+            "a network that gives finite outputs on the images (in float32: float16 overflows)"
+        )
+    if head.endswith(" at epoch 1, step 1") and causes:
+        return (
+            f"{head}: the loss of the untrained model, before any update (--lr is not the "
+            f"cause); try {', or '.join(causes)}"
+        )
+    kept = ""
+    if (out / "checkpoint.pt").exists():
+        kept = (
+            f" ({out / 'checkpoint.pt'} holds its weights after its last finished epoch: "
+            f"pyrouq evaluate {shlex.quote(str(out))})"
+        )
+    return f"{head}; training stopped{kept}. Lower --lr."
 
 
 def _rank_gpu() -> Any:

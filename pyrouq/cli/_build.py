@@ -112,6 +112,12 @@ def call_factory(spec: str, root: str | None = None) -> Any:
         raise CommandError(
             f"factory {spec!r} is an object of type {type(factory).__name__}, not a callable"
         )
+    if isinstance(factory, nn.Module):  # built at import, before --seed: not a factory
+        raise CommandError(
+            f"{spec!r} is a network ({type(factory).__name__}), not a factory: name a function "
+            "or class that builds it (called after seeding with --seed)"
+        )
+    _check_no_arguments(factory, spec)
     try:
         net = factory()
     except (Exception, SystemExit) as err:  # sys.exit() in a factory ended pyrouq silently
@@ -125,6 +131,29 @@ def call_factory(spec: str, root: str | None = None) -> Any:
             "an nn.Module"
         )
     return net
+
+
+def _check_no_arguments(factory: Any, spec: str) -> None:
+    """Refuse a factory that cannot be called without arguments, which is how the command
+    calls it (its own TypeError named the missing argument, not what to do)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call will tell
+        return
+    required = [
+        name
+        for name, p in signature.parameters.items()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        module, _, attr = spec.partition(":")
+        raise CommandError(
+            f"factory {spec!r} takes arguments ({', '.join(required)}); pyrouq calls it with "
+            f"none: give them defaults, or name a factory without arguments that calls it "
+            f"with yours (def make(): return {attr}(...), given as {module}:make)"
+        )
 
 
 def _drive(spec: str) -> bool:

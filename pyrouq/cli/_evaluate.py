@@ -21,6 +21,7 @@ from pyrouq.cli._build import (
     MODELS,
     CommandError,
     call_factory,
+    factory_root,
     initialise_lazy,
     is_factory,
 )
@@ -87,6 +88,10 @@ def _missing_data(
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from pyrouq.checkpoint import read
 
+    if not args.run_dir.strip():  # an unset shell variable: not the current folder
+        raise CommandError(
+            f"RUN_DIR is {args.run_dir!r}, an empty name; pass a folder of `pyrouq fit`"
+        )
     run = Path(args.run_dir)
     checkpoint = run / "checkpoint.pt"
     if not run.is_dir():
@@ -146,10 +151,16 @@ def _evaluate_run(
         if skeleton is not None and str(err).startswith("The skeleton "):
             # the skeleton is what the recorded factory builds now; load()'s fix is the user's
             detail = " ".join(str(err).split()).split(" Build the module exactly")[0]
+            fix = "make the factory build what it built when the run trained, or fit the run again"
+            found, recorded = factory_root(config["factory"]), config.get("factory_root")
+            if found and recorded and found != recorded:  # another module of that name here
+                fix = (
+                    f"it was imported from {found!r}, the run found it in {recorded!r}: "
+                    f"evaluate from that folder (or {fix})"
+                )
             raise CommandError(
                 f"the factory {config['factory']!r}, called to rebuild the run's network, "
-                f"now builds another network: {detail.rstrip('.')}; make the factory build "
-                "what it built when the run trained, or fit the run again"
+                f"now builds another network: {detail.rstrip('.')}; {fix}"
             ) from None
         if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
             raise
