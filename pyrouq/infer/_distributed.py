@@ -274,9 +274,10 @@ def _gather(values: torch.Tensor, group: Group) -> torch.Tensor:
     return torch.stack(rows).cpu()
 
 
-def _ranks(ranks: list[int]) -> str:
-    """``rank 2`` or ``ranks 1, 3``."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}"
+def _ranks_hold(ranks: list[int]) -> str:
+    """``rank 2 holds`` or ``ranks 1, 3 hold``."""
+    many = len(ranks) > 1
+    return f"rank{'s' if many else ''} {', '.join(str(r) for r in ranks)} hold{'' if many else 's'}"
 
 
 def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> None:
@@ -320,8 +321,7 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
     if bool((counts != counts[0]).any()):
         other = [r for r in range(group.world) if counts[r] != counts[0]]
         raise ValueError(
-            f"fit(): the {what} differ between ranks: {_ranks(other)} "
-            f"{'hold' if len(other) > 1 else 'holds'} "
+            f"fit(): the {what} differ between ranks: {_ranks_hold(other)} "
             f"{', '.join(str(int(counts[r])) for r in other)} tensors, rank 0 holds "
             f"{int(counts[0])}. Build the same model, guide and loader on every rank."
         )
@@ -345,7 +345,7 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
         )
         raise ValueError(
             f"fit(): the {what} differ between ranks, first at {name!r}, where "
-            f"{_ranks(other)} {'hold' if len(other) > 1 else 'holds'} other values than "
+            f"{_ranks_hold(other)} other values than "
             "rank 0. Build them the same way on every rank (same arguments and seed: "
             "torch.manual_seed before building, a seeded loader such as load_mnist(seed=0)); "
             f"ranks then draw their own weights from there.{stored}"

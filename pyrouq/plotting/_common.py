@@ -148,8 +148,6 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 
 def _probs(value: Probs, name: str) -> Tensor:
     """Validated ``(S, N, C)`` float64 probabilities on the CPU."""
-    if isinstance(value, Tensor):  # before the checks read numbers off it (torch warns)
-        value = value.detach()
     return _prepare_probs(value, name=name).detach().cpu()
 
 
