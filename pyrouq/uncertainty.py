@@ -342,11 +342,25 @@ def _check_measure(measure: object) -> None:
 def _check_base(base: object) -> None:
     # comparisons, not math.isfinite: a huge int (10**400) is a valid base, and NaN fails them
     if not is_real(base) or not 1 < base < math.inf:
-        why = tensor_hint(base) or " (a base below 1 makes every uncertainty negative)"
+        why = tensor_hint(base) or _base_reason(base)
         raise ValueError(
             f"Expected a logarithm base > 1, got {base!r}{why}; use math.e for nats (the "
             "default) or 2 for bits."
         )
+
+
+def _base_reason(base: object) -> str:
+    if not is_real(base):
+        return f" (a {type(base).__name__}, not a real number)"
+    if base != base:
+        return " (NaN)"
+    if base == math.inf:
+        return " (an infinite base makes every uncertainty 0)"
+    if base == 1:
+        return " (log 1 is 0: every uncertainty would divide by it)"
+    if base <= 0:
+        return " (a logarithm needs a positive base)"
+    return " (a base below 1 makes every uncertainty negative)"
 
 
 def _negate(x: Tensor) -> Tensor:
@@ -356,7 +370,7 @@ def _negate(x: Tensor) -> Tensor:
 
 def _clamp_roundoff(epistemic: Tensor, measure: str) -> Tensor:
     """Clamp float round-off below 0 (at most ``_ROUNDOFF_TOL``) and raise on anything larger."""
-    worst = float(epistemic.min())
+    worst = float(epistemic.detach().min())  # (torch warns on a scalar read off a graph)
     if worst < -_ROUNDOFF_TOL:
         raise RuntimeError(
             f"Internal error: the epistemic part of the {measure!r} decomposition is {worst:.3g}, "

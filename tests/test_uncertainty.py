@@ -256,11 +256,22 @@ def test_unknown_measure_lists_valid_ones():
         decompose(dirichlet(2, 3, 2), "bald")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("base", [0, -2.0, 0.5, 1, 1.0, float("nan"), True])
-def test_bad_base(base):
-    with pytest.raises(
-        ValueError, match=r"base > 1, got .*makes every uncertainty negative\); use math\.e"
-    ):
+@pytest.mark.parametrize(
+    ("base", "why"),
+    [
+        (0, r"a logarithm needs a positive base"),
+        (-2.0, r"a logarithm needs a positive base"),
+        (0.5, r"a base below 1 makes every uncertainty negative"),
+        (1, r"log 1 is 0: every uncertainty would divide by it"),
+        (1.0, r"log 1 is 0: every uncertainty would divide by it"),
+        (float("nan"), r"NaN"),
+        (float("inf"), r"an infinite base makes every uncertainty 0"),
+        (True, r"a bool, not a real number"),
+        ("2", r"a str, not a real number"),
+    ],
+)
+def test_bad_base(base, why):
+    with pytest.raises(ValueError, match=rf"base > 1, got .*\({why}\); use math\.e"):
         decompose(dirichlet(2, 3, 2), base=base)
 
 

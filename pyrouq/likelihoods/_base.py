@@ -10,6 +10,14 @@ import torch
 from torch import Tensor, nn
 
 
+def widened(outputs: Tensor) -> Tensor:
+    """``outputs`` in float32 at least (float64 stays): half-precision outputs are scored,
+    and made predictions, in float32, since a float16 sum of a batch's log-likelihood scaled
+    by N/B overflows (past 65,504: a float16 model on MNIST met an inf loss at its first
+    step) and a bfloat16 one keeps 3 digits (a fixed noise of 0.3 is 0.30078 there)."""
+    return outputs.to(torch.promote_types(outputs.dtype, torch.float32))
+
+
 class Likelihood(nn.Module):
     """Base class of pyrouq likelihoods (see the module docstring for the contract).
 
@@ -126,6 +134,11 @@ class Likelihood(nn.Module):
                 "expected at least one input; leave empty batches out."
             )
         scale = 1.0
+        if torch.is_tensor(y) and y.device != outputs.device:  # else torch's gather error
+            raise ValueError(
+                f"{where}: the targets y are on {y.device}, the outputs on {outputs.device}; "
+                f"expected both on one device: move the targets with y.to({str(outputs.device)!r})."
+            )
         if y is not None:
             self.check_targets(y, outputs, where)
             scale = self.scale(num_data, batch, where)

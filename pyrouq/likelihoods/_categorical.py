@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
-from pyrouq.likelihoods._base import Likelihood
+from pyrouq.likelihoods._base import Likelihood, widened
 
 _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
@@ -61,7 +61,8 @@ class Categorical(Likelihood):
     ``[0, C)``.
 
     The observation is ``Categorical(logits=outputs)``; the fast NLL is
-    ``F.cross_entropy(..., reduction="sum")``; predictions are ``softmax(outputs)``.
+    ``F.cross_entropy(..., reduction="sum")``; predictions are ``softmax(outputs)``; all three
+    in float32 for half-precision logits (float64 stays).
 
     Examples
     --------
@@ -138,6 +139,14 @@ class Categorical(Likelihood):
             raise ValueError(
                 f"{where}: {problem}. Check the targets or the model's number of classes."
             )
+        if num_classes < 2:  # labels all 0: every log-likelihood is 0, nothing would be learned
+            raise ValueError(
+                f"{where}: got logits of one class (outputs of shape {tuple(outputs.shape)}): "
+                "every probability is 1 and every log-likelihood 0, so nothing would be "
+                "learned, and predict() refuses such logits. A classifier needs C >= 2 logits "
+                "(a binary task: give the last layer 2 outputs); a regression model takes a "
+                "Gaussian likelihood, e.g. bayesian(net, likelihood='gaussian')."
+            )
 
     @staticmethod
     def label_problem(y: Tensor, num_classes: int | None) -> str | None:
@@ -177,10 +186,10 @@ class Categorical(Likelihood):
     def distribution(
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
     ) -> dist.TorchDistribution:
-        return dist.Categorical(logits=outputs)
+        return dist.Categorical(logits=widened(outputs))
 
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
-        flat = outputs.reshape(-1, outputs.shape[-1])
+        flat = widened(outputs).reshape(-1, outputs.shape[-1])
         target = y.expand(outputs.shape[:-1]).reshape(-1)
         if target.dtype != torch.long:  # int32 / int16 labels (numpy's, often): the check let
             target = target.long()  # them through, and cross_entropy takes int64 or uint8 only
@@ -196,7 +205,7 @@ class Categorical(Likelihood):
                 "and predict() then returns GaussianPredictions."
             )
         # half-precision logits are promoted to float32 (a stable softmax); float64 stays
-        return torch.softmax(outputs.to(torch.promote_types(outputs.dtype, torch.float32)), -1)
+        return torch.softmax(widened(outputs), -1)
 
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
         from pyrouq.predictive import Predictions

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
 from pyrouq._util import support_of
-from pyrouq.likelihoods._base import Likelihood
+from pyrouq.likelihoods._base import Likelihood, widened
 
 #: The latent site of a noise scale with a prior.
 NOISE_SITE = "sigma"
@@ -186,7 +186,11 @@ class Gaussian(Likelihood):
     def loc_scale(
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
     ) -> tuple[Tensor, Tensor]:
-        """The means and standard deviations ``(*S, B, D)`` of the outputs."""
+        """The means and standard deviations ``(*S, B, D)`` of the outputs, in float32 for
+        half-precision outputs (float64 stays)."""
+        if self.mode == "learned":
+            self.prepare(outputs)  # the learned noise takes the network's dtype, as in fit()
+        outputs = widened(outputs)
         if self.mode == "heteroscedastic":
             d = self.num_outputs(outputs)
             loc, raw = outputs[..., :d], outputs[..., d:]
@@ -194,10 +198,9 @@ class Gaussian(Likelihood):
         if self.mode == "fixed":
             return outputs, torch.full_like(outputs, self.fixed)
         if self.mode == "learned":
-            self.prepare(outputs)
             self.num_outputs(outputs)  # the learned scales fit D
             assert self.raw_scale is not None
-            return outputs, F.softplus(self.raw_scale).expand_as(outputs)
+            return outputs, widened(F.softplus(self.raw_scale)).expand_as(outputs)
         if latent is None or NOISE_SITE not in latent:
             raise ValueError(
                 f"The Gaussian noise is the latent site {NOISE_SITE!r}: pass its value (a "
@@ -214,7 +217,7 @@ class Gaussian(Likelihood):
         )
         if not event:
             shape = (*shape, 1)
-        return outputs, noise.reshape(shape).expand_as(outputs)
+        return outputs, widened(noise.reshape(shape)).expand_as(outputs)
 
     def shape_targets(self, y: Tensor, outputs: Tensor) -> Tensor:
         return y.unsqueeze(-1) if y.dim() == 1 else y
