@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 
 import torch
@@ -33,7 +34,7 @@ def _read_bytes(path: Path) -> bytes:
             with gzip.open(path, "rb") as f:
                 return f.read()
         return path.read_bytes()
-    except (OSError, EOFError) as e:  # gzip raises EOFError/BadGzipFile on truncation
+    except (OSError, EOFError, zlib.error) as e:  # truncated: EOFError; garbled: zlib.error
         raise DataError(
             f"Could not read {path}: {e}. The file is corrupt or truncated; delete it and copy "
             "or download it again (or pass another root=)."
@@ -66,6 +67,11 @@ def _read_idx(path: Path, expected_magic: int) -> torch.Tensor:
         raise DataError(
             f"{path} is truncated or padded: its header declares shape {tuple(dims)} "
             f"({expected} bytes in all) but the file holds {len(raw)} bytes. "
+            "Copy or download it again."
+        )
+    if expected == header:  # torch.frombuffer refuses an empty buffer with its own words
+        raise DataError(
+            f"{path} holds no data: its header declares shape {tuple(dims)}. "
             "Copy or download it again."
         )
     data = torch.frombuffer(bytearray(raw[header:]), dtype=torch.uint8)

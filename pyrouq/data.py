@@ -24,6 +24,7 @@ Example
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -191,9 +192,11 @@ class TensorLoader(ShardedOrder):
     :func:`mnist_arrays`; or rows ``(N, D)`` with ``flatten=True``): every value is divided by
     255, floats too, so pass images already in [0, 1] as ``images * 255`` (or train on them
     with :class:`~pyrouq.ArrayLoader`); float images with fractional values all within
-    [0, 1] are refused as such. Iterating yields ``(x, y)`` with ``x`` float32 of shape
-    ``(B, 1, H, W)`` (or ``(B, H * W)`` with ``flatten=True``) and ``y`` int64 of shape
-    ``(B,)``; the last batch may be smaller.
+    [0, 1] are refused as such, and so are finite values outside [0, 255] (images normalised
+    already); NaN and inf are left to :func:`~pyrouq.fit`, which refuses them before training,
+    naming the examples. ``images`` and ``labels`` must be on one device. Iterating yields
+    ``(x, y)`` with ``x`` float32 of shape ``(B, 1, H, W)`` (or ``(B, H * W)`` with
+    ``flatten=True``) and ``y`` int64 of shape ``(B,)``; the last batch may be smaller.
     Each new iteration draws a new order from the loader's own generator, so a seed fixes the
     order of every epoch and leaves torch's global RNG alone.
 
@@ -231,14 +234,29 @@ class TensorLoader(ShardedOrder):
                 f"labels (N,), one label per image, got shapes {tuple(images.shape)} and "
                 f"{tuple(labels.shape)}{channel}."
             )
-        if images.is_floating_point() and images.numel():
+        if images.device != labels.device:  # one index picks the rows of both
+            raise ValueError(
+                f"TensorLoader: images are on {images.device} and labels on {labels.device}; "
+                "they must be on one device: pass labels.to(images.device)."
+            )
+        uncheckable = images.dtype in (torch.uint8, torch.bool) or images.is_complex()
+        if images.numel() and not uncheckable:  # (uint8: raw pixels by construction)
             low, high = images.min().item(), images.max().item()
-            if low >= 0 and high <= 1 and not bool((images == images.round()).all()):
-                raise ValueError(  # divided by 255 again, they would train near 0
-                    f"TensorLoader: expected raw pixel values in 0-255, got floats in [{low:.3g}, "
-                    f"{high:.3g}], images already scaled to [0, 1], which it would divide by 255 "
-                    "again. Pass images * 255, or train on them as they are with "
-                    "pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
+            if images.is_floating_point() and 0 <= low and high <= 1:
+                if not bool((images == images.round()).all()):
+                    raise ValueError(  # divided by 255 again, they would train near 0
+                        f"TensorLoader: expected raw pixel values in 0-255, got floats in "
+                        f"[{low:.3g}, {high:.3g}], images already scaled to [0, 1], which it "
+                        "would divide by 255 again. Pass images * 255, or train on them as they "
+                        "are with pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
+                    )
+            # finite values only: fit() refuses NaN and inf, naming the examples
+            elif -math.inf < low < -_SLACK or 255 + _SLACK < high < math.inf:
+                raise ValueError(  # normalised images would be divided by 255, normalised again
+                    f"TensorLoader: expected raw pixel values in 0-255, got values in "
+                    f"[{low:.3g}, {high:.3g}]: images normalised already, or pixels of another "
+                    "scale. Pass raw 8-bit pixels (e.g. from mnist_arrays), or train on these as "
+                    "they are with pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
                 )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = check_flag("shuffle", shuffle)
@@ -293,6 +311,7 @@ class TensorLoader(ShardedOrder):
 
 
 _BATCH_HINT = "Pass e.g. batch_size=256."
+_SLACK = 1e-3  # interpolated raw pixels (rotations) round a few ulps past 0 and 255
 
 
 def _make_loaders(
