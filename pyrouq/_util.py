@@ -242,8 +242,9 @@ def check_folded_batch(
     if x.dim() == 0 or x.shape[0] % unit:
         fix = (
             "Inside a BatchEnsemble network the members' folded batch must stay on dim 0 of "
-            "every converted layer's input (only the linear layers of a batch_first=False "
-            "transformer layer take it on dim 1): keep it there in the network's forward."
+            "every converted layer's input (only the linear layers and norms of a "
+            "batch_first=False transformer layer, and the final norm of a stack of them, take "
+            "it on dim 1): keep it there in the network's forward."
             if folded is not None
             else "Run it inside a model made by pyrouq.batchensemble(), which repeats the "
             "input once per member."

@@ -82,6 +82,13 @@ def _replace_children(
 
 #: Transformer layers whose linear layers see sequence-first activations unless batch_first.
 SEQUENCE_FIRST_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+#: Stacks of such layers, whose final ``norm`` sees the activations their layers do.
+SEQUENCE_FIRST_STACKS = (nn.TransformerEncoder, nn.TransformerDecoder)
+
+
+def _sequence_first(layer: nn.Module) -> bool:
+    """Whether ``layer`` (a transformer layer) takes sequence-first activations."""
+    return not getattr(getattr(layer, "self_attn", None), "batch_first", True)
 
 
 def _convert_layers(
@@ -200,14 +207,37 @@ def _nothing_converted(net: nn.Module, name: str) -> str:
 
 def _mark_sequence_first(net: nn.Module) -> None:
     """Tell the BatchEnsemble layers and per-member norms inside a ``batch_first=False``
-    transformer layer that their activations are ``(T, M * B, F)``: the members on dim 1."""
+    transformer layer, and the final norm of a stack of them, that their activations are
+    ``(T, M * B, F)``: the members on dim 1."""
     for module in net.modules():
-        if isinstance(module, SEQUENCE_FIRST_LAYERS) and not module.self_attn.batch_first:
-            for inner in module.modules():
-                if getattr(inner, "_is_batchensemble", False) or isinstance(
-                    inner, BatchEnsembleNorm
-                ):
-                    inner._sequence_first = True  # type: ignore[assignment]
+        inside: nn.Module | None = None
+        if isinstance(module, SEQUENCE_FIRST_LAYERS) and _sequence_first(module):
+            inside = module
+        elif isinstance(module, SEQUENCE_FIRST_STACKS) and len(module.layers):
+            if _sequence_first(module.layers[0]):
+                inside = module.norm  # None without a final norm
+        for inner in inside.modules() if inside is not None else ():
+            if getattr(inner, "_is_batchensemble", False) or isinstance(inner, BatchEnsembleNorm):
+                inner._sequence_first = True  # type: ignore[assignment]
+
+
+def _check_held_members(module: nn.Module, num_members: int) -> None:
+    """Refuse a network holding BatchEnsemble layers or per-member norms (from an earlier
+    conversion) of another number of members: they would split the folded batch otherwise."""
+    other = [
+        (name or "the network itself", m.num_members)
+        for name, m in module.named_modules()
+        if getattr(m, "_is_batchensemble", False) or getattr(m, "_is_member_norm", False)
+        if m.num_members != num_members
+    ]
+    if other:
+        held = ", ".join(f"{name!r} ({count} members)" for name, count in other[:3])
+        raise ValueError(
+            f"{class_name(module)} already holds BatchEnsemble layers of another size than "
+            f"num_members={num_members}: {held}{', ...' if len(other) > 3 else ''}. They would "
+            "mix the members of the folded batch. Convert the plain network they were made "
+            f"from, or pass num_members={other[0][1]}."
+        )
 
 
 def _copy_norms(net: nn.Module, num_members: int) -> None:
@@ -256,7 +286,8 @@ class BatchEnsembleNetwork(PyroModule):
     registered under several names becomes one BatchEnsemble layer. The folded batch must
     stay on dim 0 of every converted layer's and norm's input (merging windows or tokens into
     it keeps it there); only inside an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with
-    ``batch_first=False`` is it read on dim 1. A layer applied to other sequence-first
+    ``batch_first=False`` (and in the final ``norm`` of an ``nn.TransformerEncoder`` /
+    ``Decoder`` of such layers) is it read on dim 1. A layer applied to other sequence-first
     activations ``(T, M * B, F)`` would split T among the members (an error unless T is a
     multiple of M * B): write such a network batch-first.
 
@@ -322,6 +353,7 @@ class BatchEnsembleNetwork(PyroModule):
             s_std=s_std,
             norms=norms,
         )
+        _check_held_members(module, num_members)
         net = copy_network(module, "convert it into a BatchEnsemble")
         hooked = weight_hooks(net)
         if hooked:  # its hook would read tensors a BatchEnsemble layer does not hold
