@@ -66,7 +66,7 @@ from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
-from pyrouq._engine._layer_calls import calls_checked, layers_called
+from pyrouq._engine._layer_calls import call, calls_checked, layers_called, tensor_reads
 from pyrouq._util import AsItCame, check_folded_batch, class_name, rng_state, set_rng_state
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def run(
         if members is not None:
             wrapper = _MemberPass(net, members)
             return functional_call(wrapper, {f"net.{k}": v for k, v in laid.items()}, (x,))
-        return check_outputs(functional_call(net, laid, (x,)), net, x.shape[0])
+        return check_outputs(call(net, laid, x), net, x.shape[0])
 
     return laid_out(net, x, body)  # type: ignore[no-any-return]
 
@@ -375,7 +375,8 @@ def _drawn_whole(net: nn.Module, calls: Mapping[str, list[int]]) -> set[str]:
     """The layers whose pre-activations are not one draw of the loss's: called more than once
     a forward (a shared weight would get independent noise at each call), never (its weight
     read as a tensor, e.g. ``F.linear(h, self.fc.weight)``, would find none), or a Linear on
-    inputs of more than two dims (every token its own noise)."""
+    inputs of more than two dims (every token its own noise); :func:`run_local` adds those
+    whose weight the first forward also reads as a tensor (:func:`tensor_reads`)."""
     return {
         path
         for path, dims in calls.items()
@@ -420,9 +421,10 @@ def run_local(
                 if s not in covered
             }
             calls: dict[str, list[int]] = {path: [] for path in local}
-            with _local_forwards(net, local, loc, scale, calls):
-                out = check_outputs(functional_call(net, weights, (given(),)), net, x.shape[0])
-            found = _drawn_whole(net, calls)
+            watched = {id(net.get_buffer(s)): s for s in covered} if first else {}
+            with _local_forwards(net, local, loc, scale, calls), tensor_reads(watched) as read:
+                out = check_outputs(call(net, weights, given()), net, x.shape[0])
+            found = _drawn_whole(net, calls) | {p for p, two in local.items() if read & set(two)}
             _DRAWN_WHOLE[net] = whole | found
             if not found:
                 return out

@@ -1,18 +1,23 @@
-"""Whether a BatchEnsemble's forward calls every one of its BatchEnsemble layers: a forward
-that reads a layer's weight or bias as a tensor bypasses the members' factors (a warning on
-the first run) or meets the per-member biases (a note on the shape error it raises)."""
+"""Whether a forward calls its layers or reads their weights as tensors: a BatchEnsemble's
+forward that reads a layer's weight or bias as a tensor bypasses the members' factors (a warning
+on the first run) or meets the per-member biases (a note on the shape error it raises); local
+reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`)."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.func import functional_call
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
-from pyrouq._util import warn_caller
+from pyrouq._util import class_name, warn_caller
 
 _lock = threading.Lock()
 _depth = 0  # networks running with the fast path off (nested, or in other threads)
@@ -118,3 +123,55 @@ def _note_uncalled(error: RuntimeError, missed: list[str]) -> None:
 def _names(names: list[str], shown: int = 5) -> str:
     """The first ``shown`` of ``names``, comma-separated, with ', ...' when there are more."""
     return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+
+
+def call(net: nn.Module, weights: dict[str, Tensor], x: Tensor) -> Any:
+    """``functional_call(net, weights, (x,))``; a forward's ``next(self.parameters())`` that
+    finds none (a converted network, or a block of it, whose parameters are all latent, held
+    as buffers) is told so: a bare StopIteration said nothing."""
+    try:
+        return functional_call(net, weights, (x,))
+    except StopIteration as error:
+        raise RuntimeError(
+            f"{class_name(net)}.forward raised StopIteration. If it reads "
+            "next(self.parameters()) (or a block's), e.g. for the device or dtype, it finds "
+            "none where every parameter there is latent: pyrouq holds latent weights as "
+            "buffers, each draw put in their place. Read them from the input (x.device, "
+            "x.dtype) or from a buffer (next(self.buffers())), or leave a parameter of that "
+            "block out of select=."
+        ) from error
+
+
+class _Reads(TorchFunctionMode):
+    """Records the watched tensors (``{id: site}``) that an op makes a tensor of."""
+
+    def __init__(self, watched: Mapping[int, str]):
+        super().__init__()
+        self.watched = watched
+        self.read: set[str] = set()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # .shape, .dtype, .size(): metadata, not the values
+        if any(isinstance(leaf, Tensor) for leaf in tree_leaves(out)):
+            for leaf in tree_leaves((args, kwargs)):
+                site = self.watched.get(id(leaf)) if isinstance(leaf, Tensor) else None
+                if site is not None:
+                    self.read.add(site)
+        return out
+
+
+@contextlib.contextmanager
+def tensor_reads(watched: Mapping[int, str]) -> Iterator[set[str]]:
+    """While inside, the set it yields gets the site of every tensor of ``watched`` (``{id(t):
+    site}``) that a torch op reads to make a tensor: a forward reading a layer's weight as a
+    tensor (``F.linear(h, self.enc.weight.t())``, a tied decoder) besides calling the layer,
+    whose pre-activations local reparameterisation draws (the weight would be the template
+    there, not the guide's draw). Nothing is watched (no mode) for an empty ``watched``."""
+    if not watched:
+        yield set()
+        return
+    mode = _Reads(watched)
+    with mode:
+        yield mode.read

@@ -339,7 +339,9 @@ class BayesianNetwork(PyroModule):
         attention), nor subclasses with a computation of their own (a weight-standardised
         convolution), whose sites are drawn whole. Training also draws whole those a forward
         shows it cannot draw by their pre-activations: called more than once a forward, never
-        (the weight read as a tensor), or a Linear on inputs of more than two dims."""
+        (the weight read as a tensor), or besides a forward reading the weight as a tensor (a
+        tied decoder's ``F.linear(h, self.enc.weight.t())``; tensors made from it, such as
+        ``x.to(self.enc.weight)``, count too), or a Linear on inputs of more than two dims."""
         self._retie()  # (a cast of the inner network, model.net.double(), unties them)
         readers = weight_readers()
         # a tied weight is drawn whole: one draw for every layer that reads it
@@ -488,7 +490,8 @@ def bayesian(
         A module with nothing to select (a ``select`` that finds only layers holding no
         parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
-        selected.
+        selected, or one the network also holds in an attribute of its own (a list or dict:
+        its forward would read the initial value there, never a draw).
 
     Examples
     --------

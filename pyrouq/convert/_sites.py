@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 from pyrouq._util import class_name
@@ -41,6 +42,7 @@ def latent_sites_of(module: nn.Module, picked: Sequence[str], select: object) ->
     chosen = {canonical.get(name, name) for name in picked}
     sites = [name for name, _ in module.named_parameters() if name in chosen]
     _check_registered_once(module, sites)
+    _check_not_held_elsewhere(module, sites)
     params = dict(module.named_parameters())
     discrete = [name for name in sites if not params[name].is_floating_point()]
     if discrete:
@@ -83,7 +85,68 @@ def _check_registered_once(module: nn.Module, sites: Sequence[str]) -> None:
                     f"several names ({first!r} and {again!r} are one module), and pyrouq "
                     "cannot make such a layer's parameters latent yet: the weights drawn for "
                     "it would stay in it. Register the layer once and call it as often as "
-                    f"forward needs (self.{first.rpartition('.')[2] or 'layer'}(...) twice; "
-                    f"one draw serves every call), or leave it out of select={factors}."
+                    f"forward needs ({_call_of(first)} twice; one draw serves every call), "
+                    f"or leave it out of select={factors}."
                 )
             seen[slot] = name
+
+
+def _call_of(path: str) -> str:
+    """How a forward calls the layer at ``path``: ``self.a(...)``, or ``one module called``
+    where its name is no attribute (``seq.0``: an ``nn.Sequential``'s)."""
+    attr = path.rpartition(".")[2]
+    return f"self.{attr}(...)" if attr.isidentifier() else "one module called"
+
+
+def _read_of(name: str) -> str:
+    """How a forward reads the parameter ``name`` through its module: ``self.fc.weight``."""
+    path, _, attr = name.rpartition(".")
+    owner = path.rpartition(".")[2]
+    if not path:
+        return f"self.{attr}"
+    return f"self.{owner}.{attr}" if owner.isidentifier() else f"its module's .{attr}"
+
+
+_TORCH_HELD = {(nn.RNNBase, "_flat_weights")}
+"""Attributes where torch's own modules hold their parameters again and refresh them from the
+registered ones at every forward (so they read a draw put in place)."""
+
+
+def _tensors_in(value: object, depth: int = 3) -> list[object]:
+    """The tensors inside ``value``, a tensor or a list, tuple, set or dict of them (nested up
+    to ``depth``; modules are not looked into: their parameters are registered)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth == 0:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [t for item in value for t in _tensors_in(item, depth - 1)]
+    return []
+
+
+def _check_not_held_elsewhere(module: nn.Module, sites: Sequence[str]) -> None:
+    """Refuse a site whose parameter the network also holds outside torch's registry, in an
+    attribute of its own (``self.weights = [self.fc.weight]``): the network runs with each draw
+    in place of the registered tensor, so a forward reading it there would read the initial
+    value, never a draw, and training would never move it."""
+    params = dict(module.named_parameters())
+    wanted = {id(params[site]): site for site in sites}
+    for path, owner in module.named_modules():
+        for attr, value in vars(owner).items():
+            if attr in ("_parameters", "_buffers", "_modules") or any(
+                isinstance(owner, kind) and attr == name for kind, name in _TORCH_HELD
+            ):
+                continue
+            held = [wanted[id(t)] for t in _tensors_in(value) if id(t) in wanted]
+            if held:
+                where = f"{path}.{attr}" if path else attr
+                raise ValueError(
+                    f"{held[0]!r} of {class_name(module)} is also held in {where!r} (a "
+                    f"{type(value).__name__}), outside the module's registered parameters. "
+                    "pyrouq runs the network with each draw in place of the registered "
+                    "parameter, so a forward reading it there would use its initial value, "
+                    f"never a draw. Read it through its module in forward ({_read_of(held[0])}), "
+                    "or leave it out of select=."
+                )
