@@ -12,7 +12,6 @@ from typing import Any, Literal, NoReturn
 import pyro
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _NormBase
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
@@ -33,6 +32,7 @@ from pyrouq.infer._training import (
     restore_rng_states,
     resumed_batches,
     rng_states,
+    running_statistics,
     set_loader_rng_state,
     step_hits,
     training_state,
@@ -199,7 +199,7 @@ class Loop:
         self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
         self.group = group
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        self.statistics = _running_statistics(model, guide)
+        self.statistics = running_statistics(model, guide)
         self.kept: list[torch.Tensor] | None = None  # taken at each step (lazy ones once made)
         self.device = module_device(model, guide) or torch.device("cpu")
         self.history: list[EpochRecord] = []
@@ -330,7 +330,7 @@ class Loop:
             if loader_state is not None:
                 set_loader_rng_state(self.loader, loader_state)
 
-    def save(self, epochs_done: int, epoch_steps: int, loader_state: Any) -> Any:
+    def save(self, epochs_done: int, epoch_steps: int, rng: dict[str, Any]) -> Any:
         if not self.group.leader:  # rank 0 writes; the others know where
             return self.checkpoint
         state = training_state(
@@ -341,7 +341,7 @@ class Loop:
             sums=self.sums,
             history=self.history,
             base_lrs=self.base_lrs,
-            rng=rng_states(self.loader, loader_state),
+            rng=rng,
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
             batches_per_epoch=len_or_zero(self.loader),
@@ -466,6 +466,7 @@ class Loop:
         epoch, batches, finished = self.first_epoch, self.skip, 0
         mid_step = False  # a step under way: a second Ctrl-C there leaves it half done
         loader_state = loader_rng_state(self.loader)
+        at_start = rng_states(self.loader, loader_state)  # an epoch's, before its first batch
         if not self.model.training:  # in training mode, the modes the user set stay
             self.model.train()
         try:
@@ -477,6 +478,7 @@ class Loop:
                 for epoch in range(self.first_epoch, self.epochs + 1):
                     start = time.perf_counter()
                     loader_state = loader_rng_state(self.loader)
+                    at_start = rng_states(self.loader, loader_state)
                     _distributed.set_epoch(self.loader, epoch)
                     skip = self.skip if epoch == self.first_epoch else 0
                     batches = skip
@@ -542,7 +544,9 @@ class Loop:
                     # one rank: all stop with it, in one collective each epoch (not the next step's)
                     with _distributed.together(self.group, _EPOCH_END.format(epoch=epoch)):
                         if self.checkpoint is not None:
-                            self.save(epoch, 0, loader_rng_state(self.loader))
+                            self.save(
+                                epoch, 0, rng_states(self.loader, loader_rng_state(self.loader))
+                            )
                         self.call_back(record)
                         if interrupt.requested:
                             raise KeyboardInterrupt
@@ -561,8 +565,13 @@ class Loop:
             partial = batches if done < epoch else 0
             saved = None
             if self.checkpoint is not None:
-                state = loader_state if partial else loader_rng_state(self.loader)
-                saved = self.save(done, partial, state)
+                if partial:  # inside an epoch: its loader's start state, the steps' draws
+                    rng = rng_states(self.loader, loader_state)
+                elif done < epoch:  # before its first step (a loader stopped in its first
+                    rng = at_start  # fetch, which drew the epoch's order): as it started
+                else:  # at an epoch's end
+                    rng = rng_states(self.loader, loader_rng_state(self.loader))
+                saved = self.save(done, partial, rng)
             self.model.eval()
             last = partial if done < epoch else finished
             raise TrainingInterrupted(self.result(), saved, epoch, last) from None
@@ -574,24 +583,6 @@ class Loop:
 
 
 _EPOCH_END = "writing the checkpoint or running a callback at the end of epoch {epoch}"
-
-
-def _running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:
-    """The running statistics (and batch counts) of the BatchNorm / InstanceNorm layers of
-    ``model`` and of a guide module, which every training forward pass updates: kept before
-    each step, so that a step refused for a non-finite loss or an error leaves them as the last
-    finite step did."""
-    seen: set[int] = set()
-    found = []
-    owners = [m for m in (model, guide) if isinstance(m, nn.Module)]
-    for module in (m for owner in owners for m in owner.modules()):
-        if isinstance(module, _NormBase):
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                tensor = getattr(module, name, None)
-                if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    found.append(tensor)
-    return found
 
 
 def _lrs(values: list[float]) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 import pyro
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
 
 from pyrouq import _engine
 from pyrouq._util import (
@@ -476,3 +477,21 @@ def resumed_batches(loader: Iterable, skip: int) -> Iterable:
         for _ in itertools.islice(batches, skip):
             pass
     return batches
+
+
+def running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:
+    """The running statistics (and batch counts) of the BatchNorm / InstanceNorm layers of
+    ``model`` and of a guide module, which every training forward pass updates: kept before
+    each step, so that a step refused for a non-finite loss or an error leaves them as the last
+    finite step did."""
+    seen: set[int] = set()
+    found = []
+    owners = [m for m in (model, guide) if isinstance(m, nn.Module)]
+    for module in (m for owner in owners for m in owner.modules()):
+        if isinstance(module, _NormBase):
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                tensor = getattr(module, name, None)
+                if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found.append(tensor)
+    return found
