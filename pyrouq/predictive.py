@@ -373,9 +373,7 @@ def predict(
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
     num_samples = None if num_samples is None else check_int("num_samples", num_samples)
     device = module_device(model, guide)
-    likelihood = getattr(model, "likelihood", None)
-    if likelihood is None:
-        likelihood = Categorical()
+    likelihood = getattr(model, "likelihood", None) or Categorical()
     was = modes(model)
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
     refit = None
@@ -388,6 +386,7 @@ def predict(
     if isinstance(model, nn.Module):
         model.eval()
     bar = None
+    torch.clear_autocast_cache()  # an autocast around predict() caches casts of old weights
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)

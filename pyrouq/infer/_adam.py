@@ -29,6 +29,8 @@ class Adam:
     kernel (one pass over each tensor and its state) where the gradient shares its parameter's
     memory layout: the values of ``torch.optim.Adam(fused=True)`` to the bit, which differ from
     ``torch.optim.Adam()``'s default path in the last bits of some entries (float rounding).
+    A half-precision (float16, bfloat16) parameter keeps its moments in float32 and is updated
+    in float32, the result rounded once into it (:func:`state_dtype` says why).
 
     Parameters
     ----------
@@ -78,10 +80,11 @@ class Adam:
                     )
                 state = self.state.get(p)
                 if state is None:
+                    dtype, kept = state_dtype(p), torch.preserve_format
                     state = self.state[p] = {
                         "step": torch.zeros(()),
-                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                        "exp_avg": torch.zeros_like(p, dtype=dtype, memory_format=kept),
+                        "exp_avg_sq": torch.zeros_like(p, dtype=dtype, memory_format=kept),
                     }
                 params.append(p)
                 grads.append(p.grad)
@@ -101,17 +104,17 @@ class Adam:
                     *_where(lists, fused, True), lr=lr, betas=(beta1, beta2), eps=eps
                 )
                 params, grads, exp_avgs, exp_avg_sqs, steps = _where(lists, fused, False)
-                if not params:
-                    continue
-            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-            torch._foreach_mul_(exp_avg_sqs, beta2)
-            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-            counts = [float(t) for t in steps]  # CPU scalars: no device sync
-            step_sizes = [-(lr / (1 - beta1**t)) for t in counts]
-            denom = torch._foreach_sqrt(exp_avg_sqs)
-            torch._foreach_div_(denom, [(1 - beta2**t) ** 0.5 for t in counts])
-            torch._foreach_add_(denom, eps)
-            torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
+            half = [p.dtype in _HALF for p in params]
+            if any(half):  # in float32, then rounded once into the parameter
+                lists = (params, grads, exp_avgs, exp_avg_sqs, steps)
+                narrow, narrow_grads, moments, moments_sq, counts = _where(lists, half, True)
+                wide = [p.float() for p in narrow]
+                wide_grads = [g.float() for g in narrow_grads]
+                _update(wide, wide_grads, moments, moments_sq, counts, lr, (beta1, beta2), eps)
+                torch._foreach_copy_(narrow, wide)
+                params, grads, exp_avgs, exp_avg_sqs, steps = _where(lists, half, False)
+            if params:
+                _update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, (beta1, beta2), eps)
 
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim.Adam``'s layout: per-parameter state keyed by position, and the
@@ -176,14 +179,50 @@ class Adam:
                         )
                 state[p] = {
                     "step": torch.tensor(float(s["step"])),
-                    "exp_avg": s["exp_avg"].to(p.device, p.dtype).clone(),
-                    "exp_avg_sq": s["exp_avg_sq"].to(p.device, p.dtype).clone(),
+                    "exp_avg": s["exp_avg"].to(p.device, state_dtype(p)).clone(),
+                    "exp_avg_sq": s["exp_avg_sq"].to(p.device, state_dtype(p)).clone(),
                 }
         self.state = state  # set once every entry is checked: a refused state changes nothing
         for saved, group in zip(groups, self.param_groups, strict=True):
             for key in ("lr", "betas", "eps"):
                 if key in saved:
                     group[key] = tuple(saved[key]) if key == "betas" else saved[key]
+
+
+def _update(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> None:
+    """One Adam update by torch's multi-tensor ops, whose ``steps`` already count this step."""
+    beta1, beta2 = betas
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    counts = [float(t) for t in steps]  # CPU scalars: no device sync
+    step_sizes = [-(lr / (1 - beta1**t)) for t in counts]
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denom, [(1 - beta2**t) ** 0.5 for t in counts])
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def state_dtype(param: torch.Tensor) -> torch.dtype:
+    """The dtype of a parameter's ``exp_avg`` and ``exp_avg_sq``: float32 for a half-precision
+    parameter (its update is computed in float32 and rounded once into it), the parameter's
+    own otherwise. In float16, eps = 1e-8 is 0 (an entry of zero gradient gets 0 / 0 = NaN, as
+    in ``torch.optim.Adam()`` on float16; its fused kernel computes in float32) and
+    ``(1 - beta2) g^2`` overflows past ``|g|`` = 8,093; in bfloat16, ``beta2 v`` rounds back to
+    ``v`` (0.999 is within half a step of 1 there), so the second moment never decays."""
+    return torch.float32 if param.dtype in _HALF else param.dtype
 
 
 def _where(

@@ -22,6 +22,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer import _distributed
+from pyrouq.infer._site_kl import check_float16_gradients
 from pyrouq.infer._training import (
     InterruptFlag,
     TrainingInterrupted,
@@ -373,6 +374,7 @@ class Loop:
             if self.plain:
                 terms = plain_terms(self.model, x, y, self.num_data)
                 terms.loss.backward()
+                check_float16_gradients([self.model], terms.loss.detach(), terms.outputs)
             else:
                 terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
         except Exception as err:  # before the step's collective: the other ranks wait in it

@@ -1,8 +1,10 @@
 """The KL term of one latent site of a traced model and guide (a user's own Pyro model, or
-any guide but pyrouq's mean-field one), as :class:`pyrouq.KLWeightedELBO` adds it up."""
+any guide but pyrouq's mean-field one), as :class:`pyrouq.KLWeightedELBO` adds it up, and the
+ELBO's checks of a guide's sites and of a step's gradients."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyro.distributions as dist
@@ -11,6 +13,7 @@ from pyro.distributions.util import scale_and_mask
 from torch import Tensor
 
 from pyrouq._util import distribution_masks, innermost_distribution
+from pyrouq.infer._normal_kl import kl_dtype
 
 
 def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
@@ -33,10 +36,19 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
             pass
         else:
             kl_site = torch.as_tensor(kl_site)
+            kl_site = kl_site.to(kl_dtype(kl_site.dtype))  # a half site's sum: in float32
             return scale_and_mask(kl_site, guide_site["scale"], guide_site["mask"]).sum()
     value = guide_site["value"]
-    log_q = scale_and_mask(q.log_prob(value), guide_site["scale"], guide_site["mask"]).sum()
-    return log_q - scale_and_mask(p.log_prob(value), site["scale"], site["mask"]).sum()
+    log_q = scale_and_mask(log_density(q, value), guide_site["scale"], guide_site["mask"]).sum()
+    return log_q - scale_and_mask(log_density(p, value), site["scale"], site["mask"]).sum()
+
+
+def log_density(fn: Any, value: Tensor) -> Tensor:
+    """``fn.log_prob(value)``, of a half-precision value taken in float32 (a float16 sum of a
+    22k-weight site's log-densities overflows past 65,504; Pyro's Trace_ELBO then gives NaN)."""
+    if torch.is_tensor(value) and value.is_floating_point():
+        value = value.to(kl_dtype(value.dtype))
+    return fn.log_prob(value)
 
 
 def _same_masks(q: Any, p: Any) -> bool:
@@ -93,4 +105,37 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
         f"The guide draws its site {name!r} from {what}, which has no reparameterised sampler "
         f"({kind}): KLWeightedELBO and fit() take gradients through the guide's draws only, "
         f"with no score-function term, so its parameters would not learn. {fix}"
+    )
+
+
+def check_float16_gradients(modules: list[Any], loss: Tensor, outputs: Tensor | None) -> None:
+    """Refuse a step of a network run in float16 (float16 parameters, or a float32 network
+    under ``torch.autocast(dtype=torch.float16)``: its ``outputs`` are float16) whose
+    gradients overflowed while its loss is finite: the optimizer would write inf / NaN into
+    the parameters, and the next loss would be NaN (which fit() would blame on the lr)."""
+    params = [p for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
+    half = [p.grad for p in params if p.grad is not None and p.dtype == torch.float16]
+    autocast = not half and outputs is not None and outputs.dtype == torch.float16
+    grads = [p.grad for p in params if p.grad is not None] if autocast else half
+    if not grads:
+        return
+    norms = torch._foreach_norm(grads, math.inf)
+    bad = int((~torch.isfinite(torch.stack([n.to(loss.device) for n in norms]))).sum())
+    if not bad or not math.isfinite(float(loss)):  # a non-finite loss: fit() says so
+        return
+    if autocast:
+        what = "under torch.autocast(dtype=torch.float16) the activations' gradients"
+        fix = "autocast to torch.bfloat16 (float32's range), or leave autocast out"
+    else:
+        what = "the float16 gradients"
+        fix = (
+            "train in bfloat16 (net.bfloat16(): the same memory, float32's range) or in "
+            "float32 (autocast to torch.bfloat16 if you like)"
+        )
+    raise FloatingPointError(
+        f"float16 overflowed: the loss is finite ({float(loss):.6g}), but {bad} of the "
+        f"{len(grads)} gradient tensors hold inf or NaN, as {what} passed float16's largest value, "
+        "65,504. The loss sums a batch's log-likelihood scaled to the N training points (N/B "
+        "times it), so its gradients grow with N; a lower lr does not help. The parameters "
+        f"are kept as they were before this step. Instead, {fix}."
     )

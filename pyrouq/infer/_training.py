@@ -443,6 +443,7 @@ def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) ->
 def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
     """Maximum likelihood for a plain torch network: ``-(N/B) sum_batch log p(y | x)``."""
     likelihood = getattr(model, "likelihood", None) or Categorical()
+    torch.clear_autocast_cache()  # an autocast around fit() would run the first step's casts
     outputs = model(x)
     if not torch.is_tensor(outputs) or outputs.dim() != 2:
         _engine.check_outputs(outputs, model, x.shape[0])  # says what to return instead

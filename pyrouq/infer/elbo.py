@@ -32,8 +32,13 @@ from pyrouq import _engine
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
-from pyrouq.infer._normal_kl import draw_with_normal_kl, normal_kl, scalar_prior
-from pyrouq.infer._site_kl import check_reparameterised, site_kl
+from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
+from pyrouq.infer._site_kl import (
+    check_float16_gradients,
+    check_reparameterised,
+    log_density,
+    site_kl,
+)
 from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -298,12 +303,16 @@ class KLWeightedELBO(ELBO):
             if model_trace.nodes.get(name, {}).get("type") == "sample":
                 continue
             check_reparameterised(name, site)
-            log_q = site["fn"].log_prob(site["value"])
+            log_q = log_density(site["fn"], site["value"])
             kl = kl + scale_and_mask(log_q, site["scale"], site["mask"]).sum()
         return nll, kl
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
         """Differentiable loss and its (detached) NLL and KL parts, averaged over particles."""
+        # under a torch.autocast entered around fit() or SVI's steps, a parameter's cast is
+        # cached until the context exits: the point estimates updated in place since (a
+        # select= network's other layers) would run as they were at the first step
+        torch.clear_autocast_cache()
         if _samples_directly(model, guide):
             return self._direct_terms(model, guide, *_model_inputs(args, kwargs))
         if _deterministic(model, guide):
@@ -385,11 +394,12 @@ class KLWeightedELBO(ELBO):
         for site in others:
             prior = priors[site]
             family = dist.LogNormal if site in positive else dist.Normal
-            q = family(loc[site], scale[site]).to_event(loc[site].dim())
+            wide = kl_dtype(loc[site].dtype)  # a half-precision site's sums: float32
+            q = family(loc[site].to(wide), scale[site].to(wide)).to_event(loc[site].dim())
             try:
                 total = total + torch.distributions.kl_divergence(q, prior).sum()  # type: ignore[arg-type]
             except NotImplementedError:
-                values = [weights[site] for weights in draws] or [q.rsample()]
+                values = [weights[site].to(wide) for weights in draws] or [q.rsample()]
                 estimate = sum(q.log_prob(w) - prior.log_prob(w) for w in values)
                 total = total + torch.as_tensor(estimate).sum() / len(values)
         return total
@@ -495,9 +505,11 @@ class KLWeightedELBO(ELBO):
         :meth:`terms` makes), then each particle's NLL is run forward and backward into its
         weight draw before the next particle runs, and the draws are back-propagated into the
         guide with the KL term. One particle's activations are held at a time instead of all
-        of them.
+        of them. A network run in float16 whose gradients overflow (inf / NaN) while the loss
+        is finite raises ``FloatingPointError`` naming the fix (bfloat16 or float32).
         """
         x, y = _model_inputs(args, kwargs)
+        torch.clear_autocast_cache()  # see terms()
         if (
             self.num_particles > 1
             and _samples_directly(model, guide)
@@ -506,10 +518,12 @@ class KLWeightedELBO(ELBO):
             and y is not None
             and (not self.vectorize_particles or x.device.type == "cpu")
         ):
-            return self._particle_by_particle(model, guide, x, y)
-        terms = self.terms(model, guide, *args, **kwargs)
-        if terms.loss.requires_grad:
-            terms.loss.backward()
+            terms = self._particle_by_particle(model, guide, x, y)
+        else:
+            terms = self.terms(model, guide, *args, **kwargs)
+            if terms.loss.requires_grad:
+                terms.loss.backward()
+        check_float16_gradients([model, guide], terms.loss.detach(), terms.outputs)
         return dataclasses.replace(terms, loss=terms.loss.detach())
 
     def _particle_by_particle(

@@ -138,7 +138,8 @@ def fit(
         step, in pyrouq's own class (every ``torch.optim`` optimizer imports ``torch._dynamo``
         when it is built: about 2 s, once per process); on CPU in torch's fused kernel, so
         ``torch.optim.Adam(fused=True)``'s numbers to the bit and ``torch.optim.Adam()``'s to
-        float rounding. Its state dict has ``torch.optim.Adam``'s layout.
+        float rounding; float16/bfloat16 parameters keep their moments in float32, each update
+        rounded once into them. Its state dict has ``torch.optim.Adam``'s layout.
     optim : callable, optional
         ``params -> torch.optim.Optimizer`` (e.g. ``lambda p: torch.optim.AdamW(p, 1e-3)``)
         replacing the default Adam; ``lr`` is then ignored. A built optimizer, a Pyro
