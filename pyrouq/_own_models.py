@@ -328,7 +328,7 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
     discrete = [
         name
         for name in missing
-        if not getattr(model_trace.nodes[name]["fn"], "has_rsample", True)
+        if _is_discrete(model_trace.nodes[name]["fn"])
         or model_trace.nodes[name]["infer"].get("enumerate")
     ]
     if discrete:  # AutoNormal(model) is no fix: continuous guides refuse discrete sites
@@ -350,6 +350,15 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
         check_model_guide_match(model_trace, guide_trace)
     except ValueError as err:
         _refuse(model, str(err).rstrip("."), caller)
+
+
+def _is_discrete(fn: Any) -> bool:
+    """Whether a distribution's support is discrete (one without rsample may be continuous:
+    torch's VonMises; one of one's own that declares no support counts as continuous)."""
+    try:
+        return bool(fn.support.is_discrete)
+    except (AttributeError, NotImplementedError):
+        return False
 
 
 def _refuse(model: Any, problem: str, caller: str, source: str | None = None) -> NoReturn:

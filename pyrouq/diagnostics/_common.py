@@ -14,7 +14,14 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
-from pyrouq._util import check_finite_inputs, distribution_masks, modes, restore_modes
+from pyrouq._runners import typed_by
+from pyrouq._util import (
+    check_finite_inputs,
+    distribution_masks,
+    modes,
+    module_dtype,
+    restore_modes,
+)
 from pyrouq.infer.guide import check_draws
 from pyrouq.likelihoods import Categorical
 
@@ -115,6 +122,16 @@ def _check_callables(fn: str, model: object, guide: object) -> None:
         )
 
 
+def _typed(x: Tensor, model: Any, guide: Any) -> Tensor:
+    """Floating inputs in the dtype the model computes in, as predict() casts them: the
+    model's parameters', else (every weight a ``PyroSample``, a function) its guide's (float64
+    inputs from numpy met a float32 model's weights in torch's dtype error); others as given."""
+    dtype = module_dtype(typed_by(model, guide))
+    if x.is_floating_point() and dtype is not None and x.dtype != dtype:
+        return x.to(dtype)
+    return x
+
+
 def _numpy(value: Tensor) -> Any:
     """``value`` as a numpy array on the CPU; bfloat16, which numpy lacks, as float32 (a
     bfloat16 model's draws and targets)."""
@@ -174,8 +191,50 @@ def _replayed_draws(
             if s == 0:  # before the model runs on them
                 drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
                 check_draws(model, drawn, caller)
-            model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+            try:
+                replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
+                model_trace = replayed.get_trace(x, y)
+            except Exception as err:
+                if s == 0:
+                    _explain_per_point_sites(err, model, guide_trace, x, y, caller)
+                raise
         yield s, guide_trace, model_trace
+
+
+def _explain_per_point_sites(
+    err: Exception, model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str
+) -> None:
+    """Where the model failed on a guide's first draw that holds a value per point of a plate
+    over the data (one the model, run under its priors, sizes by x) of another size than the N
+    points given (a local latent site of an autoguide built on the training set), say so:
+    torch's "size of tensor a (10) must match ... (40)" told nothing."""
+    n = int(x.shape[0])
+    try:
+        prior = poutine.trace(model).get_trace(x, y)
+    except Exception:
+        return
+    data_plates = {
+        frame.name
+        for site in prior.nodes.values()
+        if site["type"] == "sample"
+        for frame in site["cond_indep_stack"]
+        if frame.size == n
+    }
+    sites = sorted(
+        _latent_sites(guide_trace).items(), key=lambda i: bool(i[1]["infer"].get("is_auxiliary"))
+    )
+    for name, site in sites:  # the model's own sites before auxiliary ones (``z_unconstrained``)
+        for frame in site["cond_indep_stack"]:
+            size = frame.full_size or frame.size
+            if frame.vectorized and frame.name in data_plates and size != n:
+                raise ValueError(
+                    f"{caller}: the model failed on the guide's draws ({type(err).__name__}: "
+                    f"{str(err).splitlines()[0] if str(err) else ''}), and the guide's site "
+                    f"{name!r} holds a value per point of plate {frame.name!r} of {size} "
+                    f"points, while x holds {n}: a local latent site, fitted for the points "
+                    "the guide was built on. Pass those points, all of them, or export a "
+                    "model whose latent sites are global."
+                ) from err
 
 
 def _masked(site: dict[str, Any]) -> bool:

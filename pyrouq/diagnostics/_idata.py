@@ -37,6 +37,7 @@ from pyrouq.diagnostics._common import (
     _numpy,
     _prepared,
     _replayed_draws,
+    _typed,
     _weight_dims,
 )
 
@@ -214,7 +215,7 @@ def to_inference_data(
         ``guide(x, y)`` once per draw (on the first ``batch_size`` points for a pyrouq
         model); None for a BatchEnsemble.
     x : torch.Tensor
-        ``(N, ...)`` inputs.
+        ``(N, ...)`` inputs; floating ones are cast to the model's dtype, as by ``predict()``.
     y : torch.Tensor
         ``(N,)`` targets (class labels for the pyrouq models).
     num_samples : int, optional
@@ -306,7 +307,7 @@ def to_inference_data(
             f"It is the number of guide draws S (default {DEFAULT_IDATA_SAMPLES}).",
         )
     device = module_device(model, guide)
-    xd = x if device is None else x.to(device)
+    xd = _typed(x if device is None else x.to(device), model, guide)
     yd = y if device is None else y.to(device)
     posterior_dims: dict[str, list[str]] = {}  # a BatchEnsemble has no posterior
 

@@ -37,6 +37,7 @@ from pyrouq.diagnostics._common import (
     _masked,
     _prepared,
     _replayed_draws,
+    _typed,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -82,6 +83,16 @@ class PSISResult:
         return f"PSISResult(k_hat={self.k_hat:.3f}, S={self.num_samples}): {self.interpretation}"
 
 
+def _below(k_hat: float, limit: float) -> str:
+    """``k_hat`` to 2 decimals, or to as many more as it takes to stay below ``limit``
+    (0.498 shown as "0.50 < 0.5" read as a contradiction)."""
+    for digits in range(2, 7):
+        text = f"{k_hat:.{digits}f}"
+        if float(text) < limit:
+            return text
+    return repr(k_hat)
+
+
 def _interpret(k_hat: float) -> str:
     if k_hat == -math.inf:
         return (
@@ -92,13 +103,13 @@ def _interpret(k_hat: float) -> str:
         return "unknown: the generalized Pareto fit failed; draw more samples."
     if k_hat < K_HAT_GOOD:
         return (
-            f"good (k-hat {k_hat:.2f} < {K_HAT_GOOD}): the guide is close to the posterior; "
-            "importance-weighted estimates converge quickly."
+            f"good (k-hat {_below(k_hat, K_HAT_GOOD)} < {K_HAT_GOOD}): the guide is close to "
+            "the posterior; importance-weighted estimates converge quickly."
         )
     if k_hat < K_HAT_OK:
         return (
-            f"ok ({K_HAT_GOOD} <= k-hat {k_hat:.2f} < {K_HAT_OK}): importance-weighted "
-            "(PSIS) estimates are usable but converge slowly."
+            f"ok ({K_HAT_GOOD} <= k-hat {_below(k_hat, K_HAT_OK)} < {K_HAT_OK}): "
+            "importance-weighted (PSIS) estimates are usable but converge slowly."
         )
     return (
         f"bad (k-hat {k_hat:.2f} >= {K_HAT_OK}): the variational approximation is unreliable "
@@ -174,6 +185,56 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
     return total
 
 
+def _check_all_points(trace: poutine.Trace, n: int, fn: str) -> None:
+    """Refuse a model that observes a random subsample of the ``n`` points given (a plate's
+    ``subsample_size`` smaller than N): each draw's log joint would then be that of other
+    points, scaled up, and its noise would pass for a heavy tail of the ratios."""
+    for site in trace.nodes.values():
+        if site["type"] != "sample" or not site["is_observed"] or site_is_subsample(site):
+            continue
+        for frame in site["cond_indep_stack"]:
+            full = frame.full_size
+            if full is not None and frame.size < full and frame.size != n:
+                raise ValueError(
+                    f"{fn}: the model observes {site['name']!r} in plate {frame.name!r} "
+                    f"subsampled to {frame.size} of {full}, on a data set of N = {n} points: "
+                    "each guide draw would be weighed on other points, scaled by "
+                    f"{full}/{frame.size}, and that noise would pass for the tail of the "
+                    "importance ratios. Run the model on all of x: a subsample_size of "
+                    "len(x) (or none) in the diagnostic."
+                )
+
+
+def _continuous_draws(trace: poutine.Trace) -> dict[str, Tensor]:
+    """The values of a guide trace's latent sites of a continuous support."""
+    draws = {}
+    for name, site in _latent_sites(trace).items():
+        try:
+            discrete = bool(site["fn"].support.is_discrete)
+        except (AttributeError, NotImplementedError):
+            discrete = False
+        if not discrete and torch.is_tensor(site["value"]):
+            draws[name] = site["value"].detach().clone()
+    return draws
+
+
+def _check_spread(first: dict[str, Tensor], second: dict[str, Tensor], fn: str) -> None:
+    """Refuse a guide whose first two draws are equal at every continuous latent site: a point
+    mass (AutoDelta, a MAP fit), whose importance ratios are constant by construction."""
+    if not first or first.keys() != second.keys():
+        return
+    if all(torch.equal(first[name], second[name]) for name in first):
+        raise ValueError(
+            f"{fn}: the guide draws the same value of every latent site each time "
+            f"({', '.join(list(first)[:3])}{', ...' if len(first) > 3 else ''}): a point mass "
+            "(AutoDelta, AutoLaplaceApproximation before its laplace_approximation(), a MAP "
+            "fit), which has no density q(w). Its importance ratios are constant by "
+            "construction, so a k-hat of -inf would say nothing about the fit. Check a guide "
+            "that spreads its draws: AutoNormal, or guide.laplace_approximation(x, y) of an "
+            "AutoLaplaceApproximation."
+        )
+
+
 @torch.no_grad()
 def psis_diagnostic(
     model: Any,
@@ -221,11 +282,15 @@ def psis_diagnostic(
     ----------
     model : callable
         A Pyro model ``model(x, y)`` (pyrouq model or any other) with the data observed.
-        Its observed sites must not subsample: run it on all of ``x``.
+        Its observed sites must not subsample: run it on all of ``x`` (a plate subsampling
+        fewer points than ``len(x)`` is refused).
     guide : callable
-        A guide of ``model``, called as ``guide(x, y)``, that samples every latent site.
+        A guide of ``model``, called as ``guide(x, y)``, that samples every latent site. A
+        point mass (``AutoDelta``, a MAP fit: the same value of every site at each draw) has
+        no density q(w) and is refused.
     x, y : torch.Tensor
-        ``(N, ...)`` inputs and targets, the data set D.
+        ``(N, ...)`` inputs and targets, the data set D (floating inputs are cast to the
+        model's dtype, as by ``predict()``).
     num_samples : int, optional
         Draws S from the guide (>= 25, default 1000). Each costs one run of the model on all
         of x.
@@ -297,7 +362,9 @@ def psis_diagnostic(
     device = module_device(model, guide)
     if device is not None:
         x, y = x.to(device), y.to(device)
+    x = _typed(x, model, guide)
     log_weights = torch.empty(num_samples, dtype=torch.float64)
+    first: dict[str, Tensor] = {}
     with _prepared(model, n):
         for s, guide_trace, model_trace in _replayed_draws(model, guide, x, y, num_samples, fn):
             if s == 0:
@@ -307,6 +374,10 @@ def psis_diagnostic(
                         f"{fn}: {type(model).__name__} has no latent sites, so there is no "
                         "posterior to compare the guide with."
                     )
+                _check_all_points(model_trace, n, fn)
+                first = _continuous_draws(guide_trace)
+            elif s == 1:
+                _check_spread(first, _continuous_draws(guide_trace), fn)
             log_weights[s] = _log_density(model_trace, factor) - _log_density(guide_trace)
     if torch.isnan(log_weights).any() or (log_weights == math.inf).any():
         bad = int((torch.isnan(log_weights) | (log_weights == math.inf)).sum())
