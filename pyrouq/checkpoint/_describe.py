@@ -38,6 +38,13 @@ _PLAIN_ARGS = {
 # Converted networks, rebuilt from a skeleton module
 _CONVERTED = ("BayesianNetwork", "BatchEnsembleNetwork", "Module")
 
+# The BatchEnsemble front doors' factor options, in their configuration since 2026-12-05. A
+# file written before records none and was rebuilt with these, the defaults then (they set only
+# the initial values, which the saved ones replace).
+ENSEMBLE_DOORS = ("BatchEnsembleMLP", "BatchEnsembleLeNet")
+FACTORS_BEFORE = {"use_base_weights": True, "init": "normal", "r_mean": 1.0, "r_std": 0.5,
+                  "s_mean": 1.0, "s_std": 0.5}  # fmt: skip
+
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be written or read (unreadable, unsafe, or of another model)."""
@@ -345,7 +352,8 @@ def build_model(
             devices=[device] if getattr(device, "type", "") == "cuda" else []
         ):
             if name in doors:
-                model = doors[name](**config)
+                before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
+                model = doors[name](**{**before, **config})
             else:
                 record = description["model"].get("module") or {}
                 skeleton = _skeleton(record, module, path, plain=name == "Module")
@@ -495,6 +503,21 @@ def _ensemble_options(config: dict[str, Any]) -> dict[str, Any]:
     """A saved BatchEnsemble's constructor options; checkpoints written before the ``norms``
     option existed hold members that shared the normalisation layers."""
     return {"norms": "shared", **{k: v for k, v in config.items() if k != "num_members"}}
+
+
+def saved_config(model: dict[str, Any]) -> Any:
+    """The configuration of a saved model description (``description["model"]``) as today's
+    :func:`describe_model` writes it: a BatchEnsemble's ``norms``, absent from files older than
+    that option, is "shared", as those versions built the members."""
+    config = model.get("config")
+    if not isinstance(config, dict):
+        return config
+    if model.get("class") == "BatchEnsembleNetwork" and "norms" not in config:
+        return {**config, "norms": "shared"}
+    ensemble = config.get("ensemble")
+    if isinstance(ensemble, dict) and "norms" not in ensemble:  # rank-1
+        return {**config, "ensemble": {**ensemble, "norms": "shared"}}
+    return config
 
 
 def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -> nn.Module:

@@ -23,7 +23,14 @@ from pyrouq.checkpoint import (
     python_number,
     read,
 )
-from pyrouq.checkpoint._describe import _GUIDES, shared_member_norms, upgraded_state
+from pyrouq.checkpoint._describe import (
+    _GUIDES,
+    ENSEMBLE_DOORS,
+    FACTORS_BEFORE,
+    saved_config,
+    shared_member_norms,
+    upgraded_state,
+)
 from pyrouq.convert import SitePrior
 
 
@@ -67,6 +74,13 @@ def restore(
         )
     for key in ("config", "module"):
         theirs, mine = stored.get(key), here.get(key)
+        if key == "config":  # options of a later date than the file, as they built it
+            theirs = saved_config(stored)
+        door = stored["class"] in ENSEMBLE_DOORS
+        if key == "config" and door and isinstance(theirs, dict) and isinstance(mine, dict):
+            # a front door's factor options, which a file written before 2026-12-05 does not
+            # record: unknown (they set only the initial values), so not compared, as then
+            mine = {k: v for k, v in mine.items() if k in theirs or k not in FACTORS_BEFORE}
         if key == "module" and isinstance(theirs, dict) and isinstance(mine, dict):
             # entries added to the structure record after the checkpoint was written
             mine = {k: v for k, v in mine.items() if k in theirs}

@@ -14,6 +14,16 @@ __all__ = ["BatchEnsembleLeNet", "BatchEnsembleMLP"]
 _MLP_DEFAULTS = (("in_features", 784), ("hidden_features", 256), ("out_features", 10),
                  ("num_hidden", 1))  # fmt: skip
 _LENET_DEFAULTS = (("in_channels", 1), ("num_classes", 10))
+_FACTOR_OPTIONS = ("use_base_weights", "init", "r_mean", "r_std", "s_mean", "s_std")
+
+
+def _factor_config(options: dict[str, Any]) -> dict[str, Any]:
+    """The factor options of a front door's configuration, which its checkpoint records and
+    rebuilds it with (numbers as the Python floats JSON gives back)."""
+    return {
+        key: options[key] if key in ("use_base_weights", "init") else float(options[key])
+        for key in _FACTOR_OPTIONS
+    }
 
 
 def _check_base(
@@ -49,7 +59,8 @@ class BatchEnsembleMLP(BatchEnsembleNetwork):
     base : MLP, optional
         Start from this (e.g. pre-trained) network's weights; default a fresh ``MLP``.
     use_base_weights, init, r_mean, r_std, s_mean, s_std, num_data
-        See :class:`~pyrouq.BatchEnsembleNetwork`.
+        See :class:`~pyrouq.BatchEnsembleNetwork`. Stored in ``config`` with the architecture
+        (a checkpoint rebuilds the model with them).
 
     Examples
     --------
@@ -104,6 +115,7 @@ class BatchEnsembleMLP(BatchEnsembleNetwork):
             hidden_features=base.hidden_features,
             out_features=base.out_features,
             num_hidden=base.num_hidden,
+            **_factor_config(self.options),
         )
 
     def _check_input(self, x: Any) -> None:
@@ -151,7 +163,9 @@ class BatchEnsembleLeNet(BatchEnsembleNetwork):
         self.in_channels = base.in_channels
         self.num_classes = base.num_classes
         self.config: dict[str, Any] = dict(
-            in_channels=base.in_channels, num_classes=base.num_classes
+            in_channels=base.in_channels,
+            num_classes=base.num_classes,
+            **_factor_config(self.options),
         )
 
     def _check_input(self, x: Any) -> None:
