@@ -4,6 +4,7 @@ ELBO's checks of a guide's sites and of a step's gradients."""
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -31,7 +32,7 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     )
     if alike and not isinstance(innermost_distribution(q), dist.Delta) and _same_masks(q, p):
         try:
-            kl_site = torch.distributions.kl_divergence(q, p)
+            kl_site = torch.distributions.kl_divergence(widened(q), widened(p))
         except NotImplementedError:
             pass
         else:
@@ -44,11 +45,57 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
 
 
 def log_density(fn: Any, value: Tensor) -> Tensor:
-    """``fn.log_prob(value)``, of a half-precision value taken in float32 (a float16 sum of a
-    22k-weight site's log-densities overflows past 65,504; Pyro's Trace_ELBO then gives NaN)."""
+    """``fn.log_prob(value)``, of a half-precision value or distribution taken in float32 (a
+    float16 sum of a 22k-weight site's log-densities, or of a likelihood scaled by N/B,
+    overflows past 65,504; Pyro's Trace_ELBO then gives NaN or inf), :func:`widened`."""
     if torch.is_tensor(value) and value.is_floating_point():
         value = value.to(kl_dtype(value.dtype))
-    return fn.log_prob(value)
+    return widened(fn).log_prob(value)
+
+
+def widened(fn: Any, _seen: dict[int, Any] | None = None) -> Any:
+    """``fn`` (a distribution or transform) with its float16 / bfloat16 tensors in float32:
+    a shallow copy of it and of what it holds (the distribution inside ``Independent``,
+    ``.mask``, ``.expand``; a ``TransformedDistribution``'s base and transforms; ``StudentT``'s
+    chi2...); ``fn`` itself where it holds none (float32 and float64 are left as they are).
+    The casts are differentiable: the gradients reach the parameters in their own dtype.
+
+    Widening the value alone is not enough: ``Normal.log_prob`` divides by ``var = scale**2``,
+    whose float16 gradient ``(w - loc)^2 / (2 var^2)`` passes 65,504 wherever a draw is 3.6
+    scales off at scale 0.01 (an autoguide's), and ``kl_divergence`` of two ``Independent``
+    sums the event dims in their dtype (a float16 22k-weight site's KL: inf)."""
+    state = getattr(fn, "__dict__", None)
+    if (
+        state is None
+        or isinstance(fn, torch.nn.Module)  # (a Pyro TransformModule: its parameters stay)
+        or not isinstance(fn, (torch.distributions.Distribution, torch.distributions.Transform))
+    ):
+        return fn
+    seen = {} if _seen is None else _seen
+    if id(fn) in seen:  # (an object held twice, or by itself)
+        return seen[id(fn)]
+    seen[id(fn)] = fn
+    changed = {}
+    for key, item in state.items():
+        wide = _widened_item(item, seen)
+        if wide is not item:
+            changed[key] = wide
+    if changed:
+        seen[id(fn)] = copy.copy(fn)
+        vars(seen[id(fn)]).update(changed)
+    return seen[id(fn)]
+
+
+def _widened_item(item: Any, seen: dict[int, Any]) -> Any:
+    if torch.is_tensor(item):
+        half = item.is_floating_point() and kl_dtype(item.dtype) != item.dtype
+        return item.float() if half else item
+    if type(item) in (list, tuple):  # a TransformedDistribution's transforms, a Compose's parts
+        items = [_widened_item(i, seen) for i in item]
+        if all(a is b for a, b in zip(items, item, strict=True)):
+            return item
+        return type(item)(items)
+    return widened(item, seen)
 
 
 def _same_masks(q: Any, p: Any) -> bool:

@@ -279,7 +279,7 @@ class KLWeightedELBO(ELBO):
             if site["is_observed"]:
                 if site["infer"].get("_deterministic"):
                     continue
-                log_p = site["fn"].log_prob(site["value"])
+                log_p = log_density(site["fn"], site["value"])
                 nll = nll - scale_and_mask(log_p, site["scale"], site["mask"]).sum()
                 continue
             guide_site = None if guide_trace is None else guide_trace.nodes.get(name)
