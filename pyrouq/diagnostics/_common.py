@@ -254,7 +254,9 @@ def _leaves_out(mask: Any) -> bool:
 @contextlib.contextmanager
 def _prepared(model: Any, num_points: int) -> Iterator[None]:
     """Evaluation mode, and a pyrouq model's ``num_data`` set to ``num_points`` (scale N/B = 1),
-    both restored on exit."""
+    both restored on exit; a ``torch.autocast`` around the caller runs the current weights (its
+    cached casts of the parameters, of fit()'s last step or a checkpoint's, are dropped)."""
+    torch.clear_autocast_cache()
     was = modes(model)
     has_num_data = hasattr(model, "num_data")
     saved = getattr(model, "num_data", None)

@@ -80,13 +80,15 @@ class PSISResult:
         return self.k_hat < K_HAT_OK
 
     def __repr__(self) -> str:
-        return f"PSISResult(k_hat={self.k_hat:.3f}, S={self.num_samples}): {self.interpretation}"
+        limit = K_HAT_GOOD if self.k_hat < K_HAT_GOOD else K_HAT_OK  # (0.4996 read "0.500")
+        k_hat = _below(self.k_hat, limit, 3) if self.k_hat < K_HAT_OK else f"{self.k_hat:.3f}"
+        return f"PSISResult(k_hat={k_hat}, S={self.num_samples}): {self.interpretation}"
 
 
-def _below(k_hat: float, limit: float) -> str:
-    """``k_hat`` to 2 decimals, or to as many more as it takes to stay below ``limit``
+def _below(k_hat: float, limit: float, first: int = 2) -> str:
+    """``k_hat`` to ``first`` decimals, or to as many more as it takes to stay below ``limit``
     (0.498 shown as "0.50 < 0.5" read as a contradiction)."""
-    for digits in range(2, 7):
+    for digits in range(first, 7):
         text = f"{k_hat:.{digits}f}"
         if float(text) < limit:
             return text

@@ -271,11 +271,11 @@ def fit(
         torch.distributed, also ranks that differ (parameters, loaders, arguments), and a
         failure of another rank's set-up (naming that rank; it raises its own error).
     TrainingInterrupted
-        On Ctrl-C: the first press lets the current step finish, then fit stops with the
-        parameters of that step, writes ``checkpoint`` if given, and raises this
-        ``KeyboardInterrupt`` subclass carrying the partial :class:`FitResult`. A second press
-        interrupts at once with a plain ``KeyboardInterrupt``: the step it cuts short is half
-        done, so nothing is written (``checkpoint`` keeps the last epoch's end).
+        On Ctrl-C: the first press lets the current step finish, then fit stops with that
+        step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
+        subclass carrying the partial :class:`FitResult`. A second press inside a step raises a
+        plain ``KeyboardInterrupt`` at once and writes nothing (``checkpoint`` keeps the last
+        epoch's end); one while a batch is being fetched stops as the first press does.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
