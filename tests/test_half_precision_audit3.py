@@ -352,13 +352,27 @@ def test_float16_autocast_gradient_overflow_is_refused_naming_the_fix():
             KLWeightedELBO().terms_and_grads(model, guide, x, y)
 
 
-def test_float32_and_bfloat16_steps_are_not_checked_for_float16_overflow():
-    """The check reads float16 gradients only: a float32 model's step is untouched."""
+class _Float32Logits(nn.Module):
+    """Mixed-precision habit: the logits cast back to float32 at the end of forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = _net(width=64)
+
+    def forward(self, x):
+        return self.body(x).float()
+
+
+def test_float16_autocast_overflow_is_refused_when_the_network_returns_float32():
+    """The check read autocast off float16 outputs only: a network ending in .float() under
+    a float16 autocast went on to a NaN loss blamed on the lr, its parameters already NaN."""
     x, y, _, _ = _separable(64)
-    model = bayesian(_net(width=64), num_data=10**6)
+    model = bayesian(_Float32Logits())
     guide = mean_field_guide(model)
-    terms = KLWeightedELBO().terms_and_grads(model, guide, x, y)
-    assert math.isfinite(float(terms.loss))
+    with torch.autocast("cpu", dtype=torch.float16):
+        with pytest.raises(FloatingPointError, match=r"autocast to torch\.bfloat16"):
+            fit(model, guide, [(x, y)], epochs=2, num_data=10**6, progress=False, seed=0)
+    assert all(bool(torch.isfinite(p).all()) for p in guide.parameters())
 
 
 def test_autocast_around_fit_runs_the_current_point_estimates():

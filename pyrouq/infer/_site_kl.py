@@ -162,7 +162,10 @@ def check_float16_gradients(modules: list[Any], loss: Tensor, outputs: Tensor | 
     the parameters, and the next loss would be NaN (which fit() would blame on the lr)."""
     params = [p for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
     half = [p.grad for p in params if p.grad is not None and p.dtype == torch.float16]
-    autocast = not half and outputs is not None and outputs.dtype == torch.float16
+    autocast = not half and (
+        (outputs is not None and outputs.dtype == torch.float16)
+        or _float16_autocast({p.device.type for p in params})  # outputs cast back: .float()
+    )
     grads = [p.grad for p in params if p.grad is not None] if autocast else half
     if not grads:
         return
@@ -186,3 +189,26 @@ def check_float16_gradients(modules: list[Any], loss: Tensor, outputs: Tensor | 
         "times it), so its gradients grow with N; a lower lr does not help. The parameters "
         f"are kept as they were before this step. Instead, {fix}."
     )
+
+
+def _float16_autocast(devices: set[str]) -> bool:
+    """Whether a ``torch.autocast(dtype=torch.float16)`` is on for one of ``devices``."""
+    for device in devices:
+        try:
+            on = torch.is_autocast_enabled(device) and (
+                torch.get_autocast_dtype(device) == torch.float16
+            )
+        except TypeError:  # torch < 2.4: no device argument
+            if device == "cpu":
+                on = torch.is_autocast_cpu_enabled() and (
+                    torch.get_autocast_cpu_dtype() == torch.float16
+                )
+            else:
+                on = (
+                    device == "cuda"
+                    and torch.is_autocast_enabled()
+                    and (torch.get_autocast_gpu_dtype() == torch.float16)
+                )
+        if on:
+            return True
+    return False
