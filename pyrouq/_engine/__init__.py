@@ -56,7 +56,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
@@ -212,7 +211,7 @@ def run(
         laid = {k: nhwc(v) for k, v in weights.items()}
         if members is not None:
             wrapper = _MemberPass(net, members)
-            return functional_call(wrapper, {f"net.{k}": v for k, v in laid.items()}, (x,))
+            return call(wrapper, {f"net.{k}": v for k, v in laid.items()}, x, named=net)
         return check_outputs(call(net, laid, x), net, x.shape[0])
 
     return laid_out(net, x, body)  # type: ignore[no-any-return]

@@ -125,15 +125,19 @@ def _names(names: list[str], shown: int = 5) -> str:
     return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
-def call(net: nn.Module, weights: dict[str, Tensor], x: Tensor) -> Any:
+def call(
+    net: nn.Module, weights: dict[str, Tensor], x: Tensor, named: nn.Module | None = None
+) -> Any:
     """``functional_call(net, weights, (x,))``; a forward's ``next(self.parameters())`` that
     finds none (a converted network, or a block of it, whose parameters are all latent, held
-    as buffers) is told so: a bare StopIteration said nothing."""
+    as buffers) is told so: a bare StopIteration said nothing. ``named``: the network the
+    message names, where ``net`` runs it (a BatchEnsemble's members)."""
     try:
         return functional_call(net, weights, (x,))
     except StopIteration as error:
         raise RuntimeError(
-            f"{class_name(net)}.forward raised StopIteration. If it reads "
+            f"{class_name(named if named is not None else net)}.forward raised StopIteration. "
+            "If it reads "
             "next(self.parameters()) (or a block's), e.g. for the device or dtype, it finds "
             "none where every parameter there is latent: pyrouq holds latent weights as "
             "buffers, each draw put in their place. Read them from the input (x.device, "

@@ -18,6 +18,17 @@ def widened(outputs: Tensor) -> Tensor:
     return outputs.to(torch.promote_types(outputs.dtype, torch.float32))
 
 
+def check_device(y: Any, outputs: Tensor, where: str) -> None:
+    """Refuse targets ``y`` on another device than the ``outputs`` (torch's gather error
+    otherwise). Every route that checks targets calls it (through :meth:`check_targets`):
+    ``observe``, and the fast NLL of fit() and KLWeightedELBO."""
+    if torch.is_tensor(y) and y.device != outputs.device:
+        raise ValueError(
+            f"{where}: the targets y are on {y.device}, the outputs on {outputs.device}; "
+            f"expected both on one device: move the targets with y.to({str(outputs.device)!r})."
+        )
+
+
 class Likelihood(nn.Module):
     """Base class of pyrouq likelihoods (see the module docstring for the contract).
 
@@ -134,11 +145,7 @@ class Likelihood(nn.Module):
                 "expected at least one input; leave empty batches out."
             )
         scale = 1.0
-        if torch.is_tensor(y) and y.device != outputs.device:  # else torch's gather error
-            raise ValueError(
-                f"{where}: the targets y are on {y.device}, the outputs on {outputs.device}; "
-                f"expected both on one device: move the targets with y.to({str(outputs.device)!r})."
-            )
+        check_device(y, outputs, where)  # (pyrouq's check_targets do too; a subclass may not)
         if y is not None:
             self.check_targets(y, outputs, where)
             scale = self.scale(num_data, batch, where)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
-from pyrouq.likelihoods._base import Likelihood, widened
+from pyrouq.likelihoods._base import Likelihood, check_device, widened
 
 _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
@@ -124,6 +124,7 @@ class Categorical(Likelihood):
                 f"{where}: expected labels y as a torch.Tensor, got {type(y).__name__}. Convert "
                 "them with torch.as_tensor(y)."
             )
+        check_device(y, outputs, where)
         if y.shape != (batch,):
             one_hot = ""
             if y.shape == (batch, num_classes) and num_classes > 1:

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
 from pyrouq._util import support_of
-from pyrouq.likelihoods._base import Likelihood, widened
+from pyrouq.likelihoods._base import Likelihood, check_device, widened
 
 #: The latent site of a noise scale with a prior.
 NOISE_SITE = "sigma"
@@ -200,7 +200,7 @@ class Gaussian(Likelihood):
         if self.mode == "learned":
             self.num_outputs(outputs)  # the learned scales fit D
             assert self.raw_scale is not None
-            return outputs, widened(F.softplus(self.raw_scale)).expand_as(outputs)
+            return outputs, F.softplus(widened(self.raw_scale)).expand_as(outputs)
         if latent is None or NOISE_SITE not in latent:
             raise ValueError(
                 f"The Gaussian noise is the latent site {NOISE_SITE!r}: pass its value (a "
@@ -268,6 +268,7 @@ class Gaussian(Likelihood):
             raise TypeError(
                 f"{where}: expected targets y as a torch.Tensor, got {type(y).__name__}."
             )
+        check_device(y, outputs, where)
         problem = self.target_problem(y, d)
         if problem is None and y.shape[0] != batch:
             problem = (
