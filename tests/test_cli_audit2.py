@@ -54,6 +54,13 @@ def half_mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10)).half()
 
 
+def infinite_mlp():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    with torch.no_grad():
+        net[1].weight.fill_(1e38)  # every logit inf at the first step
+    return net
+
+
 def test_a_factory_that_takes_arguments_is_told_how_the_command_calls_it(tmp_path, capsys):
     """It said only 'raised TypeError: needs_width() missing 1 required positional argument'
     and to call it in Python, not that the command calls a factory without arguments."""
@@ -90,17 +97,29 @@ def test_the_default_run_folder_error_names_no_out_that_was_not_given(
 
 
 def test_a_loss_infinite_before_any_update_does_not_blame_the_learning_rate(tmp_path, capsys):
-    """A loss infinite at the first step (a huge --kl-weight, a float16 network whose KL
-    overflows) said 'Lower --lr.', which cannot help: no update had been made."""
+    """A loss infinite at the first step (a huge --kl-weight, a network whose outputs are
+    not finite) said 'Lower --lr.', which cannot help: no update had been made."""
     argv = ["fit", "bayesian-mlp", "--epochs", "1", "--train-size", "64", "--no-progress"]
     err = one_line_error(capsys, [*argv, "--kl-weight", "1e300", "--out", str(tmp_path / "a")])
     assert "Non-finite loss (inf) at epoch 1, step 1: the loss of the untrained model" in err
     assert "(--lr is not the cause); try a smaller --kl-weight or a larger --prior-scale" in err
     assert "Lower --lr" not in err and "are kept" not in err
-    argv = ["fit", "test_cli_audit2:half_mlp", "--epochs", "1", "--train-size", "64"]
+    argv = ["fit", "test_cli_audit2:infinite_mlp", "--epochs", "1", "--train-size", "64"]
     err = one_line_error(capsys, [*argv, "--out", str(tmp_path / "b"), "--no-progress"])
-    assert "(in float32: float16 overflows)" in err and "Lower --lr" not in err
+    assert (
+        "before any update (--lr is not the cause); try a smaller --kl-weight or a larger " in err
+    )
+    assert "or a network that gives finite outputs on the images" in err
+    assert "Lower --lr" not in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_float16_network_of_ones_own_trains_from_the_command(tmp_path, capsys):
+    """Its KL overflowed float16 at the first step (inf); the KL is now taken in float32."""
+    out = tmp_path / "half"
+    argv = ["fit", "test_cli_audit2:half_mlp", "--epochs", "1", "--train-size", "64"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert "epoch 1: loss " in capsys.readouterr().out
 
 
 def test_a_run_diverging_after_an_epoch_says_what_its_checkpoint_holds(tmp_path, capsys):

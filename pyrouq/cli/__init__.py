@@ -353,9 +353,7 @@ def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> 
         return message
     causes = ["a smaller --kl-weight or a larger --prior-scale"] if bayesian else []
     if method is not None:  # a factory's network
-        causes.append(
-            "a network that gives finite outputs on the images (in float32: float16 overflows)"
-        )
+        causes.append("a network that gives finite outputs on the images")
     if head.endswith(" at epoch 1, step 1") and causes:
         return (
             f"{head}: the loss of the untrained model, before any update (--lr is not the "
