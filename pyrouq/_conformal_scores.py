@@ -126,10 +126,11 @@ def _sets(sets: Any) -> Tensor:
 def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
     """``targets`` as the ``(N,)`` class labels of ``(N, C)`` sets, or a clear error."""
     num, classes = sets.shape
-    if not isinstance(targets, Tensor) or targets.shape != (num,):
+    check_tensor_targets(targets, where, "labels")
+    if targets.shape != (num,):
         raise ValueError(
             f"{where}: expected labels of shape ({num},), one per prediction set, got "
-            f"{tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
+            f"{tuple(targets.shape)}."
         )
     y = targets.to(sets.device)
     wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool
@@ -141,6 +142,16 @@ def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
             + "."
         )
     return y.long()
+
+
+def check_tensor_targets(targets: Any, where: str, what: str) -> None:
+    """A TypeError unless ``targets`` is a tensor (a list or an array has a shape too, and
+    was refused as of the wrong shape: "expected (3,), got (3,)")."""
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"{where}: expected the {what} as a torch.Tensor, got {type(targets).__name__}; "
+            "wrap them with torch.as_tensor(...)."
+        )
 
 
 def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
@@ -198,6 +209,16 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
         raise ValueError(
             f"{where}: expected num_classes to be None or an integer >= 1, got {classes!r}."
         )
+
+
+def check_count(count: object, where: str) -> int | None:
+    """A predictor's ``num_calibration``: None or an int >= 1, or a ValueError."""
+    if count is not None and (not is_integer(count) or count < 1):
+        raise ValueError(
+            f"{where}: expected num_calibration, the number of calibration inputs, to be None "
+            f"or an integer >= 1, got {count!r}{tensor_hint(count)}."
+        )
+    return None if count is None else int(count)
 
 
 def check_thresholds(threshold: object) -> Tensor:

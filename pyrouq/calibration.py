@@ -34,10 +34,12 @@ from pyrouq._conformal_scores import (
     _sets,
     check_alpha_field,
     check_class_fields,
+    check_count,
+    check_tensor_targets,
     check_thresholds,
 )
 from pyrouq._metric_inputs import _float64
-from pyrouq._numbers import is_integer, is_real
+from pyrouq._numbers import is_integer, is_real, tensor_hint
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
@@ -109,8 +111,8 @@ class TemperatureScaler:
         t = self.temperature
         if not is_real(t) or not 0 < t < math.inf:
             raise ValueError(
-                f"Expected a temperature > 0 (finite), got {t!r}: T > 1 softens the "
-                "probabilities, T < 1 sharpens them. temperature_scale() fits one."
+                f"Expected a temperature > 0 (finite), got {t!r}{tensor_hint(t)}: T > 1 "
+                "softens the probabilities, T < 1 sharpens them. temperature_scale() fits one."
             )
         object.__setattr__(self, "temperature", float(t))
 
@@ -260,6 +262,10 @@ class ConformalClassifier:
     score, alpha, threshold, lam, k_reg, seed
     num_classes : int or None
         C of the calibration predictions; predictions with another C are refused.
+    num_calibration : int or None
+        n, the calibration inputs (None when made by hand): the threshold is the
+        ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores, and the coverage on
+        exchangeable data is below ``1 - alpha + 1 / (n + 1)`` when the scores have no ties.
     """
 
     score: ClassScore
@@ -269,6 +275,7 @@ class ConformalClassifier:
     k_reg: int
     seed: int
     num_classes: int | None = None
+    num_calibration: int | None = None
 
     def __post_init__(self) -> None:
         where = "ConformalClassifier"
@@ -281,6 +288,7 @@ class ConformalClassifier:
             "k_reg": int(self.k_reg),
             "seed": check_seed(self.seed, where),
             "num_classes": None if self.num_classes is None else int(self.num_classes),
+            "num_calibration": check_count(self.num_calibration, where),
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -321,6 +329,8 @@ class ConformalClassifier:
     def __repr__(self) -> str:
         extra = f", lam={self.lam:g}, k_reg={self.k_reg}" if self.score == "raps" else ""
         extra += f", seed={self.seed}" if self.score != "lac" else ""  # the scores' draws
+        if self.num_calibration is not None:
+            extra += f", num_calibration={self.num_calibration}"
         return (
             f"ConformalClassifier(score={self.score!r}, alpha={self.alpha:g}, "
             f"threshold={self.threshold:.6f}{extra})"
@@ -347,17 +357,23 @@ class ConformalRegressor:
     is narrower than ``-2 * threshold`` then gets ``lo > hi``, an empty interval that covers
     nothing (as in Romano et al.): mind it when averaging widths.
 
+    :attr:`num_calibration` is n, the calibration inputs (None when made by hand): each
+    threshold is the ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores.
+
     Two predictors are equal when their score, alpha and thresholds are.
     """
 
     score: RegressionScore
     alpha: float
     threshold: Tensor
+    num_calibration: int | None = None
 
     def __post_init__(self) -> None:
-        _check_score(self.score, get_args(RegressionScore), "ConformalRegressor")
-        object.__setattr__(self, "alpha", check_alpha_field(self.alpha, "ConformalRegressor"))
+        where = "ConformalRegressor"
+        _check_score(self.score, get_args(RegressionScore), where)
+        object.__setattr__(self, "alpha", check_alpha_field(self.alpha, where))
         object.__setattr__(self, "threshold", check_thresholds(self.threshold))
+        object.__setattr__(self, "num_calibration", check_count(self.num_calibration, where))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConformalRegressor):
@@ -393,8 +409,10 @@ class ConformalRegressor:
 
     def __repr__(self) -> str:
         values = ", ".join(f"{v:.4f}" for v in self.threshold.tolist())
+        n = "" if self.num_calibration is None else f", num_calibration={self.num_calibration}"
         return (
-            f"ConformalRegressor(score={self.score!r}, alpha={self.alpha:g}, threshold=[{values}])"
+            f"ConformalRegressor(score={self.score!r}, alpha={self.alpha:g}, "
+            f"threshold=[{values}]{n})"
         )
 
 
@@ -418,7 +436,9 @@ def conformal(
         Their labels / targets; default: those the predictions carry.
     alpha : float, default 0.1
         Allowed miscoverage: the sets (intervals) contain the truth with probability at least
-        ``1 - alpha`` on exchangeable data.
+        ``1 - alpha`` on exchangeable data. An alpha below about ``1 / (n + 1)`` for n
+        calibration inputs (``(n + 1)(1 - alpha) > n``), whose threshold would be infinite,
+        is refused, naming the n it needs.
     score : str, optional
         ``"lac"`` (default for classifiers), ``"aps"``, ``"raps"``; ``"abs"`` (default for
         regression) or ``"cqr"``. See :class:`ConformalClassifier`, :class:`ConformalRegressor`.
@@ -445,10 +465,13 @@ def conformal(
     """
     seed = check_seed(seed, "conformal()")
     if not is_real(lam) or not 0 <= lam < math.inf:
-        raise ValueError(f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}.")
+        raise ValueError(
+            f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}{tensor_hint(lam)}."
+        )
     if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(
-            f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}."
+            f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}"
+            f"{tensor_hint(k_reg)}."
         )
     if isinstance(val_preds, GaussianPredictions):
         score = "abs" if score is None else score
@@ -460,7 +483,8 @@ def conformal(
         y = val_preds._targets(val_targets, "val_targets").double()
         a = _check_alpha(alpha, y.shape[0])
         scores = _regression_scores(val_preds, y, score, a)
-        return ConformalRegressor(score, a, _quantile(scores, a))  # type: ignore[arg-type]
+        n = y.shape[0]
+        return ConformalRegressor(score, a, _quantile(scores, a), n)  # type: ignore[arg-type]
     preds = _class_preds(val_preds, "val_preds")
     score = "lac" if score is None else score
     if score not in ("lac", "aps", "raps"):
@@ -474,7 +498,8 @@ def conformal(
     true_scores = scores.gather(1, y.to(scores.device)[:, None])[:, 0]
     threshold = float(_quantile(true_scores, a))
     classes = int(preds.probs.shape[-1])
-    return ConformalClassifier(score, a, threshold, float(lam), int(k_reg), seed, classes)  # type: ignore[arg-type]
+    n = y.shape[0]
+    return ConformalClassifier(score, a, threshold, float(lam), int(k_reg), seed, classes, n)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,15 +519,14 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
                 f"coverage(): expected at least one interval, got shape {shape}: the coverage "
                 "of no intervals is undefined."
             )
-        ok = isinstance(targets, Tensor) and (
-            tuple(targets.shape) == shape or (len(shape) == 2 and shape[1] == 1
-                                              and tuple(targets.shape) == shape[:1])
-        )  # fmt: skip
+        check_tensor_targets(targets, "coverage()", "targets")
+        column = len(shape) == 2 and shape[1] == 1  # (N,) targets of one output allowed
+        ok = tuple(targets.shape) == shape or (column and tuple(targets.shape) == shape[:1])
         if not ok:
             raise ValueError(
                 f"coverage(): expected targets of shape {shape}, as the intervals"
-                + (f" (or ({shape[0]},))" if len(shape) == 2 and shape[1] == 1 else "")
-                + f", got {tuple(getattr(targets, 'shape', ())) or type(targets).__name__}."
+                + (f" (or ({shape[0]},))" if column else "")
+                + f", got {tuple(targets.shape)}."
             )
         y = targets.to(lo.device).double().reshape(shape)
         if y.isnan().any():

@@ -208,7 +208,7 @@ class GaussianPredictions:
                 + f", one per input and output, or one number, got shape {tuple(value.shape)}."
             )
         z = (value - self.loc.double()) / self.scale.double()
-        return (0.5 * (1 + torch.erf(z / _SQRT2))).mean(0)
+        return (0.5 * torch.erfc(-z / _SQRT2)).mean(0)  # (1 + erf) loses the lower tail
 
     def quantile(self, level: float) -> Tensor:
         """The mixture's ``level`` quantile ``(N, D)``, found by bisection on its CDF (to
