@@ -130,10 +130,6 @@ class BayesianLeNet(BayesianNetwork):
 
 
 def _prior_scale(value: Any) -> float:
-    from pyrouq._util import check_positive_float
+    from pyrouq.nn._bayesian import check_prior_scale
 
-    return check_positive_float(
-        "prior_scale",
-        value,
-        "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0.",
-    )
+    return check_prior_scale(value)

@@ -49,6 +49,11 @@ def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _hint(name: str, example: int) -> str:
+    """What to do about a size that is not an integer of the right range."""
+    return f"Pass {name} as an int such as {name}={example}."
+
+
 def _mlp_layers(
     in_features: int, hidden_features: int, out_features: int, num_hidden: int
 ) -> OrderedDict[str, nn.Module]:
@@ -84,14 +89,14 @@ class MLP(nn.Sequential):
         num_hidden: int = 1,
     ):
         in_features, hidden_features, out_features = (
-            check_int(name, value)
-            for name, value in (
-                ("in_features", in_features),
-                ("hidden_features", hidden_features),
-                ("out_features", out_features),
+            check_int(name, value, hint=_hint(name, example))
+            for name, value, example in (
+                ("in_features", in_features, 784),
+                ("hidden_features", hidden_features, 256),
+                ("out_features", out_features, 10),
             )
         )
-        num_hidden = check_int("num_hidden", num_hidden, minimum=0)
+        num_hidden = check_int("num_hidden", num_hidden, minimum=0, hint=_hint("num_hidden", 1))
         super().__init__(_mlp_layers(in_features, hidden_features, out_features, num_hidden))
         self.in_features = in_features
         self.hidden_features = hidden_features
@@ -137,8 +142,8 @@ class LeNet(nn.Sequential):
     """
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10):
-        in_channels = check_int("in_channels", in_channels)
-        num_classes = check_int("num_classes", num_classes)
+        in_channels = check_int("in_channels", in_channels, hint=_hint("in_channels", 1))
+        num_classes = check_int("num_classes", num_classes, hint=_hint("num_classes", 10))
         super().__init__(_lenet_layers(in_channels, num_classes))
         self.in_channels = in_channels
         self.num_classes = num_classes
@@ -195,11 +200,11 @@ class ResidualCNN(nn.Module):
     def __init__(self, in_channels: int = 1, num_classes: int = 10, width: int = 16):
         super().__init__()
         in_channels, num_classes, width = (
-            check_int(name, value)
-            for name, value in (
-                ("in_channels", in_channels),
-                ("num_classes", num_classes),
-                ("width", width),
+            check_int(name, value, hint=_hint(name, example))
+            for name, value, example in (
+                ("in_channels", in_channels, 1),
+                ("num_classes", num_classes, 10),
+                ("width", width, 16),
             )
         )
         self.stem = nn.Sequential(

@@ -15,6 +15,23 @@ from pyrouq._numbers import is_integer
 from pyrouq._util import check_flag, check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
 
+PRIOR_SCALE_HINT = "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0."
+
+
+def check_prior_scale(value: object) -> float:
+    """``prior_scale`` as a float > 0 that torch's default dtype (the prior's) holds as one,
+    or a ValueError: 1e-50 would be a prior of scale 0 in float32, 1e40 one of scale inf."""
+    scale = check_positive_float("prior_scale", value, PRIOR_SCALE_HINT)
+    dtype = torch.get_default_dtype()
+    held = torch.tensor(scale, dtype=dtype).item()
+    if not 0 < held < float("inf"):
+        raise ValueError(
+            f"Expected prior_scale to be a positive finite {dtype} (the prior's dtype; at most "
+            f"{torch.finfo(dtype).max:.3g}), got {value!r}, which {dtype} holds as {held}. "
+            + PRIOR_SCALE_HINT
+        )
+    return scale
+
 
 def _stack_weights(weight: torch.Tensor, event_dim: int) -> tuple[torch.Tensor, torch.Size]:
     """Flatten the leading (sample) dims of ``weight`` into one; return it and those dims."""
@@ -57,6 +74,19 @@ def _positive_pair(name: str, value: object, example: str) -> tuple[int, int]:
     return pair
 
 
+def _check_scales(layer: str, **scales: torch.Tensor) -> None:
+    """Refuse scales that are not all > 0 (a Normal's), as the weight draws' ``Normal`` does:
+    local reparameterisation squares them, and would take a negative one as its absolute."""
+    for name, scale in scales.items():
+        if not bool((scale > 0).all()):
+            bad = scale[~(scale > 0)].flatten()[0].item()
+            raise ValueError(
+                f"{layer}.sample_with expects {name} > 0 (the standard deviations of the "
+                f"Normal weight distribution), got a value of {bad}. Pass positive scales, e.g. "
+                "softplus(raw) or raw.exp() of an unconstrained parameter."
+            )
+
+
 # --------------------------------------------------------------------------------------------
 # Bayesian layers
 # --------------------------------------------------------------------------------------------
@@ -75,11 +105,7 @@ class _BayesianLayer(PyroModule):
     bias: torch.Tensor
 
     def _init_prior(self, prior_scale: float, local_reparameterization: bool) -> None:
-        prior_scale = check_positive_float(
-            "prior_scale",
-            prior_scale,
-            "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0.",
-        )
+        prior_scale = check_prior_scale(prior_scale)
         self.local_reparameterization = check_flag(
             "local_reparameterization", local_reparameterization
         )
@@ -101,6 +127,10 @@ class _BayesianLayer(PyroModule):
         """The layer with explicit weight and bias (no Pyro sample statements)."""
         raise NotImplementedError
 
+    def _check_input(self, x: torch.Tensor) -> None:  # pragma: no cover - abstract
+        """Refuse an input that is not a tensor of the layer's shape, saying what it expects."""
+        raise NotImplementedError
+
     def moments_with(
         self,
         x: torch.Tensor,
@@ -120,6 +150,7 @@ class _BayesianLayer(PyroModule):
         is exactly Normal with these moments. Shapes as :meth:`forward_with` with unstacked
         weights; ``x`` may be stacked.
         """
+        self._check_input(x)
         mean = self.forward_with(x, weight_loc, bias_loc)
         var = self.forward_with(x.square(), weight_scale.square(), bias_scale.square())
         return mean, var
@@ -143,10 +174,17 @@ class _BayesianLayer(PyroModule):
         ``(num_draws, B, ...)`` with ``num_draws`` independent draws; stacked input
         ``(S, B, ...)`` gives one draw per stack slice (``num_draws`` is then ignored). An
         input of more dims than the layer's own ``(B, in)`` or ``(B, C, H, W)`` counts as
-        stacked: a linear layer's ``(B, T, in)`` gets one draw per example.
+        stacked: a linear layer's ``(B, T, in)`` gets one draw per example. The scales must be
+        > 0 on both paths (checked while distributions validate their arguments, as Pyro's
+        default is).
         """
+        self._check_input(x)
+        if num_draws is not None:
+            num_draws = check_int("num_draws", num_draws, hint="Pass e.g. num_draws=8, or None.")
         stacked = x.dim() > self._plain_rank
         if self.local_reparameterization:
+            if torch.distributions.Distribution._validate_args:  # as the Normal below does
+                _check_scales(type(self).__name__, weight_scale=weight_scale, bias_scale=bias_scale)
             mean, var = self.moments_with(x, weight_loc, weight_scale, bias_loc, bias_scale)
             shape = mean.shape if stacked or num_draws is None else (num_draws, *mean.shape)
             eps = torch.randn(shape, dtype=mean.dtype, device=mean.device)
@@ -218,8 +256,11 @@ class BayesianLinear(_BayesianLayer):
         self._init_prior(prior_scale, local_reparameterization)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_layer_input(self, x, -1, self.in_features, f"(..., {self.in_features})")
+        self._check_input(x)
         return self.forward_with(x, self.weight, self.bias)
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        check_layer_input(self, x, -1, self.in_features, f"(..., {self.in_features})")
 
     def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
         """The layer with explicit weight and bias (no Pyro sample statements). With S drawn
@@ -307,9 +348,12 @@ class BayesianConv2d(_BayesianLayer):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        return self.forward_with(x, self.weight, self.bias)
+
+    def _check_input(self, x: torch.Tensor) -> None:
         shape = f"(B, {self.in_channels}, H, W) or (S, B, {self.in_channels}, H, W)"
         check_layer_input(self, x, -3, self.in_channels, shape, ranks=(4, 5))
-        return self.forward_with(x, self.weight, self.bias)
 
     def forward_with(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
         """The layer with explicit weight and bias (no Pyro sample statements)."""
