@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import pyrouq
 from pyrouq.models import MLP, BayesianLeNet, BayesianMLP, LeNet, ResidualCNN
 from pyrouq.nn import BayesianConv2d, BayesianLinear
 
@@ -179,3 +180,19 @@ def test_a_size_refused_says_what_to_pass(make, name, example):
         rf"such as {name}={example}\.",
     ):
         make()
+
+
+@pytest.mark.parametrize("scale", [1e-50, 1e40])
+def test_bayesian_refuses_a_float_prior_its_dtype_cannot_hold(scale):
+    """bayesian(net, prior=1e-50) built a Normal(0, 0) prior that Pyro refused at the first
+    forward; 1e40 an infinite one."""
+    with pytest.raises(ValueError, match=r"prior scale of '0.weight' to be a positive finite"):
+        pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(3, 2)), prior=scale)
+
+
+def test_a_numpy_flag_is_recorded_in_the_config_as_a_bool():
+    import numpy as np
+
+    model = BayesianMLP(6, 5, 3)
+    model.local_reparameterization = np.bool_(True)
+    assert model.config["local_reparameterization"] is True

@@ -330,7 +330,7 @@ class BayesianNetwork(PyroModule):
     def local_reparameterization(self, value: bool) -> None:
         self._local = check_flag("local_reparameterization", value)
         if hasattr(self, "config"):
-            self.config["local_reparameterization"] = value
+            self.config["local_reparameterization"] = self._local  # (np.bool_ True: True)
 
     def local_layers(self) -> dict[str, tuple[str, str | None]]:
         """``{module path: (weight site, bias site or None)}`` of the layers that local
