@@ -181,7 +181,10 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     are cast to the module's dtype; integer, bool and complex inputs are refused, unless the
     network holds an ``nn.Embedding`` / ``nn.EmbeddingBag`` (then they are its indices)."""
     if not torch.is_tensor(x):
-        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+        raise TypeError(
+            f"{name} expects a torch.Tensor input, got {type(x).__name__}; convert it with "
+            "torch.as_tensor(x)."
+        )
     if not x.is_floating_point():
         if not x.is_complex() and _takes_indices(module):
             return x

@@ -196,3 +196,10 @@ def test_a_numpy_flag_is_recorded_in_the_config_as_a_bool():
     model = BayesianMLP(6, 5, 3)
     model.local_reparameterization = np.bool_(True)
     assert model.config["local_reparameterization"] is True
+
+
+def test_a_numpy_input_is_told_how_to_convert_it():
+    import numpy as np
+
+    with pytest.raises(TypeError, match=r"got ndarray; convert it with torch\.as_tensor\(x\)"):
+        BayesianMLP(6, 5, 3)(np.zeros((2, 6), dtype=np.float32))
