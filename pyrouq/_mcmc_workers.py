@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import os
 import pickle
 import random
 import signal
@@ -136,8 +137,10 @@ def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> Non
     """A chain process's body: run its jobs one after another, sending back ``(index, True,
     result)`` or ``(index, False, exception)`` for each as plain pickled bytes (tensors travel
     in the message, not by shared memory, so this process may end at once). Ctrl-C is left to
-    the parent, which stops every chain."""
+    the parent, which stops every chain; a parent that ends without stopping them (killed,
+    a notebook kernel restarted) ends this process too, never an orphan computing on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with_parent, daemon=True).start()
     for index, job in share:
         failed = False
         try:
@@ -150,14 +153,25 @@ def _chain_process(share: list[tuple[int, tuple[Any, ...]]], writer: Any) -> Non
     writer.close()
 
 
+def _end_with_parent() -> None:
+    """End this chain process as soon as its parent has ended (its sentinel is ready)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        parent.join()
+        os._exit(1)
+
+
 def _pickled_failure(index: int, err: Exception) -> bytes:
     """``(index, False, err)`` pickled, with the chain process's traceback as a note (or, for
-    an exception that does not pickle, a RuntimeError holding that traceback)."""
+    an exception that does not pickle, or not back (an ``__init__`` of several arguments),
+    a RuntimeError holding that traceback)."""
     text = traceback.format_exc()
     if hasattr(err, "add_note"):  # Python >= 3.11
         err.add_note(f"(raised in the process of chain {index})\n{text}")
     try:
-        return pickle.dumps((index, False, err))
+        message = pickle.dumps((index, False, err))
+        pickle.loads(message)  # else the parent would raise the unpickling's TypeError instead
+        return message
     except Exception:
         return pickle.dumps((index, False, RuntimeError(text)))
 

@@ -128,6 +128,16 @@ def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
                 f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
                 f"for {name}. Convert it first: {name} = torch.as_tensor({name})."
             )
+        if isinstance(value, torch.nn.Module) or value is None:
+            why = (
+                "It takes no guide (NUTS samples the posterior itself)"
+                if value is not None
+                else "NUTS samples the posterior given the inputs and their targets"
+            )
+            raise TypeError(
+                f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
+                f"for {name}. {why}: call mcmc(model, x, y, num_samples=..., warmup_steps=...)."
+            )
         if not torch.is_tensor(value):
             raise TypeError(
                 f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
@@ -186,7 +196,8 @@ def mcmc(
     ----------
     model : BayesianNetwork
         A model made by :func:`pyrouq.bayesian` (``BayesianMLP``, ...), a Gaussian likelihood's
-        latent noise included.
+        latent noise included, in float32 or float64 (a float16 or bfloat16 one is refused:
+        sample a float32 copy, whose draws :func:`pyrouq.predict` takes for it).
     x, y : Tensor
         The whole data set (no minibatches: ``model.num_data`` is set to N for the run),
         moved to the model's device.
@@ -215,7 +226,8 @@ def mcmc(
         pickle: defined inside a function, holding a lambda); otherwise one after another, in
         this process.
         The draws are the same either way. A chain process that dies (out of memory, say)
-        raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes.
+        raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes, and a
+        chain process whose parent is killed ends too.
         Each chain process first runs the script's top-level code again (Python's ``spawn``),
         so a script that calls ``mcmc()`` needs the usual ``if __name__ == "__main__":``
         guard, or ``parallel=False``.
@@ -265,6 +277,13 @@ def mcmc(
         check_flag("parallel", parallel)
     if kernel not in ("nuts", "hmc"):
         raise ValueError(f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc'.")
+    if module_dtype(model) in (torch.float16, torch.bfloat16):  # a prior's draws are float32
+        raise TypeError(
+            f"mcmc() samples in float32 or float64, got a {module_dtype(model)} model; NUTS's "
+            "energies and step sizes need the precision. Sample a float32 copy, "
+            "mcmc(copy.deepcopy(model).float(), x, y, ...): predict() takes its draws for "
+            "this model too."
+        )
     size = sum(math.prod(shape) for shape in latent().values())
     if size > MAX_LATENT_VALUES and not force:
         raise ValueError(
