@@ -115,7 +115,8 @@ def _sampled_directly(guide: Any) -> bool:
 
 
 def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
-    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}``.
+    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}`` (not of its
+    auxiliary sites, which no model samples).
 
     A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
     its traces would give), its scales computed once; any other guide is traced once per draw
@@ -127,13 +128,30 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
             loc = {s: guide.site_loc(s) for s in guide.sites}
             scale = {s: guide.site_scale(s) for s in guide.sites}
         return draw_runs(loc, scale, num_samples, guide.positive)
-    draws: dict[str, list[Tensor]] = {}
+    # each draw goes into its slot of the site's stack as it comes (a list of the draws then
+    # stacked holds them twice), and an auxiliary site, which no model samples (AutoNormal's
+    # "<site>_unconstrained"), is not kept: a bayesian resnet18's 16 AutoNormal draws took
+    # 2.3 GB at the peak for 0.68 GB of weights
+    draws: dict[str, Tensor] = {}
+    counts: dict[str, int] = {}
     for _ in range(num_samples):
         trace = poutine.trace(guide).get_trace(*args)
         for name, site in trace.nodes.items():
-            if site["type"] == "sample" and not site["is_observed"]:
-                draws.setdefault(name, []).append(site["value"].detach())
-    return {name: torch.stack(values) for name, values in draws.items()}
+            auxiliary = (site.get("infer") or {}).get("is_auxiliary", False)
+            if site["type"] == "sample" and not site["is_observed"] and not auxiliary:
+                value = site["value"].detach()
+                if name not in draws:
+                    draws[name] = value.new_empty((num_samples, *value.shape))
+                    counts[name] = 0
+                elif draws[name].shape[1:] != value.shape:
+                    raise ValueError(
+                        f"The guide drew site {name!r} of shape {tuple(value.shape)} in one run "
+                        f"and {tuple(draws[name].shape[1:])} in another: predict() stacks the "
+                        "draws of a site, which need one shape."
+                    )
+                draws[name][counts[name]] = value
+                counts[name] += 1
+    return {name: values[: counts[name]] for name, values in draws.items()}
 
 
 def _refuse_prior_weights(model: Any, x: Tensor) -> None:
@@ -395,6 +413,27 @@ def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> li
         )
         return [count]
     return [min(fits, count - start) for start in range(0, count, fits)]
+
+
+def joined_passes(passes: list[list[Any]]) -> list[Any]:
+    """Each input batch's predictive parts of the passes over x (one pass per chunk of draws,
+    :func:`draw_sizes`), joined along the draws: tensors ``(S, B, ...)`` or tuples of them.
+    ``passes`` is emptied, and each batch's parts are let go once joined: the passes' parts
+    and the joined ones are not all held at once (they were: a predict() in 16 chunks of
+    draws peaked at 4.75x its 1.2 GB of probabilities, against 3.75x in one)."""
+    if len(passes) == 1:
+        return passes.pop()
+    batches = [list(batch) for batch in zip(*passes, strict=True)]
+    passes.clear()
+    batches.reverse()
+    joined: list[Any] = []
+    while batches:
+        parts = batches.pop()
+        if isinstance(parts[0], tuple):
+            joined.append(tuple(torch.cat(column) for column in zip(*parts, strict=True)))
+        else:
+            joined.append(torch.cat(parts))
+    return joined
 
 
 def repeatable(x: Any) -> bool:

@@ -15,7 +15,7 @@ C classes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -512,7 +512,7 @@ def predict(
             bar.close()
         batchnorm.load_all(norms, saved)
         restore_modes(was)
-    parts = [_draws_joined(batch) for batch in zip(*passes, strict=True)]
+    parts = _runners.joined_passes(passes)  # (each pass's parts freed once joined)
     if not parts:
         raise ValueError("predict() got no inputs: x is empty.")
     all_targets = torch.cat(targets) if len(targets) == len(parts) else None
@@ -537,16 +537,6 @@ def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 
     x = model_input(x if device is None else x.to(device), model, "predict()")
     check_finite_inputs(x, "predict()", name, first)
     return x
-
-
-def _draws_joined(parts: Sequence[Any]) -> Any:
-    """One input batch's predictive parts of the passes over x (each pass's draws), joined
-    along the draws: tensors ``(S_k, B, ...)`` or tuples of them."""
-    if len(parts) == 1:
-        return parts[0]
-    if isinstance(parts[0], tuple):
-        return tuple(torch.cat(column) for column in zip(*parts, strict=True))
-    return torch.cat(list(parts))
 
 
 def _progress_bar(x: Tensor | Iterable, batch_size: int, passes: int = 1) -> Any:
