@@ -101,14 +101,17 @@ def _last_inside(centre: Tensor, spread: Tensor, threshold: Tensor) -> Tensor:
 
 def _sets(sets: Any) -> Tensor:
     if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
+        if isinstance(sets, list):
+            fix = "; for intervals pass the tuple (lo, hi) that intervals() returns."
+        elif isinstance(sets, Tensor):  # 0/1 indicators; probabilities are no sets
+            fix = "; convert 0/1 membership indicators with sets.bool()."
+        else:
+            fix = (
+                "; convert an array with torch.as_tensor(sets)." if hasattr(sets, "shape") else "."
+            )
         raise TypeError(
             "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "
-            f"them), got {getattr(sets, 'dtype', type(sets).__name__)}"
-            + (
-                "; for intervals pass the tuple (lo, hi) that intervals() returns."
-                if isinstance(sets, list)
-                else "."
-            )
+            f"them), got {sets.dtype if isinstance(sets, Tensor) else type(sets).__name__}" + fix
         )
     if sets.dim() != 2:
         raise ValueError(

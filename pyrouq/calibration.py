@@ -69,9 +69,21 @@ TEMPERATURE_BOUNDS = (0.05, 20.0)
 
 def _class_preds(preds: Any, name: str) -> Predictions:
     if not isinstance(preds, Predictions):
+        if isinstance(preds, GaussianPredictions):
+            fix = (
+                "; a regression model's predictions get calibrated intervals from "
+                "conformal(val_preds, val_targets), a ConformalRegressor"
+            )
+        elif torch.is_tensor(preds):
+            fix = (
+                f"; wrap probabilities as pyrouq.Predictions.from_probs({name}) ((S, N, C); "
+                f"{name}[None] for one (N, C) draw)"
+            )
+        else:
+            fix = ""
         raise TypeError(
             f"Expected {name} to be Predictions (class probabilities, what predict() returns for "
-            f"a classifier), got {type(preds).__name__}."
+            f"a classifier), got {type(preds).__name__}{fix}."
         )
     return preds
 
@@ -230,6 +242,25 @@ def temperature_scale(
 # --------------------------------------------------------------------------------------------
 # Conformal classification
 # --------------------------------------------------------------------------------------------
+
+
+def _score_fix(score: object, task: str) -> str:
+    """What to do about a score conformal() does not know for ``task``: the other task's score
+    (predictions of the other kind?), the right one in lower case, or leaving it out."""
+    scores = {"classification": ("lac", "aps", "raps"), "regression": ("abs", "cqr")}
+    other = "regression" if task == "classification" else "classification"
+    text = score.lower() if isinstance(score, str) else None
+    if text in scores[other]:
+        kind = "GaussianPredictions" if other == "regression" else "Predictions"
+        preds = "Predictions" if other == "regression" else "GaussianPredictions"
+        return (
+            f": {score!r} scores {other} ({kind}), and val_preds are a {task} model's "
+            f"{preds}. Pass one of these, or leave score out (its default, "
+            f"{scores[task][0]!r})"
+        )
+    if text in scores[task]:
+        return f" (lower case): pass score={text!r}"
+    return f". Pass one of these, or leave score out (its default, {scores[task][0]!r})"
 
 
 def _check_score(score: object, allowed: tuple[str, ...], where: str) -> None:
@@ -478,7 +509,7 @@ def conformal(
         if score not in ("abs", "cqr"):
             raise ValueError(
                 f"Unknown score {score!r} for regression: expected 'abs' (normalised residuals) "
-                "or 'cqr' (conformalised mixture quantiles)."
+                f"or 'cqr' (conformalised mixture quantiles){_score_fix(score, 'regression')}."
             )
         y = val_preds._targets(val_targets, "val_targets").double()
         a = _check_alpha(alpha, y.shape[0])
@@ -489,7 +520,8 @@ def conformal(
     score = "lac" if score is None else score
     if score not in ("lac", "aps", "raps"):
         raise ValueError(
-            f"Unknown score {score!r} for classification: expected 'lac', 'aps' or 'raps'."
+            f"Unknown score {score!r} for classification: expected 'lac', 'aps' or 'raps'"
+            f"{_score_fix(score, 'classification')}."
         )
     y = _labels(preds, val_targets, "val_targets")
     a = _check_alpha(alpha, y.shape[0])

@@ -153,7 +153,7 @@ def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
     if x.shape[0] != y.shape[0] or x.shape[0] == 0:
         raise ValueError(
             f"mcmc(): x and y must hold the same number N >= 1 of points, got {x.shape[0]} and "
-            f"{y.shape[0]}."
+            f"{y.shape[0]}. Pass every point and one target per input: y[i] for x[i]."
         )
     # data, not parameters: a graph (features from a network) would be refused by the chain
     # processes' pickling, and an inference tensor cannot be saved for NUTS's backward passes
@@ -443,7 +443,9 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
     counts = {site: int(v.shape[0]) for site, v in draws.items()}
     if len(set(counts.values())) > 1:
         raise ValueError(
-            f"posterior_samples must give every site the same number S of draws, got {counts}."
+            f"posterior_samples must give every site the same number S of draws, got {counts}: "
+            "draw s is one value of every site. Pass the sites' draws of one run (an "
+            "MCMCResult's .samples), or cut them to the smallest S: value[:S]."
         )
     sites = getattr(model, "latent_sites", None)
     if callable(sites):  # Predictive's plate padding dropped (a model of the user's own: later)

@@ -127,8 +127,12 @@ class GaussianPredictions:
                 + (f" or ({n},)" if d == 1 else "")
                 + f", one per input and output, got shape {tuple(targets.shape)}."
             )
-        if not bool(torch.isfinite(shaped).all()):
-            raise ValueError("Expected finite targets, got NaN or inf; remove or repair them.")
+        bad = (~torch.isfinite(shaped)).any(-1).nonzero()[:, 0]
+        if bad.numel():
+            raise ValueError(
+                f"Expected finite targets, got NaN or inf in {bad.numel()} of {n} rows (rows "
+                f"{bad[:5].tolist()}); remove or repair them."
+            )
         return shaped.to(self.loc.device)
 
     # -- shape ---------------------------------------------------------------------------------
@@ -362,7 +366,10 @@ def _level(level: object, what: str) -> float:
             f"Expected {what} in (0, 1), one number, got {type(level).__name__}; e.g. 0.9."
         )
     if not 0.0 < float(level) < 1.0:
-        raise ValueError(f"Expected {what} in (0, 1), got {level!r}.")
+        raise ValueError(
+            f"Expected {what} in (0, 1), got {level!r}; e.g. 0.9"
+            + (" (a 90 % interval)." if "interval" in what else " (the 90 % quantile).")
+        )
     return float(level)
 
 
@@ -398,7 +405,10 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
     fewer when S is large, so that memory stays bounded (:data:`CRPS_PAIR_VALUES`)."""
     for name, value in (("loc", loc), ("scale", scale), ("y", y)):
         if not isinstance(value, Tensor):
-            raise TypeError(f"mixture_crps(): expected {name} as a tensor, got {type(value)}.")
+            raise TypeError(
+                f"mixture_crps(): expected {name} as a tensor, got {type(value).__name__}; "
+                f"convert it with torch.as_tensor({name})."
+            )
     if loc.dim() not in (2, 3) or scale.shape != loc.shape:
         raise ValueError(
             "mixture_crps(): expected loc and scale of one shape (S, N, D), or (S, N) for one "

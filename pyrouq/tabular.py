@@ -268,9 +268,14 @@ class Standardizer:
         statistics' dtype when it is wider: float64 targets give float64 predictions)."""
         rescale = getattr(predictions, "rescale", None)
         if not callable(rescale):
+            fix = (
+                "; for a tensor of standardised targets or means: t * scaler.y_std + scaler.y_mean"
+                if torch.is_tensor(predictions)
+                else ""
+            )
             raise TypeError(
                 f"Expected GaussianPredictions (what predict() returns for a Gaussian model), "
-                f"got {type(predictions).__name__}."
+                f"got {type(predictions).__name__}{fix}."
             )
         fitted = max(1, self.y_mean.numel())
         outputs = getattr(predictions, "num_outputs", fitted)

@@ -150,10 +150,26 @@ def json_text(metadata: Any) -> str:
     try:
         return json.dumps(metadata, allow_nan=True, default=python_number)
     except (TypeError, ValueError) as err:
+        found = _not_json(metadata, "metadata")
         raise CheckpointError(
             f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
-            f"got {err}. Convert tensors with .tolist() or float()."
+            f"got {f'{found[0]} of type {found[1]}' if found else err}. Convert tensors with "
+            ".tolist() or float()."
         ) from None
+
+
+def _not_json(value: Any, where: str, seen: frozenset[int] = frozenset()) -> tuple[str, str] | None:
+    """Where in ``value`` the first value lies that JSON cannot write, and its type's name."""
+    if value is None or isinstance(value, (str, int, float)) or isinstance(value, np.generic):
+        return None
+    if not isinstance(value, (dict, list, tuple)):
+        return where, type(value).__name__
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items if id(value) not in seen else ():
+        found = _not_json(item, f"{where}[{key!r}]", seen | {id(value)})
+        if found:
+            return found
+    return None
 
 
 def _changed_by_json(value: Any, where: str, seen: frozenset[int] = frozenset()) -> str:
@@ -227,6 +243,7 @@ def save(
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
+    check_path_type(path, "save()")
     given, path = path, Path(path)  # (Path drops the "/" that makes "runs/" a folder)
     if metadata is not None and not isinstance(metadata, dict):
         raise CheckpointError(
@@ -304,6 +321,22 @@ def save(
         "training": _cpu(training) if training is not None else None,
     }
     return _write(path, payload)
+
+
+def check_path_type(path: Any, caller: str) -> None:
+    """Refuse a path that is not a str or PathLike, naming what came: a model given first, as
+    ``torch.save(obj, f)`` takes it, most likely."""
+    if isinstance(path, (str, os.PathLike)):
+        return
+    fix = "pass the file pyrouq.save() wrote, e.g. load('model.pt')"
+    if caller == "save()":
+        fix = "pass e.g. save('model.pt', model)"
+        if isinstance(path, (nn.Module, MCMCResult)):  # torch.save(obj, f)'s order
+            fix = "the path comes first (torch.save takes the object first): " + fix[5:]
+    raise TypeError(
+        f"{caller} expects a file path (str or pathlib.Path) as path, got "
+        f"{class_name(path)}; {fix}."
+    )
 
 
 def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
@@ -417,6 +450,7 @@ def load(
         with one that does not match, parameters that do not fit the description, or a
         description or metadata that ``save()`` did not write (edited by hand).
     """
+    check_path_type(path, "load()")
     payload = read(path)
     if payload.get("format") == MCMC_FORMAT:
         if model_class is not None or module is not None:

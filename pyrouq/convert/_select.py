@@ -509,7 +509,10 @@ def check_num_data(num_data: int | None) -> int | None:
 def check_module(module: Any, what: str) -> None:
     """A plain ``nn.Module`` to convert, or a TypeError saying what came."""
     if not isinstance(module, nn.Module):
-        raise TypeError(f"Expected an nn.Module to {what}, got {class_name(module)}.")
+        got, fix = class_name(module), "Pass the network, e.g. nn.Sequential(nn.Linear(4, 2))"
+        if isinstance(module, type) and issubclass(module, nn.Module):  # bayesian(MyNet)
+            got, fix = f"the class {module.__name__}", f"Build the network: {module.__name__}(...)"
+        raise TypeError(f"Expected an nn.Module to {what}, got {got}. {fix}.")
     if getattr(module, "_pyrouq_model", False):
         raise TypeError(
             f"{class_name(module)} is already a pyrouq model; pass the plain network "

@@ -468,10 +468,12 @@ def summary(
     if independent:
         kwargs["kind"] = "stats"
     if group not in groups:
-        raise ValueError(
-            f"idata has no {group!r} group; it has {groups}. A BatchEnsemble export has no "
-            "posterior: pass group='posterior_predictive'."
+        fix = (
+            "A BatchEnsemble export has no posterior: pass group='posterior_predictive'."
+            if group == "posterior" and draws == ENSEMBLE_MEMBERS
+            else "Pass one of them as group=."
         )
+        raise ValueError(f"idata has no {group!r} group; it has {groups}. {fix}")
     names = [var_names] if isinstance(var_names, str) else list(var_names or [])
     known = list(idata[group].data_vars)
     missing = [n for n in names if n not in known and not n.startswith("~")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyro
@@ -106,9 +106,15 @@ class MeanFieldGuide(nn.Module):
             state = template()
         else:
             if not isinstance(init_from, nn.Module):
+                fix = (  # a state dict, from torch.load, most likely
+                    "load it into a network of the model's structure first, "
+                    "net.load_state_dict(state), and pass init_from=net"
+                    if isinstance(init_from, Mapping)
+                    else "pass the trained network itself"
+                )
                 raise TypeError(
                     f"Expected init_from to be a trained plain nn.Module, got "
-                    f"{type(init_from).__name__}."
+                    f"{type(init_from).__name__}: {fix}."
                 )
             if callable(getattr(init_from, "latent_sites", None)):
                 raise TypeError(

@@ -266,7 +266,8 @@ class Gaussian(Likelihood):
         batch, d = outputs.shape[-2], self.num_outputs(outputs, where)
         if not torch.is_tensor(y):
             raise TypeError(
-                f"{where}: expected targets y as a torch.Tensor, got {type(y).__name__}."
+                f"{where}: expected targets y as a torch.Tensor, got {type(y).__name__}. "
+                "Convert them with torch.as_tensor(y, dtype=torch.float32)."
             )
         check_device(y, outputs, where)
         problem = self.target_problem(y, d)

@@ -25,7 +25,10 @@ def check_layer_input(
     shape expected and the one given."""
     name = type(layer).__name__
     if not torch.is_tensor(x):
-        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+        raise TypeError(
+            f"{name} expects a torch.Tensor input, got {type(x).__name__}; convert it with "
+            "torch.as_tensor(x)."
+        )
     rank_ok = x.dim() >= min_rank if ranks is None else x.dim() in ranks
     if not rank_ok or x.shape[dim] != size:
         raise ValueError(

@@ -59,7 +59,10 @@ def _check_finite(value: Tensor, name: str) -> None:
 def _targets_of(train_y: Any, n: int, num_outputs: int) -> Tensor:
     """``train_y`` as ``(n, D)``: one row of the D outputs per training point."""
     if not isinstance(train_y, Tensor):
-        raise TypeError(f"Expected train_y to be a torch.Tensor, got {type(train_y).__name__}.")
+        raise TypeError(
+            f"Expected train_y to be a torch.Tensor, got {type(train_y).__name__}; pass "
+            "torch.as_tensor(train_y)."
+        )
     one = num_outputs == 1 and train_y.dim() == 1
     if train_y.shape[:1] != (n,) or not (one or train_y.shape[1:] == (num_outputs,)):
         allowed = f"({n}, {num_outputs})" + (f" or ({n},)" if num_outputs == 1 else "")
