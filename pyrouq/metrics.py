@@ -450,9 +450,8 @@ def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
 
 
 def evaluate(
-    predictions_or_probs: Any,
+    predictions: Any,
     targets: Tensor | None = None,
-    *,
     ood: Any = None,
     ood_score: OODScore | None = None,
 ) -> dict[str, float]:
@@ -460,13 +459,13 @@ def evaluate(
 
     Parameters
     ----------
-    predictions_or_probs : Tensor or object with ``.probs``
+    predictions : Tensor or object with ``.probs``
         ``(S, N, C)`` probabilities (e.g. a ``Predictions``), or ``(N, C)`` mean probabilities
         (S = 1: disagreement and mutual information are then 0). A
         :class:`~pyrouq.GaussianPredictions` returns its regression metrics
         (:meth:`~pyrouq.GaussianPredictions.evaluate`).
     targets : Tensor, optional
-        ``(N,)`` integer labels in ``[0, C)``; default ``predictions_or_probs.targets`` (the
+        ``(N,)`` integer labels in ``[0, C)``; default ``predictions.targets`` (the
         labels a ``Predictions`` carries when it was predicted from a loader).
     ood : Tensor or object with ``.probs``, optional
         ``(S, M, C)`` (or ``(M, C)``) probabilities on M >= 1 out-of-distribution inputs. When
@@ -506,15 +505,15 @@ def evaluate(
         )
     from pyrouq.regression import GaussianPredictions
 
-    if isinstance(predictions_or_probs, GaussianPredictions):
+    if isinstance(predictions, GaussianPredictions):
         if ood is not None:
             raise ValueError(
                 "ood is scored for classifiers only; for regression compare the epistemic "
                 "variances of predictions.uncertainty() in and out of distribution."
             )
-        return predictions_or_probs.evaluate(targets)  # its own targets, if None
-    targets = carried_targets(targets, predictions_or_probs)
-    p = _prepare_probs(predictions_or_probs)
+        return predictions.evaluate(targets)  # its own targets, if None
+    targets = carried_targets(targets, predictions)
+    p = _prepare_probs(predictions)
     pbar = p.mean(0)
     y = _check_targets(targets, pbar)
     on_mean = (acc, nll, brier, ece, aece, aurc, augrc, cov_at_5_risk, risk_at_80_cov)

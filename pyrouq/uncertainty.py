@@ -39,13 +39,14 @@ __all__ = [
     "mutual_information",
 ]
 
-Measure = Literal["entropy", "variance", "zero_one"]
+Measure = Literal["entropy", "variance", "zero_one", "zero-one"]
 """The uncertainty measure of :func:`decompose`.
 
 * ``"entropy"``: Shannon entropy; the epistemic part is the mutual information (BALD).
 * ``"variance"``: the Gini impurity ``sum_c p_c (1 - p_c)``; the epistemic part is the summed
   variance over draws of the class probabilities.
-* ``"zero_one"``: the expected 0-1 loss of the Bayes-optimal decision, ``1 - max_c p_c``.
+* ``"zero_one"`` (or ``"zero-one"``): the expected 0-1 loss of the Bayes-optimal decision,
+  ``1 - max_c p_c``.
 """
 
 _MEASURES: tuple[str, ...] = get_args(Measure)
@@ -128,7 +129,7 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
         ``(S, N, C)`` probabilities, float32 or float64, each row summing to 1 (within 1e-3).
         The result has the same dtype and device.
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
-        The uncertainty measure, see above.
+        The uncertainty measure, see above (``"zero-one"`` is ``"zero_one"``).
     base : float, default math.e
         Logarithm base of the entropies (``2`` for bits). Must be ``> 1`` (below 1 every
         entropy would be negative); used only by ``"entropy"``.

@@ -455,3 +455,44 @@ def test_inference_data_groups_and_pointwise_log_likelihood():
     chains = pyrouq.to_inference_data(result)
     assert dict(chains.posterior.sizes)["chain"] == 2 and dict(chains.posterior.sizes)["draw"] == 5
     assert "sample_stats" in chains.groups()
+
+
+def test_design_spelling_of_the_zero_one_measure_is_accepted():
+    """DESIGN.md writes the measure "zero-one"; the package's "zero_one" refused it."""
+    probs = torch.softmax(torch.randn(4, 6, 3, generator=torch.Generator().manual_seed(0)), -1)
+    dashed = pyrouq.decompose(probs, "zero-one")
+    underscored = pyrouq.decompose(probs, "zero_one")
+    assert torch.equal(dashed.total, underscored.total)
+    assert torch.equal(dashed.epistemic, underscored.epistemic)
+    assert torch.equal(
+        pyrouq.Predictions.from_probs(probs).uncertainty("zero-one").total, dashed.total
+    )
+
+
+def test_design_positional_arguments_are_taken_in_designs_order():
+    """DESIGN.md writes predict(model, x, guide, num_samples, batch_size, posterior_samples),
+    to_inference_data(model, guide, x, y, num_samples), evaluate(predictions, targets, ood,
+    ood_score), mcmc(model, x, y, num_samples, warmup_steps, num_chains) and
+    batchensemble(module, M, use_base_weights, r_mean, r_std, s_mean, s_std); the package
+    took all but the first few as keywords only, and evaluate's first as predictions_or_probs."""
+    torch.manual_seed(0)
+    x, y = torch.randn(12, 4), torch.randint(0, 3, (12,))
+    model = pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(4, 3)), num_data=12)
+    guide = pyrouq.mean_field_guide(model)
+    pyro.set_rng_seed(1)
+    by_position = pyrouq.predict(model, x, guide, 4, 5, None, progress=False)
+    pyro.set_rng_seed(1)
+    by_name = pyrouq.predict(model, x, guide, num_samples=4, batch_size=5, progress=False)
+    assert torch.equal(by_position.probs, by_name.probs)
+    assert pyrouq.evaluate(predictions=by_name, targets=y) == pyrouq.evaluate(by_name, y)
+    ood = by_name.probs[:, :4]
+    assert pyrouq.evaluate(by_name, y, ood, "entropy") == pyrouq.evaluate(
+        by_name, y, ood=ood, ood_score="entropy"
+    )
+    pyro.set_rng_seed(2)
+    idata = pyrouq.to_inference_data(model, guide, x, y, 3)
+    assert idata.posterior.sizes["draw"] == 3
+    members = pyrouq.batchensemble(torch.nn.Sequential(torch.nn.Linear(4, 3)), 2, True, 1.0, 0.0)
+    assert members.options["r_std"] == 0.0
+    result = pyrouq.mcmc(model, x, y, 3, 2, 1, progress=False, seed=0)
+    assert result.samples[next(iter(result.samples))].shape[:2] == (1, 3)

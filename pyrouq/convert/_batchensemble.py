@@ -408,12 +408,12 @@ class BatchEnsembleNetwork(PyroModule):
 def batchensemble(
     module: nn.Module,
     num_members: int,
-    *,
     use_base_weights: bool = True,
     r_mean: float = 1.0,
     r_std: float = 0.5,
     s_mean: float = 1.0,
     s_std: float = 0.5,
+    *,
     init: FactorInit = "normal",
     norms: Norms = "per_member",
     likelihood: LikelihoodName | Likelihood = "categorical",

@@ -144,8 +144,8 @@ def to_inference_data(
     guide: Any = None,
     x: Tensor | None = None,
     y: Tensor | None = None,
-    *,
     num_samples: int | None = None,
+    *,
     var_names: str | Sequence[str] | None = None,
     batch_size: int = 1024,
 ) -> arviz.InferenceData:
