@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._numbers import is_array_like, is_integer, is_real, tensor_hint
 
 if TYPE_CHECKING:
     from pyrouq.regression import GaussianPredictions
@@ -103,8 +103,14 @@ def _sets(sets: Any) -> Tensor:
     if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
         if isinstance(sets, list):
             fix = "; for intervals pass the tuple (lo, hi) that intervals() returns."
-        elif isinstance(sets, Tensor):  # 0/1 indicators; probabilities are no sets
+        elif isinstance(sets, Tensor) and bool(((sets == 0) | (sets == 1)).all()):
             fix = "; convert 0/1 membership indicators with sets.bool()."
+        elif isinstance(sets, Tensor):  # probabilities, labels: .bool() would be wrong
+            fix = (
+                " holding values other than 0 and 1, so no 0/1 membership indicators (of "
+                "probabilities, .bool() would put every class above 0 in the set); make sets "
+                "with conformal(val_preds, val_targets).predict_sets(preds)."
+            )
         else:
             fix = (
                 "; convert an array with torch.as_tensor(sets)." if hasattr(sets, "shape") else "."
@@ -151,9 +157,12 @@ def check_tensor_targets(targets: Any, where: str, what: str) -> None:
     """A TypeError unless ``targets`` is a tensor (a list or an array has a shape too, and
     was refused as of the wrong shape: "expected (3,), got (3,)")."""
     if not isinstance(targets, Tensor):
+        if targets is None:  # preds.targets of a predict() given x without labels
+            fix = ": pass them as a tensor (preds.targets is None when x had no labels)"
+        else:
+            fix = "; wrap them with torch.as_tensor(...)" if is_array_like(targets) else ""
         raise TypeError(
-            f"{where}: expected the {what} as a torch.Tensor, got {type(targets).__name__}; "
-            "wrap them with torch.as_tensor(...)."
+            f"{where}: expected the {what} as a torch.Tensor, got {type(targets).__name__}{fix}."
         )
 
 

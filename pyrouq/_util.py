@@ -18,7 +18,7 @@ import pyro
 import torch
 from torch import Tensor, nn
 
-from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._numbers import is_array_like, is_integer, is_real, tensor_hint
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
@@ -176,14 +176,25 @@ def module_dtype(module: Any) -> torch.dtype | None:
     return None
 
 
+def input_hint(x: Any) -> str:
+    """What to do about a network's input ``x`` that is not a tensor: torch.as_tensor for an
+    array or a list of numbers, which it converts; not for a loader's ``[x, y]`` batch (a list
+    of tensors, which it cannot convert), nor for None, a dict or a loader."""
+    if isinstance(x, (list, tuple)) and any(torch.is_tensor(item) for item in x):
+        return (
+            " of tensors: for a loader's (x, y) batch, pass x alone (x, y = batch); for one "
+            "tensor per input, torch.stack(...) them"
+        )
+    return "; convert it with torch.as_tensor(x)" if is_array_like(x) else ""
+
+
 def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     """``x`` as ``module`` computes on it: floating inputs of another dtype (float64, float16)
     are cast to the module's dtype; integer, bool and complex inputs are refused, unless the
     network holds an ``nn.Embedding`` / ``nn.EmbeddingBag`` (then they are its indices)."""
     if not torch.is_tensor(x):
         raise TypeError(
-            f"{name} expects a torch.Tensor input, got {type(x).__name__}; convert it with "
-            "torch.as_tensor(x)."
+            f"{name} expects a torch.Tensor input, got {type(x).__name__}{input_hint(x)}."
         )
     if not x.is_floating_point():
         if not x.is_complex() and _takes_indices(module):

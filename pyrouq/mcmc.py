@@ -128,7 +128,7 @@ def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
                 f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
                 f"for {name}. Convert it first: {name} = torch.as_tensor({name})."
             )
-        if isinstance(value, torch.nn.Module) or value is None:
+        if isinstance(value, torch.nn.Module) or callable(value) or value is None:  # a guide
             why = (
                 "It takes no guide (NUTS samples the posterior itself)"
                 if value is not None
@@ -263,6 +263,8 @@ def mcmc(
             f"...), got {type(model).__name__}{fix}; for any other Pyro model use "
             "pyro.infer.MCMC."
         )
+    with torch.inference_mode(False):  # (an inference tensor cloned into a normal one)
+        x, y = _check_data(x, y)  # first: mcmc(model, guide, x, y, 100, 50) shifts the rest
     num_chains = check_count(
         "num_chains", num_chains, "Chains are what R-hat compares; 4 is usual."
     )
@@ -314,7 +316,7 @@ def _mcmc(
     """:func:`mcmc` past its checks of the arguments, gradients on whatever the caller's
     grad mode (``torch.no_grad``, ``torch.inference_mode``)."""
     latent = model.latent_sites
-    x, y = _check_data(x, y)
+    torch.clear_autocast_cache()  # an autocast around mcmc() caches casts of old weights
     device = module_device(model)
     if device is not None:  # as predict() and to_inference_data(): the data go to the model
         x, y = x.to(device), y.to(device)

@@ -493,6 +493,11 @@ def evaluate(
     >>> list(m)[:3], m["acc"], m["ood_auroc"]
     (['acc', 'nll', 'brier'], 1.0, 1.0)
     """
+    if isinstance(ood, str):  # evaluate(preds, y, "entropy"): ood_score is the fourth
+        raise TypeError(
+            f"Expected ood to be predictions on out-of-distribution inputs, got the string "
+            f"{ood!r}; an OOD score goes fourth, evaluate(predictions, targets, ood, {ood!r})."
+        )
     if ood_score is not None and ood_score not in _OOD_SCORES:
         raise ValueError(
             f"Unknown ood_score {ood_score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
@@ -513,6 +518,13 @@ def evaluate(
             )
         return predictions.evaluate(targets)  # its own targets, if None
     targets = carried_targets(targets, predictions)
+    if hasattr(targets, "probs"):  # evaluate(preds, ood_preds): torch.as_tensor would fail
+        raise TypeError(
+            f"Expected targets to be (N,) class labels, got {type(targets).__name__}; "
+            "predictions on out-of-distribution inputs go as ood: evaluate(predictions, "
+            "targets, ood), or predictions.evaluate(targets, ood=ood) (targets None: those "
+            "the predictions carry)."
+        )
     p = _prepare_probs(predictions)
     pbar = p.mean(0)
     y = _check_targets(targets, pbar)

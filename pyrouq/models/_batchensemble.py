@@ -59,8 +59,8 @@ class BatchEnsembleMLP(BatchEnsembleNetwork):
     base : MLP, optional
         Start from this (e.g. pre-trained) network's weights; default a fresh ``MLP``.
     use_base_weights, init, r_mean, r_std, s_mean, s_std, num_data
-        See :class:`~pyrouq.BatchEnsembleNetwork`. Stored in ``config`` with the architecture
-        (a checkpoint rebuilds the model with them).
+        See :class:`~pyrouq.BatchEnsembleNetwork`. All but ``num_data`` are stored in ``config``
+        with the architecture (a checkpoint rebuilds the model with them; N is saved beside).
 
     Examples
     --------

@@ -1,0 +1,107 @@
+"""Review of the day's later API changes (1deabab's messages, 7f3647f's positional order):
+a common mistaken call that the new order lets through to a misleading error, and messages
+whose suggested fix fails or silently gives a wrong value when tried."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import pyrouq
+
+
+def _preds(n: int, seed: int) -> pyrouq.Predictions:
+    g = torch.Generator().manual_seed(seed)
+    return pyrouq.Predictions.from_probs(torch.softmax(torch.randn(4, n, 3, generator=g), -1))
+
+
+# -- evaluate(predictions, targets, ood, ood_score) -------------------------------------------
+
+
+def test_evaluate_given_ood_predictions_as_targets_says_where_they_go():
+    """evaluate(preds, ood) binds ood to targets; the message said "wrap it with
+    torch.as_tensor(...)", which fails on Predictions."""
+    preds, ood, y = _preds(8, 0), _preds(5, 1), torch.arange(8) % 3
+    with pytest.raises(TypeError, match=r"got Predictions; predictions on out-of-distribution "):
+        pyrouq.evaluate(preds, ood)
+    with pytest.raises(TypeError, match=r"predictions\.evaluate\(targets, ood=ood\)"):
+        preds.evaluate(ood)
+    # the fixes it names work, and score the OOD inputs
+    assert pyrouq.evaluate(preds, y, ood)["ood_auroc"] == preds.evaluate(y, ood=ood)["ood_auroc"]
+
+
+def test_evaluate_given_a_score_as_ood_says_the_score_goes_fourth():
+    preds, ood, y = _preds(8, 0), _preds(5, 1), torch.arange(8) % 3
+    with pytest.raises(TypeError, match=r"got the string 'entropy'; an OOD score goes fourth"):
+        pyrouq.evaluate(preds, y, "entropy")
+    by_name = pyrouq.evaluate(preds, y, ood=ood, ood_score="entropy")
+    assert pyrouq.evaluate(preds, y, ood, "entropy") == by_name
+
+
+# -- prediction sets --------------------------------------------------------------------------
+
+
+def test_probabilities_given_as_sets_are_not_told_to_call_bool():
+    """coverage(probs, y) was told "convert 0/1 membership indicators with sets.bool()":
+    done, every class of a probability above 0 is in the set, and coverage reads 1.0."""
+    preds, y = _preds(30, 2), torch.arange(30) % 3
+    probs = preds.mean_probs
+    assert pyrouq.coverage(probs.bool(), y) == 1.0  # what that fix gave, silently
+    with pytest.raises(
+        TypeError, match=r"values other than 0 and 1, so no 0/1 .*predict_sets"
+    ) as err:
+        pyrouq.coverage(probs, y)
+    assert "convert 0/1 membership indicators with sets.bool()" not in str(err.value)
+    with pytest.raises(TypeError, match=r"predict_sets\(preds\)"):
+        pyrouq.mean_set_size(probs)
+    sets = pyrouq.conformal(preds, y, alpha=0.2).predict_sets(preds)  # the fix it names
+    assert 0.0 <= pyrouq.coverage(sets, y) <= 1.0
+    # 0/1 indicators in a float tensor still get the .bool() hint, which works for them
+    indicators = sets.float()
+    with pytest.raises(TypeError, match=r"convert 0/1 membership indicators with sets\.bool"):
+        pyrouq.coverage(indicators, y)
+    assert pyrouq.coverage(indicators.bool(), y) == pyrouq.coverage(sets, y)
+
+
+# -- mcmc(model, x, y, num_samples, warmup_steps, num_chains) ---------------------------------
+
+
+def test_mcmc_with_a_guide_where_the_data_go_is_told_so_with_counts_given_by_position():
+    """mcmc(model, guide, x, y, 10, 10), to_inference_data's order, shifts y into num_samples:
+    the refusal blamed num_samples ("pass a Python number, e.g. int(t)") instead of the guide."""
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(3, 2)))
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(6, 3), torch.arange(6) % 2
+    with pytest.raises(TypeError, match=r"got MeanFieldGuide for x\. It takes no guide"):
+        pyrouq.mcmc(model, guide, x, y, 10, 10, progress=False)
+    with pytest.raises(TypeError, match=r"got NoneType for y\. NUTS samples the posterior"):
+        pyrouq.mcmc(model, x, None, 10, 10, progress=False)
+
+
+def test_mcmc_in_one_autocast_block_runs_the_current_point_estimates():
+    """predict(), to_inference_data() and psis_diagnostic() drop autocast's cached casts;
+    mcmc() (chains in this process) did not: after the point estimates changed in place (a
+    checkpoint loaded, fit() in the same block), its chains ran the old ones' casts."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 6, generator=g)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    model = pyrouq.bayesian(net, select=["2.weight", "2.bias"])  # layer 0: point estimates
+
+    def draws():
+        result = pyrouq.mcmc(model, x, y, 3, 3, 1, seed=0, progress=False, parallel=False)
+        return result.samples["2.weight"]
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        before = draws()
+        with torch.no_grad():
+            model.net[0].weight.mul_(0.0)
+            model.net[0].bias.fill_(-1.0)  # every hidden unit off
+        after = draws()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a fresh block: no cached casts
+        fresh = draws()
+    assert not torch.equal(before, fresh)
+    assert torch.equal(after, fresh)
