@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pyrouq import MLP, BayesianMLP, Gaussian, bayesian, coverage, mcmc, predict
+from pyrouq import MLP, BayesianMLP, Gaussian, bayesian, coverage, mcmc, predict, rank1
 
 
 def _batch() -> list[torch.Tensor]:
@@ -84,3 +84,20 @@ def test_coverage_of_predictions_without_labels_says_so():
         )
     with pytest.raises(TypeError, match=r"got list; wrap them with torch\.as_tensor"):
         coverage(sets, [0, 1, 2, 0, 1])  # an array-like still told how to convert it
+
+
+@pytest.mark.parametrize("scale", [1e-50, 1e40])
+def test_rank1_refuses_a_prior_scale_its_dtype_cannot_hold(scale):
+    """rank1(net, 2, prior_scale=1e40) built, then failed at the first forward with torch's
+    'invalid logits' (1e-50: Normal(loc: 1.0, scale: 0.0))."""
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    with pytest.raises(ValueError, match=r"Expected prior_scale to be a positive finite torch"):
+        rank1(net, 2, prior_scale=scale)
+
+
+def test_a_layer_given_a_loaders_batch_is_told_to_pass_x_alone():
+    from pyrouq.nn import BayesianLinear
+
+    x = torch.randn(2, 4)
+    with pytest.raises(TypeError, match=r"got list of tensors: for a loader's \(x, y\) batch"):
+        BayesianLinear(4, 3)([x, torch.zeros(2)])

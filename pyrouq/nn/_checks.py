@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyrouq._util import input_hint
+
 #: The spatial dims of a convolution's input, by the rank of its weight.
 _SPATIAL = {3: "L", 4: "H, W", 5: "D, H, W"}
 
@@ -26,8 +28,7 @@ def check_layer_input(
     name = type(layer).__name__
     if not torch.is_tensor(x):
         raise TypeError(
-            f"{name} expects a torch.Tensor input, got {type(x).__name__}; convert it with "
-            "torch.as_tensor(x)."
+            f"{name} expects a torch.Tensor input, got {type(x).__name__}{input_hint(x)}."
         )
     rank_ok = x.dim() >= min_rank if ranks is None else x.dim() in ranks
     if not rank_ok or x.shape[dim] != size:
