@@ -68,6 +68,8 @@ def check_arguments(model: Any, guide: Any, parallel: Any, progress: Any) -> Non
         if (value is None and name == "guide") or callable(value):
             continue
         first = " The model comes first: predict(model, x, ...)." if torch.is_tensor(value) else ""
+        if name == "guide" and isinstance(value, int) and not isinstance(value, bool):
+            first = f" The draw count comes after the guide: predict(model, x, guide, {value})."
         what = "a pyrouq model, an nn.Module or a Pyro model function"
         if name == "guide":
             what = "mean_field_guide(model), a Pyro autoguide or guide function"
