@@ -223,9 +223,12 @@ def test_model_contract_logits_obs_plate_and_scale(kind):
     assert obs["scale"] == pytest.approx(N / B, rel=1e-15)
     latent = [n for n, s in sites.items() if not s["is_observed"] and n not in ("data", "members")]
     if members is None:  # a prior on every weight and bias, Normal(0, 1) by default
-        assert (
-            sorted(latent) == sorted(n for n, _ in model.net.named_parameters()) or len(latent) == 4
-        )
+        names = {"BayesianMLP": ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]}
+        expected = names.get(kind, ["0.weight", "0.bias", "2.weight", "2.bias"])
+        assert sorted(latent) == sorted(expected)
+        assert {n: tuple(sites[n]["value"].shape) for n in latent} == {
+            n: tuple(shape) for n, shape in model.latent_sites().items()
+        }
         for name in latent:
             base = sites[name]["fn"].base_dist
             assert torch.all(base.loc == 0) and torch.all(base.scale == 1)
