@@ -88,7 +88,8 @@ def test_local_reparameterisation_draws_whole_a_layer_whose_weight_the_forward_a
     torch.testing.assert_close(nll[1], expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(nll[0], expected, rtol=1e-5, atol=1e-5)
 
-    # a forward that reads only the weight's shape, dtype and size draws it by pre-activations
+    # a forward that reads only the weight's shape, dtype and size draws it by pre-activations:
+    # under a seed, the NLL of one noise per unit and example (a whole draw gives another)
     class Reads(nn.Module):
         def __init__(self):
             super().__init__()
@@ -98,11 +99,22 @@ def test_local_reparameterisation_draws_whole_a_layer_whose_weight_the_forward_a
             assert self.fc.weight.shape[1] == x.shape[1] == self.fc.weight.size(1)
             return self.fc(x.to(self.fc.weight.dtype))
 
-    from pyrouq import _engine
-
+    y = y.clamp(max=2)
     model = bayesian(Reads(), local_reparameterization=True, num_data=8)
-    KLWeightedELBO().terms(model, mean_field_guide(model), x, y.clamp(max=2))
-    assert _engine._DRAWN_WHOLE[model.net] == frozenset()
+    guide = mean_field_guide(model, init_scale=0.5)
+    torch.manual_seed(1)
+    nll = KLWeightedELBO().terms(model, guide, x, y).nll
+    with torch.no_grad():
+        loc = [guide.site_loc(f"fc.{p}") for p in ("weight", "bias")]
+        scale = [guide.site_scale(f"fc.{p}") for p in ("weight", "bias")]
+        torch.manual_seed(1)
+        mean, var = F.linear(x, *loc), F.linear(x**2, scale[0] ** 2, scale[1] ** 2)
+        by_units = F.cross_entropy(mean + var.sqrt() * torch.randn(8, 3), y, reduction="sum")
+        torch.manual_seed(1)
+        drawn = [m + s * torch.randn_like(m) for m, s in zip(loc, scale, strict=True)]
+        whole = F.cross_entropy(F.linear(x, *drawn), y, reduction="sum")
+    assert abs(by_units - whole) > 1.0  # the two paths tell apart under this seed
+    torch.testing.assert_close(nll, by_units, rtol=1e-5, atol=1e-5)
 
 
 def test_a_latent_parameter_also_held_in_a_list_attribute_is_refused():

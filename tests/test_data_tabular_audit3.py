@@ -3,6 +3,7 @@ bundled copy against the raw files, BatchNorm re-estimation against a hand compu
 
 from __future__ import annotations
 
+import copy
 import gzip
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from pyrouq import _batchnorm
+from pyrouq import bayesian, predict
 from pyrouq.data import DataError, TensorLoader, mnist_arrays, normalize
 from pyrouq.rotation import rotate
 
@@ -96,15 +97,41 @@ def test_the_bundled_test_split_is_the_raw_files_bit_for_bit():
     assert np.array_equal(labels.numpy(), read(raw / "t10k-labels-idx1-ubyte"))
 
 
-def test_estimate_statistics_is_the_average_of_the_batches_statistics():
+def test_predict_batchnorm_data_predicts_with_the_average_of_the_batches_statistics():
+    """predict(..., batchnorm_data=...) predicts each draw with BatchNorm's running statistics
+    re-estimated under that draw: the average of the batches' means and unbiased variances
+    (momentum None: each batch weighs alike; a batch of one input left out), as a copy of the
+    network with those statistics set by hand gives. The model keeps its mode and buffers."""
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=0.3)).eval()
-    inputs = [torch.randn(5, 3), torch.randn(7, 3), torch.randn(2, 3)]
-    norms = _batchnorm.batchnorms(net)
-    with torch.no_grad():
-        mean, var, count = _batchnorm.estimate_statistics(norms, inputs, net)[0]
-        hidden = [net[0](x) for x in inputs]  # momentum None: each batch weighs alike
-    assert torch.allclose(mean, torch.stack([h.mean(0) for h in hidden]).mean(0), atol=1e-6)
-    assert torch.allclose(var, torch.stack([h.var(0) for h in hidden]).mean(0), atol=1e-6)
-    assert count.item() == 3
-    assert not net[1].training and net[1].momentum == 0.3
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=0.3), nn.Linear(4, 2))
+    with torch.no_grad():  # statistics and an affine map far from a fresh layer's
+        net[1].weight.uniform_(0.5, 2.0)
+        net[1].bias.normal_()
+        net[1].running_mean.normal_()
+        net[1].running_var.uniform_(0.5, 2.0)
+        net[1].num_batches_tracked.fill_(7)
+    plain = copy.deepcopy(net).eval()
+    model = bayesian(net, num_data=10).train()
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    # two draws: the network's own weights, and others that move the statistics
+    draws = {
+        site: torch.stack([(w := plain.get_parameter(site).detach()), 2.0 * w + 0.1])
+        for site in model.latent_sites()
+    }
+    inputs = [torch.randn(5, 3), torch.randn(7, 3), torch.randn(1, 3), torch.randn(2, 3)]
+    x = torch.randn(6, 3)
+    probs = predict(model, x, posterior_samples=draws, batchnorm_data=inputs, progress=False).probs
+    expected = []
+    for k in range(2):
+        ref = copy.deepcopy(plain)
+        with torch.no_grad():
+            for site, values in draws.items():
+                ref.get_parameter(site).copy_(values[k])
+            hidden = [ref[0](batch) for batch in inputs if len(batch) > 1]
+            ref[1].running_mean.copy_(torch.stack([h.mean(0) for h in hidden]).mean(0))
+            ref[1].running_var.copy_(torch.stack([h.var(0) for h in hidden]).mean(0))
+            expected.append(torch.softmax(ref(x), -1))
+    torch.testing.assert_close(probs, torch.stack(expected), rtol=1e-5, atol=1e-6)
+    assert model.training and net.training and net[1].training and net[1].momentum == 0.3
+    after = dict(model.named_buffers())
+    assert all(torch.equal(before[name], after[name]) for name in before)

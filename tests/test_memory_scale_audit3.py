@@ -7,6 +7,7 @@ The peaks are read in a fresh process (``VmHWM`` of ``/proc/self/status``, reset
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -15,12 +16,12 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from pyro import poutine
 from pyro.infer.autoguide import AutoNormal
 from torch import nn
 
 import pyrouq
-from pyrouq import _runners
 
 _PEAK = textwrap.dedent(
     """
@@ -79,35 +80,52 @@ def _linear_model() -> tuple[nn.Module, AutoNormal, torch.Tensor]:
     return model, guide, x
 
 
-def test_autoguide_draws_are_the_models_sites_as_traced():
-    """An autoguide's draws are those of its traces, site by site, and only the sites a model
-    samples: AutoNormal's auxiliary ``<site>_unconstrained`` copies were kept too (then
-    dropped by predict(), after holding every draw of them)."""
+def test_predict_draws_an_autoguide_as_its_seeded_traces():
+    """predict() with an autoguide predicts under the model's sites of the guide's traces,
+    draw after draw from the seed it finds (not under AutoNormal's auxiliary
+    ``<site>_unconstrained`` copies, which predict() once held every draw of, then dropped)."""
     model, guide, x = _linear_model()
     torch.manual_seed(3)
-    draws = _runners.draw_guide(guide, 5, (x,))
-    assert set(draws) == set(model.latent_sites()) == {"weight", "bias"}
+    probs = pyrouq.predict(model, x, guide, num_samples=5, progress=False).probs
     torch.manual_seed(3)
     traces = [poutine.trace(guide).get_trace(x) for _ in range(5)]
-    for site in ("weight", "bias"):
-        expected = torch.stack([t.nodes[site]["value"].detach() for t in traces])
-        assert draws[site].shape == expected.shape
-        assert torch.equal(draws[site], expected)
+    assert {n for n, s in traces[0].nodes.items() if s["type"] == "sample"} >= {
+        "weight_unconstrained",
+        "bias_unconstrained",
+    }
+    with torch.no_grad():
+        expected = torch.stack(
+            [
+                torch.softmax(F.linear(x, t.nodes["weight"]["value"], t.nodes["bias"]["value"]), -1)
+                for t in traces
+            ]
+        )
+    assert probs.shape == (5, 4, 3)
+    torch.testing.assert_close(probs, expected, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(expected[0], expected[1])  # five draws, not one five times
 
 
-def test_autoguide_draws_of_changing_shape_refused():
+def test_predict_refuses_a_guide_whose_site_changes_shape_between_runs():
     """A guide of one's own whose site changes shape between runs is refused with the site
-    and both shapes named (draws are stacked)."""
+    and both shapes named (predict() stacks each site's draws)."""
     import pyro
     import pyro.distributions as dist
 
-    sizes = iter([2, 3])
+    def model(x):
+        w = pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
+        return torch.stack([x[:, 0] * w.sum(), -x[:, 0] * w.sum()], -1)
+
+    sizes = itertools.cycle([2, 3])
 
     def guide(x):
         pyro.sample("w", dist.Normal(torch.zeros(next(sizes)), 1.0).to_event(1))
 
-    with pytest.raises(ValueError, match=r"'w' of shape \(3,\).*\(2,\)"):
-        _runners.draw_guide(guide, 2, (torch.zeros(1),))
+    x = torch.ones(3, 1)
+    both = r"site 'w' of shape (\(3,\) in one run and \(2,\)|\(2,\) in one run and \(3,\))"
+    with pytest.raises(ValueError, match=both):
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    sizes = itertools.cycle([2])  # one shape throughout: predicted
+    assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 3, 2)
 
 
 @needs_peaks
