@@ -142,6 +142,17 @@ def check_positive_float(name: str, value: object, hint: str = "") -> float:
     return float(value)
 
 
+def check_held(name: str, value: float, dtype: torch.dtype, whose: str, hint: str) -> None:
+    """Refuse a positive float that ``dtype`` cannot hold as one (1e-50 is 0 in float32, 1e40
+    inf): a prior of scale 0 or inf, which Pyro or torch would refuse in their own words."""
+    held = torch.tensor(value, dtype=dtype).item()
+    if not 0 < held < math.inf:
+        raise ValueError(
+            f"Expected {name} to be a positive finite {dtype} ({whose}; at most "
+            f"{torch.finfo(dtype).max:.3g}), got {value!r}, which {dtype} holds as {held}. {hint}"
+        )
+
+
 def _space(hint: str) -> str:
     return f" {hint}" if hint else ""
 

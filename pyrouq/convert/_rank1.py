@@ -3,13 +3,11 @@ members' factors are latent."""
 
 from __future__ import annotations
 
-import math
-
 import pyro.distributions as dist
 import torch
 from torch import nn
 
-from pyrouq._util import check_positive_float, class_name
+from pyrouq._util import check_held, check_positive_float, class_name
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, _batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
 from pyrouq.likelihoods import Likelihood, LikelihoodName
@@ -108,13 +106,7 @@ def rank1(
     )
     floats = {p.dtype for p in module.parameters() if p.is_floating_point()}
     for kind in sorted({torch.get_default_dtype(), *floats}, key=str):  # the prior's, the sites'
-        held = torch.tensor(scale, dtype=kind).item()  # 1e-50: 0 in float32, 1e40: inf
-        if not 0 < held < math.inf:
-            raise ValueError(
-                f"Expected prior_scale to be a positive finite {kind} (the factors' dtype; at "
-                f"most {torch.finfo(kind).max:.3g}), got {prior_scale!r}, which {kind} holds as "
-                f"{held}; 0.1 is the default."
-            )
+        check_held("prior_scale", scale, kind, "the factors' dtype", "0.1 is the default.")
     if isinstance(module, BatchEnsembleNetwork):
         raise TypeError(
             f"rank1() converts a plain network and got a {class_name(module)}, already a "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
-import math
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +18,7 @@ from torch.nn.utils import parametrize
 
 from pyrouq._numbers import is_real
 from pyrouq._util import (
+    check_held,
     check_int,
     check_positive_float,
     class_name,
@@ -287,13 +287,7 @@ def _site_prior(
             "A float prior is the standard deviation s of Normal(0, s); pass e.g. 1.0.",
         )
         kind = dtype or torch.get_default_dtype()
-        held = torch.tensor(scale, dtype=kind).item()  # 1e-50: 0 in float32, 1e40: inf
-        if not 0 < held < math.inf:
-            raise ValueError(
-                f"Expected the prior scale of {site!r} to be a positive finite {kind} (the "
-                f"site's dtype; at most {torch.finfo(kind).max:.3g}), got {value!r}, which "
-                f"{kind} holds as {held}. Pass e.g. 1.0."
-            )
+        check_held(f"the prior scale of {site!r}", scale, kind, "the site's dtype", "Pass 1.0.")
         params = {
             "loc": torch.tensor(0.0, device=device, dtype=dtype),
             "scale": torch.tensor(scale, device=device, dtype=dtype),

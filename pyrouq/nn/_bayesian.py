@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
 from pyrouq._numbers import is_integer
-from pyrouq._util import check_flag, check_int, check_positive_float
+from pyrouq._util import check_flag, check_held, check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
 
 PRIOR_SCALE_HINT = "The prior on every weight is Normal(0, prior_scale); pass e.g. prior_scale=1.0."
@@ -22,14 +22,9 @@ def check_prior_scale(value: object) -> float:
     """``prior_scale`` as a float > 0 that torch's default dtype (the prior's) holds as one,
     or a ValueError: 1e-50 would be a prior of scale 0 in float32, 1e40 one of scale inf."""
     scale = check_positive_float("prior_scale", value, PRIOR_SCALE_HINT)
-    dtype = torch.get_default_dtype()
-    held = torch.tensor(scale, dtype=dtype).item()
-    if not 0 < held < float("inf"):
-        raise ValueError(
-            f"Expected prior_scale to be a positive finite {dtype} (the prior's dtype; at most "
-            f"{torch.finfo(dtype).max:.3g}), got {value!r}, which {dtype} holds as {held}. "
-            + PRIOR_SCALE_HINT
-        )
+    check_held(
+        "prior_scale", scale, torch.get_default_dtype(), "the prior's dtype", PRIOR_SCALE_HINT
+    )
     return scale
 
 
