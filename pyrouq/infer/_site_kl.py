@@ -32,7 +32,8 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
     )
     if alike and not isinstance(innermost_distribution(q), dist.Delta) and _same_masks(q, p):
         try:
-            kl_site = torch.distributions.kl_divergence(widened(q), widened(p))
+            wide_q, wide_p = widened_distribution(q), widened_distribution(p)
+            kl_site = torch.distributions.kl_divergence(wide_q, wide_p)
         except NotImplementedError:
             pass
         else:
@@ -47,13 +48,14 @@ def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
 def log_density(fn: Any, value: Tensor) -> Tensor:
     """``fn.log_prob(value)``, of a half-precision value or distribution taken in float32 (a
     float16 sum of a 22k-weight site's log-densities, or of a likelihood scaled by N/B,
-    overflows past 65,504; Pyro's Trace_ELBO then gives NaN or inf), :func:`widened`."""
+    overflows past 65,504; Pyro's Trace_ELBO then gives NaN or inf):
+    :func:`widened_distribution`."""
     if torch.is_tensor(value) and value.is_floating_point():
         value = value.to(kl_dtype(value.dtype))
-    return widened(fn).log_prob(value)
+    return widened_distribution(fn).log_prob(value)
 
 
-def widened(fn: Any, _seen: dict[int, Any] | None = None) -> Any:
+def widened_distribution(fn: Any, _seen: dict[int, Any] | None = None) -> Any:
     """``fn`` (a distribution or transform) with its float16 / bfloat16 tensors in float32:
     a shallow copy of it and of what it holds (the distribution inside ``Independent``,
     ``.mask``, ``.expand``; a ``TransformedDistribution``'s base and transforms; ``StudentT``'s
@@ -95,7 +97,7 @@ def _widened_item(item: Any, seen: dict[int, Any]) -> Any:
         if all(a is b for a, b in zip(items, item, strict=True)):
             return item
         return type(item)(items)
-    return widened(item, seen)
+    return widened_distribution(item, seen)
 
 
 def _same_masks(q: Any, p: Any) -> bool:
