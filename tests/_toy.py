@@ -80,3 +80,21 @@ def sampled_linear(in_features, out_features, bias_scale=None):
     if bias_scale is not None:
         layer.bias = PyroSample(dist.Normal(0.0, bias_scale).expand([out_features]).to_event(1))
     return layer
+
+
+MCMC_OPTIONS = {"num_samples": 3, "warmup_steps": 3, "seed": 0, "progress": False}
+"""The shortest NUTS run the MCMC tests take (3 draws after 3 warm-up steps, seed 0)."""
+
+
+def regression_data(n=12):
+    """``y = x1 - x2 + 0.3 noise`` on ``(n, 2)`` inputs: the MCMC tests' regression."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 2, generator=g)
+    return x, x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(n, generator=g)
+
+
+def regression_model():
+    """A Bayesian ``Linear(2, 1)`` with Gaussian noise 0.3 (pyrouq imported lazily)."""
+    from pyrouq import Gaussian, bayesian
+
+    return bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))

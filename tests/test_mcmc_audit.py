@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _toy import MCMC_OPTIONS, regression_data, regression_model
 from torch import nn
 
 import pyrouq
 from pyrouq import Gaussian, bayesian, mcmc
 
-OPTIONS = {"num_samples": 3, "warmup_steps": 3, "seed": 0, "progress": False}
-
-
-def _data(n=12):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 2, generator=g)
-    return x, x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(n, generator=g)
-
-
-def _model():
-    return bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+OPTIONS = MCMC_OPTIONS
+_data, _model = regression_data, regression_model
 
 
 def test_features_with_an_autograd_graph_run_in_parallel_chains():
