@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pyro
 import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
+from torch.distributions import constraints
 
 from pyrouq.models import BayesianMLP
 
@@ -98,3 +100,54 @@ def regression_model():
     from pyrouq import Gaussian, bayesian
 
     return bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+
+
+HALF_SITE = 22_000
+"""A site whose float16 sums (its KL, its log-densities) pass float16's 65,504."""
+
+
+def _half_prior(name):
+    z, o = torch.zeros(HALF_SITE, dtype=torch.float16), torch.ones(HALF_SITE, dtype=torch.float16)
+    return {
+        "normal": lambda: dist.Normal(z, o),
+        "laplace": lambda: dist.Laplace(z, o),
+        "studentt": lambda: dist.StudentT(3 * o, z, o),
+    }[name]()
+
+
+def half_site_model(prior="normal", event=False):
+    """A Pyro model of one's own: a float16 site of 22k values (in a plate, or one event of
+    ``.to_event(1)``), 60 of which make the logits."""
+
+    def model(x, y=None):
+        p = _half_prior(prior)
+        if event:
+            w = pyro.sample("w", p.to_event(1))
+        else:
+            with pyro.plate("weights", HALF_SITE):
+                w = pyro.sample("w", p)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=x @ w[:60].float().reshape(20, 3)), obs=y)
+
+    return model
+
+
+def half_site_guide(event=False):
+    """A hand-written float16 Normal guide of the same site, at scale 0.01."""
+
+    def guide(x, y=None):
+        g = torch.Generator().manual_seed(5)
+        loc = pyro.param("loc", lambda: (torch.randn(HALF_SITE, generator=g) * 0.2).half())
+        scale = pyro.param(
+            "scale",
+            lambda: torch.full((HALF_SITE,), 0.01, dtype=torch.float16),
+            constraint=constraints.positive,
+        )
+        q = dist.Normal(loc, scale)
+        if event:
+            pyro.sample("w", q.to_event(1))
+        else:
+            with pyro.plate("weights", HALF_SITE):
+                pyro.sample("w", q)
+
+    return guide

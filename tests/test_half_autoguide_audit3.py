@@ -11,6 +11,8 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from _toy import half_site_guide as _guide
+from _toy import half_site_model as _model
 from pyro import poutine
 from pyro.infer.autoguide import AutoDiagonalNormal, AutoMultivariateNormal, AutoNormal
 from pyro.infer.autoguide.initialization import init_to_feasible
@@ -23,7 +25,6 @@ from pyrouq.infer import KLWeightedELBO
 
 D = torch.distributions  # the float64 references
 AUTO = [AutoNormal, AutoDiagonalNormal]
-_SITE = 22_000
 
 
 def _separable(n=512):
@@ -37,53 +38,6 @@ def _separable(n=512):
 def _net(dtype=torch.float32, width=1000):
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(20, width), nn.ReLU(), nn.Linear(width, 3)).to(dtype)
-
-
-def _prior(name):
-    z, o = torch.zeros(_SITE, dtype=torch.float16), torch.ones(_SITE, dtype=torch.float16)
-    return {
-        "normal": lambda: dist.Normal(z, o),
-        "laplace": lambda: dist.Laplace(z, o),
-        "studentt": lambda: dist.StudentT(3 * o, z, o),
-    }[name]()
-
-
-def _model(prior="normal", event=False):
-    """A Pyro model of one's own: a float16 site of 22k values (in a plate, or one event of
-    ``.to_event(1)``), 60 of which make the logits."""
-
-    def model(x, y=None):
-        p = _prior(prior)
-        if event:
-            w = pyro.sample("w", p.to_event(1))
-        else:
-            with pyro.plate("weights", _SITE):
-                w = pyro.sample("w", p)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Categorical(logits=x @ w[:60].float().reshape(20, 3)), obs=y)
-
-    return model
-
-
-def _guide(event=False):
-    """A hand-written float16 Normal guide of the same site, at scale 0.01."""
-
-    def guide(x, y=None):
-        g = torch.Generator().manual_seed(5)
-        loc = pyro.param("loc", lambda: (torch.randn(_SITE, generator=g) * 0.2).half())
-        scale = pyro.param(
-            "scale",
-            lambda: torch.full((_SITE,), 0.01, dtype=torch.float16),
-            constraint=constraints.positive,
-        )
-        q = dist.Normal(loc, scale)
-        if event:
-            pyro.sample("w", q.to_event(1))
-        else:
-            with pyro.plate("weights", _SITE):
-                pyro.sample("w", q)
-
-    return guide
 
 
 def _q64():

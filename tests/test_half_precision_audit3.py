@@ -10,10 +10,10 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from _toy import half_site_guide, half_site_model
 from pyro import poutine
 from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal
 from torch import nn
-from torch.distributions import constraints
 
 import pyrouq
 from pyrouq import batchensemble, bayesian, fit, predict
@@ -151,31 +151,7 @@ def test_float16_kl_of_an_autodiagonalnormal_joint_latent_is_float32():
     )  # (Pyro's log(scale) in float16: 27 nats)
 
 
-_SITE = 22_000
-
-
-def _own_model(x, y=None):
-    """A Pyro model of one's own: a float16 Normal site of 22k values (batch-shaped, in a
-    plate), 60 of which make the logits."""
-    zeros, ones = torch.zeros(_SITE, dtype=torch.float16), torch.ones(_SITE, dtype=torch.float16)
-    with pyro.plate("weights", _SITE):
-        w = pyro.sample("w", dist.Normal(zeros, ones))
-    logits = x @ w[:60].float().reshape(20, 3)
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-
-
-def _own_guide(x, y=None):
-    """A hand-written Normal guide of the same site: its KL is torch's closed form."""
-    g = torch.Generator().manual_seed(5)
-    loc = pyro.param("loc", lambda: (torch.randn(_SITE, generator=g) * 0.2).half())
-    scale = pyro.param(
-        "scale",
-        lambda: torch.full((_SITE,), 0.01, dtype=torch.float16),
-        constraint=constraints.positive,
-    )
-    with pyro.plate("weights", _SITE):
-        pyro.sample("w", dist.Normal(loc, scale))
+_own_model, _own_guide = half_site_model(), half_site_guide()
 
 
 def test_float16_analytic_kl_of_a_traced_site_is_summed_in_float32():
