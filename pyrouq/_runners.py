@@ -418,24 +418,46 @@ def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> li
 
 
 def joined_passes(passes: list[list[Any]]) -> list[Any]:
-    """Each input batch's predictive parts of the passes over x (one pass per chunk of draws,
-    :func:`draw_sizes`), joined along the draws: tensors ``(S, B, ...)`` or tuples of them.
-    ``passes`` is emptied, and each batch's parts are let go once joined: the passes' parts
-    and the joined ones are not all held at once (they were: a predict() in 16 chunks of
-    draws peaked at 4.75x its 1.2 GB of probabilities, against 3.75x in one)."""
-    if len(passes) == 1:
+    """The predictive parts of the passes over x (one pass per chunk of draws,
+    :func:`draw_sizes`; one part per input batch), as the likelihood's ``predictions`` takes
+    them: one pass's parts as they are, several passes' as one part holding them all, tensors
+    ``(S, N, ...)`` or tuples of them, each part copied into its place and let go. The peak is
+    then the parts and the whole, as for one pass joined by the likelihood, whatever the
+    allocator keeps of the freed parts (their parts joined batch by batch first, a predict() in
+    8 chunks of draws peaked one more copy of its probabilities above the same call in one on
+    one machine and 0.3 of one on another; in 16 chunks of 1.2 GB, 4.75x against 3.75x)."""
+    if len(passes) == 1 or not passes[0]:  # one pass, or no inputs
         return passes.pop()
-    batches = [list(batch) for batch in zip(*passes, strict=True)]
+    first = passes[0][0]
+    columns = len(first) if isinstance(first, tuple) else 0
+    wholes = [_whole_of(passes, column) for column in range(max(columns, 1))]
     passes.clear()
-    batches.reverse()
-    joined: list[Any] = []
-    while batches:
-        parts = batches.pop()
-        if isinstance(parts[0], tuple):
-            joined.append(tuple(torch.cat(column) for column in zip(*parts, strict=True)))
-        else:
-            joined.append(torch.cat(parts))
-    return joined
+    return [tuple(wholes)] if columns else wholes
+
+
+def _whole_of(passes: list[list[Any]], column: int) -> Tensor:
+    """Column ``column`` of the parts (or the parts, tensors) of ``passes`` in one tensor
+    ``(S, N, ...)``: draws along dim 0 (pass after pass), inputs along dim 1 (batch after
+    batch). Each part is dropped from ``passes`` once copied."""
+
+    def part(p: int, b: int) -> Tensor:
+        got = passes[p][b]
+        return got[column] if isinstance(got, tuple) else got
+
+    draws = [part(p, 0).shape[0] for p in range(len(passes))]
+    inputs = [part(0, b).shape[1] for b in range(len(passes[0]))]
+    one = part(0, 0)
+    whole = one.new_empty((sum(draws), sum(inputs), *one.shape[2:]))
+    for p, row in enumerate(passes):
+        s0 = sum(draws[:p])
+        for b in range(len(row)):
+            n0 = sum(inputs[:b])
+            whole[s0 : s0 + draws[p], n0 : n0 + inputs[b]] = part(p, b)
+            if isinstance(row[b], tuple):  # let go of this column (the others still to copy)
+                row[b] = tuple(t if i != column else None for i, t in enumerate(row[b]))
+            else:
+                row[b] = None
+    return whole
 
 
 def repeatable(x: Any) -> bool:

@@ -512,10 +512,11 @@ def predict(
             bar.close()
         batchnorm.load_all(norms, saved)
         restore_modes(was)
+    batches = len(passes[0]) if passes else 0  # (the parts of several passes join in one)
     parts = _runners.joined_passes(passes)  # (each pass's parts freed once joined)
     if not parts:
         raise ValueError("predict() got no inputs: x is empty.")
-    all_targets = torch.cat(targets) if len(targets) == len(parts) else None
+    all_targets = torch.cat(targets) if len(targets) == batches else None
     try:
         return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
     except (TypeError, ValueError) as err:

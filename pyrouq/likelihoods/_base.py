@@ -29,6 +29,18 @@ def check_device(y: Any, outputs: Tensor, where: str) -> None:
         )
 
 
+def along_inputs(parts: list[Tensor]) -> Tensor:
+    """The batches' parts ``(S, B, ...)`` joined along the inputs (dim 1). One part that owns
+    its storage whole is the result as it is: a second copy of a predict()'s probabilities
+    would double its peak memory."""
+    if len(parts) == 1:
+        one = parts[0]
+        storage = one.untyped_storage().nbytes()
+        if one.is_contiguous() and storage == one.numel() * one.element_size():
+            return one
+    return torch.cat(parts, dim=1)
+
+
 class Likelihood(nn.Module):
     """Base class of pyrouq likelihoods (see the module docstring for the contract).
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
-from pyrouq.likelihoods._base import Likelihood, check_device, widened
+from pyrouq.likelihoods._base import Likelihood, along_inputs, check_device, widened
 
 _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
@@ -211,4 +211,4 @@ class Categorical(Likelihood):
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
         from pyrouq.predictive import Predictions
 
-        return Predictions(torch.cat(parts, dim=1), targets)
+        return Predictions(along_inputs(parts), targets)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
 from pyrouq._util import support_of
-from pyrouq.likelihoods._base import Likelihood, check_device, widened
+from pyrouq.likelihoods._base import Likelihood, along_inputs, check_device, widened
 
 #: The latent site of a noise scale with a prior.
 NOISE_SITE = "sigma"
@@ -304,8 +304,8 @@ class Gaussian(Likelihood):
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
         from pyrouq.regression import GaussianPredictions
 
-        loc = torch.cat([p[0] for p in parts], dim=1)
-        scale = torch.cat([p[1] for p in parts], dim=1)
+        loc = along_inputs([p[0] for p in parts])
+        scale = along_inputs([p[1] for p in parts])
         return GaussianPredictions(loc, scale, targets)
 
     def describe(self) -> dict[str, Any]:
