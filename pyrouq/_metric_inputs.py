@@ -93,6 +93,11 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
                 f"Expected {name} of shape (M,) with M >= 1 (a non-empty set of inputs), got "
                 f"shape {tuple(s.shape)}; pass one score per input and at least one input."
             )
+        if s.is_complex():  # .to(float64) would drop the imaginary part with a warning
+            raise TypeError(
+                f"Expected real {name}, got dtype {s.dtype}; pass real per-input scores, e.g. "
+                f"{name}.abs() or {name}.real, whichever ranks your inputs."
+            )
         s = _float64(s)
         if not bool(torch.isfinite(s).all()):
             raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")

@@ -198,6 +198,12 @@ def _display_images(images: Any, n: int, normalized: bool | None, index: list[in
             "pixels with images.to(torch.uint8) (images.float() keeps 0-255, which is refused "
             "as neither [0, 1] nor normalised), values in [0, 1] with images.float()."
         )
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:  # NaN would be drawn as a blank image; it also hides the normalisation test below
+        raise ValueError(
+            f"Expected finite images, got {bad} NaN or inf pixel(s); check how the images were "
+            "made (e.g. a normalisation by a zero std)."
+        )
     if normalized is None:
         low, high = float(x.min()), float(x.max())
         normalized = low < 0

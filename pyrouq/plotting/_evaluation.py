@@ -22,7 +22,6 @@ from pyrouq.metrics import (
     ece,
     equal_width_bins,
     ood_auroc,
-    ood_scores,
     risk_at_80_cov,
 )
 from pyrouq.plotting._common import (
@@ -193,14 +192,16 @@ def plot_uncertainty_distributions(
     With ``ood``, each panel's title gives the OOD AUROC of that part used as the score
     (:func:`pyrouq.metrics.ood_auroc`, OOD positive): for ``measure="entropy"`` the total and
     epistemic panels equal ``evaluate(..., ood_score="entropy")`` and
-    ``ood_score="mutual_information"``.
+    ``ood_score="mutual_information"``. The total, a function of ``p̄`` alone, is scored from
+    ``p̄``, so inputs of one ``p̄`` tie (``"zero_one"``: as ``ood_score="max_prob"``).
 
     Parameters
     ----------
     in_dist : Predictions or Tensor
         ``(S, N, C)`` (or ``(N, C)``) probabilities on in-distribution inputs.
     ood : Predictions or Tensor, optional
-        ``(S, M, C)`` (or ``(M, C)``) probabilities on out-of-distribution inputs.
+        ``(S, M, C)`` probabilities on out-of-distribution inputs, with the S of ``in_dist``
+        (the epistemic panel compares the draws' disagreement; ``(M, C)`` is one draw).
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
         Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
     kind : {"hist", "ecdf"}, default "hist"
@@ -238,10 +239,12 @@ def plot_uncertainty_distributions(
             out_values = getattr(parts_out, name)
             series.append(("OOD", out_values, "tab:orange"))
             scores = (getattr(parts_in, name), out_values)
-            if measure == "entropy" and name == "total":
-                # H(p̄) itself, as evaluate(ood_score="entropy") scores: aleatoric + epistemic
-                # can round one way for one input and the other way for another of equal p̄
-                scores = (ood_scores(p_in, "entropy"), ood_scores(p_out, "entropy"))
+            if name == "total":
+                # a function of p̄ alone, scored from p̄ as one draw (H(p̄) as evaluate(
+                # ood_score="entropy") scores): aleatoric + epistemic can round one way for one
+                # input and the other way for another of equal p̄
+                means = p_in.mean(0, keepdim=True), p_out.mean(0, keepdim=True)
+                scores = (decompose(means[0], measure).total, decompose(means[1], measure).total)
             title += f"\nOOD AUROC {ood_auroc(*scores):.2%}"
         values = torch.cat([v for _, v, _ in series])
         lo, hi = float(values.min()), float(values.max())
