@@ -12,7 +12,8 @@ while R-hat and the MCMC effective sample sizes carry no information about it.
   latent sites), the posterior predictive, the pointwise log-likelihood and the observed data.
 * :func:`psis_diagnostic` -- the Pareto k-hat of the importance ratios ``p(w, D) / q(w)`` over
   guide draws (Yao et al. 2018, "Yes, but did it work?: Evaluating variational inference").
-* :func:`summary` -- ``az.summary(kind="stats")`` of an export.
+* :func:`summary` -- ``az.summary`` of an export: ``kind="stats"`` for guide draws and
+  ensemble members, every column (R-hat and ESS included) for MCMC chains.
 """
 
 from pyrouq.diagnostics._common import (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -235,6 +236,22 @@ def _explain_per_point_sites(
                     "the guide was built on. Pass those points, all of them, or export a "
                     "model whose latent sites are global."
                 ) from err
+
+
+def _warn_not_finite(log_lik: Tensor, fn: str) -> None:
+    """Warn where the pointwise log-likelihood ``(S, N)`` is NaN or +inf (no log density)."""
+    bad = torch.isnan(log_lik) | (log_lik == math.inf)
+    if bool(bad.any()):
+        draws = bad.any(1).nonzero().flatten().tolist()
+        warnings.warn(
+            f"{fn}: the pointwise log-likelihood is NaN or +inf at {int(bad.sum())} of "
+            f"{bad.numel()} entries, in draws {draws[:10]}{' ...' if len(draws) > 10 else ''} "
+            "(flattened over chains): az.loo and az.waic will return NaN. The model's outputs "
+            "or the likelihood's parameters are not finite there; check the guide's scales "
+            "(or the chains) and the model at those draws.",
+            RuntimeWarning,
+            stacklevel=4,  # past torch.no_grad: the caller
+        )
 
 
 def _masked(site: dict[str, Any]) -> bool:

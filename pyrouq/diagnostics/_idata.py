@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +36,7 @@ from pyrouq.diagnostics._common import (
     _prepared,
     _replayed_draws,
     _typed,
+    _warn_not_finite,
     _weight_dims,
 )
 
@@ -73,6 +72,10 @@ def _stored_dtype(value: Tensor) -> torch.dtype:
     """float64 for a float64 model's predictions, float32 for any other (half included)."""
     return torch.promote_types(value.dtype, torch.float32)
 
+
+_LATENT = "posterior/"
+"""The prefix of the latent sites' draws in :class:`_Draws`: a Pyro model's site "scale" (or
+"probs", "log_lik") is not the predictions' of that name."""
 
 _MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
 """A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``, not
@@ -369,7 +372,7 @@ def to_inference_data(
 
     _warn_not_finite(out.values["log_lik"], fn)
     coords: dict[str, Any] = {"obs_id": np.arange(n)}
-    dims: dict[str, list[str]] = {"obs": ["obs_id"], **posterior_dims}
+    dims: dict[str, list[str]] = {"obs": ["obs_id"]}  # the predictions' dims
     predictive = {"obs": out.numpy("obs", chains)}
     if "probs" in out.values:
         predictive["probs"] = out.numpy("probs", chains)
@@ -386,7 +389,6 @@ def to_inference_data(
     if result is not None:
         stats = {name: value.numpy() for name, value in result.sample_stats.items()}
     idata = az.from_dict(
-        posterior={name: out.numpy(name, chains) for name in keep} or None,
         posterior_predictive=predictive,
         log_likelihood={"obs": out.numpy("log_lik", chains)},
         sample_stats=stats,
@@ -394,6 +396,10 @@ def to_inference_data(
         coords=coords,
         dims=dims,
     )
+    if keep:  # apart: a latent site "probs" or "scale" is not the predictions' (obs_id, ...)
+        posterior = {name: out.numpy(_LATENT + name, chains) for name in keep}
+        idata, predictions = az.from_dict(posterior, dims=posterior_dims), idata
+        idata.extend(predictions)
     from pyrouq import __version__
 
     attrs = {
@@ -415,22 +421,6 @@ def to_inference_data(
     return idata
 
 
-def _warn_not_finite(log_lik: Tensor, fn: str) -> None:
-    """Warn where the pointwise log-likelihood ``(S, N)`` is NaN or +inf (no log density)."""
-    bad = torch.isnan(log_lik) | (log_lik == math.inf)
-    if bool(bad.any()):
-        draws = bad.any(1).nonzero().flatten().tolist()
-        warnings.warn(
-            f"{fn}: the pointwise log-likelihood is NaN or +inf at {int(bad.sum())} of "
-            f"{bad.numel()} entries, in draws {draws[:10]}{' ...' if len(draws) > 10 else ''} "
-            "(flattened over chains): az.loo and az.waic will return NaN. The model's outputs "
-            "or the likelihood's parameters are not finite there; check the guide's scales "
-            "(or the chains) and the model at those draws.",
-            RuntimeWarning,
-            stacklevel=4,  # past torch.no_grad: the caller
-        )
-
-
 def _likelihood(model: Any) -> Likelihood:
     return getattr(model, "likelihood", None) or Categorical()
 
@@ -441,7 +431,7 @@ def _named_dims(model: Any, keep: list[str], out: Any) -> dict[str, list[str]]:
     and xarray would pad the smaller with NaN), theirs keep the dots (``block.fc_out``)."""
     named = {}
     for name in keep:
-        site_dims = _weight_dims(model, name, tuple(out.values[name].shape[1:]))
+        site_dims = _weight_dims(model, name, tuple(out.values[_LATENT + name].shape[1:]))
         if site_dims is not None:
             named[name] = site_dims
     owners: dict[str, set[str]] = {}
@@ -523,7 +513,7 @@ def _export_weights(
                 drawn = {name: value[None] for name, value in weights.items()}
                 check_draws(model, drawn, "to_inference_data()")
             for name in keep:
-                out.put(name, s, weights[name])
+                out.put(_LATENT + name, s, weights[name])
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)
@@ -588,7 +578,7 @@ def _export_pyro(
                     "subsampling."
                 )
             for name in keep:
-                out.put(name, s, model_trace.nodes[name]["value"])
+                out.put(_LATENT + name, s, model_trace.nodes[name]["value"])
             out.put("log_lik", s, log_lik.double())
             out.put("obs", s, site["fn"].sample())
             logits = model_trace.nodes.get("logits")

@@ -476,10 +476,23 @@ def summary(
         raise ValueError(f"idata has no {group!r} group; it has {groups}. {fix}")
     names = [var_names] if isinstance(var_names, str) else list(var_names or [])
     known = list(idata[group].data_vars)
+    holds = f"{known[:10]}{' ...' if len(known) > 10 else ''}"
+    if not {"chain", "draw"} <= set(idata[group].dims):
+        raise ValueError(
+            f"summary(): idata's {group!r} group holds no draws (its dims are "
+            f"{list(idata[group].dims)}, no 'chain' and 'draw'): summarise a group of draws, "
+            f"one of {[g for g in groups if {'chain', 'draw'} <= set(idata[g].dims)]}."
+        )
+    if var_names is not None and not names:
+        raise ValueError(
+            f"summary(): var_names is empty, so there is nothing to summarise: idata's "
+            f"{group!r} group holds {holds}. Pick some of those, or var_names=None for all."
+        )
     missing = [n for n in names if n not in known and not n.startswith("~")]
     if missing and kwargs.get("filter_vars") is None:  # else names are patterns
         raise ValueError(
             f"summary(): var_names {missing} are not in idata's {group!r} group, which holds "
-            f"{known[:10]}{' ...' if len(known) > 10 else ''}. Pick from those."
+            f"{holds}. Pick from those."
         )
-    return az.summary(idata, var_names=var_names, group=group, hdi_prob=hdi_prob, **kwargs)
+    # a list: arviz read a tuple as one name (xarray's KeyError)
+    return az.summary(idata, var_names=names or None, group=group, hdi_prob=hdi_prob, **kwargs)
