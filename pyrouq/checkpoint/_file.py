@@ -190,16 +190,26 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     points to, which is written as torch.save would, the link kept), flush it to the disk,
     then rename it there: a crash, of the process or of the machine, leaves the file before
     or after, never a truncated one (renamed unflushed, a power cut could leave the name on
-    an empty file, the previous checkpoint lost)."""
+    an empty file, the previous checkpoint lost). The file replaced keeps its permissions (a
+    private checkpoint stays private), as torch.save would keep them; a new one gets the usual
+    mode. torch.save is given the open file, not its name: it names the archive's folder
+    after a file's name (the random temporary one), an open file's ``archive/``, so that the
+    same payload gives the same bytes; and a full disk is an OSError (ENOSPC), not its
+    RuntimeError "unexpected pos"."""
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = os.stat(target).st_mode & 0o777
+    except OSError:  # a new file: the usual mode (mkstemp creates 0600)
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(handle)
     try:
-        torch.save(payload, tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
+        with open(tmp, "wb") as file:
+            torch.save(payload, file)
+        os.chmod(tmp, mode)
         handle = os.open(tmp, os.O_RDWR | getattr(os, "O_BINARY", 0))
         try:
             os.fsync(handle)

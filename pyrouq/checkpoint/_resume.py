@@ -126,6 +126,14 @@ def restore(
             "cannot continue: start a new fit() from the loaded model."
         )
     if saved.training is None:
+        run = saved.metadata.get("config") if isinstance(saved.metadata, dict) else None
+        if isinstance(run, dict) and "command" in run and "metrics" in saved.metadata:
+            raise CheckpointError(  # not save()'s: the finished run of the command
+                f"resume_from={where!r} holds no training state: it is the final checkpoint "
+                "of a finished `pyrouq fit` run, which keeps the weights and metrics, not the "
+                "optimizer state. To train on, start a new fit() from ckpt = pyrouq.load(path) "
+                "(ckpt.model, ckpt.guide), or run `pyrouq fit` with more --epochs."
+            )
         raise CheckpointError(
             f"resume_from={where!r} holds no training state (it was written by save(), not "
             "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."

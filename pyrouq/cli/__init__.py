@@ -287,24 +287,35 @@ def _run_fit(
         f"{config['device']}"
     )
     try:
-        result = pyrouq.fit(
-            model,
-            guide,
-            train,
-            epochs=epochs,
-            lr=lr,
-            kl_weight=args.kl_weight,
-            num_particles=args.num_particles,
-            progress=not args.no_progress,
-            seed=args.seed,
-            checkpoint=checkpoint,
-            metadata={"config": config},
-        )
+        with _writing_run(out, checkpoint):  # each epoch's checkpoint
+            result = pyrouq.fit(
+                model,
+                guide,
+                train,
+                epochs=epochs,
+                lr=lr,
+                kl_weight=args.kl_weight,
+                num_particles=args.num_particles,
+                progress=not args.no_progress,
+                seed=args.seed,
+                checkpoint=checkpoint,
+                metadata={"config": config},
+            )
     except TrainingInterrupted as stop:
         print(
             f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
             f"is saved at {checkpoint} (resume in Python: pyrouq.fit(..., resume_from=that path, "
             "checkpoint=that path))",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # a second Ctrl-C inside a step: fit() saved nothing of it
+        if not checkpoint.exists():
+            raise  # no epoch finished: the run folder goes, as before training
+        print(
+            f"\npyrouq: interrupted inside a training step, which is not saved; {checkpoint} "
+            "holds the run after its last finished epoch (resume in Python: pyrouq.fit(..., "
+            "resume_from=that path, checkpoint=that path))",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
@@ -330,17 +341,42 @@ def _run_fit(
         )
         return EXIT_INTERRUPTED
     metrics["train_seconds"] = result.seconds
-    pyrouq.save(
-        checkpoint, model, guide, metadata={"config": config, "metrics": metrics}
-    )  # the final checkpoint: no resume state, the metrics instead
-    _write_metrics(out, metrics)
-    written = _save_plots(figures, out)
+    with _writing_run(out, checkpoint):
+        pyrouq.save(
+            checkpoint, model, guide, metadata={"config": config, "metrics": metrics}
+        )  # the final checkpoint: no resume state, the metrics instead
+        _write_metrics(out, metrics)
+        written = _save_plots(figures, out)
     total = time.perf_counter() - started
     print(
         f"\nwrote {out}/: metrics.json, config.json, checkpoint.pt, "
         f"{', '.join(p.name for p in written)} ({total:.1f} s in all)"
     )
     return 0
+
+
+@contextlib.contextmanager
+def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
+    """fit's writes into the run folder (each epoch's checkpoint, the final one, the metrics
+    and plots): a failed write (a full disk, a folder made read-only) is one line naming the
+    folder and what it keeps, not a traceback."""
+    try:
+        yield
+    except OSError as err:
+        named = Path(os.path.abspath(err.filename)) if isinstance(err.filename, str) else None
+        if named is not None and Path(os.path.abspath(out)) not in named.parents:
+            raise  # not the run's file (a data set's, a factory's): the error as it came
+        what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+        kept = ""
+        if checkpoint.exists():  # the last epoch's, written whole (else the folder goes)
+            kept = (
+                f"; {checkpoint} holds the run after its last saved epoch (pyrouq evaluate "
+                f"{shlex.quote(str(out))})"
+            )
+        raise CommandError(
+            f"cannot write the run into {str(out)!r} ({what}){kept}; free space on its disk "
+            "(or make it writable), or pass --out another folder"
+        ) from None
 
 
 def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> str:

@@ -39,6 +39,13 @@ def _device(name: str | None) -> Any:
         raise CommandError(f"--device {name!r} is not a torch device (e.g. cpu, cuda)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CommandError(f"--device {name} asked for CUDA, but torch sees no GPU; use cpu")
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.type == "cuda" and device.index is not None and device.index >= count:
+        shown = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+        raise CommandError(  # torch's "invalid device ordinal" is not a build without CUDA
+            f"--device {name}: torch sees {count} GPU{'s' if count != 1 else ''} here "
+            f"({shown}); pass one of them, or cuda"
+        )
     if device.type == "meta":
         raise CommandError(f"--device {name} holds no data (a meta device); use cpu or cuda")
     try:
