@@ -159,7 +159,19 @@ def raise_together(error: BaseException | None, group: Group, why: str) -> None:
         return
     failed = float(group.rank) if isinstance(error, Exception) else -1.0
     stopped = 1.0 if isinstance(error, KeyboardInterrupt) else 0.0
-    most, _ = _extremes(torch.tensor([failed, stopped], dtype=torch.float64), group)
+    try:
+        most, _ = _extremes(torch.tensor([failed, stopped], dtype=torch.float64), group)
+    except RuntimeError as err:  # gloo's "Timed out waiting 1800000ms for recv operation"
+        if error is not None or "timed out" not in str(err).lower():
+            raise error or err from None
+        raise RuntimeError(
+            f"fit() on rank {group.rank} of {group.world} waited for the other ranks in vain "
+            f"({why.split(':')[0]}), until the process group's timeout: every rank of the "
+            "group must call fit(), and it was called on this one alone, or another rank "
+            "failed or is still busy elsewhere. To train on one process inside the job, "
+            "destroy the group first (dist.destroy_process_group() on every rank); for a "
+            "slow rank, pass a longer init_process_group(timeout=...)."
+        ) from err
     if error is not None:
         raise error
     if most[0].item() >= 0:
@@ -213,10 +225,12 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
 
 def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
     """Each of ``tensors`` replaced by its mean over the ranks: one ``all_reduce`` of all of
-    them flattened into one buffer (float64 when they mix dtypes)."""
+    them flattened into one buffer (float64 when they mix dtypes). Each rank's share is
+    divided by the number of ranks before the sum (as DDP does): R float16 gradients of
+    40,000 would sum to inf, past float16's 65,504, where their mean is finite."""
     dtype = tensors[0].dtype if len({t.dtype for t in tensors}) == 1 else torch.float64
-    flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
-    flat = _all_reduce(flat, group) / group.world
+    flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors]) / group.world
+    flat = _all_reduce(flat, group)
     offset = 0
     for t in tensors:
         t.copy_(flat[offset : offset + t.numel()].view_as(t))
@@ -289,6 +303,54 @@ def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> No
     differ = [k for k, h, lo in zip(values, high.tolist(), low.tolist(), strict=True) if h != lo]
     if differ:
         raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}. {fix}")
+
+
+def check_same_optimizer(optimizer: Any, group: Group) -> None:
+    """Refuse to start when the ranks' optimizers differ: their class, their parameter groups
+    (how many parameters each holds) and the groups' settings, numbers compared exactly. Each
+    rank steps its own optimizer from the averaged gradients, and ``optim=`` builds it with
+    settings fit() does not see (its ``lr`` is then ignored): ranks whose optimizers differ
+    (an lr scaled by the rank, SGD on one and Adam on another) would drift apart silently."""
+    if not group.active:
+        return
+    layout, names, numbers = [type(optimizer).__name__], [], []
+    for i, settings in enumerate(optimizer.param_groups):
+        layout.append(f"group {i}: {len(settings['params'])}")
+        for key, value in sorted(settings.items()):
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = value.item()  # a tensor lr
+            many = value if isinstance(value, (tuple, list)) else [value]
+            if key == "params" or not all(isinstance(v, (int, float)) for v in many):
+                layout.append(f"{key}={type(value).__name__}")  # None, a string: by type
+            elif not all(math.isfinite(v) for v in many):
+                layout.append(f"{key}={value!r}")
+            else:
+                layout.append(f"{key}: {len(many)}")
+                names += [f"param group {i}'s {key}"] * len(many)
+                numbers += [float(v) for v in many]
+    code = torch.tensor([float(zlib.crc32("|".join(layout).encode()))], dtype=torch.float64)
+    high, low = _extremes(code, group)
+    fix = (
+        "Build the same optimizer on every rank (optim=...: the same class, parameter groups "
+        "and settings): each rank steps its own optimizer from the averaged gradients, and "
+        "ranks whose optimizers differ would train models that drift apart."
+    )
+    if bool(high != low):
+        raise ValueError(
+            f"fit(): the optimizers differ between ranks: their class or parameter groups "
+            f"({type(optimizer).__name__} with {len(optimizer.param_groups)} parameter "
+            f"group(s) on rank {group.rank}). {fix}"
+        )
+    if not numbers:
+        return
+    high, low = _extremes(torch.tensor(numbers, dtype=torch.float64), group)
+    pairs = zip(names, high.tolist(), low.tolist(), strict=True)
+    differ = dict.fromkeys(name for name, h, lo in pairs if h != lo)
+    if differ:
+        raise ValueError(
+            f"fit(): the optimizers ({type(optimizer).__name__}) differ between ranks: "
+            f"{', '.join(differ)}. {fix}"
+        )
 
 
 def _code(dtype: torch.dtype) -> float:

@@ -268,8 +268,8 @@ def fit(
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
         ``resume_from`` that does not fit the model (``CheckpointError``). Under
-        torch.distributed, also ranks that differ (parameters, loaders, arguments), and a
-        failure of another rank's set-up (naming that rank; it raises its own error).
+        torch.distributed, also ranks that differ (parameters, loaders, arguments,
+        optimizers), and a failure of another rank's set-up (naming that rank).
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
@@ -285,8 +285,7 @@ def fit(
             "it, or train it with pyro.infer.SVI."
         )
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
-    # cannot read) stops every rank at the block's end, in one all_reduce, instead of leaving
-    # the others waiting in the next collective
+    # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))
     with _distributed.together(early, _SET_UP):
         epochs = check_count("epochs", epochs)
@@ -445,6 +444,7 @@ def fit(
         "distributed_draws on every rank (and the same seed with distributed_draws="
         "'identical'): the ranks train one model.",
     )
+    _distributed.check_same_optimizer(optimizer, group)  # optim=: settings fit() cannot see
     if seed is not None:
         pyro.set_rng_seed(_distributed.rank_seed(seed, group, independent))
     elif independent:
