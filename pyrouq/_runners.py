@@ -428,6 +428,9 @@ def joined_passes(passes: list[list[Any]]) -> list[Any]:
     one machine and 0.3 of one on another; in 16 chunks of 1.2 GB, 4.75x against 3.75x)."""
     if len(passes) == 1 or not passes[0]:  # one pass, or no inputs
         return passes.pop()
+    for p, row in enumerate(passes[1:], 2):
+        if len(row) != len(passes[0]):
+            _other_batches(p, f"{len(row)} batches where the first gave {len(passes[0])}")
     first = passes[0][0]
     columns = len(first) if isinstance(first, tuple) else 0
     wholes = [_whole_of(passes, column) for column in range(max(columns, 1))]
@@ -444,6 +447,15 @@ def _whole_of(passes: list[list[Any]], column: int) -> Tensor:
         got = passes[p][b]
         return got[column] if isinstance(got, tuple) else got
 
+    for p in range(1, len(passes)):
+        for b in range(len(passes[0])):
+            got, first = part(p, b), part(0, b)
+            if got.shape[1:] != first.shape[1:] or got.dtype != first.dtype:
+                _other_batches(
+                    p + 1,
+                    f"a batch {tuple(got.shape[1:])} {got.dtype} where the first gave "
+                    f"{tuple(first.shape[1:])} {first.dtype} (batch {b})",
+                )
     draws = [part(p, 0).shape[0] for p in range(len(passes))]
     inputs = [part(0, b).shape[1] for b in range(len(passes[0]))]
     one = part(0, 0)
@@ -458,6 +470,15 @@ def _whole_of(passes: list[list[Any]], column: int) -> Tensor:
             else:
                 row[b] = None
     return whole
+
+
+def _other_batches(read: int, what: str) -> None:
+    raise ValueError(
+        f"predict(): x gave other batches on its read {read} than on its first ({what}): the "
+        "chunks of draws (max_draw_bytes) read x once each, so x must give the same batches "
+        "every time it is read. Pass a tensor, a list or a DataLoader that does not shuffle "
+        "(and drops no batch at random), or a larger max_draw_bytes for one read."
+    )
 
 
 def repeatable(x: Any) -> bool:

@@ -209,3 +209,59 @@ def test_predict_in_chunks_of_draws_joins_each_part_in_its_place():
         assert torch.equal(chunked.targets, y)
         with pytest.raises(ValueError, match=r"predict\(\) got no inputs: x is empty"):
             pyrouq.predict(model, [x[:0]], guide, num_samples=3, max_draw_bytes=1)
+
+
+def test_predictions_of_one_batch_share_no_memory_with_the_networks_outputs():
+    """One batch's part is the predictions as it is (no second copy): a Gaussian's loc was
+    then the network's output itself, here its input, which the user changed after."""
+    from pyrouq.likelihoods import Gaussian
+
+    class Identity(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.likelihood = Gaussian(0.5)
+            self.unused = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return x
+
+    x = torch.full((5, 2), 3.0)
+    got = pyrouq.predict(Identity(), x, progress=False)
+    x.zero_()
+    assert torch.equal(got.loc, torch.full((1, 5, 2), 3.0))
+
+
+class _ReadsDiffer:
+    """Batches that do not shuffle (``shuffle = False``: read once per chunk of draws) but
+    differ from one read to the next, as a buggy loader's."""
+
+    shuffle = False
+
+    def __init__(self, x, reads):
+        self.x, self.reads, self.count = x, reads, 0
+
+    def __iter__(self):
+        cuts = self.reads[min(self.count, len(self.reads) - 1)]
+        self.count += 1
+        return iter([self.x[a:b] for a, b in cuts])
+
+
+def test_chunks_of_draws_refuse_an_x_whose_batches_change_between_reads():
+    """The batches' sizes were taken from the first read: a later read of other sizes was
+    broadcast into them (one input's probabilities copied over two rows) or left part of the
+    result unwritten (uninitialised memory, -2.75e38), where the parts were joined by
+    torch.cat before (an error)."""
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Linear(3, 4), num_data=10)
+    guide = pyrouq.mean_field_guide(model)
+    x = torch.randn(4, 3)
+    first = [(0, 2), (2, 4)]
+    for later, what in (
+        ([(0, 3), (3, 4)], r"a batch \(3, 4\) torch.float32 where the first gave \(2, 4\)"),
+        ([(0, 2)], "1 batches where the first gave 2"),
+    ):
+        with pytest.raises(ValueError, match=rf"x gave other batches on its read 2 .*{what}"):
+            pyrouq.predict(model, _ReadsDiffer(x, [first, later]), guide, num_samples=4,
+                           max_draw_bytes=1, progress=False)  # fmt: skip
+    same = pyrouq.predict(model, _ReadsDiffer(x, [first]), guide, num_samples=4, max_draw_bytes=1)
+    assert same.probs.shape == (4, 4, 4)

@@ -32,7 +32,8 @@ def check_device(y: Any, outputs: Tensor, where: str) -> None:
 def along_inputs(parts: list[Tensor]) -> Tensor:
     """The batches' parts ``(S, B, ...)`` joined along the inputs (dim 1). One part that owns
     its storage whole is the result as it is: a second copy of a predict()'s probabilities
-    would double its peak memory."""
+    would double its peak memory. The parts are :meth:`Likelihood.predictive`'s, which makes
+    them anew (never the network's outputs themselves, which may be its input)."""
     if len(parts) == 1:
         one = parts[0]
         storage = one.untyped_storage().nbytes()
@@ -104,7 +105,8 @@ class Likelihood(nn.Module):
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
     ) -> Any:  # pragma: no cover
         """What :func:`pyrouq.predict` collects per draw and batch (class probabilities
-        ``(S, B, C)`` for classifiers, ``(loc, scale)`` for Gaussians)."""
+        ``(S, B, C)`` for classifiers, ``(loc, scale)`` for Gaussians), in tensors of its own:
+        the predictions may hold them as they are."""
         raise NotImplementedError
 
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:  # pragma: no cover

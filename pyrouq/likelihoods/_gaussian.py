@@ -299,7 +299,9 @@ class Gaussian(Likelihood):
         dtype = torch.promote_types(outputs.dtype, torch.float32)  # float64 stays
         self.prepare(outputs)  # a learned noise still takes the network's dtype, as in fit()
         loc, scale = self.loc_scale(outputs.to(dtype), latent)
-        return loc.to(dtype), scale.to(dtype)
+        # copies: the loc may be the network's output itself (its input, a tensor it keeps),
+        # which the predictions would otherwise share (along_inputs takes one part as it is)
+        return loc.to(dtype, copy=True), scale.to(dtype, copy=True)
 
     def predictions(self, parts: list[Any], targets: Tensor | None) -> Any:
         from pyrouq.regression import GaussianPredictions
