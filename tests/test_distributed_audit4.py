@@ -87,6 +87,9 @@ def _optimizer_outcomes(rank: int) -> dict[str, str]:
         "lr by rank": lambda p: sgd(p, lr=0.1 * (1 + rank)),
         "tensor lr by rank": lambda p: sgd(p, lr=torch.tensor(0.1 * (1 + rank))),
         "betas": lambda p: adam(p, lr=0.1, betas=(0.9, (0.999, 0.99)[rank])),
+        "tensor betas": lambda p: adam(p, lr=0.1, foreach=False,
+                                       betas=(torch.tensor(0.9), torch.tensor((0.999, 0.5)[rank]))),
+        "foreach by rank": lambda p: sgd(p, lr=0.1, foreach=(None, True)[rank]),
         "class": lambda p: (sgd, adam)[rank](p, lr=0.1),
         "groups": lambda p: sgd([{"params": p}] if rank == 0 else
                                 [{"params": p[:1]}, {"params": p[1:]}], lr=0.1),
@@ -184,14 +187,15 @@ def test_two_ranks_average_float16_gradients_refuse_other_optimizers_and_resume_
     fix = ". Build the same optimizer on every rank (optim=...: the same class, parameter groups"
     for rank, r in enumerate(ranks):
         said = r["optimizers"]
-        assert said["same"] == "ok"
+        assert said["same"] == said["foreach by rank"] == "ok"  # the numbers are the same
         for case in ("lr by rank", "tensor lr by rank"):
             assert said[case].startswith(
                 f"fit(): the optimizers (SGD) differ between ranks: param group 0's lr{fix}"
             ), said[case]
-        assert said["betas"].startswith(
-            f"fit(): the optimizers (Adam) differ between ranks: param group 0's betas{fix}"
-        ), said["betas"]
+        for case in ("betas", "tensor betas"):  # (tensor betas were compared by type)
+            assert said[case].startswith(
+                f"fit(): the optimizers (Adam) differ between ranks: param group 0's betas{fix}"
+            ), said[case]
         assert said["class"].startswith(
             "fit(): the optimizers differ between ranks: their class or parameter groups "
             f"({('SGD', 'Adam')[rank]} with 1 parameter group(s) on rank {rank}){fix}"

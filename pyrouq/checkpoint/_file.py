@@ -209,15 +209,13 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     try:
         with open(tmp, "wb") as file:
             torch.save(payload, file)
-        os.chmod(tmp, mode)
-        handle = os.open(tmp, os.O_RDWR | getattr(os, "O_BINARY", 0))
-        try:
-            os.fsync(handle)
-        except OSError as err:  # a file system that cannot flush (some FUSE mounts): as before
-            if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
-                raise
-        finally:
-            os.close(handle)
+            file.flush()
+            try:
+                os.fsync(file.fileno())
+            except OSError as err:  # a file system that cannot flush (some FUSE mounts)
+                if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                    raise
+        os.chmod(tmp, mode)  # after the writes: a read-only file's mode (0o444) forbids them
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

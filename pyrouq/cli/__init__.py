@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import errno
 import json
 import os
 import shlex
@@ -355,6 +356,9 @@ def _run_fit(
     return 0
 
 
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG, errno.EIO}
+
+
 @contextlib.contextmanager
 def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
     """fit's writes into the run folder (each epoch's checkpoint, the final one, the metrics
@@ -363,9 +367,12 @@ def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        named = Path(os.path.abspath(err.filename)) if isinstance(err.filename, str) else None
-        if named is not None and Path(os.path.abspath(out)) not in named.parents:
-            raise  # not the run's file (a data set's, a factory's): the error as it came
+        if err.filename is not None:
+            named = Path(os.path.abspath(os.fsdecode(err.filename)))
+            if Path(os.path.abspath(out)) not in named.parents:
+                raise  # not the run's file (a data set's, a factory's): the error as it came
+        elif err.errno not in _WRITE_ERRORS:
+            raise  # of no file, and not one a write meets
         what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
         kept = ""
         if checkpoint.exists():  # the last epoch's, written whole (else the folder goes)

@@ -305,29 +305,43 @@ def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> No
         raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}. {fix}")
 
 
+_HOW_ONLY = frozenset({"foreach", "fused", "capturable", "differentiable"})
+"""Optimizer settings that choose an implementation, not the numbers: free to differ."""
+
+
+def _setting_numbers(value: Any) -> list[float]:
+    """A setting as numbers the ranks can compare: each number (a 1-element tensor's value,
+    a bool as 0 or 1) as it is, anything else (a string, None, a NaN) by a hash of its repr."""
+    many = value if isinstance(value, (tuple, list)) else [value]
+    out = []
+    for v in many:
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out.append(float(v))
+        else:
+            out.append(float(zlib.crc32(repr(v).encode())))
+    return out
+
+
 def check_same_optimizer(optimizer: Any, group: Group) -> None:
     """Refuse to start when the ranks' optimizers differ: their class, their parameter groups
-    (how many parameters each holds) and the groups' settings, numbers compared exactly. Each
-    rank steps its own optimizer from the averaged gradients, and ``optim=`` builds it with
-    settings fit() does not see (its ``lr`` is then ignored): ranks whose optimizers differ
-    (an lr scaled by the rank, SGD on one and Adam on another) would drift apart silently."""
+    (how many parameters each holds, which settings) and the groups' settings, numbers compared
+    exactly (those choosing an implementation, such as ``foreach``, aside). Each rank steps
+    its own optimizer from the averaged gradients, and ``optim=`` builds it with settings
+    fit() does not see (its ``lr`` is then ignored): ranks whose optimizers differ (an lr
+    scaled by the rank, SGD on one and Adam on another) would drift apart silently."""
     if not group.active:
         return
     layout, names, numbers = [type(optimizer).__name__], [], []
     for i, settings in enumerate(optimizer.param_groups):
-        layout.append(f"group {i}: {len(settings['params'])}")
-        for key, value in sorted(settings.items()):
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                value = value.item()  # a tensor lr
-            many = value if isinstance(value, (tuple, list)) else [value]
-            if key == "params" or not all(isinstance(v, (int, float)) for v in many):
-                layout.append(f"{key}={type(value).__name__}")  # None, a string: by type
-            elif not all(math.isfinite(v) for v in many):
-                layout.append(f"{key}={value!r}")
-            else:
-                layout.append(f"{key}: {len(many)}")
-                names += [f"param group {i}'s {key}"] * len(many)
-                numbers += [float(v) for v in many]
+        keys = sorted(k for k in settings if k != "params" and k not in _HOW_ONLY)
+        layout.append(f"group {i}: {len(settings['params'])} {keys}")
+        for key in keys:
+            values = _setting_numbers(settings[key])
+            layout.append(f"{key}: {len(values)}")
+            names += [f"param group {i}'s {key}"] * len(values)
+            numbers += values
     code = torch.tensor([float(zlib.crc32("|".join(layout).encode()))], dtype=torch.float64)
     high, low = _extremes(code, group)
     fix = (
