@@ -167,8 +167,10 @@ def temperature_scale(
 
     The NLL is minimised over ``log T`` in ``[log 0.05, log 20]``: a grid of 81 points, then
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
-    warns: it means labels the predictions barely tell apart (T = 20) or predictions far less
-    confident than their accuracy (T = 0.05), most often labels that are not the predictions'.
+    (a bound as low: every input right by a wide margin has an NLL of 0 at all small T) warns
+    and returns the bound: it means labels the predictions barely tell apart (T = 20) or
+    predictions far less confident than their accuracy (T = 0.05), most often labels that are
+    not the predictions'.
     Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`, in the fit
     and in the scaler it returns (which applies the transform fitted): a probability that
     underflowed to 0 says only "very small", and one confidently wrong input would otherwise
@@ -223,6 +225,9 @@ def temperature_scale(
             d = a + ratio * (b - a)
             fd = _tempered_nll(logp, y, math.exp(d))
     log_t = (a + b) / 2
+    nll_t = _tempered_nll(logp, y, math.exp(log_t))  # a bound as low (an NLL flat at 0 near
+    if min(values[0], values[-1]) <= nll_t:  # T = 0.05: every input right) is the minimum
+        log_t = lo if values[0] <= values[-1] else hi
     if min(log_t - lo, hi - log_t) < 1e-3:
         bound = TEMPERATURE_BOUNDS[0] if log_t - lo < hi - log_t else TEMPERATURE_BOUNDS[1]
         why = (

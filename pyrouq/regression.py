@@ -216,17 +216,25 @@ class GaussianPredictions:
 
     def quantile(self, level: float) -> Tensor:
         """The mixture's ``level`` quantile ``(N, D)``, found by bisection on its CDF (to
-        1e-12 of the bracket), not by a Gaussian approximation."""
+        1e-12 of the bracket), not by a Gaussian approximation. Its gradient in ``loc`` and
+        ``scale`` is the implicit one, ``dq = -dF(q) / f(q)`` (0 where the density is 0)."""
         level = _level(level, "a quantile level")
         loc, scale = self.loc.double(), self.scale.double()
-        lo = (loc - 40 * scale).amin(0)
-        hi = (loc + 40 * scale).amax(0)
-        for _ in range(64):
-            mid = 0.5 * (lo + hi)
-            below = self.cdf(mid) < level
-            lo = torch.where(below, mid, lo)
-            hi = torch.where(below, hi, mid)
-        return 0.5 * (lo + hi)
+        with torch.no_grad():  # the bisection's own graph ran through the bracket's ends
+            lo = (loc - 40 * scale).amin(0)
+            hi = (loc + 40 * scale).amax(0)
+            for _ in range(64):
+                mid = 0.5 * (lo + hi)
+                below = self.cdf(mid) < level
+                lo = torch.where(below, mid, lo)
+                hi = torch.where(below, hi, mid)
+            q = 0.5 * (lo + hi)
+        if not (torch.is_grad_enabled() and (loc.requires_grad or scale.requires_grad)):
+            return q
+        z = (q - loc) / scale
+        cdf = (0.5 * torch.erfc(-z / _SQRT2)).mean(0)
+        pdf = (torch.exp(-0.5 * z.detach().square() - _LOG_SQRT_2PI) / scale.detach()).mean(0)
+        return q - (cdf - cdf.detach()) / torch.where(pdf > 0, pdf, math.inf)  # the value: q
 
     def interval(self, level: float) -> tuple[Tensor, Tensor]:
         """The central ``level`` interval ``(lo, hi)`` of the mixture, each ``(N, D)``."""
@@ -414,6 +422,11 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
             "mixture_crps(): expected loc and scale of one shape (S, N, D), or (S, N) for one "
             f"output, got {tuple(loc.shape)} and {tuple(scale.shape)}."
         )
+    if loc.shape[0] == 0:  # the pairs' count below would divide by 0
+        raise ValueError(
+            f"mixture_crps(): expected at least one draw, got loc of shape {tuple(loc.shape)} "
+            "(S = 0): the CRPS of a mixture of no components is undefined."
+        )
     if scale.numel() and not bool((scale >= 0).all()):  # NaN included
         bad = scale[~(scale >= 0)]
         raise ValueError(
@@ -450,4 +463,4 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
         first = _crps_term(t - m, var).mean(0)
         pair = _crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
         out.append(first - 0.5 * pair.mean((0, 1)))
-    return torch.cat(out)
+    return torch.cat(out) if out else y.new_zeros(y.shape)  # N = 0: no inputs, no scores
