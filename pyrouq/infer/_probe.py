@@ -103,7 +103,16 @@ class Probe:
                 _check_scaled(model, x, y)
             if lazy_guide:
                 with poutine.trace(param_only=True) as capture, poutine.block(hide=["obs"]):
-                    guide(x, y)
+                    try:
+                        guide(x, y)
+                    except ValueError as err:  # an autoguide runs the model on its first call
+                        if not _plate_hint(err, model, x):
+                            raise
+                        raise ValueError(
+                            f"fit(): the guide of {type(model).__name__} failed on the first "
+                            f"batch of train_loader: {' '.join(str(err).split())}."
+                            f"{_plate_hint(err, model, x)}"
+                        ) from err
                 self.created_params = _unconstrained(capture.trace)
             if foreign:
                 self.created_params += _own_model_params(model, guide, x, y)
@@ -204,11 +213,35 @@ def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Te
             f"fit(): {type(model).__name__} and its guide failed on the first batch of "
             f"train_loader (x of shape {tuple(x.shape)}), run as model(x, y) replayed on "
             f"guide(x, y) to check their sites: {type(err).__name__}: "
-            f"{' '.join(str(err).split())}. Nothing was trained."
+            f"{' '.join(str(err).split())}.{_plate_hint(err, model, x)} Nothing was trained."
         ) from err
     if guide_trace is not None:
         check_traces_match(model_trace, guide_trace, "fit()", model)
+    latent = [
+        name
+        for name, site in model_trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
+    ]
+    if guide_trace is None and latent:
+        raise ValueError(
+            f"fit(): {type(model).__name__} samples the latent site(s) {latent[:5]} but guide "
+            "is None: each step would draw them from their priors, with nothing to learn them. "
+            "Pass a guide, e.g. pyro.infer.autoguide.AutoNormal(model)."
+        )
     return _unconstrained(capture.trace)
+
+
+def _plate_hint(err: Exception, model: nn.Module, x: torch.Tensor) -> str:
+    """The way out of Pyro's "Shape mismatch inside plate" where a model of the user's own
+    puts a batch in a plate of its ``num_data`` points; "" for other errors."""
+    num_data = getattr(model, "num_data", None)
+    if "Shape mismatch inside plate" not in str(err) or num_data in (None, x.shape[0]):
+        return ""
+    return (
+        f" A plate of the N = {num_data} training points holds a batch of {x.shape[0]}: "
+        "observe it inside pyro.plate('data', self.num_data, subsample_size=len(x)) (fit() "
+        "sets model.num_data; the likelihood is then scaled by N/B)."
+    )
 
 
 def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:

@@ -1,34 +1,118 @@
-"""The KL term of one latent site of a traced model and guide (a user's own Pyro model, or
-any guide but pyrouq's mean-field one), as :class:`pyrouq.KLWeightedELBO` adds it up, and the
-ELBO's checks of a guide's sites and of a step's gradients."""
+"""The NLL and KL terms of a traced model and guide (a user's own Pyro model, or any guide but
+pyrouq's mean-field one), as :class:`pyrouq.KLWeightedELBO` adds them up, and the ELBO's checks
+of a guide's sites and of a step's gradients."""
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 import pyro.distributions as dist
 import torch
 from pyro.distributions.util import scale_and_mask
+from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._util import distribution_masks, innermost_distribution
 from pyrouq.infer._normal_kl import kl_dtype
 
 
-def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> Tensor:
+def traced_terms(
+    model_trace: Any,
+    guide_trace: Any,
+    labelled: bool = True,
+    fix: str = "",
+    fixed_priors: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """One particle's ``(nll, kl)``, as Pyro's ``Trace_ELBO`` counts ``log p`` and ``log q``:
+    ``-log p`` of the model's observed sites (its ``pyro.factor`` too), :func:`site_kl` of
+    each latent site, and ``log q`` of the guide's own sites (an autoguide's auxiliary latent,
+    a guide's ``pyro.factor``), each with its site's scale and mask. A site's KL is analytic
+    only where the guide draws it after every latent site the model draws before it (Pyro's
+    ``TraceMeanField_ELBO`` asks for that order): else its prior may hang on a site the guide
+    draws later, given this one, and ``KL(q(w) || p(w | s))`` at that draw is biased (with
+    ``fixed_priors``, a pyrouq model's, in any order). ``labelled``: whether labels were
+    given; ``fix``: the guide to build, for messages."""
+    device = next(  # the zeros the sums start from: on the sites' device (a GPU's; a
+        # plate's subsample indices are made on the CPU)
+        (
+            s["value"].device
+            for s in model_trace.nodes.values()
+            if s["type"] == "sample" and not site_is_subsample(s)
+        ),
+        None,
+    )
+    nll = torch.zeros((), device=device)
+    kl = torch.zeros((), device=device)
+    order = {} if guide_trace is None else {name: i for i, name in enumerate(guide_trace.nodes)}
+    latest = -1  # the guide's place of the latest drawn of the model's latent sites so far
+    for name, site in model_trace.nodes.items():
+        if site["type"] != "sample" or site_is_subsample(site):
+            continue
+        if site["is_observed"]:
+            if site["infer"].get("_deterministic"):
+                continue
+            log_p = log_density(site["fn"], site["value"])
+            nll = nll - scale_and_mask(log_p, site["scale"], site["mask"]).sum()
+            continue
+        guide_site = None if guide_trace is None else guide_trace.nodes.get(name)
+        if guide_site is None:
+            _missing(name, site, labelled, fix)
+        check_reparameterised(name, guide_site)
+        kl = kl + site_kl(site, guide_site, analytic=fixed_priors or order[name] > latest)
+        latest = max(latest, order[name])
+    if guide_trace is None:
+        return nll, kl
+    for name, site in guide_trace.nodes.items():  # the guide's own sites: part of log q(w)
+        if site["type"] != "sample" or site_is_subsample(site):
+            continue
+        if site["infer"].get("_deterministic"):
+            continue
+        if model_trace.nodes.get(name, {}).get("type") == "sample":
+            continue
+        if not site["is_observed"] or isinstance(innermost_distribution(site["fn"]), dist.Unit):
+            check_reparameterised(name, site)  # (an observed value needs no sampler)
+        log_q = log_density(site["fn"], site["value"])
+        kl = kl + scale_and_mask(log_q, site["scale"], site["mask"]).sum()
+    return nll, kl
+
+
+def _missing(name: str, site: dict[str, Any], labelled: bool, fix: str) -> NoReturn:
+    """Refuse a model's unobserved site that the guide does not draw."""
+    if labelled and (site["infer"].get("enumerate") or _discrete(site["fn"])):
+        raise ValueError(
+            f"The model's discrete latent site {name!r} is missing from the guide, left out for "
+            "enumeration: KLWeightedELBO does not enumerate (nor take score-function "
+            "gradients). Train such a model with pyro.infer.SVI and pyro.infer.TraceEnum_ELBO."
+        )
+    if not labelled:
+        raise ValueError(
+            f"KLWeightedELBO needs the labels: the model's site {name!r} was not observed "
+            "(y=None), and the guide does not draw it. Pass them, e.g. elbo.loss(model, guide, "
+            f"x, y), or, if {name!r} is a latent site, build the guide for this model ({fix})."
+        )
+    raise ValueError(
+        f"The model's latent site {name!r} is missing from the guide. Build the guide for "
+        f"this model ({fix})."
+    )
+
+
+def site_kl(site: dict[str, Any], guide_site: dict[str, Any], analytic: bool = True) -> Tensor:
     """A latent site's ``KL(q || p)`` term, weighed as Pyro's ``Trace_ELBO`` weighs ``log q``
-    and ``log p``: analytic where torch knows the pair and the model and guide weigh the site
-    alike, else the single-draw estimate ``log q(w) - log p(w)``, each side with its own site's
+    and ``log p``: analytic where torch knows the pair, the model and guide weigh the site
+    alike and ``analytic`` (:func:`traced_terms`'s order), else the single-draw estimate
+    ``log q(w) - log p(w)``, each side with its own site's
     scale and mask (a model's ``poutine.scale`` or ``mask`` on the prior). An autoguide's
     ``Delta`` site (a constrained site's value, its log-Jacobian as its density) is always
     estimated: the analytic form registered for ``Delta`` leaves that density out; so are two
     distributions masked unlike each other with ``.mask(...)`` (the form registered for them
     keeps the entries both masks keep; masked alike, it is exact)."""
     q, p = guide_site["fn"], site["fn"]
-    alike = _same_weight(site["scale"], guide_site["scale"]) and _same_mask(
-        site["mask"], guide_site["mask"]
+    alike = (
+        analytic
+        and _same_weight(site["scale"], guide_site["scale"])
+        and _same_mask(site["mask"], guide_site["mask"])
     )
     if alike and not isinstance(innermost_distribution(q), dist.Delta) and _same_masks(q, p):
         try:
@@ -133,12 +217,17 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
     fn = site["fn"]
     if getattr(fn, "has_rsample", True):
         return
+    if isinstance(innermost_distribution(fn), dist.Unit):  # pyro.factor(..., has_rsample=False)
+        raise ValueError(
+            f"The guide's pyro.factor({name!r}, ...) is not marked has_rsample=True: Pyro takes "
+            "its log-factor for one of draws without a reparameterised sampler, whose "
+            "score-function term KLWeightedELBO and fit() do not take. Pass "
+            f"pyro.factor({name!r}, ..., has_rsample=True) where it comes from reparameterised "
+            "draws (it is then part of log q, as in Trace_ELBO), or train with pyro.infer.SVI "
+            "and Trace_ELBO."
+        )
     what = type(innermost_distribution(fn)).__name__
-    try:
-        discrete = bool(fn.support.is_discrete)
-    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
-        discrete = False
-    if discrete:
+    if _discrete(fn):
         kind = "a discrete site"
         fix = (
             "Sum the site out of the model (enumeration: pyro.infer.TraceEnum_ELBO with "
@@ -155,6 +244,13 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
         f"({kind}): KLWeightedELBO and fit() take gradients through the guide's draws only, "
         f"with no score-function term, so its parameters would not learn. {fix}"
     )
+
+
+def _discrete(fn: Any) -> bool:
+    try:
+        return bool(fn.support.is_discrete)
+    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
+        return False
 
 
 def check_float16_gradients(modules: list[Any], loss: Tensor, outputs: Tensor | None) -> None:

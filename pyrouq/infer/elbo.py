@@ -21,10 +21,8 @@ from typing import Any
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.distributions.util import scale_and_mask
 from pyro.infer import ELBO
 from pyro.infer.util import is_validation_enabled
-from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import Tensor
 
@@ -33,15 +31,12 @@ from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
-from pyrouq.infer._site_kl import (
-    check_float16_gradients,
-    check_reparameterised,
-    log_density,
-    site_kl,
-)
+from pyrouq.infer._site_kl import check_float16_gradients, traced_terms
 from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
+
+_ANY_GUIDE = "pyro.infer.autoguide.AutoNormal(model)"
 
 
 @dataclass(frozen=True)
@@ -170,13 +165,16 @@ class KLWeightedELBO(ELBO):
 
     The N/B factor comes from the model (pyrouq models scale ``"obs"`` by it). The KL is
     analytic for each latent site where ``torch.distributions.kl_divergence`` knows the pair
-    (Normal guide and Normal prior) and the model and guide weigh the site alike (scale and
-    mask), and a Monte Carlo estimate ``log q(w) - log p(w)`` otherwise, each side with its
-    own site's scale and mask (an autoguide's ``Delta`` sites always: torch's KL for them
-    leaves out their log-Jacobian); guide sites without ``rsample`` are refused (no
-    score-function term); ``log q`` includes the guide's own auxiliary sites (an ``AutoNormal``'s
-    ``*_unconstrained``, an ``AutoDiagonalNormal``'s joint latent, of which the model's
-    sites are Delta transforms), so ``kl_weight=1`` is the loss of Pyro's ``Trace_ELBO``.
+    (Normal guide and Normal prior), the model and guide weigh the site alike (scale and
+    mask) and the guide draws it after every site the model draws before it (the order of
+    Pyro's ``TraceMeanField_ELBO``: a prior hanging on a site the guide draws later, given
+    this one, would bias the closed form), and a Monte Carlo estimate ``log q(w) - log p(w)``
+    otherwise, each side with its own site's scale and mask (an autoguide's ``Delta`` sites
+    always: torch's KL for them leaves out their log-Jacobian); guide sites without
+    ``rsample`` are refused (no score-function term); ``log q`` includes the guide's own
+    sites (an ``AutoNormal``'s ``*_unconstrained``, an ``AutoDiagonalNormal``'s joint latent,
+    of which the model's sites are Delta transforms; a ``pyro.factor(..., has_rsample=True)``),
+    so ``kl_weight=1`` is the loss of Pyro's ``Trace_ELBO``.
     ``kl_weight`` multiplies the latent sites' contribution, which is the same as
     scaling those sites in both model and guide (``kl_weight = 0`` drops the KL without Pyro's
     scale handler, which rejects 0). The expectation over q is estimated with
@@ -260,53 +258,6 @@ class KLWeightedELBO(ELBO):
             check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
         return model_trace, guide_trace
 
-    @staticmethod
-    def _particle_terms(model_trace, guide_trace) -> tuple[Tensor, Tensor]:
-        device = next(  # the zeros the sums start from: on the sites' device (a GPU's; a
-            # plate's subsample indices are made on the CPU)
-            (
-                s["value"].device
-                for s in model_trace.nodes.values()
-                if s["type"] == "sample" and not site_is_subsample(s)
-            ),
-            None,
-        )
-        nll = torch.zeros((), device=device)
-        kl = torch.zeros((), device=device)
-        for name, site in model_trace.nodes.items():
-            if site["type"] != "sample" or site_is_subsample(site):
-                continue
-            if site["is_observed"]:
-                if site["infer"].get("_deterministic"):
-                    continue
-                log_p = log_density(site["fn"], site["value"])
-                nll = nll - scale_and_mask(log_p, site["scale"], site["mask"]).sum()
-                continue
-            guide_site = None if guide_trace is None else guide_trace.nodes.get(name)
-            if guide_site is None and name == "obs":
-                _needs_labels(None)
-            if guide_site is None:
-                raise ValueError(
-                    f"The model's latent site {name!r} is missing from the guide. Build the "
-                    "guide for this model (mean_field_guide(model))."
-                )
-            check_reparameterised(name, guide_site)
-            kl = kl + site_kl(site, guide_site)
-        if guide_trace is None:
-            return nll, kl
-        # the guide's own auxiliary sites (an autoguide's "*_unconstrained" or
-        # "_AutoDiagonalNormal_latent", of which the model's sites are Delta transforms): their
-        # log-density is part of log q(w), as in Pyro's Trace_ELBO
-        for name, site in guide_trace.nodes.items():
-            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
-                continue
-            if model_trace.nodes.get(name, {}).get("type") == "sample":
-                continue
-            check_reparameterised(name, site)
-            log_q = log_density(site["fn"], site["value"])
-            kl = kl + scale_and_mask(log_q, site["scale"], site["mask"]).sum()
-        return nll, kl
-
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
         """Differentiable loss and its (detached) NLL and KL parts, averaged over particles."""
         # under a torch.autocast entered around fit() or SVI's steps, a parameter's cast is
@@ -331,8 +282,11 @@ class KLWeightedELBO(ELBO):
         nll_total: Tensor | float = 0.0
         kl_total: Tensor | float = 0.0
         outputs = None
+        labelled = _model_inputs(args, kwargs)[1] is not None
+        ours = isinstance(model, BayesianNetwork)  # its priors are fixed: analytic in any order
+        fix = "mean_field_guide(model)" if ours else _ANY_GUIDE
         for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            nll, kl = self._particle_terms(model_trace, guide_trace)
+            nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, ours)
             nll_total = nll_total + nll
             kl_total = kl_total + kl
             if outputs is None:  # as predict() reads them: the "logits" site, else the return
