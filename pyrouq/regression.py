@@ -231,10 +231,14 @@ class GaussianPredictions:
             q = 0.5 * (lo + hi)
         if not (torch.is_grad_enabled() and (loc.requires_grad or scale.requires_grad)):
             return q
-        z = (q - loc) / scale
-        cdf = (0.5 * torch.erfc(-z / _SQRT2)).mean(0)
-        pdf = (torch.exp(-0.5 * z.detach().square() - _LOG_SQRT_2PI) / scale.detach()).mean(0)
-        return q - (cdf - cdf.detach()) / torch.where(pdf > 0, pdf, math.inf)  # the value: q
+        # dq = sum_i w_i (dloc_i + z_i dscale_i), w_i the components' shares of the density
+        # at q, taken in log space (a density that underflows still has its shares)
+        z = ((q - loc) / scale).detach()
+        log_density = -0.5 * z.square() - scale.detach().log()  # (but for a constant)
+        w = torch.softmax(log_density.nan_to_num(-math.inf, -math.inf, -math.inf), dim=0)
+        w = torch.where(torch.isfinite(w), w, 0.0)  # no density anywhere (scales of 0)
+        moved = loc + torch.where(torch.isfinite(z), z, 0.0) * scale
+        return q + (w * (moved - moved.detach())).sum(0)  # the value: q
 
     def interval(self, level: float) -> tuple[Tensor, Tensor]:
         """The central ``level`` interval ``(lo, hi)`` of the mixture, each ``(N, D)``."""

@@ -151,8 +151,9 @@ def test_a_full_disk_during_fit_is_one_line_naming_what_the_run_keeps(
         FileNotFoundError(errno.ENOENT, "No such file or directory", "/elsewhere/x.bin"),
         FileNotFoundError(errno.ENOENT, "No such file or directory", b"/elsewhere/x.bin"),
         ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
+        OSError(errno.EBADF, "Bad file descriptor", 7),
     ],
-    ids=["str", "bytes", "no file"],
+    ids=["str", "bytes", "no file", "descriptor"],
 )
 def test_an_os_error_of_a_file_outside_the_run_is_not_called_a_failed_write(
     error, tmp_path, capsys, monkeypatch
@@ -166,7 +167,11 @@ def test_an_os_error_of_a_file_outside_the_run_is_not_called_a_failed_write(
 
     monkeypatch.setattr(_file.torch, "save", save)
     argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(tmp_path / "r")]
-    if error.filename is None:  # (the command's own handling: a traceback, as from fit())
+    if isinstance(error.filename, int):  # a descriptor's (os.stat(fd) in the save): the run's
+        err = one_line_error(capsys, [*argv, "--no-progress"])
+        assert err.startswith("pyrouq: error: cannot write the run into ")
+        assert "(Bad file descriptor: 7)" in err
+    elif error.filename is None:  # (the command's own handling: a traceback, as from fit())
         with pytest.raises(ConnectionResetError):
             main([*argv, "--no-progress"])
     else:

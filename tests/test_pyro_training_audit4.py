@@ -12,7 +12,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 from pyro import poutine
-from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
+from pyro.infer import Trace_ELBO, TraceMeanField_ELBO, config_enumerate
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule
 from torch.distributions import constraints
@@ -163,6 +163,41 @@ def test_a_site_the_guide_draws_before_its_priors_parents_is_not_integrated_out_
         torch.testing.assert_close(ours[1][name], theirs[1][name], rtol=1e-5, atol=1e-6)
 
 
+class _Shifted(pyrouq.BayesianMLP):
+    """A BayesianMLP whose subclass adds sites of its own: ``s ~ Gamma(2, 2)`` and a shift of
+    the inputs ``~ Normal(0, s)``, its prior hanging on ``s``."""
+
+    def forward(self, x, y=None):
+        s = pyro.sample("s", dist.Gamma(2.0, 2.0))
+        shift = pyro.sample("shift", dist.Normal(0.0, s).expand([3]).to_event(1))
+        return super().forward(x + shift, y)
+
+
+def test_a_pyrouq_subclass_own_sites_keep_the_order_rule():
+    """A pyrouq network's own priors are fixed (analytic in any order), but not the sites a
+    subclass adds: ``shift`` drawn before ``s`` took the closed form at the drawn s, 2.96 nats
+    above Trace_ELBO's expectation over 400 draws (260.675 against 257.719); 0.62 now, within
+    two of Trace_ELBO's standard errors (0.29)."""
+    torch.manual_seed(0)
+    model = _Shifted(in_features=3, hidden_features=8, out_features=3, num_data=10)
+    network = pyrouq.mean_field_guide(model)
+
+    def guide(x, y=None):
+        loc = pyro.param("sh_loc", torch.zeros(3))
+        scale = pyro.param("sh_scale", torch.full((3,), 0.5), constraint=constraints.positive)
+        shift = pyro.sample("shift", dist.Normal(loc, scale).to_event(1))
+        pyro.sample("s", dist.LogNormal(-0.3 + 0.8 * shift.abs().mean().log(), 0.2))
+        network(x, y)
+
+    x, y = torch.randn(10, 3), torch.randint(0, 3, (10,))
+    guide(x, y)
+    means = []
+    for elbo in (pyrouq.KLWeightedELBO(), Trace_ELBO()):
+        pyro.set_rng_seed(0)
+        means.append(sum(float(elbo.loss(model, guide, x, y)) for _ in range(400)) / 400)
+    assert abs(means[0] - means[1]) < 1.5, means
+
+
 def test_a_guide_in_the_models_order_keeps_the_analytic_kl_of_trace_mean_field_elbo():
     def guide(x, y=None):
         s = pyro.sample("s", dist.Gamma(pyro.param("a", torch.tensor(3.0)), 3.0))
@@ -216,6 +251,44 @@ def test_a_plate_of_all_n_points_over_a_minibatch_is_told_to_subsample(guide):
     assert "Shape mismatch inside plate('data')" in message
     assert "pyro.plate('data', self.num_data, subsample_size=len(x))" in message
     assert "N = 40" in message and "batch of 20" in message
+
+
+class _FeaturesBug(Softmax):
+    """Its data plate subsampled, but a plate of 4 features holding a draw of 3."""
+
+    def forward(self, x, y=None):
+        with pyro.plate("features", 4):
+            pyro.sample("b", dist.Normal(0.0, 1.0).expand([3]))
+        return super().forward(x, y)
+
+
+def test_another_plates_mismatch_gets_no_subsampling_hint():
+    """The hint fired on any plate's shape mismatch while N != B (here plate('features'),
+    4 vs 3): the wrong way out."""
+    x, y = _data()
+    model = _FeaturesBug()
+    with pytest.raises(ValueError, match=r"plate\('features'\) at site b dim -1, 4 vs 3") as caught:
+        pyrouq.fit(model, AutoNormal(model), [(x[:20], y[:20]), (x[20:], y[20:])], epochs=1,
+                   num_data=40, progress=False)  # fmt: skip
+    assert "subsample_size" not in str(caught.value)
+
+
+@pytest.mark.filterwarnings("ignore:Found vars in model but not guide")  # Pyro's own check
+def test_a_one_argument_models_enumerated_site_is_not_told_it_lacks_labels():
+    """Pyro's usual ``model(data)`` has no label slot: its enumerated site missing from the
+    guide was blamed on labels not passed (and an AutoNormal, which refuses discrete sites)."""
+
+    @config_enumerate
+    def model(data):
+        weights = pyro.sample("weights", dist.Dirichlet(torch.ones(2)))
+        with pyro.plate("data", len(data)):
+            assignment = pyro.sample("assignment", dist.Categorical(weights))
+            pyro.sample("obs", dist.Normal(assignment.float(), 1.0), obs=data)
+
+    data = torch.randn(6)
+    guide = AutoNormal(poutine.block(model, hide=["assignment"]))
+    with pytest.raises(ValueError, match="'assignment' is missing from the guide, left out for"):
+        pyrouq.KLWeightedELBO().loss(model, guide, data)
 
 
 @pytest.mark.filterwarnings("ignore:Found vars in model but not guide")  # Pyro's own check

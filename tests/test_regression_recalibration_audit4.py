@@ -60,3 +60,13 @@ def test_the_crps_of_no_draws_is_refused_and_of_no_inputs_is_empty():
         mixture_crps(torch.zeros(0, 3, 1), torch.zeros(0, 3, 1), torch.zeros(3, 1))
     out = mixture_crps(torch.zeros(2, 0, 2), torch.ones(2, 0, 2), torch.zeros(0, 2))
     assert out.shape == (0, 2)
+
+
+def test_the_quantiles_gradient_survives_a_density_that_underflows():
+    """Two components 1000 apart of scale 1e-20: the density at the 0.25 quantile underflows
+    to 0, and the implicit gradient, divided by it, was 0 (a shift of every loc moves the
+    quantile as much: the gradients in loc sum to 1)."""
+    loc = torch.tensor([[[0.0]], [[1000.0]]], dtype=torch.float64, requires_grad=True)
+    scale = torch.full((2, 1, 1), 1e-20, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(GaussianPredictions(loc, scale).quantile(0.25).sum(), loc)
+    assert grad.flatten().tolist() == [1.0, 0.0]

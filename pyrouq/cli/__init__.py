@@ -367,12 +367,12 @@ def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        if err.filename is not None:
+        if isinstance(err.filename, (str, bytes, os.PathLike)):
             named = Path(os.path.abspath(os.fsdecode(err.filename)))
             if Path(os.path.abspath(out)) not in named.parents:
                 raise  # not the run's file (a data set's, a factory's): the error as it came
-        elif err.errno not in _WRITE_ERRORS:
-            raise  # of no file, and not one a write meets
+        elif err.filename is None and err.errno not in _WRITE_ERRORS:
+            raise  # of no file, and not one a write meets (a descriptor's, an int: the save's)
         what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
         kept = ""
         if checkpoint.exists():  # the last epoch's, written whole (else the folder goes)

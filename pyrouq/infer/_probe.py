@@ -5,6 +5,7 @@ user's own creates on its first call, and that model's sites and N/B scale."""
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -110,8 +111,7 @@ class Probe:
                             raise
                         raise ValueError(
                             f"fit(): the guide of {type(model).__name__} failed on the first "
-                            f"batch of train_loader: {' '.join(str(err).split())}."
-                            f"{_plate_hint(err, model, x)}"
+                            f"batch of train_loader:{_plate_hint(err, model, x)}\n{err}"
                         ) from err
                 self.created_params = _unconstrained(capture.trace)
             if foreign:
@@ -235,7 +235,10 @@ def _plate_hint(err: Exception, model: nn.Module, x: torch.Tensor) -> str:
     """The way out of Pyro's "Shape mismatch inside plate" where a model of the user's own
     puts a batch in a plate of its ``num_data`` points; "" for other errors."""
     num_data = getattr(model, "num_data", None)
-    if "Shape mismatch inside plate" not in str(err) or num_data in (None, x.shape[0]):
+    sizes = re.search(r"Shape mismatch inside plate.*? dim -\d+, (\d+) vs (\d+)", str(err))
+    if sizes is None or num_data in (None, x.shape[0]):
+        return ""
+    if {int(sizes[1]), int(sizes[2])} != {num_data, x.shape[0]}:  # another plate's mismatch
         return ""
     return (
         f" A plate of the N = {num_data} training points holds a batch of {x.shape[0]}: "

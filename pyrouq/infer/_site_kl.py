@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Collection
 from typing import Any, NoReturn
 
 import pyro.distributions as dist
@@ -23,7 +24,7 @@ def traced_terms(
     guide_trace: Any,
     labelled: bool = True,
     fix: str = "",
-    fixed_priors: bool = False,
+    fixed_priors: Collection[str] = (),
 ) -> tuple[Tensor, Tensor]:
     """One particle's ``(nll, kl)``, as Pyro's ``Trace_ELBO`` counts ``log p`` and ``log q``:
     ``-log p`` of the model's observed sites (its ``pyro.factor`` too), :func:`site_kl` of
@@ -31,9 +32,10 @@ def traced_terms(
     a guide's ``pyro.factor``), each with its site's scale and mask. A site's KL is analytic
     only where the guide draws it after every latent site the model draws before it (Pyro's
     ``TraceMeanField_ELBO`` asks for that order): else its prior may hang on a site the guide
-    draws later, given this one, and ``KL(q(w) || p(w | s))`` at that draw is biased (with
-    ``fixed_priors``, a pyrouq model's, in any order). ``labelled``: whether labels were
-    given; ``fix``: the guide to build, for messages."""
+    draws later, given this one, and ``KL(q(w) || p(w | s))`` at that draw is biased (but for
+    the sites named in ``fixed_priors``, a pyrouq network's own, whose priors are fixed: in
+    any order). ``labelled``: whether labels were given; ``fix``: the guide to build, for
+    messages."""
     device = next(  # the zeros the sums start from: on the sites' device (a GPU's; a
         # plate's subsample indices are made on the CPU)
         (
@@ -60,7 +62,7 @@ def traced_terms(
         if guide_site is None:
             _missing(name, site, labelled, fix)
         check_reparameterised(name, guide_site)
-        kl = kl + site_kl(site, guide_site, analytic=fixed_priors or order[name] > latest)
+        kl = kl + site_kl(site, guide_site, analytic=name in fixed_priors or order[name] > latest)
         latest = max(latest, order[name])
     if guide_trace is None:
         return nll, kl
@@ -80,7 +82,8 @@ def traced_terms(
 
 def _missing(name: str, site: dict[str, Any], labelled: bool, fix: str) -> NoReturn:
     """Refuse a model's unobserved site that the guide does not draw."""
-    if labelled and (site["infer"].get("enumerate") or _discrete(site["fn"])):
+    enumerated = site["infer"].get("enumerate")  # else an unobserved label site is discrete
+    if enumerated or (labelled and _discrete(site["fn"])):
         raise ValueError(
             f"The model's discrete latent site {name!r} is missing from the guide, left out for "
             "enumeration: KLWeightedELBO does not enumerate (nor take score-function "

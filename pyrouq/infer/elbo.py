@@ -12,6 +12,7 @@ tutorial uses k = 1/10000), corresponds to ``kl_weight = k * N``: multiply that 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import warnings
 from collections.abc import Container
@@ -89,6 +90,19 @@ def _model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
     x = args[0] if args else kwargs.get("x")
     y = args[1] if len(args) > 1 else kwargs.get("y")
     return x, y
+
+
+def _lacks_labels(model: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether the call left the model's label slot empty: y given as None, or not given to a
+    model whose forward takes a second argument (Pyro's ``model(data)`` has none)."""
+    if len(args) > 1 or "y" in kwargs:
+        return _model_inputs(args, kwargs)[1] is None
+    try:
+        named = inspect.signature(getattr(model, "forward", model)).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return False
+    slots = [p for p in named if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(slots) > 1
 
 
 def _check_kl_weight(kl_weight: object) -> float:
@@ -282,11 +296,13 @@ class KLWeightedELBO(ELBO):
         nll_total: Tensor | float = 0.0
         kl_total: Tensor | float = 0.0
         outputs = None
-        labelled = _model_inputs(args, kwargs)[1] is not None
-        ours = isinstance(model, BayesianNetwork)  # its priors are fixed: analytic in any order
+        labelled = not _lacks_labels(model, args, kwargs)
+        ours = isinstance(model, BayesianNetwork)
+        # the network's own priors are fixed: analytic in any order (not a subclass's sites)
+        fixed = set(model.latent_sites()) if ours else set()
         fix = "mean_field_guide(model)" if ours else _ANY_GUIDE
         for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, ours)
+            nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, fixed)
             nll_total = nll_total + nll
             kl_total = kl_total + kl
             if outputs is None:  # as predict() reads them: the "logits" site, else the return
