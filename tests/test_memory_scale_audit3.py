@@ -256,12 +256,16 @@ def test_chunks_of_draws_refuse_an_x_whose_batches_change_between_reads():
     guide = pyrouq.mean_field_guide(model)
     x = torch.randn(4, 3)
     first = [(0, 2), (2, 4)]
-    for later, what in (
-        ([(0, 3), (3, 4)], r"a batch \(3, 4\) torch.float32 where the first gave \(2, 4\)"),
-        ([(0, 2)], "1 batches where the first gave 2"),
+    for reads, what in (
+        (
+            [first, [(0, 3), (3, 4)]],
+            r"a batch \(3, 4\) torch.float32 where the first gave \(2, 4\)",
+        ),
+        ([first, [(0, 2)]], "1 batches where the first gave 2"),
+        ([[], first], "2 batches where the first gave 0"),  # (the last read was taken)
     ):
         with pytest.raises(ValueError, match=rf"x gave other batches on its read 2 .*{what}"):
-            pyrouq.predict(model, _ReadsDiffer(x, [first, later]), guide, num_samples=4,
+            pyrouq.predict(model, _ReadsDiffer(x, reads), guide, num_samples=4,
                            max_draw_bytes=1, progress=False)  # fmt: skip
     same = pyrouq.predict(model, _ReadsDiffer(x, [first]), guide, num_samples=4, max_draw_bytes=1)
     assert same.probs.shape == (4, 4, 4)

@@ -310,13 +310,14 @@ _HOW_ONLY = frozenset({"foreach", "fused", "capturable", "differentiable"})
 
 
 def _setting_numbers(value: Any) -> list[float]:
-    """A setting as numbers the ranks can compare: each number (a 1-element tensor's value,
-    a bool as 0 or 1) as it is, anything else (a string, None, a NaN) by a hash of its repr."""
+    """A setting as numbers the ranks can compare: each number (a tensor's values, a bool as
+    0 or 1) as it is, anything else (a string, None, a NaN) by a hash of its repr."""
     many = value if isinstance(value, (tuple, list)) else [value]
     out = []
+    many = [
+        x for v in many for x in (v.flatten().tolist() if isinstance(v, torch.Tensor) else [v])
+    ]  # a tensor by its values (its repr names its device, cuda:<rank>)
     for v in many:
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
         if isinstance(v, (int, float)) and math.isfinite(v):
             out.append(float(v))
         else:
