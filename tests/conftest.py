@@ -1,9 +1,18 @@
-"""Global test state: every test starts seeded, with an empty param store and validation on."""
+"""Global test state: one torch thread; every test starts seeded, with an empty param store
+and validation on."""
 
 from __future__ import annotations
 
 import pyro
 import pytest
+import torch
+
+# The suite runs on one torch thread, whatever the machine's core count: float reductions
+# split across threads round differently (tests comparing runs to the bit would then hang on
+# the count), and the tests that start processes (distributed ranks, MCMC chains, the CLI)
+# would oversubscribe the cores. One test file used to set this at its import, for every
+# test collected with it; tests needing other counts set them and put this one back.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -228,9 +228,13 @@ def test_saved_models_predict_bit_identically_in_a_fresh_process(tmp_path):
     torch.manual_seed(123)
     here_bayes = predict(bayes, x, guide, num_samples=8).probs
     here_ens = predict(ensemble, x).probs
+    # on this process's thread count: bit-identical needs the same split of the matrix
+    # products (MKL's float results vary with it on some CPUs: a fresh process on every core
+    # against a suite left on one thread differed)
     script = textwrap.dedent(
         f"""
         import torch, pyrouq
+        torch.set_num_threads({torch.get_num_threads()})
         x = torch.load({str(tmp_path / "x.pt")!r})
         b = pyrouq.load({str(tmp_path / "bayes.pt")!r})
         e = pyrouq.load({str(tmp_path / "ens.pt")!r})
