@@ -329,7 +329,10 @@ def test_device_errors(capsys):
 def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     out = tmp_path / method
     argv = ["fit", "_factories:tiny_residual", "--method", method, "--epochs", "1"]
-    argv += ["--train-size", "1024", "--batch-size", "32", "--out", str(out), "--no-progress"]
+    # 2048 images (64 steps): after 1024 the accuracy was 0.15 to 0.40 by the seed and moved
+    # with the machine's float rounding (bayesian 0.35 with 2 threads, 0.29 with 1; plain and
+    # batchensemble alike), some under 0.18; after 2048, 0.29 to 0.63 over 40 seeds
+    argv += ["--train-size", "2048", "--batch-size", "32", "--out", str(out), "--no-progress"]
     if method in ("batchensemble", "plain"):  # no posterior draws to set: refused
         err = one_line_error(capsys, 2, [*argv, "--num-samples", "2"])
         assert "--num-samples 2 applies to a Bayesian model (a bayesian or rank1 model" in err
@@ -346,7 +349,7 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
         "mnist",
     )
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["acc"] > 0.18  # 1024 images, one epoch of a width-4 net: above chance (0.1)
+    assert metrics["acc"] > 0.18  # 2048 images, one epoch of a width-4 net: above chance (0.1)
     # rank-1: 2 draws of the factors, each running the 4 members
     expected = {"bayesian": 2, "last-layer": 2, "batchensemble": 4, "rank1": 8}
     assert metrics["num_samples"] == expected.get(method, 1)
