@@ -151,3 +151,16 @@ def half_site_guide(event=False):
                 pyro.sample("w", q)
 
     return guide
+
+
+class EnumeratedMixture(PyroModule):
+    """A two-component mixture whose assignment ``z`` is enumerated (``config_enumerate``):
+    Pyro's recipe guides it with ``AutoNormal(poutine.block(model, hide=["z"]))``, which
+    pyrouq's ELBO (no enumeration) refuses."""
+
+    @pyro.infer.config_enumerate
+    def forward(self, x, y=None):
+        locs = pyro.sample("locs", dist.Normal(0.0, 5.0).expand([2]).to_event(1))
+        with pyro.plate("data", 20, subsample_size=len(x)):
+            z = pyro.sample("z", dist.Bernoulli(0.5))
+            pyro.sample("y", dist.Normal(locs[z.long()], 1.0), obs=y)

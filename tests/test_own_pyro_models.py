@@ -12,7 +12,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
-from _toy import sampled_linear
+from _toy import EnumeratedMixture, sampled_linear
 from pyro.infer import MCMC, NUTS, Predictive
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule, PyroSample
@@ -607,23 +607,15 @@ def test_a_discrete_guide_site_is_refused_not_left_unlearned():
 
 def test_an_enumerated_site_left_out_of_the_guide_is_refused_with_pyros_way():
     from pyro import poutine
-    from pyro.infer import config_enumerate
 
-    class Mix(PyroModule):
-        @config_enumerate
-        def forward(self, x, y=None):
-            locs = pyro.sample("locs", dist.Normal(0.0, 5.0).expand([2]).to_event(1))
-            with pyro.plate("data", 20, subsample_size=len(x)):
-                z = pyro.sample("z", dist.Bernoulli(0.5))
-                pyro.sample("y", dist.Normal(locs[z.long()], 1.0), obs=y)
-
-    model = Mix()
+    model = EnumeratedMixture()
     guide = AutoNormal(poutine.block(model, hide=["z"]))  # Pyro's recipe for enumeration
     x, y = torch.zeros(20, 1), torch.randn(20)
     with pytest.raises(ValueError) as caught:
         pyrouq.fit(model, guide, [(x, y)], num_data=20, epochs=1, progress=False)
-    assert "Mix has discrete latent site(s) ['z'], which its guide leaves out for " in str(
-        caught.value
+    assert (
+        "EnumeratedMixture has discrete latent site(s) ['z'], which its guide leaves out for "
+        in str(caught.value)
     )
     assert "pyro.infer.SVI with pyro.infer.TraceEnum_ELBO" in str(caught.value)
 

@@ -11,6 +11,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from _toy import EnumeratedMixture
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO, config_enumerate
 from pyro.infer.autoguide import AutoNormal
@@ -294,17 +295,7 @@ def test_a_one_argument_models_enumerated_site_is_not_told_it_lacks_labels():
 @pytest.mark.filterwarnings("ignore:Found vars in model but not guide")  # Pyro's own check
 def test_an_enumerated_site_left_out_of_the_guide_is_told_to_use_trace_enum_under_svi():
     """Through SVI (not fit()), it was told to build AutoNormal(model), which refuses it."""
-    from pyro.infer import config_enumerate
-
-    class Mix(PyroModule):
-        @config_enumerate
-        def forward(self, x, y=None):
-            locs = pyro.sample("locs", dist.Normal(0.0, 5.0).expand([2]).to_event(1))
-            with pyro.plate("data", 20, subsample_size=len(x)):
-                z = pyro.sample("z", dist.Bernoulli(0.5))
-                pyro.sample("y", dist.Normal(locs[z.long()], 1.0), obs=y)
-
-    model = Mix()
+    model = EnumeratedMixture()
     guide = AutoNormal(poutine.block(model, hide=["z"]))  # Pyro's recipe for enumeration
     x, y = torch.zeros(20, 1), torch.randn(20)
     svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), pyrouq.KLWeightedELBO())
