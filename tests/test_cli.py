@@ -79,7 +79,11 @@ def test_fit_writes_the_run_folder(bayes_run, capsys):
     assert config["command"].startswith("pyrouq fit bayesian-mlp --epochs 2 --train-size 4096")
     saved = pyrouq.load(bayes_run / "checkpoint.pt", model_class="BayesianMLP")
     assert saved.metadata["metrics"]["acc"] == metrics["acc"]
-    assert (bayes_run / "checkpoint.pt").stat().st_mode & 0o044  # readable like other files
+    # readable like the other files of the run (as the umask makes them: not a literal mode)
+    mode = {
+        name: (bayes_run / name).stat().st_mode & 0o777 for name in ("checkpoint.pt", "config.json")
+    }
+    assert mode["checkpoint.pt"] == mode["config.json"], mode
 
 
 def test_fit_prints_the_tables(tmp_path, capsys):
