@@ -40,17 +40,6 @@ def test_the_threshold_is_the_ceil_n_plus_one_rank_of_the_sorted_scores():
     assert checked > 150
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread for the test, the caller's count put back after it (it was left at 1:
-    the tests after this one ran on one thread, run alone on every core)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("score", ["lac", "aps", "raps"])
 def test_coverage_at_a_small_split_is_k_over_n_plus_one(score):
     """n = 24, alpha = 0.1: k = ceil(22.5) = 23 and, with continuous scores, the expected

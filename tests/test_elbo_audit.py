@@ -20,16 +20,6 @@ N, B = 100, 6
 SITES = {"0.weight": (4, 3), "0.bias": (4,), "2.weight": (2, 4), "2.bias": (2,)}
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread for the test, the caller's count put back after it (set and left at
-    1, the rest of the suite ran on one thread, or not, by which files were collected)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _net(positive=False):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
@@ -100,7 +90,6 @@ _PRIORS = {
 }
 
 
-@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("case", list(_PRIORS))
 @pytest.mark.parametrize("kl_weight", [0.3, 1.0])
 @pytest.mark.parametrize("particles", [1, 3])
@@ -129,7 +118,6 @@ def test_loss_and_gradients_are_pyros_mean_field_elbo_on_the_same_draws(case, kl
         torch.testing.assert_close(param.grad, ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.usefixtures("one_thread")
 def test_a_lognormal_guided_layer_is_not_run_at_its_log_weights_by_local_reparameterisation():
     """A prior on (0, inf) gives a site a LogNormal guide, its location log-space: local
     reparameterisation used that location as the weights' mean (outputs 0.27 where the
@@ -152,7 +140,6 @@ def test_a_lognormal_guided_layer_is_not_run_at_its_log_weights_by_local_reparam
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in guide.parameters())
 
 
-@pytest.mark.usefixtures("one_thread")
 def test_local_reparameterisation_with_lognormal_sites_is_unbiased():
     """Its expected NLL is the weight-sampling path's (a mix: layer 0 local, layer 2 whole)."""
     net = _net(positive=True)
@@ -185,7 +172,6 @@ def test_init_from_the_plain_network_of_a_rank1_model_says_to_pass_its_batchense
         mean_field_guide(bayesian(net), init_from=nn.Sequential(nn.Linear(3, 4)))
 
 
-@pytest.mark.usefixtures("one_thread")
 def test_a_model_cast_after_its_guide_was_built_is_refused_with_a_clear_message():
     model = bayesian(_net(), num_data=N)
     guide = mean_field_guide(model)
@@ -230,7 +216,6 @@ def test_a_tied_weight_is_one_site_with_one_kl_term():
     torch.testing.assert_close(kl, by_hand.detach())
 
 
-@pytest.mark.usefixtures("one_thread")
 def test_a_layer_with_only_its_bias_lognormal_guided_is_drawn_whole_by_local_reparameterisation():
     """As the README says: a weight *or bias* prior on (0, inf) takes the layer off the local
     path (the bias's log-space location was added to the pre-activations: off by 1.35)."""

@@ -14,18 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset
 import pyrouq
 from pyrouq import BatchEnsembleLeNet, BatchEnsembleMLP, fit, load, mean_field_guide, save
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """This module's tests on one torch thread, the caller's count put back after each (set
-    at import, it held for every test collected with this file: the whole suite ran on one
-    thread, a file run alone on every core)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 FACTORS = ("use_base_weights", "init", "r_mean", "r_std", "s_mean", "s_std")
 OPTIONS = dict(init="random_sign", r_mean=0.5, r_std=0.1, s_mean=2.0, s_std=0.25,
                use_base_weights=False)  # fmt: skip
