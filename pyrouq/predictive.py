@@ -340,8 +340,9 @@ def predict(
         in chunks that fit, and x is read once per chunk. The predictions are the same to the
         bit either way. That needs an x that gives the same batches each time it is read: a
         tensor, a list of batches, a ``DataLoader`` that does not shuffle, or a pyrouq loader
-        with ``shuffle=False``; for any other iterable all S draws are held, with a warning.
-        Applies to :func:`~pyrouq.mean_field_guide` guides (MCMC draws are in memory).
+        with ``shuffle=False``; for any other iterable all S draws are held, with a warning
+        (an x whose batches change between reads is refused). Applies to
+        :func:`~pyrouq.mean_field_guide` guides (MCMC draws are in memory).
     progress : bool, default True
         Show a tqdm progress bar over the input batches, once a prediction has taken more
         than 2 s (quick calls print nothing); it goes away when done, as ``fit()``'s does.
