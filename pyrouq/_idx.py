@@ -196,5 +196,11 @@ def _arrays(
             f"{labels.shape[0]} labels in {labels_path}; the two files must hold the same "
             "number of examples. One of them is from another split or data set: copy both again."
         )
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) > 9):
+        raise DataError(
+            f"{labels_path} holds labels from {int(labels.min())} to {int(labels.max())}; "
+            "MNIST and Fashion-MNIST labels are 0 to 9. It is not a labels file of either data "
+            "set: copy it again."
+        )
     _CACHE[key] = (stamp, images, labels)
     return images, labels

@@ -132,10 +132,14 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
             f"Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype {images.dtype}: "
             "these images look normalised already; pass them to the network as they are."
         )
+    flatten = check_flag("flatten", flatten)  # a string such as "no" would flatten
     if images.dim() != 3 or images.shape[0] == 0:
+        fix = "for one image use images.unsqueeze(0)"
+        if images.dim() == 4 and images.shape[1] == 1:  # (N, 1, H, W), as the loaders yield
+            fix = "drop the channel dim: images[:, 0]"
         raise ValueError(
             f"Expected images of shape (N, H, W) with N >= 1, got shape {tuple(images.shape)}; "
-            "for one image use images.unsqueeze(0)."
+            f"{fix}."
         )
     low, high = int(images.min()), int(images.max())
     if low < 0 or high > 255:
@@ -196,7 +200,8 @@ class TensorLoader(ShardedOrder):
     already); NaN and inf are left to :func:`~pyrouq.fit`, which refuses them before training,
     naming the examples. ``images`` and ``labels`` must be on one device. Iterating yields
     ``(x, y)`` with ``x`` float32 of shape ``(B, 1, H, W)`` (or ``(B, H * W)`` with
-    ``flatten=True``) and ``y`` int64 of shape ``(B,)``; the last batch may be smaller.
+    ``flatten=True``) and ``y`` of shape ``(B,)``, in the dtype of ``labels`` (int64 from
+    :func:`mnist_arrays`; :func:`~pyrouq.fit` refuses floats); the last batch may be smaller.
     Each new iteration draws a new order from the loader's own generator, so a seed fixes the
     order of every epoch and leaves torch's global RNG alone.
 
@@ -327,6 +332,7 @@ def _make_loaders(
     download: bool,
 ) -> tuple[TensorLoader, TensorLoader]:
     batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
+    download = check_flag("download", download)  # "False" would go to the network
     train_x, train_y = _arrays(folder, "train", root, download)
     test_x, test_y = _arrays(folder, "test", root, download)
     if train_size is not None:

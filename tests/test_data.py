@@ -264,6 +264,16 @@ def test_label_count_mismatch(tmp_path):
         mnist_arrays("test", root=tmp_path)
 
 
+def test_labels_outside_0_to_9_are_a_data_error(tmp_path):
+    _write_split(_fake_root(tmp_path), n_images=12, n_labels=12)  # labels 0..11
+    with pytest.raises(
+        DataError,
+        match=r"t10k-labels-idx1-ubyte holds labels from 0 to 11; MNIST and Fashion-MNIST "
+        r"labels are 0 to 9\. It is not a labels file of either data set: copy it again\.$",
+    ):
+        mnist_arrays("test", root=tmp_path)
+
+
 def test_unknown_split():
     with pytest.raises(ValueError, match=r"Unknown split 'valid': expected 'train' or 'test'"):
         mnist_arrays("valid")  # type: ignore[arg-type]
