@@ -1227,7 +1227,8 @@ API_CASES = [
                      progress=False),
      ValueError, r"labels of dtype torch.float32, expected an integer dtype \(class indices: "
      r"y.long\(\); real-valued targets are regression, for a model built with "
-     r"bayesian\(net, likelihood=pyrouq.Gaussian\(...\)\)\)"),
+     r"likelihood='gaussian' \(bayesian\(net, likelihood='gaussian'\) or "
+     r"batchensemble\(net, M, likelihood='gaussian'\)\)\)"),
     ("likelihoods.Gaussian", "dtype",
      lambda tmp: bayesian(torch.nn.Linear(3, 1), likelihood="gaussian", num_data=4)(
          torch.randn(4, 3), torch.arange(4)),

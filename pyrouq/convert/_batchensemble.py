@@ -116,7 +116,12 @@ def _convert_layers(
             parametrized.append(type(child).__name__)
         base = child
         if reset and child.weight.requires_grad:  # a frozen layer would stay random
+            bias: Any = child.bias
+            kept = None if bias is None or bias.requires_grad else bias.detach().clone()
             base = _reset(child)
+            if kept is not None:  # a frozen bias too: it keeps its values
+                with torch.no_grad():
+                    base.bias.copy_(kept)  # type: ignore[operator]
         ensemble_type: Any = BATCHENSEMBLE_LAYERS[layer_type]
         layer = ensemble_type.from_module(base, num_members, **options)
         carry_hooks(child, layer)  # the user's hooks on the layer stay on it
@@ -304,8 +309,9 @@ class BatchEnsembleNetwork(PyroModule):
     use_base_weights : bool, default True
         Copy W and the biases from ``module``; False re-initialises every converted layer
         (torch's default initialisation) but the frozen ones (``requires_grad=False``), which
-        keep their weights: they would not train away from a random start. Layers kept plain
-        (attention projections, subclasses with a computation of their own) keep theirs.
+        keep their weights: they would not train away from a random start (nor does a frozen
+        bias, kept too). Layers kept plain (attention projections, subclasses with a
+        computation of their own) keep theirs.
     init, r_mean, r_std, s_mean, s_std
         Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
     norms : {"per_member", "shared"}, default "per_member"
@@ -437,7 +443,7 @@ def batchensemble(
         Ensemble size M (>= 1).
     use_base_weights : bool, default True
         Copy W and biases from ``module``; False re-initialises them (torch's default init),
-        frozen layers' apart (layers kept plain keep their weights).
+        frozen layers' and frozen biases apart (layers kept plain keep their weights).
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
         With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
     init : {"normal", "random_sign"}, default "normal"

@@ -157,7 +157,8 @@ class Categorical(Likelihood):
         if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
             regression = (
                 "; real-valued targets are regression, for a model built with "
-                "bayesian(net, likelihood=pyrouq.Gaussian(...))"
+                "likelihood='gaussian' (bayesian(net, likelihood='gaussian') or "
+                "batchensemble(net, M, likelihood='gaussian'))"
                 if y.dtype.is_floating_point
                 else ""
             )

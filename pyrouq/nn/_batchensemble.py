@@ -19,6 +19,7 @@ from pyrouq.nn._batchensemble_checks import (
     _check_base_fits,
     _check_base_type,
     _check_factor_init,
+    _check_factors_held,
     _check_members,
     _settings_given,
 )
@@ -59,6 +60,8 @@ class _BatchEnsembleLayer(nn.Module):
         if init == "normal":
             nn.init.normal_(r, r_mean, r_std)
             nn.init.normal_(s, s_mean, s_std)
+            options = dict(r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
+            _check_factors_held({"r": r, "s": s}, options)
         else:
             r.bernoulli_(0.5).mul_(2).sub_(1)
             s.bernoulli_(0.5).mul_(2).sub_(1)

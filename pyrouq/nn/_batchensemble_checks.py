@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from pyrouq._numbers import is_real
 from pyrouq._util import check_count
 
@@ -41,6 +43,20 @@ def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_
             raise ValueError(
                 f"Expected {name} to be a finite float, got {value!r}. It is the mean of the "
                 "rank-1 factors; 1.0 (the default) starts every member at the shared weight."
+            )
+
+
+def _check_factors_held(factors: dict[str, torch.Tensor], options: dict[str, float]) -> None:
+    """Refuse factors drawn (``init="normal"``) with values their dtype cannot hold: an
+    ``r_mean`` of 1e39 is inf in float32 (1e5 in float16), and every output would be NaN."""
+    for name, factor in factors.items():
+        if not factor.is_meta and not bool(torch.isfinite(factor).all()):
+            given = ", ".join(f"{name}_{k}={options[f'{name}_{k}']!r}" for k in ("mean", "std"))
+            raise ValueError(
+                f"Expected {name}_mean and {name}_std whose draws a {factor.dtype} layer holds "
+                f"(at most {torch.finfo(factor.dtype).max:.3g} in magnitude), got {given}, "
+                f"and some factors {name} came out inf. Pick a smaller mean and std; 1.0 and "
+                "0.5 (the defaults) start every member near the shared weight."
             )
 
 

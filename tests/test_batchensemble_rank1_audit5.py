@@ -1,0 +1,55 @@
+"""Fifth audit of BatchEnsemble and rank-1: ``use_base_weights=False`` keeps a frozen bias (it
+was re-initialised and stayed frozen at random values), and factor means / stds whose draws the
+layer's dtype cannot hold are refused (inf factors gave NaN outputs, found only at predict())."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from pyrouq import batchensemble, rank1
+from pyrouq.nn import BatchEnsembleLinear
+
+
+@pytest.mark.parametrize(
+    "make_layer", [lambda: nn.Linear(4, 3), lambda: nn.Conv2d(2, 3, 3)], ids=["linear", "conv"]
+)
+def test_use_base_weights_false_keeps_a_frozen_bias(make_layer):
+    torch.manual_seed(0)
+    layer = make_layer()
+    with torch.no_grad():
+        layer.bias.copy_(torch.tensor([0.25, -1.5, 3.0]))
+    layer.bias.requires_grad_(False)  # a trainable weight, a frozen bias
+    weight = layer.weight.detach().clone()
+    ensemble = batchensemble(nn.Sequential(layer), 2, use_base_weights=False)
+    converted = ensemble.net[0]
+    assert not torch.equal(converted.weight, weight)  # the trainable weight: re-initialised
+    assert converted.weight.requires_grad
+    assert not converted.bias.requires_grad  # the frozen bias: frozen, at its values
+    expected = torch.tensor([[0.25, -1.5, 3.0]] * 2)
+    assert torch.equal(converted.bias.detach(), expected)
+    assert torch.equal(layer.bias, expected[0])  # the module itself is left untouched
+    model = rank1(nn.Sequential(layer), 2, use_base_weights=False)  # rank1() takes this path
+    assert torch.equal(model.net[0].bias.detach(), expected)
+
+
+def test_factor_means_and_stds_a_dtype_cannot_hold_are_refused():
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    held = r"float32 layer holds \(at most 3\.4e\+38 in magnitude\), got r_mean=1e\+39, r_std=0\.5"
+    with pytest.raises(ValueError, match=rf"r_mean and r_std whose draws a torch\.{held}"):
+        batchensemble(net, 2, r_mean=1e39)  # inf in float32 (every output was NaN)
+    with pytest.raises(ValueError, match=r"torch\.float16 layer .*s_mean=1\.0, s_std=70000\.0"):
+        batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, s_std=7e4)
+    with pytest.raises(ValueError, match=r"r_mean=70000\.0.*came out inf. Pick a smaller mean"):
+        BatchEnsembleLinear(4, 3, 2, base=nn.Linear(4, 3).half(), r_mean=7e4)
+    with pytest.raises(ValueError, match=r"torch\.float16 layer .*r_std=70000\.0"):
+        rank1(nn.Sequential(nn.Linear(4, 3)).half(), 2, r_std=7e4)
+    # what the dtype holds is taken: float64 holds 1e39, float16 1e4
+    wide = batchensemble(net.double(), 2, r_mean=1e39, r_std=0.0)
+    assert torch.equal(wide.net[0].r, torch.full((2, 4), 1e39, dtype=torch.float64))
+    half = batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, s_mean=1e4, s_std=0.0)
+    assert torch.equal(half.net[0].s, torch.full((2, 3), 1e4, dtype=torch.float16))
+    # random_sign draws +-1 whatever the (unused) means
+    signs = batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, r_mean=7e4, init="random_sign")
+    assert set(signs.net[0].r.flatten().tolist()) <= {-1.0, 1.0}
