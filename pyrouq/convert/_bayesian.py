@@ -19,6 +19,7 @@ from pyrouq import _engine
 from pyrouq._numbers import is_real
 from pyrouq._util import (
     check_flag,
+    class_name,
     forget_params,
     model_input,
     module_device,
@@ -38,9 +39,11 @@ from pyrouq.convert._select import (
     check_num_data,
     computes_its_own_way,
     copy_network,
+    hook_fix,
     module_record,
     resolve_priors,
     select_parameters,
+    weight_hooks,
     weight_readers,
 )
 from pyrouq.convert._sites import aliases_of, latent_sites_of
@@ -107,6 +110,29 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
             "0. rank1() uses Normal(1, 0.1): give them e.g. dist.Normal(1.0, 0.1), through a "
             "dict key for each of their layers or one distribution for all."
         )
+
+
+def _check_hooks(net: nn.Module, sites: list[str], module: nn.Module) -> None:
+    """Refuse a layer whose weight a hook (torch.nn.utils.prune, the legacy weight_norm /
+    spectral_norm) recomputes from a tensor that trains (latent, or requiring grad): after a
+    forward the layer holds a computed weight, which copy.deepcopy refuses (``plain_network()``,
+    a copy of the model), as :func:`copy_network` refuses a network already holding one."""
+    for name, what in weight_hooks(net):
+        trained = [
+            f"{name}.{attr}" if name else attr
+            for attr, param in net.get_submodule(name).named_parameters(recurse=False)
+            if attr.endswith(("_orig", "_g", "_v"))  # what the hooks compute the weight from
+            and (param.requires_grad or (f"{name}.{attr}" if name else attr) in sites)
+        ]
+        if trained:
+            raise ValueError(
+                f"Cannot make {class_name(module)} Bayesian: its layer {name!r} is {what}, "
+                f"whose hook recomputes the layer's weight from {_names_list(trained)} at "
+                "every forward, leaving a computed tensor in the layer that the model's copies "
+                f"(plain_network(), copy.deepcopy) refuse. {hook_fix([(name, what)])} To keep "
+                "the layer as it is, freeze it before converting (layer.requires_grad_(False)) "
+                "and leave it out of select=."
+            )
 
 
 class BayesianNetwork(PyroModule):
@@ -190,6 +216,7 @@ class BayesianNetwork(PyroModule):
             self.module_record = module_record(module)
             net = copy_network(module, "make it Bayesian")
         sites = latent_sites_of(net, select_parameters(net, select), select)
+        _check_hooks(net, sites, module)
         params = dict(net.named_parameters())
         # a tied parameter is one site, named by its first name; every name holds its value
         tied = {site: more for site, more in aliases_of(net).items() if site in sites}
@@ -491,7 +518,9 @@ def bayesian(
         parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
         selected, or one the network also holds in an attribute of its own (a list or dict:
-        its forward would read the initial value there, never a draw).
+        its forward would read the initial value there, never a draw); a layer whose weight a
+        hook (``torch.nn.utils.prune``, the legacy ``weight_norm`` / ``spectral_norm``)
+        recomputes from tensors that train (latent or requiring grad).
 
     Examples
     --------

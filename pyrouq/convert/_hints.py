@@ -10,7 +10,14 @@ from torch.nn.utils import parametrize
 
 from pyrouq._util import class_name, warn_caller
 
-__all__ = ["WEIGHTED_TYPES", "converted", "names_list", "nothing_of_their_own", "warn_parametrized"]
+__all__ = [
+    "WEIGHTED_TYPES",
+    "converted",
+    "names_list",
+    "nothing_of_their_own",
+    "refuse_types",
+    "warn_parametrized",
+]
 
 WEIGHTED_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
 """Layers whose weight and bias ``select=None`` makes latent."""
@@ -84,4 +91,27 @@ def nothing_of_their_own(module: nn.Module, layers: Sequence[str], select: str) 
         f"select={select} picks nothing: the nn.Linear / convolution layers it found in "
         f"{class_name(module)} ({found}) hold no parameter of their own{why}.{fix}"
         f"{converted(module)}"
+    )
+
+
+def refuse_types(module: nn.Module, select: object) -> None:
+    """Refuse a ``select=`` that is a class, or a list holding one (``select=nn.Linear``: a
+    class is callable, and would be called as ``(name, param) -> bool``), saying what to pass."""
+    given = list(select) if isinstance(select, (list, tuple)) else [select]
+    types = tuple(t for t in given if isinstance(t, type))
+    if not types:
+        return
+    what = ", ".join(t.__name__ for t in types)
+    layers = [name for name, m in module.named_modules() if isinstance(m, types) and name]
+    found = f"here {names_list(layers)}" if layers else f"{class_name(module)} has none"
+    how = (
+        f" For the layers of a type, pass their names ({found}): select=[name for name, m in "
+        f"net.named_modules() if isinstance(m, {types[0].__name__})]; select=None already "
+        "picks every nn.Linear and convolution."
+        if all(issubclass(t, nn.Module) for t in types)
+        else ""
+    )
+    raise TypeError(
+        f"select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
+        f"not a class: got {what}.{how}"
     )

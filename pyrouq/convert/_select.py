@@ -26,7 +26,7 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
-from pyrouq.convert._hints import WEIGHTED_TYPES, nothing_of_their_own
+from pyrouq.convert._hints import WEIGHTED_TYPES, nothing_of_their_own, refuse_types
 from pyrouq.convert._hints import converted as _converted
 from pyrouq.convert._hints import names_list as _names_list
 from pyrouq.convert._hints import warn_parametrized as _warn_parametrized
@@ -152,6 +152,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
             raise ValueError(nothing_of_their_own(module, linears[-1:], "'last_layer'"))
         _warn_parametrized(module, {linears[-1]})
         return chosen
+    refuse_types(module, select)
     if callable(select):
         chosen = [n for n, p in params.items() if _picks(select, n, p)]
         if not chosen:

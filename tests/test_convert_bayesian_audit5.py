@@ -1,0 +1,92 @@
+"""Fifth audit of bayesian(): layers whose weight a hook recomputes (torch.nn.utils.prune, the
+legacy weight_norm / spectral_norm) and select= given a layer class."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import prune
+
+import pyrouq
+from pyrouq import bayesian, mean_field_guide
+
+
+def _fit_one_step(model: pyrouq.BayesianNetwork) -> None:
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 2, (8,), generator=torch.Generator().manual_seed(2))
+    loader = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
+    pyrouq.fit(model, mean_field_guide(model), loader, epochs=1, progress=False)
+
+
+def _legacy_spectral_norm() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.utils.spectral_norm(nn.Linear(4, 2)))
+
+
+def _pruned_after_a_pass() -> nn.Sequential:
+    """Pruned, then run once without gradients: its weight is a plain tensor, so it copies."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    prune.l1_unstructured(net[0], "weight", amount=0.5)
+    with torch.no_grad():
+        net(torch.randn(2, 3))
+    return net
+
+
+@pytest.mark.parametrize(
+    ("build", "select", "expected"),
+    [
+        # the legacy spectral_norm keeps a leaf weight until the first forward with grad:
+        # the copy succeeded, and plain_network() failed with torch's deepcopy error after fit
+        (_legacy_spectral_norm, None, r"its layer '2' is under the legacy torch\.nn\.utils\."
+         r"spectral_norm, whose hook recomputes the layer's weight from '2\.weight_orig'"),
+        (_legacy_spectral_norm, ["0"], r"'2\.weight_orig' at every forward.* Use torch\.nn\."
+         r"utils\.parametrizations\.weight_norm / spectral_norm instead of the legacy"),
+        (_pruned_after_a_pass, None, r"its layer '0' is pruned by torch\.nn\.utils\.prune, "
+         r"whose hook .* from '0\.weight_orig'.* Make the pruning permanent first"),
+    ],
+)  # fmt: skip
+def test_a_layer_whose_hook_recomputes_a_trained_weight_is_refused(build, select, expected):
+    with pytest.raises(ValueError, match=expected) as info:
+        bayesian(build(), select=select)
+    assert "freeze it before converting (layer.requires_grad_(False))" in str(info.value)
+
+
+def test_a_frozen_hooked_layer_still_converts_and_the_model_copies_after_training():
+    for net, hooked in ((_legacy_spectral_norm(), 2), (_pruned_after_a_pass(), 0)):
+        net[hooked].requires_grad_(False)
+        model = bayesian(net)
+        assert not any("weight_orig" in site for site in model.latent_sites())
+        x = torch.randn(5, 3, generator=torch.Generator().manual_seed(3))
+        net.eval()
+        model.eval()
+        torch.testing.assert_close(model.outputs(x, model.template()), net(x))
+        _fit_one_step(model)
+        plain = model.plain_network().eval()  # deep copies: no computed tensor left in it
+        copy.deepcopy(model)
+        torch.testing.assert_close(plain(x), model.outputs(x, model.template()))
+
+
+def test_select_given_a_layer_class_says_to_pass_the_names_of_its_layers():
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Sequential(nn.Linear(4, 4)), nn.Linear(4, 2))
+    expected = (
+        "select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
+        "not a class: got Linear. For the layers of a type, pass their names (here '0', "
+        "'2.0', '3')"
+    )
+    for select in (nn.Linear, [nn.Linear], ("0", nn.Linear)):  # a class is callable
+        with pytest.raises(TypeError, match=re.escape(expected)):
+            bayesian(net, select=select)
+    with pytest.raises(TypeError, match=r"got Conv2d\. .*\(Sequential has none\)"):
+        bayesian(net, select=nn.Conv2d)
+    with pytest.raises(TypeError, match=r"not a class: got bool\.$"):
+        bayesian(net, select=bool)
+    # names and callables as before
+    names = [n for n, m in net.named_modules() if isinstance(m, nn.Linear)]
+    assert list(bayesian(net, select=names).latent_sites()) == [
+        "0.weight", "0.bias", "2.0.weight", "2.0.bias", "3.weight", "3.bias"
+    ]  # fmt: skip
