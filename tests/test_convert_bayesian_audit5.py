@@ -90,3 +90,20 @@ def test_select_given_a_layer_class_says_to_pass_the_names_of_its_layers():
     assert list(bayesian(net, select=names).latent_sites()) == [
         "0.weight", "0.bias", "2.0.weight", "2.0.bias", "3.weight", "3.bias"
     ]  # fmt: skip
+
+
+def test_outputs_with_a_site_left_out_names_it_and_with_all_matches_the_plain_network():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    model = bayesian(net)
+    x = torch.randn(5, 3)
+    weights = {site: torch.randn_like(value) for site, value in model.template().items()}
+    plain = copy.deepcopy(net)
+    with torch.no_grad():
+        for name, param in plain.named_parameters():
+            param.copy_(weights[name])
+    torch.testing.assert_close(model.outputs(x, weights), plain(x), rtol=0, atol=1e-6)
+    partial = {site: value for site, value in weights.items() if not site.endswith("2.bias")}
+    (left_out,) = set(weights) - set(partial)
+    with pytest.raises(ValueError, match=re.escape(f"got no weights for '{left_out}'")):
+        model.outputs(x, partial)  # read the initial bias there, without a word

@@ -400,9 +400,17 @@ class BayesianNetwork(PyroModule):
         """A front door's checks of the input's shape (none for a converted network)."""
 
     def outputs(self, x: Tensor, weights: Mapping[str, Tensor]) -> Tensor:
-        """The network's outputs with explicit weights ``{site: value}`` (values may carry
-        leading sample dims): ``(*S, B, D)``, no Pyro statements."""
+        """The network's outputs with explicit weights ``{site: value}``, one for every latent
+        site of the network (values may carry leading sample dims; other keys, such as a
+        likelihood's sites, are ignored): ``(*S, B, D)``, no Pyro statements."""
         x = self._input(x)
+        missing = [site for site in self._sites if site not in weights]
+        if missing:  # the network would read its initial value there, not a weight given
+            raise ValueError(
+                f"{type(self).__name__}.outputs() got no weights for {_names_list(missing)} "
+                f"(it got {_names_list(list(weights))}); pass a value for every latent site "
+                "(their names and shapes: model.template())."
+            )
         self._retie()
         network = {site: weights[site] for site in weights if site in self._sites}
         dims = {site: len(shape) for site, shape in self._sites.items()}
