@@ -240,7 +240,8 @@ def mcmc(
     ------
     ValueError
         A chain that finds no starting point with a finite log density (the network's outputs
-        NaN or infinite at every weight tried) says so, naming the chain.
+        NaN or infinite at every weight tried) says so, naming the chain; a site with a
+        discrete prior (Bernoulli, Poisson), which NUTS cannot move, is refused, named.
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # a chain process (spawned) running the script's top-level code again
@@ -286,6 +287,7 @@ def mcmc(
             "mcmc(copy.deepcopy(model).float(), x, y, ...): predict() takes its draws for "
             "this model too."
         )
+    _refuse_discrete_priors(model)
     size = sum(math.prod(shape) for shape in latent().values())
     if size > MAX_LATENT_VALUES and not force:
         raise ValueError(
@@ -298,6 +300,26 @@ def mcmc(
             model, x, y, num_samples, warmup_steps, num_chains, kernel, seed, progress,
             max_tree_depth, parallel,
         )  # fmt: skip
+
+
+def _refuse_discrete_priors(model: Any) -> None:
+    """A site with a discrete prior (Bernoulli, Poisson, ...) refused, named: NUTS moves
+    continuous values by gradients (Pyro's own error speaks of enumeration and autoguides)."""
+    priors = getattr(model, "priors", None)
+    for site, prior in (priors() if callable(priors) else {}).items():
+        try:
+            support = prior.support
+        except NotImplementedError:  # a distribution of the user's own without a support
+            continue
+        if support.is_discrete:
+            name = type(getattr(prior, "base_dist", prior)).__name__
+            support = getattr(support, "base_constraint", support)  # (Independent's)
+            raise ValueError(
+                f"mcmc(): the prior of site {site!r} ({name}) is discrete (support "
+                f"{support}); NUTS and HMC move continuous values by gradients and cannot "
+                "sample it. Give the site a continuous prior, pyrouq.bayesian(net, prior=...) "
+                "(Normal, Laplace, StudentT), or leave it out of select= (a point estimate)."
+            )
 
 
 def _mcmc(
@@ -358,7 +380,17 @@ def _run_chains(
     """:func:`mcmc`'s chains, the model in eval mode: the targets checked against one pass,
     then every chain run, in parallel processes or one after another."""
     with torch.no_grad():
-        outputs = model.outputs(x, model.template())
+        try:
+            outputs = model.outputs(x, model.template())
+        except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
+            if isinstance(err, torch.OutOfMemoryError):
+                raise
+            raise ValueError(
+                f"mcmc(): {type(model).__name__} failed on x (shape {tuple(x.shape)}, dtype "
+                f"{x.dtype}): {' '.join(str(err).split())}. Check that the network takes x "
+                "(shape, channels, flattening: N inputs of the shape it was built for); "
+                "nothing was sampled."
+            ) from err
     model.likelihood.check_targets(y, outputs, "mcmc()")
     likelihood = model.likelihood
     if getattr(likelihood, "mode", None) == "learned":
@@ -447,7 +479,7 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
         raise ValueError(
             f"posterior_samples must give every site the same number S of draws, got {counts}: "
             "draw s is one value of every site. Pass the sites' draws of one run (an "
-            "MCMCResult's .samples), or cut them to the smallest S: value[:S]."
+            "MCMCResult itself, or its .draws()), or cut them to the smallest S: value[:S]."
         )
     sites = getattr(model, "latent_sites", None)
     if callable(sites):  # Predictive's plate padding dropped (a model of the user's own: later)
