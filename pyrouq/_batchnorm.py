@@ -64,18 +64,29 @@ def estimate_statistics(
     run: Callable[[Tensor], Tensor],
 ) -> list[tuple[Tensor, ...]]:
     """Every BatchNorm's statistics under one draw of the weights (``run``): reset, then the
-    average over train-mode passes on ``inputs`` (momentum None), the rest of the network in
-    eval mode. The layers are back in eval mode with their momentum afterwards."""
+    average over train-mode passes on ``inputs``, the rest of the network in eval mode. As in
+    SWAG's ``bn_update``, every call weighs by its batch size (momentum ``b / (n + b)`` after
+    ``n`` inputs; for batches of one size, torch's cumulative average, momentum None). The
+    layers are back in eval mode with their momentum afterwards."""
     momenta = [m.momentum for m in norms]
+    seen = dict.fromkeys(norms, 0)
+
+    def weigh(module: Norm, args: tuple[Any, ...]) -> None:
+        size = args[0].shape[0]
+        seen[module] += size
+        module.momentum = size / seen[module]
+
+    hooks = [m.register_forward_pre_hook(weigh) for m in norms]
     try:
         for m in norms:
             m.reset_running_stats()
-            m.momentum = None
             m.train()
         for x in inputs:
             run(x.clone())  # a network changing its input in place changes a copy
         return statistics_of(norms)
     finally:
+        for hook in hooks:
+            hook.remove()
         for m, momentum in zip(norms, momenta, strict=True):
             m.momentum = momentum
             m.eval()

@@ -100,8 +100,9 @@ def test_the_bundled_test_split_is_the_raw_files_bit_for_bit():
 def test_predict_batchnorm_data_predicts_with_the_average_of_the_batches_statistics():
     """predict(..., batchnorm_data=...) predicts each draw with BatchNorm's running statistics
     re-estimated under that draw: the average of the batches' means and unbiased variances
-    (momentum None: each batch weighs alike; a batch of one input left out), as a copy of the
-    network with those statistics set by hand gives. The model keeps its mode and buffers."""
+    (each batch weighted by its size, as SWAG's bn_update; a batch of one input left out), as
+    a copy of the network with those statistics set by hand gives. The model keeps its mode and
+    buffers."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=0.3), nn.Linear(4, 2))
     with torch.no_grad():  # statistics and an affine map far from a fresh layer's
@@ -128,8 +129,9 @@ def test_predict_batchnorm_data_predicts_with_the_average_of_the_batches_statist
             for site, values in draws.items():
                 ref.get_parameter(site).copy_(values[k])
             hidden = [ref[0](batch) for batch in inputs if len(batch) > 1]
-            ref[1].running_mean.copy_(torch.stack([h.mean(0) for h in hidden]).mean(0))
-            ref[1].running_var.copy_(torch.stack([h.var(0) for h in hidden]).mean(0))
+            rows = sum(len(h) for h in hidden)
+            ref[1].running_mean.copy_(sum(len(h) * h.mean(0) for h in hidden) / rows)
+            ref[1].running_var.copy_(sum(len(h) * h.var(0) for h in hidden) / rows)
             expected.append(torch.softmax(ref(x), -1))
     torch.testing.assert_close(probs, torch.stack(expected), rtol=1e-5, atol=1e-6)
     assert model.training and net.training and net[1].training and net[1].momentum == 0.3
