@@ -19,7 +19,6 @@ from pyrouq import _engine
 from pyrouq._numbers import is_real
 from pyrouq._util import (
     check_flag,
-    class_name,
     forget_params,
     model_input,
     module_device,
@@ -39,7 +38,6 @@ from pyrouq.convert._select import (
     check_num_data,
     computes_its_own_way,
     copy_network,
-    hook_fix,
     module_record,
     resolve_priors,
     select_parameters,
@@ -112,27 +110,15 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
         )
 
 
-def _check_hooks(net: nn.Module, sites: list[str], module: nn.Module) -> None:
-    """Refuse a layer whose weight a hook (torch.nn.utils.prune, the legacy weight_norm /
-    spectral_norm) recomputes from a tensor that trains (latent, or requiring grad): after a
-    forward the layer holds a computed weight, which copy.deepcopy refuses (``plain_network()``,
-    a copy of the model), as :func:`copy_network` refuses a network already holding one."""
-    for name, what in weight_hooks(net):
-        trained = [
-            f"{name}.{attr}" if name else attr
-            for attr, param in net.get_submodule(name).named_parameters(recurse=False)
-            if attr.endswith(("_orig", "_g", "_v"))  # what the hooks compute the weight from
-            and (param.requires_grad or (f"{name}.{attr}" if name else attr) in sites)
-        ]
-        if trained:
-            raise ValueError(
-                f"Cannot make {class_name(module)} Bayesian: its layer {name!r} is {what}, "
-                f"whose hook recomputes the layer's weight from {_names_list(trained)} at "
-                "every forward, leaving a computed tensor in the layer that the model's copies "
-                f"(plain_network(), copy.deepcopy) refuse. {hook_fix([(name, what)])} To keep "
-                "the layer as it is, freeze it before converting (layer.requires_grad_(False)) "
-                "and leave it out of select=."
-            )
+def _detach_hooked_weights(net: nn.Module) -> None:
+    """A layer under torch.nn.utils.prune or the legacy weight_norm / spectral_norm keeps the
+    weight its hook last computed, after a forward with gradients a non-leaf tensor, which
+    copy.deepcopy and pickle refuse: detach it (the next forward computes it anew)."""
+    for name, _ in weight_hooks(net):
+        layer = net.get_submodule(name)
+        for attr, value in list(vars(layer).items()):
+            if isinstance(value, Tensor) and value.grad_fn is not None:
+                setattr(layer, attr, value.detach())
 
 
 class BayesianNetwork(PyroModule):
@@ -216,7 +202,6 @@ class BayesianNetwork(PyroModule):
             self.module_record = module_record(module)
             net = copy_network(module, "make it Bayesian")
         sites = latent_sites_of(net, select_parameters(net, select), select)
-        _check_hooks(net, sites, module)
         params = dict(net.named_parameters())
         # a tied parameter is one site, named by its first name; every name holds its value
         tied = {site: more for site, more in aliases_of(net).items() if site in sites}
@@ -263,6 +248,10 @@ class BayesianNetwork(PyroModule):
         # load_state_dict(assign=True) puts the loaded tensor in under the site's name only
         self.register_load_state_dict_post_hook(_retie_after_load)
         weakref.finalize(self, forget_params, self._pyro_name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        _detach_hooked_weights(self.net)  # copy.deepcopy and pickle refuse a computed weight
+        return super().__getstate__()  # type: ignore[no-any-return]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_tied", {})  # a model pickled before tied sites existed has none
@@ -333,6 +322,7 @@ class BayesianNetwork(PyroModule):
     def plain_network(self) -> nn.Module:
         """A plain copy of the network with the template values as ordinary parameters (and
         torch's own modules where the engine put faster ones)."""
+        _detach_hooked_weights(self.net)
         plain = _engine.unprepare(copy.deepcopy(self.net))
         buffers = dict(plain.named_buffers(remove_duplicate=False))
         for site in self._sites:
@@ -526,9 +516,7 @@ def bayesian(
         parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
         selected, or one the network also holds in an attribute of its own (a list or dict:
-        its forward would read the initial value there, never a draw); a layer whose weight a
-        hook (``torch.nn.utils.prune``, the legacy ``weight_norm`` / ``spectral_norm``)
-        recomputes from tensors that train (latent or requiring grad).
+        its forward would read the initial value there, never a draw).
 
     Examples
     --------
