@@ -66,17 +66,18 @@ def estimate_statistics(
     """Every BatchNorm's statistics under one draw of the weights (``run``): reset, then the
     average over train-mode passes on ``inputs``, the rest of the network in eval mode. As in
     SWAG's ``bn_update``, every call weighs by its batch size (momentum ``b / (n + b)`` after
-    ``n`` inputs; for batches of one size, torch's cumulative average, momentum None). The
-    layers are back in eval mode with their momentum afterwards."""
+    ``n`` inputs; for batches of one size, torch's cumulative average, momentum None), not by
+    the positions it averages over (images of other sizes would weigh by rows). The layers are
+    back in eval mode with their momentum afterwards."""
     momenta = [m.momentum for m in norms]
     seen = dict.fromkeys(norms, 0)
 
-    def weigh(module: Norm, args: tuple[Any, ...]) -> None:
-        size = args[0].shape[0]
+    def weigh(module: Norm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        size = (args[0] if args else kwargs["input"]).shape[0]  # bn(h) or bn(input=h)
         seen[module] += size
-        module.momentum = size / seen[module]
+        module.momentum = size / seen[module] if seen[module] else 0.0  # empty: no change
 
-    hooks = [m.register_forward_pre_hook(weigh) for m in norms]
+    hooks = [m.register_forward_pre_hook(weigh, with_kwargs=True) for m in norms]
     try:
         for m in norms:
             m.reset_running_stats()

@@ -107,3 +107,36 @@ def test_a_failing_reestimate_leaves_statistics_momentum_and_modes_as_they_were(
     assert bn.momentum is None and not bn._forward_pre_hooks
     assert [m.training for m in model.modules()] == modes
     assert all(torch.equal(kept[k], v) for k, v in model.state_dict().items())
+
+
+class _KeywordAndEmptyCalls(nn.Module):
+    """Calls its BatchNorm by keyword, first on no rows (a mask that picks none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        self.bn(input=x[x[:, 0] > 1e9])  # empty: moves nothing
+        return self.fc(self.bn(input=x))
+
+
+def test_batchnorm_data_takes_a_keyword_call_and_an_empty_first_call():
+    # the re-estimate's momentum hook read args[0] (IndexError for bn(input=h)) and divided 0
+    # rows by 0 rows seen (ZeroDivisionError), where torch's cumulative average ran
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(_KeywordAndEmptyCalls())
+    samples = _draws(model)
+    train = torch.randn(7, 3) * 2.0 + 1.0
+    x = torch.randn(4, 3)
+    got = predict(model, x, posterior_samples=samples, batchnorm_data=[train[:4], train[4:]],
+                  progress=False).probs  # fmt: skip
+    bn = model.net.bn
+    mean = train.double().mean(0)
+    var = (4 * train[:4].double().var(0) + 3 * train[4:].double().var(0)) / 7
+    for s in range(2):
+        h = (x.double() - mean) / (var + bn.eps).sqrt() * bn.weight.double() + bn.bias.double()
+        w, b = samples["fc.weight"][s].double(), samples["fc.bias"][s].double()
+        expected = torch.softmax(h @ w.T + b, -1).float()
+        torch.testing.assert_close(got[s], expected, rtol=0, atol=1e-6)
