@@ -8,6 +8,7 @@ import itertools
 import math
 import os
 import random
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -528,3 +529,17 @@ def restore_modes(saved: list[tuple[nn.Module, bool]]) -> None:
     """Put back the ``training`` flags :func:`modes` took."""
     for module, training in saved:
         module.training = training
+
+
+_MISMATCH = re.compile(r"shape|size|mat1 and mat2|channel|dim|dtype|scalar type|expected", re.I)
+
+
+def input_mismatch(err: BaseException) -> bool:
+    """Whether torch's error from a network's first pass reads as inputs it does not take
+    (shapes, sizes, channels, dtypes): what a caller may restate naming the inputs. Not an
+    error of the user's own wording, nor out-of-memory, accelerator or not-implemented ones."""
+    if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
+        return False
+    if type(err).__name__ == "AcceleratorError":  # torch >= 2.8: a RuntimeError subclass
+        return False
+    return isinstance(err, RuntimeError) and _MISMATCH.search(str(err)) is not None

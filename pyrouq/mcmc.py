@@ -37,6 +37,7 @@ from pyrouq._util import (
     check_int,
     check_seed,
     global_streams_kept,
+    input_mismatch,
     model_input,
     modes,
     module_device,
@@ -383,7 +384,7 @@ def _run_chains(
         try:
             outputs = model.outputs(x, model.template())
         except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
-            if isinstance(err, torch.OutOfMemoryError):
+            if not input_mismatch(err):  # the user's own error, out of memory, a CUDA error
                 raise
             raise ValueError(
                 f"mcmc(): {type(model).__name__} failed on x (shape {tuple(x.shape)}, dtype "
