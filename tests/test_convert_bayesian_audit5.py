@@ -88,6 +88,14 @@ def test_select_given_a_layer_class_says_to_pass_the_names_of_its_layers():
         bayesian(net, select=nn.Conv2d)
     with pytest.raises(TypeError, match=r"not a class: got bool\.$"):
         bayesian(net, select=bool)
+    with pytest.raises(TypeError, match=r"got Linear\. The network itself is a Linear: "
+                       r"select=None \(all of it\)\.$"):  # fmt: skip
+        bayesian(nn.Linear(3, 2), select=nn.Linear)
+    advice = r"\(here '2'\): select=\[name for name, m in net\.named_modules\(\) if name and "
+    with pytest.raises(TypeError, match=advice + r"isinstance\(m, nn\.Sequential\)\]"):
+        bayesian(net, select=nn.Sequential)  # the advice, taken literally, works (below)
+    names = [n for n, m in net.named_modules() if n and isinstance(m, nn.Sequential)]
+    assert list(bayesian(net, select=names).latent_sites()) == ["2.0.weight", "2.0.bias"]
     # names and callables as before
     names = [n for n, m in net.named_modules() if isinstance(m, nn.Linear)]
     assert list(bayesian(net, select=names).latent_sites()) == [

@@ -102,15 +102,19 @@ def refuse_types(module: nn.Module, select: object) -> None:
     if not types:
         return
     what = ", ".join(t.__name__ for t in types)
-    layers = [name for name, m in module.named_modules() if isinstance(m, types) and name]
-    found = f"here {names_list(layers)}" if layers else f"{class_name(module)} has none"
-    how = (
-        f" For the layers of a type, pass their names ({found}): select=[name for name, m in "
-        f"net.named_modules() if isinstance(m, {types[0].__name__})]; select=None already "
-        "picks every nn.Linear and convolution."
-        if all(issubclass(t, nn.Module) for t in types)
-        else ""
-    )
+    how = ""
+    if all(issubclass(t, nn.Module) for t in types):
+        kind = types[0]
+        spelled = f"nn.{kind.__name__}" if kind.__module__.startswith("torch.nn") else kind.__name__
+        layers = [name for name, m in module.named_modules() if isinstance(m, types) and name]
+        found = f"here {names_list(layers)}" if layers else f"{class_name(module)} has none"
+        how = (
+            f" For the layers of a type, pass their names ({found}): select=[name for name, m "
+            f"in net.named_modules() if name and isinstance(m, {spelled})]; select=None "
+            "already picks every nn.Linear and convolution."
+        )
+        if isinstance(module, types) and not layers:
+            how = f" The network itself is a {type(module).__name__}: select=None (all of it)."
     raise TypeError(
         f"select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
         f"not a class: got {what}.{how}"
