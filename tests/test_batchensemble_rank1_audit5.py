@@ -41,7 +41,9 @@ def test_factor_means_and_stds_a_dtype_cannot_hold_are_refused():
         batchensemble(net, 2, r_mean=1e39)  # inf in float32 (every output was NaN)
     with pytest.raises(ValueError, match=r"torch\.float16 layer .*s_mean=1\.0, s_std=70000\.0"):
         batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, s_std=7e4)
-    with pytest.raises(ValueError, match=r"r_mean=70000\.0.*came out inf. Pick a smaller mean"):
+    with pytest.raises(
+        ValueError, match=r"r_mean=70000\.0.*would come out inf. Pick a smaller mean"
+    ):
         BatchEnsembleLinear(4, 3, 2, base=nn.Linear(4, 3).half(), r_mean=7e4)
     with pytest.raises(ValueError, match=r"torch\.float16 layer .*r_std=70000\.0"):
         rank1(nn.Sequential(nn.Linear(4, 3)).half(), 2, r_std=7e4)
@@ -53,3 +55,15 @@ def test_factor_means_and_stds_a_dtype_cannot_hold_are_refused():
     # random_sign draws +-1 whatever the (unused) means
     signs = batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, r_mean=7e4, init="random_sign")
     assert set(signs.net[0].r.flatten().tolist()) <= {-1.0, 1.0}
+
+
+def test_the_factor_check_reads_no_tensor_so_fake_and_meta_layers_build():
+    # the check read the drawn factors (bool(isfinite(...))): under FakeTensorMode, a
+    # data-dependent output torch refuses
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with FakeTensorMode():
+        layer = BatchEnsembleLinear(4, 3, 2, base=nn.Linear(4, 3))
+    assert isinstance(layer.r, FakeTensor) and layer.r.shape == (2, 4)
+    meta = BatchEnsembleLinear(4, 3, 2, base=nn.Linear(4, 3, device="meta"))
+    assert meta.r.is_meta

@@ -55,13 +55,14 @@ class _BatchEnsembleLayer(nn.Module):
         self.num_members = _check_members(num_members)
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         device, dtype = self.weight.device, self.weight.dtype
+        if init == "normal":
+            options = dict(r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
+            _check_factors_held(dtype, options)
         r = torch.empty(num_members, in_size, device=device, dtype=dtype)
         s = torch.empty(num_members, out_size, device=device, dtype=dtype)
         if init == "normal":
             nn.init.normal_(r, r_mean, r_std)
             nn.init.normal_(s, s_mean, s_std)
-            options = dict(r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
-            _check_factors_held({"r": r, "s": s}, options)
         else:
             r.bernoulli_(0.5).mul_(2).sub_(1)
             s.bernoulli_(0.5).mul_(2).sub_(1)
