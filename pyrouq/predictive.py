@@ -561,8 +561,8 @@ def _inputs_of(
     data: Tensor | Iterable, batch_size: int, count: int, model: Any, device: Any
 ) -> list[Tensor]:
     """The first ``count`` input batches of ``batchnorm_data`` of two inputs or more (a
-    BatchNorm cannot take batch statistics of one),
-    on the model's device and checked as predict() checks its inputs."""
+    BatchNorm cannot take batch statistics of one), on the model's device and checked as
+    predict() checks its inputs."""
     inputs, seen, first = [], 0, 0
     for x, _ in _batches(data, batch_size, "batchnorm_data"):
         seen, first = seen + 1, first + x.shape[0]
