@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
+from pyrouq._engine import _layer_calls
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
@@ -253,6 +254,7 @@ def run_draws(
     draw is shared by every draw. On CPU (and while BatchNorm computes batch statistics) the
     draws run one at a time; elsewhere as one ``vmap`` pass.
     """
+    _layer_calls.check_draws(net, weights, event_dims)
     lead = sample_dims(weights, event_dims)
     if not len(lead):
         return run(net, x, weights, members)
@@ -268,8 +270,7 @@ def run_draws(
             )
         flat[name] = draws
 
-    def one_at_a_time() -> Tensor:
-        inputs = AsItCame(x, count)
+    def one_at_a_time(inputs: AsItCame) -> Tensor:
         outs = [
             run(net, inputs(), {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
             for s in range(count)
@@ -277,8 +278,9 @@ def run_draws(
         return torch.stack(outs)
 
     if _cpu(x) or _batch_statistics(net) or count == 1:  # (vmap needs a site of S > 1 draws)
-        stacked = one_at_a_time()
+        stacked = one_at_a_time(AsItCame(x, count))
     else:
+        given = AsItCame(x, count + 1)  # x as it came, should vmap fail after changing it
         shared = {k: v[0] for k, v in flat.items() if v.shape[0] == 1}
         batched = {k: v for k, v in flat.items() if v.shape[0] > 1}
 
@@ -290,7 +292,7 @@ def run_draws(
         except RuntimeError as err:  # an op vmap cannot batch (nn.LSTM's), .item(), data-
             if not _VMAP_REFUSAL.search(str(err)):  # dependent control flow: draw by draw
                 raise
-            stacked = one_at_a_time()
+            stacked = one_at_a_time(given)
     plates = 1 if members is None else 2
     return stacked.reshape(*output_dims(lead, plates), *stacked.shape[1:])
 
@@ -354,8 +356,7 @@ def _local_forwards(
                     loc.get(b) if b else None,
                     scale.get(b) if b else None,
                 )
-                eps = torch.randn_like(mean)
-                return torch.addcmul(mean, var.clamp_min(torch.finfo(var.dtype).tiny).sqrt(), eps)
+                return torch.addcmul(mean, _layer_calls.noise_scale(var), torch.randn_like(mean))
 
             module.forward = forward  # type: ignore[method-assign]
             patched.append(module)
@@ -487,10 +488,10 @@ def batchensemble_forward(layer: Any, x: Tensor, sequence_first: bool = True) ->
         return torch.cat(
             [layer._op(c, nhwc(w), b) for c, w, b in zip(chunks, weight, bias, strict=True)]
         )
-    shape = (members, -1, *x.shape[1:])
+    shape = (members, x.shape[0] // members, *x.shape[1:])  # (-1 fails on an empty batch)
     scaled = x.reshape(shape) * layer._factor_view(layer.r, x.dim() + 1)
     out = layer._op(scaled.flatten(0, 1), layer.weight, None)
-    out = out.reshape(members, -1, *out.shape[1:])
+    out = out.reshape(members, shape[1], *out.shape[1:])
     view = out.dim()
     return torch.addcmul(
         layer._factor_view(layer.bias, view), out, layer._factor_view(layer.s, view)
@@ -589,7 +590,7 @@ def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     folded = nhwc(x.repeat(num_members, *([1] * (x.dim() - 1))))
     if not folded.is_inference():  # (torch.inference_mode keeps no version counter)
         setattr(folded, _REPEATED, (num_members, folded._version))  # in-place ops change it
-    token = _FOLDED.set(folded.shape[0])
+    token = _FOLDED.set(folded.shape[0] or None)  # (an empty batch: any layer's input fits)
     try:
         out = check_outputs(net(folded), net, folded.shape[0])
     finally:

@@ -1,7 +1,8 @@
 """Whether a forward calls its layers or reads their weights as tensors: a BatchEnsemble's
 forward that reads a layer's weight or bias as a tensor bypasses the members' factors (a warning
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
-reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`)."""
+reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`).
+Also two small helpers of the engine's runs: :func:`check_draws` and :func:`noise_scale`."""
 
 from __future__ import annotations
 
@@ -179,3 +180,42 @@ def tensor_reads(watched: Mapping[int, str]) -> Iterator[set[str]]:
     mode = _Reads(watched)
     with mode:
         yield mode.read
+
+
+def check_draws(
+    net: nn.Module, weights: Mapping[str, Tensor], event_dims: Mapping[str, int]
+) -> None:
+    """Refuse weights ``{name: (*S, *shape)}`` whose draws are not of the shape ``net`` holds
+    under ``name`` (torch's error named no site: ``mat1 and mat2 shapes cannot be
+    multiplied``), or that carry no draws (S = 0: torch's ``stack expects a non-empty
+    TensorList``, vmap's ``Expected at least one Tensor``)."""
+    for name, value in weights.items():
+        owner, _, attr = name.rpartition(".")
+        try:
+            held = getattr(net.get_submodule(owner), attr)
+        except AttributeError:
+            continue  # (functional_call names a key the network lacks)
+        if not isinstance(held, Tensor):
+            continue
+        shape, lead = tuple(held.shape), value.dim() - event_dims[name]
+        if lead < 0 or tuple(value.shape[lead:]) != shape:
+            raise ValueError(
+                f"Site {name!r} takes draws of shape {shape}, after any leading sample dims "
+                f"(*S, *shape); got shape {tuple(value.shape)}. Give it values of the site's "
+                "shape (model.template() holds one of every site)."
+            )
+        if 0 in value.shape[:lead]:
+            raise ValueError(
+                f"Site {name!r} carries no draws: shape {tuple(value.shape)}. Give every site "
+                "at least one draw, (S, *shape) with S >= 1 (one draw: value[None])."
+            )
+
+
+def noise_scale(var: Tensor) -> Tensor:
+    """``sqrt(var)`` of local reparameterisation's pre-activation variances, with a finite
+    gradient where ``var`` is 0: ``var`` clamped to float32's smallest normal number (1e-38,
+    1e-19 as a scale, which float16 rounds to 0), in float32 or wider. Clamped to float16's
+    own, 6e-5, a float16 network's scales had a floor of 0.008 (8x the exact 0.001 of weight
+    scales 1e-3 on four inputs 0.5; noise where a row of zeros meets no bias)."""
+    wide = var.to(torch.promote_types(var.dtype, torch.float32))
+    return wide.clamp_min(torch.finfo(wide.dtype).tiny).sqrt().to(var.dtype)

@@ -1,0 +1,127 @@
+"""Fifth audit of the engine, against independent references (``functional_call`` looped over
+the draws, weight sampling): the draws run one at a time after vmap refuses a network find
+the input as it came; an ensemble's folded batch may be empty; float16 local
+reparameterisation adds no noise where the variance is 0 (nor a floor of 0.008 elsewhere);
+weights of another shape, or of no draws, are refused naming the site."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from pyrouq import _engine, batchensemble, bayesian, rank1
+
+
+class _ScalesItsInput(nn.Module):
+    """Doubles its input in place, then branches on a value: vmap refuses the branch after
+    the input has changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2.0)
+        h = self.a(x)
+        if h.sum() > -1e9:  # data-dependent control flow
+            h = h.relu()
+        return self.b(h)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "accelerator"])
+def test_draws_run_after_a_vmap_refusal_find_the_input_as_it_came(kind):
+    """The accelerator schedule's vmap pass doubled the input before failing; the draws then
+    run one at a time doubled it again (outputs off by 1.1 from functional_call's)."""
+    torch.manual_seed(0)
+    net = _ScalesItsInput().double()
+    model = bayesian(copy.deepcopy(net))
+    weights = {k: v.detach() + 0.1 * torch.randn(3, *v.shape, dtype=torch.float64)
+               for k, v in model.template().items()}  # fmt: skip
+    x = torch.randn(5, 4, dtype=torch.float64)
+    expected = torch.stack(
+        [
+            functional_call(net, {k: v[s] for k, v in weights.items()}, (x.clone(),))
+            for s in range(3)
+        ]
+    )
+    given = x.clone()
+    with _engine.schedule(kind), torch.no_grad():
+        out = model.outputs(given, weights)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(given, 2 * x)  # changed in place once, as torch's call does
+
+
+@pytest.mark.parametrize("kind", ["cpu", "accelerator"])
+def test_an_ensemble_runs_an_empty_batch_as_torch_does(kind):
+    """On the folded batch (a GPU's schedule), an empty batch raised ZeroDivisionError
+    ("integer modulo by zero"): torch's network gives (0, D)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4, 5), nn.LayerNorm(5),
+        nn.Linear(5, 3),
+    )  # fmt: skip
+    empty, one = torch.randn(0, 1, 6, 6), torch.randn(1, 1, 6, 6)
+    assert net(empty).shape == (0, 3)
+    for norms in ("per_member", "shared"):
+        ensemble = batchensemble(net, 3, norms=norms).eval()
+        with _engine.schedule(kind):
+            assert ensemble.outputs(empty).shape == (3, 0, 3)
+            members = ensemble.outputs(one)
+        with _engine.schedule("cpu" if kind == "accelerator" else "accelerator"):
+            torch.testing.assert_close(ensemble.outputs(one), members)
+    model = rank1(net, 3)
+    weights = {k: v.detach() + torch.zeros(2, *v.shape) for k, v in model.template().items()}
+    with _engine.schedule(kind):
+        assert model.outputs(empty, weights).shape == (2, 3, 0, 3)
+
+
+def test_float16_local_reparameterisation_draws_the_variances_it_computes():
+    """The noise scale was sqrt(max(var, float16's tiny, 6.1e-5)): 0.0078 where the exact
+    scale is 0 (an input row of zeros, no bias) or 0.001 (scale 1e-3 on inputs 0.5)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3, bias=False)).half()
+    model = bayesian(net, local_reparameterization=True)
+    assert model.local_layers() == {"0": ("0.weight", None)}
+    loc = {k: v.detach() for k, v in model.template().items()}
+    scale = {k: torch.full_like(v, 1e-3) for k, v in loc.items()}
+    x = torch.zeros(2, 4, dtype=torch.float16)
+    x[1] = 0.5
+    draws = _engine.run_local(model.net, x, loc, scale, model.local_layers(), 4000)
+    assert draws.dtype == torch.float16
+    spread = draws.float().std(0)
+    assert torch.equal(spread[0], torch.zeros(3))  # no variance, no noise
+    exact = (0.25 * 4 * 1e-6) ** 0.5  # sqrt(sum_j x_j^2 scale^2)
+    torch.testing.assert_close(spread[1], torch.full((3,), exact), rtol=0.1, atol=0)
+    # the gradient stays finite where the variance is 0
+    scale = {k: v.clone().requires_grad_() for k, v in scale.items()}
+    out = _engine.run_local(model.net, x, loc, scale, model.local_layers())
+    (grad,) = torch.autograd.grad(out.float().sum(), list(scale.values()))
+    assert torch.isfinite(grad).all()
+    # float32 and float64 draw as before, to the bit
+    for dtype in (torch.float32, torch.float64):
+        var = torch.tensor([0.0, 1e-40, 2.5e-7, 3.0], dtype=dtype)
+        before = var.clamp_min(torch.finfo(dtype).tiny).sqrt()
+        assert torch.equal(_engine._layer_calls.noise_scale(var), before)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "accelerator"])
+def test_weights_of_another_shape_or_of_no_draws_are_refused_naming_the_site(kind):
+    """torch said "mat1 and mat2 shapes cannot be multiplied (5x4 and 8x4)", or, for no draws,
+    "stack expects a non-empty TensorList" and vmap "Expected at least one Tensor to vmap
+    over"."""
+    model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+    draws = {k: v.detach() + torch.zeros(3, *v.shape) for k, v in model.template().items()}
+    x = torch.randn(5, 4)
+    with _engine.schedule(kind):
+        for wrong in (torch.zeros(3, 4, 8), torch.zeros(8)):
+            with pytest.raises(ValueError, match=r"'0\.weight' takes draws of shape \(8, 4\)"):
+                model.outputs(x, {**draws, "0.weight": wrong})
+        none = {k: v[:0] for k, v in draws.items()}
+        with pytest.raises(ValueError, match=r"'0\.weight' carries no draws: shape \(0, 8, 4\)"):
+            model.outputs(x, none)
+        assert model.outputs(x, draws).shape == (3, 5, 3)
