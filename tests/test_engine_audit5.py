@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+import pyrouq
 from pyrouq import _engine, batchensemble, bayesian, rank1
 
 
@@ -125,3 +126,25 @@ def test_weights_of_another_shape_or_of_no_draws_are_refused_naming_the_site(kin
         with pytest.raises(ValueError, match=r"'0\.weight' carries no draws: shape \(0, 8, 4\)"):
             model.outputs(x, none)
         assert model.outputs(x, draws).shape == (3, 5, 3)
+
+
+def test_a_bare_layer_is_drawn_by_its_pre_activations():
+    # the layer at the root path '' was looked up as '.weight': local reparameterisation was
+    # silently off for bayesian(nn.Linear(...), local_reparameterization=True)
+    model = bayesian(nn.Linear(4, 3), local_reparameterization=True)
+    assert model.local_layers() == {"": ("weight", "bias")}
+    conv = bayesian(nn.Conv2d(1, 2, 3, bias=False), local_reparameterization=True)
+    assert conv.local_layers() == {"": ("weight", None)}
+
+
+def test_a_float16_bayesian_linear_draws_its_outputs_with_the_variance_it_computes():
+    # sqrt(max(var, float16's tiny 6.1e-5)) gave every output a spread of at least 0.0078
+    torch.manual_seed(0)
+    layer = pyrouq.nn.BayesianLinear(4, 3, local_reparameterization=True).half()
+    x = torch.zeros(2, 4, dtype=torch.float16)
+    x[1] = 0.5
+    w_loc, b_loc = torch.zeros(3, 4).half(), torch.zeros(3).half()
+    w_scale, b_scale = torch.full((3, 4), 1e-3).half(), torch.full((3,), 1e-3).half()
+    draws = layer.sample_with(x, w_loc, w_scale, b_loc, b_scale, num_draws=4000).float()
+    exact = torch.tensor([1e-3, (4 * 0.25 * 1e-6 + 1e-6) ** 0.5])  # sqrt(sum x^2 s^2 + s_b^2)
+    torch.testing.assert_close(draws.std(0), exact[:, None].expand(2, 3), rtol=0.1, atol=0)

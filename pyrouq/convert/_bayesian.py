@@ -370,7 +370,8 @@ class BayesianNetwork(PyroModule):
                 continue  # (a subclass computing its own way runs its forward, drawn whole)
             if any(path.startswith(prefix) for prefix in inside):
                 continue
-            weight, bias = f"{path}.weight", f"{path}.bias"
+            prefix = f"{path}." if path else ""  # a bare layer's sites: 'weight', 'bias'
+            weight, bias = f"{prefix}weight", f"{prefix}bias"
             has_bias = bias in self._sites or getattr(module, "bias", None) is not None
             if weight in tied or bias in tied:
                 continue

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
+from pyrouq._engine._layer_calls import noise_scale
 from pyrouq._numbers import is_integer
 from pyrouq._util import check_flag, check_held, check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
@@ -184,7 +185,7 @@ class _BayesianLayer(PyroModule):
             shape = mean.shape if stacked or num_draws is None else (num_draws, *mean.shape)
             eps = torch.randn(shape, dtype=mean.dtype, device=mean.device)
             # var >= bias_scale^2 > 0; the clamp only guards rounding in the convolution
-            return torch.addcmul(mean, var.clamp_min(torch.finfo(var.dtype).tiny).sqrt(), eps)
+            return torch.addcmul(mean, noise_scale(var), eps)
         draws = x.shape[0] if stacked else num_draws
         lead = () if draws is None else (draws,)
         weight = dist.Normal(weight_loc, weight_scale).rsample(lead)
