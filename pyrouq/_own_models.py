@@ -347,9 +347,28 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
             caller,
         )
     try:
-        check_model_guide_match(model_trace, guide_trace)
+        check_model_guide_match(model_trace, guiding_sites(model_trace, guide_trace))
     except ValueError as err:
         _refuse(model, str(err).rstrip("."), caller)
+
+
+def guiding_sites(model_trace: Any, guide_trace: Any) -> Any:
+    """``guide_trace`` for Pyro's ``check_model_guide_match``, without the sites that both it
+    and the model observe: a guide that runs the model (an ``AutoNormalMessenger``) records
+    the model's likelihood, which Pyro's ``Trace_ELBO`` leaves out of the guide's side (its
+    ``get_traces()``) rather than warn of a "non-auxiliary var in guide but not model"."""
+    shared = [
+        name
+        for name, site in guide_trace.nodes.items()
+        if site["type"] == "sample"
+        and site["is_observed"]
+        and model_trace.nodes.get(name, {}).get("is_observed")
+    ]
+    if not shared:
+        return guide_trace
+    kept = poutine.Trace()  # (what Pyro's check reads: the nodes; the guide's trace kept)
+    kept.nodes.update((n, site) for n, site in guide_trace.nodes.items() if n not in shared)
+    return kept
 
 
 def _is_discrete(fn: Any) -> bool:
@@ -359,6 +378,15 @@ def _is_discrete(fn: Any) -> bool:
         return bool(fn.support.is_discrete)
     except (AttributeError, NotImplementedError):
         return False
+
+
+class GuideMismatch(ValueError):
+    """A guide's trace, or posterior draws, that do not fit the model; ``problem`` says how,
+    without the way out."""
+
+    def __init__(self, message: str, problem: str):
+        super().__init__(message)
+        self.problem = problem
 
 
 def _refuse(model: Any, problem: str, caller: str, source: str | None = None) -> NoReturn:
@@ -373,4 +401,4 @@ def _refuse(model: Any, problem: str, caller: str, source: str | None = None) ->
             f"Pass the guide fitted with this model {any_model}, or posterior draws "
             "{site: (S, *shape)} of its latent sites"
         )
-    raise ValueError(f"{caller}: {lead} {name_of(model)}: {problem}. {fix}.")
+    raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {fix}.", problem)

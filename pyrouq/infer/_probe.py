@@ -14,12 +14,14 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import nn
+from torch.distributions import constraints
 
-from pyrouq._own_models import check_traces_match
+from pyrouq._own_models import GuideMismatch, check_traces_match
 from pyrouq._util import (
     ShardedOrder,
     global_streams_kept,
     has_latent_sites,
+    innermost_distribution,
     model_input,
     modes,
     module_device,
@@ -42,10 +44,55 @@ class OwnTargets:
     targets (a regression written in Pyro, as in Pyro's Bayesian-regression tutorial): the
     targets are the model's to judge (fit() trains with Pyro's validation off; the model may
     mask missing ones itself: a NaN it lets through shows as a non-finite loss), and there is
-    no training accuracy to count."""
+    no training accuracy to count. But where the model observes them as given (``obs=y``)
+    from a discrete distribution of fixed support (float labels of a ``Categorical``, 0./1. of
+    a ``Bernoulli``), targets outside it are refused, as Pyro's validation refuses them: with
+    it off, ``Categorical`` reads 0.5 as class 0 and ``Poisson`` takes 2.5 as a count."""
+
+    def __init__(self, fn: Any = None, where: str = ""):
+        self.support = _fixed_discrete_support(fn)
+        family = type(innermost_distribution(fn)).__name__
+        self.where = f"{where} ({family}: {_described(self.support)})" if fn is not None else ""
 
     def target_problem(self, y: torch.Tensor, num_outputs: int | None) -> str | None:
+        if self.support is None or not y.dtype.is_floating_point:
+            return None
+        try:
+            inside = self.support.check(y)
+            outside = y[~inside.expand(y.shape)]
+        except (RuntimeError, TypeError, ValueError):  # no elementwise check: none made
+            return None
+        if not outside.numel():
+            return None
+        return (
+            f"{outside.numel()} target(s) outside the support of {self.where}, e.g. "
+            f"{outside[:3].tolist()}: Pyro's validation refuses them, and with it off (as fit() "
+            "trains) the likelihood reads them as other values; give targets in that support"
+        )
+
+
+def _fixed_discrete_support(fn: Any) -> Any:
+    """``fn``'s support where it is discrete, checked value by value (not a ``Multinomial``'s
+    count vectors) and the same for every batch (no bound of one value per example, as a
+    ``Binomial``'s ``total_count`` may be); else None."""
+    try:
+        support = fn.support
+        discrete = bool(support.is_discrete) and support.event_dim == 0
+    except (AttributeError, NotImplementedError):
         return None
+    bounds = vars(support).values() if hasattr(support, "__dict__") else ()
+    if not discrete or any(torch.is_tensor(b) and b.numel() > 1 for b in bounds):
+        return None
+    return support
+
+
+def _described(support: Any) -> str:
+    low, high = getattr(support, "lower_bound", None), getattr(support, "upper_bound", None)
+    if low is not None and high is not None:
+        return f"integers in [{float(low):g}, {float(high):g}]"
+    if low is not None:
+        return f"integers >= {float(low):g}"
+    return "0 or 1" if support is constraints.boolean else str(support)
 
 
 class Probe:
@@ -115,10 +162,57 @@ class Probe:
                         ) from err
                 self.created_params = _unconstrained(capture.trace)
             if foreign:
-                self.created_params += _own_model_params(model, guide, x, y)
+                params, trace = _own_model_params(model, guide, x, y)
+                self.created_params += params
+                self._read_targets(model, trace, y)
+            elif guide is not None and _adopted(model, guide, held, stored)[0]:
+                with torch.no_grad(), pyro.validation_enabled(False):
+                    _replayed_check(model, guide, x, y)
+        except Exception as err:  # a guide (or model) that took another's parameters
+            taken, takers = _adopted(model, guide, held, stored)
+            if not taken:
+                raise
+            why = err.problem if isinstance(err, GuideMismatch) else f"{type(err).__name__}: {err}"
+            why = why.strip().splitlines()[0] if why.strip() else why  # (not Pyro's trace shapes)
+            raise ValueError(
+                f"{_adopted_text(taken, takers)} Those do not fit {type(model).__name__} "
+                f"({' '.join(why.split())}). Call "
+                "pyro.clear_param_store() before building this model and guide, or "
+                "pyro.settings.set(module_local_params=True) before building the models to "
+                "keep each one's parameters its own. Nothing was trained."
+            ) from err
         finally:
             restore_modes(was)
-        _warn_adopted(model, guide, held, stored)
+        taken, takers = _adopted(model, guide, held, stored)
+        if taken:
+            warn_caller(
+                f"{_adopted_text(taken, takers)} It starts from those values instead of its "
+                "own, and shares the tensors, so training it also changes the other one. Call "
+                "pyro.settings.set(module_local_params=True) before building the models to "
+                "keep each one's parameters its own (or pyro.clear_param_store() before "
+                "building this model and guide, if the other is no longer used); values you "
+                "loaded into the store to resume a run are taken as intended."
+            )
+
+    def _read_targets(self, model: nn.Module, trace: Any, y: torch.Tensor) -> None:
+        """What the model's ``"obs"`` site tells of the targets where it observes them as
+        given (``obs=y``): a ``Categorical``'s number of classes, so that labels outside them
+        are refused with the fix rather than by torch's index error, and real-valued ones
+        the discrete support they must keep (:class:`OwnTargets`)."""
+        site = trace.nodes.get("obs")
+        if site is None or site["type"] != "sample" or not site["is_observed"]:
+            return
+        value = site["value"]
+        if not torch.is_tensor(value) or value.dtype != y.dtype or value.shape != y.shape:
+            return
+        if not torch.equal(value, y):  # (the model observes something else than y)
+            return
+        if isinstance(self.likelihood, OwnTargets):
+            self.likelihood = OwnTargets(site["fn"], f"{type(model).__name__}'s 'obs' site")
+            return
+        family = innermost_distribution(site["fn"])
+        if isinstance(family, torch.distributions.Categorical) and self.num_classes is None:
+            self.num_classes = int(family.logits.shape[-1])
 
 
 def _module_params(model: Any, guide: Any) -> list[torch.Tensor]:
@@ -127,13 +221,16 @@ def _module_params(model: Any, guide: Any) -> list[torch.Tensor]:
     return [p for m in modules for p in m.parameters()]
 
 
-def _warn_adopted(model: nn.Module, guide: Any, held: set[int], stored: set[int]) -> None:
-    """Warn when the model or guide took, on its first call, parameters that Pyro's global
-    param store already held under the same names (``held``: the ids of the parameters they
-    held before; ``stored``: those of the store's): a ``PyroModule`` takes a stored value of
-    its parameter's name in place of its own, so a new ``AutoNormal`` of a second model of
-    the same class starts from the first fit's posterior and shares its tensors: training
-    one moves the other's guide."""
+def _adopted(
+    model: nn.Module, guide: Any, held: set[int], stored: set[int]
+) -> tuple[list[str], list[str]]:
+    """The names of the parameters that the model or guide took, on its first call, from Pyro's
+    global param store, which already held them under those names, and which of the two took
+    them (``held``: the ids of the parameters they held before; ``stored``: those of the
+    store's): a ``PyroModule`` takes a stored value of its parameter's name in place of its
+    own, so a new ``AutoNormal`` of a second model of the same class starts from the first
+    fit's posterior and shares its tensors (training one moves the other's guide), and one of
+    a model of other sizes gets tensors of the first one's shapes."""
     store = pyro.get_param_store()
     taken, takers = [], []
     for who, owner in ((type(model).__name__, model), (f"{type(model).__name__}'s guide", guide)):
@@ -144,40 +241,50 @@ def _warn_adopted(model: nn.Module, guide: Any, held: set[int], stored: set[int]
         ]
         taken += mine
         takers += [who] if mine else []
-    if not taken:
-        return
+    return taken, takers
+
+
+def _adopted_text(taken: list[str], takers: list[str]) -> str:
     shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
-    warn_caller(
+    return (
         f"fit(): {' and '.join(takers)} took {len(taken)} parameter(s) ({shown}) from "
         "Pyro's param store, which already held them under those names (another model's or "
-        "guide's: an AutoNormal of a model of the same class fitted before, say). It starts "
-        "from those values instead of its own, and shares the tensors, so training it also "
-        "changes the other one. Call pyro.settings.set(module_local_params=True) before "
-        "building the models to keep each one's parameters its own (or "
-        "pyro.clear_param_store() before building this model and guide, if the other is no "
-        "longer used); values you loaded into the store to resume a run are taken as intended."
+        "guide's: an AutoNormal of a model of the same class fitted before, say)."
     )
+
+
+def _replayed_check(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Run ``model(x, y)`` replayed on ``guide(x, y)`` and check their sites (a guide that
+    took another model's parameters from the store draws them in those shapes)."""
+    guide_trace = poutine.trace(guide).get_trace(x, y)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    check_traces_match(model_trace, guide_trace, "fit()", model)
 
 
 def _check_called_with_x_y(model: nn.Module) -> None:
     """Refuse a Pyro model of the user's own whose ``forward`` cannot be called as fit() and
     Pyro's SVI call it, ``model(x, y)``: a parameter named ``y`` elsewhere than second (``y``
     would fill the second, e.g. ``lengths``, and the likelihood go unobserved: Pyro then
-    blames a discrete latent site), or a third one without a default."""
+    blames a discrete latent site), a third one without a default, or no second one (a
+    ``forward(x)`` of the inputs alone: Python's bare "takes 2 positional arguments but 3 were
+    given")."""
     try:
         signature = inspect.signature(model.forward)
     except (TypeError, ValueError):  # a builtin or C forward: nothing to read
         return
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    positional = [p for p in signature.parameters.values() if p.kind in kinds]
+    params = signature.parameters.values()
+    positional = [p for p in params if p.kind in kinds]
     names = [p.name for p in positional]
     needed = [p.name for p in positional[2:] if p.default is inspect.Parameter.empty]
-    if needed or ("y" in names and names.index("y") != 1):
-        why = (
-            f"it also needs {', '.join(map(repr, needed))}"
-            if needed
-            else f"y would fill its parameter {names[1]!r}"
-        )
+    no_second = len(names) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params)
+    if needed or no_second or ("y" in names and names.index("y") != 1):
+        if needed:
+            why = f"it also needs {', '.join(map(repr, needed))}"
+        elif no_second:
+            why = "it takes no targets (a model of the inputs alone: take y and leave it unused)"
+        else:
+            why = f"y would fill its parameter {names[1]!r}"
         raise TypeError(
             f"fit() calls {type(model).__name__}(x, y), as Pyro's SVI calls a model, but its "
             f"forward{signature} takes them otherwise: {why}. Write forward(x, y=None) (the "
@@ -199,10 +306,13 @@ def _unconstrained(trace: Any) -> list[torch.Tensor]:
     return tensors
 
 
-def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor) -> list:
+def _own_model_params(
+    model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor
+) -> tuple[list, Any]:
     """The parameters a Pyro model of the user's own creates with ``pyro.param`` as it runs
     (trained with the rest, as Pyro's SVI does), once its sites are checked against the
-    guide's: a latent site the guide lacks or gives another shape is refused here."""
+    guide's: a latent site the guide lacks or gives another shape is refused here; and the
+    model's trace."""
     try:
         guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
         run = model if guide_trace is None else poutine.replay(model, trace=guide_trace)
@@ -228,7 +338,7 @@ def _own_model_params(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Te
             "is None: each step would draw them from their priors, with nothing to learn them. "
             "Pass a guide, e.g. pyro.infer.autoguide.AutoNormal(model)."
         )
-    return _unconstrained(capture.trace)
+    return _unconstrained(capture.trace), model_trace
 
 
 def _plate_hint(err: Exception, model: nn.Module, x: torch.Tensor) -> str:

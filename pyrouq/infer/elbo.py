@@ -29,6 +29,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._own_models import guiding_sites
 from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
@@ -269,7 +270,8 @@ class KLWeightedELBO(ELBO):
             *args, **kwargs
         )
         if is_validation_enabled():
-            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
+            guiding = guiding_sites(model_trace, guide_trace)
+            check_model_guide_match(model_trace, guiding, self.max_plate_nesting)
         return model_trace, guide_trace
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:

@@ -1,0 +1,228 @@
+"""A Pyro user's own model (PyroSample priors, obs in a subsampled plate) and autoguides through
+fit() and KLWeightedELBO: param-store clashes, forwards fit cannot call, messenger guides and
+targets outside the likelihood's support."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torch.nn.functional as F
+from pyro.infer import SVI, Trace_ELBO
+from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal, AutoNormalMessenger
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
+
+import pyrouq
+
+
+def sampled(layer: nn.Linear) -> nn.Linear:
+    out, inp = layer.weight.shape
+    layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand([out, inp]).to_event(2))
+    layer.bias = PyroSample(dist.Normal(0.0, 1.0).expand([out]).to_event(1))
+    return layer
+
+
+class BNN(PyroModule):
+    """Pyro's tutorial classifier: PyroSample weights, obs in plate("data", N, subsample)."""
+
+    def __init__(self, hidden: int = 8):
+        super().__init__()
+        self.fc1 = sampled(PyroModule[nn.Linear](4, hidden))
+        self.fc2 = sampled(PyroModule[nn.Linear](hidden, 3))
+        self.num_data = 48
+
+    def forward(self, x, y=None):
+        logits = self.fc2(F.relu(self.fc1(x)))
+        with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+class Counts(PyroModule):
+    """One linear predictor observed through ``likelihood(predictor)``: Poisson or Bernoulli."""
+
+    def __init__(self, likelihood):
+        super().__init__()
+        self.fc = sampled(PyroModule[nn.Linear](4, 1))
+        self.observe = likelihood
+        self.num_data = 48
+
+    def forward(self, x, y=None):
+        out = self.fc(x).squeeze(-1)
+        with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+            pyro.sample("obs", self.observe(out), obs=y)
+        return out
+
+
+def data(n=48, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def batches(x, y, size=24):
+    return [(x[i : i + size], y[i : i + size]) for i in range(0, len(x), size)]
+
+
+def fit(model, guide, x, y, **kw):
+    return pyrouq.fit(model, guide, batches(x, y), epochs=1, num_data=48, progress=False, **kw)
+
+
+# -- Pyro's global param store ----------------------------------------------------------------
+
+
+def _bayesian(hidden):
+    return pyrouq.bayesian(nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 3)))
+
+
+@pytest.mark.parametrize(
+    "build, autoguide, problem",
+    [
+        (BNN, AutoNormal, r"shapes disagree at site 'fc[12]\.(weight|bias)'"),
+        (BNN, AutoDiagonalNormal, r"RuntimeError: shape '\[16\]' is invalid"),
+        (_bayesian, AutoNormal, r"'0\.weight'.* \(16, 4\)"),
+    ],
+)
+def test_a_new_autoguide_that_took_another_sized_models_parameters_is_told_why(
+    build, autoguide, problem
+):
+    """A second model of the same class but other sizes, with a new autoguide, in the same
+    session: the autoguide took the first one's tensors from the param store by name. fit()
+    said "Pass a guide built for this model (AutoNormal(model) ...)", which the user had done
+    (AutoNormal), or gave torch's bare "shape '[16]' is invalid for input of size 3"
+    (AutoDiagonalNormal) or "The size of tensor a (8) must match ..." (pyrouq.bayesian)."""
+    x, y = data()
+    first = build(8)
+    fit(first, autoguide(first), x, y)
+    second = build(16)
+    with pytest.raises(ValueError, match=r"took \d+ parameter\(s\) \(") as err:
+        fit(second, autoguide(second), x, y)
+    message = str(err.value)
+    assert "from Pyro's param store" in message
+    assert "pyro.clear_param_store()" in message
+    assert "module_local_params=True" in message
+    assert "Pass a guide built for this model" not in message
+    assert f"do not fit {type(second).__name__} (" in message
+    assert re.search(problem, message)
+    pyro.clear_param_store()  # the way out it names
+    second = build(16)
+    assert fit(second, autoguide(second), x, y).steps == 2
+
+
+def test_a_new_autoguide_of_a_same_sized_model_is_still_warned_of_not_refused():
+    x, y = data()
+    first = BNN()
+    fit(first, AutoNormal(first), x, y)
+    second = BNN()
+    with pytest.warns(UserWarning, match=r"BNN's guide took 8 parameter\(s\).*shares the tensors"):
+        fit(second, AutoNormal(second), x, y)
+
+
+# -- forwards that fit() cannot call as model(x, y) ----------------------------------------
+
+
+def test_a_forward_of_the_inputs_alone_is_refused_before_training_naming_y():
+    """fit() calls model(x, y): a PyroModule whose forward takes x alone failed with Python's
+    bare "forward() takes 2 positional arguments but 3 were given"."""
+
+    class InputsOnly(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.num_data = 48
+
+        def forward(self, x):
+            mu = pyro.sample("mu", dist.Normal(torch.zeros(4), 1.0).to_event(1))
+            with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+                pyro.sample("obs", dist.Normal(mu, 1.0).to_event(1), obs=x)
+            return mu
+
+    x, y = data()
+    model = InputsOnly()
+    with pytest.raises(TypeError, match=r"forward\(x\) takes them otherwise: it takes no targets"):
+        fit(model, AutoNormal(model), x, y)
+
+
+# -- guides that run the model (pyro.infer.autoguide's messenger guides) ---------------------
+
+
+def test_a_messenger_guide_trains_without_a_false_guide_site_warning():
+    """AutoNormalMessenger runs the model inside the guide, so the guide's trace holds the
+    model's observed 'obs'. Pyro's Trace_ELBO leaves it out (GuideMessenger.get_traces);
+    KLWeightedELBO in SVI and fit() warned "Found non-auxiliary vars in guide but not model,
+    consider marking these infer={'is_auxiliary': True}: {'obs'}" at every run."""
+    x, y = data()
+    model = BNN()
+    guide = AutoNormalMessenger(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), pyrouq.KLWeightedELBO(1.0))
+        svi.step(x[:24], y[:24])
+        fit(model, guide, x, y)
+    pyro.set_rng_seed(3)
+    ours = pyrouq.KLWeightedELBO(1.0).loss(model, guide, x[:24], y[:24])
+    pyro.set_rng_seed(3)
+    pyros = Trace_ELBO().loss(model, guide, x[:24], y[:24])
+    assert ours == pytest.approx(pyros, rel=1e-6)
+
+
+# -- targets outside the model's likelihood ---------------------------------------------------
+
+
+@pytest.mark.parametrize("shift, low, high", [(2, 2, 4), (-1, -1, 1)])
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_labels_outside_an_own_classifiers_classes_are_refused_before_training(
+    shift, low, high, in_memory
+):
+    """The model's Categorical 'obs' states C = 3: fit() failed on torch's "index 4 is out of
+    bounds for dimension 1 with size 3" (or "index -1"), naming no label."""
+    x, y = data()
+    model = BNN()
+    loader = pyrouq.ArrayLoader(x, y + shift, batch_size=24) if in_memory else batches(x, y + shift)
+    with pytest.raises(
+        ValueError,
+        match=rf"labels in \[{low}, {high}\], expected class indices in \[0, 2\] for a model with "
+        r"3 classes",
+    ):
+        pyrouq.fit(model, AutoNormal(model), loader, epochs=1, num_data=48, progress=False)
+
+
+@pytest.mark.parametrize(
+    "family, targets, described, shown",
+    [
+        ("categorical", lambda y: y.float() + 0.5, "Categorical: integers in [0, 2]", "0.5"),
+        ("poisson", lambda y: y.float() + 0.5, "Poisson: integers >= 0", "0.5"),
+        ("bernoulli", lambda y: y.float(), "Bernoulli: 0 or 1", "2.0"),
+    ],
+)
+def test_real_valued_targets_outside_a_discrete_likelihoods_support_are_refused(
+    family, targets, described, shown
+):
+    """fit() trains with Pyro's validation off, which would have refused these: a Categorical
+    read 0.5 as class 0 and 2.5 as class 2, a Poisson took 2.5 as a count, a Bernoulli a 2
+    as a label, and fit() trained on them without a word."""
+    x, y = data()
+    if family == "categorical":
+        model = BNN()
+    else:
+        make = dist.Poisson if family == "poisson" else dist.Bernoulli
+        model = Counts(
+            (lambda out: make(out.exp())) if family == "poisson" else (lambda o: make(logits=o))
+        )
+    with pytest.raises(ValueError, match=r"target\(s\) outside the support of") as err:
+        fit(model, AutoNormal(model), x, targets(y))
+    message = str(err.value)
+    assert f"'s 'obs' site ({described})" in message
+    assert f"e.g. [{shown}" in message
+    assert "give targets in that support" in message
+
+
+def test_real_valued_targets_inside_a_discrete_support_still_train():
+    x, y = data()
+    model = BNN()
+    assert fit(model, AutoNormal(model), x, y.float()).history[0].loss > 0  # as Pyro takes them
+    model = Counts(lambda o: dist.Bernoulli(logits=o))
+    assert fit(model, AutoNormal(model), x, (y > 0).float()).history[0].loss > 0
