@@ -226,3 +226,29 @@ def test_real_valued_targets_inside_a_discrete_support_still_train():
     assert fit(model, AutoNormal(model), x, y.float()).history[0].loss > 0  # as Pyro takes them
     model = Counts(lambda o: dist.Bernoulli(logits=o))
     assert fit(model, AutoNormal(model), x, (y > 0).float()).history[0].loss > 0
+
+
+class _RaisesItsOwn(nn.Module):
+    def __init__(self, error):
+        super().__init__()
+        self.fc = nn.Linear(2, 3)
+        self.error = error
+
+    def forward(self, x):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("my own check: x must be standardised"), NotImplementedError("no half here")],
+)
+def test_fit_passes_a_networks_own_error_through_unchanged(error):
+    # fit()'s first pass restated every RuntimeError as a ValueError about the loader's shapes
+    model = pyrouq.bayesian(_RaisesItsOwn(error))
+    loader = pyrouq.ArrayLoader(torch.randn(8, 2), torch.randint(0, 3, (8,)), 4, seed=0)
+    with pytest.raises(type(error), match=f"^{re.escape(str(error))}$"):
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1, progress=False)
+    # torch's own shape error is still restated, naming x
+    shaped = pyrouq.bayesian(nn.Linear(5, 3))
+    with pytest.raises(ValueError, match=r"failed on the first examples of train_loader \(x of "):
+        pyrouq.fit(shaped, pyrouq.mean_field_guide(shaped), loader, epochs=1, progress=False)

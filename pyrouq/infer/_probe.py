@@ -22,6 +22,7 @@ from pyrouq._util import (
     global_streams_kept,
     has_latent_sites,
     innermost_distribution,
+    input_mismatch,
     model_input,
     modes,
     module_device,
@@ -139,6 +140,8 @@ class Probe:
                     try:
                         size = _output_size(model, x, self.likelihood, foreign)
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
+                        if not input_mismatch(err):  # the network's own, a CUDA error, ...
+                            raise
                         raise ValueError(
                             f"fit(): {type(model).__name__} failed on the first examples of "
                             f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "
