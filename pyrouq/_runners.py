@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 from pyro import poutine
+from pyro.infer.autoguide import AutoGuide
+from pyro.poutine.guide import GuideMessenger
 from torch import Tensor, nn
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
@@ -103,7 +105,17 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
     whose name messages give and whose ``num_data`` makes room for ``x``."""
     owner = model if owner is None else owner
     with own_models.room_for(owner, x.shape[0]):
-        trace = poutine.trace(model).get_trace(x)
+        try:
+            trace = poutine.trace(model).get_trace(x)
+        except TypeError as err:  # forward(x, y): y without a default
+            if "required positional argument" not in str(err):
+                raise
+            raise TypeError(
+                f"{own_models.name_of(owner)} cannot run on the inputs alone ({err}): "
+                "predictions run the model as model(x), without targets, as Pyro's Predictive "
+                "does. Write forward(x, y=None) (the contract of DESIGN.md and Pyro's models: "
+                "observe y where it is given, sample it where it is None)."
+            ) from err
     recorded = "logits" in trace.nodes
     out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
     own_models.check_logits(owner, out, x.shape[0], recorded)
@@ -137,7 +149,7 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     draws: dict[str, Tensor] = {}
     counts: dict[str, int] = {}
     for _ in range(num_samples):
-        trace = poutine.trace(guide).get_trace(*args)
+        trace = _guide_trace(guide, args)
         for name, site in trace.nodes.items():
             auxiliary = (site.get("infer") or {}).get("is_auxiliary", False)
             if site["type"] == "sample" and not site["is_observed"] and not auxiliary:
@@ -154,6 +166,29 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
                 draws[name][counts[name]] = value
                 counts[name] += 1
     return {name: values[: counts[name]] for name, values in draws.items()}
+
+
+def _guide_trace(guide: Any, args: tuple) -> Any:
+    """One trace of ``guide(*args)``, or a clear error for an autoguide that has never run
+    (it traces the model on x alone to find its sites, and meets the likelihood unobserved)
+    or one that runs the model at every call (a ``GuideMessenger``: AutoNormalMessenger)."""
+    try:
+        return poutine.trace(guide).get_trace(*args)
+    except (ValueError, NotImplementedError) as err:
+        unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
+        if not (unbuilt or isinstance(guide, GuideMessenger)):
+            raise
+        how = (
+            "has not run yet: it would trace the model on the inputs alone to find its sites, "
+            "where the model samples its targets. Run it once on training data first, "
+            "guide(x_train[:2], y_train[:2]), as fit() and SVI do (parameters loaded into "
+            "Pyro's param store are then taken)"
+            if unbuilt
+            else "runs the model at every call, and predictions have no targets to give it, "
+            "nor has Pyro's Predictive; fit an AutoNormal (or pyrouq.mean_field_guide) "
+            "for predict()"
+        )
+        raise ValueError(f"predict(): the guide {type(guide).__name__} {how}.") from err
 
 
 def _refuse_prior_weights(model: Any, x: Tensor) -> None:

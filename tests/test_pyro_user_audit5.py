@@ -252,3 +252,47 @@ def test_fit_passes_a_networks_own_error_through_unchanged(error):
     shaped = pyrouq.bayesian(nn.Linear(5, 3))
     with pytest.raises(ValueError, match=r"failed on the first examples of train_loader \(x of "):
         pyrouq.fit(shaped, pyrouq.mean_field_guide(shaped), loader, epochs=1, progress=False)
+
+
+class _Classifier(PyroModule):
+    def __init__(self):
+        super().__init__()
+        self.fc = PyroModule[nn.Linear](2, 3)
+        self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 2]).to_event(2))
+        self.fc.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+
+    def forward(self, x, y=None):
+        logits = self.fc(x)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+class _TargetsRequired(_Classifier):
+    def forward(self, x, y):  # no default: fit() runs, predictions cannot
+        return super().forward(x, y)
+
+
+def test_predict_tells_how_to_use_a_guide_that_never_ran_or_runs_the_model():
+    # Pyro's "Continuous inference cannot handle discrete sample site 'obs'" and its advice
+    # to enumerate or hide the site, which do not apply
+    pyro.clear_param_store()
+    model, x = _Classifier(), torch.randn(6, 2)
+    advice = r"Run it once on training data first, guide\(x_train\[:2\], y_train\[:2\]\)"
+    with pytest.raises(ValueError, match=r"the guide AutoNormal has not run yet: .* " + advice):
+        pyrouq.predict(model, x, AutoNormal(model), num_samples=2, progress=False)
+    guide = AutoNormal(model)
+    guide(x, torch.randint(0, 3, (6,)))  # the advice, taken: predictions run
+    assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
+    with pytest.raises(ValueError, match=r"AutoNormalMessenger runs the model at every call"):
+        pyrouq.predict(model, x, AutoNormalMessenger(model), num_samples=2, progress=False)
+
+
+def test_predict_of_a_forward_whose_targets_have_no_default_names_the_contract():
+    pyro.clear_param_store()
+    model, x = _TargetsRequired(), torch.randn(6, 2)
+    guide = AutoNormal(model)
+    guide(x, torch.randint(0, 3, (6,)))
+    with pytest.raises(TypeError, match=r"_TargetsRequired cannot run on the inputs alone .*"
+                       r"Write forward\(x, y=None\)"):  # fmt: skip
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
