@@ -164,3 +164,32 @@ class EnumeratedMixture(PyroModule):
         with pyro.plate("data", 20, subsample_size=len(x)):
             z = pyro.sample("z", dist.Bernoulli(0.5))
             pyro.sample("y", dist.Normal(locs[z.long()], 1.0), obs=y)
+
+
+class PyroClassifier(PyroModule):
+    """A Pyro user's own Bayesian softmax regression (DESIGN.md's model contract): a
+    :func:`sampled_linear` layer with a Normal(0, 1) bias, a ``"data"`` plate and an ``"obs"``
+    Categorical site."""
+
+    def __init__(self, in_features=2, num_classes=3):
+        super().__init__()
+        self.fc = sampled_linear(in_features, num_classes, bias_scale=1.0)
+
+    def forward(self, x, y=None):
+        logits = self.fc(x)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+class RaisesItsOwn(nn.Module):
+    """A network whose forward raises ``error``, an error of its own (none about its inputs'
+    shape), with a ``Linear(2, out_features)`` to convert."""
+
+    def __init__(self, error, out_features=1):
+        super().__init__()
+        self.fc = nn.Linear(2, out_features)
+        self.error = error
+
+    def forward(self, x):
+        raise self.error

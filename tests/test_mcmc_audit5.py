@@ -8,6 +8,7 @@ import re
 import pyro.distributions as dist
 import pytest
 import torch
+from _toy import RaisesItsOwn
 from torch import nn
 
 from pyrouq import Gaussian, MCMCResult, bayesian, mcmc, predict
@@ -95,24 +96,12 @@ def test_inputs_the_network_does_not_take_are_named_with_their_shape(shape):
     assert model.training and model.num_data is None  # left as it came
 
 
-class _Refuses(nn.Module):
-    """A forward that raises errors of its own (not about the inputs' shape)."""
-
-    def __init__(self, error):
-        super().__init__()
-        self.fc = nn.Linear(2, 1)
-        self.error = error
-
-    def forward(self, x):
-        raise self.error
-
-
 @pytest.mark.parametrize(
     "error",
     [RuntimeError("my own check: x must be standardised"), NotImplementedError("no half here")],
 )
 def test_an_error_of_the_networks_own_passes_through_unchanged(error):
     # the wrap restated every RuntimeError as a ValueError about x's shape
-    model = bayesian(_Refuses(error), likelihood=Gaussian(0.3))
+    model = bayesian(RaisesItsOwn(error), likelihood=Gaussian(0.3))
     with pytest.raises(type(error), match=f"^{re.escape(str(error))}$"):
         mcmc(model, torch.randn(15, 2), torch.randn(15), 3, 3, 1, seed=0, progress=False)

@@ -12,6 +12,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import PyroClassifier, RaisesItsOwn
 from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal, AutoNormalMessenger
 from pyro.nn import PyroModule, PyroSample
@@ -228,23 +229,13 @@ def test_real_valued_targets_inside_a_discrete_support_still_train():
     assert fit(model, AutoNormal(model), x, (y > 0).float()).history[0].loss > 0
 
 
-class _RaisesItsOwn(nn.Module):
-    def __init__(self, error):
-        super().__init__()
-        self.fc = nn.Linear(2, 3)
-        self.error = error
-
-    def forward(self, x):
-        raise self.error
-
-
 @pytest.mark.parametrize(
     "error",
     [RuntimeError("my own check: x must be standardised"), NotImplementedError("no half here")],
 )
 def test_fit_passes_a_networks_own_error_through_unchanged(error):
     # fit()'s first pass restated every RuntimeError as a ValueError about the loader's shapes
-    model = pyrouq.bayesian(_RaisesItsOwn(error))
+    model = pyrouq.bayesian(RaisesItsOwn(error, out_features=3))
     loader = pyrouq.ArrayLoader(torch.randn(8, 2), torch.randint(0, 3, (8,)), 4, seed=0)
     with pytest.raises(type(error), match=f"^{re.escape(str(error))}$"):
         pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1, progress=False)
@@ -254,21 +245,7 @@ def test_fit_passes_a_networks_own_error_through_unchanged(error):
         pyrouq.fit(shaped, pyrouq.mean_field_guide(shaped), loader, epochs=1, progress=False)
 
 
-class _Classifier(PyroModule):
-    def __init__(self):
-        super().__init__()
-        self.fc = PyroModule[nn.Linear](2, 3)
-        self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 2]).to_event(2))
-        self.fc.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
-
-    def forward(self, x, y=None):
-        logits = self.fc(x)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-        return logits
-
-
-class _TargetsRequired(_Classifier):
+class _TargetsRequired(PyroClassifier):
     def forward(self, x, y):  # no default: fit() runs, predictions cannot
         return super().forward(x, y)
 
@@ -277,7 +254,7 @@ def test_predict_tells_how_to_use_a_guide_that_never_ran_or_runs_the_model():
     # Pyro's "Continuous inference cannot handle discrete sample site 'obs'" and its advice
     # to enumerate or hide the site, which do not apply
     pyro.clear_param_store()
-    model, x = _Classifier(), torch.randn(6, 2)
+    model, x = PyroClassifier(), torch.randn(6, 2)
     advice = r"Run it once on training data first, guide\(x_train\[:2\], y_train\[:2\]\)"
     with pytest.raises(ValueError, match=r"the guide AutoNormal has not run yet: .* " + advice):
         pyrouq.predict(model, x, AutoNormal(model), num_samples=2, progress=False)

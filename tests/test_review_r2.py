@@ -7,11 +7,10 @@ import os
 import signal
 
 import pyro
-import pyro.distributions as dist
 import pytest
 import torch
+from _toy import PyroClassifier
 from pyro.infer.autoguide import AutoNormal
-from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
 import pyrouq
@@ -84,20 +83,6 @@ def test_diagnostics_in_one_autocast_block_run_the_current_weights(check):
 # -- PSISResult's k-hat where it rounds up to a threshold ---------------------------------------
 
 
-class _Softmax(PyroModule):
-    def __init__(self):
-        super().__init__()
-        self.fc = PyroModule[nn.Linear](6, 3)
-        self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([3, 6]).to_event(2))
-        self.fc.bias = PyroSample(dist.Normal(0.0, 1.0).expand([3]).to_event(1))
-
-    def forward(self, x, y=None):
-        logits = self.fc(x)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-        return logits
-
-
 @pytest.mark.parametrize(
     ("k", "shown", "reading"),
     [(0.4996, "k_hat=0.4996,", "good (k-hat 0.4996 < 0.5)"), (0.6997, "k_hat=0.6997,", "ok (")],
@@ -110,7 +95,7 @@ def test_psis_result_repr_does_not_round_k_hat_up_to_its_threshold(monkeypatch, 
 
     monkeypatch.setattr(arviz, "psislw", lambda lw, reff: (lw - lw.max(), k))
     x, y = _data()
-    model = _Softmax()
+    model = PyroClassifier(6, 3)
     guide = AutoNormal(model)
     result = pyrouq.psis_diagnostic(model, guide, x, y, num_samples=25)
     assert result.k_hat == k
