@@ -24,12 +24,12 @@ import torch
 from torch import Tensor
 
 from pyrouq._conformal_scores import (
+    _adaptive_scores,
     _check_alpha,
     _intervals,
     _labels_of,
     _last_inside,
     _quantile,
-    _ranked,
     _regression_scores,
     _sets,
     check_alpha_field,
@@ -342,15 +342,11 @@ class ConformalClassifier:
             )
         if self.score == "lac":
             return 1.0 - pbar
-        _, before, ranks = _ranked(pbar)
         if seed is not None:
             seed = check_seed(seed, "ConformalClassifier.scores()")
         generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
         u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64).to(pbar.device)
-        out = before + u * pbar
-        if self.score == "raps":
-            out = out + self.lam * (ranks - self.k_reg).clamp_min(0).double()
-        return out
+        return _adaptive_scores(pbar, u, self.lam if self.score == "raps" else None, self.k_reg)
 
     def predict_sets(self, preds: Predictions, *, seed: int | None = None) -> Tensor:
         """``(N, C)`` booleans: class c is in the set of input n. APS and RAPS draw their
@@ -502,7 +498,8 @@ def conformal(
     seed = check_seed(seed, "conformal()")
     if not is_real(lam) or not 0 <= lam < math.inf:
         raise ValueError(
-            f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}{tensor_hint(lam)}."
+            f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}{tensor_hint(lam)}: "
+            "pass a finite number (0: no penalty, the APS score)."
         )
     if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(
