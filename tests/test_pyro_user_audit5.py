@@ -4,6 +4,7 @@ targets outside the likelihood's support."""
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 
@@ -85,9 +86,10 @@ def _bayesian(hidden):
     [
         (BNN, AutoNormal, r"shapes disagree at site 'fc[12]\.(weight|bias)'"),
         (BNN, AutoDiagonalNormal, r"RuntimeError: shape '\[16\]' is invalid"),
-        (_bayesian, AutoNormal, r"'0\.weight'.* \(16, 4\)"),
+        (_bayesian, AutoNormal, r"\(the guide draws site '0\.weight' of shape \(8, 4\), the "
+         r"model samples it of shape \(16, 4\)\)\. Call"),
     ],
-)
+)  # fmt: skip
 def test_a_new_autoguide_that_took_another_sized_models_parameters_is_told_why(
     build, autoguide, problem
 ):
@@ -144,6 +146,14 @@ def test_a_forward_of_the_inputs_alone_is_refused_before_training_naming_y():
     x, y = data()
     model = InputsOnly()
     with pytest.raises(TypeError, match=r"forward\(x\) takes them otherwise: it takes no targets"):
+        fit(model, AutoNormal(model), x, y)
+
+    class KeywordOnly(InputsOnly):
+        def forward(self, x, *, y=None):
+            return super().forward(x)
+
+    model = KeywordOnly()
+    with pytest.raises(TypeError, match=r"its y is keyword-only, and fit\(\) passes it second"):
         fit(model, AutoNormal(model), x, y)
 
 
@@ -227,6 +237,47 @@ def test_real_valued_targets_inside_a_discrete_support_still_train():
     assert fit(model, AutoNormal(model), x, y.float()).history[0].loss > 0  # as Pyro takes them
     model = Counts(lambda o: dist.Bernoulli(logits=o))
     assert fit(model, AutoNormal(model), x, (y > 0).float()).history[0].loss > 0
+
+
+class _TakesItsOwn(PyroModule):
+    """A Bernoulli/Binomial 'obs' the model judges itself: soft labels with validate_args=False,
+    labels -1 masked as missing, or a count bound per example (the inputs' last column)."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.fc = sampled(PyroModule[nn.Linear](4, 1))
+        self.kind = kind
+
+    def forward(self, x, y=None):
+        out = self.fc(x).squeeze(-1)
+        with pyro.plate("data", 48, subsample_size=x.shape[0]):
+            if self.kind == "soft":
+                fn = dist.Bernoulli(logits=out, validate_args=False)
+            elif self.kind == "masked":
+                fn = dist.Bernoulli(logits=out).mask(y >= 0 if y is not None else True)
+            else:
+                fn = dist.Binomial(x[:, -1].round().abs() + 1, logits=out)
+            pyro.sample("obs", fn, obs=y)
+        return out
+
+
+@pytest.mark.parametrize("kind", ["soft", "masked", "per_example"])
+def test_targets_the_model_takes_itself_are_not_judged_by_the_support(kind):
+    """Pyro's SVI trains these, and fit() did before its support check refused them: soft
+    labels under validate_args=False, missing labels masked out, and a per-example count
+    bound read from a first batch of one example (its bound then held for every batch)."""
+    x, y = data()
+    if kind == "soft":
+        t = x[:, 0].sigmoid()
+    elif kind == "masked":
+        t = torch.where(y == 2, -1.0, (y > 0).float())
+    else:
+        x[:, -1] = torch.where(torch.arange(48) == 0, 0.0, 8.0)  # bounds 1, then 9
+        t = torch.where(torch.arange(48) == 0, 1.0, 5.0)
+    model = _TakesItsOwn(kind)
+    loader = [(x[:1], t[:1]), (x[1:], t[1:])]
+    result = pyrouq.fit(model, AutoNormal(model), loader, epochs=1, num_data=48, progress=False)
+    assert math.isfinite(result.history[0].loss)
 
 
 @pytest.mark.parametrize(

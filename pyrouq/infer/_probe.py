@@ -12,6 +12,7 @@ from typing import Any
 import pyro
 import torch
 from pyro import poutine
+from pyro.distributions import MaskedDistribution
 from pyro.poutine.util import site_is_subsample
 from torch import nn
 from torch.distributions import constraints
@@ -47,13 +48,15 @@ class OwnTargets:
     mask missing ones itself: a NaN it lets through shows as a non-finite loss), and there is
     no training accuracy to count. But where the model observes them as given (``obs=y``)
     from a discrete distribution of fixed support (float labels of a ``Categorical``, 0./1. of
-    a ``Bernoulli``), targets outside it are refused, as Pyro's validation refuses them: with
-    it off, ``Categorical`` reads 0.5 as class 0 and ``Poisson`` takes 2.5 as a count."""
+    a ``Bernoulli``), targets outside it are refused, as Pyro's validation refuses them (with
+    it off, ``Categorical`` reads 0.5 as class 0); not where the model opts out itself
+    (``validate_args=False``: soft labels), masks the site, or bounds it per example."""
 
     def __init__(self, fn: Any = None, where: str = ""):
         self.support = _fixed_discrete_support(fn)
         family = type(innermost_distribution(fn)).__name__
         self.where = f"{where} ({family}: {_described(self.support)})" if fn is not None else ""
+        self.reading = ", and a Categorical reads 0.5 as class 0" if family == "Categorical" else ""
 
     def target_problem(self, y: torch.Tensor, num_outputs: int | None) -> str | None:
         if self.support is None or not y.dtype.is_floating_point:
@@ -67,8 +70,9 @@ class OwnTargets:
             return None
         return (
             f"{outside.numel()} target(s) outside the support of {self.where}, e.g. "
-            f"{outside[:3].tolist()}: Pyro's validation refuses them, and with it off (as fit() "
-            "trains) the likelihood reads them as other values; give targets in that support"
+            f"{outside[:3].tolist()}: Pyro's validation refuses them (fit() trains with it off"
+            f"{self.reading}); give targets in that support, or build the distribution with "
+            "validate_args=False to have them taken as they are"
         )
 
 
@@ -82,8 +86,12 @@ def _fixed_discrete_support(fn: Any) -> Any:
     except (AttributeError, NotImplementedError):
         return None
     bounds = vars(support).values() if hasattr(support, "__dict__") else ()
-    if not discrete or any(torch.is_tensor(b) and b.numel() > 1 for b in bounds):
+    if not discrete or any(torch.is_tensor(b) and b.dim() > 0 for b in bounds):
         return None
+    while fn is not None:  # a mask, or validation turned off by the model itself: no check
+        if isinstance(fn, MaskedDistribution) or vars(fn).get("_validate_args") is False:
+            return None
+        fn = getattr(fn, "base_dist", None)
     return support
 
 
@@ -208,8 +216,8 @@ class Probe:
         value = site["value"]
         if not torch.is_tensor(value) or value.dtype != y.dtype or value.shape != y.shape:
             return
-        if not torch.equal(value, y):  # (the model observes something else than y)
-            return
+        if not torch.equal(value, y) or site["mask"] is not None:  # (something else than y,
+            return  # or some of it masked: poutine.mask)
         if isinstance(self.likelihood, OwnTargets):
             self.likelihood = OwnTargets(site["fn"], f"{type(model).__name__}'s 'obs' site")
             return
@@ -260,6 +268,17 @@ def _replayed_check(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tens
     """Run ``model(x, y)`` replayed on ``guide(x, y)`` and check their sites (a guide that
     took another model's parameters from the store draws them in those shapes)."""
     guide_trace = poutine.trace(guide).get_trace(x, y)
+    model_trace = poutine.trace(model).get_trace(x, y)  # (its own draws: shapes to compare)
+    for name, site in model_trace.nodes.items():
+        drawn = guide_trace.nodes.get(name)
+        if site["type"] != "sample" or site["is_observed"] or drawn is None:
+            continue
+        if drawn["value"].shape != site["value"].shape:
+            problem = (
+                f"the guide draws site {name!r} of shape {tuple(drawn['value'].shape)}, the "
+                f"model samples it of shape {tuple(site['value'].shape)}"
+            )
+            raise GuideMismatch(problem, problem)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
     check_traces_match(model_trace, guide_trace, "fit()", model)
 
@@ -284,6 +303,8 @@ def _check_called_with_x_y(model: nn.Module) -> None:
     if needed or no_second or ("y" in names and names.index("y") != 1):
         if needed:
             why = f"it also needs {', '.join(map(repr, needed))}"
+        elif no_second and "y" in signature.parameters:
+            why = "its y is keyword-only, and fit() passes it second, by position"
         elif no_second:
             why = "it takes no targets (a model of the inputs alone: take y and leave it unused)"
         else:
