@@ -270,13 +270,14 @@ def _replayed_check(model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tens
     guide_trace = poutine.trace(guide).get_trace(x, y)
     model_trace = poutine.trace(model).get_trace(x, y)  # (its own draws: shapes to compare)
     for name, site in model_trace.nodes.items():
-        drawn = guide_trace.nodes.get(name)
+        drawn: Any = guide_trace.nodes.get(name, {}).get("value")
         if site["type"] != "sample" or site["is_observed"] or drawn is None:
             continue
-        if drawn["value"].shape != site["value"].shape:
+        value: Any = site["value"]
+        if drawn.shape != value.shape:
             problem = (
-                f"the guide draws site {name!r} of shape {tuple(drawn['value'].shape)}, the "
-                f"model samples it of shape {tuple(site['value'].shape)}"
+                f"the guide draws site {name!r} of shape {tuple(drawn.shape)}, the model "
+                f"samples it of shape {tuple(value.shape)}"
             )
             raise GuideMismatch(problem, problem)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
