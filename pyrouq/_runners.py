@@ -4,6 +4,7 @@ weight draws), and how many weight draws it holds at once."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -108,8 +109,8 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
         try:
             trace = poutine.trace(model).get_trace(x)
         except TypeError as err:  # forward(x, y): y without a default
-            if "required positional argument" not in str(err):
-                raise
+            if _takes_inputs_alone(owner, x):
+                raise  # an error from inside the forward, not of its signature
             raise TypeError(
                 f"{own_models.name_of(owner)} cannot run on the inputs alone ({err}): "
                 "predictions run the model as model(x), without targets, as Pyro's Predictive "
@@ -120,6 +121,18 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
     out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
     own_models.check_logits(owner, out, x.shape[0], recorded)
     return out
+
+
+def _takes_inputs_alone(owner: Any, x: Tensor) -> bool:
+    """Whether the signature of ``owner``'s forward takes ``x`` alone (True where it cannot
+    be read)."""
+    try:
+        inspect.signature(getattr(owner, "forward", owner)).bind(x)
+    except TypeError:
+        return False
+    except ValueError:  # (a builtin: no signature to read)
+        pass
+    return True
 
 
 def _sampled_directly(guide: Any) -> bool:
@@ -176,7 +189,8 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
         return poutine.trace(guide).get_trace(*args)
     except (ValueError, NotImplementedError) as err:
         unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
-        if not (unbuilt or isinstance(guide, GuideMessenger)):
+        unobserved = "discrete sample site" in str(err)  # the targets, sampled without y
+        if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
             raise
         how = (
             "has not run yet: it would trace the model on the inputs alone to find its sites, "
@@ -185,10 +199,11 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
             "Pyro's param store are then taken)"
             if unbuilt
             else "runs the model at every call, and predictions have no targets to give it, "
-            "nor has Pyro's Predictive; fit an AutoNormal (or pyrouq.mean_field_guide) "
-            "for predict()"
+            "nor has Pyro's Predictive; build it on the model with its targets hidden, "
+            "AutoNormalMessenger(poutine.block(model, hide=['obs'])), or fit an AutoNormal"
         )
-        raise ValueError(f"predict(): the guide {type(guide).__name__} {how}.") from err
+        first = " ".join(str(err).split(". ")[0].split())
+        raise ValueError(f"predict(): the guide {type(guide).__name__} {how} ({first}).") from err
 
 
 def _refuse_prior_weights(model: Any, x: Tensor) -> None:

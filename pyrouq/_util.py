@@ -531,7 +531,13 @@ def restore_modes(saved: list[tuple[nn.Module, bool]]) -> None:
         module.training = training
 
 
-_MISMATCH = re.compile(r"shape|size|mat1 and mat2|channel|dim|dtype|scalar type|expected", re.I)
+_MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
+    r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
+    r"expected input\[|to have \d+ channels|Expected \d+D|input size|input dimension|"
+    r"is invalid for input of size|shape '\[|normalized_shape|should be the same|same device|"
+    r"dtype|scalar type|value per channel|index out of range|Given groups",
+    re.I,
+)
 
 
 def input_mismatch(err: BaseException) -> bool:

@@ -98,7 +98,11 @@ def test_inputs_the_network_does_not_take_are_named_with_their_shape(shape):
 
 @pytest.mark.parametrize(
     "error",
-    [RuntimeError("my own check: x must be standardised"), NotImplementedError("no half here")],
+    [
+        RuntimeError("my own check: x must be standardised"),
+        RuntimeError("Expected setup() to be called before forward()"),  # 'Expected': not torch's
+        NotImplementedError("no half here"),
+    ],
 )
 def test_an_error_of_the_networks_own_passes_through_unchanged(error):
     # the wrap restated every RuntimeError as a ValueError about x's shape

@@ -282,7 +282,11 @@ def test_targets_the_model_takes_itself_are_not_judged_by_the_support(kind):
 
 @pytest.mark.parametrize(
     "error",
-    [RuntimeError("my own check: x must be standardised"), NotImplementedError("no half here")],
+    [
+        RuntimeError("my own check: x must be standardised"),
+        RuntimeError("Expected setup() to be called before forward()"),  # 'Expected': not torch's
+        NotImplementedError("no half here"),
+    ],
 )
 def test_fit_passes_a_networks_own_error_through_unchanged(error):
     # fit()'s first pass restated every RuntimeError as a ValueError about the loader's shapes
@@ -324,3 +328,33 @@ def test_predict_of_a_forward_whose_targets_have_no_default_names_the_contract()
     with pytest.raises(TypeError, match=r"_TargetsRequired cannot run on the inputs alone .*"
                        r"Write forward\(x, y=None\)"):  # fmt: skip
         pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+
+
+class _HelperMissesAnArgument(PyroClassifier):
+    def helper(self, logits, scale):
+        return logits * scale
+
+    def forward(self, x, y=None):
+        return self.helper(super().forward(x, y))  # the user's own bug, inside the forward
+
+
+class _RefusesLargeInputs(PyroClassifier):
+    def forward(self, x, y=None):
+        if x.abs().max() > 50:
+            raise ValueError("this model expects standardised inputs")
+        return super().forward(x, y)
+
+
+def test_errors_from_inside_a_model_are_not_relabelled_as_its_contract_or_its_guides():
+    # an inner call's TypeError was told "Write forward(x, y=None)", which it has; a guide
+    # that runs the model was told it "runs the model at every call" for the model's own error
+    pyro.clear_param_store()
+    model, x = _HelperMissesAnArgument(), torch.randn(6, 2)
+    with pytest.raises(TypeError, match=r"^_HelperMissesAnArgument\.helper\(\) missing 1 requ"):
+        pyrouq.predict(model, x, num_samples=2, progress=False)  # (from its priors)
+    pyro.clear_param_store()
+    model = _RefusesLargeInputs()
+    guide = AutoNormalMessenger(pyro.poutine.block(model, hide=["obs"]))  # the advice given
+    assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
+    with pytest.raises(ValueError, match=r"^this model expects standardised inputs\s"):
+        pyrouq.predict(model, x * 100, guide, num_samples=2, progress=False)
