@@ -94,6 +94,9 @@ def test_select_given_a_layer_class_says_to_pass_the_names_of_its_layers():
     advice = r"\(here '2'\): select=\[name for name, m in net\.named_modules\(\) if name and "
     with pytest.raises(TypeError, match=advice + r"isinstance\(m, nn\.Sequential\)\]"):
         bayesian(net, select=nn.Sequential)  # the advice, taken literally, works (below)
+    with pytest.raises(TypeError, match=r"got Linear, Sequential\. .* isinstance\(m, \(nn\.Linear, "
+                       r"nn\.Sequential\)\)\]"):  # fmt: skip
+        bayesian(net, select=[nn.Linear, nn.Sequential])  # each type named in the advice
     names = [n for n, m in net.named_modules() if n and isinstance(m, nn.Sequential)]
     assert list(bayesian(net, select=names).latent_sites()) == ["2.0.weight", "2.0.bias"]
     # names and callables as before

@@ -104,8 +104,10 @@ def refuse_types(module: nn.Module, select: object) -> None:
     what = ", ".join(t.__name__ for t in types)
     how = ""
     if all(issubclass(t, nn.Module) for t in types):
-        kind = types[0]
-        spelled = f"nn.{kind.__name__}" if kind.__module__.startswith("torch.nn") else kind.__name__
+        names = [
+            f"nn.{t.__name__}" if t.__module__.startswith("torch.nn") else t.__name__ for t in types
+        ]
+        spelled = names[0] if len(names) == 1 else f"({', '.join(names)})"
         layers = [name for name, m in module.named_modules() if isinstance(m, types) and name]
         found = f"here {names_list(layers)}" if layers else f"{class_name(module)} has none"
         how = (
