@@ -306,10 +306,15 @@ def _check_probs(
     # NaN and +-inf show in the extremes: no mask the size of probs (isfinite's took 1.75x it)
     low, high = (float(v) for v in torch.aminmax(probs))
     if not (math.isfinite(low) and math.isfinite(high)):
-        bad = int((~torch.isfinite(probs)).sum())
+        mask = ~torch.isfinite(probs)
+        at = ""
+        if probs.dim() >= 2 and dim in (-1, probs.dim() - 1):  # name the inputs (dim -2)
+            rows = mask.movedim(-2, 0).reshape(probs.shape[-2], -1).any(-1).nonzero()[:, 0]
+            shown = ", ".join(map(str, rows[:5].tolist())) + (", ..." if len(rows) > 5 else "")
+            at = f" of inputs [{shown}] ({len(rows)} of {probs.shape[-2]} inputs; "
         raise ValueError(
-            f"Expected finite {name}, got {bad} NaN or inf entries; "
-            "check the model outputs (did the fit diverge?)."
+            f"Expected finite {name}, got {int(mask.sum())} NaN or inf entries; "
+            f"check the model outputs{at or ' ('}did the fit diverge?)."
         )
     if low < 0:
         raise ValueError(

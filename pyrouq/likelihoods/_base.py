@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyro
 import pyro.distributions as dist
 import torch
 from torch import Tensor, nn
+
+from pyrouq._numbers import is_one_number, one_number
 
 
 def widened(outputs: Tensor) -> Tensor:
@@ -127,6 +130,13 @@ class Likelihood(nn.Module):
                 f"{where}.num_data is not set: the likelihood of a minibatch of B points is "
                 "scaled by N/B, with N the training-set size. Pass num_data=N to the "
                 "constructor, set model.num_data = N, or train with pyrouq.fit(), which sets it."
+            )
+        # model.num_data is a plain attribute: 0 met Pyro's "Expected scale > 0 but got 0.0"
+        if not is_one_number(num_data) or not 0 < one_number(num_data) < math.inf:
+            raise ValueError(
+                f"{where}.num_data is {num_data!r}, expected the training-set size N, a positive "
+                "integer: the likelihood of a minibatch of B points is scaled by N/B. Set "
+                "model.num_data = N, or train with pyrouq.fit(), which sets it."
             )
         return num_data / max(batch, 1)
 
