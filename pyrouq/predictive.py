@@ -15,7 +15,7 @@ C classes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -171,11 +171,14 @@ def _batches(
         for start in range(0, x.shape[0], batch_size):
             yield x[start : start + batch_size], None
         return
-    if hasattr(x, "__array__"):  # a numpy array, a pandas frame: rows are no batches
+    other = x is None or isinstance(x, (Mapping, str, int, float))  # would fail, or give its keys
+    if other or hasattr(x, "__array__"):  # a numpy array, a pandas frame: rows are no batches
         shape = f" of shape {tuple(x.shape)}" if hasattr(x, "shape") else ""
+        fix = f"Convert an array first: torch.as_tensor({what})"
+        fix = "Pass a tensor (N, ...) or a DataLoader" if other else fix
         raise TypeError(
             f"predict() expects {what} as a torch.Tensor or an iterable of batches, got a "
-            f"{type(x).__name__}{shape}. Convert an array first: torch.as_tensor({what})."
+            f"{type(x).__name__}{shape}. {fix}."
         )
     data = torch.utils.data
     if isinstance(x, data.Dataset) and not isinstance(x, data.IterableDataset):
@@ -536,6 +539,11 @@ def predict(
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:
     """An input batch of ``name`` (its inputs from ``first`` on) on the model's device, cast
     to its dtype and checked (no NaN or inf)."""
+    meta = "the model" if device is not None and device.type == "meta" else x.is_meta and name
+    if meta:  # (torch's own errors, from a copy or a NaN check, say "no data" or ".item()")
+        fix = "Load its weights first: model.to_empty(device='cpu'), then load_state_dict."
+        fix = f"Pass {name} on a real device (cpu or cuda)." if meta == name else fix
+        raise ValueError(f"predict(): {meta} is on the meta device (shapes, no values). {fix}")
     x = model_input(x if device is None else x.to(device), model, "predict()")
     check_finite_inputs(x, "predict()", name, first)
     return x

@@ -1,0 +1,39 @@
+"""The fifth audit of predict(): the inputs it got wrong-footed on. A model or inputs on the
+meta device (shapes, no values) failed inside torch ("Tensor.item() cannot be called on meta
+tensors", "Cannot copy out of meta tensor"); x given as None, a number or a dict failed with
+"'NoneType' object is not iterable" or read the dict's keys as batches ("a batch was a str")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyrouq import MLP, BayesianMLP, mean_field_guide, predict
+
+
+def test_a_model_on_the_meta_device_is_refused_saying_to_load_its_weights():
+    model = MLP(4, 8, 3).to("meta")
+    with pytest.raises(ValueError, match=r"the model is on the meta device .*to_empty"):
+        predict(model, torch.randn(5, 4), progress=False)
+
+
+def test_inputs_on_the_meta_device_are_refused_saying_to_pass_real_values():
+    torch.manual_seed(0)
+    model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    guide = mean_field_guide(model)
+    x = torch.randn(5, 4, device="meta")
+    with pytest.raises(ValueError, match=r"x is on the meta device .*real device"):
+        predict(model, x, guide, num_samples=2, progress=False)
+    with pytest.raises(ValueError, match=r"x is on the meta device"):
+        predict(MLP(4, 8, 3), x, progress=False)
+    # a model and inputs of real values still predict
+    assert predict(MLP(4, 8, 3), torch.randn(5, 4), progress=False).probs.shape == (1, 5, 3)
+
+
+@pytest.mark.parametrize(
+    ("x", "came"),
+    [(None, "NoneType"), (3, "int"), ({"x": torch.randn(5, 4)}, "dict"), ("test.pt", "str")],
+)
+def test_x_that_is_no_batch_nor_iterable_of_batches_is_refused_naming_what_came(x, came):
+    with pytest.raises(TypeError, match=rf"got a {came}\. Pass a tensor \(N, \.\.\.\) or a Data"):
+        predict(MLP(4, 8, 3), x, progress=False)
