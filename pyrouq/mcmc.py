@@ -475,6 +475,14 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
                 "Give every site its draws first, (S, *shape) with S >= 1 (one draw: "
                 "value[None])."
             )
+    sites = getattr(model, "latent_sites", None)
+    shapes = sites() if callable(sites) else {}
+    if shapes and all(tuple(draws[k].shape) == tuple(v) for k, v in shapes.items() if k in draws):
+        raise ValueError(  # (the count check would read each site's first dim as its S)
+            "posterior_samples holds one value of each site, of the site's own shape, without "
+            "the draw dimension: predict() takes (S, *shape). For one draw, pass "
+            "{site: value[None] for site, value in posterior_samples.items()}."
+        )
     counts = {site: int(v.shape[0]) for site, v in draws.items()}
     if len(set(counts.values())) > 1:
         raise ValueError(
@@ -482,9 +490,7 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
             "draw s is one value of every site. Pass the sites' draws of one run (an "
             "MCMCResult itself, or its .draws()), or cut them to the smallest S: value[:S]."
         )
-    sites = getattr(model, "latent_sites", None)
     if callable(sites):  # Predictive's plate padding dropped (a model of the user's own: later)
-        shapes = sites()
         draws = {k: unpadded(v, tuple(shapes[k])) if k in shapes else v for k, v in draws.items()}
         for site, value in draws.items():
             if site in shapes and not value.is_floating_point():

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
+import pyrouq
 from pyrouq import MLP, BayesianMLP, mean_field_guide, predict
 
 
@@ -37,3 +39,18 @@ def test_inputs_on_the_meta_device_are_refused_saying_to_pass_real_values():
 def test_x_that_is_no_batch_nor_iterable_of_batches_is_refused_naming_what_came(x, came):
     with pytest.raises(TypeError, match=rf"got a {came}\. Pass a tensor \(N, \.\.\.\) or a Data"):
         predict(MLP(4, 8, 3), x, progress=False)
+
+
+def test_one_draw_without_its_draw_dimension_is_told_to_add_it():
+    # each site's first dim was read as its S: "every site the same number S of draws, got
+    # {'0.weight': 4, '0.bias': 4, '2.weight': 2, '2.bias': 2} ... cut them to value[:S]"
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    one = {site: value.clone() for site, value in model.template().items()}
+    x = torch.randn(5, 3)
+    with pytest.raises(ValueError, match=r"without the draw dimension: .* For one draw, pass "
+                       r"\{site: value\[None\] for site, value in"):  # fmt: skip
+        pyrouq.predict(model, x, posterior_samples=one, progress=False)
+    fixed = {site: value[None] for site, value in one.items()}  # the advice, taken
+    probs = pyrouq.predict(model, x, posterior_samples=fixed, progress=False).probs
+    torch.testing.assert_close(probs[0], torch.softmax(model.plain_network()(x), -1))
