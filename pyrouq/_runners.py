@@ -32,7 +32,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
-from pyrouq.likelihoods import Categorical
+from pyrouq.likelihoods import Categorical, likelihood_of
 from pyrouq.likelihoods._categorical import are_probabilities, judged
 
 #: Bytes of weight draws :func:`pyrouq.predict` holds at once by default (``max_draw_bytes``).
@@ -264,7 +264,7 @@ def _probabilities_refused(model: Any) -> Callable[[Tensor], None]:
     predict()'s own softmax would flatten towards uniform:
     :meth:`~pyrouq.likelihoods.Categorical.refuse_probabilities`. Nothing for another
     likelihood's outputs."""
-    likelihood = getattr(model, "likelihood", None)
+    likelihood = likelihood_of(model)
     checked = likelihood is not None and not isinstance(likelihood, Categorical)
 
     few: list[Tensor] = []  # batches too small to tell alone (a loader of batch_size=1)
@@ -429,7 +429,7 @@ def bayesian_runner(
 
     def latent() -> dict[str, Tensor] | None:
         """The draws of the likelihood's own sites (a noise scale), one per output draw."""
-        sites: dict[str, Any] = getattr(getattr(model, "likelihood", None), "latent_sites", dict)()
+        sites: dict[str, Any] = getattr(likelihood_of(model), "latent_sites", dict)()
         own = [site for site in sites if site in draws]  # one the model never samples: the
         if members == 1:  # likelihood refuses it, with its message
             return {site: draws[site] for site in own} or None

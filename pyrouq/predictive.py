@@ -41,7 +41,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer.guide import check_drawable, check_guide
-from pyrouq.likelihoods import Categorical
+from pyrouq.likelihoods import Categorical, likelihood_of
 from pyrouq.mcmc import posterior_draws
 from pyrouq.regression import GaussianPredictions
 from pyrouq.uncertainty import Decomposition, Measure, _check_probs, decompose
@@ -377,7 +377,7 @@ def predict(
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
     num_samples = None if num_samples is None else check_int("num_samples", num_samples)
     device = module_device(model, guide)
-    likelihood = getattr(model, "likelihood", None) or Categorical()
+    likelihood = likelihood_of(model) or Categorical()
     was = modes(model)
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
     refit = None

@@ -358,3 +358,23 @@ def test_errors_from_inside_a_model_are_not_relabelled_as_its_contract_or_its_gu
     assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
     with pytest.raises(ValueError, match=r"^this model expects standardised inputs\s"):
         pyrouq.predict(model, x * 100, guide, num_samples=2, progress=False)
+
+
+class _NamesItsLikelihood(PyroClassifier):
+    """A Pyro model of the user's own with an attribute of its own named ``likelihood``."""
+
+    def __init__(self):
+        super().__init__()
+        self.likelihood = "categorical"  # a note of the user's, no pyrouq Likelihood
+
+
+def test_an_attribute_named_likelihood_of_the_users_own_is_not_taken_for_pyrouqs():
+    # fit() and predict() read it as a pyrouq likelihood: "'str' object has no attribute ..."
+    pyro.clear_param_store()
+    x, y = torch.randn(16, 2), torch.randint(0, 3, (16,))
+    model = _NamesItsLikelihood()
+    guide = AutoNormal(model)
+    pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=16, progress=False)  # all N
+    preds = pyrouq.predict(model, x, guide, num_samples=3, progress=False)
+    assert preds.probs.shape == (3, 16, 3)
+    torch.testing.assert_close(preds.probs.sum(-1), torch.ones(3, 16))

@@ -16,7 +16,7 @@ from pyrouq._own_models import check_traces_match
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._util import check_count, check_int, has_latent_sites, module_device
 from pyrouq.infer.guide import check_draws, check_guide
-from pyrouq.likelihoods import Categorical, Likelihood
+from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
 from pyrouq.mcmc import MCMCResult
 
 if TYPE_CHECKING:
@@ -422,7 +422,7 @@ def to_inference_data(
 
 
 def _likelihood(model: Any) -> Likelihood:
-    return getattr(model, "likelihood", None) or Categorical()
+    return likelihood_of(model) or Categorical()
 
 
 def _named_dims(model: Any, keep: list[str], out: Any) -> dict[str, list[str]]:

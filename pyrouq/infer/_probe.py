@@ -38,7 +38,7 @@ from pyrouq.infer._training import (
     unpack_batch,
 )
 from pyrouq.infer.guide import MeanFieldGuide
-from pyrouq.likelihoods import Categorical
+from pyrouq.likelihoods import Categorical, likelihood_of
 
 
 class OwnTargets:
@@ -112,7 +112,7 @@ class Probe:
     (``pyro.param`` in its forward); such a model's sites are checked against the guide's."""
 
     def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
-        self.likelihood: Any = getattr(model, "likelihood", None) or Categorical()
+        self.likelihood: Any = likelihood_of(model) or Categorical()
         self.num_classes: int | None = getattr(model, "num_classes", None)
         self.created_params: list[torch.Tensor] = []
         categorical = isinstance(self.likelihood, Categorical)
@@ -135,7 +135,7 @@ class Probe:
             return
         device = module_device(model, guide)
         x, y = (t.to(device) if device is not None else t for t in batch)
-        if foreign and getattr(model, "likelihood", None) is None and y.dtype.is_floating_point:
+        if foreign and likelihood_of(model) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()
         x = model_input(x, model, "fit()")
         held = {id(p) for p in _module_params(model, guide)}

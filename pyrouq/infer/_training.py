@@ -28,7 +28,7 @@ from pyrouq._util import (
 )
 from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
-from pyrouq.likelihoods import Categorical
+from pyrouq.likelihoods import Categorical, likelihood_of
 
 TRAINING_STATE_VERSION = 1
 
@@ -442,7 +442,7 @@ def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) ->
 
 def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> ELBOTerms:
     """Maximum likelihood for a plain torch network: ``-(N/B) sum_batch log p(y | x)``."""
-    likelihood = getattr(model, "likelihood", None) or Categorical()
+    likelihood = likelihood_of(model) or Categorical()
     torch.clear_autocast_cache()  # an autocast around fit() would run the first step's casts
     outputs = model(x)
     if not torch.is_tensor(outputs) or outputs.dim() != 2:

@@ -43,7 +43,7 @@ from pyrouq.infer._training import (
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.infer.guide import check_drawable, check_guide
-from pyrouq.likelihoods import Categorical
+from pyrouq.likelihoods import Categorical, likelihood_of
 
 __all__ = [
     "DEFAULT_KL_WEIGHT",
@@ -71,7 +71,7 @@ def default_kl_weight(model: Any) -> float:
     own = getattr(model, "default_kl_weight", None)
     if own is not None:
         return float(own)
-    likelihood = getattr(model, "likelihood", None)
+    likelihood = likelihood_of(model)
     return float(getattr(likelihood, "default_kl_weight", DEFAULT_KL_WEIGHT))
 
 

@@ -24,6 +24,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.checkpoint import register_guide
+from pyrouq.likelihoods import likelihood_of
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
 
@@ -129,9 +130,7 @@ class MeanFieldGuide(nn.Module):
                 state = ensemble_net.state_dict()
             else:
                 state = init_from.state_dict()
-            own: dict[str, Any] = getattr(
-                getattr(model, "likelihood", None), "latent_sites", dict
-            )()
+            own: dict[str, Any] = getattr(likelihood_of(model), "latent_sites", dict)()
             missing = [s for s in sites if s not in state and s not in own]
             compiled = getattr(init_from, "_orig_mod", None)  # torch.compile(net)'s module
             if missing and isinstance(compiled, nn.Module):  # (its names are "_orig_mod."...)
@@ -471,7 +470,7 @@ def check_draws(
         return
     got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
     _refuse(model, site_mismatch(expected, got, strict=False, source=source), caller, source)
-    likelihood = getattr(model, "likelihood", None)
+    likelihood = likelihood_of(model)
     for site in getattr(likelihood, "latent_sites", dict)():  # a noise scale: positive
         if site in draws and not bool((draws[site] > 0).all()):
             raise ValueError(

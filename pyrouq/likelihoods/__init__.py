@@ -54,3 +54,11 @@ def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
     if isinstance(spec, dict) and name == "gaussian":
         return Gaussian.from_description(spec)
     return _LIKELIHOODS[name]()
+
+
+def likelihood_of(model: Any) -> Likelihood | None:
+    """``model.likelihood`` where it is a pyrouq :class:`Likelihood`, else None: an attribute
+    of that name of a user's own model (a string, a distribution, a module of theirs) is not
+    ours, and the model is then read as its own Pyro model is (a Categorical ``"obs"``)."""
+    likelihood = getattr(model, "likelihood", None)
+    return likelihood if isinstance(likelihood, Likelihood) else None
