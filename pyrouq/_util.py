@@ -549,3 +549,14 @@ def input_mismatch(err: BaseException) -> bool:
     if type(err).__name__ == "AcceleratorError":  # torch >= 2.8: a RuntimeError subclass
         return False
     return isinstance(err, RuntimeError) and _MISMATCH.search(str(err)) is not None
+
+
+def real_device(device: Any, caller: str) -> Any:
+    """``device``, or a clear error where it is the meta device (a model of shapes, no values:
+    torch's own errors say ".item() cannot be called on meta tensors" or "no data")."""
+    if device is not None and torch.device(device).type == "meta":
+        raise ValueError(
+            f"{caller}: the model is on the meta device (shapes, no values). Load its weights "
+            "first: model.to_empty(device='cpu'), then load_state_dict."
+        )
+    return device

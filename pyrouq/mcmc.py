@@ -477,7 +477,8 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
             )
     sites = getattr(model, "latent_sites", None)
     shapes = sites() if callable(sites) else {}
-    if shapes and all(tuple(draws[k].shape) == tuple(v) for k, v in shapes.items() if k in draws):
+    present = [k for k in shapes if k in draws]  # (none: the site check below names them)
+    if present and all(tuple(draws[k].shape) == tuple(shapes[k]) for k in present):
         raise ValueError(  # (the count check would read each site's first dim as its S)
             "posterior_samples holds one value of each site, of the site's own shape, without "
             "the draw dimension: predict() takes (S, *shape). For one draw, pass "

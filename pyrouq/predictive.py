@@ -37,6 +37,7 @@ from pyrouq._util import (
     modes,
     module_device,
     module_dtype,
+    real_device,
     restore_modes,
     warn_caller,
 )
@@ -376,7 +377,7 @@ def predict(
     batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
     num_samples = None if num_samples is None else check_int("num_samples", num_samples)
-    device = module_device(model, guide)
+    device = real_device(module_device(model, guide), "predict()")  # (not meta)
     likelihood = likelihood_of(model) or Categorical()
     was = modes(model)
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
@@ -539,11 +540,9 @@ def predict(
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:
     """An input batch of ``name`` (its inputs from ``first`` on) on the model's device, cast
     to its dtype and checked (no NaN or inf)."""
-    meta = "the model" if device is not None and device.type == "meta" else x.is_meta and name
-    if meta:  # (torch's own errors, from a copy or a NaN check, say "no data" or ".item()")
-        fix = "Load its weights first: model.to_empty(device='cpu'), then load_state_dict."
-        fix = f"Pass {name} on a real device (cpu or cuda)." if meta == name else fix
-        raise ValueError(f"predict(): {meta} is on the meta device (shapes, no values). {fix}")
+    if x.is_meta:  # (torch's own errors, from a copy or a NaN check, say "no data")
+        raise ValueError(f"predict(): {name} is on the meta device (shapes, no values). Pass "
+                         f"{name} on a real device (cpu or cuda).")  # fmt: skip
     x = model_input(x if device is None else x.to(device), model, "predict()")
     check_finite_inputs(x, "predict()", name, first)
     return x

@@ -308,7 +308,7 @@ def _check_probs(
     if not (math.isfinite(low) and math.isfinite(high)):
         mask = ~torch.isfinite(probs)
         at = ""
-        if probs.dim() >= 2 and dim in (-1, probs.dim() - 1):  # name the inputs (dim -2)
+        if probs.dim() in (2, 3) and dim in (-1, probs.dim() - 1):  # ((S,) N, C): inputs
             rows = mask.movedim(-2, 0).reshape(probs.shape[-2], -1).any(-1).nonzero()[:, 0]
             shown = ", ".join(map(str, rows[:5].tolist())) + (", ..." if len(rows) > 5 else "")
             at = f" of inputs [{shown}] ({len(rows)} of {probs.shape[-2]} inputs; "

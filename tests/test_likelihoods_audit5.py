@@ -18,7 +18,7 @@ from torch import nn
 
 import pyrouq
 from pyrouq.likelihoods import Categorical, Gaussian
-from pyrouq.uncertainty import decompose
+from pyrouq.uncertainty import decompose, entropy
 
 
 @pytest.mark.parametrize("value", [0, -5, True, math.nan, math.inf])
@@ -54,6 +54,11 @@ def test_nan_probabilities_name_the_inputs_that_hold_them():
         decompose(probs)
     with pytest.raises(ValueError, match=r"of inputs \[0, 1, 2, 3, 4, \.\.\.\] \(8 of 8 inputs"):
         decompose(torch.full((1, 8, 2), math.nan))
+    # probabilities of another layout (entropy() takes any shape): no dim is called the inputs
+    grid = torch.full((2, 3, 4, 5), 0.2)
+    grid[1, 2, 3, 0] = math.nan
+    with pytest.raises(ValueError, match=r"check the model outputs \(did the fit diverge\?\)"):
+        entropy(grid)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +100,32 @@ def test_the_gaussian_obs_site_of_an_ensemble_is_the_scaled_scipy_log_density(no
     # the fast NLL that fit() back-propagates
     fast = -float(lik.nll(outputs, y, latent).detach()) * num_data / batch
     assert fast == pytest.approx(want, rel=1e-10)
+
+
+class _Delegating(nn.Module):
+    """A likelihood with a pyrouq Likelihood's methods, of no subclass of it (as one reloaded
+    in a notebook, whose class is then another object)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["inner"], name)
+
+
+def test_a_likelihood_of_the_interface_but_not_the_class_is_used_everywhere():
+    # fit() read it as absent (a Categorical: "labels of dtype torch.float32 ... for a model
+    # built with likelihood='gaussian'") while the model's forward used it
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Linear(3, 1), likelihood=Gaussian(0.5), num_data=32)
+    model.likelihood = _Delegating(model.likelihood)
+    x, y = torch.randn(32, 3), torch.randn(32)
+    guide = pyrouq.mean_field_guide(model)
+    loader = pyrouq.ArrayLoader(x, y, 16, seed=0)
+    pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+    preds = pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert type(preds).__name__ == "GaussianPredictions"

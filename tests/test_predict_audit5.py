@@ -17,6 +17,12 @@ def test_a_model_on_the_meta_device_is_refused_saying_to_load_its_weights():
     model = MLP(4, 8, 3).to("meta")
     with pytest.raises(ValueError, match=r"the model is on the meta device .*to_empty"):
         predict(model, torch.randn(5, 4), progress=False)
+    # with a guide elsewhere: said before the guide check (which told to move the guide there)
+    torch.manual_seed(0)
+    bayes = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    guide = mean_field_guide(bayes)
+    with pytest.raises(ValueError, match=r"the model is on the meta device .*to_empty"):
+        predict(bayes.to("meta"), torch.randn(5, 4), guide, num_samples=2, progress=False)
 
 
 def test_inputs_on_the_meta_device_are_refused_saying_to_pass_real_values():
@@ -54,3 +60,13 @@ def test_one_draw_without_its_draw_dimension_is_told_to_add_it():
     fixed = {site: value[None] for site, value in one.items()}  # the advice, taken
     probs = pyrouq.predict(model, x, posterior_samples=fixed, progress=False).probs
     torch.testing.assert_close(probs[0], torch.softmax(model.plain_network()(x), -1))
+
+
+@pytest.mark.parametrize("samples", [{}, {"foo": torch.randn(2, 3)}, "renamed"])
+def test_draws_of_no_site_of_the_model_are_told_which_sites_it_has(samples):
+    # none of the model's sites present: "one value of each site ... pass value[None]"
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    if samples == "renamed":
+        samples = {f"net.{k}": v[None].expand(2, *v.shape) for k, v in model.template().items()}
+    with pytest.raises(ValueError, match=r"site '0\.weight' .*is not in posterior_samples"):
+        pyrouq.predict(model, torch.randn(5, 3), posterior_samples=samples, progress=False)

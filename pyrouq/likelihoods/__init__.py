@@ -57,8 +57,10 @@ def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
 
 
 def likelihood_of(model: Any) -> Likelihood | None:
-    """``model.likelihood`` where it is a pyrouq :class:`Likelihood`, else None: an attribute
+    """``model.likelihood`` where it is a pyrouq :class:`Likelihood` (or has its ``observe``
+    and ``predictive``, as one reloaded in a notebook does), else None: an attribute
     of that name of a user's own model (a string, a distribution, a module of theirs) is not
     ours, and the model is then read as its own Pyro model is (a Categorical ``"obs"``)."""
     likelihood = getattr(model, "likelihood", None)
-    return likelihood if isinstance(likelihood, Likelihood) else None
+    interface = all(callable(getattr(likelihood, a, None)) for a in ("observe", "predictive"))
+    return likelihood if isinstance(likelihood, Likelihood) or interface else None

@@ -124,7 +124,8 @@ class Likelihood(nn.Module):
     # ---------------------------------------------------------------------------------------
 
     def scale(self, num_data: int | None, batch: int, where: str) -> float:
-        """N/B, the factor of a minibatch's log-likelihood, or a clear error when N is unset."""
+        """N/B, the factor of a minibatch's log-likelihood, or a clear error when N is unset or
+        no positive finite number (``model.num_data`` is an attribute users may set)."""
         if num_data is None:
             raise ValueError(
                 f"{where}.num_data is not set: the likelihood of a minibatch of B points is "
@@ -135,7 +136,7 @@ class Likelihood(nn.Module):
         if not is_one_number(num_data) or not 0 < one_number(num_data) < math.inf:
             raise ValueError(
                 f"{where}.num_data is {num_data!r}, expected the training-set size N, a positive "
-                "integer: the likelihood of a minibatch of B points is scaled by N/B. Set "
+                "number: the likelihood of a minibatch of B points is scaled by N/B. Set "
                 "model.num_data = N, or train with pyrouq.fit(), which sets it."
             )
         return num_data / max(batch, 1)
