@@ -38,6 +38,7 @@ from pyrouq.infer._training import (
     step_hits,
     training_state,
     unpack_batch,
+    warn_of_a_wrong_length,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 
@@ -522,8 +523,11 @@ class Loop:
                         raise ValueError(
                             "train_loader yielded no batches (a DataLoader with drop_last=True "
                             "and a batch_size above N yields none; an exhausted iterator none "
-                            "either). Pass a loader with at least one batch each epoch."
+                            f"either) in epoch {epoch}. Pass a loader with batches each epoch."
                         )
+                    if epoch == self.first_epoch and self.scheduled:
+                        planned, plan = len_or_zero(self.loader), (self.epochs, self.lr_schedule)
+                        warn_of_a_wrong_length(batches, planned, epoch, *plan)
                     modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
                     _distributed.average_buffers(modules, self.group)
                     correct, counted = self.sums[3:].tolist()

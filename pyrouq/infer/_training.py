@@ -25,6 +25,7 @@ from pyrouq._util import (
     describe_batch,
     example_sampler,
     global_streams_kept,
+    warn_caller,
 )
 from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
@@ -199,7 +200,9 @@ def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | 
 
 
 def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
-    """``(x, y)`` of a training batch, or a TypeError naming what the loader yielded."""
+    """``(x, y)`` of a training batch, off any autograd graph they were computed in, or a
+    TypeError naming what the loader yielded (a ValueError for a batch of no examples, whose
+    N/B scaling has no B)."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         x, y = batch
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
@@ -208,10 +211,62 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
                 f"is ({type(x).__name__}, {type(y).__name__}). Convert them with "
                 "torch.as_tensor(...), or serve them through a TensorDataset."
             )
+        if x.dim() and not x.shape[0]:  # (a 0-dim x: the model's input checks speak)
+            raise ValueError(
+                f"Batch {step} of epoch {epoch} of train_loader holds no examples (x of shape "
+                f"{tuple(x.shape)}): its likelihood, scaled by N/B, has no B to scale by, and a "
+                "step on it would follow the KL alone. Leave empty batches out of the loader "
+                "(a collate_fn or sampler that filters examples may leave none in a batch)."
+            )
+        # features or targets computed with autograd on (a network outside the model, a
+        # teacher's soft labels): that graph is not fit()'s to train, and the first step's
+        # backward would free it under the batches sharing it (torch: "backward through the
+        # graph a second time")
+        x, y = (t if t.grad_fn is None else t.detach() for t in (x, y))
         return x, y
     raise TypeError(
         f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
         + describe_batch(batch)
+        + _other_items_hint(batch)
+    )
+
+
+def _other_items_hint(batch: Any) -> str:
+    """What to do about a batch of one item, or of more than two (a collate_fn's or a
+    dataset's extras: weights, indices)."""
+    if isinstance(batch, torch.Tensor) or (isinstance(batch, (tuple, list)) and len(batch) == 1):
+        return (
+            " The inputs alone? fit() needs the targets too: serve (x, y), e.g. "
+            "DataLoader(TensorDataset(x, y), batch_size=64)."
+        )
+    if not isinstance(batch, (tuple, list)) or len(batch) <= 2:
+        return ""
+    return (
+        f" Serve (x, y) without the other {len(batch) - 2} item(s), e.g. "
+        "DataLoader(..., collate_fn=lambda items: default_collate(items)[:2]) with "
+        "torch.utils.data.default_collate, or a collate_fn of yours returning (x, y)."
+    )
+
+
+def warn_of_a_wrong_length(
+    served: int, planned: int, epoch: int, epochs: int, schedule: str
+) -> None:
+    """Warn when an epoch served another number of batches than ``len(train_loader)`` told,
+    over which the learning-rate schedule was planned (a ``__len__`` counting examples, files
+    or shards rather than batches)."""
+    if served == planned:
+        return
+    total = epochs * planned
+    effect = (
+        f"after step {total} the learning rate is 0 and the later steps train nothing"
+        if served > planned
+        else "the learning rate does not run its planned course (its warm-up or decay is cut short)"
+    )
+    warn_caller(
+        f"train_loader served {served} batches in epoch {epoch}, but len(train_loader) is "
+        f"{planned}: lr_schedule={schedule!r} plans the learning rate over epochs * "
+        f"len(train_loader) = {total} steps, so {effect}. Make len(train_loader) the number "
+        "of batches an epoch serves, or pass lr_schedule='constant'."
     )
 
 

@@ -1,0 +1,171 @@
+"""fit() fed by a user's own data pipelines: empty batches, loaders whose len() is not the
+number of batches they serve, batches of one item or of more than two, and an iterable used
+up after one epoch."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset, default_collate
+
+import pyrouq
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _data(n=24):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def _plain():
+    return _net(), None
+
+
+def _bayesian():
+    model = pyrouq.bayesian(_net())
+    return model, pyrouq.mean_field_guide(model)
+
+
+def _ensemble():
+    return pyrouq.batchensemble(_net(), 2), None
+
+
+class _Batches:
+    """A list of batches behind a ``__len__`` that may tell another number."""
+
+    def __init__(self, batches, length):
+        self.batches, self.length = batches, length
+
+    def __len__(self):
+        return self.length
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+def _sgd_learning_rates(loader, **kw):
+    """The learning rate of every step of a plain network's fit on ``loader``."""
+    seen = []
+
+    def optim(params):
+        sgd = torch.optim.SGD(params, lr=0.1)
+        step = sgd.step
+
+        def recorded(*args, **kwargs):
+            seen.append(sgd.param_groups[0]["lr"])
+            return step(*args, **kwargs)
+
+        sgd.step = recorded  # type: ignore[method-assign]
+        return sgd
+
+    pyrouq.fit(_net(), None, loader, epochs=2, num_data=24, optim=optim, progress=False, **kw)
+    return seen
+
+
+@pytest.mark.parametrize("make", [_plain, _bayesian, _ensemble], ids=["plain", "bayes", "be"])
+def test_an_empty_batch_is_refused_before_a_step_is_taken_on_it(make):
+    # an empty batch has no B for the N/B scaling: the plain and Bayesian models took a step on
+    # it (the KL's alone, a loss of 0 counted in the epoch's mean), the BatchEnsemble failed
+    # in torch's reshape ("cannot reshape tensor of 0 elements")
+    x, y = _data()
+    model, guide = make()
+    first = [(x[:8], y[:8])]
+    with pytest.raises(ValueError, match=r"Batch 2 of epoch 1 of train_loader holds no examples"):
+        pyrouq.fit(model, guide, [*first, (x[:0], y[:0]), (x[8:], y[8:])], epochs=1,
+                   num_data=24, lr_schedule="constant", progress=False)  # fmt: skip
+    reference, reference_guide = make()
+    pyrouq.fit(reference, reference_guide, first, epochs=1, num_data=24,
+               lr_schedule="constant", progress=False)  # fmt: skip
+    held = [*model.parameters(), *(guide.parameters() if guide is not None else ())]
+    kept = [*reference.parameters(), *(reference_guide.parameters() if guide is not None else ())]
+    assert held and len(held) == len(kept)
+    for ours, theirs in zip(held, kept, strict=True):
+        assert torch.equal(ours, theirs)  # the first batch's step alone was taken
+    with pytest.raises(ValueError, match=r"Batch 1 of epoch 1 of train_loader holds no examples"):
+        pyrouq.fit(*make(), [(x[:0], y[:0])], epochs=1, num_data=24, progress=False)
+
+
+def test_a_loader_whose_len_is_not_its_number_of_batches_is_warned_of():
+    x, y = _data()
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 24, 8)]  # 3 batches an epoch
+    # len() says 1: the schedule, planned over 2 steps, trained the last 4 of 6 at lr 0
+    with pytest.warns(UserWarning, match=r"served 3 batches in epoch 1, but len\(train_loader\) "
+                      r"is 1: .* = 2 steps, so after step 2 the learning rate is 0"):  # fmt: skip
+        rates = _sgd_learning_rates(_Batches(batches, 1))
+    assert rates == [0.1, 0.05, 0.0, 0.0, 0.0, 0.0]  # what the warning tells
+    with pytest.warns(UserWarning, match=r"served 3 batches in epoch 1, but len\(train_loader\) "
+                      r"is 100: .*warm-up or decay is cut short"):  # fmt: skip
+        _sgd_learning_rates(_Batches(batches, 100))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a true len(), or no schedule: nothing to warn of
+        _sgd_learning_rates(_Batches(batches, 3))
+        _sgd_learning_rates(_Batches(batches, 1), lr_schedule="constant")
+
+
+def test_batches_of_one_item_or_of_more_than_two_say_what_to_do():
+    x, y = _data()
+    weights = torch.ones(24)
+    triples = DataLoader(TensorDataset(x, y, weights), batch_size=8)
+    with pytest.raises(TypeError, match=r"is a list of 3\. Serve \(x, y\) without the other 1 "
+                       r"item\(s\), e.g\. DataLoader\(\.\.\., collate_fn=lambda items: "
+                       r"default_collate\(items\)\[:2\]\)"):  # fmt: skip
+        pyrouq.fit(_net(), None, triples, epochs=1, progress=False)
+    pairs = DataLoader(
+        TensorDataset(x, y, weights),
+        batch_size=8,
+        collate_fn=lambda items: default_collate(items)[:2],
+    )  # the fix given
+    assert pyrouq.fit(_net(), None, pairs, epochs=1, progress=False).steps == 3
+    inputs = DataLoader(TensorDataset(x), batch_size=8)
+    with pytest.raises(TypeError, match=r"is a list of 1\. The inputs alone\? fit\(\) needs the "
+                       r"targets too"):  # fmt: skip
+        pyrouq.fit(_net(), None, inputs, epochs=1, progress=False)
+    with pytest.raises(TypeError, match=r"is a Tensor\. The inputs alone\?"):
+        pyrouq.fit(_net(), None, [x[:8], x[8:16], x[16:]], epochs=1, num_data=24,
+                   progress=False)  # fmt: skip
+
+
+def test_an_iterable_used_up_after_one_epoch_names_the_epoch_left_without_batches():
+    x, y = _data()
+
+    class Once:  # iterable, not an iterator: fit() cannot tell it is used up before epoch 2
+        def __init__(self):
+            self.batches = iter([(x[:12], y[:12]), (x[12:], y[12:])])
+
+        def __iter__(self):
+            return self.batches
+
+    with pytest.raises(ValueError, match=r"train_loader yielded no batches \(.*\) in epoch 2\. "):
+        pyrouq.fit(_net(), None, Once(), epochs=2, num_data=24, lr_schedule="constant",
+                   progress=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [_plain, _bayesian, _ensemble], ids=["plain", "bayes", "be"])
+def test_features_computed_with_autograd_on_train_as_the_same_values_detached(make):
+    # features of a network outside the model, computed without torch.no_grad(): the second
+    # batch's backward went through the graph the first step had freed (torch: "Trying to
+    # backward through the graph a second time ... Specify retain_graph=True")
+    x, y = _data()
+    extractor = nn.Linear(4, 4)
+    features = extractor(x)
+    soft = nn.Linear(4, 1)(x)[:, 0]  # regression targets computed so too
+    batches = [(features[:12], y[:12]), (features[12:], y[12:])]
+    detached = [(a.detach(), b) for a, b in batches]
+    model, guide = make()
+    ours = pyrouq.fit(model, guide, batches, epochs=2, num_data=24, progress=False, seed=0)
+    reference = pyrouq.fit(*make(), detached, epochs=2, num_data=24, progress=False, seed=0)
+    assert ours.losses == reference.losses
+    assert extractor.weight.grad is None  # nothing flowed into the graph behind the features
+    torch.manual_seed(0)
+    regression = pyrouq.bayesian(nn.Linear(4, 1), likelihood="gaussian")
+    targets = [(x[:12], soft[:12]), (x[12:], soft[12:])]
+    result = pyrouq.fit(regression, pyrouq.mean_field_guide(regression), targets, epochs=2,
+                        num_data=24, progress=False)  # fmt: skip
+    assert result.steps == 4
