@@ -169,3 +169,28 @@ def test_features_computed_with_autograd_on_train_as_the_same_values_detached(ma
     result = pyrouq.fit(regression, pyrouq.mean_field_guide(regression), targets, epochs=2,
                         num_data=24, progress=False)  # fmt: skip
     assert result.steps == 4
+
+
+class _NoLength(torch.utils.data.Sampler):
+    """A sampler that cannot tell its length (torch's Sampler.__len__ raises
+    NotImplementedError by default in some versions; a stream of indices does)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        raise NotImplementedError
+
+
+def test_a_sampler_of_no_length_trains_as_a_loader_of_no_length():
+    # fit() caught only TypeError from len(train_loader): the NotImplementedError crashed it
+    x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=5, sampler=_NoLength(20))
+    model = pyrouq.bayesian(nn.Linear(4, 3))
+    with pytest.warns(UserWarning, match=r"has no length: the learning rate stays constant"):
+        result = pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=2, num_data=20,
+                            progress=False)  # fmt: skip
+    assert result.steps == 8

@@ -119,7 +119,7 @@ class FitResult:
 def len_or_zero(loader: Iterable) -> int:
     try:
         return len(loader)  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
         return 0
 
 

@@ -557,7 +557,7 @@ def _length(loader: Any) -> int | None:
     """``len(loader)``, or None where it fails (a DataLoader over an IterableDataset raises)."""
     try:
         return len(loader)
-    except TypeError:
+    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
         return None
 
 
