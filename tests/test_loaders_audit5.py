@@ -194,3 +194,13 @@ def test_a_sampler_of_no_length_trains_as_a_loader_of_no_length():
         result = pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=2, num_data=20,
                             progress=False)  # fmt: skip
     assert result.steps == 8
+
+
+def test_a_dataloader_over_the_inputs_alone_is_told_to_serve_the_targets():
+    # its rows were read as (x, y) items: "failed on the first examples (x of shape (2,))"
+    x = torch.randn(20, 4)
+    model = pyrouq.bayesian(nn.Linear(4, 3))
+    with pytest.raises(TypeError, match=r"batch 1 of epoch 1 is a Tensor\. The inputs alone\? "
+                       r"fit\(\) needs the targets too"):  # fmt: skip
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), DataLoader(x, batch_size=8),
+                   epochs=1, num_data=20, progress=False)  # fmt: skip

@@ -423,6 +423,8 @@ def _first_examples(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | Non
     dataset = getattr(loader, "dataset", None) if _batches_its_dataset(loader) else None
     try:
         items = [dataset[i] for i in range(min(2, len(dataset)))]  # type: ignore[index, arg-type]
+        if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in items):
+            raise TypeError  # (a tensor's rows, say: no (x, y) items; the first batch tells)
         xs = torch.stack([torch.as_tensor(item[0]) for item in items])
         ys = torch.stack([torch.as_tensor(item[1]) for item in items])
         return xs, ys
