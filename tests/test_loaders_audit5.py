@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from _processes import exit_quietly, spawn_ranks
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, default_collate
 
@@ -97,11 +98,12 @@ def test_a_loader_whose_len_is_not_its_number_of_batches_is_warned_of():
     batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 24, 8)]  # 3 batches an epoch
     # len() says 1: the schedule, planned over 2 steps, trained the last 4 of 6 at lr 0
     with pytest.warns(UserWarning, match=r"served 3 batches in epoch 1, but len\(train_loader\) "
-                      r"is 1: .* = 2 steps, so after step 2 the learning rate is 0"):  # fmt: skip
+                      r"was 1: .* = 2 steps, so after step 2 the learning rate is 0.*Make "
+                      r"len\(train_loader\) the number of batches"):  # fmt: skip
         rates = _sgd_learning_rates(_Batches(batches, 1))
     assert rates == [0.1, 0.05, 0.0, 0.0, 0.0, 0.0]  # what the warning tells
     with pytest.warns(UserWarning, match=r"served 3 batches in epoch 1, but len\(train_loader\) "
-                      r"is 100: .*warm-up or decay is cut short"):  # fmt: skip
+                      r"was 100: .*warm-up or decay is cut short"):  # fmt: skip
         _sgd_learning_rates(_Batches(batches, 100))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a true len(), or no schedule: nothing to warn of
@@ -109,19 +111,20 @@ def test_a_loader_whose_len_is_not_its_number_of_batches_is_warned_of():
         _sgd_learning_rates(_Batches(batches, 1), lr_schedule="constant")
 
 
+def _first_two(items):  # the fix the message gives, a function of the module
+    return default_collate(items)[:2]
+
+
 def test_batches_of_one_item_or_of_more_than_two_say_what_to_do():
     x, y = _data()
     weights = torch.ones(24)
     triples = DataLoader(TensorDataset(x, y, weights), batch_size=8)
     with pytest.raises(TypeError, match=r"is a list of 3\. Serve \(x, y\) without the other 1 "
-                       r"item\(s\), e.g\. DataLoader\(\.\.\., collate_fn=lambda items: "
-                       r"default_collate\(items\)\[:2\]\)"):  # fmt: skip
+                       r"item\(s\): DataLoader\(\.\.\., collate_fn=first_two\) with a function of "
+                       r"your module, def first_two\(items\): return torch\.utils\.data\."
+                       r"default_collate\(items\)\[:2\]"):  # fmt: skip
         pyrouq.fit(_net(), None, triples, epochs=1, progress=False)
-    pairs = DataLoader(
-        TensorDataset(x, y, weights),
-        batch_size=8,
-        collate_fn=lambda items: default_collate(items)[:2],
-    )  # the fix given
+    pairs = DataLoader(TensorDataset(x, y, weights), batch_size=8, collate_fn=_first_two)
     assert pyrouq.fit(_net(), None, pairs, epochs=1, progress=False).steps == 3
     inputs = DataLoader(TensorDataset(x), batch_size=8)
     with pytest.raises(TypeError, match=r"is a list of 1\. The inputs alone\? fit\(\) needs the "
@@ -204,3 +207,82 @@ def test_a_dataloader_over_the_inputs_alone_is_told_to_serve_the_targets():
                        r"fit\(\) needs the targets too"):  # fmt: skip
         pyrouq.fit(model, pyrouq.mean_field_guide(model), DataLoader(x, batch_size=8),
                    epochs=1, num_data=20, progress=False)  # fmt: skip
+
+
+class _Bucketing(torch.utils.data.Sampler):
+    """A batch sampler of no length (dynamic batching): its __len__ raises."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        indices = list(self.sampler)
+        return iter([indices[:3], indices[3:]])
+
+    def __len__(self):
+        raise NotImplementedError
+
+
+def _no_length_rank(rank, init, out):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+        dataset = TensorDataset(x, y)
+        sampler = torch.utils.data.DistributedSampler(dataset, shuffle=False)
+        loader = DataLoader(dataset, batch_sampler=_Bucketing(sampler))
+        model = pyrouq.bayesian(nn.Linear(4, 3))
+        result = pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1,
+                            num_data=16, lr_schedule="constant", progress=False)  # fmt: skip
+        torch.save(result.steps, f"{out}/steps{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_ranks_train_on_a_batch_sampler_of_no_length(tmp_path):
+    # the ranks' step check caught only TypeError from len(train_loader): both crashed
+    spawn_ranks(_no_length_rank, (str(tmp_path / "init"), str(tmp_path)))
+    assert [torch.load(tmp_path / f"steps{r}.pt") for r in range(2)] == [2, 2]
+
+
+class _InterruptedAt:
+    """``loader``'s batches, with Ctrl-C pressed once, while fetching a pass's batch ``k``."""
+
+    def __init__(self, loader, k):
+        self.loader, self.k, self.pressed = loader, k, False
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for i, batch in enumerate(self.loader, start=1):
+            if i == self.k and not self.pressed:
+                self.pressed = True
+                raise KeyboardInterrupt
+            yield batch
+
+
+def test_a_resumed_epoch_is_not_told_it_served_a_wrong_number_of_batches(tmp_path):
+    # the resumed epoch counted its skipped steps as served: "served 5 batches in epoch 1,
+    # but len(train_loader) was 3" beside the resume's own warning of the other loader
+    x, y = _data()
+    checkpoint = tmp_path / "run.pt"
+    interrupted = _InterruptedAt(pyrouq.ArrayLoader(x, y, 4, seed=0), 6)  # 6 batches an epoch
+    with pytest.raises(pyrouq.TrainingInterrupted):
+        pyrouq.fit(_net(), None, interrupted, epochs=2, checkpoint=checkpoint, num_data=24,
+                   progress=False)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pyrouq.fit(_net(), None, pyrouq.ArrayLoader(x, y, 8, seed=0), epochs=2,
+                   resume_from=checkpoint, progress=False)  # fmt: skip
+    assert not [w for w in caught if "served" in str(w.message)]
+
+
+def test_batches_that_require_grad_are_detached_whole_or_sliced():
+    x, y = _data()
+    leaf = x.clone().requires_grad_()
+    pyrouq.fit(_net(), None, [(leaf, y)], epochs=1, num_data=24, progress=False)
+    assert leaf.grad is None  # no gradient into the data (a whole leaf batch got one)

@@ -456,7 +456,7 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
         return
     try:
         batches = len(loader)  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
         return  # not sized: nothing to compare before the epoch runs
     most, fewest = _extremes(torch.tensor([batches, epochs], dtype=torch.float64), group)
     if bool((most != fewest).any()):

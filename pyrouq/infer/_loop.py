@@ -116,11 +116,11 @@ class FitResult:
         return sum(r.seconds for r in self.history)
 
 
-def len_or_zero(loader: Iterable) -> int:
+def len_or(loader: Iterable, default: Any = 0) -> Any:
     try:
         return len(loader)  # type: ignore[arg-type]
     except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
-        return 0
+        return default
 
 
 def _batch_size(loader: Iterable) -> int:
@@ -191,7 +191,9 @@ class Loop:
         self.epochs, self.elbo, self.num_data = epochs, elbo, num_data
         self.optimizer = optimizer
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
-        total_steps = epochs * len_or_zero(loader)
+        self.per_epoch = len_or(loader)  # the batches the schedule is planned over
+        self.told = False  # (of an epoch serving another number of batches)
+        total_steps = epochs * self.per_epoch
         self.lr_schedule = lr_schedule
         self.lr_factor = _lr_factor(lr_schedule, total_steps)
         self.scheduled = lr_schedule != "constant" and total_steps > 0  # unsized: no plan
@@ -222,7 +224,7 @@ class Loop:
                 f"Pass kl_weight={kl_weight} to continue the run as it was."
             )
         self._warn_of_other_settings(state)
-        theirs, ours = int(state.get("batches_per_epoch", 0)), len_or_zero(self.loader)
+        theirs, ours = int(state.get("batches_per_epoch", 0)), len_or(self.loader)
         if theirs and ours and theirs != ours:
             skipped = (
                 f", and the {state['epoch_steps']} steps the run took of epoch "
@@ -346,7 +348,7 @@ class Loop:
             rng=rng,
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
-            batches_per_epoch=len_or_zero(self.loader),
+            batches_per_epoch=len_or(self.loader),
             batch_size=_batch_size(self.loader),
             lr_schedule=self.lr_schedule,
             num_particles=self.elbo.num_particles,
@@ -464,7 +466,7 @@ class Loop:
         if progress:
             from tqdm.auto import tqdm
 
-            per_epoch = max(len_or_zero(self.loader), 1)
+            per_epoch = max(len_or(self.loader), 1)
             bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
         epoch, batches, finished = self.first_epoch, self.skip, 0
         mid_step = False  # a step under way: a second Ctrl-C there leaves it half done
@@ -525,9 +527,9 @@ class Loop:
                             "and a batch_size above N yields none; an exhausted iterator none "
                             f"either) in epoch {epoch}. Pass a loader with batches each epoch."
                         )
-                    if epoch == self.first_epoch and self.scheduled:
-                        planned, plan = len_or_zero(self.loader), (self.epochs, self.lr_schedule)
-                        warn_of_a_wrong_length(batches, planned, epoch, *plan)
+                    if self.scheduled and not (skip or self.told) and batches != self.per_epoch:
+                        plan = (self.per_epoch, epoch, self.epochs, self.lr_schedule, self.loader)
+                        self.told = warn_of_a_wrong_length(batches, *plan)  # (once a run)
                     modules = [m for m in (self.model, self.guide) if isinstance(m, nn.Module)]
                     _distributed.average_buffers(modules, self.group)
                     correct, counted = self.sums[3:].tolist()

@@ -218,11 +218,11 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
                 "step on it would follow the KL alone. Leave empty batches out of the loader "
                 "(a collate_fn or sampler that filters examples may leave none in a batch)."
             )
-        # features or targets computed with autograd on (a network outside the model, a
-        # teacher's soft labels): that graph is not fit()'s to train, and the first step's
-        # backward would free it under the batches sharing it (torch: "backward through the
-        # graph a second time")
-        x, y = (t if t.grad_fn is None else t.detach() for t in (x, y))
+        # features or targets that require grad (computed with autograd on by a network
+        # outside the model, a teacher's soft labels): fit() trains the model, no gradient
+        # flows into the data, and the first step's backward would free a graph the batches
+        # share (torch: "backward through the graph a second time")
+        x, y = (t.detach() if t.requires_grad else t for t in (x, y))
         return x, y
     raise TypeError(
         f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
@@ -242,32 +242,38 @@ def _other_items_hint(batch: Any) -> str:
     if not isinstance(batch, (tuple, list)) or len(batch) <= 2:
         return ""
     return (
-        f" Serve (x, y) without the other {len(batch) - 2} item(s), e.g. "
-        "DataLoader(..., collate_fn=lambda items: default_collate(items)[:2]) with "
-        "torch.utils.data.default_collate, or a collate_fn of yours returning (x, y)."
+        f" Serve (x, y) without the other {len(batch) - 2} item(s): DataLoader(..., "
+        "collate_fn=first_two) with a function of your module, def first_two(items): return "
+        "torch.utils.data.default_collate(items)[:2] (worker processes need it by name)."
     )
 
 
 def warn_of_a_wrong_length(
-    served: int, planned: int, epoch: int, epochs: int, schedule: str
-) -> None:
-    """Warn when an epoch served another number of batches than ``len(train_loader)`` told,
-    over which the learning-rate schedule was planned (a ``__len__`` counting examples, files
-    or shards rather than batches)."""
-    if served == planned:
-        return
+    served: int, planned: int, epoch: int, epochs: int, schedule: str, loader: Any
+) -> bool:
+    """Warn that an epoch served another number of batches than ``len(train_loader)`` told
+    when fit() planned the learning-rate schedule over it; True (told)."""
     total = epochs * planned
     effect = (
         f"after step {total} the learning rate is 0 and the later steps train nothing"
         if served > planned
         else "the learning rate does not run its planned course (its warm-up or decay is cut short)"
     )
-    warn_caller(
-        f"train_loader served {served} batches in epoch {epoch}, but len(train_loader) is "
-        f"{planned}: lr_schedule={schedule!r} plans the learning rate over epochs * "
-        f"len(train_loader) = {total} steps, so {effect}. Make len(train_loader) the number "
-        "of batches an epoch serves, or pass lr_schedule='constant'."
+    fix = (
+        "A DataLoader's len() is ceil(len(dataset) / batch_size), which an IterableDataset split "
+        "over workers (one partial batch each) or a sampler of its own does not keep: pass "
+        "lr_schedule='constant', or batch inside the dataset (changing its __len__ changes N: "
+        "then pass num_data=N)."
+        if isinstance(loader, torch.utils.data.DataLoader)
+        else "Make len(train_loader) the number of batches an epoch serves, or pass "
+        "lr_schedule='constant'."
     )
+    warn_caller(
+        f"train_loader served {served} batches in epoch {epoch}, but len(train_loader) was "
+        f"{planned}: lr_schedule={schedule!r} planned the learning rate over epochs * "
+        f"len(train_loader) = {total} steps, so {effect}. {fix}"
+    )
+    return True
 
 
 def check_batch(

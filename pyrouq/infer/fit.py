@@ -32,7 +32,7 @@ from pyrouq._util import (
 )
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed
-from pyrouq.infer._loop import EpochRecord, FitResult, Loop
+from pyrouq.infer._loop import EpochRecord, FitResult, Loop, len_or
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
 from pyrouq.infer._training import (
     TrainingInterrupted,
@@ -128,9 +128,10 @@ def fit(
         another model (other sites or shapes) is refused before anything is trained.
     train_loader : iterable of (x, y)
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
-        or one ``(x, y)`` pair, is refused: batch it). Floating inputs of another
-        dtype are cast to the model's; integer ones (raw uint8 pixels) are refused, see
-        :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
+        or one ``(x, y)`` pair, is refused: batch it; so is an empty batch). Floating inputs
+        of another dtype are cast to the model's; integer ones (raw uint8 pixels) are
+        refused, see :func:`pyrouq.data.normalize`, unless the network starts from an
+        ``nn.Embedding``. Batches that require grad are detached: no gradient flows into data.
     epochs : int
         Passes over ``train_loader`` (>= 1).
     lr : float, default 2e-2
@@ -151,7 +152,8 @@ def fit(
         w = 20 % of the steps (rounded down: none in runs under 5 steps), from 1/w of its
         value at the first step to its value at the w-th, then decays it to 0 along a half
         cosine (a one-cycle policy: short runs converge much further, see the benchmarks);
-        ``"cosine"`` decays from the start; ``"constant"`` leaves it alone.
+        ``"cosine"`` decays from the start; ``"constant"`` leaves it alone. An epoch serving
+        another number of batches than ``len(train_loader)`` is warned of.
     kl_weight : float, optional
         Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`; a model
         without latent sites has none: another value than the default is warned of). By default
@@ -339,7 +341,7 @@ def fit(
                 f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
                 "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
             )
-        if lr_schedule != "constant" and _length(train_loader) is None:
+        if lr_schedule != "constant" and len_or(train_loader, None) is None:
             warnings.warn(
                 f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
                 f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
@@ -348,7 +350,7 @@ def fit(
                 stacklevel=2,
             )
         if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
-            train_loader = _ReadAhead(train_loader, _length(train_loader))
+            train_loader = _ReadAhead(train_loader, len_or(train_loader, None))
         n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
         if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
             n = getattr(model, "given_num_data", None)
@@ -551,14 +553,6 @@ def _check_loader_kind(loader: Any) -> None:
             f"train_loader is a {what} of single examples (its first label is one number): "
             f"iterated directly, each example would be taken for a batch. {hint}"
         )
-
-
-def _length(loader: Any) -> int | None:
-    """``len(loader)``, or None where it fails (a DataLoader over an IterableDataset raises)."""
-    try:
-        return len(loader)
-    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
-        return None
 
 
 def _dataset_size(loader: Any) -> int | None:
