@@ -193,3 +193,21 @@ class RaisesItsOwn(nn.Module):
 
     def forward(self, x):
         raise self.error
+
+
+def recording_sgd(seen):
+    """An ``optim=`` for :func:`pyrouq.fit`: ``torch.optim.SGD`` (lr 0.1) that appends the
+    learning rate of every step to the list ``seen``."""
+
+    def optim(params):
+        sgd = torch.optim.SGD(params, lr=0.1)
+        step = sgd.step
+
+        def recorded(*args, **kwargs):
+            seen.append(sgd.param_groups[0]["lr"])
+            return step(*args, **kwargs)
+
+        sgd.step = recorded  # type: ignore[method-assign]
+        return sgd
+
+    return optim

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from _toy import ListLoader, tiny_mlp, toy_data
+from _toy import ListLoader, recording_sgd, tiny_mlp, toy_data
 from pyro import poutine
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -181,18 +181,7 @@ def test_resuming_a_network_without_latent_sites_does_not_ask_for_its_kl_weight(
 
 def _learning_rates(loader):
     seen: list[float] = []
-
-    def optim(params):
-        opt = torch.optim.SGD(params, lr=0.1)
-        step = opt.step
-
-        def logged(*a, **k):
-            seen.append(opt.param_groups[0]["lr"])
-            return step(*a, **k)
-
-        opt.step = logged  # type: ignore[method-assign]
-        return opt
-
+    optim = recording_sgd(seen)
     torch.manual_seed(0)
     pyrouq.fit(MLP(3, 4, 2), None, loader, epochs=1, optim=optim, num_data=40, progress=False)
     return seen

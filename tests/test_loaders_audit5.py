@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 from _processes import exit_quietly, spawn_ranks
+from _toy import recording_sgd
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, default_collate
 
@@ -53,19 +54,8 @@ class _Batches:
 
 def _sgd_learning_rates(loader, **kw):
     """The learning rate of every step of a plain network's fit on ``loader``."""
-    seen = []
-
-    def optim(params):
-        sgd = torch.optim.SGD(params, lr=0.1)
-        step = sgd.step
-
-        def recorded(*args, **kwargs):
-            seen.append(sgd.param_groups[0]["lr"])
-            return step(*args, **kwargs)
-
-        sgd.step = recorded  # type: ignore[method-assign]
-        return sgd
-
+    seen: list[float] = []
+    optim = recording_sgd(seen)
     pyrouq.fit(_net(), None, loader, epochs=2, num_data=24, optim=optim, progress=False, **kw)
     return seen
 
