@@ -276,3 +276,50 @@ def test_batches_that_require_grad_are_detached_whole_or_sliced():
     leaf = x.clone().requires_grad_()
     pyrouq.fit(_net(), None, [(leaf, y)], epochs=1, num_data=24, progress=False)
     assert leaf.grad is None  # no gradient into the data (a whole leaf batch got one)
+
+
+class _Lies(torch.utils.data.Sampler):
+    """A sampler that yields all ``n`` indices but says it holds ``length``."""
+
+    def __init__(self, n, length):
+        self.n, self.length = n, length
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.length
+
+
+def test_the_length_warning_tells_a_dataloaders_sampler_and_a_len_of_zero():
+    # a map-style DataLoader was told "len() is ceil(len(dataset) / batch_size)" (3, where its
+    # len was the sampler's 2); a len() of 0 trained at a constant rate without a word
+    x, y = _data()
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, sampler=_Lies(24, 10))  # len 2
+    told = r"served 3 batches .* was 2: .* A DataLoader's len\(\) is its \(batch\) sampler's: "
+    with pytest.warns(UserWarning, match=told + r"make the sampler's __len__ the number"):
+        _sgd_learning_rates(loader)
+    with pytest.warns(UserWarning, match=r"has no length: the learning rate stays constant \(as "
+                      r"for a len\(\) of 0\)"):  # fmt: skip
+        assert set(_sgd_learning_rates(_Batches(list(loader), 0))) == {0.1}
+
+
+def test_a_checkpoint_keeps_the_length_the_schedule_was_planned_over(tmp_path):
+    # it stored len() read again at saving: a loader grown in between resumed on another plan
+    x, y = _data()
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 24, 8)]
+    grows = _Batches(list(batches), 3)
+
+    def grow(record):
+        grows.batches[3:] = [batches[0]]  # an epoch of 4 batches from now on
+        grows.length = 4
+
+    checkpoint = tmp_path / "run.pt"
+    with pytest.warns(
+        UserWarning, match=r"served 4 batches in epoch 2, but len\(train_loader\) was 3"
+    ):
+        pyrouq.fit(_net(), None, grows, epochs=2, num_data=24, callbacks=[grow],
+                   checkpoint=checkpoint, progress=False)  # fmt: skip
+    with pytest.warns(UserWarning, match=r"continues a run of 3 batches an epoch with a "):
+        pyrouq.fit(_net(), None, grows, epochs=3, num_data=24, resume_from=checkpoint,
+                   progress=False)  # fmt: skip

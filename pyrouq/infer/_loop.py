@@ -348,7 +348,7 @@ class Loop:
             rng=rng,
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
-            batches_per_epoch=len_or(self.loader),
+            batches_per_epoch=self.per_epoch,  # (the schedule's, as planned)
             batch_size=_batch_size(self.loader),
             lr_schedule=self.lr_schedule,
             num_particles=self.elbo.num_particles,
@@ -466,7 +466,7 @@ class Loop:
         if progress:
             from tqdm.auto import tqdm
 
-            per_epoch = max(len_or(self.loader), 1)
+            per_epoch = max(self.per_epoch, 1)
             bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
         epoch, batches, finished = self.first_epoch, self.skip, 0
         mid_step = False  # a step under way: a second Ctrl-C there leaves it half done

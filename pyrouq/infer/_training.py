@@ -259,15 +259,17 @@ def warn_of_a_wrong_length(
         if served > planned
         else "the learning rate does not run its planned course (its warm-up or decay is cut short)"
     )
-    fix = (
-        "A DataLoader's len() is ceil(len(dataset) / batch_size), which an IterableDataset split "
-        "over workers (one partial batch each) or a sampler of its own does not keep: pass "
-        "lr_schedule='constant', or batch inside the dataset (changing its __len__ changes N: "
-        "then pass num_data=N)."
-        if isinstance(loader, torch.utils.data.DataLoader)
-        else "Make len(train_loader) the number of batches an epoch serves, or pass "
-        "lr_schedule='constant'."
-    )
+    dataset = getattr(loader, "dataset", None)
+    fix = "Make len(train_loader) the number of batches an epoch serves"
+    if isinstance(loader, torch.utils.data.DataLoader):
+        fix = (
+            "A DataLoader over an IterableDataset split over workers serves a partial batch "
+            "each: batch inside the dataset (fit() then needs num_data=N)"
+            if isinstance(dataset, torch.utils.data.IterableDataset)
+            else "A DataLoader's len() is its (batch) sampler's: make the sampler's __len__ the "
+            "number of indices (batches) it yields"
+        )
+    fix += ", or pass lr_schedule='constant'."
     warn_caller(
         f"train_loader served {served} batches in epoch {epoch}, but len(train_loader) was "
         f"{planned}: lr_schedule={schedule!r} planned the learning rate over epochs * "
