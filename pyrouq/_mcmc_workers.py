@@ -10,6 +10,7 @@ import os
 import pickle
 import random
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -318,7 +319,14 @@ class _ClassesOnly(pickle.Pickler):
 def spawn_problem(model: Any) -> str | None:
     """Why a new (spawned) process could not receive ``model``, or None: a class of the
     network defined in ``__main__`` (the new process cannot import it), or a part that does
-    not pickle (a class defined inside a function, a lambda held as an attribute)."""
+    not pickle (a class defined inside a function, a lambda held as an attribute), or a main
+    program that is no file (``python - < script.py``): a spawned process runs it again."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main is not None and not os.path.exists(main):
+        return (
+            f"cannot run the main program again: it is no file on disk ({main!r}: read from "
+            "standard input or a pipe). Run it from a file"
+        )
     if any(type(m).__module__ == "__main__" for m in model.modules()):
         return (
             "cannot import a network class defined in __main__ (a script's or a notebook's "

@@ -109,3 +109,20 @@ def test_an_error_of_the_networks_own_passes_through_unchanged(error):
     model = bayesian(RaisesItsOwn(error), likelihood=Gaussian(0.3))
     with pytest.raises(type(error), match=f"^{re.escape(str(error))}$"):
         mcmc(model, torch.randn(15, 2), torch.randn(15), 3, 3, 1, seed=0, progress=False)
+
+
+def test_parallel_chains_of_a_main_program_read_from_stdin_say_to_run_it_from_a_file(
+    monkeypatch,
+):
+    # `python - < script.py`: each chain process failed with FileNotFoundError '<stdin>', and
+    # the advice (put the code under if __name__ == "__main__") did not help
+    import sys
+
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "/work/main/<stdin>", raising=False)
+    x, y = _regression(dtype=torch.float32)
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
+    told = r"cannot run the main program again: it is no file on disk \('/work/main/<stdin>'"
+    with pytest.raises(ValueError, match=told + r".*Run it from a file, or pass parallel=False"):
+        mcmc(model, x, y, 3, 3, 2, seed=0, parallel=True, progress=False)
+    # the default runs the chains here, one after another
+    assert mcmc(model, x, y, 3, 3, 2, seed=0, progress=False).samples["weight"].shape[:2] == (2, 3)
