@@ -341,11 +341,11 @@ def fit(
                 f"batches once, but epochs={epochs}. Pass something that can be iterated once per "
                 "epoch: a list of (x, y) batches, a DataLoader, or pyrouq's loaders."
             )
-        if lr_schedule != "constant" and not len_or(train_loader, None):  # (None or 0)
+        if lr_schedule != "constant" and len_or(train_loader, None) is None:
             warnings.warn(
                 f"fit(lr_schedule={lr_schedule!r}) plans the learning rate over the run's steps, "
                 f"but train_loader ({type(train_loader).__name__}) has no length: the learning "
-                "rate stays constant (as for a len() of 0). Pass a loader with a length (a list, "
+                "rate stays constant. Pass a loader with a length (a list, "
                 "a DataLoader), or lr_schedule='constant'.",
                 stacklevel=2,
             )
