@@ -505,6 +505,13 @@ def _ensemble_options(config: dict[str, Any]) -> dict[str, Any]:
     return {"norms": "shared", **{k: v for k, v in config.items() if k != "num_members"}}
 
 
+def _drawn(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with factor means and stds a layer of any dtype holds: the factors drawn are
+    replaced by the saved ones, and a float16 model saved with a large ``r_std`` (which the
+    layers' construction-time check refuses) still loads; the saved options are set back."""
+    return {**options, **dict.fromkeys(("r_mean", "s_mean"), 1.0), "r_std": 0.0, "s_std": 0.0}
+
+
 def saved_config(model: dict[str, Any]) -> Any:
     """The configuration of a saved model description (``description["model"]``) as today's
     :func:`describe_model` writes it: a BatchEnsemble's ``norms``, absent from files older than
@@ -524,9 +531,10 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
     if name == "Module":
         return copy.deepcopy(skeleton)
     if name == "BatchEnsembleNetwork":
-        return BatchEnsembleNetwork(
-            skeleton, int(config["num_members"]), **_ensemble_options(config)
-        )
+        options = _ensemble_options(config)
+        built = BatchEnsembleNetwork(skeleton, int(config["num_members"]), **_drawn(options))
+        built.options.update({k: options[k] for k in built.options if k in options})
+        return built
     source: nn.Module = skeleton
     ensemble = config.get("ensemble")
     if ensemble is not None:  # rank-1: the BatchEnsemble first, then its latent factors
@@ -534,8 +542,10 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
             skeleton,
             int(ensemble["num_members"]),
             likelihood=config["likelihood"],
-            **_ensemble_options(ensemble),
+            **_drawn(_ensemble_options(ensemble)),
         )
+        saved = _ensemble_options(ensemble)
+        source.options.update({k: saved[k] for k in source.options if k in saved})
     model = BayesianNetwork(
         source,
         prior=dist.Normal(0.0, 1.0),  # a placeholder: the saved priors replace it below
