@@ -254,7 +254,7 @@ def run_draws(
     draw is shared by every draw. On CPU (and while BatchNorm computes batch statistics) the
     draws run one at a time; elsewhere as one ``vmap`` pass.
     """
-    _layer_calls.check_draws(net, weights, event_dims)
+    _layer_calls.check_draw_shapes(net, weights, event_dims)
     lead = sample_dims(weights, event_dims)
     if not len(lead):
         return run(net, x, weights, members)

@@ -2,7 +2,7 @@
 forward that reads a layer's weight or bias as a tensor bypasses the members' factors (a warning
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
 reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`).
-Also two small helpers of the engine's runs: :func:`check_draws` and :func:`noise_scale`."""
+Also two small helpers of the engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def tensor_reads(watched: Mapping[int, str]) -> Iterator[set[str]]:
         yield mode.read
 
 
-def check_draws(
+def check_draw_shapes(
     net: nn.Module, weights: Mapping[str, Tensor], event_dims: Mapping[str, int]
 ) -> None:
     """Refuse weights ``{name: (*S, *shape)}`` whose draws are not of the shape ``net`` holds
