@@ -217,7 +217,8 @@ def mcmc(
     force : bool, default False
         Sample a model above :data:`MAX_LATENT_VALUES` latent values anyway.
     max_tree_depth : int, default 10
-        NUTS's limit on trajectory doublings.
+        NUTS's limit on trajectory doublings (not read with ``kernel="hmc"``, which runs
+        Pyro's HMC defaults: a trajectory of length 2 pi, its step size adapted in warm-up).
     parallel : bool, optional
         Run the chains in separate processes (``spawn``; one per core, the cores shared out
         as torch threads). Default: when there are several chains and cores and at least
