@@ -49,6 +49,9 @@ def rank1(
     the members' summed negative log-likelihoods, as a BatchEnsemble is trained, plus the
     per-component KL of each member's Gaussian to the prior. It is M times the paper's
     average over members of the per-component ELBOs, which leaves Adam's steps unchanged.
+    A latent noise scale (a Gaussian likelihood with a prior on ``sigma``) is one site shared
+    by the members: its KL counts once against their M summed likelihoods, so its prior
+    weighs 1/M of what it weighs in a single network.
 
     **Predictions**: ``predict(model, x, guide, num_samples=K)`` gives S = K * M draws,
     draw-major: output ``s = k * M + m`` is member m under the k-th draw of the factors.
