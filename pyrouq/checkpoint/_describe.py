@@ -133,7 +133,8 @@ def _describe_likelihood(model: Any) -> dict[str, Any]:
 
 def describe_model(model: nn.Module) -> dict[str, Any]:
     """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``, plus
-    ``"module"`` (the structure of the original network) for converted networks."""
+    ``"module"`` (the structure of the original network) for converted networks, and
+    ``"default_kl_weight"`` where the model (or its likelihood) sets fit()'s own."""
     name = type(model).__name__
     doors = _front_doors()
     out: dict[str, Any]
@@ -179,6 +180,11 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
     given = getattr(model, "given_num_data", None)  # the N it was built with, fit()'s default
     if given is not None:
         out["given_num_data"] = int(given)
+    own = getattr(model, "default_kl_weight", None)  # fit()'s kl_weight when none is given
+    if own is None:  # one set on the likelihood, which load() rebuilds with its class's
+        own = getattr(getattr(model, "likelihood", None), "__dict__", {}).get("default_kl_weight")
+    if own is not None:
+        out["default_kl_weight"] = float(own)
     return out
 
 
@@ -374,6 +380,9 @@ def build_model(
     given = description["model"].get("given_num_data")
     if given is not None and hasattr(model, "given_num_data"):
         model.given_num_data = int(given)
+    own = description["model"].get("default_kl_weight")  # absent from older files: as rebuilt
+    if own is not None:
+        model.default_kl_weight = float(own)
     return model
 
 

@@ -49,6 +49,9 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
         # a global (a class or function to import and call) means a pickled Python object,
         # anything else (an unknown opcode, ...) a damaged file.
         reason = str(err).partition("WeightsUnpickler error:")[2].strip() or str(err)
+        damaged = _damaged_entry(path)  # a flipped byte in a global's name: damage, no object
+        if damaged:
+            raise CheckpointError(_corrupt(path, damaged)) from None
         if "global" in reason.lower() or _plain_pickle_with_objects(path):
             raise CheckpointError(
                 f"{str(path)!r} contains pickled Python objects, which pyrouq refuses to load "
