@@ -103,6 +103,22 @@ def _check_data(fn: str, x: object, y: object) -> int:
     return int(x.shape[0])
 
 
+def _check_result_data(fn: str, given: str | None, x: object, y: object) -> None:
+    """Where an MCMCResult's export got one of ``x=`` and ``y=`` (``given``) and the other is
+    the result's own, of another length, say so: "y with 12" named no ``result.y``."""
+    if given is None or not (torch.is_tensor(x) and torch.is_tensor(y)) or 0 in (x.dim(), y.dim()):
+        return
+    if x.shape[0] != y.shape[0]:
+        other = "y" if given == "x" else "x"
+        sizes = {"x": x.shape[0], "y": y.shape[0]}
+        raise ValueError(
+            f"{fn}: {given}= holds {sizes[given]} points, but result.{other}, the "
+            f"{'targets' if other == 'y' else 'inputs'} the chains ran on, holds "
+            f"{sizes[other]}: {given}= replaces result.{given} alone. Pass {other}= too, "
+            f"one target per input: to_inference_data(result, x=x, y=y)."
+        )
+
+
 def _check_callables(fn: str, model: object, guide: object) -> None:
     """A clear error for a model, or a guide other than None, that cannot be called (a
     FitResult met Pyro's "is not callable" or dataclasses' "cannot assign to field")."""
@@ -239,16 +255,26 @@ def _explain_per_point_sites(
 
 
 def _warn_not_finite(log_lik: Tensor, fn: str) -> None:
-    """Warn where the pointwise log-likelihood ``(S, N)`` is NaN or +inf (no log density)."""
+    """Warn where the pointwise log-likelihood ``(S, N)`` is NaN or +inf (no log density), or
+    else -inf (a point of probability 0 at a draw): ``az.loo`` and ``az.waic`` are NaN then."""
     bad = torch.isnan(log_lik) | (log_lik == math.inf)
+    what = "NaN or +inf"
+    why = (
+        "The model's outputs or the likelihood's parameters are not finite there; check the "
+        "guide's scales (or the chains) and the model at those draws."
+    )
+    if not bool(bad.any()):
+        bad, what = log_lik == -math.inf, "-inf"
+        why = (
+            "Those draws give the observed points probability 0 (an importance ratio "
+            "1 / p(y_n | w_s) of inf); check the likelihood's support at those draws."
+        )
     if bool(bad.any()):
         draws = bad.any(1).nonzero().flatten().tolist()
         warnings.warn(
-            f"{fn}: the pointwise log-likelihood is NaN or +inf at {int(bad.sum())} of "
+            f"{fn}: the pointwise log-likelihood is {what} at {int(bad.sum())} of "
             f"{bad.numel()} entries, in draws {draws[:10]}{' ...' if len(draws) > 10 else ''} "
-            "(flattened over chains): az.loo and az.waic will return NaN. The model's outputs "
-            "or the likelihood's parameters are not finite there; check the guide's scales "
-            "(or the chains) and the model at those draws.",
+            f"(flattened over chains): az.loo and az.waic will return NaN. {why}",
             RuntimeWarning,
             stacklevel=4,  # past torch.no_grad: the caller
         )

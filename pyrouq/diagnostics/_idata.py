@@ -14,7 +14,7 @@ from torch import Tensor
 
 from pyrouq._own_models import check_traces_match
 from pyrouq._runners import is_ensemble as _is_ensemble
-from pyrouq._util import check_count, check_int, has_latent_sites, module_device
+from pyrouq._util import check_count, check_int, has_latent_sites, module_device, module_dtype
 from pyrouq.infer.guide import check_draws, check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
 from pyrouq.mcmc import MCMCResult
@@ -29,6 +29,7 @@ from pyrouq.diagnostics._common import (
     _check_callables,
     _check_data,
     _check_labels,
+    _check_result_data,
     _check_var_names,
     _latent_sites,
     _masked,
@@ -246,7 +247,7 @@ def to_inference_data(
     Warns
     -----
     RuntimeWarning
-        Where the pointwise log-likelihood is NaN or +inf (``az.loo`` is then NaN).
+        Where the pointwise log-likelihood is NaN or +inf, or -inf (``az.loo`` is then NaN).
 
     Examples
     --------
@@ -288,6 +289,7 @@ def to_inference_data(
             "to_inference_data(model, guide, x, y) for the guide's draws."
         )
     if result is not None:
+        given = "x" if y is None and x is not None else "y" if x is None and y is not None else None
         model, x, y = result.model, result.x if x is None else x, result.y if y is None else y
         missing = [name for name, v in (("model", model), ("x", x), ("y", y)) if v is None]
         if missing:
@@ -299,6 +301,7 @@ def to_inference_data(
                 f"{fn}: an MCMCResult is exported with the model and data its chains ran on "
                 f"and no guide; a loaded result carries neither: set {setting} first{passing}."
             )
+        _check_result_data(fn, given, x, y)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
@@ -507,6 +510,9 @@ def _export_weights(
 ) -> _Draws:
     """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws."""
     out = _Draws(num_samples)
+    # draws of another dtype (an MCMC run's float32 for a float16 model) run in the model's,
+    # as in predict(); the posterior group keeps them as they came
+    dtype = module_dtype(model) or (x.dtype if x.is_floating_point() else None)
     with _prepared(model, n):
         for s, weights in enumerate(draws):
             if s == 0:
@@ -514,6 +520,7 @@ def _export_weights(
                 check_draws(model, drawn, "to_inference_data()")
             for name in keep:
                 out.put(_LATENT + name, s, weights[name])
+            weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)

@@ -56,7 +56,9 @@ class PSISResult:
         importance ratios. ``-inf`` when the ratios are constant to numerical precision (the
         guide is the posterior up to normalisation), ``inf`` when no tail could be fitted.
     interpretation : str
-        The usual reading: below 0.5 good, 0.5 to 0.7 usable, above 0.7 unreliable.
+        The usual reading: below 0.5 good, 0.5 to 0.7 usable, above 0.7 unreliable; from
+        ``min(1 - 1/log10(S), 0.7)`` on (below 0.7 for S < 2155), it adds that S draws are too
+        few for reliable PSIS estimates at that k-hat (Vehtari et al. 2024, as ``az.loo``).
     log_weights : torch.Tensor
         ``(S,)`` float64, the raw log importance ratios ``log p(w_s, D) - log q(w_s)``.
     smoothed_log_weights : torch.Tensor
@@ -76,8 +78,10 @@ class PSISResult:
 
     @property
     def reliable(self) -> bool:
-        """Whether ``k_hat < 0.7``: importance-weighted estimates with the guide can be used."""
-        return self.k_hat < K_HAT_OK
+        """Whether ``k_hat < min(1 - 1/log10(S), 0.7)``: importance-weighted estimates with
+        these S draws can be used (Vehtari et al. 2024; ``az.loo`` warns from there on). The
+        threshold is 0.7 from S = 2155 on, 0.5 at S = 100 and 0.28 at S = 25."""
+        return self.k_hat < _good_k(self.num_samples)
 
     def __repr__(self) -> str:
         limit = K_HAT_GOOD if self.k_hat < K_HAT_GOOD else K_HAT_OK  # (0.4996 read "0.500")
@@ -95,7 +99,26 @@ def _below(k_hat: float, limit: float, first: int = 2) -> str:
     return repr(k_hat)
 
 
-def _interpret(k_hat: float) -> str:
+def _good_k(num_samples: int) -> float:
+    """``min(1 - 1/log10(S), 0.7)``: the k-hat below which S draws give reliable PSIS estimates
+    (Vehtari et al. 2024, "Pareto smoothed importance sampling"; ``az.loo``'s ``good_k``)."""
+    return min(1.0 - 1.0 / math.log10(num_samples), K_HAT_OK)
+
+
+def _interpret(k_hat: float, num_samples: int) -> str:
+    reading = _reading(k_hat)
+    good = _good_k(num_samples)
+    if good <= k_hat < K_HAT_OK:  # a k-hat arviz's az.loo warns of at this S
+        needed = math.floor(10 ** (1.0 / (1.0 - k_hat))) + 1
+        reading += (
+            f" But S = {num_samples} draws are too few at this k-hat: PSIS estimates are "
+            f"reliable below min(1 - 1/log10(S), 0.7) = {good:.2f} (Vehtari et al. 2024; az.loo "
+            f"warns above it), which takes S > 10^(1/(1 - k-hat)), {needed:,} draws or more."
+        )
+    return reading
+
+
+def _reading(k_hat: float) -> str:
     if k_hat == -math.inf:
         return (
             "good: the importance ratios are constant to numerical precision, so the guide "
@@ -261,16 +284,22 @@ def psis_diagnostic(
     * k-hat >= 0.7: the variational approximation is unreliable for importance-weighted
       estimates (and likely in its posterior expectations too).
 
+    These readings are Yao et al.'s, of the guide. Whether S draws suffice for PSIS estimates
+    is the sample-size threshold ``min(1 - 1/log10(S), 0.7)`` of Vehtari et al. (2024) that
+    ``az.loo`` warns from (0.5 at S = 100, 0.28 at S = 25): ``PSISResult.reliable`` is
+    ``k_hat`` below it, and the interpretation says so where a k-hat below 0.7 is above it.
+
     The log joint is ``log p(w) + sum_n log p(y_n | x_n, w)`` on the data given: ``x, y`` are
     taken to be the whole data set D, and the observed sites enter with the model's own
     scale, with a pyrouq model's ``num_data`` set to N = ``len(x)`` meanwhile (so its N/B
     scale is 1; the attribute is restored afterwards). ``num_data=M`` instead treats ``x, y``
     as a sample of a data set of M points: every observed site is multiplied by ``M / N``.
 
-    A guide draw outside the support of a latent site weighs 0 (log ratio -inf), and observed
-    data outside their distribution's support are refused: both are checked entry by entry
-    where the support is declared, whatever Pyro's validation setting, but not for sites a mask
-    leaves entries of (``poutine.mask``, ``.mask()``) nor for mixtures.
+    A guide draw outside the support of a latent site weighs 0 (log ratio -inf; every draw
+    outside is an error, with no tail to fit), and observed data outside their distribution's
+    support are refused: both are checked entry by entry where the support is declared,
+    whatever Pyro's validation setting, but not for sites a mask leaves entries of
+    (``poutine.mask``, ``.mask()``) nor for mixtures.
 
     .. warning:: For full-size networks (the MNIST MLP or LeNet under a mean-field guide)
        k-hat is expected to be large, often far above 1: with tens of thousands of weights and
@@ -389,6 +418,13 @@ def psis_diagnostic(
             "finite at the guide's draws."
         )
     finite = log_weights[torch.isfinite(log_weights)]
+    if finite.numel() == 0:  # (az.psislw: NaN weights, numpy's warnings, k-hat inf)
+        raise ValueError(
+            f"{fn}: all {num_samples} log importance ratios are -inf (weight 0): every guide "
+            "draw lies outside the support of a latent site of the model, or gives the data "
+            "zero likelihood, so there is no tail to fit. Use a guide that draws inside the "
+            "model's support (AutoNormal and mean_field_guide transform to it)."
+        )
     spread = float(finite.max() - finite.min()) if finite.numel() else 0.0
     size = float(finite.abs().max()) if finite.numel() else 0.0
     if finite.numel() == num_samples and spread <= _CONSTANT_WEIGHTS_RTOL * max(1.0, size):
@@ -400,7 +436,7 @@ def psis_diagnostic(
         smoothed = torch.as_tensor(np.asarray(lw, dtype=np.float64))
     return PSISResult(
         k_hat=k_hat,
-        interpretation=_interpret(k_hat),
+        interpretation=_interpret(k_hat, num_samples),
         log_weights=log_weights,
         smoothed_log_weights=smoothed,
     )
