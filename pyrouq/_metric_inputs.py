@@ -1,5 +1,5 @@
 """The input checks of :mod:`pyrouq.metrics` (probabilities, labels, OOD scores), shared with
-the plots and the predictions."""
+the plots and the predictions, and the equal-width confidence bins of its ECE."""
 
 from __future__ import annotations
 
@@ -74,6 +74,14 @@ def _prepare(probs: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
     return pbar, _check_targets(targets, pbar)
 
 
+def _equal_width_index(conf: Tensor, num_bins: int) -> Tensor:
+    """``bucketize(conf, arange(K + 1) / K, right=True) - 1`` clamped to ``[0, K - 1]``, exactly,
+    without the K + 1 edges: ``floor(conf * K)``, moved one bin where it rounded across an edge."""
+    b = (conf * num_bins).floor().clamp(0, num_bins - 1)
+    b = b - (b / num_bins > conf).to(b.dtype)
+    return (b + (((b + 1) / num_bins <= conf) & (b < num_bins - 1)).to(b.dtype)).long()
+
+
 def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
     out = []
     for name, s in (("scores_in", scores_in), ("scores_out", scores_out)):
@@ -118,3 +126,16 @@ def carried_targets(
     if targets is None:
         raise ValueError(f"No {name}: {fix}.")
     return targets
+
+
+def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
+    """Refuse OOD probabilities ``(S', M, C)`` with another number of draws than the
+    in-distribution ones ``(S, N, C)`` where ``what`` (a disagreement of the draws) is
+    compared."""
+    if ood_p.shape[0] != p.shape[0]:
+        raise ValueError(
+            f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
+            f"predictions {p.shape[0]}: {what} of a draw's disagreement is only comparable "
+            "between predictions with as many draws (with one, it is 0). Predict the OOD "
+            "inputs with the same model and num_samples (an (N, C) tensor is one draw)."
+        )

@@ -28,9 +28,11 @@ from torch import Tensor
 from pyrouq._metric_inputs import (
     _check_scores,
     _check_targets,
+    _equal_width_index,
     _prepare,
     _prepare_probs,
     carried_targets,
+    check_same_draws,
 )
 from pyrouq._numbers import is_integer, tensor_hint
 from pyrouq._tables import format_table
@@ -133,7 +135,8 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     error (``bucketize(conf, linspace(0, 1, K + 1), right=True) - 1``), except that the index
     is clamped to ``[0, K - 1]``: a confidence of exactly 1.0 joins the last bin
     ``[(K-1)/K, 1]`` (torchmetrics gives it a bin of its own). The figures pyrouq reports
-    (``evaluate()``, the tables) use 15.
+    (``evaluate()``, the tables) use 15. Only occupied bins are stored (memory ``O(N)``, any K
+    up to ``2**53``, below which every edge ``b/K`` is exact in float64).
 
     Examples
     --------
@@ -146,8 +149,8 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     num_bins = _check_bins(num_bins)
     pbar, y = _prepare(probs, targets)
     conf, pred = pbar.max(-1)
-    _, bins = equal_width_bins(conf, num_bins)
-    return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins, num_bins)
+    bins = _equal_width_index(conf, num_bins)
+    return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins)
 
 
 def aece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
@@ -157,7 +160,8 @@ def aece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     contiguous groups whose sizes differ by at most one, the larger ones first: exactly
     ``torch.tensor_split(sorted, K)``, as torch-uncertainty does. Then
     ``aECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` as in :func:`ece`. With N < K the
-    last ``K - N`` bins are empty and add 0 (torch-uncertainty returns NaN there).
+    last ``K - N`` bins are empty and add 0 (torch-uncertainty returns NaN there). Any K up to
+    ``2**53``, in ``O(N)`` memory, as in :func:`ece`.
 
     Examples
     --------
@@ -175,14 +179,14 @@ def aece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     pos = torch.arange(n, device=conf.device)
     big = r * (q + 1)
     bins = torch.where(pos < big, pos // (q + 1), r + (pos - big) // max(q, 1))
-    return _binned_calibration_error(conf, (pred == y)[order].to(conf.dtype), bins, num_bins)
+    return _binned_calibration_error(conf, (pred == y)[order].to(conf.dtype), bins)
 
 
 def equal_width_bins(conf: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
     """``(edges, bins)``: the ``num_bins + 1`` edges of equal-width bins of [0, 1] and each
     confidence's bin, left-closed, a confidence of 1.0 in the last (as :func:`ece` bins)."""
     edges = torch.arange(num_bins + 1, dtype=conf.dtype, device=conf.device) / num_bins
-    return edges, (torch.bucketize(conf, edges, right=True) - 1).clamp(0, num_bins - 1)
+    return edges, _equal_width_index(conf, num_bins)
 
 
 def _check_bins(num_bins: Any) -> int:
@@ -191,7 +195,12 @@ def _check_bins(num_bins: Any) -> int:
             f"Expected num_bins to be a positive integer, got {num_bins!r}"
             f"{tensor_hint(num_bins)}. The reported figures use {NUM_BINS}."
         )
-    return num_bins
+    if num_bins > 2**53:
+        raise ValueError(
+            f"Expected num_bins <= 2**53 (where the bin edges b / K stop being exact in "
+            f"float64), got {num_bins}. The reported figures use {NUM_BINS}."
+        )
+    return int(num_bins)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,19 +445,6 @@ def ood_fpr95(scores_in: Tensor, scores_out: Tensor) -> float:
 # All at once
 
 
-def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
-    """Refuse OOD probabilities ``(S', M, C)`` with another number of draws than the
-    in-distribution ones ``(S, N, C)`` where ``what`` (a disagreement of the draws) is
-    compared."""
-    if ood_p.shape[0] != p.shape[0]:
-        raise ValueError(
-            f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
-            f"predictions {p.shape[0]}: {what} of a draw's disagreement is only comparable "
-            "between predictions with as many draws (with one, it is 0). Predict the OOD "
-            "inputs with the same model and num_samples (an (N, C) tensor is one draw)."
-        )
-
-
 def evaluate(
     predictions: Any,
     targets: Tensor | None = None,
@@ -517,6 +513,7 @@ def evaluate(
                 "variances of predictions.uncertainty() in and out of distribution."
             )
         return predictions.evaluate(targets)  # its own targets, if None
+    p = _prepare_probs(predictions, name="predictions")  # a wrong type first, before 'No targets'
     targets = carried_targets(targets, predictions)
     if hasattr(targets, "probs"):  # evaluate(preds, ood_preds): torch.as_tensor would fail
         raise TypeError(
@@ -525,7 +522,6 @@ def evaluate(
             "targets, ood), or predictions.evaluate(targets, ood=ood) (targets None: those "
             "the predictions carry)."
         )
-    p = _prepare_probs(predictions)
     pbar = p.mean(0)
     y = _check_targets(targets, pbar)
     on_mean = (acc, nll, brier, ece, aece, aurc, augrc, cov_at_5_risk, risk_at_80_cov)
@@ -562,10 +558,11 @@ def evaluate(
 # Private helpers: metrics on validated float64 p̄ (N, C)
 
 
-def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor, num_bins: int) -> float:
+def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor) -> float:
     """``sum_b |B_b| / N * |acc_b - conf_b| = sum_b |sum_{B_b} correct - sum_{B_b} conf| / N``."""
-    sum_conf = conf.new_zeros(num_bins).index_add_(0, bins, conf)
-    sum_correct = conf.new_zeros(num_bins).index_add_(0, bins, correct)
+    bins = torch.unique(bins, return_inverse=True)[1]  # the occupied bins only: O(N) memory
+    sum_conf = conf.new_zeros(int(bins.max()) + 1).index_add_(0, bins, conf)
+    sum_correct = torch.zeros_like(sum_conf).index_add_(0, bins, correct)
     return float((sum_correct - sum_conf).abs().sum() / conf.numel())
 
 

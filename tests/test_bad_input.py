@@ -1042,7 +1042,7 @@ API_CASES = [
     ("Predictions", "nan", lambda tmp: pyrouq.Predictions(torch.full((2, 6, 10), NAN)),
      ValueError, r"Expected finite probs, got 120 NaN or inf entries; check the model outputs"),
     ("evaluate", "type", lambda tmp: pyrouq.evaluate("probs", labels()), TypeError,
-     r"Expected probs to be an \(S, N, C\) or \(N, C\) probability tensor .*got str"),
+     r"Expected predictions to be an \(S, N, C\) or \(N, C\) probability tensor .*got str"),
     ("evaluate", "dtype", lambda tmp: pyrouq.evaluate(preds().probs, torch.zeros(6)), TypeError,
      r"Expected integer targets \(class indices\), got dtype torch.float32; convert them"),
     ("evaluate", "companion", lambda tmp: pyrouq.evaluate(preds(), torch.arange(5)), ValueError,

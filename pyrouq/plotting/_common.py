@@ -198,11 +198,14 @@ def _display_images(images: Any, n: int, normalized: bool | None, index: list[in
             "pixels with images.to(torch.uint8) (images.float() keeps 0-255, which is refused "
             "as neither [0, 1] nor normalised), values in [0, 1] with images.float()."
         )
-    bad = int((~torch.isfinite(x)).sum())
-    if bad:  # NaN would be drawn as a blank image; it also hides the normalisation test below
+    bad = ~torch.isfinite(x)
+    if bad.any():  # NaN would be drawn as a blank image; it also hides the normalisation test
+        rows = bad.flatten(1).any(1).nonzero()[:, 0].tolist()  # every image, shown or not
+        at = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
         raise ValueError(
-            f"Expected finite images, got {bad} NaN or inf pixel(s); check how the images were "
-            "made (e.g. a normalisation by a zero std)."
+            f"Expected finite images, got {int(bad.sum())} NaN or inf pixel(s) in image(s) "
+            f"[{at}] ({len(rows)} of {n}); check how the images were made (e.g. a "
+            "normalisation by a zero std), or drop those images and their predictions."
         )
     if normalized is None:
         low, high = float(x.min()), float(x.max())

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from pyrouq.infer import EpochRecord, FitResult
     from pyrouq.predictive import Predictions
 
+#: Most bins of :func:`plot_reliability`: its 5-inch axes are about 1000 pixels wide at 200 dpi,
+#: so more bars are thinner than a pixel (and each is a patch: 20000 took 28 s to draw).
+_MAX_DIAGRAM_BINS = 1000
+
 
 # ---------------------------------------------------------------------------------------------
 # Calibration and selective prediction
@@ -66,7 +70,8 @@ def plot_reliability(
     targets : Tensor, optional
         ``(N,)`` labels; default ``predictions_or_probs.targets``.
     num_bins : int, default 15
-        Number of bins of the diagram.
+        Number of bins of the diagram, at most 1000 (one bar each; the ECE of any number of
+        bins is :func:`pyrouq.metrics.ece`'s).
 
     Returns
     -------
@@ -75,6 +80,12 @@ def plot_reliability(
         the fraction of inputs per bin.
     """
     num_bins = check_int("num_bins", num_bins, hint="The ECE uses 15 bins.")
+    if num_bins > _MAX_DIAGRAM_BINS:
+        raise ValueError(
+            f"Expected num_bins <= {_MAX_DIAGRAM_BINS} for a reliability diagram (one bar per "
+            f"bin; more are thinner than a pixel), got {num_bins}. For the ECE of that many "
+            "bins call pyrouq.metrics.ece(probs, targets, num_bins=...)."
+        )
     pbar, y = _prepare(
         _probs(predictions_or_probs, "predictions_or_probs"),
         _targets(targets, predictions_or_probs),
@@ -212,12 +223,14 @@ def plot_uncertainty_distributions(
     Returns
     -------
     Figure
-        Three axes: total, aleatoric, epistemic.
+        Three axes: total, aleatoric, epistemic. For one draw (S = 1, a plain network), whose
+        epistemic part is 0 for every input, the epistemic axes says so and draws nothing.
     """
     _check_measure(measure)
     _check_choice("kind", kind, _KINDS)
     bins = check_int("bins", bins, hint="It is the number of histogram bins, e.g. bins=30.")
     p_in = _probs(in_dist, "in_dist")
+    one_draw = p_in.shape[0] == 1  # its epistemic part is 0 for every input: not drawn
     parts_in = decompose(p_in, measure)
     parts_out = None
     if ood is not None:
@@ -235,6 +248,12 @@ def plot_uncertainty_distributions(
     for ax, name in zip(axes, _COMPONENTS, strict=True):
         series = [("in-distribution", getattr(parts_in, name), "tab:blue")]
         title = f"{name} ({measure})"
+        if name == "epistemic" and one_draw:
+            text = "0 for every input:\none draw (S = 1) has\nno disagreement"
+            ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+            ax.set_title(title + "\nnot drawn for S = 1", fontsize=10)
+            ax.set_xlabel(f"{name} uncertainty")
+            continue
         if parts_out is not None:
             out_values = getattr(parts_out, name)
             series.append(("OOD", out_values, "tab:orange"))

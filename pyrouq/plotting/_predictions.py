@@ -68,7 +68,9 @@ def plot_most_uncertain(
     Returns
     -------
     Figure
-        ``min(k, N)`` rows of two axes (image, probabilities).
+        ``min(k, N)`` rows of two axes (image, probabilities). For one draw (S = 1) the
+        epistemic part is 0 for every input: ranked by it, the rows are the first inputs, and
+        the title says so.
     """
     p = _probs(predictions, "predictions")
     s, n, c = p.shape
@@ -133,11 +135,16 @@ def plot_most_uncertain(
         loc="upper right",
     )
     axes[-1, 1].set_xlabel("class", fontsize=8)
-    fig.suptitle(
+    title = (
         f"The {len(order)} most uncertain of {n} inputs by {component} uncertainty ({measure}), "
-        f"S = {s}",
-        fontsize=10,
+        f"S = {s}"
     )
+    if s == 1 and component == "epistemic":  # 0 for every input: the ranking is input order
+        title = (
+            f"The first {len(order)} of {n} inputs: one draw (S = 1) has no epistemic part, "
+            "use component='total'"
+        )
+    fig.suptitle(title, fontsize=10)
     # fixed margins (in inches, whatever k) instead of tight_layout, which measured about
     # 0.5 s for 6 rows
     height = fig.get_figheight()
