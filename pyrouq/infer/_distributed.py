@@ -85,6 +85,18 @@ def _reduces_cpu_tensors() -> bool:
     return "cpu" in devices
 
 
+def unwrapped(model: Any) -> Any:
+    """The network a ``DistributedDataParallel`` wraps (its ``.module``, which holds the same
+    parameters), else ``model`` itself: fit() averages the gradients itself, in the step's one
+    collective that also stops every rank together. Under DDP each backward pass would
+    average them a second time (the same numbers, twice the traffic), a rank stopping before
+    its backward pass would meet the others' DDP reduction with its own (a mismatch that
+    aborts the processes), and a BatchEnsemble behind DDP's ``forward`` is not recognised."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        return model.module
+    return model
+
+
 def _all_reduce(t: torch.Tensor, group: Group, op: Any = None) -> torch.Tensor:
     """``t`` reduced over the ranks (summed, or by ``op``) on the backend's device, returned
     on ``t``'s device (``t`` itself is reduced in place when it is already there)."""
@@ -451,19 +463,38 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
     """Refuse to start when the ranks would take different numbers of steps (their shards
     give different numbers of batches, or ``epochs`` differs): every step ends in a
     collective, and a rank with a step more would wait for the others forever or fail in it.
-    Call it with the shards active."""
+    Every rank takes part in the one ``all_reduce``, whether its loader has a length or not
+    (a rank that skipped it would meet its peers' check with its first step's collective):
+    ``epochs`` are compared always, the batches when every rank's loader has a length, and
+    loaders with a length on some ranks only are refused (their steps cannot be compared, and
+    the learning-rate schedule, planned over the length, would differ). Call it with the
+    shards active."""
     if not group.active:
         return
     try:
-        batches = len(loader)  # type: ignore[arg-type]
+        batches: int | None = len(loader)  # type: ignore[arg-type]
     except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
-        return  # not sized: nothing to compare before the epoch runs
-    most, fewest = _extremes(torch.tensor([batches, epochs], dtype=torch.float64), group)
-    if bool((most != fewest).any()):
+        batches = None
+    sized = batches is not None
+    values = [epochs, float(sized), batches if sized else 0]
+    most, fewest = _extremes(torch.tensor(values, dtype=torch.float64), group)
+    if bool(most[1] != fewest[1]):
+        raise ValueError(
+            f"fit() runs on {group.world} ranks, but train_loader has a length (len()) on some "
+            f"ranks and none on others ({'a length' if sized else 'none'} on rank "
+            f"{group.rank}): the ranks' numbers of steps cannot be compared before they run, "
+            "and the learning-rate schedule, planned over the length, would differ between "
+            "them. Build the same kind of loader on every rank."
+        )
+    if bool((most[[0, 2]] != fewest[[0, 2]]).any()):
+        counts = (
+            f"{int(fewest[2])} to {int(most[2])} batches per epoch ({batches} on this rank), "
+            if sized
+            else ""
+        )
         raise ValueError(
             f"fit() runs on {group.world} ranks, but they would take different numbers of "
-            f"steps: {int(fewest[0])} to {int(most[0])} batches per epoch ({batches} on this "
-            f"rank), {int(fewest[1])} to {int(most[1])} epochs ({epochs} on this rank). "
+            f"steps: {counts}{int(fewest[0])} to {int(most[0])} epochs ({epochs} on this rank). "
             "Every step ends in a collective, so every rank must take the same number: pass "
             "the same epochs everywhere and give every rank as many batches (pyrouq's loaders "
             "pad their shards to one size; a DistributedSampler does too unless its dataset "

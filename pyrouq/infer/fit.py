@@ -286,6 +286,7 @@ def fit(
             "model written as a function: wrap it in a PyroModule whose forward(x, y) calls "
             "it, or train it with pyro.infer.SVI."
         )
+    model = _distributed.unwrapped(model)  # a DDP wrapper: fit() averages the gradients
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))
@@ -437,13 +438,14 @@ def fit(
             "lr_schedule": ("warmup_cosine", "cosine", "constant").index(lr_schedule),
             "kl_weight": elbo.kl_weight,
             "num_particles": elbo.num_particles,
+            "vectorize_particles": float(elbo.vectorize_particles and elbo.num_particles > 1),
             "num_data": n,
             "distributed_draws": float(independent),
             "seed": -1 if seed is None or independent else seed,  # identical draws: one seed
         },
         group,
-        "Pass the same lr, lr_schedule, kl_weight, num_particles, num_data and "
-        "distributed_draws on every rank (and the same seed with distributed_draws="
+        "Pass the same lr, lr_schedule, kl_weight, num_particles, vectorize_particles, "
+        "num_data and distributed_draws on every rank (and the same seed with distributed_draws="
         "'identical'): the ranks train one model.",
     )
     _distributed.check_same_optimizer(optimizer, group)  # optim=: settings fit() cannot see
