@@ -6,7 +6,9 @@ identical draws over 3 epochs of Adam, shuffled, equal to one process on the glo
 
 from __future__ import annotations
 
+import datetime
 import math
+import time
 from pathlib import Path
 
 import torch
@@ -160,3 +162,53 @@ def test_the_steps_check_is_collective_whatever_the_loader_and_ddp_is_unwrapped(
         assert torch.equal(ranks[0]["adam"][0][key], ranks[1]["adam"][0][key]), key
     for ours, theirs in zip(ranks[0]["adam"][1], history, strict=True):
         assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(ours, theirs, strict=True))
+
+
+class _FailsOnRank1(torch.utils.data.Dataset):
+    """16 examples; on rank 1, fetching example 9 raises an OSError (an unreadable file)."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.x, self.y = _data()
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        if self.rank == 1 and i == 9:
+            raise OSError("cannot read example 9")
+        return self.x[i], self.y[i]
+
+
+def _fetch_worker(rank: int, init: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))  # fmt: skip
+    try:
+        dataset = _FailsOnRank1(rank)
+        loader = torch.utils.data.DataLoader(
+            dataset, 2, sampler=torch.utils.data.DistributedSampler(dataset, shuffle=False)
+        )
+        start = time.monotonic()
+        try:
+            fit(*_build(), loader, epochs=1, progress=False, seed=0)
+            outcome = "ran"
+        except Exception as err:
+            outcome = f"{type(err).__name__}: {err}"
+        torch.save((outcome, time.monotonic() - start), Path(out) / f"fetch{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_a_batch_one_rank_cannot_fetch_stops_every_rank_at_that_step(tmp_path):
+    # rank 1's shard is examples 1, 3, 5, ... in batches of 2: its third, (9, 11), fails, and
+    # rank 0 stops at that step too, at once (it waited in the step's collective until the
+    # group's timeout)
+    spawn_ranks(_fetch_worker, (str(tmp_path / "init"), str(tmp_path)))
+    (zero, seconds0), (one, seconds1) = (
+        torch.load(tmp_path / f"fetch{r}.pt", weights_only=False) for r in range(WORLD)
+    )
+    assert one == "OSError: cannot read example 9", one
+    assert zero.startswith("FloatingPointError: Another rank stopped at epoch 1, step 3 "), zero
+    assert max(seconds0, seconds1) < 30  # (it waited for the 60 s timeout before)

@@ -490,7 +490,7 @@ class Loop:
                     if not skip:
                         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
                     # resuming inside an epoch: its first `skip` steps were taken
-                    batches_left = resumed_batches(self.loader, skip)
+                    batches_left = resumed_batches(self.loader, skip, self.stop_with_the_ranks)
                     for step, batch in enumerate(batches_left, start=skip + 1):
                         try:
                             x, y = unpack_batch(batch, epoch, step)

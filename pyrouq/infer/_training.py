@@ -7,7 +7,7 @@ import itertools
 import random
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -523,8 +523,11 @@ def optimizer_name(optimizer: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def resumed_batches(loader: Iterable, skip: int) -> Iterable:
-    """An epoch's iterator over ``loader``; resuming inside an epoch, its first ``skip`` batches
+def resumed_batches(loader: Iterable, skip: int, stop: Callable[[Exception], Any]) -> Iterable:
+    """An epoch's iterator over ``loader``, whose failure to fetch a batch (a dataset's error)
+    goes to ``stop``: under torch.distributed it takes part in the step's collective before
+    raising, so that the other ranks stop with this one instead of waiting for it until the
+    group's timeout. Resuming inside an epoch, its first ``skip`` batches
     (taken by the run being resumed) are fetched and passed over here, with the random
     streams they draw from (a dataset's augmentations) put back, as the run's saved state
     already has their draws. A torch DataLoader without a generator of its own is iterated
@@ -532,7 +535,7 @@ def resumed_batches(loader: Iterable, skip: int) -> Iterable:
     at the epoch's start, before its saved state (a sampler's own generator then repeats the
     epoch's order, and the draws stay the run's)."""
     if not skip:
-        return loader
+        return _fetched(loader, stop)
     state = torch.get_rng_state()
     batches = iter(loader)
     if isinstance(loader, torch.utils.data.DataLoader) and not loader.generator:
@@ -540,7 +543,20 @@ def resumed_batches(loader: Iterable, skip: int) -> Iterable:
     with global_streams_kept():
         for _ in itertools.islice(batches, skip):
             pass
-    return batches
+    return _fetched(batches, stop)
+
+
+def _fetched(batches: Iterable, stop: Callable[[Exception], Any]) -> Iterator[Any]:
+    iterator = iter(batches)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except Exception as err:  # (not a KeyboardInterrupt: fit() stops on it as it is)
+            stop(err)
+            raise
+        yield batch
 
 
 def running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:
