@@ -431,6 +431,19 @@ def warn_caller(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=level)
 
 
+def warn_of_a_shard(loader: Any, caller: str) -> None:
+    """Warn when ``loader`` serves one rank's share of its dataset (a ``DistributedSampler``
+    of several replicas): what ``caller`` computes from it is that share's."""
+    sampler = example_sampler(loader)
+    if isinstance(sampler, torch.utils.data.DistributedSampler) and sampler.num_replicas > 1:
+        warn_caller(
+            f"{caller}: x's DistributedSampler serves rank {sampler.rank}'s share of "
+            f"{sampler.num_replicas} ({len(sampler)} of {len(sampler.dataset)} examples, "  # type: ignore[arg-type]
+            "padded to equal shares): the predictions, and the figures evaluated on them, are "
+            "that share's. To predict the whole set, pass DataLoader(dataset, batch_size)."
+        )
+
+
 def describe_batch(batch: Any) -> str:
     """What a loader yielded instead of ``(x, y)`` pairs, with the fix for a dict: for the
     error messages of :func:`pyrouq.fit` and :func:`pyrouq.predict`."""

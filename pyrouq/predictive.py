@@ -40,6 +40,7 @@ from pyrouq._util import (
     real_device,
     restore_modes,
     warn_caller,
+    warn_of_a_shard,
 )
 from pyrouq.infer.guide import check_drawable, check_guide
 from pyrouq.likelihoods import Categorical, likelihood_of
@@ -465,6 +466,7 @@ def predict(
                         f"({type(model).__name__}): S = 1. Leave num_samples=None."
                     )
                 run = _runners.plain_runner(model)
+            warn_of_a_shard(x, "predict()")
             bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
             targets, out_device = [], None

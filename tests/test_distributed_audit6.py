@@ -11,6 +11,7 @@ import math
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 from _processes import exit_quietly, spawn_ranks
@@ -212,3 +213,29 @@ def test_a_batch_one_rank_cannot_fetch_stops_every_rank_at_that_step(tmp_path):
     assert one == "OSError: cannot read example 9", one
     assert zero.startswith("FloatingPointError: Another rank stopped at epoch 1, step 3 "), zero
     assert max(seconds0, seconds1) < 30  # (it waited for the 60 s timeout before)
+
+
+def test_predict_on_one_ranks_share_says_so():
+    import warnings
+
+    from pyrouq import predict
+
+    x, y = _data()
+    x, y = x[:15], y[:15]  # padded to 8 a share
+    dataset = torch.utils.data.TensorDataset(x, y)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 3))
+    share = torch.utils.data.DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=False)
+    with pytest.warns(UserWarning) as record:
+        preds = predict(net, torch.utils.data.DataLoader(dataset, 4, sampler=share))
+    assert str(record[0].message) == (
+        "predict(): x's DistributedSampler serves rank 1's share of 2 (8 of 15 examples, padded "
+        "to equal shares): the predictions, and the figures evaluated on them, are that "
+        "share's. To predict the whole set, pass DataLoader(dataset, batch_size)."
+    )
+    assert record[0].filename == __file__
+    assert preds.probs.shape == (1, 8, 3)
+    whole = torch.utils.data.DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict(net, torch.utils.data.DataLoader(dataset, 4, sampler=whole))
