@@ -10,7 +10,8 @@ a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by ``--method``
 and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` reloads a run
 (calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
 images (:mod:`pyrouq.cli._evaluate`). Bad input is a one-line ``pyrouq: error: ...`` on
-stderr and exit code 2; an interrupted training saves the partial run and exits with 130; a
+stderr and exit code 2; an interrupted training saves the partial run and exits with 130
+(SIGTERM, how a cluster's scheduler preempts a job, is handled as Ctrl-C and exits with 143); a
 closed stdout (``pyrouq evaluate RUN | head``) ends the command quietly with 141.
 """
 
@@ -24,7 +25,9 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -41,7 +44,13 @@ from pyrouq.cli._build import (
     method_of,
 )
 from pyrouq.cli._evaluate import _cmd_evaluate, _device, _missing_data
-from pyrouq.cli._parser import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, _build_parser
+from pyrouq.cli._parser import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    _build_parser,
+)
 from pyrouq.cli._report import RUN_PLOTS, _evaluate, _save_plots, _write_metrics
 
 
@@ -134,6 +143,8 @@ def _clear_run(out: Path) -> None:
     names += [f"{plot}-evaluate.png" for plot in (*RUN_PLOTS, "rotation")]
     for name in names:
         (out / name).unlink(missing_ok=True)
+    for leftover in out.glob(".checkpoint.pt.*.tmp"):  # of a run killed while it saved
+        leftover.unlink(missing_ok=True)
 
 
 def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
@@ -169,6 +180,13 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
             ) from None
         bundled = dataset == "mnist"
         raise _missing_data(err, dataset, bundled=bundled, root=args.data_root) from None
+
+
+def _data_folder(data_root: str | None) -> str | None:
+    """The folder the training data came from, as config.json records it: --data-root, else
+    $PYROUQ_DATA, made absolute (readable from any folder); None for the bundled copy."""
+    folder = data_root if data_root is not None else os.environ.get("PYROUQ_DATA") or None
+    return None if folder is None else os.path.abspath(os.path.expanduser(folder))
 
 
 def _norms_of(model: Any) -> str | None:
@@ -228,7 +246,7 @@ def _fit_on_rank(
         "num_samples": args.num_samples if guide is not None else None,
         "seed": args.seed,
         "train_size": args.train_size,
-        "data_root": args.data_root,
+        "data_root": _data_folder(args.data_root),
         "device": str(device),
         "world_size": world,
         "command": shlex.join(["pyrouq", *args.argv]),  # quoted: it runs again as written
@@ -341,6 +359,7 @@ def _run_fit(
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    metrics["seed"] = args.seed  # of the draws, as metrics-evaluate.json records evaluate's
     metrics["train_seconds"] = result.seconds
     with _writing_run(out, checkpoint):
         pyrouq.save(
@@ -456,6 +475,36 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
             dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c(received: list[int]) -> Iterator[None]:
+    """While a command runs, SIGTERM (how a cluster's scheduler preempts a job, ``kill PID``)
+    is handled as Ctrl-C: it goes to the SIGINT handler of the moment (fit()'s, which lets the
+    step finish and saves the run; else a ``KeyboardInterrupt``) and is noted in ``received``.
+    Not installed outside the main thread, where SIGTERM is ignored (``trap '' TERM``), nor
+    under torchrun (whose agent stops the ranks with SIGTERM, at once); the previous handler
+    is put back after."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or int(os.environ.get("WORLD_SIZE", "1")) > 1
+        or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    ):
+        yield
+        return
+
+    def handle(signum: int, frame: Any) -> None:
+        received.append(signum)
+        on_ctrl_c = signal.getsignal(signal.SIGINT)
+        if not callable(on_ctrl_c):  # SIGINT ignored (a background job) or left to the OS
+            raise KeyboardInterrupt
+        on_ctrl_c(signal.SIGINT, frame)
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pyrouq`` console script; returns the exit code."""
     parser = _build_parser()
@@ -471,8 +520,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     added = "" not in sys.path and here not in sys.path
     if added:
         sys.path.insert(0, here)
+    terminated: list[int] = []  # a SIGTERM came: exit with 143, as a shell reports it
     try:
-        return commands[args.command](args)
+        with _sigterm_as_ctrl_c(terminated):
+            code = commands[args.command](args)
+        return EXIT_TERMINATED if terminated and code == EXIT_INTERRUPTED else code
     except (CommandError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
         message = " ".join(str(e).split())  # one line
         if isinstance(e, FloatingPointError) and " Lower lr" in message:
@@ -490,8 +542,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout's reader is gone (`pyrouq evaluate RUN | head`): as a
         return EXIT_BROKEN_PIPE  # shell tool, stop quietly (console() skips the last flush)
     except KeyboardInterrupt:  # before training, or in `evaluate` (training saves its run)
-        print("\npyrouq: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(
+            f"\npyrouq: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr
+        )
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         if added and here in sys.path:
             sys.path.remove(here)

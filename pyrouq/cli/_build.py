@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -317,7 +318,6 @@ def method_of(args: argparse.Namespace) -> str | None:
 def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     """The model and guide (None for ensembles and plain networks) that ``pyrouq fit`` trains;
     fills in ``--prior-scale`` and ``--num-samples`` when they were not given."""
-    import pyrouq
     from pyrouq.convert import DEFAULT_PRIOR_SCALE, DEFAULT_RANK1_PRIOR_SCALE
 
     rank1 = (method or MODELS[args.model]["class"]) in ("rank1", "Rank1LeNet")
@@ -327,19 +327,51 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         args.num_samples = (
             max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
         )
+    try:
+        return _build(args, method)
+    except ValueError as err:  # a --prior-scale the network's dtype holds as 0 or inf
+        held = _HELD.match(" ".join(str(err).split()))
+        if held is None:
+            raise
+        dtype, most, value = held.groups()
+        default = DEFAULT_RANK1_PRIOR_SCALE if rank1 else DEFAULT_PRIOR_SCALE
+        raise CommandError(
+            f"--prior-scale {args.prior_scale:g} is {value} in {dtype}, the precision of the "
+            f"network's weights (at most {most}); pass a --prior-scale it holds, e.g. the "
+            f"default {default:g}"
+        ) from None
+
+
+# pyrouq._util.check_held's error, naming prior_scale= or a site's prior (Python's words)
+_HELD = re.compile(
+    r"Expected (?:prior_scale|the prior scale of .*?) to be a positive finite (torch\.\w+) "
+    r"\(.*?; at most ([^)]*)\), got \S+, which \S+ holds as (\S+?)\."
+)
+
+
+def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
+    import pyrouq
+
     if method is not None:
         net = call_factory(args.model)
         initialise_lazy(net, args.model)
         check_outputs(net, args.model)
-        if method == "plain":
-            from pyrouq._util import has_latent_sites
+        from pyrouq._util import has_latent_sites
 
-            if has_latent_sites(net):  # fit() would ask for a guide= the command cannot take
-                raise CommandError(
-                    f"factory {args.model!r} returned {type(net).__name__}, a Bayesian pyrouq "
-                    "model (it has latent sites), which --method plain trains without a guide; "
-                    "make the factory return the plain network and pick the --method"
-                )
+        latent = has_latent_sites(net)
+        if method == "plain" and latent:  # fit() would ask for a guide= the command cannot take
+            raise CommandError(
+                f"factory {args.model!r} returned {type(net).__name__}, a Bayesian pyrouq "
+                "model (it has latent sites), which --method plain trains without a guide; "
+                "make the factory return the plain network and pick the --method"
+            )
+        if not latent and not any(True for _ in net.parameters()):  # fit() named a guide
+            raise CommandError(
+                f"factory {args.model!r} builds {type(net).__name__}, a network without "
+                f"parameters: nothing for --method {method} to train; make it return a network "
+                "with weights (nn.Linear / nn.Conv2d layers)"
+            )
+        if method == "plain":
             return net, None
         norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own
         if method == "batchensemble":
@@ -348,7 +380,17 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
             model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, **norms)
             return model, pyrouq.mean_field_guide(model)
         select = "last_layer" if method == "last-layer" else None
-        model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
+        try:
+            model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
+        except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
+            said, first = f"select={select!r}", " ".join(str(err).split()).split(". ")[0]
+            if said not in first:
+                raise
+            raise CommandError(
+                f"factory {args.model!r}: {first.replace(said, f'--method {method}')}; make the "
+                f"network fit --method {method}, pick another --method, or convert it in Python "
+                "with pyrouq.bayesian(net, select=[...])"
+            ) from None
         return model, pyrouq.mean_field_guide(model)
     name = MODELS[args.model]["class"]
     if name == "Rank1LeNet":

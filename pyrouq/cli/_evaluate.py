@@ -211,6 +211,7 @@ def _evaluate_run(
     metrics, figures, preds = _evaluate(
         saved.model, saved.guide, test, num_samples, dataset, args.ood, args
     )
+    metrics["seed"] = args.seed  # of the draws and the split: --seed, else the run's own
     if partial is not None:
         metrics["interrupted_run"] = partial
     if args.calibrate is not None or args.conformal is not None:

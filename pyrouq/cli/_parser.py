@@ -22,6 +22,7 @@ DATASETS = ("mnist", "fashion-mnist")
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM: handled as Ctrl-C (the run saved), told apart by the code
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader is gone
 
 
