@@ -404,7 +404,9 @@ class ConformalRegressor:
         where = "ConformalRegressor"
         _check_score(self.score, get_args(RegressionScore), where)
         object.__setattr__(self, "alpha", check_alpha_field(self.alpha, where))
-        object.__setattr__(self, "threshold", check_thresholds(self.threshold))
+        # detached: thresholds fitted on predictions that require grad kept their graph
+        # (deepcopy refused them, and the graph's tensors stayed alive)
+        object.__setattr__(self, "threshold", check_thresholds(self.threshold).detach())
         object.__setattr__(self, "num_calibration", check_count(self.num_calibration, where))
 
     def __eq__(self, other: object) -> bool:
@@ -434,10 +436,10 @@ class ConformalRegressor:
         if self.score == "abs":
             wide = preds.double()  # moments in float64, as the scores'
             mean, sd = wide.mean, wide.stddev
-            return -_last_inside(-mean, sd, q), _last_inside(mean, sd, q)
+            return 0.0 - _last_inside(-mean, sd, q), _last_inside(mean, sd, q)
         lo, hi = preds.interval(1 - self.alpha)
-        one = torch.ones_like(lo)
-        return -_last_inside(-lo, one, q), _last_inside(hi, one, q)
+        one = torch.ones_like(lo)  # 0.0 - x: a lower bound of 0 is 0., not -0.
+        return 0.0 - _last_inside(-lo, one, q), _last_inside(hi, one, q)
 
     def __repr__(self) -> str:
         values = ", ".join(f"{v:.4f}" for v in self.threshold.tolist())

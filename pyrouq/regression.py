@@ -216,16 +216,21 @@ class GaussianPredictions:
 
     def quantile(self, level: float) -> Tensor:
         """The mixture's ``level`` quantile ``(N, D)``, found by bisection on its CDF (to
-        1e-12 of the bracket), not by a Gaussian approximation. Its gradient in ``loc`` and
-        ``scale`` is the implicit one, ``dq = -dF(q) / f(q)`` (0 where the density is 0)."""
+        1e-12 of the bracket), not by a Gaussian approximation. Where the CDF is within
+        rounding of a level k / S (between components far apart), the bisection compares
+        its components' tails in log space, not the CDF rounded to k / S: the median of
+        N(0, 1) and N(100, 1) is 50, not 8.29, where the rounded CDF first reads 0.5. Its
+        gradient in ``loc`` and ``scale`` is the implicit one, ``dq = -dF(q) / f(q)`` (0
+        where the density is 0)."""
         level = _level(level, "a quantile level")
         loc, scale = self.loc.double(), self.scale.double()
         with torch.no_grad():  # the bisection's own graph ran through the bracket's ends
             lo = (loc - 40 * scale).amin(0)
             hi = (loc + 40 * scale).amax(0)
+            spread = scale * _SQRT2
             for _ in range(64):
                 mid = 0.5 * (lo + hi)
-                below = self.cdf(mid) < level
+                below = _cdf_gap(loc, spread, mid, level * self.num_samples) < 0
                 lo = torch.where(below, mid, lo)
                 hi = torch.where(below, hi, mid)
             q = 0.5 * (lo + hi)
@@ -385,6 +390,28 @@ def _level(level: object, what: str) -> float:
     return float(level)
 
 
+def _cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tensor:
+    """A number of the sign of ``S * F(value) - target`` ``(N, D)`` (``spread``: the scales
+    times sqrt 2): the count of components below ``value`` less ``target`` (exact for a
+    whole target), plus the lower tails ``Phi(z)`` of the others less the upper tails
+    ``Phi(-z)`` of those. Where the count is the target and the tails cancel (or underflowed:
+    ``Phi(-40)``), their logs' sums are compared, so that F is ordered even where it reads
+    k / S flat in float64."""
+    w = (value - loc) / spread
+    upper = w > 0
+    tail = torch.erfc(w.abs())  # twice Phi(-|z|)
+    tails = 0.5 * torch.where(upper, -tail, tail).sum(0)
+    whole = upper.sum(0, dtype=w.dtype) - target  # (a bool sum less a float: float32)
+    gap = whole + tails
+    tied = (whole == 0) & (tails == 0)
+    if bool(tied.any()):
+        log_tail, up = torch.special.log_ndtr(-_SQRT2 * w[:, tied].abs()), upper[:, tied]
+        none = torch.full_like(log_tail, -math.inf)
+        log_below = torch.logsumexp(torch.where(up, none, log_tail), 0)
+        gap[tied] = log_below - torch.logsumexp(torch.where(up, log_tail, none), 0)
+    return gap
+
+
 def _levels() -> Tensor:
     return torch.tensor(CALIBRATION_LEVELS, dtype=torch.float64)
 
@@ -413,13 +440,29 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
     ``E|X - y| - E|X - X'| / 2`` in closed form (Grimit et al. 2006). A zero scale is a point
     mass: with all scales 0 it is the ensemble CRPS ``mean_s |x_s - y| - mean_st |x_s - x_t| / 2``.
 
-    The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` at a time,
-    fewer when S is large, so that memory stays bounded (:data:`CRPS_PAIR_VALUES`)."""
+    An infinite ``loc`` or ``scale`` among finite targets, or an infinite target among
+    finite components, scores inf (the limit: the CRPS grows with the scale); both at once,
+    NaN. NaN in ``loc`` or ``y`` is refused.
+
+    The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` (an int >=
+    1) at a time, fewer when S is large, so that memory stays bounded
+    (:data:`CRPS_PAIR_VALUES`)."""
     for name, value in (("loc", loc), ("scale", scale), ("y", y)):
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"mixture_crps(): expected {name} as a tensor, got {type(value).__name__}; "
                 f"convert it with torch.as_tensor({name})."
+            )
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        raise ValueError(
+            f"mixture_crps(): expected chunk, the inputs scored at a time, an int >= 1, got "
+            f"{chunk!r}."
+        )
+    for name, value in (("loc", loc), ("y", y)):
+        if bool(value.isnan().any()):
+            raise ValueError(
+                f"mixture_crps(): {name} holds {int(value.isnan().sum())} NaN value(s); remove "
+                "or repair those inputs (a NaN has no CRPS)."
             )
     if loc.dim() not in (2, 3) or scale.shape != loc.shape:
         raise ValueError(
@@ -455,7 +498,7 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
         )
     loc, scale, y = loc.double(), scale.double(), y.double()
     pairs = loc.shape[0] ** 2 * max(1, math.prod(loc.shape[2:]))
-    chunk = max(1, min(chunk, CRPS_PAIR_VALUES // pairs))
+    chunk = max(1, min(int(chunk), CRPS_PAIR_VALUES // pairs))
     out = []
     for start in range(0, loc.shape[1], chunk):
         m, s, t = (
@@ -467,4 +510,8 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
         first = _crps_term(t - m, var).mean(0)
         pair = _crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
         out.append(first - 0.5 * pair.mean((0, 1)))
-    return torch.cat(out) if out else y.new_zeros(y.shape)  # N = 0: no inputs, no scores
+    if not out:  # N = 0: no inputs, no scores
+        return y.new_zeros(y.shape)
+    crps = torch.cat(out)
+    wild = (loc.isinf() | scale.isinf()).any(0)  # inf - inf above: NaN, where the limit is inf
+    return torch.where(wild != y.isinf(), math.inf, crps)

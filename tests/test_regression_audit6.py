@@ -1,0 +1,141 @@
+"""Audit 6 of regression: quantiles where the mixture's CDF rounds to k / S, the CRPS of
+infinite components, conformal thresholds fitted on predictions that require grad, and a
+conformal lower bound of 0."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import integrate, optimize, stats
+
+from pyrouq import GaussianPredictions, conformal, coverage
+from pyrouq.calibration import ConformalRegressor
+from pyrouq.regression import mixture_crps
+
+
+def _preds(locs: list[float], scales: list[float]) -> GaussianPredictions:
+    loc = torch.tensor(locs, dtype=torch.float64).view(-1, 1, 1)
+    return GaussianPredictions(loc, torch.tensor(scales, dtype=torch.float64).view(-1, 1, 1))
+
+
+def test_a_quantile_where_the_cdf_rounds_to_k_over_s_is_the_true_one():
+    # F(x) = (Phi(x) + Phi(x - 100)) / 2 reads 0.5 in float64 from 8.29 to 91.7; the median is
+    # 50 by symmetry (was 8.29, the left end of the stretch)
+    assert _preds([0.0, 100.0], [1.0, 1.0]).quantile(0.5).item() == pytest.approx(50.0, abs=1e-9)
+    # Phi(-x) = Phi((x - 100) / 2): x = 100 / 3 (the tails underflow there: compared in logs)
+    median = _preds([0.0, 100.0], [1.0, 2.0]).quantile(0.5).item()
+    assert median == pytest.approx(100 / 3, abs=1e-9)
+    # four members around 15: the central 50 % interval is [5, 25] (was [4.15, 24.05])
+    lo, hi = _preds([0.0, 10.0, 20.0, 30.0], [0.5] * 4).interval(0.5)
+    assert (lo.item(), hi.item()) == pytest.approx((5.0, 25.0), abs=1e-9)
+
+
+def test_quantiles_match_scipy_bisection_on_the_mixture_cdf():
+    g = torch.Generator().manual_seed(0)
+    loc = 2 * torch.randn(5, 4, 2, generator=g, dtype=torch.float64)
+    scale = torch.rand(5, 4, 2, generator=g, dtype=torch.float64) + 0.2
+    preds = GaussianPredictions(loc.float(), scale.float())  # float32 in, float64 out
+    m, s = preds.loc.double().numpy(), preds.scale.double().numpy()
+    for level in (0.01, 0.2, 0.4, 0.5, 0.975):
+        ours = preds.quantile(level).numpy()
+        for n in range(4):
+            for d in range(2):
+
+                def gap(t: float, n: int = n, d: int = d, level: float = level) -> float:
+                    return float(stats.norm.cdf(t, m[:, n, d], s[:, n, d]).mean()) - level
+
+                ref = optimize.brentq(gap, -60, 60, xtol=1e-14)
+                assert ours[n, d] == pytest.approx(ref, abs=1e-10)
+
+
+def test_mixture_crps_matches_the_integral_and_is_inf_for_infinite_components():
+    g = torch.Generator().manual_seed(1)
+    loc = torch.randn(3, 2, generator=g, dtype=torch.float64)
+    scale = torch.rand(3, 2, generator=g, dtype=torch.float64) + 0.3
+    y = torch.tensor([0.4, -1.5], dtype=torch.float64)
+    ours = mixture_crps(loc, scale, y)
+    for n in range(2):
+        m, s, t = loc[:, n].numpy(), scale[:, n].numpy(), float(y[n])
+
+        def cdf(x: float, m: np.ndarray = m, s: np.ndarray = s) -> float:
+            return float(stats.norm.cdf(x, m, s).mean())
+
+        below = integrate.quad(lambda x: cdf(x) ** 2, -40, t, epsabs=1e-13)[0]
+        above = integrate.quad(lambda x: (1 - cdf(x)) ** 2, t, 40, epsabs=1e-13)[0]
+        assert float(ours[n]) == pytest.approx(below + above, abs=1e-9)
+    # the CRPS grows with the scale (0.234 sigma for one Gaussian at its mean): its limit is
+    # inf, and so it is for an infinite mean or target (was NaN: inf - inf)
+    inf = math.inf
+    assert (
+        mixture_crps(
+            torch.tensor([[0.0], [0.0]]), torch.tensor([[1.0], [inf]]), torch.zeros(1)
+        ).item()
+        == inf
+    )
+    assert mixture_crps(torch.tensor([[inf]]), torch.ones(1, 1), torch.zeros(1)).item() == inf
+    assert mixture_crps(torch.zeros(1, 1), torch.ones(1, 1), torch.tensor([-inf])).item() == inf
+    # one Gaussian at its mean: (2 - sqrt 2) / sqrt(2 pi); an infinite target beside it: inf
+    finite = mixture_crps(torch.zeros(1, 2, 1), torch.ones(1, 2, 1), torch.tensor([0.0, inf]))
+    assert finite[0].item() == pytest.approx((2 - math.sqrt(2)) / math.sqrt(2 * math.pi), abs=1e-12)
+    assert finite[1].item() == inf
+
+
+def test_mixture_crps_refuses_nan_means_and_targets_and_a_bad_chunk():
+    loc, scale, y = torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(3)
+    with pytest.raises(ValueError, match=r"y holds 1 NaN value\(s\); remove or repair"):
+        mixture_crps(loc, scale, torch.tensor([0.0, math.nan, 1.0]))
+    with pytest.raises(ValueError, match=r"loc holds 2 NaN value\(s\)"):
+        mixture_crps(torch.tensor([[0.0, math.nan, 0.0], [math.nan, 0.0, 0.0]]), scale, y)
+    for chunk in (0, 1.5, True):
+        with pytest.raises(ValueError, match=r"expected chunk, .* an int >= 1, got"):
+            mixture_crps(loc, scale, y, chunk=chunk)  # type: ignore[arg-type]
+    assert torch.equal(mixture_crps(loc, scale, y, chunk=np.int64(1)), mixture_crps(loc, scale, y))
+
+
+def test_a_conformal_threshold_fitted_on_predictions_with_grad_has_no_graph():
+    g = torch.Generator().manual_seed(2)
+    loc = torch.randn(3, 20, 1, generator=g).requires_grad_()
+    preds = GaussianPredictions(loc, torch.ones(3, 20, 1), torch.randn(20, generator=g))
+    for score in ("abs", "cqr"):
+        predictor = conformal(preds, alpha=0.1, score=score)
+        assert not predictor.threshold.requires_grad and predictor.threshold.grad_fn is None
+        assert copy.deepcopy(predictor) == predictor  # was refused: not a graph leaf
+    by_hand = ConformalRegressor("abs", 0.1, torch.ones(1, requires_grad=True))
+    assert not by_hand.threshold.requires_grad
+
+
+def test_a_conformal_lower_bound_of_zero_is_plus_zero():
+    preds = GaussianPredictions(torch.zeros(1, 2, 1), torch.ones(1, 2, 1))
+    lo, hi = ConformalRegressor("abs", 0.1, torch.zeros(1)).intervals(preds)
+    assert not bool(torch.signbit(lo).any()) and str(lo[0, 0].item()) == "0.0"  # was -0.0
+    assert hi.tolist() == [[0.0], [0.0]]
+
+
+def test_conformal_intervals_cover_at_least_one_minus_alpha_over_random_splits():
+    # a misspecified model (biased means, too-small constant scale, heteroscedastic truth):
+    # over 200 splits of 100 / 300 the mean coverage is ceil(101 * 0.9) / 101 = 0.901
+    g = torch.Generator().manual_seed(3)
+    covered: dict[str, list[float]] = {"abs": [], "cqr": []}
+    for _ in range(200):
+        x = 4 * torch.rand(400, generator=g, dtype=torch.float64) - 2
+        y = torch.sin(x) + (0.1 + 0.5 * x.abs()) * torch.randn(
+            400, generator=g, dtype=torch.float64
+        )
+        loc = (torch.sin(x) + 0.1)[None, :, None] + 0.05 * torch.randn(
+            3, 400, 1, generator=g, dtype=torch.float64
+        )
+        preds = GaussianPredictions(loc.float(), torch.full((3, 400, 1), 0.2), y.float())
+        cal, test = torch.randperm(400, generator=g).split([100, 300])
+        val = GaussianPredictions(preds.loc[:, cal], preds.scale[:, cal], preds.targets[cal])
+        new = GaussianPredictions(preds.loc[:, test], preds.scale[:, test], preds.targets[test])
+        for score, values in covered.items():
+            values.append(
+                coverage(conformal(val, alpha=0.1, score=score).intervals(new), new.targets)
+            )
+    for values in covered.values():
+        mean, se = float(np.mean(values)), float(np.std(values) / math.sqrt(len(values)))
+        assert mean > 0.9 - 3 * se and mean < 0.901 + 3 * se
