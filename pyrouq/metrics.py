@@ -136,7 +136,7 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     is clamped to ``[0, K - 1]``: a confidence of exactly 1.0 joins the last bin
     ``[(K-1)/K, 1]`` (torchmetrics gives it a bin of its own). The figures pyrouq reports
     (``evaluate()``, the tables) use 15. Only occupied bins are stored (memory ``O(N)``, any K
-    up to ``2**53``, below which every edge ``b/K`` is exact in float64).
+    up to ``2**53``, below which every edge ``b/K`` is correctly rounded).
 
     Examples
     --------
@@ -197,8 +197,8 @@ def _check_bins(num_bins: Any) -> int:
         )
     if num_bins > 2**53:
         raise ValueError(
-            f"Expected num_bins <= 2**53 (where the bin edges b / K stop being exact in "
-            f"float64), got {num_bins}. The reported figures use {NUM_BINS}."
+            f"Expected num_bins <= 2**53 (above it, the bins' numbers b and K are not exact "
+            f"in float64), got {num_bins}. The reported figures use {NUM_BINS}."
         )
     return int(num_bins)
 

@@ -32,6 +32,7 @@ INTERVAL_LEVELS: tuple[float, ...] = (0.5, 0.9, 0.95)
 CALIBRATION_LEVELS: tuple[float, ...] = tuple(round(0.05 * j, 2) for j in range(1, 20))
 
 _SQRT2 = math.sqrt(2.0)
+_EPSILON = 2.0**-52  # float64's machine epsilon
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -228,9 +229,12 @@ class GaussianPredictions:
             lo = (loc - 40 * scale).amin(0)
             hi = (loc + 40 * scale).amax(0)
             spread = scale * _SQRT2
+            target = level * self.num_samples  # a whole k where level is k / S but for rounding
+            if abs(target - round(target)) <= 8 * _EPSILON * max(1.0, target):  # (0.05 * 20)
+                target = float(round(target))
             for _ in range(64):
                 mid = 0.5 * (lo + hi)
-                below = _cdf_gap(loc, spread, mid, level * self.num_samples) < 0
+                below = _cdf_gap(loc, spread, mid, target) < 0
                 lo = torch.where(below, mid, lo)
                 hi = torch.where(below, hi, mid)
             q = 0.5 * (lo + hi)
@@ -405,10 +409,15 @@ def _cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tenso
     gap = whole + tails
     tied = (whole == 0) & (tails == 0)
     if bool(tied.any()):
-        log_tail, up = torch.special.log_ndtr(-_SQRT2 * w[:, tied].abs()), upper[:, tied]
+        distance, up = w[:, tied].abs(), upper[:, tied]
+        log_tail = torch.special.log_ndtr(-_SQRT2 * distance)
         none = torch.full_like(log_tail, -math.inf)
         log_below = torch.logsumexp(torch.where(up, none, log_tail), 0)
-        gap[tied] = log_below - torch.logsumexp(torch.where(up, log_tail, none), 0)
+        tail_gap = log_below - torch.logsumexp(torch.where(up, log_tail, none), 0)
+        # both tails -inf (scales below ~1e-154): the nearer component's tail is the larger
+        far = torch.full_like(distance, math.inf)
+        nearer = torch.where(up, distance, far).amin(0) - torch.where(up, far, distance).amin(0)
+        gap[tied] = torch.where(tail_gap.isnan(), nearer, tail_gap)
     return gap
 
 

@@ -369,10 +369,10 @@ def _base_reason(base: object) -> str:
 
 
 def _draw_mean(x: Tensor) -> Tensor:
-    """``mean_s x_s`` over dim 0 as ``x_0 + mean_s (x_s - x_0)``: exactly ``x_0`` when the draws
-    agree (``x.mean(0)`` of S equal float32 draws can round an ulp off, and the epistemic parts
-    then read up to ``5e-7``)."""
-    return x[0] + (x - x[0]).mean(0)
+    """``mean_s x_s`` over dim 0, exactly ``x_0`` where the draws agree (``x.mean(0)`` of S equal
+    float32 draws can round an ulp off, and the epistemic parts then read up to ``5e-7``);
+    no (S, N, C) temporary."""
+    return torch.where(x.amax(0) == x.amin(0), x[0], x.mean(0))
 
 
 def _negate(x: Tensor) -> Tensor:

@@ -65,8 +65,8 @@ def test_more_bins_than_float64_edges_are_refused():
     for fn in (metrics.ece, metrics.aece):
         with pytest.raises(
             ValueError,
-            match=r"^Expected num_bins <= 2\*\*53 \(where the bin edges b / K stop being exact in "
-            r"float64\), got 9007199254740993\. The reported figures use 15\.$",
+            match=r"^Expected num_bins <= 2\*\*53 \(above it, the bins' numbers b and K are not "
+            r"exact in float64\), got 9007199254740993\. The reported figures use 15\.$",
         ):
             fn(p, y, num_bins=2**53 + 1)
 

@@ -139,3 +139,22 @@ def test_conformal_intervals_cover_at_least_one_minus_alpha_over_random_splits()
     for values in covered.values():
         mean, se = float(np.mean(values)), float(np.std(values) / math.sqrt(len(values)))
         assert mean > 0.9 - 3 * se and mean < 0.901 + 3 * se
+
+
+@pytest.mark.parametrize(("size", "level"), [(20, 0.9), (40, 0.95), (100, 0.9)])
+def test_an_interval_whose_lower_level_rounds_below_k_over_s_stays_symmetric(size, level):
+    # (1 - 0.9) / 2 * 20 is 0.9999999999999998, not 1: the lower end slid to the edge of the
+    # flat CDF (-91.87 against the upper end's 50.03)
+    k = round((1 - level) / 2 * size)  # members at -100 and at 100, the rest at 0
+    loc = torch.tensor([-100.0] * k + [0.0] * (size - 2 * k) + [100.0] * k).reshape(-1, 1, 1)
+    lower, upper = GaussianPredictions(loc, torch.ones_like(loc)).interval(level)
+    assert float(upper) == pytest.approx(50.0, abs=0.05)
+    assert float(lower) == pytest.approx(-float(upper), abs=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e-155, 1e-300])
+def test_the_median_of_two_point_like_components_is_their_midpoint_at_any_scale(scale):
+    # below ~1e-154 both tails' logs were -inf and the median jumped (0.19 at 1e-155, ~0 below)
+    loc = torch.tensor([0.0, 1.0], dtype=torch.float64).reshape(2, 1, 1)
+    median = GaussianPredictions(loc, torch.full_like(loc, scale)).quantile(0.5)
+    assert float(median) == pytest.approx(0.5, abs=1e-12)

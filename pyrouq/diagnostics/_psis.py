@@ -102,6 +102,8 @@ def _below(k_hat: float, limit: float, first: int = 2) -> str:
 def _good_k(num_samples: int) -> float:
     """``min(1 - 1/log10(S), 0.7)``: the k-hat below which S draws give reliable PSIS estimates
     (Vehtari et al. 2024, "Pareto smoothed importance sampling"; ``az.loo``'s ``good_k``)."""
+    if num_samples < 2:  # (a hand-made result: log10(1) = 0)
+        return -math.inf
     return min(1.0 - 1.0 / math.log10(num_samples), K_HAT_OK)
 
 
