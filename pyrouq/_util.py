@@ -436,11 +436,17 @@ def warn_of_a_shard(loader: Any, caller: str) -> None:
     of several replicas): what ``caller`` computes from it is that share's."""
     sampler = example_sampler(loader)
     if isinstance(sampler, torch.utils.data.DistributedSampler) and sampler.num_replicas > 1:
+        size = len(sampler.dataset)  # type: ignore[arg-type]
+        evened = sampler.total_size - size  # examples repeated (> 0) or left out (< 0)
+        how = (
+            f", {evened} repeated to even the shares" if evened > 0
+            else f", {-evened} in no share" if evened < 0 else ""
+        )  # fmt: skip
         warn_caller(
             f"{caller}: x's DistributedSampler serves rank {sampler.rank}'s share of "
-            f"{sampler.num_replicas} ({len(sampler)} of {len(sampler.dataset)} examples, "  # type: ignore[arg-type]
-            "padded to equal shares): the predictions, and the figures evaluated on them, are "
-            "that share's. To predict the whole set, pass DataLoader(dataset, batch_size)."
+            f"{sampler.num_replicas} ({len(sampler)} of {size} examples{how}): the predictions, "
+            "and the figures evaluated on them, are that share's. To predict the whole set, "
+            "pass DataLoader(dataset, batch_size)."
         )
 
 

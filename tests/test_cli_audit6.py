@@ -203,3 +203,10 @@ def test_a_prior_scale_the_weights_cannot_hold_names_the_option(
     assert f"{expected}, the precision of the network's weights (at most 3.4e+38)" in err
     assert err.rstrip().endswith(f"pass a --prior-scale it holds, e.g. the default {default}")
     assert "prior_scale" not in err
+
+
+def test_an_empty_world_size_is_one_process(capsys, monkeypatch):
+    # `WORLD_SIZE= pyrouq data` said "invalid literal for int() with base 10: ''"
+    monkeypatch.setenv("WORLD_SIZE", "")
+    assert main(["data"]) == 0
+    assert "invalid literal" not in capsys.readouterr().err

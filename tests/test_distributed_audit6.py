@@ -229,13 +229,66 @@ def test_predict_on_one_ranks_share_says_so():
     with pytest.warns(UserWarning) as record:
         preds = predict(net, torch.utils.data.DataLoader(dataset, 4, sampler=share))
     assert str(record[0].message) == (
-        "predict(): x's DistributedSampler serves rank 1's share of 2 (8 of 15 examples, padded "
-        "to equal shares): the predictions, and the figures evaluated on them, are that "
-        "share's. To predict the whole set, pass DataLoader(dataset, batch_size)."
+        "predict(): x's DistributedSampler serves rank 1's share of 2 (8 of 15 examples, 1 "
+        "repeated to even the shares): the predictions, and the figures evaluated on them, are "
+        "that share's. To predict the whole set, pass DataLoader(dataset, batch_size)."
     )
     assert record[0].filename == __file__
     assert preds.probs.shape == (1, 8, 3)
+    dropped = torch.utils.data.DistributedSampler(
+        dataset, num_replicas=2, rank=0, shuffle=False, drop_last=True
+    )
+    with pytest.warns(UserWarning, match=r"share of 2 \(7 of 15 examples, 1 in no share\): "):
+        predict(net, torch.utils.data.DataLoader(dataset, 4, sampler=dropped))
     whole = torch.utils.data.DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         predict(net, torch.utils.data.DataLoader(dataset, 4, sampler=whole))
+
+
+class _FailsAfterItsBatches:
+    """A sized loader over a ``DistributedSampler`` (batches of 4); on rank 1, asking for a
+    batch after its last raises an OSError (a shard file that fails to close)."""
+
+    def __init__(self, dataset, rank: int):
+        self.dataset, self.rank = dataset, rank
+        self.sampler = torch.utils.data.DistributedSampler(dataset, shuffle=False)
+
+    def __len__(self):
+        return len(self.sampler) // 4
+
+    def __iter__(self):
+        indices = list(self.sampler)
+        for start in range(0, len(indices), 4):
+            yield self.dataset[indices[start : start + 4]]
+        if self.rank == 1:
+            raise OSError("cannot close the shard")
+
+
+def _end_worker(rank: int, init: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=5))  # fmt: skip
+    try:
+        loader = _FailsAfterItsBatches(torch.utils.data.TensorDataset(*_data()), rank)
+        try:
+            fit(*_build(), loader, epochs=1, progress=False, seed=0)
+            outcome = "ran"
+        except Exception as err:
+            outcome = type(err).__name__
+        torch.save(outcome, Path(out) / f"end{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_a_loader_failing_after_its_last_batch_raises_its_own_error():
+    # the other rank has stepped on every batch and waits at the epoch's end: the stop's step
+    # collective met that one there (gloo: a collective mismatch) and aborted both processes
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spawn_ranks(_end_worker, (f"{tmp}/init", tmp))
+        outcomes = [torch.load(f"{tmp}/end{r}.pt", weights_only=False) for r in range(WORLD)]
+    assert outcomes[1] == "OSError"
+    assert outcomes[0] in ("RuntimeError", "DistBackendError")  # its wait timed out (5 s)

@@ -448,6 +448,12 @@ def _rank_gpu() -> Any:
     return torch.device("cuda", local)
 
 
+def _world_size() -> int:
+    """torchrun's ``WORLD_SIZE``; 1 where it is unset, empty or not a number."""
+    value = os.environ.get("WORLD_SIZE", "").strip()
+    return int(value) if value.isdigit() else 1
+
+
 @contextlib.contextmanager
 def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     """Under torchrun (``WORLD_SIZE`` > 1), initialise torch.distributed (nccl on CUDA, gloo
@@ -456,7 +462,7 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     Python's shutdown (gloo's worker threads still reference tensors) while rank 0 evaluates."""
     import torch.distributed as dist
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _world_size()
     created = False
     if world > 1 and dist.is_available() and not dist.is_initialized():
         if device.type == "cuda":
@@ -485,7 +491,7 @@ def _sigterm_as_ctrl_c(received: list[int]) -> Iterator[None]:
     is put back after."""
     if (
         threading.current_thread() is not threading.main_thread()
-        or int(os.environ.get("WORLD_SIZE", "1")) > 1
+        or _world_size() > 1
         or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
     ):
         yield

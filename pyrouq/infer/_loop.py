@@ -489,7 +489,6 @@ class Loop:
                     batches = skip
                     if not skip:
                         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
-                    # resuming inside an epoch: its first `skip` steps were taken
                     batches_left = resumed_batches(self.loader, skip, self.stop_with_the_ranks)
                     for step, batch in enumerate(batches_left, start=skip + 1):
                         try:
@@ -586,6 +585,7 @@ class Loop:
         finally:
             if bar is not None:
                 bar.close()
+            batches_left = None  # type: ignore[assignment]  # a kept traceback: no live workers
             self.model.eval()  # as documented, whatever ended the run
         return self.result()
 

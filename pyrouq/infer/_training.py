@@ -523,39 +523,51 @@ def optimizer_name(optimizer: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def resumed_batches(loader: Iterable, skip: int, stop: Callable[[Exception], Any]) -> Iterable:
-    """An epoch's iterator over ``loader``, whose failure to fetch a batch (a dataset's error)
-    goes to ``stop``: under torch.distributed it takes part in the step's collective before
-    raising, so that the other ranks stop with this one instead of waiting for it until the
-    group's timeout. Resuming inside an epoch, its first ``skip`` batches
+def resumed_batches(loader: Iterable, skip: int, stop: Callable[[Exception], Any]) -> Iterator:
+    """An epoch's iterator over ``loader``, whose failure to fetch one of the batches every
+    rank steps on (a dataset's error; all of them, for a loader without a length) goes to
+    ``stop``: under torch.distributed it takes part in the step's collective before raising,
+    so that the other ranks stop with this one instead of waiting for it until the group's
+    timeout. Resuming inside an epoch, its first ``skip`` batches
     (taken by the run being resumed) are fetched and passed over here, with the random
     streams they draw from (a dataset's augmentations) put back, as the run's saved state
     already has their draws. A torch DataLoader without a generator of its own is iterated
     without the draw from torch's stream it makes for its seed: the run being resumed made it
     at the epoch's start, before its saved state (a sampler's own generator then repeats the
     epoch's order, and the draws stay the run's)."""
+    try:
+        stepped = len(loader)  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError):
+        stepped = None
     if not skip:
-        return _fetched(loader, stop)
+        return _fetched(iter(loader), stop, stepped)
     state = torch.get_rng_state()
     batches = iter(loader)
     if isinstance(loader, torch.utils.data.DataLoader) and not loader.generator:
         torch.set_rng_state(state)
+    fetched = _fetched(batches, stop, stepped)
     with global_streams_kept():
-        for _ in itertools.islice(batches, skip):
+        for _ in itertools.islice(fetched, skip):
             pass
-    return _fetched(batches, stop)
+    return fetched
 
 
-def _fetched(batches: Iterable, stop: Callable[[Exception], Any]) -> Iterator[Any]:
-    iterator = iter(batches)
+def _fetched(
+    batches: Iterator, stop: Callable[[Exception], Any], stepped: int | None
+) -> Iterator[Any]:
+    """``batches``; a failure to fetch one of the first ``stepped`` (None: any) goes to
+    ``stop`` (after the last, the other ranks are in the epoch's end, not in a step)."""
+    count = 0
     while True:
         try:
-            batch = next(iterator)
+            batch = next(batches)
         except StopIteration:
             return
         except Exception as err:  # (not a KeyboardInterrupt: fit() stops on it as it is)
-            stop(err)
+            if stepped is None or count < stepped:
+                stop(err)
             raise
+        count += 1
         yield batch
 
 
