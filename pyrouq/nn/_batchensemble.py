@@ -13,14 +13,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
+from pyrouq._numbers import is_integer
 from pyrouq._util import check_folded_batch
 from pyrouq.nn._batchensemble_checks import (
     _CONV_SETTINGS,
     _check_base_fits,
     _check_base_type,
+    _check_conv_args,
     _check_factor_init,
     _check_factors_held,
     _check_members,
+    _check_sizes,
     _settings_given,
 )
 from pyrouq.nn._checks import _SPATIAL, check_layer_input
@@ -104,6 +107,11 @@ class _BatchEnsembleLayer(nn.Module):
 
     def effective_weight(self, member: int) -> torch.Tensor:
         """Member ``member``'s weight ``diag(s_m) W diag(r_m)`` (for checks and export)."""
+        if not is_integer(member) or not -self.num_members <= member < self.num_members:
+            raise ValueError(
+                f"Expected member to be an int in [0, {self.num_members}) (one of the layer's "
+                f"{self.num_members} members), got {member!r}."
+            )
         return self.folded_weights()[0][member]
 
     def _factor_view(self, factor: torch.Tensor, ndim: int) -> torch.Tensor:
@@ -170,12 +178,16 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     ):
         super().__init__()
         if base is None:
+            name = type(self).__name__
+            in_features, out_features = _check_sizes(
+                name, in_features=in_features, out_features=out_features
+            )
             base = nn.Linear(in_features, out_features)
         _check_base_type(type(self).__name__, base, nn.Linear)
         sizes, base_sizes = (in_features, out_features), (base.in_features, base.out_features)
         _check_base_fits(type(self).__name__, base, sizes, base_sizes, {})
-        self.in_features = in_features
-        self.out_features = out_features
+        self.in_features = base.in_features
+        self.out_features = base.out_features
         self.weight = nn.Parameter(
             base.weight.detach().clone(), requires_grad=base.weight.requires_grad
         )
@@ -228,6 +240,8 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         given = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups,
                  "padding_mode": padding_mode}  # fmt: skip
         if base is None:
+            sizes = (in_channels, out_channels)
+            _check_conv_args(type(self).__name__, self._base_type, sizes, kernel_size, given)
             base = self._base_type(in_channels, out_channels, kernel_size, **given)
             given = {}  # base is built with them
         _check_base_type(type(self).__name__, base, self._base_type)
@@ -288,10 +302,19 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         return self.weight.unsqueeze(0) * (s * r), self.bias
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"stride={self.stride}, num_members={self.num_members}"
-        )
+        """As torch's convolution prints itself (settings other than the defaults shown), with
+        the number of members."""
+        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+        text += f"stride={self.stride}"
+        for key, default in (("padding", 0), ("dilation", 1), ("output_padding", 0)):
+            value = getattr(self, key, None)  # a transposed convolution's output_padding
+            if value is not None and value != (default,) * len(self.kernel_size):
+                text += f", {key}={value}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.padding_mode != "zeros":
+            text += f", padding_mode={self.padding_mode}"
+        return text + f", num_members={self.num_members}"
 
 
 class BatchEnsembleConv1d(_BatchEnsembleConv):
@@ -355,6 +378,9 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
     ):
         if base is None:  # stride, padding, dilation, groups as in torch; the rest: factors
             settings = {k: options.pop(k) for k in _CONV_SETTINGS if k in options}
+            given = {**settings, "output_padding": output_padding}
+            sizes = (in_channels, out_channels)
+            _check_conv_args(type(self).__name__, self._base_type, sizes, kernel_size, given)
             base = self._base_type(
                 in_channels, out_channels, kernel_size, output_padding=output_padding, **settings
             )

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from pyrouq._numbers import is_real
-from pyrouq._util import check_count
+from pyrouq._numbers import is_integer, is_real
+from pyrouq._util import check_count, check_int
 
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
 """The convolution settings a BatchEnsemble convolution passes on to the torch layer it builds."""
@@ -24,6 +24,49 @@ def _check_members(num_members: object) -> int:
         num_members,
         "BatchEnsemble needs at least one member; 4 is a common choice.",
     )
+
+
+def _check_sizes(name: str, **sizes: object) -> tuple[int, ...]:
+    """The feature or channel sizes of a BatchEnsemble layer built without ``base=`` as ints,
+    or a ValueError naming the layer and the size (torch's layer would take ``True`` as 1,
+    build a layer of 0 inputs, or fail on a float or a negative size in its own words)."""
+    return tuple(
+        check_int(f"{name}'s {key}", value, hint=f"Pass {key} as an int such as 16.")
+        for key, value in sizes.items()
+    )
+
+
+def _check_conv_args(
+    name: str, base_type: type, sizes: tuple[object, object], kernel_size: object, settings: dict
+) -> None:
+    """Refuse the arguments of a BatchEnsemble convolution built without ``base=`` that
+    torch's layer would take and fail on later (a stride of 0 at the first forward) or in its
+    own words: channels and ``groups`` not positive ints, channels ``groups`` does not divide,
+    ``kernel_size``, ``stride``, ``dilation`` not ints >= 1 and ``padding`` (but a
+    convolution's "same" / "valid", torch's to check) and ``output_padding`` not ints >= 0,
+    or tuples of one per spatial dim."""
+    channels = _check_sizes(name, in_channels=sizes[0], out_channels=sizes[1])
+    groups = check_int(
+        f"{name}'s groups", settings.get("groups", 1), hint="Pass e.g. groups=1 (dense)."
+    )
+    if any(size % groups for size in channels):
+        raise ValueError(
+            f"{name} got groups={groups} for {channels[0]} input and {channels[1]} output "
+            "channels: groups must divide both. Pass groups=1 for a dense convolution, or "
+            "groups=in_channels for a depthwise one."
+        )
+    dims = int(base_type.__name__[-2])  # Conv2d, ConvTranspose2d: 2
+    for key, minimum, example in (("kernel_size", 1, 3), ("stride", 1, 1), ("dilation", 1, 1),
+                                  ("padding", 0, 1), ("output_padding", 0, 1)):  # fmt: skip
+        value = kernel_size if key == "kernel_size" else settings.get(key, _CONV_DEFAULTS[key])
+        if key == "padding" and isinstance(value, str) and "Transpose" not in base_type.__name__:
+            continue  # torch's to check; a transposed convolution would take "same" as 4 ints
+        values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
+        if len(values) != dims or not all(is_integer(v) and v >= minimum for v in values):
+            raise ValueError(
+                f"Expected {name}'s {key} to be an int >= {minimum} or a tuple of {dims} of "
+                f"them, got {value!r}. Pass e.g. {key}={example}."
+            )
 
 
 def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_std: float) -> None:

@@ -114,6 +114,8 @@ class _BayesianLayer(PyroModule):
 
     def prior(self, kind: Literal["weight", "bias"]) -> dist.Distribution:
         """The prior of the ``"weight"`` or ``"bias"`` site: ``Normal(0, prior_scale)``."""
+        if kind not in ("weight", "bias"):
+            raise ValueError(f"Expected kind 'weight' or 'bias' (the layer's sites), got {kind!r}.")
         shape = self.weight_shape if kind == "weight" else self.bias_shape
         return dist.Normal(self.prior_loc, self.prior_scale).expand(shape).to_event(len(shape))
 
