@@ -30,7 +30,8 @@ class Adam:
     memory layout: the values of ``torch.optim.Adam(fused=True)`` to the bit, which differ from
     ``torch.optim.Adam()``'s default path in the last bits of some entries (float rounding).
     A half-precision (float16, bfloat16) parameter keeps its moments in float32 and is updated
-    in float32, the result rounded once into it (:func:`state_dtype` says why).
+    in float32, the result rounded once into it (:func:`state_dtype` says why). A complex
+    parameter is updated as its real and imaginary parts (``torch.view_as_real``), as torch's.
 
     Parameters
     ----------
@@ -93,6 +94,12 @@ class Adam:
                 steps.append(state["step"])
             if not params:
                 continue
+            # a complex parameter is updated as its real and imaginary parts, as torch's Adam
+            # does (view_as_real): its second moment is |g|^2 per part, not the complex g^2
+            params, grads, exp_avgs, exp_avg_sqs = (
+                [torch.view_as_real(t) if t.is_complex() else t for t in ts]
+                for ts in (params, grads, exp_avgs, exp_avg_sqs)
+            )
             torch._foreach_add_(steps, 1)
             fused = [
                 _cpu_paths.fusable_adam(*four)

@@ -314,8 +314,14 @@ class KLWeightedELBO(ELBO):
                     outputs = value.detach()
         nll_t = torch.as_tensor(nll_total) / self.num_particles
         kl_t = torch.as_tensor(kl_total) / self.num_particles
-        loss = nll_t + self.kl_weight * kl_t
+        loss = nll_t + self._weighted(kl_t)
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl_t.detach(), outputs=outputs)
+
+    def _weighted(self, kl: Tensor) -> Tensor:
+        """``kl_weight * kl``; with ``kl_weight = 0``, zeros: the KL dropped from the loss,
+        even where it is infinite (a scale that underflowed to 0, as scales shrink without a
+        prior), where ``0 * inf`` would make the loss NaN."""
+        return self.kl_weight * kl if self.kl_weight else torch.zeros_like(kl)
 
     # -- the direct paths -------------------------------------------------------------------
 
@@ -324,7 +330,6 @@ class KLWeightedELBO(ELBO):
         """The guide's locations and scales, site by site, checked against the model."""
         register_params(guide.name, guide)  # so that SVI's parameter capture sees them
         _register_point_estimates(model)
-        check_guide_tensors(model, guide, "KLWeightedELBO", first=True)
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
@@ -337,6 +342,7 @@ class KLWeightedELBO(ELBO):
                 f"model's latent sites (first difference: {differ!r}). Build the guide for this "
                 "model: mean_field_guide(model)."
             )
+        check_guide_tensors(model, guide, "KLWeightedELBO", first=True)  # (its sites: the model's)
         scale = {s: guide.site_scale(s) for s in guide.sites}
         return loc, scale
 
@@ -388,7 +394,9 @@ class KLWeightedELBO(ELBO):
             stacked = draw(loc, scale, self.num_particles, positive)
             draws = [{s: w[i] for s, w in stacked.items()} for i in range(self.num_particles)]
             return draws, stacked, self._kl(model, loc, scale, draws, positive)
-        fused = _scalar_normal_sites(model, positive)
+        # (not with kl_weight = 0: the fused node's backward would take 0 / scale, NaN where
+        # a scale underflowed to 0, for a KL that is not in the loss)
+        fused = _scalar_normal_sites(model, positive) if self.kl_weight else {}
         first: dict[str, Tensor] = {}
         kl: Tensor | None = None
         for site in loc:
@@ -454,7 +462,7 @@ class KLWeightedELBO(ELBO):
                     nll = nll + observed_nll(model, out, y, weights)
                 first = outs[0]
         nll_t = torch.as_tensor(nll) / count
-        loss = nll_t + self.kl_weight * kl
+        loss = nll_t + self._weighted(kl)
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl.detach(), outputs=first.detach())
 
     def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
@@ -522,10 +530,16 @@ class KLWeightedELBO(ELBO):
                 if grad is not None:
                     outputs.append(value)
                     output_grads.append(grad)
-        weighted_kl = self.kl_weight * kl
-        torch.autograd.backward(
-            [weighted_kl, *outputs], [torch.ones_like(weighted_kl), *output_grads]
-        )
+        weighted_kl = self._weighted(kl)
+        roots = [  # (none with a frozen guide: the NLL reached the model's own parameters)
+            (t, g)
+            for t, g in zip(
+                [weighted_kl, *outputs], [torch.ones_like(kl), *output_grads], strict=True
+            )
+            if t.requires_grad
+        ]
+        if roots:
+            torch.autograd.backward([t for t, _ in roots], [g for _, g in roots])
         nll_t = nll / count
         return ELBOTerms(
             loss=(nll_t + weighted_kl).detach(),

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq._util import (
+    check_count,
     check_positive_float,
     forget_params,
     has_latent_sites,
@@ -241,6 +242,10 @@ class MeanFieldGuide(nn.Module):
         positive ones), site by site in the guide's order, ``(num_samples, *shape)`` with
         ``num_samples``: the standard-normal draws Pyro makes for :meth:`forward` (one draw)
         or under a particle plate."""
+        if num_samples is not None:
+            num_samples = check_count(
+                "num_samples", num_samples, "None gives one draw, of each site's shape."
+            )
         loc = {s: self.site_loc(s) for s in self.sites}
         scale = {s: self.site_scale(s) for s in self.sites}
         return draw(loc, scale, num_samples, self.positive)
