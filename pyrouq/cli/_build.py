@@ -349,6 +349,67 @@ _HELD = re.compile(
 )
 
 
+# The conversions' advice in Python's words -> the command's (refusing a factory's network)
+_ADVICE = (
+    ("Pass a network with such layers.",
+     "Make the factory return a network with such layers, or pick --method plain."),
+    ("or use pyrouq.bayesian(net).", "or pick --method bayesian."),
+    ("already a pyrouq model; pass the plain network it was made from.",
+     "already a pyrouq model, which --method {method} would convert again; make the factory "
+     "return the plain network it was made from."),
+    ("rank1() converts a plain network and got a",
+     "it converts a plain network, and the factory returned a"),
+    ("Pass the plain network, or use bayesian(ensemble) to make an existing BatchEnsemble's "
+     "factors latent.", "Make the factory return the plain network, or pick --method bayesian "
+     "to make the BatchEnsemble's factors latent."),
+    ("num_members=", "--members "),
+    ("Convert the plain network they were made from",
+     "Make the factory return the plain network they were made from"),
+    ("select= picked", "it picked"),
+    ("Pass select= names or prefixes that leave them out.",
+     "Make those layers floating-point, or pick another --method."),
+    ("or leave it out of select=.", "or pick another --method."),
+    ("or leave it out of select= (rank1() makes every layer's factors latent; to leave these "
+     "out, build pyrouq.bayesian(pyrouq.batchensemble(net, M, norms='shared'), select=[the "
+     "other layers' factors], prior=dist.Normal(1.0, 0.1))).",
+     "or pick another --method (--method rank1 makes every layer's factors latent)."),
+    ("pass the network inside it (net.module). To train on several devices, run fit() under "
+     "torch.distributed (e.g. torchrun): it shards the data and averages the gradients itself "
+     "(docs: scaling out).", "make the factory return the network inside it (net.module). To "
+     "train on several devices, run `pyrouq fit` under torchrun: it shards the data and "
+     "averages the gradients itself."),
+    ("Convert the nn.Module before torch.jit.script / torch.jit.trace.",
+     "Make the factory return the nn.Module, not its torch.jit.script / torch.jit.trace."),
+    ("(fit() and predict() pass the loader's x)", "(pyrouq fit passes the images alone)"),
+)  # fmt: skip
+
+
+def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]:
+    """A factory's network converted by ``--method`` (not plain): the model and its guide."""
+    import pyrouq
+
+    norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own
+    if method == "batchensemble":
+        return pyrouq.batchensemble(net, args.members, **norms), None
+    if method == "rank1":
+        model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, **norms)
+        return model, pyrouq.mean_field_guide(model)
+    select = "last_layer" if method == "last-layer" else None
+    try:
+        model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
+    except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
+        said = f"select={select!r}"  # its first sentence (not cut at an "e.g. ")
+        first = re.split(r"\. (?=[A-Z])", " ".join(str(err).split()))[0]
+        if said not in first:
+            raise
+        raise CommandError(
+            f"factory {args.model!r}: {first.replace(said, f'--method {method}')}; make the "
+            f"network fit --method {method}, pick another --method, or convert it in Python "
+            "with pyrouq.bayesian(net, select=[...])"
+        ) from None
+    return model, pyrouq.mean_field_guide(model)
+
+
 def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     import pyrouq
 
@@ -372,26 +433,23 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
                 "with weights (nn.Linear / nn.Conv2d layers)"
             )
         if method == "plain":
+            if not any(p.requires_grad for p in net.parameters()):  # fit() named a guide
+                raise CommandError(
+                    f"factory {args.model!r} builds {type(net).__name__}, whose parameters are "
+                    "all frozen (requires_grad=False): nothing for --method plain to train; "
+                    "leave the layers to train unfrozen in the factory, or pick a --method "
+                    "that adds factors to train (batchensemble or rank1)"
+                )
             return net, None
-        norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own
-        if method == "batchensemble":
-            return pyrouq.batchensemble(net, args.members, **norms), None
-        if method == "rank1":
-            model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, **norms)
-            return model, pyrouq.mean_field_guide(model)
-        select = "last_layer" if method == "last-layer" else None
         try:
-            model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
-        except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
-            said, first = f"select={select!r}", " ".join(str(err).split()).split(". ")[0]
-            if said not in first:
+            return _convert(net, args, method)
+        except (TypeError, ValueError) as err:  # the conversion's refusal, in Python's words
+            text = " ".join(str(err).split())
+            if _HELD.match(text):  # a --prior-scale the dtype cannot hold: build() tells it
                 raise
-            raise CommandError(
-                f"factory {args.model!r}: {first.replace(said, f'--method {method}')}; make the "
-                f"network fit --method {method}, pick another --method, or convert it in Python "
-                "with pyrouq.bayesian(net, select=[...])"
-            ) from None
-        return model, pyrouq.mean_field_guide(model)
+            for python, command in _ADVICE:
+                text = text.replace(python, command.format(method=method))
+            raise CommandError(f"factory {args.model!r}, --method {method}: {text}") from None
     name = MODELS[args.model]["class"]
     if name == "Rank1LeNet":
         model = pyrouq.rank1(pyrouq.LeNet(), args.members, prior_scale=args.prior_scale)

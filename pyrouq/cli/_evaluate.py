@@ -177,6 +177,14 @@ def _evaluate_run(
             "Python: pyrouq.load(path, module=make_net()), then pyrouq.predict"
         ) from None
     assert isinstance(saved, pyrouq.Checkpoint)
+    from pyrouq._util import has_latent_sites
+
+    if saved.guide is None and has_latent_sites(saved.model):  # predict() asked for guide
+        raise CommandError(
+            f"{str(checkpoint)!r} holds {type(saved.model).__name__}, a Bayesian model, without "
+            "its guide (`pyrouq fit` saves both), so there is no posterior to draw from; "
+            "evaluate a run of `pyrouq fit`, or save the model with its fitted guide"
+        )
     if saved.guide is None and args.num_samples is not None:
         raise CommandError(
             f"--num-samples applies to Bayesian models; {type(saved.model).__name__} has fixed "

@@ -4,10 +4,15 @@ plots, metrics.json) and the post-hoc calibration of ``evaluate --calibrate / --
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
+
+from pyrouq.cli._build import CommandError
 
 
 def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -95,6 +100,26 @@ def _ood_images(dataset: str, ood: str, args: argparse.Namespace) -> Any:
     return loader.transform(loader.images)
 
 
+@contextlib.contextmanager
+def _finite(images: str) -> Iterator[None]:
+    """predict()'s refusal of NaN or inf probabilities (its advice: check the model outputs)
+    in the command's words: a network whose weights diverged in training without a
+    non-finite loss (the last update's), which a lower --lr avoids."""
+    try:
+        yield
+    except ValueError as err:
+        text = " ".join(str(err).split())
+        if not text.startswith("Expected finite probs"):
+            raise
+        counted = re.search(r"\((\d+) of (\d+) inputs;", text)
+        which = f"{counted[1]} of the {counted[2]}" if counted else "some"
+        raise CommandError(
+            f"the trained network predicts NaN or inf probabilities for {which} "
+            f"{images} images (did its weights diverge in training, after the last finite "
+            "loss?); fit the run again with a lower --lr"
+        ) from None
+
+
 def _evaluate(
     model: Any,
     guide: Any,
@@ -113,18 +138,20 @@ def _evaluate(
     start = time.perf_counter()
     x = test.transform(test.images)  # one tensor: predict picks its own batches
     progress = not args.no_progress
-    preds = class_predictions(
-        pyrouq.predict(model, x, guide, num_samples=num_samples, progress=progress), "pyrouq"
-    )
+    with _finite("test"):
+        preds = class_predictions(
+            pyrouq.predict(model, x, guide, num_samples=num_samples, progress=progress), "pyrouq"
+        )
     ood_preds = None
     x_ood = _ood_images(dataset, ood, args)
     if x_ood is not None:
-        ood_preds = class_predictions(
-            pyrouq.predict(
-                model, x_ood.to(x.device), guide, num_samples=num_samples, progress=progress
-            ),
-            "pyrouq",
-        )
+        with _finite("out-of-distribution"):
+            ood_preds = class_predictions(
+                pyrouq.predict(
+                    model, x_ood.to(x.device), guide, num_samples=num_samples, progress=progress
+                ),
+                "pyrouq",
+            )
     # one network (S = 1) has no disagreement between draws: its mutual information is 0
     single = preds.probs.shape[0] == 1
     score: Literal["entropy", "mutual_information"] = "entropy" if single else "mutual_information"
