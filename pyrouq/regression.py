@@ -230,8 +230,9 @@ class GaussianPredictions:
             hi = (loc + 40 * scale).amax(0)
             spread = scale * _SQRT2
             target = level * self.num_samples  # a whole k where level is k / S but for rounding
-            if abs(target - round(target)) <= 8 * _EPSILON * max(1.0, target):  # (0.05 * 20)
-                target = float(round(target))
+            whole = round(target)  # (not 0 or S: a level near 0 or 1 is a tail's, not a tie)
+            if 0 < whole < self.num_samples and abs(target - whole) <= 8 * _EPSILON * target:
+                target = float(whole)  # (0.05 * 20 is 0.9999999999999998)
             for _ in range(64):
                 mid = 0.5 * (lo + hi)
                 below = _cdf_gap(loc, spread, mid, target) < 0

@@ -372,7 +372,8 @@ def _draw_mean(x: Tensor) -> Tensor:
     """``mean_s x_s`` over dim 0, exactly ``x_0`` where the draws agree (``x.mean(0)`` of S equal
     float32 draws can round an ulp off, and the epistemic parts then read up to ``5e-7``);
     no (S, N, C) temporary."""
-    return torch.where(x.amax(0) == x.amin(0), x[0], x.mean(0))
+    mean = x.mean(0)  # (+ x_0 - mean exactly where they agree; the gradient stays the mean's)
+    return mean + torch.where(x.amax(0) == x.amin(0), x[0] - mean, 0).detach()
 
 
 def _negate(x: Tensor) -> Tensor:

@@ -246,21 +246,12 @@ def test_predict_on_one_ranks_share_says_so():
         predict(net, torch.utils.data.DataLoader(dataset, 4, sampler=whole))
 
 
-class _FailsAfterItsBatches:
-    """A sized loader over a ``DistributedSampler`` (batches of 4); on rank 1, asking for a
-    batch after its last raises an OSError (a shard file that fails to close)."""
-
-    def __init__(self, dataset, rank: int):
-        self.dataset, self.rank = dataset, rank
-        self.sampler = torch.utils.data.DistributedSampler(dataset, shuffle=False)
-
-    def __len__(self):
-        return len(self.sampler) // 4
+class _FailsAfterItsShare(torch.utils.data.DistributedSampler):
+    """On rank 1, asking for an index after its share's last raises an OSError (an index file
+    that fails to close)."""
 
     def __iter__(self):
-        indices = list(self.sampler)
-        for start in range(0, len(indices), 4):
-            yield self.dataset[indices[start : start + 4]]
+        yield from super().__iter__()
         if self.rank == 1:
             raise OSError("cannot close the shard")
 
@@ -270,7 +261,10 @@ def _end_worker(rank: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=5))  # fmt: skip
     try:
-        loader = _FailsAfterItsBatches(torch.utils.data.TensorDataset(*_data()), rank)
+        dataset = torch.utils.data.TensorDataset(*_data())
+        loader = torch.utils.data.DataLoader(
+            dataset, 4, sampler=_FailsAfterItsShare(dataset, shuffle=False)
+        )
         try:
             fit(*_build(), loader, epochs=1, progress=False, seed=0)
             outcome = "ran"
@@ -292,3 +286,49 @@ def test_a_loader_failing_after_its_last_batch_raises_its_own_error():
         outcomes = [torch.load(f"{tmp}/end{r}.pt", weights_only=False) for r in range(WORLD)]
     assert outcomes[1] == "OSError"
     assert outcomes[0] in ("RuntimeError", "DistBackendError")  # its wait timed out (5 s)
+
+
+class _ShortLength:
+    """A loader over a ``DistributedSampler`` (batches of 2) whose length is a hint one batch
+    short (as an iterable dataset's may be); on rank 1 its fourth batch, beyond the hint,
+    fails to load."""
+
+    def __init__(self, dataset, rank: int):
+        self.dataset, self.rank = dataset, rank
+        self.sampler = torch.utils.data.DistributedSampler(dataset, shuffle=False)
+
+    def __len__(self):
+        return len(self.sampler) // 2 - 1
+
+    def __iter__(self):
+        indices = list(self.sampler)
+        for start in range(0, len(indices), 2):
+            if self.rank == 1 and start == 6:
+                raise OSError("cannot read the fourth batch")
+            yield self.dataset[indices[start : start + 2]]
+
+
+def _short_worker(rank: int, init: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=20))  # fmt: skip
+    try:
+        loader = _ShortLength(torch.utils.data.TensorDataset(*_data()), rank)
+        try:
+            fit(*_build(), loader, epochs=1, progress=False, seed=0, lr_schedule="constant")
+            outcome = "ran"
+        except Exception as err:
+            outcome = f"{type(err).__name__}: {err}"
+        torch.save(outcome, Path(out) / f"short{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_a_loader_whose_length_is_a_hint_still_stops_every_rank(tmp_path):
+    # the stop was sent only for the first len() batches: the others, stepping on a fourth
+    # batch, met a rank that had gone (gloo: connection closed) or waited for its timeout
+    spawn_ranks(_short_worker, (str(tmp_path / "init"), str(tmp_path)))
+    zero, one = (torch.load(tmp_path / f"short{r}.pt", weights_only=False) for r in range(WORLD))
+    assert one == "OSError: cannot read the fourth batch"
+    assert zero.startswith("FloatingPointError: Another rank stopped at epoch 1, step 4 "), zero

@@ -184,3 +184,12 @@ def test_nan_images_are_named_in_the_refusal():
         r"std\), or drop those images and their predictions\.$",
     ):
         plot_image_grid(probs, images, rows=1, cols=2)
+
+
+def test_the_gradient_through_agreeing_draws_is_shared_by_the_draws():
+    # the exact mean of agreeing draws sent the whole gradient to the first draw
+    logits = torch.tensor([[[2.0, 0.5, -1.0]]]).repeat(3, 1, 1).requires_grad_(True)
+    decompose(torch.softmax(logits, -1), "zero_one").total.sum().backward()
+    per_draw = logits.grad.abs().sum((1, 2))
+    torch.testing.assert_close(per_draw, per_draw[:1].expand(3))
+    assert float(per_draw[0]) > 0

@@ -104,9 +104,26 @@ def test_batchensemble_conv_prints_its_settings_as_torch_does(torch_layer):
 def test_effective_weight_refuses_a_member_it_does_not_have():
     layer = BatchEnsembleLinear(3, 2, 2)
     torch.testing.assert_close(layer.effective_weight(-1), layer.effective_weight(1))
+    torch.testing.assert_close(layer.effective_weight(torch.tensor(1)), layer.effective_weight(1))
     for member in (True, 2, -3, 1.0):  # True indexed a (1, M, out, in) stack
-        with pytest.raises(ValueError, match=r"Expected member to be an int in \[0, 2\)"):
+        with pytest.raises(ValueError, match=r"Expected member to be an int in \[-2, 2\) "):
             layer.effective_weight(member)
+
+
+def test_a_subclass_of_torchs_convolution_and_numpy_sizes_build_a_batchensemble_layer():
+    import numpy as np
+
+    class StandardisedConv(nn.Conv2d):
+        pass
+
+    class Ensemble(BatchEnsembleConv2d):
+        _base_type = StandardisedConv
+
+    # its dims were read off the class name ('n' of "StandardisedConv"), and numpy ints met
+    # numpy's "truth value of an array is ambiguous"
+    assert Ensemble(2, 4, 3, 2, padding=1)(torch.randn(4, 2, 5, 5)).shape == (4, 4, 5, 5)
+    layer = BatchEnsembleConv2d(2, 4, np.int64(3), 2)
+    assert layer(torch.randn(4, 2, 5, 5)).shape == (4, 4, 3, 3)
 
 
 @pytest.mark.parametrize("layer", [BayesianLinear(3, 2), BayesianConv2d(2, 3, 3)])

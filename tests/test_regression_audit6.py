@@ -158,3 +158,11 @@ def test_the_median_of_two_point_like_components_is_their_midpoint_at_any_scale(
     loc = torch.tensor([0.0, 1.0], dtype=torch.float64).reshape(2, 1, 1)
     median = GaussianPredictions(loc, torch.full_like(loc, scale)).quantile(0.5)
     assert float(median) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("level", [1e-300, 1e-16, 2e-16, 1 - 1e-16, 1 - 1e-15])
+def test_a_level_near_0_or_1_is_a_tail_quantile_not_a_tie(level):
+    # the k/S snapping took these for k = 0 or S and returned the bracket's edge, +-40
+    loc = torch.zeros(1, 1, 1, dtype=torch.float64)
+    q = GaussianPredictions(loc, torch.ones_like(loc)).quantile(level)
+    assert float(q) == pytest.approx(stats.norm.ppf(level), rel=1e-9)

@@ -21,6 +21,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from pyrouq import _engine
 from pyrouq._util import (
+    ShardedOrder,
     bad_rows,
     describe_batch,
     example_sampler,
@@ -525,7 +526,7 @@ def optimizer_name(optimizer: Any) -> str:
 
 def resumed_batches(loader: Iterable, skip: int, stop: Callable[[Exception], Any]) -> Iterator:
     """An epoch's iterator over ``loader``, whose failure to fetch one of the batches every
-    rank steps on (a dataset's error; all of them, for a loader without a length) goes to
+    rank steps on (a dataset's error; any, for a loader without an exact length) goes to
     ``stop``: under torch.distributed it takes part in the step's collective before raising,
     so that the other ranks stop with this one instead of waiting for it until the group's
     timeout. Resuming inside an epoch, its first ``skip`` batches
@@ -535,10 +536,7 @@ def resumed_batches(loader: Iterable, skip: int, stop: Callable[[Exception], Any
     without the draw from torch's stream it makes for its seed: the run being resumed made it
     at the epoch's start, before its saved state (a sampler's own generator then repeats the
     epoch's order, and the draws stay the run's)."""
-    try:
-        stepped = len(loader)  # type: ignore[arg-type]
-    except (TypeError, NotImplementedError):
-        stepped = None
+    stepped = _exact_length(loader)
     if not skip:
         return _fetched(iter(loader), stop, stepped)
     state = torch.get_rng_state()
@@ -550,6 +548,19 @@ def resumed_batches(loader: Iterable, skip: int, stop: Callable[[Exception], Any
         for _ in itertools.islice(fetched, skip):
             pass
     return fetched
+
+
+def _exact_length(loader: Iterable) -> int | None:
+    """``len(loader)`` where it counts the batches exactly (a list, pyrouq's loaders, a
+    DataLoader over a map-style dataset); None where it may be a hint (an iterable dataset's)."""
+    data = torch.utils.data
+    exact = isinstance(loader, (list, tuple, ShardedOrder)) or (
+        isinstance(loader, data.DataLoader) and not isinstance(loader.dataset, data.IterableDataset)
+    )
+    try:
+        return len(loader) if exact else None  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError):
+        return None
 
 
 def _fetched(

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import torch
+from torch import nn
 
 from pyrouq._numbers import is_integer, is_real
 from pyrouq._util import check_count, check_int
@@ -36,6 +37,13 @@ def _check_sizes(name: str, **sizes: object) -> tuple[int, ...]:
     )
 
 
+_CONV_DIMS = {
+    1: (nn.Conv1d, nn.ConvTranspose1d),
+    2: (nn.Conv2d, nn.ConvTranspose2d),
+    3: (nn.Conv3d, nn.ConvTranspose3d),
+}
+
+
 def _check_conv_args(
     name: str, base_type: type, sizes: tuple[object, object], kernel_size: object, settings: dict
 ) -> None:
@@ -55,11 +63,14 @@ def _check_conv_args(
             "channels: groups must divide both. Pass groups=1 for a dense convolution, or "
             "groups=in_channels for a depthwise one."
         )
-    dims = int(base_type.__name__[-2])  # Conv2d, ConvTranspose2d: 2
+    dims = next(  # (a subclass of torch's layer keeps its dims)
+        d for d, kinds in _CONV_DIMS.items() if issubclass(base_type, kinds)
+    )
     for key, minimum, example in (("kernel_size", 1, 3), ("stride", 1, 1), ("dilation", 1, 1),
                                   ("padding", 0, 1), ("output_padding", 0, 1)):  # fmt: skip
         value = kernel_size if key == "kernel_size" else settings.get(key, _CONV_DEFAULTS[key])
-        if key == "padding" and isinstance(value, str) and "Transpose" not in base_type.__name__:
+        transposed = issubclass(base_type, nn.modules.conv._ConvTransposeNd)
+        if key == "padding" and isinstance(value, str) and not transposed:
             continue  # torch's to check; a transposed convolution would take "same" as 4 ints
         values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
         if len(values) != dims or not all(is_integer(v) and v >= minimum for v in values):
@@ -121,8 +132,10 @@ def _as_base_has_it(value: Any, base_value: Any) -> Any:
     repeated once per spatial dim of ``base_value``'s tuple, a list as a tuple."""
     if isinstance(value, list):
         value = tuple(value)
-    if isinstance(base_value, tuple) and isinstance(value, int) and not isinstance(value, bool):
-        value = (value,) * len(base_value)
+    if isinstance(value, tuple):
+        value = tuple(int(v) if is_integer(v) else v for v in value)  # (numpy ints too)
+    if isinstance(base_value, tuple) and is_integer(value):
+        value = (int(value),) * len(base_value)
     return value
 
 
