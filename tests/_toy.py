@@ -6,6 +6,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule, PyroSample
+from pyro.poutine.messenger import Messenger
 from torch import nn
 from torch.distributions import constraints
 
@@ -211,3 +212,16 @@ def recording_sgd(seen):
         return sgd
 
     return optim
+
+
+class LatentScale(Messenger):
+    """Scales every latent (unobserved) sample site by ``weight``: what ``kl_weight`` means in
+    Pyro's terms."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = weight
+
+    def _process_message(self, msg):
+        if msg["type"] == "sample" and not msg["is_observed"]:
+            msg["scale"] = msg["scale"] * self.weight

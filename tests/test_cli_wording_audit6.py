@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_cli_audit6 import own_weight  # noqa: F401 (a factory of these tests, weights of its own)
 from torch import nn
 
 import pyrouq
@@ -33,21 +34,6 @@ def fit_error(capsys, tmp_path, factory, method, *more):
 def frozen() -> nn.Module:
     net = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
     return net.requires_grad_(False)
-
-
-class _OwnWeight(nn.Module):
-    """Weights of its own, no nn.Linear or convolution layer."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(784, 10))
-
-    def forward(self, x):
-        return x.flatten(1) @ self.w
-
-
-def own_weight() -> nn.Module:
-    return _OwnWeight()
 
 
 class _Attention(nn.Module):

@@ -6,26 +6,14 @@ from __future__ import annotations
 import pyro
 import pytest
 import torch
+from _toy import LatentScale
 from pyro.infer import autoguide
-from pyro.poutine.messenger import Messenger
 from torch import nn
 
 from pyrouq import bayesian
 from pyrouq.infer import KLWeightedELBO, MeanFieldGuide, mean_field_guide
 from pyrouq.infer._adam import Adam
 from pyrouq.models import BayesianMLP
-
-
-class _ScaleLatent(Messenger):
-    """Scale every latent site by ``weight``: what ``kl_weight`` means in Pyro's terms."""
-
-    def __init__(self, weight):
-        super().__init__()
-        self.weight = weight
-
-    def _process_message(self, msg):
-        if msg["type"] == "sample" and not msg["is_observed"]:
-            msg["scale"] = msg["scale"] * self.weight
 
 
 class _TracedGuide(MeanFieldGuide):
@@ -60,9 +48,7 @@ def test_vectorised_particles_are_pyros_vectorised_mean_field_elbo_in_float64():
         num_particles=3, vectorize_particles=True, max_plate_nesting=1
     )
     pyro.set_rng_seed(1)  # the same draws: one (3, *shape) block per site, in site order
-    theirs = reference.differentiable_loss(
-        _ScaleLatent(0.3)(model), _ScaleLatent(0.3)(traced), x, y
-    )
+    theirs = reference.differentiable_loss(LatentScale(0.3)(model), LatentScale(0.3)(traced), x, y)
     theirs_grads = torch.autograd.grad(theirs, list(traced.parameters()))
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
     for mine, ref in zip(ours_grads, theirs_grads, strict=True):
@@ -83,7 +69,7 @@ def test_an_autonormals_weighted_loss_is_pyros_trace_elbo_with_its_latent_sites_
         num_particles=2, vectorize_particles=True, max_plate_nesting=1
     )
     pyro.set_rng_seed(1)
-    theirs = reference.differentiable_loss(_ScaleLatent(0.3)(model), _ScaleLatent(0.3)(guide), x, y)
+    theirs = reference.differentiable_loss(LatentScale(0.3)(model), LatentScale(0.3)(guide), x, y)
     theirs_grads = torch.autograd.grad(theirs, params)
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-5)
     for mine, ref in zip(ours_grads, theirs_grads, strict=True):

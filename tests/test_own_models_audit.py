@@ -11,7 +11,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
-from _toy import sampled_linear
+from _toy import LatentScale, sampled_linear
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import (
@@ -21,7 +21,6 @@ from pyro.infer.autoguide import (
     AutoNormal,
 )
 from pyro.nn import PyroModule, PyroSample
-from pyro.poutine.messenger import Messenger
 from torch import nn
 
 import pyrouq
@@ -112,18 +111,6 @@ def test_fits_first_step_is_trace_elbo_on_a_subsampled_plate_loss_and_gradients(
     assert result.history[0].loss == pytest.approx(losses[0], rel=1e-6)
 
 
-class _LatentScale(Messenger):
-    """Scales every latent (unobserved) sample site by ``weight``."""
-
-    def __init__(self, weight):
-        super().__init__()
-        self.weight = weight
-
-    def _process_message(self, msg):
-        if msg["type"] == "sample" and not msg["is_observed"]:
-            msg["scale"] = msg["scale"] * self.weight
-
-
 @pytest.mark.parametrize("make", GUIDES)
 def test_a_kl_weight_is_trace_elbo_with_the_latent_sites_scaled_in_model_and_guide(make):
     x, y = data()
@@ -132,7 +119,7 @@ def test_a_kl_weight_is_trace_elbo_with_the_latent_sites_scaled_in_model_and_gui
     guide = make(model)
     guide(x, y)
     pyro.set_rng_seed(5)
-    theirs = Trace_ELBO().loss(_LatentScale(0.3)(model), _LatentScale(0.3)(guide), x, y)
+    theirs = Trace_ELBO().loss(LatentScale(0.3)(model), LatentScale(0.3)(guide), x, y)
     pyro.set_rng_seed(5)
     ours = pyrouq.KLWeightedELBO(0.3).loss(model, guide, x, y)
     assert ours == pytest.approx(theirs, rel=1e-6)
