@@ -175,6 +175,31 @@ def test_a_diverged_network_is_told_to_lower_the_learning_rate(tmp_path, capsys)
     assert one_line_error(capsys, ["evaluate", str(out), "--ood", "none"]) == told
 
 
+class _Bright(nn.Module):
+    """Finite weights; NaN outputs for images brighter than MNIST's (some of Fashion-MNIST's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(785, 10)
+
+    def forward(self, x):
+        h = x.flatten(1)
+        return self.fc(torch.cat([h, torch.sqrt(1.5 - h.mean(1, keepdim=True))], 1))
+
+
+def bright() -> nn.Module:
+    return _Bright()
+
+
+def test_nan_outputs_of_finite_weights_keep_predicts_message(tmp_path, capsys):
+    # the weights did not diverge: "a lower --lr" would not help, and the inputs named are
+    # what the user needs
+    argv = ["fit", "test_cli_wording_audit6:bright", "--method", "plain", "--epochs", "1"]
+    err = one_line_error(capsys, [*argv, "--train-size", "256", "--out", str(tmp_path / "r")])
+    assert err.startswith("pyrouq: error: Expected finite probs, got "), err
+    assert "check the model outputs of inputs [" in err and "--lr" not in err
+
+
 def test_evaluate_of_a_bayesian_model_saved_without_its_guide(tmp_path, capsys):
     """predict()'s 'pass its fitted guide, predict(model, x, guide)' reached `evaluate`."""
     tmp_path.joinpath("run").mkdir()
@@ -187,3 +212,30 @@ def test_evaluate_of_a_bayesian_model_saved_without_its_guide(tmp_path, capsys):
         "`pyrouq fit`, or save the model with its fitted guide\n"
     )
     assert "predict(" not in err
+
+
+class _CountedLast(nn.Module):
+    """An integer counter held as a (frozen) parameter of its last layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+        self.fc.count = nn.Parameter(torch.zeros(3, dtype=torch.long), requires_grad=False)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def counted_last() -> nn.Module:
+    return _CountedLast()
+
+
+def test_an_integer_parameter_is_told_to_be_a_buffer_not_made_floating_point(tmp_path, capsys):
+    # "Make those layers floating-point" turned the counter into a latent site, drawn from
+    # the prior, where the library's advice was to leave it out
+    err = fit_error(capsys, tmp_path, "counted_last", "last-layer")
+    assert "'fc.count' (torch.int64)" in err
+    assert err.endswith(
+        "Hold them as buffers (register_buffer), not parameters, or pick another --method "
+        "(--method bayesian leaves them out).\n"
+    ), err

@@ -367,7 +367,8 @@ _ADVICE = (
      "Make the factory return the plain network they were made from"),
     ("select= picked", "it picked"),
     ("Pass select= names or prefixes that leave them out.",
-     "Make those layers floating-point, or pick another --method."),
+     "Hold them as buffers (register_buffer), not parameters, or pick another --method "
+     "(--method bayesian leaves them out)."),
     ("or leave it out of select=.", "or pick another --method."),
     ("or leave it out of select= (rank1() makes every layer's factors latent; to leave these "
      "out, build pyrouq.bayesian(pyrouq.batchensemble(net, M, norms='shared'), select=[the "

@@ -101,17 +101,25 @@ def _ood_images(dataset: str, ood: str, args: argparse.Namespace) -> Any:
 
 
 @contextlib.contextmanager
-def _finite(images: str) -> Iterator[None]:
+def _finite(images: str, model: Any, guide: Any) -> Iterator[None]:
     """predict()'s refusal of NaN or inf probabilities (its advice: check the model outputs)
-    in the command's words: a network whose weights diverged in training without a
-    non-finite loss (the last update's), which a lower --lr avoids."""
+    in the command's words where the weights diverged in training without a non-finite loss
+    (the last update's), which a lower --lr avoids: non-finite weights, or every image's
+    outputs (weights so large that the outputs overflow). Otherwise as it came: the network's
+    own arithmetic fails on the inputs it names."""
     try:
         yield
     except ValueError as err:
+        import torch
+
         text = " ".join(str(err).split())
         if not text.startswith("Expected finite probs"):
             raise
+        held = [*model.parameters(), *(guide.parameters() if guide is not None else ())]
         counted = re.search(r"\((\d+) of (\d+) inputs;", text)
+        every = counted is not None and counted[1] == counted[2]
+        if not every and all(bool(torch.isfinite(p).all()) for p in held):
+            raise
         which = f"{counted[1]} of the {counted[2]}" if counted else "some"
         raise CommandError(
             f"the trained network predicts NaN or inf probabilities for {which} "
@@ -138,14 +146,14 @@ def _evaluate(
     start = time.perf_counter()
     x = test.transform(test.images)  # one tensor: predict picks its own batches
     progress = not args.no_progress
-    with _finite("test"):
+    with _finite("test", model, guide):
         preds = class_predictions(
             pyrouq.predict(model, x, guide, num_samples=num_samples, progress=progress), "pyrouq"
         )
     ood_preds = None
     x_ood = _ood_images(dataset, ood, args)
     if x_ood is not None:
-        with _finite("out-of-distribution"):
+        with _finite("out-of-distribution", model, guide):
             ood_preds = class_predictions(
                 pyrouq.predict(
                     model, x_ood.to(x.device), guide, num_samples=num_samples, progress=progress
