@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,7 +139,8 @@ def test_config_records_the_data_folder_as_found(tmp_path, capsys, monkeypatch, 
     monkeypatch.chdir(shared_data.parent)
     assert main([*argv, str(tmp_path / "rel"), "--data-root", shared_data.name]) == 0
     config = json.loads((tmp_path / "rel" / "config.json").read_text())
-    assert config["data_root"] == str(shared_data)
+    recorded = Path(config["data_root"])  # (the working folder as the system gives it:
+    assert recorded.is_absolute() and recorded.resolve() == shared_data.resolve()  # no links)
     assert config["command"].endswith(f"--data-root {shared_data.name}")  # runs as written
     assert main([*argv, str(tmp_path / "bundled")]) == 0
     assert json.loads((tmp_path / "bundled" / "config.json").read_text())["data_root"] is None
