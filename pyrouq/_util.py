@@ -224,6 +224,14 @@ def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     return x
 
 
+def len_or(loader: Any, default: Any = 0) -> Any:
+    """``len(loader)``, or ``default`` for a loader without a length."""
+    try:
+        return len(loader)
+    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
+        return default
+
+
 def example_sampler(loader: Any) -> Any:
     """The sampler that picks a loader's examples: its batch sampler's (``batch_sampler=``,
     or a ``BatchSampler`` given as ``sampler=`` with ``batch_size=None``), else its own."""

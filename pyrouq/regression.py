@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -32,7 +33,6 @@ INTERVAL_LEVELS: tuple[float, ...] = (0.5, 0.9, 0.95)
 CALIBRATION_LEVELS: tuple[float, ...] = tuple(round(0.05 * j, 2) for j in range(1, 20))
 
 _SQRT2 = math.sqrt(2.0)
-_EPSILON = 2.0**-52  # float64's machine epsilon
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -231,7 +231,8 @@ class GaussianPredictions:
             spread = scale * _SQRT2
             target = level * self.num_samples  # a whole k where level is k / S but for rounding
             whole = round(target)  # (not 0 or S: a level near 0 or 1 is a tail's, not a tie)
-            if 0 < whole < self.num_samples and abs(target - whole) <= 8 * _EPSILON * target:
+            close = abs(target - whole) <= 8 * sys.float_info.epsilon * target
+            if 0 < whole < self.num_samples and close:
                 target = float(whole)  # (0.05 * 20 is 0.9999999999999998)
             for _ in range(64):
                 mid = 0.5 * (lo + hi)

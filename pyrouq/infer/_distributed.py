@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pyrouq._util import ShardedOrder, example_sampler
+from pyrouq._util import ShardedOrder, example_sampler, len_or
 
 
 @dataclass(frozen=True)
@@ -471,10 +471,7 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
     shards active."""
     if not group.active:
         return
-    try:
-        batches: int | None = len(loader)  # type: ignore[arg-type]
-    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
-        batches = None
+    batches: int | None = len_or(loader, None)
     sized = batches is not None
     values = [epochs, float(sized), batches if sized else 0]
     most, fewest = _extremes(torch.tensor(values, dtype=torch.float64), group)

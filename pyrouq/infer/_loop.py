@@ -17,6 +17,7 @@ from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
     global_streams_kept,
+    len_or,
     model_input,
     module_device,
     warn_caller,
@@ -114,13 +115,6 @@ class FitResult:
     def seconds(self) -> float:
         """Total training time."""
         return sum(r.seconds for r in self.history)
-
-
-def len_or(loader: Iterable, default: Any = 0) -> Any:
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except (TypeError, NotImplementedError):  # (a sampler of no length raises either)
-        return default
 
 
 def _batch_size(loader: Iterable) -> int:

@@ -26,6 +26,7 @@ from pyrouq._util import (
     describe_batch,
     example_sampler,
     global_streams_kept,
+    len_or,
     warn_caller,
 )
 from pyrouq.infer._adam import Adam
@@ -557,10 +558,7 @@ def _exact_length(loader: Iterable) -> int | None:
     exact = isinstance(loader, (list, tuple, ShardedOrder)) or (
         isinstance(loader, data.DataLoader) and not isinstance(loader.dataset, data.IterableDataset)
     )
-    try:
-        return len(loader) if exact else None  # type: ignore[arg-type]
-    except (TypeError, NotImplementedError):
-        return None
+    return len_or(loader, None) if exact else None
 
 
 def _fetched(

@@ -28,11 +28,12 @@ from pyrouq._util import (
     check_seed,
     example_sampler,
     has_latent_sites,
+    len_or,
     module_device,
 )
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed
-from pyrouq.infer._loop import EpochRecord, FitResult, Loop, len_or
+from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
 from pyrouq.infer._training import (
     TrainingInterrupted,
