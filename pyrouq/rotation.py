@@ -66,29 +66,8 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
     """
     angle = _check_angle(angle)
     normalized = check_flag("normalized", normalized)  # "no" or None: no background guessed
-    if not isinstance(images, torch.Tensor):
-        raise TypeError(
-            f"Expected images to be a torch.Tensor, got {type(images).__name__}; wrap them "
-            "with torch.as_tensor(...)."
-        )
-    if not images.is_floating_point():
-        raise TypeError(
-            f"Expected floating-point images, got dtype {images.dtype}; for raw uint8 pixels "
-            "pass images.float() / 255 with normalized=False."
-        )
+    x = _image_batch(images)
     shape = images.shape
-    if images.dim() == 4 and shape[1] == 1:
-        x = images
-    elif images.dim() == 3:
-        x = images.unsqueeze(1)
-    elif images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
-        side = math.isqrt(shape[1])
-        x = images.reshape(shape[0], 1, side, side)
-    else:
-        raise ValueError(
-            f"Expected images of shape (N, 1, H, W), (N, H, W) or (N, H * H) (square, "
-            f"flattened), got shape {tuple(shape)}; pass single-channel images."
-        )
     if angle % 360 == 0 or images.numel() == 0:
         return images.clone()
     height, width = x.shape[-2:]
@@ -118,6 +97,34 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
         work - background, grid, mode="bilinear", padding_mode="zeros", align_corners=False
     )
     return (out + background).to(x.dtype).reshape(shape)
+
+
+def _image_batch(images: object) -> Tensor:
+    """``images`` as ``(N, 1, H, W)`` (a view), or a TypeError / ValueError saying what to pass."""
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(
+            f"Expected images to be a torch.Tensor, got {type(images).__name__}; wrap them "
+            "with torch.as_tensor(...)."
+        )
+    if not images.is_floating_point():
+        raise TypeError(
+            f"Expected floating-point images, got dtype {images.dtype}; for raw uint8 pixels "
+            "pass images.float() / 255 with normalized=False."
+        )
+    shape = images.shape
+    if images.dim() == 4 and shape[1] == 1:
+        return images
+    if images.dim() == 3:
+        return images.unsqueeze(1)
+    if images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
+        side = math.isqrt(shape[1])
+        return images.reshape(shape[0], 1, side, side)
+    alone = images.dim() == 1 or (images.dim() == 2 and shape[0] == shape[1])  # one image?
+    one = "; for one image use images.unsqueeze(0)" if alone else ""
+    raise ValueError(
+        f"Expected images of shape (N, 1, H, W), (N, H, W) or (N, H * H) (square, "
+        f"flattened), got shape {tuple(shape)}; pass single-channel images{one}."
+    )
 
 
 def _check_angle(angle: object, name: str = "angle") -> float:
@@ -218,6 +225,7 @@ def evaluate_rotations(
             f"(N,)), got {bad} of type {type(x if bad == 'x' else y).__name__}; concatenate "
             "the batches of a loader with torch.cat first."
         )
+    _image_batch(x)  # its layout first: y's shape is read against x's N
     if y.dim() != 1 or y.shape[0] != x.shape[0]:
         raise ValueError(
             f"Expected y of shape (N,) = ({x.shape[0]},), one label per image of x, got shape "

@@ -186,11 +186,15 @@ def train_test_split(
 
 def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
     """``value`` if its rows have the columns ``mean`` was fitted on, else a clear error."""
-    if not isinstance(value, Tensor) or not value.is_floating_point():
-        what = getattr(value, "dtype", type(value).__name__)
+    if not isinstance(value, Tensor):
         raise TypeError(
-            f"Standardizer.{where}(): expected a floating-point tensor, got {what}; the scaler "
-            f"was fitted on real values: pass {name}.float()."
+            f"Standardizer.{where}(): expected {name} to be a torch.Tensor, got "
+            f"{type(value).__name__}; wrap it with torch.as_tensor(...)."
+        )
+    if not value.is_floating_point():
+        raise TypeError(
+            f"Standardizer.{where}(): expected a floating-point tensor, got {value.dtype}; the "
+            f"scaler was fitted on real values: pass {name}.float()."
         )
     if value.dim() == 0 or tuple(value.shape[1:]) != tuple(mean.shape):
         raise ValueError(
@@ -245,6 +249,12 @@ class Standardizer:
             raise ValueError(
                 f"Standardizer.fit() needs at least 2 rows to measure a spread, got {x.shape[0]}."
             )
+        for name, value in (("x", x), ("y", y)):
+            if value.numel() == 0:  # torch would warn of "degrees of freedom <= 0"
+                raise ValueError(
+                    f"Standardizer.fit(): {name} of shape {tuple(value.shape)} has no columns "
+                    f"to standardise; pass {name} of shape (N, D) with D >= 1 (or (N,))."
+                )
 
         return cls(*_column_stats(x), *_column_stats(y))
 

@@ -1,0 +1,62 @@
+"""Audit 7 of the tabular helpers (Standardizer) and of the rotation sweep's input checks."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import pyrouq
+from pyrouq import Standardizer, evaluate_rotations, rotate
+
+
+def test_standardizer_transform_of_an_array_says_to_wrap_it_in_a_tensor():
+    x, y = torch.randn(6, 2), torch.randn(6)
+    scaler = Standardizer.fit(x, y)
+    # a float32 array was told "expected a floating-point tensor, got float32; pass x.float()"
+    with pytest.raises(
+        TypeError,
+        match=r"transform_x\(\): expected x to be a torch.Tensor, got ndarray; wrap it with "
+        r"torch.as_tensor",
+    ):
+        scaler.transform_x(x.numpy())
+    with pytest.raises(TypeError, match=r"transform_y\(\): expected y to be a torch.Tensor, got "):
+        scaler.transform_y(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"expected a floating-point tensor, got torch.int64"):
+        scaler.transform_x(x.long())
+    # the tensor path is unchanged: unbiased statistics of the training rows
+    wide = x.double().numpy()
+    expected = (wide - wide.mean(0)) / wide.std(0, ddof=1)
+    np.testing.assert_allclose(scaler.transform_x(x).numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["x", "y"])
+def test_standardizer_fit_of_no_columns_is_a_clear_error(which):
+    x, y = torch.randn(4, 3), torch.randn(4, 2)
+    args = {"x": x, "y": y, which: torch.zeros(4, 0)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # it warned "std(): degrees of freedom is <= 0"
+        with pytest.raises(ValueError, match=rf"{which} of shape \(4, 0\) has no columns"):
+            Standardizer.fit(args["x"], args["y"])
+
+
+def test_evaluate_rotations_reads_y_against_a_valid_batch_of_images():
+    model = pyrouq.MLP(hidden_features=4)
+    # a 0-d x raised IndexError: tuple index out of range
+    with pytest.raises(ValueError, match=r"Expected images of shape .* got shape \(\)"):
+        evaluate_rotations(model, torch.tensor(1.0), torch.tensor([3]), progress=False)
+    # one flattened image was told "Expected y of shape (N,) = (784,)"
+    with pytest.raises(
+        ValueError, match=r"got shape \(784,\); .*for one image use images.unsqueeze\(0\)"
+    ):
+        evaluate_rotations(model, torch.randn(784), torch.tensor([3]), progress=False)
+    with pytest.raises(ValueError, match=r"for one image use images.unsqueeze\(0\)"):
+        rotate(torch.randn(28, 28), 30)
+    # a batch of non-square flattened images gets no single-image hint
+    with pytest.raises(ValueError, match=r"got shape \(5, 700\); pass single-channel images\.$"):
+        rotate(torch.randn(5, 700), 30)
+    # a valid batch still has its labels checked against its N
+    with pytest.raises(ValueError, match=r"Expected y of shape \(N,\) = \(5,\)"):
+        evaluate_rotations(model, torch.randn(5, 784), torch.arange(3), progress=False)
