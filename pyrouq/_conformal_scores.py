@@ -18,11 +18,29 @@ if TYPE_CHECKING:
     from pyrouq.regression import GaussianPredictions
 
 
+_SCORES = ("lac", "aps", "raps", "abs", "cqr")
+
+
+def check_not_shifted(val_targets: object) -> None:
+    """A TypeError for ``conformal(val_preds, 0.1)`` or ``conformal(val_preds, "aps")``: an
+    alpha or a score given where the targets go (told to wrap it with torch.as_tensor)."""
+    if is_real(val_targets) or (isinstance(val_targets, str) and val_targets in _SCORES):
+        name = "score" if isinstance(val_targets, str) else "alpha"
+        raise TypeError(
+            f"conformal(): got {val_targets!r} as val_targets, the second argument; {name} "
+            f"is not the second: pass conformal(val_preds, {name}={val_targets!r}) (the targets "
+            "default to those the predictions carry) or conformal(val_preds, val_targets, "
+            "alpha, score)."
+        )
+
+
 def _check_alpha(alpha: object, n: int) -> float:
     if not is_real(alpha) or not 0 < float(alpha) < 1:
+        score = isinstance(alpha, str) and alpha in _SCORES  # conformal(preds, y, "aps")
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
-            f"{alpha!r}{tensor_hint(alpha)}."
+            f"{alpha!r}{tensor_hint(alpha)}"
+            + (f": a score, the fourth argument; pass score={alpha!r}." if score else ".")
         )
     a = float(alpha)
     if _rank(n, a) > n:
@@ -123,6 +141,11 @@ def _sets(sets: Any) -> Tensor:
                 "probabilities, .bool() would put every class above 0 in the set); make sets "
                 "with conformal(val_preds, val_targets).predict_sets(preds)."
             )
+        elif hasattr(sets, "probs") or hasattr(sets, "loc"):  # the predictions themselves
+            fix = (
+                " (predictions, not sets): make sets with conformal(val_preds, val_targets)"
+                ".predict_sets(preds), intervals with .intervals(preds) (a tuple (lo, hi))."
+            )
         else:
             fix = (
                 "; convert an array with torch.as_tensor(sets)." if hasattr(sets, "shape") else "."
@@ -171,6 +194,8 @@ def check_tensor_targets(targets: Any, where: str, what: str) -> None:
     if not isinstance(targets, Tensor):
         if targets is None:  # preds.targets of a predict() given x without labels
             fix = ": pass them as a tensor (preds.targets is None when x had no labels)"
+        elif hasattr(targets, "targets"):  # coverage(sets, test_preds)
+            fix = f": pass the predictions' .targets, the {what} they carry"
         else:
             fix = "; wrap them with torch.as_tensor(...)" if is_array_like(targets) else ""
         raise TypeError(

@@ -35,6 +35,7 @@ from pyrouq._conformal_scores import (
     check_alpha_field,
     check_class_fields,
     check_count,
+    check_not_shifted,
     check_tensor_targets,
     check_thresholds,
 )
@@ -174,8 +175,8 @@ def temperature_scale(
     Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`, in the fit
     and in the scaler it returns (which applies the transform fitted): a probability that
     underflowed to 0 says only "very small", and one confidently wrong input would otherwise
-    outweigh the rest of the split. An NLL that no T changes (uniform draws, one class) warns
-    and gives T = 1.
+    outweigh the rest of the split. An NLL that no T changes (uniform draws, members that
+    disagree symmetrically, one class) warns and gives T = 1.
 
     Parameters
     ----------
@@ -205,7 +206,8 @@ def temperature_scale(
     if max(values) - min(values) <= 1e-12 * max(1.0, abs(min(values))):
         warnings.warn(
             "temperature_scale: the validation NLL is the same at every T (every draw is "
-            "uniform over the classes, or there is one class): no temperature fits better than "
+            "uniform over the classes, the draws disagree so symmetrically that their mixture "
+            "is uniform at every T, or there is one class): no temperature fits better than "
             "another, so T = 1 (no change) is returned.",
             stacklevel=2,
         )
@@ -497,6 +499,7 @@ def conformal(
     >>> cal.predict_sets(Predictions(probs[:, :1])).tolist()
     [[True, False, False]]
     """
+    check_not_shifted(val_targets)
     seed = check_seed(seed, "conformal()")
     if not is_real(lam) or not 0 <= lam < math.inf:
         raise ValueError(
