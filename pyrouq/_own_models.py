@@ -52,8 +52,16 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
     word, and extra dims as more draws or inputs; so are class probabilities (every row in
     [0, 1], summing to 1: a ``Categorical(probs=p)`` model's ``p``), which the softmax would
     flatten. A value that cannot be logits (not a tensor, one dim) is a ``TypeError`` that
-    names the way out for a binary classifier and a regression model."""
+    names the way out for a binary classifier and a regression model; so does the refusal of
+    one logit a row, ``(rows, 1)`` (a Bernoulli classifier's, whose softmax is 1)."""
     if torch.is_tensor(out) and out.dim() == 2 and out.shape[0] == rows:
+        if out.shape[1] == 1:
+            where = "recorded a 'logits' site" if recorded else "returned logits"
+            raise ValueError(
+                f"predict(): {name_of(owner)} {where} of shape ({rows}, 1): one class, "
+                "every probability would be 1; predict() needs class logits (B, C), C >= 2."
+                f"{_ways_out('torch.cat([torch.zeros_like(l), l], -1)')}"
+            )
         if are_probabilities(out):
             what = "recorded a 'logits' site of" if recorded else "returned"
             raise ValueError(
@@ -73,12 +81,8 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
             got = f"recorded a 'logits' site of {shown}"
         raise TypeError(
             f"{name_of(owner)} {got}; predict() needs a model of your own to return class "
-            "logits (B, C) or record "
-            "pyro.deterministic('logits', ...). A binary classifier observing "
-            "Bernoulli(logits=l): return or record torch.stack([torch.zeros_like(l), l], -1) "
-            "(its classes 0 and 1). A regression model of your own: draw its "
-            "predictions with pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
-            "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
+            "logits (B, C) or record pyro.deterministic('logits', ...)."
+            + _ways_out("torch.stack([torch.zeros_like(l), l], -1)")
         )
     if out.dim() == 2:
         why = f"{ONE_ROW_PER_INPUT}: plate 'data' with subsample_size=len(x))"
@@ -93,6 +97,17 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
         f"predict(): {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
         f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
         "logits of shape (B, C)."
+    )
+
+
+def _ways_out(two_columns: str) -> str:
+    """The ways out for a binary classifier (``two_columns``: its logits made two) and a
+    regression model, whose outputs predict() refuses as class logits."""
+    return (
+        f" A binary classifier observing Bernoulli(logits=l): return or record {two_columns} "
+        "(its classes 0 and 1). A regression model of your own: draw its predictions with "
+        "pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
+        "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
     )
 
 
@@ -255,8 +270,9 @@ def fitting_draws(
     out (``pyro.infer.Predictive`` gives ``"obs"`` and recorded ``"logits"`` too, computed on
     other inputs); leading dims of size 1 after S (``Predictive`` pads draws to the model's
     plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
-    model would draw it from its prior, or broadcast it, without a word. A model that cannot
-    be traced on small batches gets every draw, unchecked."""
+    model would draw it from its prior, or broadcast it, without a word (a discrete one, left
+    to enumeration, with Pyro's way for such models); so are NaN or inf draws. A model that
+    cannot be traced on small batches gets every draw, unchecked."""
     expected = traced_latent_sites(model, x)
     if expected is None:
         return draws
@@ -271,6 +287,14 @@ def fitting_draws(
             "same network. Leave it out; to draw a network's weights, make it Bayesian first: "
             "pyrouq.bayesian(net)."
         )
+
+    def plural(verb: str) -> str:  # "posterior_samples give", "the guide gives"
+        return verb if source == "posterior_samples" else verb + "s"
+
+    missing = [site for site in expected if draws.get(site) is None]
+    discrete = _discrete_sites(model, x, missing) if missing else []
+    if discrete:  # Pyro's TraceEnum_ELBO and NUTS enumerate them, and draw none
+        _refuse_enumeration(model, discrete, caller, f"{source} {plural('leave')} out")
     kept = {}
     for site, shape in expected.items():
         value = draws.get(site)
@@ -281,6 +305,13 @@ def fitting_draws(
         if got != shape:
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
             _refuse(model, problem, caller, source)
+        bad = int((~torch.isfinite(value)).sum()) if value.is_floating_point() else 0
+        if bad:  # (the model would sample its likelihood on NaN logits: torch's own error)
+            raise ValueError(
+                f"{caller}: {source} {plural('give')} site {site!r} {bad} NaN or inf values (of "
+                f"{value.numel()} drawn), which the model would run on; did the fit diverge? "
+                "Refit (e.g. with a smaller learning rate), or pass finite draws."
+            )
         kept[site] = value
     return kept
 
@@ -288,19 +319,39 @@ def fitting_draws(
 def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:
     """The names of the sites ``model`` samples on ``x`` (its likelihood, without targets,
     and per-input latent sites included), or None where it cannot be traced."""
-    state = rng_state(x.device)
-    try:
-        with torch.no_grad():
-            trace = _run(model, x)
-    except Exception:
+    trace = _prior_trace(model, x)
+    if trace is None:
         return None
-    finally:
-        set_rng_state(x.device, state)
     return {
         name
         for name, site in trace.nodes.items()
         if site["type"] == "sample" and not site_is_subsample(site)
     }
+
+
+def _prior_trace(model: Any, x: Tensor) -> Any:
+    """A trace of ``model`` on ``x`` under its priors (the random state kept), or None."""
+    state = rng_state(x.device)
+    try:
+        with torch.no_grad():
+            return _run(model, x)
+    except Exception:
+        return None
+    finally:
+        set_rng_state(x.device, state)
+
+
+def _discrete_sites(model: Any, x: Tensor, names: list[str]) -> list[str]:
+    """Those of the sites ``names`` that ``model`` draws on ``x`` from a discrete
+    distribution or marks for enumeration."""
+    trace = _prior_trace(model, x)
+    nodes = {} if trace is None else trace.nodes
+    return [
+        name
+        for name in names
+        if name in nodes
+        and (_is_discrete(nodes[name]["fn"]) or nodes[name]["infer"].get("enumerate"))
+    ]
 
 
 def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -332,13 +383,7 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
         or model_trace.nodes[name]["infer"].get("enumerate")
     ]
     if discrete:  # AutoNormal(model) is no fix: continuous guides refuse discrete sites
-        raise ValueError(
-            f"{caller}: {name_of(model)} has discrete latent site(s) {discrete}, which its guide "
-            "leaves out for enumeration; pyrouq does not enumerate (nor take score-function "
-            "gradients), so they would be drawn from the prior. Use Pyro's own tools for such "
-            "a model: pyro.infer.SVI with pyro.infer.TraceEnum_ELBO, and "
-            "pyro.infer.Predictive."
-        )
+        _refuse_enumeration(model, discrete, caller, "its guide leaves out")
     if missing:
         _refuse(
             model,
@@ -378,6 +423,17 @@ def _is_discrete(fn: Any) -> bool:
         return bool(fn.support.is_discrete)
     except (AttributeError, NotImplementedError):
         return False
+
+
+def _refuse_enumeration(model: Any, discrete: list[str], caller: str, lacks: str) -> NoReturn:
+    """Refuse a guide or draws that leave discrete latent sites to enumeration (``lacks``:
+    "its guide leaves out", "posterior_samples leave out")."""
+    raise ValueError(
+        f"{caller}: {name_of(model)} has discrete latent site(s) {discrete}, which {lacks} "
+        "for enumeration; pyrouq does not enumerate (nor take score-function gradients), so "
+        "they would be drawn from the prior. Use Pyro's own tools for such a model: "
+        "pyro.infer.SVI with pyro.infer.TraceEnum_ELBO, and pyro.infer.Predictive."
+    )
 
 
 class GuideMismatch(ValueError):

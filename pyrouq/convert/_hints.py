@@ -3,8 +3,11 @@ a ``select=`` found but could not take parameters from."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Sequence
+from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -14,6 +17,8 @@ __all__ = [
     "WEIGHTED_TYPES",
     "converted",
     "names_list",
+    "no_linear",
+    "no_match",
     "nothing_of_their_own",
     "refuse_types",
     "warn_parametrized",
@@ -94,12 +99,127 @@ def nothing_of_their_own(module: nn.Module, layers: Sequence[str], select: str) 
     )
 
 
+def no_linear(module: nn.Module) -> str:
+    """The message refusing ``select='last_layer'`` for ``module``, which has no nn.Linear."""
+    convs = [name for name, m in module.named_modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    last = "."
+    if convs and convs[-1]:
+        last = f" (its last convolution, as select=[{convs[-1]!r}], if it makes the outputs)."
+    elif convs:  # the network itself, whose name ('') select= lists do not take
+        last = f". The network itself is a {type(module).__name__}: select=None (all of it)."
+    return (
+        f"select='last_layer' needs an nn.Linear, and {class_name(module)} has none. Pass "
+        f"select= the names of the layers or parameters to make Bayesian{last}"
+    )
+
+
+def no_match(module: nn.Module, key: str, params: Sequence[str]) -> str:
+    """The message refusing the ``select=`` entry ``key``, which matches none of the
+    parameters ``params`` of ``module``; a key naming a tensor a parametrization computes, or a
+    buffer, is told so."""
+    owner, _, attr = key.rpartition(".")
+    try:
+        layer: nn.Module | None = module.get_submodule(owner)
+    except AttributeError:
+        layer = None
+    why = ""
+    if layer is not None and parametrize.is_parametrized(layer, attr):
+        own = [n for n in params if n.startswith(f"{owner}.parametrizations.{attr}.".lstrip("."))]
+        why = (
+            f" {key!r} is computed by a parametrization (e.g. weight_norm), not stored as a "
+            f"parameter: name the parametrization's own tensors ({names_list(own)}), or remove "
+            f"it before converting (torch.nn.utils.parametrize.remove_parametrizations(layer, "
+            f"{attr!r}))."
+        )
+    elif key in dict(module.named_buffers()):
+        why = f" {key!r} is a buffer, not a parameter: buffers behave as in torch, never latent."
+    return (
+        f"select entry {key!r} matches no parameter of {class_name(module)}. Its parameters "
+        f"are {names_list(list(params))}; give module names (e.g. 'fc') or dotted prefixes of "
+        f"these.{why}"
+    )
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Whether two tensors hold the same values (a parameter of the network and of its copy)."""
+    return bool(
+        one is other
+        or (
+            one.shape == other.shape
+            and one.dtype == other.dtype
+            and one.device == other.device
+            and torch.equal(one.detach(), other.detach())
+        )
+    )
+
+
+def _named(module: nn.Module, given: nn.Module | torch.Tensor) -> list[str]:
+    """The names in ``module`` of the layer or tensor ``given``, found in the network it was
+    copied from: those of the same type and values (the copy's own objects are others)."""
+    if isinstance(given, nn.Module):
+        state = list(given.state_dict().items())
+        return [
+            name
+            for name, m in module.named_modules()
+            if m is given
+            or (
+                type(m) is type(given)
+                and [k for k, _ in state] == list(m.state_dict())
+                and all(_same(v, m.state_dict()[k]) for k, v in state)
+            )
+        ]
+    return [n for n, p in module.named_parameters(remove_duplicate=False) if _same(p, given)]
+
+
+def _refuse_objects(module: nn.Module, objects: list[Any]) -> None:
+    """Refuse layers or tensors given to ``select=`` in place of their names."""
+    given = objects[0]
+    kind = isinstance(given, nn.Module)
+    what = f"the {type(given).__name__} layer" if kind else f"a tensor {tuple(given.shape)}"
+    names = _named(module, given)
+    if names == [""]:
+        fix = " It is the network itself: select=None (every Linear and convolution)."
+    elif names:
+        fix = f" Here it is named {' or '.join(map(repr, names[:4]))}: select=[{names[0]!r}]."
+    else:
+        where = "net.named_modules()" if kind else "net.named_parameters()"
+        fix = f" Pass its name, as {where} gives it."
+    raise TypeError(
+        f"select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
+        f"not the layers or tensors themselves: got {what}.{fix}"
+    )
+
+
+def _refuse_signature(select: object) -> None:
+    """Refuse a ``select=`` callable that cannot be called as ``(name, param)``."""
+    if not callable(select) or isinstance(select, type):
+        return
+    try:
+        signature = inspect.signature(select)
+    except (TypeError, ValueError):  # nothing to read: it is called as it is
+        return
+    try:
+        signature.bind("name", None)
+    except TypeError:
+        raise TypeError(
+            f"The select callable is called as select(name, param) for each parameter, "
+            f"and {getattr(select, '__name__', class_name(select))}{signature} cannot take "
+            "those two arguments. Pass e.g. lambda name, param: name.startswith('fc')."
+        ) from None
+
+
 def refuse_types(module: nn.Module, select: object) -> None:
     """Refuse a ``select=`` that is a class, or a list holding one (``select=nn.Linear``: a
-    class is callable, and would be called as ``(name, param) -> bool``), saying what to pass."""
+    class is callable, and would be called as ``(name, param) -> bool``), saying what to pass;
+    likewise layers or tensors given in place of their names (a layer is callable too), and a
+    callable that cannot take ``(name, param)``."""
     given = list(select) if isinstance(select, (list, tuple)) else [select]
     types = tuple(t for t in given if isinstance(t, type))
+    objects = [v for v in given if isinstance(v, (nn.Module, torch.Tensor))]
+    if objects and not types:
+        _refuse_objects(module, objects)
     if not types:
+        _refuse_signature(select)
         return
     what = ", ".join(t.__name__ for t in types)
     how = ""

@@ -26,7 +26,13 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
-from pyrouq.convert._hints import WEIGHTED_TYPES, nothing_of_their_own, refuse_types
+from pyrouq.convert._hints import (
+    WEIGHTED_TYPES,
+    no_linear,
+    no_match,
+    nothing_of_their_own,
+    refuse_types,
+)
 from pyrouq.convert._hints import converted as _converted
 from pyrouq.convert._hints import names_list as _names_list
 from pyrouq.convert._hints import warn_parametrized as _warn_parametrized
@@ -135,18 +141,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
             )
         linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
         if not linears:
-            layers = [
-                name for name, m in module.named_modules() if isinstance(m, nn.modules.conv._ConvNd)
-            ]
-            last = (
-                f" (its last convolution, as select=[{layers[-1]!r}], if it makes the outputs)"
-                if layers
-                else ""
-            )
-            raise ValueError(
-                f"select='last_layer' needs an nn.Linear, and {class_name(module)} has none. "
-                f"Pass select= the names of the layers or parameters to make Bayesian{last}."
-            )
+            raise ValueError(no_linear(module))
         chosen = [n for n in params if _owner(n) == linears[-1]]
         if not chosen:
             raise ValueError(nothing_of_their_own(module, linears[-1:], "'last_layer'"))
@@ -165,11 +160,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     if isinstance(select, Sequence) and select and all(isinstance(k, str) for k in select):
         for key in select:
             if not any(_matches(n, key) for n in params):
-                raise ValueError(
-                    f"select entry {key!r} matches no parameter of {class_name(module)}. "
-                    f"Its parameters are {_names_list(list(params))}; give module names "
-                    "(e.g. 'fc') or dotted prefixes of these."
-                )
+                raise ValueError(no_match(module, key, list(params)))
         return [n for n in params if any(_matches(n, k) for k in select)]
     raise TypeError(
         f"Expected select to be None, 'last_layer', a non-empty list of names or a callable "
