@@ -12,10 +12,12 @@ Chains run in parallel processes when that pays (several chains, cores and steps
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +31,7 @@ from pyrouq._mcmc_workers import (
     parallel_chains,
     spawn_problem,
 )
+from pyrouq._numbers import is_array_like
 from pyrouq._util import (
     MAX_SEED,
     check_count,
@@ -124,10 +127,18 @@ class MCMCResult:
 
 def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
     for name, value in (("x", x), ("y", y)):
-        if isinstance(value, (np.ndarray, list, tuple)):
+        if isinstance(value, (list, tuple)) and any(torch.is_tensor(v) for v in value):
+            raise TypeError(  # (torch.as_tensor fails on them)
+                f"mcmc() needs the full data as tensors x and y, got a {type(value).__name__} "
+                f"of tensors for {name}. Join them first: {name} = torch.cat({name}) (a "
+                f"loader's batches) or torch.stack({name}) (one tensor per point)."
+            )
+        if is_array_like(value) and not torch.is_tensor(value):  # numpy's, a pandas frame
+            plain = isinstance(value, (np.ndarray, list, tuple))  # (as_tensor fails on a frame)
+            convert = f"torch.as_tensor({name})" if plain else f"torch.tensor(np.asarray({name}))"
             raise TypeError(
                 f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
-                f"for {name}. Convert it first: {name} = torch.as_tensor({name})."
+                f"for {name}. Convert it first: {name} = {convert}."
             )
         if isinstance(value, torch.nn.Module) or callable(value) or value is None:  # a guide
             why = (
@@ -186,12 +197,14 @@ def mcmc(
     is left as it was either way; only ``seed=None`` takes one draw from torch's generator, for
     the seed. Each chain shows a progress bar.
 
-    The network runs in evaluation mode (no dropout; BatchNorm on its running statistics).
-    NUTS samples the latent sites only. The model's point estimates (parameters it does not
-    select, such as BatchNorm's, a ``Gaussian("learned")`` noise scale) and its BatchNorm
-    running statistics stay at their current values throughout: :func:`pyrouq.fit` the model
-    first, or make them latent (``select=``, a noise prior such as
-    ``Gaussian(dist.HalfNormal(1.0))``). A learned noise scale warns, naming its value.
+    The network runs in evaluation mode (no dropout; BatchNorm on its running statistics)
+    and in its own precision (a ``torch.autocast`` around the call is turned off for it, as it
+    is in the chain processes). NUTS samples the latent sites only. The model's point
+    estimates (parameters it does not select, such as BatchNorm's, a ``Gaussian("learned")``
+    noise scale) and its BatchNorm running statistics stay at their current values
+    throughout: :func:`pyrouq.fit` the model first, or make them latent (``select=``, a
+    noise prior such as ``Gaussian(dist.HalfNormal(1.0))``). A learned noise scale warns,
+    naming its value.
 
     Parameters
     ----------
@@ -346,16 +359,19 @@ def _mcmc(
         x, y = x.to(device), y.to(device)
     x = model_input(x, model, "mcmc()")
     check_finite_inputs(x, "mcmc()")
-    dtype = module_dtype(model)
-    if y.is_floating_point() and dtype is not None and y.dtype != dtype:
-        y = y.to(dtype)  # a float64 y would turn the log density, then NUTS's weights, float64
+    # one layout for the same values: a transposed or sliced x rounds the gradients otherwise,
+    # and the chains drift apart from those of the same data, same seed
+    x, y = x.contiguous(), y.contiguous()
     num_data, was = model.num_data, modes(model)
     model.eval()  # before any pass: train-mode BatchNorm would update its running statistics
     try:  # every module's mode and num_data are restored however this ends
-        chains = _run_chains(
-            model, x, y, kernel, warmup_steps, num_samples, num_chains, seed, progress,
-            max_tree_depth, parallel,
-        )  # fmt: skip
+        # in the model's precision, as the chain processes run (an autocast around mcmc()
+        # would run the chains here in float16 or bfloat16, with other draws)
+        with _autocast_off(device):
+            chains, y = _run_chains(
+                model, x, y, kernel, warmup_steps, num_samples, num_chains, seed, progress,
+                max_tree_depth, parallel,
+            )  # fmt: skip
     finally:
         model.num_data = num_data
         restore_modes(was)
@@ -378,9 +394,10 @@ def _run_chains(
     progress: bool,
     max_tree_depth: int,
     parallel: bool | None,
-) -> list[Any]:
+) -> tuple[list[Any], Tensor]:
     """:func:`mcmc`'s chains, the model in eval mode: the targets checked against one pass,
-    then every chain run, in parallel processes or one after another."""
+    then every chain run, in parallel processes or one after another; and y as they ran on
+    it (real targets in the model's dtype)."""
     with torch.no_grad():
         try:
             outputs = model.outputs(x, model.template())
@@ -393,7 +410,10 @@ def _run_chains(
                 "(shape, channels, flattening: N inputs of the shape it was built for); "
                 "nothing was sampled."
             ) from err
-    model.likelihood.check_targets(y, outputs, "mcmc()")
+    model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
+    dtype = module_dtype(model)
+    if y.is_floating_point() and dtype is not None and y.dtype != dtype:
+        y = y.to(dtype)  # a float64 y would turn the log density, then NUTS's weights, float64
     likelihood = model.likelihood
     if getattr(likelihood, "mode", None) == "learned":
         _, scale = likelihood.loc_scale(outputs)
@@ -426,9 +446,21 @@ def _run_chains(
         for chain in range(num_chains)
     ]  # fmt: skip
     if parallel:
-        return parallel_chains(jobs, workers)
+        return parallel_chains(jobs, workers), y
     with global_streams_kept(module_device(model)):  # left as found, as by other processes
-        return [chain_job(job) for job in jobs]
+        return [chain_job(job) for job in jobs], y
+
+
+@contextlib.contextmanager
+def _autocast_off(device: torch.device | None) -> Iterator[None]:
+    """torch.autocast turned off on the CPU and on ``device`` while the block runs."""
+    with contextlib.ExitStack() as stack:
+        for kind in dict.fromkeys(("cpu", device.type if device is not None else "cpu")):
+            try:
+                stack.enter_context(torch.autocast(kind, enabled=False))
+            except RuntimeError:  # a device type autocast does not know: none to turn off
+                pass
+        yield
 
 
 def _cores() -> int:
