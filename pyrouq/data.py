@@ -25,6 +25,7 @@ Example
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Literal
 import torch
 
 from pyrouq._idx import DataError, _arrays
-from pyrouq._numbers import is_integer
+from pyrouq._numbers import is_integer, tensor_hint
 from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
 
 __all__ = [
@@ -183,6 +184,14 @@ class _TensorDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(self)
+        try:
+            index = operator.index(index)  # an int, numpy's or a one-element integer tensor
+        except TypeError:  # a list, slice or float met "'<=' not supported between ..."
+            raise TypeError(
+                f"expected an integer index into a data set of {n} examples, got "
+                f"{type(index).__name__} {index!r:.60}. Read one example at a time "
+                "(dataset[i]), or iterate the loader for batches."
+            ) from None
         if not -n <= index < n:
             raise IndexError(f"index {index} is out of range for a data set of {n} examples")
         index %= n
@@ -339,7 +348,8 @@ def _make_loaders(
         n = train_x.shape[0]
         if not is_integer(train_size) or not (1 <= train_size <= n):
             raise ValueError(
-                f"Expected train_size to be an integer in [1, {n}], got {train_size!r}. "
+                f"Expected train_size to be an integer in [1, {n}], got {train_size!r}"
+                f"{tensor_hint(train_size)}. "
                 "Pass None for the whole training split."
             )
         train_x, train_y = train_x[:train_size], train_y[:train_size]

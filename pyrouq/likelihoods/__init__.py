@@ -45,6 +45,12 @@ def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
     """
     if isinstance(spec, Likelihood):
         return copy.deepcopy(spec)  # each model owns its likelihood (and its parameters)
+    if isinstance(spec, type) and issubclass(spec, Likelihood):  # "Unknown likelihood" misled
+        named = f" (or the name {spec.name!r})" if spec.name else ""
+        raise ValueError(  # a ValueError, as for any other spec that is not one
+            f"Expected a likelihood instance or name, got the class {spec.__name__} itself: "
+            f"pass an instance, {spec.__name__}(){named}."
+        )
     name = spec.get("name") if isinstance(spec, dict) else spec
     if not isinstance(name, str) or name not in _LIKELIHOODS:
         raise ValueError(

@@ -1,0 +1,51 @@
+"""Audit 7 of the MNIST loaders and the categorical likelihood: what a user typed wrong is told
+what was expected and what to do."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pyrouq import bayesian
+from pyrouq.data import load_mnist, ood_loader
+from pyrouq.likelihoods import Categorical, Gaussian, get_likelihood
+
+
+@pytest.fixture(scope="module")
+def test_set():
+    return ood_loader(batch_size=64, dataset="mnist").dataset
+
+
+@pytest.mark.parametrize("index", [[0, 1], slice(0, 2), 1.5, "3", torch.tensor([0, 1])])
+def test_a_dataset_index_that_is_no_integer_says_it_takes_one(test_set, index):
+    # was: "'<=' not supported between instances of 'int' and 'list'" (or 'slice', 'str'),
+    # "slice indices must be integers" for 1.5, "Boolean value of Tensor ... ambiguous"
+    with pytest.raises(TypeError, match=r"expected an integer index into a data set of 10000 "):
+        test_set[index]
+
+
+def test_integer_indices_of_numpy_and_torch_read_the_same_example(test_set):
+    x, y = test_set[3]
+    for index in (np.int64(3), torch.tensor(3), -9997):
+        xi, yi = test_set[index]
+        assert torch.equal(xi, x) and int(yi) == int(y) == 0  # the 4th MNIST test label is 0
+    with pytest.raises(IndexError, match="index 10000 is out of range"):
+        test_set[10000]
+
+
+def test_a_train_size_given_as_a_tensor_is_told_to_pass_a_python_number():
+    with pytest.raises(ValueError, match=r"got tensor\(5\) \(a tensor: pass a Python number"):
+        load_mnist(train_size=torch.tensor(5))
+
+
+@pytest.mark.parametrize("cls", [Categorical, Gaussian])
+def test_a_likelihood_class_in_place_of_an_instance_says_to_call_it(cls):
+    # was: "Unknown likelihood <class '...Categorical'>", though pyrouq knows it
+    message = rf"got the class {cls.__name__} itself: pass an instance, {cls.__name__}\(\)"
+    with pytest.raises(ValueError, match=message + rf" \(or the name '{cls.name}'\)"):
+        get_likelihood(cls)
+    with pytest.raises(ValueError, match=message):
+        bayesian(nn.Linear(3, 2), likelihood=cls)
+    assert get_likelihood(cls()).name == cls.name  # an instance is taken as before
