@@ -129,7 +129,12 @@ def _locate(
     base, origin = _resolve_root(root)
     names = _FILES[split]
     found = [_find(base, folder, n) for n in names]
-    if any(p is None for p in found) and download and origin != "the bundled copy":
+    if (
+        any(p is None for p in found)
+        and download
+        and origin != "the bundled copy"
+        and not _root_above(base, folder, names[0])  # no copy nested inside the data set's
+    ):
         _download(folder, base)
         found = [_find(base, folder, n) for n in names]
     for name, path in zip(names, found, strict=True):
@@ -143,6 +148,8 @@ def _locate(
                 )
                 if download:
                     hint += "; download=True downloads into that root, never into the package"
+            elif above := _root_above(base, folder, name):
+                hint = f"root= is the folder above {folder}/: pass root={str(above)!r}"
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
                 others = []
@@ -163,6 +170,12 @@ def _locate(
                 f"(looked under {origin}: {base}). To fix: {hint}."
             )
     return found[0], found[1]  # type: ignore[return-value]
+
+
+def _root_above(base: Path, folder: str, name: str) -> Path | None:
+    """The folder above ``base`` that holds ``folder``'s file ``name`` where ``root=`` named
+    the data set's own folder, or its ``raw/`` (torchvision's usual mix-up), else None."""
+    return next((r for r in (base.parent, base.parent.parent) if _find(r, folder, name)), None)
 
 
 def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the network

@@ -3,11 +3,15 @@ what was expected and what to do."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+import pyrouq
 from pyrouq import bayesian
 from pyrouq.data import load_mnist, ood_loader
 from pyrouq.likelihoods import Categorical, Gaussian, get_likelihood
@@ -49,3 +53,20 @@ def test_a_likelihood_class_in_place_of_an_instance_says_to_call_it(cls):
     with pytest.raises(ValueError, match=message):
         bayesian(nn.Linear(3, 2), likelihood=cls)
     assert get_likelihood(cls()).name == cls.name  # an instance is taken as before
+
+
+@pytest.mark.parametrize("inside", ["MNIST", "MNIST/raw"])
+@pytest.mark.parametrize("download", [False, True])
+def test_a_root_naming_the_data_sets_own_folder_names_the_root_above(tmp_path, inside, download):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in (Path(pyrouq.__file__).parent / "_data" / "MNIST" / "raw").glob("*.gz"):
+        shutil.copy(f, raw / f.name)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(FileNotFoundError) as err:
+        load_mnist(root=tmp_path / inside, download=download)
+    assert f"To fix: root= is the folder above MNIST/: pass root={str(tmp_path)!r}." in str(
+        err.value
+    )
+    assert sorted(tmp_path.rglob("*")) == before  # download=True fetched nothing into it
+    assert load_mnist(root=tmp_path, batch_size=4)[1].dataset[0][1] == 7  # the root it names
