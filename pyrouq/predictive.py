@@ -572,16 +572,16 @@ def _inputs_of(
     """The first ``count`` input batches of ``batchnorm_data`` of two inputs or more (a
     BatchNorm cannot take batch statistics of one), on the model's device and checked as
     predict() checks its inputs."""
-    inputs, seen, first = [], 0, 0
+    inputs, first = [], 0
     for x, _ in _batches(data, batch_size, "batchnorm_data"):
-        seen, first = seen + 1, first + x.shape[0]
+        first += x.shape[0]  # (inputs seen: a loader of empty batches holds none)
         if x.shape[0] < 2:
             continue
         inputs.append(_prepared(x, model, device, "batchnorm_data", first - x.shape[0]))
         if len(inputs) == count:
             break
     if not inputs:
-        if seen:
+        if first:
             raise ValueError(
                 "predict() got batchnorm_data whose batches hold one input each: BatchNorm "
                 "statistics need at least 2 inputs a batch. Pass training inputs in batches "
