@@ -1,15 +1,20 @@
 """Whether a forward calls its layers or reads their weights as tensors: a BatchEnsemble's
 forward that reads a layer's weight or bias as a tensor bypasses the members' factors (a warning
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
-reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`).
-Also two small helpers of the engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
+reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`); a
+forward that runs them inside ``torch.utils.checkpoint`` is refused where the backward pass
+would run them with other weights (:func:`recompute_checked`). Also two small helpers of the
+engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from types import FrameType
 from typing import Any
 
 import torch
@@ -61,7 +66,15 @@ names of the BatchEnsemble layers that run did not call (empty: it called every 
 def calls_checked(net: nn.Module) -> Iterator[None]:
     """On a network's first successful run, warn if some of its BatchEnsemble layers were not
     called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
-    meets the shared W and no member's factors, so the members do not differ there."""
+    meets the shared W and no member's factors, so the members do not differ there. A forward
+    running modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`)."""
+    with recompute_checked(net, for_good=False), _calls_checked(net):
+        yield
+
+
+@contextlib.contextmanager
+def _calls_checked(net: nn.Module) -> Iterator[None]:
+    """:func:`calls_checked`'s check of the BatchEnsemble layers called."""
     checked = getattr(net, _CALLS_CHECKED, None)
     if checked is not None:  # a later run: no hooks, but a failure still gets its note
         try:
@@ -126,18 +139,154 @@ def _names(names: list[str], shown: int = 5) -> str:
     return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
+_RECOMPUTE_CHECKED = "_pyrouq_recompute_checked"
+"""Attribute :func:`recompute_checked` sets on a network after a run with gradients that ran
+nothing inside ``torch.utils.checkpoint`` that its backward pass would compute otherwise."""
+
+_checking: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pyrouq_recompute_checking", default=False
+)
+
+
+def _outer_frames() -> set[FrameType]:
+    """The frames of the calls that lead to the caller's (the run's callers)."""
+    frames: set[FrameType] = set()
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        frames.add(frame)
+        frame = frame.f_back
+    return frames
+
+
+def _inside_checkpoint(frame: FrameType | None, outer: set[FrameType]) -> bool:
+    """Whether a frame from ``frame`` up to the run's callers (``outer``) runs code of
+    ``torch.utils.checkpoint`` (its reentrant and non-reentrant forms alike)."""
+    while frame is not None and frame not in outer:
+        if frame.f_globals.get("__name__") == "torch.utils.checkpoint":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _runs_otherwise(module: nn.Module, swapped: AbstractSet[int]) -> bool:
+    """Whether ``module``, run again in the backward pass, computes otherwise than in this
+    run: it holds a tensor put in place for the run (``swapped``: their modules' ids), runs
+    as one BatchEnsemble member's pass, or draws its pre-activations (local
+    reparameterisation puts a forward of the engine's on it for the run)."""
+    patched = getattr(vars(module).get("forward"), "__module__", None) or ""
+    return (
+        id(module) in swapped
+        or getattr(module, "_member", None) is not None
+        or patched.startswith("pyrouq.")
+    )
+
+
+@contextlib.contextmanager
+def recompute_checked(
+    net: nn.Module,
+    swapped: AbstractSet[int] = frozenset(),
+    for_good: bool = True,
+) -> Iterator[None]:
+    """On a network's first run with gradients, refuse a forward that runs inside
+    ``torch.utils.checkpoint`` (activation checkpointing: torchvision's DenseNet with
+    ``memory_efficient=True``, ``checkpoint_sequential``) a module that the backward pass,
+    which runs that part again, would compute otherwise (:func:`_runs_otherwise`): with the
+    initial weights in place of the drawn ones, or a BatchEnsemble's folded batch in place
+    of a member's (silently wrong gradients for a Bayesian network; torch's
+    ``CheckpointError`` elsewhere). ``swapped``: the ids of the modules holding the tensors
+    put in place. ``for_good``: whether a run that meets checkpoints it may keep settles it
+    (not for a BatchEnsemble, whose member passes depend on the device)."""
+    if not torch.is_grad_enabled() or getattr(net, _RECOMPUTE_CHECKED, False) or _checking.get():
+        yield
+        return
+    outer = _outer_frames()
+    stack: list[tuple[str, str | None]] = []  # (module, where its checkpoint was called)
+    found: list[str] = []
+    seen = False
+
+    def before(module: nn.Module, args: Any, name: str) -> None:
+        nonlocal seen
+        caller = None
+        if _inside_checkpoint(sys._getframe(1), outer):
+            seen = True  # the first module of a checkpoint: called in its parent's forward
+            caller = stack[-1][1] if stack and stack[-1][1] is not None else None
+            if caller is None:
+                caller = stack[-1][0] if stack else ""
+            if _runs_otherwise(module, swapped):
+                found.extend((name, caller))
+                raise _CheckpointFound
+        stack.append((name, caller))
+
+    def after(module: nn.Module, args: Any, out: Any) -> None:
+        if stack:
+            stack.pop()
+
+    handles = []
+    for name, module in net.named_modules():
+        handles.append(module.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name)))
+        handles.append(module.register_forward_hook(after))
+    token = _checking.set(True)
+    try:
+        yield
+    except _CheckpointFound:
+        where = f"the forward of {found[1]!r}" if found[1] else "the network's own forward"
+        raise ValueError(
+            f"{class_name(net)} runs {found[0]!r} inside torch.utils.checkpoint (activation "
+            f"checkpointing, called in {where}), which runs it again during the backward "
+            "pass, when pyrouq has put back the initial weights in place of the drawn ones (or "
+            "a BatchEnsemble's folded batch in place of one member's): the gradients would be "
+            "computed with other weights. Turn checkpointing off before converting the network "
+            "(torchvision's DenseNet: memory_efficient=False; a forward of your own: call the "
+            "block directly), or leave the layers it runs out of select=."
+        ) from None
+    finally:
+        _checking.reset(token)
+        for handle in handles:
+            handle.remove()
+    if for_good or not seen:
+        setattr(net, _RECOMPUTE_CHECKED, True)
+
+
+class _CheckpointFound(Exception):
+    """Raised inside a forward by :func:`recompute_checked`; turned into the error it
+    explains."""
+
+
+def _holders(net: nn.Module, names: Iterable[str], named: nn.Module) -> set[int]:
+    """The ids of the modules of ``net`` that hold the tensors ``names`` name (and of those
+    holding the same tensors under other names: tied weights), in ``named``'s modules."""
+    held: set[int] = set()
+    for key in names:
+        owner, _, attr = key.rpartition(".")
+        try:
+            held.add(id(getattr(net.get_submodule(owner), attr)))
+        except AttributeError:
+            continue
+    return {
+        id(module)
+        for module in named.modules()
+        for tensor in (*module._parameters.values(), *module._buffers.values())
+        if id(tensor) in held
+    }
+
+
 def call(
     net: nn.Module, weights: dict[str, Tensor], x: Tensor, named: nn.Module | None = None
 ) -> Any:
     """``functional_call(net, weights, (x,))``; a forward's ``next(self.parameters())`` that
     finds none (a converted network, or a block of it, whose parameters are all latent, held
     as buffers) is told so: a bare StopIteration said nothing. ``named``: the network the
-    message names, where ``net`` runs it (a BatchEnsemble's members)."""
+    message names, where ``net`` runs it (a BatchEnsemble's members). A forward running
+    modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`)."""
+    shown = named if named is not None else net
     try:
-        return functional_call(net, weights, (x,))
+        checked = getattr(shown, _RECOMPUTE_CHECKED, False) or not torch.is_grad_enabled()
+        swapped = set() if checked else _holders(net, weights, shown)
+        with recompute_checked(shown, swapped):
+            return functional_call(net, weights, (x,))
     except StopIteration as error:
         raise RuntimeError(
-            f"{class_name(named if named is not None else net)}.forward raised StopIteration. "
+            f"{class_name(shown)}.forward raised StopIteration. "
             "If it reads "
             "next(self.parameters()) (or a block's), e.g. for the device or dtype, it finds "
             "none where every parameter there is latent: pyrouq holds latent weights as "

@@ -517,7 +517,10 @@ def bayesian(
         parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
         selected, or one the network also holds in an attribute of its own (a list or dict:
-        its forward would read the initial value there, never a draw).
+        its forward would read the initial value there, never a draw). On the first run with
+        gradients (training), a forward that runs layers with latent weights inside
+        ``torch.utils.checkpoint`` (torchvision's DenseNet with ``memory_efficient=True``):
+        the backward pass would run them again with the initial weights, not the draw.
 
     Examples
     --------
