@@ -24,7 +24,8 @@ _SCORES = ("lac", "aps", "raps", "abs", "cqr")
 def check_not_shifted(val_targets: object) -> None:
     """A TypeError for ``conformal(val_preds, 0.1)`` or ``conformal(val_preds, "aps")``: an
     alpha or a score given where the targets go (told to wrap it with torch.as_tensor)."""
-    if is_real(val_targets) or (isinstance(val_targets, str) and val_targets in _SCORES):
+    alpha = is_real(val_targets) and not is_integer(val_targets) and 0 < val_targets < 1
+    if alpha or (isinstance(val_targets, str) and val_targets in _SCORES):
         name = "score" if isinstance(val_targets, str) else "alpha"
         raise TypeError(
             f"conformal(): got {val_targets!r} as val_targets, the second argument; {name} "
@@ -32,6 +33,14 @@ def check_not_shifted(val_targets: object) -> None:
             "default to those the predictions carry) or conformal(val_preds, val_targets, "
             "alpha, score)."
         )
+
+
+def _are_predictions(value: object) -> bool:
+    """Whether ``value`` is predict()'s output (class or Gaussian predictions)."""
+    from pyrouq.predictive import Predictions
+    from pyrouq.regression import GaussianPredictions
+
+    return isinstance(value, (Predictions, GaussianPredictions))
 
 
 def _check_alpha(alpha: object, n: int) -> float:
@@ -141,7 +150,7 @@ def _sets(sets: Any) -> Tensor:
                 "probabilities, .bool() would put every class above 0 in the set); make sets "
                 "with conformal(val_preds, val_targets).predict_sets(preds)."
             )
-        elif hasattr(sets, "probs") or hasattr(sets, "loc"):  # the predictions themselves
+        elif _are_predictions(sets):
             fix = (
                 " (predictions, not sets): make sets with conformal(val_preds, val_targets)"
                 ".predict_sets(preds), intervals with .intervals(preds) (a tuple (lo, hi))."
@@ -194,7 +203,7 @@ def check_tensor_targets(targets: Any, where: str, what: str) -> None:
     if not isinstance(targets, Tensor):
         if targets is None:  # preds.targets of a predict() given x without labels
             fix = ": pass them as a tensor (preds.targets is None when x had no labels)"
-        elif hasattr(targets, "targets"):  # coverage(sets, test_preds)
+        elif _are_predictions(targets):  # coverage(sets, test_preds)
             fix = f": pass the predictions' .targets, the {what} they carry"
         else:
             fix = "; wrap them with torch.as_tensor(...)" if is_array_like(targets) else ""

@@ -133,7 +133,7 @@ def _locate(
         any(p is None for p in found)
         and download
         and origin != "the bundled copy"
-        and not _root_above(base, folder, names[0])  # no copy nested inside the data set's
+        and not _root_above(base, folder, names)  # no copy nested inside the data set's
     ):
         _download(folder, base)
         found = [_find(base, folder, n) for n in names]
@@ -148,7 +148,7 @@ def _locate(
                 )
                 if download:
                     hint += "; download=True downloads into that root, never into the package"
-            elif above := _root_above(base, folder, name):
+            elif above := _root_above(base, folder, names):
                 hint = f"root= is the folder above {folder}/: pass root={str(above)!r}"
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
@@ -172,10 +172,18 @@ def _locate(
     return found[0], found[1]  # type: ignore[return-value]
 
 
-def _root_above(base: Path, folder: str, name: str) -> Path | None:
-    """The folder above ``base`` that holds ``folder``'s file ``name`` where ``root=`` named
-    the data set's own folder, or its ``raw/`` (torchvision's usual mix-up), else None."""
-    return next((r for r in (base.parent, base.parent.parent) if _find(r, folder, name)), None)
+def _root_above(base: Path, folder: str, names: tuple[str, ...]) -> Path | None:
+    """The root above ``base`` where ``root=`` named the data set's own folder, or its
+    ``raw/`` (torchvision's usual mix-up), and that root holds the split's files ``names``;
+    else None."""
+    base = base.absolute()  # root="." inside MNIST/ too
+    if base.name == folder:
+        above = base.parent
+    elif base.name == "raw" and base.parent.name == folder:
+        above = base.parent.parent
+    else:
+        return None
+    return above if all(_find(above, folder, n) for n in names) else None
 
 
 def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the network

@@ -271,7 +271,7 @@ def fitting_draws(
     other inputs); leading dims of size 1 after S (``Predictive`` pads draws to the model's
     plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
     model would draw it from its prior, or broadcast it, without a word (a discrete one, left
-    to enumeration, with Pyro's way for such models); so are NaN or inf draws. A model that
+    to enumeration, with Pyro's way for such models); so are NaN draws. A model that
     cannot be traced on small batches gets every draw, unchecked."""
     expected = traced_latent_sites(model, x)
     if expected is None:
@@ -305,13 +305,17 @@ def fitting_draws(
         if got != shape:
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
             _refuse(model, problem, caller, source)
-        bad = int((~torch.isfinite(value)).sum()) if value.is_floating_point() else 0
-        if bad:  # (the model would sample its likelihood on NaN logits: torch's own error)
-            raise ValueError(
-                f"{caller}: {source} {plural('give')} site {site!r} {bad} NaN or inf values (of "
-                f"{value.numel()} drawn), which the model would run on; did the fit diverge? "
-                "Refit (e.g. with a smaller learning rate), or pass finite draws."
-            )
+        # NaN draws of a fit that diverged (the model would sample its likelihood on NaN
+        # logits: torch's own error); a sum is NaN wherever a value is (one pass, then count)
+        if source != "the prior" and value.is_floating_point() and bool(value.sum().isnan()):
+            bad = int(value.isnan().sum())
+            if bad:  # (+inf and -inf, both present, also sum to NaN)
+                raise ValueError(
+                    f"{caller}: {source} {plural('give')} site {site!r} {bad} NaN values (of "
+                    f"{value.numel()} drawn), which the model would run on; did the fit "
+                    "diverge? Refit (e.g. with a smaller learning rate), or pass draws "
+                    "without NaN."
+                )
         kept[site] = value
     return kept
 

@@ -398,8 +398,9 @@ def load_mnist(
     device : torch.device or str, optional
         Where the split tensors (and so every batch) live.
     download : bool, default False
-        If the files are missing under ``root``, fetch them through torchvision. The default
-        never touches the network.
+        If the files are missing under ``root``, fetch them through torchvision (not where
+        ``root`` names the data set's own folder, or its ``raw/``, and the root above holds
+        them: that is an error naming that root). The default never touches the network.
 
     Returns
     -------

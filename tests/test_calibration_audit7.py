@@ -2,6 +2,7 @@
 score where alpha goes, the predictions where their labels or the sets go) are named for what
 they are, with the call that works, and a flat NLL names every cause it can have."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -96,3 +97,26 @@ def test_members_whose_mixture_is_uniform_at_every_t_are_named_as_the_cause():
         scaler = temperature_scale(preds)
     assert scaler.temperature == 1.0
     assert torch.allclose(scaler(preds).probs.mean(0), torch.full((6, 2), 0.5, dtype=torch.float64))
+
+
+def test_sets_given_as_a_frame_like_object_keep_the_array_hint():
+    """A pandas DataFrame has .loc, which was read as Gaussian predictions."""
+
+    class Frame:  # what coverage() reads of a DataFrame: .loc and .shape, no tensor
+        loc = None
+        shape = (3, 2)
+
+    with pytest.raises(TypeError) as err:
+        mean_set_size(Frame())
+    assert "predictions, not sets" not in str(err.value)
+    assert str(err.value).endswith("; convert an array with torch.as_tensor(sets).")
+
+
+def test_an_integer_label_given_where_the_targets_go_is_not_called_an_alpha():
+    """conformal(preds, 2): one label, not an alpha; it was told to pass alpha=2."""
+    preds = Predictions(torch.tensor([[[0.7, 0.2, 0.1]]]))
+    for label in (2, np.int64(2)):
+        with pytest.raises(TypeError) as err:
+            conformal(preds, label)
+        assert "alpha" not in str(err.value).split(";")[0]
+        assert "alpha=2" not in str(err.value)

@@ -70,3 +70,32 @@ def test_a_root_naming_the_data_sets_own_folder_names_the_root_above(tmp_path, i
     )
     assert sorted(tmp_path.rglob("*")) == before  # download=True fetched nothing into it
     assert load_mnist(root=tmp_path, batch_size=4)[1].dataset[0][1] == 7  # the root it names
+
+
+@pytest.mark.parametrize("other", ["data/copy", "data/runs/exp1", "data/MNIST"])
+def test_a_root_beside_or_below_the_data_is_not_told_to_go_up(tmp_path, other):
+    """A sibling or a deeper folder of a root holding MNIST was told "pass root=<parent>" (and
+    download=True skipped); so was the data set's folder when the root above lacks a file."""
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    names = ["train-images-idx3-ubyte.gz"] + ([] if other == "data/MNIST" else ["*.gz"])
+    for pattern in names:
+        for f in (Path(pyrouq.__file__).parent / "_data" / "MNIST" / "raw").glob(pattern):
+            shutil.copy(f, raw / f.name)
+    (tmp_path / other).mkdir(parents=True, exist_ok=True)
+    with pytest.raises(FileNotFoundError) as err:
+        load_mnist(root=tmp_path / other)
+    assert "folder above" not in str(err.value)
+    assert "To fix: pass a root= in torchvision layout" in str(err.value)
+
+
+def test_a_relative_root_inside_the_data_set_is_told_the_root_above(tmp_path, monkeypatch):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in (Path(pyrouq.__file__).parent / "_data" / "MNIST" / "raw").glob("*.gz"):
+        shutil.copy(f, raw / f.name)
+    monkeypatch.chdir(tmp_path / "MNIST")
+    with pytest.raises(FileNotFoundError, match=r"pass root='.*'\.$") as err:
+        load_mnist(root=".", download=True)  # (downloads nothing into MNIST/MNIST/raw)
+    assert str(tmp_path.resolve()) in str(err.value).split("To fix:")[1]
+    assert not (tmp_path / "MNIST" / "MNIST").exists()

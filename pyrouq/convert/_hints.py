@@ -140,72 +140,48 @@ def no_match(module: nn.Module, key: str, params: Sequence[str]) -> str:
     )
 
 
-def _same(one: Any, other: Any) -> bool:
-    """Whether two tensors hold the same values (a parameter of the network and of its copy)."""
-    return bool(
-        one is other
-        or (
-            one.shape == other.shape
-            and one.dtype == other.dtype
-            and one.device == other.device
-            and torch.equal(one.detach(), other.detach())
-        )
-    )
-
-
-def _named(module: nn.Module, given: nn.Module | torch.Tensor) -> list[str]:
-    """The names in ``module`` of the layer or tensor ``given``, found in the network it was
-    copied from: those of the same type and values (the copy's own objects are others)."""
-    if isinstance(given, nn.Module):
-        state = list(given.state_dict().items())
-        return [
-            name
-            for name, m in module.named_modules()
-            if m is given
-            or (
-                type(m) is type(given)
-                and [k for k, _ in state] == list(m.state_dict())
-                and all(_same(v, m.state_dict()[k]) for k, v in state)
-            )
-        ]
-    return [n for n, p in module.named_parameters(remove_duplicate=False) if _same(p, given)]
-
-
-def _refuse_objects(module: nn.Module, objects: list[Any]) -> None:
-    """Refuse layers or tensors given to ``select=`` in place of their names."""
+def _refuse_objects(objects: list[Any]) -> None:
+    """Refuse layers or tensors given to ``select=`` in place of their names (found by name
+    only: bayesian() selects in a copy, where the objects given are others)."""
     given = objects[0]
     kind = isinstance(given, nn.Module)
     what = f"the {type(given).__name__} layer" if kind else f"a tensor {tuple(given.shape)}"
-    names = _named(module, given)
-    if names == [""]:
-        fix = " It is the network itself: select=None (every Linear and convolution)."
-    elif names:
-        fix = f" Here it is named {' or '.join(map(repr, names[:4]))}: select=[{names[0]!r}]."
-    else:
-        where = "net.named_modules()" if kind else "net.named_parameters()"
-        fix = f" Pass its name, as {where} gives it."
+    where = "net.named_modules()" if kind else "net.named_parameters()"
     raise TypeError(
         f"select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
-        f"not the layers or tensors themselves: got {what}.{fix}"
+        f"not the layers or tensors themselves: got {what}. Pass its name, as {where} gives "
+        "it (e.g. select=['fc'])."
     )
+
+
+def _takes_name_and_param(select: Any) -> bool | None:
+    """Whether ``select`` can be called as ``select(name, param)`` (None: no signature to
+    read, as for some builtins)."""
+    try:
+        signature = inspect.signature(select, follow_wrapped=False)  # a decorator's own
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind("name", None)
+    except TypeError:
+        return False
+    return True
 
 
 def _refuse_signature(select: object) -> None:
     """Refuse a ``select=`` callable that cannot be called as ``(name, param)``."""
-    if not callable(select) or isinstance(select, type):
+    if (
+        not callable(select)
+        or isinstance(select, type)
+        or _takes_name_and_param(select) is not False
+    ):
         return
-    try:
-        signature = inspect.signature(select)
-    except (TypeError, ValueError):  # nothing to read: it is called as it is
-        return
-    try:
-        signature.bind("name", None)
-    except TypeError:
-        raise TypeError(
-            f"The select callable is called as select(name, param) for each parameter, "
-            f"and {getattr(select, '__name__', class_name(select))}{signature} cannot take "
-            "those two arguments. Pass e.g. lambda name, param: name.startswith('fc')."
-        ) from None
+    signature = inspect.signature(select, follow_wrapped=False)
+    raise TypeError(
+        f"The select callable is called as select(name, param) for each parameter, "
+        f"and {getattr(select, '__name__', class_name(select))}{signature} cannot take "
+        "those two arguments. Pass e.g. lambda name, param: name.startswith('fc')."
+    )
 
 
 def refuse_types(module: nn.Module, select: object) -> None:
@@ -215,9 +191,14 @@ def refuse_types(module: nn.Module, select: object) -> None:
     callable that cannot take ``(name, param)``."""
     given = list(select) if isinstance(select, (list, tuple)) else [select]
     types = tuple(t for t in given if isinstance(t, type))
-    objects = [v for v in given if isinstance(v, (nn.Module, torch.Tensor))]
+    objects = [  # a module whose forward takes (name, param) is a selector of its own
+        v
+        for v in given
+        if isinstance(v, torch.Tensor)
+        or (isinstance(v, nn.Module) and _takes_name_and_param(v.forward) is not True)
+    ]
     if objects and not types:
-        _refuse_objects(module, objects)
+        _refuse_objects(objects)
     if not types:
         _refuse_signature(select)
         return
