@@ -587,7 +587,7 @@ def _inputs_of(
                 "statistics need at least 2 inputs a batch. Pass training inputs in batches "
                 "of 2 or more (a tensor is cut into batches of batch_size)."
             )
-        raise ValueError("predict() got batchnorm_data with no batches: it is empty.")
+        raise ValueError("predict() got batchnorm_data that holds no inputs: it is empty.")
     return inputs
 
 

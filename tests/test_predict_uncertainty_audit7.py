@@ -82,7 +82,7 @@ def test_batchnorm_data_of_only_empty_batches_is_told_it_is_empty():
     guide = mean_field_guide(model)
     x = torch.randn(5, 3)
     for empty in ([x[:0]], [x[:0], x[:0]]):  # batches with no input: not "one input each"
-        with pytest.raises(ValueError, match="batchnorm_data with no batches: it is empty"):
+        with pytest.raises(ValueError, match="batchnorm_data that holds no inputs: it is empty"):
             predict(model, x, guide, num_samples=2, batchnorm_data=empty, progress=False)
     with pytest.raises(ValueError, match="batches hold one input each"):  # one, and none
         predict(model, x, guide, num_samples=2, batchnorm_data=[x[:0], x[:1]], progress=False)

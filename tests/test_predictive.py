@@ -358,7 +358,7 @@ def test_batchnorm_data_refuses_what_it_cannot_use():
         predict(plain, torch.randn(3, 4), mean_field_guide(plain), batchnorm_data=loader)
     with pytest.raises(TypeError, match="expects batchnorm_data as a tensor or an iterable"):
         predict(model, x, guide, batchnorm_data=[{"x": x}])
-    with pytest.raises(ValueError, match="batchnorm_data with no batches: it is empty"):
+    with pytest.raises(ValueError, match="batchnorm_data that holds no inputs: it is empty"):
         predict(model, x, guide, batchnorm_data=[])
     with pytest.raises(ValueError, match="Expected batchnorm_batches to be a positive integer, "
                        "got 0"):  # fmt: skip

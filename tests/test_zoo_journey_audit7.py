@@ -8,12 +8,14 @@ convolution on a registered parameter. Every value is checked against the plain 
 from __future__ import annotations
 
 import copy
+import math
 
 import pyro
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from pyrouq import (
     KLWeightedELBO,
@@ -310,3 +312,75 @@ def test_a_seeded_fit_of_an_efficientnet_with_stochastic_depth_repeats_itself():
             pyro.set_rng_seed(2)
             runs.append(predict(model, x, guide, num_samples=3, progress=False).probs)
         assert torch.equal(runs[0], runs[1])
+
+
+# --------------------------------------------------------------------------------------------
+# The checkpoint refusal's review: what it must not refuse, and a later mode still checked
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+def test_a_network_with_a_torchscript_part_still_trains_and_keeps_no_hook():
+    """Hooks cannot be put on a ScriptModule: the check raised torch's "not supported on
+    ScriptModules" at fit()'s first step, and left the hooks it had put on the others."""
+    net = nn.Sequential(nn.Linear(4, 5), torch.jit.script(nn.Tanh()), nn.Linear(5, 3))
+    model = bayesian(net)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    losses = fit(model, guide, [(x, y)], epochs=1, num_data=8, progress=False).losses
+    assert len(losses) == 1 and math.isfinite(losses[0])
+    hooked = [
+        name
+        for name, m in model.named_modules()
+        if not isinstance(m, torch.jit.ScriptModule) and (m._forward_pre_hooks or m._forward_hooks)
+    ]
+    assert hooked == []
+
+
+def test_a_users_module_with_a_member_attribute_may_be_checkpointed():
+    """Any module with an attribute ``_member`` counted as a BatchEnsemble member's pass."""
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(5, 3)
+            self._member = 0  # the user's own
+
+        def forward(self, h):
+            return self.fc(h)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head = nn.Linear(4, 5), Head()
+
+        def forward(self, x):
+            return checkpoint(self.head, torch.tanh(self.body(x)), use_reentrant=False)
+
+    model = bayesian(Net(), select=["body"], num_data=8)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    grads = _elbo_grads(model, mean_field_guide(model), x, y)
+    assert all(g is not None for g in grads[:2])
+
+
+def test_checkpoints_met_only_in_training_are_refused_after_a_run_in_eval_mode():
+    """A run with gradients in eval mode (mcmc(), say) settled the check for good: a network
+    that checkpoints only in training then trained on the initial weights' gradients."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 5), nn.Linear(5, 3)
+
+        def forward(self, x):
+            h = checkpoint(self.fc1, x, use_reentrant=False) if self.training else self.fc1(x)
+            return self.fc2(torch.tanh(h))
+
+    model = bayesian(Net(), num_data=8)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    model.eval()
+    assert all(g is not None for g in _elbo_grads(model, guide, x, y)[:2])
+    model.train()
+    with pytest.raises(ValueError, match=r"runs 'fc1' inside torch\.utils\.checkpoint"):
+        _elbo_grads(model, guide, x, y)

@@ -564,7 +564,8 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
     function, faster there.
     """
-    with layers_called(net), calls_checked(net):
+    member_passes = _cpu(x) and not _statistics_across_members(net)  # (as _run_members)
+    with layers_called(net), calls_checked(net, key=member_passes):
         return laid_out(net, x, partial(_run_members, net, num_members=num_members))  # type: ignore[no-any-return]
 
 

@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from types import FrameType
 from typing import Any
@@ -63,12 +63,13 @@ names of the BatchEnsemble layers that run did not call (empty: it called every 
 
 
 @contextlib.contextmanager
-def calls_checked(net: nn.Module) -> Iterator[None]:
+def calls_checked(net: nn.Module, key: Hashable = None) -> Iterator[None]:
     """On a network's first successful run, warn if some of its BatchEnsemble layers were not
     called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
     meets the shared W and no member's factors, so the members do not differ there. A forward
-    running modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`)."""
-    with recompute_checked(net, for_good=False), _calls_checked(net):
+    running modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`,
+    ``key``: the way the members run)."""
+    with recompute_checked(net, key=key), _calls_checked(net):
         yield
 
 
@@ -140,8 +141,9 @@ def _names(names: list[str], shown: int = 5) -> str:
 
 
 _RECOMPUTE_CHECKED = "_pyrouq_recompute_checked"
-"""Attribute :func:`recompute_checked` sets on a network after a run with gradients that ran
-nothing inside ``torch.utils.checkpoint`` that its backward pass would compute otherwise."""
+"""Attribute :func:`recompute_checked` sets on a network: the keys (the network's mode, the
+way a BatchEnsemble's members run) of its runs with gradients that ran nothing inside
+``torch.utils.checkpoint`` that the backward pass would compute otherwise."""
 
 _checking: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pyrouq_recompute_checking", default=False
@@ -174,9 +176,10 @@ def _runs_otherwise(module: nn.Module, swapped: AbstractSet[int]) -> bool:
     as one BatchEnsemble member's pass, or draws its pre-activations (local
     reparameterisation puts a forward of the engine's on it for the run)."""
     patched = getattr(vars(module).get("forward"), "__module__", None) or ""
+    member = getattr(module, "_is_batchensemble", False) or getattr(module, "_is_member_norm", 0)
     return (
         id(module) in swapped
-        or getattr(module, "_member", None) is not None
+        or (member and getattr(module, "_member", None) is not None)
         or patched.startswith("pyrouq.")
     )
 
@@ -185,30 +188,31 @@ def _runs_otherwise(module: nn.Module, swapped: AbstractSet[int]) -> bool:
 def recompute_checked(
     net: nn.Module,
     swapped: AbstractSet[int] = frozenset(),
-    for_good: bool = True,
+    key: Hashable = None,
 ) -> Iterator[None]:
-    """On a network's first run with gradients, refuse a forward that runs inside
-    ``torch.utils.checkpoint`` (activation checkpointing: torchvision's DenseNet with
-    ``memory_efficient=True``, ``checkpoint_sequential``) a module that the backward pass,
+    """On a network's first run with gradients in each mode (training or not) and way of
+    running (``key``: a BatchEnsemble's member passes or folded batch), refuse a forward that
+    runs inside ``torch.utils.checkpoint`` (activation checkpointing: torchvision's DenseNet
+    with ``memory_efficient=True``, ``checkpoint_sequential``) a module that the backward pass,
     which runs that part again, would compute otherwise (:func:`_runs_otherwise`): with the
     initial weights in place of the drawn ones, or a BatchEnsemble's folded batch in place
     of a member's (silently wrong gradients for a Bayesian network; torch's
     ``CheckpointError`` elsewhere). ``swapped``: the ids of the modules holding the tensors
-    put in place. ``for_good``: whether a run that meets checkpoints it may keep settles it
-    (not for a BatchEnsemble, whose member passes depend on the device)."""
-    if not torch.is_grad_enabled() or getattr(net, _RECOMPUTE_CHECKED, False) or _checking.get():
+    put in place. Not caught: checkpointing switched on after those runs, and a checkpointed
+    function that reads the weights as tensors instead of calling their modules."""
+    checked: frozenset[Hashable] = getattr(net, _RECOMPUTE_CHECKED, frozenset())
+    key = (net.training, key)
+    if not torch.is_grad_enabled() or key in checked or _checking.get():
         yield
         return
     outer = _outer_frames()
     stack: list[tuple[str, str | None]] = []  # (module, where its checkpoint was called)
     found: list[str] = []
-    seen = False
 
     def before(module: nn.Module, args: Any, name: str) -> None:
-        nonlocal seen
         caller = None
         if _inside_checkpoint(sys._getframe(1), outer):
-            seen = True  # the first module of a checkpoint: called in its parent's forward
+            # the first module of a checkpoint: called in its parent's forward
             caller = stack[-1][1] if stack and stack[-1][1] is not None else None
             if caller is None:
                 caller = stack[-1][0] if stack else ""
@@ -222,11 +226,15 @@ def recompute_checked(
             stack.pop()
 
     handles = []
-    for name, module in net.named_modules():
-        handles.append(module.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name)))
-        handles.append(module.register_forward_hook(after))
     token = _checking.set(True)
     try:
+        for name, module in net.named_modules():
+            if isinstance(module, torch.jit.ScriptModule):  # (it takes no hooks)
+                continue
+            handles.append(
+                module.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name))
+            )
+            handles.append(module.register_forward_hook(after))
         yield
     except _CheckpointFound:
         where = f"the forward of {found[1]!r}" if found[1] else "the network's own forward"
@@ -237,14 +245,13 @@ def recompute_checked(
             "a BatchEnsemble's folded batch in place of one member's): the gradients would be "
             "computed with other weights. Turn checkpointing off before converting the network "
             "(torchvision's DenseNet: memory_efficient=False; a forward of your own: call the "
-            "block directly), or leave the layers it runs out of select=."
+            "block directly), or, with bayesian(), leave the layers it runs out of select=."
         ) from None
     finally:
         _checking.reset(token)
         for handle in handles:
             handle.remove()
-    if for_good or not seen:
-        setattr(net, _RECOMPUTE_CHECKED, True)
+    setattr(net, _RECOMPUTE_CHECKED, checked | {key})
 
 
 class _CheckpointFound(Exception):
@@ -280,8 +287,8 @@ def call(
     modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`)."""
     shown = named if named is not None else net
     try:
-        checked = getattr(shown, _RECOMPUTE_CHECKED, False) or not torch.is_grad_enabled()
-        swapped = set() if checked else _holders(net, weights, shown)
+        checked = (shown.training, None) in getattr(shown, _RECOMPUTE_CHECKED, frozenset())
+        swapped = set() if checked or not torch.is_grad_enabled() else _holders(net, weights, shown)
         with recompute_checked(shown, swapped):
             return functional_call(net, weights, (x,))
     except StopIteration as error:
