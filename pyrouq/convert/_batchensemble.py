@@ -33,6 +33,7 @@ from pyrouq.convert._select import (
     weight_hooks,
     weight_readers,
 )
+from pyrouq.convert._sites import check_no_pyro_samples
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
     BATCHENSEMBLE_LAYERS,
@@ -171,9 +172,24 @@ def _reset(layer: nn.Module) -> nn.Module:
 
 
 def _nothing_converted(net: nn.Module, name: str) -> str:
-    """Why ``net`` (``name``: its class) got no BatchEnsemble layer: it has no Linear or
+    """Why ``net`` (``name``: its class) got no BatchEnsemble layer: its layers are
+    BatchEnsemble layers already (a BatchEnsemble's own network), it has no Linear or
     convolution, or all it has are kept plain (read as tensors by attention, or subclasses
     computing their own way), which the message names, with what to do."""
+    converted = [p for p, m in net.named_modules() if getattr(m, "_is_batchensemble", False)]
+    if converted:  # (of this size: another one is refused before)
+        which = (
+            "it is a BatchEnsemble layer itself"
+            if converted == [""]
+            else f"its layers {_names_list(converted, 4)} are BatchEnsemble layers already"
+        )
+        return (
+            f"{name} has no plain nn.Linear or convolution layer to turn into BatchEnsemble "
+            f"layers: {which} (the network of a BatchEnsemble, ensemble.net, or a part of it). "
+            "Pass the original plain network the ensemble was made from (batchensemble(net, "
+            "M) and rank1(net, M) convert a copy and leave it as it was); to make an "
+            "existing BatchEnsemble's factors latent, use pyrouq.bayesian(ensemble)."
+        )
     layers = tuple(BATCHENSEMBLE_LAYERS)
     inside = [p for p, m in net.named_modules() if isinstance(m, weight_readers())]
     read = [
@@ -345,6 +361,7 @@ class BatchEnsembleNetwork(PyroModule):
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         _check_norms(norms)
         check_module(module, "convert into a BatchEnsemble")
+        check_no_pyro_samples(module, "batchensemble()", ensemble=True)
         self.num_members = num_members
         self.num_data = check_num_data(num_data)
         self.given_num_data = self.num_data  # fit()'s N for a loader of unknown size
@@ -516,6 +533,7 @@ def _batchensemble(
     from pyrouq.models import MLP, BatchEnsembleLeNet, BatchEnsembleMLP, LeNet
 
     _check_norms(norms)
+    check_no_pyro_samples(module, "batchensemble()", ensemble=True)  # (MLP, LeNet)
     default_likelihood = isinstance(likelihood, str) and likelihood == "categorical"
     if type(module) is MLP and default_likelihood:
         return BatchEnsembleMLP(base=module, num_members=num_members, **options)

@@ -44,7 +44,7 @@ from pyrouq.convert._select import (
     weight_hooks,
     weight_readers,
 )
-from pyrouq.convert._sites import aliases_of, latent_sites_of
+from pyrouq.convert._sites import aliases_of, check_no_pyro_samples, latent_sites_of
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn import BatchEnsembleLinear
 
@@ -176,6 +176,7 @@ class BayesianNetwork(PyroModule):
         ensemble = module if isinstance(module, BatchEnsembleNetwork) else None
         if ensemble is None:
             check_module(module, "make Bayesian")
+        check_no_pyro_samples(module if ensemble is None else ensemble.net, "bayesian()")
         local_reparameterization = check_flag("local_reparameterization", local_reparameterization)
         if ensemble is not None and isinstance(likelihood, str) and likelihood == "categorical":
             likelihood = ensemble.likelihood  # the default: the ensemble's own
@@ -517,10 +518,14 @@ def bayesian(
         parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
         selected, or one the network also holds in an attribute of its own (a list or dict:
-        its forward would read the initial value there, never a draw). On the first run with
-        gradients (training), a forward that runs layers with latent weights inside
-        ``torch.utils.checkpoint`` (torchvision's DenseNet with ``memory_efficient=True``):
-        the backward pass would run them again with the initial weights, not the draw.
+        its forward would read the initial value there, never a draw), or a network holding
+        Pyro modules with ``PyroSample`` attributes (no parameters, so no latent sites: fit()
+        and predict() take such a Pyro model as it is, with its own guide). On the first run with
+        gradients in each mode (training or eval), a forward that runs layers with latent
+        weights inside ``torch.utils.checkpoint`` (torchvision's DenseNet with
+        ``memory_efficient=True``): the backward pass would run them again with the initial
+        weights, not the draw. (Checkpointing switched on after that run, or a checkpointed
+        function reading the weights as tensors, is not caught.)
 
     Examples
     --------

@@ -10,6 +10,7 @@ from torch import nn
 from pyrouq._util import check_held, check_positive_float, class_name
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, _batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
+from pyrouq.convert._sites import check_no_pyro_samples
 from pyrouq.likelihoods import Likelihood, LikelihoodName
 from pyrouq.nn._batchensemble import FactorInit
 
@@ -116,6 +117,7 @@ def rank1(
             "BatchEnsemble. Pass the plain network, or use bayesian(ensemble) to make an "
             "existing BatchEnsemble's factors latent."
         )
+    check_no_pyro_samples(module, "rank1()", ensemble=True)
     ensemble = _batchensemble(
         module,
         num_members,

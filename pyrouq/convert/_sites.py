@@ -10,7 +10,7 @@ from torch import nn
 
 from pyrouq._util import class_name
 
-__all__ = ["aliases_of", "latent_sites_of", "tied_names"]
+__all__ = ["aliases_of", "check_no_pyro_samples", "latent_sites_of", "tied_names"]
 
 
 def aliases_of(module: nn.Module) -> dict[str, tuple[str, ...]]:
@@ -31,6 +31,49 @@ def tied_names(module: nn.Module) -> dict[str, str]:
     """``{other name: first name}`` of every parameter of ``module`` registered under several
     names (:func:`aliases_of`)."""
     return {other: first for first, more in aliases_of(module).items() for other in more}
+
+
+def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -> None:
+    """Refuse a network holding Pyro modules with sampled attributes (``PyroSample``, kept in
+    ``_pyro_samples``; ``caller``: ``"bayesian()"``, ...). Such a value is no parameter, so
+    it would be no latent site of the converted model: its module would draw it from its
+    prior at every run, outside the guide (fit() could not learn it, predict() would differ
+    on every call, mcmc() would drop its draws); a BatchEnsemble (``ensemble``) would also
+    keep one prior draw as a converted layer's shared weight."""
+    if not isinstance(module, nn.Module):
+        return  # (check_module says what came)
+    held = [
+        f"{repr(path) if path else 'the network itself'} ({type(owner).__name__}): "
+        + ", ".join(samples)
+        for path, owner in module.named_modules()
+        if (samples := getattr(owner, "_pyro_samples", None))
+    ]
+    if not held:
+        return
+    where = "; ".join(held[:4]) + ("; ..." if len(held) > 4 else "")
+    if ensemble:
+        lost = (
+            "so the conversion would lose its prior: a converted layer would keep one draw "
+            "from it as its shared weight, and any other module would draw it anew at every "
+            "run, outside the guide (fit() could not learn it, and one input would give other "
+            "outputs on every call)"
+        )
+        choose = "convert that network"
+    else:
+        lost = (
+            "so it would be no latent site of the converted model: its module would draw it "
+            "from its prior at every run, outside the guide (fit() could not learn it, "
+            "predict() would differ on every call, mcmc() would drop its draws)"
+        )
+        choose = "choose the latent ones with select= and prior="
+    raise ValueError(
+        f"{caller} got a {class_name(module)} holding Pyro modules with sampled attributes "
+        f"(PyroSample): {where}. A PyroSample is not a parameter, {lost}. Make them ordinary "
+        f"parameters (a plain nn.Linear in place of PyroModule[nn.Linear]) and {choose}, or "
+        "use the Pyro model as it is: fit(model, guide, ...) and predict(model, x, guide) "
+        "take a Pyro model of one's own with its own guide (e.g. "
+        "pyro.infer.autoguide.AutoNormal(model))."
+    )
 
 
 def latent_sites_of(module: nn.Module, picked: Sequence[str], select: object) -> list[str]:
