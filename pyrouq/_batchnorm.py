@@ -83,7 +83,17 @@ def estimate_statistics(
             m.reset_running_stats()
             m.train()
         for x in inputs:
-            run(x.clone())  # a network changing its input in place changes a copy
+            try:
+                run(x.clone())  # a network changing its input in place changes a copy
+            except (TypeError, ValueError, RuntimeError) as err:  # torch's words name no input
+                if hasattr(err, "add_note"):  # Python >= 3.11
+                    err.add_note(
+                        f"predict(): this came from a batch of batchnorm_data, shaped "
+                        f"{tuple(x.shape)}, run to re-estimate BatchNorm statistics for a draw. "
+                        "If x's batches are shaped otherwise, pass training inputs shaped as "
+                        "them (a tensor, or a loader of inputs or of (x, y) batches)."
+                    )
+                raise
         return statistics_of(norms)
     finally:
         for hook in hooks:

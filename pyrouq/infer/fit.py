@@ -181,7 +181,8 @@ def fit(
         (seeds 0-4) rank-1's NLL was lower at 3 of 5 seeds and its ECE at all 5 (see the
         KL-weight page and the docs' measured figures).
     num_particles : int, default 1
-        Draws from the guide per step.
+        Draws from the guide per step. Each particle's training-mode pass updates BatchNorm
+        running statistics, as P forward passes in torch do (P updates a step).
     vectorize_particles : bool, default False
         Draw every particle's weights at once, site by site as under a particle plate,
         rather than one particle after another. The particles then run as one batched pass
