@@ -17,7 +17,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import Tensor
 
-from pyrouq._util import innermost_distribution, rng_state, set_rng_state
+from pyrouq._util import innermost_distribution, rng_state, set_rng_state, warn_caller
 from pyrouq.likelihoods._categorical import are_probabilities
 
 
@@ -271,8 +271,8 @@ def fitting_draws(
     other inputs); leading dims of size 1 after S (``Predictive`` pads draws to the model's
     plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
     model would draw it from its prior, or broadcast it, without a word (a discrete one, left
-    to enumeration, with Pyro's way for such models); so are NaN draws. A model that
-    cannot be traced on small batches gets every draw, unchecked."""
+    to enumeration, with Pyro's way for such models); so are NaN draws (infinite ones warn).
+    A model that cannot be traced on small batches gets every draw, unchecked."""
     expected = traced_latent_sites(model, x)
     if expected is None:
         return draws
@@ -306,15 +306,21 @@ def fitting_draws(
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
             _refuse(model, problem, caller, source)
         # NaN draws of a fit that diverged (the model would sample its likelihood on NaN
-        # logits: torch's own error); a sum is NaN wherever a value is (one pass, then count)
-        if source != "the prior" and value.is_floating_point() and bool(value.sum().isnan()):
-            bad = int(value.isnan().sum())
-            if bad:  # (+inf and -inf, both present, also sum to NaN)
+        # logits: torch's own error); a sum is finite unless a value is not (one pass)
+        if source != "the prior" and value.is_floating_point() and not value.sum().isfinite():
+            nan, inf = int(value.isnan().sum()), int(value.isinf().sum())
+            if nan:
                 raise ValueError(
-                    f"{caller}: {source} {plural('give')} site {site!r} {bad} NaN values (of "
+                    f"{caller}: {source} {plural('give')} site {site!r} {nan} NaN values (of "
                     f"{value.numel()} drawn), which the model would run on; did the fit "
                     "diverge? Refit (e.g. with a smaller learning rate), or pass draws "
                     "without NaN."
+                )
+            if inf:  # a model may absorb them (a scale of inf); torch's error if it does not
+                warn_caller(
+                    f"{caller}: {source} {plural('give')} site {site!r} {inf} infinite values "
+                    f"(of {value.numel()} drawn); if the model fails on them (torch's "
+                    '"probability tensor contains either inf, nan"), the fit diverged: refit.'
                 )
         kept[site] = value
     return kept

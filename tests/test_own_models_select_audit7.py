@@ -4,6 +4,7 @@ buffers and a bare convolution)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pyro
@@ -138,9 +139,10 @@ def _net():
     return nn.Sequential(nn.Linear(3, 30), nn.ReLU(), nn.Linear(30, 2))
 
 
-def test_select_given_a_layer_or_a_tensor_says_to_pass_its_name():
+def test_select_given_a_layer_or_a_tensor_names_it():
     """select=net[2] (a layer is callable) ran Linear.forward(name, param): "forward() takes 2
-    positional arguments but 3 were given"; select=[net[2].weight] printed the tensor."""
+    positional arguments but 3 were given"; select=[net[2].weight] printed the tensor. They
+    are named by identity in the network given (by value, a layer alike could be named)."""
     net = _net()
     lead = (
         "select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
@@ -149,15 +151,44 @@ def test_select_given_a_layer_or_a_tensor_says_to_pass_its_name():
     for select in (net[2], [net[2]], ("0", net[2])):
         with pytest.raises(TypeError) as err:
             pyrouq.bayesian(net, select=select)
-        assert str(err.value) == lead + (
-            "the Linear layer. Pass its name, as net.named_modules() gives it (e.g. select=['fc'])."
-        )
+        assert str(err.value) == lead + "the Linear layer. Here it is named '2': select=['2']."
     with pytest.raises(TypeError) as err:
         pyrouq.bayesian(net, select=[net[2].weight])
     assert str(err.value) == lead + (
-        "a tensor (2, 30). Pass its name, as net.named_parameters() gives it (e.g. select=['fc'])."
+        "a tensor (2, 30). Here it is named '2.weight': select=['2.weight']."
+    )
+    with pytest.raises(TypeError, match=r"Sequential layer\. It is the network itself: select="):
+        pyrouq.bayesian(net, select=net)
+    alike = copy.deepcopy(net[2])  # the same values, another layer: not named
+    with pytest.raises(TypeError) as err:
+        pyrouq.bayesian(net, select=alike)
+    assert str(err.value).endswith(
+        "Pass its name, as net.named_modules() gives it (e.g. select=['fc'])."
     )
     assert list(pyrouq.bayesian(net, select=["2"]).latent_sites()) == ["2.weight", "2.bias"]
+
+
+def test_a_recurrent_or_transformer_layer_given_to_select_is_refused_as_a_layer():
+    """An LSTM's forward(input, hx=None) can be called as (name, param): it was taken for a
+    selector, and failed inside LSTM.forward ("'str' object has no attribute 'dim'")."""
+    net = nn.Sequential(nn.LSTM(3, 4), nn.TransformerEncoderLayer(4, 2, 8))
+    for layer, name in ((net[0], "LSTM"), (net[1], "TransformerEncoderLayer")):
+        with pytest.raises(TypeError, match=rf"got the {name} layer\. Here it is named"):
+            pyrouq.bayesian(net, select=layer)
+
+
+def test_a_decorated_one_argument_select_callable_says_how_it_is_called():
+    """A wrapper of (*args, **kwargs) was read as taking (name, param)."""
+
+    def one(name):
+        return name.startswith("2")
+
+    @functools.wraps(one)
+    def wrapper(*args, **kwargs):
+        return one(*args, **kwargs)
+
+    with pytest.raises(TypeError, match=r"one\(name\) cannot take those two arguments"):
+        pyrouq.bayesian(_net(), select=wrapper)
 
 
 def test_a_module_whose_forward_takes_name_and_param_still_selects():
@@ -268,12 +299,16 @@ class WideScale(PyroModule):
 
 
 def test_infinite_draws_that_the_model_handles_are_not_refused():
-    """The NaN check counted inf too: prior draws of tau = inf (its logits 0) were refused."""
+    """The NaN check counted inf too: prior draws of tau = inf (its logits 0) were refused;
+    posterior draws of inf warn, naming the site (a model that fails on them fails in torch)."""
     x, _ = data()
     torch.manual_seed(0)
     preds = pyrouq.predict(WideScale(), x, num_samples=64, progress=False)
     assert bool(torch.isfinite(preds.probs).all())
     tau = torch.tensor([float("inf"), 1.0])
     w = torch.randn(2, 3, 4)
-    preds = pyrouq.predict(WideScale(), x, posterior_samples={"tau": tau, "w": w}, progress=False)
+    with pytest.warns(UserWarning, match=r"posterior_samples give site 'tau' 1 infinite values"):
+        preds = pyrouq.predict(
+            WideScale(), x, posterior_samples={"tau": tau, "w": w}, progress=False
+        )
     torch.testing.assert_close(preds.probs[0], torch.full((x.shape[0], 3), 1 / 3))

@@ -384,3 +384,23 @@ def test_checkpoints_met_only_in_training_are_refused_after_a_run_in_eval_mode()
     model.train()
     with pytest.raises(ValueError, match=r"runs 'fc1' inside torch\.utils\.checkpoint"):
         _elbo_grads(model, guide, x, y)
+
+
+def test_a_copy_of_a_network_checked_once_is_checked_again():
+    """What the check settled was an attribute of the network, which a deep copy carries:
+    bayesian(model.plain_network()) with the checkpointed layer latent then went unchecked."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 5), nn.Linear(5, 3)
+
+        def forward(self, x):
+            return self.fc2(torch.tanh(checkpoint(self.fc1, x, use_reentrant=False)))
+
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    head = bayesian(Net(), select=["fc2"], num_data=8)  # the checkpointed fc1 a point estimate
+    assert all(g is not None for g in _elbo_grads(head, mean_field_guide(head), x, y)[:2])
+    whole = bayesian(head.plain_network(), num_data=8)
+    with pytest.raises(ValueError, match=r"runs 'fc1' inside torch\.utils\.checkpoint"):
+        _elbo_grads(whole, mean_field_guide(whole), x, y)

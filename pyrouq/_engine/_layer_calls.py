@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import sys
 import threading
+import weakref
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from types import FrameType
@@ -140,10 +141,13 @@ def _names(names: list[str], shown: int = 5) -> str:
     return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
-_RECOMPUTE_CHECKED = "_pyrouq_recompute_checked"
-"""Attribute :func:`recompute_checked` sets on a network: the keys (the network's mode, the
+_RECOMPUTE_CHECKED: weakref.WeakKeyDictionary[nn.Module, frozenset[Hashable]] = (
+    weakref.WeakKeyDictionary()
+)
+"""What :func:`recompute_checked` settled for each network: the keys (the network's mode, the
 way a BatchEnsemble's members run) of its runs with gradients that ran nothing inside
-``torch.utils.checkpoint`` that the backward pass would compute otherwise."""
+``torch.utils.checkpoint`` that the backward pass would compute otherwise. Kept beside the
+network, not on it: a deep copy (``bayesian(model.plain_network())``) is checked again."""
 
 _checking: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pyrouq_recompute_checking", default=False
@@ -200,7 +204,7 @@ def recompute_checked(
     ``CheckpointError`` elsewhere). ``swapped``: the ids of the modules holding the tensors
     put in place. Not caught: checkpointing switched on after those runs, and a checkpointed
     function that reads the weights as tensors instead of calling their modules."""
-    checked: frozenset[Hashable] = getattr(net, _RECOMPUTE_CHECKED, frozenset())
+    checked = _RECOMPUTE_CHECKED.get(net, frozenset())
     key = (net.training, key)
     if not torch.is_grad_enabled() or key in checked or _checking.get():
         yield
@@ -229,8 +233,8 @@ def recompute_checked(
     token = _checking.set(True)
     try:
         for name, module in net.named_modules():
-            if isinstance(module, torch.jit.ScriptModule):  # (it takes no hooks)
-                continue
+            if isinstance(module, torch.jit.ScriptModule) or _stateless_leaf(module):
+                continue  # (a ScriptModule takes no hooks; a hooked ReLU is not swapped)
             handles.append(
                 module.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name))
             )
@@ -251,7 +255,13 @@ def recompute_checked(
         _checking.reset(token)
         for handle in handles:
             handle.remove()
-    setattr(net, _RECOMPUTE_CHECKED, checked | {key})
+    _RECOMPUTE_CHECKED[net] = checked | {key}
+
+
+def _stateless_leaf(module: nn.Module) -> bool:
+    """A module without children, parameters or buffers (ReLU, pooling): one that runs the
+    same again in the backward pass, which :func:`recompute_checked` need not watch."""
+    return not (module._modules or module._parameters or module._buffers)
 
 
 class _CheckpointFound(Exception):
@@ -287,7 +297,7 @@ def call(
     modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`)."""
     shown = named if named is not None else net
     try:
-        checked = (shown.training, None) in getattr(shown, _RECOMPUTE_CHECKED, frozenset())
+        checked = (shown.training, None) in _RECOMPUTE_CHECKED.get(shown, frozenset())
         swapped = set() if checked or not torch.is_grad_enabled() else _holders(net, weights, shown)
         with recompute_checked(shown, swapped):
             return functional_call(net, weights, (x,))

@@ -26,6 +26,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
+from pyrouq.convert._hints import refuse_types
 from pyrouq.convert._select import (
     COUNTER,
     DEFAULT_PRIOR_SCALE,
@@ -201,6 +202,7 @@ class BayesianNetwork(PyroModule):
             select = _factor_names(net, select)
         else:
             self.module_record = module_record(module)
+            refuse_types(module, select)  # (before the copy: a layer given is named there)
             net = copy_network(module, "make it Bayesian")
         sites = latent_sites_of(net, select_parameters(net, select), select)
         params = dict(net.named_parameters())

@@ -140,32 +140,69 @@ def no_match(module: nn.Module, key: str, params: Sequence[str]) -> str:
     )
 
 
-def _refuse_objects(objects: list[Any]) -> None:
-    """Refuse layers or tensors given to ``select=`` in place of their names (found by name
-    only: bayesian() selects in a copy, where the objects given are others)."""
+def _refuse_objects(module: nn.Module, objects: list[Any]) -> None:
+    """Refuse layers or tensors given to ``select=`` in place of their names (named where
+    ``module`` holds that very object: bayesian() asks of the network given, before its
+    copy)."""
     given = objects[0]
     kind = isinstance(given, nn.Module)
     what = f"the {type(given).__name__} layer" if kind else f"a tensor {tuple(given.shape)}"
     where = "net.named_modules()" if kind else "net.named_parameters()"
+    owned = module.named_modules() if kind else module.named_parameters(remove_duplicate=False)
+    names = [name for name, value in owned if value is given]
+    if names == [""]:
+        fix = "It is the network itself: select=None (every Linear and convolution)."
+    elif names:
+        fix = f"Here it is named {names[0]!r}: select=[{names[0]!r}]."
+    else:
+        fix = f"Pass its name, as {where} gives it (e.g. select=['fc'])."
     raise TypeError(
         f"select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
-        f"not the layers or tensors themselves: got {what}. Pass its name, as {where} gives "
-        "it (e.g. select=['fc'])."
+        f"not the layers or tensors themselves: got {what}. {fix}"
     )
+
+
+_VAR_POSITIONAL, _VAR_KEYWORD = inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD
+
+
+def _signature(select: Any) -> inspect.Signature | None:
+    """``select``'s own signature (a decorator's wrapper's, unless it only passes ``*args,
+    **kwargs`` on: then the wrapped function's), or None where there is none to read."""
+    try:
+        signature = inspect.signature(select, follow_wrapped=False)
+        kinds = {p.kind for p in signature.parameters.values()}
+        passes_on = kinds and kinds <= {_VAR_POSITIONAL, _VAR_KEYWORD}
+        if passes_on and hasattr(select, "__wrapped__"):
+            signature = inspect.signature(select)
+    except (TypeError, ValueError):
+        return None
+    return signature
 
 
 def _takes_name_and_param(select: Any) -> bool | None:
     """Whether ``select`` can be called as ``select(name, param)`` (None: no signature to
     read, as for some builtins)."""
-    try:
-        signature = inspect.signature(select, follow_wrapped=False)  # a decorator's own
-    except (TypeError, ValueError):
+    signature = _signature(select)
+    if signature is None:
         return None
     try:
         signature.bind("name", None)
     except TypeError:
         return False
     return True
+
+
+def _selects(module: nn.Module) -> bool:
+    """Whether a module given to ``select=`` is a selector of its own: its forward takes
+    ``(name, param)`` and needs both (an LSTM's ``(input, hx=None)`` is a layer)."""
+    signature = _signature(module.forward)
+    if signature is None or not _takes_name_and_param(module.forward):
+        return False
+    try:
+        signature.bind("name")
+    except TypeError:
+        return True
+    return False
 
 
 def _refuse_signature(select: object) -> None:
@@ -176,7 +213,7 @@ def _refuse_signature(select: object) -> None:
         or _takes_name_and_param(select) is not False
     ):
         return
-    signature = inspect.signature(select, follow_wrapped=False)
+    signature = _signature(select)
     raise TypeError(
         f"The select callable is called as select(name, param) for each parameter, "
         f"and {getattr(select, '__name__', class_name(select))}{signature} cannot take "
@@ -194,11 +231,10 @@ def refuse_types(module: nn.Module, select: object) -> None:
     objects = [  # a module whose forward takes (name, param) is a selector of its own
         v
         for v in given
-        if isinstance(v, torch.Tensor)
-        or (isinstance(v, nn.Module) and _takes_name_and_param(v.forward) is not True)
+        if isinstance(v, torch.Tensor) or (isinstance(v, nn.Module) and not _selects(v))
     ]
     if objects and not types:
-        _refuse_objects(objects)
+        _refuse_objects(module, objects)
     if not types:
         _refuse_signature(select)
         return
