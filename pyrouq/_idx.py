@@ -176,7 +176,7 @@ def _root_above(base: Path, folder: str, names: tuple[str, ...]) -> Path | None:
     """The root above ``base`` where ``root=`` named the data set's own folder, or its
     ``raw/`` (torchvision's usual mix-up), and that root holds the split's files ``names``;
     else None."""
-    base = base.resolve()  # root="." or ".." inside MNIST/ too
+    base = Path(os.path.abspath(base))  # root="." or ".." inside MNIST/ (links kept as named)
     if base.name == folder:
         above = base.parent
     elif base.name == "raw" and base.parent.name == folder:

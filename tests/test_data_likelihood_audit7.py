@@ -65,9 +65,8 @@ def test_a_root_naming_the_data_sets_own_folder_names_the_root_above(tmp_path, i
     before = sorted(tmp_path.rglob("*"))
     with pytest.raises(FileNotFoundError) as err:
         load_mnist(root=tmp_path / inside, download=download)
-    assert (
-        f"To fix: root= is the folder above MNIST/: pass root={str(tmp_path.resolve())!r}."
-        in str(err.value)
+    assert f"To fix: root= is the folder above MNIST/: pass root={str(tmp_path)!r}." in str(
+        err.value
     )
     assert sorted(tmp_path.rglob("*")) == before  # download=True fetched nothing into it
     assert load_mnist(root=tmp_path, batch_size=4)[1].dataset[0][1] == 7  # the root it names
@@ -100,3 +99,17 @@ def test_a_relative_root_inside_the_data_set_is_told_the_root_above(tmp_path, mo
         load_mnist(root=".", download=True)  # (downloads nothing into MNIST/MNIST/raw)
     assert str(tmp_path.resolve()) in str(err.value).split("To fix:")[1]
     assert not (tmp_path / "MNIST" / "MNIST").exists()
+
+
+def test_a_data_set_folder_reached_through_a_link_is_told_the_root_as_named(tmp_path):
+    """Resolving the root followed the link: the hint and the download guard were lost."""
+    store = tmp_path / "store" / "mnist_v1" / "raw"
+    store.mkdir(parents=True)
+    for f in (Path(pyrouq.__file__).parent / "_data" / "MNIST" / "raw").glob("*.gz"):
+        shutil.copy(f, store / f.name)
+    (tmp_path / "ci").mkdir()
+    (tmp_path / "ci" / "MNIST").symlink_to(store.parent, target_is_directory=True)
+    with pytest.raises(FileNotFoundError) as err:
+        load_mnist(root=tmp_path / "ci" / "MNIST", download=True)
+    assert str(err.value).endswith(f"pass root={str(tmp_path / 'ci')!r}.")
+    assert sorted(p.name for p in store.parent.iterdir()) == ["raw"]  # nothing downloaded

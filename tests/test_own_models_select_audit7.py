@@ -196,7 +196,21 @@ def test_a_module_whose_forward_takes_name_and_param_still_selects():
         def forward(self, name, param):
             return name.startswith("2")
 
-    assert list(pyrouq.bayesian(_net(), select=Pick()).latent_sites()) == ["2.weight", "2.bias"]
+    class Optional(nn.Module):  # (name, param=None): a selector, not one of the network's
+        def forward(self, name, param=None):
+            return name.startswith("2")
+
+    for pick in (Pick(), Optional()):
+        assert list(pyrouq.bayesian(_net(), select=pick).latent_sites()) == ["2.weight", "2.bias"]
+
+
+def test_a_layer_without_parameters_given_to_select_is_told_it_has_none():
+    """A ReLU was told "Here it is named '1': select=['1']", which matches no parameter."""
+    net = _net()
+    with pytest.raises(TypeError) as err:
+        pyrouq.bayesian(net, select=net[1])
+    assert str(err.value).endswith("got the ReLU layer. It is '1', which has no parameters to "
+                                   "make Bayesian.")  # fmt: skip
 
 
 def test_a_decorated_select_callable_is_read_by_its_own_signature():

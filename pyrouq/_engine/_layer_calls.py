@@ -260,8 +260,10 @@ def recompute_checked(
 
 def _stateless_leaf(module: nn.Module) -> bool:
     """A module without children, parameters or buffers (ReLU, pooling): one that runs the
-    same again in the backward pass, which :func:`recompute_checked` need not watch."""
-    return not (module._modules or module._parameters or module._buffers)
+    same again in the backward pass, which :func:`recompute_checked` need not watch; torch's
+    own only (a user's may run a checkpoint of its own, whose caller it names)."""
+    own = type(module).__module__.startswith(("torch.nn.", "pyrouq."))
+    return own and not (module._modules or module._parameters or module._buffers)
 
 
 class _CheckpointFound(Exception):

@@ -152,6 +152,8 @@ def _refuse_objects(module: nn.Module, objects: list[Any]) -> None:
     names = [name for name, value in owned if value is given]
     if names == [""]:
         fix = "It is the network itself: select=None (every Linear and convolution)."
+    elif names and kind and not any(True for _ in given.parameters()):
+        fix = f"It is {names[0]!r}, which has no parameters to make Bayesian."
     elif names:
         fix = f"Here it is named {names[0]!r}: select=[{names[0]!r}]."
     else:
@@ -192,17 +194,14 @@ def _takes_name_and_param(select: Any) -> bool | None:
     return True
 
 
-def _selects(module: nn.Module) -> bool:
-    """Whether a module given to ``select=`` is a selector of its own: its forward takes
-    ``(name, param)`` and needs both (an LSTM's ``(input, hx=None)`` is a layer)."""
-    signature = _signature(module.forward)
-    if signature is None or not _takes_name_and_param(module.forward):
-        return False
-    try:
-        signature.bind("name")
-    except TypeError:
-        return True
-    return False
+def _is_layer(module: nn.Module, given: nn.Module) -> bool:
+    """Whether a module given to ``select=`` is a layer (of the network, or of torch, or one
+    whose forward cannot take ``(name, param)``), not a selector of the user's own."""
+    return (
+        any(given is m for m in module.modules())
+        or type(given).__module__.startswith("torch.")
+        or _takes_name_and_param(given.forward) is not True
+    )
 
 
 def _refuse_signature(select: object) -> None:
@@ -231,7 +230,7 @@ def refuse_types(module: nn.Module, select: object) -> None:
     objects = [  # a module whose forward takes (name, param) is a selector of its own
         v
         for v in given
-        if isinstance(v, torch.Tensor) or (isinstance(v, nn.Module) and not _selects(v))
+        if isinstance(v, torch.Tensor) or (isinstance(v, nn.Module) and _is_layer(module, v))
     ]
     if objects and not types:
         _refuse_objects(module, objects)

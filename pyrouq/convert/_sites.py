@@ -69,8 +69,8 @@ def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -
     raise ValueError(
         f"{caller} got a {class_name(module)} holding Pyro modules with sampled attributes "
         f"(PyroSample): {where}. A PyroSample is not a parameter, {lost}. Make them ordinary "
-        f"parameters (a plain nn.Linear in place of a PyroModule[nn.Linear] or a "
-        f"pyrouq.nn.BayesianLinear) and {choose}, or "
+        f"parameters (a plain nn.Linear or nn.Conv2d in place of a PyroModule[...] or of "
+        f"pyrouq.nn.BayesianLinear / BayesianConv2d) and {choose}, or "
         "use the Pyro model as it is: fit(model, guide, ...) and predict(model, x, guide) "
         "take a Pyro model of one's own with its own guide (e.g. "
         "pyro.infer.autoguide.AutoNormal(model))."
