@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -225,3 +227,13 @@ class LatentScale(Messenger):
     def _process_message(self, msg):
         if msg["type"] == "sample" and not msg["is_observed"]:
             msg["scale"] = msg["scale"] * self.weight
+
+
+def loaded_copy(net: nn.Module, weights: dict[str, torch.Tensor]) -> nn.Module:
+    """A copy of ``net`` in eval mode with ``weights`` loaded as its own parameters (the plain
+    reference a converted network's draw is compared with)."""
+    ref = copy.deepcopy(net)
+    state = ref.state_dict()
+    state.update(weights)
+    ref.load_state_dict(state)
+    return ref.eval()

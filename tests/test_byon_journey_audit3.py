@@ -5,28 +5,18 @@ next(self.parameters())."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import loaded_copy
 from pyro import poutine
 from torch import nn
 
 from pyrouq import KLWeightedELBO, bayesian, mean_field_guide, predict
 
 
-def _loaded(net: nn.Module, weights: dict[str, torch.Tensor]) -> nn.Module:
-    """A copy of ``net`` with ``weights`` loaded as its own parameters (the reference)."""
-    ref = copy.deepcopy(net)
-    state = ref.state_dict()
-    state.update(weights)
-    ref.load_state_dict(state)
-    return ref.eval()
-
-
 @pytest.mark.parametrize("which", ["mobilenet_v3_small", "vit"])
-def test_a_guide_draw_runs_the_torchvision_network_with_those_weights_loaded(which):
+def test_a_guide_draw_runs_the_torchvision_network_with_those_weightsloaded_copy(which):
     """Every parameter latent (BatchNorm, the class token and MultiheadAttention's
     in_proj_weight included): one guide draw gives the outputs of a copy with that draw loaded,
     with and without gradients (MultiheadAttention's fused eval path)."""
@@ -50,7 +40,7 @@ def test_a_guide_draw_runs_the_torchvision_network_with_those_weights_loaded(whi
     draw = {s: trace.nodes[s]["value"].detach() for s in model.network_sites()}
     assert len(draw) == len(list(net.parameters()))
     model.eval()
-    ref = _loaded(net, draw)
+    ref = loaded_copy(net, draw)
     for grad in (True, False):
         with torch.set_grad_enabled(grad):
             torch.testing.assert_close(model.outputs(x, draw), ref(x), rtol=1e-5, atol=1e-5)
@@ -149,7 +139,7 @@ def test_a_latent_parameter_also_held_in_a_list_attribute_is_refused():
     model = bayesian(net, select=["lstm"])
     weights = {site: value + 0.5 for site, value in model.template().items()}
     x = torch.randn(2, 3, 4)
-    torch.testing.assert_close(model.outputs(x, weights), _loaded(net, weights)(x))
+    torch.testing.assert_close(model.outputs(x, weights), loaded_copy(net, weights)(x))
 
 
 def test_a_forward_reading_next_parameters_of_a_network_with_none_left_is_told_why():

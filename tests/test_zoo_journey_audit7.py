@@ -14,6 +14,7 @@ import pyro
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import loaded_copy
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -48,14 +49,6 @@ def _settled(net: nn.Module, shape: tuple[int, ...]) -> nn.Module:
                 m.momentum = 1.0
         net.train()(torch.randn(8, *shape))
     return net.eval()
-
-
-def _loaded(net: nn.Module, weights: dict[str, torch.Tensor]) -> nn.Module:
-    ref = copy.deepcopy(net)
-    state = ref.state_dict()
-    state.update(weights)
-    ref.load_state_dict(state)
-    return ref.eval()
 
 
 def _tiny_densenet(memory_efficient: bool) -> nn.Module:
@@ -224,7 +217,7 @@ def test_a_gru_network_with_a_tied_layer_and_a_functional_kernel_runs_every_draw
     draw = {k: v.detach() for k, v in guide.sample().items()}
     model.eval()
     with torch.no_grad():
-        want = _loaded(net, {**draw, "again.weight": draw["mid.weight"]})(x)
+        want = loaded_copy(net, {**draw, "again.weight": draw["mid.weight"]})(x)
         assert torch.equal(model.outputs(x, draw), want)
     ensemble = rank1(net, 2)
     assert ensemble.net.again.weight is ensemble.net.mid.weight
