@@ -19,10 +19,13 @@ from pyrouq._util import (
     global_streams_kept,
     len_or,
     model_input,
+    modes,
     module_device,
+    restore_modes,
     warn_caller,
 )
 from pyrouq.infer import _distributed
+from pyrouq.infer._options import base_lr, callback_note, lr_factor
 from pyrouq.infer._site_kl import check_float16_gradients
 from pyrouq.infer._training import (
     InterruptFlag,
@@ -45,9 +48,6 @@ from pyrouq.infer.elbo import KLWeightedELBO
 
 _SUMS = 5
 """Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
-
-WARMUP_FRACTION = 0.2
-"""Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
 
 
 @dataclass(frozen=True)
@@ -123,18 +123,6 @@ def _batch_size(loader: Iterable) -> int:
     return size if isinstance(size, int) and not isinstance(size, bool) else 0
 
 
-def _lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
-    warmup = int(WARMUP_FRACTION * total_steps) if lr_schedule == "warmup_cosine" else 0
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(step - warmup, total_steps - warmup) / max(total_steps - warmup, 1)
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
-
-
 _ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel when training"
 """How torch's BatchNorm refuses a training batch with one value per channel."""
 
@@ -184,12 +172,13 @@ class Loop:
         self.plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
         self.epochs, self.elbo, self.num_data = epochs, elbo, num_data
         self.optimizer = optimizer
-        self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        # (a group without an lr, under lr_schedule="constant" alone: 0, as its checkpoint shows)
+        self.base_lrs = [base_lr(group) or 0.0 for group in optimizer.param_groups]
         self.per_epoch = len_or(loader)  # the batches the schedule is planned over
         self.told = False  # (of an epoch serving another number of batches)
         total_steps = epochs * self.per_epoch
         self.lr_schedule = lr_schedule
-        self.lr_factor = _lr_factor(lr_schedule, total_steps)
+        self.lr_factor = lr_factor(lr_schedule, total_steps)
         self.scheduled = lr_schedule != "constant" and total_steps > 0  # unsized: no plan
         self.check_batches = num_classes is not False
         self.num_classes = num_classes if num_classes is not False else None
@@ -313,17 +302,26 @@ class Loop:
 
     def call_back(self, record: EpochRecord) -> None:
         """Run the callbacks on an epoch's record, with the random state (torch's, numpy's,
-        Python's and the training loader's; a callback's own seeding too) put back afterwards:
-        a callback that draws (predict() to monitor the run) or reads the training loader
-        changes nothing of the training, which stays the run a checkpoint written before the
-        callbacks resumes exactly."""
+        Python's and the training loader's; a callback's own seeding too) put back afterwards,
+        and the modules' modes when they leave the model in eval mode: a callback that draws
+        (predict() to monitor the run), evaluates or reads the training loader changes nothing
+        of the training, which stays the run a checkpoint written before the callbacks resumes
+        exactly. An error a callback raises is noted with where fit() stopped."""
         if not self.callbacks:
             return
         loader_state = loader_rng_state(self.loader)
+        kept = modes(self.model) + modes(self.guide)
         try:
             with global_streams_kept(self.device):
                 for callback in self.callbacks:
-                    callback(record)
+                    try:
+                        callback(record)
+                    except Exception as err:
+                        if hasattr(err, "add_note"):  # Python >= 3.11
+                            err.add_note(callback_note(callback, record.epoch, self.checkpoint))
+                        raise
+            if not self.model.training:  # left in eval mode (an evaluation): trains on as it was
+                restore_modes(kept)
         finally:
             if loader_state is not None:
                 set_loader_rng_state(self.loader, loader_state)

@@ -1,5 +1,6 @@
-"""What ``fit()`` needs besides the ELBO: the optimizer, input checks, Ctrl-C handling, resume
-state (the first look at the data is :mod:`pyrouq.infer._probe`'s)."""
+"""What ``fit()`` needs besides the ELBO: input checks, Ctrl-C handling, resume state (the
+optimizer and callbacks are :mod:`pyrouq.infer._options`', the first look at the data is
+:mod:`pyrouq.infer._probe`'s)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
-import pyro
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
@@ -29,7 +29,6 @@ from pyrouq._util import (
     len_or,
     warn_caller,
 )
-from pyrouq.infer._adam import Adam
 from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.likelihoods import Categorical, likelihood_of
 
@@ -432,56 +431,6 @@ def training_state(
         "base_lrs": list(base_lrs),
         "rng": rng,
     }
-
-
-def build_optimizer(model: nn.Module, guide: Any, probe: Any, optim: Any, lr: float) -> Any:
-    params: list[torch.Tensor] = list(model.parameters())
-    if isinstance(guide, nn.Module):
-        params += list(guide.parameters())
-    seen: set[int] = set()
-    unique = []
-    for p in params + probe.created_params:
-        if id(p) not in seen and p.requires_grad:  # frozen parameters stay as they are
-            seen.add(id(p))
-            unique.append(p)
-    if not unique:
-        frozen = any(not p.requires_grad for p in params)
-        raise ValueError(
-            f"Nothing to train: {type(model).__name__} and the guide have "
-            + (
-                "only frozen parameters (requires_grad=False), which fit() leaves as they "
-                "are. Unfreeze the ones to train (module.requires_grad_(True))."
-                if frozen
-                else "no parameters."
-            )
-        )
-    if optim is None:
-        return Adam(unique, lr=lr)
-    example = "e.g. optim=lambda params: torch.optim.AdamW(params, lr=1e-3)"
-    if isinstance(optim, pyro.optim.PyroOptim):
-        raise TypeError(
-            f"optim got a Pyro optimizer ({type(optim).__name__}), which wraps one for "
-            f"pyro.infer.SVI; fit() takes a function building a torch optimizer, {example}."
-        )
-    if isinstance(optim, torch.optim.Optimizer) or not callable(optim):
-        raise TypeError(
-            f"optim got {_an(optim)}; fit() takes a function building a torch optimizer from "
-            f"the parameters it trains (which it gathers), {example}."
-        )
-    optimizer = optim(unique)
-    if not hasattr(optimizer, "param_groups") or not callable(getattr(optimizer, "step", None)):
-        raise TypeError(
-            f"optim returned {_an(optimizer)}, expected a torch optimizer (a "
-            f"torch.optim.Optimizer), {example}."
-        )
-    return optimizer
-
-
-def _an(value: Any) -> str:
-    """How an error names a value it did not expect."""
-    if isinstance(value, torch.optim.Optimizer):
-        return f"a built {type(value).__name__} optimizer"
-    return "None" if value is None else f"an object of type {type(value).__name__}"
 
 
 def step_hits(likelihood: Any, outputs: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:

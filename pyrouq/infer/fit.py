@@ -34,10 +34,10 @@ from pyrouq._util import (
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
+from pyrouq.infer._options import build_optimizer, check_callbacks
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
 from pyrouq.infer._training import (
     TrainingInterrupted,
-    build_optimizer,
     check_loader_inputs,
     optimizer_name,
     unbatched_items,
@@ -134,7 +134,9 @@ def fit(
         refused, see :func:`pyrouq.data.normalize`, unless the network starts from an
         ``nn.Embedding``. Batches that require grad are detached: no gradient flows into data.
     epochs : int
-        Passes over ``train_loader`` (>= 1).
+        Passes over ``train_loader`` (>= 1). Training starts from the model's and guide's
+        values: fit() on a fitted model trains on from them with a new optimizer and schedule
+        (``resume_from`` continues a saved run as it was).
     lr : float, default 2e-2
         Learning rate of the default Adam optimizer: ``torch.optim.Adam``'s update, step for
         step, in pyrouq's own class (every ``torch.optim`` optimizer imports ``torch._dynamo``
@@ -146,7 +148,9 @@ def fit(
         ``params -> torch.optim.Optimizer`` (e.g. ``lambda p: torch.optim.AdamW(p, 1e-3)``)
         replacing the default Adam; ``lr`` is then ignored. A built optimizer, a Pyro
         optimizer (``pyro.optim.Adam``: it is for ``SVI``) or a function returning something
-        else is refused.
+        else is refused; so is an optimizer holding none of the parameters it is given (one
+        leaving some out is warned of: freeze those instead), one whose ``step()`` needs a
+        closure (LBFGS), and, unless ``lr_schedule="constant"``, one without an ``lr``.
     lr_schedule : {"warmup_cosine", "cosine", "constant"}, default "warmup_cosine"
         Multiplies every learning rate of the optimizer, over the ``epochs *
         len(train_loader)`` steps of the run: ``"warmup_cosine"`` ramps it linearly over the first
@@ -216,11 +220,14 @@ def fit(
     callbacks : sequence of callables
         Each is called as ``callback(record)`` after every epoch (after the epoch's checkpoint
         is written). A callback may raise ``KeyboardInterrupt`` to stop the run (handled as
-        Ctrl-C, below). The random state, torch's, numpy's, Python's and the training loader's,
-        is put back after the callbacks, so one that draws (``predict()`` to monitor the run) or
-        reads the training loader leaves the training as it would be without it. Under
-        data-parallel training a callback that raises on one rank stops every rank (one that
-        raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank).
+        Ctrl-C, below); any other error it raises stops fit() with that error (the model and
+        guide keep the epoch's parameters). The random state, torch's, numpy's, Python's and
+        the training loader's, is put back after the callbacks, and so are the modules' modes
+        when they leave the model in eval mode, so one that draws (``predict()`` to monitor the
+        run), evaluates (``model.eval()``) or reads the training loader leaves the training as
+        it would be without it. Under data-parallel training a callback that raises on one
+        rank stops every rank (one that raises ``KeyboardInterrupt`` with
+        ``TrainingInterrupted`` on every rank).
     checkpoint : str or PathLike, optional
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model or guide that
@@ -384,16 +391,7 @@ def fit(
             raise ValueError(
                 f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
             )
-        refused = (
-            f"Expected callbacks to be a sequence of callables, got {callbacks!r}: each is "
-            "called as callback(record) after every epoch. Pass a list, e.g. "
-            "callbacks=[print]."
-        )
-        if callable(callbacks) or not isinstance(callbacks, Iterable):
-            raise TypeError(refused)
-        callbacks = list(callbacks)  # a generator is read once, here
-        if not all(callable(c) for c in callbacks):
-            raise TypeError(refused)
+        callbacks = check_callbacks(callbacks)  # a generator is read once, here
         if metadata is not None and checkpoint is None:
             warnings.warn(
                 "fit(metadata=...) is stored in the checkpoints, but no checkpoint= was given: "
@@ -420,7 +418,7 @@ def fit(
         check_each_batch = check_inputs and not check_loader_inputs(
             train_loader, probe.likelihood, probe.num_classes
         )
-        optimizer = build_optimizer(model, guide, probe, optim, lr)
+        optimizer = build_optimizer(model, guide, probe, optim, lr, lr_schedule)
         resume = None
         if resume_from is not None:
             ours = optimizer_name(optimizer)
