@@ -564,14 +564,15 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
     function, faster there.
     """
-    member_passes = _cpu(x) and not _statistics_across_members(net)  # (as _run_members)
+    member_passes = _cpu(x) and not _statistics_across_members(net)
+    run = partial(_run_members, net, num_members=num_members, member_passes=member_passes)
     with layers_called(net), calls_checked(net, key=member_passes):
-        return laid_out(net, x, partial(_run_members, net, num_members=num_members))  # type: ignore[no-any-return]
+        return laid_out(net, x, run)  # type: ignore[no-any-return]
 
 
-def _run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
-    """:func:`run_members` on ``x`` as laid out."""
-    if _cpu(x) and not _statistics_across_members(net):
+def _run_members(net: nn.Module, x: Tensor, num_members: int, member_passes: bool) -> Tensor:
+    """:func:`run_members` on ``x`` as laid out (``member_passes``: one pass per member)."""
+    if member_passes:
         layers = _ensemble_layers(net)
         # the modules told which member runs: the layers and any per-member norms
         told = layers + [m for m in net.modules() if getattr(m, "_is_member_norm", False)]
