@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import pytest
@@ -195,3 +196,52 @@ def test_a_callback_that_takes_no_record_is_refused_before_training():
                        r"one parameter"):  # fmt: skip
         _run(net, callbacks=[print, lambda: None])
     assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+
+def test_a_callback_that_puts_only_the_guide_in_eval_mode_leaves_it_training():
+    """Only the model's mode was looked at: a guide left in eval mode trained on so."""
+    x, y = toy_data(20)
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2)))
+    guide = pyrouq.mean_field_guide(model)
+    seen = []
+
+    def evaluate(record):
+        seen.append(guide.training)
+        guide.eval()
+
+    fit(model, guide, pyrouq.ArrayLoader(x, y, 5, seed=0), epochs=3, progress=False,
+        callbacks=[evaluate])  # fmt: skip
+    assert seen == [True, True, True] and guide.training
+
+
+def test_decorated_callbacks_and_optim_factories_supplying_an_argument_still_run():
+    """The signature checks followed __wrapped__ to the inner function, which takes an
+    argument the decorator supplies: valid callables were refused before training."""
+
+    def inject(f):
+        @functools.wraps(f)
+        def wrapper(record):
+            return f(record, "logger")
+
+        return wrapper
+
+    def with_lr(f):
+        @functools.wraps(f)
+        def wrapper(params):
+            return f(params, 0.1)
+
+        return wrapper
+
+    seen = []
+
+    @inject
+    def log(record, logger):
+        seen.append((logger, record.epoch))
+
+    @with_lr
+    def make(params, lr):
+        return torch.optim.SGD(params, lr=lr)
+
+    result = _run(_net(), callbacks=[log], optim=make)
+    assert seen == [("logger", 1), ("logger", 2), ("logger", 3)]
+    assert all(math.isfinite(v) for v in result.losses)

@@ -3,7 +3,6 @@ a ``select=`` found but could not take parameters from."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from pyrouq._signatures import call_signature
 from pyrouq._util import class_name, warn_caller
 
 __all__ = [
@@ -164,27 +164,10 @@ def _refuse_objects(module: nn.Module, objects: list[Any]) -> None:
     )
 
 
-_VAR_POSITIONAL, _VAR_KEYWORD = inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD
-
-
-def _signature(select: Any) -> inspect.Signature | None:
-    """``select``'s own signature (a decorator's wrapper's, unless it only passes ``*args,
-    **kwargs`` on: then the wrapped function's), or None where there is none to read."""
-    try:
-        signature = inspect.signature(select, follow_wrapped=False)
-        kinds = {p.kind for p in signature.parameters.values()}
-        passes_on = kinds and kinds <= {_VAR_POSITIONAL, _VAR_KEYWORD}
-        if passes_on and hasattr(select, "__wrapped__"):
-            signature = inspect.signature(select)
-    except (TypeError, ValueError):
-        return None
-    return signature
-
-
 def _takes_name_and_param(select: Any) -> bool | None:
     """Whether ``select`` can be called as ``select(name, param)`` (None: no signature to
     read, as for some builtins)."""
-    signature = _signature(select)
+    signature = call_signature(select)
     if signature is None:
         return None
     try:
@@ -212,7 +195,7 @@ def _refuse_signature(select: object) -> None:
         or _takes_name_and_param(select) is not False
     ):
         return
-    signature = _signature(select)
+    signature = call_signature(select)
     raise TypeError(
         f"The select callable is called as select(name, param) for each parameter, "
         f"and {getattr(select, '__name__', class_name(select))}{signature} cannot take "

@@ -320,7 +320,8 @@ class Loop:
                         if hasattr(err, "add_note"):  # Python >= 3.11
                             err.add_note(callback_note(callback, record.epoch, self.checkpoint))
                         raise
-            if not self.model.training:  # left in eval mode (an evaluation): trains on as it was
+            guide = self.guide if isinstance(self.guide, nn.Module) else self.model
+            if not (self.model.training and guide.training):  # an evaluation: trains on as it was
                 restore_modes(kept)
         finally:
             if loader_state is not None:

@@ -5,7 +5,6 @@ schedule (:func:`lr_factor`); what an error a callback raises is noted with
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 from pyrouq._numbers import is_real
+from pyrouq._signatures import not_callable_as
 from pyrouq._util import warn_caller
 from pyrouq.infer._adam import Adam
 
@@ -64,7 +64,7 @@ def build_optimizer(
             f"optim got {_an(optim)}; fit() takes a function building a torch optimizer from "
             f"the parameters it trains (which it gathers), {_EXAMPLE}."
         )
-    refused = _not_callable_as(optim, [])
+    refused = not_callable_as(optim, [])
     if refused:
         raise TypeError(
             f"optim cannot be called as optim(params) ({refused}); fit() calls it with the list "
@@ -101,7 +101,7 @@ def _check_built(optimizer: Any, given: list[Any], names: dict[int, str], schedu
             f"are not trained. {build}; to leave parameters out on purpose, freeze them before "
             "fit() (requires_grad_(False))."
         )
-    refused = _not_callable_as(optimizer.step)
+    refused = not_callable_as(optimizer.step)
     if refused:
         raise TypeError(
             f"{what} whose step() cannot be called without arguments ({refused}): fit() calls "
@@ -135,20 +135,6 @@ def _names(model: nn.Module, guide: Any) -> dict[int, str]:
     return named
 
 
-def _not_callable_as(fn: Callable[..., Any], *args: Any) -> str | None:
-    """Why ``fn`` cannot be called with ``args`` (Python's own words), or None: it can, or its
-    signature cannot be read (a builtin's), where the call itself says."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    try:
-        signature.bind(*args)
-    except TypeError as err:
-        return str(err)
-    return None
-
-
 def _an(value: Any) -> str:
     """How an error names a value it did not expect."""
     if isinstance(value, torch.optim.Optimizer):
@@ -170,7 +156,7 @@ def check_callbacks(callbacks: Any) -> list[Callable[..., Any]]:
     if not all(callable(c) for c in callbacks):
         raise TypeError(refused)
     for i, callback in enumerate(callbacks):
-        why = _not_callable_as(callback, None)
+        why = not_callable_as(callback, None)
         if why:
             raise TypeError(
                 f"callbacks[{i}] ({_called(callback)}) cannot be called as callback(record) "
