@@ -223,11 +223,11 @@ def fit(
         Ctrl-C, below); any other error it raises stops fit() with that error (the model and
         guide keep the epoch's parameters). The random state, torch's, numpy's, Python's and
         the training loader's, is put back after the callbacks, and so are the modules' modes
-        when they leave the model in eval mode, so one that draws (``predict()`` to monitor the
-        run), evaluates (``model.eval()``) or reads the training loader leaves the training as
-        it would be without it. Under data-parallel training a callback that raises on one
-        rank stops every rank (one that raises ``KeyboardInterrupt`` with
-        ``TrainingInterrupted`` on every rank).
+        when they leave the model or the guide in eval mode, so one that draws (``predict()``
+        to monitor the run), evaluates (``model.eval()``) or reads the training loader leaves
+        the training as it would be without it (to freeze a layer, put it alone in eval mode).
+        Under data-parallel training a callback that raises on one rank stops every rank (one
+        that raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank).
     checkpoint : str or PathLike, optional
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model or guide that
