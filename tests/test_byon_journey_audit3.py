@@ -16,7 +16,7 @@ from pyrouq import KLWeightedELBO, bayesian, mean_field_guide, predict
 
 
 @pytest.mark.parametrize("which", ["mobilenet_v3_small", "vit"])
-def test_a_guide_draw_runs_the_torchvision_network_with_those_weightsloaded_copy(which):
+def test_a_guide_draw_runs_the_torchvision_network_with_those_weights_loaded(which):
     """Every parameter latent (BatchNorm, the class token and MultiheadAttention's
     in_proj_weight included): one guide draw gives the outputs of a copy with that draw loaded,
     with and without gradients (MultiheadAttention's fused eval path)."""

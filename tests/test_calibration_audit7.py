@@ -15,8 +15,6 @@ from pyrouq.calibration import (
 )
 from pyrouq.regression import GaussianPredictions
 
-torch.set_num_threads(1)
-
 
 def _classes(n=40, c=4, seed=0):
     g = torch.Generator().manual_seed(seed)

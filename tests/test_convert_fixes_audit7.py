@@ -83,6 +83,3 @@ def test_batchensemble_of_an_ensembles_network_says_its_layers_are_batchensemble
         batchensemble(ensemble.net[0], 2)
     with pytest.raises(ValueError, match=r"has no nn.Linear or convolution layer to turn into"):
         batchensemble(nn.Sequential(nn.ReLU()), 2)  # a plain network without one: as before
-
-
-# -- nn.Upsample's settings in the record -------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import sys
 
 import pytest
 import torch
@@ -168,6 +169,7 @@ def test_a_callback_that_evaluates_in_eval_mode_leaves_the_training_as_it_was():
     assert seen == [(True, True), (True, False), (True, False)]
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes need Python 3.11")
 def test_an_error_raised_by_a_callback_says_where_fit_stopped(tmp_path):
     net, path = _net(), tmp_path / "run.pt"
 

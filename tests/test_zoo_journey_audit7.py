@@ -18,6 +18,7 @@ from _toy import loaded_copy
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+import pyrouq
 from pyrouq import (
     KLWeightedELBO,
     batchensemble,
@@ -33,6 +34,9 @@ from pyrouq._engine._cpu_paths import schedule
 from pyrouq.nn import BatchEnsembleNorm
 
 tvm = pytest.importorskip("torchvision.models")
+
+_BATCHENSEMBLE = tuple(pyrouq.nn.BATCHENSEMBLE_LAYERS.values())
+"""pyrouq's BatchEnsemble layer classes."""
 
 
 def _settled(net: nn.Module, shape: tuple[int, ...]) -> nn.Module:
@@ -246,7 +250,7 @@ def test_mobilenet_batchensemble_members_are_the_network_with_their_weights_and_
                 for copy_ in module.norms:
                     for p in copy_.parameters():
                         p.add_(0.1 * torch.randn_like(p))
-            elif getattr(module, "_is_batchensemble", False):
+            elif isinstance(module, _BATCHENSEMBLE):
                 module.bias.add_(0.1 * torch.randn_like(module.bias))
     for kind in ("cpu", "accelerator"):
         with torch.no_grad(), schedule(kind):
@@ -255,7 +259,7 @@ def test_mobilenet_batchensemble_members_are_the_network_with_their_weights_and_
             member = copy.deepcopy(net)
             for path, module in ensemble.net.named_modules():
                 parent, _, name = path.rpartition(".")
-                if getattr(module, "_is_batchensemble", False):
+                if isinstance(module, _BATCHENSEMBLE):
                     layer = member.get_submodule(path)
                     layer.weight = nn.Parameter(module.effective_weight(m).detach())
                     layer.bias = nn.Parameter(module.bias[m].detach())

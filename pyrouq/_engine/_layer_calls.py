@@ -68,8 +68,8 @@ def calls_checked(net: nn.Module, key: Hashable = None) -> Iterator[None]:
     """On a network's first successful run, warn if some of its BatchEnsemble layers were not
     called: a forward that reads a layer's weight as a tensor (``F.linear(x, self.fc.weight)``)
     meets the shared W and no member's factors, so the members do not differ there. A forward
-    running modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`,
-    ``key``: the way the members run)."""
+    running modules inside ``torch.utils.checkpoint`` is refused where the backward pass would
+    run them otherwise (:func:`recompute_checked`, ``key``: the way the members run)."""
     with recompute_checked(net, key=key), _calls_checked(net):
         yield
 
@@ -261,7 +261,7 @@ def recompute_checked(
 def _stateless_leaf(module: nn.Module) -> bool:
     """A module without children, parameters or buffers (ReLU, pooling): one that runs the
     same again in the backward pass, which :func:`recompute_checked` need not watch; torch's
-    own only (a user's may run a checkpoint of its own, whose caller it names)."""
+    and pyrouq's own only (a user's may run a checkpoint of its own, whose caller it names)."""
     own = type(module).__module__.startswith(("torch.nn.", "pyrouq."))
     return own and not (module._modules or module._parameters or module._buffers)
 
@@ -296,7 +296,8 @@ def call(
     finds none (a converted network, or a block of it, whose parameters are all latent, held
     as buffers) is told so: a bare StopIteration said nothing. ``named``: the network the
     message names, where ``net`` runs it (a BatchEnsemble's members). A forward running
-    modules inside ``torch.utils.checkpoint`` is refused (:func:`recompute_checked`)."""
+    modules inside ``torch.utils.checkpoint`` is refused where the backward pass would run them
+    otherwise (:func:`recompute_checked`)."""
     shown = named if named is not None else net
     try:
         checked = (shown.training, None) in _RECOMPUTE_CHECKED.get(shown, frozenset())
