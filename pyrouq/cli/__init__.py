@@ -340,6 +340,15 @@ def _run_fit(
         return EXIT_INTERRUPTED
     except FloatingPointError as err:
         raise CommandError(_non_finite(str(err), out, guide is not None, method)) from None
+    except ValueError as err:  # a factory's activation checkpointing, in the command's words
+        text = " ".join(str(err).split())
+        if method is None or "inside torch.utils.checkpoint" not in text:
+            raise
+        text = text.replace("before converting the network", "in the factory").replace(
+            ", or, with bayesian(), leave the layers it runs out of select=.",
+            ", or pick --method last-layer if the checkpointed layers are not the last nn.Linear.",
+        )
+        raise CommandError(f"factory {args.model!r}, --method {method}: {text}") from None
     for record in result.history:
         print(
             f"epoch {record.epoch}: loss {record.loss:.4g} (nll {record.nll:.4g}, "

@@ -382,7 +382,34 @@ _ADVICE = (
     ("Convert the nn.Module before torch.jit.script / torch.jit.trace.",
      "Make the factory return the nn.Module, not its torch.jit.script / torch.jit.trace."),
     ("(fit() and predict() pass the loader's x)", "(pyrouq fit passes the images alone)"),
+    # a network holding PyroSample attributes (bayesian(), batchensemble(), rank1())
+    ("(fit() could not learn it, predict() would differ on every call, mcmc() would drop its "
+     "draws)", "(training could not learn it, and the evaluation's predictions would differ "
+     "on every run)"),
+    ("(fit() could not learn it, and one input would give other outputs on every call)",
+     "(training could not learn it, and one image would give other outputs on every run)"),
+    (" and choose the latent ones with select= and prior=, or use the Pyro model as it is: ",
+     " in the factory, for --method {method} to convert, or train the Pyro model as it is in "
+     "Python: "),
+    (" and convert that network, or use the Pyro model as it is: ",
+     " in the factory, for --method {method} to convert, or train the Pyro model as it is in "
+     "Python: "),
+    ("fit(model, guide, ...) and predict(model, x, guide) take",
+     "pyrouq.fit(model, guide, ...) and pyrouq.predict(model, x, guide) take"),
+    # batchensemble() / rank1() of a BatchEnsemble's own network (ensemble.net)
+    ("Pass the original plain network the ensemble was made from (batchensemble(net, M) and "
+     "rank1(net, M) convert a copy and leave it as it was); to make an existing "
+     "BatchEnsemble's factors latent, use pyrouq.bayesian(ensemble).",
+     "Make the factory return the original plain network the ensemble was made from; to make "
+     "a BatchEnsemble's factors latent, make the factory return the BatchEnsemble itself and "
+     "pick --method bayesian."),
 )  # fmt: skip
+# The conversions' refusal of a network holding PyroSample attributes names the function
+# refusing it ("bayesian() got a Net holding ..."): the command's user gave the factory
+_PYRO_SAMPLES = re.compile(
+    r"^(?:bayesian|batchensemble|rank1)\(\) got an? (.*? holding Pyro modules with sampled "
+    r"attributes)"
+)
 
 
 def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]:
@@ -400,19 +427,41 @@ def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]
         model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
     except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
         said = f"select={select!r}"  # its first sentence (not cut at an "e.g. ")
-        first = re.split(r"\. (?=[A-Z])", " ".join(str(err).split()))[0]
+        text = " ".join(str(err).split())
+        first = re.split(r"\. (?=[A-Z])", text)[0]
         if said not in first:
             raise
         raise CommandError(
-            f"factory {args.model!r}: {first.replace(said, f'--method {method}')}; make the "
-            f"network fit --method {method}, pick another --method, or convert it in Python "
-            "with pyrouq.bayesian(net, select=[...])"
+            f"factory {args.model!r}: {first.replace(said, f'--method {method}')}; "
+            + _select_advice(text, method)
         ) from None
     return model, pyrouq.mean_field_guide(model)
 
 
+def _select_advice(text: str, method: str) -> str:
+    """What to do when ``--method bayesian`` / ``last-layer`` picks nothing of a factory's
+    network (bayesian()'s refusal ``text``, whose advice is select='s): the library's way out
+    in the command's words where it has one (a bare convolution: --method bayesian; a
+    BatchEnsemble's own network: the BatchEnsemble itself or --method rank1)."""
+    itself = re.search(r"The network itself is an? (\w+): select=None \(all of it\)", text)
+    if itself and method != "bayesian":
+        return f"the network itself is a {itself[1]}: pick --method bayesian (all of it)"
+    if "Its layers are BatchEnsemble layers" in text:
+        return (
+            "its layers are BatchEnsemble layers (a BatchEnsemble's own network, ensemble.net): "
+            "make the factory return the BatchEnsemble itself (for --method bayesian to make "
+            "its factors latent), or the plain network it was made from (for --method rank1)"
+        )
+    last = re.search(r"its last convolution, as (select=\[[^\]]*\])", text)
+    return (
+        f"make the network fit --method {method}, pick another --method, or convert it in "
+        f"Python with pyrouq.bayesian(net, {last[1] if last else 'select=[...]'})"
+    )
+
+
 def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     import pyrouq
+    from pyrouq.convert._sites import pyro_samples_held
 
     if method is not None:
         net = call_factory(args.model)
@@ -427,11 +476,22 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
                 "model (it has latent sites), which --method plain trains without a guide; "
                 "make the factory return the plain network and pick the --method"
             )
-        if not latent and not any(True for _ in net.parameters()):  # fit() named a guide
+        held = pyro_samples_held(net)  # (told below, or by the conversion: not "no parameters")
+        if not latent and not held and not any(True for _ in net.parameters()):
             raise CommandError(
                 f"factory {args.model!r} builds {type(net).__name__}, a network without "
                 f"parameters: nothing for --method {method} to train; make it return a network "
                 "with weights (nn.Linear / nn.Conv2d layers)"
+            )
+        if method == "plain" and held:  # it trained, then save() refused it in Python's words
+            raise CommandError(
+                f"factory {args.model!r} returned {type(net).__name__}, holding Pyro modules "
+                f"with sampled attributes (PyroSample): {held}. --method plain trains without "
+                "a guide, so every run would draw them from their prior, never learnt; make "
+                "them ordinary parameters in the factory (a plain nn.Linear or nn.Conv2d in "
+                "place of a PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) "
+                "and pick the --method, or train the Pyro model with its own guide in Python: "
+                "pyrouq.fit(model, guide, ...)"
             )
         if method == "plain":
             if not any(p.requires_grad for p in net.parameters()):  # fit() named a guide
@@ -448,6 +508,7 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
             text = " ".join(str(err).split())
             if _HELD.match(text):  # a --prior-scale the dtype cannot hold: build() tells it
                 raise
+            text = _PYRO_SAMPLES.sub(r"the factory returned a \1", text)
             for python, command in _ADVICE:
                 text = text.replace(python, command.format(method=method))
             raise CommandError(f"factory {args.model!r}, --method {method}: {text}") from None

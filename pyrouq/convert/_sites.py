@@ -10,7 +10,13 @@ from torch import nn
 
 from pyrouq._util import class_name
 
-__all__ = ["aliases_of", "check_no_pyro_samples", "latent_sites_of", "tied_names"]
+__all__ = [
+    "aliases_of",
+    "check_no_pyro_samples",
+    "latent_sites_of",
+    "pyro_samples_held",
+    "tied_names",
+]
 
 
 def aliases_of(module: nn.Module) -> dict[str, tuple[str, ...]]:
@@ -33,6 +39,19 @@ def tied_names(module: nn.Module) -> dict[str, str]:
     return {other: first for first, more in aliases_of(module).items() for other in more}
 
 
+def pyro_samples_held(module: nn.Module) -> str:
+    """The modules of ``module`` holding sampled attributes (``PyroSample``, kept in
+    ``_pyro_samples``), with those attributes (``"'fc' (PyroLinear): weight"``); empty when
+    none does."""
+    held = [
+        f"{repr(path) if path else 'the network itself'} ({type(owner).__name__}): "
+        + ", ".join(samples)
+        for path, owner in module.named_modules()
+        if (samples := getattr(owner, "_pyro_samples", None))
+    ]
+    return "; ".join(held[:4]) + ("; ..." if len(held) > 4 else "")
+
+
 def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -> None:
     """Refuse a network holding Pyro modules with sampled attributes (``PyroSample``, kept in
     ``_pyro_samples``; ``caller``: ``"bayesian()"``, ...). Such a value is no parameter, so
@@ -42,15 +61,9 @@ def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -
     keep one prior draw as a converted layer's shared weight."""
     if not isinstance(module, nn.Module):
         return  # (check_module says what came)
-    held = [
-        f"{repr(path) if path else 'the network itself'} ({type(owner).__name__}): "
-        + ", ".join(samples)
-        for path, owner in module.named_modules()
-        if (samples := getattr(owner, "_pyro_samples", None))
-    ]
-    if not held:
+    where = pyro_samples_held(module)
+    if not where:
         return
-    where = "; ".join(held[:4]) + ("; ..." if len(held) > 4 else "")
     if ensemble:
         lost = (
             "so the conversion would lose its prior: a converted layer would keep one draw "
