@@ -121,29 +121,32 @@ def test_a_pyrosample_network_is_told_to_change_the_factory(method, tmp_path, ca
 
 
 def test_a_pyrosample_network_under_plain_is_refused_before_training(tmp_path, capsys):
-    """--method plain trained it (its weight drawn from the prior at every step), then fit()'s
-    save refused it: 'fit(checkpoint=...) saves with pyrouq.save() ... Or leave checkpoint=
-    out.', after the command had said it was fitting."""
+    """fit()'s save refused it in Python's words ('fit(checkpoint=...) saves with
+    pyrouq.save() ... Or leave checkpoint= out.'); a plain network holding such a module inside
+    trained on prior draws and saved."""
     err, out = fit_error(capsys, tmp_path, "sampled", "plain")
     assert err == (
         f"pyrouq: error: factory '{SELF}:sampled' returned _Sampled, holding Pyro modules with "
         "sampled attributes (PyroSample): 'fc' (PyroLinear): weight. --method plain trains "
         "without a guide, so every run would draw them from their prior, never learnt; make "
         "them ordinary parameters in the factory (a plain nn.Linear or nn.Conv2d in place of a "
-        "PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) and pick the "
-        "--method, or train the Pyro model with its own guide in Python: "
-        "pyrouq.fit(model, guide, ...)"
+        "PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) and return a plain "
+        "nn.Module (not a PyroModule) for the --method, or train the Pyro model with its own "
+        "guide in Python: pyrouq.fit(model, guide, ...)"
     )
     assert "fitting" not in out
 
 
-def test_a_bare_convolution_under_last_layer_is_told_to_pick_bayesian(tmp_path, capsys):
+def test_a_bare_convolution_under_last_layer_is_told_to_flatten_it_for_bayesian(tmp_path, capsys):
     """bayesian()'s 'The network itself is a Conv2d: select=None (all of it).' was cut off,
-    and the command advised select=[...] in Python for a network that is one layer."""
+    and the command advised select=[...] in Python for a network that is one layer (a bare
+    convolution's outputs keep their spatial dims: flattened, --method bayesian trains it)."""
     err, _ = fit_error(capsys, tmp_path, "bare_conv", "last-layer")
     assert err == (
         f"pyrouq: error: factory '{SELF}:bare_conv': --method last-layer needs an nn.Linear, "
-        "and Conv2d has none; the network itself is a Conv2d: pick --method bayesian (all of it)"
+        "and Conv2d has none; the network itself is a Conv2d: make the factory flatten its "
+        "outputs to (B, D) (nn.Sequential(conv, nn.Flatten())) and pick --method bayesian (all "
+        "of it)"
     )
 
 
@@ -153,7 +156,8 @@ def test_a_convolution_head_under_last_layer_names_the_layer_to_select(tmp_path,
     assert err == (
         f"pyrouq: error: factory '{SELF}:conv_head': --method last-layer needs an nn.Linear, "
         "and _ConvHead has none; make the network fit --method last-layer, pick another "
-        "--method, or convert it in Python with pyrouq.bayesian(net, select=['c'])"
+        "--method, or convert it in Python with pyrouq.bayesian(net, select=['c']) if that "
+        "layer makes the outputs"
     )
 
 
@@ -169,8 +173,7 @@ def test_a_batchensembles_own_network_is_told_what_the_factory_should_return(
         "plain nn.Linear or convolution layer to turn into BatchEnsemble layers: its layers "
         "'1' are BatchEnsemble layers already (the network of a BatchEnsemble, ensemble.net, "
         "or a part of it). Make the factory return the original plain network the ensemble was "
-        "made from; to make a BatchEnsemble's factors latent, make the factory return the "
-        "BatchEnsemble itself and pick --method bayesian."
+        "made from (with --method rank1 for latent factors)."
     )
 
 
@@ -184,12 +187,11 @@ def test_a_batchensembles_own_network_under_bayesian_is_told_it_holds_batchensem
         f"pyrouq: error: factory '{SELF}:ensemble_net': Sequential has no nn.Linear or "
         "convolution layer, so --method bayesian picks nothing; its layers are BatchEnsemble "
         "layers (a BatchEnsemble's own network, ensemble.net): make the factory return the "
-        "BatchEnsemble itself (for --method bayesian to make its factors latent), or the plain "
-        "network it was made from (for --method rank1)"
+        "plain network it was made from (--method rank1 for latent factors)"
     )
 
 
-@pytest.mark.parametrize("method", ["bayesian", "batchensemble"])
+@pytest.mark.parametrize("method", ["bayesian", "batchensemble", "last-layer"])
 def test_a_checkpointed_forward_is_refused_in_one_line_without_a_run_folder(
     method, tmp_path, capsys
 ):
@@ -203,8 +205,12 @@ def test_a_checkpointed_forward_is_refused_in_one_line_without_a_run_folder(
         "'fc' inside torch.utils.checkpoint (activation checkpointing, called in the network's "
         "own forward)"
     )
+    other = (  # (--method last-layer is refused here: its layer is the checkpointed one)
+        ""
+        if method == "last-layer"
+        else ", or pick --method last-layer if the checkpointed layers are not the last nn.Linear"
+    )
     assert err.endswith(
         "Turn checkpointing off in the factory (torchvision's DenseNet: memory_efficient=False; "
-        "a forward of your own: call the block directly), or pick --method last-layer if the "
-        "checkpointed layers are not the last nn.Linear."
+        f"a forward of your own: call the block directly){other}."
     )

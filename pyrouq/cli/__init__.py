@@ -23,6 +23,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -269,6 +270,10 @@ def _fit_on_rank(
         raise
 
 
+#: pyrouq.fit()'s refusal of a factory's activation checkpointing (told in the command's words).
+_CHECKPOINTED = re.compile(r"^\S+ runs '.*' inside torch\.utils\.checkpoint \(activation")
+
+
 def _run_fit(
     args: argparse.Namespace,
     out: Path,
@@ -342,11 +347,14 @@ def _run_fit(
         raise CommandError(_non_finite(str(err), out, guide is not None, method)) from None
     except ValueError as err:  # a factory's activation checkpointing, in the command's words
         text = " ".join(str(err).split())
-        if method is None or "inside torch.utils.checkpoint" not in text:
+        if method is None or not _CHECKPOINTED.match(text):
             raise
+        other = (
+            ", or pick --method last-layer if the checkpointed layers are not the last nn.Linear"
+        )
         text = text.replace("before converting the network", "in the factory").replace(
-            ", or, with bayesian(), leave the layers it runs out of select=.",
-            ", or pick --method last-layer if the checkpointed layers are not the last nn.Linear.",
+            ", or, with bayesian(), leave the layers it runs out of select=",
+            "" if method == "last-layer" else other,
         )
         raise CommandError(f"factory {args.model!r}, --method {method}: {text}") from None
     for record in result.history:

@@ -400,9 +400,8 @@ _ADVICE = (
     ("Pass the original plain network the ensemble was made from (batchensemble(net, M) and "
      "rank1(net, M) convert a copy and leave it as it was); to make an existing "
      "BatchEnsemble's factors latent, use pyrouq.bayesian(ensemble).",
-     "Make the factory return the original plain network the ensemble was made from; to make "
-     "a BatchEnsemble's factors latent, make the factory return the BatchEnsemble itself and "
-     "pick --method bayesian."),
+     "Make the factory return the original plain network the ensemble was made from (with "
+     "--method rank1 for latent factors)."),
 )  # fmt: skip
 # The conversions' refusal of a network holding PyroSample attributes names the function
 # refusing it ("bayesian() got a Net holding ..."): the command's user gave the factory
@@ -441,21 +440,29 @@ def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]
 def _select_advice(text: str, method: str) -> str:
     """What to do when ``--method bayesian`` / ``last-layer`` picks nothing of a factory's
     network (bayesian()'s refusal ``text``, whose advice is select='s): the library's way out
-    in the command's words where it has one (a bare convolution: --method bayesian; a
-    BatchEnsemble's own network: the BatchEnsemble itself or --method rank1)."""
+    in the command's words where it has one (a bare convolution: flatten it, --method
+    bayesian; a BatchEnsemble's own network: the plain network, --method rank1)."""
     itself = re.search(r"The network itself is an? (\w+): select=None \(all of it\)", text)
-    if itself and method != "bayesian":
-        return f"the network itself is a {itself[1]}: pick --method bayesian (all of it)"
+    if itself:
+        return (
+            f"the network itself is a {itself[1]}: make the factory flatten its outputs to "
+            f"(B, D) (nn.Sequential(conv, nn.Flatten())) and pick --method bayesian (all of it)"
+        )
     if "Its layers are BatchEnsemble layers" in text:
         return (
             "its layers are BatchEnsemble layers (a BatchEnsemble's own network, ensemble.net): "
-            "make the factory return the BatchEnsemble itself (for --method bayesian to make "
-            "its factors latent), or the plain network it was made from (for --method rank1)"
+            "make the factory return the plain network it was made from (--method rank1 for "
+            "latent factors)"
         )
     last = re.search(r"its last convolution, as (select=\[[^\]]*\])", text)
+    python = (
+        f"pyrouq.bayesian(net, {last[1]}) if that layer makes the outputs"
+        if last
+        else ("pyrouq.bayesian(net, select=[...])")
+    )
     return (
         f"make the network fit --method {method}, pick another --method, or convert it in "
-        f"Python with pyrouq.bayesian(net, {last[1] if last else 'select=[...]'})"
+        f"Python with {python}"
     )
 
 
@@ -490,8 +497,8 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
                 "a guide, so every run would draw them from their prior, never learnt; make "
                 "them ordinary parameters in the factory (a plain nn.Linear or nn.Conv2d in "
                 "place of a PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) "
-                "and pick the --method, or train the Pyro model with its own guide in Python: "
-                "pyrouq.fit(model, guide, ...)"
+                "and return a plain nn.Module (not a PyroModule) for the --method, or train the "
+                "Pyro model with its own guide in Python: pyrouq.fit(model, guide, ...)"
             )
         if method == "plain":
             if not any(p.requires_grad for p in net.parameters()):  # fit() named a guide
