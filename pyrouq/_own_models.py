@@ -356,12 +356,13 @@ def _discrete_sites(model: Any, x: Tensor, names: list[str]) -> list[str]:
     distribution or marks for enumeration."""
     trace = _prior_trace(model, x)
     nodes = {} if trace is None else trace.nodes
-    return [
-        name
-        for name in names
-        if name in nodes
-        and (_is_discrete(nodes[name]["fn"]) or nodes[name]["infer"].get("enumerate"))
-    ]
+    return [name for name in names if name in nodes and _enumerated(nodes[name])]
+
+
+def _enumerated(site: dict[str, Any]) -> bool:
+    """Whether a trace's sample site is left to enumeration: drawn from a discrete
+    distribution, or marked for it."""
+    return _is_discrete(site["fn"]) or bool(site["infer"].get("enumerate"))
 
 
 def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -386,12 +387,7 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
         and not site_is_subsample(site)
         and name not in guide_trace.nodes
     ]
-    discrete = [
-        name
-        for name in missing
-        if _is_discrete(model_trace.nodes[name]["fn"])
-        or model_trace.nodes[name]["infer"].get("enumerate")
-    ]
+    discrete = [name for name in missing if _enumerated(model_trace.nodes[name])]
     if discrete:  # AutoNormal(model) is no fix: continuous guides refuse discrete sites
         _refuse_enumeration(model, discrete, caller, "its guide leaves out")
     if missing:

@@ -13,7 +13,7 @@ import contextvars
 import sys
 import threading
 import weakref
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from types import FrameType
 from typing import Any
@@ -191,7 +191,7 @@ def _runs_otherwise(module: nn.Module, swapped: AbstractSet[int]) -> bool:
 @contextlib.contextmanager
 def recompute_checked(
     net: nn.Module,
-    swapped: AbstractSet[int] = frozenset(),
+    swapped: Callable[[], AbstractSet[int]] = frozenset,
     key: Hashable = None,
 ) -> Iterator[None]:
     """On a network's first run with gradients in each mode (training or not) and way of
@@ -201,15 +201,16 @@ def recompute_checked(
     which runs that part again, would compute otherwise (:func:`_runs_otherwise`): with the
     initial weights in place of the drawn ones, or a BatchEnsemble's folded batch in place
     of a member's (silently wrong gradients for a Bayesian network; torch's
-    ``CheckpointError`` elsewhere). ``swapped``: the ids of the modules holding the tensors
-    put in place. Not caught: checkpointing switched on after those runs, and a checkpointed
-    function that reads the weights as tensors instead of calling their modules."""
+    ``CheckpointError`` elsewhere). ``swapped``: gives the ids of the modules holding the
+    tensors put in place (asked only when a run is checked). Not caught: checkpointing
+    switched on after those runs, and a checkpointed function that reads the weights as
+    tensors instead of calling their modules."""
     checked = _RECOMPUTE_CHECKED.get(net, frozenset())
     key = (net.training, key)
     if not torch.is_grad_enabled() or key in checked or _checking.get():
         yield
         return
-    outer = _outer_frames()
+    outer, held = _outer_frames(), swapped()
     stack: list[tuple[str, str | None]] = []  # (module, where its checkpoint was called)
     found: list[str] = []
 
@@ -220,7 +221,7 @@ def recompute_checked(
             caller = stack[-1][1] if stack and stack[-1][1] is not None else None
             if caller is None:
                 caller = stack[-1][0] if stack else ""
-            if _runs_otherwise(module, swapped):
+            if _runs_otherwise(module, held):
                 found.extend((name, caller))
                 raise _CheckpointFound
         stack.append((name, caller))
@@ -300,9 +301,7 @@ def call(
     otherwise (:func:`recompute_checked`)."""
     shown = named if named is not None else net
     try:
-        checked = (shown.training, None) in _RECOMPUTE_CHECKED.get(shown, frozenset())
-        swapped = set() if checked or not torch.is_grad_enabled() else _holders(net, weights, shown)
-        with recompute_checked(shown, swapped):
+        with recompute_checked(shown, lambda: _holders(net, weights, shown)):
             return functional_call(net, weights, (x,))
     except StopIteration as error:
         raise RuntimeError(

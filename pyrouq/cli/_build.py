@@ -458,7 +458,7 @@ def _select_advice(text: str, method: str) -> str:
     python = (
         f"pyrouq.bayesian(net, {last[1]}) if that layer makes the outputs"
         if last
-        else ("pyrouq.bayesian(net, select=[...])")
+        else "pyrouq.bayesian(net, select=[...])"
     )
     return (
         f"make the network fit --method {method}, pick another --method, or convert it in "
@@ -468,7 +468,7 @@ def _select_advice(text: str, method: str) -> str:
 
 def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     import pyrouq
-    from pyrouq.convert._sites import pyro_samples_held
+    from pyrouq.convert._sites import PLAIN_INSTEAD, pyro_samples_held
 
     if method is not None:
         net = call_factory(args.model)
@@ -490,13 +490,12 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
                 f"parameters: nothing for --method {method} to train; make it return a network "
                 "with weights (nn.Linear / nn.Conv2d layers)"
             )
-        if method == "plain" and held:  # it trained, then save() refused it in Python's words
+        if method == "plain" and held:  # (trained on prior draws, or refused in Python's words)
             raise CommandError(
                 f"factory {args.model!r} returned {type(net).__name__}, holding Pyro modules "
                 f"with sampled attributes (PyroSample): {held}. --method plain trains without "
                 "a guide, so every run would draw them from their prior, never learnt; make "
-                "them ordinary parameters in the factory (a plain nn.Linear or nn.Conv2d in "
-                "place of a PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) "
+                f"them ordinary parameters in the factory ({PLAIN_INSTEAD}) "
                 "and return a plain nn.Module (not a PyroModule) for the --method, or train the "
                 "Pyro model with its own guide in Python: pyrouq.fit(model, guide, ...)"
             )

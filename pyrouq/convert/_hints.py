@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from pyrouq._signatures import call_signature
+from pyrouq._signatures import call_signature, not_callable_as
 from pyrouq._util import class_name, warn_caller
 
 __all__ = [
@@ -164,36 +164,21 @@ def _refuse_objects(module: nn.Module, objects: list[Any]) -> None:
     )
 
 
-def _takes_name_and_param(select: Any) -> bool | None:
-    """Whether ``select`` can be called as ``select(name, param)`` (None: no signature to
-    read, as for some builtins)."""
-    signature = call_signature(select)
-    if signature is None:
-        return None
-    try:
-        signature.bind("name", None)
-    except TypeError:
-        return False
-    return True
-
-
 def _is_layer(module: nn.Module, given: nn.Module) -> bool:
     """Whether a module given to ``select=`` is a layer (of the network, or of torch, or one
     whose forward cannot take ``(name, param)``), not a selector of the user's own."""
     return (
         any(given is m for m in module.modules())
         or type(given).__module__.startswith("torch.")
-        or _takes_name_and_param(given.forward) is not True
+        or not_callable_as(given.forward, "name", None) is not None
     )
 
 
 def _refuse_signature(select: object) -> None:
     """Refuse a ``select=`` callable that cannot be called as ``(name, param)``."""
-    if (
-        not callable(select)
-        or isinstance(select, type)
-        or _takes_name_and_param(select) is not False
-    ):
+    if not callable(select) or isinstance(select, type):
+        return
+    if not_callable_as(select, "name", None) is None:  # it can (or says so when called)
         return
     signature = call_signature(select)
     raise TypeError(

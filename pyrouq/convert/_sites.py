@@ -11,6 +11,7 @@ from torch import nn
 from pyrouq._util import class_name
 
 __all__ = [
+    "PLAIN_INSTEAD",
     "aliases_of",
     "check_no_pyro_samples",
     "latent_sites_of",
@@ -37,6 +38,14 @@ def tied_names(module: nn.Module) -> dict[str, str]:
     """``{other name: first name}`` of every parameter of ``module`` registered under several
     names (:func:`aliases_of`)."""
     return {other: first for first, more in aliases_of(module).items() for other in more}
+
+
+PLAIN_INSTEAD = (
+    "a plain nn.Linear or nn.Conv2d in place of a PyroModule[...] or of "
+    "pyrouq.nn.BayesianLinear / BayesianConv2d"
+)
+"""What a network holding sampled attributes is told to hold instead (the converters' and the
+command line's refusals)."""
 
 
 def pyro_samples_held(module: nn.Module) -> str:
@@ -82,8 +91,7 @@ def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -
     raise ValueError(
         f"{caller} got a {class_name(module)} holding Pyro modules with sampled attributes "
         f"(PyroSample): {where}. A PyroSample is not a parameter, {lost}. Make them ordinary "
-        f"parameters (a plain nn.Linear or nn.Conv2d in place of a PyroModule[...] or of "
-        f"pyrouq.nn.BayesianLinear / BayesianConv2d) and {choose}, or "
+        f"parameters ({PLAIN_INSTEAD}) and {choose}, or "
         "use the Pyro model as it is: fit(model, guide, ...) and predict(model, x, guide) "
         "take a Pyro model of one's own with its own guide (e.g. "
         "pyro.infer.autoguide.AutoNormal(model))."
