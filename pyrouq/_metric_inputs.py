@@ -55,9 +55,12 @@ def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
             "convert them with targets.long() (or argmax one-hot targets over the last dim)."
         )
     if targets.dim() != 1 or targets.numel() != n:
+        fix = "pass the labels of exactly the inputs that were predicted"
+        if tuple(targets.shape) == (n, c):  # one-hot rows, whose dtype passed the check above
+            fix = "one-hot targets? pass their class indices, targets.argmax(-1)"
         raise ValueError(
             f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
-            f"{tuple(targets.shape)}; pass the labels of exactly the inputs that were predicted."
+            f"{tuple(targets.shape)}; {fix}."
         )
     lo, hi = int(targets.min()), int(targets.max())
     if lo < 0 or hi >= c:
@@ -106,7 +109,9 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
                 f"Expected real {name}, got dtype {s.dtype}; pass real per-input scores, e.g. "
                 f"{name}.abs() or {name}.real, whichever ranks your inputs."
             )
-        s = _float64(s)
+        # integer scores rank exactly as int64 (in float64, those above 2**53 would tie)
+        exact = not s.is_floating_point() and s.dtype != torch.uint64
+        s = s.to(torch.int64) if exact else _float64(s)
         if not bool(torch.isfinite(s).all()):
             raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")
         out.append(s)

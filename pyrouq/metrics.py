@@ -535,7 +535,8 @@ def evaluate(
         if ood_p.shape[-1] != p.shape[-1]:
             raise ValueError(
                 f"Expected ood with C={p.shape[-1]} classes like the in-distribution probs, "
-                f"got shape {tuple(ood_p.shape)}; score both with the same model."
+                f"got shape {tuple(getattr(ood, 'probs', ood).shape)}; score both with the "
+                "same model."
             )
         if ood_score is None:
             ood_score = "mutual_information" if p.shape[0] > 1 else "entropy"
@@ -588,7 +589,7 @@ def _error_counts(pbar: Tensor, y: Tensor) -> Tensor:
 def _threshold_counts(s_in: Tensor, s_out: Tensor) -> tuple[Tensor, Tensor, int, int]:
     """True and false positives of "OOD if score >= t" at each distinct score, decreasing t."""
     scores = torch.cat([s_in, s_out])
-    is_out = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)])
+    is_out = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)]).to(torch.float64)
     scores, order = torch.sort(scores, descending=True, stable=True)
     _, counts = torch.unique_consecutive(scores, return_counts=True)
     last = counts.cumsum(0) - 1

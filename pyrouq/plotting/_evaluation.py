@@ -236,9 +236,10 @@ def plot_uncertainty_distributions(
     if ood is not None:
         p_out = _probs(ood, "ood")
         if p_out.shape[-1] != p_in.shape[-1]:
+            given = ood if isinstance(ood, Tensor) else ood.probs  # the shape passed, not (S, M, C)
             raise ValueError(
                 f"Expected ood with C={p_in.shape[-1]} classes like in_dist, got shape "
-                f"{tuple(p_out.shape)}; predict both with the same model."
+                f"{tuple(given.shape)}; predict both with the same model."
             )
         check_same_draws(p_in, p_out, "the epistemic part")
         parts_out = decompose(p_out, measure)
