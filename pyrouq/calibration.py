@@ -386,10 +386,12 @@ class ConformalRegressor:
     could leave out by one ulp a target whose score is the threshold, and with it every tied
     target: count targets).
 
-    One threshold per output (:attr:`threshold`, ``(D,)``, float64 on the CPU). A CQR
-    threshold is negative where the mixture's intervals are too wide; an input whose interval
-    is narrower than ``-2 * threshold`` then gets ``lo > hi``, an empty interval that covers
-    nothing (as in Romano et al.): mind it when averaging widths.
+    One threshold per output (:attr:`threshold`, ``(D,)``, float64 on the CPU): in the
+    targets' units for ``"cqr"``, unitless for ``"abs"``, so calibrate and apply on the same
+    scale (both standardised, or both after ``Standardizer.inverse``). A CQR threshold is
+    negative where the mixture's intervals are too wide; an input whose interval is narrower
+    than ``-2 * threshold`` then gets ``lo > hi``, an empty interval that covers nothing (as in
+    Romano et al.): mind it when averaging widths.
 
     :attr:`num_calibration` is n, the calibration inputs (None when made by hand): each
     threshold is the ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores.
