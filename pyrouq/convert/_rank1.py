@@ -130,9 +130,12 @@ def rank1(
         norms=norms,
         likelihood=likelihood,
     )
+    # the prior's numbers in float64, cast to each site's dtype by bayesian(): a float64
+    # network's prior is Normal(1, prior_scale) itself, not float32's rounding of it
+    one, spread = torch.tensor([1.0, scale], dtype=torch.float64)
     return BayesianNetwork(
         ensemble,
-        prior=dist.Normal(1.0, scale),
+        prior=dist.Normal(one, spread),
         likelihood=ensemble.likelihood,
         num_data=num_data,
     )

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
-from pyrouq._numbers import is_real
+from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import (
     check_held,
     check_int,
@@ -288,7 +288,7 @@ def _site_prior(
     if not isinstance(value, torch.distributions.Distribution):
         raise TypeError(
             f"The prior of {site!r} must be a float (the scale of Normal(0, s)) or a "
-            f"pyro.distributions distribution, got {type(value).__name__}."
+            f"pyro.distributions distribution, got {type(value).__name__}{tensor_hint(value)}."
         )
     base = value
     while isinstance(base, torch.distributions.Independent):

@@ -15,7 +15,8 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._util import distribution_masks, innermost_distribution
+from pyrouq._numbers import is_real
+from pyrouq._util import check_int, distribution_masks, innermost_distribution
 from pyrouq.infer._normal_kl import kl_dtype
 
 
@@ -254,6 +255,21 @@ def _discrete(fn: Any) -> bool:
         return bool(fn.support.is_discrete)
     except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
         return False
+
+
+def check_max_plate_nesting(value: object) -> float:
+    """:class:`pyrouq.KLWeightedELBO`'s ``max_plate_nesting``: an int >= 0, or Pyro's ``inf``
+    (None too) for "not given" (guessed from one trace when vectorising), else a ValueError
+    (Pyro failed deep in a trace: "can only concatenate str (not "int") to str")."""
+    if value is None or (is_real(value) and value == math.inf):
+        return math.inf
+    return check_int(
+        "max_plate_nesting",
+        value,
+        0,
+        "Pass the number of plates the model nests (a pyrouq model's: at most 2), or None to "
+        "have it guessed.",
+    )
 
 
 def check_float16_gradients(modules: list[Any], loss: Tensor, outputs: Tensor | None) -> None:

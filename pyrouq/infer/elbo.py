@@ -33,7 +33,7 @@ from pyrouq._own_models import guiding_sites
 from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
-from pyrouq.infer._site_kl import check_float16_gradients, traced_terms
+from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
 from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -234,7 +234,8 @@ class KLWeightedELBO(ELBO):
         Draw all particles at once (under a particle plate when traced; see
         :meth:`terms_and_grads` for how they run on CPU).
     max_plate_nesting : int, optional
-        As in Pyro; guessed from one trace when vectorising if not given.
+        As in Pyro (an int >= 0); guessed from one trace when vectorising if not given
+        (None, or Pyro's ``float("inf")``).
 
     Examples
     --------
@@ -251,10 +252,11 @@ class KLWeightedELBO(ELBO):
         kl_weight: float = 1.0,
         num_particles: int = 1,
         vectorize_particles: bool = False,
-        max_plate_nesting: float = float("inf"),
+        max_plate_nesting: float | None = float("inf"),
     ):
         num_particles = check_count("num_particles", num_particles)
         vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
+        max_plate_nesting = check_max_plate_nesting(max_plate_nesting)
         self.kl_weight = _check_kl_weight(kl_weight)
         super().__init__(
             num_particles=num_particles,

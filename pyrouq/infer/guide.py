@@ -193,6 +193,14 @@ class MeanFieldGuide(nn.Module):
                     f"Pass an init_scale of at least {torch.finfo(dtype).tiny:g} (the default "
                     f"is {DEFAULT_INIT_SCALE:g})."
                 )
+            if not bool(torch.isfinite(F.softplus(rho)).all()):  # (1e39 in float32: inf)
+                option = "init_scale" if init_scale_relative is None else "init_scale_relative"
+                raise ValueError(
+                    f"mean_field_guide(): the initial scale of site {site!r} "
+                    f"({float(scale.max()):g}) is inf in {dtype}, so its KL would be infinite. "
+                    f"Pass a smaller {option}: {dtype} holds at most {torch.finfo(dtype).max:g} "
+                    f"(the default init_scale is {DEFAULT_INIT_SCALE:g})."
+                )
             self.rho[self._keys[site]] = nn.Parameter(rho)
         if clamped:
             warn_caller(
@@ -365,8 +373,9 @@ def mean_field_guide(
     model : BayesianNetwork
         A model made by :func:`pyrouq.bayesian` (or ``BayesianMLP`` / ``BayesianLeNet``).
     init_scale : float, default 1e-2
-        Initial standard deviation of every site (> 0). Small, so that training starts like
-        the plain network; the KL term then grows the scales where the data allow.
+        Initial standard deviation of every site (> 0, and neither 0 nor inf in the model's
+        dtype). Small, so that training starts like the plain network; the KL term then grows
+        the scales where the data allow.
     init_from : nn.Module, optional
         A trained plain network of the model's structure (the module given to
         :func:`pyrouq.bayesian`, an ``MLP`` / ``LeNet`` of the same configuration) whose
@@ -393,7 +402,8 @@ def mean_field_guide(
     ------
     ValueError
         A site whose prior has other bounds (a ``Uniform``, a ``Beta``, a ``Pareto``): the KL
-        of either family to it is infinite. :func:`pyrouq.mcmc` samples such priors.
+        of either family to it is infinite. :func:`pyrouq.mcmc` samples such priors. An
+        initial scale that is 0 or inf in the model's dtype (its KL would be infinite).
 
     Examples
     --------
