@@ -19,11 +19,12 @@ from pyrouq._runners import typed_by
 from pyrouq._util import (
     check_finite_inputs,
     distribution_masks,
+    innermost_distribution,
     modes,
     module_dtype,
     restore_modes,
 )
-from pyrouq.infer.guide import check_draws
+from pyrouq.infer.guide import MeanFieldGuide, check_draws
 from pyrouq.likelihoods import Categorical
 
 if TYPE_CHECKING:
@@ -278,6 +279,145 @@ def _warn_not_finite(log_lik: Tensor, fn: str) -> None:
             RuntimeWarning,
             stacklevel=4,  # past torch.no_grad: the caller
         )
+
+
+def _warn_one_draw(fn: str, how: str) -> None:
+    """Warn of an export of a single draw: ``az.loo`` fails on it (arviz's "index -2 is out of
+    bounds for axis 0 with size 1"), far from the export; ``how`` says how to get more."""
+    warnings.warn(
+        f"{fn}: one draw exported (S = 1): az.loo fails on a single draw (arviz's IndexError) "
+        f"and az.waic reads its spread as 0. For PSIS-LOO and WAIC, {how}.",
+        UserWarning,
+        stacklevel=4,  # past torch.no_grad: the caller
+    )
+
+
+def _check_result(result: Any, fn: str) -> None:
+    """Refuse an MCMCResult whose sites or sample stats disagree on (chain, draw), or whose
+    draws are not finite (one made or edited by hand, or loaded): the export read the first
+    site's chains and draws for all of them, and sliced the others' wrongly without a word."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for site, value in result.samples.items():
+        if not torch.is_tensor(value) or value.dim() < 2:
+            got = f"shape {tuple(value.shape)}" if torch.is_tensor(value) else type(value).__name__
+            raise ValueError(
+                f"{fn}: result.samples[{site!r}] is {got}, expected a tensor (chain, draw, "
+                "*site_shape). Give every site its chains first: value[None] for one chain."
+            )
+        shapes[site] = tuple(value.shape[:2])
+    if not shapes:
+        raise ValueError(
+            f"{fn}: result.samples is empty: there are no draws to export. Pass the result "
+            "that mcmc() returned, {site: (chain, draw, *site_shape)} for every latent site."
+        )
+    if len(set(shapes.values())) > 1:
+        raise ValueError(
+            f"{fn}: the sites of result.samples hold different (chain, draw) counts, {shapes}: "
+            "draw d of chain c is one value of every site. Pass the samples of one run, or cut "
+            "every site to common chains and draws (value[:C, :S])."
+        )
+    chains, draws = next(iter(shapes.values()))
+    stats = {k: tuple(v.shape) for k, v in result.sample_stats.items()}
+    wrong = {k: shape for k, shape in stats.items() if shape != (chains, draws)}
+    if wrong:
+        raise ValueError(
+            f"{fn}: result.sample_stats must be (chain, draw) = {(chains, draws)}, as the "
+            f"samples, got {wrong}. Pass the stats of the same run, cut as the samples."
+        )
+    for site, value in result.samples.items():
+        if not value.is_floating_point():
+            continue
+        bad = (~torch.isfinite(value)).reshape(chains, draws, -1).any(-1).nonzero()
+        if len(bad):
+            chain, draw = bad[0].tolist()
+            raise ValueError(
+                f"{fn}: result.samples[{site!r}] holds NaN or inf in {len(bad)} of "
+                f"{chains * draws} draws, the first at chain {chain}, draw {draw}: the model's "
+                "predictions and log-likelihood would be NaN there. NUTS and HMC draws are "
+                "finite: check how these samples were made or loaded, or keep the finite draws "
+                "of every site and of result.sample_stats (value[:, keep])."
+            )
+
+
+def _check_guide_finite(guide: Any, fn: str) -> None:
+    """Refuse a guide whose parameters hold NaN or inf (a fit that diverged): Pyro's check of
+    the guide's distributions failed on them ("Expected parameter loc ... to satisfy the
+    constraint Real()"), naming neither the guide nor a fix."""
+    if isinstance(guide, MeanFieldGuide):
+        named = [(f"{s!r} (location)", guide.site_loc(s)) for s in guide.sites]
+        named += [(f"{s!r} (scale)", guide.site_scale(s)) for s in guide.sites]
+    elif isinstance(guide, nn.Module):
+        named = [
+            (repr(name), p) for name, p in guide.named_parameters() if not nn.parameter.is_lazy(p)
+        ]
+    else:
+        return
+    bad = [name for name, t in named if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:
+        raise ValueError(
+            f"{fn}: the guide's parameters hold NaN or inf, at {', '.join(bad[:3])}"
+            f"{' ...' if len(bad) > 3 else ''}: its fit diverged, so its draws are not numbers. "
+            "Fit it again, with a smaller learning rate (or from a checkpoint of before the "
+            "loss turned NaN)."
+        )
+
+
+def _check_outputs(outputs: Tensor, where: str, cols: slice, fn: str) -> None:
+    """Refuse a pyrouq model's outputs ``(..., B, D)`` that are NaN or inf at a draw (``where``
+    names it; the points ``cols``): torch's check of the likelihood's parameters failed on them
+    ("Expected parameter logits ..."), naming neither the draw nor the inputs."""
+    bad = ~torch.isfinite(outputs)
+    if not bool(bad.any()):
+        return
+    first = cols.start or 0
+    rows = (
+        bad.reshape(-1, *outputs.shape[-2:]).any(-1).any(0).nonzero().flatten() + first
+    ).tolist()
+    raise ValueError(
+        f"{fn}: the model's outputs are NaN or inf {where}, for inputs {rows[:10]}"
+        f"{' ...' if len(rows) > 10 else ''}, so its predictions and log-likelihood are not "
+        "numbers. Check those inputs (far larger than the data the model was fitted on?) and "
+        "the draws; a float16 model overflows past 65,504: export a float32 copy of the model "
+        "and its guide."
+    )
+
+
+def _outside(fn: Any, value: Tensor) -> int | None:
+    """How many entries of ``value`` lie outside ``fn``'s support, checked entry by entry on
+    the distribution inside its Independent / Expanded / Masked wrappers; None where that
+    cannot be told (no support declared, a dependent one, a mixture's: torch's check asks for
+    every component's)."""
+    inner = innermost_distribution(fn)
+    if isinstance(inner, torch.distributions.MixtureSameFamily):
+        return None
+    try:
+        return int((~torch.as_tensor(inner.support.check(value), dtype=torch.bool)).sum())
+    except (NotImplementedError, ValueError, RuntimeError, IndexError, AttributeError):
+        return None
+
+
+def _outside_support(site: dict[str, Any], outside: int) -> str:
+    """Why observed values outside their distribution's support are refused, and what to do."""
+    fn, value = site["fn"], site["value"]
+    nan = value.is_floating_point() and bool(value.isnan().any())
+    return (
+        f"The observed values of site {site['name']!r} lie outside the support of its "
+        f"distribution ({type(fn).__name__}, support {fn.support}) at {outside} entries"
+        f"{' (NaN among them: drop the points without a target)' if nan else ''}: the "
+        "model cannot have produced these data. Pass data of that support (labels of a "
+        "Bernoulli in {0, 1}, of a Categorical in [0, C), say)."
+    )
+
+
+def _fixed_support(fn: Any) -> bool:
+    """Whether ``fn``'s support is the same at every draw: no bound held as a tensor, which a
+    draw may set (a Uniform's, a Binomial's count), where a value outside is a log-likelihood
+    of -inf at that draw rather than data the model cannot produce."""
+    try:
+        bounds = vars(innermost_distribution(fn).support).values()
+    except (AttributeError, NotImplementedError, TypeError):
+        return False
+    return not any(torch.is_tensor(bound) for bound in bounds)
 
 
 def _masked(site: dict[str, Any]) -> bool:

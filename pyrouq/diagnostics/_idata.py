@@ -28,118 +28,29 @@ from pyrouq.diagnostics._common import (
     _arviz,
     _check_callables,
     _check_data,
-    _check_labels,
+    _check_guide_finite,
+    _check_outputs,
+    _check_result,
     _check_result_data,
     _check_var_names,
+    _fixed_support,
     _latent_sites,
     _masked,
     _numpy,
+    _outside,
+    _outside_support,
     _prepared,
     _replayed_draws,
     _typed,
     _warn_not_finite,
+    _warn_one_draw,
     _weight_dims,
 )
+from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logits, _stored_dtype
 
 # --------------------------------------------------------------------------------------------
 # to_inference_data()
 # --------------------------------------------------------------------------------------------
-
-
-class _Draws:
-    """``(S, ...)`` CPU tensors, filled one draw at a time."""
-
-    def __init__(self, num_draws: int):
-        self.num_draws = num_draws
-        self.values: dict[str, Tensor] = {}
-
-    def alloc(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-        self.values[name] = torch.empty((self.num_draws, *shape), dtype=dtype)
-        return self.values[name]
-
-    def put(self, name: str, s: int, value: Tensor) -> None:
-        """Store draw ``s`` of ``name`` (allocated on its first value)."""
-        if name not in self.values:
-            self.alloc(name, tuple(value.shape), value.dtype)
-        self.values[name][s] = value.detach().cpu()
-
-    def numpy(self, name: str, chains: int = 1) -> np.ndarray:
-        """``(chain, draw, ...)``: the S draws split into ``chains`` chains (one by default)."""
-        value = _numpy(self.values[name])  # (a bfloat16 model's draws as float32)
-        return value.reshape(chains, value.shape[0] // chains, *value.shape[1:])
-
-
-def _stored_dtype(value: Tensor) -> torch.dtype:
-    """float64 for a float64 model's predictions, float32 for any other (half included)."""
-    return torch.promote_types(value.dtype, torch.float32)
-
-
-_LATENT = "posterior/"
-"""The prefix of the latent sites' draws in :class:`_Draws`: a Pyro model's site "scale" (or
-"probs", "log_lik") is not the predictions' of that name."""
-
-_MEMBER_LOC, _MEMBER_SCALE = "_member_loc", "_member_scale"
-"""A rank-1 Gaussian's per-member means and standard deviations ``(S, M, N, D)``, not
-exported: :func:`_sample_obs` draws ``obs`` from their mixture."""
-
-
-def _store_logits(
-    out: _Draws,
-    draws: int | slice,
-    cols: slice,
-    logits: Tensor,
-    y: Tensor,
-    n: int,
-    likelihood: Likelihood,
-    latent: dict[str, Tensor] | None = None,
-    mixture: bool = False,
-) -> None:
-    """Store the predictions and the pointwise log-likelihood ``(S, N)`` of outputs ``(B, D)``
-    (draw ``draws``) or ``(S, B, D)`` (every member, ``draws=slice(None)``) on the points
-    ``cols`` of the targets ``y``, both from the model's likelihood: class probabilities
-    ``probs`` ``(S, N, C)`` for a classifier, ``loc`` and ``scale`` ``(S, N, D)`` for a
-    Gaussian. With ``mixture`` the outputs ``(M, B, D)`` are a rank-1 draw's members, stored
-    as their equally weighted mixture (its probabilities; for a Gaussian its mean, standard
-    deviation and density, the members' own Normals kept to draw ``obs`` from). Predictions
-    are stored in float32, or in float64 for a float64 model (:func:`_stored_dtype`)."""
-    stored = _stored_dtype(logits)
-    outputs = logits.double()
-    if isinstance(likelihood, Categorical):
-        if mixture:
-            log_probs = torch.log_softmax(outputs, dim=-1)
-            outputs = torch.logsumexp(log_probs, dim=0) - np.log(outputs.shape[0])
-        if "probs" not in out.values:  # the first batch: C is known now
-            _check_labels("to_inference_data()", y, logits.shape[-1])
-            out.alloc("probs", (n, logits.shape[-1]), stored)
-            out.alloc("log_lik", (n,), torch.float64)
-        target = y[cols].expand(*outputs.shape[:-1])
-        out.values["probs"][draws, cols] = likelihood.predictive(outputs).to(stored).cpu()
-        log_lik = likelihood.distribution(outputs, latent).log_prob(target)
-    else:
-        loc, scale = likelihood.predictive(outputs, latent)  # (M, B, D) each with mixture
-        if "loc" not in out.values:
-            # every target, not the first batch's alone (a NaN further on met torch's check)
-            problem = likelihood.target_problem(y, loc.shape[-1])
-            if problem is not None:
-                raise ValueError(f"to_inference_data(): {problem}.")
-            likelihood.check_targets(y[cols], logits, "to_inference_data()")
-            for name in ("loc", "scale"):
-                out.alloc(name, (n, loc.shape[-1]), stored)
-            if mixture:
-                for name in (_MEMBER_LOC, _MEMBER_SCALE):
-                    out.alloc(name, (loc.shape[0], n, loc.shape[-1]), stored)
-            out.alloc("log_lik", (n,), torch.float64)
-        target = likelihood.shape_targets(y[cols], outputs).double()
-        log_lik = likelihood.distribution(outputs, latent).log_prob(target)
-        if mixture:
-            out.values[_MEMBER_LOC][draws, :, cols] = loc.to(stored).cpu()
-            out.values[_MEMBER_SCALE][draws, :, cols] = scale.to(stored).cpu()
-            mean = loc.mean(0)
-            loc, scale = mean, (scale**2 + (loc - mean) ** 2).mean(0).sqrt()
-            log_lik = torch.logsumexp(log_lik, dim=0) - np.log(outputs.shape[0])
-        out.values["loc"][draws, cols] = loc.to(stored).cpu()
-        out.values["scale"][draws, cols] = scale.to(stored).cpu()
-    out.values["log_lik"][draws, cols] = log_lik.cpu()
 
 
 @torch.no_grad()
@@ -172,7 +83,8 @@ def to_inference_data(
       attribute ``.loc`` is xarray's label indexer. ``probs``, ``loc`` and ``scale`` are
       float32, float64 for a model that computes in float64.
     * ``log_likelihood`` -- ``obs``: ``(1, S, N)``, ``log p(y_n | x_n, w_s)`` (unscaled,
-      float64), so ``az.loo`` and ``az.waic`` work (from two draws on: with one, arviz fails).
+      float64), so ``az.loo`` and ``az.waic`` work (from two draws on: with one, ``az.loo``
+      fails, and the export warns).
     * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
     * ``sample_stats`` -- for an :class:`pyrouq.MCMCResult` only, whose C chains replace the
       one chain above (``(chain=C, draw=S, ...)`` in every group): ``diverging``,
@@ -241,13 +153,19 @@ def to_inference_data(
         x or y not a tensor; an MCMCResult given as the guide, or with a guide.
     ValueError
         x and y of different lengths, num_samples < 1, unknown var_names, labels outside
-        ``[0, C)``, no guide for a model with latent sites, a guide (or num_samples,
-        var_names) for a BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out.
+        ``[0, C)`` (or a Pyro model's ``"obs"`` values outside its distribution's support),
+        no guide for a model with latent sites, a guide (or num_samples, var_names) for a
+        BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out; a guide whose
+        parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
+        MCMCResult whose sites or sample stats differ in (chain, draw), or whose draws hold
+        NaN or inf.
 
     Warns
     -----
     RuntimeWarning
         Where the pointwise log-likelihood is NaN or +inf, or -inf (``az.loo`` is then NaN).
+    UserWarning
+        Where a single draw is exported (S = 1): ``az.loo`` fails on it.
 
     Examples
     --------
@@ -302,6 +220,7 @@ def to_inference_data(
                 f"and no guide; a loaded result carries neither: set {setting} first{passing}."
             )
         _check_result_data(fn, given, x, y)
+        _check_result(result, fn)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
@@ -331,8 +250,8 @@ def to_inference_data(
         draws = result.draws()
         total = result.num_chains * result.num_samples
         weights = ({k: v[i].to(device or "cpu") for k, v in draws.items()} for i in range(total))
-        out = _export_weights(model, weights, xd, yd, n, total, keep, batch_size)
         chains = result.num_chains
+        out = _export_weights(model, weights, xd, yd, n, total, keep, batch_size, chains)
         posterior_dims = _named_dims(model, keep, out)
     elif guide is None:
         if has_latent_sites(model):
@@ -359,6 +278,7 @@ def to_inference_data(
         keep = []
     else:
         check_guide(model, guide, fn)
+        _check_guide_finite(guide, fn)
         if _is_ensemble(model):
             raise ValueError(
                 f"{fn}: a guide was given for a BatchEnsemble ({type(model).__name__}), which "
@@ -374,6 +294,11 @@ def to_inference_data(
         posterior_dims = _named_dims(model, keep, out)
 
     _warn_not_finite(out.values["log_lik"], fn)
+    if out.num_draws == 1:
+        how = "export two or more guide draws: num_samples >= 2 (the default is 100)"
+        if result is not None or guide is None:
+            how = "run two or more draws" if result is not None else "use two or more members"
+        _warn_one_draw(fn, how)
     coords: dict[str, Any] = {"obs_id": np.arange(n)}
     dims: dict[str, list[str]] = {"obs": ["obs_id"]}  # the predictions' dims
     predictive = {"obs": out.numpy("obs", chains)}
@@ -456,25 +381,6 @@ def _batches(n: int, batch_size: int) -> Iterator[slice]:
         yield slice(start, min(start + batch_size, n))
 
 
-def _sample_obs(out: _Draws, y: Tensor) -> None:
-    """Draw ``obs`` from the stored predictions (a Categorical of ``probs``, a Normal of
-    ``loc`` and ``scale``), one draw at a time (the random stream then does not depend on
-    ``batch_size``), shaped as the observed ``y``."""
-    for s in range(out.num_draws):
-        if "probs" in out.values:
-            value = torch.distributions.Categorical(probs=out.values["probs"][s]).sample()
-        elif _MEMBER_LOC in out.values:  # a mixture of the members' Normals: a member per point
-            loc, scale = out.values[_MEMBER_LOC][s], out.values[_MEMBER_SCALE][s]
-            member = torch.randint(loc.shape[0], (loc.shape[1],))
-            points = torch.arange(loc.shape[1])
-            normal = torch.distributions.Normal(loc[member, points], scale[member, points])
-            value = normal.sample().reshape(y.shape)
-        else:
-            normal = torch.distributions.Normal(out.values["loc"][s], out.values["scale"][s])
-            value = normal.sample().reshape(y.shape)
-        out.put("obs", s, value)
-
-
 def _export_bayesian(
     model: Any,
     guide: Any,
@@ -507,8 +413,10 @@ def _export_weights(
     num_samples: int,
     keep: list[str],
     batch_size: int,
+    chains: int | None = None,
 ) -> _Draws:
-    """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws."""
+    """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws (guide
+    draws, or the draws of ``chains`` MCMC chains, chain after chain)."""
     out = _Draws(num_samples)
     # draws of another dtype (an MCMC run's float32 for a float16 model) run in the model's,
     # as in predict(); the posterior group keeps them as they came
@@ -524,6 +432,9 @@ def _export_weights(
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
                 logits = model.outputs(x[cols], weights)
+                per = num_samples // chains if chains else 0
+                where = f"chain {s // per}, draw {s % per}" if per else f"guide draw {s}"
+                _check_outputs(logits, f"at {where}", cols, "to_inference_data()")
                 mixture = getattr(model, "num_members", None) is not None  # rank-1
                 _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None, mixture)
     _sample_obs(out, y)
@@ -535,7 +446,9 @@ def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) 
     out = _Draws(int(model.num_members))
     with _prepared(model, n), pyro.validation_enabled(False):
         for cols in _batches(n, batch_size):
-            _store_logits(out, slice(None), cols, model(x[cols]), y, n, _likelihood(model))
+            outputs = model(x[cols])
+            _check_outputs(outputs, "in its members", cols, "to_inference_data()")
+            _store_logits(out, slice(None), cols, outputs, y, n, _likelihood(model))
     _sample_obs(out, y)
     return out
 
@@ -576,6 +489,10 @@ def _export_pyro(
                     "to_inference_data(model, guide, x[keep], y[keep]) with keep the points the "
                     "mask keeps."
                 )
+            if s == 0 and _fixed_support(site["fn"]):  # (torch's IndexError for a label of C)
+                outside = _outside(site["fn"], site["value"])
+                if outside:
+                    raise ValueError(f"to_inference_data(): {_outside_support(site, outside)}")
             log_lik = site["fn"].log_prob(site["value"])
             if log_lik.shape != (n,):
                 raise ValueError(

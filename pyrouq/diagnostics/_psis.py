@@ -15,7 +15,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._own_models import check_traces_match
-from pyrouq._util import check_count, check_int, innermost_distribution, module_device
+from pyrouq._util import check_count, check_int, module_device
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -33,8 +33,11 @@ from pyrouq.diagnostics._common import (
     _arviz,
     _check_callables,
     _check_data,
+    _check_guide_finite,
     _latent_sites,
     _masked,
+    _outside,
+    _outside_support,
     _prepared,
     _replayed_draws,
     _typed,
@@ -165,20 +168,6 @@ def _restore(saved: list[tuple[Any, Any]]) -> None:
             d._validate_args = was
 
 
-def _outside(fn: Any, value: Tensor) -> int | None:
-    """How many entries of ``value`` lie outside ``fn``'s support, checked entry by entry on
-    the distribution inside its Independent / Expanded / Masked wrappers; None where that
-    cannot be told (no support declared, a dependent one, a mixture's: torch's check asks for
-    every component's)."""
-    inner = innermost_distribution(fn)
-    if isinstance(inner, torch.distributions.MixtureSameFamily):
-        return None
-    try:
-        return int((~torch.as_tensor(inner.support.check(value), dtype=torch.bool)).sum())
-    except (NotImplementedError, ValueError, RuntimeError, IndexError, AttributeError):
-        return None
-
-
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
     """``sum`` of the (scaled, masked) log densities of a trace, float64; observed sites times
     ``observed_factor``, deterministic and subsample sites skipped."""
@@ -194,13 +183,7 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
         try:
             outside = None if _masked(site) else _outside(fn, value)
             if outside and site["is_observed"]:  # (before log_prob: a label out of range fails)
-                raise ValueError(
-                    f"The observed values of site {site['name']!r} lie outside the support of "
-                    f"its distribution ({type(fn).__name__}, support {fn.support}) at "
-                    f"{outside} entries: the model cannot have produced these data. Pass data "
-                    "of that support (labels of a Bernoulli in {0, 1}, of a Categorical in "
-                    "[0, C), say)."
-                )
+                raise ValueError(_outside_support(site, outside))
             log_p = fn.log_prob(value)
         finally:
             _restore(saved)
@@ -320,7 +303,8 @@ def psis_diagnostic(
     guide : callable
         A guide of ``model``, called as ``guide(x, y)``, that samples every latent site. A
         point mass (``AutoDelta``, a MAP fit: the same value of every site at each draw) has
-        no density q(w) and is refused.
+        no density q(w) and is refused, and so is a guide whose parameters hold NaN or inf (a
+        fit that diverged).
     x, y : torch.Tensor
         ``(N, ...)`` inputs and targets, the data set D (floating inputs are cast to the
         model's dtype, as by ``predict()``).
@@ -392,6 +376,7 @@ def psis_diagnostic(
         )
     _check_callables(fn, model, guide)
     check_guide(model, guide, fn)
+    _check_guide_finite(guide, fn)
     device = module_device(model, guide)
     if device is not None:
         x, y = x.to(device), y.to(device)
