@@ -48,7 +48,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyro.optim
 import torch
 from torch import nn
@@ -74,8 +73,10 @@ from pyrouq.checkpoint._file import (
     _cpu,
     _plain_data,
     _write,
+    checked_device,
     read,
 )
+from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.mcmc import MCMCResult
 
 __all__ = [
@@ -130,74 +131,6 @@ def library_versions() -> dict[str, str]:
     return {"pyrouq": __version__, "torch": torch.__version__, "pyro": pyro.__version__}
 
 
-def python_number(value: Any) -> Any:
-    """A numpy number (of a model's settings, ``BayesianMLP(hidden_features=np.int64(64))``, or
-    of the metadata) as the Python number JSON writes; anything else stays refused."""
-    if isinstance(value, np.generic) and np.ndim(value) == 0:
-        return value.item()
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def json_text(metadata: Any) -> str:
-    """``metadata`` as JSON text, or a :class:`CheckpointError` saying what to convert (what
-    JSON would change, a tuple or a key that is not a string, too: it would load otherwise)."""
-    changed = _changed_by_json(metadata, "metadata")
-    if changed:
-        raise CheckpointError(
-            f"metadata must hold JSON values, which load back as saved; {changed}. Convert it "
-            "(a list for a tuple, str(key) for a key) before saving."
-        )
-    try:
-        return json.dumps(metadata, allow_nan=True, default=python_number)
-    except (TypeError, ValueError) as err:
-        found = _not_json(metadata, "metadata")
-        raise CheckpointError(
-            f"metadata must hold JSON values (dicts, lists, strings, numbers, booleans, None); "
-            f"got {f'{found[0]} of type {found[1]}' if found else err}. Convert tensors with "
-            ".tolist() or float()."
-        ) from None
-
-
-def _not_json(value: Any, where: str, seen: frozenset[int] = frozenset()) -> tuple[str, str] | None:
-    """Where in ``value`` the first value lies that JSON cannot write, and its type's name."""
-    if value is None or isinstance(value, (str, int, float)) or isinstance(value, np.generic):
-        return None
-    if not isinstance(value, (dict, list, tuple)):
-        return where, type(value).__name__
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items if id(value) not in seen else ():
-        found = _not_json(item, f"{where}[{key!r}]", seen | {id(value)})
-        if found:
-            return found
-    return None
-
-
-def _changed_by_json(value: Any, where: str, seen: frozenset[int] = frozenset()) -> str:
-    """Where JSON would give ``value`` back changed (a tuple as a list, a key that is not a
-    string as one), and how; ``""`` if nowhere (or in a circular reference, which json.dumps
-    refuses itself)."""
-    if id(value) in seen:
-        return ""
-    if isinstance(value, (tuple, dict, list)):
-        seen = seen | {id(value)}
-    if isinstance(value, tuple):
-        return f"{where} is a tuple, which would load back as a list"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, (int, float, bool)) or key is None:  # json.dumps takes these
-                as_text = json.dumps({key: 0})[1:-4]
-                return f"{where} has the key {key!r}, which would load back as {as_text}"
-            found = _changed_by_json(item, f"{where}[{key!r}]", seen)
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _changed_by_json(item, f"{where}[{index}]", seen)
-            if found:
-                return found
-    return ""
-
-
 def save(
     path: str | os.PathLike[str],
     model: nn.Module,
@@ -239,7 +172,8 @@ def save(
         For a model or guide it cannot describe (a subclass of a pyrouq model, a likelihood
         other than pyrouq's ``Categorical`` / ``Gaussian``, a prior that is not a
         ``pyro.distributions`` family with tensor parameters), metadata that is not JSON, or
-        an optimizer state that is not tensors, numbers and strings.
+        an optimizer state, or a module's extra state (``get_extra_state()``), that is not
+        tensors, numbers and strings (load() would refuse to unpickle it).
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
@@ -427,7 +361,9 @@ def load(
         The class the caller expects (e.g. ``BayesianLeNet``); a checkpoint of another class
         is refused.
     device : str or torch.device, optional
-        Where the rebuilt model and guide live, or an MCMC result's draws (default CPU).
+        Where the rebuilt model and guide live (default: the ``module=`` skeleton's device,
+        else the CPU), or an MCMC result's draws (default CPU). A device torch cannot put
+        tensors on here (a GPU it does not see) or the meta device (no values) is refused.
     module : nn.Module, optional
         The skeleton of a converted network (:func:`pyrouq.bayesian`,
         :func:`pyrouq.batchensemble`) or of a plain module: a freshly built network of the
@@ -445,12 +381,16 @@ def load(
     Raises
     ------
     CheckpointError
-        A missing, truncated or corrupted file, one holding pickled Python objects, one of
-        another model class than ``model_class``, a converted network without a skeleton or
-        with one that does not match, parameters that do not fit the description, or a
-        description or metadata that ``save()`` did not write (edited by hand).
+        A missing, unreadable (no permission), truncated or corrupted file, one holding
+        pickled Python objects, one of another model class than ``model_class``, a converted
+        network without a skeleton or with one that does not match, parameters that do not fit
+        the description, or a description or metadata that ``save()`` did not write (edited by
+        hand).
+    ValueError
+        A ``device`` torch cannot use here, or the meta device.
     """
     check_path_type(path, "load()")
+    device = checked_device(device)
     payload = read(path)
     if payload.get("format") == MCMC_FORMAT:
         if model_class is not None or module is not None:

@@ -134,7 +134,10 @@ def _describe_likelihood(model: Any) -> dict[str, Any]:
 def describe_model(model: nn.Module) -> dict[str, Any]:
     """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``, plus
     ``"module"`` (the structure of the original network) for converted networks, and
-    ``"default_kl_weight"`` where the model (or its likelihood) sets fit()'s own."""
+    ``"default_kl_weight"`` where the model (or its likelihood) sets fit()'s own. A state
+    that load() would not read back (an object of a module's extra state) is refused."""
+    from pyrouq.checkpoint._file import check_read_back  # (_file imports this module)
+
     name = type(model).__name__
     doors = _front_doors()
     out: dict[str, Any]
@@ -176,6 +179,7 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
             "parameters (pyro.get_param_store().save(path), which holds an autoguide's and "
             "every pyro.param), and rebuild the model and guide yourself."
         )
+    check_read_back(model)
     out["num_data"] = getattr(model, "num_data", None)
     given = getattr(model, "given_num_data", None)  # the N it was built with, fit()'s default
     if given is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import io
 import os
 import pickle
 import pickletools
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError
 
 FORMAT = "pyrouq.checkpoint"
@@ -28,12 +30,19 @@ _READABLE_VERSIONS = (1, 2, 3)
 
 def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate the raw checkpoint dict (tensors only; no code runs)."""
-    path = Path(path)
+    given, path = str(os.fspath(path)), Path(path)
     if not path.is_file():
         what = "the path is a folder" if path.is_dir() else "the file does not exist"
+        if os.path.expanduser(given) != given:  # save() refuses it too: "~/runs/c.pt"
+            what += f" (its '~' is not expanded: pass os.path.expanduser({given!r}))"
         raise CheckpointError(
             f"No checkpoint at {str(path)!r}: {what}. Pass the path that "
             "pyrouq.save() or `pyrouq fit --out DIR` wrote (DIR/checkpoint.pt)."
+        )
+    if not os.access(path, os.R_OK):  # (was a PermissionError's traceback in the command)
+        raise CheckpointError(
+            f"{str(path)!r} cannot be read: permission denied. Ask its owner to make it "
+            "readable (chmod +r), or load a copy you can read."
         )
     foreign = _not_written_by_torch(path)
     if foreign:
@@ -262,3 +271,59 @@ def _plain_data(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_plain_data(v) for v in value)
     return False
+
+
+def check_read_back(model: Any) -> None:
+    """Refuse a model whose state holds a value that :func:`read` would refuse to unpickle (a
+    module's ``get_extra_state()`` returning an object of its own): save() would write a file
+    that load() refuses, as holding pickled Python objects. Tensors, numbers, strings, and
+    lists, tuples and dicts of them pass at once; any other value is written and read back."""
+    if not isinstance(model, torch.nn.Module):
+        return
+    state = model.state_dict(keep_vars=True)  # (a lazy parameter cannot be detached)
+    for key, value in state.items():
+        if torch.is_tensor(value) or _plain_data(value):
+            continue
+        buffer = io.BytesIO()
+        try:  # what torch.load(weights_only=True) reads back (a torch.Size, a dtype, ...)
+            torch.save(value, buffer)
+            buffer.seek(0)
+            torch.load(buffer, weights_only=True)
+        except Exception:
+            raise CheckpointError(
+                f"save() cannot write {class_name(model)}: its state entry {key!r} is a "
+                f"{class_name(value)} (what its module's get_extra_state() returns), which "
+                "load() would refuse to unpickle, as any Python object. Make "
+                "get_extra_state() return tensors, numbers, strings, lists or dicts of them, "
+                "or save model.state_dict() with torch.save yourself."
+            ) from None
+
+
+def checked_device(device: Any) -> Any:
+    """``load(device=...)``: ``device`` if torch can put tensors there (None: the default), or
+    a ValueError saying what to pass (torch's errors came after the whole file was rebuilt,
+    and the meta device took the model silently, its saved values dropped)."""
+    if device is None:
+        return None
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"load() expects device= to be a torch device, e.g. 'cpu' or 'cuda', got "
+            f"{device!r} ({str(err).splitlines()[0] if str(err) else type(err).__name__}). "
+            "Pass device='cpu' or leave it out."
+        ) from None
+    if parsed.type == "meta":
+        raise ValueError(
+            f"load(device={device!r}) would drop the saved values: the meta device holds "
+            "shapes, no values. Pass device='cpu' or 'cuda' (or leave it out)."
+        )
+    try:
+        torch.zeros(1, device=parsed)
+    except (RuntimeError, AssertionError) as err:  # no GPU, no CUDA build, no such index
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"load(device={device!r}): torch cannot use that device here ({first}). Pass "
+            "device='cpu' or leave it out."
+        ) from None
+    return device

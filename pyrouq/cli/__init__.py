@@ -87,7 +87,7 @@ def _out_dir(args: argparse.Namespace) -> Path:
             f"--out is {args.out!r}, an empty name; pass a folder, or leave --out out for "
             "runs/MODEL-TIMESTAMP"
         )
-    out = Path(args.out)
+    out = Path(os.path.expanduser(args.out))  # as --data-root: no shell expands --out=~/runs
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:

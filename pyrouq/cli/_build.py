@@ -328,7 +328,7 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
             max(1, DEFAULT_NUM_SAMPLES // args.members) if rank1 else DEFAULT_NUM_SAMPLES
         )
     try:
-        return _build(args, method)
+        model, guide = _build(args, method)
     except ValueError as err:  # a --prior-scale the network's dtype holds as 0 or inf
         held = _HELD.match(" ".join(str(err).split()))
         if held is None:
@@ -339,6 +339,26 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
             f"--prior-scale {args.prior_scale:g} is {value} in {dtype}, the precision of the "
             f"network's weights (at most {most}); pass a --prior-scale it holds, e.g. the "
             f"default {default:g}"
+        ) from None
+    if method is not None:
+        _check_savable(model, args.model, method)
+    return model, guide
+
+
+def _check_savable(model: Any, spec: str, method: str) -> None:
+    """Refuse, before the run folder is made, a factory's network whose checkpoint.pt
+    pyrouq.save() would refuse (a module's extra state that load() would not read back):
+    fit() refused it at its start, in Python's words (checkpoint=)."""
+    from pyrouq.checkpoint import CheckpointError
+    from pyrouq.checkpoint._file import check_read_back
+
+    try:
+        check_read_back(model)
+    except CheckpointError as err:
+        text = " ".join(str(err).split()).split(", or save model.state_dict()")[0]
+        text = re.sub(r"^save\(\) cannot write [^:]*: ", "", text).rstrip(".")
+        raise CommandError(
+            f"factory {spec!r}, --method {method}: the run's checkpoint.pt would not load: {text}"
         ) from None
 
 

@@ -99,8 +99,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise CommandError(
             f"RUN_DIR is {args.run_dir!r}, an empty name; pass a folder of `pyrouq fit`"
         )
-    run = Path(args.run_dir)
+    run = Path(os.path.expanduser(args.run_dir))  # as --data-root (a quoted "~/runs/x")
     checkpoint = run / "checkpoint.pt"
+    if run.is_file():  # the run's checkpoint.pt, most likely: its folder is the RUN_DIR
+        raise CommandError(
+            f"RUN_DIR {str(run)!r} is a file; pass the run's folder, {str(run.parent)!r}"
+        )
     if not run.is_dir():
         raise CommandError(f"RUN_DIR {str(run)!r} is not a folder; pass a folder of `pyrouq fit`")
     if not checkpoint.is_file():
