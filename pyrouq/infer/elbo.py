@@ -220,10 +220,12 @@ class KLWeightedELBO(ELBO):
     through ``mean + sqrt(var) * eps``; other latent sites are drawn whole, as are layers
     with a site drawn LogNormal (a prior on (0, inf)) and layers called more than once a
     forward, never (their weight read as a tensor), or, for a Linear, on inputs of more than
-    two dims. The KL term is unchanged. For linear layers this is an
-    unbiased estimate of the same loss with lower variance; for convolutions it approximates
-    it (outputs at different positions get independent noise). Any other guide warns and falls
-    back to weight sampling.
+    two dims. The KL term is as without it, its Monte Carlo part over ``num_particles`` draws:
+    for the LogNormal-guided sites and the likelihood's (a noise scale), the draws the NLL
+    took; for the others (say a Normal guide under a scale-mixture prior), fresh draws. For
+    linear layers this is an unbiased estimate of the same loss with lower variance; for
+    convolutions it approximates it (outputs at different positions get independent noise).
+    Any other guide warns and falls back to weight sampling.
 
     Parameters
     ----------
@@ -359,7 +361,8 @@ class KLWeightedELBO(ELBO):
     ) -> Tensor:
         """``KL(q || p)`` summed over the sites but those in ``skip``: analytic where torch
         knows the pair, else the Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``
-        (one fresh draw without them). q is Normal, LogNormal for the ``positive`` sites."""
+        (for a site they lack, over as many fresh draws, at least one). q is Normal, LogNormal
+        for the ``positive`` sites."""
         total = torch.zeros((), device=next(iter(loc.values())).device)
         network = model.network_sites()
         others = [site for site in model.latent_sites() if site not in network]  # likelihood's
@@ -379,7 +382,9 @@ class KLWeightedELBO(ELBO):
             try:
                 total = total + torch.distributions.kl_divergence(q, prior).sum()  # type: ignore[arg-type]
             except NotImplementedError:
-                values = [weights[site].to(wide) for weights in draws] or [q.rsample()]
+                values = [w[site].to(wide) for w in draws if site in w] or [
+                    q.rsample() for _ in range(max(len(draws), 1))
+                ]
                 estimate = sum(q.log_prob(w) - prior.log_prob(w) for w in values)
                 total = total + torch.as_tensor(estimate).sum() / len(values)
         return total
@@ -441,14 +446,16 @@ class KLWeightedELBO(ELBO):
             for _ in range(1 if num else count):
                 net_loc = {s: loc[s] for s in network}
                 net_scale = {s: scale[s] for s in network}
-                for site, value in draw(
-                    {s: loc[s] for s in logn}, {s: scale[s] for s in logn}, None, positive
-                ).items():
+                whole = draw({s: loc[s] for s in logn}, {s: scale[s] for s in logn}, None, positive)
+                for site, value in whole.items():
                     net_loc[site], net_scale[site] = value, torch.zeros_like(value)
                 out = _engine.run_local(model.net, inputs(), net_loc, net_scale, layers, num)
                 noise = draw({s: loc[s] for s in own}, {s: scale[s] for s in own}, num, positive)
                 nll = nll + observed_nll(model, out, y, noise)
                 runs.append(out)
+                # the KL's Monte Carlo part takes the draws the NLL took, particle by particle
+                drawn = {**whole, **noise}  # (whole is empty when vectorised: num needs no logn)
+                draws += [{s: v[i] for s, v in drawn.items()} for i in range(num or 0)] or [drawn]
             first = torch.stack(runs) if self.vectorize_particles and num is None else runs[0]
             kl = self._kl(model, loc, scale, draws, positive)
         else:
