@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pyrouq._util import ShardedOrder, example_sampler, len_or
+from pyrouq._util import ShardedOrder, example_sampler, len_or, warn_caller
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,11 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
     any other loader would give every rank the same data and is refused. The ranks decide
     together (one ``all_reduce``): a loader refused on one rank only stops every rank, instead
     of leaving the others in the next collective (which would meet the refused rank's next
-    one, and read its numbers)."""
+    one, and read its numbers). Without ranks, a ``DistributedSampler`` of several replicas
+    (rank r's share, built with ``num_replicas=``) is warned of: the run would see that
+    share alone."""
     if not group.active:
+        _warn_of_a_lone_share(loader)
         yield
         return
     error = None
@@ -139,6 +142,22 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
             yield
     else:
         yield
+
+
+def _warn_of_a_lone_share(loader: Iterable) -> None:
+    """Warn when fit() runs on one process with a loader whose ``DistributedSampler`` serves
+    one rank's share of several: it would train on that share alone, silently."""
+    sampler = example_sampler(loader)
+    if isinstance(sampler, torch.utils.data.DistributedSampler) and sampler.num_replicas > 1:
+        size = len(sampler.dataset)  # type: ignore[arg-type]
+        warn_caller(
+            f"fit(): train_loader's DistributedSampler serves rank {sampler.rank}'s share of "
+            f"{sampler.num_replicas} ({len(sampler)} of {size} examples), "
+            "but fit() runs on one process (no process group of several ranks is "
+            "initialised): it trains on that share alone. Initialise the group on every rank "
+            "first (torchrun, then dist.init_process_group), or pass DataLoader(dataset, "
+            "batch_size, shuffle=True) to train on the whole set."
+        )
 
 
 @contextlib.contextmanager
@@ -206,7 +225,10 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
     """Replace every gradient by its mean over the ranks: one ``all_reduce`` of all of them
     flattened into one buffer (a gradient missing on some ranks counts as zeros there; one
     missing on every rank stays missing, ``None``, as in one process, where the optimizer
-    leaves such a parameter and its state alone, and as under DDP).
+    leaves such a parameter and its state alone, and as under DDP). A sparse gradient
+    (``nn.Embedding(..., sparse=True)``) is averaged dense and handed back sparse, holding the
+    rows whose mean is not zero, on every rank where it was sparse or missing (for an
+    optimizer of sparse gradients, ``SGD``, ``SparseAdam``, ``Adagrad``).
     Returns a scalar flag reduced in the same buffer, 0 when every rank's ``loss`` is finite
     and NaN when any is not, so that every rank stops at the same step (a rank raising alone
     would leave the others waiting in the next collective). The flag, not the loss, travels:
@@ -216,22 +238,30 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
     if not group.active or not params:
         return loss
     present = [p.grad is not None for p in params]
+    sparse = [p.grad is not None and p.grad.is_sparse for p in params]
     grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+        elif p.grad.is_sparse:  # one buffer of one size on every rank: dense while averaged
+            p.grad = p.grad.to_dense()
         grads.append(p.grad)
-    like = grads[0]
-    if all(present):  # no host value to send: no wait for the device
+    like, checked = grads[0], any(sparse) or not all(present)
+    if not checked:  # no host value to send: no wait for the device
         held = torch.ones(len(params), dtype=like.dtype, device=like.device)
+        layouts = torch.zeros(len(params), dtype=like.dtype, device=like.device)
     else:
         held = torch.tensor(present, dtype=like.dtype).to(like.device)
+        layouts = torch.tensor(sparse, dtype=like.dtype).to(like.device)
     flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(like).reshape(1)
-    _average_in_place([*grads, held, flag], group)
-    if not all(present):  # which of this rank's missing gradients no rank had
-        for p, here, anywhere in zip(params, present, held.tolist(), strict=True):
+    _average_in_place([*grads, held, layouts, flag], group)
+    if checked:  # which gradients no rank had, which to hand back sparse
+        rows = zip(params, present, sparse, held.tolist(), layouts.tolist(), strict=True)
+        for p, here, was_sparse, anywhere, sparse_somewhere in rows:
             if not here and anywhere == 0:
                 p.grad = None
+            elif was_sparse or (not here and sparse_somewhere > 0):
+                p.grad = p.grad.to_sparse(sparse_dim=1)  # type: ignore[union-attr]
     return flag[0]
 
 
