@@ -279,7 +279,7 @@ class TensorLoader(ShardedOrder):
         if seed is None:
             seed = int(torch.randint(0, MAX_SEED + 1, (1,)).item())
         else:
-            seed = check_seed(seed, "the loader")
+            seed = check_seed(seed, "TensorLoader")
         self.seed = seed
         self._generator = torch.Generator().manual_seed(self.seed)
 
@@ -342,6 +342,8 @@ def _make_loaders(
 ) -> tuple[TensorLoader, TensorLoader]:
     batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
     download = check_flag("download", download)  # "False" would go to the network
+    if seed is not None:  # named by the caller, and before the files are read
+        seed = check_seed(seed, "load_mnist()" if folder == "MNIST" else "load_fashion_mnist()")
     train_x, train_y = _arrays(folder, "train", root, download)
     test_x, test_y = _arrays(folder, "test", root, download)
     if train_size is not None:

@@ -296,10 +296,10 @@ def predict(
         The fitted guide of a Bayesian model; one built for another model (other sites or
         shapes) is refused, naming the first differing site.
     num_samples : int, optional
-        Posterior draws S for a Bayesian model (default 32). Must stay None for a
-        BatchEnsemble (S = its M members) and a plain network (S = 1). For a rank-1 network
-        (:func:`pyrouq.rank1`) each of K draws runs its M members: S = K * M predictions,
-        draw-major (``s = k * M + m``); K defaults to 32 // M.
+        Posterior draws S for a Bayesian model (default 32), from torch's random stream (which
+        the call advances). Must stay None for a BatchEnsemble (S = its M members) and a plain
+        network (S = 1). For a rank-1 network (:func:`pyrouq.rank1`) each of K draws runs its M
+        members: S = K * M predictions, draw-major (``s = k * M + m``); K defaults to 32 // M.
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass. On CPU a Bayesian
