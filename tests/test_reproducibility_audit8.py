@@ -263,3 +263,24 @@ def test_a_tensor_loader_names_itself_and_numpy_seeds_give_the_int_seeds_order()
         orders.append(torch.cat([x.flatten(1).sum(1) for x, _ in train]))
     assert torch.equal(orders[0], orders[1]) and torch.equal(orders[0], orders[2])
     assert not torch.equal(orders[0], orders[3])
+
+
+@pytest.mark.parametrize("bad", [{"lr_schedule": "bad"}, {"kl_weight": -1.0}, {"checkpoint": 123}])
+def test_a_refused_fit_leaves_the_callers_random_streams_alone(bad) -> None:
+    """fit(seed=0) refused for another argument seeded nothing (it reseeded torch, numpy and
+    random before checking the rest)."""
+    x, y = toy_data(8)
+    model = pyrouq.bayesian(_network(), num_data=8)
+    guide = pyrouq.mean_field_guide(model)
+    torch.manual_seed(7)
+    np.random.seed(7)  # noqa: NPY002
+    random.seed(7)
+    expected = (torch.rand(3), np.random.rand(3), random.random())  # noqa: NPY002
+    torch.manual_seed(7)
+    np.random.seed(7)  # noqa: NPY002
+    random.seed(7)
+    with pytest.raises((ValueError, TypeError)):
+        pyrouq.fit(model, guide, [(x, y)], epochs=1, seed=0, progress=False, **bad)
+    assert torch.equal(torch.rand(3), expected[0])
+    assert np.array_equal(np.random.rand(3), expected[1])  # noqa: NPY002
+    assert random.random() == expected[2]

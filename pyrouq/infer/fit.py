@@ -207,7 +207,8 @@ def fit(
         ``batchensemble()`` draws, follows the seed set before building them: call
         ``torch.manual_seed`` first for a run that repeats from scratch; a loader with a
         generator of its own, ``ArrayLoader(seed=...)`` or a DataLoader's ``generator=``,
-        carries on from where the last run left it: build it anew to repeat a run). Rank r of a
+        carries on from where the last run left it, as do a DataLoader's persistent workers:
+        build it anew to repeat a run). A call refused for its arguments seeds nothing. Rank r of a
         process group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a
         seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
         device a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
@@ -302,9 +303,8 @@ def fit(
     with _distributed.together(early, _SET_UP):
         epochs = check_count("epochs", epochs)
         lr = check_positive_float("lr", lr)
-        if seed is not None:  # now: an autoguide may draw its initial values when first run
+        if seed is not None:
             seed = check_seed(seed, "fit()")
-            pyro.set_rng_seed(seed)
         if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
             raise ValueError(
                 f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
@@ -324,6 +324,8 @@ def fit(
         elbo = KLWeightedELBO(
             kl_weight, num_particles, vectorize_particles, max_plate_nesting=nesting
         )
+        if seed is not None:  # after the checks (a refused call leaves the streams alone),
+            pyro.set_rng_seed(seed)  # before an autoguide may draw its initial values
         if guide is None and has_latent_sites(model):
             raise ValueError(
                 f"{type(model).__name__} has latent sites but guide is None. Pass "
