@@ -24,6 +24,7 @@ import torch
 from pyro.infer.mcmc import HMC, NUTS
 from torch import Tensor
 
+from pyrouq._engine import repeatable
 from pyrouq._util import module_device, seed_generators
 
 __all__ = ["chain_job", "parallel_chains", "spawn_problem"]
@@ -178,11 +179,14 @@ def _pickled_failure(index: int, err: Exception) -> bytes:
 
 
 def chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
-    """One chain (in this process or in a worker): ``_run_chain`` on a packed job."""
+    """One chain (in this process or in a worker): ``_run_chain`` on a packed job, with
+    cuDNN's deterministic kernels on a GPU (as a seeded fit(): its default convolution
+    gradients add in a varying order, and seeded chains would drift in the last bits)."""
     *args, threads = job
     if threads is not None:
         torch.set_num_threads(threads)
-    return _run_chain(*args)
+    with repeatable(module_device(args[0]), True):
+        return _run_chain(*args)
 
 
 def _run_chain(

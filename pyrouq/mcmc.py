@@ -225,7 +225,8 @@ def mcmc(
         In ``[0, 2**32 - 1]``. None: drawn from torch's generator (so ``torch.manual_seed``
         before the call makes it reproducible too). Since chain c runs on ``seed + c``, runs
         on nearby seeds share chains (``seed=1``'s chain 0 is ``seed=0``'s chain 1): for an
-        independent run, take seeds at least ``num_chains`` apart.
+        independent run, take seeds at least ``num_chains`` apart. On a CUDA device the chains
+        run cuDNN's deterministic kernels (put back afterwards), as a seeded :func:`fit`.
     progress : bool, default True
     force : bool, default False
         Sample a model above :data:`MAX_LATENT_VALUES` latent values anyway.

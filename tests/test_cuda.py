@@ -288,6 +288,28 @@ def test_mcmc_chains_run_on_cuda(parallel):
     assert evaluate(preds, y.to(CUDA))["acc"] > 0.9
 
 
+def test_seeded_mcmc_of_a_convolution_repeats_exactly_on_cuda():
+    """Chains of a network with latent convolution weights repeat bit for bit under one seed
+    (cuDNN's deterministic kernels while they run; the user's autotuning put back after)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 1, 6, 6, generator=g), torch.randint(0, 2, (16,), generator=g)
+    cudnn = torch.backends.cudnn
+    flags = cudnn.deterministic, cudnn.benchmark
+    cudnn.benchmark = True
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(32, 2))
+        model = bayesian(net).to(CUDA)
+        result = mcmc(model, x.to(CUDA), y.to(CUDA), num_samples=5, warmup_steps=5, seed=1,
+                      progress=False)  # fmt: skip
+        runs.append(result.samples)
+    assert (cudnn.deterministic, cudnn.benchmark) == (flags[0], True)
+    cudnn.benchmark = flags[1]
+    for site, draws in runs[0].items():
+        assert torch.equal(draws, runs[1][site]), site
+
+
 # ---------------------------------------------------------------------------------------------
 # torch.distributed: two ranks on the GPU(s), gloo on CUDA tensors (nccl needs a GPU per rank)
 # ---------------------------------------------------------------------------------------------
