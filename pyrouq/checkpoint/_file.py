@@ -261,16 +261,23 @@ def _cpu(value: Any) -> Any:
     return value
 
 
-def _plain_data(value: Any) -> bool:
+def _plain_data(value: Any, exact: bool = False) -> bool:
     """Whether ``value`` is made of what ``torch.load(weights_only=True)`` reads back: tensors,
-    numbers, strings, None, and dicts, lists and tuples of them."""
+    numbers, strings, None, and dicts, lists and tuples of them. With ``exact``, of those very
+    types: a subclass (an IntEnum, numpy's float64, a namedtuple) pickles as a class that
+    torch.load(weights_only=True) refuses."""
+    if exact and not (value is None or torch.is_tensor(value) or type(value) in _EXACT):
+        return False
     if value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float, str)):
         return True
     if isinstance(value, dict):
-        return all(_plain_data(k) and _plain_data(v) for k, v in value.items())
+        return all(_plain_data(k, exact) and _plain_data(v, exact) for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return all(_plain_data(v) for v in value)
+        return all(_plain_data(v, exact) for v in value)
     return False
+
+
+_EXACT = (bool, int, float, str, dict, collections.OrderedDict, list, tuple)
 
 
 def check_read_back(model: Any) -> None:
@@ -282,7 +289,7 @@ def check_read_back(model: Any) -> None:
         return
     state = model.state_dict(keep_vars=True)  # (a lazy parameter cannot be detached)
     for key, value in state.items():
-        if torch.is_tensor(value) or _plain_data(value):
+        if torch.is_tensor(value) or _plain_data(value, exact=True):
             continue
         buffer = io.BytesIO()
         try:  # what torch.load(weights_only=True) reads back (a torch.Size, a dtype, ...)

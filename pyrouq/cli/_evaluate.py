@@ -101,9 +101,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
     run = Path(os.path.expanduser(args.run_dir))  # as --data-root (a quoted "~/runs/x")
     checkpoint = run / "checkpoint.pt"
-    if run.is_file():  # the run's checkpoint.pt, most likely: its folder is the RUN_DIR
+    if run.is_file() and run.name == "checkpoint.pt":  # the run's: its folder is the RUN_DIR
         raise CommandError(
             f"RUN_DIR {str(run)!r} is a file; pass the run's folder, {str(run.parent)!r}"
+        )
+    if run.is_file():  # (its folder holds no run, as likely as not: named only for one)
+        raise CommandError(
+            f"RUN_DIR {str(run)!r} is a file; pass a folder of `pyrouq fit` (the folder "
+            "holding its checkpoint.pt)"
         )
     if not run.is_dir():
         raise CommandError(f"RUN_DIR {str(run)!r} is not a folder; pass a folder of `pyrouq fit`")

@@ -318,11 +318,13 @@ def _check_result(result: Any, fn: str) -> None:
         )
     chains, draws = next(iter(shapes.values()))
     stats = {k: tuple(v.shape) for k, v in result.sample_stats.items()}
-    wrong = {k: shape for k, shape in stats.items() if shape != (chains, draws)}
+    # a statistic of the user's may hold more than a number per draw: (chain, draw, ...)
+    wrong = {k: shape for k, shape in stats.items() if shape[:2] != (chains, draws)}
     if wrong:
         raise ValueError(
             f"{fn}: result.sample_stats must be (chain, draw) = {(chains, draws)}, as the "
-            f"samples, got {wrong}. Pass the stats of the same run, cut as the samples."
+            f"samples, got {wrong}. Pass the stats of the same run, cut as the samples (dims "
+            "of a statistic's own may follow the two)."
         )
     for site, value in result.samples.items():
         if not value.is_floating_point():
@@ -362,11 +364,18 @@ def _check_guide_finite(guide: Any, fn: str) -> None:
         )
 
 
-def _check_outputs(outputs: Tensor, where: str, cols: slice, fn: str) -> None:
+def _check_outputs(
+    outputs: Tensor, where: str, cols: slice, fn: str, likelihood: Any = None
+) -> None:
     """Refuse a pyrouq model's outputs ``(..., B, D)`` that are NaN or inf at a draw (``where``
     names it; the points ``cols``): torch's check of the likelihood's parameters failed on them
-    ("Expected parameter logits ..."), naming neither the draw nor the inputs."""
+    ("Expected parameter logits ..."), naming neither the draw nor the inputs. A classifier's
+    logit of -inf (a class masked out, as fit() and predict() take it) is a probability of 0:
+    refused only where every class of a point is -inf."""
     bad = ~torch.isfinite(outputs)
+    if isinstance(likelihood, Categorical) and bool(bad.any()):
+        minus_inf = outputs == float("-inf")
+        bad = (bad & ~minus_inf) | minus_inf.all(-1, keepdim=True)
     if not bool(bad.any()):
         return
     first = cols.start or 0

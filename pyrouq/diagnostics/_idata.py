@@ -434,7 +434,7 @@ def _export_weights(
                 logits = model.outputs(x[cols], weights)
                 per = num_samples // chains if chains else 0
                 where = f"chain {s // per}, draw {s % per}" if per else f"guide draw {s}"
-                _check_outputs(logits, f"at {where}", cols, "to_inference_data()")
+                _check_outputs(logits, f"at {where}", cols, "to_inference_data()", model.likelihood)
                 mixture = getattr(model, "num_members", None) is not None  # rank-1
                 _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None, mixture)
     _sample_obs(out, y)
@@ -447,7 +447,9 @@ def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) 
     with _prepared(model, n), pyro.validation_enabled(False):
         for cols in _batches(n, batch_size):
             outputs = model(x[cols])
-            _check_outputs(outputs, "in its members", cols, "to_inference_data()")
+            _check_outputs(
+                outputs, "in its members", cols, "to_inference_data()", _likelihood(model)
+            )
             _store_logits(out, slice(None), cols, outputs, y, n, _likelihood(model))
     _sample_obs(out, y)
     return out
