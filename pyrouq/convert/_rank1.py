@@ -108,8 +108,10 @@ def rank1(
         "It is the standard deviation of the Normal(1, prior_scale) prior of every rank-1 "
         "factor; 0.1 is the default.",
     )
+    # the sites' dtypes (the prior, made in float64, is cast to each): torch's default for a
+    # network without floating parameters
     floats = {p.dtype for p in module.parameters() if p.is_floating_point()}
-    for kind in sorted({torch.get_default_dtype(), *floats}, key=str):  # the prior's, the sites'
+    for kind in sorted(floats or {torch.get_default_dtype()}, key=str):
         check_held("prior_scale", scale, kind, "the factors' dtype", "0.1 is the default.")
     if isinstance(module, BatchEnsembleNetwork):
         raise TypeError(

@@ -286,9 +286,15 @@ def _site_prior(
         }
         return SitePrior("Normal", params, shape)
     if not isinstance(value, torch.distributions.Distribution):
+        hint = tensor_hint(value)
+        if torch.is_tensor(value) and value.numel() != 1:  # float(t) would fail: scales
+            hint = (
+                f" of shape {tuple(value.shape)} (scales per weight: pass prior="
+                f"{{{site!r}: dist.Normal(0.0, t)}})"
+            )
         raise TypeError(
             f"The prior of {site!r} must be a float (the scale of Normal(0, s)) or a "
-            f"pyro.distributions distribution, got {type(value).__name__}{tensor_hint(value)}."
+            f"pyro.distributions distribution, got {type(value).__name__}{hint}."
         )
     base = value
     while isinstance(base, torch.distributions.Independent):

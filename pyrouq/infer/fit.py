@@ -208,7 +208,9 @@ def fit(
         ``torch.manual_seed`` first for a run that repeats from scratch; a loader with a
         generator of its own, ``ArrayLoader(seed=...)`` or a DataLoader's ``generator=``,
         carries on from where the last run left it, as do a DataLoader's persistent workers:
-        build it anew to repeat a run). A call refused for its arguments seeds nothing. Rank r of a
+        build it anew to repeat a run). A call refused for its arguments seeds nothing, save
+        for those checked once its first batch is read (the batch, ``optim=``, ``resume_from=``,
+        ``distributed_draws=``): it has seeded by then. Rank r of a
         process group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a
         seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
         device a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
@@ -324,8 +326,6 @@ def fit(
         elbo = KLWeightedELBO(
             kl_weight, num_particles, vectorize_particles, max_plate_nesting=nesting
         )
-        if seed is not None:  # after the checks (a refused call leaves the streams alone),
-            pyro.set_rng_seed(seed)  # before an autoguide may draw its initial values
         if guide is None and has_latent_sites(model):
             raise ValueError(
                 f"{type(model).__name__} has latent sites but guide is None. Pass "
@@ -411,6 +411,8 @@ def fit(
                     "Or leave checkpoint= out."
                 ) from None
             _checkpoint.json_text(metadata if metadata is not None else {})
+        if seed is not None:  # after the checks (a refused call leaves the streams alone),
+            pyro.set_rng_seed(seed)  # before the probe's pass (an autoguide's initial values)
         model.num_data = int(n)  # type: ignore[assignment]
         probe = Probe(model, guide, train_loader)
         own_default = getattr(model, "default_kl_weight", None) is not None
