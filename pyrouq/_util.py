@@ -19,6 +19,7 @@ import pyro
 import torch
 from torch import Tensor, nn
 
+from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._numbers import is_array_like, is_integer, is_real, tensor_hint
 
 
@@ -202,22 +203,16 @@ def input_hint(x: Any) -> str:
 
 def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     """``x`` as ``module`` computes on it: floating inputs of another dtype (float64, float16)
-    are cast to the module's dtype; integer, bool and complex inputs are refused, unless the
-    network holds an ``nn.Embedding`` / ``nn.EmbeddingBag`` (then they are its indices)."""
+    are cast to the module's dtype; integer, bool and complex inputs are refused, but integer
+    ones pass to a network holding an ``nn.Embedding`` / ``nn.EmbeddingBag`` (its indices)."""
     if not torch.is_tensor(x):
         raise TypeError(
             f"{name} expects a torch.Tensor input, got {type(x).__name__}{input_hint(x)}."
         )
     if not x.is_floating_point():
-        if not x.is_complex() and _takes_indices(module):
+        if takes_indices(x, module):
             return x
-        hint = " (raw 0-255 pixels?)" if x.dtype == torch.uint8 else ""
-        raise TypeError(
-            f"{name} expects floating-point inputs, got a {x.dtype} tensor{hint}. Scale and "
-            "normalise images first, pyrouq.data.normalize(images), or load them with "
-            "load_mnist() / load_fashion_mnist(), which do it; for inputs that are already "
-            "features, x.float()."
-        )
+        raise TypeError(not_floating(x, module, name))
     dtype = module_dtype(module)
     if dtype is not None and x.dtype != dtype:
         x = x.to(dtype)
@@ -314,12 +309,6 @@ def check_finite_inputs(
             "outputs would be NaN. Remove or repair them (torch.nan_to_num, or drop the rows) "
             "first."
         )
-
-
-def _takes_indices(module: Any) -> bool:
-    if not isinstance(module, nn.Module):
-        return False
-    return any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in module.modules())
 
 
 def forward_inputs(module: nn.Module) -> list[inspect.Parameter] | None:

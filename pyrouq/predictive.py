@@ -285,7 +285,7 @@ def predict(
         is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``;
         empty batches are skipped). Floating inputs of another dtype (float64, float16) are
         cast to the model's (or its guide's); integer ones (raw uint8 pixels) are refused, see
-        :func:`pyrouq.data.normalize`, unless the network starts from an ``nn.Embedding``.
+        :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not bool).
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader
         that shuffles gives them shuffled, with its labels in the same order (so
         ``evaluate()`` is right without targets, but labels passed in the data set's order

@@ -535,8 +535,9 @@ def check_module(module: Any, what: str) -> None:
             f"Cannot {what} {class_name(module)}: its forward takes {len(inputs)} inputs "
             f"({', '.join(inputs)}), and pyrouq runs a network on one input tensor x (fit() "
             "and predict() pass the loader's x). Wrap it in a module whose forward(x) takes "
-            "one tensor (split it, or hold the other input as a buffer), or give the other "
-            "inputs defaults."
+            "one tensor: compute the other inputs from x (a padding mask: x == pad_id), "
+            "concatenate them into x and split it, or hold a fixed one as a buffer; or give "
+            "the other inputs defaults (fit() and predict() never pass them)."
         )
     try:
         keywords = [

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from pyrouq._util import class_name
+from pyrouq._util import class_name, warn_caller
 
 __all__ = [
     "PLAIN_INSTEAD",
     "aliases_of",
     "check_no_pyro_samples",
+    "latent_embeddings",
     "latent_sites_of",
     "pyro_samples_held",
     "tied_names",
@@ -215,3 +216,30 @@ def _check_not_held_elsewhere(module: nn.Module, sites: Sequence[str]) -> None:
                     f"never a draw. Read it through its module in forward ({_read_of(held[0])}), "
                     "or leave it out of select=."
                 )
+
+
+def latent_embeddings(module: nn.Module, sites: Sequence[str]) -> None:
+    """Ready the ``nn.Embedding`` / ``nn.EmbeddingBag`` layers of ``module`` (the converted
+    copy) whose weight is a latent site: one built with ``sparse=True`` computes dense
+    gradients instead (the same values: the draw's gradient reaches the guide's dense
+    location and scale, through which a sparse one cannot pass), and one with a
+    ``padding_idx`` is warned of: torch gives that row no gradient from the data, so its
+    guide follows the KL alone, toward the prior."""
+    latent = set(sites) | {other for other, first in tied_names(module).items() if first in sites}
+    padded = []
+    for path, layer in module.named_modules():
+        name = f"{path}.weight" if path else "weight"
+        if not isinstance(layer, (nn.Embedding, nn.EmbeddingBag)) or name not in latent:
+            continue
+        layer.sparse = False
+        if layer.padding_idx is not None:
+            padded.append(f"{name!r} (padding_idx={layer.padding_idx})")
+    if padded:
+        warn_caller(
+            f"bayesian(): the embedding weight {', '.join(padded)} of {class_name(module)} is "
+            "latent, but torch gives its padding row no gradient from the data, so the guide "
+            "learns that row from the KL alone, toward the prior: the draws give padding tokens "
+            "random vectors. Keep the forward from reading padding positions (mask them, or "
+            "pack the sequences), or leave the embedding a point estimate (a select= without "
+            "it)."
+        )

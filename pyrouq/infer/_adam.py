@@ -76,8 +76,9 @@ class Adam:
                         f"pyrouq's Adam (fit()'s default optimizer) got a sparse gradient for "
                         f"a parameter of shape {tuple(p.shape)} (an nn.Embedding(..., "
                         "sparse=True)?), as torch.optim.Adam refuses them: build the layer "
-                        "with sparse=False, or pass optim=... with an optimizer for sparse "
-                        "gradients."
+                        "with sparse=False, or pass an optimizer that takes sparse and dense "
+                        "gradients, optim=lambda p: torch.optim.Adagrad(p, lr=1e-2) (or SGD; "
+                        "not SparseAdam, which refuses the dense ones of the other layers)."
                     )
                 state = self.state.get(p)
                 if state is None:

@@ -206,6 +206,14 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
     N/B scaling has no B)."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         x, y = batch
+        if isinstance(x, (tuple, list)) and x and all(torch.is_tensor(t) for t in x):
+            raise TypeError(  # several inputs: (ids, padding mask), (features, lengths)
+                f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
+                f"is ({type(x).__name__} of {len(x)} tensors, {type(y).__name__}), and pyrouq "
+                "runs the network on one input tensor x. Serve one tensor: compute the other "
+                "inputs from x in forward (a padding mask: x == pad_id), or concatenate them "
+                "into x and split it there."
+            )
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
             raise TypeError(
                 f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
