@@ -45,11 +45,23 @@ from pyrouq.convert._select import (
     weight_hooks,
     weight_readers,
 )
-from pyrouq.convert._sites import aliases_of, check_no_pyro_samples, latent_sites_of
+from pyrouq.convert._sites import (
+    aliases_of,
+    check_no_pyro_samples,
+    latent_embeddings,
+    latent_sites_of,
+)
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn import BatchEnsembleLinear
 
 __all__ = ["BayesianNetwork", "bayesian"]
+
+_NO_LOCAL_RANK1 = (
+    "local_reparameterization applies to nn.Linear / convolution layers with latent weights; "
+    "a BatchEnsemble's layers draw their rank-1 factors instead. Leave "
+    "local_reparameterization=False."
+)
+"""The refusal of local reparameterisation on a rank-1 network (its constructor, its setter)."""
 
 
 def _factor_names(net: nn.Module, select: SelectSpec) -> SelectSpec:
@@ -190,11 +202,7 @@ class BayesianNetwork(PyroModule):
         self.default_kl_weight: float | None = None if ensemble is None else 1.0
         if ensemble is not None:
             if local_reparameterization:
-                raise ValueError(
-                    "local_reparameterization applies to nn.Linear / convolution layers with "
-                    "latent weights; a BatchEnsemble's layers draw their rank-1 factors "
-                    "instead. Leave local_reparameterization=False."
-                )
+                raise ValueError(_NO_LOCAL_RANK1)
             self.num_members = int(ensemble.num_members)
             self.ensemble_options = dict(ensemble.options)
             self.module_record = dict(ensemble.module_record)
@@ -205,6 +213,7 @@ class BayesianNetwork(PyroModule):
             refuse_types(module, select)  # (before the copy: a layer given is named there)
             net = copy_network(module, "make it Bayesian")
         sites = latent_sites_of(net, select_parameters(net, select), select)
+        latent_embeddings(net, sites)
         params = dict(net.named_parameters())
         # a tied parameter is one site, named by its first name; every name holds its value
         tied = {site: more for site, more in aliases_of(net).items() if site in sites}
@@ -343,12 +352,16 @@ class BayesianNetwork(PyroModule):
         reparameterisation (with a :class:`pyrouq.MeanFieldGuide`): every ``nn.Linear`` /
         ``nn.Conv{1,2,3}d`` whose weight (and bias, if any) are latent then draws its
         pre-activations ``Normal(layer(h; loc), layer(h^2; scale^2))`` instead of one weight
-        draw per minibatch. It changes the training path only, never :meth:`forward`."""
+        draw per minibatch. It changes the training path only, never :meth:`forward`. A
+        rank-1 network (made from a BatchEnsemble) refuses True, as its constructor does."""
         return self._local
 
     @local_reparameterization.setter
     def local_reparameterization(self, value: bool) -> None:
-        self._local = check_flag("local_reparameterization", value)
+        value = check_flag("local_reparameterization", value)
+        if value and getattr(self, "num_members", None) is not None:  # rank-1, as in __init__
+            raise ValueError(_NO_LOCAL_RANK1)
+        self._local = value
         if hasattr(self, "config"):
             self.config["local_reparameterization"] = self._local  # (np.bool_ True: True)
 

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyrouq._util import ShardedOrder, example_sampler, len_or, warn_caller
+from pyrouq.infer._rank_models import model_summary, models_differ
 
 
 @dataclass(frozen=True)
@@ -469,6 +470,32 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
             "torch.manual_seed before building, a seeded loader such as load_mnist(seed=0)); "
             f"ranks then draw their own weights from there.{stored}"
         )
+
+
+def check_same_model(
+    model: Any, guide: Any, named: list[tuple[str, torch.Tensor]], group: Group
+) -> None:
+    """Refuse to start when the ranks' models differ: their parameters (``named``, see
+    :func:`check_same_everywhere`), then what defines their objective beyond them, which no
+    tensor holds (:func:`~pyrouq.infer._rank_models.model_summary`: the model's likelihood,
+    priors, local reparameterisation and network, the guide's kind). Once, at set-up: one
+    ``all_gather`` of a digest, and the descriptions themselves (to name what differs) only
+    when they differ; every rank takes part, whether pyrouq can describe its model or not."""
+    check_same_everywhere(named, group, "model and guide parameters")
+    if not group.active:
+        return
+    text = model_summary(model, guide).encode()
+    code = torch.tensor([float(zlib.crc32(text)), float(len(text))], dtype=torch.float64)
+    codes = _gather(code, group)
+    if bool((codes == codes[0]).all()):
+        return
+    padded = torch.zeros(int(codes[:, 1].max()), dtype=torch.uint8)
+    padded[: len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+    rows = _gather(padded, group)
+    sizes = codes[:, 1].long().tolist()
+    raise ValueError(
+        models_differ([bytes(rows[r, : sizes[r]].tolist()).decode() for r in range(group.world)])
+    )
 
 
 def loader_state(loader: Iterable) -> list[tuple[str, torch.Tensor]]:

@@ -130,9 +130,9 @@ def fit(
     train_loader : iterable of (x, y)
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
         or one ``(x, y)`` pair, is refused: batch it; so is an empty batch). Floating inputs
-        of another dtype are cast to the model's; integer ones (raw uint8 pixels) are
-        refused, see :func:`pyrouq.data.normalize`, unless the network starts from an
-        ``nn.Embedding``. Batches that require grad are detached: no gradient flows into data.
+        of another dtype are cast to the model's; integer ones (raw uint8 pixels) are refused,
+        see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
+        bool). Batches that require grad are detached: no gradient flows into data.
     epochs : int
         Passes over ``train_loader`` (>= 1). Training starts from the model's and guide's
         values: fit() on a fitted model trains on from them with a new optimizer and schedule
@@ -282,8 +282,8 @@ def fit(
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
         ``resume_from`` that does not fit the model (``CheckpointError``). Under
-        torch.distributed, also ranks that differ (parameters, loaders, arguments,
-        optimizers), and a failure of another rank's set-up (naming that rank).
+        torch.distributed, also ranks that differ (parameters, models' settings, loaders,
+        arguments, optimizers), and a failure of another rank's set-up (naming that rank).
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
@@ -430,8 +430,8 @@ def fit(
             resume = restore(resume_from, model, guide, epochs, (ours, shown), optimizer)
         group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
         independent = _distributed.draws_option(distributed_draws, group, seed)
-    _distributed.check_same_everywhere(
-        _compared_parameters(model, guide, probe), group, "model and guide parameters"
+    _distributed.check_same_model(  # the parameters, then the likelihood, priors, ...
+        model, guide, _compared_parameters(model, guide, probe), group
     )
     _distributed.check_same_everywhere(
         _distributed.loader_state(train_loader), group, "loaders (their seeds or samplers)"
