@@ -48,11 +48,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pyro.optim
 import torch
 from torch import nn
 
 from pyrouq._util import class_name, has_latent_sites, takes_labels
+from pyrouq.checkpoint._checks import (
+    COMPILED_CLASS,
+    optimizer_state,
+    python_numbers,
+    uncompiled,
+)
 from pyrouq.checkpoint._describe import (
     CheckpointError,
     build_guide,
@@ -70,8 +75,8 @@ from pyrouq.checkpoint._file import (
     FORMAT,
     FORMAT_VERSION,
     MCMC_FORMAT,
+    MCMC_FORMAT_VERSION,
     _cpu,
-    _plain_data,
     _write,
     checked_device,
     read,
@@ -151,10 +156,15 @@ def save(
     model : pyrouq model or nn.Module
         A model made by :func:`pyrouq.bayesian` / :func:`pyrouq.batchensemble`, a front door
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
-        ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``).
+        ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``). A
+        ``torch.compile`` d model is saved as the module it compiled (``net._orig_mod``, the
+        same parameters), which loads into a plain skeleton.
     guide : MeanFieldGuide, optional
+        (An :class:`~pyrouq.MCMCResult` is saved alone: ``save(path, result)``.)
     optimizer : torch optimizer, Pyro optimizer or a state dict, optional
-        Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``).
+        Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``), numpy's numbers in
+        it as Python's (``lr=np.float64(1e-3)``). A learning-rate scheduler or a module is
+        refused: pass the optimizer.
     metadata : dict, optional
         JSON values that load back as saved (metrics, the command line, ...): string keys,
         lists rather than tuples.
@@ -171,9 +181,11 @@ def save(
     CheckpointError
         For a model or guide it cannot describe (a subclass of a pyrouq model, a likelihood
         other than pyrouq's ``Categorical`` / ``Gaussian``, a prior that is not a
-        ``pyro.distributions`` family with tensor parameters), metadata that is not JSON, or
-        an optimizer state, or a module's extra state (``get_extra_state()``), that is not
-        tensors, numbers and strings (load() would refuse to unpickle it).
+        ``pyro.distributions`` family with tensor parameters), metadata that is not JSON, an
+        ``optimizer`` that is no optimizer nor state dict, a ``default_kl_weight`` set to no
+        finite number >= 0, or an optimizer state, or a module's extra state
+        (``get_extra_state()``), that is not tensors, numbers and strings (load() would refuse
+        to unpickle it).
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
@@ -194,6 +206,15 @@ def save(
         check_target(given, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
     check_target(given, "save()")
+    if isinstance(guide, MCMCResult):  # save(path, model, result): the result goes alone
+        raise CheckpointError(
+            f"save() got an MCMCResult as the guide of {class_name(model)}: an MCMC result is "
+            "saved alone, its draws and sampler statistics, without the model: "
+            "save(path, result). After load(path), set result.model = model for arviz."
+        )
+    # torch.compile(net): saved as net, which load() rebuilds from a plain skeleton (the
+    # wrapper's parameter names, "_orig_mod."..., would need a compiled one)
+    model = uncompiled(model)
     if guide is not None and not has_latent_sites(model):  # its file would not load
         try:
             check_drawable(model, "a guide", "save()")
@@ -234,16 +255,7 @@ def save(
         },
     }
     metadata_json = json_text(metadata if metadata is not None else {})
-    if callable(getattr(optimizer, "state_dict", None)):  # torch.optim or pyrouq's Adam
-        optimizer = optimizer.state_dict()
-    elif isinstance(optimizer, pyro.optim.PyroOptim):
-        optimizer = optimizer.get_state()
-    if optimizer is not None and not _plain_data(optimizer):
-        raise CheckpointError(
-            "save(optimizer=) takes a torch optimizer, a Pyro optimizer or a state dict of "
-            f"tensors, numbers and strings; got {type(optimizer).__name__}, which load() could "
-            "only unpickle (it refuses to). Pass optimizer.state_dict()."
-        )
+    optimizer = optimizer_state(optimizer)  # numpy's numbers as Python's (load() reads them)
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -252,7 +264,7 @@ def save(
         "guide": _cpu(guide.state_dict()) if guide is not None else None,
         "optimizer": _cpu(optimizer) if optimizer is not None else None,
         "metadata": metadata_json,
-        "training": _cpu(training) if training is not None else None,
+        "training": _cpu(python_numbers(training)) if training is not None else None,
     }
     return _write(path, payload)
 
@@ -317,7 +329,7 @@ def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) 
     text = json_text(meta)
     payload = {
         "format": MCMC_FORMAT,
-        "format_version": 1,
+        "format_version": MCMC_FORMAT_VERSION,
         "samples": _cpu(result.samples),
         "sample_stats": _cpu(result.sample_stats),
         "meta": text,
@@ -404,6 +416,7 @@ def load(
         return result
     expected = None if model_class is None else expected_class_name(model_class)
     description = _parse_description(path, payload["description"])
+    module = _skeleton_for(description, module, path)
     with description_errors(path):
         model = build_model(description, expected=expected, path=path, module=module)
         state = upgraded_state(model, payload)
@@ -429,6 +442,27 @@ def load(
             guide.to(device)
     model.eval()
     return saved
+
+
+def _skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
+    """The skeleton to rebuild from: ``torch.compile(net)``'s ``net`` (save() writes a
+    compiled module as the module it compiled), but a compiled one for a file holding the
+    wrapper (written before save() unwrapped it), refused when plain, saying what to pass."""
+    saved = description["model"] if isinstance(description["model"], dict) else {}
+    record = saved.get("module")
+    if not (isinstance(record, dict) and record.get("class") == COMPILED_CLASS):
+        return uncompiled(module)
+    if isinstance(module, nn.Module) and uncompiled(module) is module:
+        inner = (record.get("modules") or {}).get("_orig_mod", "module")
+        raise CheckpointError(
+            f"{str(path)!r} holds a {inner} compiled by torch.compile, saved with its wrapper "
+            f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, but "
+            f"the skeleton ({class_name(module)}) is not compiled. Pass "
+            "load(path, module=torch.compile(net)); save the loaded model again to get a file "
+            "that loads into a plain skeleton (save() now writes the module torch.compile "
+            "wrapped)."
+        )
+    return module
 
 
 @contextlib.contextmanager

@@ -131,13 +131,16 @@ def _describe_likelihood(model: Any) -> dict[str, Any]:
     return likelihood.describe()  # type: ignore[no-any-return]
 
 
-def describe_model(model: nn.Module) -> dict[str, Any]:
-    """The JSON description that rebuilds ``model``: ``{"class", "config", "num_data"}``, plus
-    ``"module"`` (the structure of the original network) for converted networks, and
-    ``"default_kl_weight"`` where the model (or its likelihood) sets fit()'s own. A state
-    that load() would not read back (an object of a module's extra state) is refused."""
-    from pyrouq.checkpoint._file import check_read_back  # (_file imports this module)
+def describe_model(model: nn.Module, *, unwrap: bool = True) -> dict[str, Any]:
+    """The JSON description that rebuilds ``model`` (``torch.compile``'s module, ``unwrap``):
+    ``{"class", "config", "num_data"}``, plus ``"module"`` (the structure of the original
+    network) for converted networks, and ``"default_kl_weight"`` where the model (or its
+    likelihood) sets fit()'s own (a finite float >= 0). A state that load() would not read back
+    (an object of a module's extra state) is refused."""
+    from pyrouq.checkpoint._checks import own_kl_weight, uncompiled  # (they import this module)
+    from pyrouq.checkpoint._file import check_read_back
 
+    model = uncompiled(model) if unwrap else model
     name = type(model).__name__
     doors = _front_doors()
     out: dict[str, Any]
@@ -184,11 +187,9 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
     given = getattr(model, "given_num_data", None)  # the N it was built with, fit()'s default
     if given is not None:
         out["given_num_data"] = int(given)
-    own = getattr(model, "default_kl_weight", None)  # fit()'s kl_weight when none is given
-    if own is None:  # one set on the likelihood, which load() rebuilds with its class's
-        own = getattr(getattr(model, "likelihood", None), "__dict__", {}).get("default_kl_weight")
+    own = own_kl_weight(model)  # fit()'s kl_weight when none is given
     if own is not None:
-        out["default_kl_weight"] = float(own)
+        out["default_kl_weight"] = own
     return out
 
 

@@ -22,6 +22,7 @@ from pyrouq.checkpoint._describe import CheckpointError
 FORMAT = "pyrouq.checkpoint"
 #: The format of a saved :class:`~pyrouq.mcmc.MCMCResult` (draws and sampler statistics).
 MCMC_FORMAT = "pyrouq.mcmc"
+MCMC_FORMAT_VERSION = 1
 FORMAT_VERSION = 3
 # version 1: before networks were converted (pyrouq 0.1 runs); 2: without a Bayesian network's
 # latent-site start values (a loaded one takes the skeleton's)
@@ -74,6 +75,12 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     if damaged:
         raise CheckpointError(_corrupt(path, damaged))
     if isinstance(payload, dict) and payload.get("format") == MCMC_FORMAT:
+        version = payload.get("format_version")
+        if type(version) is not int or version != MCMC_FORMAT_VERSION:  # (True == 1)
+            raise CheckpointError(
+                f"{str(path)!r} has MCMC result format version {version!r}; this pyrouq reads "
+                f"version {MCMC_FORMAT_VERSION}. Load it with the pyrouq version that wrote it."
+            )
         return payload
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(

@@ -23,6 +23,7 @@ from pyrouq.checkpoint import (
     python_number,
     read,
 )
+from pyrouq.checkpoint._checks import COMPILED_CLASS, uncompiled
 from pyrouq.checkpoint._describe import (
     _GUIDES,
     ENSEMBLE_DOORS,
@@ -52,6 +53,7 @@ def restore(
     they were (values and dtypes)."""
     if isinstance(source, Checkpoint):
         saved = source
+        model = _as_saved(model, saved.description)
         model_state = saved.model.state_dict()
         guide_state = None if saved.guide is None else saved.guide.state_dict()
     else:
@@ -62,11 +64,12 @@ def restore(
                 "resume from a checkpoint that fit(checkpoint=...) wrote."
             )
         description = _parse_description(source, payload["description"])
+        model = _as_saved(model, description)
         with description_errors(source):
             saved = _checkpoint(payload, description, model, guide, source)
             model_state, guide_state = upgraded_state(model, payload), payload.get("guide")
     where = str(saved.path) if saved.path is not None else "the checkpoint"
-    stored, here = saved.description["model"], describe_model(model)
+    stored, here = saved.description["model"], describe_model(model, unwrap=False)
     if stored["class"] != here["class"]:
         raise CheckpointError(
             f"resume_from={where!r} holds a {stored['class']}, but the model is a "
@@ -184,6 +187,15 @@ def restore(
             _put_back(module, copies)
         raise
     return saved
+
+
+def _as_saved(model: nn.Module, description: Any) -> nn.Module:
+    """The model as the run saved it: ``torch.compile(net)``'s ``net`` (save() writes that),
+    or the compiled wrapper itself for a file of an earlier pyrouq, which saved the wrapper."""
+    saved = description.get("model") if isinstance(description, dict) else None
+    record = saved.get("module") if isinstance(saved, dict) else None
+    compiled = isinstance(record, dict) and record.get("class") == COMPILED_CLASS
+    return model if compiled else uncompiled(model)  # type: ignore[no-any-return]
 
 
 def _check_optimizer_groups(built: Any, state: Any, where: str) -> None:

@@ -1,0 +1,167 @@
+"""What :func:`pyrouq.save` checks of what it is given beside the model's description: the
+optimizer (an optimizer, not a scheduler or a module; numpy's numbers in its state written as
+Python's), the model's own ``default_kl_weight``, and a ``torch.compile`` wrapper (saved as the
+module it compiled)."""
+
+from __future__ import annotations
+
+import collections
+import io
+import math
+import sys
+from typing import Any
+
+import numpy as np
+import pyro.optim
+import torch
+from torch import nn
+
+from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._util import class_name
+from pyrouq.checkpoint._describe import CheckpointError
+
+#: The class a ``torch.compile`` d module's record names (files written before 2026-12-06 hold
+#: the wrapper, its parameters named ``_orig_mod.``...).
+COMPILED_CLASS = "torch._dynamo.eval_frame.OptimizedModule"
+
+
+def uncompiled(module: Any) -> Any:
+    """The module ``torch.compile`` wrapped (``module._orig_mod``, the same parameters), or
+    ``module`` itself when it is not a compiled one. torch._dynamo is not imported for it: a
+    compiled module exists only once it has been."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    compiled = getattr(eval_frame, "OptimizedModule", None)
+    while compiled is not None and isinstance(module, compiled):
+        inner = getattr(module, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            break
+        module = inner
+    return module
+
+
+def own_kl_weight(model: Any) -> float | None:
+    """The ``default_kl_weight`` the model (or, left unset there, its likelihood) sets for
+    fit(), as the float it saves, or None; refused when it is no finite number >= 0 (a value
+    set by hand), naming the attribute."""
+    owner, own = "model", getattr(model, "default_kl_weight", None)
+    if own is None:  # one set on the likelihood, which load() rebuilds with its class's
+        owner = "model.likelihood"
+        own = getattr(getattr(model, "likelihood", None), "__dict__", {}).get("default_kl_weight")
+    if own is None:
+        return None
+    if not is_real(own) or not math.isfinite(own) or own < 0:
+        try:  # the number a string or a one-value tensor holds, for the example
+            example = float(own) if math.isfinite(float(own)) and float(own) >= 0 else 1.0
+        except (TypeError, ValueError, RuntimeError):
+            example = 1.0
+        raise CheckpointError(
+            f"save() cannot write {class_name(model)}: {owner}.default_kl_weight (fit()'s "
+            f"kl_weight when none is given) is expected to be a finite float >= 0, got "
+            f"{own!r} ({type(own).__name__}){tensor_hint(own)}. Set {owner}.default_kl_weight "
+            f"= {example!r} (say), or None for the likelihood's default."
+        )
+    return float(own)
+
+
+def optimizer_state(optimizer: Any) -> Any:
+    """What ``save(optimizer=...)`` writes: a torch optimizer's (or one like it, with
+    ``param_groups``, ``step()`` and ``state_dict()``: pyrouq's Adam) ``state_dict()``, a Pyro
+    optimizer's ``get_state()`` or a state dict, numpy's numbers in it made Python's (a numpy
+    float64 learning rate: load() would refuse it as a pickled object). A scheduler, a module
+    or another object is refused, as is a state holding a value load() would not read back."""
+    if optimizer is None:
+        return None
+    if isinstance(optimizer, pyro.optim.PyroOptim):
+        state = optimizer.get_state()
+    elif isinstance(optimizer, dict):
+        state = optimizer
+    elif isinstance(optimizer, torch.optim.Optimizer) or (
+        isinstance(getattr(optimizer, "param_groups", None), list)
+        and callable(getattr(optimizer, "step", None))
+        and callable(getattr(optimizer, "state_dict", None))
+    ):
+        state = optimizer.state_dict()
+    else:
+        raise CheckpointError(
+            f"save(optimizer=) takes a torch optimizer, a Pyro optimizer or a state dict of "
+            f"tensors, numbers and strings; got {class_name(optimizer)}, {_not_one(optimizer)}"
+        )
+    state = python_numbers(state)
+    found = _unreadable(state, "optimizer")
+    if found:
+        raise CheckpointError(
+            f"save(optimizer=) got a state whose {found[0]} is a {found[1]}, which load() would "
+            "refuse to unpickle, as any Python object (it reads back tensors, numbers, strings, "
+            "and lists, tuples and dicts of them). Make it one of those (float(x), x.tolist()), "
+            "or leave optimizer= out."
+        )
+    return state
+
+
+def _not_one(optimizer: Any) -> str:
+    """Why ``optimizer`` is not one save() takes, and what to pass instead."""
+    if isinstance(optimizer, torch.optim.lr_scheduler.LRScheduler) or isinstance(
+        getattr(optimizer, "optimizer", None), torch.optim.Optimizer
+    ):
+        return (
+            "a learning-rate scheduler. Pass the optimizer it schedules, "
+            "optimizer=scheduler.optimizer; to keep the scheduler's state too, pass "
+            "optimizer={'optimizer': opt.state_dict(), 'scheduler': scheduler.state_dict()}."
+        )
+    if isinstance(optimizer, nn.Module):
+        return (
+            "a module, not an optimizer. Pass the model as model= (its guide as guide=) and "
+            "the optimizer training them as optimizer=."
+        )
+    return "which load() could only unpickle (it refuses to). Pass optimizer.state_dict()."
+
+
+def python_numbers(value: Any) -> Any:
+    """``value`` with numpy's scalars (in dicts, lists and tuples, keys too) as the Python
+    numbers of the same value (exact: a float64 is a float, a float32 or float16 widens
+    exactly); a number no Python one holds exactly (a long double) is left as it is."""
+    if isinstance(value, np.generic) and np.ndim(value) == 0:
+        item = value.item()
+        same = item == value or (item != item and value != value)  # (a NaN is no NaN's equal)
+        return item if type(item) in (bool, int, float, complex) and same else value
+    if type(value) in (dict, collections.OrderedDict):
+        out = type(value)((python_numbers(k), python_numbers(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):
+            out._metadata = value._metadata
+        return out
+    if type(value) in (list, tuple):
+        return type(value)(python_numbers(v) for v in value)
+    return value
+
+
+_PLAIN = (bool, int, float, complex, str, dict, collections.OrderedDict, list, tuple)
+
+
+def _unreadable(value: Any, where: str) -> tuple[str, str] | None:
+    """Where in ``value`` the first value lies that ``torch.load(weights_only=True)`` refuses
+    (tried for what is not a tensor nor a plain Python value), and its class name."""
+    if value is None or torch.is_tensor(value) or type(value) in _PLAIN[:5]:
+        return None
+    if type(value) in _PLAIN:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(value, dict) and _unreadable(key, where):
+                return f"{where} key {key!r}", _qualified(key)
+            found = _unreadable(item, f"{where}[{key!r}]")
+            if found:
+                return found
+        return None
+    buffer = io.BytesIO()
+    try:  # what torch.load(weights_only=True) reads back: a torch.Size, a dtype, ...
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception:
+        return where, _qualified(value)
+    return None
+
+
+def _qualified(value: Any) -> str:
+    """The class of ``value`` with its module (``numpy.longdouble``), Python's own bare."""
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"

@@ -1,0 +1,267 @@
+"""Small checkpoint problems earlier audits noticed and left: numpy numbers in an optimizer's
+state, an object that is no optimizer, an MCMC file of a future format, an MCMC result passed
+as the guide, a non-numeric ``default_kl_weight``, and ``torch.compile``'d modules."""
+
+import json
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import pyrouq
+from pyrouq import BayesianMLP, CheckpointError, MCMCResult, load, mean_field_guide, save
+from pyrouq.convert import module_record
+
+torch.set_num_threads(1)
+
+
+def _loader(n=32, batch_size=16):
+    torch.manual_seed(0)
+    x, y = torch.randn(n, 4), torch.randint(0, 3, (n,))
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch_size)
+
+
+def _net():
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def _mlp():
+    return BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+
+
+# 1. the optimizer -----------------------------------------------------------------------------
+
+
+def test_numpy_numbers_in_an_optimizer_are_saved_as_the_same_python_numbers(tmp_path):
+    # lr=np.float64(1e-3) sat in param_groups as a numpy scalar: save() wrote it, and load()
+    # then refused the whole file as holding pickled Python objects
+    model = _mlp()
+    guide = mean_field_guide(model)
+    params = list(guide.parameters())
+    betas = (np.float64(0.9), np.float64(0.99))
+    opt = torch.optim.Adam(params, lr=np.float64(1e-3), betas=betas, eps=np.float32(1e-6))
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    back = load(save(tmp_path / "c.pt", model, guide, optimizer=opt))
+    group = back.optimizer_state["param_groups"][0]
+    assert group["lr"] == 1e-3 and type(group["lr"]) is float
+    assert group["betas"] == (0.9, 0.99) and all(type(b) is float for b in group["betas"])
+    assert group["eps"] == float(np.float32(1e-6)) and type(group["eps"]) is float  # widened
+    again = torch.optim.Adam(list(back.guide.parameters()), lr=0.5)
+    again.load_state_dict(back.optimizer_state)
+    assert again.param_groups[0]["lr"] == 1e-3
+    saved_state = back.optimizer_state["state"][0]
+    assert torch.equal(saved_state["exp_avg"], opt.state[params[0]]["exp_avg"])
+    # a number no Python number holds exactly is refused when saving, saying where it lies
+    state = {"state": {}, "param_groups": [{"lr": np.longdouble(1e-3), "params": [0]}]}
+    with pytest.raises(
+        CheckpointError,
+        match=r"save\(optimizer=\) got a state whose optimizer\['param_groups'\]\[0\]\['lr'\] "
+        r"is a numpy.longdouble, which load\(\) would refuse to unpickle.*Make it one of those "
+        r"\(float\(x\)",
+    ):
+        save(tmp_path / "d.pt", model, guide, optimizer=state)
+    assert not (tmp_path / "d.pt").exists()
+
+
+def test_fit_with_an_optimizer_factory_of_numpy_numbers_writes_a_checkpoint_that_resumes(tmp_path):
+    def optim(params):
+        return torch.optim.Adam(params, lr=np.float64(1e-2), betas=(np.float64(0.9), 0.999))
+
+    path = tmp_path / "run.pt"
+    model = _mlp()
+    guide = mean_field_guide(model)
+    pyrouq.fit(model, guide, _loader(), epochs=1, optim=optim, checkpoint=path, progress=False)
+    saved = load(path)  # was refused: "contains pickled Python objects"
+    assert type(saved.optimizer_state["param_groups"][0]["lr"]) is float
+    assert saved.training["epochs_done"] == 1
+    model2 = _mlp()
+    guide2 = mean_field_guide(model2)
+    result = pyrouq.fit(
+        model2, guide2, _loader(), epochs=2, optim=optim, resume_from=path, progress=False
+    )
+    assert len(result.history) == 2
+
+
+def test_save_refuses_a_scheduler_or_a_module_given_as_the_optimizer(tmp_path):
+    model = _mlp()
+    guide = mean_field_guide(model)
+    opt = torch.optim.SGD(list(guide.parameters()), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    # both have a state_dict(), which was saved as if it were the optimizer's
+    with pytest.raises(
+        CheckpointError,
+        match=r"save\(optimizer=\) takes a torch optimizer, a Pyro optimizer or a state dict "
+        r".*; got StepLR, a learning-rate scheduler. Pass the optimizer it schedules, "
+        r"optimizer=scheduler.optimizer; to keep the scheduler's state too, pass "
+        r"optimizer=\{'optimizer': opt.state_dict\(\), 'scheduler': scheduler.state_dict\(\)\}",
+    ):
+        save(tmp_path / "c.pt", model, guide, optimizer=scheduler)
+    with pytest.raises(
+        CheckpointError,
+        match=r"save\(optimizer=\) takes a torch optimizer.*; got Linear, a module, not an "
+        r"optimizer. Pass the model as model= \(its guide as guide=\)",
+    ):
+        save(tmp_path / "c.pt", model, guide, optimizer=torch.nn.Linear(2, 2))
+    assert not (tmp_path / "c.pt").exists()
+    # what the message says to pass is saved
+    both = {"optimizer": opt.state_dict(), "scheduler": scheduler.state_dict()}
+    back = load(save(tmp_path / "c.pt", model, guide, optimizer=both))
+    assert back.optimizer_state["scheduler"]["step_size"] == 3
+    assert back.optimizer_state["optimizer"]["param_groups"][0]["lr"] == 0.1
+    back = load(save(tmp_path / "c.pt", model, guide, optimizer=scheduler.optimizer))
+    assert back.optimizer_state["param_groups"][0]["lr"] == 0.1
+
+    class OwnOptimizer:  # not a torch.optim.Optimizer, but what fit(optim=) accepts
+        def __init__(self, params):
+            self.param_groups = [{"params": list(params), "lr": np.float64(0.25)}]
+
+        def step(self):
+            pass
+
+        def state_dict(self):
+            return {"state": {}, "param_groups": [{"lr": self.param_groups[0]["lr"]}]}
+
+    back = load(save(tmp_path / "c.pt", model, guide, optimizer=OwnOptimizer(opt.param_groups)))
+    assert back.optimizer_state == {"state": {}, "param_groups": [{"lr": 0.25}]}
+
+
+# 2. and 3. MCMC results ----------------------------------------------------------------------
+
+
+def _result():
+    stats = {"diverging": torch.zeros(2, 3, dtype=torch.bool), "step_size": torch.ones(2, 3)}
+    return MCMCResult({"w": torch.randn(2, 3)}, stats, "nuts", 10, [1.0, 2.0])
+
+
+def test_an_mcmc_result_of_a_future_format_version_is_refused(tmp_path):
+    path = save(tmp_path / "mcmc.pt", _result())
+    assert load(path).kernel == "nuts"
+    payload = torch.load(path, weights_only=True)
+    assert payload["format_version"] == 1
+    for version in (99, None, "1"):  # loaded as if it were version 1
+        payload["format_version"] = version
+        torch.save(payload, path)
+        with pytest.raises(
+            CheckpointError,
+            match=rf"mcmc.pt' has MCMC result format version {re.escape(repr(version))}; this "
+            r"pyrouq reads version 1. Load it with the pyrouq version that wrote it.",
+        ):
+            load(path)
+
+
+def test_an_mcmc_result_passed_as_the_guide_is_refused_saying_to_save_it_alone(tmp_path):
+    # was: "save() can store a MeanFieldGuide, got MCMCResult. Build the guide with
+    # mean_field_guide(model)"
+    with pytest.raises(
+        CheckpointError,
+        match=r"save\(\) got an MCMCResult as the guide of BayesianMLP: an MCMC result is saved "
+        r"alone, its draws and sampler statistics, without the model: save\(path, result\)",
+    ):
+        save(tmp_path / "c.pt", _mlp(), _result())
+    assert not (tmp_path / "c.pt").exists()
+
+
+# 4. default_kl_weight ------------------------------------------------------------------------
+
+
+def test_a_default_kl_weight_that_is_no_number_is_refused_naming_the_attribute(tmp_path):
+    model = _mlp()
+    guide = mean_field_guide(model)
+    for value, example in (("auto", "1.0"), ("0.5", "0.5"), (-1.0, "1.0"), (float("nan"), "1.0")):
+        model.default_kl_weight = value
+        with pytest.raises(
+            CheckpointError,
+            match=r"save\(\) cannot write BayesianMLP: model.default_kl_weight \(fit\(\)'s "
+            r"kl_weight when none is given\) is expected to be a finite float >= 0, got "
+            rf"{re.escape(repr(value))} \({type(value).__name__}\). Set "
+            rf"model.default_kl_weight = {example} \(say\), or None for the likelihood's default",
+        ):
+            save(tmp_path / "c.pt", model, guide)
+    model.default_kl_weight = torch.tensor(0.5)
+    with pytest.raises(CheckpointError, match=r"got tensor\(0.5000\) \(Tensor\) \(a tensor: "):
+        save(tmp_path / "c.pt", model, guide)
+    assert not (tmp_path / "c.pt").exists()
+    # one set on the likelihood is named there
+    model.default_kl_weight = None
+    model.likelihood.default_kl_weight = "high"
+    with pytest.raises(CheckpointError, match=r"model.likelihood.default_kl_weight \(fit"):
+        save(tmp_path / "c.pt", model, guide)
+    model.likelihood.__dict__.pop("default_kl_weight")
+    model.default_kl_weight = np.float64(0.25)  # a numpy number is a number
+    assert load(save(tmp_path / "c.pt", model, guide)).model.default_kl_weight == 0.25
+
+
+# 5. torch.compile ----------------------------------------------------------------------------
+
+
+def test_a_compiled_module_is_saved_as_the_module_it_compiled(tmp_path):
+    torch.manual_seed(0)
+    net = _net()
+    compiled = torch.compile(net, backend="eager")
+    path = save(tmp_path / "c.pt", compiled)
+    assert sorted(torch.load(path, weights_only=True)["model"]) == sorted(net.state_dict())
+    back = load(path, module=_net())  # was refused: "... absent in the skeleton"
+    assert type(back.model) is torch.nn.Sequential
+    for key, value in net.state_dict().items():
+        assert torch.equal(back.model.state_dict()[key], value)
+    # a compiled skeleton (how such a file had to be loaded) still loads it
+    back = load(path, module=torch.compile(_net(), backend="eager"))
+    assert torch.equal(back.model[0].weight, net[0].weight)
+    # a compiled Bayesian network with its guide: rebuilt as the Bayesian network
+    model = pyrouq.bayesian(_net())
+    guide = mean_field_guide(model)
+    path = save(tmp_path / "b.pt", torch.compile(model, backend="eager"), guide)
+    back = load(path, module=_net())
+    assert type(back.model).__name__ == "BayesianNetwork"
+    assert torch.equal(back.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
+def test_a_compiled_run_resumes_and_loads_into_a_plain_skeleton(tmp_path):
+    path = tmp_path / "run.pt"
+    model = pyrouq.bayesian(_net())
+    guide = mean_field_guide(model)
+    compiled = torch.compile(model, backend="eager")
+    pyrouq.fit(compiled, guide, _loader(), epochs=1, checkpoint=path, progress=False, seed=0)
+    assert type(load(path, module=_net()).model).__name__ == "BayesianNetwork"
+    model2 = pyrouq.bayesian(_net())
+    guide2 = mean_field_guide(model2)
+    compiled2 = torch.compile(model2, backend="eager")
+    result = pyrouq.fit(compiled2, guide2, _loader(), epochs=2, resume_from=path, progress=False)
+    assert len(result.history) == 2
+    model3 = pyrouq.bayesian(_net())  # and a plain model resumes it too
+    guide3 = mean_field_guide(model3)
+    result = pyrouq.fit(model3, guide3, _loader(), epochs=2, resume_from=path, progress=False)
+    assert len(result.history) == 2
+
+
+def test_a_file_of_an_earlier_pyrouq_holding_the_compiled_wrapper_still_loads(tmp_path):
+    # such a file recorded the wrapper (OptimizedModule) and its "_orig_mod." names
+    torch.manual_seed(0)
+    net = _net()
+    path = save(tmp_path / "old.pt", net)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"] = module_record(torch.compile(net, backend="eager"))
+    payload["description"] = json.dumps(description)
+    payload["model"] = {f"_orig_mod.{k}": v for k, v in payload["model"].items()}
+    torch.save(payload, path)
+    back = load(path, module=torch.compile(_net(), backend="eager"))
+    assert torch.equal(back.model._orig_mod[2].weight, net[2].weight)
+    with pytest.raises(
+        CheckpointError,
+        match=r"old.pt' holds a Sequential compiled by torch.compile, saved with its wrapper "
+        r"\(OptimizedModule, parameters named '_orig_mod.'...\) by an earlier pyrouq, but the "
+        r"skeleton \(Sequential\) is not compiled. Pass load\(path, "
+        r"module=torch.compile\(net\)\); save the loaded model again",
+    ):
+        load(path, module=_net())
+    # saved again, as the message says: it loads into a plain skeleton
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = load(save(tmp_path / "new.pt", back.model), module=_net())
+    assert torch.equal(again.model[2].weight, net[2].weight)
