@@ -265,3 +265,40 @@ def test_a_file_of_an_earlier_pyrouq_holding_the_compiled_wrapper_still_loads(tm
         warnings.simplefilter("error")
         again = load(save(tmp_path / "new.pt", back.model), module=_net())
     assert torch.equal(again.model[2].weight, net[2].weight)
+
+
+# 6. resuming from a loader that cannot tell N -------------------------------------------------
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """32 examples in batches of 16, no length: fit() cannot count them."""
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(32, 4, generator=g), torch.randint(0, 3, (32,), generator=g)
+        return iter([(x[:16], y[:16]), (x[16:], y[16:])])
+
+
+def test_a_run_resumed_from_an_unsized_loader_takes_its_n_from_the_checkpoint(tmp_path):
+    # the checkpoint records N = 32, yet resuming without num_data= was told "Cannot tell the
+    # training-set size N ... Pass num_data=N"
+    stream = torch.utils.data.DataLoader(_Stream(), batch_size=None)
+    torch.manual_seed(0)
+    model = _mlp()
+    guide = mean_field_guide(model)
+    path = tmp_path / "run.pt"
+    pyrouq.fit(model, guide, stream, epochs=1, num_data=32, seed=0, progress=False,
+               lr_schedule="constant", checkpoint=path)  # fmt: skip
+    torch.manual_seed(1)
+    fresh = _mlp()
+    fresh_guide = mean_field_guide(fresh)
+    other = _mlp()
+    with pytest.raises(ValueError, match="Cannot tell the training-set size N"):
+        pyrouq.fit(other, mean_field_guide(other), stream, epochs=2, progress=False,
+                   lr_schedule="constant")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "num_data differs" warning either
+        result = pyrouq.fit(fresh, fresh_guide, stream, epochs=2, resume_from=path,
+                            progress=False, lr_schedule="constant")  # fmt: skip
+    assert len(result.history) == 2
+    assert fresh.num_data == 32

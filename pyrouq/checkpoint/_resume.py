@@ -189,6 +189,20 @@ def restore(
     return saved
 
 
+def recorded_num_data(source: Any) -> int | None:
+    """The training-set size N a run saved at ``source`` (a path or a :class:`Checkpoint`)
+    trained with, for fit() resuming it from a loader that cannot tell N; None where it
+    cannot be read (:func:`restore` then says why)."""
+    if source is None:
+        return None
+    try:
+        training = source.training if isinstance(source, Checkpoint) else read(source)["training"]
+        n = (training or {}).get("num_data")
+    except Exception:
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
 def _as_saved(model: nn.Module, description: Any) -> nn.Module:
     """The model as the run saved it: ``torch.compile(net)``'s ``net`` (save() writes that),
     or the compiled wrapper itself for a file of an earlier pyrouq, which saved the wrapper."""

@@ -31,7 +31,7 @@ from pyrouq._util import (
     len_or,
     module_device,
 )
-from pyrouq.checkpoint._resume import restore
+from pyrouq.checkpoint._resume import recorded_num_data, restore
 from pyrouq.infer import _distributed
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import build_optimizer, check_callbacks
@@ -195,9 +195,9 @@ def fit(
         :meth:`KLWeightedELBO.terms_and_grads`). The gradients are the same either way.
     num_data : int, optional
         Training-set size N; default ``len(train_loader.dataset)`` (the number of indices of
-        a ``SubsetRandomSampler``), else the ``num_data`` the
-        model was built with (``bayesian(net, num_data=N)``): a loader without a sized
-        ``.dataset``, such as a list of batches, needs one of the two.
+        a ``SubsetRandomSampler``), else the ``num_data`` the model was built with
+        (``bayesian(net, num_data=N)``), else the N of the run ``resume_from`` holds: a loader
+        without a sized ``.dataset``, such as a list of batches, needs one of these.
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
@@ -364,8 +364,8 @@ def fit(
         if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
             train_loader = _ReadAhead(train_loader, len_or(train_loader, None))
         n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
-        if n is None:  # the N the model was built with (bayesian(net, num_data=N)), if any
-            n = getattr(model, "given_num_data", None)
+        if n is None:  # the N the model was built with (bayesian(net, num_data=N)), or resumed
+            n = getattr(model, "given_num_data", None) or recorded_num_data(resume_from)
         served = unbatched_items(train_loader) if n is None else None
         size = _dataset_size(train_loader) if served is not None else None
         if served is not None and size is not None:  # without a size: the message below
