@@ -32,7 +32,8 @@ def not_floating(x: torch.Tensor, module: Any, name: str) -> str:
             f"{name} got a torch.bool tensor as its input x, but the network's nn.Embedding "
             "reads integer indices (torch.long or torch.int). A padding mask? pyrouq runs the "
             "network on one input tensor: pass the token ids alone and compute the mask from "
-            "them in forward (mask = x == pad_id)."
+            "them in forward (mask = x == pad_id). Bool tokens or flags that are the data "
+            "itself: pass x.long()."
         )
     hint = " (raw 0-255 pixels?)" if x.dtype == torch.uint8 else ""
     ids = x.dtype not in (torch.uint8, torch.bool) and not x.is_complex()

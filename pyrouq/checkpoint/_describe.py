@@ -358,10 +358,10 @@ def build_model(
             "pyrouq's own models."
         )
     device = module_device(module) if module is not None else None
-    try:  # the initial values drawn are replaced by the saved ones: torch's state left as it was
-        with torch.random.fork_rng(
-            devices=[device] if getattr(device, "type", "") == "cuda" else []
-        ):
+    devices = [device] if getattr(device, "type", "") == "cuda" else []
+    try:  # initial values replaced by the saved ones (torch's state kept); warned when built
+        with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"bayesian\(\): the embedding weight")
             if name in doors:
                 before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
                 model = doors[name](**{**before, **config})

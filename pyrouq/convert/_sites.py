@@ -222,18 +222,38 @@ def latent_embeddings(module: nn.Module, sites: Sequence[str]) -> None:
     """Ready the ``nn.Embedding`` / ``nn.EmbeddingBag`` layers of ``module`` (the converted
     copy) whose weight is a latent site: one built with ``sparse=True`` computes dense
     gradients instead (the same values: the draw's gradient reaches the guide's dense
-    location and scale, through which a sparse one cannot pass), and one with a
-    ``padding_idx`` is warned of: torch gives that row no gradient from the data, so its
-    guide follows the KL alone, toward the prior."""
-    latent = set(sites) | {other for other, first in tied_names(module).items() if first in sites}
-    padded = []
+    location and scale, through which a sparse one cannot pass); one with a ``max_norm`` is
+    refused (torch renormalises the rows it reads in place, on the weight: there, the guide's
+    draw, the caller's posterior_samples or MCMC's state); and one with a ``padding_idx`` is
+    warned of, unless another layer shares its weight: torch gives that row no gradient from
+    the data, so its guide follows the KL alone, toward the prior."""
+    tied = tied_names(module)
+    latent = set(sites) | {other for other, first in tied.items() if first in sites}
+    found: list[tuple[str, str]] = []
+    holders: dict[str, bool] = {}  # site: every layer holding it is an embedding that pads
     for path, layer in module.named_modules():
         name = f"{path}.weight" if path else "weight"
-        if not isinstance(layer, (nn.Embedding, nn.EmbeddingBag)) or name not in latent:
+        if name not in latent:
             continue
+        embedding = isinstance(layer, (nn.Embedding, nn.EmbeddingBag))
+        site = tied.get(name, name)
+        holders[site] = holders.get(site, True) and embedding and layer.padding_idx is not None
+        if not embedding:
+            continue
+        if layer.max_norm is not None:
+            raise ValueError(
+                f"bayesian(): the embedding weight {name!r} of {class_name(module)} would be "
+                f"latent, but it has max_norm={layer.max_norm}, and torch renormalises the rows "
+                "it reads in place, on the weight: the guide's draws, the posterior_samples "
+                "given to predict() and MCMC's state would be changed under them. Leave the "
+                "embedding a point estimate (a select= without it), or build it with "
+                "max_norm=None and bound the vectors in forward: h = self.emb(x); "
+                "h = h * (m / h.norm(dim=-1, keepdim=True).clamp(min=m)), with m the max_norm."
+            )
         layer.sparse = False
         if layer.padding_idx is not None:
-            padded.append(f"{name!r} (padding_idx={layer.padding_idx})")
+            found.append((site, f"{name!r} (padding_idx={layer.padding_idx})"))
+    padded = [text for site, text in found if holders[site]]  # (a tied decoder's gradient)
     if padded:
         warn_caller(
             f"bayesian(): the embedding weight {', '.join(padded)} of {class_name(module)} is "
