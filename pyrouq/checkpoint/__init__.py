@@ -447,13 +447,23 @@ def load(
 def _skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
     """The skeleton to rebuild from: ``torch.compile(net)``'s ``net`` (save() writes a
     compiled module as the module it compiled), but a compiled one for a file holding the
-    wrapper (written before save() unwrapped it), refused when plain, saying what to pass."""
+    wrapper (written before save() unwrapped it, or a network compiled before it was
+    converted), refused when plain, saying what to pass."""
     saved = description["model"] if isinstance(description["model"], dict) else {}
     record = saved.get("module")
     if not (isinstance(record, dict) and record.get("class") == COMPILED_CLASS):
         return uncompiled(module)
     if isinstance(module, nn.Module) and uncompiled(module) is module:
         inner = (record.get("modules") or {}).get("_orig_mod", "module")
+        if saved.get("class") != "Module":  # bayesian(torch.compile(net)): its network's wrapper
+            raise CheckpointError(
+                f"{str(path)!r} holds a {saved.get('class')} made from a {inner} compiled by "
+                f"torch.compile (converted with its wrapper, OptimizedModule, parameters named "
+                f"'_orig_mod.'...), but the skeleton ({class_name(module)}) is not compiled. "
+                "Pass load(path, module=torch.compile(net)). To save a model that loads into a "
+                "plain skeleton, convert before compiling: torch.compile(bayesian(net)), not "
+                "bayesian(torch.compile(net))."
+            )
         raise CheckpointError(
             f"{str(path)!r} holds a {inner} compiled by torch.compile, saved with its wrapper "
             f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, but "

@@ -191,15 +191,13 @@ def restore(
 
 def recorded_num_data(source: Any) -> int | None:
     """The training-set size N a run saved at ``source`` (a path or a :class:`Checkpoint`)
-    trained with, for fit() resuming it from a loader that cannot tell N; None where it
-    cannot be read (:func:`restore` then says why)."""
+    trained with, for fit() resuming it from a loader that cannot tell N; None where the file
+    records none (:func:`restore` then says why). A file :func:`read` refuses (absent, not a
+    checkpoint) is refused here, with its words: fit() would otherwise ask for num_data=."""
     if source is None:
         return None
-    try:
-        training = source.training if isinstance(source, Checkpoint) else read(source)["training"]
-        n = (training or {}).get("num_data")
-    except Exception:
-        return None
+    training = source.training if isinstance(source, Checkpoint) else read(source).get("training")
+    n = training.get("num_data") if isinstance(training, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 

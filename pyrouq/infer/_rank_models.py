@@ -21,10 +21,19 @@ _ENTRIES = 3
 """The most entries whose values a refusal shows (it names all that differ)."""
 
 
+def _as_main(name: str) -> str:
+    """``name`` (``module.QualifiedName``) with the script's module named ``__main__``:
+    multiprocessing's spawned processes import it as ``__mp_main__``, so a class defined there
+    is ``__mp_main__.Net`` on a spawned rank and ``__main__.Net`` on a rank the script runs."""
+    return f"__main__.{name[12:]}" if name.startswith("__mp_main__.") else name
+
+
 def _qualified(thing: Any) -> str:
     """``module.QualifiedName`` of a class or function, else of the object's class."""
     kind = thing if isinstance(thing, (type, types.FunctionType, types.MethodType)) else type(thing)
-    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', repr(kind))}"
+    return _as_main(
+        f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', repr(kind))}"
+    )
 
 
 def _json(value: Any) -> str:
@@ -52,7 +61,10 @@ def _model_entries(model: Any) -> dict[str, str]:
     entries = {"class": _json(described["class"])}
     entries.update({k: _json(v) for k, v in dict(described.get("config") or {}).items()})
     if "module" in described:
-        entries["module"] = _json(described["module"])
+        record = described["module"]
+        if isinstance(record, dict) and isinstance(record.get("class"), str):
+            record = {**record, "class": _as_main(record["class"])}
+        entries["module"] = _json(record)
     return entries
 
 
