@@ -73,12 +73,13 @@ LINK_LATENCY = 50e-6  # seconds per message on such a network (TCP over Ethernet
 
 def allreduce_bytes() -> int:
     """Bytes of the one flattened buffer that ``fit()`` all-reduces per step: every gradient
-    of the guide and of the model's point estimates, in their dtype, and one flag per
-    parameter tensor (whether it has a gradient) plus one (whether the loss is finite)."""
+    of the guide and of the model's point estimates, in their dtype, and two flags per
+    parameter tensor (whether it has a gradient, whether that is sparse) plus one (whether the
+    loss is finite)."""
     model = BayesianLeNet()
     guide = mean_field_guide(model)
     params = [*guide.parameters(), *(p for p in model.parameters() if p.requires_grad)]
-    flags = (len(params) + 1) * params[0].element_size()
+    flags = (2 * len(params) + 1) * params[0].element_size()
     return sum(p.numel() * p.element_size() for p in params) + flags
 
 

@@ -181,11 +181,12 @@ def save(
     CheckpointError
         For a model or guide it cannot describe (a subclass of a pyrouq model, a likelihood
         other than pyrouq's ``Categorical`` / ``Gaussian``, a prior that is not a
-        ``pyro.distributions`` family with tensor parameters), metadata that is not JSON, an
-        ``optimizer`` that is no optimizer nor state dict, a ``default_kl_weight`` set to no
-        finite number >= 0, or an optimizer state, or a module's extra state
-        (``get_extra_state()``), that is not tensors, numbers and strings (load() would refuse
-        to unpickle it).
+        ``pyro.distributions`` family with tensor parameters), an MCMCResult given as the
+        guide, metadata that is not JSON, an ``optimizer`` that is no optimizer nor state dict
+        (a learning-rate scheduler, a module), a ``default_kl_weight`` set to no finite number
+        >= 0, or an optimizer state, or a module's extra state (``get_extra_state()``), that is
+        not tensors, numbers and strings (load() would refuse to unpickle it; numpy's numbers
+        are made Python's in the optimizer state, refused in the extra state).
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
@@ -384,7 +385,9 @@ def load(
         as a convolution's stride or a BatchNorm's eps; checked), e.g. from the
         factory that built the original. It is copied, not changed. Not needed for the
         front doors (``BayesianLeNet``, ...) nor for networks made from pyrouq's ``MLP`` /
-        ``LeNet``.
+        ``LeNet``. A ``torch.compile`` d skeleton is taken as the module it compiled; a file
+        holding the compiled wrapper (saved by an earlier pyrouq, or a network compiled before
+        it was converted) needs one: ``module=torch.compile(net)``.
 
     Returns
     -------
@@ -394,7 +397,8 @@ def load(
     ------
     CheckpointError
         A missing, unreadable (no permission), truncated or corrupted file, one holding
-        pickled Python objects, one of another model class than ``model_class``, a converted
+        pickled Python objects, one of a format version this pyrouq does not read (an MCMC
+        result's too), one of another model class than ``model_class``, a converted
         network without a skeleton or with one that does not match, parameters that do not fit
         the description, or a description or metadata that ``save()`` did not write (edited by
         hand).

@@ -514,7 +514,8 @@ def bayesian(
         too); every name reads the same draw, and :meth:`~BayesianNetwork.plain_network`
         keeps it tied. A layer registered under two names (``self.again = self.a``) cannot
         have latent parameters yet (a clear error): register it once and call it twice. A
-        parameter that is not floating-point cannot be latent (an error names it).
+        parameter that is not floating-point cannot be latent (an error names it). A latent
+        ``nn.Embedding(sparse=True)`` computes dense gradients (the same values).
     likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
         How the outputs meet the targets (:mod:`pyrouq.likelihoods`).
     num_data : int, optional
@@ -540,7 +541,15 @@ def bayesian(
         weights inside ``torch.utils.checkpoint`` (torchvision's DenseNet with
         ``memory_efficient=True``): the backward pass would run them again with the initial
         weights, not the draw. (Checkpointing switched on after that run, or a checkpointed
-        function reading the weights as tensors, is not caught.)
+        function reading the weights as tensors, is not caught.) A latent ``nn.Embedding`` /
+        ``nn.EmbeddingBag`` with ``max_norm`` (torch would renormalise the draws in place).
+
+    Warns
+    -----
+    UserWarning
+        A latent embedding with a ``padding_idx`` (not one tied to an output layer, whose
+        gradient reaches that row): torch gives its padding row no gradient from the data, so
+        the guide learns it from the KL alone, toward the prior.
 
     Examples
     --------

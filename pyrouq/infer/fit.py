@@ -209,7 +209,7 @@ def fit(
         generator of its own, ``ArrayLoader(seed=...)`` or a DataLoader's ``generator=``,
         carries on from where the last run left it, as do a DataLoader's persistent workers:
         build it anew to repeat a run). A call refused for its arguments seeds nothing, save
-        for those checked once its first batch is read (the batch, ``optim=``, ``resume_from=``,
+        for those checked once its first batch is read (the data, ``optim=``, ``resume_from=``,
         ``distributed_draws=``): it has seeded by then. Rank r of a
         process group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a
         seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
@@ -233,8 +233,8 @@ def fit(
         that raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank).
     checkpoint : str or PathLike, optional
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
-        to this file after every epoch and when the run is interrupted. A model or guide that
-        :func:`pyrouq.save` cannot describe is refused before training starts.
+        to this file after every epoch and when the run is interrupted. A model, guide or
+        metadata :func:`pyrouq.save` would refuse (see its Raises) is refused before training.
     resume_from : str, PathLike or Checkpoint, optional
         Continue the run saved there: the model and guide get its parameters, the optimizer its
         state, and the epoch count, learning-rate schedule, loss history and random-number
