@@ -303,6 +303,7 @@ def test_a_rank1_network_with_shared_batchnorm_repeats_and_stays_alike_on_the_ra
     assert moved
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's Adagrad
 def test_sparse_gradients_are_averaged_as_one_process_takes_them(tmp_path):
     spawn_ranks(_sparse_worker, (str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"sparse{r}.pt", weights_only=False) for r in range(WORLD)]
