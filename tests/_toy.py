@@ -237,3 +237,28 @@ def loaded_copy(net: nn.Module, weights: dict[str, torch.Tensor]) -> nn.Module:
     state.update(weights)
     ref.load_state_dict(state)
     return ref.eval()
+
+
+def hand_made_chains(n, num_chains=2, num_draws=4):
+    """A Bayesian linear regression (noise 0.5) on ``n`` inputs and chains of draws of its
+    weights, as mcmc() returns them, without running a sampler: ``(result, x, y)``; the
+    energy of chain c, draw d is ``c * num_draws + d``."""
+    import pyrouq
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 2, generator=g)
+    y = x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(n, generator=g)
+    model = pyrouq.bayesian(nn.Linear(2, 1), likelihood=pyrouq.Gaussian(0.5))
+    shape = (num_chains, num_draws)
+    samples = {
+        "weight": torch.randn(*shape, 1, 2, generator=g),
+        "bias": torch.randn(*shape, 1, generator=g),
+    }
+    stats = {
+        "diverging": torch.zeros(shape, dtype=torch.bool),
+        "step_size": torch.full(shape, 0.1, dtype=torch.float64),
+        "tree_depth": torch.full(shape, 2),
+        "energy": torch.arange(num_chains * num_draws, dtype=torch.float64).reshape(shape),
+    }
+    result = pyrouq.MCMCResult(samples, stats, "nuts", 10, model=model, x=x, y=y)
+    return result, x, y

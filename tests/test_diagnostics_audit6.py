@@ -14,9 +14,9 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from _toy import hand_made_chains
 from scipy.special import logsumexp
 
-import pyrouq
 from pyrouq.diagnostics import psis_diagnostic, to_inference_data
 
 az = pytest.importorskip("arviz")
@@ -96,25 +96,7 @@ def test_psis_with_every_guide_draw_outside_the_support_is_a_clear_error():
 
 
 def _hand_made_chains(num_chains=2, num_draws=4):
-    """A Bayesian linear regression and chains of draws of its weights, as mcmc() would
-    return them, without running a sampler."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(N, 2, generator=g)
-    y = x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(N, generator=g)
-    model = pyrouq.bayesian(torch.nn.Linear(2, 1), likelihood=pyrouq.Gaussian(0.5))
-    shape = (num_chains, num_draws)
-    samples = {
-        "weight": torch.randn(*shape, 1, 2, generator=g),
-        "bias": torch.randn(*shape, 1, generator=g),
-    }
-    stats = {
-        "diverging": torch.zeros(shape, dtype=torch.bool),
-        "step_size": torch.full(shape, 0.1, dtype=torch.float64),
-        "tree_depth": torch.full(shape, 2),
-        "energy": torch.arange(num_chains * num_draws, dtype=torch.float64).reshape(shape),
-    }
-    result = pyrouq.MCMCResult(samples, stats, "nuts", 10, model=model, x=x, y=y)
-    return result, x, y
+    return hand_made_chains(N, num_chains, num_draws)
 
 
 def _hand_log_lik(result, x, y):

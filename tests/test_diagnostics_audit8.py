@@ -16,7 +16,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import PyroClassifier, regression_data, regression_model
+from _toy import PyroClassifier, hand_made_chains, regression_data, regression_model
 from pyro.infer.autoguide import AutoNormal
 from scipy.special import logsumexp
 
@@ -39,22 +39,7 @@ def _classification(n=N, classes=3, seed=0):
 def _hand_made_result(num_chains=2, num_draws=4):
     """A Bayesian linear regression (noise 0.5) and chains of its weights, as mcmc() returns
     them, without a sampler."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(N, 2, generator=g)
-    y = x @ torch.tensor([1.0, -1.0]) + 0.3 * torch.randn(N, generator=g)
-    model = pyrouq.bayesian(torch.nn.Linear(2, 1), likelihood=pyrouq.Gaussian(0.5))
-    shape = (num_chains, num_draws)
-    samples = {
-        "weight": torch.randn(*shape, 1, 2, generator=g),
-        "bias": torch.randn(*shape, 1, generator=g),
-    }
-    stats = {
-        "diverging": torch.zeros(shape, dtype=torch.bool),
-        "step_size": torch.full(shape, 0.1, dtype=F64),
-        "tree_depth": torch.full(shape, 2),
-        "energy": torch.zeros(shape, dtype=F64),
-    }
-    return pyrouq.MCMCResult(samples, stats, "nuts", 10, model=model, x=x, y=y)
+    return hand_made_chains(N, num_chains, num_draws)[0]
 
 
 # --------------------------------------------------------------------------------------------
