@@ -207,9 +207,8 @@ class MaxPool2x2(nn.MaxPool2d):
         return "MaxPool2d"
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dim() not in (3, 4) or 0 in x.shape[-3:] or min(x.shape[-2:]) < 2:  # torch refuses
-            return F.max_pool2d(x, 2)
-        if _transformed(x):
+        refused = x.dim() not in (3, 4) or 0 in x.shape[-3:] or min(x.shape[-2:]) < 2  # by torch
+        if refused or _torchs_own(x):
             return F.max_pool2d(x, 2)
         if torch.is_grad_enabled() and x.requires_grad:
             if x.device.type == "cpu" and x.dim() == 4:
@@ -273,7 +272,7 @@ class MaxPool2dChannelsLast(nn.MaxPool2d):
         return "MaxPool2d"
 
     def forward(self, x: Tensor) -> Tensor:
-        if _transformed(x) or not (
+        if _torchs_own(x) or not (
             x.device.type == "cpu"
             and x.dim() == 4
             and x.shape[1] >= POOL_CHANNELS_LAST_MIN_CHANNELS
@@ -286,11 +285,12 @@ class MaxPool2dChannelsLast(nn.MaxPool2d):
         return _pool_channels_last(x, self, return_indices=False).contiguous()  # type: ignore[no-any-return]
 
 
-def _transformed(x: Tensor) -> bool:
-    """Whether ``x`` is under a ``torch.func`` transform (grad, jacrev, vmap) or carries a
-    forward-mode tangent: the fast paths' autograd Functions support neither, so the pools are
-    torch's own there."""
-    if torch._C._are_functorch_transforms_active():
+def _torchs_own(x: Tensor) -> bool:
+    """Whether the pools run torch's own kernels on ``x``: under a ``torch.func`` transform (grad,
+    vmap) or with a forward-mode tangent (their autograd Functions support neither), or for an
+    ``x`` dense in neither layout (torch lays its output out anew, as a ``.view()`` after needs)."""
+    dense = x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)
+    if torch._C._are_functorch_transforms_active() or not dense:
         return True
     return torch.autograd.forward_ad.unpack_dual(x).tangent is not None
 
