@@ -19,6 +19,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq import _own_models as own_models
+from pyrouq._param_store import take_store_values
 from pyrouq._util import (
     AsItCame,
     check_flag,
@@ -41,8 +42,8 @@ DEFAULT_MAX_DRAW_BYTES = 2**30
 
 def check_arguments(model: Any, guide: Any, parallel: Any, progress: Any) -> None:
     """Refuse, before anything runs, a model or guide that predict() cannot call (what
-    ``fit()`` returns, posterior draws given as the guide, the inputs given first, a guide
-    given as the model) and flags that are not True or False (``"no"`` would count as true)."""
+    ``fit()`` returns, draws given as the guide, the inputs given first, a guide given as the
+    model) and flags not True or False; then :func:`take_store_values` of model and guide."""
     from pyro.infer import MCMC
     from pyro.infer.autoguide import AutoGuide
 
@@ -80,6 +81,7 @@ def check_arguments(model: Any, guide: Any, parallel: Any, progress: Any) -> Non
             f"predict() expects the {name} to be callable ({what}), got a "
             f"{type(value).__name__}.{first}"
         )
+    take_store_values(model, guide)
 
 
 def typed_by(model: Any, guide: Any) -> Any:
@@ -124,8 +126,7 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
 
 
 def _takes_inputs_alone(owner: Any, x: Tensor) -> bool:
-    """Whether the signature of ``owner``'s forward takes ``x`` alone (True where it cannot
-    be read)."""
+    """Whether ``owner``'s forward takes ``x`` alone by its signature (True if unreadable)."""
     try:
         inspect.signature(getattr(owner, "forward", owner)).bind(x)
     except TypeError:

@@ -340,37 +340,6 @@ def has_latent_sites(model: Any) -> bool:
     return bool(sites()) if callable(sites) else False
 
 
-def forget_params(prefix: str) -> None:
-    """Remove every entry of Pyro's param store registered under ``prefix``."""
-    import pyro
-
-    store = pyro.get_param_store()
-    for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
-        del store[name]
-
-
-def register_params(prefix: str, module: nn.Module) -> None:
-    """Record every trainable parameter of ``module`` as a Pyro ``param`` site named
-    ``prefix$$$name``.
-
-    Like ``pyro.module(prefix, module)``, so that Pyro's optimizers (``SVI``) see the point
-    estimates of a model, except that the param store is made to hold the module's *current*
-    tensors: after ``module.to(device)`` or ``load_state_dict`` with new tensors, a stale entry
-    is replaced instead of being the one optimised. A frozen parameter (``requires_grad=False``)
-    is left out and left frozen: Pyro's param store would switch its gradient back on.
-    """
-    import pyro
-
-    store = pyro.get_param_store()
-    for name, param in module.named_parameters():
-        if not param.requires_grad:
-            continue
-        full = f"{prefix}$$${name}"
-        if full not in store or store[full] is not param:
-            store[full] = param
-        pyro.param(full)
-
-
 class ShardedOrder:
     """What pyrouq's in-memory loaders share: the order of one epoch, drawn from the loader's
     own generator, and, while :meth:`sharded` is active (``fit()`` under torch.distributed),

@@ -13,14 +13,8 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._util import (
-    carry_hooks,
-    check_flag,
-    class_name,
-    forget_params,
-    model_input,
-    warn_caller,
-)
+from pyrouq._param_store import forget_params, register_children
+from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
 from pyrouq.convert._select import (
     COUNTER,
     _names_list,
@@ -314,7 +308,8 @@ class BatchEnsembleNetwork(PyroModule):
 
     There are no latent sites: fit it with ``fit(model, None, loader)`` (the loss is the
     members' summed negative log-likelihood) or plain ``pyro.infer.SVI`` with an empty guide.
-    Its parameters are registered in Pyro's param store under a name unique to this instance.
+    Its parameters are registered in Pyro's param store under a name unique to this instance
+    (values loaded into the store under those names are taken).
 
     Parameters
     ----------
@@ -415,6 +410,7 @@ class BatchEnsembleNetwork(PyroModule):
 
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(M, B, D)`` of every member on every input; observes ``y`` if given."""
+        register_children(self, record=False)  # its parameters in Pyro's param store
         x = self._input(x)
         outputs = self.outputs(x)
         # a learned noise scale takes its shape from the outputs before PyroModule's attribute

@@ -17,14 +17,8 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._util import (
-    check_flag,
-    forget_params,
-    model_input,
-    module_device,
-    module_dtype,
-    warn_caller,
-)
+from pyrouq._param_store import forget_params, register_children
+from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._hints import refuse_types
 from pyrouq.convert._select import (
@@ -151,7 +145,8 @@ class BayesianNetwork(PyroModule):
 
     Point-estimate parameters live in :attr:`net`; as a ``PyroModule`` child it is registered
     in Pyro's param store (``pyro.module``) under a prefix unique to this model whenever
-    ``forward`` runs, so Pyro's ``SVI`` trains them too.
+    ``forward`` runs, so Pyro's ``SVI`` trains them too; values loaded into the store under
+    those names (``pyro.get_param_store().load(path)``) are taken.
 
     Attributes
     ----------
@@ -410,6 +405,13 @@ class BayesianNetwork(PyroModule):
         """The network's outputs with explicit weights ``{site: value}``, one for every latent
         site of the network (values may carry leading sample dims; other keys, such as a
         likelihood's sites, are ignored): ``(*S, B, D)``, no Pyro statements."""
+        if torch.jit.is_tracing():  # torch's own error names neither the cause nor a way out
+            raise RuntimeError(
+                f"{type(self).__name__} runs its network with torch.func.functional_call, which "
+                "torch.jit.trace refuses, as Pyro's JitTrace_ELBO, JitTraceMeanField_ELBO and "
+                "NUTS / HMC with jit_compile=True use it. Use Trace_ELBO, TraceMeanField_ELBO "
+                "or pyrouq.KLWeightedELBO, and NUTS(model) without jit_compile (pyrouq.mcmc)."
+            )
         x = self._input(x)
         missing = [site for site in self._sites if site not in weights]
         if missing:  # the network would read its initial value there, not a weight given
@@ -434,6 +436,7 @@ class BayesianNetwork(PyroModule):
             Targets (``(B,)`` class labels for ``Categorical``), observed at ``"obs"`` with
             scale N/B.
         """
+        register_children(self, record=False)  # the point estimates in Pyro's param store
         x = self._input(x)
         weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
         outputs = self.outputs(x, weights)

@@ -15,6 +15,7 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
+from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
     check_finite_inputs,
@@ -122,7 +123,8 @@ def _check_result_data(fn: str, given: str | None, x: object, y: object) -> None
 
 def _check_callables(fn: str, model: object, guide: object) -> None:
     """A clear error for a model, or a guide other than None, that cannot be called (a
-    FitResult met Pyro's "is not callable" or dataclasses' "cannot assign to field")."""
+    FitResult met Pyro's "is not callable" or dataclasses' "cannot assign to field"). Then
+    a pyrouq model and guide take the values loaded into Pyro's param store for them."""
     for name, value in (("model", model), ("guide", guide)):
         if (value is None and name == "guide") or callable(value):
             continue
@@ -138,6 +140,7 @@ def _check_callables(fn: str, model: object, guide: object) -> None:
                 else ""
             )
         )
+    take_store_values(model, guide)
 
 
 def _typed(x: Tensor, model: Any, guide: Any) -> Tensor:

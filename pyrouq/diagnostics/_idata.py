@@ -190,8 +190,10 @@ def to_inference_data(
             raise TypeError(
                 f"{fn}: got a pyro.infer.MCMC run as the {what}; it exports pyrouq's "
                 "MCMCResult (pyrouq.mcmc(model, x, y)) as to_inference_data(result). For a "
-                "pyro.infer.MCMC run use arviz.from_pyro(mcmc), or predict its draws with "
-                "pyrouq.predict(model, x, posterior_samples=mcmc)."
+                "pyro.infer.MCMC run use arviz.from_pyro(mcmc) (under torch.no_grad() for a "
+                "model with point estimates, whose recorded outputs carry gradients; then "
+                "az.loo(idata, var_name='obs'), as it exports the 'logits' / 'outputs' site "
+                "too), or predict its draws with pyrouq.predict(model, x, posterior_samples=mcmc)."
             )
     if isinstance(guide, MCMCResult):
         raise TypeError(

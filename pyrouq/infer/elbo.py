@@ -30,7 +30,8 @@ from torch import Tensor
 from pyrouq import _engine
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._own_models import guiding_sites
-from pyrouq._util import AsItCame, check_count, check_flag, class_name, register_params
+from pyrouq._param_store import register_children, register_params
+from pyrouq._util import AsItCame, check_count, check_flag, class_name
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
@@ -149,11 +150,11 @@ def _scalar_normal_sites(model: BayesianNetwork, positive: tuple[str, ...]) -> d
     }
 
 
-def _register_point_estimates(model: Any) -> None:
-    """Record the model's own parameters (BatchNorm, ensemble factors) as Pyro param sites,
-    under the names its ``forward`` gives them, so that ``SVI`` trains them on the direct
-    paths too (where ``forward`` does not run)."""
-    register_params(f"{model._pyro_name}.net", model.net)
+def _register_point_estimates(model: Any) -> bool:
+    """Record the model's own parameters (BatchNorm, ensemble factors, a learned noise scale)
+    as Pyro param sites, named as its ``forward`` names them, so that ``SVI`` trains them on
+    the direct paths too (no ``forward``). Returns whether a lazy one is left for later."""
+    return register_children(model, record=True)
 
 
 def observed_nll(
@@ -330,10 +331,11 @@ class KLWeightedELBO(ELBO):
     # -- the direct paths -------------------------------------------------------------------
 
     @staticmethod
-    def _guide_moments(model: BayesianNetwork, guide: MeanFieldGuide) -> tuple[dict, dict]:
-        """The guide's locations and scales, site by site, checked against the model."""
+    def _guide_moments(model: BayesianNetwork, guide: MeanFieldGuide) -> tuple[dict, dict, bool]:
+        """The guide's locations and scales, site by site, checked against the model, and
+        whether a lazy point estimate (a learned noise scale) is left to register later."""
         register_params(guide.name, guide)  # so that SVI's parameter capture sees them
-        _register_point_estimates(model)
+        lazy = _register_point_estimates(model)
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
@@ -348,7 +350,7 @@ class KLWeightedELBO(ELBO):
             )
         check_guide_tensors(model, guide, "KLWeightedELBO", first=True)  # (its sites: the model's)
         scale = {s: guide.site_scale(s) for s in guide.sites}
-        return loc, scale
+        return loc, scale, lazy
 
     @staticmethod
     def _kl(
@@ -422,7 +424,7 @@ class KLWeightedELBO(ELBO):
     def _direct_terms(self, model: BayesianNetwork, guide: MeanFieldGuide, x, y) -> ELBOTerms:
         """:meth:`terms` without traces (see the class docstring)."""
         _needs_labels(y)
-        loc, scale = self._guide_moments(model, guide)
+        loc, scale, lazy = self._guide_moments(model, guide)
         positive = guide.positive
         count = self.num_particles
         draws: list[dict[str, Tensor]] = []
@@ -472,14 +474,18 @@ class KLWeightedELBO(ELBO):
                 first = outs[0]
         nll_t = torch.as_tensor(nll) / count
         loss = nll_t + self._weighted(kl)
+        if lazy:  # a learned noise scale, sized by the run
+            _register_point_estimates(model)
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl.detach(), outputs=first.detach())
 
     def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
         """A BatchEnsemble's loss: its members' summed negative log-likelihood, scaled N/B."""
         _needs_labels(y)
-        _register_point_estimates(model)
+        lazy = _register_point_estimates(model)
         outputs = model.outputs(x)
         nll = observed_nll(model, outputs, y)
+        if lazy:  # a learned noise scale, sized by the run
+            _register_point_estimates(model)
         zero = torch.zeros((), device=nll.device)
         return ELBOTerms(loss=nll, nll=nll.detach(), kl=zero, outputs=outputs.detach())
 
@@ -519,7 +525,7 @@ class KLWeightedELBO(ELBO):
         self, model: BayesianNetwork, guide: MeanFieldGuide, x: Tensor, y: Tensor
     ) -> ELBOTerms:
         """:meth:`terms_and_grads` one particle at a time (see there)."""
-        loc, scale = self._guide_moments(model, guide)
+        loc, scale, lazy = self._guide_moments(model, guide)
         count = self.num_particles
         draws, _, kl = self._draws_and_kl(model, loc, scale, guide.positive)
         nll = torch.zeros((), device=x.device)
@@ -550,6 +556,8 @@ class KLWeightedELBO(ELBO):
         if roots:
             torch.autograd.backward([t for t, _ in roots], [g for _, g in roots])
         nll_t = nll / count
+        if lazy:  # a learned noise scale, sized by the run
+            _register_point_estimates(model)
         return ELBOTerms(
             loss=(nll_t + weighted_kl).detach(),
             nll=nll_t,

@@ -13,13 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pyrouq._param_store import forget_params, register_params
 from pyrouq._util import (
     check_count,
     check_positive_float,
-    forget_params,
     has_latent_sites,
     innermost_distribution,
-    register_params,
     support_of,
     takes_labels,
     warn_caller,
@@ -59,7 +58,9 @@ class MeanFieldGuide(nn.Module):
     Parameters live in this module (``loc`` and ``rho`` parameter dicts, keys are site names
     with ``.`` replaced by ``__``) and are registered in Pyro's param store under a prefix unique
     to this guide (``guide.name``), so Pyro optimizers see them while two guides never share or
-    overwrite parameters; the entries are removed when the guide is garbage collected.
+    overwrite parameters; the entries are removed when the guide is garbage collected. Values
+    loaded into the store under those names (``pyro.get_param_store().load(path)``) are taken
+    at the guide's next use (a run, ``predict()``, ``fit()``).
 
     .. warning:: Mean-field: the guide ignores every correlation between weights, and it is
        known to underestimate posterior variance.

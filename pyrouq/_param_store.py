@@ -1,0 +1,119 @@
+"""Pyro's param store and the point estimates of pyrouq's models and guides.
+
+A pyrouq model's plain child modules (its network, its likelihood) and a
+:class:`~pyrouq.MeanFieldGuide` hold their parameters themselves; they are put into Pyro's
+global param store under ``<name>$$$<parameter>`` (the names ``pyro.module`` gives them), so
+that Pyro's ``SVI`` optimises them. The store is made to hold the modules' own tensors, and a
+value loaded into it from a file (``pyro.get_param_store().load(path)``) is taken, as a
+``PyroModule`` takes a stored value of its parameter's name.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import pyro
+import torch
+from torch import nn
+
+__all__ = ["forget_params", "register_children", "register_params", "take_store_values"]
+
+_REGISTERED: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+"""The tensors :func:`register_params` put into Pyro's param store, by id: an entry under one
+of its names that is none of them was loaded or set there by someone else."""
+
+
+def forget_params(prefix: str) -> None:
+    """Remove every entry of Pyro's param store registered under ``prefix``."""
+    store = pyro.get_param_store()
+    for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
+        del store[name]
+
+
+def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor) -> None:
+    """Give ``param`` the value that Pyro's param store holds under its name ``full``."""
+    if nn.parameter.is_lazy(param):  # (a learned noise scale not yet sized): the stored size
+        param.materialize(stored.shape, device=stored.device, dtype=stored.dtype)  # type: ignore[attr-defined]
+    if stored.shape != param.shape:
+        raise ValueError(
+            f"Pyro's param store holds {full!r} of shape {tuple(stored.shape)}, but the "
+            f"parameter of that name has shape {tuple(param.shape)}: the store was loaded from "
+            "another model (pyrouq names its models and guides in the order they are built, "
+            "BayesianNetwork_0, MeanFieldGuide_0, ...). Build them in the order of the run "
+            "that saved the store before loading it, or call pyro.clear_param_store() and "
+            "restore them with pyrouq.save() / pyrouq.load()."
+        )
+    with torch.no_grad():
+        param.copy_(stored)
+
+
+def register_params(prefix: str, module: nn.Module, *, record: bool = True) -> bool:
+    """Put every trainable parameter of ``module`` into Pyro's param store as
+    ``prefix$$$name`` and, with ``record``, make it a Pyro ``param`` site there.
+
+    Like ``pyro.module(prefix, module)``, so that Pyro's optimizers (``SVI``) see the point
+    estimates of a model, except that the store is made to hold the module's *own* tensors,
+    which SVI then optimises: an entry this function put there before the module got new
+    tensors (``load_state_dict(assign=True)``) is replaced, and any other one (loaded into
+    the store, ``pyro.get_param_store().load(path)``, or set there) first gives the module
+    its value (``pyro.module`` would leave the loaded tensor in the store, which SVI would
+    train while the module never reads it). A frozen parameter (``requires_grad=False``) is
+    left out and left frozen: Pyro's param store would switch its gradient back on; so is a
+    lazy one that the store holds no value for. Returns whether one was left out as lazy.
+    """
+    store = pyro.get_param_store()
+    lazy = False
+    for name, param in module.named_parameters():
+        if not param.requires_grad:
+            continue
+        full = f"{prefix}$$${name}"
+        stored = store[full] if full in store else None
+        if stored is not None and stored is not param:
+            if _REGISTERED.get(id(stored)) is not stored:  # not one of ours: loaded there
+                _take_stored(full, stored, param)
+            del store[full]  # (with the constraint it may have been stored under)
+        if nn.parameter.is_lazy(param):
+            lazy = True
+            continue
+        if stored is not param:
+            store[full] = param
+        _REGISTERED[id(param)] = param
+        if record:
+            pyro.param(full)
+    return lazy
+
+
+def register_children(model: Any, *, record: bool) -> bool:
+    """:func:`register_params` of each of a pyrouq model's child modules that is no
+    ``PyroModule`` (its network, its likelihood), under the name ``PyroModule`` gives it
+    (``<model name>.net``): before the model's ``forward`` reads them (``record=False``;
+    ``pyro.module`` records them there), or for the paths of
+    :class:`~pyrouq.KLWeightedELBO` that do not run ``forward`` (``record=True``). Not inside
+    ``forward`` under ``pyro.settings.set(module_local_params=True)``, where the store is
+    the model's own and Pyro keeps no module's parameters in it. Returns whether a lazy
+    parameter was left out."""
+    if not record and pyro.settings.get("module_local_params"):
+        return False
+    from pyro.nn import PyroModule
+
+    prefix = model._pyro_name
+    lazy = False
+    for name, child in model._modules.items():
+        if child is not None and not isinstance(child, PyroModule):
+            lazy |= register_params(f"{prefix}.{name}" if prefix else name, child, record=record)
+    return lazy
+
+
+def take_store_values(model: Any, guide: Any = None) -> None:
+    """Give a pyrouq model's point estimates and a :class:`~pyrouq.MeanFieldGuide`'s
+    parameters the values loaded into Pyro's param store under their names, for the routes
+    that read them without running them under Pyro (``predict()``, the diagnostics), as
+    their next run would (a Pyro user's ``pyro.get_param_store().load(path)``)."""
+    from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+    from pyrouq.infer.guide import MeanFieldGuide
+
+    if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
+        register_children(model, record=False)
+    if isinstance(guide, MeanFieldGuide):
+        register_params(guide.name, guide, record=False)
