@@ -17,6 +17,8 @@ import pyro
 import torch
 from torch import nn
 
+from pyrouq._util import module_device, module_dtype
+
 __all__ = ["forget_params", "register_children", "register_params", "take_store_values"]
 
 _REGISTERED: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
@@ -31,10 +33,13 @@ def forget_params(prefix: str) -> None:
         del store[name]
 
 
-def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor) -> None:
-    """Give ``param`` the value that Pyro's param store holds under its name ``full``."""
+def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor, like: Any) -> None:
+    """Give ``param`` the value that Pyro's param store holds under its name ``full`` (a
+    lazy one made on the device and in the dtype of the network ``like``, as its outputs
+    would make it, not the file's: a float32 store, a float64 or GPU model)."""
     if nn.parameter.is_lazy(param):  # (a learned noise scale not yet sized): the stored size
-        param.materialize(stored.shape, device=stored.device, dtype=stored.dtype)  # type: ignore[attr-defined]
+        device, dtype = module_device(like) or stored.device, module_dtype(like) or stored.dtype
+        param.materialize(stored.shape, device=device, dtype=dtype)  # type: ignore[attr-defined]
     if stored.shape != param.shape:
         raise ValueError(
             f"Pyro's param store holds {full!r} of shape {tuple(stored.shape)}, but the "
@@ -48,7 +53,9 @@ def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor) -> None:
         param.copy_(stored)
 
 
-def register_params(prefix: str, module: nn.Module, *, record: bool = True) -> bool:
+def register_params(
+    prefix: str, module: nn.Module, *, record: bool = True, like: Any = None
+) -> bool:
     """Put every trainable parameter of ``module`` into Pyro's param store as
     ``prefix$$$name`` and, with ``record``, make it a Pyro ``param`` site there.
 
@@ -60,7 +67,10 @@ def register_params(prefix: str, module: nn.Module, *, record: bool = True) -> b
     its value (``pyro.module`` would leave the loaded tensor in the store, which SVI would
     train while the module never reads it). A frozen parameter (``requires_grad=False``) is
     left out and left frozen: Pyro's param store would switch its gradient back on; so is a
-    lazy one that the store holds no value for. Returns whether one was left out as lazy.
+    lazy one that the store holds no value for (one it holds a value for is made on the
+    device and in the dtype of the network ``like``). A parameter that is not contiguous
+    (channels-last) is stored as Pyro stores it, a contiguous copy, which SVI does not train
+    and which is never taken back as a loaded value. Returns whether one was left out as lazy.
     """
     store = pyro.get_param_store()
     lazy = False
@@ -71,13 +81,15 @@ def register_params(prefix: str, module: nn.Module, *, record: bool = True) -> b
         stored = store[full] if full in store else None
         if stored is not None and stored is not param:
             if _REGISTERED.get(id(stored)) is not stored:  # not one of ours: loaded there
-                _take_stored(full, stored, param)
+                _take_stored(full, stored, param, like)
             del store[full]  # (with the constraint it may have been stored under)
         if nn.parameter.is_lazy(param):
             lazy = True
             continue
         if stored is not param:
             store[full] = param
+            held = store[full]  # the param, or the contiguous copy Pyro stores of one that is
+            _REGISTERED[id(held)] = held  # not (channels-last): ours too, never a loaded value
         _REGISTERED[id(param)] = param
         if record:
             pyro.param(full)
@@ -92,7 +104,7 @@ def register_children(model: Any, *, record: bool) -> bool:
     :class:`~pyrouq.KLWeightedELBO` that do not run ``forward`` (``record=True``). Not inside
     ``forward`` under ``pyro.settings.set(module_local_params=True)``, where the store is
     the model's own and Pyro keeps no module's parameters in it. Returns whether a lazy
-    parameter was left out."""
+    parameter was left out (one the store holds a value for is made like the network)."""
     if not record and pyro.settings.get("module_local_params"):
         return False
     from pyro.nn import PyroModule
@@ -101,7 +113,8 @@ def register_children(model: Any, *, record: bool) -> bool:
     lazy = False
     for name, child in model._modules.items():
         if child is not None and not isinstance(child, PyroModule):
-            lazy |= register_params(f"{prefix}.{name}" if prefix else name, child, record=record)
+            full = f"{prefix}.{name}" if prefix else name
+            lazy |= register_params(full, child, record=record, like=getattr(model, "net", None))
     return lazy
 
 

@@ -179,7 +179,9 @@ class MeanFieldGuide(nn.Module):
                     f"({_expected_init_from(model)})."
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
-            self.loc[self._keys[site]] = nn.Parameter(value.clone().to(device, dtype))
+            # contiguous, as Pyro's param store keeps a copy of another layout (channels-last)
+            value = value.clone(memory_format=torch.contiguous_format)  # that SVI would train
+            self.loc[self._keys[site]] = nn.Parameter(value.to(device, dtype))
             if init_scale_relative is None:
                 scale = torch.full(shape, init_scale, dtype=torch.float64)
             elif site in self.positive:  # a relative spread of the value itself
