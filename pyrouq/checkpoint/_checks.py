@@ -6,7 +6,6 @@ module it compiled)."""
 from __future__ import annotations
 
 import collections
-import io
 import math
 import sys
 from typing import Any
@@ -19,6 +18,7 @@ from torch import nn
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._file import unreadable
 
 #: The class a ``torch.compile`` d module's record names (files written before 2026-12-06 hold
 #: the wrapper, its parameters named ``_orig_mod.``...).
@@ -87,7 +87,7 @@ def optimizer_state(optimizer: Any) -> Any:
             f"tensors, numbers and strings; got {class_name(optimizer)}, {_not_one(optimizer)}"
         )
     state = python_numbers(state)
-    found = _unreadable(state, "optimizer")
+    found = unreadable(state, "optimizer")
     if found:
         raise CheckpointError(
             f"save(optimizer=) got a state whose {found[0]} is a {found[1]}, which load() would "
@@ -132,36 +132,3 @@ def python_numbers(value: Any) -> Any:
     if type(value) in (list, tuple):
         return type(value)(python_numbers(v) for v in value)
     return value
-
-
-_PLAIN = (bool, int, float, complex, str, dict, collections.OrderedDict, list, tuple)
-
-
-def _unreadable(value: Any, where: str) -> tuple[str, str] | None:
-    """Where in ``value`` the first value lies that ``torch.load(weights_only=True)`` refuses
-    (tried for what is not a tensor nor a plain Python value), and its class name."""
-    if value is None or torch.is_tensor(value) or type(value) in _PLAIN[:5]:
-        return None
-    if type(value) in _PLAIN:
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, item in items:
-            if isinstance(value, dict) and _unreadable(key, where):
-                return f"{where} key {key!r}", _qualified(key)
-            found = _unreadable(item, f"{where}[{key!r}]")
-            if found:
-                return found
-        return None
-    buffer = io.BytesIO()
-    try:  # what torch.load(weights_only=True) reads back: a torch.Size, a dtype, ...
-        torch.save(value, buffer)
-        buffer.seek(0)
-        torch.load(buffer, weights_only=True)
-    except Exception:
-        return where, _qualified(value)
-    return None
-
-
-def _qualified(value: Any) -> str:
-    """The class of ``value`` with its module (``numpy.longdouble``), Python's own bare."""
-    cls = type(value)
-    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"

@@ -268,49 +268,59 @@ def _cpu(value: Any) -> Any:
     return value
 
 
-def _plain_data(value: Any, exact: bool = False) -> bool:
-    """Whether ``value`` is made of what ``torch.load(weights_only=True)`` reads back: tensors,
-    numbers, strings, None, and dicts, lists and tuples of them. With ``exact``, of those very
-    types: a subclass (an IntEnum, numpy's float64, a namedtuple) pickles as a class that
-    torch.load(weights_only=True) refuses."""
-    if exact and not (value is None or torch.is_tensor(value) or type(value) in _EXACT):
-        return False
-    if value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, dict):
-        return all(_plain_data(k, exact) and _plain_data(v, exact) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(_plain_data(v, exact) for v in value)
-    return False
+_PLAIN = (bool, int, float, complex, str, dict, collections.OrderedDict, list, tuple)
 
 
-_EXACT = (bool, int, float, str, dict, collections.OrderedDict, list, tuple)
+def unreadable(value: Any, where: str) -> tuple[str, str] | None:
+    """Where in ``value`` the first value lies that ``torch.load(weights_only=True)`` refuses,
+    and its class name: tensors, None and these very types (dicts, lists and tuples walked)
+    pass at once; a subclass (an IntEnum, numpy's float64, a namedtuple) or another value
+    (a torch.Size, a dtype, an object) is written and read back."""
+    if value is None or torch.is_tensor(value) or type(value) in _PLAIN[:5]:
+        return None
+    if type(value) in _PLAIN:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(value, dict) and unreadable(key, where):
+                return f"{where} key {key!r}", _qualified(key)
+            found = unreadable(item, f"{where}[{key!r}]")
+            if found:
+                return found
+        return None
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception:
+        return where, _qualified(value)
+    return None
+
+
+def _qualified(value: Any) -> str:
+    """The class of ``value`` with its module (``numpy.longdouble``), Python's own bare."""
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
 
 
 def check_read_back(model: Any) -> None:
     """Refuse a model whose state holds a value that :func:`read` would refuse to unpickle (a
     module's ``get_extra_state()`` returning an object of its own): save() would write a file
     that load() refuses, as holding pickled Python objects. Tensors, numbers, strings, and
-    lists, tuples and dicts of them pass at once; any other value is written and read back."""
+    lists, tuples and dicts of them pass at once; any other value is written and read back
+    (:func:`unreadable`)."""
     if not isinstance(model, torch.nn.Module):
         return
     state = model.state_dict(keep_vars=True)  # (a lazy parameter cannot be detached)
     for key, value in state.items():
-        if torch.is_tensor(value) or _plain_data(value, exact=True):
-            continue
-        buffer = io.BytesIO()
-        try:  # what torch.load(weights_only=True) reads back (a torch.Size, a dtype, ...)
-            torch.save(value, buffer)
-            buffer.seek(0)
-            torch.load(buffer, weights_only=True)
-        except Exception:
+        if unreadable(value, key):
             raise CheckpointError(
                 f"save() cannot write {class_name(model)}: its state entry {key!r} is a "
                 f"{class_name(value)} (what its module's get_extra_state() returns), which "
                 "load() would refuse to unpickle, as any Python object. Make "
                 "get_extra_state() return tensors, numbers, strings, lists or dicts of them, "
                 "or save model.state_dict() with torch.save yourself."
-            ) from None
+            )
 
 
 def checked_device(device: Any) -> Any:
