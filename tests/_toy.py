@@ -262,3 +262,14 @@ def hand_made_chains(n, num_chains=2, num_draws=4):
     }
     result = pyrouq.MCMCResult(samples, stats, "nuts", 10, model=model, x=x, y=y)
     return result, x, y
+
+
+class Flattened(nn.Module):
+    """``layer`` with its outputs flattened to ``(B, -1)``: a bare layer as a network."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer(x).flatten(1)

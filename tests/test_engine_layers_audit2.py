@@ -12,6 +12,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from _toy import Flattened
 from torch import nn
 from torch.func import functional_call
 
@@ -56,15 +57,6 @@ _LAYERS = [
 ]  # fmt: skip
 
 
-class _Flat(nn.Module):
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x):
-        return self.layer(x).flatten(1)
-
-
 @pytest.mark.parametrize("make,shape", _LAYERS)
 @pytest.mark.parametrize("kind", ["cpu", "accelerator"])
 def test_each_member_of_a_layer_is_the_plain_layer_with_its_rank1_weight(make, shape, kind):
@@ -84,7 +76,7 @@ def test_each_member_of_a_layer_is_the_plain_layer_with_its_rank1_weight(make, s
     reference = torch.stack(expected)
     with _engine.schedule(kind), torch.no_grad():
         folded = layer(x.repeat(members, *[1] * (x.dim() - 1))).unflatten(0, (members, -1))
-        passes = _engine.run_members(_Flat(layer), x, members)
+        passes = _engine.run_members(Flattened(layer), x, members)
     torch.testing.assert_close(folded, reference, rtol=0, atol=1e-12)
     torch.testing.assert_close(passes, reference.flatten(2), rtol=0, atol=1e-12)
 

@@ -19,7 +19,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
-from _toy import LatentScale, tiny_mlp, toy_data
+from _toy import Flattened, LatentScale, tiny_mlp, toy_data
 from pyro import poutine
 from torch import nn
 
@@ -208,15 +208,6 @@ def test_the_monte_carlo_kl_of_non_normal_priors_is_unbiased(vectorize):
     assert reference == pytest.approx(21.43, abs=0.05)
 
 
-class _Flat(nn.Module):
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x):
-        return self.layer(x).flatten(1)
-
-
 _LOCAL_LAYERS = [
     (lambda: nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), groups=2,
                        padding_mode="reflect"), (3, 4, 6, 5)),
@@ -233,11 +224,11 @@ def test_local_reparameterisation_draws_the_outputs_weight_sampling_gives(make, 
     layer's padding, and so do draws of the whole weight."""
     torch.manual_seed(0)
     layer = make().double()
-    model = bayesian(_Flat(layer), likelihood="gaussian", num_data=10,
+    model = bayesian(Flattened(layer), likelihood="gaussian", num_data=10,
                      local_reparameterization=True)  # fmt: skip
     guide = mean_field_guide(model, init_scale=0.2)
     x = torch.randn(*shape, dtype=F64)
-    y = torch.zeros_like(_Flat(layer)(x))
+    y = torch.zeros_like(Flattened(layer)(x))
     draws = 4000
     pyro.set_rng_seed(0)
     with torch.no_grad():
