@@ -525,6 +525,16 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
             "draw s is one value of every site. Pass the sites' draws of one run (an "
             "MCMCResult itself, or its .draws()), or cut them to the smallest S: value[:S]."
         )
+    for site, value in draws.items():  # arviz's (chain, draw, *shape), not flattened
+        shape = tuple(shapes.get(site, ()))  # (a draw dim of 1: Predictive's padding, below)
+        chained = site in shapes and value.dim() == len(shape) + 2 and value.shape[2:] == shape
+        if chained and value.shape[1] > 1:
+            raise ValueError(
+                f"posterior_samples: site {site!r} has shape {tuple(value.shape)}, read as "
+                f"(chain, draw) = {tuple(value.shape[:2])} before the site's shape {shape}: "
+                "predict() takes the draws flattened, (S, *shape). Pass value.reshape(-1, "
+                "*value.shape[2:]) for every site (chain after chain), or the MCMCResult itself."
+            )
     if callable(sites):  # Predictive's plate padding dropped (a model of the user's own: later)
         draws = {k: unpadded(v, tuple(shapes[k])) if k in shapes else v for k, v in draws.items()}
         for site, value in draws.items():
@@ -534,4 +544,15 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
                     f"floating-point weights. Convert them: posterior_samples[{site!r}].float()."
                 )
     check_draws(model, draws, "predict()", source="posterior_samples")
+    for site, value in draws.items():  # a NaN draw would make its predictions NaN, silently
+        if callable(sites) and value.is_floating_point():  # (own models: checked on x, later)
+            bad = ~torch.isfinite(value)
+            bad = (bad.flatten(1).any(1) if bad.dim() > 1 else bad).nonzero().flatten()
+            if len(bad):
+                raise ValueError(
+                    f"posterior_samples: site {site!r} holds NaN or inf in {len(bad)} of "
+                    f"{len(value)} draws, the first at draw {int(bad[0])}: those draws' "
+                    "predictions would be NaN. Check how the draws were made or loaded, or keep "
+                    "the finite draws of every site (value[keep])."
+                )
     return draws

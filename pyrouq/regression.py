@@ -181,9 +181,17 @@ class GaussianPredictions:
         """The predictive standard deviation ``(N, D)``."""
         return self.variance.sqrt()
 
-    def uncertainty(self) -> Decomposition:
+    def uncertainty(self, measure: str = "variance") -> Decomposition:
         """Variances per input ``(N,)``: total = aleatoric + epistemic, each summed over the D
-        outputs (the trace of the predictive covariance; one output: its variances)."""
+        outputs (the trace of the predictive covariance; one output: its variances).
+        ``measure`` is there for the signature of :meth:`Predictions.uncertainty`; the variance
+        is the one measure of a regression's draws."""
+        if measure != "variance":
+            raise ValueError(
+                f"GaussianPredictions decompose the predictive variance only, got measure="
+                f"{measure!r} (entropy and zero-one loss are classification measures). Call "
+                "uncertainty() or uncertainty('variance')."
+            )
         aleatoric = self.aleatoric_variance.sum(-1)
         epistemic = self.epistemic_variance.sum(-1)
         return Decomposition(aleatoric + epistemic, aleatoric, epistemic)

@@ -489,9 +489,9 @@ CASES = {
             )
         )(bayesian(torch.nn.Linear(4, 2))),
         ValueError,
-        r"predict\(\): posterior_samples do not fit BayesianNetwork: site 'weight' has shape "
-        r"\(5, 2, 4\) in posterior_samples but \(2, 4\) in the model\. "
-        r"Pass \{site: \(S, \*shape\)\}",
+        r"posterior_samples: site 'weight' has shape \(1, 5, 2, 4\), read as \(chain, draw\) = "
+        r"\(1, 5\) before the site's shape \(2, 4\): predict\(\) takes the draws flattened, "
+        r"\(S, \*shape\)\. Pass value.reshape\(-1, \*value.shape\[2:\]\)",
     ),
     "bayesian: lazy modules not yet materialised": (
         lambda tmp: bayesian(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(3))),

@@ -1,0 +1,68 @@
+"""Leftovers of earlier notes: a regression's uncertainty() takes the measure argument of the
+classification one; predict(posterior_samples=) refuses arviz's (chain, draw, ...) layout and
+non-finite draws by name, where it predicted with them silently."""
+
+import pytest
+import torch
+
+from pyrouq import BayesianMLP, GaussianPredictions, predict
+
+
+def test_regression_uncertainty_takes_the_variance_measure_and_names_the_others():
+    loc = torch.tensor([[[0.0], [1.0]], [[2.0], [5.0]]])  # S=2, N=2, D=1
+    scale = torch.tensor([[[1.0], [2.0]], [[1.0], [2.0]]])
+    p = GaussianPredictions(loc, scale)
+    by_name = p.uncertainty("variance")
+    # by hand: aleatoric = mean of scale^2, epistemic = population variance of the means
+    assert by_name.aleatoric.tolist() == [1.0, 4.0]
+    assert by_name.epistemic.tolist() == [1.0, 4.0]
+    assert torch.equal(by_name.total, p.uncertainty().total)
+    with pytest.raises(ValueError, match=r"variance only, got measure='entropy' .*uncertainty\(\)"):
+        p.uncertainty("entropy")
+
+
+def _model_and_draws(chains=2, draws=3):
+    torch.manual_seed(0)
+    model = BayesianMLP(in_features=4, hidden_features=5, out_features=3)
+    samples = {
+        site: 0.3 * torch.randn(chains, draws, *shape)
+        for site, shape in model.latent_sites().items()
+    }
+    return model, samples, torch.randn(6, 4)
+
+
+def test_chain_draw_layout_is_refused_with_the_reshape_to_pass():
+    model, samples, x = _model_and_draws()
+    with pytest.raises(
+        ValueError,
+        match=r"site 'fc1.weight' has shape \(2, 3, 5, 4\), read as "
+        r"\(chain, draw\) = \(2, 3\).*value.reshape\(-1, \*value.shape\[2:\]\)",
+    ):
+        predict(model, x, posterior_samples=samples, progress=False)
+    flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in samples.items()}
+    p = predict(model, x, posterior_samples=flat, progress=False)
+    assert p.probs.shape == (6, 6, 3)
+    # draw s = chain * 3 + draw: draw 4 is chain 1, draw 1
+    one = {k: v[1, 1][None] for k, v in samples.items()}
+    assert torch.allclose(p.probs[4], predict(model, x, posterior_samples=one).probs[0])
+
+
+def test_predictives_plate_padding_of_one_draw_dim_still_reads_as_s_draws():
+    model, samples, x = _model_and_draws(chains=4, draws=1)  # (S, 1, *shape): Predictive's
+    padded = predict(model, x, posterior_samples=samples, progress=False)
+    plain = {k: v[:, 0] for k, v in samples.items()}
+    assert torch.equal(padded.probs, predict(model, x, posterior_samples=plain).probs)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_draws_are_refused_naming_site_and_draw(bad):
+    model, samples, x = _model_and_draws()
+    flat = {k: v.reshape(-1, *v.shape[2:]).clone() for k, v in samples.items()}
+    flat["fc2.bias"][4, 1] = bad
+    flat["fc2.bias"][5, 0] = bad
+    with pytest.raises(
+        ValueError,
+        match=r"site 'fc2.bias' holds NaN or inf in 2 of 6 draws, "
+        r"the first at draw 4: .*keep the finite draws",
+    ):
+        predict(model, x, posterior_samples=flat, progress=False)
