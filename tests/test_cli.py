@@ -252,7 +252,7 @@ def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, caps
         def now(cls, tz=None):
             return cls(2026, 12, 4, 22, 38, 35)
 
-    monkeypatch.setattr(cli, "datetime", Frozen)
+    monkeypatch.setattr(cli._run_dir, "datetime", Frozen)  # where the run folder is named
     monkeypatch.chdir(tmp_path)
     argv = ["fit", "mlp", "--epochs", "1", "--train-size", "256", "--no-progress", "--seed"]
     assert main([*argv, "1"]) == 0

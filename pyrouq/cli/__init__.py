@@ -21,7 +21,6 @@ import argparse
 import atexit
 import contextlib
 import errno
-import json
 import os
 import re
 import shlex
@@ -31,7 +30,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,7 +50,8 @@ from pyrouq.cli._parser import (
     EXIT_USAGE,
     _build_parser,
 )
-from pyrouq.cli._report import RUN_PLOTS, _evaluate, _save_plots, _write_metrics
+from pyrouq.cli._report import _evaluate, _save_plots, _write_metrics
+from pyrouq.cli._run_dir import claim, out_dir, resume_command
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -73,79 +72,6 @@ def _cmd_data(args: argparse.Namespace) -> int:
         f"train label counts {counts}, loaded in {seconds:.2f} s"
     )
     return 0
-
-
-def _out_dir(args: argparse.Namespace) -> Path:
-    """The run folder: ``--out``, checked before anything is built, or a new folder under
-    ``runs/`` named after the model and the time (made unique by :func:`_claim`)."""
-    if args.out is None:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        name = args.model.replace(":", "-").replace(".", "-")
-        return Path("runs") / f"{name}-{stamp}"
-    if not args.out.strip():  # an unset shell variable, `--out "$RUN"`: not the current folder
-        raise CommandError(
-            f"--out is {args.out!r}, an empty name; pass a folder, or leave --out out for "
-            "runs/MODEL-TIMESTAMP"
-        )
-    out = Path(os.path.expanduser(args.out))  # as --data-root: no shell expands --out=~/runs
-    if out.exists() and not out.is_dir():
-        raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise CommandError(
-            f"--out {str(out)!r} exists and is not empty; pass --overwrite or another folder"
-        )
-    return out
-
-
-def _claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[Path, bool]:
-    """Make the run folder ``out`` and write its ``config.json``, which no other run may have
-    written first: ``(the folder, whether this run created it)``. A default folder taken by
-    another run started in the same second gets a suffix (``-2``, ``-3``, ...); an ``--out``
-    that another run has claimed since the check is refused (with --overwrite, the earlier
-    run's files are removed first)."""
-    text = json.dumps(config, indent=2) + "\n"
-    default = args.out is None
-    for number in range(1, 10_000):
-        folder = out if number == 1 or not default else out.with_name(f"{out.name}-{number}")
-        try:
-            fresh = not folder.exists()
-            if default:
-                try:
-                    folder.mkdir(parents=True)
-                except FileExistsError:
-                    continue  # another run's, started in the same second
-            else:
-                folder.mkdir(parents=True, exist_ok=True)
-                if args.overwrite:
-                    _clear_run(folder)
-            with open(folder / "config.json", "x") as file:
-                file.write(text)
-            return folder, fresh
-        except FileExistsError:
-            raise CommandError(
-                f"--out {str(folder)!r} was claimed by another run while this one started (it "
-                "holds a config.json now); pass another folder"
-            ) from None
-        except OSError as err:
-            what = f"{str(folder)!r} (the default)" if default else f"--out {str(folder)!r}"
-            raise CommandError(
-                f"cannot write the run folder {what}: {err.strerror or err}; pass "
-                f"{'--out ' if default else ''}a folder you can write to"
-            ) from None
-    raise CommandError(f"runs/ holds 10,000 runs named {out.name}-*; pass --out")
-
-
-def _clear_run(out: Path) -> None:
-    """Remove an earlier run's files from ``out`` (--overwrite, once the new run is built):
-    none of them may stay beside the new run's, which could fail or be interrupted. Files of
-    the user's own are kept."""
-    names = ["config.json", "checkpoint.pt", "metrics.json", "metrics-evaluate.json"]
-    names += [f"{plot}.png" for plot in RUN_PLOTS]
-    names += [f"{plot}-evaluate.png" for plot in (*RUN_PLOTS, "rotation")]
-    for name in names:
-        (out / name).unlink(missing_ok=True)
-    for leftover in out.glob(".checkpoint.pt.*.tmp"):  # of a run killed while it saved
-        leftover.unlink(missing_ok=True)
 
 
 def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: Any) -> Any:
@@ -217,7 +143,7 @@ def _fit_on_rank(
     lr = args.lr or recipe["lr"]
     if world > 1 and device.type == "cuda":
         device = _rank_gpu()  # as _process_group set it
-    out = _out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
+    out = out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
     pyro.set_rng_seed(args.seed)
@@ -255,9 +181,10 @@ def _fit_on_rank(
     }
     if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
         pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
-                   num_particles=args.num_particles, progress=False, seed=args.seed)  # fmt: skip
+                   num_particles=args.num_particles, progress=False, seed=args.seed,
+                   resume_from=out / "checkpoint.pt" if args.resume else None)  # fmt: skip
         return 0
-    out, fresh = _claim(out, args, config)
+    out, fresh = claim(out, args, config)
     try:
         return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
     except BaseException:  # Ctrl-C too
@@ -324,12 +251,12 @@ def _run_fit(
                 seed=args.seed,
                 checkpoint=checkpoint,
                 metadata={"config": config},
+                resume_from=checkpoint if args.resume else None,
             )
     except TrainingInterrupted as stop:
         print(
             f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
-            f"is saved at {checkpoint} (resume in Python: pyrouq.fit(..., resume_from=that path, "
-            "checkpoint=that path))",
+            f"is saved at {checkpoint} (resume it: {resume_command(config, out)})",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
@@ -338,8 +265,8 @@ def _run_fit(
             raise  # no epoch finished: the run folder goes, as before training
         print(
             f"\npyrouq: interrupted inside a training step, which is not saved; {checkpoint} "
-            "holds the run after its last finished epoch (resume in Python: pyrouq.fit(..., "
-            "resume_from=that path, checkpoint=that path))",
+            f"holds the run after its last finished epoch (resume it: "
+            f"{resume_command(config, out)})",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
