@@ -10,6 +10,7 @@ from torch import nn
 from pyrouq._util import check_held, check_positive_float, class_name
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, _batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
+from pyrouq.convert._select import check_module
 from pyrouq.convert._sites import check_no_pyro_samples
 from pyrouq.likelihoods import Likelihood, LikelihoodName
 from pyrouq.nn._batchensemble import FactorInit
@@ -108,6 +109,8 @@ def rank1(
         "It is the standard deviation of the Normal(1, prior_scale) prior of every rank-1 "
         "factor; 0.1 is the default.",
     )
+    if not isinstance(module, nn.Module):  # (a BatchEnsemble is refused below, saying why)
+        check_module(module, "convert into a rank-1 network")
     # the sites' dtypes (the prior, made in float64, is cast to each): torch's default for a
     # network without floating parameters
     floats = {p.dtype for p in module.parameters() if p.is_floating_point()}
