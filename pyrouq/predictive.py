@@ -15,7 +15,7 @@ C classes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -27,11 +27,11 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._metric_inputs import _float64
-from pyrouq._numbers import is_array_like
+from pyrouq._predict_batches import batches as _batches
+from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._util import (
     check_finite_inputs,
     check_int,
-    describe_batch,
     has_latent_sites,
     model_input,
     modes,
@@ -39,7 +39,6 @@ from pyrouq._util import (
     module_dtype,
     real_device,
     restore_modes,
-    warn_caller,
     warn_of_a_shard,
 )
 from pyrouq.infer.guide import check_drawable, check_guide
@@ -166,73 +165,11 @@ class Predictions:
 # --------------------------------------------------------------------------------------------
 
 
-def _batches(
-    x: Tensor | Iterable, batch_size: int, what: str = "x"
-) -> Iterable[tuple[Tensor, Tensor | None]]:
-    if torch.is_tensor(x):
-        for start in range(0, x.shape[0], batch_size):
-            yield x[start : start + batch_size], None
-        return
-    other = x is None or isinstance(x, (Mapping, str, int, float))  # would fail, or give its keys
-    if other or hasattr(x, "__array__"):  # a numpy array, a pandas frame: rows are no batches
-        shape = f" of shape {tuple(x.shape)}" if hasattr(x, "shape") else ""
-        fix = f"Convert an array first: torch.as_tensor({what})"
-        fix = "Pass a tensor (N, ...) or a DataLoader" if other else fix
-        raise TypeError(
-            f"predict() expects {what} as a torch.Tensor or an iterable of batches, got a "
-            f"{type(x).__name__}{shape}. {fix}."
-        )
-    data = torch.utils.data
-    if isinstance(x, data.Dataset) and not isinstance(x, data.IterableDataset):
-        raise TypeError(
-            f"predict() reads {what} as batches of inputs; it got a {type(x).__name__}, whose "
-            f"items are single examples. Pass a loader of it: DataLoader({what}, "
-            "batch_size=256) (without shuffle=True, to keep its order)."
-        )
-    if _looks_like_one_pair(x):
-        first, second = x[0], x[1]  # type: ignore[index]
-        raise TypeError(
-            f"predict() reads {what} as inputs or as an iterable of batches; it got a "
-            f"{type(x).__name__} of two tensors that looks like one (x, y) pair (shapes "
-            f"{tuple(first.shape)} and {tuple(second.shape)}), whose second tensor would be read "
-            f"as a batch of inputs. Pass the inputs alone, {what}=x, or the pair as a list of "
-            f"batches, [(x, y)]."
-        )
-    for batch in x:
-        if torch.is_tensor(batch):
-            yield batch, None
-        elif isinstance(batch, (tuple, list)) and batch and torch.is_tensor(batch[0]):
-            target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
-            yield batch[0], target
-        else:
-            arrays = is_array_like(batch)
-            fix = " Make them tensors (torch.as_tensor)." if arrays else ""
-            raise TypeError(
-                f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
-                f"a batch was {describe_batch(batch)}{fix}"
-            )
-
-
 def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
     """``draws`` on the device of the inputs ``x`` (where a model without tensors computes),
     their floating tensors in the dtype of floating ``x``."""
     dtype = x.dtype if x.is_floating_point() else None
     return {k: v.to(x.device, dtype if v.is_floating_point() else None) for k, v in draws.items()}
-
-
-def _looks_like_one_pair(x: Any) -> bool:
-    """Whether ``x`` is a tuple/list ``(x, y)`` rather than two batches of inputs: two tensors
-    of as many rows but of different ranks (batches of one input have one rank; not widths,
-    which differ between batches of sequences of two lengths). Read by index: iterating may
-    count as a read."""
-    if not isinstance(x, (tuple, list)) or len(x) != 2:
-        return False
-    first, second = x[0], x[1]
-    if not (torch.is_tensor(first) and torch.is_tensor(second)):
-        return False
-    if first.dim() == 0 or second.dim() == 0 or first.shape[0] != second.shape[0]:
-        return False
-    return first.dim() != second.dim()
 
 
 def class_predictions(preds: Any, where: str) -> Predictions:
@@ -280,18 +217,19 @@ def predict(
         is left in the mode it came in.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
-        labels are kept as ``Predictions.targets``); one ``(x, y)`` pair goes in a list,
-        ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
-        is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``;
-        empty batches are skipped). Floating inputs of another dtype (float64, float16) are
-        cast to the model's (or its guide's); integer ones (raw uint8 pixels) are refused, see
+        labels are kept as ``Predictions.targets``: labels that are not one per input of their
+        batch, or not valid targets, are left out with a warning); one ``(x, y)`` pair goes in a
+        list, ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
+        is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``; empty
+        batches are skipped). Floating inputs of another dtype (float64, float16) are cast to the
+        model's (or its guide's); integer ones (raw uint8 pixels) are refused, see
         :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not bool).
-        NaN or inf inputs are refused. The predictions follow the order x gives: a loader
-        that shuffles gives them shuffled, with its labels in the same order (so
-        ``evaluate()`` is right without targets, but labels passed in the data set's order
-        are not); predict from a loader with ``shuffle=False`` to keep that order. A torch
-        ``DataLoader`` takes a seed from torch's random stream when it starts, before the
-        draws, unless given ``generator=``: pass one for the draws a seed gives with a tensor.
+        NaN or inf inputs are refused. The predictions follow the order x gives: a loader that
+        shuffles gives them shuffled, with its labels in the same order (so ``evaluate()`` is right
+        without targets, but labels passed in the data set's order are not); predict from a loader
+        with ``shuffle=False`` to keep that order. A torch ``DataLoader`` takes a seed from torch's
+        random stream when it starts, before the draws, unless given ``generator=``: pass one for
+        the draws a seed gives with a tensor.
     guide : callable, optional
         The fitted guide of a Bayesian model; one built for another model (other sites or
         shapes) is refused, naming the first differing site.
@@ -374,10 +312,12 @@ def predict(
             "x.reshape(1, 1))."
         )
     _runners.check_arguments(model, guide, parallel, progress)
-    batch_size = check_int("batch_size", batch_size)
-    batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches)
-    max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes)
-    num_samples = None if num_samples is None else check_int("num_samples", num_samples)
+    batch_size = check_int("batch_size", batch_size, hint="Pass e.g. batch_size=256.")
+    batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches, hint="Pass e.g. 20.")
+    max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes, hint="Pass e.g. 2**30 (1 GiB).")
+    if num_samples is not None:  # (the number of draws: for a Bayesian model, or a clear error)
+        draws = f"Pass e.g. num_samples={DEFAULT_NUM_SAMPLES} (draws), or leave it out."
+        num_samples = check_int("num_samples", num_samples, hint=draws)
     device = real_device(module_device(model, guide), "predict()")  # (not meta)
     likelihood = likelihood_of(model) or Categorical()
     was = modes(model)
@@ -470,12 +410,13 @@ def predict(
             bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
             targets, out_device = [], None
+            unaligned: str | None = None  # why the labels are not the inputs', if they are not
 
             came = _runners.AsTheyCame(len(sizes))
 
             def read(run: Callable[[Tensor], Any]) -> list[Any]:
                 """One pass over x under ``run``'s draws (freed when it returns)."""
-                nonlocal out_device
+                nonlocal out_device, unaligned
                 parts, first = [], 0
                 for index, (xb, yb) in enumerate(_batches(x, batch_size)):
                     if out_device is None:
@@ -506,7 +447,8 @@ def predict(
                     latent = getattr(run, "latent", None)
                     part = likelihood.predictive(outputs, latent() if latent else None)
                     parts.append(_to(part, out_device))
-                    if yb is not None and not passes:
+                    if yb is not None and not passes:  # (not an input's label: none kept)
+                        unaligned = unaligned or unaligned_labels(xb, yb, index)
                         targets.append(yb.to(out_device))
                     if bar is not None:
                         bar.update()
@@ -523,19 +465,16 @@ def predict(
     parts = _runners.joined_passes(passes)  # (each pass's parts freed once joined)
     if not parts:
         raise ValueError("predict() got no inputs: x is empty.")
-    all_targets = torch.cat(targets) if len(targets) == batches else None
+    all_targets = torch.cat(targets) if len(targets) == batches and not unaligned else None
+    if unaligned:
+        warn_of_labels(unaligned)
     try:
         return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
     except (TypeError, ValueError) as err:
         if all_targets is None:
             raise
         alone = likelihood.predictions(parts, None)  # the outputs' own error, if it is theirs
-        # the loader's labels cannot be the targets: the predictions stand without them
-        warn_caller(
-            f"predict(): the labels x yields cannot be the predictions' targets ("
-            f"{' '.join(str(err).split())}); the predictions carry none. Pass targets to "
-            "evaluate(), or yield (x, y) batches whose y are the targets."
-        )
+        warn_of_labels(str(err))  # they cannot be the targets: the predictions stand alone
         return alone  # type: ignore[no-any-return]
 
 

@@ -3,7 +3,8 @@ runs the training loop.
 
 The objective is :class:`~pyrouq.KLWeightedELBO`; the loop itself (epochs, schedule, records,
 checkpoints, Ctrl-C) is :mod:`pyrouq.infer._loop`; what both need besides (input checks,
-interruption, resume state) lives in :mod:`pyrouq.infer._training`.
+interruption, resume state) lives in :mod:`pyrouq.infer._training`, and fit()'s own checks of
+its numbers and its loader in :mod:`pyrouq.infer._fit_inputs`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
-import numpy as np
 import pyro
 import torch
 from torch import nn
@@ -21,18 +21,23 @@ from torch import nn
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import (
-    check_count,
     check_flag,
     check_int,
-    check_positive_float,
     check_seed,
-    example_sampler,
     has_latent_sites,
     len_or,
     module_device,
 )
 from pyrouq.checkpoint._resume import recorded_num_data, restore
 from pyrouq.infer import _distributed
+from pyrouq.infer._fit_inputs import (
+    ReadAhead,
+    check_loader_kind,
+    check_paths,
+    check_settings,
+    dataset_size,
+    num_examples,
+)
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import build_optimizer, check_callbacks
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
@@ -59,6 +64,9 @@ LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 
 _SET_UP = "fit()'s set-up, before training: an argument, its data, its model or resume_from"
 """What failed, as the other ranks' error names a failure in one rank's set-up."""
+
+_NUM_DATA = "Pass the training-set size N (the likelihood is scaled by N/B), or leave num_data out."
+"""What to do about a ``num_data`` that is no count."""
 
 DEFAULT_KL_WEIGHT = Categorical.default_kl_weight
 """Default ``kl_weight`` of :func:`fit` for models without a pyrouq likelihood: the
@@ -303,8 +311,7 @@ def fit(
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))
     with _distributed.together(early, _SET_UP):
-        epochs = check_count("epochs", epochs)
-        lr = check_positive_float("lr", lr)
+        epochs, lr = check_settings(epochs, lr, num_particles, kl_weight)
         if seed is not None:
             seed = check_seed(seed, "fit()")
         if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
@@ -312,8 +319,8 @@ def fit(
                 f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
                 "'constant'."
             )
-        _check_paths(checkpoint, resume_from, metadata)
-        _check_loader_kind(train_loader)
+        check_paths(checkpoint, resume_from, metadata)
+        check_loader_kind(train_loader)
         vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
         check_inputs = check_flag("check_inputs", check_inputs)
         progress = check_flag("progress", progress)
@@ -362,12 +369,14 @@ def fit(
                 stacklevel=2,
             )
         if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
-            train_loader = _ReadAhead(train_loader, len_or(train_loader, None))
-        n = check_int("num_data", num_data) if num_data is not None else _num_examples(train_loader)
+            train_loader = ReadAhead(train_loader, len_or(train_loader, None))
+        n: int | None = num_examples(train_loader) if num_data is None else None
+        if num_data is not None:  # (the N it gives: a count, or refused)
+            n = check_int("num_data", num_data, hint=_NUM_DATA)
         if n is None:  # the N the model was built with (bayesian(net, num_data=N)), or resumed
             n = getattr(model, "given_num_data", None) or recorded_num_data(resume_from)
         served = unbatched_items(train_loader) if n is None else None
-        size = _dataset_size(train_loader) if served is not None else None
+        size = dataset_size(train_loader) if served is not None else None
         if served is not None and size is not None:  # without a size: the message below
             counted = f"the size of its dataset ({size} items)"
             sampler = type(getattr(train_loader, "sampler", None)).__name__
@@ -510,91 +519,3 @@ def _compared_parameters(
             seen.add(id(p))
             named.append((f"{_distributed.STORE}{store.param_name(p) or '?'}", p.detach()))
     return named
-
-
-def _check_paths(checkpoint: Any, resume_from: Any, metadata: Any) -> None:
-    """Refuse a ``checkpoint`` or ``resume_from`` that is not a path (or a Checkpoint), and
-    ``metadata`` that is not a dict, before anything reads or writes them."""
-    for name, value in (("checkpoint", checkpoint), ("resume_from", resume_from)):
-        saved = name == "resume_from" and isinstance(value, _checkpoint.Checkpoint)
-        if not (value is None or saved or isinstance(value, (str, os.PathLike))):
-            also = " or the Checkpoint that pyrouq.load() returns" if name == "resume_from" else ""
-            raise TypeError(
-                f"Expected fit({name}=...) to be a file path (str or pathlib.Path){also}, got "
-                f"{type(value).__name__}. Pass e.g. {name}='run.pt'."
-            )
-    if metadata is not None and not isinstance(metadata, dict):
-        raise TypeError(
-            f"Expected fit(metadata=...) to be a dict of JSON values, got "
-            f"{type(metadata).__name__}. Pass e.g. metadata={{'note': 'run 1'}}."
-        )
-
-
-def _check_loader_kind(loader: Any) -> None:
-    """Refuse what iterates examples or tensors rather than ``(x, y)`` batches: one pair of
-    tensors or arrays, a list or map-style dataset (``TensorDataset``) of single examples."""
-    hint = (
-        "Serve batches: pyrouq.ArrayLoader(x, y, batch_size=64), or "
-        "torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)."
-    )
-    data, what = torch.utils.data, f"{type(loader).__name__}"
-    if isinstance(loader, (torch.Tensor, np.ndarray)):
-        raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
-    if isinstance(loader, (tuple, list)):
-        if len(loader) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in loader):
-            raise TypeError(
-                f"train_loader is a {what} of 2 {type(loader[0]).__name__}s (one (x, y) pair?), "
-                f"not an iterable of (x, y) batches: each would be taken for a batch. {hint}"
-            )
-    elif not isinstance(loader, data.Dataset) or isinstance(loader, data.IterableDataset):
-        return
-    elif hasattr(type(loader), "__iter__"):  # a dataset that iterates in its own way
-        return
-    try:
-        label = loader[0][1]
-    except Exception:  # not (x, y) items: the batch checks speak
-        return
-    if isinstance(label, (int, float, np.number)) or (torch.is_tensor(label) and label.dim() == 0):
-        raise TypeError(
-            f"train_loader is a {what} of single examples (its first label is one number): "
-            f"iterated directly, each example would be taken for a batch. {hint}"
-        )
-
-
-def _dataset_size(loader: Any) -> int | None:
-    """``len(loader.dataset)``, or None (no dataset, or one without a length)."""
-    try:
-        return len(loader.dataset)
-    except (AttributeError, TypeError):
-        return None
-
-
-def _num_examples(loader: Iterable) -> int | None:
-    """N: the size of the loader's dataset, or of the subset its sampler draws from (None for a
-    DataLoader without automatic batching, whose dataset's items may be whole batches)."""
-    if unbatched_items(loader) is not None:
-        return None
-    sampler = example_sampler(loader)
-    if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
-        return len(sampler)
-    return _dataset_size(loader)
-
-
-class _ReadAhead:
-    """An iterator's batches with the first one read ahead, so that looking at it (fit's
-    probe of the first examples) does not take it from the epoch."""
-
-    def __init__(self, iterator: Iterator[Any], length: int | None = None):
-        self._length = length  # a sized iterator's (a DataLoader's): the schedule plans over it
-        self._first = next(iterator, None)
-        self._rest = iterator
-
-    def __len__(self) -> int:
-        if self._length is None:
-            raise TypeError(f"{type(self._rest).__name__} has no length")
-        return self._length
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._first is not None:
-            yield self._first
-        yield from self._rest

@@ -1,0 +1,99 @@
+"""How :func:`pyrouq.predict` reads its inputs: ``x`` (or ``batchnorm_data``) as input batches,
+each with the labels a loader of ``(x, y)`` batches gives, and what it says of labels that
+cannot be the predictions' targets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pyrouq._numbers import is_array_like
+from pyrouq._util import describe_batch, warn_caller
+
+
+def batches(
+    x: Tensor | Iterable, batch_size: int, what: str = "x"
+) -> Iterable[tuple[Tensor, Tensor | None]]:
+    """``(inputs, labels or None)`` of each batch of ``what``: a tensor cut into
+    ``batch_size`` rows, or an iterable of tensors or ``(x, y)`` batches (anything else is
+    refused, in words naming ``what``)."""
+    if torch.is_tensor(x):
+        for start in range(0, x.shape[0], batch_size):
+            yield x[start : start + batch_size], None
+        return
+    other = x is None or isinstance(x, (Mapping, str, int, float))  # would fail, or give its keys
+    if other or hasattr(x, "__array__"):  # a numpy array, a pandas frame: rows are no batches
+        shape = f" of shape {tuple(x.shape)}" if hasattr(x, "shape") else ""
+        fix = f"Convert an array first: torch.as_tensor({what})"
+        fix = "Pass a tensor (N, ...) or a DataLoader" if other else fix
+        raise TypeError(
+            f"predict() expects {what} as a torch.Tensor or an iterable of batches, got a "
+            f"{type(x).__name__}{shape}. {fix}."
+        )
+    data = torch.utils.data
+    if isinstance(x, data.Dataset) and not isinstance(x, data.IterableDataset):
+        raise TypeError(
+            f"predict() reads {what} as batches of inputs; it got a {type(x).__name__}, whose "
+            f"items are single examples. Pass a loader of it: DataLoader({what}, "
+            "batch_size=256) (without shuffle=True, to keep its order)."
+        )
+    if _looks_like_one_pair(x):
+        first, second = x[0], x[1]  # type: ignore[index]
+        raise TypeError(
+            f"predict() reads {what} as inputs or as an iterable of batches; it got a "
+            f"{type(x).__name__} of two tensors that looks like one (x, y) pair (shapes "
+            f"{tuple(first.shape)} and {tuple(second.shape)}), whose second tensor would be read "
+            f"as a batch of inputs. Pass the inputs alone, {what}=x, or the pair as a list of "
+            f"batches, [(x, y)]."
+        )
+    for batch in x:
+        if torch.is_tensor(batch):
+            yield batch, None
+        elif isinstance(batch, (tuple, list)) and batch and torch.is_tensor(batch[0]):
+            target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
+            yield batch[0], target
+        else:
+            arrays = is_array_like(batch)
+            fix = " Make them tensors (torch.as_tensor)." if arrays else ""
+            raise TypeError(
+                f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
+                f"a batch was {describe_batch(batch)}{fix}"
+            )
+
+
+def _looks_like_one_pair(x: Any) -> bool:
+    """Whether ``x`` is a tuple/list ``(x, y)`` rather than two batches of inputs: two tensors
+    of as many rows but of different ranks (batches of one input have one rank; not widths,
+    which differ between batches of sequences of two lengths). Read by index: iterating may
+    count as a read."""
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        return False
+    first, second = x[0], x[1]
+    if not (torch.is_tensor(first) and torch.is_tensor(second)):
+        return False
+    if first.dim() == 0 or second.dim() == 0 or first.shape[0] != second.shape[0]:
+        return False
+    return first.dim() != second.dim()
+
+
+def unaligned_labels(inputs: Tensor, labels: Tensor, index: int) -> str | None:
+    """Why the labels of the ``index``-th (0-based) batch cannot be its inputs' targets (not
+    one label per input), or None when they can."""
+    if labels.dim() and labels.shape[0] == inputs.shape[0]:
+        return None
+    return (
+        f"batch {index + 1} of x holds {inputs.shape[0]} inputs and labels of shape "
+        f"{tuple(labels.shape)}, not one label per input"
+    )
+
+
+def warn_of_labels(why: str) -> None:
+    """Warn that the labels x yields are not kept as the predictions' targets, and why."""
+    warn_caller(
+        f"predict(): the labels x yields cannot be the predictions' targets ("
+        f"{' '.join(why.split())}); the predictions carry none. Pass targets to evaluate(), "
+        "or yield (x, y) batches whose y are the targets."
+    )

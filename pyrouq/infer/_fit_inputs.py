@@ -1,0 +1,126 @@
+"""fit()'s checks of its numbers and of its data: what it refuses before training (with what
+to do instead), and how it counts the training examples N of a loader."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from pyrouq import checkpoint as _checkpoint
+from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._util import check_count, check_positive_float, example_sampler
+from pyrouq.infer._training import unbatched_items
+
+
+def check_settings(epochs: Any, lr: Any, num_particles: Any, kl_weight: Any) -> tuple[int, float]:
+    """``(epochs, lr)`` checked, and ``num_particles`` and ``kl_weight`` checked as far as
+    :class:`~pyrouq.KLWeightedELBO` would refuse them, in words that say what fit() wants."""
+    epochs = check_count(
+        "epochs", epochs, "Pass the number of passes over train_loader, e.g. epochs=10."
+    )
+    lr = check_positive_float("lr", lr, "Pass a number, e.g. lr=1e-3 (the default Adam's is 2e-2).")
+    check_count(
+        "num_particles",
+        num_particles,
+        "Pass the number of draws from the guide per step, e.g. num_particles=1 (the default).",
+    )
+    if kl_weight is not None and not is_real(kl_weight):
+        raise TypeError(
+            f"Expected kl_weight to be a float >= 0 or None, got {kl_weight!r}"
+            f"{tensor_hint(kl_weight)}. Pass a number, e.g. kl_weight=1.0 (the exact ELBO), or "
+            "leave it out for the default (0.02 for classifiers, 1.0 for regression and rank-1 "
+            "networks)."
+        )
+    return epochs, lr
+
+
+def check_paths(checkpoint: Any, resume_from: Any, metadata: Any) -> None:
+    """Refuse a ``checkpoint`` or ``resume_from`` that is not a path (or a Checkpoint), and
+    ``metadata`` that is not a dict, before anything reads or writes them."""
+    for name, value in (("checkpoint", checkpoint), ("resume_from", resume_from)):
+        saved = name == "resume_from" and isinstance(value, _checkpoint.Checkpoint)
+        if not (value is None or saved or isinstance(value, (str, os.PathLike))):
+            also = " or the Checkpoint that pyrouq.load() returns" if name == "resume_from" else ""
+            raise TypeError(
+                f"Expected fit({name}=...) to be a file path (str or pathlib.Path){also}, got "
+                f"{type(value).__name__}. Pass e.g. {name}='run.pt'."
+            )
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(
+            f"Expected fit(metadata=...) to be a dict of JSON values, got "
+            f"{type(metadata).__name__}. Pass e.g. metadata={{'note': 'run 1'}}."
+        )
+
+
+def check_loader_kind(loader: Any) -> None:
+    """Refuse what iterates examples or tensors rather than ``(x, y)`` batches: one pair of
+    tensors or arrays, a list or map-style dataset (``TensorDataset``) of single examples."""
+    hint = (
+        "Serve batches: pyrouq.ArrayLoader(x, y, batch_size=64), or "
+        "torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)."
+    )
+    data, what = torch.utils.data, f"{type(loader).__name__}"
+    if isinstance(loader, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
+    if isinstance(loader, (tuple, list)):
+        if len(loader) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in loader):
+            raise TypeError(
+                f"train_loader is a {what} of 2 {type(loader[0]).__name__}s (one (x, y) pair?), "
+                f"not an iterable of (x, y) batches: each would be taken for a batch. {hint}"
+            )
+    elif not isinstance(loader, data.Dataset) or isinstance(loader, data.IterableDataset):
+        return
+    elif hasattr(type(loader), "__iter__"):  # a dataset that iterates in its own way
+        return
+    try:
+        label = loader[0][1]
+    except Exception:  # not (x, y) items: the batch checks speak
+        return
+    if isinstance(label, (int, float, np.number)) or (torch.is_tensor(label) and label.dim() == 0):
+        raise TypeError(
+            f"train_loader is a {what} of single examples (its first label is one number): "
+            f"iterated directly, each example would be taken for a batch. {hint}"
+        )
+
+
+def dataset_size(loader: Any) -> int | None:
+    """``len(loader.dataset)``, or None (no dataset, or one without a length)."""
+    try:
+        return len(loader.dataset)
+    except (AttributeError, TypeError):
+        return None
+
+
+def num_examples(loader: Iterable) -> int | None:
+    """N: the size of the loader's dataset, or of the subset its sampler draws from (None for a
+    DataLoader without automatic batching, whose dataset's items may be whole batches)."""
+    if unbatched_items(loader) is not None:
+        return None
+    sampler = example_sampler(loader)
+    if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
+        return len(sampler)
+    return dataset_size(loader)
+
+
+class ReadAhead:
+    """An iterator's batches with the first one read ahead, so that looking at it (fit's
+    probe of the first examples) does not take it from the epoch."""
+
+    def __init__(self, iterator: Iterator[Any], length: int | None = None):
+        self._length = length  # a sized iterator's (a DataLoader's): the schedule plans over it
+        self._first = next(iterator, None)
+        self._rest = iterator
+
+    def __len__(self) -> int:
+        if self._length is None:
+            raise TypeError(f"{type(self._rest).__name__} has no length")
+        return self._length
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._first is not None:
+            yield self._first
+        yield from self._rest
