@@ -435,6 +435,12 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
     that has been built (its prototype trace); other guides are checked on their draws
     (:func:`check_draws`). The message names the first differing site, in the model's order.
     """
+    if guide is not None and guide is model:  # its draws would be the prior's, silently
+        raise ValueError(
+            f"{caller}: the model ({type(model).__name__}) was passed as its own guide, which "
+            "would draw the weights from the prior, not from a posterior. Pass the guide built "
+            "for it, guide = mean_field_guide(model), fitted with fit(model, guide, data)."
+        )
     expected = _model_sites(model)
     if expected is None or guide is None:
         return
