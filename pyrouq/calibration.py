@@ -342,10 +342,10 @@ class ConformalClassifier:
                 f"had {self.num_classes}: a conformal predictor applies to the model (and "
                 "classes) it was calibrated on. Calibrate it on this model's predictions."
             )
+        if seed is not None:  # (a bad one refused whatever the score, as predict_sets does)
+            seed = check_seed(seed, "ConformalClassifier.scores()")
         if self.score == "lac":
             return 1.0 - pbar
-        if seed is not None:
-            seed = check_seed(seed, "ConformalClassifier.scores()")
         generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
         u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64).to(pbar.device)
         return _adaptive_scores(pbar, u, self.lam if self.score == "raps" else None, self.k_reg)

@@ -66,3 +66,17 @@ def test_non_finite_draws_are_refused_naming_site_and_draw(bad):
         r"the first at draw 4: .*keep the finite draws",
     ):
         predict(model, x, posterior_samples=flat, progress=False)
+
+
+@pytest.mark.parametrize("seed", [-1, "x", 2.5])
+def test_lac_scores_refuse_a_bad_seed_as_predict_sets_does(seed):
+    """LAC's scores draw nothing, and returned before the seed was checked: a bad seed passed
+    there silently and was refused by predict_sets() of the same predictor."""
+    from pyrouq import Predictions, conformal
+
+    torch.manual_seed(0)
+    p = Predictions(torch.softmax(torch.randn(2, 30, 4), -1), torch.randint(0, 4, (30,)))
+    predictor = conformal(p, alpha=0.2)
+    with pytest.raises(ValueError, match=r"^ConformalClassifier.scores\(\): expected seed to be "):
+        predictor.scores(p, seed=seed)
+    assert torch.equal(predictor.scores(p, seed=7), 1 - p.probs.double().mean(0))
