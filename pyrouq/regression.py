@@ -82,10 +82,13 @@ class GaussianPredictions:
                     f"Expected {name} of shape (S, N, D) with S, N, D >= 1, got shape "
                     f"{tuple(value.shape)}; predict() returns them so."
                 )
-            if not bool(torch.isfinite(value).all()):
+            if not bool(torch.isfinite(value).all()):  # which inputs, as Predictions says
+                rows = (~torch.isfinite(value)).any(-1).any(0).nonzero()[:, 0]
+                shown = ", ".join(map(str, rows[:5].tolist())) + (", ..." if len(rows) > 5 else "")
                 raise ValueError(
-                    f"Expected finite {name}, got NaN or inf; check the model outputs (did the "
-                    "fit diverge?)."
+                    f"Expected finite {name}, got NaN or inf at inputs [{shown}] ({len(rows)} of "
+                    f"{value.shape[1]} inputs); check the model outputs there (did the fit "
+                    "diverge?)."
                 )
         if self.loc.shape != self.scale.shape:
             raise ValueError(

@@ -1253,7 +1253,8 @@ API_CASES = [
      r"got shape \(4,\)"),
     ("GaussianPredictions", "nan",
      lambda tmp: pyrouq.GaussianPredictions(torch.full((2, 3, 1), NAN), torch.ones(2, 3, 1)),
-     ValueError, r"Expected finite loc, got NaN or inf; check the model outputs"),
+     ValueError, r"Expected finite loc, got NaN or inf at inputs \[0, 1, 2\] \(3 of 3 inputs\); "
+     r"check the model outputs there"),
     ("ArrayLoader", "dtype",
      lambda tmp: pyrouq.ArrayLoader(torch.randn(4, 3), torch.zeros(4, dtype=torch.bool)),
      TypeError, r"ArrayLoader: expected floating-point or integer y, got dtype torch.bool; use "

@@ -80,3 +80,14 @@ def test_lac_scores_refuse_a_bad_seed_as_predict_sets_does(seed):
     with pytest.raises(ValueError, match=r"^ConformalClassifier.scores\(\): expected seed to be "):
         predictor.scores(p, seed=seed)
     assert torch.equal(predictor.scores(p, seed=7), 1 - p.probs.double().mean(0))
+
+
+def test_non_finite_regression_predictions_name_their_inputs_as_classification_ones_do():
+    loc, scale = torch.zeros(2, 9, 2), torch.ones(2, 9, 2)
+    loc[1, 4, 1] = float("nan")
+    scale[0, 7, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"^Expected finite loc, got NaN or inf at inputs \[4\] "):
+        GaussianPredictions(loc, torch.ones(2, 9, 2))
+    loc[1, 4, 1] = 0.0
+    with pytest.raises(ValueError, match=r"inputs \[7\] \(1 of 9 inputs\); check the model"):
+        GaussianPredictions(loc, scale)
