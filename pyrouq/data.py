@@ -220,6 +220,8 @@ class TensorLoader(ShardedOrder):
         ``len(loader.dataset)`` is the number of examples N (what ``fit`` scales by).
     batch_size : int
     shuffle : bool
+    seed : int
+        The seed of its generator (drawn from torch's global generator when None was given).
     """
 
     def __init__(

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._numbers import is_real, tensor_hint
-from pyrouq._util import ShardedOrder, check_flag, check_int, check_seed
+from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
 
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
 
@@ -93,7 +93,8 @@ class ArrayLoader(ShardedOrder):
     batch_size : int, default 64
     shuffle : bool, default True
     seed : int, optional
-        Seed of the shuffling generator (None: drawn from torch's global generator).
+        Seed of the shuffling generator (None: drawn from torch's global generator); kept as
+        ``loader.seed``, the drawn one too, as :class:`~pyrouq.data.TensorLoader` keeps its.
 
     Examples
     --------
@@ -117,9 +118,10 @@ class ArrayLoader(ShardedOrder):
         self.dataset = _Dataset(x, y)
         self._generator = torch.Generator()
         if seed is None:
-            seed = int(torch.randint(0, 2**62, ()).item())
+            seed = int(torch.randint(0, MAX_SEED + 1, ()).item())  # one a seed= takes
         else:
             seed = check_seed(seed, "ArrayLoader")
+        self.seed = seed
         self._generator.manual_seed(seed)
 
     def __len__(self) -> int:

@@ -91,3 +91,14 @@ def test_non_finite_regression_predictions_name_their_inputs_as_classification_o
     loc[1, 4, 1] = 0.0
     with pytest.raises(ValueError, match=r"inputs \[7\] \(1 of 9 inputs\); check the model"):
         GaussianPredictions(loc, scale)
+
+
+def test_array_loader_keeps_its_seed_as_tensor_loader_does():
+    from pyrouq import ArrayLoader
+
+    x, y = torch.randn(10, 3), torch.randn(10)
+    assert ArrayLoader(x, y, batch_size=4, seed=3).seed == 3
+    torch.manual_seed(0)
+    drawn = ArrayLoader(x, y, batch_size=4)
+    again = ArrayLoader(x, y, batch_size=4, seed=drawn.seed)  # repeats the drawn order
+    assert [b[1].tolist() for b in drawn] == [b[1].tolist() for b in again]
