@@ -223,9 +223,19 @@ def test_to_inference_data_and_psis_repeat_under_one_torch_seed(kind):
 
     first = export(0)
     assert "posterior_predictive/obs" in first
-    for same in (export(0), export(0, batch_size=7)):  # obs draws included
-        assert same.keys() == first.keys()
-        assert all(np.array_equal(same[k], first[k]) for k in first)
+    same = export(0)
+    assert same.keys() == first.keys()
+    assert all(np.array_equal(same[k], first[k]) for k in first)  # obs draws included
+    # other batches: the same draws; the outputs to float32's rounding (a matmul of 7 rows
+    # rounds as one of 40 does on an AMD EPYC, an ulp apart on an Intel Xeon)
+    chunked = export(0, batch_size=7)
+    assert chunked.keys() == first.keys()
+    for k in first:
+        exact = k.startswith("posterior/") or k == "posterior_predictive/obs"
+        if exact:
+            assert np.array_equal(chunked[k], first[k]), k
+        else:
+            np.testing.assert_allclose(chunked[k], first[k], rtol=1e-6, atol=1e-7, err_msg=k)
     other = export(1)
     assert all(not np.array_equal(other[k], first[k]) for k in first)
     k_hats = []
