@@ -285,8 +285,13 @@ def mcmc(
     num_chains = check_count(
         "num_chains", num_chains, "Chains are what R-hat compares; 4 is usual."
     )
-    num_samples = check_int("num_samples", num_samples)
-    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
+    num_samples = check_int(
+        "num_samples", num_samples, hint="It counts the draws each chain keeps: e.g. 500."
+    )
+    warmup_steps = check_int(
+        "warmup_steps", warmup_steps, minimum=0, hint="It counts each chain's adaptation "
+        "steps (0: no adaptation): e.g. 500.",
+    )  # fmt: skip
     max_tree_depth = check_int("max_tree_depth", max_tree_depth)
     if seed is not None:
         seed = check_seed(seed, "mcmc()")
@@ -481,6 +486,11 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
     if isinstance(source, MCMCResult):
         draws = source.draws()
     elif isinstance(source, pyro.infer.MCMC):  # a run of Pyro's own: every chain's draws
+        if getattr(source, "_samples", None) is None:  # (its get_samples() fails on None)
+            raise ValueError(
+                "posterior_samples is a pyro.infer.MCMC that has not run: it holds no draws "
+                "yet. Run it first, run.run(x, y), then pass it (or pyrouq.mcmc()'s result)."
+            )
         draws = {site: value.detach() for site, value in source.get_samples().items()}
     elif isinstance(source, dict):
         draws = {}
@@ -497,9 +507,17 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
                 )
             draws[site] = value
     else:
+        way = ""  # a guide, or a kernel, where the draws go
+        if isinstance(source, pyro.infer.mcmc.mcmc_kernel.MCMCKernel):
+            way = (
+                " A kernel is run first: pass pyrouq.mcmc(model, x, y, ...)'s result, or "
+                "run = pyro.infer.MCMC(kernel, ...) after run.run(x, y)."
+            )
+        elif callable(source):
+            way = " A guide is passed as the guide: predict(model, x, guide)."
         raise TypeError(
             "Expected posterior_samples to be an MCMCResult, a pyro.infer.MCMC run or a dict "
-            f"{{site: (S, ...)}} of tensors, got {type(source).__name__}."
+            f"{{site: (S, ...)}} of tensors, got {type(source).__name__}.{way}"
         )
     for site, value in draws.items():
         if value.dim() == 0 or value.shape[0] == 0:
@@ -545,7 +563,9 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
                 )
     check_draws(model, draws, "predict()", source="posterior_samples")
     for site, value in draws.items():  # a NaN draw would make its predictions NaN, silently
-        if callable(sites) and value.is_floating_point():  # (own models: checked on x, later)
+        # (a pyrouq model's latent sites; not Predictive's "logits" or "obs", which predict()
+        # does not read, nor an own model's sites: checked on x, later)
+        if site in shapes and value.is_floating_point():
             bad = ~torch.isfinite(value)
             bad = (bad.flatten(1).any(1) if bad.dim() > 1 else bad).nonzero().flatten()
             if len(bad):

@@ -439,8 +439,14 @@ class BayesianNetwork(PyroModule):
         register_children(self, record=False)  # the point estimates in Pyro's param store
         x = self._input(x)
         weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
-        outputs = self.outputs(x, weights)
-        self._modules["likelihood"].prepare(outputs)  # type: ignore[union-attr,operator]
+        # sites the network records itself under this model's names hidden (a Pyro model of
+        # one's own made Bayesian: its "logits", its "obs" in plate "data"), else they clash;
+        # the likelihood read past PyroModule's attribute hook, as in priors()
+        likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
+        names = {*weights, "data", "members", "obs", likelihood.output_site}
+        with pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names):
+            outputs = self.outputs(x, weights)
+        likelihood.prepare(outputs)
         latent = {site: weights[site] for site in self.likelihood.latent_sites()}
         return self.likelihood.observe(
             outputs,

@@ -357,6 +357,19 @@ def _own_model_params(
         for name, site in model_trace.nodes.items()
         if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
     ]
+    if not any(  # (a pyro.factor counts: an observed site; a pyro.deterministic does not)
+        site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
+        and not (site["infer"] or {}).get("_deterministic")
+        for site in model_trace.nodes.values()
+    ):  # fmt: skip
+        raise ValueError(
+            f"fit(): {type(model).__name__} observes nothing: run as model(x, y) on the first "
+            "batch of train_loader, it has no observed site, so the loss would hold no "
+            "likelihood of the targets and training would only pull the guide to the prior. "
+            "Observe them, e.g. pyro.sample('obs', dist.Categorical(logits=logits), obs=y) "
+            "inside pyro.plate('data', self.num_data, subsample_size=len(x)). Nothing was "
+            "trained."
+        )
     if guide_trace is None and latent:
         raise ValueError(
             f"fit(): {type(model).__name__} samples the latent site(s) {latent[:5]} but guide "
