@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
+import pyro
 import torch
 from pyro.nn import PyroModule
 from torch import Tensor, nn
@@ -412,10 +413,15 @@ class BatchEnsembleNetwork(PyroModule):
         """Outputs ``(M, B, D)`` of every member on every input; observes ``y`` if given."""
         register_children(self, record=False)  # its parameters in Pyro's param store
         x = self._input(x)
-        outputs = self.outputs(x)
+        likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
+        # sites the network records itself under this model's names hidden (its "logits", its
+        # "obs" in plate "data", once per member), else they clash in a Pyro trace
+        names = {"data", "members", "obs", likelihood.output_site}
+        with pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names):
+            outputs = self.outputs(x)
         # a learned noise scale takes its shape from the outputs before PyroModule's attribute
         # hook registers it with Pyro (self.likelihood below)
-        self._modules["likelihood"].prepare(outputs)  # type: ignore[union-attr,operator]
+        likelihood.prepare(outputs)
         return self.likelihood.observe(
             outputs, y, self.num_data, type(self).__name__, members=self.num_members
         )
