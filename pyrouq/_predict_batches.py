@@ -79,15 +79,23 @@ def _looks_like_one_pair(x: Any) -> bool:
     return first.dim() != second.dim()
 
 
-def unaligned_labels(inputs: Tensor, labels: Tensor, index: int) -> str | None:
+def unaligned_labels(
+    inputs: Tensor, labels: Tensor, index: int, first: Tensor | None = None
+) -> str | None:
     """Why the labels of the ``index``-th (0-based) batch cannot be its inputs' targets (not
-    one label per input), or None when they can."""
-    if labels.dim() and labels.shape[0] == inputs.shape[0]:
-        return None
-    return (
-        f"batch {index + 1} of x holds {inputs.shape[0]} inputs and labels of shape "
-        f"{tuple(labels.shape)}, not one label per input"
-    )
+    one label per input, or not of the shape per input of ``first``, the labels of the first
+    batch that had some, which they are joined to), or None when they can."""
+    if not labels.dim() or labels.shape[0] != inputs.shape[0]:
+        return (
+            f"batch {index + 1} of x holds {inputs.shape[0]} inputs and labels of shape "
+            f"{tuple(labels.shape)}, not one label per input"
+        )
+    if first is not None and labels.shape[1:] != first.shape[1:]:
+        return (
+            f"batch {index + 1} of x holds labels of shape {tuple(labels.shape)} and an earlier "
+            f"batch labels of shape {tuple(first.shape)}: their shapes per input differ"
+        )
+    return None
 
 
 def warn_of_labels(why: str) -> None:

@@ -409,7 +409,8 @@ def predict(
             warn_of_a_shard(x, "predict()")
             bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
-            targets, out_device = [], None
+            targets: list[Tensor] = []
+            out_device = None
             unaligned: str | None = None  # why the labels are not the inputs', if they are not
 
             came = _runners.AsTheyCame(len(sizes))
@@ -448,7 +449,8 @@ def predict(
                     part = likelihood.predictive(outputs, latent() if latent else None)
                     parts.append(_to(part, out_device))
                     if yb is not None and not passes:  # (not an input's label: none kept)
-                        unaligned = unaligned or unaligned_labels(xb, yb, index)
+                        first_labels = targets[0] if targets else None
+                        unaligned = unaligned or unaligned_labels(xb, yb, index, first_labels)
                         targets.append(yb.to(out_device))
                     if bar is not None:
                         bar.update()

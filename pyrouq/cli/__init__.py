@@ -143,7 +143,8 @@ def _fit_on_rank(
     lr = args.lr or recipe["lr"]
     if world > 1 and device.type == "cuda":
         device = _rank_gpu()  # as _process_group set it
-    out = out_dir(args) if rank == 0 else Path(args.out or "runs")  # rank 0 writes
+    # rank 0 writes; the others read --out only to resume (as rank 0 does: ~ expanded)
+    out = out_dir(args) if rank == 0 else Path(os.path.expanduser(args.out or "runs"))
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
     pyro.set_rng_seed(args.seed)

@@ -197,7 +197,8 @@ def _build_parser() -> _Parser:
     fit.add_argument(
         "--resume", action="store_true",
         help="continue the interrupted run in --out from its checkpoint.pt: the command that "
-        "started it, with --resume added (the run then ends as if never interrupted)",
+        "started it, with --resume added (in one process, the run then ends as if never "
+        "interrupted)",
     )  # fmt: skip
     fit.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
     fit.add_argument("--no-progress", action="store_true", help="no progress bars")

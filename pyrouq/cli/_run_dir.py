@@ -157,13 +157,18 @@ def check_same_run(out: Path, config: dict[str, Any]) -> None:
 
 def resume_command(config: dict[str, Any], out: Path) -> str:
     """The command that continues the run of ``config`` in ``out``: the recorded one with
-    ``--resume`` (and ``--out``, when the run took the default folder)."""
+    ``--resume`` (and ``--out``, when the run took the default folder), without its
+    ``--overwrite`` (typed in full or shortened, as argparse takes ``--ov``), under
+    ``torchrun`` on as many ranks when the run had several (its world size is compared)."""
     words = shlex.split(str(config.get("command", "pyrouq fit ...")))
     if not any(w == "--out" or w.startswith("--out=") for w in words):
         words += ["--out", str(out)]
-    words = [w for w in words if w != "--overwrite"]
+    words = [w for w in words if not (len(w) >= 4 and "--overwrite".startswith(w))]
     if "--resume" not in words:
         words.append("--resume")
+    world = config.get("world_size")
+    if isinstance(world, int) and world > 1 and words[:1] == ["pyrouq"]:
+        return f"torchrun --standalone --nproc_per_node {world} -m {shlex.join(words)}"
     return shlex.join(words)
 
 
