@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import pyro
 import torch
+from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._mcmc_workers import (
@@ -343,6 +344,27 @@ def _refuse_discrete_priors(model: Any) -> None:
             )
 
 
+def _refuse_own_latents(model: Any, trace: Any) -> None:
+    """A site the network samples itself (``pyro.sample`` in its forward; not one the model
+    hides, its own "logits" or "obs") refused, named: NUTS would infer it as a latent variable
+    that the result does not keep, and predict() on the draws would take it from its prior."""
+    hidden = {"data", "members", "obs", model.likelihood.output_site}
+    own = [
+        name
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"]
+        and not site_is_subsample(site) and name not in hidden
+    ]  # fmt: skip
+    if own:
+        raise ValueError(
+            f"mcmc(): the network of {type(model).__name__} samples {own[:3]} itself "
+            "(pyro.sample in its forward): NUTS would infer it as a latent variable, which the "
+            "result does not keep (predict() on the draws would take it from its prior). Draw "
+            "such noise with torch (as dropout draws its masks), or sample a model written in "
+            "Pyro with pyro.infer.MCMC. Nothing was sampled."
+        )
+
+
 def _mcmc(
     model: Any,
     x: Any,
@@ -406,7 +428,8 @@ def _run_chains(
     it (real targets in the model's dtype)."""
     with torch.no_grad():
         try:
-            outputs = model.outputs(x, model.template())
+            with pyro.poutine.trace() as tracer:  # (as a context: errors pass unchanged)
+                outputs = model.outputs(x, model.template())
         except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
             if not input_mismatch(err):  # the user's own error, out of memory, a CUDA error
                 raise
@@ -416,6 +439,7 @@ def _run_chains(
                 "(shape, channels, flattening: N inputs of the shape it was built for); "
                 "nothing was sampled."
             ) from err
+    _refuse_own_latents(model, tracer.trace)
     model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
     dtype = module_dtype(model)
     if y.is_floating_point() and dtype is not None and y.dtype != dtype:
@@ -563,9 +587,7 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
                 )
     check_draws(model, draws, "predict()", source="posterior_samples")
     for site, value in draws.items():  # a NaN draw would make its predictions NaN, silently
-        # (a pyrouq model's latent sites; not Predictive's "logits" or "obs", which predict()
-        # does not read, nor an own model's sites: checked on x, later)
-        if site in shapes and value.is_floating_point():
+        if site in shapes and value.is_floating_point():  # (not "logits": unread; own: on x)
             bad = ~torch.isfinite(value)
             bad = (bad.flatten(1).any(1) if bad.dim() > 1 else bad).nonzero().flatten()
             if len(bad):

@@ -26,3 +26,28 @@ def test_a_batchensemble_of_a_network_recording_the_models_sites_traces(name):
     reference = pyro.poutine.trace(plain).get_trace(x, y)
     assert torch.equal(trace.nodes["logits"]["value"], reference.nodes["logits"]["value"])
     assert torch.equal(trace.log_prob_sum(), reference.log_prob_sum())
+
+
+class _OwnNoise(_Recording):
+    """A network drawing its own noise site, ``pyro.sample("eps", ...)`` in its forward."""
+
+    def forward(self, x, y=None):
+        eps = pyro.sample("eps", pyro.distributions.Normal(0.0, 1.0))
+        return self.fc2(torch.tanh(self.fc1(x)) + eps)
+
+
+def test_mcmc_refuses_a_network_sampling_its_own_site():
+    """NUTS sampled 'eps' as a latent variable and mcmc() dropped its draws from the result
+    silently (predict() on them then drew it from its prior)."""
+    x, y = toy_data(20)
+    model = pyrouq.bayesian(_OwnNoise(), num_data=20)
+    with pytest.raises(ValueError) as err:
+        pyrouq.mcmc(model, x, y, 5, 5, 1, seed=0, progress=False)
+    assert str(err.value).startswith(
+        "mcmc(): the network of BayesianNetwork samples ['eps'] itself (pyro.sample in its "
+        "forward): NUTS would infer it as a latent variable, which the result does not keep"
+    )
+    # the sites the model hides (its own "logits", "obs") are no such site
+    result = pyrouq.mcmc(pyrouq.bayesian(_Recording("obs"), num_data=20), x, y, 3, 3, 1,
+                         seed=0, progress=False)  # fmt: skip
+    assert set(result.samples) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
