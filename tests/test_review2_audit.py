@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import shlex
 
 import _factories
 import pyro
@@ -156,24 +157,21 @@ def test_evaluate_of_an_interrupted_run_names_the_resume_that_saves_it(
     out = tmp_path / "run"
     argv = ["fit", "mlp", "--epochs", "2", "--train-size", "256", "--out", str(out)]
     assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED
-    assert "resume_from=that path, checkpoint=that path" in capsys.readouterr().err
+    resume = shlex.join(["pyrouq", *argv, "--no-progress", "--resume"])
+    assert f"(resume it: {resume})" in capsys.readouterr().err
     monkeypatch.undo()
     assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
     line = capsys.readouterr().out.splitlines()[1]
     path = str(out / "checkpoint.pt")
     assert line == (
-        "(an interrupted run: its weights after 1 of 2 epochs and 1 step; resume the training "
-        "in Python, saving it in the run: pyrouq.fit(..., resume_from=path, checkpoint=path), "
-        f"path = {path!r})"
+        "(an interrupted run: its weights after 1 of 2 epochs and 1 step; resume the training: "
+        f"{resume})"
     )
     metrics = json.loads((out / "metrics-evaluate.json").read_text())
     assert metrics["interrupted_run"] == {"epochs": 2, "epochs_done": 1, "steps": 1}
     # the advice followed: the run's folder holds the finished run, with its config
-    saved = pyrouq.load(path)
     config = json.loads((out / "config.json").read_text())
-    train, _ = pyrouq.load_mnist(batch_size=config["batch_size"], train_size=256, seed=0)
-    pyrouq.fit(saved.model, saved.guide, train, epochs=2, progress=False, seed=0,
-               resume_from=path, checkpoint=path)  # fmt: skip
+    assert main(shlex.split(resume)[1:]) == 0
     assert pyrouq.load(path).metadata["config"] == config
     assert main(["evaluate", str(out), "--ood", "none", "--no-progress"]) == 0
     assert "interrupted" not in capsys.readouterr().out

@@ -26,6 +26,7 @@ from pyrouq.cli._build import (
     is_factory,
 )
 from pyrouq.cli._report import RUN_PLOTS, _calibrate, _evaluate, _save_plots, _write_metrics
+from pyrouq.cli._run_dir import resume_command
 
 
 def _device(name: str | None) -> Any:
@@ -218,12 +219,16 @@ def _evaluate_run(
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
     partial = _partial(saved.training)
     if partial is not None:
+        resume = (  # the command's run: its command with --resume; else fit()'s own
+            resume_command(config, checkpoint.parent)
+            if "command" in config
+            else "in Python, saving it in the run: pyrouq.fit(..., resume_from=path, "
+            f"checkpoint=path), path = {str(checkpoint)!r}"
+        )
         print(
             f"(an interrupted run: its weights after {partial['epochs_done']} of "
             f"{partial['epochs']} epochs and {partial['steps']} "
-            f"step{'s' if partial['steps'] != 1 else ''}; resume the training in Python, "
-            f"saving it in the run: pyrouq.fit(..., resume_from=path, checkpoint=path), path "
-            f"= {str(checkpoint)!r})"
+            f"step{'s' if partial['steps'] != 1 else ''}; resume the training: {resume})"
         )
     metrics, figures, preds = _evaluate(
         saved.model, saved.guide, test, num_samples, dataset, args.ood, args
