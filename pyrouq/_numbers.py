@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, TypeGuard
 
@@ -20,6 +21,28 @@ def is_real(value: object) -> TypeGuard[float]:
     not a bool (a tensor is not: pass ``float(t)``). Typed as int and float, which numpy's
     scalars stand in for."""
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a float if it is a real number (:func:`is_real`) whose float is finite, else
+    None: NaN, inf, and an int too large for a float (``10**400``, which ``float()`` refuses
+    with an OverflowError)."""
+    if not is_real(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a message, but an int too large for a float as ``about 10**N``
+    (Python refuses to print an int of over 4300 digits)."""
+    if is_integer(value) and abs(int(value)) > 10**308:
+        sign = "-" if int(value) < 0 else ""
+        return f"about {sign}10**{math.floor(math.log10(abs(int(value))))}"
+    return repr(value)
 
 
 def tensor_hint(value: object) -> str:

@@ -49,7 +49,8 @@ def format_table(metrics: dict[str, float]) -> str:
     Groups, in order: Classification, Calibration, Selective classification, Uncertainty, OOD
     and Other (unknown keys, under their own names); groups without a metric are left out.
     Accuracy, calibration, selective and OOD metrics are shown as percentages (``98.63%``), the
-    others with 5 decimals. Regression metrics (a dict with ``"crps"``, as
+    others with 5 decimals; a value that rounds to zero is shown unsigned (``-0.0`` as
+    ``0.00%``). Regression metrics (a dict with ``"crps"``, as
     :meth:`pyrouq.GaussianPredictions.evaluate` returns) are grouped as Regression, Intervals
     (coverages as percentages, widths in the targets' units) and Calibration.
 
@@ -93,6 +94,12 @@ def format_table(metrics: dict[str, float]) -> str:
 
 def _format_value(value: object, percent: bool) -> str:
     if is_one_number(value):  # Python's and numpy's numbers, one-number tensors and arrays
-        number = one_number(value)
-        return f"{number:.2%}" if percent else f"{number:.5f}"
+        return unsigned_zero(one_number(value), ".2%" if percent else ".5f")
     return str(value)
+
+
+def unsigned_zero(number: float, spec: str) -> str:
+    """``format(number, spec)``, with no sign on a zero: -0.0, or a tiny negative number that
+    rounds to zero (a rounding error below 0), prints as ``0.00%``, not ``-0.00%``."""
+    text = format(number, spec)
+    return text[1:] if text.startswith("-") and not text.strip("-0.%") else text

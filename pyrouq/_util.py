@@ -12,7 +12,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, get_type_hints
 
 import numpy as np
 import pyro
@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
-from pyrouq._numbers import is_array_like, is_integer, is_real, tensor_hint
+from pyrouq._numbers import finite_float, is_array_like, is_integer, shown, tensor_hint
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
@@ -42,6 +42,33 @@ def class_name(obj: object) -> str:
     if isinstance(obj, nn.Module) and not isinstance(obj, torch.jit.ScriptModule):
         return obj._get_name()
     return type(obj).__name__  # a TorchScript module's _get_name is its source's class
+
+
+def builder_of(value: object) -> str | None:
+    """What ``value`` is and how to build the network from it, when it builds a network rather
+    than being one: an ``nn.Module`` class, or a function annotated to return one
+    (``torchvision.models.resnet18``, a ``functools.partial`` of it), which a model function
+    would run on the inputs (``resnet18(x)`` reads x as its ``weights``); else None."""
+    if isinstance(value, type):
+        if not issubclass(value, nn.Module):
+            return None
+        return f"the class {value.__name__}. Build the network: {value.__name__}(...)"
+    if isinstance(value, nn.Module) or not callable(value):
+        return None
+    function = getattr(value, "func", value)  # a functools.partial's function
+    try:
+        returned = inspect.signature(value).return_annotation
+        if isinstance(returned, str):  # postponed (from __future__ import annotations)
+            returned = get_type_hints(inspect.unwrap(function)).get("return")
+    except (TypeError, ValueError, NameError, AttributeError):  # no signature, bad annotation
+        return None
+    if not (isinstance(returned, type) and issubclass(returned, nn.Module)):
+        return None
+    name = getattr(function, "__name__", type(value).__name__)
+    return (
+        f"the function {name}, which builds a {returned.__name__}. Call it to build the "
+        f"network: {name}(...)"
+    )
 
 
 def _bound_is(bound: Any, value: float) -> bool:
@@ -136,18 +163,18 @@ def check_count(name: str, value: object, hint: str = "") -> int:
 
 def check_positive_float(name: str, value: object, hint: str = "") -> float:
     """``value`` as a finite float ``> 0``, or a ValueError naming ``name`` and ``value``."""
-    if not is_real(value) or not math.isfinite(value) or value <= 0:
+    if (number := finite_float(value)) is None or number <= 0:
         raise ValueError(
-            f"Expected {name} > 0 (a finite float), got {value!r}{tensor_hint(value)}."
+            f"Expected {name} > 0 (a finite float), got {shown(value)}{tensor_hint(value)}."
             f"{_space(hint)}"
         )
-    return float(value)
+    return number
 
 
 def check_held(name: str, value: float, dtype: torch.dtype, whose: str, hint: str) -> None:
     """Refuse a positive float that ``dtype`` cannot hold as one (1e-50 is 0 in float32, 1e40
     inf): a prior of scale 0 or inf, which Pyro or torch would refuse in their own words."""
-    held = torch.tensor(value, dtype=dtype).item()
+    held = torch.tensor(value, dtype=dtype, device="cpu").item()  # (under a meta device too)
     if not 0 < held < math.inf:
         raise ValueError(
             f"Expected {name} to be a positive finite {dtype} ({whose}; at most "

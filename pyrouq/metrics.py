@@ -135,8 +135,8 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     error (``bucketize(conf, linspace(0, 1, K + 1), right=True) - 1``), except that the index
     is clamped to ``[0, K - 1]``: a confidence of exactly 1.0 joins the last bin
     ``[(K-1)/K, 1]`` (torchmetrics gives it a bin of its own). The figures pyrouq reports
-    (``evaluate()``, the tables) use 15. Only occupied bins are stored (memory ``O(N)``, any K
-    up to ``2**53``, below which every edge ``b/K`` is correctly rounded).
+    (``evaluate()``, the tables) use 15. Memory is ``O(N)`` for any K up to ``2**53`` (below
+    which every edge ``b/K`` is correctly rounded): past max(2N, 2**16) bins, the occupied only.
 
     Examples
     --------
@@ -561,7 +561,8 @@ def evaluate(
 
 def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor) -> float:
     """``sum_b |B_b| / N * |acc_b - conf_b| = sum_b |sum_{B_b} correct - sum_{B_b} conf| / N``."""
-    bins = torch.unique(bins, return_inverse=True)[1]  # the occupied bins only: O(N) memory
+    if int(bins.max()) >= max(2 * bins.numel(), 2**16):  # mostly empty: the occupied ones only
+        bins = torch.unique(bins, return_inverse=True)[1]  # (a sort; O(N) memory either way)
     sum_conf = conf.new_zeros(int(bins.max()) + 1).index_add_(0, bins, conf)
     sum_correct = torch.zeros_like(sum_conf).index_add_(0, bins, correct)
     return float((sum_correct - sum_conf).abs().sum() / conf.numel())

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
+from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, module_device, rng_state, set_rng_state
 from pyrouq.data import NORMALIZED_BLACK
 from pyrouq.uncertainty import Measure, decompose
@@ -316,11 +317,9 @@ def format_rotation_table(rows: Iterable[dict[str, float]]) -> str:
     header = ["Angle", "Acc", "ECE", "Epistemic", "Total"]
     body = [
         [
-            f"{row['angle']:g}°",
-            f"{row['acc']:.2%}",
-            f"{row['ece']:.2%}",
-            f"{row['epistemic']:.5f}",
-            f"{row['total']:.5f}",
+            unsigned_zero(row["angle"], "g") + "°",
+            *(unsigned_zero(row[key], ".2%") for key in ("acc", "ece")),
+            *(unsigned_zero(row[key], ".5f") for key in ("epistemic", "total")),
         ]
         for row in rows
     ]

@@ -18,6 +18,7 @@ from torch.nn.utils import parametrize
 
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import (
+    builder_of,
     check_held,
     check_int,
     check_positive_float,
@@ -225,9 +226,9 @@ class SitePrior(nn.Module):
         values = []
         for key in self._names:
             value = getattr(self, key)
-            if value.numel() == 1:
-                values.append(f"{key}={value.item():g}")
-            elif value.numel() <= 8:  # a few values (a noise scale per output): all of them
+            if value.numel() == 1:  # a meta tensor has no value: "...", as torch shows it
+                values.append(f"{key}={'...' if value.is_meta else format(value.item(), 'g')}")
+            elif value.numel() <= 8 and not value.is_meta:  # a few values (one per output)
                 values.append(f"{key}=[{', '.join(f'{v:g}' for v in value.flatten().tolist())}]")
             else:
                 values.append(f"{key}=tensor of shape {tuple(value.shape)}")
@@ -501,10 +502,9 @@ def check_num_data(num_data: int | None) -> int | None:
 def check_module(module: Any, what: str) -> None:
     """A plain ``nn.Module`` to convert, or a TypeError saying what came."""
     if not isinstance(module, nn.Module):
-        got, fix = class_name(module), "Pass the network, e.g. nn.Sequential(nn.Linear(4, 2))"
-        if isinstance(module, type) and issubclass(module, nn.Module):  # bayesian(MyNet)
-            got, fix = f"the class {module.__name__}", f"Build the network: {module.__name__}(...)"
-        raise TypeError(f"Expected an nn.Module to {what}, got {got}. {fix}.")
+        # bayesian(MyNet), bayesian(torchvision.models.resnet18): what builds one, named
+        fix = f"{class_name(module)}. Pass the network, e.g. nn.Sequential(nn.Linear(4, 2))"
+        raise TypeError(f"Expected an nn.Module to {what}, got {builder_of(module) or fix}.")
     if getattr(module, "_pyrouq_model", False):
         raise TypeError(
             f"{class_name(module)} is already a pyrouq model; pass the plain network "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import warnings
 from collections.abc import Container
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq import _engine
-from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import guiding_sites
 from pyrouq._param_store import register_children, register_params
 from pyrouq._util import AsItCame, check_count, check_flag, class_name
@@ -112,12 +111,12 @@ def _check_kl_weight(kl_weight: object) -> float:
         raise TypeError(
             f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}."
         )
-    if not math.isfinite(kl_weight) or kl_weight < 0:
+    if (number := finite_float(kl_weight)) is None or number < 0:
         raise ValueError(
-            f"Expected kl_weight to be a finite float >= 0, got {kl_weight!r}. "
+            f"Expected kl_weight to be a finite float >= 0, got {shown(kl_weight)}. "
             "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
         )
-    return float(kl_weight)
+    return number
 
 
 def _needs_labels(y: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import weakref
 from collections.abc import Iterable, Mapping
@@ -24,12 +25,21 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.checkpoint import register_guide
+from pyrouq.infer._draws import draw
+from pyrouq.infer._draws import draw_runs as draw_runs  # (re-exported)
 from pyrouq.likelihoods import likelihood_of
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
 
 DEFAULT_INIT_SCALE = 1e-2
 """Default initial standard deviation of every guide site."""
+
+
+class _Default(float):
+    """A default that knows it was not passed: ``mean_field_guide(init_scale=1e-2)`` is."""
+
+
+_INIT_SCALE_UNSET = _Default(DEFAULT_INIT_SCALE)  # shows as 0.01 in the signature
 
 MIN_RELATIVE_SCALE = 1e-6
 """Smallest initial standard deviation ``init_scale_relative`` gives (to a weight that is 0)."""
@@ -57,10 +67,11 @@ class MeanFieldGuide(nn.Module):
 
     Parameters live in this module (``loc`` and ``rho`` parameter dicts, keys are site names
     with ``.`` replaced by ``__``) and are registered in Pyro's param store under a prefix unique
-    to this guide (``guide.name``), so Pyro optimizers see them while two guides never share or
-    overwrite parameters; the entries are removed when the guide is garbage collected. Values
-    loaded into the store under those names (``pyro.get_param_store().load(path)``) are taken
-    at the guide's next use (a run, ``predict()``, ``fit()``).
+    to this guide (``guide.name``; a ``copy.deepcopy`` gets its own), so Pyro optimizers see them
+    while two guides never share or overwrite parameters; the entries are removed when the
+    guide is garbage collected. Values loaded into the store under those names
+    (``pyro.get_param_store().load(path)``) are taken at the guide's next use (a run,
+    ``predict()``, ``fit()``).
 
     .. warning:: Mean-field: the guide ignores every correlation between weights, and it is
        known to underestimate posterior variance.
@@ -88,11 +99,7 @@ class MeanFieldGuide(nn.Module):
                 "(MOPED: 0.1); pass None for the absolute init_scale.",
             )
             if init_scale != DEFAULT_INIT_SCALE:
-                raise ValueError(
-                    f"mean_field_guide() got init_scale={init_scale:g} and "
-                    f"init_scale_relative={init_scale_relative:g}: the initial scales are "
-                    "either absolute or relative to |loc|. Pass one of them."
-                )
+                _refuse_both(init_scale, init_scale_relative)
         latent_sites = getattr(model, "latent_sites", None)
         template = getattr(model, "template", None)
         if not callable(latent_sites) or not callable(template):
@@ -218,6 +225,16 @@ class MeanFieldGuide(nn.Module):
         self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
         weakref.finalize(self, forget_params, self.name)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> MeanFieldGuide:
+        """An independent copy: its own parameters, under a name of its own in Pyro's param
+        store (the store holds both guides' values, and fitting one never touches the other's)."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        new.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
+        weakref.finalize(new, forget_params, new.name)
+        return new
+
     def site_loc(self, site: str) -> torch.Tensor:
         """Location (posterior mean) of ``site``."""
         return self.loc[self._keys[site]]
@@ -278,6 +295,14 @@ class MeanFieldGuide(nn.Module):
         return f"name={self.name!r}, sites={len(self.sites)}, {init}"
 
 
+def _refuse_both(init_scale: float, init_scale_relative: float) -> None:
+    raise ValueError(
+        f"mean_field_guide() got init_scale={init_scale:g} and "
+        f"init_scale_relative={init_scale_relative:g}: the initial scales are "
+        "either absolute or relative to |loc|. Pass one of them."
+    )
+
+
 def _expected_init_from(model: Any) -> str:
     """What ``init_from`` should be for ``model``, for an error message."""
     members = getattr(model, "num_members", None)
@@ -315,48 +340,6 @@ def _warn_unshared_point_estimates(model: Any, state: dict[str, torch.Tensor]) -
         )
 
 
-def draw(
-    loc: dict[str, torch.Tensor],
-    scale: dict[str, torch.Tensor],
-    num_samples: int | None = None,
-    positive: tuple[str, ...] = (),
-) -> dict[str, torch.Tensor]:
-    """``loc + scale * eps`` for every site of ``loc`` in order (``(num_samples, *shape)``
-    with ``num_samples``; ``exp`` of it for the ``positive`` sites), differentiable with
-    respect to ``loc`` and ``scale``."""
-    lead = () if num_samples is None else (num_samples,)
-    out = {}
-    for site, mean in loc.items():
-        eps = torch.empty(lead + tuple(mean.shape), dtype=mean.dtype, device=mean.device)
-        value = mean + eps.normal_() * scale[site]
-        out[site] = value.exp() if site in positive else value
-    return out
-
-
-@torch.no_grad()
-def draw_runs(
-    loc: dict[str, torch.Tensor],
-    scale: dict[str, torch.Tensor],
-    num_samples: int,
-    positive: tuple[str, ...] = (),
-) -> dict[str, torch.Tensor]:
-    """``num_samples`` draws of every site, ``(num_samples, *shape)``, without gradients: the
-    draws of ``num_samples`` runs of the guide, one run after another, each drawing its sites
-    in order (:func:`draw`'s values for each run, to the bit: ``eps * scale + loc`` is the same
-    floating-point number as ``loc + scale * eps``). Each value is drawn and transformed in
-    place in its slot of the stack: no per-draw temporaries and no copy into the stack."""
-    out = {
-        site: torch.empty((num_samples, *mean.shape), dtype=mean.dtype, device=mean.device)
-        for site, mean in loc.items()
-    }
-    for run in range(num_samples):
-        for site, mean in loc.items():
-            value = out[site][run].normal_().mul_(scale[site]).add_(mean)
-            if site in positive:
-                value.exp_()
-    return out
-
-
 def positive_support(prior: Any) -> bool:
     """Whether ``prior`` lives on (0, inf) (a noise scale): its guide is LogNormal."""
     return support_of(prior) == "positive"
@@ -364,7 +347,7 @@ def positive_support(prior: Any) -> bool:
 
 def mean_field_guide(
     model: nn.Module,
-    init_scale: float = DEFAULT_INIT_SCALE,
+    init_scale: float = _INIT_SCALE_UNSET,
     init_from: nn.Module | None = None,
     *,
     init_scale_relative: float | None = None,
@@ -418,6 +401,12 @@ def mean_field_guide(
     >>> round(guide.site_scale("fc1.bias")[0].item(), 6)
     0.05
     """
+    if init_scale is not _INIT_SCALE_UNSET and init_scale_relative is not None:
+        _refuse_both(
+            check_positive_float("init_scale", init_scale),
+            check_positive_float("init_scale_relative", init_scale_relative),
+        )
+    init_scale = DEFAULT_INIT_SCALE if init_scale is _INIT_SCALE_UNSET else init_scale
     return MeanFieldGuide(
         model, init_scale=init_scale, init_from=init_from, init_scale_relative=init_scale_relative
     )
@@ -436,10 +425,15 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
     (:func:`check_draws`). The message names the first differing site, in the model's order.
     """
     if guide is not None and guide is model:  # its draws would be the prior's, silently
+        check_drawable(model, "a guide", caller)  # (an ensemble: none; a plain network: none)
+        build = "mean_field_guide(model), fitted with fit(model, guide, data)"
+        if _model_sites(model) is None:  # a Pyro model of one's own: no mean_field_guide
+            fitter = "fit(model, guide, data)" if isinstance(model, nn.Module) else "Pyro's SVI"
+            build = f"pyro.infer.autoguide.AutoNormal(model), fitted with {fitter}"
         raise ValueError(
             f"{caller}: the model ({type(model).__name__}) was passed as its own guide, which "
             "would draw the weights from the prior, not from a posterior. Pass the guide built "
-            "for it, guide = mean_field_guide(model), fitted with fit(model, guide, data)."
+            f"for it, guide = {build}."
         )
     expected = _model_sites(model)
     if expected is None or guide is None:

@@ -80,6 +80,13 @@ class Gaussian(Likelihood):
                     f"Expected a univariate noise prior (batch shape () or (D,)), got {scale} "
                     f"with event shape {tuple(scale.event_shape)}."
                 )
+            if len(scale.batch_shape) > 1:  # the noise of a (B, D) output: () or (D,) only
+                raise ValueError(
+                    f"Expected a noise prior of batch shape () (one noise for all outputs) or "
+                    f"(D,) (one per output), got {scale} with batch shape "
+                    f"{tuple(scale.batch_shape)}. Build it with one of them, e.g. "
+                    "HalfNormal(1.0) or HalfNormal(torch.ones(D))."
+                )
             self.mode = "latent"
             self.noise_prior = _site_prior(scale, NOISE_SITE, scale.batch_shape, None)
         elif isinstance(scale, str):

@@ -107,13 +107,14 @@ class _BatchEnsembleLayer(nn.Module):
 
     def effective_weight(self, member: int) -> torch.Tensor:
         """Member ``member``'s weight ``diag(s_m) W diag(r_m)`` (for checks and export)."""
-        if isinstance(member, torch.Tensor) and member.dim() == 0 and is_integer(member.item()):
-            member = int(member)  # (a 0-d integer tensor, as indexing takes it)
+        meta = isinstance(member, torch.Tensor) and member.is_meta  # (it holds no value)
+        if isinstance(member, torch.Tensor) and member.dim() == 0 and not meta:
+            member = int(member) if is_integer(member.item()) else member  # as indexing takes it
         if not is_integer(member) or not -self.num_members <= member < self.num_members:
             raise ValueError(
                 f"Expected member to be an int in [-{self.num_members}, {self.num_members}) (one "
                 f"of the layer's {self.num_members} members, counted from the end if negative), "
-                f"got {member!r}."
+                f"got {member!r}" + (": a meta tensor has no value; pass an int." if meta else ".")
             )
         return self.folded_weights()[0][member]
 

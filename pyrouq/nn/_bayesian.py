@@ -196,9 +196,8 @@ class _BayesianLayer(PyroModule):
 
     def extra_repr(self) -> str:
         lrt = ", local_reparameterization=True" if self.local_reparameterization else ""
-        return (
-            f"weight_shape={self.weight_shape}, prior=Normal(0, {self.prior_scale.item():g})" + lrt
-        )
+        scale = "..." if self.prior_scale.is_meta else f"{self.prior_scale.item():g}"  # no value
+        return f"weight_shape={self.weight_shape}, prior=Normal(0, {scale})" + lrt
 
 
 class BayesianLinear(_BayesianLayer):
