@@ -258,7 +258,8 @@ def mcmc(
     ValueError
         A chain that finds no starting point with a finite log density (the network's outputs
         NaN or infinite at every weight tried) says so, naming the chain; a site with a
-        discrete prior (Bernoulli, Poisson), which NUTS cannot move, is refused, named.
+        discrete prior (Bernoulli, Poisson), which NUTS cannot move, is refused, named; so is a
+        latent site the network samples itself (``pyro.sample`` in its forward).
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # a chain process (spawned) running the script's top-level code again
@@ -345,16 +346,14 @@ def _refuse_discrete_priors(model: Any) -> None:
 
 
 def _refuse_own_latents(model: Any, trace: Any) -> None:
-    """A site the network samples itself (``pyro.sample`` in its forward; not one the model
-    hides, its own "logits" or "obs") refused, named: NUTS would infer it as a latent variable
-    that the result does not keep, and predict() on the draws would take it from its prior."""
-    hidden = {"data", "members", "obs", model.likelihood.output_site}
+    """A site the network samples itself (``pyro.sample`` in its forward, traced with the sites
+    forward() hides, as its own "obs", hidden) refused, named: NUTS would infer it as a latent
+    variable the result does not keep (predict() on the draws would take it from its prior)."""
     own = [
         name
         for name, site in trace.nodes.items()
-        if site["type"] == "sample" and not site["is_observed"]
-        and not site_is_subsample(site) and name not in hidden
-    ]  # fmt: skip
+        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
+    ]
     if own:
         raise ValueError(
             f"mcmc(): the network of {type(model).__name__} samples {own[:3]} itself "
@@ -428,8 +427,9 @@ def _run_chains(
     it (real targets in the model's dtype)."""
     with torch.no_grad():
         try:
-            with pyro.poutine.trace() as tracer:  # (as a context: errors pass unchanged)
-                outputs = model.outputs(x, model.template())
+            weights = model.template()  # (the trace as a context: errors pass unchanged)
+            with pyro.poutine.trace() as tracer, model._hiding_own_sites(weights):
+                outputs = model.outputs(x, weights)
         except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
             if not input_mismatch(err):  # the user's own error, out of memory, a CUDA error
                 raise

@@ -6,7 +6,7 @@ import copy
 import itertools
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyro
@@ -425,6 +425,17 @@ class BayesianNetwork(PyroModule):
         dims = {site: len(shape) for site, shape in self._sites.items()}
         return _engine.run_draws(self.net, x, network, dims, self.num_members)
 
+    def _hiding_own_sites(self, latent: Iterable[str]) -> Any:
+        """A Pyro handler hiding the sites the network records itself under this model's
+        names (``latent``, its latent sites; plates "data" and "members"; "obs"; the
+        likelihood's output site), as a Pyro model of one's own made Bayesian records its
+        "logits" or its "obs" in plate "data": they would clash with the model's own in a
+        trace. forward() runs the network under it; mcmc() checks under it which sites of the
+        network NUTS would see."""
+        likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
+        names = {*latent, "data", "members", "obs", likelihood.output_site}
+        return pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names)
+
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(B, D)`` (``(*S, B, D)`` when the weights carry sample dims S).
 
@@ -439,13 +450,10 @@ class BayesianNetwork(PyroModule):
         register_children(self, record=False)  # the point estimates in Pyro's param store
         x = self._input(x)
         weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
-        # sites the network records itself under this model's names hidden (a Pyro model of
-        # one's own made Bayesian: its "logits", its "obs" in plate "data"), else they clash;
+        with self._hiding_own_sites(weights):
+            outputs = self.outputs(x, weights)
         # the likelihood read past PyroModule's attribute hook, as in priors()
         likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
-        names = {*weights, "data", "members", "obs", likelihood.output_site}
-        with pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names):
-            outputs = self.outputs(x, weights)
         likelihood.prepare(outputs)
         latent = {site: weights[site] for site in self.likelihood.latent_sites()}
         return self.likelihood.observe(
