@@ -102,3 +102,19 @@ def test_array_loader_keeps_its_seed_as_tensor_loader_does():
     drawn = ArrayLoader(x, y, batch_size=4)
     again = ArrayLoader(x, y, batch_size=4, seed=drawn.seed)  # repeats the drawn order
     assert [b[1].tolist() for b in drawn] == [b[1].tolist() for b in again]
+
+
+def test_ints_too_large_for_a_float_are_refused_in_words_by_factors_and_save(tmp_path):
+    """Python's OverflowError ('int too large to convert to float') came out before."""
+    import pyrouq
+
+    with pytest.raises(ValueError, match=r"Expected r_std >= 0 \(a finite float\), got about "):
+        pyrouq.batchensemble(torch.nn.Linear(3, 2), 2, r_std=10**400)
+    with pytest.raises(ValueError, match=r"s_mean to be a finite float, got about -10\*\*400\."):
+        pyrouq.batchensemble(torch.nn.Linear(3, 2), 2, s_mean=-(10**400))
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2))
+    model.default_kl_weight = 10**400
+    with pytest.raises(
+        ValueError, match=r"expected to be a finite float >= 0, got about 10\*\*400 "
+    ):
+        pyrouq.save(tmp_path / "x.pt", model, pyrouq.mean_field_guide(model))

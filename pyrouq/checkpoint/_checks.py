@@ -15,7 +15,7 @@ import pyro.optim
 import torch
 from torch import nn
 
-from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._numbers import finite_float, shown, tensor_hint
 from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError
 from pyrouq.checkpoint._file import unreadable
@@ -49,15 +49,15 @@ def own_kl_weight(model: Any) -> float | None:
         own = getattr(getattr(model, "likelihood", None), "__dict__", {}).get("default_kl_weight")
     if own is None:
         return None
-    if not is_real(own) or not math.isfinite(own) or own < 0:
+    if finite_float(own) is None or own < 0:
         try:  # the number a string or a one-value tensor holds, for the example
             example = float(own) if math.isfinite(float(own)) and float(own) >= 0 else 1.0
-        except (TypeError, ValueError, RuntimeError):
+        except (TypeError, ValueError, RuntimeError, OverflowError):
             example = 1.0
         raise CheckpointError(
             f"save() cannot write {class_name(model)}: {owner}.default_kl_weight (fit()'s "
             f"kl_weight when none is given) is expected to be a finite float >= 0, got "
-            f"{own!r} ({type(own).__name__}){tensor_hint(own)}. Set {owner}.default_kl_weight "
+            f"{shown(own)} ({type(own).__name__}){tensor_hint(own)}. Set {owner}.default_kl_weight "
             f"= {example!r} (say), or None for the likelihood's default."
         )
     return float(own)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
 
-from pyrouq._numbers import is_integer, is_real
+from pyrouq._numbers import finite_float, is_integer, shown
 from pyrouq._util import check_count, check_int
 
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
@@ -87,15 +86,15 @@ def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_
             "s_std)) or 'random_sign' (entries +-1)."
         )
     for name, value in (("r_std", r_std), ("s_std", s_std)):
-        if not (is_real(value) and math.isfinite(value)) or value < 0:
+        if finite_float(value) is None or value < 0:
             raise ValueError(
-                f"Expected {name} >= 0 (a finite float), got {value!r}. It is the standard "
+                f"Expected {name} >= 0 (a finite float), got {shown(value)}. It is the standard "
                 "deviation of the rank-1 factors around their mean; 0.5 is the default."
             )
     for name, value in (("r_mean", r_mean), ("s_mean", s_mean)):
-        if not (is_real(value) and math.isfinite(value)):
+        if finite_float(value) is None:
             raise ValueError(
-                f"Expected {name} to be a finite float, got {value!r}. It is the mean of the "
+                f"Expected {name} to be a finite float, got {shown(value)}. It is the mean of the "
                 "rank-1 factors; 1.0 (the default) starts every member at the shared weight."
             )
 
