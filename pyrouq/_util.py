@@ -60,7 +60,7 @@ def builder_of(value: object) -> str | None:
         returned = inspect.signature(value).return_annotation
         if isinstance(returned, str):  # postponed (from __future__ import annotations)
             returned = get_type_hints(inspect.unwrap(function)).get("return")
-    except (TypeError, ValueError, NameError, AttributeError):  # no signature, bad annotation
+    except (TypeError, ValueError, NameError, AttributeError, SyntaxError):  # none, or unreadable
         return None
     if not (isinstance(returned, type) and issubclass(returned, nn.Module)):
         return None

@@ -30,6 +30,7 @@ from pyrouq._metric_inputs import _float64
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._util import (
+    builder_of,
     check_finite_inputs,
     check_int,
     has_latent_sites,
@@ -310,6 +311,12 @@ def predict(
             f"predict() expects a batch of inputs, the examples on dim 0, got a 0-d tensor "
             f"({x.item()!r}). Pass one example as x.reshape(1, *shape) (one feature: "
             "x.reshape(1, 1))."
+        )
+    builds = builder_of(model)  # (a model function would run resnet18(x): x as its weights)
+    if builds is not None:
+        raise TypeError(
+            f"predict() expects the model to be a network or a Pyro model, got {builds}, and "
+            "pass that (as it is, or made Bayesian by bayesian() and fitted)."
         )
     _runners.check_arguments(model, guide, parallel, progress)
     batch_size = check_int("batch_size", batch_size, hint="Pass e.g. batch_size=256.")

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
+    builder_of,
     check_finite_inputs,
     distribution_masks,
     innermost_distribution,
@@ -126,9 +127,12 @@ def _check_callables(fn: str, model: object, guide: object) -> None:
     FitResult met Pyro's "is not callable" or dataclasses' "cannot assign to field"). Then
     a pyrouq model and guide take the values loaded into Pyro's param store for them."""
     for name, value in (("model", model), ("guide", guide)):
+        what = "the pyrouq model fit() trained" if name == "model" else "mean_field_guide(model)"
+        builds = builder_of(value) if name == "model" else None  # resnet18 for resnet18()
+        if builds is not None:
+            raise TypeError(f"{fn}: expected the model to be {what}, got {builds}.")
         if (value is None and name == "guide") or callable(value):
             continue
-        what = "the pyrouq model fit() trained" if name == "model" else "mean_field_guide(model)"
         fit_result = type(value).__name__ == "FitResult"
         raise TypeError(
             f"{fn}: expected the {name} to be callable ({what}, or a Pyro {name} function), "
