@@ -118,3 +118,23 @@ def test_ints_too_large_for_a_float_are_refused_in_words_by_factors_and_save(tmp
         ValueError, match=r"expected to be a finite float >= 0, got about 10\*\*400 "
     ):
         pyrouq.save(tmp_path / "x.pt", model, pyrouq.mean_field_guide(model))
+
+
+def test_predict_names_inputs_the_network_does_not_take_as_fit_does():
+    """torch's bare 'expected input[4, 1, 8, 8] to have 3 channels' came out of predict(),
+    where fit() restates it naming x; an error pyrouq words itself passes unchanged."""
+    import pyrouq
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    net(torch.randn(1, 3, 8, 8))
+    model = pyrouq.bayesian(net)
+    for m, g in ((model, pyrouq.mean_field_guide(model)), (net, None)):
+        with pytest.raises(ValueError) as err:
+            predict(m, torch.randn(4, 1, 8, 8), g, progress=False)
+        message = str(err.value)
+        assert message.startswith(
+            f"predict(): {type(m).__name__} failed on x (a batch of shape (4, 1, 8, 8), dtype "
+            "torch.float32): Given groups=1, weight of size [4, 3, 3, 3], expected input"
+        )
+        assert message.endswith("Check that the network takes x (shape, channels, flattening: "
+                                 "inputs of the shape it was built for).")  # fmt: skip
