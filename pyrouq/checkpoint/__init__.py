@@ -54,6 +54,7 @@ from torch import nn
 from pyrouq._util import class_name, has_latent_sites, takes_labels
 from pyrouq.checkpoint._checks import (
     COMPILED_CLASS,
+    check_store_params,
     optimizer_state,
     python_numbers,
     uncompiled,
@@ -186,7 +187,9 @@ def save(
         (a learning-rate scheduler, a module), a ``default_kl_weight`` set to no finite number
         >= 0, or an optimizer state, or a module's extra state (``get_extra_state()``), that is
         not tensors, numbers and strings (load() would refuse to unpickle it; numpy's numbers
-        are made Python's in the optimizer state, refused in the extra state).
+        are made Python's in the optimizer state, refused in the extra state), or a converted
+        model whose network creates parameters with ``pyro.param`` in its forward (as
+        :func:`pyrouq.fit` found them: a file holds no param store).
     """
     from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
 
@@ -234,6 +237,7 @@ def save(
             "Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an ensemble."
         )
     check_guide(model, guide, "save()")
+    check_store_params(model, "save()")  # (those fit() found in the network's forward)
     for owner in (model, guide):
         lazy = [
             name

@@ -1,7 +1,7 @@
 """What :func:`pyrouq.save` checks of what it is given beside the model's description: the
 optimizer (an optimizer, not a scheduler or a module; numpy's numbers in its state written as
-Python's), the model's own ``default_kl_weight``, and a ``torch.compile`` wrapper (saved as the
-module it compiled)."""
+Python's), the model's own ``default_kl_weight``, a ``torch.compile`` wrapper (saved as the
+module it compiled), and parameters a converted network keeps in Pyro's param store."""
 
 from __future__ import annotations
 
@@ -37,6 +37,36 @@ def uncompiled(module: Any) -> Any:
             break
         module = inner
     return module
+
+
+_STORE_PARAMS = "_network_pyro_params"
+"""The attribute of a converted model naming the parameters its network creates with
+``pyro.param`` (in Pyro's param store, not in the model's state), as fit() found them."""
+
+
+def note_store_params(model: Any, names: list[str]) -> None:
+    """Record on ``model`` (a converted one, perhaps compiled) the ``names`` of the parameters
+    its network creates with ``pyro.param`` (:func:`check_store_params` refuses them)."""
+    setattr(uncompiled(model), _STORE_PARAMS, tuple(names))
+
+
+def check_store_params(model: Any, caller: str) -> None:
+    """Refuse to save a model whose network creates parameters with ``pyro.param`` (as fit()
+    found them): they are Pyro's param store's, with a constraint the file could not hold as
+    data, so a loaded model would start them again from their initial values."""
+    names = getattr(uncompiled(model), _STORE_PARAMS, ())
+    if names:
+        shown = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
+        raise CheckpointError(
+            f"{caller} cannot store the parameter(s) {shown} that the network of "
+            f"{class_name(model)} creates with pyro.param in its forward (fit() trains them): "
+            "they are kept in Pyro's param store, not in the model's state, so the loaded model "
+            "would start them again from their initial values. Make each an nn.Parameter of "
+            "its module (a converted model keeps it as a point estimate, which fit() trains and "
+            "save() stores), or a PyroParam attribute of a PyroModule "
+            "(self.t = PyroParam(torch.tensor(1.0), constraints.positive)), which the model's "
+            "state holds."
+        )
 
 
 def own_kl_weight(model: Any) -> float | None:

@@ -108,13 +108,16 @@ class Probe:
     """What fit learns from a couple of training examples (a Pyro model of the user's own:
     from the loader's first batch) before it builds the optimizer: the number of classes of
     a model that does not state it (for the label checks), and the parameters created on the
-    first call, by a guide (Pyro's autoguides) or by a Pyro model of the user's own
-    (``pyro.param`` in its forward); such a model's sites are checked against the guide's."""
+    first call, by a guide (Pyro's autoguides), by a Pyro model of the user's own
+    (``pyro.param`` in its forward) or by the network of a converted model (``pyro.param`` in
+    a forward of its modules: named in ``network_params``); such a model's sites are checked
+    against the guide's."""
 
     def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
         self.likelihood: Any = likelihood_of(model) or Categorical()
         self.num_classes: int | None = getattr(model, "num_classes", None)
         self.created_params: list[torch.Tensor] = []
+        self.network_params: list[str] = []
         categorical = isinstance(self.likelihood, Categorical)
         needs_classes = self.num_classes is None or not categorical  # D of a regression too
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
@@ -126,7 +129,9 @@ class Probe:
         foreign = own_pyro_model(model, guide)
         if foreign:
             _check_called_with_x_y(model)
-        if not (needs_classes or lazy_guide or foreign or lazy_model):
+        # a converted network whose forward is the user's own may create pyro.params
+        own_network = is_pyrouq_model(model) and _network_of_its_own(model)
+        if not (needs_classes or lazy_guide or foreign or lazy_model or own_network):
             return
         # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
         # all N): it is probed on the loader's first batch, the others on two examples
@@ -144,9 +149,10 @@ class Probe:
         model.eval()
         try:
             with torch.no_grad(), pyro.validation_enabled(False):
-                if needs_classes or lazy_model:
+                if needs_classes or lazy_model or own_network:
                     try:
-                        size = _output_size(model, x, self.likelihood, foreign)
+                        with poutine.trace(param_only=True) as network:
+                            size = _output_size(model, x, self.likelihood, foreign)
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
                         if not input_mismatch(err):  # the network's own, a CUDA error, ...
                             raise
@@ -158,6 +164,8 @@ class Probe:
                         ) from err
                     if needs_classes:
                         self.num_classes = size
+                    if is_pyrouq_model(model):
+                        self._network_params(network.trace, held)
             if foreign:
                 _check_scaled(model, x, y)
             if lazy_guide:
@@ -171,7 +179,7 @@ class Probe:
                             f"fit(): the guide of {type(model).__name__} failed on the first "
                             f"batch of train_loader:{_plate_hint(err, model, x)}\n{err}"
                         ) from err
-                self.created_params = _unconstrained(capture.trace)
+                self.created_params += _unconstrained(capture.trace)
             if foreign:
                 params, trace = _own_model_params(model, guide, x, y)
                 self.created_params += params
@@ -205,6 +213,15 @@ class Probe:
                 "loaded into the store to resume a run are taken as intended."
             )
 
+    def _network_params(self, trace: Any, held: set[int]) -> None:
+        """The ``pyro.param`` sites a converted network created as it ran (``trace``), that no
+        module holds (``held``: a ``PyroParam`` attribute's is its module's parameter): they
+        are trained with the rest, as Pyro's SVI trains them."""
+        for name, tensor in zip(trace.nodes, _unconstrained(trace), strict=True):
+            if id(tensor) not in held and tensor.requires_grad:
+                self.network_params.append(name)
+                self.created_params.append(tensor)
+
     def _read_targets(self, model: nn.Module, trace: Any, y: torch.Tensor) -> None:
         """What the model's ``"obs"`` site tells of the targets where it observes them as
         given (``obs=y``): a ``Categorical``'s number of classes, so that labels outside them
@@ -224,6 +241,18 @@ class Probe:
         family = innermost_distribution(site["fn"])
         if isinstance(family, torch.distributions.Categorical) and self.num_classes is None:
             self.num_classes = int(family.logits.shape[-1])
+
+
+def _network_of_its_own(model: Any) -> bool:
+    """Whether a converted model's network holds a module of a class that is neither torch's
+    nor pyrouq's (a user's own, whose forward may call ``pyro.param``)."""
+    while not hasattr(model, "net") and isinstance(getattr(model, "_orig_mod", None), nn.Module):
+        model = model._orig_mod  # (torch.compile's wrapper)
+    net = getattr(model, "net", None)
+    libraries = ("torch", "pyrouq")
+    return isinstance(net, nn.Module) and any(
+        type(m).__module__.partition(".")[0] not in libraries for m in net.modules()
+    )
 
 
 def _module_params(model: Any, guide: Any) -> list[torch.Tensor]:

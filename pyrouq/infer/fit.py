@@ -28,6 +28,7 @@ from pyrouq._util import (
     len_or,
     module_device,
 )
+from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import recorded_num_data, restore
 from pyrouq.infer import _distributed
 from pyrouq.infer._fit_inputs import (
@@ -117,7 +118,9 @@ def fit(
     model : PyroModule or nn.Module
         A model following the pyrouq contract (made by :func:`pyrouq.bayesian` or
         :func:`pyrouq.batchensemble`, ``BayesianLeNet``, ``BatchEnsembleMLP``, ...; its point
-        estimates, e.g. BatchNorm parameters, are trained too) or any Pyro model written as a
+        estimates, e.g. BatchNorm parameters, are trained too, and so are the parameters its
+        network creates with ``pyro.param``, as Pyro's SVI trains them, though
+        :func:`pyrouq.save` refuses those) or any Pyro model written as a
         ``PyroModule`` with ``forward(x, y)`` (a model written as a function is refused: fit()
         sets ``model.num_data`` and switches train / eval modes; train it with Pyro's own
         ``SVI``, or wrap it in a ``PyroModule``). Its ``num_data`` is set to N. It trains in
@@ -412,18 +415,17 @@ def fit(
             )
         if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
             _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
-            try:
-                _checkpoint.describe_model(model), _checkpoint.describe_guide(guide)
-            except _checkpoint.CheckpointError as err:
-                raise _checkpoint.CheckpointError(
-                    f"fit(checkpoint=...) saves with pyrouq.save(), which refuses this run: {err} "
-                    "Or leave checkpoint= out."
-                ) from None
+            _refuse_checkpoint(_checkpoint.describe_model, model)
+            _refuse_checkpoint(_checkpoint.describe_guide, guide)
             _checkpoint.json_text(metadata if metadata is not None else {})
         if seed is not None:  # after the checks (a refused call leaves the streams alone),
             pyro.set_rng_seed(seed)  # before the probe's pass (an autoguide's initial values)
         model.num_data = int(n)  # type: ignore[assignment]
         probe = Probe(model, guide, train_loader)
+        if is_pyrouq_model(model):  # pyro.params of its network's forward: save() refuses them
+            note_store_params(model, probe.network_params)
+            if checkpoint is not None:
+                _refuse_checkpoint(check_store_params, model, "save()")
         own_default = getattr(model, "default_kl_weight", None) is not None
         if not (chosen_kl_weight or own_default) and isinstance(probe.likelihood, OwnTargets):
             elbo.kl_weight = 1.0  # a regression written in Pyro: the exact ELBO, as for Gaussian()
@@ -495,6 +497,18 @@ def fit(
 # --------------------------------------------------------------------------------------------
 # Set-up
 # --------------------------------------------------------------------------------------------
+
+
+def _refuse_checkpoint(check: Callable, *args: Any) -> None:
+    """Run one of :func:`pyrouq.save`'s checks for ``fit(checkpoint=...)``, before training,
+    its refusal told as the run's."""
+    try:
+        check(*args)
+    except _checkpoint.CheckpointError as err:
+        raise _checkpoint.CheckpointError(
+            f"fit(checkpoint=...) saves with pyrouq.save(), which refuses this run: {err} "
+            "Or leave checkpoint= out."
+        ) from None
 
 
 def _compared_parameters(
