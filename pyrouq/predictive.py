@@ -30,6 +30,7 @@ from pyrouq import _engine, _runners
 from pyrouq._metric_inputs import _float64
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
+from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
     builder_of,
     check_finite_inputs,
@@ -206,6 +207,7 @@ def predict(
     batchnorm_batches: int = 20,
     max_draw_bytes: int = _runners.DEFAULT_MAX_DRAW_BYTES,
     progress: bool = True,
+    seed: int | None = None,
 ) -> Predictions | GaussianPredictions:
     """Predictions of S draws (or members) of a model on inputs ``x``: class probabilities
     ``(S, N, C)`` for a classifier, means and standard deviations ``(S, N, D)`` for a model
@@ -232,15 +234,17 @@ def predict(
         without targets, but labels passed in the data set's order are not); predict from a loader
         with ``shuffle=False`` to keep that order. A torch ``DataLoader`` takes a seed from torch's
         random stream when it starts, before the draws, unless given ``generator=``: pass one for
-        the draws a seed gives with a tensor.
+        the draws a seed gives with a tensor (with ``seed=``, that draw comes from the seeded
+        stream too: the call repeats either way).
     guide : callable, optional
         The fitted guide of a Bayesian model; one built for another model (other sites or
         shapes) is refused, naming the first differing site.
     num_samples : int, optional
         Posterior draws S for a Bayesian model (default 32), from torch's random stream (which
-        the call advances). Must stay None for a BatchEnsemble (S = its M members) and a plain
-        network (S = 1). For a rank-1 network (:func:`pyrouq.rank1`) each of K draws runs its M
-        members: S = K * M predictions, draw-major (``s = k * M + m``); K defaults to 32 // M.
+        the call advances; with ``seed=``, a stream of their own). Must stay None for a
+        BatchEnsemble (S = its M members) and a plain network (S = 1). For a rank-1 network
+        (:func:`pyrouq.rank1`) each of K draws runs its M members: S = K * M predictions,
+        draw-major (``s = k * M + m``); K defaults to 32 // M.
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass. On CPU a Bayesian
@@ -292,6 +296,15 @@ def predict(
     progress : bool, default True
         Show a tqdm progress bar over the input batches, once a prediction has taken more
         than 2 s (quick calls print nothing); it goes away when done, as ``fit()``'s does.
+    seed : int, optional
+        In ``[0, 2**32 - 1]``. Given, the call's draws (a guide's, those of a Pyro model from
+        its priors, a ``DataLoader``'s seed, a dropout that runs) come from torch's streams
+        seeded with it, those of the CPU and of the model's device, as ``pyro.set_rng_seed(seed)``
+        before the call would seed them, inside a fork of the random state: two calls with
+        one seed give the same predictions to the bit, whatever ran between them, and torch's
+        global streams are left as they were. None (default): the draws come from the global
+        streams, which the call advances. MCMC draws, a BatchEnsemble's members and a plain
+        network draw nothing: the seed changes nothing there.
 
     Returns
     -------
@@ -308,6 +321,13 @@ def predict(
     >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
     torch.Size([5, 10, 3])
     """
+    if seed is not None:  # the whole call in a seeded fork of torch's random state
+        with seeded(seed, "predict()", draw_devices(model, guide, x)):
+            return predict(
+                model, x, guide, num_samples, batch_size, posterior_samples, parallel=parallel,
+                batchnorm_data=batchnorm_data, batchnorm_batches=batchnorm_batches,
+                max_draw_bytes=max_draw_bytes, progress=progress,
+            )  # fmt: skip
     if torch.is_tensor(x) and x.dim() == 0:
         raise ValueError(
             f"predict() expects a batch of inputs, the examples on dim 0, got a 0-d tensor "

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from pyrouq._own_models import check_traces_match
 from pyrouq._runners import is_ensemble as _is_ensemble
+from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, has_latent_sites, module_device, module_dtype
 from pyrouq.infer.guide import check_draws, check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
@@ -63,6 +64,7 @@ def to_inference_data(
     *,
     var_names: str | Sequence[str] | None = None,
     batch_size: int = 1024,
+    seed: int | None = None,
 ) -> arviz.InferenceData:
     """Export draws, predictions and pointwise log-likelihoods as ``arviz.InferenceData``.
 
@@ -142,6 +144,14 @@ def to_inference_data(
         always use every site.
     batch_size : int, default 1024
         Inputs per forward pass (pyrouq models).
+    seed : int, optional
+        In ``[0, 2**32 - 1]``. Given, the export's draws (the guide's, and the ``obs`` of
+        ``posterior_predictive``, which an MCMCResult's or a BatchEnsemble's export draws too)
+        come from torch's streams seeded with it, those of the CPU and of the model's device,
+        as ``pyro.set_rng_seed(seed)`` before the call would seed them, inside a fork of the
+        random state: two exports with one seed hold the same values to the bit, and torch's
+        global streams are left as they were. None (default): the draws come from the global
+        streams, which the call advances.
 
     Returns
     -------
@@ -184,6 +194,13 @@ def to_inference_data(
     (1, 50, 20)
     """
     fn = "to_inference_data()"
+    if seed is not None:  # the whole call in a seeded fork of torch's random state
+        run = model if isinstance(model, MCMCResult) else None  # (its model, its data)
+        on = (run.model, x if x is not None else run.x) if run is not None else (model, x)
+        with seeded(seed, fn, draw_devices(on[0], guide, on[1])):
+            return to_inference_data(
+                model, guide, x, y, num_samples, var_names=var_names, batch_size=batch_size
+            )
     az = _arviz()
     for what, value in (("model", model), ("guide", guide)):
         if isinstance(value, pyro.infer.MCMC):

@@ -15,6 +15,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._own_models import check_traces_match
+from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
@@ -254,6 +255,7 @@ def psis_diagnostic(
     *,
     num_samples: int | None = None,
     num_data: int | None = None,
+    seed: int | None = None,
 ) -> PSISResult:
     """Pareto k-hat of the importance ratios ``p(w, D) / q(w)`` over draws of the guide.
 
@@ -314,6 +316,13 @@ def psis_diagnostic(
     num_data : int, optional
         Size M of the data set that ``x, y`` stand for (the likelihood is scaled by M / N);
         default N (no scaling).
+    seed : int, optional
+        In ``[0, 2**32 - 1]``. Given, the guide's draws come from torch's streams seeded with
+        it, those of the CPU and of the model's device, as ``pyro.set_rng_seed(seed)`` before
+        the call would seed them, inside a fork of the random state: two calls with one seed
+        give the same k-hat and log weights to the bit, and torch's global streams are left
+        as they were. None (default): the draws come from the global streams, which the call
+        advances.
 
     Returns
     -------
@@ -346,6 +355,9 @@ def psis_diagnostic(
     True
     """
     fn = "psis_diagnostic()"
+    if seed is not None:  # the whole call in a seeded fork of torch's random state
+        with seeded(seed, fn, draw_devices(model, guide, x)):
+            return psis_diagnostic(model, guide, x, y, num_samples=num_samples, num_data=num_data)
     az = _arviz()
     n = _check_data(fn, x, y)
     hint = (
