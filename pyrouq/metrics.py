@@ -565,7 +565,8 @@ def _binned_calibration_error(conf: Tensor, correct: Tensor, bins: Tensor) -> fl
         bins = torch.unique(bins, return_inverse=True)[1]  # (a sort; O(N) memory either way)
     sum_conf = conf.new_zeros(int(bins.max()) + 1).index_add_(0, bins, conf)
     sum_correct = torch.zeros_like(sum_conf).index_add_(0, bins, correct)
-    return float((sum_correct - sum_conf).abs().sum() / conf.numel())
+    occupied = sum_conf > 0  # (a confidence is >= 1/C): empty bins' zeros would regroup the sum
+    return float((sum_correct - sum_conf)[occupied].abs().sum() / conf.numel())
 
 
 def _error_counts(pbar: Tensor, y: Tensor) -> Tensor:
