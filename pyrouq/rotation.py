@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyrouq._images import Constants, as_nchw, layout_error, normalisation
 from pyrouq._numbers import is_one_number, one_number
 from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, module_device, rng_state, set_rng_state
-from pyrouq.data import NORMALIZED_BLACK
 from pyrouq.uncertainty import Measure, decompose
 
 __all__ = ["DEFAULT_ANGLES", "evaluate_rotations", "format_rotation_table", "rotate"]
@@ -24,30 +24,46 @@ __all__ = ["DEFAULT_ANGLES", "evaluate_rotations", "format_rotation_table", "rot
 _QUARTER_TURNS = {0: (1.0, 0.0), 1: (0.0, 1.0), 2: (-1.0, 0.0), 3: (0.0, -1.0)}
 
 
-def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> torch.Tensor:
+def rotate(
+    images: torch.Tensor,
+    angle: float,
+    *,
+    normalized: bool = True,
+    mean: Constants = None,
+    std: Constants = None,
+) -> torch.Tensor:
     """Rotate a batch of images by ``angle`` degrees counter-clockwise about their centre.
 
     Bilinear interpolation (``torch.nn.functional.grid_sample``, ``align_corners=False``, the
     same sampling as ``torchvision.transforms.functional.rotate`` with bilinear interpolation);
     pure torch, on the device and in the dtype of ``images`` (float16 and bfloat16 are sampled
-    in float32, then rounded). Pixels rotated in from outside the image are black in *raw*
-    pixel space: 0 for raw ``[0, 1]`` images (``normalized=False``) and
-    ``(0 - 0.1307) / 0.3081 ≈ -0.4242`` (:data:`NORMALIZED_BLACK`) for images normalised as
-    :func:`load_mnist` does by default (``normalized=True``). Since
-    the normalisation is affine, rotating normalised images this way equals normalising the
-    rotated raw images. A multiple of 360 returns an unchanged copy, and a multiple of 90 of a
-    square image is an exact permutation of the pixels (``torch.rot90``).
+    in float32, then rounded). Every channel of an RGB image is rotated alike, exactly as each
+    would be alone. Pixels rotated in from outside the image are black in *raw* pixel space: 0
+    for raw ``[0, 1]`` images (``normalized=False``), ``(0 - mean) / std`` per channel for
+    images normalised as ``(x - mean) / std`` (``normalized=True``): by default, for one
+    channel, ``(0 - 0.1307) / 0.3081 ≈ -0.4242`` (:data:`~pyrouq.data.NORMALIZED_BLACK`), as
+    :func:`load_mnist` normalises. Since the normalisation is affine, rotating normalised
+    images this way equals normalising the rotated raw images. A multiple of 360 returns an
+    unchanged copy, and a multiple of 90 of a square image is an exact permutation of the
+    pixels (``torch.rot90``).
 
     Parameters
     ----------
     images : torch.Tensor
-        Floating-point ``(N, 1, H, W)``, ``(N, H, W)`` or flattened ``(N, H * H)`` (square)
-        images, e.g. ``(N, 1, 28, 28)`` or ``(N, 784)`` MNIST batches.
+        Floating-point grey ``(N, 1, H, W)``, ``(N, H, W)`` or flattened ``(N, H * H)``
+        (square) images, e.g. ``(N, 1, 28, 28)`` or ``(N, 784)`` MNIST batches, or RGB
+        ``(N, 3, H, W)`` images, e.g. CIFAR's ``(N, 3, 32, 32)``. Other channel counts are
+        refused.
     angle : float
         Degrees, counter-clockwise; any finite real number.
     normalized : bool, default True
-        Whether ``images`` carry the MNIST normalisation (``(x - 0.1307) / 0.3081``), which
-        decides the background value, see above. Pass False for raw ``[0, 1]`` images.
+        Whether ``images`` are normalised as ``(x - mean) / std`` (which decides the
+        background value, see above) or raw ``[0, 1]`` images (False).
+    mean, std : float or sequence of float, optional
+        The normalisation of ``images``: one value per channel (or one number for every
+        channel), e.g. ``mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)`` for
+        CIFAR-10; only with ``normalized=True``. Default: MNIST's ``0.1307`` and ``0.3081``
+        for one-channel images; normalised RGB images need them (a ValueError says so).
 
     Returns
     -------
@@ -64,10 +80,14 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
             [0., 0., 0.]])
     >>> rotate(torch.zeros(2, 784), 45).shape
     torch.Size([2, 784])
+    >>> rgb = torch.zeros(1, 3, 2, 2)  # black, normalised per channel
+    >>> rotate(rgb - 1, 45, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)).unique()
+    tensor([-1.])
     """
     angle = _check_angle(angle)
     normalized = check_flag("normalized", normalized)  # "no" or None: no background guessed
     x = _image_batch(images)
+    norm = normalisation(normalized, mean, std, x.shape[1])
     shape = images.shape
     if angle % 360 == 0 or images.numel() == 0:
         return images.clone()
@@ -93,7 +113,10 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
     grid = torch.nn.functional.affine_grid(
         theta, [1, 1, height, width], align_corners=False
     ).expand(x.shape[0], -1, -1, -1)
-    background = NORMALIZED_BLACK if normalized else 0.0
+    blacks = [0.0] if norm is None else [(0.0 - m) / s for m, s in zip(*norm, strict=True)]
+    background: float | Tensor = blacks[0]  # as a number for one channel, as it always was
+    if len(blacks) > 1:  # the same value in the same dtype as a one-channel image gets
+        background = torch.tensor(blacks, dtype=work.dtype, device=x.device).view(1, -1, 1, 1)
     out = torch.nn.functional.grid_sample(
         work - background, grid, mode="bilinear", padding_mode="zeros", align_corners=False
     )
@@ -101,7 +124,8 @@ def rotate(images: torch.Tensor, angle: float, *, normalized: bool = True) -> to
 
 
 def _image_batch(images: object) -> Tensor:
-    """``images`` as ``(N, 1, H, W)`` (a view), or a TypeError / ValueError saying what to pass."""
+    """``images`` as ``(N, C, H, W)`` with C = 1 or 3 (a view), or a TypeError / ValueError
+    saying what to pass."""
     if not isinstance(images, torch.Tensor):
         raise TypeError(
             f"Expected images to be a torch.Tensor, got {type(images).__name__}; wrap them "
@@ -112,20 +136,10 @@ def _image_batch(images: object) -> Tensor:
             f"Expected floating-point images, got dtype {images.dtype}; for raw uint8 pixels "
             "pass images.float() / 255 with normalized=False."
         )
-    shape = images.shape
-    if images.dim() == 4 and shape[1] == 1:
-        return images
-    if images.dim() == 3:
-        return images.unsqueeze(1)
-    if images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
-        side = math.isqrt(shape[1])
-        return images.reshape(shape[0], 1, side, side)
-    alone = images.dim() == 1 or (images.dim() == 2 and shape[0] == shape[1])  # one image?
-    one = "; for one image use images.unsqueeze(0)" if alone else ""
-    raise ValueError(
-        f"Expected images of shape (N, 1, H, W), (N, H, W) or (N, H * H) (square, "
-        f"flattened), got shape {tuple(shape)}; pass single-channel images{one}."
-    )
+    x = as_nchw(images)
+    if x is None:
+        raise layout_error(images.shape)
+    return x
 
 
 def _check_angle(angle: object, name: str = "angle") -> float:
@@ -166,6 +180,8 @@ def evaluate_rotations(
     batch_size: int = 1024,
     measure: Measure = "entropy",
     normalized: bool = True,
+    mean: Constants = None,
+    std: Constants = None,
     progress: bool = True,
 ) -> list[dict[str, float]]:
     """Accuracy, calibration and uncertainty of a model on rotated copies of ``x``.
@@ -184,7 +200,9 @@ def evaluate_rotations(
     model, guide, num_samples, batch_size
         As in :func:`predict`.
     x : torch.Tensor
-        ``(N, 1, 28, 28)`` or ``(N, 784)`` images (any single-channel square images).
+        ``(N, 1, 28, 28)`` or ``(N, 784)`` images (any grey square images), or RGB
+        ``(N, 3, H, W)`` images such as CIFAR's ``(N, 3, 32, 32)``; as :func:`rotate` takes
+        them.
     y : torch.Tensor
         ``(N,)`` integer labels.
     angles : iterable of float, default ``(0, 15, ..., 180)``
@@ -193,9 +211,10 @@ def evaluate_rotations(
         Uncertainty measure of the ``epistemic`` and ``total`` columns (see
         :func:`pyrouq.uncertainty.decompose`); with ``"entropy"`` they are the mutual
         information and the predictive entropy in nats.
-    normalized : bool, default True
-        Whether ``x`` carries the MNIST normalisation; decides the background value that
-        rotates in (see :func:`rotate`).
+    normalized, mean, std
+        The normalisation of ``x``, which decides the background value that rotates in, as in
+        :func:`rotate`: by default MNIST's for grey images; normalised RGB images need
+        per-channel ``mean=`` and ``std=`` (or ``normalized=False`` for images in ``[0, 1]``).
     progress : bool, default True
         One tqdm bar over the angles, shown once the sweep has taken more than 2 s (the
         predictions themselves show none).
@@ -226,7 +245,7 @@ def evaluate_rotations(
             f"(N,)), got {bad} of type {type(x if bad == 'x' else y).__name__}; concatenate "
             "the batches of a loader with torch.cat first."
         )
-    _image_batch(x)  # its layout first: y's shape is read against x's N
+    channels = _image_batch(x).shape[1]  # its layout first: y's shape is read against x's N
     if y.dim() != 1 or y.shape[0] != x.shape[0]:
         raise ValueError(
             f"Expected y of shape (N,) = ({x.shape[0]},), one label per image of x, got shape "
@@ -234,6 +253,7 @@ def evaluate_rotations(
         )
     _check_measure(measure)
     normalized = check_flag("normalized", normalized)
+    normalisation(normalized, mean, std, channels)  # before any prediction
     progress = check_flag("progress", progress)
     angles = _check_angles(angles)
     if not angles:
@@ -246,7 +266,7 @@ def evaluate_rotations(
             set_rng_state(device, rng)
         preds = predict(
             model,
-            rotate(x, angle, normalized=normalized),
+            rotate(x, angle, normalized=normalized, mean=mean, std=std),
             guide,
             num_samples=num_samples,
             batch_size=batch_size,

@@ -1129,8 +1129,9 @@ API_CASES = [
      ValueError, r"Unknown dataset 'cifar': expected 'fashion-mnist' .* or 'mnist'"),
     ("rotate", "nan", lambda tmp: pyrouq.rotate(torch.randn(2, 28, 28), NAN), ValueError,
      r"Expected angle to be a finite number of degrees, got nan"),
-    ("rotate", "shape", lambda tmp: pyrouq.rotate(torch.randn(2, 3, 5, 5), 10.0), ValueError,
-     r"Expected images of shape \(N, 1, H, W\), \(N, H, W\) or .*pass single-channel images"),
+    ("rotate", "shape", lambda tmp: pyrouq.rotate(torch.randn(2, 4, 5, 5), 10.0), ValueError,
+     r"Expected images of shape \(N, 1, H, W\) or \(N, 3, H, W\) \(grey or RGB\), .*got shape "
+     r"\(2, 4, 5, 5\); 4 channels are not supported, only 1 \(grey\) or 3 \(RGB\)"),
     ("rotate", "dtype", lambda tmp: pyrouq.rotate(U8_IMAGES, 10.0), TypeError,
      r"Expected floating-point images, got dtype torch.uint8; for raw uint8 pixels"),
     ("plot_image_grid", "companion",

@@ -308,8 +308,10 @@ def test_save_figures_bad_input(tmp_path, preds, targets):
 def test_bad_inputs(preds, images, targets):
     with pytest.raises(ValueError, match=r"Expected images with N=12 entries, .* got shape \(5, "):
         plot_most_uncertain(preds, images[:5])
-    with pytest.raises(ValueError, match=r"Expected images of shape \(N, 1, H, W\).*\(12, 3, 28"):
-        plot_image_grid(preds, images.expand(N, 3, 28, 28))
+    with pytest.raises(
+        ValueError, match=r"\(N, 3, H, W\) \(grey or RGB\).*\(12, 2, 28, 28\); 2 channels are not"
+    ):
+        plot_image_grid(preds, images.expand(N, 2, 28, 28))
     with pytest.raises(TypeError, match=r"Expected images to be a torch.Tensor .* got list"):
         plot_image_grid(preds, [0] * N)
     with pytest.raises(ValueError, match="Expected k to be a positive integer, got 0"):

@@ -55,7 +55,9 @@ def test_evaluate_rotations_reads_y_against_a_valid_batch_of_images():
     with pytest.raises(ValueError, match=r"for one image use images.unsqueeze\(0\)"):
         rotate(torch.randn(28, 28), 30)
     # a batch of non-square flattened images gets no single-image hint
-    with pytest.raises(ValueError, match=r"got shape \(5, 700\); pass single-channel images\.$"):
+    with pytest.raises(
+        ValueError, match=r"got shape \(5, 700\); reshape flattened images to \(N, C, H, W\) unless"
+    ):
         rotate(torch.randn(5, 700), 30)
     # a valid batch still has its labels checked against its N
     with pytest.raises(ValueError, match=r"Expected y of shape \(N,\) = \(5,\)"):

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._images import Constants, as_nchw, layout_error, normalisation
 from pyrouq._metric_inputs import carried_targets
-from pyrouq.data import MNIST_MEAN, MNIST_STD
 from pyrouq.metrics import _prepare, _prepare_probs
 
 if TYPE_CHECKING:
@@ -164,8 +164,16 @@ def _optional_targets(targets: Tensor | None, predictions: Probs, p: Tensor) -> 
     return _prepare(p, _targets(targets, predictions))[1]
 
 
-def _display_images(images: Any, n: int, normalized: bool | None, index: list[int]) -> np.ndarray:
-    """``images[index]`` as an ``(len(index), H, W)`` float array in ``[0, 1]`` for imshow."""
+def _display_images(
+    images: Any,
+    n: int,
+    normalized: bool | None,
+    index: list[int],
+    mean: Constants = None,
+    std: Constants = None,
+) -> np.ndarray:
+    """``images[index]`` as a float array in ``[0, 1]`` for imshow: ``(len(index), H, W)`` for
+    grey images, ``(len(index), H, W, 3)`` for RGB ones."""
     if isinstance(images, np.ndarray):
         images = torch.from_numpy(images)
     if not isinstance(images, Tensor):
@@ -179,17 +187,10 @@ def _display_images(images: Any, n: int, normalized: bool | None, index: list[in
             f"Expected images with N={n} entries, one per input of the predictions, got shape "
             f"{shape}; pass the images that were predicted, in the same order."
         )
-    x = images.detach().cpu()
-    if x.dim() == 4 and shape[1] == 1:
-        x = x[:, 0]
-    elif x.dim() == 2 and int(np.sqrt(shape[1])) ** 2 == shape[1]:
-        side = int(np.sqrt(shape[1]))
-        x = x.reshape(n, side, side)
-    elif x.dim() != 3:
-        raise ValueError(
-            f"Expected images of shape (N, 1, H, W), (N, H, W) or (N, H * H), got {shape}; "
-            "pass single-channel images."
-        )
+    nchw = as_nchw(images.detach().cpu())
+    if nchw is None:
+        raise layout_error(shape)
+    x = nchw[:, 0] if nchw.shape[1] == 1 else nchw.permute(0, 2, 3, 1)  # (N, H, W[, 3])
     if x.dtype == torch.uint8:
         return (x[index].to(torch.float32) / 255).numpy()
     if not x.is_floating_point():
@@ -207,17 +208,25 @@ def _display_images(images: Any, n: int, normalized: bool | None, index: list[in
             f"[{at}] ({len(rows)} of {n}); check how the images were made (e.g. a "
             "normalisation by a zero std), or drop those images and their predictions."
         )
+    detected = normalized is None and mean is None and std is None
+    if normalized is None and not detected:  # mean= and std= (or one of them) say how
+        normalized = True
     if normalized is None:
         low, high = float(x.min()), float(x.max())
         normalized = low < 0
         if not normalized and high > 1 + 1e-3:  # neither [0, 1] nor (with black) normalised
             raise ValueError(
-                f"Expected float images in [0, 1] or with the MNIST normalisation, got values "
-                f"in [{low:g}, {high:g}], which would be shown clipped to [0, 1]. Pass raw "
+                f"Expected float images in [0, 1] or normalised, got values in "
+                f"[{low:g}, {high:g}], which would be shown clipped to [0, 1]. Pass raw "
                 "0-255 pixels as uint8 (or divide them by 255), normalized=True for "
-                "normalised images, or normalized=False to show them clipped."
+                "normalised images (with mean= and std= unless MNIST's), or normalized=False "
+                "to show them clipped."
             )
+    norm = normalisation(normalized, mean, std, nchw.shape[1], detected=detected)
     out = x[index].to(torch.float32)
-    if normalized:
-        out = out * MNIST_STD + MNIST_MEAN
+    if norm is not None and nchw.shape[1] == 1:  # numbers, as grey images always were
+        out = out * norm[1][0] + norm[0][0]
+    elif norm is not None:  # per channel, the last axis
+        scale, shift = (torch.tensor(v, dtype=torch.float32) for v in (norm[1], norm[0]))
+        out = out * scale + shift
     return out.clamp(0.0, 1.0).numpy()

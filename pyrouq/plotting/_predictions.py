@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._images import Constants
 from pyrouq._util import check_int
 from pyrouq.plotting._common import (
     _COMPONENTS,
@@ -36,6 +37,8 @@ def plot_most_uncertain(
     measure: Measure = "entropy",
     component: Component = "epistemic",
     normalized: bool | None = None,
+    mean: Constants = None,
+    std: Constants = None,
 ) -> Figure:
     """The k most uncertain inputs, each beside every draw's / member's class probabilities.
 
@@ -50,8 +53,9 @@ def plot_most_uncertain(
     predictions : Predictions or Tensor
         ``(S, N, C)`` (or ``(N, C)``) probabilities on N inputs.
     images : Tensor or numpy.ndarray
-        The N inputs, ``(N, 1, H, W)``, ``(N, H, W)`` or flattened ``(N, H * H)``; float
-        (normalised or in ``[0, 1]``) or uint8.
+        The N inputs: grey ``(N, 1, H, W)``, ``(N, H, W)`` or flattened ``(N, H * H)``, or
+        RGB ``(N, 3, H, W)`` (drawn in colour); float (normalised or in ``[0, 1]``) or uint8
+        (raw 0-255 pixels). Other channel counts are refused.
     targets : Tensor, optional
         ``(N,)`` labels; default ``predictions.targets`` when it has them.
     k : int, default 8
@@ -61,9 +65,15 @@ def plot_most_uncertain(
     component : {"total", "aleatoric", "epistemic"}, default "epistemic"
         The part of the decomposition that ranks the inputs.
     normalized : bool, optional
-        Whether float images carry the MNIST normalisation (they are mapped back to ``[0, 1]``
-        for display). Default: yes when any pixel is negative; float images with none
-        negative and some above 1 (raw 0-255 pixels as floats) are refused, as neither.
+        Whether float images are normalised as ``(x - mean) / std`` (they are mapped back to
+        ``[0, 1]`` for display, then clipped to it). Default: yes when ``mean`` and ``std``
+        are given or any pixel is negative; float images with none negative and some above 1
+        (raw 0-255 pixels as floats) are refused, as neither.
+    mean, std : float or sequence of float, optional
+        The normalisation to undo: one value per channel (or one number for every channel),
+        e.g. ``mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)`` for CIFAR-10.
+        Default: MNIST's ``0.1307`` and ``0.3081`` for grey images; normalised RGB images
+        need them (a ValueError says so), RGB images in ``[0, 1]`` do not.
 
     Returns
     -------
@@ -80,9 +90,9 @@ def plot_most_uncertain(
     y = _optional_targets(targets, predictions, p)
     scores = getattr(decompose(p, measure), component)
     order = torch.argsort(scores, descending=True, stable=True)[: min(k, n)].tolist()
-    pics = _display_images(images, n, normalized, order)
-    mean = p.mean(0)
-    predicted = mean.argmax(-1)
+    pics = _display_images(images, n, normalized, order, mean, std)
+    p_bar = p.mean(0)
+    predicted = p_bar.argmax(-1)
 
     plt = _pyplot()
     fig, axes = plt.subplots(
@@ -97,7 +107,7 @@ def plot_most_uncertain(
     colors = plt.get_cmap("tab10")
     for row, i in enumerate(order):
         ax_img, ax_p = axes[row]
-        ax_img.imshow(pics[row], cmap="gray", vmin=0.0, vmax=1.0)
+        ax_img.imshow(pics[row], **_grey(pics))
         ax_img.set_axis_off()
         label = f"#{i}" + ("" if y is None else f" true {int(y[i])}")
         ax_img.set_title(f"{label} pred {int(predicted[i])}", fontsize=8)
@@ -121,7 +131,7 @@ def plot_most_uncertain(
                     lw=0.8,
                     label=f"{s} draws" if j == 0 else None,
                 )
-        ax_p.plot(classes, mean[i].numpy(), "k.-", lw=1.0, label="mean")
+        ax_p.plot(classes, p_bar[i].numpy(), "k.-", lw=1.0, label="mean")
         ax_p.set_ylim(0.0, 1.02)
         ax_p.set_xticks(classes)
         ax_p.tick_params(labelsize=7)
@@ -163,6 +173,8 @@ def plot_image_grid(
     rows: int = 4,
     cols: int = 8,
     normalized: bool | None = None,
+    mean: Constants = None,
+    std: Constants = None,
 ) -> Figure:
     """A grid of the first ``rows * cols`` inputs with truth, prediction and the draws' spread.
 
@@ -180,7 +192,7 @@ def plot_image_grid(
         ``(N,)`` labels; default ``predictions.targets`` (without either, titles omit GT).
     rows, cols : int, default 4 and 8
         Grid size; cells beyond N stay blank.
-    normalized : bool, optional
+    normalized, mean, std
         As in :func:`~pyrouq.plotting.plot_most_uncertain`.
 
     Returns
@@ -195,7 +207,7 @@ def plot_image_grid(
     cols = check_int("cols", cols, hint="It is the number of columns of the grid, e.g. cols=8.")
     y = _optional_targets(targets, predictions, p)
     shown = list(range(min(rows * cols, n)))
-    pics = _display_images(images, n, normalized, shown)
+    pics = _display_images(images, n, normalized, shown, mean, std)
     predicted = p.mean(0).argmax(-1)
     top = p.gather(-1, predicted.view(1, n, 1).expand(s, n, 1)).squeeze(-1)  # (S, N)
     spread = top.std(0, correction=0)
@@ -210,13 +222,7 @@ def plot_image_grid(
     for cell in range(len(shown)):
         row, col = divmod(cell, cols)
         left, upper = 1.4 * col + 0.075, 0.5 + 1.75 * row + 0.4
-        ax.imshow(
-            pics[cell],
-            cmap="gray",
-            vmin=0.0,
-            vmax=1.0,
-            extent=(left, left + 1.25, upper + 1.25, upper),
-        )
+        ax.imshow(pics[cell], extent=(left, left + 1.25, upper + 1.25, upper), **_grey(pics))
         pred = int(predicted[cell])
         truth = "" if y is None else f"GT {int(y[cell])} / "
         wrong = y is not None and int(y[cell]) != pred
@@ -238,3 +244,8 @@ def plot_image_grid(
     )
     fig.suptitle(title, fontsize=10, wrap=True)
     return fig
+
+
+def _grey(pics: np.ndarray) -> dict[str, Any]:
+    """imshow's colour map for grey images in ``[0, 1]``; none for RGB ones, drawn as they are."""
+    return {"cmap": "gray", "vmin": 0.0, "vmax": 1.0} if pics.ndim == 3 else {}

@@ -1,0 +1,124 @@
+"""Batches of one-channel or RGB images: their layout and the normalisation to undo, shared by
+:func:`pyrouq.rotation.rotate` and the image plots of :mod:`pyrouq.plotting`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from torch import Tensor
+
+from pyrouq._numbers import finite_float, is_real
+from pyrouq.data import MNIST_MEAN, MNIST_STD
+
+#: The channel counts taken: one (grey) and three (RGB).
+CHANNELS = (1, 3)
+
+#: Per-channel constants, as ``mean=`` and ``std=`` take them: a number for every channel, or
+#: one number per channel.
+Constants = float | Sequence[float] | None
+
+_CIFAR = "mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616) for CIFAR-10"
+
+
+def as_nchw(images: Tensor) -> Tensor | None:
+    """``images`` as an ``(N, C, H, W)`` view with C = 1 or 3, or None for another layout:
+    ``(N, 1, H, W)`` and ``(N, 3, H, W)`` as they are, ``(N, H, W)`` and square flattened
+    ``(N, H * H)`` as one channel."""
+    shape = images.shape
+    if images.dim() == 4 and shape[1] in CHANNELS:
+        return images
+    if images.dim() == 3:
+        return images.unsqueeze(1)
+    if images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
+        side = math.isqrt(shape[1])
+        return images.reshape(shape[0], 1, side, side)
+    return None
+
+
+def layout_error(shape: Sequence[int]) -> ValueError:
+    """The ValueError for images that :func:`as_nchw` does not take, saying what to pass."""
+    shape = tuple(shape)
+    if len(shape) == 4 and shape[3] in CHANNELS:
+        fix = "; for channels-last (N, H, W, C) images pass images.permute(0, 3, 1, 2)"
+    elif len(shape) == 4:
+        fix = f"; {shape[1]} channels are not supported, only 1 (grey) or 3 (RGB): " + (
+            "drop the alpha channel of RGBA images with images[:, :3]"
+            if shape[1] == 4
+            else "pass one channel at a time, images[:, c:c + 1]"
+        )
+    elif len(shape) == 1 or (len(shape) == 2 and shape[0] == shape[1]):  # one image?
+        fix = "; for one image use images.unsqueeze(0)"
+    elif len(shape) == 2:
+        fix = "; reshape flattened images to (N, C, H, W) unless they are grey and square"
+    else:
+        fix = "; pass a batch of images in one of these layouts"
+    return ValueError(
+        f"Expected images of shape (N, 1, H, W) or (N, 3, H, W) (grey or RGB), (N, H, W) or "
+        f"(N, H * H) (grey, square, flattened), got shape {shape}{fix}."
+    )
+
+
+def normalisation(
+    normalized: bool, mean: Constants, std: Constants, channels: int, *, detected: bool = False
+) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The per-channel ``(mean, std)`` that images of ``channels`` channels were normalised
+    with, ``(x - mean) / std``, or None when they are not (``normalized`` False).
+
+    Without ``mean`` and ``std``, one-channel images get MNIST's constants; RGB images get a
+    ValueError saying what to pass (``detected``: their normalisation was read off negative
+    pixels, not asked for). A number applies to every channel."""
+    if (mean is None) != (std is None):
+        given, missing = ("mean", "std") if std is None else ("std", "mean")
+        raise ValueError(
+            f"Expected mean= and std= together (the normalisation (x - mean) / std), got "
+            f"{given}= alone; pass {missing}= too."
+        )
+    if not normalized:
+        if mean is not None:
+            raise ValueError(
+                "Expected no mean= or std= with normalized=False (images in [0, 1]), got "
+                "both; pass normalized=True for images normalised with them, or drop them."
+            )
+        return None
+    if mean is None or std is None:
+        if channels == 1:
+            return (MNIST_MEAN,), (MNIST_STD,)
+        why = " (some pixels are negative)" if detected else ""
+        raise ValueError(
+            f"Expected mean= and std= for normalised RGB images{why}: the default, MNIST's "
+            f"normalisation, has one channel, not {channels}. Pass the per-channel constants "
+            f"the images were normalised with, e.g. {_CIFAR}, or normalized=False for images "
+            "in [0, 1]."
+        )
+    return _per_channel("mean", mean, channels), _per_channel("std", std, channels)
+
+
+def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
+    """``value`` (a number, or a sequence / 1-D tensor or array of numbers) as ``channels``
+    finite floats (positive for ``std``), or a TypeError / ValueError naming ``name``."""
+    values = value.tolist() if getattr(value, "ndim", None) == 1 else value
+    if is_real(values):
+        values = [values] * channels
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(
+            f"Expected {name} to be a number or a sequence of numbers, one per channel, got "
+            f"{type(value).__name__} {value!r}; pass e.g. {_CIFAR}."
+        )
+    if len(values) != channels:
+        raise ValueError(
+            f"Expected {name} to hold {channels} value(s), one per channel of the images, got "
+            f"{len(values)} ({value!r}); pass one value per channel, or one number for all."
+        )
+    out = []
+    for v in values:
+        number = finite_float(v)
+        if number is None or (name == "std" and number <= 0):
+            need = "a finite number > 0" if name == "std" else "a finite number"
+            raise ValueError(
+                f"Expected each {name} to be {need}, got {v!r} in {name}={value!r}; pass the "
+                f"per-channel {name} the images were normalised with, e.g. {_CIFAR}."
+            )
+        out.append(number)
+    return tuple(out)
