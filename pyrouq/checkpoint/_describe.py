@@ -595,4 +595,5 @@ def build_guide(description: dict[str, Any], model: nn.Module, *, path: Any = No
         )
     with warnings.catch_warnings():  # its start is replaced by the saved state: not news
         warnings.filterwarnings("ignore", message=r"mean_field_guide\(\): sites with a prior")
-        return cls(model, **spec)  # type: ignore[no-any-return]
+        build = getattr(cls, "_built_for_load", cls)  # (a MeanFieldGuide: its start left out)
+        return build(model, **spec)  # type: ignore[no-any-return]

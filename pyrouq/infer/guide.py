@@ -36,13 +36,16 @@ DEFAULT_INIT_SCALE = 1e-2
 
 
 class _Default(float):
-    """A default that knows it was not passed: ``mean_field_guide(init_scale=1e-2)`` is."""
+    """A default that knows it was not passed: ``mean_field_guide(init_scale=1e-2)`` is. Any
+    instance is the default (a copy or an unpickled one, from a signature's defaults forwarded)."""
 
 
 _INIT_SCALE_UNSET = _Default(DEFAULT_INIT_SCALE)  # shows as 0.01 in the signature
 
 MIN_RELATIVE_SCALE = 1e-6
 """Smallest initial standard deviation ``init_scale_relative`` gives (to a weight that is 0)."""
+
+_ONE_SCALE_ENTRIES = 64  # a one-scale site's inverse softplus runs on these (torch's vector code)
 
 _GUIDE_COUNTER = itertools.count()
 
@@ -84,6 +87,7 @@ class MeanFieldGuide(nn.Module):
         init_from: nn.Module | None = None,
         *,
         init_scale_relative: float | None = None,
+        _values: bool = True,  # False: load() replaces them by the saved state (every check made)
     ):
         super().__init__()
         init_scale = check_positive_float(
@@ -186,24 +190,35 @@ class MeanFieldGuide(nn.Module):
                     f"({_expected_init_from(model)})."
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
-            # contiguous, as Pyro's param store keeps a copy of another layout (channels-last)
-            value = value.clone(memory_format=torch.contiguous_format)  # that SVI would train
-            self.loc[self._keys[site]] = nn.Parameter(value.to(device, dtype))
-            if init_scale_relative is None:
-                scale = torch.full(shape, init_scale, dtype=torch.float64)
-            elif site in self.positive:  # a relative spread of the value itself
-                scale = torch.full(shape, init_scale_relative, dtype=torch.float64)
+            if _values:  # contiguous, as Pyro's param store keeps a copy of another layout
+                value = value.clone(memory_format=torch.contiguous_format)  # (channels-last)
+                loc = value.to(device, dtype)  # that SVI would train
             else:
+                loc = torch.empty(shape, dtype=dtype, device=device)
+            self.loc[self._keys[site]] = nn.Parameter(loc)
+            fill = init_scale_relative is None or site in self.positive  # one scale for all
+            if init_scale_relative is not None and not fill:  # per entry
                 scale = (init_scale_relative * value.abs().double()).clamp_min(MIN_RELATIVE_SCALE)
+            else:  # (a positive site's: a relative spread of the value itself) computed once,
+                # on entries enough for torch's vector code (as a site's were), then filled
+                one = init_scale if init_scale_relative is None else init_scale_relative
+                scale = torch.full((_ONE_SCALE_ENTRIES,), one, dtype=torch.float64)
             rho = (scale + torch.log(-torch.expm1(-scale))).to(device, dtype)  # softplus^-1
-            if not bool((F.softplus(rho) > 0).all()):  # (a KL of -log 0: inf)
+            # the checks: every entry (one more for a fill, through torch's scalar code)
+            sp = F.softplus(torch.cat([rho, rho[:1]]) if fill else rho)
+            if fill:
+                sp = sp if shape.numel() else sp[:0]  # (an empty site checks nothing)
+                first, rho = rho[0], torch.empty(shape, dtype=dtype, device=device)
+                if _values:
+                    rho.fill_(first)
+            if not bool((sp > 0).all()):  # (a KL of -log 0: inf)
                 raise ValueError(
                     f"mean_field_guide(): the initial scale of site {site!r} "
                     f"({float(scale.min()):g}) is 0 in {dtype}, so its KL would be infinite. "
                     f"Pass an init_scale of at least {torch.finfo(dtype).tiny:g} (the default "
                     f"is {DEFAULT_INIT_SCALE:g})."
                 )
-            if not bool(torch.isfinite(F.softplus(rho)).all()):  # (1e39 in float32: inf)
+            if not bool(torch.isfinite(sp).all()):  # (1e39 in float32: inf)
                 option = "init_scale" if init_scale_relative is None else "init_scale_relative"
                 raise ValueError(
                     f"mean_field_guide(): the initial scale of site {site!r} "
@@ -224,6 +239,14 @@ class MeanFieldGuide(nn.Module):
         self.init_scale_relative = init_scale_relative
         self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
         weakref.finalize(self, forget_params, self.name)
+
+    @classmethod
+    def _built_for_load(cls, model: Any, **config: Any) -> MeanFieldGuide:
+        """A guide :func:`pyrouq.load` fills with the saved state (``load_state_dict``, every
+        entry): built and checked as ``cls(model, **config)``, its initial values left out."""
+        if cls is not MeanFieldGuide:  # a subclass's constructor may take no _values
+            return cls(model, **config)
+        return cls(model, **config, _values=False)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MeanFieldGuide:
         """An independent copy: its own parameters, under a name of its own in Pyro's param
@@ -401,12 +424,13 @@ def mean_field_guide(
     >>> round(guide.site_scale("fc1.bias")[0].item(), 6)
     0.05
     """
-    if init_scale is not _INIT_SCALE_UNSET and init_scale_relative is not None:
+    unset = isinstance(init_scale, _Default)  # (not `is`: a deep copy is another object)
+    if not unset and init_scale_relative is not None:
         _refuse_both(
             check_positive_float("init_scale", init_scale),
             check_positive_float("init_scale_relative", init_scale_relative),
         )
-    init_scale = DEFAULT_INIT_SCALE if init_scale is _INIT_SCALE_UNSET else init_scale
+    init_scale = DEFAULT_INIT_SCALE if unset else init_scale
     return MeanFieldGuide(
         model, init_scale=init_scale, init_from=init_from, init_scale_relative=init_scale_relative
     )
