@@ -131,8 +131,30 @@ class Probe:
             _check_called_with_x_y(model)
         # a converted network whose forward is the user's own may create pyro.params
         own_network = is_pyrouq_model(model) and _network_of_its_own(model)
-        if not (needs_classes or lazy_guide or foreign or lazy_model or own_network):
+        run_network = needs_classes or lazy_model or own_network
+        if not (run_network or lazy_guide or foreign):
             return
+        if needs_classes or lazy_guide or foreign or lazy_model:
+            self._look(model, guide, loader, needs_classes, foreign, run_network)
+            return
+        # a pass made only to find those draws nothing from the global streams (a dropout
+        # kept on at evaluation, a dataset's augmentations): training draws what it drew
+        with global_streams_kept(module_device(model, guide)):
+            self._look(model, guide, loader, needs_classes, foreign, run_network)
+
+    def _look(
+        self,
+        model: nn.Module,
+        guide: Any,
+        loader: Iterable,
+        needs_classes: bool,
+        foreign: bool,
+        run_network: bool,
+    ) -> None:
+        """Read the first examples (``foreign``: a Pyro model of the user's own's first batch)
+        and run the network on them (``run_network``), the guide, and the model replayed on it
+        where that is needed; ``needs_classes``: the number of classes is read off the output."""
+        lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
         # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
         # all N): it is probed on the loader's first batch, the others on two examples
         batch = _first_batch(loader) if foreign else _first_examples(loader)
@@ -149,7 +171,7 @@ class Probe:
         model.eval()
         try:
             with torch.no_grad(), pyro.validation_enabled(False):
-                if needs_classes or lazy_model or own_network:
+                if run_network:
                     try:
                         with poutine.trace(param_only=True) as network:
                             size = _output_size(model, x, self.likelihood, foreign)

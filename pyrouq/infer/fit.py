@@ -221,7 +221,8 @@ def fit(
         carries on from where the last run left it, as do a DataLoader's persistent workers:
         build it anew to repeat a run). A call refused for its arguments seeds nothing, save
         for those checked once its first batch is read (the data, ``optim=``, ``resume_from=``,
-        ``distributed_draws=``): it has seeded by then. Rank r of a
+        ``distributed_draws=``, a ``checkpoint=`` of a network creating parameters with
+        ``pyro.param``): it has seeded by then. Rank r of a
         process group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a
         seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
         device a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
