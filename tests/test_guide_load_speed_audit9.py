@@ -34,6 +34,15 @@ def _inverse_softplus(scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (scale + torch.log(-torch.expm1(-scale))).to(dtype)
 
 
+def _one_scale(rho: torch.Tensor, expected: torch.Tensor) -> None:
+    """``rho`` is one value everywhere, the inverse softplus of the scale to the last bits: an
+    elementwise op may round a tensor's tail entries (torch's scalar loop) one ulp apart from
+    its vectorised ones on some CPUs, so the per-entry reference is compared to rounding."""
+    assert bool((rho == rho.reshape(-1)[0]).all())
+    eps = torch.finfo(rho.dtype).eps
+    torch.testing.assert_close(rho, expected, rtol=2 * eps, atol=0)
+
+
 def _conv_net() -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1),
@@ -69,7 +78,7 @@ def test_one_scale_is_the_inverse_softplus_of_every_entry(dtype, init_scale):
         loc = guide.site_loc(site)
         expected = _inverse_softplus(torch.full(loc.shape, init_scale, dtype=torch.float64), dtype)
         assert rho.dtype == dtype and rho.is_contiguous() and rho.requires_grad
-        assert torch.equal(rho, expected), site
+        _one_scale(rho, expected)
         assert torch.equal(loc, model.template()[site])  # the means: the network's values
     # the scale it gives back is the one asked for, to the dtype's rounding
     scale = guide.site_scale(guide.sites[0])
@@ -90,12 +99,13 @@ def test_relative_scales_stay_entry_by_entry(dtype):
         rho = guide.rho[guide._keys[site]]
         if site in guide.positive:  # the noise scale: one relative spread, in log space
             expected = _inverse_softplus(torch.full(rho.shape, 0.1, dtype=torch.float64), dtype)
-        else:
-            assert torch.equal(guide.site_loc(site), held[site])
-            scale = (0.1 * held[site].detach().abs().double()).clamp_min(1e-6)
-            expected = _inverse_softplus(scale, dtype)
-            assert len(expected.unique()) > 1  # per entry, not one value
-        assert torch.equal(rho, expected), site
+            _one_scale(rho, expected)
+            continue
+        assert torch.equal(guide.site_loc(site), held[site])
+        scale = (0.1 * held[site].detach().abs().double()).clamp_min(1e-6)
+        expected = _inverse_softplus(scale, dtype)
+        assert len(expected.unique()) > 1  # per entry, not one value
+        assert torch.equal(rho, expected), site  # (one op over the site, as the guide's)
     assert guide.site_scale("fc1.weight")[0, 0].item() == pytest.approx(1e-6, rel=1e-4)
 
 
@@ -109,7 +119,7 @@ def test_init_from_keeps_one_scale_and_takes_the_means(dtype):
         loc = guide.site_loc(site)
         assert torch.equal(loc, dict(trained.named_parameters())[site])
         expected = _inverse_softplus(torch.full(loc.shape, 0.2, dtype=torch.float64), dtype)
-        assert torch.equal(guide.rho[guide._keys[site]], expected)
+        _one_scale(guide.rho[guide._keys[site]], expected)
 
 
 def test_scales_that_are_zero_or_inf_in_the_dtype_are_still_refused():
