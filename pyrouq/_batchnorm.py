@@ -8,6 +8,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from pyrouq._mismatch import came_from
+
 Norm = nn.modules.batchnorm._BatchNorm
 
 
@@ -86,6 +88,7 @@ def estimate_statistics(
             try:
                 run(x.clone())  # a network changing its input in place changes a copy
             except (TypeError, ValueError, RuntimeError) as err:  # torch's words name no input
+                came_from(err, "batchnorm_data")  # (predict() restates it as none of x's)
                 if hasattr(err, "add_note"):  # Python >= 3.11
                     err.add_note(
                         f"predict(): this came from a batch of batchnorm_data, shaped "

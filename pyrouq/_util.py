@@ -8,7 +8,6 @@ import itertools
 import math
 import os
 import random
-import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -20,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
+from pyrouq._mismatch import input_mismatch as input_mismatch
 from pyrouq._numbers import finite_float, is_array_like, is_integer, shown, tensor_hint
 
 
@@ -541,26 +541,6 @@ def restore_modes(saved: list[tuple[nn.Module, bool]]) -> None:
     """Put back the ``training`` flags :func:`modes` took."""
     for module, training in saved:
         module.training = training
-
-
-_MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
-    r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
-    r"expected input\[|to have \d+ channels|Expected \d+D|input size|input dimension|"
-    r"is invalid for input of size|shape '\[|normalized_shape|should be the same|same device|"
-    r"dtype|scalar type|value per channel|index out of range|Given groups",
-    re.I,
-)
-
-
-def input_mismatch(err: BaseException) -> bool:
-    """Whether torch's error from a network's first pass reads as inputs it does not take
-    (shapes, sizes, channels, dtypes): what a caller may restate naming the inputs. Not an
-    error of the user's own wording, nor out-of-memory, accelerator or not-implemented ones."""
-    if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
-        return False
-    if type(err).__name__ == "AcceleratorError":  # torch >= 2.8: a RuntimeError subclass
-        return False
-    return isinstance(err, RuntimeError) and _MISMATCH.search(str(err)) is not None
 
 
 def real_device(device: Any, caller: str) -> Any:

@@ -15,7 +15,6 @@ C classes.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -472,7 +471,7 @@ def predict(
                                 "is one example, give it a batch dimension, x.unsqueeze(0); if "
                                 "it is N examples of one feature, x.unsqueeze(-1)."
                             )
-                        elif input_mismatch(err) and not _raised_here(err):  # torch's words
+                        elif input_mismatch(err):  # torch's words (pyrouq's pass unchanged)
                             raise ValueError(
                                 f"predict(): {type(model).__name__} failed on x (a batch of "
                                 f"shape {tuple(inputs.shape)}, dtype {inputs.dtype}): "
@@ -515,16 +514,6 @@ def predict(
         alone = likelihood.predictions(parts, None)  # the outputs' own error, if it is theirs
         warn_of_labels(str(err))  # they cannot be the targets: the predictions stand alone
         return alone  # type: ignore[no-any-return]
-
-
-def _raised_here(err: BaseException) -> bool:
-    """Whether pyrouq raised ``err`` itself (its message says what to do already), not torch or
-    the user's network: its innermost frame is in this package."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    here = os.path.dirname(os.path.abspath(__file__))
-    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(here)
 
 
 def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:

@@ -1,0 +1,60 @@
+"""Which errors of a network's pass its callers (``fit()``, ``predict()``, ``mcmc()``) restate
+as inputs the network does not take, naming them: torch's words on a shape, channel or dtype,
+not the ones pyrouq has worded or placed already."""
+
+from __future__ import annotations
+
+import dis
+import os
+import re
+
+import torch
+
+__all__ = ["came_from", "input_mismatch"]
+
+_MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
+    r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
+    r"expected input\[|to have \d+ channels|Expected \d+D|input size|input dimension|"
+    r"is invalid for input of size|shape '\[|normalized_shape|should be the same|same device|"
+    r"dtype|scalar type|value per channel|index out of range|Given groups",
+    re.I,
+)
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # (a pyrouq_ext/ is not in it)
+_RAISES = frozenset(dis.opmap[op] for op in ("RAISE_VARARGS", "RERAISE") if op in dis.opmap)
+_CAME_FROM = "_pyrouq_came_from"  # (an attribute of an error: where it came from, not x)
+
+
+def input_mismatch(err: BaseException) -> bool:
+    """Whether torch's error from a network's first pass reads as inputs it does not take
+    (shapes, sizes, channels, dtypes): what a caller may restate naming the inputs. Not an
+    error of the user's own wording, nor one pyrouq worded (:func:`_worded_by_pyrouq`), nor
+    out-of-memory, accelerator or not-implemented ones."""
+    if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
+        return False
+    if type(err).__name__ == "AcceleratorError":  # torch >= 2.8: a RuntimeError subclass
+        return False
+    if not isinstance(err, RuntimeError) or _MISMATCH.search(str(err)) is None:
+        return False
+    return not _worded_by_pyrouq(err)
+
+
+def came_from(err: BaseException, inputs: str) -> None:
+    """Mark ``err`` as raised on ``inputs`` (``"batchnorm_data"``), which a caller restating
+    it would take for its own (x): :func:`input_mismatch` passes it unchanged."""
+    vars(err)[_CAME_FROM] = inputs
+
+
+def _worded_by_pyrouq(err: BaseException) -> bool:
+    """Whether pyrouq has said what ``err`` is already: raised by a ``raise`` statement of this
+    package (not by a torch op that its layers call: torch's words there), or placed by
+    :func:`came_from`."""
+    if _CAME_FROM in vars(err):
+        return True
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE):
+        return False
+    code = tb.tb_frame.f_code.co_code
+    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] in _RAISES

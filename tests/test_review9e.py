@@ -1,0 +1,127 @@
+"""Review 9e: which errors of a network's pass fit(), predict() and mcmc() restate as inputs the
+network does not take. pyrouq's own words pass unchanged; torch's are restated naming x's batch
+wherever torch raised them (a BatchEnsemble layer of pyrouq's calling torch's convolution too),
+from whatever file the network lives in (one beside pyrouq whose name starts like its own), and
+an error on ``batchnorm_data`` is not blamed on x."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import pyrouq
+
+torch.set_num_threads(1)
+
+
+def _beside_pyrouq() -> type[nn.Module]:
+    """A network class whose code lives in ``<pyrouq's folder>_ext/net.py`` (a user's package
+    next to pyrouq's, its path starting with pyrouq's folder name)."""
+    source = (
+        "class MatNet(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = nn.Parameter(torch.randn(4, 3))\n"
+        "    def forward(self, x):\n"
+        "        return x @ self.w\n"
+    )
+    path = os.path.dirname(os.path.abspath(pyrouq.__file__)) + "_ext/net.py"
+    space = {"nn": nn, "torch": torch}
+    exec(compile(source, path, "exec"), space)
+    return space["MatNet"]  # type: ignore[no-any-return]
+
+
+def test_a_network_in_a_folder_named_like_pyrouqs_gets_torchs_error_restated():
+    """Its file's path starts with pyrouq's folder (pyrouq_ext/): the error was taken for one
+    pyrouq raised and came out as torch's bare words."""
+    torch.manual_seed(0)
+    net = _beside_pyrouq()()
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(net, torch.randn(5, 6), progress=False)
+    message = str(info.value)
+    assert message.startswith(
+        "predict(): MatNet failed on x (a batch of shape (5, 6), dtype torch.float32): "
+        "mat1 and mat2 shapes cannot be multiplied (5x6 and 4x3)."
+    )
+    assert isinstance(info.value.__cause__, RuntimeError)  # torch's, with its traceback
+
+
+def _conv_net() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4, 2))
+
+
+@pytest.mark.parametrize("kind", ["bayesian", "batchensemble", "rank1"])
+def test_torchs_error_in_pyrouqs_own_layers_is_restated_as_in_torchs(kind):
+    """A BatchEnsemble layer of pyrouq's calls torch's convolution itself: its error (images
+    smaller than the kernel) was taken for pyrouq's own words and passed bare, where the same
+    network converted by bayesian() (torch's Conv2d) had it restated naming x."""
+    torch.manual_seed(0)
+    if kind == "bayesian":
+        model = pyrouq.bayesian(_conv_net())
+    elif kind == "batchensemble":
+        model = pyrouq.batchensemble(_conv_net(), 2)
+    else:
+        model = pyrouq.rank1(_conv_net(), 2)
+    guide = None if kind == "batchensemble" else pyrouq.mean_field_guide(model)
+    x = torch.randn(5, 3, 2, 2)
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(model, x, guide, num_samples=None if guide is None else 2, progress=False)
+    message = str(info.value)
+    assert message.startswith(
+        f"predict(): {type(model).__name__} failed on x (a batch of shape (5, 3, 2, 2), dtype "
+        "torch.float32): Calculated padded input size per channel: (2 x 2)."
+    ), message
+    assert message.endswith("Check that the network takes x (shape, channels, flattening: "
+                            "inputs of the shape it was built for).")  # fmt: skip
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_an_error_on_batchnorm_data_is_not_blamed_on_x():
+    """x fits the network, batchnorm_data does not: the error said 'failed on x (a batch of
+    shape (5, 4))', x's shape, for torch's words on batchnorm_data's (6, 7)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    model = pyrouq.bayesian(net)
+    guide = pyrouq.mean_field_guide(model)
+    x = torch.randn(5, 4)
+    with pytest.raises(RuntimeError, match=r"\(6x7 and 4x8\)") as info:
+        pyrouq.predict(model, x, guide, num_samples=2, batchnorm_data=torch.randn(6, 7))
+    assert "failed on x" not in str(info.value)
+    if sys.version_info >= (3, 11):  # the note says where it came from
+        assert "a batch of batchnorm_data, shaped (6, 7)" in " ".join(info.value.__notes__)
+    # and x itself predicts with batchnorm_data that fits
+    out = pyrouq.predict(model, x, guide, num_samples=2, batchnorm_data=torch.randn(6, 4))
+    assert out.probs.shape == (2, 5, 3)
+
+
+class _NextParam(nn.Module):
+    """A forward reading next(self.parameters()): none is left where every one is latent."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x.to(next(self.parameters()).dtype))
+
+
+def test_pyrouqs_own_error_passes_unchanged_through_fit_and_mcmc_as_through_predict():
+    """pyrouq's words on next(self.parameters()) mention 'dtype': fit() and mcmc() restated them
+    as inputs the network does not take ('failed on the first examples of train_loader ...
+    Check that the network takes the loader's inputs'), predict() passed them unchanged."""
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(_NextParam())
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    words = r"^_NextParam\.forward raised StopIteration\. If it reads next\(self\.parameters"
+    with pytest.raises(RuntimeError, match=words):
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    loader = pyrouq.ArrayLoader(x, y, batch_size=4)
+    with pytest.raises(RuntimeError, match=words):
+        pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+    with pytest.raises(RuntimeError, match=words):
+        pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, progress=False)
