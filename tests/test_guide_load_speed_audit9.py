@@ -1,9 +1,10 @@
 """Ninth audit, the cost of building a mean-field guide and of loading a checkpoint: a guide's
 one initial scale is made once and filled (not an inverse softplus in float64 over every entry),
-and load() builds the guide without the start values the saved state replaces. The values are
-what they were: every rho is the inverse softplus of its scale computed in float64 entry by
-entry (the relative scales of ``init_scale_relative`` still are), a saved pair loads bit for
-bit, and load() leaves torch's random state alone."""
+and load() builds the guide without the start values the saved state replaces. The values stay
+right: every rho of one scale is one value, the inverse softplus of that scale to rounding (an
+elementwise op may round a tensor's tail one ulp apart on some CPUs), the relative scales of
+``init_scale_relative`` are still made entry by entry, a saved pair loads bit for bit, and
+load() leaves torch's random state alone."""
 
 from __future__ import annotations
 
