@@ -273,3 +273,15 @@ class Flattened(nn.Module):
 
     def forward(self, x):
         return self.layer(x).flatten(1)
+
+
+class NextParam(nn.Module):
+    """A forward reading ``next(self.parameters())`` for the dtype: none is left there where
+    every parameter is latent (pyrouq holds latent weights as buffers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x.to(next(self.parameters()).dtype))

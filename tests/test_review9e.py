@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from _toy import NextParam
 from torch import nn
 
 import pyrouq
@@ -98,26 +99,15 @@ def test_an_error_on_batchnorm_data_is_not_blamed_on_x():
     assert out.probs.shape == (2, 5, 3)
 
 
-class _NextParam(nn.Module):
-    """A forward reading next(self.parameters()): none is left where every one is latent."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(x.to(next(self.parameters()).dtype))
-
-
 def test_pyrouqs_own_error_passes_unchanged_through_fit_and_mcmc_as_through_predict():
     """pyrouq's words on next(self.parameters()) mention 'dtype': fit() and mcmc() restated them
     as inputs the network does not take ('failed on the first examples of train_loader ...
     Check that the network takes the loader's inputs'), predict() passed them unchanged."""
     torch.manual_seed(0)
-    model = pyrouq.bayesian(_NextParam())
+    model = pyrouq.bayesian(NextParam())
     guide = pyrouq.mean_field_guide(model)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
-    words = r"^_NextParam\.forward raised StopIteration\. If it reads next\(self\.parameters"
+    words = r"^NextParam\.forward raised StopIteration\. If it reads next\(self\.parameters"
     with pytest.raises(RuntimeError, match=words):
         pyrouq.predict(model, x, guide, num_samples=2, progress=False)
     loader = pyrouq.ArrayLoader(x, y, batch_size=4)

@@ -9,6 +9,7 @@ import math
 import pyro
 import pytest
 import torch
+from _toy import NextParam
 from torch import nn
 
 import pyrouq
@@ -36,32 +37,23 @@ def test_targets_on_another_device_are_told_through_the_fast_nll(likelihood, wid
     assert math.isfinite(svi.step(x, y))  # on one device it trains
 
 
-class _NextParam(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(x.to(next(self.parameters()).dtype))
-
-
 @pytest.mark.parametrize("kind", ["cpu", "accelerator"])
 def test_a_rank1_network_with_every_parameter_latent_tells_why_next_parameters_fails(kind):
     # a Bayesian network's draws were told; a BatchEnsemble's (members run through another
     # functional_call) raised a bare StopIteration: ''
     pyro.clear_param_store()
-    ensemble = pyrouq.batchensemble(_NextParam(), 2)
+    ensemble = pyrouq.batchensemble(NextParam(), 2)
     with pytest.warns(UserWarning):  # factors under a prior centred on 0: said, and meant
         model = pyrouq.bayesian(ensemble, select=lambda name, p: True, num_data=6)
     guide = pyrouq.mean_field_guide(model)
     x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
-    message = r"^_NextParam\.forward raised StopIteration\. If it reads next\(self\.parameters"
+    message = r"^NextParam\.forward raised StopIteration\. If it reads next\(self\.parameters"
     with _engine.schedule(kind):
         with pytest.raises(RuntimeError, match=message):
             pyrouq.predict(model, x, guide, num_samples=2, progress=False)
         with pytest.raises(RuntimeError, match=message):
             pyrouq.KLWeightedELBO().terms(model, guide, x, y)
     # with W left a parameter (rank1's default selection) the same network runs
-    model = pyrouq.rank1(_NextParam(), 2)
+    model = pyrouq.rank1(NextParam(), 2)
     probs = pyrouq.predict(model, x, pyrouq.mean_field_guide(model), num_samples=2, progress=False)
     assert probs.probs.shape == (4, 6, 3)
