@@ -22,10 +22,10 @@ Constants = float | Sequence[float] | None
 _CIFAR = "mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616) for CIFAR-10"
 
 
-def as_nchw(images: Tensor) -> Tensor | None:
-    """``images`` as an ``(N, C, H, W)`` view with C = 1 or 3, or None for another layout:
-    ``(N, 1, H, W)`` and ``(N, 3, H, W)`` as they are, ``(N, H, W)`` and square flattened
-    ``(N, H * H)`` as one channel."""
+def as_nchw(images: Tensor) -> Tensor:
+    """``images`` as an ``(N, C, H, W)`` view with C = 1 or 3: ``(N, 1, H, W)`` and
+    ``(N, 3, H, W)`` as they are, ``(N, H, W)`` and square flattened ``(N, H * H)`` as one
+    channel; another layout is refused with a ValueError saying what to pass."""
     shape = images.shape
     if images.dim() == 4 and shape[1] in CHANNELS:
         return images
@@ -34,10 +34,10 @@ def as_nchw(images: Tensor) -> Tensor | None:
     if images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
         side = math.isqrt(shape[1])
         return images.reshape(shape[0], 1, side, side)
-    return None
+    raise _layout_error(shape)
 
 
-def layout_error(shape: Sequence[int]) -> ValueError:
+def _layout_error(shape: Sequence[int]) -> ValueError:
     """The ValueError for images that :func:`as_nchw` does not take, saying what to pass."""
     shape = tuple(shape)
     if len(shape) == 4 and shape[3] in CHANNELS:

@@ -32,7 +32,8 @@ from pyrouq._util import (
     takes_labels,
     warn_caller,
 )
-from pyrouq.infer.guide import MeanFieldGuide, check_draws, draw_runs
+from pyrouq.infer._draws import draw_runs
+from pyrouq.infer.guide import MeanFieldGuide, check_draws
 from pyrouq.likelihoods import Categorical, likelihood_of
 from pyrouq.likelihoods._categorical import are_probabilities, judged
 
@@ -377,8 +378,7 @@ def bayesian_runner(
     per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
     norms = refit[0] if refit is not None else []
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
-    # a rank-1 BatchEnsemble (M = 1 included): every draw runs its M members, flattened
-    # draw-major
+    # a rank-1 BatchEnsemble (M = 1 included): each draw runs its M members, draw-major
     ensemble = direct is not None and getattr(model, "num_members", None) is not None
     members: int = model.num_members if ensemble else 1
     refuse = _probabilities_refused(model)

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
-from pyrouq._mismatch import input_mismatch as input_mismatch
 from pyrouq._numbers import finite_float, is_array_like, is_integer, shown, tensor_hint
 
 

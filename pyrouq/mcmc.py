@@ -32,6 +32,7 @@ from pyrouq._mcmc_workers import (
     parallel_chains,
     spawn_problem,
 )
+from pyrouq._mismatch import input_mismatch
 from pyrouq._numbers import is_array_like
 from pyrouq._util import (
     MAX_SEED,
@@ -41,7 +42,6 @@ from pyrouq._util import (
     check_int,
     check_seed,
     global_streams_kept,
-    input_mismatch,
     model_input,
     modes,
     module_device,

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._metric_inputs import _float64
+from pyrouq._mismatch import input_mismatch
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._seeded import draw_devices, seeded
@@ -35,7 +36,6 @@ from pyrouq._util import (
     check_finite_inputs,
     check_int,
     has_latent_sites,
-    input_mismatch,
     model_input,
     modes,
     module_device,

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pyrouq._images import Constants, as_nchw, layout_error, normalisation
+from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._numbers import is_one_number, one_number
 from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, module_device, rng_state, set_rng_state
@@ -136,10 +136,7 @@ def _image_batch(images: object) -> Tensor:
             f"Expected floating-point images, got dtype {images.dtype}; for raw uint8 pixels "
             "pass images.float() / 255 with normalized=False."
         )
-    x = as_nchw(images)
-    if x is None:
-        raise layout_error(images.shape)
-    return x
+    return as_nchw(images)
 
 
 def _check_angle(angle: object, name: str = "angle") -> float:

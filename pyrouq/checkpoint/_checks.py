@@ -56,9 +56,9 @@ def check_store_params(model: Any, caller: str) -> None:
     data, so a loaded model would start them again from their initial values."""
     names = getattr(uncompiled(model), _STORE_PARAMS, ())
     if names:
-        shown = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
+        listed = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
         raise CheckpointError(
-            f"{caller} cannot store the parameter(s) {shown} that the network of "
+            f"{caller} cannot store the parameter(s) {listed} that the network of "
             f"{class_name(model)} creates with pyro.param in its forward (fit() trains them): "
             "they are kept in Pyro's param store, not in the model's state, so the loaded model "
             "would start them again from their initial values. Make each an nn.Parameter of "

@@ -7,7 +7,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
-import pyro
 import torch
 from pyro.nn import PyroModule
 from torch import Tensor, nn
@@ -28,7 +27,7 @@ from pyrouq.convert._select import (
     weight_hooks,
     weight_readers,
 )
-from pyrouq.convert._sites import check_no_pyro_samples
+from pyrouq.convert._sites import check_no_pyro_samples, hiding_own_sites
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
 from pyrouq.nn._batchensemble import (
     BATCHENSEMBLE_LAYERS,
@@ -414,10 +413,7 @@ class BatchEnsembleNetwork(PyroModule):
         register_children(self, record=False)  # its parameters in Pyro's param store
         x = self._input(x)
         likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
-        # sites the network records itself under this model's names hidden (its "logits", its
-        # "obs" in plate "data", once per member), else they clash in a Pyro trace
-        names = {"data", "members", "obs", likelihood.output_site}
-        with pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names):
+        with hiding_own_sites(likelihood):  # its own "logits", "obs" (once per member), ...
             outputs = self.outputs(x)
         # a learned noise scale takes its shape from the outputs before PyroModule's attribute
         # hook registers it with Pyro (self.likelihood below)

@@ -42,6 +42,7 @@ from pyrouq.convert._select import (
 from pyrouq.convert._sites import (
     aliases_of,
     check_no_pyro_samples,
+    hiding_own_sites,
     latent_embeddings,
     latent_sites_of,
 )
@@ -426,15 +427,10 @@ class BayesianNetwork(PyroModule):
         return _engine.run_draws(self.net, x, network, dims, self.num_members)
 
     def _hiding_own_sites(self, latent: Iterable[str]) -> Any:
-        """A Pyro handler hiding the sites the network records itself under this model's
-        names (``latent``, its latent sites; plates "data" and "members"; "obs"; the
-        likelihood's output site), as a Pyro model of one's own made Bayesian records its
-        "logits" or its "obs" in plate "data": they would clash with the model's own in a
-        trace. forward() runs the network under it; mcmc() checks under it which sites of the
-        network NUTS would see."""
-        likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
-        names = {*latent, "data", "members", "obs", likelihood.output_site}
-        return pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names)
+        """:func:`~pyrouq.convert._sites.hiding_own_sites` of this model (``latent``: its
+        latent sites): forward() runs the network under it; mcmc() checks under it which sites
+        of the network NUTS would see."""
+        return hiding_own_sites(self._modules["likelihood"], latent)
 
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(B, D)`` (``(*S, B, D)`` when the weights carry sample dims S).

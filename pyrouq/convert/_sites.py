@@ -1,10 +1,14 @@
 """What :func:`~pyrouq.bayesian` makes a latent site of the parameters ``select`` picks: a tied
-parameter once, under its first name; never an integer or boolean one."""
+parameter once, under its first name; never an integer or boolean one. And the Pyro sites a
+converted network records itself: refused (``PyroSample`` attributes), or hidden under the
+model's own names (:func:`hiding_own_sites`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+import pyro
 import torch
 from torch import nn
 
@@ -14,6 +18,7 @@ __all__ = [
     "PLAIN_INSTEAD",
     "aliases_of",
     "check_no_pyro_samples",
+    "hiding_own_sites",
     "latent_embeddings",
     "latent_sites_of",
     "pyro_samples_held",
@@ -97,6 +102,16 @@ def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -
         "take a Pyro model of one's own with its own guide (e.g. "
         "pyro.infer.autoguide.AutoNormal(model))."
     )
+
+
+def hiding_own_sites(likelihood: Any, latent: Iterable[str] = ()) -> Any:
+    """A Pyro handler hiding the sites a converted network records itself under its model's
+    names (``latent``, a Bayesian model's latent sites; plates "data" and "members"; "obs"; the
+    ``likelihood``'s output site), as a Pyro model of one's own converted records its "logits"
+    or its "obs" in plate "data": they would clash with the model's own in a trace. Both
+    converted models run their network under it at every forward (about 1 us)."""
+    names = {*latent, "data", "members", "obs", likelihood.output_site}
+    return pyro.poutine.block(hide_fn=lambda msg: msg["name"] in names)
 
 
 def latent_sites_of(module: nn.Module, picked: Sequence[str], select: object) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Iterable
+from contextlib import nullcontext
 from typing import Any
 
 import pyro
@@ -17,13 +18,13 @@ from pyro.poutine.util import site_is_subsample
 from torch import nn
 from torch.distributions import constraints
 
+from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import GuideMismatch, check_traces_match
 from pyrouq._util import (
     ShardedOrder,
     global_streams_kept,
     has_latent_sites,
     innermost_distribution,
-    input_mismatch,
     model_input,
     modes,
     module_device,
@@ -134,12 +135,11 @@ class Probe:
         run_network = needs_classes or lazy_model or own_network
         if not (run_network or lazy_guide or foreign):
             return
-        if needs_classes or lazy_guide or foreign or lazy_model:
-            self._look(model, guide, loader, needs_classes, foreign, run_network)
-            return
         # a pass made only to find those draws nothing from the global streams (a dropout
         # kept on at evaluation, a dataset's augmentations): training draws what it drew
-        with global_streams_kept(module_device(model, guide)):
+        only_params = not (needs_classes or lazy_guide or foreign or lazy_model)
+        kept = global_streams_kept(module_device(model, guide)) if only_params else nullcontext()
+        with kept:
             self._look(model, guide, loader, needs_classes, foreign, run_network)
 
     def _look(

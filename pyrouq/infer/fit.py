@@ -374,9 +374,11 @@ def fit(
             )
         if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
             train_loader = ReadAhead(train_loader, len_or(train_loader, None))
-        n: int | None = num_examples(train_loader) if num_data is None else None
+        n: int | None
         if num_data is not None:  # (the N it gives: a count, or refused)
             n = check_int("num_data", num_data, hint=_NUM_DATA)
+        else:
+            n = num_examples(train_loader)
         if n is None:  # the N the model was built with (bayesian(net, num_data=N)), or resumed
             n = getattr(model, "given_num_data", None) or recorded_num_data(resume_from)
         served = unbatched_items(train_loader) if n is None else None

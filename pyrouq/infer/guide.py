@@ -26,7 +26,6 @@ from pyrouq._util import (
 )
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
-from pyrouq.infer._draws import draw_runs as draw_runs  # (re-exported)
 from pyrouq.likelihoods import likelihood_of
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
@@ -45,6 +44,7 @@ _INIT_SCALE_UNSET = _Default(DEFAULT_INIT_SCALE)  # shows as 0.01 in the signatu
 MIN_RELATIVE_SCALE = 1e-6
 """Smallest initial standard deviation ``init_scale_relative`` gives (to a weight that is 0)."""
 
+_LOAD_FILLS = "_pyrouq_load_fills_values"  # (MeanFieldGuide._built_for_load: no start values)
 _ONE_SCALE_ENTRIES = 64  # a one-scale site's inverse softplus runs on these (torch's vector code)
 
 _GUIDE_COUNTER = itertools.count()
@@ -87,8 +87,8 @@ class MeanFieldGuide(nn.Module):
         init_from: nn.Module | None = None,
         *,
         init_scale_relative: float | None = None,
-        _values: bool = True,  # False: load() replaces them by the saved state (every check made)
     ):
+        values = not vars(self).pop(_LOAD_FILLS, False)  # False: load() puts the saved ones
         super().__init__()
         init_scale = check_positive_float(
             "init_scale",
@@ -190,7 +190,7 @@ class MeanFieldGuide(nn.Module):
                     f"({_expected_init_from(model)})."
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
-            if _values:  # contiguous, as Pyro's param store keeps a copy of another layout
+            if values:  # contiguous, as Pyro's param store keeps a copy of another layout
                 value = value.clone(memory_format=torch.contiguous_format)  # (channels-last)
                 loc = value.to(device, dtype)  # that SVI would train
             else:
@@ -209,7 +209,7 @@ class MeanFieldGuide(nn.Module):
             if fill:
                 sp = sp if shape.numel() else sp[:0]  # (an empty site checks nothing)
                 first, rho = rho[0], torch.empty(shape, dtype=dtype, device=device)
-                if _values:
+                if values:
                     rho.fill_(first)
             if not bool((sp > 0).all()):  # (a KL of -log 0: inf)
                 raise ValueError(
@@ -244,9 +244,12 @@ class MeanFieldGuide(nn.Module):
     def _built_for_load(cls, model: Any, **config: Any) -> MeanFieldGuide:
         """A guide :func:`pyrouq.load` fills with the saved state (``load_state_dict``, every
         entry): built and checked as ``cls(model, **config)``, its initial values left out."""
-        if cls is not MeanFieldGuide:  # a subclass's constructor may take no _values
+        if cls is not MeanFieldGuide:  # a subclass's constructor may do more
             return cls(model, **config)
-        return cls(model, **config, _values=False)
+        guide = cls.__new__(cls)
+        vars(guide)[_LOAD_FILLS] = True  # read, and dropped, by __init__
+        MeanFieldGuide.__init__(guide, model, **config)
+        return guide
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MeanFieldGuide:
         """An independent copy: its own parameters, under a name of its own in Pyro's param

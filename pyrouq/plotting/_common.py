@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyrouq._images import Constants, as_nchw, layout_error, normalisation
+from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._metric_inputs import carried_targets
 from pyrouq.metrics import _prepare, _prepare_probs
 
@@ -188,8 +188,6 @@ def _display_images(
             f"{shape}; pass the images that were predicted, in the same order."
         )
     nchw = as_nchw(images.detach().cpu())
-    if nchw is None:
-        raise layout_error(shape)
     x = nchw[:, 0] if nchw.shape[1] == 1 else nchw.permute(0, 2, 3, 1)  # (N, H, W[, 3])
     if x.dtype == torch.uint8:
         return (x[index].to(torch.float32) / 255).numpy()
