@@ -180,6 +180,7 @@ def evaluate_rotations(
     mean: Constants = None,
     std: Constants = None,
     progress: bool = True,
+    seed: int | None = None,
 ) -> list[dict[str, float]]:
     """Accuracy, calibration and uncertainty of a model on rotated copies of ``x``.
 
@@ -215,6 +216,10 @@ def evaluate_rotations(
     progress : bool, default True
         One tqdm bar over the angles, shown once the sweep has taken more than 2 s (the
         predictions themselves show none).
+    seed : int, optional
+        As in :func:`predict`: the sweep's draws come from torch's streams seeded with it
+        (as ``pyro.set_rng_seed(seed)`` seeds them) inside a fork of the random state, so the
+        rows repeat to the bit and the global streams are left as they were.
 
     Returns
     -------
@@ -231,9 +236,18 @@ def evaluate_rotations(
     >>> [row["angle"] for row in rows], sorted(rows[0])
     ([0.0, 90.0], ['acc', 'angle', 'ece', 'epistemic', 'total'])
     """
+    from pyrouq._seeded import draw_devices, seeded
     from pyrouq.metrics import _prepare_probs, acc, ece
     from pyrouq.predictive import class_predictions, predict  # (predictive imports nothing here)
     from pyrouq.uncertainty import _check_measure
+
+    if seed is not None:  # the whole sweep in a seeded fork of torch's random state
+        with seeded(seed, "evaluate_rotations()", draw_devices(model, guide, x)):
+            return evaluate_rotations(
+                model, x, y, guide, angles=angles, num_samples=num_samples,
+                batch_size=batch_size, measure=measure, normalized=normalized, mean=mean,
+                std=std, progress=progress,
+            )  # fmt: skip
 
     if not isinstance(x, Tensor) or not isinstance(y, Tensor):
         bad = "x" if not isinstance(x, Tensor) else "y"

@@ -322,3 +322,25 @@ def test_predict_seed_on_cuda_keeps_the_devices_generator():
     assert _same(first, predict(model, x, guide, num_samples=4, seed=3, progress=False))
     pyro.set_rng_seed(3)  # the device's generator seeded as set_rng_seed seeds it
     assert _same(first, predict(model, x, guide, num_samples=4, progress=False))
+
+
+def test_evaluate_rotations_seed_repeats_and_keeps_the_global_state():
+    """evaluate_rotations() took no seed= where predict() does: its rows drew from, and
+    advanced, torch's global stream."""
+    from pyrouq import BayesianMLP, evaluate_rotations, mean_field_guide
+
+    torch.manual_seed(0)
+    model = BayesianMLP(in_features=784, hidden_features=8, out_features=10)
+    guide = mean_field_guide(model, init_scale=0.5)
+    x, y = torch.randn(6, 1, 28, 28), torch.arange(6)
+    options = dict(angles=[0, 90], num_samples=4, progress=False)
+    state = torch.get_rng_state()
+    first = evaluate_rotations(model, x, y, guide, seed=3, **options)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.randn(100)  # the global stream moved: the seeded sweep does not care
+    assert evaluate_rotations(model, x, y, guide, seed=3, **options) == first
+    assert evaluate_rotations(model, x, y, guide, seed=4, **options) != first
+    pyro.set_rng_seed(3)  # the draws pyro.set_rng_seed gives, as for predict(seed=)
+    assert evaluate_rotations(model, x, y, guide, **options) == first
+    with pytest.raises(ValueError, match=r"^evaluate_rotations\(\): expected seed to be an "):
+        evaluate_rotations(model, x, y, guide, seed=-1, **options)
