@@ -124,3 +124,35 @@ class ReadAhead:
         if self._first is not None:
             yield self._first
         yield from self._rest
+
+
+def no_batches_message(loader: Iterable, world: int, epoch: int) -> str:
+    """What fit() says when ``loader`` served no batch in ``epoch``, on one of ``world`` ranks:
+    under torch.distributed, a ``DistributedSampler`` gives each rank its share of the
+    examples, which may hold none (``drop_last=True`` with fewer examples than ranks) or fewer
+    than a ``drop_last=True`` DataLoader's batch."""
+    why = (
+        "a DataLoader with drop_last=True and a batch_size above N yields none; an exhausted "
+        "iterator none either"
+    )
+    fix = "Pass a loader with batches each epoch."
+    sampler = example_sampler(loader)
+    if world > 1 and isinstance(sampler, torch.utils.data.DistributedSampler):
+        share, size = len(sampler), len(sampler.dataset)  # type: ignore[arg-type]
+        why = (
+            f"its DistributedSampler gives each of the {world} ranks {share} of the {size} examples"
+        )
+        if share == 0:  # drop_last=True: N // world each
+            why += ": drop_last=True, with fewer examples than ranks"
+            fix = (
+                "Build the sampler with drop_last=False (it pads the shards to one size), or "
+                "run on fewer ranks than examples."
+            )
+        else:
+            batch = getattr(loader, "batch_size", None)
+            why += f", fewer than a batch{f' of {batch}' if batch else ''} with drop_last=True"
+            fix = (
+                f"Pass a batch_size of at most {share} (the batch size is per rank), or "
+                "drop_last=False."
+            )
+    return f"train_loader yielded no batches ({why}) in epoch {epoch}. {fix}"

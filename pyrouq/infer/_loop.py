@@ -25,6 +25,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer import _distributed
+from pyrouq.infer._fit_inputs import no_batches_message
 from pyrouq.infer._options import base_lr, callback_note, lr_factor
 from pyrouq.infer._site_kl import check_float16_gradients
 from pyrouq.infer._training import (
@@ -514,11 +515,7 @@ class Loop:
                         if interrupt.requested:
                             raise KeyboardInterrupt
                     if batches == 0:
-                        raise ValueError(
-                            "train_loader yielded no batches (a DataLoader with drop_last=True "
-                            "and a batch_size above N yields none; an exhausted iterator none "
-                            f"either) in epoch {epoch}. Pass a loader with batches each epoch."
-                        )
+                        raise ValueError(no_batches_message(self.loader, self.group.world, epoch))
                     if self.scheduled and not (skip or self.told) and batches != self.per_epoch:
                         plan = (self.per_epoch, epoch, self.epochs, self.lr_schedule, self.loader)
                         self.told = warn_of_a_wrong_length(batches, *plan)  # (once a run)
