@@ -14,6 +14,15 @@ a :class:`~pyrouq.predictive.Predictions`, an ``(S, N, C)`` tensor or an ``(N, C
 (S = 1) works. The regression plots (:func:`plot_regression`, :func:`plot_calibration`) take
 :class:`~pyrouq.regression.GaussianPredictions`.
 
+The plots of one axes take ``ax=``, as matplotlib's and arviz's do: :func:`plot_risk_coverage`,
+:func:`plot_regression`, :func:`plot_calibration`, and :func:`plot_reliability` (the diagram
+alone, without its histogram of confidences). Given an Axes, they draw into it, leave the
+figure's layout as it is, make no figure and return the figure of the Axes (the top-level one
+for an Axes of a subfigure); anything else (an array of Axes, a Figure) is refused with a
+TypeError. The plots of several panels (:func:`plot_uncertainty_distributions`,
+:func:`plot_training_curves`, :func:`plot_rotation`, :func:`plot_most_uncertain`,
+:func:`plot_image_grid`) always make a figure of their own.
+
 Figures are made with pyplot, so Jupyter shows them inline. Where there is no display (Linux
 without ``$DISPLAY`` / ``$WAYLAND_DISPLAY``) and no backend was chosen (``$MPLBACKEND``,
 ``matplotlib.use``), the non-interactive Agg backend is selected; nothing here calls

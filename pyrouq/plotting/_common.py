@@ -18,6 +18,7 @@ from pyrouq._metric_inputs import carried_targets
 from pyrouq.metrics import _prepare, _prepare_probs
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 
@@ -58,6 +59,16 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
     -------
     list of Path
         The written files, in the order of ``figures``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For bad names, values that are not figures or an ``out_dir`` that is a file, before
+        anything is written: the figures stay open, to be saved again.
+    Exception
+        Whatever creating ``out_dir`` or writing a figure raised (a full disk, a read-only
+        folder): every figure of ``figures`` is closed first, the written and the unwritten
+        ones (the files written before the failure stay).
     """
     if not isinstance(figures, Mapping):
         raise TypeError(
@@ -99,16 +110,57 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
             f"Expected out_dir to be a folder, got the file {str(directory)!r}; pass a folder "
             "(created if missing)."
         )
-    directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for filename, fig in planned:
-        path = directory / filename
-        try:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for filename, fig in planned:
+            path = directory / filename
             fig.savefig(path, dpi=100)
-        finally:
             plt.close(fig)
-        paths.append(path)
+            paths.append(path)
+    except BaseException:  # none left open (pyplot keeps them) for a failure to leak
+        for _, fig in planned:
+            plt.close(fig)
+        raise
     return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing into a given Axes
+
+
+def _figure_and_axes(ax: Any, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """``(fig, ax)``: a new figure of ``figsize`` with one axes when ``ax`` is None, else ``ax``
+    (checked) and the figure holding it (the top-level one, also for an axes of a subfigure)."""
+    plt = _pyplot()
+    if ax is None:
+        return plt.subplots(figsize=figsize)  # type: ignore[no-any-return]
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure, SubFigure
+
+    if not isinstance(ax, Axes):
+        fix = "pass one Axes, such as the ax of fig, ax = plt.subplots()"
+        got = type(ax).__name__
+        if isinstance(ax, np.ndarray):
+            first = "axes[" + ", ".join("0" * ax.ndim) + "]" if ax.ndim else "axes.item()"
+            got, fix = f"a numpy array of shape {ax.shape}", f"pass one Axes, such as {first}"
+        elif isinstance(ax, (Figure, SubFigure)):
+            got, fix = f"a {got}", "pass one of its Axes, such as fig.axes[0] or fig.add_subplot()"
+        elif isinstance(ax, (list, tuple)):
+            got, fix = f"a {got} of {len(ax)}", "pass one Axes, such as axes[0]"
+        raise TypeError(
+            f"Expected ax to be one matplotlib Axes to draw into, got {got}; {fix}, or leave "
+            "ax=None for a figure of its own."
+        )
+    fig = ax.figure
+    if fig is None:
+        raise ValueError(
+            "Expected ax to be an Axes of a figure, got one that was removed from its figure "
+            "(ax.remove()); pass an Axes that is still drawn."
+        )
+    if isinstance(fig, SubFigure):  # its top-level figure (SubFigure.figure is the root)
+        fig = fig.figure
+    return fig, ax
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pyrouq.plotting._common import (
     _KINDS,
     DistributionKind,
     _check_choice,
+    _figure_and_axes,
     _probs,
     _pyplot,
     _targets,
@@ -36,6 +37,7 @@ from pyrouq.plotting._common import (
 from pyrouq.uncertainty import Measure, _check_measure, decompose
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from pyrouq.infer import EpochRecord, FitResult
@@ -55,6 +57,7 @@ def plot_reliability(
     targets: Tensor | None = None,
     *,
     num_bins: int = NUM_BINS,
+    ax: Axes | None = None,
 ) -> Figure:
     """Reliability diagram with its ECE, and the histogram of confidences below it.
 
@@ -72,12 +75,16 @@ def plot_reliability(
     num_bins : int, default 15
         Number of bins of the diagram, at most 1000 (one bar each; the ECE of any number of
         bins is :func:`pyrouq.metrics.ece`'s).
+    ax : matplotlib Axes, optional
+        Draw the reliability diagram alone into this axes (no histogram of confidences; the
+        figure's layout is left as it is) and return its figure; no figure is made. Default:
+        a new figure with both.
 
     Returns
     -------
     Figure
         Two axes: the reliability diagram (title ``Reliability diagram (acc …, ECE …)``) and
-        the fraction of inputs per bin.
+        the fraction of inputs per bin; with ``ax``, the figure of ``ax``.
     """
     num_bins = check_int("num_bins", num_bins, hint="The ECE uses 15 bins.")
     if num_bins > _MAX_DIAGRAM_BINS:
@@ -103,10 +110,13 @@ def plot_reliability(
     value = ece(pbar, y)
     accuracy = float(correct.mean())
 
-    plt = _pyplot()
-    fig, (ax, ax_n) = plt.subplots(
-        2, 1, figsize=(5.0, 6.0), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
+    ax_n = None
+    if ax is None:
+        fig, (ax, ax_n) = _pyplot().subplots(
+            2, 1, figsize=(5.0, 6.0), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+        )
+    else:
+        fig, ax = _figure_and_axes(ax, (5.0, 6.0))
     ax.bar(centers, acc_b, width=1 / num_bins, edgecolor="black", lw=0.5, label="accuracy")
     ax.bar(
         centers,
@@ -126,6 +136,9 @@ def plot_reliability(
     ax.legend(loc="upper left", fontsize=8)
     note = "" if num_bins == NUM_BINS else f" ({NUM_BINS} bins)"
     ax.set_title(f"Reliability diagram (acc {accuracy:.2%}, ECE {value:.2%}{note})")
+    if ax_n is None:  # the user's axes: the diagram alone, the layout theirs
+        ax.set_xlabel("confidence (max. mean probability)")
+        return fig
     ax_n.bar(centers, (counts / counts.sum()).numpy(), width=1 / num_bins, color="tab:gray")
     ax_n.set_xlabel("confidence (max. mean probability)")
     ax_n.set_ylabel("fraction")
@@ -136,6 +149,8 @@ def plot_reliability(
 def plot_risk_coverage(
     predictions_or_probs: Predictions | Tensor,
     targets: Tensor | None = None,
+    *,
+    ax: Axes | None = None,
 ) -> Figure:
     """Risk-coverage curve with its AURC, the optimal curve and the Risk@80Cov point.
 
@@ -151,11 +166,14 @@ def plot_risk_coverage(
         ``(S, N, C)`` or ``(N, C)`` probabilities.
     targets : Tensor, optional
         ``(N,)`` labels; default ``predictions_or_probs.targets``.
+    ax : matplotlib Axes, optional
+        Draw into this axes (the figure's layout is left as it is) and return its figure; no
+        figure is made. Default: a new figure.
 
     Returns
     -------
     Figure
-        One axes, titled ``Risk-coverage curve (AURC …)``.
+        One axes, titled ``Risk-coverage curve (AURC …)``; with ``ax``, the figure of ``ax``.
     """
     pbar, y = _prepare(
         _probs(predictions_or_probs, "predictions_or_probs"),
@@ -169,8 +187,8 @@ def plot_risk_coverage(
     best = (k - (n - total_errors)).clamp_min(0) / k
     value, at_80 = aurc(pbar, y), risk_at_80_cov(pbar, y)
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    own = ax is None
+    fig, ax = _figure_and_axes(ax, (5.5, 4.0))
     coverage = (k / n).numpy()
     ax.plot(coverage, risk.numpy(), lw=1.5, label=f"model (AURC {value:.2%})")
     ax.plot(coverage, best.numpy(), "g--", lw=1, label=f"optimal (AURC {float(best.mean()):.2%})")
@@ -182,7 +200,8 @@ def plot_risk_coverage(
     ax.set_ylabel("selective risk (error rate)")
     ax.legend(fontsize=8)
     ax.set_title(f"Risk-coverage curve (AURC {value:.2%})")
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return fig
 
 
@@ -223,8 +242,9 @@ def plot_uncertainty_distributions(
     Returns
     -------
     Figure
-        Three axes: total, aleatoric, epistemic. For one draw (S = 1, a plain network), whose
-        epistemic part is 0 for every input, the epistemic axes says so and draws nothing.
+        A new figure of three axes: total, aleatoric, epistemic (no ``ax=``: it draws three
+        panels). For one draw (S = 1, a plain network), whose epistemic part is 0 for every
+        input, the epistemic axes says so and draws nothing.
     """
     _check_measure(measure)
     _check_choice("kind", kind, _KINDS)
@@ -309,9 +329,11 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
     Returns
     -------
     Figure
-        Three axes: the loss (negative ELBO estimate) with its expected-NLL term, ``KL(q || p)``
-        (0 for BatchEnsemble), and the training accuracy (left out for a regression, which has
-        none); the title gives the final values.
+        A new figure of three axes (no ``ax=``: it draws several panels): the loss (negative
+        ELBO estimate) with its expected-NLL term, ``KL(q || p)`` (0 for BatchEnsemble), and
+        the training accuracy (left out for a regression, which has none); the title gives the
+        final values. Where the last epoch's accuracy is NaN, the title gives the last finite
+        one and its epoch, e.g. ``train acc 93.00% (epoch 2)``.
     """
     history = getattr(fit_result, "history", fit_result)
     fields = ("epoch", "loss", "nll", "kl", "train_acc", "seconds")
@@ -363,10 +385,15 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     seconds = sum(r.seconds for r in history)
+    acc_note = ""
+    if accuracy:  # the last finite one: an epoch without accuracy would read "nan%"
+        at = next(r for r in reversed(history) if math.isfinite(r.train_acc))
+        acc_note = f", train acc {at.train_acc:.2%}" + (
+            "" if at is last else f" (epoch {at.epoch})"
+        )
     fig.suptitle(
         f"{len(history)} epoch{'s' if len(history) != 1 else ''} in {seconds:.1f} s: final "
-        f"loss {last.loss:.5g}, "
-        f"KL {last.kl:.5g}" + (f", train acc {last.train_acc:.2%}" if accuracy else ""),
+        f"loss {last.loss:.5g}, KL {last.kl:.5g}{acc_note}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -385,9 +412,9 @@ def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
     Returns
     -------
     Figure
-        Three axes against the angle (degrees): accuracy and ECE (%), the mean epistemic and
-        the mean total uncertainty; the first title gives the accuracy at the smallest and the
-        largest angle.
+        A new figure of three axes (no ``ax=``: it draws three panels) against the angle
+        (degrees): accuracy and ECE (%), the mean epistemic and the mean total uncertainty;
+        the first title gives the accuracy at the smallest and the largest angle.
     """
     from pyrouq.rotation import _check_rotation_rows
 

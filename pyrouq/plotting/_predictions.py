@@ -78,7 +78,8 @@ def plot_most_uncertain(
     Returns
     -------
     Figure
-        ``min(k, N)`` rows of two axes (image, probabilities). For one draw (S = 1) the
+        A new figure of ``min(k, N)`` rows of two axes (image, probabilities); no ``ax=``, as it
+        draws several panels and sizes the figure to k. For one draw (S = 1) the
         epistemic part is 0 for every input: ranked by it, the rows are the first inputs, and
         the title says so.
     """
@@ -198,8 +199,9 @@ def plot_image_grid(
     Returns
     -------
     Figure
-        One axes holding the cells, in row-major order: cell i's image is ``axes[0].images[i]``
-        and its title ``axes[0].texts[i]``; cells beyond N stay blank.
+        A new figure of one axes holding the cells, in row-major order: cell i's image is
+        ``axes[0].images[i]`` and its title ``axes[0].texts[i]``; cells beyond N stay blank. No
+        ``ax=``: the cells are laid out in inches, on a figure sized to ``rows`` and ``cols``.
     """
     p = _probs(predictions, "predictions")
     s, n, _ = p.shape

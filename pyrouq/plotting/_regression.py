@@ -10,9 +10,10 @@ import torch
 from torch import Tensor
 
 from pyrouq._numbers import is_integer, is_real, tensor_hint
-from pyrouq.plotting._common import _pyplot
+from pyrouq.plotting._common import _figure_and_axes
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from pyrouq.regression import GaussianPredictions
@@ -82,6 +83,7 @@ def plot_regression(
     train_y: Tensor | None = None,
     output: int = 0,
     num_sd: float = 2.0,
+    ax: Axes | None = None,
 ) -> Figure:
     """The predictive mean over a 1-D input with the aleatoric and the epistemic band drawn
     separately, and the training data.
@@ -102,6 +104,15 @@ def plot_regression(
         Which of the D outputs to draw.
     num_sd : float, default 2.0
         Half-width of the bands in standard deviations.
+    ax : matplotlib Axes, optional
+        Draw into this axes (the figure's layout is left as it is); no figure is made.
+        Default: a new figure.
+
+    Returns
+    -------
+    Figure
+        One axes, titled ``Predictive mean and uncertainty (… draws)``; with ``ax``, the
+        figure of ``ax``.
     """
     p = _gaussian(predictions, "plot_regression()")
     if not is_integer(output) or not 0 <= output < p.num_outputs:
@@ -134,8 +145,8 @@ def plot_regression(
         tx = _column(train_x, "train_x", n)
         ty = _targets_of(train_y, n, p.num_outputs)[:, output].double().cpu()
         train = tx.numpy(), ty.numpy()
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    own = ax is None
+    fig, ax = _figure_and_axes(ax, (7.0, 4.0))
     ax.fill_between(
         grid, mean - num_sd * aleatoric, mean + num_sd * aleatoric, color="tab:orange", alpha=0.25,
         label=f"aleatoric (+-{num_sd:g} sd)",
@@ -152,19 +163,41 @@ def plot_regression(
     draws = f"{p.num_samples} draw{'s' if p.num_samples != 1 else ''}"
     ax.set_title(f"Predictive mean and uncertainty ({draws})")
     ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    return fig  # type: ignore[no-any-return]
+    if own:
+        fig.tight_layout()
+    return fig
 
 
-def plot_calibration(predictions: GaussianPredictions, targets: Tensor | None = None) -> Figure:
+def plot_calibration(
+    predictions: GaussianPredictions,
+    targets: Tensor | None = None,
+    *,
+    ax: Axes | None = None,
+) -> Figure:
     """Quantile calibration: for each level p, the fraction of targets at or below the
     predictive p-quantile, against p (on the diagonal when calibrated); the title gives
-    ``calibration_error`` as :meth:`GaussianPredictions.evaluate` computes it."""
+    ``calibration_error`` as :meth:`GaussianPredictions.evaluate` computes it.
+
+    Parameters
+    ----------
+    predictions : GaussianPredictions
+        The predictions to check.
+    targets : Tensor, optional
+        The observed targets; default ``predictions.targets``.
+    ax : matplotlib Axes, optional
+        Draw into this axes (the figure's layout is left as it is); no figure is made.
+        Default: a new figure.
+
+    Returns
+    -------
+    Figure
+        One axes, titled ``Quantile calibration (error …)``; with ``ax``, the figure of ``ax``.
+    """
     p = _gaussian(predictions, "plot_calibration()")
     expected, observed = p.calibration_curve(targets)
     error = float((observed - expected).square().mean())
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    own = ax is None
+    fig, ax = _figure_and_axes(ax, (4.5, 4.5))
     ax.plot([0, 1], [0, 1], color="gray", ls="--", label="calibrated")
     ax.plot(
         expected.cpu().numpy(), observed.cpu().numpy(), marker="o", color="tab:blue", label="model"
@@ -175,5 +208,6 @@ def plot_calibration(predictions: GaussianPredictions, targets: Tensor | None = 
     ax.set_ylabel("observed fraction of targets below it")
     ax.set_title(f"Quantile calibration (error {error:.4f})")
     ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    return fig  # type: ignore[no-any-return]
+    if own:
+        fig.tight_layout()
+    return fig
