@@ -80,28 +80,35 @@ def _looks_like_one_pair(x: Any) -> bool:
 
 
 def unaligned_labels(
-    inputs: Tensor, labels: Tensor, index: int, first: Tensor | None = None
+    inputs: Tensor,
+    labels: Tensor,
+    index: int,
+    first: Tensor | None = None,
+    words: tuple[str, str] = ("labels", "label"),
 ) -> str | None:
     """Why the labels of the ``index``-th (0-based) batch cannot be its inputs' targets (not
     one label per input, or not of the shape per input of ``first``, the labels of the first
-    batch that had some, which they are joined to), or None when they can."""
+    batch that had some, which they are joined to), or None when they can. ``words``: what
+    the likelihood calls them, plural and singular (a regression's: targets)."""
+    many, one = words
     if not labels.dim() or labels.shape[0] != inputs.shape[0]:
         return (
-            f"batch {index + 1} of x holds {inputs.shape[0]} inputs and labels of shape "
-            f"{tuple(labels.shape)}, not one label per input"
+            f"batch {index + 1} of x holds {inputs.shape[0]} inputs and {many} of shape "
+            f"{tuple(labels.shape)}, not one {one} per input"
         )
     if first is not None and labels.shape[1:] != first.shape[1:]:
         return (
-            f"batch {index + 1} of x holds labels of shape {tuple(labels.shape)} and an earlier "
-            f"batch labels of shape {tuple(first.shape)}: their shapes per input differ"
+            f"batch {index + 1} of x holds {many} of shape {tuple(labels.shape)} and an earlier "
+            f"batch {many} of shape {tuple(first.shape)}: their shapes per input differ"
         )
     return None
 
 
-def warn_of_labels(why: str) -> None:
-    """Warn that the labels x yields are not kept as the predictions' targets, and why."""
+def warn_of_labels(why: str, words: tuple[str, str] = ("labels", "label")) -> None:
+    """Warn that the labels x yields are not kept as the predictions' targets, and why
+    (``words``, as in :func:`unaligned_labels`)."""
     warn_caller(
-        f"predict(): the labels x yields cannot be the predictions' targets ("
+        f"predict(): the {words[0]} x yields cannot be the predictions' targets ("
         f"{' '.join(why.split())}); the predictions carry none. Pass targets to evaluate(), "
         "or yield (x, y) batches whose y are the targets."
     )

@@ -348,6 +348,7 @@ def predict(
         num_samples = check_int("num_samples", num_samples, hint=draws)
     device = real_device(module_device(model, guide), "predict()")  # (not meta)
     likelihood = likelihood_of(model) or Categorical()
+    words = getattr(likelihood, "target_words", ("labels", "label"))  # (regression: targets)
     was = modes(model)
     norms = batchnorm.check_batchnorm_data(model, batchnorm_data, guide, posterior_samples)
     refit = None
@@ -486,7 +487,8 @@ def predict(
                     parts.append(_to(part, out_device))
                     if yb is not None and not passes:  # (not an input's label: none kept)
                         first_labels = targets[0] if targets else None
-                        unaligned = unaligned or unaligned_labels(xb, yb, index, first_labels)
+                        why = unaligned_labels(xb, yb, index, first_labels, words)
+                        unaligned = unaligned or why
                         targets.append(yb.to(out_device))
                     if bar is not None:
                         bar.update()
@@ -505,14 +507,14 @@ def predict(
         raise ValueError("predict() got no inputs: x is empty.")
     all_targets = torch.cat(targets) if len(targets) == batches and not unaligned else None
     if unaligned:
-        warn_of_labels(unaligned)
+        warn_of_labels(unaligned, words)
     try:
         return likelihood.predictions(parts, all_targets)  # type: ignore[no-any-return]
     except (TypeError, ValueError) as err:
         if all_targets is None:
             raise
         alone = likelihood.predictions(parts, None)  # the outputs' own error, if it is theirs
-        warn_of_labels(str(err))  # they cannot be the targets: the predictions stand alone
+        warn_of_labels(str(err), words)  # they cannot be the targets: the predictions stand alone
         return alone  # type: ignore[no-any-return]
 
 

@@ -69,9 +69,9 @@ def test_labels_whose_shape_per_input_differs_between_batches_are_dropped_with_a
         p = pyrouq.predict(model, loader, guide, num_samples=3, progress=False)
     assert p.targets is None
     message = str(caught[0].message)
-    assert message.startswith("predict(): the labels x yields cannot be the predictions' targets")
+    assert message.startswith("predict(): the targets x yields cannot be the predictions' targets")
     assert (
-        "batch 2 of x holds labels of shape (9, 1) and an earlier batch labels of shape (1,): "
+        "batch 2 of x holds targets of shape (9, 1) and an earlier batch targets of shape (1,): "
         "their shapes per input differ); the predictions carry none." in message
     )
     assert p.loc.shape == (3, 10, 1)

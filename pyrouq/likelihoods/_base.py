@@ -62,6 +62,9 @@ class Likelihood(nn.Module):
     output_site: str = "outputs"
     #: The ``kl_weight`` :func:`pyrouq.fit` uses when none is given (see its docs).
     default_kl_weight: float = 1.0
+    #: What its targets are called in messages, plural then singular: class labels, or
+    #: (regression) targets.
+    target_words: tuple[str, str] = ("labels", "label")
 
     def latent_sites(self) -> dict[str, torch.Size]:
         """Names and shapes of the likelihood's own latent sites (none by default)."""

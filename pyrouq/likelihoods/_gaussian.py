@@ -47,7 +47,8 @@ class Gaussian(Likelihood):
           scales, mapped to ``min_scale + softplus(raw)``.
     min_scale : float, default 1e-3
         The floor of the heteroscedastic scales (keeps the likelihood bounded), in the units
-        of the targets the model trains on.
+        of the targets the model trains on. It (or a float ``scale``) must be at least the
+        smallest normal number of the outputs' dtype (1.2e-38 in float32), else a clear error.
 
     Examples
     --------
@@ -60,6 +61,7 @@ class Gaussian(Likelihood):
 
     name = "gaussian"
     output_site = "outputs"
+    target_words = ("targets", "target")
     default_kl_weight = 1.0
 
     def __init__(self, scale: NoiseSpec = 0.5, *, min_scale: float = 1e-3):
@@ -201,8 +203,10 @@ class Gaussian(Likelihood):
         if self.mode == "heteroscedastic":
             d = self.num_outputs(outputs)
             loc, raw = outputs[..., :d], outputs[..., d:]
+            _representable("min_scale", self.min_scale, outputs.dtype)
             return loc, self.min_scale + F.softplus(raw)
         if self.mode == "fixed":
+            _representable("scale", self.fixed, outputs.dtype)
             return outputs, torch.full_like(outputs, self.fixed)
         if self.mode == "learned":
             self.num_outputs(outputs)  # the learned scales fit D
@@ -360,3 +364,17 @@ def _positive(name: str, value: Any, hint: str) -> float:
     from pyrouq._util import check_positive_float
 
     return check_positive_float(name, value, hint)
+
+
+def _representable(name: str, value: float, dtype: torch.dtype) -> None:
+    """Refuse a noise floor (or a fixed noise) below the smallest normal number of the
+    outputs' dtype: it rounds to 0 or to a subnormal, and the likelihood to NaN or inf."""
+    tiny, kind = torch.finfo(dtype).tiny, str(dtype).replace("torch.", "")
+    if value < tiny:
+        raise ValueError(
+            f"Gaussian({name}={value:g}) is below the smallest normal {kind} number "
+            f"({tiny:.3g}): with {kind} outputs the noise scales "
+            f"would round to 0 (or lose their precision) and the likelihood would be NaN or "
+            f"inf. Pass {name} >= {tiny:.3g} (e.g. 1e-3), or use float64 outputs "
+            "(model.double())."
+        )

@@ -1,0 +1,148 @@
+"""The skeleton of a converted or plain network that ``load(path, module=net)`` rebuilds it
+from, checked against the saved record: the same parameters, buffers, ties, submodules and
+layer settings, and a network at all (not the function or class that builds one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from pyrouq._util import class_name
+from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
+
+__all__ = ["checked_skeleton"]
+
+
+def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Module:
+    """``module``, the skeleton given to rebuild the network ``record`` describes, checked
+    against it (a clear :class:`CheckpointError` where it does not match)."""
+    if not isinstance(module, nn.Module):
+        raise CheckpointError(_not_a_network(module, record))
+    if isinstance(module, (BayesianNetwork, BatchEnsembleNetwork)):
+        raise CheckpointError(
+            f"module= got a {class_name(module)}, a pyrouq model, but it takes the plain "
+            f"network the saved model was made from ({record.get('class', '?')}): load(path, "
+            "module=make_net()), with make_net what built the network before bayesian(), "
+            "batchensemble() or rank1() converted it."
+        )
+    lazy = [name for name, t in (*module.named_parameters(), *module.named_buffers())
+            if nn.parameter.is_lazy(t)]  # fmt: skip
+    if lazy:
+        raise CheckpointError(
+            f"The skeleton ({class_name(module)}) has lazy modules that have not created "
+            f"their parameters yet ({', '.join(repr(n) for n in lazy[:3])}"
+            f"{', ...' if len(lazy) > 3 else ''}): run one batch through it first (net(x)), "
+            "then load(path, module=net)."
+        )
+    meta = [name for name, t in (*module.named_parameters(), *module.named_buffers())
+            if t.is_meta]  # fmt: skip
+    if meta:
+        raise CheckpointError(
+            f"The skeleton ({class_name(module)}) has tensors on the meta device "
+            f"({', '.join(repr(n) for n in meta[:3])}{', ...' if len(meta) > 3 else ''}), "
+            "which hold no values and cannot take the saved ones. Build it on the CPU (outside "
+            "`with torch.device('meta')`), then load(path, module=net)."
+        )
+    here = module_record(module)
+    for kind in ("parameters", "buffers"):
+        saved, got = record.get(kind, {}), here[kind]
+        name = _first_difference(saved, got)
+        if name is not None:
+
+            def shape(v: Any, ties: dict[str, str], name: str = name) -> str:
+                if v is None:  # (a tied parameter is listed under its first name only)
+                    return f"tied to {ties[name]!r}" if name in ties else "absent"
+                return f"shape {tuple(v)}"
+
+            raise CheckpointError(
+                f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
+                f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
+                f"{shape(saved.get(name), record.get('tied', {}))} in the checkpoint and "
+                f"{shape(got.get(name), here.get('tied', {}))} in the skeleton. Build the "
+                "module exactly as the saved one was built."
+            )
+    saved_ties = record.get("tied")  # absent without ties (and before 2026-12-05): unchecked
+    if saved_ties is not None and (
+        (name := _first_difference(saved_ties, here.get("tied", {}))) is not None
+    ):
+        saved_tie, got_tie = (
+            "its own tensor" if ties.get(name) is None else f"tied to {ties[name]!r}"
+            for ties in (saved_ties, here.get("tied", {}))
+        )
+        raise CheckpointError(
+            f"The skeleton ({here['class']}) does not match {str(path)!r}: parameter "
+            f"{name!r} is {saved_tie} in the checkpoint and {got_tie} in the skeleton (tied "
+            "weights: one tensor under several names). Build the module exactly as the saved "
+            "one was built."
+        )
+    saved_modules = record.get("modules")  # absent from checkpoints written before 2026-12-03
+    if (
+        saved_modules is not None
+        and (name := _first_difference(saved_modules, here["modules"])) is not None
+    ):
+        saved_kind, got_kind = (
+            "absent" if kind is None else f"a {kind}"
+            for kind in (saved_modules.get(name), here["modules"].get(name))
+        )
+        raise CheckpointError(
+            f"The skeleton ({here['class']}) does not match {str(path)!r}: {_where(name)} is "
+            f"{saved_kind} in the checkpoint and {got_kind} in the skeleton (layers without "
+            "parameters, such as activations, count too). Build the module exactly as the "
+            "saved one was built."
+        )
+    saved_settings = record.get("settings")  # absent from checkpoints written before 2026-12-04
+    if (
+        saved_settings is not None
+        and (name := _first_difference(saved_settings, here["settings"])) is not None
+    ):
+        theirs, mine = saved_settings.get(name, {}), here["settings"].get(name, {})
+        differ = [k for k in {**theirs, **mine} if theirs.get(k) != mine.get(k)]
+        saved_values, got_values = (
+            ", ".join(f"{k}={values.get(k, 'unset')!r}" for k in differ)
+            for values in (theirs, mine)
+        )
+        raise CheckpointError(
+            f"The skeleton ({here['class']}) does not match {str(path)!r}: {_where(name)} "
+            f"({here['modules'].get(name, '?')}) has {saved_values} in the checkpoint and "
+            f"{got_values} in the skeleton, and may compute another function with the saved "
+            "weights. Build the module exactly as the saved one was built."
+        )
+    return module
+
+
+def _not_a_network(module: Any, record: dict[str, Any]) -> str:
+    """Why ``module`` cannot be a skeleton, and what to pass: the network a builder (a class,
+    a factory such as ``torchvision.models.resnet18``) builds, not the builder."""
+    saved = record.get("class", "?")
+    builds = isinstance(module, type) and issubclass(module, nn.Module)
+    if builds or (callable(module) and not isinstance(module, type)):
+        function = getattr(module, "func", module)  # a functools.partial's function
+        name = getattr(function, "__name__", "")
+        what = f"the {'class' if builds else 'function'} {name}"
+        if not name.isidentifier():  # a lambda's is "<lambda>"
+            what, name = "a function", "make_net"
+        return (
+            f"Expected module= to be an nn.Module instance (the skeleton), got {what}, "
+            f"which builds one, not the network itself. Pass the network built as for "
+            f"training: load(path, module={name}()), with the arguments that built the "
+            f"saved one (e.g. num_classes=...); the checkpoint holds a {saved}."
+        )
+    return (
+        f"Expected module= to be an nn.Module instance (the skeleton), got "
+        f"{class_name(module)}. Pass a freshly built network of the saved structure (a "
+        f"{saved}), e.g. load(path, module=make_net()) with make_net what built it for "
+        "training."
+    )
+
+
+def _first_difference(saved: dict[str, Any], got: dict[str, Any]) -> str | None:
+    """The first name, in the saved record's order and then the skeleton's, whose entry
+    differs between the two (one absent counts); None where they agree."""
+    names = [*saved, *(name for name in got if name not in saved)]
+    return next((name for name in names if saved.get(name) != got.get(name)), None)
+
+
+def _where(name: str) -> str:
+    return f"module {name!r}" if name else "the network itself"
