@@ -148,6 +148,7 @@ def _fit_on_rank(
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
     pyro.set_rng_seed(args.seed)
+    args.typed_num_samples = args.num_samples  # before build() fills in its default
     model, guide = build(args, method)
     model.to(device)
     if guide is not None:

@@ -198,7 +198,8 @@ def _build_parser() -> _Parser:
         "--resume", action="store_true",
         help="continue the interrupted run in --out from its checkpoint.pt: the command that "
         "started it, with --resume added (in one process, the run then ends as if never "
-        "interrupted)",
+        "interrupted); left out, --num-samples is the run's, given, it may differ; --device "
+        "moves the run to another device (a default one other than the run's is refused)",
     )  # fmt: skip
     fit.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
     fit.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -95,7 +95,7 @@ def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[
     run's files are removed first). With ``--resume`` the folder is the interrupted run's,
     whose ``config.json`` must record the same run as ``config``."""
     if args.resume:
-        check_same_run(out, config)
+        check_same_run(out, config, args)
         return out, False
     text = json.dumps(config, indent=2) + "\n"
     default = args.out is None
@@ -129,10 +129,14 @@ def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[
     raise CommandError(f"runs/ holds 10,000 runs named {out.name}-*; pass --out")
 
 
-def check_same_run(out: Path, config: dict[str, Any]) -> None:
+def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) -> None:
     """Refuse ``--resume`` of a command that would train another run than the one recorded in
-    ``out/config.json`` (another model, data, seed, number of epochs, ...); else record in
-    ``config`` the command that started the run, as config.json does."""
+    ``out/config.json`` (another model, data, seed, number of epochs, ...; the data folder as
+    found, by --data-root or $PYROUQ_DATA); else record in ``config`` the command that started
+    the run, as config.json does. ``--num-samples`` (the evaluation's draws) may differ, and a
+    ``--device`` given may move the run to another device (a default one that differs from
+    the run's is refused): the run goes on with this command's, which then becomes the
+    recorded command, ``config.json`` recording its values."""
     path = out / "config.json"
     try:
         saved = json.loads(path.read_text())
@@ -140,36 +144,137 @@ def check_same_run(out: Path, config: dict[str, Any]) -> None:
         raise CommandError(f"--resume: cannot read {str(path)!r}: {err}") from None
     if not isinstance(saved, dict):
         raise CommandError(f"--resume: {str(path)!r} is not a run's config (a JSON object)")
-    keys = [k for k in {**saved, **config} if k not in _NOT_COMPARED]
+    typed = {"num_samples": getattr(args, "typed_num_samples", None), "device": args.device}
+    if typed["num_samples"] is None and _draws(saved.get("num_samples")):  # the run's own
+        config["num_samples"] = args.num_samples = saved["num_samples"]
+    free = ["num_samples", *(["device"] if args.device is not None else [])]
+    keys = [k for k in {**saved, **config} if k not in (*_NOT_COMPARED, *free)]
     differ = [k for k in keys if saved.get(k, "(none)") != config.get(k, "(none)")]
+    if differ == ["device"]:
+        now = config.get("device")
+        raise CommandError(
+            f"--resume: the run in {str(out)!r} trained on {saved.get('device')}, but this "
+            f"command (no --device) would train it on {now}, this machine's default; resume it "
+            f"where {saved.get('device')} is available, or pass --device {now} to go on on "
+            f"{now} (the weights and training state load on any device, but the later steps "
+            "then differ from the uninterrupted run's)"
+        )
     if differ:
         shown = "; ".join(
             f"{k} {json.dumps(saved.get(k))} there, {json.dumps(config.get(k))} now"
             for k in differ[:3]
         )
+        unset = ""
+        if "data_root" in differ and saved.get("data_root") is None and args.data_root is None:
+            unset = " (the run read the bundled copy; $PYROUQ_DATA names a folder now: unset it)"
         raise CommandError(
             f"--resume continues the run in {str(out)!r} as it was started, but this command "
-            f"trains another ({shown}); run the recorded command with --resume: "
+            f"trains another ({shown}){unset}; run the recorded command with --resume: "
             f"{resume_command(saved, out)}"
         )
-    config["command"] = saved.get("command", config.get("command"))
+    command = str(saved.get("command", config.get("command")))
+    changed = {k: config.get(k) for k in free if saved.get(k, "(none)") != config.get(k)}
+    if changed:  # the run goes on with this command's; config.json and its command say so
+        words = _in_full(shlex.split(command))
+        for key in changed:
+            if typed[key] is not None:  # as typed: each rank of torchrun picks its own cuda:N
+                value = str(typed[key])
+                option = "--" + key.replace("_", "-")
+                words = _with_option(words, option, value, lambda given, v=value: given == v)
+        command = shlex.join(words)
+        _rewrite(path, {**saved, **changed, "command": command}, list(changed))
+    config["command"] = command
+
+
+def _draws(value: Any) -> bool:
+    """Whether a recorded ``num_samples`` is a number of draws (not null, not edited wrong)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _rewrite(path: Path, config: dict[str, Any], keys: list[str]) -> None:
+    """Replace ``config.json`` at ``path`` whole (never half written)."""
+    part = path.with_name(f".config.json.{os.getpid()}.tmp")
+    try:
+        part.write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(part, path)
+    except OSError as err:
+        part.unlink(missing_ok=True)
+        raise CommandError(
+            f"--resume: cannot record the new {', '.join(keys)} in {str(path)!r}: "
+            f"{err.strerror or err}; make the run folder writable, or resume with the run's"
+        ) from None
 
 
 def resume_command(config: dict[str, Any], out: Path) -> str:
-    """The command that continues the run of ``config`` in ``out``: the recorded one with
-    ``--resume`` (and ``--out``, when the run took the default folder), without its
-    ``--overwrite`` (typed in full or shortened, as argparse takes ``--ov``), under
-    ``torchrun`` on as many ranks when the run had several (its world size is compared)."""
-    words = shlex.split(str(config.get("command", "pyrouq fit ...")))
-    if not any(w == "--out" or w.startswith("--out=") for w in words):
-        words += ["--out", str(out)]
-    words = [w for w in words if not (len(w) >= 4 and "--overwrite".startswith(w))]
+    """The command that continues the run of ``config`` in ``out``, which works from any folder
+    and without the environment it started in: the recorded one with its options written in
+    full (argparse took ``--ou`` for ``--out``), with ``--resume``, without its
+    ``--overwrite``; ``--out`` naming ``out`` and ``--data-root`` the run's data folder
+    (``$PYROUQ_DATA``'s, where the run took it from there) by absolute paths, unless written
+    as the same folder from the root or with a ``~``; under ``torchrun`` on as many ranks
+    when the run had several (its world size is compared)."""
+    words = _in_full(shlex.split(str(config.get("command", "pyrouq fit ..."))))
+    words = _with_path(words, "--out", os.path.abspath(os.path.expanduser(out)))
+    if isinstance(config.get("data_root"), str):
+        words = _with_path(words, "--data-root", config["data_root"])
+    words = [w for w in words if w != "--overwrite"]
     if "--resume" not in words:
         words.append("--resume")
     world = config.get("world_size")
     if isinstance(world, int) and world > 1 and words[:1] == ["pyrouq"]:
         return f"torchrun --standalone --nproc_per_node {world} -m {shlex.join(words)}"
     return shlex.join(words)
+
+
+def _in_full(words: list[str]) -> list[str]:
+    """A recorded command's words with each option that argparse took shortened (``--ou``,
+    ``--overw``, ``--data-r=DIR``) written in full."""
+    from pyrouq.cli._parser import _build_parser
+
+    fit = _build_parser().subcommands["fit"]
+    names = [s for action in fit._actions for s in action.option_strings if s.startswith("--")]
+    full: list[str] = []
+    for i, word in enumerate(words):
+        if word == "--":  # positional arguments only, from here on
+            return full + words[i:]
+        name, equals, value = word.partition("=")
+        found = [n for n in names if n.startswith(name)] if name.startswith("--") else []
+        if name not in names and len(found) == 1:
+            word = found[0] + equals + value
+        full.append(word)
+    return full
+
+
+def _with_option(words: list[str], option: str, value: str, keep: Any) -> list[str]:
+    """``words`` with each value of ``option`` (``--out X`` or ``--out=X``) that ``keep`` does
+    not accept replaced by ``value``, or with ``option value`` added where the command gave
+    none."""
+    result, found, i = [], False, 0
+    while i < len(words):
+        word = words[i]
+        if word == option and i + 1 < len(words):
+            given = words[i + 1]
+            result += [word, given if keep(given) else value]
+            found, i = True, i + 2
+            continue
+        if word.startswith(option + "="):
+            given = word[len(option) + 1 :]
+            word, found = f"{option}={given if keep(given) else value}", True
+        result.append(word)
+        i += 1
+    return result if found else [*result, option, value]
+
+
+def _with_path(words: list[str], option: str, folder: str) -> list[str]:
+    """``words`` with ``option`` naming the absolute ``folder``: a value that names it from the
+    root or with a leading ``~`` is kept, a relative one (read from another folder than the
+    run started in, it names another place) replaced."""
+
+    def same(given: str) -> bool:
+        expanded = os.path.expanduser(given)
+        return os.path.isabs(expanded) and os.path.abspath(expanded) == folder
+
+    return _with_option(words, option, folder, same)
 
 
 def clear_run(out: Path) -> None:
