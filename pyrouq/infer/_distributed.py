@@ -222,7 +222,9 @@ def set_epoch(loader: Iterable, epoch: int) -> None:
         sampler.set_epoch(epoch)
 
 
-def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tensor) -> torch.Tensor:
+def average_gradients(
+    params: list[torch.Tensor], group: Group, loss: torch.Tensor, interrupted: bool = False
+) -> torch.Tensor:
     """Replace every gradient by its mean over the ranks: one ``all_reduce`` of all of them
     flattened into one buffer (a gradient missing on some ranks counts as zeros there; one
     missing on every rank stays missing, ``None``, as in one process, where the optimizer
@@ -230,11 +232,12 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
     (``nn.Embedding(..., sparse=True)``) is averaged dense and handed back sparse, holding the
     rows whose mean is not zero, on every rank where it was sparse or missing (for an
     optimizer of sparse gradients, ``SGD``, ``SparseAdam``, ``Adagrad``).
-    Returns a scalar flag reduced in the same buffer, 0 when every rank's ``loss`` is finite
-    and NaN when any is not, so that every rank stops at the same step (a rank raising alone
-    would leave the others waiting in the next collective). The flag, not the loss, travels:
-    in the gradients' dtype, it neither widens the buffer nor overflows a float16 sum. Without
-    ranks, ``loss`` itself (finite exactly when its flag would be): nothing added per step."""
+    Returns a scalar flag reduced in the same buffer, so that every rank stops at the same step
+    (a rank raising alone would leave the others waiting in the next collective): NaN when any
+    rank's ``loss`` is not finite, else above 0 when any rank was ``interrupted`` (a Ctrl-C),
+    else 0. The flag, not the loss, travels: in the gradients' dtype, it neither widens the
+    buffer nor overflows a float16 sum. Without ranks, ``loss`` itself (finite exactly when its
+    flag would be; ``interrupted`` is then fit()'s own to act on): nothing added per step."""
     loss = loss.detach()
     if not group.active or not params:
         return loss
@@ -254,7 +257,7 @@ def average_gradients(params: list[torch.Tensor], group: Group, loss: torch.Tens
     else:
         held = torch.tensor(present, dtype=like.dtype).to(like.device)
         layouts = torch.tensor(sparse, dtype=like.dtype).to(like.device)
-    flag = torch.where(torch.isfinite(loss), 0.0, math.nan).to(like).reshape(1)
+    flag = torch.where(torch.isfinite(loss), float(interrupted), math.nan).to(like).reshape(1)
     _average_in_place([*grads, held, layouts, flag], group)
     if checked:  # which gradients no rank had, which to hand back sparse
         rows = zip(params, present, sparse, held.tolist(), layouts.tolist(), strict=True)

@@ -187,6 +187,7 @@ class Loop:
         self.checkpoint, self.metadata, self.callbacks = checkpoint, metadata, callbacks
         self.group = group
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        self.shares_steps = group.active and bool(self.params)  # a collective at every step
         self.statistics = running_statistics(model, guide)
         self.kept: list[torch.Tensor] | None = None  # taken at each step (lazy ones once made)
         self.device = module_device(model, guide) or torch.device("cpu")
@@ -358,10 +359,13 @@ class Loop:
             training=state,
         )
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
+    def step(
+        self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int, interrupted: bool
+    ) -> tuple[torch.Tensor, bool]:
         """One optimizer step on ``(x, y)``; returns its loss, NLL, KL and ``[correct,
         counted]`` on the CPU, read in one transfer before the update (on a GPU the update's
-        kernels then run while the next batch is prepared)."""
+        kernels then run while the next batch is prepared), and, under ranks, whether any rank
+        was ``interrupted`` (Ctrl-C) as it entered the step's collective, which carries it."""
         if self.scheduled:
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.steps)
@@ -377,7 +381,7 @@ class Loop:
         except Exception as err:  # before the step's collective: the other ranks wait in it
             self.put_back_statistics()
             self.stop_with_the_ranks(err)
-        stopped = _distributed.average_gradients(self.params, self.group, terms.loss)
+        stopped = _distributed.average_gradients(self.params, self.group, terms.loss, interrupted)
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
         hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
@@ -410,7 +414,7 @@ class Loop:
             )
         self.optimizer.step()
         self.steps += 1
-        return row
+        return row, self.shares_steps and everywhere > 0
 
     def keep_statistics(self) -> None:
         """Copy the normalisation layers' running statistics before a step (once a lazy
@@ -499,7 +503,7 @@ class Loop:
                             x, y = x.clone(), y.clone()  # inference_mode: autograd refuses them)
                         mid_step = True
                         try:
-                            row = self.step(x, y, epoch, step)
+                            row, asked = self.step(x, y, epoch, step, interrupt.requested)
                         except ValueError as err:
                             if not str(err).startswith(_ONE_VALUE_PER_CHANNEL):
                                 raise
@@ -512,7 +516,9 @@ class Loop:
                             if step % 10 == 0:
                                 bar.set_description(f"epoch {epoch}/{self.epochs}")
                                 bar.set_postfix(loss=f"{self.sums[0].item() / batches:.4g}")
-                        if interrupt.requested:
+                        # under ranks, as the step's collective told every rank: all stop
+                        # after the same step (a later Ctrl-C rides on the next step's)
+                        if asked if self.shares_steps else interrupt.requested:
                             raise KeyboardInterrupt
                     if batches == 0:
                         raise ValueError(no_batches_message(self.loader, self.group.world, epoch))
@@ -547,7 +553,8 @@ class Loop:
                         self.call_back(record)
                         if interrupt.requested:
                             raise KeyboardInterrupt
-                    if interrupt.requested:  # during the collective
+                    # during the collective; under ranks, the next step's carries it
+                    if interrupt.requested and not self.shares_steps:
                         raise KeyboardInterrupt
         except KeyboardInterrupt:
             if mid_step:

@@ -301,7 +301,9 @@ def fit(
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
         subclass carrying the partial :class:`FitResult`. A second press inside a step raises a
         plain ``KeyboardInterrupt`` at once and writes nothing (``checkpoint`` keeps the last
-        epoch's end); one while a batch is being fetched stops as the first press does.
+        epoch's end); one while a batch is being fetched stops as the first press does. Under
+        torch.distributed, a first press on any rank stops every rank after the same step (the
+        next whose gradient average carries it; rank 0 writes), each raising this.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
