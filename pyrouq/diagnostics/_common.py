@@ -15,6 +15,7 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
+from pyrouq._mismatch import input_mismatch
 from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
@@ -222,8 +223,25 @@ def _replayed_draws(
             except Exception as err:
                 if s == 0:
                     _explain_per_point_sites(err, model, guide_trace, x, y, caller)
+                    _explain_inputs(err, model, x, caller, " at the guide's first draw")
                 raise
         yield s, guide_trace, model_trace
+
+
+def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: str = "") -> None:
+    """Restate torch's error from the model's first pass that reads as inputs it does not take
+    (:func:`pyrouq._mismatch.input_mismatch`: "mat1 and mat2 shapes cannot be multiplied"),
+    naming x and what to check, as ``predict()`` and ``mcmc()`` do; pass any other."""
+    if not input_mismatch(err):
+        return
+    name = getattr(model, "__name__", type(model).__name__)
+    said = str(err).split("\nTrace Shapes:")[0]  # (Pyro's trace appends its site shapes)
+    raise ValueError(
+        f"{caller}: {name} failed on x (shape {tuple(x.shape)}, dtype {x.dtype}){where}: "
+        f"{' '.join(said.split())}. Check that the model takes x (shape, channels, "
+        "flattening: N inputs of the shape it was built for) and that the guide and draws "
+        "are this model's."
+    ) from err
 
 
 def _explain_per_point_sites(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from pyrouq.diagnostics._common import (
     _check_result,
     _check_result_data,
     _check_var_names,
+    _explain_inputs,
     _fixed_support,
     _latent_sites,
     _masked,
@@ -168,7 +170,7 @@ def to_inference_data(
         BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out; a guide whose
         parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
         MCMCResult whose sites or sample stats differ in (chain, draw), or whose draws hold
-        NaN or inf.
+        NaN or inf; x the network does not take (torch's shape error, restated naming x).
 
     Warns
     -----
@@ -335,18 +337,20 @@ def to_inference_data(
     stats = None
     if result is not None:
         stats = {name: value.numpy() for name, value in result.sample_stats.items()}
-    idata = az.from_dict(
-        posterior_predictive=predictive,
-        log_likelihood={"obs": out.numpy("log_lik", chains)},
-        sample_stats=stats,
-        observed_data={"obs": _numpy(y)},
-        coords=coords,
-        dims=dims,
-    )
-    if keep:  # apart: a latent site "probs" or "scale" is not the predictions' (obs_id, ...)
-        posterior = {name: out.numpy(_LATENT + name, chains) for name in keep}
-        idata, predictions = az.from_dict(posterior, dims=posterior_dims), idata
-        idata.extend(predictions)
+    with warnings.catch_warnings():  # arviz's guess at a transposed layout, where C > S:
+        warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
+        idata = az.from_dict(  # these arrays are (chain, draw, ...) by construction
+            posterior_predictive=predictive,
+            log_likelihood={"obs": out.numpy("log_lik", chains)},
+            sample_stats=stats,
+            observed_data={"obs": _numpy(y)},
+            coords=coords,
+            dims=dims,
+        )
+        if keep:  # apart: a latent site "probs" or "scale" is not the predictions' (obs_id, ..)
+            posterior = {name: out.numpy(_LATENT + name, chains) for name in keep}
+            idata, predictions = az.from_dict(posterior, dims=posterior_dims), idata
+            idata.extend(predictions)
     from pyrouq import __version__
 
     attrs = {
@@ -450,7 +454,12 @@ def _export_weights(
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for cols in _batches(n, batch_size):
-                logits = model.outputs(x[cols], weights)
+                try:
+                    logits = model.outputs(x[cols], weights)
+                except RuntimeError as err:  # torch's words on a shape, as predict() restates
+                    if s == 0:
+                        _explain_inputs(err, model, x, "to_inference_data()")
+                    raise
                 per = num_samples // chains if chains else 0
                 where = f"chain {s // per}, draw {s % per}" if per else f"guide draw {s}"
                 _check_outputs(logits, f"at {where}", cols, "to_inference_data()", model.likelihood)
