@@ -12,7 +12,6 @@ tutorial uses k = 1/10000), corresponds to ``kl_weight = k * N``: multiply that 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import warnings
 from collections.abc import Container
 from dataclasses import dataclass
@@ -27,14 +26,21 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq import _engine
-from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import guiding_sites
 from pyrouq._param_store import register_children, register_params
-from pyrouq._util import AsItCame, check_count, check_flag, class_name
+from pyrouq._util import AsItCame, check_count, check_flag
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+from pyrouq.infer._elbo_checks import (
+    check_kl_weight,
+    lacks_labels,
+    local_owner,
+    model_inputs,
+    needs_labels,
+    traced_guide,
+)
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
-from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
+from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw, site_mismatch
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
 
@@ -84,47 +90,6 @@ def _deterministic(model: Any, guide: Any) -> bool:
         and isinstance(model, BatchEnsembleNetwork)
         and type(model).forward is BatchEnsembleNetwork.forward
     )
-
-
-def _model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
-    """``(x, y)`` from the arguments of a pyrouq model's ``forward(x, y=None)``."""
-    x = args[0] if args else kwargs.get("x")
-    y = args[1] if len(args) > 1 else kwargs.get("y")
-    return x, y
-
-
-def _lacks_labels(model: Any, args: tuple, kwargs: dict) -> bool:
-    """Whether the call left the model's label slot empty: y given as None, or not given to a
-    model whose forward takes a second argument (Pyro's ``model(data)`` has none)."""
-    if len(args) > 1 or "y" in kwargs:
-        return _model_inputs(args, kwargs)[1] is None
-    try:
-        named = inspect.signature(getattr(model, "forward", model)).parameters.values()
-    except (TypeError, ValueError):  # no signature to read
-        return False
-    slots = [p for p in named if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(slots) > 1
-
-
-def _check_kl_weight(kl_weight: object) -> float:
-    if not is_real(kl_weight):
-        raise TypeError(
-            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}."
-        )
-    if (number := finite_float(kl_weight)) is None or number < 0:
-        raise ValueError(
-            f"Expected kl_weight to be a finite float >= 0, got {shown(kl_weight)}. "
-            "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
-        )
-    return number
-
-
-def _needs_labels(y: Any) -> None:
-    if y is None:
-        raise ValueError(
-            'KLWeightedELBO needs the labels: the model\'s "obs" site was not observed '
-            "(y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
-        )
 
 
 def _priors(model: BayesianNetwork) -> list[Any]:
@@ -210,7 +175,9 @@ class KLWeightedELBO(ELBO):
     model subclass overriding ``forward``, is traced: the guide is run and the model replayed
     against it. :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call)
     back-propagates several weight-sampling particles one at a time, with the same draws and
-    gradients.
+    gradients. As in :func:`pyrouq.fit`, a guide built for another model, the model as its own
+    guide, a :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a
+    model with latent sites are refused (``None`` is the guide of a model without any).
 
     Local reparameterisation. For a model with ``local_reparameterization=True`` and a
     :class:`~pyrouq.MeanFieldGuide`, every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` whose weight
@@ -259,12 +226,22 @@ class KLWeightedELBO(ELBO):
         num_particles = check_count("num_particles", num_particles)
         vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
         max_plate_nesting = check_max_plate_nesting(max_plate_nesting)
-        self.kl_weight = _check_kl_weight(kl_weight)
+        self.kl_weight = kl_weight  # (checked by the property)
         super().__init__(
             num_particles=num_particles,
             vectorize_particles=vectorize_particles,
             max_plate_nesting=max_plate_nesting,
         )
+
+    @property
+    def kl_weight(self) -> float:
+        """Weight of the KL term (a float >= 0); setting it (a KL annealing schedule between
+        steps) checks the value as the constructor does."""
+        return self._kl_weight
+
+    @kl_weight.setter
+    def kl_weight(self, value: float) -> None:
+        self._kl_weight = check_kl_weight(value)
 
     # -- the traced path --------------------------------------------------------------------
 
@@ -285,10 +262,11 @@ class KLWeightedELBO(ELBO):
         # select= network's other layers) would run as they were at the first step
         torch.clear_autocast_cache()
         if _samples_directly(model, guide):
-            return self._direct_terms(model, guide, *_model_inputs(args, kwargs))
+            return self._direct_terms(model, guide, *model_inputs(args, kwargs))
         if _deterministic(model, guide):
-            return self._ensemble_terms(model, *_model_inputs(args, kwargs))
-        local = _local_owner(model)
+            return self._ensemble_terms(model, *model_inputs(args, kwargs))
+        guide = traced_guide(model, guide)  # (None for an ensemble of one's own: drawing none)
+        local = local_owner(model)
         if local is not None:
             warnings.warn(
                 f"{local} has local_reparameterization=True, which KLWeightedELBO applies "
@@ -302,7 +280,7 @@ class KLWeightedELBO(ELBO):
         nll_total: Tensor | float = 0.0
         kl_total: Tensor | float = 0.0
         outputs = None
-        labelled = not _lacks_labels(model, args, kwargs)
+        labelled = not lacks_labels(model, args, kwargs)
         ours = isinstance(model, BayesianNetwork)
         # the network's own priors are fixed: analytic in any order (not a subclass's sites)
         fixed = set(model.latent_sites()) if ours else set()
@@ -338,14 +316,12 @@ class KLWeightedELBO(ELBO):
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
-            differ = next(
-                (s for s in sites if s not in loc or loc[s].shape != sites[s]),
-                next((s for s in loc if s not in sites), "?"),
-            )
+            shapes = {s: tuple(v.shape) for s, v in loc.items()}
+            differ = site_mismatch({s: tuple(v) for s, v in sites.items()}, shapes, strict=True)
             raise ValueError(
-                f"The guide does not belong to {type(model).__name__}: its sites differ from the "
-                f"model's latent sites (first difference: {differ!r}). Build the guide for this "
-                "model: mean_field_guide(model)."
+                f"KLWeightedELBO: the guide does not belong to {type(model).__name__}, its sites "
+                f"differ from the model's latent sites: {differ}. Pass the guide built for this "
+                "model (mean_field_guide(model)) and fitted with it."
             )
         check_guide_tensors(model, guide, "KLWeightedELBO", first=True)  # (its sites: the model's)
         scale = {s: guide.site_scale(s) for s in guide.sites}
@@ -422,7 +398,7 @@ class KLWeightedELBO(ELBO):
 
     def _direct_terms(self, model: BayesianNetwork, guide: MeanFieldGuide, x, y) -> ELBOTerms:
         """:meth:`terms` without traces (see the class docstring)."""
-        _needs_labels(y)
+        needs_labels(y)
         loc, scale, lazy = self._guide_moments(model, guide)
         positive = guide.positive
         count = self.num_particles
@@ -479,7 +455,7 @@ class KLWeightedELBO(ELBO):
 
     def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
         """A BatchEnsemble's loss: its members' summed negative log-likelihood, scaled N/B."""
-        _needs_labels(y)
+        needs_labels(y)
         lazy = _register_point_estimates(model)
         outputs = model.outputs(x)
         nll = observed_nll(model, outputs, y)
@@ -502,7 +478,7 @@ class KLWeightedELBO(ELBO):
         of them. A network run in float16 whose gradients overflow (inf / NaN) while the loss
         is finite raises ``FloatingPointError`` naming the fix (bfloat16 or float32).
         """
-        x, y = _model_inputs(args, kwargs)
+        x, y = model_inputs(args, kwargs)
         torch.clear_autocast_cache()  # see terms()
         if (
             self.num_particles > 1
@@ -585,15 +561,3 @@ class KLWeightedELBO(ELBO):
             f"KLWeightedELBO(kl_weight={self.kl_weight:g}, num_particles={self.num_particles}, "
             f"vectorize_particles={self.vectorize_particles})"
         )
-
-
-def _local_owner(model: Any) -> str | None:
-    """What in ``model`` asks for local reparameterisation (the model, or a pyrouq.nn layer
-    inside a model of the user's own), named for a warning; None if nothing does."""
-    if getattr(model, "local_reparameterization", False):
-        return type(model).__name__
-    if isinstance(model, torch.nn.Module):
-        for name, module in model.named_modules():
-            if getattr(module, "local_reparameterization", False):
-                return f"{type(model).__name__}'s layer {name!r} ({class_name(module)})"
-    return None

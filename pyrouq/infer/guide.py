@@ -262,7 +262,7 @@ class MeanFieldGuide(nn.Module):
         return new
 
     def site_loc(self, site: str) -> torch.Tensor:
-        """Location (posterior mean) of ``site``."""
+        """Location of ``site``: its posterior mean (of its logarithm for a positive site)."""
         return self.loc[self._keys[site]]
 
     def site_scale(self, site: str) -> torch.Tensor:

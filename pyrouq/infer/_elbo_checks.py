@@ -1,0 +1,108 @@
+"""What :class:`pyrouq.KLWeightedELBO` checks of its settings and of the arguments of a call:
+the KL weight, the model's inputs and labels, and whether the guide is one for the model."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
+from pyrouq._util import class_name
+from pyrouq.convert import BatchEnsembleNetwork
+from pyrouq.infer.guide import MeanFieldGuide, check_drawable, check_guide
+
+_CALLER = "KLWeightedELBO"
+
+
+def check_kl_weight(kl_weight: object) -> float:
+    """``kl_weight`` as a float, refused unless it is a finite real number >= 0."""
+    if not is_real(kl_weight):
+        raise TypeError(
+            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}."
+        )
+    if (number := finite_float(kl_weight)) is None or number < 0:
+        raise ValueError(
+            f"Expected kl_weight to be a finite float >= 0, got {shown(kl_weight)}. "
+            "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
+        )
+    return number
+
+
+def model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """``(x, y)`` from the arguments of a pyrouq model's ``forward(x, y=None)``."""
+    x = args[0] if args else kwargs.get("x")
+    y = args[1] if len(args) > 1 else kwargs.get("y")
+    return x, y
+
+
+def lacks_labels(model: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether the call left the model's label slot empty: y given as None, or not given to a
+    model whose forward takes a second argument (Pyro's ``model(data)`` has none)."""
+    if len(args) > 1 or "y" in kwargs:
+        return model_inputs(args, kwargs)[1] is None
+    try:
+        named = inspect.signature(getattr(model, "forward", model)).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return False
+    slots = [p for p in named if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(slots) > 1
+
+
+def needs_labels(y: Any) -> None:
+    if y is None:
+        raise ValueError(
+            'KLWeightedELBO needs the labels: the model\'s "obs" site was not observed '
+            "(y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
+        )
+
+
+def local_owner(model: Any) -> str | None:
+    """What in ``model`` asks for local reparameterisation (the model, or a pyrouq.nn layer
+    inside a model of the user's own), named for a warning; None if nothing does."""
+    if getattr(model, "local_reparameterization", False):
+        return type(model).__name__
+    if isinstance(model, torch.nn.Module):
+        for name, module in model.named_modules():
+            if getattr(module, "local_reparameterization", False):
+                return f"{type(model).__name__}'s layer {name!r} ({class_name(module)})"
+    return None
+
+
+def _empty_guide(*args: Any, **kwargs: Any) -> None:
+    """The guide of a pyrouq model without latent sites (a BatchEnsemble of one's own)."""
+    return None
+
+
+def traced_guide(model: Any, guide: Any) -> Any:
+    """The guide the traced path runs against ``model``, checked as :func:`pyrouq.fit` checks
+    it: ``guide=None`` for a pyrouq model without latent sites (a BatchEnsemble) becomes a
+    guide that draws nothing, and is refused for any other model; a guide built for another
+    model (the first differing site named), the model itself, or a :class:`MeanFieldGuide`
+    for a model that has no weights to draw are refused."""
+    latent = getattr(model, "latent_sites", None)
+    sites = latent() if callable(latent) else None
+    if guide is None:
+        if isinstance(model, BatchEnsembleNetwork) or (sites is not None and not sites):
+            return _empty_guide
+        name = type(model).__name__
+        if not isinstance(model, torch.nn.Module):  # a model function: its own name
+            name = getattr(model, "__name__", name)
+        if sites:
+            shown_sites = ", ".join(repr(s) for s in list(sites)[:3])
+            more = ", ..." if len(sites) > 3 else ""
+            raise ValueError(
+                f"{_CALLER} got guide=None for {name}, whose latent sites ({shown_sites}{more}) "
+                "a guide must draw. Pass the guide built for it, mean_field_guide(model) "
+                "(guide=None is for a model without latent sites, such as a BatchEnsemble)."
+            )
+        raise ValueError(
+            f"{_CALLER} got guide=None for {name}: expected a guide that draws the model's "
+            "latent sites. Pass one, e.g. pyro.infer.autoguide.AutoNormal(model) (guide=None is "
+            "for a pyrouq model without latent sites, such as a BatchEnsemble)."
+        )
+    if isinstance(guide, MeanFieldGuide):  # (an ensemble, a plain network: none to draw)
+        check_drawable(model, "a guide", _CALLER)
+    check_guide(model, guide, _CALLER)
+    return guide
