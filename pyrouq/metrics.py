@@ -132,11 +132,11 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     ``ECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` with confidence ``max_c p̄_nc``,
     ``acc(B_b)`` the accuracy and ``conf(B_b)`` the mean confidence of bin ``B_b``; empty bins
     add 0. With K bins they are left-closed ``[b/K, (b+1)/K)``, edges ``b/K`` correctly rounded
-    (torchmetrics' ``linspace(0, 1, K + 1)`` edges can be an ulp above: for K = 10 it bins 0.3
-    in ``[0.2, 0.3)``, pyrouq in ``[0.3, 0.4)``); a confidence of exactly 1.0 joins the last bin
-    ``[(K-1)/K, 1]`` (torchmetrics gives it a bin of its own). The figures pyrouq reports
-    (``evaluate()``, the tables) use 15. Memory is ``O(N)`` for any K up to ``2**53`` (below
-    which every edge ``b/K`` is correctly rounded): past max(2N, 2**16) bins, the occupied only.
+    (torchmetrics' ``linspace(0, 1, K + 1)`` edges can be an ulp below (a value on one falls a
+    bin higher: float32 edges 8-10 of K = 15) or above (a bin lower: float32 3, 6, 7 of K = 15,
+    float64 0.3 of K = 10); 1.0 joins the last bin ``[(K-1)/K, 1]`` (torchmetrics: its own bin).
+    The figures pyrouq reports (``evaluate()``, the tables) use 15. Memory: ``O(N)`` for K up to
+    ``2**53`` (each ``b/K`` correctly rounded below it), past max(2N, 2**16) bins the occupied only.
 
     Examples
     --------

@@ -151,13 +151,18 @@ def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) 
     keys = [k for k in {**saved, **config} if k not in (*_NOT_COMPARED, *free)]
     differ = [k for k in keys if saved.get(k, "(none)") != config.get(k, "(none)")]
     if differ == ["device"]:
-        now = config.get("device")
+        then, now = saved.get("device"), config.get("device")
+        move = (
+            f"--device {now} to go on on {now} (the weights and training state load on any "
+            "device, but the later steps then differ from the uninterrupted run's)"
+        )
+        if _usable(then):
+            fix = f"pass --device {then} to go on on {then} as the run started, or {move}"
+        else:
+            fix = f"resume it where {then} is available, or pass {move}"
         raise CommandError(
-            f"--resume: the run in {str(out)!r} trained on {saved.get('device')}, but this "
-            f"command (no --device) would train it on {now}, this machine's default; resume it "
-            f"where {saved.get('device')} is available, or pass --device {now} to go on on "
-            f"{now} (the weights and training state load on any device, but the later steps "
-            "then differ from the uninterrupted run's)"
+            f"--resume: the run in {str(out)!r} trained on {then}, but this command (no "
+            f"--device) would train it on {now}, this machine's default; {fix}"
         )
     if differ:
         shown = "; ".join(
@@ -184,6 +189,19 @@ def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) 
         command = shlex.join(words)
         _rewrite(path, {**saved, **changed, "command": command}, list(changed))
     config["command"] = command
+
+
+def _usable(device: Any) -> bool:
+    """Whether the recorded ``device`` can train here (the CPU always can)."""
+    from pyrouq.cli._evaluate import _device
+
+    if not isinstance(device, str):
+        return False
+    try:
+        _device(device)
+    except (CommandError, RuntimeError, ValueError):  # a config.json edited by hand too
+        return False
+    return True
 
 
 def _draws(value: Any) -> bool:
@@ -217,9 +235,11 @@ def resume_command(config: dict[str, Any], out: Path) -> str:
     words = _with_path(words, "--out", os.path.abspath(os.path.expanduser(out)))
     if isinstance(config.get("data_root"), str):
         words = _with_path(words, "--data-root", config["data_root"])
-    words = [w for w in words if w != "--overwrite"]
-    if "--resume" not in words:
-        words.append("--resume")
+    options, positional = _split_at_dashes(words)
+    options = [w for w in options if w != "--overwrite"]
+    if "--resume" not in options:
+        options.append("--resume")
+    words = options + positional
     world = config.get("world_size")
     if isinstance(world, int) and world > 1 and words[:1] == ["pyrouq"]:
         return f"torchrun --standalone --nproc_per_node {world} -m {shlex.join(words)}"
@@ -248,7 +268,8 @@ def _in_full(words: list[str]) -> list[str]:
 def _with_option(words: list[str], option: str, value: str, keep: Any) -> list[str]:
     """``words`` with each value of ``option`` (``--out X`` or ``--out=X``) that ``keep`` does
     not accept replaced by ``value``, or with ``option value`` added where the command gave
-    none."""
+    none (before a ``--``, after which every word is a positional argument)."""
+    words, positional = _split_at_dashes(words)
     result, found, i = [], False, 0
     while i < len(words):
         word = words[i]
@@ -262,7 +283,13 @@ def _with_option(words: list[str], option: str, value: str, keep: Any) -> list[s
             word, found = f"{option}={given if keep(given) else value}", True
         result.append(word)
         i += 1
-    return result if found else [*result, option, value]
+    return (result if found else [*result, option, value]) + positional
+
+
+def _split_at_dashes(words: list[str]) -> tuple[list[str], list[str]]:
+    """``words`` up to its first ``--`` (options), and from it on (positional arguments)."""
+    at = words.index("--") if "--" in words else len(words)
+    return words[:at], words[at:]
 
 
 def _with_path(words: list[str], option: str, folder: str) -> list[str]:

@@ -48,7 +48,9 @@ class Gaussian(Likelihood):
     min_scale : float, default 1e-3
         The floor of the heteroscedastic scales (keeps the likelihood bounded), in the units
         of the targets the model trains on. It (or a float ``scale``) must be at least the
-        smallest normal number of the outputs' dtype (1.2e-38 in float32), else a clear error.
+        smallest normal number of the dtype the scales are computed in, else a clear error:
+        the outputs' (1.2e-38 in float32, 2.2e-308 in float64), float32 for float16 and
+        bfloat16 outputs (widened to float32 there).
 
     Examples
     --------
@@ -367,14 +369,15 @@ def _positive(name: str, value: Any, hint: str) -> float:
 
 
 def _representable(name: str, value: float, dtype: torch.dtype) -> None:
-    """Refuse a noise floor (or a fixed noise) below the smallest normal number of the
-    outputs' dtype: it rounds to 0 or to a subnormal, and the likelihood to NaN or inf."""
+    """Refuse a noise floor (or a fixed noise) below the smallest normal number of ``dtype``,
+    the one the scales are computed in (the widened outputs'): it rounds to 0 or to a
+    subnormal, and the likelihood to NaN or inf."""
     tiny, kind = torch.finfo(dtype).tiny, str(dtype).replace("torch.", "")
     if value < tiny:
+        wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
         raise ValueError(
             f"Gaussian({name}={value:g}) is below the smallest normal {kind} number "
-            f"({tiny:.3g}): with {kind} outputs the noise scales "
-            f"would round to 0 (or lose their precision) and the likelihood would be NaN or "
-            f"inf. Pass {name} >= {tiny:.3g} (e.g. 1e-3), or use float64 outputs "
-            "(model.double())."
+            f"({tiny:.3g}): the noise scales, computed in {kind}, would round to 0 (or lose "
+            f"their precision) and the likelihood would be NaN or inf. Pass {name} >= "
+            f"{tiny:.3g} (e.g. 1e-3){wider}."
         )

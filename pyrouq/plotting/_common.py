@@ -152,6 +152,13 @@ def _figure_and_axes(ax: Any, figsize: tuple[float, float]) -> tuple[Figure, Axe
             f"Expected ax to be one matplotlib Axes to draw into, got {got}; {fix}, or leave "
             "ax=None for a figure of its own."
         )
+    name = getattr(ax, "name", None)
+    if name != "rectilinear":  # a 3-D, polar or map projection: drawing fails inside it
+        raise TypeError(
+            f"Expected ax to be a 2-D (rectilinear) Axes, got a {name} Axes; pass one made by "
+            "plt.subplots() or fig.add_subplot() without a projection, or leave ax=None for a "
+            "figure of its own."
+        )
     fig = ax.figure
     if fig is None:
         raise ValueError(
