@@ -4,6 +4,7 @@ to do instead), and how it counts the training examples N of a loader."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -14,6 +15,34 @@ from pyrouq import checkpoint as _checkpoint
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import check_count, check_positive_float, example_sampler
 from pyrouq.infer._training import unbatched_items
+
+
+class _Default(float):
+    """A default told apart from the same number passed (``fit(lr=...)`` beside ``optim=``);
+    shown as the number."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+
+DEFAULT_LR: float = _Default(2e-2)
+"""``fit()``'s default ``lr``, the default Adam's learning rate (2e-2)."""
+
+
+def warn_lr_beside_optim(lr: Any, optim: Any) -> None:
+    """Warn of an ``lr`` passed beside ``optim`` (the default left alone): the optimizer
+    ``optim`` builds has its own learning rate, and ``lr`` has no effect (warned of, as a
+    ``kl_weight`` given for a model without latent sites is)."""
+    if optim is not None and lr is not DEFAULT_LR:
+        warnings.warn(
+            f"fit(lr={lr!r}) has no effect beside optim=: lr is the learning rate of the "
+            "default Adam only, and the optimizer optim builds keeps its own. Give the learning "
+            f"rate to optim (e.g. optim=lambda params: torch.optim.AdamW(params, lr={lr!r})) "
+            "and leave lr out, or leave optim out to train with pyrouq's Adam at lr.",
+            stacklevel=3,
+        )
 
 
 def check_settings(epochs: Any, lr: Any, num_particles: Any, kl_weight: Any) -> tuple[int, float]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Iterable
-from contextlib import nullcontext
 from typing import Any
 
 import pyro
@@ -22,6 +21,7 @@ from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import GuideMismatch, check_traces_match
 from pyrouq._util import (
     ShardedOrder,
+    buffers_kept,
     global_streams_kept,
     has_latent_sites,
     innermost_distribution,
@@ -135,11 +135,10 @@ class Probe:
         run_network = needs_classes or lazy_model or own_network
         if not (run_network or lazy_guide or foreign):
             return
-        # a pass made only to find those draws nothing from the global streams (a dropout
-        # kept on at evaluation, a dataset's augmentations): training draws what it drew
-        only_params = not (needs_classes or lazy_guide or foreign or lazy_model)
-        kept = global_streams_kept(module_device(model, guide)) if only_params else nullcontext()
-        with kept:
+        # the passes draw nothing from the global streams (a dropout kept on at evaluation,
+        # a guide's first draws, a dataset's augmentations) and change no buffer (a count of
+        # the calls): training runs as it would without them, whether they ran or not
+        with global_streams_kept(module_device(model, guide)), buffers_kept(model, guide):
             self._look(model, guide, loader, needs_classes, foreign, run_network)
 
     def _look(

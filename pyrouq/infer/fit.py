@@ -32,12 +32,14 @@ from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import recorded_num_data, restore
 from pyrouq.infer import _distributed
 from pyrouq.infer._fit_inputs import (
+    DEFAULT_LR,
     ReadAhead,
     check_loader_kind,
     check_paths,
     check_settings,
     dataset_size,
     num_examples,
+    warn_lr_beside_optim,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import build_optimizer, check_callbacks
@@ -91,7 +93,7 @@ def fit(
     train_loader: Iterable,
     *,
     epochs: int,
-    lr: float = 2e-2,
+    lr: float = DEFAULT_LR,
     optim: Callable[[list[nn.Parameter]], Any] | None = None,
     lr_schedule: LRSchedule = "warmup_cosine",
     kl_weight: float | None = None,
@@ -149,7 +151,8 @@ def fit(
         values: fit() on a fitted model trains on from them with a new optimizer and schedule
         (``resume_from`` continues a saved run as it was).
     lr : float, default 2e-2
-        Learning rate of the default Adam optimizer: ``torch.optim.Adam``'s update, step for
+        Learning rate of the default Adam optimizer (none of ``optim=``'s: passed beside it,
+        it is warned of): ``torch.optim.Adam``'s update, step for
         step, in pyrouq's own class (every ``torch.optim`` optimizer imports ``torch._dynamo``
         when it is built: about 2 s, once per process); on CPU in torch's fused kernel, so
         ``torch.optim.Adam(fused=True)``'s numbers to the bit and ``torch.optim.Adam()``'s to
@@ -157,7 +160,9 @@ def fit(
         rounded once into them. Its state dict has ``torch.optim.Adam``'s layout.
     optim : callable, optional
         ``params -> torch.optim.Optimizer`` (e.g. ``lambda p: torch.optim.AdamW(p, 1e-3)``)
-        replacing the default Adam; ``lr`` is then ignored. A built optimizer, a Pyro
+        replacing the default Adam, with the learning rates it gives (an ``lr`` passed beside
+        it has no effect and is warned of; ``lr_schedule`` multiplies the optimizer's own
+        learning rates). A built optimizer, a Pyro
         optimizer (``pyro.optim.Adam``: it is for ``SVI``) or a function returning something
         else is refused; so is an optimizer holding none of the parameters it is given (one
         leaving some out is warned of: freeze those instead), one whose ``step()`` needs a
@@ -219,7 +224,10 @@ def fit(
         ``torch.manual_seed`` first for a run that repeats from scratch; a loader with a
         generator of its own, ``ArrayLoader(seed=...)`` or a DataLoader's ``generator=``,
         carries on from where the last run left it, as do a DataLoader's persistent workers:
-        build it anew to repeat a run). A call refused for its arguments seeds nothing, save
+        build it anew to repeat a run). fit()'s look at the first examples before training
+        (counting the classes, making an autoguide's or a lazy layer's parameters) runs in a
+        fork of the random streams and puts back the buffers it changes (a count of calls): a
+        run draws as it would without it. A call refused for its arguments seeds nothing, save
         for those checked once its first batch is read (the data, ``optim=``, ``resume_from=``,
         ``distributed_draws=``, a ``checkpoint=`` of a network creating parameters with
         ``pyro.param``): it has seeded by then. Rank r of a
@@ -317,7 +325,9 @@ def fit(
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))
     with _distributed.together(early, _SET_UP):
-        epochs, lr = check_settings(epochs, lr, num_particles, kl_weight)
+        epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
+        warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)
+        lr = checked_lr
         if seed is not None:
             seed = check_seed(seed, "fit()")
         if lr_schedule not in ("warmup_cosine", "cosine", "constant"):

@@ -26,7 +26,7 @@ from pyrouq.nn._batchensemble_checks import (
     _check_sizes,
     _settings_given,
 )
-from pyrouq.nn._checks import _SPATIAL, check_layer_input
+from pyrouq.nn._checks import _SPATIAL, check_ensemble_input
 
 FactorInit = Literal["normal", "random_sign"]
 
@@ -131,11 +131,10 @@ class _BatchEnsembleLayer(nn.Module):
         rank = self.weight.dim()
         if rank == 2:
             size = self.weight.shape[1]
-            check_layer_input(self, x, -1, size, f"(M * B, ..., {size})", min_rank=2)
+            check_ensemble_input(self, x, -1, size, "", min_rank=2)
         else:
             size = self.weight.shape[1] * int(self.groups)  # type: ignore[arg-type]
-            shape = f"(M * B, {size}, {_SPATIAL[rank]})"
-            check_layer_input(self, x, 1, size, shape, ranks=(rank,))
+            check_ensemble_input(self, x, 1, size, _SPATIAL[rank], ranks=(rank,))
         return _engine.batchensemble_forward(self, x)
 
 
@@ -403,7 +402,7 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
         ``output_size`` as in ``nn.ConvTranspose*d``."""
         rank = self.weight.dim()
         size = self.in_channels
-        check_layer_input(self, x, 1, size, f"(M * B, {size}, {_SPATIAL[rank]})", ranks=(rank,))
+        check_ensemble_input(self, x, 1, size, _SPATIAL[rank], ranks=(rank,))
         if output_size is None:
             return _engine.batchensemble_forward(self, x)
         self._output_padding_now = nn.modules.conv._ConvTransposeNd._output_padding(

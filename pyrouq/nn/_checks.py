@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyrouq._layer_path import layer_label
 from pyrouq._util import input_hint
 
 #: The spatial dims of a convolution's input, by the rank of its weight.
@@ -21,10 +22,12 @@ def check_layer_input(
     expected: str,
     ranks: tuple[int, ...] | None = None,
     min_rank: int = 1,
+    named: bool = False,
 ) -> None:
     """Refuse an input of a layer that is not a tensor, or whose rank (one of ``ranks``, or
     at least ``min_rank``) or feature size (``x.shape[dim]``) is not the layer's, naming the
-    shape expected and the one given."""
+    shape expected and the one given (``named``: and the layer's path in the network running
+    it, looked up once refused)."""
     name = type(layer).__name__
     if not torch.is_tensor(x):
         raise TypeError(
@@ -32,7 +35,22 @@ def check_layer_input(
         )
     rank_ok = x.dim() >= min_rank if ranks is None else x.dim() in ranks
     if not rank_ok or x.shape[dim] != size:
+        name = layer_label(layer) if named else name
         raise ValueError(
             f"{name} expects inputs of shape {expected}, got shape {tuple(x.shape)}. Check the "
             "output size of the layer before it, or this layer's input size."
         )
+
+
+def check_ensemble_input(
+    layer: Any, x: Any, dim: int, size: int, spatial: str, **ranks: Any
+) -> None:
+    """:func:`check_layer_input` for a BatchEnsemble layer: the batch it expects is the folded
+    one ``(M * B, ...)``, or one member's ``(B, ...)`` while the engine runs the members one
+    after another (on the CPU); the layer is named by its path in the network."""
+    member = getattr(layer, "_member", None) is not None
+    batch = "B" if member else "M * B"
+    expected = f"({batch}, {size}, {spatial})" if dim == 1 else f"({batch}, ..., {size})"
+    if member:
+        expected += " (one member's batch: on the CPU the network runs its members in turn)"
+    check_layer_input(layer, x, dim, size, expected, named=True, **ranks)

@@ -1,0 +1,165 @@
+"""fit()'s set-up (its look at the first examples, its ``lr`` beside ``optim=``) and the
+BatchEnsemble layers' refusals of an input, audit 10."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _toy import ListLoader, tiny_mlp, toy_data
+from torch import nn
+
+import pyrouq
+
+
+class AlwaysDrop(nn.Module):
+    """A network whose dropout stays on in evaluation (MC dropout written by hand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(F.dropout(torch.relu(self.a(x)), 0.5, training=True))
+
+
+class CountsCalls(nn.Module):
+    """A network counting its calls in a buffer, in any mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 2)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.calls += 1
+        return self.a(x)
+
+
+# -- lr beside optim= ---------------------------------------------------------------------
+
+
+def _fit_with(**kwargs):
+    x, y = toy_data(20)
+    torch.manual_seed(0)
+    model = tiny_mlp()
+    built = []
+
+    def optim(params):
+        built.append(torch.optim.SGD(params, lr=1e-3))
+        return built[-1]
+
+    pyrouq.fit(model, pyrouq.mean_field_guide(model), ListLoader(x, y, 20), epochs=1,
+               optim=optim, lr_schedule="constant", progress=False, **kwargs)  # fmt: skip
+    return built[0]
+
+
+@pytest.mark.parametrize("lr", [0.1, 2e-2])
+def test_an_lr_given_beside_optim_is_warned_of_as_having_no_effect(lr):
+    """fit(optim=..., lr=0.1) trained at optim's 1e-3 and said nothing: lr is the default
+    Adam's alone. An lr given explicitly is warned of, the default's own value included."""
+    with pytest.warns(UserWarning) as caught:
+        optimizer = _fit_with(lr=lr)
+    texts = [str(w.message) for w in caught]
+    assert any(
+        t.startswith(f"fit(lr={lr!r}) has no effect beside optim=: lr is the learning rate of "
+                     "the default Adam only") and f"torch.optim.AdamW(params, lr={lr!r})" in t
+        for t in texts
+    ), texts  # fmt: skip
+    assert optimizer.param_groups[0]["lr"] == 1e-3  # optim's own, as documented
+
+
+def test_the_default_lr_beside_optim_is_not_warned_of_and_reads_as_its_value():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        optimizer = _fit_with()
+    assert optimizer.param_groups[0]["lr"] == 1e-3
+    default = inspect.signature(pyrouq.fit).parameters["lr"].default
+    assert default == 2e-2 and repr(default) == "0.02"
+
+
+# -- the set-up's passes leave the random streams and the buffers as found -----------------
+
+
+def _unseeded_run(num_classes):
+    x, y = toy_data(40)
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(AlwaysDrop())
+    if num_classes is not None:
+        model.num_classes = num_classes
+    torch.manual_seed(5)  # the user's seed, fit(seed=None)
+    result = pyrouq.fit(model, pyrouq.mean_field_guide(model), ListLoader(x, y, 20), epochs=2,
+                        progress=False)  # fmt: skip
+    return result.losses, torch.rand(3)
+
+
+def test_counting_the_classes_draws_nothing_from_torchs_stream():
+    """Counting the classes (num_classes unset) ran the network on torch's stream: with an
+    always-on dropout the run's losses depended on whether num_classes was set (32.33 / 29.83
+    against 32.93 / 30.63)."""
+    counted, told = _unseeded_run(None), _unseeded_run(2)
+    assert counted[0] == told[0]
+    assert torch.equal(counted[1], told[1])
+
+
+def test_the_set_up_pass_leaves_a_buffer_the_forward_updates_as_found():
+    """The class-counting pass counted as a call: 3 calls after 2 training steps."""
+    x, y = toy_data(40)
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(CountsCalls())
+    pyrouq.fit(model, pyrouq.mean_field_guide(model), ListLoader(x, y, 20), epochs=1, seed=0,
+               progress=False)  # fmt: skip
+    assert model.net.calls.item() == 2
+
+
+# -- a BatchEnsemble layer refusing its input ---------------------------------------------
+
+
+def _deep(norms="per_member"):
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Sequential(nn.Conv2d(5, 4, 3)), nn.Flatten(), nn.Linear(4, 2),
+    )  # fmt: skip
+    return pyrouq.batchensemble(net, 2, norms=norms)
+
+
+def test_a_layer_run_member_by_member_names_its_path_and_one_members_batch():
+    """On the CPU the members run one after another, each on the batch B of 3: the layer
+    said "expects inputs of shape (M * B, 5, H, W)" and named no path."""
+    model = _deep().eval()
+    with pytest.raises(ValueError) as info:
+        model(torch.randn(3, 3, 6, 6))
+    assert str(info.value) == (
+        "BatchEnsembleConv2d(5, 4, kernel_size=(3, 3), stride=(1, 1), num_members=2) at "
+        "'net.3.0' of BatchEnsembleNetwork expects inputs of shape (B, 5, H, W) (one member's "
+        "batch: on the CPU the network runs its members in turn), got shape (3, 4, 4, 4). "
+        "Check the output size of the layer before it, or this layer's input size."
+    )
+
+
+def test_a_layer_run_on_the_folded_batch_names_its_path_and_the_folded_batch():
+    """A BatchNorm shared by the members computes its statistics over the folded batch:
+    the network runs on M * B = 6 inputs at once."""
+    model = _deep(norms="shared").train()
+    with pytest.raises(ValueError) as info:
+        model(torch.randn(3, 3, 6, 6))
+    message = str(info.value)
+    assert message.startswith(
+        "BatchEnsembleConv2d(5, 4, kernel_size=(3, 3), stride=(1, 1), num_members=2) at "
+        "'net.3.0' of BatchEnsembleNetwork expects inputs of shape (M * B, 5, H, W), got "
+        "shape (6, 4, 4, 4)."
+    ), message
+
+
+def test_a_linear_layer_held_by_a_users_variable_is_named_by_its_path():
+    net = nn.Sequential(pyrouq.BatchEnsembleLinear(3, 4, 2), pyrouq.BatchEnsembleLinear(5, 2, 2))
+    with pytest.raises(ValueError, match=re.escape(
+        "BatchEnsembleLinear(5, 2, num_members=2) at '1' of Sequential expects inputs of shape "
+        "(M * B, ..., 5), got shape (4, 4)."
+    )):  # fmt: skip
+        net(torch.randn(4, 3))
