@@ -16,12 +16,14 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
 from pyrouq._mismatch import input_mismatch
+from pyrouq._own_models import check_traces_match
 from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
     builder_of,
     check_finite_inputs,
     distribution_masks,
+    global_streams_kept,
     innermost_distribution,
     modes,
     module_dtype,
@@ -223,9 +225,31 @@ def _replayed_draws(
             except Exception as err:
                 if s == 0:
                     _explain_per_point_sites(err, model, guide_trace, x, y, caller)
-                    _explain_inputs(err, model, x, caller, " at the guide's first draw")
+                    if _draws_fit(err, model, guide_trace, x, y, caller):
+                        _explain_inputs(err, model, x, caller, " at the guide's first draw")
                 raise
         yield s, guide_trace, model_trace
+
+
+def _draws_fit(
+    err: Exception, model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str
+) -> bool:
+    """Whether the model's failure on the guide's first draw with a shape error read as inputs
+    (``err``) is the inputs', x, not the guide's. A pyrouq model's draws were checked
+    (:func:`check_draws`). A model of the user's own is run once under its priors (the random
+    state kept): where it fails there too, so does x; where it runs, the guide is checked
+    against its trace as after a replay (:func:`check_traces_match`: a guide of another
+    model is refused, naming the site). False otherwise (it fails there in another way, or
+    runs and the guide fits it): Pyro's error stands, with the site shapes it appends."""
+    if callable(getattr(model, "latent_sites", None)) or not input_mismatch(err):
+        return True
+    with global_streams_kept(x.device), torch.no_grad():
+        try:
+            prior = poutine.trace(model).get_trace(x, y)
+        except Exception as again:
+            return input_mismatch(again)
+    check_traces_match(prior, guide_trace, caller, model)
+    return False
 
 
 def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: str = "") -> None:

@@ -7,10 +7,10 @@ import inspect
 from typing import Any
 
 import torch
+from pyro.poutine.util import site_is_subsample
 
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._util import class_name
-from pyrouq.convert import BatchEnsembleNetwork
 from pyrouq.infer.guide import MeanFieldGuide, check_drawable, check_guide
 
 _CALLER = "KLWeightedELBO"
@@ -70,38 +70,52 @@ def local_owner(model: Any) -> str | None:
     return None
 
 
+_AUTO_NORMAL = "e.g. pyro.infer.autoguide.AutoNormal(model)"
+
+
+def unguided_latent_sites(model_trace: Any) -> list[str]:
+    """The unobserved sample sites of a model's trace (run against a guide that draws none)."""
+    return [
+        name
+        for name, site in model_trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
+    ]
+
+
+def refuse_unguided(model: Any, sites: list[str], build: str = _AUTO_NORMAL) -> None:
+    """Refuse ``guide=None`` for ``model``, whose latent ``sites`` a guide must draw."""
+    name = type(model).__name__
+    if not isinstance(model, torch.nn.Module):  # a model function: its own name
+        name = getattr(model, "__name__", name)
+    shown_sites = ", ".join(repr(s) for s in sites[:3])
+    more = ", ..." if len(sites) > 3 else ""
+    raise ValueError(
+        f"{_CALLER} got guide=None for {name}, whose latent sites ({shown_sites}{more}) a "
+        "guide must draw (without one, each call draws them from their priors). Pass the "
+        f"guide built for it, {build} (guide=None is for a model without latent sites, such "
+        "as a BatchEnsemble)."
+    )
+
+
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
-    """The guide of a pyrouq model without latent sites (a BatchEnsemble of one's own)."""
+    """The guide of a model without latent sites (a BatchEnsemble, a Pyro model of one's own)."""
     return None
 
 
 def traced_guide(model: Any, guide: Any) -> Any:
     """The guide the traced path runs against ``model``, checked as :func:`pyrouq.fit` checks
-    it: ``guide=None`` for a pyrouq model without latent sites (a BatchEnsemble) becomes a
-    guide that draws nothing, and is refused for any other model; a guide built for another
-    model (the first differing site named), the model itself, or a :class:`MeanFieldGuide`
-    for a model that has no weights to draw are refused."""
+    it: ``guide=None`` becomes a guide that draws nothing for a model without latent sites
+    (a BatchEnsemble, a Pyro model of the user's own: the caller refuses one whose trace then
+    holds latent sites, :func:`refuse_unguided`) and is refused for a pyrouq model with
+    latent sites, naming them; a guide built for another model (the first differing site
+    named), the model itself, or a :class:`MeanFieldGuide` for a model that has no weights to
+    draw are refused."""
     latent = getattr(model, "latent_sites", None)
-    sites = latent() if callable(latent) else None
     if guide is None:
-        if isinstance(model, BatchEnsembleNetwork) or (sites is not None and not sites):
-            return _empty_guide
-        name = type(model).__name__
-        if not isinstance(model, torch.nn.Module):  # a model function: its own name
-            name = getattr(model, "__name__", name)
+        sites = list(latent()) if callable(latent) else []
         if sites:
-            shown_sites = ", ".join(repr(s) for s in list(sites)[:3])
-            more = ", ..." if len(sites) > 3 else ""
-            raise ValueError(
-                f"{_CALLER} got guide=None for {name}, whose latent sites ({shown_sites}{more}) "
-                "a guide must draw. Pass the guide built for it, mean_field_guide(model) "
-                "(guide=None is for a model without latent sites, such as a BatchEnsemble)."
-            )
-        raise ValueError(
-            f"{_CALLER} got guide=None for {name}: expected a guide that draws the model's "
-            "latent sites. Pass one, e.g. pyro.infer.autoguide.AutoNormal(model) (guide=None is "
-            "for a pyrouq model without latent sites, such as a BatchEnsemble)."
-        )
+            refuse_unguided(model, sites, "mean_field_guide(model)")
+        return _empty_guide
     if isinstance(guide, MeanFieldGuide):  # (an ensemble, a plain network: none to draw)
         check_drawable(model, "a guide", _CALLER)
     check_guide(model, guide, _CALLER)

@@ -36,7 +36,9 @@ from pyrouq.infer._elbo_checks import (
     local_owner,
     model_inputs,
     needs_labels,
+    refuse_unguided,
     traced_guide,
+    unguided_latent_sites,
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
@@ -243,6 +245,14 @@ class KLWeightedELBO(ELBO):
     def kl_weight(self, value: float) -> None:
         self._kl_weight = check_kl_weight(value)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a state saved before ``kl_weight`` was a property holds ``"kl_weight"``,
+        which is loaded as the setter takes it (checked)."""
+        state = dict(state)
+        if "kl_weight" in state:
+            state["_kl_weight"] = check_kl_weight(state.pop("kl_weight"))
+        self.__dict__.update(state)
+
     # -- the traced path --------------------------------------------------------------------
 
     def _get_trace(self, model, guide, args, kwargs):
@@ -265,7 +275,8 @@ class KLWeightedELBO(ELBO):
             return self._direct_terms(model, guide, *model_inputs(args, kwargs))
         if _deterministic(model, guide):
             return self._ensemble_terms(model, *model_inputs(args, kwargs))
-        guide = traced_guide(model, guide)  # (None for an ensemble of one's own: drawing none)
+        unguided = guide is None
+        guide = traced_guide(model, guide)  # (None: one that draws none)
         local = local_owner(model)
         if local is not None:
             warnings.warn(
@@ -286,6 +297,8 @@ class KLWeightedELBO(ELBO):
         fixed = set(model.latent_sites()) if ours else set()
         fix = "mean_field_guide(model)" if ours else _ANY_GUIDE
         for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            if unguided and (sites := unguided_latent_sites(model_trace)):
+                refuse_unguided(model, sites)  # (its trace, read as fit() reads its first)
             nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, fixed)
             nll_total = nll_total + nll
             kl_total = kl_total + kl
