@@ -1,19 +1,23 @@
 """The ``seed=`` of :func:`pyrouq.predict`, :func:`pyrouq.to_inference_data` and
 :func:`pyrouq.psis_diagnostic`: the call's draws come from torch's random streams seeded with
 it, inside a fork of the random state, so that the call repeats to the bit and leaves the
-global streams as it found them."""
+global streams as it found them. Also the seed of draws made apart from a run's own (fit()'s
+set-up pass: :func:`seed_apart`)."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import random
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from pyrouq._util import check_seed, module_device, seed_generators
 
-__all__ = ["draw_devices", "seeded"]
+__all__ = ["derived_seed", "draw_devices", "seed_apart", "seeded"]
 
 
 def draw_devices(model: Any, guide: Any, x: Any) -> list[torch.device]:
@@ -51,3 +55,27 @@ def seeded(seed: object, where: str, devices: list[torch.device]) -> Iterator[No
         for device in devices:
             seed_generators(device, value)
         yield
+
+
+def derived_seed(seed: int | None, label: str) -> int:
+    """A seed in ``[0, 2**32 - 1]`` for draws kept apart from a run's own, derived without
+    drawing a number: from ``seed`` and ``label`` for a seeded run (the same on every rank of
+    a process group given the same seed, and from one process to the next: ``hashlib``, not
+    ``hash()``), else from torch's CPU generator state and ``label`` (the state left as it
+    is, so the run draws on as it would have)."""
+    digest = hashlib.sha256(label.encode())
+    if seed is not None:
+        digest.update(b"seed %d" % seed)
+    else:
+        digest.update(b"state " + torch.get_rng_state().numpy().tobytes())
+    return int.from_bytes(digest.digest()[:4], "little")
+
+
+def seed_apart(device: torch.device | None, value: int) -> None:
+    """Seed torch's CPU generator and ``device``'s (not every CUDA device's), numpy's and
+    Python's global ones with ``value``, as ``pyro.set_rng_seed`` seeds them: inside a fork
+    of those streams (:func:`~pyrouq._util.global_streams_kept`), its draws are kept apart
+    from the run's."""
+    seed_generators(device, value)
+    np.random.seed(value)  # noqa: NPY002
+    random.seed(value)

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
-from pyrouq._layer_path import layer_label
 from pyrouq._numbers import finite_float, is_array_like, is_integer, shown, tensor_hint
 
 
@@ -288,6 +287,24 @@ class AsItCame:
         return self.copy.clone() if self.changed() else self.x  # type: ignore[union-attr]
 
 
+class LayerInputError(ValueError):
+    """A BatchEnsemble layer's refusal of its input, holding the layer (``layer``), its class
+    and settings (``label``: what the message names) and what follows them (``detail``). The
+    engine's run of a converted network re-raises it as a ValueError that also names the
+    layer's dotted paths in the model (``_engine._layer_calls.LayersNamed``)."""
+
+    def __init__(self, layer: nn.Module, detail: str):
+        try:
+            settings = layer.extra_repr()
+        except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
+            settings = "..."
+        self.layer, self.detail, self.label = layer, detail, f"{type(layer).__name__}({settings})"
+        super().__init__(f"{self.label} {detail}")
+
+    def __reduce__(self) -> Any:  # (a worker process sends it on as the ValueError it reads)
+        return ValueError, self.args
+
+
 def check_folded_batch(
     layer: Any, x: torch.Tensor, members: int, folded: int | None = None
 ) -> None:
@@ -306,10 +323,10 @@ def check_folded_batch(
             "input once per member."
         )
         what = f"M * B = {folded}" if folded is not None else str(members)
-        raise ValueError(
-            f"{layer_label(layer)} with {members} members expects a folded batch of M * B "
-            f"inputs (member-major), got shape {tuple(x.shape)}, whose first dim is not a "
-            f"multiple of {what}. {fix}"
+        raise LayerInputError(
+            layer,
+            f"with {members} members expects a folded batch of M * B inputs (member-major), got "
+            f"shape {tuple(x.shape)}, whose first dim is not a multiple of {what}. {fix}",
         )
 
 
@@ -478,34 +495,6 @@ def global_streams_kept(device: torch.device | None = None) -> Iterator[None]:
         set_rng_state(device, kept[0])
         np.random.set_state(kept[1])  # noqa: NPY002
         random.setstate(kept[2])
-
-
-@contextlib.contextmanager
-def buffers_kept(*modules: Any) -> Iterator[None]:
-    """The buffers of ``modules`` (the ``nn.Module`` among them) put back as they were after
-    the block, whatever it raised: in place, and a buffer it replaced gets its own tensor back.
-    What a forward updates in any mode (a count of its calls, an initialisation done on the
-    first call) is left as found; a lazy buffer the block materialises is left so."""
-    kept: list[tuple[nn.Module, str, Tensor, Tensor]] = []
-    seen: set[tuple[int, str]] = set()
-    for module in (m for m in modules if isinstance(m, nn.Module)):
-        for owner in module.modules():
-            for name, tensor in owner._buffers.items():
-                if tensor is None or nn.parameter.is_lazy(tensor) or tensor.is_meta:
-                    continue
-                if (id(owner), name) not in seen:
-                    seen.add((id(owner), name))
-                    kept.append((owner, name, tensor, tensor.clone()))
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for owner, name, tensor, value in kept:
-                owner._buffers[name] = tensor
-                if tensor.shape != value.shape or tensor.dtype != value.dtype:
-                    owner._buffers[name] = value  # (resized in place)
-                elif not torch.equal(tensor, value):
-                    tensor.copy_(value)
 
 
 def seed_generators(device: torch.device | None, seed: int) -> None:

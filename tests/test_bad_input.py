@@ -787,7 +787,8 @@ API_CASES = [
      ValueError, r"Expected num_members to be an integer >= 1, got 0.*4 is a common choice"),
     ("BatchEnsembleLinear", "shape",
      lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2)(torch.randn(4, 5)), ValueError,
-     r"BatchEnsembleLinear expects inputs of shape \(M \* B, \.\.\., 2\), got shape \(4, 5\)"),
+     r"BatchEnsembleLinear\(2, 3, num_members=2\) expects inputs of shape \(M \* B, \.\.\., 2\), "
+     r"got shape \(4, 5\)"),
     ("BatchEnsembleLinear", "companion",
      lambda tmp: pyrouq.BatchEnsembleLinear(4, 3, 2, base=nn.Linear(10, 7)), ValueError,
      r"BatchEnsembleLinear got sizes \(4, 3\) and base=Linear of sizes \(10, 7\): they must "
@@ -804,7 +805,8 @@ API_CASES = [
      TypeError, r"BatchEnsembleConvTranspose2d copies a ConvTranspose2d, got base=Conv2d"),
     ("BatchEnsembleLinear", "shape",
      lambda tmp: pyrouq.BatchEnsembleLinear(4, 3, 2)(torch.randn(4)), ValueError,
-     r"BatchEnsembleLinear expects inputs of shape \(M \* B, \.\.\., 4\), got shape \(4,\)"),
+     r"BatchEnsembleLinear\(4, 3, num_members=2\) expects inputs of shape \(M \* B, \.\.\., 4\), "
+     r"got shape \(4,\)"),
     ("BatchEnsembleLinear", "type",
      lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2, init="zeros"),  # type: ignore[arg-type]
      ValueError, r"Unknown init 'zeros': expected 'normal' .* or 'random_sign'"),
@@ -816,7 +818,8 @@ API_CASES = [
      ValueError, r"Expected num_members to be an integer >= 1, got '4'"),
     ("BatchEnsembleConv2d", "shape",
      lambda tmp: pyrouq.BatchEnsembleConv2d(2, 3, 3, 2)(torch.randn(4, 5, 8, 8)), ValueError,
-     r"BatchEnsembleConv2d expects inputs of shape \(M \* B, 2, H, W\), got shape \(4, 5, 8, 8\)"),
+     r"BatchEnsembleConv2d\(2, 3, kernel_size=\(3, 3\), .*num_members=2\) expects inputs of shape "
+     r"\(M \* B, 2, H, W\), got shape \(4, 5, 8, 8\)"),
     ("BatchEnsembleConv3d", "range", lambda tmp: pyrouq.BatchEnsembleConv3d(2, 3, 3, 2, r_std=-1.0),
      ValueError, r"Expected r_std >= 0 \(a finite float\), got -1.0. It is the standard deviation"),
     ("BatchEnsembleConv3d", "shape",
@@ -825,7 +828,8 @@ API_CASES = [
     ("BatchEnsembleConvTranspose1d", "shape",
      lambda tmp: pyrouq.BatchEnsembleConvTranspose1d(2, 3, 3, 2)(torch.randn(4, 5, 8)),
      ValueError,
-     r"ConvTranspose1d expects inputs of shape \(M \* B, 2, L\), got shape \(4, 5, 8\)"),
+     r"ConvTranspose1d\(2, 3, .*\) expects inputs of shape \(M \* B, 2, L\), got shape "
+     r"\(4, 5, 8\)"),
     ("BatchEnsembleConvTranspose2d", "range",
      lambda tmp: pyrouq.BatchEnsembleConvTranspose2d(2, 3, 3, 0),
      ValueError, r"Expected num_members to be an integer >= 1, got 0"),

@@ -511,5 +511,7 @@ def test_per_member_norms_start_as_the_base_network():
 def test_per_member_norm_refuses_what_it_cannot_copy_or_split():
     with pytest.raises(TypeError, match="BatchEnsembleNorm copies a normalisation layer"):
         BatchEnsembleNorm(nn.ReLU(), 2)
-    with pytest.raises(ValueError, match=r"BatchEnsembleNorm with 3 members expects a folded"):
+    with pytest.raises(
+        ValueError, match=r"BatchEnsembleNorm\(num_members=3\) with 3 members expects a folded"
+    ):
         BatchEnsembleNorm(nn.LayerNorm(4), 3)(torch.randn(4, 4))

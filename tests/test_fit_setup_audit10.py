@@ -7,6 +7,7 @@ import inspect
 import re
 import warnings
 
+import pyro
 import pytest
 import torch
 import torch.nn.functional as F
@@ -82,7 +83,7 @@ def test_the_default_lr_beside_optim_is_not_warned_of_and_reads_as_its_value():
     assert default == 2e-2 and repr(default) == "0.02"
 
 
-# -- the set-up's passes leave the random streams and the buffers as found -----------------
+# -- the set-up's passes leave the random streams as found -------------------------------
 
 
 def _unseeded_run(num_classes):
@@ -106,14 +107,54 @@ def test_counting_the_classes_draws_nothing_from_torchs_stream():
     assert torch.equal(counted[1], told[1])
 
 
-def test_the_set_up_pass_leaves_a_buffer_the_forward_updates_as_found():
-    """The class-counting pass counted as a call: 3 calls after 2 training steps."""
+def test_the_set_up_pass_is_a_forward_like_any_other():
+    """Counting the classes runs the network once, in evaluation mode: what a forward changes
+    happens there too, as documented (putting buffers back and not the attributes beside them
+    left a first-call initialisation half undone)."""
     x, y = toy_data(40)
     torch.manual_seed(0)
     model = pyrouq.bayesian(CountsCalls())
     pyrouq.fit(model, pyrouq.mean_field_guide(model), ListLoader(x, y, 20), epochs=1, seed=0,
                progress=False)  # fmt: skip
-    assert model.net.calls.item() == 2
+    assert model.net.calls.item() == 3  # the look's call, then the two steps'
+
+
+def _autoguide_ranks_worker(rank: int, init: str, out: str) -> None:
+    """Two ranks whose generators differ before fit(seed=0), an AutoNormal drawing its start
+    values (init_to_sample) in the set-up pass; then no seed, the generators alike."""
+    import torch.distributed as dist
+    from _processes import exit_quietly
+    from pyro.infer.autoguide import AutoNormal, init_to_sample
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    outcomes = {}
+    try:
+        x, y = toy_data(16)
+        for name, seed, stream in (("seeded", 0, 100 + rank), ("unseeded", None, 7)):
+            pyro.clear_param_store()
+            torch.manual_seed(0)
+            model = tiny_mlp()
+            guide = AutoNormal(model, init_loc_fn=init_to_sample)
+            torch.manual_seed(stream)
+            pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, 4, seed=0), epochs=1, seed=seed,
+                       lr_schedule="constant", progress=False)  # fmt: skip
+            outcomes[name] = guide.locs.fc1.weight.detach().clone()
+        torch.save(outcomes, f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_the_set_up_passs_draws_are_alike_on_every_rank(tmp_path):
+    """The pass draws from streams seeded apart from the run's: from fit()'s seed on every
+    rank alike (the ranks' own seeds, seed + r, would start their guides apart and fit()
+    refuse them), and without a seed from each rank's generator (alike when seeded alike)."""
+    from _processes import spawn_ranks
+
+    spawn_ranks(_autoguide_ranks_worker, (str(tmp_path / "init"), str(tmp_path)))
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    for name in ("seeded", "unseeded"):
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
 
 
 # -- a BatchEnsemble layer refusing its input ---------------------------------------------
@@ -136,7 +177,7 @@ def test_a_layer_run_member_by_member_names_its_path_and_one_members_batch():
         model(torch.randn(3, 3, 6, 6))
     assert str(info.value) == (
         "BatchEnsembleConv2d(5, 4, kernel_size=(3, 3), stride=(1, 1), num_members=2) at "
-        "'net.3.0' of BatchEnsembleNetwork expects inputs of shape (B, 5, H, W) (one member's "
+        "'net.3.0' of the model expects inputs of shape (B, 5, H, W) (one member's "
         "batch: on the CPU the network runs its members in turn), got shape (3, 4, 4, 4). "
         "Check the output size of the layer before it, or this layer's input size."
     )
@@ -151,15 +192,16 @@ def test_a_layer_run_on_the_folded_batch_names_its_path_and_the_folded_batch():
     message = str(info.value)
     assert message.startswith(
         "BatchEnsembleConv2d(5, 4, kernel_size=(3, 3), stride=(1, 1), num_members=2) at "
-        "'net.3.0' of BatchEnsembleNetwork expects inputs of shape (M * B, 5, H, W), got "
+        "'net.3.0' of the model expects inputs of shape (M * B, 5, H, W), got "
         "shape (6, 4, 4, 4)."
     ), message
 
 
-def test_a_linear_layer_held_by_a_users_variable_is_named_by_its_path():
+def test_a_layer_of_a_hand_built_network_is_named_by_its_class_and_settings():
+    """No converter runs it: no path is looked up (no walk of the callers' frames)."""
     net = nn.Sequential(pyrouq.BatchEnsembleLinear(3, 4, 2), pyrouq.BatchEnsembleLinear(5, 2, 2))
     with pytest.raises(ValueError, match=re.escape(
-        "BatchEnsembleLinear(5, 2, num_members=2) at '1' of Sequential expects inputs of shape "
+        "BatchEnsembleLinear(5, 2, num_members=2) expects inputs of shape "
         "(M * B, ..., 5), got shape (4, 4)."
     )):  # fmt: skip
         net(torch.randn(4, 3))

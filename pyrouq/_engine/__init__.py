@@ -566,7 +566,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """
     member_passes = _cpu(x) and not _statistics_across_members(net)
     run = partial(_run_members, net, num_members=num_members, member_passes=member_passes)
-    with layers_called(net), calls_checked(net, key=member_passes):
+    with layers_called(net), calls_checked(net, key=member_passes), _layer_calls.LayersNamed(net):
         return laid_out(net, x, run)  # type: ignore[no-any-return]
 
 

@@ -3,7 +3,8 @@ forward that reads a layer's weight or bias as a tensor bypasses the members' fa
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
 reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`); a
 forward that runs them inside ``torch.utils.checkpoint`` is refused where the backward pass
-would run them with other weights (:func:`recompute_checked`). Also two small helpers of the
+would run them with other weights (:func:`recompute_checked`); a layer refusing its input is
+named by its paths in the network (:class:`LayersNamed`). Also two small helpers of the
 engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from pyrouq._util import class_name, warn_caller
+from pyrouq._util import LayerInputError, class_name, warn_caller
 
 _lock = threading.Lock()
 _depth = 0  # networks running with the fast path off (nested, or in other threads)
@@ -56,6 +57,37 @@ def layers_called(net: nn.Module) -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 mha.set_fastpath_enabled(_found)
+
+
+class LayersNamed:
+    """While a converted network ``net`` (a model's ``.net``) runs, a
+    :class:`~pyrouq._util.LayerInputError` of one of its layers is re-raised as a ValueError
+    naming the layer at each of its dotted paths in the model (a layer registered under two
+    names is named at both), as ``'net.3.0'``; a layer not in ``net``, or anything failing
+    while the paths are looked up, leaves the refusal as it came. A run that succeeds pays
+    for the ``with`` alone."""
+
+    def __init__(self, net: nn.Module):
+        self.net = net
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        if not isinstance(error, LayerInputError):
+            return
+        try:
+            paths = [
+                repr(f"net.{name}")
+                for name, module in self.net.named_modules(remove_duplicate=False)
+                if module is error.layer and name
+            ]
+            where = " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+            message = f"{error.label} at {where} of the model {error.detail}"
+        except Exception:  # (the refusal as it came)
+            return
+        if paths:
+            raise ValueError(message).with_traceback(traceback) from None
 
 
 _CALLS_CHECKED = "_pyrouq_calls_checked"

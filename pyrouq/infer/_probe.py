@@ -19,9 +19,9 @@ from torch.distributions import constraints
 
 from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import GuideMismatch, check_traces_match
+from pyrouq._seeded import derived_seed, seed_apart
 from pyrouq._util import (
     ShardedOrder,
-    buffers_kept,
     global_streams_kept,
     has_latent_sites,
     innermost_distribution,
@@ -112,9 +112,16 @@ class Probe:
     first call, by a guide (Pyro's autoguides), by a Pyro model of the user's own
     (``pyro.param`` in its forward) or by the network of a converted model (``pyro.param`` in
     a forward of its modules: named in ``network_params``); such a model's sites are checked
-    against the guide's."""
+    against the guide's.
 
-    def __init__(self, model: nn.Module, guide: Any, loader: Iterable):
+    The look runs the network forward on those examples in evaluation mode (what a forward
+    changes, a count of calls or an initialisation on the first call, happens there), in a fork of
+    the global random streams seeded apart (:func:`~pyrouq._seeded.derived_seed`: from
+    ``seed``, fit()'s, else from torch's stream, drawing nothing from it): the run draws what
+    it would without the look, and the look's draws (an autoguide's or a lazy layer's initial
+    values) are none of the run's."""
+
+    def __init__(self, model: nn.Module, guide: Any, loader: Iterable, seed: int | None = None):
         self.likelihood: Any = likelihood_of(model) or Categorical()
         self.num_classes: int | None = getattr(model, "num_classes", None)
         self.created_params: list[torch.Tensor] = []
@@ -135,11 +142,13 @@ class Probe:
         run_network = needs_classes or lazy_model or own_network
         if not (run_network or lazy_guide or foreign):
             return
-        # the passes draw nothing from the global streams (a dropout kept on at evaluation,
-        # a guide's first draws, a dataset's augmentations) and change no buffer (a count of
-        # the calls): training runs as it would without them, whether they ran or not
-        with global_streams_kept(module_device(model, guide)), buffers_kept(model, guide):
-            self._look(model, guide, loader, needs_classes, foreign, run_network)
+        # the passes draw nothing from the run's streams (a dropout kept on at evaluation, a
+        # dataset's augmentations): training draws as it would without them; what they draw
+        # (a guide's, a lazy layer's initial values) comes from streams of their own, not
+        # from the numbers the first steps then draw again (seeded alike on every rank)
+        apart = derived_seed(seed, "pyrouq.fit: the set-up pass")
+        with global_streams_kept(module_device(model, guide)):
+            self._look(model, guide, loader, needs_classes, foreign, run_network, apart)
 
     def _look(
         self,
@@ -149,10 +158,12 @@ class Probe:
         needs_classes: bool,
         foreign: bool,
         run_network: bool,
+        apart: int,
     ) -> None:
         """Read the first examples (``foreign``: a Pyro model of the user's own's first batch)
         and run the network on them (``run_network``), the guide, and the model replayed on it
-        where that is needed; ``needs_classes``: the number of classes is read off the output."""
+        where that is needed, with the random streams seeded with ``apart`` (the examples read
+        from the run's); ``needs_classes``: the number of classes is read off the output."""
         lazy_guide = guide is not None and not isinstance(guide, MeanFieldGuide)
         # a user's model may run on whole batches only (pyro.plate("data", N) over a batch of
         # all N): it is probed on the loader's first batch, the others on two examples
@@ -160,6 +171,7 @@ class Probe:
         if batch is None:
             return
         device = module_device(model, guide)
+        seed_apart(device, apart)
         x, y = (t.to(device) if device is not None else t for t in batch)
         if foreign and likelihood_of(model) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()

@@ -225,13 +225,17 @@ def fit(
         generator of its own, ``ArrayLoader(seed=...)`` or a DataLoader's ``generator=``,
         carries on from where the last run left it, as do a DataLoader's persistent workers:
         build it anew to repeat a run). fit()'s look at the first examples before training
-        (counting the classes, making an autoguide's or a lazy layer's parameters) runs in a
-        fork of the random streams and puts back the buffers it changes (a count of calls): a
-        run draws as it would without it. A call refused for its arguments seeds nothing, save
-        for those checked once its first batch is read (the data, ``optim=``, ``resume_from=``,
-        ``distributed_draws=``, a ``checkpoint=`` of a network creating parameters with
-        ``pyro.param``): it has seeded by then. Rank r of a
-        process group is seeded with ``(seed + r) % 2**32``: its own weight draws; without a
+        (counting the classes, making an autoguide's or a lazy layer's parameters) runs the
+        network forward on them in evaluation mode, so what a forward changes (a count of
+        calls, an initialisation on its first call) happens there; it draws from a fork of the
+        random streams seeded apart from the run's (from ``seed`` and a fixed label, the same
+        on every rank; without a seed, from torch's stream, drawing nothing from it): the run
+        draws what it would without the look, and the look's draws (an autoguide's or a lazy
+        layer's initial values) are none of the run's. A call refused for its arguments seeds
+        nothing, save for those checked once its first batch is read (the data, ``optim=``,
+        ``resume_from=``, ``distributed_draws=``, a ``checkpoint=`` of a network creating
+        parameters with ``pyro.param``): it has seeded by then. Rank r of a process group is
+        seeded with ``(seed + r) % 2**32``: its own weight draws; without a
         seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
         device a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
         trains (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
@@ -434,9 +438,9 @@ def fit(
             _refuse_checkpoint(_checkpoint.describe_guide, guide)
             _checkpoint.json_text(metadata if metadata is not None else {})
         if seed is not None:  # after the checks (a refused call leaves the streams alone),
-            pyro.set_rng_seed(seed)  # before the probe's pass (an autoguide's initial values)
+            pyro.set_rng_seed(seed)  # (the probe's pass draws from streams of its own)
         model.num_data = int(n)  # type: ignore[assignment]
-        probe = Probe(model, guide, train_loader)
+        probe = Probe(model, guide, train_loader, seed)
         if is_pyrouq_model(model):  # pyro.params of its network's forward: save() refuses them
             note_store_params(model, probe.network_params)
             if checkpoint is not None:

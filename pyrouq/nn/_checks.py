@@ -7,8 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._layer_path import layer_label
-from pyrouq._util import input_hint
+from pyrouq._util import LayerInputError, input_hint
 
 #: The spatial dims of a convolution's input, by the rank of its weight.
 _SPATIAL = {3: "L", 4: "H, W", 5: "D, H, W"}
@@ -26,8 +25,8 @@ def check_layer_input(
 ) -> None:
     """Refuse an input of a layer that is not a tensor, or whose rank (one of ``ranks``, or
     at least ``min_rank``) or feature size (``x.shape[dim]``) is not the layer's, naming the
-    shape expected and the one given (``named``: and the layer's path in the network running
-    it, looked up once refused)."""
+    shape expected and the one given (``named``: a :class:`LayerInputError`, the layer named
+    by its class and settings, and by its paths in a converted network running it)."""
     name = type(layer).__name__
     if not torch.is_tensor(x):
         raise TypeError(
@@ -35,11 +34,13 @@ def check_layer_input(
         )
     rank_ok = x.dim() >= min_rank if ranks is None else x.dim() in ranks
     if not rank_ok or x.shape[dim] != size:
-        name = layer_label(layer) if named else name
-        raise ValueError(
-            f"{name} expects inputs of shape {expected}, got shape {tuple(x.shape)}. Check the "
-            "output size of the layer before it, or this layer's input size."
+        detail = (
+            f"expects inputs of shape {expected}, got shape {tuple(x.shape)}. Check the output "
+            "size of the layer before it, or this layer's input size."
         )
+        if named:
+            raise LayerInputError(layer, detail)
+        raise ValueError(f"{name} {detail}")
 
 
 def check_ensemble_input(
@@ -47,7 +48,8 @@ def check_ensemble_input(
 ) -> None:
     """:func:`check_layer_input` for a BatchEnsemble layer: the batch it expects is the folded
     one ``(M * B, ...)``, or one member's ``(B, ...)`` while the engine runs the members one
-    after another (on the CPU); the layer is named by its path in the network."""
+    after another (on the CPU); the layer is named by its settings, and by its paths in a
+    converted network running it."""
     member = getattr(layer, "_member", None) is not None
     batch = "B" if member else "M * B"
     expected = f"({batch}, {size}, {spatial})" if dim == 1 else f"({batch}, ..., {size})"
