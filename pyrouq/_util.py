@@ -288,21 +288,36 @@ class AsItCame:
 
 
 class LayerInputError(ValueError):
-    """A BatchEnsemble layer's refusal of its input, holding the layer (``layer``), its class
-    and settings (``label``: what the message names) and what follows them (``detail``). The
-    engine's run of a converted network re-raises it as a ValueError that also names the
-    layer's dotted paths in the model (``_engine._layer_calls.LayersNamed``)."""
+    """A BatchEnsemble layer's refusal of its input (:meth:`of`), holding the layer
+    (``layer``), its class and settings (``label``: what the message names) and what follows
+    them (``detail``). The engine's run of a converted network re-raises it as a ValueError
+    that also names the layer's dotted paths in the model (``_engine._layer_calls.LayersNamed``).
+    It is built from one message as a ValueError is (Pyro's trace and a DataLoader worker
+    re-raise an error as ``type(error)(message)``): one built so holds no layer (``None``)."""
 
-    def __init__(self, layer: nn.Module, detail: str):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        layer: nn.Module | None = None,
+        label: str | None = None,
+        detail: str | None = None,
+    ):
+        self.layer, self.label, self.detail = layer, label, detail
+        super().__init__(message)
+
+    @classmethod
+    def of(cls, layer: nn.Module, detail: str) -> LayerInputError:
+        """The refusal of ``layer``: its class and settings, then ``detail``."""
         try:
             settings = layer.extra_repr()
         except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
             settings = "..."
-        self.layer, self.detail, self.label = layer, detail, f"{type(layer).__name__}({settings})"
-        super().__init__(f"{self.label} {detail}")
+        label = f"{type(layer).__name__}({settings})"
+        return cls(f"{label} {detail}", layer=layer, label=label, detail=detail)
 
-    def __reduce__(self) -> Any:  # (a worker process sends it on as the ValueError it reads)
-        return ValueError, self.args
+    def __reduce__(self) -> Any:  # (pickled without the layer: its message alone)
+        return type(self), self.args
 
 
 def check_folded_batch(
@@ -323,7 +338,7 @@ def check_folded_batch(
             "input once per member."
         )
         what = f"M * B = {folded}" if folded is not None else str(members)
-        raise LayerInputError(
+        raise LayerInputError.of(
             layer,
             f"with {members} members expects a folded batch of M * B inputs (member-major), got "
             f"shape {tuple(x.shape)}, whose first dim is not a multiple of {what}. {fix}",

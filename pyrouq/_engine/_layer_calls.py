@@ -63,8 +63,9 @@ class LayersNamed:
     """While a converted network ``net`` (a model's ``.net``) runs, a
     :class:`~pyrouq._util.LayerInputError` of one of its layers is re-raised as a ValueError
     naming the layer at each of its dotted paths in the model (a layer registered under two
-    names is named at both), as ``'net.3.0'``; a layer not in ``net``, or anything failing
-    while the paths are looked up, leaves the refusal as it came. A run that succeeds pays
+    names is named at both), as ``'net.3.0'``; a layer not in ``net``, a refusal rebuilt from
+    its message alone (no ``layer``), or anything failing while the paths are looked up, leaves
+    the refusal as it came. A run that succeeds pays
     for the ``with`` alone."""
 
     def __init__(self, net: nn.Module):
@@ -74,7 +75,7 @@ class LayersNamed:
         return None
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        if not isinstance(error, LayerInputError):
+        if not isinstance(error, LayerInputError) or error.layer is None:
             return
         try:
             paths = [

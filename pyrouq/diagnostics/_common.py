@@ -16,7 +16,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
 from pyrouq._mismatch import input_mismatch
-from pyrouq._own_models import check_traces_match
+from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
 from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
@@ -238,9 +238,11 @@ def _draws_fit(
     (``err``) is the inputs', x, not the guide's. A pyrouq model's draws were checked
     (:func:`check_draws`). A model of the user's own is run once under its priors (the random
     state kept): where it fails there too, so does x; where it runs, the guide is checked
-    against its trace as after a replay (:func:`check_traces_match`: a guide of another
-    model is refused, naming the site). False otherwise (it fails there in another way, or
-    runs and the guide fits it): Pyro's error stands, with the site shapes it appends."""
+    against its trace as after a replay (:func:`check_traces_match`: a guide missing a site
+    is refused, naming it; one whose draws have other shapes there is refused naming x and
+    the sites, as a guide of another model or one built on x of another shape: a model may
+    size its sites by x). False otherwise (it fails there in another way, or runs and the
+    guide fits it): Pyro's error stands, with the site shapes it appends."""
     if callable(getattr(model, "latent_sites", None)) or not input_mismatch(err):
         return True
     with global_streams_kept(x.device), torch.no_grad():
@@ -248,7 +250,25 @@ def _draws_fit(
             prior = poutine.trace(model).get_trace(x, y)
         except Exception as again:
             return input_mismatch(again)
-    check_traces_match(prior, guide_trace, caller, model)
+    try:
+        check_traces_match(prior, guide_trace, caller, model)
+    except GuideMismatch as mismatch:
+        guided = _latent_sites(guide_trace)
+        differ = [
+            f"{name!r} of shape {tuple(site['value'].shape)} there, the guide's "
+            f"{tuple(guided[name]['value'].shape)}"
+            for name, site in _latent_sites(prior).items()
+            if name in guided and site["value"].shape != guided[name]["value"].shape
+        ]
+        if not differ:
+            raise
+        raise ValueError(
+            f"{caller}: the guide's draws do not fit {name_of(model)} run under its priors on "
+            f"x (shape {tuple(x.shape)}, dtype {x.dtype}): its site(s) {'; '.join(differ)}. "
+            "The guide was built for another model, or on x of another shape. Pass x of the "
+            "shape the guide was fitted on, or a guide built for this model on such x "
+            "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)."
+        ) from mismatch
     return False
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import pyro
 import torch
 from pyro.poutine.util import site_is_subsample
 
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
-from pyrouq._util import class_name
+from pyrouq._util import class_name, takes_labels
 from pyrouq.infer.guide import MeanFieldGuide, check_drawable, check_guide
 
 _CALLER = "KLWeightedELBO"
@@ -84,9 +85,7 @@ def unguided_latent_sites(model_trace: Any) -> list[str]:
 
 def refuse_unguided(model: Any, sites: list[str], build: str = _AUTO_NORMAL) -> None:
     """Refuse ``guide=None`` for ``model``, whose latent ``sites`` a guide must draw."""
-    name = type(model).__name__
-    if not isinstance(model, torch.nn.Module):  # a model function: its own name
-        name = getattr(model, "__name__", name)
+    name = _model_name(model)
     shown_sites = ", ".join(repr(s) for s in sites[:3])
     more = ", ..." if len(sites) > 3 else ""
     raise ValueError(
@@ -95,6 +94,58 @@ def refuse_unguided(model: Any, sites: list[str], build: str = _AUTO_NORMAL) -> 
         f"guide built for it, {build} (guide=None is for a model without latent sites, such "
         "as a BatchEnsemble)."
     )
+
+
+def _model_name(model: Any) -> str:
+    name = type(model).__name__
+    if not isinstance(model, torch.nn.Module):  # a model function: its own name
+        name = getattr(model, "__name__", name)
+    return name
+
+
+def check_unguided_trace(model: Any, model_trace: Any, labelled: bool) -> None:
+    """Refuse a trace of ``model`` run with ``guide=None`` (against a guide that draws none)
+    as :func:`pyrouq.fit` refuses it: one with an unobserved ``"obs"`` site where the call
+    gave no labels (``labelled``: :func:`needs_labels`), one with latent sites
+    (:func:`refuse_unguided`), or one that observes nothing (its loss would be 0: nothing
+    to learn)."""
+    sites = unguided_latent_sites(model_trace)
+    if not labelled and "obs" in sites:
+        needs_labels(None)
+    if sites:
+        refuse_unguided(model, sites)
+    if not any(  # (a pyro.factor counts: an observed site; a pyro.deterministic does not)
+        site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
+        and not (site["infer"] or {}).get("_deterministic")
+        for site in model_trace.nodes.values()
+    ):  # fmt: skip
+        raise ValueError(
+            f"{_CALLER} got guide=None for {_model_name(model)}, which observes nothing: run "
+            "as model(x, y), it has no observed site and no latent one, so the loss would "
+            "hold no likelihood of the targets (a loss of 0, nothing to learn). Observe them, "
+            "e.g. pyro.sample('obs', dist.Categorical(logits=logits), obs=y) inside "
+            "pyro.plate('data', self.num_data, subsample_size=len(x))."
+        )
+
+
+def _refuse_plain_network(model: Any) -> None:
+    """Refuse ``guide=None`` for a plain torch network (an ``nn.Module``, not a
+    ``PyroModule``, whose ``forward(x)`` takes no labels): it samples and observes nothing,
+    so it has no ELBO (torch's "forward() takes 2 positional arguments but 3 were given"
+    came of calling it with the labels)."""
+    if (
+        isinstance(model, torch.nn.Module)
+        and not isinstance(model, pyro.nn.PyroModule)
+        and not takes_labels(model)
+    ):
+        raise ValueError(
+            f"{_CALLER} got guide=None for a plain network ({type(model).__name__}), whose "
+            "forward(x) takes no labels: no likelihood observes them, so it has no ELBO. Train "
+            "it by maximum likelihood with pyrouq.fit(net, None, ...), or make it Bayesian "
+            "first: pyrouq.bayesian(net) with pyrouq.mean_field_guide(model), or "
+            "pyrouq.rank1(net, M) for an ensemble (guide=None); a Pyro model written as an "
+            "nn.Module takes them, forward(x, y=None)."
+        )
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
@@ -106,15 +157,17 @@ def traced_guide(model: Any, guide: Any) -> Any:
     """The guide the traced path runs against ``model``, checked as :func:`pyrouq.fit` checks
     it: ``guide=None`` becomes a guide that draws nothing for a model without latent sites
     (a BatchEnsemble, a Pyro model of the user's own: the caller refuses one whose trace then
-    holds latent sites, :func:`refuse_unguided`) and is refused for a pyrouq model with
-    latent sites, naming them; a guide built for another model (the first differing site
-    named), the model itself, or a :class:`MeanFieldGuide` for a model that has no weights to
-    draw are refused."""
+    holds latent sites or no observed one, :func:`check_unguided_trace`) and is refused for
+    a pyrouq model with latent sites, naming them, and for a plain torch network; a guide
+    built for another model (the first differing site named), the model itself, or a
+    :class:`MeanFieldGuide` for a model that has no weights to draw are refused."""
     latent = getattr(model, "latent_sites", None)
     if guide is None:
         sites = list(latent()) if callable(latent) else []
         if sites:
             refuse_unguided(model, sites, "mean_field_guide(model)")
+        if not callable(latent):
+            _refuse_plain_network(model)
         return _empty_guide
     if isinstance(guide, MeanFieldGuide):  # (an ensemble, a plain network: none to draw)
         check_drawable(model, "a guide", _CALLER)

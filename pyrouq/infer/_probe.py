@@ -114,9 +114,10 @@ class Probe:
     a forward of its modules: named in ``network_params``); such a model's sites are checked
     against the guide's.
 
-    The look runs the network forward on those examples in evaluation mode (what a forward
-    changes, a count of calls or an initialisation on the first call, happens there), in a fork of
-    the global random streams seeded apart (:func:`~pyrouq._seeded.derived_seed`: from
+    The look runs the network forward on those examples, and the guide on them, in evaluation
+    mode (the guide's too where it is a module; both modes put back after), so what a forward
+    changes (a count of calls, an initialisation on the first call) happens there. It runs in a
+    fork of the global random streams seeded apart (:func:`~pyrouq._seeded.derived_seed`: from
     ``seed``, fit()'s, else from torch's stream, drawing nothing from it): the run draws what
     it would without the look, and the look's draws (an autoguide's or a lazy layer's initial
     values) are none of the run's."""
@@ -178,8 +179,10 @@ class Probe:
         x = model_input(x, model, "fit()")
         held = {id(p) for p in _module_params(model, guide)}
         stored = {id(p) for _, p in pyro.get_param_store().named_parameters()}
-        was = modes(model)
+        was = modes(model) + modes(guide)  # (a guide's BatchNorm keeps its statistics too)
         model.eval()
+        if isinstance(guide, nn.Module):
+            guide.eval()
         try:
             with torch.no_grad(), pyro.validation_enabled(False):
                 if run_network:

@@ -32,13 +32,12 @@ from pyrouq._util import AsItCame, check_count, check_flag
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._elbo_checks import (
     check_kl_weight,
+    check_unguided_trace,
     lacks_labels,
     local_owner,
     model_inputs,
     needs_labels,
-    refuse_unguided,
     traced_guide,
-    unguided_latent_sites,
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
 from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
@@ -179,7 +178,8 @@ class KLWeightedELBO(ELBO):
     back-propagates several weight-sampling particles one at a time, with the same draws and
     gradients. As in :func:`pyrouq.fit`, a guide built for another model, the model as its own
     guide, a :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a
-    model with latent sites are refused (``None`` is the guide of a model without any).
+    model with latent sites, one that observes nothing or a plain torch network are refused
+    (``None`` is the guide of a model without latent sites).
 
     Local reparameterisation. For a model with ``local_reparameterization=True`` and a
     :class:`~pyrouq.MeanFieldGuide`, every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` whose weight
@@ -297,8 +297,8 @@ class KLWeightedELBO(ELBO):
         fixed = set(model.latent_sites()) if ours else set()
         fix = "mean_field_guide(model)" if ours else _ANY_GUIDE
         for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            if unguided and (sites := unguided_latent_sites(model_trace)):
-                refuse_unguided(model, sites)  # (its trace, read as fit() reads its first)
+            if unguided:  # (its trace, read as fit() reads its first)
+                check_unguided_trace(model, model_trace, labelled)
             nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, fixed)
             nll_total = nll_total + nll
             kl_total = kl_total + kl

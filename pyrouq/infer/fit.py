@@ -226,7 +226,8 @@ def fit(
         carries on from where the last run left it, as do a DataLoader's persistent workers:
         build it anew to repeat a run). fit()'s look at the first examples before training
         (counting the classes, making an autoguide's or a lazy layer's parameters) runs the
-        network forward on them in evaluation mode, so what a forward changes (a count of
+        network forward on them, and a guide that is a module, in evaluation mode (their modes
+        put back after), so what a forward changes (a count of
         calls, an initialisation on its first call) happens there; it draws from a fork of the
         random streams seeded apart from the run's (from ``seed`` and a fixed label, the same
         on every rank; without a seed, from torch's stream, drawing nothing from it): the run

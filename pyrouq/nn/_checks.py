@@ -39,7 +39,7 @@ def check_layer_input(
             "size of the layer before it, or this layer's input size."
         )
         if named:
-            raise LayerInputError(layer, detail)
+            raise LayerInputError.of(layer, detail)
         raise ValueError(f"{name} {detail}")
 
 
