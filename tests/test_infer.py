@@ -640,8 +640,9 @@ def _fitted(optim, tmp_path=None, **kwargs):
     torch.manual_seed(0)
     model = tiny_mlp()
     guide = mean_field_guide(model)
-    fit(model, guide, ListLoader(x, y, 20), epochs=3, lr=0.03, optim=optim, progress=False,
-        seed=1, **kwargs)  # fmt: skip
+    rate = {"lr": 0.03} if optim is None else {}  # (optim's own lr otherwise)
+    fit(model, guide, ListLoader(x, y, 20), epochs=3, optim=optim, progress=False, seed=1,
+        **rate, **kwargs)  # fmt: skip
     return model, guide
 
 
