@@ -16,7 +16,7 @@ _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() fir
     r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
     r"expected input\[|to have \d+ channels|Expected \d+D|input size|input dimension|"
     r"is invalid for input of size|shape '\[|normalized_shape|should be the same|same device|"
-    r"dtype|scalar type|value per channel|index out of range|Given groups",
+    r"dtype|scalar type|value per channel|index out of range|Given groups|size mismatch, got",
     re.I,
 )
 

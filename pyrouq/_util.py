@@ -297,14 +297,13 @@ class LayerInputError(ValueError):
 
     def __init__(
         self,
-        message: str = "",
-        *,
+        *args: Any,
         layer: nn.Module | None = None,
         label: str | None = None,
         detail: str | None = None,
     ):
         self.layer, self.label, self.detail = layer, label, detail
-        super().__init__(message)
+        super().__init__(*args)
 
     @classmethod
     def of(cls, layer: nn.Module, detail: str) -> LayerInputError:
@@ -316,8 +315,9 @@ class LayerInputError(ValueError):
         label = f"{type(layer).__name__}({settings})"
         return cls(f"{label} {detail}", layer=layer, label=label, detail=detail)
 
-    def __reduce__(self) -> Any:  # (pickled without the layer: its message alone)
-        return type(self), self.args
+    def __reduce__(self) -> Any:  # pickled without the layer (its label, detail and notes kept)
+        state = {k: v for k, v in self.__dict__.items() if k != "layer"}
+        return type(self), self.args, state
 
 
 def check_folded_batch(

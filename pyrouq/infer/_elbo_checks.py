@@ -128,24 +128,28 @@ def check_unguided_trace(model: Any, model_trace: Any, labelled: bool) -> None:
         )
 
 
-def _refuse_plain_network(model: Any) -> None:
-    """Refuse ``guide=None`` for a plain torch network (an ``nn.Module``, not a
-    ``PyroModule``, whose ``forward(x)`` takes no labels): it samples and observes nothing,
-    so it has no ELBO (torch's "forward() takes 2 positional arguments but 3 were given"
-    came of calling it with the labels)."""
-    if (
+def plain_network_error(model: Any, err: TypeError) -> ValueError | None:
+    """The refusal of ``guide=None`` for a plain torch network (an ``nn.Module``, not a
+    ``PyroModule``, whose ``forward(x)`` takes no labels), which the step's call with the
+    labels met as ``err`` (torch's "forward() takes 2 positional arguments but 3 were
+    given"); None for any other model or error. Decided by the call's failure, not by the
+    signature: a Pyro model written as an ``nn.Module`` may take its labels by keyword, as
+    ``**kwargs`` or hold them itself."""
+    if not (
         isinstance(model, torch.nn.Module)
         and not isinstance(model, pyro.nn.PyroModule)
         and not takes_labels(model)
+        and "positional argument" in str(err)
     ):
-        raise ValueError(
-            f"{_CALLER} got guide=None for a plain network ({type(model).__name__}), whose "
-            "forward(x) takes no labels: no likelihood observes them, so it has no ELBO. Train "
-            "it by maximum likelihood with pyrouq.fit(net, None, ...), or make it Bayesian "
-            "first: pyrouq.bayesian(net) with pyrouq.mean_field_guide(model), or "
-            "pyrouq.rank1(net, M) for an ensemble (guide=None); a Pyro model written as an "
-            "nn.Module takes them, forward(x, y=None)."
-        )
+        return None
+    return ValueError(
+        f"{_CALLER} got guide=None for a plain network ({type(model).__name__}), whose "
+        "forward(x) takes no labels: no likelihood observes them, so it has no ELBO. Train it "
+        "by maximum likelihood with pyrouq.fit(net, None, ...), or make it Bayesian first: "
+        "pyrouq.bayesian(net) with pyrouq.mean_field_guide(model), or pyrouq.rank1(net, M) for "
+        "an ensemble (guide=None); a Pyro model written as an nn.Module takes them, "
+        "forward(x, y=None)."
+    )
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
@@ -157,8 +161,9 @@ def traced_guide(model: Any, guide: Any) -> Any:
     """The guide the traced path runs against ``model``, checked as :func:`pyrouq.fit` checks
     it: ``guide=None`` becomes a guide that draws nothing for a model without latent sites
     (a BatchEnsemble, a Pyro model of the user's own: the caller refuses one whose trace then
-    holds latent sites or no observed one, :func:`check_unguided_trace`) and is refused for
-    a pyrouq model with latent sites, naming them, and for a plain torch network; a guide
+    holds latent sites or no observed one, :func:`check_unguided_trace`, and a plain torch
+    network the labels' call fails on, :func:`plain_network_error`) and is refused for a
+    pyrouq model with latent sites, naming them; a guide
     built for another model (the first differing site named), the model itself, or a
     :class:`MeanFieldGuide` for a model that has no weights to draw are refused."""
     latent = getattr(model, "latent_sites", None)
@@ -166,8 +171,6 @@ def traced_guide(model: Any, guide: Any) -> Any:
         sites = list(latent()) if callable(latent) else []
         if sites:
             refuse_unguided(model, sites, "mean_field_guide(model)")
-        if not callable(latent):
-            _refuse_plain_network(model)
         return _empty_guide
     if isinstance(guide, MeanFieldGuide):  # (an ensemble, a plain network: none to draw)
         check_drawable(model, "a guide", _CALLER)

@@ -37,6 +37,7 @@ from pyrouq.infer._elbo_checks import (
     local_owner,
     model_inputs,
     needs_labels,
+    plain_network_error,
     traced_guide,
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
@@ -296,17 +297,23 @@ class KLWeightedELBO(ELBO):
         # the network's own priors are fixed: analytic in any order (not a subclass's sites)
         fixed = set(model.latent_sites()) if ours else set()
         fix = "mean_field_guide(model)" if ours else _ANY_GUIDE
-        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            if unguided:  # (its trace, read as fit() reads its first)
-                check_unguided_trace(model, model_trace, labelled)
-            nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, fixed)
-            nll_total = nll_total + nll
-            kl_total = kl_total + kl
-            if outputs is None:  # as predict() reads them: the "logits" site, else the return
-                node = model_trace.nodes.get("logits") or model_trace.nodes.get("_RETURN")
-                value = None if node is None else node["value"]
-                if torch.is_tensor(value) and value.dim() >= 2:
-                    outputs = value.detach()
+        try:
+            for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+                if unguided:  # (its trace, read as fit() reads its first)
+                    check_unguided_trace(model, model_trace, labelled)
+                nll, kl = traced_terms(model_trace, guide_trace, labelled, fix, fixed)
+                nll_total = nll_total + nll
+                kl_total = kl_total + kl
+                if outputs is None:  # as predict() reads them: the "logits" site, else the return
+                    node = model_trace.nodes.get("logits") or model_trace.nodes.get("_RETURN")
+                    value = None if node is None else node["value"]
+                    if torch.is_tensor(value) and value.dim() >= 2:
+                        outputs = value.detach()
+        except TypeError as err:  # a plain network called with the labels it cannot take
+            refusal = plain_network_error(model, err) if unguided else None
+            if refusal is None:
+                raise
+            raise refusal from err
         nll_t = torch.as_tensor(nll_total) / self.num_particles
         kl_t = torch.as_tensor(kl_total) / self.num_particles
         loss = nll_t + self._weighted(kl_t)
