@@ -222,6 +222,29 @@ def _run(model: Any, x: Tensor) -> Any:
         return poutine.trace(model).get_trace(x)
 
 
+def unobserved_sites(trace: Any) -> list[str]:
+    """The names of a trace's unobserved sample sites, subsample sites left out: of a model run
+    against a guide that draws none, the latent sites a guide must draw."""
+    return [
+        name
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
+    ]
+
+
+def observes_something(trace: Any) -> bool:
+    """Whether a trace has an observed sample site, so that a loss holds a likelihood: a
+    ``pyro.factor`` counts; a ``pyro.deterministic`` (observed, marked deterministic) and a
+    subsample site do not."""
+    return any(
+        site["type"] == "sample"
+        and site["is_observed"]
+        and not site_is_subsample(site)
+        and not (site["infer"] or {}).get("_deterministic")
+        for site in trace.nodes.values()
+    )
+
+
 def _numbered(name: str) -> str:
     """A site's name with its numbers replaced: one pattern for ``obs_0``, ``obs_1``, ..."""
     return re.sub(r"\d+", "#", name)

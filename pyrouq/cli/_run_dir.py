@@ -219,7 +219,8 @@ def _rewrite(path: Path, config: dict[str, Any], keys: list[str]) -> None:
         part.unlink(missing_ok=True)
         raise CommandError(
             f"--resume: cannot record the new {', '.join(keys)} in {str(path)!r}: "
-            f"{err.strerror or err}; make the run folder writable, or resume with the run's"
+            f"{err.strerror or err}; make the run folder writable, or resume with the run's own "
+            f"{', '.join(keys)} (as config.json records them)"
         ) from None
 
 

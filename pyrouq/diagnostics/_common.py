@@ -278,10 +278,9 @@ def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: s
     naming x and what to check, as ``predict()`` and ``mcmc()`` do; pass any other."""
     if not input_mismatch(err):
         return
-    name = getattr(model, "__name__", type(model).__name__)
     said = str(err).split("\nTrace Shapes:")[0]  # (Pyro's trace appends its site shapes)
     raise ValueError(
-        f"{caller}: {name} failed on x (shape {tuple(x.shape)}, dtype {x.dtype}){where}: "
+        f"{caller}: {name_of(model)} failed on x (shape {tuple(x.shape)}, dtype {x.dtype}){where}: "
         f"{' '.join(said.split())}. Check that the model takes x (shape, channels, "
         "flattening: N inputs of the shape it was built for) and that the guide and draws "
         "are this model's."

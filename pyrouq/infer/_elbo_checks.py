@@ -8,9 +8,9 @@ from typing import Any
 
 import pyro
 import torch
-from pyro.poutine.util import site_is_subsample
 
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
+from pyrouq._own_models import name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels
 from pyrouq.infer.guide import MeanFieldGuide, check_drawable, check_guide
 
@@ -74,18 +74,9 @@ def local_owner(model: Any) -> str | None:
 _AUTO_NORMAL = "e.g. pyro.infer.autoguide.AutoNormal(model)"
 
 
-def unguided_latent_sites(model_trace: Any) -> list[str]:
-    """The unobserved sample sites of a model's trace (run against a guide that draws none)."""
-    return [
-        name
-        for name, site in model_trace.nodes.items()
-        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
-    ]
-
-
 def refuse_unguided(model: Any, sites: list[str], build: str = _AUTO_NORMAL) -> None:
     """Refuse ``guide=None`` for ``model``, whose latent ``sites`` a guide must draw."""
-    name = _model_name(model)
+    name = name_of(model)
     shown_sites = ", ".join(repr(s) for s in sites[:3])
     more = ", ..." if len(sites) > 3 else ""
     raise ValueError(
@@ -96,31 +87,20 @@ def refuse_unguided(model: Any, sites: list[str], build: str = _AUTO_NORMAL) -> 
     )
 
 
-def _model_name(model: Any) -> str:
-    name = type(model).__name__
-    if not isinstance(model, torch.nn.Module):  # a model function: its own name
-        name = getattr(model, "__name__", name)
-    return name
-
-
 def check_unguided_trace(model: Any, model_trace: Any, labelled: bool) -> None:
     """Refuse a trace of ``model`` run with ``guide=None`` (against a guide that draws none)
     as :func:`pyrouq.fit` refuses it: one with an unobserved ``"obs"`` site where the call
     gave no labels (``labelled``: :func:`needs_labels`), one with latent sites
     (:func:`refuse_unguided`), or one that observes nothing (its loss would be 0: nothing
     to learn)."""
-    sites = unguided_latent_sites(model_trace)
+    sites = unobserved_sites(model_trace)
     if not labelled and "obs" in sites:
         needs_labels(None)
     if sites:
         refuse_unguided(model, sites)
-    if not any(  # (a pyro.factor counts: an observed site; a pyro.deterministic does not)
-        site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
-        and not (site["infer"] or {}).get("_deterministic")
-        for site in model_trace.nodes.values()
-    ):  # fmt: skip
+    if not observes_something(model_trace):
         raise ValueError(
-            f"{_CALLER} got guide=None for {_model_name(model)}, which observes nothing: run "
+            f"{_CALLER} got guide=None for {name_of(model)}, which observes nothing: run "
             "as model(x, y), it has no observed site and no latent one, so the loss would "
             "hold no likelihood of the targets (a loss of 0, nothing to learn). Observe them, "
             "e.g. pyro.sample('obs', dist.Categorical(logits=logits), obs=y) inside "

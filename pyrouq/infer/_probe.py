@@ -18,7 +18,12 @@ from torch import nn
 from torch.distributions import constraints
 
 from pyrouq._mismatch import input_mismatch
-from pyrouq._own_models import GuideMismatch, check_traces_match
+from pyrouq._own_models import (
+    GuideMismatch,
+    check_traces_match,
+    observes_something,
+    unobserved_sites,
+)
 from pyrouq._seeded import derived_seed, seed_apart
 from pyrouq._util import (
     ShardedOrder,
@@ -417,16 +422,8 @@ def _own_model_params(
         ) from err
     if guide_trace is not None:
         check_traces_match(model_trace, guide_trace, "fit()", model)
-    latent = [
-        name
-        for name, site in model_trace.nodes.items()
-        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
-    ]
-    if not any(  # (a pyro.factor counts: an observed site; a pyro.deterministic does not)
-        site["type"] == "sample" and site["is_observed"] and not site_is_subsample(site)
-        and not (site["infer"] or {}).get("_deterministic")
-        for site in model_trace.nodes.values()
-    ):  # fmt: skip
+    latent = unobserved_sites(model_trace)
+    if not observes_something(model_trace):
         raise ValueError(
             f"fit(): {type(model).__name__} observes nothing: run as model(x, y) on the first "
             "batch of train_loader, it has no observed site, so the loss would hold no "

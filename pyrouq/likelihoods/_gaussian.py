@@ -372,8 +372,9 @@ def _representable(name: str, value: float, dtype: torch.dtype) -> None:
     """Refuse a noise floor (or a fixed noise) below the smallest normal number of ``dtype``,
     the one the scales are computed in (the widened outputs'): it rounds to 0 or to a
     subnormal, and the likelihood to NaN or inf."""
-    tiny, kind = torch.finfo(dtype).tiny, str(dtype).replace("torch.", "")
+    tiny = torch.finfo(dtype).tiny
     if value < tiny:
+        kind = str(dtype).replace("torch.", "")
         wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
         raise ValueError(
             f"Gaussian({name}={value:g}) is below the smallest normal {kind} number "
