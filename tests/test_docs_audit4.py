@@ -205,7 +205,7 @@ def test_readme_lists_the_fit_options_of_the_parser():
 
 def test_readme_local_reparameterisation_cost_is_the_measured_one():
     # before: "for about twice the time per step on CPU", where the measurements page (and
-    # benchmarks/results.md, 2.87x) has a BayesianLeNet epoch at 2.9x that of weight sampling
+    # benchmarks/results.md) has a BayesianLeNet epoch at 2.9x (now 2.46x) that of weight sampling
     readme = " ".join(README.read_text(encoding="utf-8").split())
     quoted = re.search(
         r"for about (\w+) times the time per step on CPU \(a BayesianLeNet epoch ([\d.]+)x", readme
