@@ -10,7 +10,7 @@ import re
 
 import torch
 
-__all__ = ["came_from", "input_mismatch"]
+__all__ = ["came_from", "came_from_elsewhere", "input_mismatch"]
 
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
@@ -43,6 +43,11 @@ def came_from(err: BaseException, inputs: str) -> None:
     """Mark ``err`` as raised on ``inputs`` (``"batchnorm_data"``), which a caller restating
     it would take for its own (x): :func:`input_mismatch` passes it unchanged."""
     vars(err)[_CAME_FROM] = inputs
+
+
+def came_from_elsewhere(err: BaseException) -> bool:
+    """Whether :func:`came_from` has marked ``err`` as raised on other inputs than x."""
+    return _CAME_FROM in vars(err)
 
 
 def _worded_by_pyrouq(err: BaseException) -> bool:

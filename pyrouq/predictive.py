@@ -217,8 +217,9 @@ def predict(
     model : PyroModule or nn.Module
         A pyrouq model (Bayesian, BatchEnsemble), any Pyro model returning logits or recording
         ``"logits"`` of shape ``(B, C)``, or a plain ``nn.Module`` returning logits ``(B, C)``.
-        It runs in eval mode (dropout off: no MC dropout; BatchNorm's running statistics) and
-        is left in the mode it came in.
+        It runs in eval mode (dropout off: no MC dropout; BatchNorm's running statistics, or
+        for one built with ``track_running_stats=False`` each batch's own, as in torch: a
+        batch of one input is then refused) and is left in the mode it came in.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``: labels that are not one per input of their
@@ -465,6 +466,9 @@ def predict(
                     try:
                         outputs = came.run(index, xb, inputs, run)
                     except (TypeError, ValueError, RuntimeError) as err:
+                        alone = batchnorm.alone_in_its_batch(err, inputs, index, x, batch_size)
+                        if alone:
+                            raise ValueError(alone) from err
                         one = inputs.dim() == 1 and inputs.is_floating_point()  # (not ids)
                         if one and hasattr(err, "add_note"):
                             err.add_note(
