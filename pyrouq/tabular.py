@@ -64,7 +64,8 @@ def _check_xy(
     if x.shape[0] != y.shape[0]:
         raise ValueError(
             f"{where}: x and y must hold the same number of rows, got {x.shape[0]} and "
-            f"{y.shape[0]}."
+            f"{y.shape[0]}; expected one row of y per row of x (y[i] the target of x[i]): "
+            "pass the x and y of the same examples."
         )
     return x, y
 
@@ -199,10 +200,15 @@ def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
             f"scaler was fitted on real values: pass {name}.float()."
         )
     if value.dim() == 0 or tuple(value.shape[1:]) != tuple(mean.shape):
+        fix = ""  # a column (N, 1) where fit() saw (N,), or the other way round
+        if value.dim() == 1 and tuple(mean.shape) == (1,):
+            fix = f" Pass {name}.unsqueeze(-1)."
+        elif tuple(value.shape[1:]) == (1,) and not mean.shape:
+            fix = f" Pass {name}.squeeze(-1)."
         raise ValueError(
             f"Standardizer.{where}(): expected {name} of shape "
             f"{str(('N', *mean.shape)).replace(chr(39), '')} as in fit() (rows of the columns "
-            f"it was fitted on), got shape {tuple(value.shape)}."
+            f"it was fitted on), got shape {tuple(value.shape)}.{fix}"
         )
     return value
 

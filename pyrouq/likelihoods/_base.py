@@ -104,7 +104,8 @@ class Likelihood(nn.Module):
     def nll(
         self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None
     ) -> Tensor:  # pragma: no cover
-        """``-sum log p(y | outputs)`` over the batch (and over S), unscaled: a scalar."""
+        """``-sum log p(y | outputs)`` over the batch (and over S), unscaled: a scalar. ``y``
+        of a shape :meth:`check_targets` takes; others are refused, never broadcast."""
         raise NotImplementedError
 
     def predictive(

@@ -191,6 +191,9 @@ class Categorical(Likelihood):
         return dist.Categorical(logits=widened(outputs))
 
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
+        if not torch.is_tensor(y) or y.shape != outputs.shape[-2:-1]:
+            # labels (1,) would expand silently: one label for every input
+            self.check_targets(y, outputs, "Categorical.nll()")  # says what to pass
         flat = widened(outputs).reshape(-1, outputs.shape[-1])
         target = y.expand(outputs.shape[:-1]).reshape(-1)
         if target.dtype != torch.long:  # int32 / int16 labels (numpy's, often): the check let
