@@ -188,11 +188,18 @@ def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
     y = targets.to(sets.device)
     wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool
     if wrong_dtype or (num and (y.min() < 0 or y.max() >= classes)):
+        # complex labels have no min (torch's NotImplementedError came instead of this)
+        shown = num and not y.is_complex()
+        fix = (
+            "integer class indices (labels.long() for whole-number floats)"
+            if wrong_dtype
+            else "the labels of the inputs the sets were made for, in the sets' classes"
+        )
         raise ValueError(
             f"{where}: expected integer class labels in [0, {classes - 1}] for sets over "
             f"{classes} classes, got dtype {targets.dtype}"
-            + (f" and values in [{y.min().item()}, {y.max().item()}]" if num else "")
-            + "."
+            + (f" and values in [{y.min().item()}, {y.max().item()}]" if shown else "")
+            + f"; pass {fix}."
         )
     return y.long()
 
@@ -233,6 +240,33 @@ def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
                 "needs both bounds."
             )
     return lo, hi.to(lo.device)
+
+
+def _interval_targets(targets: Any, lo: Tensor) -> Tensor:
+    """``targets`` as float64 values of the intervals' shape (``(N,)`` for one output
+    allowed) on their device, or a clear error."""
+    check_tensor_targets(targets, "coverage()", "targets")
+    shape = tuple(lo.shape)
+    column = len(shape) == 2 and shape[1] == 1  # (N,) targets of one output allowed
+    ok = tuple(targets.shape) == shape or (column and tuple(targets.shape) == shape[:1])
+    if not ok:
+        raise ValueError(
+            f"coverage(): expected targets of shape {shape}, as the intervals"
+            + (f" (or ({shape[0]},))" if column else "")
+            + f", got {tuple(targets.shape)}."
+        )
+    if targets.is_complex():  # .double() dropped the imaginary part, with torch's warning
+        raise ValueError(
+            f"coverage(): expected real targets, got dtype {targets.dtype}; pass their real "
+            "values (targets.real, if the imaginary parts are 0)."
+        )
+    y = targets.to(lo.device).double().reshape(shape)
+    if y.isnan().any():
+        raise ValueError(
+            f"coverage(): the targets hold {int(y.isnan().sum())} NaN values; drop those "
+            "rows (a NaN is inside no interval, outside none)."
+        )
+    return y
 
 
 def check_alpha_field(alpha: object, where: str) -> float:

@@ -26,6 +26,7 @@ from torch import Tensor
 from pyrouq._conformal_scores import (
     _adaptive_scores,
     _check_alpha,
+    _interval_targets,
     _intervals,
     _labels_of,
     _last_inside,
@@ -36,7 +37,6 @@ from pyrouq._conformal_scores import (
     check_class_fields,
     check_count,
     check_not_shifted,
-    check_tensor_targets,
     check_thresholds,
 )
 from pyrouq._metric_inputs import _float64
@@ -198,7 +198,7 @@ def temperature_scale(
     3.64
     """
     preds = _class_preds(val_preds, "val_preds")
-    logp = _log_probs(preds.probs)
+    logp = _log_probs(preds.probs.detach())  # a fit: no graph (torch warned at float())
     y = _labels(preds, val_targets, "val_targets").to(logp.device)
     lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
@@ -535,7 +535,7 @@ def conformal(
     y = _labels(preds, val_targets, "val_targets")
     a = _check_alpha(alpha, y.shape[0])
     predictor = ConformalClassifier(score, a, math.inf, float(lam), int(k_reg), seed)  # type: ignore[arg-type]
-    scores = predictor.scores(preds, seed)
+    scores = predictor.scores(preds, seed).detach()  # as in temperature_scale
     true_scores = scores.gather(1, y.to(scores.device)[:, None])[:, 0]
     threshold = float(_quantile(true_scores, a))
     classes = int(preds.probs.shape[-1])
@@ -560,21 +560,7 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
                 f"coverage(): expected at least one interval, got shape {shape}: the coverage "
                 "of no intervals is undefined."
             )
-        check_tensor_targets(targets, "coverage()", "targets")
-        column = len(shape) == 2 and shape[1] == 1  # (N,) targets of one output allowed
-        ok = tuple(targets.shape) == shape or (column and tuple(targets.shape) == shape[:1])
-        if not ok:
-            raise ValueError(
-                f"coverage(): expected targets of shape {shape}, as the intervals"
-                + (f" (or ({shape[0]},))" if column else "")
-                + f", got {tuple(targets.shape)}."
-            )
-        y = targets.to(lo.device).double().reshape(shape)
-        if y.isnan().any():
-            raise ValueError(
-                f"coverage(): the targets hold {int(y.isnan().sum())} NaN values; drop those "
-                "rows (a NaN is inside no interval, outside none)."
-            )
+        y = _interval_targets(targets, lo)
         return float(((y >= lo) & (y <= hi)).double().mean())
     sets = _sets(sets_or_intervals)
     y = _labels_of(sets, targets, "coverage()")
