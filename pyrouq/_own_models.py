@@ -325,6 +325,15 @@ def fitting_draws(
             _refuse(model, f"the model's latent site {site!r} {shape} is not in it", caller, source)
         value = unpadded(value, shape)
         got = tuple(value.shape[1:])
+        chained = source == "posterior_samples" and len(got) == len(shape) + 1
+        if chained and got[1:] == shape and got[0] > 1:  # get_samples(group_by_chain=True)
+            raise ValueError(
+                f"{caller}: posterior_samples: site {site!r} has shape {tuple(value.shape)}, "
+                f"read as (chain, draw) = {tuple(value.shape[:2])} before the site's shape "
+                f"{shape}: predict() takes the draws flattened, (S, *shape). Pass the "
+                "pyro.infer.MCMC run itself (or its get_samples(), chains not grouped), or "
+                "value.reshape(-1, *value.shape[2:]) for every site (chain after chain)."
+            )
         if got != shape:
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
             _refuse(model, problem, caller, source)

@@ -24,16 +24,20 @@ from typing import Any, Literal
 import numpy as np
 import pyro
 import torch
-from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyrouq._mcmc_checks import (
+    check_data,
+    refuse_discrete_priors,
+    refuse_own_latents,
+    refuse_unsampled,
+)
 from pyrouq._mcmc_workers import (
     chain_job,
     parallel_chains,
     spawn_problem,
 )
 from pyrouq._mismatch import input_mismatch
-from pyrouq._numbers import is_array_like
 from pyrouq._util import (
     MAX_SEED,
     check_count,
@@ -126,54 +130,6 @@ class MCMCResult:
         )
 
 
-def _check_data(x: Any, y: Any) -> tuple[Tensor, Tensor]:
-    for name, value in (("x", x), ("y", y)):
-        if isinstance(value, (list, tuple)) and any(torch.is_tensor(v) for v in value):
-            raise TypeError(  # (torch.as_tensor fails on them)
-                f"mcmc() needs the full data as tensors x and y, got a {type(value).__name__} "
-                f"of tensors for {name}. Join them first: {name} = torch.cat({name}) (a "
-                f"loader's batches) or torch.stack({name}) (one tensor per point)."
-            )
-        if is_array_like(value) and not torch.is_tensor(value):  # numpy's, a pandas frame
-            plain = isinstance(value, (np.ndarray, list, tuple))  # (as_tensor fails on a frame)
-            convert = f"torch.as_tensor({name})" if plain else f"torch.tensor(np.asarray({name}))"
-            raise TypeError(
-                f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
-                f"for {name}. Convert it first: {name} = {convert}."
-            )
-        if isinstance(value, torch.nn.Module) or callable(value) or value is None:  # a guide
-            why = (
-                "It takes no guide (NUTS samples the posterior itself)"
-                if value is not None
-                else "NUTS samples the posterior given the inputs and their targets"
-            )
-            raise TypeError(
-                f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
-                f"for {name}. {why}: call mcmc(model, x, y, num_samples=..., warmup_steps=...)."
-            )
-        if not torch.is_tensor(value):
-            raise TypeError(
-                f"mcmc() needs the full data as tensors x and y, got {type(value).__name__} "
-                f"for {name}: NUTS evaluates the likelihood of every point at every step, so it "
-                "takes no minibatch loader. Pass x, y = torch.cat over the loader's batches (or "
-                "use fit() for minibatch VI)."
-            )
-        if value.dim() == 0:
-            raise ValueError(
-                f"mcmc(): expected {name} with a leading dimension of N points, got a scalar "
-                f"tensor. Pass every point: x of shape (N, ...) and y of shape (N,) or (N, D)."
-            )
-    if x.shape[0] != y.shape[0] or x.shape[0] == 0:
-        raise ValueError(
-            f"mcmc(): x and y must hold the same number N >= 1 of points, got {x.shape[0]} and "
-            f"{y.shape[0]}. Pass every point and one target per input: y[i] for x[i]."
-        )
-    # data, not parameters: a graph (features from a network) would be refused by the chain
-    # processes' pickling, and an inference tensor cannot be saved for NUTS's backward passes
-    x, y = x.detach(), y.detach()
-    return (x.clone() if x.is_inference() else x), (y.clone() if y.is_inference() else y)
-
-
 def mcmc(
     model: Any,
     x: Tensor,
@@ -242,7 +198,13 @@ def mcmc(
         network defined in ``__main__``, which they could not import, nor one that does not
         pickle: defined inside a function, holding a lambda); otherwise one after another, in
         this process.
-        The draws are the same either way. A chain process that dies (out of memory, say)
+        The draws are the same either way, except on large data: a chain process computes
+        on its share of the cores (``cores // chains`` torch threads), this process on the
+        caller's threads, and torch splits a sum over tens of thousands of values (the
+        likelihood of that many points) among its threads, in another order for another
+        number of them; there the chains differ in the last bits, then drift apart (each
+        as valid). Set ``torch.set_num_threads`` to the chain processes' number for the same
+        draws. A chain process that dies (out of memory, say)
         raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes, and a
         chain process whose parent is killed ends too.
         Each chain process first runs the script's top-level code again (Python's ``spawn``),
@@ -268,22 +230,10 @@ def mcmc(
             "runs the script's top-level code again. Put the code that calls mcmc() under "
             '`if __name__ == "__main__":`, or pass mcmc(..., parallel=False).'
         )
-    latent = getattr(model, "latent_sites", None)
-    if not callable(latent) or not latent():
-        plain = isinstance(model, torch.nn.Module) and not isinstance(model, pyro.nn.PyroModule)
-        fix = (
-            "; make a plain network Bayesian first, pyrouq.bayesian(net) (with likelihood="
-            "pyrouq.likelihoods.Gaussian(...) for regression)"
-            if plain
-            else ""
-        )
-        raise TypeError(
-            f"mcmc() samples a pyrouq Bayesian model (made by pyrouq.bayesian(), BayesianMLP, "
-            f"...), got {type(model).__name__}{fix}; for any other Pyro model use "
-            "pyro.infer.MCMC."
-        )
+    refuse_unsampled(model)
+    latent = model.latent_sites
     with torch.inference_mode(False):  # (an inference tensor cloned into a normal one)
-        x, y = _check_data(x, y)  # first: mcmc(model, guide, x, y, 100, 50) shifts the rest
+        x, y = check_data(x, y)  # first: mcmc(model, guide, x, y, 100, 50) shifts the rest
     num_chains = check_count(
         "num_chains", num_chains, "Chains are what R-hat compares; 4 is usual."
     )
@@ -310,7 +260,7 @@ def mcmc(
             "mcmc(copy.deepcopy(model).float(), x, y, ...): predict() takes its draws for "
             "this model too."
         )
-    _refuse_discrete_priors(model)
+    refuse_discrete_priors(model)
     size = sum(math.prod(shape) for shape in latent().values())
     if size > MAX_LATENT_VALUES and not force:
         raise ValueError(
@@ -323,45 +273,6 @@ def mcmc(
             model, x, y, num_samples, warmup_steps, num_chains, kernel, seed, progress,
             max_tree_depth, parallel,
         )  # fmt: skip
-
-
-def _refuse_discrete_priors(model: Any) -> None:
-    """A site with a discrete prior (Bernoulli, Poisson, ...) refused, named: NUTS moves
-    continuous values by gradients (Pyro's own error speaks of enumeration and autoguides)."""
-    priors = getattr(model, "priors", None)
-    for site, prior in (priors() if callable(priors) else {}).items():
-        try:
-            support = prior.support
-        except NotImplementedError:  # a distribution of the user's own without a support
-            continue
-        if support.is_discrete:
-            name = type(getattr(prior, "base_dist", prior)).__name__
-            support = getattr(support, "base_constraint", support)  # (Independent's)
-            raise ValueError(
-                f"mcmc(): the prior of site {site!r} ({name}) is discrete (support "
-                f"{support}); NUTS and HMC move continuous values by gradients and cannot "
-                "sample it. Give the site a continuous prior, pyrouq.bayesian(net, prior=...) "
-                "(Normal, Laplace, StudentT), or leave it out of select= (a point estimate)."
-            )
-
-
-def _refuse_own_latents(model: Any, trace: Any) -> None:
-    """A site the network samples itself (``pyro.sample`` in its forward, traced with the sites
-    forward() hides, as its own "obs", hidden) refused, named: NUTS would infer it as a latent
-    variable the result does not keep (predict() on the draws would take it from its prior)."""
-    own = [
-        name
-        for name, site in trace.nodes.items()
-        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
-    ]
-    if own:
-        raise ValueError(
-            f"mcmc(): the network of {type(model).__name__} samples {own[:3]} itself "
-            "(pyro.sample in its forward): NUTS would infer it as a latent variable, which the "
-            "result does not keep (predict() on the draws would take it from its prior). Draw "
-            "such noise with torch (as dropout draws its masks), or sample a model written in "
-            "Pyro with pyro.infer.MCMC. Nothing was sampled."
-        )
 
 
 def _mcmc(
@@ -439,7 +350,7 @@ def _run_chains(
                 "(shape, channels, flattening: N inputs of the shape it was built for); "
                 "nothing was sampled."
             ) from err
-    _refuse_own_latents(model, tracer.trace)
+    refuse_own_latents(model, tracer.trace)
     model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
     dtype = module_dtype(model)
     if y.is_floating_point() and dtype is not None and y.dtype != dtype:
