@@ -1,6 +1,7 @@
 """BatchNorm running statistics re-estimated for one draw of the weights (the
-``batchnorm_data`` option of :func:`pyrouq.predict`, as SWAG's ``bn_update``), and predict()'s
-words for a batch of one input that a BatchNorm without running statistics refuses."""
+``batchnorm_data`` option of :func:`pyrouq.predict`, as SWAG's ``bn_update``), and the words of
+predict() and to_inference_data() for a batch of one input that a BatchNorm without running
+statistics refuses."""
 
 from __future__ import annotations
 
@@ -17,11 +18,19 @@ _ONE_VALUE = "Expected more than 1 value per channel"
 """How torch's BatchNorm refuses batch statistics of one value per channel."""
 
 
-def alone_in_its_batch(err: BaseException, inputs: Tensor, index: int, x: Any, size: int) -> str:
-    """predict()'s words for torch's refusal of x's batch ``index`` (0-based), one input, by a
-    BatchNorm that takes its batch's statistics in eval mode (built with
-    ``track_running_stats=False``); empty for any other error (one on ``batchnorm_data``,
-    worded where it came from, included)."""
+def alone_in_its_batch(
+    err: BaseException,
+    inputs: Tensor,
+    index: int,
+    x: Any,
+    size: int,
+    fn: str = "predict()",
+    verb: str = "predict",
+) -> str:
+    """The words of ``fn`` (predict(), to_inference_data(), which ``verb`` the inputs) for
+    torch's refusal of x's batch ``index`` (0-based), one input, by a BatchNorm that takes its
+    batch's statistics in eval mode (built with ``track_running_stats=False``); empty for any
+    other error (one on ``batchnorm_data``, worded where it came from, included)."""
     if not isinstance(err, ValueError) or not str(err).startswith(_ONE_VALUE):
         return ""
     if inputs.dim() < 2 or inputs.shape[0] != 1 or came_from_elsewhere(err):
@@ -29,19 +38,19 @@ def alone_in_its_batch(err: BaseException, inputs: Tensor, index: int, x: Any, s
     if not isinstance(x, Tensor):
         where = "x gave it alone: give batches of 2 inputs or more."
     elif x.shape[0] == 1:
-        where = "x is that one input: predict it together with others."
+        where = f"x is that one input: {verb} it together with others."
     else:
         where = (
             f"batch_size={size} leaves 1 of x's {x.shape[0]} inputs alone: pass a batch_size "
             "that leaves no remainder of 1."
         )
     return (
-        f"predict(): batch {index + 1} of x holds 1 input of shape {tuple(inputs.shape[1:])}, "
+        f"{fn}: batch {index + 1} of x holds 1 input of shape {tuple(inputs.shape[1:])}, "
         "and a BatchNorm built without running statistics (track_running_stats=False) "
         "normalises with the statistics of its batch in eval mode too, which need more than "
         f"one value per channel (torch: '{_ONE_VALUE}'). {where} Its predictions depend on "
         "the inputs predicted together; build the BatchNorm with running statistics "
-        "(track_running_stats=True, the default) to predict each input alone."
+        f"(track_running_stats=True, the default) to {verb} each input alone."
     )
 
 

@@ -231,7 +231,8 @@ def _build_parser() -> _Parser:
     )  # fmt: skip
     ev.add_argument(
         "--conformal", type=_fraction("--conformal"), default=None, metavar="ALPHA",
-        help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split",
+        help="conformal prediction sets (LAC, APS, RAPS) at miscoverage ALPHA, same split; "
+        "with --calibrate, calibrated on the temperature-scaled predictions",
     )  # fmt: skip
     ev.add_argument(
         "--seed", type=_seed, default=None,

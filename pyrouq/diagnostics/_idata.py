@@ -13,6 +13,7 @@ from pyro import poutine
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
+from pyrouq._batchnorm import alone_in_its_batch
 from pyrouq._own_models import check_traces_match, name_of, unobserved_sites
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
@@ -177,7 +178,9 @@ def to_inference_data(
         BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out; a guide whose
         parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
         MCMCResult whose sites or sample stats differ in (chain, draw), or whose draws hold
-        NaN or inf; x the network does not take (torch's shape error, restated naming x).
+        NaN or inf; x the network does not take (torch's shape error, restated naming x); a
+        batch of one input (x of one, or a batch_size leaving one) that a BatchNorm built
+        without running statistics refuses (its statistics are its batch's).
 
     Warns
     -----
@@ -480,12 +483,16 @@ def _export_weights(
                 out.put(_LATENT + name, s, weights[name])
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
-            for cols in _batches(n, batch_size):
+            for index, cols in enumerate(_batches(n, batch_size)):
                 try:
                     logits = model.outputs(x[cols], weights)
-                except RuntimeError as err:  # torch's words on a shape, as predict() restates
-                    if s == 0:
-                        _explain_inputs(err, model, x, "to_inference_data()")
+                except (ValueError, RuntimeError) as err:  # torch's words, as predict() restates
+                    fn = "to_inference_data()"
+                    alone = alone_in_its_batch(err, x[cols], index, x, batch_size, fn, "export")
+                    if alone:  # a BatchNorm without running statistics, on one input
+                        raise ValueError(alone) from err
+                    if s == 0 and isinstance(err, RuntimeError):  # a shape
+                        _explain_inputs(err, model, x, fn)
                     raise
                 per = num_samples // chains if chains else 0
                 where = f"chain {s // per}, draw {s % per}" if per else f"guide draw {s}"

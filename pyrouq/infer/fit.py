@@ -44,6 +44,7 @@ from pyrouq.infer._fit_inputs import (
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import build_optimizer, check_callbacks
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
+from pyrouq.infer._sync_norm import check_sync_batchnorm
 from pyrouq.infer._training import (
     TrainingInterrupted,
     check_loader_inputs,
@@ -308,7 +309,8 @@ def fit(
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
         ``resume_from`` that does not fit the model (``CheckpointError``). Under
         torch.distributed, also ranks that differ (parameters, models' settings, loaders,
-        arguments, optimizers), and a failure of another rank's set-up (naming that rank).
+        arguments, optimizers), a failure of another rank's set-up (naming that rank), and
+        ``nn.SyncBatchNorm`` layers in a model on the CPU (torch synchronises them on GPUs).
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
@@ -362,6 +364,7 @@ def fit(
         if guide is not None:
             check_drawable(model, "a guide", "fit()")
         check_guide(model, guide, "fit()")
+        check_sync_batchnorm(model, guide)  # torch's SyncBatchNorm on the CPU: GPUs only
         if num_particles > 1 and guide is None:
             raise ValueError(
                 f"num_particles={num_particles} given for {type(model).__name__}, which has no "
