@@ -188,10 +188,18 @@ def _space(hint: str) -> str:
 def _tensors(module: nn.Module) -> Iterator[torch.Tensor]:
     """The parameters and buffers of ``module``, those of the network it wraps first (a
     converted model's ``.net``: its likelihood's own parameters, registered before it, such as
-    a learned noise scale, do not decide where and in which dtype the network computes)."""
+    a learned noise scale, do not decide where and in which dtype the network computes), and
+    of its buffers a Bayesian model's latent weights first (held as buffers: a network whose
+    every weight is latent computes in their dtype, not in that of a constant it holds)."""
     net = getattr(module, "net", None)
     if isinstance(net, nn.Module) and net is not module:
-        yield from itertools.chain(net.parameters(), net.buffers())
+        yield from net.parameters()
+        for site in getattr(module, "_sites", ()):
+            try:
+                yield net.get_buffer(site)
+            except AttributeError:  # (not held as a buffer)
+                continue
+        yield from net.buffers()
     yield from itertools.chain(module.parameters(), module.buffers())
 
 
@@ -207,7 +215,7 @@ def module_device(*modules: Any) -> torch.device | None:
 
 def module_dtype(module: Any) -> torch.dtype | None:
     """Floating dtype of the first floating parameter or buffer of ``module`` (a converted
-    model's network's first; None if none)."""
+    model's network's first, its latent weights before its other buffers; None if none)."""
     if isinstance(module, nn.Module):
         for tensor in _tensors(module):
             if tensor.is_floating_point():

@@ -15,6 +15,7 @@ from torch.nn.utils import parametrize
 from pyrouq import _engine
 from pyrouq._param_store import forget_params, register_children
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
+from pyrouq.convert._copying import detach_computed
 from pyrouq.convert._select import (
     COUNTER,
     _names_list,
@@ -393,6 +394,10 @@ class BatchEnsembleNetwork(PyroModule):
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
         weakref.finalize(self, forget_params, self._pyro_name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        detach_computed(self.net)  # copy.deepcopy refuses a value a forward cached
+        return super().__getstate__()  # type: ignore[no-any-return]
 
     def _input(self, x: Any) -> Tensor:
         """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""

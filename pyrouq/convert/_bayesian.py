@@ -20,6 +20,7 @@ from pyrouq._numbers import is_real
 from pyrouq._param_store import forget_params, register_children
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
+from pyrouq.convert._copying import detach_computed
 from pyrouq.convert._hints import refuse_types
 from pyrouq.convert._select import (
     COUNTER,
@@ -36,7 +37,6 @@ from pyrouq.convert._select import (
     module_record,
     resolve_priors,
     select_parameters,
-    weight_hooks,
     weight_readers,
 )
 from pyrouq.convert._sites import (
@@ -116,17 +116,6 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
             "0. rank1() uses Normal(1, 0.1): give them e.g. dist.Normal(1.0, 0.1), through a "
             "dict key for each of their layers or one distribution for all."
         )
-
-
-def _detach_hooked_weights(net: nn.Module) -> None:
-    """A layer under torch.nn.utils.prune or the legacy weight_norm / spectral_norm keeps the
-    weight its hook last computed, after a forward with gradients a non-leaf tensor, which
-    copy.deepcopy and pickle refuse: detach it (the next forward computes it anew)."""
-    for name, _ in weight_hooks(net):
-        layer = net.get_submodule(name)
-        for attr, value in list(vars(layer).items()):
-            if isinstance(value, Tensor) and value.grad_fn is not None:
-                setattr(layer, attr, value.detach())
 
 
 class BayesianNetwork(PyroModule):
@@ -238,7 +227,8 @@ class BayesianNetwork(PyroModule):
         # a new model starts in training mode throughout, as a torch module does, whatever
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
-        device = module_device(self.net)
+        self._sites = {s: torch.Size(params[s].shape) for s in sites}
+        device = module_device(self)  # (the network's, its latent weights before its buffers)
         held = [
             t
             for t in itertools.chain(self.likelihood.parameters(), self.likelihood.buffers())
@@ -246,10 +236,9 @@ class BayesianNetwork(PyroModule):
         ]
         if device is not None and any(t.device != device for t in held):
             self.likelihood.to(device)  # a noise prior made on the CPU, the network on a GPU
-        dtype = module_dtype(self.net)  # a float32 noise prior of a float64 network: its dtype
+        dtype = module_dtype(self)  # a float32 noise prior of a float64 network: its dtype
         if dtype is not None and any(t.is_floating_point() and t.dtype != dtype for t in held):
             self.likelihood.to(dtype)
-        self._sites = {s: torch.Size(params[s].shape) for s in sites}
         self._tied = tied
         self.site_priors = nn.ModuleList([priors[s] for s in sites])
         self._local = local_reparameterization
@@ -258,7 +247,7 @@ class BayesianNetwork(PyroModule):
         weakref.finalize(self, forget_params, self._pyro_name)
 
     def __getstate__(self) -> dict[str, Any]:
-        _detach_hooked_weights(self.net)  # copy.deepcopy and pickle refuse a computed weight
+        detach_computed(self.net)  # copy.deepcopy refuses a computed weight, a cached value
         return super().__getstate__()  # type: ignore[no-any-return]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -330,7 +319,7 @@ class BayesianNetwork(PyroModule):
     def plain_network(self) -> nn.Module:
         """A plain copy of the network with the template values as ordinary parameters (and
         torch's own modules where the engine put faster ones)."""
-        _detach_hooked_weights(self.net)
+        detach_computed(self.net)
         plain = _engine.unprepare(copy.deepcopy(self.net))
         buffers = dict(plain.named_buffers(remove_duplicate=False))
         for site in self._sites:

@@ -27,6 +27,9 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
+from pyrouq.convert._copying import copy_network as copy_network
+from pyrouq.convert._copying import hook_fix as hook_fix
+from pyrouq.convert._copying import weight_hooks as weight_hooks
 from pyrouq.convert._hints import (
     WEIGHTED_TYPES,
     no_linear,
@@ -432,67 +435,6 @@ def _parameters_of(prior: torch.distributions.Distribution) -> dict[str, Tensor]
 # --------------------------------------------------------------------------------------------
 # Shared checks
 # --------------------------------------------------------------------------------------------
-
-
-def copy_network(module: nn.Module, what: str) -> nn.Module:
-    """A deep copy of the user's ``module`` (converting never changes it), or a clear error
-    for one that cannot be copied: torch's legacy ``weight_norm`` / ``spectral_norm`` keep a
-    computed weight as a non-leaf tensor, which ``copy.deepcopy`` refuses."""
-    try:
-        return copy.deepcopy(module)
-    except RuntimeError as err:
-        if "deepcopy protocol" not in str(err):
-            raise
-        hooked = weight_hooks(module)
-        why = (
-            f"{hooked[0][0]!r} is {hooked[0][1]}"
-            if hooked
-            else "a tensor in it was computed, "
-            "not created, as torch.nn.utils.prune and the legacy weight_norm do"
-        )
-        raise ValueError(
-            f"{class_name(module)} cannot be copied, so pyrouq cannot {what} (it converts "
-            f"a copy and leaves your network as it is): {why}, and its hook keeps the weight "
-            f"as a computed tensor. {hook_fix(hooked)}"
-        ) from None
-
-
-def hook_fix(hooked: list[tuple[str, str]]) -> str:
-    """What to do about the layers :func:`weight_hooks` found (all fixes when none is)."""
-    pruned = any("prune" in what for _, what in hooked) or not hooked
-    legacy = any("legacy" in what for _, what in hooked) or not hooked
-    fixes = []
-    if pruned:
-        fixes.append("make the pruning permanent first, torch.nn.utils.prune.remove(layer, name)")
-    if legacy:
-        fixes.append(
-            "use torch.nn.utils.parametrizations.weight_norm / spectral_norm instead of the "
-            "legacy torch.nn.utils.weight_norm / spectral_norm"
-        )
-    text = "; ".join(fixes)
-    return text[0].upper() + text[1:] + "."
-
-
-def weight_hooks(module: nn.Module) -> list[tuple[str, str]]:
-    """``(layer name, what)`` for every layer whose weight a forward pre-hook recomputes from
-    other tensors: torch.nn.utils.prune (``weight_orig * weight_mask``) and the legacy
-    ``weight_norm`` / ``spectral_norm``."""
-    from torch.nn.utils import prune
-    from torch.nn.utils.spectral_norm import SpectralNorm
-    from torch.nn.utils.weight_norm import WeightNorm
-
-    kinds = (
-        (prune.BasePruningMethod, "pruned by torch.nn.utils.prune"),
-        (WeightNorm, "under the legacy torch.nn.utils.weight_norm"),
-        (SpectralNorm, "under the legacy torch.nn.utils.spectral_norm"),
-    )
-    found = []
-    for name, layer in module.named_modules():
-        for hook in layer._forward_pre_hooks.values():
-            what = next((text for kind, text in kinds if isinstance(hook, kind)), None)
-            if what is not None:
-                found.append((name, what))
-    return found
 
 
 def check_num_data(num_data: int | None) -> int | None:
