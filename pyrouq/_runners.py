@@ -4,21 +4,19 @@ weight draws), and how many weight draws it holds at once."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
 from pyro import poutine
-from pyro.infer.autoguide import AutoGuide
-from pyro.poutine.guide import GuideMessenger
 from torch import Tensor, nn
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq import _own_models as own_models
+from pyrouq._guide_draws import draw_guide, sampled_directly, takes_inputs_alone
 from pyrouq._param_store import take_store_values
 from pyrouq._util import (
     AsItCame,
@@ -32,7 +30,6 @@ from pyrouq._util import (
     takes_labels,
     warn_caller,
 )
-from pyrouq.infer._draws import draw_runs
 from pyrouq.infer.guide import MeanFieldGuide, check_draws
 from pyrouq.likelihoods import Categorical, likelihood_of
 from pyrouq.likelihoods._categorical import are_probabilities, judged
@@ -112,7 +109,7 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
         try:
             trace = poutine.trace(model).get_trace(x)
         except TypeError as err:  # forward(x, y): y without a default
-            if _takes_inputs_alone(owner, x):
+            if takes_inputs_alone(owner, x):
                 raise  # an error from inside the forward, not of its signature
             raise TypeError(
                 f"{own_models.name_of(owner)} cannot run on the inputs alone ({err}): "
@@ -124,88 +121,6 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
     out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
     own_models.check_logits(owner, out, x.shape[0], recorded)
     return out
-
-
-def _takes_inputs_alone(owner: Any, x: Tensor) -> bool:
-    """Whether ``owner``'s forward takes ``x`` alone by its signature (True if unreadable)."""
-    try:
-        inspect.signature(getattr(owner, "forward", owner)).bind(x)
-    except TypeError:
-        return False
-    except ValueError:  # (a builtin: no signature to read)
-        pass
-    return True
-
-
-def _sampled_directly(guide: Any) -> bool:
-    """Whether ``guide`` is a :class:`~pyrouq.MeanFieldGuide` as pyrouq made it (not a
-    subclass with its own ``forward``): its draws are then taken from its locs and scales."""
-    return isinstance(guide, MeanFieldGuide) and type(guide).forward is MeanFieldGuide.forward
-
-
-def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
-    """S draws of every latent site of the guide, stacked: ``{site: (S, *shape)}`` (not of its
-    auxiliary sites, which no model samples).
-
-    A :class:`~pyrouq.MeanFieldGuide` is sampled directly, one draw after another (the draws
-    its traces would give), its scales computed once; any other guide is traced once per draw
-    on ``args``.
-    """
-
-    if _sampled_directly(guide):
-        with torch.no_grad():
-            loc = {s: guide.site_loc(s) for s in guide.sites}
-            scale = {s: guide.site_scale(s) for s in guide.sites}
-        return draw_runs(loc, scale, num_samples, guide.positive)
-    # each draw goes into its slot of the site's stack as it comes (a list of the draws then
-    # stacked holds them twice), and an auxiliary site, which no model samples (AutoNormal's
-    # "<site>_unconstrained"), is not kept: a bayesian resnet18's 16 AutoNormal draws took
-    # 2.3 GB at the peak for 0.68 GB of weights
-    draws: dict[str, Tensor] = {}
-    counts: dict[str, int] = {}
-    for _ in range(num_samples):
-        trace = _guide_trace(guide, args)
-        for name, site in trace.nodes.items():
-            auxiliary = (site.get("infer") or {}).get("is_auxiliary", False)
-            if site["type"] == "sample" and not site["is_observed"] and not auxiliary:
-                value = site["value"].detach()
-                if name not in draws:
-                    draws[name] = value.new_empty((num_samples, *value.shape))
-                    counts[name] = 0
-                elif draws[name].shape[1:] != value.shape:
-                    raise ValueError(
-                        f"The guide drew site {name!r} of shape {tuple(value.shape)} in one run "
-                        f"and {tuple(draws[name].shape[1:])} in another: predict() stacks the "
-                        "draws of a site, which need one shape."
-                    )
-                draws[name][counts[name]] = value
-                counts[name] += 1
-    return {name: values[: counts[name]] for name, values in draws.items()}
-
-
-def _guide_trace(guide: Any, args: tuple) -> Any:
-    """One trace of ``guide(*args)``, or a clear error for an autoguide that has never run
-    (it traces the model on x alone to find its sites, and meets the likelihood unobserved)
-    or one that runs the model at every call (a ``GuideMessenger``: AutoNormalMessenger)."""
-    try:
-        return poutine.trace(guide).get_trace(*args)
-    except (ValueError, NotImplementedError) as err:
-        unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
-        unobserved = "discrete sample site" in str(err)  # the targets, sampled without y
-        if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
-            raise
-        how = (
-            "has not run yet: it would trace the model on the inputs alone to find its sites, "
-            "where the model samples its targets. Run it once on training data first, "
-            "guide(x_train[:2], y_train[:2]), as fit() and SVI do (parameters loaded into "
-            "Pyro's param store are then taken)"
-            if unbuilt
-            else "runs the model at every call, and predictions have no targets to give it, "
-            "nor has Pyro's Predictive; build it on the model with its targets hidden, "
-            "AutoNormalMessenger(poutine.block(model, hide=['obs'])), or fit an AutoNormal"
-        )
-        first = " ".join(str(err).split(". ")[0].split())
-        raise ValueError(f"predict(): the guide {type(guide).__name__} {how} ({first}).") from err
 
 
 def _refuse_prior_weights(model: Any, x: Tensor) -> None:
@@ -446,7 +361,7 @@ def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> li
     :class:`~pyrouq.MeanFieldGuide` of a pyrouq model (whose draws, taken chunk after chunk
     in one random stream, are those of a single call) and an ``x`` that can be read again in
     the same order; else all at once, with a warning."""
-    if not _sampled_directly(guide) or getattr(model, "outputs", None) is None:
+    if not sampled_directly(guide) or getattr(model, "outputs", None) is None:
         return [count]
     with torch.no_grad():
         per_draw = sum(

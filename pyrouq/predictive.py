@@ -238,7 +238,8 @@ def predict(
         stream too: the call repeats either way).
     guide : callable, optional
         The fitted guide of a Bayesian model; one built for another model (other sites or
-        shapes) is refused, naming the first differing site.
+        shapes) is refused, naming the first differing site. It runs on the inputs alone,
+        ``guide(x)``, as in Pyro's ``Predictive``: one that needs the targets is refused.
     num_samples : int, optional
         Posterior draws S for a Bayesian model (default 32), from torch's random stream (which
         the call advances; with ``seed=``, a stream of their own). Must stay None for a
@@ -247,11 +248,12 @@ def predict(
         draw-major (``s = k * M + m``); K defaults to 32 // M.
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
-        ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass. On CPU a Bayesian
-        network runs more than 512 inputs in chunks of 512 (faster there; the same outputs
-        for a network that treats its inputs independently in eval mode, as torch's layers
-        do, and none where a BatchNorm takes the batch's statistics: a layer of your own that
-        mixes a batch's inputs sees at most 512 of them).
+        ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass (B, a batch's inputs;
+        the M members of a BatchEnsemble or of a rank-1 draw run together: ``M * B``). On CPU
+        a Bayesian network runs more than 512 inputs in chunks of 512 (faster there; the same
+        outputs for a network that treats its inputs independently in eval mode, as torch's
+        layers do, and none where a BatchNorm takes the batch's statistics: a layer of your own
+        that mixes a batch's inputs sees at most 512 of them).
     posterior_samples : MCMCResult, pyro.infer.MCMC or dict, optional
         Draws from anywhere instead of a guide: an :class:`~pyrouq.mcmc.MCMCResult` or a
         ``pyro.infer.MCMC`` run (every chain's draws, chain after chain) or ``{site: (S,

@@ -28,7 +28,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._numbers import is_integer, is_real, tensor_hint
 
 __all__ = [
     "Decomposition",
@@ -297,6 +297,11 @@ def _check_probs(
             )
     elif probs.dim() == 0:
         raise ValueError(f"Expected {name} with a class dimension, got a scalar (shape ()).")
+    if not is_integer(dim) or not -probs.dim() <= dim < probs.dim():
+        raise ValueError(
+            f"Expected dim to be an integer in [{-probs.dim()}, {probs.dim() - 1}], a dimension "
+            f"of {name} (shape {shape}), got {dim!r}. Pass its class dimension, e.g. dim=-1."
+        )
     if probs.numel() == 0:
         raise ValueError(
             f"Expected a non-empty {name}, got shape {shape}; "
