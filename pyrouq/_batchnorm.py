@@ -14,8 +14,10 @@ from pyrouq._mismatch import came_from, came_from_elsewhere
 
 Norm = nn.modules.batchnorm._BatchNorm
 
-_ONE_VALUE = "Expected more than 1 value per channel"
-"""How torch's BatchNorm refuses batch statistics of one value per channel."""
+ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel"
+"""How torch's BatchNorm refuses batch statistics of one value per channel (a training batch,
+or any batch of a BatchNorm without running statistics): the cue of fit()'s and predict()'s
+words for it."""
 
 
 def alone_in_its_batch(
@@ -31,7 +33,7 @@ def alone_in_its_batch(
     torch's refusal of x's batch ``index`` (0-based), one input, by a BatchNorm that takes its
     batch's statistics in eval mode (built with ``track_running_stats=False``); empty for any
     other error (one on ``batchnorm_data``, worded where it came from, included)."""
-    if not isinstance(err, ValueError) or not str(err).startswith(_ONE_VALUE):
+    if not isinstance(err, ValueError) or not str(err).startswith(ONE_VALUE_PER_CHANNEL):
         return ""
     if inputs.dim() < 2 or inputs.shape[0] != 1 or came_from_elsewhere(err):
         return ""
@@ -39,6 +41,11 @@ def alone_in_its_batch(
         where = "x gave it alone: give batches of 2 inputs or more."
     elif x.shape[0] == 1:
         where = f"x is that one input: {verb} it together with others."
+    elif size == 1:
+        where = (
+            f"batch_size=1 {verb}s each of x's {x.shape[0]} inputs alone: pass a batch_size of "
+            "2 or more (one that leaves no remainder of 1)."
+        )
     else:
         where = (
             f"batch_size={size} leaves 1 of x's {x.shape[0]} inputs alone: pass a batch_size "
@@ -48,8 +55,8 @@ def alone_in_its_batch(
         f"{fn}: batch {index + 1} of x holds 1 input of shape {tuple(inputs.shape[1:])}, "
         "and a BatchNorm built without running statistics (track_running_stats=False) "
         "normalises with the statistics of its batch in eval mode too, which need more than "
-        f"one value per channel (torch: '{_ONE_VALUE}'). {where} Its predictions depend on "
-        "the inputs predicted together; build the BatchNorm with running statistics "
+        f"one value per channel (torch: '{ONE_VALUE_PER_CHANNEL}'). {where} Its predictions "
+        "depend on the inputs predicted together; build the BatchNorm with running statistics "
         f"(track_running_stats=True, the default) to {verb} each input alone."
     )
 

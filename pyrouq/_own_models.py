@@ -318,6 +318,8 @@ def fitting_draws(
     discrete = _discrete_sites(model, x, missing) if missing else []
     if discrete:  # Pyro's TraceEnum_ELBO and NUTS enumerate them, and draw none
         _refuse_enumeration(model, discrete, caller, f"{source} {plural('leave')} out")
+    if source == "posterior_samples":
+        _refuse_grouped(draws, expected, caller)
     kept = {}
     for site, shape in expected.items():
         value = draws.get(site)
@@ -325,15 +327,6 @@ def fitting_draws(
             _refuse(model, f"the model's latent site {site!r} {shape} is not in it", caller, source)
         value = unpadded(value, shape)
         got = tuple(value.shape[1:])
-        chained = source == "posterior_samples" and len(got) == len(shape) + 1
-        if chained and got[1:] == shape and got[0] > 1:  # get_samples(group_by_chain=True)
-            raise ValueError(
-                f"{caller}: posterior_samples: site {site!r} has shape {tuple(value.shape)}, "
-                f"read as (chain, draw) = {tuple(value.shape[:2])} before the site's shape "
-                f"{shape}: predict() takes the draws flattened, (S, *shape). Pass the "
-                "pyro.infer.MCMC run itself (or its get_samples(), chains not grouped), or "
-                "value.reshape(-1, *value.shape[2:]) for every site (chain after chain)."
-            )
         if got != shape:
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
             _refuse(model, problem, caller, source)
@@ -356,6 +349,37 @@ def fitting_draws(
                 )
         kept[site] = value
     return kept
+
+
+def _refuse_grouped(
+    draws: dict[str, Tensor], expected: dict[str, tuple[int, ...]], caller: str
+) -> None:
+    """Refuse draws grouped by chain (``get_samples(group_by_chain=True)``): every latent site
+    given as ``(chain, draw, *shape)``, all with the same ``(chain, draw)``, of more than one
+    draw per chain (one is read as Predictive's padding, and runs as it should). One site of
+    another shape alone says nothing of chains: the shape check words it."""
+    given = {site: draws.get(site) for site in expected}
+    values = {site: v for site, v in given.items() if torch.is_tensor(v)}
+    if not values or len(values) != len(expected):
+        return
+    if any(tuple(v.shape[2:]) != expected[site] for site, v in values.items()):
+        return
+    if any(v.dim() != len(expected[site]) + 2 for site, v in values.items()):
+        return
+    lead = {tuple(v.shape[:2]) for v in values.values()}
+    if len(lead) != 1:
+        return
+    chains, per = lead.pop()
+    if per < 2:
+        return
+    site, value = next(iter(values.items()))
+    raise ValueError(
+        f"{caller}: posterior_samples: site {site!r} has shape {tuple(value.shape)}, read as "
+        f"(chain, draw) = {(chains, per)} before the site's shape {expected[site]}: predict() "
+        "takes the draws flattened, (S, *shape). Pass the pyro.infer.MCMC run itself (or its "
+        "get_samples(), chains not grouped), or value.reshape(-1, *value.shape[2:]) for every "
+        f"site (chain after chain; every site given here is grouped as {(chains, per)})."
+    )
 
 
 def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:

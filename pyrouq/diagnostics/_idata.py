@@ -14,13 +14,12 @@ from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
 from pyrouq._batchnorm import alone_in_its_batch
-from pyrouq._own_models import check_traces_match, name_of, unobserved_sites
+from pyrouq._own_models import check_traces_match
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
     check_count,
     check_int,
-    global_streams_kept,
     has_latent_sites,
     module_device,
     module_dtype,
@@ -57,6 +56,7 @@ from pyrouq.diagnostics._common import (
     _warn_one_draw,
     _weight_dims,
 )
+from pyrouq.diagnostics._own_model import refuse_own_model
 from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logits, _stored_dtype
 
 # --------------------------------------------------------------------------------------------
@@ -291,16 +291,8 @@ def to_inference_data(
                 "fitted guide, e.g. to_inference_data(model, guide, x, y) with guide = "
                 "mean_field_guide(model) after fit()."
             )
-        own = [] if _is_ensemble(model) else _own_latent_sites(model, xd, yd, n)
-        if own:  # a Pyro model of the user's own (a function, a PyroModule of PyroSamples)
-            raise ValueError(
-                f"{fn}: {name_of(model)} samples the latent sites {own[:3]} but guide is None: "
-                "its posterior is a guide's or a run's draws. Pass its fitted guide, "
-                "to_inference_data(model, guide, x, y) (pyro.infer.autoguide.AutoNormal(model) "
-                "fitted by fit() or SVI); for a pyro.infer.MCMC run of it, use "
-                "arviz.from_pyro(run)."
-            )
-        if not _is_ensemble(model):
+        if not _is_ensemble(model):  # a Pyro model of the user's own: its latent sites named
+            refuse_own_model(fn, model, xd, yd, n)
             raise ValueError(
                 f"{fn}: {type(model).__name__} has no posterior to export: no latent sites "
                 "(a plain network) and no ensemble members. Export a Bayesian model with its "
@@ -389,17 +381,6 @@ def to_inference_data(
     for group in idata.groups():
         idata[group].attrs.update(attrs)
     return idata
-
-
-def _own_latent_sites(model: Any, x: Tensor, y: Tensor, n: int) -> list[str]:
-    """The latent sites of a Pyro model of the user's own, read off a trace of it on the data
-    (the random states kept); none where it does not run as ``model(x, y)`` (a plain
-    network's ``forward(x)``)."""
-    try:
-        with _prepared(model, n), global_streams_kept(x.device), pyro.validation_enabled(False):
-            return unobserved_sites(poutine.trace(model).get_trace(x, y))
-    except Exception:
-        return []
 
 
 def _likelihood(model: Any) -> Likelihood:

@@ -15,6 +15,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
+from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL
 from pyrouq._util import (
     global_streams_kept,
     len_or,
@@ -124,16 +125,12 @@ def _batch_size(loader: Iterable) -> int:
     return size if isinstance(size, int) and not isinstance(size, bool) else 0
 
 
-_ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel when training"
-"""How torch's BatchNorm refuses a training batch with one value per channel."""
-
-
 def _one_value_message(x: torch.Tensor, epoch: int, step: int) -> str:
     """What to do about a training batch too small for BatchNorm's batch statistics."""
     return (
         f"Batch {step} of epoch {epoch} holds {x.shape[0]} input(s) of shape "
         f"{tuple(x.shape[1:])}, and a BatchNorm in training mode needs more than one value per "
-        "channel to normalise it (torch: 'Expected more than 1 value per channel'). That is "
+        f"channel to normalise it (torch: '{ONE_VALUE_PER_CHANNEL}'). That is "
         "usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick "
         "a batch size that leaves no remainder of 1."
     )
@@ -464,8 +461,8 @@ class Loop:
         if progress:
             from tqdm.auto import tqdm
 
-            per_epoch = max(self.per_epoch, 1)
-            bar = tqdm(total=self.epochs * per_epoch, initial=self.steps, leave=False, unit="step")
+            total = self.epochs * self.per_epoch or None  # (a loader without a length: none)
+            bar = tqdm(total=total, initial=self.steps, leave=False, unit="step")
         epoch, batches, finished = self.first_epoch, self.skip, 0
         mid_step = False  # a step under way: a second Ctrl-C there leaves it half done
         loader_state = loader_rng_state(self.loader)
@@ -505,7 +502,7 @@ class Loop:
                         try:
                             row, asked = self.step(x, y, epoch, step, interrupt.requested)
                         except ValueError as err:
-                            if not str(err).startswith(_ONE_VALUE_PER_CHANNEL):
+                            if not str(err).startswith(ONE_VALUE_PER_CHANNEL):
                                 raise
                             raise ValueError(_one_value_message(x, epoch, step)) from None
                         batches += 1

@@ -32,6 +32,19 @@ def check_device(y: Any, outputs: Tensor, where: str) -> None:
         )
 
 
+def check_batched(outputs: Tensor, where: str, name: str, last: str, hint: str) -> None:
+    """Refuse ``outputs`` without a batch dim (0-d or 1-d: no inputs to match targets to, and
+    ``outputs.shape[-2]`` an IndexError). ``name`` is what they are called (outputs, logits),
+    ``last`` their last dim (D, C); ``hint`` says how to give 1-d ones a batch dim."""
+    if outputs.dim() < 2:
+        if not outputs.dim():  # (no dim to unsqueeze into a batch of inputs)
+            hint = f"Pass the {name} of a batch of inputs, shaped (B, {last})."
+        raise ValueError(
+            f"{where}: expected {name} of shape (B, {last}) or (S, B, {last}) (B inputs, S "
+            f"draws), got shape {tuple(outputs.shape)}. {hint}"
+        )
+
+
 def along_inputs(parts: list[Tensor]) -> Tensor:
     """The batches' parts ``(S, B, ...)`` joined along the inputs (dim 1). One part that owns
     its storage whole is the result as it is: a second copy of a predict()'s probabilities

@@ -10,7 +10,13 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
-from pyrouq.likelihoods._base import Likelihood, along_inputs, check_device, widened
+from pyrouq.likelihoods._base import (
+    Likelihood,
+    along_inputs,
+    check_batched,
+    check_device,
+    widened,
+)
 
 _NO_LABEL = -(2**63)
 """``ignore_index`` for ``F.cross_entropy``: no label is ignored (every one is checked)."""
@@ -54,6 +60,13 @@ def are_probabilities(outputs: Any, *, pooled: bool = False) -> bool:
     wide = torch.promote_types(rows.dtype, torch.float32)
     tolerance = 16 * num_classes * torch.finfo(wide).eps + 4 * torch.finfo(rows.dtype).eps
     return bool(((rows.to(wide).sum(-1) - 1).abs() <= tolerance).all())
+
+
+_UNBATCHED = (
+    "Give them a batch dim: logits.unsqueeze(0) if they are one input's C logits (its label "
+    "then y of shape (1,))."
+)
+"""How to give :meth:`Categorical.nll` logits without a batch dim one."""
 
 
 class Categorical(Likelihood):
@@ -116,6 +129,7 @@ class Categorical(Likelihood):
         )
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
+        check_batched(outputs, where, "logits", "C", _UNBATCHED)
         if not self._outputs_checked and _half(outputs):  # fit() probes 2 examples, which
             self.prepare(outputs)  # half-precision outputs need 4 of (its steps skip prepare)
         batch, num_classes = outputs.shape[-2], outputs.shape[-1]
@@ -191,8 +205,9 @@ class Categorical(Likelihood):
         return dist.Categorical(logits=widened(outputs))
 
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
-        if not torch.is_tensor(y) or y.shape != outputs.shape[-2:-1]:
-            # labels (1,) would expand silently: one label for every input
+        if not torch.is_tensor(y) or outputs.dim() < 2 or y.shape != outputs.shape[-2:-1]:
+            # labels (1,) would expand silently: one label for every input; (C,) logits of
+            # one input are refused too (a scalar label would score them)
             self.check_targets(y, outputs, "Categorical.nll()")  # says what to pass
         flat = widened(outputs).reshape(-1, outputs.shape[-1])
         target = y.expand(outputs.shape[:-1]).reshape(-1)

@@ -13,12 +13,25 @@ from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
 from pyrouq._util import support_of
-from pyrouq.likelihoods._base import Likelihood, along_inputs, check_device, widened
+from pyrouq.likelihoods._base import (
+    Likelihood,
+    along_inputs,
+    check_batched,
+    check_device,
+    widened,
+)
 
 #: The latent site of a noise scale with a prior.
 NOISE_SITE = "sigma"
 
 NoiseSpec = float | Literal["learned", "heteroscedastic"] | torch.distributions.Distribution
+
+
+_UNBATCHED = (
+    "Give them a batch dim: outputs.unsqueeze(-1) if they are B inputs of one output each, "
+    "outputs.unsqueeze(0) if they are one input's D outputs."
+)
+"""How to give :meth:`Gaussian.nll` outputs without a batch dim one."""
 
 
 class Gaussian(Likelihood):
@@ -276,6 +289,7 @@ class Gaussian(Likelihood):
         return None
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
+        check_batched(outputs, where, "outputs", "D", _UNBATCHED)
         batch, d = outputs.shape[-2], self.num_outputs(outputs, where)
         if not torch.is_tensor(y):
             raise TypeError(
@@ -300,6 +314,7 @@ class Gaussian(Likelihood):
         return dist.Normal(loc, scale).to_event(1)
 
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
+        check_batched(outputs, "Gaussian.nll()", "outputs", "D", _UNBATCHED)
         loc, scale = self.loc_scale(outputs, latent)
         if not torch.is_tensor(y) or self.shape_targets(y, outputs).shape != loc.shape[-2:]:
             # (1, B) targets, or (B,) of D > 1 outputs, would broadcast: B^2 or B D terms
