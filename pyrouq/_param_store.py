@@ -10,16 +10,26 @@ value loaded into it from a file (``pyro.get_param_store().load(path)``) is take
 
 from __future__ import annotations
 
+import copy
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 import pyro
 import torch
+from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq._util import module_device, module_dtype
 
-__all__ = ["forget_params", "register_children", "register_params", "take_store_values"]
+__all__ = [
+    "copy_renamed",
+    "forget_params",
+    "register_children",
+    "register_params",
+    "take_store_values",
+]
+
+_Model = TypeVar("_Model", bound=nn.Module)
 
 _REGISTERED: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 """The tensors :func:`register_params` put into Pyro's param store, by id: an entry under one
@@ -31,6 +41,28 @@ def forget_params(prefix: str) -> None:
     store = pyro.get_param_store()
     for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
         del store[name]
+
+
+def copy_renamed(model: _Model, memo: dict[int, Any], name: str) -> _Model:
+    """``copy.deepcopy`` of a pyrouq model named ``name`` in Pyro's param store (its
+    ``PyroModule`` children ``name.<child>``), whose entries are removed when it is garbage
+    collected: as a new model's, not the original's names, under which the two would put
+    their point estimates in turn (a store saved then held one of them, and loading it gave
+    both the same values) and a network's ``PyroParam`` would be one tensor for both."""
+    new = type(model).__new__(type(model))
+    memo[id(model)] = new
+    new.__setstate__(copy.deepcopy(model.__getstate__(), memo))
+    modules: list[tuple[nn.Module, str]] = [(new, name)]
+    while modules:  # as PyroModule names its PyroModule children (and theirs)
+        module, full = modules.pop()
+        module.__dict__["_pyro_name"] = full
+        modules += [
+            (child, f"{full}.{key}")
+            for key, child in module._modules.items()
+            if isinstance(child, PyroModule)
+        ]
+    weakref.finalize(new, forget_params, name)
+    return new
 
 
 def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor, like: Any) -> None:

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._param_store import forget_params, register_children
+from pyrouq._param_store import copy_renamed, forget_params, register_children
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
 from pyrouq.convert._copying import detach_computed
 from pyrouq.convert._select import (
@@ -398,6 +398,10 @@ class BatchEnsembleNetwork(PyroModule):
     def __getstate__(self) -> dict[str, Any]:
         detach_computed(self.net)  # copy.deepcopy refuses a value a forward cached
         return super().__getstate__()  # type: ignore[no-any-return]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BatchEnsembleNetwork:
+        """An independent copy, named as a new model in Pyro's param store."""
+        return copy_renamed(self, memo, f"{type(self).__name__}_{next(COUNTER)}")
 
     def _input(self, x: Any) -> Tensor:
         """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._param_store import forget_params, register_children
+from pyrouq._param_store import copy_renamed, forget_params, register_children
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._copying import detach_computed
@@ -134,9 +134,10 @@ class BayesianNetwork(PyroModule):
     :func:`pyrouq.predict` flattens draws and members into S * M draws, draw-major.
 
     Point-estimate parameters live in :attr:`net`; as a ``PyroModule`` child it is registered
-    in Pyro's param store (``pyro.module``) under a prefix unique to this model whenever
-    ``forward`` runs, so Pyro's ``SVI`` trains them too; values loaded into the store under
-    those names (``pyro.get_param_store().load(path)``) are taken.
+    in Pyro's param store (``pyro.module``) under a prefix unique to this model (a
+    ``copy.deepcopy`` gets its own) whenever ``forward`` runs, so Pyro's ``SVI`` trains them
+    too; values loaded into the store under those names (``pyro.get_param_store().load(path)``)
+    are taken.
 
     Attributes
     ----------
@@ -249,6 +250,10 @@ class BayesianNetwork(PyroModule):
     def __getstate__(self) -> dict[str, Any]:
         detach_computed(self.net)  # copy.deepcopy refuses a computed weight, a cached value
         return super().__getstate__()  # type: ignore[no-any-return]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BayesianNetwork:
+        """An independent copy, named as a new model in Pyro's param store."""
+        return copy_renamed(self, memo, f"{type(self).__name__}_{next(COUNTER)}")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_tied", {})  # a model pickled before tied sites existed has none
