@@ -15,7 +15,7 @@ from torch.nn.utils import parametrize
 from pyrouq import _engine
 from pyrouq._param_store import copy_renamed, forget_params, register_children
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
-from pyrouq.convert._copying import detach_computed
+from pyrouq.convert._copying import detached_memo
 from pyrouq.convert._select import (
     COUNTER,
     _names_list,
@@ -395,12 +395,9 @@ class BatchEnsembleNetwork(PyroModule):
         self.net = _engine.prepare(net.train())
         weakref.finalize(self, forget_params, self._pyro_name)
 
-    def __getstate__(self) -> dict[str, Any]:
-        detach_computed(self.net)  # copy.deepcopy refuses a value a forward cached
-        return super().__getstate__()  # type: ignore[no-any-return]
-
     def __deepcopy__(self, memo: dict[int, Any]) -> BatchEnsembleNetwork:
         """An independent copy, named as a new model in Pyro's param store."""
+        memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
         return copy_renamed(self, memo, f"{type(self).__name__}_{next(COUNTER)}")
 
     def _input(self, x: Any) -> Tensor:

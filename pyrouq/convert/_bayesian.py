@@ -20,7 +20,7 @@ from pyrouq._numbers import is_real
 from pyrouq._param_store import copy_renamed, forget_params, register_children
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
-from pyrouq.convert._copying import detach_computed
+from pyrouq.convert._copying import detached_memo
 from pyrouq.convert._hints import refuse_types
 from pyrouq.convert._select import (
     COUNTER,
@@ -192,7 +192,7 @@ class BayesianNetwork(PyroModule):
             self.num_members = int(ensemble.num_members)
             self.ensemble_options = dict(ensemble.options)
             self.module_record = dict(ensemble.module_record)
-            net = copy.deepcopy(ensemble.net)
+            net = copy.deepcopy(ensemble.net, detached_memo(ensemble.net))
             select = _factor_names(net, select)
         else:
             self.module_record = module_record(module)
@@ -247,12 +247,9 @@ class BayesianNetwork(PyroModule):
         self.register_load_state_dict_post_hook(_retie_after_load)
         weakref.finalize(self, forget_params, self._pyro_name)
 
-    def __getstate__(self) -> dict[str, Any]:
-        detach_computed(self.net)  # copy.deepcopy refuses a computed weight, a cached value
-        return super().__getstate__()  # type: ignore[no-any-return]
-
     def __deepcopy__(self, memo: dict[int, Any]) -> BayesianNetwork:
         """An independent copy, named as a new model in Pyro's param store."""
+        memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
         return copy_renamed(self, memo, f"{type(self).__name__}_{next(COUNTER)}")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -324,8 +321,7 @@ class BayesianNetwork(PyroModule):
     def plain_network(self) -> nn.Module:
         """A plain copy of the network with the template values as ordinary parameters (and
         torch's own modules where the engine put faster ones)."""
-        detach_computed(self.net)
-        plain = _engine.unprepare(copy.deepcopy(self.net))
+        plain = _engine.unprepare(copy.deepcopy(self.net, detached_memo(self.net)))
         buffers = dict(plain.named_buffers(remove_duplicate=False))
         for site in self._sites:
             param = nn.Parameter(buffers[site].clone())

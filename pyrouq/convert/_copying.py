@@ -1,9 +1,12 @@
 """The converters' copy of the user's network (they convert a copy and leave the network as it
-is), and what they say of one that cannot be copied."""
+is), what they say of one that cannot be copied, and the copy of a converted model whose
+network cached a computed tensor (:func:`detached_memo`)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -11,7 +14,7 @@ from pyrouq._util import class_name
 from pyrouq.convert._hints import names_list
 from pyrouq.convert._sites import _tensors_in
 
-__all__ = ["computed_tensors", "copy_network", "detach_computed", "hook_fix", "weight_hooks"]
+__all__ = ["computed_tensors", "copy_network", "detached_memo", "hook_fix", "weight_hooks"]
 
 
 def copy_network(module: nn.Module, what: str) -> nn.Module:
@@ -54,7 +57,29 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
 def computed_tensors(module: nn.Module) -> list[str]:
     """The dotted names of the attributes of ``module`` (nested modules included) that hold a
     non-leaf tensor, alone or in a list, tuple, set or dict: what ``copy.deepcopy`` refuses."""
-    found = []
+    return list(dict.fromkeys(name for name, _ in _computed(module)))
+
+
+def detached_memo(module: nn.Module, memo: dict[int, Any] | None = None) -> dict[int, Any]:
+    """``memo`` (a new one if None) for ``copy.deepcopy(module, memo)``, given a detached copy
+    of every non-leaf tensor that the modules of ``module`` hold, which ``copy.deepcopy``
+    refuses: the weight a hook of torch.nn.utils.prune or of the legacy weight_norm /
+    spectral_norm last computed, and a value a forward with gradients cached (``self.last =
+    h``, alone or in a list, tuple, namedtuple, set or dict, nested, as attention maps kept for
+    a plot are). The copy holds their values, detached; ``module`` is not changed (a graph
+    built from them, a loss read after the copy, still backpropagates)."""
+    memo = {} if memo is None else memo
+    for _, tensor in _computed(module):
+        if id(tensor) not in memo:
+            memo[id(tensor)] = tensor.detach().clone()
+            memo.setdefault(id(memo), []).append(tensor)  # (as copy keeps memo's keys alive)
+    return memo
+
+
+def _computed(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """``(dotted attribute name, tensor)`` for every non-leaf tensor the modules of ``module``
+    hold: in a buffer, or in an attribute, alone or in the containers :func:`_tensors_in`
+    looks into."""
     for path, owner in module.named_modules():
         for attr, value in vars(owner).items():
             if attr in ("_parameters", "_modules"):
@@ -65,46 +90,7 @@ def computed_tensors(module: nn.Module) -> list[str]:
                 items = [(attr, t) for t in _tensors_in(value)]
             for name, tensor in items:
                 if isinstance(tensor, Tensor) and tensor.grad_fn is not None:
-                    found.append(f"{path}.{name}" if path else name)
-    return list(dict.fromkeys(found))
-
-
-def detach_computed(net: nn.Module) -> None:
-    """Detach the non-leaf tensors that the modules of ``net`` (a converted model's own copy)
-    hold, which ``copy.deepcopy`` refuses: the weight a hook of torch.nn.utils.prune or of
-    the legacy weight_norm / spectral_norm last computed, and a value a forward with gradients
-    cached (``self.last = h``, alone or in a list, tuple or dict, as attention maps kept for a
-    plot are). The next forward computes them anew; a graph built from them is not touched."""
-    for owner in net.modules():
-        for name, buffer in owner._buffers.items():
-            if buffer is not None and buffer.grad_fn is not None:
-                owner._buffers[name] = buffer.detach()
-        for attr, value in list(vars(owner).items()):
-            if attr not in ("_parameters", "_buffers", "_modules"):
-                detached = _detached(value)
-                if detached is not value:
-                    setattr(owner, attr, detached)
-
-
-def _detached(value: object, depth: int = 3) -> object:
-    """``value`` with its non-leaf tensors detached: a tensor's detached view, a list or dict
-    changed in place (the module may hold it elsewhere too), a tuple rebuilt; nested up to
-    ``depth``."""
-    if isinstance(value, Tensor):
-        return value.detach() if value.grad_fn is not None else value
-    if depth == 0:
-        return value
-    if isinstance(value, (list, dict)):
-        keys = range(len(value)) if isinstance(value, list) else list(value)
-        for key in keys:
-            item = value[key]  # type: ignore[index]
-            new = _detached(item, depth - 1)
-            if new is not item:
-                value[key] = new  # type: ignore[index]
-    elif type(value) is tuple:
-        items = tuple(_detached(item, depth - 1) for item in value)
-        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
-    return value
+                    yield (f"{path}.{name}" if path else name), tensor
 
 
 def hook_fix(hooked: list[tuple[str, str]]) -> str:

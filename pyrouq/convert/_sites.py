@@ -193,18 +193,20 @@ _TORCH_HELD = {(nn.RNNBase, "_flat_weights")}
 registered ones at every forward (so they read a draw put in place)."""
 
 
-def _tensors_in(value: object, depth: int = 3) -> list[object]:
-    """The tensors inside ``value``, a tensor or a list, tuple, set or dict of them (nested up
-    to ``depth``; modules are not looked into: their parameters are registered)."""
+def _tensors_in(value: object, _seen: set[int] | None = None) -> list[object]:
+    """The tensors inside ``value``, a tensor or a list, tuple (a namedtuple too), set or dict
+    of them, nested to any depth (a container that holds itself is looked into once; modules
+    are not looked into: their parameters are registered)."""
     if isinstance(value, torch.Tensor):
         return [value]
-    if depth == 0:
+    if not isinstance(value, (list, tuple, set, frozenset, dict)):
         return []
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [t for item in value for t in _tensors_in(item, depth - 1)]
-    return []
+    seen = set() if _seen is None else _seen
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    items = value.values() if isinstance(value, dict) else value
+    return [t for item in items for t in _tensors_in(item, seen)]
 
 
 def _check_not_held_elsewhere(module: nn.Module, sites: Sequence[str]) -> None:
