@@ -1,7 +1,7 @@
 """BatchNorm running statistics re-estimated for one draw of the weights (the
 ``batchnorm_data`` option of :func:`pyrouq.predict`, as SWAG's ``bn_update``), and the words of
 predict() and to_inference_data() for a batch of one input that a BatchNorm without running
-statistics refuses."""
+statistics refuses, and fit()'s for a training batch too small for a BatchNorm."""
 
 from __future__ import annotations
 
@@ -18,6 +18,28 @@ ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel"
 """How torch's BatchNorm refuses batch statistics of one value per channel (a training batch,
 or any batch of a BatchNorm without running statistics): the cue of fit()'s and predict()'s
 words for it."""
+
+
+def one_value_in_training(x: Tensor, epoch: int, step: int) -> str:
+    """fit()'s words for its batch ``step`` of ``epoch`` (1-based), ``x``, too small for the
+    batch statistics of a BatchNorm in training mode: a first batch of one input on its own (a
+    loader of one example, or of batch_size=1: no batch size or drop_last helps there)."""
+    if step == 1 and x.shape[0] == 1:
+        return (
+            f"Batch 1 of epoch {epoch} holds 1 input of shape {tuple(x.shape[1:])}, and a "
+            "BatchNorm in training mode needs 2 or more inputs per batch to normalise them "
+            f"(torch: '{ONE_VALUE_PER_CHANNEL}'). Give batches of 2 or more inputs (more "
+            "examples, or a larger batch_size), or freeze the BatchNorm with .eval() (it then "
+            "normalises with its running statistics; one built with "
+            "track_running_stats=False takes its batch's statistics in eval mode too)."
+        )
+    return (
+        f"Batch {step} of epoch {epoch} holds {x.shape[0]} input(s) of shape "
+        f"{tuple(x.shape[1:])}, and a BatchNorm in training mode needs more than one value per "
+        f"channel to normalise it (torch: '{ONE_VALUE_PER_CHANNEL}'). That is "
+        "usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick "
+        "a batch size that leaves no remainder of 1."
+    )
 
 
 def alone_in_its_batch(

@@ -85,10 +85,11 @@ def test_predicts_words_stay_its_own(model_and_guide):
 
 
 _FIT_ONE = (
-    "Batch 1 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training mode needs "
-    "more than one value per channel to normalise it (torch: 'Expected more than 1 value per "
-    "channel'). That is usually the last batch of an epoch: drop it (DataLoader(..., "
-    "drop_last=True)) or pick a batch size that leaves no remainder of 1."
+    "Batch 1 of epoch 1 holds 1 input of shape (3,), and a BatchNorm in training mode needs 2 "
+    "or more inputs per batch to normalise them (torch: 'Expected more than 1 value per "
+    "channel'). Give batches of 2 or more inputs (more examples, or a larger batch_size), or "
+    "freeze the BatchNorm with .eval() (it then normalises with its running statistics; one "
+    "built with track_running_stats=False takes its batch's statistics in eval mode too)."
 )
 
 

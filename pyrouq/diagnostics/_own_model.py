@@ -29,25 +29,62 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     way, what to pass. A plain ``nn.Module`` is not run (a network's ``forward(x,
     mask=None)`` would take y as its mask), and a model whose trace samples no latent site
     passes: the caller words both. The trace runs on 2 rows (the site names are all it
-    reads), and leaves the random states and Pyro's param store as they were."""
+    reads), and where that fails (a plate or a latent of a fixed size N) once more on the
+    whole ``(x, y)``; it leaves the random states and Pyro's param store as they were (the
+    model reads the parameters there; those it creates are dropped)."""
     if isinstance(model, nn.Module) and not isinstance(model, PyroModule):
         return
-    rows = (x[:2], y[:2])
-    takes_y = _takes_targets(model, rows)
-    try:
-        sites = _latent_sites(model, rows if takes_y is not False else rows[:1], n)
-    except Exception as err:
-        if takes_y is not None or not isinstance(err, TypeError):
-            raise _untraced(fn, model, takes_y is not False, err) from err
-        try:  # no signature to read, and model(x, y) refused: a model(x), perhaps
-            sites = _latent_sites(model, rows[:1], n)
-        except Exception:
-            raise _untraced(fn, model, True, err) from err
+    whole = (x, y)
+    takes_y = _takes_targets(model, whole)
+    if x.shape[0] > 2:
+        try:
+            sites = _sites(model, (x[:2], y[:2]), takes_y, n)
+        except Exception:  # pyrouq's cutting, perhaps: the model's own data, once more
+            sites = _traced_whole(fn, model, whole, takes_y, n)
+    else:
+        sites = _traced_whole(fn, model, whole, takes_y, n)
     if sites:
         raise ValueError(
             f"{fn}: {name_of(model)} samples the latent sites {sites[:3]} but guide is None: "
             f"its posterior is a guide's or a run's draws. {_PASS}"
         )
+
+
+def _traced_whole(
+    fn: str, model: Any, whole: tuple[Tensor, Tensor], takes_y: bool | None, n: int
+) -> list[str]:
+    """The latent sites of a trace of the model on the whole ``(x, y)``, or the refusal of a
+    model that could not be traced so (its error chained)."""
+    try:
+        return _sites(model, whole, takes_y, n)
+    except _Untraced as untraced:
+        err = untraced.__cause__
+        assert err is not None
+        raise _untraced(fn, model, untraced.with_y, err) from err
+
+
+class _Untraced(Exception):
+    """A trace that failed, run as ``model(x, y)`` (``with_y``) or ``model(x)``; the model's
+    error is its cause."""
+
+    def __init__(self, with_y: bool) -> None:
+        super().__init__()
+        self.with_y = with_y
+
+
+def _sites(model: Any, rows: tuple[Tensor, Tensor], takes_y: bool | None, n: int) -> list[str]:
+    """The latent sites of a trace of ``model(*rows)`` (``model(x)`` where it takes x alone,
+    or where it has no signature and refuses ``(x, y)`` with a TypeError); ``_Untraced``
+    where that fails."""
+    try:
+        return _latent_sites(model, rows if takes_y is not False else rows[:1], n)
+    except Exception as err:
+        if takes_y is not None or not isinstance(err, TypeError):
+            raise _Untraced(takes_y is not False) from err
+        try:  # no signature to read, and model(x, y) refused: a model(x), perhaps
+            return _latent_sites(model, rows[:1], n)
+        except Exception:
+            raise _Untraced(True) from err
 
 
 def _takes_targets(model: Any, rows: tuple[Tensor, Tensor]) -> bool | None:
@@ -67,8 +104,9 @@ def _takes_targets(model: Any, rows: tuple[Tensor, Tensor]) -> bool | None:
 
 def _latent_sites(model: Any, args: tuple[Tensor, ...], n: int) -> list[str]:
     """The unobserved sample sites of a trace of ``model(*args)``."""
+    store = pyro.get_param_store()
     with (
-        pyro.get_param_store().scope(),  # a pyro.param it creates is not left behind
+        store.scope(store.get_state()),  # the store's params read; those it makes dropped
         _prepared(model, n),
         global_streams_kept(args[0].device),
         pyro.validation_enabled(False),
@@ -78,7 +116,7 @@ def _latent_sites(model: Any, args: tuple[Tensor, ...], n: int) -> list[str]:
 
 def _untraced(fn: str, model: Any, with_y: bool, err: BaseException) -> ValueError:
     """The refusal of a model that could not be traced, run as ``model(x, y)`` or ``model(x)``."""
-    how = "model(x[:2], y[:2])" if with_y else "model(x[:2])"
+    how = "model(x, y)" if with_y else "model(x)"
     lines = str(err).strip().splitlines()  # (not the trace shapes Pyro adds below)
     said = lines[0] if lines else ""
     return ValueError(

@@ -15,7 +15,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
-from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL
+from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._util import (
     global_streams_kept,
     len_or,
@@ -123,17 +123,6 @@ def _batch_size(loader: Iterable) -> int:
     """A loader's ``batch_size`` (a DataLoader's, a pyrouq loader's), or 0 if it tells none."""
     size = getattr(loader, "batch_size", None)
     return size if isinstance(size, int) and not isinstance(size, bool) else 0
-
-
-def _one_value_message(x: torch.Tensor, epoch: int, step: int) -> str:
-    """What to do about a training batch too small for BatchNorm's batch statistics."""
-    return (
-        f"Batch {step} of epoch {epoch} holds {x.shape[0]} input(s) of shape "
-        f"{tuple(x.shape[1:])}, and a BatchNorm in training mode needs more than one value per "
-        f"channel to normalise it (torch: '{ONE_VALUE_PER_CHANNEL}'). That is "
-        "usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick "
-        "a batch size that leaves no remainder of 1."
-    )
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
@@ -504,7 +493,7 @@ class Loop:
                         except ValueError as err:
                             if not str(err).startswith(ONE_VALUE_PER_CHANNEL):
                                 raise
-                            raise ValueError(_one_value_message(x, epoch, step)) from None
+                            raise ValueError(one_value_in_training(x, epoch, step)) from None
                         batches += 1
                         self.sums += row
                         mid_step = False

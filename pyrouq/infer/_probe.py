@@ -17,7 +17,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import nn
 from torch.distributions import constraints
 
-from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL
+from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import (
     GuideMismatch,
@@ -38,7 +38,6 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
-from pyrouq.infer._loop import _one_value_message
 from pyrouq.infer._training import (
     loader_rng_state,
     serves_dataset_as_is,
@@ -232,7 +231,7 @@ class Probe:
                     _replayed_check(model, guide, x, y)
         except Exception as err:  # a guide (or model) that took another's parameters
             if x.shape[0] == 1 and str(err).startswith(ONE_VALUE_PER_CHANNEL):  # as the step
-                raise ValueError(_one_value_message(x, 1, 1)) from None  # would say
+                raise ValueError(one_value_in_training(x, 1, 1)) from None  # would say
             taken, takers = _adopted(model, guide, held, stored)
             if not taken:
                 raise

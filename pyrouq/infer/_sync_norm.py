@@ -1,5 +1,7 @@
-"""fit()'s refusal, before anything runs, of SyncBatchNorm layers in a process group whose
-model is on the CPU: torch synchronises their batch statistics on GPUs only."""
+"""fit()'s refusal, before anything runs, of SyncBatchNorm layers in training mode in a process
+group whose model is on the CPU (or another device torch's SyncBatchNorm does not sync on):
+torch synchronises their batch statistics on GPUs only, and checks the device only in
+training mode, so a layer frozen with ``.eval()`` passes."""
 
 from __future__ import annotations
 
@@ -12,37 +14,55 @@ from torch import nn
 from pyrouq._util import module_device
 
 _SYNCED_ON = ("cuda", "hpu", "xpu")
-"""The devices whose inputs torch's SyncBatchNorm takes in a process group (and PrivateUse1's)."""
+"""The device types whose inputs torch's ``SyncBatchNorm.forward`` takes in training mode in a
+process group (besides the PrivateUse1 backend's, read at the call): the list written out in
+that forward of torch 2.14 (torch keeps it there as a literal, with no constant to read)."""
 
 
 def check_sync_batchnorm(model: Any, guide: Any) -> None:
-    """Refuse a model (or guide module) holding ``nn.SyncBatchNorm`` layers that fit() would
-    train on the CPU (or another device torch's SyncBatchNorm does not take) while
-    ``torch.distributed`` is initialised: in training mode every such layer raises torch's
-    "SyncBatchNorm expected input tensor to be on GPU or XPU", on every rank, at the first
-    step. Outside a process group they run as BatchNorm does, and pass."""
+    """Refuse a model (or guide module) holding ``nn.SyncBatchNorm`` layers in training mode
+    that fit() would train on the CPU (or another device torch's SyncBatchNorm does not take)
+    while ``torch.distributed`` is initialised: every such layer raises torch's "SyncBatchNorm
+    expected input tensor to be on GPU or XPU", on every rank, at the first step. A layer in
+    eval mode (frozen, ``layer.eval()``) runs as BatchNorm does and passes, unless the whole
+    model is in eval mode, which fit() switches to training mode throughout. Outside a process
+    group they run as BatchNorm does, and pass."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     device = module_device(model, guide) or torch.device("cpu")  # fit()'s, as its loop's
     if device.type in (*_SYNCED_ON, torch._C._get_privateuse1_backend_name()):
         return
+    # fit() trains a model left in eval mode with model.train() (every submodule), one in
+    # training mode with the modes its submodules have; a guide with the modes it has
+    switched = (
+        {id(m) for m in model.modules()}
+        if isinstance(model, nn.Module) and not model.training
+        else set()
+    )
     names = [
         name or type(module).__name__
         for owner in (model, guide)
         if isinstance(owner, nn.Module)
         for name, module in owner.named_modules()
-        if isinstance(module, nn.SyncBatchNorm)
+        if isinstance(module, nn.SyncBatchNorm) and (module.training or id(module) in switched)
     ]
     if not names:
         return
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    switched_note = (
+        f" ({type(model).__name__} is in eval mode: fit() switches it to training mode throughout)"
+        if switched
+        else ""
+    )
     raise ValueError(
         f"fit() runs {type(model).__name__} on {device.type} in a torch.distributed process "
         f"group (backend {dist.get_backend()}), but it holds SyncBatchNorm layers ({shown}), "
         "which torch synchronises across ranks on GPUs only (torch: 'SyncBatchNorm expected "
-        "input tensor to be on GPU or XPU'). For a CPU run, build the network with "
-        "BatchNorm layers instead (leave out nn.SyncBatchNorm.convert_sync_batchnorm): each "
-        "rank then normalises with its own batch's statistics, and fit() averages the running "
-        "statistics across the ranks at each epoch's end. Or train on GPUs in an nccl group "
-        "(each rank's model on its own GPU)."
+        "input tensor to be on GPU or XPU'). Torch synchronises them in training mode only, "
+        f"and fit() would train these in training mode{switched_note}. For a run on "
+        f"{device.type}, build the network with BatchNorm layers instead (leave out "
+        "nn.SyncBatchNorm.convert_sync_batchnorm): each rank then normalises with its own "
+        "batch's statistics, and fit() averages the running statistics across the ranks at "
+        "each epoch's end; or freeze such a layer with .eval() (torch does not synchronise it "
+        "then). Or train on GPUs in an nccl group (each rank's model on its own GPU)."
     )

@@ -310,7 +310,8 @@ def fit(
         ``resume_from`` that does not fit the model (``CheckpointError``). Under
         torch.distributed, also ranks that differ (parameters, models' settings, loaders,
         arguments, optimizers), a failure of another rank's set-up (naming that rank), and
-        ``nn.SyncBatchNorm`` layers in a model on the CPU (torch synchronises them on GPUs).
+        ``nn.SyncBatchNorm`` layers in training mode in a model on the CPU (torch synchronises
+        them on GPUs only): freeze such a layer with ``.eval()`` or build BatchNorm layers.
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``

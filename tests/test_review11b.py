@@ -1,0 +1,219 @@
+"""Review 11b: a frozen SyncBatchNorm (eval mode) passes fit()'s CPU process-group check, a
+model of one's own with a plate or a latent of a fixed size N (or reading a parameter already
+in Pyro's param store) has its latent sites named by to_inference_data(model, None, x, y), and
+fit() words a first batch of one input on its own."""
+
+from __future__ import annotations
+
+import socket
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+
+from pyrouq import bayesian, fit, mean_field_guide, to_inference_data
+
+QUIET = {"progress": False}
+
+# --------------------------------------------------------------------------------------------
+# 1. SyncBatchNorm on the CPU in a process group: refused only where it would train
+# --------------------------------------------------------------------------------------------
+
+
+def _sync_model() -> nn.Module:
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    return bayesian(nn.SyncBatchNorm.convert_sync_batchnorm(net))
+
+
+def _data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 3, generator=g), torch.randint(0, 2, (n,), generator=g)
+
+
+@pytest.fixture
+def gloo_group():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch_dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        torch_dist.destroy_process_group()
+
+
+def test_a_frozen_sync_batchnorm_trains_on_the_cpu_in_a_gloo_group(gloo_group):
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    model = _sync_model()
+    model.net[1].eval()  # frozen, as fit() documents
+    before = model.net[1].running_mean.clone()
+    x, y = _data(8)
+    result = fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
+    assert len(result.losses) == 1
+    torch.testing.assert_close(model.net[1].running_mean, before)  # not trained
+
+
+def test_a_sync_batchnorm_in_training_mode_is_still_refused(gloo_group):
+    pyro.clear_param_store()
+    model = _sync_model()
+    x, y = _data(8)
+    with pytest.raises(ValueError) as info:
+        fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
+    text = str(info.value)
+    assert "holds SyncBatchNorm layers (net.1)," in text
+    assert "Torch synchronises them in training mode only, and fit() would train these in " in text
+    assert "For a run on cpu, build the network with BatchNorm layers instead" in text
+    assert "or freeze such a layer with .eval()" in text
+    assert "in eval mode: fit() switches" not in text
+
+
+def test_a_frozen_sync_batchnorm_of_a_model_left_in_eval_mode_is_refused(gloo_group):
+    pyro.clear_param_store()
+    model = _sync_model()
+    model.eval()  # fit() switches it all to training mode: the layer would train
+    x, y = _data(8)
+    with pytest.raises(ValueError) as info:
+        fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
+    assert (
+        "(BayesianNetwork is in eval mode: fit() switches it to training mode throughout)"
+    ) in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. to_inference_data(model, None, x, y) of a model of one's own
+# --------------------------------------------------------------------------------------------
+
+N = 20
+
+
+def _own_data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(N, 3, generator=g), torch.randint(0, 2, (N,), generator=g)
+
+
+def test_a_model_with_a_plate_of_fixed_size_has_its_sites_named():
+    seen = []
+
+    def fixed_plate(x, y=None):
+        seen.append(x.shape[0])
+        w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+        with pyro.plate("data", N):
+            pyro.sample("obs", dist.Categorical(logits=x @ w), obs=y)
+
+    x, y = _own_data()
+    with pytest.raises(ValueError, match=r"fixed_plate samples the latent sites \['w'\] but"):
+        to_inference_data(fixed_plate, None, x, y)
+    assert seen == [2, N]  # two rows first, then the whole data once
+
+
+def test_a_model_with_a_latent_per_training_point_has_its_sites_named():
+    def local_latent(x, y=None):
+        w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+        z = pyro.sample("z", dist.Normal(torch.zeros(N, 2), 1.0).to_event(2))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=x @ w + z), obs=y)
+
+    x, y = _own_data()
+    with pytest.raises(ValueError, match=r"local_latent samples the latent sites \['w', 'z'\]"):
+        to_inference_data(local_latent, None, x, y)
+
+
+def test_a_model_reading_a_stored_param_has_its_sites_named_and_the_store_kept():
+    pyro.clear_param_store()
+    noise = pyro.param("review11b_noise", torch.ones(2))
+
+    def with_noise(x, y=None):
+        scale = pyro.param("review11b_noise")  # made before: read, no initial value
+        shift = pyro.param("review11b_new", torch.zeros(2))
+        w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=(x @ w + shift) * scale), obs=y)
+
+    x, y = _own_data()
+    try:
+        with pytest.raises(ValueError, match=r"with_noise samples the latent sites \['w'\]"):
+            to_inference_data(with_noise, None, x, y)
+        store = pyro.get_param_store()
+        assert list(store.keys()) == ["review11b_noise"]  # the new one not left behind
+        assert pyro.param("review11b_noise") is noise
+    finally:
+        pyro.clear_param_store()
+
+
+def test_a_model_failing_on_its_whole_data_too_is_told_it_ran_on_x_y():
+    def broken(x, y=None):
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+        raise RuntimeError("review11b: the model's own bug")
+
+    x, y = _own_data()
+    with pytest.raises(ValueError) as info:
+        to_inference_data(broken, None, x, y)
+    assert str(info.value).startswith(
+        "to_inference_data(): broken could not be traced to find its latent sites (run as "
+        "model(x, y), it raised RuntimeError: review11b: the model's own bug), and guide is None."
+    )
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. fit()'s first batch of one input, worded on its own
+# --------------------------------------------------------------------------------------------
+
+_FIRST_OF_ONE = (
+    "Batch 1 of epoch 1 holds 1 input of shape (3,), and a BatchNorm in training mode needs 2 "
+    "or more inputs per batch to normalise them (torch: 'Expected more than 1 value per "
+    "channel'). Give batches of 2 or more inputs (more examples, or a larger batch_size), or "
+    "freeze the BatchNorm with .eval() (it then normalises with its running statistics; one "
+    "built with track_running_stats=False takes its batch's statistics in eval mode too)."
+)
+
+
+def _bn_model() -> nn.Module:
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    return bayesian(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)))
+
+
+def test_fit_words_a_loader_of_one_example_as_a_first_batch():
+    model = _bn_model()
+    x, y = _data(1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    with pytest.raises(ValueError) as info:
+        fit(model, mean_field_guide(model), loader, epochs=1, **QUIET)
+    assert str(info.value) == _FIRST_OF_ONE
+    assert "drop_last" not in str(info.value)
+
+
+def test_a_frozen_batchnorm_trains_on_a_first_batch_of_one_as_told():
+    model = _bn_model()
+    model.net[1].eval()
+    x, y = _data(3)
+    loader = [(x[:1], y[:1]), (x[1:], y[1:])]
+    result = fit(model, mean_field_guide(model), loader, epochs=1, num_data=3, **QUIET)
+    assert len(result.losses) == 1
+
+
+def test_fit_words_a_later_batch_of_one_as_before():
+    model = _bn_model()
+    x, y = _data(5)
+    with pytest.raises(ValueError) as info:
+        fit(
+            model,
+            mean_field_guide(model),
+            [(x[:4], y[:4]), (x[4:], y[4:])],
+            epochs=1,
+            num_data=5,
+            **QUIET,
+        )
+    assert str(info.value) == (
+        "Batch 2 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training mode "
+        "needs more than one value per channel to normalise it (torch: 'Expected more than 1 "
+        "value per channel'). That is usually the last batch of an epoch: drop it "
+        "(DataLoader(..., drop_last=True)) or pick a batch size that leaves no remainder of 1."
+    )
