@@ -247,6 +247,7 @@ def _evaluate_run(
             saved.guide,
             num_samples=num_samples,
             progress=not args.no_progress,
+            seed=args.seed,  # the table's draws: the row at 0 degrees repeats its figures
         )
         name = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
         print(f"\nRotated {name} (test split)")
