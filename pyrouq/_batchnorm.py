@@ -22,8 +22,10 @@ words for it."""
 
 def one_value_in_training(x: Tensor, epoch: int, step: int) -> str:
     """fit()'s words for its batch ``step`` of ``epoch`` (1-based), ``x``, too small for the
-    batch statistics of a BatchNorm in training mode: a first batch of one input on its own (a
-    loader of one example, or of batch_size=1: no batch size or drop_last helps there)."""
+    batch statistics of a BatchNorm in training mode. A first batch of one input is told on its
+    own (a loader of one example, or of batch_size=1: drop_last does not help there; more
+    examples, a larger batch_size or a frozen BatchNorm do); a later one as, usually, an epoch's
+    last batch (drop_last, or a batch size that leaves no remainder of 1)."""
     if step == 1 and x.shape[0] == 1:
         return (
             f"Batch 1 of epoch {epoch} holds 1 input of shape {tuple(x.shape[1:])}, and a "

@@ -67,7 +67,7 @@ def test_a_sync_batchnorm_in_training_mode_is_still_refused(gloo_group):
         fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
     text = str(info.value)
     assert "holds SyncBatchNorm layers (net.1)," in text
-    assert "Torch synchronises them in training mode only, and fit() would train these in " in text
+    assert "Torch synchronises them in training mode only, and these are in training mode" in text
     assert "For a run on cpu, build the network with BatchNorm layers instead" in text
     assert "or freeze such a layer with .eval()" in text
     assert "in eval mode: fit() switches" not in text
@@ -81,7 +81,8 @@ def test_a_frozen_sync_batchnorm_of_a_model_left_in_eval_mode_is_refused(gloo_gr
     with pytest.raises(ValueError) as info:
         fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
     assert (
-        "(BayesianNetwork is in eval mode: fit() switches it to training mode throughout)"
+        "BayesianNetwork is in eval mode (as fit() leaves a model it trained), and fit() "
+        "switches a model in eval mode to training mode throughout"
     ) in str(info.value)
 
 

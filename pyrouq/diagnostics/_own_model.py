@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import pyro
+import torch
 from pyro import poutine
 from pyro.nn import PyroModule
 from torch import Tensor, nn
@@ -22,6 +26,16 @@ _PASS = (
 )
 """What to pass for a model of one's own without a guide."""
 
+_SIZED = re.compile(  # Pyro's plates, and torch's phrasings of sizes (as pyrouq._mismatch's)
+    r"shape mismatch|cannot be multiplied|size of tensor|must match the size|"
+    r"must match the existing size|Sizes of tensors must match|is invalid for input of size|"
+    r"shape '\[|cannot be broadcast|not broadcastable|out of bounds for dimension|"
+    r"index out of range|size mismatch",
+    re.I,
+)
+"""The errors of a trace on two rows that a model sized for its whole data (a plate or a
+latent of a fixed size N) raises there: what the whole ``(x, y)`` is traced for."""
+
 
 def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     """Refuse a model of the user's own given without a guide: it names the latent sites a
@@ -29,9 +43,12 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     way, what to pass. A plain ``nn.Module`` is not run (a network's ``forward(x,
     mask=None)`` would take y as its mask), and a model whose trace samples no latent site
     passes: the caller words both. The trace runs on 2 rows (the site names are all it
-    reads), and where that fails (a plate or a latent of a fixed size N) once more on the
-    whole ``(x, y)``; it leaves the random states and Pyro's param store as they were (the
-    model reads the parameters there; those it creates are dropped)."""
+    reads), and where that fails on sizes or shapes (a plate or a latent of a fixed size N)
+    once more on the whole ``(x, y)``; another error of the 2 rows is the model's own, told
+    as it came (not run on the whole data, which could exhaust an accelerator's memory). It
+    leaves the random states and Pyro's param store as they were (the model reads the
+    parameters there; those it creates are dropped, and values it changes in place put
+    back)."""
     if isinstance(model, nn.Module) and not isinstance(model, PyroModule):
         return
     whole = (x, y)
@@ -39,7 +56,11 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     if x.shape[0] > 2:
         try:
             sites = _sites(model, (x[:2], y[:2]), takes_y, n)
-        except Exception:  # pyrouq's cutting, perhaps: the model's own data, once more
+        except _Untraced as untraced:  # pyrouq's cutting, on a size error: the whole data
+            err = untraced.__cause__
+            assert err is not None
+            if _SIZED.search(str(err)) is None:
+                raise _untraced(fn, model, untraced.with_y, err, cut=True) from err
             sites = _traced_whole(fn, model, whole, takes_y, n)
     else:
         sites = _traced_whole(fn, model, whole, takes_y, n)
@@ -102,11 +123,30 @@ def _takes_targets(model: Any, rows: tuple[Tensor, Tensor]) -> bool | None:
     return True
 
 
+@contextlib.contextmanager
+def _store_kept() -> Iterator[None]:
+    """Pyro's param store as it was, after the block: the parameters it creates dropped (a
+    scope of the store's state, whose parameters the block reads), and the values of those
+    held before put back into the same tensors (a ``PyroModule`` holds them), should the
+    block change one in place (``pyro.param("noise").data.mul_(2)``)."""
+    store = pyro.get_param_store()
+    held = [(param, param.data.clone()) for _, param in store.named_parameters()]
+    try:
+        with store.scope(store.get_state()):
+            yield
+    finally:
+        with torch.no_grad():
+            for param, value in held:
+                if param.data.shape == value.shape and param.dtype == value.dtype:
+                    param.data.copy_(value)
+                else:  # resized or cast in place: the old value, in the same tensor
+                    param.data = value
+
+
 def _latent_sites(model: Any, args: tuple[Tensor, ...], n: int) -> list[str]:
     """The unobserved sample sites of a trace of ``model(*args)``."""
-    store = pyro.get_param_store()
     with (
-        store.scope(store.get_state()),  # the store's params read; those it makes dropped
+        _store_kept(),
         _prepared(model, n),
         global_streams_kept(args[0].device),
         pyro.validation_enabled(False),
@@ -114,13 +154,22 @@ def _latent_sites(model: Any, args: tuple[Tensor, ...], n: int) -> list[str]:
         return unobserved_sites(poutine.trace(model).get_trace(*args))
 
 
-def _untraced(fn: str, model: Any, with_y: bool, err: BaseException) -> ValueError:
-    """The refusal of a model that could not be traced, run as ``model(x, y)`` or ``model(x)``."""
+def _untraced(
+    fn: str, model: Any, with_y: bool, err: BaseException, cut: bool = False
+) -> ValueError:
+    """The refusal of a model that could not be traced, run as ``model(x, y)`` or ``model(x)``
+    (on their first 2 rows where ``cut``)."""
     how = "model(x, y)" if with_y else "model(x)"
+    rows = (
+        f" The trace ran on {'x[:2], y[:2]' if with_y else 'x[:2]'} (the site names are all it "
+        "reads; an error on sizes or shapes there is traced once more on the whole data)."
+        if cut
+        else ""
+    )
     lines = str(err).strip().splitlines()  # (not the trace shapes Pyro adds below)
     said = lines[0] if lines else ""
     return ValueError(
         f"{fn}: {name_of(model)} could not be traced to find its latent sites (run as {how}, "
-        f"it raised {type(err).__name__}: {said}), and guide is None. Fix the model if the "
-        f"error is its own; its posterior is a guide's or a run's draws. {_PASS}"
+        f"it raised {type(err).__name__}: {said}), and guide is None.{rows} Fix the model if "
+        f"the error is its own; its posterior is a guide's or a run's draws. {_PASS}"
     )

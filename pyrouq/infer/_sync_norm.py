@@ -25,8 +25,9 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
     while ``torch.distributed`` is initialised: every such layer raises torch's "SyncBatchNorm
     expected input tensor to be on GPU or XPU", on every rank, at the first step. A layer in
     eval mode (frozen, ``layer.eval()``) runs as BatchNorm does and passes, unless the whole
-    model is in eval mode, which fit() switches to training mode throughout. Outside a process
-    group they run as BatchNorm does, and pass."""
+    model is in eval mode (as fit() leaves it), which fit() switches to training mode
+    throughout: the refusal then tells to call ``model.train()``, then ``layer.eval()``,
+    before fit(). Outside a process group they run as BatchNorm does, and pass."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     device = module_device(model, guide) or torch.device("cpu")  # fit()'s, as its loop's
@@ -49,20 +50,40 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
     if not names:
         return
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    switched_note = (
-        f" ({type(model).__name__} is in eval mode: fit() switches it to training mode throughout)"
-        if switched
-        else ""
-    )
+    model_name = type(model).__name__
+    if switched:  # fit()'s model.train() would unfreeze a layer frozen before
+        why = (
+            f"{model_name} is in eval mode (as fit() leaves a model it trained), and fit() "
+            "switches a model in eval mode to training mode throughout, these layers with it"
+        )
+        first = next(
+            (
+                name
+                for name, m in model.named_modules()
+                if id(m) in switched and isinstance(m, nn.SyncBatchNorm) and name
+            ),
+            None,
+        )
+        example = f"here model.get_submodule('{first}').eval(); " if first else ""
+        freeze = (
+            "or keep such a layer frozen: call model.train(), then layer.eval(), before fit() "
+            f"({example}fit() trains a model in training mode with the modes its layers have, "
+            "and torch does not synchronise a layer in eval mode)"
+        )
+    else:
+        why = (
+            "these are in training mode, and fit() trains a model in training mode with the "
+            "modes its layers have"
+        )
+        freeze = "or freeze such a layer with .eval() (torch does not synchronise it then)"
     raise ValueError(
-        f"fit() runs {type(model).__name__} on {device.type} in a torch.distributed process "
+        f"fit() runs {model_name} on {device.type} in a torch.distributed process "
         f"group (backend {dist.get_backend()}), but it holds SyncBatchNorm layers ({shown}), "
         "which torch synchronises across ranks on GPUs only (torch: 'SyncBatchNorm expected "
         "input tensor to be on GPU or XPU'). Torch synchronises them in training mode only, "
-        f"and fit() would train these in training mode{switched_note}. For a run on "
-        f"{device.type}, build the network with BatchNorm layers instead (leave out "
-        "nn.SyncBatchNorm.convert_sync_batchnorm): each rank then normalises with its own "
-        "batch's statistics, and fit() averages the running statistics across the ranks at "
-        "each epoch's end; or freeze such a layer with .eval() (torch does not synchronise it "
-        "then). Or train on GPUs in an nccl group (each rank's model on its own GPU)."
+        f"and {why}. For a run on {device.type}, build the network with BatchNorm layers "
+        "instead (leave out nn.SyncBatchNorm.convert_sync_batchnorm): each rank then "
+        "normalises with its own batch's statistics, and fit() averages the running "
+        f"statistics across the ranks at each epoch's end; {freeze}. Or train on GPUs in an "
+        "nccl group (each rank's model on its own GPU)."
     )
