@@ -11,6 +11,7 @@ value loaded into it from a file (``pyro.get_param_store().load(path)``) is take
 from __future__ import annotations
 
 import copy
+import itertools
 import weakref
 from typing import Any, TypeVar
 
@@ -22,8 +23,10 @@ from torch import nn
 from pyrouq._util import module_device, module_dtype
 
 __all__ = [
+    "copy_name",
     "copy_renamed",
     "forget_params",
+    "hold_params",
     "register_children",
     "register_params",
     "take_store_values",
@@ -43,12 +46,59 @@ def forget_params(prefix: str) -> None:
         del store[name]
 
 
-def copy_renamed(model: _Model, memo: dict[int, Any], name: str) -> _Model:
-    """``copy.deepcopy`` of a pyrouq model named ``name`` in Pyro's param store (its
-    ``PyroModule`` children ``name.<child>``), whose entries are removed when it is garbage
-    collected: as a new model's, not the original's names, under which the two would put
-    their point estimates in turn (a store saved then held one of them, and loading it gave
-    both the same values) and a network's ``PyroParam`` would be one tensor for both."""
+_COPIES = itertools.count()
+"""Numbers the copies (``copy.deepcopy``) of models and guides, apart from the counters that
+name built ones: a copy does not change the names of those built after it."""
+
+_HOLDERS: dict[str, weakref.WeakSet[Any]] = {}
+"""The live models and guides that keep their entries of Pyro's param store under a name."""
+
+_HELD: weakref.WeakKeyDictionary[Any, tuple[str, weakref.finalize]] = weakref.WeakKeyDictionary()
+"""Each holder's name and the finalizer that releases it."""
+
+
+def copy_name(name: str) -> str:
+    """The name in Pyro's param store of a copy of the model or guide named ``name``:
+    ``<name>_copy<k>``, whose entries are not under ``<name>.`` or ``<name>$$$``, what
+    :func:`forget_params` removes for the original (nor the other way round)."""
+    return f"{name}_copy{next(_COPIES)}"
+
+
+def hold_params(holder: Any, name: str) -> None:
+    """Record that ``holder`` (a pyrouq model or guide) keeps its entries of Pyro's param
+    store under ``name``, replacing the name it held before (a copy, renamed): they are
+    removed when the last live holder of ``name`` is garbage collected. One unpickled in the
+    process that pickled it keeps the original's name; the entries stay while either lives."""
+    held = _HELD.pop(holder, None)
+    if held is not None:
+        old, finalizer = held
+        finalizer.detach()
+        holders = _HOLDERS.get(old)
+        if holders is not None:
+            holders.discard(holder)
+    _HOLDERS.setdefault(name, weakref.WeakSet()).add(holder)
+    _HELD[holder] = (name, weakref.finalize(holder, _release, name))
+
+
+def _release(name: str) -> None:
+    """Forget the entries under ``name`` unless a live holder still keeps them (weak
+    references to the one collected are already dead when its finalizer runs)."""
+    holders = _HOLDERS.get(name)
+    if holders is not None and any(True for _ in holders):
+        return
+    _HOLDERS.pop(name, None)
+    forget_params(name)
+
+
+def copy_renamed(model: _Model, memo: dict[int, Any]) -> _Model:
+    """``copy.deepcopy`` of a pyrouq model, named ``<name>_copy<k>`` in Pyro's param store
+    (its ``PyroModule`` children ``<name>_copy<k>.<child>``), whose entries are removed when
+    it is garbage collected: not the original's names, under which the two would put their
+    point estimates in turn (a store saved then held one of them, and loading it gave both
+    the same values) and a network's ``PyroParam`` would be one tensor for both; nor a built
+    model's number, which would shift the names of the models built after it (a store saved
+    in a run that copied would give them another model's values in a run that did not)."""
+    name = copy_name(vars(model)["_pyro_name"])
     new = type(model).__new__(type(model))
     memo[id(model)] = new
     new.__setstate__(copy.deepcopy(model.__getstate__(), memo))
@@ -61,7 +111,7 @@ def copy_renamed(model: _Model, memo: dict[int, Any], name: str) -> _Model:
             for key, child in module._modules.items()
             if isinstance(child, PyroModule)
         ]
-    weakref.finalize(new, forget_params, name)
+    hold_params(new, name)
     return new
 
 
@@ -77,9 +127,10 @@ def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor, like: Any
             f"Pyro's param store holds {full!r} of shape {tuple(stored.shape)}, but the "
             f"parameter of that name has shape {tuple(param.shape)}: the store was loaded from "
             "another model (pyrouq names its models and guides in the order they are built, "
-            "BayesianNetwork_0, MeanFieldGuide_0, ...). Build them in the order of the run "
-            "that saved the store before loading it, or call pyro.clear_param_store() and "
-            "restore them with pyrouq.save() / pyrouq.load()."
+            "BayesianNetwork_0, MeanFieldGuide_0, ...; copies made with copy.deepcopy do not "
+            "count: they are named <name>_copy<k>). Build them in the order of the run that "
+            "saved the store before loading it, or call pyro.clear_param_store() and restore "
+            "them with pyrouq.save() / pyrouq.load()."
         )
     with torch.no_grad():
         param.copy_(stored)

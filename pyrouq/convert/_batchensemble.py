@@ -3,7 +3,6 @@ layer."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -13,7 +12,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._param_store import copy_renamed, forget_params, register_children
+from pyrouq._param_store import copy_renamed, hold_params, register_children
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
 from pyrouq.convert._copying import detached_memo
 from pyrouq.convert._select import (
@@ -393,12 +392,17 @@ class BatchEnsembleNetwork(PyroModule):
         # a new model starts in training mode throughout, as a torch module does, whatever
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
-        weakref.finalize(self, forget_params, self._pyro_name)
+        hold_params(self, self._pyro_name)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BatchEnsembleNetwork:
-        """An independent copy, named as a new model in Pyro's param store."""
+        """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
         memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
-        return copy_renamed(self, memo, f"{type(self).__name__}_{next(COUNTER)}")
+        return copy_renamed(self, memo)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # (unpickled: the original's name, whose entries stay while either model lives)
+        hold_params(self, self._pyro_name)
 
     def _input(self, x: Any) -> Tensor:
         """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import itertools
 import warnings
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,7 +16,7 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._param_store import copy_renamed, forget_params, register_children
+from pyrouq._param_store import copy_renamed, hold_params, register_children
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._copying import detached_memo
@@ -245,16 +244,18 @@ class BayesianNetwork(PyroModule):
         self._local = local_reparameterization
         # load_state_dict(assign=True) puts the loaded tensor in under the site's name only
         self.register_load_state_dict_post_hook(_retie_after_load)
-        weakref.finalize(self, forget_params, self._pyro_name)
+        hold_params(self, self._pyro_name)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BayesianNetwork:
-        """An independent copy, named as a new model in Pyro's param store."""
+        """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
         memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
-        return copy_renamed(self, memo, f"{type(self).__name__}_{next(COUNTER)}")
+        return copy_renamed(self, memo)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_tied", {})  # a model pickled before tied sites existed has none
         super().__setstate__(state)
+        # (unpickled: the original's name, whose entries stay while either model lives)
+        hold_params(self, self._pyro_name)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         # torch casts and moves each module's buffers on its own (.to(), .double()): a tied

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -14,18 +13,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyrouq._param_store import forget_params, register_params
+from pyrouq._param_store import copy_name, hold_params, register_params
 from pyrouq._util import (
     check_count,
     check_positive_float,
-    has_latent_sites,
     innermost_distribution,
     support_of,
-    takes_labels,
     warn_caller,
 )
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
+from pyrouq.infer._site_checks import check_drawable, model_sites, refuse
+from pyrouq.infer._site_checks import check_draws as check_draws  # (imported from here)
+from pyrouq.infer._site_checks import site_mismatch as site_mismatch
 from pyrouq.likelihoods import likelihood_of
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
@@ -238,7 +238,7 @@ class MeanFieldGuide(nn.Module):
         self.init_scale = init_scale
         self.init_scale_relative = init_scale_relative
         self.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
-        weakref.finalize(self, forget_params, self.name)
+        hold_params(self, self.name)
 
     @classmethod
     def _built_for_load(cls, model: Any, **config: Any) -> MeanFieldGuide:
@@ -253,13 +253,24 @@ class MeanFieldGuide(nn.Module):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MeanFieldGuide:
         """An independent copy: its own parameters, under a name of its own in Pyro's param
-        store (the store holds both guides' values, and fitting one never touches the other's)."""
+        store, ``<name>_copy<k>`` (the store holds both guides' values, and fitting one never
+        touches the other's; the guides built after it are named as without it)."""
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        new.name = f"MeanFieldGuide_{next(_GUIDE_COUNTER)}"
-        weakref.finalize(new, forget_params, new.name)
+        new.name = copy_name(self.name)
+        hold_params(new, new.name)
         return new
+
+    def __getstate__(self) -> dict[str, Any]:
+        for param in self.parameters():  # (Pyro's param store gave them weak references,
+            param.__dict__.pop("unconstrained", None)  # which pickle refuses: as PyroModule)
+        return super().__getstate__()  # type: ignore[no-any-return]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # (unpickled: the original's name, whose entries stay while either guide lives)
+        hold_params(self, self.name)
 
     def site_loc(self, site: str) -> torch.Tensor:
         """Location of ``site``: its posterior mean (of its logarithm for a positive site)."""
@@ -454,7 +465,7 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
     if guide is not None and guide is model:  # its draws would be the prior's, silently
         check_drawable(model, "a guide", caller)  # (an ensemble: none; a plain network: none)
         build = "mean_field_guide(model), fitted with fit(model, guide, data)"
-        if _model_sites(model) is None:  # a Pyro model of one's own: no mean_field_guide
+        if model_sites(model) is None:  # a Pyro model of one's own: no mean_field_guide
             fitter = "fit(model, guide, data)" if isinstance(model, nn.Module) else "Pyro's SVI"
             build = f"pyro.infer.autoguide.AutoNormal(model), fitted with {fitter}"
         raise ValueError(
@@ -462,7 +473,7 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
             "would draw the weights from the prior, not from a posterior. Pass the guide built "
             f"for it, guide = {build}."
         )
-    expected = _model_sites(model)
+    expected = model_sites(model)
     if expected is None or guide is None:
         return
     got: dict[str, tuple[int, ...]] | None = None
@@ -479,7 +490,7 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
                 if node["type"] == "sample" and not node["is_observed"]
             }
     if got is not None:
-        _refuse(model, site_mismatch(expected, got, strict), caller)
+        refuse(model, site_mismatch(expected, got, strict), caller)
     if isinstance(guide, MeanFieldGuide) and caller != "save()":  # (saving a pair moves none)
         check_guide_tensors(model, guide, caller)
 
@@ -503,98 +514,3 @@ def check_guide_tensors(
                 "guide was built. Cast or move the guide as the model (guide.to(device, dtype), "
                 "guide.double()), or build it again: mean_field_guide(model)."
             )
-
-
-def check_draws(
-    model: Any, draws: dict[str, torch.Tensor], caller: str, source: str = "the guide"
-) -> None:
-    """Refuse S draws ``{site: (S, *shape)}`` that miss a latent site of a pyrouq model or
-    give it another shape; ``source`` names where they came from in the message."""
-    expected = _model_sites(model)
-    if expected is None:
-        return
-    got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
-    _refuse(model, site_mismatch(expected, got, strict=False, source=source), caller, source)
-    likelihood = likelihood_of(model)
-    for site in getattr(likelihood, "latent_sites", dict)():  # a noise scale: positive
-        if site in draws and not bool((draws[site] > 0).all()):
-            raise ValueError(
-                f"{caller}: the draws of {site!r} from {source} must be > 0 (a noise standard "
-                f"deviation), got a minimum of {draws[site].min().item():g}. Pass the draws "
-                "of the scale itself, not of its logarithm."
-            )
-
-
-def site_mismatch(
-    expected: dict[str, tuple[int, ...]],
-    got: dict[str, tuple[int, ...]],
-    strict: bool,
-    source: str = "the guide",
-) -> str | None:
-    """The first difference between two ``{site: shape}`` maps (extra sites in ``got`` count
-    only when ``strict``), or None; ``source`` is what ``got`` describes."""
-    for site, shape in expected.items():
-        if site not in got:
-            return f"the model's site {site!r} {shape} is not in {source}"
-        if got[site] != shape:
-            return f"site {site!r} has shape {got[site]} in {source} but {shape} in the model"
-    extra = [site for site in got if site not in expected]
-    if strict and extra:
-        return f"{source}'s site {extra[0]!r} is not a latent site of the model"
-    return None
-
-
-def check_drawable(model: Any, source: str, caller: str) -> None:
-    """Refuse weight draws (``source``: a guide, posterior_samples) for a model that has none
-    to take: a BatchEnsemble (its members are the draws) or a plain torch network, told by a
-    forward that takes no labels (``forward(x)``): an ``nn.Module`` whose ``forward(x, y)``
-    calls ``pyro.sample`` is a Pyro model."""
-    from pyrouq.convert import BatchEnsembleNetwork
-
-    if has_latent_sites(model):
-        return
-    what = None
-    if isinstance(model, BatchEnsembleNetwork) or (
-        caller == "predict()" and getattr(model, "num_members", None) is not None
-    ):
-        what = f"a BatchEnsemble ({type(model).__name__}), whose members are the draws"
-    elif (
-        isinstance(model, nn.Module)
-        and not isinstance(model, pyro.nn.PyroModule)
-        and not takes_labels(model)
-    ):
-        what = f"a plain network ({type(model).__name__}), which has no weights to draw"
-    if what is not None:
-        leave = "guide=None, no posterior_samples" if caller == "predict()" else "guide=None"
-        raise ValueError(
-            f"{caller} got {source} for {what}. Leave it out ({leave}); to draw weights, make "
-            "the network Bayesian first: pyrouq.bayesian(net), or pyrouq.rank1(net, M) for an "
-            "ensemble."
-        )
-
-
-def _model_sites(model: Any) -> dict[str, tuple[int, ...]] | None:
-    latent = getattr(model, "latent_sites", None)
-    if not callable(latent):
-        return None
-    return {site: tuple(shape) for site, shape in latent().items()}
-
-
-#: How :func:`_refuse` words a mismatch, by where the draws came from: (lead, fix).
-_REFUSALS = {
-    "the guide": (
-        "the guide does not belong to",
-        "Pass the guide built for this model (mean_field_guide(model)) and fitted with it.",
-    ),
-    "posterior_samples": (
-        "posterior_samples do not fit",
-        "Pass {site: (S, *shape)} with the model's site shapes, or an MCMCResult itself (its "
-        ".samples are (chain, draw, *shape)).",
-    ),
-}
-
-
-def _refuse(model: Any, problem: str | None, caller: str, source: str = "the guide") -> None:
-    if problem is not None:
-        lead, fix = _REFUSALS[source]
-        raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {fix}")
