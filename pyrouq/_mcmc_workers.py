@@ -25,7 +25,7 @@ from pyro.infer.mcmc import HMC, NUTS
 from torch import Tensor
 
 from pyrouq._engine import repeatable
-from pyrouq._util import module_device, seed_generators
+from pyrouq._util import module_device, module_dtype, seed_generators
 
 __all__ = ["chain_job", "parallel_chains", "spawn_problem"]
 
@@ -185,8 +185,27 @@ def chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor
     *args, threads = job
     if threads is not None:
         torch.set_num_threads(threads)
-    with repeatable(module_device(args[0]), True):
+    with repeatable(module_device(args[0]), True), _default_dtype_of(args[0]):
         return _run_chain(*args)
+
+
+@contextlib.contextmanager
+def _default_dtype_of(model: Any) -> Iterator[None]:
+    """torch's default dtype set to the model's (float32 or float64) while its chain runs, then
+    put back. Pyro makes some zeros in the default dtype (a plate's subsample site's log-density,
+    a ``pyro.deterministic`` site's): under ``torch.set_default_dtype(torch.float64)`` a float32
+    model's potential energy came out float64, NUTS's momenta and steps with it, and the
+    network met float64 weights ("mat1 and mat2 must have the same dtype"). A chain process
+    starts with torch's float32 default; a float64 model samples the same either way."""
+    dtype, before = module_dtype(model), torch.get_default_dtype()
+    if dtype not in (torch.float32, torch.float64) or dtype == before:
+        yield
+        return
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def _run_chain(

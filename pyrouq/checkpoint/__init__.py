@@ -369,7 +369,9 @@ def load(
 ) -> Checkpoint | MCMCResult:
     """Rebuild the model and guide saved at ``path`` (or the MCMC result saved there). The
     rebuild's initial values, replaced by the saved ones, leave torch's random state as it was:
-    a seed set before ``load`` gives the draws it gives without it.
+    a seed set before ``load`` gives the draws it gives without it. Its tensors are normal ones
+    wherever it is called: a model loaded inside ``torch.inference_mode()`` to be evaluated
+    can be trained on later by :func:`~pyrouq.fit`.
 
     Parameters
     ----------
@@ -411,45 +413,50 @@ def load(
     """
     check_path_type(path, "load()")
     device = checked_device(device)
-    payload = read(path)
-    if payload.get("format") == MCMC_FORMAT:
-        if model_class is not None or module is not None:
-            raise CheckpointError(
-                f"{str(path)!r} holds an MCMC result (draws, no model): load it without "
-                "model_class or module, then set result.model (and .x, .y) for arviz."
-            )
-        result = _mcmc_result(payload, path)
+    # normal tensors whatever the caller's mode: a model loaded inside torch.inference_mode()
+    # (to evaluate it) would hold inference tensors, which fit() cannot train later
+    with torch.inference_mode(False):
+        payload = read(path)
+        if payload.get("format") == MCMC_FORMAT:
+            if model_class is not None or module is not None:
+                raise CheckpointError(
+                    f"{str(path)!r} holds an MCMC result (draws, no model): load it without "
+                    "model_class or module, then set result.model (and .x, .y) for arviz."
+                )
+            result = _mcmc_result(payload, path)
+            if device is not None:
+                result.samples = {k: v.to(device) for k, v in result.samples.items()}
+            return result
+        expected = None if model_class is None else expected_class_name(model_class)
+        description = _parse_description(path, payload["description"])
+        module = _skeleton_for(description, module, path)
+        with description_errors(path):
+            model = build_model(description, expected=expected, path=path, module=module)
+            state = upgraded_state(model, payload)
+            shared = shared_member_norms(model, state) if isinstance(state, dict) else []
+            _load_state(model, state, "model", path)
+            guide = None
+            if description.get("guide") is not None:
+                guide = build_guide(description, model, path=path)
+                if payload.get("guide") is None:
+                    raise CheckpointError(
+                        f"{str(path)!r} describes a guide but holds no guide state."
+                    )
+                _load_state(guide, payload["guide"], "guide", path)
+            frozen = description.get("frozen")  # absent from checkpoints of pyrouq before 2026-12
+            if isinstance(frozen, dict):
+                _refreeze(model, frozen.get("model"))
+                if guide is not None:
+                    _refreeze(guide, frozen.get("guide"))
+            saved = _checkpoint(payload, description, model, guide, path)
+            if shared and saved.training is not None:  # resume refuses it: no optimizer state fits
+                saved = replace(saved, training={**saved.training, "shared_norms": shared})
         if device is not None:
-            result.samples = {k: v.to(device) for k, v in result.samples.items()}
-        return result
-    expected = None if model_class is None else expected_class_name(model_class)
-    description = _parse_description(path, payload["description"])
-    module = _skeleton_for(description, module, path)
-    with description_errors(path):
-        model = build_model(description, expected=expected, path=path, module=module)
-        state = upgraded_state(model, payload)
-        shared = shared_member_norms(model, state) if isinstance(state, dict) else []
-        _load_state(model, state, "model", path)
-        guide = None
-        if description.get("guide") is not None:
-            guide = build_guide(description, model, path=path)
-            if payload.get("guide") is None:
-                raise CheckpointError(f"{str(path)!r} describes a guide but holds no guide state.")
-            _load_state(guide, payload["guide"], "guide", path)
-        frozen = description.get("frozen")  # absent from checkpoints of pyrouq before 2026-12
-        if isinstance(frozen, dict):
-            _refreeze(model, frozen.get("model"))
+            model.to(device)
             if guide is not None:
-                _refreeze(guide, frozen.get("guide"))
-        saved = _checkpoint(payload, description, model, guide, path)
-        if shared and saved.training is not None:  # resume refuses it: no optimizer state fits
-            saved = replace(saved, training={**saved.training, "shared_norms": shared})
-    if device is not None:
-        model.to(device)
-        if guide is not None:
-            guide.to(device)
-    model.eval()
-    return saved
+                guide.to(device)
+        model.eval()
+        return saved
 
 
 def _skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:

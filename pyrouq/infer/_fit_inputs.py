@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parameter import UninitializedTensorMixin
 
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._numbers import is_real, tensor_hint
@@ -43,6 +44,28 @@ def warn_lr_beside_optim(lr: Any, optim: Any) -> None:
             "and leave lr out, or leave optim out to train with pyrouq's Adam at lr.",
             stacklevel=3,
         )
+
+
+def refuse_inference_tensors(model: Any, guide: Any) -> None:
+    """Refuse a model or guide holding inference tensors (built inside
+    ``torch.inference_mode()``): autograd can neither record them nor update them in place, and
+    torch's error, raised in the first step, names no tensor."""
+    for role, module in (("model", model), ("guide", guide)):
+        if not isinstance(module, torch.nn.Module):
+            continue
+        for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+            if isinstance(tensor, UninitializedTensorMixin):  # a LazyModule's, not made yet
+                continue
+            if tensor.is_inference():
+                raise RuntimeError(
+                    f"fit() expects the {role}'s parameters and buffers to be normal tensors, "
+                    f"but {type(module).__name__}'s {name!r} is an inference tensor: the "
+                    f"{role} was built (or converted) inside torch.inference_mode(), and "
+                    "autograd can neither train nor update such tensors. Build the model and "
+                    "its guide outside torch.inference_mode() (bayesian() and batchensemble() "
+                    "copy a network made inside it into normal tensors; pyrouq.load() gives "
+                    "normal tensors wherever it is called)."
+                )
 
 
 def check_settings(epochs: Any, lr: Any, num_particles: Any, kl_weight: Any) -> tuple[int, float]:

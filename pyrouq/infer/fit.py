@@ -39,6 +39,7 @@ from pyrouq.infer._fit_inputs import (
     check_settings,
     dataset_size,
     num_examples,
+    refuse_inference_tensors,
     warn_lr_beside_optim,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
@@ -146,7 +147,10 @@ def fit(
         or one ``(x, y)`` pair, is refused: batch it; so is an empty batch). Floating inputs
         of another dtype are cast to the model's; integer ones (raw uint8 pixels) are refused,
         see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
-        bool). Batches that require grad are detached: no gradient flows into data.
+        bool). Batches that require grad are detached: no gradient flows into data. fit()
+        computes its gradients whatever the caller's grad mode: called under
+        ``torch.no_grad()``, ``torch.inference_mode()`` or ``torch.set_grad_enabled(False)``,
+        it trains as it does outside them (as :func:`pyrouq.mcmc` does).
     epochs : int
         Passes over ``train_loader`` (>= 1). Training starts from the model's and guide's
         values: fit() on a fitted model trains on from them with a new optimizer and schedule
@@ -332,7 +336,9 @@ def fit(
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))
-    with _distributed.together(early, _SET_UP):
+    # gradients whatever the caller's grad mode (a fit() under torch.no_grad() or
+    # torch.inference_mode() would otherwise step on no gradients and train nothing), as mcmc()
+    with torch.inference_mode(False), torch.enable_grad(), _distributed.together(early, _SET_UP):
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)
         lr = checked_lr
@@ -365,6 +371,7 @@ def fit(
         if guide is not None:
             check_drawable(model, "a guide", "fit()")
         check_guide(model, guide, "fit()")
+        refuse_inference_tensors(model, guide)
         check_sync_batchnorm(model, guide)  # torch's SyncBatchNorm on the CPU: GPUs only
         if num_particles > 1 and guide is None:
             raise ValueError(
@@ -492,7 +499,7 @@ def fit(
         pyro.set_rng_seed(_distributed.rank_seed(seed, group, independent))
     elif independent:
         _distributed.own_streams(group)
-    with _distributed.shards(train_loader, group):
+    with torch.inference_mode(False), torch.enable_grad(), _distributed.shards(train_loader, group):
         _distributed.check_same_steps(train_loader, epochs, group)
         loop = Loop(
             model=model,
