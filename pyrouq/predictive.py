@@ -245,7 +245,7 @@ def predict(
         the call advances; with ``seed=``, a stream of their own). Must stay None for a
         BatchEnsemble (S = its M members) and a plain network (S = 1). For a rank-1 network
         (:func:`pyrouq.rank1`) each of K draws runs its M members: S = K * M predictions,
-        draw-major (``s = k * M + m``); K defaults to 32 // M.
+        draw-major (``s = k * M + m``); K defaults to 32 // M, at least 1.
     batch_size : int, default 1024
         Inputs per forward pass when ``x`` is a tensor. Memory stays bounded: at most
         ``max(batch_size, B)`` (input, draw) pairs are evaluated per pass (B, a batch's inputs;

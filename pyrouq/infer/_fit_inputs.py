@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.parameter import UninitializedTensorMixin
+from torch.nn.parameter import is_lazy
 
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._numbers import is_real, tensor_hint
@@ -54,7 +54,7 @@ def refuse_inference_tensors(model: Any, guide: Any) -> None:
         if not isinstance(module, torch.nn.Module):
             continue
         for name, tensor in (*module.named_parameters(), *module.named_buffers()):
-            if isinstance(tensor, UninitializedTensorMixin):  # a LazyModule's, not made yet
+            if is_lazy(tensor):  # a LazyModule's, not made yet
                 continue
             if tensor.is_inference():
                 raise RuntimeError(
