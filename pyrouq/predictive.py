@@ -510,7 +510,11 @@ def predict(
     batches = len(passes[0]) if passes else 0  # (the parts of several passes join in one)
     parts = _runners.joined_passes(passes)  # (each pass's parts freed once joined)
     if not parts:
-        raise ValueError("predict() got no inputs: x is empty.")
+        raise ValueError(
+            "predict() got no inputs: x is empty. Expected at least one input, a tensor (N, ...) "
+            "with N >= 1 or a loader yielding batches: pass the inputs to predict (a loader "
+            "over an empty dataset, or one drained before, yields none)."
+        )
     all_targets = torch.cat(targets) if len(targets) == batches and not unaligned else None
     if unaligned:
         warn_of_labels(unaligned, words)
@@ -572,7 +576,11 @@ def _inputs_of(
                 "statistics need at least 2 inputs a batch. Pass training inputs in batches "
                 "of 2 or more (a tensor is cut into batches of batch_size)."
             )
-        raise ValueError("predict() got batchnorm_data that holds no inputs: it is empty.")
+        raise ValueError(
+            "predict() got batchnorm_data that holds no inputs: it is empty. Pass training "
+            "inputs (a tensor (N, ...) or a loader of batches) whose BatchNorm statistics to "
+            "re-estimate, or leave batchnorm_data=None to use the running statistics."
+        )
     return inputs
 
 
