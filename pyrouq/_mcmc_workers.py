@@ -26,6 +26,7 @@ from torch import Tensor
 
 from pyrouq._engine import repeatable
 from pyrouq._util import module_device, module_dtype, seed_generators
+from pyrouq.convert._copying import computed_detached
 
 __all__ = ["chain_job", "parallel_chains", "spawn_problem"]
 
@@ -45,8 +46,13 @@ def parallel_chains(jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
     running: dict[Any, tuple[list[int], Any]] = {}  # result pipe -> (chains owed, process)
     try:
         # Ctrl-C held back until every process is started and recorded: one raised inside
-        # start(), after the spawn, would leave a chain process running that no one stops
-        with _interrupts_held():
+        # start(), after the spawn, would leave a chain process running that no one stops.
+        # The models sent (pickled by start()) with detached copies of the tensors a forward
+        # with gradients cached in them, which torch's process pickler refuses; the caller's
+        # own tensors, graphs and all, are theirs again once every process has started
+        with _interrupts_held(), contextlib.ExitStack() as models:
+            for model in {id(job[0]): job[0] for job in jobs}.values():
+                models.enter_context(computed_detached(model))
             for k in range(workers):
                 share = [(index, jobs[index]) for index in range(k, len(jobs), workers)]
                 reader, writer = context.Pipe(duplex=False)

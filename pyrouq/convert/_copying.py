@@ -1,9 +1,11 @@
 """The converters' copy of the user's network (they convert a copy and leave the network as it
 is), what they say of one that cannot be copied, and the copy of a converted model whose
-network cached a computed tensor (:func:`detached_memo`)."""
+network cached a computed tensor (:func:`detached_memo`), or its cached tensors detached while
+it is sent to another process (:func:`computed_detached`)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +16,14 @@ from pyrouq._util import class_name
 from pyrouq.convert._hints import names_list
 from pyrouq.convert._sites import _tensors_in
 
-__all__ = ["computed_tensors", "copy_network", "detached_memo", "hook_fix", "weight_hooks"]
+__all__ = [
+    "computed_detached",
+    "computed_tensors",
+    "copy_network",
+    "detached_memo",
+    "hook_fix",
+    "weight_hooks",
+]
 
 
 def copy_network(module: nn.Module, what: str) -> nn.Module:
@@ -57,7 +66,7 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
 def computed_tensors(module: nn.Module) -> list[str]:
     """The dotted names of the attributes of ``module`` (nested modules included) that hold a
     non-leaf tensor, alone or in a list, tuple, set or dict: what ``copy.deepcopy`` refuses."""
-    return list(dict.fromkeys(name for name, _ in _computed(module)))
+    return list(dict.fromkeys(name for _, _, name, _ in _computed(module)))
 
 
 def detached_memo(module: nn.Module, memo: dict[int, Any] | None = None) -> dict[int, Any]:
@@ -69,28 +78,68 @@ def detached_memo(module: nn.Module, memo: dict[int, Any] | None = None) -> dict
     a plot are). The copy holds their values, detached; ``module`` is not changed (a graph
     built from them, a loss read after the copy, still backpropagates)."""
     memo = {} if memo is None else memo
-    for _, tensor in _computed(module):
+    for _, _, _, tensor in _computed(module):
         if id(tensor) not in memo:
             memo[id(tensor)] = tensor.detach().clone()
             memo.setdefault(id(memo), []).append(tensor)  # (as copy keeps memo's keys alive)
     return memo
 
 
-def _computed(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
-    """``(dotted attribute name, tensor)`` for every non-leaf tensor the modules of ``module``
-    hold: in a buffer, or in an attribute, alone or in the containers :func:`_tensors_in`
-    looks into."""
+def _computed(module: nn.Module) -> Iterator[tuple[dict[str, Any], str, str, Tensor]]:
+    """``(holder, key, dotted attribute name, tensor)`` for every non-leaf tensor the modules
+    of ``module`` hold: in a buffer (``holder`` the module's ``_buffers``), or in an attribute
+    (``holder`` its ``__dict__``), alone or in the containers :func:`_tensors_in` looks into
+    (``holder[key]`` the container)."""
     for path, owner in module.named_modules():
         for attr, value in vars(owner).items():
             if attr in ("_parameters", "_modules"):
                 continue
             if attr == "_buffers":  # a buffer under its own name
+                holder = value
                 items = [(name, b) for name, b in value.items() if b is not None]
             else:
+                holder = vars(owner)
                 items = [(attr, t) for t in _tensors_in(value)]
             for name, tensor in items:
                 if isinstance(tensor, Tensor) and tensor.grad_fn is not None:
-                    yield (f"{path}.{name}" if path else name), tensor
+                    yield holder, name, (f"{path}.{name}" if path else name), tensor
+
+
+@contextlib.contextmanager
+def computed_detached(module: nn.Module) -> Iterator[None]:
+    """``module`` holding a detached copy of every non-leaf tensor :func:`detached_memo` finds
+    in it (in a buffer, an attribute, a container of any nesting) while the block runs, then
+    its own tensors again, graphs and all: what torch's process pickler takes, which refuses a
+    non-leaf tensor ("Cowardly refusing to serialize ..."), where a deep copy of a converted
+    model would be a new model in Pyro's param store. A container is replaced by a copy of
+    its own containers, everything else in it (modules, leaf tensors) the same objects."""
+    memo = detached_memo(module)
+    swapped: dict[tuple[int, str], tuple[dict[str, Any], str, Any]] = {}
+    for holder, key, _, _ in _computed(module):
+        if (id(holder), key) not in swapped:
+            swapped[id(holder), key] = holder, key, holder[key]
+            _keep_leaves(holder[key], memo, set())
+    try:
+        for holder, key, value in swapped.values():
+            holder[key] = copy.deepcopy(value, memo)
+        yield
+    finally:
+        for holder, key, value in swapped.values():
+            holder[key] = value
+
+
+def _keep_leaves(value: object, memo: dict[int, Any], seen: set[int]) -> None:
+    """Put in ``memo`` everything in the containers of ``value`` (as :func:`_tensors_in` sees
+    them, dict keys too) that is no container, as itself, unless memo maps it already: a
+    ``copy.deepcopy(value, memo)`` copies the containers alone."""
+    if not isinstance(value, (list, tuple, set, frozenset, dict)):
+        memo.setdefault(id(value), value)
+        return
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    for item in [*value.keys(), *value.values()] if isinstance(value, dict) else value:
+        _keep_leaves(item, memo, seen)
 
 
 def hook_fix(hooked: list[tuple[str, str]]) -> str:
