@@ -261,5 +261,3 @@ def test_misspelled_and_out_of_range_options_are_one_line_and_exit_code_2(argv, 
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("pyrouq: error: ") and expected in err and err.count("\n") == 1
-
-
