@@ -500,11 +500,13 @@ def _refuse_enumeration(model: Any, discrete: list[str], caller: str, lacks: str
 
 class GuideMismatch(ValueError):
     """A guide's trace, or posterior draws, that do not fit the model; ``problem`` says how,
-    without the way out."""
+    without the way out (the message itself when not given: it is rebuilt from its message
+    alone, ``type(err)(str(err))``, by Pyro's trace re-raise, and pickled with ``problem``
+    kept, e.g. by DataLoader workers)."""
 
-    def __init__(self, message: str, problem: str):
+    def __init__(self, message: str, problem: str | None = None):
         super().__init__(message)
-        self.problem = problem
+        self.problem = message if problem is None else problem
 
 
 def _refuse(model: Any, problem: str, caller: str, source: str | None = None) -> NoReturn:

@@ -351,11 +351,18 @@ def build_model(
             f"{sorted(doors) + list(_CONVERTED)}."
         )
     config = dict(description["model"].get("config") or {})
-    if name in doors and module is not None:
+    if name in doors and module is not None and isinstance(module, nn.Module):
         warn_caller(
             f"{str(path)!r} holds pyrouq's {name}, which it rebuilds from its description: the "
             f"module= skeleton ({class_name(module)}) is not used. Leave module= out for "
             "pyrouq's own models."
+        )
+    elif name in doors and module is not None:  # a builder (or anything else): not a skeleton
+        warn_caller(
+            f"{str(path)!r} holds pyrouq's {name}, which it rebuilds from its description: "
+            f"module= ({_given(module)}) is not used. Leave module= out for pyrouq's own "
+            "models; a skeleton, needed for other networks, is the network itself (an "
+            "nn.Module instance, e.g. module=make_net()), not what builds it."
         )
     device = module_device(module) if module is not None else None
     devices = [device] if getattr(device, "type", "") == "cuda" else []
@@ -389,6 +396,17 @@ def build_model(
     if own is not None:
         model.default_kl_weight = float(own)
     return model
+
+
+def _given(module: Any) -> str:
+    """What a ``module=`` that is not an ``nn.Module`` is, for a message: "the function
+    make_net", "the class BayesianMLP", "a function" (a lambda), "a str"."""
+    if isinstance(module, type):
+        return f"the class {module.__name__}"
+    if callable(module):
+        name = getattr(getattr(module, "func", module), "__name__", "")  # a partial's function
+        return f"the function {name}" if name.isidentifier() else "a function"
+    return f"a {type(module).__name__}"
 
 
 def _skeleton(

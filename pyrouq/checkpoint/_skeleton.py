@@ -116,6 +116,9 @@ def _not_a_network(module: Any, record: dict[str, Any]) -> str:
     """Why ``module`` cannot be a skeleton, and what to pass: the network a builder (a class,
     a factory such as ``torchvision.models.resnet18``) builds, not the builder."""
     saved = record.get("class", "?")
+    own = record.get("pyrouq")  # pyrouq's MLP / LeNet: rebuilt without a skeleton
+    if isinstance(own, dict) and own.get("class"):
+        saved += f", which load() rebuilds when module= is left out (pyrouq's {own['class']})"
     builds = isinstance(module, type) and issubclass(module, nn.Module)
     if builds or (callable(module) and not isinstance(module, type)):
         function = getattr(module, "func", module)  # a functools.partial's function

@@ -63,7 +63,12 @@ class Gaussian(Likelihood):
         of the targets the model trains on. It (or a float ``scale``) must be at least the
         smallest normal number of the dtype the scales are computed in, else a clear error:
         the outputs' (1.2e-38 in float32, 2.2e-308 in float64), float32 for float16 and
-        bfloat16 outputs (widened to float32 there).
+        bfloat16 outputs (widened to float32 there). Where targets are scored (fit(),
+        :meth:`nll`, a model given ``y``) it must also leave a target 1 away from the mean
+        finite: ``1 / min_scale**3``, the NLL's gradient in the scale at the floor, and
+        ``1 / scale**2``, the NLL's ``z**2`` of a float ``scale``, must be finite in that
+        dtype (min_scale >= 1.4e-13 and scale >= 5.4e-20 in float32; 1.8e-103 and 7.5e-155
+        in float64), else a clear error before training.
 
     Examples
     --------
@@ -164,11 +169,14 @@ class Gaussian(Likelihood):
 
     def prepare(self, outputs: Tensor) -> None:
         if self.mode == "learned" and isinstance(self.raw_scale, nn.UninitializedParameter):
-            with torch.no_grad():
-                self.raw_scale.materialize(
-                    (outputs.shape[-1],), device=outputs.device, dtype=outputs.dtype
-                )
-                self.raw_scale.fill_(math.log(math.expm1(1.0)))  # softplus(raw) = 1
+            # a normal tensor even when the first run is inside torch.inference_mode() (a
+            # predict() there): a later fit() trains it; set, not filled in place (which a
+            # scale created inside inference_mode, Gaussian("learned") there, refuses here)
+            shape, device, dtype = (outputs.shape[-1],), outputs.device, outputs.dtype
+            with torch.inference_mode(False), torch.no_grad():
+                self.raw_scale.materialize(shape, device=device, dtype=dtype)
+                one = math.log(math.expm1(1.0))  # softplus(raw) = 1
+                self.raw_scale.data = torch.full(shape, one, device=device, dtype=dtype)
 
     def _load_from_state_dict(self, state_dict, prefix, *args: Any) -> None:  # type: ignore[no-untyped-def]
         key = prefix + "raw_scale"
@@ -291,6 +299,7 @@ class Gaussian(Likelihood):
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
         check_batched(outputs, where, "outputs", "D", _UNBATCHED)
         batch, d = outputs.shape[-2], self.num_outputs(outputs, where)
+        self._check_scored(outputs, where)
         if not torch.is_tensor(y):
             raise TypeError(
                 f"{where}: expected targets y as a torch.Tensor, got {type(y).__name__}. "
@@ -307,6 +316,16 @@ class Gaussian(Likelihood):
         if problem is not None:
             raise ValueError(f"{where}: {problem}.")
 
+    def _check_scored(self, outputs: Tensor, where: str) -> None:
+        """Refuse, where targets are scored, a noise floor (or fixed noise) whose z of a target
+        1 away from the mean overflows the dtype the scales are computed in (predictions of
+        it are fine: :meth:`predictive` does not call this)."""
+        dtype = torch.promote_types(outputs.dtype, torch.float32)  # as widened() computes in
+        if self.mode == "heteroscedastic":
+            _scorable("min_scale", self.min_scale, dtype, where)
+        elif self.mode == "fixed":
+            _scorable("scale", self.fixed, dtype, where)
+
     def distribution(
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
     ) -> dist.TorchDistribution:
@@ -319,6 +338,7 @@ class Gaussian(Likelihood):
         if not torch.is_tensor(y) or self.shape_targets(y, outputs).shape != loc.shape[-2:]:
             # (1, B) targets, or (B,) of D > 1 outputs, would broadcast: B^2 or B D terms
             self.check_targets(y, outputs, "Gaussian.nll()")  # says what to pass
+        self._check_scored(outputs, "Gaussian.nll()")
         z = (self.shape_targets(y, outputs) - loc) / scale
         return (0.5 * z.square() + scale.log()).sum() + 0.5 * math.log(2 * math.pi) * z.numel()
 
@@ -400,3 +420,30 @@ def _representable(name: str, value: float, dtype: torch.dtype) -> None:
             f"their precision) and the likelihood would be NaN or inf. Pass {name} >= "
             f"{tiny:.3g} (e.g. 1e-3){wider}."
         )
+
+
+def _scorable(name: str, value: float, dtype: torch.dtype, where: str) -> None:
+    """Refuse a noise floor ``min_scale`` (or a fixed noise ``scale``) that ``dtype`` holds
+    (:func:`_representable`) but that overflows it when a target 1 away from the mean is
+    scored: ``z = 1 / value``; a fixed scale's NLL holds ``z**2 = 1 / value**2``, a floor's
+    gradient in the scale ``z**2 / value = 1 / value**3`` (fit() stopped on "Non-finite
+    loss" with generic advice: the float32 floor 1e-30 at once, 1e-15 a step later)."""
+    _representable(name, value, dtype)
+    power = 3 if name == "min_scale" else 2
+    limit = torch.finfo(dtype).max ** (-1 / power)
+    if value >= limit:
+        return
+    kind = str(dtype).replace("torch.", "")
+    wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
+    what = (
+        "the NLL's gradient in the scale at that floor (z**2/min_scale = 1/min_scale**3)"
+        if power == 3
+        else "the NLL's z**2 (1/scale**2)"
+    )
+    example = "1e-3" if power == 3 else "0.5, a noise sd in the targets' units"
+    raise ValueError(
+        f"{where}: Gaussian({name}={value:g}) is too small to score targets in {kind}: a "
+        f"target 1 away from the mean has z = 1/{name} = {1 / value:.3g}, and {what} "
+        f"overflows {kind} (an inf or NaN loss) for any {name} below {limit:.3g}. Pass "
+        f"{name} >= {limit:.3g}, better well above it (e.g. {example}){wider}."
+    )
