@@ -27,8 +27,10 @@ __all__ = [
     "copy_renamed",
     "forget_params",
     "hold_params",
+    "hold_restored",
     "register_children",
     "register_params",
+    "shared_copy",
     "take_store_values",
 ]
 
@@ -66,9 +68,9 @@ def copy_name(name: str) -> str:
 
 def hold_params(holder: Any, name: str) -> None:
     """Record that ``holder`` (a pyrouq model or guide) keeps its entries of Pyro's param
-    store under ``name``, replacing the name it held before (a copy, renamed): they are
-    removed when the last live holder of ``name`` is garbage collected. One unpickled in the
-    process that pickled it keeps the original's name; the entries stay while either lives."""
+    store under ``name``, replacing the name it held before: they are removed when the last
+    live holder of ``name`` is garbage collected (a shallow ``copy.copy`` shares its
+    original's name, its tensors and its entries)."""
     held = _HELD.pop(holder, None)
     if held is not None:
         old, finalizer = held
@@ -90,28 +92,57 @@ def _release(name: str) -> None:
     forget_params(name)
 
 
+def hold_restored(holder: Any, name: str) -> str:
+    """Hold (:func:`hold_params`) the entries of ``holder``, a pyrouq model or guide just
+    unpickled or deep-copied from one named ``name``, under the name it returns: ``name``
+    where no live model or guide holds it (a new process loading a pickled model, a spawned
+    MCMC chain), else :func:`copy_name`'s ``<name>_copy<k>``, a model's ``PyroModule``
+    children renamed with it (``<name>_copy<k>.<child>``, as ``PyroModule`` names them). Two
+    distinct objects under one name would put their point estimates into the store in turn
+    (a store saved then held one of them, and loading it gave both the same values), a
+    network's ``PyroParam`` would be one tensor for both, and the entries of one would be
+    the other's."""
+    holders = _HOLDERS.get(name)
+    if holders is not None and any(other is not holder for other in holders):
+        name = copy_name(name)
+        if isinstance(holder, PyroModule):
+            modules: list[tuple[nn.Module, str]] = [(holder, name)]
+            while modules:  # as PyroModule names its PyroModule children (and theirs)
+                module, full = modules.pop()
+                module.__dict__["_pyro_name"] = full
+                modules += [
+                    (child, f"{full}.{key}")
+                    for key, child in module._modules.items()
+                    if isinstance(child, PyroModule)
+                ]
+    hold_params(holder, name)
+    return name
+
+
 def copy_renamed(model: _Model, memo: dict[int, Any]) -> _Model:
     """``copy.deepcopy`` of a pyrouq model, named ``<name>_copy<k>`` in Pyro's param store
-    (its ``PyroModule`` children ``<name>_copy<k>.<child>``), whose entries are removed when
-    it is garbage collected: not the original's names, under which the two would put their
-    point estimates in turn (a store saved then held one of them, and loading it gave both
-    the same values) and a network's ``PyroParam`` would be one tensor for both; nor a built
+    (its ``PyroModule`` children ``<name>_copy<k>.<child>``) by its ``__setstate__``
+    (:func:`hold_restored`: the original holds the name), whose entries are removed when it
+    is garbage collected: not the original's names (see :func:`hold_restored`), nor a built
     model's number, which would shift the names of the models built after it (a store saved
     in a run that copied would give them another model's values in a run that did not)."""
-    name = copy_name(vars(model)["_pyro_name"])
     new = type(model).__new__(type(model))
     memo[id(model)] = new
     new.__setstate__(copy.deepcopy(model.__getstate__(), memo))
-    modules: list[tuple[nn.Module, str]] = [(new, name)]
-    while modules:  # as PyroModule names its PyroModule children (and theirs)
-        module, full = modules.pop()
-        module.__dict__["_pyro_name"] = full
-        modules += [
-            (child, f"{full}.{key}")
-            for key, child in module._modules.items()
-            if isinstance(child, PyroModule)
-        ]
-    hold_params(new, name)
+    return new
+
+
+def shared_copy(holder: _Model) -> _Model:
+    """``copy.copy`` of a pyrouq model or guide: its attributes shared with ``holder`` (its
+    modules, its tensors), and so its name in Pyro's param store and its entries there,
+    which stay while either lives (not renamed as an unpickled or deep copy is: the shared
+    ``PyroModule`` children would be renamed under the original too)."""
+    new = type(holder).__new__(type(holder))
+    new.__dict__.update(holder.__dict__)
+    new.__dict__.pop("_compiled_call_impl", None)  # (as torch's __getstate__ leaves it out)
+    held = _HELD.get(holder)
+    if held is not None:
+        hold_params(new, held[0])
     return new
 
 

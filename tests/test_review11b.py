@@ -81,8 +81,8 @@ def test_a_frozen_sync_batchnorm_of_a_model_left_in_eval_mode_is_refused(gloo_gr
     with pytest.raises(ValueError) as info:
         fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
     assert (
-        "BayesianNetwork is in eval mode (as fit() leaves a model it trained), and fit() "
-        "switches a model in eval mode to training mode throughout"
+        "BayesianNetwork is in eval mode (model.eval() leaves a model so, and so do fit() "
+        "and load()), and fit() switches a model in eval mode to training mode throughout"
     ) in str(info.value)
 
 

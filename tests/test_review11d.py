@@ -5,9 +5,10 @@ A ``copy.deepcopy`` of a model or guide is named ``<name>_copy<k>`` with a count
 it used to take the next number of the counter that names built models and guides, so every
 one built after a copy was named otherwise than in a run without it, and a param store saved
 in one run gave, loaded in the other, a model another model's values (same shapes: no error).
-A model or guide unpickled in the process that pickled it keeps the original's name; the
-original's clean-up, when it was garbage collected, used to delete the store entries the
-live copy used (and a guide that had run could not be pickled at all)."""
+A model or guide unpickled beside its live original is named apart too (review 11g; it kept
+the original's name, and the store held one of the two); the original's clean-up, when it
+was garbage collected, used to delete the store entries a live copy used, which a shallow
+``copy.copy`` shares (and a guide that had run could not be pickled at all)."""
 
 from __future__ import annotations
 
@@ -90,12 +91,13 @@ def test_a_copy_leaves_the_names_of_those_built_after_it_as_without_it(kind):
     held = {name: _entries(name) for name in names}
     assert all(held.values())
     own = {id(p) for m in (best, gbest) if m is not None for p in m.parameters()}
+    expected = _probs(a, ga, x)  # the copy was fitted as the original, from the same values
     del a, ga
     gc.collect()
     kept = {**_entries(best._pyro_name), **(_entries(gbest.name) if gbest else {})}
     assert kept.keys() == {k for n in names[1::2] for k in held[n]}
     assert {id(t) for t in kept.values()} <= own
-    torch.testing.assert_close(_probs(best, gbest, x), _probs(best, gbest, x))
+    torch.testing.assert_close(_probs(best, gbest, x), expected)
 
 
 _RUN = textwrap.dedent(
@@ -160,22 +162,24 @@ def test_a_store_value_of_another_shape_names_copies_in_its_advice():
 
 
 # --------------------------------------------------------------------------------------------
-# Unpickled in the same process: one name, cleaned up when the last holder is gone
+# Unpickled in the same process: a name of its own (review 11g); a shallow copy shares the
+# original's name, whose entries go when the last holder is gone
 # --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
 def test_an_unpickled_models_entries_outlive_the_original(kind):
-    """pickle.loads(pickle.dumps(m)) keeps m's name; with m garbage collected, the store still
-    holds the copy's point estimates (its own tensors), predict() and fit() work on it, and
-    they go when the copy goes too (m's clean-up used to delete them under the live copy)."""
+    """pickle.loads(pickle.dumps(m)) beside a live m is named <name>_copy<k>; with m garbage
+    collected, the store still holds the copy's point estimates (its own tensors), predict()
+    and fit() work on it, and they go when the copy goes too."""
     x, y = toy_data(N)
     model, guide = _build(kind)
     pyrouq.fit(model, guide, ListLoader(x, y, 20), epochs=1, seed=0, progress=False)
     loaded = pickle.loads(pickle.dumps(model))
-    assert loaded._pyro_name == model._pyro_name
-    name = model._pyro_name
+    name = loaded._pyro_name
+    assert re.fullmatch(rf"{model._pyro_name}_copy\d+", name)
     before = _probs(loaded, guide, x)  # (registers the copy's own tensors)
+    torch.testing.assert_close(before, _probs(model, guide, x))
     held = _entries(name)
     assert held and {id(t) for t in held.values()} <= {id(p) for p in loaded.parameters()}
     del model
@@ -191,15 +195,16 @@ def test_an_unpickled_models_entries_outlive_the_original(kind):
 
 def test_an_unpickled_guides_entries_outlive_the_original():
     """A guide that has run pickles (Pyro's param store gave its parameters weak references,
-    which pickle refused), keeps its name, and its entries stay when the original is garbage
-    collected, until the copy goes too."""
+    which pickle refused), is named <name>_copy<k> beside the live original, and its entries
+    stay when the original is garbage collected, until the copy goes too."""
     x, y = toy_data(N)
     model, guide = _build("bayesian")
     pyrouq.fit(model, guide, ListLoader(x, y, 20), epochs=1, seed=0, progress=False)
     loaded = pickle.loads(pickle.dumps(guide))
-    name = guide.name
-    assert loaded.name == name
+    name = loaded.name
+    assert re.fullmatch(rf"{guide.name}_copy\d+", name)
     before = _probs(model, loaded, x)
+    torch.testing.assert_close(before, _probs(model, guide, x))
     held = _entries(name)
     assert held and {id(t) for t in held.values()} <= {id(p) for p in loaded.parameters()}
     del guide
@@ -210,3 +215,22 @@ def test_an_unpickled_guides_entries_outlive_the_original():
     del loaded
     gc.collect()
     assert not _entries(name)
+
+
+def test_a_shallow_copys_shared_entries_go_with_the_last_holder():
+    """copy.copy of a model and of a guide shares their tensors and so their names: the
+    entries stay while either lives, and go when both are garbage collected."""
+    x, y = toy_data(N)
+    model, guide = _build("bayesian")
+    pyrouq.fit(model, guide, ListLoader(x, y, 20), epochs=1, seed=0, progress=False)
+    shallow, shallow_guide = copy.copy(model), copy.copy(guide)
+    names = (model._pyro_name, guide.name)
+    assert (shallow._pyro_name, shallow_guide.name) == names
+    held = _entries(*names)
+    assert held
+    del model, guide
+    gc.collect()
+    assert _entries(*names).keys() == held.keys()
+    del shallow, shallow_guide
+    gc.collect()
+    assert not _entries(*names)

@@ -12,7 +12,13 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from pyrouq import _engine
-from pyrouq._param_store import copy_renamed, hold_params, register_children
+from pyrouq._param_store import (
+    copy_renamed,
+    hold_params,
+    hold_restored,
+    register_children,
+    shared_copy,
+)
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
 from pyrouq.convert._copying import detached_memo
 from pyrouq.convert._select import (
@@ -394,6 +400,10 @@ class BatchEnsembleNetwork(PyroModule):
         self.net = _engine.prepare(net.train())
         hold_params(self, self._pyro_name)
 
+    def __copy__(self) -> BatchEnsembleNetwork:
+        """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""
+        return shared_copy(self)
+
     def __deepcopy__(self, memo: dict[int, Any]) -> BatchEnsembleNetwork:
         """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
         memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
@@ -401,8 +411,8 @@ class BatchEnsembleNetwork(PyroModule):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        # (unpickled: the original's name, whose entries stay while either model lives)
-        hold_params(self, self._pyro_name)
+        # unpickled or deep-copied: the original's name, unless a live model holds it
+        hold_restored(self, self._pyro_name)
 
     def _input(self, x: Any) -> Tensor:
         """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""

@@ -16,7 +16,13 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._numbers import is_real
-from pyrouq._param_store import copy_renamed, hold_params, register_children
+from pyrouq._param_store import (
+    copy_renamed,
+    hold_params,
+    hold_restored,
+    register_children,
+    shared_copy,
+)
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._copying import detached_memo
@@ -246,6 +252,10 @@ class BayesianNetwork(PyroModule):
         self.register_load_state_dict_post_hook(_retie_after_load)
         hold_params(self, self._pyro_name)
 
+    def __copy__(self) -> BayesianNetwork:
+        """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""
+        return shared_copy(self)
+
     def __deepcopy__(self, memo: dict[int, Any]) -> BayesianNetwork:
         """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
         memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
@@ -254,8 +264,8 @@ class BayesianNetwork(PyroModule):
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_tied", {})  # a model pickled before tied sites existed has none
         super().__setstate__(state)
-        # (unpickled: the original's name, whose entries stay while either model lives)
-        hold_params(self, self._pyro_name)
+        # unpickled or deep-copied: the original's name, unless a live model holds it
+        hold_restored(self, self._pyro_name)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         # torch casts and moves each module's buffers on its own (.to(), .double()): a tied

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.nn import PyroModule
+from pyro.poutine.messenger import Messenger
 from torch import Tensor, nn
 
 from pyrouq._own_models import name_of, unobserved_sites
@@ -26,15 +26,13 @@ _PASS = (
 )
 """What to pass for a model of one's own without a guide."""
 
-_SIZED = re.compile(  # Pyro's plates, and torch's phrasings of sizes (as pyrouq._mismatch's)
-    r"shape mismatch|cannot be multiplied|size of tensor|must match the size|"
-    r"must match the existing size|Sizes of tensors must match|is invalid for input of size|"
-    r"shape '\[|cannot be broadcast|not broadcastable|out of bounds for dimension|"
-    r"index out of range|size mismatch",
-    re.I,
-)
-"""The errors of a trace on two rows that a model sized for its whole data (a plate or a
-latent of a fixed size N) raises there: what the whole ``(x, y)`` is traced for."""
+_RETRIED = (RuntimeError, IndexError, ValueError)
+"""The errors of a trace on two rows that the whole ``(x, y)`` is traced for: those torch
+and Pyro raise on sizes and shapes (a plate or a latent of a fixed size N, sized for the whole
+data: "stack expects each tensor to be equal size", "inconsistent tensor size", "The shape of
+the mask [2] ... does not match", a plate's "Shape mismatch"). Any other type (a KeyError, a
+NameError, an AttributeError, a TypeError, a ZeroDivisionError) is the model's own whatever
+the rows, and told at once."""
 
 
 def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
@@ -43,12 +41,13 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     way, what to pass. A plain ``nn.Module`` is not run (a network's ``forward(x,
     mask=None)`` would take y as its mask), and a model whose trace samples no latent site
     passes: the caller words both. The trace runs on 2 rows (the site names are all it
-    reads), and where that fails on sizes or shapes (a plate or a latent of a fixed size N)
-    once more on the whole ``(x, y)``; another error of the 2 rows is the model's own, told
+    reads), and where that raises a ``RuntimeError``, ``IndexError`` or ``ValueError`` (what
+    torch and Pyro raise on sizes and shapes: a plate or a latent of a fixed size N) once more
+    on the whole ``(x, y)``; an error of another type on the 2 rows is the model's own, told
     as it came (not run on the whole data, which could exhaust an accelerator's memory). It
     leaves the random states and Pyro's param store as they were (the model reads the
-    parameters there; those it creates are dropped, and values it changes in place put
-    back)."""
+    parameters there; those it creates are dropped, and the values of those it reads put
+    back, should it change one in place)."""
     if isinstance(model, nn.Module) and not isinstance(model, PyroModule):
         return
     whole = (x, y)
@@ -56,10 +55,10 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     if x.shape[0] > 2:
         try:
             sites = _sites(model, (x[:2], y[:2]), takes_y, n)
-        except _Untraced as untraced:  # pyrouq's cutting, on a size error: the whole data
+        except _Untraced as untraced:  # pyrouq's cutting, perhaps: the whole data
             err = untraced.__cause__
             assert err is not None
-            if _SIZED.search(str(err)) is None:
+            if not isinstance(err, _RETRIED):
                 raise _untraced(fn, model, untraced.with_y, err, cut=True) from err
             sites = _traced_whole(fn, model, whole, takes_y, n)
     else:
@@ -123,20 +122,37 @@ def _takes_targets(model: Any, rows: tuple[Tensor, Tensor]) -> bool | None:
     return True
 
 
+class _FirstReads(Messenger):
+    """Keeps a copy of each parameter of Pyro's param store that ``pyro.param`` reads (a
+    ``PyroModule`` reads its parameters so), taken at its first read, before the model can
+    change it: only those, not the whole store (a large network's guide)."""
+
+    def __init__(self, stored: dict[str, Tensor]) -> None:
+        super().__init__()
+        self._stored = stored
+        self.held: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def _pyro_param(self, msg: Any) -> None:
+        name = msg["name"]
+        param = self._stored.get(name)
+        if param is not None and name not in self.held:
+            self.held[name] = (param, param.data.clone())
+
+
 @contextlib.contextmanager
 def _store_kept() -> Iterator[None]:
     """Pyro's param store as it was, after the block: the parameters it creates dropped (a
     scope of the store's state, whose parameters the block reads), and the values of those
-    held before put back into the same tensors (a ``PyroModule`` holds them), should the
-    block change one in place (``pyro.param("noise").data.mul_(2)``)."""
+    held before that it reads put back into the same tensors (a ``PyroModule`` holds them),
+    should the block change one in place (``pyro.param("noise").data.mul_(2)``)."""
     store = pyro.get_param_store()
-    held = [(param, param.data.clone()) for _, param in store.named_parameters()]
+    reads = _FirstReads(dict(store.named_parameters()))  # (the tensors, not copies)
     try:
-        with store.scope(store.get_state()):
+        with store.scope(store.get_state()), reads:
             yield
     finally:
         with torch.no_grad():
-            for param, value in held:
+            for param, value in reads.held.values():
                 if param.data.shape == value.shape and param.dtype == value.dtype:
                     param.data.copy_(value)
                 else:  # resized or cast in place: the old value, in the same tensor
@@ -162,7 +178,8 @@ def _untraced(
     how = "model(x, y)" if with_y else "model(x)"
     rows = (
         f" The trace ran on {'x[:2], y[:2]' if with_y else 'x[:2]'} (the site names are all it "
-        "reads; an error on sizes or shapes there is traced once more on the whole data)."
+        "reads; a RuntimeError, IndexError or ValueError there, as torch and Pyro raise on "
+        "sizes and shapes, is traced once more on the whole data)."
         if cut
         else ""
     )

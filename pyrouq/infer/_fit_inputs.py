@@ -48,24 +48,36 @@ def warn_lr_beside_optim(lr: Any, optim: Any) -> None:
 
 def refuse_inference_tensors(model: Any, guide: Any) -> None:
     """Refuse a model or guide holding inference tensors (built inside
-    ``torch.inference_mode()``): autograd can neither record them nor update them in place, and
-    torch's error, raised in the first step, names no tensor."""
+    ``torch.inference_mode()``, or first run there, its lazy parameters made there): autograd
+    can neither record them nor update them in place, and torch's error, raised in the first
+    step (or as a lazy parameter is made), names no tensor. A lazy parameter or buffer not
+    made yet is checked too: one created inside ``torch.inference_mode()`` is an inference
+    tensor, and stays one once made."""
     for role, module in (("model", model), ("guide", guide)):
         if not isinstance(module, torch.nn.Module):
             continue
         for name, tensor in (*module.named_parameters(), *module.named_buffers()):
-            if is_lazy(tensor):  # a LazyModule's, not made yet
-                continue
-            if tensor.is_inference():
+            if _is_inference(tensor):
                 raise RuntimeError(
                     f"fit() expects the {role}'s parameters and buffers to be normal tensors, "
                     f"but {type(module).__name__}'s {name!r} is an inference tensor: the "
-                    f"{role} was built (or converted) inside torch.inference_mode(), and "
-                    "autograd can neither train nor update such tensors. Build the model and "
-                    "its guide outside torch.inference_mode() (bayesian() and batchensemble() "
-                    "copy a network made inside it into normal tensors; pyrouq.load() gives "
-                    "normal tensors wherever it is called)."
+                    f"{role} was built, or first run (its lazy parameters made), inside "
+                    "torch.inference_mode(), and autograd can neither train nor update such "
+                    "tensors. Build the model and its guide outside torch.inference_mode(), "
+                    "and give a model with lazy layers its first batch outside it too "
+                    "(bayesian() and batchensemble() copy a network made inside it into normal "
+                    "tensors; pyrouq.load() gives normal tensors wherever it is called)."
                 )
+
+
+def _is_inference(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is an inference tensor: a LazyModule's parameter or buffer not made
+    yet too, whose ``__torch_function__`` refuses every method (read past it, as torch's docs
+    on extending it call a method of the base class)."""
+    if is_lazy(tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            return tensor.is_inference()
+    return tensor.is_inference()
 
 
 def check_settings(epochs: Any, lr: Any, num_particles: Any, kl_weight: Any) -> tuple[int, float]:

@@ -25,9 +25,9 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
     while ``torch.distributed`` is initialised: every such layer raises torch's "SyncBatchNorm
     expected input tensor to be on GPU or XPU", on every rank, at the first step. A layer in
     eval mode (frozen, ``layer.eval()``) runs as BatchNorm does and passes, unless the whole
-    model is in eval mode (as fit() leaves it), which fit() switches to training mode
-    throughout: the refusal then tells to call ``model.train()``, then ``layer.eval()``,
-    before fit(). Outside a process group they run as BatchNorm does, and pass."""
+    model is in eval mode (``.eval()``, fit() and load() leave it so), which fit() switches to
+    training mode throughout: the refusal then tells to call ``model.train()``, then
+    ``layer.eval()``, before fit(). Outside a process group they run as BatchNorm does, and pass."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     device = module_device(model, guide) or torch.device("cpu")  # fit()'s, as its loop's
@@ -53,8 +53,9 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
     model_name = type(model).__name__
     if switched:  # fit()'s model.train() would unfreeze a layer frozen before
         why = (
-            f"{model_name} is in eval mode (as fit() leaves a model it trained), and fit() "
-            "switches a model in eval mode to training mode throughout, these layers with it"
+            f"{model_name} is in eval mode (model.eval() leaves a model so, and so do fit() "
+            "and load()), and fit() switches a model in eval mode to training mode "
+            "throughout, these layers with it"
         )
         first = next(
             (

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyrouq._param_store import copy_name, hold_params, register_params
+from pyrouq._param_store import hold_params, hold_restored, register_params, shared_copy
 from pyrouq._util import (
     check_count,
     check_positive_float,
@@ -70,11 +70,11 @@ class MeanFieldGuide(nn.Module):
 
     Parameters live in this module (``loc`` and ``rho`` parameter dicts, keys are site names
     with ``.`` replaced by ``__``) and are registered in Pyro's param store under a prefix unique
-    to this guide (``guide.name``; a ``copy.deepcopy`` gets its own), so Pyro optimizers see them
-    while two guides never share or overwrite parameters; the entries are removed when the
-    guide is garbage collected. Values loaded into the store under those names
-    (``pyro.get_param_store().load(path)``) are taken at the guide's next use (a run,
-    ``predict()``, ``fit()``).
+    to this guide (``guide.name``; a ``copy.deepcopy`` gets its own, and so does one unpickled
+    beside a live guide of its name), so Pyro optimizers see them while two guides never share
+    or overwrite parameters; the entries are removed when the guide is garbage collected.
+    Values loaded into the store under those names (``pyro.get_param_store().load(path)``) are
+    taken at the guide's next use (a run, ``predict()``, ``fit()``).
 
     .. warning:: Mean-field: the guide ignores every correlation between weights, and it is
        known to underestimate posterior variance.
@@ -257,10 +257,12 @@ class MeanFieldGuide(nn.Module):
         touches the other's; the guides built after it are named as without it)."""
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        new.name = copy_name(self.name)
-        hold_params(new, new.name)
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))  # (renamed there)
         return new
+
+    def __copy__(self) -> MeanFieldGuide:
+        """A shallow copy: the same parameters, under the same name in Pyro's param store."""
+        return shared_copy(self)
 
     def __getstate__(self) -> dict[str, Any]:
         for param in self.parameters():  # (Pyro's param store gave them weak references,
@@ -269,8 +271,8 @@ class MeanFieldGuide(nn.Module):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        # (unpickled: the original's name, whose entries stay while either guide lives)
-        hold_params(self, self.name)
+        # unpickled or deep-copied: the original's name, unless a live guide holds it
+        self.name = hold_restored(self, self.name)
 
     def site_loc(self, site: str) -> torch.Tensor:
         """Location of ``site``: its posterior mean (of its logarithm for a positive site)."""
