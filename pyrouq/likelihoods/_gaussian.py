@@ -335,11 +335,14 @@ class Gaussian(Likelihood):
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
         check_batched(outputs, "Gaussian.nll()", "outputs", "D", _UNBATCHED)
         loc, scale = self.loc_scale(outputs, latent)
-        if not torch.is_tensor(y) or self.shape_targets(y, outputs).shape != loc.shape[-2:]:
+        if not torch.is_tensor(y):
+            self.check_targets(y, outputs, "Gaussian.nll()")  # says what to pass
+        target = self.shape_targets(y, outputs)
+        if target.shape != loc.shape[-2:]:
             # (1, B) targets, or (B,) of D > 1 outputs, would broadcast: B^2 or B D terms
             self.check_targets(y, outputs, "Gaussian.nll()")  # says what to pass
         self._check_scored(outputs, "Gaussian.nll()")
-        z = (self.shape_targets(y, outputs) - loc) / scale
+        z = (target - loc) / scale
         return (0.5 * z.square() + scale.log()).sum() + 0.5 * math.log(2 * math.pi) * z.numel()
 
     def predictive(
