@@ -27,8 +27,9 @@ def refuse_unsampled(model: Any) -> None:
         why = (
             ", which has no latent sites to sample: its members are point estimates, trained by "
             "fit() (predict() runs them). To sample a network's weights, make it Bayesian: "
-            "pyrouq.bayesian(net), or pyrouq.rank1(net, num_members) for an ensemble whose "
-            "rank-1 factors are latent."
+            "pyrouq.bayesian(net), or pyrouq.rank1(net, num_members) of the network given to "
+            "batchensemble() (not of the ensemble; for a BatchEnsembleMLP or BatchEnsembleLeNet, "
+            "a pyrouq.MLP or LeNet of its sizes) for an ensemble whose rank-1 factors are latent."
         )
     elif isinstance(model, torch.nn.Module) and not isinstance(model, pyro.nn.PyroModule):
         why = (

@@ -10,13 +10,21 @@ import re
 
 import torch
 
-__all__ = ["came_from", "came_from_elsewhere", "input_mismatch"]
+__all__ = ["came_from", "came_from_elsewhere", "input_mismatch", "size_error"]
 
-_MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
+_SIZES = (  # torch's phrasings of a shape, size or channel count
     r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
     r"expected input\[|to have \d+ channels|Expected \d+D|input size|input dimension|"
-    r"is invalid for input of size|shape '\[|normalized_shape|should be the same|same device|"
-    r"dtype|scalar type|value per channel|index out of range|Given groups|size mismatch, got",
+    r"is invalid for input of size|shape '\[|normalized_shape|value per channel|"
+    r"index out of range|Given groups|size mismatch, got"
+)
+_MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
+    _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
+)
+_SIZED = re.compile(  # sizes alone, with torch's and Pyro's words on data of another size
+    _SIZES + r"|Shape mismatch inside plate|stack expects each tensor to be equal size|"
+    r"inconsistent tensor size|The shape of the mask|does not match the shape of the indexed "
+    r"tensor|out of bounds for dimension|cannot be broadcast",
     re.I,
 )
 
@@ -37,6 +45,21 @@ def input_mismatch(err: BaseException) -> bool:
     if not isinstance(err, RuntimeError) or _MISMATCH.search(str(err)) is None:
         return False
     return not _worded_by_pyrouq(err)
+
+
+def size_error(err: BaseException) -> bool:
+    """Whether ``err`` reads as torch's or Pyro's error on sizes or shapes (a
+    ``RuntimeError``, ``IndexError`` or ``ValueError`` in their words: a plate's "Shape
+    mismatch", torch.stack's "equal size", a mask's shape, an index out of bounds, a broadcast),
+    the error a model sized for N rows raises on fewer. Not a dtype or device error, not
+    out-of-memory or accelerator ones, and not an error of the user's own words."""
+    if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
+        return False
+    if type(err).__name__ == "AcceleratorError":
+        return False
+    if not isinstance(err, (RuntimeError, IndexError, ValueError)):
+        return False
+    return _SIZED.search(str(err)) is not None
 
 
 def came_from(err: BaseException, inputs: str) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "hold_restored",
     "register_children",
     "register_params",
+    "set_supermodule",
     "shared_copy",
     "take_store_values",
 ]
@@ -78,8 +79,18 @@ def hold_params(holder: Any, name: str) -> None:
         holders = _HOLDERS.get(old)
         if holders is not None:
             holders.discard(holder)
+        if old != name:
+            _release(old)  # (its entries under the old name, unless another holds them)
     _HOLDERS.setdefault(name, weakref.WeakSet()).add(holder)
     _HELD[holder] = (name, weakref.finalize(holder, _release, name))
+
+
+def set_supermodule(holder: Any, name: str, context: Any) -> None:
+    """A pyrouq model's ``PyroModule._pyro_set_supermodule``: nested in a user's
+    ``PyroModule`` (``self.bnn = bayesian(net)``), Pyro renames it (``bnn``), and it holds
+    its entries under that name (its clean-up, and a copy unpickled beside it, read it)."""
+    PyroModule._pyro_set_supermodule(holder, name, context)
+    hold_params(holder, name)
 
 
 def _release(name: str) -> None:
@@ -101,9 +112,12 @@ def hold_restored(holder: Any, name: str) -> str:
     distinct objects under one name would put their point estimates into the store in turn
     (a store saved then held one of them, and loading it gave both the same values), a
     network's ``PyroParam`` would be one tensor for both, and the entries of one would be
-    the other's."""
+    the other's. A renamed one's entries are put into the store at once (its point
+    estimates, a guide's parameters), as its first run would: a store saved before that run
+    holds them (a process with no live holder of ``name``, a worker, registers none here)."""
     holders = _HOLDERS.get(name)
-    if holders is not None and any(other is not holder for other in holders):
+    renamed = holders is not None and any(other is not holder for other in holders)
+    if renamed:
         name = copy_name(name)
         if isinstance(holder, PyroModule):
             modules: list[tuple[nn.Module, str]] = [(holder, name)]
@@ -116,6 +130,10 @@ def hold_restored(holder: Any, name: str) -> str:
                     if isinstance(child, PyroModule)
                 ]
     hold_params(holder, name)
+    if renamed and isinstance(holder, PyroModule):
+        register_children(holder, record=False)
+    elif renamed:  # a MeanFieldGuide
+        register_params(name, holder, record=False)
     return name
 
 

@@ -52,8 +52,8 @@ def test_a_guide_mismatch_pickles_with_its_problem():
 
 
 # --------------------------------------------------------------------------------------------
-# Gaussian: a floor float32 holds but whose z overflows it (fit() stopped on "Non-finite loss
-# (inf)" with generic advice)
+# Gaussian: a floor float32 holds but whose gradient at the floor overflows it: it trains
+# while the scales stay above it; at it, fit()'s "Non-finite loss" error names the floor
 # --------------------------------------------------------------------------------------------
 
 
@@ -73,21 +73,31 @@ def _floored(min_scale: float):
     return pyrouq.bayesian(net, likelihood=Gaussian("heteroscedastic", min_scale=min_scale))
 
 
-def test_fit_refuses_a_noise_floor_whose_z_overflows_float32_before_training():
+def test_a_float32_floor_of_1e_30_trains_and_at_the_floor_fit_names_it():
     pyro.set_rng_seed(0)
     x, y = _regression_data()
+    batches = [(x[:32], y[:32]), (x[32:], y[32:])]
+    # scales above the floor (a plain MLP's start): it trains, as a floor of 1e-3 does
+    model = pyrouq.bayesian(
+        pyrouq.MLP(3, 8, 2), likelihood=Gaussian("heteroscedastic", min_scale=1e-30)
+    )
+    result = pyrouq.fit(
+        model, pyrouq.mean_field_guide(model), batches, epochs=2, num_data=64, progress=False
+    )
+    assert math.isfinite(result.history[-1].loss)
+    # every scale at the floor: fit() stops on the non-finite loss and names the floor
+    pyro.set_rng_seed(0)
     model = _floored(1e-30)
     guide = pyrouq.mean_field_guide(model)
-    batches = [(x[:32], y[:32]), (x[32:], y[32:])]
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(FloatingPointError) as info:
         pyrouq.fit(model, guide, batches, epochs=2, num_data=64, progress=False)
     message = str(info.value)
-    assert "Gaussian(min_scale=1e-30) is too small to score targets in float32" in message
-    assert "1/min_scale**3" in message
+    assert message.startswith("Non-finite loss")
     limit = torch.finfo(torch.float32).max ** (-1 / 3)
-    assert f"Pass min_scale >= {limit:.3g}, better well above it (e.g. 1e-3)" in message
+    assert f"Gaussian(min_scale=1e-30) is below {limit:.3g}" in message
+    assert "1/min_scale**3" in message
+    assert f"Raise min_scale to >= {limit:.3g} (1e-3 suggested)" in message
     assert "model.double()" in message
-    assert "Non-finite loss" not in message
     # a floor of 1e-6 trains on the same data, its loss finite
     pyro.set_rng_seed(0)
     model = _floored(1e-6)
@@ -99,12 +109,10 @@ def test_fit_refuses_a_noise_floor_whose_z_overflows_float32_before_training():
 
 def test_the_limits_of_a_floor_and_of_a_fixed_noise_where_targets_are_scored():
     outputs = torch.tensor([[0.0, -200.0]])
-    limit = torch.finfo(torch.float32).max ** (-1 / 3)  # 1.43e-13
-    with pytest.raises(ValueError, match=r"Gaussian.nll\(\): Gaussian\(min_scale=1e-14\) is too"):
-        Gaussian("heteroscedastic", min_scale=1e-14).nll(outputs, torch.ones(1))
-    at = Gaussian("heteroscedastic", min_scale=limit * 1.01)
-    assert math.isfinite(at.nll(outputs, torch.ones(1)).item())
-    # float64 holds it; predictions of a float32 floor of 1e-30 are fine (no target scored)
+    # a floor below 1.43e-13 is not refused: its NLL at the floor is finite (z**2 = 1e28)
+    floor = Gaussian("heteroscedastic", min_scale=1e-14)
+    assert math.isfinite(floor.nll(outputs, torch.ones(1)).item())
+    # float64 holds 1e-30; predictions of a float32 floor of 1e-30 are fine
     het = Gaussian("heteroscedastic", min_scale=1e-30)
     assert math.isfinite(het.nll(outputs.double(), torch.ones(1, dtype=torch.float64)).item())
     assert het.predictive(outputs)[1].item() == pytest.approx(1e-30, rel=1e-6)

@@ -165,8 +165,10 @@ def test_a_batchensemble_given_to_mcmc_is_told_it_has_no_latent_sites():
         "mcmc() samples a pyrouq Bayesian model (made by pyrouq.bayesian(), BayesianMLP, ...), "
         "got BatchEnsembleNetwork, which has no latent sites to sample: its members are point "
         "estimates, trained by fit() (predict() runs them). To sample a network's weights, make "
-        "it Bayesian: pyrouq.bayesian(net), or pyrouq.rank1(net, num_members) for an ensemble "
-        "whose rank-1 factors are latent."
+        "it Bayesian: pyrouq.bayesian(net), or pyrouq.rank1(net, num_members) of the network "
+        "given to batchensemble() (not of the ensemble; for a BatchEnsembleMLP or "
+        "BatchEnsembleLeNet, a pyrouq.MLP or LeNet of its sizes) for an ensemble whose rank-1 "
+        "factors are latent."
     )
 
 

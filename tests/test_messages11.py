@@ -34,4 +34,6 @@ def test_mcmc_of_a_batchensemble_names_rank1_too():
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     with pytest.raises(TypeError, match="its members are point estimates") as info:
         pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2)
-    assert "pyrouq.rank1(net, num_members)" in str(info.value)
+    assert "pyrouq.rank1(net, num_members) of the network given to batchensemble()" in str(
+        info.value
+    )

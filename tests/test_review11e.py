@@ -125,9 +125,9 @@ def test_a_model_whose_bug_is_not_about_sizes_is_run_on_two_rows_only():
     assert said.startswith(
         "to_inference_data(): buggy could not be traced to find its latent sites (run as "
         "model(x, y), it raised AttributeError: review11e: the model's own bug), and guide is "
-        "None. The trace ran on x[:2], y[:2] (the site names are all it reads; a RuntimeError, "
-        "IndexError or ValueError there, as torch and Pyro raise on sizes and shapes, is "
-        "traced once more on the whole data)."
+        "None. The trace ran on x[:2], y[:2] (the site names are all it reads; an error on "
+        "sizes or shapes there, as torch and Pyro word them, is traced once more on the whole "
+        "data)."
     )
     assert isinstance(info.value.__cause__, AttributeError)
     assert str(info.value.__cause__).startswith("review11e: the model's own bug")

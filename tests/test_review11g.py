@@ -1,10 +1,10 @@
 """Review 11g: to_inference_data's trace of a model of one's own runs once more on the whole data
-after any RuntimeError, IndexError or ValueError on two rows (torch's size errors come in many
-phrasings), and keeps a copy only of the stored parameters the model reads; fit() refuses a lazy
-parameter created inside torch.inference_mode() before it is made, and a learned Gaussian scale
-made by a first predict() there is a normal tensor fit() trains; a model or guide unpickled
-beside its live original is named apart from it; the SyncBatchNorm refusal says what leaves a
-model in eval mode."""
+after an error on sizes or shapes on two rows (torch's size errors come in many phrasings),
+and keeps a copy only of the stored parameters the model reads; fit() refuses a lazy parameter
+created inside torch.inference_mode() before it is made, and a learned Gaussian scale made by a
+first predict() there is a normal tensor fit() trains; a model or guide unpickled beside its
+live original is named apart from it; the SyncBatchNorm refusal says what leaves a model in
+eval mode."""
 
 from __future__ import annotations
 
@@ -86,9 +86,8 @@ def test_a_model_raising_a_key_error_is_told_at_once_on_two_rows():
     said = str(info.value)
     assert "it raised KeyError: 'review11g'), and guide is None." in said
     assert (
-        "The trace ran on x[:2], y[:2] (the site names are all it reads; a RuntimeError, "
-        "IndexError or ValueError there, as torch and Pyro raise on sizes and shapes, is "
-        "traced once more on the whole data)."
+        "The trace ran on x[:2], y[:2] (the site names are all it reads; an error on sizes or "
+        "shapes there, as torch and Pyro word them, is traced once more on the whole data)."
     ) in said
     assert isinstance(info.value.__cause__, KeyError)
 

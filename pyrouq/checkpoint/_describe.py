@@ -4,6 +4,7 @@ pyrouq classes by name and configuration, converted networks from a skeleton mod
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 from typing import Any
 
@@ -362,7 +363,8 @@ def build_model(
             f"{str(path)!r} holds pyrouq's {name}, which it rebuilds from its description: "
             f"module= ({_given(module)}) is not used. Leave module= out for pyrouq's own "
             "models; a skeleton, needed for other networks, is the network itself (an "
-            "nn.Module instance, e.g. module=make_net()), not what builds it."
+            "nn.Module instance, e.g. module=make_net())"
+            + (", not what builds it." if callable(module) else ".")
         )
     device = module_device(module) if module is not None else None
     devices = [device] if getattr(device, "type", "") == "cuda" else []
@@ -400,13 +402,17 @@ def build_model(
 
 def _given(module: Any) -> str:
     """What a ``module=`` that is not an ``nn.Module`` is, for a message: "the function
-    make_net", "the class BayesianMLP", "a function" (a lambda), "a str"."""
+    make_net", "the class BayesianMLP", "a function" (a lambda), "a callable Builder" (an
+    instance with ``__call__``), "a str", "an int"."""
     if isinstance(module, type):
         return f"the class {module.__name__}"
-    if callable(module):
-        name = getattr(getattr(module, "func", module), "__name__", "")  # a partial's function
+    function = getattr(module, "func", module) if callable(module) else module  # a partial's
+    if inspect.isroutine(function):
+        name = getattr(function, "__name__", "")
         return f"the function {name}" if name.isidentifier() else "a function"
-    return f"a {type(module).__name__}"
+    kind = type(function).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return f"a callable {kind}" if callable(function) else f"{article} {kind}"
 
 
 def _skeleton(

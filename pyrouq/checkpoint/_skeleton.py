@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from pyrouq._util import class_name
-from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._describe import CheckpointError, _given
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
 
 __all__ = ["checked_skeleton"]
@@ -121,16 +121,17 @@ def _not_a_network(module: Any, record: dict[str, Any]) -> str:
         saved += f", which load() rebuilds when module= is left out (pyrouq's {own['class']})"
     builds = isinstance(module, type) and issubclass(module, nn.Module)
     if builds or (callable(module) and not isinstance(module, type)):
-        function = getattr(module, "func", module)  # a functools.partial's function
-        name = getattr(function, "__name__", "")
-        what = f"the {'class' if builds else 'function'} {name}"
-        if not name.isidentifier():  # a lambda's is "<lambda>"
-            what, name = "a function", "make_net"
+        what = _given(module)  # the class / the function, "a function", "a callable Builder"
+        name = getattr(getattr(module, "func", module), "__name__", "")
+        callable_instance = what.startswith("a callable ")  # (what it returns is unknown)
+        if not what.startswith("the "):  # a lambda's name is "<lambda>"; an instance has none
+            name = "make_net"
         return (
             f"Expected module= to be an nn.Module instance (the skeleton), got {what}, "
-            f"which builds one, not the network itself. Pass the network built as for "
-            f"training: load(path, module={name}()), with the arguments that built the "
-            f"saved one (e.g. num_classes=...); the checkpoint holds a {saved}."
+            f"{'' if callable_instance else 'which builds one, '}not the network itself. "
+            f"Pass the network built as for training: load(path, module={name}()), with "
+            "the arguments that built the saved one (e.g. num_classes=...); the checkpoint "
+            f"holds a {saved}."
         )
     return (
         f"Expected module= to be an nn.Module instance (the skeleton), got "

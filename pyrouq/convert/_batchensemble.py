@@ -17,6 +17,7 @@ from pyrouq._param_store import (
     hold_params,
     hold_restored,
     register_children,
+    set_supermodule,
     shared_copy,
 )
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
@@ -399,6 +400,8 @@ class BatchEnsembleNetwork(PyroModule):
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
         hold_params(self, self._pyro_name)
+
+    _pyro_set_supermodule = set_supermodule  # nested: Pyro's name for it held
 
     def __copy__(self) -> BatchEnsembleNetwork:
         """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""

@@ -21,6 +21,7 @@ from pyrouq._param_store import (
     hold_params,
     hold_restored,
     register_children,
+    set_supermodule,
     shared_copy,
 )
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
@@ -251,6 +252,8 @@ class BayesianNetwork(PyroModule):
         # load_state_dict(assign=True) puts the loaded tensor in under the site's name only
         self.register_load_state_dict_post_hook(_retie_after_load)
         hold_params(self, self._pyro_name)
+
+    _pyro_set_supermodule = set_supermodule  # nested: Pyro's name for it held
 
     def __copy__(self) -> BayesianNetwork:
         """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""

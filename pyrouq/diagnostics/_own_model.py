@@ -12,9 +12,9 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.nn import PyroModule
-from pyro.poutine.messenger import Messenger
 from torch import Tensor, nn
 
+from pyrouq._mismatch import size_error
 from pyrouq._own_models import name_of, unobserved_sites
 from pyrouq._util import global_streams_kept
 from pyrouq.diagnostics._common import _prepared
@@ -26,14 +26,6 @@ _PASS = (
 )
 """What to pass for a model of one's own without a guide."""
 
-_RETRIED = (RuntimeError, IndexError, ValueError)
-"""The errors of a trace on two rows that the whole ``(x, y)`` is traced for: those torch
-and Pyro raise on sizes and shapes (a plate or a latent of a fixed size N, sized for the whole
-data: "stack expects each tensor to be equal size", "inconsistent tensor size", "The shape of
-the mask [2] ... does not match", a plate's "Shape mismatch"). Any other type (a KeyError, a
-NameError, an AttributeError, a TypeError, a ZeroDivisionError) is the model's own whatever
-the rows, and told at once."""
-
 
 def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     """Refuse a model of the user's own given without a guide: it names the latent sites a
@@ -41,10 +33,12 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     way, what to pass. A plain ``nn.Module`` is not run (a network's ``forward(x,
     mask=None)`` would take y as its mask), and a model whose trace samples no latent site
     passes: the caller words both. The trace runs on 2 rows (the site names are all it
-    reads), and where that raises a ``RuntimeError``, ``IndexError`` or ``ValueError`` (what
-    torch and Pyro raise on sizes and shapes: a plate or a latent of a fixed size N) once more
-    on the whole ``(x, y)``; an error of another type on the 2 rows is the model's own, told
-    as it came (not run on the whole data, which could exhaust an accelerator's memory). It
+    reads), and where that raises an error in torch's or Pyro's words on sizes and shapes
+    (:func:`pyrouq._mismatch.size_error`: a plate's "Shape mismatch", torch.stack's "equal
+    size", a mask's shape, an index out of bounds, of a plate or a latent of a fixed size N)
+    once more on the whole ``(x, y)``; any other error on the 2 rows (a dtype or device
+    error, the model's own ValueError, out of memory) is told as it came (not run on the
+    whole data, which could exhaust an accelerator's memory). It
     leaves the random states and Pyro's param store as they were (the model reads the
     parameters there; those it creates are dropped, and the values of those it reads put
     back, should it change one in place)."""
@@ -58,7 +52,7 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
         except _Untraced as untraced:  # pyrouq's cutting, perhaps: the whole data
             err = untraced.__cause__
             assert err is not None
-            if not isinstance(err, _RETRIED):
+            if not size_error(err):
                 raise _untraced(fn, model, untraced.with_y, err, cut=True) from err
             sites = _traced_whole(fn, model, whole, takes_y, n)
     else:
@@ -122,21 +116,24 @@ def _takes_targets(model: Any, rows: tuple[Tensor, Tensor]) -> bool | None:
     return True
 
 
-class _FirstReads(Messenger):
-    """Keeps a copy of each parameter of Pyro's param store that ``pyro.param`` reads (a
-    ``PyroModule`` reads its parameters so), taken at its first read, before the model can
-    change it: only those, not the whole store (a large network's guide)."""
+class _FirstReads(dict[str, Tensor]):
+    """Pyro's param store's dict of parameters during the trace, keeping a copy of each
+    parameter stored before it at its first read by name: ``pyro.param`` (a ``PyroModule``
+    reads its parameters so), under ``poutine.block()`` too, and ``store[name]`` (all go
+    through ``ParamStoreDict.__getitem__``): only those, not the whole store (a large
+    network's guide). A tensor taken without its name (``store.named_parameters()``) is not
+    seen."""
 
     def __init__(self, stored: dict[str, Tensor]) -> None:
-        super().__init__()
-        self._stored = stored
+        super().__init__(stored)
+        self._stored = dict(stored)  # (the tensors, not copies)
         self.held: dict[str, tuple[Tensor, Tensor]] = {}
 
-    def _pyro_param(self, msg: Any) -> None:
-        name = msg["name"]
-        param = self._stored.get(name)
-        if param is not None and name not in self.held:
+    def __getitem__(self, name: str) -> Tensor:
+        param = super().__getitem__(name)
+        if name not in self.held and name in self._stored and self._stored[name] is param:
             self.held[name] = (param, param.data.clone())
+        return param
 
 
 @contextlib.contextmanager
@@ -146,9 +143,10 @@ def _store_kept() -> Iterator[None]:
     held before that it reads put back into the same tensors (a ``PyroModule`` holds them),
     should the block change one in place (``pyro.param("noise").data.mul_(2)``)."""
     store = pyro.get_param_store()
-    reads = _FirstReads(dict(store.named_parameters()))  # (the tensors, not copies)
+    reads = _FirstReads(dict(store.named_parameters()))
     try:
-        with store.scope(store.get_state()), reads:
+        with store.scope(store.get_state()):
+            store._params = reads  # (the scope's exit sets a new dict of the old state)
             yield
     finally:
         with torch.no_grad():
@@ -178,8 +176,8 @@ def _untraced(
     how = "model(x, y)" if with_y else "model(x)"
     rows = (
         f" The trace ran on {'x[:2], y[:2]' if with_y else 'x[:2]'} (the site names are all it "
-        "reads; a RuntimeError, IndexError or ValueError there, as torch and Pyro raise on "
-        "sizes and shapes, is traced once more on the whole data)."
+        "reads; an error on sizes or shapes there, as torch and Pyro word them, is traced "
+        "once more on the whole data)."
         if cut
         else ""
     )

@@ -47,6 +47,7 @@ from pyrouq.infer._training import (
     warn_of_a_wrong_length,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
+from pyrouq.likelihoods._gaussian import floor_advice
 
 _SUMS = 5
 """Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
@@ -385,7 +386,7 @@ class Loop:
                 f"Non-finite loss ({float(row[0])}){where} at epoch {epoch}, step {step}; training "
                 "stopped and the parameters and normalisation statistics of the last finite "
                 f"step are kept{averaged}. Lower lr, check the inputs and targets for NaN/inf, "
-                "or use a smaller init_scale."
+                f"or use a smaller init_scale.{self.floor_advice(terms.outputs)}"
             )
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
@@ -401,6 +402,13 @@ class Loop:
         self.optimizer.step()
         self.steps += 1
         return row, self.shares_steps and everywhere > 0
+
+    def floor_advice(self, outputs: torch.Tensor | None) -> str:
+        """The non-finite-loss error's sentence on a heteroscedastic Gaussian's noise floor
+        too small for the dtype (the outputs', else the parameters'); "" for other models."""
+        floats = [p.dtype for p in self.params if p.is_floating_point()]
+        dtype = outputs.dtype if outputs is not None else (floats or [torch.float32])[0]
+        return floor_advice(self.likelihood, dtype)
 
     def keep_statistics(self) -> None:
         """Copy the normalisation layers' running statistics before a step (once a lazy

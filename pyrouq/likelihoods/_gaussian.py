@@ -63,12 +63,14 @@ class Gaussian(Likelihood):
         of the targets the model trains on. It (or a float ``scale``) must be at least the
         smallest normal number of the dtype the scales are computed in, else a clear error:
         the outputs' (1.2e-38 in float32, 2.2e-308 in float64), float32 for float16 and
-        bfloat16 outputs (widened to float32 there). Where targets are scored (fit(),
-        :meth:`nll`, a model given ``y``) it must also leave a target 1 away from the mean
-        finite: ``1 / min_scale**3``, the NLL's gradient in the scale at the floor, and
-        ``1 / scale**2``, the NLL's ``z**2`` of a float ``scale``, must be finite in that
-        dtype (min_scale >= 1.4e-13 and scale >= 5.4e-20 in float32; 1.8e-103 and 7.5e-155
-        in float64), else a clear error before training.
+        bfloat16 outputs (widened to float32 there). A floor below ``max ** (-1/3)`` of that
+        dtype (1.4e-13 in float32, 1.8e-103 in float64) trains while the scales stay above
+        it, but scales that reach it overflow the NLL's gradient in the scale
+        (``1 / min_scale**3`` for a target 1 away from the mean): fit() then stops on its
+        "Non-finite loss" error, which names the floor and the value to raise it to. A
+        float ``scale`` must leave ``1 / scale**2`` (the NLL's ``z**2``) finite where targets
+        are scored (fit(), :meth:`nll`, a model given ``y``): scale >= 5.4e-20 in float32,
+        7.5e-155 in float64, else a clear error before training.
 
     Examples
     --------
@@ -317,14 +319,14 @@ class Gaussian(Likelihood):
             raise ValueError(f"{where}: {problem}.")
 
     def _check_scored(self, outputs: Tensor, where: str) -> None:
-        """Refuse, where targets are scored, a noise floor (or fixed noise) whose z of a target
-        1 away from the mean overflows the dtype the scales are computed in (predictions of
-        it are fine: :meth:`predictive` does not call this)."""
-        dtype = torch.promote_types(outputs.dtype, torch.float32)  # as widened() computes in
-        if self.mode == "heteroscedastic":
-            _scorable("min_scale", self.min_scale, dtype, where)
-        elif self.mode == "fixed":
-            _scorable("scale", self.fixed, dtype, where)
+        """Refuse, where targets are scored, a fixed noise whose z**2 of a target 1 away from
+        the mean overflows the dtype the scales are computed in (predictions of it are fine:
+        :meth:`predictive` does not call this). A heteroscedastic floor is not refused here:
+        only scales sitting at it overflow, which fit()'s "Non-finite loss" error names
+        (:func:`floor_advice`)."""
+        if self.mode == "fixed":
+            dtype = torch.promote_types(outputs.dtype, torch.float32)  # as widened() computes in
+            _scorable(self.fixed, dtype, where)
 
     def distribution(
         self, outputs: Tensor, latent: dict[str, Tensor] | None = None
@@ -425,28 +427,43 @@ def _representable(name: str, value: float, dtype: torch.dtype) -> None:
         )
 
 
-def _scorable(name: str, value: float, dtype: torch.dtype, where: str) -> None:
-    """Refuse a noise floor ``min_scale`` (or a fixed noise ``scale``) that ``dtype`` holds
-    (:func:`_representable`) but that overflows it when a target 1 away from the mean is
-    scored: ``z = 1 / value``; a fixed scale's NLL holds ``z**2 = 1 / value**2``, a floor's
-    gradient in the scale ``z**2 / value = 1 / value**3`` (fit() stopped on "Non-finite
-    loss" with generic advice: the float32 floor 1e-30 at once, 1e-15 a step later)."""
-    _representable(name, value, dtype)
-    power = 3 if name == "min_scale" else 2
-    limit = torch.finfo(dtype).max ** (-1 / power)
+def _scorable(value: float, dtype: torch.dtype, where: str) -> None:
+    """Refuse a fixed noise ``scale`` that ``dtype`` holds (:func:`_representable`) but whose
+    NLL overflows it when a target 1 away from the mean is scored: ``z**2 = 1 / scale**2``,
+    for every target and every step (fit() stopped on "Non-finite loss" with generic advice)."""
+    _representable("scale", value, dtype)
+    limit = torch.finfo(dtype).max ** (-1 / 2)
     if value >= limit:
         return
     kind = str(dtype).replace("torch.", "")
     wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
-    what = (
-        "the NLL's gradient in the scale at that floor (z**2/min_scale = 1/min_scale**3)"
-        if power == 3
-        else "the NLL's z**2 (1/scale**2)"
-    )
-    example = "1e-3" if power == 3 else "0.5, a noise sd in the targets' units"
     raise ValueError(
-        f"{where}: Gaussian({name}={value:g}) is too small to score targets in {kind}: a "
-        f"target 1 away from the mean has z = 1/{name} = {1 / value:.3g}, and {what} "
-        f"overflows {kind} (an inf or NaN loss) for any {name} below {limit:.3g}. Pass "
-        f"{name} >= {limit:.3g}, better well above it (e.g. {example}){wider}."
+        f"{where}: Gaussian(scale={value:g}) is too small to score targets in {kind}: a "
+        f"target 1 away from the mean has z = 1/scale = {1 / value:.3g}, and the NLL's z**2 "
+        f"(1/scale**2) overflows {kind} (an inf or NaN loss) for any scale below "
+        f"{limit:.3g}. Pass scale >= {limit:.3g}, better well above it (e.g. 0.5, a noise sd "
+        f"in the targets' units){wider}."
+    )
+
+
+def floor_advice(likelihood: Any, dtype: torch.dtype) -> str:
+    """A sentence for fit()'s "Non-finite loss" error when ``likelihood`` is a heteroscedastic
+    Gaussian whose floor ``min_scale`` is below the smallest one whose NLL gradient in the
+    scale at the floor, ``z**2 / min_scale = 1 / min_scale**3`` for a target 1 away from the
+    mean, is finite in the dtype the scales are computed in (``dtype`` widened as
+    :func:`widened` does); "" otherwise. Such a floor trains while the scales stay above it:
+    only scales sitting at it overflow."""
+    if not isinstance(likelihood, Gaussian) or likelihood.mode != "heteroscedastic":
+        return ""
+    dtype = torch.promote_types(dtype, torch.float32)
+    limit = torch.finfo(dtype).max ** (-1 / 3)
+    if likelihood.min_scale >= limit:
+        return ""
+    kind = str(dtype).replace("torch.", "")
+    wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
+    return (
+        f" The noise floor Gaussian(min_scale={likelihood.min_scale:g}) is below {limit:.3g}, "
+        f"the smallest whose gradient at the floor (1/min_scale**3, for a target 1 away from "
+        f"the mean) is finite in {kind}: scales that reach the floor make the loss or its "
+        f"gradients inf or NaN. Raise min_scale to >= {limit:.3g} (1e-3 suggested){wider}."
     )
