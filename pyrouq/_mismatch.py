@@ -21,10 +21,9 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
 )
-_SIZED = re.compile(  # sizes alone, with torch's and Pyro's words on data of another size
-    _SIZES + r"|Shape mismatch inside plate|stack expects each tensor to be equal size|"
-    r"inconsistent tensor size|The shape of the mask|does not match the shape of the indexed "
-    r"tensor|out of bounds for dimension|cannot be broadcast",
+_NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
+    r"dtype|scalar type|same device|should be the same|device type|on device|"
+    r"\bCUDA\b|cuDNN|cuBLAS|\bMPS\b|\bXPU\b|\bHIP\b|out of memory",
     re.I,
 )
 
@@ -48,18 +47,19 @@ def input_mismatch(err: BaseException) -> bool:
 
 
 def size_error(err: BaseException) -> bool:
-    """Whether ``err`` reads as torch's or Pyro's error on sizes or shapes (a
-    ``RuntimeError``, ``IndexError`` or ``ValueError`` in their words: a plate's "Shape
-    mismatch", torch.stack's "equal size", a mask's shape, an index out of bounds, a broadcast),
-    the error a model sized for N rows raises on fewer. Not a dtype or device error, not
-    out-of-memory or accelerator ones, and not an error of the user's own words."""
+    """Whether ``err`` may be an error on sizes or shapes, the error a model sized for N rows
+    raises on fewer (a plate's "Shape mismatch", an ``expand``, an einsum, ``cross_entropy``'s
+    batch sizes, ``bmm``'s, an index out of bounds: too many phrasings to list): a
+    ``RuntimeError``, ``IndexError`` or ``ValueError`` that is not in torch's words on a dtype
+    or a device ("expected scalar type", "same device", ...), nor out-of-memory, accelerator
+    (CUDA, MPS, ...) or not-implemented ones."""
     if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
         return False
     if type(err).__name__ == "AcceleratorError":
         return False
     if not isinstance(err, (RuntimeError, IndexError, ValueError)):
         return False
-    return _SIZED.search(str(err)) is not None
+    return _NOT_SIZES.search(str(err)) is None
 
 
 def came_from(err: BaseException, inputs: str) -> None:

@@ -43,10 +43,15 @@ of its names that is none of them was loaded or set there by someone else."""
 
 
 def forget_params(prefix: str) -> None:
-    """Remove every entry of Pyro's param store registered under ``prefix``."""
+    """Remove the entries of Pyro's param store under ``prefix`` (``<prefix>.`` or
+    ``<prefix>$$$``) that hold a tensor :func:`register_params` put there: not another's
+    under that name (a model nested in a user's ``PyroModule`` is held under Pyro's name for
+    it, ``net``, beside the user's own ``pyro.param("net.scale")`` or ``PyroParam``)."""
     store = pyro.get_param_store()
     for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
-        del store[name]
+        held = store[name]
+        if _REGISTERED.get(id(held)) is held:
+            del store[name]
 
 
 _COPIES = itertools.count()
@@ -215,14 +220,14 @@ def register_params(
             if _REGISTERED.get(id(stored)) is not stored:  # not one of ours: loaded there
                 _take_stored(full, stored, param, like)
             del store[full]  # (with the constraint it may have been stored under)
-        if nn.parameter.is_lazy(param):
+        _REGISTERED[id(param)] = param  # (a lazy one too: materialized in place, it is the
+        if nn.parameter.is_lazy(param):  # tensor pyro.module puts under its name in forward)
             lazy = True
             continue
         if stored is not param:
             store[full] = param
             held = store[full]  # the param, or the contiguous copy Pyro stores of one that is
             _REGISTERED[id(held)] = held  # not (channels-last): ours too, never a loaded value
-        _REGISTERED[id(param)] = param
         if record:
             pyro.param(full)
     return lazy

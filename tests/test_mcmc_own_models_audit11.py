@@ -168,7 +168,9 @@ def test_a_batchensemble_given_to_mcmc_is_told_it_has_no_latent_sites():
         "it Bayesian: pyrouq.bayesian(net), or pyrouq.rank1(net, num_members) of the network "
         "given to batchensemble() (not of the ensemble; for a BatchEnsembleMLP or "
         "BatchEnsembleLeNet, a pyrouq.MLP or LeNet of its sizes) for an ensemble whose rank-1 "
-        "factors are latent."
+        "factors are latent; to make this existing BatchEnsemble's factors latent, use "
+        "pyrouq.bayesian(ensemble, prior=...) (a prior centred on 1 for the factors, as "
+        "rank1()'s Normal(1, 0.1): one centred on 0 pulls them to 0)."
     )
 
 

@@ -86,8 +86,8 @@ def test_a_model_raising_a_key_error_is_told_at_once_on_two_rows():
     said = str(info.value)
     assert "it raised KeyError: 'review11g'), and guide is None." in said
     assert (
-        "The trace ran on x[:2], y[:2] (the site names are all it reads; an error on sizes or "
-        "shapes there, as torch and Pyro word them, is traced once more on the whole data)."
+        "The trace ran on x[:2], y[:2] (the site names are all it reads; an error there that "
+        "is not on a dtype, a device or memory is traced once more on the whole data)."
     ) in said
     assert isinstance(info.value.__cause__, KeyError)
 

@@ -4,6 +4,7 @@ pyrouq classes by name and configuration, converted networks from a skeleton mod
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import warnings
 from typing import Any
@@ -403,10 +404,13 @@ def build_model(
 def _given(module: Any) -> str:
     """What a ``module=`` that is not an ``nn.Module`` is, for a message: "the function
     make_net", "the class BayesianMLP", "a function" (a lambda), "a callable Builder" (an
-    instance with ``__call__``), "a str", "an int"."""
-    if isinstance(module, type):
-        return f"the class {module.__name__}"
-    function = getattr(module, "func", module) if callable(module) else module  # a partial's
+    instance with ``__call__``), "a str", "an int"; a ``functools.partial`` by what it wraps."""
+    function = module
+    while isinstance(function, functools.partial):
+        function = function.func
+    if isinstance(function, type):
+        return f"the class {function.__name__}"
+    function = getattr(function, "func", function) if callable(function) else function
     if inspect.isroutine(function):
         name = getattr(function, "__name__", "")
         return f"the function {name}" if name.isidentifier() else "a function"

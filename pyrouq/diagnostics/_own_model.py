@@ -33,12 +33,12 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
     way, what to pass. A plain ``nn.Module`` is not run (a network's ``forward(x,
     mask=None)`` would take y as its mask), and a model whose trace samples no latent site
     passes: the caller words both. The trace runs on 2 rows (the site names are all it
-    reads), and where that raises an error in torch's or Pyro's words on sizes and shapes
-    (:func:`pyrouq._mismatch.size_error`: a plate's "Shape mismatch", torch.stack's "equal
-    size", a mask's shape, an index out of bounds, of a plate or a latent of a fixed size N)
-    once more on the whole ``(x, y)``; any other error on the 2 rows (a dtype or device
-    error, the model's own ValueError, out of memory) is told as it came (not run on the
-    whole data, which could exhaust an accelerator's memory). It
+    reads), and where that raises a ``RuntimeError``, ``IndexError`` or ``ValueError``
+    that may be on sizes and shapes (:func:`pyrouq._mismatch.size_error`: a plate's "Shape
+    mismatch", an ``expand``, an index out of bounds, of a plate or a latent of a fixed size
+    N) once more on the whole ``(x, y)``; a dtype, device, out-of-memory or accelerator
+    error on the 2 rows is told as it came (not run on the whole data, which could exhaust
+    an accelerator's memory). It
     leaves the random states and Pyro's param store as they were (the model reads the
     parameters there; those it creates are dropped, and the values of those it reads put
     back, should it change one in place)."""
@@ -176,8 +176,8 @@ def _untraced(
     how = "model(x, y)" if with_y else "model(x)"
     rows = (
         f" The trace ran on {'x[:2], y[:2]' if with_y else 'x[:2]'} (the site names are all it "
-        "reads; an error on sizes or shapes there, as torch and Pyro word them, is traced "
-        "once more on the whole data)."
+        "reads; an error there that is not on a dtype, a device or memory is traced once "
+        "more on the whole data)."
         if cut
         else ""
     )

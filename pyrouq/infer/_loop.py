@@ -375,18 +375,25 @@ class Loop:
         shared = stopped.reshape(1).to(parts.dtype)
         row = torch.cat([parts, hits, shared]).cpu().double()  # the step's one host transfer
         row, everywhere = row[:-1], float(row[-1])
-        if not math.isfinite(float(row[0])):
+        advice = self.floor_advice(terms.outputs)  # "" but for a floor too small: then the
+        grads = [p.grad for p in self.params if p.grad is not None] if advice else []
+        norms = [n.cpu() for n in torch._foreach_norm(grads, math.inf)] if grads else []
+        overflowed = bool(norms) and not bool(torch.stack(norms).isfinite().all())  # overflow
+        if overflowed or not math.isfinite(float(row[0])):
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()
             self.share_statistics()
             active = self.group.active
             averaged = " (the statistics averaged over the ranks)" if active else ""
             where = f" on rank {self.group.rank} of {self.group.world}" if active else ""
+            what = f"Non-finite loss ({float(row[0])})"
+            if math.isfinite(float(row[0])):  # the gradients overflowed at the noise floor
+                what = f"Non-finite gradients (the loss is finite, {float(row[0]):.6g})"
             raise FloatingPointError(
-                f"Non-finite loss ({float(row[0])}){where} at epoch {epoch}, step {step}; training "
-                "stopped and the parameters and normalisation statistics of the last finite "
-                f"step are kept{averaged}. Lower lr, check the inputs and targets for NaN/inf, "
-                f"or use a smaller init_scale.{self.floor_advice(terms.outputs)}"
+                f"{what}{where} at epoch {epoch}, step {step}; training stopped and the "
+                "parameters and normalisation statistics of the last finite step are kept"
+                f"{averaged}. Lower lr, check the inputs and targets for NaN/inf, or use a "
+                f"smaller init_scale.{advice}"
             )
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
