@@ -37,3 +37,19 @@ def test_mcmc_of_a_batchensemble_names_rank1_too():
     assert "pyrouq.rank1(net, num_members) of the network given to batchensemble()" in str(
         info.value
     )
+
+
+def test_the_command_tells_a_train_size_of_one_what_to_pass(tmp_path, capsys, monkeypatch):
+    """fit()'s words for a first batch of one input ('Give batches of 2 or more ... larger
+    batch_size') in the command's terms: the command's loader is --train-size's."""
+    from pyrouq.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", "_factories:batchnorm_mlp", "--method", "plain", "--epochs", "1"]
+    argv += ["--train-size", "1", "--batch-size", "4", "--out", "run", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyrouq: error: Batch 1 of epoch 1 holds 1 input of shape"), err
+    assert err.endswith("--train-size 1 leaves one example: pass a --train-size of 2 or more.\n"), (
+        err
+    )

@@ -144,7 +144,7 @@ def test_batchnorm_with_batch_size_one_is_told_to_raise_it(tmp_path, capsys, mon
     argv += ["--train-size", "8", "--batch-size", "1", "--out", "run", "--no-progress"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pyrouq: error: Batch 1 of epoch 1 holds 1 input(s)"), err
+    assert err.startswith("pyrouq: error: Batch 1 of epoch 1 holds 1 input of shape"), err
     assert err.endswith(
         "--batch-size 1 makes every batch one input: pass a --batch-size of 2 or more.\n"
     )
