@@ -3,9 +3,12 @@ and validation on."""
 
 from __future__ import annotations
 
+import socket
+
 import pyro
 import pytest
 import torch
+import torch.distributed
 
 # The suite runs on one torch thread, whatever the machine's core count: float reductions
 # split across threads round differently (tests comparing runs to the bit would then hang on
@@ -34,3 +37,19 @@ def shared_data():
     if not (root / "MNIST" / "raw").is_dir():
         pytest.skip(f"{root} not present")
     return root
+
+
+@pytest.fixture
+def gloo_group():
+    """A one-process torch.distributed group (gloo, on a free local port) for the test's
+    duration: what fit() sees as a process group, without spawning ranks."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group()

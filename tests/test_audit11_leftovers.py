@@ -4,12 +4,9 @@ noise through save/load, and SyncBatchNorm in a CPU process group."""
 
 from __future__ import annotations
 
-import socket
-
 import pyro
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 import pyrouq
@@ -157,18 +154,6 @@ def test_float64_learned_noise_loads_float64(tmp_path):
 def _sync_model() -> nn.Module:
     net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
     return bayesian(nn.SyncBatchNorm.convert_sync_batchnorm(net))
-
-
-@pytest.fixture
-def gloo_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_sync_batchnorm_on_the_cpu_is_refused_in_a_gloo_group(gloo_group):

@@ -5,13 +5,10 @@ fit() words a first batch of one input on its own."""
 
 from __future__ import annotations
 
-import socket
-
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-import torch.distributed as torch_dist
 from torch import nn
 
 from pyrouq import bayesian, fit, mean_field_guide, to_inference_data
@@ -31,20 +28,6 @@ def _sync_model() -> nn.Module:
 def _data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return torch.randn(n, 3, generator=g), torch.randint(0, 2, (n,), generator=g)
-
-
-@pytest.fixture
-def gloo_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torch_dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
-    )
-    try:
-        yield
-    finally:
-        torch_dist.destroy_process_group()
 
 
 def test_a_frozen_sync_batchnorm_trains_on_the_cpu_in_a_gloo_group(gloo_group):

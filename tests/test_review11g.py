@@ -13,13 +13,11 @@ import gc
 import io
 import pickle
 import re
-import socket
 
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-import torch.distributed as torch_dist
 from _toy import ListLoader, toy_data
 from torch import nn
 
@@ -244,20 +242,6 @@ def test_a_torch_loaded_pair_keeps_its_names_where_no_live_one_holds_them():
 # --------------------------------------------------------------------------------------------
 # 4. The SyncBatchNorm refusal of a model in eval mode says what left it so
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def gloo_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torch_dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
-    )
-    try:
-        yield
-    finally:
-        torch_dist.destroy_process_group()
 
 
 def test_a_model_the_user_put_in_eval_mode_is_not_said_to_be_left_so_by_fit(gloo_group):
