@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
-from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._numbers import is_array_like
+from pyrouq._own_models import unobserved_sites
 
 __all__ = ["check_data", "refuse_discrete_priors", "refuse_own_latents", "refuse_unsampled"]
 
@@ -120,11 +120,7 @@ def refuse_own_latents(model: Any, trace: Any) -> None:
     """A site the network samples itself (``pyro.sample`` in its forward, traced with the sites
     forward() hides, as its own "obs", hidden) refused, named: NUTS would infer it as a latent
     variable the result does not keep (predict() on the draws would take it from its prior)."""
-    own = [
-        name
-        for name, site in trace.nodes.items()
-        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
-    ]
+    own = unobserved_sites(trace)
     if own:
         raise ValueError(
             f"mcmc(): the network of {type(model).__name__} samples {own[:3]} itself "

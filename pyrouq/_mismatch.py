@@ -30,6 +30,13 @@ _NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # (a pyrouq_ext/ is not in it)
 _RAISES = frozenset(dis.opmap[op] for op in ("RAISE_VARARGS", "RERAISE") if op in dis.opmap)
 _CAME_FROM = "_pyrouq_came_from"  # (an attribute of an error: where it came from, not x)
+# Not-implemented, out-of-memory and accelerator errors (torch >= 2.8's AcceleratorError, a
+# RuntimeError subclass; absent before it): never about the inputs' sizes
+_NOT_THE_INPUTS: tuple[type[BaseException], ...] = (
+    NotImplementedError,
+    torch.OutOfMemoryError,
+    *[kind for kind in [getattr(torch, "AcceleratorError", None)] if kind is not None],
+)
 
 
 def input_mismatch(err: BaseException) -> bool:
@@ -37,9 +44,7 @@ def input_mismatch(err: BaseException) -> bool:
     (shapes, sizes, channels, dtypes): what a caller may restate naming the inputs. Not an
     error of the user's own wording, nor one pyrouq worded (:func:`_worded_by_pyrouq`), nor
     out-of-memory, accelerator or not-implemented ones."""
-    if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
-        return False
-    if type(err).__name__ == "AcceleratorError":  # torch >= 2.8: a RuntimeError subclass
+    if isinstance(err, _NOT_THE_INPUTS):
         return False
     if not isinstance(err, RuntimeError) or _MISMATCH.search(str(err)) is None:
         return False
@@ -53,9 +58,7 @@ def size_error(err: BaseException) -> bool:
     ``RuntimeError``, ``IndexError`` or ``ValueError`` that is not in torch's words on a dtype
     or a device ("expected scalar type", "same device", ...), nor out-of-memory, accelerator
     (CUDA, MPS, ...) or not-implemented ones."""
-    if isinstance(err, (NotImplementedError, torch.OutOfMemoryError)):
-        return False
-    if type(err).__name__ == "AcceleratorError":
+    if isinstance(err, _NOT_THE_INPUTS):
         return False
     if not isinstance(err, (RuntimeError, IndexError, ValueError)):
         return False

@@ -48,10 +48,10 @@ def forget_params(prefix: str) -> None:
     under that name (a model nested in a user's ``PyroModule`` is held under Pyro's name for
     it, ``net``, beside the user's own ``pyro.param("net.scale")`` or ``PyroParam``)."""
     store = pyro.get_param_store()
-    for name in [n for n in store.keys() if n.startswith((prefix + ".", prefix + "$$$"))]:
-        held = store[name]
-        if _REGISTERED.get(id(held)) is held:
-            del store[name]
+    mine = (prefix + ".", prefix + "$$$")
+    for name, held in list(store.named_parameters()):  # (unconstrained: as registered, and
+        if name.startswith(mine) and _REGISTERED.get(id(held)) is held:  # store[name] would
+            del store[name]  # transform the others' entries and mark their tensors)
 
 
 _COPIES = itertools.count()
@@ -244,8 +244,6 @@ def register_children(model: Any, *, record: bool) -> bool:
     parameter was left out (one the store holds a value for is made like the network)."""
     if not record and pyro.settings.get("module_local_params"):
         return False
-    from pyro.nn import PyroModule
-
     prefix = model._pyro_name
     lazy = False
     for name, child in model._modules.items():

@@ -53,7 +53,7 @@ def refuse_own_model(fn: str, model: Any, x: Tensor, y: Tensor, n: int) -> None:
             err = untraced.__cause__
             assert err is not None
             if not size_error(err):
-                raise _untraced(fn, model, untraced.with_y, err, cut=True) from err
+                raise _untraced(fn, model, untraced, err, cut=True) from err
             sites = _traced_whole(fn, model, whole, takes_y, n)
     else:
         sites = _traced_whole(fn, model, whole, takes_y, n)
@@ -74,16 +74,16 @@ def _traced_whole(
     except _Untraced as untraced:
         err = untraced.__cause__
         assert err is not None
-        raise _untraced(fn, model, untraced.with_y, err) from err
+        raise _untraced(fn, model, untraced, err) from err
 
 
 class _Untraced(Exception):
     """A trace that failed, run as ``model(x, y)`` (``with_y``) or ``model(x)``; the model's
-    error is its cause."""
+    error is its cause, and ``retry`` the error of ``model(x)`` tried after it, if it was."""
 
-    def __init__(self, with_y: bool) -> None:
+    def __init__(self, with_y: bool, retry: BaseException | None = None) -> None:
         super().__init__()
-        self.with_y = with_y
+        self.with_y, self.retry = with_y, retry
 
 
 def _sites(model: Any, rows: tuple[Tensor, Tensor], takes_y: bool | None, n: int) -> list[str]:
@@ -97,8 +97,8 @@ def _sites(model: Any, rows: tuple[Tensor, Tensor], takes_y: bool | None, n: int
             raise _Untraced(takes_y is not False) from err
         try:  # no signature to read, and model(x, y) refused: a model(x), perhaps
             return _latent_sites(model, rows[:1], n)
-        except Exception:
-            raise _Untraced(True) from err
+        except Exception as second:
+            raise _Untraced(True, second) from err
 
 
 def _takes_targets(model: Any, rows: tuple[Tensor, Tensor]) -> bool | None:
@@ -169,10 +169,11 @@ def _latent_sites(model: Any, args: tuple[Tensor, ...], n: int) -> list[str]:
 
 
 def _untraced(
-    fn: str, model: Any, with_y: bool, err: BaseException, cut: bool = False
+    fn: str, model: Any, untraced: _Untraced, err: BaseException, cut: bool = False
 ) -> ValueError:
     """The refusal of a model that could not be traced, run as ``model(x, y)`` or ``model(x)``
-    (on their first 2 rows where ``cut``)."""
+    (on their first 2 rows where ``cut``), naming the error of a ``model(x)`` tried after."""
+    with_y, retry = untraced.with_y, untraced.retry
     how = "model(x, y)" if with_y else "model(x)"
     rows = (
         f" The trace ran on {'x[:2], y[:2]' if with_y else 'x[:2]'} (the site names are all it "
@@ -181,10 +182,14 @@ def _untraced(
         if cut
         else ""
     )
-    lines = str(err).strip().splitlines()  # (not the trace shapes Pyro adds below)
-    said = lines[0] if lines else ""
+    retried = "" if retry is None else f"; run as model(x), {_said(retry)}"
     return ValueError(
         f"{fn}: {name_of(model)} could not be traced to find its latent sites (run as {how}, "
-        f"it raised {type(err).__name__}: {said}), and guide is None.{rows} Fix the model if "
+        f"{_said(err)}{retried}), and guide is None.{rows} Fix the model if "
         f"the error is its own; its posterior is a guide's or a run's draws. {_PASS}"
     )
+
+
+def _said(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()  # (not the trace shapes Pyro adds below)
+    return f"it raised {type(err).__name__}: {lines[0] if lines else ''}"

@@ -72,11 +72,10 @@ def refuse_inference_tensors(model: Any, guide: Any) -> None:
 
 def _is_inference(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is an inference tensor: a LazyModule's parameter or buffer not made
-    yet too, whose ``__torch_function__`` refuses every method (read past it, as torch's docs
-    on extending it call a method of the base class)."""
+    yet too, whose ``__torch_function__`` refuses every method but a few (``.data``, a plain
+    tensor, among them)."""
     if is_lazy(tensor):
-        with torch._C.DisableTorchFunctionSubclass():
-            return tensor.is_inference()
+        return tensor.data.is_inference()
     return tensor.is_inference()
 
 

@@ -181,6 +181,7 @@ class Loop:
         self.history: list[EpochRecord] = []
         self.steps = 0
         self.first_epoch, self.skip = 1, 0
+        self.advice: str | None = None  # (floor_advice's, once)
         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
 
     def resume(self, saved: Any) -> None:
@@ -373,12 +374,12 @@ class Loop:
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
         hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
         shared = stopped.reshape(1).to(parts.dtype)
-        row = torch.cat([parts, hits, shared]).cpu().double()  # the step's one host transfer
-        row, everywhere = row[:-1], float(row[-1])
         advice = self.floor_advice(terms.outputs)  # "" but for a floor too small: then the
-        grads = [p.grad for p in self.params if p.grad is not None] if advice else []
-        norms = [n.cpu() for n in torch._foreach_norm(grads, math.inf)] if grads else []
-        overflowed = bool(norms) and not bool(torch.stack(norms).isfinite().all())  # overflow
+        grads = [p.grad for p in self.params if p.grad is not None] if advice else []  # are
+        finite = [torch.stack([g.isfinite().all() for g in grads]).all()] if grads else []
+        ok = [f.reshape(1).to(parts.dtype) for f in finite]  # checked for overflow too
+        row = torch.cat([parts, hits, *ok, shared]).cpu().double()  # one host transfer
+        row, everywhere, overflowed = row[: -1 - len(ok)], float(row[-1]), bool(ok) and not row[-2]
         if overflowed or not math.isfinite(float(row[0])):
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()
@@ -413,9 +414,11 @@ class Loop:
     def floor_advice(self, outputs: torch.Tensor | None) -> str:
         """The non-finite-loss error's sentence on a heteroscedastic Gaussian's noise floor
         too small for the dtype (the outputs', else the parameters'); "" for other models."""
-        floats = [p.dtype for p in self.params if p.is_floating_point()]
-        dtype = outputs.dtype if outputs is not None else (floats or [torch.float32])[0]
-        return floor_advice(self.likelihood, dtype)
+        if self.advice is None:  # worked out at the first step: the run's dtypes stay
+            floats = [p.dtype for p in self.params if p.is_floating_point()]
+            dtype = outputs.dtype if outputs is not None else (floats or [torch.float32])[0]
+            self.advice = floor_advice(self.likelihood, dtype)
+        return self.advice
 
     def keep_statistics(self) -> None:
         """Copy the normalisation layers' running statistics before a step (once a lazy

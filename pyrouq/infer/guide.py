@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -13,7 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyrouq._param_store import hold_params, hold_restored, register_params, shared_copy
+from pyrouq._param_store import (
+    copy_renamed,
+    hold_params,
+    hold_restored,
+    register_params,
+    shared_copy,
+)
 from pyrouq._util import (
     check_count,
     check_positive_float,
@@ -255,10 +260,7 @@ class MeanFieldGuide(nn.Module):
         """An independent copy: its own parameters, under a name of its own in Pyro's param
         store, ``<name>_copy<k>`` (the store holds both guides' values, and fitting one never
         touches the other's; the guides built after it are named as without it)."""
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))  # (renamed there)
-        return new
+        return copy_renamed(self, memo)  # (renamed in __setstate__)
 
     def __copy__(self) -> MeanFieldGuide:
         """A shallow copy: the same parameters, under the same name in Pyro's param store."""
