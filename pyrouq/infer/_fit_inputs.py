@@ -72,10 +72,12 @@ def refuse_inference_tensors(model: Any, guide: Any) -> None:
 
 def _is_inference(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is an inference tensor: a LazyModule's parameter or buffer not made
-    yet too, whose ``__torch_function__`` refuses every method but a few (``.data``, a plain
-    tensor, among them)."""
+    yet too, whose ``__torch_function__`` refuses every method but a few (torch has no public
+    route to read it past that: an unmade parameter's ``.data`` is a plain tensor, an unmade
+    buffer's is not)."""
     if is_lazy(tensor):
-        return tensor.data.is_inference()
+        with torch._C.DisableTorchFunctionSubclass():
+            return bool(tensor.is_inference())
     return tensor.is_inference()
 
 
