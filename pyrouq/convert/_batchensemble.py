@@ -13,15 +13,11 @@ from torch.nn.utils import parametrize
 
 from pyrouq import _engine
 from pyrouq._param_store import (
-    copy_renamed,
     hold_params,
-    hold_restored,
     register_children,
-    set_supermodule,
-    shared_copy,
 )
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
-from pyrouq.convert._copying import detached_memo
+from pyrouq.convert._copying import NamedInStore
 from pyrouq.convert._select import (
     COUNTER,
     _names_list,
@@ -271,7 +267,7 @@ def _copy_norms(net: nn.Module, num_members: int) -> None:
     _replace_children(net, copies, BatchEnsembleNorm)
 
 
-class BatchEnsembleNetwork(PyroModule):
+class BatchEnsembleNetwork(NamedInStore, PyroModule):
     """BatchEnsemble version of any network: a deterministic Pyro module (what
     :func:`batchensemble` returns).
 
@@ -400,22 +396,6 @@ class BatchEnsembleNetwork(PyroModule):
         # modes the network was left in (fit() and predict() leave eval)
         self.net = _engine.prepare(net.train())
         hold_params(self, self._pyro_name)
-
-    _pyro_set_supermodule = set_supermodule  # nested: Pyro's name for it held
-
-    def __copy__(self) -> BatchEnsembleNetwork:
-        """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""
-        return shared_copy(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> BatchEnsembleNetwork:
-        """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
-        memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
-        return copy_renamed(self, memo)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        # unpickled or deep-copied: the original's name, unless a live model holds it
-        hold_restored(self, self._pyro_name)
 
     def _input(self, x: Any) -> Tensor:
         """``x`` in the network's dtype (floating inputs are cast; integer ones refused)."""

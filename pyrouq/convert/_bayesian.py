@@ -17,16 +17,12 @@ from torch import Tensor, nn
 from pyrouq import _engine
 from pyrouq._numbers import is_real
 from pyrouq._param_store import (
-    copy_renamed,
     hold_params,
-    hold_restored,
     register_children,
-    set_supermodule,
-    shared_copy,
 )
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
-from pyrouq.convert._copying import detached_memo
+from pyrouq.convert._copying import NamedInStore, detached_memo
 from pyrouq.convert._hints import refuse_types
 from pyrouq.convert._select import (
     COUNTER,
@@ -124,7 +120,7 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
         )
 
 
-class BayesianNetwork(PyroModule):
+class BayesianNetwork(NamedInStore, PyroModule):
     """A network whose selected parameters are latent Pyro sites: what :func:`bayesian` returns.
 
     ``forward(x, y=None)`` samples every latent site from its prior (or replays it under a
@@ -253,22 +249,9 @@ class BayesianNetwork(PyroModule):
         self.register_load_state_dict_post_hook(_retie_after_load)
         hold_params(self, self._pyro_name)
 
-    _pyro_set_supermodule = set_supermodule  # nested: Pyro's name for it held
-
-    def __copy__(self) -> BayesianNetwork:
-        """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""
-        return shared_copy(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> BayesianNetwork:
-        """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
-        memo = detached_memo(self, memo)  # (a value a forward cached: detached in the copy)
-        return copy_renamed(self, memo)
-
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_tied", {})  # a model pickled before tied sites existed has none
         super().__setstate__(state)
-        # unpickled or deep-copied: the original's name, unless a live model holds it
-        hold_restored(self, self._pyro_name)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         # torch casts and moves each module's buffers on its own (.to(), .double()): a tied

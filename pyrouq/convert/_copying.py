@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import Tensor, nn
 
+from pyrouq._param_store import copy_renamed, hold_restored, set_supermodule, shared_copy
 from pyrouq._util import class_name
 from pyrouq.convert._hints import names_list
 from pyrouq.convert._sites import _tensors_in
@@ -178,3 +179,30 @@ def weight_hooks(module: nn.Module) -> list[tuple[str, str]]:
             if what is not None:
                 found.append((name, what))
     return found
+
+
+_Named = TypeVar("_Named", bound="NamedInStore")
+
+
+class NamedInStore:
+    """How a pyrouq model (``BayesianNetwork``, ``BatchEnsembleNetwork``) is named in Pyro's
+    param store when it is nested, copied or unpickled: nested in a user's ``PyroModule``, under
+    Pyro's name for it; a ``copy.copy``, sharing the original's name and tensors; a
+    ``copy.deepcopy``, as ``<name>_copy<k>`` with the values a forward cached detached; an
+    unpickled one, under the original's name unless a live model holds it."""
+
+    _pyro_set_supermodule = set_supermodule  # nested: Pyro's name for it held
+
+    def __copy__(self: _Named) -> _Named:
+        """A shallow copy: the same modules and tensors, under the same name in Pyro's store."""
+        return shared_copy(self)  # type: ignore[type-var]
+
+    def __deepcopy__(self: _Named, memo: dict[int, Any]) -> _Named:
+        """An independent copy, named ``<name>_copy<k>`` in Pyro's param store."""
+        memo = detached_memo(self, memo)  # type: ignore[arg-type]  # (a cached value: detached)
+        return copy_renamed(self, memo)  # type: ignore[type-var]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[misc]
+        # unpickled or deep-copied: the original's name, unless a live model holds it
+        hold_restored(self, self._pyro_name)  # type: ignore[attr-defined]
