@@ -411,14 +411,19 @@ def _positive(name: str, value: Any, hint: str) -> float:
     return check_positive_float(name, value, hint)
 
 
+def _dtype_words(dtype: torch.dtype) -> tuple[str, str]:
+    """The refusals' name for ``dtype`` and, short of float64, the wider dtype to offer."""
+    wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
+    return str(dtype).replace("torch.", ""), wider
+
+
 def _representable(name: str, value: float, dtype: torch.dtype) -> None:
     """Refuse a noise floor (or a fixed noise) below the smallest normal number of ``dtype``,
     the one the scales are computed in (the widened outputs'): it rounds to 0 or to a
     subnormal, and the likelihood to NaN or inf."""
     tiny = torch.finfo(dtype).tiny
     if value < tiny:
-        kind = str(dtype).replace("torch.", "")
-        wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
+        kind, wider = _dtype_words(dtype)
         raise ValueError(
             f"Gaussian({name}={value:g}) is below the smallest normal {kind} number "
             f"({tiny:.3g}): the noise scales, computed in {kind}, would round to 0 (or lose "
@@ -435,8 +440,7 @@ def _scorable(value: float, dtype: torch.dtype, where: str) -> None:
     limit = torch.finfo(dtype).max ** (-1 / 2)
     if value >= limit:
         return
-    kind = str(dtype).replace("torch.", "")
-    wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
+    kind, wider = _dtype_words(dtype)
     raise ValueError(
         f"{where}: Gaussian(scale={value:g}) is too small to score targets in {kind}: a "
         f"target 1 away from the mean has z = 1/scale = {1 / value:.3g}, and the NLL's z**2 "
@@ -459,8 +463,7 @@ def floor_advice(likelihood: Any, dtype: torch.dtype) -> str:
     limit = torch.finfo(dtype).max ** (-1 / 3)
     if likelihood.min_scale >= limit:
         return ""
-    kind = str(dtype).replace("torch.", "")
-    wider = "" if dtype == torch.float64 else ", or use float64 outputs (model.double())"
+    kind, wider = _dtype_words(dtype)
     return (
         f" The noise floor Gaussian(min_scale={likelihood.min_scale:g}) is below {limit:.3g}, "
         f"the smallest whose gradient at the floor (1/min_scale**3, for a target 1 away from "
