@@ -30,7 +30,8 @@ from pyrouq._util import (
     takes_labels,
     warn_caller,
 )
-from pyrouq.infer.guide import MeanFieldGuide, check_draws
+from pyrouq.infer._site_checks import check_draws
+from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical, likelihood_of
 from pyrouq.likelihoods._categorical import are_probabilities, judged
 

@@ -416,7 +416,7 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
     """``{site: (S, *shape)}`` from an :class:`MCMCResult` or a dict of stacked draws, checked
     against the model's latent sites (every site, one S for all)."""
     from pyrouq._own_models import unpadded
-    from pyrouq.infer.guide import check_draws
+    from pyrouq.infer._site_checks import check_draws
 
     if isinstance(source, MCMCResult):
         draws = source.draws()

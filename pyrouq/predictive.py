@@ -44,7 +44,8 @@ from pyrouq._util import (
     restore_modes,
     warn_of_a_shard,
 )
-from pyrouq.infer.guide import check_drawable, check_guide
+from pyrouq.infer._site_checks import check_drawable
+from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, likelihood_of
 from pyrouq.mcmc import posterior_draws
 from pyrouq.regression import GaussianPredictions

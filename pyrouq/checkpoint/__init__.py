@@ -191,7 +191,8 @@ def save(
         model whose network creates parameters with ``pyro.param`` in its forward (as
         :func:`pyrouq.fit` found them: a file holds no param store).
     """
-    from pyrouq.infer.guide import check_drawable, check_guide  # (infer imports this package)
+    from pyrouq.infer._site_checks import check_drawable  # (infer imports this package)
+    from pyrouq.infer.guide import check_guide
 
     check_path_type(path, "save()")
     given, path = path, Path(path)  # (Path drops the "/" that makes "runs/" a folder)

@@ -17,17 +17,14 @@ from pyrouq._param_store import (
     register_children,
 )
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
-from pyrouq.convert._copying import NamedInStore
+from pyrouq.convert._copying import NamedInStore, copy_network, hook_fix, weight_hooks
 from pyrouq.convert._select import (
     COUNTER,
     _names_list,
     check_module,
     check_num_data,
     computes_its_own_way,
-    copy_network,
-    hook_fix,
     module_record,
-    weight_hooks,
     weight_readers,
 )
 from pyrouq.convert._sites import check_no_pyro_samples, hiding_own_sites

@@ -22,7 +22,7 @@ from pyrouq._param_store import (
 )
 from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
-from pyrouq.convert._copying import NamedInStore, detached_memo
+from pyrouq.convert._copying import NamedInStore, copy_network, detached_memo
 from pyrouq.convert._hints import refuse_types
 from pyrouq.convert._select import (
     COUNTER,
@@ -35,7 +35,6 @@ from pyrouq.convert._select import (
     check_module,
     check_num_data,
     computes_its_own_way,
-    copy_network,
     module_record,
     resolve_priors,
     select_parameters,

@@ -27,9 +27,6 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
-from pyrouq.convert._copying import copy_network as copy_network
-from pyrouq.convert._copying import hook_fix as hook_fix
-from pyrouq.convert._copying import weight_hooks as weight_hooks
 from pyrouq.convert._hints import (
     WEIGHTED_TYPES,
     no_linear,

@@ -29,7 +29,8 @@ from pyrouq._util import (
     module_dtype,
     restore_modes,
 )
-from pyrouq.infer.guide import MeanFieldGuide, check_draws
+from pyrouq.infer._site_checks import check_draws
+from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ from pyrouq._util import (
     module_device,
     module_dtype,
 )
-from pyrouq.infer.guide import check_draws, check_guide
+from pyrouq.infer._site_checks import check_draws
+from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
 from pyrouq.mcmc import MCMCResult
 

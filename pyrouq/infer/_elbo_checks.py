@@ -12,7 +12,8 @@ import torch
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels
-from pyrouq.infer.guide import MeanFieldGuide, check_drawable, check_guide
+from pyrouq.infer._site_checks import check_drawable
+from pyrouq.infer.guide import MeanFieldGuide, check_guide
 
 _CALLER = "KLWeightedELBO"
 

@@ -41,8 +41,9 @@ from pyrouq.infer._elbo_checks import (
     traced_guide,
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
+from pyrouq.infer._site_checks import site_mismatch
 from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
-from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw, site_mismatch
+from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
 

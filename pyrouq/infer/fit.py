@@ -45,6 +45,7 @@ from pyrouq.infer._fit_inputs import (
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import build_optimizer, check_callbacks
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
+from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer._sync_norm import check_sync_batchnorm
 from pyrouq.infer._training import (
     TrainingInterrupted,
@@ -53,7 +54,7 @@ from pyrouq.infer._training import (
     unbatched_items,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
-from pyrouq.infer.guide import check_drawable, check_guide
+from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, likelihood_of
 
 __all__ = [

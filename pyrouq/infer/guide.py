@@ -28,9 +28,7 @@ from pyrouq._util import (
 )
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
-from pyrouq.infer._site_checks import check_drawable, model_sites, refuse
-from pyrouq.infer._site_checks import check_draws as check_draws  # (imported from here)
-from pyrouq.infer._site_checks import site_mismatch as site_mismatch
+from pyrouq.infer._site_checks import check_drawable, model_sites, refuse, site_mismatch
 from pyrouq.likelihoods import likelihood_of
 
 __all__ = ["DEFAULT_INIT_SCALE", "MeanFieldGuide", "draw", "mean_field_guide"]
