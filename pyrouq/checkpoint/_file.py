@@ -85,7 +85,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(
             f"{str(path)!r} is not a pyrouq checkpoint: expected a dict with "
-            f"format={FORMAT!r}, got {_kind(payload)}. Write checkpoints with pyrouq.save()."
+            f"format={FORMAT!r}, got {_kind(payload)}. {_advice(payload)}"
         )
     version = payload.get("format_version")
     if version not in _READABLE_VERSIONS:
@@ -199,9 +199,33 @@ def _corrupt(path: Path, err: BaseException | str) -> str:
 
 
 def _kind(value: Any) -> str:
+    if _state_dict(value):
+        return f"a dict of {len(value)} tensors and no 'format' entry: a model's state_dict()"
     if isinstance(value, dict):
         return f"a dict with format={value.get('format')!r}"
     return f"a {type(value).__name__}"
+
+
+def _state_dict(value: Any) -> bool:
+    """Whether ``value`` is a ``state_dict()`` saved with torch.save (tensors by name)."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and "format" not in value
+        and all(isinstance(k, str) and torch.is_tensor(v) for k, v in value.items())
+    )
+
+
+def _advice(value: Any) -> str:
+    """What to do with a file :func:`read` refuses as no checkpoint."""
+    if _state_dict(value):  # torch.save(model.state_dict(), path): load() cannot rebuild it
+        return (
+            "load() rebuilds a model from the description pyrouq.save() writes, which this "
+            "file lacks: build the model as for training and call "
+            "model.load_state_dict(torch.load(path, weights_only=True)), then "
+            "pyrouq.save(path, model) writes a checkpoint."
+        )
+    return "Write checkpoints with pyrouq.save()."
 
 
 def _write(path: Path, payload: dict[str, Any]) -> Path:
