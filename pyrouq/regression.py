@@ -44,7 +44,9 @@ class GaussianPredictions:
     ----------
     loc, scale : torch.Tensor
         ``(S, N, D)``: draw s predicts ``N(loc[s, n, d], scale[s, n, d]^2)`` for output d of
-        input n.
+        input n. float16 and bfloat16 ones are kept as float32, as :func:`pyrouq.predict`
+        makes them: their moments would overflow (a float16 standard deviation of 300 has the
+        variance inf) or keep 3 digits.
     targets : torch.Tensor or None
         ``(N, D)`` real targets, when :func:`pyrouq.predict` read them from a loader of
         ``(x, y)`` batches. Given as ``(N,)`` when D = 1, they are kept as a column ``(N, 1)``
@@ -102,6 +104,11 @@ class GaussianPredictions:
                 "decomposition's parts would come out in different dtypes); pass "
                 "scale.to(loc) or loc.to(scale)."
             )
+        if self.loc.dtype in (torch.float16, torch.bfloat16):  # as predict() makes them
+            # in half precision the moments overflow (a float16 variance above 65504, a
+            # standard deviation above 256, is inf) or keep 3 digits (bfloat16)
+            object.__setattr__(self, "loc", self.loc.float())
+            object.__setattr__(self, "scale", self.scale.float())
         if not bool((self.scale > 0).all()):
             bad = int((self.scale <= 0).sum())
             raise ValueError(
