@@ -120,13 +120,20 @@ class MCMCResult:
     @property
     def divergences(self) -> int:
         """The number of divergent transitions after warm-up, over all chains."""
+        if "diverging" not in self.sample_stats:
+            raise ValueError(
+                "This MCMCResult records no divergences: its sample_stats hold "
+                f"{sorted(self.sample_stats)}, no 'diverging' (a result made without mcmc()). "
+                "Set result.sample_stats['diverging'], (chain, draw) booleans, to count them."
+            )
         return int(self.sample_stats["diverging"].sum())
 
     def __repr__(self) -> str:
+        told = "diverging" in self.sample_stats  # (a result made by hand may record none)
         return (
             f"MCMCResult(kernel={self.kernel!r}, chains={self.num_chains}, "
-            f"draws={self.num_samples}, sites={len(self.samples)}, "
-            f"divergences={self.divergences})"
+            f"draws={self.num_samples}, sites={len(self.samples)}"
+            f"{f', divergences={self.divergences}' if told else ''})"
         )
 
 

@@ -386,6 +386,12 @@ def _check_result(result: Any, fn: str) -> None:
             "every site to common chains and draws (value[:C, :S])."
         )
     chains, draws = next(iter(shapes.values()))
+    if 0 in (chains, draws):
+        raise ValueError(
+            f"{fn}: result.samples hold {chains} chain(s) of {draws} draw(s) each, so there "
+            "are no draws to export. Pass the result of a run that kept draws (mcmc() with "
+            "num_samples >= 1 and num_chains >= 1), or don't cut them all away."
+        )
     stats = {k: tuple(v.shape) for k, v in result.sample_stats.items()}
     # a statistic of the user's may hold more than a number per draw: (chain, draw, ...)
     wrong = {k: shape for k, shape in stats.items() if shape[:2] != (chains, draws)}

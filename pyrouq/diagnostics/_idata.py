@@ -178,10 +178,13 @@ def to_inference_data(
         no guide for a model with latent sites, a guide (or num_samples, var_names) for a
         BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out; a guide whose
         parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
-        MCMCResult whose sites or sample stats differ in (chain, draw), or whose draws hold
-        NaN or inf; x the network does not take (torch's shape error, restated naming x); a
-        batch of one input (x of one, or a batch_size leaving one) that a BatchNorm built
-        without running statistics refuses (its statistics are its batch's).
+        MCMCResult whose sites or sample stats differ in (chain, draw), that holds no draws,
+        or whose draws hold NaN or inf, or whose sites do not fit ``result.model``; a latent
+        site (or sample stat) named as a dim of its group (``chain``, ``draw``, another
+        site's ``fc1_out``), which arviz would drop; x the network does not take (torch's
+        shape error, restated naming x); a batch of one input (x of one, or a batch_size
+        leaving one) that a BatchNorm built without running statistics refuses (its
+        statistics are its batch's).
 
     Warns
     -----
@@ -359,9 +362,11 @@ def to_inference_data(
             coords=coords,
             dims=dims,
         )
+        _check_kept(fn, idata, "sample_stats", list(stats or {}), [])
         if keep:  # apart: a latent site "probs" or "scale" is not the predictions' (obs_id, ..)
             posterior = {name: out.numpy(_LATENT + name, chains) for name in keep}
             idata, predictions = az.from_dict(posterior, dims=posterior_dims), idata
+            _check_kept(fn, idata, "posterior", keep, keep)
             idata.extend(predictions)
     from pyrouq import __version__
 
@@ -382,6 +387,26 @@ def to_inference_data(
     for group in idata.groups():
         idata[group].attrs.update(attrs)
     return idata
+
+
+def _check_kept(fn: str, idata: Any, group: str, names: list[str], keep: list[str]) -> None:
+    """Refuse variables that arviz left out of ``group``: one named as a dim of the group
+    (``chain``, ``draw``, another site's ``fc1_out``) becomes that dim's coordinate, and its
+    values are lost without a word. ``keep``: the latent sites that var_names may choose."""
+    held = idata[group] if group in idata.groups() else None  # (none kept: no group)
+    lost = [name for name in names if held is None or name not in held.data_vars]
+    if not lost:
+        return
+    rest = [name for name in keep if name not in lost]
+    what, where = ("latent site(s)", "the model") if group == "posterior" else ("stats", "")
+    where = where or "result.sample_stats"
+    dims = ", ".join(map(str, held.dims)) if held is not None else "chain, draw, ..."
+    leave = f", or leave them out with var_names={rest}" if rest else ""
+    raise ValueError(
+        f"{fn}: the {what} {lost} share their name with a dim of the {group} group "
+        f"({dims}): arviz makes such a variable that dim's coordinate, and its values "
+        f"would be lost. Rename them in {where}{leave}."
+    )
 
 
 def _likelihood(model: Any) -> Likelihood:
@@ -460,7 +485,8 @@ def _export_weights(
         for s, weights in enumerate(draws):
             if s == 0:
                 drawn = {name: value[None] for name, value in weights.items()}
-                check_draws(model, drawn, "to_inference_data()")
+                source = "result.samples" if chains else "the guide"  # (MCMC draws: no guide)
+                check_draws(model, drawn, "to_inference_data()", source=source)
             for name in keep:
                 out.put(_LATENT + name, s, weights[name])
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}

@@ -102,6 +102,11 @@ _REFUSALS = {
         "Pass {site: (S, *shape)} with the model's site shapes, or an MCMCResult itself (its "
         ".samples are (chain, draw, *shape)).",
     ),
+    "result.samples": (  # an MCMCResult's draws, exported with result.model
+        "result.samples do not fit",
+        "Set result.model to the model the chains ran on (after pyrouq.load, one built as "
+        "that model was), or export the result of mcmc() on this model.",
+    ),
 }
 
 
