@@ -107,14 +107,17 @@ def _worker(rank: int, kind: str, init: str, out: str) -> None:
                       seed=0, resume_from=checkpoint)  # fmt: skip
         resumed_state = _state(model, guide)
         # (5) no seed: the ranks, seeded alike for one initial model, get streams of their own
+        # while fit() runs (read in a callback: they are joined again after it)
         model, guide = _build(kind)
-        fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False)
+        drawn: list[torch.Tensor] = []
+        fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False,
+            callbacks=[lambda record: drawn.append(torch.rand(4))])  # fmt: skip
         torch.save(
             {"one_step": one, "after_20": after_20, "seen": loader.seen, "len": len(loader),
              "sampled": sampled, "at_2": at_2, "resumed": resumed_state,
              "losses": [(r.loss, r.seconds) for r in first.history],
              "resumed_losses": [(r.loss, r.seconds) for r in resumed.history],
-             "unseeded_stream": torch.rand(4)},
+             "unseeded_stream": drawn[0]},
             Path(out) / f"rank{rank}.pt",
         )  # fmt: skip
     finally:
@@ -611,8 +614,12 @@ def _param_store_worker(rank: int, init: str, out: str) -> None:
         attempt("model's pyro.param", regression, guide)
         pyro.clear_param_store()
         # the largest seed: rank 1 seeds (2**32 - 1 + 1) % 2**32 = 0 (numpy refused 2**32)
-        attempt("largest seed", *_build("bayesian"), seed=2**32 - 1)
-        outcomes["initial seed"] = torch.initial_seed()
+        attempt(
+            "largest seed",
+            *_build("bayesian"),
+            seed=2**32 - 1,
+            callbacks=[lambda record: outcomes.update({"initial seed": torch.initial_seed()})],
+        )
         torch.save(outcomes, Path(out) / f"store{rank}.pt")
     finally:
         dist.destroy_process_group()

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyrouq._util import ShardedOrder, example_sampler, len_or, warn_caller
+from pyrouq.infer._fit_inputs import unsharded_loader_message
 from pyrouq.infer._rank_models import model_summary, models_differ
 
 
@@ -131,12 +132,7 @@ def shards(loader: Iterable, group: Group) -> Iterator[None]:
                 "group (it reads both from torch.distributed)."
             )
     elif not isinstance(loader, ShardedOrder):
-        error = ValueError(
-            f"fit() runs on {group.world} ranks (torch.distributed is initialised), but "
-            f"train_loader ({type(loader).__name__}) would give every rank the same data. Use "
-            "pyrouq's loaders (load_mnist, ArrayLoader, ...: they shard themselves by rank) or "
-            "a DataLoader with a DistributedSampler."
-        )
+        error = ValueError(unsharded_loader_message(loader, group.world))
     raise_together(error, group, "its train_loader does not shard the data for its rank")
     if isinstance(loader, ShardedOrder):
         with loader.sharded(group.rank, group.world):

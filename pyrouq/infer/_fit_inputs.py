@@ -221,3 +221,24 @@ def no_batches_message(loader: Iterable, world: int, epoch: int) -> str:
                 "drop_last=False."
             )
     return f"train_loader yielded no batches ({why}) in epoch {epoch}. {fix}"
+
+
+def unsharded_loader_message(loader: Any, world: int) -> str:
+    """fit()'s refusal, on ``world`` ranks, of a loader that does not shard the data by rank
+    (neither pyrouq's nor a ``DataLoader`` with a ``DistributedSampler``), with what to do
+    for one over an ``IterableDataset``, which takes no sampler."""
+    message = (
+        f"fit() runs on {world} ranks (torch.distributed is initialised), but train_loader "
+        f"({type(loader).__name__}) would give every rank the same data. Use pyrouq's loaders "
+        "(load_mnist, ArrayLoader, ...: they shard themselves by rank) or a DataLoader with a "
+        "DistributedSampler."
+    )
+    if isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset):
+        message += (
+            f" Its dataset ({type(loader.dataset).__name__}) is an IterableDataset, which takes "
+            "no sampler, and fit() cannot tell whether it serves each rank examples of its own: "
+            "put the examples in a map-style dataset (torch.utils.data.TensorDataset, or one "
+            "with __getitem__ and __len__) and pass DataLoader(dataset, batch_size, "
+            "sampler=DistributedSampler(dataset)), or train on one process."
+        )
+    return message

@@ -33,6 +33,7 @@ from pyrouq.infer._training import (
     InterruptFlag,
     TrainingInterrupted,
     check_batch,
+    loader_batch_size,
     loader_rng_state,
     optimizer_name,
     plain_terms,
@@ -45,6 +46,7 @@ from pyrouq.infer._training import (
     training_state,
     unpack_batch,
     warn_of_a_wrong_length,
+    whole_data,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.likelihoods._gaussian import floor_advice
@@ -118,12 +120,6 @@ class FitResult:
     def seconds(self) -> float:
         """Total training time."""
         return sum(r.seconds for r in self.history)
-
-
-def _batch_size(loader: Iterable) -> int:
-    """A loader's ``batch_size`` (a DataLoader's, a pyrouq loader's), or 0 if it tells none."""
-    size = getattr(loader, "batch_size", None)
-    return size if isinstance(size, int) and not isinstance(size, bool) else 0
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
@@ -211,7 +207,7 @@ class Loop:
                 f"{skipped}. Resume with the run's loader (same data and batch size) to "
                 "continue it exactly."
             )
-        theirs_size, ours_size = state.get("batch_size"), _batch_size(self.loader)
+        theirs_size, ours_size = state.get("batch_size"), loader_batch_size(self.loader)
         if theirs == ours and theirs_size and ours_size and theirs_size != ours_size:
             warn_caller(
                 f"fit(resume_from=...) continues a run of batch size {theirs_size} with a loader "
@@ -296,13 +292,15 @@ class Loop:
         and the modules' modes when they leave the model in eval mode: a callback that draws
         (predict() to monitor the run), evaluates or reads the training loader changes nothing
         of the training, which stays the run a checkpoint written before the callbacks resumes
-        exactly. An error a callback raises is noted with where fit() stopped."""
+        exactly. Under ranks, a pyrouq training loader serves its whole data set to the
+        callbacks, not the rank's shard. An error a callback raises is noted with where fit()
+        stopped."""
         if not self.callbacks:
             return
         loader_state = loader_rng_state(self.loader)
         kept = modes(self.model) + modes(self.guide)
         try:
-            with global_streams_kept(self.device):
+            with global_streams_kept(self.device), whole_data(self.loader):
                 for callback in self.callbacks:
                     try:
                         callback(record)
@@ -332,7 +330,7 @@ class Loop:
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
             batches_per_epoch=self.per_epoch,  # (the schedule's, as planned)
-            batch_size=_batch_size(self.loader),
+            batch_size=loader_batch_size(self.loader),
             lr_schedule=self.lr_schedule,
             num_particles=self.elbo.num_particles,
             vectorize_particles=bool(getattr(self.elbo, "vectorize_particles", False)),

@@ -4,6 +4,7 @@ optimizer and callbacks are :mod:`pyrouq.infer._options`', the first look at the
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import signal
@@ -535,6 +536,26 @@ def _fetched(
             raise
         count += 1
         yield batch
+
+
+def loader_batch_size(loader: Iterable) -> int:
+    """A loader's ``batch_size`` (a DataLoader's, a pyrouq loader's), or 0 if it tells none."""
+    size = getattr(loader, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else 0
+
+
+@contextlib.contextmanager
+def whole_data(loader: Iterable) -> Iterator[None]:
+    """While inside, a pyrouq loader (which serves this rank's shard while fit() trains under
+    torch.distributed) serves the whole data set again, as outside fit(): for the callbacks, so
+    that one that predicts on, evaluates or counts the training loader sees what it sees in
+    one process, not a ``1 / world`` shard of it, padded and shuffled. A ``DataLoader``'s
+    ``DistributedSampler`` is the user's own, and serves its shard in and outside fit()."""
+    if not isinstance(loader, ShardedOrder):
+        yield
+        return
+    with loader.sharded(0, 1):
+        yield
 
 
 def running_statistics(model: nn.Module, guide: Any) -> list[torch.Tensor]:

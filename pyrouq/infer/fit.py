@@ -243,7 +243,10 @@ def fit(
         ``resume_from=``, ``distributed_draws=``, a ``checkpoint=`` of a network creating
         parameters with ``pyro.param``): it has seeded by then. Rank r of a process group is
         seeded with ``(seed + r) % 2**32``: its own weight draws; without a
-        seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. On a CUDA
+        seed, each rank seeds ``offset + r``, ``offset`` drawn from its generator. When fit()
+        ends (or stops), the ranks' streams are seeded alike again, from a number drawn before
+        they parted: a model built after it is built alike on every rank, as in one process,
+        where the stream carries on. On a CUDA
         device a seeded (or resumed) run also keeps cuDNN to its deterministic kernels while it
         trains (``torch.backends.cudnn.deterministic``, no ``benchmark`` autotuning; put back
         afterwards): cuDNN's default convolution gradients add in a varying order, and two
@@ -261,7 +264,8 @@ def fit(
         to monitor the run), evaluates (``model.eval()``) or reads the training loader leaves
         the training as it would be without it (to freeze a layer, put it alone in eval mode).
         Under data-parallel training a callback that raises on one rank stops every rank (one
-        that raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank).
+        that raises ``KeyboardInterrupt`` with ``TrainingInterrupted`` on every rank), and a
+        pyrouq training loader serves the callbacks its whole data set, not the rank's shard.
     checkpoint : str or PathLike, optional
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model, guide or
@@ -496,34 +500,46 @@ def fit(
         "'identical'): the ranks train one model.",
     )
     _distributed.check_same_optimizer(optimizer, group)  # optim=: settings fit() cannot see
-    if seed is not None:
-        pyro.set_rng_seed(_distributed.rank_seed(seed, group, independent))
-    elif independent:
-        _distributed.own_streams(group)
-    with torch.inference_mode(False), torch.enable_grad(), _distributed.shards(train_loader, group):
-        _distributed.check_same_steps(train_loader, epochs, group)
-        loop = Loop(
-            model=model,
-            guide=guide,
-            loader=train_loader,
-            epochs=epochs,
-            elbo=elbo,
-            num_data=int(n),
-            optimizer=optimizer,
-            lr_schedule=lr_schedule,
-            num_classes=probe.num_classes if check_each_batch else False,
-            checkpoint=checkpoint,
-            metadata=metadata,
-            callbacks=callbacks,
-            group=group,
-            likelihood=probe.likelihood,
-        )
-        if resume is not None:
-            loop.resume(resume)
-            if independent:  # every rank restored rank 0's generator
-                _distributed.own_streams(group)
-        with _engine.repeatable(loop.device, seed is not None or resume is not None):
-            return loop.run(progress and group.leader)
+    # each rank draws from streams of its own while it trains; they join again after it
+    # (seeded alike from a number drawn before they part), so that what a script builds
+    # after fit() (a model, a loader without a seed) is built alike on every rank, as before
+    rejoin = int(torch.randint(0, 2**31 - 1, ()).item()) if group.active and independent else None
+    try:
+        if seed is not None:
+            pyro.set_rng_seed(_distributed.rank_seed(seed, group, independent))
+        elif independent:
+            _distributed.own_streams(group)
+        with (
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            _distributed.shards(train_loader, group),
+        ):
+            _distributed.check_same_steps(train_loader, epochs, group)
+            loop = Loop(
+                model=model,
+                guide=guide,
+                loader=train_loader,
+                epochs=epochs,
+                elbo=elbo,
+                num_data=int(n),
+                optimizer=optimizer,
+                lr_schedule=lr_schedule,
+                num_classes=probe.num_classes if check_each_batch else False,
+                checkpoint=checkpoint,
+                metadata=metadata,
+                callbacks=callbacks,
+                group=group,
+                likelihood=probe.likelihood,
+            )
+            if resume is not None:
+                loop.resume(resume)
+                if independent:  # every rank restored rank 0's generator
+                    _distributed.own_streams(group)
+            with _engine.repeatable(loop.device, seed is not None or resume is not None):
+                return loop.run(progress and group.leader)
+    finally:
+        if rejoin is not None:
+            pyro.set_rng_seed(rejoin)
 
 
 # --------------------------------------------------------------------------------------------
