@@ -3,8 +3,9 @@ forward that reads a layer's weight or bias as a tensor bypasses the members' fa
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
 reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`); a
 forward that runs them inside ``torch.utils.checkpoint`` is refused where the backward pass
-would run them with other weights (:func:`recompute_checked`); a layer refusing its input is
-named by its paths in the network (:class:`LayersNamed`). Also two small helpers of the
+would run them with other weights (:func:`recompute_checked`); a layer refusing its input (a
+BatchEnsemble layer's refusal, or torch's words on shapes, channels or dtypes) is named by its
+paths in the network (:class:`LayersNamed`). Also two small helpers of the
 engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
+from pyrouq._mismatch import input_mismatch
 from pyrouq._util import LayerInputError, class_name, warn_caller
 
 _lock = threading.Lock()
@@ -65,8 +67,9 @@ class LayersNamed:
     naming the layer at each of its dotted paths in the model (a layer registered under two
     names is named at both), as ``'net.3.0'``; a layer not in ``net``, a refusal rebuilt from
     its message alone (no ``layer``), or anything failing while the paths are looked up, leaves
-    the refusal as it came. A run that succeeds pays
-    for the ``with`` alone."""
+    the refusal as it came. Torch's own words on inputs a layer does not take (a
+    RuntimeError) get the layer added, their type kept (:func:`_name_failing_layer`). A run
+    that succeeds pays for the ``with`` alone."""
 
     def __init__(self, net: nn.Module):
         self.net = net
@@ -75,20 +78,69 @@ class LayersNamed:
         return None
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        if isinstance(error, RuntimeError):
+            _name_failing_layer(self.net, error, traceback)
+            return
         if not isinstance(error, LayerInputError) or error.layer is None:
             return
         try:
-            paths = [
-                repr(f"net.{name}")
-                for name, module in self.net.named_modules(remove_duplicate=False)
-                if module is error.layer and name
-            ]
-            where = " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+            where = _where(self.net, error.layer)
             message = f"{error.label} at {where} of the model {error.detail}"
         except Exception:  # (the refusal as it came)
             return
-        if paths:
+        if where:
             raise ValueError(message).with_traceback(traceback) from None
+
+
+def _where(net: nn.Module, layer: nn.Module) -> str:
+    """``layer``'s dotted paths in the model whose network is ``net`` (``'net.3.0'``, joined
+    with "and" for a layer registered under several names); empty for ``net`` itself."""
+    paths = [
+        repr(f"net.{name}")
+        for name, module in net.named_modules(remove_duplicate=False)
+        if module is layer and name
+    ]
+    return " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+
+
+_LAYER_NAMED = "_pyrouq_layer_named"
+"""Attribute :func:`_name_failing_layer` sets on an error it has added the layer to."""
+
+
+def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> None:
+    """Add to torch's words on inputs a layer of ``net`` does not take (shapes, channels,
+    dtypes: :func:`~pyrouq._mismatch.input_mismatch`) the layer that raised them, by its class,
+    settings and paths in the model: torch's ``expected input[4, 2, 10, 10] to have 3
+    channels`` named none, for a network of several such layers. The layer is the innermost
+    module of ``net`` running where the error was raised (a block of the user's own whose
+    forward failed outside its layers); nothing is added for ``net``'s own forward, nor to an
+    error pyrouq worded, nor twice (nested runs). Its type and traceback stay torch's."""
+    args = error.args
+    if vars(error).get(_LAYER_NAMED) or len(args) != 1 or not isinstance(args[0], str):
+        return
+    try:
+        if not input_mismatch(error):
+            return
+        modules = {id(module) for module in net.modules()}
+        layer = None
+        while traceback is not None:  # outermost to innermost frame
+            frame = traceback.tb_frame
+            if frame.f_code.co_name == "_call_impl":  # (nn.Module.__call__'s)
+                module = frame.f_locals.get("self")
+                layer = module if id(module) in modules else layer
+            traceback = traceback.tb_next
+        where = "" if layer is None else _where(net, layer)
+        if not where:
+            return
+        try:
+            settings = layer.extra_repr()  # type: ignore[union-attr]
+        except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
+            settings = "..."
+        label = f"{layer._get_name()}({settings})"  # type: ignore[union-attr]
+    except Exception:  # (the error as it came)
+        return
+    error.args = (f"{args[0].rstrip()} (in {label} at {where} of the model)",)
+    vars(error)[_LAYER_NAMED] = True
 
 
 _CALLS_CHECKED = "_pyrouq_calls_checked"
@@ -331,10 +383,11 @@ def call(
     as buffers) is told so: a bare StopIteration said nothing. ``named``: the network the
     message names, where ``net`` runs it (a BatchEnsemble's members). A forward running
     modules inside ``torch.utils.checkpoint`` is refused where the backward pass would run them
-    otherwise (:func:`recompute_checked`)."""
+    otherwise (:func:`recompute_checked`); a layer refusing its input is named
+    (:class:`LayersNamed`)."""
     shown = named if named is not None else net
     try:
-        with recompute_checked(shown, lambda: _holders(net, weights, shown)):
+        with recompute_checked(shown, lambda: _holders(net, weights, shown)), LayersNamed(shown):
             return functional_call(net, weights, (x,))
     except StopIteration as error:
         raise RuntimeError(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Literal
 
@@ -269,11 +270,15 @@ class BayesianLinear(_BayesianLayer):
         w, _ = _stack_weights(weight, 2)  # (S, out, in)
         b, _ = _stack_weights(bias, 1)  # (S, out)
         draws = w.shape[0]
-        if x.dim() >= 3 and x.shape[0] == draws:  # one slice per draw
-            flat, lead = x.reshape(draws, -1, x.shape[-1]), x.shape[1:-1]
+        per_draw = x.dim() >= 3 and x.shape[0] == draws  # one slice per draw
+        lead = x.shape[1:-1] if per_draw else x.shape[:-1]
+        rows = math.prod(lead)
+        if per_draw:
+            flat = x.reshape(draws, rows, x.shape[-1])
         else:  # every draw on all of x
-            flat, lead = x.reshape(1, -1, x.shape[-1]).expand(draws, -1, -1), x.shape[:-1]
-        return torch.baddbmm(b.unsqueeze(1), flat, w.mT).reshape(draws, *lead, -1)
+            flat = x.reshape(1, rows, x.shape[-1]).expand(draws, -1, -1)
+        # (out, not -1: on an empty batch, the reshape could not tell it)
+        return torch.baddbmm(b.unsqueeze(1), flat, w.mT).reshape(draws, *lead, w.shape[1])
 
 
 class BayesianConv2d(_BayesianLayer):

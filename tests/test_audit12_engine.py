@@ -1,0 +1,240 @@
+"""Audit 12: the execution engine's fast paths and the layers against independent references
+(``torch.func.functional_call`` once per draw; hand-written BatchEnsemble members)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+import pyrouq
+from pyrouq.nn import BayesianLinear
+
+
+def _draws(model, count, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    template = model.template()
+    return {
+        site: template[site]
+        * (1 + 0.2 * torch.randn(count, *template[site].shape, generator=g, dtype=dtype))
+        + 0.01 * torch.randn(count, *template[site].shape, generator=g, dtype=dtype)
+        for site in model.network_sites()
+    }
+
+
+def _by_hand(net, x, draws):
+    count = next(iter(draws.values())).shape[0]
+    return torch.stack(
+        [functional_call(net, {k: v[s] for k, v in draws.items()}, (x,)) for s in range(count)]
+    )
+
+
+def _conv_net():
+    # 2x2 max-pooling (strided maxima), a 3x3 max-pooling of 16 channels (pooled
+    # channels-last), convolutions of 16-32 channels (the network runs channels-last),
+    # depthwise / grouped ones, reflect and circular padding, bias=False, norms, dropout
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, padding_mode="reflect"),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, groups=16, padding=1, padding_mode="circular", bias=False),
+        nn.GroupNorm(4, 32),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+        nn.Conv2d(32, 16, 1, stride=2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.LayerNorm(16),
+        nn.Dropout(0.3),
+        nn.Linear(16, 3),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_draws_are_functional_call_once_per_draw(dtype, mode):
+    torch.manual_seed(0)
+    net = _conv_net().to(dtype)
+    net[1].running_mean.normal_(0, 0.1)
+    net[1].running_var.uniform_(0.5, 2.0)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-12)
+    for count, batch, grad in ((1, 1, False), (3, 4, False), (3, 4, True)):
+        model = getattr(pyrouq.bayesian(copy.deepcopy(net)), mode)()
+        plain = getattr(copy.deepcopy(net), mode)()
+        draws = _draws(model, count, dtype)
+        x = torch.randn(batch, 3, 12, 12, dtype=dtype)
+        with torch.set_grad_enabled(grad):
+            torch.manual_seed(1)  # (dropout in training: the same masks, draw by draw)
+            out = model.outputs(x.clone().requires_grad_(grad), draws)
+            torch.manual_seed(1)
+            expected = _by_hand(plain, x, draws)
+        assert out.shape == (count, batch, 3)
+        torch.testing.assert_close(out, expected, **tol)
+        if mode == "train":  # BatchNorm's running statistics moved once per draw, as by hand
+            torch.testing.assert_close(model.net[1].running_mean, plain[1].running_mean, **tol)
+
+
+def test_gradients_through_the_pooling_kernels_are_torchs():
+    torch.manual_seed(0)
+    net = _conv_net().double().train()
+    net[-2].p = 0.0
+    model = pyrouq.bayesian(copy.deepcopy(net)).train()
+    draws = _draws(model, 2, torch.float64)
+    x = torch.randn(3, 3, 13, 13, dtype=torch.float64)  # odd sizes: a row and column dropped
+    x = x.round()  # ties in the pooling windows
+    mine = {k: v.clone().requires_grad_() for k, v in draws.items()}
+    theirs = {k: v.clone().requires_grad_() for k, v in draws.items()}
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    weights = torch.randn(2, 3, 3, dtype=torch.float64)
+    (model.outputs(x1, mine) * weights).sum().backward()
+    (_by_hand(net, x2, theirs) * weights).sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-9, atol=1e-12)
+    for site in draws:
+        torch.testing.assert_close(mine[site].grad, theirs[site].grad, rtol=1e-9, atol=1e-12)
+
+
+def test_chunked_prediction_batches_and_odd_layouts_give_the_same_outputs():
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(2, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 81, 3)
+    ).eval()
+    model = pyrouq.bayesian(copy.deepcopy(net)).eval()
+    draws = _draws(model, 2, torch.float32)
+    x = torch.randn(600, 2, 20, 20)  # above 512 inputs without gradients: run in chunks
+    with torch.no_grad():
+        expected = _by_hand(net, x, draws)
+        torch.testing.assert_close(model.outputs(x, draws), expected, rtol=1e-4, atol=1e-5)
+        small = x[:5]
+        for variant in (
+            small.contiguous(memory_format=torch.channels_last),
+            small.transpose(2, 3).contiguous().transpose(2, 3),  # strides of neither layout
+            torch.cat([small, small], -1)[..., :20],  # a non-contiguous slice
+            small[:0],  # an empty batch
+        ):
+            out = model.outputs(variant, draws)
+            torch.testing.assert_close(out, expected[:, : len(variant)], rtol=1e-4, atol=1e-5)
+
+
+def _member_by_hand(ensemble, net, member):
+    """``net`` with member ``member``'s weights, W * (s r^T) and its bias, built by hand (not
+    by the layers' own folding), and its copy of every norm."""
+    out = copy.deepcopy(net)
+    layers = dict(ensemble.net.named_modules())
+    with torch.no_grad():
+        for name, module in out.named_modules():
+            layer = layers.get(name)
+            if getattr(layer, "_is_batchensemble", False):
+                w, r, s = layer.weight, layer.r[member], layer.s[member]
+                groups = getattr(module, "groups", 1)
+                extra = [1] * (w.dim() - 2)
+                if w.dim() == 2:
+                    weight = w * s[:, None] * r[None, :]
+                else:  # (out, in / groups, ...): output channel o reads its group's inputs
+                    per_in = w.shape[1]
+                    rows = r.reshape(groups, per_in).repeat_interleave(w.shape[0] // groups, 0)
+                    weight = w * s.reshape(-1, 1, *extra) * rows.reshape(*rows.shape, *extra)
+                module.weight.copy_(weight)
+                if module.bias is None:
+                    module.bias = nn.Parameter(layer.bias[member].clone())
+                else:
+                    module.bias.copy_(layer.bias[member])
+            elif getattr(layer, "_is_member_norm", False):
+                module.load_state_dict(layer.norms[member].state_dict())
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batchensemble_members_are_explicit_networks(dtype):
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, padding_mode="reflect"),  # a one-channel stem
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 16, 3, groups=4, padding=1, bias=False),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 64),  # weights outnumbering one input's activations: scaled by r, s
+        nn.ReLU(),
+        nn.Linear(64, 3),
+    ).to(dtype)
+    ensemble = pyrouq.batchensemble(copy.deepcopy(net), 3)
+    # the pre-trained weights are kept exactly, the bias copied to every member
+    assert torch.equal(ensemble.net[0].weight, net[0].weight)
+    assert torch.equal(ensemble.net[0].bias, net[0].bias.expand(3, -1))
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-13)
+    for mode, batch in (("train", 4), ("eval", 4), ("eval", 1)):
+        getattr(ensemble, mode)()
+        members = [getattr(_member_by_hand(ensemble, net, m), mode)() for m in range(3)]
+        x = torch.randn(batch, 1, 8, 8, dtype=dtype)
+        expected = torch.stack([member(x) for member in members])
+        torch.testing.assert_close(ensemble.outputs(x), expected, **tol)
+        assert expected.std(0).min() > 0  # (members that differ)
+        if mode == "eval":  # (predict() runs the model in eval mode)
+            probs = pyrouq.predict(ensemble, x, progress=False).probs
+            torch.testing.assert_close(probs, expected.softmax(-1), **tol)
+
+
+def test_rank1_predictions_are_draw_major_over_explicit_members():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(2, 4, 3, groups=2), nn.ReLU(), nn.Flatten(), nn.Linear(64, 3))
+    model = pyrouq.rank1(net, 3)
+    draws = _draws(model, 2, torch.float32)  # factors r, s of 2 draws, (2, M, ...)
+    x = torch.randn(5, 2, 6, 6)
+    probs = pyrouq.predict(model, x, posterior_samples=draws, progress=False).probs
+    assert probs.shape == (6, 5, 3)
+    for k in range(2):
+        ensemble = copy.deepcopy(model.net)  # the BatchEnsemble's network, factors of draw k
+        for site, value in draws.items():
+            owner, _, attr = site.rpartition(".")
+            setattr(ensemble.get_submodule(owner), attr, value[k])
+        for m in range(3):
+            member = _member_by_hand(type("E", (), {"net": ensemble}), net, m).eval()
+            expected = member(x).softmax(-1)
+            torch.testing.assert_close(probs[k * 3 + m], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_bayesian_network_names_the_layer_refusing_its_input():
+    """torch's words alone named no layer ("weight of size [4, 3, 3, 3], expected
+    input[...] to have 3 channels", "mat1 and mat2 shapes cannot be multiplied"), where a
+    BatchEnsemble's refusal names 'net.0'."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(4, 4, 3))
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), block, nn.Flatten(), nn.Linear(144, 2))
+    model = pyrouq.bayesian(net)
+    with pytest.raises(RuntimeError) as info:
+        model(torch.randn(4, 2, 10, 10))
+    assert str(info.value).endswith(
+        "to have 3 channels, but got 2 channels instead (in Conv2d(3, 4, kernel_size=(3, 3), "
+        "stride=(1, 1)) at 'net.0' of the model)"
+    )
+    with pytest.raises(RuntimeError) as info:
+        model(torch.randn(4, 3, 11, 11))
+    assert str(info.value) == (
+        "mat1 and mat2 shapes cannot be multiplied (4x196 and 144x2) (in Linear(in_features="
+        "144, out_features=2, bias=True) at 'net.4' of the model)"
+    )
+    # predict() restates it naming x, the layer kept
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(ValueError, match=r"\(in Conv2d\(3, 4, .*\) at 'net\.0' of the model\)\. "):
+        pyrouq.predict(model, torch.randn(4, 2, 10, 10), guide, num_samples=2, progress=False)
+
+
+def test_bayesian_linear_draws_on_an_empty_batch():
+    """Stacked weights met an empty batch in ``reshape(draws, -1, in)``: "cannot reshape
+    tensor of 0 elements into shape [3, 0, -1]"."""
+    layer = BayesianLinear(4, 5)
+    loc, scale = torch.zeros(5, 4), torch.ones(5, 4)
+    out = layer.sample_with(torch.randn(0, 4), loc, scale, torch.zeros(5), torch.ones(5), 3)
+    assert out.shape == (3, 0, 5)
+    weight, bias = torch.randn(3, 5, 4), torch.randn(3, 5)
+    assert layer.forward_with(torch.randn(3, 0, 4), weight, bias).shape == (3, 0, 5)
+    x = torch.randn(2, 7, 4)  # and on a non-empty one, as F.linear draw by draw
+    expected = torch.stack([F.linear(x, weight[s], bias[s]) for s in range(3)])
+    torch.testing.assert_close(layer.forward_with(x, weight, bias), expected)
