@@ -357,10 +357,22 @@ def test_damaged_newer_and_state_dict_files_are_refused_clearly(tmp_path):
     torch.save(_net().state_dict(), tmp_path / "state.pt")
     with pytest.raises(
         CheckpointError,
-        match=r"got a dict of 9 tensors and no 'format' entry: a model's state_dict\(\)\. .*"
-        r"model\.load_state_dict\(torch\.load\(path, weights_only=True\)\)",
+        match=r"got a dict of 9 tensors and no 'format' entry: a state_dict\(\) \(of a model or "
+        r"a guide\) saved with torch\.save\. .*x\.load_state_dict\(torch\.load\(path, "
+        r"weights_only=True\)\) on the one it came from, then pyrouq\.save\(path, model, guide\)",
     ):
         load(tmp_path / "state.pt")
+    # a guide's state_dict, and the same file given to fit(resume_from=...)
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.5))
+    guide = mean_field_guide(model)
+    torch.save(guide.state_dict(), tmp_path / "guide.pt")
+    with pytest.raises(CheckpointError, match=r"\(of a model or a guide\)"):
+        load(tmp_path / "guide.pt")
+    x = torch.randn(8, 2)
+    with pytest.raises(CheckpointError, match=r"A run to resume needs the checkpoint "
+                       r"fit\(checkpoint=\.\.\.\) writes\."):  # fmt: skip
+        fit(model, guide, [(x, x[:, :1])], epochs=1, num_data=8, progress=False,
+            resume_from=tmp_path / "guide.pt")  # fmt: skip
 
 
 def test_save_makes_missing_folders_and_a_failed_overwrite_keeps_the_old_file(

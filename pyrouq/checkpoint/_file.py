@@ -200,7 +200,10 @@ def _corrupt(path: Path, err: BaseException | str) -> str:
 
 def _kind(value: Any) -> str:
     if _state_dict(value):
-        return f"a dict of {len(value)} tensors and no 'format' entry: a model's state_dict()"
+        return (
+            f"a dict of {len(value)} tensors and no 'format' entry: a state_dict() (of a model "
+            "or a guide) saved with torch.save"
+        )
     if isinstance(value, dict):
         return f"a dict with format={value.get('format')!r}"
     return f"a {type(value).__name__}"
@@ -217,13 +220,16 @@ def _state_dict(value: Any) -> bool:
 
 
 def _advice(value: Any) -> str:
-    """What to do with a file :func:`read` refuses as no checkpoint."""
-    if _state_dict(value):  # torch.save(model.state_dict(), path): load() cannot rebuild it
+    """What to do with a file :func:`read` refuses as no checkpoint (for load() and for
+    ``fit(resume_from=...)``, which both read it)."""
+    if _state_dict(value):  # torch.save(x.state_dict(), path): no description to rebuild from
         return (
-            "load() rebuilds a model from the description pyrouq.save() writes, which this "
-            "file lacks: build the model as for training and call "
-            "model.load_state_dict(torch.load(path, weights_only=True)), then "
-            "pyrouq.save(path, model) writes a checkpoint."
+            "It holds weights, not the description pyrouq.save() writes to rebuild the model: "
+            "build the model (and guide) as for training, call x.load_state_dict("
+            "torch.load(path, weights_only=True)) on the one it came from, then "
+            "pyrouq.save(path, model, guide) writes a checkpoint (load it with module= for a "
+            "converted network). A run to resume needs the checkpoint fit(checkpoint=...) "
+            "writes."
         )
     return "Write checkpoints with pyrouq.save()."
 
