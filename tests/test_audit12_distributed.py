@@ -112,6 +112,21 @@ class _Stream(data.IterableDataset):
         yield from zip(x, y, strict=True)
 
 
+def _unseeded_as_documented():
+    """fit(seed=None) after torch.manual_seed(5), and fit(seed=offset), ``offset`` the
+    generator's first draw after that manual_seed: rank r seeds ``offset + r`` either way."""
+    x, y = _xy(12)
+    states = []
+    for seed in (None, "offset"):
+        model, guide = _model()
+        torch.manual_seed(5)
+        if seed == "offset":
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        fit(model, guide, ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False, seed=seed)
+        states.append(_state(guide))
+    return states
+
+
 def _stream_refusal() -> str:
     model, guide = _model()
     try:
@@ -134,6 +149,7 @@ def _worker(rank: int, init: str, out: str) -> None:
             "seeded": _two_models_in_a_row(0),
             "unseeded": _two_models_in_a_row(None),
             "stream": _stream_refusal(),
+            "documented": _unseeded_as_documented(),
         }
         torch.save(outcomes, Path(out) / f"rank{rank}.pt")
     finally:
@@ -222,6 +238,17 @@ def test_a_model_built_after_fit_is_alike_on_the_ranks_and_trains(ranks, case):
     assert all(torch.equal(v, second["built"][k]) for k, v in first["built"].items())
     assert isinstance(first["second fit"], dict), first["second fit"]
     assert all(torch.equal(v, second["second fit"][k]) for k, v in first["second fit"].items())
+
+
+def test_an_unseeded_run_on_ranks_seeds_them_as_documented(ranks):
+    # rank r seeds offset + r, offset drawn from its generator (fit()'s seed docstring): the
+    # seed that rejoins the ranks' streams after fit() is drawn after it, not before
+    for r in ranks:
+        unseeded, seeded = r["documented"]
+        assert all(torch.equal(v, seeded[k]) for k, v in unseeded.items())
+    assert not torch.equal(
+        ranks[0]["documented"][0]["loc.0__weight"], _model()[1].state_dict()["loc.0__weight"]
+    )
 
 
 def test_a_loader_over_an_iterable_dataset_is_refused_with_what_to_do(ranks):

@@ -579,12 +579,16 @@ def rank_seed(seed: int, group: Group, independent: bool) -> int:
     return (seed + group.rank) % 2**32 if independent else seed
 
 
-def own_streams(group: Group) -> None:
+def own_streams(group: Group) -> int | None:
     """Give every rank its own random stream, derived from the state the ranks share (rank r
     seeds ``offset + r``, with ``offset`` drawn from its generator): ranks whose generators
     run in lockstep (seeded alike for the same initial weights, or restored from one
-    checkpoint) would otherwise draw the same weights, one particle instead of R."""
+    checkpoint) would otherwise draw the same weights, one particle instead of R. Returns a
+    second number drawn after ``offset`` (None in one process), alike on such ranks: the seed
+    that joins their streams again when fit() ends."""
     if not group.active:
-        return
+        return None
     offset = int(torch.randint(0, 2**31 - 1, ()).item())
+    rejoin = int(torch.randint(0, 2**31 - 1, ()).item())
     pyro.set_rng_seed(offset + group.rank)
+    return rejoin

@@ -503,12 +503,15 @@ def fit(
     # each rank draws from streams of its own while it trains; they join again after it
     # (seeded alike from a number drawn before they part), so that what a script builds
     # after fit() (a model, a loader without a seed) is built alike on every rank, as before
-    rejoin = int(torch.randint(0, 2**31 - 1, ()).item()) if group.active and independent else None
+    # (drawn before the seed, or after own_streams' offset: an unseeded run draws as before)
+    rejoin = None
     try:
         if seed is not None:
+            if group.active and independent:
+                rejoin = int(torch.randint(0, 2**31 - 1, ()).item())
             pyro.set_rng_seed(_distributed.rank_seed(seed, group, independent))
         elif independent:
-            _distributed.own_streams(group)
+            rejoin = _distributed.own_streams(group)
         with (
             torch.inference_mode(False),
             torch.enable_grad(),
