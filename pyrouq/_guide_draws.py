@@ -69,7 +69,9 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
                     raise ValueError(
                         f"The guide drew site {name!r} of shape {tuple(value.shape)} in one run "
                         f"and {tuple(draws[name].shape[1:])} in another: predict() stacks the "
-                        "draws of a site, which need one shape."
+                        "draws of a site, which need one shape. Make the guide draw each site "
+                        "with the same shape in every run (the shape the model samples), or "
+                        "pass the draws as posterior_samples={site: (S, *shape)}."
                     )
                 draws[name][counts[name]] = value
                 counts[name] += 1

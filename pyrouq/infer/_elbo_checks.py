@@ -1,13 +1,18 @@
 """What :class:`pyrouq.KLWeightedELBO` checks of its settings and of the arguments of a call:
-the KL weight, the model's inputs and labels, and whether the guide is one for the model."""
+the KL weight, the model's inputs and labels, whether the guide is one for the model, and
+whether a Pyro effect handler is active around the call."""
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any
 
 import pyro
 import torch
+from pyro.poutine.runtime import _PYRO_STACK
+from pyro.poutine.seed_messenger import SeedMessenger
+from pyro.poutine.trace_messenger import TraceMessenger
 
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import name_of, observes_something, unobserved_sites
@@ -58,6 +63,45 @@ def needs_labels(y: Any) -> None:
             'KLWeightedELBO needs the labels: the model\'s "obs" site was not observed '
             "(y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
         )
+
+
+def handlers_active() -> bool:
+    """Whether a Pyro effect handler that could change the model's or guide's sites is active
+    around the call (``poutine.scale``, ``mask``, ``condition``, ``block``, a ``pyro.plate``, a
+    trace recording sample sites...): the ELBO then traces both, so that the handler applies
+    as it does to Pyro's own ELBOs. ``SVI.step``'s capture of the parameters
+    (``poutine.trace(param_only=True)``) and ``poutine.seed`` change no site."""
+    return any(
+        not isinstance(handler, SeedMessenger)
+        and not (isinstance(handler, TraceMessenger) and handler.param_only)
+        for handler in _PYRO_STACK
+    )
+
+
+def warn_local(local: str, model: Any, guide: Any, direct: bool) -> None:
+    """Warn that ``model`` (``local``: what in it asks for local reparameterisation) is traced
+    and its weights sampled; ``direct``: it and ``guide`` would run directly but for a Pyro
+    effect handler around the call (:func:`handlers_active`)."""
+    if direct:
+        why = (
+            "a Pyro effect handler (poutine.scale, mask, condition, a plate, a trace...) is "
+            "active around the call, so the model is traced"
+        )
+        fix = "Call the ELBO outside the handler for local reparameterisation."
+    else:
+        why = (
+            "KLWeightedELBO applies it to a model made by pyrouq.bayesian() with a "
+            f"MeanFieldGuide only (it needs the guide's locations and scales), got "
+            f"{type(model).__name__} with {type(guide).__name__}"
+        )
+        fix = (
+            "Convert the network with pyrouq.bayesian(net, local_reparameterization=True) and "
+            "use pyrouq.mean_field_guide(model)."
+        )
+    warnings.warn(
+        f"{local} has local_reparameterization=True, but {why}: weights are sampled instead. {fix}",
+        stacklevel=3,
+    )
 
 
 def local_owner(model: Any) -> str | None:

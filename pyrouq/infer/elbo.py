@@ -12,7 +12,6 @@ tutorial uses k = 1/10000), corresponds to ``kl_weight = k * N``: multiply that 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
@@ -33,12 +32,14 @@ from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._elbo_checks import (
     check_kl_weight,
     check_unguided_trace,
+    handlers_active,
     lacks_labels,
     local_owner,
     model_inputs,
     needs_labels,
     plain_network_error,
     traced_guide,
+    warn_local,
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
 from pyrouq.infer._site_checks import site_mismatch
@@ -73,13 +74,16 @@ class ELBOTerms:
     outputs: Tensor | None = None
 
 
-def _samples_directly(model: Any, guide: Any) -> bool:
+def _samples_directly(model: Any, guide: Any, anyway: bool = False) -> bool:
     """Whether :class:`KLWeightedELBO` may draw the weights from ``guide``'s locations and
     scales and run the network through the engine instead of tracing both: a
     :class:`MeanFieldGuide` and a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is not
-    overridden (a subclass overriding ``forward`` is traced, so its own ``forward`` runs)."""
+    overridden (a subclass overriding ``forward`` is traced, so its own ``forward`` runs),
+    with no Pyro effect handler around the call (:func:`handlers_active`; ``anyway``: with
+    one too)."""
     return (
-        isinstance(guide, MeanFieldGuide)
+        (anyway or not handlers_active())
+        and isinstance(guide, MeanFieldGuide)
         and type(guide).forward is MeanFieldGuide.forward
         and isinstance(model, BayesianNetwork)
         and type(model).forward is BayesianNetwork.forward
@@ -87,9 +91,11 @@ def _samples_directly(model: Any, guide: Any) -> bool:
 
 
 def _deterministic(model: Any, guide: Any) -> bool:
-    """A BatchEnsemble (no latent sites) with no guide: its outputs are computed directly."""
+    """A BatchEnsemble (no latent sites) with no guide, and no Pyro effect handler around the
+    call (:func:`handlers_active`): its outputs are computed directly."""
     return (
-        (guide is None or getattr(guide, "_pyrouq_empty", False))
+        not handlers_active()
+        and (guide is None or getattr(guide, "_pyrouq_empty", False))
         and isinstance(model, BatchEnsembleNetwork)
         and type(model).forward is BatchEnsembleNetwork.forward
     )
@@ -174,14 +180,17 @@ class KLWeightedELBO(ELBO):
     term is the analytic ``KL(q || p)`` of every site, computed once (for a scalar Normal
     prior from three sums per site, with its gradient written out, in the autograd node that
     draws the site's weights for the first particle). A BatchEnsemble without a
-    guide is run directly too. Any other guide (an ``AutoNormal``, a hand-written guide), or a
-    model subclass overriding ``forward``, is traced: the guide is run and the model replayed
-    against it. :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call)
-    back-propagates several weight-sampling particles one at a time, with the same draws and
-    gradients. As in :func:`pyrouq.fit`, a guide built for another model, the model as its own
-    guide, a :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a
-    model with latent sites, one that observes nothing or a plain torch network are refused
-    (``None`` is the guide of a model without latent sites).
+    guide is run directly too. Any other guide (an ``AutoNormal``, a hand-written guide), a
+    model subclass overriding ``forward``, or a call under a Pyro effect handler
+    (``poutine.scale``, ``mask``, ``condition``, a plate; not ``SVI.step``'s parameter capture
+    nor ``poutine.seed``) is traced, so that the handler applies as to Pyro's ELBOs: the guide
+    is run and the model replayed against it. :meth:`terms_and_grads` (what
+    :func:`pyrouq.fit` and SVI call) back-propagates several weight-sampling particles one at
+    a time, with the same draws and gradients. As in :func:`pyrouq.fit`, a guide built for
+    another model, the model as its own guide, a :class:`~pyrouq.MeanFieldGuide` with a
+    BatchEnsemble, and ``guide=None`` for a model with latent sites, one that observes nothing
+    or a plain torch network are refused (``None`` is the guide of a model without latent
+    sites).
 
     Local reparameterisation. For a model with ``local_reparameterization=True`` and a
     :class:`~pyrouq.MeanFieldGuide`, every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` whose weight
@@ -281,15 +290,7 @@ class KLWeightedELBO(ELBO):
         guide = traced_guide(model, guide)  # (None: one that draws none)
         local = local_owner(model)
         if local is not None:
-            warnings.warn(
-                f"{local} has local_reparameterization=True, which KLWeightedELBO applies "
-                "to a model made by pyrouq.bayesian() with a MeanFieldGuide only (it needs "
-                f"the guide's locations and scales), got {type(model).__name__} with "
-                f"{type(guide).__name__}: weights are sampled instead. Convert the network "
-                "with pyrouq.bayesian(net, local_reparameterization=True) and use "
-                "pyrouq.mean_field_guide(model).",
-                stacklevel=2,
-            )
+            warn_local(local, model, guide, _samples_directly(model, guide, anyway=True))
         nll_total: Tensor | float = 0.0
         kl_total: Tensor | float = 0.0
         outputs = None

@@ -118,7 +118,11 @@ class MeanFieldGuide(nn.Module):
             )
         sites: dict[str, torch.Size] = latent_sites()
         if not sites:
-            raise ValueError(f"{type(model).__name__} has no latent sites; it needs no guide.")
+            raise ValueError(
+                f"mean_field_guide() needs a model with latent sites, got "
+                f"{type(model).__name__}, which has none: it needs no guide. Pass guide=None "
+                "(to fit(), predict() or KLWeightedELBO)."
+            )
         if init_from is None:
             state = template()
         else:
