@@ -51,7 +51,14 @@ from pyrouq.cli._parser import (
     _build_parser,
 )
 from pyrouq.cli._report import _evaluate, _save_plots, _write_metrics
-from pyrouq.cli._run_dir import claim, out_dir, resume_command
+from pyrouq.cli._run_dir import (
+    claim,
+    out_dir,
+    recorded_factory_root,
+    resume_command,
+    trained_in_full,
+    trained_run,
+)
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -125,8 +132,12 @@ def _norms_of(model: Any) -> str | None:
 def _cmd_fit(args: argparse.Namespace) -> int:
     method = method_of(args)  # refused before any process group is joined
     device = _device(args.device)
-    with _process_group(device) as (rank, world):
-        return _fit_on_rank(args, method, device, rank, world)
+    paths = list(sys.path)  # a resumed run's factory_root, put on it where it is needed
+    try:
+        with _process_group(device) as (rank, world):
+            return _fit_on_rank(args, method, device, rank, world)
+    finally:
+        sys.path[:] = paths
 
 
 def _fit_on_rank(
@@ -147,6 +158,8 @@ def _fit_on_rank(
     out = out_dir(args) if rank == 0 else Path(os.path.expanduser(args.out or "runs"))
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
+    if args.resume and method is not None:  # the factory found where the run found it, as
+        args.factory_root = recorded_factory_root(out)  # `pyrouq evaluate` finds it
     pyro.set_rng_seed(args.seed)
     args.typed_num_samples = args.num_samples  # before build() fills in its default
     model, guide = build(args, method)
@@ -182,9 +195,13 @@ def _fit_on_rank(
         "versions": library_versions(),
     }
     if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
-        pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
-                   num_particles=args.num_particles, progress=False, seed=args.seed,
-                   resume_from=out / "checkpoint.pt" if args.resume else None)  # fmt: skip
+        try:
+            pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
+                       num_particles=args.num_particles, progress=False, seed=args.seed,
+                       resume_from=out / "checkpoint.pt" if args.resume else None)  # fmt: skip
+        except ValueError as err:  # a run trained in full: rank 0 evaluates it (_run_fit)
+            if not _trained_in_full(args, out / "checkpoint.pt", epochs, err):
+                raise
         return 0
     out, fresh = claim(out, args, config)
     try:
@@ -241,20 +258,25 @@ def _run_fit(
     )
     try:
         with _writing_run(out, checkpoint):  # each epoch's checkpoint
-            result = pyrouq.fit(
-                model,
-                guide,
-                train,
-                epochs=epochs,
-                lr=lr,
-                kl_weight=args.kl_weight,
-                num_particles=args.num_particles,
-                progress=not args.no_progress,
-                seed=args.seed,
-                checkpoint=checkpoint,
-                metadata={"config": config},
-                resume_from=checkpoint if args.resume else None,
-            )
+            try:
+                result = pyrouq.fit(
+                    model,
+                    guide,
+                    train,
+                    epochs=epochs,
+                    lr=lr,
+                    kl_weight=args.kl_weight,
+                    num_particles=args.num_particles,
+                    progress=not args.no_progress,
+                    seed=args.seed,
+                    checkpoint=checkpoint,
+                    metadata={"config": config},
+                    resume_from=checkpoint if args.resume else None,
+                )
+            except ValueError as err:  # fit() refuses a run with no epochs left: one
+                if not _trained_in_full(args, checkpoint, epochs, err):  # stopped evaluating
+                    raise
+                model, guide, result = trained_run(checkpoint, args, method, config)
     except TrainingInterrupted as stop:
         print(
             f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
@@ -301,7 +323,8 @@ def _run_fit(
     except KeyboardInterrupt:
         print(
             f"\npyrouq: interrupted while evaluating; the trained run is saved at {checkpoint} "
-            f"(evaluate it with: pyrouq evaluate {shlex.quote(str(out))})",
+            f"(evaluate it with: pyrouq evaluate {shlex.quote(str(out))}; or finish the run, "
+            f"its metrics.json and plots, without training: {resume_command(config, out)})",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
@@ -319,6 +342,16 @@ def _run_fit(
         f"{', '.join(p.name for p in written)} ({total:.1f} s in all)"
     )
     return 0
+
+
+def _trained_in_full(
+    args: argparse.Namespace, checkpoint: Path, epochs: int, err: Exception
+) -> bool:
+    """Whether fit()'s refusal ``err`` of ``--resume`` is of a run that trained all its epochs
+    and was stopped while it evaluated (which the command finishes without training)."""
+    if not args.resume or not trained_in_full(checkpoint, epochs):
+        return False
+    return str(err).startswith("resume_from has already completed")
 
 
 _WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG, errno.EIO}

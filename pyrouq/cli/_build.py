@@ -490,8 +490,8 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     import pyrouq
     from pyrouq.convert._sites import PLAIN_INSTEAD, pyro_samples_held
 
-    if method is not None:
-        net = call_factory(args.model)
+    if method is not None:  # (a resumed run's module, where the run found it, if not here)
+        net = call_factory(args.model, getattr(args, "factory_root", None))
         initialise_lazy(net, args.model)
         check_outputs(net, args.model)
         from pyrouq._util import has_latent_sites

@@ -35,7 +35,7 @@ def out_dir(args: argparse.Namespace) -> Path:
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        if (out / "checkpoint.pt").is_file() and not (out / "metrics.json").exists():
+        if _interrupted_run(out):
             raise CommandError(
                 f"--out {str(out)!r} holds an interrupted run (a checkpoint.pt, no "
                 "metrics.json); pass --resume to continue it, --overwrite to start anew, or "
@@ -67,6 +67,12 @@ def _resumed_dir(args: argparse.Namespace) -> Path:
             "--resume continues the run in --out and --overwrite removes it; pass one of them"
         )
     out = _given_out(args)
+    if not (out / "config.json").is_file() and (out / "checkpoint.pt").is_file():
+        raise CommandError(  # (not a folder of the command's: "start it anew" was refused)
+            f"--resume: {str(out)!r} holds a checkpoint.pt but no config.json, the record of "
+            "the run that --resume checks this command against; start the run anew there with "
+            "--overwrite, or pass another --out"
+        )
     if not (out / "config.json").is_file():
         raise CommandError(
             f"--resume: {str(out)!r} holds no config.json, so no run of `pyrouq fit` to "
@@ -85,6 +91,85 @@ def _resumed_dir(args: argparse.Namespace) -> Path:
             "anew there with --overwrite"
         )
     return out
+
+
+def _interrupted_run(out: Path) -> bool:
+    """Whether ``out`` holds a run of the command that --resume continues: its config.json and
+    checkpoint.pt, no metrics.json."""
+    files = (out / "checkpoint.pt").is_file() and (out / "config.json").is_file()
+    return files and not (out / "metrics.json").exists()
+
+
+def recorded_factory_root(out: Path) -> str | None:
+    """The folder the run in ``out`` found its factory's module in (config.json's
+    ``factory_root``), where ``--resume`` looks for it when it is not importable here, as
+    ``pyrouq evaluate`` does; None where config.json records none or cannot be read (which
+    :func:`check_same_run` tells)."""
+    try:
+        root = json.loads((out / "config.json").read_text()).get("factory_root")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return root if isinstance(root, str) else None
+
+
+def trained_in_full(checkpoint: Path, epochs: int) -> bool:
+    """Whether the interrupted run's ``checkpoint`` holds all its ``epochs`` trained (the run was
+    stopped while it evaluated, after its last epoch's checkpoint): ``--resume`` then finishes
+    the run without training, where fit(resume_from=) refuses it. Its final checkpoint (written
+    after the evaluation, with no training state) without a metrics.json is refused."""
+    from pyrouq.checkpoint import CheckpointError, read
+
+    try:
+        payload = read(checkpoint)
+        metadata = json.loads(payload.get("metadata") or "null")
+    except (CheckpointError, ValueError, TypeError):
+        return False  # fit()'s refusal tells what is wrong with the file
+    training = payload.get("training")
+    if training is None and isinstance(metadata, dict) and "metrics" in metadata:
+        out = shlex.quote(str(checkpoint.parent))
+        raise CommandError(
+            f"--resume: the run in {str(checkpoint.parent)!r} trained and was evaluated (its "
+            "checkpoint.pt is the final one, without the training state), but was stopped "
+            f"before it wrote metrics.json; evaluate it with `pyrouq evaluate {out}`, or start "
+            "it anew there with --overwrite"
+        )
+    if not isinstance(training, dict):
+        return False
+    try:
+        done, planned = int(training["epochs_done"]), int(training["epochs"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return done == planned == epochs
+
+
+def trained_run(
+    checkpoint: Path, args: argparse.Namespace, method: str | None, config: dict[str, Any]
+) -> tuple[Any, Any, Any]:
+    """The model, guide and fit() result of a run that trained all its epochs and was stopped
+    while it evaluated, from its last epoch's checkpoint (as `pyrouq evaluate` loads it):
+    ``--resume`` evaluates it and writes the run as the uninterrupted run did."""
+    import warnings
+
+    import pyrouq
+    from pyrouq.cli._build import call_factory, initialise_lazy
+
+    skeleton = None
+    if method is not None:  # the factory's network, for load()'s skeleton
+        skeleton = call_factory(args.model)
+        initialise_lazy(skeleton, args.model)
+    with warnings.catch_warnings():  # a factory of pyrouq's own MLP: the skeleton is
+        warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
+        saved = pyrouq.load(checkpoint, device=config["device"], module=skeleton)
+    assert isinstance(saved, pyrouq.Checkpoint)  # (trained_in_full read its training state)
+    training = saved.training or {}
+    result = pyrouq.FitResult(
+        history=tuple(pyrouq.EpochRecord(**record) for record in training["history"]),
+        num_data=int(training["num_data"]),
+        kl_weight=float(training["kl_weight"]),
+        num_particles=int(training["num_particles"]),
+        steps=int(training["steps"]),
+    )
+    return saved.model, saved.guide, result
 
 
 def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[Path, bool]:
@@ -141,9 +226,16 @@ def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) 
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise CommandError(f"--resume: cannot read {str(path)!r}: {err}") from None
+        raise CommandError(
+            f"--resume: cannot read {str(path)!r} ({err}), the record of the run that --resume "
+            "checks this command against; start the run anew there with --overwrite"
+        ) from None
     if not isinstance(saved, dict):
-        raise CommandError(f"--resume: {str(path)!r} is not a run's config (a JSON object)")
+        raise CommandError(
+            f"--resume: {str(path)!r} is not a run's config (a JSON object), the record that "
+            "--resume checks this command against; start the run anew there with --overwrite"
+        )
+    _check_same_pyrouq(path, saved, config)
     typed = {"num_samples": getattr(args, "typed_num_samples", None), "device": args.device}
     if typed["num_samples"] is None and _draws(saved.get("num_samples")):  # the run's own
         config["num_samples"] = args.num_samples = saved["num_samples"]
@@ -172,6 +264,12 @@ def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) 
         unset = ""
         if "data_root" in differ and saved.get("data_root") is None and args.data_root is None:
             unset = " (the run read the bundled copy; $PYROUQ_DATA names a folder now: unset it)"
+        if "factory_root" in differ and isinstance(saved.get("factory_root"), str):
+            module = str(config.get("factory", "")).partition(":")[0]
+            unset += (
+                f" (a module {module!r} is imported from another folder here: resume from "
+                f"{saved['factory_root']!r}, the run's, or put it first on PYTHONPATH)"
+            )
         raise CommandError(
             f"--resume continues the run in {str(out)!r} as it was started, but this command "
             f"trains another ({shown}){unset}; run the recorded command with --resume: "
@@ -189,6 +287,33 @@ def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) 
         command = shlex.join(words)
         _rewrite(path, {**saved, **changed, "command": command}, list(changed))
     config["command"] = command
+
+
+def _check_same_pyrouq(path: Path, saved: dict[str, Any], config: dict[str, Any]) -> None:
+    """Refuse a config.json of another pyrouq than this one, whose entries it cannot compare:
+    entries that a later pyrouq records and this one does not know, or that this one records
+    and an earlier one did not (comparing them, a run was refused as another, "null there, null
+    now", telling to run the command just run)."""
+    unknown = [k for k in saved if k not in config and k not in _NOT_COMPARED]
+    missing = [k for k in config if k not in saved and k not in _NOT_COMPARED]
+    if not unknown and not missing:
+        return
+    versions = saved.get("versions")
+    then = versions.get("pyrouq") if isinstance(versions, dict) else None
+    now = config["versions"]["pyrouq"]
+    what = (
+        f"records {', '.join(unknown)}, which this pyrouq ({now}) does not know"
+        if unknown
+        else f"does not record {', '.join(missing)}, which this pyrouq ({now}) records"
+    )
+    if isinstance(then, str) and then != now:
+        fix = f"resume it with pyrouq {then}, which started it, or start it anew"
+    else:  # the same pyrouq's: an edited record, or one of an earlier build of this version
+        fix = (
+            "not the record this pyrouq's `pyrouq fit` writes (edited, or of an earlier build); "
+            "start the run anew"
+        )
+    raise CommandError(f"--resume: {str(path)!r} {what}: {fix} there with --overwrite")
 
 
 def _usable(device: Any) -> bool:
