@@ -3,9 +3,11 @@ forward that reads a layer's weight or bias as a tensor bypasses the members' fa
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
 reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`); a
 forward that runs them inside ``torch.utils.checkpoint`` is refused where the backward pass
-would run them with other weights (:func:`recompute_checked`); a layer refusing its input (a
-BatchEnsemble layer's refusal, or torch's words on shapes, channels or dtypes) is named by its
-paths in the network (:class:`LayersNamed`). Also two small helpers of the
+would run them with other weights, and so is one that runs layers holding latent weights only
+under ``torch.no_grad()`` (:func:`recompute_checked`); a layer refusing its input (a
+BatchEnsemble layer's refusal, torch's words on shapes, channels or dtypes, or an
+``nn.Embedding``'s bare "index out of range in self") is named by its paths in the network
+(:class:`LayersNamed`). Also two small helpers of the
 engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ class LayersNamed:
         if isinstance(error, RuntimeError):
             _name_failing_layer(self.net, error, traceback)
             return
+        if isinstance(error, IndexError):
+            _name_failing_embedding(self.net, error, traceback)
+            return
         if not isinstance(error, LayerInputError) or error.layer is None:
             return
         try:
@@ -121,14 +126,7 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> 
     try:
         if not input_mismatch(error):
             return
-        modules = {id(module) for module in net.modules()}
-        layer = None
-        while traceback is not None:  # outermost to innermost frame
-            frame = traceback.tb_frame
-            if frame.f_code.co_name == "_call_impl":  # (nn.Module.__call__'s)
-                module = frame.f_locals.get("self")
-                layer = module if id(module) in modules else layer
-            traceback = traceback.tb_next
+        layer, _ = _innermost(net, traceback)
         where = "" if layer is None else _where(net, layer)
         if not where:
             return
@@ -140,6 +138,46 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> 
     except Exception:  # (the error as it came)
         return
     error.args = (f"{args[0].rstrip()} (in {label} at {where} of the model)",)
+    vars(error)[_LAYER_NAMED] = True
+
+
+def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[Any, ...]]:
+    """The innermost module of ``net`` running where the error of ``traceback`` was raised,
+    and the inputs it was called with."""
+    modules = {id(module) for module in net.modules()}
+    layer, inputs = None, ()
+    while traceback is not None:  # outermost to innermost frame
+        frame = traceback.tb_frame
+        if frame.f_code.co_name == "_call_impl":  # (nn.Module.__call__'s)
+            module = frame.f_locals.get("self")
+            if id(module) in modules:
+                layer, inputs = module, frame.f_locals.get("args", ())
+        traceback = traceback.tb_next
+    return layer, inputs
+
+
+def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -> None:
+    """Add to torch's bare ``index out of range in self`` of an ``nn.Embedding`` given ids
+    outside its table (a token unseen when the vocabulary was built, a padding id of V) the
+    layer, the ids it took and what to do. Its type and traceback stay torch's."""
+    if vars(error).get(_LAYER_NAMED) or error.args != ("index out of range in self",):
+        return
+    try:
+        layer, inputs = _innermost(net, traceback)
+        if not isinstance(layer, nn.Embedding) or not (where := _where(net, layer)):
+            return
+        size = layer.num_embeddings
+        ids = inputs[0] if inputs and torch.is_tensor(inputs[0]) else None
+        took = "" if ids is None else f" (ids from {int(ids.min())} to {int(ids.max())})"
+        label = f"{layer._get_name()}({layer.extra_repr()})"
+    except Exception:  # (the error as it came)
+        return
+    error.args = (
+        f"index out of range in self: {label} at {where} of the model has rows for ids 0 to "
+        f"{size - 1}, and its input held others{took}. Map ids outside the vocabulary to one "
+        f"in [0, {size}) (an unknown-token id), or build the embedding with num_embeddings "
+        "above the largest id.",
+    )
     vars(error)[_LAYER_NAMED] = True
 
 
@@ -264,13 +302,19 @@ def _runs_otherwise(module: nn.Module, swapped: AbstractSet[int]) -> bool:
     run: it holds a tensor put in place for the run (``swapped``: their modules' ids), runs
     as one BatchEnsemble member's pass, or draws its pre-activations (local
     reparameterisation puts a forward of the engine's on it for the run)."""
-    patched = getattr(vars(module).get("forward"), "__module__", None) or ""
     member = getattr(module, "_is_batchensemble", False) or getattr(module, "_is_member_norm", 0)
     return (
         id(module) in swapped
         or (member and getattr(module, "_member", None) is not None)
-        or patched.startswith("pyrouq.")
+        or _drawing(module)
     )
+
+
+def _drawing(module: nn.Module) -> bool:
+    """Whether ``module`` draws its pre-activations in this run (local reparameterisation puts
+    a forward of the engine's on it)."""
+    patched = getattr(vars(module).get("forward"), "__module__", None) or ""
+    return patched.startswith("pyrouq.")
 
 
 @contextlib.contextmanager
@@ -289,7 +333,8 @@ def recompute_checked(
     ``CheckpointError`` elsewhere). ``swapped``: gives the ids of the modules holding the
     tensors put in place (asked only when a run is checked). Not caught: checkpointing
     switched on after those runs, and a checkpointed function that reads the weights as
-    tensors instead of calling their modules."""
+    tensors instead of calling their modules. The same run refuses a forward that calls a
+    module holding such tensors only under ``torch.no_grad()`` (:func:`_no_grad_refusal`)."""
     checked = _RECOMPUTE_CHECKED.get(net, frozenset())
     key = (net.training, key)
     if not torch.is_grad_enabled() or key in checked or _checking.get():
@@ -298,6 +343,7 @@ def recompute_checked(
     outer, held = _outer_frames(), swapped()
     stack: list[tuple[str, str | None]] = []  # (module, where its checkpoint was called)
     found: list[str] = []
+    gradients: dict[str, bool] = {}  # holders run: whether any call of theirs had gradients
 
     def before(module: nn.Module, args: Any, name: str) -> None:
         caller = None
@@ -309,6 +355,8 @@ def recompute_checked(
             if _runs_otherwise(module, held):
                 found.extend((name, caller))
                 raise _CheckpointFound
+        if id(module) in held or _drawing(module):
+            gradients[name] = gradients.get(name, False) or torch.is_grad_enabled()
         stack.append((name, caller))
 
     def after(module: nn.Module, args: Any, out: Any) -> None:
@@ -341,7 +389,29 @@ def recompute_checked(
         _checking.reset(token)
         for handle in handles:
             handle.remove()
+    without = [name for name, had in gradients.items() if not had]
+    if without:
+        raise ValueError(_no_grad_refusal(net, without))
     _RECOMPUTE_CHECKED[net] = checked | {key}
+
+
+def _no_grad_refusal(net: nn.Module, names: list[str]) -> str:
+    """The message refusing a forward that runs the modules ``names``, holding latent
+    tensors, only under ``torch.no_grad()`` (a block a forward keeps fixed that way): their
+    draws get no gradient from the data, so fit() would train their guide on the KL alone,
+    toward the prior, and NUTS would miss their part of the gradient."""
+    shown = ", ".join(repr(name) for name in names[:5])
+    more = f" ({len(names)} in all)" if len(names) > 5 else ""
+    layers, hold = ("layer", "holds") if len(names) == 1 else ("layers", "hold")
+    return (
+        f"{class_name(net)}'s forward runs the {layers} {shown}{more}, which {hold} latent "
+        "weights, only under torch.no_grad() (or torch.inference_mode()): their draws would "
+        "get no gradient from the data, so fit() would train their guide on the KL alone, "
+        "toward the prior (random weights), and mcmc() would miss their part of the gradient. "
+        "To keep those weights fixed, freeze them before converting "
+        "(layer.requires_grad_(False); select=None leaves frozen parameters out) or leave them "
+        "out of select=; to make them Bayesian, run them with gradients."
+    )
 
 
 def _stateless_leaf(module: nn.Module) -> bool:

@@ -494,9 +494,10 @@ def bayesian(
         prior centred on 0, warns: it pulls them to 0.
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
-        and convolution that are not frozen (``requires_grad=False``; of a BatchEnsemble: its
-        layers' factors ``r`` and ``s``); ``"last_layer"``, those of the last ``nn.Linear``
-        registered (of a BatchEnsemble: the factors of its last converted ``nn.Linear``; in
+        (``nn.Bilinear`` too) and convolution that are not frozen (``requires_grad=False``; of
+        a BatchEnsemble: its layers' factors ``r`` and ``s``); ``"last_layer"``, those of the
+        last ``nn.Linear`` or ``nn.Bilinear`` registered (of a BatchEnsemble: the factors of
+        its last converted ``nn.Linear``; in
         ``named_modules()`` order: for a network whose head is defined before its body, name
         the head instead, ``select=["head"]``); a list of module names or
         dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
@@ -540,7 +541,9 @@ def bayesian(
         weights inside ``torch.utils.checkpoint`` (torchvision's DenseNet with
         ``memory_efficient=True``): the backward pass would run them again with the initial
         weights, not the draw. (Checkpointing switched on after that run, or a checkpointed
-        function reading the weights as tensors, is not caught.) A latent ``nn.Embedding`` /
+        function reading the weights as tensors, is not caught.) Likewise a forward that runs
+        layers with latent weights only under ``torch.no_grad()``: their draws would get no
+        gradient from the data. A latent ``nn.Embedding`` /
         ``nn.EmbeddingBag`` with ``max_norm`` (torch would renormalise the draws in place).
 
     Warns

@@ -14,6 +14,7 @@ from pyrouq._signatures import call_signature, not_callable_as
 from pyrouq._util import class_name, warn_caller
 
 __all__ = [
+    "LINEAR_TYPES",
     "WEIGHTED_TYPES",
     "converted",
     "names_list",
@@ -24,8 +25,12 @@ __all__ = [
     "warn_parametrized",
 ]
 
-WEIGHTED_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
-"""Layers whose weight and bias ``select=None`` makes latent."""
+WEIGHTED_TYPES = (nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd)
+"""Layers whose weight and bias ``select=None`` makes latent (``nn.Bilinear``, torch's other
+linear layer, too: left out, a bilinear head would stay deterministic without a word)."""
+
+LINEAR_TYPES = (nn.Linear, nn.Bilinear)
+"""Layers ``select="last_layer"`` picks the last of."""
 
 
 def names_list(names: Sequence[str], limit: int = 8) -> str:

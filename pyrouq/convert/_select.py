@@ -28,6 +28,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.convert._hints import (
+    LINEAR_TYPES,
     WEIGHTED_TYPES,
     no_linear,
     no_match,
@@ -140,7 +141,7 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
                 "'last_layer', a list of module names or prefixes, or a callable "
                 "(name, param) -> bool. For one module, pass a list: select=[name]."
             )
-        linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+        linears = [name for name, m in module.named_modules() if isinstance(m, LINEAR_TYPES)]
         if not linears:
             raise ValueError(no_linear(module))
         chosen = [n for n in params if _owner(n) == linears[-1]]
