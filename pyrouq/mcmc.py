@@ -205,15 +205,16 @@ def mcmc(
         network defined in ``__main__``, which they could not import, nor one that does not
         pickle: defined inside a function, holding a lambda); otherwise one after another, in
         this process.
-        The draws are the same either way, except on large data: a chain process computes
-        on its share of the cores (``cores // chains`` torch threads), this process on the
-        caller's threads, and torch splits a sum over tens of thousands of values (the
-        likelihood of that many points) among its threads, in another order for another
-        number of them; there the chains differ in the last bits, then drift apart (each
-        as valid). Set ``torch.set_num_threads`` to the chain processes' number for the same
-        draws. A chain process that dies (out of memory, say)
-        raises a ``RuntimeError``; an interrupt (Ctrl-C) terminates the chain processes, and a
-        chain process whose parent is killed ends too.
+        The draws are the same either way, except where torch splits a sum among its
+        threads: a chain process computes on its share of the cores (``cores // chains``
+        torch threads), this process on the caller's threads, and torch adds up a
+        convolution's weight gradient (on any data) and a sum over very many values (the
+        likelihood of large data) in another order for another number of threads; there the
+        chains differ in the last bits, then drift apart (each as valid). Set
+        ``torch.set_num_threads`` to the chain processes' number for the same draws. A chain
+        process that dies (out of memory, say) raises a ``RuntimeError``; an interrupt
+        (Ctrl-C) terminates the chain processes, and a chain process whose parent is killed
+        ends too.
         Each chain process first runs the script's top-level code again (Python's ``spawn``),
         so a script that calls ``mcmc()`` needs the usual ``if __name__ == "__main__":``
         guard, or ``parallel=False``.

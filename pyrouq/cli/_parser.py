@@ -180,7 +180,8 @@ def _build_parser() -> _Parser:
     )  # fmt: skip
     fit.add_argument(
         "--seed", type=_seed, default=0,
-        help="seeds the initial weights, the data order and the draws: a run repeats exactly",
+        help="seeds the initial weights, the data order and the draws: a run repeats exactly "
+        "(on as many torch threads: OMP_NUM_THREADS)",
     )  # fmt: skip
     fit.add_argument(
         "--data-root", default=None,

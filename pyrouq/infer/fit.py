@@ -253,7 +253,9 @@ def fit(
         seeded runs of a convolutional network would drift apart in the last bits. That covers
         pyrouq's layers and common networks; a few other CUDA ops (``nn.Embedding``'s and
         bilinear ``interpolate``'s gradients, ``scatter_add_``, ...) repeat exactly only under
-        ``torch.use_deterministic_algorithms(True)``, yours to set.
+        ``torch.use_deterministic_algorithms(True)``, yours to set. On the CPU a run repeats
+        with the same number of torch threads (``torch.get_num_threads()``): torch splits a
+        convolution's weight gradient among them, in another order for another number.
     callbacks : sequence of callables
         Each is called as ``callback(record)`` after every epoch (after the epoch's checkpoint
         is written). A callback may raise ``KeyboardInterrupt`` to stop the run (handled as
