@@ -1,6 +1,7 @@
 """Audit 12: the KL-weighted ELBO and the mean-field guide against independent references (a
 hand computation, Pyro's own ELBOs, closed forms and quadrature), and what was fixed: an effect
-handler around the call was ignored by the direct path; two messages without a way out."""
+handler around the call was ignored by the direct path; two messages without a way out; a plate
+around the call of a pyrouq model met Pyro's bare errors; handlers that change nothing traced."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
 from pyro.nn import PyroModule
 from torch import nn
 
-from pyrouq import KLWeightedELBO, batchensemble, bayesian, mean_field_guide, predict
+from pyrouq import KLWeightedELBO, batchensemble, bayesian, fit, mean_field_guide, predict
 
 N = 50
 
@@ -298,3 +299,111 @@ def test_guide_initialisation_and_draws():
     x, y = _data()
     terms = KLWeightedELBO(num_particles=2).terms(wide, guide64, x.double(), y)
     assert terms.kl.dtype == terms.loss.dtype == torch.float64
+
+
+def test_a_plate_around_a_pyrouq_model_is_refused_in_pyrouqs_words():
+    model = bayesian(_net(), num_data=N)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = _data()
+    elbo = KLWeightedELBO()
+    own = (
+        "expected no plate around the call: the model observes its targets inside a plate of "
+        "its own, pyro.plate('data') over the batch at dim=-1, which a plate around it "
+        "duplicates or collides with. Call the ELBO (elbo.loss(...), svi.step(...), fit()) "
+        "outside the plate; to weigh the loss, put pyro.poutine.scale(scale=...) around the "
+        "call instead."
+    )
+    # (were Pyro's "duplicate plate 'data'", "collide at dim=-1", "shapes disagree")
+    for name, size, dim in [("data", 10, None), ("batch", 1, None), ("b", 3, -2)]:
+        shown = f"pyro.plate('{name}', {size}, dim={dim or -1})"
+        with pytest.raises(ValueError) as caught, pyro.plate(name, size, dim=dim):
+            elbo.loss(model, guide, x, y)
+        assert (
+            str(caught.value) == f"KLWeightedELBO got BayesianNetwork called inside {shown}, {own}"
+        )
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), KLWeightedELBO(num_particles=2))
+    with pytest.raises(ValueError, match=r"^KLWeightedELBO got BayesianNetwork called inside "):
+        with pyro.plate("data", 10):
+            svi.step(x, y)
+    ensemble = batchensemble(_net(), 2)
+    ensemble.num_data = N
+    with pytest.raises(ValueError, match=r"BatchEnsembleNetwork called inside pyro.plate\('data', "
+                       r"10, dim=-1\), .* inside plates of its own, pyro.plate\('data'\) over "
+                       r"the batch at dim=-1 and pyro.plate\('members'\) at dim=-2, "):  # fmt: skip
+        with pyro.plate("data", 10):
+            elbo.loss(ensemble, None, x, y)
+    # fit(): refused before anything runs (no epoch, the guide and the model untouched)
+    before = {k: v.detach().clone() for k, v in guide.state_dict().items()}
+    epochs = []
+    refusal = r"^fit\(\) got BayesianNetwork called inside pyro.plate\('data', 10, dim=-1\), "
+    with pytest.raises(ValueError, match=refusal + r".* Call fit\(\) outside the plate;"):
+        with pyro.plate("data", 10):
+            fit(
+                model,
+                guide,
+                [(x, y)],
+                epochs=1,
+                num_data=30,
+                progress=False,
+                callbacks=[epochs.append],
+            )
+    assert epochs == [] and model.num_data == N
+    assert all(torch.equal(v, before[k]) for k, v in guide.state_dict().items())
+    # not refused: a plate hidden by a poutine.block() inside it (the direct path, the same
+    # loss), a sequential plate, and a plate around a Pyro model of the user's own
+    pyro.set_rng_seed(3)
+    plain = elbo.loss(model, guide, x, y)
+    with pyro.plate("data", 10), poutine.block():
+        pyro.set_rng_seed(3)
+        assert elbo.loss(model, guide, x, y) == plain
+    for _ in pyro.plate("data", 2):
+        assert math.isfinite(elbo.loss(model, guide, x, y))
+
+    def own_model(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
+
+    def own_guide(x, y=None):
+        pyro.sample("w", dist.Normal(pyro.param("w_loc", torch.tensor(0.0)), 1.0))
+
+    with pytest.raises(ValueError, match=r"^duplicate plate 'data'"), pyro.plate("data", 10):
+        elbo.loss(own_model, own_guide, x, y.float())
+
+
+def test_handlers_that_change_nothing_keep_the_direct_path_and_guess_no_plates(caplog):
+    model = bayesian(_net(), num_data=N)
+    guide = mean_field_guide(model, init_scale=0.3)
+    x, y = _data()
+    elbo = KLWeightedELBO()
+    pyro.set_rng_seed(5)
+    with torch.no_grad():
+        plain = elbo.terms(model, guide, x, y)
+    # a block hiding every site (SVI.run's): handlers outside it see none, the direct path runs
+    # (was: traced, a loss different in the last bits and slower)
+    for outer in [poutine.scale(scale=0.1), poutine.mask(mask=False), poutine.trace()]:
+        with outer, poutine.block():
+            pyro.set_rng_seed(5)
+            assert float(elbo.loss(model, guide, x, y)) == float(plain.loss)
+    # a block exposing the observations lets an outer scale reach them: traced, KL unscaled
+    with poutine.scale(scale=0.5), poutine.block(expose_types=["observe"]):
+        pyro.set_rng_seed(5)
+        exposed = elbo.terms(model, guide, x, y)
+    assert float(exposed.nll) == pytest.approx(0.5 * float(plain.nll), rel=1e-5)
+    assert float(exposed.kl) == pytest.approx(float(plain.kl), rel=1e-5)
+    # the traced path with vectorised particles: the plates are known, none guessed (which
+    # logged "Guessed max_plate_nesting = 2" and drew from the random streams)
+    vectorised = KLWeightedELBO(num_particles=3, vectorize_particles=True)
+    reference = TraceMeanField_ELBO(num_particles=3, vectorize_particles=True, max_plate_nesting=1)
+    ensemble = batchensemble(_net(), 2)
+    ensemble.num_data = N
+    with caplog.at_level("INFO", logger="pyro"), poutine.scale(scale=0.5):
+        pyro.set_rng_seed(6)
+        ours = vectorised.loss(model, guide, x, y)
+        pyro.set_rng_seed(6)
+        theirs = reference.loss(model, guide, x, y)
+        scaled = KLWeightedELBO(vectorize_particles=True).loss(ensemble, None, x, y)
+    assert not [r for r in caplog.records if "Guessed max_plate_nesting" in r.getMessage()]
+    assert ours == pytest.approx(theirs, rel=1e-6)
+    assert vectorised.max_plate_nesting == 2  # (kept, as Pyro keeps a guess)
+    assert scaled == pytest.approx(0.5 * elbo.loss(ensemble, None, x, y), rel=1e-6)

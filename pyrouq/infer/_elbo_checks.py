@@ -1,15 +1,21 @@
 """What :class:`pyrouq.KLWeightedELBO` checks of its settings and of the arguments of a call:
 the KL weight, the model's inputs and labels, whether the guide is one for the model, and
-whether a Pyro effect handler is active around the call."""
+whether a Pyro effect handler (a plate) is active around the call."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pyro
 import torch
+from pyro.infer.autoguide import AutoGuide, AutoGuideList
+from pyro.poutine.block_messenger import BlockMessenger, _block_fn
+from pyro.poutine.indep_messenger import IndepMessenger
+from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.seed_messenger import SeedMessenger
 from pyro.poutine.trace_messenger import TraceMessenger
@@ -17,6 +23,7 @@ from pyro.poutine.trace_messenger import TraceMessenger
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels
+from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer.guide import MeanFieldGuide, check_guide
 
@@ -65,17 +72,102 @@ def needs_labels(y: Any) -> None:
         )
 
 
+def _hides_every_site(handler: Messenger) -> bool:
+    """Whether ``handler`` is a ``poutine.block()`` that hides every site from the handlers
+    outside it: its default (``hide_all=True``, no ``expose`` nor ``expose_types`` list), not
+    one given a ``hide_fn`` or ``expose_fn`` of the user's own."""
+    hide = getattr(handler, "hide_fn", None) if isinstance(handler, BlockMessenger) else None
+    if not (isinstance(hide, functools.partial) and hide.func is _block_fn):
+        return False
+    expose, expose_types, _, _, hide_all = hide.args  # (_make_default_hide_fn's order)
+    return bool(hide_all) and not expose and not expose_types
+
+
+def _visible_handlers() -> Iterator[Messenger]:
+    """The Pyro effect handlers active around the call that see its sites: from the innermost
+    (the end of Pyro's stack, which applies it first) outward, up to a ``poutine.block()``
+    that hides every site (``SVI.run`` wraps its steps in one): those outside it see none."""
+    for handler in reversed(_PYRO_STACK):
+        if _hides_every_site(handler):
+            return
+        yield handler
+
+
 def handlers_active() -> bool:
     """Whether a Pyro effect handler that could change the model's or guide's sites is active
-    around the call (``poutine.scale``, ``mask``, ``condition``, ``block``, a ``pyro.plate``, a
-    trace recording sample sites...): the ELBO then traces both, so that the handler applies
-    as it does to Pyro's own ELBOs. ``SVI.step``'s capture of the parameters
-    (``poutine.trace(param_only=True)``) and ``poutine.seed`` change no site."""
+    around the call (``poutine.scale``, ``mask``, ``condition``, a trace recording sample
+    sites...): the ELBO then traces both, so that the handler applies as it does to Pyro's
+    own ELBOs. ``SVI.step``'s capture of the parameters (``poutine.trace(param_only=True)``),
+    ``poutine.seed`` and handlers outside a ``poutine.block()`` that hides every site change
+    no site (:func:`_visible_handlers`)."""
     return any(
         not isinstance(handler, SeedMessenger)
         and not (isinstance(handler, TraceMessenger) and handler.param_only)
-        for handler in _PYRO_STACK
+        for handler in _visible_handlers()
     )
+
+
+def _own_model(model: Any) -> Any:
+    """``model`` if it is a pyrouq model (perhaps compiled: ``torch.compile``'s wrapper holds
+    it as ``_orig_mod``), else None."""
+    while not isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
+        model = getattr(model, "_orig_mod", None)
+        if not isinstance(model, torch.nn.Module):
+            return None
+    return model
+
+
+def _own_plates(model: BayesianNetwork | BatchEnsembleNetwork) -> int:
+    """How many plates a pyrouq model's ``forward`` nests: ``"data"`` over the batch (dim -1),
+    and for an ensemble ``"members"`` (dim -2)."""
+    return 1 if getattr(model, "num_members", None) is None else 2
+
+
+def refuse_plate_around(model: Any, caller: str, call: str) -> None:
+    """Refuse a vectorised ``pyro.plate`` active around ``caller``'s ``call`` of a pyrouq model
+    (one outside a ``poutine.block()`` that hides every site is not), before anything runs:
+    the model observes its targets inside a ``pyro.plate("data")`` of its own (an ensemble
+    also inside ``"members"``), which such a plate duplicates or collides with (Pyro's bare
+    "duplicate plate" or "collide at dim"), or which broadcasts the weights to other shapes.
+    A sequential plate (``for i in pyro.plate``) changes no shape and is let through, as is
+    any plate around a model of the user's own."""
+    own = _own_model(model)
+    if own is None:
+        return
+    for handler in _visible_handlers():
+        if isinstance(handler, IndepMessenger) and handler.dim is not None:
+            two = _own_plates(own) > 1
+            members = " and pyro.plate('members') at dim=-2" if two else ""
+            raise ValueError(
+                f"{caller} got {type(own).__name__} called inside "
+                f"pyro.plate({handler.name!r}, {handler.size}, dim={handler.dim}), expected no "
+                "plate around the call: the model observes its targets inside "
+                f"{'plates' if two else 'a plate'} of its own, pyro.plate('data') over the "
+                f"batch at dim=-1{members}, which a plate around it duplicates or collides "
+                f"with. Call {call} outside the plate; to weigh the loss, put "
+                "pyro.poutine.scale(scale=...) around the call instead."
+            )
+
+
+def set_known_plate_nesting(elbo: Any, model: Any, guide: Any) -> None:
+    """Before ``elbo`` traces ``model`` against ``guide`` with vectorised particles, set its
+    ``max_plate_nesting``, if not given, to the plates a pyrouq model nests (with a
+    :class:`MeanFieldGuide`, an autoguide or no guide, which add none), so that Pyro does not
+    guess it from a trace of its own (which draws from the random streams and logs "Guessed
+    max_plate_nesting"). Kept afterwards, as Pyro keeps the value it guesses."""
+    own = _own_model(model)
+    if (
+        elbo.vectorize_particles
+        and elbo.max_plate_nesting == float("inf")
+        and own is not None
+        and type(own).forward in (BayesianNetwork.forward, BatchEnsembleNetwork.forward)
+        and (
+            guide is _empty_guide
+            or isinstance(guide, MeanFieldGuide)
+            or (isinstance(guide, AutoGuide) and not isinstance(guide, AutoGuideList))
+        )
+    ):
+        elbo.max_plate_nesting = _own_plates(own) + (elbo.num_particles > 1)
 
 
 def warn_local(local: str, model: Any, guide: Any, direct: bool) -> None:

@@ -38,6 +38,8 @@ from pyrouq.infer._elbo_checks import (
     model_inputs,
     needs_labels,
     plain_network_error,
+    refuse_plate_around,
+    set_known_plate_nesting,
     traced_guide,
     warn_local,
 )
@@ -49,6 +51,7 @@ from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
 
 _ANY_GUIDE = "pyro.infer.autoguide.AutoNormal(model)"
+_CALL = "the ELBO (elbo.loss(...), svi.step(...), fit())"
 
 
 @dataclass(frozen=True)
@@ -182,9 +185,13 @@ class KLWeightedELBO(ELBO):
     draws the site's weights for the first particle). A BatchEnsemble without a
     guide is run directly too. Any other guide (an ``AutoNormal``, a hand-written guide), a
     model subclass overriding ``forward``, or a call under a Pyro effect handler
-    (``poutine.scale``, ``mask``, ``condition``, a plate; not ``SVI.step``'s parameter capture
-    nor ``poutine.seed``) is traced, so that the handler applies as to Pyro's ELBOs: the guide
-    is run and the model replayed against it. :meth:`terms_and_grads` (what
+    (``poutine.scale``, ``mask``, ``condition``; not ``SVI.step``'s parameter capture,
+    ``poutine.seed``, nor one outside a ``poutine.block()`` hiding every site, as ``SVI.run``'s)
+    is traced, so that the handler applies as to Pyro's ELBOs: the guide
+    is run and the model replayed against it. A ``pyro.plate`` around the call of a pyrouq
+    model is refused (``ValueError``): the model has its own ``pyro.plate("data")`` over the
+    batch, which it would duplicate or collide with; call the ELBO outside it (scale the loss
+    with ``poutine.scale``). :meth:`terms_and_grads` (what
     :func:`pyrouq.fit` and SVI call) back-propagates several weight-sampling particles one at
     a time, with the same draws and gradients. As in :func:`pyrouq.fit`, a guide built for
     another model, the model as its own guide, a :class:`~pyrouq.MeanFieldGuide` with a
@@ -216,8 +223,9 @@ class KLWeightedELBO(ELBO):
         Draw all particles at once (under a particle plate when traced; see
         :meth:`terms_and_grads` for how they run on CPU).
     max_plate_nesting : int, optional
-        As in Pyro (an int >= 0); guessed from one trace when vectorising if not given
-        (None, or Pyro's ``float("inf")``).
+        As in Pyro (an int >= 0); if not given (None, or Pyro's ``float("inf")``), guessed
+        from one trace when vectorising, but for a pyrouq model (with a ``MeanFieldGuide``, an
+        autoguide or none), whose plates are known: ``"data"``, and ``"members"`` in ensembles.
 
     Examples
     --------
@@ -282,6 +290,7 @@ class KLWeightedELBO(ELBO):
         # cached until the context exits: the point estimates updated in place since (a
         # select= network's other layers) would run as they were at the first step
         torch.clear_autocast_cache()
+        refuse_plate_around(model, "KLWeightedELBO", _CALL)
         if _samples_directly(model, guide):
             return self._direct_terms(model, guide, *model_inputs(args, kwargs))
         if _deterministic(model, guide):
@@ -299,6 +308,7 @@ class KLWeightedELBO(ELBO):
         # the network's own priors are fixed: analytic in any order (not a subclass's sites)
         fixed = set(model.latent_sites()) if ours else set()
         fix = "mean_field_guide(model)" if ours else _ANY_GUIDE
+        set_known_plate_nesting(self, model, guide)  # (no guessing trace for ours)
         try:
             for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
                 if unguided:  # (its trace, read as fit() reads its first)
@@ -502,6 +512,7 @@ class KLWeightedELBO(ELBO):
         """
         x, y = model_inputs(args, kwargs)
         torch.clear_autocast_cache()  # see terms()
+        refuse_plate_around(model, "KLWeightedELBO", _CALL)
         if (
             self.num_particles > 1
             and _samples_directly(model, guide)

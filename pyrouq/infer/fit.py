@@ -31,6 +31,7 @@ from pyrouq._util import (
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import recorded_num_data, restore
 from pyrouq.infer import _distributed
+from pyrouq.infer._elbo_checks import refuse_plate_around
 from pyrouq.infer._fit_inputs import (
     DEFAULT_LR,
     ReadAhead,
@@ -317,8 +318,9 @@ def fit(
         statistics of the last finite step are kept (also when a step's forward pass fails;
         under torch.distributed, on every rank, with the statistics averaged over the ranks).
     ValueError
-        Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), or a
-        ``resume_from`` that does not fit the model (``CheckpointError``). Under
+        Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a ``pyro.plate``
+        around the call of a pyrouq model (which has its own plate ``"data"``: call fit()
+        outside it), or a ``resume_from`` that does not fit the model (``CheckpointError``). Under
         torch.distributed, also ranks that differ (parameters, models' settings, loaders,
         arguments, optimizers), a failure of another rank's set-up (naming that rank), and
         ``nn.SyncBatchNorm`` layers in training mode in a model on the CPU (torch synchronises
@@ -346,6 +348,7 @@ def fit(
     # gradients whatever the caller's grad mode (a fit() under torch.no_grad() or
     # torch.inference_mode() would otherwise step on no gradients and train nothing), as mcmc()
     with torch.inference_mode(False), torch.enable_grad(), _distributed.together(early, _SET_UP):
+        refuse_plate_around(model, "fit()", "fit()")  # (its own plate "data": before anything)
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)
         lr = checked_lr
