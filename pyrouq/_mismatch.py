@@ -16,7 +16,9 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
     r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
     r"expected input\[|to have \d+ channels|Expected \d+D|input size|input dimension|"
     r"is invalid for input of size|shape '\[|normalized_shape|value per channel|"
-    r"index out of range|Given groups|size mismatch, got"
+    r"index out of range|Given groups|size mismatch, got|"
+    r"Expected size for first two dimensions of batch|"  # bmm's (a vmap pass's F.linear)
+    r"running_mean should contain \d+ elements"  # a BatchNorm's on another channel count
 )
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I

@@ -238,3 +238,82 @@ def test_bayesian_linear_draws_on_an_empty_batch():
     x = torch.randn(2, 7, 4)  # and on a non-empty one, as F.linear draw by draw
     expected = torch.stack([F.linear(x, weight[s], bias[s]) for s in range(3)])
     torch.testing.assert_close(layer.forward_with(x, weight, bias), expected)
+
+
+def test_a_per_member_norm_is_named_at_the_users_layer():
+    """A per-member norm's copy for member 0 was named, 'net.1.norms.0': pyrouq's copy, at a
+    path not in the user's network; and a BatchNorm's "running_mean should contain 8
+    elements not 7" named no layer."""
+    torch.manual_seed(0)
+    for norms in ("per_member", "shared"):
+        model = pyrouq.batchensemble(
+            nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(7), nn.Linear(8, 2)), 3, norms=norms
+        )
+        with pytest.raises(RuntimeError) as info:
+            model(torch.randn(5, 4))
+        assert str(info.value).endswith(
+            f"but got input of size[5, 8] (in {nn.LayerNorm(7)!r} at 'net.1' of the model)"
+        )
+    model = pyrouq.batchensemble(
+        nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(7), nn.Linear(8, 2)), 3
+    )
+    with pytest.raises(RuntimeError) as info:
+        model(torch.randn(5, 4))
+    assert str(info.value) == (
+        f"running_mean should contain 8 elements not 7 (in {nn.BatchNorm1d(7)!r} at 'net.1' of "
+        "the model)"
+    )
+
+
+class _Tokens(nn.Module):
+    """Token ids to their mean embedding, looked up in its own forward (not by calling its
+    nn.Embedding), with an auxiliary head the forward leaves out."""
+
+    def __init__(self, vocab, hidden_size):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.embed = nn.Embedding(vocab, hidden_size)
+        self.aux = nn.Linear(hidden_size, 2)
+
+    def forward(self, ids):
+        return F.embedding(ids, self.embed.weight).mean(1)
+
+    def extra_repr(self):
+        return f"hidden_size={self.hidden_size}"
+
+
+def test_a_dtype_error_is_not_taken_for_a_shape_error_by_the_layer_named():
+    """The layer added to torch's words ("Head(hidden_size=4)") said "size": a dtype error
+    got the note on BatchEnsemble layers not called and per-member biases."""
+    torch.manual_seed(0)
+    model = pyrouq.batchensemble(nn.Sequential(_Tokens(10, 4), nn.Linear(4, 2)), 3)
+    ids = torch.randint(10, (5, 6))
+    with pytest.warns(UserWarning, match="1 of the network's 2 BatchEnsemble layers were not"):
+        assert model(ids).shape == (3, 5, 2)
+    with pytest.raises(RuntimeError) as info:
+        model(ids.float())  # float ids: cast to the network's dtype
+    told = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])
+    assert told.endswith(
+        "but got torch.FloatTensor instead (while checking arguments for embedding) (in "
+        "_Tokens(hidden_size=4) at 'net.0' of the model)"
+    )
+
+
+def test_a_vmap_run_names_the_layer_refusing_its_input(monkeypatch):
+    """Draws run as one vmap pass (on accelerators) met torch's "Expected size for first two
+    dimensions of batch2 tensor", which named no layer."""
+    import pyrouq._engine
+
+    monkeypatch.setattr(pyrouq._engine, "_cpu", lambda x: False)  # the accelerators' way
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(7, 2)))
+    draws = _draws(model, 3, torch.float32)
+    with pytest.raises(RuntimeError) as info:
+        model.outputs(torch.randn(5, 4), draws)
+    assert str(info.value) == (
+        "Expected size for first two dimensions of batch2 tensor to be: [3, 8] but got: "
+        "[3, 7]. (in Linear(in_features=7, out_features=2, bias=True) at 'net.2' of the model)"
+    )
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(ValueError, match=r"\(in Linear\(in_features=7, .*\) at 'net\.2' of the "):
+        pyrouq.predict(model, torch.randn(5, 4), guide, num_samples=3, progress=False)

@@ -109,7 +109,8 @@ def _where(net: nn.Module, layer: nn.Module) -> str:
 
 
 _LAYER_NAMED = "_pyrouq_layer_named"
-"""Attribute :func:`_name_failing_layer` sets on an error it has added the layer to."""
+"""Attribute :func:`_name_failing_layer` sets on an error it has added the layer to: torch's
+words before it did (which :func:`_shape_error` reads, not the layer's settings)."""
 
 
 def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> None:
@@ -118,8 +119,9 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> 
     settings and paths in the model: torch's ``expected input[4, 2, 10, 10] to have 3
     channels`` named none, for a network of several such layers. The layer is the innermost
     module of ``net`` running where the error was raised (a block of the user's own whose
-    forward failed outside its layers); nothing is added for ``net``'s own forward, nor to an
-    error pyrouq worded, nor twice (nested runs). Its type and traceback stay torch's."""
+    forward failed outside its layers; a per-member norm's copy counts as the user's layer it
+    copies); nothing is added for ``net``'s own forward, nor to an error pyrouq worded, nor
+    twice (nested runs). Its type and traceback stay torch's."""
     args = error.args
     if vars(error).get(_LAYER_NAMED) or len(args) != 1 or not isinstance(args[0], str):
         return
@@ -127,30 +129,33 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> 
         if not input_mismatch(error):
             return
         layer, _ = _innermost(net, traceback)
-        where = "" if layer is None else _where(net, layer)
-        if not where:
+        if layer is None or not (where := _where(net, layer)):
             return
+        if getattr(layer, "_is_member_norm", False):  # the copies' class and settings
+            layer = layer.get_submodule("norms.0")
         try:
-            settings = layer.extra_repr()  # type: ignore[union-attr]
+            settings = layer.extra_repr()
         except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
             settings = "..."
-        label = f"{layer._get_name()}({settings})"  # type: ignore[union-attr]
+        label = f"{layer._get_name()}({settings})"
     except Exception:  # (the error as it came)
         return
     error.args = (f"{args[0].rstrip()} (in {label} at {where} of the model)",)
-    vars(error)[_LAYER_NAMED] = True
+    vars(error)[_LAYER_NAMED] = args[0]
 
 
 def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[Any, ...]]:
     """The innermost module of ``net`` running where the error of ``traceback`` was raised,
-    and the inputs it was called with."""
+    and the inputs it was called with. A per-member norm (``batchensemble(...,
+    norms="per_member")``) counts as the innermost, not its copy for one member: the layer of
+    the user's that it copies, at that layer's path (not ``'net.1.norms.0'``)."""
     modules = {id(module) for module in net.modules()}
     layer, inputs = None, ()
     while traceback is not None:  # outermost to innermost frame
         frame = traceback.tb_frame
         if frame.f_code.co_name == "_call_impl":  # (nn.Module.__call__'s)
             module = frame.f_locals.get("self")
-            if id(module) in modules:
+            if id(module) in modules and not getattr(layer, "_is_member_norm", False):
                 layer, inputs = module, frame.f_locals.get("args", ())
         traceback = traceback.tb_next
     return layer, inputs
@@ -178,7 +183,7 @@ def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -
         f"in [0, {size}) (an unknown-token id), or build the embedding with num_embeddings "
         "above the largest id.",
     )
-    vars(error)[_LAYER_NAMED] = True
+    vars(error)[_LAYER_NAMED] = "index out of range in self"
 
 
 _CALLS_CHECKED = "_pyrouq_calls_checked"
@@ -240,8 +245,10 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
 
 
 def _shape_error(error: RuntimeError) -> bool:
-    """Whether ``error`` reads as torch's shape mismatch (not, say, running out of memory)."""
-    text = str(error).lower()
+    """Whether ``error`` reads as torch's shape mismatch (not, say, running out of memory):
+    torch's own words, before the failing layer was added (its settings may say "size")."""
+    words = vars(error).get(_LAYER_NAMED)
+    text = (words if isinstance(words, str) else str(error)).lower()
     return "size" in text or "shape" in text
 
 
