@@ -358,8 +358,9 @@ def test_damaged_newer_and_state_dict_files_are_refused_clearly(tmp_path):
     with pytest.raises(
         CheckpointError,
         match=r"got a dict of 9 tensors and no 'format' entry: a state_dict\(\) \(of a model or "
-        r"a guide\) saved with torch\.save\. .*x\.load_state_dict\(torch\.load\(path, "
-        r"weights_only=True\)\) on the one it came from, then pyrouq\.save\(path, model, guide\)",
+        r"a guide\) or an MCMCResult's samples, saved with torch\.save\. .*"
+        r"x\.load_state_dict\(torch\.load\(path, weights_only=True\)\) on the one it came from, "
+        r"then pyrouq\.save\(path, model, guide\)",
     ):
         load(tmp_path / "state.pt")
     # a guide's state_dict, and the same file given to fit(resume_from=...)
@@ -373,6 +374,46 @@ def test_damaged_newer_and_state_dict_files_are_refused_clearly(tmp_path):
                        r"fit\(checkpoint=\.\.\.\) writes\."):  # fmt: skip
         fit(model, guide, [(x, x[:, :1])], epochs=1, num_data=8, progress=False,
             resume_from=tmp_path / "guide.pt")  # fmt: skip
+
+
+def test_a_state_dict_files_advice_covers_autoguides_and_mcmc_samples(tmp_path):
+    """An AutoNormal's state_dict loads only into a guide that has run once (before: torch's
+    "Unexpected key(s)"), which the advice did not say; and torch.save(result.samples) was
+    told of as a state_dict alone."""
+    from pyro.infer.autoguide import AutoNormal
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 2)
+    y = x[:, :1]
+    model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.5), num_data=8)
+    guide = AutoNormal(model)
+    guide(x, y)
+    torch.save(guide.state_dict(), tmp_path / "auto.pt")
+    with pytest.raises(CheckpointError) as info:
+        load(tmp_path / "auto.pt")
+    assert (
+        "An autoguide (AutoNormal) makes its parameters on its first run: call guide(x, y) once "
+        "before loading into it (pyrouq.save() stores mean_field_guide() guides only)."
+    ) in str(info.value)
+    state = torch.load(tmp_path / "auto.pt", weights_only=True)
+    with pytest.raises(RuntimeError, match="Unexpected key"):  # what the advice avoids
+        AutoNormal(model).load_state_dict(state)
+    again = AutoNormal(model)
+    again(x, y)
+    again.load_state_dict(state)  # as the advice says
+    # an MCMCResult's samples saved with torch.save
+    result = pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, seed=0,
+                         progress=False)  # fmt: skip
+    torch.save(result.samples, tmp_path / "samples.pt")
+    with pytest.raises(CheckpointError) as info:
+        load(tmp_path / "samples.pt")
+    assert "a state_dict() (of a model or a guide) or an MCMCResult's samples, saved with " in (
+        str(info.value)
+    )
+    assert "An MCMCResult's samples: save the result itself, pyrouq.save(path, result)." in (
+        str(info.value)
+    )
+    assert load(save(tmp_path / "result.pt", result)).samples.keys() == result.samples.keys()
 
 
 def test_save_makes_missing_folders_and_a_failed_overwrite_keeps_the_old_file(

@@ -202,7 +202,7 @@ def _kind(value: Any) -> str:
     if _state_dict(value):
         return (
             f"a dict of {len(value)} tensors and no 'format' entry: a state_dict() (of a model "
-            "or a guide) saved with torch.save"
+            "or a guide) or an MCMCResult's samples, saved with torch.save"
         )
     if isinstance(value, dict):
         return f"a dict with format={value.get('format')!r}"
@@ -210,7 +210,8 @@ def _kind(value: Any) -> str:
 
 
 def _state_dict(value: Any) -> bool:
-    """Whether ``value`` is a ``state_dict()`` saved with torch.save (tensors by name)."""
+    """Whether ``value`` is a ``state_dict()`` (or an MCMCResult's ``samples``) saved with
+    torch.save: tensors by name."""
     return (
         isinstance(value, dict)
         and bool(value)
@@ -224,12 +225,15 @@ def _advice(value: Any) -> str:
     ``fit(resume_from=...)``, which both read it)."""
     if _state_dict(value):  # torch.save(x.state_dict(), path): no description to rebuild from
         return (
-            "It holds weights, not the description pyrouq.save() writes to rebuild the model: "
+            "It holds tensors, not the description pyrouq.save() writes to rebuild the model: "
             "build the model (and guide) as for training, call x.load_state_dict("
             "torch.load(path, weights_only=True)) on the one it came from, then "
             "pyrouq.save(path, model, guide) writes a checkpoint (load it with module= for a "
-            "converted network). A run to resume needs the checkpoint fit(checkpoint=...) "
-            "writes."
+            "converted network). An autoguide (AutoNormal) makes its parameters on its first "
+            "run: call guide(x, y) once before loading into it (pyrouq.save() stores "
+            "mean_field_guide() guides only). An MCMCResult's samples: save the result itself, "
+            "pyrouq.save(path, result). A run to resume needs the checkpoint "
+            "fit(checkpoint=...) writes."
         )
     return "Write checkpoints with pyrouq.save()."
 
