@@ -41,6 +41,7 @@ from pyrouq._conformal_scores import (
 )
 from pyrouq._metric_inputs import _float64
 from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
@@ -168,10 +169,10 @@ def temperature_scale(
 
     The NLL is minimised over ``log T`` in ``[log 0.05, log 20]``: a grid of 81 points, then
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
-    (a bound as low: every input right by a wide margin has an NLL of 0 at all small T) warns
-    and returns the bound: it means labels the predictions barely tell apart (T = 20) or
-    predictions far less confident than their accuracy (T = 0.05), most often labels that are
-    not the predictions'.
+    warns and returns the bound: it means labels the predictions barely tell apart (T = 20),
+    most often labels that are not the predictions', or predictions far less confident than
+    their accuracy (T = 0.05), most often a split every draw gets all right (its NLL falls
+    toward 0 as T -> 0, with no minimum; T = 0.05 then makes new predictions near one-hot).
     Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`, in the fit
     and in the scaler it returns (which applies the transform fitted): a probability that
     underflowed to 0 says only "very small", and one confidently wrong input would otherwise
@@ -232,17 +233,8 @@ def temperature_scale(
         log_t = lo if values[0] <= values[-1] else hi
     if min(log_t - lo, hi - log_t) < 1e-3:
         bound = TEMPERATURE_BOUNDS[0] if log_t - lo < hi - log_t else TEMPERATURE_BOUNDS[1]
-        why = (
-            "the predictions barely tell the labels apart, so the flattest T fits best"
-            if bound > 1
-            else "the predictions are far less confident than their accuracy"
-        )
-        warnings.warn(
-            f"temperature_scale: the validation NLL is lowest at T = {bound:g}, the bound of "
-            f"the search [{TEMPERATURE_BOUNDS[0]:g}, {TEMPERATURE_BOUNDS[1]:g}]: {why}. Check "
-            "that val_targets are the labels of val_preds, in the same order.",
-            stacklevel=2,
-        )
+        # (at 0.05 it told to check the labels, which give T = 20, not an all-right split)
+        warnings.warn(bound_warning(bound, TEMPERATURE_BOUNDS, logp, y), stacklevel=2)
     return TemperatureScaler(math.exp(log_t))
 
 
