@@ -26,6 +26,7 @@ import pyro
 import torch
 from torch import Tensor
 
+from pyrouq._engine._layer_calls import no_grad_watched
 from pyrouq._mcmc_checks import (
     check_data,
     refuse_discrete_priors,
@@ -343,8 +344,11 @@ def _run_chains(
 ) -> tuple[list[Any], Tensor]:
     """:func:`mcmc`'s chains, the model in eval mode: the targets checked against one pass,
     then every chain run, in parallel processes or one after another; and y as they ran on
-    it (real targets in the model's dtype)."""
-    with torch.no_grad():
+    it (real targets in the model's dtype). The pass runs with gradients, as NUTS runs the
+    network, and warns of layers holding latent weights that it runs only under
+    ``torch.no_grad()`` (:func:`~pyrouq._engine._layer_calls.no_grad_watched`): the chains'
+    gradient would miss them."""
+    with no_grad_watched():
         try:
             weights = model.template()  # (the trace as a context: errors pass unchanged)
             with pyro.poutine.trace() as tracer, model._hiding_own_sites(weights):

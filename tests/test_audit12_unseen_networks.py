@@ -8,13 +8,16 @@ linear layer) a point estimate without a word, so a network with a bilinear head
 with a deterministic head (``last_layer`` made an earlier Linear latent instead); and a
 forward that runs latent layers under ``torch.no_grad()``, the torch way of keeping a
 pretrained backbone fixed, trained their guide on the KL alone: the backbone drifted to the
-prior and accuracy fell from 0.95 to 0.45 without a word; and ids outside an embedding's
-table met torch's bare "index out of range in self". The checks compare the draws with the
-plain torch network given the drawn weights."""
+prior and accuracy fell from 0.95 to 0.45 without a word (now a warning at the first run with
+gradients in training mode and in mcmc(), not for a layer also read as a tensor with
+gradients, nor in eval mode elsewhere); and ids outside an embedding's table met torch's bare
+"index out of range in self". The checks compare the draws with the plain torch network given
+the drawn weights."""
 
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pyro
 import pytest
@@ -22,7 +25,18 @@ import torch
 from pyro import poutine
 from torch import nn
 
-from pyrouq import ArrayLoader, batchensemble, bayesian, fit, mcmc, mean_field_guide, predict, rank1
+from pyrouq import (
+    ArrayLoader,
+    batchensemble,
+    bayesian,
+    fit,
+    mcmc,
+    mean_field_guide,
+    predict,
+    rank1,
+    temperature_scale,
+    to_inference_data,
+)
 
 
 def _guide_draw(guide, x):
@@ -109,62 +123,218 @@ class _FixedByNoGrad(nn.Module):
         return self.head(h)
 
 
-_REFUSAL = (
-    "_FixedByNoGrad's forward runs the layers 'backbone.0', 'backbone.2', which hold latent "
-    "weights, only under torch.no_grad()"
+_WARNING = (
+    "_FixedByNoGrad's forward ran the layers 'backbone.0', 'backbone.2', which hold latent "
+    "weights, only under torch.no_grad() (or torch.inference_mode()) in its first run with "
+    "gradients: their draws get no gradient from the data there, so fit() would train their "
+    "guide on the KL alone, toward the prior (random weights), and mcmc() would miss their part "
+    "of the gradient."
+)
+_ADVICE = (
+    "To keep those weights fixed, freeze them before converting (layer.requires_grad_(False); "
+    "select=None leaves frozen parameters out) or leave them out of select=; to make them "
+    "Bayesian, run them with gradients. If a later step runs them with gradients (staged "
+    "fine-tuning: a backbone unfrozen after some steps), ignore this warning."
 )
 
 
-def test_fit_refuses_latent_layers_run_only_under_no_grad():
+def _no_grad_warnings(caught):
+    """The warnings of ``caught`` about latent layers run only under torch.no_grad()."""
+    return [w for w in caught if "only under torch.no_grad()" in str(w.message)]
+
+
+def test_fit_warns_once_of_latent_layers_run_only_under_no_grad():
     x, y = _data()
     model = bayesian(_FixedByNoGrad())
     guide = mean_field_guide(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, guide, ArrayLoader(x, y, batch_size=40, seed=0), epochs=2, progress=False)
+    (warning,) = _no_grad_warnings(caught)  # once, not at each of the 4 steps
+    text = " ".join(str(warning.message).split())
+    assert _WARNING in text and _ADVICE in text
+    assert warning.category is UserWarning and warning.filename == __file__  # the fit() line
+    # eval mode with gradients is not fit()'s: not watched, and predicting warns of nothing
+    model.eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(x)
+        predict(model, x, guide, num_samples=2, progress=False)
+    assert not _no_grad_warnings(caught)
+
+
+def test_no_grad_warning_as_an_error_stops_fit_before_a_step_each_time():
+    x, y = _data()
+    model = bayesian(_FixedByNoGrad())
+    guide = mean_field_guide(model)
+    loader = ArrayLoader(x, y, batch_size=40, seed=0)
     before = {k: v.clone() for k, v in guide.state_dict().items()}
-    with pytest.raises(ValueError) as info:
-        fit(model, guide, ArrayLoader(x, y, batch_size=40, seed=0), epochs=1, progress=False)
-    text = " ".join(str(info.value).split())
-    assert _REFUSAL in text
-    assert "requires_grad_(False)" in text and "out of select=" in text
+    for _ in range(2):  # (python -W error): an error at every try, not once
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(UserWarning, match=r"only under torch\.no_grad\(\)"):
+                fit(model, guide, loader, epochs=1, progress=False)
     assert all(torch.equal(v, guide.state_dict()[k]) for k, v in before.items())  # no step
+    with warnings.catch_warnings():  # silenced by its words, as the docs say: it trains
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*only under torch.no_grad")
+        fit(model, guide, loader, epochs=1, progress=False)
+    assert any(not torch.equal(v, guide.state_dict()[k]) for k, v in before.items())
 
 
-def test_no_grad_refusal_covers_local_reparameterization_rank1_pyro_svi_and_mcmc():
+def test_no_grad_warning_covers_local_reparameterization_rank1_pyro_svi_and_mcmc():
     x, y = _data(40)
     loader = ArrayLoader(x, y, batch_size=40, seed=0)
     local = bayesian(_FixedByNoGrad(), local_reparameterization=True)
-    with pytest.raises(ValueError, match=r"only under torch\.no_grad"):
+    with pytest.warns(UserWarning, match=r"only under torch\.no_grad"):
         fit(local, mean_field_guide(local), loader, epochs=1, progress=False)
     ranked = rank1(_FixedByNoGrad(), 2)
     named = r"'backbone\.0', 'backbone\.2'.*only under torch\.no_grad"
-    with pytest.raises(ValueError, match=named):
+    with pytest.warns(UserWarning, match=named):
         fit(ranked, mean_field_guide(ranked), loader, epochs=1, progress=False)
     model = bayesian(_FixedByNoGrad())
+    model.num_data = len(x)
     svi = pyro.infer.SVI(
         model, mean_field_guide(model), pyro.optim.Adam({"lr": 1e-2}), pyro.infer.Trace_ELBO()
     )
-    with pytest.raises(ValueError, match=r"only under torch\.no_grad"):
+    with pytest.warns(UserWarning, match=r"only under torch\.no_grad"):
         svi.step(x, y)
-    small = bayesian(_FixedByNoGrad())
-    with pytest.raises(ValueError, match=r"only under torch\.no_grad"):
-        mcmc(small, x, y, num_samples=2, warmup_steps=2, num_chains=1, progress=False)
+    small = bayesian(_FixedByNoGrad())  # mcmc() runs the network in eval mode: watched too
+    with pytest.warns(UserWarning, match=r"only under torch\.no_grad") as caught:
+        result = mcmc(small, x, y, num_samples=2, warmup_steps=2, num_chains=1, progress=False)
+    assert len(_no_grad_warnings(caught)) == 1
+    assert result.samples["backbone.0.weight"].shape[:2] == (1, 2)
+
+
+class _Staged(nn.Module):
+    """Holds its backbone fixed for its first 3 training steps, then fine-tunes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.steps = 0
+
+    def forward(self, x):
+        self.steps += int(self.training and torch.is_grad_enabled())
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.steps > 3):
+            h = self.backbone(x)
+        return self.head(h)
+
+
+def test_staged_fine_tuning_trains_with_one_warning():
+    x, y = _data()
+    model = bayesian(_Staged())
+    guide = mean_field_guide(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, guide, ArrayLoader(x, y, batch_size=10, seed=0), epochs=2, progress=False)
+    (warning,) = _no_grad_warnings(caught)
+    assert "'backbone.0'" in str(warning.message) and "staged fine-tuning" in str(warning.message)
+    assert model.net.steps == 16  # every step ran
+
+
+class _TiedMonitor(nn.Module):
+    """Reads a layer's weight and bias with gradients (``F.linear``) and calls the layer only
+    under torch.no_grad(), for a monitored statistic: the weights still get gradients."""
+
+    def __init__(self, bias_read=True):
+        super().__init__()
+        self.mon = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 2)
+        self.bias_read = bias_read
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.last_norm = self.mon(x).norm()
+        h = nn.functional.linear(x, self.mon.weight, self.mon.bias if self.bias_read else None)
+        return self.head(h.relu())
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_a_layer_read_as_a_tensor_with_gradients_besides_a_no_grad_call_is_not_warned(local):
+    x, y = _data(40)
+    loader = ArrayLoader(x, y, batch_size=40, seed=0)
+    model = bayesian(_TiedMonitor(), local_reparameterization=local)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, mean_field_guide(model), loader, epochs=1, progress=False)
+    assert not _no_grad_warnings(caught)
+    partly = bayesian(_TiedMonitor(bias_read=False), local_reparameterization=local)
+    with pytest.warns(UserWarning, match=r"the layer 'mon', which holds latent weights, only"):
+        fit(partly, mean_field_guide(partly), loader, epochs=1, progress=False)
+
+
+class _EvalMonitor(nn.Module):
+    """Computes a monitored score under torch.no_grad() in eval mode only, from a layer of
+    its own: a network whose gradients in eval mode (a saliency map) are the user's."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.monitor = nn.Linear(4, 1)
+
+    def forward(self, x):
+        if not self.training:
+            with torch.no_grad():
+                self.last_score = self.monitor(x).mean()
+        return self.head(self.backbone(x))
+
+
+class _NoGradInEval(nn.Module):
+    """Runs every layer under torch.no_grad() in eval mode, with gradients in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.training):
+            return self.head(self.backbone(x))
+
+
+def test_eval_mode_with_gradients_is_not_warned_but_mcmc_is():
+    x, y = _data(40)
+    model = bayesian(_EvalMonitor())
+    guide = mean_field_guide(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, guide, ArrayLoader(x, y, batch_size=40), epochs=1, progress=False)
+        model.eval()  # a saliency map: the outputs' gradient with respect to the input
+        inputs = x.clone().requires_grad_()
+        with poutine.replay(trace=poutine.trace(guide).get_trace(x)):
+            model(inputs).sum().backward()
+    assert not _no_grad_warnings(caught) and inputs.grad.abs().sum() > 0
+    # NUTS runs the network in eval mode, where this one gets no gradient
+    fresh = bayesian(_NoGradInEval())
+    with pytest.warns(UserWarning, match=r"the layers 'backbone\.0', 'head', which hold latent"):
+        mcmc(fresh, x, y, num_samples=2, warmup_steps=2, num_chains=1, progress=False)
 
 
 def test_no_grad_blocks_that_hold_no_latent_weight_or_also_run_with_gradients_train():
     x, y = _data()
     loader = ArrayLoader(x, y, batch_size=40, seed=0)
-    # the torch recipe the message gives: freeze the backbone, a Bayesian head on it
-    net = _FixedByNoGrad()
-    net.backbone.requires_grad_(False)
-    frozen = bayesian(net)
-    assert list(frozen.latent_sites()) == ["head.weight", "head.bias"]
-    fit(frozen, mean_field_guide(frozen), loader, epochs=1, progress=False)
-    both = bayesian(_FixedByNoGrad(both=True))
-    fit(both, mean_field_guide(both), loader, epochs=1, progress=False)
-    plain_ensemble = batchensemble(_FixedByNoGrad(), 2)  # no latent sites: torch's semantics
-    fit(plain_ensemble, None, loader, epochs=1, progress=False)
-    model = bayesian(_FixedByNoGrad())  # predicting runs without gradients anyway
-    preds = predict(model, x, mean_field_guide(model), num_samples=2, progress=False)
-    assert preds.probs.shape == (2, 80, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # the torch recipe the message gives: freeze the backbone, a Bayesian head on it
+        net = _FixedByNoGrad()
+        net.backbone.requires_grad_(False)
+        frozen = bayesian(net)
+        assert list(frozen.latent_sites()) == ["head.weight", "head.bias"]
+        fit(frozen, mean_field_guide(frozen), loader, epochs=1, progress=False)
+        both = bayesian(_FixedByNoGrad(both=True))
+        fit(both, mean_field_guide(both), loader, epochs=1, progress=False)
+        plain_ensemble = batchensemble(_FixedByNoGrad(), 2)  # no latent sites: torch's semantics
+        fit(plain_ensemble, None, loader, epochs=1, progress=False)
+        model = bayesian(_FixedByNoGrad())  # predicting runs without gradients anyway
+        guide = mean_field_guide(model)
+        preds = predict(model, x, guide, num_samples=2, progress=False)
+        assert preds.probs.shape == (2, 80, 2)
+        temperature_scale(preds, y)
+        to_inference_data(model, guide, x, y, num_samples=2)
+    assert not _no_grad_warnings(caught)
 
 
 # ---------------------------------------------------------------------------------------------

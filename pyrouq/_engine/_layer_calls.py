@@ -3,8 +3,8 @@ forward that reads a layer's weight or bias as a tensor bypasses the members' fa
 on the first run) or meets the per-member biases (a note on the shape error it raises); local
 reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`); a
 forward that runs them inside ``torch.utils.checkpoint`` is refused where the backward pass
-would run them with other weights, and so is one that runs layers holding latent weights only
-under ``torch.no_grad()`` (:func:`recompute_checked`); a layer refusing its input (a
+would run them with other weights, and one that runs layers holding latent weights only
+under ``torch.no_grad()`` is warned of (:func:`recompute_checked`); a layer refusing its input (a
 BatchEnsemble layer's refusal, torch's words on shapes, channels or dtypes, or an
 ``nn.Embedding``'s bare "index out of range in self") is named by its paths in the network
 (:class:`LayersNamed`). Also two small helpers of the
@@ -282,6 +282,19 @@ network, not on it: a deep copy (``bayesian(model.plain_network())``) is checked
 _checking: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pyrouq_recompute_checking", default=False
 )
+_watching = contextvars.ContextVar("pyrouq_no_grad_watched", default=False)
+
+
+@contextlib.contextmanager
+def no_grad_watched() -> Iterator[None]:
+    """Runs inside it are watched for layers holding latent weights run only under
+    ``torch.no_grad()`` (:func:`recompute_checked`) in eval mode too: mcmc()'s first pass,
+    as NUTS runs the network in eval mode and differentiates it there."""
+    token = _watching.set(True)
+    try:
+        yield
+    finally:
+        _watching.reset(token)
 
 
 def _outer_frames() -> set[FrameType]:
@@ -329,6 +342,7 @@ def recompute_checked(
     net: nn.Module,
     swapped: Callable[[], AbstractSet[int]] = frozenset,
     key: Hashable = None,
+    drawn: Callable[[], Mapping[str, Tensor]] = dict,
 ) -> Iterator[None]:
     """On a network's first run with gradients in each mode (training or not) and way of
     running (``key``: a BatchEnsemble's member passes or folded batch), refuse a forward that
@@ -340,14 +354,27 @@ def recompute_checked(
     ``CheckpointError`` elsewhere). ``swapped``: gives the ids of the modules holding the
     tensors put in place (asked only when a run is checked). Not caught: checkpointing
     switched on after those runs, and a checkpointed function that reads the weights as
-    tensors instead of calling their modules. The same run refuses a forward that calls a
-    module holding such tensors only under ``torch.no_grad()`` (:func:`_no_grad_refusal`)."""
+    tensors instead of calling their modules.
+
+    The same run, in training mode or inside :func:`no_grad_watched` (mcmc()), warns of a
+    forward that calls a module holding such tensors (``drawn``: the tensors put in place) only
+    under ``torch.no_grad()`` (:func:`_no_grad_warning`), unless the forward also reads every
+    one of them as a tensor with gradients (a tied weight, ``F.linear(x, self.fc.weight,
+    self.fc.bias)``). Not watched: eval mode otherwise (gradients there are the user's, a
+    saliency map's), and later runs (staged fine-tuning gets one warning); with warnings as
+    errors the run raises it, every time."""
     checked = _RECOMPUTE_CHECKED.get(net, frozenset())
-    key = (net.training, key)
+    watch = net.training or _watching.get()
+    key = (net.training, watch, key)
     if not torch.is_grad_enabled() or key in checked or _checking.get():
         yield
         return
     outer, held = _outer_frames(), swapped()
+    watched = {id(t): name for name, t in drawn().items()} if watch else {}
+    for path, module in net.named_modules() if watch else ():
+        if _drawing(module):  # (its latent tensors: the templates, read in place of a draw)
+            watched.update((id(b), f"{path}.{n}") for n, b in module.named_buffers(recurse=False))
+    own: dict[str, set[str]] = {}  # holders run: their tensors of ``watched``
     stack: list[tuple[str, str | None]] = []  # (module, where its checkpoint was called)
     found: list[str] = []
     gradients: dict[str, bool] = {}  # holders run: whether any call of theirs had gradients
@@ -364,6 +391,8 @@ def recompute_checked(
                 raise _CheckpointFound
         if id(module) in held or _drawing(module):
             gradients[name] = gradients.get(name, False) or torch.is_grad_enabled()
+            tensors = (*module._parameters.values(), *module._buffers.values())
+            own.setdefault(name, set()).update(watched[id(t)] for t in tensors if id(t) in watched)
         stack.append((name, caller))
 
     def after(module: nn.Module, args: Any, out: Any) -> None:
@@ -372,6 +401,8 @@ def recompute_checked(
 
     handles = []
     token = _checking.set(True)
+    # reads with gradients inside the network's forward (not functional_call's swapping)
+    reads = _Reads(watched, lambda: bool(stack) and torch.is_grad_enabled())
     try:
         for name, module in net.named_modules():
             if isinstance(module, torch.jit.ScriptModule) or _stateless_leaf(module):
@@ -380,7 +411,8 @@ def recompute_checked(
                 module.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name))
             )
             handles.append(module.register_forward_hook(after))
-        yield
+        with reads if watched else contextlib.nullcontext():
+            yield
     except _CheckpointFound:
         where = f"the forward of {found[1]!r}" if found[1] else "the network's own forward"
         raise ValueError(
@@ -396,28 +428,32 @@ def recompute_checked(
         _checking.reset(token)
         for handle in handles:
             handle.remove()
-    without = [name for name, had in gradients.items() if not had]
-    if without:
-        raise ValueError(_no_grad_refusal(net, without))
+    # holders run only without gradients, unless every tensor of theirs was read with them
+    read = reads.read
+    without = [n for n, had in gradients.items() if not had and not (own[n] and own[n] <= read)]
+    if watch and without:  # (raised with warnings as errors: the run is not marked checked)
+        warn_caller(_no_grad_warning(net, without))
     _RECOMPUTE_CHECKED[net] = checked | {key}
 
 
-def _no_grad_refusal(net: nn.Module, names: list[str]) -> str:
-    """The message refusing a forward that runs the modules ``names``, holding latent
-    tensors, only under ``torch.no_grad()`` (a block a forward keeps fixed that way): their
-    draws get no gradient from the data, so fit() would train their guide on the KL alone,
-    toward the prior, and NUTS would miss their part of the gradient."""
+def _no_grad_warning(net: nn.Module, names: list[str]) -> str:
+    """The warning of a forward that runs the modules ``names``, holding latent tensors, only
+    under ``torch.no_grad()`` (a block a forward keeps fixed that way): their draws get no
+    gradient from the data, so fit() would train their guide on the KL alone, toward the
+    prior, and NUTS would miss their part of the gradient."""
     shown = ", ".join(repr(name) for name in names[:5])
     more = f" ({len(names)} in all)" if len(names) > 5 else ""
     layers, hold = ("layer", "holds") if len(names) == 1 else ("layers", "hold")
     return (
-        f"{class_name(net)}'s forward runs the {layers} {shown}{more}, which {hold} latent "
-        "weights, only under torch.no_grad() (or torch.inference_mode()): their draws would "
-        "get no gradient from the data, so fit() would train their guide on the KL alone, "
-        "toward the prior (random weights), and mcmc() would miss their part of the gradient. "
-        "To keep those weights fixed, freeze them before converting "
-        "(layer.requires_grad_(False); select=None leaves frozen parameters out) or leave them "
-        "out of select=; to make them Bayesian, run them with gradients."
+        f"{class_name(net)}'s forward ran the {layers} {shown}{more}, which {hold} latent "
+        "weights, only under torch.no_grad() (or torch.inference_mode()) in its first run with "
+        "gradients: their draws get no gradient from the data there, so fit() would train "
+        "their guide on the KL alone, toward the prior (random weights), and mcmc() would miss "
+        "their part of the gradient. To keep those weights fixed, freeze them before "
+        "converting (layer.requires_grad_(False); select=None leaves frozen parameters out) or "
+        "leave them out of select=; to make them Bayesian, run them with gradients. If a later "
+        "step runs them with gradients (staged fine-tuning: a backbone unfrozen after some "
+        "steps), ignore this warning."
     )
 
 
@@ -464,7 +500,10 @@ def call(
     (:class:`LayersNamed`)."""
     shown = named if named is not None else net
     try:
-        with recompute_checked(shown, lambda: _holders(net, weights, shown)), LayersNamed(shown):
+        with (
+            recompute_checked(shown, lambda: _holders(net, weights, shown), drawn=lambda: weights),
+            LayersNamed(shown),
+        ):
             return functional_call(net, weights, (x,))
     except StopIteration as error:
         raise RuntimeError(
@@ -479,17 +518,21 @@ def call(
 
 
 class _Reads(TorchFunctionMode):
-    """Records the watched tensors (``{id: site}``) that an op makes a tensor of."""
+    """Records the watched tensors (``{id: site}``) that an op makes a tensor of (while
+    ``counted()``, when given)."""
 
-    def __init__(self, watched: Mapping[int, str]):
+    def __init__(self, watched: Mapping[int, str], counted: Callable[[], bool] | None = None):
         super().__init__()
         self.watched = watched
+        self.counted = counted
         self.read: set[str] = set()
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         # .shape, .dtype, .size(): metadata, not the values
+        if self.counted is not None and not self.counted():
+            return out
         if any(isinstance(leaf, Tensor) for leaf in tree_leaves(out)):
             for leaf in tree_leaves((args, kwargs)):
                 site = self.watched.get(id(leaf)) if isinstance(leaf, Tensor) else None

@@ -541,14 +541,19 @@ def bayesian(
         weights inside ``torch.utils.checkpoint`` (torchvision's DenseNet with
         ``memory_efficient=True``): the backward pass would run them again with the initial
         weights, not the draw. (Checkpointing switched on after that run, or a checkpointed
-        function reading the weights as tensors, is not caught.) Likewise a forward that runs
-        layers with latent weights only under ``torch.no_grad()``: their draws would get no
-        gradient from the data. A latent ``nn.Embedding`` /
+        function reading the weights as tensors, is not caught.) A latent ``nn.Embedding`` /
         ``nn.EmbeddingBag`` with ``max_norm`` (torch would renormalise the draws in place).
 
     Warns
     -----
     UserWarning
+        On the first run with gradients in training mode (fit(), Pyro's ``SVI``) and in
+        mcmc()'s first pass, a forward that runs layers with latent weights only under
+        ``torch.no_grad()``: their draws get no gradient from the data (the guide would follow
+        the KL to the prior; NUTS would miss their gradient). Not warned of: a layer whose
+        latent weights the forward also reads as tensors with gradients, runs in eval mode
+        outside mcmc(). A backbone fine-tuned after some fixed steps is warned of at the first
+        step (ignore it there).
         A latent embedding with a ``padding_idx`` (not one tied to an output layer, whose
         gradient reaches that row): torch gives its padding row no gradient from the data, so
         the guide learns it from the KL alone, toward the prior.
