@@ -96,7 +96,7 @@ def restore(
             more = f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""
             raise CheckpointError(
                 f"resume_from={where!r} holds a {stored['class']} of another {key}: {shown}"
-                f"{more}. Rebuild the model with the saved arguments."
+                f"{more}. {_rebuild_advice(theirs, mine, saved)}"
             )
     saved_guide = saved.description.get("guide") is not None
     if saved_guide != (guide is not None):
@@ -328,6 +328,32 @@ def _prior_text(prior: Any, params: dict[str, torch.Tensor]) -> str:
 
 
 _ABSENT = object()  # an entry one side lacks
+
+
+def _rebuild_advice(theirs: Any, mine: Any, saved: Checkpoint) -> str:
+    """What to do about a model of another configuration ``mine`` than the run's ``theirs``:
+    where the latent sites differ (not of a rank-1 network), ``bayesian(net, select=...)``
+    with the run's, which another ``select=`` picked (or an earlier pyrouq's, before
+    ``select=None`` and ``"last_layer"`` took an ``nn.Bilinear``)."""
+    generic = "Rebuild the model with the saved arguments."
+    if not isinstance(theirs, dict) or not isinstance(mine, dict):
+        return generic
+    sites = theirs.get("sites")
+    if theirs.get("ensemble") is not None or not isinstance(sites, list):
+        return generic
+    if sites == mine.get("sites"):
+        return generic
+    if len(sites) <= 6:
+        select = repr(sites)
+    elif saved.path is not None:
+        select = f"list(pyrouq.load({str(saved.path)!r}, module=net).model.network_sites())"
+    else:
+        select = "list(resume_from.model.network_sites())"
+    return (
+        "Its latent sites are not those select= picked here (an earlier pyrouq's select=None "
+        "and 'last_layer' left nn.Bilinear out): convert the network with the run's, "
+        f"bayesian(net, select={select}), and the run's other arguments."
+    )
 
 
 def _differences(theirs: Any, mine: Any, path: str) -> list[tuple[str, Any, Any]]:

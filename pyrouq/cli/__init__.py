@@ -55,6 +55,7 @@ from pyrouq.cli._run_dir import (
     claim,
     out_dir,
     recorded_factory_root,
+    recorded_sites,
     resume_command,
     trained_in_full,
     trained_run,
@@ -160,6 +161,8 @@ def _fit_on_rank(
     train, test = _load_data(args.dataset, batch_size, args, device)
     if args.resume and method is not None:  # the factory found where the run found it, as
         args.factory_root = recorded_factory_root(out)  # `pyrouq evaluate` finds it
+        # the layers the run made latent, which another pyrouq's --method may not pick
+        args.resume_sites = recorded_sites(out / "checkpoint.pt")
     pyro.set_rng_seed(args.seed)
     args.typed_num_samples = args.num_samples  # before build() fills in its default
     model, guide = build(args, method)

@@ -441,7 +441,10 @@ def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]
     if method == "rank1":
         model = pyrouq.rank1(net, args.members, prior_scale=args.prior_scale, **norms)
         return model, pyrouq.mean_field_guide(model)
-    select = "last_layer" if method == "last-layer" else None
+    select: Any = "last_layer" if method == "last-layer" else None
+    saved = getattr(args, "resume_sites", None)  # --resume: the latent sites of the run
+    if saved is not None:
+        select = _resumed_sites(net, saved, args.model, method)
     try:
         model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
     except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
@@ -455,6 +458,23 @@ def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]
             + _select_advice(text, method)
         ) from None
     return model, pyrouq.mean_field_guide(model)
+
+
+def _resumed_sites(net: Any, saved: list[str], spec: str, method: str) -> list[str]:
+    """``select=`` for the network of a resumed run: the latent sites its checkpoint records,
+    not those ``--method`` picks today (a run of an earlier pyrouq left ``nn.Bilinear`` out).
+    Sites the factory's network has no parameter of are refused: it is not the run's."""
+    params = dict(net.named_parameters(remove_duplicate=False))
+    missing = [site for site in saved if site not in params]
+    if missing:
+        shown = ", ".join(map(repr, missing[:4])) + (", ..." if len(missing) > 4 else "")
+        raise CommandError(
+            f"--resume: the run's checkpoint.pt holds {len(missing)} latent site(s) ({shown}) "
+            f"that the network factory {spec!r} builds has no parameter for, so it is not the "
+            f"network the run trained (--method {method}); make the factory build that "
+            "network, or start the run anew (the command without --resume, with --overwrite)"
+        )
+    return list(saved)
 
 
 def _select_advice(text: str, method: str) -> str:

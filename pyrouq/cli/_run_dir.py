@@ -112,6 +112,26 @@ def recorded_factory_root(out: Path) -> str | None:
     return root if isinstance(root, str) else None
 
 
+def recorded_sites(checkpoint: Path) -> list[str] | None:
+    """The latent sites of the Bayesian network (not rank-1) whose run ``checkpoint`` holds,
+    which ``--resume`` converts the factory's network with: the layers the run's pyrouq picked
+    (``--method bayesian`` / ``last-layer``; an earlier one left ``nn.Bilinear`` out), not
+    those this one would. None where the file records none or cannot be read (fit() then
+    tells what is wrong with it)."""
+    from pyrouq.checkpoint import CheckpointError, read
+
+    try:
+        model = json.loads(read(checkpoint)["description"])["model"]
+        config = model["config"]
+        sites = config["sites"]
+        rank1 = config.get("ensemble") is not None
+    except (CheckpointError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if model.get("class") != "BayesianNetwork" or rank1 or not isinstance(sites, list):
+        return None
+    return sites if sites and all(isinstance(s, str) for s in sites) else None
+
+
 def trained_in_full(checkpoint: Path, epochs: int) -> bool:
     """Whether the interrupted run's ``checkpoint`` holds all its ``epochs`` trained (the run was
     stopped while it evaluated, after its last epoch's checkpoint): ``--resume`` then finishes

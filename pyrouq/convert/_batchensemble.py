@@ -220,6 +220,23 @@ def _nothing_converted(net: nn.Module, name: str) -> str:
     )
 
 
+def _warn_bilinear(net: nn.Module, num_members: int) -> None:
+    """Warn of the ``nn.Bilinear`` layers of a converted network, which have no BatchEnsemble
+    version: each stays one layer that every member shares (with ``select=None`` and
+    ``"last_layer"``, :func:`pyrouq.bayesian` of the plain network takes them)."""
+    kept = [name for name, m in net.named_modules() if isinstance(m, nn.Bilinear)]
+    if kept:
+        warn_caller(
+            f"batchensemble(): the nn.Bilinear layer(s) {_names_list(kept, 4)}, which have no "
+            "BatchEnsemble version, stay one layer each, one set of weights that all "
+            f"{num_members} members share: no factors of their own (none latent in rank1()), "
+            "and bayesian(ensemble, select='last_layer') picks the last converted layer's, not "
+            "theirs. To give each member its own, compute it as an nn.Linear(in1 * in2, out) of "
+            "the flattened outer product, torch.einsum('bi,bj->bij', x1, x2).flatten(1), which "
+            "is converted; or keep it shared."
+        )
+
+
 def _mark_sequence_first(net: nn.Module) -> None:
     """Tell the BatchEnsemble layers and per-member norms inside a ``batch_first=False``
     transformer layer, and the final norm of a stack of them, that their activations are
@@ -286,11 +303,11 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
     residual CNN with BatchNorm (Fashion-MNIST, 3 epochs from scratch) per-member norms
     measured better in accuracy, NLL and ECE (see the docs' measured figures; the README's
     BatchEnsemble section gives the NLLs). Other parameterised layers
-    (embeddings, attention) are shared: the projections of an ``nn.MultiheadAttention`` and of
-    torchvision's Swin attention stay plain (their forwards read them as tensors), as do
-    subclasses of Linear or a convolution with a computation of their own (a
-    weight-standardised convolution: a BatchEnsemble layer would drop it; a warning names
-    them), while the
+    (embeddings, attention; ``nn.Bilinear`` too, with a warning) are shared: the projections
+    of an ``nn.MultiheadAttention`` and of torchvision's Swin attention stay plain (their
+    forwards read them as tensors), as do subclasses of Linear or a convolution with a
+    computation of their own (a weight-standardised convolution: a BatchEnsemble layer would
+    drop it; a warning names them), while the
     feed-forward layers of an ``nn.TransformerEncoderLayer`` are converted (torch's fused eval
     path is switched off while the members run, so that they are called). The members differ
     only where the forward calls the converted layers: one that reads a layer's weight as a
@@ -386,6 +403,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
         if not _convert_layers(net, num_members, factors, reset=not use_base_weights):
             raise ValueError(_nothing_converted(net, class_name(module)))
+        _warn_bilinear(net, num_members)
         if norms == "per_member":
             _copy_norms(net, num_members)
         _mark_sequence_first(net)

@@ -39,7 +39,8 @@ def rank1(
     ``bayesian(batchensemble(module, num_members, norms="shared"),
     prior=Normal(1, prior_scale))``: every
     ``nn.Linear`` / convolution becomes a BatchEnsemble layer (shared weight W, per-member
-    factors ``r_m``, ``s_m`` and biases), and the factors ``r`` ``(M, in)`` and ``s``
+    factors ``r_m``, ``s_m`` and biases; an ``nn.Bilinear`` stays one layer the members share,
+    with no factors, which a warning names), and the factors ``r`` ``(M, in)`` and ``s``
     ``(M, out)`` of every layer become latent sites (named ``"<layer>.r"``, ``"<layer>.s"``)
     with a ``Normal(1, prior_scale)`` prior on every entry. W, the biases and normalisation
     layers stay point estimates. With :func:`pyrouq.mean_field_guide` each member row gets its
