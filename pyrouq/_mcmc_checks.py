@@ -12,8 +12,15 @@ from torch import Tensor
 
 from pyrouq._numbers import is_array_like
 from pyrouq._own_models import unobserved_sites
+from pyrouq._util import global_streams_kept, module_device
 
-__all__ = ["check_data", "refuse_discrete_priors", "refuse_own_latents", "refuse_unsampled"]
+__all__ = [
+    "check_data",
+    "refuse_discrete_priors",
+    "refuse_forward_sites",
+    "refuse_own_latents",
+    "refuse_unsampled",
+]
 
 
 def refuse_unsampled(model: Any) -> None:
@@ -128,4 +135,26 @@ def refuse_own_latents(model: Any, trace: Any) -> None:
             "result does not keep (predict() on the draws would take it from its prior). Draw "
             "such noise with torch (as dropout draws its masks), or sample a model written in "
             "Pyro with pyro.infer.MCMC. Nothing was sampled."
+        )
+
+
+def refuse_forward_sites(model: Any, x: Tensor, y: Tensor) -> None:
+    """Sites that the model's ``forward`` samples beside its latent sites (a subclass of
+    :class:`~pyrouq.BayesianNetwork` overriding ``forward``, a temperature drawn there)
+    refused, named: NUTS would sample them, but the result keeps the latent sites alone, and
+    :func:`pyrouq.predict` runs the network on those alone, without them. The trace draws
+    from the priors with the random state put back: the chains' draws are not moved."""
+    with torch.no_grad(), global_streams_kept(module_device(model)):
+        trace = pyro.poutine.trace(model).get_trace(x, y)
+    latent = model.latent_sites()
+    extra = [site for site in unobserved_sites(trace) if site not in latent]
+    if extra:
+        raise ValueError(
+            f"mcmc(): {type(model).__name__} samples {extra[:3]} in its forward beside its "
+            f"latent sites {list(latent)[:3]}: NUTS would sample them too, but the result "
+            "keeps the latent sites alone, and predict() runs the network on their draws "
+            "alone, without those sites. Sample such a model with pyro.infer.MCMC(NUTS(model)) "
+            "and predict with pyro.infer.Predictive, or make the sites latent sites of the "
+            "model (a noise scale: a prior, Gaussian(dist.HalfNormal(1.0))). Nothing was "
+            "sampled."
         )

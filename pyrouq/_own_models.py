@@ -17,7 +17,8 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import Tensor
 
-from pyrouq._util import innermost_distribution, rng_state, set_rng_state, warn_caller
+from pyrouq._own_likelihood import outputs_problem
+from pyrouq._util import rng_state, set_rng_state, warn_caller
 from pyrouq.likelihoods._categorical import are_probabilities
 
 
@@ -139,7 +140,7 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
     if rows > 3:
         pairs.append((x[:-1], x))
     state = rng_state(x.device)
-    not_classes = None
+    problem = None
     try:
         with torch.no_grad():
             for smaller, larger in pairs:
@@ -154,62 +155,19 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
                     for name, (shape, plates) in small.items()
                     if large.get(name) == (shape, plates) and _numbered(name) not in per_input
                 }
-                not_classes = _not_class_outputs(traces[1], larger.shape[0])
+                problem = outputs_problem(name_of(model), traces[1], larger.shape[0])
                 break
             else:
                 trace = _run(model, x)
                 found = _sites_beside_the_rows(trace, rows)
-                not_classes = _not_class_outputs(trace, rows)
+                problem = outputs_problem(name_of(model), trace, rows)
     except Exception:  # a model that runs on no batch of these: its sites are not checked
         return None
     finally:
         set_rng_state(x.device, state)
-    if not_classes is not None and not_classes[0] == "Bernoulli":
-        raise TypeError(
-            f"predict(): {name_of(model)} observes {not_classes[1]} labels per input (its "
-            "'obs' site is drawn from Bernoulli): a multi-label model, whose outputs predict() "
-            f"would take for the logits of one softmax over {not_classes[1]} classes. Draw its "
-            "predictions with pyro.infer.Predictive (predict() covers models that pick one "
-            "class of C per input)."
-        )
-    if not_classes is not None:
-        raise TypeError(
-            f"predict(): {name_of(model)} observes continuous targets (its 'obs' site is "
-            f"drawn from {not_classes[0]}): a regression model, whose {not_classes[1]} outputs "
-            f"per input predict() would take for the logits of {not_classes[1]} classes. "
-            "A regression model of your own: draw its predictions with "
-            "pyro.infer.Predictive, or build it as pyrouq.bayesian(net, "
-            "likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() takes."
-        )
+    if problem is not None:
+        raise problem
     return found
-
-
-def _not_class_outputs(trace: Any, rows: int) -> tuple[str, int] | None:
-    """``(distribution, C)`` where a trace of a model on ``rows`` inputs draws its
-    ``"obs"`` from a continuous distribution (a regression), or ``C`` labels per input from a
-    Bernoulli (a multi-label model), and gives outputs that predict() would take for class
-    logits, ``(rows, C)`` with ``C >= 2`` (its ``"logits"`` site, else its return value); None
-    otherwise (outputs predict() refuses anyway with their own message)."""
-    site = trace.nodes.get("obs")
-    if site is None or site["type"] != "sample":
-        return None
-    try:
-        discrete = bool(site["fn"].support.is_discrete)
-    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
-        return None
-    family = type(innermost_distribution(site["fn"])).__name__
-    value = site["value"]
-    if family == "Bernoulli" and torch.is_tensor(value) and value.dim() == 2:
-        # (rows, C) labels, each its own yes or no: not one class of C. One label a row,
-        # (rows, 1), is a binary classifier, whose two-column logits [0, l] predict() takes
-        discrete = value.shape[-1] < 2
-    node = trace.nodes.get("logits") or trace.nodes.get("_RETURN")
-    out = None if node is None else node["value"]
-    if discrete or not torch.is_tensor(out) or out.dim() != 2:
-        return None
-    if out.shape[0] != rows or out.shape[1] < 2:
-        return None
-    return family, int(out.shape[1])
 
 
 def _copies(x: Tensor, rows: int) -> Tensor:

@@ -17,6 +17,7 @@ from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq import _own_models as own_models
 from pyrouq._guide_draws import draw_guide, sampled_directly, takes_inputs_alone
+from pyrouq._own_likelihood import check_likelihood_logits
 from pyrouq._param_store import take_store_values
 from pyrouq._util import (
     AsItCame,
@@ -121,6 +122,7 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
     recorded = "logits" in trace.nodes
     out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
     own_models.check_logits(owner, out, x.shape[0], recorded)
+    check_likelihood_logits(own_models.name_of(owner), trace, out)  # its "obs" draws from them
     return out
 
 
@@ -169,6 +171,8 @@ def plain_runner(model: nn.Module):
                 f"{tuple(logits.shape)} on a batch of {x.shape[0]} inputs, expected class "
                 f"logits ({x.shape[0]}, C): {own_models.ONE_ROW_PER_INPUT})."
             )
+        if trace is not None:  # a Pyro model: the logits of the Categorical "obs" draws from
+            check_likelihood_logits(type(model).__name__, trace, logits)
         logits = logits.unsqueeze(0)
         refuse(logits)
         return logits

@@ -30,6 +30,7 @@ from pyrouq._engine._layer_calls import no_grad_watched
 from pyrouq._mcmc_checks import (
     check_data,
     refuse_discrete_priors,
+    refuse_forward_sites,
     refuse_own_latents,
     refuse_unsampled,
 )
@@ -230,7 +231,9 @@ def mcmc(
         A chain that finds no starting point with a finite log density (the network's outputs
         NaN or infinite at every weight tried) says so, naming the chain; a site with a
         discrete prior (Bernoulli, Poisson), which NUTS cannot move, is refused, named; so is a
-        latent site the network samples itself (``pyro.sample`` in its forward).
+        latent site the network samples itself (``pyro.sample`` in its forward), and one
+        that a subclass's own ``forward`` samples beside the model's latent sites (the result
+        would not keep it, and predict() would run the network without it).
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # a chain process (spawned) running the script's top-level code again
@@ -364,6 +367,8 @@ def _run_chains(
             ) from err
     refuse_own_latents(model, tracer.trace)
     model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
+    model.num_data = x.shape[0]  # (the forward's likelihood scale: 1, as the chains run it)
+    refuse_forward_sites(model, x, y)
     dtype = module_dtype(model)
     if y.is_floating_point() and dtype is not None and y.dtype != dtype:
         y = y.to(dtype)  # a float64 y would turn the log density, then NUTS's weights, float64
@@ -379,7 +384,6 @@ def _run_chains(
             stacklevel=3,
         )
     base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
-    model.num_data = x.shape[0]
     cores = _cores()
     if parallel is None:
         long_enough = warmup_steps + num_samples >= PARALLEL_MIN_STEPS

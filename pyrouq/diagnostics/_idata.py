@@ -14,7 +14,8 @@ from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
 from pyrouq._batchnorm import alone_in_its_batch
-from pyrouq._own_models import check_traces_match
+from pyrouq._own_likelihood import check_likelihood_logits
+from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
@@ -176,7 +177,8 @@ def to_inference_data(
         x and y of different lengths, num_samples < 1, unknown var_names, labels outside
         ``[0, C)`` (or a Pyro model's ``"obs"`` values outside its distribution's support),
         no guide for a model with latent sites, a guide (or num_samples, var_names) for a
-        BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out; a guide whose
+        BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out, its recorded
+        ``"logits"`` not those of the ``Categorical`` it draws ``"obs"`` from; a guide whose
         parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
         MCMCResult whose sites or sample stats differ in (chain, draw), that holds no draws,
         or whose draws hold NaN or inf, or whose sites do not fit ``result.model``; a latent
@@ -579,6 +581,9 @@ def _export_pyro(
             out.put("obs", s, site["fn"].sample())
             logits = model_trace.nodes.get("logits")
             if logits is not None and logits["value"].shape[-2:-1] == (n,):
+                if s == 0:  # (probs the softmax of the logits its "obs" is drawn from)
+                    fn = "to_inference_data()"
+                    check_likelihood_logits(name_of(model), model_trace, logits["value"], fn)
                 probs = logits["value"].softmax(-1)
                 out.put("probs", s, probs.to(_stored_dtype(probs)))
     return out, keep

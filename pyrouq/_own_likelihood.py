@@ -1,0 +1,170 @@
+"""What the likelihood of a Pyro model of the user's own says of its outputs (private): read off
+a trace of the model on inputs alone, whether :func:`pyrouq.predict` may take those outputs
+(its ``"logits"`` site, else its return value) for the logits of one class of C per input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pyro.poutine.util import site_is_subsample
+from torch import Tensor
+
+from pyrouq._util import innermost_distribution
+from pyrouq.likelihoods._categorical import are_probabilities
+
+__all__ = ["check_likelihood_logits", "outputs_problem"]
+
+_REGRESSION_WAY = (
+    "A regression model of your own: draw its predictions with pyro.infer.Predictive, or build "
+    "it as pyrouq.bayesian(net, likelihood=pyrouq.likelihoods.Gaussian(...)), which predict() "
+    "takes."
+)
+
+
+def outputs_problem(name: str, trace: Any, rows: int) -> Exception | None:
+    """The refusal of a model (``name``) whose trace on ``rows`` inputs shows that its outputs
+    ``(rows, C)``, ``C >= 2`` (its ``"logits"`` site, else its return value), are no class
+    logits, or None: its likelihood draws continuous targets (a regression) or C labels per
+    input from a Bernoulli (a multi-label model). The likelihood is the site ``"obs"`` or,
+    for a model without one, a site drawn around the outputs themselves (a continuous one
+    whose mean they are, a Bernoulli whose probabilities are their sigmoid) where no discrete
+    site beside it could be the labels (one named ``"label"``, say)."""
+    node = trace.nodes.get("logits") or trace.nodes.get("_RETURN")
+    out = None if node is None else node["value"]
+    if not torch.is_tensor(out) or out.dim() != 2 or out.shape[0] != rows or out.shape[1] < 2:
+        return None  # (outputs predict() refuses anyway, with their own message)
+    site = trace.nodes.get("obs")
+    if site is not None and site["type"] == "sample":
+        found, where = _not_classes(site, out, near=False), "obs"
+    else:
+        found, where = None, ""
+        for key, other in trace.nodes.items():
+            if not _drawn(other):
+                continue
+            kind = _not_classes(other, out, near=True)
+            if kind is not None and found is None:
+                found, where = kind, key
+            elif kind is None and _labels(other, rows):
+                return None  # a discrete site per input: the model's labels, perhaps
+    if found is None:
+        return None
+    family, classes = found
+    if family == "Bernoulli":
+        return TypeError(
+            f"predict(): {name} observes {classes} labels per input (its {where!r} site is "
+            "drawn from Bernoulli): a multi-label model, whose outputs predict() would take "
+            f"for the logits of one softmax over {classes} classes. Draw its predictions with "
+            "pyro.infer.Predictive (predict() covers models that pick one class of C per "
+            "input)."
+        )
+    return TypeError(
+        f"predict(): {name} observes continuous targets (its {where!r} site is drawn from "
+        f"{family}): a regression model, whose {classes} outputs per input predict() would "
+        f"take for the logits of {classes} classes. {_REGRESSION_WAY}"
+    )
+
+
+def _drawn(site: Any) -> bool:
+    """A sample site drawn by the model (not a subsample site, nor a ``pyro.deterministic``)."""
+    return (
+        site["type"] == "sample"
+        and not site_is_subsample(site)
+        and not (site["infer"] or {}).get("_deterministic")
+    )
+
+
+def _labels(site: dict[str, Any], rows: int) -> bool:
+    """Whether a site draws discrete values, one or more per input."""
+    value = site["value"]
+    try:
+        discrete = bool(site["fn"].support.is_discrete)
+    except (AttributeError, NotImplementedError):
+        return False
+    return discrete and torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == rows
+
+
+def _close(a: Any, b: Tensor) -> bool:
+    """Whether ``a`` is a tensor of ``b``'s shape holding its values (to the rounding of the
+    wider of their dtypes, float32 at least, or of a half-precision one)."""
+    if not torch.is_tensor(a) or a.shape != b.shape:
+        return False
+    low = min(torch.finfo(t.dtype).eps if t.is_floating_point() else 0.0 for t in (a, b))
+    tolerance = max(low, torch.finfo(torch.float32).eps) ** 0.5
+    wide = a.detach().double(), b.detach().double()
+    return bool(torch.allclose(*wide, rtol=tolerance, atol=tolerance))
+
+
+def _not_classes(site: dict[str, Any], out: Tensor, near: bool) -> tuple[str, int] | None:
+    """``(distribution, C)`` where the site draws continuous values (a regression's targets)
+    or C >= 2 labels per input from a Bernoulli (a multi-label model); with ``near``, only
+    where it draws them around the outputs ``out`` (their mean, their sigmoid)."""
+    fn = site["fn"]
+    try:
+        discrete = bool(fn.support.is_discrete)
+    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
+        return None
+    family = type(innermost_distribution(fn)).__name__
+    value = site["value"]
+    classes = int(out.shape[1])
+    if family == "Bernoulli" and torch.is_tensor(value) and value.dim() == 2:
+        # (rows, C) labels, each its own yes or no: not one class of C. One label a row,
+        # (rows, 1), is a binary classifier, whose two-column logits [0, l] predict() takes
+        if value.shape[-1] < 2:
+            return None
+        if near and not _close(_mean(fn), out.sigmoid()):
+            return None
+        return family, classes
+    if discrete:
+        return None
+    if near and not _close(_mean(fn), out):
+        return None
+    return family, classes
+
+
+def _mean(fn: Any) -> Any:
+    """A distribution's mean, or None where it has none to give."""
+    try:
+        return fn.mean
+    except (AttributeError, NotImplementedError, ValueError, RuntimeError):
+        return None
+
+
+def check_likelihood_logits(name: str, trace: Any, out: Tensor, caller: str = "predict()") -> None:
+    """Refuse the class logits ``out`` ``(B, C)`` of a model (``name``) run on B inputs
+    (``trace``) that are not those of the ``Categorical`` (or binary ``Bernoulli``, beside
+    logits ``[0, l]``) it draws its ``"obs"`` from (logits divided by a temperature, a random
+    effect added that they leave out): ``caller`` would give their softmax, not the model's
+    predictive probabilities. Class probabilities given for logits are left to their own
+    refusal; so are a likelihood of another family, or of other shapes."""
+    site = trace.nodes.get("obs")
+    if site is None or site["type"] != "sample":
+        return
+    if are_probabilities(out):  # (predict() refuses them as such, with their own message)
+        return
+    fn = innermost_distribution(site["fn"])
+    family = type(fn).__name__
+    if family == "Categorical":
+        drawn, given = fn.probs, out.softmax(-1)
+    elif family == "Bernoulli" and out.shape[-1] == 2:  # logits [0, l] of Bernoulli(logits=l)
+        drawn, given = fn.probs, out.softmax(-1)[..., 1]
+        if torch.is_tensor(drawn) and drawn.shape == (*out.shape[:-1], 1):
+            drawn = drawn[..., 0]
+    else:
+        return
+    if not torch.is_tensor(drawn) or drawn.shape != given.shape or _close(drawn, given):
+        return
+    drawn, given = drawn.detach(), given.detach()
+    gap = (drawn.double() - given.double()).abs().reshape(drawn.shape[0], -1)
+    row = int(gap.amax(1).argmax())
+    shown = ", ".join(f"{v:.3g}" for v in drawn[row].reshape(-1)[:4].tolist())
+    softmax = ", ".join(f"{v:.3g}" for v in given[row].reshape(-1)[:4].tolist())
+    raise ValueError(
+        f"{caller}: the outputs of {name} are not the logits of its likelihood: its 'obs' "
+        f"site is drawn from {family} with probabilities [{shown}] at input {row}, but the "
+        f"softmax of the logits it returned or recorded is [{softmax}] there (logits divided "
+        f"by a temperature, or a term the likelihood adds that they leave out?). {caller} "
+        "would give that softmax as the class probabilities, not the model's predictive "
+        "probabilities. Return, or record with pyro.deterministic('logits', ...), the logits "
+        "the model draws 'obs' from."
+    )
