@@ -54,6 +54,7 @@ from pyrouq._util import (
     module_dtype,
     restore_modes,
 )
+from pyrouq.convert import BayesianNetwork
 
 __all__ = ["MAX_LATENT_VALUES", "PARALLEL_MIN_STEPS", "MCMCResult", "mcmc"]
 
@@ -366,9 +367,14 @@ def _run_chains(
                 "nothing was sampled."
             ) from err
     refuse_own_latents(model, tracer.trace)
+    # the pass's graph (point estimates of a last-layer model require grad) let go: the chains
+    # would otherwise hold a forward over all of x beside their own
+    del tracer
+    outputs = outputs.detach()
     model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
     model.num_data = x.shape[0]  # (the forward's likelihood scale: 1, as the chains run it)
-    refuse_forward_sites(model, x, y)
+    if type(model).forward is not BayesianNetwork.forward:  # (a subclass's own forward)
+        refuse_forward_sites(model, x, y)
     dtype = module_dtype(model)
     if y.is_floating_point() and dtype is not None and y.dtype != dtype:
         y = y.to(dtype)  # a float64 y would turn the log density, then NUTS's weights, float64
