@@ -309,9 +309,9 @@ def test_a_plate_around_a_pyrouq_model_is_refused_in_pyrouqs_words():
     own = (
         "expected no plate around the call: the model observes its targets inside a plate of "
         "its own, pyro.plate('data') over the batch at dim=-1, which a plate around it "
-        "duplicates or collides with. Call the ELBO (elbo.loss(...), svi.step(...), fit()) "
-        "outside the plate; to weigh the loss, put pyro.poutine.scale(scale=...) around the "
-        "call instead."
+        "duplicates, collides with or broadcasts the weights over (multiplying the loss). Call "
+        "the ELBO (elbo.loss(...), svi.step(...), fit()) outside the plate; to weigh the loss, "
+        "put pyro.poutine.scale(scale=...) around the call instead."
     )
     # (were Pyro's "duplicate plate 'data'", "collide at dim=-1", "shapes disagree")
     for name, size, dim in [("data", 10, None), ("batch", 1, None), ("b", 3, -2)]:

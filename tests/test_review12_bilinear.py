@@ -186,8 +186,9 @@ def test_fit_resume_from_of_other_sites_names_the_runs_select(tmp_path):
                    resume_from=path)  # fmt: skip
     message = " ".join(str(refused.value).split())
     assert message.endswith(
-        "Its latent sites are not those select= picked here (an earlier pyrouq's select=None "
-        "and 'last_layer' left nn.Bilinear out): convert the network with the run's, "
+        "Its latent sites are not those select= picked here (another select=, or an earlier "
+        "pyrouq's select=None or 'last_layer', which left nn.Bilinear out): convert the network "
+        "with the run's, "
         "bayesian(net, select=['f.1.weight', 'f.1.bias', 'g.1.weight', 'g.1.bias']), and the "
         "run's other arguments."
     )
@@ -231,10 +232,10 @@ def test_fit_resume_from_of_many_other_sites_says_how_to_read_them(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 SHARED = (
-    "batchensemble(): the nn.Bilinear layer(s) 'bil', which have no BatchEnsemble version, stay "
+    "The nn.Bilinear layer(s) 'bil' of the network, which have no BatchEnsemble version, stay "
     "one layer each, one set of weights that all {m} members share: no factors of their own "
-    "(none latent in rank1()), and bayesian(ensemble, select='last_layer') picks the last "
-    "converted layer's, not theirs. To give each member its own, compute it as an "
+    "(in rank1(), none latent; in batchensemble(), bayesian(ensemble, select='last_layer') "
+    "picks the last converted layer's, not theirs). To give each member its own, compute it as an "
     "nn.Linear(in1 * in2, out) of the flattened outer product, torch.einsum('bi,bj->bij', x1, "
     "x2).flatten(1), which is converted; or keep it shared."
 )

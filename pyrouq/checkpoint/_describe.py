@@ -372,7 +372,7 @@ def build_model(
     try:  # initial values replaced by the saved ones (torch's state kept); warned when built
         with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"bayesian\(\): the embedding weight")
-            warnings.filterwarnings("ignore", message=r"batchensemble\(\): the nn\.Bilinear")
+            warnings.filterwarnings("ignore", message=r"The nn\.Bilinear layer\(s\) .* have no")
             if name in doors:
                 before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
                 model = doors[name](**{**before, **config})

@@ -350,8 +350,9 @@ def _rebuild_advice(theirs: Any, mine: Any, saved: Checkpoint) -> str:
     else:
         select = "list(resume_from.model.network_sites())"
     return (
-        "Its latent sites are not those select= picked here (an earlier pyrouq's select=None "
-        "and 'last_layer' left nn.Bilinear out): convert the network with the run's, "
+        "Its latent sites are not those select= picked here (another select=, or an earlier "
+        "pyrouq's select=None or 'last_layer', which left nn.Bilinear out): convert the network "
+        "with the run's, "
         f"bayesian(net, select={select}), and the run's other arguments."
     )
 

@@ -227,11 +227,12 @@ def _warn_bilinear(net: nn.Module, num_members: int) -> None:
     kept = [name for name, m in net.named_modules() if isinstance(m, nn.Bilinear)]
     if kept:
         warn_caller(
-            f"batchensemble(): the nn.Bilinear layer(s) {_names_list(kept, 4)}, which have no "
+            f"The nn.Bilinear layer(s) {_names_list(kept, 4)} of the network, which have no "
             "BatchEnsemble version, stay one layer each, one set of weights that all "
-            f"{num_members} members share: no factors of their own (none latent in rank1()), "
-            "and bayesian(ensemble, select='last_layer') picks the last converted layer's, not "
-            "theirs. To give each member its own, compute it as an nn.Linear(in1 * in2, out) of "
+            f"{num_members} members share: no factors of their own (in rank1(), none latent; in "
+            "batchensemble(), bayesian(ensemble, select='last_layer') picks the last converted "
+            "layer's, not theirs). To give each member its own, compute it as an "
+            "nn.Linear(in1 * in2, out) of "
             "the flattened outer product, torch.einsum('bi,bj->bij', x1, x2).flatten(1), which "
             "is converted; or keep it shared."
         )

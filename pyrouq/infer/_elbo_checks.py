@@ -143,8 +143,9 @@ def refuse_plate_around(model: Any, caller: str, call: str) -> None:
                 f"pyro.plate({handler.name!r}, {handler.size}, dim={handler.dim}), expected no "
                 "plate around the call: the model observes its targets inside "
                 f"{'plates' if two else 'a plate'} of its own, pyro.plate('data') over the "
-                f"batch at dim=-1{members}, which a plate around it duplicates or collides "
-                f"with. Call {call} outside the plate; to weigh the loss, put "
+                f"batch at dim=-1{members}, which a plate around it duplicates, collides "
+                f"with or broadcasts the weights over (multiplying the loss). Call {call} "
+                "outside the plate; to weigh the loss, put "
                 "pyro.poutine.scale(scale=...) around the call instead."
             )
 
