@@ -284,3 +284,38 @@ def test_a_run_folder_whose_record_is_missing_damaged_or_of_another_pyrouq(
     (run / "config.json").write_text(record)
     assert main(words) == 0
     assert json.loads((run / "metrics.json").read_text())["seed"] == 7
+
+
+class FixedBackbone(nn.Module):
+    """A backbone kept fixed the torch way, under no_grad in the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.back = nn.Sequential(nn.Flatten(), nn.Linear(784, 8), nn.ReLU())
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        with torch.no_grad():
+            h = self.back(x)
+        return self.head(h)
+
+
+def make_fixed() -> nn.Module:  # `pyrouq fit test_audit12_cli_resume:make_fixed`
+    return FixedBackbone()
+
+
+def test_a_factory_running_latent_layers_under_no_grad_is_refused_by_the_command(tmp_path, capsys):
+    # fit() warns (a staged fine-tuning may unfreeze them later); the command never does, so
+    # the warning is its refusal, in its words, and no run folder is left
+    argv = ["fit", "test_audit12_cli_resume:make_fixed", *ARGV[2:], "--out", str(tmp_path / "r")]
+    err = one_line_error(capsys, argv).strip()
+    assert err.startswith(
+        "pyrouq: error: factory 'test_audit12_cli_resume:make_fixed', --method bayesian: "
+        "FixedBackbone's forward ran the layer 'back.1', which holds latent weights, only "
+        "under torch.no_grad()"
+    )
+    assert err.endswith(
+        "To keep them fixed, freeze them in the factory (layer.requires_grad_(False)) or pick "
+        "--method last-layer; to make them Bayesian, run them with gradients."
+    )
+    assert not (tmp_path / "r").exists()

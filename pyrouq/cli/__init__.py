@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -135,8 +136,21 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     device = _device(args.device)
     paths = list(sys.path)  # a resumed run's factory_root, put on it where it is needed
     try:
-        with _process_group(device) as (rank, world):
-            return _fit_on_rank(args, method, device, rank, world)
+        with warnings.catch_warnings():
+            # a factory whose forward runs latent layers only under no_grad: the command
+            # never unfreezes them later (no staged fine-tuning), so it refuses the run
+            warnings.filterwarnings("error", message=_NO_GRAD.pattern, category=UserWarning)
+            with _process_group(device) as (rank, world):
+                return _fit_on_rank(args, method, device, rank, world)
+    except UserWarning as warning:
+        text = " ".join(str(warning).split())
+        if not _NO_GRAD.match(text):
+            raise
+        text = text.split(" To keep those weights fixed")[0] + (
+            " To keep them fixed, freeze them in the factory (layer.requires_grad_(False)) or "
+            "pick --method last-layer; to make them Bayesian, run them with gradients."
+        )
+        raise CommandError(f"factory {args.model!r}, --method {method}: {text}") from None
     finally:
         sys.path[:] = paths
 
@@ -218,6 +232,10 @@ def _fit_on_rank(
                 (out / "config.json").unlink(missing_ok=True)  # fixed command is refused
         raise
 
+
+#: The engine's warning of latent layers a forward runs only under torch.no_grad() (the command
+#: refuses such a run: its layers would train on the KL alone).
+_NO_GRAD = re.compile(r"^\S+'s forward ran the layers? .* only under torch\.no_grad\(\)")
 
 #: pyrouq.fit()'s refusal of a factory's activation checkpointing (told in the command's words).
 _CHECKPOINTED = re.compile(r"^\S+ runs '.*' inside torch\.utils\.checkpoint \(activation")
