@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_array_like, is_integer, is_real, tensor_hint
+from pyrouq._numbers import finite_float, is_array_like, is_integer, is_real, shown, tensor_hint
 
 if TYPE_CHECKING:
     from pyrouq.regression import GaussianPredictions
@@ -44,7 +44,7 @@ def _are_predictions(value: object) -> bool:
 
 
 def _check_alpha(alpha: object, n: int) -> float:
-    if not is_real(alpha) or not 0 < float(alpha) < 1:
+    if not is_real(alpha) or not 0 < alpha < 1:  # (compared exactly: 10**400 is no float)
         score = isinstance(alpha, str) and alpha in _SCORES  # conformal(preds, y, "aps")
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
@@ -271,7 +271,7 @@ def _interval_targets(targets: Any, lo: Tensor) -> Tensor:
 
 def check_alpha_field(alpha: object, where: str) -> float:
     """A predictor's ``alpha`` in (0, 1) as a float, or a ValueError naming ``where``."""
-    if not is_real(alpha) or not 0 < float(alpha) < 1:
+    if not is_real(alpha) or not 0 < alpha < 1:  # (compared exactly: 10**400 is no float)
         raise ValueError(
             f"{where}: expected alpha in (0, 1), the allowed miscoverage, got {alpha!r}"
             f"{tensor_hint(alpha)}. conformal() builds the predictor from held-out predictions."
@@ -287,9 +287,9 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
             f"{where}: expected threshold to be a real number (the largest score a set "
             f"admits; inf admits every class), got {threshold!r}{tensor_hint(threshold)}."
         )
-    if not is_real(lam) or not 0 <= lam < math.inf:
+    if (penalty := finite_float(lam)) is None or penalty < 0:  # (None: also 10**400)
         raise ValueError(
-            f"{where}: expected lam >= 0 (finite), the RAPS penalty per rank, got {lam!r}"
+            f"{where}: expected lam >= 0 (finite), the RAPS penalty per rank, got {shown(lam)}"
             f"{tensor_hint(lam)}."
         )
     if not is_integer(k_reg) or k_reg < 0:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from pyrouq._arguments import check_folder
+
 _BUNDLED_ROOT = Path(__file__).parent / "_data"
 _FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -106,6 +108,8 @@ def _find(root: Path, folder: str, name: str) -> Path | None:
 
 def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
     if root is not None:
+        hint = "Pass e.g. root='data' (holding data/MNIST/raw/...), or None for the default."
+        check_folder("root", root, hint)
         return Path(root).expanduser(), "root="
     env = os.environ.get("PYROUQ_DATA")
     if env:

@@ -40,7 +40,7 @@ from pyrouq._conformal_scores import (
     check_thresholds,
 )
 from pyrouq._metric_inputs import _float64
-from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
 from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
@@ -123,12 +123,12 @@ class TemperatureScaler:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if not is_real(t) or not 0 < t < math.inf:
+        if (number := finite_float(t)) is None or number <= 0:  # (None: also 10**400)
             raise ValueError(
-                f"Expected a temperature > 0 (finite), got {t!r}{tensor_hint(t)}: T > 1 "
+                f"Expected a temperature > 0 (finite), got {shown(t)}{tensor_hint(t)}: T > 1 "
                 "softens the probabilities, T < 1 sharpens them. temperature_scale() fits one."
             )
-        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "temperature", number)
 
     def __call__(self, preds: Predictions) -> Predictions:
         preds = _class_preds(preds, "preds")
@@ -495,9 +495,9 @@ def conformal(
     """
     check_not_shifted(val_targets)
     seed = check_seed(seed, "conformal()")
-    if not is_real(lam) or not 0 <= lam < math.inf:
+    if (penalty := finite_float(lam)) is None or penalty < 0:  # (None: also 10**400)
         raise ValueError(
-            f"Expected lam >= 0, the RAPS penalty per rank, got {lam!r}{tensor_hint(lam)}: "
+            f"Expected lam >= 0, the RAPS penalty per rank, got {shown(lam)}{tensor_hint(lam)}: "
             "pass a finite number (0: no penalty, the APS score)."
         )
     if not is_integer(k_reg) or k_reg < 0:

@@ -33,6 +33,7 @@ from typing import Literal
 
 import torch
 
+from pyrouq._arguments import check_device, set_generator_state
 from pyrouq._idx import DataError, _arrays
 from pyrouq._numbers import is_integer, tensor_hint
 from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
@@ -317,7 +318,7 @@ class TensorLoader(ShardedOrder):
 
     def set_rng_state(self, state: torch.Tensor) -> None:
         """Restore a state from :meth:`get_rng_state` (``fit`` does this to resume a run)."""
-        self._generator.set_state(state)
+        set_generator_state(self._generator, state, "TensorLoader")
 
     def __repr__(self) -> str:
         return (
@@ -344,8 +345,10 @@ def _make_loaders(
 ) -> tuple[TensorLoader, TensorLoader]:
     batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
     download = check_flag("download", download)  # "False" would go to the network
+    caller = "load_mnist()" if folder == "MNIST" else "load_fashion_mnist()"
     if seed is not None:  # named by the caller, and before the files are read
-        seed = check_seed(seed, "load_mnist()" if folder == "MNIST" else "load_fashion_mnist()")
+        seed = check_seed(seed, caller)
+    check_device(device, caller)
     train_x, train_y = _arrays(folder, "train", root, download)
     test_x, test_y = _arrays(folder, "test", root, download)
     if train_size is not None:
@@ -468,6 +471,7 @@ def ood_loader(
             "models) or 'mnist' (that of Fashion-MNIST models)."
         )
     folder = "FashionMNIST" if dataset == "fashion-mnist" else "MNIST"
+    check_device(device, "ood_loader()")
     images, labels = _arrays(folder, "test", root)
     images, labels = _own_copy(images, device), _own_copy(labels, device)
     return TensorLoader(

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
+from pyrouq._numbers import finite_float, is_array_like, is_real, shown
 from pyrouq.uncertainty import Decomposition
 
 __all__ = [
@@ -220,8 +221,13 @@ class GaussianPredictions:
     def cdf(self, value: Tensor | float) -> Tensor:
         """The mixture's CDF at ``value`` ``(N, D)`` (``(N,)`` when D = 1, or one number),
         per input and output: ``(N, D)``."""
-        value = torch.as_tensor(value, dtype=torch.float64, device=self.loc.device)
         n, d = self.num_inputs, self.num_outputs
+        if not (torch.is_tensor(value) or is_array_like(value) or is_real(value)):
+            raise TypeError(
+                f"Expected cdf's value to be one number or a tensor of shape ({n}, {d}), one per "
+                f"input and output, got {type(value).__name__}; pass e.g. cdf(0.0) or cdf(y)."
+            )
+        value = torch.as_tensor(value, dtype=torch.float64, device=self.loc.device)
         if value.dim() == 1 and d == 1 and value.shape[0] == n:
             value = value.unsqueeze(-1)
         if value.dim() and tuple(value.shape) != (n, d):
@@ -356,7 +362,10 @@ class GaussianPredictions:
                     f"Expected rescale's {name} to be a float or a tensor of one value per "
                     f"output, got {type(value).__name__}."
                 )
-            t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)
+            try:
+                t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)
+            except OverflowError:  # an int beyond every float (10**400): refused as not finite
+                t = torch.tensor(math.inf, dtype=dtype, device=self.loc.device)
             if t.numel() not in (1, d) or t.dim() > 1:
                 raise ValueError(
                     f"rescale's {name} has shape {tuple(t.shape)}, but the predictions have "
@@ -367,11 +376,11 @@ class GaussianPredictions:
             values.append(t.reshape(-1) if t.dim() else t)
         mean_t, std_t = values
         if bool((std_t <= 0).any()) or not bool(torch.isfinite(std_t).all()):
-            raise ValueError(f"rescale's std must be finite and > 0, got {std!r}.")
+            raise ValueError(f"rescale's std must be finite and > 0, got {shown(std)}.")
         if not bool(torch.isfinite(mean_t).all()):  # else refused below as the model's NaN
             raise ValueError(
-                f"rescale's mean must be finite, got {mean!r}: a Standardizer's y_mean, or the "
-                "targets' mean in their units."
+                f"rescale's mean must be finite, got {shown(mean)}: a Standardizer's y_mean, or "
+                "the targets' mean in their units."
             )
         targets = None
         if self.targets is not None:  # in float64 if they or the statistics are
@@ -406,12 +415,13 @@ def _level(level: object, what: str) -> float:
         raise TypeError(
             f"Expected {what} in (0, 1), one number, got {type(level).__name__}; e.g. 0.9."
         )
-    if not 0.0 < float(level) < 1.0:
+    number = finite_float(level)  # (None for 10**400, which float() refuses)
+    if number is None or not 0.0 < number < 1.0:
         raise ValueError(
-            f"Expected {what} in (0, 1), got {level!r}; e.g. 0.9"
+            f"Expected {what} in (0, 1), got {shown(level)}; e.g. 0.9"
             + (" (a 90 % interval)." if "interval" in what else " (the 90 % quantile).")
         )
-    return float(level)
+    return number
 
 
 def _cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tensor:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._images import Constants, as_nchw, normalisation
-from pyrouq._numbers import is_one_number, one_number
+from pyrouq._numbers import finite_float, is_one_number, one_number, shown
 from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, module_device, rng_state, set_rng_state
 from pyrouq.uncertainty import Measure, decompose
@@ -149,9 +149,9 @@ def _check_angle(angle: object, name: str = "angle") -> float:
             f"Expected {name} to be a real number of degrees (int or float), got "
             f"{type(angle).__name__} {angle!r}; pass e.g. {fix}."
         )
-    value = float(angle)
-    if not math.isfinite(value):
-        raise ValueError(f"Expected {name} to be a finite number of degrees, got {angle!r}.")
+    value = finite_float(angle)  # (None: NaN, inf, and 10**400, which float() refuses)
+    if value is None:
+        raise ValueError(f"Expected {name} to be a finite number of degrees, got {shown(angle)}.")
     return value
 
 

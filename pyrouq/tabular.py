@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._arguments import set_generator_state
+from pyrouq._numbers import finite_float, shown, tensor_hint
 from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
 
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
@@ -144,7 +145,7 @@ class ArrayLoader(ShardedOrder):
 
     def set_rng_state(self, state: Tensor) -> None:
         """Restore the shuffling generator's state."""
-        self._generator.set_state(state)
+        set_generator_state(self._generator, state, "ArrayLoader")
 
     def __repr__(self) -> str:
         return (
@@ -169,13 +170,15 @@ def train_test_split(
     """
     x, y = _check_xy(x, y, "train_test_split()")
     seed = check_seed(seed, "train_test_split()")
-    if not is_real(test_fraction) or not (0.0 < float(test_fraction) < 1.0):
+    fraction = finite_float(test_fraction)  # (None: also 10**400, which float() refuses)
+    if fraction is None or not 0.0 < fraction < 1.0:
         raise ValueError(
-            f"Expected test_fraction in (0, 1), got {test_fraction!r}{tensor_hint(test_fraction)}; "
+            f"Expected test_fraction in (0, 1), got {shown(test_fraction)}"
+            f"{tensor_hint(test_fraction)}; "
             "e.g. 0.2 holds out a fifth of the rows."
         )
     n = x.shape[0]
-    n_test = round(n * float(test_fraction))
+    n_test = round(n * fraction)
     if not 1 <= n_test < n:
         raise ValueError(
             f"test_fraction={test_fraction} of {n} row{'s' if n != 1 else ''} leaves {n_test} "

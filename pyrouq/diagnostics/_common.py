@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyro
@@ -178,10 +178,20 @@ def _check_labels(fn: str, y: Tensor, num_classes: int) -> None:
         )
 
 
+def check_var_names_kind(var_names: object, fn: str) -> None:
+    """Refuse ``var_names`` that are neither a name nor an iterable of names (None: all)."""
+    if var_names is not None and not isinstance(var_names, (str, Iterable)):
+        raise TypeError(  # (was "'int' object is not iterable")
+            f"{fn}: expected var_names to be a variable name or a list of them, got "
+            f"{type(var_names).__name__}. Pass e.g. var_names=['fc1.weight'], or None for all."
+        )
+
+
 def _check_var_names(var_names: str | Sequence[str] | None, valid: Sequence[str]) -> list[str]:
     """The requested latent sites, in the model's order; every site when ``var_names`` is None."""
     if var_names is None:
         return list(valid)
+    check_var_names_kind(var_names, "to_inference_data()")
     names = [var_names] if isinstance(var_names, str) else list(var_names)
     if not names:
         raise ValueError(

@@ -14,6 +14,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyrouq._numbers import finite_float, shown, tensor_hint
 from pyrouq._own_models import check_traces_match
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device
@@ -42,6 +43,7 @@ from pyrouq.diagnostics._common import (
     _prepared,
     _replayed_draws,
     _typed,
+    check_var_names_kind,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -474,7 +476,7 @@ def summary(
         Group to summarise; an ensemble export has no posterior, use
         ``"posterior_predictive"`` there.
     hdi_prob : float, optional
-        Probability mass of the HDI (arviz's default, 0.94, when None).
+        Probability mass of the HDI, in (0, 1) (arviz's default, 0.94, when None).
     **kwargs
         Passed on to ``az.summary`` (``round_to``, ``coords``, ...; ``kind`` for MCMC draws).
 
@@ -502,6 +504,13 @@ def summary(
         )
     if independent:
         kwargs["kind"] = "stats"
+    check_var_names_kind(var_names, "summary()")
+    if hdi_prob is not None and ((p := finite_float(hdi_prob)) is None or not 0 < p < 1):
+        raise ValueError(  # (arviz's, for True and 1: "Too few elements for interval calculation")
+            f"summary(): expected hdi_prob in (0, 1), the HDI's probability mass, got "
+            f"{shown(hdi_prob)}{tensor_hint(hdi_prob)}. Pass e.g. hdi_prob=0.9, or None for "
+            "arviz's 0.94."
+        )
     if group not in groups:
         fix = (
             "A BatchEnsemble export has no posterior: pass group='posterior_predictive'."

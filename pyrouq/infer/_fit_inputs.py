@@ -129,6 +129,10 @@ def check_loader_kind(loader: Any) -> None:
         "torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)."
     )
     data, what = torch.utils.data, f"{type(loader).__name__}"
+    if not isinstance(loader, Iterable) and not hasattr(type(loader), "__getitem__"):
+        raise TypeError(  # (was "'NoneType' object is not iterable", from the epoch's loop)
+            f"Expected train_loader to be an iterable of (x, y) batches, got {what}. {hint}"
+        )
     if isinstance(loader, (torch.Tensor, np.ndarray)):
         raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
     if isinstance(loader, (tuple, list)):

@@ -280,11 +280,23 @@ class MeanFieldGuide(nn.Module):
 
     def site_loc(self, site: str) -> torch.Tensor:
         """Location of ``site``: its posterior mean (of its logarithm for a positive site)."""
-        return self.loc[self._keys[site]]
+        return self.loc[self._key(site)]
 
     def site_scale(self, site: str) -> torch.Tensor:
         """Standard deviation of ``site`` (``softplus(rho)``)."""
-        return F.softplus(self.rho[self._keys[site]])
+        return F.softplus(self.rho[self._key(site)])
+
+    def _key(self, site: str) -> str:
+        """The parameters' key of ``site``, or a KeyError naming the guide's sites (a bare
+        ``KeyError: '0.wieght'`` named none)."""
+        try:
+            return self._keys[site]
+        except (KeyError, TypeError):  # (TypeError: an unhashable site, such as a list)
+            names = ", ".join(repr(s) for s in self.sites)
+            raise KeyError(
+                f"{site!r} is not a site of this guide; its sites are {names}. Pass one of "
+                "these names (guide.sites lists them)."
+            ) from None
 
     def means(self) -> dict[str, torch.Tensor]:
         """Posterior means of every site, detached (for ``poutine.condition``); medians
@@ -467,7 +479,14 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
     Decided without drawing for a :class:`MeanFieldGuide` (its sites) and for a Pyro autoguide
     that has been built (its prototype trace); other guides are checked on their draws
     (:func:`check_draws`). The message names the first differing site, in the model's order.
+    A guide that is not callable is refused (but by save(), which names what it can store).
     """
+    if guide is not None and not callable(guide) and caller != "save()":
+        raise TypeError(  # (fit() went on to "'str' object is not callable", from its probe)
+            f"{caller}: expected the guide to be callable (mean_field_guide(model), a Pyro "
+            f"autoguide or a guide function), got {type(guide).__name__}. Pass guide="
+            "mean_field_guide(model), or guide=None for a model without latent sites."
+        )
     if guide is not None and guide is model:  # its draws would be the prior's, silently
         check_drawable(model, "a guide", caller)  # (an ensemble: none; a plain network: none)
         build = "mean_field_guide(model), fitted with fit(model, guide, data)"

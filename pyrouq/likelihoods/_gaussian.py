@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyrouq._numbers import is_one_number, one_number
+from pyrouq._numbers import is_one_number, is_real, one_number
 from pyrouq._util import support_of
 from pyrouq.likelihoods._base import (
     Likelihood,
@@ -125,7 +125,7 @@ class Gaussian(Likelihood):
         elif is_one_number(scale):  # a float, a numpy scalar, a tensor of one value
             self.fixed = _positive(
                 "the Gaussian noise scale",
-                one_number(scale),
+                scale if is_real(scale) else one_number(scale),  # (10**400: no float, refused)
                 "Pass the noise standard deviation, e.g. 0.5.",
             )
             self.mode = "fixed"

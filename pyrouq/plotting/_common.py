@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._arguments import check_folder
 from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._metric_inputs import carried_targets
 from pyrouq.metrics import _prepare, _prepare_probs
@@ -63,8 +64,8 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
     Raises
     ------
     TypeError, ValueError
-        For bad names, values that are not figures or an ``out_dir`` that is a file, before
-        anything is written: the figures stay open, to be saved again.
+        For bad names, values that are not figures or an ``out_dir`` that is a file or no
+        path, before anything is written: the figures stay open, to be saved again.
     Exception
         Whatever creating ``out_dir`` or writing a figure raised (a full disk, a read-only
         folder): every figure of ``figures`` is closed first, the written and the unwritten
@@ -103,6 +104,7 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
                 "added unless present). Give them other names."
             )
         planned.append((file, fig))
+    check_folder("out_dir", out_dir, "Pass e.g. out_dir='figures' (created if missing).")
     plt = _pyplot()
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
@@ -233,6 +235,11 @@ def _display_images(
 ) -> np.ndarray:
     """``images[index]`` as a float array in ``[0, 1]`` for imshow: ``(len(index), H, W)`` for
     grey images, ``(len(index), H, W, 3)`` for RGB ones."""
+    if normalized is not None and not isinstance(normalized, (bool, np.bool_)):
+        raise TypeError(  # ("no" was taken as True, and the images drawn as normalised)
+            f"Expected normalized to be True, False or None (None: told from the pixels), got "
+            f"{normalized!r}. Pass normalized=True for normalised images, False for [0, 1]."
+        )
     if isinstance(images, np.ndarray):
         images = torch.from_numpy(images)
     if not isinstance(images, Tensor):

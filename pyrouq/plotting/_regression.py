@@ -3,13 +3,12 @@ calibration."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
 from pyrouq.plotting._common import _figure_and_axes
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def _column(value: Any, name: str, n: int) -> Tensor:
             f"Expected {name} to be a torch.Tensor, got {type(value).__name__}; pass "
             f"torch.as_tensor({name})."
         )
-    flat = value.detach().reshape(value.shape[0], -1) if value.dim() else value.reshape(1, 1)
+    flat = value.detach().reshape(-1, 1) if value.dim() < 2 else value.detach().flatten(1)
     if flat.shape[1] != 1 or flat.shape[0] != n:
         raise ValueError(
             f"Expected {name} with one value per point, (N,) or (N, 1) with N = {n}, got shape "
@@ -120,10 +119,10 @@ def plot_regression(
             f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
             f"{output!r}{tensor_hint(output)}."
         )
-    if not (is_real(num_sd) and 0 < num_sd < math.inf):  # inf: bands drawn as nothing
+    if (sd := finite_float(num_sd)) is None or sd <= 0:  # inf: bands drawn as nothing
         raise ValueError(
             f"Expected num_sd > 0, the bands' half-width in standard deviations, got "
-            f"{num_sd!r}{tensor_hint(num_sd)}; pass a finite number, e.g. num_sd=2."
+            f"{shown(num_sd)}{tensor_hint(num_sd)}; pass a finite number, e.g. num_sd=2."
         )
     if (train_x is None) != (train_y is None):
         given, missing = ("train_x", "train_y") if train_y is None else ("train_y", "train_x")
