@@ -143,11 +143,22 @@ def refuse_forward_sites(model: Any, x: Tensor, y: Tensor) -> None:
     :class:`~pyrouq.BayesianNetwork` overriding ``forward``, a temperature drawn there)
     refused, named: NUTS would sample them, but the result keeps the latent sites alone, and
     :func:`pyrouq.predict` runs the network on those alone, without them. The trace draws
-    from the priors with the random state put back: the chains' draws are not moved."""
-    with torch.no_grad(), global_streams_kept(module_device(model)):
-        trace = pyro.poutine.trace(model).get_trace(x, y)
+    from the priors with the random state put back: the chains' draws are not moved. It runs
+    with gradients, as the chains run the forward (an input-gradient penalty takes one), and
+    leaves Pyro's param store as it found it; a forward that fails in it is left to the
+    chains, which raise its error."""
+    store = pyro.get_param_store()
+    kept = set(store.keys())
+    try:
+        with torch.enable_grad(), global_streams_kept(module_device(model)):
+            sites = unobserved_sites(pyro.poutine.trace(model).get_trace(x, y))  # (graph dropped)
+    except Exception:
+        return
+    finally:  # the entries the forward put there (its point estimates, register_children)
+        for name in set(store.keys()) - kept:
+            del store[name]
     latent = model.latent_sites()
-    extra = [site for site in unobserved_sites(trace) if site not in latent]
+    extra = [site for site in sites if site not in latent]
     if extra:
         raise ValueError(
             f"mcmc(): {type(model).__name__} samples {extra[:3]} in its forward beside its "

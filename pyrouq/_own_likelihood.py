@@ -10,7 +10,7 @@ import torch
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._util import innermost_distribution
+from pyrouq._util import innermost_distribution, warn_caller
 from pyrouq.likelihoods._categorical import are_probabilities
 
 __all__ = ["check_likelihood_logits", "outputs_problem"]
@@ -21,12 +21,25 @@ _REGRESSION_WAY = (
     "takes."
 )
 
+_COUNTS = (
+    "Poisson",
+    "GammaPoisson",
+    "NegativeBinomial",
+    "Geometric",
+    "ZeroInflatedPoisson",
+    "ZeroInflatedNegativeBinomial",
+)
+"""Count likelihoods: their values are numbers of events, no class of C."""
+_TRIALS = ("Binomial", "BetaBinomial")
+"""Counts of successes: of C columns per input, no class of C (one column: a binary model)."""
+
 
 def outputs_problem(name: str, trace: Any, rows: int) -> Exception | None:
     """The refusal of a model (``name``) whose trace on ``rows`` inputs shows that its outputs
     ``(rows, C)``, ``C >= 2`` (its ``"logits"`` site, else its return value), are no class
-    logits, or None: its likelihood draws continuous targets (a regression) or C labels per
-    input from a Bernoulli (a multi-label model). The likelihood is the site ``"obs"`` or,
+    logits, or None: its likelihood draws continuous targets (a regression), C labels per
+    input from a Bernoulli (a multi-label model) or counts (a Poisson at ``"obs"``, a Binomial
+    of C columns). The likelihood is the site ``"obs"`` or,
     for a model without one, a site drawn around the outputs themselves (a continuous one
     whose mean they are, a Bernoulli whose probabilities are their sigmoid) where no discrete
     site beside it could be the labels (one named ``"label"``, say)."""
@@ -58,6 +71,24 @@ def outputs_problem(name: str, trace: Any, rows: int) -> Exception | None:
             "pyro.infer.Predictive (predict() covers models that pick one class of C per "
             "input)."
         )
+    if family in _COUNTS + _TRIALS:
+        return TypeError(
+            f"predict(): {name} observes counts (its 'obs' site is drawn from {family}): a "
+            f"count model, whose {classes} outputs per input predict() would take for the "
+            f"logits of {classes} classes. Draw its predictions with pyro.infer.Predictive "
+            "(predict() covers models that pick one class of C per input, and regressions "
+            "built as pyrouq.bayesian(net, likelihood=pyrouq.likelihoods.Gaussian(...)))."
+        )
+    if where != "obs":  # no labels drawn on the inputs alone: a regression, or labels drawn
+        return TypeError(  # only where y is given
+            f"predict(): {name} draws no 'obs' site on the inputs alone, and a site drawn "
+            f"around the outputs ({where!r}, a {family} whose mean they are): its {classes} "
+            "outputs per input may be the means of continuous targets, which predict() would "
+            f"take for the logits of {classes} classes. A classifier of your own: draw its "
+            "labels at 'obs' whether or not y is given (pyro.sample('obs', "
+            "dist.Categorical(logits=...), obs=y) samples them where y is None), from the "
+            f"logits it returns. {_REGRESSION_WAY}"
+        )
     return TypeError(
         f"predict(): {name} observes continuous targets (its {where!r} site is drawn from "
         f"{family}): a regression model, whose {classes} outputs per input predict() would "
@@ -84,21 +115,24 @@ def _labels(site: dict[str, Any], rows: int) -> bool:
     return discrete and torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == rows
 
 
-def _close(a: Any, b: Tensor) -> bool:
-    """Whether ``a`` is a tensor of ``b``'s shape holding its values (to the rounding of the
-    wider of their dtypes, float32 at least, or of a half-precision one)."""
+def _close(a: Any, b: Tensor, *dtypes: torch.dtype) -> bool:
+    """Whether ``a`` is a tensor of ``b``'s shape holding its values, to the rounding of the
+    coarsest of their dtypes and ``dtypes`` (float32's at the finest: a bfloat16 or float16
+    one's, for values computed from half-precision outputs)."""
     if not torch.is_tensor(a) or a.shape != b.shape:
         return False
-    low = min(torch.finfo(t.dtype).eps if t.is_floating_point() else 0.0 for t in (a, b))
-    tolerance = max(low, torch.finfo(torch.float32).eps) ** 0.5
+    kinds = [t.dtype for t in (a, b) if t.is_floating_point()] + list(dtypes)
+    coarse = max([torch.finfo(kind).eps for kind in kinds if kind.is_floating_point], default=0)
+    tolerance = max(coarse, torch.finfo(torch.float32).eps) ** 0.5
     wide = a.detach().double(), b.detach().double()
     return bool(torch.allclose(*wide, rtol=tolerance, atol=tolerance))
 
 
 def _not_classes(site: dict[str, Any], out: Tensor, near: bool) -> tuple[str, int] | None:
-    """``(distribution, C)`` where the site draws continuous values (a regression's targets)
-    or C >= 2 labels per input from a Bernoulli (a multi-label model); with ``near``, only
-    where it draws them around the outputs ``out`` (their mean, their sigmoid)."""
+    """``(distribution, C)`` where the site draws continuous values (a regression's targets),
+    C >= 2 labels per input from a Bernoulli (a multi-label model) or, without ``near``,
+    counts; with ``near``, only where it draws them around the outputs ``out`` (their mean,
+    their sigmoid)."""
     fn = site["fn"]
     try:
         discrete = bool(fn.support.is_discrete)
@@ -107,6 +141,9 @@ def _not_classes(site: dict[str, Any], out: Tensor, near: bool) -> tuple[str, in
     family = type(innermost_distribution(fn)).__name__
     value = site["value"]
     classes = int(out.shape[1])
+    columns = torch.is_tensor(value) and value.dim() == 2 and value.shape[-1] >= 2
+    if not near and (family in _COUNTS or (family in _TRIALS and columns)):
+        return family, classes  # counts: of events, of successes in C columns
     if family == "Bernoulli" and torch.is_tensor(value) and value.dim() == 2:
         # (rows, C) labels, each its own yes or no: not one class of C. One label a row,
         # (rows, 1), is a binary classifier, whose two-column logits [0, l] predict() takes
@@ -131,12 +168,14 @@ def _mean(fn: Any) -> Any:
 
 
 def check_likelihood_logits(name: str, trace: Any, out: Tensor, caller: str = "predict()") -> None:
-    """Refuse the class logits ``out`` ``(B, C)`` of a model (``name``) run on B inputs
-    (``trace``) that are not those of the ``Categorical`` (or binary ``Bernoulli``, beside
-    logits ``[0, l]``) it draws its ``"obs"`` from (logits divided by a temperature, a random
-    effect added that they leave out): ``caller`` would give their softmax, not the model's
-    predictive probabilities. Class probabilities given for logits are left to their own
-    refusal; so are a likelihood of another family, or of other shapes."""
+    """Warn (once per call of ``caller``: its first batch, its first draw) where the class
+    logits ``out`` ``(B, C)`` of a model (``name``) run on B inputs (``trace``) are not those
+    of the ``Categorical`` (or binary ``Bernoulli``, beside logits ``[0, l]``) it draws its
+    ``"obs"`` from (logits divided by a temperature, a random effect added that they leave
+    out; or on purpose: label smoothing, a noise model whose clean-class probabilities are
+    wanted): ``caller`` gives their softmax, not the probabilities of the observed labels.
+    Class probabilities given for logits are left to their own refusal; so are a likelihood
+    of another family, or of other shapes."""
     site = trace.nodes.get("obs")
     if site is None or site["type"] != "sample":
         return
@@ -144,27 +183,39 @@ def check_likelihood_logits(name: str, trace: Any, out: Tensor, caller: str = "p
         return
     fn = innermost_distribution(site["fn"])
     family = type(fn).__name__
+    softmax = out.detach().softmax(-1, dtype=torch.promote_types(out.dtype, torch.float32))
     if family == "Categorical":
-        drawn, given = fn.probs, out.softmax(-1)
+        drawn, given = fn.probs, softmax
     elif family == "Bernoulli" and out.shape[-1] == 2:  # logits [0, l] of Bernoulli(logits=l)
-        drawn, given = fn.probs, out.softmax(-1)[..., 1]
+        drawn, given = fn.probs, softmax[..., 1]
         if torch.is_tensor(drawn) and drawn.shape == (*out.shape[:-1], 1):
             drawn = drawn[..., 0]
     else:
         return
-    if not torch.is_tensor(drawn) or drawn.shape != given.shape or _close(drawn, given):
+    if not torch.is_tensor(drawn) or drawn.shape != given.shape or not drawn.dim():
         return
-    drawn, given = drawn.detach(), given.detach()
-    gap = (drawn.double() - given.double()).abs().reshape(drawn.shape[0], -1)
-    row = int(gap.amax(1).argmax())
-    shown = ", ".join(f"{v:.3g}" for v in drawn[row].reshape(-1)[:4].tolist())
-    softmax = ", ".join(f"{v:.3g}" for v in given[row].reshape(-1)[:4].tolist())
-    raise ValueError(
-        f"{caller}: the outputs of {name} are not the logits of its likelihood: its 'obs' "
-        f"site is drawn from {family} with probabilities [{shown}] at input {row}, but the "
-        f"softmax of the logits it returned or recorded is [{softmax}] there (logits divided "
-        f"by a temperature, or a term the likelihood adds that they leave out?). {caller} "
-        "would give that softmax as the class probabilities, not the model's predictive "
-        "probabilities. Return, or record with pyro.deterministic('logits', ...), the logits "
-        "the model draws 'obs' from."
+    if _close(drawn, given, out.dtype):
+        return
+    drawn, given = drawn.detach().double(), given.double()
+    gap = (drawn - given).abs().reshape(drawn.shape[0], -1).amax(1)
+    warn_caller(
+        f"{caller}: the class probabilities reported for {name}, the softmax of the logits "
+        f"the model returned or recorded ({_rows(given)}), differ from those its 'obs' site "
+        f"is drawn from ({family}: {_rows(drawn)}; the largest difference "
+        f"{float(gap.max()):.3g}, at input {int(gap.argmax())}). They are not the predictive "
+        "probabilities of the labels the model observes (logits divided by a temperature, or "
+        "a term the likelihood adds that they leave out?), and what is computed from them "
+        "(accuracy, calibration, uncertainty) is that softmax's. For predictions of the observed "
+        "labels, return, or record with pyro.deterministic('logits', ...), the logits 'obs' "
+        "is drawn from. If the difference is intended (label smoothing, a noise model whose "
+        "clean-class probabilities you want), ignore this warning or filter it: "
+        "warnings.filterwarnings('ignore', message=r\".*differ from those its 'obs' site is "
+        'drawn from")'
+    )
+
+
+def _rows(probs: Tensor) -> str:
+    """The first two rows of class probabilities (four values each at most), to be read."""
+    return ", ".join(
+        "[" + ", ".join(f"{v:.3g}" for v in row.reshape(-1)[:4].tolist()) + "]" for row in probs[:2]
     )

@@ -102,10 +102,11 @@ def is_ensemble(model: nn.Module) -> bool:
     return isinstance(getattr(model, "num_members", None), int) and not has_latent_sites(model)
 
 
-def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
+def logits_of(model: Any, x: Tensor, owner: Any = None, warn: bool = True) -> Tensor:
     """Run a Pyro model once and return its logits: its ``"logits"`` site when it records
     one, else its return value. ``owner``: the model ``model`` wraps (a ``poutine`` handler),
-    whose name messages give and whose ``num_data`` makes room for ``x``."""
+    whose name messages give and whose ``num_data`` makes room for ``x``. With ``warn``, a
+    warning where they are not the logits its ``"obs"`` is drawn from (a runner's first)."""
     owner = model if owner is None else owner
     with own_models.room_for(owner, x.shape[0]):
         try:
@@ -122,7 +123,8 @@ def logits_of(model: Any, x: Tensor, owner: Any = None) -> Tensor:
     recorded = "logits" in trace.nodes
     out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
     own_models.check_logits(owner, out, x.shape[0], recorded)
-    check_likelihood_logits(own_models.name_of(owner), trace, out)  # its "obs" draws from them
+    if warn:  # (not every draw's: once per predict() call)
+        check_likelihood_logits(own_models.name_of(owner), trace, out)
     return out
 
 
@@ -227,9 +229,10 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
     under those draws, so that draw s is one network on all inputs; sites that hold a value
     per input are drawn anew with every batch, as they are per input."""
     inner: Callable[[Tensor], Tensor] | None = None
+    first = _first_run()
 
     def every_run(x: Tensor) -> Tensor:
-        return torch.stack([logits_of(model, x) for _ in range(num_samples)])
+        return torch.stack([logits_of(model, x, warn=first(x)) for _ in range(num_samples)])
 
     def run(x: Tensor) -> Tensor:
         nonlocal inner
@@ -251,6 +254,19 @@ def sampled_runner(model: Any, num_samples: int, parallel: bool, batch_size: int
         return inner(x)
 
     return run
+
+
+def _first_run() -> Callable[[Tensor], bool]:
+    """True for the first batch of inputs (not empty) it is given, then False: a runner's
+    model of the user's own has its logits checked once (:func:`logits_of`), not per draw."""
+    pending = [True]
+
+    def first(x: Tensor) -> bool:
+        if pending and x.shape[0]:
+            return bool(pending.pop())
+        return False
+
+    return first
 
 
 def _prior_draws(model: Any, x: Tensor, num_samples: int) -> dict[str, Tensor]:
@@ -302,11 +318,12 @@ def bayesian_runner(
     ensemble = direct is not None and getattr(model, "num_members", None) is not None
     members: int = model.num_members if ensemble else 1
     refuse = _probabilities_refused(model)
+    first = _first_run()
 
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
             return direct(x, data)  # type: ignore[no-any-return]
-        return logits_of(poutine.condition(model, data=data), x, model)
+        return logits_of(poutine.condition(model, data=data), x, model, first(x))
 
     def draw(s: int) -> dict[str, Tensor]:
         return {k: v[s] for k, v in draws.items()}
