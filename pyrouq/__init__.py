@@ -25,6 +25,7 @@ from pyrouq.checkpoint import Checkpoint, CheckpointError, load, save
 from pyrouq.convert import (
     BatchEnsembleNetwork,
     BayesianNetwork,
+    NoGradLayersWarning,
     batchensemble,
     bayesian,
     rank1,
@@ -119,6 +120,7 @@ __all__ = [
     "LeNet",
     "MCMCResult",
     "MeanFieldGuide",
+    "NoGradLayersWarning",
     "PSISResult",
     "Predictions",
     "ResidualCNN",

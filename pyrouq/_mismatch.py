@@ -10,7 +10,15 @@ import re
 
 import torch
 
-__all__ = ["came_from", "came_from_elsewhere", "input_mismatch", "size_error"]
+__all__ = [
+    "came_from",
+    "came_from_elsewhere",
+    "input_mismatch",
+    "layer_added",
+    "layer_named",
+    "size_error",
+    "torch_words",
+]
 
 _SIZES = (  # torch's phrasings of a shape, size or channel count
     r"cannot be multiplied|size of tensor|must match the size|Sizes of tensors must match|"
@@ -32,6 +40,7 @@ _NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # (a pyrouq_ext/ is not in it)
 _RAISES = frozenset(dis.opmap[op] for op in ("RAISE_VARARGS", "RERAISE") if op in dis.opmap)
 _CAME_FROM = "_pyrouq_came_from"  # (an attribute of an error: where it came from, not x)
+_TORCH_WORDS = "_pyrouq_torch_words"  # (one of an error a layer was added to: torch's words)
 # Not-implemented, out-of-memory and accelerator errors (torch >= 2.8's AcceleratorError, a
 # RuntimeError subclass; absent before it): never about the inputs' sizes
 _NOT_THE_INPUTS: tuple[type[BaseException], ...] = (
@@ -48,7 +57,7 @@ def input_mismatch(err: BaseException) -> bool:
     out-of-memory, accelerator or not-implemented ones."""
     if isinstance(err, _NOT_THE_INPUTS):
         return False
-    if not isinstance(err, RuntimeError) or _MISMATCH.search(str(err)) is None:
+    if not isinstance(err, RuntimeError) or _MISMATCH.search(torch_words(err)) is None:
         return False
     return not _worded_by_pyrouq(err)
 
@@ -64,7 +73,32 @@ def size_error(err: BaseException) -> bool:
         return False
     if not isinstance(err, (RuntimeError, IndexError, ValueError)):
         return False
-    return _NOT_SIZES.search(str(err)) is None
+    return _NOT_SIZES.search(torch_words(err)) is None
+
+
+def layer_named(err: BaseException, message: str) -> None:
+    """Put ``message`` (torch's words with the layer that raised them added:
+    ``_engine._layer_errors``) in place of ``err``'s, keeping torch's for :func:`torch_words`."""
+    vars(err)[_TORCH_WORDS] = str(err)
+    err.args = (message,)
+
+
+def layer_added(err: BaseException) -> bool:
+    """Whether :func:`layer_named` has added a layer to ``err``."""
+    return _TORCH_WORDS in vars(err)
+
+
+def torch_words(err: BaseException) -> str:
+    """``err``'s message in torch's words: before :func:`layer_named` added the layer (whose
+    class and settings may say "size" or "dtype"), else ``str(err)``; also for an error
+    re-raised from such a one with its message and more (Pyro's trace adds its sites' shapes).
+    What the readers of the error's kind (:func:`input_mismatch`, :func:`size_error`) read."""
+    words, text, cause = vars(err).get(_TORCH_WORDS), str(err), err.__cause__
+    if isinstance(words, str):
+        return words
+    if cause is not None and layer_added(cause) and text.startswith(named := str(cause)):
+        return torch_words(cause) + text[len(named) :]
+    return text
 
 
 def came_from(err: BaseException, inputs: str) -> None:

@@ -299,7 +299,7 @@ class LayerInputError(ValueError):
     """A BatchEnsemble layer's refusal of its input (:meth:`of`), holding the layer
     (``layer``), its class and settings (``label``: what the message names) and what follows
     them (``detail``). The engine's run of a converted network re-raises it as a ValueError
-    that also names the layer's dotted paths in the model (``_engine._layer_calls.LayersNamed``).
+    that also names the layer's dotted paths in the model (``_engine._layer_errors.LayersNamed``).
     It is built from one message as a ValueError is (Pyro's trace and a DataLoader worker
     re-raise an error as ``type(error)(message)``): one built so holds no layer (``None``)."""
 
@@ -453,15 +453,15 @@ def _library_dirs() -> tuple[str, ...]:
     return (*(os.path.abspath(f) + os.sep for f in files), os.path.abspath(contextlib.__file__))
 
 
-def warn_caller(message: str) -> None:
-    """``warnings.warn(message)`` attributed to the first frame outside pyrouq, torch and Pyro
-    (the user's line), however deep inside them it is raised (a module's ``__call__``, a
-    ``fit()`` step)."""
+def warn_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn(message, category)`` attributed to the first frame outside pyrouq, torch
+    and Pyro (the user's line), however deep inside them it is raised (a module's ``__call__``,
+    a ``fit()`` step). A ``message`` that is a warning is warned as it is, of its class."""
     skipped = _library_dirs()
     level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
         level, frame = level + 1, frame.f_back  # type: ignore[assignment]
-    warnings.warn(message, UserWarning, stacklevel=level)
+    warnings.warn(message, category, stacklevel=level)
 
 
 def warn_of_a_shard(loader: Any, caller: str) -> None:

@@ -1470,6 +1470,7 @@ NOT_CALLED_WITH_USER_DATA = {
     "Checkpoint": "what load() returns",
     "CheckpointError": "an exception class",
     "TrainingInterrupted": "an exception class, raised by fit()",
+    "NoGradLayersWarning": "a warning class, warned by fit() and mcmc()",
     "EpochRecord": "a record fit() returns",
     "FitResult": "what fit() returns",
     "PSISResult": "what psis_diagnostic() returns",

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
-from pyrouq._engine import _layer_calls
+from pyrouq._engine import _layer_calls, _layer_errors
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
@@ -566,7 +566,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """
     member_passes = _cpu(x) and not _statistics_across_members(net)
     run = partial(_run_members, net, num_members=num_members, member_passes=member_passes)
-    with layers_called(net), calls_checked(net, key=member_passes), _layer_calls.LayersNamed(net):
+    with layers_called(net), calls_checked(net, key=member_passes), _layer_errors.LayersNamed(net):
         return laid_out(net, x, run)  # type: ignore[no-any-return]
 
 

@@ -4,11 +4,9 @@ on the first run) or meets the per-member biases (a note on the shape error it r
 reparameterisation draws whole a layer whose weight a forward reads (:func:`tensor_reads`); a
 forward that runs them inside ``torch.utils.checkpoint`` is refused where the backward pass
 would run them with other weights, and one that runs layers holding latent weights only
-under ``torch.no_grad()`` is warned of (:func:`recompute_checked`); a layer refusing its input (a
-BatchEnsemble layer's refusal, torch's words on shapes, channels or dtypes, or an
-``nn.Embedding``'s bare "index out of range in self") is named by its paths in the network
-(:class:`LayersNamed`). Also two small helpers of the
-engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
+under ``torch.no_grad()`` is warned of (:func:`recompute_checked`, :class:`NoGradLayersWarning`);
+:func:`call` names a layer refusing its input (:class:`~pyrouq._engine._layer_errors.LayersNamed`).
+Also two small helpers of the engine's runs: :func:`check_draw_shapes` and :func:`noise_scale`."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ import contextvars
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from types import FrameType
 from typing import Any
@@ -28,8 +26,9 @@ from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from pyrouq._mismatch import input_mismatch
-from pyrouq._util import LayerInputError, class_name, warn_caller
+from pyrouq._engine._layer_errors import LayersNamed
+from pyrouq._mismatch import torch_words
+from pyrouq._util import class_name, warn_caller
 
 _lock = threading.Lock()
 _depth = 0  # networks running with the fast path off (nested, or in other threads)
@@ -61,129 +60,6 @@ def layers_called(net: nn.Module) -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 mha.set_fastpath_enabled(_found)
-
-
-class LayersNamed:
-    """While a converted network ``net`` (a model's ``.net``) runs, a
-    :class:`~pyrouq._util.LayerInputError` of one of its layers is re-raised as a ValueError
-    naming the layer at each of its dotted paths in the model (a layer registered under two
-    names is named at both), as ``'net.3.0'``; a layer not in ``net``, a refusal rebuilt from
-    its message alone (no ``layer``), or anything failing while the paths are looked up, leaves
-    the refusal as it came. Torch's own words on inputs a layer does not take (a
-    RuntimeError) get the layer added, their type kept (:func:`_name_failing_layer`). A run
-    that succeeds pays for the ``with`` alone."""
-
-    def __init__(self, net: nn.Module):
-        self.net = net
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        if isinstance(error, RuntimeError):
-            _name_failing_layer(self.net, error, traceback)
-            return
-        if isinstance(error, IndexError):
-            _name_failing_embedding(self.net, error, traceback)
-            return
-        if not isinstance(error, LayerInputError) or error.layer is None:
-            return
-        try:
-            where = _where(self.net, error.layer)
-            message = f"{error.label} at {where} of the model {error.detail}"
-        except Exception:  # (the refusal as it came)
-            return
-        if where:
-            raise ValueError(message).with_traceback(traceback) from None
-
-
-def _where(net: nn.Module, layer: nn.Module) -> str:
-    """``layer``'s dotted paths in the model whose network is ``net`` (``'net.3.0'``, joined
-    with "and" for a layer registered under several names); empty for ``net`` itself."""
-    paths = [
-        repr(f"net.{name}")
-        for name, module in net.named_modules(remove_duplicate=False)
-        if module is layer and name
-    ]
-    return " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
-
-
-_LAYER_NAMED = "_pyrouq_layer_named"
-"""Attribute :func:`_name_failing_layer` sets on an error it has added the layer to: torch's
-words before it did (which :func:`_shape_error` reads, not the layer's settings)."""
-
-
-def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> None:
-    """Add to torch's words on inputs a layer of ``net`` does not take (shapes, channels,
-    dtypes: :func:`~pyrouq._mismatch.input_mismatch`) the layer that raised them, by its class,
-    settings and paths in the model: torch's ``expected input[4, 2, 10, 10] to have 3
-    channels`` named none, for a network of several such layers. The layer is the innermost
-    module of ``net`` running where the error was raised (a block of the user's own whose
-    forward failed outside its layers; a per-member norm's copy counts as the user's layer it
-    copies); nothing is added for ``net``'s own forward, nor to an error pyrouq worded, nor
-    twice (nested runs). Its type and traceback stay torch's."""
-    args = error.args
-    if vars(error).get(_LAYER_NAMED) or len(args) != 1 or not isinstance(args[0], str):
-        return
-    try:
-        if not input_mismatch(error):
-            return
-        layer, _ = _innermost(net, traceback)
-        if layer is None or not (where := _where(net, layer)):
-            return
-        if getattr(layer, "_is_member_norm", False):  # the copies' class and settings
-            layer = layer.get_submodule("norms.0")
-        try:
-            settings = layer.extra_repr()
-        except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
-            settings = "..."
-        label = f"{layer._get_name()}({settings})"
-    except Exception:  # (the error as it came)
-        return
-    error.args = (f"{args[0].rstrip()} (in {label} at {where} of the model)",)
-    vars(error)[_LAYER_NAMED] = args[0]
-
-
-def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[Any, ...]]:
-    """The innermost module of ``net`` running where the error of ``traceback`` was raised,
-    and the inputs it was called with. A per-member norm (``batchensemble(...,
-    norms="per_member")``) counts as the innermost, not its copy for one member: the layer of
-    the user's that it copies, at that layer's path (not ``'net.1.norms.0'``)."""
-    modules = {id(module) for module in net.modules()}
-    layer, inputs = None, ()
-    while traceback is not None:  # outermost to innermost frame
-        frame = traceback.tb_frame
-        if frame.f_code.co_name == "_call_impl":  # (nn.Module.__call__'s)
-            module = frame.f_locals.get("self")
-            if id(module) in modules and not getattr(layer, "_is_member_norm", False):
-                layer, inputs = module, frame.f_locals.get("args", ())
-        traceback = traceback.tb_next
-    return layer, inputs
-
-
-def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -> None:
-    """Add to torch's bare ``index out of range in self`` of an ``nn.Embedding`` given ids
-    outside its table (a token unseen when the vocabulary was built, a padding id of V) the
-    layer, the ids it took and what to do. Its type and traceback stay torch's."""
-    if vars(error).get(_LAYER_NAMED) or error.args != ("index out of range in self",):
-        return
-    try:
-        layer, inputs = _innermost(net, traceback)
-        if not isinstance(layer, nn.Embedding) or not (where := _where(net, layer)):
-            return
-        size = layer.num_embeddings
-        ids = inputs[0] if inputs and torch.is_tensor(inputs[0]) else None
-        took = "" if ids is None else f" (ids from {int(ids.min())} to {int(ids.max())})"
-        label = f"{layer._get_name()}({layer.extra_repr()})"
-    except Exception:  # (the error as it came)
-        return
-    error.args = (
-        f"index out of range in self: {label} at {where} of the model has rows for ids 0 to "
-        f"{size - 1}, and its input held others{took}. Map ids outside the vocabulary to one "
-        f"in [0, {size}) (an unknown-token id), or build the embedding with num_embeddings "
-        "above the largest id.",
-    )
-    vars(error)[_LAYER_NAMED] = "index out of range in self"
 
 
 _CALLS_CHECKED = "_pyrouq_calls_checked"
@@ -247,8 +123,7 @@ def _calls_checked(net: nn.Module) -> Iterator[None]:
 def _shape_error(error: RuntimeError) -> bool:
     """Whether ``error`` reads as torch's shape mismatch (not, say, running out of memory):
     torch's own words, before the failing layer was added (its settings may say "size")."""
-    words = vars(error).get(_LAYER_NAMED)
-    text = (words if isinstance(words, str) else str(error)).lower()
+    text = torch_words(error).lower()
     return "size" in text or "shape" in text
 
 
@@ -436,24 +311,47 @@ def recompute_checked(
     _RECOMPUTE_CHECKED[net] = checked | {key}
 
 
-def _no_grad_warning(net: nn.Module, names: list[str]) -> str:
+class NoGradLayersWarning(UserWarning):
+    """Warned at a converted network's first run with gradients in training mode
+    (:func:`pyrouq.fit`, Pyro's ``SVI``) and in :func:`pyrouq.mcmc`'s first pass, when its
+    forward runs layers holding latent weights only under ``torch.no_grad()`` (or
+    ``torch.inference_mode()``): their draws get no gradient from the data. Silence it (a
+    backbone held fixed for some steps, then fine-tuned) with
+    ``warnings.filterwarnings("ignore", category=pyrouq.NoGradLayersWarning)``.
+
+    Attributes: ``network``, the network's class name; ``layers``, the dotted paths of those
+    layers in it; ``finding``, the message without its advice (what the forward did, and what
+    follows for fit() and mcmc())."""
+
+    def __init__(
+        self, message: str, *, network: str = "", layers: Sequence[str] = (), finding: str = ""
+    ):
+        super().__init__(message)
+        self.network, self.layers, self.finding = network, tuple(layers), finding
+
+
+def _no_grad_warning(net: nn.Module, names: list[str]) -> NoGradLayersWarning:
     """The warning of a forward that runs the modules ``names``, holding latent tensors, only
     under ``torch.no_grad()`` (a block a forward keeps fixed that way): their draws get no
     gradient from the data, so fit() would train their guide on the KL alone, toward the
     prior, and NUTS would miss their part of the gradient."""
-    shown = ", ".join(repr(name) for name in names[:5])
-    more = f" ({len(names)} in all)" if len(names) > 5 else ""
     layers, hold = ("layer", "holds") if len(names) == 1 else ("layers", "hold")
-    return (
-        f"{class_name(net)}'s forward ran the {layers} {shown}{more}, which {hold} latent "
-        "weights, only under torch.no_grad() (or torch.inference_mode()) in its first run with "
-        "gradients: their draws get no gradient from the data there, so fit() would train "
-        "their guide on the KL alone, toward the prior (random weights), and mcmc() would miss "
-        "their part of the gradient. To keep those weights fixed, freeze them before "
+    finding = (
+        f"{class_name(net)}'s forward ran the {layers} {_names([repr(n) for n in names])}, "
+        f"which {hold} latent weights, only under torch.no_grad() (or torch.inference_mode()) "
+        "in its first run with gradients: their draws get no gradient from the data there, so "
+        "fit() would train their guide on the KL alone, toward the prior (random weights), and "
+        "mcmc() would miss their part of the gradient."
+    )
+    return NoGradLayersWarning(
+        f"{finding} To keep those weights fixed, freeze them before "
         "converting (layer.requires_grad_(False); select=None leaves frozen parameters out) or "
         "leave them out of select=; to make them Bayesian, run them with gradients. If a later "
         "step runs them with gradients (staged fine-tuning: a backbone unfrozen after some "
-        "steps), ignore this warning."
+        "steps), ignore this warning.",
+        network=class_name(net),
+        layers=names,
+        finding=finding,
     )
 
 
@@ -497,7 +395,7 @@ def call(
     message names, where ``net`` runs it (a BatchEnsemble's members). A forward running
     modules inside ``torch.utils.checkpoint`` is refused where the backward pass would run them
     otherwise (:func:`recompute_checked`); a layer refusing its input is named
-    (:class:`LayersNamed`)."""
+    (:class:`~pyrouq._engine._layer_errors.LayersNamed`)."""
     shown = named if named is not None else net
     try:
         with (

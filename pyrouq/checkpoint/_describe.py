@@ -17,6 +17,7 @@ from torch import nn
 from pyrouq import models
 from pyrouq._util import class_name, module_device, warn_caller
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
+from pyrouq.convert._batchensemble import _BilinearSharedWarning
 from pyrouq.likelihoods import _LIKELIHOODS
 
 __all__ = [
@@ -372,7 +373,7 @@ def build_model(
     try:  # initial values replaced by the saved ones (torch's state kept); warned when built
         with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"bayesian\(\): the embedding weight")
-            warnings.filterwarnings("ignore", message=r"The nn\.Bilinear layer\(s\) .* have no")
+            warnings.filterwarnings("ignore", category=_BilinearSharedWarning)
             if name in doors:
                 before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
                 model = doors[name](**{**before, **config})

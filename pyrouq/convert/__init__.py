@@ -21,6 +21,7 @@ records them (``"logits"`` for classification) and observes ``y`` at ``"obs"`` i
 ``pyro.plate("data")``, scaled N/B, through the model's likelihood.
 """
 
+from pyrouq._engine._layer_calls import NoGradLayersWarning
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork, bayesian
 from pyrouq.convert._rank1 import DEFAULT_RANK1_PRIOR_SCALE, rank1
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_RANK1_PRIOR_SCALE",
     "BatchEnsembleNetwork",
     "BayesianNetwork",
+    "NoGradLayersWarning",
     "PriorSpec",
     "SelectSpec",
     "SitePrior",

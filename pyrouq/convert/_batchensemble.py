@@ -220,6 +220,10 @@ def _nothing_converted(net: nn.Module, name: str) -> str:
     )
 
 
+class _BilinearSharedWarning(UserWarning):
+    """:func:`_warn_bilinear`'s: ``load()`` rebuilding a saved ensemble does not repeat it."""
+
+
 def _warn_bilinear(net: nn.Module, num_members: int) -> None:
     """Warn of the ``nn.Bilinear`` layers of a converted network, which have no BatchEnsemble
     version: each stays one layer that every member shares (with ``select=None`` and
@@ -234,7 +238,8 @@ def _warn_bilinear(net: nn.Module, num_members: int) -> None:
             "layer's, not theirs). To give each member its own, compute it as an "
             "nn.Linear(in1 * in2, out) of "
             "the flattened outer product, torch.einsum('bi,bj->bij', x1, x2).flatten(1), which "
-            "is converted; or keep it shared."
+            "is converted; or keep it shared.",
+            _BilinearSharedWarning,
         )
 
 

@@ -1,0 +1,130 @@
+"""A layer refusing its input, named by its paths in the network (:class:`LayersNamed`): a
+BatchEnsemble layer's refusal, torch's words on shapes, channels or dtypes, or an
+``nn.Embedding``'s bare "index out of range in self"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from pyrouq._mismatch import input_mismatch, layer_added, layer_named
+from pyrouq._util import LayerInputError, class_name
+
+
+class LayersNamed:
+    """While a converted network ``net`` (a model's ``.net``) runs, a
+    :class:`~pyrouq._util.LayerInputError` of one of its layers is re-raised as a ValueError
+    naming the layer at each of its dotted paths in the model (a layer registered under two
+    names is named at both), as ``'net.3.0'``; a layer not in ``net``, a refusal rebuilt from
+    its message alone (no ``layer``), or anything failing while the paths are looked up, leaves
+    the refusal as it came. Torch's own words on inputs a layer does not take (a
+    RuntimeError) get the layer added, their type kept (:func:`_name_failing_layer`). A run
+    that succeeds pays for the ``with`` alone."""
+
+    def __init__(self, net: nn.Module):
+        self.net = net
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        if isinstance(error, RuntimeError):
+            _name_failing_layer(self.net, error, traceback)
+            return
+        if isinstance(error, IndexError):
+            _name_failing_embedding(self.net, error, traceback)
+            return
+        if not isinstance(error, LayerInputError) or error.layer is None:
+            return
+        try:
+            where = _where(self.net, error.layer)
+            message = f"{error.label} at {where} of the model {error.detail}"
+        except Exception:  # (the refusal as it came)
+            return
+        if where:
+            raise ValueError(message).with_traceback(traceback) from None
+
+
+def _where(net: nn.Module, layer: nn.Module) -> str:
+    """``layer``'s dotted paths in the model whose network is ``net`` (``'net.3.0'``, joined
+    with "and" for a layer registered under several names); empty for ``net`` itself."""
+    paths = [
+        repr(f"net.{name}")
+        for name, module in net.named_modules(remove_duplicate=False)
+        if module is layer and name
+    ]
+    return " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+
+
+def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> None:
+    """Add to torch's words on inputs a layer of ``net`` does not take (shapes, channels,
+    dtypes: :func:`~pyrouq._mismatch.input_mismatch`) the layer that raised them, by its class,
+    settings and paths in the model: torch's ``expected input[4, 2, 10, 10] to have 3
+    channels`` named none, for a network of several such layers. The layer is the innermost
+    module of ``net`` running where the error was raised (a block of the user's own whose
+    forward failed outside its layers; a per-member norm's copy counts as the user's layer it
+    copies); nothing is added for ``net``'s own forward, nor to an error pyrouq worded, nor
+    twice (nested runs). Its type and traceback stay torch's."""
+    args = error.args
+    if layer_added(error) or len(args) != 1 or not isinstance(args[0], str):
+        return
+    try:
+        if not input_mismatch(error):
+            return
+        layer, _ = _innermost(net, traceback)
+        if layer is None or not (where := _where(net, layer)):
+            return
+        if getattr(layer, "_is_member_norm", False):  # the copies' class and settings
+            layer = layer.get_submodule("norms.0")
+        try:
+            settings = layer.extra_repr()
+        except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
+            settings = "..."
+        label = f"{class_name(layer)}({settings})"
+    except Exception:  # (the error as it came)
+        return
+    layer_named(error, f"{args[0].rstrip()} (in {label} at {where} of the model)")
+
+
+def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[Any, ...]]:
+    """The innermost module of ``net`` running where the error of ``traceback`` was raised,
+    and the inputs it was called with. A per-member norm (``batchensemble(...,
+    norms="per_member")``) counts as the innermost, not its copy for one member: the layer of
+    the user's that it copies, at that layer's path (not ``'net.1.norms.0'``)."""
+    modules = {id(module) for module in net.modules()}
+    layer, inputs = None, ()
+    while traceback is not None:  # outermost to innermost frame
+        frame = traceback.tb_frame
+        if frame.f_code.co_name == "_call_impl":  # (nn.Module.__call__'s)
+            module = frame.f_locals.get("self")
+            if id(module) in modules and not getattr(layer, "_is_member_norm", False):
+                layer, inputs = module, frame.f_locals.get("args", ())
+        traceback = traceback.tb_next
+    return layer, inputs
+
+
+def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -> None:
+    """Add to torch's bare ``index out of range in self`` of an ``nn.Embedding`` given ids
+    outside its table (a token unseen when the vocabulary was built, a padding id of V) the
+    layer, the ids it took and what to do. Its type and traceback stay torch's."""
+    if layer_added(error) or error.args != ("index out of range in self",):
+        return
+    try:
+        layer, inputs = _innermost(net, traceback)
+        if not isinstance(layer, nn.Embedding) or not (where := _where(net, layer)):
+            return
+        size = layer.num_embeddings
+        ids = inputs[0] if inputs and torch.is_tensor(inputs[0]) else None
+        took = "" if ids is None else f" (ids from {int(ids.min())} to {int(ids.max())})"
+        label = f"{class_name(layer)}({layer.extra_repr()})"
+    except Exception:  # (the error as it came)
+        return
+    layer_named(
+        error,
+        f"index out of range in self: {label} at {where} of the model has rows for ids 0 to "
+        f"{size - 1}, and its input held others{took}. Map ids outside the vocabulary to one "
+        f"in [0, {size}) (an unknown-token id), or build the embedding with num_embeddings "
+        "above the largest id.",
+    )
