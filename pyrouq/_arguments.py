@@ -21,11 +21,12 @@ def check_folder(name: str, value: object, hint: str) -> None:
         )
 
 
-def check_device(device: Any, caller: str) -> None:
+def check_device(device: Any, caller: str, lost: str = "the loaders would serve no data") -> None:
     """Refuse a ``device`` (None: the default, left alone) that torch cannot put tensors on
-    here (no GPU, a name torch does not know) or the meta device, which holds no values, before
-    anything is read: torch's errors ("Found no NVIDIA driver") came after the files were read,
-    naming neither the argument nor the call."""
+    here (no GPU, a name torch does not know) or the meta device, which holds no values
+    (``lost``: what the call would lose on it), before anything is read: torch's errors
+    ("Found no NVIDIA driver") came after the files were read, naming neither the argument
+    nor the call."""
     if device is None:
         return
     try:
@@ -38,8 +39,8 @@ def check_device(device: Any, caller: str) -> None:
         ) from None
     if parsed.type == "meta":
         raise ValueError(
-            f"{caller}: device={device!r} holds shapes, no values, so the loaders would serve "
-            "no data. Pass device='cpu' or 'cuda' (or leave it out)."
+            f"{caller}: device={device!r} holds shapes, no values, so {lost}. Pass "
+            "device='cpu' or 'cuda' (or leave it out)."
         )
     try:
         torch.zeros(1, device=parsed)

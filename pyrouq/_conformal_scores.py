@@ -44,14 +44,15 @@ def _are_predictions(value: object) -> bool:
 
 
 def _check_alpha(alpha: object, n: int) -> float:
-    if not is_real(alpha) or not 0 < alpha < 1:  # (compared exactly: 10**400 is no float)
+    # (compared as a float: 10**400 has none, Fraction(1, 10**400)'s is 0, a long double's
+    # just below 1 is 1.0)
+    if (a := finite_float(alpha)) is None or not 0 < a < 1:
         score = isinstance(alpha, str) and alpha in _SCORES  # conformal(preds, y, "aps")
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
-            f"{alpha!r}{tensor_hint(alpha)}"
+            f"{shown(alpha)}{tensor_hint(alpha)}"
             + (f": a score, the fourth argument; pass score={alpha!r}." if score else ".")
         )
-    a = float(alpha)
     if _rank(n, a) > n:
         # (m + 1)(1 - a) <= m: m >= 1/a - 1, give or take; 1/a exactly (5e-324: no float)
         least = max(1, math.floor(1 / Fraction(a)) - 2)
@@ -271,12 +272,12 @@ def _interval_targets(targets: Any, lo: Tensor) -> Tensor:
 
 def check_alpha_field(alpha: object, where: str) -> float:
     """A predictor's ``alpha`` in (0, 1) as a float, or a ValueError naming ``where``."""
-    if not is_real(alpha) or not 0 < alpha < 1:  # (compared exactly: 10**400 is no float)
+    if (a := finite_float(alpha)) is None or not 0 < a < 1:  # (as in _check_alpha)
         raise ValueError(
-            f"{where}: expected alpha in (0, 1), the allowed miscoverage, got {alpha!r}"
+            f"{where}: expected alpha in (0, 1), the allowed miscoverage, got {shown(alpha)}"
             f"{tensor_hint(alpha)}. conformal() builds the predictor from held-out predictions."
         )
-    return float(alpha)
+    return a
 
 
 def check_class_fields(threshold: object, lam: object, k_reg: object, classes: object) -> None:

@@ -373,7 +373,12 @@ def _run_chains(
     outputs = outputs.detach()
     model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
     model.num_data = x.shape[0]  # (the forward's likelihood scale: 1, as the chains run it)
-    if type(model).forward is not BayesianNetwork.forward:  # (a subclass's own forward)
+    built_in = (  # pyrouq's own forward and likelihood: they sample the latent sites alone
+        type(model).forward is BayesianNetwork.forward
+        and "forward" not in vars(model)  # (not replaced on the instance)
+        and type(model.likelihood).__module__.startswith("pyrouq.")
+    )
+    if not built_in:  # a forward, or a likelihood's prepare()/observe(), of the user's own
         refuse_forward_sites(model, x, y)
     dtype = module_dtype(model)
     if y.is_floating_point() and dtype is not None and y.dtype != dtype:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from pyrouq._arguments import check_device
 from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError
 
@@ -361,27 +362,5 @@ def checked_device(device: Any) -> Any:
     """``load(device=...)``: ``device`` if torch can put tensors there (None: the default), or
     a ValueError saying what to pass (torch's errors came after the whole file was rebuilt,
     and the meta device took the model silently, its saved values dropped)."""
-    if device is None:
-        return None
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(
-            f"load() expects device= to be a torch device, e.g. 'cpu' or 'cuda', got "
-            f"{device!r} ({str(err).splitlines()[0] if str(err) else type(err).__name__}). "
-            "Pass device='cpu' or leave it out."
-        ) from None
-    if parsed.type == "meta":
-        raise ValueError(
-            f"load(device={device!r}) would drop the saved values: the meta device holds "
-            "shapes, no values. Pass device='cpu' or 'cuda' (or leave it out)."
-        )
-    try:
-        torch.zeros(1, device=parsed)
-    except (RuntimeError, AssertionError) as err:  # no GPU, no CUDA build, no such index
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(
-            f"load(device={device!r}): torch cannot use that device here ({first}). Pass "
-            "device='cpu' or leave it out."
-        ) from None
+    check_device(device, "load()", "the saved values would be dropped")
     return device

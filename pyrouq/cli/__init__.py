@@ -132,6 +132,8 @@ def _norms_of(model: Any) -> str | None:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
+    from pyrouq import NoGradLayersWarning
+
     method = method_of(args)  # refused before any process group is joined
     device = _device(args.device)
     paths = list(sys.path)  # a resumed run's factory_root, put on it where it is needed
@@ -139,14 +141,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             # a factory whose forward runs latent layers only under no_grad: the command
             # never unfreezes them later (no staged fine-tuning), so it refuses the run
-            warnings.filterwarnings("error", message=_NO_GRAD.pattern, category=UserWarning)
+            warnings.filterwarnings("error", category=NoGradLayersWarning)
             with _process_group(device) as (rank, world):
                 return _fit_on_rank(args, method, device, rank, world)
-    except UserWarning as warning:
-        text = " ".join(str(warning).split())
-        if not _NO_GRAD.match(text):
-            raise
-        text = text.split(" To keep those weights fixed")[0] + (
+    except NoGradLayersWarning as warning:
+        text = warning.finding + (
             " To keep them fixed, freeze them in the factory (layer.requires_grad_(False)) or "
             "pick --method last-layer; to make them Bayesian, run them with gradients."
         )
@@ -212,13 +211,11 @@ def _fit_on_rank(
         "versions": library_versions(),
     }
     if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
-        try:
-            pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
-                       num_particles=args.num_particles, progress=False, seed=args.seed,
-                       resume_from=out / "checkpoint.pt" if args.resume else None)  # fmt: skip
-        except ValueError as err:  # a run trained in full: rank 0 evaluates it (_run_fit)
-            if not _trained_in_full(args, out / "checkpoint.pt", epochs, err):
-                raise
+        if args.resume and trained_in_full(out / "checkpoint.pt", epochs):
+            return 0  # a run trained in full: rank 0 evaluates it (_run_fit)
+        pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
+                   num_particles=args.num_particles, progress=False, seed=args.seed,
+                   resume_from=out / "checkpoint.pt" if args.resume else None)  # fmt: skip
         return 0
     out, fresh = claim(out, args, config)
     try:
@@ -232,10 +229,6 @@ def _fit_on_rank(
                 (out / "config.json").unlink(missing_ok=True)  # fixed command is refused
         raise
 
-
-#: The engine's warning of latent layers a forward runs only under torch.no_grad() (the command
-#: refuses such a run: its layers would train on the KL alone).
-_NO_GRAD = re.compile(r"^\S+'s forward ran the layers? .* only under torch\.no_grad\(\)")
 
 #: pyrouq.fit()'s refusal of a factory's activation checkpointing (told in the command's words).
 _CHECKPOINTED = re.compile(r"^\S+ runs '.*' inside torch\.utils\.checkpoint \(activation")
@@ -277,9 +270,13 @@ def _run_fit(
         f"{batches} batch{'es' if batches != 1 else ''} of {batch_size}{ranks}, device "
         f"{config['device']}"
     )
+    # a run trained in full, stopped while it evaluated: finished without training
+    finished = args.resume and trained_in_full(checkpoint, epochs)
     try:
         with _writing_run(out, checkpoint):  # each epoch's checkpoint
-            try:
+            if finished:
+                model, guide, result = trained_run(checkpoint, args, method, config)
+            else:
                 result = pyrouq.fit(
                     model,
                     guide,
@@ -294,10 +291,6 @@ def _run_fit(
                     metadata={"config": config},
                     resume_from=checkpoint if args.resume else None,
                 )
-            except ValueError as err:  # fit() refuses a run with no epochs left: one
-                if not _trained_in_full(args, checkpoint, epochs, err):  # stopped evaluating
-                    raise
-                model, guide, result = trained_run(checkpoint, args, method, config)
     except TrainingInterrupted as stop:
         print(
             f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
@@ -363,16 +356,6 @@ def _run_fit(
         f"{', '.join(p.name for p in written)} ({total:.1f} s in all)"
     )
     return 0
-
-
-def _trained_in_full(
-    args: argparse.Namespace, checkpoint: Path, epochs: int, err: Exception
-) -> bool:
-    """Whether fit()'s refusal ``err`` of ``--resume`` is of a run that trained all its epochs
-    and was stopped while it evaluated (which the command finishes without training)."""
-    if not args.resume or not trained_in_full(checkpoint, epochs):
-        return False
-    return str(err).startswith("resume_from has already completed")
 
 
 _WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG, errno.EIO}

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,11 @@ from pyrouq.cli._build import (
     MODELS,
     CommandError,
     call_factory,
-    factory_root,
     initialise_lazy,
     is_factory,
 )
 from pyrouq.cli._report import RUN_PLOTS, _calibrate, _evaluate, _save_plots, _write_metrics
-from pyrouq.cli._run_dir import resume_command
+from pyrouq.cli._run_dir import load_run, resume_command
 
 
 def _device(name: str | None) -> Any:
@@ -160,32 +158,7 @@ def _evaluate_run(
 
     import pyrouq
 
-    try:
-        with warnings.catch_warnings():  # a factory of pyrouq's own MLP: the skeleton is
-            warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
-            saved = pyrouq.load(checkpoint, device=device, module=skeleton)
-    except pyrouq.CheckpointError as err:
-        if skeleton is not None and str(err).startswith("The skeleton "):
-            # the skeleton is what the recorded factory builds now; load()'s fix is the user's
-            detail = " ".join(str(err).split()).split(" Build the module exactly")[0]
-            fix = "make the factory build what it built when the run trained, or fit the run again"
-            found, recorded = factory_root(config["factory"]), config.get("factory_root")
-            if found and recorded and found != recorded:  # another module of that name here
-                fix = (
-                    f"it was imported from {found!r}, the run found it in {recorded!r}: "
-                    f"evaluate from that folder (or {fix})"
-                )
-            raise CommandError(
-                f"the factory {config['factory']!r}, called to rebuild the run's network, "
-                f"now builds another network: {detail.rstrip('.')}; {fix}"
-            ) from None
-        if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
-            raise
-        raise CommandError(  # load()'s fix, module=, is not the command's to take
-            f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
-            "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
-            "Python: pyrouq.load(path, module=make_net()), then pyrouq.predict"
-        ) from None
+    saved = load_run(checkpoint, skeleton, config, device)
     assert isinstance(saved, pyrouq.Checkpoint)
     from pyrouq._util import has_latent_sites
 

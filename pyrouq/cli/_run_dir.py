@@ -162,14 +162,52 @@ def trained_in_full(checkpoint: Path, epochs: int) -> bool:
     return done == planned == epochs
 
 
+def load_run(checkpoint: Path, skeleton: Any, config: dict[str, Any], device: Any) -> Any:
+    """``pyrouq.load()`` of a `pyrouq fit` run's ``checkpoint`` (``skeleton``: the network its
+    recorded factory builds, or None), as `pyrouq evaluate` and ``fit --resume`` load it:
+    load()'s refusals whose fix is not the user's to take in Python told in the command's
+    words (a factory that now builds another network, a file of pyrouq.save())."""
+    import warnings
+
+    import pyrouq
+    from pyrouq.cli._build import factory_root
+
+    try:
+        with warnings.catch_warnings():  # a factory of pyrouq's own MLP: the skeleton is
+            warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
+            saved = pyrouq.load(checkpoint, device=device, module=skeleton)
+    except pyrouq.CheckpointError as err:
+        if skeleton is not None and str(err).startswith("The skeleton "):
+            # the skeleton is what the recorded factory builds now; load()'s fix is the user's
+            detail = " ".join(str(err).split()).split(" Build the module exactly")[0]
+            fix = "make the factory build what it built when the run trained, or fit the run again"
+            found, recorded = factory_root(config["factory"]), config.get("factory_root")
+            if found and recorded and found != recorded:  # another module of that name here
+                fix = (
+                    f"it was imported from {found!r}, the run found it in {recorded!r}: "
+                    f"evaluate from that folder (or {fix})"
+                )
+            raise CommandError(
+                f"the factory {config['factory']!r}, called to rebuild the run's network, "
+                f"now builds another network: {detail.rstrip('.')}; {fix}"
+            ) from None
+        if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
+            raise
+        raise CommandError(  # load()'s fix, module=, is not the command's to take
+            f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
+            "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
+            "Python: pyrouq.load(path, module=make_net()), then pyrouq.predict"
+        ) from None
+    return saved
+
+
 def trained_run(
     checkpoint: Path, args: argparse.Namespace, method: str | None, config: dict[str, Any]
 ) -> tuple[Any, Any, Any]:
     """The model, guide and fit() result of a run that trained all its epochs and was stopped
-    while it evaluated, from its last epoch's checkpoint (as `pyrouq evaluate` loads it):
-    ``--resume`` evaluates it and writes the run as the uninterrupted run did."""
-    import warnings
-
+    while it evaluated, from its last epoch's checkpoint (as `pyrouq evaluate` loads it:
+    :func:`load_run`): ``--resume`` evaluates it and writes the run as the uninterrupted run
+    did."""
     import pyrouq
     from pyrouq.cli._build import call_factory, initialise_lazy
 
@@ -177,9 +215,7 @@ def trained_run(
     if method is not None:  # the factory's network, for load()'s skeleton
         skeleton = call_factory(args.model)
         initialise_lazy(skeleton, args.model)
-    with warnings.catch_warnings():  # a factory of pyrouq's own MLP: the skeleton is
-        warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
-        saved = pyrouq.load(checkpoint, device=config["device"], module=skeleton)
+    saved = load_run(checkpoint, skeleton, config, config["device"])
     assert isinstance(saved, pyrouq.Checkpoint)  # (trained_in_full read its training state)
     training = saved.training or {}
     result = pyrouq.FitResult(

@@ -14,7 +14,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._numbers import finite_float, shown, tensor_hint
+from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, shown, tensor_hint
 from pyrouq._own_models import check_traces_match
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device
@@ -505,12 +505,16 @@ def summary(
     if independent:
         kwargs["kind"] = "stats"
     check_var_names_kind(var_names, "summary()")
-    if hdi_prob is not None and ((p := finite_float(hdi_prob)) is None or not 0 < p < 1):
-        raise ValueError(  # (arviz's, for True and 1: "Too few elements for interval calculation")
-            f"summary(): expected hdi_prob in (0, 1), the HDI's probability mass, got "
-            f"{shown(hdi_prob)}{tensor_hint(hdi_prob)}. Pass e.g. hdi_prob=0.9, or None for "
-            "arviz's 0.94."
-        )
+    if hdi_prob is not None:  # (a tensor or array of one number too: torch.tensor(0.9))
+        one = is_one_number(hdi_prob) and not is_real(hdi_prob)
+        p = one_number(hdi_prob) if one else finite_float(hdi_prob)
+        if p is None or not 0 < p < 1:
+            raise ValueError(  # (arviz's, for True and 1: "Too few elements for interval ...")
+                f"summary(): expected hdi_prob in (0, 1), the HDI's probability mass, got "
+                f"{shown(hdi_prob)}{'' if one else tensor_hint(hdi_prob)}. Pass e.g. "
+                "hdi_prob=0.9, or None for arviz's 0.94."
+            )
+        hdi_prob = p
     if group not in groups:
         fix = (
             "A BatchEnsemble export has no posterior: pass group='posterior_predictive'."

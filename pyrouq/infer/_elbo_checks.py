@@ -13,10 +13,9 @@ from typing import Any
 import pyro
 import torch
 from pyro.infer.autoguide import AutoGuide, AutoGuideList
-from pyro.poutine.block_messenger import BlockMessenger, _block_fn
+from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
 from pyro.poutine.messenger import Messenger
-from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.seed_messenger import SeedMessenger
 from pyro.poutine.trace_messenger import TraceMessenger
 
@@ -26,6 +25,11 @@ from pyrouq._util import class_name, takes_labels
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer.guide import MeanFieldGuide, check_guide
+
+try:  # Pyro's private rule of a default poutine.block() (absent: every block is traced)
+    from pyro.poutine.block_messenger import _block_fn
+except ImportError:  # pragma: no cover (a Pyro that renamed it)
+    _block_fn = None  # type: ignore[assignment]
 
 _CALLER = "KLWeightedELBO"
 
@@ -75,19 +79,29 @@ def needs_labels(y: Any) -> None:
 def _hides_every_site(handler: Messenger) -> bool:
     """Whether ``handler`` is a ``poutine.block()`` that hides every site from the handlers
     outside it: its default (``hide_all=True``, no ``expose`` nor ``expose_types`` list), not
-    one given a ``hide_fn`` or ``expose_fn`` of the user's own."""
+    one given a ``hide_fn`` or ``expose_fn`` of the user's own. Read from Pyro's private
+    ``_block_fn`` arguments by name; where they cannot be read (a Pyro that changed them),
+    False: the handler is then treated as any other (the ELBO traces: correct, only slower)."""
     hide = getattr(handler, "hide_fn", None) if isinstance(handler, BlockMessenger) else None
-    if not (isinstance(hide, functools.partial) and hide.func is _block_fn):
+    if _block_fn is None or not (isinstance(hide, functools.partial) and hide.func is _block_fn):
         return False
-    expose, expose_types, _, _, hide_all = hide.args  # (_make_default_hide_fn's order)
-    return bool(hide_all) and not expose and not expose_types
+    try:
+        given = inspect.signature(_block_fn).bind_partial(*hide.args, **hide.keywords).arguments
+        return bool(given["hide_all"]) and not given["expose"] and not given["expose_types"]
+    except Exception:  # (arguments renamed or reordered past reading)
+        return False
+
+
+def _pyro_stack() -> list[Messenger]:
+    """Pyro's stack of active effect handlers (private: empty if a Pyro renamed it)."""
+    return list(getattr(pyro.poutine.runtime, "_PYRO_STACK", ()))
 
 
 def _visible_handlers() -> Iterator[Messenger]:
     """The Pyro effect handlers active around the call that see its sites: from the innermost
     (the end of Pyro's stack, which applies it first) outward, up to a ``poutine.block()``
     that hides every site (``SVI.run`` wraps its steps in one): those outside it see none."""
-    for handler in reversed(_PYRO_STACK):
+    for handler in reversed(_pyro_stack()):
         if _hides_every_site(handler):
             return
         yield handler
@@ -163,7 +177,7 @@ def set_known_plate_nesting(elbo: Any, model: Any, guide: Any) -> None:
         and own is not None
         and type(own).forward in (BayesianNetwork.forward, BatchEnsembleNetwork.forward)
         and (
-            guide is _empty_guide
+            is_empty_guide(guide)
             or isinstance(guide, MeanFieldGuide)
             or (isinstance(guide, AutoGuide) and not isinstance(guide, AutoGuideList))
         )
@@ -271,8 +285,17 @@ def plain_network_error(model: Any, err: TypeError) -> ValueError | None:
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
-    """The guide of a model without latent sites (a BatchEnsemble, a Pyro model of one's own)."""
+    """The guide of a model without latent sites (a BatchEnsemble, a Pyro model of one's own),
+    marked ``_pyrouq_empty`` (:func:`is_empty_guide`)."""
     return None
+
+
+_empty_guide._pyrouq_empty = True  # type: ignore[attr-defined]
+
+
+def is_empty_guide(guide: Any) -> bool:
+    """Whether ``guide`` is pyrouq's guide that draws nothing (:func:`_empty_guide`)."""
+    return bool(getattr(guide, "_pyrouq_empty", False))
 
 
 def traced_guide(model: Any, guide: Any) -> Any:

@@ -26,6 +26,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer import _distributed
+from pyrouq.infer._elbo_checks import _empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message
 from pyrouq.infer._options import base_lr, callback_note, lr_factor
 from pyrouq.infer._site_kl import check_float16_gradients
@@ -120,14 +121,6 @@ class FitResult:
     def seconds(self) -> float:
         """Total training time."""
         return sum(r.seconds for r in self.history)
-
-
-def _empty_guide(*args: Any, **kwargs: Any) -> None:
-    """The guide of a model without latent sites."""
-    return None
-
-
-_empty_guide._pyrouq_empty = True  # type: ignore[attr-defined]
 
 
 class Loop:

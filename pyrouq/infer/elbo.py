@@ -33,6 +33,7 @@ from pyrouq.infer._elbo_checks import (
     check_kl_weight,
     check_unguided_trace,
     handlers_active,
+    is_empty_guide,
     lacks_labels,
     local_owner,
     model_inputs,
@@ -98,7 +99,7 @@ def _deterministic(model: Any, guide: Any) -> bool:
     call (:func:`handlers_active`): its outputs are computed directly."""
     return (
         not handlers_active()
-        and (guide is None or getattr(guide, "_pyrouq_empty", False))
+        and (guide is None or is_empty_guide(guide))
         and isinstance(model, BatchEnsembleNetwork)
         and type(model).forward is BatchEnsembleNetwork.forward
     )
@@ -188,16 +189,17 @@ class KLWeightedELBO(ELBO):
     (``poutine.scale``, ``mask``, ``condition``; not ``SVI.step``'s parameter capture,
     ``poutine.seed``, nor one outside a ``poutine.block()`` hiding every site, as ``SVI.run``'s)
     is traced, so that the handler applies as to Pyro's ELBOs: the guide
-    is run and the model replayed against it. A ``pyro.plate`` around the call of a pyrouq
-    model is refused (``ValueError``): the model has its own ``pyro.plate("data")`` over the
-    batch, which it would duplicate or collide with; call the ELBO outside it (scale the loss
-    with ``poutine.scale``). :meth:`terms_and_grads` (what
-    :func:`pyrouq.fit` and SVI call) back-propagates several weight-sampling particles one at
-    a time, with the same draws and gradients. As in :func:`pyrouq.fit`, a guide built for
-    another model, the model as its own guide, a :class:`~pyrouq.MeanFieldGuide` with a
-    BatchEnsemble, and ``guide=None`` for a model with latent sites, one that observes nothing
-    or a plain torch network are refused (``None`` is the guide of a model without latent
-    sites).
+    is run and the model replayed against it. A vectorised ``pyro.plate`` around the call of
+    a pyrouq model is refused (``ValueError``): the model has its own ``pyro.plate("data")``
+    over the batch, which it would duplicate or collide with; call the ELBO outside it (scale
+    the loss with ``poutine.scale``). A sequential plate (``for i in pyro.plate(...)``), or one
+    with a hide-all ``poutine.block()`` inside it, around the call, is let through.
+    :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call) back-propagates several
+    weight-sampling particles one at a time, with the same draws and gradients. As in
+    :func:`pyrouq.fit`, a guide built for another model, the model as its own guide, a
+    :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a model with
+    latent sites, one that observes nothing or a plain torch network are refused (``None`` is
+    the guide of a model without latent sites).
 
     Local reparameterisation. For a model with ``local_reparameterization=True`` and a
     :class:`~pyrouq.MeanFieldGuide`, every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` whose weight

@@ -318,13 +318,15 @@ def fit(
         statistics of the last finite step are kept (also when a step's forward pass fails;
         under torch.distributed, on every rank, with the statistics averaged over the ranks).
     ValueError
-        Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a ``pyro.plate``
-        around the call of a pyrouq model (which has its own plate ``"data"``: call fit()
-        outside it), or a ``resume_from`` that does not fit the model (``CheckpointError``). Under
-        torch.distributed, also ranks that differ (parameters, models' settings, loaders,
-        arguments, optimizers), a failure of another rank's set-up (naming that rank), and
-        ``nn.SyncBatchNorm`` layers in training mode in a model on the CPU (torch synchronises
-        them on GPUs only): freeze such a layer with ``.eval()`` or build BatchNorm layers.
+        Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a vectorised
+        ``pyro.plate`` around the call of a pyrouq model (which has its own plate ``"data"``:
+        call fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()``
+        inside it, is let through), or a ``resume_from`` that does not fit the model
+        (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
+        models' settings, loaders, arguments, optimizers), a failure of another rank's set-up
+        (naming that rank), and ``nn.SyncBatchNorm`` layers in training mode in a model on the
+        CPU (torch synchronises them on GPUs only): freeze such a layer with ``.eval()`` or
+        build BatchNorm layers.
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
