@@ -79,7 +79,7 @@ def size_error(err: BaseException) -> bool:
 def layer_named(err: BaseException, message: str) -> None:
     """Put ``message`` (torch's words with the layer that raised them added:
     ``_engine._layer_errors``) in place of ``err``'s, keeping torch's for :func:`torch_words`."""
-    vars(err)[_TORCH_WORDS] = str(err)
+    vars(err).setdefault(_TORCH_WORDS, str(err))
     err.args = (message,)
 
 
@@ -96,8 +96,10 @@ def torch_words(err: BaseException) -> str:
     words, text, cause = vars(err).get(_TORCH_WORDS), str(err), err.__cause__
     if isinstance(words, str):
         return words
-    if cause is not None and layer_added(cause) and text.startswith(named := str(cause)):
-        return torch_words(cause) + text[len(named) :]
+    if cause is not None and text.startswith(named := str(cause)):  # (re-raised, maybe twice)
+        inner = torch_words(cause)
+        if inner != named:
+            return inner + text[len(named) :]
     return text
 
 

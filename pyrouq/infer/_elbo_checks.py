@@ -92,16 +92,17 @@ def _hides_every_site(handler: Messenger) -> bool:
         return False
 
 
-def _pyro_stack() -> list[Messenger]:
-    """Pyro's stack of active effect handlers (private: empty if a Pyro renamed it)."""
-    return list(getattr(pyro.poutine.runtime, "_PYRO_STACK", ()))
+def _pyro_stack() -> list[Messenger] | None:
+    """Pyro's stack of active effect handlers (private: None if a Pyro renamed it)."""
+    stack = getattr(pyro.poutine.runtime, "_PYRO_STACK", None)
+    return None if stack is None else list(stack)
 
 
 def _visible_handlers() -> Iterator[Messenger]:
     """The Pyro effect handlers active around the call that see its sites: from the innermost
     (the end of Pyro's stack, which applies it first) outward, up to a ``poutine.block()``
     that hides every site (``SVI.run`` wraps its steps in one): those outside it see none."""
-    for handler in reversed(_pyro_stack()):
+    for handler in reversed(_pyro_stack() or []):
         if _hides_every_site(handler):
             return
         yield handler
@@ -113,7 +114,10 @@ def handlers_active() -> bool:
     sites...): the ELBO then traces both, so that the handler applies as it does to Pyro's
     own ELBOs. ``SVI.step``'s capture of the parameters (``poutine.trace(param_only=True)``),
     ``poutine.seed`` and handlers outside a ``poutine.block()`` that hides every site change
-    no site (:func:`_visible_handlers`)."""
+    no site (:func:`_visible_handlers`). Without Pyro's stack to read (a Pyro that renamed
+    it), any handler counts (Pyro's public ``am_i_wrapped``): the ELBO traces, correct."""
+    if _pyro_stack() is None:
+        return bool(pyro.poutine.runtime.am_i_wrapped())
     return any(
         not isinstance(handler, SeedMessenger)
         and not (isinstance(handler, TraceMessenger) and handler.param_only)

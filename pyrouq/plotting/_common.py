@@ -16,7 +16,6 @@ from torch import Tensor
 from pyrouq._arguments import check_folder
 from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._metric_inputs import carried_targets
-from pyrouq._util import check_flag
 from pyrouq.metrics import _prepare, _prepare_probs
 
 if TYPE_CHECKING:
@@ -236,8 +235,11 @@ def _display_images(
 ) -> np.ndarray:
     """``images[index]`` as a float array in ``[0, 1]`` for imshow: ``(len(index), H, W)`` for
     grey images, ``(len(index), H, W, 3)`` for RGB ones."""
-    if normalized is not None:  # ("no" was taken as True, and the images drawn as normalised)
-        check_flag("normalized", normalized)
+    if normalized is not None and not isinstance(normalized, (bool, np.bool_)):
+        raise TypeError(  # ("no" was taken as True, and the images drawn as normalised)
+            f"Expected normalized to be True, False or None (None: told from the pixels), got "
+            f"{normalized!r}. Pass normalized=True for normalised images, False for [0, 1]."
+        )
     if isinstance(images, np.ndarray):
         images = torch.from_numpy(images)
     if not isinstance(images, Tensor):
