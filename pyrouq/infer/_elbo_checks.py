@@ -30,6 +30,8 @@ try:  # Pyro's private rule of a default poutine.block() (absent: every block is
     from pyro.poutine.block_messenger import _block_fn
 except ImportError:  # pragma: no cover (a Pyro that renamed it)
     _block_fn = None  # type: ignore[assignment]
+# (read once: _hides_every_site runs for each handler around every ELBO call)
+_BLOCK_SIGNATURE = inspect.signature(_block_fn) if _block_fn is not None else None
 
 _CALLER = "KLWeightedELBO"
 
@@ -83,10 +85,12 @@ def _hides_every_site(handler: Messenger) -> bool:
     ``_block_fn`` arguments by name; where they cannot be read (a Pyro that changed them),
     False: the handler is then treated as any other (the ELBO traces: correct, only slower)."""
     hide = getattr(handler, "hide_fn", None) if isinstance(handler, BlockMessenger) else None
-    if _block_fn is None or not (isinstance(hide, functools.partial) and hide.func is _block_fn):
+    if _BLOCK_SIGNATURE is None or not (
+        isinstance(hide, functools.partial) and hide.func is _block_fn
+    ):
         return False
     try:
-        given = inspect.signature(_block_fn).bind_partial(*hide.args, **hide.keywords).arguments
+        given = _BLOCK_SIGNATURE.bind_partial(*hide.args, **hide.keywords).arguments
         return bool(given["hide_all"]) and not given["expose"] and not given["expose_types"]
     except Exception:  # (arguments renamed or reordered past reading)
         return False
@@ -125,7 +129,7 @@ def handlers_active() -> bool:
     )
 
 
-def _own_model(model: Any) -> Any:
+def own_model(model: Any) -> Any:
     """``model`` if it is a pyrouq model (perhaps compiled: ``torch.compile``'s wrapper holds
     it as ``_orig_mod``), else None."""
     while not isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
@@ -149,7 +153,7 @@ def refuse_plate_around(model: Any, caller: str, call: str) -> None:
     "duplicate plate" or "collide at dim"), or which broadcasts the weights to other shapes.
     A sequential plate (``for i in pyro.plate``) changes no shape and is let through, as is
     any plate around a model of the user's own."""
-    own = _own_model(model)
+    own = own_model(model)
     if own is None:
         return
     for handler in _visible_handlers():
@@ -174,7 +178,7 @@ def set_known_plate_nesting(elbo: Any, model: Any, guide: Any) -> None:
     :class:`MeanFieldGuide`, an autoguide or no guide, which add none), so that Pyro does not
     guess it from a trace of its own (which draws from the random streams and logs "Guessed
     max_plate_nesting"). Kept afterwards, as Pyro keeps the value it guesses."""
-    own = _own_model(model)
+    own = own_model(model)
     if (
         elbo.vectorize_particles
         and elbo.max_plate_nesting == float("inf")

@@ -37,7 +37,7 @@ from pyrouq._util import (
     restore_modes,
     warn_caller,
 )
-from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._training import (
     loader_rng_state,
     serves_dataset_as_is,
@@ -564,11 +564,7 @@ def own_pyro_model(model: Any, guide: Any) -> bool:
 def is_pyrouq_model(model: Any) -> bool:
     """Whether ``model`` is a converted pyrouq model, perhaps compiled (``torch.compile``'s
     wrapper)."""
-    while not isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
-        model = getattr(model, "_orig_mod", None)
-        if not isinstance(model, nn.Module):
-            return False
-    return True
+    return own_model(model) is not None
 
 
 def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int | None:
