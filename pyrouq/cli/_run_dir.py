@@ -185,7 +185,7 @@ def load_run(checkpoint: Path, skeleton: Any, config: dict[str, Any], device: An
             if found and recorded and found != recorded:  # another module of that name here
                 fix = (
                     f"it was imported from {found!r}, the run found it in {recorded!r}: "
-                    f"run the command from that folder (or {fix})"
+                    f"evaluate from that folder (or {fix})"
                 )
             raise CommandError(
                 f"the factory {config['factory']!r}, called to rebuild the run's network, "
