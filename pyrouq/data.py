@@ -202,7 +202,7 @@ class _TensorDataset(torch.utils.data.Dataset):
 class TensorLoader(ShardedOrder):
     """Batches of an in-memory split, served as slices of a (shuffled) index.
 
-    ``images`` are raw pixel values in 0-255, ``(N, H, W)`` (the uint8 arrays of
+    ``images`` are raw pixel values in 0-255, ``(N, H, W)``, N >= 1 (the uint8 arrays of
     :func:`mnist_arrays`; or rows ``(N, D)`` with ``flatten=True``): every value is divided by
     255, floats too, so pass images already in [0, 1] as ``images * 255`` (or train on them
     with :class:`~pyrouq.ArrayLoader`); float images with fractional values all within
@@ -250,6 +250,12 @@ class TensorLoader(ShardedOrder):
                 "TensorLoader: expected images (N, H, W) (or rows (N, D) with flatten=True) and "
                 f"labels (N,), one label per image, got shapes {tuple(images.shape)} and "
                 f"{tuple(labels.shape)}{channel}."
+            )
+        if not len(labels):  # fit() and predict() would meet a loader yielding no batch
+            raise ValueError(
+                f"TensorLoader: expected at least one image, got none (images of shape "
+                f"{tuple(images.shape)}, labels {tuple(labels.shape)}). Pass a split that holds "
+                "examples (train_size= of load_mnist() takes at least 1)."
             )
         if images.device != labels.device:  # one index picks the rows of both
             raise ValueError(

@@ -46,8 +46,11 @@ def _check_xy(
         integer = not value.is_floating_point() and not value.is_complex()
         if value.dtype == torch.bool or not (value.is_floating_point() or (integers and integer)):
             allowed = "floating-point or integer" if integers else "floating-point"
+            fix = f"{name}.float()"
+            if integers and name == "y" and value.dtype == torch.bool:  # labels, most likely
+                fix = "y.float() for real-valued targets, y.long() for class labels"
             raise TypeError(
-                f"{where}: expected {allowed} {name}, got dtype {value.dtype}; use {name}.float()."
+                f"{where}: expected {allowed} {name}, got dtype {value.dtype}; use {fix}."
             )
         if value.dim() == 0 or value.shape[0] == 0:
             raise ValueError(

@@ -118,7 +118,9 @@ class Likelihood(nn.Module):
         self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None
     ) -> Tensor:  # pragma: no cover
         """``-sum log p(y | outputs)`` over the batch (and over S), unscaled: a scalar. ``y``
-        of a shape :meth:`check_targets` takes; others are refused, never broadcast."""
+        of a shape and dtype :meth:`check_targets` takes; others are refused (never broadcast,
+        nor cast: float labels are not truncated to classes, nor integer targets scored as
+        reals)."""
         raise NotImplementedError
 
     def predictive(

@@ -43,6 +43,11 @@ def _half(outputs: Any) -> bool:
     )
 
 
+def _integer(y: Tensor) -> bool:
+    """Whether ``y`` has an integer dtype (not bool): labels the fast NLL scores as they are."""
+    return not (y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex())
+
+
 def are_probabilities(outputs: Any, *, pooled: bool = False) -> bool:
     """Whether ``outputs`` ``(..., B, C)`` are class probabilities rather than logits:
     floating, C >= 2, every row in [0, 1] and summing to 1 to within rounding (a softmax's, or
@@ -205,7 +210,13 @@ class Categorical(Likelihood):
         return dist.Categorical(logits=widened(outputs))
 
     def nll(self, outputs: Tensor, y: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
-        if not torch.is_tensor(y) or outputs.dim() < 2 or y.shape != outputs.shape[-2:-1]:
+        if (
+            not torch.is_tensor(y)
+            or outputs.dim() < 2
+            or y.shape != outputs.shape[-2:-1]
+            or not _integer(y)  # float labels were truncated to classes by .long() below
+            or outputs.shape[-1] < 2
+        ):
             # labels (1,) would expand silently: one label for every input; (C,) logits of
             # one input are refused too (a scalar label would score them)
             self.check_targets(y, outputs, "Categorical.nll()")  # says what to pass
@@ -213,8 +224,15 @@ class Categorical(Likelihood):
         target = y.expand(outputs.shape[:-1]).reshape(-1)
         if target.dtype != torch.long:  # int32 / int16 labels (numpy's, often): the check let
             target = target.long()  # them through, and cross_entropy takes int64 or uint8 only
-        # no ignored label: cross_entropy's default (-100) would drop such rows silently
-        return F.cross_entropy(flat, target, reduction="sum", ignore_index=_NO_LABEL)
+        try:  # no ignored label: cross_entropy's default (-100) would drop such rows silently
+            return F.cross_entropy(flat, target, reduction="sum", ignore_index=_NO_LABEL)
+        except IndexError as err:  # torch's "Target 2 is out of bounds." named no range
+            problem = self.label_problem(y, outputs.shape[-1])
+            if problem is None:
+                raise
+            raise ValueError(
+                f"Categorical.nll(): {problem}. Check the targets or the model's number of classes."
+            ) from err
 
     def predictive(self, outputs: Tensor, latent: dict[str, Tensor] | None = None) -> Tensor:
         if outputs.shape[-1] < 2:

@@ -340,8 +340,9 @@ class Gaussian(Likelihood):
         if not torch.is_tensor(y):
             self.check_targets(y, outputs, "Gaussian.nll()")  # says what to pass
         target = self.shape_targets(y, outputs)
-        if target.shape != loc.shape[-2:]:
-            # (1, B) targets, or (B,) of D > 1 outputs, would broadcast: B^2 or B D terms
+        if target.shape != loc.shape[-2:] or not y.dtype.is_floating_point:
+            # (1, B) targets, or (B,) of D > 1 outputs, would broadcast: B^2 or B D terms;
+            # integer targets (class labels) were scored as reals
             self.check_targets(y, outputs, "Gaussian.nll()")  # says what to pass
         self._check_scored(outputs, "Gaussian.nll()")
         z = (target - loc) / scale
