@@ -142,7 +142,7 @@ def refuse_forward_sites(model: Any, x: Tensor, y: Tensor) -> None:
     """Sites that the model's ``forward`` samples beside its latent sites (a subclass of
     :class:`~pyrouq.BayesianNetwork` overriding ``forward``, a temperature drawn there)
     refused, named: NUTS would sample them, but the result keeps the latent sites alone, and
-    :func:`pyrouq.predict` runs the network on those alone, without them. The trace draws
+    :func:`pyrouq.predict`, which runs that forward, refuses draws without them. The trace draws
     from the priors with the random state put back: the chains' draws are not moved. It runs
     with gradients, as the chains run the forward (an input-gradient penalty takes one), and
     leaves Pyro's param store as it found it; a forward that fails in it is left to the
@@ -163,9 +163,9 @@ def refuse_forward_sites(model: Any, x: Tensor, y: Tensor) -> None:
         raise ValueError(
             f"mcmc(): {type(model).__name__} samples {extra[:3]} in its forward beside its "
             f"latent sites {list(latent)[:3]}: NUTS would sample them too, but the result "
-            "keeps the latent sites alone, and predict() runs the network on their draws "
-            "alone, without those sites. Sample such a model with pyro.infer.MCMC(NUTS(model)) "
-            "and predict with pyro.infer.Predictive, or make the sites latent sites of the "
-            "model (a noise scale: a prior, Gaussian(dist.HalfNormal(1.0))). Nothing was "
-            "sampled."
+            "keeps the latent sites alone, and predict(), which runs that forward, would "
+            "refuse draws without those sites. Sample such a model with "
+            "pyro.infer.MCMC(NUTS(model)) and pass the run, predict(model, x, "
+            "posterior_samples=run), or make the sites latent sites of the model (a noise "
+            "scale: a prior, Gaussian(dist.HalfNormal(1.0))). Nothing was sampled."
         )

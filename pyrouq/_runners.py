@@ -316,6 +316,9 @@ def bayesian_runner(
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
     # a rank-1 BatchEnsemble (M = 1 included): each draw runs its M members, draw-major
     ensemble = direct is not None and getattr(model, "num_members", None) is not None
+    own_forward = not ensemble and runs_own_forward(model)
+    if own_forward:  # its forward, conditioned on each draw, with every site it samples
+        direct = None  # (a temperature), as Pyro's Predictive runs it
     members: int = model.num_members if ensemble else 1
     refuse = _probabilities_refused(model)
     first = _first_run()
@@ -323,6 +326,8 @@ def bayesian_runner(
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
             return direct(x, data)  # type: ignore[no-any-return]
+        if own_forward and not isinstance(likelihood_of(model), Categorical):
+            return _recorded_outputs(poutine.condition(model, data=data), x, model)
         return logits_of(poutine.condition(model, data=data), x, model, first(x))
 
     def draw(s: int) -> dict[str, Tensor]:
@@ -375,6 +380,28 @@ def bayesian_runner(
 
     run.latent = latent  # type: ignore[attr-defined]
     return run
+
+
+def runs_own_forward(model: Any) -> bool:
+    """Whether ``model`` is a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is the user's
+    own (a subclass's, or one set on the instance): predict() then runs that forward under
+    each draw, as fit() traces it, not the network alone (:meth:`outputs`), which would leave
+    out what it adds (a site it samples beside the weights, a temperature)."""
+    from pyrouq.convert import BayesianNetwork
+
+    return isinstance(model, BayesianNetwork) and (
+        type(model).forward is not BayesianNetwork.forward or "forward" in vars(model)
+    )
+
+
+def _recorded_outputs(conditioned: Any, x: Tensor, model: Any) -> Tensor:
+    """The outputs a :class:`~pyrouq.BayesianNetwork`'s own ``forward`` records under one draw
+    (``conditioned``: the model conditioned on it) at its likelihood's site (a Gaussian's
+    ``"outputs"``), else those it returns."""
+    trace = poutine.trace(conditioned).get_trace(x)
+    site = getattr(likelihood_of(model), "output_site", "_RETURN")
+    outputs: Tensor = trace.nodes[site if site in trace.nodes else "_RETURN"]["value"]
+    return outputs
 
 
 def draw_sizes(guide: Any, model: Any, count: int, max_bytes: int, x: Any) -> list[int]:
