@@ -97,6 +97,7 @@ def _convert_layers(
     parametrized: list[str] = []
     own_way: list[str] = []  # layers of subclasses with their own computation: kept plain
     uses: dict[int, int] = {}  # how many names each parameter has (tied weights: several)
+    biases: dict[int, nn.Parameter] = {}  # a tied bias's per-member biases, made once
     for _, param in net.named_parameters(remove_duplicate=False):
         uses[id(param)] = uses.get(id(param), 0) + 1
 
@@ -123,6 +124,9 @@ def _convert_layers(
         weight = child.weight
         if isinstance(weight, nn.Parameter) and uses[id(weight)] > 1:
             layer.weight = weight  # tied weights stay tied (the members share W anyway)
+        bias = child.bias
+        if isinstance(bias, nn.Parameter) and uses[id(bias)] > 1:  # a tied bias: its layers
+            layer.bias = biases.setdefault(id(bias), layer.bias)  # share the members' biases
         return layer  # type: ignore[no-any-return]
 
     count = _replace_children(net, counterpart, weight_readers())
@@ -320,8 +324,9 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
     tensor (``F.linear(x, self.fc.weight)``) meets the shared W, and the network's first run
     warns, naming every BatchEnsemble layer it did not call; one that reads its bias too meets
     the per-member biases ``(M, out)`` and fails, the error noting the layers not yet called.
-    Tied weights stay tied (their layers share one W, as the members do), and a layer
-    registered under several names becomes one BatchEnsemble layer. The folded batch must
+    Tied weights stay tied (their layers share one W, as the members do; a tied bias, one set
+    of per-member biases), and a layer registered under several names becomes one
+    BatchEnsemble layer. The folded batch must
     stay on dim 0 of every converted layer's and norm's input (merging windows or tokens into
     it keeps it there); only inside an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with
     ``batch_first=False`` (and in the final ``norm`` of an ``nn.TransformerEncoder`` /
