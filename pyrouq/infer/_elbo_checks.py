@@ -18,9 +18,11 @@ from pyro.poutine.indep_messenger import IndepMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.seed_messenger import SeedMessenger
 from pyro.poutine.trace_messenger import TraceMessenger
+from pyro.poutine.util import site_is_subsample
+from pyro.util import check_model_guide_match, check_site_shape
 
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
-from pyrouq._own_models import name_of, observes_something, unobserved_sites
+from pyrouq._own_models import guiding_sites, name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._site_checks import check_drawable
@@ -34,6 +36,42 @@ except ImportError:  # pragma: no cover (a Pyro that renamed it)
 _BLOCK_SIGNATURE = inspect.signature(_block_fn) if _block_fn is not None else None
 
 _CALLER = "KLWeightedELBO"
+
+
+def check_traces(model_trace: Any, guide_trace: Any, max_plate_nesting: float) -> None:
+    """What Pyro's ``Trace_ELBO`` checks of the traces under validation (its
+    ``get_importance_trace``): the model and guide draw the same latent sites, and each sample
+    site's log-density has the shape its plates give it (``check_site_shape``: a
+    ``poutine.mask(model, mask)`` of one entry per data point around the whole model masks
+    the global weight sites too, whose ``log p`` would count once per entry kept). The shapes
+    are read off the sites (``fn``, ``value``, ``scale``, ``mask``), no density is taken."""
+    guiding = guiding_sites(model_trace, guide_trace)
+    check_model_guide_match(model_trace, guiding, max_plate_nesting)
+    for trace in (model_trace, guiding):
+        for site in trace.nodes.values():
+            if site["type"] == "sample" and not site_is_subsample(site):
+                shape = _log_prob_shape(site)
+                if shape is not None:  # (else computing the density raises torch's error)
+                    meta = torch.empty(shape, device="meta")
+                    nesting: Any = max_plate_nesting  # (inf until known, as Pyro's ELBOs pass)
+                    check_site_shape({**site, "log_prob": meta}, nesting)
+
+
+def _log_prob_shape(site: Any) -> torch.Size | None:
+    """The shape of a sample site's scaled and masked ``log_prob`` as Pyro computes it, or
+    None where its parts do not broadcast or are not known."""
+    fn, value = site["fn"], site["value"]
+    batch, event = getattr(fn, "batch_shape", None), getattr(fn, "event_shape", None)
+    if batch is None or event is None:
+        return None
+    parts = [batch]
+    if torch.is_tensor(value):
+        parts.append(value.shape[: max(value.dim() - len(event), 0)])
+    parts += [w.shape for w in (site["scale"], site["mask"]) if torch.is_tensor(w)]
+    try:
+        return torch.broadcast_shapes(*parts)
+    except (RuntimeError, ValueError):
+        return None
 
 
 def check_kl_weight(kl_weight: object) -> float:

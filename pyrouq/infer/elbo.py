@@ -21,16 +21,15 @@ import torch
 from pyro import poutine
 from pyro.infer import ELBO
 from pyro.infer.util import is_validation_enabled
-from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq import _engine
-from pyrouq._own_models import guiding_sites
 from pyrouq._param_store import register_children, register_params
 from pyrouq._util import AsItCame, check_count, check_flag
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._elbo_checks import (
     check_kl_weight,
+    check_traces,
     check_unguided_trace,
     handlers_active,
     is_empty_guide,
@@ -199,7 +198,9 @@ class KLWeightedELBO(ELBO):
     :func:`pyrouq.fit`, a guide built for another model, the model as its own guide, a
     :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a model with
     latent sites, one that observes nothing or a plain torch network are refused (``None`` is
-    the guide of a model without latent sites).
+    the guide of a model without latent sites). Traced under Pyro's validation (its default;
+    not in fit()), the traces are checked as ``Trace_ELBO`` checks them, site shapes included
+    (``poutine.mask`` of one entry per data point around a model masks its weights: refused).
 
     Local reparameterisation. For a model with ``local_reparameterization=True`` and a
     :class:`~pyrouq.MeanFieldGuide`, every ``nn.Linear`` / ``nn.Conv{1,2,3}d`` whose weight
@@ -281,9 +282,8 @@ class KLWeightedELBO(ELBO):
         model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
             *args, **kwargs
         )
-        if is_validation_enabled():
-            guiding = guiding_sites(model_trace, guide_trace)
-            check_model_guide_match(model_trace, guiding, self.max_plate_nesting)
+        if is_validation_enabled():  # (Trace_ELBO's checks of the sites, their shapes too)
+            check_traces(model_trace, guide_trace, self.max_plate_nesting)
         return model_trace, guide_trace
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:

@@ -1,0 +1,213 @@
+"""Audit 13: pyrouq's models, guides and ELBO used with Pyro's own tools (SVI, Predictive,
+poutine, autoguides, the param store, set_rng_seed), and `pyrouq fit` with a factory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from _toy import ListLoader, tiny_mlp, toy_data
+from pyro import poutine
+from pyro.infer import SVI, Predictive, Trace_ELBO, TraceMeanField_ELBO
+from pyro.infer.autoguide import AutoDelta, AutoDiagonalNormal, AutoNormal
+
+import pyrouq
+from pyrouq.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _validation_on():
+    pyro.clear_param_store()
+    with pyro.validation_enabled(True):
+        yield
+    pyro.clear_param_store()
+
+
+def _fitted(make_guide=pyrouq.mean_field_guide):
+    x, y = toy_data(40)
+    pyro.set_rng_seed(0)
+    model = tiny_mlp(num_data=40)
+    guide = make_guide(model)
+    pyrouq.fit(model, guide, ListLoader(x, y, 20), epochs=2, progress=False, seed=0)
+    return model, guide, x, y
+
+
+# poutine.mask around a whole model: refused as Trace_ELBO refuses it ----------------------
+
+
+@pytest.mark.parametrize("make_guide", [pyrouq.mean_field_guide, AutoNormal])
+def test_a_data_mask_around_the_whole_model_is_refused_as_pyros_elbos_refuse_it(make_guide):
+    """A mask of one entry per data point around the whole model masks the weight sites too;
+    Pyro's ELBOs refuse the site's log-density shape under validation. KLWeightedELBO used to
+    count each weight's log p once per kept point (a loss 6x too large), silently."""
+    model, guide, x, y = _fitted(make_guide)
+    masked = poutine.mask(model, mask=torch.arange(40) < 25)
+    expected = r'at site "fc1\.weight", invalid log_prob shape\s+Expected \[\], actual \[40\]'
+    for elbo in (Trace_ELBO(), TraceMeanField_ELBO(), pyrouq.KLWeightedELBO(kl_weight=1.0)):
+        with pytest.raises(ValueError, match=expected):
+            elbo.loss(masked, guide, x, y)
+
+
+def test_a_mask_on_the_observations_only_is_taken_as_pyros_trace_mean_field_elbo_takes_it():
+    """The right way to mask points of a pyrouq model: a handler that masks the "obs" site
+    only. The loss is TraceMeanField_ELBO's (analytic KL for the Normal sites), and the
+    likelihood of the masked points is left out (checked against a by-hand sum)."""
+    model, guide, x, y = _fitted()
+    keep = torch.arange(40) < 25
+
+    class MaskObs(pyro.poutine.messenger.Messenger):
+        def _process_message(self, msg):
+            if msg["name"] == "obs":
+                msg["mask"] = keep
+
+    pyro.set_rng_seed(2)
+    ours = pyrouq.KLWeightedELBO(kl_weight=1.0).loss(MaskObs()(model), guide, x, y)
+    pyro.set_rng_seed(2)
+    pyros = TraceMeanField_ELBO().loss(MaskObs()(model), guide, x, y)
+    assert ours == pytest.approx(pyros, rel=1e-5)
+    # by hand: the same draw, -(N/B) sum_kept log p(y | w) + sum_site KL(q || p)
+    pyro.set_rng_seed(2)
+    guide_trace = poutine.trace(guide).get_trace(x, y)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    logits = model_trace.nodes["logits"]["value"]
+    log_p = torch.log_softmax(logits, -1).gather(1, y[:, None]).squeeze(1)
+    kl = sum(
+        torch.distributions.kl_divergence(
+            guide_trace.nodes[s]["fn"], model_trace.nodes[s]["fn"]
+        ).sum()
+        for s in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+    )
+    assert ours == pytest.approx(float((-log_p[keep].sum() + kl).detach()), rel=1e-5)
+
+
+# KLWeightedELBO with a plain Pyro model -----------------------------------------------------
+
+
+def _regression(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    s = pyro.sample("s", dist.HalfNormal(1.0))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, s), obs=y)
+
+
+def _regression_guide(x, y=None):
+    loc = pyro.param("loc", torch.tensor([0.5, -1.0]))
+    scale = pyro.param("sc", torch.tensor([0.3, 0.2]), constraint=dist.constraints.positive)
+    pyro.sample("w", dist.Normal(loc, scale).to_event(1))
+    pyro.sample("s", dist.LogNormal(pyro.param("a", torch.tensor(-0.5)), 0.2))
+
+
+@pytest.mark.parametrize("kl_weight", [1.0, 0.3, 0.0])
+def test_kl_weighted_elbo_of_a_plain_pyro_model_is_the_hand_weighted_elbo(kl_weight):
+    """-log p(y | w) + k * (KL_w analytic + log q(s) - log p(s)) at the same draw; with k = 1
+    it is TraceMeanField_ELBO."""
+    torch.manual_seed(0)
+    x = torch.randn(30, 2)
+    y = x @ torch.tensor([1.0, -2.0]) + 0.3 * torch.randn(30)
+    pyro.set_rng_seed(1)
+    ours = pyrouq.KLWeightedELBO(kl_weight=kl_weight).loss(_regression, _regression_guide, x, y)
+    pyro.set_rng_seed(1)
+    g = poutine.trace(_regression_guide).get_trace(x, y)
+    m = poutine.trace(poutine.replay(_regression, trace=g)).get_trace(x, y)
+    w, s = g.nodes["w"]["value"], g.nodes["s"]["value"]
+    nll = -dist.Normal(x @ w, s).log_prob(y).sum()
+    kl_w = torch.distributions.kl_divergence(g.nodes["w"]["fn"], m.nodes["w"]["fn"]).sum()
+    mc_s = g.nodes["s"]["fn"].log_prob(s) - dist.HalfNormal(1.0).log_prob(s)
+    assert ours == pytest.approx(float(nll + kl_weight * (kl_w + mc_s)), rel=1e-5)
+    if kl_weight == 1.0:
+        pyro.set_rng_seed(1)
+        assert ours == pytest.approx(
+            TraceMeanField_ELBO().loss(_regression, _regression_guide, x, y), rel=1e-5
+        )
+
+
+# Predictive, autoguides, the param store, set_rng_seed ---------------------------------------
+
+
+def test_pyros_predictive_and_predict_agree_at_the_same_guide():
+    model, guide, x, _ = _fitted()
+    pyro.set_rng_seed(0)
+    samples = Predictive(model, guide=guide, num_samples=2000, return_sites=["logits"])(x)
+    preds = pyrouq.predict(model, x, guide=guide, num_samples=2000, progress=False, seed=0)
+    assert preds.probs.shape == (2000, 40, 2)
+    assert torch.allclose(torch.softmax(samples["logits"], -1).mean(0), preds.mean_probs, atol=0.01)
+    names = set(Predictive(model, guide=guide, num_samples=2)(x))
+    assert names == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "logits", "obs"}
+
+
+@pytest.mark.parametrize("make_guide", [AutoDiagonalNormal, AutoDelta])
+def test_other_autoguides_trained_by_svi_predict_as_predictive_does(make_guide):
+    x, y = toy_data(40)
+    pyro.set_rng_seed(0)
+    model = tiny_mlp(num_data=40)
+    guide = make_guide(model)
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
+    for _ in range(20):
+        svi.step(x, y)
+    preds = pyrouq.predict(model, x, guide=guide, num_samples=2000, progress=False, seed=1)
+    run = Predictive(model, guide=guide, num_samples=2000, return_sites=["logits"], parallel=True)
+    reference = torch.softmax(run(x)["logits"], -1)
+    assert torch.allclose(preds.mean_probs, reference.mean(0), atol=0.02)
+    if make_guide is AutoDelta:  # a point estimate: every draw the network at the median
+        median = guide.median(x, y)
+        logits = poutine.condition(model, data=median)(x)
+        assert torch.allclose(preds.probs, torch.softmax(logits, -1).expand(2000, -1, -1))
+        assert float(preds.uncertainty().epistemic.abs().max()) < 1e-6
+
+
+def test_a_saved_param_store_gives_a_new_autonormal_the_same_predictions(tmp_path):
+    model, guide, x, y = _fitted(AutoNormal)
+    before = pyrouq.predict(model, x, guide=guide, num_samples=8, progress=False, seed=3).probs
+    pyro.get_param_store().save(tmp_path / "store.pt")
+    pyro.clear_param_store()
+    new_model = tiny_mlp(num_data=40)
+    new_guide = AutoNormal(new_model)
+    pyro.get_param_store().load(tmp_path / "store.pt")
+    new_guide(x[:2], y[:2])  # (an autoguide builds itself on its first run)
+    after = pyrouq.predict(new_model, x, guide=new_guide, num_samples=8, progress=False, seed=3)
+    assert torch.equal(after.probs, before)
+    pyro.set_rng_seed(7)
+    a = pyrouq.predict(new_model, x, guide=new_guide, num_samples=5, progress=False).probs
+    pyro.set_rng_seed(7)
+    b = pyrouq.predict(new_model, x, guide=new_guide, num_samples=5, progress=False).probs
+    assert torch.equal(a, b) and not torch.equal(a[0], a[1])
+
+
+# pyrouq fit with a factory: the same seed, the same run ------------------------------------
+
+
+def test_a_factory_run_repeats_under_its_seed_and_records_the_factory(tmp_path, monkeypatch):
+    (tmp_path / "audit13_nets.py").write_text(
+        "import torch.nn as nn\n"
+        "def make():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(784, 8), nn.ReLU(), nn.Linear(8, 10))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["fit", "audit13_nets:make", "--method", "last-layer", "--epochs", "1",
+            "--train-size", "64", "--batch-size", "32", "--num-samples", "2", "--seed", "4",
+            "--device", "cpu", "--no-progress"]  # fmt: skip
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
+    sys.modules.pop("audit13_nets", None)
+
+    def metrics(run: str) -> dict:
+        found = json.loads(Path(tmp_path, run, "metrics.json").read_text())
+        return {k: v for k, v in found.items() if not k.endswith("_seconds")}
+
+    assert metrics("a") == metrics("b")
+    assert metrics("a")["num_samples"] == 2 and metrics("a")["seed"] == 4
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert (config["factory"], config["method"], config["train_size"]) == (
+        "audit13_nets:make",
+        "last-layer",
+        64,
+    )
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--epochs", "0", "--out", str(tmp_path / "c")])
+    assert refused.value.code == 2 and not (tmp_path / "c").exists()
