@@ -118,9 +118,13 @@ ONE_ROW_PER_INPUT = (
 )
 
 
-def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | None:
+def traced_latent_sites(
+    model: Any, x: Tensor, classes: bool = True
+) -> dict[str, tuple[int, ...]] | None:
     """``{site: shape}`` of the latent sites of a model of the user's own that posterior draws
-    must give, or None where the model cannot be run as below.
+    must give, or None where the model cannot be run as below. With ``classes``, a model whose
+    outputs are no class logits (:func:`outputs_problem`) is refused; without, they are read
+    as its likelihood reads them (a pyrouq model's own, a regression's).
 
     The model runs under its priors on two batches of different sizes (the random state is
     kept as it was): the first 2 and 3 inputs of ``x`` (2 and 3 copies of its first input
@@ -165,7 +169,7 @@ def traced_latent_sites(model: Any, x: Tensor) -> dict[str, tuple[int, ...]] | N
         return None
     finally:
         set_rng_state(x.device, state)
-    if problem is not None:
+    if problem is not None and classes:
         raise problem
     return found
 
@@ -245,6 +249,7 @@ def fitting_draws(
     x: Tensor,
     caller: str,
     source: str,
+    classes: bool = True,
 ) -> dict[str, Tensor]:
     """The draws ``{site: (S, *shape)}`` to run a model of the user's own under: those of its
     latent sites (:func:`traced_latent_sites`), each ``(S, *shape)``. Other sites are left
@@ -253,8 +258,9 @@ def fitting_draws(
     plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
     model would draw it from its prior, or broadcast it, without a word (a discrete one, left
     to enumeration, with Pyro's way for such models); so are NaN draws (infinite ones warn).
-    A model that cannot be traced on small batches gets every draw, unchecked."""
-    expected = traced_latent_sites(model, x)
+    A model that cannot be traced on small batches gets every draw, unchecked. ``classes``:
+    as :func:`traced_latent_sites` takes it."""
+    expected = traced_latent_sites(model, x, classes)
     if expected is None:
         return draws
     sampled = _sampled_sites(model, x) if not expected else None

@@ -318,7 +318,9 @@ def bayesian_runner(
     ensemble = direct is not None and getattr(model, "num_members", None) is not None
     own_forward = not ensemble and runs_own_forward(model)
     if own_forward:  # its forward, conditioned on each draw, with every site it samples
-        direct = None  # (a temperature), as Pyro's Predictive runs it
+        direct = None  # (a temperature), as Pyro's Predictive runs it; torch.compile's
+        model = _compiled_module(model)  # module (outputs() ran uncompiled too)
+    classes = not own_forward or isinstance(likelihood_of(model), Categorical)
     members: int = model.num_members if ensemble else 1
     refuse = _probabilities_refused(model)
     first = _first_run()
@@ -326,7 +328,7 @@ def bayesian_runner(
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
             return direct(x, data)  # type: ignore[no-any-return]
-        if own_forward and not isinstance(likelihood_of(model), Categorical):
+        if not classes:  # a regression's outputs, as its likelihood records them
             return _recorded_outputs(poutine.condition(model, data=data), x, model)
         return logits_of(poutine.condition(model, data=data), x, model, first(x))
 
@@ -341,7 +343,7 @@ def bayesian_runner(
                 check_draws(model, drawn, "predict()", what)
                 drawn = {site: drawn[site] for site in model.latent_sites()}
             else:  # a model of the user's own: its latent sites, read off a trace
-                drawn = own_models.fitting_draws(model, drawn, x, "predict()", what)
+                drawn = own_models.fitting_draws(model, drawn, x, "predict()", what, classes)
             draws.update(drawn)
             if refit is not None:
                 inputs = refit[1]()
@@ -383,15 +385,24 @@ def bayesian_runner(
 
 
 def runs_own_forward(model: Any) -> bool:
-    """Whether ``model`` is a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is the user's
-    own (a subclass's, or one set on the instance): predict() then runs that forward under
-    each draw, as fit() traces it, not the network alone (:meth:`outputs`), which would leave
-    out what it adds (a site it samples beside the weights, a temperature)."""
+    """Whether ``model`` is a :class:`~pyrouq.BayesianNetwork` (perhaps compiled) whose
+    ``forward`` is the user's own (a subclass's, or one set on the instance): predict() then
+    runs that forward under each draw, as fit() traces it, not the network alone
+    (:meth:`outputs`), which would leave out what it adds (a site it samples beside the
+    weights, a temperature)."""
     from pyrouq.convert import BayesianNetwork
 
+    model = _compiled_module(model)
     return isinstance(model, BayesianNetwork) and (
         type(model).forward is not BayesianNetwork.forward or "forward" in vars(model)
     )
+
+
+def _compiled_module(model: Any) -> Any:
+    """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model``."""
+    while isinstance(getattr(model, "_orig_mod", None), nn.Module):
+        model = model._orig_mod
+    return model
 
 
 def _recorded_outputs(conditioned: Any, x: Tensor, model: Any) -> Tensor:
