@@ -70,6 +70,7 @@ from pyrouq.checkpoint._describe import (
     register_guide,
     share_out_member_norms,
     shared_member_norms,
+    untie_saved_apart,
     upgraded_state,
 )
 from pyrouq.checkpoint._file import (
@@ -434,6 +435,7 @@ def load(
         with description_errors(path):
             model = build_model(description, expected=expected, path=path, module=module)
             state = upgraded_state(model, payload)
+            untie_saved_apart(model, state)
             shared = shared_member_norms(model, state) if isinstance(state, dict) else []
             _load_state(model, state, "model", path)
             guide = None

@@ -17,7 +17,7 @@ from torch import nn
 from pyrouq import models
 from pyrouq._util import class_name, module_device, warn_caller
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
-from pyrouq.convert._batchensemble import _BilinearSharedWarning
+from pyrouq.convert._batchensemble import _BilinearSharedWarning, _TiedBiasKeptWarning
 from pyrouq.likelihoods import _LIKELIHOODS
 
 __all__ = [
@@ -320,6 +320,29 @@ def share_out_member_norms(module: nn.Module, state: dict[str, Any]) -> None:
                 state[f"{prefix}norms.{member}.{key}"] = shared
 
 
+def untie_saved_apart(module: nn.Module, state: Any) -> None:
+    """Give each BatchEnsemble layer of ``module`` whose per-member biases are tied to another
+    layer's (one tensor under several names) but that ``state`` holds with other values than
+    the first name's a tensor of its own (in place): an ensemble saved before a tied bias
+    stayed tied (2026-12-06), whose layers trained their copies apart, comes back as saved."""
+    if not isinstance(state, dict):
+        return
+    names: dict[int, list[str]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    for tied in names.values():
+        first = state.get(tied[0])
+        for name in tied[1:]:
+            path, _, attr = name.rpartition(".")
+            layer = module.get_submodule(path)
+            value = state.get(name)
+            if attr != "bias" or not getattr(layer, "_is_batchensemble", False):
+                continue
+            if torch.is_tensor(first) and torch.is_tensor(value) and not value.equal(first):
+                bias: Any = layer.bias
+                layer.bias = nn.Parameter(bias.detach().clone(), bias.requires_grad)
+
+
 def expected_class_name(expected: type | str) -> str:
     """The class name ``load(model_class=...)`` asks for (a class or its name)."""
     name = expected if isinstance(expected, str) else getattr(expected, "__name__", None)
@@ -374,6 +397,7 @@ def build_model(
         with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"bayesian\(\): the embedding weight")
             warnings.filterwarnings("ignore", category=_BilinearSharedWarning)
+            warnings.filterwarnings("ignore", category=_TiedBiasKeptWarning)
             if name in doors:
                 before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
                 model = doors[name](**{**before, **config})

@@ -86,6 +86,11 @@ def _sequence_first(layer: nn.Module) -> bool:
     return not getattr(getattr(layer, "self_attn", None), "batch_first", True)
 
 
+class _TiedBiasKeptWarning(UserWarning):
+    """:func:`_convert_layers`' of a bias tied to a parameter it keeps: ``load()`` rebuilding a
+    saved ensemble does not repeat it."""
+
+
 def _convert_layers(
     net: nn.Module, num_members: int, options: dict[str, Any], reset: bool = False
 ) -> int:
@@ -127,9 +132,23 @@ def _convert_layers(
         bias = child.bias
         if isinstance(bias, nn.Parameter) and uses[id(bias)] > 1:  # a tied bias: its layers
             layer.bias = biases.setdefault(id(bias), layer.bias)  # share the members' biases
+            originals.append(bias)  # (kept alive: its id is looked up after the replacing)
         return layer  # type: ignore[no-any-return]
 
+    originals: list[nn.Parameter] = []
     count = _replace_children(net, counterpart, weight_readers())
+    tied = {id(bias) for bias in originals}
+    kept_tied = [n for n, p in net.named_parameters(remove_duplicate=False) if id(p) in tied]
+    if kept_tied:  # a bias tied to a parameter left as it is: the tie cannot hold
+        warn_caller(
+            f"batchensemble(): {_names_list(kept_tied, 4)}, tied to the bias of a converted "
+            "layer, stays as it is (not the bias of a layer converted): the layer's "
+            "per-member biases (M, out) replace the bias in the layer only, so the two are "
+            "no longer one tensor and train apart. A bias tied between converted layers stays "
+            "tied; to keep this tie, tie the bias only to converted layers' biases, or use "
+            "pyrouq.bayesian(net), which keeps every tie.",
+            _TiedBiasKeptWarning,
+        )
     if parametrized:
         warn_caller(
             f"batchensemble(): {len(parametrized)} of the converted layers carried a "
@@ -325,8 +344,9 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
     warns, naming every BatchEnsemble layer it did not call; one that reads its bias too meets
     the per-member biases ``(M, out)`` and fails, the error noting the layers not yet called.
     Tied weights stay tied (their layers share one W, as the members do; a tied bias, one set
-    of per-member biases), and a layer registered under several names becomes one
-    BatchEnsemble layer. The folded batch must
+    of per-member biases, but a warning where it is tied to a parameter left as it is, e.g. an
+    attention projection's bias, which the per-member biases cannot be), and a layer
+    registered under several names becomes one BatchEnsemble layer. The folded batch must
     stay on dim 0 of every converted layer's and norm's input (merging windows or tokens into
     it keeps it there); only inside an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with
     ``batch_first=False`` (and in the final ``norm`` of an ``nn.TransformerEncoder`` /
