@@ -227,7 +227,8 @@ class Categorical(Likelihood):
         try:  # no ignored label: cross_entropy's default (-100) would drop such rows silently
             return F.cross_entropy(flat, target, reduction="sum", ignore_index=_NO_LABEL)
         except IndexError as err:  # torch's "Target 2 is out of bounds." named no range
-            problem = self.label_problem(y, outputs.shape[-1])
+            # read from the int64 copy: torch has no min() of uint16 / uint32 / uint64 labels
+            problem = self.label_problem(target, outputs.shape[-1])
             if problem is None:
                 raise
             raise ValueError(
