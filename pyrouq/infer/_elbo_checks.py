@@ -12,6 +12,7 @@ from typing import Any
 
 import pyro
 import torch
+from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide import AutoGuide, AutoGuideList
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
@@ -44,7 +45,9 @@ def check_traces(model_trace: Any, guide_trace: Any, max_plate_nesting: float) -
     site's log-density has the shape its plates give it (``check_site_shape``: a
     ``poutine.mask(model, mask)`` of one entry per data point around the whole model masks
     the global weight sites too, whose ``log p`` would count once per entry kept). The shapes
-    are read off the sites (``fn``, ``value``, ``scale``, ``mask``), no density is taken."""
+    are read off the sites (``fn``, ``value``, ``scale``, ``mask``); only where that shape is
+    refused is the density taken, and the refusal is then Pyro's on it (a distribution of
+    one's own may sum over dims its shapes leave batched, which Pyro takes)."""
     guiding = guiding_sites(model_trace, guide_trace)
     check_model_guide_match(model_trace, guiding, max_plate_nesting)
     for trace in (model_trace, guiding):
@@ -52,9 +55,20 @@ def check_traces(model_trace: Any, guide_trace: Any, max_plate_nesting: float) -
             if site["type"] == "sample" and not site_is_subsample(site):
                 shape = _log_prob_shape(site)
                 if shape is not None:  # (else computing the density raises torch's error)
-                    meta = torch.empty(shape, device="meta")
-                    nesting: Any = max_plate_nesting  # (inf until known, as Pyro's ELBOs pass)
-                    check_site_shape({**site, "log_prob": meta}, nesting)
+                    _check_site_shape(site, shape, max_plate_nesting)
+
+
+def _check_site_shape(site: Any, shape: torch.Size, max_plate_nesting: Any) -> None:
+    """Pyro's ``check_site_shape`` of ``site`` on a log-density of ``shape``; where that is
+    refused, on the density itself as Pyro's ``Trace_ELBO`` takes it (scaled and masked), so
+    that only what Pyro refuses is refused, in its words."""
+    try:  # (max_plate_nesting: inf until known, as Pyro's ELBOs pass it)
+        check_site_shape({**site, "log_prob": torch.empty(shape, device="meta")}, max_plate_nesting)
+    except ValueError:
+        with torch.no_grad():
+            log_p = site["fn"].log_prob(site["value"], *site["args"], **site["kwargs"])
+            log_p = torch.as_tensor(scale_and_mask(log_p, site["scale"], site["mask"]))
+        check_site_shape({**site, "log_prob": log_p}, max_plate_nesting)
 
 
 def _log_prob_shape(site: Any) -> torch.Size | None:
