@@ -26,13 +26,9 @@ from torch import Tensor
 from pyrouq._conformal_scores import (
     _adaptive_scores,
     _check_alpha,
-    _interval_targets,
-    _intervals,
-    _labels_of,
     _last_inside,
     _quantile,
     _regression_scores,
-    _sets,
     check_alpha_field,
     check_class_fields,
     check_count,
@@ -41,6 +37,7 @@ from pyrouq._conformal_scores import (
 )
 from pyrouq._metric_inputs import _float64
 from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
+from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq.predictive import Predictions
@@ -117,6 +114,13 @@ class TemperatureScaler:
     keeps its meaning (the members still disagree as before, each is only sharper or
     softer), and the same T applies whatever S. Tempering the mean's log-probabilities
     instead would return one distribution, with the epistemic part gone.
+
+    Examples
+    --------
+    >>> import torch
+    >>> preds = Predictions(torch.tensor([[[0.8, 0.2]]]))  # odds 4:1
+    >>> TemperatureScaler(2.0)(preds).probs  # odds 4 ** (1 / 2) = 2:1
+    tensor([[[0.6667, 0.3333]]])
     """
 
     temperature: float
@@ -296,6 +300,14 @@ class ConformalClassifier:
         n, the calibration inputs (None when made by hand): the threshold is the
         ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores, and the coverage on
         exchangeable data is below ``1 - alpha + 1 / (n + 1)`` when the scores have no ties.
+
+    Examples
+    --------
+    >>> import torch
+    >>> lac = ConformalClassifier("lac", alpha=0.1, threshold=0.5, lam=0.0, k_reg=0, seed=0)
+    >>> lac.predict_sets(Predictions(torch.tensor([[[0.6, 0.4], [0.2, 0.8]]])))  # 1 - p <= 0.5
+    tensor([[ True, False],
+            [False,  True]])
     """
 
     score: ClassScore
@@ -389,6 +401,15 @@ class ConformalRegressor:
     threshold is the ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores.
 
     Two predictors are equal when their score, alpha and thresholds are.
+
+    Examples
+    --------
+    >>> import torch
+    >>> preds = GaussianPredictions(torch.tensor([[[0.0]], [[2.0]]]), torch.ones(2, 1, 1))
+    >>> two_sd = ConformalRegressor("abs", alpha=0.1, threshold=torch.tensor([2.0]))
+    >>> lo, hi = two_sd.intervals(preds)  # mean 1, sd sqrt(2)
+    >>> round(lo.item(), 3), round(hi.item(), 3)
+    (-1.828, 3.828)
     """
 
     score: RegressionScore
@@ -533,45 +554,3 @@ def conformal(
     classes = int(preds.probs.shape[-1])
     n = y.shape[0]
     return ConformalClassifier(score, a, threshold, float(lam), int(k_reg), seed, classes, n)  # type: ignore[arg-type]
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics of sets and intervals
-# --------------------------------------------------------------------------------------------
-
-
-def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor) -> float:
-    """The fraction of inputs whose set holds the label (``(N, C)`` booleans and ``(N,)``
-    labels), or of targets inside their interval (``(lo, hi)`` and targets ``(N, D)`` or
-    ``(N,)`` when D = 1; every output counts)."""
-    if isinstance(sets_or_intervals, tuple):
-        lo, hi = _intervals(sets_or_intervals)
-        shape = tuple(lo.shape)
-        if lo.numel() == 0:
-            raise ValueError(
-                f"coverage(): expected at least one interval, got shape {shape}: the coverage "
-                "of no intervals is undefined."
-            )
-        y = _interval_targets(targets, lo)
-        return float(((y >= lo) & (y <= hi)).double().mean())
-    sets = _sets(sets_or_intervals)
-    y = _labels_of(sets, targets, "coverage()")
-    return float(sets.gather(1, y[:, None]).double().mean())
-
-
-def mean_set_size(sets: Tensor) -> float:
-    """The mean number of classes per prediction set."""
-    return float(_sets(sets).double().sum(1).mean())
-
-
-def class_conditional_coverage(sets: Tensor, targets: Tensor) -> Tensor:
-    """``(C,)``: per class, the fraction of its inputs whose set holds it (NaN for a class
-    with no input)."""
-    sets = _sets(sets)
-    y = _labels_of(sets, targets, "class_conditional_coverage()")
-    hit = sets.gather(1, y[:, None])[:, 0].double()
-    count = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(
-        0, y.cpu(), torch.ones_like(hit).cpu()
-    )
-    covered = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(0, y.cpu(), hit.cpu())
-    return covered / count

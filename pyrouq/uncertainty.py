@@ -78,6 +78,13 @@ class Decomposition:
     epistemic : Tensor
         ``(N,)`` the difference: disagreement between the draws (exactly ``0`` when S = 1 or
         when all draws agree).
+
+    Examples
+    --------
+    >>> import torch
+    >>> probs = torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]])  # S = 2 confident draws disagree
+    >>> decompose(probs, "zero_one")  # total 1 - 0.5, aleatoric mean(1 - 0.9)
+    Decomposition(total=tensor([0.5000]), aleatoric=tensor([0.1000]), epistemic=tensor([0.4000]))
     """
 
     total: Tensor

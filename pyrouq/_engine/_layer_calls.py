@@ -321,7 +321,27 @@ class NoGradLayersWarning(UserWarning):
 
     Attributes: ``network``, the network's class name; ``layers``, the dotted paths of those
     layers in it; ``finding``, the message without its advice (what the forward did, and what
-    follows for fit() and mcmc())."""
+    follows for fit() and mcmc()).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import torch
+    >>> from torch import nn
+    >>> from pyrouq import bayesian
+    >>> class Frozen(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.body = nn.Linear(4, 3)
+    ...     def forward(self, x):
+    ...         with torch.no_grad():
+    ...             return self.body(x)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = bayesian(Frozen())(torch.randn(5, 4))  # first run with gradients, training mode
+    >>> [w.message.layers for w in caught if w.category is NoGradLayersWarning]
+    [('body',)]
+    """
 
     def __init__(
         self, message: str, *, network: str = "", layers: Sequence[str] = (), finding: str = ""

@@ -50,7 +50,22 @@ FACTORS_BEFORE = {"use_base_weights": True, "init": "normal", "r_mean": 1.0, "r_
 
 
 class CheckpointError(ValueError):
-    """A checkpoint cannot be written or read (unreadable, unsafe, or of another model)."""
+    """A checkpoint cannot be written or read (unreadable, unsafe, or of another model).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pyrouq import BatchEnsembleMLP, BayesianMLP, load, save
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save(os.path.join(folder, "model.pt"), BayesianMLP(4, 8, 3))
+    ...     print(type(load(path).model).__name__)
+    ...     try:
+    ...         load(path, model_class=BatchEnsembleMLP)
+    ...     except CheckpointError as error:
+    ...         print("holds a BayesianMLP, expected a BatchEnsembleMLP" in str(error))
+    BayesianMLP
+    True
+    """
 
 
 _GUIDES: dict[str, type] = {}

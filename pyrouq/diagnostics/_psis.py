@@ -70,6 +70,19 @@ class PSISResult:
     smoothed_log_weights : torch.Tensor
         ``(S,)`` float64, the Pareto-smoothed log weights, normalised (their ``logsumexp``
         is 0), for importance-weighted estimates ``sum_s exp(lw_s) f(w_s)``.
+
+    Examples
+    --------
+    >>> import pyro, torch
+    >>> from pyrouq import BayesianMLP, mean_field_guide
+    >>> pyro.set_rng_seed(0)
+    >>> x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> result = psis_diagnostic(model, mean_field_guide(model), x, y, num_samples=100, seed=0)
+    >>> result.k_hat > 0.7, result.interpretation.split()[0]  # an untrained guide
+    (True, 'bad')
+    >>> result.smoothed_log_weights.shape, abs(result.smoothed_log_weights.logsumexp(0)) < 1e-9
+    (torch.Size([100]), tensor(True))
     """
 
     k_hat: float
@@ -485,6 +498,18 @@ def summary(
     pandas.DataFrame
         One row per scalar; columns ``mean``, ``sd``, ``hdi_3%``, ``hdi_97%`` (for 0.94), then
         for MCMC draws ``mcse_mean``, ``mcse_sd``, ``ess_bulk``, ``ess_tail`` and ``r_hat``.
+
+    Examples
+    --------
+    >>> import pyro, torch
+    >>> from pyrouq import BayesianMLP, mean_field_guide, to_inference_data
+    >>> pyro.set_rng_seed(0)
+    >>> x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> idata = to_inference_data(model, mean_field_guide(model), x, y, num_samples=20)
+    >>> table = summary(idata, "fc2.bias")  # guide draws: no R-hat, no ESS
+    >>> list(table.index), list(table.columns)
+    (['fc2.bias[0]', 'fc2.bias[1]', 'fc2.bias[2]'], ['mean', 'sd', 'hdi_3%', 'hdi_97%'])
     """
     az = _arviz()
     if not isinstance(idata, az.InferenceData):

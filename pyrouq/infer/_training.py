@@ -50,6 +50,21 @@ class TrainingInterrupted(KeyboardInterrupt):
         ``fit(..., resume_from=checkpoint)``).
     epoch, step : int
         The epoch (1-based) and its last completed step.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from pyrouq import BayesianMLP, fit, mean_field_guide
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> batches = [(torch.randn(16, 4), torch.randint(0, 3, (16,)))]  # one step per epoch
+    >>> def stop(record):
+    ...     raise KeyboardInterrupt
+    >>> try:
+    ...     fit(model, mean_field_guide(model), batches, epochs=3, num_data=16,
+    ...         progress=False, callbacks=[stop])
+    ... except TrainingInterrupted as interrupted:
+    ...     print(interrupted.epoch, interrupted.step, len(interrupted.result.history))
+    1 1 1
     """
 
     def __init__(self, result: Any, checkpoint: Path | None, epoch: int, step: int):

@@ -127,6 +127,13 @@ class BatchEnsembleLeNet(BatchEnsembleNetwork):
 
     Parameters as :class:`BatchEnsembleMLP`, with ``in_channels``, ``num_classes`` and
     ``base: LeNet``. Input ``(B, in_channels, 28, 28)``, logits ``(M, B, num_classes)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> model = BatchEnsembleLeNet(num_members=2)
+    >>> model(torch.randn(3, 1, 28, 28)).shape  # (M, B, num_classes)
+    torch.Size([2, 3, 10])
     """
 
     def __init__(

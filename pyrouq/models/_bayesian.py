@@ -97,6 +97,15 @@ class BayesianLeNet(BayesianNetwork):
     .. warning:: With ``local_reparameterization`` the convolutions' outputs at different
        positions of one example get independent noise, whereas a shared kernel draw correlates
        them: the trained objective approximates the ELBO there (exact for linear layers).
+
+    Examples
+    --------
+    >>> import torch
+    >>> model = BayesianLeNet(num_classes=10)
+    >>> list(model.latent_sites())[:4]
+    ['conv1.weight', 'conv1.bias', 'conv2.weight', 'conv2.bias']
+    >>> model(torch.randn(2, 1, 28, 28)).shape  # one prior draw of the weights
+    torch.Size([2, 10])
     """
 
     def __init__(

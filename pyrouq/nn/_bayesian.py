@@ -305,6 +305,16 @@ class BayesianConv2d(_BayesianLayer):
        right, but treats the outputs of one example at different positions as independent,
        whereas a weight draw (shared kernel) correlates them. The likelihood term it estimates
        is therefore an approximation of the ELBO's, unlike for linear layers, where it is exact.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BayesianConv2d(1, 4, kernel_size=3, padding=1)
+    >>> x = torch.randn(2, 1, 8, 8)
+    >>> layer(x).shape  # one prior draw
+    torch.Size([2, 4, 8, 8])
+    >>> layer.forward_with(x, torch.randn(5, 4, 1, 3, 3), torch.randn(5, 4)).shape  # S = 5
+    torch.Size([5, 2, 4, 8, 8])
     """
 
     _plain_rank = 4

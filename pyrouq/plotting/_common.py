@@ -70,6 +70,20 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
         Whatever creating ``out_dir`` or writing a figure raised (a full disk, a read-only
         folder): every figure of ``figures`` is closed first, the written and the unwritten
         ones (the files written before the failure stay).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import matplotlib.pyplot as plt
+    >>> import torch
+    >>> from pyrouq.plotting import plot_reliability
+    >>> probs, targets = torch.tensor([[0.9, 0.1], [0.3, 0.7]]), torch.tensor([0, 1])
+    >>> fig = plot_reliability(probs, targets)
+    >>> with tempfile.TemporaryDirectory() as out_dir:
+    ...     [path.name for path in save_figures({"reliability": fig}, out_dir)]
+    ['reliability.png']
+    >>> plt.fignum_exists(fig.number)  # closed
+    False
     """
     if not isinstance(figures, Mapping):
         raise TypeError(

@@ -82,6 +82,18 @@ def plot_most_uncertain(
         draws several panels and sizes the figure to k. For one draw (S = 1) the
         epistemic part is 0 for every input: ranked by it, the rows are the first inputs, and
         the title says so.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> import torch
+    >>> probs = torch.tensor([[[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]],
+    ...                       [[0.9, 0.1], [0.1, 0.9], [0.3, 0.7]]])  # S = 2, N = 3, C = 2
+    >>> images = torch.rand(3, 1, 28, 28)
+    >>> fig = plot_most_uncertain(probs, images, targets=torch.tensor([0, 1, 1]), k=2)
+    >>> [ax.get_title() for ax in fig.axes[::2]]  # the draws disagree most on input 1
+    ['#1 true 1 pred 1', '#2 true 1 pred 1']
+    >>> plt.close(fig)
     """
     p = _probs(predictions, "predictions")
     s, n, c = p.shape
@@ -202,6 +214,19 @@ def plot_image_grid(
         A new figure of one axes holding the cells, in row-major order: cell i's image is
         ``axes[0].images[i]`` and its title ``axes[0].texts[i]``; cells beyond N stay blank. No
         ``ax=``: the cells are laid out in inches, on a figure sized to ``rows`` and ``cols``.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> import torch
+    >>> probs = torch.tensor([[[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]],
+    ...                       [[0.9, 0.1], [0.1, 0.9], [0.3, 0.7]]])  # S = 2, N = 3, C = 2
+    >>> images = torch.rand(3, 1, 28, 28)
+    >>> fig = plot_image_grid(probs, images, torch.tensor([0, 1, 1]), rows=1, cols=3)
+    >>> print(fig.axes[0].texts[1].get_text())  # input 1: p_1 is 0.5 or 0.9, std 0.2
+    GT 1 / P 1
+    σ 0.200
+    >>> plt.close(fig)
     """
     p = _probs(predictions, "predictions")
     s, n, _ = p.shape

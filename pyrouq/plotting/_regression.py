@@ -112,6 +112,18 @@ def plot_regression(
     Figure
         One axes, titled ``Predictive mean and uncertainty (… draws)``; with ``ax``, the
         figure of ``ax``.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> import torch
+    >>> from pyrouq import GaussianPredictions
+    >>> loc = torch.tensor([[0.0, 1.0, 2.0], [0.5, 1.0, 1.5]]).unsqueeze(-1)  # S = 2, N = 3
+    >>> preds = GaussianPredictions(loc, torch.full((2, 3, 1), 0.5))
+    >>> fig = plot_regression(preds, torch.tensor([0.0, 1.0, 2.0]))
+    >>> fig.axes[0].get_title()
+    'Predictive mean and uncertainty (2 draws)'
+    >>> plt.close(fig)
     """
     p = _gaussian(predictions, "plot_regression()")
     if not is_integer(output) or not 0 <= output < p.num_outputs:
@@ -191,6 +203,20 @@ def plot_calibration(
     -------
     Figure
         One axes, titled ``Quantile calibration (error …)``; with ``ax``, the figure of ``ax``.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> import torch
+    >>> from pyrouq import GaussianPredictions
+    >>> loc = torch.tensor([[0.0, 1.0, 2.0], [0.5, 1.0, 1.5]]).unsqueeze(-1)  # S = 2, N = 3
+    >>> preds = GaussianPredictions(loc, torch.full((2, 3, 1), 0.5), torch.tensor([0.2, 1.0, 1.9]))
+    >>> fig, ax = plt.subplots()
+    >>> plot_calibration(preds, ax=ax) is fig
+    True
+    >>> ax.get_title()  # doctest: +ELLIPSIS
+    'Quantile calibration (error 0.0...)'
+    >>> plt.close(fig)
     """
     p = _gaussian(predictions, "plot_calibration()")
     expected, observed = p.calibration_curve(targets)
