@@ -236,6 +236,7 @@ def set_known_plate_nesting(elbo: Any, model: Any, guide: Any) -> None:
         and elbo.max_plate_nesting == float("inf")
         and own is not None
         and type(own).forward in (BayesianNetwork.forward, BatchEnsembleNetwork.forward)
+        and "forward" not in vars(own)  # (nor one set on the instance, which may add plates)
         and (
             is_empty_guide(guide)
             or isinstance(guide, MeanFieldGuide)

@@ -81,7 +81,7 @@ def _samples_directly(model: Any, guide: Any, anyway: bool = False) -> bool:
     """Whether :class:`KLWeightedELBO` may draw the weights from ``guide``'s locations and
     scales and run the network through the engine instead of tracing both: a
     :class:`MeanFieldGuide` and a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is not
-    overridden (a subclass overriding ``forward`` is traced, so its own ``forward`` runs),
+    overridden (a subclass's ``forward``, or one set on the instance, is traced: it runs),
     with no Pyro effect handler around the call (:func:`handlers_active`; ``anyway``: with
     one too)."""
     return (
@@ -90,6 +90,7 @@ def _samples_directly(model: Any, guide: Any, anyway: bool = False) -> bool:
         and type(guide).forward is MeanFieldGuide.forward
         and isinstance(model, BayesianNetwork)
         and type(model).forward is BayesianNetwork.forward
+        and "forward" not in vars(model)  # (nor one set on the instance)
     )
 
 
