@@ -38,6 +38,10 @@ memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), 
 * :func:`pyrouq.fit`'s Adam updates CPU parameters in torch's fused kernel
   (:func:`~pyrouq._engine._cpu_paths.fusable_adam`).
 
+Local reparameterisation (:func:`run_local`) lives in :mod:`pyrouq._engine._local`, the checks
+of a network's outputs and of the normalisation layers that see its whole batch in
+:mod:`pyrouq._engine._batch`; both are re-exported here.
+
 Shape convention: S draws or members, B inputs, D outputs.
 """
 
@@ -48,17 +52,16 @@ import contextvars
 import math
 import re
 import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
 from pyrouq._engine import _layer_calls, _layer_errors
+from pyrouq._engine._batch import _batch_statistics, _statistics_across_members
+from pyrouq._engine._batch import check_outputs as check_outputs
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
@@ -66,8 +69,11 @@ from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
-from pyrouq._engine._layer_calls import call, calls_checked, layers_called, tensor_reads
-from pyrouq._util import AsItCame, check_folded_batch, class_name, rng_state, set_rng_state
+from pyrouq._engine._layer_calls import call, calls_checked, layers_called
+from pyrouq._engine._local import LOCAL_TYPES as LOCAL_TYPES
+from pyrouq._engine._local import local_moments as local_moments
+from pyrouq._engine._local import run_local as run_local
+from pyrouq._util import AsItCame, check_folded_batch
 
 # --------------------------------------------------------------------------------------------
 # Running a network with given weights
@@ -104,74 +110,6 @@ def repeatable(device: torch.device | None, on: bool) -> Iterator[None]:
             _repeatable_depth -= 1
             if _repeatable_depth == 0:
                 cudnn.deterministic, cudnn.benchmark = _repeatable_saved
-
-
-def check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
-    """``out`` if it is one row of outputs per input, ``(batch, D)``; else a clear error."""
-    name, shape = class_name(net), tuple(getattr(out, "shape", ()))
-    if isinstance(out, Tensor) and out.dim() == 1 and out.shape[0] == batch:
-        raise TypeError(
-            f"{name}.forward returned shape {shape} for {batch} inputs: one value per input, "
-            "without the outputs' dimension. pyrouq needs outputs (B, D): for a single output "
-            f"(regression), return ({batch}, 1), e.g. drop the forward's .squeeze(-1) or return "
-            "outputs.unsqueeze(-1); a classifier returns (B, C) logits, C >= 2."
-        )
-    if not isinstance(out, Tensor):
-        keys = f" (keys {', '.join(map(repr, list(out)[:5]))})" if isinstance(out, dict) else ""
-        fix = (  # torchvision's GoogLeNet and Inception3 (aux_logits...) in training mode
-            "It returns auxiliary logits in training mode: build it with aux_logits=False, "
-            "or wrap it in a small nn.Module whose forward returns the main logits."
-            if any(f.startswith("aux") for f in getattr(out, "_fields", ()))
-            else "Wrap it in a small nn.Module whose forward returns that tensor "
-            "(net(x)['logits'] of a dict, net(x)[0] of a tuple)."
-        )
-        raise TypeError(
-            f"{name}.forward returned {type(out).__name__}{keys}; pyrouq needs a network whose "
-            f"forward(x) returns one tensor of outputs (B, D) (logits for classification). {fix}"
-        )
-    if out.dim() != 2 or out.shape[0] != batch:
-        per_pixel = (
-            " Outputs per pixel or per time step (segmentation, sequence labelling) are not "
-            "supported: pool or flatten them to (B, D) inside the network."
-            if out.dim() > 2
-            else " Reshape them to (B, D) inside the network."
-        )
-        raise ValueError(
-            f"{name}.forward returned outputs of shape {shape} for {batch} inputs; pyrouq "
-            f"needs one row of outputs per input, ({batch}, D).{per_pixel}"
-        )
-    return out
-
-
-def _uses_batch_statistics(module: nn.Module) -> bool:
-    """A BatchNorm that normalises with its batch's statistics: in training mode, or without
-    running statistics (``track_running_stats=False``) in either mode, as torch does."""
-    return isinstance(module, _BatchNorm) and (module.training or module.running_mean is None)
-
-
-def _updates_running_statistics(module: nn.Module) -> bool:
-    """A BatchNorm or InstanceNorm in training mode with running statistics: each call moves
-    them once (by ``momentum``), so the batch must go through it in one call."""
-    return isinstance(module, _NormBase) and module.training and module.running_mean is not None
-
-
-def _batch_statistics(net: nn.Module) -> bool:
-    """Whether ``net`` computes statistics over its batch (a BatchNorm in training mode, or
-    one without running statistics) or updates running statistics from it (an InstanceNorm
-    tracking them, in training mode)."""
-    return any(_uses_batch_statistics(m) or _updates_running_statistics(m) for m in net.modules())
-
-
-def _statistics_across_members(module: nn.Module) -> bool:
-    """Whether a BatchEnsemble network has a normalisation layer that the members share and
-    that needs their rows in one call: a BatchNorm in training mode (statistics over the folded
-    batch) or an InstanceNorm updating running statistics (once per step, not once per member);
-    per-member copies see only their member's rows."""
-    if getattr(module, "_is_member_norm", False):
-        return False
-    if _uses_batch_statistics(module) or _updates_running_statistics(module):
-        return True
-    return any(_statistics_across_members(child) for child in module.children())
 
 
 class _MemberPass(nn.Module):
@@ -295,148 +233,6 @@ def run_draws(
             stacked = one_at_a_time(given)
     plates = 1 if members is None else 2
     return stacked.reshape(*output_dims(lead, plates), *stacked.shape[1:])
-
-
-# --------------------------------------------------------------------------------------------
-# Local reparameterisation
-# --------------------------------------------------------------------------------------------
-
-LOCAL_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
-"""Layers whose pre-activations :func:`run_local` draws directly."""
-
-
-def _apply(module: nn.Module, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    if isinstance(module, nn.Linear):
-        return F.linear(x, weight, bias)
-    return module._conv_forward(x, weight, bias)  # type: ignore[operator, no-any-return]
-
-
-def local_moments(
-    module: nn.Module,
-    x: Tensor,
-    weight_loc: Tensor,
-    weight_scale: Tensor,
-    bias_loc: Tensor | None,
-    bias_scale: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    """Mean and variance of a Linear / Conv layer's outputs when its weight and bias are
-    independent ``Normal(loc, scale)``: ``layer(x; loc)`` and ``layer(x^2; scale^2)``."""
-    mean = _apply(module, x, weight_loc, bias_loc)
-    var = _apply(
-        module, x.square(), weight_scale.square(), None if bias_scale is None else bias_scale**2
-    )
-    return mean, var
-
-
-@contextlib.contextmanager
-def _local_forwards(
-    net: nn.Module,
-    layers: Mapping[str, tuple[str, str | None]],
-    loc: Mapping[str, Tensor],
-    scale: Mapping[str, Tensor],
-    calls: dict[str, list[int]],
-) -> Iterator[None]:
-    """While active, each layer of ``layers`` (path -> (weight site, bias site)) draws its
-    pre-activations ``mean + sqrt(var) * eps`` instead of applying a weight; ``calls[path]``
-    gets the number of dims of each call's input."""
-    patched = []
-    try:
-        for path, (w, b) in layers.items():
-            module = net.get_submodule(path)
-
-            def forward(
-                h: Tensor, module: nn.Module = module, w: str = w, b: Any = b, path: str = path
-            ) -> Tensor:
-                calls[path].append(h.dim())
-                mean, var = local_moments(
-                    module,
-                    h,
-                    loc[w],
-                    scale[w],
-                    loc.get(b) if b else None,
-                    scale.get(b) if b else None,
-                )
-                return torch.addcmul(mean, _layer_calls.noise_scale(var), torch.randn_like(mean))
-
-            module.forward = forward  # type: ignore[method-assign]
-            patched.append(module)
-        yield
-    finally:
-        for module in patched:
-            del module.forward
-
-
-_DRAWN_WHOLE: weakref.WeakKeyDictionary[nn.Module, frozenset[str]] = weakref.WeakKeyDictionary()
-"""Per network, the layers local reparameterisation found it cannot draw by their
-pre-activations (:func:`_drawn_whole`), drawn whole from then on."""
-
-
-def _drawn_whole(net: nn.Module, calls: Mapping[str, list[int]]) -> set[str]:
-    """The layers whose pre-activations are not one draw of the loss's: called more than once
-    a forward (a shared weight would get independent noise at each call), never (its weight
-    read as a tensor, e.g. ``F.linear(h, self.fc.weight)``, would find none), or a Linear on
-    inputs of more than two dims (every token its own noise); :func:`run_local` adds those
-    whose weight the first forward also reads as a tensor (:func:`tensor_reads`)."""
-    return {
-        path
-        for path, dims in calls.items()
-        if len(dims) != 1 or (dims[0] > 2 and isinstance(net.get_submodule(path), nn.Linear))
-    }
-
-
-def run_local(
-    net: nn.Module,
-    x: Tensor,
-    loc: Mapping[str, Tensor],
-    scale: Mapping[str, Tensor],
-    layers: Mapping[str, tuple[str, str | None]],
-    num_draws: int | None = None,
-) -> Tensor:
-    """One draw of the outputs by local reparameterisation (``(num_draws, B, D)`` with
-    ``num_draws``): the ``layers`` draw their pre-activations, one noise per output and
-    example; every other site's weight is drawn whole, ``loc + scale * eps``, as are the
-    layers a forward shows cannot be drawn by their pre-activations (:func:`_drawn_whole`: the
-    first forward that finds one is run again without it, from the random state, input and
-    running statistics it found, and the network remembers it)."""
-
-    checked = net in _DRAWN_WHOLE  # a forward has shown which layers it can draw
-    # x as it came to every draw, and, until a forward has shown the layers, to one run again
-    given = AsItCame(x, (num_draws or 1) + (0 if checked else 1))
-
-    def once() -> Tensor:
-        # what a forward run again must find as it was: the random state (a resumed run finds
-        # its layers again, and must draw as the run that found them before) and the running
-        # statistics the first run moved (a pattern that shows only later is found without)
-        first = net not in _DRAWN_WHOLE
-        state = rng_state(x.device) if first else None
-        moved = [m for m in net.modules() if first and _updates_running_statistics(m)]
-        kept = [(b, b.clone()) for m in moved for b in m.buffers(recurse=False)]
-        while True:
-            whole = _DRAWN_WHOLE.get(net, frozenset())
-            local = {path: sites for path, sites in layers.items() if path not in whole}
-            covered = {s for pair in local.values() for s in pair if s is not None}
-            weights = {
-                s: torch.addcmul(loc[s], scale[s], torch.randn_like(loc[s]))
-                for s in loc
-                if s not in covered
-            }
-            calls: dict[str, list[int]] = {path: [] for path in local}
-            watched = {id(net.get_buffer(s)): s for s in covered} if first else {}
-            with _local_forwards(net, local, loc, scale, calls), tensor_reads(watched) as read:
-                out = check_outputs(call(net, weights, given()), net, x.shape[0])
-            found = _drawn_whole(net, calls) | {p for p, two in local.items() if read & set(two)}
-            _DRAWN_WHOLE[net] = whole | found
-            if not found:
-                return out
-            if state is not None:
-                set_rng_state(x.device, state)
-            with torch.no_grad():
-                for buffer, value in kept:
-                    buffer.copy_(value)
-
-    if num_draws is None:
-        return once()
-    return torch.stack([once() for _ in range(num_draws)])
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""The out-of-distribution metrics of :mod:`pyrouq.metrics` (re-exported there): per-input OOD
+scores and the AUROC, AUPR and FPR95 of telling OOD inputs (the positive class, higher score =
+more likely OOD) from in-distribution ones."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from pyrouq._metric_inputs import _check_scores, _prepare_probs
+from pyrouq.uncertainty import decompose, entropy
+
+OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
+"""Per-input OOD score of :func:`ood_scores` (higher = more likely out-of-distribution)."""
+
+_OOD_SCORES: tuple[str, ...] = get_args(OODScore)
+
+
+# ---------------------------------------------------------------------------------------------
+# Out-of-distribution detection (OOD = positive class, higher score = more likely OOD)
+
+
+def ood_scores(probs: Tensor, score: OODScore = "mutual_information") -> Tensor:
+    """Per-input OOD scores, higher meaning more likely out-of-distribution.
+
+    Parameters
+    ----------
+    probs : Tensor or object with ``.probs``
+        ``(S, N, C)`` probabilities, or ``(N, C)`` mean probabilities (S = 1).
+    score : {"mutual_information", "entropy", "max_prob", "variance"}
+        * ``"mutual_information"``: the epistemic part of the entropy decomposition (nats);
+          0 for every input when S = 1.
+        * ``"entropy"``: the total predictive entropy ``H(p̄)`` (nats).
+        * ``"max_prob"``: ``1 - max_c p̄_c``, so that higher means more likely OOD (same ranking
+          as the negated maximum softmax probability baseline).
+        * ``"variance"``: the epistemic part of the variance decomposition,
+          ``sum_c Var_s(p_sc)``.
+
+    Returns
+    -------
+    Tensor
+        ``(N,)`` float64 scores on the input's device.
+
+    Examples
+    --------
+    >>> probs = torch.tensor([[0.9, 0.1], [0.5, 0.5]], dtype=torch.float64)
+    >>> [round(v, 4) for v in ood_scores(probs, "max_prob").tolist()]
+    [0.1, 0.5]
+    """
+    if score not in _OOD_SCORES:
+        raise ValueError(
+            f"Unknown OOD score {score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
+        )
+    p = _prepare_probs(probs)
+    if score == "mutual_information":
+        return decompose(p, "entropy").epistemic
+    if score == "entropy":  # H(p̄) itself: inputs of one mean tie exactly
+        return entropy(p.mean(0))
+    if score == "max_prob":
+        return 1 - p.mean(0).amax(-1)
+    return decompose(p, "variance").epistemic
+
+
+def ood_auroc(scores_in: Tensor, scores_out: Tensor) -> float:
+    """Area under the ROC curve for telling OOD (positive) from in-distribution inputs.
+
+    The Mann-Whitney statistic: ``P(s_out > s_in) + P(s_out == s_in) / 2`` over all pairs,
+    computed from average ranks (ties count 1/2).
+
+    Examples
+    --------
+    >>> ood_auroc(torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.9]))  # (1 + 1 + 1/2 + 1) / 4
+    0.875
+    """
+    s_in, s_out = _check_scores(scores_in, scores_out)
+    n_in, n_out = s_in.numel(), s_out.numel()
+    scores = torch.cat([s_in, s_out])
+    is_out = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)])
+    sorted_scores, order = torch.sort(scores)
+    _, counts = torch.unique_consecutive(sorted_scores, return_counts=True)
+    ends = counts.cumsum(0)
+    mean_rank = (ends - counts + 1 + ends).to(torch.float64) / 2  # ranks start at 1
+    ranks = torch.repeat_interleave(mean_rank, counts)
+    u = (ranks * is_out[order]).sum() - n_out * (n_out + 1) / 2
+    return float(u / (n_in * n_out))
+
+
+def ood_aupr(scores_in: Tensor, scores_out: Tensor) -> float:
+    """Area under the precision-recall curve (average precision) with OOD as the positive class.
+
+    ``AP = sum_k (R_k - R_{k-1}) P_k``, with ``P_k`` and ``R_k`` the precision and recall of the
+    rule "OOD if score >= t_k" at the distinct scores ``t_1 > t_2 > ...`` (``R_0 = 0``): scikit-
+    learn's ``average_precision_score``, no interpolation.
+
+    Examples
+    --------
+    >>> ood_aupr(torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.9]))  # 1/2 * 1 + 1/2 * 2/3
+    0.8333333333333333
+    """
+    tp, fp, _, n_out = _threshold_counts(*_check_scores(scores_in, scores_out))
+    precision = tp / (tp + fp)
+    recall = tp / n_out
+    steps = torch.diff(recall, prepend=recall.new_zeros(1))
+    return float((steps * precision).sum())
+
+
+def ood_fpr95(scores_in: Tensor, scores_out: Tensor) -> float:
+    """False-positive rate at 95% true-positive rate, OOD positive.
+
+    Lower the threshold ``t`` through the distinct scores until the fraction of OOD inputs with
+    score ``>= t`` (TPR, the OOD recall) first reaches ``>= 0.95``; return the fraction of
+    in-distribution inputs with score ``>= t``. torch-uncertainty takes the threshold whose
+    recall is closest to 0.95 instead, which may fall below 95% recall.
+
+    Examples
+    --------
+    >>> ood_fpr95(torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.9]))  # t = 0.5
+    0.5
+    """
+    tp, fp, n_in, n_out = _threshold_counts(*_check_scores(scores_in, scores_out))
+    first = int(torch.nonzero(tp * 20 >= 19 * n_out)[0, 0])  # TPR >= 0.95, exactly
+    return float(fp[first] / n_in)
+
+
+# ---------------------------------------------------------------------------------------------
+# Private helpers
+
+
+def _threshold_counts(s_in: Tensor, s_out: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    """True and false positives of "OOD if score >= t" at each distinct score, decreasing t."""
+    scores = torch.cat([s_in, s_out])
+    is_out = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)]).to(torch.float64)
+    scores, order = torch.sort(scores, descending=True, stable=True)
+    _, counts = torch.unique_consecutive(scores, return_counts=True)
+    last = counts.cumsum(0) - 1
+    tp = is_out[order].cumsum(0)[last]
+    fp = (last + 1).to(tp.dtype) - tp
+    return tp, fp, s_in.numel(), s_out.numel()
