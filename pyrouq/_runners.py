@@ -319,7 +319,7 @@ def bayesian_runner(
     own_forward = not ensemble and runs_own_forward(model)
     if own_forward:  # its forward, conditioned on each draw, with every site it samples
         direct = None  # (a temperature), as Pyro's Predictive runs it; torch.compile's
-        model = _compiled_module(model)  # module (outputs() ran uncompiled too)
+        model = compiled_module(model)  # module (outputs() ran uncompiled too)
     classes = not own_forward or isinstance(likelihood_of(model), Categorical)
     members: int = model.num_members if ensemble else 1
     refuse = _probabilities_refused(model)
@@ -328,8 +328,8 @@ def bayesian_runner(
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
             return direct(x, data)  # type: ignore[no-any-return]
-        if not classes:  # a regression's outputs, as its likelihood records them
-            return _recorded_outputs(poutine.condition(model, data=data), x, model)
+        if own_forward:
+            return own_forward_outputs(model, x, data, first(x))
         return logits_of(poutine.condition(model, data=data), x, model, first(x))
 
     def draw(s: int) -> dict[str, Tensor]:
@@ -392,13 +392,25 @@ def runs_own_forward(model: Any) -> bool:
     weights, a temperature)."""
     from pyrouq.convert import BayesianNetwork
 
-    model = _compiled_module(model)
+    model = compiled_module(model)
     return isinstance(model, BayesianNetwork) and (
         type(model).forward is not BayesianNetwork.forward or "forward" in vars(model)
     )
 
 
-def _compiled_module(model: Any) -> Any:
+def own_forward_outputs(model: Any, x: Tensor, data: dict[str, Tensor], warn: bool) -> Tensor:
+    """The outputs of ``model``'s own ``forward`` (:func:`runs_own_forward`; torch.compile's
+    wrapper taken off) run on ``x`` conditioned on one draw ``data``: its class logits
+    (:func:`logits_of`, checked, with ``warn`` as it takes it) for a ``Categorical``
+    likelihood, else a regression's outputs, as its likelihood records them."""
+    model = compiled_module(model)
+    conditioned = poutine.condition(model, data=data)
+    if isinstance(likelihood_of(model), Categorical):
+        return logits_of(conditioned, x, model, warn)
+    return _recorded_outputs(conditioned, x, model)
+
+
+def compiled_module(model: Any) -> Any:
     """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model``."""
     while isinstance(getattr(model, "_orig_mod", None), nn.Module):
         model = model._orig_mod

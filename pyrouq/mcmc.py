@@ -26,6 +26,7 @@ import pyro
 import torch
 from torch import Tensor
 
+from pyrouq._default_device import on_model_device
 from pyrouq._engine._layer_calls import no_grad_watched
 from pyrouq._mcmc_checks import (
     check_data,
@@ -93,6 +94,13 @@ class MCMCResult:
         JSON values of the caller's: ``pyrouq.save(path, result, metadata=...)`` stores them
         (``result.metadata`` when that argument is left out) and :func:`pyrouq.load` gives
         them back here.
+
+    Examples
+    --------
+    >>> import torch
+    >>> result = MCMCResult({"w": torch.zeros(2, 3, 4)}, {}, kernel="nuts", warmup_steps=10)
+    >>> result.num_chains, result.num_samples, result.draws()["w"].shape
+    (2, 3, torch.Size([6, 4]))
     """
 
     samples: dict[str, Tensor]
@@ -235,6 +243,21 @@ def mcmc(
         latent site the network samples itself (``pyro.sample`` in its forward), and one
         that a subclass's own ``forward`` samples beside the model's latent sites (the result
         would not keep it, and predict() would run the network without it).
+
+    Examples
+    --------
+    A (too) short run on a tiny model:
+
+    >>> import torch
+    >>> from pyrouq import BayesianMLP, predict
+    >>> x, y = torch.randn(20, 2), torch.randint(0, 2, (20,))
+    >>> model = BayesianMLP(in_features=2, hidden_features=4, out_features=2)
+    >>> result = mcmc(model, x, y, num_samples=4, warmup_steps=4, num_chains=2, seed=0,
+    ...               progress=False, max_tree_depth=2)
+    >>> result.samples["fc1.weight"].shape  # (chain, draw, out, in)
+    torch.Size([2, 4, 4, 2])
+    >>> predict(model, x, posterior_samples=result, progress=False).probs.shape  # S = 2 * 4
+    torch.Size([8, 20, 2])
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # a chain process (spawned) running the script's top-level code again
@@ -281,7 +304,8 @@ def mcmc(
             "that NUTS handles in reasonable time here. Fit it by variational inference "
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
-    with torch.inference_mode(False), torch.enable_grad():  # NUTS differentiates the density
+    # NUTS differentiates the density; Pyro's own tensors on the model's device (not a default)
+    with torch.inference_mode(False), torch.enable_grad(), on_model_device(model):
         return _mcmc(
             model, x, y, num_samples, warmup_steps, num_chains, kernel, seed, progress,
             max_tree_depth, parallel,

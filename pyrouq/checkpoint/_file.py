@@ -248,8 +248,8 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     private checkpoint stays private), as torch.save would keep them; a new one gets the usual
     mode. torch.save is given the open file, not its name: it names the archive's folder
     after a file's name (the random temporary one), an open file's ``archive/``, so that the
-    same payload gives the same bytes; and a full disk is an OSError (ENOSPC), not its
-    RuntimeError "unexpected pos"."""
+    same payload gives the same bytes. A full disk is an OSError (ENOSPC) naming ``path``,
+    not torch's RuntimeError "unexpected pos" (the file's own error is its context)."""
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -262,7 +262,10 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     os.close(handle)
     try:
         with open(tmp, "wb") as file:
-            torch.save(payload, file)
+            try:
+                torch.save(payload, file)
+            except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
+                raise _write_error(err, target) from None  # EFBIG): "unexpected pos"
             file.flush()
             try:
                 os.fsync(file.fileno())
@@ -275,6 +278,18 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _write_error(err: RuntimeError, target: Path) -> BaseException:
+    """The OSError behind torch.save's RuntimeError (its writer meets a write that failed,
+    then reports the archive's position: "unexpected pos 2432 vs 2326"), naming ``target``;
+    ``err`` itself when no OSError is behind it."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None or cause.errno is None:
+        return err
+    return OSError(cause.errno, cause.strerror or str(cause), str(target))
 
 
 def _cpu(value: Any) -> Any:

@@ -61,6 +61,7 @@ from pyrouq.cli._run_dir import (
     trained_in_full,
     trained_run,
 )
+from pyrouq.cli._terminal import printable_streams
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -495,7 +496,13 @@ def _sigterm_as_ctrl_c(received: list[int]) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pyrouq`` console script; returns the exit code."""
+    """Entry point of the ``pyrouq`` console script; returns the exit code. What stdout or
+    stderr cannot encode (the tables' box drawing in an ASCII locale) is written in ASCII."""
+    with printable_streams():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]  # recorded in config.json

@@ -75,8 +75,10 @@ def _arviz() -> Any:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="ArviZ is undergoing", category=FutureWarning)
             import arviz
-    except ImportError as e:  # pragma: no cover - arviz is a dependency
-        raise ImportError(f"pyrouq.diagnostics needs arviz: {_ARVIZ_HINT}.") from e
+    except ImportError as e:  # arviz, or a package it imports (matplotlib: told by name)
+        top = (e.name or "arviz").split(".")[0]
+        hint = _ARVIZ_HINT if top == "arviz" else f"it imports {top} ({e}): pip install {top}"
+        raise ImportError(f"pyrouq.diagnostics needs arviz: {hint}.") from e
     return arviz
 
 

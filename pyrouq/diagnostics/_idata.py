@@ -14,8 +14,7 @@ from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
 from pyrouq._batchnorm import alone_in_its_batch
-from pyrouq._own_likelihood import check_likelihood_logits
-from pyrouq._own_models import check_traces_match, name_of
+from pyrouq._default_device import on_the_models_device
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
@@ -45,27 +44,30 @@ from pyrouq.diagnostics._common import (
     _check_result_data,
     _check_var_names,
     _explain_inputs,
-    _fixed_support,
     _latent_sites,
-    _masked,
     _numpy,
-    _outside,
-    _outside_support,
     _prepared,
-    _replayed_draws,
     _typed,
     _warn_not_finite,
     _warn_one_draw,
     _weight_dims,
 )
+from pyrouq.diagnostics._export_pyro import _export_pyro
+from pyrouq.diagnostics._own_forward import (
+    conditioned_sites,
+    exported_sites,
+    forward_outputs,
+    own_forward,
+)
 from pyrouq.diagnostics._own_model import refuse_own_model
-from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logits, _stored_dtype
+from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logits
 
 # --------------------------------------------------------------------------------------------
 # to_inference_data()
 # --------------------------------------------------------------------------------------------
 
 
+@on_the_models_device
 @torch.no_grad()
 def to_inference_data(
     model: Any,
@@ -132,7 +134,10 @@ def to_inference_data(
     ----------
     model : PyroModule or callable
         A pyrouq Bayesian model (made by :func:`pyrouq.bayesian`, ``BayesianLeNet``, ...:
-        its network runs with each draw's weights), a BatchEnsemble (``guide=None``), or any
+        its network runs with each draw's weights; a ``BayesianNetwork`` with a ``forward``
+        of its own, a subclass's, runs that forward conditioned on each draw, as
+        :func:`pyrouq.predict` does, and the sites it samples beside the weights, a
+        temperature, are latent sites like them), a BatchEnsemble (``guide=None``), or any
         Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies, unmasked, in a plate
         over the N points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables
         are global;
@@ -181,7 +186,8 @@ def to_inference_data(
         ``"logits"`` not those of the ``Categorical`` it draws ``"obs"`` from; a guide whose
         parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
         MCMCResult whose sites or sample stats differ in (chain, draw), that holds no draws,
-        or whose draws hold NaN or inf, or whose sites do not fit ``result.model``; a latent
+        or whose draws hold NaN or inf, or whose sites do not fit ``result.model``; draws
+        (a guide's, an MCMC run's) without a site that a subclass's own forward samples; a latent
         site (or sample stat) named as a dim of its group (``chain``, ``draw``, another
         site's ``fc1_out``), which arviz would drop; x the network does not take (torch's
         shape error, restated naming x); a batch of one input (x of one, or a batch_size
@@ -283,7 +289,7 @@ def to_inference_data(
                 "number of MCMC draws. Leave num_samples None (thin with "
                 "idata.sel(draw=slice(None, None, k)))."
             )
-        keep = _check_var_names(var_names, list(model.latent_sites()))
+        keep = _check_var_names(var_names, exported_sites(model, xd, n))
         draws = result.draws()
         total = result.num_chains * result.num_samples
         weights = ({k: v[i].to(device or "cpu") for k, v in draws.items()} for i in range(total))
@@ -325,7 +331,7 @@ def to_inference_data(
             )
         s = num_samples if num_samples is not None else DEFAULT_IDATA_SAMPLES
         if has_latent_sites(model) and callable(getattr(model, "outputs", None)):
-            keep = _check_var_names(var_names, list(model.latent_sites()))
+            keep = _check_var_names(var_names, exported_sites(model, xd, n))
             out = _export_bayesian(model, guide, xd, yd, n, s, keep, batch_size)
         else:
             out, keep = _export_pyro(model, guide, xd, yd, n, s, var_names)
@@ -478,8 +484,10 @@ def _export_weights(
     chains: int | None = None,
 ) -> _Draws:
     """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws (guide
-    draws, or the draws of ``chains`` MCMC chains, chain after chain)."""
+    draws, or the draws of ``chains`` MCMC chains, chain after chain): its network alone, or
+    its own forward conditioned on the draw (:func:`own_forward`)."""
     out = _Draws(num_samples)
+    forward, sites = own_forward(model), []  # (a subclass's forward: its sites)
     # draws of another dtype (an MCMC run's float32 for a float16 model) run in the model's,
     # as in predict(); the posterior group keeps them as they came
     dtype = module_dtype(model) or (x.dtype if x.is_floating_point() else None)
@@ -488,14 +496,21 @@ def _export_weights(
             if s == 0:
                 drawn = {name: value[None] for name, value in weights.items()}
                 source = "result.samples" if chains else "the guide"  # (MCMC draws: no guide)
-                check_draws(model, drawn, "to_inference_data()", source=source)
+                if forward is None:
+                    check_draws(model, drawn, "to_inference_data()", source=source)
+                else:  # its latent sites, those its forward samples beside the weights too
+                    sites = conditioned_sites(forward, weights, x, "to_inference_data()", source)
             for name in keep:
                 out.put(_LATENT + name, s, weights[name])
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
             for index, cols in enumerate(_batches(n, batch_size)):
                 try:
-                    logits = model.outputs(x[cols], weights)
+                    if forward is None:
+                        logits = model.outputs(x[cols], weights)
+                    else:
+                        drawn = {site: weights[site] for site in sites}
+                        logits = forward_outputs(forward, x[cols], drawn, s == 0 and index == 0)
                 except (ValueError, RuntimeError) as err:  # torch's words, as predict() restates
                     fn = "to_inference_data()"
                     alone = alone_in_its_batch(err, x[cols], index, x, batch_size, fn, "export")
@@ -525,65 +540,3 @@ def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) 
             _store_logits(out, slice(None), cols, outputs, y, n, _likelihood(model))
     _sample_obs(out, y)
     return out
-
-
-def _export_pyro(
-    model: Any,
-    guide: Any,
-    x: Tensor,
-    y: Tensor,
-    n: int,
-    num_samples: int,
-    var_names: str | Sequence[str] | None,
-) -> tuple[_Draws, list[str]]:
-    """Any Pyro model: replay it on every guide draw and read its ``"obs"`` site."""
-    out = _Draws(num_samples)
-    keep: list[str] = []
-    with _prepared(model, n):
-        for s, guide_trace, model_trace in _replayed_draws(
-            model, guide, x, y, num_samples, "to_inference_data()"
-        ):
-            if s == 0:
-                check_traces_match(model_trace, guide_trace, "to_inference_data()", model)
-                keep = _check_var_names(var_names, list(_latent_sites(model_trace)))
-            site = model_trace.nodes.get("obs")
-            if site is None or site["type"] != "sample" or not site["is_observed"]:
-                raise ValueError(
-                    f"{type(model).__name__} has no observed site 'obs': to_inference_data() "
-                    "reads the pointwise log-likelihood there. Observe y as "
-                    "pyro.sample('obs', ..., obs=y) inside pyro.plate('data', N)."
-                )
-            if _masked(site):
-                raise ValueError(
-                    f"to_inference_data(): a mask (poutine.mask or .mask()) leaves points of "
-                    f"{getattr(model, '__name__', type(model).__name__)}'s observed site 'obs' "
-                    "out. The model does not observe them, so they have no pointwise "
-                    "log-likelihood, yet az.loo and az.waic would count each as a point, at the "
-                    "density of whatever value fills y there. Export the observed points alone: "
-                    "to_inference_data(model, guide, x[keep], y[keep]) with keep the points the "
-                    "mask keeps."
-                )
-            if s == 0 and _fixed_support(site["fn"]):  # (torch's IndexError for a label of C)
-                outside = _outside(site["fn"], site["value"])
-                if outside:
-                    raise ValueError(f"to_inference_data(): {_outside_support(site, outside)}")
-            log_lik = site["fn"].log_prob(site["value"])
-            if log_lik.shape != (n,):
-                raise ValueError(
-                    f"The pointwise log-likelihood of 'obs' has shape {tuple(log_lik.shape)}, "
-                    f"expected ({n},), one value per point. Put 'obs' inside "
-                    "pyro.plate('data', N) (dim -1) and run the model on all of x, without "
-                    "subsampling."
-                )
-            for name in keep:
-                out.put(_LATENT + name, s, model_trace.nodes[name]["value"])
-            out.put("log_lik", s, log_lik.double())
-            out.put("obs", s, site["fn"].sample())
-            logits = model_trace.nodes.get("logits")
-            if logits is not None and logits["value"].shape[-2:-1] == (n,):
-                if s == 0:  # (probs the softmax of the logits its "obs" is drawn from)
-                    fn = "to_inference_data()"
-                    check_likelihood_logits(name_of(model), model_trace, logits["value"], fn)
-                probs = logits["value"].softmax(-1)
-                out.put("probs", s, probs.to(_stored_dtype(probs)))
-    return out, keep

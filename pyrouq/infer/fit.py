@@ -20,6 +20,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
+from pyrouq._default_device import on_model_device
 from pyrouq._util import (
     check_flag,
     check_int,
@@ -349,7 +350,12 @@ def fit(
     early = _distributed.current(module_device(model, guide))
     # gradients whatever the caller's grad mode (a fit() under torch.no_grad() or
     # torch.inference_mode() would otherwise step on no gradients and train nothing), as mcmc()
-    with torch.inference_mode(False), torch.enable_grad(), _distributed.together(early, _SET_UP):
+    with (
+        torch.inference_mode(False),
+        torch.enable_grad(),
+        on_model_device(model, guide),
+        _distributed.together(early, _SET_UP),
+    ):
         refuse_plate_around(model, "fit()", "fit()")  # (its own plate "data": before anything)
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)
@@ -522,6 +528,7 @@ def fit(
         with (
             torch.inference_mode(False),
             torch.enable_grad(),
+            on_model_device(model, guide),
             _distributed.shards(train_loader, group),
         ):
             _distributed.check_same_steps(train_loader, epochs, group)

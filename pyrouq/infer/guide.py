@@ -81,6 +81,19 @@ class MeanFieldGuide(nn.Module):
 
     .. warning:: Mean-field: the guide ignores every correlation between weights, and it is
        known to underestimate posterior variance.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from pyrouq import BayesianMLP
+    >>> model = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    >>> guide = MeanFieldGuide(model, init_scale=0.01)
+    >>> guide.sites
+    ('fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias')
+    >>> {site: tuple(w.shape) for site, w in guide(torch.randn(5, 4)).items()}  # one draw
+    {'fc1.weight': (8, 4), 'fc1.bias': (8,), 'fc2.weight': (3, 8), 'fc2.bias': (3,)}
+    >>> torch.allclose(guide.scales()["fc1.bias"], torch.full((8,), 0.01))
+    True
     """
 
     def __init__(
@@ -209,7 +222,7 @@ class MeanFieldGuide(nn.Module):
             else:  # (a positive site's: a relative spread of the value itself) computed once,
                 # on entries enough for torch's vector code (as a site's were), then filled
                 one = init_scale if init_scale_relative is None else init_scale_relative
-                scale = torch.full((_ONE_SCALE_ENTRIES,), one, dtype=torch.float64)
+                scale = torch.full((_ONE_SCALE_ENTRIES,), one, dtype=torch.float64, device="cpu")
             rho = (scale + torch.log(-torch.expm1(-scale))).to(device, dtype)  # softplus^-1
             # the checks: every entry (one more for a fill, through torch's scalar code)
             sp = F.softplus(torch.cat([rho, rho[:1]]) if fill else rho)
