@@ -314,8 +314,11 @@ def check_count(count: object, where: str) -> int | None:
     return None if count is None else int(count)
 
 
-def check_thresholds(threshold: object) -> Tensor:
-    """A :class:`ConformalRegressor`'s thresholds as a float64 ``(D,)`` tensor, or an error."""
+def check_thresholds(threshold: object, score: str) -> Tensor:
+    """A :class:`ConformalRegressor`'s thresholds as a float64 ``(D,)`` tensor, or an error:
+    finite (:func:`conformal` refuses an alpha whose threshold would be infinite), and for
+    ``"abs"`` at least 0 (a number of standard deviations: a negative one inverts the
+    intervals, ``lo > hi``)."""
     values = threshold
     if isinstance(threshold, (list, tuple)):
         values = torch.as_tensor(threshold, dtype=torch.float64)
@@ -333,6 +336,19 @@ def check_thresholds(threshold: object) -> Tensor:
         raise ValueError(
             "ConformalRegressor: expected at least one threshold and no NaN, got "
             f"{values.tolist()}."
+        )
+    if not bool(values.isfinite().all()):
+        raise ValueError(
+            f"ConformalRegressor: expected finite thresholds, got {values.tolist()}: an "
+            "infinite one gives intervals without bounds (conformal() refuses an alpha that "
+            "would need one). conformal() makes them from held-out predictions."
+        )
+    if score == "abs" and bool((values < 0).any()):
+        raise ValueError(
+            "ConformalRegressor: expected thresholds >= 0 for score 'abs' (numbers of standard "
+            f"deviations), got {values.tolist()}: a negative one gives intervals with lo > hi. "
+            "conformal() makes them from held-out predictions (only 'cqr' thresholds may be "
+            "negative)."
         )
     # float64 as documented (a float32 tensor stayed float32), on the CPU: a predictor
     # calibrated on a GPU then pickles anywhere; intervals() moves it to the predictions

@@ -47,7 +47,9 @@ def format_table(metrics: dict[str, float]) -> str:
     """Format metrics as grouped text tables, one per group, like torch-uncertainty prints.
 
     Groups, in order: Classification, Calibration, Selective classification, Uncertainty, OOD
-    and Other (unknown keys, under their own names); groups without a metric are left out.
+    and Other (unknown keys, under their own names; a value there that is not a number, such
+    as the ``"ood_score"`` of a run's ``metrics.json``, is shown as its text); groups without a
+    metric are left out. A known metric must be one number (TypeError otherwise).
     Accuracy, calibration, selective and OOD metrics are shown as percentages (``98.63%``), the
     others with 5 decimals; a value that rounds to zero is shown unsigned (``-0.0`` as
     ``0.00%``). Regression metrics (a dict with ``"crps"``, as
@@ -73,6 +75,7 @@ def format_table(metrics: dict[str, float]) -> str:
     display = _REGRESSION_DISPLAY if "crps" in metrics else _DISPLAY
     for key, (group, name, percent) in display.items():
         if key in metrics:
+            _check_metric(key, metrics[key])
             groups.setdefault(group, []).append((name, _format_value(metrics[key], percent)))
     for key, value in metrics.items():
         if key not in display:
@@ -90,6 +93,17 @@ def format_table(metrics: dict[str, float]) -> str:
         lines.append(f"└{bar[0]}┴{bar[1]}┘")
         tables.append("\n".join(lines))
     return "\n".join(tables)
+
+
+def _check_metric(key: str, value: object) -> None:
+    """Refuse a value of a metric the table knows that is not one number (``"x"``, None, a
+    tensor of several values): it was printed as its text, under the metric's name."""
+    if not is_one_number(value):
+        raise TypeError(
+            f"format_table(): expected metric {key!r} to be a number (a float, or a tensor or "
+            f"array of one value), got {value!r:.60} ({type(value).__name__}). Pass the values "
+            "that evaluate() or Predictions.evaluate() return."
+        )
 
 
 def _format_value(value: object, percent: bool) -> str:

@@ -423,7 +423,7 @@ class ConformalRegressor:
         object.__setattr__(self, "alpha", check_alpha_field(self.alpha, where))
         # detached: thresholds fitted on predictions that require grad kept their graph
         # (deepcopy refused them, and the graph's tensors stayed alive)
-        object.__setattr__(self, "threshold", check_thresholds(self.threshold).detach())
+        object.__setattr__(self, "threshold", check_thresholds(self.threshold, self.score).detach())
         object.__setattr__(self, "num_calibration", check_count(self.num_calibration, where))
 
     def __eq__(self, other: object) -> bool:

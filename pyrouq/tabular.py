@@ -233,6 +233,27 @@ def _column_stats(t: Tensor) -> tuple[Tensor, Tensor]:
     return mean.to(t.dtype), torch.where(std == 0, torch.ones_like(std), std)
 
 
+def _check_stats(**stats: object) -> None:
+    """Refuse a :class:`Standardizer` made by hand whose statistics are not tensors of real
+    numbers, or whose standard deviations are not all finite and > 0: transform() divides by
+    them (a zero gave inf, None failed later in "'NoneType' object has no attribute 'to'")."""
+    for name, value in stats.items():
+        if not isinstance(value, Tensor) or value.dtype == torch.bool or value.is_complex():
+            got = f"a {value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
+            raise TypeError(
+                f"Standardizer: expected {name} to be a tensor of real numbers, one per column, "
+                f"got {got}. Use Standardizer.fit(x, y), or pass torch.as_tensor(...)."
+            )
+        bad = value[~(value.isfinite() & (value > 0))] if name.endswith("std") else None
+        if bad is not None and bad.numel():
+            raise ValueError(
+                f"Standardizer: expected {name} finite and > 0 in every column (standard "
+                f"deviations to divide by), got {bad.numel()} of {value.numel()} value(s) that "
+                f"are not, e.g. {bad.flatten()[0].item()!r}. Use Standardizer.fit(x, y), which "
+                "gives a constant column std 1."
+            )
+
+
 class Standardizer:
     """Zero mean, unit standard deviation per input feature and per target, with the
     statistics of the training split only (:meth:`fit`); :meth:`inverse` brings predictions
@@ -241,7 +262,8 @@ class Standardizer:
     Attributes
     ----------
     x_mean, x_std, y_mean, y_std : torch.Tensor
-        Per column; a constant column gets std 1 (it is only centred).
+        Per column; a constant column gets std 1 (it is only centred). Passed by hand, each
+        must be a tensor, and each std finite and > 0 (ValueError otherwise).
 
     Examples
     --------
@@ -252,6 +274,7 @@ class Standardizer:
     """
 
     def __init__(self, x_mean: Tensor, x_std: Tensor, y_mean: Tensor, y_std: Tensor):
+        _check_stats(x_mean=x_mean, x_std=x_std, y_mean=y_mean, y_std=y_std)
         self.x_mean, self.x_std = x_mean, x_std
         self.y_mean, self.y_std = y_mean, y_std
 
@@ -270,7 +293,16 @@ class Standardizer:
                     f"to standardise; pass {name} of shape (N, D) with D >= 1 (or (N,))."
                 )
 
-        return cls(*_column_stats(x), *_column_stats(y))
+        stats = (*_column_stats(x), *_column_stats(y))
+        for name, std in (("x", stats[1]), ("y", stats[3])):
+            if not bool(std.isfinite().all()):  # every value would be standardised to 0
+                cols = (~std.isfinite()).nonzero().flatten().tolist()
+                raise ValueError(
+                    f"Standardizer.fit(): the standard deviation of {name} overflows "
+                    f"{std.dtype}{f' in column(s) {cols}' if std.dim() else ''}; pass "
+                    f"{name}.double(), or rescale it first."
+                )
+        return cls(*stats)
 
     def transform_x(self, x: Tensor) -> Tensor:
         """Standardised inputs."""

@@ -89,6 +89,12 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"format={FORMAT!r}, got {_kind(payload)}. {_advice(payload)}"
         )
     version = payload.get("format_version")
+    if type(version) is not int and version in _READABLE_VERSIONS:  # True == 1, 3.0 == 3
+        raise CheckpointError(
+            f"{str(path)!r} has checkpoint format version {version!r} "
+            f"({type(version).__name__}), not the int that pyrouq.save() writes: the file "
+            "was edited or is damaged. Re-save the model with pyrouq.save()."
+        )
     if version not in _READABLE_VERSIONS:
         raise CheckpointError(
             f"{str(path)!r} has checkpoint format version {version!r}; this pyrouq reads "

@@ -3,6 +3,7 @@ layer."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -302,10 +303,16 @@ def _check_held_members(module: nn.Module, num_members: int) -> None:
 
 
 def _copy_norms(net: nn.Module, num_members: int) -> None:
-    """Replace every normalisation layer of ``net`` (nested) by per-member copies."""
+    """Replace every normalisation layer of ``net`` (nested) by per-member copies; a tensor
+    that two of them share (``n2.weight = n1.weight``) stays shared by each member's copies."""
+    memos: list[dict[int, Any]] = [{} for _ in range(num_members)]  # one deepcopy per member
 
     def copies(child: nn.Module) -> nn.Module | None:
-        return BatchEnsembleNorm(child, num_members) if isinstance(child, NORM_LAYERS) else None
+        if not isinstance(child, NORM_LAYERS):
+            return None
+        layer = BatchEnsembleNorm(child, num_members)  # (its copies: one per norm, apart)
+        layer.norms = nn.ModuleList(copy.deepcopy(child, memo) for memo in memos)
+        return layer
 
     _replace_children(net, copies, BatchEnsembleNorm)
 

@@ -185,6 +185,11 @@ class Categorical(Likelihood):
                 f"labels of dtype {y.dtype}, expected an integer dtype (class indices: "
                 f"y.long(){regression})"
             )
+        if y.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch's "min_all" not
+            return (  # implemented, or "Promotion ... not supported" when compared to guesses
+                f"labels of dtype {y.dtype}, which torch can neither take the minimum of nor "
+                "compare with int64 predictions, expected int64 class indices: pass y.long()"
+            )
         if y.numel() and num_classes is not None:
             low, high = int(y.min()), int(y.max())
             if low < 0 or high >= num_classes:
