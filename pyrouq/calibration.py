@@ -117,6 +117,8 @@ class TemperatureScaler:
 
     Examples
     --------
+    Made by :func:`temperature_scale` on a held-out split; by hand here to show what T does:
+
     >>> import torch
     >>> preds = Predictions(torch.tensor([[[0.8, 0.2]]]))  # odds 4:1
     >>> TemperatureScaler(2.0)(preds).probs  # odds 4 ** (1 / 2) = 2:1
@@ -304,10 +306,13 @@ class ConformalClassifier:
     Examples
     --------
     >>> import torch
-    >>> lac = ConformalClassifier("lac", alpha=0.1, threshold=0.5, lam=0.0, k_reg=0, seed=0)
-    >>> lac.predict_sets(Predictions(torch.tensor([[[0.6, 0.4], [0.2, 0.8]]])))  # 1 - p <= 0.5
-    tensor([[ True, False],
-            [False,  True]])
+    >>> probs = torch.tensor([[0.7, 0.2, 0.1]] * 9 + [[0.1, 0.2, 0.7]])[None]  # S = 1, N = 10
+    >>> lac = conformal(Predictions(probs, torch.zeros(10, dtype=torch.long)), alpha=0.2)
+    >>> lac.score, lac.num_calibration, round(lac.threshold, 4)  # nine scores 0.3, one 0.9
+    ('lac', 10, 0.3)
+    >>> lac.predict_sets(Predictions(torch.tensor([[[0.75, 0.2, 0.05], [0.5, 0.3, 0.2]]])))
+    tensor([[ True, False, False],
+            [False, False, False]])
     """
 
     score: ClassScore
@@ -405,11 +410,15 @@ class ConformalRegressor:
     Examples
     --------
     >>> import torch
+    >>> y = torch.arange(1, 10) / 10
+    >>> cal = GaussianPredictions(torch.zeros(1, 9, 1), torch.ones(1, 9, 1), y)
+    >>> reg = conformal(cal, score="abs", alpha=0.2)  # scores |y - 0| / 1 = 0.1, ..., 0.9
+    >>> reg.threshold  # the ceil(10 * 0.8) = 8th smallest
+    tensor([0.8000], dtype=torch.float64)
     >>> preds = GaussianPredictions(torch.tensor([[[0.0]], [[2.0]]]), torch.ones(2, 1, 1))
-    >>> two_sd = ConformalRegressor("abs", alpha=0.1, threshold=torch.tensor([2.0]))
-    >>> lo, hi = two_sd.intervals(preds)  # mean 1, sd sqrt(2)
+    >>> lo, hi = reg.intervals(preds)  # mean 1, sd sqrt(2): 1 -+ 0.8 * sqrt(2)
     >>> round(lo.item(), 3), round(hi.item(), 3)
-    (-1.828, 3.828)
+    (-0.131, 2.131)
     """
 
     score: RegressionScore

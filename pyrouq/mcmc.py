@@ -97,6 +97,8 @@ class MCMCResult:
 
     Examples
     --------
+    Made by :func:`mcmc`; built by hand here to show the shapes:
+
     >>> import torch
     >>> result = MCMCResult({"w": torch.zeros(2, 3, 4)}, {}, kernel="nuts", warmup_steps=10)
     >>> result.num_chains, result.num_samples, result.draws()["w"].shape
@@ -242,11 +244,13 @@ def mcmc(
         discrete prior (Bernoulli, Poisson), which NUTS cannot move, is refused, named; so is a
         latent site the network samples itself (``pyro.sample`` in its forward), and one
         that a subclass's own ``forward`` samples beside the model's latent sites (the result
-        would not keep it, and predict() would run the network without it).
+        would not keep it, and predict() would refuse its draws).
 
     Examples
     --------
-    A (too) short run on a tiny model:
+    A tiny run to show the shapes: 4 + 4 steps and ``max_tree_depth=2`` only keep the example
+    fast. For inference keep the default ``max_tree_depth=10`` and take hundreds of steps
+    (``num_samples=500, warmup_steps=500``), then check R-hat with :func:`pyrouq.summary`:
 
     >>> import torch
     >>> from pyrouq import BayesianMLP, predict

@@ -87,12 +87,12 @@ def plot_most_uncertain(
     --------
     >>> import matplotlib.pyplot as plt
     >>> import torch
-    >>> probs = torch.tensor([[[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]],
-    ...                       [[0.9, 0.1], [0.1, 0.9], [0.3, 0.7]]])  # S = 2, N = 3, C = 2
+    >>> probs = torch.tensor([[[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]],
+    ...                       [[0.9, 0.1], [0.3, 0.7], [0.1, 0.9]]])  # S = 2, N = 3, C = 2
     >>> images = torch.rand(3, 1, 28, 28)
     >>> fig = plot_most_uncertain(probs, images, targets=torch.tensor([0, 1, 1]), k=2)
-    >>> [ax.get_title() for ax in fig.axes[::2]]  # the draws disagree most on input 1
-    ['#1 true 1 pred 1', '#2 true 1 pred 1']
+    >>> [ax.get_title() for ax in fig.axes[::2]]  # by input index: the draws disagree most on #2
+    ['#2 true 1 pred 1', '#1 true 1 pred 1']
     >>> plt.close(fig)
     """
     p = _probs(predictions, "predictions")
