@@ -1,4 +1,4 @@
-"""pyrouq's own tensors on the model's device, whatever torch's default device is."""
+"""pyrouq's calls under torch's usual default device, the CPU, whatever a script set."""
 
 from __future__ import annotations
 
@@ -9,43 +9,35 @@ from typing import Any, TypeVar
 
 import torch
 
-from pyrouq._util import module_device
-
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def on_device(device: torch.device | str) -> contextlib.AbstractContextManager[Any]:
-    """``torch.device(device)`` as a context when torch's default device
-    (``torch.set_default_device``) is another one; else a null context (no torch function
-    mode, no cost per call)."""
-    device = torch.device(device)
-    if torch.empty(0).device == device:  # the default, as torch >= 2.2 tells it
-        return contextlib.nullcontext()
-    return torch.device(device)
+def cpu_default() -> contextlib.AbstractContextManager[Any]:
+    """torch's default device as the CPU for the time of a call, when a script set another
+    (``torch.set_default_device('meta')`` to build large skeletons, ``'cuda'``); else a null
+    context (no torch function mode, no cost per call).
 
-
-def on_model_device(*modules: Any) -> contextlib.AbstractContextManager[Any]:
-    """:func:`on_device` of the first of ``modules`` that holds a tensor (none: a null context).
-
-    fit() builds tensors of its own without naming a device (its running sums, the loss of
-    a step, the random state a checkpoint keeps), as Pyro's sites do: under a default device
-    other than the model's (``torch.set_default_device('meta')`` in a script that builds
-    large skeletons, ``'cuda'`` beside a network kept on the CPU) they landed there, and the
-    first step failed in torch's backward pass ("Cannot copy out of meta tensor; no data!").
+    pyrouq and Pyro build tensors without naming a device (fit()'s running sums, a step's
+    loss, the random state a checkpoint keeps, a site's scale), then move them to the model's
+    or the data's device where needed, as they do under torch's usual default: under another
+    default those tensors landed there, and fit() failed in its first backward pass ("Cannot
+    copy out of meta tensor; no data!"). The model's own device is not the default taken: a
+    CUDA model under a CPU default is the usual case, in which the CPU generators of the
+    loaders' shuffles must meet CPU ``randperm`` calls. Code of the user's that runs inside
+    the call (a loader, a callback, the network's forward) sees the CPU default too.
     """
-    device = module_device(*modules)
-    return contextlib.nullcontext() if device is None else on_device(device)
+    if torch.get_default_device().type == "cpu":
+        return contextlib.nullcontext()
+    return torch.device("cpu")
 
 
-def on_the_models_device(fn: _F) -> _F:
-    """Run ``fn(model, ...)`` under :func:`on_model_device` of ``model`` (of an MCMC result's
-    ``.model``): the arviz export and the PSIS diagnostic draw and score with Pyro's sites,
-    whose tensors would land on another default device."""
+def under_cpu_default(fn: _F) -> _F:
+    """Run ``fn`` under :func:`cpu_default` (the arviz export and the PSIS diagnostic draw and
+    score with Pyro's sites, whose tensors would land on another default device)."""
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        model = args[0] if args else kwargs.get("model")  # (none: fn's own TypeError)
-        with on_model_device(model, getattr(model, "model", None)):
+        with cpu_default():
             return fn(*args, **kwargs)
 
     return call  # type: ignore[return-value]

@@ -26,7 +26,7 @@ import pyro
 import torch
 from torch import Tensor
 
-from pyrouq._default_device import on_model_device
+from pyrouq._default_device import cpu_default
 from pyrouq._engine._layer_calls import no_grad_watched
 from pyrouq._mcmc_checks import (
     check_data,
@@ -309,7 +309,7 @@ def mcmc(
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
     # NUTS differentiates the density; Pyro's own tensors on the model's device (not a default)
-    with torch.inference_mode(False), torch.enable_grad(), on_model_device(model):
+    with torch.inference_mode(False), torch.enable_grad(), cpu_default():
         return _mcmc(
             model, x, y, num_samples, warmup_steps, num_chains, kernel, seed, progress,
             max_tree_depth, parallel,

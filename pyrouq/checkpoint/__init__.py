@@ -51,8 +51,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._default_device import on_device
-from pyrouq._util import class_name, has_latent_sites, module_device, takes_labels
+from pyrouq._default_device import cpu_default
+from pyrouq._util import class_name, has_latent_sites, takes_labels
 from pyrouq.checkpoint._checks import (
     COMPILED_CLASS,
     check_store_params,
@@ -417,9 +417,9 @@ def load(
     check_path_type(path, "load()")
     device = checked_device(device)
     # normal tensors whatever the caller's mode: a model loaded inside torch.inference_mode()
-    # (to evaluate it) would hold inference tensors, which fit() cannot train later; built on
-    # the skeleton's device or the CPU whatever torch's default device (meta: values dropped)
-    with torch.inference_mode(False), on_device(module_device(module) or torch.device("cpu")):
+    # (to evaluate it) would hold inference tensors, which fit() cannot train later; built
+    # under the CPU default whatever torch's default device (under meta, values were dropped)
+    with torch.inference_mode(False), cpu_default():
         payload = read(path)
         if payload.get("format") == MCMC_FORMAT:
             if model_class is not None or module is not None:

@@ -271,7 +271,10 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
             try:
                 torch.save(payload, file)
             except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
-                raise _write_error(err, target) from None  # EFBIG): "unexpected pos"
+                disk = _disk_error(err, target)  # EFBIG): "unexpected pos"
+                if disk is None:
+                    raise
+                raise disk from None
             file.flush()
             try:
                 os.fsync(file.fileno())
@@ -286,15 +289,21 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def _write_error(err: RuntimeError, target: Path) -> BaseException:
-    """The OSError behind torch.save's RuntimeError (its writer meets a write that failed,
-    then reports the archive's position: "unexpected pos 2432 vs 2326"), naming ``target``;
-    ``err`` itself when no OSError is behind it."""
+_DISK_ERRORS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
+"""The errors of a write that fails for the disk's sake (full, a file-size limit, a quota,
+the device): those torch.save's writer reports as its own "unexpected pos"."""
+
+
+def _disk_error(err: RuntimeError, target: Path) -> OSError | None:
+    """The disk's OSError behind torch.save's RuntimeError (its writer meets a write that
+    failed, then reports the archive's position: "unexpected pos 2432 vs 2326"), naming
+    ``target``; None for any other RuntimeError (one of a tensor's or an object's own
+    pickling, even if an OSError of its own came before it), which is raised as it came."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__cause__ or cause.__context__
-    if cause is None or cause.errno is None:
-        return err
+    if cause is None or cause.errno not in _DISK_ERRORS:
+        return None
     return OSError(cause.errno, cause.strerror or str(cause), str(target))
 
 

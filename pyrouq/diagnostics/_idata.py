@@ -14,7 +14,7 @@ from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
 from pyrouq._batchnorm import alone_in_its_batch
-from pyrouq._default_device import on_the_models_device
+from pyrouq._default_device import under_cpu_default
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
@@ -67,7 +67,7 @@ from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logit
 # --------------------------------------------------------------------------------------------
 
 
-@on_the_models_device
+@under_cpu_default
 @torch.no_grad()
 def to_inference_data(
     model: Any,

@@ -14,7 +14,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._default_device import on_the_models_device
+from pyrouq._default_device import under_cpu_default
 from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, shown, tensor_hint
 from pyrouq._own_models import check_traces_match
 from pyrouq._seeded import draw_devices, seeded
@@ -262,7 +262,7 @@ def _check_spread(first: dict[str, Tensor], second: dict[str, Tensor], fn: str) 
         )
 
 
-@on_the_models_device
+@under_cpu_default
 @torch.no_grad()
 def psis_diagnostic(
     model: Any,

@@ -20,7 +20,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
-from pyrouq._default_device import on_model_device
+from pyrouq._default_device import cpu_default
 from pyrouq._util import (
     check_flag,
     check_int,
@@ -353,7 +353,7 @@ def fit(
     with (
         torch.inference_mode(False),
         torch.enable_grad(),
-        on_model_device(model, guide),
+        cpu_default(),
         _distributed.together(early, _SET_UP),
     ):
         refuse_plate_around(model, "fit()", "fit()")  # (its own plate "data": before anything)
@@ -528,7 +528,7 @@ def fit(
         with (
             torch.inference_mode(False),
             torch.enable_grad(),
-            on_model_device(model, guide),
+            cpu_default(),
             _distributed.shards(train_loader, group),
         ):
             _distributed.check_same_steps(train_loader, epochs, group)

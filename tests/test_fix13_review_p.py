@@ -1,0 +1,74 @@
+"""Review of the hostile-environment fixes: save() reports a disk's error only when the disk
+failed, and pyrouq's calls run under the CPU default (not the model's device) whatever torch's
+default device is."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from _toy import tiny_mlp, toy_data
+
+import pyrouq
+from pyrouq import ArrayLoader, fit, mean_field_guide
+
+
+class _Refusing(torch.Tensor):
+    """A tensor whose pickling fails with a RuntimeError of its own, after an OSError of its
+    own (a stat of a missing file) that it handled."""
+
+    def __reduce_ex__(self, protocol):
+        try:
+            os.stat("/nonexistent/pyrouq")
+        except OSError:
+            raise RuntimeError("_Refusing refuses pickling") from None
+
+
+def test_a_pickling_error_after_an_oserror_of_its_own_is_not_called_a_disk_error(tmp_path):
+    model = tiny_mlp()
+    model.register_buffer("extra", torch.zeros(2).as_subclass(_Refusing))
+    with pytest.raises(RuntimeError, match="_Refusing refuses pickling"):
+        pyrouq.save(tmp_path / "m.pt", model, mean_field_guide(model))
+    assert list(tmp_path.iterdir()) == []  # (no temporary file left)
+
+
+class _Caused(torch.Tensor):
+    def __reduce_ex__(self, protocol):
+        raise RuntimeError("cannot pickle") from ValueError("the real reason")
+
+
+def test_a_pickling_error_keeps_its_cause(tmp_path):
+    model = tiny_mlp()
+    model.register_buffer("extra", torch.zeros(2).as_subclass(_Caused))
+    with pytest.raises(RuntimeError, match="cannot pickle") as info:
+        pyrouq.save(tmp_path / "m.pt", model, mean_field_guide(model))
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_loader_and_callbacks_see_the_cpu_default_under_a_meta_default():
+    x, y = toy_data(24)
+    seen = []
+
+    def callback(record):
+        seen.append(torch.empty(0).device.type)
+
+    model = tiny_mlp()
+    torch.set_default_device("meta")
+    try:
+        fit(model, mean_field_guide(model), ArrayLoader(x, y, batch_size=8, shuffle=True, seed=0),
+            epochs=2, progress=False, callbacks=[callback])  # fmt: skip
+        after = torch.empty(0).device.type
+    finally:
+        torch.set_default_device(None)
+    assert seen == ["cpu", "cpu"]
+    assert after == "meta"  # (the script's default is given back)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_model_trains_from_a_shuffled_cpu_loader_under_the_cpu_default():
+    x, y = toy_data(24)
+    model = tiny_mlp().cuda()
+    result = fit(model, mean_field_guide(model), ArrayLoader(x, y, batch_size=8, seed=0),
+                 epochs=1, progress=False)  # fmt: skip
+    assert result.steps == 3
