@@ -16,6 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq import _own_models as own_models
+from pyrouq._forwards import own_forward
 from pyrouq._guide_draws import draw_guide, sampled_directly, takes_inputs_alone
 from pyrouq._own_likelihood import check_likelihood_logits
 from pyrouq._param_store import take_store_values
@@ -386,16 +387,15 @@ def bayesian_runner(
 
 def runs_own_forward(model: Any) -> bool:
     """Whether ``model`` is a :class:`~pyrouq.BayesianNetwork` (perhaps compiled) whose
-    ``forward`` is the user's own (a subclass's, or one set on the instance): predict() then
+    ``forward`` is the user's own (a subclass's, or one set on the instance that is not the
+    built-in one compiled: :func:`~pyrouq._forwards.own_forward`): predict() then
     runs that forward under each draw, as fit() traces it, not the network alone
     (:meth:`outputs`), which would leave out what it adds (a site it samples beside the
     weights, a temperature)."""
     from pyrouq.convert import BayesianNetwork
 
     model = compiled_module(model)
-    return isinstance(model, BayesianNetwork) and (
-        type(model).forward is not BayesianNetwork.forward or "forward" in vars(model)
-    )
+    return isinstance(model, BayesianNetwork) and own_forward(model)
 
 
 def own_forward_outputs(model: Any, x: Tensor, data: dict[str, Tensor], warn: bool) -> Tensor:

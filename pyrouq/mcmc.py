@@ -28,6 +28,7 @@ from torch import Tensor
 
 from pyrouq._default_device import cpu_default
 from pyrouq._engine._layer_calls import no_grad_watched
+from pyrouq._forwards import own_forward
 from pyrouq._mcmc_checks import (
     check_data,
     refuse_discrete_priors,
@@ -402,8 +403,8 @@ def _run_chains(
     model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
     model.num_data = x.shape[0]  # (the forward's likelihood scale: 1, as the chains run it)
     built_in = (  # pyrouq's own forward and likelihood: they sample the latent sites alone
-        type(model).forward is BayesianNetwork.forward
-        and "forward" not in vars(model)  # (not replaced on the instance)
+        isinstance(model, BayesianNetwork)
+        and not own_forward(model)  # (nor one set on the instance; m.forward compiled is ours)
         and type(model.likelihood).__module__.startswith("pyrouq.")
     )
     if not built_in:  # a forward, or a likelihood's prepare()/observe(), of the user's own

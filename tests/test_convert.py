@@ -687,7 +687,7 @@ def test_parametrized_weights_are_named_in_a_warning():
         model = bayesian(net)
     assert w[0].filename == __file__
     assert sorted(model.latent_sites()) == ["0.bias", "2.bias", "2.weight"]
-    with pytest.warns(UserWarning, match=r"batchensemble\(\): 1 of the converted layers") as w:
+    with pytest.warns(UserWarning, match=r"rank1\(\): 1 of the converted layers") as w:
         pyrouq.rank1(net, 2)
     assert w[0].filename == __file__
 

@@ -139,7 +139,9 @@ def test_a_bias_tied_to_a_kept_parameter_warns_that_the_tie_breaks(convert, tmp_
     with pytest.warns(UserWarning, match="tied to the bias of a converted layer") as record:
         model = convert(_TiedToAParameter(), 2)
     text = str(record[0].message)
-    assert text.startswith("batchensemble(): 'offset', tied to the bias of a converted layer,")
+    assert text.startswith(
+        f"{convert.__name__}(): 'offset', tied to the bias of a converted layer,"
+    )
     assert "train apart" in text and "pyrouq.bayesian(net), which keeps every tie" in text
     assert tuple(model.net.a.bias.shape) == (2, 5) and tuple(model.net.offset.shape) == (5,)
     pyrouq.save(tmp_path / "m.pt", model)

@@ -28,6 +28,7 @@ from pyrouq.checkpoint._describe import (
     _GUIDES,
     ENSEMBLE_DOORS,
     FACTORS_BEFORE,
+    saved_apart,
     saved_config,
     shared_member_norms,
     upgraded_state,
@@ -140,6 +141,16 @@ def restore(
         raise CheckpointError(
             f"resume_from={where!r} holds no training state (it was written by save(), not "
             "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."
+        )
+    apart = saved_apart(model, model_state)
+    if apart:
+        raise CheckpointError(
+            f"resume_from={where!r} was saved when the per-member bias of {apart} was tied to "
+            "another layer's in the model but trained apart from it (an older pyrouq: a tied "
+            "bias stays one since 2026-12-06), so its optimizer state does not fit this model. "
+            "Resume with the model pyrouq.load() rebuilds from it, which keeps them apart: "
+            "fit(pyrouq.load(path).model, ..., resume_from=path) (load(path, module=net) for a "
+            "network of your own); nothing was loaded."
         )
     done = int(saved.training["epochs_done"])
     if done >= epochs:

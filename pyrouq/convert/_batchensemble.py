@@ -18,6 +18,7 @@ from pyrouq._param_store import (
     register_children,
 )
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
+from pyrouq.convert._conversion_warnings import CALLER, warn_bilinear, warn_kept_tied
 from pyrouq.convert._copying import NamedInStore, copy_network, hook_fix, weight_hooks
 from pyrouq.convert._select import (
     COUNTER,
@@ -87,11 +88,6 @@ def _sequence_first(layer: nn.Module) -> bool:
     return not getattr(getattr(layer, "self_attn", None), "batch_first", True)
 
 
-class _TiedBiasKeptWarning(UserWarning):
-    """:func:`_convert_layers`' of a bias tied to a parameter it keeps: ``load()`` rebuilding a
-    saved ensemble does not repeat it."""
-
-
 def _convert_layers(
     net: nn.Module, num_members: int, options: dict[str, Any], reset: bool = False
 ) -> int:
@@ -138,21 +134,10 @@ def _convert_layers(
 
     originals: list[nn.Parameter] = []
     count = _replace_children(net, counterpart, weight_readers())
-    tied = {id(bias) for bias in originals}
-    kept_tied = [n for n, p in net.named_parameters(remove_duplicate=False) if id(p) in tied]
-    if kept_tied:  # a bias tied to a parameter left as it is: the tie cannot hold
-        warn_caller(
-            f"batchensemble(): {_names_list(kept_tied, 4)}, tied to the bias of a converted "
-            "layer, stays as it is (not the bias of a layer converted): the layer's "
-            "per-member biases (M, out) replace the bias in the layer only, so the two are "
-            "no longer one tensor and train apart. A bias tied between converted layers stays "
-            "tied; to keep this tie, tie the bias only to converted layers' biases, or use "
-            "pyrouq.bayesian(net), which keeps every tie.",
-            _TiedBiasKeptWarning,
-        )
+    warn_kept_tied(net, originals)
     if parametrized:
         warn_caller(
-            f"batchensemble(): {len(parametrized)} of the converted layers carried a "
+            f"{CALLER.get()}: {len(parametrized)} of the converted layers carried a "
             "parametrization (e.g. weight_norm, spectral_norm); their BatchEnsemble layers "
             f"start from {'a re-initialised' if reset else 'its current'} weight and train W "
             "directly, without it.",
@@ -160,7 +145,7 @@ def _convert_layers(
     if own_way:
         kinds = ", ".join(sorted(set(own_way)))
         warn_caller(
-            f"batchensemble(): {len(own_way)} layer(s) of {kinds}, subclasses with a forward of "
+            f"{CALLER.get()}: {len(own_way)} layer(s) of {kinds}, subclasses with a forward of "
             "their own, are kept as they are, one layer the members share: a BatchEnsemble "
             "layer would run torch's computation on their weights and drop theirs.",
         )
@@ -242,29 +227,6 @@ def _nothing_converted(net: nn.Module, name: str) -> str:
         "network a plain nn.Linear / convolution that its forward calls (a head, or the "
         "subclass's extra computation moved outside the layer), or use pyrouq.bayesian(net)."
     )
-
-
-class _BilinearSharedWarning(UserWarning):
-    """:func:`_warn_bilinear`'s: ``load()`` rebuilding a saved ensemble does not repeat it."""
-
-
-def _warn_bilinear(net: nn.Module, num_members: int) -> None:
-    """Warn of the ``nn.Bilinear`` layers of a converted network, which have no BatchEnsemble
-    version: each stays one layer that every member shares (with ``select=None`` and
-    ``"last_layer"``, :func:`pyrouq.bayesian` of the plain network takes them)."""
-    kept = [name for name, m in net.named_modules() if isinstance(m, nn.Bilinear)]
-    if kept:
-        warn_caller(
-            f"The nn.Bilinear layer(s) {_names_list(kept, 4)} of the network, which have no "
-            "BatchEnsemble version, stay one layer each, one set of weights that all "
-            f"{num_members} members share: no factors of their own (in rank1(), none latent; in "
-            "batchensemble(), bayesian(ensemble, select='last_layer') picks the last converted "
-            "layer's, not theirs). To give each member its own, compute it as an "
-            "nn.Linear(in1 * in2, out) of "
-            "the flattened outer product, torch.einsum('bi,bj->bij', x1, x2).flatten(1), which "
-            "is converted; or keep it shared.",
-            _BilinearSharedWarning,
-        )
 
 
 def _mark_sequence_first(net: nn.Module) -> None:
@@ -441,7 +403,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
         if not _convert_layers(net, num_members, factors, reset=not use_base_weights):
             raise ValueError(_nothing_converted(net, class_name(module)))
-        _warn_bilinear(net, num_members)
+        warn_bilinear(net, num_members)
         if norms == "per_member":
             _copy_norms(net, num_members)
         _mark_sequence_first(net)

@@ -10,6 +10,7 @@ from torch import nn
 from pyrouq._util import check_held, check_positive_float, class_name
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork, Norms, _batchensemble
 from pyrouq.convert._bayesian import BayesianNetwork
+from pyrouq.convert._conversion_warnings import converting_as
 from pyrouq.convert._select import check_module
 from pyrouq.convert._sites import check_no_pyro_samples
 from pyrouq.likelihoods import Likelihood, LikelihoodName
@@ -124,18 +125,19 @@ def rank1(
             "existing BatchEnsemble's factors latent."
         )
     check_no_pyro_samples(module, "rank1()", ensemble=True)
-    ensemble = _batchensemble(
-        module,
-        num_members,
-        use_base_weights=use_base_weights,
-        r_mean=1.0,
-        r_std=r_std,
-        s_mean=1.0,
-        s_std=s_std,
-        init=init,
-        norms=norms,
-        likelihood=likelihood,
-    )
+    with converting_as("rank1()"):  # (its warnings name rank1())
+        ensemble = _batchensemble(
+            module,
+            num_members,
+            use_base_weights=use_base_weights,
+            r_mean=1.0,
+            r_std=r_std,
+            s_mean=1.0,
+            s_std=s_std,
+            init=init,
+            norms=norms,
+            likelihood=likelihood,
+        )
     # the prior's numbers in float64, cast to each site's dtype by bayesian(): a float64
     # network's prior is Normal(1, prior_scale) itself, not float32's rounding of it
     one, spread = torch.tensor([1.0, scale], dtype=torch.float64)

@@ -1,5 +1,6 @@
 """``to_inference_data`` on a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is its own (a
-subclass's, one set on the instance, a compiled one): that forward runs under each draw, as
+subclass's, or one set on the instance: :func:`~pyrouq._forwards.own_forward`; the model
+compiled or not): that forward runs under each draw, as
 :func:`pyrouq.predict` runs it (and Pyro's ``Predictive``), not the network alone
 (``outputs()``), and the sites it samples beside the weights (a temperature) are latent sites
 of the export like the weights."""

@@ -22,6 +22,7 @@ from pyro.poutine.trace_messenger import TraceMessenger
 from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match, check_site_shape
 
+from pyrouq._forwards import own_forward
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import guiding_sites, name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels
@@ -235,8 +236,7 @@ def set_known_plate_nesting(elbo: Any, model: Any, guide: Any) -> None:
         elbo.vectorize_particles
         and elbo.max_plate_nesting == float("inf")
         and own is not None
-        and type(own).forward in (BayesianNetwork.forward, BatchEnsembleNetwork.forward)
-        and "forward" not in vars(own)  # (nor one set on the instance, which may add plates)
+        and not own_forward(own)  # (a subclass's, or one set on the instance, may add plates)
         and (
             is_empty_guide(guide)
             or isinstance(guide, MeanFieldGuide)

@@ -18,6 +18,7 @@ from torch import nn
 from torch.distributions import constraints
 
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
+from pyrouq._forwards import own_forward
 from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import (
     GuideMismatch,
@@ -144,8 +145,10 @@ class Probe:
         foreign = own_pyro_model(model, guide)
         if foreign:
             _check_called_with_x_y(model)
-        # a converted network whose forward is the user's own may create pyro.params
-        own_network = is_pyrouq_model(model) and _network_of_its_own(model)
+        # a converted network whose forward, or a module's in it, is the user's own may
+        # create pyro.params
+        own = own_model(model)
+        own_network = own is not None and (_network_of_its_own(own) or own_forward(own))
         run_network = needs_classes or lazy_model or own_network
         if not (run_network or lazy_guide or foreign):
             return
@@ -195,6 +198,9 @@ class Probe:
                     try:
                         with poutine.trace(param_only=True) as network:
                             size = _output_size(model, x, self.likelihood, foreign)
+                            own = own_model(model)
+                            if own is not None and own_forward(own):  # its pyro.params
+                                own(x, y)
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
                         if not input_mismatch(err):  # the network's own, a CUDA error, ...
                             raise

@@ -24,6 +24,7 @@ from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
 from pyrouq import _engine
+from pyrouq._forwards import own_forward
 from pyrouq._param_store import register_children, register_params
 from pyrouq._util import AsItCame, check_count, check_flag
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
@@ -81,7 +82,7 @@ def _samples_directly(model: Any, guide: Any, anyway: bool = False) -> bool:
     """Whether :class:`KLWeightedELBO` may draw the weights from ``guide``'s locations and
     scales and run the network through the engine instead of tracing both: a
     :class:`MeanFieldGuide` and a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is not
-    overridden (a subclass's ``forward``, or one set on the instance, is traced: it runs),
+    overridden (:func:`~pyrouq._forwards.own_forward`: the user's own is traced: it runs),
     with no Pyro effect handler around the call (:func:`handlers_active`; ``anyway``: with
     one too)."""
     return (
@@ -89,8 +90,7 @@ def _samples_directly(model: Any, guide: Any, anyway: bool = False) -> bool:
         and isinstance(guide, MeanFieldGuide)
         and type(guide).forward is MeanFieldGuide.forward
         and isinstance(model, BayesianNetwork)
-        and type(model).forward is BayesianNetwork.forward
-        and "forward" not in vars(model)  # (nor one set on the instance)
+        and not own_forward(model)  # (m.forward compiled is not the user's own)
     )
 
 
@@ -101,7 +101,7 @@ def _deterministic(model: Any, guide: Any) -> bool:
         not handlers_active()
         and (guide is None or is_empty_guide(guide))
         and isinstance(model, BatchEnsembleNetwork)
-        and type(model).forward is BatchEnsembleNetwork.forward
+        and not own_forward(model)  # (a subclass's, or one set on the instance)
     )
 
 

@@ -234,6 +234,12 @@ class Categorical(Likelihood):
         except IndexError as err:  # torch's "Target 2 is out of bounds." named no range
             # read from the int64 copy: torch has no min() of uint16 / uint32 / uint64 labels
             problem = self.label_problem(target, outputs.shape[-1])
+            if y.dtype == torch.uint64 and bool((target < 0).any()):  # wrapped by .long()
+                problem = (
+                    f"labels of dtype torch.uint64 of 2**63 or more, expected class indices "
+                    f"in [0, {outputs.shape[-1] - 1}] for a model with {outputs.shape[-1]} "
+                    "classes"
+                )
             if problem is None:
                 raise
             raise ValueError(
