@@ -26,9 +26,16 @@ def cpu_default() -> contextlib.AbstractContextManager[Any]:
     loaders' shuffles must meet CPU ``randperm`` calls. Code of the user's that runs inside
     the call (a loader, a callback, the network's forward) sees the CPU default too.
     """
-    if torch.get_default_device().type == "cpu":
+    if _default_device().type == "cpu":
         return contextlib.nullcontext()
     return torch.device("cpu")
+
+
+def _default_device() -> torch.device:
+    """torch's default device: ``torch.get_default_device()`` (torch >= 2.3), else where a new
+    tensor lands (torch 2.2)."""
+    getter = getattr(torch, "get_default_device", None)
+    return getter() if getter is not None else torch.empty(0).device
 
 
 def under_cpu_default(fn: _F) -> _F:

@@ -309,7 +309,7 @@ def mcmc(
             "that NUTS handles in reasonable time here. Fit it by variational inference "
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
-    # NUTS differentiates the density; Pyro's own tensors on the model's device (not a default)
+    # NUTS differentiates the density; Pyro's own tensors under the CPU default (cpu_default)
     with torch.inference_mode(False), torch.enable_grad(), cpu_default():
         return _mcmc(
             model, x, y, num_samples, warmup_steps, num_chains, kernel, seed, progress,

@@ -255,7 +255,7 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     mode. torch.save is given the open file, not its name: it names the archive's folder
     after a file's name (the random temporary one), an open file's ``archive/``, so that the
     same payload gives the same bytes. A full disk is an OSError (ENOSPC) naming ``path``,
-    not torch's RuntimeError "unexpected pos" (the file's own error is its context)."""
+    not torch's RuntimeError "unexpected pos" (:func:`_disk_error`)."""
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
