@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
+from pyrouq._default_device import cpu_default
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch
 from pyrouq._predict_batches import batches as _batches
@@ -371,7 +372,7 @@ def predict(
     bar = None
     torch.clear_autocast_cache()  # an autocast around predict() caches casts of old weights
     try:
-        with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
+        with pyro.validation_enabled(False), _engine.reuse_freed_memory(device), cpu_default():
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
             if posterior_samples is not None or guide is not None:
                 check_drawable(

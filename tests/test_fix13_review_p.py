@@ -72,3 +72,28 @@ def test_a_cuda_model_trains_from_a_shuffled_cpu_loader_under_the_cpu_default():
     result = fit(model, mean_field_guide(model), ArrayLoader(x, y, batch_size=8, seed=0),
                  epochs=1, progress=False)  # fmt: skip
     assert result.steps == 3
+
+
+class _ZerosNet(torch.nn.Module):
+    """A forward that makes a tensor without naming its device (as users' forwards do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x) + torch.zeros(2)
+
+
+def test_predict_runs_a_forward_under_the_cpu_default_as_fit_does():
+    x, y = toy_data(24)
+    model = pyrouq.bayesian(_ZerosNet())
+    guide = mean_field_guide(model)
+    fit(model, guide, [(x, y)], epochs=1, num_data=24, progress=False)
+    expected = pyrouq.predict(model, x, guide, num_samples=3, seed=0).probs
+    torch.set_default_device("meta")
+    try:
+        probs = pyrouq.predict(model, x, guide, num_samples=3, seed=0).probs
+    finally:
+        torch.set_default_device(None)
+    assert torch.equal(probs, expected)
