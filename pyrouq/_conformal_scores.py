@@ -120,6 +120,40 @@ def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha:
     return torch.maximum(lo - y, y - hi)
 
 
+def check_regression_threshold(
+    preds: GaussianPredictions, y: Tensor, scores: Tensor, threshold: Tensor, score: str
+) -> None:
+    """Refuse thresholds ``(D,)`` that ``scores`` ``(n, D)`` made NaN or infinite: scores that
+    overflowed float64 (the predictor would refuse them with a note on alpha, not the cause)."""
+    if bool(threshold.isfinite().all()):
+        return
+    bad = (~threshold.isfinite()).nonzero()[:, 0].tolist()
+    count = int((~scores[:, bad].isfinite()).sum())
+    if score == "abs":
+        wide = preds.double()
+        spread = float(wide.stddev[:, bad].min())
+        residual = float((y - wide.mean)[:, bad].abs().max())
+        cause = (
+            "the scores |y - mean| / stddev, computed in float64, overflow: a predictive "
+            "stddev of 0 or one too small for its residual (the smallest stddev "
+            f"{spread:.3g}, the largest residual {residual:.3g}; a scale below about 1e-154 "
+            "squares to 0). Rescale the targets and fit again (standardise them, "
+            "pyrouq.Standardizer), or give the model larger scales (e.g. a larger "
+            "Gaussian(min_scale=...) floor), then predict and calibrate again"
+        )
+    else:
+        cause = (
+            "the scores max(lo - y, y - hi) of the mixture's interval overflow float64: "
+            "rescale the targets (standardise them, pyrouq.Standardizer), then fit, predict "
+            "and calibrate again"
+        )
+    raise ValueError(
+        f"conformal(): expected finite {score!r} scores, but {count} of the {scores.shape[0]} "
+        f"calibration scores of output(s) {bad} are NaN or inf, which made the threshold "
+        f"{threshold[bad].tolist()}: {cause}."
+    )
+
+
 def _last_inside(centre: Tensor, spread: Tensor, threshold: Tensor) -> Tensor:
     """The largest float64 ``y`` whose score ``(y - centre) / spread``, computed in float64, is
     at most ``threshold``: the upper bound of an interval that holds a target exactly when

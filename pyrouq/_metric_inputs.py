@@ -11,6 +11,14 @@ from torch import Tensor
 from pyrouq._numbers import is_array_like
 from pyrouq.uncertainty import _check_probs
 
+WIDE_UNSIGNED: tuple[torch.dtype, ...] = tuple(
+    dtype
+    for dtype in (getattr(torch, name, None) for name in ("uint16", "uint32", "uint64"))
+    if isinstance(dtype, torch.dtype)
+)
+"""torch.uint16 / uint32 / uint64 (from torch 2.3): torch has no min() of them, nor a
+comparison with int64; torch 2.2, which pyrouq supports, has none of them."""
+
 
 def _float64(x: Tensor) -> Tensor:
     """``x`` as float64; MPS has no float64, so it moves to the CPU there."""
@@ -62,6 +70,12 @@ def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
             f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
             f"{tuple(targets.shape)}; {fix}."
         )
+    if targets.dtype in WIDE_UNSIGNED:  # torch's "min_all" not implemented for them
+        raise TypeError(
+            f"Expected int64 targets (class indices), got dtype {targets.dtype}, which torch "
+            "can neither take the minimum of nor compare with int64 predictions; convert them "
+            "with targets.long()."
+        )
     lo, hi = int(targets.min()), int(targets.max())
     if lo < 0 or hi >= c:
         raise ValueError(
@@ -110,7 +124,7 @@ def _check_scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor]:
                 f"{name}.abs() or {name}.real, whichever ranks your inputs."
             )
         # integer scores rank exactly as int64 (in float64, those above 2**53 would tie)
-        exact = not s.is_floating_point() and s.dtype != torch.uint64
+        exact = not s.is_floating_point() and s.dtype != getattr(torch, "uint64", None)
         s = s.to(torch.int64) if exact else _float64(s)
         if not bool(torch.isfinite(s).all()):
             raise ValueError(f"Expected finite {name}, got NaN or inf; check the scores.")

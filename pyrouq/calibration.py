@@ -33,6 +33,7 @@ from pyrouq._conformal_scores import (
     check_class_fields,
     check_count,
     check_not_shifted,
+    check_regression_threshold,
     check_thresholds,
 )
 from pyrouq._metric_inputs import _float64
@@ -545,8 +546,9 @@ def conformal(
         y = val_preds._targets(val_targets, "val_targets").double()
         a = _check_alpha(alpha, y.shape[0])
         scores = _regression_scores(val_preds, y, score, a)
-        n = y.shape[0]
-        return ConformalRegressor(score, a, _quantile(scores, a), n)  # type: ignore[arg-type]
+        thresholds = _quantile(scores, a)
+        check_regression_threshold(val_preds, y, scores, thresholds, score)
+        return ConformalRegressor(score, a, thresholds, y.shape[0])  # type: ignore[arg-type]
     preds = _class_preds(val_preds, "val_preds")
     score = "lac" if score is None else score
     if score not in ("lac", "aps", "raps"):

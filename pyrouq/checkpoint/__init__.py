@@ -53,6 +53,7 @@ from torch import nn
 
 from pyrouq._default_device import cpu_default
 from pyrouq._util import class_name, has_latent_sites, takes_labels
+from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
     COMPILED_CLASS,
     check_store_params,
@@ -71,7 +72,6 @@ from pyrouq.checkpoint._describe import (
     register_guide,
     share_out_member_norms,
     shared_member_norms,
-    untie_saved_apart,
     upgraded_state,
 )
 from pyrouq.checkpoint._file import (

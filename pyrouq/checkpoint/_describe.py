@@ -335,50 +335,6 @@ def share_out_member_norms(module: nn.Module, state: dict[str, Any]) -> None:
                 state[f"{prefix}norms.{member}.{key}"] = shared
 
 
-def saved_apart(module: nn.Module, state: Any) -> list[str]:
-    """The paths of the BatchEnsemble layers of ``module`` whose per-member biases are tied to
-    another layer's (one tensor under several names) but that ``state`` holds with other
-    values than the first name's (NaN entries at the same places count as equal): an ensemble
-    saved before a tied bias stayed tied (2026-12-06), whose layers trained their copies
-    apart."""
-    if not isinstance(state, dict):
-        return []
-    names: dict[int, list[str]] = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
-        names.setdefault(id(param), []).append(name)
-    apart = []
-    for tied in names.values():
-        first = state.get(tied[0])
-        for name in tied[1:]:
-            path, _, attr = name.rpartition(".")
-            value = state.get(name)
-            if attr != "bias" or not getattr(module.get_submodule(path), "_is_batchensemble", 0):
-                continue
-            if torch.is_tensor(first) and torch.is_tensor(value) and not _same(value, first):
-                apart.append(path)
-    return apart
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two saved tensors hold the same values, NaN at the same places as equal."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if not a.is_floating_point() and not a.is_complex():
-        return a.equal(b)
-    return a.isnan().equal(b.isnan()) and torch.where(a.isnan(), 0, a).equal(
-        torch.where(b.isnan(), 0, b)
-    )
-
-
-def untie_saved_apart(module: nn.Module, state: Any) -> None:
-    """Give each BatchEnsemble layer of ``module`` that :func:`saved_apart` finds a bias
-    tensor of its own (in place): such an ensemble comes back as saved."""
-    for path in saved_apart(module, state):
-        layer = module.get_submodule(path)
-        bias: Any = layer.bias
-        layer.bias = nn.Parameter(bias.detach().clone(), bias.requires_grad)
-
-
 def expected_class_name(expected: type | str) -> str:
     """The class name ``load(model_class=...)`` asks for (a class or its name)."""
     name = expected if isinstance(expected, str) else getattr(expected, "__name__", None)

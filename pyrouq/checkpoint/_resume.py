@@ -23,12 +23,12 @@ from pyrouq.checkpoint import (
     python_number,
     read,
 )
+from pyrouq.checkpoint._apart import member_norms_saved_apart, saved_apart
 from pyrouq.checkpoint._checks import COMPILED_CLASS, uncompiled
 from pyrouq.checkpoint._describe import (
     _GUIDES,
     ENSEMBLE_DOORS,
     FACTORS_BEFORE,
-    saved_apart,
     saved_config,
     shared_member_norms,
     upgraded_state,
@@ -149,6 +149,17 @@ def restore(
             "another layer's in the model but trained apart from it (an older pyrouq: a tied "
             "bias stays one since 2026-12-06), so its optimizer state does not fit this model. "
             "Resume with the model pyrouq.load() rebuilds from it, which keeps them apart: "
+            "fit(pyrouq.load(path).model, ..., resume_from=path) (load(path, module=net) for a "
+            "network of your own); nothing was loaded."
+        )
+    apart = member_norms_saved_apart(model, model_state)
+    if apart:
+        raise CheckpointError(
+            f"resume_from={where!r} was saved when the per-member norm parameters {apart} were "
+            "tied to another norm layer's in the model but trained apart from it (an older "
+            "pyrouq: a tie between two norm layers stays one within each member since "
+            "2026-12-06), so its optimizer state does not fit this model. Resume with the model "
+            "pyrouq.load() rebuilds from it, which keeps them apart: "
             "fit(pyrouq.load(path).model, ..., resume_from=path) (load(path, module=net) for a "
             "network of your own); nothing was loaded."
         )

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import Tensor
 
+from pyrouq._metric_inputs import WIDE_UNSIGNED
 from pyrouq.likelihoods._base import (
     Likelihood,
     along_inputs,
@@ -185,7 +186,7 @@ class Categorical(Likelihood):
                 f"labels of dtype {y.dtype}, expected an integer dtype (class indices: "
                 f"y.long(){regression})"
             )
-        if y.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch's "min_all" not
+        if y.dtype in WIDE_UNSIGNED:  # torch's "min_all" not
             return (  # implemented, or "Promotion ... not supported" when compared to guesses
                 f"labels of dtype {y.dtype}, which torch can neither take the minimum of nor "
                 "compare with int64 predictions, expected int64 class indices: pass y.long()"
@@ -234,7 +235,8 @@ class Categorical(Likelihood):
         except IndexError as err:  # torch's "Target 2 is out of bounds." named no range
             # read from the int64 copy: torch has no min() of uint16 / uint32 / uint64 labels
             problem = self.label_problem(target, outputs.shape[-1])
-            if y.dtype == torch.uint64 and bool((target < 0).any()):  # wrapped by .long()
+            wrapped = y.dtype == getattr(torch, "uint64", None)  # (torch >= 2.3) by .long()
+            if wrapped and bool((target < 0).any()):
                 problem = (
                     f"labels of dtype torch.uint64 of 2**63 or more, expected class indices "
                     f"in [0, {outputs.shape[-1] - 1}] for a model with {outputs.shape[-1]} "
