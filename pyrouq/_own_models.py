@@ -46,7 +46,9 @@ def room_for(model: Any, rows: int) -> Iterator[None]:
         model.num_data = num_data
 
 
-def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
+def check_logits(
+    owner: Any, out: Any, rows: int, recorded: bool, caller: str = "predict()"
+) -> None:
     """Refuse what a model of the user's own gave as the class logits of ``rows`` inputs
     (``recorded``: its ``"logits"`` site, else its return value) unless it is ``(rows, C)``:
     logits ``(C, B)`` or of a subsample of the inputs would be read as other inputs' without a
@@ -54,21 +56,22 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
     [0, 1], summing to 1: a ``Categorical(probs=p)`` model's ``p``), which the softmax would
     flatten. A value that cannot be logits (not a tensor, one dim) is a ``TypeError`` that
     names the way out for a binary classifier and a regression model; so does the refusal of
-    one logit a row, ``(rows, 1)`` (a Bernoulli classifier's, whose softmax is 1)."""
+    one logit a row, ``(rows, 1)`` (a Bernoulli classifier's, whose softmax is 1). Messages
+    name ``caller``."""
     if torch.is_tensor(out) and out.dim() == 2 and out.shape[0] == rows:
         if out.shape[1] == 1:
             where = "recorded a 'logits' site" if recorded else "returned logits"
             raise ValueError(
-                f"predict(): {name_of(owner)} {where} of shape ({rows}, 1): one class, "
-                "every probability would be 1; predict() needs class logits (B, C), C >= 2."
+                f"{caller}: {name_of(owner)} {where} of shape ({rows}, 1): one class, "
+                f"every probability would be 1; {caller} needs class logits (B, C), C >= 2."
                 f"{_ways_out('torch.cat([torch.zeros_like(l), l], -1)')}"
             )
         if are_probabilities(out):
             what = "recorded a 'logits' site of" if recorded else "returned"
             raise ValueError(
-                f"predict(): {name_of(owner)} {what} class probabilities, not logits: every "
+                f"{caller}: {name_of(owner)} {what} class probabilities, not logits: every "
                 f"row of its ({rows}, {out.shape[1]}) values is in [0, 1] and sums to 1. "
-                "predict() takes logits and applies the softmax, which would flatten them "
+                f"{caller} takes logits and applies the softmax, which would flatten them "
                 "towards uniform. Return or record the logits (with Categorical(probs=p), "
                 "pyro.deterministic('logits', p.log()))."
             )
@@ -81,7 +84,7 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
         if recorded:
             got = f"recorded a 'logits' site of {shown}"
         raise TypeError(
-            f"{name_of(owner)} {got}; predict() needs a model of your own to return class "
+            f"{name_of(owner)} {got}; {caller} needs a model of your own to return class "
             "logits (B, C) or record pyro.deterministic('logits', ...)."
             + _ways_out("torch.stack([torch.zeros_like(l), l], -1)")
         )
@@ -89,13 +92,13 @@ def check_logits(owner: Any, out: Any, rows: int, recorded: bool) -> None:
         why = f"{ONE_ROW_PER_INPUT}: plate 'data' with subsample_size=len(x))"
     else:
         why = (
-            "one run gives one draw, and predict() stacks the S runs itself (no leading "
+            f"one run gives one draw, and {caller} stacks the S runs itself (no leading "
             "dim of draws or particles, nor of size 1), one row of C logits per input "
             "(not one per position, as a sequence's (B, T, C))"
         )
     where = "recorded a 'logits' site" if recorded else "returned logits"
     raise ValueError(
-        f"predict(): {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
+        f"{caller}: {name_of(owner)} {where} of shape {tuple(out.shape)} on a batch of "
         f"{rows} inputs, expected class logits ({rows}, C): {why}. Return or record "
         "logits of shape (B, C)."
     )

@@ -103,11 +103,14 @@ def is_ensemble(model: nn.Module) -> bool:
     return isinstance(getattr(model, "num_members", None), int) and not has_latent_sites(model)
 
 
-def logits_of(model: Any, x: Tensor, owner: Any = None, warn: bool = True) -> Tensor:
+def logits_of(
+    model: Any, x: Tensor, owner: Any = None, warn: bool = True, caller: str = "predict()"
+) -> Tensor:
     """Run a Pyro model once and return its logits: its ``"logits"`` site when it records
     one, else its return value. ``owner``: the model ``model`` wraps (a ``poutine`` handler),
     whose name messages give and whose ``num_data`` makes room for ``x``. With ``warn``, a
-    warning where they are not the logits its ``"obs"`` is drawn from (a runner's first)."""
+    warning where they are not the logits its ``"obs"`` is drawn from (a runner's first).
+    Messages name ``caller``."""
     owner = model if owner is None else owner
     with own_models.room_for(owner, x.shape[0]):
         try:
@@ -123,9 +126,9 @@ def logits_of(model: Any, x: Tensor, owner: Any = None, warn: bool = True) -> Te
             ) from err
     recorded = "logits" in trace.nodes
     out = trace.nodes["logits" if recorded else "_RETURN"]["value"]
-    own_models.check_logits(owner, out, x.shape[0], recorded)
+    own_models.check_logits(owner, out, x.shape[0], recorded, caller)
     if warn:  # (not every draw's: once per predict() call)
-        check_likelihood_logits(own_models.name_of(owner), trace, out)
+        check_likelihood_logits(own_models.name_of(owner), trace, out, caller)
     return out
 
 
@@ -398,15 +401,17 @@ def runs_own_forward(model: Any) -> bool:
     return isinstance(model, BayesianNetwork) and own_forward(model)
 
 
-def own_forward_outputs(model: Any, x: Tensor, data: dict[str, Tensor], warn: bool) -> Tensor:
+def own_forward_outputs(
+    model: Any, x: Tensor, data: dict[str, Tensor], warn: bool, caller: str = "predict()"
+) -> Tensor:
     """The outputs of ``model``'s own ``forward`` (:func:`runs_own_forward`; torch.compile's
     wrapper taken off) run on ``x`` conditioned on one draw ``data``: its class logits
-    (:func:`logits_of`, checked, with ``warn`` as it takes it) for a ``Categorical``
-    likelihood, else a regression's outputs, as its likelihood records them."""
+    (:func:`logits_of`, checked, with ``warn`` and ``caller`` as it takes them) for a
+    ``Categorical`` likelihood, else a regression's outputs, as its likelihood records them."""
     model = compiled_module(model)
     conditioned = poutine.condition(model, data=data)
     if isinstance(likelihood_of(model), Categorical):
-        return logits_of(conditioned, x, model, warn)
+        return logits_of(conditioned, x, model, warn, caller)
     return _recorded_outputs(conditioned, x, model)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,7 +55,9 @@ from pyrouq.diagnostics._common import (
 )
 from pyrouq.diagnostics._export_pyro import _export_pyro
 from pyrouq.diagnostics._own_forward import (
+    ObservedDensity,
     conditioned_sites,
+    draw_stream,
     exported_sites,
     forward_outputs,
     own_forward,
@@ -137,11 +140,12 @@ def to_inference_data(
         its network runs with each draw's weights; a ``BayesianNetwork`` with a ``forward``
         of its own, a subclass's, runs that forward conditioned on each draw, as
         :func:`pyrouq.predict` does, and the sites it samples beside the weights, a
-        temperature, are latent sites like them), a BatchEnsemble (``guide=None``), or any
-        Pyro model ``model(x, y)`` whose observed site ``"obs"`` lies, unmasked, in a plate
-        over the N points (its pointwise ``log_prob`` is ``(N,)``) and whose latent variables
-        are global;
-        such a model is run on all of ``x`` once per draw. Or an :class:`pyrouq.MCMCResult`
+        temperature, are latent sites like them; its log-likelihood is the density of the
+        ``"obs"`` it draws, with a warning where that is not its likelihood's), a
+        BatchEnsemble (``guide=None``), or any Pyro model ``model(x, y)`` whose observed
+        site ``"obs"`` lies, unmasked, in a plate over the N points (its pointwise
+        ``log_prob`` is ``(N,)``) and whose latent variables are global; such a model is
+        run on all of ``x`` once per draw. Or an :class:`pyrouq.MCMCResult`
         (``guide`` left None): its chains become the posterior's ``chain`` dim, its sampler
         statistics the ``sample_stats`` group, and the predictive groups are computed on the
         data the chains ran on (on ``x`` and ``y`` where given).
@@ -488,6 +492,7 @@ def _export_weights(
     its own forward conditioned on the draw (:func:`own_forward`)."""
     out = _Draws(num_samples)
     forward, sites = own_forward(model), []  # (a subclass's forward: its sites)
+    observed = ObservedDensity(forward)
     # draws of another dtype (an MCMC run's float32 for a float16 model) run in the model's,
     # as in predict(); the posterior group keeps them as they came
     dtype = module_dtype(model) or (x.dtype if x.is_floating_point() else None)
@@ -504,26 +509,32 @@ def _export_weights(
                 out.put(_LATENT + name, s, weights[name])
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
-            for index, cols in enumerate(_batches(n, batch_size)):
-                try:
-                    if forward is None:
-                        logits = model.outputs(x[cols], weights)
-                    else:
-                        drawn = {site: weights[site] for site in sites}
-                        logits = forward_outputs(forward, x[cols], drawn, s == 0 and index == 0)
-                except (ValueError, RuntimeError) as err:  # torch's words, as predict() restates
+            with draw_stream(x.device, forward):  # (its batches take the stream in turn)
+                for index, cols in enumerate(_batches(n, batch_size)):
+                    obs = None  # (the own forward's "obs" site: the density it observes)
+                    try:
+                        if forward is None:
+                            logits = model.outputs(x[cols], weights)
+                        else:
+                            drawn = {site: weights[site] for site in sites}
+                            first = s == 0 and index == 0
+                            logits, obs = forward_outputs(forward, x[cols], drawn, first)
+                    except (ValueError, RuntimeError) as err:  # torch's words, as predict()'s
+                        fn = "to_inference_data()"
+                        alone = alone_in_its_batch(err, x[cols], index, x, batch_size, fn, "export")
+                        if alone:  # a BatchNorm without running statistics, on one input
+                            raise ValueError(alone) from err
+                        if s == 0 and isinstance(err, RuntimeError):  # a shape
+                            _explain_inputs(err, model, x, fn)
+                        raise
+                    per = num_samples // chains if chains else 0
+                    where = f"chain {s // per}, draw {s % per}" if per else f"guide draw {s}"
                     fn = "to_inference_data()"
-                    alone = alone_in_its_batch(err, x[cols], index, x, batch_size, fn, "export")
-                    if alone:  # a BatchNorm without running statistics, on one input
-                        raise ValueError(alone) from err
-                    if s == 0 and isinstance(err, RuntimeError):  # a shape
-                        _explain_inputs(err, model, x, fn)
-                    raise
-                per = num_samples // chains if chains else 0
-                where = f"chain {s // per}, draw {s % per}" if per else f"guide draw {s}"
-                _check_outputs(logits, f"at {where}", cols, "to_inference_data()", model.likelihood)
-                mixture = getattr(model, "num_members", None) is not None  # rank-1
-                _store_logits(out, s, cols, logits, y, n, model.likelihood, own or None, mixture)
+                    _check_outputs(logits, f"at {where}", cols, fn, model.likelihood)
+                    mixture = getattr(model, "num_members", None) is not None  # rank-1
+                    at = None if obs is None else partial(observed, obs, cols)
+                    likelihood = model.likelihood
+                    _store_logits(out, s, cols, logits, y, n, likelihood, own or None, mixture, at)
     _sample_obs(out, y)
     return out
 

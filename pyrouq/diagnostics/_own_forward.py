@@ -7,15 +7,28 @@ of the export like the weights."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import torch
+from pyro import poutine
 from torch import Tensor
 
+from pyrouq._own_likelihood import _close
 from pyrouq._own_models import fitting_draws, traced_latent_sites
 from pyrouq._runners import compiled_module, own_forward_outputs, runs_own_forward
-from pyrouq._util import rng_state, set_rng_state
+from pyrouq._util import (
+    class_name,
+    innermost_distribution,
+    rng_state,
+    set_rng_state,
+    warn_caller,
+)
 from pyrouq.diagnostics._common import _prepared
 from pyrouq.likelihoods import Categorical, likelihood_of
+
+_CALLER = "to_inference_data()"
 
 
 def own_forward(model: Any) -> Any | None:
@@ -56,12 +69,80 @@ def conditioned_sites(
     return list(fitting_draws(own, drawn, x, caller, source, _classes(own)))
 
 
-def forward_outputs(own: Any, x: Tensor, weights: dict[str, Tensor], warn: bool) -> Tensor:
+def forward_outputs(
+    own: Any, x: Tensor, weights: dict[str, Tensor], warn: bool
+) -> tuple[Tensor, Any]:
     """The outputs of ``own``'s forward run on ``x`` under the draw ``weights``
-    (:func:`~pyrouq._runners.own_forward_outputs`), the random state kept: what it samples
-    without targets (``"obs"``) does not move the export's next draws."""
-    state = rng_state(x.device)
+    (:func:`~pyrouq._runners.own_forward_outputs`), and the ``"obs"`` site it samples (its
+    distribution: :class:`ObservedDensity`), or None. What it samples moves the random state:
+    the export runs a draw's batches within :func:`draw_stream`."""
+    with poutine.trace() as tracer:
+        outputs = own_forward_outputs(own, x, weights, warn, _CALLER)
+    site = tracer.trace.nodes.get("obs")
+    return outputs, site if site is not None and site["type"] == "sample" else None
+
+
+@contextlib.contextmanager
+def draw_stream(device: torch.device, forward: Any) -> Iterator[None]:
+    """The random state put back after the batches of one draw run by the own ``forward``
+    (none for a network run alone): what the forward samples without targets (``"obs"``, a
+    local site drawn per input) takes the stream's next values batch after batch, as predict()
+    draws them, and does not move the export's next draws (a model's export is as before)."""
+    if forward is None:
+        yield
+        return
+    state = rng_state(device)
     try:
-        return own_forward_outputs(own, x, weights, warn)
+        yield
     finally:
-        set_rng_state(x.device, state)
+        set_rng_state(device, state)
+
+
+class ObservedDensity:
+    """The pointwise log-likelihood of a model whose own forward samples ``"obs"``: the
+    density of that site's distribution at the targets (its scale, the forward's N/B, left
+    out: ``log p(y_i | w)``, as the likelihood's), where its likelihood's differs (a forward
+    observing ``Normal(out, 3.0)`` beside ``Gaussian(0.5)``), with a warning the first time;
+    the likelihood's, to float64 precision, where the two agree or the site's density is not
+    one per input."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.warned = False
+
+    def __call__(
+        self, site: dict[str, Any], cols: slice, target: Tensor, log_lik: Tensor
+    ) -> Tensor:
+        value = site["value"]
+        if not torch.is_tensor(value) or value.numel() != target.numel():
+            return log_lik
+        target = target.reshape(value.shape).to(value.device)
+        if value.is_floating_point():
+            target = target.to(value.dtype)
+        try:
+            own = site["fn"].log_prob(target).detach()
+        except (ValueError, RuntimeError):  # (a target outside its support, a shape)
+            return log_lik
+        if own.shape != log_lik.shape or _close(own, log_lik):
+            return log_lik
+        if not self.warned:
+            self.warned = True
+            self._warn(site, cols, own, log_lik)
+        return own.to(log_lik)
+
+    def _warn(self, site: dict[str, Any], cols: slice, own: Tensor, log_lik: Tensor) -> None:
+        own, log_lik = own.double(), log_lik.double()
+        gap = (own - log_lik).abs().masked_fill(own == log_lik, 0).nan_to_num(float("inf"))
+        i = int(gap.argmax())
+        likelihood = likelihood_of(self.model)
+        warn_caller(
+            f"{_CALLER}: {class_name(self.model)}'s forward draws 'obs' from "
+            f"{type(innermost_distribution(site['fn'])).__name__}, whose log-density at the "
+            f"targets differs from that of its likelihood {likelihood!r} (the largest gap at "
+            f"input {(cols.start or 0) + i}: {float(own[i]):.4g} vs {float(log_lik[i]):.4g}). "
+            "log_likelihood is that of 'obs', the density the model observes its targets "
+            "with; posterior_predictive (probs, or loc and scale, and obs) is its "
+            "likelihood's. Give the network the likelihood its forward observes (or observe "
+            "through self.likelihood.observe(...)); if the difference is meant, filter this "
+            "warning."
+        )

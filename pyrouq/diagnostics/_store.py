@@ -3,6 +3,8 @@ filled draw by draw, and the ``obs`` drawn from them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -58,6 +60,7 @@ def _store_logits(
     likelihood: Likelihood,
     latent: dict[str, Tensor] | None = None,
     mixture: bool = False,
+    density: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> None:
     """Store the predictions and the pointwise log-likelihood ``(S, N)`` of outputs ``(B, D)``
     (draw ``draws``) or ``(S, B, D)`` (every member, ``draws=slice(None)``) on the points
@@ -66,7 +69,9 @@ def _store_logits(
     Gaussian. With ``mixture`` the outputs ``(M, B, D)`` are a rank-1 draw's members, stored
     as their equally weighted mixture (its probabilities; for a Gaussian its mean, standard
     deviation and density, the members' own Normals kept to draw ``obs`` from). Predictions
-    are stored in float32, or in float64 for a float64 model (:func:`_stored_dtype`)."""
+    are stored in float32, or in float64 for a float64 model (:func:`_stored_dtype`).
+    ``density``: given the targets and the likelihood's log-likelihood, the one stored (that
+    of a forward's own ``"obs"``: :class:`~pyrouq.diagnostics._own_forward.ObservedDensity`)."""
     stored = _stored_dtype(logits)
     outputs = logits.double()
     if isinstance(likelihood, Categorical):
@@ -104,6 +109,8 @@ def _store_logits(
             log_lik = torch.logsumexp(log_lik, dim=0) - np.log(outputs.shape[0])
         out.values["loc"][draws, cols] = loc.to(stored).cpu()
         out.values["scale"][draws, cols] = scale.to(stored).cpu()
+    if density is not None:
+        log_lik = density(target, log_lik)
     out.values["log_lik"][draws, cols] = log_lik.cpu()
 
 
