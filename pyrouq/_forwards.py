@@ -2,13 +2,16 @@
 the instance): fit() then traces it, predict(), mcmc() and the export run it under each draw.
 A forward set on the instance that is only the built-in one wrapped (``m.forward =
 torch.compile(m.forward)``, an argument-free ``functools.partial``) is not the user's own: the
-network takes the built-in routes, as without it."""
+network takes the built-in routes, as without it. :func:`forward_module` says which module's
+forward predict() and the export run, refusing an ensemble's own."""
 
 from __future__ import annotations
 
 import functools
 import types
 from typing import Any
+
+from torch import nn
 
 
 def _unwrapped(forward: Any, model: Any) -> Any:
@@ -47,4 +50,45 @@ def own_forward(model: Any) -> bool:
     forward = _unwrapped(vars(model)["forward"], model)
     return getattr(forward, "__self__", None) is not model or (
         getattr(forward, "__func__", None) is not built_in
+    )
+
+
+def compiled_module(model: Any) -> Any:
+    """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model``."""
+    while isinstance(getattr(model, "_orig_mod", None), nn.Module):
+        model = model._orig_mod
+    return model
+
+
+def forward_module(model: Any, caller: str) -> Any | None:
+    """The module whose own ``forward`` ``caller`` (predict(), the export) runs under each
+    draw: a :class:`~pyrouq.BayesianNetwork` of one network whose forward is the user's own
+    (:func:`own_forward`; torch.compile's wrapper taken off), or None for a model whose
+    predictions are its network's outputs alone (``outputs()``: the built-in forward, a Pyro
+    model of the user's own, a BatchEnsemble or a rank-1 network of pyrouq's).
+
+    Raises
+    ------
+    ValueError
+        For a BatchEnsemble or rank-1 network with a forward of its own: its predictions are
+        each member's outputs (``outputs()``), which would leave out what that forward adds
+        (fit() traces it), and its outputs cannot be read per member.
+    """
+    from pyrouq.convert import BayesianNetwork
+
+    module = compiled_module(model)
+    if not own_forward(module):
+        return None
+    if isinstance(module, BayesianNetwork) and module.num_members is None:
+        return module
+    kind = "a rank-1 network" if isinstance(module, BayesianNetwork) else "a BatchEnsemble"
+    convert = "rank1(net, M)" if isinstance(module, BayesianNetwork) else "batchensemble(net, M)"
+    raise ValueError(
+        f"{caller} got {kind} ({module._get_name()}) with a forward of its own (its class's or "
+        f"one set on the instance). Its predictions are its members' outputs, which {caller} "
+        "reads off the network (outputs()): a forward of its own returns one tensor for all "
+        "members, and what it adds (a transform of the inputs, a site it samples) cannot be "
+        "split per member, so they would leave out what fit() trained with. Put what the "
+        f"forward adds into the network: a module wrapping net that does it, converted with "
+        f"{convert}, the built-in forward kept."
     )

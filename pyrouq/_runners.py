@@ -16,7 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq import _own_models as own_models
-from pyrouq._forwards import own_forward
+from pyrouq._forwards import compiled_module, forward_module
 from pyrouq._guide_draws import draw_guide, sampled_directly, takes_inputs_alone
 from pyrouq._own_likelihood import check_likelihood_logits
 from pyrouq._param_store import take_store_values
@@ -216,6 +216,7 @@ def _probabilities_refused(model: Any) -> Callable[[Tensor], None]:
 
 
 def ensemble_runner(model: nn.Module):
+    forward_module(model, "predict()")  # (a forward of its own is refused)
     outputs = getattr(model, "outputs", None)
     refuse = _probabilities_refused(model)
 
@@ -320,11 +321,11 @@ def bayesian_runner(
     direct = getattr(model, "outputs", None) if has_latent_sites(model) else None
     # a rank-1 BatchEnsemble (M = 1 included): each draw runs its M members, draw-major
     ensemble = direct is not None and getattr(model, "num_members", None) is not None
-    own_forward = not ensemble and runs_own_forward(model)
-    if own_forward:  # its forward, conditioned on each draw, with every site it samples
-        direct = None  # (a temperature), as Pyro's Predictive runs it; torch.compile's
-        model = compiled_module(model)  # module (outputs() ran uncompiled too)
-    classes = not own_forward or isinstance(likelihood_of(model), Categorical)
+    forward = forward_module(model, "predict()")  # (an ensemble's own forward: refused)
+    if forward is not None:  # its forward, conditioned on each draw, with every site it
+        direct = None  # samples (a temperature), as Pyro's Predictive runs it; torch.compile's
+        model = forward  # module (outputs() ran uncompiled too)
+    classes = forward is None or isinstance(likelihood_of(model), Categorical)
     members: int = model.num_members if ensemble else 1
     refuse = _probabilities_refused(model)
     first = _first_run()
@@ -332,7 +333,7 @@ def bayesian_runner(
     def logits(x: Tensor, data: dict[str, Tensor]) -> Tensor:
         if direct is not None:
             return direct(x, data)  # type: ignore[no-any-return]
-        if own_forward:
+        if forward is not None:
             return own_forward_outputs(model, x, data, first(x))
         return logits_of(poutine.condition(model, data=data), x, model, first(x))
 
@@ -388,24 +389,11 @@ def bayesian_runner(
     return run
 
 
-def runs_own_forward(model: Any) -> bool:
-    """Whether ``model`` is a :class:`~pyrouq.BayesianNetwork` (perhaps compiled) whose
-    ``forward`` is the user's own (a subclass's, or one set on the instance that is not the
-    built-in one compiled: :func:`~pyrouq._forwards.own_forward`): predict() then
-    runs that forward under each draw, as fit() traces it, not the network alone
-    (:meth:`outputs`), which would leave out what it adds (a site it samples beside the
-    weights, a temperature)."""
-    from pyrouq.convert import BayesianNetwork
-
-    model = compiled_module(model)
-    return isinstance(model, BayesianNetwork) and own_forward(model)
-
-
 def own_forward_outputs(
     model: Any, x: Tensor, data: dict[str, Tensor], warn: bool, caller: str = "predict()"
 ) -> Tensor:
-    """The outputs of ``model``'s own ``forward`` (:func:`runs_own_forward`; torch.compile's
-    wrapper taken off) run on ``x`` conditioned on one draw ``data``: its class logits
+    """The outputs of ``model``'s own ``forward`` (:func:`~pyrouq._forwards.forward_module`;
+    torch.compile's wrapper taken off) run on ``x`` conditioned on one draw ``data``: its logits
     (:func:`logits_of`, checked, with ``warn`` and ``caller`` as it takes them) for a
     ``Categorical`` likelihood, else a regression's outputs, as its likelihood records them."""
     model = compiled_module(model)
@@ -413,13 +401,6 @@ def own_forward_outputs(
     if isinstance(likelihood_of(model), Categorical):
         return logits_of(conditioned, x, model, warn, caller)
     return _recorded_outputs(conditioned, x, model)
-
-
-def compiled_module(model: Any) -> Any:
-    """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model``."""
-    while isinstance(getattr(model, "_orig_mod", None), nn.Module):
-        model = model._orig_mod
-    return model
 
 
 def _recorded_outputs(conditioned: Any, x: Tensor, model: Any) -> Tensor:

@@ -221,8 +221,9 @@ def predict(
         ``"logits"`` of shape ``(B, C)`` (those its ``"obs"`` is drawn from, when it draws it
         from a ``Categorical``: other ones, a regression's outputs, are refused), or a plain
         ``nn.Module`` returning logits ``(B, C)``. A ``BayesianNetwork`` with a ``forward`` of
-        its own (a subclass's) runs it under each draw, as ``Predictive`` does: the draws must
-        give every site it samples (a temperature), and ``parallel`` stacks none of them.
+        its own (its class's or the instance's) runs it under each draw, as ``Predictive``: the
+        draws give every site it samples (a temperature), ``parallel`` stacks none of them; a
+        BatchEnsemble's or rank-1 network's own ``forward`` is refused (not run per member).
         It runs in eval mode (dropout off: no MC dropout; BatchNorm's running statistics, or
         for one built with ``track_running_stats=False`` each batch's own, as in torch: a
         batch of one input is then refused) and is left in the mode it came in.

@@ -58,9 +58,9 @@ from pyrouq.diagnostics._own_forward import (
     ObservedDensity,
     conditioned_sites,
     draw_stream,
+    exported_forward,
     exported_sites,
     forward_outputs,
-    own_forward,
 )
 from pyrouq.diagnostics._own_model import refuse_own_model
 from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logits
@@ -489,9 +489,9 @@ def _export_weights(
 ) -> _Draws:
     """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws (guide
     draws, or the draws of ``chains`` MCMC chains, chain after chain): its network alone, or
-    its own forward conditioned on the draw (:func:`own_forward`)."""
+    its own forward conditioned on the draw (:func:`exported_forward`)."""
     out = _Draws(num_samples)
-    forward, sites = own_forward(model), []  # (a subclass's forward: its sites)
+    forward, sites = exported_forward(model), []  # (a subclass's forward: its sites)
     observed = ObservedDensity(forward)
     # draws of another dtype (an MCMC run's float32 for a float16 model) run in the model's,
     # as in predict(); the posterior group keeps them as they came
@@ -540,7 +540,8 @@ def _export_weights(
 
 
 def _export_ensemble(model: Any, x: Tensor, y: Tensor, n: int, batch_size: int) -> _Draws:
-    """A BatchEnsemble: the M members are the draws."""
+    """A BatchEnsemble: the M members are the draws (a forward of its own is refused)."""
+    exported_forward(model)
     out = _Draws(int(model.num_members))
     with _prepared(model, n), pyro.validation_enabled(False):
         for cols in _batches(n, batch_size):

@@ -1,5 +1,5 @@
 """``to_inference_data`` on a :class:`~pyrouq.BayesianNetwork` whose ``forward`` is its own (a
-subclass's, or one set on the instance: :func:`~pyrouq._forwards.own_forward`; the model
+subclass's, or one set on the instance: :func:`~pyrouq._forwards.forward_module`; the model
 compiled or not): that forward runs under each draw, as
 :func:`pyrouq.predict` runs it (and Pyro's ``Predictive``), not the network alone
 (``outputs()``), and the sites it samples beside the weights (a temperature) are latent sites
@@ -15,9 +15,10 @@ import torch
 from pyro import poutine
 from torch import Tensor
 
+from pyrouq._forwards import forward_module
 from pyrouq._own_likelihood import _close
 from pyrouq._own_models import fitting_draws, traced_latent_sites
-from pyrouq._runners import compiled_module, own_forward_outputs, runs_own_forward
+from pyrouq._runners import own_forward_outputs
 from pyrouq._util import (
     class_name,
     innermost_distribution,
@@ -31,14 +32,11 @@ from pyrouq.likelihoods import Categorical, likelihood_of
 _CALLER = "to_inference_data()"
 
 
-def own_forward(model: Any) -> Any | None:
-    """The module whose own ``forward`` the export runs under each draw (torch.compile's
-    wrapper taken off), or None for a network run alone with each draw (``outputs()``): one
-    whose ``forward`` is the built-in one, and a rank-1 network, whose draws run their members
-    (as in predict())."""
-    if getattr(model, "num_members", None) is not None or not runs_own_forward(model):
-        return None
-    return compiled_module(model)
+def exported_forward(model: Any) -> Any | None:
+    """The module whose own ``forward`` the export runs under each draw
+    (:func:`~pyrouq._forwards.forward_module`), or None for a network run alone with each draw
+    (``outputs()``); a BatchEnsemble or rank-1 network with a forward of its own is refused."""
+    return forward_module(model, _CALLER)
 
 
 def _classes(model: Any) -> bool:
@@ -47,11 +45,11 @@ def _classes(model: Any) -> bool:
 
 def exported_sites(model: Any, x: Tensor, n: int) -> list[str]:
     """The latent sites of ``model``: :meth:`latent_sites`, then, for a model whose own forward
-    runs (:func:`own_forward`), the sites that forward samples beside them (a temperature), as
+    runs (:func:`exported_forward`), the sites that forward samples beside them (a temperature), as
     a trace of it on the first inputs of ``x`` finds them (in eval mode, with ``num_data`` ``n``,
     the random state kept)."""
     names = list(model.latent_sites())
-    own = own_forward(model)
+    own = exported_forward(model)
     if own is None:
         return names
     with _prepared(own, n):
