@@ -124,7 +124,16 @@ def check_regression_threshold(
     preds: GaussianPredictions, y: Tensor, scores: Tensor, threshold: Tensor, score: str
 ) -> None:
     """Refuse thresholds ``(D,)`` that ``scores`` ``(n, D)`` made NaN or infinite: scores that
-    overflowed float64 (the predictor would refuse them with a note on alpha, not the cause)."""
+    overflowed float64 (the predictor would refuse them with a note on alpha, not the cause),
+    and "abs" scores of an infinite stddev (0, whatever the residual: NaN intervals)."""
+    if score == "abs" and not bool((stddev := preds.double().stddev).isfinite().all()):
+        raise ValueError(
+            f"conformal(): expected finite predictive stddevs for the 'abs' scores |y - mean| / "
+            f"stddev, but {int((~stddev.isfinite()).sum())} of {stddev.numel()} are inf (the "
+            "mixture's variance, computed in float64, overflows: means or scales past about "
+            "1e154). Rescale the targets and fit again (standardise them, pyrouq.Standardizer), "
+            "then predict and calibrate again."
+        )
     if bool(threshold.isfinite().all()):
         return
     bad = (~threshold.isfinite()).nonzero()[:, 0].tolist()

@@ -32,10 +32,9 @@ def cpu_default() -> contextlib.AbstractContextManager[Any]:
 
 
 def _default_device() -> torch.device:
-    """torch's default device: ``torch.get_default_device()`` (torch >= 2.3), else where a new
-    tensor lands (torch 2.2)."""
-    getter = getattr(torch, "get_default_device", None)
-    return getter() if getter is not None else torch.empty(0).device
+    """torch's default device, as where a new tensor lands: ``torch.get_default_device()``
+    (torch >= 2.3) sees a ``with torch.device(...)`` block only from torch 2.8 on."""
+    return torch.empty(0).device
 
 
 def under_cpu_default(fn: _F) -> _F:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
-from pyrouq._default_device import cpu_default
+from pyrouq._default_device import under_cpu_default
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch
 from pyrouq._predict_batches import batches as _batches
@@ -195,6 +195,7 @@ def _to(part: Any, device: torch.device | None) -> Any:
 
 
 @torch.no_grad()
+@under_cpu_default
 def predict(
     model: nn.Module | Any,
     x: Tensor | Iterable,
@@ -267,9 +268,8 @@ def predict(
         *shape)}`` (tensors or numpy arrays) with one S for every latent site
         (``pyro.infer.Predictive``'s output too: its other sites are left out, its padding of
         a site's draws to the model's plates, ``(S, 1, *shape)``, dropped). S is then their
-        number (leave ``guide`` and ``num_samples`` out). Floating draws (arviz's and numpy's
-        are float64) are taken in the dtype of the model's parameters, or of the inputs for a
-        model without any.
+        number (leave ``guide`` and ``num_samples`` out). Floating draws (arviz's, numpy's float64)
+        take the dtype of the model's parameters (of the inputs for a model without any).
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
@@ -373,7 +373,7 @@ def predict(
     bar = None
     torch.clear_autocast_cache()  # an autocast around predict() caches casts of old weights
     try:
-        with pyro.validation_enabled(False), _engine.reuse_freed_memory(device), cpu_default():
+        with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
             if posterior_samples is not None or guide is not None:
                 check_drawable(

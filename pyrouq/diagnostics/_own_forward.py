@@ -8,6 +8,7 @@ of the export like the weights."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,18 +83,33 @@ def forward_outputs(
 
 @contextlib.contextmanager
 def draw_stream(device: torch.device, forward: Any) -> Iterator[None]:
-    """The random state put back after the batches of one draw run by the own ``forward``
-    (none for a network run alone): what the forward samples without targets (``"obs"``, a
-    local site drawn per input) takes the stream's next values batch after batch, as predict()
-    draws them, and does not move the export's next draws (a model's export is as before)."""
+    """The batches of one draw run by the own ``forward`` (none for a network run alone) on a
+    stream of their own, seeded from the export's random state at that draw, which is put back
+    after them: what the forward samples without targets (``"obs"``, a local site drawn per
+    input) takes new values batch after batch and draw after draw, apart from the numbers the
+    guide's next draw takes, and the export's next draws are as they would be without it."""
     if forward is None:
         yield
         return
     state = rng_state(device)
     try:
+        _reseed(device, state[0])
         yield
     finally:
         set_rng_state(device, state)
+
+
+def _reseed(device: torch.device, cpu_state: Tensor) -> None:
+    """torch's CPU generator, and ``device``'s on an accelerator, seeded from ``cpu_state``
+    (a digest of it: each draw's state differs, the guide's draws having moved it)."""
+    digest = hashlib.blake2b(cpu_state.numpy().tobytes(), digest_size=8).digest()
+    seed = int.from_bytes(digest, "little") >> 1  # (a non-negative int64)
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)
+    elif device.type == "mps":
+        torch.mps.manual_seed(seed)
 
 
 class ObservedDensity:
@@ -102,7 +118,8 @@ class ObservedDensity:
     out: ``log p(y_i | w)``, as the likelihood's), where its likelihood's differs (a forward
     observing ``Normal(out, 3.0)`` beside ``Gaussian(0.5)``), with a warning the first time;
     the likelihood's, to float64 precision, where the two agree or the site's density is not
-    one per input."""
+    one per input. A point masked out (``poutine.mask``, or the distribution's ``.mask()``)
+    scores 0; outputs in a plate of their own are summed, as an event's are."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -119,8 +136,15 @@ class ObservedDensity:
             target = target.to(value.dtype)
         try:
             own = site["fn"].log_prob(target).detach()
+            if site.get("mask") is not None:  # (poutine.mask's: a masked point scores 0, as
+                keep = torch.broadcast_to(
+                    torch.as_tensor(site["mask"], device=own.device), own.shape
+                )
+                own = own.masked_fill(~keep, 0.0)  # under a .mask() of its distribution)
         except (ValueError, RuntimeError):  # (a target outside its support, a shape)
             return log_lik
+        if own.dim() > log_lik.dim() and own.shape[: log_lik.dim()] == log_lik.shape:
+            own = own.flatten(log_lik.dim()).sum(-1)  # outputs in a plate of their own
         if own.shape != log_lik.shape or _close(own, log_lik):
             return log_lik
         if not self.warned:

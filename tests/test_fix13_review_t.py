@@ -1,0 +1,147 @@
+"""Review of the latest fixes: the CPU default is entered where torch's get_default_device()
+misses a ``with torch.device(...)`` block (torch 2.3-2.7) and around predict()'s batchnorm
+data; an own forward's local site in the export draws apart from the guide's next draw; its
+obs density honours a mask and outputs in a plate of their own; conformal() refuses 'abs'
+scores of an infinite stddev."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from _toy import tiny_mlp, toy_data
+from torch import nn
+
+import pyrouq
+from pyrouq import ArrayLoader, GaussianPredictions, fit, mean_field_guide, to_inference_data
+from pyrouq.calibration import conformal
+from pyrouq.models import BayesianMLP
+
+
+def test_a_device_block_that_get_default_device_misses_still_takes_the_cpu_default(
+    monkeypatch,
+):
+    x, y = toy_data(24)
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    # (torch 2.3-2.7: get_default_device() reads set_default_device's setting alone)
+    monkeypatch.setattr(torch, "get_default_device", lambda: torch.device("cpu"))
+    with torch.device("meta"):
+        result = fit(model, guide, ArrayLoader(x, y, batch_size=8, seed=0), epochs=1,
+                     progress=False)  # fmt: skip
+    assert result.steps == 3
+
+
+def test_predict_reads_its_batchnorm_data_under_the_cpu_default():
+    x, y = toy_data(24)
+    net = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    model = pyrouq.bayesian(net)
+    guide = mean_field_guide(model)
+    fit(model, guide, [(x, y)], epochs=1, num_data=24, progress=False)
+    data = ArrayLoader(x, y, batch_size=8, shuffle=True, seed=0)
+    want = pyrouq.predict(model, x, guide, num_samples=2, batchnorm_data=data, seed=0).probs
+    data = ArrayLoader(x, y, batch_size=8, shuffle=True, seed=0)  # (shuffled as the first)
+    torch.set_default_device("meta")
+    try:
+        got = pyrouq.predict(model, x, guide, num_samples=2, batchnorm_data=data, seed=0).probs
+    finally:
+        torch.set_default_device(None)
+    assert torch.equal(got, want)
+
+
+class _Noisy(BayesianMLP):
+    """Logits [0, eps]: a local site drawn per input (the weights sampled, then left out)."""
+
+    def forward(self, x, y=None):
+        for site, prior in self.priors().items():
+            pyro.sample(site, prior)
+        with pyro.plate("data", x.shape[0]):
+            eps = pyro.sample("eps", dist.Normal(0.0, 1.0))
+            logits = torch.stack([torch.zeros_like(eps), eps], -1)
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_a_local_site_of_the_forward_draws_apart_from_the_guides_next_draw():
+    """The random state put back after draw s gave draw s + 1's guide the very normals draw
+    s's eps had taken (equal to 3e-6)."""
+    x, y = toy_data(13)
+    model = _Noisy(in_features=3, hidden_features=4, out_features=2, num_data=13)
+    guide = mean_field_guide(model)
+    idata = to_inference_data(model, guide, x, y, 3, batch_size=13, seed=0)
+    probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0, :, :, 1]).double()
+    eps = torch.log(probs / (1 - probs))  # (3, 13): the logit of class 1
+    loc = guide.site_loc("fc1.weight").detach()
+    scale = guide.site_scale("fc1.weight").detach()
+    weights = torch.from_numpy(idata.posterior["fc1.weight"].values[0]).float()  # (3, 4, 3)
+    normals = ((weights - loc) / scale).flatten(1).double()  # (3, 12)
+    for s in range(2):
+        gap = (eps[s, :12] - normals[s + 1]).abs().max()
+        assert gap > 1e-2, (s, gap)
+
+
+class _MaskedObs(pyrouq.BayesianNetwork):
+    """A regression whose forward masks 'obs' at x[:, 0] <= 0, by poutine.mask or by the
+    distribution's .mask(), observing Normal(out, 3.0) beside Gaussian(0.5)."""
+
+    how = "poutine"
+
+    def forward(self, x, y=None):
+        weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
+        out = self.outputs(x, weights)
+        keep = x[:, 0] > 0
+        with pyro.plate("data", x.shape[0]):
+            if self.how == "poutine":
+                with pyro.poutine.mask(mask=keep):
+                    pyro.sample("obs", dist.Normal(out, 3.0).to_event(1), obs=y)
+            else:
+                pyro.sample("obs", dist.Normal(out, 3.0).to_event(1).mask(keep), obs=y)
+        return out
+
+
+def test_a_masked_obs_scores_zero_whichever_way_it_is_masked():
+    x = torch.randn(9, 3, generator=torch.Generator().manual_seed(4))
+    y = 4 * x.sum(-1)
+    found = {}
+    for how in ("poutine", "distribution"):
+        torch.manual_seed(0)  # (the same network both ways)
+        model = _MaskedObs(nn.Linear(3, 1), likelihood=pyrouq.Gaussian(0.5), num_data=9)
+        model.how = how
+        with pytest.warns(UserWarning, match="forward draws 'obs'"):
+            idata = to_inference_data(model, mean_field_guide(model), x, y, 2, seed=1)
+        found[how] = torch.from_numpy(idata.log_likelihood["obs"].values[0])
+    torch.testing.assert_close(found["poutine"], found["distribution"], rtol=0, atol=1e-6)
+    assert (found["poutine"][:, x[:, 0] <= 0] == 0).all()
+    assert (found["poutine"][:, x[:, 0] > 0] != 0).all()
+
+
+class _PlatedOutputs(pyrouq.BayesianNetwork):
+    """Two outputs observed in a plate of their own, Normal(out, 3.0), beside Gaussian(0.5)."""
+
+    def forward(self, x, y=None):
+        weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
+        out = self.outputs(x, weights)
+        with pyro.plate("outs", 2, dim=-1), pyro.plate("data", x.shape[0], dim=-2):
+            pyro.sample("obs", dist.Normal(out, 3.0), obs=y)
+        return out
+
+
+def test_outputs_in_a_plate_of_their_own_are_summed_into_the_obs_density():
+    x = torch.randn(9, 3, generator=torch.Generator().manual_seed(4))
+    y = torch.stack([x.sum(-1), x[:, 0]], -1) * 4
+    model = _PlatedOutputs(nn.Linear(3, 2), likelihood=pyrouq.Gaussian(0.5), num_data=9)
+    with pytest.warns(UserWarning, match="forward draws 'obs'"):
+        idata = to_inference_data(model, mean_field_guide(model), x, y, 3, batch_size=4, seed=1)
+    loc = torch.from_numpy(idata.posterior_predictive["loc"].values[0]).double()  # (3, 9, 2)
+    want = torch.distributions.Normal(loc, 3.0).log_prob(y.double()).sum(-1)
+    got = torch.from_numpy(idata.log_likelihood["obs"].values[0])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_conformal_refuses_abs_scores_of_an_infinite_stddev():
+    loc = torch.full((2, 6, 1), 1e300, dtype=torch.float64)
+    loc[1] = -1e300
+    preds = GaussianPredictions(loc, torch.ones(2, 6, 1, dtype=torch.float64), torch.zeros(6))
+    with pytest.raises(ValueError, match=r"expected finite predictive stddevs for the 'abs'"):
+        conformal(preds, score="abs", alpha=0.2)
