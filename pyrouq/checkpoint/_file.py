@@ -267,20 +267,25 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(handle)
     try:
-        with open(tmp, "wb") as file:
-            try:
-                torch.save(payload, file)
-            except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
-                disk = _disk_error(err, target)  # EFBIG): "unexpected pos"
-                if disk is None:
-                    raise
-                raise disk from None
-            file.flush()
-            try:
-                os.fsync(file.fileno())
-            except OSError as err:  # a file system that cannot flush (some FUSE mounts)
-                if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
-                    raise
+        try:
+            with open(tmp, "wb") as file:
+                try:
+                    torch.save(payload, file)
+                except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
+                    disk = _disk_error(err, target)  # EFBIG): "unexpected pos"
+                    if disk is None:
+                        raise
+                    raise disk from None
+                file.flush()
+                try:
+                    os.fsync(file.fileno())
+                except OSError as err:  # a file system that cannot flush (some FUSE mounts)
+                    if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                        raise
+        except OSError as err:  # a small archive's bytes meet the disk at the flush or close
+            if err.filename is None and err.errno in _DISK_ERRORS:
+                raise OSError(err.errno, err.strerror or str(err), str(target)) from None
+            raise
         os.chmod(tmp, mode)  # after the writes: a read-only file's mode (0o444) forbids them
         os.replace(tmp, target)
     finally:
@@ -300,8 +305,9 @@ def _disk_error(err: RuntimeError, target: Path) -> OSError | None:
     ``target``; None for any other RuntimeError (one of a tensor's or an object's own
     pickling, even if an OSError of its own came before it), which is raised as it came."""
     cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, OSError):
-        cause = cause.__cause__ or cause.__context__
+    while cause is not None and not isinstance(cause, OSError):  # (a context hidden by
+        hidden = cause.__suppress_context__  # "raise ... from None" is not its cause)
+        cause = cause.__cause__ or (None if hidden else cause.__context__)
     if cause is None or cause.errno not in _DISK_ERRORS:
         return None
     return OSError(cause.errno, cause.strerror or str(cause), str(target))

@@ -76,8 +76,9 @@ def _arviz() -> Any:
             warnings.filterwarnings("ignore", message="ArviZ is undergoing", category=FutureWarning)
             import arviz
     except ImportError as e:  # arviz, or a package it imports (matplotlib: told by name)
-        top = (e.name or "arviz").split(".")[0]
-        hint = _ARVIZ_HINT if top == "arviz" else f"it imports {top} ({e}): pip install {top}"
+        top = (e.name or "arviz").split(".")[0]  # (pip's name where the import's differs)
+        pip = {"PIL": "Pillow", "dateutil": "python-dateutil", "yaml": "PyYAML"}.get(top, top)
+        hint = _ARVIZ_HINT if top == "arviz" else f"it imports {top} ({e}): pip install {pip}"
         raise ImportError(f"pyrouq.diagnostics needs arviz: {hint}.") from e
     return arviz
 
