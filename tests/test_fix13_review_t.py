@@ -145,3 +145,19 @@ def test_conformal_refuses_abs_scores_of_an_infinite_stddev():
     preds = GaussianPredictions(loc, torch.ones(2, 6, 1, dtype=torch.float64), torch.zeros(6))
     with pytest.raises(ValueError, match=r"expected finite predictive stddevs for the 'abs'"):
         conformal(preds, score="abs", alpha=0.2)
+
+
+def test_a_local_site_of_the_forward_differs_between_draws_that_move_no_random_state():
+    """A Delta guide (as MCMC draws) moves no random state between draws: seeded from the
+    state alone, every draw's eps was the same."""
+    from pyro.infer.autoguide import AutoDelta
+
+    x, y = toy_data(13)
+    model = _Noisy(in_features=3, hidden_features=4, out_features=2, num_data=13)
+    guide = AutoDelta(model)
+    guide(x, y)  # (its values made: the first export would otherwise draw them)
+    idata = to_inference_data(model, guide, x, y, 3, batch_size=13, seed=0)
+    probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0, :, :, 1])  # (3, 13)
+    assert not torch.equal(probs[0], probs[1]) and not torch.equal(probs[1], probs[2])
+    again = to_inference_data(model, guide, x, y, 3, batch_size=13, seed=0)
+    assert (again.posterior_predictive["probs"].values == idata.posterior_predictive["probs"]).all()

@@ -509,7 +509,7 @@ def _export_weights(
                 out.put(_LATENT + name, s, weights[name])
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
             own = {site: weights[site] for site in model.likelihood.latent_sites()}
-            with draw_stream(x.device, forward):  # (its batches take the stream in turn)
+            with draw_stream(x.device, forward, s):  # (its batches take the stream in turn)
                 for index, cols in enumerate(_batches(n, batch_size)):
                     obs = None  # (the own forward's "obs" site: the density it observes)
                     try:

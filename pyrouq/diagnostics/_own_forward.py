@@ -82,9 +82,10 @@ def forward_outputs(
 
 
 @contextlib.contextmanager
-def draw_stream(device: torch.device, forward: Any) -> Iterator[None]:
+def draw_stream(device: torch.device, forward: Any, draw: int) -> Iterator[None]:
     """The batches of one draw run by the own ``forward`` (none for a network run alone) on a
-    stream of their own, seeded from the export's random state at that draw, which is put back
+    stream of their own, seeded from the export's random state at that draw and the draw's
+    index ``draw`` (MCMC draws and a Delta guide move no state), the state being put back
     after them: what the forward samples without targets (``"obs"``, a local site drawn per
     input) takes new values batch after batch and draw after draw, apart from the numbers the
     guide's next draw takes, and the export's next draws are as they would be without it."""
@@ -93,17 +94,21 @@ def draw_stream(device: torch.device, forward: Any) -> Iterator[None]:
         return
     state = rng_state(device)
     try:
-        _reseed(device, state[0])
+        _reseed(device, state, draw)
         yield
     finally:
         set_rng_state(device, state)
 
 
-def _reseed(device: torch.device, cpu_state: Tensor) -> None:
-    """torch's CPU generator, and ``device``'s on an accelerator, seeded from ``cpu_state``
-    (a digest of it: each draw's state differs, the guide's draws having moved it)."""
-    digest = hashlib.blake2b(cpu_state.numpy().tobytes(), digest_size=8).digest()
-    seed = int.from_bytes(digest, "little") >> 1  # (a non-negative int64)
+def _reseed(device: torch.device, state: tuple[Tensor, Tensor | None], draw: int) -> None:
+    """torch's CPU generator, and ``device``'s on an accelerator, seeded from a digest of
+    ``state`` (the CPU's and the device's: a guide on CUDA moves only the latter) and of the
+    index ``draw`` (a state no draw moves gives each draw its own seed all the same)."""
+    digest = hashlib.blake2b(draw.to_bytes(8, "little"), digest_size=8)
+    for part in state:
+        if part is not None:
+            digest.update(part.cpu().numpy().tobytes())
+    seed = int.from_bytes(digest.digest(), "little") >> 1  # (a non-negative int64)
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
