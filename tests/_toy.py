@@ -285,3 +285,18 @@ class NextParam(nn.Module):
 
     def forward(self, x):
         return self.fc(x.to(next(self.parameters()).dtype))
+
+
+class NoisyMLP(BayesianMLP):
+    """A BayesianMLP subclass whose own forward gives logits [0, eps], eps a local site drawn
+    per input (the weights sampled, then left out), recorded as "logits"."""
+
+    def forward(self, x, y=None):
+        for site, prior in self.priors().items():
+            pyro.sample(site, prior)
+        with pyro.plate("data", x.shape[0]):
+            eps = pyro.sample("eps", dist.Normal(0.0, 1.0))
+            logits = torch.stack([torch.zeros_like(eps), eps], -1)
+            pyro.deterministic("logits", logits)
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits

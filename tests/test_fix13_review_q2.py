@@ -9,7 +9,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import toy_data
+from _toy import NoisyMLP, toy_data
 from torch import nn
 
 import pyrouq
@@ -17,25 +17,11 @@ from pyrouq import mean_field_guide, to_inference_data
 from pyrouq.models import BayesianMLP
 
 
-class _Noisy(BayesianMLP):
-    """Logits [0, eps]: a local site drawn per input (the weights sampled, then left out)."""
-
-    def forward(self, x, y=None):
-        for site, prior in self.priors().items():
-            pyro.sample(site, prior)
-        with pyro.plate("data", x.shape[0]):
-            eps = pyro.sample("eps", dist.Normal(0.0, 1.0))
-            logits = torch.stack([torch.zeros_like(eps), eps], -1)
-            pyro.deterministic("logits", logits)
-            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-        return logits
-
-
 def test_a_local_site_is_drawn_anew_for_every_batch():
     """The random state was put back after every batch: within a draw, rows 0-4, 5-9 and
     10-12 had the same eps (the export depended on batch_size)."""
     x, y = toy_data(13)
-    model = _Noisy(in_features=3, hidden_features=4, out_features=2, num_data=13)
+    model = NoisyMLP(in_features=3, hidden_features=4, out_features=2, num_data=13)
     idata = to_inference_data(model, mean_field_guide(model), x, y, 3, batch_size=5, seed=0)
     probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0, :, :, 1])  # (3, 13)
     for draw in probs:

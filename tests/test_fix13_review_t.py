@@ -10,13 +10,12 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import tiny_mlp, toy_data
+from _toy import NoisyMLP, tiny_mlp, toy_data
 from torch import nn
 
 import pyrouq
 from pyrouq import ArrayLoader, GaussianPredictions, fit, mean_field_guide, to_inference_data
 from pyrouq.calibration import conformal
-from pyrouq.models import BayesianMLP
 
 
 def test_a_device_block_that_get_default_device_misses_still_takes_the_cpu_default(
@@ -50,24 +49,11 @@ def test_predict_reads_its_batchnorm_data_under_the_cpu_default():
     assert torch.equal(got, want)
 
 
-class _Noisy(BayesianMLP):
-    """Logits [0, eps]: a local site drawn per input (the weights sampled, then left out)."""
-
-    def forward(self, x, y=None):
-        for site, prior in self.priors().items():
-            pyro.sample(site, prior)
-        with pyro.plate("data", x.shape[0]):
-            eps = pyro.sample("eps", dist.Normal(0.0, 1.0))
-            logits = torch.stack([torch.zeros_like(eps), eps], -1)
-            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-        return logits
-
-
 def test_a_local_site_of_the_forward_draws_apart_from_the_guides_next_draw():
     """The random state put back after draw s gave draw s + 1's guide the very normals draw
     s's eps had taken (equal to 3e-6)."""
     x, y = toy_data(13)
-    model = _Noisy(in_features=3, hidden_features=4, out_features=2, num_data=13)
+    model = NoisyMLP(in_features=3, hidden_features=4, out_features=2, num_data=13)
     guide = mean_field_guide(model)
     idata = to_inference_data(model, guide, x, y, 3, batch_size=13, seed=0)
     probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0, :, :, 1]).double()
@@ -153,7 +139,7 @@ def test_a_local_site_of_the_forward_differs_between_draws_that_move_no_random_s
     from pyro.infer.autoguide import AutoDelta
 
     x, y = toy_data(13)
-    model = _Noisy(in_features=3, hidden_features=4, out_features=2, num_data=13)
+    model = NoisyMLP(in_features=3, hidden_features=4, out_features=2, num_data=13)
     guide = AutoDelta(model)
     guide(x, y)  # (its values made: the first export would otherwise draw them)
     idata = to_inference_data(model, guide, x, y, 3, batch_size=13, seed=0)
