@@ -47,6 +47,7 @@ from pyrouq.infer._fit_inputs import (
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import build_optimizer, check_callbacks
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
+from pyrouq.infer._rank_state import check_same_resume, compared_parameters
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer._sync_norm import check_sync_batchnorm
 from pyrouq.infer._training import (
@@ -324,10 +325,10 @@ def fit(
         call fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()``
         inside it, is let through), or a ``resume_from`` that does not fit the model
         (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
-        models' settings, loaders, arguments, optimizers), a failure of another rank's set-up
-        (naming that rank), and ``nn.SyncBatchNorm`` layers in training mode in a model on the
-        CPU (torch synchronises them on GPUs only): freeze such a layer with ``.eval()`` or
-        build BatchNorm layers.
+        models' settings, loaders, arguments, optimizers, the point resumed from), a failure
+        of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in
+        training mode in a model on the CPU (torch synchronises them on GPUs only): freeze
+        such a layer with ``.eval()`` or build BatchNorm layers.
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``
@@ -490,8 +491,9 @@ def fit(
             resume = restore(resume_from, model, guide, epochs, (ours, shown), optimizer)
         group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
         independent = _distributed.draws_option(distributed_draws, group, seed)
+    check_same_resume(resume, group)  # resume_from on rank 0 alone: told as such, first
     _distributed.check_same_model(  # the parameters, then the likelihood, priors, ...
-        model, guide, _compared_parameters(model, guide, probe), group
+        model, guide, compared_parameters(model, guide, probe), group
     )
     _distributed.check_same_everywhere(
         _distributed.loader_state(train_loader), group, "loaders (their seeds or samplers)"
@@ -574,27 +576,3 @@ def _refuse_checkpoint(check: Callable, *args: Any) -> None:
             f"fit(checkpoint=...) saves with pyrouq.save(), which refuses this run: {err} "
             "Or leave checkpoint= out."
         ) from None
-
-
-def _compared_parameters(
-    model: nn.Module, guide: Any, probe: Probe
-) -> list[tuple[str, torch.Tensor]]:
-    """What every rank must hold alike before the first step, named: the model's and a guide
-    module's state, and the parameters kept in Pyro's param store that the guide or a Pyro
-    model of the user's own creates or reads (``pyro.param``: a guide written as a function, a
-    model's own parameter), which no module holds. A converted model's latent sites' start
-    values are left out when a guide module has a state of its own: they are its values to
-    train from (``init_from`` may set them), and its own state is compared instead."""
-    own_state = isinstance(guide, nn.Module) and bool(guide.state_dict())  # (not pyro.param)
-    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if own_state else set()
-    named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
-    if isinstance(guide, nn.Module):
-        named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
-    modules = [m for m in (model, guide) if isinstance(m, nn.Module)]
-    seen = {id(p) for m in modules for p in m.parameters()}  # compared above
-    store = pyro.get_param_store()
-    for p in probe.created_params:
-        if id(p) not in seen:
-            seen.add(id(p))
-            named.append((f"{_distributed.STORE}{store.param_name(p) or '?'}", p.detach()))
-    return named

@@ -1,0 +1,63 @@
+"""What :func:`pyrouq.fit` compares across the ranks of a process group before its first step,
+beside its arguments and the models' descriptions: the tensors every rank must hold alike, and
+the point of a run each rank resumes from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro
+import torch
+from torch import nn
+
+from pyrouq.infer import _distributed
+from pyrouq.infer._probe import Probe
+
+
+def compared_parameters(
+    model: nn.Module, guide: Any, probe: Probe
+) -> list[tuple[str, torch.Tensor]]:
+    """What every rank must hold alike before the first step, named: the model's and a guide
+    module's state, and the parameters kept in Pyro's param store that the guide or a Pyro
+    model of the user's own creates or reads (``pyro.param``: a guide written as a function, a
+    model's own parameter), which no module holds. A converted model's latent sites' start
+    values are left out when a guide module has a state of its own: they are its values to
+    train from (``init_from`` may set them), and its own state is compared instead."""
+    own_state = isinstance(guide, nn.Module) and bool(guide.state_dict())  # (not pyro.param)
+    starts = {f"net.{s}" for s in getattr(model, "network_sites", dict)()} if own_state else set()
+    named = [(f"model: {k}", v) for k, v in model.state_dict().items() if k not in starts]
+    if isinstance(guide, nn.Module):
+        named += [(f"guide: {k}", v) for k, v in guide.state_dict().items()]
+    modules = [m for m in (model, guide) if isinstance(m, nn.Module)]
+    seen = {id(p) for m in modules for p in m.parameters()}  # compared above
+    store = pyro.get_param_store()
+    for p in probe.created_params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            named.append((f"{_distributed.STORE}{store.param_name(p) or '?'}", p.detach()))
+    return named
+
+
+def check_same_resume(resume: Any, group: _distributed.Group) -> None:
+    """Refuse to start when the ranks resume from different points of a run: ``resume_from``
+    given on some ranks only (rank 0 alone writes the checkpoints, so a script may pass it on
+    rank 0 alone), or checkpoints of different steps (a stale copy on another machine's disk).
+    Their models then differ, which :func:`~pyrouq.infer._distributed.check_same_model` would
+    tell as models built otherwise; here the cause is named first (one ``all_reduce``)."""
+    if not group.active:
+        return
+    state = None if resume is None else resume.training
+    here = (
+        "no resume_from"
+        if state is None
+        else f"a checkpoint after {int(state['steps'])} steps (epoch {int(state['epochs_done'])}"
+        f"{', step ' + str(int(state['epoch_steps'])) if int(state['epoch_steps']) else ''})"
+    )
+    _distributed.check_same_arguments(
+        {"resume_from": -1.0 if state is None else float(state["steps"])},
+        group,
+        f"The ranks would resume from different points of the run (rank {group.rank} has "
+        f"{here}), so their models differ. Pass the same resume_from on every rank, a "
+        "checkpoint every rank can read (rank 0 alone writes checkpoint=: on several machines, "
+        "a shared file system or a copy of that file on each), or none on any.",
+    )
