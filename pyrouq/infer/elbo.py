@@ -46,7 +46,12 @@ from pyrouq.infer._elbo_checks import (
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
 from pyrouq.infer._site_checks import site_mismatch
-from pyrouq.infer._site_kl import check_float16_gradients, check_max_plate_nesting, traced_terms
+from pyrouq.infer._site_kl import (
+    check_float16_gradients,
+    check_max_plate_nesting,
+    guide_site_kl,
+    traced_terms,
+)
 from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -374,7 +379,7 @@ class KLWeightedELBO(ELBO):
         """``KL(q || p)`` summed over the sites but those in ``skip``: analytic where torch
         knows the pair, else the Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``
         (for a site they lack, over as many fresh draws, at least one). q is Normal, LogNormal
-        for the ``positive`` sites."""
+        for the ``positive`` sites; both in float32 for a half site (:func:`guide_site_kl`)."""
         total = torch.zeros((), device=next(iter(loc.values())).device)
         network = model.network_sites()
         others = [site for site in model.latent_sites() if site not in network]  # likelihood's
@@ -391,14 +396,8 @@ class KLWeightedELBO(ELBO):
             family = dist.LogNormal if site in positive else dist.Normal
             wide = kl_dtype(loc[site].dtype)  # a half-precision site's sums: float32
             q = family(loc[site].to(wide), scale[site].to(wide)).to_event(loc[site].dim())
-            try:
-                total = total + torch.distributions.kl_divergence(q, prior).sum()  # type: ignore[arg-type]
-            except NotImplementedError:
-                values = [w[site].to(wide) for w in draws if site in w] or [
-                    q.rsample() for _ in range(max(len(draws), 1))
-                ]
-                estimate = sum(q.log_prob(w) - prior.log_prob(w) for w in values)
-                total = total + torch.as_tensor(estimate).sum() / len(values)
+            values = [w[site].to(wide) for w in draws if site in w]
+            total = total + guide_site_kl(q, prior, values, len(draws))
         return total
 
     def _draws_and_kl(
