@@ -159,15 +159,13 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
     _check_measure(measure)
     _check_base(base)
     if measure == "entropy":
-        plogp = torch.xlogy(probs, probs)  # 0 log 0 = 0
-        aleatoric = _negate(plogp.sum(-1)).mean(0)
+        log_probs = _clamped_log(probs)
+        aleatoric = _negate((probs * log_probs).sum(-1)).mean(0)  # 0 log 0 = 0
         mean = _draw_mean(probs)
         # p̄_c > 0 wherever some p_sc > 0; the clamp only guards an underflow of the mean.
-        tiny = torch.finfo(probs.dtype).tiny
-        log_mean = torch.log(mean.clamp_min(tiny))
+        log_mean = _clamped_log(mean)
         # mean_s KL(p_s || p̄), both logs by one kernel: draws that agree (S = 1, a plain
         # network) give exactly 0, not the rounding of two ways of computing p log p
-        log_probs = torch.log(probs.clamp_min(tiny))
         epistemic = (probs * (log_probs - log_mean)).sum(-1).mean(0)
         epistemic = _clamp_roundoff(epistemic, measure)
         scale = math.log(base)
@@ -206,7 +204,7 @@ def entropy(probs: Tensor, dim: int = -1, base: float = math.e) -> Tensor:
     """
     _check_probs(probs, ndim=None, dim=dim)
     _check_base(base)
-    return _negate(torch.xlogy(probs, probs).sum(dim)) / math.log(base)
+    return _negate((probs * _clamped_log(probs)).sum(dim)) / math.log(base)
 
 
 def expected_entropy(probs: Tensor, base: float = math.e) -> Tensor:
@@ -386,6 +384,13 @@ def _draw_mean(x: Tensor) -> Tensor:
     no (S, N, C) temporary."""
     mean = x.mean(0)  # (+ x_0 - mean exactly where they agree; the gradient stays the mean's)
     return mean + torch.where(x.amax(0) == x.amin(0), x[0] - mean, 0).detach()
+
+
+def _clamped_log(p: Tensor) -> Tensor:
+    """``log max(p, tiny)``: ``p * _clamped_log(p)`` is ``p log p`` with ``0 log 0 = 0`` and a
+    finite gradient at ``p = 0`` (``torch.xlogy(p, p)``'s is NaN there, and turns every
+    gradient through a softmax that rounded a class to exactly 0 into NaN)."""
+    return torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))
 
 
 def _negate(x: Tensor) -> Tensor:

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 #: Most bins of :func:`plot_reliability`: its 5-inch axes are about 1000 pixels wide at 200 dpi,
 #: so more bars are thinner than a pixel (and each is a patch: 20000 took 28 s to draw).
 _MAX_DIAGRAM_BINS = 1000
+#: Most bins of :func:`plot_uncertainty_distributions`' histograms: its panels are about 3
+#: inches wide, so more bins are thinner than a pixel (10**4 bins took 10 s, 10**5 over a minute).
+_MAX_HISTOGRAM_BINS = 1000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +262,8 @@ def plot_uncertainty_distributions(
     kind : {"hist", "ecdf"}, default "hist"
         Density histograms (common bin edges) or empirical CDFs.
     bins : int, default 30
-        Number of histogram bins.
+        Number of histogram bins, at most 1000 (more are thinner than a pixel); unused by
+        ``kind="ecdf"``.
 
     Returns
     -------
@@ -282,6 +286,12 @@ def plot_uncertainty_distributions(
     _check_measure(measure)
     _check_choice("kind", kind, _KINDS)
     bins = check_int("bins", bins, hint="It is the number of histogram bins, e.g. bins=30.")
+    if kind == "hist" and bins > _MAX_HISTOGRAM_BINS:
+        raise ValueError(
+            f"Expected bins <= {_MAX_HISTOGRAM_BINS} for the histograms (each panel is about 3 "
+            f"inches wide: more bins are thinner than a pixel and take minutes to draw), got "
+            f"{bins}. Pass fewer bins, e.g. bins=30, or kind='ecdf', which has no bins."
+        )
     p_in = _probs(in_dist, "in_dist")
     one_draw = p_in.shape[0] == 1  # its epistemic part is 0 for every input: not drawn
     parts_in = decompose(p_in, measure)
@@ -319,11 +329,12 @@ def plot_uncertainty_distributions(
                 means = p_in.mean(0, keepdim=True), p_out.mean(0, keepdim=True)
                 scores = (decompose(means[0], measure).total, decompose(means[1], measure).total)
             title += f"\nOOD AUROC {ood_auroc(*scores):.2%}"
-        values = torch.cat([v for _, v, _ in series])
-        lo, hi = float(values.min()), float(values.max())
-        if not hi - lo > 1e-9 * max(abs(lo), abs(hi)):  # one value (to rounding): a visible bar
-            hi = lo + max(1e-6, 1e-6 * abs(lo))
-        edges = np.linspace(lo, hi, bins + 1)
+        if kind == "hist":  # (the ECDFs need no edges)
+            values = torch.cat([v for _, v, _ in series])
+            lo, hi = float(values.min()), float(values.max())
+            if not hi - lo > 1e-9 * max(abs(lo), abs(hi)):  # one value (to rounding): a bar
+                hi = lo + max(1e-6, 1e-6 * abs(lo))
+            edges = np.linspace(lo, hi, bins + 1)
         for label, v, color in series:
             data = v.numpy()
             if kind == "hist":
