@@ -9,6 +9,7 @@ import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -23,13 +24,19 @@ _SCORES = ("lac", "aps", "raps", "abs", "cqr")
 
 def check_not_shifted(val_targets: object) -> None:
     """A TypeError for ``conformal(val_preds, 0.1)`` or ``conformal(val_preds, "aps")``: an
-    alpha or a score given where the targets go (told to wrap it with torch.as_tensor)."""
-    alpha = is_real(val_targets) and not is_integer(val_targets) and 0 < val_targets < 1
-    if alpha or (isinstance(val_targets, str) and val_targets in _SCORES):
-        name = "score" if isinstance(val_targets, str) else "alpha"
+    alpha or a score given where the targets go (told to wrap it with torch.as_tensor), or an
+    alpha as a 0-d floating tensor (told to convert its float labels with .long())."""
+    value = val_targets
+    if isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point():
+        # shown as the Python number alpha must be, the dtype's shortest (0.1, not 0.10000000149)
+        kind = np.float16 if value.dtype == torch.float16 else np.float32
+        value = float(value) if value.dtype == torch.float64 else float(str(kind(value.item())))
+    alpha = is_real(value) and not is_integer(value) and 0 < value < 1  # type: ignore[operator]
+    if alpha or (isinstance(value, str) and value in _SCORES):
+        name = "score" if isinstance(value, str) else "alpha"
         raise TypeError(
             f"conformal(): got {val_targets!r} as val_targets, the second argument; {name} "
-            f"is not the second: pass conformal(val_preds, {name}={val_targets!r}) (the targets "
+            f"is not the second: pass conformal(val_preds, {name}={value!r}) (the targets "
             "default to those the predictions carry) or conformal(val_preds, val_targets, "
             "alpha, score)."
         )

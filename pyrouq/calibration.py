@@ -112,8 +112,10 @@ class TemperatureScaler:
     Each draw (or member) is tempered, not the mean: ``p_s ∝ p_s^(1/T)``. For one draw (a
     plain network) this is the temperature scaling of Guo et al. (2017); for S draws the
     prediction stays a mixture of S tempered distributions, so the uncertainty decomposition
-    keeps its meaning (the members still disagree as before, each is only sharper or
-    softer), and the same T applies whatever S. Tempering the mean's log-probabilities
+    keeps its meaning (total = aleatoric + epistemic, the epistemic part the disagreement of
+    the tempered members), and the same T applies whatever S. Its size moves with T: toward 0
+    as T grows (every member flattens toward uniform), toward the members' disagreement on
+    their top classes as T -> 0 (every member one-hot). Tempering the mean's log-probabilities
     instead would return one distribution, with the epistemic part gone.
 
     Examples
