@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from pyrouq._mismatch import came_from, came_from_elsewhere
+from pyrouq._util import ShardedOrder, example_sampler
 
 Norm = nn.modules.batchnorm._BatchNorm
 
@@ -20,12 +22,15 @@ or any batch of a BatchNorm without running statistics): the cue of fit()'s and 
 words for it."""
 
 
-def one_value_in_training(x: Tensor, epoch: int, step: int) -> str:
+def one_value_in_training(
+    x: Tensor, epoch: int, step: int, loader: Any = None, world: int = 1
+) -> str:
     """fit()'s words for its batch ``step`` of ``epoch`` (1-based), ``x``, too small for the
     batch statistics of a BatchNorm in training mode. A first batch of one input is told on its
     own (a loader of one example, or of batch_size=1: drop_last does not help there; more
     examples, a larger batch_size or a frozen BatchNorm do); a later one as, usually, an epoch's
-    last batch (drop_last, or a batch size that leaves no remainder of 1)."""
+    last batch (drop_last, or a batch size that leaves no remainder of 1). On ``world`` > 1
+    ranks the remainder is that of this rank's shard of ``loader``'s examples, which is told."""
     if step == 1 and x.shape[0] == 1:
         return (
             f"Batch 1 of epoch {epoch} holds 1 input of shape {tuple(x.shape[1:])}, and a "
@@ -35,12 +40,49 @@ def one_value_in_training(x: Tensor, epoch: int, step: int) -> str:
             "normalises with its running statistics; one built with "
             "track_running_stats=False takes its batch's statistics in eval mode too)."
         )
-    return (
+    head = (
         f"Batch {step} of epoch {epoch} holds {x.shape[0]} input(s) of shape "
         f"{tuple(x.shape[1:])}, and a BatchNorm in training mode needs more than one value per "
-        f"channel to normalise it (torch: '{ONE_VALUE_PER_CHANNEL}'). That is "
-        "usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick "
-        "a batch size that leaves no remainder of 1."
+        f"channel to normalise it (torch: '{ONE_VALUE_PER_CHANNEL}')."
+    )
+    if world > 1:
+        return head + _shard_words(loader, world)
+    return head + (
+        " That is usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) "
+        "or pick a batch size that leaves no remainder of 1."
+    )
+
+
+def _shard_words(loader: Any, world: int) -> str:
+    """The end of :func:`one_value_in_training`'s words on ``world`` ranks: each rank trains on
+    its shard of the examples (``ceil(N / world)`` of them, for pyrouq's loaders and a
+    ``DistributedSampler`` that drops none) in batches of the loader's batch size."""
+    share, total = None, None
+    sampler = example_sampler(loader)
+    dataset = getattr(loader, "dataset", None)
+    try:
+        if isinstance(loader, ShardedOrder) and dataset is not None:
+            total = len(dataset)
+            share = -(-total // world)
+        elif isinstance(sampler, torch.utils.data.DistributedSampler):
+            share, total = len(sampler), len(sampler.dataset)  # type: ignore[arg-type]
+    except TypeError:  # a dataset without a length
+        share = None
+    batch = getattr(loader, "batch_size", None)
+    batch = batch if isinstance(batch, int) and not isinstance(batch, bool) else None
+    if share is None:
+        shard = "its own shard of the examples"
+        rest = "of 1 from this rank's shard"
+    else:
+        shard = f"its own shard of the {total} examples ({share} on this rank)"
+        rest = f"of 1 from this rank's {share} examples"
+    batches = f"in batches of {batch} " if batch is not None else ""
+    return (
+        f" fit() runs on {world} ranks (torch.distributed is initialised): each rank trains on "
+        f"{shard}, {batches}(the batch size is per rank), so the remainder that counts is the "
+        "shard's, not the whole data set's. That is usually the last batch of this rank's "
+        "shard in an epoch: drop it (DataLoader(..., drop_last=True)) or pick a batch size "
+        f"that leaves no remainder {rest}."
     )
 
 

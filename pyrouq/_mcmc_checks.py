@@ -16,11 +16,40 @@ from pyrouq._util import global_streams_kept, module_device
 
 __all__ = [
     "check_data",
+    "check_kernel",
     "refuse_discrete_priors",
     "refuse_forward_sites",
     "refuse_own_latents",
     "refuse_unsampled",
 ]
+
+
+KERNELS = ("nuts", "hmc")
+
+
+def check_kernel(kernel: Any) -> None:
+    """Refuse a ``kernel`` other than ``"nuts"`` or ``"hmc"``, saying what to pass: the name in
+    lower case where only its case differs ("NUTS"), the name where a Pyro kernel came."""
+    if isinstance(kernel, str) and kernel in KERNELS:
+        return
+    if isinstance(kernel, str) and kernel.lower() in KERNELS:
+        raise ValueError(
+            f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc', in lower case; did you mean "
+            f"{kernel.lower()!r}? Pass kernel={kernel.lower()!r}."
+        )
+    if isinstance(kernel, pyro.infer.mcmc.mcmc_kernel.MCMCKernel):
+        name = type(kernel).__name__
+        named = f"kernel={name.lower()!r}" if name.lower() in KERNELS else "kernel='nuts' or 'hmc'"
+        raise ValueError(
+            f"Unknown kernel {name}: mcmc() takes a kernel's name, 'nuts' or 'hmc', and builds "
+            f"it for the model (NUTS's depth: max_tree_depth). Pass {named}, or run "
+            "pyro.infer.MCMC with a kernel of your own."
+        )
+    raise ValueError(
+        f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc'. Pass kernel='nuts' (the "
+        "No-U-Turn sampler, the default) or kernel='hmc' (Hamiltonian Monte Carlo with a fixed "
+        "trajectory length)."
+    )
 
 
 def refuse_unsampled(model: Any) -> None:

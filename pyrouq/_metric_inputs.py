@@ -3,6 +3,7 @@ the plots and the predictions, and the equal-width confidence bins of its ECE.""
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -139,7 +140,17 @@ def carried_targets(
     fix: str = "pass targets=(N,) labels, or Predictions that carry them (predict from a "
     "loader of (x, y) batches)",
 ) -> Any:
-    """``targets``, else the ones ``predictions`` carry, else a ValueError: "No {name}: {fix}"."""
+    """``targets``, else the ones ``predictions`` carry, else a ValueError: "No {name}: {fix}".
+    A number given as ``targets`` (most often one meant for another parameter, passed in their
+    place) is a TypeError that says so."""
+    if isinstance(targets, numbers.Number):
+        raise TypeError(
+            f"Expected {name} to be a tensor of labels, one per input, got a number "
+            f"({type(targets).__name__} {targets!r}) in their place. Pass the labels as a "
+            f"tensor ({name}=torch.as_tensor(labels)), or leave {name} out to use those the "
+            "predictions carry; a number meant for another parameter goes by that parameter's "
+            "name."
+        )
     if targets is None:
         targets = getattr(predictions, "targets", None)
     if targets is None:

@@ -31,6 +31,7 @@ from pyrouq._engine._layer_calls import no_grad_watched
 from pyrouq._forwards import own_forward
 from pyrouq._mcmc_checks import (
     check_data,
+    check_kernel,
     refuse_discrete_priors,
     refuse_forward_sites,
     refuse_own_latents,
@@ -292,8 +293,7 @@ def mcmc(
     check_flag("force", force)
     if parallel is not None:
         check_flag("parallel", parallel)
-    if kernel not in ("nuts", "hmc"):
-        raise ValueError(f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc'.")
+    check_kernel(kernel)
     if module_dtype(model) in (torch.float16, torch.bfloat16):  # a prior's draws are float32
         raise TypeError(
             f"mcmc() samples in float32 or float64, got a {module_dtype(model)} model; NUTS's "

@@ -1,0 +1,122 @@
+"""Refusals that named the wrong fault or gave no way out: a BatchNorm's batch of one input
+under torch.distributed (the remainder is the rank's shard's), a number passed where the
+targets go, an unknown MCMC kernel, and labels of an unsigned integer dtype."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+import torch.distributed as dist
+from _processes import exit_quietly, spawn_ranks
+from torch import nn
+
+from pyrouq import ArrayLoader, Predictions, bayesian, fit, mcmc, mean_field_guide
+from pyrouq.calibration import temperature_scale
+from pyrouq.metrics import evaluate
+
+WORLD = 2
+
+
+def _bn_fit_refusal(kind: str) -> str:
+    """fit() on 34 examples in batches of 8: one process would be fine (34 % 8 == 2), but each
+    of 2 ranks trains on 17 (17 % 8 == 1)."""
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    model = bayesian(net)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(34, 3, generator=g), torch.randint(0, 2, (34,), generator=g)
+    if kind == "array":
+        loader = ArrayLoader(x, y, 8, seed=0)
+    else:
+        dataset = torch.utils.data.TensorDataset(x, y)
+        sampler = torch.utils.data.DistributedSampler(dataset, seed=0)
+        loader = torch.utils.data.DataLoader(dataset, 8, sampler=sampler)
+    try:
+        fit(model, mean_field_guide(model), loader, epochs=1, progress=False, seed=0)
+    except ValueError as err:
+        return str(err)
+    return "no error"
+
+
+def _worker(rank: int, init: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    try:
+        told = {kind: _bn_fit_refusal(kind) for kind in ("array", "sampler")}
+        torch.save(told, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_a_batch_of_one_under_ranks_names_the_ranks_shard(tmp_path):
+    spawn_ranks(_worker, (str(tmp_path / "init"), str(tmp_path)))
+    for rank in range(WORLD):
+        told = torch.load(tmp_path / f"rank{rank}.pt")
+        for kind in ("array", "sampler"):
+            assert told[kind] == (
+                "Batch 3 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training "
+                "mode needs more than one value per channel to normalise it (torch: 'Expected "
+                "more than 1 value per channel'). fit() runs on 2 ranks (torch.distributed is "
+                "initialised): each rank trains on its own shard of the 34 examples (17 on this "
+                "rank), in batches of 8 (the batch size is per rank), so the remainder that "
+                "counts is the shard's, not the whole data set's. That is usually the last "
+                "batch of this rank's shard in an epoch: drop it (DataLoader(..., "
+                "drop_last=True)) or pick a batch size that leaves no remainder of 1 from this "
+                "rank's 17 examples."
+            ), (rank, kind)
+
+
+def _class_preds() -> Predictions:
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 6, 3, generator=g), -1)
+    return Predictions(probs, torch.tensor([0, 1, 2, 0, 1, 2]))
+
+
+@pytest.mark.parametrize(
+    ("call", "name", "shown"),
+    [
+        (lambda p: temperature_scale(p, 0.5), "val_targets", "float 0.5"),
+        (lambda p: evaluate(p, 2), "targets", "int 2"),
+    ],
+)
+def test_a_number_where_the_targets_go_is_told_as_a_number(call, name, shown):
+    # it was told "got float; wrap it with torch.as_tensor(...)": labels made of the number
+    with pytest.raises(TypeError) as info:
+        call(_class_preds())
+    assert str(info.value) == (
+        f"Expected {name} to be a tensor of labels, one per input, got a number ({shown}) in "
+        f"their place. Pass the labels as a tensor ({name}=torch.as_tensor(labels)), or leave "
+        f"{name} out to use those the predictions carry; a number meant for another parameter "
+        "goes by that parameter's name."
+    )
+
+
+def _mcmc_refusal(kernel) -> str:
+    pyro.clear_param_store()
+    model = bayesian(nn.Sequential(nn.Linear(3, 2)))
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
+    with pytest.raises(ValueError) as info:
+        mcmc(model, x, y, 2, 2, 1, kernel=kernel, progress=False)
+    return str(info.value)
+
+
+def test_an_unknown_mcmc_kernel_is_told_what_to_pass():
+    # "Unknown kernel 'NUTS': expected 'nuts' or 'hmc'." said nothing of the case, nor what to do
+    assert _mcmc_refusal("NUTS") == (
+        "Unknown kernel 'NUTS': expected 'nuts' or 'hmc', in lower case; did you mean 'nuts'? "
+        "Pass kernel='nuts'."
+    )
+    assert _mcmc_refusal("Hmc").endswith("did you mean 'hmc'? Pass kernel='hmc'.")
+    assert _mcmc_refusal("gibbs") == (
+        "Unknown kernel 'gibbs': expected 'nuts' or 'hmc'. Pass kernel='nuts' (the No-U-Turn "
+        "sampler, the default) or kernel='hmc' (Hamiltonian Monte Carlo with a fixed "
+        "trajectory length)."
+    )
+    told = _mcmc_refusal(pyro.infer.NUTS(lambda: None))
+    assert told.startswith("Unknown kernel NUTS: mcmc() takes a kernel's name, 'nuts' or 'hmc'")
+    assert told.endswith("Pass kernel='nuts', or run pyro.infer.MCMC with a kernel of your own.")
