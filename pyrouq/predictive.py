@@ -31,16 +31,18 @@ from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
+from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
+from pyrouq._predict_runners import (
+    _in_dtype_of,  # noqa: F401  (tests import it from here)
+    posterior_samples_runner,
+    runner_without_draws,
+)
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
     builder_of,
-    check_finite_inputs,
     check_int,
-    has_latent_sites,
-    model_input,
     modes,
     module_device,
-    module_dtype,
     real_device,
     restore_modes,
     warn_of_a_shard,
@@ -48,7 +50,6 @@ from pyrouq._util import (
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, likelihood_of
-from pyrouq.mcmc import posterior_draws
 from pyrouq.regression import GaussianPredictions
 from pyrouq.uncertainty import Decomposition, Measure, _check_probs, decompose
 
@@ -168,13 +169,6 @@ class Predictions:
 # --------------------------------------------------------------------------------------------
 # predict()
 # --------------------------------------------------------------------------------------------
-
-
-def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
-    """``draws`` on the device of the inputs ``x`` (where a model without tensors computes),
-    their floating tensors in the dtype of floating ``x``."""
-    dtype = x.dtype if x.is_floating_point() else None
-    return {k: v.to(x.device, dtype if v.is_floating_point() else None) for k, v in draws.items()}
 
 
 def class_predictions(preds: Any, where: str) -> Predictions:
@@ -380,35 +374,10 @@ def predict(
                     model, "posterior_samples" if guide is None else "a guide", "predict()"
                 )
             if posterior_samples is not None:
-                if guide is not None or num_samples is not None:
-                    raise ValueError(
-                        "predict() got posterior_samples and a guide or num_samples: the draws "
-                        "come from one source, and S is the number of posterior samples. "
-                        "Pass posterior_samples alone."
-                    )
-                fixed = posterior_draws(posterior_samples, model)
-                if not fixed:
-                    raise ValueError(
-                        "predict() got posterior_samples with no draws (an empty dict): give "
-                        "the model's latent sites, {site: (S, *shape)}."
-                    )
-                # numpy's or arviz's float64 draws, say, in the model's dtype (a model without
-                # parameters of its own tells none: its draws take the inputs' dtype)
-                dtype = module_dtype(model)
-                fixed = {
-                    k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype)
-                    for k, v in fixed.items()
-                }
-                count = int(next(iter(fixed.values())).shape[0])
-                run = _runners.bayesian_runner(
-                    model,
-                    partial(_in_dtype_of, fixed) if dtype is None else lambda x: fixed,
-                    count,
-                    parallel,
-                    batch_size,
+                run = posterior_samples_runner(
+                    model, posterior_samples, guide, num_samples, device, parallel, batch_size,
                     refit,
-                    "posterior_samples",
-                )
+                )  # fmt: skip
             elif guide is not None:
                 check_guide(model, guide, "predict()")
                 members = getattr(model, "num_members", None) or 1  # rank-1: M per draw
@@ -421,30 +390,8 @@ def predict(
                         model, partial(source, size), size, parallel, batch_size, refit
                     )
 
-            elif has_latent_sites(model):
-                raise ValueError(
-                    f"{type(model).__name__} has latent sites: pass its fitted guide, "
-                    "predict(model, x, guide), to draw from the posterior."
-                )
-            elif isinstance(model, pyro.nn.PyroModule) and _runners.is_ensemble(model):
-                if num_samples is not None:
-                    raise ValueError(
-                        f"num_samples={num_samples} given for a BatchEnsemble: its "
-                        f"{model.num_members} members are fixed, not sampled, so S = "
-                        f"{model.num_members}. Leave num_samples=None."
-                    )
-                run = _runners.ensemble_runner(model)
-            elif isinstance(model, pyro.nn.PyroModule) or not isinstance(model, nn.Module):
-                # a Pyro model (a PyroModule or a function), run S times from its priors
-                count = num_samples or DEFAULT_NUM_SAMPLES
-                run = _runners.sampled_runner(model, count, parallel, batch_size)
-            else:
-                if num_samples is not None:
-                    raise ValueError(
-                        f"num_samples={num_samples} given for a deterministic network "
-                        f"({type(model).__name__}): S = 1. Leave num_samples=None."
-                    )
-                run = _runners.plain_runner(model)
+            else:  # no draws given: a BatchEnsemble's members, a Pyro model's priors, a network
+                run = runner_without_draws(model, num_samples, parallel, batch_size)
             warn_of_a_shard(x, "predict()")
             bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
             passes: list[list[Any]] = []  # each pass's parts, one per input batch
@@ -533,62 +480,6 @@ def predict(
         alone = likelihood.predictions(parts, None)  # the outputs' own error, if it is theirs
         warn_of_labels(str(err), words)  # they cannot be the targets: the predictions stand alone
         return alone  # type: ignore[no-any-return]
-
-
-def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 0) -> Tensor:
-    """An input batch of ``name`` (its inputs from ``first`` on) on the model's device, cast
-    to its dtype and checked (no NaN or inf)."""
-    if x.is_meta:  # (torch's own errors, from a copy or a NaN check, say "no data")
-        raise ValueError(f"predict(): {name} is on the meta device (shapes, no values). Pass "
-                         f"{name} on a real device (cpu or cuda).")  # fmt: skip
-    x = model_input(x if device is None else x.to(device), model, "predict()")
-    check_finite_inputs(x, "predict()", name, first)
-    return x
-
-
-def _progress_bar(x: Tensor | Iterable, batch_size: int, passes: int = 1) -> Any:
-    """A tqdm bar over the input batches (of every pass over x) that shows itself only after
-    2 s."""
-    from tqdm.auto import tqdm
-
-    if torch.is_tensor(x):
-        total: int | None = -(-x.shape[0] // batch_size)
-    else:
-        try:
-            total = len(x)  # type: ignore[arg-type]
-        except TypeError:
-            total = None
-    total = None if total is None else total * passes
-    return tqdm(total=total, desc="predict", unit="batch", leave=False, delay=2.0)
-
-
-def _inputs_of(
-    data: Tensor | Iterable, batch_size: int, count: int, model: Any, device: Any
-) -> list[Tensor]:
-    """The first ``count`` input batches of ``batchnorm_data`` of two inputs or more (a
-    BatchNorm cannot take batch statistics of one), on the model's device and checked as
-    predict() checks its inputs."""
-    inputs, first = [], 0
-    for x, _ in _batches(data, batch_size, "batchnorm_data"):
-        first += x.shape[0]  # (inputs seen: a loader of empty batches holds none)
-        if x.shape[0] < 2:
-            continue
-        inputs.append(_prepared(x, model, device, "batchnorm_data", first - x.shape[0]))
-        if len(inputs) == count:
-            break
-    if not inputs:
-        if first:
-            raise ValueError(
-                "predict() got batchnorm_data whose batches hold one input each: BatchNorm "
-                "statistics need at least 2 inputs a batch. Pass training inputs in batches "
-                "of 2 or more (a tensor is cut into batches of batch_size)."
-            )
-        raise ValueError(
-            "predict() got batchnorm_data that holds no inputs: it is empty. Pass training "
-            "inputs (a tensor (N, ...) or a loader of batches) whose BatchNorm statistics to "
-            "re-estimate, or leave batchnorm_data=None to use the running statistics."
-        )
-    return inputs
 
 
 def __getattr__(name: str) -> object:

@@ -40,7 +40,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -68,9 +67,7 @@ from pyrouq.checkpoint._describe import (
     describe_guide,
     describe_model,
     expected_class_name,
-    own_way_note,
     register_guide,
-    share_out_member_norms,
     shared_member_norms,
     upgraded_state,
 )
@@ -85,6 +82,8 @@ from pyrouq.checkpoint._file import (
     read,
 )
 from pyrouq.checkpoint._json import json_text, python_number
+from pyrouq.checkpoint._paths import check_path_type, check_target
+from pyrouq.checkpoint._state import _frozen, _load_state, _refreeze
 from pyrouq.mcmc import MCMCResult
 
 __all__ = [
@@ -275,52 +274,6 @@ def save(
         "training": _cpu(python_numbers(training)) if training is not None else None,
     }
     return _write(path, payload)
-
-
-def check_path_type(path: Any, caller: str) -> None:
-    """Refuse a path that is not a str or PathLike, naming what came: a model given first, as
-    ``torch.save(obj, f)`` takes it, most likely."""
-    if isinstance(path, (str, os.PathLike)):
-        return
-    fix = "pass the file pyrouq.save() wrote, e.g. load('model.pt')"
-    if caller == "save()":
-        fix = "pass e.g. save('model.pt', model)"
-        if isinstance(path, (nn.Module, MCMCResult)):  # torch.save(obj, f)'s order
-            fix = "the path comes first (torch.save takes the object first): " + fix[5:]
-    raise TypeError(
-        f"{caller} expects a file path (str or pathlib.Path) as path, got "
-        f"{class_name(path)}; {fix}."
-    )
-
-
-def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
-    """Refuse a path a checkpoint cannot be written to: a folder, one below a file, or one
-    starting with a '~' left unexpanded. Its missing folders are created when it is written."""
-    given, path = str(os.fspath(path)), Path(path)
-    if os.path.expanduser(given) != given:  # "~/runs/c.pt" would make a folder named "~" here
-        raise CheckpointError(
-            f"{caller} got {given!r}, whose '~' is not expanded (it would name a folder or a "
-            f"file '~' in the working directory); pass os.path.expanduser({given!r})."
-        )
-    # "runs/" or "runs/.", a folder yet to make (Path drops the "/" and the ".")
-    slash = given.endswith(("/", os.sep)) or os.path.basename(given) in (".", "..")
-    if path.is_dir() or slash:
-        shown = given if slash else str(path)
-        raise CheckpointError(
-            f"{caller} needs a file path, got the folder {shown!r}; pass e.g. "
-            f"{str(path / example)!r}."
-        )
-    above = next((parent for parent in path.parents if parent.exists()), None)
-    if above is not None and not above.is_dir():
-        raise CheckpointError(
-            f"{caller} cannot write {str(path)!r}: {str(above)!r} is a file, not a folder. "
-            "Pass a path inside a folder (missing folders are created)."
-        )
-    if above is not None and not os.access(above, os.W_OK | os.X_OK):
-        raise CheckpointError(
-            f"{caller} cannot write {str(path)!r}: the folder {str(above)!r} is not writable. "
-            "Pass a path in a folder you can write to."
-        )
 
 
 def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) -> Path:
@@ -524,18 +477,6 @@ def _checkpoint(payload: dict, description: dict, model: Any, guide: Any, path: 
     )
 
 
-def _frozen(module: nn.Module) -> list[str]:
-    """The names of the frozen parameters (``requires_grad=False``) of ``module``."""
-    return [name for name, p in module.named_parameters() if not p.requires_grad]
-
-
-def _refreeze(module: nn.Module, names: Any) -> None:
-    """Give the parameters of ``module`` the saved flags: frozen if named, trainable else."""
-    frozen = set(names or [])
-    for name, param in module.named_parameters():
-        param.requires_grad_(name not in frozen)
-
-
 def _parse_description(path: Any, text: Any) -> dict[str, Any]:
     try:
         description = json.loads(text)
@@ -545,55 +486,3 @@ def _parse_description(path: Any, text: Any) -> dict[str, Any]:
             f"{str(path)!r} has an unreadable model description ({err}). Re-save it."
         ) from None
     return description  # type: ignore[no-any-return]
-
-
-def _load_state(
-    module: nn.Module, state: Any, what: str, path: Any, built: str = "built from the description"
-) -> None:
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
-    _take_dtypes(module, state)
-    share_out_member_norms(module, state)
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()
-        reason = " ".join(line.strip() for line in first[:3])
-        why = _converted_own_way(module, state) or "The file is damaged or was edited."
-        raise CheckpointError(
-            f"{str(path)!r}: the saved {what} parameters do not fit the {class_name(module)} "
-            f"{built} ({reason}). {why}"
-        ) from None
-
-
-def _converted_own_way(module: nn.Module, state: dict[str, Any]) -> str:
-    """Why a BatchEnsemble's state does not fit, where it holds member factors for layers of
-    subclasses with a computation of their own (:func:`own_way_note`); else ``""``."""
-    net = getattr(module, "net", None)
-    if not isinstance(net, nn.Module):
-        return ""
-    layers = [k[4:].rpartition(".")[0] for k in state if k.startswith("net.") and k.endswith(".r")]
-    return own_way_note(net, layers)
-
-
-_UNINITIALIZED = (nn.UninitializedParameter, nn.UninitializedBuffer)
-
-
-def _take_dtypes(module: nn.Module, state: dict[str, Any]) -> None:
-    """Give ``module``, rebuilt in float32, the floating dtypes of its saved tensors: a float64
-    network comes back float64, its unsaved buffers too (the whole module is cast when the
-    saved tensors share one dtype), not cast into a float32 rebuild."""
-    saved = {v.dtype for v in state.values() if torch.is_tensor(v) and v.is_floating_point()}
-    lazy = any(isinstance(p, _UNINITIALIZED) for p in module.parameters())
-    if len(saved) == 1 and not lazy:
-        module.to(saved.pop())
-    for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers()):
-        value = state.get(name)
-        if (
-            torch.is_tensor(value)
-            and value.is_floating_point()
-            and not isinstance(tensor, _UNINITIALIZED)
-            and tensor.is_floating_point()
-            and value.dtype != tensor.dtype
-        ):
-            tensor.data = tensor.data.to(value.dtype)

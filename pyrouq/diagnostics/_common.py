@@ -6,36 +6,24 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pyro
 import torch
-from pyro import poutine
-from pyro.infer.util import is_validation_enabled
-from pyro.poutine.util import site_is_subsample
 from torch import Tensor, nn
 
-from pyrouq._mismatch import input_mismatch
-from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
 from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
     builder_of,
     check_finite_inputs,
     distribution_masks,
-    global_streams_kept,
     innermost_distribution,
     modes,
     module_dtype,
     restore_modes,
 )
-from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
-
-if TYPE_CHECKING:
-    pass
-
 
 DEFAULT_IDATA_SAMPLES = 100
 """Guide draws S exported by :func:`to_inference_data` when ``num_samples`` is None."""
@@ -209,132 +197,6 @@ def _check_var_names(var_names: str | Sequence[str] | None, valid: Sequence[str]
             "of these, or var_names=None for all of them."
         )
     return [n for n in valid if n in names]
-
-
-def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
-    return {
-        name: site
-        for name, site in trace.nodes.items()
-        if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
-    }
-
-
-def _replayed_draws(
-    model: Any, guide: Any, x: Tensor, y: Tensor, num_samples: int, caller: str
-) -> Iterator[tuple[int, Any, Any]]:
-    """``(s, guide_trace, model_trace)`` for S guide draws, the model replayed on each.
-
-    The first draw runs under the caller's validation setting, the rest without (speed).
-    """
-    validate = is_validation_enabled()
-    for s in range(num_samples):
-        with pyro.validation_enabled(s == 0 and validate):
-            guide_trace = poutine.trace(guide).get_trace(x, y)
-            if s == 0:  # before the model runs on them
-                drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
-                check_draws(model, drawn, caller)
-            try:
-                replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
-                model_trace = replayed.get_trace(x, y)
-            except Exception as err:
-                if s == 0:
-                    _explain_per_point_sites(err, model, guide_trace, x, y, caller)
-                    if _draws_fit(err, model, guide_trace, x, y, caller):
-                        _explain_inputs(err, model, x, caller, " at the guide's first draw")
-                raise
-        yield s, guide_trace, model_trace
-
-
-def _draws_fit(
-    err: Exception, model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str
-) -> bool:
-    """Whether the model's failure on the guide's first draw with a shape error read as inputs
-    (``err``) is the inputs', x, not the guide's. A pyrouq model's draws were checked
-    (:func:`check_draws`). A model of the user's own is run once under its priors (the random
-    state kept): where it fails there too, so does x; where it runs, the guide is checked
-    against its trace as after a replay (:func:`check_traces_match`: a guide missing a site
-    is refused, naming it; one whose draws have other shapes there is refused naming x and
-    the sites, as a guide of another model or one built on x of another shape: a model may
-    size its sites by x). False otherwise (it fails there in another way, or runs and the
-    guide fits it): Pyro's error stands, with the site shapes it appends."""
-    if callable(getattr(model, "latent_sites", None)) or not input_mismatch(err):
-        return True
-    with global_streams_kept(x.device), torch.no_grad():
-        try:
-            prior = poutine.trace(model).get_trace(x, y)
-        except Exception as again:
-            return input_mismatch(again)
-    try:
-        check_traces_match(prior, guide_trace, caller, model)
-    except GuideMismatch as mismatch:
-        guided = _latent_sites(guide_trace)
-        differ = [
-            f"{name!r} of shape {tuple(site['value'].shape)} there, the guide's "
-            f"{tuple(guided[name]['value'].shape)}"
-            for name, site in _latent_sites(prior).items()
-            if name in guided and site["value"].shape != guided[name]["value"].shape
-        ]
-        if not differ:
-            raise
-        raise ValueError(
-            f"{caller}: the guide's draws do not fit {name_of(model)} run under its priors on "
-            f"x (shape {tuple(x.shape)}, dtype {x.dtype}): its site(s) {'; '.join(differ)}. "
-            "The guide was built for another model, or on x of another shape. Pass x of the "
-            "shape the guide was fitted on, or a guide built for this model on such x "
-            "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)."
-        ) from mismatch
-    return False
-
-
-def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: str = "") -> None:
-    """Restate torch's error from the model's first pass that reads as inputs it does not take
-    (:func:`pyrouq._mismatch.input_mismatch`: "mat1 and mat2 shapes cannot be multiplied"),
-    naming x and what to check, as ``predict()`` and ``mcmc()`` do; pass any other."""
-    if not input_mismatch(err):
-        return
-    said = str(err).split("\nTrace Shapes:")[0]  # (Pyro's trace appends its site shapes)
-    raise ValueError(
-        f"{caller}: {name_of(model)} failed on x (shape {tuple(x.shape)}, dtype {x.dtype}){where}: "
-        f"{' '.join(said.split())}. Check that the model takes x (shape, channels, "
-        "flattening: N inputs of the shape it was built for) and that the guide and draws "
-        "are this model's."
-    ) from err
-
-
-def _explain_per_point_sites(
-    err: Exception, model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str
-) -> None:
-    """Where the model failed on a guide's first draw that holds a value per point of a plate
-    over the data (one the model, run under its priors, sizes by x) of another size than the N
-    points given (a local latent site of an autoguide built on the training set), say so:
-    torch's "size of tensor a (10) must match ... (40)" told nothing."""
-    n = int(x.shape[0])
-    try:
-        prior = poutine.trace(model).get_trace(x, y)
-    except Exception:
-        return
-    data_plates = {
-        frame.name
-        for site in prior.nodes.values()
-        if site["type"] == "sample"
-        for frame in site["cond_indep_stack"]
-        if frame.size == n
-    }
-    sites = sorted(
-        _latent_sites(guide_trace).items(), key=lambda i: bool(i[1]["infer"].get("is_auxiliary"))
-    )
-    for name, site in sites:  # the model's own sites before auxiliary ones (``z_unconstrained``)
-        for frame in site["cond_indep_stack"]:
-            size = frame.full_size or frame.size
-            if frame.vectorized and frame.name in data_plates and size != n:
-                raise ValueError(
-                    f"{caller}: the model failed on the guide's draws ({type(err).__name__}: "
-                    f"{str(err).splitlines()[0] if str(err) else ''}), and the guide's site "
-                    f"{name!r} holds a value per point of plate {frame.name!r} of {size} "
-                    f"points, while x holds {n}: a local latent site, fitted for the points "
-                    "the guide was built on. Pass those points, all of them, or export a "
-                    "model whose latent sites are global."
-                ) from err
 
 
 def _warn_not_finite(log_lik: Tensor, fn: str) -> None:

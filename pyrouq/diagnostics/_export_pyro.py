@@ -13,13 +13,12 @@ from pyrouq._own_models import check_traces_match, name_of
 from pyrouq.diagnostics._common import (
     _check_var_names,
     _fixed_support,
-    _latent_sites,
     _masked,
     _outside,
     _outside_support,
     _prepared,
-    _replayed_draws,
 )
+from pyrouq.diagnostics._replay import _latent_sites, _replayed_draws
 from pyrouq.diagnostics._store import _LATENT, _Draws, _stored_dtype
 
 

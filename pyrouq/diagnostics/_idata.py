@@ -44,8 +44,6 @@ from pyrouq.diagnostics._common import (
     _check_result,
     _check_result_data,
     _check_var_names,
-    _explain_inputs,
-    _latent_sites,
     _numpy,
     _prepared,
     _typed,
@@ -63,6 +61,7 @@ from pyrouq.diagnostics._own_forward import (
     forward_outputs,
 )
 from pyrouq.diagnostics._own_model import refuse_own_model
+from pyrouq.diagnostics._replay import _explain_inputs, _latent_sites
 from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logits
 
 # --------------------------------------------------------------------------------------------

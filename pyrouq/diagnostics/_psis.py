@@ -37,15 +37,14 @@ from pyrouq.diagnostics._common import (
     _check_callables,
     _check_data,
     _check_guide_finite,
-    _latent_sites,
     _masked,
     _outside,
     _outside_support,
     _prepared,
-    _replayed_draws,
     _typed,
     check_var_names_kind,
 )
+from pyrouq.diagnostics._replay import _latent_sites, _replayed_draws
 
 # --------------------------------------------------------------------------------------------
 # psis_diagnostic()

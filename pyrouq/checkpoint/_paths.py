@@ -1,0 +1,61 @@
+"""The paths a checkpoint is read from and written to: :func:`check_path_type` refuses what is
+no path (a model given first, as ``torch.save`` takes it), :func:`check_target` a path a file
+cannot be written to (a folder, one below a file, an unexpanded ``~``, an unwritable folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from pyrouq._util import class_name
+from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.mcmc import MCMCResult
+
+
+def check_path_type(path: Any, caller: str) -> None:
+    """Refuse a path that is not a str or PathLike, naming what came: a model given first, as
+    ``torch.save(obj, f)`` takes it, most likely."""
+    if isinstance(path, (str, os.PathLike)):
+        return
+    fix = "pass the file pyrouq.save() wrote, e.g. load('model.pt')"
+    if caller == "save()":
+        fix = "pass e.g. save('model.pt', model)"
+        if isinstance(path, (nn.Module, MCMCResult)):  # torch.save(obj, f)'s order
+            fix = "the path comes first (torch.save takes the object first): " + fix[5:]
+    raise TypeError(
+        f"{caller} expects a file path (str or pathlib.Path) as path, got "
+        f"{class_name(path)}; {fix}."
+    )
+
+
+def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
+    """Refuse a path a checkpoint cannot be written to: a folder, one below a file, or one
+    starting with a '~' left unexpanded. Its missing folders are created when it is written."""
+    given, path = str(os.fspath(path)), Path(path)
+    if os.path.expanduser(given) != given:  # "~/runs/c.pt" would make a folder named "~" here
+        raise CheckpointError(
+            f"{caller} got {given!r}, whose '~' is not expanded (it would name a folder or a "
+            f"file '~' in the working directory); pass os.path.expanduser({given!r})."
+        )
+    # "runs/" or "runs/.", a folder yet to make (Path drops the "/" and the ".")
+    slash = given.endswith(("/", os.sep)) or os.path.basename(given) in (".", "..")
+    if path.is_dir() or slash:
+        shown = given if slash else str(path)
+        raise CheckpointError(
+            f"{caller} needs a file path, got the folder {shown!r}; pass e.g. "
+            f"{str(path / example)!r}."
+        )
+    above = next((parent for parent in path.parents if parent.exists()), None)
+    if above is not None and not above.is_dir():
+        raise CheckpointError(
+            f"{caller} cannot write {str(path)!r}: {str(above)!r} is a file, not a folder. "
+            "Pass a path inside a folder (missing folders are created)."
+        )
+    if above is not None and not os.access(above, os.W_OK | os.X_OK):
+        raise CheckpointError(
+            f"{caller} cannot write {str(path)!r}: the folder {str(above)!r} is not writable. "
+            "Pass a path in a folder you can write to."
+        )
