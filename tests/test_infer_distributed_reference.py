@@ -145,5 +145,5 @@ def test_resume_from_on_rank_0_alone_is_refused_naming_resume_from(ranks):
             message
         )
         assert "Pass the same resume_from on every rank" in message
-    assert "(rank 0 has a checkpoint after 6 steps (epoch 2))" in messages[0]
+    assert "(rank 0 has a checkpoint after 6 steps (the end of epoch 2))" in messages[0]
     assert "(rank 1 has no resume_from)" in messages[1]

@@ -4,6 +4,7 @@ the point of a run each rank resumes from."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pyro
@@ -39,25 +40,42 @@ def compared_parameters(
 
 
 def check_same_resume(resume: Any, group: _distributed.Group) -> None:
-    """Refuse to start when the ranks resume from different points of a run: ``resume_from``
-    given on some ranks only (rank 0 alone writes the checkpoints, so a script may pass it on
-    rank 0 alone), or checkpoints of different steps (a stale copy on another machine's disk).
-    Their models then differ, which :func:`~pyrouq.infer._distributed.check_same_model` would
-    tell as models built otherwise; here the cause is named first (one ``all_reduce``)."""
+    """Refuse to start when the ranks resume from different points of a run, or from
+    different runs: ``resume_from`` given on some ranks only (rank 0 alone writes the
+    checkpoints, so a script may pass it on rank 0 alone), or checkpoints of different steps
+    (a stale copy on another machine's disk) or of other runs at the same step (told apart by
+    :func:`_fingerprint`). Their models then differ, which
+    :func:`~pyrouq.infer._distributed.check_same_model` would tell as models built otherwise;
+    here the cause is named first (one ``all_reduce``). One checkpoint read on every rank,
+    from paths that differ or not, passes."""
     if not group.active:
         return
     state = None if resume is None else resume.training
-    here = (
-        "no resume_from"
-        if state is None
-        else f"a checkpoint after {int(state['steps'])} steps (epoch {int(state['epochs_done'])}"
-        f"{', step ' + str(int(state['epoch_steps'])) if int(state['epoch_steps']) else ''})"
-    )
+    if state is None:
+        here, code = "no resume_from", -1.0
+    else:
+        steps, done, into = (int(state[k]) for k in ("steps", "epochs_done", "epoch_steps"))
+        code = float(_fingerprint(state))
+        point = f"step {into} of epoch {done + 1}" if into else f"the end of epoch {done}"
+        here = f"a checkpoint after {steps} steps ({point})"
     _distributed.check_same_arguments(
-        {"resume_from": -1.0 if state is None else float(state["steps"])},
+        {"resume_from": code},
         group,
-        f"The ranks would resume from different points of the run (rank {group.rank} has "
-        f"{here}), so their models differ. Pass the same resume_from on every rank, a "
-        "checkpoint every rank can read (rank 0 alone writes checkpoint=: on several machines, "
-        "a shared file system or a copy of that file on each), or none on any.",
+        f"The ranks would resume from different points of a run, or from different runs "
+        f"(rank {group.rank} has {here}), so their models differ. Pass the same resume_from on "
+        "every rank, a checkpoint every rank can read (rank 0 alone writes checkpoint=: on "
+        "several machines, a shared file system or a copy of that file on each), or none on "
+        "any.",
     )
+
+
+def _fingerprint(state: dict[str, Any]) -> int:
+    """A CRC-32 of a checkpoint's point in its run (steps, epochs done, steps into the next)
+    and of the random state it saved (torch's: another run's, or another step's, differs),
+    alike for copies of one checkpoint."""
+    point = repr([int(state[k]) for k in ("steps", "epochs_done", "epoch_steps")]).encode()
+    rng = state.get("rng")
+    torch_state = rng.get("torch") if isinstance(rng, dict) else None
+    if isinstance(torch_state, torch.Tensor):
+        point += torch_state.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+    return zlib.crc32(point)

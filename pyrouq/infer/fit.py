@@ -325,8 +325,8 @@ def fit(
         call fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()``
         inside it, is let through), or a ``resume_from`` that does not fit the model
         (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
-        models' settings, loaders, arguments, optimizers, the point resumed from), a failure
-        of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in
+        models' settings, loaders, arguments, optimizers, the run and point resumed from), a
+        failure of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in
         training mode in a model on the CPU (torch synchronises them on GPUs only): freeze
         such a layer with ``.eval()`` or build BatchNorm layers.
     TrainingInterrupted

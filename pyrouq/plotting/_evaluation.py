@@ -289,8 +289,9 @@ def plot_uncertainty_distributions(
     if kind == "hist" and bins > _MAX_HISTOGRAM_BINS:
         raise ValueError(
             f"Expected bins <= {_MAX_HISTOGRAM_BINS} for the histograms (each panel is about 3 "
-            f"inches wide: more bins are thinner than a pixel and take minutes to draw), got "
-            f"{bins}. Pass fewer bins, e.g. bins=30, or kind='ecdf', which has no bins."
+            f"inches wide: more bins are thinner than a pixel, and 10**5 of them take over a "
+            f"minute to draw), got {bins}. Pass fewer bins, e.g. bins=30, or kind='ecdf', which "
+            "has no bins."
         )
     p_in = _probs(in_dist, "in_dist")
     one_draw = p_in.shape[0] == 1  # its epistemic part is 0 for every input: not drawn
