@@ -209,8 +209,11 @@ def run_draws(
         flat[name] = draws
 
     def one_at_a_time(inputs: AsItCame) -> Tensor:
+        # one view per draw (unbind): indexing the stack would back-propagate a zero tensor of
+        # all S draws for every draw (S^2 weights written in the backward pass)
+        views = {k: v.unbind(0) for k, v in flat.items()}
         outs = [
-            run(net, inputs(), {k: v[s if v.shape[0] > 1 else 0] for k, v in flat.items()}, members)
+            run(net, inputs(), {k: v[s if len(v) > 1 else 0] for k, v in views.items()}, members)
             for s in range(count)
         ]
         return torch.stack(outs)
