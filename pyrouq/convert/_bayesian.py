@@ -43,6 +43,7 @@ from pyrouq.convert._select import (
 from pyrouq.convert._sites import (
     aliases_of,
     check_no_pyro_samples,
+    check_own_names,
     hiding_own_sites,
     latent_embeddings,
     latent_sites_of,
@@ -200,6 +201,7 @@ class BayesianNetwork(NamedInStore, PyroModule):
             refuse_types(module, select)  # (before the copy: a layer given is named there)
             net = copy_network(module, "make it Bayesian")
         sites = latent_sites_of(net, select_parameters(net, select), select)
+        check_own_names(net, sites, self.likelihood, self.num_members)  # ("sigma", "obs")
         latent_embeddings(net, sites)
         params = dict(net.named_parameters())
         # a tied parameter is one site, named by its first name; every name holds its value
@@ -543,6 +545,9 @@ def bayesian(
         weights, not the draw. (Checkpointing switched on after that run, or a checkpointed
         function reading the weights as tensors, is not caught.) A latent ``nn.Embedding`` /
         ``nn.EmbeddingBag`` with ``max_norm`` (torch would renormalise the draws in place).
+        A selected parameter named as one of the model's own sites (``self.sigma`` beside a
+        noise prior's ``"sigma"``; ``"obs"``, the output site, ``"data"``; of a rank-1
+        network, ``"members"``): rename it or leave it out of ``select``.
 
     Warns
     -----
@@ -557,6 +562,8 @@ def bayesian(
         A latent embedding with a ``padding_idx`` (not one tied to an output layer, whose
         gradient reaches that row): torch gives its padding row no gradient from the data, so
         the guide learns it from the KL alone, toward the prior.
+        Layers or parameters held in plain Python lists, tuples or dicts (not registered:
+        never latent, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``).
 
     Examples
     --------

@@ -23,6 +23,7 @@ __all__ = [
     "nothing_of_their_own",
     "refuse_types",
     "warn_parametrized",
+    "warn_unregistered",
 ]
 
 WEIGHTED_TYPES = (nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd)
@@ -230,3 +231,46 @@ def refuse_types(module: nn.Module, select: object) -> None:
         f"select= takes None, 'last_layer', module names or a callable (name, param) -> bool, "
         f"not a class: got {what}.{how}"
     )
+
+
+def _held(value: object, seen: set[int]) -> list[Any]:
+    """The modules and parameters inside ``value``, a list, tuple, set or dict of them,
+    nested to any depth (a container that holds itself is looked into once)."""
+    if isinstance(value, (nn.Module, nn.Parameter)):
+        return [value]
+    if not isinstance(value, (list, tuple, set, frozenset, dict)) or id(value) in seen:
+        return []
+    seen.add(id(value))
+    items = value.values() if isinstance(value, dict) else value
+    return [held for item in items for held in _held(item, seen)]
+
+
+def warn_unregistered(module: nn.Module) -> None:
+    """Warn of the layers and parameters ``module`` holds in plain lists, tuples or dicts of
+    its own (``self.layers = [nn.Linear(4, 4)]``) and not also registered: torch does not
+    know them, so they are never latent, trained, saved nor moved, though forward runs them."""
+    registered = {id(p) for p in module.parameters()}
+    torch_own = set(vars(nn.Module()))  # (its hook dicts, ...)
+    found = []
+    for path, owner in module.named_modules():
+        for attr, value in vars(owner).items():
+            if attr in torch_own or not isinstance(value, (list, tuple, set, frozenset, dict)):
+                continue
+            stray = [
+                p
+                for held in _held(value, set())
+                for p in (held.parameters() if isinstance(held, nn.Module) else [held])
+                if id(p) not in registered
+            ]
+            if stray:
+                found.append(f"{path}.{attr}" if path else attr)
+    if found:
+        warn_caller(
+            f"{class_name(module)} holds layers or parameters in plain Python containers "
+            f"({names_list(found, 4)}: a list, tuple or dict), which torch does not register: "
+            "their parameters are not in net.parameters(), so they are never latent, fit() "
+            "does not train them, save() does not keep them (a loaded model has the "
+            "skeleton's values) and .to() does not move them, though forward runs them. Hold "
+            "them in nn.ModuleList / nn.ModuleDict (parameters: nn.ParameterList / "
+            "nn.ParameterDict)."
+        )

@@ -34,6 +34,7 @@ from pyrouq.convert._hints import (
     no_match,
     nothing_of_their_own,
     refuse_types,
+    warn_unregistered,
 )
 from pyrouq.convert._hints import converted as _converted
 from pyrouq.convert._hints import names_list as _names_list
@@ -501,6 +502,7 @@ def check_module(module: Any, what: str) -> None:
             f"parameters yet ({_names_list(lazy)}). Run one batch through the network first "
             "(net(x)), then convert it."
         )
+    warn_unregistered(module)  # (self.layers = [nn.Linear(...)]: never latent, trained, saved)
 
 
 def weight_readers() -> tuple[type, ...]:

@@ -18,6 +18,7 @@ __all__ = [
     "PLAIN_INSTEAD",
     "aliases_of",
     "check_no_pyro_samples",
+    "check_own_names",
     "hiding_own_sites",
     "latent_embeddings",
     "latent_sites_of",
@@ -279,4 +280,35 @@ def latent_embeddings(module: nn.Module, sites: Sequence[str]) -> None:
             "random vectors. Keep the forward from reading padding positions (mask them, or "
             "pack the sequences), or leave the embedding a point estimate (a select= without "
             "it)."
+        )
+
+
+def check_own_names(
+    module: nn.Module, sites: Sequence[str], likelihood: Any, members: int | None
+) -> None:
+    """Refuse a latent site of the network (a top-level parameter of ``module`` selected,
+    ``self.sigma``) named as one of the model's own sites: the ``likelihood``'s latent sites
+    (``"sigma"``, a noise scale with a prior), its output site, ``"obs"``, the plate
+    ``"data"`` and, of a rank-1 network (``members`` set), the plate ``"members"``. The model
+    would record two sites under one name: one value would stand for both in fit(), and
+    Pyro's trace (SVI, Predictive, NUTS) refuses them."""
+    named = type(likelihood).__name__
+    own = {
+        site: f"a latent site of the likelihood {named} (its noise scale, from its prior)"
+        for site in likelihood.latent_sites()
+    }
+    own[likelihood.output_site] = "the site where the model records its outputs"
+    own["obs"] = "the site where the model observes the targets"
+    own["data"] = "the model's plate of data points"
+    if members is not None:
+        own["members"] = "the rank-1 model's plate of members"
+    clash = [site for site in sites if site in own]
+    if clash:
+        site = clash[0]
+        raise ValueError(
+            f"bayesian(): the parameter {site!r} of {class_name(module)} would be a latent "
+            f"site named {site!r}, which is already {own[site]}. A model cannot hold two "
+            "sites under one name (one draw would stand for both; Pyro's trace refuses "
+            f"them). Rename the network's parameter (self.{site} -> e.g. self.{site}_net) or "
+            "leave it out of select=."
         )
