@@ -9,7 +9,6 @@ import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -22,15 +21,20 @@ if TYPE_CHECKING:
 _SCORES = ("lac", "aps", "raps", "abs", "cqr")
 
 
-def check_not_shifted(val_targets: object) -> None:
+def check_not_shifted(val_targets: object, val_preds: object = None) -> None:
     """A TypeError for ``conformal(val_preds, 0.1)`` or ``conformal(val_preds, "aps")``: an
-    alpha or a score given where the targets go (told to wrap it with torch.as_tensor), or an
-    alpha as a 0-d floating tensor (told to convert its float labels with .long())."""
+    alpha or a score given where the targets go (which would be told to wrap it with
+    torch.as_tensor), or an alpha as a 0-d floating tensor (whose labels would be told to be
+    converted with .long()). Not for regression predictions of one input, whose one target a
+    0-d tensor may be (told the shapes targets take)."""
     value = val_targets
     if isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point():
-        # shown as the Python number alpha must be, the dtype's shortest (0.1, not 0.10000000149)
-        kind = np.float16 if value.dtype == torch.float16 else np.float32
-        value = float(value) if value.dtype == torch.float64 else float(str(kind(value.item())))
+        from pyrouq.regression import GaussianPredictions
+
+        one = isinstance(val_preds, GaussianPredictions) and val_preds.loc.shape[1] == 1
+        if one or value.device.type == "meta":  # (a meta tensor has no value to read)
+            return
+        value = _shortest(value)
     alpha = is_real(value) and not is_integer(value) and 0 < value < 1  # type: ignore[operator]
     if alpha or (isinstance(value, str) and value in _SCORES):
         name = "score" if isinstance(value, str) else "alpha"
@@ -40,6 +44,19 @@ def check_not_shifted(val_targets: object) -> None:
             "default to those the predictions carry) or conformal(val_preds, val_targets, "
             "alpha, score)."
         )
+
+
+def _shortest(value: Tensor) -> float:
+    """A one-value floating tensor as the Python number alpha must be, the fewest digits that
+    give its value back in its dtype (0.1 for float32, float16 and bfloat16 alike, not
+    0.10000000149 or 0.100097656)."""
+    number = float(value.item())
+    for digits in range(1, 18):
+        short = float(f"{number:.{digits}g}")
+        back = torch.tensor(short, dtype=torch.float64).to(value.dtype).double().item()
+        if back == number:
+            return short
+    return number
 
 
 def _are_predictions(value: object) -> bool:

@@ -526,7 +526,7 @@ def conformal(
     >>> cal.predict_sets(Predictions(probs[:, :1])).tolist()
     [[True, False, False]]
     """
-    check_not_shifted(val_targets)
+    check_not_shifted(val_targets, val_preds)
     seed = check_seed(seed, "conformal()")
     if (penalty := finite_float(lam)) is None or penalty < 0:  # (None: also 10**400)
         raise ValueError(

@@ -107,11 +107,19 @@ def call_factory(spec: str, root: str | None = None) -> Any:
     factory: Any = module
     parts = attr.split(".")
     for i, part in enumerate(parts):
-        owner, factory = factory, getattr(factory, part, None)
+        try:
+            owner, factory = factory, getattr(factory, part, None)
+        except Exception as err:  # a property, a module's __getattr__, that fails
+            raise CommandError(
+                f"getting {part!r} of the factory {spec!r} raised {type(err).__name__}: {err} "
+                "(get it in Python to see the traceback)"
+            ) from None
         if factory is None:
+            from pyrouq.cli._factory_names import attribute_advice
+
             raise CommandError(
                 f"{module_name!r} has no attribute {attr!r} (factory {spec!r}); "
-                + _attribute_advice(owner, part, module_name, ".".join(parts[:i]))
+                + attribute_advice(owner, parts, i, module_name)
             )
     if not callable(factory):
         raise CommandError(
@@ -136,23 +144,6 @@ def call_factory(spec: str, root: str | None = None) -> Any:
             "an nn.Module"
         )
     return net
-
-
-def _attribute_advice(owner: Any, part: str, module_name: str, prefix: str) -> str:
-    """What to name instead of the missing ``part`` of a factory's name (after ``prefix``, the
-    names it goes through, if any): the callables of ``owner`` (the module, or the class the
-    name goes through) whose names are closest to it."""
-    import difflib
-    import types
-
-    names = [n for n in dir(owner) if not n.startswith("_") and callable(getattr(owner, n, None))]
-    close = difflib.get_close_matches(part, names, n=3)
-    if close:
-        shown = " or ".join(f"{module_name}:{prefix + '.' if prefix else ''}{n}" for n in close)
-        return f"did you mean {shown}?"
-    name = getattr(owner, "__name__", type(owner).__name__)
-    where = "that module" if isinstance(owner, types.ModuleType) else repr(name)
-    return f"name a function or class of {where} that builds the network"
 
 
 def _check_no_arguments(factory: Any, spec: str) -> None:
@@ -250,9 +241,10 @@ def check_outputs(net: Any, spec: str) -> None:
     with torch.random.fork_rng(devices=[]):
         out = _blank_image_through(probe)
     # (B, C); or (C,) for the one image, a squeezed batch (a net ending in .squeeze(-1) gives
-    # one value per image, which fit() would tell to return as (B, 1) for a regression)
-    if torch.is_tensor(out) and out.dim() in (1, 2) and out.shape[-1] != NUM_CLASSES:
-        count = out.shape[-1]
+    # one value per image, which fit() would tell to return as (B, 1) for a regression); or ()
+    # for the one image, the one value of a net ending in .squeeze()
+    count = out.shape[-1] if torch.is_tensor(out) and out.dim() else 1
+    if torch.is_tensor(out) and out.dim() <= 2 and count != NUM_CLASSES:
         raise CommandError(
             f"factory {spec!r} builds a network with {count} output{'s' if count != 1 else ''} "
             f"per image; MNIST and Fashion-MNIST have {NUM_CLASSES} classes: make it output "

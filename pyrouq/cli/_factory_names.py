@@ -1,0 +1,51 @@
+"""The close names told for a factory name with a typo (``pyrouq fit nets:tiny_mpl``): read
+without running the user's code (no property, no lazy import, no module ``__dir__`` that
+fails), so that the advice can never fail in the user's place."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import types
+from typing import Any
+
+
+def _static(owner: Any, name: str) -> Any:
+    """``owner.name`` as stored, without running a property or a module's ``__getattr__``
+    (a class's classmethod and staticmethod unwrapped to their function); None if absent."""
+    try:
+        value = inspect.getattr_static(owner, name)
+    except Exception:  # absent, or a lazy name only a module's __getattr__ makes
+        return None
+    if isinstance(value, (classmethod, staticmethod)):
+        value = value.__func__
+    return value
+
+
+def _reaches_a_callable(owner: Any, names: list[str]) -> bool:
+    for name in names:
+        owner = _static(owner, name)
+        if owner is None:
+            return False
+    return callable(owner)
+
+
+def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> str:
+    """What to name instead of ``parts[i]``, missing from ``owner`` (the module, or what the
+    name goes through): the names of ``owner`` closest to it, public, through which the rest
+    of the name (``parts[i + 1:]``) reaches a callable, each shown as the whole factory name."""
+    try:
+        names = [n for n in dir(owner) if isinstance(n, str) and not n.startswith("_")]
+    except Exception:  # a module's own __dir__ that fails
+        names = []
+    rest = parts[i + 1 :]
+    names = [n for n in names if _reaches_a_callable(owner, [n, *rest])]
+    close = difflib.get_close_matches(parts[i], names, n=3)
+    if close:
+        shown = " or ".join(
+            f"{module_name}:{'.'.join([*parts[:i], name, *rest])}" for name in close
+        )
+        return f"did you mean {shown}?"
+    name = getattr(owner, "__name__", None) if isinstance(owner, type) else None
+    where = "that module" if isinstance(owner, types.ModuleType) else repr(name or parts[i - 1])
+    return f"name a function or class of {where} that builds the network"
