@@ -19,7 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
-from pyrouq._numbers import finite_float, is_array_like, is_integer, shown, tensor_hint
+from pyrouq._input_kind import input_hint as input_hint  # (the layers' words too)
+from pyrouq._input_kind import not_a_tensor
+from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
@@ -223,26 +225,12 @@ def module_dtype(module: Any) -> torch.dtype | None:
     return None
 
 
-def input_hint(x: Any) -> str:
-    """What to do about a network's input ``x`` that is not a tensor: torch.as_tensor for an
-    array or a list of numbers, which it converts; not for a loader's ``[x, y]`` batch (a list
-    of tensors, which it cannot convert), nor for None, a dict or a loader."""
-    if isinstance(x, (list, tuple)) and any(torch.is_tensor(item) for item in x):
-        return (
-            " of tensors: for a loader's (x, y) batch, pass x alone (x, y = batch); for one "
-            "tensor per input, torch.stack(...) them"
-        )
-    return "; convert it with torch.as_tensor(x)" if is_array_like(x) else ""
-
-
 def model_input(x: Any, module: Any, name: str) -> torch.Tensor:
     """``x`` as ``module`` computes on it: floating inputs of another dtype (float64, float16)
     are cast to the module's dtype; integer, bool and complex inputs are refused, but integer
     ones pass to a network holding an ``nn.Embedding`` / ``nn.EmbeddingBag`` (its indices)."""
     if not torch.is_tensor(x):
-        raise TypeError(
-            f"{name} expects a torch.Tensor input, got {type(x).__name__}{input_hint(x)}."
-        )
+        raise TypeError(not_a_tensor(x, name))
     if not x.is_floating_point():
         if takes_indices(x, module):
             return x

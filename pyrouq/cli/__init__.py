@@ -44,6 +44,7 @@ from pyrouq.cli._build import (
     method_of,
 )
 from pyrouq.cli._evaluate import _cmd_evaluate, _device, _missing_data
+from pyrouq.cli._fit_words import batchnorm_in_command_words
 from pyrouq.cli._parser import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -526,20 +527,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if isinstance(e, FloatingPointError) and " Lower lr" in message:
             # fit()'s advice in the command's words: its data and guide are the command's
             message = message.split(" Lower lr")[0] + " Lower --lr."
-        one_batch = " --batch-size 1 makes every batch one input: pass a --batch-size of 2 or more."
-        if "drop_last=True" in message:  # fit()'s advice for a loader; the command's loader:
-            message = message.split(" That is usually")[0] + (
-                one_batch
-                if getattr(args, "batch_size", None) == 1
-                else " That is the last batch of the epoch: pick a --batch-size (or "
-                "--train-size) that leaves no remainder of 1."
-            )
-        elif " Give batches of 2 or more inputs" in message:  # a first batch of one input
-            message = message.split(" Give batches of 2")[0] + (
-                one_batch
-                if getattr(args, "batch_size", None) == 1
-                else " --train-size 1 leaves one example: pass a --train-size of 2 or more."
-            )
+        # fit()'s advice for a loader, in the words of the command's (sharded) loader
+        message = batchnorm_in_command_words(
+            message, getattr(args, "batch_size", None), _world_size()
+        )
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # stdout's reader is gone (`pyrouq evaluate RUN | head`): as a

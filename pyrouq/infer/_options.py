@@ -1,7 +1,7 @@
 """fit()'s options besides the objective: the optimizer ``optim=`` builds
 (:func:`build_optimizer`) and the ``callbacks``, checked before training; the learning-rate
-schedule (:func:`lr_factor`); what an error a callback raises is noted with
-(:func:`callback_note`)."""
+schedule (:func:`check_lr_schedule`, :func:`lr_factor`); what an error a callback raises is
+noted with (:func:`callback_note`)."""
 
 from __future__ import annotations
 
@@ -183,6 +183,31 @@ def callback_note(callback: Any, epoch: int, checkpoint: Any) -> str:
         f"training stopped, the model and guide keep epoch {epoch}'s parameters{kept}. A callback "
         "stops a run and keeps its FitResult by raising KeyboardInterrupt: fit() then raises "
         "TrainingInterrupted carrying it.)"
+    )
+
+
+LR_SCHEDULES = {
+    "warmup_cosine": "the default: a linear ramp over the first 20 % of the steps, then a "
+    "half-cosine decay to 0",
+    "cosine": "a half-cosine decay to 0 from the first step",
+    "constant": "the learning rate as given at every step",
+}
+"""fit()'s learning-rate schedules (in the order a checkpoint records them), each glossed."""
+
+
+def check_lr_schedule(lr_schedule: Any) -> None:
+    """Refuse an ``lr_schedule`` that is none of :data:`LR_SCHEDULES`, naming them; a name of
+    another case (``"Cosine"``) is asked whether it meant the lower-case one."""
+    if isinstance(lr_schedule, str) and lr_schedule in LR_SCHEDULES:
+        return
+    named = isinstance(lr_schedule, str) or lr_schedule is None
+    came = repr(lr_schedule) if named else f"of type {type(lr_schedule).__name__}"
+    meant = lr_schedule.strip().lower() if isinstance(lr_schedule, str) else None
+    hint = f" (did you mean {meant!r}? the names are lower case)" if meant in LR_SCHEDULES else ""
+    names = ", ".join(f"{name!r} ({gloss})" for name, gloss in LR_SCHEDULES.items())
+    raise ValueError(
+        f"Unknown lr_schedule {came}{hint}: fit() takes one of {names}. Pass one of these "
+        "names as lr_schedule."
     )
 
 

@@ -45,7 +45,7 @@ from pyrouq.infer._fit_inputs import (
     warn_lr_beside_optim,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
-from pyrouq.infer._options import build_optimizer, check_callbacks
+from pyrouq.infer._options import build_optimizer, check_callbacks, check_lr_schedule
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
 from pyrouq.infer._rank_state import check_same_resume, compared_parameters
 from pyrouq.infer._site_checks import check_drawable
@@ -363,11 +363,7 @@ def fit(
         lr = checked_lr
         if seed is not None:
             seed = check_seed(seed, "fit()")
-        if lr_schedule not in ("warmup_cosine", "cosine", "constant"):
-            raise ValueError(
-                f"Unknown lr_schedule {lr_schedule!r}: expected 'warmup_cosine', 'cosine' or "
-                "'constant'."
-            )
+        check_lr_schedule(lr_schedule)
         check_paths(checkpoint, resume_from, metadata)
         check_loader_kind(train_loader)
         vectorize_particles = check_flag("vectorize_particles", vectorize_particles)

@@ -1,0 +1,53 @@
+"""What a network's input that is not a tensor is told: :func:`input_hint` (a layer's and a
+network's words for an array or a list) and :func:`not_a_tensor` (the whole refusal of
+:func:`pyrouq._util.model_input`: a network runs on one tensor input)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pyrouq._numbers import is_array_like
+
+__all__ = ["input_hint", "not_a_tensor"]
+
+_WRAP = (
+    "wrap the network in a small nn.Module whose forward takes one tensor and builds {what} "
+    "from it, and convert that wrapper (e.g. bayesian(Wrapped(net)))"
+)
+
+
+def input_hint(x: Any) -> str:
+    """What to do about a network's input ``x`` that is not a tensor: torch.as_tensor for an
+    array or a list of numbers, which it converts; not for a loader's ``[x, y]`` batch (a list
+    of tensors, which it cannot convert), nor for None, a dict or a loader."""
+    if isinstance(x, (list, tuple)) and any(torch.is_tensor(item) for item in x):
+        return (
+            " of tensors: for a loader's (x, y) batch, pass x alone (x, y = batch); for one "
+            "tensor per input, torch.stack(...) them"
+        )
+    return "; convert it with torch.as_tensor(x)" if is_array_like(x) else ""
+
+
+def not_a_tensor(x: Any, name: str) -> str:
+    """``name``'s refusal of the input ``x`` that is not a tensor: what it expects (one tensor,
+    a batch of inputs), what came, and what to do for each kind that comes: a dict or several
+    tensors (a network of several inputs: wrap it), an array (torch.as_tensor), None."""
+    came = f"{name} expects a torch.Tensor input, got {type(x).__name__}"
+    if isinstance(x, dict):
+        return (
+            f"{came}: pyrouq runs networks of one tensor input (a batch of shape (B, ...)). "
+            f"For a network whose forward takes a dict, {_WRAP.format(what='the dict')}."
+        )
+    hint = input_hint(x)
+    if hint.startswith(" of tensors"):
+        return (
+            f"{came}{hint}. pyrouq runs networks of one tensor input: for a network whose "
+            f"forward takes several tensors, {_WRAP.format(what='them')}."
+        )
+    if hint:
+        return f"{came}{hint}."
+    if x is None:
+        return f"{came}: pass the batch of inputs, one tensor of shape (B, ...), not None."
+    return f"{came}: pass the batch of inputs as one tensor of shape (B, ...)."
