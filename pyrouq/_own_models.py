@@ -257,11 +257,13 @@ def fitting_draws(
     """The draws ``{site: (S, *shape)}`` to run a model of the user's own under: those of its
     latent sites (:func:`traced_latent_sites`), each ``(S, *shape)``. Other sites are left
     out (``pyro.infer.Predictive`` gives ``"obs"`` and recorded ``"logits"`` too, computed on
-    other inputs); leading dims of size 1 after S (``Predictive`` pads draws to the model's
-    plate nesting) are dropped. A latent site missing, or of another shape, is refused: the
-    model would draw it from its prior, or broadcast it, without a word (a discrete one, left
-    to enumeration, with Pyro's way for such models); so are NaN draws (infinite ones warn).
-    A model that cannot be traced on small batches gets every draw, unchecked. ``classes``:
+    other inputs; a guide's draws of sites that hold a value per input, which the model then
+    draws from its prior, warn in predict()); leading dims of size 1 after S (``Predictive``
+    pads draws to the model's plate nesting) are dropped. A latent site missing, or of
+    another shape, is refused: the model would draw it from its prior, or broadcast it,
+    without a word (a discrete one, left to enumeration, with Pyro's way for such models); so
+    are NaN draws (infinite ones warn). A model that cannot be traced on small batches gets
+    every draw, unchecked. ``classes``:
     as :func:`traced_latent_sites` takes it."""
     expected = traced_latent_sites(model, x, classes)
     if expected is None:
@@ -277,6 +279,9 @@ def fitting_draws(
             "same network. Leave it out; to draw a network's weights, make it Bayesian first: "
             "pyrouq.bayesian(net)."
         )
+
+    if source == "the guide" and caller == "predict()" and set(draws) - set(expected):
+        _warn_of_local_sites(model, draws, expected, x)
 
     def plural(verb: str) -> str:  # "posterior_samples give", "the guide gives"
         return verb if source == "posterior_samples" else verb + "s"
@@ -316,6 +321,30 @@ def fitting_draws(
                 )
         kept[site] = value
     return kept
+
+
+def _warn_of_local_sites(
+    model: Any, draws: dict[str, Tensor], expected: dict[str, tuple[int, ...]], x: Tensor
+) -> None:
+    """Warn where a guide draws latent sites of the model that hold a value per input (a
+    local latent variable, an amortised guide's ``q(z | x)``): predict() takes the guide's
+    draws of the global sites once, and the model draws those from its prior for every input,
+    where Pyro's ``Predictive`` would run the model on the guide's draws of them."""
+    sampled = _sampled_sites(model, x) or set()
+    local = sorted(site for site in draws if site not in expected and site in sampled)
+    if not local:
+        return
+    warn_caller(
+        f"predict(): the guide draws {name_of(model)}'s latent site(s) {local}, which hold a "
+        "value per input (local latent variables): predict() takes the guide's draws of the "
+        "global sites once and runs every input batch under them, so the model draws "
+        f"{local} from its prior for each input, as for new inputs (not the guide's values: "
+        "an AutoNormal's are those of its training points, an amortised guide's q(z | x) is "
+        "not used). For the guide's draws of them on these inputs, use "
+        "pyro.infer.Predictive(model, guide=guide, num_samples=S); if the prior is what you "
+        "want, filter this warning: warnings.filterwarnings('ignore', message=r\".*hold a "
+        'value per input")'
+    )
 
 
 def _refuse_grouped(
