@@ -213,3 +213,19 @@ def test_guide_draws_export_one_chain_and_summarise_as_arviz_stats():
     assert "sample_stats" not in idata.groups()
     table = pyrouq.summary(idata, "fc2.bias")
     assert table.equals(az.summary(idata, var_names=["fc2.bias"], kind="stats"))
+
+
+def test_a_function_model_without_obs_is_named_by_its_own_name():
+    """The export's refusal names a function model by its name, not "function"."""
+    from pyro.infer.autoguide import AutoNormal
+
+    def my_regression(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("y", dist.Normal(w * x[:, 0], 1.0), obs=y)
+
+    x, y = torch.randn(6, 1), torch.randn(6)
+    guide = AutoNormal(my_regression)
+    guide(x, y)
+    with pytest.raises(ValueError, match="my_regression has no observed site 'obs'"):
+        pyrouq.to_inference_data(my_regression, guide, x, y, num_samples=2)

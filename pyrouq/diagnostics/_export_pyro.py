@@ -44,14 +44,14 @@ def _export_pyro(
             site = model_trace.nodes.get("obs")
             if site is None or site["type"] != "sample" or not site["is_observed"]:
                 raise ValueError(
-                    f"{type(model).__name__} has no observed site 'obs': to_inference_data() "
+                    f"{name_of(model)} has no observed site 'obs': to_inference_data() "
                     "reads the pointwise log-likelihood there. Observe y as "
                     "pyro.sample('obs', ..., obs=y) inside pyro.plate('data', N)."
                 )
             if _masked(site):
                 raise ValueError(
                     f"to_inference_data(): a mask (poutine.mask or .mask()) leaves points of "
-                    f"{getattr(model, '__name__', type(model).__name__)}'s observed site 'obs' "
+                    f"{name_of(model)}'s observed site 'obs' "
                     "out. The model does not observe them, so they have no pointwise "
                     "log-likelihood, yet az.loo and az.waic would count each as a point, at the "
                     "density of whatever value fills y there. Export the observed points alone: "
