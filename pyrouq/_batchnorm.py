@@ -28,15 +28,24 @@ def one_value_in_training(
     """fit()'s words for its batch ``step`` of ``epoch`` (1-based), ``x``, too small for the
     batch statistics of a BatchNorm in training mode. A first batch of one input is told on its
     own (a loader of one example, or of batch_size=1: drop_last does not help there; more
-    examples, a larger batch_size or a frozen BatchNorm do); a later one as, usually, an epoch's
-    last batch (drop_last, or a batch size that leaves no remainder of 1). On ``world`` > 1
-    ranks the remainder is that of this rank's shard of ``loader``'s examples, which is told."""
+    examples, a larger batch_size or a frozen BatchNorm do; on ``world`` > 1 ranks whose shard
+    of ``loader``'s examples holds one, more examples or fewer ranks); a later one as, usually,
+    an epoch's last batch (drop_last, or a batch size that leaves no remainder of 1). On
+    ``world`` > 1 ranks the remainder is that of this rank's shard, which is told."""
     if step == 1 and x.shape[0] == 1:
+        way = "more examples, or a larger batch_size"
+        share, total, _ = _shard(loader, world) if world > 1 else (None, None, None)
+        if share is not None and share < 2:  # no batch size gives this rank a batch of 2
+            way = (
+                f"more examples, or fewer ranks: fit() runs on {world} ranks (torch.distributed "
+                f"is initialised), each on its own shard of the {total} examples ({share} on "
+                "this rank), which no larger batch_size can make 2"
+            )
         return (
             f"Batch 1 of epoch {epoch} holds 1 input of shape {tuple(x.shape[1:])}, and a "
             "BatchNorm in training mode needs 2 or more inputs per batch to normalise them "
-            f"(torch: '{ONE_VALUE_PER_CHANNEL}'). Give batches of 2 or more inputs (more "
-            "examples, or a larger batch_size), or freeze the BatchNorm with .eval() (it then "
+            f"(torch: '{ONE_VALUE_PER_CHANNEL}'). Give batches of 2 or more inputs ({way}), "
+            "or freeze the BatchNorm with .eval() (it then "
             "normalises with its running statistics; one built with "
             "track_running_stats=False takes its batch's statistics in eval mode too)."
         )
@@ -53,10 +62,11 @@ def one_value_in_training(
     )
 
 
-def _shard_words(loader: Any, world: int) -> str:
-    """The end of :func:`one_value_in_training`'s words on ``world`` ranks: each rank trains on
-    its shard of the examples (``ceil(N / world)`` of them, for pyrouq's loaders and a
-    ``DistributedSampler`` that drops none) in batches of the loader's batch size."""
+def _shard(loader: Any, world: int) -> tuple[int | None, int | None, int | None]:
+    """``(share, total, batch)`` of ``loader`` on ``world`` ranks, each None where it does not
+    tell: this rank's examples (``ceil(N / world)`` for pyrouq's loaders; a
+    ``DistributedSampler``'s length, ``N // world`` with ``drop_last=True``), the data set's
+    ``N``, and the batch size (the loader's, else its batch sampler's)."""
     share, total = None, None
     sampler = example_sampler(loader)
     dataset = getattr(loader, "dataset", None)
@@ -67,19 +77,35 @@ def _shard_words(loader: Any, world: int) -> str:
         elif isinstance(sampler, torch.utils.data.DistributedSampler):
             share, total = len(sampler), len(sampler.dataset)  # type: ignore[arg-type]
     except TypeError:  # a dataset without a length
-        share = None
+        share, total = None, None
     batch = getattr(loader, "batch_size", None)
+    if batch is None:  # batch_sampler=, or a BatchSampler as sampler= with batch_size=None
+        batches = getattr(loader, "batch_sampler", None)
+        if batches is None or not hasattr(batches, "batch_size"):
+            batches = getattr(loader, "sampler", None)
+        batch = getattr(batches, "batch_size", None)
     batch = batch if isinstance(batch, int) and not isinstance(batch, bool) else None
+    return share, total, batch
+
+
+def _shard_words(loader: Any, world: int) -> str:
+    """The end of :func:`one_value_in_training`'s words on ``world`` ranks: each rank trains on
+    its shard of the examples (:func:`_shard`) in batches of the loader's batch size."""
+    share, total, batch = _shard(loader, world)
     if share is None:
         shard = "its own shard of the examples"
         rest = "of 1 from this rank's shard"
     else:
         shard = f"its own shard of the {total} examples ({share} on this rank)"
         rest = f"of 1 from this rank's {share} examples"
-    batches = f"in batches of {batch} " if batch is not None else ""
+    batches = (
+        f"in batches of {batch} (the batch size is per rank)"
+        if batch is not None
+        else "in the loader's batches (their size is per rank)"
+    )
     return (
         f" fit() runs on {world} ranks (torch.distributed is initialised): each rank trains on "
-        f"{shard}, {batches}(the batch size is per rank), so the remainder that counts is the "
+        f"{shard}, {batches}, so the remainder that counts is the "
         "shard's, not the whole data set's. That is usually the last batch of this rank's "
         "shard in an epoch: drop it (DataLoader(..., drop_last=True)) or pick a batch size "
         f"that leaves no remainder {rest}."

@@ -29,19 +29,26 @@ KERNELS = ("nuts", "hmc")
 
 def check_kernel(kernel: Any) -> None:
     """Refuse a ``kernel`` other than ``"nuts"`` or ``"hmc"``, saying what to pass: the name in
-    lower case where only its case differs ("NUTS"), the name where a Pyro kernel came."""
+    lower case where only its case or surrounding spaces differ ("NUTS", "nuts "), the name
+    where a Pyro kernel came (an instance, or the class itself)."""
     if isinstance(kernel, str) and kernel in KERNELS:
         return
-    if isinstance(kernel, str) and kernel.lower() in KERNELS:
+    if isinstance(kernel, str) and kernel.strip().lower() in KERNELS:
+        name = kernel.strip().lower()
+        how = "in lower case" if kernel.strip() == kernel else "without surrounding spaces"
+        if kernel.strip() != kernel and kernel.strip() != name:
+            how += ", in lower case"
         raise ValueError(
-            f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc', in lower case; did you mean "
-            f"{kernel.lower()!r}? Pass kernel={kernel.lower()!r}."
+            f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc', {how}; did you mean "
+            f"{name!r}? Pass kernel={name!r}."
         )
-    if isinstance(kernel, pyro.infer.mcmc.mcmc_kernel.MCMCKernel):
-        name = type(kernel).__name__
+    kind = kernel if isinstance(kernel, type) else type(kernel)
+    if issubclass(kind, pyro.infer.mcmc.mcmc_kernel.MCMCKernel):
+        name = kind.__name__
         named = f"kernel={name.lower()!r}" if name.lower() in KERNELS else "kernel='nuts' or 'hmc'"
+        told = f"{name} (a kernel class)" if kind is kernel else name
         raise ValueError(
-            f"Unknown kernel {name}: mcmc() takes a kernel's name, 'nuts' or 'hmc', and builds "
+            f"Unknown kernel {told}: mcmc() takes a kernel's name, 'nuts' or 'hmc', and builds "
             f"it for the model (NUTS's depth: max_tree_depth). Pass {named}, or run "
             "pyro.infer.MCMC with a kernel of your own."
         )

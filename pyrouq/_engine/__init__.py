@@ -212,10 +212,19 @@ def run_draws(
         # one view per draw (unbind): indexing the stack would back-propagate a zero tensor of
         # all S draws for every draw (S^2 weights written in the backward pass)
         views = {k: v.unbind(0) for k, v in flat.items()}
-        outs = [
-            run(net, inputs(), {k: v[s if len(v) > 1 else 0] for k, v in views.items()}, members)
-            for s in range(count)
-        ]
+        versions = {k: None if v.is_inference() else v._version for k, v in flat.items()}
+        try:
+            outs = [
+                run(
+                    net, inputs(), {k: v[s if len(v) > 1 else 0] for k, v in views.items()}, members
+                )
+                for s in range(count)
+            ]
+        except RuntimeError as err:  # torch's words name an "Output 0 of Unbind", not the site
+            changed = [k for k, n in versions.items() if n is not None and flat[k]._version != n]
+            if not changed or "returns multiple views" not in str(err):
+                raise
+            raise RuntimeError(_changed_in_place(changed, err)) from None
         return torch.stack(outs)
 
     if _cpu(x) or _batch_statistics(net) or count == 1:  # (vmap needs a site of S > 1 draws)
@@ -346,6 +355,19 @@ def _single_input_feature(layer: Any) -> bool:
 
 def _ensemble_layers(net: nn.Module) -> list[Any]:
     return [m for m in net.modules() if getattr(m, "_is_batchensemble", False)]
+
+
+def _changed_in_place(sites: list[str], err: BaseException) -> str:
+    """The words for a network that changed its drawn weights ``sites`` in place as it ran
+    (a clamp_ under no_grad in its forward), which torch refused (``err``)."""
+    first = str(err).split(". ")[0]
+    return (
+        f"The network changed its drawn weight(s) {', '.join(map(repr, sites))} in place while "
+        f"it ran (torch: '{first}'). The weights it runs with are draws (the guide's, the "
+        "posterior_samples given, MCMC's state), to be read, not changed: compute the changed "
+        "weight out of place in forward (w = self.weight.clamp(-c, c), then F.linear(x, w, "
+        "self.bias)), or leave that layer a point estimate (a select= without it)."
+    )
 
 
 _VMAP_REFUSAL = re.compile(r"Batching rule not implemented|\bvmap\b")

@@ -1,0 +1,204 @@
+"""Review of the refusals that name a rank's shard, a kernel's name and a number in the targets'
+place, and of the engine's draws taken by unbind: a first batch of one input under ranks whose
+shard holds one example (no batch size helps), a batch sampler's batch size, a loader that
+tells none, the one-process words kept; a kernel name with spaces or a kernel class; a network
+that changes a drawn weight in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+import torch.distributed as dist
+from _processes import exit_quietly, spawn_ranks
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
+
+from pyrouq import ArrayLoader, bayesian, fit, mcmc, mean_field_guide
+
+WORLD = 2
+BN = "(torch: 'Expected more than 1 value per channel')"
+
+
+class _Batches:
+    """A batch sampler of its own over a DistributedSampler: batches of 8, no batch_size."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        order = list(self.sampler)
+        return iter([order[i : i + 8] for i in range(0, len(order), 8)])
+
+    def __len__(self):
+        return -(-len(self.sampler) // 8)
+
+
+def _loader(kind: str, x, y):
+    data = TensorDataset(x, y)
+    if kind == "array":
+        return ArrayLoader(x, y, 8, seed=0)
+    if kind == "sampler":
+        return DataLoader(data, 8, sampler=DistributedSampler(data, seed=0))
+    if kind == "batch_sampler":
+        return DataLoader(
+            data, batch_sampler=BatchSampler(DistributedSampler(data, seed=0), 8, False)
+        )
+    return DataLoader(data, batch_sampler=_Batches(DistributedSampler(data, seed=0)))
+
+
+def _bn_refusal(kind: str, n: int) -> str:
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    model = bayesian(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, 3, generator=g), torch.randint(0, 2, (n,), generator=g)
+    try:
+        fit(model, mean_field_guide(model), _loader(kind, x, y), epochs=1, progress=False, seed=0)
+    except ValueError as err:
+        return str(err)
+    return "no error"
+
+
+CASES = [("array", 2), ("sampler", 2), ("batch_sampler", 34), ("own_batches", 34)]
+
+
+def _worker(rank: int, init: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    try:
+        told = {case: _bn_refusal(*case) for case in CASES}
+        torch.save(told, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+    exit_quietly()
+
+
+def test_a_batch_of_one_under_ranks_tells_the_shard_its_batch_size_and_no_wrong_fix(tmp_path):
+    spawn_ranks(_worker, (str(tmp_path / "init"), str(tmp_path)))
+    shard = (
+        "fit() runs on 2 ranks (torch.distributed is initialised): each rank trains on its own "
+        "shard of the 34 examples (17 on this rank), "
+    )
+    rest = (
+        ", so the remainder that counts is the shard's, not the whole data set's. That is "
+        "usually the last batch of this rank's shard in an epoch: drop it (DataLoader(..., "
+        "drop_last=True)) or pick a batch size that leaves no remainder of 1 from this rank's "
+        "17 examples."
+    )
+    for rank in range(WORLD):
+        told = torch.load(tmp_path / f"rank{rank}.pt")
+        for kind in ("array", "sampler"):  # one example per rank: "a larger batch_size" was told
+            assert told[(kind, 2)] == (
+                f"Batch 1 of epoch 1 holds 1 input of shape (3,), and a BatchNorm in training "
+                f"mode needs 2 or more inputs per batch to normalise them {BN}. Give batches of "
+                "2 or more inputs (more examples, or fewer ranks: fit() runs on 2 ranks "
+                "(torch.distributed is initialised), each on its own shard of the 2 examples (1 "
+                "on this rank), which no larger batch_size can make 2), or freeze the BatchNorm "
+                "with .eval() (it then normalises with its running statistics; one built with "
+                "track_running_stats=False takes its batch's statistics in eval mode too)."
+            ), (rank, kind)
+        head = (
+            "Batch 3 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training mode "
+            f"needs more than one value per channel to normalise it {BN}. "
+        )
+        # a batch sampler's size was not read: "(17 on this rank), (the batch size is per rank)"
+        assert told[("batch_sampler", 34)] == (
+            f"{head}{shard}in batches of 8 (the batch size is per rank){rest}"
+        ), rank
+        assert told[("own_batches", 34)] == (
+            f"{head}{shard}in the loader's batches (their size is per rank){rest}"
+        ), rank
+
+
+def test_one_process_keeps_its_words_for_a_batch_of_one():
+    # N = 1: the first batch; N = 17 in batches of 8: the third batch holds one input
+    assert _bn_refusal("array", 1).endswith(
+        f"{BN}. Give batches of 2 or more inputs (more examples, or a larger batch_size), or "
+        "freeze the BatchNorm with .eval() (it then normalises with its running statistics; one "
+        "built with track_running_stats=False takes its batch's statistics in eval mode too)."
+    )
+    assert _bn_refusal("array", 17) == (
+        "Batch 3 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training mode "
+        f"needs more than one value per channel to normalise it {BN}. That is usually the last "
+        "batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick a batch size that "
+        "leaves no remainder of 1."
+    )
+
+
+def _mcmc_refusal(kernel) -> str:
+    pyro.clear_param_store()
+    model = bayesian(nn.Sequential(nn.Linear(3, 2)))
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
+    with pytest.raises(ValueError) as info:
+        mcmc(model, x, y, 2, 2, 1, kernel=kernel, progress=False)
+    return str(info.value)
+
+
+def test_a_kernel_name_with_spaces_or_a_kernel_class_is_told_what_to_pass():
+    # both were "expected 'nuts' or 'hmc'. Pass kernel='nuts' (...)": no word on the slip
+    assert _mcmc_refusal("nuts ") == (
+        "Unknown kernel 'nuts ': expected 'nuts' or 'hmc', without surrounding spaces; did you "
+        "mean 'nuts'? Pass kernel='nuts'."
+    )
+    assert _mcmc_refusal(" HMC").endswith(
+        "'hmc', without surrounding spaces, in lower case; did you mean 'hmc'? Pass kernel='hmc'."
+    )
+    assert _mcmc_refusal("NUTS").endswith(
+        ", in lower case; did you mean 'nuts'? Pass kernel='nuts'."
+    )
+    assert _mcmc_refusal(pyro.infer.NUTS) == (
+        "Unknown kernel NUTS (a kernel class): mcmc() takes a kernel's name, 'nuts' or 'hmc', "
+        "and builds it for the model (NUTS's depth: max_tree_depth). Pass kernel='nuts', or run "
+        "pyro.infer.MCMC with a kernel of your own."
+    )
+    assert _mcmc_refusal(pyro.infer.HMC(lambda: None)).startswith("Unknown kernel HMC: ")
+    assert _mcmc_refusal(None).startswith("Unknown kernel None: expected 'nuts' or 'hmc'. Pass")
+
+
+class _Clipped(nn.Linear):
+    """A layer that bounds its weight in place as it runs (a max-norm constraint)."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.weight.clamp_(-0.1, 0.1)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("leaf", [True, False])
+def test_a_network_that_changes_its_drawn_weight_in_place_is_told_so(leaf):
+    # drawn weights taken by unbind: torch's "Output 0 of Unbind is a view and its base ... has
+    # been modified inplace" named neither the site nor what to do
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(_Clipped(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    loc = {k: v.detach().clone().requires_grad_() for k, v in model.template().items()}
+    noise = {k: 0.1 * torch.randn(3, *v.shape) for k, v in loc.items()}
+    if leaf:
+        draws = {k: (loc[k] + noise[k]).detach().requires_grad_() for k in loc}
+    else:
+        draws = {k: loc[k] + noise[k] for k in loc}
+    with pytest.raises(RuntimeError) as info:
+        model.outputs(torch.randn(5, 3), draws)
+    told = str(info.value)
+    assert told.startswith(
+        "The network changed its drawn weight(s) '0.weight' in place while it ran (torch: "
+        "'Output 0 of Unbind is a view"
+    ), told
+    assert told.endswith(
+        "to be read, not changed: compute the changed weight out of place in forward (w = "
+        "self.weight.clamp(-c, c), then F.linear(x, w, self.bias)), or leave that layer a point "
+        "estimate (a select= without it)."
+    )
+
+
+def test_draws_without_gradients_still_run_a_network_that_changes_them():
+    # predict()'s draws (no gradient): unbind's views may be changed in place, as before
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(_Clipped(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    draws = {k: v + torch.randn(3, *v.shape) for k, v in model.template().items()}
+    with torch.no_grad():
+        out = model.outputs(torch.randn(5, 3), draws)
+    assert out.shape == (3, 5, 2)
+    assert float(draws["0.weight"].abs().max()) == pytest.approx(0.1)
