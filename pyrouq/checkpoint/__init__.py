@@ -84,6 +84,7 @@ from pyrouq.checkpoint._file import (
 from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.checkpoint._paths import check_path_type, check_target
 from pyrouq.checkpoint._state import _frozen, _load_state, _refreeze
+from pyrouq.convert._sites import rebuilding_saved
 from pyrouq.mcmc import MCMCResult
 
 __all__ = [
@@ -366,6 +367,13 @@ def load(
         hand).
     ValueError
         A ``device`` torch cannot use here, or the meta device.
+
+    Warns
+    -----
+    UserWarning
+        A converted network whose latent site is named as one of the model's own (``"obs"``,
+        the likelihood's ``"sigma"``, ...), saved before :func:`pyrouq.bayesian` refused such
+        names: it loads as it was trained, and the warning says what that name costs.
     """
     check_path_type(path, "load()")
     device = checked_device(device)
@@ -388,7 +396,8 @@ def load(
         description = _parse_description(path, payload["description"])
         module = _skeleton_for(description, module, path)
         with description_errors(path):
-            model = build_model(description, expected=expected, path=path, module=module)
+            with rebuilding_saved():  # (a network site named "obs", saved before it was refused)
+                model = build_model(description, expected=expected, path=path, module=module)
             state = upgraded_state(model, payload)
             untie_saved_apart(model, state)
             shared = shared_member_norms(model, state) if isinstance(state, dict) else []

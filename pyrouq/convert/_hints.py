@@ -3,6 +3,7 @@ a ``select=`` found but could not take parameters from."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -233,44 +234,57 @@ def refuse_types(module: nn.Module, select: object) -> None:
     )
 
 
-def _held(value: object, seen: set[int]) -> list[Any]:
-    """The modules and parameters inside ``value``, a list, tuple, set or dict of them,
-    nested to any depth (a container that holds itself is looked into once)."""
-    if isinstance(value, (nn.Module, nn.Parameter)):
-        return [value]
-    if not isinstance(value, (list, tuple, set, frozenset, dict)) or id(value) in seen:
-        return []
-    seen.add(id(value))
-    items = value.values() if isinstance(value, dict) else value
-    return [held for item in items for held in _held(item, seen)]
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+HELD_LOOKED_AT = 10_000
+"""Items of one attribute's containers :func:`warn_unregistered` looks at, at most: layers
+held in a list lie near its start, and a long one (a vocabulary, a table of numbers) would cost
+every conversion a pass over it (about 0.6 s a million items)."""
+
+
+def _stray(value: object, registered: set[int]) -> bool:
+    """Whether ``value``, a list, tuple, set or dict, holds a module or parameter (nested to
+    any depth; a container that holds itself is looked into once) with a parameter not in
+    ``registered``. Looked into without recursion (a deeply nested list would exceed Python's
+    limit) and up to :data:`HELD_LOOKED_AT` items."""
+    stack, seen, budget = [value], set(), HELD_LOOKED_AT
+    while stack and budget > 0:
+        item = stack.pop()
+        budget -= 1
+        if isinstance(item, nn.Parameter):
+            if id(item) not in registered:
+                return True
+        elif isinstance(item, nn.Module):
+            if any(id(p) not in registered for p in item.parameters()):
+                return True
+        elif isinstance(item, _CONTAINERS) and id(item) not in seen:
+            seen.add(id(item))
+            items = item.values() if isinstance(item, dict) else item
+            stack.extend(itertools.islice(items, budget))
+    return False
 
 
 def warn_unregistered(module: nn.Module) -> None:
     """Warn of the layers and parameters ``module`` holds in plain lists, tuples or dicts of
     its own (``self.layers = [nn.Linear(4, 4)]``) and not also registered: torch does not
-    know them, so they are never latent, trained, saved nor moved, though forward runs them."""
+    know them, so they are never latent, trained, saved nor moved, though forward may run them.
+    Each attribute's containers are looked into up to :data:`HELD_LOOKED_AT` items."""
     registered = {id(p) for p in module.parameters()}
     torch_own = set(vars(nn.Module()))  # (its hook dicts, ...)
-    found = []
-    for path, owner in module.named_modules():
-        for attr, value in vars(owner).items():
-            if attr in torch_own or not isinstance(value, (list, tuple, set, frozenset, dict)):
-                continue
-            stray = [
-                p
-                for held in _held(value, set())
-                for p in (held.parameters() if isinstance(held, nn.Module) else [held])
-                if id(p) not in registered
-            ]
-            if stray:
-                found.append(f"{path}.{attr}" if path else attr)
+    found = [
+        f"{path}.{attr}" if path else attr
+        for path, owner in module.named_modules()
+        for attr, value in vars(owner).items()
+        if attr not in torch_own and isinstance(value, _CONTAINERS) and _stray(value, registered)
+    ]
     if found:
         warn_caller(
             f"{class_name(module)} holds layers or parameters in plain Python containers "
             f"({names_list(found, 4)}: a list, tuple or dict), which torch does not register: "
             "their parameters are not in net.parameters(), so they are never latent, fit() "
             "does not train them, save() does not keep them (a loaded model has the "
-            "skeleton's values) and .to() does not move them, though forward runs them. Hold "
+            "skeleton's values) and .to() does not move them, though forward may run them. Hold "
             "them in nn.ModuleList / nn.ModuleDict (parameters: nn.ParameterList / "
-            "nn.ParameterDict)."
+            "nn.ParameterDict); if they are kept out of torch's sight on purpose (a frozen "
+            "teacher network), filter this warning."
         )

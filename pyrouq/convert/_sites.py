@@ -5,7 +5,9 @@ model's own names (:func:`hiding_own_sites`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyro
@@ -23,6 +25,7 @@ __all__ = [
     "latent_embeddings",
     "latent_sites_of",
     "pyro_samples_held",
+    "rebuilding_saved",
     "tied_names",
 ]
 
@@ -291,7 +294,8 @@ def check_own_names(
     (``"sigma"``, a noise scale with a prior), its output site, ``"obs"``, the plate
     ``"data"`` and, of a rank-1 network (``members`` set), the plate ``"members"``. The model
     would record two sites under one name: one value would stand for both in fit(), and
-    Pyro's trace (SVI, Predictive, NUTS) refuses them."""
+    Pyro's trace (SVI, Predictive, NUTS) refuses them. Under :func:`rebuilding_saved` (a
+    checkpoint saved so before the refusal, loaded) it is warned of instead."""
     named = type(likelihood).__name__
     own = {
         site: f"a latent site of the likelihood {named} (its noise scale, from its prior)"
@@ -303,6 +307,21 @@ def check_own_names(
     if members is not None:
         own["members"] = "the rank-1 model's plate of members"
     clash = [site for site in sites if site in own]
+    if clash and _REBUILDING.get():
+        site = clash[0]
+        lost = (
+            "one draw stands for both, the network's parameter and the noise scale"
+            if site in likelihood.latent_sites()
+            else "Pyro's trace (mcmc(), to_inference_data(), pyro.infer.Predictive) refuses "
+            "two sites under one name"
+        )
+        warn_caller(
+            f"load(): the checkpoint's network {class_name(module)} has a latent site "
+            f"{site!r}, named as {own[site]}, which bayesian() refuses since 2026-12-06. It "
+            f"loads as it was trained, but {lost}. Rename the network's parameter "
+            f"(self.{site} -> e.g. self.{site}_net) and fit it anew."
+        )
+        return
     if clash:
         site = clash[0]
         raise ValueError(
@@ -312,3 +331,20 @@ def check_own_names(
             f"them). Rename the network's parameter (self.{site} -> e.g. self.{site}_net) or "
             "leave it out of select=."
         )
+
+
+_REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pyrouq_rebuilding_saved", default=False
+)
+
+
+@contextlib.contextmanager
+def rebuilding_saved() -> Iterator[None]:
+    """Within it (:func:`pyrouq.load` rebuilding a saved model), :func:`check_own_names` warns
+    of a clash instead of refusing it: a checkpoint written before such names were refused,
+    whose pyrouq fit() and predict() ran, loads as it was trained."""
+    token = _REBUILDING.set(True)
+    try:
+        yield
+    finally:
+        _REBUILDING.reset(token)
