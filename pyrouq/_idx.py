@@ -154,6 +154,12 @@ def _locate(
                     hint += "; download=True downloads into that root, never into the package"
             elif above := _root_above(base, folder, names):
                 hint = f"root= is the folder above {folder}/: pass root={str(above)!r}"
+            elif base.is_file():  # e.g. root= one of the IDX files themselves
+                above = _root_above(base.parent, folder, names)
+                verb = "pass" if origin == "root=" else "set it to"
+                hint = f"{origin} names a file, not a folder: {verb} the folder that holds " + (
+                    f"{folder}/, {str(above)!r}" if above else f"{folder}/raw/"
+                )
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
                 others = []
@@ -169,9 +175,10 @@ def _locate(
                 hint = layout + "".join(
                     f"{', ' if k < len(others) - 1 else ' or '}{o}" for k, o in enumerate(others)
                 )
+            missing = "" if base.exists() else " That folder does not exist."
             raise FileNotFoundError(
                 f"{folder} {split} file not found: expected {expected} or {expected}.gz "
-                f"(looked under {origin}: {base}). To fix: {hint}."
+                f"(looked under {origin}: {base}).{missing} To fix: {hint}."
             )
     return found[0], found[1]  # type: ignore[return-value]
 
@@ -198,7 +205,13 @@ def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the 
         cls(str(root), train=train, download=True)
 
 
-# (images path, labels path) -> (modification times, images, labels)
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """What changes when ``path``'s content may have: its mtime, ctime and size."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
+# (images path, labels path) -> (the files' stamps, images, labels)
 _CACHE: dict[tuple[Path, Path], tuple[tuple[int, ...], torch.Tensor, torch.Tensor]] = {}
 
 
@@ -207,7 +220,9 @@ def _arrays(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     images_path, labels_path = _locate(folder, split, root, download)
     key = (images_path.resolve(), labels_path.resolve())
-    stamp = tuple(p.stat().st_mtime_ns for p in key)
+    # ctime too: a file rewritten in place with its mtime restored (cp -p, os.utime) has a new
+    # one, which no one can set back, and a stale cache would serve the old pixels silently
+    stamp = tuple(v for p in key for v in _stamp(p))
     cached = _CACHE.get(key)
     if cached is not None and cached[0] == stamp:  # shared: callers hand out copies
         return cached[1], cached[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-from pyrouq._numbers import finite_float, is_real
+from pyrouq._numbers import finite_float, is_one_number, one_number
 from pyrouq.data import MNIST_MEAN, MNIST_STD
 
 #: The channel counts taken: one (grey) and three (RGB).
@@ -96,11 +96,12 @@ def normalisation(
 
 
 def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
-    """``value`` (a number, or a sequence / 1-D tensor or array of numbers) as ``channels``
-    finite floats (positive for ``std``), or a TypeError / ValueError naming ``name``."""
+    """``value`` (a number, a 0-d tensor or array, or a sequence / 1-D tensor or array of
+    numbers) as ``channels`` finite floats (positive for ``std``), or a TypeError / ValueError
+    naming ``name``."""
     values = value.tolist() if getattr(value, "ndim", None) == 1 else value
-    if is_real(values):
-        values = [values] * channels
+    if is_one_number(values) and getattr(values, "ndim", 0) == 0:  # 0-d tensors, arrays too
+        values = [one_number(values)] * channels
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(
             f"Expected {name} to be a number or a sequence of numbers, one per channel, got "
@@ -113,7 +114,7 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
         )
     out = []
     for v in values:
-        number = finite_float(v)
+        number = finite_float(one_number(v) if is_one_number(v) else v)  # tensor(0.5) too
         if number is None or (name == "std" and number <= 0):
             need = "a finite number > 0" if name == "std" else "a finite number"
             raise ValueError(

@@ -136,9 +136,7 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
         )
     flatten = check_flag("flatten", flatten)  # a string such as "no" would flatten
     if images.dim() != 3 or images.shape[0] == 0:
-        fix = "for one image use images.unsqueeze(0)"
-        if images.dim() == 4 and images.shape[1] == 1:  # (N, 1, H, W), as the loaders yield
-            fix = "drop the channel dim: images[:, 0]"
+        fix = _layout_fix(images.shape) or "for one image use images.unsqueeze(0)"
         raise ValueError(
             f"Expected images of shape (N, H, W) with N >= 1, got shape {tuple(images.shape)}; "
             f"{fix}."
@@ -245,11 +243,11 @@ class TensorLoader(ShardedOrder):
         flatten = check_flag("flatten", flatten)
         flat = images.dim() == 2 and flatten  # (N, D) rows, served flat
         if labels.dim() != 1 or not (images.dim() == 3 or flat) or len(images) != len(labels):
-            channel = " (drop the channel dim: images[:, 0])" if images.dim() == 4 else ""
+            fix = _layout_fix(images.shape)
             raise ValueError(
                 "TensorLoader: expected images (N, H, W) (or rows (N, D) with flatten=True) and "
                 f"labels (N,), one label per image, got shapes {tuple(images.shape)} and "
-                f"{tuple(labels.shape)}{channel}."
+                f"{tuple(labels.shape)}{f' ({fix})' if fix else ''}."
             )
         if not len(labels):  # fit() and predict() would meet a loader yielding no batch
             raise ValueError(
@@ -331,6 +329,25 @@ class TensorLoader(ShardedOrder):
             f"TensorLoader(num_examples={len(self.dataset)}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, seed={self.seed}, device={self.images.device})"
         )
+
+
+def _layout_fix(shape: torch.Size) -> str:
+    """What to do with 4-d images where (N, H, W) grey pixels are expected ("" if not 4-d):
+    ``images[:, 0]`` suits (N, 1, H, W) alone; for channels-last (N, H, W, 1) it would keep
+    the first row of each image, and for RGB the red channel alone."""
+    if len(shape) != 4:
+        return ""
+    if shape[1] == 1:  # (N, 1, H, W), as the loaders yield
+        return "drop the channel dim: images[:, 0]"
+    if shape[-1] == 1:  # channels-last grey
+        return "drop the channel dim of channels-last images: images[..., 0]"
+    last = shape[-1] in (3, 4) and shape[1] not in (3, 4)
+    return (
+        f"{shape[-1] if last else shape[1]} channels: the MNIST helpers take grey images; "
+        "serve colour images as floats normalised per channel with "
+        "pyrouq.ArrayLoader(x, labels, batch_size), x of shape (N, C, H, W)"
+        + ("; channels-last ones permuted first, images.permute(0, 3, 1, 2)" if last else "")
+    )
 
 
 _BATCH_HINT = "Pass e.g. batch_size=256."
