@@ -242,6 +242,9 @@ def predict(
         The fitted guide of a Bayesian model; one built for another model (other sites or
         shapes) is refused, naming the first differing site. It runs on the inputs alone,
         ``guide(x)``, as in Pyro's ``Predictive``: one that needs the targets is refused.
+        Unlike ``Predictive``, only its draws of the sites every input shares are used: a
+        Pyro model of your own draws its per-input latent sites (those an amortised guide's
+        ``q(z | x)`` draws) from their prior for each input, with a warning naming them.
     num_samples : int, optional
         Posterior draws S for a Bayesian model (default 32), from torch's random stream (which
         the call advances; with ``seed=``, a stream of their own). Must stay None for a
