@@ -20,6 +20,7 @@ from pyrouq._forwards import compiled_module, forward_module
 from pyrouq._guide_draws import draw_guide, sampled_directly, takes_inputs_alone
 from pyrouq._own_likelihood import check_likelihood_logits
 from pyrouq._param_store import take_store_values
+from pyrouq._plate_room import batch_room
 from pyrouq._util import (
     AsItCame,
     check_flag,
@@ -112,7 +113,7 @@ def logits_of(
     warning where they are not the logits its ``"obs"`` is drawn from (a runner's first).
     Messages name ``caller``."""
     owner = model if owner is None else owner
-    with own_models.room_for(owner, x.shape[0]):
+    with batch_room(owner, x.shape[0], caller):  # (a plate too small for x: refused)
         try:
             trace = poutine.trace(model).get_trace(x)
         except TypeError as err:  # forward(x, y): y without a default
@@ -290,7 +291,7 @@ def _prior_draws(model: Any, x: Tensor, num_samples: int) -> dict[str, Tensor]:
     try:
         for seed in seeds:
             seed_generators(x.device, seed)
-            with own_models.room_for(model, x.shape[0]):
+            with batch_room(model, x.shape[0]):
                 trace = poutine.trace(model).get_trace(x)
             for site, drawn in values.items():
                 drawn.append(trace.nodes[site]["value"].detach())

@@ -56,7 +56,10 @@ def check_same_resume(resume: Any, group: _distributed.Group) -> None:
     else:
         steps, done, into = (int(state[k]) for k in ("steps", "epochs_done", "epoch_steps"))
         code = float(_fingerprint(state))
-        point = f"step {into} of epoch {done + 1}" if into else f"the end of epoch {done}"
+        if into:
+            point = f"step {into} of epoch {done + 1}"
+        else:  # saved at an epoch's end, or before the run's first step (interrupted there)
+            point = f"the end of epoch {done}" if done else "before the first step"
         here = f"a checkpoint after {steps} steps ({point})"
     _distributed.check_same_arguments(
         {"resume_from": code},

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from pyrouq._engine._cpu_paths import run_children
+from pyrouq._input_kind import not_a_tensor
 from pyrouq._util import check_int, model_input
 
 __all__ = ["MLP", "LeNet", "ResidualCNN"]
@@ -24,7 +25,7 @@ __all__ = ["MLP", "LeNet", "ResidualCNN"]
 
 def _check_mlp_input(name: str, x: torch.Tensor, in_features: int) -> None:
     if not torch.is_tensor(x):
-        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+        raise TypeError(not_a_tensor(x, name))
     if x.dim() < 2 or math.prod(x.shape[1:]) != in_features:
         raise ValueError(
             f"{name} expects inputs of shape (B, {in_features}) (or (B, ...) with "
@@ -35,7 +36,7 @@ def _check_mlp_input(name: str, x: torch.Tensor, in_features: int) -> None:
 
 def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
     if not torch.is_tensor(x):
-        raise TypeError(f"{name} expects a torch.Tensor input, got {type(x).__name__}.")
+        raise TypeError(not_a_tensor(x, name))
     if x.dim() != 4 or tuple(x.shape[1:]) != (in_channels, 28, 28):
         raise ValueError(
             f"{name} expects images of shape (B, {in_channels}, 28, 28), got shape "
