@@ -120,3 +120,18 @@ def test_an_unknown_mcmc_kernel_is_told_what_to_pass():
     told = _mcmc_refusal(pyro.infer.NUTS(lambda: None))
     assert told.startswith("Unknown kernel NUTS: mcmc() takes a kernel's name, 'nuts' or 'hmc'")
     assert told.endswith("Pass kernel='nuts', or run pyro.infer.MCMC with a kernel of your own.")
+
+
+def test_a_loader_yielding_a_dict_of_inputs_is_told_to_wrap_the_network():
+    """A training batch whose x is a dict (a network of named inputs) is told to wrap the
+    network, not to torch.as_tensor a dict."""
+    model = bayesian(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3)))
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 2), torch.randint(0, 3, (8,))
+    loader = [({"x": x}, y)]
+    with pytest.raises(TypeError) as info:
+        fit(model, guide, loader, epochs=1, num_data=8, progress=False)
+    message = str(info.value)
+    assert "batch 1 of epoch 1 is (dict of 1 entries, Tensor)" in message
+    assert "Wrap the network in a small nn.Module whose forward takes one tensor" in message
+    assert "as_tensor" not in message

@@ -230,6 +230,14 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
                 "inputs from x in forward (a padding mask: x == pad_id), or concatenate them "
                 "into x and split it there."
             )
+        if isinstance(x, dict) and isinstance(y, torch.Tensor):
+            raise TypeError(  # a network of named inputs: {"input_ids": ..., "mask": ...}
+                f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
+                f"is (dict of {len(x)} entries, Tensor), and pyrouq runs the network on one "
+                "input tensor x. Wrap the network in a small nn.Module whose forward takes one "
+                "tensor and builds the dict from it, convert that wrapper, and serve that "
+                "tensor as x."
+            )
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
             raise TypeError(
                 f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
