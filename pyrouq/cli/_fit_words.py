@@ -15,7 +15,9 @@ def batchnorm_in_command_words(message: str, batch_size: int | None, world: int)
     in training mode put in the command's words, for ``--batch-size`` ``batch_size`` on
     ``world`` ranks; any other message as it came. A last batch of one is the remainder of the
     whole data set on one process, of each rank's shard on several (fit()'s words name the
-    ranks and the shard: they win over ``world``)."""
+    ranks and the shard: they win over ``world``). A first batch of one on a rank whose shard
+    holds one image is told the ``--train-size`` that gives each rank two, with ``--batch-size
+    1`` the batch size too (a larger batch alone does not help)."""
     if "drop_last=True" in message:  # fit()'s advice for a loader's last batch
         if batch_size == 1:
             return message.split(" That is usually")[0] + _ONE_BATCH
@@ -28,13 +30,20 @@ def batchnorm_in_command_words(message: str, batch_size: int | None, world: int)
         return message[: ranks.start()] + _shard_advice(message, int(ranks[1]), batch_size)
     if " Give batches of 2 or more inputs" in message:  # a first batch of one input
         head = message.split(" Give batches of 2")[0]
-        if batch_size == 1:
+        # the shard of one image: fit() counts it ("(1 on this rank)"); of --batch-size 2 or
+        # more, a first batch of one input means it too
+        counted = re.search(r"\((\d+) on this rank\)", message)
+        alone = world > 1 and (batch_size != 1 or (counted is not None and int(counted[1]) < 2))
+        if batch_size == 1 and not alone:
             return head + _ONE_BATCH
-        if world > 1:  # each rank's shard is one image: --train-size is at most world
+        if alone:  # each rank's shard is one image: --train-size is at most world
+            both = batch_size == 1  # (then every batch is one input too)
+            lead = " --batch-size 1 makes every batch one input, and the" if both else " The"
             return head + (
-                f" The command splits the --train-size images among its {world} ranks, "
+                f"{lead} command splits the --train-size images among its {world} ranks, "
                 f"ceil(--train-size / {world}) on each, which leaves one image on this rank: "
-                f"pass a --train-size of {world + 1} or more (or start fewer ranks)."
+                f"pass a --train-size of {world + 1} or more"
+                f"{' and a --batch-size of 2 or more' if both else ''} (or start fewer ranks)."
             )
         return head + " --train-size 1 leaves one example: pass a --train-size of 2 or more."
     return message

@@ -197,13 +197,26 @@ LR_SCHEDULES = {
 
 def check_lr_schedule(lr_schedule: Any) -> None:
     """Refuse an ``lr_schedule`` that is none of :data:`LR_SCHEDULES`, naming them; a name of
-    another case (``"Cosine"``) is asked whether it meant the lower-case one."""
+    another case (``"Cosine"``), with spaces around it (``"cosine "``) or with a hyphen or a
+    space for the underscore (``"warmup-cosine"``) is asked whether it meant the name, and told
+    how the names are written."""
     if isinstance(lr_schedule, str) and lr_schedule in LR_SCHEDULES:
         return
     named = isinstance(lr_schedule, str) or lr_schedule is None
     came = repr(lr_schedule) if named else f"of type {type(lr_schedule).__name__}"
-    meant = lr_schedule.strip().lower() if isinstance(lr_schedule, str) else None
-    hint = f" (did you mean {meant!r}? the names are lower case)" if meant in LR_SCHEDULES else ""
+    hint = ""
+    if isinstance(lr_schedule, str):
+        stripped = lr_schedule.strip()
+        meant = "_".join(stripped.lower().replace("-", " ").split())
+        slips = (
+            ("are lower case", stripped.lower() != stripped),
+            ("have no spaces around them", stripped != lr_schedule),
+            ("join their words with '_'", "-" in stripped or " " in stripped),
+        )
+        how = [words for words, slipped in slips if slipped]
+        if meant in LR_SCHEDULES and how:
+            told = " and ".join([", ".join(how[:-1]), how[-1]] if len(how) > 1 else how)
+            hint = f" (did you mean {meant!r}? the names {told})"
     names = ", ".join(f"{name!r} ({gloss})" for name, gloss in LR_SCHEDULES.items())
     raise ValueError(
         f"Unknown lr_schedule {came}{hint}: fit() takes one of {names}. Pass one of these "
