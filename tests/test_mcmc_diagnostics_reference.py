@@ -229,3 +229,26 @@ def test_a_function_model_without_obs_is_named_by_its_own_name():
     guide(x, y)
     with pytest.raises(ValueError, match="my_regression has no observed site 'obs'"):
         pyrouq.to_inference_data(my_regression, guide, x, y, num_samples=2)
+
+
+def test_a_function_models_export_and_psis_name_it_by_its_own_name():
+    """The export records a function model's own name, and psis_diagnostic() names it."""
+    from pyro.infer.autoguide import AutoNormal
+
+    def my_classifier(x, y=None):
+        w = pyro.sample("w", dist.Normal(torch.zeros(2, 3), 1.0).to_event(2))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=x @ w), obs=y)
+
+    x, y = torch.randn(6, 2), torch.randint(0, 3, (6,))
+    guide = AutoNormal(my_classifier)
+    guide(x, y)
+    idata = pyrouq.to_inference_data(my_classifier, guide, x, y, num_samples=2)
+    assert idata.posterior.attrs["model"] == "my_classifier"
+
+    def no_latents(x, y=None):
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=torch.zeros(x.shape[0], 3)), obs=y)
+
+    with pytest.raises(ValueError, match="no_latents has no latent sites"):
+        pyrouq.psis_diagnostic(no_latents, lambda x, y=None: None, x, y, num_samples=25)

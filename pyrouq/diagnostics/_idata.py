@@ -16,6 +16,7 @@ from torch import Tensor
 
 from pyrouq._batchnorm import alone_in_its_batch
 from pyrouq._default_device import under_cpu_default
+from pyrouq._own_models import name_of
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import (
@@ -386,7 +387,7 @@ def to_inference_data(
         "inference_library_version": pyro.__version__,
         "creation_library": "pyrouq",
         "creation_library_version": __version__,
-        "model": type(model).__name__,
+        "model": name_of(model),
         "draws": (
             f"{chains} MCMC chain{'s' if chains > 1 else ''} ({result.kernel})"
             if result is not None

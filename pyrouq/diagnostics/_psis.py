@@ -16,7 +16,7 @@ from torch import Tensor
 
 from pyrouq._default_device import under_cpu_default
 from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, shown, tensor_hint
-from pyrouq._own_models import check_traces_match
+from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device
 from pyrouq.infer.guide import check_guide
@@ -417,7 +417,7 @@ def psis_diagnostic(
                 check_traces_match(model_trace, guide_trace, fn, model)
                 if not _latent_sites(model_trace):
                     raise ValueError(
-                        f"{fn}: {type(model).__name__} has no latent sites, so there is no "
+                        f"{fn}: {name_of(model)} has no latent sites, so there is no "
                         "posterior to compare the guide with."
                     )
                 _check_all_points(model_trace, n, fn)
