@@ -29,14 +29,22 @@ def batches(
         shape = f" of shape {tuple(x.shape)}" if hasattr(x, "shape") else ""
         fix = f"Convert an array first: torch.as_tensor({what})"
         fix = "Pass a tensor (N, ...) or a DataLoader" if other else fix
+        if isinstance(x, Mapping):  # the inputs of a network of named inputs
+            fix += (
+                ". pyrouq runs networks of one tensor input: for a network whose forward takes "
+                "a dict, wrap it in a small nn.Module whose forward takes one tensor and builds "
+                "the dict from it, and convert that wrapper"
+            )
+        came = "None" if x is None else f"{_article(type(x).__name__)} {type(x).__name__}"
         raise TypeError(
-            f"predict() expects {what} as a torch.Tensor or an iterable of batches, got a "
-            f"{type(x).__name__}{shape}. {fix}."
+            f"predict() expects {what} as a torch.Tensor or an iterable of batches, got "
+            f"{came}{shape}. {fix}."
         )
     data = torch.utils.data
     if isinstance(x, data.Dataset) and not isinstance(x, data.IterableDataset):
         raise TypeError(
-            f"predict() reads {what} as batches of inputs; it got a {type(x).__name__}, whose "
+            f"predict() reads {what} as batches of inputs; it got "
+            f"{_article(type(x).__name__)} {type(x).__name__}, whose "
             f"items are single examples. Pass a loader of it: DataLoader({what}, "
             "batch_size=256) (without shuffle=True, to keep its order)."
         )
@@ -62,6 +70,11 @@ def batches(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
                 f"a batch was {describe_batch(batch)}{fix}"
             )
+
+
+def _article(word: str) -> str:
+    """ "an" before a word that starts with a vowel's letter (an int, an ndarray), else "a"."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _looks_like_one_pair(x: Any) -> bool:

@@ -135,3 +135,26 @@ def test_a_loader_yielding_a_dict_of_inputs_is_told_to_wrap_the_network():
     assert "batch 1 of epoch 1 is (dict of 1 entries, Tensor)" in message
     assert "Wrap the network in a small nn.Module whose forward takes one tensor" in message
     assert "as_tensor" not in message
+
+
+def test_predict_names_what_came_with_its_article_and_tells_a_dict_to_wrap_the_network():
+    """predict() of a dict, an int or None says what came in plain words, and a dict of
+    inputs is told to wrap the network."""
+    import numpy as np
+
+    from pyrouq import predict
+
+    model = bayesian(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3)))
+    guide = mean_field_guide(model)
+    with pytest.raises(TypeError) as info:
+        predict(model, {"x": torch.randn(4, 2)}, guide, num_samples=2)
+    assert "got a dict. Pass a tensor (N, ...) or a DataLoader. pyrouq runs networks of one" in (
+        str(info.value)
+    )
+    assert "wrap it in a small nn.Module whose forward takes one tensor" in str(info.value)
+    with pytest.raises(TypeError, match=r"got an int\. Pass a tensor"):
+        predict(model, 3, guide, num_samples=2)
+    with pytest.raises(TypeError, match=r"got None\. Pass a tensor"):
+        predict(model, None, guide, num_samples=2)
+    with pytest.raises(TypeError, match=r"got a ndarray of shape \(4, 2\)\. Convert an array"):
+        predict(model, np.zeros((4, 2), dtype=np.float32), guide, num_samples=2)
