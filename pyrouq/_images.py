@@ -96,12 +96,15 @@ def normalisation(
 
 
 def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
-    """``value`` (a number, a 0-d tensor or array, or a sequence / 1-D tensor or array of
-    numbers) as ``channels`` finite floats (positive for ``std``), or a TypeError / ValueError
-    naming ``name``."""
-    values = value.tolist() if getattr(value, "ndim", None) == 1 else value
-    if is_one_number(values) and getattr(values, "ndim", 0) == 0:  # 0-d tensors, arrays too
-        values = [one_number(values)] * channels
+    """``value`` (a number, a tensor or array of one element, or a sequence of numbers / a
+    tensor or array of one value per channel, 1-D or shaped to broadcast, ``(1, C, 1, 1)``)
+    as ``channels`` finite floats (positive for ``std``), or a TypeError / ValueError naming
+    ``name``."""
+    values = value
+    if is_one_number(value):  # 0.5, tensor(0.5), tensor([0.5]): as torch broadcasts it,
+        values = [one_number(value)] * channels  # one number for every channel
+    elif sum(n > 1 for n in getattr(value, "shape", (0, 0))) == 1:  # (C,), (C, 1, 1), ...
+        values = value.reshape(-1).tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(
             f"Expected {name} to be a number or a sequence of numbers, one per channel, got "

@@ -1,8 +1,9 @@
-"""Room for a batch of inputs in the data plate of a Pyro model of the user's own, while
-:func:`pyrouq.predict` (or the diagnostics' export) runs it on that batch:
-:func:`~pyrouq._own_models.room_for` raises a model's ``num_data``; a plate of a size written
-into the model, ``pyro.plate("data", 100, subsample_size=len(x))``, cannot be raised, and
-Pyro's refusal of a larger batch is told in pyrouq's words (:func:`batch_room`)."""
+"""Room for a batch of inputs in the data plate of a Pyro model (or guide) of the user's
+own while :func:`pyrouq.predict` runs it on that batch (so does the diagnostics' export of a
+network's own forward, batch by batch): :func:`~pyrouq._own_models.room_for` raises a model's
+``num_data``; a plate of a size written into the model, ``pyro.plate("data", 100,
+subsample_size=len(x))``, cannot be raised, and Pyro's refusal of a larger batch is told in
+pyrouq's words (:func:`batch_room`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import contextlib
 import re
 from collections.abc import Iterator
 from typing import Any
+
+from torch import nn
 
 from pyrouq import _own_models as own_models
 
@@ -20,7 +23,7 @@ _TOO_SMALL = re.compile(r"subsample_size does not match len\(subsample\), (\d+) 
 
 @contextlib.contextmanager
 def batch_room(owner: Any, rows: int, caller: str = "predict()") -> Iterator[None]:
-    """Run ``owner`` (a model of the user's own) on a batch of ``rows`` inputs: within
+    """Run ``owner`` (a model or guide of the user's own) on a batch of ``rows`` inputs: within
     :func:`~pyrouq._own_models.room_for`, and with Pyro's refusal of a plate smaller than the
     batch (its size written into the model) re-raised as a ``ValueError`` that names the
     plate's size, the batch's and the ways out (``batch_size=``, a ``num_data`` attribute),
@@ -37,12 +40,14 @@ def batch_room(owner: Any, rows: int, caller: str = "predict()") -> Iterator[Non
             which = f'plate "{plate}"' if plate is not None else "data plate"
             written = f'"{plate if plate is not None else "data"}"'
             function = caller.removesuffix("()")
+            # a model function reads the attribute off itself (fit() sets it there too)
+            holder = "self" if isinstance(owner, nn.Module) else own_models.name_of(owner)
             raise ValueError(
                 f"{caller}: {own_models.name_of(owner)}'s {which} has size {size}, and "
                 f"{caller} ran a batch of {rows} inputs, more than the plate holds (Pyro: "
                 f"{found[0]}). Pass {function}(..., batch_size={size}) or less, or give the "
                 "plate the data set's size through an attribute num_data, "
-                f"pyro.plate({written}, self.num_data, subsample_size=len(x)), which {caller} "
+                f"pyro.plate({written}, {holder}.num_data, subsample_size=len(x)), which {caller} "
                 "raises for its batches (the README's recipe; fit() sets it)."
             ) from err
 

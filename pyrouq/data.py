@@ -341,7 +341,7 @@ def _layout_fix(shape: torch.Size) -> str:
         return "drop the channel dim: images[:, 0]"
     if shape[-1] == 1:  # channels-last grey
         return "drop the channel dim of channels-last images: images[..., 0]"
-    last = shape[-1] in (3, 4) and shape[1] not in (3, 4)
+    last = shape[-1] < shape[1]  # (N, H, W, C): fewer channels than rows, as (N, 28, 28, 2)
     return (
         f"{shape[-1] if last else shape[1]} channels: the MNIST helpers take grey images; "
         "serve colour images as floats normalised per channel with "

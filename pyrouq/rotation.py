@@ -60,8 +60,9 @@ def rotate(
         Whether ``images`` are normalised as ``(x - mean) / std`` (which decides the
         background value, see above) or raw ``[0, 1]`` images (False).
     mean, std : float or sequence of float, optional
-        The normalisation of ``images``: one value per channel (or one number, a 0-d tensor
-        too, for every channel), e.g.
+        The normalisation of ``images``: one value per channel (a sequence, or a tensor or
+        array of shape ``(C,)`` or one that broadcasts, ``(1, C, 1, 1)``), or one number for
+        every channel (a one-element tensor too), e.g.
         ``mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)`` for CIFAR-10; only
         with ``normalized=True``. Default: MNIST's ``0.1307`` and ``0.3081`` for one-channel
         images; normalised RGB images need them (a ValueError says so).

@@ -43,7 +43,7 @@ _PLATE_WORDS = (
     'predict(): hundred_plate\'s plate "data" has size 100, and predict() ran a batch of 150 '
     "inputs, more than the plate holds (Pyro: subsample_size does not match len(subsample), "
     "150 vs 100). Pass predict(..., batch_size=100) or less, or give the plate the data set's "
-    'size through an attribute num_data, pyro.plate("data", self.num_data, '
+    'size through an attribute num_data, pyro.plate("data", hundred_plate.num_data, '
     "subsample_size=len(x)), which predict() raises for its batches"
 )
 

@@ -30,6 +30,7 @@ from pyrouq._util import (
     len_or,
     warn_caller,
 )
+from pyrouq.infer._batch_inputs import refuse_several_inputs, unbatched_examples
 from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.likelihoods import Categorical, likelihood_of
 
@@ -222,22 +223,7 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
     N/B scaling has no B)."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         x, y = batch
-        if isinstance(x, (tuple, list)) and x and all(torch.is_tensor(t) for t in x):
-            raise TypeError(  # several inputs: (ids, padding mask), (features, lengths)
-                f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
-                f"is ({type(x).__name__} of {len(x)} tensors, {type(y).__name__}), and pyrouq "
-                "runs the network on one input tensor x. Serve one tensor: compute the other "
-                "inputs from x in forward (a padding mask: x == pad_id), or concatenate them "
-                "into x and split it there."
-            )
-        if isinstance(x, dict) and isinstance(y, torch.Tensor):
-            raise TypeError(  # a network of named inputs: {"input_ids": ..., "mask": ...}
-                f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
-                f"is (dict of {len(x)} entries, Tensor), and pyrouq runs the network on one "
-                "input tensor x. Wrap the network in a small nn.Module whose forward takes one "
-                "tensor and builds the dict from it, convert that wrapper, and serve that "
-                "tensor as x."
-            )
+        refuse_several_inputs(x, y, epoch, step)  # several tensors, a dict of inputs
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
             raise TypeError(
                 f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
@@ -258,7 +244,8 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
         x, y = (t.detach() if t.requires_grad else t for t in (x, y))
         return x, y
     raise TypeError(
-        f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
+        unbatched_examples(batch, epoch, step)  # a list of dicts: examples, not a batch
+        or f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is "
         + describe_batch(batch)
         + _other_items_hint(batch)
     )
