@@ -67,6 +67,8 @@ class Predictions:
     ----------
     probs : torch.Tensor
         ``(S, N, C)``: ``probs[s, n]`` is the class distribution of draw/member s on input n.
+        :func:`predict` makes them float32, or float64 for a float64 model (a float16 or
+        bfloat16 model's are float32, the dtypes the decompositions and metrics read).
     targets : torch.Tensor or None
         ``(N,)`` labels, when :func:`predict` read them from a loader of ``(x, y)`` batches.
 
@@ -151,6 +153,13 @@ class Predictions:
     def to(self, device: torch.device | str | torch.dtype) -> Predictions:
         """A copy on ``device`` (or, given ``torch.float32`` or ``torch.float64``, with the
         probabilities in that dtype; the class-index targets keep theirs)."""
+        if isinstance(device, torch.dtype) and device not in (torch.float32, torch.float64):
+            raise TypeError(
+                f"Predictions.to() takes torch.float32 or torch.float64 for the probabilities, "
+                f"got {device}: the decompositions and metrics read float32 or float64 (a "
+                "half-precision model's predict() returns float32 probabilities). Pass "
+                "torch.float32, torch.float64, or a device."
+            )
         probs = self.probs.to(device)
         targets = None if self.targets is None else self.targets.to(probs.device)
         return Predictions(probs, targets)
