@@ -44,7 +44,7 @@ from pyrouq.infer._elbo_checks import (
     traced_guide,
     warn_local,
 )
-from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl, scalar_prior
+from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl
 from pyrouq.infer._site_checks import site_mismatch
 from pyrouq.infer._site_kl import (
     check_float16_gradients,
@@ -52,6 +52,7 @@ from pyrouq.infer._site_kl import (
     guide_site_kl,
     traced_terms,
 )
+from pyrouq.infer._site_priors import _normal_prior, _priors, _scalar_normal_sites
 from pyrouq.infer.guide import MeanFieldGuide, check_guide_tensors, draw
 
 __all__ = ["ELBOTerms", "KLWeightedELBO"]
@@ -108,28 +109,6 @@ def _deterministic(model: Any, guide: Any) -> bool:
         and isinstance(model, BatchEnsembleNetwork)
         and not own_forward(model)  # (a subclass's, or one set on the instance)
     )
-
-
-def _priors(model: BayesianNetwork) -> list[Any]:
-    """The model's network sites' priors (:class:`~pyrouq.convert.SitePrior`, whose
-    parameters are buffers), in site order."""
-    return list(model.site_priors)
-
-
-def _normal_prior(site: str, known: Any, positive: tuple[str, ...]) -> bool:
-    """Whether a Normal guide meets a Normal prior at ``site`` (a KL :func:`normal_kl` takes
-    from the tensors): a Normal prior held by its parameters, at a site not drawn LogNormal."""
-    return site not in positive and known.family == "Normal" and known.opaque is None
-
-
-def _scalar_normal_sites(model: BayesianNetwork, positive: tuple[str, ...]) -> dict[str, Any]:
-    """The network's sites whose prior is one fixed Normal for the whole site (a Normal
-    guide's KL from it is :func:`normal_kl`'s three sums), with their priors."""
-    return {
-        site: known
-        for site, known in zip(model.network_sites(), _priors(model), strict=True)
-        if _normal_prior(site, known, positive) and scalar_prior(known.loc, known.scale)
-    }
 
 
 def _register_point_estimates(model: Any) -> bool:
@@ -404,13 +383,17 @@ class KLWeightedELBO(ELBO):
         self, model: BayesianNetwork, loc: dict, scale: dict, positive: tuple[str, ...] = ()
     ) -> tuple[list[dict[str, Tensor]], dict | None, Tensor]:
         """The particles' weights, as :meth:`terms` draws them (every particle at once site by
-        site when vectorised, also returned stacked; else one particle after another), and
-        :meth:`_kl`. With particles one after another, the first particle's draw of each site
-        whose prior is a scalar Normal is taken with that site's KL in one autograd node
-        (:func:`draw_with_normal_kl`; the same draws, in the same order)."""
+        site when vectorised, also returned stacked, each particle's weights then views of the
+        stack; else one particle after another), and :meth:`_kl`. With particles one after
+        another, the first particle's draw of each site whose prior is a scalar Normal is taken
+        with that site's KL in one autograd node (:func:`draw_with_normal_kl`; the same draws,
+        in the same order)."""
         if self.vectorize_particles:
             stacked = draw(loc, scale, self.num_particles, positive)
-            draws = [{s: w[i] for s, w in stacked.items()} for i in range(self.num_particles)]
+            # one view per particle (unbind): indexing the stack would back-propagate a zero
+            # tensor of all S particles for every particle (S^2 weights in the backward pass)
+            views = zip(*(w.unbind(0) for w in stacked.values()), strict=True)
+            draws = [dict(zip(stacked, particle, strict=True)) for particle in views]
             return draws, stacked, self._kl(model, loc, scale, draws, positive)
         # (not with kl_weight = 0: the fused node's backward would take 0 / scale, NaN where
         # a scale underflowed to 0, for a KL that is not in the loss)
@@ -537,10 +520,12 @@ class KLWeightedELBO(ELBO):
         """:meth:`terms_and_grads` one particle at a time (see there)."""
         loc, scale, lazy = self._guide_moments(model, guide)
         count = self.num_particles
-        draws, _, kl = self._draws_and_kl(model, loc, scale, guide.positive)
+        draws, stacked, kl = self._draws_and_kl(model, loc, scale, guide.positive)
         nll = torch.zeros((), device=x.device)
         outputs: list[Tensor] = []
         output_grads: list[Tensor] = []
+        particle_grads: dict[str, list[tuple[Tensor, Tensor | None]]] = {}
+        versions = {s: w._version for s, w in (stacked or {}).items() if not w.is_inference()}
         firsts = []
         inputs = AsItCame(x, len(draws))  # as it came to every particle
         for weights in draws:
@@ -552,9 +537,21 @@ class KLWeightedELBO(ELBO):
             firsts.append(out.detach())
             for site, value in weights.items():
                 grad = leaves[site].grad
-                if grad is not None:
+                if stacked is not None:
+                    particle_grads.setdefault(site, []).append((value, grad))
+                elif grad is not None:
                     outputs.append(value)
                     output_grads.append(grad)
+        for site, pairs in particle_grads.items():  # (vectorised: stacked holds the draws)
+            if stacked is None or site not in versions or stacked[site]._version == versions[site]:
+                outputs += [w for w, g in pairs if g is not None]
+                output_grads += [g for _, g in pairs if g is not None]
+            elif any(g is not None for _, g in pairs):  # the network changed a draw in place:
+                # unbind's views refuse to back-propagate, the stack takes their gradients
+                outputs.append(stacked[site])
+                output_grads.append(
+                    torch.stack([torch.zeros_like(w) if g is None else g for w, g in pairs])
+                )
         weighted_kl = self._weighted(kl)
         roots = [  # (none with a frozen guide: the NLL reached the model's own parameters)
             (t, g)
