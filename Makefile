@@ -26,14 +26,14 @@ demo: $(STAMP)
 	$(BIN)/pyrouq fit bayesian-lenet --epochs 2
 
 ## Lint (ruff, mypy) and the fast test suite (doctests included; slow tests excluded). The
-## suite includes tests/test_tutorials.py, which runs the tutorials in smoke mode.
+## suite includes tests/docs/test_tutorials.py, which runs the tutorials in smoke mode.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --doctest-modules pyrouq tests
 
 ## Execute every tutorials/*.ipynb in smoke mode (CI=1 in the kernel), nothing written back.
 ## To store the outputs of a full run instead: $(BIN)/python tutorials/execute.py
 test-tutorials: $(STAMP)
-	$(BIN)/python -m pytest -q tests/test_tutorials.py
+	$(BIN)/python -m pytest -q tests/docs/test_tutorials.py
 
 ## Convergence and accuracy checks on real data (minutes).
 test-slow: $(STAMP)

@@ -90,7 +90,7 @@ def repeatable(device: torch.device | None, on: bool) -> Iterator[None]:
     """While inside, when ``on`` and ``device`` is a GPU, cuDNN runs its deterministic kernels
     only (``cudnn.deterministic``, no autotuning): its default convolution gradients add in a
     varying order, so two seeded runs of a BayesianLeNet on an H200 ended with other weights
-    in the last bits (tests/test_cuda.py, 2026-12-04). The flags are process-wide: the
+    in the last bits (tests/engine/test_cuda.py, 2026-12-04). The flags are process-wide: the
     outermost of nested or concurrent (threads) uses sets them and the last one out puts back
     what the first one found."""
     global _repeatable_depth, _repeatable_saved

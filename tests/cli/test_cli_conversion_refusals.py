@@ -1,0 +1,216 @@
+"""The `pyrouq` command, seventh audit: the day's refusals of the conversions as a command-line
+user meets them (a network holding PyroSample attributes, a BatchEnsemble's own network, a bare
+convolution under --method last-layer, activation checkpointing): exit code 2, one line, no run
+folder left, and advice the command's user can follow (the factory, --method) in place of
+Python's (select=, bayesian(ensemble), fit(checkpoint=...))."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import pyrouq
+from pyrouq.cli import main
+
+SELF = "test_cli_conversion_refusals"
+
+
+def fit_error(capsys, tmp_path, factory, method):
+    """The one line `pyrouq fit SELF:factory --method method` fails with (exit code 2), and
+    what it printed before; the run folder must be gone."""
+    argv = ["fit", f"{SELF}:{factory}", "--method", method, "--epochs", "1", "--train-size"]
+    code = main([*argv, "64", "--no-progress", "--out", str(tmp_path / "r")])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.startswith("pyrouq: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # refused: no run folder left behind
+    return err.rstrip("\n"), out
+
+
+# factories of these tests (`pyrouq fit test_cli_conversion_refusals:...`)
+
+
+class _Sampled(PyroModule):
+    """A hand-written Pyro model: a PyroSample weight, a plain bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = PyroModule[nn.Linear](784, 10)
+        self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([10, 784]).to_event(2))
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def sampled() -> nn.Module:
+    return _Sampled()
+
+
+def bare_conv() -> nn.Module:
+    return nn.Conv2d(1, 10, 28)  # (B, 10, 1, 1) outputs: no nn.Linear at all
+
+
+class _ConvHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(1, 10, 28)
+
+    def forward(self, x):
+        return self.c(x).flatten(1)
+
+
+def conv_head() -> nn.Module:
+    return _ConvHead()
+
+
+def ensemble_net() -> nn.Module:
+    """A BatchEnsemble's own network (ensemble.net): its layers are BatchEnsemble layers."""
+    return pyrouq.batchensemble(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), 4).net
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        return checkpoint(self.fc, x.flatten(1), use_reentrant=False)
+
+
+def checkpointed() -> nn.Module:
+    return _Checkpointed()
+
+
+_PARAMETERS = (
+    "Make them ordinary parameters (a plain nn.Linear or nn.Conv2d in place of a "
+    "PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) in the factory, for "
+    "--method {method} to convert, or train the Pyro model as it is in Python: "
+    "pyrouq.fit(model, guide, ...) and pyrouq.predict(model, x, guide) take a Pyro model of "
+    "one's own with its own guide (e.g. pyro.infer.autoguide.AutoNormal(model))."
+)
+_LATENT = (
+    "A PyroSample is not a parameter, so it would be no latent site of the converted model: "
+    "its module would draw it from its prior at every run, outside the guide (training could "
+    "not learn it, and the evaluation's predictions would differ on every run). "
+)
+_ENSEMBLE = (
+    "A PyroSample is not a parameter, so the conversion would lose its prior: a converted "
+    "layer would keep one draw from it as its shared weight, and any other module would draw "
+    "it anew at every run, outside the guide (training could not learn it, and one image "
+    "would give other outputs on every run). "
+)
+
+
+@pytest.mark.parametrize("method", ["bayesian", "last-layer", "batchensemble", "rank1"])
+def test_a_pyrosample_network_is_told_to_change_the_factory(method, tmp_path, capsys):
+    """bayesian()'s, batchensemble()'s and rank1()'s refusal said 'bayesian() got a ...',
+    'choose the latent ones with select= and prior=' and 'fit() could not learn it'."""
+    err, _ = fit_error(capsys, tmp_path, "sampled", method)
+    why = _ENSEMBLE if method in ("batchensemble", "rank1") else _LATENT
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:sampled', --method {method}: the factory returned a "
+        "_Sampled holding Pyro modules with sampled attributes (PyroSample): 'fc' "
+        f"(PyroLinear): weight. {why}{_PARAMETERS.format(method=method)}"
+    )
+    assert "select=" not in err and "() got" not in err
+
+
+def test_a_pyrosample_network_under_plain_is_refused_before_training(tmp_path, capsys):
+    """fit()'s save refused it in Python's words ('fit(checkpoint=...) saves with
+    pyrouq.save() ... Or leave checkpoint= out.'); a plain network holding such a module inside
+    trained on prior draws and saved."""
+    err, out = fit_error(capsys, tmp_path, "sampled", "plain")
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:sampled' returned _Sampled, holding Pyro modules with "
+        "sampled attributes (PyroSample): 'fc' (PyroLinear): weight. --method plain trains "
+        "without a guide, so every run would draw them from their prior, never learnt; make "
+        "them ordinary parameters in the factory (a plain nn.Linear or nn.Conv2d in place of a "
+        "PyroModule[...] or of pyrouq.nn.BayesianLinear / BayesianConv2d) and return a plain "
+        "nn.Module (not a PyroModule) for the --method, or train the Pyro model with its own "
+        "guide in Python: pyrouq.fit(model, guide, ...)"
+    )
+    assert "fitting" not in out
+
+
+def test_a_bare_convolution_under_last_layer_is_told_to_flatten_it_for_bayesian(tmp_path, capsys):
+    """bayesian()'s 'The network itself is a Conv2d: select=None (all of it).' was cut off,
+    and the command advised select=[...] in Python for a network that is one layer (a bare
+    convolution's outputs keep their spatial dims: flattened, --method bayesian trains it)."""
+    err, _ = fit_error(capsys, tmp_path, "bare_conv", "last-layer")
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:bare_conv': --method last-layer needs an nn.Linear, "
+        "and Conv2d has none; the network itself is a Conv2d: make the factory flatten its "
+        "outputs to (B, D) (nn.Sequential(conv, nn.Flatten())) and pick --method bayesian (all "
+        "of it)"
+    )
+
+
+def test_a_convolution_head_under_last_layer_names_the_layer_to_select(tmp_path, capsys):
+    """The library names the last convolution (select=['c']); the command said select=[...]."""
+    err, _ = fit_error(capsys, tmp_path, "conv_head", "last-layer")
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:conv_head': --method last-layer needs an nn.Linear, "
+        "and _ConvHead has none; make the network fit --method last-layer, pick another "
+        "--method, or convert it in Python with pyrouq.bayesian(net, select=['c']) if that "
+        "layer makes the outputs"
+    )
+
+
+@pytest.mark.parametrize("method", ["batchensemble", "rank1"])
+def test_a_batchensembles_own_network_is_told_what_the_factory_should_return(
+    method, tmp_path, capsys
+):
+    """'Pass the original plain network ... (batchensemble(net, M) and rank1(net, M) convert a
+    copy ...); ... use pyrouq.bayesian(ensemble).'"""
+    err, _ = fit_error(capsys, tmp_path, "ensemble_net", method)
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:ensemble_net', --method {method}: Sequential has no "
+        "plain nn.Linear or convolution layer to turn into BatchEnsemble layers: its layers "
+        "'1' are BatchEnsemble layers already (the network of a BatchEnsemble, ensemble.net, "
+        "or a part of it). Make the factory return the original plain network the ensemble was "
+        "made from (with --method rank1 for latent factors)."
+    )
+
+
+def test_a_batchensembles_own_network_under_bayesian_is_told_it_holds_batchensemble_layers(
+    tmp_path, capsys
+):
+    """bayesian()'s 'Its layers are BatchEnsemble layers: ... pass the BatchEnsemble itself'
+    was cut off; the command advised select=[...] in Python."""
+    err, _ = fit_error(capsys, tmp_path, "ensemble_net", "bayesian")
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:ensemble_net': Sequential has no nn.Linear or "
+        "convolution layer, so --method bayesian picks nothing; its layers are BatchEnsemble "
+        "layers (a BatchEnsemble's own network, ensemble.net): make the factory return the "
+        "plain network it was made from (--method rank1 for latent factors)"
+    )
+
+
+@pytest.mark.parametrize("method", ["bayesian", "batchensemble", "last-layer"])
+def test_a_checkpointed_forward_is_refused_in_one_line_without_a_run_folder(
+    method, tmp_path, capsys
+):
+    """Refused at the first run with gradients (in fit(), once the command said it was
+    fitting): exit code 2, one line, the run folder gone, in the command's words (it advised
+    bayesian()'s select=)."""
+    torch.manual_seed(0)
+    err, _ = fit_error(capsys, tmp_path, "checkpointed", method)
+    assert err.startswith(
+        f"pyrouq: error: factory '{SELF}:checkpointed', --method {method}: _Checkpointed runs "
+        "'fc' inside torch.utils.checkpoint (activation checkpointing, called in the network's "
+        "own forward)"
+    )
+    other = (  # (--method last-layer is refused here: its layer is the checkpointed one)
+        ""
+        if method == "last-layer"
+        else ", or pick --method last-layer if the checkpointed layers are not the last nn.Linear"
+    )
+    assert err.endswith(
+        "Turn checkpointing off in the factory (torchvision's DenseNet: memory_efficient=False; "
+        f"a forward of your own: call the block directly){other}."
+    )

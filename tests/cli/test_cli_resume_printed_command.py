@@ -1,0 +1,89 @@
+"""`pyrouq fit ... --resume`: an interrupted run of the command is continued by the command it
+prints (it told the user to go to Python before), and ends where the uninterrupted run ends,
+to the bit; --resume of another run, of a finished one or without a folder is refused."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import torch
+from test_cli_checkpoint_files import CtrlCAt, one_line_error
+
+import pyrouq
+from pyrouq.cli import main
+
+FACTORY = "test_cli_checkpoint_files:ctrl_c_net"
+ARGV = ["fit", FACTORY, "--epochs", "2", "--train-size", "256", "--batch-size", "64"]
+ARGV += ["--seed", "5", "--num-samples", "2", "--no-progress"]
+
+
+@pytest.fixture
+def interrupted(tmp_path, capsys, monkeypatch):
+    """An uninterrupted run in full/ and the same run stopped by Ctrl-C in epoch 1 in part/:
+    (tmp_path, the command the interrupted run printed to resume it)."""
+    monkeypatch.setattr(CtrlCAt, "at", 0)
+    assert main([*ARGV, "--out", str(tmp_path / "full")]) == 0
+    monkeypatch.setattr(CtrlCAt, "at", 3)  # inside epoch 1 (of 4 steps)
+    assert main([*ARGV, "--out", str(tmp_path / "part")]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted in epoch 1 after step 3; the partial run is saved" in err
+    printed = err.split("(resume it: ")[1].rsplit(")", 1)[0]
+    monkeypatch.setattr(CtrlCAt, "at", 0)
+    return tmp_path, printed
+
+
+def test_the_printed_command_resumes_to_the_uninterrupted_run(interrupted, capsys):
+    tmp_path, printed = interrupted
+    part = tmp_path / "part"
+    assert printed == shlex.join(["pyrouq", *ARGV, "--out", str(part), "--resume"])
+    config_before = (part / "config.json").read_text()
+    assert main(shlex.split(printed)[1:]) == 0
+    assert "wrote" in capsys.readouterr().out
+    full = pyrouq.load(tmp_path / "full" / "checkpoint.pt", module=CtrlCAt())
+    resumed = pyrouq.load(part / "checkpoint.pt", module=CtrlCAt())
+    for want, got in ((full.model, resumed.model), (full.guide, resumed.guide)):
+        want, got = want.state_dict(), got.state_dict()
+        assert want.keys() == got.keys()
+        assert [k for k in want if not torch.equal(want[k], got[k])] == []
+    fitted = json.loads((tmp_path / "full" / "metrics.json").read_text())
+    again = json.loads((part / "metrics.json").read_text())
+    for key in ("acc", "nll", "ece", "mutual_information"):
+        assert again[key] == fitted[key], key
+    # config.json is the run's as started; the checkpoint records the same command
+    assert (part / "config.json").read_text() == config_before
+    assert resumed.metadata["config"]["command"] == json.loads(config_before)["command"]
+    # and the finished run is not resumed again
+    err = one_line_error(capsys, [*ARGV, "--out", str(part), "--resume"])
+    assert f"--resume: the run in {str(part)!r} finished (it wrote metrics.json)" in err
+    assert "pyrouq evaluate" in err
+
+
+def test_resume_of_another_run_names_what_differs_and_the_command_to_run(interrupted, capsys):
+    tmp_path, printed = interrupted
+    part = tmp_path / "part"
+    other = [a if a != "5" else "6" for a in ARGV]  # --seed 6
+    err = one_line_error(capsys, [*other, "--out", str(part), "--resume"])
+    assert (
+        f"--resume continues the run in {str(part)!r} as it was started, but this command "
+        "trains another (seed 5 there, 6 now); run the recorded command with --resume: "
+        f"{printed}\n"
+    ) in err
+    assert pyrouq.load(part / "checkpoint.pt", module=CtrlCAt()).training["steps"] == 3
+    # the same command without --resume is told of it
+    err = one_line_error(capsys, [*ARGV, "--out", str(part)])
+    assert f"--out {str(part)!r} holds an interrupted run (a checkpoint.pt, no metrics" in err
+    assert "pass --resume to continue it, --overwrite to start anew, or another folder" in err
+
+
+def test_resume_refusals_without_a_run_to_continue(tmp_path, capsys):
+    err = one_line_error(capsys, [*ARGV, "--resume"])
+    assert "--resume continues the interrupted run in --out, but no --out was given" in err
+    err = one_line_error(capsys, [*ARGV, "--out", str(tmp_path), "--resume", "--overwrite"])
+    assert "--resume continues the run in --out and --overwrite removes it" in err
+    err = one_line_error(capsys, [*ARGV, "--out", str(tmp_path / "none"), "--resume"])
+    assert f"--resume: {str(tmp_path / 'none')!r} holds no config.json" in err
+    (tmp_path / "config.json").write_text("{}")
+    err = one_line_error(capsys, [*ARGV, "--out", str(tmp_path), "--resume"])
+    assert f"--resume: {str(tmp_path)!r} holds no checkpoint.pt to continue from" in err

@@ -1,0 +1,214 @@
+"""The `pyrouq` command, sixth audit: SIGTERM (a cluster's preemption) handled as Ctrl-C, a
+killed run's temporary checkpoint removed by --overwrite, the data folder recorded as found,
+evaluate recording its seed, and library errors (no parameters, select=, a prior scale the
+dtype cannot hold) told in the command's option names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import pyrouq
+from pyrouq.cli import main
+
+
+def one_line_error(capsys, argv):
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyrouq: error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "mlp"
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--seed", "3", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    return out
+
+
+# factories of these tests (`pyrouq fit test_cli_sigterm_and_config:...`)
+
+
+def no_parameters() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.AdaptiveAvgPool1d(10))
+
+
+class _OwnWeight(nn.Module):
+    """A network with a parameter of its own and no nn.Linear or convolution layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(784, 10))
+
+    def forward(self, x):
+        return x.flatten(1) @ self.w
+
+
+def own_weight() -> nn.Module:
+    return _OwnWeight()
+
+
+_SIGTERM_NETS = """
+import os, signal
+from torch import nn
+
+class TermInStep(nn.Module):
+    # sends this process SIGTERM in its `at`-th training step, as a scheduler preempting it
+    def __init__(self, at):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+        self.at, self.steps = at, 0
+
+    def forward(self, x):
+        if self.training:
+            self.steps += 1
+            if self.steps == self.at:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return self.fc(x.flatten(1))
+
+def term_in_step_3():
+    return TermInStep(3)
+
+def term_when_built():
+    os.kill(os.getpid(), signal.SIGTERM)
+    return TermInStep(0)
+"""
+
+
+@pytest.mark.parametrize("factory", ["term_in_step_3", "term_when_built"])
+def test_sigterm_is_handled_as_ctrl_c_and_exits_with_143(factory, tmp_path):
+    """SIGTERM killed the process at once: nothing saved of a preempted run, no message."""
+    (tmp_path / "sigterm_nets.py").write_text(textwrap.dedent(_SIGTERM_NETS))
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "pyrouq", "fit", f"sigterm_nets:{factory}", "--method"]
+    argv += ["plain", "--epochs", "2", "--train-size", "256", "--batch-size", "64"]
+    argv += ["--out", str(out), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, done.stderr
+    if factory == "term_when_built":  # before training: as Ctrl-C, no run folder left behind
+        assert done.stderr.strip() == "pyrouq: terminated (SIGTERM)"
+        assert not out.exists()
+        return
+    # as a first Ctrl-C: the step finishes, the partial run is saved and can be resumed
+    assert "pyrouq: interrupted in epoch 1 after step 3; the partial run is saved" in done.stderr
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import sigterm_nets  # type: ignore[import-not-found]
+
+        saved = pyrouq.load(out / "checkpoint.pt", module=sigterm_nets.TermInStep(0))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("sigterm_nets", None)
+    assert (saved.training["epochs_done"], saved.training["steps"]) == (0, 3)
+
+
+def test_overwrite_removes_the_temporary_checkpoint_of_a_killed_run(tmp_path, capsys):
+    """A `.checkpoint.pt.*.tmp` left by a run killed while it saved stayed beside the new run."""
+    out = tmp_path / "run"
+    out.mkdir()
+    leftover = out / ".checkpoint.pt.k2j4x9.tmp"
+    leftover.write_bytes(b"half a checkpoint")
+    (out / "notes.txt").write_text("mine")
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(out)]
+    assert main([*argv, "--overwrite", "--no-progress"]) == 0
+    assert not leftover.exists()
+    assert (out / "notes.txt").read_text() == "mine"  # the user's own file stays
+    assert sorted(p.name for p in out.glob(".*")) == []
+
+
+def test_config_records_the_data_folder_as_found(tmp_path, capsys, monkeypatch, shared_data):
+    """config.json had data_root null when $PYROUQ_DATA chose the data, and a relative
+    --data-root as typed (another folder reads it as another place)."""
+    monkeypatch.setenv("PYROUQ_DATA", str(shared_data))
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--no-progress", "--out"]
+    assert main([*argv, str(tmp_path / "env")]) == 0
+    config = json.loads((tmp_path / "env" / "config.json").read_text())
+    assert config["data_root"] == str(shared_data)
+    monkeypatch.delenv("PYROUQ_DATA")
+    monkeypatch.chdir(shared_data.parent)
+    assert main([*argv, str(tmp_path / "rel"), "--data-root", shared_data.name]) == 0
+    config = json.loads((tmp_path / "rel" / "config.json").read_text())
+    recorded = Path(config["data_root"])  # (the working folder as the system gives it:
+    assert recorded.is_absolute() and recorded.resolve() == shared_data.resolve()  # no links)
+    assert config["command"].endswith(f"--data-root {shared_data.name}")  # runs as written
+    assert main([*argv, str(tmp_path / "bundled")]) == 0
+    assert json.loads((tmp_path / "bundled" / "config.json").read_text())["data_root"] is None
+
+
+def test_evaluate_records_the_seed_of_its_draws_and_split(plain_run, capsys):
+    """metrics-evaluate.json did not say which --seed drew its figures."""
+    assert json.loads((plain_run / "metrics.json").read_text())["seed"] == 3  # fit's, alike
+    argv = ["evaluate", str(plain_run), "--ood", "none", "--no-progress"]
+    assert main(argv) == 0
+    assert json.loads((plain_run / "metrics-evaluate.json").read_text())["seed"] == 3  # the run's
+    assert main([*argv, "--seed", "11", "--conformal", "0.2"]) == 0
+    metrics = json.loads((plain_run / "metrics-evaluate.json").read_text())
+    assert metrics["seed"] == 11
+
+
+@pytest.mark.parametrize("method", ["plain", "rank1"])
+def test_a_factory_without_parameters_is_told_in_the_commands_words(method, tmp_path, capsys):
+    """--method plain got fit()'s 'Nothing to train: Sequential and the guide have no
+    parameters' (the command takes no guide); rank1 spoke of BatchEnsemble layers."""
+    argv = ["fit", "test_cli_sigterm_and_config:no_parameters", "--method", method, "--epochs", "1"]
+    err = one_line_error(capsys, [*argv, "--train-size", "64", "--out", str(tmp_path / "r")])
+    assert (
+        f"factory 'test_cli_sigterm_and_config:no_parameters' builds Sequential, a network without "
+        f"parameters: nothing for --method {method} to train; make it return a network with "
+        "weights" in err
+    )
+    assert "guide" not in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "method, expected",
+    [
+        ("last-layer", "--method last-layer needs an nn.Linear, and _OwnWeight has none; "),
+        ("bayesian", "layer, so --method bayesian picks nothing; "),
+    ],
+)
+def test_conversion_errors_name_the_method_not_select(method, expected, tmp_path, capsys):
+    """bayesian()'s 'Pass select= the names of the layers' reached users of the command,
+    which has no select=."""
+    argv = ["fit", "test_cli_sigterm_and_config:own_weight", "--method", method, "--epochs", "1"]
+    err = one_line_error(capsys, [*argv, "--train-size", "64", "--out", str(tmp_path / "r")])
+    assert expected in err
+    assert f"make the network fit --method {method}, pick another --method" in err
+    assert "Pass select=" not in err and "select=None" not in err
+
+
+@pytest.mark.parametrize(
+    "model, scale, expected",
+    [
+        ("bayesian-mlp", "1e-50", "--prior-scale 1e-50 is 0 in torch.float32"),
+        ("rank1-lenet", "1e300", "--prior-scale 1e+300 is inf in torch.float32"),
+    ],
+)
+def test_a_prior_scale_the_weights_cannot_hold_names_the_option(
+    model, scale, expected, tmp_path, capsys
+):
+    """The error said prior_scale=1.0 (Python's keyword) to users of --prior-scale."""
+    argv = ["fit", model, "--prior-scale", scale, "--epochs", "1", "--train-size", "64"]
+    err = one_line_error(capsys, [*argv, "--out", str(tmp_path / "r")])
+    default = "0.1" if model.startswith("rank1") else "1"
+    assert f"{expected}, the precision of the network's weights (at most 3.4e+38)" in err
+    assert err.rstrip().endswith(f"pass a --prior-scale it holds, e.g. the default {default}")
+    assert "prior_scale" not in err
+
+
+def test_an_empty_world_size_is_one_process(capsys, monkeypatch):
+    # `WORLD_SIZE= pyrouq data` said "invalid literal for int() with base 10: ''"
+    monkeypatch.setenv("WORLD_SIZE", "")
+    assert main(["data"]) == 0
+    assert "invalid literal" not in capsys.readouterr().err

@@ -1,0 +1,52 @@
+"""Fifth newcomer's journey through the README: the fixes to its text that can be checked."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import torch
+import torchvision
+
+import pyrouq
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def test_the_resnet18_one_channel_line_runs_on_mnist_shaped_input():
+    # before: the block's resnet18 failed on MNIST / Fashion-MNIST batches (3 channels expected)
+    line = re.search(r"for MNIST's 1: (net\.conv1 = [^\n]+)", _text())
+    assert line, "the README says how to give resnet18 one input channel"
+    net = torchvision.models.resnet18(num_classes=10)
+    exec(line.group(1), {"net": net, "torch": torch})
+    model = pyrouq.bayesian(net)
+    guide = pyrouq.mean_field_guide(model)
+    preds = pyrouq.predict(model, torch.randn(2, 1, 28, 28), guide, num_samples=2, progress=False)
+    assert preds.probs.shape == (2, 2, 10)
+
+
+def test_the_calibration_block_names_what_its_inputs_are():
+    # before: val_preds, test_preds, small_model, x_new appeared from nowhere
+    block = _text().split("## Calibration, conformal sets and MCMC", 1)[1].split("```", 2)[1]
+    small = re.search(
+        r"small_model: a small Bayesian network, (pyrouq\.bayesian\([^\n;]+\));", block
+    )
+    assert small and "val_preds, test_preds: predict()" in block
+    model = eval(small.group(1), {"pyrouq": pyrouq, "nn": torch.nn})
+    assert model.latent_sites()
+    # before: "# >= 0.9": one split's coverage is only >= 1 - alpha on average over splits
+    assert ">= 0.9, ..." not in block
+
+
+def test_data_section_train_size_and_fashion_mnist_are_true():
+    text = " ".join(_text().split())
+    assert "`train_size=2000` keeps the first 2,000 training images" in text
+    assert "`load_fashion_mnist` takes the same arguments" in text
+    assert inspect.signature(pyrouq.load_fashion_mnist) == inspect.signature(pyrouq.load_mnist)
+    train, _ = pyrouq.load_mnist(batch_size=500, shuffle=False, train_size=2000)
+    assert sum(len(y) for _, y in train) == 2000

@@ -1,0 +1,44 @@
+"""The tutorials run end to end in their smoke mode (`make test-tutorials`, part of `make test`).
+
+Each notebook executes in a fresh kernel with ``CI=1`` in the kernel's environment, whatever
+the caller's, so it takes its short path (``smoke_test = "CI" in os.environ``). The notebook is
+read into memory and never written back: the committed outputs of the full run stay as they
+are.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+TUTORIALS = sorted((Path(__file__).resolve().parents[2] / "tutorials").glob("*.ipynb"))
+
+
+def test_there_are_tutorials():
+    assert TUTORIALS, "no notebook found in tutorials/"
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_tutorial_runs_in_smoke_mode(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    first_code = next(c.source for c in nb.cells if c.cell_type == "code")
+    assert 'smoke_test = "CI" in os.environ' in first_code, "the smoke flag opens every tutorial"
+    before = path.read_bytes()
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name="python3",  # the kernel of this interpreter's environment (ipykernel)
+        timeout=600,
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute(env={**os.environ, "CI": "1"})
+    errors = [
+        out for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"
+    ]
+    assert not errors  # execute() raises on the first error; this guards allow_errors=True
+    assert path.read_bytes() == before, "the smoke run must not touch the committed notebook"
