@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._mismatch import came_from, came_from_elsewhere
-from pyrouq._util import ShardedOrder, example_sampler
+from pyrouq._util import ShardedOrder, example_sampler, shard_size
 
 Norm = nn.modules.batchnorm._BatchNorm
 
@@ -73,7 +73,7 @@ def _shard(loader: Any, world: int) -> tuple[int | None, int | None, int | None]
     try:
         if isinstance(loader, ShardedOrder) and dataset is not None:
             total = len(dataset)
-            share = -(-total // world)
+            share = shard_size(total, world)
         elif isinstance(sampler, torch.utils.data.DistributedSampler):
             share, total = len(sampler), len(sampler.dataset)  # type: ignore[arg-type]
     except TypeError:  # a dataset without a length

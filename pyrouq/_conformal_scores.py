@@ -7,16 +7,14 @@ from __future__ import annotations
 import math
 import sys
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from pyrouq._numbers import finite_float, is_array_like, is_integer, is_real, shown, tensor_hint
-
-if TYPE_CHECKING:
-    from pyrouq.regression import GaussianPredictions
-
+from pyrouq.predictive import Predictions
+from pyrouq.regression import GaussianPredictions
 
 _SCORES = ("lac", "aps", "raps", "abs", "cqr")
 
@@ -29,8 +27,6 @@ def check_not_shifted(val_targets: object, val_preds: object = None) -> None:
     0-d tensor may be (told the shapes targets take)."""
     value = val_targets
     if isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point():
-        from pyrouq.regression import GaussianPredictions
-
         one = isinstance(val_preds, GaussianPredictions) and val_preds.loc.shape[1] == 1
         if one or value.device.type == "meta":  # (a meta tensor has no value to read)
             return
@@ -61,9 +57,6 @@ def _shortest(value: Tensor) -> float:
 
 def _are_predictions(value: object) -> bool:
     """Whether ``value`` is predict()'s output (class or Gaussian predictions)."""
-    from pyrouq.predictive import Predictions
-    from pyrouq.regression import GaussianPredictions
-
     return isinstance(value, (Predictions, GaussianPredictions))
 
 

@@ -1,6 +1,7 @@
 """What a network's input that is not a tensor is told: :func:`input_hint` (a layer's and a
-network's words for an array or a list) and :func:`not_a_tensor` (the whole refusal of
-:func:`pyrouq._util.model_input`: a network runs on one tensor input)."""
+network's words for an array or a list), :func:`not_a_tensor` (the whole refusal of
+:func:`pyrouq._util.model_input` and of the plain networks' forward: a network runs on one
+tensor input) and :data:`WRAPPER`, the module to write around a network of several inputs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import torch
 
 from pyrouq._numbers import is_array_like
 
-__all__ = ["input_hint", "not_a_tensor"]
+__all__ = ["WRAPPER", "input_hint", "not_a_tensor"]
 
-_WRAP = (
-    "wrap the network in a small nn.Module whose forward takes one tensor and builds {what} "
-    "from it, and convert that wrapper (e.g. bayesian(Wrapped(net)))"
-)
+WRAPPER = "a small nn.Module whose forward takes one tensor and builds {what} from it"
+"""The wrapper every refusal of a network's several inputs (a dict, several tensors) tells to
+write, ``{what}`` the inputs it builds."""
+
+_WRAP = f"wrap the network in {WRAPPER}, and convert that wrapper (e.g. bayesian(Wrapped(net)))"
 
 
 def input_hint(x: Any) -> str:

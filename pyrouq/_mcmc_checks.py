@@ -1,5 +1,6 @@
-"""The checks :func:`pyrouq.mcmc` makes before it samples (private): the data it takes, and the
-models it refuses (no latent sites, a discrete prior, a site the network samples itself)."""
+"""The checks :func:`pyrouq.mcmc` makes before it samples (private): the kernel named, the data
+it takes, and the models it refuses (no latent sites, a discrete prior, a site the network
+samples itself)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import Tensor
 from pyrouq._numbers import is_array_like
 from pyrouq._own_models import unobserved_sites
 from pyrouq._util import global_streams_kept, module_device
+from pyrouq._words import CASE, SPACES, name_slip
 
 __all__ = [
     "check_data",
@@ -26,6 +28,9 @@ __all__ = [
 
 KERNELS = ("nuts", "hmc")
 
+_KERNEL_SLIPS = {SPACES: "without surrounding spaces", CASE: "in lower case"}
+"""How a kernel name's slips are told, in this order."""
+
 
 def check_kernel(kernel: Any) -> None:
     """Refuse a ``kernel`` other than ``"nuts"`` or ``"hmc"``, saying what to pass: the name in
@@ -33,11 +38,10 @@ def check_kernel(kernel: Any) -> None:
     where a Pyro kernel came (an instance, or the class itself)."""
     if isinstance(kernel, str) and kernel in KERNELS:
         return
-    if isinstance(kernel, str) and kernel.strip().lower() in KERNELS:
-        name = kernel.strip().lower()
-        how = "in lower case" if kernel.strip() == kernel else "without surrounding spaces"
-        if kernel.strip() != kernel and kernel.strip() != name:
-            how += ", in lower case"
+    slip = name_slip(kernel, KERNELS) if isinstance(kernel, str) else None
+    if slip is not None:
+        name, slips = slip
+        how = ", ".join(words for s, words in _KERNEL_SLIPS.items() if s in slips)
         raise ValueError(
             f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc', {how}; did you mean "
             f"{name!r}? Pass kernel={name!r}."

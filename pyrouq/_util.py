@@ -19,9 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
-from pyrouq._input_kind import input_hint as input_hint  # (the layers' words too)
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
+from pyrouq._words import article
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
@@ -430,8 +430,14 @@ class ShardedOrder:
         return order[self._rank :: self._world]
 
     def _local_size(self, n: int) -> int:
-        """How many of ``n`` examples this rank serves per epoch (``ceil(n / world)``)."""
-        return -(-n // self._world)
+        """How many of ``n`` examples this rank serves per epoch (:func:`shard_size`)."""
+        return shard_size(n, self._world)
+
+
+def shard_size(n: int, world: int) -> int:
+    """How many of ``n`` examples each of ``world`` ranks serves per epoch, ``ceil(n / world)``:
+    :class:`ShardedOrder`'s shards (padded as torch's ``DistributedSampler`` pads them)."""
+    return -(-n // world)
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -482,7 +488,7 @@ def describe_batch(batch: Any) -> str:
         )
     size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
     name = type(batch).__name__
-    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}{size}."
+    return f"{article(name)} {name}{size}."
 
 
 def rng_state(device: torch.device | None) -> tuple[Tensor, Tensor | None]:

@@ -389,8 +389,19 @@ class GaussianPredictions:
         loc, scale = self.loc.to(dtype), self.scale.to(dtype)
         return GaussianPredictions(loc * std_t + mean_t, scale * std_t, targets)
 
-    def to(self, device: torch.device | str) -> GaussianPredictions:
-        """The same predictions on another device."""
+    def to(self, device: torch.device | str | torch.dtype | Tensor) -> GaussianPredictions:
+        """The same predictions on another device (or, given ``torch.float32`` or
+        ``torch.float64``, with the moments and targets in that dtype; a tensor: its device and
+        dtype), as :meth:`Predictions.to <pyrouq.Predictions.to>` takes them."""
+        dtype = device if isinstance(device, torch.dtype) else getattr(device, "dtype", None)
+        if dtype is not None and dtype not in (torch.float32, torch.float64):
+            came = f"a tensor of dtype {dtype}" if torch.is_tensor(device) else f"{dtype}"
+            raise TypeError(
+                f"GaussianPredictions.to() takes torch.float32 or torch.float64 for the moments "
+                f"and targets, got {came}: the moments are computed in float32 or float64 (in "
+                "half precision a variance above 65504 is inf) and the targets would be "
+                "rounded. Pass torch.float32, torch.float64, or a device."
+            )
         targets = None if self.targets is None else self.targets.to(device)
         return GaussianPredictions(self.loc.to(device), self.scale.to(device), targets)
 

@@ -83,7 +83,7 @@ from pyrouq.checkpoint._file import (
 )
 from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.checkpoint._paths import check_path_type, check_target
-from pyrouq.checkpoint._state import _frozen, _load_state, _refreeze
+from pyrouq.checkpoint._state import frozen_names, load_state, refreeze
 from pyrouq.convert._sites import rebuilding_saved
 from pyrouq.mcmc import MCMCResult
 
@@ -258,8 +258,8 @@ def save(
         "guide": describe_guide(guide),
         "versions": library_versions(),
         "frozen": {  # parameters with requires_grad=False, frozen again by load()
-            "model": _frozen(model),
-            "guide": _frozen(guide) if guide is not None else [],
+            "model": frozen_names(model),
+            "guide": frozen_names(guide) if guide is not None else [],
         },
     }
     metadata_json = json_text(metadata if metadata is not None else {})
@@ -401,7 +401,7 @@ def load(
             state = upgraded_state(model, payload)
             untie_saved_apart(model, state)
             shared = shared_member_norms(model, state) if isinstance(state, dict) else []
-            _load_state(model, state, "model", path)
+            load_state(model, state, "model", path)
             guide = None
             if description.get("guide") is not None:
                 guide = build_guide(description, model, path=path)
@@ -409,12 +409,12 @@ def load(
                     raise CheckpointError(
                         f"{str(path)!r} describes a guide but holds no guide state."
                     )
-                _load_state(guide, payload["guide"], "guide", path)
+                load_state(guide, payload["guide"], "guide", path)
             frozen = description.get("frozen")  # absent from checkpoints of pyrouq before 2026-12
             if isinstance(frozen, dict):
-                _refreeze(model, frozen.get("model"))
+                refreeze(model, frozen.get("model"))
                 if guide is not None:
-                    _refreeze(guide, frozen.get("guide"))
+                    refreeze(guide, frozen.get("guide"))
             saved = _checkpoint(payload, description, model, guide, path)
             if shared and saved.training is not None:  # resume refuses it: no optimizer state fits
                 saved = replace(saved, training={**saved.training, "shared_norms": shared})

@@ -16,6 +16,7 @@ from torch import nn
 
 from pyrouq import models
 from pyrouq._util import class_name, module_device, warn_caller
+from pyrouq._words import article
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 from pyrouq.convert._conversion_warnings import _BilinearSharedWarning, _TiedBiasKeptWarning
 from pyrouq.likelihoods import _LIKELIHOODS
@@ -433,8 +434,7 @@ def _given(module: Any) -> str:
         name = getattr(function, "__name__", "")
         return f"the function {name}" if name.isidentifier() else "a function"
     kind = type(function).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
-    return f"a callable {kind}" if callable(function) else f"{article} {kind}"
+    return f"a callable {kind}" if callable(function) else f"{article(kind)} {kind}"
 
 
 def _skeleton(

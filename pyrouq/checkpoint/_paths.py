@@ -14,6 +14,8 @@ from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError
 from pyrouq.mcmc import MCMCResult
 
+__all__ = ["check_path_type", "check_target"]
+
 
 def check_path_type(path: Any, caller: str) -> None:
     """Refuse a path that is not a str or PathLike, naming what came: a model given first, as
@@ -32,8 +34,10 @@ def check_path_type(path: Any, caller: str) -> None:
 
 
 def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
-    """Refuse a path a checkpoint cannot be written to: a folder, one below a file, or one
-    starting with a '~' left unexpanded. Its missing folders are created when it is written."""
+    """Refuse a path a checkpoint cannot be written to: a folder, one below a file, one
+    starting with a '~' left unexpanded, or one in a folder not writable (a
+    :class:`CheckpointError` naming ``caller``; ``example``, the file name its advice gives).
+    Its missing folders are created when it is written."""
     given, path = str(os.fspath(path)), Path(path)
     if os.path.expanduser(given) != given:  # "~/runs/c.pt" would make a folder named "~" here
         raise CheckpointError(

@@ -16,7 +16,6 @@ from pyrouq.checkpoint import (
     Checkpoint,
     CheckpointError,
     _checkpoint,
-    _load_state,
     _parse_description,
     describe_model,
     description_errors,
@@ -33,6 +32,7 @@ from pyrouq.checkpoint._describe import (
     shared_member_norms,
     upgraded_state,
 )
+from pyrouq.checkpoint._state import load_state
 from pyrouq.convert import SitePrior
 
 
@@ -201,9 +201,9 @@ def restore(
     modules = [m for m in (model, guide) if isinstance(m, nn.Module)]
     before = [_tensors_of(m) for m in modules]
     try:
-        _load_state(model, model_state, "model", where, built="the model given")
+        load_state(model, model_state, "model", where, built="the model given")
         if guide is not None:
-            _load_state(guide, guide_state, "guide", where, built="the guide given")
+            load_state(guide, guide_state, "guide", where, built="the guide given")
     except Exception:  # refused: the model and guide as they were, dtypes too
         for module, copies in zip(modules, before, strict=True):
             _put_back(module, copies)
@@ -324,7 +324,7 @@ def _check_same_priors(model: nn.Module, state: Any, where: str) -> None:
         entries = {key: state.get(f"{name}.{key}") for key in module._names}
         saved = {key: v for key, v in entries.items() if torch.is_tensor(v)}
         if len(saved) < len(entries):
-            continue  # _load_state reports a missing entry
+            continue  # load_state reports a missing entry
         here = {key: getattr(module, key) for key in module._names}
         if all(
             saved[key].shape == here[key].shape and torch.equal(saved[key].to(here[key]), here[key])

@@ -1,6 +1,6 @@
-"""Saved state loaded into a rebuilt model or guide: :func:`_load_state` gives the module the
+"""Saved state loaded into a rebuilt model or guide: :func:`load_state` gives the module the
 saved floating dtypes and shared member norms, then loads the state dict, saying why it does
-not fit; :func:`_frozen` and :func:`_refreeze` keep which parameters are frozen."""
+not fit; :func:`frozen_names` and :func:`refreeze` keep which parameters are frozen."""
 
 from __future__ import annotations
 
@@ -13,22 +13,27 @@ from torch import nn
 from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError, own_way_note, share_out_member_norms
 
+__all__ = ["frozen_names", "load_state", "refreeze"]
 
-def _frozen(module: nn.Module) -> list[str]:
+
+def frozen_names(module: nn.Module) -> list[str]:
     """The names of the frozen parameters (``requires_grad=False``) of ``module``."""
     return [name for name, p in module.named_parameters() if not p.requires_grad]
 
 
-def _refreeze(module: nn.Module, names: Any) -> None:
+def refreeze(module: nn.Module, names: Any) -> None:
     """Give the parameters of ``module`` the saved flags: frozen if named, trainable else."""
     frozen = set(names or [])
     for name, param in module.named_parameters():
         param.requires_grad_(name not in frozen)
 
 
-def _load_state(
+def load_state(
     module: nn.Module, state: Any, what: str, path: Any, built: str = "built from the description"
 ) -> None:
+    """Load the saved ``state`` of the ``what`` (``"model"`` or ``"guide"``) of the checkpoint
+    ``path`` into ``module`` (``built`` as the message says), or a :class:`CheckpointError`
+    saying why it does not fit."""
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r}: the {what} state is not a dict; re-save it.")
     _take_dtypes(module, state)

@@ -22,6 +22,7 @@ from pyrouq.infer._site_checks import check_draws
 
 
 def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
+    """The latent sample sites of ``trace`` by name: neither observed nor a plate's subsample."""
     return {
         name: site
         for name, site in trace.nodes.items()

@@ -16,6 +16,7 @@ from torch import nn
 from pyrouq._numbers import is_real
 from pyrouq._signatures import not_callable_as
 from pyrouq._util import warn_caller
+from pyrouq._words import CASE, JOINS, SPACES, name_slip
 from pyrouq.infer._adam import Adam
 
 WARMUP_FRACTION = 0.2
@@ -194,6 +195,12 @@ LR_SCHEDULES = {
 }
 """fit()'s learning-rate schedules (in the order a checkpoint records them), each glossed."""
 
+_SCHEDULE_SLIPS = {
+    CASE: "are lower case",
+    SPACES: "have no spaces around them",
+    JOINS: "join their words with '_'",
+}
+
 
 def check_lr_schedule(lr_schedule: Any) -> None:
     """Refuse an ``lr_schedule`` that is none of :data:`LR_SCHEDULES`, naming them; a name of
@@ -204,19 +211,14 @@ def check_lr_schedule(lr_schedule: Any) -> None:
         return
     named = isinstance(lr_schedule, str) or lr_schedule is None
     came = repr(lr_schedule) if named else f"of type {type(lr_schedule).__name__}"
-    hint = ""
+    hint, slip = "", None
     if isinstance(lr_schedule, str):
-        stripped = lr_schedule.strip()
-        meant = "_".join(stripped.lower().replace("-", " ").split())
-        slips = (
-            ("are lower case", stripped.lower() != stripped),
-            ("have no spaces around them", stripped != lr_schedule),
-            ("join their words with '_'", "-" in stripped or " " in stripped),
-        )
-        how = [words for words, slipped in slips if slipped]
-        if meant in LR_SCHEDULES and how:
-            told = " and ".join([", ".join(how[:-1]), how[-1]] if len(how) > 1 else how)
-            hint = f" (did you mean {meant!r}? the names {told})"
+        slip = name_slip(lr_schedule, LR_SCHEDULES, joins=True)
+    if slip is not None:
+        meant, slips = slip
+        how = [_SCHEDULE_SLIPS[s] for s in slips]
+        told = " and ".join([", ".join(how[:-1]), how[-1]] if len(how) > 1 else how)
+        hint = f" (did you mean {meant!r}? the names {told})"
     names = ", ".join(f"{name!r} ({gloss})" for name, gloss in LR_SCHEDULES.items())
     raise ValueError(
         f"Unknown lr_schedule {came}{hint}: fit() takes one of {names}. Pass one of these "

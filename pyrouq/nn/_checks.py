@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._util import LayerInputError, input_hint
+from pyrouq._input_kind import input_hint
+from pyrouq._util import LayerInputError
 
 #: The spatial dims of a convolution's input, by the rank of its weight.
 _SPATIAL = {3: "L", 4: "H, W", 5: "D, H, W"}
