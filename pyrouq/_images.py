@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from pyrouq._numbers import finite_float, is_one_number, one_number
@@ -95,6 +97,13 @@ def normalisation(
     return _per_channel("mean", mean, channels), _per_channel("std", std, channels)
 
 
+def _one_axis(value: Any) -> bool:
+    """Whether ``value`` is a tensor or array (anything with a ``shape``, a pandas Series
+    too) of one dim or more whose values lie along one axis, the others of size 1."""
+    shape = getattr(value, "shape", None)
+    return isinstance(shape, tuple) and len(shape) >= 1 and sum(n != 1 for n in shape) <= 1
+
+
 def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     """``value`` (a number, a tensor or array of one element, or a sequence of numbers / a
     tensor or array of one value per channel, 1-D or shaped to broadcast, ``(1, C, 1, 1)``)
@@ -103,8 +112,9 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     values = value
     if is_one_number(value):  # 0.5, tensor(0.5), tensor([0.5]): as torch broadcasts it,
         values = [one_number(value)] * channels  # one number for every channel
-    elif sum(n > 1 for n in getattr(value, "shape", (0, 0))) == 1:  # (C,), (C, 1, 1), ...
-        values = value.reshape(-1).tolist()
+    elif _one_axis(value):  # (C,), (C, 1, 1), (1, C, 1, 1), a pandas Series, (0,) too
+        flat = value.reshape(-1) if torch.is_tensor(value) else np.asarray(value).reshape(-1)
+        values = flat.tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(
             f"Expected {name} to be a number or a sequence of numbers, one per channel, got "

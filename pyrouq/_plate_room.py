@@ -22,12 +22,15 @@ _TOO_SMALL = re.compile(r"subsample_size does not match len\(subsample\), (\d+) 
 
 
 @contextlib.contextmanager
-def batch_room(owner: Any, rows: int, caller: str = "predict()") -> Iterator[None]:
+def batch_room(
+    owner: Any, rows: int, caller: str = "predict()", *, guide: bool = False
+) -> Iterator[None]:
     """Run ``owner`` (a model or guide of the user's own) on a batch of ``rows`` inputs: within
     :func:`~pyrouq._own_models.room_for`, and with Pyro's refusal of a plate smaller than the
     batch (its size written into the model) re-raised as a ``ValueError`` that names the
     plate's size, the batch's and the ways out (``batch_size=``, a ``num_data`` attribute),
-    Pyro's error as its cause. Other errors pass untouched."""
+    Pyro's error as its cause (for a ``guide``, whose ``num_data`` fit() does not set, the
+    advice says to set it). Other errors pass untouched."""
     with own_models.room_for(owner, rows):
         try:
             yield
@@ -42,13 +45,19 @@ def batch_room(owner: Any, rows: int, caller: str = "predict()") -> Iterator[Non
             function = caller.removesuffix("()")
             # a model function reads the attribute off itself (fit() sets it there too)
             holder = "self" if isinstance(owner, nn.Module) else own_models.name_of(owner)
+            setter = "(the README's recipe; fit() sets it)"
+            if guide:  # fit() sets the model's num_data alone
+                setter = (
+                    "(set the guide's num_data to the training set's size yourself: fit() "
+                    "sets the model's, not the guide's)"
+                )
             raise ValueError(
                 f"{caller}: {own_models.name_of(owner)}'s {which} has size {size}, and "
                 f"{caller} ran a batch of {rows} inputs, more than the plate holds (Pyro: "
                 f"{found[0]}). Pass {function}(..., batch_size={size}) or less, or give the "
                 "plate the data set's size through an attribute num_data, "
                 f"pyro.plate({written}, {holder}.num_data, subsample_size=len(x)), which {caller} "
-                "raises for its batches (the README's recipe; fit() sets it)."
+                f"raises for its batches {setter}."
             ) from err
 
 

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from pyrouq._numbers import is_array_like
 from pyrouq._util import describe_batch, warn_caller
+from pyrouq._words import article
 
 
 def batches(
@@ -35,7 +36,7 @@ def batches(
                 "a dict, wrap it in a small nn.Module whose forward takes one tensor and builds "
                 "the dict from it, and convert that wrapper"
             )
-        came = "None" if x is None else f"{_article(type(x).__name__)} {type(x).__name__}"
+        came = "None" if x is None else f"{article(type(x).__name__)} {type(x).__name__}"
         raise TypeError(
             f"predict() expects {what} as a torch.Tensor or an iterable of batches, got "
             f"{came}{shape}. {fix}."
@@ -44,7 +45,7 @@ def batches(
     if isinstance(x, data.Dataset) and not isinstance(x, data.IterableDataset):
         raise TypeError(
             f"predict() reads {what} as batches of inputs; it got "
-            f"{_article(type(x).__name__)} {type(x).__name__}, whose "
+            f"{article(type(x).__name__)} {type(x).__name__}, whose "
             f"items are single examples. Pass a loader of it: DataLoader({what}, "
             "batch_size=256) (without shuffle=True, to keep its order)."
         )
@@ -70,11 +71,6 @@ def batches(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
                 f"a batch was {describe_batch(batch)}{fix}"
             )
-
-
-def _article(word: str) -> str:
-    """ "an" before a word that starts with a vowel's letter (an int, an ndarray), else "a"."""
-    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _looks_like_one_pair(x: Any) -> bool:

@@ -536,7 +536,7 @@ class GuideDraws:
     def __call__(self, num_samples: int, x: Tensor) -> dict[str, Tensor]:
         if self.state is not None:
             set_rng_state(self.device, self.state)
-        with batch_room(self.guide, x.shape[0]):  # a guide's plate too small for x: refused
+        with batch_room(self.guide, x.shape[0], guide=True):  # its plate too small: refused
             draws = draw_guide(self.guide, num_samples, (x,))
         self.state = rng_state(self.device)
         return draws

@@ -150,17 +150,36 @@ class Predictions:
 
         return evaluate(self, targets, ood=ood, ood_score=ood_score)  # type: ignore[arg-type]
 
-    def to(self, device: torch.device | str | torch.dtype) -> Predictions:
-        """A copy on ``device`` (or, given ``torch.float32`` or ``torch.float64``, with the
-        probabilities in that dtype; the class-index targets keep theirs)."""
-        if isinstance(device, torch.dtype) and device not in (torch.float32, torch.float64):
+    def to(
+        self,
+        device: torch.device | str | torch.dtype | Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Predictions:
+        """A copy on ``device`` and/or with the probabilities in ``dtype``, ``torch.float32`` or
+        ``torch.float64`` (the class-index targets keep theirs), given as ``Tensor.to`` takes
+        them: ``to("cuda")``, ``to(torch.float64)``, ``to("cuda", torch.float64)``,
+        ``to(dtype=torch.float64)``, or ``to(tensor)`` (its device and dtype)."""
+        came = ""  # (what gave the dtype, in the refusal)
+        if isinstance(device, (torch.dtype, Tensor)):
+            if dtype is not None:
+                raise TypeError(
+                    f"Predictions.to() takes a device, then a dtype; got a "
+                    f"{type(device).__name__} in the device's place, then dtype={dtype}. Pass "
+                    "to(device, dtype), to(dtype) or to(tensor)."
+                )
+            if isinstance(device, Tensor):  # its device and dtype, as Tensor.to(other) takes
+                dtype, came = device.dtype, "a tensor of dtype "
+                device = device.device
+            else:
+                device, dtype = None, device
+        if dtype is not None and dtype not in (torch.float32, torch.float64):
             raise TypeError(
                 f"Predictions.to() takes torch.float32 or torch.float64 for the probabilities, "
-                f"got {device}: the decompositions and metrics read float32 or float64 (a "
+                f"got {came}{dtype}: the decompositions and metrics read float32 or float64 (a "
                 "half-precision model's predict() returns float32 probabilities). Pass "
-                "torch.float32, torch.float64, or a device."
+                "torch.float32, torch.float64, or a device (a tensor's: to(t.device))."
             )
-        probs = self.probs.to(device)
+        probs = self.probs.to(device=device, dtype=dtype)
         targets = None if self.targets is None else self.targets.to(probs.device)
         return Predictions(probs, targets)
 

@@ -10,9 +10,10 @@ from typing import Any
 import torch
 
 
-def refuse_several_inputs(x: Any, y: Any, epoch: int, step: int) -> None:
+def refuse_several_inputs(batch: tuple | list, epoch: int, step: int) -> None:
     """A TypeError for the ``(x, y)`` batch whose ``x`` is several tensors or a dict of them
     (or whose two items are examples, dicts with the same keys); nothing for other batches."""
+    x, y = batch
     where = f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch}"
     if isinstance(x, (tuple, list)) and x and all(torch.is_tensor(t) for t in x):
         raise TypeError(  # several inputs: (ids, padding mask), (features, lengths)
@@ -23,18 +24,23 @@ def refuse_several_inputs(x: Any, y: Any, epoch: int, step: int) -> None:
         )
     if not isinstance(x, Mapping):
         return
-    examples = unbatched_examples([x, y], epoch, step)
+    examples = unbatched_examples(batch, epoch, step)
     if examples is not None:
         raise TypeError(examples)
     # a network of named inputs, {"input_ids": ..., "attention_mask": ...}, whatever y is
     targets = "" if torch.is_tensor(y) else ", and y as one tensor of targets"
-    came = f"{type(y).__name__} of {len(y)} entries" if isinstance(y, Mapping) else None
+    came = f"{type(y).__name__} of {_entries(y)}" if isinstance(y, Mapping) else None
     raise TypeError(
-        f"{where} is ({type(x).__name__} of {len(x)} entries, {came or type(y).__name__}), "
+        f"{where} is ({type(x).__name__} of {_entries(x)}, {came or type(y).__name__}), "
         "and pyrouq runs the network on one input tensor x. Wrap the network in a small "
         "nn.Module whose forward takes one tensor and builds the dict from it, convert that "
         f"wrapper, and serve that tensor as x{targets}."
     )
+
+
+def _entries(mapping: Mapping) -> str:
+    """ "1 entry", "2 entries"."""
+    return f"{len(mapping)} {'entry' if len(mapping) == 1 else 'entries'}"
 
 
 def unbatched_examples(batch: Any, epoch: int, step: int) -> str | None:

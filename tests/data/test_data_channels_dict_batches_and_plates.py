@@ -70,7 +70,7 @@ class _Encoding(collections.UserDict):
 @pytest.mark.parametrize(
     ("targets", "came"),
     [
-        ({"labels": torch.zeros(8, dtype=torch.long)}, "dict of 1 entries"),
+        ({"labels": torch.zeros(8, dtype=torch.long)}, "dict of 1 entry"),
         ([0] * 8, "list"),
         (None, "Tensor"),
     ],
@@ -83,7 +83,7 @@ def test_fit_tells_a_dict_of_inputs_to_wrap_the_network_whatever_the_targets(tar
         x, targets = _Encoding(x), torch.zeros(8, dtype=torch.long)
     message = _fit([(x, targets)])
     name = "_Encoding" if isinstance(x, _Encoding) else "dict"
-    assert f"batch 1 of epoch 1 is ({name} of 1 entries, {came})" in message
+    assert f"batch 1 of epoch 1 is ({name} of 1 entry, {came})" in message
     assert "Wrap the network in a small nn.Module whose forward takes one tensor" in message
     assert "as_tensor" not in message
     assert message.endswith(

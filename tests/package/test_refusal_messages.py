@@ -132,7 +132,7 @@ def test_a_loader_yielding_a_dict_of_inputs_is_told_to_wrap_the_network():
     with pytest.raises(TypeError) as info:
         fit(model, guide, loader, epochs=1, num_data=8, progress=False)
     message = str(info.value)
-    assert "batch 1 of epoch 1 is (dict of 1 entries, Tensor)" in message
+    assert "batch 1 of epoch 1 is (dict of 1 entry, Tensor)" in message
     assert "Wrap the network in a small nn.Module whose forward takes one tensor" in message
     assert "as_tensor" not in message
 
@@ -156,5 +156,5 @@ def test_predict_names_what_came_with_its_article_and_tells_a_dict_to_wrap_the_n
         predict(model, 3, guide, num_samples=2)
     with pytest.raises(TypeError, match=r"got None\. Pass a tensor"):
         predict(model, None, guide, num_samples=2)
-    with pytest.raises(TypeError, match=r"got a ndarray of shape \(4, 2\)\. Convert an array"):
+    with pytest.raises(TypeError, match=r"got an ndarray of shape \(4, 2\)\. Convert an array"):
         predict(model, np.zeros((4, 2), dtype=np.float32), guide, num_samples=2)

@@ -91,9 +91,9 @@ def test_an_empty_batch_of_a_loader_is_skipped(source):
 def test_an_array_or_a_data_set_given_as_x_is_refused_with_the_fix():
     net = nn.Linear(4, 3)
     x = np.zeros((6, 4), dtype=np.float32)
-    with pytest.raises(TypeError, match=r"got a ndarray of shape \(6, 4\)\. Convert an array "):
+    with pytest.raises(TypeError, match=r"got an ndarray of shape \(6, 4\)\. Convert an array "):
         predict(net, x, progress=False)
-    with pytest.raises(TypeError, match=r"a batch was a ndarray\. Make them tensors"):
+    with pytest.raises(TypeError, match=r"a batch was an ndarray\. Make them tensors"):
         predict(net, [x], progress=False)
     data = torch.utils.data.TensorDataset(torch.zeros(6, 4), torch.zeros(6, dtype=torch.long))
     with pytest.raises(TypeError, match=r"got a TensorDataset, whose items are single examples"):

@@ -40,10 +40,10 @@ def test_inputs_on_the_meta_device_are_refused_saying_to_pass_real_values():
 
 @pytest.mark.parametrize(
     ("x", "came"),
-    [(None, "NoneType"), (3, "int"), ({"x": torch.randn(5, 4)}, "dict"), ("test.pt", "str")],
+    [(None, "None"), (3, "an int"), ({"x": torch.randn(5, 4)}, "a dict"), ("test.pt", "a str")],
 )
 def test_x_that_is_no_batch_nor_iterable_of_batches_is_refused_naming_what_came(x, came):
-    with pytest.raises(TypeError, match=rf"got a {came}\. Pass a tensor \(N, \.\.\.\) or a Data"):
+    with pytest.raises(TypeError, match=rf"got {came}\. Pass a tensor \(N, \.\.\.\) or a Data"):
         predict(MLP(4, 8, 3), x, progress=False)
 
 
