@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pyrouq._input_kind import WRAPPER
 from pyrouq._numbers import is_array_like
 from pyrouq._util import describe_batch, warn_caller
 from pyrouq._words import article
@@ -33,8 +34,7 @@ def batches(
         if isinstance(x, Mapping):  # the inputs of a network of named inputs
             fix += (
                 ". pyrouq runs networks of one tensor input: for a network whose forward takes "
-                "a dict, wrap it in a small nn.Module whose forward takes one tensor and builds "
-                "the dict from it, and convert that wrapper"
+                f"a dict, wrap it in {WRAPPER.format(what='the dict')}, and convert that wrapper"
             )
         came = "None" if x is None else f"{article(type(x).__name__)} {type(x).__name__}"
         raise TypeError(

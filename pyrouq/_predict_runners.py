@@ -69,13 +69,13 @@ def posterior_samples_runner(
 
 
 def runner_without_draws(
-    model: Any, num_samples: int | None, parallel: bool, batch_size: int
+    model: Any, num_samples: int | None, parallel: bool, batch_size: int, default_num_samples: int
 ) -> Any:
     """The runner of predict() for a model given no guide nor ``posterior_samples``: a
-    BatchEnsemble's M members, a Pyro model run ``num_samples`` times from its priors, a plain
-    network once (refused for a model with latent sites, or num_samples where S is fixed)."""
-    from pyrouq.predictive import DEFAULT_NUM_SAMPLES  # (predictive imports this module)
-
+    BatchEnsemble's M members, a Pyro model run ``num_samples`` times from its priors
+    (``default_num_samples``, predict()'s :data:`~pyrouq.predictive.DEFAULT_NUM_SAMPLES` as it
+    reads it, where None), a plain network once (refused for a model with latent sites, or
+    num_samples where S is fixed)."""
     if has_latent_sites(model):
         raise ValueError(
             f"{type(model).__name__} has latent sites: pass its fitted guide, "
@@ -91,7 +91,7 @@ def runner_without_draws(
         return _runners.ensemble_runner(model)
     elif isinstance(model, pyro.nn.PyroModule) or not isinstance(model, nn.Module):
         # a Pyro model (a PyroModule or a function), run S times from its priors
-        count = num_samples or DEFAULT_NUM_SAMPLES
+        count = num_samples or default_num_samples
         return _runners.sampled_runner(model, count, parallel, batch_size)
     else:
         if num_samples is not None:

@@ -422,7 +422,9 @@ def predict(
                     )
 
             else:  # no draws given: a BatchEnsemble's members, a Pyro model's priors, a network
-                run = runner_without_draws(model, num_samples, parallel, batch_size)
+                run = runner_without_draws(
+                    model, num_samples, parallel, batch_size, DEFAULT_NUM_SAMPLES
+                )
             warn_of_a_shard(x, "predict()")
             bar = _progress_bar(x, batch_size, len(sizes)) if progress else None
             passes: list[list[Any]] = []  # each pass's parts, one per input batch

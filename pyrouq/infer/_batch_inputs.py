@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from pyrouq._input_kind import WRAPPER
+
 
 def refuse_several_inputs(batch: tuple | list, epoch: int, step: int) -> None:
     """A TypeError for the ``(x, y)`` batch whose ``x`` is several tensors or a dict of them
@@ -32,9 +34,9 @@ def refuse_several_inputs(batch: tuple | list, epoch: int, step: int) -> None:
     came = f"{type(y).__name__} of {_entries(y)}" if isinstance(y, Mapping) else None
     raise TypeError(
         f"{where} is ({type(x).__name__} of {_entries(x)}, {came or type(y).__name__}), "
-        "and pyrouq runs the network on one input tensor x. Wrap the network in a small "
-        "nn.Module whose forward takes one tensor and builds the dict from it, convert that "
-        f"wrapper, and serve that tensor as x{targets}."
+        "and pyrouq runs the network on one input tensor x. Wrap the network in "
+        f"{WRAPPER.format(what='the dict')}, convert that wrapper, and serve that tensor as "
+        f"x{targets}."
     )
 
 
