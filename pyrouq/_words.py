@@ -20,9 +20,10 @@ JOINS = "joins"
 
 def article(word: str) -> str:
     """``"an"`` before a word said with a vowel's sound first (an int, an OrderedDict, an
-    ndarray, said "en-dee-array"), else ``"a"`` (a list, a UserDict, said "you-ser")."""
+    ndarray, said "en-dee-array", an UninitializedParameter), else ``"a"`` (a list, a UserDict,
+    said "you-ser", a Union)."""
     lower = word.lower()
-    if lower.startswith("nd"):  # ndarray
+    if lower.startswith(("nd", "unin")):  # ndarray, UninitializedParameter
         return "an"
     if lower.startswith(("use", "usa", "uni", "uin")):  # UserDict, UserList, uint8
         return "a"

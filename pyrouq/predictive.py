@@ -38,6 +38,7 @@ from pyrouq._predict_runners import (
     runner_without_draws,
 )
 from pyrouq._seeded import draw_devices, seeded
+from pyrouq._to_args import device_and_dtype
 from pyrouq._util import (
     builder_of,
     check_int,
@@ -159,27 +160,15 @@ class Predictions:
         ``torch.float64`` (the class-index targets keep theirs), given as ``Tensor.to`` takes
         them: ``to("cuda")``, ``to(torch.float64)``, ``to("cuda", torch.float64)``,
         ``to(dtype=torch.float64)``, or ``to(tensor)`` (its device and dtype)."""
-        came = ""  # (what gave the dtype, in the refusal)
-        if isinstance(device, (torch.dtype, Tensor)):
-            if dtype is not None:
-                raise TypeError(
-                    f"Predictions.to() takes a device, then a dtype; got a "
-                    f"{type(device).__name__} in the device's place, then dtype={dtype}. Pass "
-                    "to(device, dtype), to(dtype) or to(tensor)."
-                )
-            if isinstance(device, Tensor):  # its device and dtype, as Tensor.to(other) takes
-                dtype, came = device.dtype, "a tensor of dtype "
-                device = device.device
-            else:
-                device, dtype = None, device
-        if dtype is not None and dtype not in (torch.float32, torch.float64):
+        where, into, came = device_and_dtype("Predictions.to()", device, dtype)
+        if into is not None and into not in (torch.float32, torch.float64):
             raise TypeError(
                 f"Predictions.to() takes torch.float32 or torch.float64 for the probabilities, "
-                f"got {came}{dtype}: the decompositions and metrics read float32 or float64 (a "
+                f"got {came}{into!r}: the decompositions and metrics read float32 or float64 (a "
                 "half-precision model's predict() returns float32 probabilities). Pass "
                 "torch.float32, torch.float64, or a device (a tensor's: to(t.device))."
             )
-        probs = self.probs.to(device=device, dtype=dtype)
+        probs = self.probs.to(device=where, dtype=into)
         targets = None if self.targets is None else self.targets.to(probs.device)
         return Predictions(probs, targets)
 

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
 from pyrouq._numbers import finite_float, is_array_like, is_real, shown
+from pyrouq._to_args import device_and_dtype
 from pyrouq.uncertainty import Decomposition
 
 __all__ = [
@@ -389,21 +390,27 @@ class GaussianPredictions:
         loc, scale = self.loc.to(dtype), self.scale.to(dtype)
         return GaussianPredictions(loc * std_t + mean_t, scale * std_t, targets)
 
-    def to(self, device: torch.device | str | torch.dtype | Tensor) -> GaussianPredictions:
-        """The same predictions on another device (or, given ``torch.float32`` or
-        ``torch.float64``, with the moments and targets in that dtype; a tensor: its device and
-        dtype), as :meth:`Predictions.to <pyrouq.Predictions.to>` takes them."""
-        dtype = device if isinstance(device, torch.dtype) else getattr(device, "dtype", None)
-        if dtype is not None and dtype not in (torch.float32, torch.float64):
-            came = f"a tensor of dtype {dtype}" if torch.is_tensor(device) else f"{dtype}"
+    def to(
+        self,
+        device: torch.device | str | torch.dtype | Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> GaussianPredictions:
+        """A copy on ``device`` and/or with the moments and targets in ``dtype``,
+        ``torch.float32`` or ``torch.float64``, given as :meth:`Predictions.to
+        <pyrouq.Predictions.to>` takes them: ``to("cuda")``, ``to(torch.float64)``,
+        ``to("cuda", torch.float64)``, ``to(dtype=torch.float64)``, or ``to(tensor)`` (its
+        device and dtype)."""
+        where, into, came = device_and_dtype("GaussianPredictions.to()", device, dtype)
+        if into is not None and into not in (torch.float32, torch.float64):
             raise TypeError(
                 f"GaussianPredictions.to() takes torch.float32 or torch.float64 for the moments "
-                f"and targets, got {came}: the moments are computed in float32 or float64 (in "
-                "half precision a variance above 65504 is inf) and the targets would be "
-                "rounded. Pass torch.float32, torch.float64, or a device."
+                f"and targets, got {came}{into!r}: the moments are computed in float32 or "
+                "float64 (in half precision a variance above 65504 is inf) and the targets would "
+                "be rounded. Pass torch.float32, torch.float64, or a device."
             )
-        targets = None if self.targets is None else self.targets.to(device)
-        return GaussianPredictions(self.loc.to(device), self.scale.to(device), targets)
+        moved = {"device": where, "dtype": into}
+        targets = None if self.targets is None else self.targets.to(**moved)
+        return GaussianPredictions(self.loc.to(**moved), self.scale.to(**moved), targets)
 
     def double(self) -> GaussianPredictions:
         """The same predictions in float64 (their moments are then computed in float64:

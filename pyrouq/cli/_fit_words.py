@@ -19,9 +19,9 @@ def batchnorm_in_command_words(message: str, batch_size: int | None, world: int)
     holds one image is told the ``--train-size`` that gives each rank two, with ``--batch-size
     1`` the batch size too (a larger batch alone does not help)."""
     if "drop_last=True" in message:  # fit()'s advice for a loader's last batch
-        if batch_size == 1:
-            return message.split(" That is usually")[0] + _ONE_BATCH
         ranks = re.search(r" fit\(\) runs on (\d+) ranks", message)
+        if batch_size == 1:  # (fit()'s words of the ranks' shards go too)
+            return message.split(" That is usually")[0].split(" fit() runs on ")[0] + _ONE_BATCH
         if ranks is None:
             return message.split(" That is usually")[0] + (
                 " That is the last batch of the epoch: pick a --batch-size (or --train-size) "

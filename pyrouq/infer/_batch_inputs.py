@@ -1,6 +1,7 @@
-"""fit()'s refusals of training batches whose inputs are not one tensor: several tensors, a
-dict of named inputs (a network of several inputs), or a batch's examples left as they came
-(dicts that a ``collate_fn`` returned as they are), each told what to serve instead."""
+"""fit()'s refusals of training batches whose inputs are not one tensor: several tensors (or
+one inside a tuple), a dict of named inputs (a network of several inputs), or a batch's
+examples left as they came (dicts that a ``collate_fn`` returned as they are), each told what
+to serve instead."""
 
 from __future__ import annotations
 
@@ -13,10 +14,17 @@ from pyrouq._input_kind import WRAPPER
 
 
 def refuse_several_inputs(batch: tuple | list, epoch: int, step: int) -> None:
-    """A TypeError for the ``(x, y)`` batch whose ``x`` is several tensors or a dict of them
-    (or whose two items are examples, dicts with the same keys); nothing for other batches."""
+    """A TypeError for the ``(x, y)`` batch whose ``x`` is several tensors (or one in a tuple
+    or list) or a dict of them (or whose two items are examples, dicts with the same keys);
+    nothing for other batches."""
     x, y = batch
     where = f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch}"
+    if isinstance(x, (tuple, list)) and len(x) == 1 and torch.is_tensor(x[0]):
+        raise TypeError(  # one input in a tuple: no other inputs to compute or concatenate
+            f"{where} is ({type(x).__name__} of 1 tensor, {type(y).__name__}): the input "
+            f"tensor inside a {type(x).__name__}, and pyrouq runs the network on the tensor "
+            "itself. Serve it as x, not inside a tuple or list (x[0])."
+        )
     if isinstance(x, (tuple, list)) and x and all(torch.is_tensor(t) for t in x):
         raise TypeError(  # several inputs: (ids, padding mask), (features, lengths)
             f"{where} is ({type(x).__name__} of {len(x)} tensors, {type(y).__name__}), and "
