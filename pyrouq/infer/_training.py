@@ -79,10 +79,13 @@ class TrainingInterrupted(KeyboardInterrupt):
             if checkpoint is not None
             else "; pass checkpoint=PATH to fit() to save partial runs"
         )
-        super().__init__(
-            f"Training interrupted in epoch {epoch} after step {step}: the model and guide keep "
-            f"the parameters of that step{where}."
+        when = (
+            f"after step {step}: the model and guide keep the parameters of that step"
+            if step
+            else "before its first step: the model and guide keep the parameters they had "
+            "when it began"
         )
+        super().__init__(f"Training interrupted in epoch {epoch} {when}{where}.")
 
 
 class InterruptFlag:

@@ -158,3 +158,24 @@ def test_predict_names_what_came_with_its_article_and_tells_a_dict_to_wrap_the_n
         predict(model, None, guide, num_samples=2)
     with pytest.raises(TypeError, match=r"got an ndarray of shape \(4, 2\)\. Convert an array"):
         predict(model, np.zeros((4, 2), dtype=np.float32), guide, num_samples=2)
+
+
+def test_training_stopped_before_its_first_step_says_so_not_after_step_0():
+    """A Ctrl-C at the loader's first fetch stops fit() before any step: its message says
+    so, not "after step 0"."""
+    from pyrouq import TrainingInterrupted
+
+    class StopAtFirstFetch(ArrayLoader):
+        def __iter__(self):
+            raise KeyboardInterrupt
+
+    x = torch.randn(8, 2)
+    loader = StopAtFirstFetch(x, (x[:, 0] > 0).long(), 4, seed=0)
+    model = bayesian(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 2)))
+    with pytest.raises(TrainingInterrupted) as info:
+        fit(model, mean_field_guide(model), loader, epochs=1, progress=False)
+    assert info.value.epoch == 1 and info.value.step == 0
+    assert "Training interrupted in epoch 1 before its first step: the model and guide keep " in (
+        str(info.value)
+    )
+    assert "after step 0" not in str(info.value)
