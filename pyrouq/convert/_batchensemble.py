@@ -490,6 +490,12 @@ def batchensemble(
         0). Networks without normalisation layers are unaffected.
     likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
 
+    Warns
+    -----
+    UserWarning
+        Layers or parameters held in plain Python lists, tuples or dicts (not registered:
+        never converted, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``).
+
     Examples
     --------
     >>> import torch

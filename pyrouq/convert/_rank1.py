@@ -94,6 +94,12 @@ def rank1(
     BayesianNetwork
         Its ``num_members`` is M.
 
+    Warns
+    -----
+    UserWarning
+        Layers or parameters held in plain Python lists, tuples or dicts (not registered:
+        never converted, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``).
+
     Examples
     --------
     >>> import torch
