@@ -179,3 +179,24 @@ def test_training_stopped_before_its_first_step_says_so_not_after_step_0():
         str(info.value)
     )
     assert "after step 0" not in str(info.value)
+
+
+def test_a_kernel_name_with_spaces_or_a_kernel_class_is_told_what_to_pass():
+    # both were "expected 'nuts' or 'hmc'. Pass kernel='nuts' (...)": no word on the slip
+    assert _mcmc_refusal("nuts ") == (
+        "Unknown kernel 'nuts ': expected 'nuts' or 'hmc', without surrounding spaces; did you "
+        "mean 'nuts'? Pass kernel='nuts'."
+    )
+    assert _mcmc_refusal(" HMC").endswith(
+        "'hmc', without surrounding spaces, in lower case; did you mean 'hmc'? Pass kernel='hmc'."
+    )
+    assert _mcmc_refusal("NUTS").endswith(
+        ", in lower case; did you mean 'nuts'? Pass kernel='nuts'."
+    )
+    assert _mcmc_refusal(pyro.infer.NUTS) == (
+        "Unknown kernel NUTS (a kernel class): mcmc() takes a kernel's name, 'nuts' or 'hmc', "
+        "and builds it for the model (NUTS's depth: max_tree_depth). Pass kernel='nuts', or run "
+        "pyro.infer.MCMC with a kernel of your own."
+    )
+    assert _mcmc_refusal(pyro.infer.HMC(lambda: None)).startswith("Unknown kernel HMC: ")
+    assert _mcmc_refusal(None).startswith("Unknown kernel None: expected 'nuts' or 'hmc'. Pass")

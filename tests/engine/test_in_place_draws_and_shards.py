@@ -1,8 +1,7 @@
-"""Review of the refusals that name a rank's shard, a kernel's name and a number in the targets'
-place, and of the engine's draws taken by unbind: a first batch of one input under ranks whose
-shard holds one example (no batch size helps), a batch sampler's batch size, a loader that
-tells none, the one-process words kept; a kernel name with spaces or a kernel class; a network
-that changes a drawn weight in place."""
+"""The refusals that name a rank's shard, and the engine's draws taken by unbind: a first
+batch of one input under ranks whose shard holds one example (no batch size helps), a batch
+sampler's batch size, a loader that tells none, the one-process words kept; a network that
+changes a drawn weight in place."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from _processes import exit_quietly, spawn_ranks
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
-from pyrouq import ArrayLoader, bayesian, fit, mcmc, mean_field_guide
+from pyrouq import ArrayLoader, bayesian, fit, mean_field_guide
 
 WORLD = 2
 BN = "(torch: 'Expected more than 1 value per channel')"
@@ -126,36 +125,6 @@ def test_one_process_keeps_its_words_for_a_batch_of_one():
         "batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick a batch size that "
         "leaves no remainder of 1."
     )
-
-
-def _mcmc_refusal(kernel) -> str:
-    pyro.clear_param_store()
-    model = bayesian(nn.Sequential(nn.Linear(3, 2)))
-    x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
-    with pytest.raises(ValueError) as info:
-        mcmc(model, x, y, 2, 2, 1, kernel=kernel, progress=False)
-    return str(info.value)
-
-
-def test_a_kernel_name_with_spaces_or_a_kernel_class_is_told_what_to_pass():
-    # both were "expected 'nuts' or 'hmc'. Pass kernel='nuts' (...)": no word on the slip
-    assert _mcmc_refusal("nuts ") == (
-        "Unknown kernel 'nuts ': expected 'nuts' or 'hmc', without surrounding spaces; did you "
-        "mean 'nuts'? Pass kernel='nuts'."
-    )
-    assert _mcmc_refusal(" HMC").endswith(
-        "'hmc', without surrounding spaces, in lower case; did you mean 'hmc'? Pass kernel='hmc'."
-    )
-    assert _mcmc_refusal("NUTS").endswith(
-        ", in lower case; did you mean 'nuts'? Pass kernel='nuts'."
-    )
-    assert _mcmc_refusal(pyro.infer.NUTS) == (
-        "Unknown kernel NUTS (a kernel class): mcmc() takes a kernel's name, 'nuts' or 'hmc', "
-        "and builds it for the model (NUTS's depth: max_tree_depth). Pass kernel='nuts', or run "
-        "pyro.infer.MCMC with a kernel of your own."
-    )
-    assert _mcmc_refusal(pyro.infer.HMC(lambda: None)).startswith("Unknown kernel HMC: ")
-    assert _mcmc_refusal(None).startswith("Unknown kernel None: expected 'nuts' or 'hmc'. Pass")
 
 
 class _Clipped(nn.Linear):
