@@ -32,11 +32,7 @@ from pyrouq._mismatch import input_mismatch
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
-from pyrouq._predict_runners import (
-    _in_dtype_of,  # noqa: F401  (tests import it from here)
-    posterior_samples_runner,
-    runner_without_draws,
-)
+from pyrouq._predict_runners import posterior_samples_runner, runner_without_draws
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._to_args import device_and_dtype
 from pyrouq._util import (

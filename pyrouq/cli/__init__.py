@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pyrouq import __version__
+from pyrouq._util import shard_size
 from pyrouq.cli._build import (
     FACTORY_RECIPE,
     MODELS,
@@ -264,7 +265,7 @@ def _run_fit(
     with train.sharded(0, world):  # what each rank runs (one shard of every epoch)
         batches = len(train)
     if batches == 1:  # the one batch holds the shard: fewer images than --batch-size
-        batch_size = min(batch_size, -(-len(train.dataset) // world))
+        batch_size = min(batch_size, shard_size(len(train.dataset), world))
     ranks = f" on each of {world} ranks" if world > 1 else ""
     print(
         f"pyrouq {__version__}: fitting {what} ({n_params:,} parameters) on "

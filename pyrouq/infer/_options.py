@@ -193,7 +193,8 @@ LR_SCHEDULES = {
     "cosine": "a half-cosine decay to 0 from the first step",
     "constant": "the learning rate as given at every step",
 }
-"""fit()'s learning-rate schedules (in the order a checkpoint records them), each glossed."""
+"""fit()'s learning-rate schedules, each glossed (fit() compares ranks' schedules by their index
+here)."""
 
 _SCHEDULE_SLIPS = {
     CASE: "are lower case",

@@ -226,8 +226,8 @@ def unpack_batch(batch: Any, epoch: int, step: int) -> tuple[Any, Any]:
     N/B scaling has no B)."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         x, y = batch
-        refuse_several_inputs(batch, epoch, step)  # several tensors, a dict of inputs
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            refuse_several_inputs(batch, epoch, step)  # several tensors, a dict of inputs
             raise TypeError(
                 f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} "
                 f"is ({type(x).__name__}, {type(y).__name__}). Convert them with "

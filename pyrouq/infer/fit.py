@@ -45,7 +45,12 @@ from pyrouq.infer._fit_inputs import (
     warn_lr_beside_optim,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
-from pyrouq.infer._options import build_optimizer, check_callbacks, check_lr_schedule
+from pyrouq.infer._options import (
+    LR_SCHEDULES,
+    build_optimizer,
+    check_callbacks,
+    check_lr_schedule,
+)
 from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
 from pyrouq.infer._rank_state import check_same_resume, compared_parameters
 from pyrouq.infer._site_checks import check_drawable
@@ -497,7 +502,7 @@ def fit(
     _distributed.check_same_arguments(
         {
             "lr": lr,
-            "lr_schedule": ("warmup_cosine", "cosine", "constant").index(lr_schedule),
+            "lr_schedule": list(LR_SCHEDULES).index(lr_schedule),
             "kl_weight": elbo.kl_weight,
             "num_particles": elbo.num_particles,
             "vectorize_particles": float(elbo.vectorize_particles and elbo.num_particles > 1),

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 import pyrouq
+from pyrouq._predict_runners import _in_dtype_of
 from pyrouq.checkpoint import _describe
 from pyrouq.infer import _training
-from pyrouq.predictive import _in_dtype_of
 
 
 def test_resuming_restores_the_cuda_states_of_the_gpus_present_only(monkeypatch):
