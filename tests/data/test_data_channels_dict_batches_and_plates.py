@@ -142,6 +142,19 @@ def test_predict_tells_a_guides_plate_smaller_than_the_batch_in_house_words():
     assert out.probs.shape == (2, 150, 2)
 
 
+def test_a_guides_plate_is_told_to_set_the_guides_num_data():
+    # it said "(the README's recipe; fit() sets it)": fit() sets the model's num_data alone
+    with pytest.raises(ValueError) as refused:
+        pyrouq.predict(_local, torch.randn(150, 3), _local_guide, num_samples=2, progress=False)
+    message = str(refused.value)
+    assert 'pyro.plate("data", _local_guide.num_data, subsample_size=len(x))' in message
+    assert message.endswith(
+        "which predict() raises for its batches (set the guide's num_data to the training "
+        "set's size yourself: fit() sets the model's, not the guide's)."
+    ), message
+    assert "fit() sets it)" not in message
+
+
 def _hundred(x, y=None):
     w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
     logits = pyro.deterministic("logits", x @ w)

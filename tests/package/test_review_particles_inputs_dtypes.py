@@ -1,8 +1,7 @@
 """Review of the particles, predict-inputs, dtype and batch-input commits: the article before
 what predict() got (an ndarray, a UserDict); Predictions.to() given a tensor (its dtype
 checked) or a device and a dtype; rotate()'s per-channel constants as a pandas Series or an
-empty tensor; a guide's literal plate told to set the guide's num_data (fit() sets the
-model's alone); fit()'s refusal of a dict of one input and of a tuple of example dicts, and
+empty tensor; fit()'s refusal of a dict of one input and of a tuple of example dicts, and
 its list and namedtuple pairs."""
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import collections
 
 import numpy as np
 import pyro
-import pyro.distributions as dist
 import pytest
 import torch
 from torch import nn
@@ -107,39 +105,6 @@ def test_rotate_counts_an_empty_tensor_of_constants():
     # it was "Expected mean to be a number or a sequence of numbers" for a tensor of no values
     with pytest.raises(ValueError, match=r"Expected mean to hold 3 value\(s\), .* got 0"):
         rotate(_RGB, 20, mean=torch.tensor([]), std=_STD)
-
-
-# --------------------------------------------------------------------------------------------
-# predict(): a guide's literal plate
-# --------------------------------------------------------------------------------------------
-
-
-def _local(x, y=None):
-    w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
-    with pyro.plate("data", 100, subsample_size=len(x)):
-        z = pyro.sample("z", dist.Normal(0.0, 1.0))
-        logits = pyro.deterministic("logits", x @ w + z[:, None])
-        pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
-    return logits
-
-
-def _local_guide(x, y=None):
-    pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
-    with pyro.plate("data", 100, subsample_size=len(x)):
-        pyro.sample("z", dist.Normal(0.0, 1.0))
-
-
-def test_a_guides_plate_is_told_to_set_the_guides_num_data():
-    # it said "(the README's recipe; fit() sets it)": fit() sets the model's num_data alone
-    with pytest.raises(ValueError) as refused:
-        pyrouq.predict(_local, torch.randn(150, 3), _local_guide, num_samples=2, progress=False)
-    message = str(refused.value)
-    assert 'pyro.plate("data", _local_guide.num_data, subsample_size=len(x))' in message
-    assert message.endswith(
-        "which predict() raises for its batches (set the guide's num_data to the training "
-        "set's size yourself: fit() sets the model's, not the guide's)."
-    ), message
-    assert "fit() sets it)" not in message
 
 
 # --------------------------------------------------------------------------------------------
