@@ -74,7 +74,8 @@ class EpochRecord:
     train_acc : float
         Running accuracy over the epoch's training examples, read off the outputs each step
         computed anyway (in training mode, before that step's update): under the step's
-        weight draw (Bayesian), of the members' mean prediction (ensemble), of the network
+        weight draw (Bayesian; the first particle's, or with ``vectorize_particles`` the
+        particles' mean prediction), of the members' mean prediction (ensemble), of the network
         (plain); as Keras and Lightning report it, so it costs no extra pass. ``nan`` for
         regression models and for Pyro models without a ``"logits"`` site.
     seconds : float
