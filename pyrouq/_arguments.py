@@ -55,11 +55,18 @@ def check_device(device: Any, caller: str, lost: str = "the loaders would serve 
 def set_generator_state(generator: torch.Generator, state: object, who: str) -> None:
     """``generator.set_state(state)``, or a TypeError where ``state`` is not the uint8 tensor
     that ``get_rng_state()`` returns (torch's own: "expected a torch.ByteTensor, but got
-    NoneType")."""
+    NoneType"), a ValueError where it has another number of bytes than the generator's."""
     if not torch.is_tensor(state) or state.dtype != torch.uint8:
         got = f"a {state.dtype} tensor" if torch.is_tensor(state) else type(state).__name__
         raise TypeError(
             f"{who}.set_rng_state() expects the torch.uint8 tensor that get_rng_state() "
             f"returns, got {got}. Pass loader.get_rng_state() of this kind of loader."
+        )
+    size = generator.get_state().numel()
+    if state.numel() != size:  # torch's "Expected a CPUGeneratorImplState of size 5056 ..."
+        raise ValueError(
+            f"{who}.set_rng_state() expects the {size}-byte state that get_rng_state() returns, "
+            f"got a uint8 tensor of {state.numel()} bytes (another generator's?). Pass "
+            "loader.get_rng_state() of this kind of loader."
         )
     generator.set_state(state)

@@ -216,9 +216,16 @@ def _sets(sets: Any) -> Tensor:
                 " (predictions, not sets): make sets with conformal(val_preds, val_targets)"
                 ".predict_sets(preds), intervals with .intervals(preds) (a tuple (lo, hi))."
             )
+        elif isinstance(sets, tuple):  # coverage() reads intervals before asking for sets
+            fix = (
+                "; intervals (lo, hi) have neither a size in classes nor a class: measure them "
+                "with coverage((lo, hi), targets) and their mean width, (hi - lo).mean()."
+            )
         else:
             fix = (
-                "; convert an array with torch.as_tensor(sets)." if hasattr(sets, "shape") else "."
+                "; convert an array with torch.as_tensor(sets)."
+                if hasattr(sets, "shape")
+                else "; make them with conformal(val_preds, val_targets).predict_sets(preds)."
             )
         raise TypeError(
             "Expected prediction sets as an (N, C) boolean tensor (predict_sets() returns "

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pyrouq._arguments import check_device
+
 __all__ = ["device_and_dtype"]
 
 
@@ -15,8 +17,10 @@ def device_and_dtype(owner: str, device: Any, dtype: Any) -> tuple[Any, Any, str
     """``(device, dtype, came)`` of ``owner``'s ``to(device, dtype)`` (``owner`` the method's
     name in the refusal, ``"Predictions.to()"``): a dtype in the device's place is the dtype,
     a tensor gives its device and dtype (``came`` then ``"a tensor of dtype "``, what gave the
-    dtype, else ``""``); a TypeError for a dtype or a tensor followed by a dtype. The dtype is
-    not checked: each ``to()`` says which it takes."""
+    dtype, else ``""``); a TypeError for a dtype or a tensor followed by a dtype, or a dtype's
+    name (``"float64"``, ``np.float64``) in the device's place; a ValueError for a device
+    torch cannot use here (``"cuda"`` without a GPU, a misspelt name) or the meta device. The
+    dtype is not checked: each ``to()`` says which it takes."""
     came = ""
     if isinstance(device, (torch.dtype, Tensor)):
         if dtype is not None:
@@ -30,4 +34,13 @@ def device_and_dtype(owner: str, device: Any, dtype: Any) -> tuple[Any, Any, str
             device = device.device
         else:
             device, dtype = None, device
+    elif device is not None:  # before any copy: torch's errors named neither call nor argument
+        name = device if isinstance(device, str) else getattr(device, "__name__", None)
+        if isinstance(getattr(torch, str(name), None), torch.dtype):  # "float64", np.float64
+            raise TypeError(
+                f"{owner} takes a device or a torch dtype, got {device!r}, which names a "
+                f"dtype; pass the torch dtype, torch.{name} (the predictions take "
+                "torch.float32 or torch.float64), or a device such as 'cpu' or 'cuda'."
+            )
+        check_device(device, owner, "the predictions would hold no values to evaluate")
     return device, dtype, came

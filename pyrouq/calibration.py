@@ -67,6 +67,9 @@ TEMPERATURE_BOUNDS = (0.05, 20.0)
 # --------------------------------------------------------------------------------------------
 
 
+_FROM_ARRAY = "pyrouq.Predictions.from_probs(torch.as_tensor(...)) ((S, N, C) probabilities)"
+
+
 def _class_preds(preds: Any, name: str) -> Predictions:
     if not isinstance(preds, Predictions):
         if isinstance(preds, GaussianPredictions):
@@ -79,8 +82,8 @@ def _class_preds(preds: Any, name: str) -> Predictions:
                 f"; wrap probabilities as pyrouq.Predictions.from_probs({name}) ((S, N, C); "
                 f"{name}[None] for one (N, C) draw)"
             )
-        else:
-            fix = ""
+        else:  # a numpy array: its probabilities as a tensor
+            fix = f"; wrap probabilities as {_FROM_ARRAY}" if hasattr(preds, "__array__") else ""
         raise TypeError(
             f"Expected {name} to be Predictions (class probabilities, what predict() returns for "
             f"a classifier), got {type(preds).__name__}{fix}."
@@ -451,10 +454,14 @@ class ConformalRegressor:
     def intervals(self, preds: GaussianPredictions) -> tuple[Tensor, Tensor]:
         """``(lo, hi)``, each ``(N, D)``."""
         if not isinstance(preds, GaussianPredictions):
-            raise TypeError(
-                f"Expected GaussianPredictions, got {type(preds).__name__}; a classifier's "
-                "predictions get prediction sets from conformal(..., score='lac')."
+            fix = (  # a classifier's, or means and scales not yet wrapped
+                "a classifier's predictions get prediction sets from predict_sets() of "
+                "conformal(val_preds, val_targets) on its held-out predictions"
+                if isinstance(preds, Predictions)
+                else "pass what predict() returns for a Gaussian model (for (S, N, D) means and "
+                "standard deviations: GaussianPredictions(loc, scale))"
             )
+            raise TypeError(f"Expected GaussianPredictions, got {type(preds).__name__}; {fix}.")
         q = self.threshold.to(preds.loc.device)
         if preds.loc.shape[-1] != q.shape[0]:
             raise ValueError(

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
-from pyrouq._numbers import finite_float, is_array_like, is_real, shown
+from pyrouq._numbers import finite_float, is_array_like, is_one_number, is_real, one_number, shown
 from pyrouq._to_args import device_and_dtype
 from pyrouq.uncertainty import Decomposition
 
@@ -356,12 +356,15 @@ class GaussianPredictions:
                 dtype = torch.promote_types(dtype, value.dtype)
         values = []
         for name, value in (("mean", mean), ("std", std)):
-            if not (torch.is_tensor(value) or isinstance(value, numbers.Real)) or isinstance(
-                value, bool
+            got = f"a {value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
+            if (  # a real tensor (a bool one was taken as 0 and 1) or a real number
+                value.dtype == torch.bool or value.is_complex()
+                if isinstance(value, Tensor)
+                else not is_real(value)
             ):
                 raise TypeError(
                     f"Expected rescale's {name} to be a float or a tensor of one value per "
-                    f"output, got {type(value).__name__}."
+                    f"output, got {got}; pass a real number, or torch.as_tensor({name}).float()."
                 )
             try:
                 t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)
@@ -427,8 +430,8 @@ class GaussianPredictions:
 
 def _level(level: object, what: str) -> float:
     """``level`` as a float in (0, 1), or a clear error."""
-    if torch.is_tensor(level) and level.numel() == 1:
-        level = float(level)
+    if is_one_number(level) and not is_real(level):  # tensor(0.9), np.array(0.9): as a float
+        level = one_number(level)
     if not (isinstance(level, numbers.Real) and not isinstance(level, bool)):
         raise TypeError(
             f"Expected {what} in (0, 1), one number, got {type(level).__name__}; e.g. 0.9."

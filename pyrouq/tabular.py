@@ -216,6 +216,13 @@ def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
             f"{str(('N', *mean.shape)).replace(chr(39), '')} as in fit() (rows of the columns "
             f"it was fitted on), got shape {tuple(value.shape)}.{fix}"
         )
+    if not bool(torch.isfinite(mean).all()):  # a mean made by hand: every value would be NaN
+        cols = (~torch.isfinite(mean)).nonzero().flatten().tolist() if mean.dim() else []
+        raise ValueError(
+            f"Standardizer.{where}(): the scaler's {name}_mean holds NaN or inf"
+            f"{f' in column(s) {cols}' if cols else ''}, so every standardised value there would "
+            f"be NaN or inf. Make the scaler with Standardizer.fit(x, y), or pass finite means."
+        )
     return value
 
 
@@ -244,6 +251,20 @@ def _check_stats(**stats: object) -> None:
                 f"Standardizer: expected {name} to be a tensor of real numbers, one per column, "
                 f"got {got}. Use Standardizer.fit(x, y), or pass torch.as_tensor(...)."
             )
+        mean = stats.get(name.replace("_std", "_mean"))
+        if name.endswith("std") and isinstance(mean, Tensor):  # one std per mean, or one for all
+            rows = (1, *mean.shape)  # rows of the data: (x - mean) / std keeps their shape
+            try:
+                fits = torch.broadcast_shapes(rows, value.shape) == rows
+            except RuntimeError:  # shapes that do not broadcast
+                fits = False
+            if not fits:
+                raise ValueError(
+                    f"Standardizer: expected {name} of the shape of {name[0]}_mean, "
+                    f"{tuple(mean.shape)} (one standard deviation per column, or one value "
+                    f"for all), got shape {tuple(value.shape)}. Use Standardizer.fit(x, y), "
+                    "or pass the statistics of the same columns."
+                )
         bad = value[~(value.isfinite() & (value > 0))] if name.endswith("std") else None
         if bad is not None and bad.numel():
             raise ValueError(
@@ -263,7 +284,9 @@ class Standardizer:
     ----------
     x_mean, x_std, y_mean, y_std : torch.Tensor
         Per column; a constant column gets std 1 (it is only centred). Passed by hand, each
-        must be a tensor, and each std finite and > 0 (ValueError otherwise).
+        must be a tensor, and each std finite, > 0 and of its mean's shape (or one value) (a
+        ValueError otherwise); a mean that is not finite is refused by the transforms and
+        :meth:`inverse`, which would return NaN or inf.
 
     Examples
     --------
@@ -315,7 +338,16 @@ class Standardizer:
         return (y - self.y_mean.to(y.device)) / self.y_std.to(y.device)
 
     def transform(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Standardised ``(x, y)``."""
+        """Standardised ``(x, y)``, the inputs and targets of the same examples (one row of
+        ``y`` per row of ``x``)."""
+        rows = [v.shape[0] for v in (x, y) if isinstance(v, Tensor) and v.dim()]
+        if len(rows) == 2 and rows[0] != rows[1]:
+            raise ValueError(
+                f"Standardizer.transform(): x and y must hold the same number of rows, got "
+                f"{rows[0]} and {rows[1]}; expected one row of y per row of x (y[i] the target "
+                "of x[i]): pass the x and y of the same examples, or standardise them apart "
+                "with transform_x() and transform_y()."
+            )
         return self.transform_x(x), self.transform_y(y)
 
     def inverse(self, predictions: object) -> object:

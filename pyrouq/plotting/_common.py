@@ -128,7 +128,15 @@ def save_figures(figures: Mapping[str, Figure], out_dir: str | os.PathLike[str])
         )
     paths = []
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a file on the path, no permission: pathlib's named no argument
+            raise type(err)(  # errno and file name kept (the command reads them)
+                err.errno,
+                f"save_figures() could not create out_dir ({err.strerror or err}); pass a "
+                "folder you can write to (created if missing)",
+                str(directory),
+            ) from err
         for filename, fig in planned:
             path = directory / filename
             fig.savefig(path, dpi=100)
