@@ -286,7 +286,9 @@ def mcmc(
         "warmup_steps", warmup_steps, minimum=0, hint="It counts each chain's adaptation "
         "steps (0: no adaptation): e.g. 500.",
     )  # fmt: skip
-    max_tree_depth = check_int("max_tree_depth", max_tree_depth)
+    max_tree_depth = check_int(
+        "max_tree_depth", max_tree_depth, hint="It caps NUTS's trajectory doublings: e.g. 10."
+    )
     if seed is not None:
         seed = check_seed(seed, "mcmc()")
     check_flag("progress", progress)

@@ -80,6 +80,7 @@ from pyrouq.checkpoint._file import (
     _write,
     checked_device,
     read,
+    unreadable,
 )
 from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.checkpoint._paths import check_path_type, check_target
@@ -172,7 +173,8 @@ def save(
         JSON values that load back as saved (metrics, the command line, ...): string keys,
         lists rather than tuples.
     training : dict, optional
-        Resume state, written by :func:`pyrouq.fit`; leave it alone.
+        Resume state, written by :func:`pyrouq.fit`; leave it alone (one that is not a dict,
+        or holds a value load() would refuse to unpickle, is refused).
 
     Returns
     -------
@@ -213,6 +215,7 @@ def save(
         check_target(given, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
     check_target(given, "save()")
+    _check_training(training)
     if isinstance(guide, MCMCResult):  # save(path, model, result): the result goes alone
         raise CheckpointError(
             f"save() got an MCMCResult as the guide of {class_name(model)}: an MCMC result is "
@@ -275,6 +278,28 @@ def save(
         "training": _cpu(python_numbers(training)) if training is not None else None,
     }
     return _write(path, payload)
+
+
+def _check_training(training: Any) -> None:
+    """Refuse a ``training`` state that is not a dict, or that holds a value load() would
+    refuse to unpickle: save() wrote it, and load() refused the file, or fit(resume_from=)
+    failed on it in Python's words ("'str' object has no attribute 'get'")."""
+    if training is None:
+        return
+    is_dict = isinstance(training, dict)
+    found = unreadable(python_numbers(training), "training") if is_dict else None
+    if is_dict and not found:
+        return
+    got = (
+        f"a dict whose {found[0]} is a {found[1]}, which load() would refuse to unpickle"
+        if found
+        else class_name(training)
+    )
+    raise CheckpointError(
+        f"Expected save(training=...) to be the dict of resume state that fit() writes, got "
+        f"{got}. Leave training out: fit(checkpoint=PATH) writes it; keep your own values in "
+        "metadata= (JSON)."
+    )
 
 
 def _save_mcmc(path: Path, result: MCMCResult, metadata: dict[str, Any] | None) -> Path:

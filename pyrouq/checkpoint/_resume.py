@@ -120,6 +120,14 @@ def restore(
             f"Build the guide as the run did (a {guide_class}"
             f"{', mean_field_guide(model)' if guide_class == 'MeanFieldGuide' else ''})."
         )
+    unfit = _unfit_training(saved.training)
+    if unfit:
+        raise CheckpointError(
+            f"resume_from={where!r} holds a training state that fit() did not write ({unfit}): "
+            "save(training=...) is fit()'s to fill, or the file was edited. Start a new fit() "
+            "from ckpt = pyrouq.load(path) (ckpt.model, ckpt.guide), or resume from a "
+            "checkpoint that fit(checkpoint=...) wrote."
+        )
     shared = shared_member_norms(model, model_state) if isinstance(model_state, dict) else []
     shared = shared or list((saved.training or {}).get("shared_norms", []))  # load() shared out
     if shared:
@@ -209,6 +217,21 @@ def restore(
             _put_back(module, copies)
         raise
     return saved
+
+
+_TRAINING_KEYS = ("epochs_done", "steps", "epoch_steps", "history", "base_lrs", "rng")
+"""What every training state fit() writes holds, and resuming reads."""
+
+
+def _unfit_training(training: Any) -> str | None:
+    """What makes a saved training state one fit() did not write (None: it may be fit()'s, or
+    there is none): not a dict, or without a key that resuming reads."""
+    if training is None:
+        return None
+    if not isinstance(training, dict):
+        return f"a {type(training).__name__}, not a dict"
+    missing = [key for key in _TRAINING_KEYS if key not in training]
+    return f"no {', '.join(map(repr, missing))}" if missing else None
 
 
 def recorded_num_data(source: Any) -> int | None:

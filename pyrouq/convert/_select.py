@@ -295,9 +295,14 @@ def _site_prior(
                 f" of shape {tuple(value.shape)} (scales per weight: pass prior="
                 f"{{{site!r}: dist.Normal(0.0, t)}})"
             )
+        got = type(value).__name__
+        if isinstance(value, type):  # prior=dist.Normal: an instance, Normal(0., 1.), meant
+            got = f"the class {value.__name__} itself"
+            if issubclass(value, torch.distributions.Distribution):
+                hint = f"; pass an instance, e.g. dist.{value.__name__}(0.0, 1.0)"
         raise TypeError(
             f"The prior of {site!r} must be a float (the scale of Normal(0, s)) or a "
-            f"pyro.distributions distribution, got {type(value).__name__}{hint}."
+            f"pyro.distributions distribution, got {got}{hint}."
         )
     base = value
     while isinstance(base, torch.distributions.Independent):
@@ -401,8 +406,8 @@ def resolve_priors(
                         "priors, and neither is longer (more specific) than the other. Give "
                         f"it one prior: drop one key, or add the key {site!r}."
                     )
-        elif callable(prior) and not isinstance(prior, torch.distributions.Distribution):
-            value = prior(site, param)
+        elif callable(prior) and not isinstance(prior, (torch.distributions.Distribution, type)):
+            value = prior(site, param)  # (a class, dist.Normal itself, is refused below)
         else:
             value = prior
         out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
@@ -437,7 +442,8 @@ def _parameters_of(prior: torch.distributions.Distribution) -> dict[str, Tensor]
 
 
 def check_num_data(num_data: int | None) -> int | None:
-    return None if num_data is None else check_int("num_data", num_data)
+    hint = "Pass the training-set size N, or leave num_data out (fit() sets it)."
+    return None if num_data is None else check_int("num_data", num_data, hint=hint)
 
 
 def check_module(module: Any, what: str) -> None:

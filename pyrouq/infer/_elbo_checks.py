@@ -89,11 +89,16 @@ def _log_prob_shape(site: Any) -> torch.Size | None:
         return None
 
 
+PARTICLES_HINT = "Pass the number of draws from the guide per step, e.g. num_particles=1."
+"""What to do about a ``num_particles`` that is no count (:class:`KLWeightedELBO`'s)."""
+
+
 def check_kl_weight(kl_weight: object) -> float:
     """``kl_weight`` as a float, refused unless it is a finite real number >= 0."""
     if not is_real(kl_weight):
         raise TypeError(
-            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}."
+            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}. "
+            "Pass a number, e.g. kl_weight=1.0 (the exact ELBO)."
         )
     if (number := finite_float(kl_weight)) is None or number < 0:
         raise ValueError(

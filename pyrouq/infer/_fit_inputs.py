@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -135,6 +135,12 @@ def check_loader_kind(loader: Any) -> None:
         )
     if isinstance(loader, (torch.Tensor, np.ndarray)):
         raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
+    if isinstance(loader, (str, bytes, Mapping)):  # (iterated: characters, keys)
+        gives = "its keys" if isinstance(loader, Mapping) else "one character at a time"
+        raise TypeError(
+            f"Expected train_loader to be an iterable of (x, y) batches, got {what} "
+            f"{_shown(loader)}: iterated, it gives {gives}, not batches. {hint}"
+        )
     if isinstance(loader, (tuple, list)):
         if len(loader) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in loader):
             raise TypeError(
@@ -154,6 +160,14 @@ def check_loader_kind(loader: Any) -> None:
             f"train_loader is a {what} of single examples (its first label is one number): "
             f"iterated directly, each example would be taken for a batch. {hint}"
         )
+
+
+def _shown(loader: Any) -> str:
+    """A str or bytes shown (shortened) in a message; a mapping by its first keys."""
+    if isinstance(loader, Mapping):
+        return f"with keys {list(loader)[:4]!r}"
+    text = repr(loader)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def dataset_size(loader: Any) -> int | None:

@@ -151,8 +151,8 @@ def check_callbacks(callbacks: Any) -> list[Callable[..., Any]]:
         "called as callback(record) after every epoch. Pass a list, e.g. "
         "callbacks=[print]."
     )
-    if callable(callbacks) or not isinstance(callbacks, Iterable):
-        raise TypeError(refused)
+    if callable(callbacks) or not isinstance(callbacks, Iterable) or torch.is_tensor(callbacks):
+        raise TypeError(refused)  # (a 0-d tensor raised "iteration over a 0-d tensor")
     callbacks = list(callbacks)
     if not all(callable(c) for c in callbacks):
         raise TypeError(refused)

@@ -29,6 +29,7 @@ from pyrouq._param_store import register_children, register_params
 from pyrouq._util import AsItCame, check_count, check_flag
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._elbo_checks import (
+    PARTICLES_HINT,
     check_kl_weight,
     check_traces,
     check_unguided_trace,
@@ -232,7 +233,7 @@ class KLWeightedELBO(ELBO):
         vectorize_particles: bool = False,
         max_plate_nesting: float | None = float("inf"),
     ):
-        num_particles = check_count("num_particles", num_particles)
+        num_particles = check_count("num_particles", num_particles, PARTICLES_HINT)
         vectorize_particles = check_flag("vectorize_particles", vectorize_particles)
         max_plate_nesting = check_max_plate_nesting(max_plate_nesting)
         self.kl_weight = kl_weight  # (checked by the property)

@@ -153,7 +153,8 @@ def fit(
         another model (other sites or shapes) is refused before anything is trained.
     train_loader : iterable of (x, y)
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
-        or one ``(x, y)`` pair, is refused: batch it; so is an empty batch). Floating inputs
+        or one ``(x, y)`` pair, is refused: batch it; so is an empty batch, an empty list, and
+        a str or dict, which iterate characters and keys). Floating inputs
         of another dtype are cast to the model's; integer ones (raw uint8 pixels) are refused,
         see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
         bool). Batches that require grad are detached: no gradient flows into data. fit()
@@ -446,6 +447,11 @@ def fit(
                 f"train_loader is a DataLoader with batch_size=None (automatic batching off): "
                 f"{what}. Pass num_data=N, the number of examples: the minibatch likelihood is "
                 "scaled by N/B."
+            )
+        if n is None and len_or(train_loader, None) == 0:  # ([]: neither batches nor a size)
+            raise ValueError(
+                f"train_loader is an empty {type(train_loader).__name__}: it holds no batches. "
+                "Pass a loader with data, e.g. pyrouq.ArrayLoader(x, y, batch_size=64)."
             )
         if n is None:
             raise ValueError(
