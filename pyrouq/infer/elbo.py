@@ -526,7 +526,6 @@ class KLWeightedELBO(ELBO):
         outputs: list[Tensor] = []
         output_grads: list[Tensor] = []
         particle_grads: dict[str, list[tuple[Tensor, Tensor | None]]] = {}
-        versions = {s: w._version for s, w in (stacked or {}).items() if not w.is_inference()}
         firsts = []
         inputs = AsItCame(x, len(draws))  # as it came to every particle
         for weights in draws:
@@ -543,13 +542,13 @@ class KLWeightedELBO(ELBO):
                 elif grad is not None:
                     outputs.append(value)
                     output_grads.append(grad)
-        for site, pairs in particle_grads.items():  # (vectorised: stacked holds the draws)
-            if stacked is None or site not in versions or stacked[site]._version == versions[site]:
-                outputs += [w for w, g in pairs if g is not None]
-                output_grads += [g for _, g in pairs if g is not None]
-            elif any(g is not None for _, g in pairs):  # the network changed a draw in place:
-                # unbind's views refuse to back-propagate, the stack takes their gradients
-                outputs.append(stacked[site])
+        # vectorised, the stack takes its particles' gradients, not unbind's views of it: the
+        # same gradient (unbind's backward stacks theirs, zeros where none), and the views
+        # refuse to back-propagate once the network changed a draw in place
+        for site, pairs in particle_grads.items():
+            whole = (stacked or {})[site]
+            if whole.requires_grad and any(g is not None for _, g in pairs):
+                outputs.append(whole)
                 output_grads.append(
                     torch.stack([torch.zeros_like(w) if g is None else g for w, g in pairs])
                 )
