@@ -22,44 +22,73 @@ or any batch of a BatchNorm without running statistics): the cue of fit()'s and 
 words for it."""
 
 
+class BatchTooSmall(ValueError):
+    """fit()'s refusal of a training batch too small for a BatchNorm in training mode
+    (:func:`one_value_in_training`), carrying what its words tell, for words of one's own
+    (``pyrouq fit``'s): ``head``, its words before fit()'s advice; ``first``, whether the batch
+    is a first batch of one input (else, usually, an epoch's last batch); ``world``, the ranks
+    fit() runs on; ``share`` and ``total``, this rank's examples and the data set's (on ranks;
+    None where the loader does not tell them, or on one process)."""
+
+    def __init__(
+        self,
+        message: str,
+        head: str = "",
+        *,
+        first: bool = False,
+        world: int = 1,
+        share: int | None = None,
+        total: int | None = None,
+    ):
+        super().__init__(message)
+        self.head, self.first, self.world = head, first, world
+        self.share, self.total = share, total
+
+
 def one_value_in_training(
     x: Tensor, epoch: int, step: int, loader: Any = None, world: int = 1
-) -> str:
-    """fit()'s words for its batch ``step`` of ``epoch`` (1-based), ``x``, too small for the
+) -> BatchTooSmall:
+    """fit()'s refusal of its batch ``step`` of ``epoch`` (1-based), ``x``, too small for the
     batch statistics of a BatchNorm in training mode. A first batch of one input is told on its
     own (a loader of one example, or of batch_size=1: drop_last does not help there; more
     examples, a larger batch_size or a frozen BatchNorm do; on ``world`` > 1 ranks whose shard
     of ``loader``'s examples holds one, more examples or fewer ranks); a later one as, usually,
     an epoch's last batch (drop_last, or a batch size that leaves no remainder of 1). On
     ``world`` > 1 ranks the remainder is that of this rank's shard, which is told."""
+    share, total, batch = _shard(loader, world) if world > 1 else (None, None, None)
+    told: dict[str, Any] = {"world": world, "share": share, "total": total}
     if step == 1 and x.shape[0] == 1:
         way = "more examples, or a larger batch_size"
-        share, total, _ = _shard(loader, world) if world > 1 else (None, None, None)
         if share is not None and share < 2:  # no batch size gives this rank a batch of 2
             way = (
                 f"more examples, or fewer ranks: fit() runs on {world} ranks (torch.distributed "
                 f"is initialised), each on its own shard of the {total} examples ({share} on "
                 "this rank), which no larger batch_size can make 2"
             )
-        return (
+        head = (
             f"Batch 1 of epoch {epoch} holds 1 input of shape {tuple(x.shape[1:])}, and a "
             "BatchNorm in training mode needs 2 or more inputs per batch to normalise them "
-            f"(torch: '{ONE_VALUE_PER_CHANNEL}'). Give batches of 2 or more inputs ({way}), "
+            f"(torch: '{ONE_VALUE_PER_CHANNEL}')."
+        )
+        advice = (
+            f" Give batches of 2 or more inputs ({way}), "
             "or freeze the BatchNorm with .eval() (it then "
             "normalises with its running statistics; one built with "
             "track_running_stats=False takes its batch's statistics in eval mode too)."
         )
+        return BatchTooSmall(head + advice, head, first=True, **told)
     head = (
         f"Batch {step} of epoch {epoch} holds {x.shape[0]} input(s) of shape "
         f"{tuple(x.shape[1:])}, and a BatchNorm in training mode needs more than one value per "
         f"channel to normalise it (torch: '{ONE_VALUE_PER_CHANNEL}')."
     )
     if world > 1:
-        return head + _shard_words(loader, world)
-    return head + (
+        return BatchTooSmall(head + _shard_words(world, share, total, batch), head, **told)
+    advice = (
         " That is usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) "
         "or pick a batch size that leaves no remainder of 1."
     )
+    return BatchTooSmall(head + advice, head, **told)
 
 
 def _shard(loader: Any, world: int) -> tuple[int | None, int | None, int | None]:
@@ -88,10 +117,10 @@ def _shard(loader: Any, world: int) -> tuple[int | None, int | None, int | None]
     return share, total, batch
 
 
-def _shard_words(loader: Any, world: int) -> str:
+def _shard_words(world: int, share: int | None, total: int | None, batch: int | None) -> str:
     """The end of :func:`one_value_in_training`'s words on ``world`` ranks: each rank trains on
-    its shard of the examples (:func:`_shard`) in batches of the loader's batch size."""
-    share, total, batch = _shard(loader, world)
+    its shard of the examples (:func:`_shard`'s ``share`` of ``total``) in batches of the
+    loader's batch size, ``batch``."""
     if share is None:
         shard = "its own shard of the examples"
         rest = "of 1 from this rank's shard"

@@ -529,9 +529,8 @@ def _main(argv: Sequence[str] | None) -> int:
             # fit()'s advice in the command's words: its data and guide are the command's
             message = message.split(" Lower lr")[0] + " Lower --lr."
         # fit()'s advice for a loader, in the words of the command's (sharded) loader
-        message = batchnorm_in_command_words(
-            message, getattr(args, "batch_size", None), _world_size()
-        )
+        worded = batchnorm_in_command_words(e, getattr(args, "batch_size", None), _world_size())
+        message = message if worded is None else worded
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # stdout's reader is gone (`pyrouq evaluate RUN | head`): as a

@@ -5,63 +5,63 @@ loader is made from ``--batch-size`` and ``--train-size``, split among the ranks
 
 from __future__ import annotations
 
-import re
+from pyrouq._batchnorm import BatchTooSmall
 
 _ONE_BATCH = " --batch-size 1 makes every batch one input: pass a --batch-size of 2 or more."
 
 
-def batchnorm_in_command_words(message: str, batch_size: int | None, world: int) -> str:
-    """``message`` (one line) with fit()'s advice for a batch of one input under a BatchNorm
-    in training mode put in the command's words, for ``--batch-size`` ``batch_size`` on
-    ``world`` ranks; any other message as it came. A last batch of one is the remainder of the
-    whole data set on one process, of each rank's shard on several (fit()'s words name the
-    ranks and the shard: they win over ``world``). A first batch of one on a rank whose shard
-    holds one image is told the ``--train-size`` that gives each rank two, with ``--batch-size
-    1`` the batch size too (a larger batch alone does not help)."""
-    if "drop_last=True" in message:  # fit()'s advice for a loader's last batch
-        ranks = re.search(r" fit\(\) runs on (\d+) ranks", message)
-        if batch_size == 1:  # (fit()'s words of the ranks' shards go too)
-            return message.split(" That is usually")[0].split(" fit() runs on ")[0] + _ONE_BATCH
-        if ranks is None:
-            return message.split(" That is usually")[0] + (
+def batchnorm_in_command_words(
+    error: BaseException, batch_size: int | None, world: int
+) -> str | None:
+    """fit()'s advice for a batch of one input under a BatchNorm in training mode (``error``, a
+    :class:`~pyrouq._batchnorm.BatchTooSmall`; None for any other error), in one line, put in
+    the command's words, for ``--batch-size`` ``batch_size`` on ``world`` ranks. A last batch
+    of one is the remainder of the whole data set on one process, of each rank's shard on
+    several (the ranks and the shard fit() tells win over ``world``). A first batch of one on a
+    rank whose shard holds one image is told the ``--train-size`` that gives each rank two,
+    with ``--batch-size 1`` the batch size too (a larger batch alone does not help)."""
+    if not isinstance(error, BatchTooSmall):
+        return None
+    head = " ".join(error.head.split())  # (one line, as the command prints every error)
+    if not error.first:  # usually the last batch of an epoch
+        if batch_size == 1:
+            return head + _ONE_BATCH
+        if error.world < 2:
+            return head + (
                 " That is the last batch of the epoch: pick a --batch-size (or --train-size) "
                 "that leaves no remainder of 1."
             )
-        return message[: ranks.start()] + _shard_advice(message, int(ranks[1]), batch_size)
-    if " Give batches of 2 or more inputs" in message:  # a first batch of one input
-        head = message.split(" Give batches of 2")[0]
-        # the shard of one image: fit() counts it ("(1 on this rank)"); of --batch-size 2 or
-        # more, a first batch of one input means it too
-        counted = re.search(r"\((\d+) on this rank\)", message)
-        alone = world > 1 and (batch_size != 1 or (counted is not None and int(counted[1]) < 2))
-        if batch_size == 1 and not alone:
-            return head + _ONE_BATCH
-        if alone:  # each rank's shard is one image: --train-size is at most world
-            both = batch_size == 1  # (then every batch is one input too)
-            lead = " --batch-size 1 makes every batch one input, and the" if both else " The"
-            return head + (
-                f"{lead} command splits the --train-size images among its {world} ranks, "
-                f"ceil(--train-size / {world}) on each, which leaves one image on this rank: "
-                f"pass a --train-size of {world + 1} or more"
-                f"{' and a --batch-size of 2 or more' if both else ''} (or start fewer ranks)."
-            )
-        return head + " --train-size 1 leaves one example: pass a --train-size of 2 or more."
-    return message
+        return head + _shard_advice(error, batch_size)
+    # a first batch of one input: of --batch-size 2 or more on ranks, it means a shard of one
+    # image, as fit() counts it too where it tells the shard
+    shard_of_one = error.share is not None and error.share < 2
+    alone = world > 1 and (batch_size != 1 or shard_of_one)
+    if batch_size == 1 and not alone:
+        return head + _ONE_BATCH
+    if alone:  # each rank's shard is one image: --train-size is at most world
+        both = batch_size == 1  # (then every batch is one input too)
+        lead = " --batch-size 1 makes every batch one input, and the" if both else " The"
+        return head + (
+            f"{lead} command splits the --train-size images among its {world} ranks, "
+            f"ceil(--train-size / {world}) on each, which leaves one image on this rank: "
+            f"pass a --train-size of {world + 1} or more"
+            f"{' and a --batch-size of 2 or more' if both else ''} (or start fewer ranks)."
+        )
+    return head + " --train-size 1 leaves one example: pass a --train-size of 2 or more."
 
 
-def _shard_advice(message: str, world: int, batch_size: int | None) -> str:
-    """The command's words for a last batch of one on ``world`` ranks: the remainder is that
-    of each rank's shard, ``ceil(train_size / world)`` images (counted where fit() names
+def _shard_advice(error: BatchTooSmall, batch_size: int | None) -> str:
+    """The command's words for a last batch of one on ``error.world`` ranks: the remainder is
+    that of each rank's shard, ``ceil(train_size / world)`` images (counted where fit() tells
     them), not of the whole data set."""
-    counted = re.search(r"shard of the (\d+) examples \((\d+) on this rank\)", message)
+    world = error.world
     batches = f" {batch_size}" if batch_size is not None else ""
-    if counted is None:
+    if error.share is None:
         share = f"ceil(--train-size / {world})"
         shard = f"its shard of the images, {share} of them"
     else:
-        total, count = counted[1], counted[2]
-        share = f"ceil({total} / {world}) = {count}"
-        shard = f"its shard of the {total} images, {share} of them"
+        share = f"ceil({error.total} / {world}) = {error.share}"
+        shard = f"its shard of the {error.total} images, {share} of them"
     return (
         f" The command runs on {world} ranks: each trains on {shard}, in batches of "
         f"--batch-size{batches} (per rank), so the remainder that counts is the shard's, not "

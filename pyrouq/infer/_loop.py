@@ -503,8 +503,8 @@ class Loop:
                         except ValueError as err:
                             if not str(err).startswith(ONE_VALUE_PER_CHANNEL):
                                 raise
-                            raise ValueError(
-                                one_value_in_training(x, epoch, step, self.loader, self.group.world)
+                            raise one_value_in_training(
+                                x, epoch, step, self.loader, self.group.world
                             ) from None
                         batches += 1
                         self.sums += row

@@ -237,7 +237,7 @@ class Probe:
                     _replayed_check(model, guide, x, y)
         except Exception as err:  # a guide (or model) that took another's parameters
             if x.shape[0] == 1 and str(err).startswith(ONE_VALUE_PER_CHANNEL):  # as the step
-                raise ValueError(one_value_in_training(x, 1, 1)) from None  # would say
+                raise one_value_in_training(x, 1, 1) from None  # would say
             taken, takers = _adopted(model, guide, held, stored)
             if not taken:
                 raise

@@ -130,12 +130,12 @@ def test_scaling_out_a_batchnorm_batch_of_one_names_the_ranks_shard():
     x = torch.randn(1, 3)
     # 34 examples in batches of 8 on 2 ranks: each rank's 17 leave a last batch of one
     loader = pyrouq.ArrayLoader(torch.randn(34, 3), torch.zeros(34, dtype=torch.long), 8)
-    last = one_value_in_training(x, 1, 3, loader, 2)
+    last = str(one_value_in_training(x, 1, 3, loader, 2))
     assert "fit() runs on 2 ranks" in last
     assert "its own shard of the 34 examples (17 on this rank)" in last
     # 2 examples on 2 ranks: a shard of one example, so no batch size gives a batch of 2
     tiny = pyrouq.ArrayLoader(torch.randn(2, 3), torch.zeros(2, dtype=torch.long), 8)
-    first = one_value_in_training(x, 1, 1, tiny, 2)
+    first = str(one_value_in_training(x, 1, 1, tiny, 2))
     assert "more examples, or fewer ranks" in first and "(1 on this rank)" in first
 
 

@@ -18,7 +18,9 @@ from _processes import exit_quietly, spawn_ranks
 from torch import nn
 
 from pyrouq import BayesianMLP, bayesian, fit
+from pyrouq._batchnorm import one_value_in_training
 from pyrouq.cli._fit_words import batchnorm_in_command_words
+from pyrouq.data import TensorLoader
 
 # --------------------------------------------------------------------------------------------
 # 1. a network's input that is not one tensor
@@ -167,10 +169,24 @@ SHARD_ADVICE = (
     "rank's shard in the epoch: pick a --batch-size (or --train-size) that leaves no remainder "
     "of 1 from the ceil(203 / 2) = 102 images of each rank."
 )
+_X = torch.zeros(1, 1, 28, 28)  # fit()'s batch of one input
+
+
+class _Untold:
+    """A loader that tells its batch size, not its shard."""
+
+    batch_size = 101
+
+
+def _refusal(step: int, loader=None, world: int = 1, says: str | None = None):
+    """fit()'s refusal of batch ``step`` of epoch 1, one input (it says ``says``)."""
+    refusal = one_value_in_training(_X, 1, step, loader, world)
+    assert says is None or str(refusal) == says
+    return refusal
 
 
 def test_one_process_keeps_the_whole_data_sets_remainder():
-    assert batchnorm_in_command_words(ONE_PROCESS, 100, 1) == HEAD + (
+    assert batchnorm_in_command_words(_refusal(2, says=ONE_PROCESS), 100, 1) == HEAD + (
         " That is the last batch of the epoch: pick a --batch-size (or --train-size) that "
         "leaves no remainder of 1."
     )
@@ -179,14 +195,18 @@ def test_one_process_keeps_the_whole_data_sets_remainder():
 def test_on_two_ranks_the_command_tells_the_remainder_of_each_ranks_shard():
     """It kept fit()'s shard words and then said 'pick a --batch-size (or --train-size) that
     leaves no remainder of 1', of the whole data set: 203 % 101 is 1 as much as 102 % 101."""
-    said = batchnorm_in_command_words(ON_RANKS, 101, 2)
+    images, labels = torch.zeros(203, 28, 28, dtype=torch.uint8), torch.zeros(203).long()
+    loader = TensorLoader(
+        images, labels, 101, shuffle=False, flatten=False, normalize=False, seed=0
+    )  # 203 images on 2 ranks: shards of 102
+    said = batchnorm_in_command_words(_refusal(2, loader, 2, ON_RANKS), 101, 2)
     assert said == HEAD + SHARD_ADVICE
     assert "drop_last" not in said and "DataLoader" not in said
 
 
 def test_on_ranks_a_shard_fit_does_not_count_is_told_by_its_formula():
-    uncounted = ON_RANKS.replace("its own shard of the 203 examples (102 on this rank)", "its "
-                                 "own shard of the examples")  # fmt: skip
+    uncounted = _refusal(2, _Untold(), 2)
+    assert "its own shard of the examples, in batches of 101" in str(uncounted)
     said = batchnorm_in_command_words(uncounted, 101, 2)
     assert said.endswith(
         "each trains on its shard of the images, ceil(--train-size / 2) of them, in batches of "
@@ -205,15 +225,17 @@ def test_on_ranks_a_first_batch_of_one_is_told_the_train_size_per_rank():
         ", or freeze the BatchNorm with .eval()."
     )
     head = first.split(" Give batches")[0]
-    assert batchnorm_in_command_words(first, 4, 1) == head + (
+    refusal = _refusal(1)
+    assert str(refusal).startswith(head + " Give batches of 2 or more inputs (more examples, or")
+    assert batchnorm_in_command_words(refusal, 4, 1) == head + (
         " --train-size 1 leaves one example: pass a --train-size of 2 or more."
     )
-    assert batchnorm_in_command_words(first, 4, 2) == head + (
+    assert batchnorm_in_command_words(refusal, 4, 2) == head + (
         " The command splits the --train-size images among its 2 ranks, ceil(--train-size / 2) "
         "on each, which leaves one image on this rank: pass a --train-size of 3 or more (or "
         "start fewer ranks)."
     )
-    assert batchnorm_in_command_words(first, 1, 2).endswith(
+    assert batchnorm_in_command_words(refusal, 1, 2).endswith(
         " --batch-size 1 makes every batch one input: pass a --batch-size of 2 or more."
     )
 

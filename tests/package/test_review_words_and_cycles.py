@@ -207,10 +207,11 @@ _FORMS = {
 @pytest.mark.parametrize("form", list(_FORMS))
 def test_every_form_of_fits_batchnorm_refusal_is_put_in_the_commands_words(form):
     args, batch_size, world, words = _FORMS[form]
-    message = " ".join(one_value_in_training(*args).split())  # as the command makes it one line
+    refusal = one_value_in_training(*args)
+    message = " ".join(str(refusal).split())  # as the command makes it one line
     cue = " Give batches of 2" if args[2] == 1 else " That is usually"
     head = message.split(cue)[0].split(" fit() runs on ")[0]  # (fit()'s words of the shards)
-    said = batchnorm_in_command_words(message, batch_size, world)
+    said = batchnorm_in_command_words(refusal, batch_size, world)
     assert said == head + words
     for fits_words in ("drop_last", "DataLoader", "batch_size", "fit() runs"):
         assert fits_words not in said
