@@ -542,9 +542,9 @@ class KLWeightedELBO(ELBO):
                 elif grad is not None:
                     outputs.append(value)
                     output_grads.append(grad)
-        # vectorised, the stack takes its particles' gradients, not unbind's views of it: the
-        # same gradient (unbind's backward stacks theirs, zeros where none), and the views
-        # refuse to back-propagate once the network changed a draw in place
+        # vectorised, the stack takes its particles' gradients (zeros where none), not unbind's
+        # views of it: the views refuse to back-propagate once the network changed a draw in
+        # place, and a Monte Carlo KL's gradient meets the NLL's at the stack, as in terms()
         for site, pairs in particle_grads.items():
             whole = (stacked or {})[site]
             if whole.requires_grad and any(g is not None for _, g in pairs):
