@@ -535,8 +535,9 @@ def bayesian(
         A module with nothing to select (a ``select`` that finds only layers holding no
         parameter of their own too), a ``select`` entry or prior key that matches nothing,
         a prior that does not fit its site, a non-floating or twice-registered parameter
-        selected, or one the network also holds in an attribute of its own (a list or dict:
-        its forward would read the initial value there, never a draw), or a network holding
+        selected, or one the network also holds in an attribute of its own (a list or dict,
+        in its first 10,000 items: its forward would read the initial value there, never a
+        draw), or a network holding
         Pyro modules with ``PyroSample`` attributes (no parameters, so no latent sites: fit()
         and predict() take such a Pyro model as it is, with its own guide). On the first run with
         gradients in each mode (training or eval), a forward that runs layers with latent
@@ -563,7 +564,8 @@ def bayesian(
         gradient reaches that row): torch gives its padding row no gradient from the data, so
         the guide learns it from the KL alone, toward the prior.
         Layers or parameters held in plain Python lists, tuples or dicts (not registered:
-        never latent, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``).
+        never latent, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``),
+        in the first 10,000 items of each attribute's containers.
 
     Examples
     --------

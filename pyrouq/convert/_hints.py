@@ -3,8 +3,8 @@ a ``select=`` found but could not take parameters from."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Collection, Sequence
+import math
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -237,30 +237,47 @@ def refuse_types(module: nn.Module, select: object) -> None:
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
 HELD_LOOKED_AT = 10_000
-"""Items of one attribute's containers :func:`warn_unregistered` looks at, at most: layers
-held in a list lie near its start, and a long one (a vocabulary, a table of numbers) would cost
-every conversion a pass over it (about 0.6 s a million items)."""
+"""Items of one attribute's containers the conversion's checks (:func:`warn_unregistered`, the
+refusal of a latent parameter held outside torch's registry) look at, at most: layers held in a
+list lie near its start, and a long one (a vocabulary, a table of numbers) would cost every
+conversion a pass over it (about 0.6 s a million items)."""
+
+_END = object()
+
+
+def contents(value: object, budget: int | None = HELD_LOOKED_AT) -> Iterator[object]:
+    """What ``value``, a list, tuple (a namedtuple too), set or dict (its values), holds that is
+    none of those, nested to any depth, depth first and in order; ``value`` itself if it is
+    none of those. A container that holds itself is looked into once; modules are not looked
+    into. Walked without recursion (a deeply nested list would exceed Python's limit), reading
+    ``budget`` items at most, containers included (None: all)."""
+    left = math.inf if budget is None else budget
+    stack: list[Iterator[object]] = [iter((value,))]
+    seen: set[int] = set()
+    while stack and left > 0:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            continue
+        left -= 1
+        if not isinstance(item, _CONTAINERS):
+            yield item
+        elif id(item) not in seen:
+            seen.add(id(item))
+            stack.append(iter(item.values() if isinstance(item, dict) else item))
 
 
 def _stray(value: object, registered: set[int]) -> bool:
-    """Whether ``value``, a list, tuple, set or dict, holds a module or parameter (nested to
-    any depth; a container that holds itself is looked into once) with a parameter not in
-    ``registered``. Looked into without recursion (a deeply nested list would exceed Python's
-    limit) and up to :data:`HELD_LOOKED_AT` items."""
-    stack, seen, budget = [value], set(), HELD_LOOKED_AT
-    while stack and budget > 0:
-        item = stack.pop()
-        budget -= 1
+    """Whether ``value``, a list, tuple, set or dict, holds a module or parameter (as
+    :func:`contents` reads it, :data:`HELD_LOOKED_AT` items at most) with a parameter not in
+    ``registered``."""
+    for item in contents(value):
         if isinstance(item, nn.Parameter):
             if id(item) not in registered:
                 return True
         elif isinstance(item, nn.Module):
             if any(id(p) not in registered for p in item.parameters()):
                 return True
-        elif isinstance(item, _CONTAINERS) and id(item) not in seen:
-            seen.add(id(item))
-            items = item.values() if isinstance(item, dict) else item
-            stack.extend(itertools.islice(items, budget))
     return False
 
 

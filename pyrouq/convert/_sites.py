@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from pyrouq._util import class_name, warn_caller
+from pyrouq.convert._hints import HELD_LOOKED_AT, contents
 
 __all__ = [
     "PLAIN_INSTEAD",
@@ -197,27 +198,20 @@ _TORCH_HELD = {(nn.RNNBase, "_flat_weights")}
 registered ones at every forward (so they read a draw put in place)."""
 
 
-def _tensors_in(value: object, _seen: set[int] | None = None) -> list[object]:
+def _tensors_in(value: object, budget: int | None = None) -> list[torch.Tensor]:
     """The tensors inside ``value``, a tensor or a list, tuple (a namedtuple too), set or dict
-    of them, nested to any depth (a container that holds itself is looked into once; modules
-    are not looked into: their parameters are registered)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if not isinstance(value, (list, tuple, set, frozenset, dict)):
-        return []
-    seen = set() if _seen is None else _seen
-    if id(value) in seen:
-        return []
-    seen.add(id(value))
-    items = value.values() if isinstance(value, dict) else value
-    return [t for item in items for t in _tensors_in(item, seen)]
+    of them, nested to any depth, as :func:`~pyrouq.convert._hints.contents` reads them
+    (``budget`` items at most; None: all; modules are not looked into: their parameters are
+    registered)."""
+    return [t for t in contents(value, budget) if isinstance(t, torch.Tensor)]
 
 
 def _check_not_held_elsewhere(module: nn.Module, sites: Sequence[str]) -> None:
     """Refuse a site whose parameter the network also holds outside torch's registry, in an
     attribute of its own (``self.weights = [self.fc.weight]``): the network runs with each draw
     in place of the registered tensor, so a forward reading it there would read the initial
-    value, never a draw, and training would never move it."""
+    value, never a draw, and training would never move it. Each attribute's containers are
+    looked into up to :data:`~pyrouq.convert._hints.HELD_LOOKED_AT` items."""
     params = dict(module.named_parameters())
     wanted = {id(params[site]): site for site in sites}
     for path, owner in module.named_modules():
@@ -226,7 +220,7 @@ def _check_not_held_elsewhere(module: nn.Module, sites: Sequence[str]) -> None:
                 isinstance(owner, kind) and attr == name for kind, name in _TORCH_HELD
             ):
                 continue
-            held = [wanted[id(t)] for t in _tensors_in(value) if id(t) in wanted]
+            held = [wanted[id(t)] for t in _tensors_in(value, HELD_LOOKED_AT) if id(t) in wanted]
             if held:
                 where = f"{path}.{attr}" if path else attr
                 raise ValueError(
