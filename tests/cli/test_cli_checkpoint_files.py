@@ -11,23 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 
 import pyro
 import pytest
 import torch
+from _cli import CtrlCAt, ctrl_c_net, one_line_error
 from torch import nn
 
 import pyrouq
 from pyrouq.cli import main
-
-
-def one_line_error(capsys, argv):
-    assert main([*argv, "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("pyrouq: error: ") and err.count("\n") == 1, err
-    return err
-
 
 TINY = ["--epochs", "1", "--train-size", "64", "--batch-size", "64", "--no-progress"]
 
@@ -204,36 +196,10 @@ def test_out_and_run_dir_expand_a_leading_tilde_as_data_root_does(tmp_path, monk
 # --------------------------------------------------------------------------------------------
 
 
-class CtrlCAt(nn.Module):
-    """An MNIST network with BatchNorm and dropout that sends this process SIGINT (Ctrl-C) in
-    its ``at``-th forward pass in training mode (0: never)."""
-
-    at = 0
-
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Flatten(), nn.Linear(784, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3),
-            nn.Linear(16, 10),
-        )  # fmt: skip
-        self.passes = 0
-
-    def forward(self, x):
-        if self.training:
-            self.passes += 1
-            if self.passes == CtrlCAt.at:
-                os.kill(os.getpid(), signal.SIGINT)
-        return self.body(x)
-
-
-def ctrl_c_net() -> nn.Module:  # `pyrouq fit test_cli_checkpoint_files:ctrl_c_net`
-    return CtrlCAt()
-
-
 def test_a_run_stopped_inside_an_epoch_resumes_in_python_to_the_uninterrupted_run(
     tmp_path, capsys, monkeypatch
 ):
-    argv = ["fit", "test_cli_checkpoint_files:ctrl_c_net", "--epochs", "2", "--train-size"]
+    argv = ["fit", "_cli:ctrl_c_net", "--epochs", "2", "--train-size"]
     argv += ["256", "--batch-size", "64", "--seed", "5", "--num-samples", "2", "--no-progress"]
     monkeypatch.setattr(CtrlCAt, "at", 0)
     assert main([*argv, "--out", str(tmp_path / "full")]) == 0

@@ -13,7 +13,7 @@ import json
 import shlex
 
 import torch
-from test_cli_checkpoint_files import CtrlCAt
+from _cli import CtrlCAt
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -41,7 +41,7 @@ def test_an_interrupted_run_in_the_default_folder_prints_its_out_with_resume(
     tmp_path, capsys, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    argv = ["fit", "test_cli_checkpoint_files:ctrl_c_net", "--epochs", "2", "--train-size"]
+    argv = ["fit", "_cli:ctrl_c_net", "--epochs", "2", "--train-size"]
     argv += ["128", "--batch-size", "64", "--num-samples", "2", "--no-progress"]
     monkeypatch.setattr(CtrlCAt, "at", 3)  # inside epoch 2 (of 2 steps each)
     assert main(argv) == 130
@@ -49,7 +49,7 @@ def test_an_interrupted_run_in_the_default_folder_prints_its_out_with_resume(
     assert "interrupted in epoch 2 after step 1; the partial run is saved" in err, err
     printed = err.split("(resume it: ")[1].rsplit(")", 1)[0]
     (run,) = (tmp_path / "runs").iterdir()
-    assert run.name.startswith("test_cli_checkpoint_files-ctrl_c_net-")
+    assert run.name.startswith("_cli-ctrl_c_net-")
     out = str(run)  # absolute: the command works pasted in any folder
     assert printed == shlex.join(["pyrouq", *argv, "--out", out, "--resume"])
     monkeypatch.setattr(CtrlCAt, "at", 0)

@@ -20,7 +20,7 @@ import sys
 import pyro
 import pytest
 import torch
-from test_cli_checkpoint_files import one_line_error
+from _cli import one_line_error
 from torch import nn
 
 import pyrouq

@@ -17,8 +17,8 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from _cli import one_line_error
 from _toy import hand_made_chains
-from test_cli_checkpoint_files import one_line_error
 from torch import nn
 
 import pyrouq

@@ -11,12 +11,12 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_cli_checkpoint_files import CtrlCAt, one_line_error
+from _cli import CtrlCAt, one_line_error
 
 import pyrouq
 from pyrouq.cli import main
 
-FACTORY = "test_cli_checkpoint_files:ctrl_c_net"
+FACTORY = "_cli:ctrl_c_net"
 ARGV = ["fit", FACTORY, "--epochs", "2", "--train-size", "128", "--batch-size", "64"]
 ARGV += ["--seed", "5", "--no-progress"]
 DRAWS = ["--num-samples", "2"]

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyro
 import pytest
 import torch
+from _cli import CtrlCAt
 from _processes import run_in_own_group
 from _toy import tiny_mlp, toy_data
 from pyro.infer import Predictive
 from pyro.infer.autoguide import AutoNormal
-from test_cli_checkpoint_files import CtrlCAt
 from torch import nn
 
 import pyrouq
@@ -86,7 +86,7 @@ def test_labels_whose_shape_per_input_differs_between_batches_are_dropped_with_a
 # pyrouq fit --resume
 # --------------------------------------------------------------------------------------------
 
-FACTORY = "test_cli_checkpoint_files:ctrl_c_net"
+FACTORY = "_cli:ctrl_c_net"
 ARGV = ["fit", FACTORY, "--epochs", "2", "--train-size", "256", "--batch-size", "64"]
 ARGV += ["--seed", "5", "--num-samples", "2", "--no-progress", "--device", "cpu"]
 
@@ -130,7 +130,7 @@ def test_a_run_of_two_ranks_resumes_under_torchrun_with_a_tilde_out(tmp_path, mo
     # that command: rank 1 reads the checkpoint from the expanded --out too
     words = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
     words += ["2", "-m", "pyrouq", *ARGV, "--out=~/t", "--resume"]
-    here = str(Path(__file__).parent)
+    here = str(Path(__file__).parents[1])  # tests/: the factory, _cli:ctrl_c_net
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": here, "HOME": str(home)}
     env.pop("WORLD_SIZE", None)
     done = run_in_own_group(words, env, timeout=240)

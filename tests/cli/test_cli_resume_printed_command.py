@@ -9,12 +9,12 @@ import shlex
 
 import pytest
 import torch
-from test_cli_checkpoint_files import CtrlCAt, one_line_error
+from _cli import CtrlCAt, one_line_error
 
 import pyrouq
 from pyrouq.cli import main
 
-FACTORY = "test_cli_checkpoint_files:ctrl_c_net"
+FACTORY = "_cli:ctrl_c_net"
 ARGV = ["fit", FACTORY, "--epochs", "2", "--train-size", "256", "--batch-size", "64"]
 ARGV += ["--seed", "5", "--num-samples", "2", "--no-progress"]
 
