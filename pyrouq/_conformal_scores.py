@@ -216,7 +216,7 @@ def _sets(sets: Any) -> Tensor:
                 " (predictions, not sets): make sets with conformal(val_preds, val_targets)"
                 ".predict_sets(preds), intervals with .intervals(preds) (a tuple (lo, hi))."
             )
-        elif isinstance(sets, tuple):  # coverage() reads intervals before asking for sets
+        elif isinstance(sets, tuple) and len(sets) == 2:  # coverage() reads intervals first
             fix = (
                 "; intervals (lo, hi) have neither a size in classes nor a class: measure them "
                 "with coverage((lo, hi), targets) and their mean width, (hi - lo).mean()."

@@ -13,6 +13,7 @@ import numbers
 import sys
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -362,9 +363,15 @@ class GaussianPredictions:
                 if isinstance(value, Tensor)
                 else not is_real(value)
             ):
+                fix = (  # numpy's (a scikit-learn scaler's mean_): float64 kept, as documented
+                    f"pass torch.as_tensor({name})"
+                    if is_array_like(value) and not isinstance(value, (Tensor, np.generic))
+                    else "pass a real number, or a tensor of real numbers (a Standardizer's "
+                    "y_mean and y_std)"
+                )
                 raise TypeError(
                     f"Expected rescale's {name} to be a float or a tensor of one value per "
-                    f"output, got {got}; pass a real number, or torch.as_tensor({name}).float()."
+                    f"output, got {got}; {fix}."
                 )
             try:
                 t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)

@@ -207,20 +207,24 @@ def test_quantile_and_interval_take_a_level_in_a_0d_numpy_array_as_a_tensor_of_o
 
 
 @pytest.mark.parametrize(
-    ("mean", "got", "name"),
+    ("mean", "got", "fix"),
     [
-        (np.zeros(1), "ndarray", "mean"),
-        (torch.zeros(1, dtype=torch.bool), "a torch.bool tensor", "mean"),
+        (np.zeros(1), "ndarray", "torch.as_tensor(mean)"),
+        (
+            torch.zeros(1, dtype=torch.bool),
+            "a torch.bool tensor",
+            "a real number, or a tensor of real numbers (a Standardizer's y_mean and y_std)",
+        ),
     ],
     ids=["array", "bool-tensor"],
 )
-def test_rescale_refuses_an_array_or_a_bool_tensor_with_what_to_pass(mean, got, name):
+def test_rescale_refuses_an_array_or_a_bool_tensor_with_what_to_pass(mean, got, fix):
     # a bool tensor was taken as 0 and 1; an array was refused without saying what to pass
     with pytest.raises(TypeError) as info:
         _gaussian().rescale(mean, 2.0)
     assert str(info.value) == (
-        f"Expected rescale's {name} to be a float or a tensor of one value per output, got "
-        f"{got}; pass a real number, or torch.as_tensor({name}).float()."
+        "Expected rescale's mean to be a float or a tensor of one value per output, got "
+        f"{got}; pass {fix}."
     )
 
 
