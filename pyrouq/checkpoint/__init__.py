@@ -52,6 +52,7 @@ from torch import nn
 
 from pyrouq._default_device import cpu_default
 from pyrouq._util import class_name, has_latent_sites, takes_labels
+from pyrouq._words import article
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
     COMPILED_CLASS,
@@ -215,7 +216,7 @@ def save(
         check_target(given, "save()", "mcmc.pt")
         return _save_mcmc(path, model, metadata)
     check_target(given, "save()")
-    _check_training(training)
+    training = _checked_training(training)  # numpy's numbers as Python's, as written
     if isinstance(guide, MCMCResult):  # save(path, model, result): the result goes alone
         raise CheckpointError(
             f"save() got an MCMCResult as the guide of {class_name(model)}: an MCMC result is "
@@ -275,23 +276,26 @@ def save(
         "guide": _cpu(guide.state_dict()) if guide is not None else None,
         "optimizer": _cpu(optimizer) if optimizer is not None else None,
         "metadata": metadata_json,
-        "training": _cpu(python_numbers(training)) if training is not None else None,
+        "training": _cpu(training) if training is not None else None,
     }
     return _write(path, payload)
 
 
-def _check_training(training: Any) -> None:
-    """Refuse a ``training`` state that is not a dict, or that holds a value load() would
-    refuse to unpickle: save() wrote it, and load() refused the file, or fit(resume_from=)
-    failed on it in Python's words ("'str' object has no attribute 'get'")."""
+def _checked_training(training: Any) -> Any:
+    """``training`` with numpy's numbers as Python's (made once: fit() saves its state, whose
+    history grows, every epoch), or a refusal of one that is not a dict, or that holds a value
+    load() would refuse to unpickle: save() wrote it, and load() refused the file, or
+    fit(resume_from=) failed on it in Python's words ("'str' object has no attribute 'get'")."""
     if training is None:
-        return
+        return None
     is_dict = isinstance(training, dict)
-    found = unreadable(python_numbers(training), "training") if is_dict else None
+    training = python_numbers(training) if is_dict else training
+    found = unreadable(training, "training") if is_dict else None
     if is_dict and not found:
-        return
+        return training
     got = (
-        f"a dict whose {found[0]} is a {found[1]}, which load() would refuse to unpickle"
+        f"a dict whose {found[0]} is {article(found[1])} {found[1]}, which load() would "
+        "refuse to unpickle"
         if found
         else class_name(training)
     )

@@ -299,7 +299,14 @@ def _site_prior(
         if isinstance(value, type):  # prior=dist.Normal: an instance, Normal(0., 1.), meant
             got = f"the class {value.__name__} itself"
             if issubclass(value, torch.distributions.Distribution):
-                hint = f"; pass an instance, e.g. dist.{value.__name__}(0.0, 1.0)"
+                name, named = value.__name__, getattr(value, "arg_constraints", None)
+                built = _library_built(value)
+                shown = f"dist.{name}" if built and hasattr(dist, name) else name
+                hint = (  # (Normal(0.0, 1.0), not Gamma(0.0, 1.0): a concentration of 0)
+                    f"; pass an instance, e.g. {shown}(0.0, 1.0)"
+                    if built and isinstance(named, dict) and set(named) == {"loc", "scale"}
+                    else f"; pass an instance with its parameters, e.g. {shown}(...)"
+                )
         raise TypeError(
             f"The prior of {site!r} must be a float (the scale of Normal(0, s)) or a "
             f"pyro.distributions distribution, got {got}{hint}."
@@ -406,8 +413,10 @@ def resolve_priors(
                         "priors, and neither is longer (more specific) than the other. Give "
                         f"it one prior: drop one key, or add the key {site!r}."
                     )
-        elif callable(prior) and not isinstance(prior, (torch.distributions.Distribution, type)):
-            value = prior(site, param)  # (a class, dist.Normal itself, is refused below)
+        elif callable(prior) and not isinstance(prior, torch.distributions.Distribution):
+            # a class built as torch, Pyro or Python build it (dist.Normal itself) is refused
+            # below; one with a constructor of its own may be a function (name, param) -> prior
+            value = prior if _library_built(prior) else prior(site, param)
         else:
             value = prior
         out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
@@ -424,6 +433,15 @@ def resolve_priors(
             "to silence this.",
         )
     return out
+
+
+def _library_built(value: Any) -> bool:
+    """Whether ``value`` is a class whose constructor is torch's, Pyro's or Python's own
+    (``dist.Normal``, a subclass of it that adds none, ``float``)."""
+    if not isinstance(value, type):
+        return False
+    own = next(c for c in value.__mro__ if "__init__" in vars(c) or "__new__" in vars(c))
+    return own.__module__.partition(".")[0] in ("builtins", "torch", "pyro")
 
 
 def _parameters_of(prior: torch.distributions.Distribution) -> dict[str, Tensor]:

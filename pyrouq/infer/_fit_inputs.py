@@ -135,8 +135,14 @@ def check_loader_kind(loader: Any) -> None:
         )
     if isinstance(loader, (torch.Tensor, np.ndarray)):
         raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
-    if isinstance(loader, (str, bytes, Mapping)):  # (iterated: characters, keys)
-        gives = "its keys" if isinstance(loader, Mapping) else "one character at a time"
+    if isinstance(loader, (str, bytes, bytearray, Mapping)):  # (iterated: characters, ints, keys)
+        gives = (
+            "its keys"
+            if isinstance(loader, Mapping)
+            else "one character at a time"
+            if isinstance(loader, str)
+            else "one byte (an int) at a time"
+        )
         raise TypeError(
             f"Expected train_loader to be an iterable of (x, y) batches, got {what} "
             f"{_shown(loader)}: iterated, it gives {gives}, not batches. {hint}"

@@ -107,7 +107,7 @@ def test_a_prior_function_still_gives_each_site_its_prior():
     [
         ("3", "got str"),
         ({"note": object()},
-         r"got a dict whose training\['note'\] is a object, which load\(\) would refuse to "
+         r"got a dict whose training\['note'\] is an object, which load\(\) would refuse to "
          r"unpickle"),
     ],
 )  # fmt: skip

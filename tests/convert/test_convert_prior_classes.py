@@ -1,0 +1,107 @@
+"""Second read of the fitting surface's refusals: a class of one's own with a constructor
+``(name, param)`` is still a prior function, a distribution class is told the instance its own
+parameters make, and bytes as ``train_loader`` are said to iterate ints."""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from _toy import tiny_mlp
+from torch import nn
+
+from pyrouq import bayesian, fit, mean_field_guide
+
+
+class FanInNormal(dist.Normal):
+    """A prior function as a class: ``FanInNormal(name, param)`` is Normal(0, 1/sqrt(fan_in))."""
+
+    def __init__(self, name, param):
+        super().__init__(0.0, 1.0 / math.sqrt(param.shape[-1]))
+
+    def expand(self, batch_shape, _instance=None):
+        return dist.Normal(self.loc, self.scale).expand(batch_shape)
+
+
+class LaplaceFactory:
+    """A prior function as a class whose ``__new__`` returns the prior."""
+
+    def __new__(cls, name, param):
+        return dist.Laplace(0.0, 0.25 if name.endswith("weight") else 3.0)
+
+
+class Normal64(dist.Normal):
+    """A subclass that keeps Normal's constructor (loc, scale)."""
+
+
+def _scales(model):
+    return {site: prior.base_dist.scale.unique().tolist() for site, prior in model.priors().items()}
+
+
+def test_a_class_with_a_constructor_of_its_own_is_still_a_prior_function():
+    """bayesian(prior=) documents a callable ``(name, param) -> prior``; a class with its own
+    constructor is one, and was asked for every site until classes were refused outright."""
+    net = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    assert _scales(bayesian(net, prior=FanInNormal)) == {
+        "0.weight": [pytest.approx(0.5)],  # fan-in 4
+        "0.bias": [pytest.approx(1 / math.sqrt(3))],  # a bias of 3: its last dim
+        "1.weight": [pytest.approx(1 / math.sqrt(3))],
+        "1.bias": [pytest.approx(1 / math.sqrt(2))],
+    }
+    assert _scales(bayesian(net, prior=LaplaceFactory)) == {
+        "0.weight": [0.25],
+        "0.bias": [3.0],
+        "1.weight": [0.25],
+        "1.bias": [3.0],
+    }
+
+
+@pytest.mark.parametrize(
+    ("prior", "told"),
+    [
+        (dist.Gamma, "the class Gamma itself; pass an instance with its parameters, e.g. "
+         "dist.Gamma(...)."),
+        (dist.StudentT, "the class StudentT itself; pass an instance with its parameters, e.g. "
+         "dist.StudentT(...)."),
+        (Normal64, "the class Normal64 itself; pass an instance, e.g. Normal64(0.0, 1.0)."),
+        ({"0": FanInNormal}, "the class FanInNormal itself; pass an instance with its "
+         "parameters, e.g. FanInNormal(...)."),
+        (float, "the class float itself."),
+    ],
+)  # fmt: skip
+def test_a_distribution_class_is_told_the_instance_its_parameters_make(prior, told):
+    """Gamma(0.0, 1.0) and StudentT(0.0, 1.0) are invalid (a concentration, a df of 0), and
+    neither Normal64 nor FanInNormal is in pyro.distributions: the hint said so for each."""
+    with pytest.raises(TypeError) as refused:
+        bayesian(nn.Sequential(nn.Linear(3, 2)), prior=prior)
+    assert str(refused.value) == (
+        "The prior of '0.weight' must be a float (the scale of Normal(0, s)) or a "
+        f"pyro.distributions distribution, got {told}"
+    )
+
+
+@pytest.mark.parametrize("loader", [b"train.csv", bytearray(b"train.csv")])
+def test_bytes_as_train_loader_are_said_to_iterate_ints(loader):
+    """Iterated, bytes give ints, not characters; a bytearray was told to pass num_data=N."""
+    pyro.clear_param_store()
+    model = tiny_mlp()
+    with pytest.raises(TypeError) as refused:
+        fit(model, mean_field_guide(model), loader, epochs=1, progress=False)
+    assert str(refused.value).startswith(
+        f"Expected train_loader to be an iterable of (x, y) batches, got "
+        f"{type(loader).__name__} {loader!r}: iterated, it gives one byte (an int) at a time, "
+        "not batches. Serve batches: pyrouq.ArrayLoader(x, y, batch_size=64)"
+    )
+
+
+def test_a_distribution_instance_and_torch_classes_keep_their_routes():
+    """An instance is expanded as before, and torch's own class is refused like Pyro's."""
+    model = bayesian(nn.Sequential(nn.Linear(3, 2)), prior=dist.Laplace(0.0, 0.7))
+    assert _scales(model) == {"0.weight": [pytest.approx(0.7)], "0.bias": [pytest.approx(0.7)]}
+    with pytest.raises(
+        TypeError, match=r"got the class Normal itself; pass an instance, e\.g\. dist\.Normal\("
+    ):
+        bayesian(nn.Sequential(nn.Linear(3, 2)), prior=torch.distributions.Normal)
