@@ -234,7 +234,7 @@ def _run_chain(
         sampler = HMC(model, jit_compile=False)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from pyrouq._progress import tqdm
 
         bar = tqdm(
             total=warmup_steps + num_samples,
@@ -346,10 +346,19 @@ class _ClassesOnly(pickle.Pickler):
 
 
 def spawn_problem(model: Any) -> str | None:
-    """Why a new (spawned) process could not receive ``model``, or None: a class of the
-    network defined in ``__main__`` (the new process cannot import it), or a part that does
-    not pickle (a class defined inside a function, a lambda held as an attribute), or a main
-    program that is no file (``python - < script.py``): a spawned process runs it again."""
+    """Why a new (spawned) process could not run ``model`` as here, or None: a Pyro effect
+    handler around the call (which it would not see: its chain would sample another
+    posterior), a class of the network defined in ``__main__`` (the new process cannot import
+    it), or a part that does not pickle (a class defined inside a function, a lambda held as
+    an attribute), or a main program that is no file (``python - < script.py``): a spawned
+    process runs it again."""
+    from pyrouq.infer._elbo_checks import handlers_active  # (lazy: infer imports mcmc)
+
+    if handlers_active():  # (the chains run in this process see it)
+        return (
+            "would not see the Pyro effect handler around the call (a poutine.scale, "
+            "condition or mask, which applies in this process alone). Call mcmc() outside it"
+        )
     main = getattr(sys.modules.get("__main__"), "__file__", None)
     if main is not None and not os.path.exists(main):
         return (

@@ -29,7 +29,7 @@ def _prepared(x: Tensor, model: Any, device: Any, name: str = "x", first: int = 
 def _progress_bar(x: Tensor | Iterable, batch_size: int, passes: int = 1) -> Any:
     """A tqdm bar over the input batches (of every pass over x) that shows itself only after
     2 s."""
-    from tqdm.auto import tqdm
+    from pyrouq._progress import tqdm
 
     if torch.is_tensor(x):
         total: int | None = -(-x.shape[0] // batch_size)

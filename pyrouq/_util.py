@@ -419,9 +419,9 @@ class ShardedOrder:
     def _order(self, n: int, shuffle: bool, generator: torch.Generator) -> torch.Tensor | None:
         """This epoch's indices (None: ``0..n-1`` in order, unsharded)."""
         if shuffle:
-            order: torch.Tensor | None = torch.randperm(n, generator=generator)
+            order: torch.Tensor | None = torch.randperm(n, generator=generator, device="cpu")
         else:
-            order = torch.arange(n) if self._world > 1 else None
+            order = torch.arange(n, device="cpu") if self._world > 1 else None
         if order is None or self._world == 1:
             return order
         padding = self._local_size(n) * self._world - n

@@ -284,7 +284,7 @@ class TensorLoader(ShardedOrder):
         self.transform = _Transform(flatten=flatten, normalize=check_flag("normalize", normalize))
         self.dataset = _TensorDataset(images, labels, self.transform)
         if seed is None:
-            seed = int(torch.randint(0, MAX_SEED + 1, (1,)).item())
+            seed = int(torch.randint(0, MAX_SEED + 1, (1,), device="cpu").item())
         else:
             seed = check_seed(seed, "TensorLoader")
         self.seed = seed

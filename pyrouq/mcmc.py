@@ -218,8 +218,9 @@ def mcmc(
         :data:`PARALLEL_MIN_STEPS` steps per chain (shorter chains finish before the
         processes have started), and the model can be sent to new processes (no class of the
         network defined in ``__main__``, which they could not import, nor one that does not
-        pickle: defined inside a function, holding a lambda); otherwise one after another, in
-        this process.
+        pickle: defined inside a function, holding a lambda) and no Pyro effect handler is
+        active around the call (``poutine.scale``, which they would not see); otherwise one
+        after another, in this process.
         The draws are the same either way, except where torch splits a sum among its
         threads: a chain process computes on its share of the cores (``cores // chains``
         torch threads), this process on the caller's threads, and torch adds up a
@@ -311,6 +312,10 @@ def mcmc(
             "that NUTS handles in reasonable time here. Fit it by variational inference "
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
+    from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
+
+    refuse_plate_around(model, "mcmc()", "mcmc()")  # (its own plate "data")
+    refuse_trace_around("mcmc()")
     # NUTS differentiates the density; Pyro's own tensors under the CPU default (cpu_default)
     with torch.inference_mode(False), torch.enable_grad(), cpu_default():
         return _mcmc(

@@ -480,7 +480,7 @@ def _cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tenso
 
 
 def _levels() -> Tensor:
-    return torch.tensor(CALIBRATION_LEVELS, dtype=torch.float64)
+    return torch.tensor(CALIBRATION_LEVELS, dtype=torch.float64, device="cpu")
 
 
 def _crps_term(m: Tensor, v: Tensor) -> Tensor:

@@ -322,7 +322,7 @@ def _check_angles(angles: Any) -> list[float]:
 
 def _angles_bar(angles: list[float]) -> Any:
     """The angles, iterated under a tqdm bar that shows itself only after 2 s."""
-    from tqdm.auto import tqdm
+    from pyrouq._progress import tqdm
 
     return tqdm(angles, desc="rotations", unit="angle", leave=False, delay=2.0)
 

@@ -123,7 +123,7 @@ class ArrayLoader(ShardedOrder):
         self.dataset = _Dataset(x, y)
         self._generator = torch.Generator()
         if seed is None:
-            seed = int(torch.randint(0, MAX_SEED + 1, ()).item())  # one a seed= takes
+            seed = int(torch.randint(0, MAX_SEED + 1, (), device="cpu").item())  # a seed= value
         else:
             seed = check_seed(seed, "ArrayLoader")
         self.seed = seed
@@ -136,7 +136,7 @@ class ArrayLoader(ShardedOrder):
         x, y = self.dataset.tensors
         order = self._order(x.shape[0], self.shuffle, self._generator)
         if order is None:
-            order = torch.arange(x.shape[0])
+            order = torch.arange(x.shape[0], device="cpu")
         n = order.shape[0]
         for start in range(0, n, self.batch_size):
             index = order[start : start + self.batch_size].to(x.device)

@@ -128,9 +128,25 @@ def _not_written_by_torch(path: Path) -> str | None:
         head = f.read(12)
     if not head:
         return "it is empty"
+    if head[:1] == b"\x80" and not _legacy_torch(path) and not _plain_pickle_with_objects(path):
+        return "it is a Python pickle (written by pickle.dump)"  # (objects: refused below)
     if head[:1] == b"\x80" or head[:2] == b"PK":  # a pickle, or a truncated archive
         return None
     return f"it begins with {head!r}"
+
+
+_FRAMING = ("PROTO", "FRAME")
+
+
+def _legacy_torch(path: Path) -> bool:
+    """Whether the pickle ``path`` opens as torch.save's format before torch 1.6 does: with
+    torch's magic number, pickled alone (a damaged one counts, for torch.load to tell)."""
+    try:
+        with open(path, "rb") as f:  # (the first value read, not the whole file)
+            values = (arg for op, arg, _ in pickletools.genops(f) if op.name not in _FRAMING)
+            return next(values, None) == torch.serialization.MAGIC_NUMBER
+    except Exception:  # cut short or no pickle: torch.load says what is wrong
+        return True
 
 
 #: What :mod:`zipfile` raises on a damaged archive: a bad header, a name that is not UTF-8 (a

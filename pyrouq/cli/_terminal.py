@@ -15,11 +15,13 @@ _ASCII = str.maketrans(dict.fromkeys("┌┬┐├┼┤└┴┘", "+") | {"─
 _HANDLER = "pyrouq-ascii"
 
 
-def _replace(err: UnicodeError) -> tuple[str, int]:
+def _replace(err: UnicodeError) -> tuple[str | bytes, int]:
     if not isinstance(err, UnicodeEncodeError):
         raise err
-    text = err.object[err.start : err.end].translate(_ASCII)
-    return "".join(c if c.isascii() else "?" for c in text), err.end
+    text = err.object[err.start : err.end]
+    if all("\udc80" <= c <= "\udcff" for c in text):  # a file name's undecodable bytes
+        return codecs.lookup_error("surrogateescape")(err)  # (written back as they were)
+    return "".join(c if c.isascii() else "?" for c in text.translate(_ASCII)), err.end
 
 
 codecs.register_error(_HANDLER, _replace)
@@ -28,16 +30,17 @@ codecs.register_error(_HANDLER, _replace)
 @contextlib.contextmanager
 def printable_streams() -> Iterator[None]:
     """While a command runs, stdout and stderr write what their encoding cannot hold (the
-    tables' box drawing under ``PYTHONIOENCODING=ascii``, a Latin-1 locale, or a Windows
+    tables' box drawing under ``PYTHONIOENCODING=ascii``, a C or Latin-1 locale, or a Windows
     console redirected to a cp1252 file) in ASCII instead of raising: a finished training
     ended in ``pyrouq: error: 'ascii' codec can't encode characters``, its metrics and
     plots unwritten. The streams' error handlers are put back after."""
     changed: list[tuple[io.TextIOWrapper, str]] = []
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        errors = getattr(stream, "errors", None)  # surrogateescape: stdout in a C locale
+        if isinstance(stream, io.TextIOWrapper) and errors in ("strict", "surrogateescape"):
             with contextlib.suppress(Exception):  # a detached or closed stream: as it is
                 stream.reconfigure(errors=_HANDLER)
-                changed.append((stream, "strict"))
+                changed.append((stream, errors))
     try:
         yield
     finally:

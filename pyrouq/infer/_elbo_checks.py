@@ -230,6 +230,23 @@ def refuse_plate_around(model: Any, caller: str, call: str) -> None:
             )
 
 
+def refuse_trace_around(caller: str) -> None:
+    """Refuse a ``pyro.poutine.trace()`` recording sample sites around ``caller``, a run of
+    many steps (one recording parameters only, as ``SVI.step``'s, or outside a
+    ``poutine.block()`` that hides every site, is let through): each step runs the model
+    again, whose sites the trace would record a second time, Pyro's bare "Multiple sample
+    sites named '0.weight'" (a guide's draw and the model's of the same site: at once)."""
+    for handler in _visible_handlers():
+        if isinstance(handler, TraceMessenger) and not handler.param_only:
+            raise ValueError(
+                f"{caller} was called inside pyro.poutine.trace(), expected no trace around "
+                "the call: each of its steps runs the model again, whose sample sites a trace "
+                "records once only (Pyro's 'Multiple sample sites named ...'). Call "
+                f"{caller} outside the trace; to see the model's sites, trace one run of it: "
+                "pyro.poutine.trace(model).get_trace(x, y)."
+            )
+
+
 def set_known_plate_nesting(elbo: Any, model: Any, guide: Any) -> None:
     """Before ``elbo`` traces ``model`` against ``guide`` with vectorised particles, set its
     ``max_plate_nesting``, if not given, to the plates a pyrouq model nests (with a

@@ -458,7 +458,7 @@ class Loop:
     def run(self, progress: bool) -> FitResult:
         bar = None
         if progress:
-            from tqdm.auto import tqdm
+            from pyrouq._progress import tqdm
 
             total = self.epochs * self.per_epoch or None  # (a loader without a length: none)
             bar = tqdm(total=total, initial=self.steps, leave=False, unit="step")

@@ -32,7 +32,7 @@ from pyrouq._util import (
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import recorded_num_data, restore
 from pyrouq.infer import _distributed
-from pyrouq.infer._elbo_checks import refuse_plate_around
+from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
 from pyrouq.infer._fit_inputs import (
     DEFAULT_LR,
     ReadAhead,
@@ -364,6 +364,7 @@ def fit(
         _distributed.together(early, _SET_UP),
     ):
         refuse_plate_around(model, "fit()", "fit()")  # (its own plate "data": before anything)
+        refuse_trace_around("fit()")  # (which every step would record again)
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)
         lr = checked_lr

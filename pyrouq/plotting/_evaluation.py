@@ -206,7 +206,7 @@ def plot_risk_coverage(
     )
     n = pbar.shape[0]
     errors = _error_counts(pbar, y)
-    k = torch.arange(1, n + 1, dtype=errors.dtype)
+    k = torch.arange(1, n + 1, dtype=errors.dtype, device=errors.device)
     risk = errors / k
     total_errors = float(errors[-1])
     best = (k - (n - total_errors)).clamp_min(0) / k
