@@ -529,7 +529,11 @@ class KLWeightedELBO(ELBO):
         firsts = []
         inputs = AsItCame(x, len(draws))  # as it came to every particle
         for weights in draws:
-            leaves = {s: w.detach().requires_grad_() for s, w in weights.items()}
+            leaves = {  # a positive site's draw is exp's output, which exp's backward reads:
+                # a copy, should the network change it in place (a bound under no_grad)
+                s: (w.detach().clone() if s in guide.positive else w.detach()).requires_grad_()
+                for s, w in weights.items()
+            }
             out = model.outputs(inputs(), leaves)
             particle_nll = observed_nll(model, out, y, leaves)
             (particle_nll / count).backward()  # frees this particle's activations
