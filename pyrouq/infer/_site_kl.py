@@ -46,8 +46,8 @@ def traced_terms(
         ),
         None,
     )
-    nll = torch.zeros((), device=device)
-    kl = torch.zeros((), device=device)
+    nll = torch.zeros((), dtype=torch.float32, device=device)
+    kl = torch.zeros((), dtype=torch.float32, device=device)
     order = {} if guide_trace is None else {name: i for i, name in enumerate(guide_trace.nodes)}
     latest = -1  # the guide's place of the latest drawn of the model's latent sites so far
     for name, site in model_trace.nodes.items():

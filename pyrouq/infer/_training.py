@@ -485,7 +485,7 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
         _engine.check_outputs(outputs, model, x.shape[0])  # says what to return instead
     likelihood.check_targets(y, outputs, "fit()")
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
-    kl = torch.zeros((), device=nll.device)
+    kl = torch.zeros((), dtype=torch.float32, device=nll.device)
     return ELBOTerms(loss=nll, nll=nll.detach(), kl=kl, outputs=outputs.detach())
 
 

@@ -360,7 +360,7 @@ class KLWeightedELBO(ELBO):
         knows the pair, else the Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``
         (for a site they lack, over as many fresh draws, at least one). q is Normal, LogNormal
         for the ``positive`` sites; both in float32 for a half site (:func:`guide_site_kl`)."""
-        total = torch.zeros((), device=next(iter(loc.values())).device)
+        total = torch.zeros((), dtype=torch.float32, device=next(iter(loc.values())).device)
         network = model.network_sites()
         others = [site for site in model.latent_sites() if site not in network]  # likelihood's
         for site, known in zip(network, _priors(model), strict=True):
@@ -479,7 +479,7 @@ class KLWeightedELBO(ELBO):
         nll = observed_nll(model, outputs, y)
         if lazy:  # a learned noise scale, sized by the run
             _register_point_estimates(model)
-        zero = torch.zeros((), device=nll.device)
+        zero = torch.zeros((), dtype=torch.float32, device=nll.device)
         return ELBOTerms(loss=nll, nll=nll.detach(), kl=zero, outputs=outputs.detach())
 
     def terms_and_grads(self, model, guide, *args, **kwargs) -> ELBOTerms:
@@ -522,7 +522,7 @@ class KLWeightedELBO(ELBO):
         loc, scale, lazy = self._guide_moments(model, guide)
         count = self.num_particles
         draws, stacked, kl = self._draws_and_kl(model, loc, scale, guide.positive)
-        nll = torch.zeros((), device=x.device)
+        nll = torch.zeros((), dtype=torch.float32, device=x.device)
         outputs: list[Tensor] = []
         output_grads: list[Tensor] = []
         particle_grads: dict[str, list[tuple[Tensor, Tensor | None]]] = {}
