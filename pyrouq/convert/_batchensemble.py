@@ -291,6 +291,15 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
     ``"outputs"`` for ``Gaussian``) with ``"obs"`` observed for every member inside a
     ``"members"`` plate (dim -2) and the ``"data"`` plate (dim -1), scaled N/B.
 
+    Every member sees every input, in training and in prediction. On CPU, unless a
+    normalisation layer the members share needs all their rows in one call (with
+    ``norms="shared"``, a BatchNorm or an InstanceNorm tracking running statistics, in
+    training), the network's forward runs once per member on the ``(B, ...)`` batch with that
+    member's weights (the same function, faster there); on accelerators it runs once on the
+    folded batch. What a forward of your own does besides computing (a buffer or a counter it
+    updates, a forward hook on one of its layers) then happens M times a call, on B inputs
+    each, on CPU, and once, on M * B inputs, on accelerators.
+
     By default (``norms="per_member"``) every normalisation layer (BatchNorm, InstanceNorm,
     GroupNorm, LayerNorm, RMSNorm) becomes a :class:`~pyrouq.nn.BatchEnsembleNorm`: one copy per
     member, with its own affine parameters and statistics, as if each member were its own
