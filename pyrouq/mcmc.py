@@ -314,7 +314,7 @@ def mcmc(
         )
     from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
 
-    refuse_plate_around(model, "mcmc()", "mcmc()")  # (its own plate "data")
+    refuse_plate_around(model, "mcmc()", "mcmc()", "log density")  # (its own plate "data")
     refuse_trace_around("mcmc()")
     # NUTS differentiates the density; Pyro's own tensors under the CPU default (cpu_default)
     with torch.inference_mode(False), torch.enable_grad(), cpu_default():

@@ -188,7 +188,7 @@ def train_test_split(
             f"test and {n - n_test} training rows; both need at least one. Pass more rows or "
             "another fraction."
         )
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed), device="cpu")
     test, train = order[:n_test].to(x.device), order[n_test:].to(x.device)
     return x[train], y[train], x[test], y[test]
 

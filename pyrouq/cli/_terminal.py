@@ -1,5 +1,6 @@
 """The command's output on a terminal or file that cannot encode every character: its tables'
-box drawing as ASCII, anything else as ``?``, never a UnicodeEncodeError."""
+box drawing as ASCII, a file name's undecodable bytes as they were, anything else as ``?``,
+never a UnicodeEncodeError."""
 
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ codecs.register_error(_HANDLER, _replace)
 @contextlib.contextmanager
 def printable_streams() -> Iterator[None]:
     """While a command runs, stdout and stderr write what their encoding cannot hold (the
-    tables' box drawing under ``PYTHONIOENCODING=ascii``, a C or Latin-1 locale, or a Windows
-    console redirected to a cp1252 file) in ASCII instead of raising: a finished training
-    ended in ``pyrouq: error: 'ascii' codec can't encode characters``, its metrics and
-    plots unwritten. The streams' error handlers are put back after."""
+    tables' box drawing under ``PYTHONIOENCODING=ascii``, a Latin-1 locale or a C one with
+    ``PYTHONUTF8=0``, or a Windows console redirected to a cp1252 file) in ASCII instead of
+    raising: a finished training ended in ``pyrouq: error: 'ascii' codec can't encode
+    characters``, its metrics and plots unwritten. The streams' error handlers are put back
+    after."""
     changed: list[tuple[io.TextIOWrapper, str]] = []
     for stream in (sys.stdout, sys.stderr):
         errors = getattr(stream, "errors", None)  # surrogateescape: stdout in a C locale

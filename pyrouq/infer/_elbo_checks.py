@@ -142,6 +142,19 @@ def _hides_every_site(handler: Messenger) -> bool:
     one given a ``hide_fn`` or ``expose_fn`` of the user's own. Read from Pyro's private
     ``_block_fn`` arguments by name; where they cannot be read (a Pyro that changed them),
     False: the handler is then treated as any other (the ELBO traces: correct, only slower)."""
+    return _hides(handler, ())
+
+
+def _hides_sample_sites(handler: Messenger) -> bool:
+    """Whether ``handler`` is a ``poutine.block()`` that hides every sample site, observed or
+    not, from the handlers outside it (``expose_types=["param"]``, ``hide_types=["sample",
+    "observe"]``), read as :func:`_hides_every_site` reads one."""
+    return _hides(handler, ("sample", "observe"))
+
+
+def _hides(handler: Messenger, kinds: tuple[str, ...]) -> bool:
+    """Whether ``handler`` is a default ``poutine.block()`` that hides every site of the
+    ``kinds`` (none: of every kind) whatever its name."""
     hide = getattr(handler, "hide_fn", None) if isinstance(handler, BlockMessenger) else None
     if _BLOCK_SIGNATURE is None or not (
         isinstance(hide, functools.partial) and hide.func is _block_fn
@@ -149,7 +162,12 @@ def _hides_every_site(handler: Messenger) -> bool:
         return False
     try:
         given = _BLOCK_SIGNATURE.bind_partial(*hide.args, **hide.keywords).arguments
-        return bool(given["hide_all"]) and not given["expose"] and not given["expose_types"]
+        every = bool(given["hide_all"]) and not given["expose"]  # (a name exposed: any site)
+        if not kinds:
+            return every and not given["expose_types"]
+        return all(
+            k in given["hide_types"] or (every and k not in given["expose_types"]) for k in kinds
+        )
     except Exception:  # (arguments renamed or reordered past reading)
         return False
 
@@ -203,14 +221,15 @@ def _own_plates(model: BayesianNetwork | BatchEnsembleNetwork) -> int:
     return 1 if getattr(model, "num_members", None) is None else 2
 
 
-def refuse_plate_around(model: Any, caller: str, call: str) -> None:
+def refuse_plate_around(model: Any, caller: str, call: str, weighed: str = "loss") -> None:
     """Refuse a vectorised ``pyro.plate`` active around ``caller``'s ``call`` of a pyrouq model
     (one outside a ``poutine.block()`` that hides every site is not), before anything runs:
     the model observes its targets inside a ``pyro.plate("data")`` of its own (an ensemble
     also inside ``"members"``), which such a plate duplicates or collides with (Pyro's bare
     "duplicate plate" or "collide at dim"), or which broadcasts the weights to other shapes.
     A sequential plate (``for i in pyro.plate``) changes no shape and is let through, as is
-    any plate around a model of the user's own."""
+    any plate around a model of the user's own. ``weighed``: what the plate would multiply
+    (mcmc() has no loss: its log density)."""
     own = own_model(model)
     if own is None:
         return
@@ -224,8 +243,8 @@ def refuse_plate_around(model: Any, caller: str, call: str) -> None:
                 "plate around the call: the model observes its targets inside "
                 f"{'plates' if two else 'a plate'} of its own, pyro.plate('data') over the "
                 f"batch at dim=-1{members}, which a plate around it duplicates, collides "
-                f"with or broadcasts the weights over (multiplying the loss). Call {call} "
-                "outside the plate; to weigh the loss, put "
+                f"with or broadcasts the weights over (multiplying the {weighed}). Call "
+                f"{call} outside the plate; to weigh the {weighed}, put "
                 "pyro.poutine.scale(scale=...) around the call instead."
             )
 
@@ -235,8 +254,12 @@ def refuse_trace_around(caller: str) -> None:
     many steps (one recording parameters only, as ``SVI.step``'s, or outside a
     ``poutine.block()`` that hides every site, is let through): each step runs the model
     again, whose sites the trace would record a second time, Pyro's bare "Multiple sample
-    sites named '0.weight'" (a guide's draw and the model's of the same site: at once)."""
+    sites named '0.weight'" (a guide's draw and the model's of the same site: at once). A
+    ``poutine.block()`` hiding every sample site (``expose_types=["param"]``) hides them from
+    a trace outside it, which records parameters alone: let through too."""
     for handler in _visible_handlers():
+        if _hides_sample_sites(handler):
+            return
         if isinstance(handler, TraceMessenger) and not handler.param_only:
             raise ValueError(
                 f"{caller} was called inside pyro.poutine.trace(), expected no trace around "

@@ -221,10 +221,11 @@ def test_a_plain_pickle_is_told_as_such_not_as_a_damaged_checkpoint(tmp_path, pr
 
 
 def test_the_command_prints_its_tables_under_a_c_locales_stdout(tmp_path, monkeypatch):
-    """In a C (POSIX) locale Python's stdout encodes ASCII with errors="surrogateescape" (not
-    "strict", which alone was handled): a finished run ended in "pyrouq: error: 'ascii'
-    codec can't encode characters in position 0-37", its metrics and plots unwritten. A file
-    name's undecodable bytes (surrogate escapes) are written back as they were."""
+    """In a C (POSIX) locale with Python's UTF-8 mode off (PYTHONUTF8=0; on, it encodes UTF-8)
+    stdout encodes ASCII with errors="surrogateescape" (not "strict", which alone was
+    handled): a finished run ended in "pyrouq: error: 'ascii' codec can't encode characters
+    in position 0-37", its metrics and plots unwritten. A file name's undecodable bytes
+    (surrogate escapes) are written back as they were."""
     buffer = io.BytesIO()
     stdout = io.TextIOWrapper(buffer, encoding="ascii", errors="surrogateescape")
     monkeypatch.setattr(sys, "stdout", stdout)

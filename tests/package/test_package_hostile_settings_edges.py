@@ -1,0 +1,125 @@
+"""The edges of the settings test_package_hostile_settings.py covers: a Pyro trace around
+fit() and mcmc() kept from the sample sites by a poutine.block() between them, a plate around
+mcmc() (which has a log density, no loss), a process whose stderr is closed or detached, and
+train_test_split() under a default device other than the CPU."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import pyro
+import pytest
+import torch
+from _toy import toy_data
+from torch import nn
+
+import pyrouq
+
+QUIET = {"progress": False}
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 2))
+
+
+def _run(call: str, **options):
+    """fit()'s losses or mcmc()'s draws of one weight, on a fresh toy network."""
+    x, y = toy_data(24)
+    model = pyrouq.bayesian(_net())
+    if call == "fit":
+        guide = pyrouq.mean_field_guide(model)
+        return pyrouq.fit(model, guide, [(x, y)], epochs=2, num_data=24, seed=0, **options).losses
+    chain = pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, seed=0,
+                        **options)  # fmt: skip
+    return chain.samples["0.weight"]
+
+
+@pytest.mark.parametrize("call", ["fit", "mcmc"])
+@pytest.mark.parametrize(
+    "block",
+    [{"expose_types": ["param"]}, {"hide_types": ["sample", "observe"]}],
+    ids=["expose-params", "hide-samples"],
+)
+def test_a_trace_kept_from_the_sample_sites_by_a_block_lets_fit_and_mcmc_run(call, block):
+    """A poutine.block() that hides every sample site, observed or not, leaves the trace
+    outside it parameters alone to record (as trace(param_only=True)): fit() and mcmc() ran
+    there (as outside any handler) and were refused as inside a bare trace."""
+    pyro.clear_param_store()
+    alone = _run(call, **QUIET)
+    pyro.clear_param_store()
+    with pyro.poutine.trace() as tracer, pyro.poutine.block(**block):
+        got = _run(call, **QUIET)
+    if call == "fit":
+        assert got == alone
+    else:
+        assert torch.equal(got, alone)
+    sites = tracer.trace.nodes.values()
+    assert not [site["name"] for site in sites if site["type"] == "sample"]
+    if call == "fit":  # (the guide's parameters, recorded by the trace outside the block)
+        assert any(site["type"] == "param" for site in sites)
+
+
+def test_a_block_letting_observed_sites_through_still_leaves_the_trace_refused():
+    """hide_types=['sample'] hides the latent draws but not the observed sites ("obs",
+    "logits"), which the trace records at every step (Pyro's "Multiple sample sites named
+    'logits'"): refused, as inside a bare trace."""
+    with pytest.raises(ValueError, match=r"^mcmc\(\) was called inside pyro\.poutine\.trace"):
+        with pyro.poutine.trace(), pyro.poutine.block(hide_types=["sample"]):
+            _run("mcmc", **QUIET)
+
+
+def test_a_plate_around_mcmc_names_its_log_density_not_a_loss():
+    """mcmc() minimises no loss: the plate would multiply the log density NUTS samples."""
+    x, y = toy_data(24)
+    with pytest.raises(ValueError) as info, pyro.plate("outer", 3):
+        pyrouq.mcmc(pyrouq.bayesian(_net()), x, y, num_samples=2, warmup_steps=2, **QUIET)
+    assert str(info.value).endswith(
+        "which a plate around it duplicates, collides with or broadcasts the weights over "
+        "(multiplying the log density). Call mcmc() outside the plate; to weigh the log "
+        "density, put pyro.poutine.scale(scale=...) around the call instead."
+    )
+
+
+def _closed() -> io.TextIOWrapper:
+    stream = open(os.devnull, "w")  # (closed at once)
+    stream.close()
+    return stream
+
+
+def _detached() -> io.TextIOWrapper:
+    stream = io.TextIOWrapper(io.BytesIO())
+    stream.detach()
+    return stream
+
+
+@pytest.mark.parametrize("stream", [_closed, _detached], ids=["closed", "detached"])
+def test_fit_shows_no_bar_where_stderr_is_closed_or_detached(monkeypatch, stream):
+    """tqdm flushes sys.stderr as it makes a bar: a closed one ended fit(progress=True) in
+    ValueError "I/O operation on closed file" (a detached one: "underlying buffer has been
+    detached"), as None had ended it in AttributeError."""
+    pyro.clear_param_store()
+    losses = _run("fit", progress=False)
+    pyro.clear_param_store()
+    monkeypatch.setattr(sys, "stderr", stream())
+    got = _run("fit", progress=True)
+    monkeypatch.undo()
+    assert got == losses
+
+
+def test_train_test_split_under_a_meta_default_device_splits_as_on_the_cpu():
+    """Its order came from a randperm on the default device: "Cannot copy out of meta tensor;
+    no data!" (under 'cuda': a CPU generator refused there), as ArrayLoader's did."""
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(10, 2, generator=g), torch.randn(10, generator=g)
+    torch.set_default_device("meta")
+    try:
+        tx, ty, vx, vy = pyrouq.train_test_split(x, y, test_fraction=0.3, seed=5)
+    finally:
+        torch.set_default_device(None)
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(5))  # by hand
+    assert tx.device.type == vx.device.type == "cpu"
+    assert torch.equal(vx, x[order[:3]]) and torch.equal(vy, y[order[:3]])
+    assert torch.equal(tx, x[order[3:]]) and torch.equal(ty, y[order[3:]])
