@@ -362,7 +362,8 @@ class ConformalClassifier:
         if self.score == "lac":
             return 1.0 - pbar
         generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
-        u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64).to(pbar.device)
+        u = torch.rand(pbar.shape[0], 1, generator=generator, dtype=torch.float64, device="cpu")
+        u = u.to(pbar.device)  # (drawn on the CPU whatever the default device, as its generator)
         return _adaptive_scores(pbar, u, self.lam if self.score == "raps" else None, self.k_reg)
 
     def predict_sets(self, preds: Predictions, *, seed: int | None = None) -> Tensor:

@@ -123,3 +123,19 @@ def test_train_test_split_under_a_meta_default_device_splits_as_on_the_cpu():
     assert tx.device.type == vx.device.type == "cpu"
     assert torch.equal(vx, x[order[:3]]) and torch.equal(vy, y[order[:3]])
     assert torch.equal(tx, x[order[3:]]) and torch.equal(ty, y[order[3:]])
+
+
+def test_adaptive_conformal_scores_under_a_meta_default_device_are_the_cpus():
+    """APS drew its u with a CPU generator on the default device: under a meta (or CUDA)
+    default, torch refused the generator; now u is drawn on the CPU, as without a default."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 30, 3, generator=g), -1)
+    labels = torch.randint(0, 3, (30,), generator=g)
+    preds = pyrouq.Predictions.from_probs(probs, labels)
+    expected = pyrouq.conformal(preds, alpha=0.2, score="aps").predict_sets(preds)
+    torch.set_default_device("meta")
+    try:
+        got = pyrouq.conformal(preds, alpha=0.2, score="aps").predict_sets(preds)
+    finally:
+        torch.set_default_device(None)
+    assert torch.equal(got, expected)
