@@ -46,6 +46,7 @@ from pyrouq.infer._elbo_checks import (
     warn_local,
 )
 from pyrouq.infer._normal_kl import draw_with_normal_kl, kl_dtype, normal_kl
+from pyrouq.infer._particles import particle_by_particle
 from pyrouq.infer._site_checks import site_mismatch
 from pyrouq.infer._site_kl import (
     check_float16_gradients,
@@ -507,74 +508,13 @@ class KLWeightedELBO(ELBO):
             and y is not None
             and (not self.vectorize_particles or x.device.type == "cpu")
         ):
-            terms = self._particle_by_particle(model, guide, x, y)
+            terms = particle_by_particle(self, model, guide, x, y)
         else:
             terms = self.terms(model, guide, *args, **kwargs)
             if terms.loss.requires_grad:
                 terms.loss.backward()
         check_float16_gradients([model, guide], terms.loss.detach(), terms.outputs)
         return dataclasses.replace(terms, loss=terms.loss.detach())
-
-    def _particle_by_particle(
-        self, model: BayesianNetwork, guide: MeanFieldGuide, x: Tensor, y: Tensor
-    ) -> ELBOTerms:
-        """:meth:`terms_and_grads` one particle at a time (see there)."""
-        loc, scale, lazy = self._guide_moments(model, guide)
-        count = self.num_particles
-        draws, stacked, kl = self._draws_and_kl(model, loc, scale, guide.positive)
-        nll = torch.zeros((), dtype=torch.float32, device=x.device)
-        outputs: list[Tensor] = []
-        output_grads: list[Tensor] = []
-        particle_grads: dict[str, list[tuple[Tensor, Tensor | None]]] = {}
-        firsts = []
-        inputs = AsItCame(x, len(draws))  # as it came to every particle
-        for weights in draws:
-            leaves = {  # a positive site's draw is exp's output, which exp's backward reads:
-                # a copy, should the network change it in place (a bound under no_grad)
-                s: (w.detach().clone() if s in guide.positive else w.detach()).requires_grad_()
-                for s, w in weights.items()
-            }
-            out = model.outputs(inputs(), leaves)
-            particle_nll = observed_nll(model, out, y, leaves)
-            (particle_nll / count).backward()  # frees this particle's activations
-            nll = nll + particle_nll.detach()
-            firsts.append(out.detach())
-            for site, value in weights.items():
-                grad = leaves[site].grad
-                if stacked is not None:
-                    particle_grads.setdefault(site, []).append((value, grad))
-                elif grad is not None:
-                    outputs.append(value)
-                    output_grads.append(grad)
-        # vectorised, the stack takes its particles' gradients (zeros where none), not unbind's
-        # views of it: the views refuse to back-propagate once the network changed a draw in
-        # place, and a Monte Carlo KL's gradient meets the NLL's at the stack, as in terms()
-        for site, pairs in particle_grads.items():
-            whole = (stacked or {})[site]
-            if whole.requires_grad and any(g is not None for _, g in pairs):
-                outputs.append(whole)
-                output_grads.append(
-                    torch.stack([torch.zeros_like(w) if g is None else g for w, g in pairs])
-                )
-        weighted_kl = self._weighted(kl)
-        roots = [  # (none with a frozen guide: the NLL reached the model's own parameters)
-            (t, g)
-            for t, g in zip(
-                [weighted_kl, *outputs], [torch.ones_like(kl), *output_grads], strict=True
-            )
-            if t.requires_grad
-        ]
-        if roots:
-            torch.autograd.backward([t for t, _ in roots], [g for _, g in roots])
-        nll_t = nll / count
-        if lazy:  # a learned noise scale, sized by the run
-            _register_point_estimates(model)
-        return ELBOTerms(
-            loss=(nll_t + weighted_kl).detach(),
-            nll=nll_t,
-            kl=kl.detach(),
-            outputs=torch.stack(firsts) if self.vectorize_particles else firsts[0],
-        )
 
     # -- Pyro's ELBO interface ----------------------------------------------------------------
 
