@@ -5,9 +5,9 @@ Everything that evaluates a converted network goes through here: the models' ``f
 with :func:`torch.func.functional_call`, so any ``nn.Module`` runs unchanged, whatever its
 nesting, residual connections or normalisation layers.
 
-Every device-specific fast path of pyrouq lives in this package (the CPU kernels, the
-memory reuse and the channels-last layout in :mod:`pyrouq._engine._cpu_paths`), each kept while
-``benchmarks/`` shows that it pays:
+Every device-specific fast path of pyrouq lives in this package (the CPU kernels and the
+channels-last layout in :mod:`pyrouq._engine._cpu_paths`, the memory reuse in
+:mod:`pyrouq._engine._memory_reuse`), each kept while ``benchmarks/`` shows that it pays:
 
 * S weight draws run as S passes on CPU (oneDNN runs the batched alternatives slower) and as
   one ``torch.func.vmap`` pass on accelerators;
@@ -66,13 +66,13 @@ from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
 from pyrouq._engine._cpu_paths import prepare as prepare
-from pyrouq._engine._cpu_paths import reuse_freed_memory as reuse_freed_memory
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._engine._layer_calls import call, calls_checked, layers_called
 from pyrouq._engine._local import LOCAL_TYPES as LOCAL_TYPES
 from pyrouq._engine._local import local_moments as local_moments
 from pyrouq._engine._local import run_local as run_local
+from pyrouq._engine._memory_reuse import reuse_freed_memory as reuse_freed_memory
 from pyrouq._util import AsItCame, check_folded_batch
 
 # --------------------------------------------------------------------------------------------
