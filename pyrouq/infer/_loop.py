@@ -23,12 +23,12 @@ from pyrouq._util import (
     modes,
     module_device,
     restore_modes,
-    warn_caller,
 )
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import _empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message
 from pyrouq.infer._options import base_lr, callback_note, lr_factor
+from pyrouq.infer._resume_warnings import warn_of_changes
 from pyrouq.infer._site_kl import check_float16_gradients
 from pyrouq.infer._training import (
     InterruptFlag,
@@ -179,43 +179,7 @@ class Loop:
         if self.metadata is None:  # the run's own (`pyrouq fit`'s config), kept, not emptied
             self.metadata = getattr(saved, "metadata", None)
         where = "resume_from" if saved.path is None else f"resume_from={str(saved.path)!r}"
-        kl_weight = state.get("kl_weight", self.elbo.kl_weight)
-        if self.guide is not None and float(kl_weight) != self.elbo.kl_weight:  # (no KL else)
-            warn_caller(
-                f"fit(resume_from=...) continues a run trained with kl_weight={kl_weight} "
-                f"under kl_weight={self.elbo.kl_weight}: the objective changes from here on. "
-                f"Pass kl_weight={kl_weight} to continue the run as it was."
-            )
-        self._warn_of_other_settings(state)
-        theirs, ours = int(state.get("batches_per_epoch", 0)), len_or(self.loader)
-        if theirs and ours and theirs != ours:
-            skipped = (
-                f", and the {state['epoch_steps']} steps the run took of epoch "
-                f"{state['epochs_done'] + 1} skip other batches than it saw"
-                if state["epoch_steps"]
-                else ""
-            )
-            warn_caller(
-                f"fit(resume_from=...) continues a run of {theirs} batches an epoch with a "
-                f"loader of {ours}: the learning-rate schedule no longer matches the run's"
-                f"{skipped}. Resume with the run's loader (same data and batch size) to "
-                "continue it exactly."
-            )
-        theirs_size, ours_size = state.get("batch_size"), loader_batch_size(self.loader)
-        if theirs == ours and theirs_size and ours_size and theirs_size != ours_size:
-            warn_caller(
-                f"fit(resume_from=...) continues a run of batch size {theirs_size} with a loader "
-                f"of batch size {ours_size}: its steps see other batches than the run's would "
-                "have. Resume with the run's loader (same data and batch size) to continue it "
-                "exactly."
-            )
-        given, run = self.base_lrs, [float(v) for v in state["base_lrs"]]
-        if given != run:
-            warn_caller(
-                f"fit(resume_from=...) continues the run at its learning rate "
-                f"{_lrs(run)}; lr={_lrs(given)} is ignored (the optimizer's state and the "
-                "schedule carry on). Pass the run's lr, or start a new run to change it."
-            )
+        warn_of_changes(self, state)
         try:
             self.optimizer.load_state_dict(saved.optimizer_state)
         except (KeyError, ValueError) as err:
@@ -226,7 +190,7 @@ class Loop:
                 "otherwise) or the optimizer does. Resume with the run's model, guide and "
                 "optim."
             ) from None
-        self.base_lrs = run
+        self.base_lrs = [float(v) for v in state["base_lrs"]]
         self.history = [EpochRecord(**record) for record in state["history"]]
         self.steps = int(state["steps"])
         self.first_epoch = int(state["epochs_done"]) + 1
@@ -235,41 +199,6 @@ class Loop:
             sums = state["sums"].clone().double()  # 3 sums before train_acc was counted
             self.sums = torch.cat([sums, torch.zeros(_SUMS - len(sums), dtype=torch.float64)])
         restore_rng_states(state["rng"], self.loader)
-
-    def _warn_of_other_settings(self, state: dict[str, Any]) -> None:
-        """Warn of each setting that changes the run from here on: the planned epochs (the
-        schedule's length), the schedule, the particles (their number and, for more than one,
-        whether they are vectorised), N (checkpoints from before a setting
-        was stored are not checked on it)."""
-        # a finished run trained on for more epochs is planned anew, as fit() says when it
-        # refuses the run's own total; an interrupted one is continued
-        interrupted = int(state["epochs_done"]) < int(state.get("epochs", 0))
-        ours = {
-            "epochs": self.epochs if self.scheduled and interrupted else state.get("epochs"),
-            "lr_schedule": self.lr_schedule,
-            "num_particles": self.elbo.num_particles,
-            # one particle is the same draw either way; another number is warned of above
-            "vectorize_particles": getattr(self.elbo, "vectorize_particles", None)
-            if 1 < self.elbo.num_particles == state.get("num_particles")
-            else None,
-            "num_data": self.num_data,
-        }
-        effect = {
-            "epochs": "the learning-rate schedule, planned over the run's epochs, is planned "
-            "anew and the learning rate jumps",
-            "lr_schedule": "the learning rate follows another schedule",
-            "num_particles": "each step averages another number of draws",
-            "vectorize_particles": "the particles are drawn in another order (all at once or "
-            "one after another), so every later draw differs",
-            "num_data": "the likelihood is scaled by another N against the KL",
-        }
-        for key, value in ours.items():
-            if key in state and value is not None and state[key] != value:
-                warn_caller(
-                    f"fit(resume_from=...) continues a run trained with {key}={state[key]!r} "
-                    f"under {key}={value!r}: {effect[key]}. Pass {key}={state[key]!r} to "
-                    "continue the run as it was."
-                )
 
     def result(self) -> FitResult:
         return FitResult(
@@ -586,9 +515,3 @@ class Loop:
 
 
 _EPOCH_END = "writing the checkpoint or running a callback at the end of epoch {epoch}"
-
-
-def _lrs(values: list[float]) -> str:
-    """One learning rate, or the distinct ones of several parameter groups."""
-    distinct = sorted(set(values))
-    return f"{distinct[0]:g}" if len(distinct) == 1 else str([float(f"{v:g}") for v in values])

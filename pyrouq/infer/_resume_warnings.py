@@ -1,0 +1,101 @@
+"""The warnings of ``fit(resume_from=...)``: each setting of the resumed call that changes
+the run from where it stopped (``kl_weight``, the planned epochs, the learning-rate schedule,
+the particles, N, the loader's batches an epoch and batch size, the learning rate) is warned
+of, with the setting that continues the run as it was; :meth:`Loop.resume
+<pyrouq.infer._loop.Loop.resume>` calls them before it loads the run's state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyrouq._util import len_or, warn_caller
+from pyrouq.infer._training import loader_batch_size
+
+if TYPE_CHECKING:
+    from pyrouq.infer._loop import Loop
+
+__all__ = ["warn_of_changes"]
+
+
+def warn_of_changes(loop: Loop, state: dict[str, Any]) -> None:
+    """Warn of each setting of ``loop`` that differs from the run's, as its checkpoint's
+    training ``state`` holds them."""
+    kl_weight = state.get("kl_weight", loop.elbo.kl_weight)
+    if loop.guide is not None and float(kl_weight) != loop.elbo.kl_weight:  # (no KL else)
+        warn_caller(
+            f"fit(resume_from=...) continues a run trained with kl_weight={kl_weight} "
+            f"under kl_weight={loop.elbo.kl_weight}: the objective changes from here on. "
+            f"Pass kl_weight={kl_weight} to continue the run as it was."
+        )
+    _warn_of_other_settings(loop, state)
+    theirs, ours = int(state.get("batches_per_epoch", 0)), len_or(loop.loader)
+    if theirs and ours and theirs != ours:
+        skipped = (
+            f", and the {state['epoch_steps']} steps the run took of epoch "
+            f"{state['epochs_done'] + 1} skip other batches than it saw"
+            if state["epoch_steps"]
+            else ""
+        )
+        warn_caller(
+            f"fit(resume_from=...) continues a run of {theirs} batches an epoch with a "
+            f"loader of {ours}: the learning-rate schedule no longer matches the run's"
+            f"{skipped}. Resume with the run's loader (same data and batch size) to "
+            "continue it exactly."
+        )
+    theirs_size, ours_size = state.get("batch_size"), loader_batch_size(loop.loader)
+    if theirs == ours and theirs_size and ours_size and theirs_size != ours_size:
+        warn_caller(
+            f"fit(resume_from=...) continues a run of batch size {theirs_size} with a loader "
+            f"of batch size {ours_size}: its steps see other batches than the run's would "
+            "have. Resume with the run's loader (same data and batch size) to continue it "
+            "exactly."
+        )
+    given, run = loop.base_lrs, [float(v) for v in state["base_lrs"]]
+    if given != run:
+        warn_caller(
+            f"fit(resume_from=...) continues the run at its learning rate "
+            f"{_lrs(run)}; lr={_lrs(given)} is ignored (the optimizer's state and the "
+            "schedule carry on). Pass the run's lr, or start a new run to change it."
+        )
+
+
+def _warn_of_other_settings(loop: Loop, state: dict[str, Any]) -> None:
+    """Warn of each setting that changes the run from here on: the planned epochs (the
+    schedule's length), the schedule, the particles (their number and, for more than one,
+    whether they are vectorised), N (checkpoints from before a setting
+    was stored are not checked on it)."""
+    # a finished run trained on for more epochs is planned anew, as fit() says when it
+    # refuses the run's own total; an interrupted one is continued
+    interrupted = int(state["epochs_done"]) < int(state.get("epochs", 0))
+    ours = {
+        "epochs": loop.epochs if loop.scheduled and interrupted else state.get("epochs"),
+        "lr_schedule": loop.lr_schedule,
+        "num_particles": loop.elbo.num_particles,
+        # one particle is the same draw either way; another number is warned of above
+        "vectorize_particles": getattr(loop.elbo, "vectorize_particles", None)
+        if 1 < loop.elbo.num_particles == state.get("num_particles")
+        else None,
+        "num_data": loop.num_data,
+    }
+    effect = {
+        "epochs": "the learning-rate schedule, planned over the run's epochs, is planned "
+        "anew and the learning rate jumps",
+        "lr_schedule": "the learning rate follows another schedule",
+        "num_particles": "each step averages another number of draws",
+        "vectorize_particles": "the particles are drawn in another order (all at once or "
+        "one after another), so every later draw differs",
+        "num_data": "the likelihood is scaled by another N against the KL",
+    }
+    for key, value in ours.items():
+        if key in state and value is not None and state[key] != value:
+            warn_caller(
+                f"fit(resume_from=...) continues a run trained with {key}={state[key]!r} "
+                f"under {key}={value!r}: {effect[key]}. Pass {key}={state[key]!r} to "
+                "continue the run as it was."
+            )
+
+
+def _lrs(values: list[float]) -> str:
+    """One learning rate, or the distinct ones of several parameter groups."""
+    distinct = sorted(set(values))
+    return f"{distinct[0]:g}" if len(distinct) == 1 else str([float(f"{v:g}") for v in values])
