@@ -31,7 +31,7 @@ from pyrouq._util import (
 )
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import recorded_num_data, restore
-from pyrouq.infer import _distributed
+from pyrouq.infer import _distributed, _rank_optimizers
 from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
 from pyrouq.infer._fit_inputs import (
     DEFAULT_LR,
@@ -522,7 +522,7 @@ def fit(
         "num_data and distributed_draws on every rank (and the same seed with distributed_draws="
         "'identical'): the ranks train one model.",
     )
-    _distributed.check_same_optimizer(optimizer, group)  # optim=: settings fit() cannot see
+    _rank_optimizers.check_same_optimizer(optimizer, group)  # optim=: settings fit() cannot see
     # each rank draws from streams of its own while it trains; they join again after it
     # (seeded alike from a number drawn before they part), so that what a script builds
     # after fit() (a model, a loader without a seed) is built alike on every rank, as before
