@@ -7,7 +7,8 @@ the energy. :func:`pyrouq.predict` takes it as ``posterior_samples=``, and
 :func:`pyrouq.to_inference_data` exports it with its chains (R-hat, ESS, trace and rank plots,
 BFMI, LOO). For small networks only: NUTS costs hundreds of full-data gradient evaluations per
 draw, and a network above :data:`MAX_LATENT_VALUES` latent values is refused unless forced.
-Chains run in parallel processes when that pays (several chains, cores and steps).
+Chains run in parallel processes when that pays (several chains, cores and steps); under a
+Pyro effect handler (``poutine.scale``), which those processes would not see, in this one.
 """
 
 from __future__ import annotations
@@ -247,7 +248,10 @@ def mcmc(
         discrete prior (Bernoulli, Poisson), which NUTS cannot move, is refused, named; so is a
         latent site the network samples itself (``pyro.sample`` in its forward), and one
         that a subclass's own ``forward`` samples beside the model's latent sites (the result
-        would not keep it, and predict() would refuse its draws).
+        would not keep it, and predict() would refuse its draws). Refused too: a vectorised
+        ``pyro.plate`` or a ``pyro.poutine.trace()`` recording sample sites around the call
+        (call mcmc() outside it), and ``parallel=True`` where the chain processes could not
+        run the model as here (see ``parallel``).
 
     Examples
     --------

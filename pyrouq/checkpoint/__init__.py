@@ -194,7 +194,8 @@ def save(
         not tensors, numbers and strings (load() would refuse to unpickle it; numpy's numbers
         are made Python's in the optimizer state, refused in the extra state), or a converted
         model whose network creates parameters with ``pyro.param`` in its forward (as
-        :func:`pyrouq.fit` found them: a file holds no param store).
+        :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
+        that is not a dict or holds what load() would refuse to unpickle.
     """
     from pyrouq.infer._site_checks import check_drawable  # (infer imports this package)
     from pyrouq.infer.guide import check_guide
@@ -388,12 +389,13 @@ def load(
     Raises
     ------
     CheckpointError
-        A missing, unreadable (no permission), truncated or corrupted file, one holding
-        pickled Python objects, one of a format version this pyrouq does not read (an MCMC
-        result's too), one of another model class than ``model_class``, a converted
-        network without a skeleton or with one that does not match, parameters that do not fit
-        the description, or a description or metadata that ``save()`` did not write (edited by
-        hand).
+        A missing, unreadable (no permission), truncated or corrupted file, one that
+        ``torch.save()`` did not write (a plain ``pickle.dump``'s, a zip archive of other
+        files), one holding pickled Python objects, one of a format version this pyrouq does
+        not read (an MCMC result's too), one of another model class than ``model_class``, a
+        converted network without a skeleton or with one that does not match, parameters that
+        do not fit the description, or a description or metadata that ``save()`` did not write
+        (edited by hand).
     ValueError
         A ``device`` torch cannot use here, or the meta device.
 

@@ -98,7 +98,8 @@ def rank1(
     -----
     UserWarning
         Layers or parameters held in plain Python lists, tuples or dicts (not registered:
-        never converted, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``).
+        never converted, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``),
+        in the first 10,000 items of each attribute's containers.
 
     Examples
     --------

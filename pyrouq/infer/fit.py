@@ -154,7 +154,7 @@ def fit(
     train_loader : iterable of (x, y)
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
         or one ``(x, y)`` pair, is refused: batch it; so is an empty batch, an empty list, and
-        a str or dict, which iterate characters and keys). Floating inputs
+        a str, bytes or dict, which iterate characters, ints and keys). Floating inputs
         of another dtype are cast to the model's; integer ones (raw uint8 pixels) are refused,
         see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
         bool). Batches that require grad are detached: no gradient flows into data. fit()
@@ -329,8 +329,10 @@ def fit(
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a vectorised
         ``pyro.plate`` around the call of a pyrouq model (which has its own plate ``"data"``:
         call fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()``
-        inside it, is let through), or a ``resume_from`` that does not fit the model
-        (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
+        inside it, is let through), a ``pyro.poutine.trace()`` recording sample sites around
+        the call (each step would record the model's sites again; call fit() outside it), or a
+        ``resume_from`` that does not fit the model or holds a training state fit() did not
+        write (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
         models' settings, loaders, arguments, optimizers, the run and point resumed from), a
         failure of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in
         training mode in a model on the CPU (torch synchronises them on GPUs only): freeze
