@@ -356,6 +356,8 @@ def _cpu(value: Any) -> Any:
 
 
 _PLAIN = (bool, int, float, complex, str, dict, collections.OrderedDict, list, tuple)
+_AT_ONCE = _PLAIN[:5]
+"""What :func:`unreadable` passes at once, beside None and tensors."""
 
 
 def unreadable(value: Any, where: str) -> tuple[str, str] | None:
@@ -363,13 +365,15 @@ def unreadable(value: Any, where: str) -> tuple[str, str] | None:
     and its class name: tensors, None and these very types (dicts, lists and tuples walked)
     pass at once; a subclass (an IntEnum, numpy's float64, a namedtuple) or another value
     (a torch.Size, a dtype, an object) is written and read back."""
-    if value is None or torch.is_tensor(value) or type(value) in _PLAIN[:5]:
+    if value is None or torch.is_tensor(value) or type(value) in _AT_ONCE:
         return None
     if type(value) in _PLAIN:
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            if isinstance(value, dict) and unreadable(key, where):
+            if isinstance(value, dict) and type(key) not in _AT_ONCE and unreadable(key, where):
                 return f"{where} key {key!r}", _qualified(key)
+            if item is None or type(item) in _AT_ONCE or torch.is_tensor(item):
+                continue  # (no path written for it: save() walks fit()'s history every epoch)
             found = unreadable(item, f"{where}[{key!r}]")
             if found:
                 return found

@@ -193,13 +193,16 @@ def handlers_active() -> bool:
     around the call (``poutine.scale``, ``mask``, ``condition``, a trace recording sample
     sites...): the ELBO then traces both, so that the handler applies as it does to Pyro's
     own ELBOs. ``SVI.step``'s capture of the parameters (``poutine.trace(param_only=True)``),
-    ``poutine.seed`` and handlers outside a ``poutine.block()`` that hides every site change
-    no site (:func:`_visible_handlers`). Without Pyro's stack to read (a Pyro that renamed
-    it), any handler counts (Pyro's public ``am_i_wrapped``): the ELBO traces, correct."""
+    ``poutine.seed``, a ``poutine.block()`` itself (it hides sites from the handlers outside
+    it, which still count, and changes none) and handlers outside one that hides every site
+    change no site (:func:`_visible_handlers`). Without Pyro's stack to read (a Pyro that
+    renamed it), any handler counts (Pyro's public ``am_i_wrapped``): the ELBO traces,
+    correct."""
     if _pyro_stack() is None:
         return bool(pyro.poutine.runtime.am_i_wrapped())
     return any(
         not isinstance(handler, SeedMessenger)
+        and type(handler) is not BlockMessenger  # (a subclass may do more than hide)
         and not (isinstance(handler, TraceMessenger) and handler.param_only)
         for handler in _visible_handlers()
     )

@@ -60,7 +60,7 @@ def particle_by_particle(
                 output_grads.append(grad)
     # vectorised, the stack takes its particles' gradients (zeros where none), not unbind's
     # views of it: the views refuse to back-propagate once the network changed a draw in
-    # place, and a Monte Carlo KL's gradient meets the NLL's at the stack, as in terms()
+    # place, and a Monte Carlo KL's gradient meets the NLL's at the stack, as in elbo.terms()
     for site, pairs in particle_grads.items():
         whole = (stacked or {})[site]
         if whole.requires_grad and any(g is not None for _, g in pairs):
