@@ -492,9 +492,10 @@ def bayesian(
         getting ``Normal(0, 1)`` (two equally long keys that give one tied site, under two of
         its names, other priors are an error); a callable
         ``(name, param) -> float | Distribution`` is asked for every site (a distribution class
-        itself, ``dist.Normal``, is refused: pass an instance). Of a BatchEnsemble, whose
-        factors start near 1, a float, or a dict or callable that leaves factors with a prior
-        centred on 0, warns: it pulls them to 0.
+        itself, ``dist.Normal``, is refused: pass an instance); a distribution subclass with a
+        constructor of its own is such a callable, called with ``(name, param)``. Of a
+        BatchEnsemble, whose factors start near 1, a float, or a dict or callable that leaves
+        factors with a prior centred on 0, warns: it pulls them to 0.
     select : None, "last_layer", list of str or callable, default None
         Which parameters are latent: ``None``, the weights and biases of every ``nn.Linear``
         (``nn.Bilinear`` too) and convolution that are not frozen (``requires_grad=False``; of

@@ -132,10 +132,9 @@ class Gaussian(Likelihood):
         else:
             got = type(scale).__name__
             if isinstance(scale, type):  # the class, dist.HalfNormal, not an instance
-                got = (
-                    f"the class {scale.__name__} itself; pass an instance with its parameters, "
-                    f"e.g. dist.HalfNormal(1.0)"
-                )
+                got = f"the class {scale.__name__} itself"
+                if issubclass(scale, torch.distributions.Distribution):  # (not float, a module)
+                    got += "; pass an instance with its parameters, e.g. dist.HalfNormal(1.0)"
             if torch.is_tensor(scale):
                 got = f"a {scale.dtype} tensor of shape {tuple(scale.shape)}"
                 if scale.numel() > 1:  # one scale per output: learned, or a prior of (D,)
