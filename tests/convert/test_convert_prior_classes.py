@@ -1,19 +1,17 @@
-"""Second read of the fitting surface's refusals: a class of one's own with a constructor
-``(name, param)`` is still a prior function, a distribution class is told the instance its own
-parameters make, and bytes as ``train_loader`` are said to iterate ints."""
+"""bayesian(prior=) given a class: one of one's own with a constructor ``(name, param)`` is
+still a prior function, a distribution class is told the instance its own parameters make, and
+an instance keeps its route."""
 
 from __future__ import annotations
 
 import math
 
-import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import tiny_mlp
 from torch import nn
 
-from pyrouq import bayesian, fit, mean_field_guide
+from pyrouq import bayesian
 
 
 class FanInNormal(dist.Normal):
@@ -80,20 +78,6 @@ def test_a_distribution_class_is_told_the_instance_its_parameters_make(prior, to
     assert str(refused.value) == (
         "The prior of '0.weight' must be a float (the scale of Normal(0, s)) or a "
         f"pyro.distributions distribution, got {told}"
-    )
-
-
-@pytest.mark.parametrize("loader", [b"train.csv", bytearray(b"train.csv")])
-def test_bytes_as_train_loader_are_said_to_iterate_ints(loader):
-    """Iterated, bytes give ints, not characters; a bytearray was told to pass num_data=N."""
-    pyro.clear_param_store()
-    model = tiny_mlp()
-    with pytest.raises(TypeError) as refused:
-        fit(model, mean_field_guide(model), loader, epochs=1, progress=False)
-    assert str(refused.value).startswith(
-        f"Expected train_loader to be an iterable of (x, y) batches, got "
-        f"{type(loader).__name__} {loader!r}: iterated, it gives one byte (an int) at a time, "
-        "not batches. Serve batches: pyrouq.ArrayLoader(x, y, batch_size=64)"
     )
 
 

@@ -248,7 +248,11 @@ def test_bayesian_draws_are_the_plain_network_with_those_weights(make, select, s
     assert preds.probs.shape == (3, 6, 3)
     torch.testing.assert_close(preds.probs, ref.softmax(-1), rtol=0, atol=1e-6)
     u = preds.uncertainty()
-    torch.testing.assert_close(u.total, u.aleatoric + u.epistemic, rtol=0, atol=1e-6)
+    p = ref.double().softmax(-1)  # the entropies of the reference's draws, by hand
+    mean = p.mean(0)
+    total, aleatoric = -(mean * mean.log()).sum(-1), -(p * p.log()).sum(-1).mean(0)
+    torch.testing.assert_close(u.total.double(), total, rtol=0, atol=1e-5)
+    torch.testing.assert_close(u.aleatoric.double(), aleatoric, rtol=0, atol=1e-5)
     assert bool((u.epistemic > 0).all())  # the draws differ
 
 
@@ -432,7 +436,10 @@ def test_heteroscedastic_head_is_mean_and_softplus_scale_after_standardising():
     assert preds.loc.shape == preds.scale.shape == (2, 48, 1)
     torch.testing.assert_close(preds.loc[0], loc, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(preds.scale[0], scale, rtol=1e-6, atol=1e-6)
-    u = predict(model, x, guide, num_samples=4, progress=False).uncertainty()
+    drawn = predict(model, x, guide, num_samples=4, progress=False)
+    u = drawn.uncertainty()  # the law of total variance over the 4 draws
+    torch.testing.assert_close(u.aleatoric, (drawn.scale**2).mean(0)[:, 0])
+    torch.testing.assert_close(u.epistemic, drawn.loc.var(0, unbiased=False)[:, 0])
     torch.testing.assert_close(u.total, u.aleatoric + u.epistemic, rtol=1e-6, atol=1e-7)
 
 

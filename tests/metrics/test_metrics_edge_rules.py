@@ -30,13 +30,6 @@ def _reference_ece(conf: list[float], right: list[bool], k: int) -> float:
     return total / len(conf)
 
 
-def test_the_edges_where_floor_rounds_low_are_reproduced():
-    # the premise of the test: these edges times K land just below b
-    for k, b in _ROUNDS_LOW:
-        assert (b / k) * k < b
-        assert np.floor((b / k) * k) == b - 1
-
-
 def test_a_confidence_on_the_edge_15_of_22_is_in_bin_15_by_hand():
     # K = 22: 0.66 (right) in bin 14 ([14/22, 15/22) = [0.636, 0.682)); 15/22 (right) and
     # 0.70 (wrong) in bin 15 ([0.682, 0.727)).
@@ -53,6 +46,7 @@ def test_a_confidence_on_the_edge_15_of_22_is_in_bin_15_by_hand():
 
 @pytest.mark.parametrize(("k", "b"), _ROUNDS_LOW)
 def test_ece_on_edges_that_round_low_matches_the_definition(k, b):
+    assert np.floor((b / k) * k) == b - 1  # the premise: floor() alone puts b / K a bin low
     # every edge of [0.5, 1] and points in the bins on both sides of edge b, right and wrong
     g = np.random.default_rng(k)
     conf = [j / k for j in range(k + 1) if j / k >= 0.5]

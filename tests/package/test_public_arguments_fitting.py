@@ -41,11 +41,21 @@ def _values(module):
         ({"x": torch.zeros(4, 3), "y": torch.zeros(4, dtype=torch.long)},
          r"Expected train_loader to be an iterable of \(x, y\) batches, got dict with keys "
          r"\['x', 'y'\]: iterated, it gives its keys, not batches\."),
+        (b"train.csv",
+         r"^Expected train_loader to be an iterable of \(x, y\) batches, got bytes "
+         r"b'train\.csv': iterated, it gives one byte \(an int\) at a time, not batches\. "
+         r"Serve batches: pyrouq\.ArrayLoader\(x, y, batch_size=64\)"),
+        (bytearray(b"train.csv"),
+         r"^Expected train_loader to be an iterable of \(x, y\) batches, got bytearray "
+         r"bytearray\(b'train\.csv'\): iterated, it gives one byte \(an int\) at a time, not "
+         r"batches\. Serve batches: pyrouq\.ArrayLoader\(x, y, batch_size=64\)"),
     ],
+    ids=["str", "dict", "bytes", "bytearray"],
 )  # fmt: skip
-def test_fit_refuses_a_string_or_a_dict_as_train_loader(loader, message):
-    """Both were told "Cannot tell the training-set size N ... Pass num_data=N", which, once
-    followed, led to "batch 1 of epoch 1 is a str"."""
+def test_fit_refuses_a_string_bytes_or_a_dict_as_train_loader(loader, message):
+    """A str and a dict were told "Cannot tell the training-set size N ... Pass num_data=N",
+    which, once followed, led to "batch 1 of epoch 1 is a str"; a bytearray was told to pass
+    num_data=N too (iterated, bytes give ints, not characters)."""
     model, guide = _fitted_pair()
     before = _values(guide)
     with pytest.raises(TypeError, match=message):
@@ -141,27 +151,27 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("call", "message"),
+    ("call", "error", "message"),
     [
-        (lambda: KLWeightedELBO(kl_weight="1"),
+        (lambda: KLWeightedELBO(kl_weight="1"), TypeError,
          r"^Expected kl_weight to be a float >= 0, got '1'\. Pass a number, e\.g\. "
          r"kl_weight=1\.0 \(the exact ELBO\)\.$"),
-        (lambda: KLWeightedELBO(num_particles=0),
+        (lambda: KLWeightedELBO(num_particles=0), ValueError,
          r"^Expected num_particles to be an integer >= 1, got 0\. Pass the number of draws "
          r"from the guide per step, e\.g\. num_particles=1\.$"),
-        (lambda: pyrouq.mcmc(tiny_mlp(), *toy_data(8), 2, 2, 1, max_tree_depth=0),
+        (lambda: pyrouq.mcmc(tiny_mlp(), *toy_data(8), 2, 2, 1, max_tree_depth=0), ValueError,
          r"^Expected max_tree_depth to be a positive integer, got 0\. It caps NUTS's "
          r"trajectory doublings: e\.g\. 10\.$"),
-        (lambda: bayesian(nn.Linear(3, 2), num_data=0),
+        (lambda: bayesian(nn.Linear(3, 2), num_data=0), ValueError,
          r"^Expected num_data to be a positive integer, got 0\. Pass the training-set size N, "
          r"or leave num_data out \(fit\(\) sets it\)\.$"),
-        (lambda: pyrouq.BatchEnsembleMLP(3, 4, 2, num_members=2, num_data=True),
+        (lambda: pyrouq.BatchEnsembleMLP(3, 4, 2, num_members=2, num_data=True), ValueError,
          r"^Expected num_data to be a positive integer, got True\. Pass the training-set size"),
     ],
 )  # fmt: skip
-def test_refusals_that_said_no_fix_now_say_what_to_pass(call, message):
+def test_refusals_that_said_no_fix_now_say_what_to_pass(call, error, message):
     """These said what was expected and what came, but not what to do."""
-    with pytest.raises((TypeError, ValueError), match=message):
+    with pytest.raises(error, match=message):
         call()
 
 

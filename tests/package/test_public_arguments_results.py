@@ -142,7 +142,10 @@ def test_predictions_to_says_a_dtype_name_is_not_a_torch_dtype(make, dtype):
         "names a dtype; pass the torch dtype, torch.float64 (the predictions take "
         "torch.float32 or torch.float64), or a device such as 'cpu' or 'cuda'."
     )
-    assert preds.to(torch.float64).to("cpu").to(torch.device("cpu")) is not preds  # still taken
+    moved = preds.to(torch.float64).to("cpu").to(torch.device("cpu"))  # still taken
+    before, after = (p.probs if isinstance(p, Predictions) else p.loc for p in (preds, moved))
+    assert after.dtype == torch.float64 and after.device.type == "cpu"
+    assert torch.equal(after, before.double())
 
 
 # -- conformal and the set metrics -----------------------------------------------------------
@@ -206,25 +209,15 @@ def test_quantile_and_interval_take_a_level_in_a_0d_numpy_array_as_a_tensor_of_o
     assert float(preds.quantile(np.float32(0.9))[0, 0]) == pytest.approx(a, abs=1e-5)
 
 
-@pytest.mark.parametrize(
-    ("mean", "got", "fix"),
-    [
-        (np.zeros(1), "ndarray", "torch.as_tensor(mean)"),
-        (
-            torch.zeros(1, dtype=torch.bool),
-            "a torch.bool tensor",
-            "a real number, or a tensor of real numbers (a Standardizer's y_mean and y_std)",
-        ),
-    ],
-    ids=["array", "bool-tensor"],
-)
-def test_rescale_refuses_an_array_or_a_bool_tensor_with_what_to_pass(mean, got, fix):
-    # a bool tensor was taken as 0 and 1; an array was refused without saying what to pass
+def test_rescale_refuses_a_bool_tensor_as_the_mean_with_what_to_pass():
+    # a bool tensor was taken as 0 and 1 (an array as the mean: test_predictions_to_and_rescale_
+    # advice.py, which also follows the advice)
     with pytest.raises(TypeError) as info:
-        _gaussian().rescale(mean, 2.0)
+        _gaussian().rescale(torch.zeros(1, dtype=torch.bool), 2.0)
     assert str(info.value) == (
-        "Expected rescale's mean to be a float or a tensor of one value per output, got "
-        f"{got}; pass {fix}."
+        "Expected rescale's mean to be a float or a tensor of one value per output, got a "
+        "torch.bool tensor; pass a real number, or a tensor of real numbers (a Standardizer's "
+        "y_mean and y_std)."
     )
 
 

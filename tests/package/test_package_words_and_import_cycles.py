@@ -1,9 +1,9 @@
-"""Review of the self-review's words helpers and of the predictions' ``to()``: a Gaussian
-predictions' ``to()`` takes what ``Predictions.to()`` takes, a dtype given as a string is told as
-one, a loader's input tensor inside a 1-tuple is not told of "other inputs", "an" before an
-UninitializedParameter; and what stays as it was: the wrapper's words (now from one constant),
-the default number of draws read at predict()'s call, every form of fit()'s BatchNorm refusal put
-in the command's words."""
+"""The package's words helpers, each module imported first, and the predictions' ``to()``: a
+Gaussian predictions' ``to()`` takes what ``Predictions.to()`` takes, a dtype given as a string
+is told as one, a loader's input tensor inside a 1-tuple is not told of "other inputs", "an"
+before an UninitializedParameter; and what stays as it was: the wrapper's words (now from one
+constant), the default number of draws read at predict()'s call, every form of fit()'s
+BatchNorm refusal put in the command's words."""
 
 from __future__ import annotations
 

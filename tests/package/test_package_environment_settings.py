@@ -160,6 +160,12 @@ def test_a_plate_around_mcmc_is_refused_as_around_fit():
         "mcmc() got BayesianNetwork called inside pyro.plate('outer', 3, dim=-1), expected no "
         "plate around the call: the model observes its targets inside a plate of its own"
     )
+    # mcmc() minimises no loss: the plate would multiply the log density NUTS samples
+    assert str(info.value).endswith(
+        "which a plate around it duplicates, collides with or broadcasts the weights over "
+        "(multiplying the log density). Call mcmc() outside the plate; to weigh the log "
+        "density, put pyro.poutine.scale(scale=...) around the call instead."
+    )
 
 
 def test_chains_under_a_pyro_handler_run_here_where_they_see_it(monkeypatch):

@@ -1,7 +1,7 @@
-"""The edges of the settings test_package_hostile_settings.py covers: a Pyro trace around
-fit() and mcmc() kept from the sample sites by a poutine.block() between them, a plate around
-mcmc() (which has a log density, no loss), a process whose stderr is closed or detached, and
-train_test_split() under a default device other than the CPU."""
+"""The edges of the settings test_package_environment_settings.py covers: a Pyro trace around
+fit() and mcmc() kept from the sample sites by a poutine.block() between them, a process whose
+stderr is closed or detached, and train_test_split() and adaptive conformal scores under a
+default device other than the CPU."""
 
 from __future__ import annotations
 
@@ -69,18 +69,6 @@ def test_a_block_letting_observed_sites_through_still_leaves_the_trace_refused()
     with pytest.raises(ValueError, match=r"^mcmc\(\) was called inside pyro\.poutine\.trace"):
         with pyro.poutine.trace(), pyro.poutine.block(hide_types=["sample"]):
             _run("mcmc", **QUIET)
-
-
-def test_a_plate_around_mcmc_names_its_log_density_not_a_loss():
-    """mcmc() minimises no loss: the plate would multiply the log density NUTS samples."""
-    x, y = toy_data(24)
-    with pytest.raises(ValueError) as info, pyro.plate("outer", 3):
-        pyrouq.mcmc(pyrouq.bayesian(_net()), x, y, num_samples=2, warmup_steps=2, **QUIET)
-    assert str(info.value).endswith(
-        "which a plate around it duplicates, collides with or broadcasts the weights over "
-        "(multiplying the log density). Call mcmc() outside the plate; to weigh the log "
-        "density, put pyro.poutine.scale(scale=...) around the call instead."
-    )
 
 
 def _closed() -> io.TextIOWrapper:
