@@ -12,6 +12,7 @@ from pyro.poutine.messenger import Messenger
 from torch import nn
 from torch.distributions import constraints
 
+from pyrouq import GaussianPredictions, Predictions
 from pyrouq.models import BayesianMLP
 
 
@@ -300,3 +301,18 @@ class NoisyMLP(BayesianMLP):
             pyro.deterministic("logits", logits)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
         return logits
+
+
+def toy_class_predictions(n=20, s=3, c=3):
+    """Predictions of ``s`` random draws over ``n`` inputs of ``c`` classes (labels n % c)."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(s, n, c, generator=g), -1)
+    return Predictions(probs, torch.arange(n) % c)
+
+
+def toy_gaussian_predictions(n=20, d=1):
+    """GaussianPredictions of 3 random draws over ``n`` inputs of ``d`` outputs."""
+    g = torch.Generator().manual_seed(1)
+    loc = torch.randn(3, n, d, generator=g)
+    scale = torch.rand(3, n, d, generator=g) + 0.5
+    return GaussianPredictions(loc, scale, torch.randn(n, d, generator=g))

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from _toy import toy_class_predictions, toy_gaussian_predictions
 
 from pyrouq import (
     ArrayLoader,
-    GaussianPredictions,
     Predictions,
     Standardizer,
     class_conditional_coverage,
@@ -22,20 +22,6 @@ from pyrouq import (
     save_figures,
     temperature_scale,
 )
-
-
-def _classes(n=20, s=3, c=3):
-    g = torch.Generator().manual_seed(0)
-    probs = torch.softmax(torch.randn(s, n, c, generator=g), -1)
-    return Predictions(probs, torch.arange(n) % c)
-
-
-def _gaussian(n=20, d=1):
-    g = torch.Generator().manual_seed(1)
-    loc = torch.randn(3, n, d, generator=g)
-    scale = torch.rand(3, n, d, generator=g) + 0.5
-    return GaussianPredictions(loc, scale, torch.randn(n, d, generator=g))
-
 
 # -- Standardizer made by hand, and its transform ----------------------------------------------
 
@@ -99,7 +85,9 @@ def test_standardizer_transform_refuses_x_and_y_of_other_examples():
 # -- the predictions' to() -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [_classes, _gaussian], ids=["Predictions", "Gaussian"])
+@pytest.mark.parametrize(
+    "make", [toy_class_predictions, toy_gaussian_predictions], ids=["Predictions", "Gaussian"]
+)
 def test_predictions_to_refuses_a_device_name_torch_does_not_know(make):
     # torch's "Expected one of cpu, cuda, ipu, ... device type at start of device string"
     preds = make()
@@ -112,7 +100,9 @@ def test_predictions_to_refuses_a_device_name_torch_does_not_know(make):
     assert str(info.value).endswith("). Pass device='cpu' or leave it out.")
 
 
-@pytest.mark.parametrize("make", [_classes, _gaussian], ids=["Predictions", "Gaussian"])
+@pytest.mark.parametrize(
+    "make", [toy_class_predictions, toy_gaussian_predictions], ids=["Predictions", "Gaussian"]
+)
 def test_predictions_to_refuses_the_meta_device_before_copying(make):
     # torch's "Tensor.item() cannot be called on meta tensors", from the copy's own checks
     preds = make()
@@ -128,11 +118,13 @@ def test_predictions_to_refuses_the_meta_device_before_copying(make):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_predictions_to_cuda_without_a_gpu_is_refused_in_words():
     with pytest.raises(ValueError, match=r"^Predictions\.to\(\): torch cannot use "):
-        _classes().to("cuda")
+        toy_class_predictions().to("cuda")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, "float64"], ids=["numpy", "name"])
-@pytest.mark.parametrize("make", [_classes, _gaussian], ids=["Predictions", "Gaussian"])
+@pytest.mark.parametrize(
+    "make", [toy_class_predictions, toy_gaussian_predictions], ids=["Predictions", "Gaussian"]
+)
 def test_predictions_to_says_a_dtype_name_is_not_a_torch_dtype(make, dtype):
     preds = make()
     with pytest.raises(TypeError) as info:
@@ -153,7 +145,7 @@ def test_predictions_to_says_a_dtype_name_is_not_a_torch_dtype(make, dtype):
 
 def test_conformal_intervals_of_a_tensor_say_to_wrap_it_not_that_it_is_a_classifiers():
     # "a classifier's predictions get prediction sets from conformal(..., score='lac')"
-    regressor = conformal(_gaussian(), alpha=0.2)
+    regressor = conformal(toy_gaussian_predictions(), alpha=0.2)
     with pytest.raises(TypeError) as info:
         regressor.intervals(torch.zeros(20, 1))
     assert str(info.value) == (
@@ -168,7 +160,7 @@ def test_conformal_intervals_of_a_tensor_say_to_wrap_it_not_that_it_is_a_classif
     ids=["mean_set_size", "class_conditional_coverage"],
 )
 def test_set_metrics_given_intervals_say_how_intervals_are_measured(call):
-    lo, hi = conformal(_gaussian(), alpha=0.2).intervals(_gaussian())
+    lo, hi = conformal(toy_gaussian_predictions(), alpha=0.2).intervals(toy_gaussian_predictions())
     with pytest.raises(TypeError) as info:
         call((lo, hi))
     assert str(info.value) == (
@@ -179,7 +171,7 @@ def test_set_metrics_given_intervals_say_how_intervals_are_measured(call):
 
 
 def test_calibration_given_a_numpy_array_says_to_make_predictions_of_it():
-    preds = _classes()
+    preds = toy_class_predictions()
     with pytest.raises(TypeError) as info:
         temperature_scale(preds.probs.numpy(), preds.targets)
     assert str(info.value) == (
@@ -194,7 +186,7 @@ def test_calibration_given_a_numpy_array_says_to_make_predictions_of_it():
 
 def test_quantile_and_interval_take_a_level_in_a_0d_numpy_array_as_a_tensor_of_one():
     # np.array(0.9) was refused ("got ndarray") where torch.tensor(0.9) was taken
-    preds = _gaussian()
+    preds = toy_gaussian_predictions()
     assert torch.equal(preds.quantile(np.array(0.9)), preds.quantile(0.9))
     lo, hi = preds.interval(np.array([0.5]))
     ref_lo, ref_hi = preds.interval(0.5)
@@ -213,7 +205,7 @@ def test_rescale_refuses_a_bool_tensor_as_the_mean_with_what_to_pass():
     # a bool tensor was taken as 0 and 1 (an array as the mean: test_predictions_to_and_rescale_
     # advice.py, which also follows the advice)
     with pytest.raises(TypeError) as info:
-        _gaussian().rescale(torch.zeros(1, dtype=torch.bool), 2.0)
+        toy_gaussian_predictions().rescale(torch.zeros(1, dtype=torch.bool), 2.0)
     assert str(info.value) == (
         "Expected rescale's mean to be a float or a tensor of one value per output, got a "
         "torch.bool tensor; pass a real number, or a tensor of real numbers (a Standardizer's "

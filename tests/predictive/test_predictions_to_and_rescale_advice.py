@@ -7,24 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _toy import toy_class_predictions, toy_gaussian_predictions
 
-from pyrouq import GaussianPredictions, Predictions, conformal, mean_set_size
+from pyrouq import Predictions, conformal, mean_set_size
 
-
-def _classes(n=20, s=3, c=3):
-    g = torch.Generator().manual_seed(0)
-    probs = torch.softmax(torch.randn(s, n, c, generator=g), -1)
-    return Predictions(probs, torch.arange(n) % c)
-
-
-def _gaussian(n=20, d=1):
-    g = torch.Generator().manual_seed(1)
-    loc = torch.randn(3, n, d, generator=g)
-    scale = torch.rand(3, n, d, generator=g) + 0.5
-    return GaussianPredictions(loc, scale, torch.randn(n, d, generator=g))
-
-
-_MAKERS = pytest.mark.parametrize("make", [_classes, _gaussian], ids=["Predictions", "Gaussian"])
+_MAKERS = pytest.mark.parametrize(
+    "make", [toy_class_predictions, toy_gaussian_predictions], ids=["Predictions", "Gaussian"]
+)
 
 
 # -- to() ------------------------------------------------------------------------------------
@@ -89,7 +78,7 @@ def test_to_a_meta_tensor_is_refused_like_the_meta_device(make):
 
 def test_rescale_of_an_array_advises_a_tensor_that_keeps_its_float64():
     # it advised torch.as_tensor(mean).float(): a mean near 123456 rounded by ~0.004
-    preds = _gaussian()
+    preds = toy_gaussian_predictions()
     mean, std = np.array([123456.789]), np.array([3.0])
     with pytest.raises(TypeError) as info:
         preds.rescale(mean, std)
@@ -114,7 +103,7 @@ def test_rescale_of_an_array_advises_a_tensor_that_keeps_its_float64():
 def test_rescale_of_a_bool_or_complex_tensor_does_not_advise_casting_it(value, got):
     # it advised torch.as_tensor(std).float(): the bool's 0 and 1 the refusal was about
     with pytest.raises(TypeError) as info:
-        _gaussian().rescale(0.0, value)
+        toy_gaussian_predictions().rescale(0.0, value)
     assert str(info.value) == (
         f"Expected rescale's std to be a float or a tensor of one value per output, got {got}; "
         "pass a real number, or a tensor of real numbers (a Standardizer's y_mean and y_std)."
@@ -126,7 +115,7 @@ def test_rescale_of_a_bool_or_complex_tensor_does_not_advise_casting_it(value, g
 
 def test_mean_set_size_of_a_one_tuple_of_sets_does_not_call_it_intervals():
     # `sets = predictor.predict_sets(preds),` (a trailing comma) was told it held intervals
-    preds = _classes()
+    preds = toy_class_predictions()
     sets = conformal(preds, alpha=0.2).predict_sets(preds)
     with pytest.raises(TypeError) as info:
         mean_set_size((sets,))
