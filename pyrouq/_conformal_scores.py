@@ -388,7 +388,7 @@ def check_thresholds(threshold: object, score: str) -> Tensor:
     intervals, ``lo > hi``)."""
     values = threshold
     if isinstance(threshold, (list, tuple)):
-        values = torch.as_tensor(threshold, dtype=torch.float64)
+        values = torch.as_tensor(threshold, dtype=torch.float64, device="cpu")
     if not isinstance(values, Tensor) or not values.is_floating_point() or values.dim() != 1:
         got = (
             f"shape {tuple(values.shape)}, dtype {values.dtype}"

@@ -65,8 +65,9 @@ def class_conditional_coverage(sets: Tensor, targets: Tensor) -> Tensor:
     sets = _sets(sets)
     y = _labels_of(sets, targets, "class_conditional_coverage()")
     hit = sets.gather(1, y[:, None])[:, 0].double()
-    count = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(
+    count = torch.zeros(sets.shape[1], dtype=torch.float64, device="cpu").index_add_(
         0, y.cpu(), torch.ones_like(hit).cpu()
-    )
-    covered = torch.zeros(sets.shape[1], dtype=torch.float64).index_add_(0, y.cpu(), hit.cpu())
+    )  # (counted on the CPU whatever the default device, as the labels are)
+    covered = torch.zeros(sets.shape[1], dtype=torch.float64, device="cpu")
+    covered.index_add_(0, y.cpu(), hit.cpu())
     return covered / count

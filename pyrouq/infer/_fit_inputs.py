@@ -15,6 +15,7 @@ from torch.nn.parameter import is_lazy
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import check_count, check_positive_float, example_sampler
+from pyrouq._words import article
 from pyrouq.infer._training import unbatched_items
 
 
@@ -134,7 +135,10 @@ def check_loader_kind(loader: Any) -> None:
             f"Expected train_loader to be an iterable of (x, y) batches, got {what}. {hint}"
         )
     if isinstance(loader, (torch.Tensor, np.ndarray)):
-        raise TypeError(f"train_loader is a {what} (the inputs alone?), not (x, y) batches. {hint}")
+        raise TypeError(
+            f"train_loader is {article(what)} {what} (the inputs alone?), not (x, y) batches. "
+            f"{hint}"
+        )
     if isinstance(loader, (str, bytes, bytearray, Mapping)):  # (iterated: characters, ints, keys)
         gives = (
             "its keys"
@@ -150,7 +154,8 @@ def check_loader_kind(loader: Any) -> None:
     if isinstance(loader, (tuple, list)):
         if len(loader) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in loader):
             raise TypeError(
-                f"train_loader is a {what} of 2 {type(loader[0]).__name__}s (one (x, y) pair?), "
+                f"train_loader is {article(what)} {what} of 2 {type(loader[0]).__name__}s (one "
+                "(x, y) pair?), "
                 f"not an iterable of (x, y) batches: each would be taken for a batch. {hint}"
             )
     elif not isinstance(loader, data.Dataset) or isinstance(loader, data.IterableDataset):
@@ -163,7 +168,8 @@ def check_loader_kind(loader: Any) -> None:
         return
     if isinstance(label, (int, float, np.number)) or (torch.is_tensor(label) and label.dim() == 0):
         raise TypeError(
-            f"train_loader is a {what} of single examples (its first label is one number): "
+            f"train_loader is {article(what)} {what} of single examples (its first label is "
+            "one number): "
             f"iterated directly, each example would be taken for a batch. {hint}"
         )
 

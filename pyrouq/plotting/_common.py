@@ -313,6 +313,8 @@ def _display_images(
     if norm is not None and nchw.shape[1] == 1:  # numbers, as grey images always were
         out = out * norm[1][0] + norm[0][0]
     elif norm is not None:  # per channel, the last axis
-        scale, shift = (torch.tensor(v, dtype=torch.float32) for v in (norm[1], norm[0]))
+        scale, shift = (
+            torch.tensor(v, dtype=out.dtype, device=out.device) for v in (norm[1], norm[0])
+        )
         out = out * scale + shift
     return out.clamp(0.0, 1.0).numpy()

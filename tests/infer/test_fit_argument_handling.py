@@ -262,11 +262,11 @@ def test_a_plain_network_returning_a_dict_is_told_how_to_wrap_it():
 def test_a_tensor_given_as_the_loader_is_told_to_serve_batches():
     """It was asked for num_data, then refused batch 1 as 'a Tensor'."""
     model = pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(4, 3)))
-    for x in (torch.randn(8, 4), np.zeros((8, 4), dtype=np.float32)):
+    for x, kind in ((torch.randn(8, 4), "a Tensor"), (np.zeros((8, 4), np.float32), "an ndarray")):
         with pytest.raises(TypeError) as info:
             pyrouq.fit(model, pyrouq.mean_field_guide(model), x, epochs=1, progress=False)
         assert str(info.value) == (
-            f"train_loader is a {type(x).__name__} (the inputs alone?), not (x, y) batches. "
+            f"train_loader is {kind} (the inputs alone?), not (x, y) batches. "
             "Serve batches: pyrouq.ArrayLoader(x, y, batch_size=64), or "
             "torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)."
         )

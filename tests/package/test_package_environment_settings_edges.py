@@ -127,3 +127,53 @@ def test_adaptive_conformal_scores_under_a_meta_default_device_are_the_cpus():
     finally:
         torch.set_default_device(None)
     assert torch.equal(got, expected)
+
+
+def _on_meta_default(call):
+    """``call()`` under a meta default device, the default put back after."""
+    torch.set_default_device("meta")
+    try:
+        return call()
+    finally:
+        torch.set_default_device(None)
+
+
+def test_class_conditional_coverage_under_a_meta_default_device_is_the_cpus():
+    """Its counts were zeros of the default device fed CPU indices: index_add() refused."""
+    sets = torch.tensor([[True, False, False], [True, True, False], [False, False, True]])
+    y = torch.tensor([0, 2, 2])
+    got = _on_meta_default(lambda: pyrouq.class_conditional_coverage(sets, y))
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(
+        got, torch.tensor([1.0, float("nan"), 0.5], dtype=torch.float64), equal_nan=True
+    )
+
+
+def test_a_hand_made_regressor_of_a_list_threshold_under_a_meta_default_device():
+    preds = pyrouq.GaussianPredictions(torch.zeros(1, 2, 1), torch.ones(1, 2, 1))
+    reg = _on_meta_default(lambda: pyrouq.ConformalRegressor("abs", 0.1, [2.0]))
+    lo, hi = _on_meta_default(lambda: reg.intervals(preds))
+    assert reg.threshold.device.type == "cpu"
+    assert lo.tolist() == [[-2.0], [-2.0]] and hi.tolist() == [[2.0], [2.0]]
+
+
+def test_a_grid_of_normalised_colour_images_under_a_meta_default_device():
+    """Its per-channel constants were made on the default device, the images on the CPU."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    images = torch.zeros(2, 3, 4, 4)  # black, normalised per channel
+    preds = pyrouq.Predictions.from_probs(torch.full((1, 2, 3), 1 / 3))
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.2, 0.2)
+    figure = _on_meta_default(
+        lambda: pyrouq.plot_image_grid(
+            preds, images, rows=1, cols=2, normalized=True, mean=mean, std=std
+        )
+    )
+    shown = figure.axes[0].images[0].get_array()
+    assert shown.shape == (4, 4, 3) and shown[0, 0].tolist() == pytest.approx(list(mean))
+
+
+def test_an_array_given_as_the_training_batches_is_told_with_an():
+    with pytest.raises(TypeError, match=r"^train_loader is an ndarray \(the inputs alone\?\)"):
+        pyrouq.fit(_net(), None, torch.zeros(4, 3).numpy(), epochs=1, **QUIET)
