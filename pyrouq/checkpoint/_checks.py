@@ -17,6 +17,7 @@ from torch import nn
 
 from pyrouq._numbers import finite_float, shown, tensor_hint
 from pyrouq._util import class_name
+from pyrouq._words import article
 from pyrouq.checkpoint._describe import CheckpointError
 from pyrouq.checkpoint._file import unreadable
 
@@ -120,10 +121,10 @@ def optimizer_state(optimizer: Any) -> Any:
     found = unreadable(state, "optimizer")
     if found:
         raise CheckpointError(
-            f"save(optimizer=) got a state whose {found[0]} is a {found[1]}, which load() would "
-            "refuse to unpickle, as any Python object (it reads back tensors, numbers, strings, "
-            "and lists, tuples and dicts of them). Make it one of those (float(x), x.tolist()), "
-            "or leave optimizer= out."
+            f"save(optimizer=) got a state whose {found[0]} is {article(found[1])} {found[1]}, "
+            "which load() would refuse to unpickle, as any Python object (it reads back "
+            "tensors, numbers, strings, and lists, tuples and dicts of them). Make it one of "
+            "those (float(x), x.tolist()), or leave optimizer= out."
         )
     return state
 

@@ -65,6 +65,9 @@ def test_numpy_numbers_in_an_optimizer_are_saved_as_the_same_python_numbers(tmp_
     ):
         save(tmp_path / "d.pt", model, guide, optimizer=state)
     assert not (tmp_path / "d.pt").exists()
+    state = {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0], "note": object()}]}
+    with pytest.raises(CheckpointError, match=r"\['note'\] is an object, which load\(\)"):
+        save(tmp_path / "e.pt", model, guide, optimizer=state)
 
 
 def test_fit_with_an_optimizer_factory_of_numpy_numbers_writes_a_checkpoint_that_resumes(tmp_path):
