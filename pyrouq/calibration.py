@@ -41,6 +41,7 @@ from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
+from pyrouq._words import CASE, SPACES, name_slip
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
 
@@ -255,12 +256,16 @@ def temperature_scale(
 # --------------------------------------------------------------------------------------------
 
 
+_SCORE_SLIPS = {CASE: "lower case", SPACES: "without surrounding spaces"}
+"""How a score name's slips are told, in this order."""
+
+
 def _score_fix(score: object, task: str) -> str:
     """What to do about a score conformal() does not know for ``task``: the other task's score
     (predictions of the other kind?), the right one in lower case, or leaving it out."""
     scores = {"classification": ("lac", "aps", "raps"), "regression": ("abs", "cqr")}
     other = "regression" if task == "classification" else "classification"
-    text = score.lower() if isinstance(score, str) else None
+    text = score.strip().lower() if isinstance(score, str) else None
     if text in scores[other]:
         kind = "GaussianPredictions" if other == "regression" else "Predictions"
         preds = "Predictions" if other == "regression" else "GaussianPredictions"
@@ -269,8 +274,10 @@ def _score_fix(score: object, task: str) -> str:
             f"{preds}. Pass one of these, or leave score out (its default, "
             f"{scores[task][0]!r})"
         )
-    if text in scores[task]:
-        return f" (lower case): pass score={text!r}"
+    slip = name_slip(score, scores[task]) if isinstance(score, str) else None
+    if slip is not None:  # ("RAPS", "aps "): the name, told how it slipped
+        how = ", ".join(w for s, w in _SCORE_SLIPS.items() if s in slip[1])
+        return f" ({how}): pass score={slip[0]!r}"
     return f". Pass one of these, or leave score out (its default, {scores[task][0]!r})"
 
 

@@ -251,3 +251,21 @@ def test_save_figures_names_the_out_dir_it_cannot_create(tmp_path):
         "write to (created if missing)"
     )
     assert not plt.fignum_exists(fig.number)  # closed all the same
+
+
+@pytest.mark.parametrize(
+    ("score", "how", "meant"),
+    [
+        ("aps ", "without surrounding spaces", "aps"),
+        (" Lac", "lower case, without surrounding spaces", "lac"),
+        ("RAPS", "lower case", "raps"),
+    ],
+)
+def test_conformal_tells_a_score_that_slipped_by_spaces_or_case_how(score, how, meant):
+    # "aps " was told "Pass one of these" as if it were no score at all
+    with pytest.raises(ValueError) as info:
+        conformal(toy_class_predictions(), alpha=0.2, score=score)
+    assert str(info.value) == (
+        f"Unknown score {score!r} for classification: expected 'lac', 'aps' or 'raps' ({how}): "
+        f"pass score={meant!r}."
+    )
