@@ -241,14 +241,17 @@ def temperature_scale(
             d = a + ratio * (b - a)
             fd = _tempered_nll(logp, y, math.exp(d))
     log_t = (a + b) / 2
-    nll_t = _tempered_nll(logp, y, math.exp(log_t))  # a bound as low (an NLL flat at 0 near
+    temperature = math.exp(log_t)
+    nll_t = _tempered_nll(logp, y, temperature)  # a bound as low (an NLL flat at 0 near
     if min(values[0], values[-1]) <= nll_t:  # T = 0.05: every input right) is the minimum
         log_t = lo if values[0] <= values[-1] else hi
+        # the bound itself, as the warning names it (exp(log 20) is 19.999999999999996)
+        temperature = TEMPERATURE_BOUNDS[0] if log_t == lo else TEMPERATURE_BOUNDS[1]
     if min(log_t - lo, hi - log_t) < 1e-3:
         bound = TEMPERATURE_BOUNDS[0] if log_t - lo < hi - log_t else TEMPERATURE_BOUNDS[1]
         # (at 0.05 it told to check the labels, which give T = 20, not an all-right split)
         warnings.warn(bound_warning(bound, TEMPERATURE_BOUNDS, logp, y), stacklevel=2)
-    return TemperatureScaler(math.exp(log_t))
+    return TemperatureScaler(temperature)
 
 
 # --------------------------------------------------------------------------------------------
