@@ -9,6 +9,7 @@ import sys
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -199,10 +200,24 @@ def _last_inside(centre: Tensor, spread: Tensor, threshold: Tensor) -> Tensor:
     return torch.where(finite, inside, start)
 
 
-def _sets(sets: Any) -> Tensor:
+def _sets(sets: Any, intervals: bool = False) -> Tensor:
+    """``sets`` as an ``(N, C)`` boolean tensor, or a clear error; ``intervals``: the caller
+    (coverage()) takes intervals too."""
     if not isinstance(sets, Tensor) or sets.dtype != torch.bool:
-        if isinstance(sets, list):
-            fix = "; for intervals pass the tuple (lo, hi) that intervals() returns."
+        pair = isinstance(sets, (list, tuple)) and len(sets) == 2
+        bounds = pair and all(isinstance(t, Tensor) and t.dtype != torch.bool for t in sets)
+        stacked = isinstance(sets, list) and sets and all(isinstance(t, Tensor) for t in sets)
+        rows = "torch.stack" if stacked else "torch.tensor"  # (of tensors, of lists)
+        if isinstance(sets, list) and intervals:
+            fix = (
+                "; for intervals pass the tuple (lo, hi) that intervals() returns, for sets an "
+                f"(N, C) boolean tensor ({rows}(sets) of a list of rows)."
+            )
+        elif isinstance(sets, list) and not bounds:  # rows ([lo, hi]: told below)
+            fix = (
+                f"; convert a list of boolean rows with {rows}(sets), or make sets with "
+                "conformal(val_preds, val_targets).predict_sets(preds)."
+            )
         elif isinstance(sets, Tensor) and bool(((sets == 0) | (sets == 1)).all()):
             fix = "; convert 0/1 membership indicators with sets.bool()."
         elif isinstance(sets, Tensor):  # probabilities, labels: .bool() would be wrong
@@ -216,7 +231,7 @@ def _sets(sets: Any) -> Tensor:
                 " (predictions, not sets): make sets with conformal(val_preds, val_targets)"
                 ".predict_sets(preds), intervals with .intervals(preds) (a tuple (lo, hi))."
             )
-        elif isinstance(sets, tuple) and len(sets) == 2:  # coverage() reads intervals first
+        elif pair:  # (lo, hi), or [lo, hi] (coverage() reads a tuple as intervals first)
             fix = (
                 "; intervals (lo, hi) have neither a size in classes nor a class: measure them "
                 "with coverage((lo, hi), targets) and their mean width, (hi - lo).mean()."
@@ -355,6 +370,13 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
             f"{where}: expected threshold to be a real number (the largest score a set "
             f"admits; inf admits every class), got {threshold!r}{tensor_hint(threshold)}."
         )
+    if threshold < 0:  # every score is >= 0: 1 - p, a mass, plus RAPS's penalties (lam >= 0)
+        raise ValueError(
+            f"{where}: expected threshold >= 0, got {threshold!r}: every score is at least 0 "
+            "('lac' 1 - p, 'aps' and 'raps' a probability mass, plus penalties), so no class "
+            "is ever within a negative threshold and every set would be empty. conformal() "
+            "makes it from held-out predictions; pass a threshold >= 0 (inf admits every class)."
+        )
     if (penalty := finite_float(lam)) is None or penalty < 0:  # (None: also 10**400)
         raise ValueError(
             f"{where}: expected lam >= 0 (finite), the RAPS penalty per rank, got {shown(lam)}"
@@ -387,6 +409,8 @@ def check_thresholds(threshold: object, score: str) -> Tensor:
     ``"abs"`` at least 0 (a number of standard deviations: a negative one inverts the
     intervals, ``lo > hi``)."""
     values = threshold
+    if isinstance(threshold, np.ndarray) and threshold.dtype.kind in "fiu":  # (as a list)
+        values = torch.tensor(threshold.astype(np.float64), device="cpu")  # (a copy, native)
     if isinstance(threshold, (list, tuple)):
         values = torch.as_tensor(threshold, dtype=torch.float64, device="cpu")
     if not isinstance(values, Tensor) or not values.is_floating_point() or values.dim() != 1:

@@ -34,7 +34,7 @@ def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor)
             )
         y = _interval_targets(targets, lo)
         return float(((y >= lo) & (y <= hi)).double().mean())
-    sets = _sets(sets_or_intervals)
+    sets = _sets(sets_or_intervals, intervals=True)
     y = _labels_of(sets, targets, "coverage()")
     return float(sets.gather(1, y[:, None]).double().mean())
 
