@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from pyrouq._arguments import check_folder
+from pyrouq._words import slip_hint
 
 _BUNDLED_ROOT = Path(__file__).parent / "_data"
 _FILES = {
@@ -126,8 +127,9 @@ def _locate(
     """The split's two files; ``download`` None: the caller has no download option (the
     message then does not offer one)."""
     if split not in _FILES:
+        hint = slip_hint(split, _FILES)
         raise ValueError(
-            f"Unknown split {split!r}: expected 'train' or 'test'. Pass split='train' or "
+            f"Unknown split {split!r}{hint}: expected 'train' or 'test'. Pass split='train' or "
             "split='test'."
         )
     base, origin = _resolve_root(root)

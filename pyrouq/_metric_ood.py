@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import _check_scores, _prepare_probs
+from pyrouq._words import slip_hint
 from pyrouq.uncertainty import decompose, entropy
 
 OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
@@ -50,8 +51,10 @@ def ood_scores(probs: Tensor, score: OODScore = "mutual_information") -> Tensor:
     [0.1, 0.5]
     """
     if score not in _OOD_SCORES:
+        hint = slip_hint(score, _OOD_SCORES)
         raise ValueError(
-            f"Unknown OOD score {score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
+            f"Unknown OOD score {score!r}{hint}; expected one of "
+            f"{', '.join(map(repr, _OOD_SCORES))}."
         )
     p = _prepare_probs(probs)
     if score == "mutual_information":

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
-from pyrouq._words import article
+from pyrouq._words import article, flag_fix
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
@@ -149,7 +149,7 @@ def check_flag(name: str, value: object) -> bool:
         return value
     if isinstance(value, np.bool_):
         return bool(value)
-    raise TypeError(f"Expected {name} to be True or False, got {value!r}.")
+    raise TypeError(f"Expected {name} to be True or False, got {value!r}. {flag_fix(name, value)}")
 
 
 def check_count(name: str, value: object, hint: str = "") -> int:

@@ -1,13 +1,14 @@
 """How messages word what came, the same in every message that says it: :func:`article`,
 "a" or "an" before a class name (an int, a dict, an ndarray), and :func:`name_slip`, which of
 an option's names a string given for it only slipped from (its case, spaces around it, a hyphen
-or a space for ``_``), and how."""
+or a space for ``_``), and how, which :func:`slip_hint` words for the message refusing it."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Collection
 
-__all__ = ["CASE", "JOINS", "SPACES", "article", "name_slip"]
+__all__ = ["CASE", "JOINS", "SPACES", "article", "flag_fix", "name_slip", "slip_hint"]
 
 CASE = "case"
 """A slip of :func:`name_slip`: the name in another case (``"NUTS"``)."""
@@ -50,3 +51,38 @@ def name_slip(
         if slipped
     ]
     return (meant, slips) if meant in names and slips else None
+
+
+_SLIP_WORDS = {
+    CASE: "are lower case",
+    SPACES: "have no spaces around them",
+    JOINS: "join their words with '_'",
+}
+"""How :func:`slip_hint` tells each slip, in this order."""
+
+
+def slip_hint(given: object, names: Collection[str]) -> str:
+    """For the message refusing ``given`` as an option of ``names`` (lower case): where
+    :func:`name_slip` finds the name it slipped from, `` (did you mean 'last_layer'? the names
+    are lower case)``, put after the value shown; else ``""``. The slips of :data:`JOINS` count
+    for names whose words ``_`` joins, not where a name has a hyphen (``"fashion-mnist"``)."""
+    if not isinstance(given, str):
+        return ""
+    slip = name_slip(given, names, joins=not any("-" in name for name in names))
+    if slip is None:
+        return ""
+    meant, slips = slip
+    how = [_SLIP_WORDS[s] for s in slips]
+    told = " and ".join([", ".join(how[:-1]), how[-1]] if len(how) > 1 else how)
+    return f" (did you mean {meant!r}? the names {told})"
+
+
+def flag_fix(name: str, value: object) -> str:
+    """What to pass for the flag ``name`` given ``value``, not True or False: the bool that
+    ``0`` or ``1`` (Python's or numpy's) and ``"true"`` or ``"false"`` (in any case) stand for,
+    else either bool."""
+    if isinstance(value, numbers.Real) and value in (0, 1):
+        return f"Pass {name}={bool(value)}."
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return f"Pass {name}={value.strip().lower() == 'true'}, a bool (not a string)."
+    return f"Pass {name}=True or {name}=False."

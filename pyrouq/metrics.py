@@ -37,6 +37,7 @@ from pyrouq._metric_inputs import (
 from pyrouq._metric_ood import _OOD_SCORES, ood_aupr, ood_auroc, ood_fpr95, ood_scores
 from pyrouq._numbers import is_integer, tensor_hint
 from pyrouq._tables import format_table
+from pyrouq._words import slip_hint
 from pyrouq.uncertainty import decompose
 
 __all__ = [
@@ -393,8 +394,10 @@ def evaluate(
             f"{ood!r}; an OOD score goes fourth, evaluate(predictions, targets, ood, {ood!r})."
         )
     if ood_score is not None and ood_score not in _OOD_SCORES:
+        hint = slip_hint(ood_score, _OOD_SCORES)
         raise ValueError(
-            f"Unknown ood_score {ood_score!r}; expected one of {', '.join(map(repr, _OOD_SCORES))}."
+            f"Unknown ood_score {ood_score!r}{hint}; expected one of "
+            f"{', '.join(map(repr, _OOD_SCORES))}."
         )
     if ood_score is not None and ood is None:
         raise ValueError(

@@ -20,6 +20,7 @@ from torch import Tensor
 from pyrouq._metric_inputs import carried_targets
 from pyrouq._numbers import finite_float, is_array_like, is_one_number, is_real, one_number, shown
 from pyrouq._to_args import device_and_dtype
+from pyrouq._words import slip_hint
 from pyrouq.uncertainty import Decomposition
 
 __all__ = [
@@ -200,10 +201,11 @@ class GaussianPredictions:
         ``measure`` is there for the signature of :meth:`Predictions.uncertainty`; the variance
         is the one measure of a regression's draws."""
         if measure != "variance":
+            why = slip_hint(measure, ("variance",))  # (did you mean 'variance'? ...)
+            why = why or " (entropy and zero-one loss are classification measures)"
             raise ValueError(
                 f"GaussianPredictions decompose the predictive variance only, got measure="
-                f"{measure!r} (entropy and zero-one loss are classification measures). Call "
-                "uncertainty() or uncertainty('variance')."
+                f"{measure!r}{why}. Call uncertainty() or uncertainty('variance')."
             )
         aleatoric = self.aleatoric_variance.sum(-1)
         epistemic = self.epistemic_variance.sum(-1)

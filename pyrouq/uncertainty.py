@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._numbers import is_integer, is_real, tensor_hint
+from pyrouq._words import slip_hint
 
 __all__ = [
     "Decomposition",
@@ -349,8 +350,9 @@ def _check_probs(
 
 def _check_measure(measure: object) -> None:
     if measure not in _MEASURES:
+        hint = slip_hint(measure, _MEASURES)
         raise ValueError(
-            f"Unknown measure {measure!r}; expected one of {', '.join(map(repr, _MEASURES))}."
+            f"Unknown measure {measure!r}{hint}; expected one of {', '.join(map(repr, _MEASURES))}."
         )
 
 

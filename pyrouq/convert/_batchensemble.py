@@ -18,6 +18,7 @@ from pyrouq._param_store import (
     register_children,
 )
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
+from pyrouq._words import slip_hint
 from pyrouq.convert._conversion_warnings import CALLER, warn_bilinear, warn_kept_tied
 from pyrouq.convert._copying import NamedInStore, copy_network, hook_fix, weight_hooks
 from pyrouq.convert._select import (
@@ -46,8 +47,9 @@ Norms = Literal["shared", "per_member"]
 
 def _check_norms(norms: object) -> None:
     if norms not in ("shared", "per_member"):
+        hint = slip_hint(norms, ("shared", "per_member"))
         raise ValueError(
-            f"Unknown norms {norms!r}: expected 'shared' (one normalisation layer for all "
+            f"Unknown norms {norms!r}{hint}: expected 'shared' (one normalisation layer for all "
             "members, BatchNorm statistics over the folded batch) or 'per_member' (a copy per "
             "member, statistics over that member's rows)."
         )

@@ -27,6 +27,7 @@ from pyrouq._util import (
     innermost_distribution,
     warn_caller,
 )
+from pyrouq._words import slip_hint
 from pyrouq.convert._hints import (
     LINEAR_TYPES,
     WEIGHTED_TYPES,
@@ -137,8 +138,9 @@ def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
         return chosen
     if isinstance(select, str):
         if select != "last_layer":
+            hint = slip_hint(select, ("last_layer",))
             raise ValueError(
-                f"Unknown select {select!r}: expected None (every Linear and convolution), "
+                f"Unknown select {select!r}{hint}: expected None (every Linear and convolution), "
                 "'last_layer', a list of module names or prefixes, or a callable "
                 "(name, param) -> bool. For one module, pass a list: select=[name]."
             )

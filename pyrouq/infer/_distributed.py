@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyrouq._util import ShardedOrder, example_sampler, len_or, warn_caller
+from pyrouq._words import slip_hint
 from pyrouq.infer._fit_inputs import unsharded_loader_message
 from pyrouq.infer._rank_models import model_summary, models_differ
 
@@ -497,8 +498,9 @@ def draws_option(option: str, group: Group, seed: int | None) -> bool:
     gradient equivalence in the tests). fit() calls it inside its set-up's :func:`together`,
     so a refusal on one rank stops every rank."""
     if option not in ("independent", "identical"):
+        hint = slip_hint(option, ("independent", "identical"))
         raise ValueError(
-            f"Unknown distributed_draws {option!r}: expected 'independent' (each rank a "
+            f"Unknown distributed_draws {option!r}{hint}: expected 'independent' (each rank a "
             "particle, the default) or 'identical' (every rank the same draws)."
         )
     if option == "identical" and group.active and seed is None:

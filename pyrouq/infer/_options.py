@@ -16,7 +16,7 @@ from torch import nn
 from pyrouq._numbers import is_real
 from pyrouq._signatures import not_callable_as
 from pyrouq._util import warn_caller
-from pyrouq._words import CASE, JOINS, SPACES, name_slip
+from pyrouq._words import slip_hint
 from pyrouq.infer._adam import Adam
 
 WARMUP_FRACTION = 0.2
@@ -196,12 +196,6 @@ LR_SCHEDULES = {
 """fit()'s learning-rate schedules, each glossed (fit() compares ranks' schedules by their index
 here)."""
 
-_SCHEDULE_SLIPS = {
-    CASE: "are lower case",
-    SPACES: "have no spaces around them",
-    JOINS: "join their words with '_'",
-}
-
 
 def check_lr_schedule(lr_schedule: Any) -> None:
     """Refuse an ``lr_schedule`` that is none of :data:`LR_SCHEDULES`, naming them; a name of
@@ -212,14 +206,7 @@ def check_lr_schedule(lr_schedule: Any) -> None:
         return
     named = isinstance(lr_schedule, str) or lr_schedule is None
     came = repr(lr_schedule) if named else f"of type {type(lr_schedule).__name__}"
-    hint, slip = "", None
-    if isinstance(lr_schedule, str):
-        slip = name_slip(lr_schedule, LR_SCHEDULES, joins=True)
-    if slip is not None:
-        meant, slips = slip
-        how = [_SCHEDULE_SLIPS[s] for s in slips]
-        told = " and ".join([", ".join(how[:-1]), how[-1]] if len(how) > 1 else how)
-        hint = f" (did you mean {meant!r}? the names {told})"
+    hint = slip_hint(lr_schedule, LR_SCHEDULES)
     names = ", ".join(f"{name!r} ({gloss})" for name, gloss in LR_SCHEDULES.items())
     raise ValueError(
         f"Unknown lr_schedule {came}{hint}: fit() takes one of {names}. Pass one of these "

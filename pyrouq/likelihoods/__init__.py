@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
+from pyrouq._words import slip_hint
 from pyrouq.likelihoods._base import Likelihood
 from pyrouq.likelihoods._categorical import Categorical
 from pyrouq.likelihoods._gaussian import NOISE_SITE as NOISE_SITE
@@ -53,8 +54,9 @@ def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
         )
     name = spec.get("name") if isinstance(spec, dict) else spec
     if not isinstance(name, str) or name not in _LIKELIHOODS:
+        hint = slip_hint(name, _LIKELIHOODS)
         raise ValueError(
-            f"Unknown likelihood {spec!r}: expected one of {sorted(_LIKELIHOODS)} or a "
+            f"Unknown likelihood {spec!r}{hint}: expected one of {sorted(_LIKELIHOODS)} or a "
             "pyrouq.likelihoods.Likelihood instance (e.g. pyrouq.likelihoods.Gaussian(0.5))."
         )
     if isinstance(spec, dict) and name == "gaussian":

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, is_real, one_number
 from pyrouq._util import support_of
+from pyrouq._words import slip_hint
 from pyrouq.likelihoods._base import (
     Likelihood,
     along_inputs,
@@ -115,8 +116,9 @@ class Gaussian(Likelihood):
             self.noise_prior = _site_prior(scale, NOISE_SITE, scale.batch_shape, None)
         elif isinstance(scale, str):
             if scale not in ("learned", "heteroscedastic"):
+                hint = slip_hint(scale, ("learned", "heteroscedastic"))
                 raise ValueError(
-                    f"Unknown noise scale {scale!r}: expected a float > 0, 'learned', "
+                    f"Unknown noise scale {scale!r}{hint}: expected a float > 0, 'learned', "
                     "'heteroscedastic' or a pyro.distributions prior such as HalfNormal(1.0)."
                 )
             self.mode = scale

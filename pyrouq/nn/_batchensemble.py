@@ -24,6 +24,7 @@ from pyrouq.nn._batchensemble_checks import (
     _check_factors_held,
     _check_members,
     _check_sizes,
+    _refuse_unknown,
     _settings_given,
 )
 from pyrouq.nn._checks import _SPATIAL, check_ensemble_input
@@ -238,7 +239,9 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
         s_mean: float = 1.0,
         s_std: float = 0.5,
         base: nn.modules.conv._ConvNd | None = None,
+        **unknown: Any,
     ):
+        _refuse_unknown(type(self).__name__, self._base_type, unknown)
         super().__init__()
         given = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups,
                  "padding_mode": padding_mode}  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
@@ -9,9 +10,16 @@ from torch import nn
 
 from pyrouq._numbers import finite_float, is_integer, shown
 from pyrouq._util import check_count, check_int
+from pyrouq._words import slip_hint
 
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
 """The convolution settings a BatchEnsemble convolution passes on to the torch layer it builds."""
+
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+"""torch's convolution padding modes (a transposed convolution takes ``"zeros"`` alone)."""
+
+_FACTOR_OPTIONS = ("init", "r_mean", "r_std", "s_mean", "s_std", "base")
+"""The keywords of a BatchEnsemble convolution beside the settings of torch's layer."""
 
 _CONV_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "padding_mode": "zeros",
                   "output_padding": 0}  # fmt: skip
@@ -62,13 +70,22 @@ def _check_conv_args(
             "channels: groups must divide both. Pass groups=1 for a dense convolution, or "
             "groups=in_channels for a depthwise one."
         )
+    transposed = issubclass(base_type, nn.modules.conv._ConvTransposeNd)
+    mode = settings.get("padding_mode", "zeros")
+    modes = ("zeros",) if transposed else _PADDING_MODES
+    if not isinstance(mode, str) or mode not in modes:  # (torch: "unhashable type: 'list'")
+        raise ValueError(
+            f"Expected {name}'s padding_mode to be "
+            + (" or ".join(map(repr, modes)) if len(modes) < 3 else f"one of {modes}")
+            + f", got {mode!r}{slip_hint(mode, modes)}. Pass e.g. padding_mode='zeros'"
+            + (" (a transposed convolution pads with zeros only)." if transposed else ".")
+        )
     dims = next(  # (a subclass of torch's layer keeps its dims)
         d for d, kinds in _CONV_DIMS.items() if issubclass(base_type, kinds)
     )
     for key, minimum, example in (("kernel_size", 1, 3), ("stride", 1, 1), ("dilation", 1, 1),
                                   ("padding", 0, 1), ("output_padding", 0, 1)):  # fmt: skip
         value = kernel_size if key == "kernel_size" else settings.get(key, _CONV_DEFAULTS[key])
-        transposed = issubclass(base_type, nn.modules.conv._ConvTransposeNd)
         if key == "padding" and isinstance(value, str) and not transposed:
             continue  # torch's to check; a transposed convolution would take "same" as 4 ints
         values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
@@ -79,10 +96,37 @@ def _check_conv_args(
             )
 
 
+def _refuse_unknown(name: str, base_type: type, unknown: dict[str, Any]) -> None:
+    """Refuse keywords a BatchEnsemble convolution does not take, naming the layer ``name`` (not
+    the private class whose ``__init__`` Python's own TypeError named) and what it takes."""
+    if not unknown:
+        return
+    transposed = issubclass(base_type, nn.modules.conv._ConvTransposeNd)
+    settings = (*_CONV_SETTINGS, "output_padding") if transposed else _CONV_SETTINGS
+    factors, torch_name = _FACTOR_OPTIONS[:-1], base_type.__name__
+    known = (*settings, *_FACTOR_OPTIONS)
+    close = [m for k in unknown if k != "bias" for m in difflib.get_close_matches(k, known, 1)]
+    others = any(k != "bias" for k in unknown)
+    fix = f" Did you mean {' or '.join(map(repr, close))}?" if close else " Leave them out."
+    fix = fix if others else ""
+    if "bias" in unknown:  # torch's layers take one
+        fix += (
+            " Every member has biases of its own (from 0 where base has none), so there is no "
+            "bias= to set: leave it out."
+        )
+    raise TypeError(
+        f"{name} got the keyword argument(s) {', '.join(map(repr, unknown))}, which it does not "
+        f"take: beside the channels, kernel_size and num_members it takes {torch_name}'s "
+        f"settings ({', '.join(settings)}), the factor options ({', '.join(factors)}) and base "
+        f"(a {torch_name} to copy).{fix}"
+    )
+
+
 def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_std: float) -> None:
     if init not in ("normal", "random_sign"):
+        hint = slip_hint(init, ("normal", "random_sign"))
         raise ValueError(
-            f"Unknown init {init!r}: expected 'normal' (r ~ N(r_mean, r_std), s ~ N(s_mean, "
+            f"Unknown init {init!r}{hint}: expected 'normal' (r ~ N(r_mean, r_std), s ~ N(s_mean, "
             "s_std)) or 'random_sign' (entries +-1)."
         )
     for name, value in (("r_std", r_std), ("s_std", s_std)):
