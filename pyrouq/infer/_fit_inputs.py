@@ -14,7 +14,7 @@ from torch.nn.parameter import is_lazy
 
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._numbers import is_real, tensor_hint
-from pyrouq._util import check_count, check_positive_float, example_sampler
+from pyrouq._util import check_count, check_positive_float, example_sampler, warn_caller
 from pyrouq._words import article
 from pyrouq.infer._training import unbatched_items
 
@@ -199,6 +199,37 @@ def num_examples(loader: Iterable) -> int | None:
     if isinstance(sampler, torch.utils.data.SubsetRandomSampler):
         return len(sampler)
     return dataset_size(loader)
+
+
+def warn_num_data_below(num_data: int, loader: Iterable) -> None:
+    """Warn of ``fit(num_data=N)`` below the examples the loader counts (:func:`num_examples`):
+    the likelihood is then scaled as if the data were N examples, and weighs that many times
+    less against the KL (on purpose, perhaps: a subsample standing for a smaller set)."""
+    count = num_examples(loader)
+    if count is not None and num_data < count:
+        warn_caller(
+            f"fit(num_data={num_data}) is below the {count} examples of train_loader's "
+            f"dataset: the likelihood is scaled by N/B as if the training set were {num_data} "
+            f"examples, so the data weigh {count / num_data:.3g} times less against the KL than "
+            f"they would with N = {count}. Pass num_data={count}, or leave it out (fit() reads "
+            "it from the loader); keep it only if the loader draws from a larger set on purpose."
+        )
+
+
+def refuse_batch_above_n(y: Any, num_data: int, loader: Any, epoch: int, step: int) -> None:
+    """Refuse a batch of B > N examples: its likelihood's scale N/B is below 1, and a batch
+    drawn without replacement holds at most N (a sampler drawing with replacement may hold
+    more, and is let be)."""
+    size = y.shape[0] if isinstance(y, torch.Tensor) and y.dim() else None
+    if size is None or size <= num_data or getattr(example_sampler(loader), "replacement", False):
+        return
+    raise ValueError(
+        f"fit(): batch {step} of epoch {epoch} holds {size} examples, more than N = {num_data}, "
+        f"the training-set size (num_data): the likelihood's scale N/B = {num_data}/{size} is "
+        "below 1, though a training set of N examples has no batch of more than N. Pass "
+        "num_data=N, the number of training examples, or leave it out for a loader with a sized "
+        "dataset; for the per-example loss mean CE + k * KL, keep N and pass kl_weight=k * N."
+    )
 
 
 class ReadAhead:

@@ -26,7 +26,7 @@ from pyrouq._util import (
 )
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import _empty_guide
-from pyrouq.infer._fit_inputs import no_batches_message
+from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
 from pyrouq.infer._options import base_lr, callback_note, lr_factor
 from pyrouq.infer._resume_warnings import warn_of_changes
 from pyrouq.infer._site_kl import check_float16_gradients
@@ -418,6 +418,7 @@ class Loop:
                             x, y = unpack_batch(batch, epoch, step)
                             if self.check_batches:
                                 check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
+                            refuse_batch_above_n(y, self.num_data, self.loader, epoch, step)
                             x = model_input(
                                 x.to(self.device, non_blocking=True), self.model, "fit()"
                             )

@@ -43,6 +43,7 @@ from pyrouq.infer._fit_inputs import (
     num_examples,
     refuse_inference_tensors,
     warn_lr_beside_optim,
+    warn_num_data_below,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
 from pyrouq.infer._options import (
@@ -228,7 +229,9 @@ def fit(
         Training-set size N; default ``len(train_loader.dataset)`` (the number of indices of
         a ``SubsetRandomSampler``), else the ``num_data`` the model was built with
         (``bayesian(net, num_data=N)``), else the N of the run ``resume_from`` holds: a loader
-        without a sized ``.dataset``, such as a list of batches, needs one of these.
+        without a sized ``.dataset``, such as a list of batches, needs one of these. An N below
+        the dataset's size is warned of; a batch of more than N examples (N/B < 1) is refused,
+        except from a sampler drawing with replacement.
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional
@@ -429,6 +432,7 @@ def fit(
         n: int | None
         if num_data is not None:  # (the N it gives: a count, or refused)
             n = check_int("num_data", num_data, hint=_NUM_DATA)
+            warn_num_data_below(n, train_loader)
         else:
             n = num_examples(train_loader)
         if n is None:  # the N the model was built with (bayesian(net, num_data=N)), or resumed
