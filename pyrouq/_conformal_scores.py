@@ -13,7 +13,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import finite_float, is_array_like, is_integer, is_real, shown, tensor_hint
+from pyrouq._numbers import (
+    check_at_most,
+    finite_float,
+    is_array_like,
+    is_integer,
+    is_real,
+    shown,
+    tensor_hint,
+)
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
 
@@ -387,10 +395,13 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
             f"{where}: expected k_reg, the ranks free of penalty, an integer >= 0, got "
             f"{k_reg!r}{tensor_hint(k_reg)}."
         )
+    check_at_most(f"{where}'s k_reg", int(k_reg), "Pass e.g. k_reg=1.")
     if classes is not None and (not is_integer(classes) or classes < 1):
         raise ValueError(
             f"{where}: expected num_classes to be None or an integer >= 1, got {classes!r}."
         )
+    if classes is not None:
+        check_at_most(f"{where}'s num_classes", int(classes), "Pass the number of classes C.")
 
 
 def check_count(count: object, where: str) -> int | None:
@@ -400,6 +411,8 @@ def check_count(count: object, where: str) -> int | None:
             f"{where}: expected num_calibration, the number of calibration inputs, to be None "
             f"or an integer >= 1, got {count!r}{tensor_hint(count)}."
         )
+    if count is not None:
+        check_at_most(f"{where}'s num_calibration", int(count), "Pass n, or None.")
     return None if count is None else int(count)
 
 

@@ -10,6 +10,10 @@ from typing import Any, TypeGuard
 import numpy as np
 import torch
 
+INT64_MAX = 2**63 - 1
+"""The largest count pyrouq takes (:func:`check_at_most`): torch holds sizes, counts and
+indices as int64, and a larger int is its "Overflow when unpacking long long"."""
+
 
 def is_integer(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an integer number: a Python int or a numpy integer, not a bool."""
@@ -43,6 +47,28 @@ def shown(value: object) -> str:
         sign = "-" if int(value) < 0 else ""
         return f"about {sign}10**{math.floor(math.log10(abs(int(value))))}"
     return repr(value)
+
+
+def check_at_most(name: str, value: int, hint: str = "", maximum: int = INT64_MAX) -> None:
+    """Refuse an int ``value`` past ``maximum``, by default :data:`INT64_MAX` (``10**400``
+    was torch's "Overflow when unpacking long long", or a hang where it counted layers);
+    ``hint`` (what to pass) ends the message."""
+    if value > maximum:
+        bound = "2**63 - 1, torch's largest int64" if maximum == INT64_MAX else f"{maximum}"
+        tail = f" {hint}" if hint else ""
+        raise ValueError(f"Expected {name} to be at most {bound}, got {shown(value)}.{tail}")
+
+
+def check_elements(what: str, sizes: dict[str, int], hint: str) -> None:
+    """Refuse ``sizes`` whose product, the elements of ``what`` (a layer's weight), is past
+    :data:`INT64_MAX`, which no torch tensor holds (torch's "Storage size calculation
+    overflowed", or a layer that took them and failed at its first forward)."""
+    if (elements := math.prod(sizes.values())) > INT64_MAX:
+        product = " x ".join(f"{name} {shown(size)}" for name, size in sizes.items())
+        raise ValueError(
+            f"Expected {what} to hold at most 2**63 - 1 elements (torch's largest int64), got "
+            f"{product} = {shown(elements)}. {hint}"
+        )
 
 
 def tensor_hint(value: object) -> str:

@@ -20,12 +20,13 @@ from torch import Tensor, nn
 
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._input_kind import not_a_tensor
-from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
+from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint
 from pyrouq._words import article, flag_fix
 
 
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int:
-    """``value`` as an int ``>= minimum``, or a ValueError naming ``name``, the bound and ``value``.
+    """``value`` as an int ``>= minimum`` and at most ``2**63 - 1`` (torch's int64), or a
+    ValueError naming ``name``, the bound and ``value``.
 
     ``hint`` (what to do) is appended to the message.
     """
@@ -34,6 +35,7 @@ def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int
         raise ValueError(
             f"Expected {name} to be {expected}, got {value!r}{tensor_hint(value)}.{_space(hint)}"
         )
+    check_at_most(name, int(value), hint)
     return int(value)
 
 
@@ -159,6 +161,7 @@ def check_count(name: str, value: object, hint: str = "") -> int:
             f"Expected {name} to be an integer >= 1, got {value!r}{tensor_hint(value)}."
             f"{_space(hint)}"
         )
+    check_at_most(name, int(value), hint)
     return int(value)
 
 

@@ -37,7 +37,7 @@ from pyrouq._conformal_scores import (
     check_thresholds,
 )
 from pyrouq._metric_inputs import _float64
-from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
+from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
@@ -556,6 +556,7 @@ def conformal(
             f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}"
             f"{tensor_hint(k_reg)}."
         )
+    check_at_most("k_reg", int(k_reg), "Pass e.g. k_reg=1 (a k_reg >= C leaves every rank free).")
     if isinstance(val_preds, GaussianPredictions):
         score = "abs" if score is None else score
         if score not in ("abs", "cqr"):

@@ -35,7 +35,7 @@ from pyrouq._metric_inputs import (
     check_same_draws,
 )
 from pyrouq._metric_ood import _OOD_SCORES, ood_aupr, ood_auroc, ood_fpr95, ood_scores
-from pyrouq._numbers import is_integer, tensor_hint
+from pyrouq._numbers import is_integer, shown, tensor_hint
 from pyrouq._tables import format_table
 from pyrouq._words import slip_hint
 from pyrouq.uncertainty import decompose
@@ -198,7 +198,7 @@ def _check_bins(num_bins: Any) -> int:
     if num_bins > 2**53:
         raise ValueError(
             f"Expected num_bins <= 2**53 (above it, the bins' numbers b and K are not exact "
-            f"in float64), got {num_bins}. The reported figures use {NUM_BINS}."
+            f"in float64), got {shown(num_bins)}. The reported figures use {NUM_BINS}."
         )
     return int(num_bins)
 

@@ -14,6 +14,7 @@ from torch import nn
 
 from pyrouq._engine._cpu_paths import run_children
 from pyrouq._input_kind import not_a_tensor
+from pyrouq._memory import check_fits
 from pyrouq._util import check_int, model_input
 
 __all__ = ["MLP", "LeNet", "ResidualCNN"]
@@ -68,12 +69,30 @@ def _mlp_layers(
     return layers
 
 
+def _mlp_weights(in_features: int, hidden: int, out_features: int, num_hidden: int) -> int:
+    """The weights and biases of an MLP: ``(fan_in + 1) * fan_out`` per linear layer."""
+    if num_hidden == 0:
+        return (in_features + 1) * out_features
+    inner = (num_hidden - 1) * (hidden + 1) * hidden
+    return (in_features + 1) * hidden + inner + (hidden + 1) * out_features
+
+
 class MLP(nn.Sequential):
     """Multilayer perceptron ``in -> hidden (ReLU) x num_hidden -> out`` returning logits.
 
     Layers are named ``flatten, fc1, relu1, ..., fc{num_hidden+1}``. Inputs are
     ``(B, in_features)`` or
     any ``(B, ...)`` holding ``in_features`` values per example (flattened).
+
+    Parameters
+    ----------
+    in_features, hidden_features, out_features : int, default 784, 256 and 10
+        Layer widths, each at least 1 and at most ``2**63 - 1`` (torch's int64).
+    num_hidden : int, default 1
+        Hidden layers, 0 or more. A network whose weights and biases would take more bytes
+        (in torch's default dtype) than the whole memory of torch's default device (the
+        machine's RAM; a GPU's under ``torch.set_default_device("cuda")``) is refused before
+        any layer is built: its layers would otherwise be built one by one until memory ran out.
 
     Examples
     --------
@@ -98,6 +117,11 @@ class MLP(nn.Sequential):
             )
         )
         num_hidden = check_int("num_hidden", num_hidden, minimum=0, hint=_hint("num_hidden", 1))
+        check_fits(  # (before building num_hidden layers one by one)
+            f"MLP({in_features}, {hidden_features}, {out_features}, num_hidden={num_hidden})",
+            _mlp_weights(in_features, hidden_features, out_features, num_hidden),
+            "Pass fewer or narrower hidden layers.",
+        )
         super().__init__(_mlp_layers(in_features, hidden_features, out_features, num_hidden))
         self.in_features = in_features
         self.hidden_features = hidden_features

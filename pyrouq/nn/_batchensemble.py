@@ -5,6 +5,7 @@ convolution layers)."""
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -13,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
-from pyrouq._numbers import is_integer
+from pyrouq._memory import check_fits
+from pyrouq._numbers import check_elements, is_integer
 from pyrouq._util import check_folded_batch
 from pyrouq.nn._batchensemble_checks import (
     _CONV_SETTINGS,
@@ -57,6 +59,9 @@ class _BatchEnsembleLayer(nn.Module):
         s_std: float,
     ) -> None:
         self.num_members = _check_members(num_members)
+        for factor, size in (("r", in_size), ("s", out_size)):  # (M, in) and (M, out)
+            shape = {"num_members": num_members, "features": size}
+            check_elements(f"{type(self).__name__}'s {factor}", shape, "Pass fewer members.")
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         device, dtype = self.weight.device, self.weight.dtype
         if init == "normal":
@@ -149,6 +154,8 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     Parameters
     ----------
     in_features, out_features, num_members : int
+        At least 1; a weight ``(out, in)`` or factors ``(M, in)``, ``(M, out)`` of more than
+        ``2**63 - 1`` elements (torch's int64) are refused.
     init : {"normal", "random_sign"}, default "normal"
         ``"normal"`` draws r ~ N(r_mean, r_std), s ~ N(s_mean, s_std); ``"random_sign"`` +-1.
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
@@ -186,6 +193,8 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
             in_features, out_features = _check_sizes(
                 name, in_features=in_features, out_features=out_features
             )
+            shape = {"out_features": out_features, "in_features": in_features}
+            check_elements(f"{name}'s weight", shape, "Pass smaller sizes.")
             base = nn.Linear(in_features, out_features)
         _check_base_type(type(self).__name__, base, nn.Linear)
         sizes, base_sizes = (in_features, out_features), (base.in_features, base.out_features)
@@ -517,7 +526,8 @@ class BatchEnsembleNorm(nn.Module):
     for BatchNorm, its own batch and running statistics.
 
     What :func:`pyrouq.batchensemble` puts in place of every normalisation layer with
-    ``norms="per_member"``. Each copy starts as a copy of ``norm``.
+    ``norms="per_member"``. Each copy starts as a copy of ``norm``; copies that would take more
+    memory than torch's default device has are refused before the first is made.
 
     Examples
     --------
@@ -541,6 +551,9 @@ class BatchEnsembleNorm(nn.Module):
                 f"{type(norm).__name__}."
             )
         self.num_members = _check_members(num_members)
+        held = sum(t.numel() for t in itertools.chain(norm.parameters(), norm.buffers()))
+        what = f"BatchEnsembleNorm of {self.num_members} members"  # (before copying it M times)
+        check_fits(what, self.num_members * held, "Pass fewer members.")
         self.norms = nn.ModuleList(copy.deepcopy(norm) for _ in range(self.num_members))
         self._member: int | None = None  # set during the engine's member passes
 

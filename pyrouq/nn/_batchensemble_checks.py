@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._numbers import finite_float, is_integer, shown
+from pyrouq._numbers import check_at_most, finite_float, is_integer, shown
 from pyrouq._util import check_count, check_int
 from pyrouq._words import slip_hint
 
@@ -94,6 +94,9 @@ def _check_conv_args(
                 f"Expected {name}'s {key} to be an int >= {minimum} or a tuple of {dims} of "
                 f"them, got {value!r}. Pass e.g. {key}={example}."
             )
+        for v in values:  # (past int64: torch's "Overflow when unpacking long long")
+            if is_integer(v):
+                check_at_most(f"{name}'s {key}", int(v), f"Pass e.g. {key}={example}.")
 
 
 def _refuse_unknown(name: str, base_type: type, unknown: dict[str, Any]) -> None:

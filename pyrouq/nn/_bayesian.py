@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
 from pyrouq._engine._layer_calls import noise_scale
-from pyrouq._numbers import is_integer
+from pyrouq._numbers import check_at_most, check_elements, is_integer
 from pyrouq._util import check_flag, check_held, check_int, check_positive_float
 from pyrouq.nn._checks import check_layer_input
 
@@ -61,6 +61,8 @@ def _conv_pair(
             f"({name[0]}h, {name[0]}w){named}, "
             f"got {value!r}. Pass e.g. {example}."
         )
+    for k in pair:
+        check_at_most(f"BayesianConv2d's {name}", int(k), f"Pass e.g. {example}.")
     return int(pair[0]), int(pair[1])
 
 
@@ -212,6 +214,7 @@ class BayesianLinear(_BayesianLayer):
     Parameters
     ----------
     in_features, out_features : int
+        At least 1; a weight of more than ``2**63 - 1`` elements (torch's int64) is refused.
     prior_scale : float, default 1.0
         Standard deviation of the Normal prior on every weight and bias.
     local_reparameterization : bool, default False
@@ -250,6 +253,11 @@ class BayesianLinear(_BayesianLayer):
         self.in_features = in_features
         self.out_features = out_features
         self.weight_shape = (out_features, in_features)
+        check_elements(  # (else refused at the first forward, by torch)
+            "BayesianLinear's weight",
+            {"out_features": out_features, "in_features": in_features},
+            "Pass smaller sizes.",
+        )
         self.bias_shape = (out_features,)
         self._init_prior(prior_scale, local_reparameterization)
 
@@ -291,7 +299,8 @@ class BayesianConv2d(_BayesianLayer):
     ----------
     in_channels, out_channels : int
     kernel_size : int or (int, int)
-        A square ``k`` or a ``(kh, kw)`` kernel.
+        A square ``k`` or a ``(kh, kw)`` kernel. A weight of more than ``2**63 - 1`` elements
+        (torch's int64) is refused.
     stride, padding : int or (int, int), default 1 and 0
         Each ``>= 1`` and ``>= 0``; ``padding`` may also be ``"same"`` (stride 1) or
         ``"valid"``, as for ``torch.nn.functional.conv2d``.
@@ -349,6 +358,12 @@ class BayesianConv2d(_BayesianLayer):
                 "for stride 1 only. Pass stride=1, or padding as ints."
             )
         self.weight_shape = (out_channels, in_channels, *self.kernel_size)
+        kernel = dict(zip(("kernel_height", "kernel_width"), self.kernel_size, strict=True))
+        check_elements(  # (else refused at the first forward, by torch)
+            "BayesianConv2d's weight",
+            {"out_channels": out_channels, "in_channels": in_channels, **kernel},
+            "Pass fewer channels or a smaller kernel.",
+        )
         self.bias_shape = (out_channels,)
         self._init_prior(prior_scale, local_reparameterization)
 
