@@ -1,6 +1,6 @@
 """Arguments past their bounds: counts past torch's int64 (``10**400`` was torch's "Overflow
-when unpacking long long", or a hang) and networks that could never fit in memory (built layer
-by layer until it ran out)."""
+when unpacking long long", or a hang), networks that could never fit in memory (built layer by
+layer until it ran out) and image grids far larger than the images."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pyrouq import (
     KLWeightedELBO,
     batchensemble,
     conformal,
+    plot_image_grid,
 )
 from pyrouq.metrics import ece
 from pyrouq.models import MLP, BayesianMLP
@@ -140,3 +141,29 @@ def test_a_huge_number_of_bins_is_shown_short():
     with pytest.raises(ValueError) as err:
         ece(probs, torch.arange(12) % 3, num_bins=10**400)
     assert "got about 10**400. The reported figures use 15" in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# plot_image_grid: a grid far larger than the images
+# --------------------------------------------------------------------------------------------
+
+
+def test_image_grid_far_larger_than_the_images_is_refused():
+    import matplotlib.pyplot as plt
+
+    preds, images = _classes(n=3), torch.rand(3, 1, 28, 28)
+    with pytest.raises(ValueError) as err:
+        plot_image_grid(preds, images, rows=100, cols=100)
+    assert str(err.value) == (
+        "plot_image_grid(): got rows=100 x cols=100 for N=3 inputs, which leaves a whole row "
+        "or column blank: a grid larger than the default 4 x 8 must not (its figure is sized "
+        "to rows x cols). Pass e.g. rows=1, cols=3."
+    )
+    forty = _classes(n=40)
+    with pytest.raises(ValueError, match=r"rows=6 x cols=8 for N=40 .* Pass e.g. rows=5, cols=8"):
+        plot_image_grid(forty, torch.rand(40, 1, 28, 28), rows=6, cols=8)  # row 6 blank
+    # the default 4 x 8 on 3 images, 4 x 4 on 12, and 5 x 8 on 40 are drawn (blank cells kept)
+    for p, n, rows, cols in ((preds, 3, 4, 8), (_classes(n=12), 12, 4, 4), (forty, 40, 5, 8)):
+        fig = plot_image_grid(p, torch.rand(n, 1, 28, 28), rows=rows, cols=cols)
+        assert len(fig.axes[0].images) == n
+        plt.close(fig)
