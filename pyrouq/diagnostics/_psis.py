@@ -45,6 +45,7 @@ from pyrouq.diagnostics._common import (
     check_var_names_kind,
 )
 from pyrouq.diagnostics._replay import _latent_sites, _replayed_draws
+from pyrouq.diagnostics._summary_options import check_summary_options
 
 # --------------------------------------------------------------------------------------------
 # psis_diagnostic()
@@ -493,6 +494,8 @@ def summary(
         Probability mass of the HDI, in (0, 1) (arviz's default, 0.94, when None).
     **kwargs
         Passed on to ``az.summary`` (``round_to``, ``coords``, ...; ``kind`` for MCMC draws).
+        A name ``az.summary`` takes no argument of (by its signature) is refused, as is
+        ``data`` (``idata`` is passed as it).
 
     Returns
     -------
@@ -519,6 +522,7 @@ def summary(
             f"Expected idata to be an arviz.InferenceData, got {type(idata).__name__}; make "
             f"one with to_inference_data{how}."
         )
+    check_summary_options(kwargs, az.summary)
     groups = idata.groups()
     draws = str(idata[groups[0]].attrs.get("draws", "")) if groups else ""
     independent = draws in (GUIDE_DRAWS, ENSEMBLE_MEMBERS)

@@ -1,6 +1,7 @@
 """Arguments past their bounds: counts past torch's int64 (``10**400`` was torch's "Overflow
 when unpacking long long", or a hang), networks that could never fit in memory (built layer by
-layer until it ran out) and image grids far larger than the images."""
+layer until it ran out), image grids far larger than the images and misspelled options of
+``summary()``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import contextlib
 import re
 import signal
 
+import arviz as az
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -22,6 +25,7 @@ from pyrouq import (
     batchensemble,
     conformal,
     plot_image_grid,
+    summary,
 )
 from pyrouq.metrics import ece
 from pyrouq.models import MLP, BayesianMLP
@@ -167,3 +171,41 @@ def test_image_grid_far_larger_than_the_images_is_refused():
         fig = plot_image_grid(p, torch.rand(n, 1, 28, 28), rows=rows, cols=cols)
         assert len(fig.axes[0].images) == n
         plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# summary(**kwargs): names az.summary takes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def idata():
+    draws = np.random.default_rng(0).normal(size=(2, 20, 3))
+    return az.from_dict(posterior={"w": draws})
+
+
+@pytest.mark.parametrize(
+    "options, meant",
+    [
+        ({"round_too": 2}, " (did you mean 'round_to'?)"),
+        ({"Round_To": 2}, " (did you mean 'round_to'?)"),
+        ({"stat-focus": "median"}, " (did you mean 'stat_focus'?)"),
+        ({"zzz": 1}, ""),
+    ],
+)
+def test_summary_refuses_an_option_az_summary_does_not_take(idata, options, meant):
+    (name,) = options
+    with pytest.raises(TypeError) as err:
+        summary(idata, **options)
+    message = str(err.value)
+    assert message.startswith(f"summary() got an unknown option {name!r}{meant}: it passes its")
+    assert "az.summary, which takes filter_vars, fmt, kind, round_to, " in message
+    assert message.endswith(". Pass one of these, or leave it out.")
+
+
+def test_summary_refuses_data_and_takes_real_options(idata):
+    with pytest.raises(TypeError, match=r"summary\(\) got data=, but it passes idata to az"):
+        summary(idata, data=idata)
+    table = summary(idata, round_to=1, kind="stats")
+    means = idata.posterior["w"].values.reshape(-1, 3).mean(0)
+    np.testing.assert_allclose(table["mean"].to_numpy(), np.round(means, 1))

@@ -1,0 +1,41 @@
+"""The options :func:`pyrouq.summary` passes on to ``az.summary``, checked by name first (a
+misspelled one was Python's bare "unexpected keyword argument", naming neither the options
+there are nor the one meant)."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+_OWN = ("data", "var_names", "group", "hdi_prob")
+"""``az.summary``'s arguments that ``summary()`` sets itself (``data`` is its ``idata``)."""
+
+
+def check_summary_options(options: Mapping[str, Any], az_summary: Callable[..., Any]) -> None:
+    """Refuse an option of ``options`` that ``az_summary`` (``arviz.summary``) has no argument
+    for, by its signature (read, so that another arviz version's options hold), asking whether
+    the closest name was meant; ``data=``, which ``summary()`` passes ``idata`` as, too."""
+    try:
+        parameters = inspect.signature(az_summary).parameters
+    except (TypeError, ValueError):  # no signature to read: arviz is left to check
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    if "data" in options:
+        raise TypeError(
+            "summary() got data=, but it passes idata to az.summary as its data: pass the "
+            "InferenceData as idata, the first argument, and leave data= out."
+        )
+    known = [name for name in parameters if name not in _OWN]
+    for name in options:
+        if name in known:
+            continue
+        same = [k for k in known if k.lower() == name.strip().lower().replace("-", "_")]
+        close = same or difflib.get_close_matches(name.lower(), known, n=1)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(
+            f"summary() got an unknown option {name!r}{meant}: it passes its options on to "
+            f"az.summary, which takes {', '.join(known)}. Pass one of these, or leave it out."
+        )
