@@ -226,9 +226,12 @@ def average_gradients(
     flattened into one buffer (a gradient missing on some ranks counts as zeros there; one
     missing on every rank stays missing, ``None``, as in one process, where the optimizer
     leaves such a parameter and its state alone, and as under DDP). A sparse gradient
-    (``nn.Embedding(..., sparse=True)``) is averaged dense and handed back sparse, holding the
-    rows whose mean is not zero, on every rank where it was sparse or missing (for an
-    optimizer of sparse gradients, ``SGD``, ``SparseAdam``, ``Adagrad``).
+    (``nn.Embedding(..., sparse=True)``) is averaged dense and handed back sparse, on every rank
+    where it was sparse or missing (for an optimizer of sparse gradients, ``SGD``,
+    ``SparseAdam``, ``Adagrad``), holding the rows some rank's gradient held (a second, small
+    ``all_reduce``, only where some rank's gradient is sparse): those its batch looked up,
+    zeros included (a masked token's), as one process's gradient holds them: ``SparseAdam``
+    moves such a row on its moments.
     Returns a scalar flag reduced in the same buffer, so that every rank stops at the same step
     (a rank raising alone would leave the others waiting in the next collective): NaN when any
     rank's ``loss`` is not finite, else above 0 when any rank was ``interrupted`` (a Ctrl-C),
@@ -240,11 +243,13 @@ def average_gradients(
         return loss
     present = [p.grad is not None for p in params]
     sparse = [p.grad is not None and p.grad.is_sparse for p in params]
+    looked_up: dict[int, torch.Tensor] = {}  # the rows each sparse gradient holds
     grads = []
-    for p in params:
+    for i, p in enumerate(params):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         elif p.grad.is_sparse:  # one buffer of one size on every rank: dense while averaged
+            looked_up[i] = p.grad._indices()[0]
             p.grad = p.grad.to_dense()
         grads.append(p.grad)
     like, checked = grads[0], any(sparse) or not all(present)
@@ -257,13 +262,48 @@ def average_gradients(
     flag = torch.where(torch.isfinite(loss), float(interrupted), math.nan).to(like).reshape(1)
     _average_in_place([*grads, held, layouts, flag], group)
     if checked:  # which gradients no rank had, which to hand back sparse
-        rows = zip(params, present, sparse, held.tolist(), layouts.tolist(), strict=True)
-        for p, here, was_sparse, anywhere, sparse_somewhere in rows:
+        somewhere = [i for i, n in enumerate(layouts.tolist()) if n > 0]  # alike on every rank
+        kept = _rows_held(params, somewhere, present, looked_up, group) if somewhere else {}
+        rows = zip(params, present, sparse, held.tolist(), strict=True)
+        for i, (p, here, was_sparse, anywhere) in enumerate(rows):
             if not here and anywhere == 0:
                 p.grad = None
-            elif was_sparse or (not here and sparse_somewhere > 0):
-                p.grad = p.grad.to_sparse(sparse_dim=1)  # type: ignore[union-attr]
+            elif was_sparse or (not here and i in kept):
+                p.grad = _sparse_rows(p.grad, kept[i])  # type: ignore[arg-type]
     return flag[0]
+
+
+def _rows_held(
+    params: list[torch.Tensor],
+    which: list[int],
+    present: list[bool],
+    looked_up: dict[int, torch.Tensor],
+    group: Group,
+) -> dict[int, torch.Tensor]:
+    """For each parameter ``params[i]``, ``i`` in ``which`` (those whose gradient is sparse on
+    some rank), whether some rank's gradient held each of its rows (one ``all_reduce`` of the
+    maxima): a rank's sparse gradient holds the rows it lists, a dense one all, a missing one
+    none."""
+    marks = []
+    for i in which:
+        p = params[i]
+        mark = torch.full((p.shape[0],), float(present[i] and i not in looked_up), device=p.device)
+        if i in looked_up:
+            mark[looked_up[i].to(p.device)] = 1.0
+        marks.append(mark)
+    flat = _all_reduce(torch.cat(marks), group, dist.ReduceOp.MAX)
+    kept, offset = {}, 0
+    for i, mark in zip(which, marks, strict=True):
+        kept[i] = flat[offset : offset + mark.numel()] > 0
+        offset += mark.numel()
+    return kept
+
+
+def _sparse_rows(dense: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``dense`` as a sparse gradient holding the rows marked in ``rows`` (zeros included)."""
+    index = rows.nonzero().flatten().to(dense.device)
+    values = dense.index_select(0, index)
+    return torch.sparse_coo_tensor(index.unsqueeze(0), values, dense.shape).coalesce()
 
 
 def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
