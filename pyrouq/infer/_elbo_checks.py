@@ -28,7 +28,7 @@ from pyrouq._own_models import guiding_sites, name_of, observes_something, unobs
 from pyrouq._util import class_name, takes_labels
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._site_checks import check_drawable
-from pyrouq.infer.guide import MeanFieldGuide, check_guide
+from pyrouq.infer.guide import MeanFieldGuide, check_guide, refuse_guide_as_model
 
 try:  # Pyro's private rule of a default poutine.block() (absent: every block is traced)
     from pyro.poutine.block_messenger import _block_fn
@@ -416,6 +416,7 @@ def traced_guide(model: Any, guide: Any) -> Any:
     pyrouq model with latent sites, naming them; a guide
     built for another model (the first differing site named), the model itself, or a
     :class:`MeanFieldGuide` for a model that has no weights to draw are refused."""
+    refuse_guide_as_model(model, _CALLER)  # (with guide=None too: check_guide is not reached)
     latent = getattr(model, "latent_sites", None)
     if guide is None:
         sites = list(latent()) if callable(latent) else []

@@ -182,7 +182,8 @@ class KLWeightedELBO(ELBO):
     with a hide-all ``poutine.block()`` inside it, around the call, is let through.
     :meth:`terms_and_grads` (what :func:`pyrouq.fit` and SVI call) back-propagates several
     weight-sampling particles one at a time, with the same draws and gradients. As in
-    :func:`pyrouq.fit`, a guide built for another model, the model as its own guide, a
+    :func:`pyrouq.fit`, a guide built for another model, the model as its own guide, a guide
+    passed as the model (the two swapped: ``TypeError``), a
     :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a model with
     latent sites, one that observes nothing or a plain torch network are refused (``None`` is
     the guide of a model without latent sites). Traced under Pyro's validation (its default;

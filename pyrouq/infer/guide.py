@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
+from pyro.infer.autoguide import AutoGuide, AutoMessenger
 from torch import nn
 
 from pyrouq._param_store import (
@@ -486,14 +487,38 @@ def mean_field_guide(
 # --------------------------------------------------------------------------------------------
 
 
+_IN_ORDER = {
+    "fit()": "fit(model, guide, train_loader, ...)",
+    "KLWeightedELBO": "elbo.loss(model, guide, x, y), SVI(model, guide, optim, elbo)",
+    "psis_diagnostic()": "psis_diagnostic(model, guide, x, y)",
+    "to_inference_data()": "to_inference_data(model, guide, x, y, ...)",
+}
+"""How each caller of :func:`refuse_guide_as_model` takes the model and its guide."""
+
+
+def refuse_guide_as_model(model: Any, caller: str) -> None:
+    """Refuse a guide (a :class:`MeanFieldGuide`, a Pyro autoguide) passed as the model, the
+    two swapped: it observes nothing, and the model passed as its guide would be replayed on
+    it (``KLWeightedELBO`` and ``psis_diagnostic()`` gave a number under Pyro's warnings, fit()
+    told the guide to observe its targets)."""
+    if isinstance(model, (MeanFieldGuide, AutoGuide, AutoMessenger)):
+        order = _IN_ORDER.get(caller, "the model first, then its guide")
+        raise TypeError(
+            f"{caller} expected the model first, got a guide ({type(model).__name__}) in its "
+            f"place (the model and its guide swapped?). Pass them in order: {order}."
+        )
+
+
 def check_guide(model: Any, guide: Any, caller: str) -> None:
     """Refuse a guide whose sites differ from the latent sites of a pyrouq model.
 
     Decided without drawing for a :class:`MeanFieldGuide` (its sites) and for a Pyro autoguide
     that has been built (its prototype trace); other guides are checked on their draws
     (:func:`check_draws`). The message names the first differing site, in the model's order.
-    A guide that is not callable is refused (but by save(), which names what it can store).
+    A guide that is not callable is refused (but by save(), which names what it can store);
+    so is a guide passed as the model (:func:`refuse_guide_as_model`).
     """
+    refuse_guide_as_model(model, caller)
     if guide is not None and not callable(guide) and caller != "save()":
         raise TypeError(  # (fit() went on to "'str' object is not callable", from its probe)
             f"{caller}: expected the guide to be callable (mean_field_guide(model), a Pyro "
