@@ -145,7 +145,8 @@ def _locate(
         found = [_find(base, folder, n) for n in names]
     for name, path in zip(names, found, strict=True):
         if path is None:
-            expected = _candidates(base, folder, name)[0]
+            where = Path(os.path.abspath(base))  # a relative root, from the working folder
+            expected = _candidates(where, folder, name)[0]
             if origin == "the bundled copy":
                 hint = (
                     f"pyrouq bundles only MNIST and the Fashion-MNIST test split; for the "
@@ -180,7 +181,7 @@ def _locate(
             missing = "" if base.exists() else " That folder does not exist."
             raise FileNotFoundError(
                 f"{folder} {split} file not found: expected {expected} or {expected}.gz "
-                f"(looked under {origin}: {base}).{missing} To fix: {hint}."
+                f"(looked under {origin}: {where}).{missing} To fix: {hint}."
             )
     return found[0], found[1]  # type: ignore[return-value]
 

@@ -137,7 +137,7 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
         )
     flatten = check_flag("flatten", flatten)  # a string such as "no" would flatten
     if images.dim() != 3 or images.shape[0] == 0:
-        fix = _layout_fix(images.shape) or "for one image use images.unsqueeze(0)"
+        fix = _layout_fix(images.shape) or _batch_fix(images.shape)
         raise ValueError(
             f"Expected images of shape (N, H, W) with N >= 1, got shape {tuple(images.shape)}; "
             f"{fix}."
@@ -204,15 +204,15 @@ class TensorLoader(ShardedOrder):
     ``images`` are raw pixel values in 0-255, ``(N, H, W)``, N >= 1 (the uint8 arrays of
     :func:`mnist_arrays`; or rows ``(N, D)`` with ``flatten=True``): every value is divided by
     255, floats too, so pass images already in [0, 1] as ``images * 255`` (or train on them
-    with :class:`~pyrouq.ArrayLoader`); float images with fractional values all within
-    [0, 1] are refused as such, and so are finite values outside [0, 255] (images normalised
-    already); NaN and inf are left to :func:`~pyrouq.fit`, which refuses them before training,
-    naming the examples. ``images`` and ``labels`` must be on one device. Iterating yields
-    ``(x, y)`` with ``x`` float32 of shape ``(B, 1, H, W)`` (or ``(B, H * W)`` with
-    ``flatten=True``) and ``y`` of shape ``(B,)``, in the dtype of ``labels`` (int64 from
-    :func:`mnist_arrays`; :func:`~pyrouq.fit` refuses floats); the last batch may be smaller.
-    Each new iteration draws a new order from the loader's own generator, so a seed fixes the
-    order of every epoch and leaves torch's global RNG alone.
+    with :class:`~pyrouq.ArrayLoader`); float images with values all within [0, 1] (binary
+    ``{0, 1}`` ones too; all 0 aside) are refused as such, and so are finite values outside
+    [0, 255] (images normalised already); NaN and inf are left to :func:`~pyrouq.fit`, which
+    refuses them before training, naming the examples. ``images`` and ``labels`` must be on
+    one device. Iterating yields ``(x, y)`` with ``x`` float32 of shape ``(B, 1, H, W)`` (or
+    ``(B, H * W)`` with ``flatten=True``) and ``y`` of shape ``(B,)``, in the dtype of
+    ``labels`` (int64 from :func:`mnist_arrays`; :func:`~pyrouq.fit` refuses floats); the
+    last batch may be smaller. Each new iteration draws a new order from the loader's own
+    generator, so a seed fixes the order of every epoch and leaves torch's global RNG alone.
 
     Attributes
     ----------
@@ -264,21 +264,27 @@ class TensorLoader(ShardedOrder):
         uncheckable = images.dtype in (torch.uint8, torch.bool) or images.is_complex()
         if images.numel() and not uncheckable:  # (uint8: raw pixels by construction)
             low, high = images.min().item(), images.max().item()
-            if images.is_floating_point() and 0 <= low and high <= 1:
-                if not bool((images == images.round()).all()):
-                    raise ValueError(  # divided by 255 again, they would train near 0
-                        f"TensorLoader: expected raw pixel values in 0-255, got floats in "
-                        f"[{low:.3g}, {high:.3g}], images already scaled to [0, 1], which it "
-                        "would divide by 255 again. Pass images * 255, or train on them as they "
-                        "are with pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
-                    )
+            as_they_are = f"pyrouq.ArrayLoader({'images' if flat else 'images.unsqueeze(1)'}, "
+            # floats in [0, 1], binary {0, 1} too: divided by 255 again, they would train near 0
+            # (all 0: the same either way; a few ulps past 0 or 1: rotated)
+            if images.is_floating_point() and -_SLACK <= low and 0 < high <= 1 + _SLACK:
+                came = f"floats in [{low:.3g}, {high:.3g}], images already scaled to [0, 1]"
+                raw = ""
+                if bool((images == images.round()).all()):
+                    came = "floats that are all 0 or 1, binary images already scaled to [0, 1]"
+                    raw = "; raw pixels of values 0 and 1 (of 255) go in as images.byte()"
+                raise ValueError(
+                    f"TensorLoader: expected raw pixel values in 0-255, got {came}, which it "
+                    "would divide by 255 again. Pass images * 255, or train on them as they "
+                    f"are with {as_they_are}labels, batch_size){raw}."
+                )
             # finite values only: fit() refuses NaN and inf, naming the examples
-            elif -math.inf < low < -_SLACK or 255 + _SLACK < high < math.inf:
+            if -math.inf < low < -_SLACK or 255 + _SLACK < high < math.inf:
                 raise ValueError(  # normalised images would be divided by 255, normalised again
                     f"TensorLoader: expected raw pixel values in 0-255, got values in "
                     f"[{low:.3g}, {high:.3g}]: images normalised already, or pixels of another "
                     "scale. Pass raw 8-bit pixels (e.g. from mnist_arrays), or train on these as "
-                    "they are with pyrouq.ArrayLoader(images.unsqueeze(1), labels, batch_size)."
+                    f"they are with {as_they_are}labels, batch_size)."
                 )
         self.batch_size = check_int("batch_size", batch_size, hint=_BATCH_HINT)
         self.shuffle = check_flag("shuffle", shuffle)
@@ -343,12 +349,35 @@ def _layout_fix(shape: torch.Size) -> str:
     if shape[-1] == 1:  # channels-last grey
         return "drop the channel dim of channels-last images: images[..., 0]"
     last = shape[-1] < shape[1]  # (N, H, W, C): fewer channels than rows, as (N, 28, 28, 2)
+    channels = shape[-1] if last else shape[1]
+    kind = "colour images" if channels == 3 else f"images of {channels} channels"  # not RGB
     return (
-        f"{shape[-1] if last else shape[1]} channels: the MNIST helpers take grey images; "
-        "serve colour images as floats normalised per channel with "
+        f"{channels} channels: the MNIST helpers take grey images; "
+        f"serve {kind} as floats normalised per channel with "
         "pyrouq.ArrayLoader(x, labels, batch_size), x of shape (N, C, H, W)"
         + ("; channels-last ones permuted first, images.permute(0, 3, 1, 2)" if last else "")
     )
+
+
+def _batch_fix(shape: torch.Size) -> str:
+    """What to do with images that are not 4-d where normalize() expects ``(N, H, W)``, N >= 1:
+    one image ``(H, W)`` gains a batch dim; flat rows ``(N, H * W)`` (as ``flatten=True``
+    gives) or one flat image ``(H * W,)`` are reshaped to square images."""
+    if len(shape) == 3:  # (0, H, W)
+        return "pass at least one image"
+    if len(shape) == 2 and shape[0] == shape[1]:
+        return "for one image use images.unsqueeze(0)"
+    side = math.isqrt(shape[-1]) if len(shape) in (1, 2) else 0
+    if len(shape) == 1 and side and side * side == shape[0]:
+        return f"for one flattened image use images.reshape(1, {side}, {side})"
+    if len(shape) == 2 and side and side * side == shape[1]:
+        return (
+            f"for flattened images (rows of {shape[1]} pixels) use images.reshape(-1, {side}, "
+            f"{side}), and flatten=True to get rows back"
+        )
+    if len(shape) == 2:
+        return "reshape flattened images to (N, H, W) first, images.reshape(-1, H, W)"
+    return "pass a batch of grey images, (N, H, W)"
 
 
 _BATCH_HINT = "Pass e.g. batch_size=256."
