@@ -33,6 +33,7 @@ from pyrouq._util import (
     takes_labels,
     warn_caller,
 )
+from pyrouq._words import article
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical, likelihood_of
@@ -79,9 +80,10 @@ def check_arguments(model: Any, guide: Any, parallel: Any, progress: Any) -> Non
         what = "a pyrouq model, an nn.Module or a Pyro model function"
         if name == "guide":
             what = "mean_field_guide(model), a Pyro autoguide or guide function"
+        kind = type(value).__name__
         raise TypeError(
-            f"predict() expects the {name} to be callable ({what}), got a "
-            f"{type(value).__name__}.{first}"
+            f"predict() expects the {name} to be callable ({what}), got {article(kind)} "
+            f"{kind}.{first}"
         )
     take_store_values(model, guide)
 

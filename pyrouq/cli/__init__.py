@@ -294,9 +294,10 @@ def _run_fit(
                     metadata={"config": config},
                     resume_from=checkpoint if args.resume else None,
                 )
-    except TrainingInterrupted as stop:
+    except TrainingInterrupted as stop:  # (step 0: as fit() says it)
+        when = f"after step {stop.step}" if stop.step else "before its first step"
         print(
-            f"\npyrouq: interrupted in epoch {stop.epoch} after step {stop.step}; the partial run "
+            f"\npyrouq: interrupted in epoch {stop.epoch} {when}; the partial run "
             f"is saved at {checkpoint} (resume it: {resume_command(config, out)})",
             file=sys.stderr,
         )

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._param_store import take_store_values
 from pyrouq._runners import typed_by
 from pyrouq._util import (
@@ -142,10 +143,16 @@ def _check_callables(fn: str, model: object, guide: object) -> None:
     take_store_values(model, guide)
 
 
-def _typed(x: Tensor, model: Any, guide: Any) -> Tensor:
+def _typed(x: Tensor, model: Any, guide: Any, fn: str) -> Tensor:
     """Floating inputs in the dtype the model computes in, as predict() casts them: the
     model's parameters', else (every weight a ``PyroSample``, a function) its guide's (float64
-    inputs from numpy met a float32 model's weights in torch's dtype error); others as given."""
+    inputs from numpy met a float32 model's weights in torch's dtype error); others as given,
+    but a network's (an ``nn.Module``'s) integer, bool or complex inputs are refused in
+    ``fn``'s name, as predict() refuses them (not in its class's, from inside its forward),
+    its ``nn.Embedding``'s indices aside."""
+    if isinstance(model, nn.Module) and not x.is_floating_point():
+        if not takes_indices(x, model):
+            raise TypeError(not_floating(x, model, fn))
     dtype = module_dtype(typed_by(model, guide))
     if x.is_floating_point() and dtype is not None and x.dtype != dtype:
         return x.to(dtype)

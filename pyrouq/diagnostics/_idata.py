@@ -279,7 +279,7 @@ def to_inference_data(
             f"It is the number of guide draws S (default {DEFAULT_IDATA_SAMPLES}).",
         )
     device = module_device(model, guide)
-    xd = _typed(x if device is None else x.to(device), model, guide)
+    xd = _typed(x if device is None else x.to(device), model, guide, fn)
     yd = y if device is None else y.to(device)
     posterior_dims: dict[str, list[str]] = {}  # a BatchEnsemble has no posterior
 

@@ -409,7 +409,7 @@ def psis_diagnostic(
     device = module_device(model, guide)
     if device is not None:
         x, y = x.to(device), y.to(device)
-    x = _typed(x, model, guide)
+    x = _typed(x, model, guide, fn)
     log_weights = torch.empty(num_samples, dtype=torch.float64)
     first: dict[str, Tensor] = {}
     with _prepared(model, n):

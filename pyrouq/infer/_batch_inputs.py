@@ -1,7 +1,7 @@
 """fit()'s refusals of training batches whose inputs are not one tensor: several tensors (or
 one inside a tuple), a dict of named inputs (a network of several inputs), or a batch's
-examples left as they came (dicts that a ``collate_fn`` returned as they are), each told what
-to serve instead."""
+examples left as they came (dicts or ``(x, y)`` pairs that a ``collate_fn`` returned as they
+are), each told what to serve instead."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ from typing import Any
 import torch
 
 from pyrouq._input_kind import WRAPPER
+from pyrouq._words import article
 
 
 def refuse_several_inputs(batch: tuple | list, epoch: int, step: int) -> None:
     """A TypeError for the ``(x, y)`` batch whose ``x`` is several tensors (or one in a tuple
-    or list) or a dict of them (or whose two items are examples, dicts with the same keys);
-    nothing for other batches."""
+    or list) or a dict of them (or whose two items are examples, dicts with the same keys or
+    ``(x, y)`` pairs); nothing for other batches."""
     x, y = batch
     where = f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch}"
+    examples = unbatched_examples(batch, epoch, step)  # two examples, not one (x, y)
+    if examples is not None:
+        raise TypeError(examples)
     if isinstance(x, (tuple, list)) and len(x) == 1 and torch.is_tensor(x[0]):
         raise TypeError(  # one input in a tuple: no other inputs to compute or concatenate
             f"{where} is ({type(x).__name__} of 1 tensor, {type(y).__name__}): the input "
@@ -34,9 +38,6 @@ def refuse_several_inputs(batch: tuple | list, epoch: int, step: int) -> None:
         )
     if not isinstance(x, Mapping):
         return
-    examples = unbatched_examples(batch, epoch, step)
-    if examples is not None:
-        raise TypeError(examples)
     # a network of named inputs, {"input_ids": ..., "attention_mask": ...}, whatever y is
     targets = "" if torch.is_tensor(y) else ", and y as one tensor of targets"
     came = f"{type(y).__name__} of {_entries(y)}" if isinstance(y, Mapping) else None
@@ -55,8 +56,19 @@ def _entries(mapping: Mapping) -> str:
 
 def unbatched_examples(batch: Any, epoch: int, step: int) -> str | None:
     """The refusal of a batch that is a list (or tuple) of two or more dicts with the same
-    keys: a batch's examples as they came, not one ``(x, y)`` pair (a ``collate_fn`` that
-    returns its items as they are); None for other batches."""
+    keys, or of ``(x, y)`` examples (:func:`_example_pairs`): a batch's examples as they
+    came, not one ``(x, y)`` pair (a ``collate_fn`` that returns its items as they are);
+    None for other batches."""
+    pairs = _example_pairs(batch)
+    if pairs is not None:
+        return (
+            f"train_loader must yield (x, y) tensor pairs; batch {step} of epoch {epoch} is a "
+            f"{type(batch).__name__} of {pairs}: the examples of a batch as they came, "
+            "uncollated (a collate_fn that returns its items as they are, as collate_fn=lambda "
+            "b: b), not one (x, y) pair. Leave collate_fn out: the DataLoader's default one "
+            "stacks the examples into (x, y); or return "
+            "torch.utils.data.default_collate(items) from yours."
+        )
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         return None
     if not all(isinstance(item, Mapping) for item in batch):
@@ -72,4 +84,30 @@ def unbatched_examples(batch: Any, epoch: int, step: int) -> str | None:
         "not one (x, y) pair. Serve each batch as one pair of tensors, e.g. a collate_fn "
         "returning (torch.stack([item['x'] for item in items]), "
         "torch.as_tensor([item['y'] for item in items])) with your keys."
+    )
+
+
+def _example_pairs(batch: Any) -> str | None:
+    """What a list (or tuple) of ``(x, y)`` examples holds, "2 (x, y) examples (a tensor of
+    shape (3,) and a tensor of shape ())", or None for another batch: one or more pairs of a
+    tensor and a tensor or number, the same shapes in every pair (one pair: its y one label,
+    a number or a 0-d tensor, not a batch's targets)."""
+    if not isinstance(batch, (tuple, list)) or not batch:
+        return None
+    if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in batch):
+        return None
+    if not all(torch.is_tensor(x) for x, _ in batch):
+        return None
+    if not all(torch.is_tensor(y) or isinstance(y, (int, float)) for _, y in batch):
+        return None
+    shapes = {(tuple(x.shape), tuple(y.shape) if torch.is_tensor(y) else None) for x, y in batch}
+    label = batch[0][1]
+    if len(shapes) != 1 or (len(batch) == 1 and torch.is_tensor(label) and label.dim()):
+        return None
+    x_shape, y_shape = shapes.pop()
+    kind = type(label).__name__
+    y_kind = f"a tensor of shape {y_shape}" if y_shape is not None else f"{article(kind)} {kind}"
+    return (
+        f"{len(batch)} (x, y) example{'s' if len(batch) > 1 else ''} "
+        f"(a tensor of shape {x_shape} and {y_kind})"
     )

@@ -1101,7 +1101,7 @@ API_CASES = [
     ("to_inference_data", "dtype",
      lambda tmp: to_inference_data(BayesianLeNet(), lenet_guide(), U8_IMAGES, labels(2),
                                    num_samples=2),
-     TypeError, "BayesianLeNet " + DTYPE_HINT),
+     TypeError, r"to_inference_data\(\) " + DTYPE_HINT),
     ("summary", "type", lambda tmp: pyrouq.summary("idata"), TypeError,
      r"Expected idata to be an arviz.InferenceData, got str; make one with to_inference_data"),
     # -- checkpoints ---------------------------------------------------------------------

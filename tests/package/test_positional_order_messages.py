@@ -109,5 +109,5 @@ def test_mcmc_in_one_autocast_block_runs_the_current_point_estimates():
 
 def test_predict_given_a_draw_count_as_the_guide_is_told_where_it_goes():
     model = pyrouq.BayesianMLP(4, 5, 3, num_data=10)
-    with pytest.raises(TypeError, match=r"got a int\. The draw count comes after the guide: "):
+    with pytest.raises(TypeError, match=r"got an int\. The draw count comes after the guide: "):
         pyrouq.predict(model, torch.randn(3, 4), 32, progress=False)
