@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyrouq._batch_size import loader_batch_size
 from pyrouq._mismatch import came_from, came_from_elsewhere
 from pyrouq._util import ShardedOrder, example_sampler, shard_size
 
@@ -107,14 +108,7 @@ def _shard(loader: Any, world: int) -> tuple[int | None, int | None, int | None]
             share, total = len(sampler), len(sampler.dataset)  # type: ignore[arg-type]
     except TypeError:  # a dataset without a length
         share, total = None, None
-    batch = getattr(loader, "batch_size", None)
-    if batch is None:  # batch_sampler=, or a BatchSampler as sampler= with batch_size=None
-        batches = getattr(loader, "batch_sampler", None)
-        if batches is None or not hasattr(batches, "batch_size"):
-            batches = getattr(loader, "sampler", None)
-        batch = getattr(batches, "batch_size", None)
-    batch = batch if isinstance(batch, int) and not isinstance(batch, bool) else None
-    return share, total, batch
+    return share, total, loader_batch_size(loader)
 
 
 def _shard_words(world: int, share: int | None, total: int | None, batch: int | None) -> str:

@@ -15,6 +15,7 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
+from pyrouq._batch_size import loader_batch_size
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._util import (
     global_streams_kept,
@@ -34,7 +35,6 @@ from pyrouq.infer._training import (
     InterruptFlag,
     TrainingInterrupted,
     check_batch,
-    loader_batch_size,
     loader_rng_state,
     optimizer_name,
     plain_terms,
@@ -253,7 +253,7 @@ class Loop:
             optimizer=optimizer_name(self.optimizer),
             kl_weight=self.elbo.kl_weight,
             batches_per_epoch=self.per_epoch,  # (the schedule's, as planned)
-            batch_size=loader_batch_size(self.loader),
+            batch_size=loader_batch_size(self.loader) or 0,  # (0: the loader tells none)
             lr_schedule=self.lr_schedule,
             num_particles=self.elbo.num_particles,
             vectorize_particles=bool(getattr(self.elbo, "vectorize_particles", False)),

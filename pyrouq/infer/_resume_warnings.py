@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyrouq._batch_size import loader_batch_size
 from pyrouq._util import len_or, warn_caller
-from pyrouq.infer._training import loader_batch_size
 
 if TYPE_CHECKING:
     from pyrouq.infer._loop import Loop
@@ -42,6 +42,8 @@ def warn_of_changes(loop: Loop, state: dict[str, Any]) -> None:
             f"{skipped}. Resume with the run's loader (same data and batch size) to "
             "continue it exactly."
         )
+    # (a run's 0, or none: its loader told no batch size, as a batch_sampler= one's did in
+    # checkpoints written before its batch sampler's was read; not compared)
     theirs_size, ours_size = state.get("batch_size"), loader_batch_size(loop.loader)
     if theirs == ours and theirs_size and ours_size and theirs_size != ours_size:
         warn_caller(

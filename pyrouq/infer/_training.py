@@ -551,12 +551,6 @@ def _fetched(
         yield batch
 
 
-def loader_batch_size(loader: Iterable) -> int:
-    """A loader's ``batch_size`` (a DataLoader's, a pyrouq loader's), or 0 if it tells none."""
-    size = getattr(loader, "batch_size", None)
-    return size if isinstance(size, int) and not isinstance(size, bool) else 0
-
-
 @contextlib.contextmanager
 def whole_data(loader: Iterable) -> Iterator[None]:
     """While inside, a pyrouq loader (which serves this rank's shard while fit() trains under

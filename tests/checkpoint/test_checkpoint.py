@@ -1287,6 +1287,49 @@ def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exac
         run(10, epochs=2, resume_from=path)
 
 
+def _run_batches_of(size, path, **kw):
+    """fit() on 16 rows through a DataLoader of ``batch_sampler=`` batches of ``size``."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+    batches = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(x), size, False)
+    loader = DataLoader(TensorDataset(x, y), batch_sampler=batches)
+    model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+    fit(model, mean_field_guide(model), loader, progress=False, seed=0, checkpoint=path, **kw)
+
+
+def test_a_batch_sampler_loaders_batch_size_is_recorded_and_compared_on_resume(tmp_path):
+    # recorded as 0 (told none) before: a resume with other batches of as many a epoch
+    # (16 rows at 6 or at 7 are 3 batches) went on without a word
+    path = tmp_path / "run.pt"
+    _run_batches_of(6, path, epochs=1)
+    assert torch.load(path, weights_only=True)["training"]["batch_size"] == 6
+    with pytest.warns(
+        UserWarning,
+        match=r"continues a run of batch size 6 with a loader of batch size 7: its steps see "
+        r"other batches than the run's would have",
+    ):
+        _run_batches_of(7, tmp_path / "other.pt", epochs=2, resume_from=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _run_batches_of(6, tmp_path / "same.pt", epochs=2, resume_from=path)
+
+
+def test_a_checkpoint_that_recorded_no_batch_size_resumes_without_comparing_it(tmp_path):
+    # checkpoints written before a batch_sampler= loader's batch size was read recorded 0
+    path = tmp_path / "run.pt"
+    _run_batches_of(6, path, epochs=1)
+    payload = torch.load(path, weights_only=True)
+    payload["training"]["batch_size"] = 0
+    torch.save(payload, path)
+    for size in (6, 7):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _run_batches_of(size, tmp_path / f"resumed{size}.pt", epochs=2, resume_from=path)
+        resumed = torch.load(tmp_path / f"resumed{size}.pt", weights_only=True)["training"]
+        assert (resumed["epochs_done"], resumed["batch_size"]) == (2, size)
+
+
 def test_numpy_sizes_and_seeds_train_save_and_load_as_python_numbers(tmp_path):
     """Sizes, counts and seeds may be numpy's (read from an array or a config): the run is the
     one of the Python numbers they equal, and the checkpoint writes them as such."""
