@@ -30,6 +30,7 @@ __all__ = [
     "hold_restored",
     "register_children",
     "register_params",
+    "register_point_estimates",
     "set_supermodule",
     "shared_copy",
     "take_store_values",
@@ -251,6 +252,13 @@ def register_children(model: Any, *, record: bool) -> bool:
             full = f"{prefix}.{name}" if prefix else name
             lazy |= register_params(full, child, record=record, like=getattr(model, "net", None))
     return lazy
+
+
+def register_point_estimates(model: Any) -> bool:
+    """Record the model's own parameters (BatchNorm, ensemble factors, a learned noise scale)
+    as Pyro param sites, named as its ``forward`` names them, so that ``SVI`` trains them on
+    the direct paths too (no ``forward``). Returns whether a lazy one is left for later."""
+    return register_children(model, record=True)
 
 
 def take_store_values(model: Any, guide: Any = None) -> None:

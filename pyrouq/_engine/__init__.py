@@ -60,7 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._engine import _layer_calls, _layer_errors
-from pyrouq._engine._batch import _batch_statistics, _statistics_across_members
+from pyrouq._engine._batch import batch_statistics, statistics_across_members
 from pyrouq._engine._batch import check_outputs as check_outputs
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
@@ -133,7 +133,7 @@ def run(
     a BatchEnsemble network of ``members`` members (run by :func:`run_members`).
 
     Without gradients on CPU, batches above :data:`CPU_CHUNK` are split unless a
-    normalisation layer takes statistics of the batch (:func:`_batch_statistics`): the same
+    normalisation layer takes statistics of the batch (:func:`batch_statistics`): the same
     function for a network whose layers treat inputs independently, as torch's do in eval
     mode (a layer of the user's own that mixes a batch's inputs sees the chunks).
     """
@@ -141,7 +141,7 @@ def run(
         _cpu(x)
         and x.shape[0] > CPU_CHUNK
         and not torch.is_grad_enabled()
-        and not _batch_statistics(net)
+        and not batch_statistics(net)
     ):
         parts = [run(net, chunk, weights, members) for chunk in x.split(CPU_CHUNK)]
         return torch.cat(parts, dim=-2)
@@ -227,7 +227,7 @@ def run_draws(
             raise RuntimeError(_changed_in_place(changed, err)) from None
         return torch.stack(outs)
 
-    if _cpu(x) or _batch_statistics(net) or count == 1:  # (vmap needs a site of S > 1 draws)
+    if _cpu(x) or batch_statistics(net) or count == 1:  # (vmap needs a site of S > 1 draws)
         stacked = one_at_a_time(AsItCame(x, count))
     else:
         given = AsItCame(x, count + 1)  # x as it came, should vmap fail after changing it
@@ -385,7 +385,7 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     weights outnumber them (and its own norm copies, with ``norms="per_member"``): the same
     function, faster there.
     """
-    member_passes = _cpu(x) and not _statistics_across_members(net)
+    member_passes = _cpu(x) and not statistics_across_members(net)
     run = partial(_run_members, net, num_members=num_members, member_passes=member_passes)
     with layers_called(net), calls_checked(net, key=member_passes), _layer_errors.LayersNamed(net):
         return laid_out(net, x, run)  # type: ignore[no-any-return]

@@ -55,26 +55,26 @@ def _uses_batch_statistics(module: nn.Module) -> bool:
     return isinstance(module, _BatchNorm) and (module.training or module.running_mean is None)
 
 
-def _updates_running_statistics(module: nn.Module) -> bool:
+def updates_running_statistics(module: nn.Module) -> bool:
     """A BatchNorm or InstanceNorm in training mode with running statistics: each call moves
     them once (by ``momentum``), so the batch must go through it in one call."""
     return isinstance(module, _NormBase) and module.training and module.running_mean is not None
 
 
-def _batch_statistics(net: nn.Module) -> bool:
+def batch_statistics(net: nn.Module) -> bool:
     """Whether ``net`` computes statistics over its batch (a BatchNorm in training mode, or
     one without running statistics) or updates running statistics from it (an InstanceNorm
     tracking them, in training mode)."""
-    return any(_uses_batch_statistics(m) or _updates_running_statistics(m) for m in net.modules())
+    return any(_uses_batch_statistics(m) or updates_running_statistics(m) for m in net.modules())
 
 
-def _statistics_across_members(module: nn.Module) -> bool:
+def statistics_across_members(module: nn.Module) -> bool:
     """Whether a BatchEnsemble network has a normalisation layer that the members share and
     that needs their rows in one call: a BatchNorm in training mode (statistics over the folded
     batch) or an InstanceNorm updating running statistics (once per step, not once per member);
     per-member copies see only their member's rows."""
     if getattr(module, "_is_member_norm", False):
         return False
-    if _uses_batch_statistics(module) or _updates_running_statistics(module):
+    if _uses_batch_statistics(module) or updates_running_statistics(module):
         return True
-    return any(_statistics_across_members(child) for child in module.children())
+    return any(statistics_across_members(child) for child in module.children())

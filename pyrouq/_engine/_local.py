@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyrouq._engine._batch import _updates_running_statistics, check_outputs
+from pyrouq._engine._batch import check_outputs, updates_running_statistics
 from pyrouq._engine._layer_calls import call, noise_scale, tensor_reads
 from pyrouq._util import AsItCame, rng_state, set_rng_state
 
@@ -125,7 +125,7 @@ def run_local(
         # statistics the first run moved (a pattern that shows only later is found without)
         first = net not in _DRAWN_WHOLE
         state = rng_state(x.device) if first else None
-        moved = [m for m in net.modules() if first and _updates_running_statistics(m)]
+        moved = [m for m in net.modules() if first and updates_running_statistics(m)]
         kept = [(b, b.clone()) for m in moved for b in m.buffers(recurse=False)]
         while True:
             whole = _DRAWN_WHOLE.get(net, frozenset())

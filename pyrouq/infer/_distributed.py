@@ -189,7 +189,7 @@ def raise_together(error: BaseException | None, group: Group, why: str) -> None:
     failed = float(group.rank) if isinstance(error, Exception) else -1.0
     stopped = 1.0 if isinstance(error, KeyboardInterrupt) else 0.0
     try:
-        most, _ = _extremes(torch.tensor([failed, stopped], dtype=torch.float64), group)
+        most, _ = extremes(torch.tensor([failed, stopped], dtype=torch.float64), group)
     except RuntimeError as err:  # gloo's "Timed out waiting 1800000ms for recv operation"
         if error is not None or "timed out" not in str(err).lower():
             raise error or err from None
@@ -320,7 +320,7 @@ def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
         offset += t.numel()
 
 
-def _extremes(values: torch.Tensor, group: Group) -> tuple[torch.Tensor, torch.Tensor]:
+def extremes(values: torch.Tensor, group: Group) -> tuple[torch.Tensor, torch.Tensor]:
     """The elementwise maxima and minima of ``values`` (float64, 1-d) over the ranks, in one
     ``all_reduce``: the maximum of ``-values`` is minus their minimum."""
     both = _all_reduce(torch.cat([values, -values]), group, dist.ReduceOp.MAX)
@@ -340,7 +340,7 @@ def average_buffers(modules: list[nn.Module], group: Group) -> None:
         return
     before = torch.cat([b.detach().reshape(-1).double() for b in buffers])
     _average_in_place(buffers, group)
-    high, low = _extremes(before, group)
+    high, low = extremes(before, group)
     alike = high == low
     offset = 0
     for b in buffers:
@@ -382,7 +382,7 @@ def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> No
     between ranks, compared exactly; ``fix`` says what to do."""
     if not group.active:
         return
-    high, low = _extremes(torch.tensor(list(values.values()), dtype=torch.float64), group)
+    high, low = extremes(torch.tensor(list(values.values()), dtype=torch.float64), group)
     differ = [k for k, h, lo in zip(values, high.tolist(), low.tolist(), strict=True) if h != lo]
     if differ:
         raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}. {fix}")
@@ -508,7 +508,7 @@ def check_same_steps(loader: Iterable, epochs: int, group: Group) -> None:
     batches: int | None = len_or(loader, None)
     sized = batches is not None
     values = [epochs, float(sized), batches if sized else 0]
-    most, fewest = _extremes(torch.tensor(values, dtype=torch.float64), group)
+    most, fewest = extremes(torch.tensor(values, dtype=torch.float64), group)
     if bool(most[1] != fewest[1]):
         raise ValueError(
             f"fit() runs on {group.world} ranks, but train_loader has a length (len()) on some "

@@ -393,17 +393,17 @@ def plain_network_error(model: Any, err: TypeError) -> ValueError | None:
     )
 
 
-def _empty_guide(*args: Any, **kwargs: Any) -> None:
+def empty_guide(*args: Any, **kwargs: Any) -> None:
     """The guide of a model without latent sites (a BatchEnsemble, a Pyro model of one's own),
     marked ``_pyrouq_empty`` (:func:`is_empty_guide`)."""
     return None
 
 
-_empty_guide._pyrouq_empty = True  # type: ignore[attr-defined]
+empty_guide._pyrouq_empty = True  # type: ignore[attr-defined]
 
 
 def is_empty_guide(guide: Any) -> bool:
-    """Whether ``guide`` is pyrouq's guide that draws nothing (:func:`_empty_guide`)."""
+    """Whether ``guide`` is pyrouq's guide that draws nothing (:func:`empty_guide`)."""
     return bool(getattr(guide, "_pyrouq_empty", False))
 
 
@@ -422,7 +422,7 @@ def traced_guide(model: Any, guide: Any) -> Any:
         sites = list(latent()) if callable(latent) else []
         if sites:
             refuse_unguided(model, sites, "mean_field_guide(model)")
-        return _empty_guide
+        return empty_guide
     if isinstance(guide, MeanFieldGuide):  # (an ensemble, a plain network: none to draw)
         check_drawable(model, "a guide", _CALLER)
     check_guide(model, guide, _CALLER)

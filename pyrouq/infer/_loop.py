@@ -26,7 +26,7 @@ from pyrouq._util import (
     restore_modes,
 )
 from pyrouq.infer import _distributed
-from pyrouq.infer._elbo_checks import _empty_guide
+from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
 from pyrouq.infer._options import base_lr, callback_note, lr_factor
 from pyrouq.infer._resume_warnings import warn_of_changes
@@ -146,7 +146,7 @@ class Loop:
         likelihood: Any,
     ):
         self.model, self.guide, self.loader = model, guide, loader
-        self.guide_fn = guide if guide is not None else _empty_guide
+        self.guide_fn = guide if guide is not None else empty_guide
         self.plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
         self.epochs, self.elbo, self.num_data = epochs, elbo, num_data
         self.optimizer = optimizer

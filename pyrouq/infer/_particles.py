@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from pyrouq._param_store import register_point_estimates
 from pyrouq._util import AsItCame
+from pyrouq.infer._site_kl import float32_zero
 
 if TYPE_CHECKING:
     from pyrouq.convert import BayesianNetwork
@@ -29,12 +31,12 @@ def particle_by_particle(
 ) -> ELBOTerms:
     """:meth:`~pyrouq.KLWeightedELBO.terms_and_grads` one particle at a time (see there)."""
     # (lazy: elbo imports this module)
-    from pyrouq.infer.elbo import ELBOTerms, _register_point_estimates, observed_nll
+    from pyrouq.infer.elbo import ELBOTerms, observed_nll
 
     loc, scale, lazy = elbo._guide_moments(model, guide)
     count = elbo.num_particles
     draws, stacked, kl = elbo._draws_and_kl(model, loc, scale, guide.positive)
-    nll = torch.zeros((), dtype=torch.float32, device=x.device)
+    nll = float32_zero(x.device)
     outputs: list[Tensor] = []
     output_grads: list[Tensor] = []
     particle_grads: dict[str, list[tuple[Tensor, Tensor | None]]] = {}
@@ -78,7 +80,7 @@ def particle_by_particle(
         torch.autograd.backward([t for t, _ in roots], [g for _, g in roots])
     nll_t = nll / count
     if lazy:  # a learned noise scale, sized by the run
-        _register_point_estimates(model)
+        register_point_estimates(model)
     return ELBOTerms(
         loss=(nll_t + weighted_kl).detach(),
         nll=nll_t,

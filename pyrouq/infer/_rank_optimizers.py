@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from pyrouq.infer._distributed import Group, _extremes
+from pyrouq.infer._distributed import Group, extremes
 
 __all__ = ["check_same_optimizer"]
 
@@ -55,7 +55,7 @@ def check_same_optimizer(optimizer: Any, group: Group) -> None:
             names += [f"param group {i}'s {key}"] * len(values)
             numbers += values
     code = torch.tensor([float(zlib.crc32("|".join(layout).encode()))], dtype=torch.float64)
-    high, low = _extremes(code, group)
+    high, low = extremes(code, group)
     fix = (
         "Build the same optimizer on every rank (optim=...: the same class, parameter groups "
         "and settings): each rank steps its own optimizer from the averaged gradients, and "
@@ -69,7 +69,7 @@ def check_same_optimizer(optimizer: Any, group: Group) -> None:
         )
     if not numbers:
         return
-    high, low = _extremes(torch.tensor(numbers, dtype=torch.float64), group)
+    high, low = extremes(torch.tensor(numbers, dtype=torch.float64), group)
     pairs = zip(names, high.tolist(), low.tolist(), strict=True)
     differ = dict.fromkeys(name for name, h, lo in pairs if h != lo)
     if differ:

@@ -20,6 +20,13 @@ from pyrouq._util import check_int, distribution_masks, innermost_distribution
 from pyrouq.infer._normal_kl import kl_dtype
 
 
+def float32_zero(device: torch.device | str | None) -> Tensor:
+    """The float32 zero on ``device`` that a sum of the ELBO's terms (an NLL, a KL, a loss)
+    starts from: a float32 network trains and reports the same under a float64 default dtype
+    (``torch.set_default_dtype``), whose zeros promoted its reported loss to float64."""
+    return torch.zeros((), dtype=torch.float32, device=device)
+
+
 def traced_terms(
     model_trace: Any,
     guide_trace: Any,
@@ -46,8 +53,8 @@ def traced_terms(
         ),
         None,
     )
-    nll = torch.zeros((), dtype=torch.float32, device=device)
-    kl = torch.zeros((), dtype=torch.float32, device=device)
+    nll = float32_zero(device)
+    kl = float32_zero(device)
     order = {} if guide_trace is None else {name: i for i, name in enumerate(guide_trace.nodes)}
     latest = -1  # the guide's place of the latest drawn of the model's latent sites so far
     for name, site in model_trace.nodes.items():

@@ -31,6 +31,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq.infer._batch_inputs import refuse_several_inputs, unbatched_examples
+from pyrouq.infer._site_kl import float32_zero
 from pyrouq.infer.elbo import ELBOTerms
 from pyrouq.likelihoods import Categorical, likelihood_of
 
@@ -485,7 +486,7 @@ def plain_terms(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n: int) -> E
         _engine.check_outputs(outputs, model, x.shape[0])  # says what to return instead
     likelihood.check_targets(y, outputs, "fit()")
     nll = likelihood.nll(outputs, y) * (n / max(y.shape[0], 1))
-    kl = torch.zeros((), dtype=torch.float32, device=nll.device)
+    kl = float32_zero(nll.device)
     return ELBOTerms(loss=nll, nll=nll.detach(), kl=kl, outputs=outputs.detach())
 
 

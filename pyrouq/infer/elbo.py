@@ -25,7 +25,7 @@ from torch import Tensor
 
 from pyrouq import _engine
 from pyrouq._forwards import own_forward
-from pyrouq._param_store import register_children, register_params
+from pyrouq._param_store import register_params, register_point_estimates
 from pyrouq._util import AsItCame, check_count, check_flag
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._elbo_checks import (
@@ -51,6 +51,7 @@ from pyrouq.infer._site_checks import site_mismatch
 from pyrouq.infer._site_kl import (
     check_float16_gradients,
     check_max_plate_nesting,
+    float32_zero,
     guide_site_kl,
     traced_terms,
 )
@@ -111,13 +112,6 @@ def _deterministic(model: Any, guide: Any) -> bool:
         and isinstance(model, BatchEnsembleNetwork)
         and not own_forward(model)  # (a subclass's, or one set on the instance)
     )
-
-
-def _register_point_estimates(model: Any) -> bool:
-    """Record the model's own parameters (BatchNorm, ensemble factors, a learned noise scale)
-    as Pyro param sites, named as its ``forward`` names them, so that ``SVI`` trains them on
-    the direct paths too (no ``forward``). Returns whether a lazy one is left for later."""
-    return register_children(model, record=True)
 
 
 def observed_nll(
@@ -334,7 +328,7 @@ class KLWeightedELBO(ELBO):
         """The guide's locations and scales, site by site, checked against the model, and
         whether a lazy point estimate (a learned noise scale) is left to register later."""
         register_params(guide.name, guide)  # so that SVI's parameter capture sees them
-        lazy = _register_point_estimates(model)
+        lazy = register_point_estimates(model)
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
@@ -362,7 +356,7 @@ class KLWeightedELBO(ELBO):
         knows the pair, else the Monte Carlo mean of ``log q(w) - log p(w)`` over ``draws``
         (for a site they lack, over as many fresh draws, at least one). q is Normal, LogNormal
         for the ``positive`` sites; both in float32 for a half site (:func:`guide_site_kl`)."""
-        total = torch.zeros((), dtype=torch.float32, device=next(iter(loc.values())).device)
+        total = float32_zero(next(iter(loc.values())).device)
         network = model.network_sites()
         others = [site for site in model.latent_sites() if site not in network]  # likelihood's
         for site, known in zip(network, _priors(model), strict=True):
@@ -470,18 +464,18 @@ class KLWeightedELBO(ELBO):
         nll_t = torch.as_tensor(nll) / count
         loss = nll_t + self._weighted(kl)
         if lazy:  # a learned noise scale, sized by the run
-            _register_point_estimates(model)
+            register_point_estimates(model)
         return ELBOTerms(loss=loss, nll=nll_t.detach(), kl=kl.detach(), outputs=first.detach())
 
     def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
         """A BatchEnsemble's loss: its members' summed negative log-likelihood, scaled N/B."""
         needs_labels(y)
-        lazy = _register_point_estimates(model)
+        lazy = register_point_estimates(model)
         outputs = model.outputs(x)
         nll = observed_nll(model, outputs, y)
         if lazy:  # a learned noise scale, sized by the run
-            _register_point_estimates(model)
-        zero = torch.zeros((), dtype=torch.float32, device=nll.device)
+            register_point_estimates(model)
+        zero = float32_zero(nll.device)
         return ELBOTerms(loss=nll, nll=nll.detach(), kl=zero, outputs=outputs.detach())
 
     def terms_and_grads(self, model, guide, *args, **kwargs) -> ELBOTerms:
