@@ -191,11 +191,18 @@ def run_draws(
     ``event_dims[name]`` is the number of dims of one draw of ``name``. A site with a single
     draw is shared by every draw. On CPU (and while BatchNorm computes batch statistics) the
     draws run one at a time; elsewhere as one ``vmap`` pass.
+
+    With gradients, the network runs with a copy of each draw that autograd may hold
+    (:func:`_own_copy`): a network that changes its weight in place as it runs (a
+    ``self.weight.clamp_(-c, c)`` in forward, under ``no_grad`` or not) then trains, its
+    gradients those of the same change made out of place, and the draws stay as drawn (for
+    the KL); without the copy, autograd refused the change, or the backward pass that met it
+    (a view of ``unbind``, an ``exp``'s output that its backward reads, a leaf).
     """
     _layer_calls.check_draw_shapes(net, weights, event_dims)
     lead = sample_dims(weights, event_dims)
     if not len(lead):
-        return run(net, x, weights, members)
+        return run(net, x, {k: _own_copy(v) for k, v in weights.items()}, members)
     count = math.prod(lead)
     flat = {}
     for name, value in weights.items():
@@ -212,27 +219,24 @@ def run_draws(
         # one view per draw (unbind): indexing the stack would back-propagate a zero tensor of
         # all S draws for every draw (S^2 weights written in the backward pass)
         views = {k: v.unbind(0) for k, v in flat.items()}
-        versions = {k: None if v.is_inference() else v._version for k, v in flat.items()}
-        try:
-            outs = [
-                run(
-                    net, inputs(), {k: v[s if len(v) > 1 else 0] for k, v in views.items()}, members
-                )
-                for s in range(count)
-            ]
-        except RuntimeError as err:  # torch's words name an "Output 0 of Unbind", not the site
-            changed = [k for k, n in versions.items() if n is not None and flat[k]._version != n]
-            if not changed or "returns multiple views" not in str(err):
-                raise
-            raise RuntimeError(_changed_in_place(changed, err)) from None
+        outs = [
+            run(
+                net,
+                inputs(),
+                {k: _own_copy(v[s if len(v) > 1 else 0]) for k, v in views.items()},
+                members,
+            )
+            for s in range(count)
+        ]
         return torch.stack(outs)
 
     if _cpu(x) or batch_statistics(net) or count == 1:  # (vmap needs a site of S > 1 draws)
         stacked = one_at_a_time(AsItCame(x, count))
     else:
         given = AsItCame(x, count + 1)  # x as it came, should vmap fail after changing it
-        shared = {k: v[0] for k, v in flat.items() if v.shape[0] == 1}
-        batched = {k: v for k, v in flat.items() if v.shape[0] > 1}
+        # (copied here: inside vmap, a draw tells no requires_grad)
+        shared = {k: _own_copy(v[0]) for k, v in flat.items() if v.shape[0] == 1}
+        batched = {k: _own_copy(v) for k, v in flat.items() if v.shape[0] > 1}
 
         def one(draw: dict[str, Tensor]) -> Tensor:
             return run(net, x, {**shared, **draw}, members)
@@ -357,17 +361,18 @@ def _ensemble_layers(net: nn.Module) -> list[Any]:
     return [m for m in net.modules() if getattr(m, "_is_batchensemble", False)]
 
 
-def _changed_in_place(sites: list[str], err: BaseException) -> str:
-    """The words for a network that changed its drawn weights ``sites`` in place as it ran
-    (a clamp_ under no_grad in its forward), which torch refused (``err``)."""
-    first = str(err).split(". ")[0]
-    return (
-        f"The network changed its drawn weight(s) {', '.join(map(repr, sites))} in place while "
-        f"it ran (torch: '{first}'). The weights it runs with are draws (the guide's, the "
-        "posterior_samples given, MCMC's state), to be read, not changed: compute the changed "
-        "weight out of place in forward (w = self.weight.clamp(-c, c), then F.linear(x, w, "
-        "self.bias)), or leave that layer a point estimate (a select= without it)."
-    )
+def _own_copy(draw: Tensor) -> Tensor:
+    """``draw`` as :func:`run_draws` hands it to the network: a copy where autograd may hold it
+    (gradients on, and ``draw`` requires them), so that a change the network makes to its
+    weight in place is recorded on the copy. ``draw`` itself elsewhere: without gradients (a
+    network that changes a draw changes it, as before), and where the autograd Function that
+    drew it says that nothing holds it (``keeps_no_draw``: the ELBO's fused draw and KL of a
+    site, whose backward reads the noise, not the draw; a copy cost a one-particle step of a
+    small MLP 4%)."""
+    if not (draw.requires_grad and torch.is_grad_enabled()):
+        return draw
+    drawn_by = getattr(draw.grad_fn, "_forward_cls", None)  # (a custom autograd Function's)
+    return draw if getattr(drawn_by, "keeps_no_draw", False) else draw.clone()
 
 
 _VMAP_REFUSAL = re.compile(r"Batching rule not implemented|\bvmap\b")

@@ -129,6 +129,11 @@ class _DrawWithNormalKL(torch.autograd.Function):
     scale)`` for ``scale``, four walks over the site where the separate draw and KL (and
     autograd's sums of their gradients) took eight."""
 
+    keeps_no_draw = True
+    """Nothing holds the draw (the backward reads the noise, the KL is in closed form): a
+    network may change it in place, and :func:`pyrouq._engine.run_draws` hands it over
+    without a copy."""
+
     @staticmethod
     def forward(ctx: Any, loc: Tensor, scale: Tensor, m: Tensor, s: Tensor) -> Any:
         eps = torch.empty(loc.shape, dtype=loc.dtype, device=loc.device).normal_()

@@ -43,11 +43,9 @@ def particle_by_particle(
     firsts = []
     inputs = AsItCame(x, len(draws))  # as it came to every particle
     for weights in draws:
-        leaves = {  # a positive site's draw is exp's output, which exp's backward reads:
-            # a copy, should the network change it in place (a bound under no_grad)
-            s: (w.detach().clone() if s in guide.positive else w.detach()).requires_grad_()
-            for s, w in weights.items()
-        }
+        # (the network runs with copies of the leaves, _engine.run_draws': a positive site's
+        # draw, exp's output that exp's backward reads, stays as drawn should it change them)
+        leaves = {s: w.detach().requires_grad_() for s, w in weights.items()}
         out = model.outputs(inputs(), leaves)
         particle_nll = observed_nll(model, out, y, leaves)
         (particle_nll / count).backward()  # frees this particle's activations

@@ -1,7 +1,7 @@
 """The refusals that name a rank's shard, and the engine's draws taken by unbind: a first
 batch of one input under ranks whose shard holds one example (no batch size helps), a batch
 sampler's batch size, a loader that tells none, the one-process words kept; a network that
-changes a drawn weight in place."""
+changes a drawn weight in place without gradients (with them: test_run_draws_in_place.py)."""
 
 from __future__ import annotations
 
@@ -134,32 +134,6 @@ class _Clipped(nn.Linear):
         with torch.no_grad():
             self.weight.clamp_(-0.1, 0.1)
         return super().forward(x)
-
-
-@pytest.mark.parametrize("leaf", [True, False])
-def test_a_network_that_changes_its_drawn_weight_in_place_is_told_so(leaf):
-    # drawn weights taken by unbind: torch's "Output 0 of Unbind is a view and its base ... has
-    # been modified inplace" named neither the site nor what to do
-    torch.manual_seed(0)
-    model = bayesian(nn.Sequential(_Clipped(3, 4), nn.ReLU(), nn.Linear(4, 2)))
-    loc = {k: v.detach().clone().requires_grad_() for k, v in model.template().items()}
-    noise = {k: 0.1 * torch.randn(3, *v.shape) for k, v in loc.items()}
-    if leaf:
-        draws = {k: (loc[k] + noise[k]).detach().requires_grad_() for k in loc}
-    else:
-        draws = {k: loc[k] + noise[k] for k in loc}
-    with pytest.raises(RuntimeError) as info:
-        model.outputs(torch.randn(5, 3), draws)
-    told = str(info.value)
-    assert told.startswith(
-        "The network changed its drawn weight(s) '0.weight' in place while it ran (torch: "
-        "'Output 0 of Unbind is a view"
-    ), told
-    assert told.endswith(
-        "to be read, not changed: compute the changed weight out of place in forward (w = "
-        "self.weight.clamp(-c, c), then F.linear(x, w, self.bias)), or leave that layer a point "
-        "estimate (a select= without it)."
-    )
 
 
 def test_draws_without_gradients_still_run_a_network_that_changes_them():
