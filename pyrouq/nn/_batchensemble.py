@@ -391,6 +391,7 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
         base: nn.modules.conv._ConvTransposeNd | None = None,
         **options: Any,
     ):
+        _refuse_unknown(type(self).__name__, self._base_type, options)  # (before building base)
         if base is None:  # stride, padding, dilation, groups as in torch; the rest: factors
             settings = {k: options.pop(k) for k in _CONV_SETTINGS if k in options}
             given = {**settings, "output_padding": output_padding}

@@ -99,19 +99,30 @@ def _check_conv_args(
                 check_at_most(f"{name}'s {key}", int(v), f"Pass e.g. {key}={example}.")
 
 
-def _refuse_unknown(name: str, base_type: type, unknown: dict[str, Any]) -> None:
-    """Refuse keywords a BatchEnsemble convolution does not take, naming the layer ``name`` (not
-    the private class whose ``__init__`` Python's own TypeError named) and what it takes."""
-    if not unknown:
-        return
+def _refuse_unknown(name: str, base_type: type, options: dict[str, Any]) -> None:
+    """Refuse keywords of ``options`` a BatchEnsemble convolution does not take, naming the
+    layer ``name`` (not the private class whose ``__init__`` Python's own TypeError named) and
+    what it takes."""
     transposed = issubclass(base_type, nn.modules.conv._ConvTransposeNd)
     settings = (*_CONV_SETTINGS, "output_padding") if transposed else _CONV_SETTINGS
     factors, torch_name = _FACTOR_OPTIONS[:-1], base_type.__name__
     known = (*settings, *_FACTOR_OPTIONS)
-    close = [m for k in unknown if k != "bias" for m in difflib.get_close_matches(k, known, 1)]
-    others = any(k != "bias" for k in unknown)
+    unknown = [key for key in options if key not in known]
+    if not unknown:
+        return
+    own = ("bias", "device", "dtype", "output_padding")  # torch's layers': told below
+    guessed = [key for key in unknown if key not in own]
+    close = [m for k in guessed for m in difflib.get_close_matches(k, known, 1)]
     fix = f" Did you mean {' or '.join(map(repr, close))}?" if close else " Leave them out."
-    fix = fix if others else ""
+    fix = fix if guessed else ""
+    if "output_padding" in unknown:  # (not transposed: a transposed one takes it)
+        fix += " output_padding is a transposed convolution's setting: for one, use "
+        fix += f"BatchEnsembleConvTranspose{torch_name[-2:]}."
+    if "device" in unknown or "dtype" in unknown:  # torch's layers take them
+        fix += (
+            f" For another device or dtype, copy a {torch_name} made there, base=nn."
+            f"{torch_name}(..., device=..., dtype=...), or move the layer: .to(device, dtype)."
+        )
     if "bias" in unknown:  # torch's layers take one
         fix += (
             " Every member has biases of its own (from 0 where base has none), so there is no "
