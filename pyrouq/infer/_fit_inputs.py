@@ -202,11 +202,12 @@ def num_examples(loader: Iterable) -> int | None:
 
 
 def warn_num_data_below(num_data: int, loader: Iterable) -> None:
-    """Warn of ``fit(num_data=N)`` below the examples the loader counts (:func:`num_examples`):
+    """Warn of ``fit(num_data=N)`` below the examples the loader counts (:func:`num_examples`)
+    and draws from (:func:`_draws_from_all`; a sampler of one's own may draw from a subset):
     the likelihood is then scaled as if the data were N examples, and weighs that many times
     less against the KL (on purpose, perhaps: a subsample standing for a smaller set)."""
     count = num_examples(loader)
-    if count is not None and num_data < count:
+    if count is not None and num_data < count and _draws_from_all(loader):
         warn_caller(
             f"fit(num_data={num_data}) is below the {count} examples of train_loader's "
             f"dataset: the likelihood is scaled by N/B as if the training set were {num_data} "
@@ -214,6 +215,20 @@ def warn_num_data_below(num_data: int, loader: Iterable) -> None:
             f"they would with N = {count}. Pass num_data={count}, or leave it out (fit() reads "
             "it from the loader); keep it only if the loader draws from a larger set on purpose."
         )
+
+
+def _draws_from_all(loader: Iterable) -> bool:
+    """Whether the examples :func:`num_examples` counts are those the loader draws from: no
+    sampler (pyrouq's loaders, a list with a ``.dataset``), or torch's samplers of the whole
+    dataset (or of a ``SubsetRandomSampler``'s indices) batched by torch's ``BatchSampler``;
+    not a sampler of one's own (a list of indices, a ``Sampler`` subclass, a batch sampler) or
+    a ``WeightedRandomSampler``, which may draw from a part of the dataset: N = num_data."""
+    data = torch.utils.data
+    if type(getattr(loader, "batch_sampler", None)) not in (data.BatchSampler, type(None)):
+        return False
+    whole = (data.SequentialSampler, data.RandomSampler, data.SubsetRandomSampler)
+    sampler = example_sampler(loader)
+    return sampler is None or isinstance(sampler, (*whole, data.DistributedSampler))
 
 
 def refuse_batch_above_n(y: Any, num_data: int, loader: Any, epoch: int, step: int) -> None:

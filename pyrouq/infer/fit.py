@@ -230,8 +230,8 @@ def fit(
         a ``SubsetRandomSampler``), else the ``num_data`` the model was built with
         (``bayesian(net, num_data=N)``), else the N of the run ``resume_from`` holds: a loader
         without a sized ``.dataset``, such as a list of batches, needs one of these. An N below
-        the dataset's size is warned of; a batch of more than N examples (N/B < 1) is refused,
-        except from a sampler drawing with replacement.
+        the size of a dataset drawn from whole (torch's samplers) is warned of; a batch of more
+        than N examples (N/B < 1) is refused, except from a sampler drawing with replacement.
     progress : bool, default True
         Show a tqdm progress bar (epoch, step, running loss).
     seed : int, optional

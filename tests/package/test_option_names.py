@@ -1,16 +1,88 @@
-"""Options and keywords in the words refusing them: the keywords a BatchEnsemble convolution
-does not take (torch's device, dtype and a transposed convolution's output_padding; a misspelt
-one told before any work)."""
+"""Options and keywords in the words refusing or warning of them: fit(num_data=) against a
+loader whose sampler draws from part of its dataset (a list of indices, a sampler or batch
+sampler of one's own), and the keywords a BatchEnsemble convolution does not take (torch's
+device, dtype and a transposed convolution's output_padding; a misspelt one told before any
+work)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
+from _toy import tiny_mlp, toy_data
 from torch import nn
+from torch.utils.data import DataLoader, Sampler, TensorDataset, WeightedRandomSampler
 
+from pyrouq import fit, mean_field_guide
 from pyrouq.nn import BatchEnsembleConv2d, BatchEnsembleConvTranspose2d
 
-# -- 1. keywords of torch's convolutions a BatchEnsemble convolution does not take -------------
+QUIET = {"progress": False}
+TRAIN = list(range(10))  # the training examples: 10 of the dataset's 16
+
+
+class _Indices(Sampler):
+    """A sampler of one's own over a subset of the dataset (as a train split's indices)."""
+
+    def __init__(self, indices):
+        self.indices = indices
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class _Buckets:
+    """A batch sampler of one's own: lists of the subset's indices, 5 at a time."""
+
+    def __iter__(self):
+        return iter([TRAIN[:5], TRAIN[5:]])
+
+    def __len__(self):
+        return 2
+
+
+def _fit(loader, num_data):
+    torch.manual_seed(0)
+    model = tiny_mlp()
+    return fit(model, mean_field_guide(model), loader, epochs=1, num_data=num_data, **QUIET)
+
+
+# -- 1. fit(num_data=N) of a loader drawing from a subset of its dataset ------------------------
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"batch_size": 5, "sampler": TRAIN},  # torch takes any iterable of indices
+        {"batch_size": 5, "sampler": _Indices(TRAIN)},
+        {"batch_sampler": _Buckets()},
+        {"batch_size": 5, "sampler": WeightedRandomSampler([1.0] * 10 + [0.0] * 6, 10, False)},
+    ],
+    ids=["list", "sampler", "batch_sampler", "weighted"],
+)
+def test_fit_takes_num_data_of_a_subset_drawn_by_a_sampler_of_its_own_without_a_word(sampling):
+    # was: "fit(num_data=10) is below the 16 examples of train_loader's dataset ... Pass
+    # num_data=16", though the loader draws the 10 training examples only, and N = 10 is right
+    x, y = toy_data(16)
+    loader = DataLoader(TensorDataset(x, y), **sampling)
+    assert sorted(i for batch in loader.batch_sampler for i in batch) == TRAIN  # (10 drawn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _fit(loader, 10).num_data == 10
+
+
+def test_fit_still_warns_of_num_data_below_a_dataset_drawn_from_whole():
+    x, y = toy_data(16)
+    loader = DataLoader(TensorDataset(x, y), batch_size=5, shuffle=True)  # all 16, each epoch
+    with pytest.warns(UserWarning, match=r"fit\(num_data=10\) is below the 16 examples") as told:
+        _fit(loader, 10)
+    assert f"weigh {16 / 10:.3g} times less" in str(told[0].message)  # 1.6
+
+
+# -- 2. keywords of torch's convolutions a BatchEnsemble convolution does not take -------------
 
 
 @pytest.mark.parametrize("keyword", [{"device": "cpu"}, {"dtype": torch.float64}])
