@@ -311,9 +311,7 @@ def check_tensor_targets(targets: Any, where: str, what: str) -> None:
 
 
 def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
-    """``(lo, hi)`` as two tensors of one shape without NaN, or a clear error; also where
-    every interval, of two or more, has ``lo > hi`` (swapped bounds: a CQR interval narrower
-    than ``-2 * threshold`` crosses, but not all of them), which covered nothing."""
+    """``(lo, hi)`` as two tensors of one shape without NaN, or a clear error."""
     if len(intervals) != 2 or not all(isinstance(t, Tensor) for t in intervals):
         raise TypeError(
             "coverage(): expected intervals as a tuple (lo, hi) of two tensors (intervals() "
@@ -332,14 +330,7 @@ def _intervals(intervals: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
                 f"coverage(): {name} holds {int(bound.isnan().sum())} NaN values; an interval "
                 "needs both bounds."
             )
-    hi = hi.to(lo.device)
-    if lo.numel() > 1 and bool((lo > hi).all()):  # (a CQR interval may cross, not every one)
-        raise ValueError(
-            f"coverage(): every one of the {lo.numel()} intervals has lo > hi, as if the "
-            "bounds were swapped. Pass (lo, hi), the lower bounds first, as intervals() "
-            "returns them."
-        )
-    return lo, hi
+    return lo, hi.to(lo.device)
 
 
 def _interval_targets(targets: Any, lo: Tensor) -> Tensor:

@@ -12,9 +12,9 @@ from pyrouq._conformal_scores import _interval_targets, _intervals, _labels_of, 
 def coverage(sets_or_intervals: Tensor | tuple[Tensor, Tensor], targets: Tensor) -> float:
     """The fraction of inputs whose set holds the label (``(N, C)`` booleans and ``(N,)``
     labels), or of targets inside their interval (``(lo, hi)`` and targets ``(N, D)`` or
-    ``(N,)`` when D = 1; every output counts). An interval with ``lo > hi`` (a CQR interval
-    may cross) covers nothing, but intervals (two or more) that all cross are refused: their
-    bounds were swapped, ``(hi, lo)``.
+    ``(N,)`` when D = 1; every output counts). An interval with ``lo > hi`` covers nothing: a
+    CQR interval crosses where the mixture's interval is narrower than ``-2 * threshold``
+    (:class:`~pyrouq.ConformalRegressor`), at some inputs or at all of them.
 
     Examples
     --------

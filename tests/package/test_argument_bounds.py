@@ -1,7 +1,7 @@
 """Arguments past their bounds: counts past torch's int64 (``10**400`` was torch's "Overflow
 when unpacking long long", or a hang), networks that could never fit in memory (built layer by
-layer until it ran out), image grids far larger than the images, misspelled options of
-``summary()``, and intervals passed as ``(hi, lo)``."""
+layer until it ran out), image grids far larger than the images and misspelled options of
+``summary()``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from pyrouq import (
     KLWeightedELBO,
     batchensemble,
     conformal,
-    coverage,
     plot_image_grid,
     summary,
 )
@@ -210,26 +209,3 @@ def test_summary_refuses_data_and_takes_real_options(idata):
     table = summary(idata, round_to=1, kind="stats")
     means = idata.posterior["w"].values.reshape(-1, 3).mean(0)
     np.testing.assert_allclose(table["mean"].to_numpy(), np.round(means, 1))
-
-
-# --------------------------------------------------------------------------------------------
-# coverage((hi, lo), y): every interval crossed
-# --------------------------------------------------------------------------------------------
-
-
-def test_coverage_refuses_intervals_that_all_cross():
-    lo, hi = torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, 3.0, 2.5])
-    y = torch.tensor([0.5, 3.5, 2.2])
-    assert coverage((lo, hi), y) == pytest.approx(2 / 3)
-    with pytest.raises(ValueError) as err:
-        coverage((hi, lo), y)  # was 0.0
-    assert str(err.value) == (
-        "coverage(): every one of the 3 intervals has lo > hi, as if the bounds were swapped. "
-        "Pass (lo, hi), the lower bounds first, as intervals() returns them."
-    )
-    # CQR intervals may cross at some inputs (covering nothing there), or at the only one
-    crossed = torch.tensor([0.0, 3.2, 2.0])  # the second interval is [3.2, 3.0]
-    assert coverage((crossed, hi), torch.tensor([0.5, 3.1, 2.2])) == pytest.approx(2 / 3)
-    assert coverage((torch.tensor([1.0]), torch.tensor([0.0])), torch.tensor([0.5])) == 0.0
-    with pytest.raises(ValueError, match="every one of the 4 intervals"):  # (N, D) = (2, 2)
-        coverage((torch.ones(2, 2), torch.zeros(2, 2)), torch.zeros(2, 2))

@@ -1,0 +1,23 @@
+"""Limits on sizes and counts that must not refuse what is legitimate: CQR intervals that all
+cross, grids with a few blank cells, numpy counts, normalisation layers on another device,
+and the words for a misspelled option of ``summary()``."""
+
+from __future__ import annotations
+
+import torch
+
+from pyrouq import GaussianPredictions, conformal, coverage
+
+
+def test_coverage_of_cqr_intervals_that_all_cross_is_zero():
+    # calibrated on wide predictions (N(0, 1)) whose targets sit at the mean, the CQR
+    # threshold is about -z_0.95 = -1.645; on narrow test predictions (sd 0.1, quantiles
+    # -+0.164) every interval [lo - t, hi + t] crosses: it covers nothing (Romano et al.)
+    y = torch.linspace(-0.01, 0.01, 50).unsqueeze(-1)
+    cal = GaussianPredictions(torch.zeros(1, 50, 1), torch.ones(1, 50, 1), y)
+    reg = conformal(cal, score="cqr", alpha=0.1)
+    assert -1.645 - 0.01 <= float(reg.threshold) <= -1.645 + 0.01
+    test = GaussianPredictions(torch.zeros(1, 20, 1), torch.full((1, 20, 1), 0.1))
+    lo, hi = reg.intervals(test)
+    assert bool((lo > hi).all())
+    assert coverage((lo, hi), torch.zeros(20, 1)) == 0.0  # (was refused as "swapped" bounds)
