@@ -62,9 +62,10 @@ def check_at_most(name: str, value: int, hint: str = "", maximum: int = INT64_MA
 def check_elements(what: str, sizes: dict[str, int], hint: str) -> None:
     """Refuse ``sizes`` whose product, the elements of ``what`` (a layer's weight), is past
     :data:`INT64_MAX`, which no torch tensor holds (torch's "Storage size calculation
-    overflowed", or a layer that took them and failed at its first forward)."""
-    if (elements := math.prod(sizes.values())) > INT64_MAX:
-        product = " x ".join(f"{name} {shown(size)}" for name, size in sizes.items())
+    overflowed", or a layer that took them and failed at its first forward); numpy ints
+    are taken as Python ints (their product wraps around past int64)."""
+    if (elements := math.prod(int(size) for size in sizes.values())) > INT64_MAX:
+        product = " x ".join(f"{name} {shown(int(size))}" for name, size in sizes.items())
         raise ValueError(
             f"Expected {what} to hold at most 2**63 - 1 elements (torch's largest int64), got "
             f"{product} = {shown(elements)}. {hint}"

@@ -4,9 +4,17 @@ and the words for a misspelled option of ``summary()``."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 
-from pyrouq import GaussianPredictions, conformal, coverage
+from pyrouq import (
+    BatchEnsembleConv2d,
+    BatchEnsembleLinear,
+    GaussianPredictions,
+    conformal,
+    coverage,
+)
 
 
 def test_coverage_of_cqr_intervals_that_all_cross_is_zero():
@@ -21,3 +29,21 @@ def test_coverage_of_cqr_intervals_that_all_cross_is_zero():
     lo, hi = reg.intervals(test)
     assert bool((lo > hi).all())
     assert coverage((lo, hi), torch.zeros(20, 1)) == 0.0  # (was refused as "swapped" bounds)
+
+
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+def test_batchensemble_factors_past_int64_with_a_numpy_member_count(layer):
+    # np.int64(2**62) * 3 wrapped around in numpy, so the factors (M, 3) passed the bound and
+    # torch failed in its own words ("Storage size calculation overflowed")
+    members = np.int64(2**62)
+    name = "BatchEnsembleLinear" if layer == "linear" else "BatchEnsembleConv2d"
+    with pytest.raises(ValueError) as err:
+        if layer == "linear":
+            BatchEnsembleLinear(3, 4, num_members=members)
+        else:
+            BatchEnsembleConv2d(3, 4, 3, num_members=members)
+    assert str(err.value) == (
+        f"Expected {name}'s r to hold at most 2**63 - 1 elements (torch's largest int64), got "
+        f"num_members {2**62} x features 3 = {3 * 2**62}. Pass fewer members."
+    )
+    assert BatchEnsembleLinear(3, 4, num_members=np.int64(2)).r.shape == (2, 3)
