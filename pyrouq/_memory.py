@@ -30,13 +30,20 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.3g} GiB"
 
 
-def check_fits(what: str, elements: int, hint: str) -> None:
-    """Refuse ``what`` (a network, a layer) of ``elements`` tensor elements in torch's default
-    dtype when they take more bytes than the whole memory of torch's default device, before
-    anything is built; ``hint`` says what to pass instead."""
-    device = _default_device()
+def check_fits(
+    what: str,
+    elements: int,
+    hint: str,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Refuse ``what`` (a network, a layer) of ``elements`` tensor elements in ``dtype`` on
+    ``device`` (by default torch's default dtype and device, where new layers land) when they
+    take more bytes than the whole memory of that device, before anything is built; ``hint``
+    says what to pass instead."""
+    device = _default_device() if device is None else device
     total = device_memory(device)
-    dtype = torch.get_default_dtype()
+    dtype = torch.get_default_dtype() if dtype is None else dtype
     nbytes = elements * torch.empty((), dtype=dtype, device="cpu").element_size()
     if total is not None and nbytes > total:
         raise ValueError(

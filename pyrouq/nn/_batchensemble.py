@@ -5,7 +5,6 @@ convolution layers)."""
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -528,7 +527,7 @@ class BatchEnsembleNorm(nn.Module):
 
     What :func:`pyrouq.batchensemble` puts in place of every normalisation layer with
     ``norms="per_member"``. Each copy starts as a copy of ``norm``; copies that would take more
-    memory than torch's default device has are refused before the first is made.
+    memory than ``norm``'s device has are refused before the first is made.
 
     Examples
     --------
@@ -552,9 +551,11 @@ class BatchEnsembleNorm(nn.Module):
                 f"{type(norm).__name__}."
             )
         self.num_members = _check_members(num_members)
-        held = sum(t.numel() for t in itertools.chain(norm.parameters(), norm.buffers()))
-        what = f"BatchEnsembleNorm of {self.num_members} members"  # (before copying it M times)
-        check_fits(what, self.num_members * held, "Pass fewer members.")
+        tensors = [*norm.parameters(), *norm.buffers()]  # (copies keep their device, dtype)
+        if tensors:  # (before copying it M times)
+            what = f"BatchEnsembleNorm of {self.num_members} members"
+            held = self.num_members * sum(t.numel() for t in tensors)
+            check_fits(what, held, "Pass fewer members.", tensors[0].device, tensors[0].dtype)
         self.norms = nn.ModuleList(copy.deepcopy(norm) for _ in range(self.num_members))
         self._member: int | None = None  # set during the engine's member passes
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from pyrouq import (
     BatchEnsembleConv2d,
@@ -15,6 +16,7 @@ from pyrouq import (
     conformal,
     coverage,
 )
+from pyrouq.nn import BatchEnsembleNorm
 
 
 def test_coverage_of_cqr_intervals_that_all_cross_is_zero():
@@ -47,3 +49,19 @@ def test_batchensemble_factors_past_int64_with_a_numpy_member_count(layer):
         f"num_members {2**62} x features 3 = {3 * 2**62}. Pass fewer members."
     )
     assert BatchEnsembleLinear(3, 4, num_members=np.int64(2)).r.shape == (2, 3)
+
+
+def test_batchensemble_norm_memory_is_that_of_the_norms_device_and_dtype():
+    # a norm on the meta device holds no values: its copies are built (they were refused
+    # against the machine's RAM, 2 x 2 x 2**40 float32 values = 16 TiB)
+    norm = BatchEnsembleNorm(nn.LayerNorm(2**40, device="meta"), num_members=2)
+    assert [n.weight.shape for n in norm.norms] == [(2**40,), (2**40,)]
+    # a float64 BatchNorm1d(4) holds 17 values of 8 bytes (it was counted in float32)
+    big = nn.BatchNorm1d(4, dtype=torch.float64)
+    with pytest.raises(ValueError) as err:
+        BatchEnsembleNorm(big, num_members=10**12)
+    gib = 17 * 10**12 * 8 / 2**30
+    assert str(err.value).startswith(
+        f"BatchEnsembleNorm of {10**12} members would hold 1.7e+13 values ({gib:.3g} GiB in "
+        "torch.float64), more than the "
+    )
