@@ -13,8 +13,10 @@ from pyrouq import (
     BatchEnsembleConv2d,
     BatchEnsembleLinear,
     GaussianPredictions,
+    Predictions,
     conformal,
     coverage,
+    plot_image_grid,
 )
 from pyrouq.nn import BatchEnsembleNorm
 
@@ -65,3 +67,20 @@ def test_batchensemble_norm_memory_is_that_of_the_norms_device_and_dtype():
         f"BatchEnsembleNorm of {10**12} members would hold 1.7e+13 values ({gib:.3g} GiB in "
         "torch.float64), more than the "
     )
+
+
+@pytest.mark.parametrize(
+    "rows, cols, n",
+    [(8, 8, 50), (1, 40, 39), (6, 8, 40), (6, 6, 30)],  # a last row, or cell, part blank
+)
+def test_image_grid_of_a_fixed_size_with_some_cells_blank_is_drawn(rows, cols, n):
+    # a grid kept the same for a varying N (the misclassified inputs, the last page) was
+    # refused when it left one row, or with one row one cell, blank
+    import matplotlib.pyplot as plt
+
+    g = torch.Generator().manual_seed(0)
+    preds = Predictions(torch.softmax(torch.randn(2, n, 3, generator=g), -1))
+    fig = plot_image_grid(preds, torch.rand(n, 1, 8, 8, generator=g), rows=rows, cols=cols)
+    assert len(fig.axes[0].images) == n
+    assert tuple(fig.get_size_inches()) == pytest.approx((1.4 * cols, 1.75 * rows + 0.5))
+    plt.close(fig)
