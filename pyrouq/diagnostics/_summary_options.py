@@ -9,6 +9,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pyrouq._words import slip_hint
+
 _OWN = ("data", "var_names", "group", "hdi_prob")
 """``az.summary``'s arguments that ``summary()`` sets itself (``data`` is its ``idata``)."""
 
@@ -32,9 +34,9 @@ def check_summary_options(options: Mapping[str, Any], az_summary: Callable[..., 
     for name in options:
         if name in known:
             continue
-        same = [k for k in known if k.lower() == name.strip().lower().replace("-", "_")]
-        close = same or difflib.get_close_matches(name.lower(), known, n=1)
-        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        meant = slip_hint(name, known)  # (its case, spaces, '-' for '_': as other options')
+        if not meant and (close := difflib.get_close_matches(name.lower(), known, n=1)):
+            meant = f" (did you mean {close[0]!r}?)"
         raise TypeError(
             f"summary() got an unknown option {name!r}{meant}: it passes its options on to "
             f"az.summary, which takes {', '.join(known)}. Pass one of these, or leave it out."

@@ -188,8 +188,11 @@ def idata():
     "options, meant",
     [
         ({"round_too": 2}, " (did you mean 'round_to'?)"),
-        ({"Round_To": 2}, " (did you mean 'round_to'?)"),
-        ({"stat-focus": "median"}, " (did you mean 'stat_focus'?)"),
+        ({"Round_To": 2}, " (did you mean 'round_to'? the names are lower case)"),
+        (
+            {"stat-focus": "median"},
+            " (did you mean 'stat_focus'? the names join their words with '_')",
+        ),
         ({"zzz": 1}, ""),
     ],
 )

@@ -4,6 +4,9 @@ and the words for a misspelled option of ``summary()``."""
 
 from __future__ import annotations
 
+import re
+
+import arviz as az
 import numpy as np
 import pytest
 import torch
@@ -17,6 +20,7 @@ from pyrouq import (
     conformal,
     coverage,
     plot_image_grid,
+    summary,
 )
 from pyrouq.nn import BatchEnsembleNorm
 
@@ -84,3 +88,19 @@ def test_image_grid_of_a_fixed_size_with_some_cells_blank_is_drawn(rows, cols, n
     assert len(fig.axes[0].images) == n
     assert tuple(fig.get_size_inches()) == pytest.approx((1.4 * cols, 1.75 * rows + 0.5))
     plt.close(fig)
+
+
+def test_summary_words_a_slipped_option_name_as_other_options_do():
+    # the words of every option slipped in case, spaces or '-' (as fit()'s, conformal()'s);
+    # summary() said only "(did you mean 'stat_focus'?)"
+    draws = np.random.default_rng(0).normal(size=(2, 20, 3))
+    idata = az.from_dict(posterior={"w": draws})
+    with pytest.raises(TypeError) as err:
+        summary(idata, **{" Stat-Focus": "median"})
+    assert str(err.value).startswith(
+        "summary() got an unknown option ' Stat-Focus' (did you mean 'stat_focus'? the names "
+        "are lower case, have no spaces around them and join their words with '_'): it passes "
+        "its options on to az.summary, which takes filter_vars, fmt, kind, round_to, "
+    )
+    with pytest.raises(TypeError, match=re.escape("'round_too' (did you mean 'round_to'?): it")):
+        summary(idata, round_too=1)
