@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._numbers import check_at_most, finite_float, is_integer, shown
+from pyrouq._numbers import check_at_most, check_elements, finite_float, is_integer, shown
 from pyrouq._util import check_count, check_int
 from pyrouq._words import slip_hint
 
@@ -97,6 +97,15 @@ def _check_conv_args(
         for v in values:  # (past int64: torch's "Overflow when unpacking long long")
             if is_integer(v):
                 check_at_most(f"{name}'s {key}", int(v), f"Pass e.g. {key}={example}.")
+        if key == "kernel_size":
+            kernel = {f"kernel_size[{i}]": int(k) for i, k in enumerate(values) if is_integer(k)}
+    first, second = ("in", "out") if transposed else ("out", "in")  # torch's weight's dims
+    size = dict(zip(("in", "out"), channels, strict=True))
+    shape = {
+        f"{first}_channels": size[first],
+        f"{second}_channels / groups": size[second] // groups,
+    }
+    check_elements(f"{name}'s weight", shape | kernel, "Pass fewer channels or a smaller kernel.")
 
 
 def _refuse_unknown(name: str, base_type: type, options: dict[str, Any]) -> None:

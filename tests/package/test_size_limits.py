@@ -14,6 +14,7 @@ from torch import nn
 
 from pyrouq import (
     BatchEnsembleConv2d,
+    BatchEnsembleConvTranspose1d,
     BatchEnsembleLinear,
     GaussianPredictions,
     Predictions,
@@ -104,3 +105,19 @@ def test_summary_words_a_slipped_option_name_as_other_options_do():
     )
     with pytest.raises(TypeError, match=re.escape("'round_too' (did you mean 'round_to'?): it")):
         summary(idata, round_too=1)
+
+
+def test_batchensemble_convolution_weight_past_int64_elements_is_refused():
+    # as BatchEnsembleLinear's and BayesianConv2d's (it was torch's "Storage size calculation
+    # overflowed"); torch's weight is (out, in / groups, *k), transposed (in, out / groups, *k)
+    with pytest.raises(ValueError) as err:
+        BatchEnsembleConv2d(2**31, 2**31, 2**10, num_members=2, groups=2)
+    assert str(err.value) == (
+        "Expected BatchEnsembleConv2d's weight to hold at most 2**63 - 1 elements (torch's "
+        f"largest int64), got out_channels {2**31} x in_channels / groups {2**30} x "
+        f"kernel_size[0] 1024 x kernel_size[1] 1024 = {2**81}. Pass fewer channels or a "
+        "smaller kernel."
+    )
+    with pytest.raises(ValueError, match=re.escape(f"got in_channels {2**40} x out_channels / ")):
+        BatchEnsembleConvTranspose1d(2**40, 2**42, 2**10, num_members=2)
+    assert BatchEnsembleConv2d(4, 6, (3, 2), num_members=2, groups=2).weight.shape == (6, 2, 3, 2)
