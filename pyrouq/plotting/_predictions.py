@@ -204,8 +204,8 @@ def plot_image_grid(
     targets : Tensor, optional
         ``(N,)`` labels; default ``predictions.targets`` (without either, titles omit GT).
     rows, cols : int, default 4 and 8
-        Grid size; cells beyond N stay blank, but a grid of more than 32 cells (the default
-        4 x 8) that is more than half blank is refused (the figure is sized to it).
+        Grid size; cells beyond N stay blank, but a grid of more than 1,024 cells (32 x 32)
+        that is more than half blank is refused (the figure is sized to it: 45 x 56 inches).
     normalized, mean, std
         As in :func:`~pyrouq.plotting.plot_most_uncertain`.
 
@@ -233,12 +233,12 @@ def plot_image_grid(
     s, n, _ = p.shape
     rows = check_int("rows", rows, hint="It is the number of rows of the grid, e.g. rows=4.")
     cols = check_int("cols", cols, hint="It is the number of columns of the grid, e.g. cols=8.")
-    if rows * cols > max(32, 2 * n):  # (more than half blank: the figure is sized to it)
+    if rows * cols > max(1024, 2 * n):  # (more than half blank: the figure is sized to it)
         fit = min(cols, n)
         raise ValueError(
             f"plot_image_grid(): got rows={rows} x cols={cols} for N={n} inputs, which leaves "
-            "more than half of the cells blank: a grid larger than the default 4 x 8 must be "
-            "at least half full (its figure is sized to rows x cols). Pass e.g. "
+            "more than half of the cells blank: a grid of more than 1,024 cells (32 x 32) must "
+            "be at least half full (its figure is sized to rows x cols). Pass e.g. "
             f"rows={-(-n // fit)}, cols={fit}."
         )
     y = _optional_targets(targets, predictions, p)

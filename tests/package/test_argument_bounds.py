@@ -160,14 +160,17 @@ def test_image_grid_far_larger_than_the_images_is_refused():
         plot_image_grid(preds, images, rows=100, cols=100)
     assert str(err.value) == (
         "plot_image_grid(): got rows=100 x cols=100 for N=3 inputs, which leaves more than "
-        "half of the cells blank: a grid larger than the default 4 x 8 must be at least half "
-        "full (its figure is sized to rows x cols). Pass e.g. rows=1, cols=3."
+        "half of the cells blank: a grid of more than 1,024 cells (32 x 32) must be at least "
+        "half full (its figure is sized to rows x cols). Pass e.g. rows=1, cols=3."
     )
     forty = _classes(n=40)
-    with pytest.raises(ValueError, match=r"rows=9 x cols=9 for N=40 .* Pass e.g. rows=5, cols=9"):
-        plot_image_grid(forty, torch.rand(40, 1, 28, 28), rows=9, cols=9)  # 41 of 81 blank
-    # the default 4 x 8 on 3 images, 4 x 4 on 12, and 5 x 8 on 40 are drawn (blank cells kept)
-    for p, n, rows, cols in ((preds, 3, 4, 8), (_classes(n=12), 12, 4, 4), (forty, 40, 5, 8)):
+    many = _classes(n=600)
+    with pytest.raises(ValueError, match=r"rows=40 x cols=40 for N=600 .* rows=15, cols=40"):
+        plot_image_grid(many, torch.rand(600, 1, 8, 8), rows=40, cols=40)  # 1000 of 1600 blank
+    # the default 4 x 8 on 3 images, 4 x 4 on 12, 5 x 8 and 8 x 8 on 40 are drawn (blank cells
+    # kept: a grid kept the same while N varies)
+    fits = ((preds, 3, 4, 8), (_classes(n=12), 12, 4, 4), (forty, 40, 5, 8), (forty, 40, 8, 8))
+    for p, n, rows, cols in fits:
         fig = plot_image_grid(p, torch.rand(n, 1, 28, 28), rows=rows, cols=cols)
         assert len(fig.axes[0].images) == n
         plt.close(fig)
