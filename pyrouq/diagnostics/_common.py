@@ -23,6 +23,7 @@ from pyrouq._util import (
     module_dtype,
     restore_modes,
 )
+from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
 
@@ -147,10 +148,11 @@ def _typed(x: Tensor, model: Any, guide: Any, fn: str) -> Tensor:
     """Floating inputs in the dtype the model computes in, as predict() casts them: the
     model's parameters', else (every weight a ``PyroSample``, a function) its guide's (float64
     inputs from numpy met a float32 model's weights in torch's dtype error); others as given,
-    but a network's (an ``nn.Module``'s) integer, bool or complex inputs are refused in
-    ``fn``'s name, as predict() refuses them (not in its class's, from inside its forward),
-    its ``nn.Embedding``'s indices aside."""
-    if isinstance(model, nn.Module) and not x.is_floating_point():
+    but a pyrouq model's integer, bool or complex inputs are refused in ``fn``'s name, as
+    predict() refuses them (not in its class's, from inside its forward), its
+    ``nn.Embedding``'s indices aside (a Pyro model of one's own takes them as they are: group
+    indices, say)."""
+    if own_model(model) is not None and not x.is_floating_point():
         if not takes_indices(x, model):
             raise TypeError(not_floating(x, model, fn))
     dtype = module_dtype(typed_by(model, guide))

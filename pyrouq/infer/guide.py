@@ -489,6 +489,7 @@ def mean_field_guide(
 
 _IN_ORDER = {
     "fit()": "fit(model, guide, train_loader, ...)",
+    "predict()": "predict(model, x, guide)",
     "KLWeightedELBO": "elbo.loss(model, guide, x, y), SVI(model, guide, optim, elbo)",
     "psis_diagnostic()": "psis_diagnostic(model, guide, x, y)",
     "to_inference_data()": "to_inference_data(model, guide, x, y, ...)",
@@ -516,9 +517,11 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
     that has been built (its prototype trace); other guides are checked on their draws
     (:func:`check_draws`). The message names the first differing site, in the model's order.
     A guide that is not callable is refused (but by save(), which names what it can store);
-    so is a guide passed as the model (:func:`refuse_guide_as_model`).
+    so is a guide passed as the model (:func:`refuse_guide_as_model`), except by save(), which
+    writes a guide given alone as a network (``load(path, module=guide)`` reads it back).
     """
-    refuse_guide_as_model(model, caller)
+    if caller != "save()":
+        refuse_guide_as_model(model, caller)
     if guide is not None and not callable(guide) and caller != "save()":
         raise TypeError(  # (fit() went on to "'str' object is not callable", from its probe)
             f"{caller}: expected the guide to be callable (mean_field_guide(model), a Pyro "
