@@ -264,7 +264,8 @@ class TensorLoader(ShardedOrder):
         uncheckable = images.dtype in (torch.uint8, torch.bool) or images.is_complex()
         if images.numel() and not uncheckable:  # (uint8: raw pixels by construction)
             low, high = images.min().item(), images.max().item()
-            as_they_are = f"pyrouq.ArrayLoader({'images' if flat else 'images.unsqueeze(1)'}, "
+            served = "images" if flat else "images.flatten(1)" if flatten else "images.unsqueeze(1)"
+            as_they_are = f"pyrouq.ArrayLoader({served}, "  # (as this loader would serve them)
             # floats in [0, 1], binary {0, 1} too: divided by 255 again, they would train near 0
             # (all 0: the same either way; a few ulps past 0 or 1: rotated)
             if images.is_floating_point() and -_SLACK <= low and 0 < high <= 1 + _SLACK:
@@ -362,7 +363,8 @@ def _layout_fix(shape: torch.Size) -> str:
 def _batch_fix(shape: torch.Size) -> str:
     """What to do with images that are not 4-d where normalize() expects ``(N, H, W)``, N >= 1:
     one image ``(H, W)`` gains a batch dim; flat rows ``(N, H * W)`` (as ``flatten=True``
-    gives) or one flat image ``(H * W,)`` are reshaped to square images."""
+    gives) or one flat image ``(H * W,)`` are reshaped to square images; a 2-d shape that is
+    neither square nor rows of a square number of pixels is told both ways."""
     if len(shape) == 3:  # (0, H, W)
         return "pass at least one image"
     if len(shape) == 2 and shape[0] == shape[1]:
@@ -375,8 +377,11 @@ def _batch_fix(shape: torch.Size) -> str:
             f"for flattened images (rows of {shape[1]} pixels) use images.reshape(-1, {side}, "
             f"{side}), and flatten=True to get rows back"
         )
-    if len(shape) == 2:
-        return "reshape flattened images to (N, H, W) first, images.reshape(-1, H, W)"
+    if len(shape) == 2:  # (rows of pixels, or one image of H != W: either)
+        return (
+            "reshape flattened images to (N, H, W) first, images.reshape(-1, H, W); for one "
+            "image, images.unsqueeze(0)"
+        )
     return "pass a batch of grey images, (N, H, W)"
 
 

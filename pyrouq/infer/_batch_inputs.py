@@ -5,6 +5,7 @@ are), each told what to serve instead."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,15 +91,15 @@ def unbatched_examples(batch: Any, epoch: int, step: int) -> str | None:
 def _example_pairs(batch: Any) -> str | None:
     """What a list (or tuple) of ``(x, y)`` examples holds, "2 (x, y) examples (a tensor of
     shape (3,) and a tensor of shape ())", or None for another batch: one or more pairs of a
-    tensor and a tensor or number, the same shapes in every pair (one pair: its y one label,
-    a number or a 0-d tensor, not a batch's targets)."""
+    tensor and a tensor or number (numpy's too), the same shapes in every pair (one pair: its
+    y one label, a number or a 0-d tensor, not a batch's targets)."""
     if not isinstance(batch, (tuple, list)) or not batch:
         return None
     if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in batch):
         return None
     if not all(torch.is_tensor(x) for x, _ in batch):
         return None
-    if not all(torch.is_tensor(y) or isinstance(y, (int, float)) for _, y in batch):
+    if not all(torch.is_tensor(y) or isinstance(y, numbers.Number) for _, y in batch):
         return None
     shapes = {(tuple(x.shape), tuple(y.shape) if torch.is_tensor(y) else None) for x, y in batch}
     label = batch[0][1]

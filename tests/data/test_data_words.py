@@ -86,7 +86,8 @@ def test_normalize_tells_flat_rows_to_reshape_and_the_reshape_works():
                        r"images\.reshape\(1, 28, 28\)\.$"):  # fmt: skip
         normalize(rows[0])
     with pytest.raises(ValueError, match=r"got shape \(3, 10\); reshape flattened images to "
-                       r"\(N, H, W\) first, images\.reshape\(-1, H, W\)\.$"):  # fmt: skip
+                       r"\(N, H, W\) first, images\.reshape\(-1, H, W\); for one image, "
+                       r"images\.unsqueeze\(0\)\.$"):  # fmt: skip
         normalize(rows[:, :10])
     with pytest.raises(ValueError, match=r"got shape \(0, 28, 28\); pass at least one image\.$"):
         normalize(raw[:0])
