@@ -182,10 +182,11 @@ def temperature_scale(
 
     The NLL is minimised over ``log T`` in ``[log 0.05, log 20]``: a grid of 81 points, then
     golden-section search around the best one (to 1e-6 in ``log T``). A minimum at either bound
-    warns and returns the bound: it means labels the predictions barely tell apart (T = 20),
-    most often labels that are not the predictions', or predictions far less confident than
-    their accuracy (T = 0.05), most often a split every draw gets all right (its NLL falls
-    toward 0 as T -> 0, with no minimum; T = 0.05 then makes new predictions near one-hot).
+    (or within 0.1 % of it) warns and returns the bound: it means labels the predictions barely
+    tell apart (T = 20), most often labels that are not the predictions', or predictions far
+    less confident than their accuracy (T = 0.05), most often a split every draw gets all right
+    (its NLL falls toward 0 as T -> 0, with no minimum; T = 0.05 then makes new predictions
+    near one-hot).
     Probabilities below 1e-12 count as 1e-12, as in :func:`~pyrouq.metrics.nll`, in the fit
     and in the scaler it returns (which applies the transform fitted): a probability that
     underflowed to 0 says only "very small", and one confidently wrong input would otherwise
@@ -245,12 +246,13 @@ def temperature_scale(
     nll_t = _tempered_nll(logp, y, temperature)  # a bound as low (an NLL flat at 0 near
     if min(values[0], values[-1]) <= nll_t:  # T = 0.05: every input right) is the minimum
         log_t = lo if values[0] <= values[-1] else hi
-        # the bound itself, as the warning names it (exp(log 20) is 19.999999999999996)
-        temperature = TEMPERATURE_BOUNDS[0] if log_t == lo else TEMPERATURE_BOUNDS[1]
     if min(log_t - lo, hi - log_t) < 1e-3:
         bound = TEMPERATURE_BOUNDS[0] if log_t - lo < hi - log_t else TEMPERATURE_BOUNDS[1]
         # (at 0.05 it told to check the labels, which give T = 20, not an all-right split)
         warnings.warn(bound_warning(bound, TEMPERATURE_BOUNDS, logp, y), stacklevel=2)
+        # the bound itself, as the warning names it (exp(log 20) is 19.999999999999996), also
+        # for a minimum within 0.1 % of it (T = 19.995 was told "lowest at T = 20")
+        temperature = bound
     return TemperatureScaler(temperature)
 
 

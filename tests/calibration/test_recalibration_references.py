@@ -33,14 +33,28 @@ def _all_right() -> Predictions:
     return Predictions(probs[None], y)
 
 
+def _lowest_at(temperature: float) -> Predictions:
+    """One draw of logits (z, 0) for 20 inputs, 11 labelled 0: the NLL is lowest where
+    z / T = log(0.55 / 0.45), the observed log-odds, at T = ``temperature``."""
+    z = temperature * math.log(0.55 / 0.45)
+    probs = torch.softmax(torch.tensor([[z, 0.0]] * 20, dtype=torch.float64), -1)
+    return Predictions(probs[None], (torch.arange(20) >= 11).long())
+
+
 @pytest.mark.parametrize(
     ("make", "bound", "words"),
-    [(_random_labels, 20.0, "lowest at T = 20"), (_all_right, 0.05, "lowest at T = 0.05")],
+    [
+        (_random_labels, 20.0, "lowest at T = 20"),
+        (_all_right, 0.05, "lowest at T = 0.05"),
+        (lambda: _lowest_at(19.995), 20.0, "lowest at T = 20"),  # within 0.1 %: told T = 20
+        (lambda: _lowest_at(0.05005), 0.05, "lowest at T = 0.05"),
+    ],
 )
 def test_a_temperature_at_a_bound_of_the_search_is_the_bound_itself(make, bound, words):
     """The docstring says a minimum at a bound "warns and returns the bound", and the warning
     names T = 20 (or 0.05); the scaler held exp(log 20) = 19.999999999999996 (and
-    0.05000000000000001), so ``scaler.temperature == 20`` was False."""
+    0.05000000000000001), so ``scaler.temperature == 20`` was False; a minimum within 0.1 %
+    of the bound, warned of as at T = 20, returned 19.995 (0.05005)."""
     with pytest.warns(UserWarning, match=words):
         scaler = temperature_scale(make())
     assert bound in TEMPERATURE_BOUNDS
