@@ -229,9 +229,9 @@ def average_gradients(
     (``nn.Embedding(..., sparse=True)``) is averaged dense and handed back sparse, on every rank
     where it was sparse or missing (for an optimizer of sparse gradients, ``SGD``,
     ``SparseAdam``, ``Adagrad``), holding the rows some rank's gradient held (a second, small
-    ``all_reduce``, only where some rank's gradient is sparse): those its batch looked up,
-    zeros included (a masked token's), as one process's gradient holds them: ``SparseAdam``
-    moves such a row on its moments.
+    ``all_reduce``, only where some rank's gradient is sparse and none's dense, which holds them
+    all): those its batch looked up, zeros included (a masked token's), as one process's
+    gradient holds them: ``SparseAdam`` moves such a row on its moments.
     Returns a scalar flag reduced in the same buffer, so that every rank stops at the same step
     (a rank raising alone would leave the others waiting in the next collective): NaN when any
     rank's ``loss`` is not finite, else above 0 when any rank was ``interrupted`` (a Ctrl-C),
@@ -254,40 +254,44 @@ def average_gradients(
         grads.append(p.grad)
     like, checked = grads[0], any(sparse) or not all(present)
     if not checked:  # no host value to send: no wait for the device
-        held = torch.ones(len(params), dtype=like.dtype, device=like.device)
+        dense = torch.ones(len(params), dtype=like.dtype, device=like.device)
         layouts = torch.zeros(len(params), dtype=like.dtype, device=like.device)
-    else:
-        held = torch.tensor(present, dtype=like.dtype).to(like.device)
+    else:  # which gradients are dense here, which sparse (neither: missing)
+        here = [h and not s for h, s in zip(present, sparse, strict=True)]
+        dense = torch.tensor(here, dtype=like.dtype).to(like.device)
         layouts = torch.tensor(sparse, dtype=like.dtype).to(like.device)
     flag = torch.where(torch.isfinite(loss), float(interrupted), math.nan).to(like).reshape(1)
-    _average_in_place([*grads, held, layouts, flag], group)
+    _average_in_place([*grads, dense, layouts, flag], group)
     if checked:  # which gradients no rank had, which to hand back sparse
-        somewhere = [i for i, n in enumerate(layouts.tolist()) if n > 0]  # alike on every rank
-        kept = _rows_held(params, somewhere, present, looked_up, group) if somewhere else {}
-        rows = zip(params, present, sparse, held.tolist(), strict=True)
-        for i, (p, here, was_sparse, anywhere) in enumerate(rows):
-            if not here and anywhere == 0:
+        dense_on, sparse_on = dense.tolist(), layouts.tolist()  # alike on every rank
+        # the rows to gather of a gradient sparse on some rank and dense on none: a rank that
+        # skips this (every gradient dense there) leaves none, and the ranks here agree
+        which = [i for i, n in enumerate(sparse_on) if n > 0 and dense_on[i] == 0]
+        kept = _rows_held(params, which, looked_up, group) if which else {}
+        for i, p in enumerate(params):
+            if sparse_on[i] == 0 and dense_on[i] == 0:
                 p.grad = None
-            elif was_sparse or (not here and i in kept):
-                p.grad = _sparse_rows(p.grad, kept[i])  # type: ignore[arg-type]
+            elif sparse[i] or (not present[i] and sparse_on[i] > 0):
+                # not kept: dense on some rank, whose gradient holds every row
+                rows = kept[i] if i in kept else torch.ones(p.shape[0], dtype=torch.bool)
+                p.grad = _sparse_rows(p.grad, rows)  # type: ignore[arg-type]
     return flag[0]
 
 
 def _rows_held(
     params: list[torch.Tensor],
     which: list[int],
-    present: list[bool],
     looked_up: dict[int, torch.Tensor],
     group: Group,
 ) -> dict[int, torch.Tensor]:
     """For each parameter ``params[i]``, ``i`` in ``which`` (those whose gradient is sparse on
-    some rank), whether some rank's gradient held each of its rows (one ``all_reduce`` of the
-    maxima): a rank's sparse gradient holds the rows it lists, a dense one all, a missing one
-    none."""
+    some rank and dense on none), whether some rank's gradient held each of its rows (one
+    ``all_reduce`` of the maxima): a rank's sparse gradient holds the rows it lists, a missing
+    one none."""
     marks = []
     for i in which:
         p = params[i]
-        mark = torch.full((p.shape[0],), float(present[i] and i not in looked_up), device=p.device)
+        mark = torch.zeros(p.shape[0], device=p.device)
         if i in looked_up:
             mark[looked_up[i].to(p.device)] = 1.0
         marks.append(mark)
@@ -300,10 +304,14 @@ def _rows_held(
 
 
 def _sparse_rows(dense: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``dense`` as a sparse gradient holding the rows marked in ``rows`` (zeros included)."""
+    """``dense`` as a sparse gradient holding the rows marked in ``rows`` (zeros included).
+    Its indices are valid by construction: no invariant check, said explicitly (left implicit,
+    torch warns "Sparse invariant checks are implicitly disabled" on the first step)."""
     index = rows.nonzero().flatten().to(dense.device)
     values = dense.index_select(0, index)
-    return torch.sparse_coo_tensor(index.unsqueeze(0), values, dense.shape).coalesce()
+    return torch.sparse_coo_tensor(
+        index.unsqueeze(0), values, dense.shape, check_invariants=False
+    ).coalesce()
 
 
 def _average_in_place(tensors: list[torch.Tensor], group: Group) -> None:
