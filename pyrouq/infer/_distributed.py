@@ -1,9 +1,9 @@
 """What :func:`pyrouq.fit` does differently under torch.distributed (a process group
 initialised by torchrun or ``init_process_group``): each rank trains on its own shard of every
 epoch, its gradients are averaged with the other ranks' after each backward pass (one bucketed
-``all_reduce``), its floating buffers (BatchNorm's running statistics) are averaged at the end
-of every epoch and when a refused step stops every rank, and only rank 0 shows progress and
-writes checkpoints.
+``all_reduce``; a second, small one gathers the rows a sparse gradient looked up), its
+floating buffers (BatchNorm's running statistics) are averaged at the end of every epoch and
+when a refused step stops every rank, and only rank 0 shows progress and writes checkpoints.
 
 Per rank the loss is ``-(N / B_local) * sum_batch log p(y | x, w) + kl_weight * KL``; the
 average over R ranks of its gradient is ``-(N / (R * B_local)) * sum over the global batch +

@@ -1,6 +1,6 @@
-"""Routes that must compute what the plain one-process route computes, against references
-written by hand with plain torch: fit()'s data-parallel gradient average on 2 processes (gloo,
-CPU) of a sparse embedding's gradient, stepped by ``SparseAdam``.
+"""fit()'s data-parallel gradient average on 2 processes (gloo, CPU) of a sparse embedding's
+gradient, stepped by ``SparseAdam``, against a one-process reference written by hand with plain
+torch.
 
 One process's ``nn.Embedding(..., sparse=True)`` gradient holds every row its batch looked up,
 zeros included (a token masked out of the loss), and ``SparseAdam`` moves such a row on its
