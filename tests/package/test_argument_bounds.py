@@ -163,6 +163,8 @@ def test_image_grid_far_larger_than_the_images_is_refused():
         "half of the cells blank: a grid of more than 1,024 cells (32 x 32) must be at least "
         "half full (its figure is sized to rows x cols). Pass e.g. rows=1, cols=3."
     )
+    with pytest.raises(ValueError, match=r"got rows=1 x cols=1025 for N=3 inputs, which leaves"):
+        plot_image_grid(preds, images, rows=1, cols=1025)  # one cell past 1,024, 1022 blank
     forty = _classes(n=40)
     many = _classes(n=600)
     with pytest.raises(ValueError, match=r"rows=40 x cols=40 for N=600 .* rows=15, cols=40"):
