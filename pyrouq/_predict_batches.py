@@ -12,6 +12,7 @@ from torch import Tensor
 
 from pyrouq._input_kind import WRAPPER
 from pyrouq._numbers import is_array_like
+from pyrouq._uncollated import uncollated, uncollated_tensors
 from pyrouq._util import describe_batch, warn_caller
 from pyrouq._words import article
 
@@ -58,19 +59,30 @@ def batches(
             f"as a batch of inputs. Pass the inputs alone, {what}=x, or the pair as a list of "
             f"batches, [(x, y)]."
         )
-    for batch in x:
+    for index, batch in enumerate(x):
+        loader = x if index == 0 else None  # (a last batch may be short: [x, y] of 1 row each)
         if torch.is_tensor(batch):
             yield batch, None
-        elif isinstance(batch, (tuple, list)) and batch and torch.is_tensor(batch[0]):
+        elif _stacked(batch, loader):
             target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
             yield batch[0], target
         else:
-            arrays = is_array_like(batch)
+            as_they_came = uncollated(batch, needs_targets=False, loader=loader)
+            arrays = is_array_like(batch) and as_they_came is None
             fix = " Make them tensors (torch.as_tensor)." if arrays else ""
             raise TypeError(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
-                f"a batch was {describe_batch(batch)}{fix}"
+                f"a batch was {as_they_came or describe_batch(batch)}{fix}"
             )
+
+
+def _stacked(batch: Any, loader: Any) -> bool:
+    """Whether ``batch`` is an ``(x, y)`` (or ``(x,)``, ``(x, y, ...)``) batch of tensors, not
+    a torch ``DataLoader``'s single tensors as they came (:func:`uncollated_tensors`: told by
+    the first batch, ``loader`` None for the others)."""
+    if not isinstance(batch, (tuple, list)) or not batch or not torch.is_tensor(batch[0]):
+        return False
+    return not uncollated_tensors(batch, loader)
 
 
 def _looks_like_one_pair(x: Any) -> bool:

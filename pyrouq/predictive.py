@@ -240,7 +240,8 @@ def predict(
         labels are kept as ``Predictions.targets``: labels that are not one per input of their
         batch, or not valid targets, are left out with a warning); one ``(x, y)`` pair goes in a
         list, ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
-        is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``; empty
+        is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``, whose
+        batches' examples left as they came, ``collate_fn=lambda b: b``, are refused; empty
         batches are skipped). Floating inputs of another dtype (float64, float16) are cast to the
         model's (or its guide's); integer ones (raw uint8 pixels) are refused, see
         :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not bool).
