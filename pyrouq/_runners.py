@@ -26,7 +26,6 @@ from pyrouq._util import (
     check_flag,
     class_name,
     has_latent_sites,
-    module_dtype,
     rng_state,
     seed_generators,
     set_rng_state,
@@ -86,20 +85,6 @@ def check_arguments(model: Any, guide: Any, parallel: Any, progress: Any) -> Non
             f"{kind}.{first}"
         )
     take_store_values(model, guide)
-
-
-def typed_by(model: Any, guide: Any) -> Any:
-    """Whose dtype predict() casts floating inputs to: the model's, or, for a model of the
-    user's own without floating parameters (every weight a ``PyroSample``, a function), its
-    guide's, whose draws the model computes with (a fitted autoguide's float32 draws times
-    float64 inputs from numpy would fail in the model). A model with an ``nn.Embedding`` keeps
-    its own say: its integer inputs are indices, which the guide does not take."""
-    indices = isinstance(model, nn.Module) and any(
-        isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in model.modules()
-    )
-    if module_dtype(model) is None and module_dtype(guide) is not None and not indices:
-        return guide
-    return model
 
 
 def is_ensemble(model: nn.Module) -> bool:

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._default_device import under_cpu_default
+from pyrouq._input_cast import typed_by
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch
 from pyrouq._predict_batches import batches as _batches
@@ -437,7 +438,7 @@ def predict(
                         if bar is not None:  # predict, and a Pyro model's plate of 0 fails
                             bar.update()
                         continue
-                    inputs = _prepared(xb, _runners.typed_by(model, guide), device, "x", first)
+                    inputs = _prepared(xb, typed_by(model, guide), device, "x", first)
                     try:
                         outputs = came.run(index, xb, inputs, run)
                     except (TypeError, ValueError, RuntimeError) as err:

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyrouq._input_cast import typed_by
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._param_store import take_store_values
-from pyrouq._runners import typed_by
 from pyrouq._util import (
     builder_of,
     check_finite_inputs,

@@ -17,6 +17,7 @@ from pyrouq import _engine
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._batch_size import loader_batch_size
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
+from pyrouq._input_cast import typed_by
 from pyrouq._util import (
     global_streams_kept,
     len_or,
@@ -419,8 +420,10 @@ class Loop:
                             if self.check_batches:
                                 check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
                             refuse_batch_above_n(y, self.num_data, self.loader, epoch, step)
-                            x = model_input(
-                                x.to(self.device, non_blocking=True), self.model, "fit()"
+                            x = model_input(  # (a model without parameters: its guide's dtype)
+                                x.to(self.device, non_blocking=True),
+                                typed_by(self.model, self.guide),
+                                "fit()",
                             )
                         except (ValueError, TypeError) as err:
                             self.stop_with_the_ranks(err)

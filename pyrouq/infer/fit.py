@@ -52,7 +52,8 @@ from pyrouq.infer._options import (
     check_callbacks,
     check_lr_schedule,
 )
-from pyrouq.infer._probe import OwnTargets, Probe, is_pyrouq_model
+from pyrouq.infer._own_targets import OwnTargets
+from pyrouq.infer._probe import Probe, is_pyrouq_model
 from pyrouq.infer._rank_state import check_same_resume, compared_parameters
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer._sync_norm import check_sync_batchnorm
@@ -156,7 +157,9 @@ def fit(
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
         or one ``(x, y)`` pair, is refused: batch it; so is an empty batch, an empty list, and
         a str, bytes or dict, which iterate characters, ints and keys). Floating inputs
-        of another dtype are cast to the model's; integer ones (raw uint8 pixels) are refused,
+        of another dtype are cast to the model's (a Pyro model without parameters of its own:
+        to its guide's; an autoguide not built yet has none, and inputs of another dtype than
+        the priors' are refused); integer ones (raw uint8 pixels) are refused,
         see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
         bool). Batches that require grad are detached: no gradient flows into data. fit()
         computes its gradients whatever the caller's grad mode: called under

@@ -1,0 +1,77 @@
+"""Whose dtype floating inputs are cast to (:func:`typed_by`): the model's or, for a Pyro model
+of the user's own without floating parameters, its guide's; and what fit() says where that
+guide holds none yet, before its first call, and the inputs are of another dtype than the
+model's latent sites (:func:`latent_dtype_refusal`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from pyro import poutine
+from torch import nn
+
+from pyrouq._mismatch import torch_words
+from pyrouq._util import module_dtype
+
+__all__ = ["latent_dtype_refusal", "typed_by"]
+
+_DTYPE_WORDS = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
+_TO = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}
+
+
+def typed_by(model: Any, guide: Any) -> Any:
+    """Whose dtype predict() and fit() cast floating inputs to: the model's, or, for a model of
+    the user's own without floating parameters (every weight a ``PyroSample``, a function), its
+    guide's, whose draws the model computes with (a fitted autoguide's float32 draws times
+    float64 inputs from numpy would fail in the model). A model with an ``nn.Embedding`` keeps
+    its own say: its integer inputs are indices, which the guide does not take."""
+    if module_dtype(model) is not None or module_dtype(guide) is None:
+        return model
+    indices = isinstance(model, nn.Module) and any(
+        isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in model.modules()
+    )
+    return model if indices else guide
+
+
+def latent_dtype_refusal(
+    err: BaseException, model: Any, x: torch.Tensor, y: torch.Tensor
+) -> str | None:
+    """Why a Pyro model of the user's own without floating parameters failed on ``x``
+    (torch's words on a dtype, ``err``) where its guide holds no parameters yet to cast ``x``
+    to: its latent sites, drawn from its priors (read off a trace of ``model(x, y)`` up to the
+    error), are of another dtype than ``x``; and what to do. None for another error."""
+    lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
+    said = lines[0] if lines else ""
+    if not x.is_floating_point() or _DTYPE_WORDS.search(said) is None:
+        return None
+    with poutine.trace() as capture:
+        try:
+            model(x, y)
+        except Exception:  # (the error again: the sites drawn before it are what is read)
+            pass
+    sites = {
+        name: site["value"].dtype
+        for name, site in capture.trace.nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and torch.is_tensor(site["value"])
+        and site["value"].is_floating_point()
+    }
+    other = {name: dtype for name, dtype in sites.items() if dtype != x.dtype}
+    if not other:
+        return None
+    dtype = next(iter(other.values()))
+    names = ", ".join(map(repr, list(other)[:3])) + (", ..." if len(other) > 3 else "")
+    cast = f"x.{_TO[dtype]}()" if dtype in _TO else f"x.to({dtype})"
+    name = type(model).__name__
+    return (
+        f"fit(): {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, but "
+        f"train_loader's inputs are {x.dtype}, and torch does not mix the two "
+        f"({type(err).__name__}: {said}). Its guide holds no parameters yet to take the dtype "
+        "from (a model without parameters of its own has its inputs cast to its guide's "
+        "dtype, as predict() and a later fit() do). Serve the inputs in "
+        f"{dtype} ({cast}, e.g. TensorDataset({cast}, y)), or build {name}'s priors in "
+        f"{x.dtype} (their parameters as {x.dtype} tensors). Nothing was trained."
+    )

@@ -1,0 +1,120 @@
+"""fit() of a Pyro model of one's own whose weights are all ``PyroSample`` (no parameters of its
+own) on inputs of another dtype than its priors' (float64 from numpy). It failed in torch's
+"mat1 and mat2 must have the same dtype, but got Double and Float", on a first fit and on a
+second one alike, while predict() casts the inputs to the guide's dtype. Now a guide that holds
+parameters (a second fit(), an AutoNormal already built) has the inputs cast to its dtype, as
+predict() and as fit() of a pyrouq model (cast to the model's) do; an AutoNormal not built yet
+has no dtype to give, and the first fit() says so, naming the priors' dtype and what to do."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from _toy import PyroClassifier, sampled_linear, toy_data
+from pyro.infer.autoguide import AutoNormal
+from pyro.nn import PyroModule, PyroSample
+from torch.utils.data import TensorDataset
+
+import pyrouq
+
+
+def _fit(model, guide, x, y, **kw):
+    return pyrouq.fit(model, guide, [(x, y)], epochs=2, num_data=len(x), progress=False, seed=0,
+                      **kw)  # fmt: skip
+
+
+def test_a_first_fit_on_float64_inputs_says_the_priors_dtype_and_what_to_do():
+    x, y = toy_data(12)
+    model = PyroClassifier(3, 2)
+    guide = AutoNormal(model)
+    with pytest.raises(TypeError) as info:
+        _fit(model, guide, x.double(), y)
+    assert str(info.value) == (
+        "fit(): PyroClassifier draws its latent sites ('fc.weight', 'fc.bias') in torch.float32, "
+        "its priors' dtype, but train_loader's inputs are torch.float64, and torch does not mix "
+        "the two (RuntimeError: mat1 and mat2 must have the same dtype, but got Double and "
+        "Float). Its guide holds no parameters yet to take the dtype from (a model without "
+        "parameters of its own has its inputs cast to its guide's dtype, as predict() and a "
+        "later fit() do). Serve the inputs in torch.float32 (x.float(), e.g. "
+        "TensorDataset(x.float(), y)), or build PyroClassifier's priors in torch.float64 "
+        "(their parameters as torch.float64 tensors). Nothing was trained."
+    )
+    assert not list(guide.parameters())  # nothing built, nothing trained
+    # the fix it names trains
+    loader = torch.utils.data.DataLoader(TensorDataset(x.double().float(), y), batch_size=12)
+    assert len(pyrouq.fit(model, guide, loader, epochs=1, progress=False).history) == 1
+
+
+class _Float64Priors(PyroModule):
+    """A softmax regression whose priors are float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = PyroModule[torch.nn.Linear](3, 2)
+        zero = torch.zeros((), dtype=torch.float64)
+        self.fc.weight = PyroSample(dist.Normal(zero, 1.0).expand([2, 3]).to_event(2))
+        self.fc.bias = PyroSample(dist.Normal(zero, 1.0).expand([2]).to_event(1))
+
+    def forward(self, x, y=None):
+        logits = self.fc(x)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_float32_inputs_of_float64_priors_are_told_to_cast_to_float64():
+    x, y = toy_data(12)
+    model = _Float64Priors()
+    with pytest.raises(TypeError) as info:
+        _fit(model, AutoNormal(model), x, y)
+    message = str(info.value)
+    assert message.startswith(
+        "fit(): _Float64Priors draws its latent sites ('fc.weight', 'fc.bias') in "
+        "torch.float64, its priors' dtype, but train_loader's inputs are torch.float32"
+    )
+    assert "Serve the inputs in torch.float64 (x.double(), e.g. TensorDataset(x.double(), y))" in (
+        message
+    )
+    # in its own dtype it trains, float64 throughout
+    guide = AutoNormal(model)
+    _fit(model, guide, x.double(), y)
+    assert {p.dtype for p in guide.parameters()} == {torch.float64}
+
+
+@pytest.mark.parametrize("built_by", ["a first fit", "a call"])
+def test_a_guide_holding_parameters_has_float64_inputs_cast_to_its_dtype(built_by):
+    """The run on float64 inputs is, to the bit, the run on the same inputs in float32 (the
+    reference: x is float32, so x.double() casts back exactly)."""
+    x, y = toy_data(12)
+    runs = []
+    for inputs in (x, x.double()):
+        pyro.clear_param_store()
+        pyro.set_rng_seed(0)
+        model = PyroClassifier(3, 2)
+        guide = AutoNormal(model)
+        if built_by == "a call":
+            guide(x, y)  # built on float32 inputs
+        else:
+            _fit(model, guide, x, y)
+        result = _fit(model, guide, inputs, y)
+        runs.append(([r.loss for r in result.history], [p.detach() for p in guide.parameters()]))
+    assert runs[1][0] == runs[0][0]
+    for got, expected in zip(runs[1][1], runs[0][1], strict=True):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+class _OwnBias(PyroClassifier):
+    """:class:`PyroClassifier` with a bias that is an ordinary float32 parameter."""
+
+    def __init__(self):
+        super().__init__(3, 2)
+        self.fc = sampled_linear(3, 2)
+
+
+def test_a_model_with_a_parameter_of_its_own_is_cast_to_it_on_a_first_fit_as_before():
+    x, y = toy_data(12)
+    model = _OwnBias()
+    assert len(_fit(model, AutoNormal(model), x.double(), y).history) == 2
