@@ -9,7 +9,6 @@ import io
 import os
 import pickle
 import pickletools
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -275,16 +274,13 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = os.stat(target).st_mode & 0o777
-    except OSError:  # a new file: the usual mode (mkstemp creates 0600)
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
+        mode: int | None = os.stat(target).st_mode & 0o777
+    except OSError:  # a new file: the mode _create gives it (0o666 less the umask)
+        mode = None
+    handle, tmp = _create(target)
     try:
         try:
-            with open(tmp, "wb") as file:
+            with open(handle, "wb") as file:
                 try:
                     torch.save(payload, file)
                 except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
@@ -302,12 +298,29 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
             if err.filename is None and err.errno in _DISK_ERRORS:
                 raise OSError(err.errno, err.strerror or str(err), str(target)) from None
             raise
-        os.chmod(tmp, mode)  # after the writes: a read-only file's mode (0o444) forbids them
+        if mode is not None:  # after the writes: a read-only file's mode (0o444) forbids them
+            os.chmod(tmp, mode)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _create(target: Path) -> tuple[int, str]:
+    """A new temporary file beside ``target``, open for writing: (its descriptor, its name).
+    Created with mode 0o666, which the operating system reduces by the process's umask (and
+    a folder's default ACL) as for any new file, so that a new checkpoint gets the usual mode
+    without reading the umask (``os.umask`` can only read it by setting it: for that instant
+    a file another thread creates would get mode 0o666); tempfile.mkstemp creates 0o600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):  # random names, tried as mkstemp tries them
+        tmp = os.path.join(target.parent, f".{target.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "No usable temporary file name found", str(target))
 
 
 _DISK_ERRORS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO}
