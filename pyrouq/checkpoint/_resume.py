@@ -34,6 +34,7 @@ from pyrouq.checkpoint._describe import (
 )
 from pyrouq.checkpoint._state import load_state
 from pyrouq.convert import SitePrior
+from pyrouq.likelihoods import _LIKELIHOODS
 
 
 def restore(
@@ -88,6 +89,8 @@ def restore(
         if key == "module" and isinstance(theirs, dict) and isinstance(mine, dict):
             # entries added to the structure record after the checkpoint was written
             mine = {k: v for k, v in mine.items() if k in theirs}
+        if key == "config" and isinstance(theirs, dict) and isinstance(mine, dict):
+            theirs, mine = _used_likelihood(theirs, mine)
         if theirs != mine:  # the innermost entries that differ, three at most
             differ = _differences(theirs, mine, key)
             shown = "; ".join(
@@ -370,6 +373,29 @@ def _prior_text(prior: Any, params: dict[str, torch.Tensor]) -> str:
         return f"<tensor of shape {tuple(t.shape)}>"
 
     return f"{prior.family}(" + ", ".join(f"{k}={value(v)}" for k, v in params.items()) + ")"
+
+
+def _used_likelihood(
+    theirs: dict[str, Any], mine: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The configurations ``theirs`` and ``mine`` without the likelihood's settings that
+    neither side's likelihood uses (the ``min_scale`` of a Gaussian of fixed, learned or
+    latent noise): another value of one leaves the run the same."""
+    unused: list[set[str]] = []
+    for config in (theirs, mine):
+        spec = config.get("likelihood")
+        name = spec.get("name") if isinstance(spec, dict) else None
+        kind = _LIKELIHOODS.get(name) if isinstance(name, str) else None
+        unused.append(kind._unused_settings(spec) if kind and isinstance(spec, dict) else set())
+    common = unused[0] & unused[1]
+    if not common:
+        return theirs, mine
+
+    def used(config: dict[str, Any]) -> dict[str, Any]:
+        spec = {k: v for k, v in config["likelihood"].items() if k not in common}
+        return {**config, "likelihood": spec}
+
+    return used(theirs), used(mine)
 
 
 _ABSENT = object()  # an entry one side lacks

@@ -140,6 +140,12 @@ class Likelihood(nn.Module):
         """A JSON description that :func:`get_likelihood` turns back into this likelihood."""
         return {"name": self.name}
 
+    @classmethod
+    def _unused_settings(cls, spec: dict[str, Any]) -> set[str]:
+        """The entries of a :meth:`describe` output ``spec`` that the likelihood it describes
+        does not use (resuming a run does not compare them)."""
+        return set()
+
     # ---------------------------------------------------------------------------------------
 
     def scale(self, num_data: int | None, batch: int, where: str) -> float:

@@ -388,6 +388,11 @@ class Gaussian(Likelihood):
         return out
 
     @classmethod
+    def _unused_settings(cls, spec: dict[str, Any]) -> set[str]:
+        # min_scale floors heteroscedastic scales only
+        return set() if spec.get("scale") == "heteroscedastic" else {"min_scale"}
+
+    @classmethod
     def from_description(cls, spec: dict[str, Any]) -> Gaussian:
         """The likelihood :meth:`describe` wrote (a prior's parameters are placeholders until
         the model's state dict is loaded: 1, 2, ... in their order, which every family pyrouq
