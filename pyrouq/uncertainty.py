@@ -268,7 +268,8 @@ def _check_probs(
     TypeError
         Not a tensor, or not float32 / float64.
     ValueError
-        Wrong rank, empty, non-finite, negative, above 1 or not normalised.
+        Wrong rank, empty, on the meta device, non-finite, negative, above 1 or not
+        normalised.
     """
     if not isinstance(probs, Tensor):
         kind = type(probs).__name__
@@ -312,6 +313,12 @@ def _check_probs(
         raise ValueError(
             f"Expected a non-empty {name}, got shape {shape}; "
             "pass at least one draw, one input and one class."
+        )
+    if probs.is_meta:  # (torch's own error: "Tensor.item() cannot be called on meta tensors")
+        raise ValueError(
+            f"Expected {name} on a real device (cpu or cuda), got them on the meta device "
+            "(shapes, no values): there are no probabilities to check. Pass the model's "
+            "predictions, made with its weights loaded on a real device."
         )
     probs = probs.detach()  # read numbers off, nothing differentiated (torch warns otherwise)
     # NaN and +-inf show in the extremes: no mask the size of probs (isfinite's took 1.75x it)
