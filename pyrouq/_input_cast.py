@@ -36,15 +36,19 @@ def typed_by(model: Any, guide: Any) -> Any:
 
 
 def latent_dtype_refusal(
-    err: BaseException, model: Any, x: torch.Tensor, y: torch.Tensor
+    err: BaseException, model: Any, guide: Any, x: torch.Tensor, y: torch.Tensor
 ) -> str | None:
     """Why a Pyro model of the user's own without floating parameters failed on ``x``
     (torch's words on a dtype, ``err``) where its guide holds no parameters yet to cast ``x``
     to: its latent sites, drawn from its priors (read off a trace of ``model(x, y)`` up to the
-    error), are of another dtype than ``x``; and what to do. None for another error."""
+    error), are of another dtype than ``x``; and what to do. None for another error, and for a
+    model or guide that holds floating parameters (``x`` was cast to their dtype: serving it
+    in another would change nothing)."""
     lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
     said = lines[0] if lines else ""
     if not x.is_floating_point() or _DTYPE_WORDS.search(said) is None:
+        return None
+    if module_dtype(model) is not None or module_dtype(guide) is not None:
         return None
     with poutine.trace() as capture:
         try:

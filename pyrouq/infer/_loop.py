@@ -24,6 +24,7 @@ from pyrouq._util import (
     model_input,
     modes,
     module_device,
+    module_dtype,
     restore_modes,
 )
 from pyrouq.infer import _distributed
@@ -147,6 +148,7 @@ class Loop:
         likelihood: Any,
     ):
         self.model, self.guide, self.loader = model, guide, loader
+        self.cast_to: Any = None  # whose dtype the inputs take, once settled (typed_by)
         self.guide_fn = guide if guide is not None else empty_guide
         self.plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
         self.epochs, self.elbo, self.num_data = epochs, elbo, num_data
@@ -385,6 +387,17 @@ class Loop:
             self.share_statistics()
         raise error
 
+    def typed_by(self) -> Any:
+        """Whose dtype the inputs are cast to (:func:`pyrouq._input_cast.typed_by`), asked once
+        it holds a floating parameter (the model, or a guide built before the first step): not
+        asked again at every step, where the model's dtype is read a second time."""
+        if self.cast_to is None:
+            by = typed_by(self.model, self.guide)
+            if module_dtype(by) is None:
+                return by
+            self.cast_to = by
+        return self.cast_to
+
     def run(self, progress: bool) -> FitResult:
         bar = None
         if progress:
@@ -421,9 +434,7 @@ class Loop:
                                 check_batch(x, y, epoch, step, self.likelihood, self.num_classes)
                             refuse_batch_above_n(y, self.num_data, self.loader, epoch, step)
                             x = model_input(  # (a model without parameters: its guide's dtype)
-                                x.to(self.device, non_blocking=True),
-                                typed_by(self.model, self.guide),
-                                "fit()",
+                                x.to(self.device, non_blocking=True), self.typed_by(), "fit()"
                             )
                         except (ValueError, TypeError) as err:
                             self.stop_with_the_ranks(err)

@@ -165,7 +165,7 @@ class Probe:
                             f"batch of train_loader:{_plate_hint(err, model, x)}\n{err}"
                         ) from err
                     except RuntimeError as err:  # inputs of another dtype than its priors'
-                        other = latent_dtype_refusal(err, model, x, y) if foreign else None
+                        other = latent_dtype_refusal(err, model, guide, x, y) if foreign else None
                         if other is None:
                             raise
                         raise TypeError(other) from err

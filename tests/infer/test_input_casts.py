@@ -1,0 +1,66 @@
+"""Whose dtype fit() casts a batch's inputs to, and what it says where they cannot be cast.
+
+A Pyro model of one's own that holds a float32 parameter of its own (an ``nn.Linear``) and draws
+a latent site from a float64 prior fails in torch on any inputs: fit() casts them to the
+model's float32 whatever they came as. fit() told such a model's user that "train_loader's
+inputs are torch.float32" (also of float64 inputs) and to "Serve the inputs in torch.float64",
+which changes nothing: its words are for a model and guide without parameters, whose inputs are
+not cast. Torch's own error comes through again. And the inputs are cast to the model's dtype at
+every step, as before, the model's dtype read once a step (not twice)."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from _toy import tiny_mlp, toy_data
+from pyro.infer.autoguide import AutoNormal
+from pyro.nn import PyroModule
+
+import pyrouq
+
+
+class _OwnLinearFloat64Prior(PyroModule):
+    """A float32 ``nn.Linear`` of its own, then a latent float64 (3, 2) matrix."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x, y=None):
+        prior = dist.Normal(torch.zeros(3, 2, dtype=torch.float64), 1.0).to_event(2)
+        logits = self.fc(x) @ pyro.sample("w", prior)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_model_with_parameters_of_its_own_is_not_told_to_serve_its_priors_dtype(dtype):
+    x, y = toy_data(8)
+    pyro.clear_param_store()
+    model = _OwnLinearFloat64Prior()
+    with pytest.raises(RuntimeError) as info:
+        pyrouq.fit(model, AutoNormal(model), [(x.to(dtype), y)], epochs=1, num_data=8,
+                   progress=False)  # fmt: skip
+    message = str(info.value)
+    assert message.startswith("expected m1 and m2 to have the same dtype, but got: float != double")
+    assert "Serve the inputs" not in message
+
+
+def test_float64_inputs_of_a_converted_model_train_as_their_float32_values_at_every_step():
+    x, y = toy_data(12)
+    runs = []
+    for inputs in (x, x.double()):
+        pyro.clear_param_store()
+        torch.manual_seed(0)
+        model = tiny_mlp()
+        guide = pyrouq.mean_field_guide(model)
+        batches = [(inputs[:4], y[:4]), (inputs[4:8], y[4:8]), (inputs[8:], y[8:])]
+        result = pyrouq.fit(model, guide, batches, epochs=2, num_data=12, progress=False, seed=0)
+        runs.append(([r.loss for r in result.history], [p.detach() for p in guide.parameters()]))
+    assert runs[1][0] == runs[0][0]
+    for got, expected in zip(runs[1][1], runs[0][1], strict=True):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
