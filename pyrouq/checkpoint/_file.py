@@ -277,7 +277,7 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
         mode: int | None = os.stat(target).st_mode & 0o777
     except OSError:  # a new file: the mode _create gives it (0o666 less the umask)
         mode = None
-    handle, tmp = _create(target)
+    handle, tmp = _create(target, 0o666 if mode is None else 0o600)  # (private until chmod)
     try:
         try:
             with open(handle, "wb") as file:
@@ -307,17 +307,23 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def _create(target: Path) -> tuple[int, str]:
+def _create(target: Path, mode: int) -> tuple[int, str]:
     """A new temporary file beside ``target``, open for writing: (its descriptor, its name).
-    Created with mode 0o666, which the operating system reduces by the process's umask (and
-    a folder's default ACL) as for any new file, so that a new checkpoint gets the usual mode
+    Created with ``mode``, which the operating system reduces by the process's umask (and a
+    folder's default ACL) as for any new file: 0o666 gives a new checkpoint the usual mode
     without reading the umask (``os.umask`` can only read it by setting it: for that instant
-    a file another thread creates would get mode 0o666); tempfile.mkstemp creates 0o600."""
+    a file another thread creates would get mode 0o666); 0o600 keeps the file that replaces
+    an existing one private until it takes that one's mode (a private checkpoint's contents
+    are never readable by others). Its name is ``target``'s, cut to fit the file system's 255
+    bytes with the random part: any name that torch.save takes can be saved to."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    stem = target.name
+    while len(os.fsencode(f".{stem}.{0:012x}.tmp")) > 255 and stem:
+        stem = stem[:-1]
     for _ in range(100):  # random names, tried as mkstemp tries them
-        tmp = os.path.join(target.parent, f".{target.name}.{os.urandom(6).hex()}.tmp")
+        tmp = os.path.join(target.parent, f".{stem}.{os.urandom(6).hex()}.tmp")
         try:
-            return os.open(tmp, flags, 0o666), tmp
+            return os.open(tmp, flags, mode), tmp
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "No usable temporary file name found", str(target))
