@@ -1,6 +1,6 @@
 """Checkpoint files and runs: the mode save() gives a new file (without touching the process
-umask), resuming a run whose likelihood has a setting it does not use (a fixed-noise
-Gaussian's min_scale), and meta-device labels and probabilities refused in words."""
+umask), and resuming a run whose likelihood has a setting it does not use (a fixed-noise
+Gaussian's min_scale)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pyrouq
 from pyrouq import (
     ArrayLoader,
     Gaussian,
-    Predictions,
     TrainingInterrupted,
     bayesian,
     fit,
@@ -84,23 +83,3 @@ def test_resume_still_compares_the_min_scale_of_a_heteroscedastic_gaussian(tmp_p
     _run(tmp_path, 0.3, 1e-3, epochs=1, checkpoint=fixed)
     with pytest.raises(CheckpointError, match=r"\['scale'\] is 0\.3 there and 0\.4 in the model"):
         _run(tmp_path, 0.4, 1e-2, epochs=2, resume_from=fixed)
-
-
-def test_temperature_scale_refuses_meta_labels_and_probabilities_in_words():
-    probs = torch.softmax(torch.randn(2, 6, 3, generator=torch.Generator().manual_seed(0)), -1)
-    labels = torch.tensor([0, 1, 2, 0, 1, 2], device="meta")
-    with pytest.raises(
-        ValueError,
-        match=r"Expected targets on a real device \(cpu or cuda\), got a tensor of shape \(6,\) "
-        r"on the meta device \(shapes, no values\): there are no labels to check\. Pass the "
-        r"labels themselves",
-    ):
-        pyrouq.temperature_scale(Predictions(probs), labels)
-    with pytest.raises(ValueError, match=r"Expected targets on a real device .* meta device"):
-        Predictions(probs, labels)
-    with pytest.raises(
-        ValueError,
-        match=r"Expected probs on a real device \(cpu or cuda\), got them on the meta device "
-        r"\(shapes, no values\)",
-    ):
-        Predictions(probs.to("meta"))
