@@ -156,7 +156,8 @@ def _locate(
                 if download:
                     hint += "; download=True downloads into that root, never into the package"
             elif above := _root_above(base, folder, names):
-                hint = f"root= is the folder above {folder}/: pass root={str(above)!r}"
+                verb = "pass root=" if origin == "root=" else "set it to "
+                hint = f"{origin} is the folder above {folder}/: {verb}{str(above)!r}"
             elif base.is_file():  # e.g. root= one of the IDX files themselves
                 above = _root_above(base.parent, folder, names)
                 verb = "pass" if origin == "root=" else "set it to"

@@ -77,7 +77,14 @@ def _missing_data(
 ) -> CommandError:
     """The data loaders' error told in the command's words (--data-root, not root=), the fix
     naming what chose the folder: --data-root, or $PYROUQ_DATA when it was left out."""
-    what = str(err).split(" To fix:")[0].rstrip(".").replace("under root=:", "under --data-root")
+    what, _, hint = str(err).partition(" To fix: ")
+    what = what.rstrip(".").replace("under root=:", "under --data-root")
+    hint = hint.rstrip(".")
+    if hint.startswith(("root= ", "$PYROUQ_DATA ")) and (
+        " is the folder above " in hint or " names a file, not a folder" in hint
+    ):  # the loaders' own fix for a folder inside the data set's, or a file: the folder to give
+        fix = hint.replace("root= ", "--data-root ").replace("root=", "--data-root ")
+        return CommandError(f"{what}. To fix: {fix}")
     folder = "MNIST" if dataset == "mnist" else "FashionMNIST"
     layout = f"in torchvision layout (DIR/{folder}/raw/...)"
     if root is None and os.environ.get("PYROUQ_DATA"):
