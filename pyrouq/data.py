@@ -131,9 +131,16 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
             "with torch.as_tensor(...)."
         )
     if images.is_floating_point() or images.is_complex() or images.dtype == torch.bool:
+        told = ": these images look normalised already; pass them to the network as they are"
+        if images.is_floating_point() and images.numel() and bool(images.isfinite().all()):
+            low_f, high_f = images.min().item(), images.max().item()
+            if 0 <= low_f and 1 < high_f <= 255:  # (told to pass them as they are: 0-255 inputs)
+                told = (
+                    f" with values in [{low_f:.4g}, {high_f:.4g}], raw pixels held as floats; "
+                    "pass images.round().to(torch.uint8)"
+                )
         raise TypeError(
-            f"Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype {images.dtype}: "
-            "these images look normalised already; pass them to the network as they are."
+            f"Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype {images.dtype}{told}."
         )
     flatten = check_flag("flatten", flatten)  # a string such as "no" would flatten
     if images.dim() != 3 or images.shape[0] == 0:
