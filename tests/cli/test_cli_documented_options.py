@@ -8,11 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 import pyrouq
 from pyrouq.cli import main
-from pyrouq.data import MNIST_MEAN, MNIST_STD, mnist_arrays, normalize
 
 #: The bundled copy, in torchvision layout: <root>/MNIST/raw/*.gz
 BUNDLED = Path(pyrouq.__file__).resolve().parent / "_data"
@@ -67,24 +65,3 @@ def test_pyrouq_data_inside_the_data_sets_folder_is_told_what_to_set_it_to(capsy
     assert str(info.value).endswith(
         f"To fix: root= is the folder above MNIST/: pass root={str(BUNDLED)!r}."
     )
-
-
-@pytest.mark.parametrize("scale", [1.0, 0.999])
-def test_normalize_of_raw_pixels_held_as_floats_is_told_to_make_them_uint8(scale):
-    # before: "these images look normalised already; pass them to the network as they are",
-    # which fed the network 0-255 inputs
-    images = mnist_arrays("test")[0][:4]
-    floats = images.float() * scale
-    high = f"{255 * scale:.4g}"
-    with pytest.raises(TypeError) as info:
-        normalize(floats)
-    assert str(info.value) == (
-        "Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype torch.float32 with "
-        f"values in [0, {high}], raw pixels held as floats; pass images.round().to(torch.uint8)."
-    )
-    fixed = normalize(floats.round().to(torch.uint8))  # the advice, against the hand formula
-    reference = ((images.double() / 255 - MNIST_MEAN) / MNIST_STD).unsqueeze(1)
-    torch.testing.assert_close(fixed.double(), reference, atol=0.5 / 255 / MNIST_STD, rtol=0)
-    # images scaled or normalised already keep their words
-    with pytest.raises(TypeError, match="look normalised already; pass them to the network as"):
-        normalize(images.float() / 255)

@@ -1,6 +1,7 @@
 """What the data helpers tell a user whose images they refuse, and that the fix they name works:
 binary float images already in [0, 1] (TensorLoader divided them by 255 without a word), flat
-rows given to normalize(), a relative root= that does not exist, and images of two channels."""
+rows given to normalize(), a relative root= that does not exist, images of two channels, and raw
+0-255 pixels held as floats given to normalize()."""
 
 from __future__ import annotations
 
@@ -146,3 +147,24 @@ def test_two_channel_images_are_told_as_two_channels_not_colour(layout):
     # three channels are colour images
     with pytest.raises(ValueError, match=r"3 channels: .*; serve colour images as floats"):
         normalize(torch.zeros(5, 3, 28, 28, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.999])
+def test_normalize_of_raw_pixels_held_as_floats_is_told_to_make_them_uint8(scale):
+    # before: "these images look normalised already; pass them to the network as they are",
+    # which fed the network 0-255 inputs
+    images = mnist_arrays("test")[0][:4]
+    floats = images.float() * scale
+    high = f"{255 * scale:.4g}"
+    with pytest.raises(TypeError) as info:
+        normalize(floats)
+    assert str(info.value) == (
+        "Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype torch.float32 with "
+        f"values in [0, {high}], raw pixels held as floats; pass images.round().to(torch.uint8)."
+    )
+    fixed = normalize(floats.round().to(torch.uint8))  # the advice, against the hand formula
+    reference = ((images.double() / 255 - MNIST_MEAN) / MNIST_STD).unsqueeze(1)
+    torch.testing.assert_close(fixed.double(), reference, atol=0.5 / 255 / MNIST_STD, rtol=0)
+    # images scaled or normalised already keep their words
+    with pytest.raises(TypeError, match="look normalised already; pass them to the network as"):
+        normalize(images.float() / 255)
