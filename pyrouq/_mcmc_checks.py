@@ -14,7 +14,7 @@ from torch import Tensor
 from pyrouq._numbers import is_array_like
 from pyrouq._own_models import unobserved_sites
 from pyrouq._util import global_streams_kept, module_device
-from pyrouq._words import CASE, SPACES, name_slip
+from pyrouq._words import slip_hint
 
 __all__ = [
     "check_data",
@@ -28,9 +28,6 @@ __all__ = [
 
 KERNELS = ("nuts", "hmc")
 
-_KERNEL_SLIPS = {SPACES: "without surrounding spaces", CASE: "in lower case"}
-"""How a kernel name's slips are told, in this order."""
-
 
 def check_kernel(kernel: Any) -> None:
     """Refuse a ``kernel`` other than ``"nuts"`` or ``"hmc"``, saying what to pass: the name in
@@ -38,13 +35,11 @@ def check_kernel(kernel: Any) -> None:
     where a Pyro kernel came (an instance, or the class itself)."""
     if isinstance(kernel, str) and kernel in KERNELS:
         return
-    slip = name_slip(kernel, KERNELS) if isinstance(kernel, str) else None
-    if slip is not None:
-        name, slips = slip
-        how = ", ".join(words for s, words in _KERNEL_SLIPS.items() if s in slips)
+    hint = slip_hint(kernel, KERNELS)  # (did you mean 'nuts'? the names are lower case)
+    if hint:
         raise ValueError(
-            f"Unknown kernel {kernel!r}: expected 'nuts' or 'hmc', {how}; did you mean "
-            f"{name!r}? Pass kernel={name!r}."
+            f"Unknown kernel {kernel!r}{hint}: expected 'nuts' or 'hmc'. Pass "
+            f"kernel={kernel.strip().lower()!r}."
         )
     kind = kernel if isinstance(kernel, type) else type(kernel)
     if issubclass(kind, pyro.infer.mcmc.mcmc_kernel.MCMCKernel):

@@ -41,7 +41,7 @@ from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tens
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
-from pyrouq._words import CASE, SPACES, name_slip
+from pyrouq._words import slip_hint
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
 
@@ -261,13 +261,10 @@ def temperature_scale(
 # --------------------------------------------------------------------------------------------
 
 
-_SCORE_SLIPS = {CASE: "lower case", SPACES: "without surrounding spaces"}
-"""How a score name's slips are told, in this order."""
-
-
 def _score_fix(score: object, task: str) -> str:
     """What to do about a score conformal() does not know for ``task``: the other task's score
-    (predictions of the other kind?), the right one in lower case, or leaving it out."""
+    (predictions of the other kind?), the one it slipped from (its case, spaces: the message's
+    :func:`~pyrouq._words.slip_hint` asks), or leaving it out."""
     scores = {"classification": ("lac", "aps", "raps"), "regression": ("abs", "cqr")}
     other = "regression" if task == "classification" else "classification"
     text = score.strip().lower() if isinstance(score, str) else None
@@ -279,18 +276,18 @@ def _score_fix(score: object, task: str) -> str:
             f"{preds}. Pass one of these, or leave score out (its default, "
             f"{scores[task][0]!r})"
         )
-    slip = name_slip(score, scores[task]) if isinstance(score, str) else None
-    if slip is not None:  # ("RAPS", "aps "): the name, told how it slipped
-        how = ", ".join(w for s, w in _SCORE_SLIPS.items() if s in slip[1])
-        return f" ({how}): pass score={slip[0]!r}"
+    if slip_hint(score, scores[task]):  # ("RAPS", "aps "): the name it slipped from
+        return f". Pass score={str(score).strip().lower()!r}"
     return f". Pass one of these, or leave score out (its default, {scores[task][0]!r})"
 
 
 def _check_score(score: object, allowed: tuple[str, ...], where: str) -> None:
     if score not in allowed:
+        hint = slip_hint(score, allowed)  # (did you mean 'lac'? the names are lower case)
         raise ValueError(
-            f"{where}: unknown score {score!r}, expected one of {', '.join(map(repr, allowed))} "
-            "(lower case). conformal() builds the predictor and picks the score."
+            f"{where}: unknown score {score!r}{hint}, expected one of "
+            f"{', '.join(map(repr, allowed))}{'' if hint else ' (lower case)'}. conformal() "
+            "builds the predictor and picks the score."
         )
 
 
@@ -563,7 +560,8 @@ def conformal(
         score = "abs" if score is None else score
         if score not in ("abs", "cqr"):
             raise ValueError(
-                f"Unknown score {score!r} for regression: expected 'abs' (normalised residuals) "
+                f"Unknown score {score!r}{slip_hint(score, ('abs', 'cqr'))} for regression: "
+                "expected 'abs' (normalised residuals) "
                 f"or 'cqr' (conformalised mixture quantiles){_score_fix(score, 'regression')}."
             )
         y = val_preds._targets(val_targets, "val_targets").double()
@@ -576,7 +574,8 @@ def conformal(
     score = "lac" if score is None else score
     if score not in ("lac", "aps", "raps"):
         raise ValueError(
-            f"Unknown score {score!r} for classification: expected 'lac', 'aps' or 'raps'"
+            f"Unknown score {score!r}{slip_hint(score, ('lac', 'aps', 'raps'))} for "
+            "classification: expected 'lac', 'aps' or 'raps'"
             f"{_score_fix(score, 'classification')}."
         )
     y = _labels(preds, val_targets, "val_targets")

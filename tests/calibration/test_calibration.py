@@ -231,10 +231,11 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
         (lambda: conformal(_classifier_data(50), alpha=torch.tensor(0.2)), ValueError,
          r"got tensor\(0.2000\) \(a tensor: pass a Python number, e.g. float\(t\)"),
         (lambda: __import__("pyrouq").ConformalClassifier("LAC", 0.1, 0.5, 0.0, 0, 0),
-         ValueError, r"ConformalClassifier: unknown score 'LAC', expected one of 'lac', 'aps', "
-         r"'raps' \(lower case\)"),
+         ValueError, r"ConformalClassifier: unknown score 'LAC' \(did you mean 'lac'\? the names "
+         r"are lower case\), expected one of 'lac', 'aps', 'raps'\. conformal\(\) builds"),
         (lambda: __import__("pyrouq").ConformalRegressor("ABS", 0.1, torch.ones(1)), ValueError,
-         r"ConformalRegressor: unknown score 'ABS', expected one of 'abs', 'cqr'"),
+         r"ConformalRegressor: unknown score 'ABS' \(did you mean 'abs'\? the names are lower "
+         r"case\), expected one of 'abs', 'cqr'\. conformal"),
         (lambda: conformal(_classifier_data(50), alpha=5e-324), ValueError,
          r"alpha=4.94066e-324 needs at least 2.02e\+323 calibration points for a finite "
          r"threshold, got 50. Hold out more data or raise alpha"),

@@ -170,5 +170,6 @@ def test_the_kernels_named_in_mcmcs_docstring_are_mcmcs():
     assert KERNELS == ("nuts", "hmc")
     model = pyrouq.bayesian(nn.Linear(2, 2))
     x, y = torch.randn(4, 2), torch.tensor([0, 1, 0, 1])
-    with pytest.raises(ValueError, match=r"did you mean 'nuts'\? Pass kernel='nuts'"):
+    told = r"did you mean 'nuts'\? the names are lower case\): .* Pass kernel='nuts'"
+    with pytest.raises(ValueError, match=told):
         pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, kernel="NUTS", progress=False)

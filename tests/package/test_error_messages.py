@@ -116,9 +116,9 @@ def test_conformal_score_of_the_other_task_says_so():
 
 def test_conformal_score_in_upper_case_names_the_lower_case_one():
     preds, y = _class_preds()
-    with pytest.raises(ValueError, match=r"\(lower case\): pass score='aps'\.$"):
+    with pytest.raises(ValueError, match=r"are lower case\) .*\. Pass score='aps'\.$"):
         pyrouq.conformal(preds, y, score="APS")
-    with pytest.raises(ValueError, match=r"\(lower case\): pass score='cqr'\.$"):
+    with pytest.raises(ValueError, match=r"are lower case\) .*\. Pass score='cqr'\.$"):
         pyrouq.conformal(_gauss_preds(), torch.zeros(5), score="CQR")
 
 

@@ -256,9 +256,9 @@ def test_save_figures_names_the_out_dir_it_cannot_create(tmp_path):
 @pytest.mark.parametrize(
     ("score", "how", "meant"),
     [
-        ("aps ", "without surrounding spaces", "aps"),
-        (" Lac", "lower case, without surrounding spaces", "lac"),
-        ("RAPS", "lower case", "raps"),
+        ("aps ", "have no spaces around them", "aps"),
+        (" Lac", "are lower case and have no spaces around them", "lac"),
+        ("RAPS", "are lower case", "raps"),
     ],
 )
 def test_conformal_tells_a_score_that_slipped_by_spaces_or_case_how(score, how, meant):
@@ -266,6 +266,6 @@ def test_conformal_tells_a_score_that_slipped_by_spaces_or_case_how(score, how, 
     with pytest.raises(ValueError) as info:
         conformal(toy_class_predictions(), alpha=0.2, score=score)
     assert str(info.value) == (
-        f"Unknown score {score!r} for classification: expected 'lac', 'aps' or 'raps' ({how}): "
-        f"pass score={meant!r}."
+        f"Unknown score {score!r} (did you mean {meant!r}? the names {how}) for classification: "
+        f"expected 'lac', 'aps' or 'raps'. Pass score={meant!r}."
     )
