@@ -118,7 +118,7 @@ def call_factory(spec: str, root: str | None = None) -> Any:
             from pyrouq.cli._factory_names import attribute_advice
 
             raise CommandError(
-                f"{module_name!r} has no attribute {attr!r} (factory {spec!r}); "
+                f"{module_name!r} has no attribute {attr!r} (factory {spec!r})"
                 + attribute_advice(owner, parts, i, module_name)
             )
     if not callable(factory):

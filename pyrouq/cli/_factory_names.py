@@ -9,6 +9,8 @@ import inspect
 import types
 from typing import Any
 
+from pyrouq._words import name_slip, slip_hint
+
 
 def _static(owner: Any, name: str) -> Any:
     """``owner.name`` as stored, without running a property or a module's ``__getattr__``
@@ -32,20 +34,28 @@ def _reaches_a_callable(owner: Any, names: list[str]) -> bool:
 
 def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> str:
     """What to name instead of ``parts[i]``, missing from ``owner`` (the module, or what the
-    name goes through): the names of ``owner`` closest to it, public, through which the rest
-    of the name (``parts[i + 1:]``) reaches a callable, each shown as the whole factory name."""
+    name goes through), put after the message's ``(factory ...)``: the names of ``owner``
+    closest to it, public, through which the rest of the name (``parts[i + 1:]``) reaches a
+    callable, each shown as the whole factory name; a lower-case name that ``parts[i]`` only
+    slipped from (its case, spaces, ``-`` for ``_``) is asked in
+    :func:`~pyrouq._words.slip_hint`'s words, as an option's name is."""
     try:
         names = [n for n in dir(owner) if isinstance(n, str) and not n.startswith("_")]
     except Exception:  # a module's own __dir__ that fails
         names = []
     rest = parts[i + 1 :]
     names = [n for n in names if _reaches_a_callable(owner, [n, *rest])]
+    lower = [n for n in names if n == n.lower()]  # (slip_hint's names are lower case)
+    hint = slip_hint(parts[i], lower)  # (did you mean 'tiny_mlp'? the names are lower case)
+    slip = name_slip(parts[i], lower, joins=True)
+    if hint and slip is not None:
+        return f"{hint}; name {module_name}:{'.'.join([*parts[:i], slip[0], *rest])}"
     close = difflib.get_close_matches(parts[i], names, n=3)
     if close:
         shown = " or ".join(
             f"{module_name}:{'.'.join([*parts[:i], name, *rest])}" for name in close
         )
-        return f"did you mean {shown}?"
+        return f"; did you mean {shown}?"
     name = getattr(owner, "__name__", None) if isinstance(owner, type) else None
     where = "that module" if isinstance(owner, types.ModuleType) else repr(name or parts[i - 1])
-    return f"name a function or class of {where} that builds the network"
+    return f"; name a function or class of {where} that builds the network"

@@ -143,6 +143,25 @@ def test_close_names_go_through_submodules(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("given", "how"),
+    [
+        ("ALL_SQUEEZED", "are lower case"),  # was "name a function or class of that module"
+        ("all-squeezed", "join their words with '_'"),  # was "did you mean ...?", no why
+        ("Builders.Make", "are lower case"),
+    ],
+)
+def test_a_factory_name_that_slipped_in_case_or_joins_is_asked_as_options_are(
+    tmp_path, capsys, given, how
+):
+    err = _one_line_error(capsys, ["fit", f"{_ME}:{given}", "--out", str(tmp_path / "o")])
+    meant = given.lower().replace("-", "_").replace("builders", "Builders")
+    assert err == (
+        f"pyrouq: error: {_ME!r} has no attribute {given!r} (factory '{_ME}:{given}') (did you "
+        f"mean {meant.rpartition('.')[2]!r}? the names {how}); name {_ME}:{meant}\n"
+    )
+
+
+@pytest.mark.parametrize(
     ("name", "source", "advice"),
     [
         (  # was a RuntimeError traceback
