@@ -507,6 +507,10 @@ def batchensemble(
         Layers or parameters held in plain Python lists, tuples or dicts (not registered:
         never converted, trained or saved; hold them in ``nn.ModuleList`` / ``nn.ModuleDict``),
         in the first 10,000 items of each attribute's containers.
+        An ``nn.Bilinear`` layer, which has no BatchEnsemble version: it stays one layer every
+        member shares. A parameter left as it is but tied to the bias of a converted layer: the
+        tie breaks (the layer's per-member biases replace that bias in the layer only, and the
+        two train apart; :func:`pyrouq.bayesian` keeps every tie).
 
     Examples
     --------
