@@ -4,7 +4,6 @@ convolution layers)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -13,9 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
-from pyrouq._memory import check_fits
 from pyrouq._numbers import check_elements, is_integer
-from pyrouq._util import check_folded_batch
 from pyrouq.nn._batchensemble_checks import (
     _CONV_SETTINGS,
     _check_base_fits,
@@ -28,6 +25,8 @@ from pyrouq.nn._batchensemble_checks import (
     _refuse_unknown,
     _settings_given,
 )
+from pyrouq.nn._batchensemble_norm import NORM_LAYERS as NORM_LAYERS
+from pyrouq.nn._batchensemble_norm import BatchEnsembleNorm as BatchEnsembleNorm
 from pyrouq.nn._checks import _SPATIAL, check_ensemble_input
 
 FactorInit = Literal["normal", "random_sign"]
@@ -333,7 +332,18 @@ class _BatchEnsembleConv(_BatchEnsembleLayer):
 
 class BatchEnsembleConv1d(_BatchEnsembleConv):
     """1-d convolution of a BatchEnsemble; arguments as ``nn.Conv1d`` plus ``num_members``
-    and the factor options of :class:`BatchEnsembleLinear`. Input ``(M * B, C, L)``."""
+    and the factor options of :class:`BatchEnsembleLinear`. Input ``(M * B, C, L)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleConv1d(3, 4, 3, num_members=2)
+    >>> x = torch.randn(5, 3, 10)
+    >>> out = layer(x.repeat(2, 1, 1))  # (M * B, out, L - 2)
+    >>> expected = torch.conv1d(x, layer.effective_weight(1), layer.bias[1])
+    >>> out.shape, torch.allclose(out[5:], expected, atol=1e-5)
+    (torch.Size([10, 4, 8]), True)
+    """
 
     _conv = staticmethod(F.conv1d)
     _base_type = nn.Conv1d
@@ -366,7 +376,18 @@ class BatchEnsembleConv2d(_BatchEnsembleConv):
 
 class BatchEnsembleConv3d(_BatchEnsembleConv):
     """3-d convolution of a BatchEnsemble; arguments as ``nn.Conv3d`` plus ``num_members``
-    and the factor options of :class:`BatchEnsembleLinear`. Input ``(M * B, C, D, H, W)``."""
+    and the factor options of :class:`BatchEnsembleLinear`. Input ``(M * B, C, D, H, W)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleConv3d(2, 3, 3, num_members=2, padding=1)
+    >>> x = torch.randn(4, 2, 5, 5, 5)
+    >>> out = layer(x.repeat(2, 1, 1, 1, 1))
+    >>> expected = torch.conv3d(x, layer.effective_weight(0), layer.bias[0], padding=1)
+    >>> out.shape, torch.allclose(out[:4], expected, atol=1e-5)
+    (torch.Size([8, 3, 5, 5, 5]), True)
+    """
 
     _conv = staticmethod(F.conv3d)
     _base_type = nn.Conv3d
@@ -457,7 +478,18 @@ class _BatchEnsembleConvTranspose(_BatchEnsembleConv):
 class BatchEnsembleConvTranspose1d(_BatchEnsembleConvTranspose):
     """1-d transposed convolution of a BatchEnsemble; arguments as ``nn.ConvTranspose1d`` plus
     ``num_members`` and the factor options of :class:`BatchEnsembleLinear`. Input
-    ``(M * B, C, L)``."""
+    ``(M * B, C, L)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleConvTranspose1d(3, 4, 2, num_members=2, stride=2)
+    >>> x = torch.randn(5, 3, 6)
+    >>> out = layer(x.repeat(2, 1, 1))  # (M * B, out, 12)
+    >>> expected = torch.conv_transpose1d(x, layer.effective_weight(1), layer.bias[1], stride=2)
+    >>> out.shape, torch.allclose(out[5:], expected, atol=1e-5)
+    (torch.Size([10, 4, 12]), True)
+    """
 
     _conv = staticmethod(F.conv_transpose1d)
     _base_type = nn.ConvTranspose1d
@@ -491,7 +523,18 @@ class BatchEnsembleConvTranspose2d(_BatchEnsembleConvTranspose):
 class BatchEnsembleConvTranspose3d(_BatchEnsembleConvTranspose):
     """3-d transposed convolution of a BatchEnsemble; arguments as ``nn.ConvTranspose3d`` plus
     ``num_members`` and the factor options of :class:`BatchEnsembleLinear`. Input
-    ``(M * B, C, D, H, W)``."""
+    ``(M * B, C, D, H, W)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = BatchEnsembleConvTranspose3d(2, 3, 2, num_members=2, stride=2)
+    >>> x = torch.randn(4, 2, 3, 3, 3)
+    >>> out = layer(x.repeat(2, 1, 1, 1, 1))  # (M * B, out, 6, 6, 6)
+    >>> w, b = layer.effective_weight(0), layer.bias[0]
+    >>> out.shape, torch.allclose(out[:4], torch.conv_transpose3d(x, w, b, stride=2), atol=1e-5)
+    (torch.Size([8, 3, 6, 6, 6]), True)
+    """
 
     _conv = staticmethod(F.conv_transpose3d)
     _base_type = nn.ConvTranspose3d
@@ -507,89 +550,3 @@ BATCHENSEMBLE_LAYERS: dict[type[nn.Module], type[_BatchEnsembleLayer]] = {
     nn.ConvTranspose3d: BatchEnsembleConvTranspose3d,
 }
 """The layer types :func:`pyrouq.batchensemble` converts (subclasses included)."""
-
-
-NORM_LAYERS: tuple[type[nn.Module], ...] = (
-    nn.modules.batchnorm._BatchNorm,
-    nn.modules.instancenorm._InstanceNorm,
-    nn.GroupNorm,
-    nn.LayerNorm,
-    *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()),  # torch >= 2.4
-)
-"""The normalisation layers ``batchensemble(..., norms="per_member")`` gives every member a
-copy of (subclasses included)."""
-
-
-class BatchEnsembleNorm(nn.Module):
-    """One copy of a normalisation layer per member: member m's rows of a folded batch
-    ``(M * B, ...)`` (member-major) go through ``norms[m]``, with its own affine parameters and,
-    for BatchNorm, its own batch and running statistics.
-
-    What :func:`pyrouq.batchensemble` puts in place of every normalisation layer with
-    ``norms="per_member"``. Each copy starts as a copy of ``norm``; copies that would take more
-    memory than ``norm``'s device has are refused before the first is made.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from torch import nn
-    >>> layer = BatchEnsembleNorm(nn.BatchNorm1d(3), num_members=2)
-    >>> x = torch.randn(2 * 4, 3)
-    >>> out = layer(x)  # training mode: statistics of each member's 4 rows
-    >>> torch.allclose(out[4:], nn.BatchNorm1d(3)(x[4:]), atol=1e-6)
-    True
-    """
-
-    _is_member_norm = True
-
-    def __init__(self, norm: nn.Module, num_members: int):
-        super().__init__()
-        if not isinstance(norm, NORM_LAYERS):
-            raise TypeError(
-                "BatchEnsembleNorm copies a normalisation layer "
-                f"({', '.join(t.__name__.lstrip('_') for t in NORM_LAYERS)}), got "
-                f"{type(norm).__name__}."
-            )
-        self.num_members = _check_members(num_members)
-        tensors = [*norm.parameters(), *norm.buffers()]  # (copies keep their device, dtype)
-        if tensors:  # (before copying it M times)
-            what = f"BatchEnsembleNorm of {self.num_members} members"
-            held = self.num_members * sum(t.numel() for t in tensors)
-            check_fits(what, held, "Pass fewer members.", tensors[0].device, tensors[0].dtype)
-        self.norms = nn.ModuleList(copy.deepcopy(norm) for _ in range(self.num_members))
-        self._member: int | None = None  # set during the engine's member passes
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Folded batch ``(M * B, ...)`` in and out; one member's ``(B, ...)`` during the
-        engine's member passes."""
-        if self._member is not None:
-            return self.norms[self._member](x)  # type: ignore[no-any-return]
-        folded = _engine.folded_batch()
-        if getattr(self, "_sequence_first", False) and folded is not None:
-            if x.dim() >= 3 and x.shape[1] == folded:  # (T, M * B, F) in a transformer layer
-                return self._members_on_dim_0(x.transpose(0, 1), folded).transpose(0, 1)
-        return self._members_on_dim_0(x, folded)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            norms = self.__dict__.get("_modules", {}).get("norms")
-            if norms is None or not len(norms) or not hasattr(norms[0], name):
-                raise
-            kind = type(norms[0]).__name__
-            raise AttributeError(
-                f"{type(self).__name__} holds one {kind} per member (.norms[m]), not one "
-                f"{kind}: it has no {name!r} of its own. A forward that reads a normalisation "
-                f"layer's {name!r} (e.g. F.layer_norm(x, shape, self.norm.weight, "
-                "self.norm.bias)) would skip the members' copies: call the layer instead "
-                "(self.norm(x)), or convert with norms='shared' (one layer for all members)."
-            ) from None
-
-    def _members_on_dim_0(self, x: torch.Tensor, folded: int | None) -> torch.Tensor:
-        members = self.num_members
-        check_folded_batch(self, x, members, folded)
-        return torch.cat([norm(c) for norm, c in zip(self.norms, x.chunk(members), strict=True)])
-
-    def extra_repr(self) -> str:
-        return f"num_members={self.num_members}"
