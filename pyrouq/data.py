@@ -229,6 +229,15 @@ class TensorLoader(ShardedOrder):
     shuffle : bool
     seed : int
         The seed of its generator (drawn from torch's global generator when None was given).
+
+    Examples
+    --------
+    >>> images = torch.randint(0, 256, (10, 28, 28), dtype=torch.uint8)
+    >>> loader = TensorLoader(images, torch.arange(10) % 3, 4, shuffle=True, flatten=False,
+    ...                       normalize=False, seed=0)
+    >>> x, y = next(iter(loader))
+    >>> tuple(x.shape), x.dtype, bool(x.max() <= 1), len(loader), len(loader.dataset)
+    ((4, 1, 28, 28), torch.float32, True, 3, 10)
     """
 
     def __init__(

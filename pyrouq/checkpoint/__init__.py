@@ -121,6 +121,21 @@ class Checkpoint:
         State for ``fit(..., resume_from=...)``: epochs done, history, random-number states.
     path : Path or None
         The file it came from.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from torch import nn
+    >>> from pyrouq import bayesian, mean_field_guide
+    >>> model = bayesian(nn.Linear(4, 3))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save(os.path.join(folder, "model.pt"), model, mean_field_guide(model),
+    ...                 metadata={"seed": 0})
+    ...     checkpoint = load(path, module=nn.Linear(4, 3))  # the skeleton it was converted from
+    >>> type(checkpoint.model).__name__, checkpoint.metadata, checkpoint.path == path
+    ('BayesianNetwork', {'seed': 0}, True)
+    >>> checkpoint.guide is not None, checkpoint.optimizer_state, checkpoint.model.training
+    (True, None, False)
     """
 
     model: nn.Module
@@ -196,6 +211,15 @@ def save(
         model whose network creates parameters with ``pyro.param`` in its forward (as
         :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
         that is not a dict or holds what load() would refuse to unpickle.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pyrouq import MLP
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save(os.path.join(folder, "runs", "mlp.pt"), MLP(4, 8, 3))
+    ...     print(path.name, path.parent.name, path.exists())
+    mlp.pt runs True
     """
     from pyrouq.infer._site_checks import check_drawable  # (infer imports this package)
     from pyrouq.infer.guide import check_guide
@@ -405,6 +429,18 @@ def load(
         A converted network whose latent site is named as one of the model's own (``"obs"``,
         the likelihood's ``"sigma"``, ...), saved before :func:`pyrouq.bayesian` refused such
         names: it loads as it was trained, and the warning says what that name costs.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import torch
+    >>> from pyrouq import MLP
+    >>> net = MLP(4, 8, 3)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     checkpoint = load(save(os.path.join(folder, "mlp.pt"), net))
+    >>> x = torch.rand(2, 4)
+    >>> torch.equal(checkpoint.model(x), net.eval()(x)), checkpoint.guide
+    (True, None)
     """
     check_path_type(path, "load()")
     device = checked_device(device)

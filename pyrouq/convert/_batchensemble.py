@@ -358,6 +358,19 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
     num_data : int, optional
         Training-set size N (set by ``fit()``).
     likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
+
+    Examples
+    --------
+    >>> import torch
+    >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    >>> model = BatchEnsembleNetwork(net, 2, init="random_sign")
+    >>> x = torch.randn(5, 4)
+    >>> out = model(x)  # (M, B, D): member 1 is its BatchEnsemble layers run alone
+    >>> first, last = model.net[0], model.net[2]
+    >>> h = torch.relu(nn.functional.linear(x, first.effective_weight(1), first.bias[1]))
+    >>> mine = nn.functional.linear(h, last.effective_weight(1), last.bias[1])
+    >>> out.shape, torch.allclose(out[1], mine, atol=1e-6)
+    (torch.Size([2, 5, 3]), True)
     """
 
     num_classes: int | None = None

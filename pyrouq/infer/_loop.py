@@ -83,6 +83,18 @@ class EpochRecord:
     seconds : float
         Wall time of the epoch (under torch.distributed, the longest of the ranks': every rank
         reports the same record).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> import pyrouq
+    >>> model = pyrouq.bayesian(nn.Linear(4, 3))
+    >>> data = pyrouq.ArrayLoader(torch.randn(8, 4), torch.arange(8) % 3, batch_size=4, seed=0)
+    >>> result = pyrouq.fit(model, pyrouq.mean_field_guide(model), data, epochs=2, progress=False)
+    >>> record = result.history[-1]
+    >>> record.epoch, record.kl > 0, 0 <= record.train_acc <= 1, record.seconds >= 0
+    (2, True, True, True)
     """
 
     epoch: int
@@ -107,6 +119,17 @@ class FitResult:
     num_particles : int
     steps : int
         Optimizer steps taken.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> import pyrouq
+    >>> model = pyrouq.bayesian(nn.Linear(4, 3))
+    >>> data = pyrouq.ArrayLoader(torch.randn(8, 4), torch.arange(8) % 3, batch_size=4, seed=0)
+    >>> result = pyrouq.fit(model, pyrouq.mean_field_guide(model), data, epochs=2, progress=False)
+    >>> len(result.history), result.num_data, result.steps, len(result.losses)
+    (2, 8, 4, 2)
     """
 
     history: tuple[EpochRecord, ...]
