@@ -58,16 +58,17 @@ def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
             f"Expected targets to be a torch.Tensor of class labels, got "
             f"{type(targets).__name__}; wrap it with torch.as_tensor(...)."
         )
-    if targets.is_meta:  # (torch's own error: "Tensor.item() cannot be called on meta tensors")
-        raise ValueError(
-            f"Expected targets on a real device (cpu or cuda), got a tensor of shape "
-            f"{tuple(targets.shape)} on the meta device (shapes, no values): there are no "
-            "labels to check. Pass the labels themselves (on the cpu, or the device of probs)."
-        )
     if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
         raise TypeError(
             f"Expected integer targets (class indices), got dtype {targets.dtype}; "
             "convert them with targets.long() (or argmax one-hot targets over the last dim)."
+        )
+    if targets.is_meta:  # (after the dtype, read without values; was torch's ".item() cannot
+        # be called on meta tensors")
+        raise ValueError(
+            f"Expected targets on a real device (cpu or cuda), got a tensor of shape "
+            f"{tuple(targets.shape)} on the meta device (shapes, no values): there are no "
+            "labels to check. Pass the labels themselves (on the cpu, or the device of probs)."
         )
     if targets.dim() != 1 or targets.numel() != n:
         fix = "pass the labels of exactly the inputs that were predicted"
