@@ -338,7 +338,7 @@ class TensorLoader(ShardedOrder):
                 yield self.transform(images[idx]), labels[idx]
             else:
                 idx_t = order[start : start + self.batch_size]
-                yield self.transform(images[idx_t]), labels[idx_t]
+                yield self.transform(self._rows(images, idx_t)), self._rows(labels, idx_t)
 
     def get_rng_state(self) -> torch.Tensor:
         """The state of the loader's generator (the next epoch's order follows from it)."""

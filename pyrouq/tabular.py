@@ -137,10 +137,10 @@ class ArrayLoader(ShardedOrder):
         order = self._order(x.shape[0], self.shuffle, self._generator)
         if order is None:
             order = torch.arange(x.shape[0], device="cpu")
-        n = order.shape[0]
+        n, order = order.shape[0], order.to(x.device)  # one copy to the device per epoch
         for start in range(0, n, self.batch_size):
-            index = order[start : start + self.batch_size].to(x.device)
-            yield x[index], y[index]
+            index = order[start : start + self.batch_size]
+            yield self._rows(x, index), self._rows(y, index)
 
     def get_rng_state(self) -> Tensor:
         """The shuffling generator's state (what a checkpoint stores)."""
