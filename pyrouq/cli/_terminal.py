@@ -1,14 +1,17 @@
 """The command's output on a terminal or file that cannot encode every character: its tables'
 box drawing as ASCII, a file name's undecodable bytes as they were, anything else as ``?``,
-never a UnicodeEncodeError."""
+never a UnicodeEncodeError; and on a stdout whose reader has gone (``| head -1``), nothing,
+never a BrokenPipeError that stops the command before it writes its files."""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
 import io
+import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 #: The characters the command prints beyond ASCII (its tables, the rotation table's degrees),
 #: each as one ASCII character, so that the columns stay aligned.
@@ -49,3 +52,58 @@ def printable_streams() -> Iterator[None]:
         for stream, errors in changed:
             with contextlib.suppress(Exception):
                 stream.reconfigure(errors=errors)
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs: once the reader of its pipe has gone
+    (``pyrouq fit MODEL | head -1``), what is printed is dropped instead of raising
+    :class:`BrokenPipeError`, so that the command goes on and writes its run's files; the
+    stream's descriptor is pointed at the null device, as Python's "Note on SIGPIPE" does, so
+    that the text left in its buffer is not an error at the last flush either."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        with contextlib.suppress(Exception):  # a stream without a descriptor: dropped as is
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno, ...: the stream's
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def closable_stdout() -> Iterator[_Stdout]:
+    """While a command runs, a closed stdout (its reader gone) silences the command's printing
+    instead of stopping it; ``reader_gone`` of what it yields says whether that happened
+    (checked at a last flush). ``sys.stdout`` is put back after."""
+    stream = sys.stdout
+    stdout = _Stdout(stream)
+    sys.stdout = stdout  # type: ignore[assignment]
+    try:
+        yield stdout
+    finally:
+        stdout.flush()
+        if sys.stdout is stdout:
+            sys.stdout = stream
