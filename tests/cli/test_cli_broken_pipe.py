@@ -1,10 +1,19 @@
-"""`pyrouq fit MODEL | head -1` still writes its run."""
+"""`pyrouq fit MODEL | head -1` still writes its run; and a small leftover beside it: an
+ELBO's gradients under torch.no_grad()."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+import pyro
+import pytest
+import torch
+from _toy import tiny_mlp, toy_data
+
+import pyrouq
+from pyrouq.infer import KLWeightedELBO
 
 _RUN_FILES = ("metrics.json", "config.json", "checkpoint.pt", "reliability.png")
 
@@ -28,3 +37,25 @@ def test_fit_piped_into_head_writes_its_run_and_exits_quietly(tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert code == 141  # as before, and as README's exit codes say: the output was cut
     assert all((out / name).is_file() for name in _RUN_FILES), sorted(os.listdir(out))
+
+
+# -- KLWeightedELBO.loss_and_grads under torch.no_grad() -------------------------------------
+
+
+@pytest.mark.parametrize("num_particles", [1, 2])
+def test_loss_and_grads_under_no_grad_gives_the_gradients_it_gives_outside(num_particles):
+    x, y = toy_data(8)
+    grads = []
+    for context in (torch.enable_grad, torch.no_grad):
+        pyro.clear_param_store()
+        torch.manual_seed(0)
+        model = tiny_mlp(num_data=8)
+        guide = pyrouq.MeanFieldGuide(model)
+        pyro.set_rng_seed(1)
+        with context():
+            loss = KLWeightedELBO(num_particles=num_particles).loss_and_grads(model, guide, x, y)
+        grads.append((loss, [p.grad for p in guide.parameters()]))
+    (loss, expected), (loss_no_grad, got) = grads
+    assert loss_no_grad == loss
+    assert all(g is not None for g in got)  # (2 particles: torch's "does not require grad")
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
