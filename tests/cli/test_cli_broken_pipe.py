@@ -1,5 +1,5 @@
-"""`pyrouq fit MODEL | head -1` still writes its run; and a small leftover beside it: an
-ELBO's gradients under torch.no_grad()."""
+"""`pyrouq fit MODEL | head -1` still writes its run; and small leftovers beside it: an ELBO's
+gradients under torch.no_grad(), regression targets on the meta device."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from _toy import tiny_mlp, toy_data
 
 import pyrouq
+from pyrouq import GaussianPredictions
 from pyrouq.infer import KLWeightedELBO
 
 _RUN_FILES = ("metrics.json", "config.json", "checkpoint.pt", "reliability.png")
@@ -59,3 +60,29 @@ def test_loss_and_grads_under_no_grad_gives_the_gradients_it_gives_outside(num_p
     assert loss_no_grad == loss
     assert all(g is not None for g in got)  # (2 particles: torch's "does not require grad")
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+# -- GaussianPredictions given targets on the meta device ------------------------------------
+
+_META = (
+    "Expected targets on a real device (cpu or cuda), got a tensor of shape (6,) on the meta "
+    "device (shapes, no values): there are no targets to check."
+)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p, y: GaussianPredictions(p.loc, p.scale, y),
+        lambda p, y: p.evaluate(y),
+        lambda p, y: p.crps(y),
+        lambda p, y: p.log_prob(y),
+        lambda p, y: p.calibration_curve(y),
+        lambda p, y: pyrouq.conformal(p, y),
+    ],
+    ids=["constructor", "evaluate", "crps", "log_prob", "calibration_curve", "conformal"],
+)
+def test_regression_targets_on_the_meta_device_are_refused_in_words(call):
+    predictions = GaussianPredictions(torch.zeros(3, 6, 1), torch.ones(3, 6, 1))
+    with pytest.raises(ValueError, match="^" + _META.replace("(", r"\(").replace(")", r"\)")):
+        call(predictions, torch.zeros(6, device="meta"))
