@@ -285,13 +285,14 @@ class Loop:
             vectorize_particles=bool(getattr(self.elbo, "vectorize_particles", False)),
             num_data=self.num_data,
         )
-        return _checkpoint.save(
+        return _checkpoint._save(  # (its state made of Python's values: not walked again)
             self.checkpoint,
             self.model,
             self.guide,
-            optimizer=self.optimizer,
-            metadata=self.metadata,
-            training=state,
+            self.optimizer,
+            self.metadata,
+            state,
+            check_training=False,
         )
 
     def step(

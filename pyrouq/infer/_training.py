@@ -434,24 +434,26 @@ def training_state(
     vectorize_particles: bool,
     num_data: int,
 ) -> dict[str, Any]:
-    """The ``training`` entry of a checkpoint (tensors, numbers, strings, lists, dicts)."""
+    """The ``training`` entry of a checkpoint: Python's own numbers and strings (numpy's
+    ``str_``, a subclass, would be unloadable), tensors, lists, dicts; save() skips its
+    check of fit()'s (which walked the whole history every epoch)."""
     return {
-        "optimizer": optimizer,
-        "kl_weight": kl_weight,
-        "batches_per_epoch": batches_per_epoch,
-        "batch_size": batch_size,  # 0: the loader told none
-        "lr_schedule": lr_schedule,
-        "num_particles": num_particles,
-        "vectorize_particles": vectorize_particles,
-        "num_data": num_data,
+        "optimizer": str(optimizer),
+        "kl_weight": float(kl_weight),
+        "batches_per_epoch": int(batches_per_epoch),
+        "batch_size": int(batch_size),  # 0: the loader told none
+        "lr_schedule": str.__str__(lr_schedule),  # (a str Enum's value, where str() names it)
+        "num_particles": int(num_particles),
+        "vectorize_particles": bool(vectorize_particles),
+        "num_data": int(num_data),
         "version": TRAINING_STATE_VERSION,
-        "epochs": epochs,
-        "epochs_done": epochs_done,
-        "epoch_steps": epoch_steps,
-        "steps": steps,
+        "epochs": int(epochs),
+        "epochs_done": int(epochs_done),
+        "epoch_steps": int(epoch_steps),
+        "steps": int(steps),
         "sums": sums.clone(),
         "history": [asdict(record) for record in history],
-        "base_lrs": list(base_lrs),
+        "base_lrs": [float(v) for v in base_lrs],
         "rng": rng,
     }
 
