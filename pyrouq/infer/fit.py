@@ -299,9 +299,9 @@ def fit(
         sampler has the generator), and for other DataLoaders resumed at an epoch boundary; the
         model must be built with the same arguments and priors (checked), another ``lr`` than
         the run's is ignored with a warning, and another ``kl_weight``, ``lr_schedule``,
-        ``num_particles``, ``num_data``, batches per epoch, batch size (a loader's
-        ``batch_size``) or (for an interrupted run) ``epochs`` is warned of, as it changes the
-        run from there.
+        ``num_particles``, ``num_data``, batches per epoch, batch size (a loader's or its
+        batch sampler's ``batch_size``) or (for an interrupted run) ``epochs`` is warned of, as
+        it changes the run from there.
         Under torch.distributed a resumed run is repeatable but not the one never stopped: the
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out").
