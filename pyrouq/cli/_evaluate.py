@@ -83,8 +83,11 @@ def _missing_data(
     if hint.startswith(("root= ", "$PYROUQ_DATA ")) and (
         " is the folder above " in hint or " names a file, not a folder" in hint
     ):  # the loaders' own fix for a folder inside the data set's, or a file: the folder to give
-        fix = hint.replace("root= ", "--data-root ").replace("root=", "--data-root ")
-        return CommandError(f"{what}. To fix: {fix}")
+        if hint.startswith("root= "):  # its words only: the folder it names may hold "root="
+            hint = "--data-root " + hint[len("root= ") :].replace(
+                ": pass root=", ": pass --data-root ", 1
+            )
+        return CommandError(f"{what}. To fix: {hint}")
     folder = "MNIST" if dataset == "mnist" else "FashionMNIST"
     layout = f"in torchvision layout (DIR/{folder}/raw/...)"
     if root is None and os.environ.get("PYROUQ_DATA"):
