@@ -35,10 +35,10 @@ def _reaches_a_callable(owner: Any, names: list[str]) -> bool:
 def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> str:
     """What to name instead of ``parts[i]``, missing from ``owner`` (the module, or what the
     name goes through), put after the message's ``(factory ...)``: the names of ``owner``
-    closest to it, public, through which the rest of the name (``parts[i + 1:]``) reaches a
-    callable, each shown as the whole factory name; a lower-case name that ``parts[i]`` only
-    slipped from (its case, spaces, ``-`` for ``_``) is asked in
-    :func:`~pyrouq._words.slip_hint`'s words, as an option's name is."""
+    closest to it (in any case, where none is close as written), public, through which the
+    rest of the name (``parts[i + 1:]``) reaches a callable, each shown as the whole factory
+    name; a lower-case name that ``parts[i]`` only slipped from (its case, spaces, ``-`` for
+    ``_``) is asked in :func:`~pyrouq._words.slip_hint`'s words, as an option's name is."""
     try:
         names = [n for n in dir(owner) if isinstance(n, str) and not n.startswith("_")]
     except Exception:  # a module's own __dir__ that fails
@@ -51,6 +51,9 @@ def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> 
     if hint and slip is not None:
         return f"{hint}; name {module_name}:{'.'.join([*parts[:i], slip[0], *rest])}"
     close = difflib.get_close_matches(parts[i], names, n=3)
+    if not close:  # a slip in case of a class name ("TINYNET" for "TinyNet"): match in lower case
+        folded = {n.lower(): n for n in names}
+        close = [folded[n] for n in difflib.get_close_matches(parts[i].lower(), folded, n=3)]
     if close:
         shown = " or ".join(
             f"{module_name}:{'.'.join([*parts[:i], name, *rest])}" for name in close

@@ -2,7 +2,8 @@
 the folder to give: TensorLoader and ArrayLoader serve, for inputs of odd dtypes and layouts,
 the very rows ``t[index]`` picks (values, dtype, shape and strides), and `--data-root` (or
 `$PYROUQ_DATA`) naming a folder inside the data set's is told the folder above as it is written,
-even where its path holds ``root=``."""
+even where its path holds ``root=``; a `pyrouq fit` factory naming a class in the wrong case
+is asked whether it meant the class."""
 
 from __future__ import annotations
 
@@ -127,3 +128,22 @@ def test_a_data_root_whose_path_holds_root_equals_is_told_that_path(capsys, tmp_
     monkeypatch.delenv("PYROUQ_DATA")
     assert main(["data", "--data-root", str(home)]) == 0  # the folder it names works
     assert capsys.readouterr().out.startswith("MNIST: train 60000 / test 10000 images")
+
+
+def test_a_class_factory_name_slipped_in_case_is_asked_did_you_mean(tmp_path, capsys, monkeypatch):
+    # the data commands' factory: "TINYNET" for the class TinyNet was told only "name a function
+    # or class of that module that builds the network" (difflib matches case as written)
+    (tmp_path / "w22_case_nets.py").write_text(
+        "from torch import nn\n\n\nclass TinyNet(nn.Sequential):\n    def __init__(self):\n"
+        "        super().__init__(nn.Flatten(), nn.Linear(784, 10))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for given in ("TINYNET", "tinynet", "Tiny_Net"):
+        argv = ["fit", f"w22_case_nets:{given}", "--out", str(tmp_path / "run"), "--no-progress"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"pyrouq: error: 'w22_case_nets' has no attribute {given!r} (factory "
+            f"'w22_case_nets:{given}'); did you mean w22_case_nets:TinyNet?\n"
+        )
+    assert not (tmp_path / "run").exists()
