@@ -132,7 +132,8 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
         )
     if images.is_floating_point() or images.is_complex() or images.dtype == torch.bool:
         told = ": these images look normalised already; pass them to the network as they are"
-        if images.is_floating_point() and images.numel() and bool(images.isfinite().all()):
+        values = images.is_floating_point() and not images.is_meta and images.numel()
+        if values and bool(images.isfinite().all()):  # (meta: no values to read)
             low_f, high_f = images.min().item(), images.max().item()
             if 0 <= low_f and 1 < high_f <= 255:  # (told to pass them as they are: 0-255 inputs)
                 told = (

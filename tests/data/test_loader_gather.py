@@ -3,7 +3,8 @@ the folder to give: TensorLoader and ArrayLoader serve, for inputs of odd dtypes
 the very rows ``t[index]`` picks (values, dtype, shape and strides), and `--data-root` (or
 `$PYROUQ_DATA`) naming a folder inside the data set's is told the folder above as it is written,
 even where its path holds ``root=``; a `pyrouq fit` factory naming a class in the wrong case
-is asked whether it meant the class."""
+is asked whether it meant the class; normalize() of float images on the meta device is told
+their dtype."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 import pyrouq
 from pyrouq.cli import main
-from pyrouq.data import TensorLoader
+from pyrouq.data import TensorLoader, normalize
 from pyrouq.tabular import ArrayLoader
 
 #: The bundled copy, in torchvision layout: <root>/MNIST/raw/*.gz
@@ -147,3 +148,14 @@ def test_a_class_factory_name_slipped_in_case_is_asked_did_you_mean(tmp_path, ca
             f"'w22_case_nets:{given}'); did you mean w22_case_nets:TinyNet?\n"
         )
     assert not (tmp_path / "run").exists()
+
+
+def test_normalize_of_meta_floats_is_told_the_dtype_not_a_meta_read():
+    # before: RuntimeError "Tensor.item() cannot be called on meta tensors", from the look at
+    # the values that tells raw pixels held as floats (meta tensors have none)
+    with pytest.raises(TypeError) as info:
+        normalize(torch.empty(2, 28, 28, device="meta"))
+    assert str(info.value) == (
+        "Expected raw integer pixels in [0, 255] (e.g. uint8), got dtype torch.float32: these "
+        "images look normalised already; pass them to the network as they are."
+    )
