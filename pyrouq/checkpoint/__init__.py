@@ -221,10 +221,10 @@ def save(
     ...     print(path.name, path.parent.name, path.exists())
     mlp.pt runs True
     """
-    return _save(path, model, guide, optimizer, metadata, training, check_training=True)
+    return save_run(path, model, guide, optimizer, metadata, training, check_training=True)
 
 
-def _save(
+def save_run(
     path: str | os.PathLike[str],
     model: nn.Module,
     guide: nn.Module | None,
@@ -234,7 +234,8 @@ def _save(
     *,
     check_training: bool,
 ) -> Path:
-    """:func:`save`; fit()'s checkpoint of each epoch skips the check of its own ``training``
+    """:func:`save`, and what fit() writes its checkpoint of each epoch with
+    (:mod:`pyrouq.infer._loop`), which skips the check of its own ``training``
     state (Python's numbers and strings, tensors, lists and dicts, as it makes them), which
     walked the whole history: 4.5 ms a save at 1000 epochs."""
     from pyrouq.infer._site_checks import check_drawable  # (infer imports this package)

@@ -285,7 +285,7 @@ class Loop:
             vectorize_particles=bool(getattr(self.elbo, "vectorize_particles", False)),
             num_data=self.num_data,
         )
-        return _checkpoint._save(  # (its state made of Python's values: not walked again)
+        return _checkpoint.save_run(  # (its state made of Python's values: not walked again)
             self.checkpoint,
             self.model,
             self.guide,
