@@ -155,8 +155,9 @@ def fit(
         another model (other sites or shapes) is refused before anything is trained.
     train_loader : iterable of (x, y)
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
-        or one ``(x, y)`` pair, is refused: batch it; so is an empty batch, an empty list, and
-        a str, bytes or dict, which iterate characters, ints and keys). Floating inputs
+        or one ``(x, y)`` pair, is refused: batch it; so are batches of examples left as they
+        came, ``collate_fn=lambda b: b``, an empty batch, an empty list, and a str, bytes or
+        dict, which iterate characters, ints and keys). Floating inputs
         of another dtype are cast to the model's (a Pyro model without parameters of its own:
         to its guide's; an autoguide not built yet has none, and inputs of another dtype than
         the priors' are refused); integer ones (raw uint8 pixels) are refused,
