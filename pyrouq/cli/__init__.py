@@ -12,8 +12,8 @@ and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` rel
 images (:mod:`pyrouq.cli._evaluate`). Bad input is a one-line ``pyrouq: error: ...`` on
 stderr and exit code 2; an interrupted training saves the partial run and exits with 130
 (SIGTERM, how a cluster's scheduler preempts a job, is handled as Ctrl-C and exits with 143); a
-closed stdout (``pyrouq fit MODEL | head -1``) silences the printing only: the command writes
-its files, then exits quietly with 141.
+closed stdout or stderr (``pyrouq fit MODEL 2>&1 | head -1``) silences the printing only: the
+command writes its files, then exits quietly with 141.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from pyrouq.cli._run_dir import (
     trained_in_full,
     trained_run,
 )
-from pyrouq.cli._terminal import closable_stdout, printable_streams
+from pyrouq.cli._terminal import closable_streams, printable_streams
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -502,11 +502,13 @@ def _sigterm_as_ctrl_c(received: list[int]) -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pyrouq`` console script; returns the exit code. What stdout or
     stderr cannot encode (the tables' box drawing in an ASCII locale) is written in ASCII. A
-    stdout whose reader has gone (``pyrouq fit MODEL | head -1``) silences the printing, not
-    the command, which writes its files and then exits with 141 (or its own error's code)."""
-    with printable_streams(), closable_stdout() as stdout:
+    stdout or stderr whose reader has gone (``pyrouq fit MODEL 2>&1 | head -1``) silences the
+    printing, not the command, which writes its files and then exits with 141 (or its own
+    error's code)."""
+    with printable_streams(), closable_streams() as streams:
         code = _main(argv)
-    return EXIT_BROKEN_PIPE if code == 0 and stdout.reader_gone else code
+    gone = any(stream.reader_gone for stream in streams)
+    return EXIT_BROKEN_PIPE if code == 0 and gone else code
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -538,7 +540,7 @@ def _main(argv: Sequence[str] | None) -> int:
         message = message if worded is None else worded
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # a pipe's reader gone (closable_stdout() keeps stdout's quiet)
+    except BrokenPipeError:  # a pipe's reader gone (closable_streams() keeps ours quiet)
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:  # before training, or in `evaluate` (training saves its run)
         print(

@@ -1,7 +1,7 @@
 """The command's output on a terminal or file that cannot encode every character: its tables'
 box drawing as ASCII, a file name's undecodable bytes as they were, anything else as ``?``,
-never a UnicodeEncodeError; and on a stdout whose reader has gone (``| head -1``), nothing,
-never a BrokenPipeError that stops the command before it writes its files."""
+never a UnicodeEncodeError; and on a stdout or stderr whose reader has gone (``| head -1``),
+nothing, never a BrokenPipeError that stops the command before it writes its files."""
 
 from __future__ import annotations
 
@@ -54,21 +54,22 @@ def printable_streams() -> Iterator[None]:
                 stream.reconfigure(errors=errors)
 
 
-class _Stdout:
-    """``sys.stdout`` while a command runs: once the reader of its pipe has gone
-    (``pyrouq fit MODEL | head -1``), what is printed is dropped instead of raising
+class _Closable:
+    """``sys.stdout`` or ``sys.stderr`` while a command runs: once the reader of its pipe has
+    gone (``pyrouq fit MODEL 2>&1 | head -1``), what is printed is dropped instead of raising
     :class:`BrokenPipeError`, so that the command goes on and writes its run's files; the
     stream's descriptor is pointed at the null device, as Python's "Note on SIGPIPE" does, so
-    that the text left in its buffer is not an error at the last flush either."""
+    that the text left in its buffer is not an error at the last flush either. What the
+    stream's ``write`` returns is passed on as it is (a caller's own stream may return None)."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self.reader_gone = False
 
-    def write(self, text: str) -> int:
+    def write(self, text: str) -> Any:
         if not self.reader_gone:
             try:
-                return int(self._stream.write(text))
+                return self._stream.write(text)
             except BrokenPipeError:
                 self._gone()
         return len(text)
@@ -94,16 +95,23 @@ class _Stdout:
 
 
 @contextlib.contextmanager
-def closable_stdout() -> Iterator[_Stdout]:
-    """While a command runs, a closed stdout (its reader gone) silences the command's printing
-    instead of stopping it; ``reader_gone`` of what it yields says whether that happened
-    (checked at a last flush). ``sys.stdout`` is put back after."""
-    stream = sys.stdout
-    stdout = _Stdout(stream)
-    sys.stdout = stdout  # type: ignore[assignment]
+def closable_streams() -> Iterator[list[_Closable]]:
+    """While a command runs, a closed stdout or stderr (its reader gone) silences what the
+    command prints there instead of stopping it; the ``reader_gone`` of what it yields (one
+    per stream: none where the process has no such stream, ``>&-``, whose printing print()
+    drops) says whether that happened (checked at a last flush). The streams are put back
+    after."""
+    wrapped: list[tuple[str, Any, _Closable]] = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None:
+            wrapped.append((name, stream, _Closable(stream)))
+            setattr(sys, name, wrapped[-1][2])
     try:
-        yield stdout
+        yield [closable for _, _, closable in wrapped]
     finally:
-        stdout.flush()
-        if sys.stdout is stdout:
-            sys.stdout = stream
+        for name, stream, closable in wrapped:
+            with contextlib.suppress(ValueError):  # a stream closed by its owner: as it is
+                closable.flush()
+            if getattr(sys, name) is closable:
+                setattr(sys, name, stream)
