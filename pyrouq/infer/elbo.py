@@ -491,11 +491,11 @@ class KLWeightedELBO(ELBO):
         guide with the KL term. One particle's activations are held at a time instead of all
         of them. A network run in float16 whose gradients overflow (inf / NaN) while the loss
         is finite raises ``FloatingPointError`` naming the fix (bfloat16 or float32).
-        Called under ``torch.no_grad()``, it still computes the gradients (it runs under
-        ``torch.enable_grad()``: back-propagating is what it is for), where Pyro's
-        ``Trace_ELBO.loss_and_grads`` silently leaves them unset.
+        Called under ``torch.no_grad()`` or ``torch.inference_mode()``, it still computes the
+        gradients (as :func:`pyrouq.fit` does, it runs outside them: back-propagating is what it
+        is for), where Pyro's ``Trace_ELBO.loss_and_grads`` silently leaves them unset.
         """
-        with torch.enable_grad():
+        with torch.inference_mode(False), torch.enable_grad():
             return self._terms_and_grads(model, guide, *args, **kwargs)
 
     def _terms_and_grads(self, model, guide, *args, **kwargs) -> ELBOTerms:
@@ -531,7 +531,8 @@ class KLWeightedELBO(ELBO):
 
     def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
         """The loss as a float, after back-propagating it into the parameters (through
-        :meth:`terms_and_grads`, so under ``torch.no_grad()`` too)."""
+        :meth:`terms_and_grads`, so under ``torch.no_grad()`` and ``torch.inference_mode()``
+        too)."""
         return float(self.terms_and_grads(model, guide, *args, **kwargs).loss)
 
     def __repr__(self) -> str:
