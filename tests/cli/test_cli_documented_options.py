@@ -1,7 +1,6 @@
 """The command line's options as the README writes them: `--data-root` (and `$PYROUQ_DATA`)
 naming the data set's own folder, its `raw/`, or a file, is told the folder to give, as the
-loaders tell `root=`; and the data helpers beside them (`pyrouq.data.normalize` of raw pixels
-held as floats)."""
+loaders tell `root=`."""
 
 from __future__ import annotations
 
