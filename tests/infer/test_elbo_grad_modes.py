@@ -28,6 +28,7 @@ def test_loss_and_grads_under_no_grad_gives_the_gradients_it_gives_outside(num_p
         grads.append((loss, [p.grad for p in guide.parameters()]))
     (loss, expected), (loss_no_grad, got) = grads
     assert loss_no_grad == loss
+    assert len(got) == len(expected) > 0
     assert all(g is not None for g in got)  # (2 particles: torch's "does not require grad")
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
 
@@ -51,5 +52,6 @@ def test_loss_and_grads_under_inference_mode_gives_the_gradients_it_gives_outsid
     (loss, expected), (got_loss, got) = grads
     # (was torch's "Inference tensors cannot be saved for backward")
     assert got_loss == loss
+    assert len(got) == len(expected) > 0
     assert all(g is not None for g in got)
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))

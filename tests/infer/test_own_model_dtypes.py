@@ -115,6 +115,19 @@ class _OwnBias(PyroClassifier):
 
 
 def test_a_model_with_a_parameter_of_its_own_is_cast_to_it_on_a_first_fit_as_before():
+    """The first fit on float64 inputs is, to the bit, the one on float32 inputs."""
     x, y = toy_data(12)
-    model = _OwnBias()
-    assert len(_fit(model, AutoNormal(model), x.double(), y).history) == 2
+    runs = []
+    for inputs in (x, x.double()):
+        pyro.clear_param_store()
+        pyro.set_rng_seed(0)
+        model = _OwnBias()
+        guide = AutoNormal(model)
+        result = _fit(model, guide, inputs, y)
+        params = [p.detach() for p in (*model.parameters(), *guide.parameters())]
+        runs.append(([r.loss for r in result.history], params))
+    assert len(runs[1][0]) == 2 and runs[1][0] == runs[0][0]
+    assert len(runs[1][1]) == len(runs[0][1]) > 1
+    for got, expected in zip(runs[1][1], runs[0][1], strict=True):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
