@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrouq import _engine
+from pyrouq._memory import check_fits
 from pyrouq._numbers import check_elements, is_integer
 from pyrouq.nn._batchensemble_checks import (
     _CONV_SETTINGS,
@@ -62,6 +63,9 @@ class _BatchEnsembleLayer(nn.Module):
             check_elements(f"{type(self).__name__}'s {factor}", shape, "Pass fewer members.")
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         device, dtype = self.weight.device, self.weight.dtype
+        held = num_members * (in_size + 2 * out_size)  # r, s and the members' biases
+        what = f"{type(self).__name__} of {num_members} members (its factors and biases)"
+        check_fits(what, held, "Pass fewer members.", device, dtype)
         if init == "normal":
             options = dict(r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
             _check_factors_held(dtype, options)
@@ -153,7 +157,8 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     ----------
     in_features, out_features, num_members : int
         At least 1; a weight ``(out, in)`` or factors ``(M, in)``, ``(M, out)`` of more than
-        ``2**63 - 1`` elements (torch's int64) are refused.
+        ``2**63 - 1`` elements (torch's int64) are refused, as are factors and biases that
+        would take more than the whole memory of the device the layer is built on.
     init : {"normal", "random_sign"}, default "normal"
         ``"normal"`` draws r ~ N(r_mean, r_std), s ~ N(s_mean, s_std); ``"random_sign"`` +-1.
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5

@@ -137,6 +137,13 @@ def test_a_network_larger_than_memory_is_refused_before_its_layers_are_built():
     # a BatchNorm1d(4) holds 17 values (weight, bias, running mean and var, the batch count)
     with _within(3), pytest.raises(ValueError, match=re.escape("would hold 1.7e+13 values")):
         BatchEnsembleNorm(nn.BatchNorm1d(4), num_members=10**12)
+    # a BatchEnsemble's factors and biases, M x (in + 2 out) per layer: they failed in torch's
+    # words ("DefaultCPUAllocator: can't allocate memory"), or filled the memory first
+    net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    layer = "BatchEnsembleLinear of 1000000000000 members (its factors and biases) would hold"
+    for convert in (pyrouq.batchensemble, pyrouq.rank1):
+        with _within(3), pytest.raises(ValueError, match=re.escape(f"{layer} 1.6e+13 values")):
+            convert(net, 10**12)
     assert len(MLP(3, 4, 2, num_hidden=3)) == 1 + 2 * 3 + 1  # flatten, 3 x (fc, relu), fc
 
 
