@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from pyrouq import __version__
+from pyrouq._numbers import check_at_most
 from pyrouq._util import MAX_SEED
 from pyrouq.cli._build import (
     DEFAULT_MEMBERS,
@@ -47,7 +48,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive_int(name: str) -> Callable[[str], int]:
-    return _integer(name, 1)
+    """An argparse type: a count in ``[1, 2**63 - 1]``, the library's bound and words
+    (:func:`~pyrouq._numbers.check_at_most`), refused here, before the command prints or
+    starts anything (fit() refused ``--epochs 10**20`` after the "fitting ..." line)."""
+    parse = _integer(name, 1)
+
+    def bounded(text: str) -> int:
+        value = parse(text)
+        try:
+            check_at_most(name, value, f"Pass a smaller {name}.")
+        except ValueError as err:  # (no full stop: "(see `pyrouq fit --help`)" follows)
+            raise argparse.ArgumentTypeError(str(err).rstrip(".")) from None
+        return value
+
+    return bounded
 
 
 def _integer(name: str, low: int, high: int | None = None, shown: str = "") -> Callable[[str], int]:
@@ -188,7 +202,8 @@ def _build_parser() -> _Parser:
         help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled MNIST)",
     )  # fmt: skip
     fit.add_argument(
-        "--train-size", type=_positive_int("--train-size"), default=None,
+        "--train-size", type=_integer("--train-size", 1), default=None,  # (the loader tells
+        # its bound, the split's size, before anything starts)
         help="train on the first N of the 60000 images (quick trials)",
     )  # fmt: skip
     fit.add_argument("--out", default=None, help="run folder (default runs/MODEL-TIMESTAMP)")

@@ -199,6 +199,28 @@ def test_bad_numbers(capsys, flag, value, expected):
     assert expected in run_exit(["fit", "mlp", flag, value], capsys)
 
 
+@pytest.mark.parametrize(
+    "argv", [["fit", "mlp", "--epochs"], ["fit", "bayesian-mlp", "--num-particles"],
+             ["fit", "bayesian-mlp", "--num-samples"], ["evaluate", "runs/x", "--num-samples"]],
+)  # fmt: skip
+def test_a_count_past_int64_is_refused_before_the_command_prints_anything(capsys, tmp_path, argv):
+    """--epochs 10**20 was refused by fit() after the "fitting ..." line (--num-samples after
+    a whole epoch of training); the parser refuses it, in the words of fit()'s bound."""
+    command, flag = argv[0], argv[-1]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, str(10**20), "--train-size", "8", "--out", str(tmp_path / "run")])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"pyrouq: error: argument {flag}: Expected {flag} to be at most 2**63 - 1, torch's "
+        f"largest int64, got {10**20}. Pass a smaller {flag} (see `pyrouq {command} --help`)\n"
+    )
+    # 2**63 - 1 passes (the error is the next option's), 2**63 does not
+    assert f"argument {flag}: " in run_exit([*argv, str(2**63)], capsys)
+    assert "argument --seed: " in run_exit([*argv, str(2**63 - 1), "--seed", "-1"], capsys)
+
+
 def test_members_apply_to_ensembles_only_and_errors_name_the_right_help(capsys):
     err = one_line_error(capsys, 2, ["fit", "mlp", "--members", "3"])
     assert "--members 3 applies to a BatchEnsemble or rank-1 network" in err
