@@ -1,14 +1,28 @@
 """How messages word what came, the same in every message that says it: :func:`article`,
 "a" or "an" before a class name (an int, a dict, an ndarray), and :func:`name_slip`, which of
 an option's names a string given for it only slipped from (its case, spaces around it, a hyphen
-or a space for ``_``), and how, which :func:`slip_hint` words for the message refusing it."""
+or a space for ``_``), and how, which :func:`slip_hint` words for the message refusing it, and
+:func:`did_you_mean`, the one question every message asks of the names meant (a slip's, or the
+close names :func:`close_hint` finds for a typo)."""
 
 from __future__ import annotations
 
+import difflib
 import numbers
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-__all__ = ["CASE", "JOINS", "SPACES", "article", "flag_fix", "name_slip", "slip_hint"]
+__all__ = [
+    "CASE",
+    "JOINS",
+    "SPACES",
+    "article",
+    "close_hint",
+    "close_names",
+    "did_you_mean",
+    "flag_fix",
+    "name_slip",
+    "slip_hint",
+]
 
 CASE = "case"
 """A slip of :func:`name_slip`: the name in another case (``"NUTS"``)."""
@@ -74,7 +88,33 @@ def slip_hint(given: object, names: Collection[str]) -> str:
     meant, slips = slip
     how = [_SLIP_WORDS[s] for s in slips]
     told = " and ".join([", ".join(how[:-1]), how[-1]] if len(how) > 1 else how)
-    return f" (did you mean {meant!r}? the names {told})"
+    return did_you_mean([meant], f"the names {told}")
+
+
+def did_you_mean(meant: Sequence[str], why: str = "") -> str:
+    """The question a message refusing a name asks, put after the value shown: `` (did you
+    mean 'round_to'?)``, `` (did you mean 'a' or 'b'?)`` for several, ``why`` after the
+    question (`` (did you mean 'nuts'? the names are lower case)``); ``""`` for none."""
+    if not meant:
+        return ""
+    return f" (did you mean {' or '.join(map(repr, meant))}?{f' {why}' if why else ''})"
+
+
+def close_names(given: str, names: Collection[str], n: int = 1) -> list[str]:
+    """The (at most ``n``) names of ``names`` closest to ``given`` by difflib, as written, else
+    in any case (``"TINYNET"`` is close to ``"TinyNet"`` only so); ``[]`` where none is."""
+    close = difflib.get_close_matches(given, list(names), n=n)
+    if not close:
+        folded = {name.lower(): name for name in names}
+        close = [folded[name] for name in difflib.get_close_matches(given.lower(), folded, n=n)]
+    return close
+
+
+def close_hint(given: str, names: Collection[str]) -> str:
+    """For the message refusing ``given`` as one of ``names`` (lower case): :func:`slip_hint`'s
+    question where it only slipped from one of them, else :func:`did_you_mean` of the name
+    closest to it (a typo: `` (did you mean 'round_to'?)``), else ``""``."""
+    return slip_hint(given, names) or did_you_mean(close_names(given, names))
 
 
 def flag_fix(name: str, value: object) -> str:

@@ -4,12 +4,11 @@ fails), so that the advice can never fail in the user's place."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import types
 from typing import Any
 
-from pyrouq._words import name_slip, slip_hint
+from pyrouq._words import close_names, did_you_mean, name_slip, slip_hint
 
 
 def _static(owner: Any, name: str) -> Any:
@@ -50,15 +49,9 @@ def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> 
     slip = name_slip(parts[i], lower, joins=True)
     if hint and slip is not None:
         return f"{hint}; name {module_name}:{'.'.join([*parts[:i], slip[0], *rest])}"
-    close = difflib.get_close_matches(parts[i], names, n=3)
-    if not close:  # a slip in case of a class name ("TINYNET" for "TinyNet"): match in lower case
-        folded = {n.lower(): n for n in names}
-        close = [folded[n] for n in difflib.get_close_matches(parts[i].lower(), folded, n=3)]
-    if close:
-        shown = " or ".join(
-            f"{module_name}:{'.'.join([*parts[:i], name, *rest])}" for name in close
-        )
-        return f"; did you mean {shown}?"
+    close = close_names(parts[i], names, n=3)  # (in any case where none is as written)
+    if close:  # (did you mean 'nets:TinyNet'?), the whole name
+        return did_you_mean([f"{module_name}:{'.'.join([*parts[:i], c, *rest])}" for c in close])
     name = getattr(owner, "__name__", None) if isinstance(owner, type) else None
     where = "that module" if isinstance(owner, types.ModuleType) else repr(name or parts[i - 1])
     return f"; name a function or class of {where} that builds the network"

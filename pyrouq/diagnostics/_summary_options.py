@@ -4,12 +4,11 @@ there are nor the one meant)."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyrouq._words import slip_hint
+from pyrouq._words import close_hint
 
 _OWN = ("data", "var_names", "group", "hdi_prob")
 """``az.summary``'s arguments that ``summary()`` sets itself (``data`` is its ``idata``)."""
@@ -34,9 +33,7 @@ def check_summary_options(options: Mapping[str, Any], az_summary: Callable[..., 
     for name in options:
         if name in known:
             continue
-        meant = slip_hint(name, known)  # (its case, spaces, '-' for '_': as other options')
-        if not meant and (close := difflib.get_close_matches(name.lower(), known, n=1)):
-            meant = f" (did you mean {close[0]!r}?)"
+        meant = close_hint(name, known)  # (its case, spaces, '-' for '_', or a typo)
         raise TypeError(
             f"summary() got an unknown option {name!r}{meant}: it passes its options on to "
             f"az.summary, which takes {', '.join(known)}. Pass one of these, or leave it out."

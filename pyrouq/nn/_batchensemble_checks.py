@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import torch
@@ -10,7 +9,7 @@ from torch import nn
 
 from pyrouq._numbers import check_at_most, check_elements, finite_float, is_integer, shown
 from pyrouq._util import check_count, check_int
-from pyrouq._words import slip_hint
+from pyrouq._words import close_hint, close_names, did_you_mean, slip_hint
 
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
 """The convolution settings a BatchEnsemble convolution passes on to the torch layer it builds."""
@@ -121,9 +120,11 @@ def _refuse_unknown(name: str, base_type: type, options: dict[str, Any]) -> None
         return
     own = ("bias", "device", "dtype", "output_padding")  # torch's layers': told below
     guessed = [key for key in unknown if key not in own]
-    close = [m for k in guessed for m in difflib.get_close_matches(k, known, 1)]
-    fix = f" Did you mean {' or '.join(map(repr, close))}?" if close else " Leave them out."
-    fix = fix if guessed else ""
+    if len(guessed) == 1:  # (a slip in case, spaces or '-' told as such)
+        meant = close_hint(guessed[0], known)
+    else:
+        meant = did_you_mean([m for key in guessed for m in close_names(key, known)])
+    fix = " Leave them out." if guessed and not meant else ""
     if "output_padding" in unknown:  # (not transposed: a transposed one takes it)
         fix += " output_padding is a transposed convolution's setting: for one, use "
         fix += f"BatchEnsembleConvTranspose{torch_name[-2:]}."
@@ -138,10 +139,10 @@ def _refuse_unknown(name: str, base_type: type, options: dict[str, Any]) -> None
             "bias= to set: leave it out."
         )
     raise TypeError(
-        f"{name} got the keyword argument(s) {', '.join(map(repr, unknown))}, which it does not "
-        f"take: beside the channels, kernel_size and num_members it takes {torch_name}'s "
-        f"settings ({', '.join(settings)}), the factor options ({', '.join(factors)}) and base "
-        f"(a {torch_name} to copy).{fix}"
+        f"{name} got the keyword argument(s) {', '.join(map(repr, unknown))}{meant}, which it "
+        f"does not take: beside the channels, kernel_size and num_members it takes "
+        f"{torch_name}'s settings ({', '.join(settings)}), the factor options "
+        f"({', '.join(factors)}) and base (a {torch_name} to copy).{fix}"
     )
 
 

@@ -120,11 +120,11 @@ def test_a_typo_in_the_middle_of_a_factory_name_is_told_the_whole_name(tmp_path,
     out = str(tmp_path / "run")
     err = _one_line_error(capsys, ["fit", f"{_ME}:Buildrs.build", "--out", out])
     # was "did you mean ...:Builders?", a class whose call builds no network
-    assert err.endswith(f"; did you mean {_ME}:Builders.build?\n")
+    assert err.endswith(f" (did you mean '{_ME}:Builders.build'?)\n")
     err = _one_line_error(capsys, ["fit", f"{_ME}:Builders.mak", "--out", out])
-    assert err.endswith(f"; did you mean {_ME}:Builders.make?\n")  # a staticmethod
+    assert err.endswith(f" (did you mean '{_ME}:Builders.make'?)\n")  # a staticmethod
     err = _one_line_error(capsys, ["fit", f"{_ME}:holder.buil", "--out", out])
-    assert err.endswith(f"; did you mean {_ME}:holder.build?\n")  # an instance: no property run
+    assert err.endswith(f" (did you mean '{_ME}:holder.build'?)\n")  # an instance: no property run
 
 
 def test_close_names_go_through_submodules(tmp_path, capsys, monkeypatch):
@@ -138,7 +138,7 @@ def test_close_names_go_through_submodules(tmp_path, capsys, monkeypatch):
     err = _one_line_error(capsys, ["fit", "r2_review_pkg:modls.make", "--out", str(tmp_path / "o")])
     # was "name a function or class of that module": a module is not callable
     assert err.endswith(
-        "(factory 'r2_review_pkg:modls.make'); did you mean r2_review_pkg:models.make?\n"
+        "(factory 'r2_review_pkg:modls.make') (did you mean 'r2_review_pkg:models.make'?)\n"
     )
 
 
@@ -173,7 +173,7 @@ def test_a_factory_name_that_slipped_in_case_or_joins_is_asked_as_options_are(
             def tiny():
                 pass
             """,
-            "name a function or class of that module that builds the network",
+            "; name a function or class of that module that builds the network",
         ),
         (  # a lazy module: its names are not imported (was a RuntimeError traceback)
             "r2_review_lazy",
@@ -189,7 +189,7 @@ def test_a_factory_name_that_slipped_in_case_or_joins_is_asked_as_options_are(
             def tiny():
                 pass
             """,
-            "did you mean r2_review_lazy:tiny?",
+            " (did you mean 'r2_review_lazy:tiny'?)",
         ),
     ],
 )
@@ -200,7 +200,7 @@ def test_close_names_are_read_without_running_the_modules_code(
     monkeypatch.syspath_prepend(str(tmp_path))
     err = _one_line_error(capsys, ["fit", f"{name}:tny", "--out", str(tmp_path / "o")])
     assert err == (
-        f"pyrouq: error: {name!r} has no attribute 'tny' (factory '{name}:tny'); {advice}\n"
+        f"pyrouq: error: {name!r} has no attribute 'tny' (factory '{name}:tny'){advice}\n"
     )
 
 

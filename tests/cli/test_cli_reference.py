@@ -41,7 +41,7 @@ def test_a_factory_name_with_a_typo_is_told_the_close_names(capsys):
     err = one_line_error(capsys, ["fit", "_factories:tiny_residul", "--out", "unused"])
     assert (
         "pyrouq: error: '_factories' has no attribute 'tiny_residul' (factory "
-        "'_factories:tiny_residul'); did you mean _factories:tiny_residual?\n"
+        "'_factories:tiny_residul') (did you mean '_factories:tiny_residual'?)\n"
     ) == err
     err = one_line_error(capsys, ["fit", "_factories:zzzz", "--out", "unused"])
     assert err.endswith(

@@ -147,7 +147,7 @@ def test_a_class_factory_name_slipped_in_case_is_asked_did_you_mean(tmp_path, ca
         err = capsys.readouterr().err
         assert err == (
             f"pyrouq: error: 'w22_case_nets' has no attribute {given!r} (factory "
-            f"'w22_case_nets:{given}'); did you mean w22_case_nets:TinyNet?\n"
+            f"'w22_case_nets:{given}') (did you mean 'w22_case_nets:TinyNet'?)\n"
         )
     assert not (tmp_path / "run").exists()
 

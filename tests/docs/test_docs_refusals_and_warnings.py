@@ -119,7 +119,7 @@ def test_readme_a_converted_model_given_a_dict_says_to_wrap_the_network():
 
 def test_readme_a_misspelt_factory_is_told_the_close_names():
     assert "a misspelt name is told the close names the module has" in _flat(README)
-    with pytest.raises(CommandError, match=r"did you mean pyrouq\.models:ResidualCNN\?"):
+    with pytest.raises(CommandError, match=r"\(did you mean 'pyrouq\.models:ResidualCNN'\?\)"):
         call_factory("pyrouq.models:ResidualCN")
 
 

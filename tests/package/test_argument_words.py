@@ -132,12 +132,12 @@ def test_a_conv_refuses_an_unknown_keyword_naming_the_public_class():
             call()
         text = str(caught.value)
         assert "_BatchEnsembleConv" not in text
-        assert text.startswith(
-            "BatchEnsembleConv2d got the keyword argument(s) 'padding_mod', which it does not "
-            "take: beside the channels, kernel_size and num_members it takes Conv2d's settings "
-            "(stride, padding, dilation, groups, padding_mode), the factor options (init, "
-            "r_mean, r_std, s_mean, s_std) and base (a Conv2d to copy). Did you mean "
-            "'padding_mode'?"
+        assert text == (
+            "BatchEnsembleConv2d got the keyword argument(s) 'padding_mod' (did you mean "
+            "'padding_mode'?), which it does not take: beside the channels, kernel_size and "
+            "num_members it takes Conv2d's settings (stride, padding, dilation, groups, "
+            "padding_mode), the factor options (init, r_mean, r_std, s_mean, s_std) and base (a "
+            "Conv2d to copy)."
         )
     with pytest.raises(TypeError, match=r"BatchEnsembleConvTranspose2d got the keyword .*'foo'.*"
                        r"output_padding\).* Leave them out\."):  # fmt: skip

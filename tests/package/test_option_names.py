@@ -107,7 +107,7 @@ def test_a_conv_given_output_padding_is_sent_to_the_transposed_one_not_to_paddin
     with pytest.raises(TypeError) as caught:
         BatchEnsembleConv2d(3, 4, 3, 2, stride=2, output_padding=1)
     text = str(caught.value)
-    assert "Did you mean" not in text
+    assert "did you mean" not in text
     assert text.endswith(
         "(a Conv2d to copy). output_padding is a transposed convolution's setting: for one, "
         "use BatchEnsembleConvTranspose2d."
@@ -128,8 +128,15 @@ def test_a_misspelt_keyword_is_told_before_the_settings_are_checked_or_torch_bui
     # was, for the transposed one: the settings checked and torch's layer built first (stride=0
     # refused, the misspelling never told; 0.56 s to build a 1024 x 1024 x 7 x 7 one and then
     # refuse 'strid')
-    told = rf"^{layer.__name__} got the keyword argument\(s\) 'paddin', which it does not take"
-    with pytest.raises(TypeError, match=told + r": .* Did you mean 'padding'\?$"):
-        layer(3, 4, 3, 2, stride=0, paddin=1)
+    # asked as every refused name is, after the names (was a sentence of its own at the end,
+    # "Did you mean 'padding'?"), a slip in case told as such
+    told = rf"^{layer.__name__} got the keyword argument\(s\) "
+    for keywords, meant in (
+        ({"paddin": 1}, r"'paddin' \(did you mean 'padding'\?\)"),
+        ({"paddin": 1, "strid": 2}, r"'paddin', 'strid' \(did you mean 'padding' or 'stride'\?\)"),
+        ({"Padding": 1}, r"'Padding' \(did you mean 'padding'\? the names are lower case\)"),
+    ):
+        with pytest.raises(TypeError, match=told + meant + r", which it does not take: .*\)\.$"):
+            layer(3, 4, 3, 2, stride=0, **keywords)
     with pytest.raises(TypeError, match=r"there is no bias= to set: leave it out\.$"):
         layer(3, 4, 3, 2, stride=0, bias=False)
