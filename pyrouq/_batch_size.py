@@ -1,6 +1,7 @@
 """A loader's batch size, as its attributes tell it: what a resumed run's checkpoint records
 and compares (:mod:`pyrouq.infer._loop`, :mod:`pyrouq.infer._resume_warnings`) and what
-fit()'s refusal of a batch too small for a BatchNorm names on ranks (:mod:`pyrouq._batchnorm`)."""
+fit()'s refusals name on ranks: a batch too small for a BatchNorm (:mod:`pyrouq._batchnorm`),
+an epoch without batches (:mod:`pyrouq.infer._fit_inputs`)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from pyrouq import checkpoint as _checkpoint
+from pyrouq._batch_size import loader_batch_size
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import check_count, check_positive_float, example_sampler, warn_caller
 from pyrouq._words import article
@@ -290,7 +291,7 @@ def no_batches_message(loader: Iterable, world: int, epoch: int) -> str:
                 "run on fewer ranks than examples."
             )
         else:
-            batch = getattr(loader, "batch_size", None)
+            batch = loader_batch_size(loader)  # (a batch_sampler='s too)
             why += f", fewer than a batch{f' of {batch}' if batch else ''} with drop_last=True"
             fix = (
                 f"Pass a batch_size of at most {share} (the batch size is per rank), or "

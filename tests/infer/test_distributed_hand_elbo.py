@@ -4,7 +4,8 @@ by N / B_local on each rank's DistributedSampler shard, last batches of one exam
 the KL counted once) and a BatchEnsemble's step (one process on the concatenated batches); the
 weight draws as the docs give them (rank r seeded with seed + r, a run repeating to the bit,
 identical draws alike); and an epoch with no batch on the ranks, whose message named a
-DataLoader's batch_size above N where the DistributedSampler's shard was the cause."""
+DataLoader's batch_size above N where the DistributedSampler's shard was the cause (and a
+batch_sampler='s batch size, which it left out)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ def _shard_loader(
     dataset = data.TensorDataset(x, _targets()[: len(x)])
     sampler = data.DistributedSampler(dataset, shuffle=True, seed=0, drop_last=drop_last_share)
     return data.DataLoader(dataset, batch_size, sampler=sampler, drop_last=drop_last)
+
+
+def _batch_sampler_loader(x: torch.Tensor):
+    """A DataLoader whose batch_sampler= makes batches of 8 (drop_last=True) of each rank's
+    DistributedSampler shard: the loader's own batch_size is None."""
+    dataset = data.TensorDataset(x, _targets()[: len(x)])
+    sampler = data.DistributedSampler(dataset, shuffle=True, seed=0)
+    return data.DataLoader(dataset, batch_sampler=data.BatchSampler(sampler, 8, drop_last=True))
 
 
 def _kl_model():
@@ -118,6 +127,7 @@ def _worker(rank: int, init: str, out: str) -> None:
             "share below a batch": _refusal(
                 _shard_loader(torch.zeros(N, 3), batch_size=8, drop_last=True)
             ),
+            "share below a sampled batch": _refusal(_batch_sampler_loader(torch.zeros(N, 3))),
         }
         torch.save(outcomes, Path(out) / f"rank{rank}.pt")
     finally:
@@ -242,3 +252,5 @@ def test_an_epoch_without_batches_on_the_ranks_names_the_distributed_samplers_sh
             "5 of the 10 examples, fewer than a batch of 8 with drop_last=True) in epoch 1. "
             "Pass a batch_size of at most 5 (the batch size is per rank), or drop_last=False."
         )
+        # a batch_sampler='s batch size is named too (the loader's own batch_size is None)
+        assert r["share below a sampled batch"] == r["share below a batch"]
