@@ -238,10 +238,11 @@ def latent_embeddings(module: nn.Module, sites: Sequence[str]) -> None:
     copy) whose weight is a latent site: one built with ``sparse=True`` computes dense
     gradients instead (the same values: the draw's gradient reaches the guide's dense
     location and scale, through which a sparse one cannot pass); one with a ``max_norm`` is
-    refused (torch renormalises the rows it reads in place, on the weight: there, the guide's
-    draw, the caller's posterior_samples or MCMC's state); and one with a ``padding_idx`` is
-    warned of, unless another layer shares its weight: torch gives that row no gradient from
-    the data, so its guide follows the KL alone, toward the prior."""
+    refused (torch renormalises the rows it reads in place, on the weight: there, each
+    posterior draw, a guide's, the caller's posterior_samples or MCMC's state; its message
+    names none of them alone, as bayesian() and load() raise it before any is chosen); and one
+    with a ``padding_idx`` is warned of, unless another layer shares its weight: torch gives
+    that row no gradient from the data, so its guide follows the KL alone, toward the prior."""
     tied = tied_names(module)
     latent = set(sites) | {other for other, first in tied.items() if first in sites}
     found: list[tuple[str, str]] = []
@@ -259,8 +260,8 @@ def latent_embeddings(module: nn.Module, sites: Sequence[str]) -> None:
             raise ValueError(
                 f"bayesian(): the embedding weight {name!r} of {class_name(module)} would be "
                 f"latent, but it has max_norm={layer.max_norm}, and torch renormalises the rows "
-                "it reads in place, on the weight: the guide's draws, the posterior_samples "
-                "given to predict() and MCMC's state would be changed under them. Leave the "
+                "it reads in place, on the weight: every posterior draw the network runs with "
+                "would be changed under it, one's own posterior_samples too. Leave the "
                 "embedding a point estimate (a select= without it), or build it with "
                 "max_norm=None and bound the vectors in forward: h = self.emb(x); "
                 "h = h * (m / h.norm(dim=-1, keepdim=True).clamp(min=m)), with m the max_norm."

@@ -36,8 +36,12 @@ def _ids(n=16):
 def test_a_latent_embedding_with_max_norm_is_refused_and_the_point_estimate_kept():
     # predict(posterior_samples=d) renormalised the rows of d the network read, in place, and
     # mcmc()'s stored draws of those rows all had norms <= max_norm (its state changed)
+    # (its words named MCMC's state, though bayesian() raises it before any sampler is chosen)
     with pytest.raises(ValueError, match=r"'emb.weight' of _Text would be latent, but it has "
-                       r"max_norm=1.0.*Leave the embedding a point estimate"):  # fmt: skip
+                       r"max_norm=1.0, and torch renormalises the rows it reads in place, on the "
+                       r"weight: every posterior draw the network runs with would be changed "
+                       r"under it, one's own posterior_samples too\. Leave the embedding a "
+                       r"point estimate"):  # fmt: skip
         bayesian(_Text(max_norm=1.0), select=["emb"])
     net = _Text(max_norm=1.0)
     model = bayesian(net)  # the default select: the embedding stays a point estimate
