@@ -74,8 +74,8 @@ LINK_LATENCY = 50e-6  # seconds per message on such a network (TCP over Ethernet
 def allreduce_bytes() -> int:
     """Bytes of the one flattened buffer that ``fit()`` all-reduces per step: every gradient
     of the guide and of the model's point estimates, in their dtype, and two flags per
-    parameter tensor (whether it has a gradient, whether that is sparse) plus one (whether the
-    loss is finite)."""
+    parameter tensor (whether its gradient is dense, whether it is sparse: neither, none) plus
+    one for the step (NaN where the loss is not finite, above 0 where a Ctrl-C came)."""
     model = BayesianLeNet()
     guide = mean_field_guide(model)
     params = [*guide.parameters(), *(p for p in model.parameters() if p.requires_grad)]

@@ -49,7 +49,7 @@ def _bayesian_lenet_guide() -> tuple[int, int]:
 def test_ddp_table_bytes_are_those_of_the_bayesian_lenet_guide():
     values, tensors = _bayesian_lenet_guide()
     weights = sum(s.numel() for s in pyrouq.BayesianLeNet().latent_sites().values())
-    flags = 2 * tensors + 1  # has a gradient, is sparse: per tensor; the loss is finite: once
+    flags = 2 * tensors + 1  # a dense gradient, a sparse one: per tensor; the step's: once
     text = _flat(DDP_TABLE)
     assert f"BayesianLeNet's {weights:,} weights: {4 * values:,} bytes" in text
     assert f"{flags} flags (whether each of the {tensors} parameter tensors" in text
