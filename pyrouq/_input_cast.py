@@ -1,7 +1,9 @@
 """Whose dtype floating inputs are cast to (:func:`typed_by`): the model's or, for a Pyro model
 of the user's own without floating parameters, its guide's; and what fit() says where that
 guide holds none yet, before its first call, and the inputs are of another dtype than the
-model's latent sites (:func:`latent_dtype_refusal`)."""
+model's latent sites (:func:`latent_dtype_refusal`), or where the guide is a function, whose
+parameters it cannot see, drawing them in another dtype than the inputs'
+(:func:`function_guide_refusal`)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from torch import nn
 from pyrouq._mismatch import torch_words
 from pyrouq._util import module_dtype
 
-__all__ = ["latent_dtype_refusal", "typed_by"]
+__all__ = ["function_guide_refusal", "latent_dtype_refusal", "typed_by"]
 
 _DTYPE_WORDS = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
 _TO = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}
@@ -44,11 +46,8 @@ def latent_dtype_refusal(
     error), are of another dtype than ``x``; and what to do. None for another error, and for a
     model or guide that holds floating parameters (``x`` was cast to their dtype: serving it
     in another would change nothing)."""
-    lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
-    said = lines[0] if lines else ""
-    if not x.is_floating_point() or _DTYPE_WORDS.search(said) is None:
-        return None
-    if module_dtype(model) is not None or module_dtype(guide) is not None:
+    said = _dtype_words(err, model, guide, x)
+    if said is None:
         return None
     with poutine.trace() as capture:
         try:
@@ -66,9 +65,7 @@ def latent_dtype_refusal(
     other = {name: dtype for name, dtype in sites.items() if dtype != x.dtype}
     if not other:
         return None
-    dtype = next(iter(other.values()))
-    names = ", ".join(map(repr, list(other)[:3])) + (", ..." if len(other) > 3 else "")
-    cast = f"x.{_TO[dtype]}()" if dtype in _TO else f"x.to({dtype})"
+    dtype, names, cast = _told(other)
     name = type(model).__name__
     return (
         f"fit(): {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, but "
@@ -79,3 +76,60 @@ def latent_dtype_refusal(
         f"{dtype} ({cast}, e.g. TensorDataset({cast}, y)), or build {name}'s priors in "
         f"{x.dtype} (their parameters as {x.dtype} tensors). Nothing was trained."
     )
+
+
+def function_guide_refusal(
+    err: BaseException, model: Any, guide: Any, x: torch.Tensor, guide_trace: Any
+) -> str | None:
+    """Why a Pyro model of the user's own without floating parameters failed on ``x`` (torch's
+    words on a dtype, ``err``) replayed on a guide written as a function (``guide_trace``, a
+    trace of its call), which drew the latent sites in another dtype than ``x``'s: pyrouq
+    casts inputs to the dtype of a guide that is a module (an autoguide), but cannot see the
+    parameters a function creates; and what to do. None for another error or guide."""
+    said = _dtype_words(err, model, guide, x)
+    if said is None or isinstance(guide, nn.Module) or guide_trace is None:
+        return None
+    other = {
+        name: site["value"].dtype
+        for name, site in guide_trace.nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and torch.is_tensor(site["value"])
+        and site["value"].is_floating_point()
+        and site["value"].dtype != x.dtype
+    }
+    if not other:
+        return None
+    dtype, names, cast = _told(other)
+    who = getattr(guide, "__name__", type(guide).__name__)
+    return (
+        f"fit(): the guide function {who}() draws {type(model).__name__}'s latent sites "
+        f"({names}) in {dtype}, but train_loader's inputs are {x.dtype}, and torch does not "
+        f"mix the two ({type(err).__name__}: {said}). pyrouq casts the inputs to the dtype of "
+        "a guide that is a module holding parameters (an autoguide), not to a function's, "
+        f"whose parameters it cannot see. Serve the inputs in {dtype} ({cast}, e.g. "
+        f"TensorDataset({cast}, y)), or create the guide's parameters in {x.dtype} "
+        f"(pyro.param(name, init) with init a {x.dtype} tensor). Nothing was trained."
+    )
+
+
+def _dtype_words(err: BaseException, model: Any, guide: Any, x: torch.Tensor) -> str | None:
+    """Torch's words in ``err`` (its first line) where they are about mixed dtypes on floating
+    inputs ``x`` of a model and guide without floating parameters (where either holds some,
+    ``x`` was cast to their dtype: serving it in another would change nothing); else None."""
+    lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
+    said = lines[0] if lines else ""
+    if not x.is_floating_point() or _DTYPE_WORDS.search(said) is None:
+        return None
+    if module_dtype(model) is not None or module_dtype(guide) is not None:
+        return None
+    return said
+
+
+def _told(other: dict[str, torch.dtype]) -> tuple[torch.dtype, str, str]:
+    """The dtype of the first of the sites ``other`` (name: dtype), up to three of their names
+    as the messages list them, and the cast of ``x`` to that dtype."""
+    dtype = next(iter(other.values()))
+    names = ", ".join(map(repr, list(other)[:3])) + (", ..." if len(other) > 3 else "")
+    cast = f"x.{_TO[dtype]}()" if dtype in _TO else f"x.to({dtype})"
+    return dtype, names, cast

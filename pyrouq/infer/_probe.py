@@ -17,7 +17,7 @@ from torch import nn
 
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._forwards import own_forward
-from pyrouq._input_cast import latent_dtype_refusal, typed_by
+from pyrouq._input_cast import function_guide_refusal, latent_dtype_refusal, typed_by
 from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import (
     GuideMismatch,
@@ -359,12 +359,16 @@ def _own_model_params(
     (trained with the rest, as Pyro's SVI does), once its sites are checked against the
     guide's: a latent site the guide lacks or gives another shape is refused here; and the
     model's trace."""
+    guide_trace = None
     try:
         guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
         run = model if guide_trace is None else poutine.replay(model, trace=guide_trace)
         with poutine.trace(param_only=True) as capture:
             model_trace = poutine.trace(run).get_trace(x, y)
     except Exception as err:
+        other = function_guide_refusal(err, model, guide, x, guide_trace)
+        if other is not None:  # a guide written as a function, drawing in another dtype
+            raise TypeError(other) from err
         raise ValueError(
             f"fit(): {type(model).__name__} and its guide failed on the first batch of "
             f"train_loader (x of shape {tuple(x.shape)}), run as model(x, y) replayed on "

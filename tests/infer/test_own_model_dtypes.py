@@ -131,3 +131,42 @@ def test_a_model_with_a_parameter_of_its_own_is_cast_to_it_on_a_first_fit_as_bef
     for got, expected in zip(runs[1][1], runs[0][1], strict=True):
         assert got.dtype == torch.float32
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def _function_guide(dtype):
+    """A guide of :class:`PyroClassifier`'s two sites written as a function, whose parameters
+    are ``dtype`` tensors."""
+
+    def guide(x, y=None):
+        loc = pyro.param("loc", torch.zeros(2, 3, dtype=dtype))
+        bias = pyro.param("bias", torch.zeros(2, dtype=dtype))
+        pyro.sample("fc.weight", dist.Normal(loc, 0.1).to_event(2))
+        pyro.sample("fc.bias", dist.Normal(bias, 0.1).to_event(1))
+
+    return guide
+
+
+def test_a_function_guide_drawing_in_another_dtype_than_the_inputs_says_so():
+    """A guide written as a function has no dtype pyrouq can read to cast the inputs to: fit()
+    said torch's 'mat1 and mat2 must have the same dtype' as a failure of the sites' check."""
+    x, y = toy_data(12)
+    pyro.clear_param_store()
+    with pytest.raises(TypeError) as info:
+        _fit(PyroClassifier(3, 2), _function_guide(torch.float32), x.double(), y)
+    assert str(info.value) == (
+        "fit(): the guide function guide() draws PyroClassifier's latent sites ('fc.weight', "
+        "'fc.bias') in torch.float32, but train_loader's inputs are torch.float64, and torch "
+        "does not mix the two (RuntimeError: mat1 and mat2 must have the same dtype, but got "
+        "Double and Float). pyrouq casts the inputs to the dtype of a guide that is a module "
+        "holding parameters (an autoguide), not to a function's, whose parameters it cannot "
+        "see. Serve the inputs in torch.float32 (x.float(), e.g. TensorDataset(x.float(), y)), "
+        "or create the guide's parameters in torch.float64 (pyro.param(name, init) with init a "
+        "torch.float64 tensor). Nothing was trained."
+    )
+    # both fixes it names train, to the same losses (float32 inputs: x itself)
+    pyro.clear_param_store()
+    served = _fit(PyroClassifier(3, 2), _function_guide(torch.float32), x, y).history
+    pyro.clear_param_store()
+    created = _fit(PyroClassifier(3, 2), _function_guide(torch.float64), x.double(), y).history
+    assert pyro.param("loc").dtype == torch.float64
+    assert [r.loss for r in created] == pytest.approx([r.loss for r in served], rel=1e-5)
