@@ -3,21 +3,24 @@ of the user's own without floating parameters, its guide's; and what fit() says 
 guide holds none yet, before its first call, and the inputs are of another dtype than the
 model's latent sites (:func:`latent_dtype_refusal`), or where the guide is a function, whose
 parameters it cannot see, drawing them in another dtype than the inputs'
-(:func:`function_guide_refusal`)."""
+(:func:`function_guide_refusal`); and the dtype an autoguide not built yet will take from
+Pyro's param store, where values loaded there to resume a run wait for it (:func:`stored_dtype`)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+import pyro
 import torch
 from pyro import poutine
+from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq._mismatch import torch_words
 from pyrouq._util import module_dtype
 
-__all__ = ["function_guide_refusal", "latent_dtype_refusal", "typed_by"]
+__all__ = ["function_guide_refusal", "latent_dtype_refusal", "stored_dtype", "typed_by"]
 
 _DTYPE_WORDS = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
 _TO = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}
@@ -35,6 +38,25 @@ def typed_by(model: Any, guide: Any) -> Any:
         isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in model.modules()
     )
     return model if indices else guide
+
+
+def stored_dtype(guide: Any) -> torch.dtype | None:
+    """The dtype a guide not built yet (an autoguide before its first call) takes on its first
+    call from Pyro's param store: that of the store's entries under its name (``AutoNormal.``),
+    loaded there to resume a run (``pyro.get_param_store().load(path)``), which a
+    ``PyroModule`` takes in place of the values it builds. None for another guide, under
+    ``module_local_params`` (the store is not read), and for entries of several dtypes."""
+    if not isinstance(guide, PyroModule) or module_dtype(guide) is not None:
+        return None
+    if pyro.settings.get("module_local_params"):
+        return None
+    prefix = guide._pyro_name + "."
+    dtypes = {
+        value.dtype
+        for name, value in pyro.get_param_store().named_parameters()
+        if name.startswith(prefix) and value.is_floating_point()
+    }
+    return dtypes.pop() if len(dtypes) == 1 else None
 
 
 def latent_dtype_refusal(

@@ -17,7 +17,12 @@ from torch import nn
 
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._forwards import own_forward
-from pyrouq._input_cast import function_guide_refusal, latent_dtype_refusal, typed_by
+from pyrouq._input_cast import (
+    function_guide_refusal,
+    latent_dtype_refusal,
+    stored_dtype,
+    typed_by,
+)
 from pyrouq._mismatch import input_mismatch
 from pyrouq._own_models import (
     GuideMismatch,
@@ -34,6 +39,7 @@ from pyrouq._util import (
     model_input,
     modes,
     module_device,
+    module_dtype,
     restore_modes,
     warn_caller,
 )
@@ -123,6 +129,9 @@ class Probe:
         if foreign and likelihood_of(model) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()
         x = model_input(x, typed_by(model, guide), "fit()")  # (a guide holding parameters)
+        resumed = stored_dtype(guide) if module_dtype(typed_by(model, guide)) is None else None
+        if resumed is not None and x.is_floating_point():  # (a resumed run's: the dtype its
+            x = x.to(resumed)  # guide takes on this first call, and the steps' inputs then)
         held = {id(p) for p in _module_params(model, guide)}
         stored = {id(p) for _, p in pyro.get_param_store().named_parameters()}
         was = modes(model) + modes(guide)  # (a guide's BatchNorm keeps its statistics too)

@@ -159,9 +159,10 @@ def fit(
         came, ``collate_fn=lambda b: b``, an empty batch, an empty list, and a str, bytes or
         dict, which iterate characters, ints and keys). Floating inputs
         of another dtype are cast to the model's (a Pyro model without parameters of its own:
-        to its guide's; an autoguide not built yet has none, and inputs of another dtype than
-        the priors' are refused, as are those of a guide written as a function, whose dtype it
-        cannot read, of another dtype than its draws); integer ones (raw uint8 pixels) are refused,
+        to its guide's; an autoguide not built yet has none but that of its values loaded into
+        Pyro's param store to resume a run, and inputs of another dtype than the priors' are
+        refused, as are those of a guide written as a function, whose dtype it cannot read, of
+        another dtype than its draws); integer ones (raw uint8 pixels) are refused,
         see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
         bool). Batches that require grad are detached: no gradient flows into data. fit()
         computes its gradients whatever the caller's grad mode: called under

@@ -170,3 +170,31 @@ def test_a_function_guide_drawing_in_another_dtype_than_the_inputs_says_so():
     created = _fit(PyroClassifier(3, 2), _function_guide(torch.float64), x.double(), y).history
     assert pyro.param("loc").dtype == torch.float64
     assert [r.loss for r in created] == pytest.approx([r.loss for r in served], rel=1e-5)
+
+
+def test_a_run_resumed_from_the_param_store_on_float64_inputs_goes_on_as_in_one_process(tmp_path):
+    """A run resumed as Pyro's users resume one (the guide's values saved from the param store,
+    loaded into it, a new AutoNormal built) on float64 inputs was refused as a first fit is:
+    its guide holds no parameters before its first call, which takes the stored float32 ones.
+    Now the inputs are cast to theirs; the run is, to the bit, the one continued in-process."""
+    x, y = toy_data(12)
+    path = tmp_path / "store.pt"
+    pyro.clear_param_store()
+    model = PyroClassifier(3, 2)
+    guide = AutoNormal(model)
+    _fit(model, guide, x, y)
+    pyro.get_param_store().save(path)
+    in_one_process = _fit(model, guide, x.double(), y).history
+    expected = {name: value.detach().clone() for name, value in guide.named_parameters()}
+    pyro.clear_param_store()
+    pyro.get_param_store().load(path)
+    model = PyroClassifier(3, 2)
+    guide = AutoNormal(model)
+    with pytest.warns(UserWarning, match="values you loaded into the store to resume a run"):
+        resumed = _fit(model, guide, x.double(), y).history
+    assert len(resumed) == 2 and [r.loss for r in resumed] == [r.loss for r in in_one_process]
+    got = dict(guide.named_parameters())
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name].dtype == torch.float32
+        torch.testing.assert_close(got[name].detach(), value, rtol=0, atol=0)
