@@ -281,7 +281,9 @@ def predict(
         (``pyro.infer.Predictive``'s output too: its other sites are left out, its padding of
         a site's draws to the model's plates, ``(S, 1, *shape)``, dropped). S is then their
         number (leave ``guide`` and ``num_samples`` out). Floating draws (arviz's, numpy's float64)
-        take the dtype of the model's parameters (of the inputs for a model without any).
+        take the dtype of the model's parameters (of the inputs for a model without any). The
+        network runs on copies: one that changes its weight in place (a ``clamp_``) leaves the
+        draws given as they were.
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,

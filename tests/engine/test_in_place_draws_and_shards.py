@@ -1,7 +1,8 @@
 """The refusals that name a rank's shard, and the engine's draws taken by unbind: a first
 batch of one input under ranks whose shard holds one example (no batch size helps), a batch
 sampler's batch size, a loader that tells none, the one-process words kept; a network that
-changes a drawn weight in place without gradients (with them: test_run_draws_in_place.py)."""
+changes a drawn weight in place without gradients (with them: test_run_draws_in_place.py),
+and predict() of it on draws of the caller's own, which it leaves as they were."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from _processes import exit_quietly, spawn_ranks
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
-from pyrouq import ArrayLoader, bayesian, fit, mean_field_guide
+from pyrouq import ArrayLoader, bayesian, fit, mean_field_guide, predict
 
 WORLD = 2
 BN = "(torch: 'Expected more than 1 value per channel')"
@@ -145,3 +146,23 @@ def test_draws_without_gradients_still_run_a_network_that_changes_them():
         out = model.outputs(torch.randn(5, 3), draws)
     assert out.shape == (3, 5, 2)
     assert float(draws["0.weight"].abs().max()) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("given", ["tensors", "numpy"])
+def test_predict_leaves_the_callers_posterior_samples_as_they_were(given):
+    """predict(model, x, posterior_samples=...) ran the network on the caller's tensors (numpy's
+    arrays share theirs): its clamp_ bounded the caller's draws. Now it runs on copies; its
+    predictions are those of the bounded draws, computed by hand."""
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(_Clipped(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    draws = {k: v + torch.randn(3, *v.shape) for k, v in model.template().items()}
+    kept = {k: v.clone() for k, v in draws.items()}
+    x = torch.randn(5, 3)
+    given_draws = draws if given == "tensors" else {k: v.numpy() for k, v in draws.items()}
+    probs = predict(model, x, posterior_samples=given_draws, progress=False).probs
+    for name, value in draws.items():
+        assert torch.equal(value, kept[name]), name
+    hidden = torch.relu(x @ kept["0.weight"].clamp(-0.1, 0.1).mT + kept["0.bias"][:, None])
+    expected = torch.softmax(hidden @ kept["2.weight"].mT + kept["2.bias"][:, None], -1)
+    assert float(kept["0.weight"].abs().max()) > 0.5  # (the bound changes them)
+    torch.testing.assert_close(probs, expected)
