@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
+from pyrouq._mixture_terms import cdf_gap, crps_term
 from pyrouq._numbers import finite_float, is_array_like, is_one_number, is_real, one_number, shown
 from pyrouq._to_args import device_and_dtype
 from pyrouq._words import slip_hint
@@ -270,7 +271,7 @@ class GaussianPredictions:
                 target = float(whole)  # (0.05 * 20 is 0.9999999999999998)
             for _ in range(64):
                 mid = 0.5 * (lo + hi)
-                below = _cdf_gap(loc, spread, mid, target) < 0
+                below = cdf_gap(loc, spread, mid, target) < 0
                 lo = torch.where(below, mid, lo)
                 hi = torch.where(below, hi, mid)
             q = 0.5 * (lo + hi)
@@ -460,48 +461,8 @@ def _level(level: object, what: str) -> float:
     return number
 
 
-def _cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tensor:
-    """A number of the sign of ``S * F(value) - target`` ``(N, D)`` (``spread``: the scales
-    times sqrt 2): the count of components below ``value`` less ``target`` (exact for a
-    whole target), plus the lower tails ``Phi(z)`` of the others less the upper tails
-    ``Phi(-z)`` of those. Where the count is the target and the tails cancel (or underflowed:
-    ``Phi(-40)``), their logs' sums are compared, so that F is ordered even where it reads
-    k / S flat in float64."""
-    w = (value - loc) / spread
-    upper = w > 0
-    tail = torch.erfc(w.abs())  # twice Phi(-|z|)
-    tails = 0.5 * torch.where(upper, -tail, tail).sum(0)
-    whole = upper.sum(0, dtype=w.dtype) - target  # (a bool sum less a float: float32)
-    gap = whole + tails
-    tied = (whole == 0) & (tails == 0)
-    if bool(tied.any()):
-        distance, up = w[:, tied].abs(), upper[:, tied]
-        log_tail = torch.special.log_ndtr(-_SQRT2 * distance)
-        none = torch.full_like(log_tail, -math.inf)
-        log_below = torch.logsumexp(torch.where(up, none, log_tail), 0)
-        tail_gap = log_below - torch.logsumexp(torch.where(up, log_tail, none), 0)
-        # both tails -inf (scales below ~1e-154): the nearer component's tail is the larger
-        far = torch.full_like(distance, math.inf)
-        nearer = torch.where(up, distance, far).amin(0) - torch.where(up, far, distance).amin(0)
-        gap[tied] = torch.where(tail_gap.isnan(), nearer, tail_gap)
-    return gap
-
-
 def _levels() -> Tensor:
     return torch.tensor(CALIBRATION_LEVELS, dtype=torch.float64, device="cpu")
-
-
-def _crps_term(m: Tensor, v: Tensor) -> Tensor:
-    """``A(m, v) = E|X|`` for ``X ~ N(m, v)``: ``2 sqrt(v) phi(m / sqrt(v)) + m (2 Phi(m /
-    sqrt(v)) - 1)``. A zero variance is a point mass, ``|m|``; its gradient in ``v`` is 0
-    there (a subgradient: the formula's own is 0 / 0), so that a CRPS differentiated through
-    zero scales has no NaN (masking the formula's result alone left sqrt's inf slope at 0
-    times the masked 0: NaN)."""
-    point = v == 0  # where the formula is 0 / 0: kept out of its backward pass too
-    s = torch.where(point, torch.ones_like(v), v).sqrt()
-    z = m / s
-    pdf = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
-    return torch.where(point, m.abs(), 2 * s * pdf + m * torch.erf(z / _SQRT2))
 
 
 #: Values of one pairwise temporary of :func:`mixture_crps` (S * S * inputs * D, float64):
@@ -582,8 +543,8 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
             y[start : start + chunk],
         )
         var = s.square()
-        first = _crps_term(t - m, var).mean(0)
-        pair = _crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
+        first = crps_term(t - m, var).mean(0)
+        pair = crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
         out.append(first - 0.5 * pair.mean((0, 1)))
     if not out:  # N = 0: no inputs, no scores
         return y.new_zeros(y.shape)

@@ -1,0 +1,54 @@
+"""Closed-form terms of the Gaussian mixtures of :mod:`pyrouq.regression`: the sign of a
+mixture's CDF less a level (:func:`cdf_gap`, its quantiles' bisection) and ``E|X|`` of one
+Gaussian (:func:`crps_term`, its CRPS)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = ["cdf_gap", "crps_term"]
+
+_SQRT2 = math.sqrt(2.0)
+
+
+def cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tensor:
+    """A number of the sign of ``S * F(value) - target`` ``(N, D)`` (``spread``: the scales
+    times sqrt 2): the count of components below ``value`` less ``target`` (exact for a
+    whole target), plus the lower tails ``Phi(z)`` of the others less the upper tails
+    ``Phi(-z)`` of those. Where the count is the target and the tails cancel (or underflowed:
+    ``Phi(-40)``), their logs' sums are compared, so that F is ordered even where it reads
+    k / S flat in float64."""
+    w = (value - loc) / spread
+    upper = w > 0
+    tail = torch.erfc(w.abs())  # twice Phi(-|z|)
+    tails = 0.5 * torch.where(upper, -tail, tail).sum(0)
+    whole = upper.sum(0, dtype=w.dtype) - target  # (a bool sum less a float: float32)
+    gap = whole + tails
+    tied = (whole == 0) & (tails == 0)
+    if bool(tied.any()):
+        distance, up = w[:, tied].abs(), upper[:, tied]
+        log_tail = torch.special.log_ndtr(-_SQRT2 * distance)
+        none = torch.full_like(log_tail, -math.inf)
+        log_below = torch.logsumexp(torch.where(up, none, log_tail), 0)
+        tail_gap = log_below - torch.logsumexp(torch.where(up, log_tail, none), 0)
+        # both tails -inf (scales below ~1e-154): the nearer component's tail is the larger
+        far = torch.full_like(distance, math.inf)
+        nearer = torch.where(up, distance, far).amin(0) - torch.where(up, far, distance).amin(0)
+        gap[tied] = torch.where(tail_gap.isnan(), nearer, tail_gap)
+    return gap
+
+
+def crps_term(m: Tensor, v: Tensor) -> Tensor:
+    """``A(m, v) = E|X|`` for ``X ~ N(m, v)``: ``2 sqrt(v) phi(m / sqrt(v)) + m (2 Phi(m /
+    sqrt(v)) - 1)``. A zero variance is a point mass, ``|m|``; its gradient in ``v`` is 0
+    there (a subgradient: the formula's own is 0 / 0), so that a CRPS differentiated through
+    zero scales has no NaN (masking the formula's result alone left sqrt's inf slope at 0
+    times the masked 0: NaN)."""
+    point = v == 0  # where the formula is 0 / 0: kept out of its backward pass too
+    s = torch.where(point, torch.ones_like(v), v).sqrt()
+    z = m / s
+    pdf = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
+    return torch.where(point, m.abs(), 2 * s * pdf + m * torch.erf(z / _SQRT2))
