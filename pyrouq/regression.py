@@ -89,6 +89,12 @@ class GaussianPredictions:
                     f"Expected {name} of shape (S, N, D) with S, N, D >= 1, got shape "
                     f"{tuple(value.shape)}; predict() returns them so."
                 )
+            _refuse_meta(
+                value,
+                name,
+                "there are no predictions to check. Pass the model's predictions, made with its "
+                "weights loaded on a real device.",
+            )
             if not bool(torch.isfinite(value).all()):  # which inputs, as Predictions says
                 rows = (~torch.isfinite(value)).any(-1).any(0).nonzero()[:, 0]
                 shown = ", ".join(map(str, rows[:5].tolist())) + (", ..." if len(rows) > 5 else "")
@@ -238,6 +244,12 @@ class GaussianPredictions:
                 f"Expected cdf's value to be one number or a tensor of shape ({n}, {d}), one per "
                 f"input and output, got {type(value).__name__}; pass e.g. cdf(0.0) or cdf(y)."
             )
+        _refuse_meta(
+            value,
+            "cdf's value",
+            "there are no values to evaluate the CDF at. Pass the values themselves (on the "
+            "cpu, or the device of loc).",
+        )
         value = torch.as_tensor(value, dtype=torch.float64, device=self.loc.device)
         if value.dim() == 1 and d == 1 and value.shape[0] == n:
             value = value.unsqueeze(-1)
@@ -382,6 +394,12 @@ class GaussianPredictions:
                     f"Expected rescale's {name} to be a float or a tensor of one value per "
                     f"output, got {got}; {fix}."
                 )
+            _refuse_meta(
+                value,
+                f"rescale's {name}",
+                "there are no statistics to rescale with. Pass a Standardizer's y_mean and "
+                "y_std on the cpu.",
+            )
             try:
                 t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)
             except OverflowError:  # an int beyond every float (10**400): refused as not finite
@@ -441,6 +459,17 @@ class GaussianPredictions:
         return (
             f"GaussianPredictions(S={self.num_samples}, N={self.num_inputs}, "
             f"D={self.num_outputs}, targets={'yes' if self.targets is not None else 'no'})"
+        )
+
+
+def _refuse_meta(value: object, name: str, why: str) -> None:
+    """Refuse ``value``, a tensor on the meta device, as the classifiers' checks do (torch's
+    own words: ".item() cannot be called on meta tensors", "Cannot copy out of meta tensor");
+    ``why``: what is missing, and what to do."""
+    if isinstance(value, Tensor) and value.is_meta:
+        raise ValueError(
+            f"Expected {name} on a real device (cpu or cuda), got a tensor of shape "
+            f"{tuple(value.shape)} on the meta device (shapes, no values): {why}"
         )
 
 

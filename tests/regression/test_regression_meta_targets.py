@@ -1,7 +1,12 @@
 """GaussianPredictions, its metrics and conformal() given targets on the meta device (shapes,
-no values) are refused in words (torch's "nonzero" NotImplementedError before)."""
+no values) are refused in words (torch's "nonzero" NotImplementedError before); so are its
+loc and scale, cdf()'s values and rescale()'s statistics there (torch's ".item() cannot be
+called on meta tensors" and "Cannot copy out of meta tensor; no data!" before), as a
+classifier's Predictions refuses its probabilities there."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -31,3 +36,29 @@ def test_regression_targets_on_the_meta_device_are_refused_in_words(call):
     predictions = GaussianPredictions(torch.zeros(3, 6, 1), torch.ones(3, 6, 1))
     with pytest.raises(ValueError, match="^" + _META.replace("(", r"\(").replace(")", r"\)")):
         call(predictions, torch.zeros(6, device="meta"))
+
+
+_GIVEN = torch.zeros(3, 6, 1)
+_ON_META = torch.zeros(3, 6, 1, device="meta")
+
+
+@pytest.mark.parametrize(
+    ("call", "name", "shape", "why"),
+    [
+        (lambda p, m: GaussianPredictions(m, m + 1), "loc", (3, 6, 1), "predictions to check"),
+        (lambda p, m: GaussianPredictions(_GIVEN, m), "scale", (3, 6, 1), "predictions to check"),
+        (lambda p, m: p.cdf(m[0]), "cdf's value", (6, 1), "values to evaluate the CDF at"),
+        (lambda p, m: p.cdf(m[0, :, 0]), "cdf's value", (6,), "values to evaluate the CDF at"),
+        (lambda p, m: p.rescale(m[0, 0], 1.0), "rescale's mean", (1,), "statistics to rescale"),
+        (lambda p, m: p.rescale(0.0, m[0, 0]), "rescale's std", (1,), "statistics to rescale"),
+    ],
+    ids=["loc", "scale", "cdf", "cdf of (N,)", "rescale mean", "rescale std"],
+)
+def test_moments_and_values_on_the_meta_device_are_refused_in_words(call, name, shape, why):
+    predictions = GaussianPredictions(_GIVEN, torch.ones(3, 6, 1))
+    said = (
+        f"Expected {name} on a real device (cpu or cuda), got a tensor of shape {shape} on the "
+        f"meta device (shapes, no values): there are no {why}"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(said)):
+        call(predictions, _ON_META)
