@@ -57,7 +57,7 @@ class _BatchEnsembleLayer(nn.Module):
         s_mean: float,
         s_std: float,
     ) -> None:
-        self.num_members = _check_members(num_members)
+        num_members = self.num_members = _check_members(num_members)  # (numpy's: an int)
         for factor, size in (("r", in_size), ("s", out_size)):  # (M, in) and (M, out)
             shape = {"num_members": num_members, "features": size}
             check_elements(f"{type(self).__name__}'s {factor}", shape, "Pass fewer members.")

@@ -144,6 +144,11 @@ def test_a_network_larger_than_memory_is_refused_before_its_layers_are_built():
     for convert in (pyrouq.batchensemble, pyrouq.rank1):
         with _within(3), pytest.raises(ValueError, match=re.escape(f"{layer} 1.6e+13 values")):
             convert(net, 10**12)
+    # numpy's members too: M x (in + 2 out) wrapped around in int64 (2**60 x 16 = 0), and
+    # torch refused the factors in its words ("Storage size calculation overflowed")
+    held = re.escape(f"BatchEnsembleLinear of {2**60} members (its factors and biases) would hold")
+    with _within(3), pytest.raises(ValueError, match=f"{held} 1.84e\\+19 values"):
+        BatchEnsembleLinear(4, 6, np.int64(2**60))
     assert len(MLP(3, 4, 2, num_hidden=3)) == 1 + 2 * 3 + 1  # flatten, 3 x (fc, relu), fc
 
 
