@@ -94,10 +94,12 @@ def slip_hint(given: object, names: Collection[str]) -> str:
 def did_you_mean(meant: Sequence[str], why: str = "") -> str:
     """The question a message refusing a name asks, put after the value shown: `` (did you
     mean 'round_to'?)``, `` (did you mean 'a' or 'b'?)`` for several, ``why`` after the
-    question (`` (did you mean 'nuts'? the names are lower case)``); ``""`` for none."""
+    question (`` (did you mean 'nuts'? the names are lower case)``); ``""`` for none. A name
+    meant twice (``'paddin'`` and ``'padding_'`` both close to ``'padding'``) is asked once."""
     if not meant:
         return ""
-    return f" (did you mean {' or '.join(map(repr, meant))}?{f' {why}' if why else ''})"
+    names = " or ".join(map(repr, dict.fromkeys(meant)))
+    return f" (did you mean {names}?{f' {why}' if why else ''})"
 
 
 def close_names(given: str, names: Collection[str], n: int = 1) -> list[str]:
