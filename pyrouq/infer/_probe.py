@@ -134,6 +134,7 @@ class Probe:
             x = x.to(resumed)  # guide takes on this first call, and the steps' inputs then)
         held = {id(p) for p in _module_params(model, guide)}
         stored = {id(p) for _, p in pyro.get_param_store().named_parameters()}
+        names = set(pyro.get_param_store().keys())
         was = modes(model) + modes(guide)  # (a guide's BatchNorm keeps its statistics too)
         model.eval()
         if isinstance(guide, nn.Module):
@@ -180,7 +181,7 @@ class Probe:
                         raise TypeError(other) from err
                 self.created_params += _unconstrained(capture.trace)
             if foreign:
-                params, trace = _own_model_params(model, guide, x, y)
+                params, trace = _own_model_params(model, guide, x, y, names)
                 self.created_params += params
                 self._read_targets(model, trace, y)
             elif guide is not None and _adopted(model, guide, held, stored)[0]:
@@ -362,12 +363,13 @@ def _unconstrained(trace: Any) -> list[torch.Tensor]:
 
 
 def _own_model_params(
-    model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor
+    model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor, names: set[str]
 ) -> tuple[list, Any]:
     """The parameters a Pyro model of the user's own creates with ``pyro.param`` as it runs
     (trained with the rest, as Pyro's SVI does), once its sites are checked against the
     guide's: a latent site the guide lacks or gives another shape is refused here; and the
-    model's trace."""
+    model's trace. ``names``: the param store's entries before the set-up pass (a guide
+    function's refused in the dtype of its draws leaves none it created)."""
     guide_trace = None
     try:
         guide_trace = poutine.trace(guide).get_trace(x, y) if guide is not None else None
@@ -376,7 +378,10 @@ def _own_model_params(
             model_trace = poutine.trace(run).get_trace(x, y)
     except Exception as err:
         other = function_guide_refusal(err, model, guide, x, guide_trace)
-        if other is not None:  # a guide written as a function, drawing in another dtype
+        if other is not None:  # a guide written as a function, drawing in another dtype:
+            store = pyro.get_param_store()  # what it created goes (pyro.param would hand its
+            for name in set(store.keys()) - names:  # stored values back to the fix, not the
+                del store[name]  # init of the dtype the message says to create them in)
             raise TypeError(other) from err
         raise ValueError(
             f"fit(): {type(model).__name__} and its guide failed on the first batch of "

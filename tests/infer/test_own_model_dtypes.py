@@ -198,3 +198,18 @@ def test_a_run_resumed_from_the_param_store_on_float64_inputs_goes_on_as_in_one_
     for name, value in expected.items():
         assert got[name].dtype == torch.float32
         torch.testing.assert_close(got[name].detach(), value, rtol=0, atol=0)
+
+
+def test_the_function_guides_float64_fix_trains_without_clearing_the_store():
+    """The refusal's second fix, the guide's parameters created in float64, met the float32
+    ones the refused fit() had put in Pyro's param store under those names (pyro.param hands
+    the stored value back, not its init): the same refusal again. Now the refused fit() takes
+    out what it put there, and leaves the store's other entries as they were."""
+    x, y = toy_data(12)
+    pyro.clear_param_store()
+    pyro.param("kept", torch.ones(2))  # the user's own, from before
+    with pytest.raises(TypeError, match=r"create the guide's parameters in torch\.float64"):
+        _fit(PyroClassifier(3, 2), _function_guide(torch.float32), x.double(), y)
+    assert list(pyro.get_param_store().keys()) == ["kept"]
+    history = _fit(PyroClassifier(3, 2), _function_guide(torch.float64), x.double(), y).history
+    assert len(history) == 2 and pyro.param("loc").dtype == torch.float64
