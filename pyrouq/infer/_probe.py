@@ -39,7 +39,6 @@ from pyrouq._util import (
     model_input,
     modes,
     module_device,
-    module_dtype,
     restore_modes,
     warn_caller,
 )
@@ -129,9 +128,6 @@ class Probe:
         if foreign and likelihood_of(model) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()
         x = model_input(x, typed_by(model, guide), "fit()")  # (a guide holding parameters)
-        resumed = stored_dtype(guide) if module_dtype(typed_by(model, guide)) is None else None
-        if resumed is not None and x.is_floating_point():  # (a resumed run's: the dtype its
-            x = x.to(resumed)  # guide takes on this first call, and the steps' inputs then)
         held = {id(p) for p in _module_params(model, guide)}
         stored = {id(p) for _, p in pyro.get_param_store().named_parameters()}
         names = set(pyro.get_param_store().keys())
@@ -178,7 +174,7 @@ class Probe:
                         other = latent_dtype_refusal(err, model, guide, x, y) if foreign else None
                         if other is None:
                             raise
-                        raise TypeError(other) from err
+                        x = _resumed_input(model, guide, x, y, other, err)
                 self.created_params += _unconstrained(capture.trace)
             if foreign:
                 params, trace = _own_model_params(model, guide, x, y, names)
@@ -360,6 +356,25 @@ def _unconstrained(trace: Any) -> list[torch.Tensor]:
         unconstrained = getattr(value, "unconstrained", None)
         tensors.append(unconstrained() if callable(unconstrained) else value)
     return tensors
+
+
+def _resumed_input(
+    model: nn.Module, guide: Any, x: torch.Tensor, y: torch.Tensor, refusal: str, err: Exception
+) -> torch.Tensor:
+    """``x`` in the dtype of the values loaded into Pyro's param store to resume a run
+    (:func:`~pyrouq._input_cast.stored_dtype`), where an autoguide's first call failed on
+    ``x`` as it came (``err``) and runs on those: the dtype the guide takes from them, and the
+    steps' inputs then. Only then: another guide's entries under its name (another model's
+    AutoNormal) leave inputs that run as they are. Else the ``refusal`` (a TypeError)."""
+    resumed = stored_dtype(guide)
+    if resumed is None or resumed == x.dtype:
+        raise TypeError(refusal) from err
+    try:
+        guide(x.to(resumed), y)
+    except RuntimeError:
+        raise TypeError(refusal) from err
+    _check_scaled(model, x.to(resumed), y)  # (on x as it came, the model failed: unchecked)
+    return x.to(resumed)
 
 
 def _own_model_params(

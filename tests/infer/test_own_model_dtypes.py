@@ -213,3 +213,21 @@ def test_the_function_guides_float64_fix_trains_without_clearing_the_store():
     assert list(pyro.get_param_store().keys()) == ["kept"]
     history = _fit(PyroClassifier(3, 2), _function_guide(torch.float64), x.double(), y).history
     assert len(history) == 2 and pyro.param("loc").dtype == torch.float64
+
+
+def test_another_autoguides_entries_in_the_store_leave_a_first_fits_inputs_as_they_are():
+    """The resumed run's cast took the dtype of any store entry under 'AutoNormal.': a float64
+    one of another model's AutoNormal had a first fit on float32 inputs, which trained before,
+    refused as if its inputs were float64. The cast is tried where the inputs as they come
+    fail; this fit trains as it does on a store without that entry."""
+    x, y = toy_data(12)
+    runs = []
+    for other in (None, torch.zeros(3, dtype=torch.float64)):
+        pyro.clear_param_store()
+        if other is not None:
+            pyro.param("AutoNormal.locs.w", other)  # another model's guide's, float64
+        model = PyroClassifier(3, 2)
+        guide = AutoNormal(model)
+        runs.append([r.loss for r in _fit(model, guide, x, y).history])
+        assert {p.dtype for p in guide.parameters()} == {torch.float32}
+    assert len(runs[1]) == 2 and runs[1] == runs[0]
