@@ -148,7 +148,9 @@ def to_inference_data(
         run on all of ``x`` once per draw. Or an :class:`pyrouq.MCMCResult`
         (``guide`` left None): its chains become the posterior's ``chain`` dim, its sampler
         statistics the ``sample_stats`` group, and the predictive groups are computed on the
-        data the chains ran on (on ``x`` and ``y`` where given).
+        data the chains ran on (on ``x`` and ``y`` where given). The network runs on copies
+        of its draws: one that changes its weight in place (a ``clamp_``) leaves
+        ``result.samples`` as they were.
     guide : callable or None
         The fitted guide (``mean_field_guide(model)``, an autoguide, ...), called as
         ``guide(x, y)`` once per draw (on the first ``batch_size`` points for a pyrouq
@@ -299,7 +301,11 @@ def to_inference_data(
         keep = _check_var_names(var_names, exported_sites(model, xd, n))
         draws = result.draws()
         total = result.num_chains * result.num_samples
-        weights = ({k: v[i].to(device or "cpu") for k, v in draws.items()} for i in range(total))
+        # copies, as predict()'s: a network that changes its weight in place (a clamp_) as it
+        # runs changes them, not result.samples (views of which draws() returns)
+        weights = (
+            {k: v[i].to(device or "cpu", copy=True) for k, v in draws.items()} for i in range(total)
+        )
         chains = result.num_chains
         out = _export_weights(model, weights, xd, yd, n, total, keep, batch_size, chains)
         posterior_dims = _named_dims(model, keep, out)

@@ -2,7 +2,8 @@
 batch of one input under ranks whose shard holds one example (no batch size helps), a batch
 sampler's batch size, a loader that tells none, the one-process words kept; a network that
 changes a drawn weight in place without gradients (with them: test_run_draws_in_place.py),
-and predict() of it on draws of the caller's own, which it leaves as they were."""
+and predict() and to_inference_data() of it on draws of the caller's own, which they leave
+as they were."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from _processes import exit_quietly, spawn_ranks
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
-from pyrouq import ArrayLoader, bayesian, fit, mean_field_guide, predict
+from pyrouq import ArrayLoader, MCMCResult, bayesian, fit, mean_field_guide, predict
 
 WORLD = 2
 BN = "(torch: 'Expected more than 1 value per channel')"
@@ -166,3 +167,25 @@ def test_predict_leaves_the_callers_posterior_samples_as_they_were(given):
     expected = torch.softmax(hidden @ kept["2.weight"].mT + kept["2.bias"][:, None], -1)
     assert float(kept["0.weight"].abs().max()) > 0.5  # (the bound changes them)
     torch.testing.assert_close(probs, expected)
+
+
+def test_to_inference_data_leaves_an_mcmc_results_draws_as_they_were():
+    """to_inference_data(result) ran the network on views of result.samples: its clamp_
+    bounded the result's draws, and a second export's posterior group was the bounded ones."""
+    pytest.importorskip("arviz")
+    from pyrouq import to_inference_data
+
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(_Clipped(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    samples = {k: v + torch.randn(1, 3, *v.shape) for k, v in model.template().items()}
+    kept = {k: v.clone() for k, v in samples.items()}
+    x, y = torch.randn(5, 3), torch.tensor([0, 1, 1, 0, 1])
+    stats = {"diverging": torch.zeros(1, 3, dtype=torch.bool)}
+    result = MCMCResult(samples, stats, "nuts", 3, model=model, x=x, y=y)
+    first, second = to_inference_data(result), to_inference_data(result)
+    for name, value in kept.items():
+        assert torch.equal(result.samples[name], value), name
+    exported = torch.as_tensor(second.posterior["0.weight"].values)
+    assert float(kept["0.weight"].abs().max()) > 0.5  # (the bound changes them)
+    torch.testing.assert_close(exported, kept["0.weight"])
+    assert (first.log_likelihood["obs"].values == second.log_likelihood["obs"].values).all()
