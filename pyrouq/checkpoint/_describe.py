@@ -18,7 +18,11 @@ from pyrouq import models
 from pyrouq._util import class_name, module_device, warn_caller
 from pyrouq._words import article
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
-from pyrouq.convert._conversion_warnings import _BilinearSharedWarning, _TiedBiasKeptWarning
+from pyrouq.convert._conversion_warnings import (
+    _BilinearSharedWarning,
+    _ParametrizationDroppedWarning,
+    _TiedBiasKeptWarning,
+)
 from pyrouq.likelihoods import _LIKELIHOODS
 
 __all__ = [
@@ -391,6 +395,7 @@ def build_model(
             warnings.filterwarnings("ignore", message=r"bayesian\(\): the embedding weight")
             warnings.filterwarnings("ignore", category=_BilinearSharedWarning)
             warnings.filterwarnings("ignore", category=_TiedBiasKeptWarning)
+            warnings.filterwarnings("ignore", category=_ParametrizationDroppedWarning)
             if name in doors:
                 before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
                 model = doors[name](**{**before, **config})

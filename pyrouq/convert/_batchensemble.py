@@ -19,7 +19,12 @@ from pyrouq._param_store import (
 )
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
 from pyrouq._words import slip_hint
-from pyrouq.convert._conversion_warnings import CALLER, warn_bilinear, warn_kept_tied
+from pyrouq.convert._conversion_warnings import (
+    CALLER,
+    warn_bilinear,
+    warn_kept_tied,
+    warn_parametrized,
+)
 from pyrouq.convert._copying import NamedInStore, copy_network, hook_fix, weight_hooks
 from pyrouq.convert._select import (
     COUNTER,
@@ -138,12 +143,7 @@ def _convert_layers(
     count = _replace_children(net, counterpart, weight_readers())
     warn_kept_tied(net, originals)
     if parametrized:
-        warn_caller(
-            f"{CALLER.get()}: {len(parametrized)} of the converted layers carried a "
-            "parametrization (e.g. weight_norm, spectral_norm); their BatchEnsemble layers "
-            f"start from {'a re-initialised' if reset else 'its current'} weight and train W "
-            "directly, without it.",
-        )
+        warn_parametrized(len(parametrized), reset)
     if own_way:
         kinds = ", ".join(sorted(set(own_way)))
         warn_caller(

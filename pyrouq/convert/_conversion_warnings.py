@@ -1,6 +1,7 @@
 """The warnings of a BatchEnsemble conversion (:func:`pyrouq.batchensemble`, and
 :func:`pyrouq.rank1`, which builds its BatchEnsemble first): a bias whose tie to a kept
-parameter breaks, and ``nn.Bilinear`` layers the members share; and the name of the function
+parameter breaks, ``nn.Bilinear`` layers the members share, and layers whose parametrization
+the BatchEnsemble layers drop; and the name of the function
 that converts (:data:`CALLER`), which they and the other conversion warnings begin with."""
 
 from __future__ import annotations
@@ -73,3 +74,21 @@ def warn_bilinear(net: nn.Module, num_members: int) -> None:
             "is converted; or keep it shared.",
             _BilinearSharedWarning,
         )
+
+
+class _ParametrizationDroppedWarning(UserWarning):
+    """:func:`warn_parametrized`'s: ``load()`` rebuilding a saved ensemble, whose W it then
+    loads, does not repeat it."""
+
+
+def warn_parametrized(count: int, reset: bool) -> None:
+    """Warn that ``count`` converted layers carried a parametrization (weight_norm,
+    spectral_norm), which their BatchEnsemble layers drop: W starts from the layer's computed
+    weight (or a re-initialised one: ``reset``) and trains directly."""
+    warn_caller(
+        f"{CALLER.get()}: {count} of the converted layers carried a "
+        "parametrization (e.g. weight_norm, spectral_norm); their BatchEnsemble layers "
+        f"start from {'a re-initialised' if reset else 'its current'} weight and train W "
+        "directly, without it.",
+        _ParametrizationDroppedWarning,
+    )

@@ -677,19 +677,36 @@ def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
     assert not torch.equal(skeleton.stem[0].weight, saved.stem[0].weight)  # so the file's
 
 
-def test_parametrized_weights_are_named_in_a_warning():
-    # weight_norm's weight is computed, not a parameter: bayesian() cannot make it latent,
-    # batchensemble() trains W without the parametrization; both say so at the user's line
-    net = nn.Sequential(
+def _weight_normed():
+    return nn.Sequential(
         nn.utils.parametrizations.weight_norm(nn.Linear(4, 6)), nn.ReLU(), nn.Linear(6, 2)
     )
+
+
+def test_parametrized_weights_are_named_in_a_warning(tmp_path):
+    # weight_norm's weight is computed, not a parameter: bayesian() cannot make it latent,
+    # batchensemble() trains W without the parametrization; both say so at the user's line
+    net = _weight_normed()
     with pytest.warns(UserWarning, match=r"bayesian\(\): '0.weight' of Sequential: computed") as w:
         model = bayesian(net)
     assert w[0].filename == __file__
     assert sorted(model.latent_sites()) == ["0.bias", "2.bias", "2.weight"]
     with pytest.warns(UserWarning, match=r"rank1\(\): 1 of the converted layers") as w:
-        pyrouq.rank1(net, 2)
+        rank_one = pyrouq.rank1(net, 2)
     assert w[0].filename == __file__
+    # load() rebuilding them loads the trained W: it does not repeat the conversion's warning
+    # (it said "batchensemble(): ... start from its current weight", for a rank-1 file too)
+    with pytest.warns(UserWarning, match=r"batchensemble\(\): 1 of the converted layers"):
+        ensemble = batchensemble(net, 2)
+    x = torch.randn(5, 4)
+    for saved, guide in ((rank_one, mean_field_guide(rank_one)), (ensemble, None)):
+        path = pyrouq.save(tmp_path / "m.pt", saved, guide)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loaded = pyrouq.load(path, module=_weight_normed())
+        expected = pyrouq.predict(saved, x, guide, progress=False, seed=0).probs
+        again = pyrouq.predict(loaded.model, x, loaded.guide, progress=False, seed=0).probs
+        assert torch.equal(again, expected)
 
 
 class Decoder(nn.Module):
