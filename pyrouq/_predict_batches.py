@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyrouq._input_kind import WRAPPER
+from pyrouq._input_kind import WRAPPER, several_inputs
 from pyrouq._numbers import is_array_like
 from pyrouq._uncollated import uncollated, uncollated_tensors
 from pyrouq._util import describe_batch, warn_caller
@@ -68,11 +68,13 @@ def batches(
             yield batch[0], target
         else:
             as_they_came = uncollated(batch, needs_targets=False, loader=loader)
-            arrays = is_array_like(batch) and as_they_came is None
+            pair = isinstance(batch, (tuple, list)) and len(batch) == 2 and as_they_came is None
+            several = several_inputs(*batch) if pair else None  # (a network of several inputs)
+            arrays = is_array_like(batch) and as_they_came is None and several is None
             fix = " Make them tensors (torch.as_tensor)." if arrays else ""
             raise TypeError(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
-                f"a batch was {as_they_came or describe_batch(batch)}{fix}"
+                f"a batch was {as_they_came or several or describe_batch(batch)}{fix}"
             )
 
 

@@ -128,3 +128,47 @@ def test_fit_of_uncollated_inputs_alone_says_so_and_that_it_needs_targets():
         "yours. fit() needs the targets too: serve (x, y) examples, e.g. "
         "DataLoader(TensorDataset(x, y), batch_size=64)."
     )
+
+
+class _SeveralInputs(torch.utils.data.Dataset):
+    """(x, label) examples whose x is a dict of two tensors, a pair of them, or one in a tuple:
+    the default collate_fn makes ({ids, mask}, y), ([ids, mask], y) and ([ids], y) batches."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        ids = torch.arange(3) + index
+        inputs = {"dict": {"ids": ids, "mask": ids > 2}, "pair": (ids, ids > 2), "one": (ids,)}
+        return inputs[self.kind], index % 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("dict", "(dict of 2 entries, Tensor), and pyrouq runs the network on one input tensor "
+                 "x. Wrap the network in a small nn.Module whose forward takes one tensor and "
+                 "builds the dict from it, convert that wrapper, and serve that tensor as x."),
+        ("pair", "(list of 2 tensors, Tensor), and pyrouq runs the network on one input tensor "
+                 "x. Serve one tensor: compute the other inputs from x in forward (a padding "
+                 "mask: x == pad_id), or concatenate them into x and split it there."),
+        ("one", "(list of 1 tensor, Tensor): the input tensor inside a list, and pyrouq runs the "
+                "network on the tensor itself. Serve it as x, not inside a tuple or list (x[0])."),
+    ],
+)  # fmt: skip
+def test_predict_of_batches_of_several_inputs_says_what_fit_says(kind, words):
+    # a loader of a network of several inputs, which fit() refuses in these words, was told
+    # "a batch was a list of 2. Make them tensors (torch.as_tensor)", which fails on a dict
+    model = pyrouq.bayesian(torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Flatten(),
+                                                torch.nn.Linear(12, 2)))  # fmt: skip
+    guide = pyrouq.mean_field_guide(model)
+    loader = DataLoader(_SeveralInputs(kind), batch_size=2)
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(model, loader, guide, num_samples=2, progress=False)
+    assert str(info.value) == _EXPECTS.format(what="x") + f"a batch was {words}"
+    with pytest.raises(TypeError) as info:
+        pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+    assert str(info.value).endswith(f"batch 1 of epoch 1 is {words}")
