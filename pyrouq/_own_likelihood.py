@@ -10,7 +10,8 @@ import torch
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._util import innermost_distribution, warn_caller
+from pyrouq._distribution_parts import innermost_distribution
+from pyrouq._util import warn_caller
 from pyrouq.likelihoods._categorical import are_probabilities
 
 __all__ = ["check_likelihood_logits", "outputs_problem"]

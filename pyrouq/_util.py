@@ -74,61 +74,6 @@ def builder_of(value: object) -> str | None:
     )
 
 
-def _bound_is(bound: Any, value: float) -> bool:
-    """Whether a support's bound (a float, a tensor, or None) is ``value`` everywhere."""
-    if bound is None:
-        return False
-    if torch.is_tensor(bound):
-        return bool((bound == value).all())
-    return isinstance(bound, (int, float)) and float(bound) == value
-
-
-def support_of(prior: Any) -> str | None:
-    """``"real"`` for a prior on the real line, ``"positive"`` for one on (0, inf) (what a
-    mean-field guide fits by a Normal and by a LogNormal), ``"nonnegative"`` for any other
-    support within [0, inf) (a Uniform(0.1, 2), a Beta), None for the rest."""
-    support = prior.support
-    wrappers = (
-        torch.distributions.constraints.independent,
-        getattr(torch.distributions.constraints, "MixtureSameFamilyConstraint", ()),
-    )  # a scale-mixture prior's support is its components'
-    while isinstance(support, wrappers):
-        support = support.base_constraint
-    if type(support) is type(torch.distributions.constraints.real):
-        return "real"
-    lower = getattr(support, "lower_bound", None)
-    if _bound_is(lower, 0.0) and _bound_is(getattr(support, "upper_bound", math.inf), math.inf):
-        return "positive"
-    if lower is not None and bool(torch.as_tensor(lower).ge(0).all()):
-        return "nonnegative"
-    return None
-
-
-def innermost_distribution(fn: Any) -> Any:
-    """The distribution inside ``fn``'s ``Independent`` / ``ExpandedDistribution`` /
-    ``MaskedDistribution`` wrappers (its family)."""
-    import pyro.distributions as dist
-
-    while isinstance(
-        fn, (torch.distributions.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
-    ):
-        fn = fn.base_dist
-    return fn
-
-
-def distribution_masks(fn: Any) -> list[Any]:
-    """The masks of the ``.mask(...)`` wrappers (``MaskedDistribution``) anywhere in ``fn``'s
-    chain of base distributions (inside ``Independent``, ``TransformedDistribution``, ...)."""
-    import pyro.distributions as dist
-
-    found = []
-    while isinstance(fn, torch.distributions.Distribution):
-        if isinstance(fn, dist.MaskedDistribution):
-            found.append(fn._mask)
-        fn = getattr(fn, "base_dist", None)
-    return found
-
-
 MAX_SEED = 2**32 - 1
 """The largest seed every generator pyrouq seeds takes (numpy's, through ``pyro.set_rng_seed``)."""
 

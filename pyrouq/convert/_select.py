@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
+from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import (
     builder_of,
@@ -24,7 +25,6 @@ from pyrouq._util import (
     check_positive_float,
     class_name,
     forward_inputs,
-    innermost_distribution,
     warn_caller,
 )
 from pyrouq._words import slip_hint

@@ -11,18 +11,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyrouq._distribution_parts import distribution_masks, innermost_distribution
 from pyrouq._input_cast import typed_by
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._param_store import take_store_values
-from pyrouq._util import (
-    builder_of,
-    check_finite_inputs,
-    distribution_masks,
-    innermost_distribution,
-    modes,
-    module_dtype,
-    restore_modes,
-)
+from pyrouq._util import builder_of, check_finite_inputs, modes, module_dtype, restore_modes
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical

@@ -16,17 +16,12 @@ import torch
 from pyro import poutine
 from torch import Tensor
 
+from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._forwards import forward_module
 from pyrouq._own_likelihood import _close
 from pyrouq._own_models import fitting_draws, traced_latent_sites
 from pyrouq._runners import own_forward_outputs
-from pyrouq._util import (
-    class_name,
-    innermost_distribution,
-    rng_state,
-    set_rng_state,
-    warn_caller,
-)
+from pyrouq._util import class_name, rng_state, set_rng_state, warn_caller
 from pyrouq.diagnostics._common import _prepared
 from pyrouq.likelihoods import Categorical, likelihood_of
 

@@ -10,7 +10,7 @@ import torch
 from pyro.distributions import MaskedDistribution
 from torch.distributions import constraints
 
-from pyrouq._util import innermost_distribution
+from pyrouq._distribution_parts import innermost_distribution
 
 
 class OwnTargets:

@@ -16,6 +16,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import nn
 
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
+from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._forwards import own_forward
 from pyrouq._input_cast import (
     function_guide_refusal,
@@ -35,7 +36,6 @@ from pyrouq._util import (
     ShardedOrder,
     global_streams_kept,
     has_latent_sites,
-    innermost_distribution,
     model_input,
     modes,
     module_device,

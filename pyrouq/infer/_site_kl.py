@@ -15,8 +15,9 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyrouq._distribution_parts import distribution_masks, innermost_distribution
 from pyrouq._numbers import is_real
-from pyrouq._util import check_int, distribution_masks, innermost_distribution
+from pyrouq._util import check_int
 from pyrouq.infer._normal_kl import kl_dtype
 
 

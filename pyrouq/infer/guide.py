@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from pyro.infer.autoguide import AutoGuide, AutoMessenger
 from torch import nn
 
+from pyrouq._distribution_parts import innermost_distribution, support_of
 from pyrouq._param_store import (
     copy_renamed,
     hold_params,
@@ -20,13 +21,7 @@ from pyrouq._param_store import (
     register_params,
     shared_copy,
 )
-from pyrouq._util import (
-    check_count,
-    check_positive_float,
-    innermost_distribution,
-    support_of,
-    warn_caller,
-)
+from pyrouq._util import check_count, check_positive_float, warn_caller
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
 from pyrouq.infer._site_checks import check_drawable, model_sites, refuse, site_mismatch

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pyrouq._distribution_parts import support_of
 from pyrouq._numbers import is_one_number, is_real, one_number
-from pyrouq._util import support_of
 from pyrouq._words import slip_hint
 from pyrouq.likelihoods._base import (
     Likelihood,
