@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,15 +14,15 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
-from pyrouq._numbers import is_real
 from pyrouq._param_store import (
     hold_params,
     register_children,
 )
-from pyrouq._util import check_flag, model_input, module_device, module_dtype, warn_caller
+from pyrouq._util import check_flag, model_input, module_device, module_dtype
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._copying import NamedInStore, copy_network, detached_memo
 from pyrouq.convert._hints import refuse_types
+from pyrouq.convert._rank1_factors import NO_LOCAL_RANK1, factor_names, warn_factor_priors
 from pyrouq.convert._select import (
     COUNTER,
     DEFAULT_PRIOR_SCALE,
@@ -49,75 +48,8 @@ from pyrouq.convert._sites import (
     latent_sites_of,
 )
 from pyrouq.likelihoods import Likelihood, LikelihoodName, get_likelihood
-from pyrouq.nn import BatchEnsembleLinear
 
 __all__ = ["BayesianNetwork", "bayesian"]
-
-_NO_LOCAL_RANK1 = (
-    "local_reparameterization applies to nn.Linear / convolution layers with latent weights; "
-    "a BatchEnsemble's layers draw their rank-1 factors instead. Leave "
-    "local_reparameterization=False."
-)
-"""The refusal of local reparameterisation on a rank-1 network (its constructor, its setter)."""
-
-
-def _factor_names(net: nn.Module, select: SelectSpec) -> SelectSpec:
-    """What ``select`` means for a BatchEnsemble's ``net``: None, the rank-1 factors ``r`` and
-    ``s`` of every BatchEnsemble layer; "last_layer", those of its last ``BatchEnsembleLinear``
-    (in ``named_modules()`` order, as for a plain network); anything else, itself."""
-    if select is not None and not (isinstance(select, str) and select == "last_layer"):
-        return select
-    layers = [
-        path
-        for path, layer in net.named_modules()
-        if getattr(layer, "_is_batchensemble", False)
-        and (select is None or isinstance(layer, BatchEnsembleLinear))
-    ]
-    if not layers:
-        convs = [path for path, m in net.named_modules() if getattr(m, "_is_batchensemble", 0)]
-        last = (
-            f", e.g. its last convolution's: {[f'{convs[-1]}.r', f'{convs[-1]}.s']}"
-            if convs
-            else ""
-        )
-        raise ValueError(
-            "select='last_layer' needs a BatchEnsembleLinear (a converted nn.Linear), and this "
-            f"BatchEnsemble has none. Pass select= the names of the factors to make Bayesian{last}."
-        )
-    if select is not None:
-        layers = layers[-1:]
-    return [f"{path}.{factor}" if path else factor for path in layers for factor in ("r", "s")]
-
-
-def _is_function(prior: object) -> bool:
-    return callable(prior) and not isinstance(prior, torch.distributions.Distribution)
-
-
-def _is_factor(net: nn.Module, site: str) -> bool:
-    """Whether ``site`` is a rank-1 factor (``r``, ``s``) of a BatchEnsemble layer of ``net``."""
-    return site.rpartition(".")[2] in ("r", "s") and bool(
-        getattr(net.get_submodule(_owner(site)), "_is_batchensemble", False)
-    )
-
-
-def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> None:
-    """Warn when a dict or callable prior gives rank-1 factors (``r``, ``s`` of a
-    BatchEnsemble layer) a prior centred on 0, as a dict does any factor its keys miss."""
-    zero = [
-        site
-        for site, prior in priors.items()
-        if _is_factor(net, site)
-        and prior.family in ("Normal", "Laplace", "StudentT", "Cauchy")  # loc: the centre
-        and not bool(prior.get_buffer("loc").any())
-    ]
-    if zero:
-        warn_caller(
-            f"bayesian(BatchEnsemble, prior=...) gives the rank-1 factors {_names_list(zero)} "
-            "a prior centred on 0 (a dict gives the sites none of its keys matches Normal(0, 1)). "
-            "The factors start near 1 and scale the shared weights: that prior pulls them to "
-            "0. rank1() uses Normal(1, 0.1): give them e.g. dist.Normal(1.0, 0.1), through a "
-            "dict key for each of their layers or one distribution for all."
-        )
 
 
 class BayesianNetwork(NamedInStore, PyroModule):
@@ -190,12 +122,12 @@ class BayesianNetwork(NamedInStore, PyroModule):
         self.default_kl_weight: float | None = None if ensemble is None else 1.0
         if ensemble is not None:
             if local_reparameterization:
-                raise ValueError(_NO_LOCAL_RANK1)
+                raise ValueError(NO_LOCAL_RANK1)
             self.num_members = int(ensemble.num_members)
             self.ensemble_options = dict(ensemble.options)
             self.module_record = dict(ensemble.module_record)
             net = copy.deepcopy(ensemble.net, detached_memo(ensemble.net))
-            select = _factor_names(net, select)
+            select = factor_names(net, select)
         else:
             self.module_record = module_record(module)
             refuse_types(module, select)  # (before the copy: a layer given is named there)
@@ -208,17 +140,8 @@ class BayesianNetwork(NamedInStore, PyroModule):
         tied = {site: more for site, more in aliases_of(net).items() if site in sites}
         every_name = [name for name, _ in net.named_parameters(remove_duplicate=False)]
         priors = resolve_priors(prior, {s: params[s] for s in sites}, every_name, tied)
-        if ensemble is not None and is_real(prior) and any(_is_factor(net, s) for s in sites):
-            warnings.warn(  # (none where no factor is latent: the weights, the norms)
-                f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
-                "prior on the rank-1 factors, which start near 1 and scale the shared "
-                "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
-                "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M).",
-                stacklevel=3,
-            )
-        if ensemble is not None and (isinstance(prior, Mapping) or _is_function(prior)):
-            _warn_zero_mean_factors(net, priors)  # (a float has warned; one distribution:
-            # the user's choice, or the placeholder pyrouq.load() replaces)
+        if ensemble is not None:
+            warn_factor_priors(net, sites, prior, priors)
         for site in sites:
             value = params[site].detach()
             for name in (site, *tied.get(site, ())):
@@ -344,7 +267,7 @@ class BayesianNetwork(NamedInStore, PyroModule):
     def local_reparameterization(self, value: bool) -> None:
         value = check_flag("local_reparameterization", value)
         if value and getattr(self, "num_members", None) is not None:  # rank-1, as in __init__
-            raise ValueError(_NO_LOCAL_RANK1)
+            raise ValueError(NO_LOCAL_RANK1)
         self._local = value
         if hasattr(self, "config"):
             self.config["local_reparameterization"] = self._local  # (np.bool_ True: True)
@@ -590,7 +513,3 @@ def bayesian(
         num_data=num_data,
         local_reparameterization=local_reparameterization,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# BatchEnsemble networks
