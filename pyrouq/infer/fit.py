@@ -23,14 +23,13 @@ from pyrouq import checkpoint as _checkpoint
 from pyrouq._default_device import cpu_default
 from pyrouq._util import (
     check_flag,
-    check_int,
     check_seed,
     has_latent_sites,
     len_or,
     module_device,
 )
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
-from pyrouq.checkpoint._resume import recorded_num_data, restore
+from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed, _rank_optimizers
 from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
 from pyrouq.infer._fit_inputs import (
@@ -39,13 +38,11 @@ from pyrouq.infer._fit_inputs import (
     check_loader_kind,
     check_paths,
     check_settings,
-    dataset_size,
-    num_examples,
     refuse_inference_tensors,
     warn_lr_beside_optim,
-    warn_num_data_below,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
+from pyrouq.infer._num_data import training_size
 from pyrouq.infer._options import (
     LR_SCHEDULES,
     build_optimizer,
@@ -61,7 +58,6 @@ from pyrouq.infer._training import (
     TrainingInterrupted,
     check_loader_inputs,
     optimizer_name,
-    unbatched_items,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
 from pyrouq.infer.guide import check_guide
@@ -80,9 +76,6 @@ LRSchedule = Literal["warmup_cosine", "cosine", "constant"]
 
 _SET_UP = "fit()'s set-up, before training: an argument, its data, its model or resume_from"
 """What failed, as the other ranks' error names a failure in one rank's set-up."""
-
-_NUM_DATA = "Pass the training-set size N (the likelihood is scaled by N/B), or leave num_data out."
-"""What to do about a ``num_data`` that is no count."""
 
 DEFAULT_KL_WEIGHT = Categorical.default_kl_weight
 """Default ``kl_weight`` of :func:`fit` for models without a pyrouq likelihood: the
@@ -435,46 +428,7 @@ def fit(
             )
         if isinstance(train_loader, Iterator):  # fit's probe reads a batch ahead: it is put back
             train_loader = ReadAhead(train_loader, len_or(train_loader, None))
-        n: int | None
-        if num_data is not None:  # (the N it gives: a count, or refused)
-            n = check_int("num_data", num_data, hint=_NUM_DATA)
-            warn_num_data_below(n, train_loader)
-        else:
-            n = num_examples(train_loader)
-        if n is None:  # the N the model was built with (bayesian(net, num_data=N)), or resumed
-            n = getattr(model, "given_num_data", None) or recorded_num_data(resume_from)
-        served = unbatched_items(train_loader) if n is None else None
-        size = dataset_size(train_loader) if served is not None else None
-        if served is not None and size is not None:  # without a size: the message below
-            counted = f"the size of its dataset ({size} items)"
-            sampler = type(getattr(train_loader, "sampler", None)).__name__
-            what = (
-                f"it serves its dataset's items as they are, so {counted} counts the training "
-                "examples only if they are single examples, not pre-made batches"
-                if served == "batches"
-                else f"its sampler of its own ({sampler}) is not read "
-                f"to tell whether it fetches whole items (pre-made batches) or lists of examples, "
-                f"so {counted} may not count the training examples"
-            )
-            raise ValueError(
-                f"train_loader is a DataLoader with batch_size=None (automatic batching off): "
-                f"{what}. Pass num_data=N, the number of examples: the minibatch likelihood is "
-                "scaled by N/B."
-            )
-        if n is None and len_or(train_loader, None) == 0:  # ([]: neither batches nor a size)
-            raise ValueError(
-                f"train_loader is an empty {type(train_loader).__name__}: it holds no batches. "
-                "Pass a loader with data, e.g. pyrouq.ArrayLoader(x, y, batch_size=64)."
-            )
-        if n is None:
-            raise ValueError(
-                "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "
-                "Pass num_data=N: the minibatch likelihood is scaled by N/B."
-            )
-        if n < 1:
-            raise ValueError(
-                f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
-            )
+        n = training_size(num_data, train_loader, model, resume_from)
         callbacks = check_callbacks(callbacks)  # a generator is read once, here
         if metadata is not None and checkpoint is None:
             warnings.warn(
