@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from pyrouq import _engine
-from pyrouq import checkpoint as _checkpoint
 from pyrouq._default_device import cpu_default
 from pyrouq._util import (
     check_flag,
@@ -31,6 +30,7 @@ from pyrouq._util import (
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed, _rank_optimizers
+from pyrouq.infer._checkpoint_refusals import check_checkpoint, refuse_checkpoint
 from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
 from pyrouq.infer._fit_inputs import (
     DEFAULT_LR,
@@ -430,18 +430,7 @@ def fit(
             train_loader = ReadAhead(train_loader, len_or(train_loader, None))
         n = training_size(num_data, train_loader, model, resume_from)
         callbacks = check_callbacks(callbacks)  # a generator is read once, here
-        if metadata is not None and checkpoint is None:
-            warnings.warn(
-                "fit(metadata=...) is stored in the checkpoints, but no checkpoint= was given: "
-                "it is not kept. Pass checkpoint=PATH, or save it with pyrouq.save(..., "
-                "metadata=...).",
-                stacklevel=2,
-            )
-        if checkpoint is not None:  # refuse what cannot be saved before, not after, an epoch
-            _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
-            _refuse_checkpoint(_checkpoint.describe_model, model)
-            _refuse_checkpoint(_checkpoint.describe_guide, guide)
-            _checkpoint.json_text(metadata if metadata is not None else {})
+        check_checkpoint(checkpoint, metadata, model, guide)  # before, not after, an epoch
         if seed is not None:  # after the checks (a refused call leaves the streams alone),
             pyro.set_rng_seed(seed)  # (the probe's pass draws from streams of its own)
         model.num_data = int(n)  # type: ignore[assignment]
@@ -449,7 +438,7 @@ def fit(
         if is_pyrouq_model(model):  # pyro.params of its network's forward: save() refuses them
             note_store_params(model, probe.network_params)
             if checkpoint is not None:
-                _refuse_checkpoint(check_store_params, model, "save()")
+                refuse_checkpoint(check_store_params, model, "save()")
         own_default = getattr(model, "default_kl_weight", None) is not None
         if not (chosen_kl_weight or own_default) and isinstance(probe.likelihood, OwnTargets):
             elbo.kl_weight = 1.0  # a regression written in Pyro: the exact ELBO, as for Gaussian()
@@ -533,20 +522,3 @@ def fit(
     finally:
         if rejoin is not None:
             pyro.set_rng_seed(rejoin)
-
-
-# --------------------------------------------------------------------------------------------
-# Set-up
-# --------------------------------------------------------------------------------------------
-
-
-def _refuse_checkpoint(check: Callable, *args: Any) -> None:
-    """Run one of :func:`pyrouq.save`'s checks for ``fit(checkpoint=...)``, before training,
-    its refusal told as the run's."""
-    try:
-        check(*args)
-    except _checkpoint.CheckpointError as err:
-        raise _checkpoint.CheckpointError(
-            f"fit(checkpoint=...) saves with pyrouq.save(), which refuses this run: {err} "
-            "Or leave checkpoint= out."
-        ) from None
