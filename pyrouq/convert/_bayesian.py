@@ -90,6 +90,23 @@ class BayesianNetwork(NamedInStore, PyroModule):
         M for a rank-1 network made from a BatchEnsemble, else None.
     ensemble_options : dict or None
         That BatchEnsemble's conversion options (``use_base_weights``, ``init``, ...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from pyrouq import bayesian
+    >>> model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+    >>> type(model).__name__, model.latent_sites()["2.weight"]
+    ('BayesianNetwork', torch.Size([3, 8]))
+    >>> x = torch.randn(5, 4)
+    >>> draws = {site: prior.sample((2,)) for site, prior in model.priors().items()}  # S = 2
+    >>> model.outputs(x, draws).shape  # (S, B, D)
+    torch.Size([2, 5, 3])
+    >>> torch.allclose(model.outputs(x, model.template()), model.plain_network()(x))
+    True
+    >>> model(x).shape  # forward(): one draw from the priors (from the guide, under one)
+    torch.Size([5, 3])
     """
 
     num_classes: int | None = None

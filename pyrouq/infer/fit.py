@@ -347,6 +347,24 @@ def fit(
         epoch's end); one while a batch is being fetched stops as the first press does. Under
         torch.distributed, a first press on any rank stops every rank after the same step (the
         next whose gradient average carries it; rank 0 writes), each raising this.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> import pyrouq
+    >>> _ = torch.manual_seed(0)  # the data and the network's initial weights
+    >>> x = torch.randn(64, 2)
+    >>> y = (x[:, 0] > 0).long()  # two classes, split by the first feature
+    >>> model = pyrouq.bayesian(nn.Linear(2, 2))
+    >>> guide = pyrouq.mean_field_guide(model)
+    >>> train = pyrouq.ArrayLoader(x, y, batch_size=16, seed=0)
+    >>> result = pyrouq.fit(model, guide, train, epochs=20, seed=0, progress=False)
+    >>> result.num_data, result.steps, result.losses[-1] < result.losses[0] / 2
+    (64, 80, True)
+    >>> predictions = pyrouq.predict(model, x, guide, num_samples=8, progress=False, seed=0)
+    >>> predictions.probs.shape, (predictions.predicted == y).float().mean().item()
+    (torch.Size([8, 64, 2]), 0.984375)
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
