@@ -3,8 +3,9 @@ of the user's own without floating parameters, its guide's; and what fit() says 
 guide holds none yet, before its first call, and the inputs are of another dtype than the
 model's latent sites (:func:`latent_dtype_refusal`), or where the guide is a function, whose
 parameters it cannot see, drawing them in another dtype than the inputs'
-(:func:`function_guide_refusal`); and the dtype an autoguide not built yet will take from
-Pyro's param store, where values loaded there to resume a run wait for it (:func:`stored_dtype`)."""
+(:func:`function_guide_refusal`; predict()'s words: :func:`guide_draws_refusal`); and the
+dtype an autoguide not built yet will take from Pyro's param store, where values loaded there
+to resume a run wait for it (:func:`stored_dtype`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ from torch import nn
 from pyrouq._mismatch import torch_words
 from pyrouq._util import module_dtype
 
-__all__ = ["function_guide_refusal", "latent_dtype_refusal", "stored_dtype", "typed_by"]
+__all__ = [
+    "function_guide_refusal",
+    "guide_draws_refusal",
+    "latent_dtype_refusal",
+    "stored_dtype",
+    "typed_by",
+]
 
 _DTYPE_WORDS = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
 _TO = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}
@@ -108,30 +115,59 @@ def function_guide_refusal(
     trace of its call), which drew the latent sites in another dtype than ``x``'s: pyrouq
     casts inputs to the dtype of a guide that is a module (an autoguide), but cannot see the
     parameters a function creates; and what to do. None for another error or guide."""
-    said = _dtype_words(err, model, guide, x)
-    if said is None or isinstance(guide, nn.Module) or guide_trace is None:
+    if guide_trace is None:
         return None
-    other = {
+    drawn = {
         name: site["value"].dtype
         for name, site in guide_trace.nodes.items()
         if site["type"] == "sample"
         and not site["is_observed"]
         and torch.is_tensor(site["value"])
         and site["value"].is_floating_point()
-        and site["value"].dtype != x.dtype
     }
+    return _function_guide_words(err, model, guide, x, drawn, "fit()")
+
+
+def guide_draws_refusal(
+    err: BaseException, model: Any, guide: Any, x: torch.Tensor, drawn: dict[str, torch.dtype]
+) -> str | None:
+    """:func:`function_guide_refusal` for predict(): ``model`` failed on a batch ``x`` under
+    draws of a guide written as a function whose floating sites were of the dtypes ``drawn``
+    (site: dtype)."""
+    return _function_guide_words(err, model, guide, x, drawn, "predict()")
+
+
+def _function_guide_words(
+    err: BaseException,
+    model: Any,
+    guide: Any,
+    x: torch.Tensor,
+    drawn: dict[str, torch.dtype],
+    caller: str,
+) -> str | None:
+    """``caller``'s words where a guide written as a function drew sites in other dtypes than
+    ``x``'s (``drawn``: every floating site's) and ``model`` failed on them in torch's words on
+    a dtype (``err``); None for another error or guide, or draws all of ``x``'s dtype."""
+    said = _dtype_words(err, model, guide, x)
+    if said is None or guide is None or isinstance(guide, nn.Module):
+        return None
+    other = {name: dtype for name, dtype in drawn.items() if dtype != x.dtype}
     if not other:
         return None
     dtype, names, cast = _told(other)
     who = getattr(guide, "__name__", type(guide).__name__)
+    if caller == "fit()":
+        inputs, ending = "train_loader's inputs", " Nothing was trained."
+        serve = f"Serve the inputs in {dtype} ({cast}, e.g. TensorDataset({cast}, y))"
+    else:
+        inputs, ending, serve = "x's inputs", "", f"Pass x in {dtype} ({cast})"
     return (
-        f"fit(): the guide function {who}() draws {type(model).__name__}'s latent sites "
-        f"({names}) in {dtype}, but train_loader's inputs are {x.dtype}, and torch does not "
-        f"mix the two ({type(err).__name__}: {said}). pyrouq casts the inputs to the dtype of "
-        "a guide that is a module holding parameters (an autoguide), not to a function's, "
-        f"whose parameters it cannot see. Serve the inputs in {dtype} ({cast}, e.g. "
-        f"TensorDataset({cast}, y)), or create the guide's parameters in {x.dtype} "
-        f"(pyro.param(name, init) with init a {x.dtype} tensor). Nothing was trained."
+        f"{caller}: the guide function {who}() draws {type(model).__name__}'s latent sites "
+        f"({names}) in {dtype}, but {inputs} are {x.dtype}, and torch does not mix the two "
+        f"({type(err).__name__}: {said}). pyrouq casts the inputs to the dtype of a guide that "
+        "is a module holding parameters (an autoguide), not to a function's, whose parameters "
+        f"it cannot see. {serve}, or create the guide's parameters in {x.dtype} "
+        f"(pyro.param(name, init) with init a {x.dtype} tensor).{ending}"
     )
 
 

@@ -1,6 +1,6 @@
 """Which errors of a network's pass its callers (``fit()``, ``predict()``, ``mcmc()``) restate
 as inputs the network does not take, naming them: torch's words on a shape, channel or dtype,
-not the ones pyrouq has worded or placed already."""
+not the ones pyrouq has worded or placed already; and the fix for those on a dtype."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 __all__ = [
     "came_from",
     "came_from_elsewhere",
+    "dtype_fix",
     "input_mismatch",
     "layer_added",
     "layer_named",
@@ -31,6 +32,7 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
 )
+_DTYPES = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
 _NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
     r"dtype|scalar type|same device|should be the same|device type|on device|"
     r"\bCUDA\b|cuDNN|cuBLAS|\bMPS\b|\bXPU\b|\bHIP\b|out of memory",
@@ -60,6 +62,19 @@ def input_mismatch(err: BaseException) -> bool:
     if not isinstance(err, RuntimeError) or _MISMATCH.search(torch_words(err)) is None:
         return False
     return not _worded_by_pyrouq(err)
+
+
+def dtype_fix(err: BaseException, dtype: torch.dtype) -> str | None:
+    """What to do where torch's words in ``err``, from a network's pass on inputs that reached
+    it as ``dtype`` (cast to the model's, where it holds weights), are on mixed dtypes rather
+    than on the inputs' shape: one dtype for the model and x. None for other words."""
+    if _DTYPES.search(torch_words(err)) is None:
+        return None
+    return (
+        f"These are torch's words on dtypes, not on x's shape: x reached the network as {dtype}, "
+        "and a layer's weights, a draw or a tensor the network makes is of another dtype. Give "
+        f"the model one dtype (model.to({dtype})) and x that dtype"
+    )
 
 
 def size_error(err: BaseException) -> bool:

@@ -519,6 +519,7 @@ class GuideDraws:
         self.guide = guide
         self.device = device if device is not None else torch.device("cpu")
         self.state: tuple[Tensor, Tensor | None] | None = None
+        self.dtypes: dict[str, torch.dtype] = {}  # the last draws' floating sites' dtypes
 
     def __call__(self, num_samples: int, x: Tensor) -> dict[str, Tensor]:
         if self.state is not None:
@@ -526,6 +527,7 @@ class GuideDraws:
         with batch_room(self.guide, x.shape[0], guide=True):  # its plate too small: refused
             draws = draw_guide(self.guide, num_samples, (x,))
         self.state = rng_state(self.device)
+        self.dtypes = {k: v.dtype for k, v in draws.items() if v.is_floating_point()}
         return draws
 
 

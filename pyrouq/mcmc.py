@@ -43,7 +43,7 @@ from pyrouq._mcmc_workers import (
     parallel_chains,
     spawn_problem,
 )
-from pyrouq._mismatch import input_mismatch
+from pyrouq._mismatch import dtype_fix, input_mismatch
 from pyrouq._util import (
     MAX_SEED,
     check_count,
@@ -400,11 +400,13 @@ def _run_chains(
         except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
             if not input_mismatch(err):  # the user's own error, out of memory, a CUDA error
                 raise
+            fix = dtype_fix(err, x.dtype) or (
+                "Check that the network takes x (shape, channels, flattening: N inputs of the "
+                "shape it was built for)"
+            )
             raise ValueError(
                 f"mcmc(): {type(model).__name__} failed on x (shape {tuple(x.shape)}, dtype "
-                f"{x.dtype}): {' '.join(str(err).split())}. Check that the network takes x "
-                "(shape, channels, flattening: N inputs of the shape it was built for); "
-                "nothing was sampled."
+                f"{x.dtype}): {' '.join(str(err).split())}. {fix}; nothing was sampled."
             ) from err
     refuse_own_latents(model, tracer.trace)
     # the pass's graph (point estimates of a last-layer model require grad) let go: the chains

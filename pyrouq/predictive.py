@@ -27,9 +27,9 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._default_device import under_cpu_default
-from pyrouq._input_cast import typed_by
+from pyrouq._input_cast import guide_draws_refusal, typed_by
 from pyrouq._metric_inputs import _float64
-from pyrouq._mismatch import input_mismatch
+from pyrouq._mismatch import dtype_fix, input_mismatch
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
@@ -244,8 +244,10 @@ def predict(
         is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``, whose
         batches' examples left as they came, ``collate_fn=lambda b: b``, are refused; empty
         batches are skipped). Floating inputs of another dtype (float64, float16) are cast to the
-        model's (or its guide's); integer ones (raw uint8 pixels) are refused, see
-        :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not bool).
+        model's (or its guide's; a guide written as a function has none to read: inputs of
+        another dtype than its draws are refused, as fit() refuses them); integer ones (raw
+        uint8 pixels) are refused, see :func:`pyrouq.data.normalize`, unless the network holds
+        an ``nn.Embedding`` (ids, not bool).
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader that
         shuffles gives them shuffled, with its labels in the same order (so ``evaluate()`` is right
         without targets, but labels passed in the data set's order are not); predict from a loader
@@ -389,6 +391,7 @@ def predict(
     try:
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
+            source: _runners.GuideDraws | None = None  # (a guide's draws, for their dtypes)
             if posterior_samples is not None or guide is not None:
                 check_drawable(
                     model, "posterior_samples" if guide is None else "a guide", "predict()"
@@ -455,12 +458,18 @@ def predict(
                                 "it is N examples of one feature, x.unsqueeze(-1)."
                             )
                         elif input_mismatch(err):  # torch's words (pyrouq's pass unchanged)
+                            drawn = source.dtypes if source is not None else {}
+                            refused = guide_draws_refusal(err, model, guide, inputs, drawn)
+                            if refused is not None:  # a function's draws: their dtype
+                                raise TypeError(refused) from err
+                            fix = dtype_fix(err, inputs.dtype) or (
+                                "Check that the network takes x (shape, channels, "
+                                "flattening: inputs of the shape it was built for)"
+                            )
                             raise ValueError(
                                 f"predict(): {type(model).__name__} failed on x (a batch of "
                                 f"shape {tuple(inputs.shape)}, dtype {inputs.dtype}): "
-                                f"{' '.join(str(err).split())}. Check that the network takes x "
-                                "(shape, channels, flattening: inputs of the shape it was "
-                                "built for)."
+                                f"{' '.join(str(err).split())}. {fix}."
                             ) from err
                         raise
                     first += xb.shape[0]

@@ -24,7 +24,7 @@ from pyrouq._input_cast import (
     stored_dtype,
     typed_by,
 )
-from pyrouq._mismatch import input_mismatch
+from pyrouq._mismatch import dtype_fix, input_mismatch
 from pyrouq._own_models import (
     GuideMismatch,
     check_traces_match,
@@ -147,11 +147,14 @@ class Probe:
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
                         if not input_mismatch(err):  # the network's own, a CUDA error, ...
                             raise
+                        fix = dtype_fix(err, x.dtype) or (
+                            "Check that the network takes the loader's inputs (shape, "
+                            "channels, flattening)"
+                        )
                         raise ValueError(
                             f"fit(): {type(model).__name__} failed on the first examples of "
                             f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "
-                            f"{' '.join(str(err).split())}. Check that the network takes the "
-                            "loader's inputs (shape, channels, flattening); nothing was trained."
+                            f"{' '.join(str(err).split())}. {fix}; nothing was trained."
                         ) from err
                     if needs_classes:
                         self.num_classes = size

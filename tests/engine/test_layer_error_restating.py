@@ -115,3 +115,38 @@ def test_pyrouqs_own_error_passes_unchanged_through_fit_and_mcmc_as_through_pred
         pyrouq.fit(model, guide, loader, epochs=1, progress=False)
     with pytest.raises(RuntimeError, match=words):
         pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, progress=False)
+
+
+@pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
+def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller):
+    """A network holding a float64 layer after a float32 one: torch's 'mat1 and mat2 must have
+    the same dtype' came out with 'Check that the network takes x (shape, channels,
+    flattening ...)', a fix for shapes; now with what the words are on and the cast that
+    fixes it, which does."""
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2).double()))
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+
+    def call():
+        if caller == "fit":
+            return pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, batch_size=4), epochs=1,
+                              progress=False)  # fmt: skip
+        if caller == "predict":
+            return pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+        return pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1,
+                           progress=False)  # fmt: skip
+
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert "mat1 and mat2 must have the same dtype, but got Float and Double" in message
+    assert (
+        "These are torch's words on dtypes, not on x's shape: x reached the network as "
+        "torch.float32, and a layer's weights, a draw or a tensor the network makes is of "
+        "another dtype. Give the model one dtype (model.to(torch.float32)) and x that dtype"
+    ) in message
+    assert "Check that the network takes" not in message and "flattening" not in message
+    model.to(torch.float32)  # the fix it names
+    guide = pyrouq.mean_field_guide(model)
+    assert call() is not None

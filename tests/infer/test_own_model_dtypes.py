@@ -172,6 +172,32 @@ def test_a_function_guide_drawing_in_another_dtype_than_the_inputs_says_so():
     assert [r.loss for r in created] == pytest.approx([r.loss for r in served], rel=1e-5)
 
 
+def test_predict_with_a_function_guide_drawing_in_another_dtype_says_so_as_fit_does():
+    """predict() of the same model and guide on float64 inputs said torch's words with 'Check
+    that the network takes x (shape, channels, flattening ...)', a fix for shapes."""
+    x, _ = toy_data(12)
+    pyro.clear_param_store()
+    model, guide = PyroClassifier(3, 2), _function_guide(torch.float32)
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(model, x.double(), guide, num_samples=3, progress=False)
+    assert str(info.value) == (
+        "predict(): the guide function guide() draws PyroClassifier's latent sites ('fc.weight', "
+        "'fc.bias') in torch.float32, but x's inputs are torch.float64, and torch does not mix "
+        "the two (RuntimeError: mat1 and mat2 must have the same dtype, but got Double and "
+        "Float). pyrouq casts the inputs to the dtype of a guide that is a module holding "
+        "parameters (an autoguide), not to a function's, whose parameters it cannot see. Pass x "
+        "in torch.float32 (x.float()), or create the guide's parameters in torch.float64 "
+        "(pyro.param(name, init) with init a torch.float64 tensor)."
+    )
+    # both fixes it names predict, the same probabilities (float32 inputs: x itself)
+    served = pyrouq.predict(model, x, guide, num_samples=3, progress=False, seed=0).probs
+    pyro.clear_param_store()
+    created = pyrouq.predict(model, x.double(), _function_guide(torch.float64), num_samples=3,
+                             progress=False, seed=0).probs  # fmt: skip
+    assert served.shape == created.shape == (3, 12, 2)
+    torch.testing.assert_close(created.float(), served, rtol=1e-5, atol=1e-6)
+
+
 def test_a_run_resumed_from_the_param_store_on_float64_inputs_goes_on_as_in_one_process(tmp_path):
     """A run resumed as Pyro's users resume one (the guide's values saved from the param store,
     loaded into it, a new AutoNormal built) on float64 inputs was refused as a first fit is:
