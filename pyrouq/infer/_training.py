@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
 from pyrouq import _engine
+from pyrouq._batch_size import loader_batch_size
 from pyrouq._util import (
     ShardedOrder,
     bad_rows,
@@ -135,12 +136,13 @@ def check_loader_inputs(loader: Iterable, likelihood: Any, num_outputs: int | No
     if images.dtype.is_floating_point:
         bad = bad_rows(images)
         if bad.numel():
-            batch_size = getattr(loader, "batch_size", None)
-            shuffled = bool(getattr(loader, "shuffle", True))
+            batch_size, shuffle = loader_batch_size(loader), getattr(loader, "shuffle", None)
+            ordered = isinstance(example_sampler(loader), torch.utils.data.SequentialSampler)
+            in_order = ordered if shuffle is None else not shuffle  # (a DataLoader has none)
             first = int(bad[0])
             where = (
                 f" (the first in batch {first // batch_size + 1} of every epoch)"
-                if batch_size and not shuffled
+                if batch_size and in_order
                 else ""
             )
             raise ValueError(

@@ -8,7 +8,13 @@ import warnings
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, SubsetRandomSampler, TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    SequentialSampler,
+    SubsetRandomSampler,
+    TensorDataset,
+)
 
 import pyrouq
 
@@ -49,6 +55,30 @@ def test_a_subset_sampler_sets_n_and_only_its_rows_are_checked():
     tail = DataLoader(TensorDataset(x[:52], y[:52].clamp(min=0)), batch_size=16, drop_last=True)
     x[48:52] = float("nan")
     assert pyrouq.fit(net(), None, tail, epochs=1, progress=False).num_data == 52
+
+
+@pytest.mark.parametrize("order", ["in order", "batch sampler", "shuffled"])
+def test_nan_inputs_of_a_dataloader_in_order_name_the_batch_as_a_pyrouq_loaders_do(order):
+    """The refusal named the first bad example's batch only for a loader with a ``shuffle``
+    attribute false (pyrouq's); a DataLoader has none (its order is its sampler's), and its
+    refusal never did."""
+    x, y = torch.randn(12, 16), torch.randint(0, 3, (12,))
+    x[9, 3] = float("nan")  # example 9: batch 3 of 4 examples
+    data = TensorDataset(x, y)
+    loader = (
+        DataLoader(data, batch_size=4) if order == "in order"
+        else DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 4, False))
+        if order == "batch sampler" else DataLoader(data, batch_size=4, shuffle=True)
+    )  # fmt: skip
+    where = "" if order == "shuffled" else " (the first in batch 3 of every epoch)"
+    model = pyrouq.bayesian(net())
+    with pytest.raises(ValueError) as info:
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=1, progress=False)
+    assert str(info.value) == (
+        f"train_loader holds NaN or inf in 1 of 12 examples, e.g. example indices [9]{where}; "
+        "nothing was trained. Remove or repair them (torch.nan_to_num, or drop the rows) before "
+        "fit()."
+    )
 
 
 def test_a_plain_network_gets_the_label_and_output_checks_of_the_others():
