@@ -56,6 +56,7 @@ from pyrouq._util import (
     modes,
     module_device,
     module_dtype,
+    real_device,
     restore_modes,
 )
 from pyrouq.convert import BayesianNetwork
@@ -277,6 +278,7 @@ def mcmc(
             "runs the script's top-level code again. Put the code that calls mcmc() under "
             '`if __name__ == "__main__":`, or pass mcmc(..., parallel=False).'
         )
+    real_device(module_device(model), "mcmc()")  # (before anything reads its values)
     refuse_unsampled(model)
     latent = model.latent_sites
     with torch.inference_mode(False):  # (an inference tensor cloned into a normal one)

@@ -51,7 +51,13 @@ import torch
 from torch import nn
 
 from pyrouq._default_device import cpu_default
-from pyrouq._util import class_name, has_latent_sites, takes_labels
+from pyrouq._util import (
+    class_name,
+    has_latent_sites,
+    module_device,
+    real_device,
+    takes_labels,
+)
 from pyrouq._words import article
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
@@ -269,6 +275,10 @@ def save_run(
     # torch.compile(net): saved as net, which load() rebuilds from a plain skeleton (the
     # wrapper's parameter names, "_orig_mod."..., would need a compiled one)
     model = uncompiled(model)
+    try:  # (torch's words: "Cannot copy out of meta tensor; no data!")
+        real_device(module_device(model, guide), "save()")
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
     if guide is not None and not has_latent_sites(model):  # its file would not load
         try:
             check_drawable(model, "a guide", "save()")

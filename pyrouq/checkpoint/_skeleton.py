@@ -43,7 +43,8 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
             f"The skeleton ({class_name(module)}) has tensors on the meta device "
             f"({', '.join(repr(n) for n in meta[:3])}{', ...' if len(meta) > 3 else ''}), "
             "which hold no values and cannot take the saved ones. Build it on the CPU (outside "
-            "`with torch.device('meta')`), then load(path, module=net)."
+            "`with torch.device('meta')`, or after torch.set_default_device('cpu')), then "
+            "load(path, module=net)."
         )
     here = module_record(module)
     for kind in ("parameters", "buffers"):

@@ -26,6 +26,7 @@ from pyrouq._util import (
     has_latent_sites,
     len_or,
     module_device,
+    real_device,
 )
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import restore
@@ -376,7 +377,7 @@ def fit(
     model = _distributed.unwrapped(model)  # a DDP wrapper: fit() averages the gradients
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
-    early = _distributed.current(module_device(model, guide))
+    early = _distributed.current(real_device(module_device(model, guide), "fit()"))
     # gradients whatever the caller's grad mode (a fit() under torch.no_grad() or
     # torch.inference_mode() would otherwise step on no gradients and train nothing), as mcmc()
     with (

@@ -97,3 +97,29 @@ def test_predict_runs_a_forward_under_the_cpu_default_as_fit_does():
     finally:
         torch.set_default_device(None)
     assert torch.equal(probs, expected)
+
+
+def test_models_built_under_a_meta_default_are_refused_in_words_by_fit_mcmc_save_and_guide(
+    tmp_path,
+):
+    """A model built after torch.set_default_device('meta') (left set from building a
+    skeleton) holds shapes, no values: predict() said so, but fit(), mcmc(), save() and
+    mean_field_guide() failed in torch's words ('Tensor.item() cannot be called on meta
+    tensors', 'Cannot copy out of meta tensor; no data!')."""
+    x, y = toy_data(8)
+    torch.set_default_device("meta")
+    try:
+        net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+        model, ensemble = pyrouq.bayesian(net), pyrouq.batchensemble(net, 2)
+    finally:
+        torch.set_default_device(None)
+    words = r"{}: the model is on the meta device .*set_default_device\('meta'\).*to_empty"
+    with pytest.raises(ValueError, match=words.format(r"mean_field_guide\(\)")):
+        mean_field_guide(model)
+    with pytest.raises(ValueError, match=words.format(r"fit\(\)")):
+        fit(ensemble, None, [(x, y)], epochs=1, progress=False)
+    with pytest.raises(ValueError, match=words.format(r"mcmc\(\)")):
+        pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, progress=False)
+    with pytest.raises(pyrouq.CheckpointError, match=words.format(r"save\(\)")):
+        pyrouq.save(tmp_path / "m.pt", ensemble)
+    assert not (tmp_path / "m.pt").exists()
