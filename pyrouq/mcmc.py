@@ -250,9 +250,10 @@ def mcmc(
         latent site the network samples itself (``pyro.sample`` in its forward), and one
         that a subclass's own ``forward`` samples beside the model's latent sites (the result
         would not keep it, and predict() would refuse its draws). Refused too: a vectorised
-        ``pyro.plate`` or a ``pyro.poutine.trace()`` recording sample sites around the call
-        (call mcmc() outside it), and ``parallel=True`` where the chain processes could not
-        run the model as here (see ``parallel``).
+        ``pyro.plate``, a ``pyro.poutine.trace()`` recording sample sites or a
+        ``pyro.poutine.condition()`` fixing latent sites (whose draws the result would lack)
+        around the call (call mcmc() outside it), and ``parallel=True`` where the chain
+        processes could not run the model as here (see ``parallel``).
 
     Examples
     --------
@@ -318,10 +319,9 @@ def mcmc(
             "that NUTS handles in reasonable time here. Fit it by variational inference "
             "(fit() with mean_field_guide(model)), or pass force=True to sample it anyway."
         )
-    from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
+    from pyrouq.infer._elbo_checks import refuse_handlers_around
 
-    refuse_plate_around(model, "mcmc()", "mcmc()", "log density")  # (its own plate "data")
-    refuse_trace_around("mcmc()")
+    refuse_handlers_around(model, "mcmc()", "log density")  # (its own plate "data", ...)
     # NUTS differentiates the density; Pyro's own tensors under the CPU default (cpu_default)
     with torch.inference_mode(False), torch.enable_grad(), cpu_default():
         return _mcmc(

@@ -45,6 +45,7 @@ from pyrouq._util import (
     restore_modes,
     warn_of_a_shard,
 )
+from pyrouq.infer._elbo_checks import refuse_condition_around
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, likelihood_of
@@ -235,7 +236,9 @@ def predict(
         BatchEnsemble's or rank-1 network's own ``forward`` is refused (not run per member).
         It runs in eval mode (dropout off: no MC dropout; BatchNorm's running statistics, or
         for one built with ``track_running_stats=False`` each batch's own, as in torch: a
-        batch of one input is then refused) and is left in the mode it came in.
+        batch of one input is then refused) and is left in the mode it came in. A
+        ``pyro.poutine.condition()`` around the call fixing a latent site of a pyrouq model is
+        refused: the draws would overrule its values.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``: labels that are not one per input of their
@@ -373,6 +376,7 @@ def predict(
         draws = f"Pass e.g. num_samples={DEFAULT_NUM_SAMPLES} (draws), or leave it out."
         num_samples = check_int("num_samples", num_samples, hint=draws)
     device = real_device(module_device(model, guide), "predict()")  # (not meta)
+    refuse_condition_around(model, "predict()")  # (its draws would overrule the values)
     likelihood = likelihood_of(model) or Categorical()
     words = getattr(likelihood, "target_words", ("labels", "label"))  # (regression: targets)
     was = modes(model)

@@ -15,6 +15,7 @@ import torch
 from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide import AutoGuide, AutoGuideList
 from pyro.poutine.block_messenger import BlockMessenger
+from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.seed_messenger import SeedMessenger
@@ -249,6 +250,50 @@ def refuse_plate_around(model: Any, caller: str, call: str, weighed: str = "loss
                 f"with or broadcasts the weights over (multiplying the {weighed}). Call "
                 f"{call} outside the plate; to weigh the {weighed}, put "
                 "pyro.poutine.scale(scale=...) around the call instead."
+            )
+
+
+_FIXED_SITE = {
+    "fit()": "its guide would draw sites the model then observes (Pyro's 'site ... must be "
+    "sampled in trace')",
+    "mcmc()": "its draws would lack those sites, which predict() and to_inference_data() need",
+    "predict()": "it draws every latent site from the guide or the posterior samples, and "
+    "would ignore the values given",
+}
+"""Why each caller refuses a ``poutine.condition()`` fixing latent sites around it."""
+
+
+def refuse_handlers_around(model: Any, caller: str, weighed: str = "loss") -> None:
+    """Before ``caller`` (fit(), mcmc()) runs anything: refuse a vectorised plate, a trace
+    recording sample sites and a condition fixing latent sites around it (the three below)."""
+    refuse_plate_around(model, caller, caller, weighed)
+    refuse_trace_around(caller)
+    refuse_condition_around(model, caller)
+
+
+def refuse_condition_around(model: Any, caller: str) -> None:
+    """Refuse a ``pyro.poutine.condition()`` around ``caller`` that fixes latent sites of a
+    pyrouq model (one outside a ``poutine.block()`` that hides every site is not seen):
+    fit() failed in Pyro's words, mcmc() gave draws without those sites, which predict() and
+    to_inference_data() then refused as another model's, and predict() ignored it. One that
+    conditions other sites (the targets, ``"obs"``) is let through, as Pyro applies it."""
+    own = own_model(model)
+    latent = getattr(own, "latent_sites", None)
+    if not callable(latent):
+        return
+    for handler in _visible_handlers():
+        if not isinstance(handler, ConditionMessenger):
+            continue
+        data = handler.data
+        given = data.nodes if isinstance(data, pyro.poutine.Trace) else data
+        fixed = [site for site in latent() if site in given]
+        if fixed:
+            raise ValueError(
+                f"{caller} was called inside pyro.poutine.condition() fixing latent site(s) "
+                f"{', '.join(map(repr, fixed[:3]))}{', ...' if len(fixed) > 3 else ''} of "
+                f"{type(own).__name__}, expected none fixed: {_FIXED_SITE[caller]}. Call "
+                f"{caller} outside the handler; to hold a weight fixed, leave its layer a "
+                "point estimate (bayesian(net, select=...) without it) and set its value."
             )
 
 

@@ -32,7 +32,7 @@ from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed, _rank_optimizers
 from pyrouq.infer._checkpoint_refusals import check_checkpoint, refuse_checkpoint
-from pyrouq.infer._elbo_checks import refuse_plate_around, refuse_trace_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer._fit_inputs import (
     DEFAULT_LR,
     ReadAhead,
@@ -333,7 +333,8 @@ def fit(
         ``pyro.plate`` around the call of a pyrouq model (which has its own plate ``"data"``:
         call fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()``
         inside it, is let through), a ``pyro.poutine.trace()`` recording sample sites around
-        the call (each step would record the model's sites again; call fit() outside it), or a
+        the call (each step would record the model's sites again; call fit() outside it), a
+        ``pyro.poutine.condition()`` fixing a latent site of a pyrouq model around it, or a
         ``resume_from`` that does not fit the model or holds a training state fit() did not
         write (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
         models' settings, loaders, arguments, optimizers, the run and point resumed from), a
@@ -386,8 +387,7 @@ def fit(
         cpu_default(),
         _distributed.together(early, _SET_UP),
     ):
-        refuse_plate_around(model, "fit()", "fit()")  # (its own plate "data": before anything)
-        refuse_trace_around("fit()")  # (which every step would record again)
+        refuse_handlers_around(model, "fit()")  # a plate, a trace, a condition: before anything
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)
         lr = checked_lr

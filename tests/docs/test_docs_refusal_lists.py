@@ -53,8 +53,10 @@ def _model():
     ("fn", "words"),
     [
         (pyrouq.fit, "a ``pyro.poutine.trace()`` recording sample sites around the call"),
-        (pyrouq.mcmc, "a vectorised ``pyro.plate`` or a ``pyro.poutine.trace()`` recording "
-         "sample sites around the call (call mcmc() outside it)"),
+        (pyrouq.mcmc, "a vectorised ``pyro.plate``, a ``pyro.poutine.trace()`` recording "
+         "sample sites or a ``pyro.poutine.condition()`` fixing latent sites (whose draws the "
+         "result would lack) around the call (call mcmc() outside it)"),
+        (pyrouq.fit, "a ``pyro.poutine.condition()`` fixing a latent site of a pyrouq model"),
         (pyrouq.mcmc, "no Pyro effect handler is active around the call (``poutine.scale``"),
         (pyrouq.mcmc, "``parallel=True`` where the chain processes could not run the model as "
          "here"),
@@ -67,8 +69,8 @@ def _model():
          "instance)"),
         (pyrouq.fit, "a str, bytes or dict, which iterate characters, ints and keys"),
     ],
-    ids=["fit-trace", "mcmc-plate-trace", "mcmc-handler", "mcmc-parallel", "save-training",
-         "load-pickle", "fit-resume", "bayesian-class", "fit-bytes"],
+    ids=["fit-trace", "mcmc-plate-trace", "fit-condition", "mcmc-handler", "mcmc-parallel",
+         "save-training", "load-pickle", "fit-resume", "bayesian-class", "fit-bytes"],
 )  # fmt: skip
 def test_the_docstrings_list_the_refusals(fn, words):
     assert words in _doc(fn)

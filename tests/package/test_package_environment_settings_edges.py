@@ -1,5 +1,6 @@
 """The edges of the settings test_package_environment_settings.py covers: a Pyro trace around
-fit() and mcmc() kept from the sample sites by a poutine.block() between them, a process whose
+fit() and mcmc() kept from the sample sites by a poutine.block() between them, a condition
+fixing a latent site around fit(), mcmc() or predict() (refused), a process whose
 stderr is closed or detached, and train_test_split() and adaptive conformal scores under a
 default device other than the CPU."""
 
@@ -69,6 +70,45 @@ def test_a_block_letting_observed_sites_through_still_leaves_the_trace_refused()
     with pytest.raises(ValueError, match=r"^mcmc\(\) was called inside pyro\.poutine\.trace"):
         with pyro.poutine.trace(), pyro.poutine.block(hide_types=["sample"]):
             _run("mcmc", **QUIET)
+
+
+@pytest.mark.parametrize("call", ["fit", "mcmc", "predict"])
+def test_a_condition_fixing_a_latent_site_around_the_call_is_refused_in_words(call):
+    """pyro.poutine.condition(data={'0.weight': w}) around fit() failed in Pyro's words ('site
+    0.weight must be sampled in trace'), around mcmc() gave draws without '0.weight' that
+    predict() and to_inference_data() then refused as another model's, and around predict()
+    was ignored (the probabilities of the draws, w unused)."""
+    x, y = toy_data(24)
+    model = pyrouq.bayesian(_net())
+    guide = pyrouq.mean_field_guide(model)
+    fixed = pyro.poutine.condition(data={"0.weight": torch.zeros(6, 3)})
+    with fixed, pytest.raises(ValueError) as info:
+        if call == "fit":
+            pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=24, **QUIET)
+        elif call == "mcmc":
+            pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, **QUIET)
+        else:
+            pyrouq.predict(model, x, guide, num_samples=2, **QUIET)
+    assert str(info.value).startswith(
+        f"{call}() was called inside pyro.poutine.condition() fixing latent site(s) "
+        "'0.weight' of BayesianNetwork, expected none fixed: "
+    )
+    assert "bayesian(net, select=...) without it" in str(info.value)
+
+
+def test_a_condition_of_the_targets_alone_is_let_through_as_pyro_applies_it():
+    """Conditioning "obs" (the labels) fixes no latent site: fit() runs under it, on the
+    conditioned labels, as Pyro's own ELBO would (the losses of a run on those labels)."""
+    x, y = toy_data(24)
+    losses = []
+    for labels, given in ((y, 1 - y), (1 - y, 1 - y)):
+        model = pyrouq.bayesian(_net())
+        guide = pyrouq.mean_field_guide(model)
+        with pyro.poutine.condition(data={"obs": given}):
+            run = pyrouq.fit(model, guide, [(x, labels)], epochs=2, num_data=24, seed=0, **QUIET)
+        losses.append(run.losses)
+    assert losses[0] == losses[1]
+    assert losses[0] != _run("fit", **QUIET)  # (the labels y: other losses)
 
 
 def _closed() -> io.TextIOWrapper:
