@@ -25,6 +25,7 @@ from pyrouq._util import (
     has_latent_sites,
     module_device,
     module_dtype,
+    real_device,
 )
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import check_guide
@@ -273,6 +274,7 @@ def to_inference_data(
             )
         _check_result_data(fn, given, x, y)
         _check_result(result, fn)
+    real_device(module_device(model, guide), fn)  # (no values to run on: before anything)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)

@@ -18,7 +18,7 @@ from pyrouq._default_device import under_cpu_default
 from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, shown, tensor_hint
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
-from pyrouq._util import check_count, check_int, module_device
+from pyrouq._util import check_count, check_int, module_device, real_device
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -404,6 +404,7 @@ def psis_diagnostic(
             "az.loo for it)."
         )
     _check_callables(fn, model, guide)
+    real_device(module_device(model, guide), fn)  # (before the guide check: not to move it)
     check_guide(model, guide, fn)
     _check_guide_finite(guide, fn)
     device = module_device(model, guide)

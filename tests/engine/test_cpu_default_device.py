@@ -123,3 +123,20 @@ def test_models_built_under_a_meta_default_are_refused_in_words_by_fit_mcmc_save
     with pytest.raises(pyrouq.CheckpointError, match=words.format(r"save\(\)")):
         pyrouq.save(tmp_path / "m.pt", ensemble)
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_the_arviz_export_and_psis_of_a_meta_model_are_refused_in_words():
+    """to_inference_data() of an MCMC result whose model was set to a skeleton on the meta
+    device failed in torch's words ('Cannot copy out of meta tensor; no data!'), and
+    psis_diagnostic() of such a model with a guide on the CPU told to move the guide there."""
+    x, y = toy_data(8)
+    result = pyrouq.mcmc(pyrouq.bayesian(torch.nn.Linear(3, 2)), x, y, num_samples=2,
+                         warmup_steps=2, num_chains=1, seed=0, progress=False)  # fmt: skip
+    guide = mean_field_guide(pyrouq.bayesian(torch.nn.Linear(3, 2)))
+    with torch.device("meta"):
+        result.model = skeleton = pyrouq.bayesian(torch.nn.Linear(3, 2))
+    words = r"^{}: the model is on the meta device .*Build it on the CPU"
+    with pytest.raises(ValueError, match=words.format(r"to_inference_data\(\)")):
+        pyrouq.to_inference_data(result)
+    with pytest.raises(ValueError, match=words.format(r"psis_diagnostic\(\)")):
+        pyrouq.psis_diagnostic(skeleton, guide, x, y, num_samples=30)
