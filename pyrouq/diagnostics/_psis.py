@@ -19,6 +19,7 @@ from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, sh
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device, real_device
+from pyrouq.infer._elbo_checks import refuse_plate_around
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -318,7 +319,8 @@ def psis_diagnostic(
     model : callable
         A Pyro model ``model(x, y)`` (pyrouq model or any other) with the data observed.
         Its observed sites must not subsample: run it on all of ``x`` (a plate subsampling
-        fewer points than ``len(x)`` is refused).
+        fewer points than ``len(x)`` is refused, and so is a vectorised ``pyro.plate`` around
+        the call of a pyrouq model, which has its own plate ``"data"``).
     guide : callable
         A guide of ``model``, called as ``guide(x, y)``, that samples every latent site. A
         point mass (``AutoDelta``, a MAP fit: the same value of every site at each draw) has
@@ -405,6 +407,7 @@ def psis_diagnostic(
         )
     _check_callables(fn, model, guide)
     real_device(module_device(model, guide), fn)  # (before the guide check: not to move it)
+    refuse_plate_around(model, fn, fn, "log density")  # (it broadcasts the guide's draws)
     check_guide(model, guide, fn)
     _check_guide_finite(guide, fn)
     device = module_device(model, guide)

@@ -225,7 +225,7 @@ def _own_plates(model: BayesianNetwork | BatchEnsembleNetwork) -> int:
     return 1 if getattr(model, "num_members", None) is None else 2
 
 
-def refuse_plate_around(model: Any, caller: str, call: str, weighed: str = "loss") -> None:
+def refuse_plate_around(model: Any, caller: str, call: str, weighed: str | None = "loss") -> None:
     """Refuse a vectorised ``pyro.plate`` active around ``caller``'s ``call`` of a pyrouq model
     (one outside a ``poutine.block()`` that hides every site is not), before anything runs:
     the model observes its targets inside a ``pyro.plate("data")`` of its own (an ensemble
@@ -233,7 +233,8 @@ def refuse_plate_around(model: Any, caller: str, call: str, weighed: str = "loss
     "duplicate plate" or "collide at dim"), or which broadcasts the weights to other shapes.
     A sequential plate (``for i in pyro.plate``) changes no shape and is let through, as is
     any plate around a model of the user's own. ``weighed``: what the plate would multiply
-    (mcmc() has no loss: its log density)."""
+    (mcmc() has no loss: its log density), which ``poutine.scale`` weighs instead; None where
+    the call reads no such sum (the arviz export's pointwise log-likelihood)."""
     own = own_model(model)
     if own is None:
         return
@@ -241,15 +242,19 @@ def refuse_plate_around(model: Any, caller: str, call: str, weighed: str = "loss
         if isinstance(handler, IndepMessenger) and handler.dim is not None:
             two = _own_plates(own) > 1
             members = " and pyro.plate('members') at dim=-2" if two else ""
+            weigh = (
+                f" (multiplying the {weighed}). Call {call} outside the plate; to weigh the "
+                f"{weighed}, put pyro.poutine.scale(scale=...) around the call instead."
+                if weighed
+                else f". Call {call} outside the plate."
+            )
             raise ValueError(
                 f"{caller} got {type(own).__name__} called inside "
                 f"pyro.plate({handler.name!r}, {handler.size}, dim={handler.dim}), expected no "
                 "plate around the call: the model observes its targets inside "
                 f"{'plates' if two else 'a plate'} of its own, pyro.plate('data') over the "
                 f"batch at dim=-1{members}, which a plate around it duplicates, collides "
-                f"with or broadcasts the weights over (multiplying the {weighed}). Call "
-                f"{call} outside the plate; to weigh the {weighed}, put "
-                "pyro.poutine.scale(scale=...) around the call instead."
+                f"with or broadcasts the weights over{weigh}"
             )
 
 

@@ -1,8 +1,8 @@
 """The edges of the settings test_package_environment_settings.py covers: a Pyro trace around
 fit() and mcmc() kept from the sample sites by a poutine.block() between them, a condition
-fixing a latent site around fit(), mcmc() or predict() (refused), a process whose
-stderr is closed or detached, and train_test_split() and adaptive conformal scores under a
-default device other than the CPU."""
+fixing a latent site around fit(), mcmc() or predict() and a plate around the diagnostics
+(refused), a process whose stderr is closed or detached, and train_test_split() and adaptive
+conformal scores under a default device other than the CPU."""
 
 from __future__ import annotations
 
@@ -109,6 +109,29 @@ def test_a_condition_of_the_targets_alone_is_let_through_as_pyro_applies_it():
         losses.append(run.losses)
     assert losses[0] == losses[1]
     assert losses[0] != _run("fit", **QUIET)  # (the labels y: other losses)
+
+
+@pytest.mark.parametrize("call", ["psis_diagnostic", "to_inference_data"])
+def test_a_plate_around_the_diagnostics_is_refused_not_blamed_on_the_guide(call):
+    """A vectorised pyro.plate around psis_diagnostic() or to_inference_data() broadcast the
+    guide's draws, which were then said not to belong to the model ('site '0.weight' has
+    shape (3, 1, 6, 3) in the guide ... Pass the guide built for this model'): it is
+    refused as fit() and mcmc() refuse it, naming the plate."""
+    x, y = toy_data(24)
+    model = pyrouq.bayesian(_net())
+    guide = pyrouq.mean_field_guide(model)
+    with pyro.plate("outer", 3, dim=-2), pytest.raises(ValueError) as info:
+        if call == "psis_diagnostic":
+            pyrouq.psis_diagnostic(model, guide, x, y, num_samples=30, seed=0)
+        else:
+            pyrouq.to_inference_data(model, guide, x=x, y=y, num_samples=2, seed=0)
+    words = str(info.value)
+    assert words.startswith(
+        f"{call}() got BayesianNetwork called inside pyro.plate('outer', 3, dim=-2), expected "
+        "no plate around the call"
+    )
+    assert words.endswith(f"Call {call}() outside the plate.") == (call == "to_inference_data")
+    assert "guide" not in words
 
 
 def _closed() -> io.TextIOWrapper:
