@@ -27,7 +27,7 @@ from pyrouq._util import (
     module_dtype,
     real_device,
 )
-from pyrouq.infer._elbo_checks import refuse_plate_around
+from pyrouq.infer._elbo_checks import refuse_condition_around, refuse_plate_around
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
@@ -204,7 +204,8 @@ def to_inference_data(
         shape error, restated naming x); a batch of one input (x of one, or a batch_size
         leaving one) that a BatchNorm built without running statistics refuses (its
         statistics are its batch's); a vectorised ``pyro.plate`` around the call of a pyrouq
-        model (which has its own plate ``"data"``).
+        model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` fixing
+        one of its latent sites.
 
     Warns
     -----
@@ -278,6 +279,7 @@ def to_inference_data(
         _check_result(result, fn)
     real_device(module_device(model, guide), fn)  # (no values to run on: before anything)
     refuse_plate_around(model, fn, fn, None)  # (it broadcasts the draws: not the guide's fault)
+    refuse_condition_around(model, fn)  # (which would replace draws)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)

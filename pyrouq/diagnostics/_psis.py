@@ -19,7 +19,7 @@ from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, sh
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device, real_device
-from pyrouq.infer._elbo_checks import refuse_plate_around
+from pyrouq.infer._elbo_checks import refuse_condition_around, refuse_plate_around
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -319,8 +319,9 @@ def psis_diagnostic(
     model : callable
         A Pyro model ``model(x, y)`` (pyrouq model or any other) with the data observed.
         Its observed sites must not subsample: run it on all of ``x`` (a plate subsampling
-        fewer points than ``len(x)`` is refused, and so is a vectorised ``pyro.plate`` around
-        the call of a pyrouq model, which has its own plate ``"data"``).
+        fewer points than ``len(x)`` is refused, and so are a vectorised ``pyro.plate`` around
+        the call of a pyrouq model, which has its own plate ``"data"``, and a
+        ``pyro.poutine.condition()`` fixing one of its latent sites).
     guide : callable
         A guide of ``model``, called as ``guide(x, y)``, that samples every latent site. A
         point mass (``AutoDelta``, a MAP fit: the same value of every site at each draw) has
@@ -408,6 +409,7 @@ def psis_diagnostic(
     _check_callables(fn, model, guide)
     real_device(module_device(model, guide), fn)  # (before the guide check: not to move it)
     refuse_plate_around(model, fn, fn, "log density")  # (it broadcasts the guide's draws)
+    refuse_condition_around(model, fn)  # (which would replace them)
     check_guide(model, guide, fn)
     _check_guide_finite(guide, fn)
     device = module_device(model, guide)

@@ -264,6 +264,10 @@ _FIXED_SITE = {
     "mcmc()": "its draws would lack those sites, which predict() and to_inference_data() need",
     "predict()": "it draws every latent site from the guide or the posterior samples, and "
     "would ignore the values given",
+    "psis_diagnostic()": "it weighs the guide's draws of every latent site, which the values "
+    "given would replace",
+    "to_inference_data()": "it exports the draws of every latent site, which the values given "
+    "would replace",
 }
 """Why each caller refuses a ``poutine.condition()`` fixing latent sites around it."""
 
@@ -280,7 +284,8 @@ def refuse_condition_around(model: Any, caller: str) -> None:
     """Refuse a ``pyro.poutine.condition()`` around ``caller`` that fixes latent sites of a
     pyrouq model (one outside a ``poutine.block()`` that hides every site is not seen):
     fit() failed in Pyro's words, mcmc() gave draws without those sites, which predict() and
-    to_inference_data() then refused as another model's, and predict() ignored it. One that
+    to_inference_data() then refused as another model's, predict() ignored it, and the
+    diagnostics said the guide did not belong to the model. One that
     conditions other sites (the targets, ``"obs"``) is let through, as Pyro applies it."""
     own = own_model(model)
     latent = getattr(own, "latent_sites", None)

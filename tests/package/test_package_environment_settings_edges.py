@@ -72,12 +72,13 @@ def test_a_block_letting_observed_sites_through_still_leaves_the_trace_refused()
             _run("mcmc", **QUIET)
 
 
-@pytest.mark.parametrize("call", ["fit", "mcmc", "predict"])
+@pytest.mark.parametrize("call", ["fit", "mcmc", "predict", "psis_diagnostic", "to_inference_data"])
 def test_a_condition_fixing_a_latent_site_around_the_call_is_refused_in_words(call):
     """pyro.poutine.condition(data={'0.weight': w}) around fit() failed in Pyro's words ('site
     0.weight must be sampled in trace'), around mcmc() gave draws without '0.weight' that
-    predict() and to_inference_data() then refused as another model's, and around predict()
-    was ignored (the probabilities of the draws, w unused)."""
+    predict() and to_inference_data() then refused as another model's, around predict()
+    was ignored (the probabilities of the draws, w unused), and around the diagnostics told
+    that the guide did not belong to the model."""
     x, y = toy_data(24)
     model = pyrouq.bayesian(_net())
     guide = pyrouq.mean_field_guide(model)
@@ -87,8 +88,12 @@ def test_a_condition_fixing_a_latent_site_around_the_call_is_refused_in_words(ca
             pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=24, **QUIET)
         elif call == "mcmc":
             pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, **QUIET)
-        else:
+        elif call == "predict":
             pyrouq.predict(model, x, guide, num_samples=2, **QUIET)
+        elif call == "psis_diagnostic":
+            pyrouq.psis_diagnostic(model, guide, x, y, num_samples=30, seed=0)
+        else:
+            pyrouq.to_inference_data(model, guide, x=x, y=y, num_samples=2, seed=0)
     assert str(info.value).startswith(
         f"{call}() was called inside pyro.poutine.condition() fixing latent site(s) "
         "'0.weight' of BayesianNetwork, expected none fixed: "
