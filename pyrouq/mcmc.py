@@ -415,7 +415,8 @@ def _run_chains(
     # would otherwise hold a forward over all of x beside their own
     del tracer
     outputs = outputs.detach()
-    model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
+    with pyro.validation_enabled(True):  # the labels' range once, whatever the setting
+        model.likelihood.check_targets(y, outputs, "mcmc()")  # (y's dtype as the caller's)
     model.num_data = x.shape[0]  # (the forward's likelihood scale: 1, as the chains run it)
     built_in = (  # pyrouq's own forward and likelihood: they sample the latent sites alone
         isinstance(model, BayesianNetwork)

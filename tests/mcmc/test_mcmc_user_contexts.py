@@ -1,8 +1,10 @@
 """mcmc() on data and in contexts a user brings: features that carry an autograd graph, a
-caller in torch.no_grad / torch.inference_mode, and a model with no finite starting point."""
+caller in torch.no_grad / torch.inference_mode, Pyro's validation turned off, and a model with
+no finite starting point."""
 
 from __future__ import annotations
 
+import pyro
 import pytest
 import torch
 from _toy import MCMC_OPTIONS, regression_data, regression_model
@@ -88,3 +90,20 @@ def test_summary_of_an_mcmc_result_names_the_call_that_exports_it():
         "to_inference_data(result)."
     )
     assert len(pyrouq.diagnostics.summary(pyrouq.diagnostics.to_inference_data(result))) == 3
+
+
+@pytest.mark.parametrize("validation", [True, False])
+def test_labels_outside_the_classes_are_refused_whatever_pyros_validation(validation):
+    """Under pyro.enable_validation(False) (a script's setting for speed) the labels' range
+    went unchecked and mcmc() failed in torch's words ('index 7 is out of bounds for
+    dimension 1 with size 3'); it checks them once on the full data either way, as fit()."""
+    x = torch.randn(12, 4)
+    y = torch.tensor([0, 1, 2, 7] * 3)
+    torch.manual_seed(0)
+    was = pyro.poutine.util.is_validation_enabled()
+    pyro.enable_validation(validation)
+    try:
+        with pytest.raises(ValueError, match=r"^mcmc\(\): labels in \[0, 7\], expected class "):
+            mcmc(bayesian(nn.Linear(4, 3)), x, y, **{**OPTIONS, "num_chains": 1})
+    finally:
+        pyro.enable_validation(was)
