@@ -198,6 +198,7 @@ class Loop:
         self.steps = 0
         self.first_epoch, self.skip = 1, 0
         self.advice: str | None = None  # (floor_advice's, once)
+        self.walked: list[torch.Tensor] | None = None  # (hold_registered's, once an epoch)
         self.sums = torch.zeros(_SUMS, dtype=torch.float64)
 
     def resume(self, saved: Any) -> None:
@@ -311,12 +312,15 @@ class Loop:
             if self.plain:
                 terms = plain_terms(self.model, x, y, self.num_data)
                 terms.loss.backward()
-                check_float16_gradients([self.model], terms.loss.detach(), terms.outputs)
+                loss, walked = terms.loss.detach(), self.walked
+                check_float16_gradients([self.model], loss, terms.outputs, walked)
             else:
                 terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
         except Exception as err:  # before the step's collective: the other ranks wait in it
             self.put_back_statistics()
             self.stop_with_the_ranks(err)
+        if self.walked is None:
+            self.hold_registered()
         stopped = _distributed.average_gradients(self.params, self.group, terms.loss, interrupted)
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
@@ -358,6 +362,19 @@ class Loop:
         self.optimizer.step()
         self.steps += 1
         return row, self.shares_steps and everywhere > 0
+
+    def hold_registered(self, walk: bool = True) -> None:
+        """After an epoch's first step, which registered the parameters of the model and the
+        guide in Pyro's param store, the ELBO's later steps of the epoch neither register them
+        again (they find them there: between steps only the loader's code and the network's
+        run, no callback) nor walk the modules for them; ``walk=False``, at an epoch's start
+        and the run's end: registered and walked at the next step (a callback may have loaded
+        the store, given the modules new parameters)."""
+        self.walked = None
+        if walk:
+            modules = (self.model, self.guide_fn)
+            self.walked = [p for m in modules if isinstance(m, nn.Module) for p in m.parameters()]
+        self.elbo._registered = self.walked
 
     def floor_advice(self, outputs: torch.Tensor | None) -> str:
         """The non-finite-loss error's sentence on a heteroscedastic Gaussian's noise floor
@@ -446,6 +463,7 @@ class Loop:
                     loader_state = loader_rng_state(self.loader)
                     at_start = rng_states(self.loader, loader_state)
                     _distributed.set_epoch(self.loader, epoch)
+                    self.hold_registered(walk=False)
                     skip = self.skip if epoch == self.first_epoch else 0
                     batches = skip
                     if not skip:
@@ -546,6 +564,7 @@ class Loop:
             last = partial if done < epoch else finished
             raise TrainingInterrupted(self.result(), saved, epoch, last) from None
         finally:
+            self.hold_registered(walk=False)
             if bar is not None:
                 bar.close()
             batches_left = None  # type: ignore[assignment]  # a kept traceback: no live workers

@@ -297,12 +297,19 @@ def check_max_plate_nesting(value: object) -> float:
     )
 
 
-def check_float16_gradients(modules: list[Any], loss: Tensor, outputs: Tensor | None) -> None:
+def check_float16_gradients(
+    modules: list[Any],
+    loss: Tensor,
+    outputs: Tensor | None,
+    params: list[Tensor] | None = None,
+) -> None:
     """Refuse a step of a network run in float16 (float16 parameters, or a float32 network
     under ``torch.autocast(dtype=torch.float16)``: its ``outputs`` are float16) whose
     gradients overflowed while its loss is finite: the optimizer would write inf / NaN into
-    the parameters, and the next loss would be NaN (which fit() would blame on the lr)."""
-    params = [p for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
+    the parameters, and the next loss would be NaN (which fit() would blame on the lr).
+    ``params``: the parameters of ``modules``, where the caller walked them already."""
+    if params is None:
+        params = [p for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
     half = [p.grad for p in params if p.grad is not None and p.dtype == torch.float16]
     autocast = not half and (
         (outputs is not None and outputs.dtype == torch.float16)

@@ -239,6 +239,13 @@ class KLWeightedELBO(ELBO):
             max_plate_nesting=max_plate_nesting,
         )
 
+    # set by fit() for the steps of an epoch after its first (between which no code of the
+    # caller's runs but the loader's and the network's): the parameters of the model and the
+    # guide, registered in Pyro's param store by that first step (not again: each call would
+    # find them there) and walked once for check_float16_gradients; None (SVI, any other
+    # caller, an epoch's first step): registered and walked at every call
+    _registered: list[Tensor] | None = None
+
     @property
     def kl_weight(self) -> float:
         """Weight of the KL term (a float >= 0); setting it (a KL annealing schedule between
@@ -323,12 +330,15 @@ class KLWeightedELBO(ELBO):
 
     # -- the direct paths -------------------------------------------------------------------
 
-    @staticmethod
-    def _guide_moments(model: BayesianNetwork, guide: MeanFieldGuide) -> tuple[dict, dict, bool]:
+    def _guide_moments(
+        self, model: BayesianNetwork, guide: MeanFieldGuide
+    ) -> tuple[dict, dict, bool]:
         """The guide's locations and scales, site by site, checked against the model, and
         whether a lazy point estimate (a learned noise scale) is left to register later."""
-        register_params(guide.name, guide)  # so that SVI's parameter capture sees them
-        lazy = register_point_estimates(model)
+        lazy = False
+        if self._registered is None:  # (fit() registered them at the epoch's first step)
+            register_params(guide.name, guide)  # so that SVI's parameter capture sees them
+            lazy = register_point_estimates(model)
         sites = model.latent_sites()
         loc = {s: guide.site_loc(s) for s in guide.sites}
         if set(sites) != set(loc) or any(loc[s].shape != sites[s] for s in sites):
@@ -470,7 +480,7 @@ class KLWeightedELBO(ELBO):
     def _ensemble_terms(self, model: BatchEnsembleNetwork, x, y) -> ELBOTerms:
         """A BatchEnsemble's loss: its members' summed negative log-likelihood, scaled N/B."""
         needs_labels(y)
-        lazy = register_point_estimates(model)
+        lazy = register_point_estimates(model) if self._registered is None else False
         outputs = model.outputs(x)
         nll = observed_nll(model, outputs, y)
         if lazy:  # a learned noise scale, sized by the run
@@ -515,7 +525,8 @@ class KLWeightedELBO(ELBO):
             terms = self.terms(model, guide, *args, **kwargs)
             if terms.loss.requires_grad:
                 terms.loss.backward()
-        check_float16_gradients([model, guide], terms.loss.detach(), terms.outputs)
+        params = self._registered  # (fit()'s, walked at the epoch's first step)
+        check_float16_gradients([model, guide], terms.loss.detach(), terms.outputs, params)
         return dataclasses.replace(terms, loss=terms.loss.detach())
 
     # -- Pyro's ELBO interface ----------------------------------------------------------------

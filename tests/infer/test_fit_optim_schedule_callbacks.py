@@ -247,3 +247,37 @@ def test_decorated_callbacks_and_optim_factories_supplying_an_argument_still_run
     result = _run(_net(), callbacks=[log], optim=make)
     assert seen == [("logger", 1), ("logger", 2), ("logger", 3)]
     assert all(math.isfinite(v) for v in result.losses)
+
+
+@pytest.mark.parametrize("kind", ["bayesian", "batchensemble"])
+def test_values_a_callback_sets_in_pyros_param_store_are_those_the_next_epoch_trains(kind):
+    """fit() registers the model's and guide's parameters in Pyro's param store at the first
+    step of each epoch, not at the later ones (which find them there): values a callback sets
+    in the store between epochs (a store loaded from a file) are still taken up by the next
+    epoch's steps. With an optimizer of lr 0 the run ends on those values."""
+    import pyro
+
+    pyro.clear_param_store()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    if kind == "bayesian":
+        model = pyrouq.bayesian(net, select="last_layer")
+        guide = pyrouq.mean_field_guide(model)
+    else:
+        model, guide = pyrouq.batchensemble(net, 2), None
+    store = pyro.get_param_store()
+
+    def set_store(record):
+        if record.epoch == 1:
+            for name, value in list(store.items()):
+                store[name] = torch.full_like(value.detach(), 0.25)
+
+    x, y = toy_data(20)
+    loader = pyrouq.ArrayLoader(x, y, 5, seed=0)
+    still = functools.partial(torch.optim.SGD, lr=0.0)
+    fit(model, guide, loader, epochs=2, optim=still, lr_schedule="constant",
+        callbacks=[set_store], progress=False, seed=0)  # fmt: skip
+    trained = [p for m in (model, guide) if m is not None for p in m.parameters()]
+    assert len(trained) >= 2 and len(store.keys()) == len(trained)
+    for param in trained:
+        assert torch.equal(param.detach(), torch.full_like(param, 0.25))
