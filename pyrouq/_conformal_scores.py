@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._metric_inputs import label_shape_fix
 from pyrouq._numbers import (
     check_at_most,
     finite_float,
@@ -274,7 +275,7 @@ def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
     if targets.shape != (num,):
         raise ValueError(
             f"{where}: expected labels of shape ({num},), one per prediction set, got "
-            f"{tuple(targets.shape)}."
+            f"{tuple(targets.shape)}; {label_shape_fix(targets.shape, num, classes, 'labels')}."
         )
     y = targets.to(sets.device)
     wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool

@@ -3,6 +3,7 @@ the plots and the predictions, and the equal-width confidence bins of its ECE.""
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -71,12 +72,9 @@ def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
             "labels to check. Pass the labels themselves (on the cpu, or the device of probs)."
         )
     if targets.dim() != 1 or targets.numel() != n:
-        fix = "pass the labels of exactly the inputs that were predicted"
-        if tuple(targets.shape) == (n, c):  # one-hot rows, whose dtype passed the check above
-            fix = "one-hot targets? pass their class indices, targets.argmax(-1)"
         raise ValueError(
             f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
-            f"{tuple(targets.shape)}; {fix}."
+            f"{tuple(targets.shape)}; {label_shape_fix(targets.shape, n, c, 'targets')}."
         )
     if targets.dtype in WIDE_UNSIGNED:  # torch's "min_all" not implemented for them
         raise TypeError(
@@ -176,3 +174,14 @@ def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
             "between predictions with as many draws (with one, it is 0). Predict the OOD "
             "inputs with the same model and num_samples (an (N, C) tensor is one draw)."
         )
+
+
+def label_shape_fix(shape: tuple[int, ...], n: int, c: int, name: str) -> str:
+    """What to do with labels of ``shape`` where ``(n,)`` labels of ``c`` classes are expected:
+    one-hot rows take their argmax; a column ``(n, 1)`` (or a row) of the n labels, a reshape
+    (it was told to pass the labels of the inputs predicted, which it held)."""
+    if tuple(shape) == (n, c):  # one-hot rows, whose dtype passed the dtype check
+        return f"one-hot targets? pass their class indices, {name}.argmax(-1)"
+    if len(shape) > 1 and math.prod(shape) == n:
+        return f"labels in a column (or a row)? pass them as one dim, {name}.reshape(-1)"
+    return "pass the labels of exactly the inputs that were predicted"

@@ -1051,6 +1051,12 @@ API_CASES = [
      r"Expected integer targets \(class indices\), got dtype torch.float32; convert them"),
     ("evaluate", "companion", lambda tmp: pyrouq.evaluate(preds(), torch.arange(5)), ValueError,
      r"Expected targets of shape \(N,\) = \(6,\)"),
+    ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels()[:, None]), ValueError,
+     r"got shape \(6, 1\); labels in a column \(or a row\)\? pass them as one dim, "
+     r"targets.reshape\(-1\)"),  # was told to pass the labels of the inputs, which it held
+    ("evaluate", "shape",
+     lambda tmp: pyrouq.evaluate(preds(), torch.nn.functional.one_hot(labels(), 10)), ValueError,
+     r"got shape \(6, 10\); one-hot targets\? pass their class indices, targets.argmax\(-1\)"),
     ("decompose", "nan", lambda tmp: decompose(torch.full((2, 6, 10), NAN)), ValueError,
      r"Expected finite probs, got 120 NaN or inf entries"),
     ("decompose", "range",
@@ -1422,6 +1428,10 @@ API_CASES = [
      lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(1)).intervals(preds()),
      TypeError, r"Expected GaussianPredictions, got Predictions; a classifier's predictions get "
      r"prediction sets"),
+    ("coverage", "shape",
+     lambda tmp: pyrouq.coverage(torch.ones(3, 2, dtype=torch.bool), torch.zeros(3, 1).long()),
+     ValueError, r"coverage\(\): expected labels of shape \(3,\), one per prediction set, got "
+     r"\(3, 1\); labels in a column \(or a row\)\? pass them as one dim, labels.reshape"),
     ("coverage", "dtype", lambda tmp: pyrouq.coverage(torch.ones(3, 2), torch.zeros(3)),
      TypeError, r"Expected prediction sets as an \(N, C\) boolean tensor .*got torch.float32"),
     ("mean_set_size", "shape", lambda tmp: pyrouq.mean_set_size(torch.ones(3, dtype=torch.bool)),
