@@ -162,10 +162,11 @@ def _check_no_arguments(factory: Any, spec: str) -> None:
     ]
     if required:
         module, _, attr = spec.partition(":")
+        name = "make_net" if attr == "make" else "make"  # (def make(): return make(...) recursed)
         raise CommandError(
             f"factory {spec!r} takes arguments ({', '.join(required)}); pyrouq calls it with "
             f"none: give them defaults, or name a factory without arguments that calls it "
-            f"with yours (def make(): return {attr}(...), given as {module}:make)"
+            f"with yours (def {name}(): return {attr}(...), given as {module}:{name})"
         )
 
 

@@ -28,6 +28,10 @@ def needs_width(width):
     return nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, 10))
 
 
+def make(width):  # the hint's own name for a factory
+    return needs_width(width)
+
+
 class _NanAfter(nn.Module):
     """Gives NaN outputs in training mode after ``after`` training steps."""
 
@@ -68,7 +72,14 @@ def test_a_factory_that_takes_arguments_is_told_how_the_command_calls_it(tmp_pat
     err = one_line_error(capsys, argv)
     assert "factory 'test_cli_misuse:needs_width' takes arguments (width); pyrouq calls it " in err
     assert "give them defaults, or name a factory without arguments that calls it" in err
+    assert "(def make(): return needs_width(...), given as test_cli_misuse:make)" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_hint_for_a_factory_named_make_does_not_define_make_again(tmp_path, capsys):
+    """For `nets:make` it said 'def make(): return make(...)', which calls itself for ever."""
+    err = one_line_error(capsys, ["fit", "test_cli_misuse:make", "--out", str(tmp_path / "o")])
+    assert "(def make_net(): return make(...), given as test_cli_misuse:make_net)" in err
 
 
 def test_an_empty_out_or_run_dir_is_refused_not_taken_for_the_current_folder(
