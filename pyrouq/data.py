@@ -115,7 +115,9 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
     Parameters
     ----------
     images : torch.Tensor
-        ``(N, H, W)`` integer pixels in [0, 255], e.g. from :func:`mnist_arrays`.
+        ``(N, H, W)`` integer pixels in [0, 255], e.g. from :func:`mnist_arrays`. One
+        channels-last image ``(H, W, C)`` (C <= 4, W >= 8) is refused with the fix, not read
+        as H images of W x C pixels.
     flatten : bool, default False
         Return ``(N, H * W)`` (for an MLP) instead of ``(N, 1, H, W)`` (for a CNN).
 
@@ -149,6 +151,12 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
         raise ValueError(
             f"Expected images of shape (N, H, W) with N >= 1, got shape {tuple(images.shape)}; "
             f"{fix}."
+        )
+    if images.shape[2] <= 4 and images.shape[1] >= 8:  # one (H, W, C) image, not W <= 4 pixels
+        raise ValueError(
+            f"Expected images of shape (N, H, W), got shape {tuple(images.shape)}, which would "
+            f"be {images.shape[0]} images of {images.shape[1]} x {images.shape[2]} pixels; "
+            f"{_one_image_fix(images.shape[2])}."
         )
     low, high = int(images.min()), int(images.max())
     if low < 0 or high > 255:
@@ -374,6 +382,18 @@ def _layout_fix(shape: torch.Size) -> str:
         f"serve {kind} as floats normalised per channel with "
         "pyrouq.ArrayLoader(x, labels, batch_size), x of shape (N, C, H, W)"
         + ("; channels-last ones permuted first, images.permute(0, 3, 1, 2)" if last else "")
+    )
+
+
+def _one_image_fix(channels: int) -> str:
+    """What to do with one channels-last image ``(H, W, C)`` where ``(N, H, W)`` grey images
+    are expected (read as H images of W <= 4 pixels a row, it was normalised as such)."""
+    if channels == 1:
+        return "one channels-last grey image (H, W, 1)? pass images[..., 0].unsqueeze(0)"
+    return (
+        f"one channels-last image of {channels} channels (H, W, C)? the MNIST helpers take "
+        "grey images; serve colour ones as floats normalised per channel, of shape (1, C, H, W): "
+        "images.permute(2, 0, 1).unsqueeze(0)"
     )
 
 

@@ -241,6 +241,21 @@ def test_normalize_hints_fit_channels_last_and_colour_images():
         normalize(grey.unsqueeze(1).expand(2, 3, 28, 28))
 
 
+def test_normalize_refuses_one_channels_last_image_it_read_as_rows_of_images():
+    images = mnist_arrays("test")[0][:3]
+    grey = images[0]
+    # (28, 28, 1) came back as 28 images of 28 x 1 pixels, (1, 28, 28, 1) after a reshape
+    with pytest.raises(ValueError, match=r"got shape \(28, 28, 1\), which would be 28 images of "
+                       r"28 x 1 pixels; one channels-last grey image \(H, W, 1\)\? pass "
+                       r"images\[\.\.\., 0\]\.unsqueeze\(0\)\.$"):  # fmt: skip
+        normalize(grey.unsqueeze(-1))
+    assert torch.equal(normalize(grey.unsqueeze(-1)[..., 0].unsqueeze(0)), normalize(grey[None]))
+    with pytest.raises(ValueError, match=r"one channels-last image of 3 channels \(H, W, C\)\? "
+                       r".*images\.permute\(2, 0, 1\)\.unsqueeze\(0\)"):  # fmt: skip
+        normalize(grey.unsqueeze(-1).expand(28, 28, 3))
+    assert normalize(images).shape == (3, 1, 28, 28)  # three images, (N, H, W), as before
+
+
 def test_tensor_loader_hints_fit_the_layout():
     images = torch.zeros(5, 28, 28, dtype=torch.uint8)
     # it said "drop the channel dim: images[:, 0]", which keeps the first row of each
