@@ -50,3 +50,15 @@ def test_data_section_train_size_and_fashion_mnist_are_true():
     assert inspect.signature(pyrouq.load_fashion_mnist) == inspect.signature(pyrouq.load_mnist)
     train, _ = pyrouq.load_mnist(batch_size=500, shuffle=False, train_size=2000)
     assert sum(len(y) for _, y in train) == 2000
+
+
+def test_data_section_says_how_to_normalise_ones_own_images_as_the_loaders_do():
+    # before: nothing said that raw images of one's own need the loaders' normalisation, and
+    # predict() takes floats in [0, 1] without a word (ECE 0.56 % -> 34.25 % in the README's run)
+    text = " ".join(_text().split())
+    assert "through `pyrouq.data.normalize(images)` before `predict()`" in text
+    images, _ = pyrouq.data.mnist_arrays("test")
+    _, test = pyrouq.load_mnist(batch_size=64, seed=0)
+    x, _ = next(iter(test))
+    assert torch.equal(pyrouq.data.normalize(images[:64]), x)  # the recipe gives their batches
+    assert not torch.equal(images[:64].unsqueeze(1) / 255, x)  # and [0, 1] floats are not them
