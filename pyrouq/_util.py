@@ -18,6 +18,7 @@ import pyro
 import torch
 from torch import Tensor, nn
 
+from pyrouq._dict_batches import dict_batch_fix
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint
@@ -436,11 +437,7 @@ def describe_batch(batch: Any) -> str:
     """What a loader yielded instead of ``(x, y)`` pairs, with the fix for a dict: for the
     error messages of :func:`pyrouq.fit` and :func:`pyrouq.predict`."""
     if isinstance(batch, Mapping):
-        keys = ", ".join(repr(k) for k in list(batch)[:5])
-        return (
-            f"a dict with keys {keys}. Map it to pairs, e.g. a collate_fn returning "
-            "(batch['x'], batch['y'])."
-        )
+        return dict_batch_fix(batch)
     size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
     name = type(batch).__name__
     return f"{article(name)} {name}{size}."

@@ -105,6 +105,34 @@ def test_fit_tells_a_batch_of_example_dicts_left_as_they_came(size):
     assert "without the other" not in message and "Convert them" not in message
 
 
+class _Dicts(torch.utils.data.Dataset):
+    """A dataset of dict examples, as Hugging Face's and many tutorials' are."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"label": torch.tensor(i % 3), "pixels": torch.full((2,), float(i))}
+
+
+def test_the_fix_told_for_a_loader_of_dicts_runs_as_written():
+    # it said "e.g. a collate_fn returning (batch['x'], batch['y'])": a collate_fn gets the list
+    # of examples, so that failed in torch's words (list indices must be integers or slices)
+    message = _fit(torch.utils.data.DataLoader(_Dicts(), batch_size=4))
+    assert "is a dict with keys 'label', 'pixels'. Map it to pairs, e.g. " in message
+    code = message.split("returns the pair: ", 1)[1].split("; then ", 1)[0]
+    assert code == (
+        "def pairs(items): b = torch.utils.data.default_collate(items); "
+        "return b['pixels'], b['label']"
+    )
+    scope: dict = {"torch": torch}
+    exec(code.replace("; ", "\n    ").replace(": b =", ":\n    b ="), scope)
+    loader = torch.utils.data.DataLoader(_Dicts(), batch_size=4, collate_fn=scope["pairs"])
+    model = bayesian(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3)))
+    result = fit(model, mean_field_guide(model), loader, epochs=1, progress=False)
+    assert len(result.history) == 1
+
+
 # --------------------------------------------------------------------------------------------
 # predict(): plates of a literal size
 # --------------------------------------------------------------------------------------------

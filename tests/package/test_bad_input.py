@@ -957,7 +957,7 @@ API_CASES = [
      with_model_guide(lambda m, g: fit(m, g, [{"x": torch.rand(6, 784), "y": labels()}],
                                        epochs=1, num_data=6, progress=False)),
      TypeError, r"batch 1 of epoch 1 is a dict with keys 'x', 'y'\. Map it to pairs, e\.g\. "
-     r"a collate_fn returning \(batch\['x'\], batch\['y'\]\)"),
+     r"a collate_fn .*\.default_collate\(items\); return b\['x'\], b\['y'\]; then "),
     ("fit", "companion",
      lambda tmp: fit(BayesianMLP(), lenet_guide(), flat_loader(torch.rand(6, 784), labels()),
                      epochs=1, progress=False),
