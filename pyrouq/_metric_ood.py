@@ -4,12 +4,13 @@ more likely OOD) from in-distribution ones."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import _check_scores, _prepare_probs
+from pyrouq._numbers import is_array_like
 from pyrouq._words import slip_hint
 from pyrouq.uncertainty import decompose, entropy
 
@@ -17,6 +18,31 @@ OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
 """Per-input OOD score of :func:`ood_scores` (higher = more likely out-of-distribution)."""
 
 _OOD_SCORES: tuple[str, ...] = get_args(OODScore)
+
+
+_PREDICT_FIRST = (
+    "evaluate() scores predictions, not inputs: predict on them first, "
+    "ood=pyrouq.predict(model, ood_inputs, guide), as for the in-distribution ones"
+)
+
+
+def check_ood_predictions(ood: Any) -> None:
+    """Refuse the out-of-distribution inputs themselves, a loader of them or images, where
+    :func:`pyrouq.metrics.evaluate` takes predictions on them (a loader was told only that it
+    had no ``.probs``, and a batch of images to stack draws on dim 0)."""
+    if isinstance(ood, Tensor) and ood.dim() > 3:
+        raise ValueError(
+            f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
+            f"probabilities, got a tensor of shape {tuple(ood.shape)}: the inputs? "
+            f"{_PREDICT_FIRST}."
+        )
+    if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):
+        return
+    if hasattr(ood, "__iter__"):  # a loader, a list of batches
+        raise TypeError(
+            f"Expected ood to be predictions on out-of-distribution inputs, got "
+            f"{type(ood).__name__}, a loader or batches of inputs? {_PREDICT_FIRST}."
+        )
 
 
 # ---------------------------------------------------------------------------------------------

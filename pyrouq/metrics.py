@@ -34,7 +34,14 @@ from pyrouq._metric_inputs import (
     carried_targets,
     check_same_draws,
 )
-from pyrouq._metric_ood import _OOD_SCORES, ood_aupr, ood_auroc, ood_fpr95, ood_scores
+from pyrouq._metric_ood import (
+    _OOD_SCORES,
+    check_ood_predictions,
+    ood_aupr,
+    ood_auroc,
+    ood_fpr95,
+    ood_scores,
+)
 from pyrouq._numbers import is_integer, shown, tensor_hint
 from pyrouq._tables import format_table
 from pyrouq._words import slip_hint
@@ -365,7 +372,8 @@ def evaluate(
     ood : Tensor or object with ``.probs``, optional
         ``(S, M, C)`` (or ``(M, C)``) probabilities on M >= 1 out-of-distribution inputs. When
         given, the in- and out-of-distribution inputs are scored with ``ood_score`` and the OOD
-        metrics are added.
+        metrics are added. The OOD inputs themselves (images, a loader) are refused: pass
+        ``predict(model, ood_inputs, guide)``.
     ood_score : {"mutual_information", "entropy", "max_prob", "variance"}, optional
         The per-input score of :func:`ood_scores`. Default: the mutual information, or for
         one draw (S = 1: a plain network), whose draws cannot disagree, the entropy; the
@@ -432,6 +440,7 @@ def evaluate(
     out["expected_entropy"] = float(parts.aleatoric.mean())
     out["mutual_information"] = float(parts.epistemic.mean())
     if ood is not None:
+        check_ood_predictions(ood)
         ood_p = _prepare_probs(ood, name="ood")
         if ood_p.shape[-1] != p.shape[-1]:
             raise ValueError(

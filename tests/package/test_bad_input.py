@@ -234,6 +234,20 @@ CASES = {
         r"inputs for the OOD metrics\. Pass ood=\(predictions on the OOD inputs\), or leave "
         r"ood_score out\.",
     ),
+    "metrics: OOD inputs where their predictions go": (  # was: stack draws on dim 0
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.rand(3, 1, 8, 8)),
+        ValueError,
+        r"got a tensor of shape \(3, 1, 8, 8\): the inputs\? evaluate\(\) scores predictions, "
+        r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
+    ),
+    "metrics: a loader of OOD inputs": (  # was: 'or an object with a .probs attribute'
+        lambda tmp: pyrouq.Predictions(uniform(), torch.tensor([0, 1, 2])).evaluate(
+            ood=pyrouq.ood_loader(8)
+        ),
+        TypeError,
+        r"got TensorLoader, a loader or batches of inputs\? evaluate\(\) scores predictions, "
+        r"not inputs: predict on them first",
+    ),
     # decompositions
     "decompose: unknown measure": (
         lambda tmp: decompose(uniform(), "foo"),
