@@ -62,3 +62,29 @@ def test_data_section_says_how_to_normalise_ones_own_images_as_the_loaders_do():
     x, _ = next(iter(test))
     assert torch.equal(pyrouq.data.normalize(images[:64]), x)  # the recipe gives their batches
     assert not torch.equal(images[:64].unsqueeze(1) / 255, x)  # and [0, 1] floats are not them
+
+
+def test_your_own_network_says_fit_and_predict_set_the_mode_themselves():
+    # before: nothing said whether model.train() / model.eval() were needed around the calls
+    text = " ".join(_text().split())
+    assert "No `model.train()` or `model.eval()` is needed around the calls" in text
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3)
+    )
+    model = pyrouq.bayesian(net)
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(32, 4), torch.arange(32) % 3
+    stats = [b.clone() for b in model.buffers() if b.is_floating_point()]
+    model.eval()  # forgotten: fit() trains in training mode all the same (BatchNorm's moved)
+    pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, batch_size=16, seed=0), epochs=1,
+               progress=False)  # fmt: skip
+    assert not model.training
+    after = [b for b in model.buffers() if b.is_floating_point()]
+    assert any(not torch.equal(a, b) for a, b in zip(stats, after, strict=True))
+    model.train()  # forgotten: predict() runs in eval mode, dropout off, the same draws
+    one = pyrouq.predict(model, x, guide, num_samples=2, seed=0, progress=False)
+    assert model.training
+    model.eval()
+    two = pyrouq.predict(model, x, guide, num_samples=2, seed=0, progress=False)
+    assert torch.equal(one.probs, two.probs)
