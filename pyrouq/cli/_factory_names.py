@@ -5,6 +5,7 @@ fails), so that the advice can never fail in the user's place."""
 from __future__ import annotations
 
 import inspect
+import re
 import types
 from typing import Any
 
@@ -43,6 +44,15 @@ def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> 
     except Exception:  # a module's own __dir__ that fails
         names = []
     rest = parts[i + 1 :]
+    call = re.fullmatch(r"([A-Za-z_]\w*)\((.*\S.*)\)", parts[i]) if not rest else None
+    if call and _reaches_a_callable(owner, [call[1]]):  # nets:make(16): its 16 was dropped
+        named = ".".join([*parts[:i], call[1]])
+        new = "make_net" if named == "make" else "make"
+        return (
+            f"; MODEL names a factory, which pyrouq calls without arguments, not a call: name "
+            f"one that calls it with yours (def {new}(): return {named}({call[2]}), given as "
+            f"{module_name}:{new})"
+        )
     names = [n for n in names if _reaches_a_callable(owner, [n, *rest])]
     lower = [n for n in names if n == n.lower()]  # (slip_hint's names are lower case)
     hint = slip_hint(parts[i], lower)  # (did you mean 'tiny_mlp'? the names are lower case)

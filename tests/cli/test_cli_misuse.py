@@ -76,6 +76,20 @@ def test_a_factory_that_takes_arguments_is_told_how_the_command_calls_it(tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+def test_a_factory_written_as_a_call_is_told_to_keep_its_arguments(tmp_path, capsys):
+    """`nets:needs_width(16)` was asked 'did you mean nets:needs_width?': as told, the command
+    then refused it for its argument, and a factory with a default would drop the 16."""
+    out = str(tmp_path / "o")
+    err = one_line_error(capsys, ["fit", "test_cli_misuse:needs_width(16)", "--out", out])
+    assert err.endswith(
+        "(factory 'test_cli_misuse:needs_width(16)'); MODEL names a factory, which pyrouq calls "
+        "without arguments, not a call: name one that calls it with yours (def make(): return "
+        "needs_width(16), given as test_cli_misuse:make)\n"
+    ), err
+    err = one_line_error(capsys, ["fit", "test_cli_misuse:needs_width()", "--out", out])
+    assert err.endswith("(did you mean 'test_cli_misuse:needs_width'?)\n"), err  # as before
+
+
 def test_the_hint_for_a_factory_named_make_does_not_define_make_again(tmp_path, capsys):
     """For `nets:make` it said 'def make(): return make(...)', which calls itself for ever."""
     err = one_line_error(capsys, ["fit", "test_cli_misuse:make", "--out", str(tmp_path / "o")])
