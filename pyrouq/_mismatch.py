@@ -33,6 +33,7 @@ _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() fir
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
 )
 _DTYPES = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
+_INDICES = re.compile(r"'indices'|\bfor index\b")  # an embedding's, index_select's, gather's
 _NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
     r"dtype|scalar type|same device|should be the same|device type|on device|"
     r"\bCUDA\b|cuDNN|cuBLAS|\bMPS\b|\bXPU\b|\bHIP\b|out of memory",
@@ -67,9 +68,20 @@ def input_mismatch(err: BaseException) -> bool:
 def dtype_fix(err: BaseException, dtype: torch.dtype) -> str | None:
     """What to do where torch's words in ``err``, from a network's pass on inputs that reached
     it as ``dtype`` (cast to the model's, where it holds weights), are on mixed dtypes rather
-    than on the inputs' shape: one dtype for the model and x. None for other words."""
-    if _DTYPES.search(torch_words(err)) is None:
+    than on the inputs' shape: one dtype for the model and x, or integer ids for a layer that
+    takes indices. None for other words, and for integer inputs elsewhere (the network's route
+    for them is wrong, not its dtype)."""
+    words = torch_words(err)
+    if _DTYPES.search(words) is None:
         return None
+    if _INDICES.search(words) is not None:  # ids of another dtype: no model's dtype takes them
+        return (
+            "These are torch's words on dtypes, not on x's shape: a layer takes integer indices "
+            f"(an nn.Embedding's ids), and x reached it as {dtype}. Pass the ids as integers "
+            "(x.long())"
+        )
+    if not dtype.is_floating_point:  # ids or a mask in a layer of floating weights: the
+        return None  # network's route, not its dtype (model.to(torch.int64) is no model)
     return (
         f"These are torch's words on dtypes, not on x's shape: x reached the network as {dtype}, "
         "and a layer's weights, a draw or a tensor the network makes is of another dtype. Give "

@@ -150,3 +150,56 @@ def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller):
     model.to(torch.float32)  # the fix it names
     guide = pyrouq.mean_field_guide(model)
     assert call() is not None
+
+
+class _Ids(nn.Module):
+    """A network of ids: an nn.Embedding's bag (``"ids"``), or ids sent to a Linear as they are
+    (``"linear"``: a wrong route, not a wrong dtype of the model)."""
+
+    def __init__(self, route: str):
+        super().__init__()
+        self.route, self.embed, self.fc = route, nn.Embedding(10, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(self.embed(x).mean(1) if self.route == "ids" else x)
+
+
+@pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
+@pytest.mark.parametrize("route", ["ids", "linear"])
+def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, route):
+    """Float ids at an nn.Embedding were told 'Give the model one dtype
+    (model.to(torch.float32)) and x that dtype', which changes nothing; integer ids at a Linear
+    'model.to(torch.int64)', which is no model. The first now names the ids' cast, which fixes
+    it; the second keeps the check of what the network takes."""
+    torch.manual_seed(0)
+    ids, y = torch.randint(0, 10, (8, 4)), torch.randint(0, 2, (8,))
+    model = pyrouq.bayesian(_Ids(route))
+    guide = pyrouq.mean_field_guide(model)
+
+    def call(x):
+        if caller == "fit":
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), 4)
+            return pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+        if caller == "predict":
+            return pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+        return pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1,
+                           progress=False)  # fmt: skip
+
+    with pytest.raises(ValueError) as info:
+        call(ids.float() if route == "ids" else ids)
+    message = str(info.value)
+    assert "model.to(" not in message and "x reached the network as" not in message
+    if route == "linear":
+        assert "mat1 and mat2 must have the same dtype, but got Long and Float" in message
+        assert "Check that the network takes" in message
+        return
+    assert (
+        "'indices' to have one of the following scalar types: Long, Int; but got "
+        "torch.FloatTensor instead"
+    ) in message
+    assert (
+        "These are torch's words on dtypes, not on x's shape: a layer takes integer indices (an "
+        "nn.Embedding's ids), and x reached it as torch.float32. Pass the ids as integers "
+        "(x.long())"
+    ) in message
+    assert call(ids.float().long()) is not None  # the cast it names
