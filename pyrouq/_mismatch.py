@@ -65,12 +65,13 @@ def input_mismatch(err: BaseException) -> bool:
     return not _worded_by_pyrouq(err)
 
 
-def dtype_fix(err: BaseException, dtype: torch.dtype) -> str | None:
+def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str | None:
     """What to do where torch's words in ``err``, from a network's pass on inputs that reached
-    it as ``dtype`` (cast to the model's, where it holds weights), are on mixed dtypes rather
-    than on the inputs' shape: one dtype for the model and x, or integer ids for a layer that
-    takes indices. None for other words, and for integer inputs elsewhere (the network's route
-    for them is wrong, not its dtype)."""
+    it as ``dtype`` (cast to the model's, where it holds weights; ``cast`` False: as they came,
+    a model of one's own holding none, whose draws then are of its priors' dtype), are on mixed
+    dtypes rather than on the inputs' shape: one dtype for the model and x (x of its draws'
+    dtype, uncast), or integer ids for a layer that takes indices. None for other words, and
+    for integer inputs elsewhere (the network's route for them is wrong, not its dtype)."""
     words = torch_words(err)
     if _DTYPES.search(words) is None:
         return None
@@ -82,6 +83,14 @@ def dtype_fix(err: BaseException, dtype: torch.dtype) -> str | None:
         )
     if not dtype.is_floating_point:  # ids or a mask in a layer of floating weights: the
         return None  # network's route, not its dtype (model.to(torch.int64) is no model)
+    if not cast:  # no weights to cast x to, nor to change by model.to(): its priors draw
+        return (
+            f"These are torch's words on dtypes, not on x's shape: x reached the model as {dtype}, "
+            "as it came (it holds no floating weights whose dtype x could be cast to), and its "
+            "draws or a tensor it makes are of another dtype. Pass x in the dtype of its draws "
+            f"(priors of Python numbers draw in torch's default dtype, "
+            f"{torch.get_default_dtype()})"
+        )
     return (
         f"These are torch's words on dtypes, not on x's shape: x reached the network as {dtype}, "
         "and a layer's weights, a draw or a tensor the network makes is of another dtype. Give "

@@ -41,6 +41,7 @@ from pyrouq._util import (
     check_int,
     modes,
     module_device,
+    module_dtype,
     real_device,
     restore_modes,
     warn_of_a_shard,
@@ -466,7 +467,8 @@ def predict(
                             refused = guide_draws_refusal(err, model, guide, inputs, drawn)
                             if refused is not None:  # a function's draws: their dtype
                                 raise TypeError(refused) from err
-                            fix = dtype_fix(err, inputs.dtype) or (
+                            cast = module_dtype(typed_by(model, guide)) is not None
+                            fix = dtype_fix(err, inputs.dtype, cast) or (
                                 "Check that the network takes x (shape, channels, "
                                 "flattening: inputs of the shape it was built for)"
                             )

@@ -198,6 +198,26 @@ def test_predict_with_a_function_guide_drawing_in_another_dtype_says_so_as_fit_d
     torch.testing.assert_close(created.float(), served, rtol=1e-5, atol=1e-6)
 
 
+def test_predict_from_the_priors_of_a_model_without_weights_names_the_draws_dtype_not_a_cast():
+    """predict() of a Pyro model of one's own under its priors (every weight a PyroSample of
+    Python floats: float32 draws) on float64 inputs, which it has no weights to cast to, said
+    'Give the model one dtype (model.to(torch.float64)) and x that dtype': model.to() leaves
+    the priors' draws float32 and it failed the same. It names x in its draws' dtype now."""
+    x, _ = toy_data(12)
+    model = PyroClassifier(3, 2)
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(model.to(torch.float64), x.double(), num_samples=3, progress=False)
+    assert str(info.value).endswith(
+        "These are torch's words on dtypes, not on x's shape: x reached the model as "
+        "torch.float64, as it came (it holds no floating weights whose dtype x could be cast "
+        "to), and its draws or a tensor it makes are of another dtype. Pass x in the dtype of "
+        "its draws (priors of Python numbers draw in torch's default dtype, torch.float32)."
+    )
+    assert "model.to(" not in str(info.value)
+    probs = pyrouq.predict(model, x.float(), num_samples=3, progress=False, seed=0).probs
+    assert probs.shape == (3, 12, 2) and probs.dtype == torch.float32
+
+
 def test_a_run_resumed_from_the_param_store_on_float64_inputs_goes_on_as_in_one_process(tmp_path):
     """A run resumed as Pyro's users resume one (the guide's values saved from the param store,
     loaded into it, a new AutoNormal built) on float64 inputs was refused as a first fit is:
