@@ -32,7 +32,11 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
 )
-_DTYPES = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
+_DTYPES = re.compile(  # torch's words on mixed dtypes (a convolution's with a bias: its own)
+    r"dtype|scalar type|Input type \((?:float|double|c10::\w+)\) and \w+ type \((?:float|double|"
+    r"c10::\w+)\) should be the same",
+    re.I,
+)
 _INDICES = re.compile(r"'indices'|\bfor index\b")  # an embedding's, index_select's, gather's
 _NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
     r"dtype|scalar type|same device|should be the same|device type|on device|"

@@ -118,13 +118,22 @@ def test_pyrouqs_own_error_passes_unchanged_through_fit_and_mcmc_as_through_pred
 
 
 @pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
-def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller):
+@pytest.mark.parametrize("layers", ["linear", "conv"])
+def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller, layers):
     """A network holding a float64 layer after a float32 one: torch's 'mat1 and mat2 must have
     the same dtype' came out with 'Check that the network takes x (shape, channels,
     flattening ...)', a fix for shapes; now with what the words are on and the cast that
-    fixes it, which does."""
+    fixes it, which does. A convolution with a bias says it its own way ('Input type (float)
+    and bias type (double) should be the same'), which kept the shapes' hint."""
     torch.manual_seed(0)
-    model = pyrouq.bayesian(nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2).double()))
+    net = (
+        nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2).double())
+        if layers == "linear"
+        else nn.Sequential(
+            nn.Linear(3, 3), nn.Unflatten(1, (1, 3)), nn.Conv1d(1, 1, 2).double(), nn.Flatten()
+        )
+    )
+    model = pyrouq.bayesian(net)
     guide = pyrouq.mean_field_guide(model)
     x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
 
@@ -140,7 +149,11 @@ def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller):
     with pytest.raises(ValueError) as info:
         call()
     message = str(info.value)
-    assert "mat1 and mat2 must have the same dtype, but got Float and Double" in message
+    assert (
+        "mat1 and mat2 must have the same dtype, but got Float and Double"
+        if layers == "linear"
+        else "Input type (float) and bias type (double) should be the same"
+    ) in message
     assert (
         "These are torch's words on dtypes, not on x's shape: x reached the network as "
         "torch.float32, and a layer's weights, a draw or a tensor the network makes is of "
