@@ -249,9 +249,10 @@ def predict(
         batches' examples left as they came, ``collate_fn=lambda b: b``, are refused; empty
         batches are skipped). Floating inputs of another dtype (float64, float16) are cast to the
         model's (or its guide's; a guide written as a function has none to read: inputs of
-        another dtype than its draws are refused, as fit() refuses them); integer ones (raw
-        uint8 pixels) are refused, see :func:`pyrouq.data.normalize`, unless the network holds
-        an ``nn.Embedding`` (ids, not bool).
+        another dtype than its draws are refused, as fit() refuses them, and so are they for a
+        Pyro model without weights run from its priors, which draw in their own dtype);
+        integer ones (raw uint8 pixels) are refused, see :func:`pyrouq.data.normalize`, unless
+        the network holds an ``nn.Embedding`` (ids, not bool).
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader that
         shuffles gives them shuffled, with its labels in the same order (so ``evaluate()`` is right
         without targets, but labels passed in the data set's order are not); predict from a loader
