@@ -365,8 +365,8 @@ def fit(
     >>> result.num_data, result.steps, result.losses[-1] < result.losses[0] / 2
     (64, 80, True)
     >>> predictions = pyrouq.predict(model, x, guide, num_samples=8, progress=False, seed=0)
-    >>> predictions.probs.shape, (predictions.predicted == y).float().mean().item()
-    (torch.Size([8, 64, 2]), 0.984375)
+    >>> predictions.probs.shape, (predictions.predicted == y).float().mean().item() > 0.9
+    (torch.Size([8, 64, 2]), True)
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
