@@ -122,9 +122,16 @@ def _refuse_unknown(name: str, base_type: type, options: dict[str, Any]) -> None
     guessed = [key for key in unknown if key not in own]
     if len(guessed) == 1:  # (a slip in case, spaces or '-' told as such)
         meant = close_hint(guessed[0], known)
+        far = [] if meant else guessed
     else:
-        meant = did_you_mean([m for key in guessed for m in close_names(key, known)])
-    fix = " Leave them out." if guessed and not meant else ""
+        close = {key: close_names(key, known) for key in guessed}
+        meant = did_you_mean([m for names in close.values() for m in names])
+        far = [key for key in guessed if not close[key]]
+    fix = " Leave them out." if far and far == guessed else ""
+    if far and far != guessed:  # (the others asked about above)
+        one = len(far) == 1
+        fix = f" {' and '.join(map(repr, far))} {'is' if one else 'are'} close to none of the "
+        fix += f"names it takes: leave {'it' if one else 'them'} out."
     if "output_padding" in unknown:  # (not transposed: a transposed one takes it)
         fix += " output_padding is a transposed convolution's setting: for one, use "
         fix += f"BatchEnsembleConvTranspose{torch_name[-2:]}."

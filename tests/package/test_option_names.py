@@ -139,5 +139,16 @@ def test_a_misspelt_keyword_is_told_before_the_settings_are_checked_or_torch_bui
     ):
         with pytest.raises(TypeError, match=told + meant + r", which it does not take: .*\)\.$"):
             layer(3, 4, 3, 2, stride=0, **keywords)
+    # one close to a name asked about, the others told to leave out (was: only 'padding' asked
+    # about, 'zzz' given no word, "Leave them out." lost)
+    for keywords, far in (
+        ({"paddin": 1, "zzz": 2}, r"'zzz' is close to none of the names it takes: leave it out"),
+        ({"zzz": 2, "paddin": 1, "qqq": 3},
+         r"'zzz' and 'qqq' are close to none of the names it takes: leave them out"),
+    ):  # fmt: skip
+        with pytest.raises(
+            TypeError, match=told + r".*\(did you mean 'padding'\?\), which .*\)\. " + far + r"\.$"
+        ):
+            layer(3, 4, 3, 2, stride=0, **keywords)
     with pytest.raises(TypeError, match=r"there is no bias= to set: leave it out\.$"):
         layer(3, 4, 3, 2, stride=0, bias=False)
