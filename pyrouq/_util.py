@@ -240,6 +240,8 @@ class LayerInputError(ValueError):
     It is built from one message as a ValueError is (Pyro's trace and a DataLoader worker
     re-raise an error as ``type(error)(message)``): one built so holds no layer (``None``)."""
 
+    input_detail: str | None = None  # ``detail`` where it was given the model's input (first)
+
     def __init__(
         self,
         *args: Any,

@@ -392,7 +392,11 @@ def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:
     """
     member_passes = _cpu(x) and not statistics_across_members(net)
     run = partial(_run_members, net, num_members=num_members, member_passes=member_passes)
-    with layers_called(net), calls_checked(net, key=member_passes), _layer_errors.LayersNamed(net):
+    with (
+        layers_called(net),
+        calls_checked(net, key=member_passes),
+        _layer_errors.LayersNamed(net, x),
+    ):
         return laid_out(net, x, run)  # type: ignore[no-any-return]
 
 

@@ -21,10 +21,12 @@ class LayersNamed:
     its message alone (no ``layer``), or anything failing while the paths are looked up, leaves
     the refusal as it came. Torch's own words on inputs a layer does not take (a
     RuntimeError) get the layer added, their type kept (:func:`_name_failing_layer`). A run
-    that succeeds pays for the ``with`` alone."""
+    that succeeds pays for the ``with`` alone. ``x``: the input the model gave ``net``, for a
+    refusal of it as it came (by its first layer), which says what to do about the input or
+    that layer (``LayerInputError.input_detail``), not about "the layer before it"."""
 
-    def __init__(self, net: nn.Module):
-        self.net = net
+    def __init__(self, net: nn.Module, x: Any = None):
+        self.net, self.x = net, x
 
     def __enter__(self) -> None:
         return None
@@ -40,7 +42,10 @@ class LayersNamed:
             return
         try:
             where = _where(self.net, error.layer)
-            message = f"{error.label} at {where} of the model {error.detail}"
+            detail = error.detail
+            if error.input_detail and _took_input(self.net, error.layer, self.x, traceback):
+                detail = error.input_detail
+            message = f"{error.label} at {where} of the model {detail}"
         except Exception:  # (the refusal as it came)
             return
         if where:
@@ -56,6 +61,19 @@ def _where(net: nn.Module, layer: nn.Module) -> str:
         if module is layer and name
     ]
     return " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+
+
+def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> bool:
+    """Whether ``layer`` refused the model's input ``x`` as it came (repeated once per member
+    in a folded batch): the input it was called with holds ``x``'s values, not only its
+    shape."""
+    if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] == 0:
+        return False
+    found, inputs = _innermost(net, traceback)
+    given = inputs[0] if found is layer and inputs else None
+    if not torch.is_tensor(given) or given.dtype != x.dtype or given.shape[1:] != x.shape[1:]:
+        return False
+    return given.shape[0] % x.shape[0] == 0 and torch.equal(given[: x.shape[0]], x)
 
 
 def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> None:

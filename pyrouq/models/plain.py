@@ -16,6 +16,7 @@ from pyrouq._engine._cpu_paths import run_children
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._memory import check_fits
 from pyrouq._util import check_int, model_input
+from pyrouq.nn._checks import channel_fix
 
 __all__ = ["MLP", "LeNet", "ResidualCNN"]
 
@@ -38,12 +39,22 @@ def _check_mlp_input(name: str, x: torch.Tensor, in_features: int) -> None:
 def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
     if not torch.is_tensor(x):
         raise TypeError(not_a_tensor(x, name))
+    said = f"{name} expects images of shape (B, {in_channels}, 28, 28), got shape {tuple(x.shape)}"
+    if x.dim() == 4 and tuple(x.shape[2:]) == (28, 28) and x.shape[1] != in_channels:
+        raise ValueError(_other_channels(said, x.shape[1], in_channels))
     if x.dim() != 4 or tuple(x.shape[1:]) != (in_channels, 28, 28):
         raise ValueError(
-            f"{name} expects images of shape (B, {in_channels}, 28, 28), got shape "
-            f"{tuple(x.shape)}. Use load_mnist(flatten=False), or x.view(-1, {in_channels}, "
-            "28, 28) for flat inputs."
+            f"{said}. Use load_mnist(flatten=False), or x.view(-1, {in_channels}, 28, 28) for "
+            "flat inputs."
         )
+
+
+def _other_channels(said: str, got: int, in_channels: int) -> str:
+    """The refusal ``said`` of images of ``got`` channels, not ``in_channels``, with what to
+    do (x.view(-1, in_channels, 28, 28), told for flat inputs, would mix the images)."""
+    plural = "s" if got != 1 else ""
+    fix = channel_fix(got, in_channels, 2)
+    return f"{said}: images of {got} channel{plural}. {fix}, or build it with in_channels={got}."
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,11 +260,14 @@ class ResidualCNN(nn.Module):
         """Logits ``(B, num_classes)`` of images ``(B, in_channels, H, W)`` (any H, W >= 1);
         floating inputs of another dtype are cast to the network's, integer ones refused."""
         x = model_input(x, self, type(self).__name__)
-        if x.dim() != 4 or x.shape[1] != self.in_channels:
+        said = f"ResidualCNN expects images of shape (B, {self.in_channels}, H, W), got shape "
+        said += str(tuple(x.shape))
+        if x.dim() == 4 and x.shape[1] != self.in_channels:
+            raise ValueError(_other_channels(said, x.shape[1], self.in_channels))
+        if x.dim() != 4:
             raise ValueError(
-                f"ResidualCNN expects images of shape (B, {self.in_channels}, H, W), got shape "
-                f"{tuple(x.shape)}. Use load_mnist(flatten=False), or x.view(-1, "
-                f"{self.in_channels}, 28, 28) for flat 28x28 inputs."
+                f"{said}. Use load_mnist(flatten=False), or x.view(-1, {self.in_channels}, 28, "
+                "28) for flat 28x28 inputs."
             )
         h = self.layer3(self.layer2(self.layer1(self.stem(x))))
         return self.fc(h.mean((-2, -1)))

@@ -205,3 +205,40 @@ def test_a_layer_of_a_hand_built_network_is_named_by_its_class_and_settings():
         "(M * B, ..., 5), got shape (4, 4)."
     )):  # fmt: skip
         net(torch.randn(4, 3))
+
+
+@pytest.mark.parametrize("norms", ["per_member", "shared"])
+def test_a_first_layer_refusing_the_models_input_names_its_channels_and_the_fix(norms):
+    """A network for colour images given greyscale ones (MNIST): its first layer said "Check
+    the output size of the layer before it", which it has none of."""
+    model = _deep(norms=norms).train()  # (shared: the members run on the folded batch)
+    batch, rows = ("B", 3) if norms == "per_member" else ("M * B", 6)
+    with pytest.raises(ValueError) as info:
+        model(torch.randn(3, 1, 6, 6))
+    assert re.sub(r" \(one member's batch: [^)]*\)", "", str(info.value)) == (
+        "BatchEnsembleConv2d(3, 4, kernel_size=(3, 3), stride=(1, 1), num_members=2) at "
+        f"'net.0' of the model expects inputs of shape ({batch}, 3, H, W), got shape ({rows}, "
+        "1, 6, 6): the model's input, of 1 channel where this layer takes 3. Repeat the grey "
+        "channel, x.expand(-1, 3, -1, -1), or build the network for 1 input channel (its first "
+        "layer's in_channels=1)."
+    )
+    told = (
+        rf"got shape \({rows}, 2, 6, 6\): the model's input, of 2 channels where this layer "
+        r"takes 3\. Pass inputs of 3 channels, or build the network for 2 input channels \(its "
+        r"first layer's in_channels=2\)\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        model(torch.randn(3, 2, 6, 6))
+    flat = pyrouq.batchensemble(nn.Sequential(nn.Linear(36, 2)), 2)
+    told = (
+        r"got shape \(3, 1, 6, 6\): the model's input, of 6 features where this layer takes "
+        r"36\. Flatten it, x\.flatten\(1\), or put nn\.Flatten\(\) first in the network\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        flat(torch.randn(3, 1, 6, 6))
+    # a later layer given an output of the input's shape is told as before (the first layer's
+    # input holds the model's values, not only its shape)
+    net = nn.Sequential(nn.Conv2d(1, 1, 3, padding=1), nn.Conv2d(3, 2, 3))
+    told = r"at 'net\.1' of the model .*got shape \(3, 1, 6, 6\)\. Check the output size of"
+    with pytest.raises(ValueError, match=told):
+        pyrouq.batchensemble(net, 2)(torch.randn(3, 1, 6, 6))

@@ -7,7 +7,7 @@ import torch
 from pyro import poutine
 
 from pyrouq.infer import mean_field_guide
-from pyrouq.models import MLP, BayesianLeNet, BayesianMLP, LeNet
+from pyrouq.models import MLP, BayesianLeNet, BayesianMLP, LeNet, ResidualCNN
 from pyrouq.nn import BayesianConv2d, BayesianLinear
 
 
@@ -174,8 +174,21 @@ def test_bad_inputs_name_expected_shape():
         BayesianLeNet()(torch.randn(2, 784))
     with pytest.raises(ValueError, match=r"BayesianMLP expects inputs of shape \(B, 4\)"):
         tiny_mlp()(torch.randn(2, 5))
-    with pytest.raises(ValueError, match=r"LeNet expects images of shape \(B, 3, 28, 28\)"):
+    # images of other channels: was "Use load_mnist(flatten=False), or x.view(-1, 3, 28, 28) for
+    # flat inputs", which mixes the images of a batch
+    told = (
+        r"^LeNet expects images of shape \(B, 3, 28, 28\), got shape \(2, 1, 28, 28\): images "
+        r"of 1 channel\. Repeat the grey channel, x\.expand\(-1, 3, -1, -1\), or build it with "
+        r"in_channels=1\.$"
+    )
+    with pytest.raises(ValueError, match=told):
         LeNet(in_channels=3)(torch.randn(2, 1, 28, 28))
+    told = (
+        r"^ResidualCNN expects .* got shape \(2, 3, 8, 8\): images of 3 channels\. Make them "
+        r"grey, x\.mean\(1, keepdim=True\), or build it with in_channels=3\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        ResidualCNN()(torch.randn(2, 3, 8, 8))
 
 
 def test_bad_labels():
