@@ -347,7 +347,10 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     try:
         model, guide = _build(args, method)
     except ValueError as err:  # a --prior-scale the network's dtype holds as 0 or inf
-        held = _HELD.match(" ".join(str(err).split()))
+        text = " ".join(str(err).split())
+        held = _HELD.match(text)
+        if held is None and text.endswith(_FEWER[0]):  # more members than memory holds
+            raise CommandError(text.replace(*_FEWER)) from None
         if held is None:
             raise
         dtype, most, value = held.groups()
@@ -386,8 +389,11 @@ _HELD = re.compile(
 )
 
 
+# A BatchEnsemble layer's or per-member norm's refusal of members past int64 or memory
+_FEWER = ("Pass fewer members.", f"Pass fewer --members (default {DEFAULT_MEMBERS}).")
 # The conversions' advice in Python's words -> the command's (refusing a factory's network)
 _ADVICE = (
+    _FEWER,
     ("Pass a network with such layers.",
      "Make the factory return a network with such layers, or pick --method plain."),
     ("or use pyrouq.bayesian(net).", "or pick --method bayesian."),

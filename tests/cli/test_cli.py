@@ -235,6 +235,23 @@ def test_members_apply_to_ensembles_only_and_errors_name_the_right_help(capsys):
     assert unknown.endswith("unrecognized arguments: --bogus 1 (see `pyrouq evaluate --help`)\n")
 
 
+@pytest.mark.parametrize(
+    "argv", [["batchensemble-mlp"], ["rank1-lenet"],
+             ["_factories:tiny_residual", "--method", "batchensemble"]],
+)  # fmt: skip
+def test_more_members_than_memory_holds_are_refused_in_the_commands_words(argv, tmp_path, capsys):
+    """The layers' "Pass fewer members." reached the command's user, who passes --members."""
+    out = tmp_path / "run"
+    argv = ["fit", *argv, "--members", str(10**12), "--train-size", "8", "--out", str(out)]
+    err = one_line_error(capsys, 2, [*argv, "--no-progress"])
+    told = (
+        r"of 1000000000000 members \(its factors and biases\) would hold .* it could never be "
+        r"built\. Pass fewer --members \(default 4\)\.\n$"
+    )
+    assert re.search(told, err), err
+    assert not out.exists()
+
+
 def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
     (tmp_path / "old.txt").write_text("keep me")
     err = one_line_error(capsys, 2, ["fit", "mlp", "--out", str(tmp_path)])
