@@ -82,6 +82,12 @@ def test_your_own_network_says_fit_and_predict_set_the_mode_themselves():
     assert not model.training
     after = [b for b in model.buffers() if b.is_floating_point()]
     assert any(not torch.equal(a, b) for a, b in zip(stats, after, strict=True))
+    # it said each call left the model in the mode it came in: fit() leaves it in eval mode
+    assert "`fit()` trains in training mode and leaves the model in eval mode" in text
+    model.train()
+    pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, batch_size=16, seed=0), epochs=1,
+               progress=False)  # fmt: skip
+    assert not model.training
     model.train()  # forgotten: predict() runs in eval mode, dropout off, the same draws
     one = pyrouq.predict(model, x, guide, num_samples=2, seed=0, progress=False)
     assert model.training
