@@ -44,7 +44,8 @@ def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> 
     except Exception:  # a module's own __dir__ that fails
         names = []
     rest = parts[i + 1 :]
-    call = re.fullmatch(r"([A-Za-z_]\w*)\((.*\S.*)\)", parts[i]) if not rest else None
+    # (joined: arguments with a dot, nets:make(0.5) or make(nn.ReLU()), were split into parts)
+    call = re.fullmatch(r"([A-Za-z_]\w*)\((.*\S.*)\)", ".".join(parts[i:]))
     if call and _reaches_a_callable(owner, [call[1]]):  # nets:make(16): its 16 was dropped
         named = ".".join([*parts[:i], call[1]])
         new = "make_net" if named == "make" else "make"

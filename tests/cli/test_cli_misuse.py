@@ -86,6 +86,9 @@ def test_a_factory_written_as_a_call_is_told_to_keep_its_arguments(tmp_path, cap
         "without arguments, not a call: name one that calls it with yours (def make(): return "
         "needs_width(16), given as test_cli_misuse:make)\n"
     ), err
+    # arguments with a dot were split from the name, and told to name a function of the module
+    err = one_line_error(capsys, ["fit", "test_cli_misuse:nn.Dropout(p=0.1)", "--out", out])
+    assert err.endswith("(def make(): return nn.Dropout(p=0.1), given as test_cli_misuse:make)\n")
     err = one_line_error(capsys, ["fit", "test_cli_misuse:needs_width()", "--out", out])
     assert err.endswith("(did you mean 'test_cli_misuse:needs_width'?)\n"), err  # as before
 
