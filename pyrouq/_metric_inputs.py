@@ -182,6 +182,6 @@ def label_shape_fix(shape: tuple[int, ...], n: int, c: int, name: str) -> str:
     (it was told to pass the labels of the inputs predicted, which it held)."""
     if tuple(shape) == (n, c):  # one-hot rows, whose dtype passed the dtype check
         return f"one-hot targets? pass their class indices, {name}.argmax(-1)"
-    if len(shape) > 1 and math.prod(shape) == n:
+    if len(shape) > 1 and math.prod(shape) == n and n in shape:  # (not (2, 3) for 6)
         return f"labels in a column (or a row)? pass them as one dim, {name}.reshape(-1)"
     return "pass the labels of exactly the inputs that were predicted"

@@ -1068,6 +1068,8 @@ API_CASES = [
     ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels()[:, None]), ValueError,
      r"got shape \(6, 1\); labels in a column \(or a row\)\? pass them as one dim, "
      r"targets.reshape\(-1\)"),  # was told to pass the labels of the inputs, which it held
+    ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels().reshape(2, 3)),
+     ValueError, r"got shape \(2, 3\); pass the labels of exactly the inputs that were predicted"),
     ("evaluate", "shape",
      lambda tmp: pyrouq.evaluate(preds(), torch.nn.functional.one_hot(labels(), 10)), ValueError,
      r"got shape \(6, 10\); one-hot targets\? pass their class indices, targets.argmax\(-1\)"),
