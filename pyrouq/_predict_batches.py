@@ -74,7 +74,7 @@ def batches(
             fix = " Make them tensors (torch.as_tensor)." if arrays else ""
             raise TypeError(
                 f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) batches; "
-                f"a batch was {as_they_came or several or describe_batch(batch)}{fix}"
+                f"a batch was {as_they_came or several or describe_batch(batch, False)}{fix}"
             )
 
 

@@ -435,11 +435,12 @@ def warn_of_a_shard(loader: Any, caller: str) -> None:
         )
 
 
-def describe_batch(batch: Any) -> str:
+def describe_batch(batch: Any, needs_labels: bool = True) -> str:
     """What a loader yielded instead of ``(x, y)`` pairs, with the fix for a dict: for the
-    error messages of :func:`pyrouq.fit` and :func:`pyrouq.predict`."""
+    error messages of :func:`pyrouq.fit` and :func:`pyrouq.predict` (``needs_labels=False``: it
+    takes batches of inputs alone)."""
     if isinstance(batch, Mapping):
-        return dict_batch_fix(batch)
+        return dict_batch_fix(batch, needs_labels)
     size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
     name = type(batch).__name__
     return f"{article(name)} {name}{size}."

@@ -133,6 +133,30 @@ def test_the_fix_told_for_a_loader_of_dicts_runs_as_written():
     assert len(result.history) == 1
 
 
+class _InputDicts(_Dicts):
+    """Dict examples of inputs alone, as one predicts."""
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"pixels": super().__getitem__(i)["pixels"]}
+
+
+def test_the_fix_told_predict_for_a_loader_of_input_dicts_runs_as_written():
+    # it said "return b['pixels'], b['y']" for a dict with no labels: a KeyError as written
+    model = bayesian(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3)))
+    guide = mean_field_guide(model)
+    with pytest.raises(
+        TypeError, match=r"a dict with keys 'pixels'\. Map it to tensors of "
+    ) as info:
+        pyrouq.predict(model, torch.utils.data.DataLoader(_InputDicts(), batch_size=4), guide)
+    code = str(info.value).split("returns them: ", 1)[1].split("; then ", 1)[0]
+    assert code == "def inputs(items): return torch.utils.data.default_collate(items)['pixels']"
+    scope: dict = {"torch": torch}
+    exec(code.replace(": return", ":\n    return"), scope)
+    loader = torch.utils.data.DataLoader(_InputDicts(), batch_size=4, collate_fn=scope["inputs"])
+    preds = pyrouq.predict(model, loader, guide, num_samples=2, progress=False)
+    assert preds.probs.shape == (2, 8, 3)
+
+
 # --------------------------------------------------------------------------------------------
 # predict(): plates of a literal size
 # --------------------------------------------------------------------------------------------

@@ -1047,7 +1047,7 @@ API_CASES = [
      r"batches, \[\(x, y\)\]\.$"),
     ("predict", "type",
      with_model_guide(lambda m, g: predict(m, [{"image": torch.rand(2, 784)}], g)), TypeError,
-     r"a batch was a dict with keys 'image'\. Map it to pairs, e\.g\. a collate_fn"),
+     r"a batch was a dict with keys 'image'\. Map it to tensors of inputs, e\.g\. a collate_fn"),
     ("predict", "range", with_model_guide(lambda m, g: predict(m, flat_x(), g, num_samples=0)),
      ValueError, r"Expected num_samples to be a positive integer, got 0"),
     ("Predictions", "shape", lambda tmp: pyrouq.Predictions(torch.full((6, 10), 0.1)),
