@@ -12,7 +12,7 @@ from torch import Tensor
 from pyrouq._metric_inputs import _check_scores, _prepare_probs
 from pyrouq._numbers import is_array_like
 from pyrouq._words import slip_hint
-from pyrouq.uncertainty import decompose, entropy
+from pyrouq.uncertainty import _SUM_TOL, decompose, entropy
 
 OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
 """Per-input OOD score of :func:`ood_scores` (higher = more likely out-of-distribution)."""
@@ -29,8 +29,9 @@ _PREDICT_FIRST = (
 def check_ood_predictions(ood: Any) -> None:
     """Refuse the out-of-distribution inputs themselves, a loader of them or images, where
     :func:`pyrouq.metrics.evaluate` takes predictions on them (a loader was told only that it
-    had no ``.probs``, and a batch of images to stack draws on dim 0)."""
-    if isinstance(ood, Tensor) and ood.dim() > 3:
+    had no ``.probs``, and a batch of images to stack draws on dim 0; probabilities on a dim
+    too many are still told that)."""
+    if isinstance(ood, Tensor) and ood.dim() > 3 and not _sums_to_one(ood):
         raise ValueError(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
             f"probabilities, got a tensor of shape {tuple(ood.shape)}: the inputs? "
@@ -43,6 +44,14 @@ def check_ood_predictions(ood: Any) -> None:
             f"Expected ood to be predictions on out-of-distribution inputs, got "
             f"{type(ood).__name__}, a loader or batches of inputs? {_PREDICT_FIRST}."
         )
+
+
+def _sums_to_one(x: Tensor) -> bool:
+    """Whether ``x`` holds probabilities over its last dim (stacked on too many dims, they are
+    told how to stack them, not that they are inputs)."""
+    if not x.is_floating_point() or x.is_meta or not x.numel():
+        return False
+    return bool(((x.sum(-1) - 1).abs() <= _SUM_TOL).all())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -240,6 +240,12 @@ CASES = {
         r"got a tensor of shape \(3, 1, 8, 8\): the inputs\? evaluate\(\) scores predictions, "
         r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
     ),
+    "metrics: OOD probabilities stacked on one dim too many": (  # not told they are inputs
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=uniform()[None]),
+        ValueError,
+        r"Expected ood of shape \(S, N, C\) \(3 dims\) or \(N, C\) \(2 dims\), got shape "
+        r"\(1, .*\)\. Stack the draws/members on dim 0",
+    ),
     "metrics: a loader of OOD inputs": (  # was: 'or an object with a .probs attribute'
         lambda tmp: pyrouq.Predictions(uniform(), torch.tensor([0, 1, 2])).evaluate(
             ood=pyrouq.ood_loader(8)
