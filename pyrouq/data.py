@@ -152,7 +152,9 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
             f"Expected images of shape (N, H, W) with N >= 1, got shape {tuple(images.shape)}; "
             f"{fix}."
         )
-    if images.shape[2] <= 4 and images.shape[1] >= 8:  # one (H, W, C) image, not W <= 4 pixels
+    # one square (H, W, C) image, read as H images of W x C pixels; tall thin images such as
+    # (5, 8, 4) are a batch, as before
+    if images.shape[2] <= 4 and images.shape[0] == images.shape[1] >= 8:
         raise ValueError(
             f"Expected images of shape (N, H, W), got shape {tuple(images.shape)}, which would "
             f"be {images.shape[0]} images of {images.shape[1]} x {images.shape[2]} pixels; "

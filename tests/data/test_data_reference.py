@@ -254,6 +254,11 @@ def test_normalize_refuses_one_channels_last_image_it_read_as_rows_of_images():
                        r".*images\.permute\(2, 0, 1\)\.unsqueeze\(0\)"):  # fmt: skip
         normalize(grey.unsqueeze(-1).expand(28, 28, 3))
     assert normalize(images).shape == (3, 1, 28, 28)  # three images, (N, H, W), as before
+    # a batch of tall thin images, N != H, is a batch, as before the refusal
+    thin = torch.randint(0, 256, (5, 8, 4), dtype=torch.uint8)
+    expected = (thin.float() / 255 - MNIST_MEAN) / MNIST_STD
+    assert torch.allclose(normalize(thin).reshape(5, 8, 4), expected, atol=1e-6)
+    assert normalize(torch.zeros(3, 32, 2, dtype=torch.uint8)).shape == (3, 1, 32, 2)
 
 
 def test_tensor_loader_hints_fit_the_layout():
