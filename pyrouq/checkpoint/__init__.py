@@ -216,7 +216,8 @@ def save(
         are made Python's in the optimizer state, refused in the extra state), or a converted
         model whose network creates parameters with ``pyro.param`` in its forward (as
         :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
-        that is not a dict or holds what load() would refuse to unpickle.
+        that is not a dict or holds what load() would refuse to unpickle; also a model on the
+        meta device (shapes, no values: nothing is written).
 
     Examples
     --------

@@ -205,7 +205,7 @@ def to_inference_data(
         leaving one) that a BatchNorm built without running statistics refuses (its
         statistics are its batch's); a vectorised ``pyro.plate`` around the call of a pyrouq
         model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` fixing
-        one of its latent sites.
+        one of its latent sites; a model on the meta device (shapes, no values).
 
     Warns
     -----

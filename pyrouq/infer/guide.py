@@ -453,7 +453,9 @@ def mean_field_guide(
     ValueError
         A site whose prior has other bounds (a ``Uniform``, a ``Beta``, a ``Pareto``): the KL
         of either family to it is infinite. :func:`pyrouq.mcmc` samples such priors. An
-        initial scale that is 0 or inf in the model's dtype (its KL would be infinite).
+        initial scale that is 0 or inf in the model's dtype (its KL would be infinite). A
+        model on the meta device (shapes, no values: built under
+        ``torch.set_default_device('meta')``).
 
     Examples
     --------

@@ -1,6 +1,7 @@
 """The docstrings' Raises / Warns lists and the README's words on refusals and settings: fit()
 and mcmc() inside a trace or a plate, mcmc(parallel=True) under a Pyro handler (its chains kept
-in this process), save()'s training state, load() of a plain pickle, a distribution class as a
+in this process), save()'s training state, a model on the meta device (save(),
+mean_field_guide(), to_inference_data()), load() of a plain pickle, a distribution class as a
 prior, bytes as train_loader, the converters' 10,000 items per attribute (pinned beside what the
 converters do), a BatchEnsemble forward's side effects once per member on CPU, and calibration
 under a non-CPU default device (pinned beside what it does). The refusals themselves are pinned,
@@ -45,7 +46,8 @@ def _model():
 # code they test: tests/package/test_package_environment_settings.py (a trace around fit() and
 # mcmc(), mcmc(parallel=True) under a handler, a plain pickle to load()),
 # tests/package/test_public_arguments_fitting.py (save(training=), resume_from, a distribution
-# class as prior, bytes as train_loader)
+# class as prior, bytes as train_loader), tests/engine/test_cpu_default_device.py (a model on
+# the meta device to save(), mean_field_guide(), to_inference_data())
 # -------------------------------------------------------------------------------------------
 
 
@@ -68,9 +70,13 @@ def _model():
         (pyrouq.bayesian, "(a distribution class itself, ``dist.Normal``, is refused: pass an "
          "instance)"),
         (pyrouq.fit, "a str, bytes or dict, which iterate characters, ints and keys"),
+        (pyrouq.save, "also a model on the meta device (shapes, no values: nothing is written)"),
+        (pyrouq.mean_field_guide, "A model on the meta device (shapes, no values"),
+        (pyrouq.to_inference_data, "a model on the meta device (shapes, no values)"),
     ],
     ids=["fit-trace", "mcmc-plate-trace", "fit-condition", "mcmc-handler", "mcmc-parallel",
-         "save-training", "load-pickle", "fit-resume", "bayesian-class", "fit-bytes"],
+         "save-training", "load-pickle", "fit-resume", "bayesian-class", "fit-bytes",
+         "save-meta", "guide-meta", "idata-meta"],
 )  # fmt: skip
 def test_the_docstrings_list_the_refusals(fn, words):
     assert words in _doc(fn)
