@@ -378,7 +378,7 @@ def fit(
     model = _distributed.unwrapped(model)  # a DDP wrapper: fit() averages the gradients
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
-    early = _distributed.current(real_device(module_device(model, guide), "fit()"))
+    early = _distributed.current(module_device(model, guide))
     # gradients whatever the caller's grad mode (a fit() under torch.no_grad() or
     # torch.inference_mode() would otherwise step on no gradients and train nothing), as mcmc()
     with (
@@ -387,6 +387,7 @@ def fit(
         cpu_default(),
         _distributed.together(early, _SET_UP),
     ):
+        real_device(module_device(model, guide), "fit()")  # (here: on one rank, stops them all)
         refuse_handlers_around(model, "fit()")  # a plate, a trace, a condition: before anything
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)

@@ -1,8 +1,9 @@
 """fit() on 2 processes (gloo, CPU), second audit: a loader refused on one rank only stops
 every rank in step (the others waited in the steps' check, whose all_reduce then met the
-refused rank's next collective and read its numbers), ranks that differ are named, and an
-uneven N is sharded into equal, covering shards, reshuffled every epoch and repeated with
-the seed."""
+refused rank's next collective and read its numbers), so does a model on the meta device on
+one rank only (refused before the set-up's collective, it left rank 0 waiting there), ranks
+that differ are named, and an uneven N is sharded into equal, covering shards, reshuffled
+every epoch and repeated with the seed."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def _worker(rank: int, init: str, out: str) -> None:
         attempt("then", *_build(), ArrayLoader(x, y, 4, seed=0))  # in step again
         attempt("model", *_build(seed=rank), ArrayLoader(x, y, 4, seed=0))
         attempt("layers", *_build(layers=2 + rank), ArrayLoader(x, y, 4, seed=0))
+        model, guide = _build()  # a skeleton on the meta device on rank 1 (left unloaded)
+        attempt("meta", model.to("meta") if rank else model, guide, ArrayLoader(x, y, 4, seed=0))
         runs = []
         for _ in range(2):  # uneven N: shards of ceil(11 / 2) = 6; repeated with the seed
             recording = _Recording(x, y, 4, seed=0)
@@ -83,6 +86,8 @@ def test_refusals_on_one_rank_keep_the_ranks_in_step_and_name_the_rank(tmp_path)
         "fit() stopped on every rank: rank 0 failed (its train_loader does not shard the data "
         "for its rank)"
     ), ranks[1]["list on rank 0"]
+    assert ranks[1]["meta"].startswith("fit(): the model is on the meta device"), ranks[1]
+    assert ranks[0]["meta"].startswith("fit() stopped on every rank: rank 1 failed"), ranks[0]
     for r in ranks:
         assert r["then"] == "ran", r["then"]
         assert "differ between ranks, first at 'guide: loc.0__weight', where rank 1 holds " \
