@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -63,7 +64,7 @@ def _input_fix(x: torch.Tensor, dim: int, size: int) -> str:
         built = f"build the network for {got} input channel{plural}"
         return f"{said} {fix}, or {built} (its first layer's in_channels={got})."
     said = f"the model's input, of {got} feature{plural} where this layer takes {size}."
-    if x.dim() > 2 and x[0].numel() == size:  # images to a network of flat inputs
+    if x.dim() > 2 and math.prod(x.shape[1:]) == size:  # images to a network of flat inputs
         return f"{said} Flatten it, x.flatten(1), or put nn.Flatten() first in the network."
     fix = f"Pass inputs of {size} features, or build the network for {got}"
     return f"{said} {fix} (its first layer's in_features={got})."

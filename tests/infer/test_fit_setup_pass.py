@@ -242,3 +242,8 @@ def test_a_first_layer_refusing_the_models_input_names_its_channels_and_the_fix(
     told = r"at 'net\.1' of the model .*got shape \(3, 1, 6, 6\)\. Check the output size of"
     with pytest.raises(ValueError, match=told):
         pyrouq.batchensemble(net, 2)(torch.randn(3, 1, 6, 6))
+    # an empty batch of images to a network of flat inputs: refused as before (was an
+    # IndexError, "index 0 is out of bounds for dimension 0 with size 0")
+    told = r"at 'net\.0' of the model .*got shape \(0, 1, 6, 6\)\. Check the output size of"
+    with pytest.raises(ValueError, match=told):
+        flat(torch.randn(0, 1, 6, 6))
