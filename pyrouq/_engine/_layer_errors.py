@@ -64,10 +64,15 @@ def _where(net: nn.Module, layer: nn.Module) -> str:
 
 
 def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> bool:
-    """Whether ``layer`` refused the model's input ``x`` as it came (repeated once per member
-    in a folded batch): the input it was called with holds ``x``'s values, not only its
-    shape."""
+    """Whether ``layer``, the first BatchEnsemble layer of ``net``, refused the model's input
+    ``x`` as it came (repeated once per member in a folded batch): the input it was called
+    with holds ``x``'s values, not only its shape. A later layer is never told so, even given
+    values equal to ``x``'s (zeros through layers without biases: the first layer is not the
+    one to change)."""
     if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] == 0:
+        return False
+    first = next((m for m in net.modules() if getattr(m, "_is_batchensemble", False)), None)
+    if first is not layer:
         return False
     found, inputs = _innermost(net, traceback)
     given = inputs[0] if found is layer and inputs else None

@@ -242,6 +242,12 @@ def test_a_first_layer_refusing_the_models_input_names_its_channels_and_the_fix(
     told = r"at 'net\.1' of the model .*got shape \(3, 1, 6, 6\)\. Check the output size of"
     with pytest.raises(ValueError, match=told):
         pyrouq.batchensemble(net, 2)(torch.randn(3, 1, 6, 6))
+    # ... even one whose input holds the input's values: zeros through a layer without a bias
+    # (was told to build the network for 1 input channel, which its first layer already takes)
+    net = nn.Sequential(nn.Conv2d(1, 1, 3, padding=1, bias=False), nn.Conv2d(3, 2, 3))
+    told = r"at 'net\.1' of the model .*got shape \(3, 1, 6, 6\)\. Check the output size of"
+    with pytest.raises(ValueError, match=told):
+        pyrouq.batchensemble(net, 2)(torch.zeros(3, 1, 6, 6))
     # an empty batch of images to a network of flat inputs: refused as before (was an
     # IndexError, "index 0 is out of bounds for dimension 0 with size 0")
     told = r"at 'net\.0' of the model .*got shape \(0, 1, 6, 6\)\. Check the output size of"
