@@ -571,8 +571,11 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
     check_draws(model, draws, "predict()", source="posterior_samples")
     for site, value in draws.items():  # a NaN draw would make its predictions NaN, silently
         if site in shapes and value.is_floating_point():  # (not "logits": unread; own: on x)
-            bad = ~torch.isfinite(value)
-            bad = (bad.flatten(1).any(1) if bad.dim() > 1 else bad).nonzero().flatten()
+            # each draw's sum, NaN or inf where a value is (or where it overflows: those
+            # draws checked value by value), without isfinite's full-size temporaries
+            sums = value.sum(tuple(range(1, value.dim()))) if value.dim() > 1 else value
+            odd = (~torch.isfinite(sums)).nonzero().flatten().tolist()
+            bad = [s for s in odd if not bool(torch.isfinite(value[s]).all())]
             if len(bad):
                 raise ValueError(
                     f"posterior_samples: site {site!r} holds NaN or inf in {len(bad)} of "

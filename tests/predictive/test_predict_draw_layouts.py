@@ -68,6 +68,19 @@ def test_non_finite_draws_are_refused_naming_site_and_draw(bad):
         predict(model, x, posterior_samples=flat, progress=False)
 
 
+def test_finite_draws_whose_sum_overflows_are_kept_beside_a_non_finite_one():
+    """The check sums each draw (no full-size temporaries): a float16 draw of 6e4 twice sums
+    to inf, and only a value-by-value look at it tells it finite from draw 5's NaN."""
+    model, samples, x = _model_and_draws()
+    flat = {k: v.reshape(-1, *v.shape[2:]).half() for k, v in samples.items()}
+    flat["fc2.bias"][2, :2] = 6e4
+    flat["fc2.bias"][5, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"NaN or inf in 1 of 6 draws, the first at draw 5"):
+        predict(model, x, posterior_samples=flat, progress=False)
+    flat["fc2.bias"][5, 0] = 0.0
+    assert predict(model, x, posterior_samples=flat, progress=False).probs[2].isfinite().all()
+
+
 @pytest.mark.parametrize("seed", [-1, "x", 2.5])
 def test_lac_scores_refuse_a_bad_seed_as_predict_sets_does(seed):
     """LAC's scores draw nothing, and returned before the seed was checked: a bad seed passed
