@@ -1,9 +1,9 @@
 """Which runner :func:`pyrouq.predict` evaluates its input batches with, but for a guide's (whose
 draws are taken in chunks, in predict() itself): one for draws given as ``posterior_samples``
 (an MCMC result or run, or a dict of stacked draws: checked against the model's latent sites,
-copied to the model's device and dtype, or to the inputs' for a model without parameters of
-its own), and one for a model given no draws (a BatchEnsemble's members, a Pyro model run from its
-priors, a plain network once)."""
+cast to the model's device and dtype, or to the inputs' for a model without parameters of
+its own, and copied chunk by chunk as they run), and one for a model given no draws (a
+BatchEnsemble's members, a Pyro model run from its priors, a plain network once)."""
 
 from __future__ import annotations
 
@@ -50,12 +50,13 @@ def posterior_samples_runner(
             "the model's latent sites, {site: (S, *shape)}."
         )
     # numpy's or arviz's float64 draws, say, in the model's dtype (a model without
-    # parameters of its own tells none: its draws take the inputs' dtype); copies, pyrouq's
-    # own as a guide's draws are: a network that changes its weight in place as it runs
-    # (a clamp_ under no_grad) changes them, not the caller's tensors (an MCMCResult's, numpy's)
+    # parameters of its own tells none: its draws take the inputs' dtype); the runner copies
+    # each chunk of them as it runs it: a network that changes its weight in place as it runs
+    # (a clamp_ under no_grad) changes the copies, not the caller's tensors (an MCMCResult's,
+    # numpy's), and every input batch runs on the draws as given
     dtype = module_dtype(model)
     fixed = {
-        k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype, copy=True)
+        k: v.to(device, dtype if v.is_floating_point() and dtype else v.dtype)
         for k, v in fixed.items()
     }
     count = int(next(iter(fixed.values())).shape[0])
@@ -67,6 +68,7 @@ def posterior_samples_runner(
         batch_size,
         refit,
         "posterior_samples",
+        copied=True,
     )
 
 

@@ -295,13 +295,18 @@ def bayesian_runner(
     batch_size: int,
     refit: tuple[list[batchnorm.Norm], Callable[[], list[Tensor]]] | None = None,
     what: str = "the guide",
+    copied: bool = False,
 ):
     """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws;
     ``what`` names them in messages: "the guide" or "posterior_samples"),
     then evaluate every input batch under them, ``chunk`` draws per pass so that at most
     ``max(batch_size, B)`` (input, draw) pairs are evaluated at once. With ``refit`` (the
     BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
-    are estimated once, after the draws, and loaded before that draw runs."""
+    are estimated once, after the draws, and loaded before that draw runs. With ``copied``
+    (draws of the caller's own), the network runs on a copy of each chunk, made as the chunk
+    runs (anew for every input batch): a network that changes its weight in place (a
+    ``clamp_``) changes neither the caller's tensors nor the next batch's draws, for one
+    chunk's memory (all S draws copied at once held as much again as the draws)."""
     draws: dict[str, Tensor] = {}
     taken: list[bool] = []
     per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
@@ -325,8 +330,10 @@ def bayesian_runner(
             return own_forward_outputs(model, x, data, first(x))
         return logits_of(poutine.condition(model, data=data), x, model, first(x))
 
-    def draw(s: int) -> dict[str, Tensor]:
-        return {k: v[s] for k, v in draws.items()}
+    def draw(s: int, stop: int | None = None) -> dict[str, Tensor]:
+        """Draw ``s`` (draws ``s`` to ``stop``, stacked, where given), copied if ``copied``."""
+        index = s if stop is None else slice(s, stop)
+        return {k: v[index].clone() if copied else v[index] for k, v in draws.items()}
 
     def run(x: Tensor) -> Tensor:
         if not taken:  # once, at the first batch (a model may keep no site of them)
@@ -358,7 +365,7 @@ def bayesian_runner(
                 one = logits(given(), draw(start))
                 out.append(one if ensemble else one.unsqueeze(0))
             else:
-                many = logits(given(), {k: v[start:stop] for k, v in draws.items()})
+                many = logits(given(), draw(start, stop))
                 out.append(many.flatten(0, 1) if ensemble else many)
         joined = torch.cat(out)
         if direct is not None:  # (a model of the user's own: logits_of checks its logits)

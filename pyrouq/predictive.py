@@ -289,8 +289,9 @@ def predict(
         a site's draws to the model's plates, ``(S, 1, *shape)``, dropped). S is then their
         number (leave ``guide`` and ``num_samples`` out). Floating draws (arviz's, numpy's float64)
         take the dtype of the model's parameters (of the inputs for a model without any). The
-        network runs on copies: one that changes its weight in place (a ``clamp_``) leaves the
-        draws given as they were.
+        network runs on copies, made chunk by chunk of draws for every input batch (one
+        chunk's memory, not all S draws'): one that changes its weight in place (a ``clamp_``)
+        leaves the draws given as they were, and every batch runs on them as given.
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,

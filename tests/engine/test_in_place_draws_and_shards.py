@@ -3,7 +3,7 @@ batch of one input under ranks whose shard holds one example (no batch size help
 sampler's batch size, a loader that tells none, the one-process words kept; a network that
 changes a drawn weight in place without gradients (with them: test_run_draws_in_place.py),
 and predict() and to_inference_data() of it on draws of the caller's own, which they leave
-as they were."""
+as they were (predict() runs every input batch on them as given)."""
 
 from __future__ import annotations
 
@@ -166,6 +166,36 @@ def test_predict_leaves_the_callers_posterior_samples_as_they_were(given):
     hidden = torch.relu(x @ kept["0.weight"].clamp(-0.1, 0.1).mT + kept["0.bias"][:, None])
     expected = torch.softmax(hidden @ kept["2.weight"].mT + kept["2.bias"][:, None], -1)
     assert float(kept["0.weight"].abs().max()) > 0.5  # (the bound changes them)
+    torch.testing.assert_close(probs, expected)
+
+
+class _Shrinking(nn.Linear):
+    """A layer that halves its weight in place after each run: not idempotent."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        with torch.no_grad():
+            self.weight.mul_(0.5)
+        return out
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_predict_runs_every_input_batch_on_the_posterior_samples_as_given(parallel):
+    """predict() copied the caller's draws once per call and ran every input batch on that
+    copy: a network halving its weight as it ran gave batch b the draws halved b times. Each
+    batch runs on copies of the draws as given, its predictions computed by hand."""
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(_Shrinking(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    draws = {k: v + torch.randn(3, *v.shape) for k, v in model.template().items()}
+    kept = {k: v.clone() for k, v in draws.items()}
+    x = torch.randn(6, 3)
+    probs = predict(
+        model, x, posterior_samples=draws, batch_size=2, parallel=parallel, progress=False
+    ).probs
+    for name, value in draws.items():
+        assert torch.equal(value, kept[name]), name
+    hidden = torch.relu(x @ kept["0.weight"].mT + kept["0.bias"][:, None])
+    expected = torch.softmax(hidden @ kept["2.weight"].mT + kept["2.bias"][:, None], -1)
     torch.testing.assert_close(probs, expected)
 
 
