@@ -297,6 +297,14 @@ def no_batches_message(loader: Iterable, world: int, epoch: int) -> str:
                 f"Pass a batch_size of at most {share} (the batch size is per rank), or "
                 "drop_last=False."
             )
+            if isinstance(loader, torch.utils.data.DataLoader) and loader.batch_size is None:
+                # batch_sampler= (or a BatchSampler as sampler=): DataLoader refuses a
+                # batch_size beside it
+                fix = (
+                    f"Build the batch sampler with a batch size of at most {share} (the batch "
+                    "size is per rank; DataLoader takes no batch_size beside a batch_sampler), "
+                    "or with drop_last=False."
+                )
     return f"train_loader yielded no batches ({why}) in epoch {epoch}. {fix}"
 
 

@@ -252,5 +252,12 @@ def test_an_epoch_without_batches_on_the_ranks_names_the_distributed_samplers_sh
             "5 of the 10 examples, fewer than a batch of 8 with drop_last=True) in epoch 1. "
             "Pass a batch_size of at most 5 (the batch size is per rank), or drop_last=False."
         )
-        # a batch_sampler='s batch size is named too (the loader's own batch_size is None)
-        assert r["share below a sampled batch"] == r["share below a batch"]
+        # a batch_sampler='s batch size is named too (the loader's own batch_size is None),
+        # and the fix is the batch sampler's: DataLoader refuses a batch_size beside it
+        assert r["share below a sampled batch"] == (
+            "train_loader yielded no batches (its DistributedSampler gives each of the 2 ranks "
+            "5 of the 10 examples, fewer than a batch of 8 with drop_last=True) in epoch 1. "
+            "Build the batch sampler with a batch size of at most 5 (the batch size is per "
+            "rank; DataLoader takes no batch_size beside a batch_sampler), or with "
+            "drop_last=False."
+        )
