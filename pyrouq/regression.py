@@ -398,7 +398,7 @@ class GaussianPredictions:
                 value,
                 f"rescale's {name}",
                 "there are no statistics to rescale with. Pass a Standardizer's y_mean and "
-                "y_std on the cpu.",
+                "y_std, on any real device (they are moved to the predictions').",
             )
             try:
                 t = torch.as_tensor(value, dtype=dtype, device=self.loc.device)
@@ -475,6 +475,7 @@ def _refuse_meta(value: object, name: str, why: str) -> None:
 
 def _level(level: object, what: str) -> float:
     """``level`` as a float in (0, 1), or a clear error."""
+    _refuse_meta(level, what, "there is no level to read. Pass it as a number, e.g. 0.9.")
     if is_one_number(level) and not is_real(level):  # tensor(0.9), np.array(0.9): as a float
         level = one_number(level)
     if not (isinstance(level, numbers.Real) and not isinstance(level, bool)):
