@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pyrouq._words import slip_hint
+from pyrouq._words import close_names, did_you_mean, slip_hint
 from pyrouq.likelihoods._base import Likelihood
 from pyrouq.likelihoods._categorical import Categorical
 from pyrouq.likelihoods._gaussian import NOISE_SITE as NOISE_SITE
@@ -32,6 +32,19 @@ __all__ = ["Categorical", "Gaussian", "Likelihood", "LikelihoodName", "get_likel
 LikelihoodName = Literal["categorical", "gaussian"]
 
 _LIKELIHOODS: dict[str, type[Likelihood]] = {"categorical": Categorical, "gaussian": Gaussian}
+
+#: Other words users write for a likelihood (in any case), and its name here.
+_OTHER_WORDS = {"normal": "gaussian", "gauss": "gaussian"}
+
+
+def _name_hint(name: object) -> str:
+    """The question the refusal of an unknown likelihood ``name`` asks: its slip (``"Gaussian"``),
+    another word for it (``"normal"``), else the name close to a typo (``"categorial"``)."""
+    hint = slip_hint(name, _LIKELIHOODS)
+    if hint or not isinstance(name, str):
+        return hint
+    other = _OTHER_WORDS.get(name.strip().lower())
+    return did_you_mean([other] if other else close_names(name, _LIKELIHOODS))
 
 
 def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
@@ -54,7 +67,7 @@ def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
         )
     name = spec.get("name") if isinstance(spec, dict) else spec
     if not isinstance(name, str) or name not in _LIKELIHOODS:
-        hint = slip_hint(name, _LIKELIHOODS)
+        hint = _name_hint(name)
         raise ValueError(
             f"Unknown likelihood {spec!r}{hint}: expected one of {sorted(_LIKELIHOODS)} or a "
             "pyrouq.likelihoods.Likelihood instance (e.g. pyrouq.likelihoods.Gaussian(0.5))."

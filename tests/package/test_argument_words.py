@@ -189,6 +189,16 @@ def test_an_option_name_slipped_in_case_or_joins_is_asked_did_you_mean(call, mes
         call()
 
 
+@pytest.mark.parametrize("given", ["normal", "Normal", "gauss", " Gauss", "gausian"])
+def test_the_words_users_write_for_gaussian_are_asked_did_you_mean_gaussian(given):
+    # was: no hint, as for a likelihood pyrouq has not ("poisson", below)
+    said = rf"Unknown likelihood {given!r} \(did you mean 'gaussian'\?\): expected one of"
+    with pytest.raises(ValueError, match=said):
+        pyrouq.bayesian(nn.Linear(3, 2), likelihood=given)
+    with pytest.raises(ValueError, match=said):
+        pyrouq.likelihoods.get_likelihood(given)
+
+
 def test_a_name_that_slipped_from_none_gets_no_guess_and_a_slip_is_not_taken():
     with pytest.raises(ValueError) as caught:
         pyrouq.bayesian(nn.Linear(3, 2), likelihood="poisson")
