@@ -51,7 +51,7 @@ from pyrouq.infer._training import (
     unpack_batch,
 )
 from pyrouq.infer.guide import MeanFieldGuide
-from pyrouq.likelihoods import Categorical, likelihood_of
+from pyrouq.likelihoods import Categorical, Gaussian, likelihood_of
 
 
 class Probe:
@@ -140,7 +140,7 @@ class Probe:
                 if run_network:
                     try:
                         with poutine.trace(param_only=True) as network:
-                            size = _output_size(model, x, self.likelihood, foreign)
+                            size = _output_size(model, x, y, self.likelihood, foreign)
                             own = own_model(model)
                             if own is not None and own_forward(own):  # its pyro.params
                                 own(x, y)
@@ -551,9 +551,13 @@ def is_pyrouq_model(model: Any) -> bool:
     return own_model(model) is not None
 
 
-def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int | None:
+def _output_size(
+    model: Any, x: torch.Tensor, y: torch.Tensor, likelihood: Any, own: bool
+) -> int | None:
     """The number of outputs D of ``model`` on ``x`` (classes, or regression targets), after
-    the likelihood has seen the outputs (it sizes a learned noise scale)."""
+    the likelihood has seen the outputs (it sizes a learned noise scale; a Gaussian's noise
+    prior of another shape is left to the targets' check where the targets ``y`` do not fit
+    D either, as they are checked next, in full)."""
     run = getattr(model, "outputs", None)
     if callable(run) and has_latent_sites(model):
         out = run(x, model.template())
@@ -566,5 +570,7 @@ def _output_size(model: Any, x: torch.Tensor, likelihood: Any, own: bool) -> int
     if not torch.is_tensor(out) or out.dim() < 2:
         return None
     likelihood.prepare(out)
+    if isinstance(likelihood, Gaussian):
+        return likelihood.num_outputs(out, targets=y)
     size = getattr(likelihood, "num_outputs", None)
     return int(size(out)) if callable(size) else int(out.shape[-1])

@@ -194,8 +194,14 @@ class Gaussian(Likelihood):
 
     # -- the observation -----------------------------------------------------------------------
 
-    def num_outputs(self, outputs: Tensor, where: str = "Gaussian") -> int:
-        """D: the outputs' last dim (half of it, heteroscedastic)."""
+    def num_outputs(
+        self, outputs: Tensor, where: str = "Gaussian", targets: Tensor | None = None
+    ) -> int:
+        """D: the outputs' last dim (half of it, heteroscedastic). A noise prior of another
+        shape than D's is refused, but where ``targets`` are given that do not fit D either:
+        D is returned, for the check of the targets that follows to name the fix (a network
+        of 2 outputs on targets (N,): heteroscedastic, or one output), not a prior of (2,),
+        which would then fail on the targets."""
         size = outputs.shape[-1]
         if self.mode == "heteroscedastic":
             if size % 2:
@@ -215,6 +221,8 @@ class Gaussian(Likelihood):
                     "Gaussian('learned')."
                 )
         if self.mode == "latent" and tuple(self.noise_prior.shape) not in ((), (size,)):
+            if targets is not None and self.target_problem(targets, size) is not None:
+                return size  # (the targets' check, next, refuses them)
             raise ValueError(
                 f"{where}: the noise prior has batch shape {tuple(self.noise_prior.shape)}, "
                 f"expected () (one noise for all outputs) or ({size},) (one per output) for a "
@@ -306,7 +314,8 @@ class Gaussian(Likelihood):
 
     def check_targets(self, y: Any, outputs: Tensor, where: str) -> None:
         check_batched(outputs, where, "outputs", "D", _UNBATCHED)
-        batch, d = outputs.shape[-2], self.num_outputs(outputs, where)
+        targets = y if torch.is_tensor(y) else None
+        batch, d = outputs.shape[-2], self.num_outputs(outputs, where, targets)
         self._check_scored(outputs, where)
         if not torch.is_tensor(y):
             raise TypeError(

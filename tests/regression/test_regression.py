@@ -341,6 +341,16 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
             torch.randn(4, 3), torch.randn(4)), ValueError,
          r"the noise prior has batch shape \(3,\), expected \(\) \(one noise for all "
          r"outputs\) or \(1,\) \(one per output\) for a network with 1 output\(s\)"),
+        # targets (N,) of 2 outputs: told first (it was "build the prior with (2,)", which then
+        # failed on the targets)
+        (lambda: bayesian(nn.Linear(3, 2), likelihood=Gaussian(dist.HalfNormal(torch.ones(1))))(
+            torch.randn(4, 3), torch.randn(4)), ValueError,
+         r"targets of shape \(4,\), expected \(N, 2\) for a network with 2 output\(s\) \(if it "
+         r"outputs a mean and a scale per target, pass likelihood=Gaussian\(scale='heteros"),
+        (lambda: fit(*(lambda m: (m, mean_field_guide(m)))(bayesian(nn.Linear(3, 2), likelihood=(
+            Gaussian(dist.HalfNormal(torch.ones(1)))))), ArrayLoader(torch.randn(8, 3),
+         torch.randn(8), 4), epochs=1, progress=False), ValueError,
+         r"^train_loader has targets of shape \(8,\), expected \(N, 2\) .*heteroscedastic"),
         (lambda: batchensemble(nn.Linear(3, 1), 2, likelihood=Gaussian(dist.HalfNormal(1.0))),
          ValueError, r"batchensemble\(\) got a likelihood whose noise is a latent site "
          r"\(\['sigma'\], .*Use Gaussian\('learned'\) .*or rank1\(module, M, likelihood=...\)"),
