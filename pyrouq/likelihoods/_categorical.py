@@ -174,6 +174,11 @@ class Categorical(Likelihood):
         """What is wrong with ``y`` as class labels of ``num_classes`` classes (its dtype, or
         values outside ``[0, C)``; the range is not checked when ``num_classes`` is None), or
         None: the one label check that models, :func:`pyrouq.fit` and the diagnostics share."""
+        if (y.dtype.is_floating_point or y.dtype == torch.bool) and _one_hot(y, num_classes):
+            return (  # (y.long() would be refused next for its shape)
+                f"one-hot labels of dtype {y.dtype} and shape {tuple(y.shape)}, expected class "
+                f"indices of shape ({y.shape[0]},) in an integer dtype: pass y.argmax(dim=1)"
+            )
         if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
             regression = (
                 "; real-valued targets are regression, for a model built with "
@@ -263,3 +268,14 @@ class Categorical(Likelihood):
         from pyrouq.predictive import Predictions
 
         return Predictions(along_inputs(parts), targets)
+
+
+def _one_hot(y: Tensor, num_classes: int | None) -> bool:
+    """Whether ``y`` holds one-hot rows ``(N, C)`` (C the model's classes, where known; 2 or
+    more): 0 and 1 only, one 1 per row."""
+    if y.dim() != 2 or not y.shape[0] or y.shape[1] < 2:
+        return False
+    if num_classes is not None and y.shape[1] != num_classes:
+        return False
+    ones = y == 1
+    return bool((ones | (y == 0)).all()) and bool((ones.sum(1) == 1).all())

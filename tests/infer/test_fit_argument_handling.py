@@ -108,6 +108,34 @@ def test_categorical_label_messages_say_what_to_do(labels, error, message):
         model(torch.randn(5, 4), labels)
 
 
+_ONE_HOT = (
+    r"has one-hot labels of dtype torch.float32 and shape \(8, 2\), expected class indices of "
+    r"shape \(8,\) in an integer dtype: pass y\.argmax\(dim=1\); "
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "kw", "message"),
+    [
+        (lambda x, y: pyrouq.ArrayLoader(x, y, 4), {}, rf"^train_loader {_ONE_HOT}nothing was"),
+        (lambda x, y: [(x, y)], {"num_data": 8}, rf"^Batch 1 of epoch 1 {_ONE_HOT}training stop"),
+    ],
+    ids=["in memory", "batch by batch"],
+)
+def test_fit_names_argmax_for_one_hot_float_targets_at_once(make, kw, message):
+    """It said 'y.long()', after which the shape (N, C) was refused with 'y.argmax(-1)'."""
+    x, labels = toy_data(8)
+    model = tiny_mlp()
+    with pytest.raises(ValueError, match=message):
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), make(x, F.one_hot(labels, 2).float()),
+                   epochs=1, progress=False, **kw)  # fmt: skip
+    two_ones = F.one_hot(labels, 2).float()
+    two_ones[3] = 1.0  # (not one-hot: the dtype's words)
+    with pytest.raises(ValueError, match=r"labels of dtype torch.float32, expected an integer "):
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), [(x, two_ones)], epochs=1,
+                   num_data=8, progress=False)  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------
 # fit()
 # --------------------------------------------------------------------------------------------
