@@ -118,21 +118,22 @@ def test_pyrouqs_own_error_passes_unchanged_through_fit_and_mcmc_as_through_pred
 
 
 @pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
-@pytest.mark.parametrize("layers", ["linear", "conv"])
+@pytest.mark.parametrize("layers", ["linear", "conv", "conv after float64"])
 def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller, layers):
     """A network holding a float64 layer after a float32 one: torch's 'mat1 and mat2 must have
     the same dtype' came out with 'Check that the network takes x (shape, channels,
     flattening ...)', a fix for shapes; now with what the words are on and the cast that
     fixes it, which does. A convolution with a bias says it its own way ('Input type (float)
-    and bias type (double) should be the same'), which kept the shapes' hint."""
+    and bias type (double) should be the same'), which kept the shapes' hint, as did its
+    other order ('Input type (double) and bias type (float)', x cast to the first layer's)."""
     torch.manual_seed(0)
-    net = (
-        nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2).double())
-        if layers == "linear"
-        else nn.Sequential(
-            nn.Linear(3, 3), nn.Unflatten(1, (1, 3)), nn.Conv1d(1, 1, 2).double(), nn.Flatten()
-        )
-    )
+    dtype = "float64" if layers == "conv after float64" else "float32"  # (x's, cast)
+    if layers == "linear":
+        net = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2).double())
+    else:
+        first, conv = nn.Linear(3, 3), nn.Conv1d(1, 1, 2)
+        (conv if layers == "conv" else first).double()
+        net = nn.Sequential(first, nn.Unflatten(1, (1, 3)), conv, nn.Flatten())
     model = pyrouq.bayesian(net)
     guide = pyrouq.mean_field_guide(model)
     x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
@@ -149,41 +150,44 @@ def test_torchs_words_on_mixed_dtypes_are_told_as_such_not_as_a_shape(caller, la
     with pytest.raises(ValueError) as info:
         call()
     message = str(info.value)
-    assert (
-        "mat1 and mat2 must have the same dtype, but got Float and Double"
-        if layers == "linear"
-        else "Input type (float) and bias type (double) should be the same"
-    ) in message
+    assert {
+        "linear": "mat1 and mat2 must have the same dtype, but got Float and Double",
+        "conv": "Input type (float) and bias type (double) should be the same",
+        "conv after float64": "Input type (double) and bias type (float) should be the same",
+    }[layers] in message
     assert (
         "These are torch's words on dtypes, not on x's shape: x reached the network as "
-        "torch.float32, and a layer's weights, a draw or a tensor the network makes is of "
-        "another dtype. Give the model one dtype (model.to(torch.float32)) and x that dtype"
+        f"torch.{dtype}, and a layer's weights, a draw or a tensor the network makes is of "
+        f"another dtype. Give the model one dtype (model.to(torch.{dtype})) and x that dtype"
     ) in message
     assert "Check that the network takes" not in message and "flattening" not in message
-    model.to(torch.float32)  # the fix it names
+    model.to(getattr(torch, dtype))  # the fix it names
     guide = pyrouq.mean_field_guide(model)
     assert call() is not None
 
 
 class _Ids(nn.Module):
-    """A network of ids: an nn.Embedding's bag (``"ids"``), or ids sent to a Linear as they are
-    (``"linear"``: a wrong route, not a wrong dtype of the model)."""
+    """A network of ids: an nn.Embedding's bag (``"ids"``), its rows picked by index_select
+    (``"select"``), or ids sent to a Linear as they are (``"linear"``: a wrong route, not a
+    wrong dtype of the model)."""
 
     def __init__(self, route: str):
         super().__init__()
         self.route, self.embed, self.fc = route, nn.Embedding(10, 4), nn.Linear(4, 2)
 
     def forward(self, x):
+        if self.route == "select":  # (torch's words: "Expected dtype int32 or int64 for index")
+            return self.fc(self.embed.weight.index_select(0, x[:, 0]))
         return self.fc(self.embed(x).mean(1) if self.route == "ids" else x)
 
 
 @pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
-@pytest.mark.parametrize("route", ["ids", "linear"])
+@pytest.mark.parametrize("route", ["ids", "select", "linear"])
 def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, route):
-    """Float ids at an nn.Embedding were told 'Give the model one dtype
-    (model.to(torch.float32)) and x that dtype', which changes nothing; integer ids at a Linear
-    'model.to(torch.int64)', which is no model. The first now names the ids' cast, which fixes
-    it; the second keeps the check of what the network takes."""
+    """Float ids at an nn.Embedding (or index_select's index) were told 'Give the model one
+    dtype (model.to(torch.float32)) and x that dtype', which changes nothing; integer ids at a
+    Linear 'model.to(torch.int64)', which is no model. The first now names the ids' cast,
+    which fixes it; the second keeps the check of what the network takes."""
     torch.manual_seed(0)
     ids, y = torch.randint(0, 10, (8, 4)), torch.randint(0, 2, (8,))
     model = pyrouq.bayesian(_Ids(route))
@@ -199,7 +203,7 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
                            progress=False)  # fmt: skip
 
     with pytest.raises(ValueError) as info:
-        call(ids.float() if route == "ids" else ids)
+        call(ids if route == "linear" else ids.float())
     message = str(info.value)
     assert "model.to(" not in message and "x reached the network as" not in message
     if route == "linear":
@@ -207,7 +211,9 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
         assert "Check that the network takes" in message
         return
     assert (
-        "'indices' to have one of the following scalar types: Long, Int; but got "
+        "index_select(): Expected dtype int32 or int64 for index"
+        if route == "select"
+        else "'indices' to have one of the following scalar types: Long, Int; but got "
         "torch.FloatTensor instead"
     ) in message
     assert (
