@@ -253,12 +253,18 @@ def test_normalize_refuses_one_channels_last_image_it_read_as_rows_of_images():
     with pytest.raises(ValueError, match=r"one channels-last image of 3 channels \(H, W, C\)\? "
                        r".*images\.permute\(2, 0, 1\)\.unsqueeze\(0\)"):  # fmt: skip
         normalize(grey.unsqueeze(-1).expand(28, 28, 3))
+    with pytest.raises(ValueError, match=r"one channels-last image of 4 channels \(H, W, C\)\? "):
+        normalize(grey.unsqueeze(-1).expand(28, 28, 4))  # (RGBA)
+    with pytest.raises(ValueError, match=r"got shape \(8, 8, 1\), which would be 8 images of 8 "):
+        normalize(torch.zeros(8, 8, 1, dtype=torch.uint8))  # the smallest refused
     assert normalize(images).shape == (3, 1, 28, 28)  # three images, (N, H, W), as before
     # a batch of tall thin images, N != H, is a batch, as before the refusal
     thin = torch.randint(0, 256, (5, 8, 4), dtype=torch.uint8)
     expected = (thin.float() / 255 - MNIST_MEAN) / MNIST_STD
     assert torch.allclose(normalize(thin).reshape(5, 8, 4), expected, atol=1e-6)
     assert normalize(torch.zeros(3, 32, 2, dtype=torch.uint8)).shape == (3, 1, 32, 2)
+    # and a batch of more images than rows, N > H (only N == H is one image's rows)
+    assert normalize(torch.zeros(32, 8, 4, dtype=torch.uint8)).shape == (32, 1, 8, 4)
 
 
 def test_tensor_loader_hints_fit_the_layout():
