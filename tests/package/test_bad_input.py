@@ -79,6 +79,12 @@ def uniform(s=1, n=3, c=4):
     return torch.full((s, n, c), 1.0 / c)
 
 
+def one_lit_pixel():  # dark images whose first row holds one lit pixel: it sums to 1
+    images = torch.zeros(3, 1, 8, 8)
+    images[..., 0, 0] = 1.0
+    return images
+
+
 def fit_with_nan():
     images = torch.rand(8, 28, 28)
     images[5, 0, 0] = float("inf")
@@ -239,6 +245,17 @@ CASES = {
         ValueError,
         r"got a tensor of shape \(3, 1, 8, 8\): the inputs\? evaluate\(\) scores predictions, "
         r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
+    ),
+    "metrics: OOD inputs with a row that sums to 1": (  # not every row: not probabilities
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=one_lit_pixel()),
+        ValueError,
+        r"got a tensor of shape \(3, 1, 8, 8\): the inputs\? evaluate\(\) scores predictions",
+    ),
+    "metrics: OOD probabilities as a numpy array": (  # not told it is a loader of inputs
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=uniform().numpy()),
+        TypeError,
+        r"probability tensor or an object with a \.probs attribute .*got ndarray; pass "
+        r"torch\.as_tensor\(ood\)",
     ),
     "metrics: OOD probabilities stacked on one dim too many": (  # not told they are inputs
         lambda tmp: metrics.evaluate(uniform(), labels(3), ood=uniform()[None]),
@@ -1074,6 +1091,8 @@ API_CASES = [
     ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels()[:, None]), ValueError,
      r"got shape \(6, 1\); labels in a column \(or a row\)\? pass them as one dim, "
      r"targets.reshape\(-1\)"),  # was told to pass the labels of the inputs, which it held
+    ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels()[None]), ValueError,
+     r"got shape \(1, 6\); labels in a column \(or a row\)\? pass them as one dim"),
     ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels().reshape(2, 3)),
      ValueError, r"got shape \(2, 3\); pass the labels of exactly the inputs that were predicted"),
     ("evaluate", "shape",
