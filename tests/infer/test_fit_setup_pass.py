@@ -236,6 +236,10 @@ def test_a_first_layer_refusing_the_models_input_names_its_channels_and_the_fix(
     )
     with pytest.raises(ValueError, match=told):
         flat(torch.randn(3, 1, 6, 6))
+    # ... of several channels: an image's features are all its channels' pixels
+    told = r"of 3 features where this layer takes 18\. Flatten it, x\.flatten\(1\), or put "
+    with pytest.raises(ValueError, match=told):
+        pyrouq.batchensemble(nn.Sequential(nn.Linear(18, 2)), 2)(torch.randn(3, 2, 3, 3))
     # a later layer given an output of the input's shape is told as before (the first layer's
     # input holds the model's values, not only its shape)
     net = nn.Sequential(nn.Conv2d(1, 1, 3, padding=1), nn.Conv2d(3, 2, 3))

@@ -183,6 +183,10 @@ def test_bad_inputs_name_expected_shape():
     )
     with pytest.raises(ValueError, match=told):
         LeNet(in_channels=3)(torch.randn(2, 1, 28, 28))
+    # ... not where the images are not 28 x 28 either (its channels alone would not fix them)
+    told = r"got shape \(2, 3, 32, 32\)\. Use load_mnist\(flatten=False\), or x\.view"
+    with pytest.raises(ValueError, match=told):
+        LeNet()(torch.randn(2, 3, 32, 32))
     told = (
         r"^ResidualCNN expects .* got shape \(2, 3, 8, 8\): images of 3 channels\. Make them "
         r"grey, x\.mean\(1, keepdim=True\), or build it with in_channels=3\.$"
