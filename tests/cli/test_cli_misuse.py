@@ -28,6 +28,10 @@ def needs_width(width):
     return nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, 10))
 
 
+def make_wide(width):  # a factory whose name starts as the hint's does
+    return needs_width(width)
+
+
 def make(width):  # the hint's own name for a factory
     return needs_width(width)
 
@@ -97,6 +101,8 @@ def test_the_hint_for_a_factory_named_make_does_not_define_make_again(tmp_path, 
     """For `nets:make` it said 'def make(): return make(...)', which calls itself for ever."""
     err = one_line_error(capsys, ["fit", "test_cli_misuse:make", "--out", str(tmp_path / "o")])
     assert "(def make_net(): return make(...), given as test_cli_misuse:make_net)" in err
+    err = one_line_error(capsys, ["fit", "test_cli_misuse:make_wide", "--out", str(tmp_path / "o")])
+    assert "(def make(): return make_wide(...), given as test_cli_misuse:make)" in err  # as before
 
 
 def test_an_empty_out_or_run_dir_is_refused_not_taken_for_the_current_folder(
