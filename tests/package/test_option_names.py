@@ -134,6 +134,7 @@ def test_a_misspelt_keyword_is_told_before_the_settings_are_checked_or_torch_bui
     for keywords, meant in (
         ({"paddin": 1}, r"'paddin' \(did you mean 'padding'\?\)"),
         ({"paddin": 1, "strid": 2}, r"'paddin', 'strid' \(did you mean 'padding' or 'stride'\?\)"),
+        ({"strid": 2, "paddin": 1}, r"'strid', 'paddin' \(did you mean 'stride' or 'padding'\?\)"),
         ({"paddin": 1, "padding_": 2}, r"'paddin', 'padding_' \(did you mean 'padding'\?\)"),
         ({"Padding": 1}, r"'Padding' \(did you mean 'padding'\? the names are lower case\)"),
     ):
