@@ -89,6 +89,7 @@ from pyrouq.checkpoint._file import (
     read,
     unreadable,
 )
+from pyrouq.checkpoint._guide_left_out import warn_guide_left_out
 from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.checkpoint._paths import check_path_type, check_target
 from pyrouq.checkpoint._state import frozen_names, load_state, refreeze
@@ -186,7 +187,8 @@ def save(
         ``torch.compile`` d model is saved as the module it compiled (``net._orig_mod``, the
         same parameters), which loads into a plain skeleton.
     guide : MeanFieldGuide, optional
-        (An :class:`~pyrouq.MCMCResult` is saved alone: ``save(path, result)``.)
+        The posterior fit() fitted: a model with latent sites saved without it is warned of
+        (the file holds no posterior). (An :class:`~pyrouq.MCMCResult` is saved alone.)
     optimizer : torch optimizer, Pyro optimizer or a state dict, optional
         Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``), numpy's numbers in
         it as Python's (``lr=np.float64(1e-3)``). A learning-rate scheduler or a module is
@@ -228,7 +230,9 @@ def save(
     ...     print(path.name, path.parent.name, path.exists())
     mlp.pt runs True
     """
-    return save_run(path, model, guide, optimizer, metadata, training, check_training=True)
+    saved = save_run(path, model, guide, optimizer, metadata, training, check_training=True)
+    warn_guide_left_out(uncompiled(model), guide)  # (once written; fit(checkpoint=)'s has one)
+    return saved
 
 
 def save_run(

@@ -62,13 +62,13 @@ class CheckpointError(ValueError):
     >>> import os, tempfile
     >>> from pyrouq import BatchEnsembleMLP, BayesianMLP, load, save
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     path = save(os.path.join(folder, "model.pt"), BayesianMLP(4, 8, 3))
+    ...     path = save(os.path.join(folder, "model.pt"), BatchEnsembleMLP(4, 8, 3))
     ...     print(type(load(path).model).__name__)
     ...     try:
-    ...         load(path, model_class=BatchEnsembleMLP)
+    ...         load(path, model_class=BayesianMLP)
     ...     except CheckpointError as error:
-    ...         print("holds a BayesianMLP, expected a BatchEnsembleMLP" in str(error))
-    BayesianMLP
+    ...         print("holds a BatchEnsembleMLP, expected a BayesianMLP" in str(error))
+    BatchEnsembleMLP
     True
     """
 

@@ -167,6 +167,7 @@ def test_prior_scale_survives_the_round_trip(tmp_path):
     assert float(prior.base_dist.scale.flatten()[0]) == 0.25
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_save_refuses_what_it_cannot_rebuild(tmp_path):
     import pyro.distributions as dist
 
@@ -1025,6 +1026,7 @@ def test_a_checkpoint_from_before_the_norms_option_loads_with_shared_norms(kind,
         torch.testing.assert_close(back.model.outputs(x, point), model.outputs(x, point))
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_skeleton_with_other_settings_is_refused_and_older_files_are_not_checked(tmp_path):
     """The same layers set up otherwise (a BatchNorm's eps, a convolution's padding mode)
     compute another function with the saved weights; files written before the settings were
@@ -1127,6 +1129,7 @@ def test_a_float64_network_comes_back_float64_to_the_bit(tmp_path):
         assert again.dtype == torch.float64 and torch.equal(first, again), kind
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_loaded_bayesian_network_keeps_the_weights_it_was_converted_from(tmp_path):
     """The latent sites' start values (the trained network a model was converted from) are
     saved: a loaded model's plain_network() and a new guide start from them, not from the

@@ -25,6 +25,7 @@ from pyrouq.checkpoint import CheckpointError
 
 
 @pytest.mark.parametrize(("umask", "expected"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_save_gives_a_new_file_the_umask_mode_without_touching_the_umask(
     tmp_path, monkeypatch, umask, expected
 ):

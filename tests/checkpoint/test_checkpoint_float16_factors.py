@@ -4,6 +4,7 @@ bit, and its saved options survive a second save."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -30,6 +31,7 @@ def test_float16_batchensemble_with_large_r_std_loads(tmp_path):
     )
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_float16_rank1_with_large_r_std_loads(tmp_path):
     torch.manual_seed(5)
     model = rank1(net(), 4, r_std=11000.0) if "r_std" in rank1.__code__.co_varnames else None

@@ -173,6 +173,7 @@ def test_a_damaged_entry_name_or_end_record_is_refused_as_a_damaged_file(saved):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_save_through_a_symbolic_link_writes_its_target_and_keeps_the_link(tmp_path):
     model = BayesianMLP(in_features=2, hidden_features=3, out_features=2)
     target = save(tmp_path / "store" / "run.pt", model, metadata={"v": 1})
@@ -241,6 +242,7 @@ def test_a_converted_network_predicts_bit_identically_after_a_round_trip(tmp_pat
 
 
 @pytest.mark.parametrize("kind", ["plain", "bayesian", "batchensemble"])
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_skeleton_built_on_the_meta_device_is_refused_with_the_fix(tmp_path, kind):
     convert = {
         "plain": lambda n: n,

@@ -118,6 +118,7 @@ def test_an_mcmc_result_comes_back_exactly(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "rank1", "front door", "likelihood"])
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_hand_set_default_kl_weight_survives_save_and_load(tmp_path, kind):
     skeleton = None if kind == "front door" else (lambda: net(1 if kind == "likelihood" else 2))
     if kind == "likelihood":
@@ -137,6 +138,7 @@ def test_a_hand_set_default_kl_weight_survives_save_and_load(tmp_path, kind):
     assert default_kl_weight(again.model) == wanted
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_flipped_byte_in_a_pickled_class_name_is_reported_as_damage(tmp_path):
     path = save(tmp_path / "c.pt", BayesianMLP(3, 6, 2))
     raw = path.read_bytes()

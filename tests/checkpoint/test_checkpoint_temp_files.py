@@ -20,6 +20,7 @@ def _model():
     return bayesian(nn.Linear(2, 1), likelihood=Gaussian(0.3))
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_save_keeps_a_private_checkpoint_private_while_it_replaces_it(tmp_path, monkeypatch):
     model = _model()
     before = os.umask(0o022)  # files are created 0o644: readable by everyone
@@ -56,6 +57,7 @@ def test_save_keeps_a_private_checkpoint_private_while_it_replaces_it(tmp_path, 
         "é" * 125 + ".pt",  # 253 bytes of 128 characters
     ],
 )
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_save_takes_a_file_name_of_up_to_255_bytes(tmp_path, name):
     assert len(os.fsencode(name)) <= 255
     torch.save({}, tmp_path / name)  # a name torch.save itself takes

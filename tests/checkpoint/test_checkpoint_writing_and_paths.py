@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
+from torch import nn
 
-from pyrouq import ArrayLoader, BayesianMLP, CheckpointError, fit, load, mean_field_guide, save
+from pyrouq import (
+    MLP,
+    ArrayLoader,
+    BatchEnsembleMLP,
+    BayesianMLP,
+    CheckpointError,
+    batchensemble,
+    bayesian,
+    fit,
+    load,
+    mean_field_guide,
+    save,
+)
 from pyrouq.mcmc import MCMCResult
 
 
@@ -179,3 +193,33 @@ def test_load_leaves_torchs_random_state_as_it_was(tmp_path, kind):
     torch.manual_seed(0)
     load(path, module=skeleton)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_model_with_latent_sites_saved_without_its_guide_is_warned_of(tmp_path):
+    """The posterior fit() fits lives in the guide: save(path, model) of a Bayesian model wrote
+    its priors and start weights without a word, and a user who saved after fit() lost it."""
+    model, guide = _mlp()
+    told = (
+        r"^save\(\): BayesianMLP has latent sites \('fc1\.weight', 'fc1\.bias', 'fc2\.weight', "
+        r"'fc2\.bias'\) and was saved without a guide: the file holds its structure, priors and "
+        r"other parameters, not the posterior that fit\(\) fits, which lives in the guide .* "
+        r"Pass the guide: save\(path, model, guide\)\. A model kept to go with an MCMCResult, "
+        r"its posterior saved apart with save\(path, result\), needs none\.$"
+    )
+    with pytest.warns(UserWarning, match=told) as caught:
+        path = save(tmp_path / "alone.pt", model)
+    assert len(caught) == 1 and caught[0].filename == __file__  # (the caller's line)
+    assert load(path).guide is None  # written all the same
+    converted = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+    with pytest.warns(UserWarning, match=r"BayesianNetwork has latent sites \('0\.weight', "):
+        save(tmp_path / "converted.pt", converted)
+    # quiet with the guide, and for models that hold all they learn (no latent sites)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save(tmp_path / "pair.pt", model, guide)
+        save(tmp_path / "ensemble.pt", BatchEnsembleMLP(4, 8, 3))
+        save(tmp_path / "members.pt", batchensemble(nn.Sequential(nn.Linear(4, 3)), 2))
+        save(tmp_path / "plain.pt", MLP(4, 8, 3))
+        x, y = _data()  # fit(checkpoint=) saves its guide every epoch
+        fit(model, guide, ArrayLoader(x, y, 10), epochs=1, checkpoint=tmp_path / "run.pt",
+            progress=False)  # fmt: skip

@@ -248,6 +248,7 @@ def _warnings_of(call):
 
 
 @pytest.mark.parametrize("convert", ["batchensemble", "rank1"])
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_batchensemble_and_rank1_warn_of_a_shared_bilinear(convert, tmp_path):
     members = 3 if convert == "batchensemble" else 2
     model, said = _warnings_of(lambda: getattr(pyrouq, convert)(BilinearNet(), members))

@@ -326,6 +326,7 @@ class _Untied(TiedLM):
         self.b.weight = nn.Parameter(self.a.weight.detach().clone())
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_checkpoint_refuses_a_skeleton_tied_otherwise(tmp_path):
     from _toy import StopAfter
 
@@ -660,6 +661,7 @@ def test_a_skeleton_defining_its_layers_in_another_order_keeps_each_sites_prior(
     assert loss(back.model, back.guide) == loss(model, guide)  # the KL too, to the bit
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_checkpoints_of_pyrouq_networks_need_no_skeleton(tmp_path):
     model = bayesian(pyrouq.ResidualCNN(width=4))
     with pytest.raises(pyrouq.CheckpointError, match="module=net"):
@@ -1030,6 +1032,7 @@ class Versioned(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_checkpoints_keep_the_modules_state_dict_versions(tmp_path):
     for i, model in enumerate((Versioned(), bayesian(Versioned()), batchensemble(Versioned(), 2))):
         restored = load(save(tmp_path / f"{i}.pt", model), module=Versioned()).model

@@ -132,6 +132,7 @@ def test_a_checkpoint_with_the_tied_bias_trained_apart_loads_as_saved(tmp_path):
 
 
 @pytest.mark.parametrize("convert", [batchensemble, rank1])
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_bias_tied_to_a_kept_parameter_warns_that_the_tie_breaks(convert, tmp_path):
     """Review 13c: a bias tied to a parameter the conversion keeps (read as a tensor) lost its
     tie silently, though the docstring says a tied bias stays tied."""

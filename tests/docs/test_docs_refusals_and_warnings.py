@@ -96,6 +96,7 @@ def test_readme_a_parameter_named_like_the_models_own_site_is_refused(site, like
     pyrouq.bayesian(Named(site), select=["fc"], likelihood=likelihood)
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_readme_a_checkpoint_saved_before_the_clash_was_refused_loads_with_a_warning(tmp_path):
     assert "a checkpoint saved before that refusal loads with a warning" in _flat(README)
     with warnings.catch_warnings():

@@ -78,6 +78,7 @@ def test_a_script_running_rank_0_itself_beside_spawned_ranks_trains(tmp_path):
 # earlier pyrouq" and to "save the loaded model again", which writes the same file.
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_network_compiled_before_converting_is_told_to_convert_before_compiling(tmp_path):
     def net():
         return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))

@@ -210,6 +210,7 @@ def test_a_noise_prior_without_a_closed_form_mean_starts_its_guide_at_one():
     assert guide.means()["sigma"].item() == pytest.approx(1.0)  # the median exp(loc) = 1
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_bounded_noise_prior_for_mcmc_round_trips(tmp_path):
     model = bayesian(nn.Linear(3, 1), likelihood=Gaussian(dist.Uniform(0.1, 2.0)))
     back = load(save(tmp_path / "u.pt", model), module=nn.Linear(3, 1)).model

@@ -280,6 +280,7 @@ def resnet_file(tmp_path_factory):
     return path, torchvision
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_a_builder_given_as_skeleton_is_told_to_build_the_network(resnet_file):
     path, torchvision = resnet_file
     with pytest.raises(CheckpointError) as caught:
@@ -299,6 +300,7 @@ def test_a_builder_given_as_skeleton_is_told_to_build_the_network(resnet_file):
     assert type(back.model.net).__name__ == "ResNet"
 
 
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_broken_files_and_mismatched_skeletons_are_named(tmp_path):
     torch.manual_seed(0)
     model = bayesian(_mlp(2), likelihood=Gaussian("learned"), num_data=8)
