@@ -17,6 +17,7 @@ __all__ = [
     "input_mismatch",
     "layer_added",
     "layer_named",
+    "restated",
     "size_error",
     "torch_words",
 ]
@@ -48,6 +49,7 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # (a pyrouq_ext/
 _RAISES = frozenset(dis.opmap[op] for op in ("RAISE_VARARGS", "RERAISE") if op in dis.opmap)
 _CAME_FROM = "_pyrouq_came_from"  # (an attribute of an error: where it came from, not x)
 _TORCH_WORDS = "_pyrouq_torch_words"  # (one of an error a layer was added to: torch's words)
+_INPUT_TOLD = "_pyrouq_input_told"  # (one that says what to do about the model's input)
 # Not-implemented, out-of-memory and accelerator errors (torch >= 2.8's AcceleratorError, a
 # RuntimeError subclass; absent before it): never about the inputs' sizes
 _NOT_THE_INPUTS: tuple[type[BaseException], ...] = (
@@ -116,11 +118,22 @@ def size_error(err: BaseException) -> bool:
     return _NOT_SIZES.search(torch_words(err)) is None
 
 
-def layer_named(err: BaseException, message: str) -> None:
+def layer_named(err: BaseException, message: str, told: bool = False) -> None:
     """Put ``message`` (torch's words with the layer that raised them added:
-    ``_engine._layer_errors``) in place of ``err``'s, keeping torch's for :func:`torch_words`."""
+    ``_engine._layer_errors``) in place of ``err``'s, keeping torch's for :func:`torch_words`.
+    ``told``: ``message`` ends with what to do about the model's input (:func:`restated`)."""
     vars(err).setdefault(_TORCH_WORDS, str(err))
+    if told:
+        vars(err)[_INPUT_TOLD] = True
     err.args = (message,)
+
+
+def restated(err: BaseException, fix: str) -> str:
+    """``err``'s message on one line and, as a sentence after it, a caller's ``fix`` (without
+    its final period), unless the message says what to do about the model's input already
+    (a first layer refusing its channels or features: ``layer_named(..., told=True)``)."""
+    words = " ".join(str(err).split())
+    return words.removesuffix(".") if _INPUT_TOLD in vars(err) else f"{words}. {fix}"
 
 
 def layer_added(err: BaseException) -> bool:

@@ -43,7 +43,7 @@ from pyrouq._mcmc_workers import (
     parallel_chains,
     spawn_problem,
 )
-from pyrouq._mismatch import dtype_fix, input_mismatch
+from pyrouq._mismatch import dtype_fix, input_mismatch, restated
 from pyrouq._util import (
     MAX_SEED,
     check_count,
@@ -408,7 +408,7 @@ def _run_chains(
             )
             raise ValueError(
                 f"mcmc(): {type(model).__name__} failed on x (shape {tuple(x.shape)}, dtype "
-                f"{x.dtype}): {' '.join(str(err).split())}. {fix}; nothing was sampled."
+                f"{x.dtype}): {restated(err, fix)}; nothing was sampled."
             ) from err
     refuse_own_latents(model, tracer.trace)
     # the pass's graph (point estimates of a last-layer model require grad) let go: the chains

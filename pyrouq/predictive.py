@@ -29,7 +29,7 @@ from pyrouq import _engine, _runners
 from pyrouq._default_device import under_cpu_default
 from pyrouq._input_cast import guide_draws_refusal, typed_by
 from pyrouq._metric_inputs import _float64
-from pyrouq._mismatch import dtype_fix, input_mismatch
+from pyrouq._mismatch import dtype_fix, input_mismatch, restated
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
@@ -477,7 +477,7 @@ def predict(
                             raise ValueError(
                                 f"predict(): {type(model).__name__} failed on x (a batch of "
                                 f"shape {tuple(inputs.shape)}, dtype {inputs.dtype}): "
-                                f"{' '.join(str(err).split())}. {fix}."
+                                f"{restated(err, fix)}."
                             ) from err
                         raise
                     first += xb.shape[0]

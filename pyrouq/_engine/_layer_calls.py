@@ -420,7 +420,7 @@ def call(
     try:
         with (
             recompute_checked(shown, lambda: _holders(net, weights, shown), drawn=lambda: weights),
-            LayersNamed(shown),
+            LayersNamed(shown, x),
         ):
             return functional_call(net, weights, (x,))
     except StopIteration as error:

@@ -23,7 +23,8 @@ class LayersNamed:
     RuntimeError) get the layer added, their type kept (:func:`_name_failing_layer`). A run
     that succeeds pays for the ``with`` alone. ``x``: the input the model gave ``net``, for a
     refusal of it as it came (by its first layer), which says what to do about the input or
-    that layer (``LayerInputError.input_detail``), not about "the layer before it"."""
+    that layer (``LayerInputError.input_detail``; after torch's words, a convolution's or
+    Linear's of torch: :func:`_input_fix`), not about "the layer before it"."""
 
     def __init__(self, net: nn.Module, x: Any = None):
         self.net, self.x = net, x
@@ -33,7 +34,7 @@ class LayersNamed:
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
         if isinstance(error, RuntimeError):
-            _name_failing_layer(self.net, error, traceback)
+            _name_failing_layer(self.net, error, traceback, self.x)
             return
         if isinstance(error, IndexError):
             _name_failing_embedding(self.net, error, traceback)
@@ -81,7 +82,7 @@ def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> boo
     return given.shape[0] % x.shape[0] == 0 and torch.equal(given[: x.shape[0]], x)
 
 
-def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> None:
+def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any, x: Any = None) -> None:
     """Add to torch's words on inputs a layer of ``net`` does not take (shapes, channels,
     dtypes: :func:`~pyrouq._mismatch.input_mismatch`) the layer that raised them, by its class,
     settings and paths in the model: torch's ``expected input[4, 2, 10, 10] to have 3
@@ -89,7 +90,9 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> 
     module of ``net`` running where the error was raised (a block of the user's own whose
     forward failed outside its layers; a per-member norm's copy counts as the user's layer it
     copies); nothing is added for ``net``'s own forward, nor to an error pyrouq worded, nor
-    twice (nested runs). Its type and traceback stay torch's."""
+    twice (nested runs). Where that layer is given the model's input ``x`` as it came, of other
+    channels or features than it takes, what to do follows (:func:`_input_fix`). Its type and
+    traceback stay torch's."""
     args = error.args
     if layer_added(error) or len(args) != 1 or not isinstance(args[0], str):
         return
@@ -106,9 +109,33 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any) -> 
         except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
             settings = "..."
         label = f"{class_name(layer)}({settings})"
+        fix = _input_fix(net, layer, x, traceback)
     except Exception:  # (the error as it came)
         return
-    layer_named(error, f"{args[0].rstrip()} (in {label} at {where} of the model)")
+    named = f"{args[0].rstrip()} (in {label} at {where} of the model)"
+    layer_named(error, f"{named}: {fix}" if fix else named, told=fix is not None)
+
+
+def _input_fix(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> str | None:
+    """What to do where a convolution or Linear of torch's (a converted Bayesian network's),
+    refusing its input, was given the model's input ``x`` as it came, of other channels or
+    features than it takes (as a BatchEnsemble layer says it:
+    :func:`~pyrouq.nn._checks.input_fix`); None for other layers and inputs."""
+    from pyrouq.nn._checks import input_fix  # (pyrouq.nn imports the engine)
+
+    if not torch.is_tensor(x):
+        return None
+    if isinstance(layer, nn.modules.conv._ConvNd):
+        dim, size = 1, layer.in_channels
+        if x.dim() != len(layer.kernel_size) + 2:  # (an unbatched image: torch's words)
+            return None
+    elif isinstance(layer, nn.Linear):
+        dim, size = -1, layer.in_features
+    else:
+        return None
+    if x.dim() < 2 or x.shape[dim] == size or not _took_input(net, layer, x, traceback):
+        return None
+    return input_fix(x, dim, size)
 
 
 def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[Any, ...]]:

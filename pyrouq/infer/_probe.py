@@ -24,7 +24,7 @@ from pyrouq._input_cast import (
     stored_dtype,
     typed_by,
 )
-from pyrouq._mismatch import dtype_fix, input_mismatch
+from pyrouq._mismatch import dtype_fix, input_mismatch, restated
 from pyrouq._own_models import (
     GuideMismatch,
     check_traces_match,
@@ -154,7 +154,7 @@ class Probe:
                         raise ValueError(
                             f"fit(): {type(model).__name__} failed on the first examples of "
                             f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "
-                            f"{' '.join(str(err).split())}. {fix}; nothing was trained."
+                            f"{restated(err, fix)}; nothing was trained."
                         ) from err
                     if needs_classes:
                         self.num_classes = size

@@ -44,7 +44,7 @@ def check_layer_input(
             error = LayerInputError.of(layer, detail)
             # (said where the model names the layer as given the model's input)
             given = f"expects inputs of shape {expected}, got shape {tuple(x.shape)}"
-            fix = _input_fix(x, dim, size) if rank_ok else (
+            fix = input_fix(x, dim, size) if rank_ok else (
                 "the model's input. Reshape it to that shape, or build the network's first "
                 "layer for inputs of this one."
             )  # fmt: skip
@@ -53,10 +53,11 @@ def check_layer_input(
         raise ValueError(f"{name} {detail}")
 
 
-def _input_fix(x: torch.Tensor, dim: int, size: int) -> str:
+def input_fix(x: torch.Tensor, dim: int, size: int) -> str:
     """What to do where a layer expecting ``size`` channels (``dim`` 1) or features (``dim``
     -1) is given the model's input ``x`` as it came (its first layer): "the layer before it"
-    is none; the input, or the network's first layer, must change."""
+    is none; the input, or the network's first layer, must change. (Also said after torch's
+    words where a layer of torch's refuses it: ``_engine._layer_errors``.)"""
     got, plural = x.shape[dim], "s" if x.shape[dim] != 1 else ""
     if dim == 1:
         said = f"the model's input, of {got} channel{plural} where this layer takes {size}."

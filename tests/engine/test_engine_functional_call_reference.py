@@ -212,8 +212,10 @@ def test_a_bayesian_network_names_the_layer_refusing_its_input():
         model(torch.randn(4, 2, 10, 10))
     assert str(info.value).endswith(
         "to have 3 channels, but got 2 channels instead (in Conv2d(3, 4, kernel_size=(3, 3), "
-        "stride=(1, 1)) at 'net.0' of the model)"
-    )
+        "stride=(1, 1)) at 'net.0' of the model): the model's input, of 2 channels where this "
+        "layer takes 3. Pass inputs of 3 channels, or build the network for 2 input channels "
+        "(its first layer's in_channels=2)."
+    )  # (given the model's input: what to do about it follows)
     with pytest.raises(RuntimeError) as info:
         model(torch.randn(4, 3, 11, 11))
     assert str(info.value) == (
@@ -222,7 +224,7 @@ def test_a_bayesian_network_names_the_layer_refusing_its_input():
     )
     # predict() restates it naming x, the layer kept
     guide = pyrouq.mean_field_guide(model)
-    with pytest.raises(ValueError, match=r"\(in Conv2d\(3, 4, .*\) at 'net\.0' of the model\)\. "):
+    with pytest.raises(ValueError, match=r"\(in Conv2d\(3, 4, .*\) at 'net\.0' of the model\): "):
         pyrouq.predict(model, torch.randn(4, 2, 10, 10), guide, num_samples=2, progress=False)
 
 

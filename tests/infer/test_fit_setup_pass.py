@@ -257,3 +257,38 @@ def test_a_first_layer_refusing_the_models_input_names_its_channels_and_the_fix(
     told = r"at 'net\.0' of the model .*got shape \(0, 1, 6, 6\)\. Check the output size of"
     with pytest.raises(ValueError, match=told):
         flat(torch.randn(0, 1, 6, 6))
+
+
+def test_a_bayesian_first_layer_refusing_the_models_input_says_the_fix_in_fit_and_predict():
+    """A Bayesian network for colour images given greyscale ones got torch's words and the
+    layer's path, and 'Check that the network takes x', not the fix a BatchEnsemble network
+    gets (the grey channel repeated, or a first layer of 1 channel)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(64, 3))
+    model = pyrouq.bayesian(net)
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(4, 1, 6, 6), torch.tensor([0, 1, 2, 0])
+    fix = (
+        "(in Conv2d(3, 4, kernel_size=(3, 3), stride=(1, 1)) at 'net.0' of the model): the "
+        "model's input, of 1 channel where this layer takes 3. Repeat the grey channel, "
+        "x.expand(-1, 3, -1, -1), or build the network for 1 input channel (its first layer's "
+        "in_channels=1)"
+    )
+    with pytest.raises(ValueError, match=re.escape(f"{fix}; nothing was trained.") + "$"):
+        pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, 4), epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"^predict\(\): BayesianNetwork failed on x .*"
+                       + re.escape(f"{fix}.") + "$"):  # fmt: skip
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    flat = pyrouq.bayesian(nn.Sequential(nn.Linear(36, 2)))
+    told = (
+        r"\(in Linear\(in_features=36, .*\) at 'net\.0' of the model\): the model's input, of 6 "
+        r"features where this layer takes 36\. Flatten it, x\.flatten\(1\), or put "
+        r"nn\.Flatten\(\) first in the network\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        pyrouq.predict(flat, x, pyrouq.mean_field_guide(flat), num_samples=2, progress=False)
+    # a later layer, given an output of the input's shape, is told as before
+    later = pyrouq.bayesian(nn.Sequential(nn.Conv2d(1, 1, 3, padding=1), nn.Conv2d(3, 2, 3)))
+    told = r"at 'net\.1' of the model\)\. Check that the network takes x \(shape, channels, "
+    with pytest.raises(ValueError, match=told):
+        pyrouq.predict(later, x, pyrouq.mean_field_guide(later), num_samples=2, progress=False)

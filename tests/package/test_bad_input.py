@@ -1638,7 +1638,9 @@ REFUSED_FITS = {
     "network does not fit": (
         ValueError,
         r"fit\(\): BayesianNetwork failed on the first examples of train_loader "
-        r"\(x of shape \(2, 1, 28, 28\).*Check that the network takes the loader's inputs",
+        r"\(x of shape \(2, 1, 28, 28\).*the model's input, of 28 features where this layer "
+        r"takes 784\. Flatten it, x\.flatten\(1\), or put nn\.Flatten\(\) first in the network; "
+        r"nothing was trained",
     ),
 }
 

@@ -149,5 +149,11 @@ def test_predict_names_inputs_the_network_does_not_take_as_fit_does():
             f"predict(): {type(m).__name__} failed on x (a batch of shape (4, 1, 8, 8), dtype "
             "torch.float32): Given groups=1, weight of size [4, 3, 3, 3], expected input"
         )
-        assert message.endswith("Check that the network takes x (shape, channels, flattening: "
-                                 "inputs of the shape it was built for).")  # fmt: skip
+        assert message.endswith(
+            "the model's input, of 1 channel where this layer takes 3. Repeat the grey channel, "
+            "x.expand(-1, 3, -1, -1), or build the network for 1 input channel (its first "
+            "layer's in_channels=1)."
+            if m is model
+            else "Check that the network takes x (shape, channels, flattening: inputs of the "
+            "shape it was built for)."
+        )  # (a converted network's first layer says what to do about the model's input)
