@@ -640,6 +640,7 @@ def _batchnorm_mlp():
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_refused_with_a_clear_message(name, tmp_path):
     call, error, pattern = CASES[name]
     with pytest.raises(error) as info:
@@ -1538,6 +1539,7 @@ ABSTRACT_LIKELIHOOD = {
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 @pytest.mark.parametrize("case", API_CASES, ids=[f"{name}-{kind}" for name, kind, *_ in API_CASES])
+@pytest.mark.filterwarnings(r"ignore:save\(\).*saved without a guide")  # model alone
 def test_public_name_refuses_bad_input(case, tmp_path):
     _name, _kind, call, error, pattern = case
     assert issubclass(error, (ValueError, TypeError, FileNotFoundError)), error
