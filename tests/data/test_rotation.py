@@ -185,6 +185,11 @@ def test_evaluate_rotations_bad_inputs(raw):
         evaluate_rotations(net, raw, y, angles=(0, "90"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Unknown measure 'bald'"):
         evaluate_rotations(net, raw, y, measure="bald")  # type: ignore[arg-type]
+    with torch.device("meta"):  # refused in its own name, not predict()'s
+        shapes = BayesianMLP(hidden_features=8)
+    told = r"^evaluate_rotations\(\): the model is on the meta device \(shapes, no values\).* "
+    with pytest.raises(ValueError, match=told + r"model\.to_empty\(device='cpu'\)"):
+        evaluate_rotations(shapes, raw, y, progress=False)
 
 
 def test_format_rotation_table():
