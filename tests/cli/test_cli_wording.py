@@ -204,7 +204,8 @@ def test_evaluate_of_a_bayesian_model_saved_without_its_guide(tmp_path, capsys):
     """predict()'s 'pass its fitted guide, predict(model, x, guide)' reached `evaluate`."""
     tmp_path.joinpath("run").mkdir()
     path = tmp_path / "run" / "checkpoint.pt"
-    pyrouq.save(path, pyrouq.BayesianMLP(), None, metadata={"note": "no config"})
+    with pytest.warns(UserWarning, match=r"^save\(\): BayesianMLP .* saved without a guide"):
+        pyrouq.save(path, pyrouq.BayesianMLP(), None, metadata={"note": "no config"})
     err = one_line_error(capsys, ["evaluate", str(tmp_path / "run")])
     assert err == (
         f"pyrouq: error: {str(path)!r} holds BayesianMLP, a Bayesian model, without its guide "
