@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pyrouq.cli._built_in_method import built_in_instead
+
 # Per model: its builder arguments and the recipe measured for it (see docs/measurements.md).
 MODELS: dict[str, dict[str, Any]] = {
     "bayesian-lenet": {"class": "BayesianLeNet", "epochs": 2, "batch_size": 256, "lr": 2e-2},
@@ -288,11 +290,8 @@ def _dtype_of(net: Any) -> Any:
 def method_of(args: argparse.Namespace) -> str | None:
     """The conversion of a factory's network (None for the built-in models)."""
     if args.model in MODELS:
-        if args.method is not None:
-            raise CommandError(
-                f"--method applies to a factory (package.module:factory); {args.model} is a "
-                "built-in model. Leave --method out"
-            )
+        if args.method is not None:  # (what to write instead)
+            raise CommandError(built_in_instead(args.model, args.method, MODELS))
         method = None
     else:
         method = args.method or "bayesian"

@@ -240,3 +240,31 @@ def test_an_integer_parameter_is_told_to_be_a_buffer_not_made_floating_point(tmp
         "Hold them as buffers (register_buffer), not parameters, or pick another --method "
         "(--method bayesian leaves them out).\n"
     ), err
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "told"),
+    [
+        ("bayesian-mlp", "bayesian", ", its network as --method bayesian makes it already: leave "
+         "--method out"),
+        ("mlp", "batchensemble", ". Its --method batchensemble conversion is built in too: "
+         "pyrouq fit batchensemble-mlp"),
+        ("bayesian-lenet", "plain", ". Its --method plain conversion is built in too: pyrouq fit "
+         "lenet"),
+        ("lenet", "last-layer", ", and its --method last-layer conversion is not (the built-in "
+         "models: bayesian-lenet, bayesian-mlp, batchensemble-lenet, batchensemble-mlp, "
+         "rank1-lenet, lenet, mlp). Convert its network as a factory: pyrouq fit "
+         "pyrouq.models:LeNet --method last-layer"),
+    ],
+)  # fmt: skip
+def test_a_built_in_model_given_method_is_told_what_to_write_instead(
+    model, method, told, tmp_path, capsys
+):
+    """'Leave --method out' named nothing to write for what was asked: the built-in model that
+    is that conversion (mlp --method batchensemble: batchensemble-mlp), or the way to it."""
+    err = one_line_error(capsys, ["fit", model, "--method", method, "--out", str(tmp_path / "r")])
+    assert err == (
+        "pyrouq: error: --method applies to a factory (package.module:factory); "
+        f"{model} is a built-in model{told}\n"
+    )
+    assert not (tmp_path / "r").exists()
