@@ -65,14 +65,15 @@ def _where(net: nn.Module, layer: nn.Module) -> str:
 
 
 def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> bool:
-    """Whether ``layer``, the first BatchEnsemble layer of ``net``, refused the model's input
+    """Whether ``layer``, the first weighted layer of ``net`` (a BatchEnsemble layer, or a
+    torch convolution or Linear of a converted Bayesian network), refused the model's input
     ``x`` as it came (repeated once per member in a folded batch): the input it was called
     with holds ``x``'s values, not only its shape. A later layer is never told so, even given
     values equal to ``x``'s (zeros through layers without biases: the first layer is not the
     one to change)."""
     if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] == 0:
         return False
-    first = next((m for m in net.modules() if getattr(m, "_is_batchensemble", False)), None)
+    first = next((m for m in net.modules() if _weighted(m)), None)
     if first is not layer:
         return False
     found, inputs = _innermost(net, traceback)
@@ -80,6 +81,14 @@ def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> boo
     if not torch.is_tensor(given) or given.dtype != x.dtype or given.shape[1:] != x.shape[1:]:
         return False
     return given.shape[0] % x.shape[0] == 0 and torch.equal(given[: x.shape[0]], x)
+
+
+def _weighted(module: nn.Module) -> bool:
+    """A layer that may be the first to take the model's input: a BatchEnsemble layer, a
+    torch convolution or Linear (a BatchEnsemble layer's own inner layers come after it)."""
+    return getattr(module, "_is_batchensemble", False) or isinstance(
+        module, (nn.Linear, nn.modules.conv._ConvNd)
+    )
 
 
 def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any, x: Any = None) -> None:

@@ -292,3 +292,16 @@ def test_a_bayesian_first_layer_refusing_the_models_input_says_the_fix_in_fit_an
     told = r"at 'net\.1' of the model\)\. Check that the network takes x \(shape, channels, "
     with pytest.raises(ValueError, match=told):
         pyrouq.predict(later, x, pyrouq.mean_field_guide(later), num_samples=2, progress=False)
+    # ... even one given values equal to the input's: zeros through a layer without a bias
+    # (the check of values alone told it to build the first layer for 1 input channel)
+    zeros = pyrouq.bayesian(
+        nn.Sequential(nn.Conv2d(1, 1, 3, padding=1, bias=False), nn.Conv2d(3, 2, 3))
+    )
+    with pytest.raises(ValueError, match=told):
+        pyrouq.predict(
+            zeros,
+            torch.zeros(4, 1, 6, 6),
+            pyrouq.mean_field_guide(zeros),
+            num_samples=2,
+            progress=False,
+        )
