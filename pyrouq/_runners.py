@@ -5,7 +5,6 @@ weight draws), and how many weight draws it holds at once."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
@@ -304,9 +303,10 @@ def bayesian_runner(
     BatchNorm layers and the inputs to estimate their statistics on), each draw's statistics
     are estimated once, after the draws, and loaded before that draw runs. With ``copied``
     (draws of the caller's own), the network runs on a copy of each chunk, made as the chunk
-    runs (anew for every input batch): a network that changes its weight in place (a
-    ``clamp_``) changes neither the caller's tensors nor the next batch's draws, for one
-    chunk's memory (all S draws copied at once held as much again as the draws)."""
+    runs (anew for every input batch, and for every batch a draw's BatchNorm statistics are
+    estimated on): a network that changes its weight in place (a ``clamp_``) changes neither
+    the caller's tensors nor the next batch's draws, for one chunk's memory (all S draws
+    copied at once held as much again as the draws)."""
     draws: dict[str, Tensor] = {}
     taken: list[bool] = []
     per_draw: list[list[tuple[Tensor, ...]]] = []  # with refit: each draw's statistics
@@ -335,6 +335,10 @@ def bayesian_runner(
         index = s if stop is None else slice(s, stop)
         return {k: v[index].clone() if copied else v[index] for k, v in draws.items()}
 
+    def on_draw(s: int) -> Callable[[Tensor], Tensor]:
+        """The network on draw ``s``, copied anew at every call if ``copied``."""
+        return lambda x: logits(x, draw(s))
+
     def run(x: Tensor) -> Tensor:
         if not taken:  # once, at the first batch (a model may keep no site of them)
             taken.append(True)
@@ -348,9 +352,7 @@ def bayesian_runner(
             if refit is not None:
                 inputs = refit[1]()
                 for s in range(num_samples):
-                    per_draw.append(
-                        batchnorm.estimate_statistics(norms, inputs, partial(logits, data=draw(s)))
-                    )
+                    per_draw.append(batchnorm.estimate_statistics(norms, inputs, on_draw(s)))
         stackable = parallel and direct is not None and refit is None
         pairs = members * max(x.shape[0], 1)  # an empty batch: one pass, of no inputs
         chunk = min(num_samples, max(1, batch_size // pairs)) if stackable else 1

@@ -291,7 +291,8 @@ def predict(
         take the dtype of the model's parameters (of the inputs for a model without any). The
         network runs on copies, made chunk by chunk of draws for every input batch (one
         chunk's memory, not all S draws'): one that changes its weight in place (a ``clamp_``)
-        leaves the draws given as they were, and every batch runs on them as given.
+        leaves the draws given as they were, and every batch runs on them as given (every
+        batch of ``batchnorm_data`` too).
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,

@@ -3,7 +3,8 @@ batch of one input under ranks whose shard holds one example (no batch size help
 sampler's batch size, a loader that tells none, the one-process words kept; a network that
 changes a drawn weight in place without gradients (with them: test_run_draws_in_place.py),
 and predict() and to_inference_data() of it on draws of the caller's own, which they leave
-as they were (predict() runs every input batch on them as given)."""
+as they were (predict() runs every input batch, and estimates BatchNorm statistics,
+on them as given)."""
 
 from __future__ import annotations
 
@@ -197,6 +198,25 @@ def test_predict_runs_every_input_batch_on_the_posterior_samples_as_given(parall
     hidden = torch.relu(x @ kept["0.weight"].mT + kept["0.bias"][:, None])
     expected = torch.softmax(hidden @ kept["2.weight"].mT + kept["2.bias"][:, None], -1)
     torch.testing.assert_close(probs, expected)
+
+
+def test_batchnorm_statistics_are_estimated_on_the_posterior_samples_as_given():
+    """predict(batchnorm_data=...) estimated each draw's statistics on one copy of it across
+    the statistics' batches, which a network halving its weight as it ran halved each time,
+    then predicted on the draws as given: the statistics were of other weights. Halving
+    after its output, the network predicts as a plain Linear does on the same draws."""
+    torch.manual_seed(0)
+    data, x = torch.randn(16, 3), torch.randn(5, 3)
+    probs = {}
+    for layer in (nn.Linear, _Shrinking):
+        torch.manual_seed(1)
+        model = bayesian(nn.Sequential(layer(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)))
+        torch.manual_seed(2)
+        draws = {k: v + torch.randn(3, *v.shape) for k, v in model.template().items()}
+        probs[layer] = predict(model, x, posterior_samples=draws, batchnorm_data=data,
+                               batch_size=4, progress=False).probs  # fmt: skip
+    torch.testing.assert_close(probs[_Shrinking], probs[nn.Linear])
+    assert float((probs[nn.Linear] - 0.5).abs().min()) < 0.45  # (not all saturated)
 
 
 def test_to_inference_data_leaves_an_mcmc_results_draws_as_they_were():
