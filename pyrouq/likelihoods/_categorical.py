@@ -175,9 +175,10 @@ class Categorical(Likelihood):
         values outside ``[0, C)``; the range is not checked when ``num_classes`` is None), or
         None: the one label check that models, :func:`pyrouq.fit` and the diagnostics share."""
         if (y.dtype.is_floating_point or y.dtype == torch.bool) and _one_hot(y, num_classes):
-            return (  # (y.long() would be refused next for its shape)
+            pick = "y.long().argmax(dim=1)" if y.dtype == torch.bool else "y.argmax(dim=1)"
+            return (  # (y.long() would be refused next for its shape; argmax takes no bool)
                 f"one-hot labels of dtype {y.dtype} and shape {tuple(y.shape)}, expected class "
-                f"indices of shape ({y.shape[0]},) in an integer dtype: pass y.argmax(dim=1)"
+                f"indices of shape ({y.shape[0]},) in an integer dtype: pass {pick}"
             )
         if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
             regression = (

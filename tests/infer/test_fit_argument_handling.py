@@ -129,6 +129,12 @@ def test_fit_names_argmax_for_one_hot_float_targets_at_once(make, kw, message):
     with pytest.raises(ValueError, match=message):
         pyrouq.fit(model, pyrouq.mean_field_guide(model), make(x, F.one_hot(labels, 2).float()),
                    epochs=1, progress=False, **kw)  # fmt: skip
+    flags = F.one_hot(labels, 2).bool()  # (argmax takes no bool: told to take long first)
+    said = r"torch\.bool and shape \(8, 2\), .* integer dtype: pass y\.long\(\)\.argmax\(dim=1\);"
+    with pytest.raises(ValueError, match=said):
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), [(x, flags)], epochs=1, num_data=8,
+                   progress=False)  # fmt: skip
+    assert torch.equal(flags.long().argmax(dim=1), labels)
     two_ones = F.one_hot(labels, 2).float()
     two_ones[3] = 1.0  # (not one-hot: the dtype's words)
     with pytest.raises(ValueError, match=r"labels of dtype torch.float32, expected an integer "):
