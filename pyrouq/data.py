@@ -115,9 +115,10 @@ def normalize(images: torch.Tensor, *, flatten: bool = False) -> torch.Tensor:
     Parameters
     ----------
     images : torch.Tensor
-        ``(N, H, W)`` integer pixels in [0, 255], e.g. from :func:`mnist_arrays`. One
-        channels-last image ``(H, W, C)`` (C <= 4, W >= 8) is refused with the fix, not read
-        as H images of W x C pixels.
+        ``(N, H, W)`` integer pixels in [0, 255], e.g. from :func:`mnist_arrays`. One square
+        channels-last image ``(H, H, C)`` (C <= 4, H >= 8) is refused with the fix, not read
+        as H images of H x C pixels; a non-square one, ``(H, W, C)`` with H != W, cannot be
+        told from a batch of H tall thin images and is read as such.
     flatten : bool, default False
         Return ``(N, H * W)`` (for an MLP) instead of ``(N, 1, H, W)`` (for a CNN).
 
