@@ -9,7 +9,6 @@ to resume a run wait for it (:func:`stored_dtype`)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pyro
@@ -18,7 +17,7 @@ from pyro import poutine
 from pyro.nn import PyroModule
 from torch import nn
 
-from pyrouq._mismatch import torch_words
+from pyrouq._mismatch import dtype_words, torch_words
 from pyrouq._util import module_dtype
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "typed_by",
 ]
 
-_DTYPE_WORDS = re.compile(r"dtype|scalar type", re.I)  # torch's words on mixed dtypes
 _TO = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}
 
 
@@ -177,7 +175,7 @@ def _dtype_words(err: BaseException, model: Any, guide: Any, x: torch.Tensor) ->
     ``x`` was cast to their dtype: serving it in another would change nothing); else None."""
     lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
     said = lines[0] if lines else ""
-    if not x.is_floating_point() or _DTYPE_WORDS.search(said) is None:
+    if not x.is_floating_point() or not dtype_words(said):
         return None
     if module_dtype(model) is not None or module_dtype(guide) is not None:
         return None

@@ -14,6 +14,7 @@ __all__ = [
     "came_from",
     "came_from_elsewhere",
     "dtype_fix",
+    "dtype_words",
     "input_mismatch",
     "layer_added",
     "layer_named",
@@ -79,7 +80,7 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     dtype, uncast), or integer ids for a layer that takes indices. None for other words, and
     for integer inputs elsewhere (the network's route for them is wrong, not its dtype)."""
     words = torch_words(err)
-    if _DTYPES.search(words) is None:
+    if not dtype_words(words):
         return None
     if _INDICES.search(words) is not None:  # ids of another dtype: no model's dtype takes them
         return (
@@ -102,6 +103,13 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
         "and a layer's weights, a draw or a tensor the network makes is of another dtype. Give "
         f"the model one dtype (model.to({dtype})) and x that dtype"
     )
+
+
+def dtype_words(words: str) -> bool:
+    """Whether ``words`` (torch's, :func:`torch_words`) are on mixed dtypes: "dtype", "scalar
+    type", or a convolution's with a bias, "Input type (double) and bias type (float) should
+    be the same" (the one test of it: :func:`dtype_fix`, ``pyrouq._input_cast``)."""
+    return _DTYPES.search(words) is not None
 
 
 def size_error(err: BaseException) -> bool:

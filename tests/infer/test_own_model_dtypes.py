@@ -277,3 +277,55 @@ def test_another_autoguides_entries_in_the_store_leave_a_first_fits_inputs_as_th
         runs.append([r.loss for r in _fit(model, guide, x, y).history])
         assert {p.dtype for p in guide.parameters()} == {torch.float32}
     assert len(runs[1]) == 2 and runs[1] == runs[0]
+
+
+class _PyroConv(PyroModule):
+    """A Pyro model of one's own whose one layer is a convolution with a bias, both sampled
+    (torch says its dtype error its own way there: 'Input type (double) and bias type (float)
+    should be the same')."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = PyroModule[torch.nn.Conv2d](1, 2, 3)
+        self.conv.weight = PyroSample(dist.Normal(0.0, 1.0).expand([2, 1, 3, 3]).to_event(4))
+        self.conv.bias = PyroSample(dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+
+    def forward(self, x, y=None):
+        logits = self.conv(x).flatten(1)  # (B, 1, 3, 3) images: (B, 2) logits
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def _conv_guide(x, y=None):
+    """A function guide of :class:`_PyroConv`, drawing in float32."""
+    weight = pyro.param("conv_loc", torch.zeros(2, 1, 3, 3))
+    bias = pyro.param("conv_bias", torch.zeros(2))
+    pyro.sample("conv.weight", dist.Normal(weight, 0.1).to_event(4))
+    pyro.sample("conv.bias", dist.Normal(bias, 0.1).to_event(1))
+
+
+@pytest.mark.parametrize("call", ["fit, a function guide", "predict, a function guide",
+                                  "fit, a new AutoNormal"])  # fmt: skip
+def test_a_convolutions_words_on_dtypes_get_the_same_refusal(call):
+    """The refusals above read torch's words on dtypes as 'dtype' or 'scalar type', which a
+    convolution with a bias does not say: fit() said its sites' check failed, predict() to pass
+    x in the priors' dtype, not that the guide function draws float32."""
+    x = torch.randn(8, 1, 3, 3, dtype=torch.float64)
+    y = torch.arange(8) % 2
+    pyro.clear_param_store()
+    model = _PyroConv()
+    said = (
+        "draws _PyroConv's latent sites ('conv.weight', 'conv.bias') in torch.float32"
+        if "function" in call
+        else "_PyroConv draws its latent sites ('conv.weight', 'conv.bias') in torch.float32"
+    )
+    with pytest.raises(TypeError) as info:
+        if call.startswith("predict"):
+            pyrouq.predict(model, x, _conv_guide, num_samples=2, progress=False)
+        else:
+            guide = _conv_guide if "function" in call else AutoNormal(model)
+            _fit(model, guide, x, y)
+    message = str(info.value)
+    assert said in message
+    assert "(RuntimeError: Input type (double) and bias type (float) should be the same)" in message
