@@ -137,12 +137,12 @@ class GaussianPredictions:
                 f"Expected targets to be a torch.Tensor, got {type(targets).__name__}; wrap "
                 "them with torch.as_tensor(...)."
             )
-        if targets.is_meta:  # (torch's own error: "register_meta function for torch.nonzero()")
-            raise ValueError(
-                f"Expected targets on a real device (cpu or cuda), got a tensor of shape "
-                f"{tuple(targets.shape)} on the meta device (shapes, no values): there are no "
-                "targets to check. Pass the targets themselves (on the cpu, or the device of loc)."
-            )
+        _refuse_meta(  # (torch's own error: "register_meta function for torch.nonzero()")
+            targets,
+            "targets",
+            "there are no targets to check. Pass the targets themselves (on the cpu, or the "
+            "device of loc).",
+        )
         if not targets.is_floating_point():
             raise TypeError(
                 f"Expected real targets (a floating dtype), got {targets.dtype}: class labels "
