@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrouq.cli._built_in_method import built_in_instead
+from pyrouq.cli._factory_names import calling_factory
 
 # Per model: its builder arguments and the recipe measured for it (see docs/measurements.md).
 MODELS: dict[str, dict[str, Any]] = {
@@ -164,11 +165,10 @@ def _check_no_arguments(factory: Any, spec: str) -> None:
     ]
     if required:
         module, _, attr = spec.partition(":")
-        name = "make_net" if attr == "make" else "make"  # (def make(): return make(...) recursed)
         raise CommandError(
             f"factory {spec!r} takes arguments ({', '.join(required)}); pyrouq calls it with "
             f"none: give them defaults, or name a factory without arguments that calls it "
-            f"with yours (def {name}(): return {attr}(...), given as {module}:{name})"
+            f"with yours ({calling_factory(attr, '...', module)})"
         )
 
 

@@ -1,6 +1,7 @@
 """The close names told for a factory name with a typo (``pyrouq fit nets:tiny_mpl``): read
 without running the user's code (no property, no lazy import, no module ``__dir__`` that
-fails), so that the advice can never fail in the user's place."""
+fails), so that the advice can never fail in the user's place; and the factory without
+arguments to write for one that takes some (:func:`calling_factory`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ import types
 from typing import Any
 
 from pyrouq._words import close_names, did_you_mean, name_slip, slip_hint
+
+
+def calling_factory(called: str, arguments: str, module_name: str) -> str:
+    """The factory without arguments to write for one that takes some, ``called``:
+    ``"def make(): return called(arguments), given as module_name:make"`` (``make_net`` where
+    ``called`` is ``make`` itself: ``def make(): return make(...)`` would call itself)."""
+    new = "make_net" if called == "make" else "make"
+    return f"def {new}(): return {called}({arguments}), given as {module_name}:{new}"
 
 
 def _static(owner: Any, name: str) -> Any:
@@ -48,11 +57,9 @@ def attribute_advice(owner: Any, parts: list[str], i: int, module_name: str) -> 
     call = re.fullmatch(r"([A-Za-z_]\w*)\((.*\S.*)\)", ".".join(parts[i:]))
     if call and _reaches_a_callable(owner, [call[1]]):  # nets:make(16): its 16 was dropped
         named = ".".join([*parts[:i], call[1]])
-        new = "make_net" if named == "make" else "make"
         return (
-            f"; MODEL names a factory, which pyrouq calls without arguments, not a call: name "
-            f"one that calls it with yours (def {new}(): return {named}({call[2]}), given as "
-            f"{module_name}:{new})"
+            "; MODEL names a factory, which pyrouq calls without arguments, not a call: name "
+            f"one that calls it with yours ({calling_factory(named, call[2], module_name)})"
         )
     names = [n for n in names if _reaches_a_callable(owner, [n, *rest])]
     lower = [n for n in names if n == n.lower()]  # (slip_hint's names are lower case)
