@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyrouq._first_layer_fix import input_fix
 from pyrouq._mismatch import input_mismatch, layer_added, layer_named
 from pyrouq._util import LayerInputError, class_name
 
@@ -129,9 +130,7 @@ def _input_fix(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> str 
     """What to do where a convolution or Linear of torch's (a converted Bayesian network's),
     refusing its input, was given the model's input ``x`` as it came, of other channels or
     features than it takes (as a BatchEnsemble layer says it:
-    :func:`~pyrouq.nn._checks.input_fix`); None for other layers and inputs."""
-    from pyrouq.nn._checks import input_fix  # (pyrouq.nn imports the engine)
-
+    :func:`~pyrouq._first_layer_fix.input_fix`); None for other layers and inputs."""
     if not torch.is_tensor(x):
         return None
     if isinstance(layer, nn.modules.conv._ConvNd):

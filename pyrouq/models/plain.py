@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from pyrouq._engine._cpu_paths import run_children
+from pyrouq._first_layer_fix import channel_fix
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._memory import check_fits
 from pyrouq._util import check_int, model_input
-from pyrouq.nn._checks import channel_fix
 
 __all__ = ["MLP", "LeNet", "ResidualCNN"]
 
