@@ -13,7 +13,8 @@ from torch import nn
 
 from pyrouq._numbers import is_real
 from pyrouq._util import warn_caller
-from pyrouq.convert._select import PriorSpec, SelectSpec, SitePrior, _names_list, _owner
+from pyrouq.convert._hints import names_list
+from pyrouq.convert._select import PriorSpec, SelectSpec, SitePrior, _owner
 from pyrouq.nn import BatchEnsembleLinear
 
 __all__ = ["NO_LOCAL_RANK1", "factor_names", "warn_factor_priors"]
@@ -77,7 +78,7 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
     ]
     if zero:
         warn_caller(
-            f"bayesian(BatchEnsemble, prior=...) gives the rank-1 factors {_names_list(zero)} "
+            f"bayesian(BatchEnsemble, prior=...) gives the rank-1 factors {names_list(zero)} "
             "a prior centred on 0 (a dict gives the sites none of its keys matches Normal(0, 1)). "
             "The factors start near 1 and scale the shared weights: that prior pulls them to "
             "0. rank1() uses Normal(1, 0.1): give them e.g. dist.Normal(1.0, 0.1), through a "
