@@ -1,7 +1,8 @@
 """A loader's batch size, as its attributes tell it: what a resumed run's checkpoint records
-and compares (:mod:`pyrouq.infer._loop`, :mod:`pyrouq.infer._resume_warnings`) and what
-fit()'s refusals name on ranks: a batch too small for a BatchNorm (:mod:`pyrouq._batchnorm`),
-an epoch without batches (:mod:`pyrouq.infer._fit_inputs`)."""
+and compares (:mod:`pyrouq.infer._loop`, :mod:`pyrouq.infer._resume_warnings`), the batch
+fit()'s refusal of NaN or inf inputs names (:mod:`pyrouq.infer._training`) and what fit()'s
+refusals name on ranks: a batch too small for a BatchNorm (:mod:`pyrouq._batchnorm`), an epoch
+without batches (:mod:`pyrouq.infer._fit_inputs`)."""
 
 from __future__ import annotations
 
