@@ -74,8 +74,7 @@ def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> boo
     one to change)."""
     if not torch.is_tensor(x) or x.dim() == 0 or x.shape[0] == 0:
         return False
-    first = next((m for m in net.modules() if _weighted(m)), None)
-    if first is not layer:
+    if _first_weighted(net) is not layer:
         return False
     found, inputs = _innermost(net, traceback)
     given = inputs[0] if found is layer and inputs else None
@@ -84,12 +83,25 @@ def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> boo
     return given.shape[0] % x.shape[0] == 0 and torch.equal(given[: x.shape[0]], x)
 
 
-def _weighted(module: nn.Module) -> bool:
-    """A layer that may be the first to take the model's input: a BatchEnsemble layer, a
-    torch convolution or Linear (a BatchEnsemble layer's own inner layers come after it)."""
-    return getattr(module, "_is_batchensemble", False) or isinstance(
-        module, (nn.Linear, nn.modules.conv._ConvNd)
-    )
+def _first_weighted(net: nn.Module) -> nn.Module | None:
+    """The first layer of ``net``, in module order, that may take the model's input: a
+    BatchEnsemble layer, a torch convolution or Linear (a BatchEnsemble layer's own inner
+    layers come after it). Not one inside an ``nn.MultiheadAttention`` (or another module that
+    reads its layers' weights as tensors), never called: its ``out_proj`` registered before
+    the network's first layer made that layer a later one."""
+    from pyrouq.convert._select import weight_readers  # (pyrouq.convert imports the engine)
+
+    readers, stack = weight_readers(), [net]
+    while stack:
+        module = stack.pop()
+        if isinstance(module, readers):
+            continue
+        if getattr(module, "_is_batchensemble", False) or isinstance(
+            module, (nn.Linear, nn.modules.conv._ConvNd)
+        ):
+            return module
+        stack.extend(reversed(list(module.children())))
+    return None
 
 
 def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any, x: Any = None) -> None:

@@ -305,3 +305,44 @@ def test_a_bayesian_first_layer_refusing_the_models_input_says_the_fix_in_fit_an
             num_samples=2,
             progress=False,
         )
+
+
+class _AttentionFirst(nn.Module):
+    """Attention registered before the input's Linear: its out_proj, a Linear that its
+    forward reads as tensors (never called), comes first in module order."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.embed, self.head = nn.Linear(5, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.embed(x)
+        return self.head(self.attn(h, h, h)[0].mean(1))
+
+
+@pytest.mark.parametrize("convert", ["batchensemble", "rank1", "bayesian"])
+def test_a_first_layer_after_an_attentions_out_proj_says_the_fix(convert):
+    """135bb8c took the first Linear in module order as the network's first layer: an
+    attention's out_proj registered before it, which no input reaches, made the layer taking
+    x a later one (a BatchEnsemble network's told 'Check the output size of the layer before
+    it', as before 1f3bbe0; a Bayesian one's, no fix)."""
+    torch.manual_seed(0)
+    if convert == "bayesian":
+        model = pyrouq.bayesian(_AttentionFirst())
+    else:
+        model = getattr(pyrouq, convert)(_AttentionFirst(), 2)
+    guide = pyrouq.mean_field_guide(model) if convert != "batchensemble" else None
+    told = (
+        r"at 'net\.embed' of the model.*: the model's input, of 4 features where this layer "
+        r"takes 5\. Pass inputs of 5 features, or build the network for 4 \(its first layer's "
+        r"in_features=4\)\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        pyrouq.predict(
+            model,
+            torch.randn(3, 7, 4),
+            guide,
+            num_samples=None if guide is None else 2,
+            progress=False,
+        )
