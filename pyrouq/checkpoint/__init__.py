@@ -51,13 +51,7 @@ import torch
 from torch import nn
 
 from pyrouq._default_device import cpu_default
-from pyrouq._util import (
-    class_name,
-    has_latent_sites,
-    module_device,
-    real_device,
-    takes_labels,
-)
+from pyrouq._util import class_name, has_latent_sites, module_device, real_device, takes_labels
 from pyrouq._words import article
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
@@ -187,8 +181,7 @@ def save(
         ``torch.compile`` d model is saved as the module it compiled (``net._orig_mod``, the
         same parameters), which loads into a plain skeleton.
     guide : MeanFieldGuide, optional
-        The posterior fit() fitted: a model with latent sites saved without it is warned of
-        (the file holds no posterior). (An :class:`~pyrouq.MCMCResult` is saved alone.)
+        The posterior fit() fitted. (An :class:`~pyrouq.MCMCResult` is saved alone.)
     optimizer : torch optimizer, Pyro optimizer or a state dict, optional
         Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``), numpy's numbers in
         it as Python's (``lr=np.float64(1e-3)``). A learning-rate scheduler or a module is
@@ -220,6 +213,12 @@ def save(
         :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
         that is not a dict or holds what load() would refuse to unpickle; also a model on the
         meta device (shapes, no values: nothing is written).
+
+    Warns
+    -----
+    UserWarning
+        A model with latent sites saved without its guide, which holds the posterior: the file
+        is written without it (a model kept to go with an MCMCResult needs none: ignore it).
 
     Examples
     --------

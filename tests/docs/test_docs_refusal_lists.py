@@ -73,10 +73,12 @@ def _model():
         (pyrouq.save, "also a model on the meta device (shapes, no values: nothing is written)"),
         (pyrouq.mean_field_guide, "A model on the meta device (shapes, no values"),
         (pyrouq.to_inference_data, "a model on the meta device (shapes, no values)"),
+        (pyrouq.save, "Warns ----- UserWarning A model with latent sites saved without its "
+         "guide"),  # (55a1f79's warning: test_checkpoint_writing_and_paths.py)
     ],
     ids=["fit-trace", "mcmc-plate-trace", "fit-condition", "mcmc-handler", "mcmc-parallel",
          "save-training", "load-pickle", "fit-resume", "bayesian-class", "fit-bytes",
-         "save-meta", "guide-meta", "idata-meta"],
+         "save-meta", "guide-meta", "idata-meta", "save-guide-warns"],
 )  # fmt: skip
 def test_the_docstrings_list_the_refusals(fn, words):
     assert words in _doc(fn)
