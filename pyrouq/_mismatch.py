@@ -136,12 +136,15 @@ def layer_named(err: BaseException, message: str, told: bool = False) -> None:
     err.args = (message,)
 
 
-def restated(err: BaseException, fix: str) -> str:
-    """``err``'s message on one line and, as a sentence after it, a caller's ``fix`` (without
-    its final period), unless the message says what to do about the model's input already
-    (a first layer refusing its channels or features: ``layer_named(..., told=True)``)."""
-    words = " ".join(str(err).split())
-    return words.removesuffix(".") if _INPUT_TOLD in vars(err) else f"{words}. {fix}"
+def restated(err: BaseException, fix: str, said: str | None = None) -> str:
+    """``err``'s message (or ``said``, the part of it to show) on one line and, as a sentence
+    after it, a caller's ``fix`` (without its final period), unless the message says what to
+    do about the model's input already (a first layer refusing its channels or features:
+    ``layer_named(..., told=True)``; also of the error a Pyro trace restated with its shapes
+    appended, ``err.__cause__``)."""
+    words = " ".join((str(err) if said is None else said).split())
+    told = any(_INPUT_TOLD in vars(e) for e in (err, err.__cause__) if e is not None)
+    return words.removesuffix(".") if told else f"{words}. {fix}"
 
 
 def layer_added(err: BaseException) -> bool:

@@ -15,7 +15,7 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._mismatch import input_mismatch
+from pyrouq._mismatch import input_mismatch, restated
 from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
 from pyrouq._util import global_streams_kept
 from pyrouq.infer._site_checks import check_draws
@@ -104,11 +104,13 @@ def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: s
     if not input_mismatch(err):
         return
     said = str(err).split("\nTrace Shapes:")[0]  # (Pyro's trace appends its site shapes)
+    fix = (
+        "Check that the model takes x (shape, channels, flattening: N inputs of the shape it "
+        "was built for) and that the guide and draws are this model's"
+    )  # (not after a first layer's fix for the input: restated)
     raise ValueError(
         f"{caller}: {name_of(model)} failed on x (shape {tuple(x.shape)}, dtype {x.dtype}){where}: "
-        f"{' '.join(said.split())}. Check that the model takes x (shape, channels, "
-        "flattening: N inputs of the shape it was built for) and that the guide and draws "
-        "are this model's."
+        f"{restated(err, fix, said)}."
     ) from err
 
 

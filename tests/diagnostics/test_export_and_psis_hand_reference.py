@@ -128,3 +128,22 @@ def test_mcmc_export_of_more_chains_than_draws_does_not_warn_of_a_wrong_layout()
     assert [str(w.message) for w in caught if "More chains" in str(w.message)] == []
     assert idata.posterior["weight"].dims[:2] == ("chain", "draw")
     np.testing.assert_array_equal(idata.posterior["bias"].values, result.samples["bias"].numpy())
+
+
+def test_export_and_psis_say_a_first_layers_fix_for_x_once():
+    """8066050 said a converted network's first layer's fix for x (a colour network given grey
+    images) in fit(), predict() and mcmc() alone: the export and the PSIS check put a second
+    period and their generic hint after it ('in_channels=1).. Check that the model takes x')."""
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(64, 3)))
+    guide = mean_field_guide(model)
+    x, y = torch.randn(4, 1, 6, 6), torch.tensor([0, 1, 2, 0])
+    fix = re.escape(
+        "at 'net.0' of the model): the model's input, of 1 channel where this layer takes 3. "
+        "Repeat the grey channel, x.expand(-1, 3, -1, -1), or build the network for 1 input "
+        "channel (its first layer's in_channels=1)."
+    )
+    with pytest.raises(ValueError, match=r"^to_inference_data\(\): .*" + fix + "$"):
+        to_inference_data(model, guide, x, y, num_samples=2)
+    with pytest.raises(ValueError, match=r"^psis_diagnostic\(\): .*draw: .*" + fix + "$"):
+        psis_diagnostic(model, guide, x, y, num_samples=25)
