@@ -14,20 +14,35 @@ import torch
 __all__ = ["channel_fix", "input_fix"]
 
 
-def input_fix(x: torch.Tensor, dim: int, size: int) -> str:
-    """What to do where a layer expecting ``size`` channels (``dim`` 1) or features (``dim``
-    -1) is given the model's input ``x`` as it came (its first layer): "the layer before it"
-    is none; the input, or the network's first layer, must change. (Also said after torch's
-    words where a layer of torch's refuses it: :mod:`pyrouq._engine._layer_errors`.)"""
+def input_fix(x: torch.Tensor, dim: int, size: int, groups: int = 1) -> str:
+    """What to do where a layer expecting ``size`` channels (``dim`` 1; a convolution of
+    ``groups`` groups) or features (``dim`` -1) is given the model's input ``x`` as it came
+    (its first layer): "the layer before it" is none; the input, or the network's first
+    layer, must change. (Also said after torch's words where a layer of torch's refuses it:
+    :mod:`pyrouq._engine._layer_errors`.)"""
     got, plural = x.shape[dim], "s" if x.shape[dim] != 1 else ""
     if dim == 1:
         said = f"the model's input, of {got} channel{plural} where this layer takes {size}."
         fix = channel_fix(got, size, x.dim() - 2)
         built = f"build the network for {got} input channel{plural}"
-        return f"{said} {fix}, or {built} (its first layer's in_channels={got})."
-    said = f"the model's input, of {got} feature{plural} where this layer takes {size}."
-    if x.dim() > 2 and math.prod(x.shape[1:]) == size:  # images to a network of flat inputs
+        # (a grouped convolution takes in_channels divisible by its groups: depthwise ones too)
+        group = f", groups={math.gcd(got, groups)}" if got % groups else ""
+        return f"{said} {fix}, or {built} (its first layer's in_channels={got}{group})."
+    values = math.prod(x.shape[1:])
+    if x.dim() > 2 and values == size:  # images to a network of flat inputs
+        said = f"the model's input, of {got} feature{plural} where this layer takes {size}."
         return f"{said} Flatten it, x.flatten(1), or put nn.Flatten() first in the network."
+    if x.dim() > 3:  # images of another size or channels than the flat ones it takes (a
+        # sequence, (B, T, F), is F features a step)
+        said = (
+            f"the model's input, of shape {tuple(x.shape[1:])} an example ({values} values), "
+            f"where this layer takes {size} features."
+        )
+        return (
+            f"{said} Pass inputs of {size} values an example, or build the network for "
+            f"{values} (its first layer's in_features={values}) with nn.Flatten() before it."
+        )
+    said = f"the model's input, of {got} feature{plural} where this layer takes {size}."
     fix = f"Pass inputs of {size} features, or build the network for {got}"
     return f"{said} {fix} (its first layer's in_features={got})."
 

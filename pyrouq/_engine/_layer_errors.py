@@ -155,7 +155,7 @@ def _input_fix(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> str 
         return None
     if x.dim() < 2 or x.shape[dim] == size or not _took_input(net, layer, x, traceback):
         return None
-    return input_fix(x, dim, size)
+    return input_fix(x, dim, size, getattr(layer, "groups", 1))
 
 
 def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[Any, ...]]:

@@ -44,7 +44,7 @@ def check_layer_input(
             error = LayerInputError.of(layer, detail)
             # (said where the model names the layer as given the model's input)
             given = f"expects inputs of shape {expected}, got shape {tuple(x.shape)}"
-            fix = input_fix(x, dim, size) if rank_ok else (
+            fix = input_fix(x, dim, size, getattr(layer, "groups", 1)) if rank_ok else (
                 "the model's input. Reshape it to that shape, or build the network's first "
                 "layer for inputs of this one."
             )  # fmt: skip

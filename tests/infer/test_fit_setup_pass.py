@@ -346,3 +346,38 @@ def test_a_first_layer_after_an_attentions_out_proj_says_the_fix(convert):
             num_samples=None if guide is None else 2,
             progress=False,
         )
+
+
+@pytest.mark.parametrize("convert", ["batchensemble", "bayesian"])
+def test_a_first_layers_fix_fits_grouped_convolutions_and_images_of_another_size(convert):
+    """A depthwise first convolution given grey images was told in_channels=1, which torch
+    refuses beside groups=3; colour images to a network of 784 flat inputs were told 'build
+    the network for 28 (in_features=28)', their last dim."""
+
+    def run(net: nn.Module, x: torch.Tensor) -> None:
+        if convert == "batchensemble":
+            pyrouq.batchensemble(net, 2)(x)
+        else:
+            model = pyrouq.bayesian(net)
+            pyrouq.predict(model, x, pyrouq.mean_field_guide(model), num_samples=2,
+                           progress=False)  # fmt: skip
+
+    torch.manual_seed(0)
+    depthwise = nn.Sequential(nn.Conv2d(3, 6, 3, groups=3), nn.Flatten(), nn.Linear(216, 2))
+    told = (
+        r"of 1 channel where this layer takes 3\. Repeat the grey channel, x\.expand\(-1, 3, -1, "
+        r"-1\), or build the network for 1 input channel \(its first layer's in_channels=1, "
+        r"groups=1\)\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        run(depthwise, torch.randn(2, 1, 8, 8))
+    # the advice works: a network built for 1 channel with groups=1 takes the grey images
+    nn.Sequential(nn.Conv2d(1, 6, 3, groups=1), nn.Flatten(), nn.Linear(216, 2))(
+        torch.randn(2, 1, 8, 8)
+    )
+    flat = nn.Sequential(nn.Linear(784, 2))
+    with pytest.raises(ValueError, match=r"of shape \(3, 28, 28\) an example \(2352 values\), "
+                       r"where this layer takes 784 features\. Pass inputs of 784 values an "
+                       r"example, or build the network for 2352 \(its first layer's "
+                       r"in_features=2352\) with nn\.Flatten\(\) before it\.$"):  # fmt: skip
+        run(flat, torch.randn(2, 3, 28, 28))
