@@ -11,7 +11,10 @@ import math
 
 import torch
 
-__all__ = ["channel_fix", "input_fix"]
+__all__ = ["ONE_EXAMPLE", "channel_fix", "input_fix", "no_values_fix"]
+
+#: What to do with one example given without its batch dim.
+ONE_EXAMPLE = "Pass it as a batch of one, x.unsqueeze(0)."
 
 
 def input_fix(x: torch.Tensor, dim: int, size: int, groups: int = 1) -> str:
@@ -21,6 +24,10 @@ def input_fix(x: torch.Tensor, dim: int, size: int, groups: int = 1) -> str:
     layer, must change. (Also said after torch's words where a layer of torch's refuses it:
     :mod:`pyrouq._engine._layer_errors`.)"""
     got, plural = x.shape[dim], "s" if x.shape[dim] != 1 else ""
+    if got == 0:  # (a network for no inputs is no fix)
+        kind = "channel" if dim == 1 else "feature"
+        said = f"the model's input, of no {kind}s (it holds no values) where this layer takes"
+        return f"{said} {size}. {no_values_fix(kind, size)}."
     if dim == 1:
         said = f"the model's input, of {got} channel{plural} where this layer takes {size}."
         fix = channel_fix(got, size, x.dim() - 2)
@@ -55,3 +62,15 @@ def channel_fix(got: int, size: int, spatial: int) -> str:
     if size == 1:
         return "Make them grey, x.mean(1, keepdim=True)"
     return f"Pass inputs of {size} channels"
+
+
+def no_values_fix(kind: str, size: int, made: str = "it", noun: str = "inputs") -> str:
+    """What to do about inputs (``made``: "it" or "them") holding no ``kind`` ("channel" or
+    "feature") where ``size`` are taken: building for 0 of them makes no network; the step
+    that made the input emptied it."""
+    plural = "s" if size != 1 else ""
+    sliced = "x[:, 3:] of 3-channel images" if kind == "channel" else "x[..., 784:]"
+    return (
+        f"Check the step that made {made} (an empty slice or selection of the {kind}s, such as "
+        f"{sliced}, leaves none) and pass {noun} of {size} {kind}{plural}"
+    )

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pyrouq._engine._cpu_paths import run_children
-from pyrouq._first_layer_fix import channel_fix
+from pyrouq._first_layer_fix import ONE_EXAMPLE, channel_fix, no_values_fix
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._memory import check_fits
 from pyrouq._util import check_int, model_input
@@ -29,10 +29,12 @@ def _check_mlp_input(name: str, x: torch.Tensor, in_features: int) -> None:
     if not torch.is_tensor(x):
         raise TypeError(not_a_tensor(x, name))
     if x.dim() < 2 or math.prod(x.shape[1:]) != in_features:
+        fix = "Flatten the images (load_mnist(flatten=True)) or set in_features."
+        if x.dim() > 0 and x.numel() == in_features:  # (784,) or (28, 28): one example
+            fix = f"That is one example without its batch dim. {ONE_EXAMPLE}"
         raise ValueError(
             f"{name} expects inputs of shape (B, {in_features}) (or (B, ...) with "
-            f"{in_features} values per example), got shape {tuple(x.shape)}. "
-            "Flatten the images (load_mnist(flatten=True)) or set in_features."
+            f"{in_features} values per example), got shape {tuple(x.shape)}. {fix}"
         )
 
 
@@ -42,6 +44,8 @@ def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
     said = f"{name} expects images of shape (B, {in_channels}, 28, 28), got shape {tuple(x.shape)}"
     if x.dim() == 4 and tuple(x.shape[2:]) == (28, 28) and x.shape[1] != in_channels:
         raise ValueError(_other_channels(said, x.shape[1], in_channels))
+    if tuple(x.shape) == (in_channels, 28, 28):
+        raise ValueError(f"{said}: one image without its batch dim. {ONE_EXAMPLE}")
     if x.dim() != 4 or tuple(x.shape[1:]) != (in_channels, 28, 28):
         raise ValueError(
             f"{said}. Use load_mnist(flatten=False), or x.view(-1, {in_channels}, 28, 28) for "
@@ -52,6 +56,9 @@ def _check_lenet_input(name: str, x: torch.Tensor, in_channels: int) -> None:
 def _other_channels(said: str, got: int, in_channels: int) -> str:
     """The refusal ``said`` of images of ``got`` channels, not ``in_channels``, with what to
     do (x.view(-1, in_channels, 28, 28), told for flat inputs, would mix the images)."""
+    if got == 0:  # (building it with in_channels=0 is no fix)
+        fix = no_values_fix("channel", in_channels, "them", "images")
+        return f"{said}: images of no channels (they hold no values). {fix}."
     plural = "s" if got != 1 else ""
     fix = channel_fix(got, in_channels, 2)
     return f"{said}: images of {got} channel{plural}. {fix}, or build it with in_channels={got}."
@@ -264,6 +271,8 @@ class ResidualCNN(nn.Module):
         said += str(tuple(x.shape))
         if x.dim() == 4 and x.shape[1] != self.in_channels:
             raise ValueError(_other_channels(said, x.shape[1], self.in_channels))
+        if x.dim() == 3 and x.shape[0] == self.in_channels:
+            raise ValueError(f"{said}: one image without its batch dim. {ONE_EXAMPLE}")
         if x.dim() != 4:
             raise ValueError(
                 f"{said}. Use load_mnist(flatten=False), or x.view(-1, {self.in_channels}, 28, "

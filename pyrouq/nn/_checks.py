@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._first_layer_fix import input_fix
+from pyrouq._first_layer_fix import ONE_EXAMPLE, input_fix
 from pyrouq._input_kind import input_hint
 from pyrouq._util import LayerInputError
 
@@ -24,11 +24,14 @@ def check_layer_input(
     ranks: tuple[int, ...] | None = None,
     min_rank: int = 1,
     named: bool = False,
+    copies: int = 1,
 ) -> None:
     """Refuse an input of a layer that is not a tensor, or whose rank (one of ``ranks``, or
     at least ``min_rank``) or feature size (``x.shape[dim]``) is not the layer's, naming the
     shape expected and the one given (``named``: a :class:`LayerInputError`, the layer named
-    by its class and settings, and by its paths in a converted network running it)."""
+    by its class and settings, and by its paths in a converted network running it; ``copies``:
+    of the model's input in the layer's, a BatchEnsemble's folded batch repeating it per
+    member)."""
     name = type(layer).__name__
     if not torch.is_tensor(x):
         raise TypeError(
@@ -44,13 +47,30 @@ def check_layer_input(
             error = LayerInputError.of(layer, detail)
             # (said where the model names the layer as given the model's input)
             given = f"expects inputs of shape {expected}, got shape {tuple(x.shape)}"
-            fix = input_fix(x, dim, size, getattr(layer, "groups", 1)) if rank_ok else (
-                "the model's input. Reshape it to that shape, or build the network's first "
-                "layer for inputs of this one."
-            )  # fmt: skip
+            if rank_ok:
+                fix = input_fix(x, dim, size, getattr(layer, "groups", 1))
+            elif _one_example(x, dim, size * copies, ranks, min_rank):
+                fix = f"the model's input, one example without its batch dim. {ONE_EXAMPLE}"
+            else:
+                fix = (
+                    "the model's input. Reshape it to that shape, or build the network's first "
+                    "layer for inputs of this one."
+                )
             error.input_detail = f"{given}: {fix}"
             raise error
         raise ValueError(f"{name} {detail}")
+
+
+def _one_example(
+    x: torch.Tensor, dim: int, size: int, ranks: tuple[int, ...] | None, min_rank: int
+) -> bool:
+    """Whether ``x``, refused for its rank, is one example of the shape the layer takes
+    without the batch dim: ``(size,)`` to a linear layer, ``(size, H, W)`` to a convolution
+    taking ``(B, size, H, W)`` (``size`` times the copies folded into the batch dim: an
+    input without one, repeated per member, is ``(M * size, H, W)``)."""
+    rank_ok = x.dim() + 1 >= min_rank if ranks is None else x.dim() + 1 in ranks
+    per_example = dim - 1 if dim > 0 else dim  # (the feature dim, the batch dim gone)
+    return rank_ok and x.dim() > 0 and x.shape[per_example] == size
 
 
 def check_ensemble_input(
@@ -65,4 +85,5 @@ def check_ensemble_input(
     expected = f"({batch}, {size}, {spatial})" if dim == 1 else f"({batch}, ..., {size})"
     if member:
         expected += " (one member's batch: on the CPU the network runs its members in turn)"
-    check_layer_input(layer, x, dim, size, expected, named=True, **ranks)
+    copies = 1 if member else layer.num_members  # (the model's input repeated per member)
+    check_layer_input(layer, x, dim, size, expected, named=True, copies=copies, **ranks)

@@ -240,6 +240,30 @@ def test_a_first_layer_refusing_the_models_input_names_its_channels_and_the_fix(
     told = r"of 3 features where this layer takes 18\. Flatten it, x\.flatten\(1\), or put "
     with pytest.raises(ValueError, match=told):
         pyrouq.batchensemble(nn.Sequential(nn.Linear(18, 2)), 2)(torch.randn(3, 2, 3, 3))
+    # no channels, or no features: was told to build the network for 0 input channels
+    told = (
+        rf"got shape \({rows}, 0, 6, 6\): the model's input, of no channels \(it holds no "
+        r"values\) where this layer takes 3\. Check the step that made it \(an empty slice or "
+        r"selection of the channels, such as x\[:, 3:\] of 3-channel images, leaves none\) "
+        r"and pass inputs of 3 channels\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        model(torch.randn(3, 0, 6, 6))
+    told = r"got shape \(3, 0\): the model's input, of no features .* pass inputs of 36 features"
+    with pytest.raises(ValueError, match=told):
+        flat(torch.randn(3, 0))
+    # one example without its batch dim: was told to "Reshape it to that shape, or build the
+    # network's first layer for inputs of this one" (folded, shared: repeated per member)
+    one = r": the model's input, one example without its batch dim\. Pass it as a batch of "
+    with pytest.raises(ValueError, match=rf"got shape \({rows}, 6, 6\){one}one, x\.unsqueeze\(0\)"):
+        model(torch.randn(3, 6, 6))
+    with pytest.raises(ValueError, match=rf"got shape \(36,\){one}one, x\.unsqueeze\(0\)"):
+        flat(torch.randn(36))
+    assert flat(torch.randn(36).unsqueeze(0)).shape == (2, 1, 2)
+    # ... not one of another shape (no batch of one would fit it)
+    told = rf"got shape \({rows * 2 // 3}, 6, 6\): the model's input\. Reshape it to that shape"
+    with pytest.raises(ValueError, match=told):
+        model(torch.randn(2, 6, 6))
     # a later layer given an output of the input's shape is told as before (the first layer's
     # input holds the model's values, not only its shape)
     net = nn.Sequential(nn.Conv2d(1, 1, 3, padding=1), nn.Conv2d(3, 2, 3))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -193,6 +195,42 @@ def test_bad_inputs_name_expected_shape():
     )
     with pytest.raises(ValueError, match=told):
         ResidualCNN()(torch.randn(2, 3, 8, 8))
+
+
+@pytest.mark.parametrize(
+    "make, x",
+    [
+        (lambda: MLP(), torch.randn(784)),
+        (lambda: MLP(), torch.randn(28, 28)),
+        (lambda: BayesianMLP(), torch.randn(784)),
+        (lambda: LeNet(), torch.randn(1, 28, 28)),
+        (lambda: BayesianLeNet(), torch.randn(1, 28, 28)),
+        (lambda: LeNet(in_channels=3), torch.randn(3, 28, 28)),
+        (lambda: ResidualCNN(), torch.randn(1, 8, 8)),
+    ],
+)
+def test_one_example_without_its_batch_dim_is_told_to_unsqueeze(make, x):
+    """Was told to flatten the images, set in_features or x.view(-1, 1, 28, 28) for flat
+    inputs: the fix is a batch of one."""
+    told = rf"got shape {re.escape(str(tuple(x.shape)))}[.:] .*x\.unsqueeze\(0\)\.$"
+    with pytest.raises(ValueError, match=told):
+        make()(x)
+    assert make()(x.unsqueeze(0)).shape == (1, 10)
+    # an input of another shape is told as before (no batch of one would fit it)
+    with pytest.raises(ValueError, match=r"(Flatten the images|Use load_mnist)"):
+        make()(torch.randn(5, *x.shape[1:]))
+
+
+@pytest.mark.parametrize("cls", [LeNet, BayesianLeNet, ResidualCNN])
+def test_images_of_no_channels_are_not_told_to_build_for_none(cls):
+    """Was "Make them grey, x.mean(1, keepdim=True), or build it with in_channels=0"."""
+    told = (
+        r"got shape \(2, 0, 28, 28\): images of no channels \(they hold no values\)\. Check "
+        r"the step that made them \(an empty slice or selection of the channels, such as "
+        r"x\[:, 3:\] of 3-channel images, leaves none\) and pass images of 1 channel\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        cls()(torch.zeros(2, 0, 28, 28))
 
 
 def test_bad_labels():
