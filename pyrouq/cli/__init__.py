@@ -46,7 +46,7 @@ from pyrouq.cli._build import (
     method_of,
 )
 from pyrouq.cli._evaluate import _cmd_evaluate, _device, _missing_data
-from pyrouq.cli._fit_words import batchnorm_in_command_words
+from pyrouq.cli._fit_words import batchnorm_in_command_words, grey_in_command_words
 from pyrouq.cli._parser import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -537,7 +537,7 @@ def _main(argv: Sequence[str] | None) -> int:
             message = message.split(" Lower lr")[0] + " Lower --lr."
         # fit()'s advice for a loader, in the words of the command's (sharded) loader
         worded = batchnorm_in_command_words(e, getattr(args, "batch_size", None), _world_size())
-        message = message if worded is None else worded
+        message = grey_in_command_words(message if worded is None else worded)
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # a pipe's reader gone (closable_streams() keeps ours quiet)

@@ -1,8 +1,9 @@
 """The `pyrouq` command, seventh audit: the day's refusals of the conversions as a command-line
 user meets them (a network holding PyroSample attributes, a BatchEnsemble's own network, a bare
-convolution under --method last-layer, activation checkpointing): exit code 2, one line, no run
-folder left, and advice the command's user can follow (the factory, --method) in place of
-Python's (select=, bayesian(ensemble), fit(checkpoint=...))."""
+convolution under --method last-layer, activation checkpointing, a network for colour images):
+exit code 2, one line, no run folder left, and advice the command's user can follow (the
+factory, --method) in place of Python's (select=, bayesian(ensemble), fit(checkpoint=...),
+x.expand(...))."""
 
 from __future__ import annotations
 
@@ -84,6 +85,11 @@ class _Checkpointed(nn.Module):
 
 def checkpointed() -> nn.Module:
     return _Checkpointed()
+
+
+def rgb() -> nn.Module:
+    """A network for colour images (its first layer takes 3 channels)."""
+    return nn.Sequential(nn.Conv2d(3, 4, 3, stride=9), nn.Flatten(), nn.Linear(36, 10))
 
 
 _PARAMETERS = (
@@ -214,3 +220,16 @@ def test_a_checkpointed_forward_is_refused_in_one_line_without_a_run_folder(
         "Turn checkpointing off in the factory (torchvision's DenseNet: memory_efficient=False; "
         f"a forward of your own: call the block directly){other}."
     )
+
+
+@pytest.mark.parametrize("method", ["batchensemble", "rank1"])
+def test_a_network_for_colour_images_is_told_to_change_the_factory(method, tmp_path, capsys):
+    """Its first layer's refusal of the MNIST images said "Repeat the grey channel,
+    x.expand(-1, 3, -1, -1)", which the command's user cannot do (the command loads them)."""
+    err, _ = fit_error(capsys, tmp_path, "rgb", method)
+    assert err.endswith(
+        "got shape (2, 1, 28, 28): the model's input, of 1 channel where this layer takes 3. "
+        "The command's images are MNIST's, of 1 channel: make the factory return a network for "
+        "1 input channel (its first layer's in_channels=1)."
+    ), err
+    assert "x.expand" not in err
