@@ -251,8 +251,9 @@ def mcmc(
         that a subclass's own ``forward`` samples beside the model's latent sites (the result
         would not keep it, and predict() would refuse its draws). Refused too: a vectorised
         ``pyro.plate``, a ``pyro.poutine.trace()`` recording sample sites or a
-        ``pyro.poutine.condition()`` fixing latent sites (whose draws the result would lack)
-        around the call (call mcmc() outside it), and ``parallel=True`` where the chain
+        ``pyro.poutine.condition()`` fixing latent sites (whose draws the result would lack) or
+        giving them None, or a ``pyro.poutine.do()`` intervening on them (drawn from their
+        prior), around the call (call mcmc() outside it), and ``parallel=True`` where the chain
         processes could not run the model as here (see ``parallel``).
 
     Examples

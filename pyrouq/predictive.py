@@ -238,8 +238,9 @@ def predict(
         It runs in eval mode (dropout off: no MC dropout; BatchNorm's running statistics, or
         for one built with ``track_running_stats=False`` each batch's own, as in torch: a
         batch of one input is then refused) and is left in the mode it came in. A
-        ``pyro.poutine.condition()`` around the call fixing a latent site of a pyrouq model is
-        refused: the draws would overrule its values.
+        ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` around the call fixing a latent
+        site of a pyrouq model is refused: the draws would overrule its values (a value of None
+        fixes nothing and is let through).
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``: labels that are not one per input of their

@@ -204,8 +204,9 @@ def to_inference_data(
         shape error, restated naming x); a batch of one input (x of one, or a batch_size
         leaving one) that a BatchNorm built without running statistics refuses (its
         statistics are its batch's); a vectorised ``pyro.plate`` around the call of a pyrouq
-        model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` fixing
-        one of its latent sites; a model on the meta device (shapes, no values).
+        model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` or
+        ``pyro.poutine.do()`` fixing one of its latent sites; a model on the meta device
+        (shapes, no values).
 
     Warns
     -----

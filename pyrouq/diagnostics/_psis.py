@@ -321,7 +321,7 @@ def psis_diagnostic(
         Its observed sites must not subsample: run it on all of ``x`` (a plate subsampling
         fewer points than ``len(x)`` is refused, and so are a vectorised ``pyro.plate`` around
         the call of a pyrouq model, which has its own plate ``"data"``, and a
-        ``pyro.poutine.condition()`` fixing one of its latent sites).
+        ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` fixing one of its latent sites).
     guide : callable
         A guide of ``model``, called as ``guide(x, y)``, that samples every latent site. A
         point mass (``AutoDelta``, a MAP fit: the same value of every site at each draw) has

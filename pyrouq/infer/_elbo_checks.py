@@ -16,6 +16,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide import AutoGuide, AutoGuideList
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
+from pyro.poutine.do_messenger import DoMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.seed_messenger import SeedMessenger
@@ -271,10 +272,27 @@ _FIXED_SITE = {
 }
 """Why each caller refuses a ``poutine.condition()`` fixing latent sites around it."""
 
+_INTERVENED = {
+    "fit()": "the network would run with the values given while its guide learnt those sites "
+    "from their prior alone (do() samples each anew under another name, unused)",
+    "mcmc()": "its draws of those sites would come from their prior alone, the network "
+    "running with the values given",
+}
+"""Why fit() and mcmc() refuse a ``poutine.do()`` intervening on latent sites around them
+(the other callers as :data:`_FIXED_SITE` says)."""
+
+_OVERWRITTEN = {"fit()": "the guide's draw", "mcmc()": "NUTS's value", "psis_diagnostic()": "the "
+                "guide's draw"}  # fmt: skip
+"""The callers whose runs a ``poutine.condition()`` giving None for a latent site breaks, and
+the value it writes over: Pyro leaves the site unobserved but sets its value to None, after the
+handlers inside (a replay of the guide, NUTS's conditioning) gave it one (Pyro's own SVI fails
+so, "assert msg['value'] is not None"); predict() and to_inference_data() run as without it."""
+
 
 def refuse_handlers_around(model: Any, caller: str, weighed: str = "loss") -> None:
     """Before ``caller`` (fit(), mcmc()) runs anything: refuse a vectorised plate, a trace
-    recording sample sites and a condition fixing latent sites around it (the three below)."""
+    recording sample sites and a condition (or do()) fixing latent sites around it (the three
+    below)."""
     refuse_plate_around(model, caller, caller, weighed)
     refuse_trace_around(caller)
     refuse_condition_around(model, caller)
@@ -286,25 +304,48 @@ def refuse_condition_around(model: Any, caller: str) -> None:
     fit() failed in Pyro's words, mcmc() gave draws without those sites, which predict() and
     to_inference_data() then refused as another model's, predict() ignored it, and the
     diagnostics said the guide did not belong to the model. One that
-    conditions other sites (the targets, ``"obs"``) is let through, as Pyro applies it."""
+    conditions other sites (the targets, ``"obs"``) is let through, as Pyro applies it, and so
+    is a value of None, which Pyro leaves unobserved, where the run survives it (else refused
+    as :data:`_OVERWRITTEN` says, not as fixing the site). A ``pyro.poutine.do()`` intervening on
+    latent sites is refused the same way: fit() trained the guide on their prior alone (the
+    network ran with the values), mcmc() drew them from their prior, predict() ignored it."""
     own = own_model(model)
     latent = getattr(own, "latent_sites", None)
     if not callable(latent):
         return
     for handler in _visible_handlers():
-        if not isinstance(handler, ConditionMessenger):
+        if not isinstance(handler, (ConditionMessenger, DoMessenger)):
             continue
-        data = handler.data
-        given = data.nodes if isinstance(data, pyro.poutine.Trace) else data
-        fixed = [site for site in latent() if site in given]
-        if fixed:
+        do, given = isinstance(handler, DoMessenger), handler.data
+        data: dict[str, Any] = (  # site names to values (None: not fixed)
+            {name: node.get("value") for name, node in given.nodes.items()}
+            if isinstance(given, pyro.poutine.Trace)
+            else dict(given)
+        )
+        fixed = [site for site in latent() if data.get(site) is not None]
+        nones = [site for site in latent() if site in data and data[site] is None]
+        if nones and not do and caller in _OVERWRITTEN:
             raise ValueError(
-                f"{caller} was called inside pyro.poutine.condition() fixing latent site(s) "
-                f"{', '.join(map(repr, fixed[:3]))}{', ...' if len(fixed) > 3 else ''} of "
-                f"{type(own).__name__}, expected none fixed: {_FIXED_SITE[caller]}. Call "
+                f"{caller} was called inside pyro.poutine.condition() giving None for latent "
+                f"site(s) {_names(nones)} of {type(own).__name__}: Pyro observes nothing there "
+                f"but writes the None over {_OVERWRITTEN[caller]} of the site, so the run "
+                f"would fail in Pyro's words. Leave the None entries out of data (they "
+                f"condition nothing), or call {caller} outside the handler."
+            )
+        if fixed:
+            why = (do and _INTERVENED.get(caller)) or _FIXED_SITE[caller]
+            raise ValueError(
+                f"{caller} was called inside pyro.poutine.{'do' if do else 'condition'}() "
+                f"fixing latent site(s) {_names(fixed)} of {type(own).__name__}, expected "
+                f"none fixed: {why}. Call "
                 f"{caller} outside the handler; to hold a weight fixed, leave its layer a "
                 "point estimate (bayesian(net, select=...) without it) and set its value."
             )
+
+
+def _names(sites: list[str]) -> str:
+    """Up to three ``sites`` quoted, "..." for more."""
+    return f"{', '.join(map(repr, sites[:3]))}{', ...' if len(sites) > 3 else ''}"
 
 
 def refuse_trace_around(caller: str) -> None:

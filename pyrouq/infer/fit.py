@@ -330,17 +330,18 @@ def fit(
         under torch.distributed, on every rank, with the statistics averaged over the ranks).
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a vectorised
-        ``pyro.plate`` around the call of a pyrouq model (which has its own plate ``"data"``:
-        call fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()``
-        inside it, is let through), a ``pyro.poutine.trace()`` recording sample sites around
-        the call (each step would record the model's sites again; call fit() outside it), a
-        ``pyro.poutine.condition()`` fixing a latent site of a pyrouq model around it, or a
-        ``resume_from`` that does not fit the model or holds a training state fit() did not
+        ``pyro.plate`` around the call of a pyrouq model (which has its own plate ``"data"``: call
+        fit() outside it; a sequential plate, or one with a hide-all ``poutine.block()`` inside it,
+        is let through), a ``pyro.poutine.trace()`` recording sample sites around the call (each
+        step would record the model's sites again; call fit() outside it), a
+        ``pyro.poutine.condition()`` fixing a latent site of a pyrouq model around it (or giving it
+        None, which Pyro writes over the guide's draw), a ``pyro.poutine.do()`` intervening on one,
+        or a ``resume_from`` that does not fit the model or holds a training state fit() did not
         write (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
-        models' settings, loaders, arguments, optimizers, the run and point resumed from), a
-        failure of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in
-        training mode in a model on the CPU (torch synchronises them on GPUs only): freeze
-        such a layer with ``.eval()`` or build BatchNorm layers.
+        models' settings, loaders, arguments, optimizers, the run and point resumed from), a failure
+        of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in training
+        mode in a model on the CPU (torch synchronises them on GPUs only): freeze such a layer with
+        ``.eval()`` or build BatchNorm layers.
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``

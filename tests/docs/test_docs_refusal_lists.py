@@ -57,7 +57,8 @@ def _model():
         (pyrouq.fit, "a ``pyro.poutine.trace()`` recording sample sites around the call"),
         (pyrouq.mcmc, "a vectorised ``pyro.plate``, a ``pyro.poutine.trace()`` recording "
          "sample sites or a ``pyro.poutine.condition()`` fixing latent sites (whose draws the "
-         "result would lack) around the call (call mcmc() outside it)"),
+         "result would lack) or giving them None, or a ``pyro.poutine.do()`` intervening on "
+         "them (drawn from their prior), around the call (call mcmc() outside it)"),
         (pyrouq.fit, "a ``pyro.poutine.condition()`` fixing a latent site of a pyrouq model"),
         (pyrouq.mcmc, "no Pyro effect handler is active around the call (``poutine.scale``"),
         (pyrouq.mcmc, "``parallel=True`` where the chain processes could not run the model as "

@@ -1,13 +1,15 @@
 """The edges of the settings test_package_environment_settings.py covers: a Pyro trace around
 fit() and mcmc() kept from the sample sites by a poutine.block() between them, a condition
-fixing a latent site around fit(), mcmc() or predict() and a plate around the diagnostics
-(refused), a process whose stderr is closed or detached, and train_test_split() and adaptive
-conformal scores under a default device other than the CPU."""
+or do() fixing a latent site around fit(), mcmc() or predict() and a plate around the
+diagnostics (refused), a condition giving None for one, a process whose stderr is closed or
+detached, and train_test_split() and adaptive conformal scores under a default device other
+than the CPU."""
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 
 import pyro
@@ -72,33 +74,72 @@ def test_a_block_letting_observed_sites_through_still_leaves_the_trace_refused()
             _run("mcmc", **QUIET)
 
 
-@pytest.mark.parametrize("call", ["fit", "mcmc", "predict", "psis_diagnostic", "to_inference_data"])
-def test_a_condition_fixing_a_latent_site_around_the_call_is_refused_in_words(call):
+def _call(call: str, model, guide, x, y):
+    """``call`` (fit, mcmc, predict or a diagnostic) on the toy ``model``, quickly."""
+    if call == "fit":
+        return pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=24, **QUIET)
+    if call == "mcmc":
+        return pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, **QUIET)
+    if call == "predict":
+        return pyrouq.predict(model, x, guide, num_samples=2, **QUIET)
+    if call == "psis_diagnostic":
+        return pyrouq.psis_diagnostic(model, guide, x, y, num_samples=30, seed=0)
+    return pyrouq.to_inference_data(model, guide, x=x, y=y, num_samples=2, seed=0)
+
+
+CALLS = ["fit", "mcmc", "predict", "psis_diagnostic", "to_inference_data"]
+
+
+@pytest.mark.parametrize("handler", ["condition", "do"])
+@pytest.mark.parametrize("call", CALLS)
+def test_a_condition_fixing_a_latent_site_around_the_call_is_refused_in_words(call, handler):
     """pyro.poutine.condition(data={'0.weight': w}) around fit() failed in Pyro's words ('site
     0.weight must be sampled in trace'), around mcmc() gave draws without '0.weight' that
     predict() and to_inference_data() then refused as another model's, around predict()
     was ignored (the probabilities of the draws, w unused), and around the diagnostics told
-    that the guide did not belong to the model."""
+    that the guide did not belong to the model. pyro.poutine.do() was let through: fit()
+    trained the guide's '0.weight' on its prior alone (the network ran with w), mcmc() drew
+    it from its prior, predict() ignored w."""
     x, y = toy_data(24)
     model = pyrouq.bayesian(_net())
     guide = pyrouq.mean_field_guide(model)
-    fixed = pyro.poutine.condition(data={"0.weight": torch.zeros(6, 3)})
+    fixed = getattr(pyro.poutine, handler)(data={"0.weight": torch.zeros(6, 3)})
     with fixed, pytest.raises(ValueError) as info:
-        if call == "fit":
-            pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=24, **QUIET)
-        elif call == "mcmc":
-            pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, **QUIET)
-        elif call == "predict":
-            pyrouq.predict(model, x, guide, num_samples=2, **QUIET)
-        elif call == "psis_diagnostic":
-            pyrouq.psis_diagnostic(model, guide, x, y, num_samples=30, seed=0)
-        else:
-            pyrouq.to_inference_data(model, guide, x=x, y=y, num_samples=2, seed=0)
+        _call(call, model, guide, x, y)
     assert str(info.value).startswith(
-        f"{call}() was called inside pyro.poutine.condition() fixing latent site(s) "
+        f"{call}() was called inside pyro.poutine.{handler}() fixing latent site(s) "
         "'0.weight' of BayesianNetwork, expected none fixed: "
     )
     assert "bayesian(net, select=...) without it" in str(info.value)
+    if handler == "do" and call == "fit":
+        assert "its guide learnt those sites from their prior alone" in str(info.value)
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_a_condition_giving_none_for_a_latent_site_is_not_told_it_fixes_it(call):
+    """Pyro's condition() observes nothing at a site given None (was refused as "fixing
+    '0.weight'"): predict() and to_inference_data() run as without it; fit(), mcmc() and
+    psis_diagnostic() would fail in Pyro's words (it writes the None over the guide's or
+    NUTS's value: Pyro's own SVI fails so), and are told that. do() with None intervenes on
+    nothing: every call runs."""
+    x, y = toy_data(24)
+    model = pyrouq.bayesian(_net())
+    guide = pyrouq.mean_field_guide(model)
+    with pyro.poutine.do(data={"0.weight": None}):
+        _call(call, model, guide, x, y)
+    given = pyro.poutine.condition(data={"0.weight": None})
+    if call in ("predict", "to_inference_data"):
+        with given:
+            _call(call, model, guide, x, y)
+        return
+    over = "NUTS's value" if call == "mcmc" else "the guide's draw"
+    with given, pytest.raises(ValueError, match=re.escape(
+        f"{call}() was called inside pyro.poutine.condition() giving None for latent site(s) "
+        f"'0.weight' of BayesianNetwork: Pyro observes nothing there but writes the None over "
+        f"{over} of the site, so the run would fail in Pyro's words. Leave the None entries "
+        f"out of data (they condition nothing), or call {call}() outside the handler."
+    )):  # fmt: skip
+        _call(call, model, guide, x, y)
 
 
 def test_a_condition_of_the_targets_alone_is_let_through_as_pyro_applies_it():
