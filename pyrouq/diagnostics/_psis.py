@@ -201,7 +201,7 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
         try:
             outside = None if _masked(site) else _outside(fn, value)
             if outside and site["is_observed"]:  # (before log_prob: a label out of range fails)
-                raise ValueError(_outside_support(site, outside))
+                raise ValueError(f"psis_diagnostic(): {_outside_support(site, outside)}")
             log_p = fn.log_prob(value)
         finally:
             _restore(saved)
@@ -318,10 +318,7 @@ def psis_diagnostic(
     ----------
     model : callable
         A Pyro model ``model(x, y)`` (pyrouq model or any other) with the data observed.
-        Its observed sites must not subsample: run it on all of ``x`` (a plate subsampling
-        fewer points than ``len(x)`` is refused, and so are a vectorised ``pyro.plate`` around
-        the call of a pyrouq model, which has its own plate ``"data"``, and a
-        ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` fixing one of its latent sites).
+        Its observed sites must not subsample: run it on all of ``x`` (see Raises).
     guide : callable
         A guide of ``model``, called as ``guide(x, y)``, that samples every latent site. A
         point mass (``AutoDelta``, a MAP fit: the same value of every site at each draw) has
@@ -347,6 +344,22 @@ def psis_diagnostic(
     Returns
     -------
     PSISResult
+
+    Raises
+    ------
+    TypeError
+        x or y not a tensor; a model or guide that is not callable (a FitResult); an
+        MCMCResult as the guide or the model (MCMC draws have no density q(w)); a guide passed
+        as the model (the two swapped); integer, bool or complex x for a pyrouq model.
+    ValueError
+        x and y empty or of different lengths, NaN/inf inputs, num_samples < 25, num_data < 1, no
+        guide, the model as its own guide; labels outside ``[0, C)`` (or observed values outside
+        their distribution's support); a guide of another model, a point mass (``AutoDelta``) or one
+        whose parameters hold NaN or inf; a model on the meta device, one without latent sites or
+        one observing a plate subsampling fewer points than ``len(x)``; around the call of a pyrouq
+        model (which has its own plate ``"data"``), a vectorised ``pyro.plate`` or a
+        ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` fixing one of its latent sites (or a
+        condition() giving one None); log ratios NaN or +inf, or all -inf.
 
     Examples
     --------

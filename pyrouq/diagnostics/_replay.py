@@ -5,6 +5,7 @@ its priors, or inputs the model does not take (:func:`_explain_inputs`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +53,7 @@ def _replayed_draws(
                     _explain_per_point_sites(err, model, guide_trace, x, y, caller)
                     if _draws_fit(err, model, guide_trace, x, y, caller):
                         _explain_inputs(err, model, x, caller, " at the guide's first draw")
+                    _own_refusal(err, model, caller)
                 raise
         yield s, guide_trace, model_trace
 
@@ -97,13 +99,32 @@ def _draws_fit(
     return False
 
 
+def _without_shapes(err: Exception) -> str:
+    """``err``'s message without the table of site shapes Pyro's trace appends to it (its
+    title right-aligned: "  Trace Shapes:" beside a long site name)."""
+    return re.split(r"\n *Trace Shapes:", str(err))[0]
+
+
+def _own_refusal(err: Exception, model: Any, caller: str) -> None:
+    """A pyrouq model's refusal of the data, worded with its name or the caller's (under
+    Pyro's validation, "BayesianNetwork: labels in [0, 5], expected class indices in [0, 1]
+    ..."), restated as the caller's, without the site shapes Pyro's trace appends; pass any
+    other."""
+    said = _without_shapes(err)
+    if not isinstance(err, ValueError) or not callable(getattr(model, "latent_sites", None)):
+        return
+    for name in (f"{type(model).__name__}: ", f"{caller}: "):
+        if said.startswith(name):
+            raise ValueError(f"{caller}: {said[len(name) :]}") from err
+
+
 def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: str = "") -> None:
     """Restate torch's error from the model's first pass that reads as inputs it does not take
     (:func:`pyrouq._mismatch.input_mismatch`: "mat1 and mat2 shapes cannot be multiplied"),
     naming x and what to check, as ``predict()`` and ``mcmc()`` do; pass any other."""
     if not input_mismatch(err):
         return
-    said = str(err).split("\nTrace Shapes:")[0]  # (Pyro's trace appends its site shapes)
+    said = _without_shapes(err)
     fix = (
         "Check that the model takes x (shape, channels, flattening: N inputs of the shape it "
         "was built for) and that the guide and draws are this model's"

@@ -400,10 +400,25 @@ def test_batchensemble_takes_no_guide(ensemble, bayes, data):
         to_inference_data(ensemble, None, *data, var_names=["fc1.weight"])
 
 
-def test_labels_out_of_range(bayes, data):
+@pytest.mark.parametrize("validation", [True, False])
+def test_labels_out_of_range(bayes, data, validation):
     x, _ = data
+    y = torch.tensor([0] * (N - 1) + [5])
     with pytest.raises(ValueError, match=r"labels in \[0, 5\], expected class indices in \[0, 2\]"):
-        to_inference_data(*bayes, x, torch.tensor([0] * (N - 1) + [5]))
+        to_inference_data(*bayes, x, y)
+    # psis_diagnostic() said it as the model's ("BayesianMLP: labels in ...") followed by Pyro's
+    # "Trace Shapes:" table under validation; without it, as no caller's
+    with pyro.validation_enabled(validation), pytest.raises(ValueError) as info:
+        psis_diagnostic(*bayes, x, y, num_samples=25, seed=0)
+    told = (
+        "labels in [0, 5], expected class indices in [0, 2] for a model with 3 classes. Check "
+        "the targets or the model's number of classes."
+        if validation
+        else "The observed values of site 'obs' lie outside the support of its distribution "
+        "(Categorical, support IntegerInterval(lower_bound=0, upper_bound=2)) at 1 entries"
+    )
+    assert str(info.value).startswith(f"psis_diagnostic(): {told}"), str(info.value)
+    assert "Trace Shapes" not in str(info.value)
 
 
 def test_summary_errors(ensemble, data):

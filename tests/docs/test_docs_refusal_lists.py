@@ -74,12 +74,20 @@ def _model():
         (pyrouq.save, "also a model on the meta device (shapes, no values: nothing is written)"),
         (pyrouq.mean_field_guide, "A model on the meta device (shapes, no values"),
         (pyrouq.to_inference_data, "a model on the meta device (shapes, no values)"),
+        (pyrouq.psis_diagnostic, "labels outside ``[0, C)`` (or observed values outside their "
+         "distribution's support)"),
+        (pyrouq.psis_diagnostic, "a vectorised ``pyro.plate`` or a ``pyro.poutine.condition()`` "
+         "or ``pyro.poutine.do()`` fixing one of its latent sites (or a condition() giving one "
+         "None)"),
+        (pyrouq.psis_diagnostic, "a point mass (``AutoDelta``) or one whose parameters hold NaN "
+         "or inf"),
         (pyrouq.save, "Warns ----- UserWarning A model with latent sites saved without its "
          "guide"),  # (55a1f79's warning: test_checkpoint_writing_and_paths.py)
     ],
     ids=["fit-trace", "mcmc-plate-trace", "fit-condition", "mcmc-handler", "mcmc-parallel",
          "save-training", "load-pickle", "fit-resume", "bayesian-class", "fit-bytes",
-         "save-meta", "guide-meta", "idata-meta", "save-guide-warns"],
+         "save-meta", "guide-meta", "idata-meta", "psis-labels", "psis-handlers", "psis-guide",
+         "save-guide-warns"],
 )  # fmt: skip
 def test_the_docstrings_list_the_refusals(fn, words):
     assert words in _doc(fn)
