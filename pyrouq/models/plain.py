@@ -30,7 +30,9 @@ def _check_mlp_input(name: str, x: torch.Tensor, in_features: int) -> None:
         raise TypeError(not_a_tensor(x, name))
     if x.dim() < 2 or math.prod(x.shape[1:]) != in_features:
         fix = "Flatten the images (load_mnist(flatten=True)) or set in_features."
-        if x.dim() > 0 and x.numel() == in_features:  # (784,) or (28, 28): one example
+        # (784,), or a square image (28, 28): one example; not (4, 196), four of 196 values
+        one = x.dim() == 1 or (x.dim() == 2 and x.shape[0] == x.shape[1])
+        if one and x.numel() == in_features:
             fix = f"That is one example without its batch dim. {ONE_EXAMPLE}"
         raise ValueError(
             f"{name} expects inputs of shape (B, {in_features}) (or (B, ...) with "

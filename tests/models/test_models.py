@@ -221,6 +221,15 @@ def test_one_example_without_its_batch_dim_is_told_to_unsqueeze(make, x):
         make()(torch.randn(5, *x.shape[1:]))
 
 
+@pytest.mark.parametrize("shape", [(4, 196), (16, 49), (2, 392)])
+def test_a_batch_of_other_features_is_not_told_it_is_one_example(shape):
+    """Inputs holding 784 values in all, four examples of 196 (14x14 images), were told
+    "That is one example without its batch dim", and x.unsqueeze(0) made them one."""
+    told = re.escape(f"got shape {shape}. Flatten the images (load_mnist(flatten=True)) or set")
+    with pytest.raises(ValueError, match=told):
+        MLP()(torch.randn(shape))
+
+
 @pytest.mark.parametrize("cls", [LeNet, BayesianLeNet, ResidualCNN])
 def test_images_of_no_channels_are_not_told_to_build_for_none(cls):
     """Was "Make them grey, x.mean(1, keepdim=True), or build it with in_channels=0"."""
