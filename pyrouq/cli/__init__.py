@@ -537,7 +537,8 @@ def _main(argv: Sequence[str] | None) -> int:
             message = message.split(" Lower lr")[0] + " Lower --lr."
         # fit()'s advice for a loader, in the words of the command's (sharded) loader
         worded = batchnorm_in_command_words(e, getattr(args, "batch_size", None), _world_size())
-        message = grey_in_command_words(message if worded is None else worded)
+        message = message if worded is None else worded
+        message = grey_in_command_words(message, getattr(args, "dataset", None))
         print(f"pyrouq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # a pipe's reader gone (closable_streams() keeps ours quiet)

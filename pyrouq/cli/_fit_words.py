@@ -3,7 +3,8 @@ BatchNorm, fit()'s advice is for a user's DataLoader (``drop_last``, ``batch_siz
 command's loader is made from ``--batch-size`` and ``--train-size``, split among the ranks under
 torchrun (each trains on ``ceil(train_size / world)`` of the images, in batches of
 ``--batch-size``). Of a factory's network for colour images, the advice to repeat the grey
-channel is the input's, which the command loads itself (MNIST, one channel)."""
+channel is the input's, which the command loads itself (MNIST or
+Fashion-MNIST, one channel)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,22 @@ import re
 
 from pyrouq._batchnorm import BatchTooSmall
 
-# A first layer's advice for greyscale images to a network for colour ones (nn/_checks.py)
+# A first layer's advice for greyscale images to a network for colour ones
+# (pyrouq/_first_layer_fix.py: input_fix(), channel_fix())
 _GREY = re.compile(
     r"Repeat the grey channel, x\.expand\(-1, \d+(?:, -1)*\), or build the network for 1 "
     r"input channel"
 )
 
 
-def grey_in_command_words(message: str) -> str:
-    """``message`` with a first layer's advice for the command's greyscale MNIST images to a
-    factory's network for colour ones (repeat the grey channel, x.expand(...), which the
-    command's user cannot do) put in the command's words: the factory's network must change."""
+def grey_in_command_words(message: str, dataset: str | None = "mnist") -> str:
+    """``message`` with a first layer's advice for the command's greyscale images (MNIST's, or
+    Fashion-MNIST's under ``--dataset fashion-mnist``) to a factory's network for colour ones
+    (repeat the grey channel, x.expand(...), which the command's user cannot do) put in the
+    command's words: the factory's network must change."""
+    data = "Fashion-MNIST" if dataset == "fashion-mnist" else "MNIST"
     return _GREY.sub(
-        "The command's images are MNIST's, of 1 channel: make the factory return a network "
+        f"The command's images are {data}'s, of 1 channel: make the factory return a network "
         "for 1 input channel",
         message,
     )

@@ -20,11 +20,11 @@ from pyrouq.cli import main
 SELF = "test_cli_conversion_refusals"
 
 
-def fit_error(capsys, tmp_path, factory, method):
-    """The one line `pyrouq fit SELF:factory --method method` fails with (exit code 2), and
-    what it printed before; the run folder must be gone."""
+def fit_error(capsys, tmp_path, factory, method, *more):
+    """The one line `pyrouq fit SELF:factory --method method [more]` fails with (exit code 2),
+    and what it printed before; the run folder must be gone."""
     argv = ["fit", f"{SELF}:{factory}", "--method", method, "--epochs", "1", "--train-size"]
-    code = main([*argv, "64", "--no-progress", "--out", str(tmp_path / "r")])
+    code = main([*argv, "64", "--no-progress", "--out", str(tmp_path / "r"), *more])
     out, err = capsys.readouterr()
     assert code == 2, err
     assert err.startswith("pyrouq: error: ") and err.count("\n") == 1, err
@@ -233,3 +233,13 @@ def test_a_network_for_colour_images_is_told_to_change_the_factory(method, tmp_p
         "1 input channel (its first layer's in_channels=1)."
     ), err
     assert "x.expand" not in err
+
+
+def test_a_network_for_colour_images_is_told_the_datasets_name(tmp_path, capsys, shared_data):
+    """Under --dataset fashion-mnist the images were said to be "MNIST's"."""
+    root = tmp_path / "fashion-only"
+    root.mkdir()
+    (root / "FashionMNIST").symlink_to(shared_data / "FashionMNIST")
+    more = ("--dataset", "fashion-mnist", "--data-root", str(root))
+    err, _ = fit_error(capsys, tmp_path, "rgb", "batchensemble", *more)
+    assert "The command's images are Fashion-MNIST's, of 1 channel: make the factory" in err, err
