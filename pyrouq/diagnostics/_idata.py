@@ -27,7 +27,7 @@ from pyrouq._util import (
     module_dtype,
     real_device,
 )
-from pyrouq.infer._elbo_checks import refuse_condition_around, refuse_plate_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
@@ -279,8 +279,7 @@ def to_inference_data(
         _check_result_data(fn, given, x, y)
         _check_result(result, fn)
     real_device(module_device(model, guide), fn)  # (no values to run on: before anything)
-    refuse_plate_around(model, fn, fn, None)  # (it broadcasts the draws: not the guide's fault)
-    refuse_condition_around(model, fn)  # (which would replace draws)
+    refuse_handlers_around(model, fn, None, trace=False)  # (plate, condition: before anything)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)

@@ -19,7 +19,7 @@ from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, sh
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int, module_device, real_device
-from pyrouq.infer._elbo_checks import refuse_condition_around, refuse_plate_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -420,12 +420,11 @@ def psis_diagnostic(
             "az.loo for it)."
         )
     _check_callables(fn, model, guide)
-    real_device(module_device(model, guide), fn)  # (before the guide check: not to move it)
-    refuse_plate_around(model, fn, fn, "log density")  # (it broadcasts the guide's draws)
-    refuse_condition_around(model, fn)  # (which would replace them)
+    # (before the guide check, not to tell to move the guide; reused below)
+    device = real_device(module_device(model, guide), fn)
+    refuse_handlers_around(model, fn, "log density", trace=False)  # (plate, condition)
     check_guide(model, guide, fn)
     _check_guide_finite(guide, fn)
-    device = module_device(model, guide)
     if device is not None:
         x, y = x.to(device), y.to(device)
     x = _typed(x, model, guide, fn)

@@ -289,12 +289,16 @@ handlers inside (a replay of the guide, NUTS's conditioning) gave it one (Pyro's
 so, "assert msg['value'] is not None"); predict() and to_inference_data() run as without it."""
 
 
-def refuse_handlers_around(model: Any, caller: str, weighed: str = "loss") -> None:
-    """Before ``caller`` (fit(), mcmc()) runs anything: refuse a vectorised plate, a trace
-    recording sample sites and a condition (or do()) fixing latent sites around it (the three
+def refuse_handlers_around(
+    model: Any, caller: str, weighed: str | None = "loss", trace: bool = True
+) -> None:
+    """Before ``caller`` (fit(), mcmc(), the diagnostics) runs anything: refuse a vectorised
+    plate, a trace recording sample sites (not with ``trace=False``: the diagnostics, which
+    never refused one) and a condition (or do()) fixing latent sites around it (the three
     below)."""
     refuse_plate_around(model, caller, caller, weighed)
-    refuse_trace_around(caller)
+    if trace:
+        refuse_trace_around(caller)
     refuse_condition_around(model, caller)
 
 
