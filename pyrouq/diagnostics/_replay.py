@@ -16,10 +16,14 @@ from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._mismatch import input_mismatch, restated
 from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
 from pyrouq._util import global_streams_kept
+from pyrouq.diagnostics._common import _check_labels
+from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._site_checks import check_draws
+from pyrouq.likelihoods import Categorical
 
 
 def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
@@ -45,6 +49,7 @@ def _replayed_draws(
             if s == 0:  # before the model runs on them
                 drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
                 check_draws(model, drawn, caller)
+                _check_class_labels(model, guide_trace, x, y, caller)
             try:
                 replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
                 model_trace = replayed.get_trace(x, y)
@@ -56,6 +61,27 @@ def _replayed_draws(
                     _own_refusal(err, model, caller)
                 raise
         yield s, guide_trace, model_trace
+
+
+def _check_class_labels(model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str) -> None:
+    """Refuse labels outside a pyrouq classifier's ``[0, C)`` before it runs on them, in the
+    words to_inference_data() gives (:func:`_check_labels`) under either validation setting
+    (under Pyro's, the model refused them as its own; without it, the log density as observed
+    values outside the support). C is read from its outputs at the guide's first draw, run
+    without the targets (the random state kept), where the labels are integers outside [0, 1]
+    (C >= 2); a model failing there is left to the replay to word."""
+    likelihood = getattr(own_model(model), "likelihood", None)
+    if not isinstance(likelihood, Categorical) or y.dim() != 1 or not y.numel():
+        return
+    if likelihood.label_problem(y, None) is not None or likelihood.label_problem(y, 2) is None:
+        return  # (its dtype: the model words it; labels in [0, 1]: any classifier's)
+    with global_streams_kept(x.device), torch.no_grad(), pyro.validation_enabled(False):
+        try:
+            obs = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+            logits = innermost_distribution(obs.nodes["obs"]["fn"]).logits
+        except Exception:
+            return
+    _check_labels(caller, y, logits.shape[-1])
 
 
 def _draws_fit(
