@@ -530,15 +530,3 @@ def restore_modes(saved: list[tuple[nn.Module, bool]]) -> None:
     """Put back the ``training`` flags :func:`modes` took."""
     for module, training in saved:
         module.training = training
-
-
-def real_device(device: Any, caller: str) -> Any:
-    """``device``, or a clear error where it is the meta device (a model of shapes, no values:
-    torch's own errors say ".item() cannot be called on meta tensors" or "no data")."""
-    if device is not None and torch.device(device).type == "meta":
-        raise ValueError(
-            f"{caller}: the model is on the meta device (shapes, no values), as one built under "
-            "torch.set_default_device('meta') or `with torch.device('meta')` is. Build it on "
-            "the CPU, or load its weights: model.to_empty(device='cpu'), then load_state_dict."
-        )
-    return device

@@ -43,6 +43,7 @@ from pyrouq._mcmc_workers import (
     parallel_chains,
     spawn_problem,
 )
+from pyrouq._meta_device import real_device
 from pyrouq._mismatch import dtype_fix, input_mismatch, restated
 from pyrouq._util import (
     MAX_SEED,
@@ -56,7 +57,6 @@ from pyrouq._util import (
     modes,
     module_device,
     module_dtype,
-    real_device,
     restore_modes,
 )
 from pyrouq.convert import BayesianNetwork
@@ -280,7 +280,7 @@ def mcmc(
             "runs the script's top-level code again. Put the code that calls mcmc() under "
             '`if __name__ == "__main__":`, or pass mcmc(..., parallel=False).'
         )
-    real_device(module_device(model), "mcmc()")  # (before anything reads its values)
+    real_device("mcmc()", model)  # (before anything reads its values)
     refuse_unsampled(model)
     latent = model.latent_sites
     with torch.inference_mode(False):  # (an inference tensor cloned into a normal one)

@@ -28,6 +28,7 @@ from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._default_device import under_cpu_default
 from pyrouq._input_cast import guide_draws_refusal, typed_by
+from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import dtype_fix, input_mismatch, restated
 from pyrouq._predict_batches import batches as _batches
@@ -40,9 +41,7 @@ from pyrouq._util import (
     builder_of,
     check_int,
     modes,
-    module_device,
     module_dtype,
-    real_device,
     restore_modes,
     warn_of_a_shard,
 )
@@ -380,7 +379,7 @@ def predict(
     if num_samples is not None:  # (the number of draws: for a Bayesian model, or a clear error)
         draws = f"Pass e.g. num_samples={DEFAULT_NUM_SAMPLES} (draws), or leave it out."
         num_samples = check_int("num_samples", num_samples, hint=draws)
-    device = real_device(module_device(model, guide), "predict()")  # (not meta)
+    device = real_device("predict()", model, guide)  # (not meta)
     refuse_condition_around(model, "predict()")  # (its draws would overrule the values)
     likelihood = likelihood_of(model) or Categorical()
     words = getattr(likelihood, "target_words", ("labels", "label"))  # (regression: targets)

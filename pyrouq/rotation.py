@@ -13,9 +13,10 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._images import Constants, as_nchw, normalisation
+from pyrouq._meta_device import real_device
 from pyrouq._numbers import finite_float, is_one_number, one_number, shown
 from pyrouq._tables import unsigned_zero
-from pyrouq._util import check_flag, module_device, real_device, rng_state, set_rng_state
+from pyrouq._util import check_flag, rng_state, set_rng_state
 from pyrouq.uncertainty import Measure, decompose
 
 __all__ = ["DEFAULT_ANGLES", "evaluate_rotations", "format_rotation_table", "rotate"]
@@ -271,7 +272,7 @@ def evaluate_rotations(
     angles = _check_angles(angles)
     if not angles:
         raise ValueError("Expected at least one angle, got none; pass e.g. angles=(0, 45, 90).")
-    device = real_device(module_device(model, guide), "evaluate_rotations()") or x.device
+    device = real_device("evaluate_rotations()", model, guide) or x.device
     rng = rng_state(device)
     rows = []
     for i, angle in enumerate(_angles_bar(angles) if progress else angles):

@@ -51,7 +51,8 @@ import torch
 from torch import nn
 
 from pyrouq._default_device import cpu_default
-from pyrouq._util import class_name, has_latent_sites, module_device, real_device, takes_labels
+from pyrouq._meta_device import real_device
+from pyrouq._util import class_name, has_latent_sites, takes_labels
 from pyrouq._words import article
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
@@ -280,7 +281,7 @@ def save_run(
     # wrapper's parameter names, "_orig_mod."..., would need a compiled one)
     model = uncompiled(model)
     try:  # (torch's words: "Cannot copy out of meta tensor; no data!")
-        real_device(module_device(model, guide), "save()")
+        real_device("save()", model, guide)
     except ValueError as err:
         raise CheckpointError(str(err)) from None
     if guide is not None and not has_latent_sites(model):  # its file would not load

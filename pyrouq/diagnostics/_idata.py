@@ -16,6 +16,7 @@ from torch import Tensor
 
 from pyrouq._batchnorm import alone_in_its_batch
 from pyrouq._default_device import under_cpu_default
+from pyrouq._meta_device import real_device
 from pyrouq._own_models import name_of
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
@@ -25,7 +26,6 @@ from pyrouq._util import (
     has_latent_sites,
     module_device,
     module_dtype,
-    real_device,
 )
 from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer._site_checks import check_draws
@@ -278,7 +278,7 @@ def to_inference_data(
             )
         _check_result_data(fn, given, x, y)
         _check_result(result, fn)
-    real_device(module_device(model, guide), fn)  # (no values to run on: before anything)
+    real_device(fn, model, guide)  # (no values to run on: before anything)
     refuse_handlers_around(model, fn, None, trace=False)  # (plate, condition: before anything)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)

@@ -15,10 +15,11 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._default_device import under_cpu_default
+from pyrouq._meta_device import real_device
 from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, shown, tensor_hint
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
-from pyrouq._util import check_count, check_int, module_device, real_device
+from pyrouq._util import check_count, check_int
 from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
@@ -421,7 +422,7 @@ def psis_diagnostic(
         )
     _check_callables(fn, model, guide)
     # (before the guide check, not to tell to move the guide; reused below)
-    device = real_device(module_device(model, guide), fn)
+    device = real_device(fn, model, guide)
     refuse_handlers_around(model, fn, "log density", trace=False)  # (plate, condition)
     check_guide(model, guide, fn)
     _check_guide_finite(guide, fn)

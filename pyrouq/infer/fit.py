@@ -20,13 +20,13 @@ from torch import nn
 
 from pyrouq import _engine
 from pyrouq._default_device import cpu_default
+from pyrouq._meta_device import real_device
 from pyrouq._util import (
     check_flag,
     check_seed,
     has_latent_sites,
     len_or,
     module_device,
-    real_device,
 )
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import restore
@@ -388,7 +388,7 @@ def fit(
         cpu_default(),
         _distributed.together(early, _SET_UP),
     ):
-        real_device(module_device(model, guide), "fit()")  # (here: on one rank, stops them all)
+        real_device("fit()", model, guide)  # (here: on one rank, stops them all)
         refuse_handlers_around(model, "fit()")  # a plate, a trace, a condition: before anything
         epochs, checked_lr = check_settings(epochs, lr, num_particles, kl_weight)
         warn_lr_beside_optim(lr, optim)  # (lr as given: its default is told apart)

@@ -14,6 +14,7 @@ from pyro.infer.autoguide import AutoGuide, AutoMessenger
 from torch import nn
 
 from pyrouq._distribution_parts import innermost_distribution, support_of
+from pyrouq._meta_device import real_device
 from pyrouq._param_store import (
     copy_renamed,
     hold_params,
@@ -21,7 +22,7 @@ from pyrouq._param_store import (
     register_params,
     shared_copy,
 )
-from pyrouq._util import check_count, check_positive_float, module_device, real_device, warn_caller
+from pyrouq._util import check_count, check_positive_float, warn_caller
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
 from pyrouq.infer._site_checks import check_drawable, model_sites, refuse, site_mismatch
@@ -474,7 +475,7 @@ def mean_field_guide(
             check_positive_float("init_scale_relative", init_scale_relative),
         )
     init_scale = DEFAULT_INIT_SCALE if unset else init_scale
-    real_device(module_device(model), "mean_field_guide()")  # (its priors have no values)
+    real_device("mean_field_guide()", model)  # (its priors have no values)
     return MeanFieldGuide(
         model, init_scale=init_scale, init_from=init_from, init_scale_relative=init_scale_relative
     )

@@ -5,10 +5,14 @@ default device is."""
 from __future__ import annotations
 
 import os
+import re
 
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 from _toy import tiny_mlp, toy_data
+from pyro.infer.autoguide import AutoNormal
 
 import pyrouq
 from pyrouq import ArrayLoader, fit, mean_field_guide
@@ -140,3 +144,43 @@ def test_the_arviz_export_and_psis_of_a_meta_model_are_refused_in_words():
         pyrouq.to_inference_data(result)
     with pytest.raises(ValueError, match=words.format(r"psis_diagnostic\(\)")):
         pyrouq.psis_diagnostic(skeleton, guide, x, y, num_samples=30)
+
+
+def test_a_guide_alone_on_the_meta_device_is_named_not_the_model():
+    """A guide on the meta device was told "the model is on the meta device" beside a model
+    function (no tensors), and beside a pyrouq model on the CPU to move it, guide.to(device),
+    which copies no values out of it; the guide is named, and the fix is to_empty on it."""
+    x, y = toy_data(8)
+
+    def own(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3, 2]).to_event(2))
+        with pyro.plate("data", x.shape[0]):
+            return pyro.sample("obs", dist.Categorical(logits=x @ w), obs=y)
+
+    auto = AutoNormal(own)
+    auto(x, y)
+    model, mlp = pyrouq.bayesian(torch.nn.Linear(3, 2)), pyrouq.BayesianMLP(hidden_features=4)
+    images, labels = torch.rand(2, 1, 28, 28), torch.zeros(2, dtype=torch.long)
+    words = r"^{}: the guide is on the meta device .*Build it on the CPU.* guide\.to_empty\("
+    for call, guide, run in (
+        ("psis_diagnostic()", auto, lambda g: pyrouq.psis_diagnostic(own, g, x, y)),
+        ("predict()", auto, lambda g: pyrouq.predict(own, x, g, num_samples=2)),
+        ("to_inference_data()", auto, lambda g: pyrouq.to_inference_data(own, g, x, y)),
+        (
+            "psis_diagnostic()",
+            mean_field_guide(model),
+            lambda g: pyrouq.psis_diagnostic(model, g, x, y),
+        ),
+        (
+            "evaluate_rotations()",
+            mean_field_guide(mlp),
+            lambda g: pyrouq.evaluate_rotations(mlp, images, labels, guide=g, progress=False),
+        ),
+        (
+            "fit()",
+            mean_field_guide(model),
+            lambda g: fit(model, g, [(x, y)], epochs=1, progress=False),
+        ),
+    ):
+        with pytest.raises(ValueError, match=words.format(re.escape(call))):
+            run(guide.to("meta"))

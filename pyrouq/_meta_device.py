@@ -1,0 +1,26 @@
+"""The refusal of a model or a guide on the meta device (shapes, no values) before a call runs
+on it: torch's own errors say ".item() cannot be called on meta tensors" or "no data"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyrouq._util import module_device
+
+
+def real_device(caller: str, model: Any, guide: Any = None) -> Any:
+    """:func:`module_device` of ``model`` and ``guide`` (the model's first), or a clear error
+    where either is on the meta device, naming which: the guide alone was told "the model is
+    on the meta device" where the model held no tensors (a Pyro model function), and one
+    beside a model on the CPU was told to move the guide ``guide.to(device)``, which copies
+    no values out of it."""
+    for name, module in (("model", model), ("guide", guide)):
+        device = module_device(module)
+        if device is not None and device.type == "meta":
+            raise ValueError(
+                f"{caller}: the {name} is on the meta device (shapes, no values), as one built "
+                "under torch.set_default_device('meta') or `with torch.device('meta')` is. "
+                f"Build it on the CPU, or load its weights: {name}.to_empty(device='cpu'), "
+                "then load_state_dict."
+            )
+    return module_device(model, guide)
