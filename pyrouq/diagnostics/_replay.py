@@ -49,38 +49,44 @@ def _replayed_draws(
             if s == 0:  # before the model runs on them
                 drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
                 check_draws(model, drawn, caller)
-                _check_class_labels(model, guide_trace, x, y, caller)
             try:
                 replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
                 model_trace = replayed.get_trace(x, y)
             except Exception as err:
                 if s == 0:
+                    _check_class_labels(model, guide_trace, x, y, caller)
                     _explain_per_point_sites(err, model, guide_trace, x, y, caller)
                     if _draws_fit(err, model, guide_trace, x, y, caller):
                         _explain_inputs(err, model, x, caller, " at the guide's first draw")
                     _own_refusal(err, model, caller)
                 raise
+            if s == 0:  # (before the log density reads the labels)
+                _check_class_labels(model, guide_trace, x, y, caller, model_trace)
         yield s, guide_trace, model_trace
 
 
-def _check_class_labels(model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str) -> None:
-    """Refuse labels outside a pyrouq classifier's ``[0, C)`` before it runs on them, in the
-    words to_inference_data() gives (:func:`_check_labels`) under either validation setting
-    (under Pyro's, the model refused them as its own; without it, the log density as observed
-    values outside the support). C is read from its outputs at the guide's first draw, run
-    without the targets (the random state kept), where the labels are integers outside [0, 1]
-    (C >= 2); a model failing there is left to the replay to word."""
+def _check_class_labels(
+    model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str, model_trace: Any = None
+) -> None:
+    """Refuse labels outside a pyrouq classifier's ``[0, C)`` in the words to_inference_data()
+    gives (:func:`_check_labels`) under either validation setting (without Pyro's, the log
+    density would refuse them as observed values outside the support). C is read from the
+    model's outputs in ``model_trace``, its first replay; where that failed (under Pyro's
+    validation the model refused the labels as its own), from a run without the targets (the
+    random state kept), left to the replay's error to word if it fails too. Only where the
+    labels are integers outside [0, 1] (C >= 2)."""
     likelihood = getattr(own_model(model), "likelihood", None)
     if not isinstance(likelihood, Categorical) or y.dim() != 1 or not y.numel():
         return
     if likelihood.label_problem(y, None) is not None or likelihood.label_problem(y, 2) is None:
         return  # (its dtype: the model words it; labels in [0, 1]: any classifier's)
-    with global_streams_kept(x.device), torch.no_grad(), pyro.validation_enabled(False):
-        try:
-            obs = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
-            logits = innermost_distribution(obs.nodes["obs"]["fn"]).logits
-        except Exception:
-            return
+    try:
+        if model_trace is None:
+            with global_streams_kept(x.device), torch.no_grad(), pyro.validation_enabled(False):
+                model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+        logits = innermost_distribution(model_trace.nodes["obs"]["fn"]).logits
+    except Exception:
+        return
     _check_labels(caller, y, logits.shape[-1])
 
 

@@ -419,6 +419,21 @@ def test_labels_out_of_range(bayes, data, validation):
             assert str(info.value) == f"{call.__name__}(): {told}"
 
 
+def test_psis_runs_the_model_once_a_draw(bayes, data):
+    # labels in [0, 3) up to 2 (outside [0, 1]): C is read from the first replay's outputs,
+    # not from one more run of the model before it (26 forward passes for 25 draws)
+    model, guide = bayes
+    x, _ = data
+    y = torch.arange(N) % C
+    passes = []
+    handle = model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        psis_diagnostic(model, guide, x, y, num_samples=25, seed=0)
+    finally:
+        handle.remove()
+    assert len(passes) == 25
+
+
 def test_summary_errors(ensemble, data):
     idata = to_inference_data(ensemble, None, *data)
     with pytest.raises(ValueError, match=r"no 'posterior' group.*group='posterior_predictive'"):
