@@ -281,8 +281,11 @@ _INTERVENED = {
 """Why fit() and mcmc() refuse a ``poutine.do()`` intervening on latent sites around them
 (the other callers as :data:`_FIXED_SITE` says)."""
 
-_OVERWRITTEN = {"fit()": "the guide's draw", "mcmc()": "NUTS's value", "psis_diagnostic()": "the "
-                "guide's draw"}  # fmt: skip
+_OVERWRITTEN = {
+    "fit()": "the guide's draw",
+    "mcmc()": "NUTS's value",
+    "psis_diagnostic()": "the guide's draw",
+}
 """The callers whose runs a ``poutine.condition()`` giving None for a latent site breaks, and
 the value it writes over: Pyro leaves the site unobserved but sets its value to None, after the
 handlers inside (a replay of the guide, NUTS's conditioning) gave it one (Pyro's own SVI fails
