@@ -213,7 +213,7 @@ def save(
         model whose network creates parameters with ``pyro.param`` in its forward (as
         :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
         that is not a dict or holds what load() would refuse to unpickle; also a model on the
-        meta device (shapes, no values: nothing is written).
+        meta device (shapes, no values: nothing is written), or a guide there.
 
     Warns
     -----

@@ -206,7 +206,7 @@ def to_inference_data(
         statistics are its batch's); a vectorised ``pyro.plate`` around the call of a pyrouq
         model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` or
         ``pyro.poutine.do()`` fixing one of its latent sites; a model on the meta device
-        (shapes, no values).
+        (shapes, no values), or its guide there.
 
     Warns
     -----

@@ -356,11 +356,11 @@ def psis_diagnostic(
         x and y empty or of different lengths, NaN/inf inputs, num_samples < 25, num_data < 1, no
         guide, the model as its own guide; labels outside ``[0, C)`` (or observed values outside
         their distribution's support); a guide of another model, a point mass (``AutoDelta``) or one
-        whose parameters hold NaN or inf; a model on the meta device, one without latent sites or
-        one observing a plate subsampling fewer points than ``len(x)``; around the call of a pyrouq
-        model (which has its own plate ``"data"``), a vectorised ``pyro.plate`` or a
-        ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` fixing one of its latent sites (or a
-        condition() giving one None); log ratios NaN or +inf, or all -inf.
+        whose parameters hold NaN or inf; a model or guide on the meta device, a model without
+        latent sites or one observing a plate subsampling fewer points than ``len(x)``; around
+        the call of a pyrouq model (which has its own plate ``"data"``), a vectorised
+        ``pyro.plate`` or a ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` fixing one of
+        its latent sites (or a condition() giving one None); log ratios NaN or +inf, or all -inf.
 
     Examples
     --------
