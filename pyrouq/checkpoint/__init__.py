@@ -180,7 +180,8 @@ def save(
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
         ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``). A
         ``torch.compile`` d model is saved as the module it compiled (``net._orig_mod``, the
-        same parameters), which loads into a plain skeleton.
+        same parameters), a ``DistributedDataParallel`` one as the module it wraps
+        (``.module``), which load into a plain skeleton.
     guide : MeanFieldGuide, optional
         The posterior fit() fitted. (An :class:`~pyrouq.MCMCResult` is saved alone.)
     optimizer : torch optimizer, Pyro optimizer or a state dict, optional
@@ -277,8 +278,8 @@ def save_run(
             "saved alone, its draws and sampler statistics, without the model: "
             "save(path, result). After load(path), set result.model = model for arviz."
         )
-    # torch.compile(net): saved as net, which load() rebuilds from a plain skeleton (the
-    # wrapper's parameter names, "_orig_mod."..., would need a compiled one)
+    # torch.compile(net), DDP(net): saved as net, which load() rebuilds from a plain skeleton
+    # (the wrappers' parameter names, "_orig_mod."..., "module."..., would need a wrapped one)
     model = uncompiled(model)
     try:  # (torch's words: "Cannot copy out of meta tensor; no data!")
         real_device("save()", model, guide)

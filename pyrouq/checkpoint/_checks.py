@@ -28,16 +28,23 @@ COMPILED_CLASS = "torch._dynamo.eval_frame.OptimizedModule"
 
 def uncompiled(module: Any) -> Any:
     """The module ``torch.compile`` wrapped (``module._orig_mod``, the same parameters), or
-    ``module`` itself when it is not a compiled one. torch._dynamo is not imported for it: a
-    compiled module exists only once it has been."""
+    ``module`` itself when it is not a compiled one; a ``DistributedDataParallel`` or
+    ``DataParallel`` wrapper is unwrapped too (its ``.module``, the same parameters: fit()
+    trains a DDP-wrapped network as it), however the wrappers nest. torch._dynamo is not
+    imported for it: a compiled module exists only once it has been."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     compiled = getattr(eval_frame, "OptimizedModule", None)
-    while compiled is not None and isinstance(module, compiled):
-        inner = getattr(module, "_orig_mod", None)
+    parallel = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+    while True:
+        if isinstance(module, parallel):
+            inner = module.module
+        elif compiled is not None and isinstance(module, compiled):
+            inner = getattr(module, "_orig_mod", None)
+        else:
+            return module
         if not isinstance(inner, nn.Module):
-            break
+            return module
         module = inner
-    return module
 
 
 _STORE_PARAMS = "_network_pyro_params"
