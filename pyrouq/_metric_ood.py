@@ -26,15 +26,33 @@ _PREDICT_FIRST = (
 )
 
 
-def check_ood_predictions(ood: Any) -> None:
+def check_ood_predictions(ood: Any, num_classes: int | None = None) -> None:
     """Refuse the out-of-distribution inputs themselves, a loader of them or images, where
     :func:`pyrouq.metrics.evaluate` takes predictions on them (a loader was told only that it
     had no ``.probs``, and a batch of images to stack draws on dim 0; probabilities on a dim
-    too many are still told that)."""
+    too many are still told that). With ``num_classes``, the C of the in-distribution
+    predictions, so are inputs of 2 or 3 dims whose last is not C, flattened ``(M, 784)`` or
+    ``(M, 28, 28)`` images (they were told to apply a softmax, or to convert a uint8 dtype);
+    probabilities of another C are left to the check of C."""
     if isinstance(ood, Tensor) and ood.dim() > 3 and not _sums_to_one(ood):
         raise ValueError(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
             f"probabilities, got a tensor of shape {tuple(ood.shape)}: the inputs? "
+            f"{_PREDICT_FIRST}."
+        )
+    if (
+        isinstance(ood, Tensor)
+        and num_classes is not None
+        and ood.dim() in (2, 3)
+        and ood.shape[-1] != num_classes
+        and ood.numel()  # (empty, on the meta device: refused as such by the probability check)
+        and not ood.is_meta
+        and not _sums_to_one(ood)
+    ):
+        raise ValueError(
+            f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
+            f"probabilities over the C={num_classes} classes of the in-distribution ones, got a "
+            f"tensor of shape {tuple(ood.shape)} that holds no probabilities: the inputs? "
             f"{_PREDICT_FIRST}."
         )
     if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):

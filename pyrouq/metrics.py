@@ -440,7 +440,7 @@ def evaluate(
     out["expected_entropy"] = float(parts.aleatoric.mean())
     out["mutual_information"] = float(parts.epistemic.mean())
     if ood is not None:
-        check_ood_predictions(ood)
+        check_ood_predictions(ood, p.shape[-1])
         ood_p = _prepare_probs(ood, name="ood")
         if ood_p.shape[-1] != p.shape[-1]:
             raise ValueError(

@@ -246,6 +246,21 @@ CASES = {
         r"got a tensor of shape \(3, 1, 8, 8\): the inputs\? evaluate\(\) scores predictions, "
         r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
     ),
+    "metrics: flattened OOD inputs where their predictions go": (  # was: apply a softmax
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.randn(3, 64)),
+        ValueError,
+        r"probabilities over the C=4 classes of the in-distribution ones, got a tensor of shape "
+        r"\(3, 64\) that holds no probabilities: the inputs\? evaluate\(\) scores predictions, "
+        r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
+    ),
+    "metrics: uint8 OOD images of 3 dims where their predictions go": (  # was: .double()
+        lambda tmp: metrics.evaluate(
+            uniform(), labels(3), ood=torch.full((3, 8, 8), 200, dtype=torch.uint8)
+        ),
+        ValueError,
+        r"got a tensor of shape \(3, 8, 8\) that holds no probabilities: the inputs\? "
+        r"evaluate\(\) scores predictions, not inputs",
+    ),
     "metrics: OOD inputs with a row that sums to 1": (  # not every row: not probabilities
         lambda tmp: metrics.evaluate(uniform(), labels(3), ood=one_lit_pixel()),
         ValueError,
