@@ -54,6 +54,12 @@ def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
 def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
     """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long."""
     n, c = pbar.shape
+    if targets is None:  # ece(preds, preds.targets) of inputs without labels: no tensor to wrap
+        raise TypeError(
+            f"Expected targets to be a torch.Tensor of class labels, got None; pass the ({n},) "
+            "labels of the inputs predicted (a Predictions' .targets is None when predict() "
+            "was given inputs without labels)."
+        )
     if not isinstance(targets, Tensor):
         raise TypeError(
             f"Expected targets to be a torch.Tensor of class labels, got "

@@ -216,6 +216,15 @@ CASES = {
         ValueError,
         r"Expected targets of shape \(N,\) = \(3,\).*got shape \(2,\)",
     ),
+    "metrics: targets None (predictions of inputs without labels)": (  # was: torch.as_tensor
+        lambda tmp: metrics.ece(
+            pyrouq.Predictions(uniform()), pyrouq.Predictions(uniform()).targets
+        ),
+        TypeError,
+        r"Expected targets to be a torch\.Tensor of class labels, got None; pass the \(3,\) "
+        r"labels of the inputs predicted \(a Predictions' \.targets is None when predict\(\) "
+        r"was given inputs without labels\)\.",
+    ),
     "metrics: targets out of range": (
         lambda tmp: metrics.nll(torch.full((3, 4), 0.25), torch.tensor([0, 1, 7])),
         ValueError,
