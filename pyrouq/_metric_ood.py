@@ -20,25 +20,29 @@ OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
 _OOD_SCORES: tuple[str, ...] = get_args(OODScore)
 
 
-_PREDICT_FIRST = (
-    "evaluate() scores predictions, not inputs: predict on them first, "
-    "ood=pyrouq.predict(model, ood_inputs, guide), as for the in-distribution ones"
-)
+def _predict_first(where: str) -> str:
+    return (
+        f"{where} scores predictions, not inputs: predict on them first, "
+        "ood=pyrouq.predict(model, ood_inputs, guide), as for the in-distribution ones"
+    )
 
 
-def check_ood_predictions(ood: Any, num_classes: int | None = None) -> None:
+def check_ood_predictions(
+    ood: Any, num_classes: int | None = None, where: str = "evaluate()"
+) -> None:
     """Refuse the out-of-distribution inputs themselves, a loader of them or images, where
     :func:`pyrouq.metrics.evaluate` takes predictions on them (a loader was told only that it
     had no ``.probs``, and a batch of images to stack draws on dim 0; probabilities on a dim
     too many are still told that). With ``num_classes``, the C of the in-distribution
     predictions, so are inputs of 2 or 3 dims whose last is not C, flattened ``(M, 784)`` or
     ``(M, 28, 28)`` images (they were told to apply a softmax, or to convert a uint8 dtype);
-    probabilities of another C are left to the check of C."""
+    probabilities of another C are left to the check of C. ``where``: the function that
+    scores them (:func:`~pyrouq.plot_uncertainty_distributions` checks its ood alike)."""
     if isinstance(ood, Tensor) and ood.dim() > 3 and not _sums_to_one(ood):
         raise ValueError(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
             f"probabilities, got a tensor of shape {tuple(ood.shape)}: the inputs? "
-            f"{_PREDICT_FIRST}."
+            f"{_predict_first(where)}."
         )
     if (
         isinstance(ood, Tensor)
@@ -53,14 +57,14 @@ def check_ood_predictions(ood: Any, num_classes: int | None = None) -> None:
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
             f"probabilities over the C={num_classes} classes of the in-distribution ones, got a "
             f"tensor of shape {tuple(ood.shape)} that holds no probabilities: the inputs? "
-            f"{_PREDICT_FIRST}."
+            f"{_predict_first(where)}."
         )
     if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):
         return
     if hasattr(ood, "__iter__"):  # a loader, a list of batches
         raise TypeError(
             f"Expected ood to be predictions on out-of-distribution inputs, got "
-            f"{type(ood).__name__}, a loader or batches of inputs? {_PREDICT_FIRST}."
+            f"{type(ood).__name__}, a loader or batches of inputs? {_predict_first(where)}."
         )
 
 

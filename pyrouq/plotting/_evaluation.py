@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._metric_ood import check_ood_predictions
 from pyrouq._numbers import is_real
 from pyrouq._util import check_int
 from pyrouq.metrics import (
@@ -256,7 +257,9 @@ def plot_uncertainty_distributions(
         ``(S, N, C)`` (or ``(N, C)``) probabilities on in-distribution inputs.
     ood : Predictions or Tensor, optional
         ``(S, M, C)`` probabilities on out-of-distribution inputs, with the S of ``in_dist``
-        (the epistemic panel compares the draws' disagreement; ``(M, C)`` is one draw).
+        (the epistemic panel compares the draws' disagreement; ``(M, C)`` is one draw). The
+        OOD inputs themselves (images, a loader) are refused: pass
+        ``predict(model, ood_inputs, guide)``.
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
         Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
     kind : {"hist", "ecdf"}, default "hist"
@@ -297,7 +300,8 @@ def plot_uncertainty_distributions(
     one_draw = p_in.shape[0] == 1  # its epistemic part is 0 for every input: not drawn
     parts_in = decompose(p_in, measure)
     parts_out = None
-    if ood is not None:
+    if ood is not None:  # (the OOD inputs themselves, or a loader of them: told to predict)
+        check_ood_predictions(ood, p_in.shape[-1], "plot_uncertainty_distributions()")
         p_out = _probs(ood, "ood")
         if p_out.shape[-1] != p_in.shape[-1]:
             given = ood if isinstance(ood, Tensor) else ood.probs  # the shape passed, not (S, M, C)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import pyrouq
 from pyrouq import metrics
 from pyrouq.data import MNIST_MEAN, MNIST_STD, mnist_arrays
 from pyrouq.infer import EpochRecord, FitResult
@@ -324,6 +325,11 @@ def test_bad_inputs(preds, images, targets):
         plot_uncertainty_distributions(preds, kind="kde")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"Expected ood with C=10 classes like in_dist"):
         plot_uncertainty_distributions(preds, torch.full((2, 4), 0.25))
+    inputs = r"inputs\? plot_uncertainty_distributions\(\) scores predictions, not inputs"
+    with pytest.raises(ValueError, match=r"got a tensor of shape \(2, 784\) .*the " + inputs):
+        plot_uncertainty_distributions(preds, images[:2].reshape(2, -1))  # was: a softmax
+    with pytest.raises(TypeError, match=r"got TensorLoader, a loader or batches of " + inputs):
+        plot_uncertainty_distributions(preds, pyrouq.ood_loader(4))  # was: no .probs
     with pytest.raises(
         TypeError,
         match=r"Expected predictions_or_probs to be an .* got list; "
