@@ -54,13 +54,13 @@ from pyrouq._default_device import cpu_default
 from pyrouq._meta_device import real_device
 from pyrouq._util import class_name, has_latent_sites, takes_labels
 from pyrouq._words import article
+from pyrouq._wrappers import unwrapped
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
     COMPILED_CLASS,
     check_store_params,
     optimizer_state,
     python_numbers,
-    uncompiled,
 )
 from pyrouq.checkpoint._describe import (
     CheckpointError,
@@ -232,7 +232,7 @@ def save(
     mlp.pt runs True
     """
     saved = save_run(path, model, guide, optimizer, metadata, training, check_training=True)
-    warn_guide_left_out(uncompiled(model), guide)  # (once written; fit(checkpoint=)'s has one)
+    warn_guide_left_out(unwrapped(model), guide)  # (once written; fit(checkpoint=)'s has one)
     return saved
 
 
@@ -280,7 +280,7 @@ def save_run(
         )
     # torch.compile(net), DDP(net): saved as net, which load() rebuilds from a plain skeleton
     # (the wrappers' parameter names, "_orig_mod."..., "module."..., would need a wrapped one)
-    model = uncompiled(model)
+    model = unwrapped(model)
     try:  # (torch's words: "Cannot copy out of meta tensor; no data!")
         real_device("save()", model, guide)
     except ValueError as err:
@@ -535,8 +535,8 @@ def _skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
     saved = description["model"] if isinstance(description["model"], dict) else {}
     record = saved.get("module")
     if not (isinstance(record, dict) and record.get("class") == COMPILED_CLASS):
-        return uncompiled(module)
-    if isinstance(module, nn.Module) and uncompiled(module) is module:
+        return unwrapped(module)
+    if isinstance(module, nn.Module) and unwrapped(module) is module:
         inner = (record.get("modules") or {}).get("_orig_mod", "module")
         if saved.get("class") != "Module":  # bayesian(torch.compile(net)): its network's wrapper
             raise CheckpointError(

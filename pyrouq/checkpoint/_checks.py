@@ -1,13 +1,13 @@
 """What :func:`pyrouq.save` checks of what it is given beside the model's description: the
 optimizer (an optimizer, not a scheduler or a module; numpy's numbers in its state written as
-Python's), the model's own ``default_kl_weight``, a ``torch.compile`` wrapper (saved as the
-module it compiled), and parameters a converted network keeps in Pyro's param store."""
+Python's), the model's own ``default_kl_weight``, and parameters a converted network keeps in
+Pyro's param store (a wrapped model is saved as the module it wraps:
+:func:`pyrouq._wrappers.unwrapped`)."""
 
 from __future__ import annotations
 
 import collections
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -18,33 +18,13 @@ from torch import nn
 from pyrouq._numbers import finite_float, shown, tensor_hint
 from pyrouq._util import class_name
 from pyrouq._words import article
+from pyrouq._wrappers import unwrapped
 from pyrouq.checkpoint._describe import CheckpointError
 from pyrouq.checkpoint._file import unreadable
 
 #: The class a ``torch.compile`` d module's record names (files written before 2026-12-06 hold
 #: the wrapper, its parameters named ``_orig_mod.``...).
 COMPILED_CLASS = "torch._dynamo.eval_frame.OptimizedModule"
-
-
-def uncompiled(module: Any) -> Any:
-    """The module ``torch.compile`` wrapped (``module._orig_mod``, the same parameters), or
-    ``module`` itself when it is not a compiled one; a ``DistributedDataParallel`` or
-    ``DataParallel`` wrapper is unwrapped too (its ``.module``, the same parameters: fit()
-    trains a DDP-wrapped network as it), however the wrappers nest. torch._dynamo is not
-    imported for it: a compiled module exists only once it has been."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    compiled = getattr(eval_frame, "OptimizedModule", None)
-    parallel = (nn.parallel.DistributedDataParallel, nn.DataParallel)
-    while True:
-        if isinstance(module, parallel):
-            inner = module.module
-        elif compiled is not None and isinstance(module, compiled):
-            inner = getattr(module, "_orig_mod", None)
-        else:
-            return module
-        if not isinstance(inner, nn.Module):
-            return module
-        module = inner
 
 
 _STORE_PARAMS = "_network_pyro_params"
@@ -55,14 +35,14 @@ _STORE_PARAMS = "_network_pyro_params"
 def note_store_params(model: Any, names: list[str]) -> None:
     """Record on ``model`` (a converted one, perhaps compiled) the ``names`` of the parameters
     its network creates with ``pyro.param`` (:func:`check_store_params` refuses them)."""
-    setattr(uncompiled(model), _STORE_PARAMS, tuple(names))
+    setattr(unwrapped(model), _STORE_PARAMS, tuple(names))
 
 
 def check_store_params(model: Any, caller: str) -> None:
     """Refuse to save a model whose network creates parameters with ``pyro.param`` (as fit()
     found them): they are Pyro's param store's, with a constraint the file could not hold as
     data, so a loaded model would start them again from their initial values."""
-    names = getattr(uncompiled(model), _STORE_PARAMS, ())
+    names = getattr(unwrapped(model), _STORE_PARAMS, ())
     if names:
         listed = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
         raise CheckpointError(

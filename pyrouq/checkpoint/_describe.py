@@ -17,6 +17,7 @@ from torch import nn
 from pyrouq import models
 from pyrouq._util import class_name, module_device, warn_caller
 from pyrouq._words import article
+from pyrouq._wrappers import unwrapped
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 from pyrouq.convert._conversion_warnings import (
     _BilinearSharedWarning,
@@ -160,10 +161,10 @@ def describe_model(model: nn.Module, *, unwrap: bool = True) -> dict[str, Any]:
     network) for converted networks, and ``"default_kl_weight"`` where the model (or its
     likelihood) sets fit()'s own (a finite float >= 0). A state that load() would not read back
     (an object of a module's extra state) is refused."""
-    from pyrouq.checkpoint._checks import own_kl_weight, uncompiled  # (they import this module)
+    from pyrouq.checkpoint._checks import own_kl_weight  # (it imports this module)
     from pyrouq.checkpoint._file import check_read_back
 
-    model = uncompiled(model) if unwrap else model
+    model = unwrapped(model) if unwrap else model
     name = type(model).__name__
     doors = _front_doors()
     out: dict[str, Any]

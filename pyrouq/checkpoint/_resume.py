@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from pyrouq._util import warn_caller
+from pyrouq._wrappers import unwrapped
 from pyrouq.checkpoint import (
     MCMC_FORMAT,
     Checkpoint,
@@ -23,7 +24,7 @@ from pyrouq.checkpoint import (
     read,
 )
 from pyrouq.checkpoint._apart import member_norms_saved_apart, saved_apart
-from pyrouq.checkpoint._checks import COMPILED_CLASS, uncompiled
+from pyrouq.checkpoint._checks import COMPILED_CLASS
 from pyrouq.checkpoint._describe import (
     _GUIDES,
     ENSEMBLE_DOORS,
@@ -255,7 +256,7 @@ def _as_saved(model: nn.Module, description: Any) -> nn.Module:
     saved = description.get("model") if isinstance(description, dict) else None
     record = saved.get("module") if isinstance(saved, dict) else None
     compiled = isinstance(record, dict) and record.get("class") == COMPILED_CLASS
-    return model if compiled else uncompiled(model)  # type: ignore[no-any-return]
+    return model if compiled else unwrapped(model)  # type: ignore[no-any-return]
 
 
 def _check_optimizer_groups(built: Any, state: Any, where: str) -> None:
