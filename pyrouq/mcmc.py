@@ -59,6 +59,7 @@ from pyrouq._util import (
     module_dtype,
     restore_modes,
 )
+from pyrouq._wrappers import given_model
 from pyrouq.convert import BayesianNetwork
 
 __all__ = ["MAX_LATENT_VALUES", "PARALLEL_MIN_STEPS", "MCMCResult", "mcmc"]
@@ -280,6 +281,7 @@ def mcmc(
             "runs the script's top-level code again. Put the code that calls mcmc() under "
             '`if __name__ == "__main__":`, or pass mcmc(..., parallel=False).'
         )
+    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
     real_device("mcmc()", model)  # (before anything reads its values)
     refuse_unsampled(model)
     latent = model.latent_sites

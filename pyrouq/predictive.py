@@ -45,6 +45,7 @@ from pyrouq._util import (
     restore_modes,
     warn_of_a_shard,
 )
+from pyrouq._wrappers import given_model
 from pyrouq.infer._elbo_checks import refuse_condition_around
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer.guide import check_guide
@@ -239,7 +240,8 @@ def predict(
         batch of one input is then refused) and is left in the mode it came in. A
         ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` around the call fixing a latent
         site of a pyrouq model is refused: the draws would overrule its values (a value of None
-        fixes nothing and is let through).
+        fixes nothing and is let through). A model in ``DistributedDataParallel`` runs as the
+        module it wraps; a pyrouq model in ``DataParallel`` or ``torch.compile`` too.
     x : torch.Tensor or iterable
         ``(N, ...)`` inputs, or a loader yielding input tensors or ``(x, y)`` batches (then the
         labels are kept as ``Predictions.targets``: labels that are not one per input of their
@@ -353,6 +355,7 @@ def predict(
     >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
     torch.Size([5, 10, 3])
     """
+    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
     if seed is not None:  # the whole call in a seeded fork of torch's random state
         with seeded(seed, "predict()", draw_devices(model, guide, x)):
             return predict(

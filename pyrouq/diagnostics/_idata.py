@@ -35,6 +35,7 @@ from pyrouq.mcmc import MCMCResult
 
 if TYPE_CHECKING:
     import arviz
+from pyrouq._wrappers import given_model
 from pyrouq.diagnostics._common import (
     DEFAULT_IDATA_SAMPLES,
     ENSEMBLE_MEMBERS,
@@ -232,6 +233,7 @@ def to_inference_data(
     (1, 50, 20)
     """
     fn = "to_inference_data()"
+    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
     if seed is not None:  # the whole call in a seeded fork of torch's random state
         run = model if isinstance(model, MCMCResult) else None  # (its model, its data)
         on = (run.model, x if x is not None else run.x) if run is not None else (model, x)

@@ -27,6 +27,7 @@ from pyrouq.mcmc import MCMCResult
 if TYPE_CHECKING:
     import arviz
     import pandas
+from pyrouq._wrappers import given_model
 from pyrouq.diagnostics._common import (
     _CONSTANT_WEIGHTS_RTOL,
     DEFAULT_PSIS_SAMPLES,
@@ -389,6 +390,7 @@ def psis_diagnostic(
     True
     """
     fn = "psis_diagnostic()"
+    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
     if seed is not None:  # the whole call in a seeded fork of torch's random state
         with seeded(seed, fn, draw_devices(model, guide, x)):
             return psis_diagnostic(model, guide, x, y, num_samples=num_samples, num_data=num_data)

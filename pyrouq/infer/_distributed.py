@@ -88,18 +88,6 @@ def _reduces_cpu_tensors() -> bool:
     return "cpu" in devices
 
 
-def unwrapped(model: Any) -> Any:
-    """The network a ``DistributedDataParallel`` wraps (its ``.module``, which holds the same
-    parameters), else ``model`` itself: fit() averages the gradients itself, in the step's one
-    collective that also stops every rank together. Under DDP each backward pass would
-    average them a second time (the same numbers, twice the traffic), a rank stopping before
-    its backward pass would meet the others' DDP reduction with its own (a mismatch that
-    aborts the processes), and a BatchEnsemble behind DDP's ``forward`` is not recognised."""
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        return model.module
-    return model
-
-
 def _all_reduce(t: torch.Tensor, group: Group, op: Any = None) -> torch.Tensor:
     """``t`` reduced over the ranks (summed, or by ``op``) on the backend's device, returned
     on ``t``'s device (``t`` itself is reduced in place when it is already there)."""

@@ -28,6 +28,7 @@ from pyrouq._util import (
     len_or,
     module_device,
 )
+from pyrouq._wrappers import given_model
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed, _rank_optimizers
@@ -140,7 +141,9 @@ def fit(
         converting, ``model.net.bn.eval()``. A plain torch
         network returning logits (``MLP``, ``LeNet``; ``guide=None``) is fitted by maximum
         likelihood,
-        ``loss = -(N/B) sum_batch log p(y | x)``, with the same optimizer and schedule.
+        ``loss = -(N/B) sum_batch log p(y | x)``, with the same optimizer and schedule. A model
+        in ``DistributedDataParallel`` (a pyrouq model in ``DataParallel`` too) is trained as
+        the module it wraps (fit() averages the gradients itself).
     guide : nn.Module or callable or None
         The variational distribution (``mean_field_guide(model)``, or a Pyro autoguide such as
         ``AutoNormal(model)``, whose lazily created parameters are set up on the first batch
@@ -376,7 +379,7 @@ def fit(
             "model written as a function: wrap it in a PyroModule whose forward(x, y) calls "
             "it, or train it with pyro.infer.SVI."
         )
-    model = _distributed.unwrapped(model)  # a DDP wrapper: fit() averages the gradients
+    model = given_model(model, keep_compiled=True)  # (DDP: fit() averages the gradients)
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))

@@ -23,6 +23,7 @@ from pyrouq._param_store import (
     shared_copy,
 )
 from pyrouq._util import check_count, check_positive_float, warn_caller
+from pyrouq._wrappers import given_model, unwrapped
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
 from pyrouq.infer._site_checks import check_drawable, model_sites, refuse, site_mismatch
@@ -117,6 +118,7 @@ class MeanFieldGuide(nn.Module):
             )
             if init_scale != DEFAULT_INIT_SCALE:
                 _refuse_both(init_scale, init_scale_relative)
+        model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
         latent_sites = getattr(model, "latent_sites", None)
         template = getattr(model, "template", None)
         if not callable(latent_sites) or not callable(template):
@@ -147,24 +149,18 @@ class MeanFieldGuide(nn.Module):
                     f"Expected init_from to be a trained plain nn.Module, got "
                     f"{type(init_from).__name__}: {fix}."
                 )
-            if callable(getattr(init_from, "latent_sites", None)):
+            inner = unwrapped(init_from)  # torch.compile(net)'s, DDP(net)'s module
+            if callable(getattr(inner, "latent_sites", None)):
                 raise TypeError(
-                    f"init_from is a Bayesian model ({type(init_from).__name__}): its weights "
+                    f"init_from is a Bayesian model ({type(inner).__name__}): its weights "
                     "are drawn from its guide, not held. Pass a trained network that holds "
                     "them: the plain module (for rank1(), a trained batchensemble() of it)."
                 )
-            ensemble_net = getattr(init_from, "net", None)
-            if getattr(init_from, "num_members", None) is not None and isinstance(
-                ensemble_net, nn.Module
-            ):  # a trained BatchEnsembleNetwork: its layers are named as the rank-1 model's
-                state = ensemble_net.state_dict()
-            else:
-                state = init_from.state_dict()
+            state = _held_state(init_from)
             own: dict[str, Any] = getattr(likelihood_of(model), "latent_sites", dict)()
             missing = [s for s in sites if s not in state and s not in own]
-            compiled = getattr(init_from, "_orig_mod", None)  # torch.compile(net)'s module
-            if missing and isinstance(compiled, nn.Module):  # (its names are "_orig_mod."...)
-                state, init_from = compiled.state_dict(), compiled
+            if missing and inner is not init_from:  # (its names: "_orig_mod."..., "module."...)
+                state, init_from = _held_state(inner), inner
                 missing = [s for s in sites if s not in state and s not in own]
             if missing:
                 raise ValueError(
@@ -366,6 +362,15 @@ def _refuse_both(init_scale: float, init_scale_relative: float) -> None:
         f"init_scale_relative={init_scale_relative:g}: the initial scales are "
         "either absolute or relative to |loc|. Pass one of them."
     )
+
+
+def _held_state(init_from: nn.Module) -> dict[str, torch.Tensor]:
+    """The weights ``init_from`` holds: its state, or a trained BatchEnsembleNetwork's network's
+    (its layers named as the rank-1 model's)."""
+    ensemble_net = getattr(init_from, "net", None)
+    if getattr(init_from, "num_members", None) is not None and isinstance(ensemble_net, nn.Module):
+        return ensemble_net.state_dict()
+    return init_from.state_dict()
 
 
 def _expected_init_from(model: Any) -> str:
