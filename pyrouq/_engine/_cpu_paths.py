@@ -232,8 +232,9 @@ def _torchs_own(x: Tensor) -> bool:
     """Whether the pools run torch's own kernels on ``x``: under a ``torch.func`` transform (grad,
     vmap) or with a forward-mode tangent (their autograd Functions support neither), or for an
     ``x`` dense in neither layout (torch lays its output out anew, as a ``.view()`` after needs)."""
-    dense = x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)
-    if torch._C._are_functorch_transforms_active() or not dense:
+    if torch._C._are_functorch_transforms_active():  # (first: vmap refuses the layout query)
+        return True
+    if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
         return True
     return torch.autograd.forward_ad.unpack_dual(x).tangent is not None
 

@@ -108,3 +108,27 @@ def test_max_pooling_gives_torchs_values_and_gradients(pool, channels, layout):
     torch.testing.assert_close(plain, expected, rtol=0, atol=1e-12, equal_nan=True)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(2), nn.MaxPool2d(3, 2, 1)], ids=["2x2", "3x3"])
+def test_convolutions_and_pooling_run_their_draws_as_one_vmap_pass(pool):
+    """The accelerators' schedule runs S weight draws as one ``vmap`` pass: the pools asked the
+    batched activation whether it was channels-last, which vmap refuses ("NYI: querying
+    is_contiguous inside of vmap"), so a network of convolutions and max-pooling (LeNet) ran
+    a failed pass, then its draws one at a time (the pool called 1 + S times, not once)."""
+    torch.manual_seed(0)
+    net = _pooling_net(copy.deepcopy(pool), 16).double()
+    x = torch.randn(3, 1, 8, 8, dtype=torch.float64)
+    net(x)  # (the lazy layer takes its size)
+    model = bayesian(copy.deepcopy(net))
+    weights = {k: v.detach() + 0.1 * torch.randn(4, *v.shape, dtype=torch.float64)
+               for k, v in model.template().items()}  # fmt: skip
+    expected = torch.stack(
+        [functional_call(net, {k: v[s] for k, v in weights.items()}, (x,)) for s in range(4)]
+    )
+    calls = []
+    model.net[2].register_forward_pre_hook(lambda *_: calls.append(1))
+    with _engine.schedule("accelerator"), torch.no_grad():
+        out = model.outputs(x, weights)
+    assert len(calls) == 1
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
