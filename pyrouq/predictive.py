@@ -298,8 +298,8 @@ def predict(
     parallel : bool, default True
         For pyrouq Bayesian models, hand several draws to one pass when the input batch is
         smaller than ``batch_size`` (on accelerators they run as one ``vmap`` pass; on CPU,
-        where that is slower, one draw at a time anyway); otherwise loop over draws. Results
-        are identical either way.
+        where that gains little but for tiny networks, one draw at a time anyway); otherwise
+        loop over draws. Results are identical either way.
     batchnorm_data : torch.Tensor or iterable, optional
         Training inputs (a tensor, taken ``batch_size`` rows at a time, or a loader yielding
         input tensors or ``(x, y)`` batches) for a network with BatchNorm and posterior draws

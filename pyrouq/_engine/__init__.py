@@ -9,8 +9,14 @@ Every device-specific fast path of pyrouq lives in this package (the CPU kernels
 channels-last layout in :mod:`pyrouq._engine._cpu_paths`, the memory reuse in
 :mod:`pyrouq._engine._memory_reuse`), each kept while ``benchmarks/`` shows that it pays:
 
-* S weight draws run as S passes on CPU (oneDNN runs the batched alternatives slower) and as
-  one ``torch.func.vmap`` pass on accelerators;
+* S weight draws run as S passes on CPU and as one ``torch.func.vmap`` pass on accelerators:
+  on CPU, vmap's batched products lose with gradients (a step of a 784-256-10 MLP at S = 4
+  to 100 draws, batches 1 to 512: 0.44-0.98x; of 784-1200-1200-10: 0.50-0.97x; with
+  LayerNorm, Dropout, an own ``F.linear`` net, a rank-1 net: 0.48-1.27x; BatchNorm in eval
+  mode 0.90-1.19x) and about break even without (0.73-2.15x, mostly 1.0-1.3x), gaining
+  broadly only where a pass costs little more than its calls (a 20-32-3 MLP: 0.98-30x), for
+  S times one draw's activations without gradients (AMD EPYC, one thread, loaded,
+  2026-12-07);
 * without gradients, CPU batches above :data:`CPU_CHUNK` inputs are split;
 * 2x2 max-pooling uses strided maxima on CPU (:class:`MaxPool2x2`), other max-pooling of
   NCHW inputs of 16 channels or more runs channels-last (:class:`MaxPool2dChannelsLast`), and
