@@ -3,7 +3,9 @@ of the user's own without floating parameters, its guide's; and what fit() says 
 guide holds none yet, before its first call, and the inputs are of another dtype than the
 model's latent sites (:func:`latent_dtype_refusal`), or where the guide is a function, whose
 parameters it cannot see, drawing them in another dtype than the inputs'
-(:func:`function_guide_refusal`; predict()'s words: :func:`guide_draws_refusal`); and the
+(:func:`function_guide_refusal`; predict()'s words: :func:`guide_draws_refusal`), or where a
+model holding parameters of one dtype draws its latent sites in another (from its priors, which
+``model.to()`` leaves as they are, or from its guide: :func:`latent_sites_refusal`); and the
 dtype an autoguide not built yet will take from Pyro's param store, where values loaded there
 to resume a run wait for it (:func:`stored_dtype`)."""
 
@@ -24,6 +26,7 @@ __all__ = [
     "function_guide_refusal",
     "guide_draws_refusal",
     "latent_dtype_refusal",
+    "latent_sites_refusal",
     "stored_dtype",
     "typed_by",
 ]
@@ -103,6 +106,78 @@ def latent_dtype_refusal(
         f"{dtype} ({cast}, e.g. TensorDataset({cast}, y)), or build {name}'s priors in "
         f"{x.dtype} (their parameters as {x.dtype} tensors). Nothing was trained."
     )
+
+
+def latent_sites_refusal(
+    err: BaseException,
+    model: Any,
+    guide: Any,
+    x: torch.Tensor,
+    y: torch.Tensor | None,
+    drawn: dict[str, torch.dtype],
+    caller: str,
+) -> str | None:
+    """Why a Pyro model of the user's own holding floating parameters, to whose dtype ``x``
+    was cast, failed on ``x`` in torch's words on a dtype (``err``): its latent sites are drawn
+    in another dtype, by its guide (``drawn``: the floating sites' dtypes of its draws, where
+    the caller has them; else read off a trace of ``guide(x, y)``) or from its priors (a trace
+    of ``model(x, y)`` up to the error), which ``model.to()`` does not convert; and what to
+    do. ``caller``: ``"fit()"`` or ``"predict()"``. None for another error, a pyrouq model
+    (its priors are buffers), a model without floating parameters or of several dtypes."""
+    lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
+    said = lines[0] if lines else ""
+    dtype = module_dtype(model)
+    if dtype is None or x.dtype != dtype or not dtype_words(said):
+        return None
+    if callable(getattr(model, "latent_sites", None)):  # pyrouq's: priors move with .to()
+        return None
+    source = "its guide draws"
+    if not drawn and guide is not None:
+        drawn = _sites_drawn(guide, x, y)
+    if not drawn:
+        source, drawn = "its priors draw", _sites_drawn(model, x, y)
+    other = {name: kind for name, kind in drawn.items() if kind != dtype}
+    if not other:
+        return None
+    their, names, _ = _told(other)
+    name = type(model).__name__
+    inputs = "train_loader's inputs are" if caller == "fit()" else "x is"
+    if source == "its priors draw":
+        why = (
+            "model.to() converts a module's parameters and buffers, not the distributions "
+            "of its PyroSample attributes nor the tensors its forward builds them from"
+        )
+        fix = f"Build {name}'s priors in {dtype} (their parameters as {dtype} tensors)"
+    else:
+        why = "the guide was built, or fitted, in that dtype"
+        fix = f"Build and fit a guide of {name} in {dtype}"
+    ending = " Nothing was trained." if caller == "fit()" else ""
+    return (
+        f"{caller}: {name}'s parameters are {dtype}, and {inputs} cast to them, but {source} "
+        f"its latent sites ({names}) in {their}, and torch does not mix the two "
+        f"({type(err).__name__}: {said}); {why}. {fix}, or give the model {their} "
+        f"(model.to({their})).{ending}"
+    )
+
+
+def _sites_drawn(fn: Any, x: torch.Tensor, y: torch.Tensor | None) -> dict[str, torch.dtype]:
+    """The floating latent sites ``fn(x, y)`` draws before it returns or fails, with their
+    dtypes (a guide's auxiliary sites, such as an ``AutoDiagonalNormal``'s joint latent, left
+    out), hidden from the handlers around the call."""
+    with poutine.block(), poutine.trace() as capture:
+        try:
+            fn(x, y)
+        except Exception:  # (the error again: the sites drawn before it are what is read)
+            pass
+    return {
+        name: site["value"].dtype
+        for name, site in capture.trace.nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and not (site.get("infer") or {}).get("is_auxiliary")
+        and torch.is_tensor(site["value"])
+        and site["value"].is_floating_point()
+    }
 
 
 def function_guide_refusal(

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._default_device import under_cpu_default
-from pyrouq._input_cast import guide_draws_refusal, typed_by
+from pyrouq._input_cast import guide_draws_refusal, latent_sites_refusal, typed_by
 from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import dtype_fix, input_mismatch, restated
@@ -252,7 +252,9 @@ def predict(
         batches are skipped). Floating inputs of another dtype (float64, float16) are cast to the
         model's (or its guide's; a guide written as a function has none to read: inputs of
         another dtype than its draws are refused, as fit() refuses them, and so are they for a
-        Pyro model without weights run from its priors, which draw in their own dtype);
+        Pyro model without weights run from its priors, which draw in their own dtype; a Pyro
+        model whose weights are of another dtype than the draws of its guide or of its
+        ``PyroSample`` priors, which ``model.to()`` leaves as they are, is refused naming both);
         integer ones (raw uint8 pixels) are refused, see :func:`pyrouq.data.normalize`, unless
         the network holds an ``nn.Embedding`` (ids, not bool).
         NaN or inf inputs are refused. The predictions follow the order x gives: a loader that
@@ -471,6 +473,10 @@ def predict(
                         elif input_mismatch(err):  # torch's words (pyrouq's pass unchanged)
                             drawn = source.dtypes if source is not None else {}
                             refused = guide_draws_refusal(err, model, guide, inputs, drawn)
+                            if refused is None:  # draws of another dtype than the model's
+                                refused = latent_sites_refusal(
+                                    err, model, guide, inputs, None, drawn, "predict()"
+                                )
                             if refused is not None:  # a function's draws: their dtype
                                 raise TypeError(refused) from err
                             cast = module_dtype(typed_by(model, guide)) is not None

@@ -21,6 +21,7 @@ from pyrouq._forwards import own_forward
 from pyrouq._input_cast import (
     function_guide_refusal,
     latent_dtype_refusal,
+    latent_sites_refusal,
     stored_dtype,
     typed_by,
 )
@@ -175,8 +176,11 @@ class Probe:
                         ) from err
                     except RuntimeError as err:  # inputs of another dtype than its priors'
                         other = latent_dtype_refusal(err, model, guide, x, y) if foreign else None
-                        if other is None:
-                            raise
+                        if other is None:  # parameters of one dtype, draws of another
+                            mixed = latent_sites_refusal(err, model, guide, x, y, {}, "fit()")
+                            if mixed is None:
+                                raise
+                            raise TypeError(mixed) from err
                         x = _resumed_input(model, guide, x, y, other, err)
                 self.created_params += _unconstrained(capture.trace)
             if foreign:
@@ -396,6 +400,8 @@ def _own_model_params(
             model_trace = poutine.trace(run).get_trace(x, y)
     except Exception as err:
         other = function_guide_refusal(err, model, guide, x, guide_trace)
+        if other is None:  # a model's parameters of one dtype, the guide's draws of another
+            other = latent_sites_refusal(err, model, guide, x, y, {}, "fit()")
         if other is not None:  # a guide written as a function, drawing in another dtype:
             store = pyro.get_param_store()  # what it created goes (pyro.param would hand its
             for name in set(store.keys()) - names:  # stored values back to the fix, not the

@@ -159,7 +159,9 @@ def fit(
         to its guide's; an autoguide not built yet has none but that of its values loaded into
         Pyro's param store to resume a run, and inputs of another dtype than the priors' are
         refused, as are those of a guide written as a function, whose dtype it cannot read, of
-        another dtype than its draws); integer ones (raw uint8 pixels) are refused,
+        another dtype than its draws; a Pyro model whose parameters are of another dtype than
+        the draws of its guide or of its ``PyroSample`` priors, which ``model.to()`` leaves as
+        they are, is refused naming both); integer ones (raw uint8 pixels) are refused,
         see :func:`pyrouq.data.normalize`, unless the network holds an ``nn.Embedding`` (ids, not
         bool). Batches that require grad are detached: no gradient flows into data. fit()
         computes its gradients whatever the caller's grad mode: called under

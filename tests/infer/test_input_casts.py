@@ -14,7 +14,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from _toy import tiny_mlp, toy_data
+from _toy import sampled_linear, tiny_mlp, toy_data
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule
 
@@ -41,12 +41,66 @@ def test_a_model_with_parameters_of_its_own_is_not_told_to_serve_its_priors_dtyp
     x, y = toy_data(8)
     pyro.clear_param_store()
     model = _OwnLinearFloat64Prior()
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(TypeError) as info:
         pyrouq.fit(model, AutoNormal(model), [(x.to(dtype), y)], epochs=1, num_data=8,
                    progress=False)  # fmt: skip
     message = str(info.value)
-    assert message.startswith("expected m1 and m2 to have the same dtype, but got: float != double")
+    assert "its priors draw its latent sites ('w') in torch.float64" in message
+    assert "(RuntimeError: expected m1 and m2 to have the same dtype" in message
     assert "Serve the inputs" not in message
+
+
+class _Float32Priors(PyroModule):
+    """A latent first layer drawn from priors of Python numbers (float32) and a head of its own:
+    ``model.double()`` converts the head, not the priors."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = sampled_linear(3, 4, bias_scale=1.0)
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x, y=None):
+        logits = self.head(torch.tanh(self.fc(x)))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_a_model_converted_by_to_is_told_its_priors_stay_in_their_dtype():
+    """model.double() leaves a PyroSample's float32 prior as it is: predict() told the user to
+    give the model one dtype, model.to(torch.float64), which it had (and fit() gave torch's
+    words alone). Both now name the priors' dtype; the fix they give works."""
+    x, y = toy_data(8)
+    pyro.clear_param_store()
+    model = _Float32Priors().double()
+    said = r"its priors draw its latent sites \('fc.weight', 'fc.bias'\) in torch.float32"
+    with pytest.raises(TypeError, match=said) as info:
+        pyrouq.fit(model, AutoNormal(model), [(x.double(), y)], epochs=1, num_data=8,
+                   progress=False)  # fmt: skip
+    assert "parameters are torch.float64" in str(info.value)
+    assert "model.to(torch.float32)" in str(info.value)
+    with pytest.raises(TypeError, match=said):
+        pyrouq.predict(model, x.double(), num_samples=2)
+    model.to(torch.float32)  # (as told)
+    result = pyrouq.fit(model, AutoNormal(model), [(x.double(), y)], epochs=1, num_data=8,
+                        progress=False)  # fmt: skip
+    assert len(result.history) == 1
+
+
+def test_a_model_converted_after_fitting_is_told_its_guide_draws_in_the_old_dtype():
+    x, y = toy_data(8)
+    pyro.clear_param_store()
+    model = _Float32Priors()
+    guide = AutoNormal(model)
+    pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=8, progress=False)
+    model.double()
+    said = r"its guide draws its latent sites \('fc.weight', 'fc.bias'\) in torch.float32"
+    with pytest.raises(TypeError, match=said):
+        pyrouq.predict(model, x.double(), guide=guide, num_samples=2)
+    with pytest.raises(TypeError, match=said):
+        pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=8, progress=False)
+    model.to(torch.float32)  # (as told)
+    assert pyrouq.predict(model, x.double(), guide=guide, num_samples=2).probs.shape == (2, 8, 2)
 
 
 def test_float64_inputs_of_a_converted_model_train_as_their_float32_values_at_every_step():
