@@ -405,6 +405,7 @@ def predict(
         with pyro.validation_enabled(False), _engine.reuse_freed_memory(device):
             sizes: list[int] = [0]  # the draws of each pass over x (one pass but for a guide)
             source: _runners.GuideDraws | None = None  # (a guide's draws, for their dtypes)
+            stored = set(pyro.get_param_store().keys())  # (a refused guide's entries go)
             if posterior_samples is not None or guide is not None:
                 check_drawable(
                     model, "posterior_samples" if guide is None else "a guide", "predict()"
@@ -478,6 +479,9 @@ def predict(
                                     err, model, guide, inputs, None, drawn, "predict()"
                                 )
                             if refused is not None:  # a function's draws: their dtype
+                                store = pyro.get_param_store()  # (pyro.param would hand the
+                                for name in set(store.keys()) - stored:  # fix the refused
+                                    del store[name]  # values, not its init of the dtype told)
                                 raise TypeError(refused) from err
                             cast = module_dtype(typed_by(model, guide)) is not None
                             fix = dtype_fix(err, inputs.dtype, cast) or (

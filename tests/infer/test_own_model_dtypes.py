@@ -261,6 +261,24 @@ def test_the_function_guides_float64_fix_trains_without_clearing_the_store():
     assert len(history) == 2 and pyro.param("loc").dtype == torch.float64
 
 
+def test_predicts_refusal_of_a_function_guide_leaves_the_store_as_it_found_it():
+    """predict()'s refusal named the same fix as fit()'s, the guide's parameters created in
+    float64, but left the float32 ones its refused call had created in Pyro's param store,
+    which pyro.param then handed back to the fix: the same refusal again. It takes them out
+    now, as fit() does, and leaves the store's other entries."""
+    x, _ = toy_data(12)
+    pyro.clear_param_store()
+    pyro.param("kept", torch.ones(2))  # the user's own, from before
+    model = PyroClassifier(3, 2)
+    with pytest.raises(TypeError, match=r"create the guide's parameters in torch\.float64"):
+        pyrouq.predict(model, x.double(), _function_guide(torch.float32), num_samples=3,
+                       progress=False)  # fmt: skip
+    assert list(pyro.get_param_store().keys()) == ["kept"]
+    probs = pyrouq.predict(model, x.double(), _function_guide(torch.float64), num_samples=3,
+                           progress=False).probs  # fmt: skip
+    assert probs.shape == (3, 12, 2) and pyro.param("loc").dtype == torch.float64
+
+
 def test_another_autoguides_entries_in_the_store_leave_a_first_fits_inputs_as_they_are():
     """The resumed run's cast took the dtype of any store entry under 'AutoNormal.': a float64
     one of another model's AutoNormal had a first fit on float32 inputs, which trained before,
