@@ -581,6 +581,6 @@ def check_guide_tensors(
             raise ValueError(
                 f"{caller}: the guide's site {site!r} is {loc.dtype} on {loc.device}, the "
                 f"model's {held.dtype} on {held.device}: one of them was cast or moved after the "
-                "guide was built. Cast or move the guide as the model (guide.to(device, dtype), "
-                "guide.double()), or build it again: mean_field_guide(model)."
+                f"guide was built. Cast or move the guide as the model (guide.to("
+                f"{str(held.device)!r}, {held.dtype})), or build it again: mean_field_guide(model)."
             )

@@ -188,6 +188,20 @@ def test_a_model_cast_after_its_guide_was_built_is_refused_with_a_clear_message(
     assert torch.isfinite(torch.tensor(KLWeightedELBO().loss(model, guide, x, y)))
 
 
+def test_a_guide_cast_after_it_was_built_is_told_the_models_own_dtype():
+    """The refusal's example of the fix was guide.double() whatever the model's dtype: for a
+    float32 model beside a guide cast to float64 it would change nothing. It names the call
+    that casts the guide as the model now, and that call runs."""
+    model = bayesian(_net(), num_data=N)
+    guide = mean_field_guide(model).double()
+    x, y = _data()
+    told = r"Cast or move the guide as the model \(guide.to\('cpu', torch.float32\)\)"
+    with pytest.raises(ValueError, match=told):
+        KLWeightedELBO().loss(model, guide, x, y)
+    guide.to("cpu", torch.float32)  # (as told)
+    assert torch.isfinite(torch.tensor(KLWeightedELBO().loss(model, guide, x, y)))
+
+
 def test_a_tied_weight_is_one_site_with_one_kl_term():
     class Tied(nn.Module):
         def __init__(self):
