@@ -27,6 +27,7 @@ __all__ = [
     "guide_draws_refusal",
     "latent_dtype_refusal",
     "latent_sites_refusal",
+    "refuse_guide_of_another_dtype",
     "stored_dtype",
     "typed_by",
 ]
@@ -122,14 +123,12 @@ def latent_sites_refusal(
     in another dtype, by its guide (``drawn``: the floating sites' dtypes of its draws, where
     the caller has them; else read off a trace of ``guide(x, y)``) or from its priors (a trace
     of ``model(x, y)`` up to the error), which ``model.to()`` does not convert; and what to
-    do. ``caller``: ``"fit()"`` or ``"predict()"``. None for another error, a pyrouq model
-    (its priors are buffers), a model without floating parameters or of several dtypes."""
+    do. ``caller``: ``"fit()"`` or ``"predict()"``. None for another error, a model without
+    floating parameters, or draws of its dtype (a pyrouq model's priors: buffers it casts)."""
     lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
     said = lines[0] if lines else ""
     dtype = module_dtype(model)
     if dtype is None or x.dtype != dtype or not dtype_words(said):
-        return None
-    if callable(getattr(model, "latent_sites", None)):  # pyrouq's: priors move with .to()
         return None
     source = "its guide draws"
     if not drawn and guide is not None:
@@ -158,6 +157,23 @@ def latent_sites_refusal(
         f"({type(err).__name__}: {said}); {why}. {fix}, or give the model {their} "
         f"(model.to({their})).{ending}"
     )
+
+
+def refuse_guide_of_another_dtype(model: Any, guide: Any, x: torch.Tensor, y: torch.Tensor) -> None:
+    """fit()'s :func:`latent_sites_refusal` (a TypeError) for a guide holding parameters of
+    another dtype than the model's (a model cast after its autoguide was built), where the
+    model fails on the guide's draws; nothing for a guide of the model's dtype, or one whose
+    draws the model runs on."""
+    dtype = module_dtype(guide)
+    if dtype is None or dtype == module_dtype(model):
+        return
+    try:
+        poutine.replay(model, trace=poutine.trace(guide).get_trace(x, y))(x, y)
+    except RuntimeError as err:
+        told = latent_sites_refusal(err, model, guide, x, y, {}, "fit()")
+        if told is None:
+            raise
+        raise TypeError(told) from err
 
 
 def _sites_drawn(fn: Any, x: torch.Tensor, y: torch.Tensor | None) -> dict[str, torch.dtype]:

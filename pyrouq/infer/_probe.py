@@ -22,6 +22,7 @@ from pyrouq._input_cast import (
     function_guide_refusal,
     latent_dtype_refusal,
     latent_sites_refusal,
+    refuse_guide_of_another_dtype,
     stored_dtype,
     typed_by,
 )
@@ -183,6 +184,7 @@ class Probe:
                             raise TypeError(mixed) from err
                         x = _resumed_input(model, guide, x, y, other, err)
                 self.created_params += _unconstrained(capture.trace)
+                refuse_guide_of_another_dtype(model, guide, x, y)  # (a model cast since)
             if foreign:
                 params, trace = _own_model_params(model, guide, x, y, names)
                 self.created_params += params

@@ -118,3 +118,22 @@ def test_float64_inputs_of_a_converted_model_train_as_their_float32_values_at_ev
     for got, expected in zip(runs[1][1], runs[0][1], strict=True):
         assert got.dtype == torch.float32
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_a_converted_model_cast_after_its_autoguide_was_fitted_is_told_the_guides_dtype():
+    """A converted model's priors move with model.double(), an AutoNormal fitted before does
+    not: predict() told the user to give the model one dtype, model.to(torch.float64), which it
+    had, and fit() failed at its first step in torch's words alone."""
+    x, y = toy_data(8)
+    pyro.clear_param_store()
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2), num_data=8)
+    guide = AutoNormal(model)
+    pyrouq.fit(model, guide, [(x, y)], epochs=1, progress=False)
+    model.double()
+    said = r"its guide draws its latent sites \('weight', 'bias'\) in torch.float32"
+    with pytest.raises(TypeError, match=said):
+        pyrouq.predict(model, x, guide=guide, num_samples=2)
+    with pytest.raises(TypeError, match=said + r".*model.to\(torch.float32\)\). Nothing was"):
+        pyrouq.fit(model, guide, [(x, y)], epochs=1, progress=False)
+    model.to(torch.float32)  # (as told)
+    assert pyrouq.predict(model, x, guide=guide, num_samples=2).probs.shape == (2, 8, 2)
