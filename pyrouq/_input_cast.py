@@ -11,6 +11,7 @@ to resume a run wait for it (:func:`stored_dtype`)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pyro
@@ -124,11 +125,14 @@ def latent_sites_refusal(
     the caller has them; else read off a trace of ``guide(x, y)``) or from its priors (a trace
     of ``model(x, y)`` up to the error), which ``model.to()`` does not convert; and what to
     do. ``caller``: ``"fit()"`` or ``"predict()"``. None for another error, a model without
-    floating parameters, or draws of its dtype (a pyrouq model's priors: buffers it casts)."""
+    floating parameters or with some of another dtype (the fix is then to give it one), or
+    draws of its dtype (a pyrouq model's priors: buffers it casts)."""
     lines = torch_words(err).strip().splitlines()  # (not Pyro's trace shapes after them)
     said = lines[0] if lines else ""
     dtype = module_dtype(model)
     if dtype is None or x.dtype != dtype or not dtype_words(said):
+        return None
+    if _dtypes(model) != {dtype}:  # a model of mixed dtypes: its own to make one
         return None
     source = "its guide draws"
     if not drawn and guide is not None:
@@ -174,6 +178,12 @@ def refuse_guide_of_another_dtype(model: Any, guide: Any, x: torch.Tensor, y: to
         if told is None:
             raise
         raise TypeError(told) from err
+
+
+def _dtypes(module: nn.Module) -> set[torch.dtype]:
+    """The dtypes of ``module``'s floating parameters and buffers."""
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    return {t.dtype for t in tensors if t.is_floating_point()}
 
 
 def _sites_drawn(fn: Any, x: torch.Tensor, y: torch.Tensor | None) -> dict[str, torch.dtype]:
