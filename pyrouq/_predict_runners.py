@@ -14,8 +14,8 @@ import pyro
 from torch import Tensor, nn
 
 from pyrouq import _runners
+from pyrouq._posterior_draws import posterior_draws
 from pyrouq._util import has_latent_sites, module_dtype
-from pyrouq.mcmc import posterior_draws
 
 
 def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
