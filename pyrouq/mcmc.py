@@ -122,12 +122,24 @@ class MCMCResult:
     @property
     def num_chains(self) -> int:
         """The number of chains."""
-        return int(next(iter(self.samples.values())).shape[0])
+        return self._dims()[0]
 
     @property
     def num_samples(self) -> int:
         """Draws per chain."""
-        return int(next(iter(self.samples.values())).shape[1])
+        return self._dims()[1]
+
+    def _dims(self) -> tuple[int, int]:
+        """(chain, draw), read off the first site; a result without them says so."""
+        value = next(iter(self.samples.values()), None)
+        if value is None or value.dim() < 2:
+            came = "no sites" if value is None else f"a site of shape {tuple(value.shape)}"
+            raise ValueError(
+                f"This MCMCResult holds {came} in its samples, expected every latent site's "
+                "draws as (chain, draw, *site_shape) (a result made by hand?). Set "
+                "result.samples so, or use the result mcmc() returned."
+            )
+        return int(value.shape[0]), int(value.shape[1])
 
     def draws(self) -> dict[str, Tensor]:
         """Every draw of every chain, chain after chain: ``{site: (chain * draw, *shape)}``
@@ -147,9 +159,12 @@ class MCMCResult:
 
     def __repr__(self) -> str:
         told = "diverging" in self.sample_stats  # (a result made by hand may record none)
+        try:  # (one made by hand may hold no draws: shown, not raised)
+            dims = "chains={}, draws={}".format(*self._dims())
+        except ValueError:
+            dims = "no (chain, draw)"
         return (
-            f"MCMCResult(kernel={self.kernel!r}, chains={self.num_chains}, "
-            f"draws={self.num_samples}, sites={len(self.samples)}"
+            f"MCMCResult(kernel={self.kernel!r}, {dims}, sites={len(self.samples)}"
             f"{f', divergences={self.divergences}' if told else ''})"
         )
 

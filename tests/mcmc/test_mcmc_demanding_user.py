@@ -163,3 +163,23 @@ def test_chain_processes_end_when_their_parent_is_killed():
         for pid in pids:  # the chain processes this test started, if left behind
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("samples", "came"),
+    [({}, "no sites"), ({"w": torch.zeros(3)}, r"a site of shape \(3,\)")],
+)
+def test_a_result_made_by_hand_without_chain_and_draw_dims_says_so(samples, came):
+    """MCMCResult({}, ...) (or one loaded from a file that held no sites) raised a bare
+    StopIteration, with no message, from num_chains, num_samples and repr() (a notebook
+    displaying it), and a site without (chain, draw) dims an IndexError."""
+    from pyrouq import MCMCResult
+
+    result = MCMCResult(samples, {}, kernel="nuts", warmup_steps=0)
+    told = rf"^This MCMCResult holds {came} in its samples, expected every latent site's draws"
+    for read in (lambda: result.num_chains, lambda: result.num_samples):
+        with pytest.raises(ValueError, match=told + r".* use the result mcmc\(\) returned\.$"):
+            read()
+    assert repr(result) == f"MCMCResult(kernel='nuts', no (chain, draw), sites={len(samples)})"
+    whole = MCMCResult({"w": torch.zeros(2, 3, 4)}, {}, kernel="hmc", warmup_steps=1)
+    assert repr(whole) == "MCMCResult(kernel='hmc', chains=2, draws=3, sites=1)"
