@@ -141,7 +141,7 @@ def _locate(
         and origin != "the bundled copy"
         and not _root_above(base, folder, names)  # no copy nested inside the data set's
     ):
-        _download(folder, base)
+        _download(folder, base, origin)
         found = [_find(base, folder, n) for n in names]
     for name, path in zip(names, found, strict=True):
         if path is None:
@@ -201,12 +201,30 @@ def _root_above(base: Path, folder: str, names: tuple[str, ...]) -> Path | None:
     return above if all(_find(above, folder, n) for n in names) else None
 
 
-def _download(folder: str, root: Path) -> None:  # pragma: no cover - needs the network
+def _download(folder: str, root: Path, origin: str) -> None:
+    """Fetch the data set's two splits into ``root`` through torchvision. A failed fetch (no
+    network, the servers down, a file that fails its checksum) says where the files were to go
+    and what to do, not torchvision's words alone (which name neither)."""
     from torchvision import datasets
 
     cls = {"MNIST": datasets.MNIST, "FashionMNIST": datasets.FashionMNIST}[folder]
     for train in (True, False):
-        cls(str(root), train=train, download=True)
+        try:
+            cls(str(root), train=train, download=True)
+        except (RuntimeError, OSError) as err:
+            raw = Path(os.path.abspath(root)) / folder / "raw"
+            said = " ".join(str(err).split())  # (torchvision's lines, one per mirror tried)
+            bundled = (  # (root= or $PYROUQ_DATA named the folder)
+                f"{'unset $PYROUQ_DATA' if origin == '$PYROUQ_DATA' else 'leave root=None'} to "
+                "use the bundled copy"
+                if folder == "MNIST"
+                else "for its test split alone, bundled, use fashion_mnist_arrays() or ood_loader()"
+            )
+            raise RuntimeError(
+                f"download=True could not fetch {folder} into {raw} ({type(err).__name__}: "
+                f"{said}). Where there is no network, copy the files there (torchvision's "
+                f"layout: train-images-idx3-ubyte[.gz] and the others), or {bundled}."
+            ) from err
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

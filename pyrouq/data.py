@@ -505,7 +505,8 @@ def load_mnist(
     download : bool, default False
         If the files are missing under ``root``, fetch them through torchvision (not where
         ``root`` names the data set's own folder, or its ``raw/``, and the root above holds
-        them: that is an error naming that root). The default never touches the network.
+        them: that is an error naming that root); a fetch that fails (no network) is a
+        RuntimeError naming the folder. The default never touches the network.
 
     Returns
     -------

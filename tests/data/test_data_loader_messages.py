@@ -13,7 +13,7 @@ from torch import nn
 
 import pyrouq
 from pyrouq import bayesian
-from pyrouq.data import load_mnist, ood_loader
+from pyrouq.data import load_fashion_mnist, load_mnist, ood_loader
 from pyrouq.likelihoods import Categorical, Gaussian, get_likelihood
 
 
@@ -113,3 +113,45 @@ def test_a_data_set_folder_reached_through_a_link_is_told_the_root_as_named(tmp_
         load_mnist(root=tmp_path / "ci" / "MNIST", download=True)
     assert str(err.value).endswith(f"pass root={str(tmp_path / 'ci')!r}.")
     assert sorted(p.name for p in store.parent.iterdir()) == ["raw"]  # nothing downloaded
+
+
+@pytest.mark.parametrize(
+    ("load", "folder"), [(load_mnist, "MNIST"), (load_fashion_mnist, "FashionMNIST")]
+)
+def test_a_download_without_a_network_says_where_the_files_go_and_what_to_do(
+    tmp_path, monkeypatch, load, folder
+):
+    """Offline, download=True raised torchvision's RuntimeError alone, 'Error downloading
+    train-images-idx3-ubyte.gz: Tried https://..., got: <urlopen error ...>', naming neither
+    the folder the files were to go into nor what to do. (No network used: urlopen fails as
+    it does without one.)"""
+    import urllib.error
+    import urllib.request
+
+    tried = []
+
+    def offline(request, *args, **kwargs):
+        tried.append(request.full_url)
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    raw = tmp_path / folder / "raw"
+    fix = (
+        "leave root=None to use the bundled copy"
+        if folder == "MNIST"
+        else "for its test split alone, bundled, use fashion_mnist_arrays() or ood_loader()"
+    )
+    with pytest.raises(RuntimeError) as err:
+        load(root=tmp_path, download=True)
+    said = str(err.value)
+    assert tried  # (torchvision reached the network through the stub, nowhere else)
+    assert said.startswith(f"download=True could not fetch {folder} into {raw} (RuntimeError: ")
+    assert "Name or service not known" in said and "\n" not in said
+    assert said.endswith(
+        "Where there is no network, copy the files there (torchvision's layout: "
+        f"train-images-idx3-ubyte[.gz] and the others), or {fix}."
+    )
+    if folder == "MNIST":  # the folder named by the environment: unset it
+        monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))
+        with pytest.raises(RuntimeError, match=r"or unset \$PYROUQ_DATA to use the bundled "):
+            load(download=True)
