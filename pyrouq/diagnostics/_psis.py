@@ -190,8 +190,9 @@ def _restore(saved: list[tuple[Any, Any]]) -> None:
 
 def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
     """``sum`` of the (scaled, masked) log densities of a trace, float64; observed sites times
-    ``observed_factor``, deterministic and subsample sites skipped."""
-    total = torch.zeros((), dtype=torch.float64)
+    ``observed_factor``, deterministic and subsample sites skipped; -inf where a latent value
+    lies outside its support, whatever the other sites give (NaN, from a scale < 0 drawn)."""
+    total, impossible = torch.zeros((), dtype=torch.float64), False
     site: Any
     for site in trace.nodes.values():
         if site["type"] != "sample" or site_is_subsample(site):
@@ -210,9 +211,10 @@ def _log_density(trace: poutine.Trace, observed_factor: float = 1.0) -> Tensor:
         log_p = scale_and_mask(log_p, site["scale"], site["mask"])
         if outside:  # a guide draw the model cannot produce: weight 0, as importance sampling
             log_p = torch.full_like(torch.as_tensor(log_p), -math.inf)  # reads it
+            impossible = True
         log_p = torch.as_tensor(log_p).double().sum().cpu()
         total = total + (log_p * observed_factor if site["is_observed"] else log_p)
-    return total
+    return torch.tensor(-math.inf, dtype=torch.float64) if impossible else total
 
 
 def _check_all_points(trace: poutine.Trace, n: int, fn: str) -> None:

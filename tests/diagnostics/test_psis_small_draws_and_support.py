@@ -95,6 +95,43 @@ def test_psis_with_every_guide_draw_outside_the_support_is_a_clear_error():
             psis_diagnostic(model, guide, torch.randn(5, 2), torch.randn(5), num_samples=100)
 
 
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_draw_outside_a_scales_support_weighs_zero_though_the_likelihood_is_nan(validate):
+    """A Normal guide for a HalfNormal noise scale: a draw below 0 is outside the site's
+    support, weight 0 as the docstring says, but the likelihood it scales, Normal(0, s < 0),
+    gave NaN, and -inf + NaN made the ratio NaN: the call refused the guide ("8 of 200 log
+    importance ratios are NaN or +inf"). Its log ratio is now -inf, the others as by hand."""
+    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = 0.7 * y
+    drawn = []
+
+    def model(x, y):
+        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(torch.zeros_like(x), s), obs=y)
+
+    def guide(x, y):
+        drawn.append(
+            float(pyro.sample("s", dist.Normal(torch.tensor(0.7, dtype=torch.float64), 0.4)))
+        )
+
+    with pyro.validation_enabled(validate):
+        result = psis_diagnostic(model, guide, x, y, num_samples=200, seed=0)
+    s = np.array(drawn)
+    inside = s > 0
+    assert (~inside).sum() == 8  # (seed 0: eight draws below 0)
+    from scipy import stats
+
+    by_hand = np.full(200, -np.inf)
+    by_hand[inside] = [
+        stats.halfnorm.logpdf(v) + stats.norm(0, v).logpdf(y.numpy()).sum()
+        - stats.norm(0.7, 0.4).logpdf(v)
+        for v in s[inside]
+    ]  # fmt: skip
+    np.testing.assert_allclose(result.log_weights.numpy(), by_hand, rtol=1e-12)
+    assert result.k_hat == pytest.approx(float(az.psislw(by_hand.copy(), reff=1.0)[1]), rel=1e-9)
+
+
 def _hand_made_chains(num_chains=2, num_draws=4):
     return hand_made_chains(N, num_chains, num_draws)
 
