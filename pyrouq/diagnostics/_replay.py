@@ -20,7 +20,7 @@ from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._mismatch import input_mismatch, restated
 from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
 from pyrouq._util import global_streams_kept
-from pyrouq.diagnostics._common import _check_labels
+from pyrouq.diagnostics._common import _check_labels, _masked, _outside
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.likelihoods import Categorical
@@ -36,11 +36,19 @@ def _latent_sites(trace: poutine.Trace) -> dict[str, Any]:
 
 
 def _replayed_draws(
-    model: Any, guide: Any, x: Tensor, y: Tensor, num_samples: int, caller: str
+    model: Any,
+    guide: Any,
+    x: Tensor,
+    y: Tensor,
+    num_samples: int,
+    caller: str,
+    outside_weighs_zero: bool = False,
 ) -> Iterator[tuple[int, Any, Any]]:
     """``(s, guide_trace, model_trace)`` for S guide draws, the model replayed on each.
 
-    The first draw runs under the caller's validation setting, the rest without (speed).
+    The first draw runs under the caller's validation setting, the rest without (speed). With
+    ``outside_weighs_zero`` (the PSIS check, which weighs such a draw 0) a first draw outside a
+    latent site's support that a distribution's validation refused is replayed without it.
     """
     validate = is_validation_enabled()
     for s in range(num_samples):
@@ -53,16 +61,37 @@ def _replayed_draws(
                 replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
                 model_trace = replayed.get_trace(x, y)
             except Exception as err:
-                if s == 0:
-                    _check_class_labels(model, guide_trace, x, y, caller)
-                    _explain_per_point_sites(err, model, guide_trace, x, y, caller)
-                    if _draws_fit(err, model, guide_trace, x, y, caller):
-                        _explain_inputs(err, model, x, caller, " at the guide's first draw")
-                    _own_refusal(err, model, caller)
-                raise
+                # a first draw outside a latent site's support, refused by the validation of a
+                # distribution it parameterises (a Normal of scale < 0): for the PSIS check it
+                # weighs 0, as later draws outside do (they run without validation)
+                retry = s == 0 and outside_weighs_zero
+                model_trace = _outside_draw(model, guide_trace, x, y) if retry else None
+                if model_trace is None:
+                    if s == 0:
+                        _check_class_labels(model, guide_trace, x, y, caller)
+                        _explain_per_point_sites(err, model, guide_trace, x, y, caller)
+                        if _draws_fit(err, model, guide_trace, x, y, caller):
+                            _explain_inputs(err, model, x, caller, " at the guide's first draw")
+                        _own_refusal(err, model, caller)
+                    raise
             if s == 0:  # (before the log density reads the labels)
                 _check_class_labels(model, guide_trace, x, y, caller, model_trace)
         yield s, guide_trace, model_trace
+
+
+def _outside_draw(model: Any, guide_trace: Any, x: Tensor, y: Tensor) -> Any:
+    """The model's trace on the guide's first draw, replayed without Pyro's validation (the
+    random state kept), where that draw lies outside a latent site's declared support; None
+    where it lies inside (or the replay fails again): the first error stands."""
+    if not is_validation_enabled():
+        return None
+    try:
+        with global_streams_kept(x.device), pyro.validation_enabled(False):
+            trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    except Exception:
+        return None
+    sites = _latent_sites(trace).values()
+    return trace if any(not _masked(t) and _outside(t["fn"], t["value"]) for t in sites) else None
 
 
 def _check_class_labels(

@@ -132,6 +132,30 @@ def test_a_draw_outside_a_scales_support_weighs_zero_though_the_likelihood_is_na
     assert result.k_hat == pytest.approx(float(az.psislw(by_hand.copy(), reff=1.0)[1]), rel=1e-9)
 
 
+def test_a_first_draw_outside_the_support_weighs_zero_under_validation_too():
+    """Later draws run without Pyro's validation and a draw outside a latent site's support
+    weighs 0; the first runs under it, where the Normal it scales refused it: the same guide
+    and seed gave torch's 'Expected parameter scale ... GreaterThan(lower_bound=0.0)' under
+    pyro.validation_enabled(True) (Pyro's default) and a k-hat without it. Now the same k-hat."""
+    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def model(x, y):
+        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(torch.zeros_like(x), s), obs=y)
+
+    def guide(x, y):
+        pyro.sample("s", dist.Normal(torch.tensor(0.3, dtype=torch.float64), 0.5))
+
+    results = []
+    for validate in (False, True):
+        with pyro.validation_enabled(validate):
+            results.append(psis_diagnostic(model, guide, x, y, num_samples=30, seed=4))
+    assert results[0].log_weights[0] == -math.inf  # (seed 4: the first draw is below 0)
+    assert torch.equal(results[1].log_weights, results[0].log_weights)
+    assert results[1].k_hat == results[0].k_hat and math.isfinite(results[1].k_hat)
+
+
 def _hand_made_chains(num_chains=2, num_draws=4):
     return hand_made_chains(N, num_chains, num_draws)
 
