@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
+from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._own_likelihood import check_likelihood_logits
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq.diagnostics._common import (
@@ -36,11 +37,12 @@ def _export_pyro(
     keep: list[str] = []
     with _prepared(model, n):
         for s, guide_trace, model_trace in _replayed_draws(
-            model, guide, x, y, num_samples, "to_inference_data()"
+            model, guide, x, y, num_samples, "to_inference_data()", replay_outside=True
         ):
             if s == 0:
                 check_traces_match(model_trace, guide_trace, "to_inference_data()", model)
                 keep = _check_var_names(var_names, list(_latent_sites(model_trace)))
+            _refuse_outside(model, model_trace, s)
             site = model_trace.nodes.get("obs")
             if site is None or site["type"] != "sample" or not site["is_observed"]:
                 raise ValueError(
@@ -82,3 +84,20 @@ def _export_pyro(
                 probs = logits["value"].softmax(-1)
                 out.put("probs", s, probs.to(_stored_dtype(probs)))
     return out, keep
+
+
+def _refuse_outside(model: Any, trace: Any, draw: int) -> None:
+    """Refuse a guide draw outside the support a latent site's prior declares (a Normal guide
+    for a HalfNormal scale, drawn below 0): the model cannot produce it, and its predictive
+    draws failed in torch's words ("normal expects all elements of std >= 0.0") or were
+    exported as if it could."""
+    for name, site in _latent_sites(trace).items():
+        if _masked(site) or not _outside(site["fn"], site["value"]):
+            continue
+        support = innermost_distribution(site["fn"]).support
+        raise ValueError(
+            f"to_inference_data(): the guide's draw {draw} of site {name!r} lies outside the "
+            f"support of {name_of(model)}'s prior there ({support}), so the model cannot "
+            "produce it, nor its predictions and log-likelihood. Use a guide that draws inside "
+            "the model's support: pyro.infer.autoguide.AutoNormal(model) transforms to it."
+        )

@@ -195,7 +195,8 @@ def to_inference_data(
         ``[0, C)`` (or a Pyro model's ``"obs"`` values outside its distribution's support),
         no guide for a model with latent sites, a guide (or num_samples, var_names) for a
         BatchEnsemble, a mask leaving points of a Pyro model's ``"obs"`` out, its recorded
-        ``"logits"`` not those of the ``Categorical`` it draws ``"obs"`` from; a guide whose
+        ``"logits"`` not those of the ``Categorical`` it draws ``"obs"`` from, a guide draw
+        outside the support of its latent site; a guide whose
         parameters hold NaN or inf, a pyrouq model's outputs NaN or inf at a draw; an
         MCMCResult whose sites or sample stats differ in (chain, draw), that holds no draws,
         or whose draws hold NaN or inf, or whose sites do not fit ``result.model``; draws

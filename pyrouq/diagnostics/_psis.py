@@ -436,7 +436,7 @@ def psis_diagnostic(
     log_weights = torch.empty(num_samples, dtype=torch.float64)
     first: dict[str, Tensor] = {}
     with _prepared(model, n):
-        draws = _replayed_draws(model, guide, x, y, num_samples, fn, outside_weighs_zero=True)
+        draws = _replayed_draws(model, guide, x, y, num_samples, fn, replay_outside=True)
         for s, guide_trace, model_trace in draws:
             if s == 0:
                 check_traces_match(model_trace, guide_trace, fn, model)

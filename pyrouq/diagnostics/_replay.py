@@ -42,13 +42,14 @@ def _replayed_draws(
     y: Tensor,
     num_samples: int,
     caller: str,
-    outside_weighs_zero: bool = False,
+    replay_outside: bool = False,
 ) -> Iterator[tuple[int, Any, Any]]:
     """``(s, guide_trace, model_trace)`` for S guide draws, the model replayed on each.
 
     The first draw runs under the caller's validation setting, the rest without (speed). With
-    ``outside_weighs_zero`` (the PSIS check, which weighs such a draw 0) a first draw outside a
-    latent site's support that a distribution's validation refused is replayed without it.
+    ``replay_outside``, a first draw outside a latent site's support that a distribution's
+    validation refused is replayed without it, as later draws are (the PSIS check weighs such
+    draws 0, the export refuses them by name).
     """
     validate = is_validation_enabled()
     for s in range(num_samples):
@@ -62,9 +63,9 @@ def _replayed_draws(
                 model_trace = replayed.get_trace(x, y)
             except Exception as err:
                 # a first draw outside a latent site's support, refused by the validation of a
-                # distribution it parameterises (a Normal of scale < 0): for the PSIS check it
-                # weighs 0, as later draws outside do (they run without validation)
-                retry = s == 0 and outside_weighs_zero
+                # distribution it parameterises (a Normal of scale < 0): replayed as later
+                # draws are, without validation
+                retry = s == 0 and replay_outside
                 model_trace = _outside_draw(model, guide_trace, x, y) if retry else None
                 if model_trace is None:
                     if s == 0:

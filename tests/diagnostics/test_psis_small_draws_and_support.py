@@ -156,6 +156,32 @@ def test_a_first_draw_outside_the_support_weighs_zero_under_validation_too():
     assert results[1].k_hat == results[0].k_hat and math.isfinite(results[1].k_hat)
 
 
+@pytest.mark.parametrize("validate", [True, False])
+def test_an_export_of_a_guide_drawing_outside_a_sites_support_names_the_draw(validate):
+    """Exported, the Normal guide's draw below 0 for the HalfNormal scale failed in torch's
+    words, 'normal expects all elements of std >= 0.0' (drawing the predictive obs), or Pyro's
+    'Expected parameter scale ... GreaterThan' under validation at the first draw."""
+    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def model(x, y):
+        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(torch.zeros_like(x), s), obs=y)
+
+    def guide(x, y):
+        pyro.sample("s", dist.Normal(torch.tensor(0.3, dtype=torch.float64), 0.5))
+
+    for seed, draw in ((4, 0), (5, 1)):  # (the first draw below 0: seed 4's first, 5's second)
+        with pyro.validation_enabled(validate), pytest.raises(ValueError) as err:
+            to_inference_data(model, guide, x, y, num_samples=5, seed=seed)
+        assert str(err.value) == (
+            f"to_inference_data(): the guide's draw {draw} of site 's' lies outside the support "
+            "of model's prior there (GreaterThanEq(lower_bound=0.0)), so the model cannot "
+            "produce it, nor its predictions and log-likelihood. Use a guide that draws inside "
+            "the model's support: pyro.infer.autoguide.AutoNormal(model) transforms to it."
+        )
+
+
 def _hand_made_chains(num_chains=2, num_draws=4):
     return hand_made_chains(N, num_chains, num_draws)
 
