@@ -49,7 +49,10 @@ def given_model(model: Any, keep_compiled: bool = False) -> Any:
     ``outputs()``, which a wrapper's ``forward`` would hide (a BatchEnsemble's ``(M, B, C)``
     outputs taken for one batch's). With ``keep_compiled`` (fit(), which took a compiled
     model as it came before DDP was seen through, and keeps it so), the ``torch.compile``
-    wrapper nearest the outside is kept, the parallel ones outside it taken off.
+    wrapper nearest the outside is kept, the parallel ones outside it taken off; one that
+    compiled a parallel wrapper (``torch.compile(DDP(model))``) is made again, with the same
+    compiler settings, around the model inside (DDP's forward would reduce the gradients a
+    second time, and hides the model's ``num_data``).
 
     Any other model (a plain network, a Pyro model of one's own) comes out of the
     ``DistributedDataParallel`` wrappers outside it only: their forward takes part in the
@@ -62,10 +65,35 @@ def given_model(model: Any, keep_compiled: bool = False) -> Any:
             return unwrapped(model)
         while (inner := _inner(model, compiled_too=False)) is not None:
             model = inner
-        return model
+        return _compiled_around(model, unwrapped(model))
     while isinstance(model, nn.parallel.DistributedDataParallel):
         inner = _inner(model)
         if inner is None:
             break
         model = inner
     return model
+
+
+def _compiled_around(compiled: Any, model: Any) -> Any:
+    """``compiled`` (``model`` itself, or a ``torch.compile`` wrapper holding it) as it is
+    where only compile wrappers lie between the two, else a ``torch.compile`` wrapper of
+    ``model`` with ``compiled``'s compiler settings (its ``dynamo_ctx``: the backend, mode
+    and options it was given)."""
+    inner = compiled
+    while inner is not model:
+        if isinstance(inner, _PARALLEL):
+            break
+        inner = _inner(inner)
+    else:
+        return compiled
+    settings = vars(compiled).get("dynamo_ctx")
+    if settings is None:  # (a torch whose wrapper keeps them otherwise)
+        raise TypeError(
+            f"fit() got torch.compile() of a {type(inner).__name__} holding "
+            f"{type(model).__name__}; it trains a pyrouq model as the module inside the "
+            f"{type(inner).__name__} (fit() averages the gradients itself), but this torch's "
+            "compiled wrapper keeps no compiler settings (dynamo_ctx) to compile that module "
+            f"with again. Pass torch.compile(model), or {type(inner).__name__}(torch.compile("
+            "model)): compile inside the parallel wrapper."
+        )
+    return type(compiled)(model, settings)

@@ -27,6 +27,7 @@ from pyrouq._util import (
     module_dtype,
     restore_modes,
 )
+from pyrouq._wrappers import unwrapped
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
@@ -173,7 +174,8 @@ class Loop:
         self.model, self.guide, self.loader = model, guide, loader
         self.cast_to: Any = None  # whose dtype the inputs take, once settled (typed_by)
         self.guide_fn = guide if guide is not None else empty_guide
-        self.plain = guide is None and not isinstance(model, pyro.nn.PyroModule)
+        # (a compiled BatchEnsemble is one: torch.compile's wrapper is no PyroModule)
+        self.plain = guide is None and not isinstance(unwrapped(model), pyro.nn.PyroModule)
         self.epochs, self.elbo, self.num_data = epochs, elbo, num_data
         self.optimizer = optimizer
         # (a group without an lr, under lr_schedule="constant" alone: 0, as its checkpoint shows)
