@@ -151,7 +151,8 @@ def fit(
         ``AutoNormal(model)``, whose lazily created parameters are set up on the first batch
         before the optimizer is built); ``None`` for models without latent sites
         (BatchEnsemble), where the loss is the negative log-likelihood. A guide built for
-        another model (other sites or shapes) is refused before anything is trained.
+        another model (other sites or shapes) is refused before anything is trained. A guide
+        in ``DistributedDataParallel`` is trained as the module it wraps.
     train_loader : iterable of (x, y)
         Training batches, e.g. from :func:`pyrouq.load_mnist` (a dataset of single examples,
         or one ``(x, y)`` pair, is refused: batch it; so are batches of examples left as they
@@ -384,6 +385,7 @@ def fit(
             "it, or train it with pyro.infer.SVI."
         )
     model = given_model(model, keep_compiled=True)  # (DDP: fit() averages the gradients)
+    guide = given_model(guide)  # DDP(guide)'s module: its own averaging would come on top
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
     # cannot read) stops every rank at the block's end in one all_reduce, not in the next one
     early = _distributed.current(module_device(model, guide))

@@ -169,3 +169,26 @@ def test_fit_compiles_the_model_inside_a_compiled_parallel_wrapper(gloo_group):
     del compiled.dynamo_ctx  # a torch keeping the settings elsewhere: told what to pass
     with pytest.raises(TypeError, match=r"compile inside the parallel wrapper"):
         given_model(compiled, keep_compiled=True)
+
+
+def _counted(reductions, bucket):
+    reductions.append(bucket.buffer().numel())
+    done = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
+
+
+def test_fit_trains_a_ddp_wrapped_guide_as_its_module(gloo_group):
+    # fit(model, DDP(guide)) ran DDP's forward: its hooks reduced the guide's gradients, on
+    # top of fit()'s own averaging (a rank stopping before backward would hang in them)
+    x, y = _data()
+    losses, reductions = [], []
+    for wrap in (lambda g: g, DDP):
+        model = bayesian(_net())
+        guide = wrap(mean_field_guide(model))
+        if isinstance(guide, DDP):  # (DDP's reduction of a bucket of gradients, counted)
+            guide.register_comm_hook(reductions, _counted)
+        result = pyrouq.fit(model, guide, ArrayLoader(x, y, 4, shuffle=False), epochs=1,
+                            progress=False, seed=0)  # fmt: skip
+        losses.append(result.history[-1].loss)
+    assert reductions == [] and losses[1] == losses[0]
