@@ -44,6 +44,7 @@ from pyrouq._util import (
     restore_modes,
     warn_caller,
 )
+from pyrouq._wrappers import unwrapped
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._own_targets import OwnTargets
 from pyrouq.infer._training import (
@@ -545,8 +546,9 @@ def _first_batch(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | None:
 def own_pyro_model(model: Any, guide: Any) -> bool:
     """Whether ``model`` is a Pyro model of the user's own: a ``PyroModule``, or an
     ``nn.Module`` given with a guide (as in Pyro's VAE tutorial), not one of pyrouq's (nor one
-    of pyrouq's wrapped by ``torch.compile`` or ``nn.DataParallel``)."""
-    if is_pyrouq_model(model):
+    of pyrouq's wrapped by ``torch.compile``, ``DistributedDataParallel`` or
+    ``nn.DataParallel``, however they nest: :func:`~pyrouq._wrappers.unwrapped`)."""
+    if is_pyrouq_model(unwrapped(model)):
         return False
     return isinstance(model, pyro.nn.PyroModule) or (
         guide is not None and isinstance(model, nn.Module)

@@ -192,3 +192,15 @@ def test_fit_trains_a_ddp_wrapped_guide_as_its_module(gloo_group):
                             progress=False, seed=0)  # fmt: skip
         losses.append(result.history[-1].loss)
     assert reductions == [] and losses[1] == losses[0]
+
+
+def test_own_pyro_model_sees_a_pyrouq_model_through_every_wrapper(gloo_group):
+    # its docstring said a pyrouq model in DataParallel was none of the user's own; the
+    # function said it was (an nn.Module given with a guide)
+    from pyrouq.infer._probe import own_pyro_model
+
+    model = bayesian(_net())
+    guide = mean_field_guide(model)
+    for wrapped in (DP(model), DDP(model), DP(DDP(model))):
+        assert not own_pyro_model(wrapped, guide)
+    assert own_pyro_model(DP(_net()), guide)
