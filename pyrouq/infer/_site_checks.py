@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from pyrouq._util import has_latent_sites, takes_labels
+from pyrouq._wrappers import unwrapped
 from pyrouq.likelihoods import likelihood_of
 
 __all__ = ["check_drawable", "check_draws", "model_sites", "refuse", "site_mismatch"]
@@ -62,6 +63,7 @@ def check_drawable(model: Any, source: str, caller: str) -> None:
     calls ``pyro.sample`` is a Pyro model."""
     from pyrouq.convert import BatchEnsembleNetwork
 
+    model = unwrapped(model)  # (fit()'s torch.compile wrapper is kept: no BatchEnsembleNetwork)
     if has_latent_sites(model):
         return
     what = None

@@ -204,3 +204,13 @@ def test_own_pyro_model_sees_a_pyrouq_model_through_every_wrapper(gloo_group):
     for wrapped in (DP(model), DDP(model), DP(DDP(model))):
         assert not own_pyro_model(wrapped, guide)
     assert own_pyro_model(DP(_net()), guide)
+
+
+def test_fit_refuses_a_guide_for_a_compiled_batchensemble():
+    # the compiled wrapper is no BatchEnsembleNetwork: a guide of another model was trained
+    # beside it (its KL alone) where the module itself is refused
+    x, y = _data()
+    guide = mean_field_guide(bayesian(_net()))
+    compiled = _compile(batchensemble(_net(), 2))
+    with pytest.raises(ValueError, match=r"got a guide for a BatchEnsemble \(BatchEnsembleNet"):
+        pyrouq.fit(compiled, guide, ArrayLoader(x, y, 4), epochs=1, progress=False)
