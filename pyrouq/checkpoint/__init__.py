@@ -57,7 +57,6 @@ from pyrouq._words import article
 from pyrouq._wrappers import unwrapped
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
-    COMPILED_CLASS,
     check_store_params,
     optimizer_state,
     python_numbers,
@@ -88,6 +87,7 @@ from pyrouq.checkpoint._guide_left_out import warn_guide_left_out
 from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.checkpoint._paths import check_path_type, check_target
 from pyrouq.checkpoint._state import frozen_names, load_state, refreeze
+from pyrouq.checkpoint._wrapped_skeleton import skeleton_for
 from pyrouq.convert._sites import rebuilding_saved
 from pyrouq.mcmc import MCMCResult
 
@@ -495,7 +495,7 @@ def load(
             return result
         expected = None if model_class is None else expected_class_name(model_class)
         description = _parse_description(path, payload["description"])
-        module = _skeleton_for(description, module, path)
+        module = skeleton_for(description, module, path)
         with description_errors(path):
             with rebuilding_saved():  # (a network site named "obs", saved before it was refused)
                 model = build_model(description, expected=expected, path=path, module=module)
@@ -525,37 +525,6 @@ def load(
                 guide.to(device)
         model.eval()
         return saved
-
-
-def _skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
-    """The skeleton to rebuild from: ``torch.compile(net)``'s ``net`` (save() writes a
-    compiled module as the module it compiled), but a compiled one for a file holding the
-    wrapper (written before save() unwrapped it, or a network compiled before it was
-    converted), refused when plain, saying what to pass."""
-    saved = description["model"] if isinstance(description["model"], dict) else {}
-    record = saved.get("module")
-    if not (isinstance(record, dict) and record.get("class") == COMPILED_CLASS):
-        return unwrapped(module)
-    if isinstance(module, nn.Module) and unwrapped(module) is module:
-        inner = (record.get("modules") or {}).get("_orig_mod", "module")
-        if saved.get("class") != "Module":  # bayesian(torch.compile(net)): its network's wrapper
-            raise CheckpointError(
-                f"{str(path)!r} holds a {saved.get('class')} made from a {inner} compiled by "
-                f"torch.compile (converted with its wrapper, OptimizedModule, parameters named "
-                f"'_orig_mod.'...), but the skeleton ({class_name(module)}) is not compiled. "
-                "Pass load(path, module=torch.compile(net)). To save a model that loads into a "
-                "plain skeleton, convert before compiling: torch.compile(bayesian(net)), not "
-                "bayesian(torch.compile(net))."
-            )
-        raise CheckpointError(
-            f"{str(path)!r} holds a {inner} compiled by torch.compile, saved with its wrapper "
-            f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, but "
-            f"the skeleton ({class_name(module)}) is not compiled. Pass "
-            "load(path, module=torch.compile(net)); save the loaded model again to get a file "
-            "that loads into a plain skeleton (save() now writes the module torch.compile "
-            "wrapped)."
-        )
-    return module
 
 
 @contextlib.contextmanager

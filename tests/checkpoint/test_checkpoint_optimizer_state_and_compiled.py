@@ -334,3 +334,31 @@ def test_a_ddp_wrapped_model_is_saved_as_the_module_it_wraps(tmp_path, gloo_grou
     back = load(save(tmp_path / "b.pt", ddp(model), guide), module=norm_net())
     assert torch.equal(back.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
     assert torch.equal(back.model.net[1].weight, model.net[1].weight)
+
+
+def test_a_file_of_an_earlier_pyrouq_holding_the_ddp_wrapper_still_loads(tmp_path, gloo_group):
+    # save(path, DDP(net)) before adb6175 recorded the wrapper and its "module." names: it
+    # loaded with module=DDP(net), which load() then unwrapped (refused: "absent in the
+    # skeleton"), and no skeleton rebuilt the file
+    ddp = torch.nn.parallel.DistributedDataParallel
+    torch.manual_seed(0)
+    net = _net()
+    path = save(tmp_path / "old.pt", net)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"] = module_record(ddp(net))
+    payload["description"] = json.dumps(description)
+    payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
+    torch.save(payload, path)
+    back = load(path, module=ddp(_net()))
+    assert torch.equal(back.model.module[2].weight, net[2].weight)
+    with pytest.raises(
+        CheckpointError,
+        match=r"old.pt' holds a Sequential in DistributedDataParallel, saved with its wrapper "
+        r"\(parameters named 'module.'...\) by an earlier pyrouq, but the skeleton "
+        r"\(Sequential\) is not wrapped. Pass load\(path, "
+        r"module=torch.nn.parallel.DistributedDataParallel\(net\)\) in a process group",
+    ):
+        load(path, module=_net())
+    again = load(save(tmp_path / "new.pt", back.model), module=_net())  # as the message says
+    assert torch.equal(again.model[2].weight, net[2].weight)

@@ -1,0 +1,74 @@
+"""The skeleton :func:`pyrouq.load` rebuilds a file from, when the skeleton or the file holds a
+wrapper (``torch.compile``'s, ``DistributedDataParallel``, ``DataParallel``): save() writes the
+module inside them, which loads into a plain skeleton, but a file of an earlier pyrouq may hold
+the wrapper itself (its parameters named ``'_orig_mod.'``... or ``'module.'``...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from pyrouq._util import class_name
+from pyrouq._wrappers import unwrapped
+from pyrouq.checkpoint._checks import COMPILED_CLASS
+from pyrouq.checkpoint._describe import CheckpointError
+
+_PARALLEL = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+_PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c.__name__ for c in _PARALLEL}
+
+
+def skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
+    """The skeleton to rebuild from: the module inside the wrappers of ``module`` (save()
+    writes a wrapped module as the module it wraps), but the wrapped one for a file holding
+    the wrapper (written before save() unwrapped it, or a network compiled before it was
+    converted), refused when plain, saying what to pass."""
+    saved = description["model"] if isinstance(description["model"], dict) else {}
+    found = saved.get("module")
+    record: dict[str, Any] = found if isinstance(found, dict) else {}
+    held = record.get("class")
+    if held in _PARALLEL_CLASSES:
+        return _parallel_skeleton(_PARALLEL_CLASSES[held], record, module, path)
+    if held != COMPILED_CLASS:
+        return unwrapped(module)
+    if isinstance(module, nn.Module) and unwrapped(module) is module:
+        inner = (record.get("modules") or {}).get("_orig_mod", "module")
+        if saved.get("class") != "Module":  # bayesian(torch.compile(net)): its network's wrapper
+            raise CheckpointError(
+                f"{str(path)!r} holds a {saved.get('class')} made from a {inner} compiled by "
+                f"torch.compile (converted with its wrapper, OptimizedModule, parameters named "
+                f"'_orig_mod.'...), but the skeleton ({class_name(module)}) is not compiled. "
+                "Pass load(path, module=torch.compile(net)). To save a model that loads into a "
+                "plain skeleton, convert before compiling: torch.compile(bayesian(net)), not "
+                "bayesian(torch.compile(net))."
+            )
+        raise CheckpointError(
+            f"{str(path)!r} holds a {inner} compiled by torch.compile, saved with its wrapper "
+            f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, but "
+            f"the skeleton ({class_name(module)}) is not compiled. Pass "
+            "load(path, module=torch.compile(net)); save the loaded model again to get a file "
+            "that loads into a plain skeleton (save() now writes the module torch.compile "
+            "wrapped)."
+        )
+    return module
+
+
+def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: Any) -> Any:
+    """The skeleton for a file holding a ``DistributedDataParallel`` or ``DataParallel``
+    wrapper, saved by a pyrouq before save() unwrapped them: ``module`` when it is such a
+    wrapper too (the same ``'module.'`` names; DDP's and DataParallel's records differ in
+    their class), else refused, saying what to pass."""
+    if isinstance(module, _PARALLEL) or not isinstance(module, nn.Module):
+        return module  # (no module: the description's own refusal says what to pass)
+    inner = (record.get("modules") or {}).get("module", "module")
+    wrap, where = "torch.nn.DataParallel(net)", ""
+    if wrapper == "DistributedDataParallel":
+        wrap = "torch.nn.parallel.DistributedDataParallel(net)"
+        where = " in a process group (one of one process will do)"
+    raise CheckpointError(
+        f"{str(path)!r} holds a {inner} in {wrapper}, saved with its wrapper (parameters named "
+        f"'module.'...) by an earlier pyrouq, but the skeleton ({class_name(module)}) is not "
+        f"wrapped. Pass load(path, module={wrap}){where}; save the loaded model again to get "
+        f"a file that loads into a plain skeleton (save() now writes the module {wrapper} "
+        "wraps)."
+    )
