@@ -55,8 +55,8 @@ def test_a_trace_kept_from_the_sample_sites_by_a_block_lets_fit_and_mcmc_run(cal
     pyro.clear_param_store()
     with pyro.poutine.trace() as tracer, pyro.poutine.block(**block):
         got = _run(call, **QUIET)
-    if call == "fit":
-        assert got == alone
+    if call == "fit":  # (float32 sums may round otherwise there: 9e-8 relative on an AMD EPYC)
+        assert got == pytest.approx(alone, rel=1e-6)
     else:
         assert torch.equal(got, alone)
     sites = tracer.trace.nodes.values()
