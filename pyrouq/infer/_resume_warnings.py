@@ -1,7 +1,8 @@
 """The warnings of ``fit(resume_from=...)``: each setting of the resumed call that changes
 the run from where it stopped (``kl_weight``, the planned epochs, the learning-rate schedule,
 the particles, N, the loader's batches an epoch and batch size, the learning rate) is warned
-of, with the setting that continues the run as it was; :meth:`Loop.resume
+of, with the setting that continues the run as it was, and so is a finished run trained on
+for more epochs, whose schedule is planned anew; :meth:`Loop.resume
 <pyrouq.infer._loop.Loop.resume>` calls them before it loads the run's state."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrouq._batch_size import loader_batch_size
 from pyrouq._util import len_or, warn_caller
+from pyrouq.infer._options import lr_factor
 
 if TYPE_CHECKING:
     from pyrouq.infer._loop import Loop
@@ -28,6 +30,7 @@ def warn_of_changes(loop: Loop, state: dict[str, Any]) -> None:
             f"Pass kl_weight={kl_weight} to continue the run as it was."
         )
     _warn_of_other_settings(loop, state)
+    _warn_of_a_new_plan(loop, state)
     theirs, ours = int(state.get("batches_per_epoch", 0)), len_or(loop.loader)
     if theirs and ours and theirs != ours:
         skipped = (
@@ -95,6 +98,37 @@ def _warn_of_other_settings(loop: Loop, state: dict[str, Any]) -> None:
                 f"under {key}={value!r}: {effect[key]}. Pass {key}={state[key]!r} to "
                 "continue the run as it was."
             )
+
+
+def _warn_of_a_new_plan(loop: Loop, state: dict[str, Any]) -> None:
+    """Warn that a finished run trained on for more epochs under the run's schedule (a
+    warm-up or a cosine, which brought the learning rate down towards 0 by the run's end) has
+    it planned anew over the new total, so that the learning rate rises again; say how to
+    train on at a low, flat one. (Another schedule than the run's is warned of apart;
+    checkpoints from before the planned epochs and batches were stored are not checked.)"""
+    if not loop.scheduled or "epochs" not in state:
+        return
+    planned, done = int(state["epochs"]), int(state["epochs_done"])
+    if done < planned or state.get("lr_schedule", loop.lr_schedule) != loop.lr_schedule:
+        return
+    steps, base = int(state["steps"]), [float(v) for v in state["base_lrs"]]
+    run_steps = planned * int(state.get("batches_per_epoch", 0))
+    if not (run_steps and steps):
+        return
+    last, now = lr_factor(loop.lr_schedule, run_steps)(steps - 1), loop.lr_factor(steps)
+    if now <= last * (1 + 1e-6):  # (a run of a few steps: no rise worth a word)
+        return
+    warn_caller(
+        f"fit(resume_from=...) trains a finished run of {planned} epoch"
+        f"{'s' if planned != 1 else ''} on to "
+        f"epochs={loop.epochs}: lr_schedule={loop.lr_schedule!r} is planned anew over the "
+        f"{loop.epochs} epochs, so the learning rate, which the run ended at "
+        f"{_lrs([b * last for b in base])}, rises to {_lrs([b * now for b in base])} at the "
+        "next step, then decays to 0 again. To train on at a low, flat learning rate "
+        "instead, call fit() without resume_from (it trains on from the fitted parameters, "
+        "with a new optimizer), giving the rate you want (as lr=... or in optim=...) and "
+        "lr_schedule='constant'."
+    )
 
 
 def _lrs(values: list[float]) -> str:

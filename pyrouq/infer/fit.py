@@ -306,7 +306,9 @@ def fit(
         the run's is ignored with a warning, and another ``kl_weight``, ``lr_schedule``,
         ``num_particles``, ``num_data``, batches per epoch, batch size (a loader's or its
         batch sampler's ``batch_size``) or (for an interrupted run) ``epochs`` is warned of, as
-        it changes the run from there.
+        it changes the run from there. A finished run trained on for more ``epochs`` has its
+        schedule planned anew over them: a warm-up or cosine schedule's learning rate, near 0
+        at the run's end, rises again (warned of, with how to train on at a flat one).
         Under torch.distributed a resumed run is repeatable but not the one never stopped: the
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out").

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import subprocess
 import sys
@@ -840,7 +841,44 @@ def test_resume_refuses_another_optimizer_and_warns_of_another_kl_weight(tmp_pat
         run(resume_from=cut)
         run(resume_from=cut, vectorize_particles=True)  # one particle: the same draws
         run(resume_from=pairs, num_particles=2)
-        run(resume_from=adam_run, epochs=2)  # a finished run trained on: planned anew
+        # a finished run of 2 steps trained on: planned anew, its lr no higher than at the end
+        run(resume_from=adam_run, epochs=2)
+
+
+def test_resuming_a_finished_run_warns_that_the_learning_rate_rises_again(tmp_path):
+    # a warm-up/cosine run ends near lr 0; trained on for more epochs its schedule is planned
+    # anew over them, so the learning rate rose again without a word
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=10)  # 4 steps an epoch
+    lrs: list[float] = []
+
+    class Recorded(torch.optim.SGD):
+        def step(self, closure=None):
+            lrs.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    torch.manual_seed(0)
+    model = bayesian(nn.Sequential(nn.Linear(4, 3)))
+    guide = mean_field_guide(model)
+    path = tmp_path / "run.pt"
+    kw = {"progress": False, "optim": lambda p: Recorded(p, lr=0.1)}
+    fit(model, guide, loader, epochs=2, checkpoint=path, **kw)
+    assert lrs[-1] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 6 / 7)))  # 0.00495
+    lrs.clear()
+    with pytest.warns(UserWarning, match=r"trains a finished run of 2 epochs on to epochs=4: "
+                      r"lr_schedule='warmup_cosine' is planned anew over the 4 epochs, so the "
+                      r"learning rate, which the run ended at 0.00495156, rises to 0.0677302 at "
+                      r"the next step, then decays to 0 again. To train on at a low, flat "
+                      r"learning rate instead, call fit\(\) without resume_from"):  # fmt: skip
+        fit(model, guide, loader, epochs=4, resume_from=path, **kw)
+    assert lrs[0] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 5 / 13)))  # 0.0677
+    # the advice followed: a flat, low learning rate from the fitted parameters, quietly
+    lrs.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat = {"progress": False, "optim": lambda p: Recorded(p, lr=0.005)}
+        fit(model, guide, loader, epochs=2, lr_schedule="constant", **flat)
+    assert lrs == [0.005] * 8
 
 
 def test_resume_names_the_config_entry_that_differs(tmp_path):
@@ -1287,6 +1325,7 @@ def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exac
         run(11, epochs=2, resume_from=path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=r".*trains a finished run")  # (its own test)
         run(10, epochs=2, resume_from=path)
 
 
@@ -1315,6 +1354,7 @@ def test_a_batch_sampler_loaders_batch_size_is_recorded_and_compared_on_resume(t
         _run_batches_of(7, tmp_path / "other.pt", epochs=2, resume_from=path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=r".*trains a finished run")  # (its own test)
         _run_batches_of(6, tmp_path / "same.pt", epochs=2, resume_from=path)
 
 
@@ -1328,6 +1368,7 @@ def test_a_checkpoint_that_recorded_no_batch_size_resumes_without_comparing_it(t
     for size in (6, 7):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            warnings.filterwarnings("ignore", message=r".*trains a finished run")  # (its own test)
             _run_batches_of(size, tmp_path / f"resumed{size}.pt", epochs=2, resume_from=path)
         resumed = torch.load(tmp_path / f"resumed{size}.pt", weights_only=True)["training"]
         assert (resumed["epochs_done"], resumed["batch_size"]) == (2, size)

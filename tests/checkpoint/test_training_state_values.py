@@ -103,4 +103,5 @@ def test_a_numpy_batch_size_is_recorded_and_compared_on_resume(tmp_path, kind):
         _run_sized(kind(7), tmp_path / "other.pt", epochs=2, resume_from=path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=r".*trains a finished run")  # (its own test)
         _run_sized(6, tmp_path / "same.pt", epochs=2, resume_from=path)
