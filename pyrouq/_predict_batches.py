@@ -13,7 +13,7 @@ from torch import Tensor
 from pyrouq._input_kind import WRAPPER, several_inputs
 from pyrouq._numbers import is_array_like
 from pyrouq._uncollated import uncollated, uncollated_tensors
-from pyrouq._util import describe_batch, warn_caller
+from pyrouq._util import describe_batch, other_items_fix, warn_caller
 from pyrouq._words import article
 
 
@@ -64,6 +64,12 @@ def batches(
         if torch.is_tensor(batch):
             yield batch, None
         elif _stacked(batch, loader):
+            if len(batch) > 2:  # (x, y, weights) or (x, extra, y): which is y? (fit() refuses)
+                raise TypeError(
+                    f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) "
+                    f"batches; batch {index + 1} of {what} is {describe_batch(batch, False)}"
+                    + other_items_fix(batch, "x or (x, y)")
+                )
             target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
             yield batch[0], target
         else:

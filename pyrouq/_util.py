@@ -446,6 +446,20 @@ def describe_batch(batch: Any, needs_labels: bool = True) -> str:
     return f"{article(name)} {name}{size}."
 
 
+def other_items_fix(batch: Any, serve: str = "(x, y)") -> str:
+    """The fix for a batch of more than two items (a collate_fn's or a dataset's extras:
+    weights, indices), which :func:`pyrouq.fit` and :func:`pyrouq.predict` refuse (``serve``:
+    what they read); "" for another batch."""
+    if not isinstance(batch, (tuple, list)) or len(batch) <= 2:
+        return ""
+    return (
+        f" Serve {serve} without the other {len(batch) - 2} item(s): DataLoader(..., "
+        "collate_fn=first_two) with a function of your module, def first_two(items): return "
+        "torch.utils.data.default_collate(items)[:2] where x and y come first (pick their "
+        "places otherwise; worker processes need it by name)."
+    )
+
+
 def rng_state(device: torch.device | None) -> tuple[Tensor, Tensor | None]:
     """The torch CPU RNG state and, on an accelerator, the state of ``device``'s generator."""
     if device is not None and device.type == "cuda":

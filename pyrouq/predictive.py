@@ -248,7 +248,8 @@ def predict(
         batch, or not valid targets, are left out with a warning); one ``(x, y)`` pair goes in a
         list, ``[(x, y)]`` (a bare pair whose tensors differ in rank is refused; one of equal ranks
         is read as two batches of inputs; a map-style ``Dataset`` goes in a ``DataLoader``, whose
-        batches' examples left as they came, ``collate_fn=lambda b: b``, are refused; empty
+        batches' examples left as they came, ``collate_fn=lambda b: b``, are refused, and so
+        are batches of more than two items, ``(x, y, weights)``, as fit() refuses them; empty
         batches are skipped). Floating inputs of another dtype (float64, float16) are cast to the
         model's (or its guide's; a guide written as a function has none to read: inputs of
         another dtype than its draws are refused, as fit() refuses them, and so are they for a

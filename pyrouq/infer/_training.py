@@ -29,6 +29,7 @@ from pyrouq._util import (
     example_sampler,
     global_streams_kept,
     len_or,
+    other_items_fix,
     warn_caller,
 )
 from pyrouq.infer._batch_inputs import refuse_several_inputs, unbatched_examples
@@ -217,7 +218,7 @@ def _in_memory_tensors(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor] | 
     if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
         return images, labels
     tensors = getattr(dataset, "tensors", None)
-    if isinstance(tensors, tuple) and len(tensors) >= 2:
+    if isinstance(tensors, tuple) and len(tensors) == 2:  # (more items: refused as batches)
         if isinstance(tensors[0], torch.Tensor) and isinstance(tensors[1], torch.Tensor):
             return tensors[0], tensors[1]
     return None
@@ -265,13 +266,7 @@ def _other_items_hint(batch: Any) -> str:
             " The inputs alone? fit() needs the targets too: serve (x, y), e.g. "
             "DataLoader(TensorDataset(x, y), batch_size=64)."
         )
-    if not isinstance(batch, (tuple, list)) or len(batch) <= 2:
-        return ""
-    return (
-        f" Serve (x, y) without the other {len(batch) - 2} item(s): DataLoader(..., "
-        "collate_fn=first_two) with a function of your module, def first_two(items): return "
-        "torch.utils.data.default_collate(items)[:2] (worker processes need it by name)."
-    )
+    return other_items_fix(batch)
 
 
 def warn_of_a_wrong_length(

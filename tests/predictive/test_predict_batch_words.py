@@ -172,3 +172,30 @@ def test_predict_of_batches_of_several_inputs_says_what_fit_says(kind, words):
     with pytest.raises(TypeError) as info:
         pyrouq.fit(model, guide, loader, epochs=1, progress=False)
     assert str(info.value).endswith(f"batch 1 of epoch 1 is {words}")
+
+
+@pytest.mark.parametrize("layout", ["x_extra_y", "x_y_extra"])
+def test_batches_of_three_items_are_refused_in_fits_words(layout):
+    # predict() read batch[1] as the labels: of (x, extra, y) it warned that the float extras
+    # were no valid targets, of (x, y, weights) it dropped the weights quietly, where fit()
+    # refuses both
+    model, guide, x, y = _fitted()
+    extra = torch.ones(12)
+    items = (x, extra, y) if layout == "x_extra_y" else (x, y, extra)
+    loader = DataLoader(TensorDataset(*items), batch_size=4)
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(model, loader, guide, num_samples=2, progress=False)
+    assert str(info.value) == _EXPECTS.format(what="x") + (
+        "batch 1 of x is a list of 3. Serve x or (x, y) without the other 1 item(s): "
+        "DataLoader(..., collate_fn=first_two) with a function of your module, def "
+        "first_two(items): return torch.utils.data.default_collate(items)[:2] where x and y "
+        "come first (pick their places otherwise; worker processes need it by name)."
+    )
+    with pytest.raises(TypeError, match=r"batch 1 of epoch 1 is a list of 3\. Serve \(x, y\) "):
+        pyrouq.fit(model, guide, loader, epochs=1, progress=False)
+    # the fix it names: x and y picked, the predictions those of x with y as their targets
+    picked = DataLoader(TensorDataset(x, y), batch_size=4, generator=torch.Generator())
+    got = pyrouq.predict(model, picked, guide, num_samples=2, progress=False, seed=1)
+    expected = pyrouq.predict(model, x, guide, num_samples=2, progress=False, seed=1)
+    torch.testing.assert_close(got.probs, expected.probs, rtol=0, atol=0)
+    assert torch.equal(got.targets, y)
