@@ -20,7 +20,7 @@ from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, sh
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int
-from pyrouq.infer._elbo_checks import refuse_handlers_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around, refuse_mask_or_scale_around
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 
@@ -363,7 +363,9 @@ def psis_diagnostic(
         latent sites or one observing a plate subsampling fewer points than ``len(x)``; around
         the call of a pyrouq model (which has its own plate ``"data"``), a vectorised
         ``pyro.plate`` or a ``pyro.poutine.condition()`` or ``pyro.poutine.do()`` fixing one of
-        its latent sites (or a condition() giving one None); log ratios NaN or +inf, or all -inf.
+        its latent sites (or a condition() giving one None); around any model's call a
+        ``poutine.mask`` or ``poutine.scale`` (but of True or 1: they weigh model and guide
+        alike, latent sites too: other ratios); log ratios NaN or +inf, or all -inf.
 
     Examples
     --------
@@ -428,6 +430,7 @@ def psis_diagnostic(
     # (before the guide check, not to tell to move the guide; reused below)
     device = real_device(fn, model, guide)
     refuse_handlers_around(model, fn, "log density", trace=False)  # (plate, condition)
+    refuse_mask_or_scale_around(fn)  # (weighing the model and the guide alike)
     check_guide(model, guide, fn)
     _check_guide_finite(guide, fn)
     if device is not None:

@@ -18,7 +18,9 @@ from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.do_messenger import DoMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
+from pyro.poutine.mask_messenger import MaskMessenger
 from pyro.poutine.messenger import Messenger
+from pyro.poutine.scale_messenger import ScaleMessenger
 from pyro.poutine.seed_messenger import SeedMessenger
 from pyro.poutine.trace_messenger import TraceMessenger
 from pyro.poutine.util import site_is_subsample
@@ -303,6 +305,46 @@ def refuse_handlers_around(
     if trace:
         refuse_trace_around(caller)
     refuse_condition_around(model, caller)
+
+
+def refuse_mask_or_scale_around(caller: str) -> None:
+    """Refuse a ``poutine.mask`` leaving entries out, or a ``poutine.scale`` other than 1,
+    around ``caller`` (the PSIS diagnostic), which weighs the model's log joint against the
+    guide's log density: such a handler masks or scales both alike, latent sites included, so
+    the log ratios would be other ones (under ``mask(False)`` all 0, read as k-hat -inf: a
+    guide equal to the posterior)."""
+    for handler in _visible_handlers():
+        if isinstance(handler, MaskMessenger):
+            mask = handler.mask
+            if mask is True or (torch.is_tensor(mask) and mask.numel() == 1 and bool(mask)):
+                continue
+            shown_mask = (
+                f"pyro.poutine.mask(mask={bool(mask)})"
+                if not torch.is_tensor(mask) or mask.numel() == 1
+                else f"pyro.poutine.mask() of a mask of shape {tuple(mask.shape)}"
+            )
+            raise ValueError(
+                f"{caller} was called inside {shown_mask}, expected no mask around the call: it "
+                "masks the latent sites of the model and of the guide alike (a mask of several "
+                "entries broadcasts their densities over its shape), so the log importance "
+                "ratios would be other ones (under mask=False all 0, which reads as k-hat -inf, "
+                f"a guide equal to the posterior). Call {caller} outside the mask, on the x and "
+                "y whose points should count."
+            )
+        if isinstance(handler, ScaleMessenger):
+            scale = handler.scale
+            if torch.is_tensor(scale) and scale.numel() == 1:
+                scale = float(scale)
+            if isinstance(scale, (int, float)) and scale == 1:
+                continue
+            shown_scale = f"{scale:g}" if isinstance(scale, float | int) else "a tensor"
+            raise ValueError(
+                f"{caller} was called inside pyro.poutine.scale(scale={shown_scale}), expected "
+                "no scale around the call: it scales the log densities of the model and of the "
+                "guide alike, so k-hat would be that of other importance ratios (these raised to "
+                f"that power). Call {caller} outside it; to weigh the likelihood as "
+                "that of a data set of M points, pass num_data=M."
+            )
 
 
 def refuse_condition_around(model: Any, caller: str) -> None:

@@ -154,3 +154,52 @@ def test_a_nan_log_likelihood_warns_and_says_where():
             pyro.sample("w", dist.Normal(-5.0, 0.1))
 
         to_inference_data(model, finite_guide, x, y, num_samples=20)
+
+
+def test_a_mask_or_scale_around_psis_is_refused_not_read_as_a_perfect_guide():
+    """Under poutine.mask(False) every log density, the guide's too, was 0: k-hat -inf, "the
+    guide equals the posterior"; a scale around the call weighed the ratios to another power."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 1, generator=g, dtype=F64)
+    y = 2.0 * x[:, 0] + torch.randn(20, generator=g, dtype=F64)
+
+    def model(x, y):
+        w = pyro.sample("w", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
+
+    def guide(x, y):  # too narrow, off the posterior's mean: a heavy tail of ratios
+        pyro.sample("w", dist.Normal(torch.tensor(1.5, dtype=F64), 0.02))
+
+    k_hat = psis_diagnostic(model, guide, x, y, num_samples=100, seed=0).k_hat
+    assert k_hat > 0.7
+    masks = [
+        (False, r"\(mask=False\)"),
+        (torch.tensor(False), r"\(mask=False\)"),
+        (torch.ones(20, dtype=torch.bool), r"\(\) of a mask of shape \(20,\)"),  # 20 * log q
+    ]
+    for mask, shown in masks:
+        with (
+            poutine.mask(mask=mask),
+            pytest.raises(
+                ValueError,
+                match=rf"psis_diagnostic\(\) was called inside pyro.poutine.mask{shown}, "
+                r"expected no mask around the call: it masks the latent sites of the model and of "
+                r"the guide alike .* \(under mask=False all 0, which reads as k-hat -inf, a guide "
+                r"equal to the posterior\)\. Call psis_diagnostic\(\) outside the mask",
+            ),
+        ):
+            psis_diagnostic(model, guide, x, y, num_samples=100, seed=0)
+    with (
+        poutine.scale(scale=0.5),
+        pytest.raises(
+            ValueError,
+            match=r"inside pyro.poutine.scale\(scale=0.5\), expected no scale around the call: .* "
+            r"Call psis_diagnostic\(\) outside it; to weigh the likelihood as that of a data "
+            r"set of M points, pass num_data=M\.",
+        ),
+    ):
+        psis_diagnostic(model, guide, x, y, num_samples=100, seed=0)
+    # a mask of True and a scale of 1 change nothing: let through, the same k-hat
+    with poutine.mask(mask=torch.tensor(True)), poutine.scale(scale=1.0):
+        assert psis_diagnostic(model, guide, x, y, num_samples=100, seed=0).k_hat == k_hat
