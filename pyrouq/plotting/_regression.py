@@ -159,12 +159,12 @@ def plot_regression(
     own = ax is None
     fig, ax = _figure_and_axes(ax, (7.0, 4.0))
     ax.fill_between(
-        grid, mean - num_sd * aleatoric, mean + num_sd * aleatoric, color="tab:orange", alpha=0.25,
-        label=f"aleatoric (+-{num_sd:g} sd)",
+        grid, mean - sd * aleatoric, mean + sd * aleatoric, color="tab:orange", alpha=0.25,
+        label=f"aleatoric (+-{sd:g} sd)",
     )  # fmt: skip
     ax.fill_between(
-        grid, mean - num_sd * epistemic, mean + num_sd * epistemic, color="tab:blue", alpha=0.35,
-        label=f"epistemic (+-{num_sd:g} sd)",
+        grid, mean - sd * epistemic, mean + sd * epistemic, color="tab:blue", alpha=0.35,
+        label=f"epistemic (+-{sd:g} sd)",
     )  # fmt: skip
     ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean")
     if train is not None:

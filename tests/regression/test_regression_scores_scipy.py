@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -117,6 +118,21 @@ def test_plot_regression_refuses_a_half_width_that_is_not_finite_and_positive(nu
     with pytest.raises(ValueError, match=pattern) as info:
         plot_regression(p, torch.arange(3.0), num_sd=num_sd)
     assert "pass a finite number, e.g. num_sd=2" in str(info.value)
+
+
+def test_plot_regression_draws_its_bands_with_the_checked_half_width():
+    # a Fraction passed the check but was drawn as given: its legend's f"{num_sd:g}" raised
+    # "unsupported format string passed to Fraction.__format__" (Python < 3.12)
+    import matplotlib.pyplot as plt
+
+    p = GaussianPredictions(torch.zeros(2, 3, 1), torch.full((2, 3, 1), 0.5))  # aleatoric sd 0.5
+    fig = plot_regression(p, torch.arange(3.0), num_sd=Fraction(3, 2))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:2] == ["aleatoric (+-1.5 sd)", "epistemic (+-1.5 sd)"]
+    upper = ax.collections[0].get_paths()[0].vertices[:, 1].max()
+    assert upper == pytest.approx(0.75)  # 1.5 * 0.5
+    plt.close(fig)
 
 
 def test_carried_targets_of_one_output_are_a_column():
