@@ -42,8 +42,11 @@ def plot_most_uncertain(
 ) -> Figure:
     """The k most uncertain inputs, each beside every draw's / member's class probabilities.
 
-    Inputs are ranked by ``component`` of ``predictions.uncertainty(measure)`` (decreasing; ties
-    keep input order). Row r shows the r-th image, titled with its index, true label (when
+    Inputs are ranked by ``component`` of the decomposition in float64, as the metrics compute
+    it: ``decompose(predictions.probs.double(), measure)`` (decreasing; ties keep input order).
+    ``predictions.uncertainty(measure)`` computes in the probabilities' own dtype (float32 from
+    :func:`~pyrouq.predict`), where inputs within its rounding of each other may tie or order
+    otherwise. Row r shows the r-th image, titled with its index, true label (when
     known) and predicted class, and a chart of the class probabilities ``p_s`` of every draw s:
     grouped bars for up to 10 draws/members, one thin line per draw beyond that, with the mean
     ``p̄`` as a black line.

@@ -100,6 +100,24 @@ def test_most_uncertain_ranks_by_the_chosen_component(preds, images, targets):
     assert fig.axes[0].get_title().startswith(f"#{int(total.argmax())} pred")  # no targets
 
 
+def test_most_uncertain_ranks_in_float64_as_its_docstring_says():
+    # two inputs of one epistemic entropy in float32 (0.43376511 both: by input order, #0
+    # first) whose float64 values order #1 first; the docstring named uncertainty(), float32
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):  # the 40th pair of the stream: a near-tie
+        a = torch.softmax(torch.randn(4, 1, 5, generator=g), -1)
+        b = a + torch.randn(4, 1, 5, generator=g) * 1e-6
+    p = torch.cat([a, b / b.sum(-1, keepdim=True)], 1).float()
+    in32 = Predictions.from_probs(p).uncertainty().epistemic
+    in64 = decompose(p.double()).epistemic
+    assert float(in32[0]) == float(in32[1]) and float(in64[1]) > float(in64[0])
+    fig = plot_most_uncertain(Predictions.from_probs(p), torch.rand(2, 1, 28, 28), k=2)
+    assert [ax.get_title() for ax in fig.axes[::2]] == ["#1 pred 0", "#0 pred 0"]
+    assert "decompose(predictions.probs.double(), measure)" in " ".join(
+        plot_most_uncertain.__doc__.split()
+    )
+
+
 def test_most_uncertain_many_draws_one_draw_and_k_above_n(images):
     many = Predictions.from_probs(_probs(MAX_BARS + 2))
     fig = plot_most_uncertain(many, images, k=100)
