@@ -229,13 +229,23 @@ _TRAINING_KEYS = ("epochs_done", "steps", "epoch_steps", "history", "base_lrs", 
 
 def _unfit_training(training: Any) -> str | None:
     """What makes a saved training state one fit() did not write (None: it may be fit()'s, or
-    there is none): not a dict, or without a key that resuming reads."""
+    there is none): not a dict, without a key that resuming reads, a count that is none, or
+    no torch random state to restore."""
     if training is None:
         return None
     if not isinstance(training, dict):
         return f"a {type(training).__name__}, not a dict"
     missing = [key for key in _TRAINING_KEYS if key not in training]
-    return f"no {', '.join(map(repr, missing))}" if missing else None
+    if missing:
+        return f"no {', '.join(map(repr, missing))}"
+    for key in ("epochs_done", "steps", "epoch_steps"):  # (read as ints: int(None) failed)
+        count = training[key]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return f"{key!r} is {count!r}, not a count"
+    rng = training["rng"]  # (restored before the first step: a KeyError 'torch' there)
+    if not (isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor)):
+        return "'rng' holds no torch random state"
+    return None
 
 
 def recorded_num_data(source: Any) -> int | None:

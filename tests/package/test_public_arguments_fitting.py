@@ -148,6 +148,20 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
     ):
         fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=path)
     assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
+    # every key there, but a count of None or no torch random state: Python's "int()
+    # argument must be ... not 'NoneType'" or KeyError: 'torch' (on every rank alike)
+    whole = {"epochs_done": 1, "steps": 2, "epoch_steps": 0, "history": [], "base_lrs": [0.02],
+             "rng": {"torch": torch.get_rng_state()}}  # fmt: skip
+    for edit, told in [
+        ({"epoch_steps": None}, r"'epoch_steps' is None, not a count"),
+        ({"steps": -1}, r"'steps' is -1, not a count"),
+        ({"rng": {}}, r"'rng' holds no torch random state"),
+    ]:
+        path = pyrouq.save(tmp_path / "run.pt", model, guide, training={**whole, **edit})
+        said = rf"holds a training state that fit\(\) did not write \({told}\): save\(train"
+        with pytest.raises(CheckpointError, match=said):
+            fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=path)
+        assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
 
 
 @pytest.mark.parametrize(
