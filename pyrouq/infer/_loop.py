@@ -31,7 +31,7 @@ from pyrouq._wrappers import unwrapped
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
-from pyrouq.infer._options import base_lr, callback_note, lr_factor
+from pyrouq.infer._options import anomaly_note, base_lr, callback_note, lr_factor
 from pyrouq.infer._resume_warnings import warn_of_changes
 from pyrouq.infer._site_kl import check_float16_gradients
 from pyrouq.infer._training import (
@@ -320,6 +320,8 @@ class Loop:
                 terms = self.elbo.terms_and_grads(self.model, self.guide_fn, x, y)
         except Exception as err:  # before the step's collective: the other ranks wait in it
             self.put_back_statistics()
+            if (note := anomaly_note(err, epoch, step)) and hasattr(err, "add_note"):
+                err.add_note(note)  # (Python >= 3.11)
             self.stop_with_the_ranks(err)
         if self.walked is None:
             self.hold_registered()

@@ -1,7 +1,8 @@
 """fit()'s options besides the objective: the optimizer ``optim=`` builds
 (:func:`build_optimizer`) and the ``callbacks``, checked before training; the learning-rate
 schedule (:func:`check_lr_schedule`, :func:`lr_factor`); what an error a callback raises is
-noted with (:func:`callback_note`)."""
+noted with (:func:`callback_note`), and one of torch's anomaly detection at a NaN
+(:func:`anomaly_note`)."""
 
 from __future__ import annotations
 
@@ -184,6 +185,22 @@ def callback_note(callback: Any, epoch: int, checkpoint: Any) -> str:
         f"training stopped, the model and guide keep epoch {epoch}'s parameters{kept}. A callback "
         "stops a run and keeps its FitResult by raising KeyboardInterrupt: fit() then raises "
         "TrainingInterrupted carrying it.)"
+    )
+
+
+def anomaly_note(error: Exception, epoch: int, step: int) -> str | None:
+    """What an error of torch's anomaly detection (``torch.autograd.detect_anomaly()``: a
+    backward function "returned nan values") raised in a step's backward pass is noted with:
+    fit()'s words for a non-finite loss, which that error comes before; None for others."""
+    if not (isinstance(error, RuntimeError) and torch.is_anomaly_enabled()):
+        return None
+    if "returned nan values" not in str(error):
+        return None
+    return (
+        f"(fit(): torch's anomaly detection stopped the backward pass of epoch {epoch}, step "
+        f"{step} at a NaN, before fit()'s own check of the loss; training stopped and the "
+        "parameters and normalisation statistics of the last finite step are kept. Lower lr, "
+        "check the inputs and targets for NaN/inf, or use a smaller init_scale.)"
     )
 
 

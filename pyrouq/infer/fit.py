@@ -338,6 +338,8 @@ def fit(
         When the loss turns non-finite; the parameters and the normalisation layers' running
         statistics of the last finite step are kept (also when a step's forward pass fails;
         under torch.distributed, on every rank, with the statistics averaged over the ranks).
+        Under ``torch.autograd.detect_anomaly()`` a NaN in the backward pass raises torch's
+        ``RuntimeError`` ("returned nan values") first; fit() adds a note of the same words.
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a vectorised
         ``pyro.plate`` around the call of a pyrouq model (which has its own plate ``"data"``: call

@@ -736,6 +736,33 @@ def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
         assert torch.equal(guide.site_loc(site), value)
 
 
+def test_a_nan_under_torchs_anomaly_detection_is_noted_with_fits_words():
+    # the backward pass raised torch's "Function ... returned nan values" before fit()'s own
+    # check of the loss, without its words on what was kept and what to do
+    x, y = toy_data(40)
+    x_bad = x.clone()
+    x_bad[25] = float("inf")
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+    before = {s: guide.site_loc(s).detach().clone() for s in guide.sites}
+    with (
+        torch.autograd.detect_anomaly(),
+        pytest.raises(RuntimeError, match=r"returned nan values") as info,
+    ):
+        fit(model, guide, ListLoader(x_bad, y, 20), epochs=1, progress=False,
+            check_inputs=False, lr_schedule="constant")  # fmt: skip
+    assert getattr(info.value, "__notes__", None) == [
+        "(fit(): torch's anomaly detection stopped the backward pass of epoch 1, step 2 at a "
+        "NaN, before fit()'s own check of the loss; training stopped and the parameters and "
+        "normalisation statistics of the last finite step are kept. Lower lr, check the inputs "
+        "and targets for NaN/inf, or use a smaller init_scale.)"
+    ]
+    # the first step's parameters (finite) are kept: the second step was not taken
+    first_step = {s: guide.site_loc(s) for s in guide.sites}
+    assert any(not torch.equal(first_step[s], before[s]) for s in before)
+    assert all(torch.isfinite(v).all() for v in first_step.values())
+
+
 def _norm_net() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
