@@ -23,7 +23,8 @@ from pyrouq.diagnostics._common import (
     K_HAT_OK,
 )
 from pyrouq.diagnostics._idata import to_inference_data
-from pyrouq.diagnostics._psis import PSISResult, psis_diagnostic, summary
+from pyrouq.diagnostics._psis import PSISResult, psis_diagnostic
+from pyrouq.diagnostics._summary import summary
 
 __all__ = [
     "DEFAULT_IDATA_SAMPLES",
