@@ -49,11 +49,15 @@ def _replayed_draws(
     The first draw runs under the caller's validation setting, the rest without (speed). With
     ``replay_outside``, a first draw outside a latent site's support that a distribution's
     validation refused is replayed without it, as later draws are (the PSIS check weighs such
-    draws 0, the export refuses them by name).
+    draws 0, the export refuses them by name), and the next draw runs under that setting in
+    its place, and so on until one runs there: a fault of the model that validation finds
+    (a Gamma likelihood's negative concentration) is not hidden behind a draw outside.
     """
     validate = is_validation_enabled()
+    checked = False  # whether a draw ran under the caller's validation setting
     for s in range(num_samples):
-        with pyro.validation_enabled(s == 0 and validate):
+        checking = not checked
+        with pyro.validation_enabled(checking and validate):
             guide_trace = poutine.trace(guide).get_trace(x, y)
             if s == 0:  # before the model runs on them
                 drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
@@ -61,18 +65,21 @@ def _replayed_draws(
             try:
                 replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
                 model_trace = replayed.get_trace(x, y)
+                checked = True
             except Exception as err:
-                # a first draw outside a latent site's support, refused by the validation of a
+                # a draw outside a latent site's support, refused by the validation of a
                 # distribution it parameterises (a Normal of scale < 0): replayed as later
                 # draws are, without validation
-                retry = s == 0 and replay_outside
+                retry = checking and replay_outside
                 model_trace = _outside_draw(model, guide_trace, x, y) if retry else None
                 if model_trace is None:
-                    if s == 0:
+                    if checking:
+                        where = f" at the guide's draw {s} (the earlier ones outside the support)"
+                        where = " at the guide's first draw" if s == 0 else where
                         _check_class_labels(model, guide_trace, x, y, caller)
                         _explain_per_point_sites(err, model, guide_trace, x, y, caller)
                         if _draws_fit(err, model, guide_trace, x, y, caller):
-                            _explain_inputs(err, model, x, caller, " at the guide's first draw")
+                            _explain_inputs(err, model, x, caller, where)
                         _own_refusal(err, model, caller)
                     raise
             if s == 0:  # (before the log density reads the labels)
@@ -81,7 +88,7 @@ def _replayed_draws(
 
 
 def _outside_draw(model: Any, guide_trace: Any, x: Tensor, y: Tensor) -> Any:
-    """The model's trace on the guide's first draw, replayed without Pyro's validation (the
+    """The model's trace on a guide's draw, replayed without Pyro's validation (the
     random state kept), where that draw lies outside a latent site's declared support; None
     where it lies inside (or the replay fails again): the first error stands."""
     if not is_validation_enabled():

@@ -156,6 +156,30 @@ def test_a_first_draw_outside_the_support_weighs_zero_under_validation_too():
     assert results[1].k_hat == results[0].k_hat and math.isfinite(results[1].k_hat)
 
 
+def test_a_first_draw_outside_the_support_does_not_hide_a_fault_validation_finds():
+    """The first draw outside the support, refused under validation, was replayed without it,
+    and so were the rest: a fault of the model that only validation finds (a Gamma likelihood
+    of negative concentration, whose log density torch computes all the same) went unseen,
+    and a k-hat came where the first draw inside the support gives Pyro's refusal. The first
+    draw inside it now runs under the caller's validation setting."""
+    x, y = torch.rand(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def model(x, y):
+        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
+        with pyro.plate("data", len(x)):  # (the fault: x - 3 < 0)
+            pyro.sample("obs", dist.Gamma(x - 3.0, s.expand(len(x))), obs=y + 0.5)
+
+    def guide(x, y):
+        pyro.sample("s", dist.Normal(torch.tensor(0.05, dtype=torch.float64), 0.3))
+
+    with pyro.validation_enabled(False):
+        unchecked = psis_diagnostic(model, guide, x, y, num_samples=30, seed=4)
+    assert unchecked.log_weights[0] == -math.inf  # (seed 4: the first draw is below 0)
+    assert torch.isfinite(unchecked.log_weights[1])  # (the second inside: the fault's value)
+    with pyro.validation_enabled(True), pytest.raises(ValueError, match="parameter concentration"):
+        psis_diagnostic(model, guide, x, y, num_samples=30, seed=4)
+
+
 @pytest.mark.parametrize("validate", [True, False])
 def test_an_export_of_a_guide_drawing_outside_a_sites_support_names_the_draw(validate):
     """Exported, the Normal guide's draw below 0 for the HalfNormal scale failed in torch's
