@@ -166,10 +166,11 @@ def latent_sites_refusal(
 def refuse_guide_of_another_dtype(model: Any, guide: Any, x: torch.Tensor, y: torch.Tensor) -> None:
     """fit()'s :func:`latent_sites_refusal` (a TypeError) for a guide holding parameters of
     another dtype than the model's (a model cast after its autoguide was built), where the
-    model fails on the guide's draws; nothing for a guide of the model's dtype, or one whose
-    draws the model runs on."""
-    dtype = module_dtype(guide)
-    if dtype is None or dtype == module_dtype(model):
+    model fails on the guide's draws; nothing, and no pass, for a guide of the model's dtype
+    or a model without floating parameters (a Pyro model whose layers are all drawn: no dtype
+    of its own, nothing to tell); nothing for a guide whose draws the model runs on."""
+    dtype, held = module_dtype(guide), module_dtype(model)
+    if dtype is None or held is None or dtype == held:
         return
     try:
         poutine.replay(model, trace=poutine.trace(guide).get_trace(x, y))(x, y)

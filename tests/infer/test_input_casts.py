@@ -137,3 +137,39 @@ def test_a_converted_model_cast_after_its_autoguide_was_fitted_is_told_the_guide
         pyrouq.fit(model, guide, [(x, y)], epochs=1, progress=False)
     model.to(torch.float32)  # (as told)
     assert pyrouq.predict(model, x, guide=guide, num_samples=2).probs.shape == (2, 8, 2)
+
+
+class _AllDrawn(PyroModule):
+    """A Pyro model whose one layer is drawn whole (PyroSample weight and bias): no floating
+    parameter of its own; it counts its runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = sampled_linear(3, 2, bias_scale=1.0)
+        self.runs = 0
+
+    def forward(self, x, y=None):
+        self.runs += 1
+        logits = self.fc(x)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_the_guides_dtype_check_makes_no_pass_for_a_model_without_parameters():
+    """fit()'s look at the first batch replays the model on its guide's draws where the guide
+    holds parameters of another dtype than the model's (refuse_guide_of_another_dtype, said
+    to make no extra pass otherwise); a model without floating parameters has no dtype, None,
+    which no guide's equals: the pass ran at every fit() of such a model (Pyro's Bayesian
+    regression), where there is nothing to tell. It makes none now; fit() trains it."""
+    from pyrouq._input_cast import refuse_guide_of_another_dtype
+
+    x, y = toy_data(8)
+    pyro.clear_param_store()
+    model = _AllDrawn()
+    guide = AutoNormal(model)
+    guide(x, y)  # (built: its parameters float32)
+    before = model.runs
+    refuse_guide_of_another_dtype(model, guide, x, y)
+    assert model.runs == before
+    pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=8, progress=False)
