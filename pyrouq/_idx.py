@@ -214,11 +214,14 @@ def _download(folder: str, root: Path, origin: str) -> None:
         except (RuntimeError, OSError) as err:
             raw = Path(os.path.abspath(root)) / folder / "raw"
             said = " ".join(str(err).split())  # (torchvision's lines, one per mirror tried)
-            bundled = (  # (root= or $PYROUQ_DATA named the folder)
-                f"{'unset $PYROUQ_DATA' if origin == '$PYROUQ_DATA' else 'leave root=None'} to "
-                "use the bundled copy"
+            # (root= or $PYROUQ_DATA named the folder; root=None reads $PYROUQ_DATA where set)
+            unset = "unset $PYROUQ_DATA" if os.environ.get("PYROUQ_DATA") else ""
+            leave = "leave root=None" if origin == "root=" else ""
+            bundled = (
+                f"{' and '.join(w for w in (leave, unset) if w)} to use the bundled copy"
                 if folder == "MNIST"
-                else "for its test split alone, bundled, use fashion_mnist_arrays() or ood_loader()"
+                else "for its test split alone, bundled, "
+                f"{unset + ' and ' if unset else ''}use fashion_mnist_arrays() or ood_loader()"
             )
             raise RuntimeError(
                 f"download=True could not fetch {folder} into {raw} ({type(err).__name__}: "

@@ -135,6 +135,7 @@ def test_a_download_without_a_network_says_where_the_files_go_and_what_to_do(
         raise urllib.error.URLError("[Errno -2] Name or service not known")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
     raw = tmp_path / folder / "raw"
     fix = (
         "leave root=None to use the bundled copy"
@@ -155,3 +156,15 @@ def test_a_download_without_a_network_says_where_the_files_go_and_what_to_do(
         monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))
         with pytest.raises(RuntimeError, match=r"or unset \$PYROUQ_DATA to use the bundled "):
             load(download=True)
+    # root= given where $PYROUQ_DATA is set: root=None alone would read that folder, and so
+    # would fashion_mnist_arrays() (told to leave root=None, or to call it: FileNotFoundError)
+    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path / "elsewhere"))
+    fix = (
+        "leave root=None and unset $PYROUQ_DATA to use the bundled copy"
+        if folder == "MNIST"
+        else "for its test split alone, bundled, unset $PYROUQ_DATA and use "
+        "fashion_mnist_arrays() or ood_loader()"
+    )
+    with pytest.raises(RuntimeError) as err:
+        load(root=tmp_path, download=True)
+    assert str(err.value).endswith(f"the others), or {fix}.")
