@@ -42,7 +42,8 @@ def unwrapped(module: Any) -> Any:
 
 def given_model(model: Any, keep_compiled: bool = False) -> Any:
     """The model a public function (predict(), fit(), the diagnostics, mcmc(),
-    mean_field_guide()) works on when given a wrapped one.
+    mean_field_guide()) works on when given a wrapped one, and the guide (predict(), fit(),
+    the diagnostics, save()): a guide, no pyrouq model, comes out of DDP as any other module.
 
     A pyrouq model (:func:`~pyrouq.bayesian`, :func:`~pyrouq.batchensemble`,
     :func:`~pyrouq.rank1`) comes out of every wrapper: pyrouq reads its members, sites and
@@ -54,12 +55,14 @@ def given_model(model: Any, keep_compiled: bool = False) -> Any:
     compiler settings, around the model inside (DDP's forward would reduce the gradients a
     second time, and hides the model's ``num_data``).
 
-    Any other model (a plain network, a Pyro model of one's own) comes out of the
-    ``DistributedDataParallel`` wrappers outside it only: their forward takes part in the
-    group's collectives (a broadcast of the buffers, each pass), which a rank predicting
-    alone would wait on, and fit() averages the gradients itself. A ``DataParallel`` or a
+    Any other model (a plain network, a Pyro model of one's own) comes out of its
+    ``DistributedDataParallel`` wrappers only: their forward takes part in the group's
+    collectives (a broadcast of the buffers, each pass), which a rank predicting alone would
+    wait on, and fit() averages the gradients itself. A ``DataParallel`` or a
     ``torch.compile`` wrapper of such a model is kept, its forward run as it is (the same
-    outputs, split over devices or compiled)."""
+    outputs, split over devices or compiled); one that compiled a DDP wrapper
+    (``torch.compile(DDP(net))``, the order torch advises) is made again, with the same
+    compiler settings, around the module inside the DDP."""
     if getattr(unwrapped(model), "_pyrouq_model", False):
         if not keep_compiled:
             return unwrapped(model)
@@ -71,7 +74,10 @@ def given_model(model: Any, keep_compiled: bool = False) -> Any:
         if inner is None:
             break
         model = inner
-    return model
+    inside = model  # (through compile and DDP wrappers; a DataParallel is kept)
+    while not isinstance(inside, nn.DataParallel) and (inner := _inner(inside)) is not None:
+        inside = inner
+    return _compiled_around(model, inside)
 
 
 def _compiled_around(compiled: Any, model: Any) -> Any:
@@ -89,9 +95,9 @@ def _compiled_around(compiled: Any, model: Any) -> Any:
     settings = vars(compiled).get("dynamo_ctx")
     if settings is None:  # (a torch whose wrapper keeps them otherwise)
         raise TypeError(
-            f"fit() got torch.compile() of a {type(inner).__name__} holding "
-            f"{type(model).__name__}; it trains a pyrouq model as the module inside the "
-            f"{type(inner).__name__} (fit() averages the gradients itself), but this torch's "
+            f"Got torch.compile() of a {type(inner).__name__} holding {type(model).__name__}; "
+            f"pyrouq runs the module inside the {type(inner).__name__} (fit() averages the "
+            "gradients itself, and DDP's forward waits on the other ranks), but this torch's "
             "compiled wrapper keeps no compiler settings (dynamo_ctx) to compile that module "
             f"with again. Pass torch.compile(model), or {type(inner).__name__}(torch.compile("
             "model)): compile inside the parallel wrapper."

@@ -266,8 +266,9 @@ def predict(
         the draws a seed gives with a tensor (with ``seed=``, that draw comes from the seeded
         stream too: the call repeats either way).
     guide : callable, optional
-        The fitted guide of a Bayesian model; one built for another model (other sites or
-        shapes) is refused, naming the first differing site. It runs on the inputs alone,
+        The fitted guide of a Bayesian model (one in ``DistributedDataParallel`` runs as its
+        ``.module``); one built for another model (other sites or shapes) is refused, naming
+        the first differing site. It runs on the inputs alone,
         ``guide(x)``, as in Pyro's ``Predictive``: one that needs the targets is refused.
         Unlike ``Predictive``, only its draws of the sites every input shares are used: a
         Pyro model of your own draws its per-input latent sites (those an amortised guide's
@@ -358,7 +359,7 @@ def predict(
     >>> predict(model, torch.randn(10, 4), guide, num_samples=5).probs.shape
     torch.Size([5, 10, 3])
     """
-    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
+    model, guide = given_model(model), given_model(guide)  # (DDP-, DataParallel-, compile-wrapped)
     if seed is not None:  # the whole call in a seeded fork of torch's random state
         with seeded(seed, "predict()", draw_devices(model, guide, x)):
             return predict(

@@ -234,7 +234,7 @@ def to_inference_data(
     (1, 50, 20)
     """
     fn = "to_inference_data()"
-    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
+    model, guide = given_model(model), given_model(guide)  # (DDP-, DataParallel-, compile-wrapped)
     if seed is not None:  # the whole call in a seeded fork of torch's random state
         run = model if isinstance(model, MCMCResult) else None  # (its model, its data)
         on = (run.model, x if x is not None else run.x) if run is not None else (model, x)

@@ -387,7 +387,7 @@ def psis_diagnostic(
     True
     """
     fn = "psis_diagnostic()"
-    model = given_model(model)  # (a DDP-, DataParallel- or compile-wrapped pyrouq model)
+    model, guide = given_model(model), given_model(guide)  # (DDP-, DataParallel-, compile-wrapped)
     if seed is not None:  # the whole call in a seeded fork of torch's random state
         with seeded(seed, fn, draw_devices(model, guide, x)):
             return psis_diagnostic(model, guide, x, y, num_samples=num_samples, num_data=num_data)

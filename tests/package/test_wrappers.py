@@ -214,3 +214,53 @@ def test_fit_refuses_a_guide_for_a_compiled_batchensemble():
     compiled = _compile(batchensemble(_net(), 2))
     with pytest.raises(ValueError, match=r"got a guide for a BatchEnsemble \(BatchEnsembleNet"):
         pyrouq.fit(compiled, guide, ArrayLoader(x, y, 4), epochs=1, progress=False)
+
+
+def test_a_compiled_ddp_of_a_plain_network_runs_the_network_compiled_again(gloo_group):
+    # torch.compile(DDP(net)) (the order torch advises) given to predict() or fit() ran DDP's
+    # forward inside: a buffer broadcast each pass (a rank predicting alone waits on it) and a
+    # gradient average on top of fit()'s own
+    x, y = _data()
+    loader = ArrayLoader(x, y, 4, shuffle=False)
+    want = pyrouq.fit(_net(), None, loader, epochs=1, progress=False, seed=0).history[-1].loss
+    net = _net()
+    probs = predict(net, x, progress=False).probs
+    parallel = DDP(net)
+    compiled = _compile(parallel)
+    for keep in (False, True):
+        inner = given_model(compiled, keep_compiled=keep)
+        assert inner._orig_mod is net and inner.dynamo_ctx is compiled.dynamo_ctx
+    kept = _compile(DP(net))  # (a DataParallel's forward is run as it is)
+    assert given_model(kept) is kept and given_model(DDP(kept)) is kept
+    calls, reductions = [], []
+    parallel.register_forward_pre_hook(lambda module, args: calls.append(1))
+    parallel.register_comm_hook(reductions, _counted)
+    with torch.compiler.set_stance("force_eager"):
+        assert torch.equal(predict(compiled, x, progress=False).probs, probs)
+        got = pyrouq.fit(compiled, None, loader, epochs=1, progress=False, seed=0).history[-1]
+    assert calls == [] and reductions == [] and got.loss == pytest.approx(want, rel=1e-6)
+    del compiled.dynamo_ctx  # a torch keeping the settings elsewhere: told what to pass
+    with pytest.raises(TypeError, match=r"DistributedDataParallel\(torch.compile\(model\)\)"):
+        predict(compiled, x, progress=False)
+
+
+def test_a_ddp_wrapped_guide_is_taken_as_its_module_outside_fit(gloo_group, tmp_path):
+    # save(path, model, DDP(guide)) said "save() can store a MeanFieldGuide, got
+    # DistributedDataParallel"; predict(), to_inference_data() and psis_diagnostic() ran the
+    # wrapper's forward (a buffer broadcast each draw: a collective on one rank alone)
+    x, y = _data(6)
+    model = bayesian(_net(), num_data=6)
+    guide = mean_field_guide(model)
+    wrapped, calls = DDP(guide), []
+    wrapped.register_forward_pre_hook(lambda module, args: calls.append(1))
+    want = predict(model, x, guide, num_samples=2, seed=0, progress=False).probs
+    got = predict(model, x, wrapped, num_samples=2, seed=0, progress=False).probs
+    assert torch.equal(got, want)
+    k = pyrouq.psis_diagnostic(model, wrapped, x, y, num_samples=25, seed=0).k_hat
+    assert k == pyrouq.psis_diagnostic(model, guide, x, y, num_samples=25, seed=0).k_hat
+    data = pyrouq.to_inference_data(model, wrapped, x, y, num_samples=2, seed=0)
+    same = pyrouq.to_inference_data(model, guide, x, y, num_samples=2, seed=0)
+    assert data.posterior["0.bias"].values.tolist() == same.posterior["0.bias"].values.tolist()
+    assert calls == []
+    restored = pyrouq.load(pyrouq.save(tmp_path / "m.pt", DDP(model), wrapped), module=_net())
+    assert torch.equal(restored.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
