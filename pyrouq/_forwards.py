@@ -11,7 +11,7 @@ import functools
 import types
 from typing import Any
 
-from torch import nn
+from pyrouq._wrappers import uncompiled
 
 
 def _unwrapped(forward: Any, model: Any) -> Any:
@@ -54,10 +54,9 @@ def own_forward(model: Any) -> bool:
 
 
 def compiled_module(model: Any) -> Any:
-    """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model``."""
-    while isinstance(getattr(model, "_orig_mod", None), nn.Module):
-        model = model._orig_mod
-    return model
+    """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model`` (a module
+    of another class with an ``_orig_mod`` attribute too: :func:`pyrouq._wrappers.uncompiled`)."""
+    return uncompiled(model)
 
 
 def forward_module(model: Any, caller: str) -> Any | None:

@@ -40,6 +40,15 @@ def unwrapped(module: Any) -> Any:
     return module
 
 
+def uncompiled(module: Any) -> Any:
+    """The module ``torch.compile`` wrapped (its ``_orig_mod``), however many times, else
+    ``module`` itself: a parallel wrapper is kept, and so is a module of another class that has
+    an ``_orig_mod`` attribute (a user's own, no compiled wrapper)."""
+    while not isinstance(module, _PARALLEL) and (inner := _inner(module)) is not None:
+        module = inner
+    return module
+
+
 def given_model(model: Any, keep_compiled: bool = False) -> Any:
     """The model a public function (predict(), fit(), the diagnostics, mcmc(),
     mean_field_guide()) works on when given a wrapped one, and the guide (predict(), fit(),

@@ -30,6 +30,7 @@ from pyrouq._forwards import own_forward
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import guiding_sites, name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels
+from pyrouq._wrappers import uncompiled
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._site_checks import check_drawable
 from pyrouq.infer.guide import MeanFieldGuide, check_guide, refuse_guide_as_model
@@ -214,12 +215,10 @@ def handlers_active() -> bool:
 
 def own_model(model: Any) -> Any:
     """``model`` if it is a pyrouq model (perhaps compiled: ``torch.compile``'s wrapper holds
-    it as ``_orig_mod``), else None."""
-    while not isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)):
-        model = getattr(model, "_orig_mod", None)
-        if not isinstance(model, torch.nn.Module):
-            return None
-    return model
+    it as ``_orig_mod``; no other wrapper, nor a module of the user's own that has such an
+    attribute, is looked through), else None."""
+    model = uncompiled(model)
+    return model if isinstance(model, (BayesianNetwork, BatchEnsembleNetwork)) else None
 
 
 def _own_plates(model: BayesianNetwork | BatchEnsembleNetwork) -> int:

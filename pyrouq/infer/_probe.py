@@ -44,7 +44,7 @@ from pyrouq._util import (
     restore_modes,
     warn_caller,
 )
-from pyrouq._wrappers import unwrapped
+from pyrouq._wrappers import uncompiled, unwrapped
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._own_targets import OwnTargets
 from pyrouq.infer._training import (
@@ -254,9 +254,7 @@ class Probe:
 def _network_of_its_own(model: Any) -> bool:
     """Whether a converted model's network holds a module of a class that is neither torch's
     nor pyrouq's (a user's own, whose forward may call ``pyro.param``)."""
-    while not hasattr(model, "net") and isinstance(getattr(model, "_orig_mod", None), nn.Module):
-        model = model._orig_mod  # (torch.compile's wrapper)
-    net = getattr(model, "net", None)
+    net = getattr(uncompiled(model), "net", None)  # (torch.compile's wrapper taken off)
     libraries = ("torch", "pyrouq")
     return isinstance(net, nn.Module) and any(
         type(m).__module__.partition(".")[0] not in libraries for m in net.modules()

@@ -264,3 +264,28 @@ def test_a_ddp_wrapped_guide_is_taken_as_its_module_outside_fit(gloo_group, tmp_
     assert calls == []
     restored = pyrouq.load(pyrouq.save(tmp_path / "m.pt", DDP(model), wrapped), module=_net())
     assert torch.equal(restored.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
+
+
+class _Holder(nn.Module):
+    """A module of one's own keeping a pyrouq model as ``_orig_mod`` (no compiled wrapper)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self._orig_mod = model
+
+
+def test_only_torch_compiles_wrapper_is_looked_through_as_compiled():
+    # compiled_module(), own_model() and _network_of_its_own() followed any `_orig_mod`
+    # attribute: a user's module holding a pyrouq model so was taken for that model
+    from pyrouq._forwards import compiled_module
+    from pyrouq.infer._elbo_checks import own_model
+    from pyrouq.infer._probe import _network_of_its_own
+
+    model = bayesian(nn.Sequential(nn.Linear(4, 3), _Holder(nn.Linear(3, 3))))
+    holder = _Holder(model)
+    assert compiled_module(holder) is holder and own_model(holder) is None
+    assert not _network_of_its_own(holder)
+    compiled = _compile(model)
+    assert compiled_module(compiled) is model and own_model(compiled) is model
+    assert _network_of_its_own(compiled) and _network_of_its_own(model)
+    assert own_model(DP(model)) is None  # (own_model looks through compile alone)
