@@ -24,7 +24,6 @@ from pyrouq.checkpoint import (
     read,
 )
 from pyrouq.checkpoint._apart import member_norms_saved_apart, saved_apart
-from pyrouq.checkpoint._checks import COMPILED_CLASS
 from pyrouq.checkpoint._describe import (
     _GUIDES,
     ENSEMBLE_DOORS,
@@ -34,6 +33,7 @@ from pyrouq.checkpoint._describe import (
     upgraded_state,
 )
 from pyrouq.checkpoint._state import load_state
+from pyrouq.checkpoint._wrapped_skeleton import holds_wrapper
 from pyrouq.convert import SitePrior
 from pyrouq.likelihoods import _LIKELIHOODS
 
@@ -261,12 +261,10 @@ def recorded_num_data(source: Any) -> int | None:
 
 
 def _as_saved(model: nn.Module, description: Any) -> nn.Module:
-    """The model as the run saved it: ``torch.compile(net)``'s ``net`` (save() writes that),
-    or the compiled wrapper itself for a file of an earlier pyrouq, which saved the wrapper."""
-    saved = description.get("model") if isinstance(description, dict) else None
-    record = saved.get("module") if isinstance(saved, dict) else None
-    compiled = isinstance(record, dict) and record.get("class") == COMPILED_CLASS
-    return model if compiled else unwrapped(model)  # type: ignore[no-any-return]
+    """The model as the run saved it: ``torch.compile(net)``'s or ``DataParallel(net)``'s
+    ``net`` (save() writes that), or the wrapper itself for a file of an earlier pyrouq, which
+    saved the wrapper (``'_orig_mod.'``... or ``'module.'``... names)."""
+    return model if holds_wrapper(description) else unwrapped(model)  # type: ignore[no-any-return]
 
 
 def _check_optimizer_groups(built: Any, state: Any, where: str) -> None:

@@ -18,6 +18,16 @@ _PARALLEL = (nn.parallel.DistributedDataParallel, nn.DataParallel)
 _PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c.__name__ for c in _PARALLEL}
 
 
+def holds_wrapper(description: Any) -> bool:
+    """Whether the file ``description`` describes holds the wrapper itself (torch.compile's,
+    ``DistributedDataParallel``, ``DataParallel``: written by an earlier pyrouq), whose
+    parameter names only a model wrapped as it was saved takes."""
+    saved = description.get("model") if isinstance(description, dict) else None
+    record = saved.get("module") if isinstance(saved, dict) else None
+    held = record.get("class") if isinstance(record, dict) else None
+    return held == COMPILED_CLASS or held in _PARALLEL_CLASSES
+
+
 def skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
     """The skeleton to rebuild from: the module inside the wrappers of ``module`` (save()
     writes a wrapped module as the module it wraps), but the wrapped one for a file holding

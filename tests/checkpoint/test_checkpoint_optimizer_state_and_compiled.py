@@ -270,6 +270,29 @@ def test_a_file_of_an_earlier_pyrouq_holding_the_compiled_wrapper_still_loads(tm
     assert torch.equal(again.model[2].weight, net[2].weight)
 
 
+def test_a_run_of_an_earlier_pyrouq_holding_the_data_parallel_wrapper_resumes(tmp_path):
+    # fit(DataParallel(net), checkpoint=) before adb6175 wrote the wrapper and its "module."
+    # names; resuming it with fit(DataParallel(net), resume_from=) said it "holds a Module of
+    # another module ... Rebuild the model with the saved arguments" (the model unwrapped)
+    def run(model, epochs, **kwargs):
+        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
+                          lr_schedule="constant", **kwargs)  # fmt: skip
+
+    torch.manual_seed(0)
+    want = [h.loss for h in run(_net(), 2).history]
+    torch.manual_seed(0)
+    path = tmp_path / "old.pt"
+    run(_net(), 1, checkpoint=path)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"] = module_record(torch.nn.DataParallel(_net()))
+    payload["description"] = json.dumps(description)
+    payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
+    torch.save(payload, path)
+    resumed = run(torch.nn.DataParallel(_net()), 2, resume_from=path)
+    assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
+
+
 # 6. resuming from a loader that cannot tell N -------------------------------------------------
 
 
