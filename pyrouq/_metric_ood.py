@@ -37,11 +37,19 @@ def check_ood_predictions(
     predictions, so are inputs of 2 or 3 dims whose last is not C, flattened ``(M, 784)`` or
     ``(M, 28, 28)`` images (they were told to apply a softmax, or to convert a uint8 dtype);
     probabilities of another C are left to the check of C. ``where``: the function that
-    scores them (:func:`~pyrouq.plot_uncertainty_distributions` checks its ood alike)."""
+    scores them (:func:`~pyrouq.plot_uncertainty_distributions` checks its ood alike). An
+    array (numpy's) is checked as the tensor it makes: inputs given so are told to predict on
+    them, not to convert them first (then told to predict)."""
+    kind = "a tensor"
+    if not isinstance(ood, Tensor) and is_array_like(ood):
+        try:
+            ood, kind = torch.as_tensor(ood), f"an array ({type(ood).__name__})"
+        except (TypeError, ValueError, RuntimeError):
+            pass  # (batches in a list: told below; else by the check of the probabilities)
     if isinstance(ood, Tensor) and ood.dim() > 3 and not _sums_to_one(ood):
         raise ValueError(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
-            f"probabilities, got a tensor of shape {tuple(ood.shape)}: the inputs? "
+            f"probabilities, got {kind} of shape {tuple(ood.shape)}: the inputs? "
             f"{_predict_first(where)}."
         )
     if (
@@ -55,8 +63,8 @@ def check_ood_predictions(
     ):
         raise ValueError(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
-            f"probabilities over the C={num_classes} classes of the in-distribution ones, got a "
-            f"tensor of shape {tuple(ood.shape)} that holds no probabilities: the inputs? "
+            f"probabilities over the C={num_classes} classes of the in-distribution ones, got "
+            f"{kind} of shape {tuple(ood.shape)} that holds no probabilities: the inputs? "
             f"{_predict_first(where)}."
         )
     if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):

@@ -262,6 +262,12 @@ CASES = {
         r"\(3, 64\) that holds no probabilities: the inputs\? evaluate\(\) scores predictions, "
         r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
     ),
+    "metrics: flattened OOD inputs as a numpy array": (  # was: pass torch.as_tensor(ood)
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.rand(3, 64).numpy()),
+        ValueError,
+        r"got an array \(ndarray\) of shape \(3, 64\) that holds no probabilities: the inputs\? "
+        r"evaluate\(\) scores predictions, not inputs: predict on them first",
+    ),
     "metrics: uint8 OOD images of 3 dims where their predictions go": (  # was: .double()
         lambda tmp: metrics.evaluate(
             uniform(), labels(3), ood=torch.full((3, 8, 8), 200, dtype=torch.uint8)
