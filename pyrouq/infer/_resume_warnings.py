@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrouq._batch_size import loader_batch_size
 from pyrouq._util import len_or, warn_caller
-from pyrouq.infer._options import lr_factor
+from pyrouq.infer._options import WARMUP_FRACTION, lr_factor
 
 if TYPE_CHECKING:
     from pyrouq.infer._loop import Loop
@@ -103,9 +103,10 @@ def _warn_of_other_settings(loop: Loop, state: dict[str, Any]) -> None:
 def _warn_of_a_new_plan(loop: Loop, state: dict[str, Any]) -> None:
     """Warn that a finished run trained on for more epochs under the run's schedule (a
     warm-up or a cosine, which brought the learning rate down towards 0 by the run's end) has
-    it planned anew over the new total, so that the learning rate rises again; say how to
-    train on at a low, flat one. (Another schedule than the run's is warned of apart;
-    checkpoints from before the planned epochs and batches were stored are not checked.)"""
+    it planned anew over the new total, so that the learning rate rises again (inside the new
+    warm-up, on to the full rate at its end); say how to train on at a low, flat one. (Another
+    schedule than the run's is warned of apart; checkpoints from before the planned epochs and
+    batches were stored are not checked.)"""
     if not loop.scheduled or "epochs" not in state:
         return
     planned, done = int(state["epochs"]), int(state["epochs_done"])
@@ -118,13 +119,22 @@ def _warn_of_a_new_plan(loop: Loop, state: dict[str, Any]) -> None:
     last, now = lr_factor(loop.lr_schedule, run_steps)(steps - 1), loop.lr_factor(steps)
     if now <= last * (1 + 1e-6):  # (a run of a few steps: no rise worth a word)
         return
+    # a step inside the new plan's warm-up: the rate climbs on to the full one at its end
+    total = loop.epochs * loop.per_epoch
+    warmup = int(WARMUP_FRACTION * total) if loop.lr_schedule == "warmup_cosine" else 0
+    peak = ""
+    if steps < warmup - 1:
+        peak = (
+            f" and on to {_lrs([b * loop.lr_factor(warmup - 1) for b in base])} at the end of "
+            f"the warm-up (step {warmup} of {total})"
+        )
     warn_caller(
         f"fit(resume_from=...) trains a finished run of {planned} epoch"
         f"{'s' if planned != 1 else ''} on to "
         f"epochs={loop.epochs}: lr_schedule={loop.lr_schedule!r} is planned anew over the "
         f"{loop.epochs} epochs, so the learning rate, which the run ended at "
         f"{_lrs([b * last for b in base])}, rises to {_lrs([b * now for b in base])} at the "
-        "next step, then decays to 0 again. To train on at a low, flat learning rate "
+        f"next step{peak}, then decays to 0 again. To train on at a low, flat learning rate "
         "instead, call fit() without resume_from (it trains on from the fitted parameters, "
         "with a new optimizer), giving the rate you want (as lr=... or in optim=...) and "
         "lr_schedule='constant'."

@@ -872,6 +872,14 @@ def test_resuming_a_finished_run_warns_that_the_learning_rate_rises_again(tmp_pa
                       r"learning rate instead, call fit\(\) without resume_from"):  # fmt: skip
         fit(model, guide, loader, epochs=4, resume_from=path, **kw)
     assert lrs[0] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 5 / 13)))  # 0.0677
+    # trained on to 20 epochs (80 steps, a warm-up of 16), step 9 lies inside the new warm-up:
+    # the rate climbs on to the full 0.1, where the warning said it decayed from 0.05625
+    lrs.clear()
+    with pytest.warns(UserWarning, match=r"which the run ended at 0.00495156, rises to 0.05625 "
+                      r"at the next step and on to 0.1 at the end of the warm-up \(step 16 of "
+                      r"80\), then decays to 0 again\."):  # fmt: skip
+        fit(model, guide, loader, epochs=20, resume_from=path, **kw)
+    assert lrs[0] == pytest.approx(0.1 * 9 / 16) and lrs[7] == max(lrs) == pytest.approx(0.1)
     # the advice followed: a flat, low learning rate from the fitted parameters, quietly
     lrs.clear()
     with warnings.catch_warnings():
