@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyrouq._numbers import is_real
 from pyrouq._util import warn_caller
 from pyrouq._wrappers import unwrapped
 from pyrouq.checkpoint import (
@@ -229,7 +230,8 @@ _TRAINING_KEYS = ("epochs_done", "steps", "epoch_steps", "history", "base_lrs", 
 
 def _unfit_training(training: Any) -> str | None:
     """What makes a saved training state one fit() did not write (None: it may be fit()'s, or
-    there is none): not a dict, without a key that resuming reads, a count that is none, or
+    there is none): not a dict, without a key that resuming reads (the sums of an epoch it
+    stopped inside too), a count that is none, learning rates or a history not in lists, or
     no torch random state to restore."""
     if training is None:
         return None
@@ -242,10 +244,24 @@ def _unfit_training(training: Any) -> str | None:
         count = training[key]
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             return f"{key!r} is {count!r}, not a count"
+    if training["epoch_steps"] and not isinstance(training.get("sums"), torch.Tensor):
+        return "no 'sums' of the epoch it stopped inside"  # (a KeyError 'sums' there)
+    rates, history = training["base_lrs"], training["history"]  # (iterated: "not iterable")
+    if not (isinstance(rates, (list, tuple)) and all(is_real(v) for v in rates)):
+        return f"'base_lrs' is {_shown(rates)}, not a list of learning rates"
+    if not (isinstance(history, (list, tuple)) and all(isinstance(r, dict) for r in history)):
+        return f"'history' is {_shown(history)}, not a list of epoch records"
     rng = training["rng"]  # (restored before the first step: a KeyError 'torch' there)
-    if not (isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor)):
+    torch_state = rng.get("torch") if isinstance(rng, dict) else None
+    if not (isinstance(torch_state, torch.Tensor) and torch_state.dtype == torch.uint8):
         return "'rng' holds no torch random state"
     return None
+
+
+def _shown(value: Any) -> str:
+    """A value of a training state in a refusal: its repr, or its type where that is long."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else f"a {type(value).__name__}"
 
 
 def recorded_num_data(source: Any) -> int | None:

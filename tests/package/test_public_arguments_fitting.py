@@ -148,20 +148,30 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
     ):
         fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=path)
     assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
-    # every key there, but a count of None or no torch random state: Python's "int()
-    # argument must be ... not 'NoneType'" or KeyError: 'torch' (on every rank alike)
-    whole = {"epochs_done": 1, "steps": 2, "epoch_steps": 0, "history": [], "base_lrs": [0.02],
-             "rng": {"torch": torch.get_rng_state()}}  # fmt: skip
+    # a state fit() wrote (its optimizer's too), edited: a count of None, no torch random
+    # state, no sums of the epoch it stopped inside, learning rates or a history not in a
+    # list failed in Python's words ("int() argument must be ... not 'NoneType'", KeyError:
+    # 'torch', KeyError: 'sums', "'NoneType' object is not iterable"), on every rank alike
+    run = tmp_path / "fit.pt"
+    fit(model, guide, ListLoader(x, y, 4), epochs=1, progress=False, checkpoint=run)
+    payload = torch.load(run, weights_only=True)
+    before = _values(guide)
     for edit, told in [
         ({"epoch_steps": None}, r"'epoch_steps' is None, not a count"),
         ({"steps": -1}, r"'steps' is -1, not a count"),
         ({"rng": {}}, r"'rng' holds no torch random state"),
+        ({"rng": {"torch": torch.zeros(3)}}, r"'rng' holds no torch random state"),
+        ({"epoch_steps": 1, "sums": None}, r"no 'sums' of the epoch it stopped inside"),
+        ({"base_lrs": None}, r"'base_lrs' is None, not a list of learning rates"),
+        ({"history": None}, r"'history' is None, not a list of epoch records"),
     ]:
-        path = pyrouq.save(tmp_path / "run.pt", model, guide, training={**whole, **edit})
+        path = tmp_path / "edited.pt"
+        torch.save({**payload, "training": {**payload["training"], **edit}}, path)
         said = rf"holds a training state that fit\(\) did not write \({told}\): save\(train"
         with pytest.raises(CheckpointError, match=said):
             fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=path)
         assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
+    fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=run)  # as is
 
 
 @pytest.mark.parametrize(
