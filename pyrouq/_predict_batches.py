@@ -68,7 +68,7 @@ def batches(
                 raise TypeError(
                     f"predict() expects {what} as a tensor or an iterable of tensors / (x, y) "
                     f"batches; batch {index + 1} of {what} is {describe_batch(batch, False)}"
-                    + other_items_fix(batch, "x or (x, y)")
+                    + other_items_fix(batch)
                 )
             target = batch[1] if len(batch) > 1 and torch.is_tensor(batch[1]) else None
             yield batch[0], target

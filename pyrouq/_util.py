@@ -446,14 +446,14 @@ def describe_batch(batch: Any, needs_labels: bool = True) -> str:
     return f"{article(name)} {name}{size}."
 
 
-def other_items_fix(batch: Any, serve: str = "(x, y)") -> str:
+def other_items_fix(batch: Any) -> str:
     """The fix for a batch of more than two items (a collate_fn's or a dataset's extras:
-    weights, indices), which :func:`pyrouq.fit` and :func:`pyrouq.predict` refuse (``serve``:
-    what they read); "" for another batch."""
+    weights, indices), which :func:`pyrouq.fit` and :func:`pyrouq.predict` refuse: serve the
+    ``(x, y)`` both read; "" for another batch."""
     if not isinstance(batch, (tuple, list)) or len(batch) <= 2:
         return ""
     return (
-        f" Serve {serve} without the other {len(batch) - 2} item(s): DataLoader(..., "
+        f" Serve (x, y) without the other {len(batch) - 2} item(s): DataLoader(..., "
         "collate_fn=first_two) with a function of your module, def first_two(items): return "
         "torch.utils.data.default_collate(items)[:2] where x and y come first (pick their "
         "places otherwise; worker processes need it by name)."

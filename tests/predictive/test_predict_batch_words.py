@@ -186,16 +186,30 @@ def test_batches_of_three_items_are_refused_in_fits_words(layout):
     with pytest.raises(TypeError) as info:
         pyrouq.predict(model, loader, guide, num_samples=2, progress=False)
     assert str(info.value) == _EXPECTS.format(what="x") + (
-        "batch 1 of x is a list of 3. Serve x or (x, y) without the other 1 item(s): "
+        "batch 1 of x is a list of 3. Serve (x, y) without the other 1 item(s): "
         "DataLoader(..., collate_fn=first_two) with a function of your module, def "
         "first_two(items): return torch.utils.data.default_collate(items)[:2] where x and y "
         "come first (pick their places otherwise; worker processes need it by name)."
     )
     with pytest.raises(TypeError, match=r"batch 1 of epoch 1 is a list of 3\. Serve \(x, y\) "):
         pyrouq.fit(model, guide, loader, epochs=1, progress=False)
-    # the fix it names: x and y picked, the predictions those of x with y as their targets
-    picked = DataLoader(TensorDataset(x, y), batch_size=4, generator=torch.Generator())
+    # the fix it names (its places picked for (x, extra, y)), for fit() and predict() alike:
+    # the predictions those of x with y as their targets
+    first_two = _first_two if layout == "x_y_extra" else _first_and_last
+    picked = DataLoader(
+        TensorDataset(*items), batch_size=4, collate_fn=first_two, generator=torch.Generator()
+    )
     got = pyrouq.predict(model, picked, guide, num_samples=2, progress=False, seed=1)
     expected = pyrouq.predict(model, x, guide, num_samples=2, progress=False, seed=1)
     torch.testing.assert_close(got.probs, expected.probs, rtol=0, atol=0)
     assert torch.equal(got.targets, y)
+    assert len(pyrouq.fit(model, guide, picked, epochs=1, progress=False).history) == 1
+
+
+def _first_two(items):
+    return torch.utils.data.default_collate(items)[:2]
+
+
+def _first_and_last(items):
+    x, _, y = torch.utils.data.default_collate(items)
+    return x, y
