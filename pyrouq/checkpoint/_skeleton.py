@@ -8,6 +8,8 @@ from typing import Any
 
 from torch import nn
 
+from pyrouq._engine import MaxPool2dChannelsLast, MaxPool2x2
+from pyrouq._engine._cpu_paths import SwappingSequential
 from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError, _given
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
@@ -24,6 +26,14 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
         raise CheckpointError(
             f"module= got a {class_name(module)}, a pyrouq model, but it takes the plain "
             f"network the saved model was made from ({record.get('class', '?')}): load(path, "
+            "module=make_net()), with make_net what built the network before bayesian(), "
+            "batchensemble() or rank1() converted it."
+        )
+    if _converted_network(module, record):
+        raise CheckpointError(
+            f"module= got the network inside a converted pyrouq model (its .net, a "
+            f"{class_name(module)} that the conversion rewrote), but it takes the plain network "
+            f"the saved model was made from ({record.get('class', '?')}): load(path, "
             "module=make_net()), with make_net what built the network before bayesian(), "
             "batchensemble() or rank1() converted it."
         )
@@ -139,6 +149,21 @@ def _not_a_network(module: Any, record: dict[str, Any]) -> str:
         f"{class_name(module)}. Pass a freshly built network of the saved structure (a "
         f"{saved}), e.g. load(path, module=make_net()) with make_net what built it for "
         "training."
+    )
+
+
+_REWRITTEN = {cls.__name__ for cls in (SwappingSequential, MaxPool2x2, MaxPool2dChannelsLast)}
+"""The classes a conversion gives a network's Sequentials and max-poolings (the engine's faster
+CPU paths), which no network a user builds has."""
+
+
+def _converted_network(module: nn.Module, record: dict[str, Any]) -> bool:
+    """Whether ``module`` is the network inside a converted model (``model.net``, its layers
+    rewritten by the conversion) where the saved network was a plain one (a network saved as
+    it sat inside a model, rewritten, takes such a skeleton)."""
+    saved = record.get("modules") or {}
+    return not _REWRITTEN & set(saved.values()) and any(
+        type(m).__name__ in _REWRITTEN for m in module.modules()
     )
 
 

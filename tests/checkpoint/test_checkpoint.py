@@ -1306,6 +1306,17 @@ def test_a_converted_model_as_the_skeleton_is_refused_with_the_fix(tmp_path):
         )
         with pytest.raises(CheckpointError, match=expected):
             load(tmp_path / "m.pt", module=wrong)
+    # a converted model's .net: named as the user's class (the engine's SwappingSequential
+    # was named before), with the same fix
+    for wrong in (model, pyrouq.batchensemble(net(), 2)):
+        with pytest.raises(CheckpointError) as refused:
+            load(tmp_path / "m.pt", module=wrong.net)
+        assert str(refused.value).startswith(
+            "module= got the network inside a converted pyrouq model (its .net, a Sequential "
+            "that the conversion rewrote), but it takes the plain network the saved model was "
+            "made from (torch.nn.modules.container.Sequential): load(path, module=make_net())"
+        )
+        assert "Swapping" not in str(refused.value)
     assert load(tmp_path / "m.pt", module=net()).model.network_sites() == model.network_sites()
 
 
