@@ -21,6 +21,7 @@ from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_
 from pyrouq._words import slip_hint
 from pyrouq.convert._conversion_warnings import (
     CALLER,
+    made,
     warn_bilinear,
     warn_kept_tied,
     warn_parametrized,
@@ -396,7 +397,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         use_base_weights = check_flag("use_base_weights", use_base_weights)
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         _check_norms(norms)
-        check_module(module, "convert into a BatchEnsemble")
+        check_module(module, f"convert into {made()}")
         check_no_pyro_samples(module, "batchensemble()", ensemble=True)
         self.num_members = num_members
         self.num_data = check_num_data(num_data)
@@ -413,7 +414,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
             norms=norms,
         )
         _check_held_members(module, num_members)
-        net = copy_network(module, "convert it into a BatchEnsemble")
+        net = copy_network(module, f"convert it into {made()}")
         hooked = weight_hooks(net)
         if hooked:  # its hook would read tensors a BatchEnsemble layer does not hold
             names = ", ".join(f"{name!r} ({what})" for name, what in hooked[:3])

@@ -2,7 +2,8 @@
 :func:`pyrouq.rank1`, which builds its BatchEnsemble first): a bias whose tie to a kept
 parameter breaks, ``nn.Bilinear`` layers the members share, and layers whose parametrization
 the BatchEnsemble layers drop; and the name of the function
-that converts (:data:`CALLER`), which they and the other conversion warnings begin with."""
+that converts (:data:`CALLER`), which they and the other conversion warnings begin with, and
+what it makes (:func:`made`), which its refusals name."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def converting_as(name: str) -> Iterator[None]:
         yield
     finally:
         CALLER.reset(token)
+
+
+def made() -> str:
+    """What the conversion makes, as its refusals name it: ``"a BatchEnsemble"``, or ``"a
+    rank-1 network"`` while :func:`pyrouq.rank1` builds its BatchEnsemble."""
+    return "a rank-1 network" if CALLER.get() == "rank1()" else "a BatchEnsemble"
 
 
 class _TiedBiasKeptWarning(UserWarning):

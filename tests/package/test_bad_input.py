@@ -582,10 +582,15 @@ CASES = {
         TypeError,
         r"Cannot convert into a BatchEnsemble DataParallel: pass the network inside it",
     ),
+    "rank1: a network wrapped in nn.DataParallel": (
+        lambda tmp: pyrouq.rank1(torch.nn.DataParallel(torch.nn.Linear(4, 2)), 2),
+        TypeError,
+        r"Cannot convert into a rank-1 network DataParallel: pass the network inside it",
+    ),
     "rank1: a TorchScript module": (
         lambda tmp: pyrouq.rank1(torch.jit.trace(torch.nn.Linear(4, 2), torch.randn(1, 4)), 2),
         TypeError,
-        r"Cannot convert into a BatchEnsemble TopLevelTracedModule: it is a TorchScript "
+        r"Cannot convert into a rank-1 network TopLevelTracedModule: it is a TorchScript "
         r"module, whose layers are compiled code.*Convert the nn.Module before torch.jit.script",
     ),
     "fit: a training batch of one input through a BatchNorm": (
