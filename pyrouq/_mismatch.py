@@ -16,6 +16,7 @@ __all__ = [
     "dtype_fix",
     "dtype_words",
     "input_mismatch",
+    "inputs_fix",
     "layer_added",
     "layer_named",
     "restated",
@@ -77,8 +78,9 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     it as ``dtype`` (cast to the model's, where it holds weights; ``cast`` False: as they came,
     a model of one's own holding none, whose draws then are of its priors' dtype), are on mixed
     dtypes rather than on the inputs' shape: one dtype for the model and x (x of its draws'
-    dtype, uncast), or integer ids for a layer that takes indices. None for other words, and
-    for integer inputs elsewhere (the network's route for them is wrong, not its dtype)."""
+    dtype, uncast), integer ids for a layer that takes indices, or, for integer inputs at a
+    layer of floating weights, their route through the network (not its dtype: no model is
+    ``model.to(torch.int64)``). None for other words."""
     words = torch_words(err)
     if not dtype_words(words):
         return None
@@ -89,7 +91,12 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
             "(x.long())"
         )
     if not dtype.is_floating_point:  # ids or a mask in a layer of floating weights: the
-        return None  # network's route, not its dtype (model.to(torch.int64) is no model)
+        return (  # network's route, not its dtype (model.to(torch.int64) is no model)
+            f"These are torch's words on dtypes, not on x's shape: x reached the network as "
+            f"{dtype}, as it came (a network holding an nn.Embedding takes integer inputs), and "
+            "a layer of floating weights got it. In the forward, send ids through the "
+            "nn.Embedding before such a layer, and features to it as floats (x.float())"
+        )
     if not cast:  # no weights to cast x to, nor to change by model.to(): its priors draw
         return (
             f"These are torch's words on dtypes, not on x's shape: x reached the model as {dtype}, "
@@ -102,6 +109,16 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
         f"These are torch's words on dtypes, not on x's shape: x reached the network as {dtype}, "
         "and a layer's weights, a draw or a tensor the network makes is of another dtype. Give "
         f"the model one dtype (model.to({dtype})) and x that dtype"
+    )
+
+
+def inputs_fix(err: BaseException, dtype: torch.dtype, inputs: str = "x", cast: bool = True) -> str:
+    """What ``fit()``, ``predict()`` and ``mcmc()`` tell to do where a network's pass refused
+    ``inputs`` (x, "the loader's inputs"), which reached it as ``dtype``: :func:`dtype_fix`'s
+    fix where torch's words are on dtypes, else one check in the same words for all three."""
+    return dtype_fix(err, dtype, cast) or (
+        f"Check that the network takes {inputs} (shape, channels, flattening: inputs of the "
+        "shape it was built for)"
     )
 
 

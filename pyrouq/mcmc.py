@@ -43,7 +43,7 @@ from pyrouq._mcmc_workers import (
     spawn_problem,
 )
 from pyrouq._meta_device import real_device
-from pyrouq._mismatch import dtype_fix, input_mismatch, restated
+from pyrouq._mismatch import input_mismatch, inputs_fix, restated
 from pyrouq._util import (
     MAX_SEED,
     check_count,
@@ -419,13 +419,9 @@ def _run_chains(
         except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
             if not input_mismatch(err):  # the user's own error, out of memory, a CUDA error
                 raise
-            fix = dtype_fix(err, x.dtype) or (
-                "Check that the network takes x (shape, channels, flattening: N inputs of the "
-                "shape it was built for)"
-            )
             raise ValueError(
                 f"mcmc(): {type(model).__name__} failed on x (shape {tuple(x.shape)}, dtype "
-                f"{x.dtype}): {restated(err, fix)}; nothing was sampled."
+                f"{x.dtype}): {restated(err, inputs_fix(err, x.dtype))}; nothing was sampled."
             ) from err
     refuse_own_latents(model, tracer.trace)
     # the pass's graph (point estimates of a last-layer model require grad) let go: the chains

@@ -30,7 +30,7 @@ from pyrouq._default_device import under_cpu_default
 from pyrouq._input_cast import guide_draws_refusal, latent_sites_refusal, typed_by
 from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
-from pyrouq._mismatch import dtype_fix, input_mismatch, restated
+from pyrouq._mismatch import input_mismatch, inputs_fix, restated
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
@@ -486,10 +486,7 @@ def predict(
                                     del store[name]  # values, not its init of the dtype told)
                                 raise TypeError(refused) from err
                             cast = module_dtype(typed_by(model, guide)) is not None
-                            fix = dtype_fix(err, inputs.dtype, cast) or (
-                                "Check that the network takes x (shape, channels, "
-                                "flattening: inputs of the shape it was built for)"
-                            )
+                            fix = inputs_fix(err, inputs.dtype, cast=cast)
                             raise ValueError(
                                 f"predict(): {type(model).__name__} failed on x (a batch of "
                                 f"shape {tuple(inputs.shape)}, dtype {inputs.dtype}): "

@@ -26,7 +26,7 @@ from pyrouq._input_cast import (
     stored_dtype,
     typed_by,
 )
-from pyrouq._mismatch import dtype_fix, input_mismatch, restated
+from pyrouq._mismatch import input_mismatch, inputs_fix, restated
 from pyrouq._own_models import (
     GuideMismatch,
     check_traces_match,
@@ -150,10 +150,7 @@ class Probe:
                     except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
                         if not input_mismatch(err):  # the network's own, a CUDA error, ...
                             raise
-                        fix = dtype_fix(err, x.dtype) or (
-                            "Check that the network takes the loader's inputs (shape, "
-                            "channels, flattening)"
-                        )
+                        fix = inputs_fix(err, x.dtype, "the loader's inputs")
                         raise ValueError(
                             f"fit(): {type(model).__name__} failed on the first examples of "
                             f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "

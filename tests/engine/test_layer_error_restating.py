@@ -187,7 +187,9 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
     """Float ids at an nn.Embedding (or index_select's index) were told 'Give the model one
     dtype (model.to(torch.float32)) and x that dtype', which changes nothing; integer ids at a
     Linear 'model.to(torch.int64)', which is no model. The first now names the ids' cast,
-    which fixes it; the second keeps the check of what the network takes."""
+    which fixes it; the second was then told 'Check that the network takes x (shape, channels,
+    flattening ...)', a fix for shapes, and now the route that fixes it: the ids through the
+    nn.Embedding, features as floats."""
     torch.manual_seed(0)
     ids, y = torch.randint(0, 10, (8, 4)), torch.randint(0, 2, (8,))
     model = pyrouq.bayesian(_Ids(route))
@@ -205,11 +207,18 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
     with pytest.raises(ValueError) as info:
         call(ids if route == "linear" else ids.float())
     message = str(info.value)
-    assert "model.to(" not in message and "x reached the network as" not in message
+    assert "model.to(" not in message
     if route == "linear":
         assert "mat1 and mat2 must have the same dtype, but got Long and Float" in message
-        assert "Check that the network takes" in message
+        assert (
+            "These are torch's words on dtypes, not on x's shape: x reached the network as "
+            "torch.int64, as it came (a network holding an nn.Embedding takes integer inputs), "
+            "and a layer of floating weights got it. In the forward, send ids through the "
+            "nn.Embedding before such a layer, and features to it as floats (x.float())"
+        ) in message
+        assert "Check that the network takes" not in message
         return
+    assert "x reached the network as" not in message
     assert (
         "index_select(): Expected dtype int32 or int64 for index"
         if route == "select"
@@ -222,3 +231,28 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
         "(x.long())"
     ) in message
     assert call(ids.float().long()) is not None  # the cast it names
+
+
+@pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
+def test_the_check_of_what_the_network_takes_is_worded_once(caller):
+    """A later layer refusing what the one before it gave: fit() said 'Check that the network
+    takes the loader's inputs (shape, channels, flattening)', predict() '... x (shape,
+    channels, flattening: inputs of the shape it was built for)' and mcmc() '... N inputs of
+    the shape ...'; now the one sentence, naming what each was given."""
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Sequential(nn.Linear(4, 8), nn.Linear(7, 2)))
+    guide = pyrouq.mean_field_guide(model)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    with pytest.raises(ValueError) as info:
+        if caller == "fit":
+            pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, 4), epochs=1, progress=False)
+        elif caller == "predict":
+            pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+        else:
+            pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1, progress=False)
+    inputs = "the loader's inputs" if caller == "fit" else "x"
+    ending = {"fit": "; nothing was trained.", "predict": ".", "mcmc": "; nothing was sampled."}
+    assert str(info.value).endswith(
+        f"at 'net.1' of the model). Check that the network takes {inputs} (shape, channels, "
+        f"flattening: inputs of the shape it was built for){ending[caller]}"
+    ), str(info.value)
