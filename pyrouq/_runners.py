@@ -147,7 +147,8 @@ def plain_runner(model: nn.Module):
             except Exception:  # Pyro rewraps errors: run it plainly, for its own error
                 trace = None
         if trace is None:
-            logits = model(x)
+            with _engine.LayersNamed(compiled_module(model), x, plain=True):
+                logits = model(x)  # (a layer refusing x named at its path, with the fix)
         else:
             sampled = (
                 node["type"] == "sample" and not node["is_observed"]

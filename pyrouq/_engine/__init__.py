@@ -75,6 +75,7 @@ from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._engine._layer_calls import call, calls_checked, layers_called
+from pyrouq._engine._layer_errors import LayersNamed as LayersNamed
 from pyrouq._engine._local import LOCAL_TYPES as LOCAL_TYPES
 from pyrouq._engine._local import local_moments as local_moments
 from pyrouq._engine._local import run_local as run_local

@@ -25,44 +25,63 @@ class LayersNamed:
     that succeeds pays for the ``with`` alone. ``x``: the input the model gave ``net``, for a
     refusal of it as it came (by its first layer), which says what to do about the input or
     that layer (``LayerInputError.input_detail``; after torch's words, a convolution's or
-    Linear's of torch: :func:`_input_fix`), not about "the layer before it"."""
+    Linear's of torch: :func:`_input_fix`), not about "the layer before it". ``plain``: ``net``
+    is a plain network run as it is (``predict(net, x)``), its layers named at their paths in
+    it (``'0' of the network``)."""
 
-    def __init__(self, net: nn.Module, x: Any = None):
-        self.net, self.x = net, x
+    def __init__(self, net: nn.Module, x: Any = None, plain: bool = False):
+        self.net, self.x, self.plain = net, x, plain
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
         if isinstance(error, RuntimeError):
-            _name_failing_layer(self.net, error, traceback, self.x)
+            _name_failing_layer(self.net, error, traceback, self.x, self.plain)
             return
         if isinstance(error, IndexError):
-            _name_failing_embedding(self.net, error, traceback)
+            _name_failing_embedding(self.net, error, traceback, self.plain)
             return
         if not isinstance(error, LayerInputError) or error.layer is None:
             return
         try:
-            where = _where(self.net, error.layer)
+            where = _where(self.net, error.layer, self.plain)
             detail = error.detail
             if error.input_detail and _took_input(self.net, error.layer, self.x, traceback):
                 detail = error.input_detail
-            message = f"{error.label} at {where} of the model {detail}"
+            message = f"{error.label} {where} {detail}"
         except Exception:  # (the refusal as it came)
             return
         if where:
             raise ValueError(message).with_traceback(traceback) from None
 
 
-def _where(net: nn.Module, layer: nn.Module) -> str:
-    """``layer``'s dotted paths in the model whose network is ``net`` (``'net.3.0'``, joined
-    with "and" for a layer registered under several names); empty for ``net`` itself."""
+def _where(net: nn.Module, layer: nn.Module, plain: bool = False) -> str:
+    """Where ``layer`` is: at its dotted paths in the model whose network is ``net`` (``at
+    'net.3.0' of the model``, joined with "and" for a layer registered under several names),
+    or, ``plain``, in ``net`` itself (``at '3.0' of the network``). A layer of torch's or
+    pyrouq's given as the network, ``net`` itself, is ``at 'net' of the model`` or ``given as
+    the network``; empty for another ``net`` itself (its own forward failed, not a layer)."""
+    if layer is net:
+        if next(net.children(), None) is not None or not _a_layer(net):
+            return ""
+        return "given as the network" if plain else "at 'net' of the model"
     paths = [
-        repr(f"net.{name}")
+        repr(name if plain else f"net.{name}")
         for name, module in net.named_modules(remove_duplicate=False)
         if module is layer and name
     ]
-    return " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+    if not paths:
+        return ""
+    joined = " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+    return f"at {joined} of {'the network' if plain else 'the model'}"
+
+
+def _a_layer(module: nn.Module) -> bool:
+    """Whether ``module`` is a layer of torch's (``torch.nn``) or a BatchEnsemble layer."""
+    return getattr(module, "_is_batchensemble", False) or type(module).__module__.startswith(
+        "torch.nn."
+    )
 
 
 def _took_input(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> bool:
@@ -104,15 +123,18 @@ def _first_weighted(net: nn.Module) -> nn.Module | None:
     return None
 
 
-def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any, x: Any = None) -> None:
+def _name_failing_layer(
+    net: nn.Module, error: RuntimeError, traceback: Any, x: Any = None, plain: bool = False
+) -> None:
     """Add to torch's words on inputs a layer of ``net`` does not take (shapes, channels,
     dtypes: :func:`~pyrouq._mismatch.input_mismatch`) the layer that raised them, by its class,
     settings and paths in the model: torch's ``expected input[4, 2, 10, 10] to have 3
     channels`` named none, for a network of several such layers. The layer is the innermost
     module of ``net`` running where the error was raised (a block of the user's own whose
     forward failed outside its layers; a per-member norm's copy counts as the user's layer it
-    copies); nothing is added for ``net``'s own forward, nor to an error pyrouq worded, nor
-    twice (nested runs). Where that layer is given the model's input ``x`` as it came, of other
+    copies; a layer given as the network is ``net`` itself); nothing is added for ``net``'s own
+    forward, nor to an error pyrouq worded, nor twice (nested runs). ``plain``: as
+    :class:`LayersNamed`'s. Where that layer is given the model's input ``x`` as it came, of other
     channels or features than it takes, what to do follows (:func:`_input_fix`). Its type and
     traceback stay torch's."""
     args = error.args
@@ -122,7 +144,7 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any, x: 
         if not input_mismatch(error):
             return
         layer, _ = _innermost(net, traceback)
-        if layer is None or not (where := _where(net, layer)):
+        if layer is None or not (where := _where(net, layer, plain)):
             return
         if getattr(layer, "_is_member_norm", False):  # the copies' class and settings
             layer = layer.get_submodule("norms.0")
@@ -134,7 +156,7 @@ def _name_failing_layer(net: nn.Module, error: RuntimeError, traceback: Any, x: 
         fix = _input_fix(net, layer, x, traceback)
     except Exception:  # (the error as it came)
         return
-    named = f"{args[0].rstrip()} (in {label} at {where} of the model)"
+    named = f"{args[0].rstrip()} (in {label} {where})"
     layer_named(error, f"{named}: {fix}" if fix else named, told=fix is not None)
 
 
@@ -175,7 +197,9 @@ def _innermost(net: nn.Module, traceback: Any) -> tuple[nn.Module | None, tuple[
     return layer, inputs
 
 
-def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -> None:
+def _name_failing_embedding(
+    net: nn.Module, error: IndexError, traceback: Any, plain: bool = False
+) -> None:
     """Add to torch's bare ``index out of range in self`` of an ``nn.Embedding`` given ids
     outside its table (a token unseen when the vocabulary was built, a padding id of V) the
     layer, the ids it took and what to do. Its type and traceback stay torch's."""
@@ -183,7 +207,7 @@ def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -
         return
     try:
         layer, inputs = _innermost(net, traceback)
-        if not isinstance(layer, nn.Embedding) or not (where := _where(net, layer)):
+        if not isinstance(layer, nn.Embedding) or not (where := _where(net, layer, plain)):
             return
         size = layer.num_embeddings
         ids = inputs[0] if inputs and torch.is_tensor(inputs[0]) else None
@@ -193,7 +217,7 @@ def _name_failing_embedding(net: nn.Module, error: IndexError, traceback: Any) -
         return
     layer_named(
         error,
-        f"index out of range in self: {label} at {where} of the model has rows for ids 0 to "
+        f"index out of range in self: {label} {where} has rows for ids 0 to "
         f"{size - 1}, and its input held others{took}. Map ids outside the vocabulary to one "
         f"in [0, {size}) (an unknown-token id), or build the embedding with num_embeddings "
         "above the largest id.",

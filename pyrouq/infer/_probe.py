@@ -17,7 +17,8 @@ from torch import nn
 
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._distribution_parts import innermost_distribution
-from pyrouq._forwards import own_forward
+from pyrouq._engine import LayersNamed
+from pyrouq._forwards import compiled_module, own_forward
 from pyrouq._input_cast import (
     function_guide_refusal,
     latent_dtype_refusal,
@@ -569,7 +570,8 @@ def _output_size(
     elif callable(run):
         out = run(x)
     elif not own and not isinstance(model, pyro.nn.PyroModule):
-        out = model(x)
+        with LayersNamed(compiled_module(model), x, plain=True):  # (as predict() names them)
+            out = model(x)
     else:
         return None
     if not torch.is_tensor(out) or out.dim() < 2:

@@ -256,3 +256,38 @@ def test_the_check_of_what_the_network_takes_is_worded_once(caller):
         f"at 'net.1' of the model). Check that the network takes {inputs} (shape, channels, "
         f"flattening: inputs of the shape it was built for){ending[caller]}"
     ), str(info.value)
+
+
+@pytest.mark.parametrize("caller", ["fit", "predict"])
+@pytest.mark.parametrize("kind", ["bayesian", "plain layer", "plain network"])
+def test_a_bare_layer_or_a_plain_network_is_named_with_the_fix(caller, kind):
+    """bayesian(nn.Linear(4, 3)) given 5 features: the layer is the network itself, which was
+    named nowhere (torch's words and 'Check that the network takes x'), where the same layer in
+    a Sequential got its path and the fix; so was a plain network's layer, or a plain layer,
+    given to fit() or predict(). Now each is named, at 'net' of the model, as given as the
+    network, or at its path in the network, with the fix."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 3)
+    model = {
+        "bayesian": pyrouq.bayesian(layer),
+        "plain layer": layer,
+        "plain network": nn.Sequential(nn.Identity(), layer),
+    }[kind]
+    guide = pyrouq.mean_field_guide(model) if kind == "bayesian" else None
+    x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    with pytest.raises(ValueError) as info:
+        if caller == "fit":
+            pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, 3), epochs=1, progress=False)
+        else:
+            pyrouq.predict(model, x, guide, num_samples=guide and 2, progress=False)
+    where = {
+        "bayesian": "at 'net' of the model",
+        "plain layer": "given as the network",
+        "plain network": "at '1' of the network",
+    }[kind]
+    assert (
+        f"(in Linear(in_features=4, out_features=3, bias=True) {where}): the model's input, of "
+        "5 features where this layer takes 4. Pass inputs of 4 features, or build the network "
+        "for 5 (its first layer's in_features=5)"
+    ) in str(info.value), str(info.value)
+    assert "Check that the network takes" not in str(info.value)

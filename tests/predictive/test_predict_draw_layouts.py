@@ -150,10 +150,9 @@ def test_predict_names_inputs_the_network_does_not_take_as_fit_does():
             "torch.float32): Given groups=1, weight of size [4, 3, 3, 3], expected input"
         )
         assert message.endswith(
-            "the model's input, of 1 channel where this layer takes 3. Repeat the grey channel, "
-            "x.expand(-1, 3, -1, -1), or build the network for 1 input channel (its first "
-            "layer's in_channels=1)."
-            if m is model
-            else "Check that the network takes x (shape, channels, flattening: inputs of the "
-            "shape it was built for)."
-        )  # (a converted network's first layer says what to do about the model's input)
+            f"at {'net.0' if m is model else '0'!r} of the "
+            f"{'model' if m is model else 'network'}): the model's input, of 1 channel where "
+            "this layer takes 3. Repeat the grey channel, x.expand(-1, 3, -1, -1), or build the "
+            "network for 1 input channel (its first layer's in_channels=1)."
+        )  # (the first layer says what to do about the model's input; the plain network's
+        # said 'Check that the network takes x (shape, channels, flattening ...)' before)
