@@ -11,6 +11,8 @@ to resume a run wait for it (:func:`stored_dtype`)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from typing import Any
 
@@ -255,20 +257,33 @@ def _function_guide_words(
     if not other:
         return None
     dtype, names, cast = _told(other)
-    who = getattr(guide, "__name__", type(guide).__name__)
+    who = _guide_named(guide)
     if caller == "fit()":
         inputs, ending = "train_loader's inputs", " Nothing was trained."
         serve = f"Serve the inputs in {dtype} ({cast}, e.g. TensorDataset({cast}, y))"
     else:
         inputs, ending, serve = "x's inputs", "", f"Pass x in {dtype} ({cast})"
     return (
-        f"{caller}: the guide function {who}() draws {type(model).__name__}'s latent sites "
+        f"{caller}: {who} draws {type(model).__name__}'s latent sites "
         f"({names}) in {dtype}, but {inputs} are {x.dtype}, and torch does not mix the two "
         f"({type(err).__name__}: {said}). pyrouq casts the inputs to the dtype of a guide that "
         "is a module holding parameters (an autoguide), not to a function's, whose parameters "
         f"it cannot see. {serve}, or create the guide's parameters in {x.dtype} "
         f"(pyro.param(name, init) with init a {x.dtype} tensor).{ending}"
     )
+
+
+def _guide_named(guide: Any) -> str:
+    """A guide written as a function, as the message names it: "the guide function guide()"
+    (a ``functools.partial`` by the function it wraps), "the guide function" (a lambda), "the
+    guide MyGuide, a callable," (an instance whose class has ``__call__``)."""
+    function = guide
+    while isinstance(function, functools.partial):
+        function = function.func
+    if not inspect.isroutine(function):
+        return f"the guide {type(function).__name__}, a callable,"
+    name = getattr(function, "__name__", "")
+    return f"the guide function {name}()" if name.isidentifier() else "the guide function"
 
 
 def _dtype_words(err: BaseException, model: Any, guide: Any, x: torch.Tensor) -> str | None:

@@ -347,3 +347,38 @@ def test_a_convolutions_words_on_dtypes_get_the_same_refusal(call):
     message = str(info.value)
     assert said in message
     assert "(RuntimeError: Input type (double) and bias type (float) should be the same)" in message
+
+
+class _CallableGuide:
+    """:func:`_function_guide`'s guide as an instance whose class has ``__call__``."""
+
+    def __call__(self, x, y=None):
+        return _function_guide(torch.float32)(x, y)
+
+
+@pytest.mark.parametrize(
+    "kind, named",
+    [
+        ("partial", "the guide function guide()"),
+        ("lambda", "the guide function"),
+        ("callable", "the guide _CallableGuide, a callable,"),
+    ],
+)
+def test_a_function_guide_is_named_by_what_it_runs(kind, named):
+    """A functools.partial of the guide was named 'the guide function partial()', a lambda
+    '<lambda>()' and a callable instance 'G()', as if a class were called."""
+    import functools
+
+    x, _ = toy_data(12)
+    guide = {
+        "partial": functools.partial(_function_guide(torch.float32), y=None),
+        "lambda": lambda x, y=None: _function_guide(torch.float32)(x, y),
+        "callable": _CallableGuide(),
+    }[kind]
+    pyro.clear_param_store()
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(PyroClassifier(3, 2), x.double(), guide, num_samples=2, progress=False)
+    assert str(info.value).startswith(
+        f"predict(): {named} draws PyroClassifier's latent sites ('fc.weight', 'fc.bias') in "
+        "torch.float32, but x's inputs are torch.float64"
+    ), str(info.value)
