@@ -342,10 +342,18 @@ def _interval_targets(targets: Any, lo: Tensor) -> Tensor:
     column = len(shape) == 2 and shape[1] == 1  # (N,) targets of one output allowed
     ok = tuple(targets.shape) == shape or (column and tuple(targets.shape) == shape[:1])
     if not ok:
+        got = tuple(targets.shape)
+        one = len(shape) == 1 and got == (*shape, 1)  # one output, given as a column
+        fix = (
+            "Pass targets[:, 0]: the intervals are of one output, one value per input"
+            if one
+            else "Pass the targets of the inputs the intervals were made for, one per "
+            "interval (and per output)"
+        )
         raise ValueError(
             f"coverage(): expected targets of shape {shape}, as the intervals"
             + (f" (or ({shape[0]},))" if column else "")
-            + f", got {tuple(targets.shape)}."
+            + f", got {got}. {fix}."
         )
     if targets.is_complex():  # .double() dropped the imaginary part, with torch's warning
         raise ValueError(

@@ -215,6 +215,12 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"coverage\(\): expected targets of shape \(5, 2\), as the intervals, got \(2, 5\)"),
         (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(5)), ValueError,
          r"expected targets of shape \(5, 2\), as the intervals, got \(5,\)"),
+        (lambda: coverage((torch.zeros(5), torch.ones(5)), torch.zeros(5, 1)), ValueError,
+         r"expected targets of shape \(5,\), as the intervals, got \(5, 1\)\. Pass "
+         r"targets\[:, 0\]: the intervals are of one output, one value per input\.$"),
+        (lambda: coverage((torch.zeros(5), torch.ones(5)), torch.zeros(4)), ValueError,
+         r"got \(4,\)\. Pass the targets of the inputs the intervals were made for, one per "
+         r"interval \(and per output\)\.$"),
         (lambda: coverage((torch.zeros(3, 1), torch.tensor([1.0, 2.0, 3.0])), torch.zeros(3, 1)),
          ValueError, r"coverage\(\): expected lo and hi of one shape, got \(3, 1\) and \(3,\)"),
         (lambda: coverage([torch.zeros(3), torch.ones(3)], torch.zeros(3)), TypeError,
