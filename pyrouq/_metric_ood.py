@@ -4,6 +4,7 @@ more likely OOD) from in-distribution ones."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 import torch
@@ -11,7 +12,7 @@ from torch import Tensor
 
 from pyrouq._metric_inputs import _check_scores, _prepare_probs
 from pyrouq._numbers import is_array_like
-from pyrouq._words import slip_hint
+from pyrouq._words import close_names, slip_hint
 from pyrouq.uncertainty import _SUM_TOL, decompose, entropy
 
 OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
@@ -69,11 +70,43 @@ def check_ood_predictions(
         )
     if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):
         return
+    if isinstance(ood, Mapping):  # one OOD set's predictions by name, or a dict of its fields
+        keys = ", ".join(map(repr, list(ood)[:4])) + (", ..." if len(ood) > 4 else "")
+        fix = (
+            "Pass its probabilities, ood=ood['probs'], or the Predictions predict() returned"
+            if "probs" in ood
+            else "Pass one set's predictions at a time, e.g. {name: evaluate(predictions, "
+            "targets, ood=p) for name, p in ood.items()}"
+        )
+        raise TypeError(
+            f"Expected ood to be predictions on out-of-distribution inputs (Predictions, or "
+            f"(S, N, C) or (N, C) probabilities), got a {type(ood).__name__} (keys {keys}). "
+            f"{fix}."
+        )
     if hasattr(ood, "__iter__"):  # a loader, a list of batches
         raise TypeError(
             f"Expected ood to be predictions on out-of-distribution inputs, got "
             f"{type(ood).__name__}, a loader or batches of inputs? {_predict_first(where)}."
         )
+
+
+def refuse_ood_string(ood: Any) -> None:
+    """Refuse a string as ``ood``: an OOD score's name given third (``evaluate(preds, y,
+    "entropy")``: the score goes fourth), or another string, a path or a data set's name (the
+    predictions on its inputs go there)."""
+    if not isinstance(ood, str):
+        return
+    meant = [ood] if ood in _OOD_SCORES else close_names(ood.strip().lower(), _OOD_SCORES)
+    if meant:
+        raise TypeError(
+            f"Expected ood to be predictions on out-of-distribution inputs, got the string "
+            f"{ood!r}; an OOD score goes fourth, evaluate(predictions, targets, ood, "
+            f"{meant[0]!r})."
+        )
+    raise TypeError(
+        f"Expected ood to be predictions on out-of-distribution inputs, got the string {ood!r} "
+        f"(a file or a data set's name?). {_PREDICT_FIRST}."
+    )
 
 
 def _sums_to_one(x: Tensor) -> bool:

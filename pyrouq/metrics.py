@@ -41,6 +41,7 @@ from pyrouq._metric_ood import (
     ood_auroc,
     ood_fpr95,
     ood_scores,
+    refuse_ood_string,
 )
 from pyrouq._numbers import is_integer, shown, tensor_hint
 from pyrouq._tables import format_table
@@ -396,11 +397,7 @@ def evaluate(
     >>> list(m)[:3], m["acc"], m["ood_auroc"]
     (['acc', 'nll', 'brier'], 1.0, 1.0)
     """
-    if isinstance(ood, str):  # evaluate(preds, y, "entropy"): ood_score is the fourth
-        raise TypeError(
-            f"Expected ood to be predictions on out-of-distribution inputs, got the string "
-            f"{ood!r}; an OOD score goes fourth, evaluate(predictions, targets, ood, {ood!r})."
-        )
+    refuse_ood_string(ood)  # evaluate(preds, y, "entropy"): ood_score is the fourth
     if ood_score is not None and ood_score not in _OOD_SCORES:
         hint = slip_hint(ood_score, _OOD_SCORES)
         raise ValueError(

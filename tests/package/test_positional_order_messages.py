@@ -39,6 +39,31 @@ def test_evaluate_given_a_score_as_ood_says_the_score_goes_fourth():
     assert pyrouq.evaluate(preds, y, ood, "entropy") == by_name
 
 
+def test_evaluate_given_another_string_or_a_dict_as_ood_is_not_told_of_loaders_or_scores():
+    """A data set's name as ood was told 'an OOD score goes fourth, evaluate(predictions,
+    targets, ood, 'svhn')', a fix that fails; a dict 'got dict, a loader or batches of
+    inputs?'. Now a name slipped from a score's gets that score, another string the
+    predictions to pass, a dict its 'probs' or one set at a time."""
+    preds, ood, y = _preds(8, 0), _preds(5, 1), torch.arange(8) % 3
+    with pytest.raises(TypeError, match=r"ood, 'max_prob'\)\.$"):
+        pyrouq.evaluate(preds, y, "Max-Prob")
+    with pytest.raises(TypeError) as info:
+        pyrouq.evaluate(preds, y, "svhn")
+    assert str(info.value) == (
+        "Expected ood to be predictions on out-of-distribution inputs, got the string 'svhn' "
+        "(a file or a data set's name?). evaluate() scores predictions, not inputs: predict on "
+        "them first, ood=pyrouq.predict(model, ood_inputs, guide), as for the in-distribution "
+        "ones."
+    )
+    told = r"got a dict \(keys 'probs'\)\. Pass its probabilities, ood=ood\['probs'\], or the "
+    with pytest.raises(TypeError, match=told + r"Predictions predict\(\) returned\.$"):
+        pyrouq.evaluate(preds, y, {"probs": ood.probs})
+    told = r"got a dict \(keys 'svhn', 'noise'\)\. Pass one set's predictions at a time, e\.g\. "
+    with pytest.raises(TypeError, match=told + r"\{name: evaluate\(predictions, targets, ood=p\)"):
+        pyrouq.evaluate(preds, y, {"svhn": ood, "noise": ood})
+    assert pyrouq.evaluate(preds, y, ood.probs) == pyrouq.evaluate(preds, y, ood)  # the fix
+
+
 # -- prediction sets --------------------------------------------------------------------------
 
 
