@@ -1065,7 +1065,8 @@ API_CASES = [
      lambda tmp: fit(torch.nn.Sequential(torch.nn.Linear(784, 10)), None,
                      load_mnist(batch_size=4, train_size=8)[0], epochs=1, progress=False),
      ValueError, r"fit\(\): Sequential failed on the first examples of train_loader \(x "
-     r"of shape \(2, 1, 28, 28\).*Check that the network takes the loader's inputs"),
+     r"of shape \(2, 1, 28, 28\).*at '0' of the network\): the model's input, of 28 features "
+     r"where this layer takes 784\. Flatten it, x\.flatten\(1\), or put nn\.Flatten\(\) first"),
     # -- prediction ----------------------------------------------------------------------
     ("predict", "dtype", lambda tmp: predict(BayesianLeNet(), U8_IMAGES, lenet_guide()),
      TypeError, r"predict\(\) " + DTYPE_HINT + r".*load_mnist\(\)"),
