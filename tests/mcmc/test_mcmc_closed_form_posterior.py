@@ -90,9 +90,13 @@ def test_inputs_the_network_does_not_take_are_named_with_their_shape(shape):
     model.train()
     with pytest.raises(ValueError, match=rf"failed on x \(shape {re.escape(str(shape))}.*") as info:
         mcmc(model, torch.randn(shape), torch.randn(15), 3, 3, 1, seed=0, progress=False)
-    assert "mat1 and mat2" in str(info.value) and "Check that the network takes x" in str(
-        info.value
-    )
+    assert "mat1 and mat2" in str(info.value)
+    assert (  # (N, 3): the layer, the network itself, says what to do (ee6c631)
+        "Check that the network takes x"
+        if len(shape) == 1
+        else "(in Linear(in_features=2, out_features=1, bias=True) at 'net' of the model): the "
+        "model's input, of 3 features where this layer takes 2. Pass inputs of 2 features"
+    ) in str(info.value)
     assert model.training and model.num_data is None  # left as it came
 
 
