@@ -108,7 +108,10 @@ def test_export_names_x_a_bayesian_network_does_not_take():
 
 def test_mcmc_export_names_x_the_network_does_not_take():
     result, _, _ = hand_made_chains(10)
-    with pytest.raises(ValueError, match=r"cannot be multiplied .* Check that the model takes x"):
+    # (the network is a bare Linear: named at 'net' with its fix since ee6c631, where it said
+    # 'Check that the model takes x (shape, channels, flattening ...)')
+    told = r"cannot be multiplied .* at 'net' of the model\): the model's input, of 3 features "
+    with pytest.raises(ValueError, match=told + r"where this layer takes 2\. Pass inputs of 2 "):
         to_inference_data(result, x=torch.randn(10, 3))
 
 
