@@ -148,7 +148,8 @@ class Categorical(Likelihood):
         if y.shape != (batch,):
             one_hot = ""
             if y.shape == (batch, num_classes) and num_classes > 1:
-                one_hot = " (one-hot labels: y.argmax(-1))"
+                cast = ".long()" if y.dtype == torch.bool else ""  # (no argmax of bools)
+                one_hot = f" (one-hot labels: y{cast}.argmax(-1))"
             elif y.shape == (batch, 1):
                 one_hot = " (a column of labels: y.squeeze(-1))"
             raise ValueError(

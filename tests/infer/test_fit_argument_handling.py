@@ -100,12 +100,20 @@ def test_categorical_nll_is_cross_entropy_over_draws():
         (np.array([0, 1, 2, 0, 1]), TypeError, r"got ndarray\. Convert them with torch\.as_tens"),
         (torch.tensor([[0], [1], [2], [0], [1]]), ValueError, r"\(a column of labels: y\.squeeze"),
         (torch.eye(3)[[0, 1, 2, 0, 1]].long(), ValueError, r"\(one-hot labels: y\.argmax\(-1\)\)"),
+        # bools: torch has no argmax of them ('y.argmax(-1)' was told, which fails)
+        (
+            torch.eye(3, dtype=torch.bool)[[0, 1, 2, 0, 1]],
+            ValueError,
+            r"\(one-hot labels: y\.long\(\)\.argmax\(-1\)\)",
+        ),
     ],
 )
 def test_categorical_label_messages_say_what_to_do(labels, error, message):
     model = BayesianMLP(4, 5, 3, num_data=10)
     with pytest.raises(error, match=message):
         model(torch.randn(5, 4), labels)
+    if labels.dtype == torch.bool:  # the fix it names runs
+        assert model(torch.randn(5, 4), labels.long().argmax(-1)).shape == (5, 3)
 
 
 _ONE_HOT = (
