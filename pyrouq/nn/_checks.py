@@ -39,10 +39,13 @@ def check_layer_input(
         )
     rank_ok = x.dim() >= min_rank if ranks is None else x.dim() in ranks
     if not rank_ok or x.shape[dim] != size:
-        detail = (
-            f"expects inputs of shape {expected}, got shape {tuple(x.shape)}. Check the output "
-            "size of the layer before it, or this layer's input size."
-        )
+        check = "heck the output size of the layer before it, or this layer's input size."
+        if not named and not rank_ok and _one_example(x, dim, size, ranks, min_rank):
+            # (a layer called on its own has no layer before it: one image, (C, H, W))
+            check = f"One example without its batch dim? {ONE_EXAMPLE} Otherwise c{check}"
+        else:
+            check = f"C{check}"
+        detail = f"expects inputs of shape {expected}, got shape {tuple(x.shape)}. {check}"
         if named:
             error = LayerInputError.of(layer, detail)
             # (said where the model names the layer as given the model's input)

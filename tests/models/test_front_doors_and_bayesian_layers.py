@@ -203,3 +203,20 @@ def test_a_numpy_input_is_told_how_to_convert_it():
 
     with pytest.raises(TypeError, match=r"got ndarray; convert it with torch\.as_tensor\(x\)"):
         BayesianMLP(6, 5, 3)(np.zeros((2, 6), dtype=np.float32))
+
+
+def test_a_bare_bayesian_conv_on_one_image_is_told_to_batch_it():
+    """BayesianConv2d(1, 4, 3) called on one (1, 28, 28) image was told 'Check the output size
+    of the layer before it', which a layer called on its own has none of."""
+    conv = BayesianConv2d(1, 4, 3)
+    with pytest.raises(ValueError) as info:
+        conv(torch.randn(1, 28, 28))
+    assert str(info.value) == (
+        "BayesianConv2d expects inputs of shape (B, 1, H, W) or (S, B, 1, H, W), got shape "
+        "(1, 28, 28). One example without its batch dim? Pass it as a batch of one, "
+        "x.unsqueeze(0). Otherwise check the output size of the layer before it, or this "
+        "layer's input size."
+    )
+    assert conv(torch.randn(1, 28, 28).unsqueeze(0)).shape == (1, 4, 26, 26)  # the fix
+    with pytest.raises(ValueError, match=r"got shape \(2, 3, 8, 8\)\. Check the output size of"):
+        conv(torch.randn(2, 3, 8, 8))  # (a batch of other channels: as before)
