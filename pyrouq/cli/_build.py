@@ -323,8 +323,8 @@ def method_of(args: argparse.Namespace) -> str | None:
     }
     for option, value in given.items():
         if value is not None and not bayesian:
-            raise CommandError(
-                f"{option} {value} applies to a Bayesian model (a bayesian or rank1 model, or "
+            raise CommandError(  # (:g: "--prior-scale 1" as typed, not Python's 1.0)
+                f"{option} {value:g} applies to a Bayesian model (a bayesian or rank1 model, or "
                 "--method bayesian / last-layer / rank1), which has a prior and posterior "
                 f"draws; {args.model} has none. Leave {option} out"
             )

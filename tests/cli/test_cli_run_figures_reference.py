@@ -217,7 +217,7 @@ def test_the_same_seed_trains_the_same_run_and_another_seed_another(run, tmp_pat
         (["fit", "mlp", "--device", "cuda"], "--device cuda asked for CUDA, but torch sees no GPU"),
         (["fit", "mlp", "--device", "gpu"], "--device 'gpu' is not a torch device"),
         (["fit", "mlp", "--train-size", "70000"], "Expected --train-size to be an integer in"),
-        (["fit", "mlp", "--kl-weight", "1"], "--kl-weight 1.0 applies to a Bayesian model"),
+        (["fit", "mlp", "--kl-weight", "1"], "--kl-weight 1 applies to a Bayesian model"),
         (["fit", "bayesian-mlp", "--members", "3"], "--members 3 applies to a BatchEnsemble"),
         (["fit", "mlp", "--method", "plain"], "--method applies to a factory"),
         (["fit", "mlp", "--dataset", "fashion-mnist"], "which pyrouq does not bundle"),
