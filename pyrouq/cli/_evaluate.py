@@ -156,6 +156,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         sys.path[:] = paths
 
 
+def _run_model(config: dict[str, Any], model: Any) -> str:
+    """The run's model as `pyrouq fit` was given it (``batchensemble-mlp``, a factory with its
+    ``--method``), as its refusals name it; the class of ``model`` for a run that records
+    none."""
+    name, method = config.get("model"), config.get("method")
+    if not isinstance(name, str) or not name:
+        return type(model).__name__
+    return f"{name} --method {method}" if isinstance(method, str) and method else name
+
+
 def _evaluate_run(
     args: argparse.Namespace,
     run: Path,
@@ -180,8 +190,9 @@ def _evaluate_run(
         )
     if saved.guide is None and args.num_samples is not None:
         raise CommandError(
-            f"--num-samples applies to Bayesian models; {type(saved.model).__name__} has fixed "
-            "members (or one network). Leave it out"
+            f"--num-samples {args.num_samples} applies to a Bayesian model, which has posterior "
+            f"draws; the run's model, {_run_model(config, saved.model)}, has fixed members (or "
+            "is one network). Leave --num-samples out"
         )
     num_samples = None
     if saved.guide is not None:

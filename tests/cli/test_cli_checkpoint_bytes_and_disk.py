@@ -194,3 +194,13 @@ def test_a_gpu_index_torch_does_not_see_is_told_as_such(plain_run, tmp_path, cap
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     err = one_line_error(capsys, ["evaluate", str(plain_run), "--device", "cuda:2"])
     assert "torch sees 2 GPUs here (cuda:0 to cuda:1)" in err
+
+
+def test_evaluate_names_the_runs_model_as_fit_was_given_it(plain_run, capsys):
+    """evaluate --num-samples of a run without draws named the class ('MLP has fixed members'),
+    where fit's refusal of it names the model it was given (mlp, a factory), and the value."""
+    err = one_line_error(capsys, ["evaluate", str(plain_run), "--num-samples", "2"])
+    assert err == (
+        "pyrouq: error: --num-samples 2 applies to a Bayesian model, which has posterior draws; "
+        "the run's model, mlp, has fixed members (or is one network). Leave --num-samples out\n"
+    )
