@@ -14,8 +14,8 @@ def real_device(caller: str, model: Any, guide: Any = None) -> Any:
     on the meta device" where the model held no tensors (a Pyro model function), and one
     beside a model on the CPU was told to move the guide ``guide.to(device)``, which copies
     no values out of it."""
-    for name, module in (("model", model), ("guide", guide)):
-        device = module_device(module)
+    devices = {"model": module_device(model), "guide": module_device(guide)}  # (each once)
+    for name, device in devices.items():
         if device is not None and device.type == "meta":
             raise ValueError(
                 f"{caller}: the {name} is on the meta device (shapes, no values), as one built "
@@ -23,4 +23,5 @@ def real_device(caller: str, model: Any, guide: Any = None) -> Any:
                 f"Build it on the CPU, or load its weights: {name}.to_empty(device='cpu'), "
                 "then load_state_dict."
             )
-    return module_device(model, guide)
+    model_device = devices["model"]  # (as module_device(model, guide): the model's first)
+    return model_device if model_device is not None else devices["guide"]
