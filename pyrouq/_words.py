@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 __all__ = [
     "CASE",
@@ -112,11 +112,16 @@ def close_names(given: str, names: Collection[str], n: int = 1) -> list[str]:
     return close
 
 
-def close_hint(given: str, names: Collection[str]) -> str:
+def close_hint(
+    given: str, names: Collection[str], other_words: Mapping[str, str] | None = None
+) -> str:
     """For the message refusing ``given`` as one of ``names`` (lower case): :func:`slip_hint`'s
     question where it only slipped from one of them, else :func:`did_you_mean` of the name
-    closest to it (a typo: `` (did you mean 'round_to'?)``), else ``""``."""
-    return slip_hint(given, names) or did_you_mean(close_names(given, names))
+    that ``other_words`` gives for it (another word for a name, in any case: ``"normal"`` for
+    ``"gaussian"``), else of the name closest to it (a typo: `` (did you mean
+    'round_to'?)``), else ``""``."""
+    other = (other_words or {}).get(given.strip().lower())
+    return slip_hint(given, names) or did_you_mean([other] if other else close_names(given, names))
 
 
 def flag_fix(name: str, value: object) -> str:

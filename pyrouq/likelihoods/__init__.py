@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pyrouq._words import close_names, did_you_mean, slip_hint
+from pyrouq._words import close_hint
 from pyrouq.likelihoods._base import Likelihood
 from pyrouq.likelihoods._categorical import Categorical
 from pyrouq.likelihoods._gaussian import NOISE_SITE as NOISE_SITE
@@ -40,11 +40,7 @@ _OTHER_WORDS = {"normal": "gaussian", "gauss": "gaussian"}
 def _name_hint(name: object) -> str:
     """The question the refusal of an unknown likelihood ``name`` asks: its slip (``"Gaussian"``),
     another word for it (``"normal"``), else the name close to a typo (``"categorial"``)."""
-    hint = slip_hint(name, _LIKELIHOODS)
-    if hint or not isinstance(name, str):
-        return hint
-    other = _OTHER_WORDS.get(name.strip().lower())
-    return did_you_mean([other] if other else close_names(name, _LIKELIHOODS))
+    return close_hint(name, _LIKELIHOODS, _OTHER_WORDS) if isinstance(name, str) else ""
 
 
 def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
