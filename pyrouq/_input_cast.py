@@ -72,14 +72,20 @@ def stored_dtype(guide: Any) -> torch.dtype | None:
 
 
 def latent_dtype_refusal(
-    err: BaseException, model: Any, guide: Any, x: torch.Tensor, y: torch.Tensor
+    err: BaseException,
+    model: Any,
+    guide: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    caller: str = "fit()",
 ) -> str | None:
     """Why a Pyro model of the user's own without floating parameters failed on ``x``
     (torch's words on a dtype, ``err``) where its guide holds no parameters yet to cast ``x``
     to: its latent sites, drawn from its priors (read off a trace of ``model(x, y)`` up to the
-    error), are of another dtype than ``x``; and what to do. None for another error, and for a
-    model or guide that holds floating parameters (``x`` was cast to their dtype: serving it
-    in another would change nothing)."""
+    error), are of another dtype than ``x``; and what to do, in ``caller``'s words (fit()'s
+    first run, or a diagnostic of a guide not fitted yet, an autoguide building itself on x).
+    None for another error, and for a model or guide that holds floating parameters (``x``
+    was cast to their dtype: serving it in another would change nothing)."""
     said = _dtype_words(err, model, guide, x)
     if said is None:
         return None
@@ -101,6 +107,15 @@ def latent_dtype_refusal(
         return None
     dtype, names, cast = _told(other)
     name = type(model).__name__
+    if caller != "fit()":  # a diagnostic: its guide is not fitted (fit() builds it on x)
+        return (
+            f"{caller}: {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, "
+            f"but x is {x.dtype}, and torch does not mix the two ({type(err).__name__}: "
+            f"{said}). Its guide holds no parameters yet to take the dtype from: it has not "
+            "been fitted (a fitted guide's dtype is what x is cast to). Fit it first, "
+            f"pyrouq.fit(model, guide, ...), or pass x in {dtype} ({cast}), or build {name}'s "
+            f"priors in {x.dtype}."
+        )
     return (
         f"fit(): {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, but "
         f"train_loader's inputs are {x.dtype}, and torch does not mix the two "

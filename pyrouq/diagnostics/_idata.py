@@ -189,7 +189,8 @@ def to_inference_data(
         x or y not a tensor; an MCMCResult given as the guide, or with a guide; a guide
         passed as the model (the two swapped); integer, bool or complex x for a pyrouq model
         (but the indices of a network holding an ``nn.Embedding``; a Pyro model of one's own
-        takes them as they are).
+        takes them as they are); x of another float dtype than the priors of one's own model
+        whose autoguide is not fitted.
     ValueError
         x and y of different lengths, num_samples < 1, unknown var_names, labels outside
         ``[0, C)`` (or a Pyro model's ``"obs"`` values outside its distribution's support),

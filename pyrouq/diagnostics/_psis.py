@@ -347,7 +347,8 @@ def psis_diagnostic(
     TypeError
         x or y not a tensor; a model or guide that is not callable (a FitResult); an
         MCMCResult as the guide or the model (MCMC draws have no density q(w)); a guide passed
-        as the model (the two swapped); integer, bool or complex x for a pyrouq model.
+        as the model (the two swapped); integer, bool or complex x for a pyrouq model; x of
+        another float dtype than the priors of one's own model whose autoguide is not fitted.
     ValueError
         x and y empty or of different lengths, NaN/inf inputs, num_samples < 25, num_data < 1, no
         guide, the model as its own guide; labels outside ``[0, C)`` (or observed values outside

@@ -17,6 +17,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._distribution_parts import innermost_distribution
+from pyrouq._input_cast import latent_dtype_refusal
 from pyrouq._mismatch import input_mismatch, restated
 from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
 from pyrouq._util import global_streams_kept
@@ -58,7 +59,13 @@ def _replayed_draws(
     for s in range(num_samples):
         checking = not checked
         with pyro.validation_enabled(checking and validate):
-            guide_trace = poutine.trace(guide).get_trace(x, y)
+            try:
+                guide_trace = poutine.trace(guide).get_trace(x, y)
+            except RuntimeError as err:  # an autoguide not fitted, building itself on x
+                said = latent_dtype_refusal(err, model, guide, x, y, caller) if not s else None
+                if said is not None:
+                    raise TypeError(said) from err
+                raise
             if s == 0:  # before the model runs on them
                 drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
                 check_draws(model, drawn, caller)

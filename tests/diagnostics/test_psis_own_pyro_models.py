@@ -251,3 +251,31 @@ def test_a_k_hat_just_below_a_threshold_is_not_shown_at_it(monkeypatch, k, readi
     result = pyrouq.psis_diagnostic(model, guide, x, y, num_samples=25)
     assert result.k_hat == k
     assert result.interpretation.startswith(reading), result.interpretation
+
+
+@pytest.mark.parametrize("fn", ["psis_diagnostic", "to_inference_data"])
+def test_an_unfitted_autoguide_on_float64_inputs_is_told_to_fit_it_or_cast_x(fn):
+    """An AutoNormal not fitted yet builds itself on x: on float64 x its run of the model
+    (float32 priors) failed in torch's bare 'mat1 and mat2 must have the same dtype', Pyro's
+    site shapes after it (the inputs' cast reads a built guide's dtype, and it had none)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    model = Softmax()
+    guide = AutoNormal(model)
+
+    def call(inputs):
+        kw = {"num_samples": 25} if fn == "psis_diagnostic" else {"num_samples": 4}
+        return getattr(pyrouq, fn)(model, guide, inputs, y, **kw)
+
+    with pytest.raises(TypeError) as info:
+        call(x.double())
+    assert str(info.value) == (
+        f"{fn}(): Softmax draws its latent sites ('fc.weight', 'fc.bias') in torch.float32, its "
+        "priors' dtype, but x is torch.float64, and torch does not mix the two (RuntimeError: "
+        "mat1 and mat2 must have the same dtype, but got Double and Float). Its guide holds no "
+        "parameters yet to take the dtype from: it has not been fitted (a fitted guide's dtype "
+        "is what x is cast to). Fit it first, pyrouq.fit(model, guide, ...), or pass x in "
+        "torch.float32 (x.float()), or build Softmax's priors in torch.float64."
+    )
+    pyrouq.fit(model, guide, pyrouq.ArrayLoader(x, y, 20), epochs=1, progress=False)
+    assert call(x.double()) is not None  # the first fix: x is cast to the fitted guide's dtype
