@@ -383,7 +383,7 @@ def _check_savable(model: Any, spec: str, method: str) -> None:
 
 # pyrouq._util.check_held's error, naming prior_scale= or a site's prior (Python's words)
 _HELD = re.compile(
-    r"Expected (?:prior_scale|the prior scale of .*?) to be a positive finite (torch\.\w+) "
+    r"Expected (?:prior_scale|prior=|the prior scale of .*?) to be a positive finite (torch\.\w+) "
     r"\(.*?; at most ([^)]*)\), got \S+, which \S+ holds as (\S+?)\."
 )
 

@@ -272,19 +272,24 @@ def _site_prior(
     shape: torch.Size,
     device: Any = None,
     dtype: torch.dtype | None = None,
+    every: bool = False,
 ) -> SitePrior:
     """A :class:`SitePrior` of ``site`` from a float (the scale of a zero-mean Normal) or a
     univariate distribution (expanded to the site's shape), its floating parameters on
     ``device`` and in ``dtype`` (the site's template parameter's; by default a
-    distribution's own and torch's default for a float)."""
+    distribution's own and torch's default for a float). ``every``: ``value`` is the one
+    ``prior=`` given for every site, which a refusal names so (not as this site's alone)."""
+    subject = "prior=" if every else f"The prior of {site!r}"
     if is_real(value):
+        scale_of = "prior=" if every else f"the prior scale of {site!r}"
         scale = check_positive_float(
-            f"the prior scale of {site!r}",
+            scale_of,
             value,
             "A float prior is the standard deviation s of Normal(0, s); pass e.g. 1.0.",
         )
         kind = dtype or torch.get_default_dtype()
-        check_held(f"the prior scale of {site!r}", scale, kind, "the site's dtype", "Pass 1.0.")
+        whose = "the weights' dtype" if every else "the site's dtype"
+        check_held(scale_of, scale, kind, whose, "Pass 1.0.")
         params = {
             "loc": torch.tensor(0.0, device=device, dtype=dtype),
             "scale": torch.tensor(scale, device=device, dtype=dtype),
@@ -309,9 +314,10 @@ def _site_prior(
                     if built and isinstance(named, dict) and set(named) == {"loc", "scale"}
                     else f"; pass an instance with its parameters, e.g. {shown}(...)"
                 )
+        by_site = " (or a dict of them by site name)" if every else ""
         raise TypeError(
-            f"The prior of {site!r} must be a float (the scale of Normal(0, s)) or a "
-            f"pyro.distributions distribution, got {got}{hint}."
+            f"{subject} must be a float (the scale of Normal(0, s)) or a pyro.distributions "
+            f"distribution{by_site}, got {got}{hint}."
         )
     base = value
     while isinstance(base, torch.distributions.Independent):
@@ -319,16 +325,28 @@ def _site_prior(
     if isinstance(base, dist.ExpandedDistribution):
         base = base.base_dist
     if base.event_shape:
+        shaped = (
+            f"each site's shape ({site!r}: {tuple(shape)})"
+            if every
+            else f"the site's shape {tuple(shape)}"
+        )
         raise ValueError(
-            f"The prior of {site!r} must be univariate (event_shape ()), expanded to the site's "
-            f"shape {tuple(shape)} by pyrouq; got {base} with event_shape "
-            f"{tuple(base.event_shape)}. Pass e.g. dist.Normal(0.0, 1.0)."
+            f"{subject} must be univariate (event_shape ()), expanded to {shaped} by pyrouq; "
+            f"got {base} with event_shape {tuple(base.event_shape)}. Pass e.g. "
+            "dist.Normal(0.0, 1.0)."
         )
     try:
         broadcast = torch.broadcast_shapes(base.batch_shape, shape)
     except RuntimeError:
         broadcast = None
     if broadcast != shape:
+        if every:  # one prior for sites of several shapes
+            raise ValueError(
+                f"prior= has batch_shape {tuple(base.batch_shape)}, which does not broadcast to "
+                f"the shape {tuple(shape)} of site {site!r}, one of the sites it is the prior "
+                "of. Pass a scalar distribution, or a dict of priors by site name, prior="
+                f"{{{site!r}: a prior of its shape, ...}}."
+            )
         raise ValueError(
             f"The prior of {site!r} has batch_shape {tuple(base.batch_shape)}, which does not "
             f"broadcast to the site's shape {tuple(shape)}. Pass a scalar distribution or one "
@@ -336,7 +354,7 @@ def _site_prior(
         )
     if isinstance(innermost_distribution(value), dist.Delta):  # masked ones too
         raise ValueError(
-            f"The prior of {site!r} is a Delta, which fixes the weight: a guide's KL to it is "
+            f"{subject} is a Delta, which fixes the weight: a guide's KL to it is "
             "infinite. Leave the parameter out of select= (a point estimate, trained by fit()) "
             "or fix it yourself (param.requires_grad_(False)) before converting."
         )
@@ -421,7 +439,8 @@ def resolve_priors(
             value = prior if _library_built(prior) else prior(site, param)
         else:
             value = prior
-        out[site] = _site_prior(value, site, param.shape, param.device, param.dtype)
+        every = value is prior and not isinstance(prior, Mapping)  # (not a function's result)
+        out[site] = _site_prior(value, site, param.shape, param.device, param.dtype, every)
         if isinstance(value, torch.distributions.Distribution):
             grads = [k for k, v in _parameters_of(value).items() if v.requires_grad]
             if grads:

@@ -207,6 +207,18 @@ def test_a_prior_scale_the_weights_cannot_hold_names_the_option(
     assert "prior_scale" not in err
 
 
+def test_a_prior_scale_a_factorys_weights_cannot_hold_names_the_option(tmp_path, capsys):
+    """--method bayesian passes --prior-scale as bayesian()'s one prior=, whose refusal names
+    prior= (since it stopped naming the first site's prior): still told as the option."""
+    argv = ["fit", "pyrouq.models:MLP", "--method", "bayesian", "--prior-scale", "1e-50"]
+    err = one_line_error(capsys, [*argv, "--epochs", "1", "--train-size", "64", "--out",
+                                  str(tmp_path / "r")])  # fmt: skip
+    assert err.startswith(
+        "pyrouq: error: --prior-scale 1e-50 is 0 in torch.float32, the precision of the "
+        "network's weights (at most 3.4e+38); pass a --prior-scale it holds, e.g. the default 1"
+    ), err
+
+
 def test_an_empty_world_size_is_one_process(capsys, monkeypatch):
     # `WORLD_SIZE= pyrouq data` said "invalid literal for int() with base 10: ''"
     monkeypatch.setenv("WORLD_SIZE", "")

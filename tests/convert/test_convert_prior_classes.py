@@ -75,9 +75,13 @@ def test_a_distribution_class_is_told_the_instance_its_parameters_make(prior, to
     neither Normal64 nor FanInNormal is in pyro.distributions: the hint said so for each."""
     with pytest.raises(TypeError) as refused:
         bayesian(nn.Sequential(nn.Linear(3, 2)), prior=prior)
+    # one prior= for every site is named so (it was 'The prior of '0.weight'', the first
+    # site's alone); a dict's entry by the site it is the prior of
+    subject = "The prior of '0.weight'" if isinstance(prior, dict) else "prior="
+    by_site = "" if isinstance(prior, dict) else " (or a dict of them by site name)"
     assert str(refused.value) == (
-        "The prior of '0.weight' must be a float (the scale of Normal(0, s)) or a "
-        f"pyro.distributions distribution, got {told}"
+        f"{subject} must be a float (the scale of Normal(0, s)) or a pyro.distributions "
+        f"distribution{by_site}, got {told}"
     )
 
 

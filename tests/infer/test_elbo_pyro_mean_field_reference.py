@@ -402,7 +402,8 @@ def test_max_plate_nesting_none_is_not_given():
 def test_a_tensor_given_as_a_prior_says_to_pass_a_number(how):
     scale = torch.tensor(0.5)
     prior = {"float": scale, "dict": {"0": scale}, "callable": lambda name, p: scale}[how]
-    with pytest.raises(TypeError, match=r"The prior of '0.weight' must be a float \(the scale "
-                       r"of Normal\(0, s\)\) or a pyro.distributions distribution, got Tensor "
+    subject = r"prior=" if how == "float" else r"The prior of '0.weight'"  # (one for all)
+    with pytest.raises(TypeError, match=subject + r" must be a float \(the scale of Normal\(0, "
+                       r"s\)\) or a pyro.distributions distribution.*, got Tensor "
                        r"\(a tensor: pass a Python number, e\.g\. float\(t\)"):  # fmt: skip
         bayesian(_net(), prior=prior)

@@ -186,8 +186,10 @@ def test_a_size_refused_says_what_to_pass(make, name, example):
 def test_bayesian_refuses_a_float_prior_its_dtype_cannot_hold(scale):
     """bayesian(net, prior=1e-50) built a Normal(0, 0) prior that Pyro refused at the first
     forward; 1e40 an infinite one."""
-    with pytest.raises(ValueError, match=r"prior scale of '0.weight' to be a positive finite"):
+    with pytest.raises(ValueError, match=r"^Expected prior= to be a positive finite torch\.flo"):
         pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(3, 2)), prior=scale)
+    with pytest.raises(ValueError, match=r"prior scale of '0.weight' to be a positive finite"):
+        pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(3, 2)), prior={"0": scale})
 
 
 def test_a_numpy_flag_is_recorded_in_the_config_as_a_bool():

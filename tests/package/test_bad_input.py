@@ -492,8 +492,17 @@ CASES = {
     "bayesian: prior that does not fit its site": (
         lambda tmp: bayesian(_residual(), prior=pyro.distributions.Normal(torch.zeros(7), 1.0)),
         ValueError,
-        r"prior of 'conv.weight' has batch_shape \(7,\), which does not broadcast to the site's "
-        r"shape \(4, 1, 3, 3\)",
+        r"^prior= has batch_shape \(7,\), which does not broadcast to the shape \(4, 1, 3, 3\) "
+        r"of site 'conv.weight', one of the sites it is the prior of\. Pass a scalar "
+        r"distribution, or a dict of priors by site name",  # (one prior=, not the site's alone)
+    ),
+    "bayesian: a site's prior that does not fit it": (
+        lambda tmp: bayesian(
+            _residual(), prior={"conv.weight": pyro.distributions.Normal(torch.zeros(7), 1.0)}
+        ),
+        ValueError,
+        r"The prior of 'conv.weight' has batch_shape \(7,\), which does not broadcast to the "
+        r"site's shape \(4, 1, 3, 3\)\. Pass a scalar distribution or one of the site's shape",
     ),
     "bayesian: negative prior scale": (
         lambda tmp: bayesian(_residual(), prior={"conv.bias": -1.0}),

@@ -92,10 +92,11 @@ def test_fit_refuses_a_tensor_as_callbacks_in_its_own_words():
 def test_bayesian_refuses_a_distribution_class_as_the_prior(prior, name):
     """``prior=dist.Normal`` was called as a prior function, dist.Normal('0.weight', param),
     and torch's "Input arguments must all be instances of Number" came out."""
+    subject = r"The prior of '0\.weight'" if isinstance(prior, dict) else r"prior="
     with pytest.raises(
         TypeError,
-        match=rf"The prior of '0\.weight' must be a float \(the scale of Normal\(0, s\)\) or a "
-        rf"pyro\.distributions distribution, got the class {name} itself; pass an instance, "
+        match=rf"{subject} must be a float \(the scale of Normal\(0, s\)\) or a "
+        rf"pyro\.distributions distribution.*, got the class {name} itself; pass an instance, "
         rf"e\.g\. dist\.{name}\(0\.0, 1\.0\)\.",
     ):
         bayesian(nn.Sequential(nn.Linear(3, 2)), prior=prior)
