@@ -105,7 +105,7 @@ def refuse_ood_string(ood: Any) -> None:
         )
     raise TypeError(
         f"Expected ood to be predictions on out-of-distribution inputs, got the string {ood!r} "
-        f"(a file or a data set's name?). {_PREDICT_FIRST}."
+        f"(a file or a data set's name?). {_predict_first('evaluate()')}."
     )
 
 
