@@ -21,10 +21,10 @@ OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
 _OOD_SCORES: tuple[str, ...] = get_args(OODScore)
 
 
-def _predict_first(where: str) -> str:
+def _predict_first(where: str, inputs: str = "ood_inputs") -> str:
     return (
         f"{where} scores predictions, not inputs: predict on them first, "
-        "ood=pyrouq.predict(model, ood_inputs, guide), as for the in-distribution ones"
+        f"ood=pyrouq.predict(model, {inputs}, guide), as for the in-distribution ones"
     )
 
 
@@ -39,19 +39,22 @@ def check_ood_predictions(
     ``(M, 28, 28)`` images (they were told to apply a softmax, or to convert a uint8 dtype);
     probabilities of another C are left to the check of C. ``where``: the function that
     scores them (:func:`~pyrouq.plot_uncertainty_distributions` checks its ood alike). An
-    array (numpy's) is checked as the tensor it makes: inputs given so are told to predict on
-    them, not to convert them first (then told to predict)."""
-    kind = "a tensor"
+    array (numpy's, a list) is checked as the tensor it makes: inputs given so are told to
+    predict on that tensor (predict() takes no array), not to convert them first (then told to
+    predict)."""
+    kind, inputs = "a tensor", "ood_inputs"
     if not isinstance(ood, Tensor) and is_array_like(ood):
+        name = type(ood).__name__
+        named = f"a {name}" if isinstance(ood, (list, tuple)) else f"an array ({name})"
         try:
-            ood, kind = torch.as_tensor(ood), f"an array ({type(ood).__name__})"
+            ood, kind, inputs = torch.as_tensor(ood), named, "torch.as_tensor(ood_inputs)"
         except (TypeError, ValueError, RuntimeError):
             pass  # (batches in a list: told below; else by the check of the probabilities)
     if isinstance(ood, Tensor) and ood.dim() > 3 and not _sums_to_one(ood):
         raise ValueError(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
             f"probabilities, got {kind} of shape {tuple(ood.shape)}: the inputs? "
-            f"{_predict_first(where)}."
+            f"{_predict_first(where, inputs)}."
         )
     if (
         isinstance(ood, Tensor)
@@ -66,7 +69,7 @@ def check_ood_predictions(
             f"Expected ood to be predictions on out-of-distribution inputs, (S, N, C) or (N, C) "
             f"probabilities over the C={num_classes} classes of the in-distribution ones, got "
             f"{kind} of shape {tuple(ood.shape)} that holds no probabilities: the inputs? "
-            f"{_predict_first(where)}."
+            f"{_predict_first(where, inputs)}."
         )
     if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):
         return

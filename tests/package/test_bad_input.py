@@ -263,10 +263,19 @@ CASES = {
         r"not inputs: predict on them first, ood=pyrouq\.predict\(model, ood_inputs, guide\)",
     ),
     "metrics: flattened OOD inputs as a numpy array": (  # was: pass torch.as_tensor(ood)
+        # (then: predict(model, ood_inputs), which refuses an array: "Convert an array first")
         lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.rand(3, 64).numpy()),
         ValueError,
         r"got an array \(ndarray\) of shape \(3, 64\) that holds no probabilities: the inputs\? "
-        r"evaluate\(\) scores predictions, not inputs: predict on them first",
+        r"evaluate\(\) scores predictions, not inputs: predict on them first, "
+        r"ood=pyrouq\.predict\(model, torch\.as_tensor\(ood_inputs\), guide\)",
+    ),
+    "metrics: flattened OOD inputs as a list": (  # was: an array (list), predict on ood_inputs
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.rand(3, 64).tolist()),
+        ValueError,
+        r"got a list of shape \(3, 64\) that holds no probabilities: the inputs\? evaluate\(\) "
+        r"scores predictions, not inputs: predict on them first, "
+        r"ood=pyrouq\.predict\(model, torch\.as_tensor\(ood_inputs\), guide\)",
     ),
     "metrics: uint8 OOD images of 3 dims where their predictions go": (  # was: .double()
         lambda tmp: metrics.evaluate(
