@@ -91,9 +91,10 @@ def given_model(model: Any, keep_compiled: bool = False) -> Any:
 
 def _compiled_around(compiled: Any, model: Any) -> Any:
     """``compiled`` (``model`` itself, or a ``torch.compile`` wrapper holding it) as it is
-    where only compile wrappers lie between the two, else a ``torch.compile`` wrapper of
-    ``model`` with ``compiled``'s compiler settings (its ``dynamo_ctx``: the backend, mode
-    and options it was given)."""
+    where only compile wrappers lie between the two, else ``model`` compiled with
+    ``compiled``'s compiler settings: its ``dynamo_ctx`` (the backend, mode, options,
+    ``fullgraph`` and ``dynamic`` it was given) called on ``model``, as torch.compile calls
+    it to make its wrapper."""
     inner = compiled
     while inner is not model:
         if isinstance(inner, _PARALLEL):
@@ -102,7 +103,7 @@ def _compiled_around(compiled: Any, model: Any) -> Any:
     else:
         return compiled
     settings = vars(compiled).get("dynamo_ctx")
-    if settings is None:  # (a torch whose wrapper keeps them otherwise)
+    if not callable(settings):  # (a torch whose wrapper keeps them otherwise)
         raise TypeError(
             f"Got torch.compile() of a {type(inner).__name__} holding {type(model).__name__}; "
             f"pyrouq runs the module inside the {type(inner).__name__} (fit() averages the "
@@ -111,4 +112,4 @@ def _compiled_around(compiled: Any, model: Any) -> Any:
             f"with again. Pass torch.compile(model), or {type(inner).__name__}(torch.compile("
             "model)): compile inside the parallel wrapper."
         )
-    return type(compiled)(model, settings)
+    return settings(model)

@@ -230,6 +230,9 @@ def test_a_compiled_ddp_of_a_plain_network_runs_the_network_compiled_again(gloo_
     for keep in (False, True):
         inner = given_model(compiled, keep_compiled=keep)
         assert inner._orig_mod is net and inner.dynamo_ctx is compiled.dynamo_ctx
+        # made as torch.compile makes its wrapper (its settings called on net), not by
+        # OptimizedModule's constructor, which left out torch's get_compiler_config()
+        assert inner.get_compiler_config() is compiled.get_compiler_config()
     kept = _compile(DP(net))  # (a DataParallel's forward is run as it is)
     assert given_model(kept) is kept and given_model(DDP(kept)) is kept
     calls, reductions = [], []
