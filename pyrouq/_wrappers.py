@@ -52,7 +52,7 @@ def uncompiled(module: Any) -> Any:
 def given_model(model: Any, keep_compiled: bool = False) -> Any:
     """The model a public function (predict(), fit(), the diagnostics, mcmc(),
     mean_field_guide()) works on when given a wrapped one, and the guide (predict(), fit(),
-    the diagnostics, save()): a guide, no pyrouq model, comes out of DDP as any other module.
+    the diagnostics): a guide, no pyrouq model, comes out of DDP as any other module.
 
     A pyrouq model (:func:`~pyrouq.bayesian`, :func:`~pyrouq.batchensemble`,
     :func:`~pyrouq.rank1`) comes out of every wrapper: pyrouq reads its members, sites and

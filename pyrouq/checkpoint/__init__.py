@@ -54,7 +54,7 @@ from pyrouq._default_device import cpu_default
 from pyrouq._meta_device import real_device
 from pyrouq._util import class_name, has_latent_sites, takes_labels
 from pyrouq._words import article
-from pyrouq._wrappers import given_model, unwrapped
+from pyrouq._wrappers import unwrapped
 from pyrouq.checkpoint._apart import untie_saved_apart
 from pyrouq.checkpoint._checks import (
     check_store_params,
@@ -183,8 +183,9 @@ def save(
         same parameters), a ``DistributedDataParallel`` one as the module it wraps
         (``.module``), which load into a plain skeleton.
     guide : MeanFieldGuide, optional
-        The posterior fit() fitted; one in ``DistributedDataParallel`` is saved as its
-        ``.module``. (An :class:`~pyrouq.MCMCResult` is saved alone.)
+        The posterior fit() fitted; one in a wrapper (``DistributedDataParallel``,
+        ``DataParallel``, ``torch.compile``) is saved as the guide inside it. (An
+        :class:`~pyrouq.MCMCResult` is saved alone.)
     optimizer : torch optimizer, Pyro optimizer or a state dict, optional
         Saved as its ``state_dict()`` (a Pyro optimizer's ``get_state()``), numpy's numbers in
         it as Python's (``lr=np.float64(1e-3)``). A learning-rate scheduler or a module is
@@ -280,8 +281,9 @@ def save_run(
             "save(path, result). After load(path), set result.model = model for arviz."
         )
     # torch.compile(net), DDP(net): saved as net, which load() rebuilds from a plain skeleton
-    # (the wrappers' parameter names, "_orig_mod."..., "module."..., would need a wrapped one)
-    model, guide = unwrapped(model), given_model(guide)  # (DDP(guide): its module)
+    # (the wrappers' parameter names, "_orig_mod."..., "module."..., would need a wrapped one);
+    # a guide in any of them as the guide (DDP(guide), torch.compile(guide): its module)
+    model, guide = unwrapped(model), unwrapped(guide)
     try:  # (torch's words: "Cannot copy out of meta tensor; no data!")
         real_device("save()", model, guide)
     except ValueError as err:

@@ -269,6 +269,17 @@ def test_a_ddp_wrapped_guide_is_taken_as_its_module_outside_fit(gloo_group, tmp_
     assert torch.equal(restored.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
 
 
+def test_save_stores_a_guide_in_any_wrapper_as_the_guide(tmp_path):
+    # save(path, model, DataParallel(guide)) or torch.compile(guide) said "save() can store a
+    # MeanFieldGuide, got DataParallel. Build the guide with mean_field_guide(model)" (it was
+    # one): 70340ab took DDP(guide) alone out of its wrapper, as save() takes a model out of all
+    model = bayesian(_net(), num_data=6)
+    guide = mean_field_guide(model)
+    for wrapped in (DP(guide), _compile(guide), DP(_compile(guide))):
+        restored = pyrouq.load(pyrouq.save(tmp_path / "m.pt", model, wrapped), module=_net())
+        assert torch.equal(restored.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
+
+
 class _Holder(nn.Module):
     """A module of one's own keeping a pyrouq model as ``_orig_mod`` (no compiled wrapper)."""
 
