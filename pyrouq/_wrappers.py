@@ -1,8 +1,19 @@
-"""The module inside the wrappers a model may come in: ``DistributedDataParallel``,
-``DataParallel`` (their ``.module``) and ``torch.compile``'s (its ``_orig_mod``), each holding
-the same parameters. A user training under DDP passes the wrapped object on to the rest of the
-API; :func:`unwrapped` takes them all off (what :func:`pyrouq.save` stores),
-:func:`given_model` those that the public functions taking a model see through."""
+"""The wrappers a model or guide may come in, and what pyrouq takes off them.
+
+Three wrappers hold a module with the same parameters: ``DistributedDataParallel`` and
+``DataParallel`` (as ``.module``) and ``torch.compile``'s ``OptimizedModule`` (as
+``_orig_mod``). A user training under DDP passes the wrapped object on to the rest of the API,
+and each function here says how far in to look:
+
+* :func:`unwrapped`: every wrapper off, however they nest (what :func:`pyrouq.save` stores);
+* :func:`uncompiled`: torch.compile's wrappers off, a parallel one kept;
+* :func:`given_model`: what the public functions run. A pyrouq model comes out of every
+  wrapper; any other module (a plain network, a guide) out of DDP only, whose forward would
+  take part in the group's collectives; a torch.compile wrapper around a DDP is made again,
+  with the same compiler settings, around the module inside it.
+
+A wrapper is told by its class (never by an ``_orig_mod`` or ``module`` attribute alone, which a
+user's own module may have)."""
 
 from __future__ import annotations
 
