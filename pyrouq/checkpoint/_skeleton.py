@@ -160,11 +160,22 @@ CPU paths), which no network a user builds has."""
 def _converted_network(module: nn.Module, record: dict[str, Any]) -> bool:
     """Whether ``module`` is the network inside a converted model (``model.net``, its layers
     rewritten by the conversion) where the saved network was a plain one (a network saved as
-    it sat inside a model, rewritten, takes such a skeleton)."""
+    it sat inside a model, rewritten, takes such a skeleton): it holds the engine's rewritten
+    classes or BatchEnsemble layers that the saved network has not, or holds as buffers of
+    the same shapes the saved network's parameters (a Bayesian model's latent sites), as a
+    network of the user's own class without a Sequential or a pooling does."""
     saved = record.get("modules") or {}
-    return not _REWRITTEN & set(saved.values()) and any(
-        type(m).__name__ in _REWRITTEN for m in module.modules()
-    )
+    classes = set(saved.values()) if isinstance(saved, dict) else set()
+    for m in module.modules():
+        name = type(m).__name__
+        ensemble = getattr(type(m), "_is_batchensemble", False)
+        if (name in _REWRITTEN or ensemble) and name not in classes:
+            return True
+    parameters = record.get("parameters") or {}
+    own = dict(module.named_parameters())
+    buffers = {name: list(b.shape) for name, b in module.named_buffers()}
+    sites = [n for n, shape in parameters.items() if n not in own and buffers.get(n) == shape]
+    return bool(sites)
 
 
 def _first_difference(saved: dict[str, Any], got: dict[str, Any]) -> str | None:

@@ -1320,6 +1320,44 @@ def test_a_converted_model_as_the_skeleton_is_refused_with_the_fix(tmp_path):
     assert load(tmp_path / "m.pt", module=net()).model.network_sites() == model.network_sites()
 
 
+class _TwoLayers(nn.Module):  # a network of one's own class: no Sequential, no pooling
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("convert", ["bayesian", "batchensemble", "rank1"])
+def test_the_net_of_a_converted_network_of_ones_own_class_is_refused_with_the_fix(
+    tmp_path, convert
+):
+    # 8563add named a converted model's .net by the engine's rewritten Sequential or pooling
+    # classes alone: the .net of a network of one's own class, holding neither, was still
+    # told 'parameter 'fc1.weight' is shape (8, 4) in the checkpoint and absent in the
+    # skeleton. Build the module exactly as the saved one was built.', which it was
+    make = {"bayesian": bayesian, "batchensemble": pyrouq.batchensemble, "rank1": pyrouq.rank1}
+    model = make[convert](_TwoLayers(), *([] if convert == "bayesian" else [2]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (saved without a guide: the structure is enough)
+        save(tmp_path / "m.pt", model)
+    with pytest.raises(CheckpointError) as refused:
+        load(tmp_path / "m.pt", module=model.net)
+    assert str(refused.value).startswith(
+        "module= got the network inside a converted pyrouq model (its .net, a _TwoLayers that "
+        "the conversion rewrote), but it takes the plain network the saved model was made from "
+        f"({__name__}._TwoLayers): load(path, module=make_net())"
+    )
+    # the fix it names: the model rebuilt, its weights the saved ones
+    loaded = load(tmp_path / "m.pt", module=_TwoLayers()).model
+    assert type(loaded) is type(model)
+    for (name, a), (_, b) in zip(
+        loaded.state_dict().items(), model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
 def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exactly(tmp_path):
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
 
