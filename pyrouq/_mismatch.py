@@ -35,11 +35,13 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
 )
+_TYPE = r"(?:float|double|c10::\w+|long int|int|short int|signed char|unsigned char|bool)"
 _DTYPES = re.compile(  # torch's words on mixed dtypes (a convolution's with a bias: its own)
-    r"dtype|scalar type|Input type \((?:float|double|c10::\w+)\) and \w+ type \((?:float|double|"
-    r"c10::\w+)\) should be the same",
+    rf"dtype|scalar type|Input type \({_TYPE}\) and \w+ type \({_TYPE}\) should be the same",
     re.I,
 )
+_INTEGERS = re.compile(r"\b(?:long|int|short|char|byte|bool|u?int(?:8|16|32|64))\b", re.I)
+_FLOATS = re.compile(r"\b(?:float|double|half|bfloat16)\b", re.I)
 _INDICES = re.compile(r"'indices'|\bfor index\b")  # an embedding's, index_select's, gather's
 _NOT_SIZES = re.compile(  # torch's words on a dtype, a device or an accelerator
     r"dtype|scalar type|same device|should be the same|device type|on device|"
@@ -80,7 +82,9 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     dtypes rather than on the inputs' shape: one dtype for the model and x (x of its draws'
     dtype, uncast), integer ids for a layer that takes indices, or, for integer inputs at a
     layer of floating weights, their route through the network (not its dtype: no model is
-    ``model.to(torch.int64)``). None for other words."""
+    ``model.to(torch.int64)``); for integer inputs where torch's words name two floating dtypes
+    and no integer one (past the ids, layers of two dtypes), one dtype for the model. None for
+    other words."""
     words = torch_words(err)
     if not dtype_words(words):
         return None
@@ -89,6 +93,14 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
             "These are torch's words on dtypes, not on x's shape: a layer takes integer indices "
             f"(an nn.Embedding's ids), and x reached it as {dtype}. Pass the ids as integers "
             "(x.long())"
+        )
+    floats = {name.lower() for name in _FLOATS.findall(words)}
+    if not dtype.is_floating_point and len(floats) > 1 and not _INTEGERS.search(words):
+        return (  # past the ids: layers (or what the forward makes) of two floating dtypes
+            f"These are torch's words on dtypes, not on x's shape: x reached the network as "
+            f"{dtype}, as it came, and they name two floating dtypes, not x's: the network's "
+            "layers, or tensors its forward makes, are not of one dtype. Give the model one "
+            f"dtype (model.to({torch.get_default_dtype()}))"
         )
     if not dtype.is_floating_point:  # ids or a mask in a layer of floating weights: the
         return (  # network's route, not its dtype (model.to(torch.int64) is no model)

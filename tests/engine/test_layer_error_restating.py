@@ -233,6 +233,68 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
     assert call(ids.float().long()) is not None  # the cast it names
 
 
+class _IdsOnward(nn.Module):
+    """Ids sent to a convolution as they are (``"conv"``, torch: 'Input type (long int) and
+    bias type (float) should be the same'), or through an nn.Embedding to a Linear of another
+    floating dtype (``"mixed"``: 'got Float and Double', the ids' route right)."""
+
+    def __init__(self, route: str):
+        super().__init__()
+        self.route, self.embed = route, nn.Embedding(10, 4)
+        self.conv = nn.Conv1d(1, 2, 3)
+        self.fc = nn.Linear(16, 2, dtype=torch.float64 if route == "mixed" else None)
+
+    def forward(self, x):
+        if self.route == "conv":
+            return self.conv(x.unsqueeze(1)).flatten(1)
+        return self.fc(self.embed(x).flatten(1))
+
+
+@pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
+@pytest.mark.parametrize("route", ["conv", "mixed"])
+def test_torchs_words_on_dtypes_past_integer_ids_are_told_as_they_are(caller, route):
+    """1fe3cfc told every dtype error of integer x that the ids reached a layer of floating
+    weights ('send ids through the nn.Embedding before such a layer'): untrue where they went
+    through it and torch's words name two floating dtypes (a float64 Linear after the
+    embedding); and a convolution's words on integer ids were not read as on dtypes at all
+    ('Check that the network takes x (shape, channels, flattening ...)')."""
+    torch.manual_seed(0)
+    ids, y = torch.randint(0, 10, (8, 4)), torch.randint(0, 2, (8,))
+    model = pyrouq.bayesian(_IdsOnward(route))
+
+    def call():
+        guide = pyrouq.mean_field_guide(model)
+        if caller == "fit":
+            return pyrouq.fit(model, guide, pyrouq.ArrayLoader(ids, y, 4), epochs=1,
+                              progress=False)  # fmt: skip
+        if caller == "predict":
+            return pyrouq.predict(model, ids, guide, num_samples=2, progress=False)
+        return pyrouq.mcmc(model, ids, y, num_samples=2, warmup_steps=2, num_chains=1,
+                           progress=False)  # fmt: skip
+
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert "Check that the network takes" not in message
+    if route == "conv":
+        assert "Input type (long int) and bias type (float) should be the same" in message
+        assert (
+            "x reached the network as torch.int64, as it came (a network holding an "
+            "nn.Embedding takes integer inputs), and a layer of floating weights got it"
+        ) in message
+        return
+    assert "mat1 and mat2 must have the same dtype, but got Float and Double" in message
+    assert "send ids through" not in message
+    assert (
+        "These are torch's words on dtypes, not on x's shape: x reached the network as "
+        "torch.int64, as it came, and they name two floating dtypes, not x's: the network's "
+        "layers, or tensors its forward makes, are not of one dtype. Give the model one dtype "
+        "(model.to(torch.float32))"
+    ) in message
+    model.to(torch.float32)  # the fix it names
+    assert call() is not None
+
+
 @pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
 def test_the_check_of_what_the_network_takes_is_worded_once(caller):
     """A later layer refusing what the one before it gave: fit() said 'Check that the network
