@@ -22,20 +22,19 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
     against it (a clear :class:`CheckpointError` where it does not match)."""
     if not isinstance(module, nn.Module):
         raise CheckpointError(_not_a_network(module, record))
+    got = None
     if isinstance(module, (BayesianNetwork, BatchEnsembleNetwork)):
-        raise CheckpointError(
-            f"module= got a {class_name(module)}, a pyrouq model, but it takes the plain "
-            f"network the saved model was made from ({record.get('class', '?')}): load(path, "
-            "module=make_net()), with make_net what built the network before bayesian(), "
-            "batchensemble() or rank1() converted it."
+        got = f"a {class_name(module)}, a pyrouq model,"
+    elif _converted_network(module, record):
+        got = (
+            f"the network inside a converted pyrouq model (its .net, a {class_name(module)} "
+            "that the conversion rewrote),"
         )
-    if _converted_network(module, record):
+    if got is not None:
         raise CheckpointError(
-            f"module= got the network inside a converted pyrouq model (its .net, a "
-            f"{class_name(module)} that the conversion rewrote), but it takes the plain network "
-            f"the saved model was made from ({record.get('class', '?')}): load(path, "
-            "module=make_net()), with make_net what built the network before bayesian(), "
-            "batchensemble() or rank1() converted it."
+            f"module= got {got} but it takes the plain network the saved model was made from "
+            f"({record.get('class', '?')}): load(path, module=make_net()), with make_net what "
+            "built the network before bayesian(), batchensemble() or rank1() converted it."
         )
     lazy = [name for name, t in (*module.named_parameters(), *module.named_buffers())
             if nn.parameter.is_lazy(t)]  # fmt: skip
