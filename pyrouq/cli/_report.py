@@ -160,7 +160,8 @@ def _evaluate(
                 ),
                 "pyrouq",
             )
-    # one network (S = 1) has no disagreement between draws: its mutual information is 0
+    # one network, or one posterior draw (S = 1), has no disagreement between draws: its mutual
+    # information is 0
     single = preds.probs.shape[0] == 1
     score: Literal["entropy", "mutual_information"] = "entropy" if single else "mutual_information"
     metrics: dict[str, Any] = dict(
@@ -180,7 +181,14 @@ def _evaluate(
     metrics["num_samples"] = preds.probs.shape[0]
     metrics["eval_seconds"] = time.perf_counter() - start
     if ood_preds is not None and single:
-        print("(OOD score: predictive entropy; one network has no mutual information)")
+        # a guide's one draw (--num-samples 1) could be more: a network without one cannot
+        one = (
+            "one posterior draw (--num-samples 1) has no mutual information; pass "
+            "--num-samples 2 or more for it"
+            if guide is not None
+            else "one network has no mutual information"
+        )
+        print(f"(OOD score: predictive entropy; {one})")
     elif ood_preds is not None:
         print(f"(OOD score: mutual information; with entropy the AUROC is "
               f"{metrics['ood_auroc_entropy']:.4f})")  # fmt: skip

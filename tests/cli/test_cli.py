@@ -131,6 +131,20 @@ def test_evaluate_calibrates_and_builds_conformal_sets(bayes_run, capsys):
     assert "--conformal must lie in (0, 1)" in err
 
 
+def test_evaluate_one_draw_names_the_draw(bayes_run, capsys):
+    # S = 1 of a Bayesian run is one posterior draw (its MI is 0), not one network
+    argv = ["evaluate", str(bayes_run), "--num-samples", "1", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "(OOD score: predictive entropy; one posterior draw (--num-samples 1) has no mutual "
+        "information; pass --num-samples 2 or more for it)" in printed
+    )
+    assert "one network" not in printed
+    metrics = json.loads((bayes_run / "metrics-evaluate.json").read_text())
+    assert metrics["num_samples"] == 1 and metrics["ood_score"] == "entropy"
+
+
 def test_evaluate_is_reproducible(bayes_run, capsys):
     for _ in range(2):
         assert main(["evaluate", str(bayes_run), "--num-samples", "3", "--ood", "none"]) == 0
@@ -402,6 +416,8 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     assert metrics["num_samples"] == expected.get(method, 1)
     # one network's draws cannot disagree: its OOD score is the entropy, not the MI (always 0)
     assert metrics["ood_score"] == ("entropy" if method == "plain" else "mutual_information")
+    if method == "plain":
+        assert "(OOD score: predictive entropy; one network has no mutual information)" in printed
     assert metrics["ood_auroc"] != 0.5
     # evaluate rebuilds the skeleton by calling the recorded factory
     assert main(["evaluate", str(out), "--ood", "none"]) == 0
