@@ -34,7 +34,7 @@ from pyrouq.checkpoint._describe import (
     upgraded_state,
 )
 from pyrouq.checkpoint._state import load_state
-from pyrouq.checkpoint._wrapped_skeleton import holds_wrapper
+from pyrouq.checkpoint._wrapped_skeleton import check_resumed_wrapper, holds_wrapper
 from pyrouq.convert import SitePrior
 from pyrouq.likelihoods import _LIKELIHOODS
 
@@ -57,6 +57,8 @@ def restore(
     they were (values and dtypes)."""
     if isinstance(source, Checkpoint):
         saved = source
+        where = str(saved.path) if saved.path is not None else "the checkpoint"
+        check_resumed_wrapper(saved.description, model, where)
         model = _as_saved(model, saved.description)
         model_state = saved.model.state_dict()
         guide_state = None if saved.guide is None else saved.guide.state_dict()
@@ -68,6 +70,7 @@ def restore(
                 "resume from a checkpoint that fit(checkpoint=...) wrote."
             )
         description = _parse_description(source, payload["description"])
+        check_resumed_wrapper(description, model, str(source))
         model = _as_saved(model, description)
         with description_errors(source):
             saved = _checkpoint(payload, description, model, guide, source)

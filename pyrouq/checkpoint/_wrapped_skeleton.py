@@ -16,6 +16,7 @@ from pyrouq.checkpoint._describe import CheckpointError
 
 _PARALLEL = (nn.parallel.DistributedDataParallel, nn.DataParallel)
 _PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c.__name__ for c in _PARALLEL}
+_PARALLEL_NAMES = [c.__name__ for c in _PARALLEL]
 
 
 def holds_wrapper(description: Any) -> bool:
@@ -70,15 +71,51 @@ def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: 
     their class), else refused, saying what to pass."""
     if isinstance(module, _PARALLEL) or not isinstance(module, nn.Module):
         return module  # (no module: the description's own refusal says what to pass)
-    inner = (record.get("modules") or {}).get("module", "module")
-    wrap, where = "torch.nn.DataParallel(net)", ""
-    if wrapper == "DistributedDataParallel":
-        wrap = "torch.nn.parallel.DistributedDataParallel(net)"
-        where = " in a process group (one of one process will do)"
+    wrap, where = _how_to_wrap(wrapper)
     raise CheckpointError(
-        f"{str(path)!r} holds a {inner} in {wrapper}, saved with its wrapper (parameters named "
-        f"'module.'...) by an earlier pyrouq, but the skeleton ({class_name(module)}) is not "
-        f"wrapped. Pass load(path, module={wrap}){where}; save the loaded model again to get "
-        f"a file that loads into a plain skeleton (save() now writes the module {wrapper} "
+        f"{str(path)!r} {_held(wrapper, record)}, but the skeleton ({class_name(module)}) is "
+        f"not wrapped. Pass load(path, module={wrap}){where}; save the loaded model again to "
+        f"get a file that loads into a plain skeleton (save() now writes the module {wrapper} "
         "wraps)."
     )
+
+
+def check_resumed_wrapper(description: Any, model: Any, path: str) -> None:
+    """Refuse ``fit(model, resume_from=path)`` of a file holding a ``DataParallel`` or
+    ``DistributedDataParallel`` wrapper (an earlier pyrouq's, ``'module.'`` names) when
+    ``model`` is not in that wrapper, saying what to pass; the structure comparison would
+    otherwise say to rebuild the model, which the saved arguments do not mend."""
+    saved = description.get("model") if isinstance(description, dict) else None
+    found = saved.get("module") if isinstance(saved, dict) else None
+    record: dict[str, Any] = found if isinstance(found, dict) else {}
+    held = record.get("class")
+    if held not in _PARALLEL_CLASSES or not isinstance(model, nn.Module):
+        return
+    wrapper = _PARALLEL_CLASSES[held]
+    if isinstance(model, _PARALLEL[_PARALLEL_NAMES.index(wrapper)]):
+        return
+    wrap, where = _how_to_wrap(wrapper)
+    raise CheckpointError(
+        f"resume_from={path!r} {_held(wrapper, record)}, but the model "
+        f"({class_name(model)}) is not in {wrapper}. Resume with fit({wrap}, "
+        f"resume_from=...){where}; the checkpoints it writes then hold the module {wrapper} "
+        "wraps, which a plain model resumes from."
+    )
+
+
+def _held(wrapper: str, record: dict[str, Any]) -> str:
+    inner = (record.get("modules") or {}).get("module", "module")
+    return (
+        f"holds a {inner} in {wrapper}, saved with its wrapper (parameters named 'module.'...) "
+        "by an earlier pyrouq"
+    )
+
+
+def _how_to_wrap(wrapper: str) -> tuple[str, str]:
+    """The call that wraps ``net`` in ``wrapper``, and where it must run."""
+    if wrapper == "DistributedDataParallel":
+        return (
+            "torch.nn.parallel.DistributedDataParallel(net)",
+            " in a process group (one of one process will do)",
+        )
+    return "torch.nn.DataParallel(net)", ""

@@ -281,7 +281,13 @@ def test_a_run_of_an_earlier_pyrouq_holding_the_data_parallel_wrapper_resumes(tm
     torch.manual_seed(0)
     want = [h.loss for h in run(_net(), 2).history]
     torch.manual_seed(0)
-    path = tmp_path / "old.pt"
+    path = _earlier_data_parallel_run(tmp_path / "old.pt", run)
+    resumed = run(torch.nn.DataParallel(_net()), 2, resume_from=path)
+    assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
+
+
+def _earlier_data_parallel_run(path, run):
+    """A 1-epoch run's file as fit(DataParallel(net), checkpoint=) wrote it before adb6175."""
     run(_net(), 1, checkpoint=path)
     payload = torch.load(path, weights_only=True)
     description = json.loads(payload["description"])
@@ -289,8 +295,30 @@ def test_a_run_of_an_earlier_pyrouq_holding_the_data_parallel_wrapper_resumes(tm
     payload["description"] = json.dumps(description)
     payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
     torch.save(payload, path)
-    resumed = run(torch.nn.DataParallel(_net()), 2, resume_from=path)
-    assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
+    return path
+
+
+def test_a_plain_model_resuming_a_data_parallel_file_is_told_to_wrap_it(tmp_path):
+    # it said the file "holds a Sequential of another module ... Rebuild the model with the
+    # saved arguments", which no rebuilt network mends: only DataParallel(net) takes the names
+    def run(model, epochs, **kwargs):
+        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
+                          lr_schedule="constant", **kwargs)  # fmt: skip
+
+    path = _earlier_data_parallel_run(tmp_path / "old.pt", run)
+    want = (
+        "but the model (Sequential) is not in DataParallel. Resume with "
+        "fit(torch.nn.DataParallel(net), resume_from=...)"
+    )
+    with pytest.raises(CheckpointError, match=re.escape(want)) as info:
+        run(_net(), 2, resume_from=path)
+    assert "holds a Sequential in DataParallel, saved with its wrapper" in str(info.value)
+    saved = load(path, module=torch.nn.DataParallel(_net()))  # a Checkpoint: the same words
+    with pytest.raises(CheckpointError, match=re.escape(want)):
+        run(_net(), 2, resume_from=saved)
+    # what it advises then writes files that a plain model resumes from
+    run(torch.nn.DataParallel(_net()), 2, resume_from=path, checkpoint=tmp_path / "new.pt")
+    assert [h.epoch for h in run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
 
 
 # 6. resuming from a loader that cannot tell N -------------------------------------------------
