@@ -26,6 +26,7 @@ __all__ = [
     "copy_name",
     "copy_renamed",
     "forget_params",
+    "forget_params_since",
     "hold_params",
     "hold_restored",
     "register_children",
@@ -53,6 +54,16 @@ def forget_params(prefix: str) -> None:
     for name, held in list(store.named_parameters()):  # (unconstrained: as registered, and
         if name.startswith(mine) and _REGISTERED.get(id(held)) is held:  # store[name] would
             del store[name]  # transform the others' entries and mark their tensors)
+
+
+def forget_params_since(before: set[str]) -> None:
+    """Remove the entries of Pyro's param store that are not named in ``before`` (its names
+    before a pass that was then refused): a guide function's ``pyro.param`` sites, created in
+    the dtype of its draws, go, so the call the refusal advises creates them from their init
+    in the dtype it names (``pyro.param`` would hand the stored, refused values back)."""
+    store = pyro.get_param_store()
+    for name in set(store.keys()) - before:
+        del store[name]
 
 
 _COPIES = itertools.count()

@@ -31,6 +31,7 @@ from pyrouq._input_cast import guide_draws_refusal, latent_sites_refusal, typed_
 from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch, inputs_fix, restated
+from pyrouq._param_store import forget_params_since
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
@@ -481,9 +482,7 @@ def predict(
                                     err, model, guide, inputs, None, drawn, "predict()"
                                 )
                             if refused is not None:  # a function's draws: their dtype
-                                store = pyro.get_param_store()  # (pyro.param would hand the
-                                for name in set(store.keys()) - stored:  # fix the refused
-                                    del store[name]  # values, not its init of the dtype told)
+                                forget_params_since(stored)
                                 raise TypeError(refused) from err
                             cast = module_dtype(typed_by(model, guide)) is not None
                             fix = inputs_fix(err, inputs.dtype, cast=cast)

@@ -34,6 +34,7 @@ from pyrouq._own_models import (
     observes_something,
     unobserved_sites,
 )
+from pyrouq._param_store import forget_params_since
 from pyrouq._seeded import derived_seed, seed_apart
 from pyrouq._util import (
     ShardedOrder,
@@ -401,10 +402,8 @@ def _own_model_params(
         other = function_guide_refusal(err, model, guide, x, guide_trace)
         if other is None:  # a model's parameters of one dtype, the guide's draws of another
             other = latent_sites_refusal(err, model, guide, x, y, {}, "fit()")
-        if other is not None:  # a guide written as a function, drawing in another dtype:
-            store = pyro.get_param_store()  # what it created goes (pyro.param would hand its
-            for name in set(store.keys()) - names:  # stored values back to the fix, not the
-                del store[name]  # init of the dtype the message says to create them in)
+        if other is not None:  # a guide written as a function, drawing in another dtype
+            forget_params_since(names)
             raise TypeError(other) from err
         raise ValueError(
             f"fit(): {type(model).__name__} and its guide failed on the first batch of "
