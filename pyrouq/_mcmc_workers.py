@@ -244,7 +244,7 @@ def _run_chain(
         )
     kept: dict[str, list[Tensor]] = {}
     stats: dict[str, list[Any]] = {
-        k: [] for k in ("diverging", "step_size", "tree_depth", "energy")
+        k: [] for k in ("diverging", "step_size", "tree_depth", "energy", "lp", "acceptance_rate")
     }
     seen: dict[str, Any] = {}
     _record(sampler, seen)
@@ -261,6 +261,7 @@ def _run_chain(
             for step in range(warmup_steps + num_samples):
                 divergences = len(sampler._divergences)
                 potential = sampler._potential_energy_last
+                mean_accept = sampler._mean_accept_prob
                 seen.clear()
                 params = sampler.sample(params)
                 if bar is not None:
@@ -280,6 +281,12 @@ def _run_chain(
                     stats["tree_depth"].append(int(sampler.num_steps))
                 energy = float(potential) + kinetic if potential is not None else math.nan
                 stats["energy"].append(energy)
+                # the draw's potential energy, cached by the kernel: -log density (unconstrained)
+                drawn = sampler._potential_energy_last
+                stats["lp"].append(-float(drawn) if drawn is not None else math.nan)
+                stats["acceptance_rate"].append(
+                    _accept_prob(mean_accept, sampler._mean_accept_prob, step + 1 - warmup_steps)
+                )
         finally:
             sampler.cleanup()
             if bar is not None:
@@ -290,8 +297,17 @@ def _run_chain(
         "step_size": torch.tensor(stats["step_size"], dtype=torch.float64),
         "tree_depth": torch.tensor(stats["tree_depth"], dtype=torch.int64),
         "energy": torch.tensor(stats["energy"], dtype=torch.float64),
+        "lp": torch.tensor(stats["lp"], dtype=torch.float64),
+        "acceptance_rate": torch.tensor(stats["acceptance_rate"], dtype=torch.float64),
     }
     return samples, out_stats, time.perf_counter() - start
+
+
+def _accept_prob(before: float, after: float, n: int) -> float:
+    """The kernel's acceptance probability of the n-th draw after warm-up (NUTS's mean over the
+    trajectory's states, HMC's Metropolis one), which Pyro keeps only in a running mean,
+    ``after = before + (p - before) / n``: p recovered from it (to ~n * 1e-16)."""
+    return min(max(before + n * (after - before), 0.0), 1.0)
 
 
 _NO_START = (

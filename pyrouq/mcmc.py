@@ -82,8 +82,11 @@ class MCMCResult:
         ``(chain, draw, *site_shape)`` for every latent site, in the constrained space.
     sample_stats : dict of str to Tensor
         ``(chain, draw)``: ``diverging`` (bool), ``step_size``, ``tree_depth`` (NUTS; the
-        number of leapfrog steps for HMC) and ``energy`` (the Hamiltonian at the start of the
-        draw's trajectory, for ``az.bfmi``).
+        number of leapfrog steps for HMC), ``energy`` (the Hamiltonian at the start of the
+        draw's trajectory, for ``az.bfmi``), ``lp`` (the draw's log density in Pyro's
+        unconstrained space, minus its potential energy: the log joint plus the log-Jacobian
+        of the transforms) and ``acceptance_rate`` (the transition's acceptance probability:
+        NUTS's mean over its trajectory, HMC's Metropolis one), named as arviz names them.
     kernel : str
         ``"nuts"`` or ``"hmc"``.
     warmup_steps : int

@@ -110,8 +110,9 @@ def to_inference_data(
     * ``observed_data`` -- ``obs``: ``y``, ``(N,)`` (``(N, D)`` for multi-output regression).
     * ``sample_stats`` -- for an :class:`pyrouq.MCMCResult` only, whose C chains replace the
       one chain above (``(chain=C, draw=S, ...)`` in every group): ``diverging``,
-      ``step_size``, ``tree_depth`` and ``energy``, each ``(C, S)``, as ``az.bfmi`` and
-      arviz's divergence plots read them.
+      ``step_size``, ``tree_depth``, ``energy``, ``lp`` (minus the potential energy) and
+      ``acceptance_rate``, each ``(C, S)``, as ``az.bfmi``, ``az.plot_energy`` and arviz's
+      divergence plots read them (see :class:`pyrouq.MCMCResult`).
 
     Every per-point variable has the dim ``obs_id`` (coordinates ``0..N-1``); ``probs`` also
     has ``class`` (``0..C-1``), ``loc`` and ``scale`` ``output`` (``0..D-1``).

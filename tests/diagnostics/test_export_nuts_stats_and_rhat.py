@@ -25,11 +25,12 @@ from pyrouq import Gaussian, MCMCResult, bayesian, mcmc, to_inference_data
 QUIET = {"progress": False}
 
 
-def test_nuts_sample_stats_are_pyros_own_divergences_step_size_and_energy():
+def test_nuts_sample_stats_are_pyros_own_divergences_step_size_energy_lp_and_acceptance():
     """Each chain of mcmc() rerun by Pyro's MCMC on the chain's seed: the same draws, the
     divergent transitions at the draws Pyro's diagnostics() lists, the final step size, and an
     energy that is the previous draw's potential energy (Pyro's potential_fn) plus a kinetic
-    energy of a momentum drawn afresh, chi-square(d) / 2 with d = 3 latent values."""
+    energy of a momentum drawn afresh, chi-square(d) / 2 with d = 3 latent values; an lp that
+    is the draw's own -potential energy, and acceptance probabilities whose mean is Pyro's."""
     x, y = regression_data()
     model = regression_model()
     result = mcmc(model, x, y, 30, 4, 2, seed=5, parallel=False, **QUIET)
@@ -40,12 +41,28 @@ def test_nuts_sample_stats_are_pyros_own_divergences_step_size_and_energy():
     model.num_data = len(x)
     model.eval()
     _, potential_fn, transforms, _ = initialize_model(model, model_args=(x, y))
-    kinetic = []
+    kinetic, lp = [], []
+    means = []  # Pyro's running mean of the acceptance probability, after each step
+
+    def hook(kernel, *_):
+        means.append(kernel._mean_accept_prob)
+
     for chain in range(2):
         pyro.set_rng_seed(5 + chain)
-        run = MCMC(NUTS(model, jit_compile=False), 30, warmup_steps=4, disable_progbar=True)
+        means.clear()
+        run = MCMC(
+            NUTS(model, jit_compile=False), 30, warmup_steps=4, disable_progbar=True, hook_fn=hook
+        )
         with pyro.validation_enabled(False):
             run.run(x, y)
+        # the draws' mean acceptance probability is the one Pyro's progress bar shows ("acc.
+        # prob"), each draw's in [0, 1]; lp is the draw's log density, -potential energy
+        accept = result.sample_stats["acceptance_rate"][chain]
+        assert float(accept.mean()) == pytest.approx(means[-1], rel=1e-12)
+        assert 0 <= float(accept.min()) < float(accept.max()) <= 1
+        for d in range(30):
+            z = {k: transforms[k](v[chain, d]) for k, v in result.samples.items()}
+            lp.append(float(result.sample_stats["lp"][chain, d]) + float(potential_fn(z)))
         for site, value in run.get_samples().items():
             assert torch.equal(result.samples[site][chain], value)
         diverged = result.sample_stats["diverging"][chain].nonzero().flatten().tolist()
@@ -54,6 +71,7 @@ def test_nuts_sample_stats_are_pyros_own_divergences_step_size_and_energy():
         for d in range(1, 30):
             z = {k: transforms[k](v[chain, d - 1]) for k, v in result.samples.items()}
             kinetic.append(float(result.sample_stats["energy"][chain, d]) - float(potential_fn(z)))
+    assert lp == [0.0] * 60  # (identity transforms: the draws are the sampled z)
     assert 0 < result.divergences < 60  # some draws diverged, not all: the check tells
     assert min(kinetic) > 0
     assert 1.5 - 0.6 < np.mean(kinetic) < 1.5 + 0.6  # E[chi2(3) / 2] = 1.5, sd of mean 0.16

@@ -15,6 +15,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 from _toy import MisbehavesInAWorker
+from pyro.infer.mcmc.util import initialize_model
 from torch import nn
 
 from pyrouq import (
@@ -136,10 +137,21 @@ def test_save_and_load_round_trip(result, tmp_path):
 
 def test_a_latent_noise_is_sampled_too():
     model = bayesian(nn.Linear(2, 1), likelihood=Gaussian(dist.HalfNormal(1.0)))
-    res, *_ = _run(model, num_chains=1, kernel="hmc")
+    res, _, x, y = _run(model, num_chains=1, kernel="hmc")
     assert list(res.samples) == ["weight", "bias", "sigma"]
     assert bool((res.samples["sigma"] > 0).all())
     assert bool((res.sample_stats["tree_depth"] == res.sample_stats["tree_depth"][0, 0]).all())
+    # lp: the draw's log density in Pyro's unconstrained space (sigma's log-Jacobian in it)
+    model.num_data = len(x)
+    _, potential_fn, transforms, _ = initialize_model(model, model_args=(x, y))
+    for d in range(20):
+        z = {k: transforms[k](v[0, d]) for k, v in res.samples.items()}
+        assert float(res.sample_stats["lp"][0, d]) == pytest.approx(-float(potential_fn(z)), 1e-6)
+    # a draw HMC rejected stays where it was: its acceptance probability was below 1
+    accept = res.sample_stats["acceptance_rate"][0]
+    stayed = (res.samples["sigma"][0, 1:] == res.samples["sigma"][0, :-1]).flatten()
+    assert bool(stayed.any()) and bool((accept[1:][stayed] < 1).all())
+    assert bool(((accept >= 0) & (accept <= 1)).all())
 
 
 def test_the_largest_seeds_run_every_chain_and_leave_the_global_state_alone():
