@@ -10,9 +10,10 @@ a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by ``--method``
 and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` reloads a run
 (calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
 images (:mod:`pyrouq.cli._evaluate`). Bad input is a one-line ``pyrouq: error: ...`` on
-stderr and exit code 2; an interrupted training saves the partial run and exits with 130
-(SIGTERM, how a cluster's scheduler preempts a job, is handled as Ctrl-C and exits with 143); a
-closed stdout or stderr (``pyrouq fit MODEL 2>&1 | head -1``) silences the printing only: the
+stderr and exit code 2 (``pyrouq`` alone prints its help and exits 0, as ``--help`` does); an
+interrupted training saves the partial run and exits with 130 (SIGTERM, how a cluster's
+scheduler preempts a job, is handled as Ctrl-C and exits with 143); a closed stdout or stderr
+(``pyrouq fit MODEL 2>&1 | head -1``) silences the printing only: the
 command writes its files, then exits quietly with 141.
 """
 

@@ -4,13 +4,16 @@
   dataset, else the N the model was built with (the README had the first two the other way
   round);
 * "Command line": the command an interrupted run prints to continue it is the one that
-  started it with ``--resume`` and, for a run in the default folder, ``--out`` naming it.
+  started it with ``--resume`` and, for a run in the default folder, ``--out`` naming it;
+  ``pyrouq`` with no subcommand prints its help and exits 0 (the README said only that bad
+  input exits 2).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import torch
 from _cli import CtrlCAt
@@ -19,6 +22,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import pyrouq
 from pyrouq.cli import main
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _fit_n(num_data_of_model, loader, **kwargs):
@@ -56,3 +61,13 @@ def test_an_interrupted_run_in_the_default_folder_prints_its_out_with_resume(
     assert main(shlex.split(printed)[1:]) == 0  # the printed command finishes the run there
     assert json.loads((run / "metrics.json").read_text())["seed"] == 0
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [run.name]
+
+
+def test_no_subcommand_prints_the_help_and_exits_0_as_the_readme_says(capsys):
+    assert main([]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: pyrouq ") and "{data,fit,evaluate}" in out and err == ""
+    text = " ".join(README.read_text().split())
+    assert (
+        "`pyrouq` with no subcommand is no error: it prints its help on stdout and exits 0" in text
+    )
