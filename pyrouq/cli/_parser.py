@@ -110,7 +110,7 @@ def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], floa
         if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
             bound = ">= 0" if allow_zero else "> 0"
             raise argparse.ArgumentTypeError(f"{name} must be a finite number {bound}, got {text}")
-        return value
+        return value + 0.0  # -0 as 0 (in config.json)
 
     return parse
 

@@ -110,7 +110,7 @@ def check_kl_weight(kl_weight: object) -> float:
             f"Expected kl_weight to be a finite float >= 0, got {shown(kl_weight)}. "
             "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
         )
-    return number
+    return number + 0.0  # -0.0 as 0.0 (shown "-0" in a repr and a record)
 
 
 def model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:

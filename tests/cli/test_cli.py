@@ -512,6 +512,8 @@ def test_factory_errors(tmp_path, capsys):
     )
     err = one_line_error(capsys, 2, ["fit", "mlp", "--kl-weight", "5", *out])
     assert "--kl-weight 5 applies to a Bayesian model" in err and "mlp has none" in err  # as typed
+    err = one_line_error(capsys, 2, ["fit", "mlp", "--kl-weight", "-0", *out])  # (was "-0")
+    assert "--kl-weight 0 applies to a Bayesian model" in err
     err = one_line_error(capsys, 2, ["fit", "batchensemble-lenet", "--prior-scale", "0.5", *out])
     assert "--prior-scale 0.5 applies to a Bayesian model" in err
     err = one_line_error(capsys, 2, ["fit", "mlp", "--method", "bayesian", *out])

@@ -947,6 +947,17 @@ def test_bad_kl_weight(bad):
         KLWeightedELBO(kl_weight=bad)
 
 
+def test_a_kl_weight_of_minus_0_is_0():
+    # -0.0 >= 0 passed, and the repr and a fit's record showed kl_weight=-0.0
+    elbo = KLWeightedELBO(kl_weight=-0.0)
+    assert math.copysign(1.0, elbo.kl_weight) == 1.0 and "kl_weight=-0" not in repr(elbo)
+    x, y = torch.randn(8, 4), torch.arange(8) % 3
+    model = bayesian(torch.nn.Linear(4, 3))
+    guide = mean_field_guide(model)
+    result = fit(model, guide, [(x, y)], epochs=1, num_data=8, kl_weight=-0.0, progress=False)
+    assert "kl_weight=0.0," in repr(result) and math.copysign(1.0, result.kl_weight) == 1.0
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
 def test_bad_init_scale(bad):
     with pytest.raises(ValueError, match=r"Expected init_scale > 0"):
