@@ -3,6 +3,7 @@ bundled in the package (plain or gzip-compressed, torchvision's layout), checked
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import zlib
@@ -208,10 +209,14 @@ def _download(folder: str, root: Path, origin: str) -> None:
     from torchvision import datasets
 
     cls = {"MNIST": datasets.MNIST, "FashionMNIST": datasets.FashionMNIST}[folder]
+    made = _missing_folders(Path(os.path.abspath(root)) / folder / "raw")
     for train in (True, False):
         try:
             cls(str(root), train=train, download=True)
         except (RuntimeError, OSError) as err:
+            for path in made:  # the folders torchvision made for it, while they are empty
+                with contextlib.suppress(OSError):
+                    path.rmdir()
             raw = Path(os.path.abspath(root)) / folder / "raw"
             said = " ".join(str(err).split())  # (torchvision's lines, one per mirror tried)
             # (root= or $PYROUQ_DATA named the folder; root=None reads $PYROUQ_DATA where set)
@@ -228,6 +233,15 @@ def _download(folder: str, root: Path, origin: str) -> None:
                 f"{said}). Where there is no network, copy the files there (torchvision's "
                 f"layout: train-images-idx3-ubyte[.gz] and the others), or {bundled}."
             ) from err
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

@@ -506,7 +506,8 @@ def load_mnist(
         If the files are missing under ``root``, fetch them through torchvision (not where
         ``root`` names the data set's own folder, or its ``raw/``, and the root above holds
         them: that is an error naming that root); a fetch that fails (no network) is a
-        RuntimeError naming the folder. The default never touches the network.
+        RuntimeError naming the folder, and takes back the empty folders it made. The default
+        never touches the network.
 
     Returns
     -------

@@ -146,6 +146,7 @@ def test_a_download_without_a_network_says_where_the_files_go_and_what_to_do(
         load(root=tmp_path, download=True)
     said = str(err.value)
     assert tried  # (torchvision reached the network through the stub, nowhere else)
+    assert list(tmp_path.iterdir()) == []  # (torchvision's <root>/<folder>/raw/ was left)
     assert said.startswith(f"download=True could not fetch {folder} into {raw} (RuntimeError: ")
     assert "Name or service not known" in said and "\n" not in said
     assert said.endswith(
@@ -168,3 +169,11 @@ def test_a_download_without_a_network_says_where_the_files_go_and_what_to_do(
     with pytest.raises(RuntimeError) as err:
         load(root=tmp_path, download=True)
     assert str(err.value).endswith(f"the others), or {fix}.")
+    # the folders it made go, a root it made too; what was there before stays
+    (tmp_path / folder / "raw").mkdir(parents=True)
+    (tmp_path / folder / "raw" / "notes.txt").write_text("mine")
+    with pytest.raises(RuntimeError):
+        load(root=tmp_path / "new" / "root", download=True)
+    with pytest.raises(RuntimeError):
+        load(root=tmp_path, download=True)
+    assert [p.name for p in tmp_path.rglob("*")] == [folder, "raw", "notes.txt"]
