@@ -16,6 +16,7 @@ __all__ = [
     "JOINS",
     "SPACES",
     "article",
+    "as_typed",
     "close_hint",
     "close_names",
     "did_you_mean",
@@ -31,6 +32,14 @@ SPACES = "spaces"
 JOINS = "joins"
 """A slip of :func:`name_slip`: a hyphen or spaces between the name's words where it has ``_``
 (``"warmup-cosine"``)."""
+
+
+def as_typed(value: float) -> str:
+    """A command line's number as it was typed, or near it: an int as it is, a float by its
+    shortest repr without a whole number's ``.0`` (``1``, ``0.1``, ``1e-50``, ``1234567``,
+    ``0.123456789``, where ``:g`` keeps 6 digits: ``1.23457e+06``)."""
+    text = repr(value)
+    return text[:-2] if isinstance(value, float) and text.endswith(".0") else text
 
 
 def article(word: str) -> str:

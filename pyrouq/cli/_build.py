@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pyrouq._words import as_typed
 from pyrouq.cli._built_in_method import built_in_instead
 from pyrouq.cli._factory_names import calling_factory
 
@@ -323,10 +324,10 @@ def method_of(args: argparse.Namespace) -> str | None:
     }
     for option, value in given.items():
         if value is not None and not bayesian:
-            raise CommandError(  # (:g: "--prior-scale 1" as typed, not Python's 1.0)
-                f"{option} {value:g} applies to a Bayesian model (a bayesian or rank1 model, or "
-                "--method bayesian / last-layer / rank1), which has a prior and posterior "
-                f"draws; {args.model} has none. Leave {option} out"
+            raise CommandError(  # ("--prior-scale 1" as typed, not Python's 1.0)
+                f"{option} {as_typed(value)} applies to a Bayesian model (a bayesian or rank1 "
+                "model, or --method bayesian / last-layer / rank1), which has a prior and "
+                f"posterior draws; {args.model} has none. Leave {option} out"
             )
     return method
 
@@ -355,8 +356,8 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         dtype, most, value = held.groups()
         default = DEFAULT_RANK1_PRIOR_SCALE if rank1 else DEFAULT_PRIOR_SCALE
         raise CommandError(
-            f"--prior-scale {args.prior_scale:g} is {value} in {dtype}, the precision of the "
-            f"network's weights (at most {most}); pass a --prior-scale it holds, e.g. the "
+            f"--prior-scale {as_typed(args.prior_scale)} is {value} in {dtype}, the precision of "
+            f"the network's weights (at most {most}); pass a --prior-scale it holds, e.g. the "
             f"default {default:g}"
         ) from None
     if method is not None:

@@ -218,6 +218,9 @@ def test_the_same_seed_trains_the_same_run_and_another_seed_another(run, tmp_pat
         (["fit", "mlp", "--device", "gpu"], "--device 'gpu' is not a torch device"),
         (["fit", "mlp", "--train-size", "70000"], "Expected --train-size to be an integer in"),
         (["fit", "mlp", "--kl-weight", "1"], "--kl-weight 1 applies to a Bayesian model"),
+        # as typed, not :g's 6 digits ('--num-samples 1e+06', '--kl-weight 0.123457')
+        (["fit", "mlp", "--num-samples", "1000000"], "--num-samples 1000000 applies to a Bayes"),
+        (["fit", "mlp", "--kl-weight", "0.123456789"], "--kl-weight 0.123456789 applies to a "),
         (["fit", "bayesian-mlp", "--members", "3"], "--members 3 applies to a BatchEnsemble"),
         (["fit", "mlp", "--method", "plain"], "--method applies to a factory"),
         (["fit", "mlp", "--dataset", "fashion-mnist"], "which pyrouq does not bundle"),
