@@ -73,13 +73,20 @@ def check_ood_predictions(
         )
     if isinstance(ood, Tensor) or hasattr(ood, "probs") or is_array_like(ood):
         return
+    if isinstance(ood, str):  # (evaluate() tells a score's name first: refuse_ood_string)
+        raise TypeError(_not_a_name(ood, where))
     if isinstance(ood, Mapping):  # one OOD set's predictions by name, or a dict of its fields
         keys = ", ".join(map(repr, list(ood)[:4])) + (", ..." if len(ood) > 4 else "")
+        call = (  # (the caller's own call, one set at a time)
+            "evaluate(predictions, targets, ood=p)"
+            if where == "evaluate()"
+            else f"{where.removesuffix(')')}in_dist, ood=p)"
+        )
         fix = (
             "Pass its probabilities, ood=ood['probs'], or the Predictions predict() returned"
             if "probs" in ood
-            else "Pass one set's predictions at a time, e.g. {name: evaluate(predictions, "
-            "targets, ood=p) for name, p in ood.items()}"
+            else f"Pass one set's predictions at a time, e.g. {{name: {call} for name, p in "
+            "ood.items()}"
         )
         raise TypeError(
             f"Expected ood to be predictions on out-of-distribution inputs (Predictions, or "
@@ -106,9 +113,15 @@ def refuse_ood_string(ood: Any) -> None:
             f"{ood!r}; an OOD score goes fourth, evaluate(predictions, targets, ood, "
             f"{meant[0]!r})."
         )
-    raise TypeError(
+    raise TypeError(_not_a_name(ood, "evaluate()"))
+
+
+def _not_a_name(ood: str, where: str) -> str:
+    """The refusal of a string as ``ood`` that names no OOD score: a file's or a data set's
+    name, whose inputs' predictions go there."""
+    return (
         f"Expected ood to be predictions on out-of-distribution inputs, got the string {ood!r} "
-        f"(a file or a data set's name?). {_predict_first('evaluate()')}."
+        f"(a file or a data set's name?). {_predict_first(where)}."
     )
 
 

@@ -348,6 +348,13 @@ def test_bad_inputs(preds, images, targets):
         plot_uncertainty_distributions(preds, images[:2].reshape(2, -1))  # was: a softmax
     with pytest.raises(TypeError, match=r"got TensorLoader, a loader or batches of " + inputs):
         plot_uncertainty_distributions(preds, pyrouq.ood_loader(4))  # was: no .probs
+    # a dict of sets was told to call evaluate() on each; a name, 'got str, a loader?'
+    told = r"\{name: plot_uncertainty_distributions\(in_dist, ood=p\) for name, p in ood\.it"
+    with pytest.raises(TypeError, match=r"got a dict \(keys 'svhn', 'noise'\)\. .*" + told):
+        plot_uncertainty_distributions(preds, {"svhn": preds, "noise": preds})
+    named = r"the string 'svhn' \(a file or a data set's name\?\)\. plot_uncertainty_distrib"
+    with pytest.raises(TypeError, match=named + r"utions\(\) scores predictions, not inputs"):
+        plot_uncertainty_distributions(preds, "svhn")
     with pytest.raises(
         TypeError,
         match=r"Expected predictions_or_probs to be an .* got list; "
