@@ -12,7 +12,7 @@ from torch import Tensor
 
 from pyrouq._metric_inputs import _check_scores, _prepare_probs
 from pyrouq._numbers import is_array_like
-from pyrouq._words import close_names, slip_hint
+from pyrouq._words import close_names, did_you_mean, slip_hint
 from pyrouq.uncertainty import _SUM_TOL, decompose, entropy
 
 OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
@@ -108,10 +108,18 @@ def refuse_ood_string(ood: Any) -> None:
         return
     meant = [ood] if ood in _OOD_SCORES else close_names(ood.strip().lower(), _OOD_SCORES)
     if meant:
+        # a score's name, or one slipped from it ('Max-Prob'), is the score; a name only close
+        # to one ('energy', 'entropies') may be another: asked, with the scores there are
+        sure = ood in _OOD_SCORES or slip_hint(ood, _OOD_SCORES)
+        goes = (
+            f"evaluate(predictions, targets, ood, {meant[0]!r})"
+            if sure
+            else "evaluate(predictions, targets, ood, ood_score) with ood_score one of "
+            f"{', '.join(map(repr, _OOD_SCORES))}{did_you_mean(meant)}"
+        )
         raise TypeError(
             f"Expected ood to be predictions on out-of-distribution inputs, got the string "
-            f"{ood!r}; an OOD score goes fourth, evaluate(predictions, targets, ood, "
-            f"{meant[0]!r})."
+            f"{ood!r}; an OOD score goes fourth, {goes}."
         )
     raise TypeError(_not_a_name(ood, "evaluate()"))
 

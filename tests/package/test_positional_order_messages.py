@@ -47,6 +47,13 @@ def test_evaluate_given_another_string_or_a_dict_as_ood_is_not_told_of_loaders_o
     preds, ood, y = _preds(8, 0), _preds(5, 1), torch.arange(8) % 3
     with pytest.raises(TypeError, match=r"ood, 'max_prob'\)\.$"):
         pyrouq.evaluate(preds, y, "Max-Prob")
+    with pytest.raises(TypeError) as info:  # (close to 'entropy', but no slip from it)
+        pyrouq.evaluate(preds, y, "energy")
+    assert str(info.value).endswith(
+        "got the string 'energy'; an OOD score goes fourth, evaluate(predictions, targets, ood, "
+        "ood_score) with ood_score one of 'mutual_information', 'entropy', 'max_prob', "
+        "'variance' (did you mean 'entropy'?)."
+    )
     with pytest.raises(TypeError) as info:
         pyrouq.evaluate(preds, y, "svhn")
     assert str(info.value) == (
