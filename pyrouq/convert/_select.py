@@ -288,7 +288,7 @@ def _site_prior(
             "A float prior is the standard deviation s of Normal(0, s); pass e.g. 1.0.",
         )
         kind = dtype or torch.get_default_dtype()
-        whose = "the weights' dtype" if every else "the site's dtype"
+        whose = f"the dtype of site {site!r}" if every else "the site's dtype"  # (mixed nets)
         check_held(scale_of, scale, kind, whose, "Pass 1.0.")
         params = {
             "loc": torch.tensor(0.0, device=device, dtype=dtype),

@@ -190,6 +190,12 @@ def test_bayesian_refuses_a_float_prior_its_dtype_cannot_hold(scale):
         pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(3, 2)), prior=scale)
     with pytest.raises(ValueError, match=r"prior scale of '0.weight' to be a positive finite"):
         pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(3, 2)), prior={"0": scale})
+    # one prior= of a network of two dtypes: the site whose dtype refuses it, not 'the
+    # weights' dtype' (its first layer's are float64, which holds 1e-50 and 1e40)
+    mixed = torch.nn.Sequential(torch.nn.Linear(3, 2).double(), torch.nn.Linear(2, 2))
+    told = r"^Expected prior= to be a positive finite torch\.float32 \(the dtype of site '1\.we"
+    with pytest.raises(ValueError, match=told):
+        pyrouq.bayesian(mixed, prior=scale)
 
 
 def test_a_numpy_flag_is_recorded_in_the_config_as_a_bool():
