@@ -353,6 +353,13 @@ def _site_prior(
             "of the site's shape."
         )
     if isinstance(innermost_distribution(value), dist.Delta):  # masked ones too
+        if every:  # (the advice below is for one site: select= takes it out alone)
+            raise ValueError(
+                "prior= is a Delta, which would fix every latent weight: a guide's KL to it is "
+                "infinite. Pass a prior with a spread, e.g. prior=1.0; a parameter you mean to "
+                "keep fixed, leave out of select= (a point estimate, trained by fit()) or fix "
+                "yourself (param.requires_grad_(False)) before converting."
+            )
         raise ValueError(
             f"{subject} is a Delta, which fixes the weight: a guide's KL to it is "
             "infinite. Leave the parameter out of select= (a point estimate, trained by fit()) "

@@ -526,6 +526,12 @@ CASES = {
         r"The prior of 'conv.weight' is a Delta, which fixes the weight: a guide's KL to it is "
         r"infinite\. Leave the parameter out of select=",
     ),
+    "bayesian: one Delta prior for every site": (  # (was told to leave 'the parameter' out)
+        lambda tmp: bayesian(_residual(), prior=pyro.distributions.Delta(torch.tensor(0.0))),
+        ValueError,
+        r"^prior= is a Delta, which would fix every latent weight: a guide's KL to it is "
+        r"infinite\. Pass a prior with a spread, e\.g\. prior=1\.0; a parameter you mean",
+    ),
     "KLWeightedELBO: vectorize_particles not a flag": (
         lambda tmp: KLWeightedELBO(vectorize_particles="yes"),
         TypeError,
