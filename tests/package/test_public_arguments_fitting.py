@@ -165,6 +165,9 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
         ({"epoch_steps": 1, "sums": None}, r"no 'sums' of the epoch it stopped inside"),
         ({"base_lrs": None}, r"'base_lrs' is None, not a list of learning rates"),
         ({"history": None}, r"'history' is None, not a list of epoch records"),
+        ({"steps": True}, r"'steps' is True, not a count"),  # (a bool is no count)
+        ({"base_lrs": [None]}, r"'base_lrs' is \[None\], not a list of learning rates"),
+        ({"history": [None]}, r"'history' is \[None\], not a list of epoch records"),
     ]:
         path = tmp_path / "edited.pt"
         torch.save({**payload, "training": {**payload["training"], **edit}}, path)
