@@ -887,6 +887,18 @@ def test_resuming_a_finished_run_warns_that_the_learning_rate_rises_again(tmp_pa
         flat = {"progress": False, "optim": lambda p: Recorded(p, lr=0.005)}
         fit(model, guide, loader, epochs=2, lr_schedule="constant", **flat)
     assert lrs == [0.005] * 8
+    # another schedule than the run's is warned of apart, not as this run's planned anew
+    with pytest.warns(UserWarning) as told:
+        fit(model, guide, loader, epochs=4, resume_from=path, lr_schedule="cosine", **kw)
+    assert [str(w.message) for w in told if "planned anew" in str(w.message)] == []
+    # a rise of a fifth (a run of 2 steps, its cosine ended at 0.05; a new warm-up of 5 steps
+    # is at 0.06 on its third) is warned of too
+    one_step = DataLoader(TensorDataset(x, y), batch_size=40)
+    short = tmp_path / "short.pt"
+    fit(model, guide, one_step, epochs=2, checkpoint=short, **kw)
+    with pytest.warns(UserWarning, match=r"ended at 0.05, rises to 0.06 at the next step and on "
+                      r"to 0.1 at the end of the warm-up \(step 5 of 25\)"):  # fmt: skip
+        fit(model, guide, one_step, epochs=25, resume_from=short, **kw)
 
 
 def test_resume_names_the_config_entry_that_differs(tmp_path):
@@ -1318,6 +1330,11 @@ def test_a_converted_model_as_the_skeleton_is_refused_with_the_fix(tmp_path):
         )
         assert "Swapping" not in str(refused.value)
     assert load(tmp_path / "m.pt", module=net()).model.network_sites() == model.network_sites()
+    # a converted network saved as it sits inside its model (its record holds the rewritten
+    # classes) still loads into another model's .net, which holds them too
+    loaded = load(save(tmp_path / "net.pt", model.net), module=bayesian(net()).net).model
+    pairs = zip(loaded.state_dict().values(), model.net.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
 
 
 class _TwoLayers(nn.Module):  # a network of one's own class: no Sequential, no pooling
