@@ -446,6 +446,12 @@ def test_factory_batchensemble_norms(flags, norms, tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert main(["evaluate", str(out), "--ood", "none"]) == 0  # rebuilt with its own norms
     assert json.loads((out / "metrics-evaluate.json").read_text())["acc"] == metrics["acc"]
+    # --num-samples names the model as fit was given it, its --method too
+    capsys.readouterr()
+    err = one_line_error(capsys, 2, ["evaluate", str(out), "--num-samples", "2"])
+    assert (
+        "the run's model, _factories:tiny_residual --method batchensemble, has fixed members"
+    ) in err
 
 
 def test_rank1_lenet_fits_with_the_batchensemble_recipe(tmp_path, capsys):
