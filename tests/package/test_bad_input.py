@@ -285,6 +285,16 @@ CASES = {
         r"got a tensor of shape \(3, 8, 8\) that holds no probabilities: the inputs\? "
         r"evaluate\(\) scores predictions, not inputs",
     ),
+    "metrics: empty OOD inputs of another width than C": (  # told empty, not as inputs
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.zeros(0, 64)),
+        ValueError,
+        r"^Expected a non-empty ood, got shape \(0, 64\)",
+    ),
+    "metrics: OOD inputs of another width than C on the meta device": (  # told meta, as before
+        lambda tmp: metrics.evaluate(uniform(), labels(3), ood=torch.zeros(3, 64, device="meta")),
+        ValueError,
+        r"^Expected ood on a real device \(cpu or cuda\), got them on the meta device",
+    ),
     "metrics: OOD inputs with a row that sums to 1": (  # not every row: not probabilities
         lambda tmp: metrics.evaluate(uniform(), labels(3), ood=one_lit_pixel()),
         ValueError,
