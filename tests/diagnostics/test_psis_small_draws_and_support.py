@@ -305,3 +305,22 @@ def test_mcmc_chains_stay_apart_and_loo_waic_match_a_hand_computation():
         waic = az.waic(idata)
     assert loo.elpd_loo == pytest.approx(elpd_loo, rel=1e-5)
     assert waic.elpd_waic == pytest.approx(elpd_waic, rel=1e-5)
+
+
+def test_an_export_does_not_refuse_a_draw_outside_a_masked_sites_support():
+    # a latent site a mask leaves out may lie anywhere (its support is not checked, as for
+    # the PSIS check): the guide's draws of it below 0 are exported, not refused
+    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    one = torch.tensor(1.0, dtype=torch.float64)
+
+    def model(x, y):
+        with pyro.poutine.mask(mask=False):
+            pyro.sample("t", dist.HalfNormal(one))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(torch.zeros_like(x), one), obs=y)
+
+    def guide(x, y):
+        pyro.sample("t", dist.Normal(-one, 0.1))
+
+    data = to_inference_data(model, guide, x, y, num_samples=3, seed=0)
+    assert (data.posterior["t"].values < 0).all() and data.posterior["t"].shape == (1, 3)
