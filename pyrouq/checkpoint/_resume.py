@@ -46,6 +46,7 @@ def restore(
     epochs: int,
     optimizer: tuple[str, str],
     built: Any = None,
+    given: Any = None,
 ) -> Checkpoint:
     """Load the run saved at ``source`` (a path or a :class:`Checkpoint`) into ``model`` and
     ``guide`` to continue it for a total of ``epochs`` with ``optimizer`` (the dotted class
@@ -54,12 +55,15 @@ def restore(
     configuration or optimizer, or of a finished run, is refused before anything is loaded,
     as is one whose optimizer state has other parameter groups than the optimizer ``built``
     (fit()'s, when given); one whose saved tensors do not fit leaves the model and guide as
-    they were (values and dtypes)."""
+    they were (values and dtypes). ``given``: the model as passed to fit(), in the wrappers
+    fit() took off ``model`` (by default ``model``), which a file of an earlier pyrouq holding
+    a ``DistributedDataParallel`` or ``DataParallel`` wrapper is loaded into."""
+    given = model if given is None else given
     if isinstance(source, Checkpoint):
         saved = source
         where = str(saved.path) if saved.path is not None else "the checkpoint"
-        check_resumed_wrapper(saved.description, model, where)
-        model = _as_saved(model, saved.description)
+        parallel = check_resumed_wrapper(saved.description, given, where)
+        model = given if parallel else _as_saved(model, saved.description)
         model_state = saved.model.state_dict()
         guide_state = None if saved.guide is None else saved.guide.state_dict()
     else:
@@ -70,8 +74,8 @@ def restore(
                 "resume from a checkpoint that fit(checkpoint=...) wrote."
             )
         description = _parse_description(source, payload["description"])
-        check_resumed_wrapper(description, model, str(source))
-        model = _as_saved(model, description)
+        parallel = check_resumed_wrapper(description, given, str(source))
+        model = given if parallel else _as_saved(model, description)
         with description_errors(source):
             saved = _checkpoint(payload, description, model, guide, source)
             model_state, guide_state = upgraded_state(model, payload), payload.get("guide")

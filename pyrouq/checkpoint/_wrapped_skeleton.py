@@ -80,20 +80,22 @@ def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: 
     )
 
 
-def check_resumed_wrapper(description: Any, model: Any, path: str) -> None:
+def check_resumed_wrapper(description: Any, model: Any, path: str) -> bool:
     """Refuse ``fit(model, resume_from=path)`` of a file holding a ``DataParallel`` or
     ``DistributedDataParallel`` wrapper (an earlier pyrouq's, ``'module.'`` names) when
-    ``model`` is not in that wrapper, saying what to pass; the structure comparison would
-    otherwise say to rebuild the model, which the saved arguments do not mend."""
+    ``model`` (as given to fit()) is not in that wrapper, saying what to pass; the structure
+    comparison would otherwise say to rebuild the model, which the saved arguments do not
+    mend. True where the file holds such a wrapper (``model`` is in it: the run loads into
+    ``model``), else False."""
     saved = description.get("model") if isinstance(description, dict) else None
     found = saved.get("module") if isinstance(saved, dict) else None
     record: dict[str, Any] = found if isinstance(found, dict) else {}
     held = record.get("class")
     if held not in _PARALLEL_CLASSES or not isinstance(model, nn.Module):
-        return
+        return False
     wrapper = _PARALLEL_CLASSES[held]
     if isinstance(model, _PARALLEL[_PARALLEL_NAMES.index(wrapper)]):
-        return
+        return True
     wrap, where = _how_to_wrap(wrapper)
     raise CheckpointError(
         f"resume_from={path!r} {_held(wrapper, record)}, but the model "

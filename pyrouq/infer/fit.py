@@ -388,6 +388,7 @@ def fit(
             "model written as a function: wrap it in a PyroModule whose forward(x, y) calls "
             "it, or train it with pyro.infer.SVI."
         )
+    wrapped = model  # (resume_from= of an earlier pyrouq's file holding its DDP wrapper)
     model = given_model(model, keep_compiled=True)  # (DDP: fit() averages the gradients)
     guide = given_model(guide)  # DDP(guide)'s module: its own averaging would come on top
     # a failure on one rank only in the set-up (an argument, its first batch, a checkpoint it
@@ -485,7 +486,9 @@ def fit(
         if resume_from is not None:
             ours = optimizer_name(optimizer)
             shown = f"{ours} (optim=None: pyrouq's Adam)" if optim is None else ours
-            resume = restore(resume_from, model, guide, epochs, (ours, shown), optimizer)
+            resume = restore(
+                resume_from, model, guide, epochs, (ours, shown), optimizer, given=wrapped
+            )
         group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
         independent = _distributed.draws_option(distributed_draws, group, seed)
     check_same_resume(resume, group)  # resume_from on rank 0 alone: told as such, first

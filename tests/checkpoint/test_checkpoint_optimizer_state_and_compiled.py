@@ -413,3 +413,30 @@ def test_a_file_of_an_earlier_pyrouq_holding_the_ddp_wrapper_still_loads(tmp_pat
         load(path, module=_net())
     again = load(save(tmp_path / "new.pt", back.model), module=_net())  # as the message says
     assert torch.equal(again.model[2].weight, net[2].weight)
+
+
+def test_a_run_of_an_earlier_pyrouq_holding_the_ddp_wrapper_resumes_as_told(tmp_path, gloo_group):
+    # its refusal of a plain model says "Resume with fit(DistributedDataParallel(net),
+    # resume_from=...)", but fit() took the wrapper off before it read the file, and told the
+    # wrapped model the very same thing
+    ddp = torch.nn.parallel.DistributedDataParallel
+
+    def run(model, epochs, **kwargs):
+        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
+                          lr_schedule="constant", **kwargs)  # fmt: skip
+
+    torch.manual_seed(0)
+    want = [h.loss for h in run(_net(), 2).history]
+    torch.manual_seed(0)
+    path = tmp_path / "old.pt"
+    run(_net(), 1, checkpoint=path)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"] = module_record(ddp(_net()))
+    payload["description"] = json.dumps(description)
+    payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=r"the model \(Sequential\) is not in Distributed"):
+        run(_net(), 2, resume_from=path)
+    resumed = run(ddp(_net()), 2, resume_from=path)
+    assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
