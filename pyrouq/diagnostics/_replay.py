@@ -17,10 +17,10 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._distribution_parts import innermost_distribution
-from pyrouq._input_cast import latent_dtype_refusal
-from pyrouq._mismatch import input_mismatch, restated
+from pyrouq._input_cast import latent_dtype_refusal, typed_by
+from pyrouq._mismatch import dtype_fix, input_mismatch, restated
 from pyrouq._own_models import GuideMismatch, check_traces_match, name_of
-from pyrouq._util import global_streams_kept
+from pyrouq._util import global_streams_kept, module_dtype
 from pyrouq.diagnostics._common import _check_labels, _masked, _outside
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._site_checks import check_draws
@@ -86,7 +86,7 @@ def _replayed_draws(
                         _check_class_labels(model, guide_trace, x, y, caller)
                         _explain_per_point_sites(err, model, guide_trace, x, y, caller)
                         if _draws_fit(err, model, guide_trace, x, y, caller):
-                            _explain_inputs(err, model, x, caller, where)
+                            _explain_inputs(err, model, x, caller, where, guide)
                         _own_refusal(err, model, caller)
                     raise
             if s == 0:  # (before the log density reads the labels)
@@ -194,14 +194,19 @@ def _own_refusal(err: Exception, model: Any, caller: str) -> None:
             raise ValueError(f"{caller}: {said[len(name) :]}") from err
 
 
-def _explain_inputs(err: Exception, model: Any, x: Tensor, caller: str, where: str = "") -> None:
+def _explain_inputs(
+    err: Exception, model: Any, x: Tensor, caller: str, where: str = "", guide: Any = None
+) -> None:
     """Restate torch's error from the model's first pass that reads as inputs it does not take
     (:func:`pyrouq._mismatch.input_mismatch`: "mat1 and mat2 shapes cannot be multiplied"),
-    naming x and what to check, as ``predict()`` and ``mcmc()`` do; pass any other."""
+    naming x and what to check, as ``predict()`` and ``mcmc()`` do (torch's words on dtypes
+    with their fix, :func:`pyrouq._mismatch.dtype_fix`, x cast as ``guide`` and the model
+    cast it); pass any other."""
     if not input_mismatch(err):
         return
     said = _without_shapes(err)
-    fix = (
+    cast = module_dtype(typed_by(model, guide)) is not None  # (as predict() tells it)
+    fix = dtype_fix(err, x.dtype, cast) or (
         "Check that the model takes x (shape, channels, flattening: N inputs of the shape it "
         "was built for) and that the guide and draws are this model's"
     )  # (not after a first layer's fix for the input: restated)

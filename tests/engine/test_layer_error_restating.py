@@ -181,7 +181,7 @@ class _Ids(nn.Module):
         return self.fc(self.embed(x).mean(1) if self.route == "ids" else x)
 
 
-@pytest.mark.parametrize("caller", ["fit", "predict", "mcmc"])
+@pytest.mark.parametrize("caller", ["fit", "predict", "mcmc", "psis", "export"])
 @pytest.mark.parametrize("route", ["ids", "select", "linear"])
 def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, route):
     """Float ids at an nn.Embedding (or index_select's index) were told 'Give the model one
@@ -189,7 +189,9 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
     Linear 'model.to(torch.int64)', which is no model. The first now names the ids' cast,
     which fixes it; the second was then told 'Check that the network takes x (shape, channels,
     flattening ...)', a fix for shapes, and now the route that fixes it: the ids through the
-    nn.Embedding, features as floats."""
+    nn.Embedding, features as floats. psis_diagnostic() and to_inference_data() kept telling
+    both their shape check ('Check that the model takes x ...') after fit(), predict() and
+    mcmc() told the dtype's fix."""
     torch.manual_seed(0)
     ids, y = torch.randint(0, 10, (8, 4)), torch.randint(0, 2, (8,))
     model = pyrouq.bayesian(_Ids(route))
@@ -201,6 +203,10 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
             return pyrouq.fit(model, guide, loader, epochs=1, progress=False)
         if caller == "predict":
             return pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+        if caller == "psis":
+            return pyrouq.psis_diagnostic(model, guide, x, y, num_samples=25)
+        if caller == "export":
+            return pyrouq.to_inference_data(model, guide, x, y, num_samples=2)
         return pyrouq.mcmc(model, x, y, num_samples=2, warmup_steps=2, num_chains=1,
                            progress=False)  # fmt: skip
 
@@ -208,6 +214,7 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
         call(ids if route == "linear" else ids.float())
     message = str(info.value)
     assert "model.to(" not in message
+    assert "Check that the model takes" not in message
     if route == "linear":
         assert "mat1 and mat2 must have the same dtype, but got Long and Float" in message
         assert (
