@@ -27,6 +27,7 @@ from pyrouq._util import (
     module_device,
     module_dtype,
 )
+from pyrouq._wrappers import given_model
 from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import check_guide
@@ -35,7 +36,6 @@ from pyrouq.mcmc import MCMCResult
 
 if TYPE_CHECKING:
     import arviz
-from pyrouq._wrappers import given_model
 from pyrouq.diagnostics._common import (
     DEFAULT_IDATA_SAMPLES,
     ENSEMBLE_MEMBERS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,12 +18,6 @@ from pyrouq._meta_device import real_device
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int
-from pyrouq.infer._elbo_checks import refuse_handlers_around, refuse_mask_or_scale_around
-from pyrouq.infer.guide import check_guide
-from pyrouq.mcmc import MCMCResult
-
-if TYPE_CHECKING:
-    pass
 from pyrouq._wrappers import given_model
 from pyrouq.diagnostics._common import (
     _CONSTANT_WEIGHTS_RTOL,
@@ -42,6 +36,9 @@ from pyrouq.diagnostics._common import (
     _typed,
 )
 from pyrouq.diagnostics._replay import _latent_sites, _replayed_draws
+from pyrouq.infer._elbo_checks import refuse_handlers_around, refuse_mask_or_scale_around
+from pyrouq.infer.guide import check_guide
+from pyrouq.mcmc import MCMCResult
 
 # --------------------------------------------------------------------------------------------
 # psis_diagnostic()
