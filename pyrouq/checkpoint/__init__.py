@@ -180,8 +180,8 @@ def save(
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by
         ``load(path, module=skeleton)`` unless it is pyrouq's ``MLP`` / ``LeNet``). A
         ``torch.compile`` d model is saved as the module it compiled (``net._orig_mod``, the
-        same parameters), a ``DistributedDataParallel`` one as the module it wraps
-        (``.module``), which load into a plain skeleton.
+        same parameters), a ``DistributedDataParallel`` or ``DataParallel`` one as the module
+        it wraps (``.module``), which load into a plain skeleton.
     guide : MeanFieldGuide, optional
         The posterior fit() fitted; one in a wrapper (``DistributedDataParallel``,
         ``DataParallel``, ``torch.compile``) is saved as the guide inside it. (An
