@@ -15,6 +15,7 @@ from typing import Any
 
 from pyrouq import __version__
 from pyrouq._util import MAX_SEED
+from pyrouq._words import as_typed
 from pyrouq.cli._build import (
     DEFAULT_NUM_SAMPLES,
     MODELS,
@@ -292,8 +293,8 @@ def _check_conformal(alpha: float, n: int) -> None:
     while _rank(n, least) > n:
         least += scale
     raise CommandError(
-        f"--conformal {alpha:g} is too small for the {n} test images it calibrates on (half "
-        f"the test split), whose conformal threshold would be infinite; pass --conformal "
+        f"--conformal {as_typed(alpha)} is too small for the {n} test images it calibrates on "
+        f"(half the test split), whose conformal threshold would be infinite; pass --conformal "
         f"{least:.2g} or more"
     )
 

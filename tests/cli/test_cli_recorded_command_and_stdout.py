@@ -84,6 +84,9 @@ def test_a_conformal_alpha_too_small_for_the_split_is_refused_before_evaluating(
     _check_conformal(0.0002, 5000)  # the alpha it names is enough: (5001)(1 - a) <= 5000
     with pytest.raises(cli.CommandError, match=r"pass --conformal 0\.0002 or more"):
         _check_conformal(0.00019, 5000)
+    # the alpha as typed, as fff0d71 tells the other options (:g kept 6 digits: 0.000123457)
+    with pytest.raises(cli.CommandError, match=r"^--conformal 0\.000123456789 is too small"):
+        _check_conformal(0.000123456789, 5000)
 
 
 def test_a_last_batch_of_one_for_batchnorm_is_told_in_the_commands_words(
