@@ -57,8 +57,11 @@ def restore(
     (fit()'s, when given); one whose saved tensors do not fit leaves the model and guide as
     they were (values and dtypes). ``given``: the model as passed to fit(), in the wrappers
     fit() took off ``model`` (by default ``model``), which a file of an earlier pyrouq holding
-    a ``DistributedDataParallel`` or ``DataParallel`` wrapper is loaded into."""
+    a ``DistributedDataParallel`` or ``DataParallel`` wrapper is loaded into. A guide in a
+    wrapper (``DataParallel``, ``torch.compile``) is checked and loaded as the guide it holds,
+    which save() stored."""
     given = model if given is None else given
+    guide = unwrapped(guide)
     if isinstance(source, Checkpoint):
         saved = source
         where = str(saved.path) if saved.path is not None else "the checkpoint"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrouq import checkpoint as _checkpoint
+from pyrouq._wrappers import unwrapped
 
 __all__ = ["check_checkpoint", "refuse_checkpoint"]
 
@@ -27,8 +28,9 @@ def check_checkpoint(checkpoint: Any, metadata: Any, model: Any, guide: Any) -> 
         )
     if checkpoint is not None:
         _checkpoint.check_target(checkpoint, "fit(checkpoint=...)")
-        refuse_checkpoint(_checkpoint.describe_model, model)
-        refuse_checkpoint(_checkpoint.describe_guide, guide)
+        # (out of their wrappers, as save() takes them: DataParallel, torch.compile)
+        refuse_checkpoint(_checkpoint.describe_model, unwrapped(model))
+        refuse_checkpoint(_checkpoint.describe_guide, unwrapped(guide))
         _checkpoint.json_text(metadata if metadata is not None else {})
 
 

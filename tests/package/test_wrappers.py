@@ -280,6 +280,31 @@ def test_save_stores_a_guide_in_any_wrapper_as_the_guide(tmp_path):
         assert torch.equal(restored.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
 
 
+def test_fit_checkpoints_and_resumes_a_guide_in_any_wrapper(tmp_path):
+    # fit(model, DataParallel(guide) or torch.compile(guide), checkpoint=...) was refused
+    # before training with "save() can store a MeanFieldGuide, got DataParallel. Build the
+    # guide with mean_field_guide(model)" (it was one), though save() stores it; resuming
+    # with one said "guide is of class OptimizedModule ... Build the guide as the run did"
+    x, y = _data(6)
+    for wrap in (DP, _compile):
+        model = bayesian(_net(), num_data=6)
+        guide = mean_field_guide(model)
+        loader = ArrayLoader(x, y, batch_size=3)
+        path = tmp_path / "c.pt"
+        pyrouq.fit(model, wrap(guide), loader, epochs=1, checkpoint=path, progress=False)
+        saved = pyrouq.load(path, module=_net()).guide.site_loc("0.weight")
+        assert torch.equal(saved, guide.site_loc("0.weight"))
+        resumed = []
+        for given in (lambda g: g, wrap):  # one more epoch from the file: as a plain guide's
+            model = bayesian(_net(), num_data=6)
+            again = mean_field_guide(model)
+            fit_args = {"resume_from": path, "seed": 0, "progress": False}
+            pyrouq.fit(model, given(again), loader, epochs=2, **fit_args)
+            resumed.append(again.site_loc("0.weight"))
+        assert torch.allclose(resumed[1], resumed[0], rtol=0, atol=1e-6)  # (last bits: DP)
+        assert (resumed[0] - saved).abs().max() > 1e-3  # (it trained on)
+
+
 class _Holder(nn.Module):
     """A module of one's own keeping a pyrouq model as ``_orig_mod`` (no compiled wrapper)."""
 
