@@ -81,17 +81,34 @@ def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: 
 
 
 def check_resumed_wrapper(description: Any, model: Any, path: str) -> bool:
-    """Refuse ``fit(model, resume_from=path)`` of a file holding a ``DataParallel`` or
-    ``DistributedDataParallel`` wrapper (an earlier pyrouq's, ``'module.'`` names) when
-    ``model`` (as given to fit()) is not in that wrapper, saying what to pass; the structure
-    comparison would otherwise say to rebuild the model, which the saved arguments do not
-    mend. True where the file holds such a wrapper (``model`` is in it: the run loads into
-    ``model``), else False."""
+    """Refuse ``fit(model, resume_from=path)`` of a file holding a ``DataParallel``,
+    ``DistributedDataParallel`` or ``torch.compile`` wrapper of a network (an earlier
+    pyrouq's, ``'module.'`` or ``'_orig_mod.'`` names) when ``model`` (as given to fit()) is
+    not in that wrapper, saying what to pass; the structure comparison would otherwise say to
+    rebuild the model, which the saved arguments do not mend. True where the file holds a
+    parallel wrapper (``model`` is in it: the run loads into ``model``), else False."""
     saved = description.get("model") if isinstance(description, dict) else None
     found = saved.get("module") if isinstance(saved, dict) else None
     record: dict[str, Any] = found if isinstance(found, dict) else {}
     held = record.get("class")
-    if held not in _PARALLEL_CLASSES or not isinstance(model, nn.Module):
+    if not isinstance(model, nn.Module):
+        return False
+    if (
+        held == COMPILED_CLASS
+        and isinstance(saved, dict)
+        and saved.get("class") == "Module"
+        and unwrapped(model) is model
+    ):
+        inner = (record.get("modules") or {}).get("_orig_mod", "module")
+        raise CheckpointError(
+            f"resume_from={path!r} holds a {inner} compiled by torch.compile, saved with its "
+            "wrapper (OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, "
+            f"but the model ({class_name(model)}) is not compiled. Resume with "
+            "fit(torch.compile(net), resume_from=...) (backend='eager' where no compiler "
+            "runs); the checkpoints it writes then hold the module torch.compile wraps, "
+            "which a plain model resumes from."
+        )
+    if held not in _PARALLEL_CLASSES:
         return False
     wrapper = _PARALLEL_CLASSES[held]
     if isinstance(model, _PARALLEL[_PARALLEL_NAMES.index(wrapper)]):

@@ -321,6 +321,38 @@ def test_a_plain_model_resuming_a_data_parallel_file_is_told_to_wrap_it(tmp_path
     assert [h.epoch for h in run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
 
 
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
+def test_a_plain_model_resuming_a_compiled_file_is_told_to_compile_it(tmp_path):
+    # it said the file "holds a Module of another module ... Rebuild the model with the saved
+    # arguments", which no rebuilt network mends: only torch.compile(net) takes the names
+    def run(model, epochs, **kwargs):
+        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
+                          lr_schedule="constant", **kwargs)  # fmt: skip
+
+    torch.manual_seed(0)
+    want = [h.loss for h in run(_net(), 2).history]
+    torch.manual_seed(0)
+    path = tmp_path / "old.pt"
+    run(_net(), 1, checkpoint=path)
+    payload = torch.load(path, weights_only=True)  # as an earlier pyrouq wrote it
+    description = json.loads(payload["description"])
+    description["model"]["module"] = module_record(torch.compile(_net(), backend="eager"))
+    payload["description"] = json.dumps(description)
+    payload["model"] = {f"_orig_mod.{k}": v for k, v in payload["model"].items()}
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=re.escape(
+        "holds a Sequential compiled by torch.compile, saved with its wrapper (OptimizedModule, "
+        "parameters named '_orig_mod.'...) by an earlier pyrouq, but the model (Sequential) is "
+        "not compiled. Resume with fit(torch.compile(net), resume_from=...)"
+    )):  # fmt: skip
+        run(_net(), 2, resume_from=path)
+    # what it advises resumes the run, and writes files that a plain model resumes from
+    compiled = torch.compile(_net(), backend="eager")
+    resumed = run(compiled, 2, resume_from=path, checkpoint=tmp_path / "new.pt")
+    assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
+    assert [h.epoch for h in run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
+
+
 # 6. resuming from a loader that cannot tell N -------------------------------------------------
 
 
