@@ -22,6 +22,7 @@ from pyrouq._words import slip_hint
 from pyrouq.convert._conversion_warnings import (
     CALLER,
     made,
+    made_layers,
     warn_bilinear,
     warn_kept_tied,
     warn_parametrized,
@@ -190,8 +191,8 @@ def _nothing_converted(net: nn.Module, name: str) -> str:
             else f"its layers {_names_list(converted, 4)} are BatchEnsemble layers already"
         )
         return (
-            f"{name} has no plain nn.Linear or convolution layer to turn into BatchEnsemble "
-            f"layers: {which} (the network of a BatchEnsemble, ensemble.net, or a part of it). "
+            f"{name} has no plain nn.Linear or convolution layer to turn into {made_layers()}: "
+            f"{which} (the network of a BatchEnsemble, ensemble.net, or a part of it). "
             "Pass the original plain network the ensemble was made from (batchensemble(net, "
             "M) and rank1(net, M) convert a copy and leave it as it was); to make an "
             "existing BatchEnsemble's factors latent, use pyrouq.bayesian(ensemble)."
@@ -210,7 +211,7 @@ def _nothing_converted(net: nn.Module, name: str) -> str:
     ]
     if not read and not own:
         return (
-            f"{name} has no nn.Linear or convolution layer to turn into BatchEnsemble layers. "
+            f"{name} has no nn.Linear or convolution layer to turn into {made_layers()}. "
             "Pass a network with such layers."
         )
     why = []
@@ -393,7 +394,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         likelihood: LikelihoodName | Likelihood = "categorical",
     ):
         super().__init__(name=f"{type(self).__name__}_{next(COUNTER)}")
-        num_members = _check_members(num_members)
+        num_members = _check_members(num_members, made())
         use_base_weights = check_flag("use_base_weights", use_base_weights)
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
         _check_norms(norms)

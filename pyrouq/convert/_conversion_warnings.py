@@ -37,6 +37,12 @@ def made() -> str:
     return "a rank-1 network" if CALLER.get() == "rank1()" else "a BatchEnsemble"
 
 
+def made_layers() -> str:
+    """The layers the conversion makes, as its refusals name them: ``"BatchEnsemble
+    layers"``, or ``"rank-1 layers"`` while :func:`pyrouq.rank1` builds its BatchEnsemble."""
+    return "rank-1 layers" if CALLER.get() == "rank1()" else "BatchEnsemble layers"
+
+
 class _TiedBiasKeptWarning(UserWarning):
     """The warning :func:`warn_kept_tied` gives; ``load()``, rebuilding a saved ensemble,
     silences it."""

@@ -25,11 +25,13 @@ _CONV_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "paddin
 """Their defaults (and a transposed convolution's ``output_padding``'s), as in torch."""
 
 
-def _check_members(num_members: object) -> int:
+def _check_members(num_members: object, made: str = "a BatchEnsemble") -> int:
+    """``num_members`` as an int >= 1, else refused saying that ``made`` (what is built: "a
+    BatchEnsemble", "a rank-1 network") needs one."""
     return check_count(
         "num_members",
         num_members,
-        "BatchEnsemble needs at least one member; 4 is a common choice.",
+        f"{made[:1].upper()}{made[1:]} needs at least one member; 4 is a common choice.",
     )
 
 

@@ -174,9 +174,10 @@ def test_a_batchensembles_own_network_is_told_what_the_factory_should_return(
     """'Pass the original plain network ... (batchensemble(net, M) and rank1(net, M) convert a
     copy ...); ... use pyrouq.bayesian(ensemble).'"""
     err, _ = fit_error(capsys, tmp_path, "ensemble_net", method)
+    made = "rank-1" if method == "rank1" else "BatchEnsemble"  # (rank1's said BatchEnsemble)
     assert err == (
         f"pyrouq: error: factory '{SELF}:ensemble_net', --method {method}: Sequential has no "
-        "plain nn.Linear or convolution layer to turn into BatchEnsemble layers: its layers "
+        f"plain nn.Linear or convolution layer to turn into {made} layers: its layers "
         "'1' are BatchEnsemble layers already (the network of a BatchEnsemble, ensemble.net, "
         "or a part of it). Make the factory return the original plain network the ensemble was "
         "made from (with --method rank1 for latent factors)."

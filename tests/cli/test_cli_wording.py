@@ -101,9 +101,10 @@ def test_no_layer_for_a_batchensemble_names_the_factory_and_method(method, tmp_p
     """'_OwnWeight has no nn.Linear or convolution layer to turn into BatchEnsemble layers.
     Pass a network with such layers.' named neither the factory nor --method."""
     err = fit_error(capsys, tmp_path, "own_weight", method)
+    made = "rank-1" if method == "rank1" else "BatchEnsemble"  # (rank1's said BatchEnsemble)
     assert err.rstrip().endswith(
         f"factory 'test_cli_wording:own_weight', --method {method}: _OwnWeight has no "
-        "nn.Linear or convolution layer to turn into BatchEnsemble layers. Make the factory "
+        f"nn.Linear or convolution layer to turn into {made} layers. Make the factory "
         "return a network with such layers, or pick --method plain."
     )
 

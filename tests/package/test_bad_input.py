@@ -1028,7 +1028,15 @@ API_CASES = [
     ("rank1", "range", lambda tmp: pyrouq.rank1(pyrouq.MLP(4, 3, 2), 2, prior_scale=0.0),
      ValueError, r"Expected prior_scale > 0 \(a finite float\), got 0.0. It is the standard "),
     ("rank1", "range", lambda tmp: pyrouq.rank1(pyrouq.MLP(4, 3, 2), 0), ValueError,
-     r"Expected num_members to be an integer >= 1, got 0"),
+     r"Expected num_members to be an integer >= 1, got 0\. A rank-1 network needs at least one "
+     r"member"),  # (it said "BatchEnsemble needs at least one member")
+    ("rank1", "empty", lambda tmp: pyrouq.rank1(torch.nn.ReLU(), 4), ValueError,
+     r"ReLU has no nn.Linear or convolution layer to turn into rank-1 layers\. Pass a "),
+    ("rank1", "empty",
+     lambda tmp: pyrouq.rank1(pyrouq.batchensemble(torch.nn.Sequential(torch.nn.Linear(2, 2)),
+                                                   2).net, 2),
+     ValueError, r"Sequential has no plain nn.Linear or convolution layer to turn into rank-1 "
+     r"layers: its layers '0' are BatchEnsemble layers already"),
     ("rank1", "type", lambda tmp: pyrouq.rank1(pyrouq.batchensemble(pyrouq.MLP(4, 3, 2), 2), 2),
      TypeError, r"rank1\(\) converts a plain network and got a BatchEnsembleMLP, already a "),
     ("rank1", "companion",
