@@ -17,6 +17,18 @@ def _holds_embedding(module: Any) -> bool:
     return any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) for m in module.modules())
 
 
+def _embedding_kinds(module: Any) -> str:
+    """The embedding classes ``module`` holds and their verb, as the bool refusal names them:
+    "nn.Embedding reads", "nn.EmbeddingBag reads", or both "read" (a subclass named by the
+    torch class it extends)."""
+    kinds = {
+        "nn.EmbeddingBag" if isinstance(m, nn.EmbeddingBag) else "nn.Embedding"
+        for m in module.modules()
+        if isinstance(m, (nn.Embedding, nn.EmbeddingBag))
+    }
+    return f"{' and '.join(sorted(kinds))} {'read' if len(kinds) > 1 else 'reads'}"
+
+
 def takes_indices(x: torch.Tensor, module: Any) -> bool:
     """Whether the non-floating ``x`` is taken as it is: integer inputs to a network holding an
     ``nn.Embedding`` / ``nn.EmbeddingBag`` (its indices; not bool, nor complex)."""
@@ -29,11 +41,11 @@ def not_floating(x: torch.Tensor, module: Any, name: str) -> str:
     other integers, the ways of a network that reads ids without an ``nn.Embedding``."""
     if x.dtype == torch.bool and _holds_embedding(module):
         return (
-            f"{name} got a torch.bool tensor as its input x, but the network's nn.Embedding "
-            "reads integer indices (torch.long or torch.int). A padding mask? pyrouq runs the "
-            "network on one input tensor: pass the token ids alone and compute the mask from "
-            "them in forward (mask = x == pad_id). Bool tokens or flags that are the data "
-            "itself: pass x.long()."
+            f"{name} got a torch.bool tensor as its input x, but the network's "
+            f"{_embedding_kinds(module)} integer indices (torch.long or torch.int). A padding "
+            "mask? pyrouq runs the network on one input tensor: pass the token ids alone and "
+            "compute the mask from them in forward (mask = x == pad_id). Bool tokens or flags "
+            "that are the data itself: pass x.long()."
         )
     hint = " (raw 0-255 pixels?)" if x.dtype == torch.uint8 else ""
     ids = x.dtype not in (torch.uint8, torch.bool) and not x.is_complex()

@@ -91,8 +91,8 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     if _INDICES.search(words) is not None:  # ids of another dtype: no model's dtype takes them
         return (
             "These are torch's words on dtypes, not on x's shape: a layer takes integer indices "
-            f"(an nn.Embedding's ids), and x reached it as {dtype}. Pass the ids as integers "
-            "(x.long())"
+            f"(an nn.Embedding's or nn.EmbeddingBag's ids), and x reached it as {dtype}. Pass "
+            "the ids as integers (x.long())"
         )
     floats = {name.lower() for name in _FLOATS.findall(words)}
     if not dtype.is_floating_point and len(floats) > 1 and not _INTEGERS.search(words):
@@ -105,9 +105,10 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     if not dtype.is_floating_point:  # ids or a mask in a layer of floating weights: the
         return (  # network's route, not its dtype (model.to(torch.int64) is no model)
             f"These are torch's words on dtypes, not on x's shape: x reached the network as "
-            f"{dtype}, as it came (a network holding an nn.Embedding takes integer inputs), and "
-            "a layer of floating weights got it. In the forward, send ids through the "
-            "nn.Embedding before such a layer, and features to it as floats (x.float())"
+            f"{dtype}, as it came (a network holding an nn.Embedding or nn.EmbeddingBag takes "
+            "integer inputs), and a layer of floating weights got it. In the forward, send ids "
+            "through the embedding before such a layer, and features to it as floats "
+            "(x.float())"
         )
     if not cast:  # no weights to cast x to, nor to change by model.to(): its priors draw
         return (

@@ -202,6 +202,32 @@ def test_a_forward_of_two_inputs_is_told_to_derive_the_mask_from_x():
         bayesian(_TwoInputs())
 
 
+class _Bag(nn.Module):
+    """Ids pooled by an nn.EmbeddingBag (``x[:, :3]``), the rest sent to a Linear as they are."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag, self.fc = nn.EmbeddingBag(10, 3), nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(self.bag(x) if x.shape[1] == 4 else x)
+
+
+def test_an_embedding_bags_network_is_told_of_its_embedding_bag():
+    # a bool x was told "the network's nn.Embedding reads integer indices", a network holding
+    # none; integer ids sent to a Linear, "send ids through the nn.Embedding"
+    model = bayesian(_Bag())
+    guide = mean_field_guide(model)
+    with pytest.raises(TypeError, match=r"got a torch.bool tensor as its input x, but the "
+                       r"network's nn.EmbeddingBag reads integer indices"):  # fmt: skip
+        predict(model, torch.zeros(2, 4, dtype=torch.bool), guide, num_samples=2, progress=False)
+    to_linear = r"nn.Embedding or nn.EmbeddingBag takes integer inputs\).* send ids through the"
+    with pytest.raises(ValueError, match=to_linear):
+        predict(model, torch.zeros(2, 3, dtype=torch.long), guide, num_samples=2, progress=False)
+    assert predict(model, torch.zeros(2, 4, dtype=torch.long), guide, num_samples=2,
+                   progress=False).probs.shape == (2, 2, 2)  # fmt: skip
+
+
 def test_a_padding_mask_given_beside_the_ids_is_refused_with_the_fix():
     # predict((ids, mask)) read the mask as a second batch of ids: torch's "Expected tensor
     # for argument #1 'indices' to have one of the following scalar types: Long, Int; but got

@@ -219,9 +219,10 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
         assert "mat1 and mat2 must have the same dtype, but got Long and Float" in message
         assert (
             "These are torch's words on dtypes, not on x's shape: x reached the network as "
-            "torch.int64, as it came (a network holding an nn.Embedding takes integer inputs), "
-            "and a layer of floating weights got it. In the forward, send ids through the "
-            "nn.Embedding before such a layer, and features to it as floats (x.float())"
+            "torch.int64, as it came (a network holding an nn.Embedding or nn.EmbeddingBag "
+            "takes integer inputs), and a layer of floating weights got it. In the forward, "
+            "send ids through the embedding before such a layer, and features to it as floats "
+            "(x.float())"
         ) in message
         assert "Check that the network takes" not in message
         return
@@ -234,8 +235,8 @@ def test_torchs_words_on_the_dtype_of_ids_do_not_tell_to_cast_the_model(caller, 
     ) in message
     assert (
         "These are torch's words on dtypes, not on x's shape: a layer takes integer indices (an "
-        "nn.Embedding's ids), and x reached it as torch.float32. Pass the ids as integers "
-        "(x.long())"
+        "nn.Embedding's or nn.EmbeddingBag's ids), and x reached it as torch.float32. Pass the "
+        "ids as integers (x.long())"
     ) in message
     assert call(ids.float().long()) is not None  # the cast it names
 
@@ -287,7 +288,8 @@ def test_torchs_words_on_dtypes_past_integer_ids_are_told_as_they_are(caller, ro
         assert "Input type (long int) and bias type (float) should be the same" in message
         assert (
             "x reached the network as torch.int64, as it came (a network holding an "
-            "nn.Embedding takes integer inputs), and a layer of floating weights got it"
+            "nn.Embedding or nn.EmbeddingBag takes integer inputs), and a layer of floating "
+            "weights got it"
         ) in message
         return
     assert "mat1 and mat2 must have the same dtype, but got Float and Double" in message
