@@ -43,6 +43,12 @@ def check_layer_input(
         if not named and not rank_ok and _one_example(x, dim, size, ranks, min_rank):
             # (a layer called on its own has no layer before it: one image, (C, H, W))
             check = f"One example without its batch dim? {ONE_EXAMPLE} Otherwise c{check}"
+        elif not named and _one_channel_unsaid(x, size, ranks):
+            shape = (x.shape[0], 1, *x.shape[1:])
+            check = (
+                "A batch of one-channel images without their channel dim? Pass "
+                f"x.unsqueeze(1), of shape {shape}. Otherwise c{check}"
+            )
         else:
             check = f"C{check}"
         detail = f"expects inputs of shape {expected}, got shape {tuple(x.shape)}. {check}"
@@ -74,6 +80,12 @@ def _one_example(
     rank_ok = x.dim() + 1 >= min_rank if ranks is None else x.dim() + 1 in ranks
     per_example = dim - 1 if dim > 0 else dim  # (the feature dim, the batch dim gone)
     return rank_ok and x.dim() > 0 and x.shape[per_example] == size
+
+
+def _one_channel_unsaid(x: torch.Tensor, size: int, ranks: tuple[int, ...] | None) -> bool:
+    """Whether ``x`` is a batch of one-channel images without the channel dim, ``(B, H, W)``,
+    to a convolution taking ``(B, 1, H, W)`` first (the rank of ``ranks`` one above x's)."""
+    return size == 1 and ranks is not None and x.dim() + 1 == min(ranks) and x.dim() > 1
 
 
 def check_ensemble_input(

@@ -228,3 +228,21 @@ def test_a_bare_bayesian_conv_on_one_image_is_told_to_batch_it():
     assert conv(torch.randn(1, 28, 28).unsqueeze(0)).shape == (1, 4, 26, 26)  # the fix
     with pytest.raises(ValueError, match=r"got shape \(2, 3, 8, 8\)\. Check the output size of"):
         conv(torch.randn(2, 3, 8, 8))  # (a batch of other channels: as before)
+
+
+def test_a_bare_bayesian_conv_on_images_without_their_channel_dim_is_told_to_add_it():
+    """BayesianConv2d(1, 4, 3) called on (64, 28, 28) images was told 'Check the output size of
+    the layer before it', which a layer called on its own has none of."""
+    conv = BayesianConv2d(1, 4, 3)
+    images = torch.randn(64, 28, 28)
+    with pytest.raises(ValueError) as info:
+        conv(images)
+    assert str(info.value) == (
+        "BayesianConv2d expects inputs of shape (B, 1, H, W) or (S, B, 1, H, W), got shape "
+        "(64, 28, 28). A batch of one-channel images without their channel dim? Pass "
+        "x.unsqueeze(1), of shape (64, 1, 28, 28). Otherwise check the output size of the "
+        "layer before it, or this layer's input size."
+    )
+    assert conv(images.unsqueeze(1)).shape == (64, 4, 26, 26)  # the fix
+    with pytest.raises(ValueError, match=r"got shape \(64, 28, 28\)\. Check the output size"):
+        BayesianConv2d(3, 4, 3)(images)  # (three channels: no such guess)
