@@ -20,6 +20,20 @@ OODScore = Literal["mutual_information", "entropy", "max_prob", "variance"]
 
 _OOD_SCORES: tuple[str, ...] = get_args(OODScore)
 
+#: The short names the scores go by in the literature (lower case): MSP, the maximum softmax
+#: probability; MI, the mutual information.
+_SCORE_NAMES = {"msp": "max_prob", "mi": "mutual_information"}
+
+
+def score_hint(given: object) -> str:
+    """What a refusal of ``given`` as an OOD score's name puts after it: for another name of
+    one (``"msp"``, ``"MI"``), `` (did you mean 'max_prob'? pyrouq's name for msp)``; for a
+    slip of one, :func:`~pyrouq._words.slip_hint`'s question; else ``""``."""
+    if isinstance(given, str) and given.strip().lower() in _SCORE_NAMES:
+        meant = _SCORE_NAMES[given.strip().lower()]
+        return did_you_mean([meant], f"pyrouq's name for {given.strip()}")
+    return slip_hint(given, _OOD_SCORES)
+
 
 def _predict_first(where: str, inputs: str = "ood_inputs") -> str:
     return (
@@ -106,13 +120,17 @@ def refuse_ood_string(ood: Any) -> None:
     predictions on its inputs go there)."""
     if not isinstance(ood, str):
         return
+    other = _SCORE_NAMES.get(ood.strip().lower())  # 'msp', 'MI': a score by another name
     meant = [ood] if ood in _OOD_SCORES else close_names(ood.strip().lower(), _OOD_SCORES)
+    meant = [other] if other is not None else meant
     if meant:
-        # a score's name, or one slipped from it ('Max-Prob'), is the score; a name only close
-        # to one ('energy', 'entropies') may be another: asked, with the scores there are
-        sure = ood in _OOD_SCORES or slip_hint(ood, _OOD_SCORES)
+        # a score's name, one slipped from it ('Max-Prob') or another of its names ('msp') is
+        # the score; a name only close to one ('energy', 'entropies') may be another: asked,
+        # with the scores there are
+        sure = ood in _OOD_SCORES or other is not None or slip_hint(ood, _OOD_SCORES)
         goes = (
             f"evaluate(predictions, targets, ood, {meant[0]!r})"
+            + (f" ({meant[0]!r} is pyrouq's name for {ood.strip()})" if other else "")
             if sure
             else "evaluate(predictions, targets, ood, ood_score) with ood_score one of "
             f"{', '.join(map(repr, _OOD_SCORES))}{did_you_mean(meant)}"
@@ -173,7 +191,7 @@ def ood_scores(probs: Tensor, score: OODScore = "mutual_information") -> Tensor:
     [0.1, 0.5]
     """
     if score not in _OOD_SCORES:
-        hint = slip_hint(score, _OOD_SCORES)
+        hint = score_hint(score)
         raise ValueError(
             f"Unknown OOD score {score!r}{hint}; expected one of "
             f"{', '.join(map(repr, _OOD_SCORES))}."

@@ -42,10 +42,10 @@ from pyrouq._metric_ood import (
     ood_fpr95,
     ood_scores,
     refuse_ood_string,
+    score_hint,
 )
 from pyrouq._numbers import is_integer, shown, tensor_hint
 from pyrouq._tables import format_table
-from pyrouq._words import slip_hint
 from pyrouq.uncertainty import decompose
 
 __all__ = [
@@ -399,7 +399,7 @@ def evaluate(
     """
     refuse_ood_string(ood)  # evaluate(preds, y, "entropy"): ood_score is the fourth
     if ood_score is not None and ood_score not in _OOD_SCORES:
-        hint = slip_hint(ood_score, _OOD_SCORES)
+        hint = score_hint(ood_score)
         raise ValueError(
             f"Unknown ood_score {ood_score!r}{hint}; expected one of "
             f"{', '.join(map(repr, _OOD_SCORES))}."

@@ -71,6 +71,26 @@ def test_evaluate_given_another_string_or_a_dict_as_ood_is_not_told_of_loaders_o
     assert pyrouq.evaluate(preds, y, ood.probs) == pyrouq.evaluate(preds, y, ood)  # the fix
 
 
+def test_evaluate_given_a_scores_short_name_is_told_pyrouqs_name():
+    """'msp' and 'mi' as ood (the usual short names of max_prob and mutual_information) were
+    told they looked like 'a file or a data set's name'; as ood_score, only the names there
+    are."""
+    preds, ood, y = _preds(8, 0), _preds(5, 1), torch.arange(8) % 3
+    with pytest.raises(TypeError) as info:
+        pyrouq.evaluate(preds, y, "msp")
+    assert str(info.value).endswith(
+        "got the string 'msp'; an OOD score goes fourth, evaluate(predictions, targets, ood, "
+        "'max_prob') ('max_prob' is pyrouq's name for msp)."
+    )
+    with pytest.raises(TypeError, match=r"ood, 'mutual_information'\) \('mutual_information' "
+                       r"is pyrouq's name for MI\)\.$"):  # fmt: skip
+        pyrouq.evaluate(preds, y, "MI")
+    with pytest.raises(ValueError, match=r"Unknown ood_score 'msp' \(did you mean 'max_prob'\? "
+                       r"pyrouq's name for msp\); expected one of"):  # fmt: skip
+        pyrouq.evaluate(preds, y, ood, "msp")
+    assert pyrouq.evaluate(preds, y, ood, "max_prob")["ood_auroc"] >= 0  # the name it gives
+
+
 # -- prediction sets --------------------------------------------------------------------------
 
 
