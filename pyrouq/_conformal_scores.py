@@ -344,9 +344,13 @@ def _interval_targets(targets: Any, lo: Tensor) -> Tensor:
     if not ok:
         got = tuple(targets.shape)
         one = len(shape) == 1 and got == (*shape, 1)  # one output, given as a column
+        turned = len(shape) == 2 and got == shape[::-1]  # (D, N) for (N, D) intervals
         fix = (
             "Pass targets[:, 0]: the intervals are of one output, one value per input"
             if one
+            else f"Pass targets.T: they hold an input per column, the intervals one per row "
+            f"({shape[0]} inputs, {shape[1]} outputs)"
+            if turned
             else "Pass the targets of the inputs the intervals were made for, one per "
             "interval (and per output)"
         )

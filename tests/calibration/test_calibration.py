@@ -212,7 +212,9 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"expected integer class labels in \[0, 1\] for sets over 2 classes, got dtype "
          r"torch.bool"),
         (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(2, 5)), ValueError,
-         r"coverage\(\): expected targets of shape \(5, 2\), as the intervals, got \(2, 5\)"),
+         r"coverage\(\): expected targets of shape \(5, 2\), as the intervals, got \(2, 5\)\. "
+         r"Pass targets\.T: they hold an input per column, the intervals one per row \(5 "
+         r"inputs, 2 outputs\)\.$"),  # (it said "Pass the targets of the inputs ...")
         (lambda: coverage((torch.zeros(5, 2), torch.ones(5, 2)), torch.zeros(5)), ValueError,
          r"expected targets of shape \(5, 2\), as the intervals, got \(5,\)"),
         (lambda: coverage((torch.zeros(5), torch.ones(5)), torch.zeros(5, 1)), ValueError,
@@ -268,6 +270,13 @@ def test_calibration_refuses_bad_input(call, error, pattern):
     with pytest.raises(error) as info:
         call()
     assert re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_coverage_of_transposed_targets_is_what_targets_t_gives():
+    # the fix the refusal of (D, N) targets names: targets.T, 2 of its 3 inputs inside
+    lo, hi = torch.zeros(3, 2), torch.ones(3, 2)
+    turned = torch.tensor([[0.5, 2.0, 0.1], [0.5, 0.5, 0.9]])
+    assert coverage((lo, hi), turned.T) == pytest.approx(5 / 6)
 
 
 def test_conformal_takes_numpy_alphas_and_the_largest_seed():
