@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from pyrouq._param_store import copy_renamed, hold_restored, set_supermodule, shared_copy
 from pyrouq._util import class_name
+from pyrouq._words import article
 from pyrouq.convert._hints import names_list
 from pyrouq.convert._sites import _tensors_in
 
@@ -23,6 +24,7 @@ __all__ = [
     "copy_network",
     "detached_memo",
     "hook_fix",
+    "uncopyable",
     "weight_hooks",
 ]
 
@@ -36,6 +38,25 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
     computed from the parameters in ``__init__``)."""
     try:
         return copy.deepcopy(module)
+    except TypeError as err:  # "cannot pickle 'generator' object": an attribute's
+        refused = uncopyable(module)
+        if not refused:
+            raise
+        kinds = sorted({kind for _, kind in refused})
+        holds = (
+            f"holds {article(kinds[0])} {kinds[0]} object"
+            if len(refused) == 1
+            else f"hold {' / '.join(kinds)} objects"
+        )
+        raise TypeError(
+            f"{class_name(module)} cannot be copied, so pyrouq cannot {what} (it converts a "
+            f"copy and leaves your network as it is): {names_list([n for n, _ in refused], 4)} "
+            f"{holds}, which copy.deepcopy refuses ({err}). Make such a value in forward, or "
+            f"delete it before converting (del net.{refused[0][0]}), or hold it in a form that "
+            "copies"
+            + (" (a generator's values as a list, list(gen))" if "generator" in kinds else "")
+            + "."
+        ) from None
     except RuntimeError as err:
         if "deepcopy protocol" not in str(err):
             raise
@@ -62,6 +83,24 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
             f"a copy and leaves your network as it is): {why}, and its hook keeps the weight "
             f"as a computed tensor. {hook_fix(hooked)}"
         ) from None
+
+
+def uncopyable(module: nn.Module) -> list[tuple[str, str]]:
+    """``(dotted attribute name, type name)`` of the plain attributes of the modules of
+    ``module`` (not their parameters, buffers or submodules) that ``copy.deepcopy`` refuses
+    with a TypeError: a generator object, a lock, an open file."""
+    found = []
+    for path, owner in module.named_modules():
+        for attr, value in vars(owner).items():
+            if attr in ("_parameters", "_buffers", "_modules"):
+                continue
+            try:
+                copy.deepcopy(value)
+            except TypeError:
+                found.append((f"{path}.{attr}" if path else attr, type(value).__name__))
+            except Exception:  # (refused otherwise: not what is asked)
+                continue
+    return found
 
 
 def computed_tensors(module: nn.Module) -> list[str]:

@@ -140,6 +140,38 @@ def test_a_network_holding_a_computed_tensor_is_refused_naming_it():
     assert list(bayesian(net).latent_sites())[:1] == ["fc.weight"]  # as told: it converts
 
 
+class _Drawing(nn.Module):
+    """Holds a generator object (``self.noise``) beside a torch.Generator (``self.gen``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.gen = torch.Generator().manual_seed(0)
+        self.noise = (0.1 * i for i in range(3))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_a_network_holding_a_generator_object_is_refused_naming_it():
+    # rank1() / batchensemble() / bayesian() failed with torch's bare "cannot pickle
+    # 'generator' object", naming neither the attribute nor a fix
+    net = _Drawing()
+    for convert in (lambda n: rank1(n, 2), lambda n: batchensemble(n, 2), bayesian):
+        with pytest.raises(TypeError) as caught:
+            convert(net)
+        message = str(caught.value)
+        assert message.startswith("_Drawing cannot be copied, so pyrouq cannot ")
+        assert (
+            "(it converts a copy and leaves your network as it is): 'noise' holds a generator "
+            "object, which copy.deepcopy refuses (cannot pickle 'generator' object). Make such a "
+            "value in forward, or delete it before converting (del net.noise), or hold it in a "
+            "form that copies (a generator's values as a list, list(gen))."
+        ) in message
+    net.noise = list(net.noise)  # as told (the torch.Generator copies as it is)
+    assert rank1(net, 2).num_members == 2 and batchensemble(net, 2).num_members == 2
+
+
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble", "rank1"])
 def test_a_fitted_model_that_caches_activations_copies_pickles_and_gives_its_network(kind):
     torch.manual_seed(0)
