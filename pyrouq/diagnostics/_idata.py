@@ -28,7 +28,7 @@ from pyrouq._util import (
     module_dtype,
 )
 from pyrouq._wrappers import given_model
-from pyrouq.infer._elbo_checks import refuse_handlers_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around, refuse_mask_or_scale_around
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
@@ -209,7 +209,9 @@ def to_inference_data(
         leaving one) that a BatchNorm built without running statistics refuses (its
         statistics are its batch's); a vectorised ``pyro.plate`` around the call of a pyrouq
         model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` or
-        ``pyro.poutine.do()`` fixing one of its latent sites; a model on the meta device
+        ``pyro.poutine.do()`` fixing one of its latent sites; around any model's call a
+        ``poutine.mask`` or ``poutine.scale`` (but of True or 1), which the export would not
+        apply (its log-likelihood is every point's, unscaled); a model on the meta device
         (shapes, no values), or its guide there.
 
     Warns
@@ -285,6 +287,7 @@ def to_inference_data(
         _check_result(result, fn)
     real_device(fn, model, guide)  # (no values to run on: before anything)
     refuse_handlers_around(model, fn, None, trace=False)  # (plate, condition: before anything)
+    refuse_mask_or_scale_around(fn)  # (the export would not apply them)
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)

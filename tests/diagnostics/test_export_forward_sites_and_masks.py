@@ -1,8 +1,8 @@
 """Review of the latest fixes: the CPU default is entered where torch's get_default_device()
 misses a ``with torch.device(...)`` block (torch 2.3-2.7) and around predict()'s batchnorm
 data; an own forward's local site in the export draws apart from the guide's next draw; its
-obs density honours a mask and outputs in a plate of their own; conformal() refuses 'abs'
-scores of an infinite stddev."""
+obs density honours a mask and outputs in a plate of their own, a mask or scale around the
+export is refused; conformal() refuses 'abs' scores of an infinite stddev."""
 
 from __future__ import annotations
 
@@ -100,6 +100,48 @@ def test_a_masked_obs_scores_zero_whichever_way_it_is_masked():
     torch.testing.assert_close(found["poutine"], found["distribution"], rtol=0, atol=1e-6)
     assert (found["poutine"][:, x[:, 0] <= 0] == 0).all()
     assert (found["poutine"][:, x[:, 0] > 0] != 0).all()
+
+
+def test_a_mask_or_scale_around_the_export_is_refused_as_it_would_not_apply():
+    """The export's log-likelihood is every point's, unscaled, whatever handler is around the
+    call: a mask leaving points out or a scale other than 1 was ignored (a pyrouq model) or
+    told as the model's own mask (a Pyro model); True and 1 are let through."""
+    x, y = toy_data(6)
+    model = tiny_mlp()
+    guide = mean_field_guide(model)
+
+    def own(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(w * x[:, 0], 1.0), obs=y)
+
+    def own_guide(x, y=None):
+        pyro.sample("w", dist.Normal(0.3, 0.1))
+
+    plain = to_inference_data(model, guide, x, y, 2, seed=1).log_likelihood["obs"].values
+    with pyro.poutine.mask(mask=True), pyro.poutine.scale(scale=1.0):
+        kept = to_inference_data(model, guide, x, y, 2, seed=1).log_likelihood["obs"].values
+    assert (kept == plain).all()
+    handlers = [
+        (pyro.poutine.mask(mask=False), r"mask\(mask=False\), expected no mask around"),
+        (
+            pyro.poutine.mask(mask=torch.arange(6) < 3),
+            r"mask\(\) of a mask of shape \(6,\), expected no mask around",
+        ),
+        (pyro.poutine.scale(scale=2.0), r"scale\(scale=2\), expected no scale around"),
+    ]
+    for handler, shown in handlers:
+        for args in ((model, guide, x, y), (own, own_guide, x, x[:, 1])):
+            with (
+                handler,
+                pytest.raises(
+                    ValueError,
+                    match=rf"to_inference_data\(\) was called inside pyro\.poutine\.{shown} the "
+                    r"call: the export would not apply it, its log_likelihood .* Call "
+                    r"to_inference_data\(\) outside",
+                ),
+            ):
+                to_inference_data(*args, 2, seed=1)
 
 
 class _PlatedOutputs(pyrouq.BayesianNetwork):
