@@ -10,22 +10,28 @@ from typing import Any
 from torch import nn
 
 from pyrouq._util import class_name
-from pyrouq._wrappers import unwrapped
+from pyrouq._wrappers import _PARALLEL, unwrapped
 from pyrouq.checkpoint._checks import COMPILED_CLASS
 from pyrouq.checkpoint._describe import CheckpointError
 
-_PARALLEL = (nn.parallel.DistributedDataParallel, nn.DataParallel)
 _PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c.__name__ for c in _PARALLEL}
 _PARALLEL_NAMES = [c.__name__ for c in _PARALLEL]
+
+
+def _saved_records(description: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The file's model record (``description["model"]``) and the record of the module it
+    holds (its ``"module"``), each empty where the description has none."""
+    found = description.get("model") if isinstance(description, dict) else None
+    saved: dict[str, Any] = found if isinstance(found, dict) else {}
+    record = saved.get("module")
+    return saved, record if isinstance(record, dict) else {}
 
 
 def holds_wrapper(description: Any) -> bool:
     """Whether the file ``description`` describes holds the wrapper itself (torch.compile's,
     ``DistributedDataParallel``, ``DataParallel``: written by an earlier pyrouq), whose
     parameter names only a model wrapped as it was saved takes."""
-    saved = description.get("model") if isinstance(description, dict) else None
-    record = saved.get("module") if isinstance(saved, dict) else None
-    held = record.get("class") if isinstance(record, dict) else None
+    held = _saved_records(description)[1].get("class")
     return held == COMPILED_CLASS or held in _PARALLEL_CLASSES
 
 
@@ -34,9 +40,7 @@ def skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
     writes a wrapped module as the module it wraps), but the wrapped one for a file holding
     the wrapper (written before save() unwrapped it, or a network compiled before it was
     converted), refused when plain, saying what to pass."""
-    saved = description["model"] if isinstance(description["model"], dict) else {}
-    found = saved.get("module")
-    record: dict[str, Any] = found if isinstance(found, dict) else {}
+    saved, record = _saved_records(description)
     held = record.get("class")
     if held in _PARALLEL_CLASSES:
         return _parallel_skeleton(_PARALLEL_CLASSES[held], record, module, path)
@@ -87,18 +91,11 @@ def check_resumed_wrapper(description: Any, model: Any, path: str) -> bool:
     not in that wrapper, saying what to pass; the structure comparison would otherwise say to
     rebuild the model, which the saved arguments do not mend. True where the file holds a
     parallel wrapper (``model`` is in it: the run loads into ``model``), else False."""
-    saved = description.get("model") if isinstance(description, dict) else None
-    found = saved.get("module") if isinstance(saved, dict) else None
-    record: dict[str, Any] = found if isinstance(found, dict) else {}
+    saved, record = _saved_records(description)
     held = record.get("class")
     if not isinstance(model, nn.Module):
         return False
-    if (
-        held == COMPILED_CLASS
-        and isinstance(saved, dict)
-        and saved.get("class") == "Module"
-        and unwrapped(model) is model
-    ):
+    if held == COMPILED_CLASS and saved.get("class") == "Module" and unwrapped(model) is model:
         inner = (record.get("modules") or {}).get("_orig_mod", "module")
         raise CheckpointError(
             f"resume_from={path!r} holds a {inner} compiled by torch.compile, saved with its "
