@@ -144,8 +144,9 @@ def fit(
         ``loss = -(N/B) sum_batch log p(y | x)``, with the same optimizer and schedule. A model
         in ``DistributedDataParallel`` (a pyrouq model in ``DataParallel`` too) is trained as
         the module it wraps (fit() averages the gradients itself). A ``torch.compile`` d model
-        (a BatchEnsemble too) trains compiled; ``torch.compile(DDP(model))`` of a pyrouq
-        model as ``model`` compiled with the same settings.
+        (a BatchEnsemble too) trains compiled; ``torch.compile(DDP(model))``, of a pyrouq model
+        or a plain network, as ``model`` compiled with the same settings (a pyrouq model's
+        ``torch.compile(DataParallel(model))`` too; a plain network's is run as it is).
     guide : nn.Module or callable or None
         The variational distribution (``mean_field_guide(model)``, or a Pyro autoguide such as
         ``AutoNormal(model)``, whose lazily created parameters are set up on the first batch
