@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from pyrouq._words import as_typed
 from pyrouq.cli._build import CommandError
 
 
@@ -48,7 +49,7 @@ def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, A
         for key in keys:
             print(f"{key:8}{before[key]:>10.4f}{after[key]:>10.4f}")
     if args.conformal is not None:
-        print(f"\nConformal sets at alpha = {args.conformal:g}:")
+        print(f"\nConformal sets at alpha = {as_typed(args.conformal)}:")
         print(f"{'score':8}{'threshold':>11}{'coverage':>10}{'mean size':>11}")
         out["conformal"] = {}
         for score in ("lac", "aps", "raps"):

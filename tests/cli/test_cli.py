@@ -116,10 +116,11 @@ def test_evaluate_reloads_and_adds_rotations(bayes_run, capsys):
 
 def test_evaluate_calibrates_and_builds_conformal_sets(bayes_run, capsys):
     argv = ["evaluate", str(bayes_run), "--num-samples", "3", "--ood", "none"]
-    assert main([*argv, "--calibrate", "temperature", "--conformal", "0.1"]) == 0
+    # (an alpha that :g, 6 digits, told as 0.1: the header echoes it as typed)
+    assert main([*argv, "--calibrate", "temperature", "--conformal", "0.1000001"]) == 0
     printed = capsys.readouterr().out
     assert "Calibration: fitted on 5000 test images (seed 1), reported on the other 5000" in printed
-    assert "temperature " in printed and "Conformal sets at alpha = 0.1:" in printed
+    assert "temperature " in printed and "Conformal sets at alpha = 0.1000001:" in printed
     calibration = json.loads((bayes_run / "metrics-evaluate.json").read_text())["calibration"]
     assert calibration["temperature"] > 0
     before, after = calibration["before"], calibration["after"]
