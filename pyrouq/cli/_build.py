@@ -13,6 +13,7 @@ from typing import Any
 from pyrouq._words import as_typed
 from pyrouq.cli._built_in_method import built_in_instead
 from pyrouq.cli._factory_names import calling_factory
+from pyrouq.cli._held_prior import held_prior_words, is_held_refusal
 
 # Per model: its builder arguments and the recipe measured for it (see docs/measurements.md).
 MODELS: dict[str, dict[str, Any]] = {
@@ -348,18 +349,13 @@ def build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         model, guide = _build(args, method)
     except ValueError as err:  # a --prior-scale the network's dtype holds as 0 or inf
         text = " ".join(str(err).split())
-        held = _HELD.match(text)
+        default = DEFAULT_RANK1_PRIOR_SCALE if rank1 else DEFAULT_PRIOR_SCALE
+        held = held_prior_words(text, args.prior_scale, default)
         if held is None and text.endswith(_FEWER[0]):  # more members than memory holds
             raise CommandError(text.replace(*_FEWER)) from None
         if held is None:
             raise
-        dtype, most, value = held.groups()
-        default = DEFAULT_RANK1_PRIOR_SCALE if rank1 else DEFAULT_PRIOR_SCALE
-        raise CommandError(
-            f"--prior-scale {as_typed(args.prior_scale)} is {value} in {dtype}, the precision of "
-            f"the network's weights (at most {most}); pass a --prior-scale it holds, e.g. the "
-            f"default {default:g}"
-        ) from None
+        raise CommandError(held) from None
     if method is not None:
         _check_savable(model, args.model, method)
     return model, guide
@@ -380,13 +376,6 @@ def _check_savable(model: Any, spec: str, method: str) -> None:
         raise CommandError(
             f"factory {spec!r}, --method {method}: the run's checkpoint.pt would not load: {text}"
         ) from None
-
-
-# pyrouq._util.check_held's error, naming prior_scale= or a site's prior (Python's words)
-_HELD = re.compile(
-    r"Expected (?:prior_scale|prior=|the prior scale of .*?) to be a positive finite (torch\.\w+) "
-    r"\(.*?; at most ([^)]*)\), got \S+, which \S+ holds as (\S+?)\."
-)
 
 
 # A BatchEnsemble layer's or per-member norm's refusal of members past int64 or memory
@@ -575,7 +564,7 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
             return _convert(net, args, method)
         except (TypeError, ValueError) as err:  # the conversion's refusal, in Python's words
             text = " ".join(str(err).split())
-            if _HELD.match(text):  # a --prior-scale the dtype cannot hold: build() tells it
+            if is_held_refusal(text):  # a --prior-scale the dtype cannot hold: build() tells it
                 raise
             text = _PYRO_SAMPLES.sub(r"the factory returned a \1", text)
             for python, command in _ADVICE:

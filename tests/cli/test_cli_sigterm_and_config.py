@@ -57,6 +57,11 @@ def own_weight() -> nn.Module:
     return _OwnWeight()
 
 
+def two_dtypes() -> nn.Module:
+    """A first layer in float64, which holds 1e-50, and a second in float32, which does not."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 8).double(), nn.Linear(8, 10))
+
+
 _SIGTERM_NETS = """
 import os, signal
 from torch import nn
@@ -191,10 +196,12 @@ def test_conversion_errors_name_the_method_not_select(method, expected, tmp_path
 @pytest.mark.parametrize(
     "model, scale, expected",
     [
-        ("bayesian-mlp", "1e-50", "--prior-scale 1e-50 is 0 in torch.float32"),
-        ("rank1-lenet", "1e300", "--prior-scale 1e+300 is inf in torch.float32"),
+        ("bayesian-mlp", "1e-50", "--prior-scale 1e-50 is 0 in torch.float32, the precision of "
+         "the network's weights"),
+        ("rank1-lenet", "1e300", "--prior-scale 1e+300 is inf in torch.float32, the precision of "
+         "the rank-1 factors"),
     ],
-)
+)  # fmt: skip
 def test_a_prior_scale_the_weights_cannot_hold_names_the_option(
     model, scale, expected, tmp_path, capsys
 ):
@@ -202,21 +209,29 @@ def test_a_prior_scale_the_weights_cannot_hold_names_the_option(
     argv = ["fit", model, "--prior-scale", scale, "--epochs", "1", "--train-size", "64"]
     err = one_line_error(capsys, [*argv, "--out", str(tmp_path / "r")])
     default = "0.1" if model.startswith("rank1") else "1"
-    assert f"{expected}, the precision of the network's weights (at most 3.4e+38)" in err
+    assert f"{expected} (at most 3.4e+38)" in err
     assert err.rstrip().endswith(f"pass a --prior-scale it holds, e.g. the default {default}")
     assert "prior_scale" not in err
 
 
 def test_a_prior_scale_a_factorys_weights_cannot_hold_names_the_option(tmp_path, capsys):
     """--method bayesian passes --prior-scale as bayesian()'s one prior=, whose refusal names
-    prior= (since it stopped naming the first site's prior): still told as the option."""
+    prior= (since it stopped naming the first site's prior): still told as the option, naming
+    the site whose dtype refused it, as the API does (it said "the network's weights", of a
+    network whose float64 first layer holds 1e-50)."""
     argv = ["fit", "pyrouq.models:MLP", "--method", "bayesian", "--prior-scale", "1e-50"]
     err = one_line_error(capsys, [*argv, "--epochs", "1", "--train-size", "64", "--out",
                                   str(tmp_path / "r")])  # fmt: skip
     assert err.startswith(
-        "pyrouq: error: --prior-scale 1e-50 is 0 in torch.float32, the precision of the "
-        "network's weights (at most 3.4e+38); pass a --prior-scale it holds, e.g. the default 1"
+        "pyrouq: error: --prior-scale 1e-50 is 0 in torch.float32, the precision of site "
+        "'fc1.weight' (at most 3.4e+38); pass a --prior-scale it holds, e.g. the default 1"
     ), err
+    for method, where in (("bayesian", "site '2.weight'"), ("rank1", "the rank-1 factors")):
+        argv = ["fit", "test_cli_sigterm_and_config:two_dtypes", "--method", method,
+                "--prior-scale", "1e-50", "--epochs", "1", "--train-size", "64"]  # fmt: skip
+        err = one_line_error(capsys, [*argv, "--out", str(tmp_path / method)])
+        assert f"1e-50 is 0 in torch.float32, the precision of {where} (at most 3.4e+38)" in err
+        assert "network's weights" not in err
 
 
 def test_an_empty_world_size_is_one_process(capsys, monkeypatch):
