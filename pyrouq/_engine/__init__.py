@@ -71,6 +71,7 @@ from pyrouq._engine._batch import check_outputs as check_outputs
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
+from pyrouq._engine._cpu_paths import SwappingSequential as SwappingSequential
 from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare

@@ -8,8 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from pyrouq._engine import MaxPool2dChannelsLast, MaxPool2x2
-from pyrouq._engine._cpu_paths import SwappingSequential
+from pyrouq._engine import MaxPool2dChannelsLast, MaxPool2x2, SwappingSequential
 from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError, _given
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
