@@ -28,7 +28,8 @@ from pyrouq._util import (
     module_dtype,
 )
 from pyrouq._wrappers import given_model
-from pyrouq.infer._elbo_checks import refuse_handlers_around, refuse_mask_or_scale_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around
+from pyrouq.infer._mask_or_scale import refuse_mask_or_scale_around
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import check_guide
 from pyrouq.likelihoods import Categorical, Likelihood, likelihood_of
@@ -210,9 +211,9 @@ def to_inference_data(
         statistics are its batch's); a vectorised ``pyro.plate`` around the call of a pyrouq
         model (which has its own plate ``"data"``), or a ``pyro.poutine.condition()`` or
         ``pyro.poutine.do()`` fixing one of its latent sites; around any model's call a
-        ``poutine.mask`` or ``poutine.scale`` (but of True or 1), which the export would not
-        apply (its log-likelihood is every point's, unscaled); a model on the meta device
-        (shapes, no values), or its guide there.
+        ``poutine.mask`` or ``poutine.scale`` (but one keeping every point, or of ones), which
+        the export would not apply (its log-likelihood is every point's, unscaled); a model
+        on the meta device (shapes, no values), or its guide there.
 
     Warns
     -----

@@ -36,7 +36,8 @@ from pyrouq.diagnostics._common import (
     _typed,
 )
 from pyrouq.diagnostics._replay import _latent_sites, _replayed_draws
-from pyrouq.infer._elbo_checks import refuse_handlers_around, refuse_mask_or_scale_around
+from pyrouq.infer._elbo_checks import refuse_handlers_around
+from pyrouq.infer._mask_or_scale import refuse_mask_or_scale_around
 from pyrouq.infer.guide import check_guide
 from pyrouq.mcmc import MCMCResult
 

@@ -18,9 +18,7 @@ from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.do_messenger import DoMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
-from pyro.poutine.mask_messenger import MaskMessenger
 from pyro.poutine.messenger import Messenger
-from pyro.poutine.scale_messenger import ScaleMessenger
 from pyro.poutine.seed_messenger import SeedMessenger
 from pyro.poutine.trace_messenger import TraceMessenger
 from pyro.poutine.util import site_is_subsample
@@ -304,68 +302,6 @@ def refuse_handlers_around(
     if trace:
         refuse_trace_around(caller)
     refuse_condition_around(model, caller)
-
-
-_MASK_OR_SCALE = {
-    "psis_diagnostic()": (
-        "it masks the latent sites of the model and of the guide alike (a mask of several "
-        "entries broadcasts their densities over its shape), so the log importance ratios would "
-        "be other ones (under mask=False all 0, which reads as k-hat -inf, a guide equal to the "
-        "posterior)",
-        "on the x and y whose points should count",
-        "it scales the log densities of the model and of the guide alike, so k-hat would be that "
-        "of other importance ratios (these raised to that power)",
-        "to weigh the likelihood as that of a data set of M points, pass num_data=M",
-    ),
-    "to_inference_data()": (
-        "the export would not apply it, its log_likelihood holding every point's unmasked "
-        "log p(y_n | x_n, w_s), the points the mask leaves out too, which az.loo and az.waic "
-        "would count",
-        "on the x and y whose points should count (x[keep], y[keep])",
-        "the export would not apply it, its log_likelihood being the unscaled "
-        "log p(y_n | x_n, w_s) of each point, as az.loo and az.waic read it",
-        "the export needs no weight: az.loo and az.waic count each point once",
-    ),
-}
-"""Per caller of :func:`refuse_mask_or_scale_around`: what a mask around it does, how to call
-it instead, what a scale does, and what to do for a weight."""
-
-
-def refuse_mask_or_scale_around(caller: str) -> None:
-    """Refuse a ``poutine.mask`` leaving entries out, or a ``poutine.scale`` other than 1,
-    around ``caller``. The PSIS diagnostic weighs the model's log joint against the guide's log
-    density: such a handler masks or scales both alike, latent sites included, so the log
-    ratios would be other ones (under ``mask(False)`` all 0, read as k-hat -inf: a guide equal
-    to the posterior). to_inference_data() exports every point's unscaled log-likelihood,
-    whatever handler is around it (a Pyro model of one's own refused the mask as its own):
-    refused rather than ignored (see :data:`_MASK_OR_SCALE`)."""
-    mask_does, mask_advice, scale_does, scale_advice = _MASK_OR_SCALE[caller]
-    for handler in _visible_handlers():
-        if isinstance(handler, MaskMessenger):
-            mask = handler.mask
-            if mask is True or (torch.is_tensor(mask) and mask.numel() == 1 and bool(mask)):
-                continue
-            shown_mask = (
-                f"pyro.poutine.mask(mask={bool(mask)})"
-                if not torch.is_tensor(mask) or mask.numel() == 1
-                else f"pyro.poutine.mask() of a mask of shape {tuple(mask.shape)}"
-            )
-            raise ValueError(
-                f"{caller} was called inside {shown_mask}, expected no mask around the call: "
-                f"{mask_does}. Call {caller} outside the mask, {mask_advice}."
-            )
-        if isinstance(handler, ScaleMessenger):
-            scale = handler.scale
-            if torch.is_tensor(scale) and scale.numel() == 1:
-                scale = float(scale)
-            if isinstance(scale, (int, float)) and scale == 1:
-                continue
-            shown_scale = f"{scale:g}" if isinstance(scale, float | int) else "a tensor"
-            raise ValueError(
-                f"{caller} was called inside pyro.poutine.scale(scale={shown_scale}), expected "
-                f"no scale around the call: {scale_does}. Call {caller} outside it; "
-                f"{scale_advice}."
-            )
 
 
 def refuse_condition_around(model: Any, caller: str) -> None:

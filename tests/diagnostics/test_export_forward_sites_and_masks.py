@@ -122,6 +122,20 @@ def test_a_mask_or_scale_around_the_export_is_refused_as_it_would_not_apply():
     with pyro.poutine.mask(mask=True), pyro.poutine.scale(scale=1.0):
         kept = to_inference_data(model, guide, x, y, 2, seed=1).log_likelihood["obs"].values
     assert (kept == plain).all()
+    # a mask keeping every point, a scale of ones: no point's log-likelihood changes (they were
+    # refused as 'the points the mask leaves out', which it leaves none of)
+    every, ones = torch.ones(6, dtype=torch.bool), torch.ones(6)
+    for args in ((model, guide, x, y), (own, own_guide, x, x[:, 1])):
+        bare = to_inference_data(*args, 2, seed=1).log_likelihood["obs"].values
+        with pyro.poutine.mask(mask=every), pyro.poutine.scale(scale=ones):
+            kept = to_inference_data(*args, 2, seed=1).log_likelihood["obs"].values
+        assert kept.shape == bare.shape and (kept == bare).all()
+    with pyro.poutine.mask(mask=x[:, 0] > 0), pytest.raises(ValueError) as told:
+        to_inference_data(model, guide, x, y, 2, seed=1)  # (keep, which the advice names)
+    assert str(told.value).endswith(
+        "Call to_inference_data() outside the mask, on the x and y whose points should count "
+        "(x[keep], y[keep], keep the points the mask keeps)."
+    )
     handlers = [
         (pyro.poutine.mask(mask=False), r"mask\(mask=False\), expected no mask around"),
         (
