@@ -42,7 +42,7 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
         refused = uncopyable(module)
         if not refused:
             raise
-        kinds = sorted({kind for _, kind in refused})
+        kinds = list(dict.fromkeys(kind for _, kind in refused))  # (as the names go)
         holds = (
             f"holds {article(kinds[0])} {kinds[0]} object"
             if len(refused) == 1
@@ -52,8 +52,8 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
             f"{class_name(module)} cannot be copied, so pyrouq cannot {what} (it converts a "
             f"copy and leaves your network as it is): {names_list([n for n, _ in refused], 4)} "
             f"{holds}, which copy.deepcopy refuses ({err}). Make such a value in forward, or "
-            f"delete it before converting (del net.{refused[0][0]}), or hold it in a form that "
-            "copies"
+            f"delete it before converting (del {_reached(refused[0][0])}), or hold it in a form "
+            "that copies"
             + (" (a generator's values as a list, list(gen))" if "generator" in kinds else "")
             + "."
         ) from None
@@ -83,6 +83,16 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
             f"a copy and leaves your network as it is): {why}, and its hook keeps the weight "
             f"as a computed tensor. {hook_fix(hooked)}"
         ) from None
+
+
+def _reached(path: str) -> str:
+    """The Python that reaches the attribute at the dotted ``path`` from ``net``: an index of
+    a Sequential or ModuleList as ``[0]`` (``net[0].noise``; ``net.0.noise`` is no Python), a
+    ModuleDict's key of another form as ``["a-b"]``."""
+    return "net" + "".join(
+        f".{part}" if part.isidentifier() else f"[{part}]" if part.isdigit() else f"[{part!r}]"
+        for part in path.split(".")
+    )
 
 
 def uncopyable(module: nn.Module) -> list[tuple[str, str]]:

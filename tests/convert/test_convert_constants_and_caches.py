@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import threading
 
 import pyro.distributions as dist
 import pytest
@@ -170,6 +171,19 @@ def test_a_network_holding_a_generator_object_is_refused_naming_it():
         ) in message
     net.noise = list(net.noise)  # as told (the torch.Generator copies as it is)
     assert rank1(net, 2).num_members == 2 and batchensemble(net, 2).num_members == 2
+    # in a Sequential, told 'del net.0.noise', which is no Python: now net[0].noise
+    held = nn.Sequential(_Drawing(), nn.ReLU())
+    with pytest.raises(
+        TypeError, match=r"'0\.noise' holds a generator object, .*\(del net\[0\]\.noise\)"
+    ):
+        bayesian(held)
+    net = held  # the name the advice uses
+    del net[0].noise  # as told
+    assert list(bayesian(held).latent_sites())[:1] == ["0.fc.weight"]
+    two = _Drawing()
+    two.lock = threading.Lock()  # (named after 'noise': the kinds go as the names do)
+    with pytest.raises(TypeError, match=r"'noise', 'lock' hold generator / lock objects, "):
+        bayesian(two)
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble", "rank1"])
