@@ -57,16 +57,16 @@ def restore(
     (fit()'s, when given); one whose saved tensors do not fit leaves the model and guide as
     they were (values and dtypes). ``given``: the model as passed to fit(), in the wrappers
     fit() took off ``model`` (by default ``model``), which a file of an earlier pyrouq holding
-    a ``DistributedDataParallel`` or ``DataParallel`` wrapper is loaded into. A guide in a
-    wrapper (``DataParallel``, ``torch.compile``) is checked and loaded as the guide it holds,
-    which save() stored."""
+    a ``DistributedDataParallel`` or ``DataParallel`` wrapper is loaded into (the wrapper,
+    inside a torch.compile one if so given). A guide in a wrapper (``DataParallel``,
+    ``torch.compile``) is checked and loaded as the guide it holds, which save() stored."""
     given = model if given is None else given
     guide = unwrapped(guide)
     if isinstance(source, Checkpoint):
         saved = source
         where = str(saved.path) if saved.path is not None else "the checkpoint"
         parallel = check_resumed_wrapper(saved.description, given, where)
-        model = given if parallel else _as_saved(model, saved.description)
+        model = parallel if parallel is not None else _as_saved(model, saved.description)
         model_state = saved.model.state_dict()
         guide_state = None if saved.guide is None else saved.guide.state_dict()
     else:
@@ -78,7 +78,7 @@ def restore(
             )
         description = _parse_description(source, payload["description"])
         parallel = check_resumed_wrapper(description, given, str(source))
-        model = given if parallel else _as_saved(model, description)
+        model = parallel if parallel is not None else _as_saved(model, description)
         with description_errors(source):
             saved = _checkpoint(payload, description, model, guide, source)
             model_state, guide_state = upgraded_state(model, payload), payload.get("guide")

@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from pyrouq._util import class_name
-from pyrouq._wrappers import _PARALLEL, unwrapped
+from pyrouq._wrappers import _PARALLEL, uncompiled, unwrapped
 from pyrouq.checkpoint._checks import COMPILED_CLASS
 from pyrouq.checkpoint._describe import CheckpointError
 
@@ -84,17 +84,18 @@ def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: 
     )
 
 
-def check_resumed_wrapper(description: Any, model: Any, path: str) -> bool:
+def check_resumed_wrapper(description: Any, model: Any, path: str) -> Any:
     """Refuse ``fit(model, resume_from=path)`` of a file holding a ``DataParallel``,
     ``DistributedDataParallel`` or ``torch.compile`` wrapper of a network (an earlier
     pyrouq's, ``'module.'`` or ``'_orig_mod.'`` names) when ``model`` (as given to fit()) is
     not in that wrapper, saying what to pass; the structure comparison would otherwise say to
-    rebuild the model, which the saved arguments do not mend. True where the file holds a
-    parallel wrapper (``model`` is in it: the run loads into ``model``), else False."""
+    rebuild the model, which the saved arguments do not mend. Where the file holds a
+    parallel wrapper, the wrapper the run loads into (``model``, or the one inside its
+    torch.compile wrapper: the same parameters), else None."""
     saved, record = _saved_records(description)
     held = record.get("class")
     if not isinstance(model, nn.Module):
-        return False
+        return None
     if held == COMPILED_CLASS and saved.get("class") == "Module" and unwrapped(model) is model:
         inner = (record.get("modules") or {}).get("_orig_mod", "module")
         raise CheckpointError(
@@ -106,11 +107,19 @@ def check_resumed_wrapper(description: Any, model: Any, path: str) -> bool:
             "which a plain model resumes from."
         )
     if held not in _PARALLEL_CLASSES:
-        return False
+        return None
     wrapper = _PARALLEL_CLASSES[held]
-    if isinstance(model, _PARALLEL[_PARALLEL_NAMES.index(wrapper)]):
-        return True
     wrap, where = _how_to_wrap(wrapper)
+    bare = uncompiled(model)  # (torch.compile(DDP(net)): fit() compiles net again, in it)
+    if isinstance(bare, _PARALLEL[_PARALLEL_NAMES.index(wrapper)]):
+        if uncompiled(bare.module) is bare.module:
+            return bare
+        raise CheckpointError(
+            f"resume_from={path!r} {_held(wrapper, record)}, but the model is a {wrapper} of a "
+            "network compiled by torch.compile (parameters named 'module._orig_mod.'...). "
+            f"Resume with fit({wrap}, resume_from=...){where}, net not compiled inside it "
+            f"(torch.compile({wrap}) will do)."
+        )
     raise CheckpointError(
         f"resume_from={path!r} {_held(wrapper, record)}, but the model "
         f"({class_name(model)}) is not in {wrapper}. Resume with fit({wrap}, "

@@ -472,3 +472,11 @@ def test_a_run_of_an_earlier_pyrouq_holding_the_ddp_wrapper_resumes_as_told(tmp_
         run(_net(), 2, resume_from=path)
     resumed = run(ddp(_net()), 2, resume_from=path)
     assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
+    # torch.compile(DDP(net)) holds the wrapper too (it was told 'the model (OptimizedModule)
+    # is not in DistributedDataParallel'); DDP(torch.compile(net)), whose names are
+    # 'module._orig_mod.'..., was told to rebuild the model with the saved arguments
+    compiled = run(torch.compile(ddp(_net()), backend="eager"), 2, resume_from=path)
+    assert [h.loss for h in compiled.history] == pytest.approx(want, rel=1e-6)
+    told = r"is a DistributedDataParallel of a network compiled by torch\.compile .*will do\)"
+    with pytest.raises(CheckpointError, match=told):
+        run(ddp(torch.compile(_net(), backend="eager")), 2, resume_from=path)
