@@ -27,6 +27,12 @@ def _net():
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
 
 
+def _run(model, epochs, **kwargs):
+    """fit() of the toy ``model`` for ``epochs`` at a constant rate, seeded (the resume tests)."""
+    return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
+                      lr_schedule="constant", **kwargs)  # fmt: skip
+
+
 def _mlp():
     return BayesianMLP(in_features=4, hidden_features=8, out_features=3)
 
@@ -274,21 +280,17 @@ def test_a_run_of_an_earlier_pyrouq_holding_the_data_parallel_wrapper_resumes(tm
     # fit(DataParallel(net), checkpoint=) before adb6175 wrote the wrapper and its "module."
     # names; resuming it with fit(DataParallel(net), resume_from=) said it "holds a Module of
     # another module ... Rebuild the model with the saved arguments" (the model unwrapped)
-    def run(model, epochs, **kwargs):
-        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
-                          lr_schedule="constant", **kwargs)  # fmt: skip
-
     torch.manual_seed(0)
-    want = [h.loss for h in run(_net(), 2).history]
+    want = [h.loss for h in _run(_net(), 2).history]
     torch.manual_seed(0)
-    path = _earlier_data_parallel_run(tmp_path / "old.pt", run)
-    resumed = run(torch.nn.DataParallel(_net()), 2, resume_from=path)
+    path = _earlier_data_parallel_run(tmp_path / "old.pt")
+    resumed = _run(torch.nn.DataParallel(_net()), 2, resume_from=path)
     assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
 
 
-def _earlier_data_parallel_run(path, run):
+def _earlier_data_parallel_run(path):
     """A 1-epoch run's file as fit(DataParallel(net), checkpoint=) wrote it before adb6175."""
-    run(_net(), 1, checkpoint=path)
+    _run(_net(), 1, checkpoint=path)
     payload = torch.load(path, weights_only=True)
     description = json.loads(payload["description"])
     description["model"]["module"] = module_record(torch.nn.DataParallel(_net()))
@@ -301,39 +303,31 @@ def _earlier_data_parallel_run(path, run):
 def test_a_plain_model_resuming_a_data_parallel_file_is_told_to_wrap_it(tmp_path):
     # it said the file "holds a Sequential of another module ... Rebuild the model with the
     # saved arguments", which no rebuilt network mends: only DataParallel(net) takes the names
-    def run(model, epochs, **kwargs):
-        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
-                          lr_schedule="constant", **kwargs)  # fmt: skip
-
-    path = _earlier_data_parallel_run(tmp_path / "old.pt", run)
+    path = _earlier_data_parallel_run(tmp_path / "old.pt")
     want = (
         "but the model (Sequential) is not in DataParallel. Resume with "
         "fit(torch.nn.DataParallel(net), resume_from=...)"
     )
     with pytest.raises(CheckpointError, match=re.escape(want)) as info:
-        run(_net(), 2, resume_from=path)
+        _run(_net(), 2, resume_from=path)
     assert "holds a Sequential in DataParallel, saved with its wrapper" in str(info.value)
     saved = load(path, module=torch.nn.DataParallel(_net()))  # a Checkpoint: the same words
     with pytest.raises(CheckpointError, match=re.escape(want)):
-        run(_net(), 2, resume_from=saved)
+        _run(_net(), 2, resume_from=saved)
     # what it advises then writes files that a plain model resumes from
-    run(torch.nn.DataParallel(_net()), 2, resume_from=path, checkpoint=tmp_path / "new.pt")
-    assert [h.epoch for h in run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
+    _run(torch.nn.DataParallel(_net()), 2, resume_from=path, checkpoint=tmp_path / "new.pt")
+    assert [h.epoch for h in _run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
 
 
 @pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
 def test_a_plain_model_resuming_a_compiled_file_is_told_to_compile_it(tmp_path):
     # it said the file "holds a Module of another module ... Rebuild the model with the saved
     # arguments", which no rebuilt network mends: only torch.compile(net) takes the names
-    def run(model, epochs, **kwargs):
-        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
-                          lr_schedule="constant", **kwargs)  # fmt: skip
-
     torch.manual_seed(0)
-    want = [h.loss for h in run(_net(), 2).history]
+    want = [h.loss for h in _run(_net(), 2).history]
     torch.manual_seed(0)
     path = tmp_path / "old.pt"
-    run(_net(), 1, checkpoint=path)
+    _run(_net(), 1, checkpoint=path)
     payload = torch.load(path, weights_only=True)  # as an earlier pyrouq wrote it
     description = json.loads(payload["description"])
     description["model"]["module"] = module_record(torch.compile(_net(), backend="eager"))
@@ -345,12 +339,12 @@ def test_a_plain_model_resuming_a_compiled_file_is_told_to_compile_it(tmp_path):
         "parameters named '_orig_mod.'...) by an earlier pyrouq, but the model (Sequential) is "
         "not compiled. Resume with fit(torch.compile(net), resume_from=...)"
     )):  # fmt: skip
-        run(_net(), 2, resume_from=path)
+        _run(_net(), 2, resume_from=path)
     # what it advises resumes the run, and writes files that a plain model resumes from
     compiled = torch.compile(_net(), backend="eager")
-    resumed = run(compiled, 2, resume_from=path, checkpoint=tmp_path / "new.pt")
+    resumed = _run(compiled, 2, resume_from=path, checkpoint=tmp_path / "new.pt")
     assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
-    assert [h.epoch for h in run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
+    assert [h.epoch for h in _run(_net(), 3, resume_from=tmp_path / "new.pt").history] == [1, 2, 3]
 
 
 # 6. resuming from a loader that cannot tell N -------------------------------------------------
@@ -453,15 +447,11 @@ def test_a_run_of_an_earlier_pyrouq_holding_the_ddp_wrapper_resumes_as_told(tmp_
     # wrapped model the very same thing
     ddp = torch.nn.parallel.DistributedDataParallel
 
-    def run(model, epochs, **kwargs):
-        return pyrouq.fit(model, None, _loader(), epochs=epochs, progress=False, seed=0,
-                          lr_schedule="constant", **kwargs)  # fmt: skip
-
     torch.manual_seed(0)
-    want = [h.loss for h in run(_net(), 2).history]
+    want = [h.loss for h in _run(_net(), 2).history]
     torch.manual_seed(0)
     path = tmp_path / "old.pt"
-    run(_net(), 1, checkpoint=path)
+    _run(_net(), 1, checkpoint=path)
     payload = torch.load(path, weights_only=True)
     description = json.loads(payload["description"])
     description["model"]["module"] = module_record(ddp(_net()))
@@ -469,14 +459,14 @@ def test_a_run_of_an_earlier_pyrouq_holding_the_ddp_wrapper_resumes_as_told(tmp_
     payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
     torch.save(payload, path)
     with pytest.raises(CheckpointError, match=r"the model \(Sequential\) is not in Distributed"):
-        run(_net(), 2, resume_from=path)
-    resumed = run(ddp(_net()), 2, resume_from=path)
+        _run(_net(), 2, resume_from=path)
+    resumed = _run(ddp(_net()), 2, resume_from=path)
     assert [h.loss for h in resumed.history] == pytest.approx(want, rel=1e-6)
     # torch.compile(DDP(net)) holds the wrapper too (it was told 'the model (OptimizedModule)
     # is not in DistributedDataParallel'); DDP(torch.compile(net)), whose names are
     # 'module._orig_mod.'..., was told to rebuild the model with the saved arguments
-    compiled = run(torch.compile(ddp(_net()), backend="eager"), 2, resume_from=path)
+    compiled = _run(torch.compile(ddp(_net()), backend="eager"), 2, resume_from=path)
     assert [h.loss for h in compiled.history] == pytest.approx(want, rel=1e-6)
     told = r"is a DistributedDataParallel of a network compiled by torch\.compile .*will do\)"
     with pytest.raises(CheckpointError, match=told):
-        run(ddp(torch.compile(_net(), backend="eager")), 2, resume_from=path)
+        _run(ddp(torch.compile(_net(), backend="eager")), 2, resume_from=path)
