@@ -137,15 +137,7 @@ def test_a_first_draw_outside_the_support_weighs_zero_under_validation_too():
     weighs 0; the first runs under it, where the Normal it scales refused it: the same guide
     and seed gave torch's 'Expected parameter scale ... GreaterThan(lower_bound=0.0)' under
     pyro.validation_enabled(True) (Pyro's default) and a k-hat without it. Now the same k-hat."""
-    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-
-    def model(x, y):
-        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
-        with pyro.plate("data", len(x)):
-            pyro.sample("obs", dist.Normal(torch.zeros_like(x), s), obs=y)
-
-    def guide(x, y):
-        pyro.sample("s", dist.Normal(torch.tensor(0.3, dtype=torch.float64), 0.5))
+    x, y, model, guide = _noise_scale_toy()
 
     results = []
     for validate in (False, True):
@@ -185,15 +177,7 @@ def test_an_export_of_a_guide_drawing_outside_a_sites_support_names_the_draw(val
     """Exported, the Normal guide's draw below 0 for the HalfNormal scale failed in torch's
     words, 'normal expects all elements of std >= 0.0' (drawing the predictive obs), or Pyro's
     'Expected parameter scale ... GreaterThan' under validation at the first draw."""
-    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-
-    def model(x, y):
-        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
-        with pyro.plate("data", len(x)):
-            pyro.sample("obs", dist.Normal(torch.zeros_like(x), s), obs=y)
-
-    def guide(x, y):
-        pyro.sample("s", dist.Normal(torch.tensor(0.3, dtype=torch.float64), 0.5))
+    x, y, model, guide = _noise_scale_toy()
 
     for seed, draw in ((4, 0), (5, 1)):  # (the first draw below 0: seed 4's first, 5's second)
         with pyro.validation_enabled(validate), pytest.raises(ValueError) as err:
@@ -324,3 +308,19 @@ def test_an_export_does_not_refuse_a_draw_outside_a_masked_sites_support():
 
     data = to_inference_data(model, guide, x, y, num_samples=3, seed=0)
     assert (data.posterior["t"].values < 0).all() and data.posterior["t"].shape == (1, 3)
+
+
+def _noise_scale_toy():
+    """20 points of N(0, s) data, s ~ HalfNormal(1), and a Normal guide on s that draws below
+    0 (outside the support) now and then: (x, y, model, guide), float64."""
+    x, y = torch.randn(2, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def model(x, y):
+        s = pyro.sample("s", dist.HalfNormal(torch.tensor(1.0, dtype=torch.float64)))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(torch.zeros_like(x), s), obs=y)
+
+    def guide(x, y):
+        pyro.sample("s", dist.Normal(torch.tensor(0.3, dtype=torch.float64), 0.5))
+
+    return x, y, model, guide
