@@ -75,7 +75,9 @@ def input_mismatch(err: BaseException) -> bool:
     return not _worded_by_pyrouq(err)
 
 
-def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str | None:
+def dtype_fix(
+    err: BaseException, dtype: torch.dtype, cast: bool = True, weights: bool = True
+) -> str | None:
     """What to do where torch's words in ``err``, from a network's pass on inputs that reached
     it as ``dtype`` (cast to the model's, where it holds weights; ``cast`` False: as they came,
     a model of one's own holding none, whose draws then are of its priors' dtype), are on mixed
@@ -83,8 +85,11 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     dtype, uncast), integer ids for a layer that takes indices, or, for integer inputs at a
     layer of floating weights, their route through the network (not its dtype: no model is
     ``model.to(torch.int64)``); for integer inputs where torch's words name two floating dtypes
-    and no integer one (past the ids, layers of two dtypes), one dtype for the model. None for
-    other words."""
+    and no integer one (past the ids, layers of two dtypes), one dtype for the model. A model
+    of one's own holding no floating weights (``weights`` False: every weight a ``PyroSample``,
+    which ``model.to()`` leaves as it is) is told of its draws instead: its layers' weights,
+    for integer inputs; for inputs cast to its guide's dtype, the tensors its forward makes.
+    None for other words."""
     words = torch_words(err)
     if not dtype_words(words):
         return None
@@ -102,6 +107,16 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
             "layers, or tensors its forward makes, are not of one dtype. Give the model one "
             f"dtype (model.to({torch.get_default_dtype()}))"
         )
+    if not dtype.is_floating_point and not weights:  # a layer computing with draws got it
+        return (
+            f"These are torch's words on dtypes, not on x's shape: x reached the model as {dtype}, "
+            "as it came (a model holding an nn.Embedding or nn.EmbeddingBag takes integer "
+            "inputs), and a layer computing with floating draws of its priors got it (the model "
+            "holds no weights of its own: every weight is a PyroSample). In the forward, send ids "
+            "through the embedding before such a layer, and features to it as floats of its "
+            "draws' dtype (x.float(): priors of Python numbers draw in torch's default dtype, "
+            f"{torch.get_default_dtype()})"
+        )
     if not dtype.is_floating_point:  # ids or a mask in a layer of floating weights: the
         return (  # network's route, not its dtype (model.to(torch.int64) is no model)
             f"These are torch's words on dtypes, not on x's shape: x reached the network as "
@@ -118,6 +133,15 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
             f"(priors of Python numbers draw in torch's default dtype, "
             f"{torch.get_default_dtype()})"
         )
+    if not weights:  # x cast to its guide's dtype: model.to() changes no draw
+        return (
+            f"These are torch's words on dtypes, not on x's shape: x reached the model as {dtype}, "
+            "its guide's dtype, which it was cast to (the model holds no floating weights for "
+            "model.to() to change: every weight is a PyroSample the guide draws), and a draw or a "
+            "tensor its forward makes is of another dtype. Make the tensors in x's dtype "
+            "(torch.ones(..., dtype=x.dtype), t.to(x.dtype)), and the guide and the priors of that "
+            "dtype"
+        )
     return (
         f"These are torch's words on dtypes, not on x's shape: x reached the network as {dtype}, "
         "and a layer's weights, a draw or a tensor the network makes is of another dtype. Give "
@@ -125,11 +149,17 @@ def dtype_fix(err: BaseException, dtype: torch.dtype, cast: bool = True) -> str 
     )
 
 
-def inputs_fix(err: BaseException, dtype: torch.dtype, inputs: str = "x", cast: bool = True) -> str:
+def inputs_fix(
+    err: BaseException,
+    dtype: torch.dtype,
+    inputs: str = "x",
+    cast: bool = True,
+    weights: bool = True,
+) -> str:
     """What ``fit()``, ``predict()`` and ``mcmc()`` tell to do where a network's pass refused
     ``inputs`` (x, "the loader's inputs"), which reached it as ``dtype``: :func:`dtype_fix`'s
     fix where torch's words are on dtypes, else one check in the same words for all three."""
-    return dtype_fix(err, dtype, cast) or (
+    return dtype_fix(err, dtype, cast, weights) or (
         f"Check that the network takes {inputs} (shape, channels, flattening: inputs of the "
         "shape it was built for)"
     )

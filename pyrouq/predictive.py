@@ -485,7 +485,8 @@ def predict(
                                 forget_params_since(stored)
                                 raise TypeError(refused) from err
                             cast = module_dtype(typed_by(model, guide)) is not None
-                            fix = inputs_fix(err, inputs.dtype, cast=cast)
+                            weights = module_dtype(model) is not None  # (not PyroSamples)
+                            fix = inputs_fix(err, inputs.dtype, cast=cast, weights=weights)
                             raise ValueError(
                                 f"predict(): {type(model).__name__} failed on x (a batch of "
                                 f"shape {tuple(inputs.shape)}, dtype {inputs.dtype}): "

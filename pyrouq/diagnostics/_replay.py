@@ -206,7 +206,8 @@ def _explain_inputs(
         return
     said = _without_shapes(err)
     cast = module_dtype(typed_by(model, guide)) is not None  # (as predict() tells it)
-    fix = dtype_fix(err, x.dtype, cast) or (
+    weights = module_dtype(model) is not None  # (a model of PyroSamples: model.to() is none)
+    fix = dtype_fix(err, x.dtype, cast, weights) or (
         "Check that the model takes x (shape, channels, flattening: N inputs of the shape it "
         "was built for) and that the guide and draws are this model's"
     )  # (not after a first layer's fix for the input: restated)

@@ -382,3 +382,79 @@ def test_a_function_guide_is_named_by_what_it_runs(kind, named):
         f"predict(): {named} draws PyroClassifier's latent sites ('fc.weight', 'fc.bias') in "
         "torch.float32, but x's inputs are torch.float64"
     ), str(info.value)
+
+
+class _SampledIds(PyroModule):
+    """Ids through a sampled embedding, then a sampled linear layer: no weights of its own."""
+
+    def __init__(self, through_embedding=True):
+        super().__init__()
+        self.through_embedding = through_embedding
+        self.emb = PyroModule[torch.nn.Embedding](5, 3)
+        self.emb.weight = PyroSample(dist.Normal(0.0, 1.0).expand([5, 3]).to_event(2))
+        self.fc = sampled_linear(3, 2, bias_scale=1.0)
+
+    def forward(self, x, y=None):
+        h = self.fc(self.emb(x).sum(-2) if self.through_embedding else x[:, :3])
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=h), obs=y)
+        return h
+
+
+def test_integer_ids_at_a_layer_of_draws_are_told_of_draws_not_of_floating_weights():
+    """Integer ids sent past the embedding of a model made only of PyroSample weights were told
+    'a layer of floating weights got it': it holds none. The words name its draws now, and the
+    forward the fix names (ids through the embedding first) predicts."""
+    ids = torch.randint(0, 5, (6, 4), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(_SampledIds(through_embedding=False), ids, num_samples=2, progress=False)
+    assert str(info.value).endswith(
+        "x reached the model as torch.int64, as it came (a model holding an nn.Embedding or "
+        "nn.EmbeddingBag takes integer inputs), and a layer computing with floating draws of its "
+        "priors got it (the model holds no weights of its own: every weight is a PyroSample). In "
+        "the forward, send ids through the embedding before such a layer, and features to it as "
+        "floats of its draws' dtype (x.float(): priors of Python numbers draw in torch's default "
+        "dtype, torch.float32)."
+    )
+    assert "floating weights got it" not in str(info.value)
+    probs = pyrouq.predict(_SampledIds(), ids, num_samples=2, progress=False, seed=0).probs
+    assert probs.shape == (2, 6, 2) and probs.dtype == torch.float32
+
+
+class _MakesDouble(PyroClassifier):
+    """A model of PyroSample weights whose forward makes a float64 tensor (or one in x's dtype)."""
+
+    def __init__(self, in_x_dtype=False):
+        super().__init__(3, 2)
+        self.in_x_dtype = in_x_dtype
+
+    def forward(self, x, y=None):
+        dtype = x.dtype if self.in_x_dtype else torch.float64
+        return super().forward(x.to(dtype) @ torch.eye(3, dtype=dtype), y)
+
+
+def test_inputs_cast_to_the_guide_of_a_model_of_draws_are_not_told_to_call_model_to():
+    """predict() of a model of PyroSample weights with a fitted AutoNormal (x cast to its
+    float32) whose forward makes a float64 tensor said 'Give the model one dtype
+    (model.to(torch.float32))', which changes no draw and no tensor the forward makes: it failed
+    the same. It names the tensors its forward makes now, and the forward that makes them in
+    x's dtype predicts."""
+    x, y = toy_data(12)
+    pyro.clear_param_store()
+    model = _MakesDouble(in_x_dtype=True)
+    guide = AutoNormal(model)
+    _fit(model, guide, x, y)
+    model.in_x_dtype = False
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(model.to(torch.float32), x, guide, num_samples=2, progress=False)
+    assert str(info.value).endswith(
+        "x reached the model as torch.float32, its guide's dtype, which it was cast to (the "
+        "model holds no floating weights for model.to() to change: every weight is a PyroSample "
+        "the guide draws), and a draw or a tensor its forward makes is of another dtype. Make "
+        "the tensors in x's dtype (torch.ones(..., dtype=x.dtype), t.to(x.dtype)), and the guide "
+        "and the priors of that dtype."
+    )
+    assert "model.to(torch" not in str(info.value)
+    model.in_x_dtype = True  # the fix followed: the forward's tensor in x's dtype
+    probs = pyrouq.predict(model, x.double(), guide, num_samples=2, progress=False, seed=0).probs
+    assert probs.shape == (2, 12, 2) and probs.dtype == torch.float32
