@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import keyword
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -52,8 +53,8 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
             f"{class_name(module)} cannot be copied, so pyrouq cannot {what} (it converts a "
             f"copy and leaves your network as it is): {names_list([n for n, _ in refused], 4)} "
             f"{holds}, which copy.deepcopy refuses ({err}). Make such a value in forward, or "
-            f"delete it before converting (del {_reached(refused[0][0])}), or hold it in a form "
-            "that copies"
+            f"delete it before converting ({_deletion(module, refused[0][0])}), or hold it in a "
+            "form that copies"
             + (" (a generator's values as a list, list(gen))" if "generator" in kinds else "")
             + "."
         ) from None
@@ -85,14 +86,30 @@ def copy_network(module: nn.Module, what: str) -> nn.Module:
         ) from None
 
 
-def _reached(path: str) -> str:
-    """The Python that reaches the attribute at the dotted ``path`` from ``net``: an index of
-    a Sequential or ModuleList as ``[0]`` (``net[0].noise``; ``net.0.noise`` is no Python), a
-    ModuleDict's key of another form as ``["a-b"]``."""
-    return "net" + "".join(
-        f".{part}" if part.isidentifier() else f"[{part}]" if part.isdigit() else f"[{part!r}]"
-        for part in path.split(".")
-    )
+def _deletion(module: nn.Module, path: str) -> str:
+    """The Python that deletes the attribute at the dotted ``path`` of ``module`` (``net``),
+    reaching each submodule as its container is indexed: a Sequential's or ModuleList's index
+    as ``[0]`` (``del net[0].noise``; ``net.0.noise`` is no Python), a ModuleDict's key as
+    ``["0"]`` or ``["a-b"]`` (whatever its form), a name no attribute syntax takes (``"a-b"``,
+    ``"class"``) by ``getattr`` / ``delattr``."""
+    *parents, attr = path.split(".")
+    reached, owner = "net", module
+    for part in parents:
+        if isinstance(owner, nn.ModuleDict):
+            reached += f"[{part!r}]"
+        elif isinstance(owner, (nn.Sequential, nn.ModuleList)) and part.isdigit():
+            reached += f"[{part}]"
+        elif _plain(part):
+            reached += f".{part}"
+        else:
+            reached = f"getattr({reached}, {part!r})"
+        owner = owner._modules[part]  # type: ignore[assignment]
+    return f"del {reached}.{attr}" if _plain(attr) else f"delattr({reached}, {attr!r})"
+
+
+def _plain(name: str) -> bool:
+    """Whether ``name`` can follow a dot in Python (an identifier, not a keyword)."""
+    return name.isidentifier() and not keyword.iskeyword(name)
 
 
 def uncopyable(module: nn.Module) -> list[tuple[str, str]]:

@@ -184,6 +184,21 @@ def test_a_network_holding_a_generator_object_is_refused_naming_it():
     two.lock = threading.Lock()  # (named after 'noise': the kinds go as the names do)
     with pytest.raises(TypeError, match=r"'noise', 'lock' hold generator / lock objects, "):
         bayesian(two)
+    # a ModuleDict's key '0' was told 'del net[0].noise' (KeyError: 0), an attribute named
+    # 'a-b' 'del net['a-b']' (a module takes no index): each now as Python reaches it
+    for net, told, first in [
+        (nn.ModuleDict({"0": _Drawing()}), "del net['0'].noise", "0.fc.weight"),
+        (nn.Sequential(nn.ModuleDict({"x": _Drawing()})), "del net[0]['x'].noise", "0.x.fc.weight"),
+        (_Drawing(), "delattr(net.fc, 'a-b')", "fc.weight"),
+    ]:
+        if told.startswith("delattr"):
+            del net.noise
+            setattr(net.fc, "a-b", (0.1 * i for i in range(3)))
+        with pytest.raises(TypeError) as caught:
+            bayesian(net)
+        assert f"delete it before converting ({told}), or hold" in str(caught.value)
+        exec(told)  # as told
+        assert next(iter(bayesian(net).latent_sites())) == first
 
 
 @pytest.mark.parametrize("kind", ["bayesian", "batchensemble", "rank1"])
