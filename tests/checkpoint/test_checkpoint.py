@@ -1375,6 +1375,7 @@ def test_the_net_of_a_converted_network_of_ones_own_class_is_refused_with_the_fi
         assert torch.equal(a, b), name
 
 
+@pytest.mark.filterwarnings("ignore:fit\\(resume_from=\\.\\.\\.\\) trains a finished run")
 def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exactly(tmp_path):
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
 
@@ -1414,6 +1415,7 @@ def _run_batches_of(size, path, **kw):
     fit(model, mean_field_guide(model), loader, progress=False, seed=0, checkpoint=path, **kw)
 
 
+@pytest.mark.filterwarnings("ignore:fit\\(resume_from=\\.\\.\\.\\) trains a finished run")
 def test_a_batch_sampler_loaders_batch_size_is_recorded_and_compared_on_resume(tmp_path):
     # recorded as 0 (told none) before: a resume with other batches of as many a epoch
     # (16 rows at 6 or at 7 are 3 batches) went on without a word

@@ -138,6 +138,7 @@ def _two_groups(params):
     return torch.optim.Adam([{"params": params[:1]}, {"params": params[1:]}], lr=0.01)
 
 
+@pytest.mark.filterwarnings("ignore:fit\\(resume_from=\\.\\.\\.\\) trains a finished run")
 def test_a_resume_whose_optimizer_groups_differ_is_refused_before_anything_is_loaded(tmp_path):
     # the model and guide took the run's values, then the optimizer's state was refused:
     # the refusal left them changed

@@ -87,6 +87,7 @@ def _run_sized(batch_size, path, **kw):
     )
 
 
+@pytest.mark.filterwarnings("ignore:fit\\(resume_from=\\.\\.\\.\\) trains a finished run")
 @pytest.mark.parametrize("kind", [np.int64, np.int32])
 def test_a_numpy_batch_size_is_recorded_and_compared_on_resume(tmp_path, kind):
     # it was recorded as 0 (told none), so a resume with batches of 7 where the run took 6

@@ -301,6 +301,7 @@ def test_the_length_warning_tells_a_dataloaders_sampler():
         _sgd_learning_rates(loader)
 
 
+@pytest.mark.filterwarnings("ignore:fit\\(resume_from=\\.\\.\\.\\) trains a finished run")
 def test_a_checkpoint_keeps_the_length_the_schedule_was_planned_over(tmp_path):
     # it stored len() read again at saving: a loader grown in between resumed on another plan
     x, y = _data()

@@ -736,6 +736,8 @@ def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
         assert torch.equal(guide.site_loc(site), value)
 
 
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
+@pytest.mark.filterwarnings("ignore:Error detected in")
 def test_a_nan_under_torchs_anomaly_detection_is_noted_with_fits_words():
     # the backward pass raised torch's "Function ... returned nan values" before fit()'s own
     # check of the loss, without its words on what was kept and what to do
