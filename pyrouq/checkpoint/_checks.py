@@ -33,8 +33,9 @@ _STORE_PARAMS = "_network_pyro_params"
 
 
 def note_store_params(model: Any, names: list[str]) -> None:
-    """Record on ``model`` (a converted one, perhaps compiled) the ``names`` of the parameters
-    its network creates with ``pyro.param`` (:func:`check_store_params` refuses them)."""
+    """Record on ``model`` (a converted one; in a wrapper, on the module inside it, which
+    save() stores) the ``names`` of the parameters its network creates with ``pyro.param``
+    (:func:`check_store_params` refuses them)."""
     setattr(unwrapped(model), _STORE_PARAMS, tuple(names))
 
 
