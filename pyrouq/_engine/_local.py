@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyrouq._engine._batch import check_outputs, updates_running_statistics
+from pyrouq._engine._batch import check_outputs
 from pyrouq._engine._layer_calls import call, noise_scale, tensor_reads
 from pyrouq._util import AsItCame, rng_state, set_rng_state
 
@@ -113,7 +113,8 @@ def run_local(
     example; every other site's weight is drawn whole, ``loc + scale * eps``, as are the
     layers a forward shows cannot be drawn by their pre-activations (:func:`_drawn_whole`: the
     first forward that finds one is run again without it, from the random state, input and
-    running statistics it found, and the network remembers it)."""
+    buffers (running statistics, a network's own counters) it found, and the network
+    remembers it)."""
 
     checked = net in _DRAWN_WHOLE  # a forward has shown which layers it can draw
     # x as it came to every draw, and, until a forward has shown the layers, to one run again
@@ -121,12 +122,14 @@ def run_local(
 
     def once() -> Tensor:
         # what a forward run again must find as it was: the random state (a resumed run finds
-        # its layers again, and must draw as the run that found them before) and the running
-        # statistics the first run moved (a pattern that shows only later is found without)
+        # its layers again, and must draw as the run that found them before) and the buffers
+        # the first run may move: running statistics, and any the network's own forward
+        # changes (a counter, a moving average of its activations); not the latent sites'
+        # (a pattern that shows only later is found without)
         first = net not in _DRAWN_WHOLE
         state = rng_state(x.device) if first else None
-        moved = [m for m in net.modules() if first and updates_running_statistics(m)]
-        kept = [(b, b.clone()) for m in moved for b in m.buffers(recurse=False)]
+        sites = {id(net.get_buffer(s)) for s in loc} if first else set()
+        kept = [(b, b.clone()) for b in net.buffers() if first and id(b) not in sites]
         while True:
             whole = _DRAWN_WHOLE.get(net, frozenset())
             local = {path: sites for path, sites in layers.items() if path not in whole}

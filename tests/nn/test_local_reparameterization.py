@@ -381,6 +381,35 @@ def test_the_forward_run_again_finds_the_running_statistics_as_they_were():
     assert int(model.net.norm.num_batches_tracked) == 1  # moved once, by the forward kept
 
 
+def test_the_forward_run_again_finds_the_networks_own_buffers_as_they_were():
+    """A buffer the network's own forward changes (a counter, a moving average) was moved by
+    the first forward and again by the run that replaced it: twice for one step."""
+    from torch import nn
+
+    from pyrouq import bayesian
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.register_buffer("calls", torch.zeros(()))
+            self.register_buffer("mean", torch.zeros(3))
+
+        def forward(self, x):
+            self.calls += 1
+            with torch.no_grad():
+                self.mean.mul_(0.5).add_(0.5 * x.mean(0))
+            return self.fc(self.fc(x))
+
+    torch.manual_seed(0)
+    model = bayesian(Counting(), local_reparameterization=True, num_data=8)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 3), torch.randint(0, 3, (8,))
+    KLWeightedELBO().terms(model, guide, x, y)  # the first forward finds fc called twice
+    assert float(model.net.calls) == 1.0
+    torch.testing.assert_close(model.net.mean, 0.5 * x.mean(0))
+
+
 def test_finding_layers_to_draw_whole_costs_no_random_numbers_nor_input(tmp_path):
     """A resumed run finds its layers again with a fresh network: it must draw as the run that
     found them before (the same history), and every particle sees the input as it came."""
