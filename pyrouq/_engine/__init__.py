@@ -245,6 +245,10 @@ def run_draws(
         # (copied here: inside vmap, a draw tells no requires_grad)
         shared = {k: _own_copy(v[0]) for k, v in flat.items() if v.shape[0] == 1}
         batched = {k: _own_copy(v) for k, v in flat.items() if v.shape[0] > 1}
+        # the buffers the vmap pass may move before it fails (a counter the forward adds to),
+        # for the draws run one at a time to find as they were; not the latent sites'
+        sites = {id(b) for k, b in net.named_buffers() if k in weights}
+        kept = [(b, b.clone()) for b in net.buffers() if id(b) not in sites]
 
         def one(draw: dict[str, Tensor]) -> Tensor:
             return run(net, x, {**shared, **draw}, members)
@@ -254,6 +258,9 @@ def run_draws(
         except RuntimeError as err:  # an op vmap cannot batch (nn.LSTM's), .item(), data-
             if not _VMAP_REFUSAL.search(str(err)):  # dependent control flow: draw by draw
                 raise
+            with torch.no_grad():
+                for buffer, value in kept:
+                    buffer.copy_(value)
             stacked = one_at_a_time(given)
     plates = 1 if members is None else 2
     return stacked.reshape(*output_dims(lead, plates), *stacked.shape[1:])

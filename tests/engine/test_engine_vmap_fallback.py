@@ -1,8 +1,8 @@
 """Fifth audit of the engine, against independent references (``functional_call`` looped over
 the draws, weight sampling): the draws run one at a time after vmap refuses a network find
-the input as it came; an ensemble's folded batch may be empty; float16 local
-reparameterisation adds no noise where the variance is 0 (nor a floor of 0.008 elsewhere);
-weights of another shape, or of no draws, are refused naming the site."""
+the input and the network's buffers as they came; an ensemble's folded batch may be empty;
+float16 local reparameterisation adds no noise where the variance is 0 (nor a floor of 0.008
+elsewhere); weights of another shape, or of no draws, are refused naming the site."""
 
 from __future__ import annotations
 
@@ -54,6 +54,31 @@ def test_draws_run_after_a_vmap_refusal_find_the_input_as_it_came(kind):
         out = model.outputs(given, weights)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(given, 2 * x)  # changed in place once, as torch's call does
+
+
+class _CountsItsCalls(_ScalesItsInput):
+    """Adds one to a buffer of its own at every call, then branches on a value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "accelerator"])
+def test_draws_run_after_a_vmap_refusal_find_the_buffers_as_they_were(kind):
+    """The accelerator schedule's vmap pass added to the buffer before failing; the three
+    draws then run one at a time added three more (4, where three calls of torch's give 3)."""
+    torch.manual_seed(0)
+    model = bayesian(_CountsItsCalls().double())
+    weights = {k: v.detach() + 0.1 * torch.randn(3, *v.shape, dtype=torch.float64)
+               for k, v in model.template().items()}  # fmt: skip
+    with _engine.schedule(kind), torch.no_grad():
+        model.outputs(torch.randn(5, 4, dtype=torch.float64), weights)
+    assert float(model.net.calls) == 3.0
 
 
 @pytest.mark.parametrize("kind", ["cpu", "accelerator"])
