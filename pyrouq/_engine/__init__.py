@@ -390,8 +390,12 @@ def _own_copy(draw: Tensor) -> Tensor:
     return draw if getattr(drawn_by, "keeps_no_draw", False) else draw.clone()
 
 
-_VMAP_REFUSAL = re.compile(r"Batching rule not implemented|\bvmap\b")
-"""What ``torch.func.vmap``'s refusals of a network's ops say (not the network's own errors)."""
+_VMAP_REFUSAL = re.compile(
+    r"Batching rule not implemented|\bvmap\b|doesn't match the broadcast shape"
+)
+"""What ``torch.func.vmap``'s refusals of a network's ops say (not the network's own errors; the
+last, an in-place update of a buffer of one value for all draws by the draws' values,
+``self.mean.add_(h.mean(0))``, which one draw at a time makes, as torch does)."""
 
 
 def run_members(net: nn.Module, x: Tensor, num_members: int) -> Tensor:

@@ -81,6 +81,40 @@ def test_draws_run_after_a_vmap_refusal_find_the_buffers_as_they_were(kind):
     assert float(model.net.calls) == 3.0
 
 
+class _SumsItsActivations(nn.Module):
+    """Adds the mean of its activations to a buffer of its own at every call (no_grad)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+        self.register_buffer("total", torch.zeros(3, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        with torch.no_grad():
+            self.total.mul_(0.5).add_(h.mean(0))
+        return h
+
+
+@pytest.mark.parametrize("kind", ["cpu", "accelerator"])
+def test_draws_that_update_a_buffer_by_their_values_run_one_at_a_time(kind):
+    """Under vmap the update of one buffer by three draws' values failed with torch's
+    "output with shape [3] doesn't match the broadcast shape [3, 3]" (on accelerators only):
+    the draws now run one at a time, as torch's three calls do."""
+    torch.manual_seed(0)
+    net = _SumsItsActivations().double()
+    model = bayesian(copy.deepcopy(net))
+    weights = {k: v.detach() + 0.1 * torch.randn(3, *v.shape, dtype=torch.float64)
+               for k, v in model.template().items()}  # fmt: skip
+    x = torch.randn(5, 4, dtype=torch.float64)
+    draws = [{k: v[s] for k, v in weights.items()} for s in range(3)]
+    expected = torch.stack([functional_call(net, draw, (x,)) for draw in draws])
+    with _engine.schedule(kind), torch.no_grad():
+        out = model.outputs(x, weights)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(model.net.total, net.total, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["cpu", "accelerator"])
 def test_an_ensemble_runs_an_empty_batch_as_torch_does(kind):
     """On the folded batch (a GPU's schedule), an empty batch raised ZeroDivisionError
