@@ -12,6 +12,7 @@ from typing import Any
 
 from pyrouq._words import as_typed
 from pyrouq.cli._built_in_method import built_in_instead
+from pyrouq.cli._classifier_only import refuse_regression
 from pyrouq.cli._factory_names import calling_factory
 from pyrouq.cli._held_prior import held_prior_words, is_held_refusal
 
@@ -526,6 +527,8 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
         net = call_factory(args.model, getattr(args, "factory_root", None))
         initialise_lazy(net, args.model)
         check_outputs(net, args.model)
+        if (regression := refuse_regression(net, args.model, NUM_CLASSES)) is not None:
+            raise CommandError(regression)  # (fit() told to fix the targets, which it loads)
         from pyrouq._util import has_latent_sites
 
         latent = has_latent_sites(net)

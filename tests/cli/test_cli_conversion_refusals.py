@@ -244,3 +244,26 @@ def test_a_network_for_colour_images_is_told_the_datasets_name(tmp_path, capsys,
     more = ("--dataset", "fashion-mnist", "--data-root", str(root))
     err, _ = fit_error(capsys, tmp_path, "rgb", "batchensemble", *more)
     assert "The command's images are Fashion-MNIST's, of 1 channel: make the factory" in err, err
+
+
+def gaussian_ensemble() -> nn.Module:
+    """A regression BatchEnsemble (a Gaussian likelihood) of MNIST's image size."""
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    return pyrouq.batchensemble(net, 2, likelihood=pyrouq.Gaussian("heteroscedastic"))
+
+
+@pytest.mark.parametrize("method", ["plain", "bayesian"])
+def test_a_regression_model_is_told_the_command_trains_classifiers(method, tmp_path, capsys):
+    """A factory's model with a Gaussian likelihood (kept by --method plain, and by bayesian()
+    of the ensemble) was trained on MNIST's labels and told fit()'s "class labels belong to a
+    Categorical likelihood; for real targets use y.float() ... Fix the targets", which the
+    command's user cannot do (the command loads them)."""
+    err, out = fit_error(capsys, tmp_path, "gaussian_ensemble", method)
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:gaussian_ensemble' returned BatchEnsembleNetwork with "
+        "the likelihood Gaussian(scale='heteroscedastic'), a regression of real-valued "
+        "targets; pyrouq fit trains a classifier of the data set's 10 classes on their labels: "
+        "build it in the factory with the Categorical likelihood (the default: leave "
+        "likelihood= out), or make the factory return the plain network for --method to convert"
+    ), err
+    assert "y.float()" not in err and "fitting" not in out  # refused before training
