@@ -53,12 +53,6 @@ def own_forward(model: Any) -> bool:
     )
 
 
-def compiled_module(model: Any) -> Any:
-    """The module ``torch.compile`` wrapped (``model._orig_mod``), else ``model`` (a module
-    of another class with an ``_orig_mod`` attribute too: :func:`pyrouq._wrappers.uncompiled`)."""
-    return uncompiled(model)
-
-
 def forward_module(model: Any, caller: str) -> Any | None:
     """The module whose own ``forward`` ``caller`` (predict(), the export) runs under each
     draw: a :class:`~pyrouq.BayesianNetwork` of one network whose forward is the user's own
@@ -75,7 +69,7 @@ def forward_module(model: Any, caller: str) -> Any | None:
     """
     from pyrouq.convert import BayesianNetwork
 
-    module = compiled_module(model)
+    module = uncompiled(model)
     if not own_forward(module):
         return None
     if isinstance(module, BayesianNetwork) and module.num_members is None:

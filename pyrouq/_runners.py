@@ -15,7 +15,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine
 from pyrouq import _own_models as own_models
-from pyrouq._forwards import compiled_module, forward_module
+from pyrouq._forwards import forward_module
 from pyrouq._guide_draws import draw_guide, sampled_directly, takes_inputs_alone
 from pyrouq._own_likelihood import check_likelihood_logits
 from pyrouq._param_store import take_store_values
@@ -32,6 +32,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq._words import article
+from pyrouq._wrappers import uncompiled
 from pyrouq.infer._site_checks import check_draws
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical, likelihood_of
@@ -147,7 +148,7 @@ def plain_runner(model: nn.Module):
             except Exception:  # Pyro rewraps errors: run it plainly, for its own error
                 trace = None
         if trace is None:
-            with _engine.LayersNamed(compiled_module(model), x, plain=True):
+            with _engine.LayersNamed(uncompiled(model), x, plain=True):
                 logits = model(x)  # (a layer refusing x named at its path, with the fix)
         else:
             sampled = (
@@ -394,7 +395,7 @@ def own_forward_outputs(
     torch.compile's wrapper taken off) run on ``x`` conditioned on one draw ``data``: its logits
     (:func:`logits_of`, checked, with ``warn`` and ``caller`` as it takes them) for a
     ``Categorical`` likelihood, else a regression's outputs, as its likelihood records them."""
-    model = compiled_module(model)
+    model = uncompiled(model)
     conditioned = poutine.condition(model, data=data)
     if isinstance(likelihood_of(model), Categorical):
         return logits_of(conditioned, x, model, warn, caller)

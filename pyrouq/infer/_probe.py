@@ -18,7 +18,7 @@ from torch import nn
 from pyrouq._batchnorm import ONE_VALUE_PER_CHANNEL, one_value_in_training
 from pyrouq._distribution_parts import innermost_distribution
 from pyrouq._engine import LayersNamed
-from pyrouq._forwards import compiled_module, own_forward
+from pyrouq._forwards import own_forward
 from pyrouq._input_cast import (
     function_guide_refusal,
     latent_dtype_refusal,
@@ -569,7 +569,7 @@ def _output_size(
     elif callable(run):
         out = run(x)
     elif not own and not isinstance(model, pyro.nn.PyroModule):
-        with LayersNamed(compiled_module(model), x, plain=True):  # (as predict() names them)
+        with LayersNamed(uncompiled(model), x, plain=True):  # (as predict() names them)
             out = model(x)
     else:
         return None

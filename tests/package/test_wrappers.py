@@ -9,7 +9,7 @@ from torch import nn
 
 import pyrouq
 from pyrouq import ArrayLoader, batchensemble, bayesian, mean_field_guide, predict, rank1
-from pyrouq._wrappers import given_model
+from pyrouq._wrappers import given_model, uncompiled
 
 DDP = nn.parallel.DistributedDataParallel
 DP = nn.DataParallel
@@ -314,17 +314,16 @@ class _Holder(nn.Module):
 
 
 def test_only_torch_compiles_wrapper_is_looked_through_as_compiled():
-    # compiled_module(), own_model() and _network_of_its_own() followed any `_orig_mod`
+    # uncompiled(), own_model() and _network_of_its_own() followed any `_orig_mod`
     # attribute: a user's module holding a pyrouq model so was taken for that model
-    from pyrouq._forwards import compiled_module
     from pyrouq.infer._elbo_checks import own_model
     from pyrouq.infer._probe import _network_of_its_own
 
     model = bayesian(nn.Sequential(nn.Linear(4, 3), _Holder(nn.Linear(3, 3))))
     holder = _Holder(model)
-    assert compiled_module(holder) is holder and own_model(holder) is None
+    assert uncompiled(holder) is holder and own_model(holder) is None
     assert not _network_of_its_own(holder)
     compiled = _compile(model)
-    assert compiled_module(compiled) is model and own_model(compiled) is model
+    assert uncompiled(compiled) is model and own_model(compiled) is model
     assert _network_of_its_own(compiled) and _network_of_its_own(model)
     assert own_model(DP(model)) is None  # (own_model looks through compile alone)
