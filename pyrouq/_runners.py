@@ -137,6 +137,7 @@ def _refuse_prior_weights(model: Any, x: Tensor) -> None:
 def plain_runner(model: nn.Module):
     checked = not takes_labels(model)  # forward(x, y): maybe a Pyro model, whose sites count
     refuse = _probabilities_refused(model)
+    named = uncompiled(model)  # (the module whose layers name a refusal: once, not per batch)
 
     def run(x: Tensor) -> Tensor:
         nonlocal checked
@@ -148,7 +149,7 @@ def plain_runner(model: nn.Module):
             except Exception:  # Pyro rewraps errors: run it plainly, for its own error
                 trace = None
         if trace is None:
-            with _engine.LayersNamed(uncompiled(model), x, plain=True):
+            with _engine.LayersNamed(named, x, plain=True):
                 logits = model(x)  # (a layer refusing x named at its path, with the fix)
         else:
             sampled = (
@@ -391,11 +392,11 @@ def bayesian_runner(
 def own_forward_outputs(
     model: Any, x: Tensor, data: dict[str, Tensor], warn: bool, caller: str = "predict()"
 ) -> Tensor:
-    """The outputs of ``model``'s own ``forward`` (:func:`~pyrouq._forwards.forward_module`;
-    torch.compile's wrapper taken off) run on ``x`` conditioned on one draw ``data``: its logits
-    (:func:`logits_of`, checked, with ``warn`` and ``caller`` as it takes them) for a
-    ``Categorical`` likelihood, else a regression's outputs, as its likelihood records them."""
-    model = uncompiled(model)
+    """The outputs of ``model``'s own ``forward`` (``model``: the module
+    :func:`~pyrouq._forwards.forward_module` gave, torch.compile's wrapper already taken off)
+    run on ``x`` conditioned on one draw ``data``: its logits (:func:`logits_of`, checked, with
+    ``warn`` and ``caller`` as it takes them) for a ``Categorical`` likelihood, else a
+    regression's outputs, as its likelihood records them."""
     conditioned = poutine.condition(model, data=data)
     if isinstance(likelihood_of(model), Categorical):
         return logits_of(conditioned, x, model, warn, caller)
