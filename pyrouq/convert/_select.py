@@ -28,6 +28,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq._words import slip_hint
+from pyrouq._wrappers import _PARALLEL
 from pyrouq.convert._hints import (
     LINEAR_TYPES,
     WEIGHTED_TYPES,
@@ -503,7 +504,7 @@ def check_module(module: Any, what: str) -> None:
             f"{class_name(module)} is already a pyrouq model; pass the plain network "
             "it was made from."
         )
-    if isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+    if isinstance(module, _PARALLEL):  # (DataParallel, DistributedDataParallel)
         # their replicas split the batch, which a BatchEnsemble folds members into, and
         # torch.func.functional_call refuses DataParallel
         raise TypeError(
