@@ -162,8 +162,7 @@ def _converted_network(module: nn.Module, record: dict[str, Any]) -> bool:
     classes or BatchEnsemble layers that the saved network has not, or holds as buffers of
     the same shapes the saved network's parameters (a Bayesian model's latent sites), as a
     network of the user's own class without a Sequential or a pooling does."""
-    saved = record.get("modules") or {}
-    classes = set(saved.values()) if isinstance(saved, dict) else set()
+    classes = set(saved_modules(record).values())
     for m in module.modules():
         name = type(m).__name__
         ensemble = getattr(type(m), "_is_batchensemble", False)
@@ -174,6 +173,13 @@ def _converted_network(module: nn.Module, record: dict[str, Any]) -> bool:
     buffers = {name: list(b.shape) for name, b in module.named_buffers()}
     sites = [n for n, shape in parameters.items() if n not in own and buffers.get(n) == shape]
     return bool(sites)
+
+
+def saved_modules(record: dict[str, Any]) -> dict[str, Any]:
+    """The class name of each module a saved structure record names (its ``"modules"``), empty
+    where it names none or holds no mapping (a hand-edited file)."""
+    saved = record.get("modules")
+    return saved if isinstance(saved, dict) else {}
 
 
 def _first_difference(saved: dict[str, Any], got: dict[str, Any]) -> str | None:

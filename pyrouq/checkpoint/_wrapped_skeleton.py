@@ -13,9 +13,10 @@ from pyrouq._util import class_name
 from pyrouq._wrappers import _PARALLEL, uncompiled, unwrapped
 from pyrouq.checkpoint._checks import COMPILED_CLASS
 from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._skeleton import saved_modules
 
-_PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c.__name__ for c in _PARALLEL}
-_PARALLEL_NAMES = [c.__name__ for c in _PARALLEL]
+_PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c for c in _PARALLEL}
+"""The parallel wrappers by the class name a record gives them."""
 
 
 def _saved_records(description: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -43,11 +44,11 @@ def skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
     saved, record = _saved_records(description)
     held = record.get("class")
     if held in _PARALLEL_CLASSES:
-        return _parallel_skeleton(_PARALLEL_CLASSES[held], record, module, path)
+        return _parallel_skeleton(_PARALLEL_CLASSES[held].__name__, record, module, path)
     if held != COMPILED_CLASS:
         return unwrapped(module)
     if isinstance(module, nn.Module) and unwrapped(module) is module:
-        inner = (record.get("modules") or {}).get("_orig_mod", "module")
+        inner = saved_modules(record).get("_orig_mod", "module")
         if saved.get("class") != "Module":  # bayesian(torch.compile(net)): its network's wrapper
             raise CheckpointError(
                 f"{str(path)!r} holds a {saved.get('class')} made from a {inner} compiled by "
@@ -97,7 +98,7 @@ def check_resumed_wrapper(description: Any, model: Any, path: str) -> Any:
     if not isinstance(model, nn.Module):
         return None
     if held == COMPILED_CLASS and saved.get("class") == "Module" and unwrapped(model) is model:
-        inner = (record.get("modules") or {}).get("_orig_mod", "module")
+        inner = saved_modules(record).get("_orig_mod", "module")
         raise CheckpointError(
             f"resume_from={path!r} holds a {inner} compiled by torch.compile, saved with its "
             "wrapper (OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, "
@@ -108,10 +109,11 @@ def check_resumed_wrapper(description: Any, model: Any, path: str) -> Any:
         )
     if held not in _PARALLEL_CLASSES:
         return None
-    wrapper = _PARALLEL_CLASSES[held]
+    kind = _PARALLEL_CLASSES[held]
+    wrapper = kind.__name__
     wrap, where = _how_to_wrap(wrapper)
     bare = uncompiled(model)  # (torch.compile(DDP(net)): fit() compiles net again, in it)
-    if isinstance(bare, _PARALLEL[_PARALLEL_NAMES.index(wrapper)]):
+    if isinstance(bare, kind):
         if uncompiled(bare.module) is bare.module:
             return bare
         raise CheckpointError(
@@ -129,7 +131,7 @@ def check_resumed_wrapper(description: Any, model: Any, path: str) -> Any:
 
 
 def _held(wrapper: str, record: dict[str, Any]) -> str:
-    inner = (record.get("modules") or {}).get("module", "module")
+    inner = saved_modules(record).get("module", "module")
     return (
         f"holds a {inner} in {wrapper}, saved with its wrapper (parameters named 'module.'...) "
         "by an earlier pyrouq"

@@ -269,6 +269,13 @@ def test_a_file_of_an_earlier_pyrouq_holding_the_compiled_wrapper_still_loads(tm
         r"module=torch.compile\(net\)\); save the loaded model again",
     ):
         load(path, module=_net())
+    # a hand-edited record whose "modules" is no mapping: the same refusal, the class unnamed
+    # (it failed as AttributeError: 'str' object has no attribute 'get')
+    description["model"]["module"]["modules"] = "hand-edited"
+    payload["description"] = json.dumps(description)
+    torch.save(payload, tmp_path / "edited.pt")
+    with pytest.raises(CheckpointError, match=r"holds a module compiled by torch.compile, saved"):
+        load(tmp_path / "edited.pt", module=_net())
     # saved again, as the message says: it loads into a plain skeleton
     with warnings.catch_warnings():
         warnings.simplefilter("error")
