@@ -47,26 +47,43 @@ def skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
         return _parallel_skeleton(_PARALLEL_CLASSES[held].__name__, record, module, path)
     if held != COMPILED_CLASS:
         return unwrapped(module)
-    if isinstance(module, nn.Module) and unwrapped(module) is module:
+    if _plain(module, record):
         inner = saved_modules(record).get("_orig_mod", "module")
+        but, net = _missing(module, "compiled", inner)
         if saved.get("class") != "Module":  # bayesian(torch.compile(net)): its network's wrapper
             raise CheckpointError(
                 f"{str(path)!r} holds a {saved.get('class')} made from a {inner} compiled by "
                 f"torch.compile (converted with its wrapper, OptimizedModule, parameters named "
-                f"'_orig_mod.'...), but the skeleton ({class_name(module)}) is not compiled. "
-                "Pass load(path, module=torch.compile(net)). To save a model that loads into a "
-                "plain skeleton, convert before compiling: torch.compile(bayesian(net)), not "
-                "bayesian(torch.compile(net))."
+                f"'_orig_mod.'...), {but}. Pass load(path, module=torch.compile(net)){net}. To "
+                "save a model that loads into a plain skeleton, convert before compiling: "
+                "torch.compile(bayesian(net)), not bayesian(torch.compile(net))."
             )
         raise CheckpointError(
             f"{str(path)!r} holds a {inner} compiled by torch.compile, saved with its wrapper "
-            f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, but "
-            f"the skeleton ({class_name(module)}) is not compiled. Pass "
-            "load(path, module=torch.compile(net)); save the loaded model again to get a file "
-            "that loads into a plain skeleton (save() now writes the module torch.compile "
-            "wrapped)."
+            f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, {but}. "
+            f"Pass load(path, module=torch.compile(net)){net}; save the loaded model again to "
+            "get a file that loads into a plain skeleton (save() now writes the module "
+            "torch.compile wrapped)."
         )
     return module
+
+
+def _plain(module: Any, record: dict[str, Any]) -> bool:
+    """Whether ``module`` (load()'s ``module=``) is no skeleton for a file holding a wrapper:
+    a module in none, or none given where the record names no pyrouq model to rebuild (a
+    builder or other object given is left to the description's own refusal)."""
+    if module is None:
+        return record.get("pyrouq") is None
+    return isinstance(module, nn.Module) and unwrapped(module) is module
+
+
+def _missing(module: Any, wrapped: str, inner: Any) -> tuple[str, str]:
+    """What load() got instead of a skeleton in a wrapper, and what ``net`` is to be where no
+    skeleton came (else nothing more to say)."""
+    if module is not None:
+        return f"but the skeleton ({class_name(module)}) is not {wrapped}", ""
+    net = f", with net a freshly built {inner} of the same structure (e.g. from the same factory)"
+    return "and load() got no skeleton (module=): pyrouq never unpickles code", net
 
 
 def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: Any) -> Any:
@@ -74,14 +91,14 @@ def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: 
     wrapper, saved by a pyrouq before save() unwrapped them: ``module`` when it is such a
     wrapper too (the same ``'module.'`` names; DDP's and DataParallel's records differ in
     their class), else refused, saying what to pass."""
-    if isinstance(module, _PARALLEL) or not isinstance(module, nn.Module):
-        return module  # (no module: the description's own refusal says what to pass)
+    if not _plain(module, record):
+        return module  # (a wrapper; or a builder: the description's own refusal says what to pass)
     wrap, where = _how_to_wrap(wrapper)
+    but, net = _missing(module, "wrapped", saved_modules(record).get("module", "module"))
     raise CheckpointError(
-        f"{str(path)!r} {_held(wrapper, record)}, but the skeleton ({class_name(module)}) is "
-        f"not wrapped. Pass load(path, module={wrap}){where}; save the loaded model again to "
-        f"get a file that loads into a plain skeleton (save() now writes the module {wrapper} "
-        "wraps)."
+        f"{str(path)!r} {_held(wrapper, record)}, {but}. Pass load(path, module={wrap}){where}"
+        f"{net}; save the loaded model again to get a file that loads into a plain skeleton "
+        f"(save() now writes the module {wrapper} wraps)."
     )
 
 

@@ -269,6 +269,12 @@ def test_a_file_of_an_earlier_pyrouq_holding_the_compiled_wrapper_still_loads(tm
         r"module=torch.compile\(net\)\); save the loaded model again",
     ):
         load(path, module=_net())
+    # without module=, it said to pass load(path, module=net), which the refusal above met
+    with pytest.raises(CheckpointError, match=re.escape(
+        "by an earlier pyrouq, and load() got no skeleton (module=): pyrouq never unpickles "
+        "code. Pass load(path, module=torch.compile(net)), with net a freshly built Sequential"
+    )):  # fmt: skip
+        load(path)
     # a hand-edited record whose "modules" is no mapping: the same refusal, the class unnamed
     # (it failed as AttributeError: 'str' object has no attribute 'get')
     description["model"]["module"]["modules"] = "hand-edited"
@@ -318,6 +324,12 @@ def test_a_plain_model_resuming_a_data_parallel_file_is_told_to_wrap_it(tmp_path
     with pytest.raises(CheckpointError, match=re.escape(want)) as info:
         _run(_net(), 2, resume_from=path)
     assert "holds a Sequential in DataParallel, saved with its wrapper" in str(info.value)
+    # load(path) said to pass load(path, module=net), which was refused in turn: the wrapper
+    with pytest.raises(CheckpointError, match=re.escape(
+        "and load() got no skeleton (module=): pyrouq never unpickles code. Pass load(path, "
+        "module=torch.nn.DataParallel(net)), with net a freshly built Sequential of the same"
+    )):  # fmt: skip
+        load(path)
     saved = load(path, module=torch.nn.DataParallel(_net()))  # a Checkpoint: the same words
     with pytest.raises(CheckpointError, match=re.escape(want)):
         _run(_net(), 2, resume_from=saved)
@@ -444,6 +456,12 @@ def test_a_file_of_an_earlier_pyrouq_holding_the_ddp_wrapper_still_loads(tmp_pat
         r"module=torch.nn.parallel.DistributedDataParallel\(net\)\) in a process group",
     ):
         load(path, module=_net())
+    with pytest.raises(CheckpointError, match=re.escape(
+        "and load() got no skeleton (module=): pyrouq never unpickles code. Pass load(path, "
+        "module=torch.nn.parallel.DistributedDataParallel(net)) in a process group (one of one "
+        "process will do), with net a freshly built Sequential"
+    )):  # fmt: skip
+        load(path)  # (it said to pass module=net, refused in turn)
     again = load(save(tmp_path / "new.pt", back.model), module=_net())  # as the message says
     assert torch.equal(again.model[2].weight, net[2].weight)
 
