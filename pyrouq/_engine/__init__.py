@@ -72,7 +72,10 @@ from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
 from pyrouq._engine._cpu_paths import MaxPool2x2 as MaxPool2x2
 from pyrouq._engine._cpu_paths import SwappingSequential as SwappingSequential
+from pyrouq._engine._cpu_paths import fusable_adam as fusable_adam
+from pyrouq._engine._cpu_paths import fused_adam as fused_adam
 from pyrouq._engine._cpu_paths import prepare as prepare
+from pyrouq._engine._cpu_paths import run_children as run_children
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
 from pyrouq._engine._layer_calls import call, calls_checked, layers_called

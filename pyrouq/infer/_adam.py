@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from pyrouq._engine import _cpu_paths
+from pyrouq._engine import fusable_adam, fused_adam
 
 
 class Adam:
@@ -103,14 +103,12 @@ class Adam:
             )
             torch._foreach_add_(steps, 1)
             fused = [
-                _cpu_paths.fusable_adam(*four)
+                fusable_adam(*four)
                 for four in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)
             ]
             if any(fused):
                 lists = (params, grads, exp_avgs, exp_avg_sqs, steps)
-                _cpu_paths.fused_adam(
-                    *_where(lists, fused, True), lr=lr, betas=(beta1, beta2), eps=eps
-                )
+                fused_adam(*_where(lists, fused, True), lr=lr, betas=(beta1, beta2), eps=eps)
                 params, grads, exp_avgs, exp_avg_sqs, steps = _where(lists, fused, False)
             half = [p.dtype in _HALF for p in params]
             if any(half):  # in float32, then rounded once into the parameter

@@ -12,7 +12,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from pyrouq._engine._cpu_paths import run_children
+from pyrouq._engine import run_children
 from pyrouq._first_layer_fix import ONE_EXAMPLE, channel_fix, no_values_fix
 from pyrouq._input_kind import not_a_tensor
 from pyrouq._memory import check_fits
