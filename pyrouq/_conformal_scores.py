@@ -80,10 +80,10 @@ def _check_alpha(alpha: object, n: int) -> float:
             f"{shown(alpha)}{tensor_hint(alpha)}"
             + (f": a score, the fourth argument; pass score={alpha!r}." if score else ".")
         )
-    if _rank(n, a) > n:
+    if conformal_rank(n, a) > n:
         # (m + 1)(1 - a) <= m: m >= 1/a - 1, give or take; 1/a exactly (5e-324: no float)
         least = max(1, math.floor(1 / Fraction(a)) - 2)
-        while _rank(least, a) > least:
+        while conformal_rank(least, a) > least:
             least += 1
         digits = str(least)  # 1e-300: a count no float holds, shown as 9.99e+299
         count = digits if len(digits) < 16 else f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
@@ -98,10 +98,10 @@ def _quantile(scores: Tensor, alpha: float) -> Tensor:
     """The conformal threshold: the ``ceil((n + 1)(1 - alpha))``-th smallest score (per column
     for ``(n, D)`` scores)."""
     n = scores.shape[0]
-    return scores.sort(dim=0).values[_rank(n, alpha) - 1]
+    return scores.sort(dim=0).values[conformal_rank(n, alpha) - 1]
 
 
-def _rank(n: int, alpha: float) -> int:
+def conformal_rank(n: int, alpha: float) -> int:
     """``ceil((n + 1)(1 - alpha))``, of the float alpha's exact value, where a product within
     float rounding of an integer k is k: alpha = 0.7 (a little below 7/10 in binary) and n = 9
     give 3, not the 4 that (9 + 1) * (1 - 0.7) = 3.0000000000000004 would, and alpha = 1/3

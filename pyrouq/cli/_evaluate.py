@@ -283,14 +283,14 @@ def _check_conformal(alpha: float, n: int) -> None:
     it calibrates on (half the test split): their conformal threshold would be infinite."""
     import math
 
-    from pyrouq._conformal_scores import _rank
+    from pyrouq._conformal_scores import conformal_rank
 
-    if _rank(n, alpha) <= n:
+    if conformal_rank(n, alpha) <= n:
         return
     least = 1 / (n + 1)  # (n + 1)(1 - alpha) <= n, rounded up to two significant digits
     scale = 10.0 ** (math.floor(math.log10(least)) - 1)
     least = math.ceil(least / scale) * scale
-    while _rank(n, least) > n:
+    while conformal_rank(n, least) > n:
         least += scale
     raise CommandError(
         f"--conformal {as_typed(alpha)} is too small for the {n} test images it calibrates on "
