@@ -97,9 +97,13 @@ def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
     return targets.to(device=pbar.device, dtype=torch.long)
 
 
-def _prepare(probs: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
-    """``(p̄, y)``: float64 mean probabilities ``(N, C)`` and long targets ``(N,)``."""
+def _prepare(probs: Any, targets: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``(p̄, y)``: float64 mean probabilities ``(N, C)`` and long targets ``(N,)``; targets
+    None are those ``probs`` carries (Predictions), else a ValueError in :func:`evaluate`'s
+    words (:func:`carried_targets`)."""
     pbar = _prepare_probs(probs).mean(0)
+    if targets is None:  # (a number or another type: _check_targets says what came)
+        targets = carried_targets(None, probs)
     return pbar, _check_targets(targets, pbar)
 
 

@@ -3,8 +3,10 @@
 Shape convention: ``probs`` is ``(S, N, C)`` (S draws or members, N inputs, C classes) or
 ``(N, C)``, taken as the mean predictive probabilities ``p̄`` (S = 1). As in torch-uncertainty,
 the metrics are computed on ``p̄ = mean_s p_s``; ``targets`` is an ``(N,)`` integer tensor of
-class labels in ``[0, C)``. Each metric returns a python float, a fraction (not a percentage),
-in nats where a logarithm is involved. Computations run in float64 on the input's device.
+class labels in ``[0, C)`` (None: those the Predictions given carry, as in :func:`evaluate`,
+else a ValueError saying to pass them). Each metric returns a python float, a fraction (not a
+percentage), in nats where a logarithm is involved. Computations run in float64 on the input's
+device.
 
 :func:`evaluate` returns them all; :func:`format_table` prints them grouped. This module never
 imports Pyro or the models.

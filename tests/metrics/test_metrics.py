@@ -336,6 +336,25 @@ def test_targets_wrong_type():
         acc(FOUR, [0, 1, 0, 1])
 
 
+TARGETED = [acc, nll, brier, ece, aece, aurc, augrc, cov_at_5_risk, risk_at_80_cov]
+
+
+@pytest.mark.parametrize("fn", TARGETED, ids=lambda fn: fn.__name__)
+def test_targets_none_read_those_the_predictions_carry_as_evaluate_does(fn):
+    # nll(p, None) was a TypeError in words of its own, which said a Predictions' .targets was
+    # None even where it carried them; evaluate(p, None) reads those, or says "No targets"
+    from pyrouq import Predictions
+
+    carried = Predictions(FOUR[None], targets=FOUR_Y)
+    assert fn(carried, None) == fn(FOUR, FOUR_Y) == evaluate(carried)[fn.__name__]
+    words = r"^No targets: pass targets=\(N,\) labels, or Predictions that carry them \(predict"
+    for probs in (FOUR, FOUR[None], Predictions(FOUR[None])):  # mean, (S, N, C), none carried
+        with pytest.raises(ValueError, match=words):
+            fn(probs, None)
+        with pytest.raises(ValueError, match=words):
+            evaluate(probs, None)
+
+
 def test_probs_not_summing_to_one_and_wrong_rank():
     with pytest.raises(ValueError, match=r"sum to 1.*tolerance 0\.001.*softmax"):
         acc(FOUR * 2, FOUR_Y)

@@ -220,10 +220,9 @@ CASES = {
         lambda tmp: metrics.ece(
             pyrouq.Predictions(uniform()), pyrouq.Predictions(uniform()).targets
         ),
-        TypeError,
-        r"Expected targets to be a torch\.Tensor of class labels, got None; pass the \(3,\) "
-        r"labels of the inputs predicted \(a Predictions' \.targets is None when predict\(\) "
-        r"was given inputs without labels\)\.",
+        ValueError,  # evaluate()'s words (a TypeError in words of their own before)
+        r"No targets: pass targets=\(N,\) labels, or Predictions that carry them \(predict "
+        r"from a loader of \(x, y\) batches\)\.",
     ),
     "metrics: targets out of range": (
         lambda tmp: metrics.nll(torch.full((3, 4), 0.25), torch.tensor([0, 1, 7])),
