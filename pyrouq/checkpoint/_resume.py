@@ -4,6 +4,7 @@ network structure, priors) and that the run has epochs left."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -135,7 +136,7 @@ def restore(
             f"Build the guide as the run did (a {guide_class}"
             f"{', mean_field_guide(model)' if guide_class == 'MeanFieldGuide' else ''})."
         )
-    unfit = _unfit_training(saved.training)
+    unfit = _unfit_training(saved.training, saved.optimizer_state)
     if unfit:
         raise CheckpointError(
             f"resume_from={where!r} holds a training state that fit() did not write ({unfit}): "
@@ -238,11 +239,15 @@ _TRAINING_KEYS = ("epochs_done", "steps", "epoch_steps", "history", "base_lrs", 
 """What every training state fit() writes holds, and resuming reads."""
 
 
-def _unfit_training(training: Any) -> str | None:
+def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:
     """What makes a saved training state one fit() did not write (None: it may be fit()'s, or
     there is none): not a dict, without a key that resuming reads (the sums of an epoch it
-    stopped inside too), a count that is none, learning rates or a history not in lists, or
+    stopped inside too), a count that is none, learning rates or a history not in lists, other
+    learning rates than the saved ``optimizer_state`` has parameter groups (fit() writes one
+    per group), an epoch record of other keys than :class:`~pyrouq.EpochRecord`'s fields, or
     no torch random state to restore."""
+    from pyrouq.infer._loop import EpochRecord  # (the infer package imports this one)
+
     if training is None:
         return None
     if not isinstance(training, dict):
@@ -261,6 +266,19 @@ def _unfit_training(training: Any) -> str | None:
         return f"'base_lrs' is {_shown(rates)}, not a list of learning rates"
     if not (isinstance(history, (list, tuple)) and all(isinstance(r, dict) for r in history)):
         return f"'history' is {_shown(history)}, not a list of epoch records"
+    groups = optimizer_state.get("param_groups") if isinstance(optimizer_state, dict) else None
+    if isinstance(groups, list) and len(rates) != len(groups):  # (zip(strict=True) refused)
+        return (
+            f"'base_lrs' holds {len(rates)} learning rate(s), one per parameter group, but its "
+            f"optimizer state has {len(groups)} parameter group(s)"
+        )
+    fields = [field.name for field in dataclasses.fields(EpochRecord)]
+    for number, record in enumerate(history, 1):  # (EpochRecord(**record): a TypeError)
+        if set(record) != set(fields):
+            return (
+                f"'history' record {number} has the keys {list(record)}, where an epoch record "
+                f"has {fields}"
+            )
     rng = training["rng"]  # (restored before the first step: a KeyError 'torch' there)
     torch_state = rng.get("torch") if isinstance(rng, dict) else None
     if not (isinstance(torch_state, torch.Tensor) and torch_state.dtype == torch.uint8):

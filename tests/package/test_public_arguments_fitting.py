@@ -156,6 +156,7 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
     run = tmp_path / "fit.pt"
     fit(model, guide, ListLoader(x, y, 4), epochs=1, progress=False, checkpoint=run)
     payload = torch.load(run, weights_only=True)
+    first = payload["training"]["history"][0]
     before = _values(guide)
     for edit, told in [
         ({"epoch_steps": None}, r"'epoch_steps' is None, not a count"),
@@ -168,6 +169,24 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
         ({"steps": True}, r"'steps' is True, not a count"),  # (a bool is no count)
         ({"base_lrs": [None]}, r"'base_lrs' is \[None\], not a list of learning rates"),
         ({"history": [None]}, r"'history' is \[None\], not a list of epoch records"),
+        # EpochRecord.__init__()'s TypeError ("got an unexpected keyword argument 'acc'",
+        # "missing 1 required positional argument: 'seconds'"); zip()'s ValueError on resume
+        (
+            {"history": [{**first, "acc": 0.5}]},
+            r"'history' record 1 has the keys \['epoch', 'loss', 'nll', 'kl', 'train_acc', "
+            r"'seconds', 'acc'\], where an epoch record has \['epoch', 'loss', 'nll', 'kl', "
+            r"'train_acc', 'seconds'\]",
+        ),
+        (
+            {"history": [{k: v for k, v in first.items() if k != "seconds"}]},
+            r"'history' record 1 has the keys \['epoch', 'loss', 'nll', 'kl', 'train_acc'\], where "
+            r"an epoch record has \[.*, 'seconds'\]",
+        ),
+        (
+            {"base_lrs": [0.01, 0.01]},
+            r"'base_lrs' holds 2 learning rate\(s\), one per parameter "
+            r"group, but its optimizer state has 1 parameter group\(s\)",
+        ),
     ]:
         path = tmp_path / "edited.pt"
         torch.save({**payload, "training": {**payload["training"], **edit}}, path)
