@@ -298,6 +298,7 @@ def bayesian_runner(
     refit: tuple[list[batchnorm.Norm], Callable[[], list[Tensor]]] | None = None,
     what: str = "the guide",
     copied: bool = False,
+    guide: Any = None,
 ):
     """Take the S draws once (``source(x)`` at the first batch: a guide's draws, MCMC draws;
     ``what`` names them in messages: "the guide" or "posterior_samples"),
@@ -347,7 +348,7 @@ def bayesian_runner(
             taken.append(True)
             drawn = source(x)
             if direct is not None:  # the model's latent sites only (autoguides add others)
-                check_draws(model, drawn, "predict()", what)
+                check_draws(model, drawn, "predict()", what, guide)
                 drawn = {site: drawn[site] for site in model.latent_sites()}
             else:  # a model of the user's own: its latent sites, read off a trace
                 drawn = own_models.fitting_draws(model, drawn, x, "predict()", what, classes)

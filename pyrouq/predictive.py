@@ -427,7 +427,7 @@ def predict(
 
                 def guide_runner(size: int) -> Callable[[Tensor], Tensor]:
                     return _runners.bayesian_runner(
-                        model, partial(source, size), size, parallel, batch_size, refit
+                        model, partial(source, size), size, parallel, batch_size, refit, guide=guide
                     )
 
             else:  # no draws given: a BatchEnsemble's members, a Pyro model's priors, a network

@@ -498,7 +498,7 @@ def _export_bayesian(
                 trace = poutine.trace(guide).get_trace(x[first], y[first])
             yield {name: site["value"] for name, site in _latent_sites(trace).items()}
 
-    return _export_weights(model, draws(), x, y, n, num_samples, keep, batch_size)
+    return _export_weights(model, draws(), x, y, n, num_samples, keep, batch_size, guide=guide)
 
 
 def _export_weights(
@@ -511,8 +511,9 @@ def _export_weights(
     keep: list[str],
     batch_size: int,
     chains: int | None = None,
+    guide: Any = None,
 ) -> _Draws:
-    """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws (guide
+    """A pyrouq Bayesian model run with each of ``num_samples`` given weight draws (``guide``'s
     draws, or the draws of ``chains`` MCMC chains, chain after chain): its network alone, or
     its own forward conditioned on the draw (:func:`exported_forward`)."""
     out = _Draws(num_samples)
@@ -527,7 +528,7 @@ def _export_weights(
                 drawn = {name: value[None] for name, value in weights.items()}
                 source = "result.samples" if chains else "the guide"  # (MCMC draws: no guide)
                 if forward is None:
-                    check_draws(model, drawn, "to_inference_data()", source=source)
+                    check_draws(model, drawn, "to_inference_data()", source, guide)
                 else:  # its latent sites, those its forward samples beside the weights too
                     sites = conditioned_sites(forward, weights, x, "to_inference_data()", source)
             for name in keep:

@@ -68,7 +68,7 @@ def _replayed_draws(
                 raise
             if s == 0:  # before the model runs on them
                 drawn = {n: site["value"][None] for n, site in _latent_sites(guide_trace).items()}
-                check_draws(model, drawn, caller)
+                check_draws(model, drawn, caller, guide=guide)
             try:
                 replayed = poutine.trace(poutine.replay(model, trace=guide_trace))
                 model_trace = replayed.get_trace(x, y)

@@ -4,10 +4,12 @@ predictions and the diagnostics."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pyro
 import torch
+from pyro.poutine.messenger import Messenger
 from torch import nn
 
 from pyrouq._util import has_latent_sites, takes_labels
@@ -18,15 +20,21 @@ __all__ = ["check_drawable", "check_draws", "model_sites", "refuse", "site_misma
 
 
 def check_draws(
-    model: Any, draws: dict[str, torch.Tensor], caller: str, source: str = "the guide"
+    model: Any,
+    draws: dict[str, torch.Tensor],
+    caller: str,
+    source: str = "the guide",
+    guide: Any = None,
 ) -> None:
     """Refuse S draws ``{site: (S, *shape)}`` that miss a latent site of a pyrouq model or
-    give it another shape; ``source`` names where they came from in the message."""
+    give it another shape; ``source`` names where they came from in the message, ``guide``
+    (where they came from one) tells why (:func:`refuse`)."""
     expected = model_sites(model)
     if expected is None:
         return
     got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
-    refuse(model, site_mismatch(expected, got, strict=False, source=source), caller, source)
+    problem = site_mismatch(expected, got, strict=False, source=source)
+    refuse(model, problem, caller, source, guide)
     likelihood = likelihood_of(model)
     for site in getattr(likelihood, "latent_sites", dict)():  # a noise scale: positive
         if site in draws and not bool((draws[site] > 0).all()):
@@ -112,7 +120,46 @@ _REFUSALS = {
 }
 
 
-def refuse(model: Any, problem: str | None, caller: str, source: str = "the guide") -> None:
-    if problem is not None:
-        lead, fix = _REFUSALS[source]
-        raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {fix}")
+def refuse(
+    model: Any, problem: str | None, caller: str, source: str = "the guide", guide: Any = None
+) -> None:
+    """Raise the house ValueError for ``problem`` (None: nothing to refuse). A Pyro autoguide
+    built for this very model whose draws do not fit it took, when it first ran, the values
+    Pyro's param store held under its parameters' names (a ``PyroModule`` takes a stored value
+    in place of its own): another model's, so passing "the guide built for this model" is no
+    fix: clearing the store is."""
+    if problem is None:
+        return
+    lead, fix = _REFUSALS[source]
+    taken = _stored_names(model, guide) if source == "the guide" else []
+    if taken:
+        shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
+        fix = (
+            f"The guide ({type(unwrapped(guide)).__name__}) was built for this model, but "
+            f"took the values Pyro's param store held under its parameters' names ({shown}): "
+            "another model's, fitted before. Call pyro.clear_param_store() before building "
+            "this model and guide (then fit them), or pyro.settings.set(module_local_params="
+            "True) before building the models to keep each one's parameters its own."
+        )
+    raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {fix}")
+
+
+def _stored_names(model: Any, guide: Any) -> list[str]:
+    """The param-store names of ``guide``'s parameters where it is a Pyro autoguide built for
+    ``model`` (itself, or the module inside its wrapper; an ``AutoNormal`` holds it under its
+    ``InitMessenger``); else none."""
+    from pyro.infer.autoguide import AutoGuide
+
+    guide = unwrapped(guide)
+    built_for = getattr(guide, "_model", None) if isinstance(guide, AutoGuide) else None
+    if not built_for:  # (an unpickled autoguide holds None)
+        return []
+    inner = built_for[0]
+    while isinstance(inner, functools.partial) and len(inner.args) == 2:  # messenger(model)
+        if not isinstance(inner.args[0], Messenger):
+            break
+        inner = inner.args[1]
+    if unwrapped(inner) is not unwrapped(model):
+        return []
+    store = pyro.get_param_store()
+    return [name for p in guide.parameters() if (name := store.param_name(p)) is not None]

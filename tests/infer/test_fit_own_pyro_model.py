@@ -116,6 +116,43 @@ def test_a_new_autoguide_that_took_another_sized_models_parameters_is_told_why(
     assert fit(second, autoguide(second), x, y).steps == 2
 
 
+@pytest.mark.parametrize("call", ["predict", "to_inference_data", "psis_diagnostic"])
+def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_why(call):
+    """A second pyrouq model of other sizes and its new AutoNormal, run once, in the session
+    of a first one fitted: the autoguide took the first one's tensors from the param store by
+    name. predict() and the diagnostics said "Pass the guide built for this model", which it
+    was; they now say what fit() says (clear the store). A guide built for another model
+    keeps the old words."""
+    x, y = data()
+    first = _bayesian(8)
+    first_guide = AutoNormal(first)
+    fit(first, first_guide, x, y)
+    second = _bayesian(16)
+    second.num_data = 48
+    guide = AutoNormal(second)
+    guide(x[:2], y[:2])  # (predict() asks for an autoguide that has run)
+    run = {
+        "predict": lambda g: pyrouq.predict(second, x, g, num_samples=2, progress=False),
+        "to_inference_data": lambda g: pyrouq.to_inference_data(second, g, x, y, num_samples=2),
+        "psis_diagnostic": lambda g: pyrouq.psis_diagnostic(second, g, x, y, num_samples=25),
+    }[call]
+    with pytest.raises(
+        ValueError, match=r"site '0\.weight' has shape \(8, 4\) in the guide"
+    ) as err:
+        run(guide)
+    message = str(err.value)
+    assert "The guide (AutoNormal) was built for this model, but took the values" in message
+    assert "('AutoNormal.locs.0.weight', " in message and "pyro.clear_param_store()" in message
+    assert "Pass the guide built for this model" not in message
+    with pytest.raises(ValueError, match="Pass the guide built for this model"):
+        run(first_guide)  # (another model's guide: the advice stands)
+    pyro.clear_param_store()  # the way out it names
+    second = _bayesian(16)
+    guide = AutoNormal(second)
+    fit(second, guide, x, y)
+    run(guide)
+
+
 def test_a_new_autoguide_of_a_same_sized_model_is_still_warned_of_not_refused():
     x, y = data()
     first = BNN()
