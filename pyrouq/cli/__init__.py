@@ -454,6 +454,15 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     world = _world_size()
     created = False
     if world > 1 and dist.is_available() and not dist.is_initialized():
+        unset = [f"${v}" for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+        if unset:  # (torch's words: "environment variable RANK expected, but not set")
+            raise CommandError(
+                f"$WORLD_SIZE is {world} in the environment, which asks for {world} training "
+                f"processes, but {', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not "
+                "set (torchrun sets them all). Start the command with torchrun (torchrun "
+                f"--standalone --nproc_per_node {world} -m pyrouq fit ...), or unset WORLD_SIZE "
+                "to train in one process."
+            )
         if device.type == "cuda":
             import torch
 

@@ -239,3 +239,21 @@ def test_an_empty_world_size_is_one_process(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "")
     assert main(["data"]) == 0
     assert "invalid literal" not in capsys.readouterr().err
+
+
+def test_a_world_size_without_torchruns_other_variables_is_refused_in_words(
+    capsys, monkeypatch, tmp_path
+):
+    # a WORLD_SIZE left in the shell, the command run without torchrun: torch's "Error
+    # initializing torch.distributed using env:// rendezvous: environment variable RANK
+    # expected, but not set", which said neither why a process group nor what to do
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(tmp_path / "r")]
+    err = one_line_error(capsys, argv)
+    assert "$WORLD_SIZE is 2 in the environment" in err
+    assert "$RANK, $MASTER_ADDR, $MASTER_PORT are not set (torchrun sets them all)" in err
+    assert "torchrun --standalone --nproc_per_node 2 -m pyrouq fit" in err
+    assert "unset WORLD_SIZE to train in one process" in err
+    assert "rendezvous" not in err
