@@ -30,7 +30,9 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
     r"is invalid for input of size|shape '\[|normalized_shape|value per channel|"
     r"index out of range|Given groups|size mismatch, got|"
     r"Expected size for first two dimensions of batch|"  # bmm's (a vmap pass's F.linear)
-    r"running_mean should contain \d+ elements"  # a BatchNorm's on another channel count
+    r"running_mean should contain \d+ elements|"  # a BatchNorm's on another channel count
+    r"number of channels in input|"  # a GroupNorm's (its weight's size, or num_groups)
+    r"input channel size"  # a PReLU's of num_parameters > 1
 )
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I

@@ -267,6 +267,36 @@ def test_a_per_member_norm_is_named_at_the_users_layer():
     )
 
 
+@pytest.mark.parametrize(
+    "layer, words",
+    [
+        (nn.GroupNorm(2, 16), "number of channels in input, but got weight of shape [16]"),
+        (nn.GroupNorm(3, 9), "to be divisible by num_groups, but got input of shape"),
+        (nn.PReLU(16), "Found parameter numbers = 16 and channel size = 8."),
+    ],
+)
+def test_a_norm_or_prelu_of_other_channels_is_named_and_restated_by_predict(layer, words):
+    """GroupNorm's and PReLU's words on a channel count they do not take ("Expected weight to
+    be a vector of size equal to the number of channels in input", "Mismatch of parameter
+    numbers and input channel size") were not read as torch's words on shapes: no layer was
+    named, and predict() let them through bare, where a BatchNorm's or a LayerNorm's are named
+    and restated with what to check (a GroupNorm network given one image (1, 28, 28), which
+    its convolution takes unbatched, met the first)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), layer, nn.Flatten(), nn.Linear(200, 2))
+    model = pyrouq.bayesian(net)
+    with pytest.raises(RuntimeError) as info:
+        model(torch.randn(3, 1, 5, 5))
+    assert words in str(info.value)
+    assert str(info.value).endswith(f"(in {layer!r} at 'net.1' of the model)")
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(model, torch.randn(3, 1, 5, 5), guide, num_samples=2, progress=False)
+    assert str(info.value).startswith("predict(): BayesianNetwork failed on x (a batch of shape ")
+    assert words in str(info.value) and "at 'net.1' of the model)" in str(info.value)
+    assert "Check that the network takes x (shape, channels, flattening" in str(info.value)
+
+
 class _Tokens(nn.Module):
     """Token ids to their mean embedding, looked up in its own forward (not by calling its
     nn.Embedding), with an auxiliary head the forward leaves out."""
