@@ -94,3 +94,27 @@ def test_your_own_network_says_fit_and_predict_set_the_mode_themselves():
     model.eval()
     two = pyrouq.predict(model, x, guide, num_samples=2, seed=0, progress=False)
     assert torch.equal(one.probs, two.probs)
+
+
+def test_the_seed_paragraph_says_fit_seed_leaves_the_initial_weights_to_the_global_stream():
+    # before: "A seed makes a run repeat exactly" after the Example, whose BayesianLeNet() took
+    # its initial weights from torch's global stream, which torch seeds anew in each process:
+    # the block, run twice, ended elsewhere though fit() and predict() were given seed=0
+    text = " ".join(_text().split())
+    assert "The network's initial weights are not such a draw" in text
+    assert "seed that stream before building the network (`torch.manual_seed(0)`" in text
+    x, y = torch.randn(32, 1, 28, 28), torch.arange(32) % 10
+
+    def run(build_seed):
+        if build_seed is not None:
+            torch.manual_seed(build_seed)
+        model = pyrouq.BayesianLeNet()
+        guide = pyrouq.mean_field_guide(model)
+        loader = pyrouq.ArrayLoader(x, y, batch_size=16, seed=0)
+        pyrouq.fit(model, guide, loader, epochs=1, seed=0, progress=False)
+        return pyrouq.predict(model, x, guide, num_samples=2, seed=0, progress=False).probs
+
+    torch.manual_seed(1)
+    first = run(None)  # the global stream as another process (or an earlier cell) left it
+    assert not torch.equal(first, run(None))  # seed=0 alone: another run
+    assert torch.equal(run(0), run(0))  # the stream seeded before building: the same run
