@@ -103,6 +103,10 @@ def test_the_seed_paragraph_says_fit_seed_leaves_the_initial_weights_to_the_glob
     text = " ".join(_text().split())
     assert "The network's initial weights are not such a draw" in text
     assert "seed that stream before building the network (`torch.manual_seed(0)`" in text
+    installation = README.parent / "docs" / "installation.md"
+    assert "`seed=` seeds the training and the draws, not the initial weights" in " ".join(
+        installation.read_text(encoding="utf-8").split()
+    )
     x, y = torch.randn(32, 1, 28, 28), torch.arange(32) % 10
 
     def run(build_seed):
