@@ -332,7 +332,8 @@ def format_rotation_table(rows: Iterable[dict[str, float]]) -> str:
     """Format the rows of :func:`evaluate_rotations` as one fixed-width text table.
 
     Accuracy and ECE are shown as percentages, the uncertainties with 5 decimals, in the box
-    style of :func:`pyrouq.metrics.format_table`.
+    style of :func:`pyrouq.metrics.format_table`. Rows missing a key, or holding a value that
+    is not a finite number, are refused.
 
     Examples
     --------
@@ -393,4 +394,21 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
     # one-number tensors and arrays (a metric left as one) as floats, as the rows are read
-    return [{**row, **{k: one_number(row[k]) for k in _ROTATION_KEYS}} for row in out]
+    read = [{**row, **{k: _finite(row[k]) for k in _ROTATION_KEYS}} for row in out]
+    for row, given in zip(read, out, strict=True):
+        bad = [f"{k}={shown(given[k])}" for k in _ROTATION_KEYS if not math.isfinite(row[k])]
+        if bad:  # (plotted, an inf angle failed inside matplotlib, a figure left open)
+            raise ValueError(
+                f"A rotation row holds NaN or infinite values ({', '.join(bad)}); expected "
+                f"finite numbers for each of {list(_ROTATION_KEYS)}, as evaluate_rotations() "
+                "returns them. Drop or repair that row."
+            )
+    return read
+
+
+def _finite(value: object) -> float:
+    """:func:`one_number` of ``value``, with an int too large for a float as inf."""
+    try:
+        return one_number(value)
+    except OverflowError:  # 10**400
+        return math.inf

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -216,6 +217,9 @@ def test_format_rotation_table():
     assert format_rotation_table(held).splitlines() == lines
     with pytest.raises(TypeError, match=r"A rotation row holds non-numbers \{'acc': None\}"):
         format_rotation_table([{**rows[0], "acc": None}])
+    # an infinite ECE or a NaN angle was printed as "inf%" and "nan°"
+    with pytest.raises(ValueError, match=r"holds NaN or infinite values \(angle=nan, ece=inf\)"):
+        format_rotation_table([rows[0], {**rows[1], "angle": math.nan, "ece": math.inf}])
 
 
 class _SlowMLP(MLP):

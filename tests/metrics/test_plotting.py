@@ -283,6 +283,29 @@ def test_rotation_plot():
     np.testing.assert_allclose(fig.axes[2].lines[0].get_ydata(), np.arange(0, 181, 15) / 1e2)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("angle", float("inf"), "angle=inf"),
+        ("angle", float("nan"), "angle=nan"),
+        ("acc", torch.tensor(float("nan")), r"acc=tensor\(nan\)"),
+        ("total", 10**400, r"total=about 10\*\*400"),
+    ],
+    ids=["inf-angle", "nan-angle", "nan-acc", "huge-total"],
+)
+def test_rotation_plot_refuses_values_that_are_not_finite_before_a_figure(key, value, shown):
+    # an inf or NaN angle failed inside matplotlib's tick formatter ("cannot convert float
+    # infinity to integer") with the figure left open; a NaN accuracy was drawn as a gap and
+    # titled "nan%"
+    rows = _rows()
+    rows[3] = {**rows[3], key: value}
+    open_before = plt.get_fignums()
+    told = rf"A rotation row holds NaN or infinite values \({shown}\); expected finite numbers"
+    with pytest.raises(ValueError, match=told + r".* Drop or repair that row\."):
+        plot_rotation(rows)
+    assert plt.get_fignums() == open_before
+
+
 # ---------------------------------------------------------------------------------------------
 # Saving
 
