@@ -24,10 +24,11 @@ Constants = float | Sequence[float] | None
 _CIFAR = "mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616) for CIFAR-10"
 
 
-def as_nchw(images: Tensor) -> Tensor:
+def as_nchw(images: Tensor, *, array: bool = False) -> Tensor:
     """``images`` as an ``(N, C, H, W)`` view with C = 1 or 3: ``(N, 1, H, W)`` and
     ``(N, 3, H, W)`` as they are, ``(N, H, W)`` and square flattened ``(N, H * H)`` as one
-    channel; another layout is refused with a ValueError saying what to pass."""
+    channel; another layout is refused with a ValueError saying what to pass (``array``: the
+    caller was given a numpy array, whose fixes are numpy's)."""
     shape = images.shape
     if images.dim() == 4 and shape[1] in CHANNELS:
         return images
@@ -36,14 +37,16 @@ def as_nchw(images: Tensor) -> Tensor:
     if images.dim() == 2 and math.isqrt(shape[1]) ** 2 == shape[1]:
         side = math.isqrt(shape[1])
         return images.reshape(shape[0], 1, side, side)
-    raise _layout_error(shape)
+    raise _layout_error(shape, array)
 
 
-def _layout_error(shape: Sequence[int]) -> ValueError:
-    """The ValueError for images that :func:`as_nchw` does not take, saying what to pass."""
+def _layout_error(shape: Sequence[int], array: bool = False) -> ValueError:
+    """The ValueError for images that :func:`as_nchw` does not take, saying what to pass (in
+    numpy's words for a numpy ``array``, which has no ``permute`` or ``unsqueeze``)."""
     shape = tuple(shape)
     if len(shape) == 4 and shape[3] in CHANNELS:
-        fix = "; for channels-last (N, H, W, C) images pass images.permute(0, 3, 1, 2)"
+        turn = "transpose" if array else "permute"
+        fix = f"; for channels-last (N, H, W, C) images pass images.{turn}(0, 3, 1, 2)"
     elif len(shape) == 4:
         fix = f"; {shape[1]} channels are not supported, only 1 (grey) or 3 (RGB): " + (
             "drop the alpha channel of RGBA images with images[:, :3]"
@@ -51,7 +54,7 @@ def _layout_error(shape: Sequence[int]) -> ValueError:
             else "pass one channel at a time, images[:, c:c + 1]"
         )
     elif len(shape) == 1 or (len(shape) == 2 and shape[0] == shape[1]):  # one image?
-        fix = "; for one image use images.unsqueeze(0)"
+        fix = f"; for one image use images{'[None]' if array else '.unsqueeze(0)'}"
     elif len(shape) == 2:
         fix = "; reshape flattened images to (N, C, H, W) unless they are grey and square"
     else:

@@ -264,7 +264,9 @@ def _display_images(
             f"Expected normalized to be True, False or None (None: told from the pixels), got "
             f"{normalized!r}. Pass normalized=True for normalised images, False for [0, 1]."
         )
-    if isinstance(images, np.ndarray):
+    array = isinstance(images, np.ndarray)  # (told numpy's fixes: it has no .permute or .to)
+    given = str(getattr(images, "dtype", ""))  # numpy's name for an array: int64, not torch's
+    if array:
         images = torch.from_numpy(images)
     if not isinstance(images, Tensor):
         raise TypeError(
@@ -277,15 +279,20 @@ def _display_images(
             f"Expected images with N={n} entries, one per input of the predictions, got shape "
             f"{shape}; pass the images that were predicted, in the same order."
         )
-    nchw = as_nchw(images.detach().cpu())
+    nchw = as_nchw(images.detach().cpu(), array=array)
     x = nchw[:, 0] if nchw.shape[1] == 1 else nchw.permute(0, 2, 3, 1)  # (N, H, W[, 3])
     if x.dtype == torch.uint8:
         return (x[index].to(torch.float32) / 255).numpy()
     if not x.is_floating_point():
+        to_u8, to_float = (
+            ("images.astype(np.uint8)", "images.astype(np.float32)")
+            if array
+            else ("images.to(torch.uint8)", "images.float()")
+        )
         raise TypeError(
-            f"Expected images of a float dtype or uint8, got {x.dtype}; convert them: 0-255 "
-            "pixels with images.to(torch.uint8) (images.float() keeps 0-255, which is refused "
-            "as neither [0, 1] nor normalised), values in [0, 1] with images.float()."
+            f"Expected images of a float dtype or uint8, got {given}; convert them: 0-255 "
+            f"pixels with {to_u8} ({to_float} keeps 0-255, which is refused as neither [0, 1] "
+            f"nor normalised), values in [0, 1] with {to_float}."
         )
     bad = ~torch.isfinite(x)
     if bad.any():  # NaN would be drawn as a blank image; it also hides the normalisation test

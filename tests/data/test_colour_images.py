@@ -110,6 +110,33 @@ def test_other_channel_counts_are_refused(shape, message):
         plot_image_grid(Predictions.from_probs(torch.full((1, 2, 3), 1 / 3)), torch.zeros(shape))
 
 
+def test_plots_of_numpy_images_give_numpy_fixes_that_work():
+    # the plots take numpy arrays, but told a channels-last one 'pass images.permute(0, 3, 1,
+    # 2)' and int64 pixels 'images.to(torch.uint8)': numpy arrays have neither method
+    preds = Predictions.from_probs(torch.full((1, 2, 3), 1 / 3))
+    rgb = np.random.default_rng(0).integers(0, 256, (2, 5, 5, 3), dtype=np.uint8)
+    with pytest.raises(
+        ValueError, match=r"\(N, H, W, C\) images pass images\.transpose\(0, 3, 1, 2\)\.$"
+    ):
+        plot_image_grid(preds, rgb)
+    fig = plot_image_grid(preds, rgb.transpose(0, 3, 1, 2))  # as told: drawn in colour
+    np.testing.assert_allclose(fig.axes[0].images[1].get_array(), rgb[1] / 255, atol=1e-7)
+    plt.close(fig)
+    wide = rgb[:, :, :, 0].astype(np.int64)  # grey 0-255 pixels as numpy's default integers
+    told = (
+        r"^Expected images of a float dtype or uint8, got int64; convert them: 0-255 pixels "
+        r"with images\.astype\(np\.uint8\) \(images\.astype\(np\.float32\) keeps 0-255, "
+    )
+    with pytest.raises(TypeError, match=told):
+        plot_most_uncertain(preds, wide, k=1)
+    fig = plot_most_uncertain(preds, wide.astype(np.uint8), k=1)  # as told
+    np.testing.assert_allclose(fig.axes[0].get_images()[0].get_array(), wide[0] / 255, atol=1e-7)
+    plt.close(fig)
+    with pytest.raises(TypeError, match=r"got torch\.int64; convert them: 0-255 pixels with "
+                       r"images\.to\(torch\.uint8\) \(images\.float\(\) keeps"):  # fmt: skip
+        plot_most_uncertain(preds, torch.from_numpy(wide), k=1)
+
+
 def test_rotate_says_what_to_pass_for_normalised_colour_images():
     x = _normalise(_raw())
     with pytest.raises(
