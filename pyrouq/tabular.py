@@ -307,7 +307,9 @@ class Standardizer:
         x, y = _check_xy(x, y, "Standardizer.fit()", integers=False, same_device=False)
         if x.shape[0] < 2:
             raise ValueError(
-                f"Standardizer.fit() needs at least 2 rows to measure a spread, got {x.shape[0]}."
+                f"Standardizer.fit() needs at least 2 rows to measure a spread, got {x.shape[0]}; "
+                "fit it on the training split (2 rows or more), or make one of statistics you "
+                "know: Standardizer(x_mean, x_std, y_mean, y_std), a tensor each."
             )
         for name, value in (("x", x), ("y", y)):
             if value.numel() == 0:  # torch would warn of "degrees of freedom <= 0"

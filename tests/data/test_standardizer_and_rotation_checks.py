@@ -42,6 +42,21 @@ def test_standardizer_fit_of_no_columns_is_a_clear_error(which):
             Standardizer.fit(args["x"], args["y"])
 
 
+def test_standardizer_fit_of_one_row_says_what_to_do():
+    # it said "needs at least 2 rows to measure a spread, got 1." and no more
+    x, y = torch.tensor([[2.0, 4.0]]), torch.tensor([3.0])
+    told = (
+        r"needs at least 2 rows to measure a spread, got 1; fit it on the training split \(2 "
+        r"rows or more\), or make one of statistics you know: Standardizer\(x_mean, x_std, "
+        r"y_mean, y_std\), a tensor each\.$"
+    )
+    with pytest.raises(ValueError, match=told):
+        Standardizer.fit(x, y)
+    known = Standardizer(x[0], torch.tensor([1.0, 2.0]), y[0], torch.tensor(0.5))  # as told
+    assert known.transform(x + 1, y + 1)[0].tolist() == [[1.0, 0.5]]
+    assert known.transform_y(y + 1).tolist() == [2.0]
+
+
 def test_evaluate_rotations_reads_y_against_a_valid_batch_of_images():
     model = pyrouq.MLP(hidden_features=4)
     # a 0-d x raised IndexError: tuple index out of range
