@@ -24,10 +24,10 @@ def check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
         )
     if not isinstance(out, Tensor):
         keys = f" (keys {', '.join(map(repr, list(out)[:5]))})" if isinstance(out, dict) else ""
-        fix = (  # torchvision's GoogLeNet and Inception3 (aux_logits...) in training mode
-            "It returns auxiliary logits in training mode: build it with aux_logits=False, "
-            "or wrap it in a small nn.Module whose forward returns the main logits."
-            if any(f.startswith("aux") for f in getattr(out, "_fields", ()))
+        fields = [str(f) for f in getattr(out, "_fields", ())]
+        fix = (
+            _auxiliary_fix(net, fields)
+            if any(f.startswith("aux") for f in fields)
             else "Wrap it in a small nn.Module whose forward returns that tensor "
             "(net(x)['logits'] of a dict, net(x)[0] of a tuple)."
         )
@@ -47,6 +47,28 @@ def check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
             f"needs one row of outputs per input, ({batch}, D).{per_pixel}"
         )
     return out
+
+
+def _auxiliary_fix(net: nn.Module, fields: list[str]) -> str:
+    """What to do about a namedtuple of outputs with auxiliary fields (``aux...``): in the mode
+    the network ran in, with ``aux_logits=False`` only for a network built with that flag
+    (torchvision's GoogLeNet and Inception3, whose eager forward returns them in training
+    mode only)."""
+    aux = [f for f in fields if f.startswith("aux")]
+    main = next((f for f in fields if not f.startswith("aux")), None)
+    mode = "training" if net.training else "eval"
+    pick = f"net(x).{main}" if main is not None else "net(x)[0]"
+    wrap = f"a small nn.Module whose forward returns the main logits ({pick})"
+    flag = any(isinstance(getattr(m, "aux_logits", None), bool) for m in net.modules())
+    return (
+        f"It returns auxiliary outputs ({', '.join(map(repr, aux))}) beside the main ones "
+        f"in {mode} mode: "
+        + (
+            f"build it with aux_logits=False, or wrap it in {wrap}."
+            if flag
+            else f"wrap it in {wrap}."
+        )
+    )
 
 
 def _uses_batch_statistics(module: nn.Module) -> bool:

@@ -6,6 +6,7 @@ expected and what came (the regular expression spans those parts).
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 import tempfile
@@ -59,6 +60,20 @@ class _Residual(torch.nn.Module):
 
 def _residual(width=4):
     return _Residual(width)
+
+
+class _AuxNet(torch.nn.Module):
+    """A network of one's own whose forward returns a namedtuple with an auxiliary head, in
+    either mode, and has no aux_logits flag."""
+
+    Outputs = collections.namedtuple("Outputs", ["main", "aux"])
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.head = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.Outputs(self.fc(x), self.head(x))
 
 
 class _TupleNet(torch.nn.Module):
@@ -558,8 +573,9 @@ CASES = {
         ),
         TypeError,
         r"GoogLeNet.forward returned GoogLeNetOutputs; pyrouq needs a network whose forward\(x\) "
-        r"returns one tensor .* It returns auxiliary logits in training mode: build it with "
-        r"aux_logits=False",
+        r"returns one tensor .* It returns auxiliary outputs \('aux_logits2', 'aux_logits1'\) "
+        r"beside the main ones in training mode: build it with aux_logits=False, or wrap it in "
+        r"a small nn.Module whose forward returns the main logits \(net\(x\)\.logits\)\.$",
     ),
     "bayesian: forward returns outputs per pixel": (
         lambda tmp: bayesian(torch.nn.Conv2d(1, 3, 1))(torch.randn(2, 1, 4, 4)),
@@ -714,6 +730,20 @@ def test_refused_with_a_clear_message(name, tmp_path):
     with pytest.raises(error) as info:
         call(tmp_path)
     assert re.search(pattern, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_auxiliary_outputs_are_refused_in_words_true_of_the_network(train):
+    """The refusal of a namedtuple with aux... fields names the mode the network ran in, and
+    offers aux_logits=False only to a network built with that flag (torchvision's)."""
+    model = bayesian(_AuxNet()).train(train)
+    with pytest.raises(TypeError) as info:
+        model(torch.randn(2, 3))
+    mode = "training" if train else "eval"
+    assert str(info.value).endswith(
+        f"It returns auxiliary outputs ('aux') beside the main ones in {mode} mode: wrap it "
+        "in a small nn.Module whose forward returns the main logits (net(x).main)."
+    ), str(info.value)
 
 
 CLI_CASES = {
