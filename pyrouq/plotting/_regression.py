@@ -89,7 +89,8 @@ def plot_regression(
 
     The bands are ``mean +- num_sd * sqrt(aleatoric variance)`` (the noise the model
     expects) and ``mean +- num_sd * sqrt(epistemic variance)`` (the spread of the draws'
-    means, which grows away from the data).
+    means, which grows outside the range of the data; mean-field VI leaves it about flat
+    across a gap inside that range, see the regression tutorial).
 
     Parameters
     ----------
