@@ -444,7 +444,10 @@ def bayesian(
         its last converted ``nn.Linear``; in
         ``named_modules()`` order: for a network whose head is defined before its body, name
         the head instead, ``select=["head"]``); a list of module names or
-        dotted prefixes; a callable ``(name, param) -> bool``. The others (BatchNorm,
+        dotted prefixes; a callable ``(name, param) -> bool``. Only ``None`` skips frozen
+        parameters: ``"last_layer"``, a list and a callable take what they pick, frozen or not
+        (a frozen last layer is made latent, and its guide is trained like any other; a
+        callable can test ``param.requires_grad``). The others (BatchNorm,
         LayerNorm, anything unselected; with ``None``, weights outside a Linear or convolution
         too: ``nn.MultiheadAttention``'s ``in_proj_weight``, a ViT's class token, ConvNeXt's
         layer scales, RNN and embedding weights) stay point estimates, trained by
