@@ -18,6 +18,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq._own_likelihood import outputs_problem
+from pyrouq._param_store import store_taken_fix
 from pyrouq._util import rng_state, set_rng_state, warn_caller
 from pyrouq.likelihoods._categorical import are_probabilities
 
@@ -253,6 +254,7 @@ def fitting_draws(
     caller: str,
     source: str,
     classes: bool = True,
+    guide: Any = None,
 ) -> dict[str, Tensor]:
     """The draws ``{site: (S, *shape)}`` to run a model of the user's own under: those of its
     latent sites (:func:`traced_latent_sites`), each ``(S, *shape)``. Other sites are left
@@ -264,7 +266,8 @@ def fitting_draws(
     without a word (a discrete one, left to enumeration, with Pyro's way for such models); so
     are NaN draws (infinite ones warn). A model that cannot be traced on small batches gets
     every draw, unchecked. ``classes``:
-    as :func:`traced_latent_sites` takes it."""
+    as :func:`traced_latent_sites` takes it; ``guide``, the guide drawn from, tells why its
+    draws do not fit (:func:`_refuse`)."""
     expected = traced_latent_sites(model, x, classes)
     if expected is None:
         return draws
@@ -296,12 +299,13 @@ def fitting_draws(
     for site, shape in expected.items():
         value = draws.get(site)
         if value is None:
-            _refuse(model, f"the model's latent site {site!r} {shape} is not in it", caller, source)
+            problem = f"the model's latent site {site!r} {shape} is not in it"
+            _refuse(model, problem, caller, source, guide)
         value = unpadded(value, shape)
         got = tuple(value.shape[1:])
         if got != shape:
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
-            _refuse(model, problem, caller, source)
+            _refuse(model, problem, caller, source, guide)
         # NaN draws of a fit that diverged (the model would sample its likelihood on NaN
         # logits: torch's own error); a sum is finite unless a value is not (one pass)
         if source != "the prior" and value.is_floating_point() and not value.sum().isfinite():
@@ -427,10 +431,13 @@ def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:
     return value
 
 
-def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: Any) -> None:
+def check_traces_match(
+    model_trace: Any, guide_trace: Any, caller: str, model: Any, guide: Any = None
+) -> None:
     """Refuse a guide's trace that misses a latent site of the model's trace replayed on it, or
     gives one another shape than the model's prior (Pyro's own check, which also warns of
-    guide sites the model does not have)."""
+    guide sites the model does not have); ``guide``, the guide traced, tells why
+    (:func:`_refuse`)."""
     missing = [
         name
         for name, site in model_trace.nodes.items()
@@ -448,11 +455,12 @@ def check_traces_match(model_trace: Any, guide_trace: Any, caller: str, model: A
             f"the model's latent site(s) {missing} are missing from the guide, so they would "
             "be drawn from the prior",
             caller,
+            guide=guide,
         )
     try:
         check_model_guide_match(model_trace, guiding_sites(model_trace, guide_trace))
     except ValueError as err:
-        _refuse(model, str(err).rstrip("."), caller)
+        _refuse(model, str(err).rstrip("."), caller, guide=guide)
 
 
 def guiding_sites(model_trace: Any, guide_trace: Any) -> Any:
@@ -505,10 +513,18 @@ class GuideMismatch(ValueError):
         self.problem = message if problem is None else problem
 
 
-def _refuse(model: Any, problem: str, caller: str, source: str | None = None) -> NoReturn:
+def _refuse(
+    model: Any, problem: str, caller: str, source: str | None = None, guide: Any = None
+) -> NoReturn:
     """Refuse draws (``source``: "the guide" or "posterior_samples") or, without a source, a
-    guide's trace."""
+    guide's trace. An autoguide built for this very model (``guide``) that took another
+    model's values from Pyro's param store is told to clear the store
+    (:func:`~pyrouq._param_store.store_taken_fix`), not to pass the guide it is."""
     any_model = "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)"
+    taken = store_taken_fix(model, guide) if source in (None, "the guide") else None
+    if taken:
+        lead = "the guide does not fit"
+        raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {taken}", problem)
     if source is None:
         lead, fix = "the guide does not fit", f"Pass a guide built for this model {any_model}"
     else:

@@ -11,6 +11,7 @@ value loaded into it from a file (``pyro.get_param_store().load(path)``) is take
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import weakref
 from typing import Any, TypeVar
@@ -18,9 +19,11 @@ from typing import Any, TypeVar
 import pyro
 import torch
 from pyro.nn import PyroModule
+from pyro.poutine.messenger import Messenger
 from torch import nn
 
 from pyrouq._util import module_device, module_dtype
+from pyrouq._wrappers import unwrapped
 
 __all__ = [
     "copy_name",
@@ -34,6 +37,7 @@ __all__ = [
     "register_point_estimates",
     "set_supermodule",
     "shared_copy",
+    "store_taken_fix",
     "take_store_values",
 ]
 
@@ -284,3 +288,43 @@ def take_store_values(model: Any, guide: Any = None) -> None:
         register_children(model, record=False)
     if isinstance(guide, MeanFieldGuide):
         register_params(guide.name, guide, record=False)
+
+
+def store_taken_fix(model: Any, guide: Any) -> str | None:
+    """The way out for draws of ``guide`` that do not fit ``model`` where ``guide`` is a Pyro
+    autoguide built for this very model: it took, when it first ran, the values Pyro's param
+    store held under its parameters' names (a ``PyroModule`` takes a stored value in place of
+    its own), another model's, so passing "the guide built for this model" is no fix: clearing
+    the store is. None for any other guide (or none)."""
+    taken = _stored_names(model, guide)
+    if not taken:
+        return None
+    shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
+    return (
+        f"The guide ({type(unwrapped(guide)).__name__}) was built for this model, but "
+        f"took the values Pyro's param store held under its parameters' names ({shown}): "
+        "another model's, fitted before. Call pyro.clear_param_store() before building "
+        "this model and guide (then fit them), or pyro.settings.set(module_local_params="
+        "True) before building the models to keep each one's parameters its own."
+    )
+
+
+def _stored_names(model: Any, guide: Any) -> list[str]:
+    """The param-store names of ``guide``'s parameters where it is a Pyro autoguide built for
+    ``model`` (itself, or the module inside its wrapper; an ``AutoNormal`` holds it under its
+    ``InitMessenger``); else none."""
+    from pyro.infer.autoguide import AutoGuide
+
+    guide = unwrapped(guide)
+    built_for = getattr(guide, "_model", None) if isinstance(guide, AutoGuide) else None
+    if not built_for:  # (an unpickled autoguide holds None)
+        return []
+    inner = built_for[0]
+    while isinstance(inner, functools.partial) and len(inner.args) == 2:  # messenger(model)
+        if not isinstance(inner.args[0], Messenger):
+            break
+        inner = inner.args[1]
+    if unwrapped(inner) is not unwrapped(model):
+        return []
+    store = pyro.get_param_store()
+    return [name for p in guide.parameters() if (name := store.param_name(p)) is not None]

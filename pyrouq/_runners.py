@@ -351,7 +351,7 @@ def bayesian_runner(
                 check_draws(model, drawn, "predict()", what, guide)
                 drawn = {site: drawn[site] for site in model.latent_sites()}
             else:  # a model of the user's own: its latent sites, read off a trace
-                drawn = own_models.fitting_draws(model, drawn, x, "predict()", what, classes)
+                drawn = own_models.fitting_draws(model, drawn, x, "predict()", what, classes, guide)
             draws.update(drawn)
             if refit is not None:
                 inputs = refit[1]()

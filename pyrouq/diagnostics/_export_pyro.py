@@ -40,7 +40,7 @@ def _export_pyro(
             model, guide, x, y, num_samples, "to_inference_data()", replay_outside=True
         ):
             if s == 0:
-                check_traces_match(model_trace, guide_trace, "to_inference_data()", model)
+                check_traces_match(model_trace, guide_trace, "to_inference_data()", model, guide)
                 keep = _check_var_names(var_names, list(_latent_sites(model_trace)))
             _refuse_outside(model, model_trace, s)
             site = model_trace.nodes.get("obs")

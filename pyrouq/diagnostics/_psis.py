@@ -434,7 +434,7 @@ def psis_diagnostic(
         draws = _replayed_draws(model, guide, x, y, num_samples, fn, replay_outside=True)
         for s, guide_trace, model_trace in draws:
             if s == 0:
-                check_traces_match(model_trace, guide_trace, fn, model)
+                check_traces_match(model_trace, guide_trace, fn, model, guide)
                 if not _latent_sites(model_trace):
                     raise ValueError(
                         f"{fn}: {name_of(model)} has no latent sites, so there is no "

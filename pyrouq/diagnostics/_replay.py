@@ -85,7 +85,7 @@ def _replayed_draws(
                         where = " at the guide's first draw" if s == 0 else where
                         _check_class_labels(model, guide_trace, x, y, caller)
                         _explain_per_point_sites(err, model, guide_trace, x, y, caller)
-                        if _draws_fit(err, model, guide_trace, x, y, caller):
+                        if _draws_fit(err, model, guide_trace, x, y, caller, guide):
                             _explain_inputs(err, model, x, caller, where, guide)
                         _own_refusal(err, model, caller)
                     raise
@@ -135,7 +135,13 @@ def _check_class_labels(
 
 
 def _draws_fit(
-    err: Exception, model: Any, guide_trace: Any, x: Tensor, y: Tensor, caller: str
+    err: Exception,
+    model: Any,
+    guide_trace: Any,
+    x: Tensor,
+    y: Tensor,
+    caller: str,
+    guide: Any = None,
 ) -> bool:
     """Whether the model's failure on the guide's first draw with a shape error read as inputs
     (``err``) is the inputs', x, not the guide's. A pyrouq model's draws were checked
@@ -154,7 +160,7 @@ def _draws_fit(
         except Exception as again:
             return input_mismatch(again)
     try:
-        check_traces_match(prior, guide_trace, caller, model)
+        check_traces_match(prior, guide_trace, caller, model, guide)
     except GuideMismatch as mismatch:
         guided = _latent_sites(guide_trace)
         differ = [

@@ -4,14 +4,13 @@ predictions and the diagnostics."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pyro
 import torch
-from pyro.poutine.messenger import Messenger
 from torch import nn
 
+from pyrouq._param_store import store_taken_fix
 from pyrouq._util import has_latent_sites, takes_labels
 from pyrouq._wrappers import unwrapped
 from pyrouq.likelihoods import likelihood_of
@@ -125,41 +124,10 @@ def refuse(
 ) -> None:
     """Raise the house ValueError for ``problem`` (None: nothing to refuse). A Pyro autoguide
     built for this very model whose draws do not fit it took, when it first ran, the values
-    Pyro's param store held under its parameters' names (a ``PyroModule`` takes a stored value
-    in place of its own): another model's, so passing "the guide built for this model" is no
-    fix: clearing the store is."""
+    Pyro's param store held under its parameters' names: passing "the guide built for this
+    model" is then no fix, clearing the store is (:func:`~pyrouq._param_store.store_taken_fix`)."""
     if problem is None:
         return
     lead, fix = _REFUSALS[source]
-    taken = _stored_names(model, guide) if source == "the guide" else []
-    if taken:
-        shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
-        fix = (
-            f"The guide ({type(unwrapped(guide)).__name__}) was built for this model, but "
-            f"took the values Pyro's param store held under its parameters' names ({shown}): "
-            "another model's, fitted before. Call pyro.clear_param_store() before building "
-            "this model and guide (then fit them), or pyro.settings.set(module_local_params="
-            "True) before building the models to keep each one's parameters its own."
-        )
-    raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {fix}")
-
-
-def _stored_names(model: Any, guide: Any) -> list[str]:
-    """The param-store names of ``guide``'s parameters where it is a Pyro autoguide built for
-    ``model`` (itself, or the module inside its wrapper; an ``AutoNormal`` holds it under its
-    ``InitMessenger``); else none."""
-    from pyro.infer.autoguide import AutoGuide
-
-    guide = unwrapped(guide)
-    built_for = getattr(guide, "_model", None) if isinstance(guide, AutoGuide) else None
-    if not built_for:  # (an unpickled autoguide holds None)
-        return []
-    inner = built_for[0]
-    while isinstance(inner, functools.partial) and len(inner.args) == 2:  # messenger(model)
-        if not isinstance(inner.args[0], Messenger):
-            break
-        inner = inner.args[1]
-    if unwrapped(inner) is not unwrapped(model):
-        return []
-    store = pyro.get_param_store()
-    return [name for p in guide.parameters() if (name := store.param_name(p)) is not None]
+    taken = store_taken_fix(model, guide) if source == "the guide" else None
+    raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {taken or fix}")

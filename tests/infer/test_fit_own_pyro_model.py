@@ -153,6 +153,50 @@ def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_
     run(guide)
 
 
+@pytest.mark.parametrize(
+    "call, problem",
+    [
+        ("predict", r"site 'fc1\.weight' has shape \(8, 4\) there but \(16, 4\) in the model"),
+        ("to_inference_data", r"shapes disagree at site 'fc1\.(weight|bias)'"),
+        ("psis_diagnostic", r"shapes disagree at site 'fc1\.(weight|bias)'"),
+    ],
+)
+def test_an_autoguide_built_for_ones_own_model_that_took_another_ones_values_is_told_why(
+    call, problem
+):
+    """As for a pyrouq model, so for a Pyro model of one's own: a second BNN of other sizes
+    and its new AutoNormal took the first one's tensors from the param store by name.
+    predict() and the diagnostics said "Pass the guide fitted with this model" / "Pass a
+    guide built for this model", which it was; they now say to clear the store. A guide
+    built for another model keeps the old words."""
+    x, y = data()
+    first = BNN(8)
+    first_guide = AutoNormal(first)
+    fit(first, first_guide, x, y)
+    second = BNN(16)
+    guide = AutoNormal(second)
+    guide(x[:2], y[:2])  # (predict() asks for an autoguide that has run)
+    run = {
+        "predict": lambda g: pyrouq.predict(second, x, g, num_samples=2, progress=False),
+        "to_inference_data": lambda g: pyrouq.to_inference_data(second, g, x, y, num_samples=2),
+        "psis_diagnostic": lambda g: pyrouq.psis_diagnostic(second, g, x, y, num_samples=25),
+    }[call]
+    with pytest.raises(ValueError, match=problem) as err:
+        run(guide)
+    message = str(err.value)
+    assert "The guide (AutoNormal) was built for this model, but took the values" in message
+    assert "('AutoNormal.locs.fc1.weight', " in message and "pyro.clear_param_store()" in message
+    assert "module_local_params=True" in message and "Pass " not in message
+    old = "Pass the guide fitted with this model" if call == "predict" else "Pass a guide built"
+    with pytest.raises(ValueError, match=old):
+        run(first_guide)  # (another model's guide: the advice stands)
+    pyro.clear_param_store()  # the way out it names
+    second = BNN(16)
+    guide = AutoNormal(second)
+    fit(second, guide, x, y)
+    run(guide)
+
+
 def test_a_new_autoguide_of_a_same_sized_model_is_still_warned_of_not_refused():
     x, y = data()
     first = BNN()
