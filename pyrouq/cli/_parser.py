@@ -163,10 +163,7 @@ def _build_parser() -> _Parser:
         "--kl-weight",
         type=_positive_float("--kl-weight", allow_zero=True),
         default=None,
-        help=(
-            "weight of the KL term (default fit()'s: 0.02 for classifiers, 1.0 for regression "
-            "and rank-1; 1 is the exact ELBO)"
-        ),
+        help="weight of the KL term (default fit()'s: 0.02, 1.0 for rank-1; 1 is the exact ELBO)",
     )
     fit.add_argument(
         "--num-particles", type=_positive_int("--num-particles"), default=1,
