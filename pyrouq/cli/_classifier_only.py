@@ -11,14 +11,21 @@ from typing import Any
 
 def refuse_regression(net: Any, spec: str, classes: int) -> str | None:
     """The command's refusal of ``net``, the factory's network, when it holds a Gaussian
-    likelihood (every --method keeps it or refuses the model); None otherwise."""
-    from pyrouq.likelihoods import Gaussian  # (the command imports torch when it needs it)
+    likelihood (every --method keeps it or refuses the model); None otherwise. A
+    DistributedDataParallel, DataParallel or torch.compile wrapper is seen through (fit()
+    trains the model inside, whose likelihood DataParallel's attributes hide)."""
+    from pyrouq._wrappers import unwrapped  # (the command imports torch when it needs it)
+    from pyrouq.likelihoods import Gaussian
 
-    likelihood = getattr(net, "likelihood", None)
+    inner = unwrapped(net)
+    likelihood = getattr(inner, "likelihood", None)
     if not isinstance(likelihood, Gaussian):
         return None
+    returned = type(inner).__name__
+    if inner is not net:
+        returned = f"{type(net).__name__} holding {returned}"
     return (
-        f"factory {spec!r} returned {type(net).__name__} with the likelihood {likelihood!r}, "
+        f"factory {spec!r} returned {returned} with the likelihood {likelihood!r}, "
         f"a regression of real-valued targets; pyrouq fit trains a classifier of the data "
         f"set's {classes} classes on their labels: build it in the factory with the "
         "Categorical likelihood (the default: leave likelihood= out), or make the factory "

@@ -267,3 +267,24 @@ def test_a_regression_model_is_told_the_command_trains_classifiers(method, tmp_p
         "likelihood= out), or make the factory return the plain network for --method to convert"
     ), err
     assert "y.float()" not in err and "fitting" not in out  # refused before training
+
+
+def wrapped_gaussian_ensemble() -> nn.Module:
+    """The regression BatchEnsemble in DataParallel, whose attributes hide its likelihood."""
+    return nn.DataParallel(gaussian_ensemble())
+
+
+@pytest.mark.parametrize("method", ["plain", "bayesian"])
+def test_a_wrapped_regression_model_is_told_the_command_trains_classifiers(
+    method, tmp_path, capsys
+):
+    """The refusal read the factory's net.likelihood, which DataParallel does not forward:
+    --method plain trained the model inside and fit() said "for real targets use y.float()
+    ... Fix the targets", --method bayesian "Cannot make Bayesian DataParallel"."""
+    err, out = fit_error(capsys, tmp_path, "wrapped_gaussian_ensemble", method)
+    assert err.startswith(
+        f"pyrouq: error: factory '{SELF}:wrapped_gaussian_ensemble' returned DataParallel "
+        "holding BatchEnsembleNetwork with the likelihood Gaussian(scale='heteroscedastic'), "
+        "a regression of real-valued targets; pyrouq fit trains a classifier"
+    ), err
+    assert "y.float()" not in err and "fitting" not in out  # refused before training
