@@ -13,6 +13,7 @@ from typing import Any
 from pyrouq._words import as_typed
 from pyrouq.cli._built_in_method import built_in_instead
 from pyrouq.cli._classifier_only import refuse_regression
+from pyrouq.cli._factor_prior import factor_prior_in_command_words
 from pyrouq.cli._factory_names import calling_factory
 from pyrouq.cli._held_prior import held_prior_words, is_held_refusal
 
@@ -459,7 +460,8 @@ def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]
     if saved is not None:
         select = _resumed_sites(net, saved, args.model, method)
     try:
-        model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
+        with factor_prior_in_command_words(args.model, type(net).__name__):
+            model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
     except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
         said = f"select={select!r}"  # its first sentence (not cut at an "e.g. ")
         text = " ".join(str(err).split())

@@ -288,3 +288,29 @@ def test_a_wrapped_regression_model_is_told_the_command_trains_classifiers(
         "a regression of real-valued targets; pyrouq fit trains a classifier"
     ), err
     assert "y.float()" not in err and "fitting" not in out  # refused before training
+
+
+def classifier_ensemble() -> nn.Module:
+    """A classifier BatchEnsemble of MNIST's image size (--method bayesian: latent factors)."""
+    return pyrouq.batchensemble(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), 2)
+
+
+def test_bayesian_of_a_batchensemble_warns_in_the_commands_words():
+    """bayesian()'s warning of the Normal(0, s) prior on the factors advised "pass
+    prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)", Python that a
+    command-line user cannot write; the command's way out is the plain network, --method rank1."""
+    from pyrouq.cli._build import build
+    from pyrouq.cli._parser import _build_parser
+
+    spec = f"{SELF}:classifier_ensemble"
+    args = _build_parser().parse_args(["fit", spec, "--method", "bayesian"])
+    with pytest.warns(UserWarning) as caught:
+        build(args, "bayesian")
+    said = [str(w.message) for w in caught if "rank-1 factors" in str(w.message)]
+    assert said == [
+        f"factory {spec!r}, --method bayesian: puts a Normal(0, 1.0) prior (--prior-scale "
+        "1.0) on the rank-1 factors of the BatchEnsembleNetwork it returned, which start near "
+        "1 and scale the shared weights: that prior pulls them to 0. --method rank1 gives them "
+        "Normal(1, 0.1): make the factory return the plain network the ensemble was made from "
+        "and pick --method rank1."
+    ], said

@@ -1,0 +1,45 @@
+"""How ``pyrouq fit FACTORY --method bayesian`` warns of a factory's BatchEnsemble whose rank-1
+factors get a ``Normal(0, --prior-scale)`` prior: :func:`pyrouq.bayesian` warns in Python's
+words ("pass prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)"), which a
+command-line user cannot follow; the command's way out is the plain network and
+``--method rank1``."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# bayesian()'s warning of a float prior on a BatchEnsemble's factors (convert/_rank1_factors.py)
+_FACTOR_PRIOR = re.compile(r"^bayesian\(BatchEnsemble, prior=(.*?)\) puts a Normal\(0, ")
+
+
+@contextmanager
+def factor_prior_in_command_words(spec: str, network: str) -> Iterator[None]:
+    """Warnings raised inside pass on as they came, but bayesian()'s of the rank-1 factors of
+    the factory ``spec``'s BatchEnsemble (class ``network``), which is said in the command's
+    words."""
+    from pyrouq.convert import DEFAULT_RANK1_PRIOR_SCALE
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # (the filters outside decide, below)
+        yield
+    for warning in caught:
+        found = _FACTOR_PRIOR.match(str(warning.message))
+        if found is None:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno,
+                source=warning.source,
+            )  # fmt: skip
+            continue
+        warnings.warn(
+            f"factory {spec!r}, --method bayesian: puts a Normal(0, {found[1]}) prior "
+            f"(--prior-scale {found[1]}) on the rank-1 factors of the {network} it returned, "
+            "which start near 1 and scale the shared weights: that prior pulls them to 0. "
+            f"--method rank1 gives them Normal(1, {DEFAULT_RANK1_PRIOR_SCALE}): make the "
+            "factory return the plain network the ensemble was made from and pick --method "
+            "rank1.",
+            warning.category,
+            stacklevel=3,
+        )
