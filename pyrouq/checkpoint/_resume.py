@@ -136,14 +136,7 @@ def restore(
             f"Build the guide as the run did (a {guide_class}"
             f"{', mean_field_guide(model)' if guide_class == 'MeanFieldGuide' else ''})."
         )
-    unfit = _unfit_training(saved.training, saved.optimizer_state)
-    if unfit:
-        raise CheckpointError(
-            f"resume_from={where!r} holds a training state that fit() did not write ({unfit}): "
-            "save(training=...) is fit()'s to fill, or the file was edited. Start a new fit() "
-            "from ckpt = pyrouq.load(path) (ckpt.model, ckpt.guide), or resume from a "
-            "checkpoint that fit(checkpoint=...) wrote."
-        )
+    check_training(saved.training, saved.optimizer_state, where)
     shared = shared_member_norms(model, model_state) if isinstance(model_state, dict) else []
     shared = shared or list((saved.training or {}).get("shared_norms", []))  # load() shared out
     if shared:
@@ -237,6 +230,20 @@ def restore(
 
 _TRAINING_KEYS = ("epochs_done", "steps", "epoch_steps", "history", "base_lrs", "rng")
 """What every training state fit() writes holds, and resuming reads."""
+
+
+def check_training(training: Any, optimizer_state: Any, where: str) -> None:
+    """Refuse the training state of the checkpoint at ``where`` (and its optimizer state) that
+    fit() did not write (:func:`_unfit_training`), before anything reads it: fit() resuming,
+    and ``pyrouq fit --resume`` finishing a run trained in full, alike."""
+    unfit = _unfit_training(training, optimizer_state)
+    if unfit:
+        raise CheckpointError(
+            f"resume_from={where!r} holds a training state that fit() did not write ({unfit}): "
+            "save(training=...) is fit()'s to fill, or the file was edited. Start a new fit() "
+            "from ckpt = pyrouq.load(path) (ckpt.model, ckpt.guide), or resume from a "
+            "checkpoint that fit(checkpoint=...) wrote."
+        )
 
 
 def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:

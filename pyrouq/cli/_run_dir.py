@@ -209,6 +209,7 @@ def trained_run(
     :func:`load_run`): ``--resume`` evaluates it and writes the run as the uninterrupted run
     did."""
     import pyrouq
+    from pyrouq.checkpoint._resume import check_training
     from pyrouq.cli._build import call_factory, initialise_lazy
 
     skeleton = None
@@ -217,6 +218,8 @@ def trained_run(
         initialise_lazy(skeleton, args.model)
     saved = load_run(checkpoint, skeleton, config, config["device"])
     assert isinstance(saved, pyrouq.Checkpoint)  # (trained_in_full read its training state)
+    # one fit() did not write (a history of other keys: EpochRecord's TypeError), in its words
+    check_training(saved.training, saved.optimizer_state, str(checkpoint))
     training = saved.training or {}
     result = pyrouq.FitResult(
         history=tuple(pyrouq.EpochRecord(**record) for record in training["history"]),

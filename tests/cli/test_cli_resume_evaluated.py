@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shlex
+import shutil
 import sys
 
 import pyro
@@ -69,6 +70,7 @@ def runs(tmp_path_factory):
         with contextlib.redirect_stderr(err):
             code = main([*ARGV, "--out", str(folder / "part")])
     assert code == 130, err.getvalue()
+    shutil.copytree(folder / "part", folder / "stopped")  # as stopped (the test of part ends it)
     return folder, err.getvalue()
 
 
@@ -144,6 +146,32 @@ def test_a_final_checkpoint_without_its_metrics_is_told_in_the_commands_words(
         f"it wrote metrics.json; evaluate it with `pyrouq evaluate {run}`, or start it anew "
         "there with --overwrite\n"
     )
+
+
+def test_a_run_trained_in_full_whose_history_was_edited_is_refused_in_fits_words(
+    runs, tmp_path, capsys, monkeypatch
+):
+    """--resume of a run stopped while it evaluated built its fit() result as
+    EpochRecord(**record) from the training state's history, without the check fit() makes
+    of it: a hand-edited record failed as 'EpochRecord.__init__() got an unexpected keyword
+    argument 'acc''. It is now refused in fit()'s words for a training state it did not write."""
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    run = tmp_path / "run"
+    shutil.copytree(runs[0] / "stopped", run)
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    first = payload["training"]["history"][0]
+    edited = {**payload["training"], "history": [{**first, "acc": 0.5}]}
+    torch.save({**payload, "training": edited}, run / "checkpoint.pt")
+    err = one_line_error(capsys, [*ARGV, "--out", str(run), "--resume"])
+    assert err == (
+        f"pyrouq: error: resume_from={str(run / 'checkpoint.pt')!r} holds a training state "
+        "that fit() did not write ('history' record 1 has the keys ['epoch', 'loss', 'nll', "
+        "'kl', 'train_acc', 'seconds', 'acc'], where an epoch record has ['epoch', 'loss', "
+        "'nll', 'kl', 'train_acc', 'seconds']): save(training=...) is fit()'s to fill, or the "
+        "file was edited. Start a new fit() from ckpt = pyrouq.load(path) (ckpt.model, "
+        "ckpt.guide), or resume from a checkpoint that fit(checkpoint=...) wrote.\n"
+    ), err
+    assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json"]  # nothing written
 
 
 NETS = """import os, signal
