@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 from datetime import datetime
 from pathlib import Path
@@ -193,12 +194,25 @@ def load_run(checkpoint: Path, skeleton: Any, config: dict[str, Any], device: An
             ) from None
         if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
             raise
+        # a file of an earlier pyrouq holding the wrapper: load() names the one to rebuild
+        wrapped = _WRAPPED_SKELETON.search(" ".join(str(err).split()))
+        module, held = "make_net()", ""
+        if wrapped is not None:
+            module = f"{wrapped[1]}(make_net()){wrapped[2] or ''}"
+            held = f" (the file holds its {wrapped[1]} wrapper, saved by an earlier pyrouq)"
         raise CommandError(  # load()'s fix, module=, is not the command's to take
             f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
             "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
-            "Python: pyrouq.load(path, module=make_net()), then pyrouq.predict"
+            f"Python: pyrouq.load(path, module={module}), then pyrouq.predict{held}"
         ) from None
     return saved
+
+
+_WRAPPED_SKELETON = re.compile(
+    r"Pass load\(path, module=(torch\.[\w.]+)\(net\)\)( in a process group \([^)]*\))?"
+)
+"""load()'s advice for a file holding a wrapper (torch.compile's, DataParallel, DDP) where no
+skeleton was given: the wrapper, and where DDP's must be built."""
 
 
 def trained_run(

@@ -591,6 +591,24 @@ def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_
     err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
     assert "holds a converted network that pyrouq.save() wrote, not `pyrouq fit`" in err
     assert "evaluate it in Python: pyrouq.load(path, module=make_net()), then" in err
+    # a file of an earlier pyrouq holding the DataParallel wrapper ('module.' names): the
+    # advice left the wrapper out, which load(path, module=make_net()) then refused
+    from pyrouq.convert import module_record
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    path = pyrouq.save(tmp_path / "checkpoint.pt", net)
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["module"] = module_record(torch.nn.DataParallel(net))
+    payload["description"] = json.dumps(description)
+    payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
+    torch.save(payload, path)
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert err.rstrip("\n").endswith(
+        "evaluate it in Python: pyrouq.load(path, module=torch.nn.DataParallel(make_net())), "
+        "then pyrouq.predict (the file holds its torch.nn.DataParallel wrapper, saved by an "
+        "earlier pyrouq)"
+    ), err
 
 
 def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_plot(
