@@ -1,0 +1,72 @@
+"""How ``pyrouq fit`` runs under torchrun: the world size ``WORLD_SIZE`` asks for, the process
+group it initialises (unless the caller has) and each rank's GPU (``LOCAL_RANK``), the
+environment's missing or malformed variables refused in words."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from pyrouq.cli._build import CommandError
+
+
+def _rank_gpu() -> Any:
+    """This torchrun rank's GPU: ``cuda:LOCAL_RANK``, or the one GPU a launcher that shows
+    each rank its own makes visible; more ranks than GPUs on a node is refused (nccl takes one
+    GPU per rank)."""
+    import torch
+
+    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if count == 1:
+        return torch.device("cuda", 0)
+    if local >= count:
+        raise CommandError(
+            f"this rank's LOCAL_RANK is {local}, but only {count} GPUs are visible here: nccl "
+            "takes one GPU per rank. Start at most as many ranks per node as it has GPUs "
+            "(torchrun --nproc_per_node), or train on the CPU (--device cpu)."
+        )
+    return torch.device("cuda", local)
+
+
+def _world_size() -> int:
+    """torchrun's ``WORLD_SIZE``; 1 where it is unset, empty or not a number."""
+    value = os.environ.get("WORLD_SIZE", "").strip()
+    return int(value) if value.isdigit() else 1
+
+
+@contextlib.contextmanager
+def _process_group(device: Any) -> Iterator[tuple[int, int]]:
+    """Under torchrun (``WORLD_SIZE`` > 1), initialise torch.distributed (nccl on CUDA, gloo
+    otherwise) unless the caller has; yields ``(rank, world size)``. A group initialised here
+    is destroyed on the way out, on every rank: a rank that exits holding it can abort in
+    Python's shutdown (gloo's worker threads still reference tensors) while rank 0 evaluates."""
+    import torch.distributed as dist
+
+    world = _world_size()
+    created = False
+    if world > 1 and dist.is_available() and not dist.is_initialized():
+        unset = [f"${v}" for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+        if unset:  # (torch's words: "environment variable RANK expected, but not set")
+            raise CommandError(
+                f"$WORLD_SIZE is {world} in the environment, which asks for {world} training "
+                f"processes, but {', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not "
+                "set (torchrun sets them all). Start the command with torchrun (torchrun "
+                f"--standalone --nproc_per_node {world} -m pyrouq fit ...), or unset WORLD_SIZE "
+                "to train in one process."
+            )
+        if device.type == "cuda":
+            import torch
+
+            torch.cuda.set_device(_rank_gpu())
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        created = True
+    try:
+        if dist.is_available() and dist.is_initialized():
+            yield dist.get_rank(), dist.get_world_size()
+        else:
+            yield 0, 1
+    finally:
+        if created and dist.is_initialized():
+            dist.destroy_process_group()
