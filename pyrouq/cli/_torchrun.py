@@ -18,7 +18,7 @@ def _rank_gpu() -> Any:
     GPU per rank)."""
     import torch
 
-    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    local, count = _local_rank(), torch.cuda.device_count()
     if count == 1:
         return torch.device("cuda", 0)
     if local >= count:
@@ -28,6 +28,25 @@ def _rank_gpu() -> Any:
             "(torchrun --nproc_per_node), or train on the CPU (--device cpu)."
         )
     return torch.device("cuda", local)
+
+
+def _local_rank() -> int:
+    """torchrun's ``LOCAL_RANK`` (0 where it is unset), refused in words where it is no index
+    (int()'s "invalid literal for int() with base 10: ''" said neither the variable nor what
+    to do)."""
+    value = os.environ.get("LOCAL_RANK", "0")
+    try:
+        local = int(value)
+    except ValueError:
+        local = -1
+    if local < 0:
+        raise CommandError(
+            f"$LOCAL_RANK is {value!r} in the environment, but a training process under "
+            "torchrun takes it as its index on the node (0, 1, ...: its GPU). Start the command "
+            "with torchrun, which sets it, or set LOCAL_RANK to a whole number from 0 (or unset "
+            "it: 0)."
+        )
+    return local
 
 
 def _world_size() -> int:

@@ -257,3 +257,23 @@ def test_a_world_size_without_torchruns_other_variables_is_refused_in_words(
     assert "torchrun --standalone --nproc_per_node 2 -m pyrouq fit" in err
     assert "unset WORLD_SIZE to train in one process" in err
     assert "rendezvous" not in err
+
+
+@pytest.mark.parametrize("value", ["", "x", "-1"])
+def test_a_local_rank_that_is_no_index_is_refused_in_words(value, monkeypatch):
+    # on CUDA under WORLD_SIZE > 1, int(os.environ["LOCAL_RANK"]) said "invalid literal for
+    # int() with base 10: ''" (the variable unnamed); -1 went on to torch.device("cuda", -1)
+    from pyrouq.cli._build import CommandError
+    from pyrouq.cli._torchrun import _rank_gpu
+
+    monkeypatch.setenv("LOCAL_RANK", value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # (no GPU needed to choose)
+    with pytest.raises(CommandError) as told:
+        _rank_gpu()
+    assert str(told.value) == (
+        f"$LOCAL_RANK is {value!r} in the environment, but a training process under torchrun "
+        "takes it as its index on the node (0, 1, ...: its GPU). Start the command with "
+        "torchrun, which sets it, or set LOCAL_RANK to a whole number from 0 (or unset it: 0)."
+    )
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert _rank_gpu() == torch.device("cuda", 1)
