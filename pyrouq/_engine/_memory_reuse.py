@@ -17,11 +17,22 @@ import torch
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _GLIBC_MMAP_MAX = 65536  # glibc's default
+_GLIBC_STATIC_THRESHOLD = 128 * 1024  # glibc's mmap and trim thresholds, as they start
 # Any mallopt turns glibc's dynamic mmap threshold off for good (it grows with the blocks freed
 # up to 32 MiB on 64-bit, the trim threshold twice that): on exit those are set, not its start
 # (128 KiB: every block over it mmapped from then on, 4 MiB tensors allocated 6x slower).
 _GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 _GLIBC_TRIM_THRESHOLD = 2 * _GLIBC_MMAP_THRESHOLD_MAX
+# What a user may set glibc's malloc with before the process starts: an environment variable
+# (glibc's alias) or its tunable in GLIBC_TUNABLES; any of them turns the dynamic threshold off.
+_USER_SETTINGS = {
+    "trim": ("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"),
+    "mmap_threshold": ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),
+    "mmap_max": ("MALLOC_MMAP_MAX_", "glibc.malloc.mmap_max"),
+    "top_pad": ("MALLOC_TOP_PAD_", "glibc.malloc.top_pad"),
+}
+_OFF = ("0", "false", "no", "off")
+"""The values of ``PYROUQ_REUSE_MEMORY`` that turn the reuse off (any case, spaces around)."""
 _reusing = 0
 
 
@@ -38,6 +49,24 @@ def _glibc() -> Any:
         return None
 
 
+def _set_by_user() -> set[str]:
+    """The malloc settings of :data:`_USER_SETTINGS` that the environment gives glibc, which
+    reads them as the process starts (a variable given at all, even empty, is read)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "").split(":")
+    given = {entry.partition("=")[0].strip() for entry in tunables if "=" in entry}
+    return {
+        name
+        for name, (variable, tunable) in _USER_SETTINGS.items()
+        if variable in os.environ or tunable in given
+    }
+
+
+def reuse_turned_off() -> bool:
+    """Whether ``PYROUQ_REUSE_MEMORY`` turns the reuse off: ``0``, ``false``, ``no`` or
+    ``off``, in any case."""
+    return os.environ.get("PYROUQ_REUSE_MEMORY", "").strip().lower() in _OFF
+
+
 @contextlib.contextmanager
 def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
     """While inside, glibc keeps freed memory for reuse: no ``mmap`` for large blocks, no
@@ -45,24 +74,40 @@ def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
     (32 MiB for mmap on 64-bit; setting any turns that adjustment off) and the free memory is
     returned to the system (``malloc_trim``). Large tensors then stop paying page faults at
     every step (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN on CPU, see
-    ``benchmarks/results.md``). Only on CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` in the
-    environment turns it off."""
+    ``benchmarks/results.md``). Only on CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` (or
+    ``false``, ``no``, ``off``) in the environment turns it off.
+
+    Settings a user gave glibc in the environment (``MALLOC_TRIM_THRESHOLD_``,
+    ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_MMAP_MAX_``, ``MALLOC_TOP_PAD_``, or their
+    ``GLIBC_TUNABLES``) are kept, inside and after: with a trim threshold of theirs the heap is
+    trimmed as they set it, with an mmap threshold or maximum large blocks are mmapped as they
+    set it; what pyrouq changes otherwise comes back on exit as glibc had it (with any of them
+    set, glibc's thresholds stay at 128 KiB, its dynamic adjustment off)."""
     global _reusing
     libc = _glibc()
-    off = os.environ.get("PYROUQ_REUSE_MEMORY", "1") == "0"
-    if libc is None or off or (device is not None and device.type != "cpu"):
+    if libc is None or reuse_turned_off() or (device is not None and device.type != "cpu"):
         yield
         return
+    users = _set_by_user()
+    trim = "trim" not in users
+    mmap = not users & {"mmap_threshold", "mmap_max"}
     if _reusing == 0:
-        libc.mallopt(_M_MMAP_MAX, 0)
-        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+        if mmap:
+            libc.mallopt(_M_MMAP_MAX, 0)
+        if trim:
+            libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
     _reusing += 1
     try:
         yield
     finally:
         _reusing -= 1
         if _reusing == 0:
-            libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
-            libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_THRESHOLD_MAX)
-            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
-            libc.malloc_trim(0)
+            dynamic = not users  # glibc's adjustment was on: its grown thresholds, else 128 KiB
+            if mmap:
+                libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
+                threshold = _GLIBC_MMAP_THRESHOLD_MAX if dynamic else _GLIBC_STATIC_THRESHOLD
+                libc.mallopt(_M_MMAP_THRESHOLD, threshold)
+            if trim:
+                threshold = _GLIBC_TRIM_THRESHOLD if dynamic else _GLIBC_STATIC_THRESHOLD
+                libc.mallopt(_M_TRIM_THRESHOLD, threshold)
+                libc.malloc_trim(0)
