@@ -142,7 +142,9 @@ def _tensors(module: nn.Module) -> Iterator[torch.Tensor]:
     a learned noise scale, do not decide where and in which dtype the network computes), and
     of its buffers a Bayesian model's latent weights first (held as buffers: a network whose
     every weight is latent computes in their dtype, not in that of a constant it holds)."""
-    net = getattr(module, "net", None)
+    net = module._modules.get("net")  # (past PyroModule's hook, which records pyro.module)
+    if net is None:
+        net = getattr(module, "net", None)
     if isinstance(net, nn.Module) and net is not module:
         yield from net.parameters()
         for site in getattr(module, "_sites", ()):

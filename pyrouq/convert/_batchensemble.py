@@ -17,20 +17,20 @@ from pyrouq._param_store import (
     hold_params,
     register_children,
 )
+from pyrouq._untraced import untraced
 from pyrouq._util import carry_hooks, check_flag, class_name, model_input, warn_caller
 from pyrouq._words import slip_hint
 from pyrouq.convert._conversion_warnings import (
     CALLER,
     made,
-    made_layers,
     warn_bilinear,
     warn_kept_tied,
     warn_parametrized,
 )
 from pyrouq.convert._copying import NamedInStore, copy_network, hook_fix, weight_hooks
+from pyrouq.convert._nothing_converted import nothing_converted
 from pyrouq.convert._select import (
     COUNTER,
-    _names_list,
     check_module,
     check_num_data,
     computes_its_own_way,
@@ -176,61 +176,6 @@ def _reset(layer: nn.Module) -> nn.Module:
     stand_in.__dict__ = {**layer.__dict__, "weight": fresh(layer.weight), "bias": fresh(layer.bias)}
     own.reset_parameters(stand_in)
     return stand_in  # type: ignore[no-any-return]
-
-
-def _nothing_converted(net: nn.Module, name: str) -> str:
-    """Why ``net`` (``name``: its class) got no BatchEnsemble layer: its layers are
-    BatchEnsemble layers already (a BatchEnsemble's own network), it has no Linear or
-    convolution, or all it has are kept plain (read as tensors by attention, or subclasses
-    computing their own way), which the message names, with what to do."""
-    converted = [p for p, m in net.named_modules() if getattr(m, "_is_batchensemble", False)]
-    if converted:  # (of this size: another one is refused before)
-        which = (
-            "it is a BatchEnsemble layer itself"
-            if converted == [""]
-            else f"its layers {_names_list(converted, 4)} are BatchEnsemble layers already"
-        )
-        return (
-            f"{name} has no plain nn.Linear or convolution layer to turn into {made_layers()}: "
-            f"{which} (the network of a BatchEnsemble, ensemble.net, or a part of it). "
-            "Pass the original plain network the ensemble was made from (batchensemble(net, "
-            "M) and rank1(net, M) convert a copy and leave it as it was); to make an "
-            "existing BatchEnsemble's factors latent, use pyrouq.bayesian(ensemble)."
-        )
-    layers = tuple(BATCHENSEMBLE_LAYERS)
-    inside = [p for p, m in net.named_modules() if isinstance(m, weight_readers())]
-    read = [
-        p
-        for p, m in net.named_modules()
-        if isinstance(m, layers) and any(p.startswith(f"{q}.") for q in inside)
-    ]
-    own = [
-        f"{p!r} ({type(m).__name__})"
-        for p, m in net.named_modules()
-        if isinstance(m, layers) and p not in read and computes_its_own_way(m)
-    ]
-    if not read and not own:
-        return (
-            f"{name} has no nn.Linear or convolution layer to turn into {made_layers()}. "
-            "Pass a network with such layers."
-        )
-    why = []
-    if read:
-        why.append(
-            f"{_names_list(read, 4)} inside a module that reads its layers' weights as tensors "
-            "(nn.MultiheadAttention, Swin attention), kept shared"
-        )
-    if own:
-        why.append(
-            f"{', '.join(own[:4])}: subclasses with a forward of their own, which a "
-            "BatchEnsemble layer would drop, kept as they are"
-        )
-    return (
-        f"{name} has no nn.Linear or convolution layer a BatchEnsemble can convert, so its "
-        f"members would all be one network; its layers are {'; '.join(why)}. Give the "
-        "network a plain nn.Linear / convolution that its forward calls (a head, or the "
-        "subclass's extra computation moved outside the layer), or use pyrouq.bayesian(net)."
-    )
 
 
 def _mark_sequence_first(net: nn.Module) -> None:
@@ -428,7 +373,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
             net = nn.Sequential(net)
         factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
         if not _convert_layers(net, num_members, factors, reset=not use_base_weights):
-            raise ValueError(_nothing_converted(net, class_name(module)))
+            raise ValueError(nothing_converted(net, class_name(module)))
         warn_bilinear(net, num_members)
         if norms == "per_member":
             _copy_norms(net, num_members)
@@ -450,12 +395,22 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
     def outputs(self, x: Tensor) -> Tensor:
         """Every member's outputs on every input, ``(M, B, D)``, no Pyro statements."""
         x = self._input(x)
-        return _engine.run_members(self.net, x, self.num_members)
+        # read past PyroModule's hook, which under Pyro records it (pyro.module): forward
+        # records it untraced
+        net: nn.Module = self._modules["net"]  # type: ignore[assignment]
+        return _engine.run_members(net, x, self.num_members)
+
+    def _recorded(self, x: Tensor) -> Tensor:
+        """``x`` checked, the network's parameters put in Pyro's param store and recorded
+        as its param sites: forward's statements of one name each, which torch.compile runs
+        untraced (:func:`~pyrouq._untraced.untraced`)."""
+        register_children(self, record=False)
+        self.net  # noqa: B018 (under Pyro, PyroModule's hook records it: pyro.module)
+        return self._input(x)
 
     def forward(self, x: Tensor, y: Tensor | None = None) -> Tensor:
         """Outputs ``(M, B, D)`` of every member on every input; observes ``y`` if given."""
-        register_children(self, record=False)  # its parameters in Pyro's param store
-        x = self._input(x)
+        x = untraced(self._recorded, x)
         likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
         with hiding_own_sites(likelihood):  # its own "logits", "obs" (once per member), ...
             outputs = self.outputs(x)

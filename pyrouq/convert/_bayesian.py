@@ -18,6 +18,7 @@ from pyrouq._param_store import (
     hold_params,
     register_children,
 )
+from pyrouq._untraced import untraced
 from pyrouq._util import check_flag, model_input, module_device, module_dtype
 from pyrouq.convert._batchensemble import BatchEnsembleNetwork
 from pyrouq.convert._copying import NamedInStore, copy_network, detached_memo
@@ -352,7 +353,19 @@ class BayesianNetwork(NamedInStore, PyroModule):
         self._retie()
         network = {site: weights[site] for site in weights if site in self._sites}
         dims = {site: len(shape) for site, shape in self._sites.items()}
-        return _engine.run_draws(self.net, x, network, dims, self.num_members)
+        # read past PyroModule's hook, which under Pyro records it (pyro.module): forward
+        # records it untraced
+        net: nn.Module = self._modules["net"]  # type: ignore[assignment]
+        return _engine.run_draws(net, x, network, dims, self.num_members)
+
+    def _recorded(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """``x`` checked and the latent sites drawn, the point estimates put in Pyro's param
+        store and recorded as param sites: forward's statements of one name each, which
+        torch.compile runs untraced (:func:`~pyrouq._untraced.untraced`)."""
+        register_children(self, record=False)
+        self.net  # noqa: B018 (under Pyro, PyroModule's hook records it: pyro.module)
+        x = self._input(x)
+        return x, {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
 
     def _hiding_own_sites(self, latent: Iterable[str]) -> Any:
         """:func:`~pyrouq.convert._sites.hiding_own_sites` of this model (``latent``: its
@@ -371,9 +384,7 @@ class BayesianNetwork(NamedInStore, PyroModule):
             Targets (``(B,)`` class labels for ``Categorical``), observed at ``"obs"`` with
             scale N/B.
         """
-        register_children(self, record=False)  # the point estimates in Pyro's param store
-        x = self._input(x)
-        weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
+        x, weights = untraced(self._recorded, x)
         with self._hiding_own_sites(weights):
             outputs = self.outputs(x, weights)
         # the likelihood read past PyroModule's attribute hook, as in priors()

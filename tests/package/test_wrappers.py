@@ -158,6 +158,37 @@ def test_fit_trains_a_compiled_batchensemble_as_the_module(gloo_group):
         assert torch.allclose(predict(wrapped, x, progress=False).probs, probs, atol=1e-6)
 
 
+def _compiled_entries(function):
+    """How many compiled versions of ``function`` dynamo holds."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return len(_debug_get_cache_entry_list(function.__code__))
+
+
+@pytest.mark.parametrize("kind", ["batchensemble", "bayesian"])
+def test_a_compiled_models_pyro_statements_are_not_compiled_once_per_name(kind):
+    # fit(torch.compile(batchensemble(net, M))) traced the model's Pyro statements: each of its
+    # parameter names (12 here) compiled pyro.param again, until dynamo's recompile_limit (8)
+    # warned; bayesian(net)'s priors compiled SitePrior.distribution once per site shape. Both
+    # now run untraced (pyrouq/_untraced.py), and fit as the module does
+    import pyro.primitives
+
+    from pyrouq.convert._select import SitePrior
+
+    x, y = _data()
+    loader = ArrayLoader(x, y, 8, shuffle=False)
+    convert = (lambda net: batchensemble(net, 2)) if kind == "batchensemble" else bayesian
+    losses = []
+    for wrap in (lambda m: m, _compile):
+        torch._dynamo.reset()
+        model = convert(_net())
+        guide = None if kind == "batchensemble" else mean_field_guide(model)
+        losses.append(pyrouq.fit(wrap(model), guide, loader, epochs=2, progress=False, seed=0))
+    assert _compiled_entries(pyro.primitives.param) == 0
+    assert _compiled_entries(SitePrior.distribution) == 0
+    assert losses[1].losses == pytest.approx(losses[0].losses, rel=1e-6)
+
+
 def test_fit_compiles_the_model_inside_a_compiled_parallel_wrapper(gloo_group):
     # fit() keeps torch.compile's wrapper; one around DDP(model) is made again around the
     # model, with the same settings (DDP's forward would average the gradients twice)
