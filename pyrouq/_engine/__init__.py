@@ -58,6 +58,7 @@ import contextvars
 import math
 import re
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -248,16 +249,14 @@ def run_draws(
         # (copied here: inside vmap, a draw tells no requires_grad)
         shared = {k: _own_copy(v[0]) for k, v in flat.items() if v.shape[0] == 1}
         batched = {k: _own_copy(v) for k, v in flat.items() if v.shape[0] > 1}
-        # the buffers the vmap pass may move before it fails (a counter the forward adds to),
-        # for the draws run one at a time to find as they were; not the latent sites'
-        sites = {id(b) for k, b in net.named_buffers() if k in weights}
-        kept = [(b, b.clone()) for b in net.buffers() if id(b) not in sites]
+        kept = _kept_buffers(net, weights)
 
         def one(draw: dict[str, Tensor]) -> Tensor:
             return run(net, x, {**shared, **draw}, members)
 
         try:
             stacked = torch.func.vmap(one, randomness="different")(batched)
+            _RAN_THROUGH.setdefault(net, set()).add(_vmap_mode(net))
         except RuntimeError as err:  # an op vmap cannot batch (nn.LSTM's), .item(), data-
             if not _VMAP_REFUSAL.search(str(err)):  # dependent control flow: draw by draw
                 raise
@@ -391,6 +390,33 @@ def _own_copy(draw: Tensor) -> Tensor:
         return draw
     drawn_by = getattr(draw.grad_fn, "_forward_cls", None)  # (a custom autograd Function's)
     return draw if getattr(drawn_by, "keeps_no_draw", False) else draw.clone()
+
+
+_RAN_THROUGH: weakref.WeakKeyDictionary[nn.Module, set[tuple[bool, bool]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The modes (:func:`_vmap_mode`) in which a network's vmap pass has run through: what vmap
+refuses is in the network's code (an op, ``.item()``, control flow on a value), which its mode
+may change (``if self.training``), not the draws' values, so its later passes in that mode keep
+no buffers (one whose input's shape alone leads it to a refused op, after a pass that ran
+through, finds a buffer moved before the refusal moved again by the draws)."""
+
+
+def _vmap_mode(net: nn.Module) -> tuple[bool, bool]:
+    """What may change the code a network's forward runs: training mode, gradients."""
+    return net.training, torch.is_grad_enabled()
+
+
+def _kept_buffers(net: nn.Module, weights: Mapping[str, Tensor]) -> list[tuple[Tensor, Tensor]]:
+    """The buffers a vmap pass of ``net`` may move before it is refused (a counter the forward
+    adds to), each with a copy, for the draws run one at a time to find them as they were; not
+    the latent sites' (``weights``). None where a pass in this mode has run through
+    (:data:`_RAN_THROUGH`): the copies would cost every call (on a GPU, a kernel launch each:
+    60 for a ResNet-18's BatchNorm statistics) for a refusal that does not come."""
+    if _vmap_mode(net) in _RAN_THROUGH.get(net, ()):
+        return []
+    sites = {id(b) for k, b in net.named_buffers() if k in weights}
+    return [(b, b.clone()) for b in net.buffers() if id(b) not in sites]
 
 
 _VMAP_REFUSAL = re.compile(

@@ -1,8 +1,9 @@
 """Fifth audit of the engine, against independent references (``functional_call`` looped over
 the draws, weight sampling): the draws run one at a time after vmap refuses a network find
-the input and the network's buffers as they came; an ensemble's folded batch may be empty;
-float16 local reparameterisation adds no noise where the variance is 0 (nor a floor of 0.008
-elsewhere); weights of another shape, or of no draws, are refused naming the site."""
+the input and the network's buffers as they came (copied until a pass in the network's mode
+runs through); an ensemble's folded batch may be empty; float16 local reparameterisation adds
+no noise where the variance is 0 (nor a floor of 0.008 elsewhere); weights of another shape,
+or of no draws, are refused naming the site."""
 
 from __future__ import annotations
 
@@ -79,6 +80,56 @@ def test_draws_run_after_a_vmap_refusal_find_the_buffers_as_they_were(kind):
     with _engine.schedule(kind), torch.no_grad():
         model.outputs(torch.randn(5, 4, dtype=torch.float64), weights)
     assert float(model.net.calls) == 3.0
+
+
+class _CountsAndBranchesInTraining(nn.Module):
+    """Adds one to a buffer of its own at every call; branches on a value in training only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+        self.norm = nn.BatchNorm1d(3)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        h = self.norm(self.a(x))
+        if self.training and h.sum() > -1e9:  # (vmap refuses it in training only)
+            h = h.relu()
+        return h
+
+
+def test_a_network_whose_vmap_pass_ran_through_has_no_buffer_copied_again():
+    """Every call on the accelerator schedule copied every buffer of the network (a kernel
+    launch each on a GPU: 60 for a ResNet-18's BatchNorm statistics) for a refusal that a
+    network whose pass ran through does not meet; only its first call in a mode copies them,
+    and a mode whose pass is refused still finds them as they were."""
+    torch.manual_seed(0)
+    model = bayesian(_CountsAndBranchesInTraining().double())
+    net = model.net
+    weights = {k: v.detach() + 0.1 * torch.randn(3, *v.shape, dtype=torch.float64)
+               for k, v in model.template().items()}  # fmt: skip
+    x = torch.randn(5, 4, dtype=torch.float64)
+    buffers = {id(b) for b in net.buffers()}
+    copied: list[int] = []
+
+    class Copies(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.clone and id(args[0]) in buffers:
+                copied.append(id(args[0]))
+            return func(*args, **(kwargs or {}))
+
+    with _engine.schedule("accelerator"), torch.no_grad(), Copies():
+        net.eval()
+        for _ in range(3):  # eval: vmap runs through, the counter moves once a call
+            model.outputs(x, weights)
+        first = len(copied)
+        net.train()
+        net.norm.eval()  # (no batch statistics: the draws go to vmap)
+        model.outputs(x, weights)  # training: refused after the counter moved; 3 draws
+    # the counter and BatchNorm's 3 buffers, at the first call of each mode
+    assert first == 4 and len(copied) == 8
+    assert float(net.calls) == 3.0 + 3.0
 
 
 class _SumsItsActivations(nn.Module):
