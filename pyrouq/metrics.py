@@ -3,10 +3,10 @@
 Shape convention: ``probs`` is ``(S, N, C)`` (S draws or members, N inputs, C classes) or
 ``(N, C)``, taken as the mean predictive probabilities ``p̄`` (S = 1). As in torch-uncertainty,
 the metrics are computed on ``p̄ = mean_s p_s``; ``targets`` is an ``(N,)`` integer tensor of
-class labels in ``[0, C)`` (None: those the Predictions given carry, as in :func:`evaluate`,
-else a ValueError saying to pass them). Each metric returns a python float, a fraction (not a
-percentage), in nats where a logarithm is involved. Computations run in float64 on the input's
-device.
+class labels in ``[0, C)`` (left out or None: those the Predictions given carry, as in
+:func:`evaluate`, else a ValueError saying to pass them). Each metric returns a python float,
+a fraction (not a percentage), in nats where a logarithm is involved. Computations run in
+float64 on the input's device.
 
 :func:`evaluate` returns them all; :func:`format_table` prints them grouped. This module never
 imports Pyro or the models.
@@ -86,7 +86,7 @@ NLL_CLAMP = 1e-12
 # Classification
 
 
-def acc(probs: Tensor, targets: Tensor) -> float:
+def acc(probs: Tensor, targets: Tensor | None = None) -> float:
     """Accuracy: ``mean_n [argmax_c p̄_nc == y_n]``.
 
     Ties in ``p̄`` go to the lowest class index (``torch.argmax``).
@@ -103,7 +103,7 @@ def acc(probs: Tensor, targets: Tensor) -> float:
 accuracy = acc
 
 
-def nll(probs: Tensor, targets: Tensor) -> float:
+def nll(probs: Tensor, targets: Tensor | None = None) -> float:
     """Negative log-likelihood: ``mean_n -log max(p̄_n[y_n], 1e-12)``, natural log (nats).
 
     The clamp at ``1e-12`` keeps a confidently wrong prediction (``p̄[y] = 0``) finite
@@ -119,7 +119,7 @@ def nll(probs: Tensor, targets: Tensor) -> float:
     return float(-torch.log(p_true.clamp_min(NLL_CLAMP)).mean()) + 0.0  # no -0.0 for p = 1
 
 
-def brier(probs: Tensor, targets: Tensor) -> float:
+def brier(probs: Tensor, targets: Tensor | None = None) -> float:
     """Brier score: ``mean_n sum_c (p̄_nc - [c == y_n])^2`` (sum over classes, in ``[0, 2]``).
 
     Examples
@@ -136,7 +136,7 @@ def brier(probs: Tensor, targets: Tensor) -> float:
 # Calibration
 
 
-def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
+def ece(probs: Tensor, targets: Tensor | None = None, *, num_bins: int = NUM_BINS) -> float:
     """Expected calibration error with ``num_bins`` (default 15) equal-width confidence bins.
 
     ``ECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` with confidence ``max_c p̄_nc``,
@@ -163,7 +163,7 @@ def ece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
     return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins)
 
 
-def aece(probs: Tensor, targets: Tensor, *, num_bins: int = NUM_BINS) -> float:
+def aece(probs: Tensor, targets: Tensor | None = None, *, num_bins: int = NUM_BINS) -> float:
     """Adaptive ECE with ``num_bins`` (default 15) equal-mass bins (Nixon et al. 2019).
 
     Points are sorted by increasing confidence ``max_c p̄_nc`` (stable sort) and cut into K
@@ -217,7 +217,7 @@ def _check_bins(num_bins: Any) -> int:
 # Selective classification (confidence = max_c p̄_nc)
 
 
-def aurc(probs: Tensor, targets: Tensor) -> float:
+def aurc(probs: Tensor, targets: Tensor | None = None) -> float:
     """Area under the risk-coverage curve (Geifman & El-Yaniv 2017), confidence ``max_c p̄``.
 
     Sort the points by decreasing confidence; the selective risk at coverage ``k / N`` is the
@@ -238,7 +238,7 @@ def aurc(probs: Tensor, targets: Tensor) -> float:
     return float((errors / k).mean())
 
 
-def augrc(probs: Tensor, targets: Tensor) -> float:
+def augrc(probs: Tensor, targets: Tensor | None = None) -> float:
     """Area under the generalized risk-coverage curve (Traub et al. 2024).
 
     The generalized risk at coverage ``k / N`` is the fraction of all N points that are both
@@ -255,7 +255,7 @@ def augrc(probs: Tensor, targets: Tensor) -> float:
     return float(errors.mean() / errors.numel())
 
 
-def cov_at_5_risk(probs: Tensor, targets: Tensor) -> float:
+def cov_at_5_risk(probs: Tensor, targets: Tensor | None = None) -> float:
     """Coverage at 5% risk: the largest coverage ``k / N`` whose selective risk is ``<= 0.05``.
 
     Risks as in :func:`aurc`. Returns ``0.0`` when no coverage reaches a risk of 5% or less
@@ -274,7 +274,7 @@ def cov_at_5_risk(probs: Tensor, targets: Tensor) -> float:
     return float(ok[-1, 0] + 1) / n if ok.numel() else 0.0
 
 
-def risk_at_80_cov(probs: Tensor, targets: Tensor) -> float:
+def risk_at_80_cov(probs: Tensor, targets: Tensor | None = None) -> float:
     """Selective risk at 80% coverage: the error rate among the ``ceil(0.8 N)`` most confident.
 
     The count is rounded up (computed exactly, in integers), as torch-uncertainty does; ties as

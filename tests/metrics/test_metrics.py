@@ -347,10 +347,14 @@ def test_targets_none_read_those_the_predictions_carry_as_evaluate_does(fn):
 
     carried = Predictions(FOUR[None], targets=FOUR_Y)
     assert fn(carried, None) == fn(FOUR, FOUR_Y) == evaluate(carried)[fn.__name__]
+    # left out, as evaluate(p)'s may be (the signatures made them required: a TypeError)
+    assert fn(carried) == fn(FOUR, FOUR_Y)
     words = r"^No targets: pass targets=\(N,\) labels, or Predictions that carry them \(predict"
     for probs in (FOUR, FOUR[None], Predictions(FOUR[None])):  # mean, (S, N, C), none carried
         with pytest.raises(ValueError, match=words):
             fn(probs, None)
+        with pytest.raises(ValueError, match=words):
+            fn(probs)
         with pytest.raises(ValueError, match=words):
             evaluate(probs, None)
 
