@@ -528,9 +528,9 @@ def _build(args: argparse.Namespace, method: str | None) -> tuple[Any, Any]:
     if method is not None:  # (a resumed run's module, where the run found it, if not here)
         net = call_factory(args.model, getattr(args, "factory_root", None))
         initialise_lazy(net, args.model)
-        check_outputs(net, args.model)
         if (regression := refuse_regression(net, args.model, NUM_CLASSES)) is not None:
-            raise CommandError(regression)  # (fit() told to fix the targets, which it loads)
+            raise CommandError(regression)  # (fit() told to fix the targets, which it loads;
+        check_outputs(net, args.model)  # first: "output 10 logits" led a regression to it)
         from pyrouq._util import has_latent_sites
 
         latent = has_latent_sites(net)

@@ -314,3 +314,17 @@ def test_bayesian_of_a_batchensemble_warns_in_the_commands_words():
         "Normal(1, 0.1): make the factory return the plain network the ensemble was made from "
         "and pick --method rank1."
     ], said
+
+
+def gaussian_of_one_output() -> nn.Module:
+    """A regression Bayesian model of one output per image (a Gaussian likelihood)."""
+    return pyrouq.bayesian(nn.Sequential(nn.Flatten(), nn.Linear(784, 1)), likelihood="gaussian")
+
+
+def test_a_regression_of_one_output_is_told_the_command_trains_classifiers(tmp_path, capsys):
+    """It was told "make it output 10 logits" first, which, followed, met the refusal of a
+    regression: the refusal that says what to change comes first."""
+    err, _ = fit_error(capsys, tmp_path, "gaussian_of_one_output", "bayesian")
+    assert "with the likelihood Gaussian(scale=" in err, err
+    assert "a regression of real-valued targets; pyrouq fit trains a classifier" in err, err
+    assert "output 10 logits" not in err, err
