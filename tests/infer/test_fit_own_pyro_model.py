@@ -157,8 +157,9 @@ def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_
     "call, problem",
     [
         ("predict", r"site 'fc1\.weight' has shape \(8, 4\) there but \(16, 4\) in the model"),
-        ("to_inference_data", r"shapes disagree at site 'fc1\.(weight|bias)'"),
-        ("psis_diagnostic", r"shapes disagree at site 'fc1\.(weight|bias)'"),
+        # (the site Pyro names first is one of a set's: fc2's in some processes)
+        ("to_inference_data", r"shapes disagree at site 'fc[12]\.(weight|bias)'"),
+        ("psis_diagnostic", r"shapes disagree at site 'fc[12]\.(weight|bias)'"),
     ],
 )
 def test_an_autoguide_built_for_ones_own_model_that_took_another_ones_values_is_told_why(
