@@ -296,16 +296,17 @@ def fitting_draws(
     if source == "posterior_samples":
         _refuse_grouped(draws, expected, caller)
     kept = {}
+    shapes = {site: tuple(value.shape[1:]) for site, value in draws.items()}  # one draw's
     for site, shape in expected.items():
         value = draws.get(site)
         if value is None:
             problem = f"the model's latent site {site!r} {shape} is not in it"
-            _refuse(model, problem, caller, source, guide)
+            _refuse(model, problem, caller, source, guide, shapes)
         value = unpadded(value, shape)
         got = tuple(value.shape[1:])
         if got != shape:
             problem = f"site {site!r} has shape {got} there but {shape} in the model"
-            _refuse(model, problem, caller, source, guide)
+            _refuse(model, problem, caller, source, guide, shapes)
         # NaN draws of a fit that diverged (the model would sample its likelihood on NaN
         # logits: torch's own error); a sum is finite unless a value is not (one pass)
         if source != "the prior" and value.is_floating_point() and not value.sum().isfinite():
@@ -449,6 +450,11 @@ def check_traces_match(
     discrete = [name for name in missing if _enumerated(model_trace.nodes[name])]
     if discrete:  # AutoNormal(model) is no fix: continuous guides refuse discrete sites
         _refuse_enumeration(model, discrete, caller, "its guide leaves out")
+    drawn = {
+        name: tuple(site["value"].shape)
+        for name, site in guide_trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"]
+    }
     if missing:
         _refuse(
             model,
@@ -456,11 +462,12 @@ def check_traces_match(
             "be drawn from the prior",
             caller,
             guide=guide,
+            drawn=drawn,
         )
     try:
         check_model_guide_match(model_trace, guiding_sites(model_trace, guide_trace))
     except ValueError as err:
-        _refuse(model, str(err).rstrip("."), caller, guide=guide)
+        _refuse(model, str(err).rstrip("."), caller, guide=guide, drawn=drawn)
 
 
 def guiding_sites(model_trace: Any, guide_trace: Any) -> Any:
@@ -514,14 +521,20 @@ class GuideMismatch(ValueError):
 
 
 def _refuse(
-    model: Any, problem: str, caller: str, source: str | None = None, guide: Any = None
+    model: Any,
+    problem: str,
+    caller: str,
+    source: str | None = None,
+    guide: Any = None,
+    drawn: dict[str, tuple[int, ...]] | None = None,
 ) -> NoReturn:
     """Refuse draws (``source``: "the guide" or "posterior_samples") or, without a source, a
     guide's trace. An autoguide built for this very model (``guide``) that took another
-    model's values from Pyro's param store is told to clear the store
+    model's values from Pyro's param store, and so draws (``drawn``, one draw's shapes) other
+    shapes than it was built with, is told to clear the store
     (:func:`~pyrouq._param_store.store_taken_fix`), not to pass the guide it is."""
     any_model = "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)"
-    taken = store_taken_fix(model, guide) if source in (None, "the guide") else None
+    taken = store_taken_fix(model, guide, drawn) if source in (None, "the guide") else None
     if taken:
         lead = "the guide does not fit"
         raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {taken}", problem)

@@ -14,6 +14,7 @@ import copy
 import functools
 import itertools
 import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyro
@@ -290,14 +291,19 @@ def take_store_values(model: Any, guide: Any = None) -> None:
         register_params(guide.name, guide, record=False)
 
 
-def store_taken_fix(model: Any, guide: Any) -> str | None:
+def store_taken_fix(
+    model: Any, guide: Any, drawn: Mapping[str, Sequence[int]] | None = None
+) -> str | None:
     """The way out for draws of ``guide`` that do not fit ``model`` where ``guide`` is a Pyro
-    autoguide built for this very model: it took, when it first ran, the values Pyro's param
+    autoguide built for this very model that took, when it first ran, the values Pyro's param
     store held under its parameters' names (a ``PyroModule`` takes a stored value in place of
     its own), another model's, so passing "the guide built for this model" is no fix: clearing
-    the store is. None for any other guide (or none)."""
+    the store is. ``drawn``: the shape of one draw of each site the guide drew; the store is
+    named only where one of them differs from the shape the guide was set up with (its
+    prototype trace): a guide that draws as it was built (a model sized by ``x``, given
+    another ``x``) took nothing of another shape. None for any other guide (or none)."""
     taken = _stored_names(model, guide)
-    if not taken:
+    if not taken or not _reshaped(guide, drawn):
         return None
     shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
     return (
@@ -307,6 +313,24 @@ def store_taken_fix(model: Any, guide: Any) -> str | None:
         "this model and guide (then fit them), or pyro.settings.set(module_local_params="
         "True) before building the models to keep each one's parameters its own."
     )
+
+
+def _reshaped(guide: Any, drawn: Mapping[str, Sequence[int]] | None) -> bool:
+    """Whether ``guide`` drew a site (``drawn``, one draw's shapes, leading dims of size 1
+    allowed) in another shape than its prototype trace, the model as it was when the guide
+    first ran, held: its values have been replaced since, by the store's."""
+    proto = getattr(unwrapped(guide), "prototype_trace", None)
+    if proto is None or not drawn:
+        return False
+    for site, shape in drawn.items():
+        node = proto.nodes.get(site)
+        if node is None or node["type"] != "sample" or node["is_observed"]:
+            continue
+        built, got = tuple(node["value"].shape), tuple(shape)
+        extra = len(got) - len(built)
+        if extra < 0 or got[extra:] != built or any(d != 1 for d in got[:extra]):
+            return True
+    return False
 
 
 def _stored_names(model: Any, guide: Any) -> list[str]:

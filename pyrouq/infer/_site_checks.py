@@ -33,7 +33,7 @@ def check_draws(
         return
     got = {site: tuple(value.shape[1:]) for site, value in draws.items()}
     problem = site_mismatch(expected, got, strict=False, source=source)
-    refuse(model, problem, caller, source, guide)
+    refuse(model, problem, caller, source, guide, got)
     likelihood = likelihood_of(model)
     for site in getattr(likelihood, "latent_sites", dict)():  # a noise scale: positive
         if site in draws and not bool((draws[site] > 0).all()):
@@ -120,14 +120,20 @@ _REFUSALS = {
 
 
 def refuse(
-    model: Any, problem: str | None, caller: str, source: str = "the guide", guide: Any = None
+    model: Any,
+    problem: str | None,
+    caller: str,
+    source: str = "the guide",
+    guide: Any = None,
+    drawn: dict[str, tuple[int, ...]] | None = None,
 ) -> None:
     """Raise the house ValueError for ``problem`` (None: nothing to refuse). A Pyro autoguide
-    built for this very model whose draws do not fit it took, when it first ran, the values
-    Pyro's param store held under its parameters' names: passing "the guide built for this
-    model" is then no fix, clearing the store is (:func:`~pyrouq._param_store.store_taken_fix`)."""
+    built for this very model whose draws (``drawn``, one draw's shapes) do not fit it, nor
+    the shapes it was built with, took, when it first ran, the values Pyro's param store held
+    under its parameters' names: passing "the guide built for this model" is then no fix,
+    clearing the store is (:func:`~pyrouq._param_store.store_taken_fix`)."""
     if problem is None:
         return
     lead, fix = _REFUSALS[source]
-    taken = store_taken_fix(model, guide) if source == "the guide" else None
+    taken = store_taken_fix(model, guide, drawn) if source == "the guide" else None
     raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {taken or fix}")

@@ -198,6 +198,37 @@ def test_an_autoguide_built_for_ones_own_model_that_took_another_ones_values_is_
     run(guide)
 
 
+class _SizedByX(PyroModule):
+    """A linear classifier with one weight row per column of x: its site's shape is x's."""
+
+    def forward(self, x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1], 3]).to_event(2))
+        logits = x @ w
+        with pyro.plate("data", 48, subsample_size=x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_an_autoguide_drawing_the_shapes_it_was_built_with_is_not_said_to_have_taken_the_store():
+    """The param store was named for any autoguide built for the model whose draws did not
+    fit: predict() of a model sized by x, given wider x, said the guide "took the values
+    Pyro's param store held ...: another model's" and to clear the store, which is untrue and
+    no fix. Its guide draws the shapes it was built with: it took nothing."""
+    x, y = data()
+    model = _SizedByX()
+    guide = AutoNormal(model)
+    fit(model, guide, x, y)
+    wide = torch.randn(5, 6)
+    with pytest.raises(ValueError, match=r"site 'w' has shape \(4, 3\) there but \(6, 3\)") as err:
+        pyrouq.predict(model, wide, guide, num_samples=2, progress=False)
+    assert "param store" not in str(err.value), str(err.value)
+    assert pyrouq.predict(model, wide[:, :4], guide, num_samples=2, progress=False).probs.shape == (
+        2,
+        5,
+        3,
+    )
+
+
 def test_a_new_autoguide_of_a_same_sized_model_is_still_warned_of_not_refused():
     x, y = data()
     first = BNN()
