@@ -1,4 +1,5 @@
-"""pyrouq's progress bars: tqdm's, drawn on stderr, and off where the process has none."""
+"""pyrouq's progress bars: tqdm's, drawn on stderr, and off where the process has none; and a
+line printed on stdout beside them."""
 
 from __future__ import annotations
 
@@ -26,3 +27,17 @@ def _writable(stream: Any) -> bool:
         return stream is not None and not getattr(stream, "closed", False)
     except ValueError:  # a detached TextIOWrapper: "underlying buffer has been detached"
         return False
+
+
+def write(line: str) -> None:
+    """Print ``line`` on ``sys.stdout`` beside pyrouq's bars, which stay intact: tqdm's own
+    write clears a bar drawn on the same terminal, prints the line and draws the bar again
+    below it (a print() would break the bar's line in two); then stdout is flushed, so a log
+    file or a pipe gets the line at once, not when its buffer fills. Nothing where the process
+    has no stdout (``>&-``: print() drops it too)."""
+    from tqdm.auto import tqdm as bar
+
+    if sys.stdout is None:
+        return
+    bar.write(line, file=sys.stdout)
+    sys.stdout.flush()

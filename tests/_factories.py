@@ -97,15 +97,15 @@ def batchnorm_mlp() -> nn.Module:
 
 def stop_fit_after_first_epoch(monkeypatch) -> None:
     """Make `pyrouq fit` stop after its first epoch as on Ctrl-C (a callback raising
-    KeyboardInterrupt), for the tests of interrupted runs."""
+    KeyboardInterrupt, after the command's own callbacks), for the tests of interrupted runs."""
     import pyrouq
 
     real_fit = pyrouq.fit
 
-    def stopped(*args, **kwargs):
+    def stopped(*args, callbacks=(), **kwargs):
         def stop(record):
             raise KeyboardInterrupt
 
-        return real_fit(*args, **kwargs, callbacks=[stop])
+        return real_fit(*args, **kwargs, callbacks=[*callbacks, stop])
 
     monkeypatch.setattr(pyrouq, "fit", stopped)

@@ -1,20 +1,20 @@
 """The ``pyrouq`` command: thin, it parses arguments, calls the library and prints.
 
 ``pyrouq fit MODEL`` trains on the bundled MNIST (or on Fashion-MNIST with ``--dataset``),
-evaluates on the test split with the other data set as out-of-distribution data, prints the
-metric tables and writes a run directory (``metrics.json``, ``config.json``,
-``checkpoint.pt``, plots). MODEL is a built-in name or ``package.module:factory``, an
-importable callable returning the user's ``nn.Module``, made Bayesian, last-layer Bayesian,
-a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by ``--method``
-(:mod:`pyrouq.cli._build`; the options are parsed in :mod:`pyrouq.cli._parser`, the metrics
-and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` reloads a run
-(calling the recorded factory for the skeleton) and evaluates it again, optionally on rotated
-images (:mod:`pyrouq.cli._evaluate`). Bad input is a one-line ``pyrouq: error: ...`` on
+printing each epoch's line as the epoch ends, evaluates on the test split with the other data
+set as out-of-distribution data, prints the metric tables and writes a run directory
+(``metrics.json``, ``config.json``, ``checkpoint.pt``, plots). MODEL is a built-in name or
+``package.module:factory``, an importable callable returning the user's ``nn.Module``, made
+Bayesian, last-layer Bayesian, a BatchEnsemble, a rank-1 Bayesian BatchEnsemble or left plain by
+``--method`` (:mod:`pyrouq.cli._build`; the options are parsed in :mod:`pyrouq.cli._parser`, the
+metrics and plots written by :mod:`pyrouq.cli._report`). ``pyrouq evaluate RUN_DIR`` reloads a
+run (calling the recorded factory for the skeleton) and evaluates it again, optionally on
+rotated images (:mod:`pyrouq.cli._evaluate`). Bad input is a one-line ``pyrouq: error: ...`` on
 stderr and exit code 2 (``pyrouq`` alone prints its help and exits 0, as ``--help`` does); an
 interrupted training saves the partial run and exits with 130 (SIGTERM, how a cluster's
 scheduler preempts a job, is handled as Ctrl-C and exits with 143); a closed stdout or stderr
-(``pyrouq fit MODEL 2>&1 | head -1``) silences the printing only: the
-command writes its files, then exits quietly with 141.
+(``pyrouq fit MODEL 2>&1 | head -1``) silences the printing only: the command writes its files,
+then exits quietly with 141.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ from pyrouq.cli._parser import (
     EXIT_USAGE,
     _build_parser,
 )
-from pyrouq.cli._report import _evaluate, _save_plots, _write_metrics
+from pyrouq.cli._report import EpochLines, _evaluate, _save_plots, _write_metrics
 from pyrouq.cli._run_dir import (
     claim,
+    earlier_epochs,
     out_dir,
     recorded_factory_root,
     recorded_sites,
@@ -278,6 +279,9 @@ def _run_fit(
     )
     # a run trained in full, stopped while it evaluated: finished without training
     finished = args.resume and trained_in_full(checkpoint, epochs)
+    lines = EpochLines()  # each epoch's line as it ends (rank 0's; the others print none)
+    if args.resume:
+        lines.history(earlier_epochs(checkpoint))  # the epochs of the run before it stopped
     try:
         with _writing_run(out, checkpoint):  # each epoch's checkpoint
             if finished:
@@ -296,8 +300,10 @@ def _run_fit(
                     checkpoint=checkpoint,
                     metadata={"config": config},
                     resume_from=checkpoint if args.resume else None,
+                    callbacks=[lines],
                 )
     except TrainingInterrupted as stop:  # (step 0: as fit() says it)
+        lines.history(stop.result.history)  # (an epoch stopped before its callback ran)
         when = f"after step {stop.step}" if stop.step else "before its first step"
         print(
             f"\npyrouq: interrupted in epoch {stop.epoch} {when}; the partial run "
@@ -329,12 +335,7 @@ def _run_fit(
             "" if method == "last-layer" else other,
         )
         raise CommandError(f"factory {args.model!r}, --method {method}: {text}") from None
-    for record in result.history:
-        print(
-            f"epoch {record.epoch}: loss {record.loss:.4g} (nll {record.nll:.4g}, "
-            f"kl {record.kl:.4g}), train acc {100 * record.train_acc:.2f} %, "
-            f"{record.seconds:.1f} s"
-        )
+    lines.history(result.history)  # (printed already, by fit()'s callback or from --resume's file)
     num_samples = args.num_samples if guide is not None else None
     pyro.set_rng_seed(args.seed)  # as `pyrouq evaluate` does: it repeats these numbers
     try:

@@ -1,5 +1,6 @@
-"""What ``pyrouq fit`` and ``pyrouq evaluate`` report: the evaluation on the test split (tables,
-plots, metrics.json) and the post-hoc calibration of ``evaluate --calibrate / --conformal``."""
+"""What ``pyrouq fit`` and ``pyrouq evaluate`` report: fit's line of each epoch as it ends, the
+evaluation on the test split (tables, plots, metrics.json) and the post-hoc calibration of
+``evaluate --calibrate / --conformal``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,35 @@ from typing import Any, Literal
 
 from pyrouq._words import as_typed
 from pyrouq.cli._build import CommandError
+
+
+class EpochLines:
+    """`pyrouq fit`'s line of each epoch (loss, its NLL and KL, running train accuracy, time),
+    printed when the epoch ends: called with its record as fit()'s callback, after the epoch's
+    checkpoint is written. A log (``--no-progress`` under a batch scheduler) shows each epoch
+    as it finishes, and a run stopped by Ctrl-C or SIGTERM has printed the epochs it finished.
+    :meth:`history` prints the records of a history not printed yet, in order: a resumed run's
+    earlier epochs (before it trains on), one trained in full and finished without training.
+    Each epoch is printed once."""
+
+    def __init__(self) -> None:
+        self.printed: set[int] = set()
+
+    def __call__(self, record: Any) -> None:
+        from pyrouq._progress import write
+
+        if record.epoch in self.printed:
+            return
+        self.printed.add(record.epoch)
+        write(  # beside fit()'s progress bar, flushed
+            f"epoch {record.epoch}: loss {record.loss:.4g} (nll {record.nll:.4g}, "
+            f"kl {record.kl:.4g}), train acc {100 * record.train_acc:.2f} %, "
+            f"{record.seconds:.1f} s"
+        )
+
+    def history(self, records: Any) -> None:
+        for record in records:
+            self(record)
 
 
 def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, Any]:

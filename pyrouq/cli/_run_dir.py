@@ -163,6 +163,26 @@ def trained_in_full(checkpoint: Path, epochs: int) -> bool:
     return done == planned == epochs
 
 
+def earlier_epochs(checkpoint: Path) -> list[Any]:
+    """The records of the epochs the interrupted run's ``checkpoint`` finished (its training
+    state's history), whose lines ``--resume`` prints before it trains on; none where the file
+    holds no training state fit() wrote, which fit() (or :func:`trained_run`) then refuses in
+    its words."""
+    import pyrouq
+    from pyrouq.checkpoint import read
+    from pyrouq.checkpoint._resume import check_training
+
+    try:
+        payload = read(checkpoint)
+        training = payload.get("training")
+        check_training(training, payload.get("optimizer"), str(checkpoint))
+    except Exception:  # (any: what fit() or trained_run() reads next tells it in its words)
+        return []
+    if not isinstance(training, dict):  # (none: a final checkpoint, refused before)
+        return []
+    return [pyrouq.EpochRecord(**record) for record in training["history"]]
+
+
 def load_run(checkpoint: Path, skeleton: Any, config: dict[str, Any], device: Any) -> Any:
     """``pyrouq.load()`` of a `pyrouq fit` run's ``checkpoint`` (``skeleton``: the network its
     recorded factory builds, or None), as `pyrouq evaluate` and ``fit --resume`` load it:

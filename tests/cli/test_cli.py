@@ -156,15 +156,89 @@ def test_evaluate_is_reproducible(bayes_run, capsys):
     assert runs == first
 
 
+def _epoch_line(record):
+    """`pyrouq fit`'s line of an epoch, as README shows it, of a checkpoint's history record."""
+    return (
+        f"epoch {record['epoch']}: loss {record['loss']:.4g} (nll {record['nll']:.4g}, kl "
+        f"{record['kl']:.4g}), train acc {100 * record['train_acc']:.2f} %, "
+        f"{record['seconds']:.1f} s"
+    )
+
+
+def _epoch_lines(printed):
+    return [line for line in printed.splitlines() if re.match(r"epoch \d+: loss ", line)]
+
+
 def test_interrupted_fit_saves_the_partial_run(tmp_path, capsys, monkeypatch):
     _factories.stop_fit_after_first_epoch(monkeypatch)
     out = tmp_path / "run"
     argv = ["fit", "mlp", "--epochs", "3", "--train-size", "256", "--out", str(out)]
     assert main([*argv, "--no-progress"]) == cli.EXIT_INTERRUPTED
-    err = capsys.readouterr().err
-    assert f"the partial run is saved at {out / 'checkpoint.pt'}" in err
+    printed = capsys.readouterr()
+    assert f"the partial run is saved at {out / 'checkpoint.pt'}" in printed.err
     saved = pyrouq.load(out / "checkpoint.pt")
     assert saved.training["epochs_done"] == 1
+    # the finished epoch's line was printed (the lines came after the whole training: none)
+    first = _epoch_line(saved.training["history"][0])
+    assert _epoch_lines(printed.out) == [first]
+    # resumed (and stopped after its first epoch again): the earlier epoch's line, then its own
+    assert main([*argv, "--no-progress", "--resume"]) == cli.EXIT_INTERRUPTED
+    history = pyrouq.load(out / "checkpoint.pt").training["history"]
+    assert _epoch_lines(capsys.readouterr().out) == [first, _epoch_line(history[1])]
+
+
+class _Log:
+    """stdout or stderr writing into one log file (``> log 2>&1``), the list ``into``: what it
+    was given (``text``) and what reached the file by its last flush (``flushed``)."""
+
+    def __init__(self, into):
+        self.into, self.text, self.flushed = into, "", ""
+
+    def write(self, text):
+        self.text += text
+        self.into.append(text)
+        return len(text)
+
+    def flush(self):
+        self.flushed = self.text
+
+    def isatty(self):
+        return False
+
+
+def test_each_epochs_line_is_printed_and_flushed_as_the_epoch_ends(tmp_path, monkeypatch):
+    """The lines were printed after the whole training: a batch scheduler's log showed none
+    while the run trained, and a run stopped (Ctrl-C, SIGTERM) none at all. Now each epoch's
+    line reaches the log when its epoch ends, beside the progress bar (which is cleared for it,
+    not run into), once."""
+    log = []
+    stdout = _Log(log)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "stderr", _Log(log))
+    at_ends = []  # what stdout had flushed at each epoch's end (a callback after the command's)
+    real_fit = pyrouq.fit
+
+    def watched(*args, callbacks=(), **kwargs):
+        def watch(record):
+            at_ends.append(stdout.flushed)
+            if record.epoch == 2:
+                raise KeyboardInterrupt  # stopped there: the tables never come
+
+        return real_fit(*args, **kwargs, callbacks=[*callbacks, watch])
+
+    monkeypatch.setattr(pyrouq, "fit", watched)
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "3", "--train-size", "128", "--batch-size", "64"]
+    assert main([*argv, "--out", str(out)]) == cli.EXIT_INTERRUPTED  # progress bar on
+    history = pyrouq.load(out / "checkpoint.pt").training["history"]
+    lines = [_epoch_line(record) for record in history]
+    assert len(lines) == 2 and _epoch_lines(stdout.text) == lines
+    assert at_ends == [stdout.text.split(lines[1])[0], stdout.text]  # flushed, before epoch 2
+    assert _epoch_lines("".join(log)) == lines
+    # the bar (on stderr) was wiped off its line first (a print() ran the line into the bar),
+    # then drawn again below it, at 2 of the 6 steps
+    before, after = "".join(log).split(f"{lines[0]}\n")
+    assert "0/6" in before and before.endswith("\r") and "2/6" in after.split(lines[1])[0]
 
 
 @pytest.mark.parametrize("when", ["setup", "evaluation"])
@@ -866,6 +940,7 @@ def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
     # a rank's own traceback comes first, torchrun's summary of the failure after it
     assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-1500:]
     assert done.stdout.count("pyrouq 0.1.0: fitting BayesianMLP") == 1  # rank 0 alone prints
+    assert done.stdout.count("\nepoch 1: loss ") == 1  # (as its epoch ended: rank 0's callback)
     # 1,025 images: shards padded to 513 each, so that both ranks take as many steps
     banner = re.search(r"1 epoch of (\d+) batches of (\d+) on each of 2 ranks", done.stdout)
     assert banner is not None, done.stdout
