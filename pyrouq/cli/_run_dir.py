@@ -252,7 +252,8 @@ def trained_run(
         initialise_lazy(skeleton, args.model)
     saved = load_run(checkpoint, skeleton, config, config["device"])
     assert isinstance(saved, pyrouq.Checkpoint)  # (trained_in_full read its training state)
-    # one fit() did not write (a history of other keys: EpochRecord's TypeError), in its words
+    # one fit() did not write (a history of other keys: EpochRecord's TypeError; an N,
+    # kl_weight or particles edited: int()'s and float()'s words), in fit()'s words
     check_training(saved.training, saved.optimizer_state, str(checkpoint))
     training = saved.training or {}
     result = pyrouq.FitResult(

@@ -187,6 +187,12 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
             r"'base_lrs' holds 2 learning rate\(s\), one per parameter "
             r"group, but its optimizer state has 1 parameter group\(s\)",
         ),
+        # float(kl_weight)'s "could not convert string to float: 'x'" in the warning of a
+        # changed kl_weight; an N or particles of none passed unseen
+        ({"kl_weight": "x"}, r"'kl_weight' is 'x', not a weight of 0 or more"),
+        ({"kl_weight": float("nan")}, r"'kl_weight' is nan, not a weight of 0 or more"),
+        ({"num_data": None}, r"'num_data' is None, not a count from 1"),
+        ({"num_particles": 0}, r"'num_particles' is 0, not a count from 1"),
     ]:
         path = tmp_path / "edited.pt"
         torch.save({**payload, "training": {**payload["training"], **edit}}, path)
