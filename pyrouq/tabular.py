@@ -152,8 +152,8 @@ class ArrayLoader(ShardedOrder):
 
     def __repr__(self) -> str:
         return (
-            f"ArrayLoader(N={len(self.dataset)}, batch_size={self.batch_size}, "
-            f"shuffle={self.shuffle})"
+            f"ArrayLoader(num_examples={len(self.dataset)}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, device={self.dataset.tensors[0].device})"
         )
 
 

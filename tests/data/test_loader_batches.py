@@ -100,3 +100,20 @@ def test_array_batches_keep_a_permuted_layout():
     loader = ArrayLoader(x, y, BATCH, shuffle=True, seed=4)  # (its first epoch again)
     with loader.sharded(0, 3):
         _check(loader, x, y, lambda rows: rows, 4, True, epochs=1, world=3, rank=0)
+
+
+def test_the_loaders_reprs_show_the_same_settings_their_seed_too():
+    """ArrayLoader's repr left out its seed (and named N otherwise) where TensorLoader's
+    shows it: a drawn seed, kept as loader.seed to rebuild the same order, was not seen."""
+    x, y = torch.zeros(10, 3), torch.zeros(10)
+    assert repr(ArrayLoader(x, y, 4, shuffle=False, seed=12)) == (
+        "ArrayLoader(num_examples=10, batch_size=4, shuffle=False, seed=12, device=cpu)"
+    )
+    drawn = ArrayLoader(x, y, 4)
+    assert f"shuffle=True, seed={drawn.seed}, device=cpu)" in repr(drawn)
+    images, labels = torch.zeros(10, 2, 2), torch.zeros(10, dtype=torch.long)
+    tensors = TensorLoader(images, labels, 4, shuffle=False, flatten=False, normalize=False,
+                           seed=12)  # fmt: skip
+    assert repr(tensors) == (
+        "TensorLoader(num_examples=10, batch_size=4, shuffle=False, seed=12, device=cpu)"
+    )
