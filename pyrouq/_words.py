@@ -122,13 +122,15 @@ def close_names(given: str, names: Collection[str], n: int = 1) -> list[str]:
 
 
 def close_hint(
-    given: str, names: Collection[str], other_words: Mapping[str, str] | None = None
+    given: object, names: Collection[str], other_words: Mapping[str, str] | None = None
 ) -> str:
     """For the message refusing ``given`` as one of ``names`` (lower case): :func:`slip_hint`'s
     question where it only slipped from one of them, else :func:`did_you_mean` of the name
     that ``other_words`` gives for it (another word for a name, in any case: ``"normal"`` for
     ``"gaussian"``), else of the name closest to it (a typo: `` (did you mean
-    'round_to'?)``), else ``""``."""
+    'round_to'?)``), else ``""`` (also for a ``given`` that is no string)."""
+    if not isinstance(given, str):
+        return ""
     other = (other_words or {}).get(given.strip().lower())
     return slip_hint(given, names) or did_you_mean([other] if other else close_names(given, names))
 

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 from pyrouq import __version__
 from pyrouq._numbers import check_at_most
 from pyrouq._util import MAX_SEED
+from pyrouq._words import close_hint
 from pyrouq.cli._build import (
     DEFAULT_MEMBERS,
     DEFAULT_NUM_SAMPLES,
@@ -38,6 +39,18 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = " ".join(["pyrouq", *self.prog.split()[1:2], "--help"])  # the subcommand's
         self.exit(EXIT_USAGE, f"pyrouq: error: {message} (see `{command}`)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's refusal of a value outside an option's choices, with the question of
+        :func:`~pyrouq._words.close_hint` (`--dataset fashion`: did you mean 'fashion-mnist'?)."""
+        choices = action.choices
+        if isinstance(value, str) and choices is not None and value not in choices:
+            hint = close_hint(value, [str(c) for c in choices], {"fmnist": "fashion-mnist"})
+            if hint:  # (argparse's own words, the question after the value)
+                shown = ", ".join(map(repr, choices))
+                message = f"invalid choice: {value!r}{hint} (choose from {shown})"
+                raise argparse.ArgumentError(action, message)
+        super()._check_value(action, value)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
         parsed, unknown = self.parse_known_args(args, namespace)

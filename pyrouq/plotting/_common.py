@@ -16,7 +16,7 @@ from torch import Tensor
 from pyrouq._arguments import check_folder
 from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._metric_inputs import carried_targets
-from pyrouq._words import slip_hint
+from pyrouq._words import close_hint
 from pyrouq.metrics import _prepare, _prepare_probs
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ def _headless() -> bool:
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        hint = slip_hint(value, allowed)
+        hint = close_hint(value, allowed)  # (a slip's, or a typo's: 'histogram' for 'hist')
         raise ValueError(
             f"Unknown {name} {value!r}{hint}; expected one of {', '.join(map(repr, allowed))}."
         )

@@ -250,7 +250,15 @@ def test_user_errors_are_one_line_and_exit_code_2(argv, expected, tmp_path, caps
             "unrecognized arguments: --epochs 2 (see `pyrouq evaluate --help`)",
         ),
         (["fit", "mlp", "--n", "3"], "ambiguous option: --n could match"),
-        (["fitt"], "invalid choice: 'fitt'"),
+        (["fitt"], "invalid choice: 'fitt' (did you mean 'fit'?) (choose from "),
+        (
+            ["fit", "mlp", "--dataset", "fashion"],
+            "argument --dataset: invalid choice: 'fashion' (did you mean 'fashion-mnist'?) "
+            "(choose from 'mnist', 'fashion-mnist') (see `pyrouq fit --help`)",
+        ),
+        (["fit", "mlp", "--dataset", "fmnist"], "'fmnist' (did you mean 'fashion-mnist'?)"),
+        (["evaluate", "run", "--ood", "fashion"], "'fashion' (did you mean 'fashion-mnist'?)"),
+        (["fit", "mlp", "--method", "bayes"], "'bayes' (did you mean 'bayesian'?)"),
         (
             ["fit", "mlp", "--seed", "4294967296"],
             "--seed must be in [0, 2**32 - 1], got 4294967296",

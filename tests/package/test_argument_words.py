@@ -27,6 +27,7 @@ from pyrouq import (
     fit,
     mean_field_guide,
     mean_set_size,
+    plot_uncertainty_distributions,
 )
 from pyrouq.nn import BatchEnsembleConv2d, BatchEnsembleConvTranspose2d
 
@@ -197,6 +198,27 @@ def test_the_words_users_write_for_gaussian_are_asked_did_you_mean_gaussian(give
         pyrouq.bayesian(nn.Linear(3, 2), likelihood=given)
     with pytest.raises(ValueError, match=said):
         pyrouq.likelihoods.get_likelihood(given)
+
+
+@pytest.mark.parametrize(
+    ("call", "given", "meant"),
+    [
+        (lambda v: pyrouq.ood_loader(dataset=v), "fashion", "fashion-mnist"),
+        (lambda v: pyrouq.ood_loader(dataset=v), "fmnist", "fashion-mnist"),
+        (lambda v: pyrouq.ood_loader(dataset=v), "fashion_mnist", "fashion-mnist"),
+        (lambda v: pyrouq.ood_loader(dataset=v), "mnsit", "mnist"),
+        (lambda v: plot_uncertainty_distributions(torch.full((2, 2), 0.5), kind=v), "histogram",
+         "hist"),
+        (lambda v: plot_uncertainty_distributions(torch.full((2, 2), 0.5), kind=v), "cdf",
+         "ecdf"),
+    ],
+)  # fmt: skip
+def test_another_word_or_a_typo_for_a_dataset_or_plot_kind_is_asked_did_you_mean(
+    call, given, meant
+):
+    # was: only a slip of case or spaces was asked ('fashion': the names listed, none meant)
+    with pytest.raises(ValueError, match=rf"Unknown \w+ {given!r} \(did you mean {meant!r}\?\)"):
+        call(given)
 
 
 def test_a_name_that_slipped_from_none_gets_no_guess_and_a_slip_is_not_taken():
