@@ -4,13 +4,14 @@ BatchEnsemble layer's refusal, torch's words on shapes, channels or dtypes, or a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 from torch import nn
 
 from pyrouq._first_layer_fix import input_fix
-from pyrouq._mismatch import input_mismatch, layer_added, layer_named
+from pyrouq._mismatch import input_mismatch, layer_added, layer_named, torch_words
 from pyrouq._util import LayerInputError, class_name
 
 
@@ -21,8 +22,9 @@ class LayersNamed:
     names is named at both), as ``'net.3.0'``; a layer not in ``net``, a refusal rebuilt from
     its message alone (no ``layer``), or anything failing while the paths are looked up, leaves
     the refusal as it came. Torch's own words on inputs a layer does not take (a
-    RuntimeError) get the layer added, their type kept (:func:`_name_failing_layer`). A run
-    that succeeds pays for the ``with`` alone. ``x``: the input the model gave ``net``, for a
+    RuntimeError; an affine InstanceNorm's ValueError on another channel count) get the layer
+    added, their type kept (:func:`_name_failing_layer`). A run that succeeds pays for the
+    ``with`` alone. ``x``: the input the model gave ``net``, for a
     refusal of it as it came (by its first layer), which says what to do about the input or
     that layer (``LayerInputError.input_detail``; after torch's words, a convolution's or
     Linear's of torch: :func:`_input_fix`), not about "the layer before it". ``plain``: ``net``
@@ -36,7 +38,7 @@ class LayersNamed:
         return None
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        if isinstance(error, RuntimeError):
+        if isinstance(error, RuntimeError) or _instance_norm_words(error):
             _name_failing_layer(self.net, error, traceback, self.x, self.plain)
             return
         if isinstance(error, IndexError):
@@ -141,13 +143,16 @@ def _name_failing_layer(
     if layer_added(error) or len(args) != 1 or not isinstance(args[0], str):
         return
     try:
-        if not input_mismatch(error):
+        norm = _instance_norm_words(error)  # (a ValueError: only an InstanceNorm's is named)
+        if not norm and not input_mismatch(error):
             return
         layer, _ = _innermost(net, traceback)
         if layer is None or not (where := _where(net, layer, plain)):
             return
         if getattr(layer, "_is_member_norm", False):  # the copies' class and settings
             layer = layer.get_submodule("norms.0")
+        if norm and not isinstance(layer, nn.modules.instancenorm._InstanceNorm):
+            return
         try:
             settings = layer.extra_repr()
         except Exception:  # (a subclass's own extra_repr failing: its settings unsaid)
@@ -156,8 +161,19 @@ def _name_failing_layer(
         fix = _input_fix(net, layer, x, traceback)
     except Exception:  # (the error as it came)
         return
-    named = f"{args[0].rstrip()} (in {label} {where})"
+    words = args[0].rstrip()  # (an InstanceNorm's ends with a full stop)
+    named = f"{words.removesuffix('.') if norm else words} (in {label} {where})"
     layer_named(error, f"{named}: {fix}" if fix else named, told=fix is not None)
+
+
+_INSTANCE_NORM = re.compile(r"expected input's size at dim=\d+ to match num_features \(\d+\)")
+
+
+def _instance_norm_words(error: Any) -> bool:
+    """Whether ``error`` is an affine ``nn.InstanceNorm*``'s ValueError on an input of another
+    channel count than its ``num_features`` (where a GroupNorm's or BatchNorm's is torch's
+    RuntimeError), in torch's words."""
+    return isinstance(error, ValueError) and _INSTANCE_NORM.match(torch_words(error)) is not None
 
 
 def _input_fix(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> str | None:

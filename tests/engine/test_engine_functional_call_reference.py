@@ -297,6 +297,35 @@ def test_a_norm_or_prelu_of_other_channels_is_named_and_restated_by_predict(laye
     assert "Check that the network takes x (shape, channels, flattening" in str(info.value)
 
 
+def test_an_affine_instance_norm_of_other_channels_is_named():
+    """An affine InstanceNorm's refusal of another channel count is torch's ValueError, not a
+    RuntimeError as a GroupNorm's: it named no layer, in a converted network or a plain one."""
+    torch.manual_seed(0)
+    layer = nn.InstanceNorm2d(16, affine=True)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), layer, nn.Flatten(), nn.Linear(200, 2))
+    model = pyrouq.bayesian(net)
+    said = "expected input's size at dim=1 to match num_features (16), but got: 8"
+    with pytest.raises(ValueError) as info:
+        model(torch.randn(3, 1, 5, 5))
+    assert str(info.value) == f"{said} (in {layer!r} at 'net.1' of the model)"
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(model, torch.randn(3, 1, 5, 5), guide, num_samples=2, progress=False)
+    assert str(info.value) == f"{said} (in {layer!r} at 'net.1' of the model)"
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(net, torch.randn(3, 1, 5, 5), progress=False)
+    assert str(info.value) == f"{said} (in {layer!r} at '1' of the network)"
+
+    # a ValueError of those words from another layer of the user's is left as it came
+    class Own(nn.Module):
+        def forward(self, x):
+            raise ValueError(f"{said}.")
+
+    with pytest.raises(ValueError) as info:
+        pyrouq.bayesian(nn.Sequential(nn.Linear(2, 2), Own()))(torch.randn(3, 2))
+    assert str(info.value) == f"{said}."
+
+
 class _Tokens(nn.Module):
     """Token ids to their mean embedding, looked up in its own forward (not by calling its
     nn.Embedding), with an auxiliary head the forward leaves out."""
