@@ -530,7 +530,8 @@ def _export_weights(
                 if forward is None:
                     check_draws(model, drawn, "to_inference_data()", source, guide)
                 else:  # its latent sites, those its forward samples beside the weights too
-                    sites = conditioned_sites(forward, weights, x, "to_inference_data()", source)
+                    fn = "to_inference_data()"
+                    sites = conditioned_sites(forward, weights, x, fn, source, guide)
             for name in keep:
                 out.put(_LATENT + name, s, weights[name])
             weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}

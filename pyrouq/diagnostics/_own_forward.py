@@ -54,13 +54,14 @@ def exported_sites(model: Any, x: Tensor, n: int) -> list[str]:
 
 
 def conditioned_sites(
-    own: Any, weights: dict[str, Tensor], x: Tensor, caller: str, source: str
+    own: Any, weights: dict[str, Tensor], x: Tensor, caller: str, source: str, guide: Any = None
 ) -> list[str]:
     """The sites of one draw ``weights`` that the forward of ``own`` runs conditioned on: its
     latent sites, every one of them required of the draws, as predict() requires them
-    (:func:`~pyrouq._own_models.fitting_draws`: a site missing or of another shape refused)."""
+    (:func:`~pyrouq._own_models.fitting_draws`: a site missing or of another shape refused;
+    ``guide``, the guide drawn from, tells why its draws do not fit)."""
     drawn = {name: value[None] for name, value in weights.items()}
-    return list(fitting_draws(own, drawn, x, caller, source, _classes(own)))
+    return list(fitting_draws(own, drawn, x, caller, source, _classes(own), guide))
 
 
 def forward_outputs(

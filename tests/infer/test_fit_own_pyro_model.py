@@ -153,6 +153,48 @@ def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_
     run(guide)
 
 
+class _OwnForward(pyrouq.BayesianNetwork):
+    """A pyrouq model with a forward of its own (the built-in one's steps, spelt out)."""
+
+    def forward(self, x, y=None):
+        weights = {site: pyro.sample(site, prior) for site, prior in self.priors().items()}
+        logits = self.outputs(x, weights)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+def test_an_autoguide_that_took_another_ones_values_is_told_why_where_its_forward_runs():
+    """to_inference_data() of a pyrouq model with a forward of its own checks the draws on
+    that forward (conditioned_sites), which was not given the guide: an AutoNormal built for
+    it that took the first model's tensors from the param store was told "Pass the guide
+    fitted with this model", which it was, where the other paths say to clear the store."""
+    x, y = data()
+    first = _OwnForward(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), num_data=48)
+    first_guide = AutoNormal(first)
+    fit(first, first_guide, x, y)
+    second = _OwnForward(nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3)), num_data=48)
+    guide = AutoNormal(second)
+    guide(x[:2], y[:2])
+
+    def run(g):
+        return pyrouq.to_inference_data(second, g, x, y, num_samples=2)
+
+    with pytest.raises(ValueError, match=r"site '0\.weight' has shape \(8, 4\) there") as err:
+        run(guide)
+    message = str(err.value)
+    assert "The guide (AutoNormal) was built for this model, but took the values" in message
+    assert "('AutoNormal.locs.0.weight', " in message and "pyro.clear_param_store()" in message
+    assert "Pass " not in message
+    with pytest.raises(ValueError, match="Pass the guide built for this model"):
+        run(first_guide)  # (another model's guide: the advice stands)
+    pyro.clear_param_store()  # the way out it names
+    second = _OwnForward(nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3)), num_data=48)
+    guide = AutoNormal(second)
+    fit(second, guide, x, y)
+    run(guide)
+
+
 @pytest.mark.parametrize(
     "call, problem",
     [
