@@ -332,8 +332,9 @@ def format_rotation_table(rows: Iterable[dict[str, float]]) -> str:
     """Format the rows of :func:`evaluate_rotations` as one fixed-width text table.
 
     Accuracy and ECE are shown as percentages, the uncertainties with 5 decimals, in the box
-    style of :func:`pyrouq.metrics.format_table`. Rows missing a key, or holding a value that
-    is not a finite number, are refused.
+    style of :func:`pyrouq.metrics.format_table`. Rows missing a key, holding a value that
+    is not a finite number, or an ``acc`` or ``ece`` outside [0, 1] (they are fractions), are
+    refused.
 
     Examples
     --------
@@ -402,6 +403,13 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 f"A rotation row holds NaN or infinite values ({', '.join(bad)}); expected "
                 f"finite numbers for each of {list(_ROTATION_KEYS)}, as evaluate_rotations() "
                 "returns them. Drop or repair that row."
+            )
+        bad = [f"{k}={shown(given[k])}" for k in ("acc", "ece") if not 0 <= row[k] <= 1]
+        if bad:  # (percentages given by hand: shown as "9800.00%")
+            raise ValueError(
+                f"A rotation row holds {', '.join(bad)} outside [0, 1]; expected acc and ece "
+                "as fractions, as evaluate_rotations() returns them (they are shown as "
+                "percentages). If they are percentages, divide them by 100."
             )
     return read
 

@@ -472,8 +472,9 @@ def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
     ----------
     rows : list of dict
         What :func:`pyrouq.rotation.evaluate_rotations` returned: one dict per angle with
-        keys ``angle``, ``acc``, ``ece``, ``epistemic``, ``total``, each a finite number (NaN
-        and inf are refused with a ValueError, before a figure is made).
+        keys ``angle``, ``acc``, ``ece``, ``epistemic``, ``total``, each a finite number, the
+        ``acc`` and ``ece`` fractions in [0, 1] (NaN, inf and percentages are refused with a
+        ValueError, before a figure is made).
 
     Returns
     -------

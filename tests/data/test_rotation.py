@@ -14,6 +14,7 @@ from pyrouq import metrics
 from pyrouq.data import MNIST_MEAN, MNIST_STD, NORMALIZED_BLACK, mnist_arrays
 from pyrouq.infer import mean_field_guide
 from pyrouq.models import MLP, BayesianMLP
+from pyrouq.plotting import plot_rotation
 from pyrouq.predictive import predict
 from pyrouq.rotation import evaluate_rotations, format_rotation_table, rotate
 from pyrouq.uncertainty import decompose
@@ -220,6 +221,16 @@ def test_format_rotation_table():
     # an infinite ECE or a NaN angle was printed as "inf%" and "nan°"
     with pytest.raises(ValueError, match=r"holds NaN or infinite values \(angle=nan, ece=inf\)"):
         format_rotation_table([rows[0], {**rows[1], "angle": math.nan, "ece": math.inf}])
+    # percentages given by hand were shown as "9900.00%", and plotted so
+    told = (
+        r"A rotation row holds acc=99\.0, ece=40\.0 outside \[0, 1\]; expected acc and ece as "
+        r"fractions, .* If they are percentages, divide them by 100\."
+    )
+    for call in (format_rotation_table, plot_rotation):
+        with pytest.raises(ValueError, match=told):
+            call([{**rows[0], "acc": 99.0, "ece": 40.0}, rows[1]])
+        with pytest.raises(ValueError, match=r"holds ece=-0\.1 outside \[0, 1\]"):
+            call([{**rows[0], "ece": -0.1}])
 
 
 class _SlowMLP(MLP):
