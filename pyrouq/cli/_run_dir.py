@@ -216,14 +216,14 @@ def load_run(checkpoint: Path, skeleton: Any, config: dict[str, Any], device: An
             raise
         # a file of an earlier pyrouq holding the wrapper: load() names the one to rebuild
         wrapped = _WRAPPED_SKELETON.search(" ".join(str(err).split()))
-        module, held = "make_net()", ""
-        if wrapped is not None:
-            module = f"{wrapped[1]}(make_net()){wrapped[2] or ''}"
+        module, where, held = "make_net()", "", ""
+        if wrapped is not None:  # (DDP's process group after the call, not inside it)
+            module, where = f"{wrapped[1]}(make_net())", wrapped[2] or ""
             held = f" (the file holds its {wrapped[1]} wrapper, saved by an earlier pyrouq)"
         raise CommandError(  # load()'s fix, module=, is not the command's to take
             f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
             "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
-            f"Python: pyrouq.load(path, module={module}), then pyrouq.predict{held}"
+            f"Python: pyrouq.load(path, module={module}){where}, then pyrouq.predict{held}"
         ) from None
     return saved
 

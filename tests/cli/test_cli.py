@@ -656,7 +656,7 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
 
 
 def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_python(
-    tmp_path, capsys
+    tmp_path, capsys, gloo_group
 ):
     model = pyrouq.batchensemble(
         torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), 2
@@ -665,24 +665,37 @@ def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_
     err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
     assert "holds a converted network that pyrouq.save() wrote, not `pyrouq fit`" in err
     assert "evaluate it in Python: pyrouq.load(path, module=make_net()), then" in err
-    # a file of an earlier pyrouq holding the DataParallel wrapper ('module.' names): the
-    # advice left the wrapper out, which load(path, module=make_net()) then refused
+    # a file of an earlier pyrouq holding the DataParallel or DDP wrapper ('module.' names):
+    # the advice left the wrapper out, which load(path, module=make_net()) then refused; DDP's
+    # process group was said inside load()'s parentheses (not Python)
     from pyrouq.convert import module_record
 
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
-    path = pyrouq.save(tmp_path / "checkpoint.pt", net)
-    payload = torch.load(path, weights_only=True)
-    description = json.loads(payload["description"])
-    description["model"]["module"] = module_record(torch.nn.DataParallel(net))
-    payload["description"] = json.dumps(description)
-    payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
-    torch.save(payload, path)
-    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
-    assert err.rstrip("\n").endswith(
-        "evaluate it in Python: pyrouq.load(path, module=torch.nn.DataParallel(make_net())), "
-        "then pyrouq.predict (the file holds its torch.nn.DataParallel wrapper, saved by an "
-        "earlier pyrouq)"
-    ), err
+    def make_net():
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+
+    ddp = "torch.nn.parallel.DistributedDataParallel"
+    for wrap, name, where in [
+        (torch.nn.DataParallel, "torch.nn.DataParallel", ""),
+        (torch.nn.parallel.DistributedDataParallel, ddp,
+         " in a process group (one of one process will do)"),
+    ]:  # fmt: skip
+        net = make_net()
+        path = pyrouq.save(tmp_path / "checkpoint.pt", net)
+        payload = torch.load(path, weights_only=True)
+        description = json.loads(payload["description"])
+        description["model"]["module"] = module_record(wrap(net))
+        payload["description"] = json.dumps(description)
+        payload["model"] = {f"module.{k}": v for k, v in payload["model"].items()}
+        torch.save(payload, path)
+        err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+        assert err.rstrip("\n").endswith(
+            f"evaluate it in Python: pyrouq.load(path, module={name}(make_net())){where}, "
+            f"then pyrouq.predict (the file holds its {name} wrapper, saved by an earlier "
+            "pyrouq)"
+        ), err
+        # the advice, followed (here, in a process group), loads the file
+        loaded = pyrouq.load(path, module=wrap(make_net())).model
+        assert torch.equal(loaded.module[1].weight, net[1].weight)
 
 
 def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_plot(
