@@ -14,13 +14,14 @@ from pyrouq.cli._build import CommandError
 
 def _rank_gpu() -> Any:
     """This torchrun rank's GPU: ``cuda:LOCAL_RANK``, or the one GPU a launcher that shows
-    each rank its own makes visible; more ranks than GPUs on a node is refused (nccl takes one
-    GPU per rank)."""
+    each rank its own makes visible (``LOCAL_RANK`` not read); more ranks than GPUs on a node
+    is refused (nccl takes one GPU per rank)."""
     import torch
 
-    local, count = _local_rank(), torch.cuda.device_count()
+    count = torch.cuda.device_count()
     if count == 1:
         return torch.device("cuda", 0)
+    local = _local_rank()
     if local >= count:
         raise CommandError(
             f"this rank's LOCAL_RANK is {local}, but only {count} GPUs are visible here: nccl "

@@ -277,3 +277,8 @@ def test_a_local_rank_that_is_no_index_is_refused_in_words(value, monkeypatch):
     )
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert _rank_gpu() == torch.device("cuda", 1)
+    # a launcher that shows each rank its one GPU: LOCAL_RANK is not read (-1 took cuda:0
+    # before the refusal, which refused it)
+    monkeypatch.setenv("LOCAL_RANK", value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _rank_gpu() == torch.device("cuda", 0)
