@@ -22,7 +22,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -49,6 +49,9 @@ from pyrouq._metric_ood import (
 from pyrouq._numbers import is_integer, shown, tensor_hint
 from pyrouq._tables import format_table
 from pyrouq.uncertainty import decompose
+
+if TYPE_CHECKING:  # (the module imports no models, nor Pyro)
+    from pyrouq.predictive import Predictions
 
 __all__ = [
     "OODScore",
@@ -86,7 +89,7 @@ NLL_CLAMP = 1e-12
 # Classification
 
 
-def acc(probs: Tensor, targets: Tensor | None = None) -> float:
+def acc(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Accuracy: ``mean_n [argmax_c p̄_nc == y_n]``.
 
     Ties in ``p̄`` go to the lowest class index (``torch.argmax``).
@@ -103,7 +106,7 @@ def acc(probs: Tensor, targets: Tensor | None = None) -> float:
 accuracy = acc
 
 
-def nll(probs: Tensor, targets: Tensor | None = None) -> float:
+def nll(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Negative log-likelihood: ``mean_n -log max(p̄_n[y_n], 1e-12)``, natural log (nats).
 
     The clamp at ``1e-12`` keeps a confidently wrong prediction (``p̄[y] = 0``) finite
@@ -119,7 +122,7 @@ def nll(probs: Tensor, targets: Tensor | None = None) -> float:
     return float(-torch.log(p_true.clamp_min(NLL_CLAMP)).mean()) + 0.0  # no -0.0 for p = 1
 
 
-def brier(probs: Tensor, targets: Tensor | None = None) -> float:
+def brier(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Brier score: ``mean_n sum_c (p̄_nc - [c == y_n])^2`` (sum over classes, in ``[0, 2]``).
 
     Examples
@@ -136,7 +139,9 @@ def brier(probs: Tensor, targets: Tensor | None = None) -> float:
 # Calibration
 
 
-def ece(probs: Tensor, targets: Tensor | None = None, *, num_bins: int = NUM_BINS) -> float:
+def ece(
+    probs: Tensor | Predictions, targets: Tensor | None = None, *, num_bins: int = NUM_BINS
+) -> float:
     """Expected calibration error with ``num_bins`` (default 15) equal-width confidence bins.
 
     ``ECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|`` with confidence ``max_c p̄_nc``,
@@ -163,7 +168,9 @@ def ece(probs: Tensor, targets: Tensor | None = None, *, num_bins: int = NUM_BIN
     return _binned_calibration_error(conf, (pred == y).to(conf.dtype), bins)
 
 
-def aece(probs: Tensor, targets: Tensor | None = None, *, num_bins: int = NUM_BINS) -> float:
+def aece(
+    probs: Tensor | Predictions, targets: Tensor | None = None, *, num_bins: int = NUM_BINS
+) -> float:
     """Adaptive ECE with ``num_bins`` (default 15) equal-mass bins (Nixon et al. 2019).
 
     Points are sorted by increasing confidence ``max_c p̄_nc`` (stable sort) and cut into K
@@ -217,7 +224,7 @@ def _check_bins(num_bins: Any) -> int:
 # Selective classification (confidence = max_c p̄_nc)
 
 
-def aurc(probs: Tensor, targets: Tensor | None = None) -> float:
+def aurc(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Area under the risk-coverage curve (Geifman & El-Yaniv 2017), confidence ``max_c p̄``.
 
     Sort the points by decreasing confidence; the selective risk at coverage ``k / N`` is the
@@ -238,7 +245,7 @@ def aurc(probs: Tensor, targets: Tensor | None = None) -> float:
     return float((errors / k).mean())
 
 
-def augrc(probs: Tensor, targets: Tensor | None = None) -> float:
+def augrc(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Area under the generalized risk-coverage curve (Traub et al. 2024).
 
     The generalized risk at coverage ``k / N`` is the fraction of all N points that are both
@@ -255,7 +262,7 @@ def augrc(probs: Tensor, targets: Tensor | None = None) -> float:
     return float(errors.mean() / errors.numel())
 
 
-def cov_at_5_risk(probs: Tensor, targets: Tensor | None = None) -> float:
+def cov_at_5_risk(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Coverage at 5% risk: the largest coverage ``k / N`` whose selective risk is ``<= 0.05``.
 
     Risks as in :func:`aurc`. Returns ``0.0`` when no coverage reaches a risk of 5% or less
@@ -274,7 +281,7 @@ def cov_at_5_risk(probs: Tensor, targets: Tensor | None = None) -> float:
     return float(ok[-1, 0] + 1) / n if ok.numel() else 0.0
 
 
-def risk_at_80_cov(probs: Tensor, targets: Tensor | None = None) -> float:
+def risk_at_80_cov(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Selective risk at 80% coverage: the error rate among the ``ceil(0.8 N)`` most confident.
 
     The count is rounded up (computed exactly, in integers), as torch-uncertainty does; ties as
@@ -295,7 +302,7 @@ def risk_at_80_cov(probs: Tensor, targets: Tensor | None = None) -> float:
 # Ensemble / posterior uncertainty
 
 
-def disagreement(probs: Tensor, targets: Tensor | None = None) -> float:
+def disagreement(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Ensemble disagreement: the fraction of member pairs whose predicted classes differ.
 
     For each input, over the ``S (S - 1) / 2`` unordered pairs ``i < j`` of the members'
@@ -319,7 +326,7 @@ def disagreement(probs: Tensor, targets: Tensor | None = None) -> float:
     return float((1 - agreeing_pairs / (s * (s - 1) / 2)).mean())
 
 
-def expected_entropy(probs: Tensor, targets: Tensor | None = None) -> float:
+def expected_entropy(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Mean over inputs of the expected entropy ``mean_s H(p_s)`` (aleatoric part), in nats.
 
     See :func:`pyrouq.uncertainty.decompose`; ``targets`` is accepted and ignored.
@@ -332,7 +339,7 @@ def expected_entropy(probs: Tensor, targets: Tensor | None = None) -> float:
     return float(decompose(_prepare_probs(probs), "entropy").aleatoric.mean())
 
 
-def mutual_information(probs: Tensor, targets: Tensor | None = None) -> float:
+def mutual_information(probs: Tensor | Predictions, targets: Tensor | None = None) -> float:
     """Mean over inputs of the mutual information ``H(p̄) - mean_s H(p_s)`` (epistemic), nats.
 
     See :func:`pyrouq.uncertainty.decompose`; ``targets`` is accepted and ignored.

@@ -359,6 +359,23 @@ def test_targets_none_read_those_the_predictions_carry_as_evaluate_does(fn):
             evaluate(probs, None)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [*TARGETED, metrics.disagreement, metrics.expected_entropy, metrics.mutual_information],
+    ids=lambda fn: fn.__name__,
+)
+def test_the_metrics_signatures_take_the_predictions_they_read(fn):
+    # probs was typed Tensor: mypy refused nll(p) for a Predictions p, the call that reads the
+    # targets p carries (as evaluate(p) does), though the docs say probs may be a Predictions
+    import typing
+
+    from pyrouq import Predictions
+
+    hints = typing.get_type_hints(fn, localns={"Predictions": Predictions})
+    assert set(typing.get_args(hints["probs"])) == {torch.Tensor, Predictions}
+    assert set(typing.get_args(hints["targets"])) == {torch.Tensor, type(None)}
+
+
 def test_probs_not_summing_to_one_and_wrong_rank():
     with pytest.raises(ValueError, match=r"sum to 1.*tolerance 0\.001.*softmax"):
         acc(FOUR * 2, FOUR_Y)
