@@ -47,7 +47,11 @@ from pyrouq.cli._build import (
     method_of,
 )
 from pyrouq.cli._evaluate import _cmd_evaluate, _device, _missing_data
-from pyrouq.cli._fit_words import batchnorm_in_command_words, grey_in_command_words
+from pyrouq.cli._fit_words import (
+    batchnorm_in_command_words,
+    grey_in_command_words,
+    unfit_training_in_command_words,
+)
 from pyrouq.cli._parser import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -325,6 +329,8 @@ def _run_fit(
         raise CommandError(_non_finite(str(err), out, guide is not None, method)) from None
     except ValueError as err:  # a factory's activation checkpointing, in the command's words
         text = " ".join(str(err).split())
+        if (unfit := unfit_training_in_command_words(text, str(out))) is not None:
+            raise CommandError(unfit) from None  # (--resume of an edited checkpoint.pt)
         if method is None or not _CHECKPOINTED.match(text):
             raise
         other = (

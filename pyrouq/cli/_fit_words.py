@@ -4,7 +4,8 @@ command's loader is made from ``--batch-size`` and ``--train-size``, split among
 torchrun (each trains on ``ceil(train_size / world)`` of the images, in batches of
 ``--batch-size``). Of a factory's network for colour images, the advice to repeat the grey
 channel is the input's, which the command loads itself (MNIST or
-Fashion-MNIST, one channel)."""
+Fashion-MNIST, one channel). Of a run's checkpoint whose training state fit() did not write,
+the advice is fit()'s (a new fit() from pyrouq.load(path)); the command's is --overwrite."""
 
 from __future__ import annotations
 
@@ -94,4 +95,26 @@ def _shard_advice(error: BatchTooSmall, batch_size: int | None) -> str:
         "the whole data set's. That is the last batch of each rank's shard in the epoch: pick "
         f"a --batch-size (or --train-size) that leaves no remainder of 1 from the {share} "
         "images of each rank."
+    )
+
+
+# fit()'s refusal of a training state it did not write (checkpoint/_resume.py: check_training)
+_UNFIT = re.compile(
+    r"^resume_from=.* holds a training state that fit\(\) did not write \((.*)\): "
+    r"save\(training=\.\.\.\) is fit\(\)'s to fill"
+)
+
+
+def unfit_training_in_command_words(message: str, out: str) -> str | None:
+    """fit()'s refusal (``message``, one line) of the training state of the checkpoint.pt of
+    the run in ``out``, which ``--resume`` read, in the command's words; None for any other
+    message. fit()'s advice, a new fit() from ``pyrouq.load(path)``, is Python's (and load()
+    takes no factory's network without its skeleton)."""
+    found = _UNFIT.match(message)
+    if found is None:
+        return None
+    return (
+        f"--resume: the run in {out!r} has a checkpoint.pt whose training state pyrouq fit did "
+        f"not write ({found[1]}): the file was edited. Start the run anew there with "
+        "--overwrite."
     )

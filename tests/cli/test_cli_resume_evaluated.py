@@ -148,13 +148,15 @@ def test_a_final_checkpoint_without_its_metrics_is_told_in_the_commands_words(
     )
 
 
-def test_a_run_trained_in_full_whose_history_was_edited_is_refused_in_fits_words(
+def test_a_run_trained_in_full_whose_history_was_edited_is_refused_in_the_commands_words(
     runs, tmp_path, capsys, monkeypatch
 ):
     """--resume of a run stopped while it evaluated built its fit() result as
     EpochRecord(**record) from the training state's history, without the check fit() makes
     of it: a hand-edited record failed as 'EpochRecord.__init__() got an unexpected keyword
-    argument 'acc''. It is now refused in fit()'s words for a training state it did not write."""
+    argument 'acc''. It is refused as fit() refuses a training state it did not write, in the
+    command's words: fit()'s advice, a new fit() from pyrouq.load(path), is Python's, and
+    load(path) takes no factory's network without its skeleton."""
     monkeypatch.delenv("PYROUQ_DATA", raising=False)
     run = tmp_path / "run"
     shutil.copytree(runs[0] / "stopped", run)
@@ -163,15 +165,24 @@ def test_a_run_trained_in_full_whose_history_was_edited_is_refused_in_fits_words
     edited = {**payload["training"], "history": [{**first, "acc": 0.5}]}
     torch.save({**payload, "training": edited}, run / "checkpoint.pt")
     err = one_line_error(capsys, [*ARGV, "--out", str(run), "--resume"])
-    assert err == (
-        f"pyrouq: error: resume_from={str(run / 'checkpoint.pt')!r} holds a training state "
-        "that fit() did not write ('history' record 1 has the keys ['epoch', 'loss', 'nll', "
-        "'kl', 'train_acc', 'seconds', 'acc'], where an epoch record has ['epoch', 'loss', "
-        "'nll', 'kl', 'train_acc', 'seconds']): save(training=...) is fit()'s to fill, or the "
-        "file was edited. Start a new fit() from ckpt = pyrouq.load(path) (ckpt.model, "
-        "ckpt.guide), or resume from a checkpoint that fit(checkpoint=...) wrote.\n"
-    ), err
+    told = (
+        f"pyrouq: error: --resume: the run in {str(run)!r} has a checkpoint.pt whose training "
+        "state pyrouq fit did not write ('history' record 1 has the keys ['epoch', 'loss', "
+        "'nll', 'kl', 'train_acc', 'seconds', 'acc'], where an epoch record has ['epoch', "
+        "'loss', 'nll', 'kl', 'train_acc', 'seconds']): the file was edited. Start the run "
+        "anew there with --overwrite.\n"
+    )
+    assert err == told, err
     assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json"]  # nothing written
+    # fit() refuses it in the same words where the run was stopped before its last epoch
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    torch.save({**payload, "training": {**payload["training"], "epochs_done": 1}},
+               run / "checkpoint.pt")  # fmt: skip
+    assert one_line_error(capsys, [*ARGV, "--out", str(run), "--resume"]) == told
+    # the advice, followed, trains the run anew
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main([*ARGV, "--out", str(run), "--overwrite"]) == 0
+    assert "metrics.json" in os.listdir(run)
 
 
 @pytest.mark.parametrize(
