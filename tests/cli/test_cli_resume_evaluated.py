@@ -196,24 +196,25 @@ def test_a_run_trained_in_full_whose_history_was_edited_is_refused_in_the_comman
         ("kl_weight", -1.0, "'kl_weight' is -1.0, not a weight of 0 or more"),
     ],
 )
-def test_a_run_trained_in_full_whose_settings_were_edited_is_refused_in_fits_words(
+def test_a_run_trained_in_full_whose_settings_were_edited_is_refused_in_the_commands_words(
     runs, tmp_path, capsys, monkeypatch, key, value, said
 ):
     """--resume of a run stopped while it evaluated read num_data, kl_weight and
     num_particles with bare int() / float(): a hand-edited value failed in Python's words
     ("invalid literal for int() with base 10: 'x'", "float() argument must be a string or a
     real number, not 'NoneType'") or went into the run's result (num_data=0). Refused as a
-    training state fit() did not write, as fit(resume_from=) now refuses it too."""
+    training state pyrouq fit did not write, in the command's words (fit(resume_from=) refuses
+    it too, in its own)."""
     monkeypatch.delenv("PYROUQ_DATA", raising=False)
     run = tmp_path / "run"
     shutil.copytree(runs[0] / "stopped", run)
     payload = torch.load(run / "checkpoint.pt", weights_only=True)
     torch.save({**payload, "training": {**payload["training"], key: value}}, run / "checkpoint.pt")
     err = one_line_error(capsys, [*ARGV, "--out", str(run), "--resume"])
-    assert err.startswith(
-        f"pyrouq: error: resume_from={str(run / 'checkpoint.pt')!r} holds a training state "
-        f"that fit() did not write ({said}): save(training=...) is fit()'s to fill, or the "
-        "file was edited."
+    assert err.strip() == (
+        f"pyrouq: error: --resume: the run in {str(run)!r} has a checkpoint.pt whose training "
+        f"state pyrouq fit did not write ({said}): the file was edited. Start the run anew "
+        "there with --overwrite."
     ), err
     assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json"]  # nothing written
 
