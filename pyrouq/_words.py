@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 __all__ = [
     "CASE",
+    "DATASET_WORDS",
     "JOINS",
     "SPACES",
     "article",
@@ -122,17 +123,31 @@ def close_names(given: str, names: Collection[str], n: int = 1) -> list[str]:
 
 
 def close_hint(
-    given: object, names: Collection[str], other_words: Mapping[str, str] | None = None
+    given: object, names: Collection[str], other_words: Mapping[str, str | None] | None = None
 ) -> str:
     """For the message refusing ``given`` as one of ``names`` (lower case): :func:`slip_hint`'s
     question where it only slipped from one of them, else :func:`did_you_mean` of the name
     that ``other_words`` gives for it (another word for a name, in any case: ``"normal"`` for
-    ``"gaussian"``), else of the name closest to it (a typo: `` (did you mean
-    'round_to'?)``), else ``""`` (also for a ``given`` that is no string)."""
+    ``"gaussian"``; no question where that is None or not one of ``names``: a word known to
+    mean something else is not taken for a typo), else of the name closest to it (a typo:
+    `` (did you mean 'round_to'?)``), else ``""`` (also for a ``given`` that is no string)."""
     if not isinstance(given, str):
         return ""
-    other = (other_words or {}).get(given.strip().lower())
-    return slip_hint(given, names) or did_you_mean([other] if other else close_names(given, names))
+    words, key = other_words or {}, given.strip().lower()
+    if key in words:  # another word: for one of names (asked), or for none of them (no question)
+        other = words[key]
+        meant = [other] if other is not None and other in names else []
+        return slip_hint(given, names) or did_you_mean(meant)
+    return slip_hint(given, names) or did_you_mean(close_names(given, names))
+
+
+DATASET_WORDS: dict[str, str | None] = {
+    **dict.fromkeys(("fmnist", "f-mnist", "f_mnist", "f mnist"), "fashion-mnist"),
+    **dict.fromkeys(("kmnist", "emnist", "qmnist"), None),
+}
+"""Other words for the data sets' names (:func:`close_hint`'s ``other_words``): Fashion-MNIST's
+short forms, which difflib finds closer to ``'mnist'``, and the MNIST-like data sets pyrouq
+does not have, of which difflib would ask ``'mnist'`` (None: no question)."""
 
 
 def flag_fix(name: str, value: object) -> str:

@@ -37,7 +37,7 @@ from pyrouq._arguments import check_device, set_generator_state
 from pyrouq._idx import DataError, _arrays
 from pyrouq._numbers import is_integer, tensor_hint
 from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
-from pyrouq._words import close_hint
+from pyrouq._words import DATASET_WORDS, close_hint
 
 __all__ = [
     "MNIST_MEAN",
@@ -566,8 +566,8 @@ def ood_loader(
     MNIST; ``dataset="mnist"`` gives the MNIST test split, the OOD set of models trained on
     Fashion-MNIST."""
     if dataset not in ("fashion-mnist", "mnist"):
-        # (or a typo's, a word's: 'fashion'; 'fmnist', which difflib finds closer to 'mnist')
-        hint = close_hint(dataset, ("fashion-mnist", "mnist"), {"fmnist": "fashion-mnist"})
+        # (or a typo's, another word's: 'fashion', 'f-mnist'; none of 'kmnist': DATASET_WORDS)
+        hint = close_hint(dataset, ("fashion-mnist", "mnist"), DATASET_WORDS)
         raise ValueError(
             f"Unknown dataset {dataset!r}{hint}: expected 'fashion-mnist' (the OOD set of MNIST "
             "models) or 'mnist' (that of Fashion-MNIST models)."

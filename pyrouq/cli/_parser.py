@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from pyrouq import __version__
 from pyrouq._numbers import check_at_most
 from pyrouq._util import MAX_SEED
-from pyrouq._words import close_hint
+from pyrouq._words import DATASET_WORDS, close_hint
 from pyrouq.cli._build import (
     DEFAULT_MEMBERS,
     DEFAULT_NUM_SAMPLES,
@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
         :func:`~pyrouq._words.close_hint` (`--dataset fashion`: did you mean 'fashion-mnist'?)."""
         choices = action.choices
         if isinstance(value, str) and choices is not None and value not in choices:
-            hint = close_hint(value, [str(c) for c in choices], {"fmnist": "fashion-mnist"})
+            hint = close_hint(value, [str(c) for c in choices], DATASET_WORDS)
             if hint:  # (argparse's own words, the question after the value)
                 shown = ", ".join(map(repr, choices))
                 message = f"invalid choice: {value!r}{hint} (choose from {shown})"

@@ -259,6 +259,7 @@ def test_user_errors_are_one_line_and_exit_code_2(argv, expected, tmp_path, caps
         (["fit", "mlp", "--dataset", "fmnist"], "'fmnist' (did you mean 'fashion-mnist'?)"),
         (["evaluate", "run", "--ood", "fashion"], "'fashion' (did you mean 'fashion-mnist'?)"),
         (["fit", "mlp", "--method", "bayes"], "'bayes' (did you mean 'bayesian'?)"),
+        (["fit", "mlp", "--dataset", "F-MNIST"], "'F-MNIST' (did you mean 'fashion-mnist'?)"),
         (
             ["fit", "mlp", "--seed", "4294967296"],
             "--seed must be in [0, 2**32 - 1], got 4294967296",
@@ -272,3 +273,21 @@ def test_misspelled_and_out_of_range_options_are_one_line_and_exit_code_2(argv, 
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("pyrouq: error: ") and expected in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # was: "(did you mean 'fashion-mnist'?)", not a method (the data sets' words, asked of
+        # every option's choices)
+        (["fit", "mlp", "--method", "fmnist"], "invalid choice: 'fmnist' (choose from 'bayesian'"),
+        # was: "(did you mean 'mnist'?)", another data set than the one meant
+        (["fit", "mlp", "--dataset", "kmnist"], "invalid choice: 'kmnist' (choose from 'mnist'"),
+    ],
+)
+def test_a_word_for_none_of_an_options_choices_is_not_asked_did_you_mean(argv, expected, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "did you mean" not in err, err

@@ -207,6 +207,9 @@ def test_the_words_users_write_for_gaussian_are_asked_did_you_mean_gaussian(give
         (lambda v: pyrouq.ood_loader(dataset=v), "fmnist", "fashion-mnist"),
         (lambda v: pyrouq.ood_loader(dataset=v), "fashion_mnist", "fashion-mnist"),
         (lambda v: pyrouq.ood_loader(dataset=v), "mnsit", "mnist"),
+        # (difflib's closest name is 'mnist': was asked 'mnist')
+        (lambda v: pyrouq.ood_loader(dataset=v), "F-MNIST", "fashion-mnist"),
+        (lambda v: pyrouq.ood_loader(dataset=v), "f_mnist", "fashion-mnist"),
         (lambda v: plot_uncertainty_distributions(torch.full((2, 2), 0.5), kind=v), "histogram",
          "hist"),
         (lambda v: plot_uncertainty_distributions(torch.full((2, 2), 0.5), kind=v), "cdf",
@@ -219,6 +222,14 @@ def test_another_word_or_a_typo_for_a_dataset_or_plot_kind_is_asked_did_you_mean
     # was: only a slip of case or spaces was asked ('fashion': the names listed, none meant)
     with pytest.raises(ValueError, match=rf"Unknown \w+ {given!r} \(did you mean {meant!r}\?\)"):
         call(given)
+
+
+@pytest.mark.parametrize("given", ["kmnist", "EMNIST", "qmnist"])
+def test_another_mnist_like_data_set_is_not_asked_did_you_mean_mnist(given):
+    # was: "(did you mean 'mnist'?)", a data set the user did not mean, one letter away
+    with pytest.raises(ValueError) as caught:
+        pyrouq.ood_loader(dataset=given)
+    assert str(caught.value).startswith(f"Unknown dataset {given!r}: expected 'fashion-mnist'")
 
 
 def test_a_name_that_slipped_from_none_gets_no_guess_and_a_slip_is_not_taken():
