@@ -18,8 +18,9 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq._own_likelihood import outputs_problem
-from pyrouq._param_store import store_taken_fix
+from pyrouq._param_store import draws_as_built, store_taken_fix
 from pyrouq._util import rng_state, set_rng_state, warn_caller
+from pyrouq._wrappers import unwrapped
 from pyrouq.likelihoods._categorical import are_probabilities
 
 
@@ -532,13 +533,23 @@ def _refuse(
     guide's trace. An autoguide built for this very model (``guide``) that took another
     model's values from Pyro's param store, and so draws (``drawn``, one draw's shapes) other
     shapes than it was built with, is told to clear the store
-    (:func:`~pyrouq._param_store.store_taken_fix`), not to pass the guide it is."""
+    (:func:`~pyrouq._param_store.store_taken_fix`), not to pass the guide it is; one that
+    draws the shapes it was built with (a model sized by x, given x of another shape) is told
+    to pass x of the shape it was fitted on."""
     any_model = "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)"
     taken = store_taken_fix(model, guide, drawn) if source in (None, "the guide") else None
     if taken:
         lead = "the guide does not fit"
         raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {taken}", problem)
-    if source is None:
+    if source in (None, "the guide") and draws_as_built(model, guide, drawn):
+        lead = "the guide does not fit"  # (its own model's: "pass the guide built for it" is none)
+        fix = (
+            f"The guide ({type(unwrapped(guide)).__name__}) was built for this model and draws "
+            "the shapes it was built with; the model's sites take other shapes on this x. Pass "
+            "x of the shape the guide was fitted on, or a guide built and fitted for this model "
+            "on such x"
+        )
+    elif source is None:
         lead, fix = "the guide does not fit", f"Pass a guide built for this model {any_model}"
     else:
         lead = f"{source} {'do' if source == 'posterior_samples' else 'does'} not fit"

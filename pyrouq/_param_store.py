@@ -333,22 +333,36 @@ def _reshaped(guide: Any, drawn: Mapping[str, Sequence[int]] | None) -> bool:
     return False
 
 
-def _stored_names(model: Any, guide: Any) -> list[str]:
-    """The param-store names of ``guide``'s parameters where it is a Pyro autoguide built for
-    ``model`` (itself, or the module inside its wrapper; an ``AutoNormal`` holds it under its
-    ``InitMessenger``); else none."""
+def draws_as_built(model: Any, guide: Any, drawn: Mapping[str, Sequence[int]] | None) -> bool:
+    """Whether ``guide`` is a Pyro autoguide built for this very ``model`` whose draws
+    (``drawn``, one draw's shapes) have the shapes it was built with (its prototype trace's):
+    draws that do not fit the model then come of the model's own shapes on other inputs (a
+    weight per column of ``x``), not of another model's guide or values."""
+    return bool(drawn) and _built_for(model, guide) and not _reshaped(guide, drawn)
+
+
+def _built_for(model: Any, guide: Any) -> bool:
+    """Whether ``guide`` is a Pyro autoguide built for ``model`` (itself, or the module inside
+    its wrapper; an ``AutoNormal`` holds it under its ``InitMessenger``)."""
     from pyro.infer.autoguide import AutoGuide
 
     guide = unwrapped(guide)
     built_for = getattr(guide, "_model", None) if isinstance(guide, AutoGuide) else None
     if not built_for:  # (an unpickled autoguide holds None)
-        return []
+        return False
     inner = built_for[0]
     while isinstance(inner, functools.partial) and len(inner.args) == 2:  # messenger(model)
         if not isinstance(inner.args[0], Messenger):
             break
         inner = inner.args[1]
-    if unwrapped(inner) is not unwrapped(model):
+    return unwrapped(inner) is unwrapped(model)
+
+
+def _stored_names(model: Any, guide: Any) -> list[str]:
+    """The param-store names of ``guide``'s parameters where it is a Pyro autoguide built for
+    ``model`` (:func:`_built_for`); else none."""
+    if not _built_for(model, guide):
         return []
+    guide = unwrapped(guide)
     store = pyro.get_param_store()
     return [name for p in guide.parameters() if (name := store.param_name(p)) is not None]

@@ -264,6 +264,14 @@ def test_an_autoguide_drawing_the_shapes_it_was_built_with_is_not_said_to_have_t
     with pytest.raises(ValueError, match=r"site 'w' has shape \(4, 3\) there but \(6, 3\)") as err:
         pyrouq.predict(model, wide, guide, num_samples=2, progress=False)
     assert "param store" not in str(err.value), str(err.value)
+    # nor to pass the guide fitted with this model, which it is (as the message said after the
+    # store's words went): the x it was fitted on, which the line below passes
+    assert "Pass the guide fitted with this model" not in str(err.value)
+    assert str(err.value).endswith(
+        "The guide (AutoNormal) was built for this model and draws the shapes it was built "
+        "with; the model's sites take other shapes on this x. Pass x of the shape the guide "
+        "was fitted on, or a guide built and fitted for this model on such x."
+    )
     assert pyrouq.predict(model, wide[:, :4], guide, num_samples=2, progress=False).probs.shape == (
         2,
         5,
