@@ -64,6 +64,13 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     Python's shutdown (gloo's worker threads still reference tensors) while rank 0 evaluates."""
     import torch.distributed as dist
 
+    given = os.environ.get("WORLD_SIZE", "").strip()
+    if given and not given.isdigit():  # (read as 1: a silent run in one process)
+        raise CommandError(
+            f"$WORLD_SIZE is {given!r} in the environment, but torchrun sets it to the number "
+            "of training processes, a count from 1. Start the command with torchrun, or unset "
+            "WORLD_SIZE to train in one process."
+        )
     world = _world_size()
     created = False
     if world > 1 and dist.is_available() and not dist.is_initialized():

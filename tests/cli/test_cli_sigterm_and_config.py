@@ -259,6 +259,20 @@ def test_a_world_size_without_torchruns_other_variables_is_refused_in_words(
     assert "rendezvous" not in err
 
 
+@pytest.mark.parametrize("value", ["two", "-1", "1.5"])
+def test_a_world_size_that_is_no_count_is_refused_in_words(value, capsys, monkeypatch, tmp_path):
+    # it was read as 1: the command trained in one process without a word
+    monkeypatch.setenv("WORLD_SIZE", value)
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(tmp_path / "r")]
+    err = one_line_error(capsys, argv)
+    assert err.strip() == (
+        f"pyrouq: error: $WORLD_SIZE is {value!r} in the environment, but torchrun sets it to "
+        "the number of training processes, a count from 1. Start the command with torchrun, "
+        "or unset WORLD_SIZE to train in one process."
+    ), err
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()
+
+
 @pytest.mark.parametrize("value", ["", "x", "-1"])
 def test_a_local_rank_that_is_no_index_is_refused_in_words(value, monkeypatch):
     # on CUDA under WORLD_SIZE > 1, int(os.environ["LOCAL_RANK"]) said "invalid literal for
