@@ -256,6 +256,14 @@ def trained_run(
     # kl_weight or particles edited: int()'s and float()'s words), in fit()'s words
     check_training(saved.training, saved.optimizer_state, str(checkpoint))
     training = saved.training or {}
+    settings = ("num_data", "kl_weight", "num_particles")  # (unsaved 2026-11-30 to 12-04)
+    if unrecorded := [key for key in settings if key not in training]:
+        raise CommandError(
+            f"--resume: the run in {str(checkpoint.parent)!r} trained in full, but its "
+            f"checkpoint.pt, written by an earlier pyrouq, records no "
+            f"{', '.join(map(repr, unrecorded))} among its training settings, which --resume "
+            "reads to finish the run; start the run anew there with --overwrite"
+        )
     result = pyrouq.FitResult(
         history=tuple(pyrouq.EpochRecord(**record) for record in training["history"]),
         num_data=int(training["num_data"]),

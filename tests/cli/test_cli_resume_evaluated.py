@@ -219,6 +219,37 @@ def test_a_run_trained_in_full_whose_settings_were_edited_is_refused_in_the_comm
     assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        (("num_data",), "'num_data'"),
+        (("kl_weight",), "'kl_weight'"),
+        (("num_particles", "num_data", "kl_weight"), "'num_data', 'kl_weight', 'num_particles'"),
+    ],
+)
+def test_a_run_trained_in_full_before_its_settings_were_saved_is_refused_in_the_commands_words(
+    runs, tmp_path, capsys, monkeypatch, keys, named
+):
+    """A checkpoint.pt of a pyrouq whose fit() did not record num_data, kl_weight and
+    num_particles in the training state (2026-11-30 to 2026-12-04): --resume of such a run
+    trained in full read them with a bare index, a KeyError traceback ('num_data'). Refused
+    in the command's words, naming the settings it lacks."""
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    run = tmp_path / "run"
+    shutil.copytree(runs[0] / "stopped", run)
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    older = {k: v for k, v in payload["training"].items() if k not in keys}
+    torch.save({**payload, "training": older}, run / "checkpoint.pt")
+    err = one_line_error(capsys, [*ARGV, "--out", str(run), "--resume"])
+    assert err.strip() == (
+        f"pyrouq: error: --resume: the run in {str(run)!r} trained in full, but its "
+        f"checkpoint.pt, written by an earlier pyrouq, records no {named} among its training "
+        "settings, which --resume reads to finish the run; start the run anew there with "
+        "--overwrite"
+    ), err
+    assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json"]  # nothing written
+
+
 NETS = """import os, signal
 from torch import nn
 
