@@ -7,6 +7,7 @@ command-line user cannot follow; the command's way out is the plain network and
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,29 +18,44 @@ _FACTOR_PRIOR = re.compile(r"^bayesian\(BatchEnsemble, prior=(.*?)\) puts a Norm
 
 @contextmanager
 def factor_prior_in_command_words(spec: str, network: str) -> Iterator[None]:
-    """Warnings raised inside pass on as they came, but bayesian()'s of the rank-1 factors of
-    the factory ``spec``'s BatchEnsemble (class ``network``), which is said in the command's
-    words."""
+    """Warnings raised inside pass on as they came (where the code inside raises too), but
+    bayesian()'s of the rank-1 factors of the factory ``spec``'s BatchEnsemble (class
+    ``network``), which is said in the command's words."""
     from pyrouq.convert import DEFAULT_RANK1_PRIOR_SCALE
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")  # (the filters outside decide, below)
-        yield
-    for warning in caught:
-        found = _FACTOR_PRIOR.match(str(warning.message))
-        if found is None:
-            warnings.warn_explicit(
-                warning.message, warning.category, warning.filename, warning.lineno,
-                source=warning.source,
-            )  # fmt: skip
-            continue
-        warnings.warn(
-            f"factory {spec!r}, --method bayesian: puts a Normal(0, {found[1]}) prior "
-            f"(--prior-scale {found[1]}) on the rank-1 factors of the {network} it returned, "
-            "which start near 1 and scale the shared weights: that prior pulls them to 0. "
-            f"--method rank1 gives them Normal(1, {DEFAULT_RANK1_PRIOR_SCALE}): make the "
-            "factory return the plain network the ensemble was made from and pick --method "
-            "rank1.",
-            warning.category,
-            stacklevel=3,
-        )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # (the filters outside decide, below)
+            yield
+    finally:  # (bayesian() raising too: what it warned of before is not dropped)
+        for warning in caught:
+            found = _FACTOR_PRIOR.match(str(warning.message))
+            if found is None:
+                _reissue(warning)
+                continue
+            warnings.warn(
+                f"factory {spec!r}, --method bayesian: puts a Normal(0, {found[1]}) prior "
+                f"(--prior-scale {found[1]}) on the rank-1 factors of the {network} it returned, "
+                "which start near 1 and scale the shared weights: that prior pulls them to 0. "
+                f"--method rank1 gives them Normal(1, {DEFAULT_RANK1_PRIOR_SCALE}): make the "
+                "factory return the plain network the ensemble was made from and pick --method "
+                "rank1.",
+                warning.category,
+                stacklevel=3,
+            )
+
+
+def _reissue(warning: warnings.WarningMessage) -> None:
+    """``warning`` issued again as it came: its category and place, and the module and
+    once-per-place registry of the module at that place where one is loaded from it (the
+    filters that name a module match it; without, the module was the file's path)."""
+    module = next(
+        (m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == warning.filename),
+        None,
+    )
+    warnings.warn_explicit(
+        warning.message, warning.category, warning.filename, warning.lineno,
+        module=None if module is None else module.__name__,
+        registry=None if module is None else vars(module).setdefault("__warningregistry__", {}),
+        source=warning.source,
+    )  # fmt: skip

@@ -7,6 +7,8 @@ x.expand(...))."""
 
 from __future__ import annotations
 
+import warnings
+
 import pyro.distributions as dist
 import pytest
 import torch
@@ -314,6 +316,40 @@ def test_bayesian_of_a_batchensemble_warns_in_the_commands_words():
         "Normal(1, 0.1): make the factory return the plain network the ensemble was made from "
         "and pick --method rank1."
     ], said
+
+
+def test_the_warnings_before_bayesian_raised_are_issued_as_they_came():
+    """The command's catcher of bayesian()'s warnings issued them again only when bayesian()
+    returned: where it raised, what it had warned of was dropped; and a warning issued again
+    had its file's path as its module, which a filter naming the module did not match, and no
+    registry, so that one warned once per place came again at every call."""
+    from pyrouq.cli._factor_prior import factor_prior_in_command_words
+
+    factor = "bayesian(BatchEnsemble, prior=1.0) puts a Normal(0, 1.0) prior on the factors"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="bayesian\\(\\) refused"):
+            with factor_prior_in_command_words("m:f", "Net"):
+                warnings.warn("a layer stays shared", DeprecationWarning, stacklevel=1)
+                warnings.warn(factor, FutureWarning, stacklevel=1)
+                raise ValueError("bayesian() refused the network")
+    said = [(w.category, str(w.message)[:40], w.filename) for w in caught]
+    assert said == [
+        (DeprecationWarning, "a layer stays shared", __file__),
+        (FutureWarning, "factory 'm:f', --method bayesian: puts a", __file__),
+    ], said
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module=__name__)
+        with factor_prior_in_command_words("m:f", "Net"):
+            warnings.warn("a layer stays shared", UserWarning, stacklevel=1)
+    assert caught == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per place: the module's registry keeps count
+        with factor_prior_in_command_words("m:f", "Net"):
+            for _ in range(2):
+                warnings.warn("a layer stays shared", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["a layer stays shared"]
 
 
 def gaussian_of_one_output() -> nn.Module:
