@@ -75,9 +75,14 @@ def test_the_reuse_is_on_by_default_and_given_other_values(value, libc, monkeypa
         ("MALLOC_MMAP_MAX_=0", [(TRIM, 1 << 30)], [(TRIM, KIB_128), ("trim", 0)]),
         ("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304", [(TRIM, 1 << 30)],
          [(TRIM, KIB_128), ("trim", 0)]),
+        # given empty, glibc still reads it (MALLOC_MMAP_THRESHOLD_= mmaps every block)
+        ("MALLOC_MMAP_THRESHOLD_=", [(TRIM, 1 << 30)], [(TRIM, KIB_128), ("trim", 0)]),
         # the user's trim threshold: the heap trimmed as they set it, no malloc_trim
         ("MALLOC_TRIM_THRESHOLD_=131072", [(MMAP_MAX, 0)],
          [(MMAP_MAX, 65536), (MMAP_THRESHOLD, KIB_128)]),
+        # a tunable after another one in GLIBC_TUNABLES (they are ':'-separated)
+        ("GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=131072",
+         [(MMAP_MAX, 0)], [(MMAP_MAX, 65536), (MMAP_THRESHOLD, KIB_128)]),
         # a top pad of theirs: both changed, and given back as glibc had them (no dynamic
         # threshold: 128 KiB, not the grown 32 MiB)
         ("MALLOC_TOP_PAD_=131072", [(MMAP_MAX, 0), (TRIM, 1 << 30)],
