@@ -132,6 +132,37 @@ def test_a_network_whose_vmap_pass_ran_through_has_no_buffer_copied_again():
     assert float(net.calls) == 3.0 + 3.0
 
 
+class _CountsAndBranchesWithGradients(nn.Module):
+    """Adds one to a buffer of its own at every call; branches on a value with gradients on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        h = self.a(x)
+        if torch.is_grad_enabled() and h.sum() > -1e9:  # (vmap refuses it with gradients)
+            h = h.relu()
+        return h
+
+
+def test_a_pass_run_through_without_gradients_keeps_the_buffers_for_one_with_them():
+    """Gradients are part of the mode a pass ran through in: the first call with them on,
+    refused after the counter moved, finds it as it was (3 draws: 3, not 4)."""
+    torch.manual_seed(0)
+    model = bayesian(_CountsAndBranchesWithGradients().double())
+    weights = {k: v.detach() + 0.1 * torch.randn(3, *v.shape, dtype=torch.float64)
+               for k, v in model.template().items()}  # fmt: skip
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with _engine.schedule("accelerator"):
+        with torch.no_grad():
+            model.outputs(x, weights)  # vmap runs through: the counter moves once
+        model.outputs(x, weights)  # with gradients: refused, then the 3 draws one at a time
+    assert float(model.net.calls) == 1.0 + 3.0
+
+
 class _SumsItsActivations(nn.Module):
     """Adds the mean of its activations to a buffer of its own at every call (no_grad)."""
 
