@@ -193,6 +193,11 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
         ({"kl_weight": float("nan")}, r"'kl_weight' is nan, not a weight of 0 or more"),
         ({"num_data": None}, r"'num_data' is None, not a count from 1"),
         ({"num_particles": 0}, r"'num_particles' is 0, not a count from 1"),
+        (
+            {"base_lrs": []},
+            r"'base_lrs' holds 0 learning rate\(s\), one per parameter "
+            r"group, but its optimizer state has 1 parameter group\(s\)",
+        ),
     ]:
         path = tmp_path / "edited.pt"
         torch.save({**payload, "training": {**payload["training"], **edit}}, path)
