@@ -20,6 +20,7 @@ from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
 import pyrouq
+from pyrouq._param_store import store_taken_fix
 
 
 def sampled(layer: nn.Linear) -> nn.Linear:
@@ -146,6 +147,11 @@ def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_
     assert "Pass the guide built for this model" not in message
     with pytest.raises(ValueError, match="Pass the guide built for this model"):
         run(first_guide)  # (another model's guide: the advice stands)
+    # the store is named for the model the guide was built for only; and only where a draw's
+    # shape differs from the one it was built with (leading dims of 1 aside)
+    assert store_taken_fix(_bayesian(16), guide, {"0.weight": (8, 4)}) is None
+    assert store_taken_fix(second, guide, {"0.weight": (1, 16, 4)}) is None
+    assert store_taken_fix(second, guide, {"0.weight": (2, 16, 4)}) is not None
     pyro.clear_param_store()  # the way out it names
     second = _bayesian(16)
     guide = AutoNormal(second)
