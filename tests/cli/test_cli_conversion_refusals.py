@@ -316,6 +316,11 @@ def test_bayesian_of_a_batchensemble_warns_in_the_commands_words():
         "Normal(1, 0.1): make the factory return the plain network the ensemble was made from "
         "and pick --method rank1."
     ], said
+    from pyrouq.cli._factor_prior import factor_prior_in_command_words
+
+    with pytest.warns(UserWarning, match="^another warning$"):  # (others pass on as they came)
+        with factor_prior_in_command_words(spec, "BatchEnsembleNetwork"):
+            warnings.warn("another warning", UserWarning, stacklevel=1)
 
 
 def test_the_warnings_before_bayesian_raised_are_issued_as_they_came():
