@@ -187,6 +187,39 @@ def test_interrupted_fit_saves_the_partial_run(tmp_path, capsys, monkeypatch):
     assert _epoch_lines(capsys.readouterr().out) == [first, _epoch_line(history[1])]
 
 
+def test_a_fit_stopped_while_it_writes_an_epochs_checkpoint_prints_that_epochs_line(
+    tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C twice while epoch 1's checkpoint is written (the second raises at once): the
+    epoch is in the history, but its callback, which prints its line, never runs. The command
+    prints it from the stopped run's history, once."""
+    import signal
+
+    from pyrouq import checkpoint as checkpoint_module
+
+    real_save_run = checkpoint_module.save_run
+    stopped = []
+
+    def save_run(*args, **kwargs):
+        saved = real_save_run(*args, **kwargs)
+        if not stopped:  # epoch 1's checkpoint, written: Ctrl-C, then Ctrl-C again
+            stopped.append(args[5]["epochs_done"])
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return saved
+
+    monkeypatch.setattr(checkpoint_module, "save_run", save_run)
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "3", "--train-size", "128", "--batch-size", "64"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == cli.EXIT_INTERRUPTED
+    printed = capsys.readouterr()
+    assert stopped == [1]
+    assert f"interrupted in epoch 1 after step 2; the partial run is saved at {out}" in printed.err
+    history = pyrouq.load(out / "checkpoint.pt").training["history"]
+    assert len(history) == 1
+    assert _epoch_lines(printed.out) == [_epoch_line(history[0])]
+
+
 class _Log:
     """stdout or stderr writing into one log file (``> log 2>&1``), the list ``into``: what it
     was given (``text``) and what reached the file by its last flush (``flushed``)."""
