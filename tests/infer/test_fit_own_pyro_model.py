@@ -117,6 +117,16 @@ def test_a_new_autoguide_that_took_another_sized_models_parameters_is_told_why(
     assert fit(second, autoguide(second), x, y).steps == 2
 
 
+def _caller(call, model, x, y):
+    """``call`` (predict, to_inference_data or psis_diagnostic) of ``model`` on ``x, y``, as a
+    function of the guide."""
+    return {
+        "predict": lambda g: pyrouq.predict(model, x, g, num_samples=2, progress=False),
+        "to_inference_data": lambda g: pyrouq.to_inference_data(model, g, x, y, num_samples=2),
+        "psis_diagnostic": lambda g: pyrouq.psis_diagnostic(model, g, x, y, num_samples=25),
+    }[call]
+
+
 @pytest.mark.parametrize("call", ["predict", "to_inference_data", "psis_diagnostic"])
 def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_why(call):
     """A second pyrouq model of other sizes and its new AutoNormal, run once, in the session
@@ -132,11 +142,7 @@ def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_
     second.num_data = 48
     guide = AutoNormal(second)
     guide(x[:2], y[:2])  # (predict() asks for an autoguide that has run)
-    run = {
-        "predict": lambda g: pyrouq.predict(second, x, g, num_samples=2, progress=False),
-        "to_inference_data": lambda g: pyrouq.to_inference_data(second, g, x, y, num_samples=2),
-        "psis_diagnostic": lambda g: pyrouq.psis_diagnostic(second, g, x, y, num_samples=25),
-    }[call]
+    run = _caller(call, second, x, y)
     with pytest.raises(
         ValueError, match=r"site '0\.weight' has shape \(8, 4\) in the guide"
     ) as err:
@@ -225,11 +231,7 @@ def test_an_autoguide_built_for_ones_own_model_that_took_another_ones_values_is_
     second = BNN(16)
     guide = AutoNormal(second)
     guide(x[:2], y[:2])  # (predict() asks for an autoguide that has run)
-    run = {
-        "predict": lambda g: pyrouq.predict(second, x, g, num_samples=2, progress=False),
-        "to_inference_data": lambda g: pyrouq.to_inference_data(second, g, x, y, num_samples=2),
-        "psis_diagnostic": lambda g: pyrouq.psis_diagnostic(second, g, x, y, num_samples=25),
-    }[call]
+    run = _caller(call, second, x, y)
     with pytest.raises(ValueError, match=problem) as err:
         run(guide)
     message = str(err.value)
