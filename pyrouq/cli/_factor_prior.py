@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 # bayesian()'s warning of a float prior on a BatchEnsemble's factors (convert/_rank1_factors.py)
 _FACTOR_PRIOR = re.compile(r"^bayesian\(BatchEnsemble, prior=(.*?)\) puts a Normal\(0, ")
@@ -49,13 +51,26 @@ def _reissue(warning: warnings.WarningMessage) -> None:
     """``warning`` issued again as it came: its category and place, and the module and
     once-per-place registry of the module at that place where one is loaded from it (the
     filters that name a module match it; without, the module was the file's path)."""
-    module = next(
-        (m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == warning.filename),
-        None,
-    )
+    namespace = _loaded_from(warning.filename)
+    found: dict[str, Any] = {}  # (an explicit module=None drops the warning: pass none)
+    if namespace is not None:
+        found["module"] = namespace["__name__"]
+        found["registry"] = namespace.setdefault("__warningregistry__", {})
     warnings.warn_explicit(
         warning.message, warning.category, warning.filename, warning.lineno,
-        module=None if module is None else module.__name__,
-        registry=None if module is None else vars(module).setdefault("__warningregistry__", {}),
-        source=warning.source,
+        source=warning.source, **found,
     )  # fmt: skip
+
+
+def _loaded_from(filename: str) -> dict[str, Any] | None:
+    """The namespace of a module in sys.modules loaded from ``filename``, None where none is.
+    Read past the module's own attribute lookup: a lazily imported module (importlib.util's
+    LazyLoader) would otherwise be imported here, and raise where its import fails; objects
+    other than modules in sys.modules are passed over."""
+    for module in list(sys.modules.values()):
+        if not isinstance(module, types.ModuleType):
+            continue
+        namespace = object.__getattribute__(module, "__dict__")
+        if namespace.get("__file__") == filename and isinstance(namespace.get("__name__"), str):
+            return namespace  # type: ignore[no-any-return]
+    return None

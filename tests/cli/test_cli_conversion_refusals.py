@@ -357,6 +357,32 @@ def test_the_warnings_before_bayesian_raised_are_issued_as_they_came():
     assert [str(w.message) for w in caught] == ["a layer stays shared"]
 
 
+def test_a_warning_from_code_of_no_module_file_passes_on_and_no_lazy_module_is_imported(
+    tmp_path, monkeypatch
+):
+    """The catcher looked for the module a warning came from by each module's __file__: a
+    module imported lazily (importlib.util.LazyLoader) was imported by that look, and its
+    import's error came out of the command; and a warning from code of no module's file
+    (exec'd, a notebook's cell) was issued again with module=None, which Python drops."""
+    import importlib.util
+    import sys
+
+    from pyrouq.cli._factor_prior import factor_prior_in_command_words
+
+    (tmp_path / "lazy_unloadable.py").write_text("raise RuntimeError('imported by the look')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.find_spec("lazy_unloadable")
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "lazy_unloadable", module)
+    spec.loader.exec_module(module)  # lazily: its code runs at its first attribute read
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        with factor_prior_in_command_words("m:f", "Net"):
+            exec("import warnings; warnings.warn('a cell warned', UserWarning)")
+    assert [(str(w.message), w.filename) for w in caught] == [("a cell warned", "<string>")]
+
+
 def gaussian_of_one_output() -> nn.Module:
     """A regression Bayesian model of one output per image (a Gaussian likelihood)."""
     return pyrouq.bayesian(nn.Sequential(nn.Flatten(), nn.Linear(784, 1)), likelihood="gaussian")
