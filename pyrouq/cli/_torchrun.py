@@ -51,9 +51,15 @@ def _local_rank() -> int:
 
 
 def _world_size() -> int:
-    """torchrun's ``WORLD_SIZE``; 1 where it is unset, empty or not a number."""
+    """torchrun's ``WORLD_SIZE``; 1 where it is unset, empty or not a count."""
     value = os.environ.get("WORLD_SIZE", "").strip()
-    return int(value) if value.isdigit() else 1
+    return int(value) if _is_count(value) else 1
+
+
+def _is_count(value: str) -> bool:
+    """Whether ``value`` is a count from 1 in ASCII digits (str.isdigit() takes '0', no
+    count, and '²', which int() refuses)."""
+    return value.isascii() and value.isdigit() and int(value) >= 1
 
 
 @contextlib.contextmanager
@@ -65,7 +71,8 @@ def _process_group(device: Any) -> Iterator[tuple[int, int]]:
     import torch.distributed as dist
 
     given = os.environ.get("WORLD_SIZE", "").strip()
-    if given and not given.isdigit():  # (read as 1: a silent run in one process)
+    grouped = dist.is_available() and dist.is_initialized()  # (the caller's: its size holds)
+    if given and not grouped and not _is_count(given):  # (read as 1: one silent process)
         raise CommandError(
             f"$WORLD_SIZE is {given!r} in the environment, but torchrun sets it to the number "
             "of training processes, a count from 1. Start the command with torchrun, or unset "

@@ -259,7 +259,7 @@ def test_a_world_size_without_torchruns_other_variables_is_refused_in_words(
     assert "rendezvous" not in err
 
 
-@pytest.mark.parametrize("value", ["two", "-1", "1.5"])
+@pytest.mark.parametrize("value", ["two", "-1", "1.5", "0", "\u00b2"])
 def test_a_world_size_that_is_no_count_is_refused_in_words(value, capsys, monkeypatch, tmp_path):
     # it was read as 1: the command trained in one process without a word
     monkeypatch.setenv("WORLD_SIZE", value)
@@ -271,6 +271,19 @@ def test_a_world_size_that_is_no_count_is_refused_in_words(value, capsys, monkey
         "or unset WORLD_SIZE to train in one process."
     ), err
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("value", ["two", " 2 "])
+def test_a_world_size_is_not_read_where_the_caller_made_the_process_group(
+    value, monkeypatch, gloo_group
+):
+    # the refusal of a WORLD_SIZE that is no count came before the look for the caller's
+    # group, whose size holds: main() in a group made with init_method= was refused
+    from pyrouq.cli._torchrun import _process_group
+
+    monkeypatch.setenv("WORLD_SIZE", value)
+    with _process_group(torch.device("cpu")) as (rank, world):
+        assert (rank, world) == (0, 1)
 
 
 @pytest.mark.parametrize("value", ["", "x", "-1"])
