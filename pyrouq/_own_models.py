@@ -534,8 +534,9 @@ def _refuse(
     model's values from Pyro's param store, and so draws (``drawn``, one draw's shapes) other
     shapes than it was built with, is told to clear the store
     (:func:`~pyrouq._param_store.store_taken_fix`), not to pass the guide it is; one that
-    draws the shapes it was built with (a model sized by x, given x of another shape) is told
-    to pass x of the shape it was fitted on."""
+    draws the shapes it was built with (a model sized by x, given x of another shape; or a
+    model changed since) is told to pass x of the shape it was fitted on, or a guide fitted
+    for the model as it is now."""
     any_model = "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)"
     taken = store_taken_fix(model, guide, drawn) if source in (None, "the guide") else None
     if taken:
@@ -545,9 +546,10 @@ def _refuse(
         lead = "the guide does not fit"  # (its own model's: "pass the guide built for it" is none)
         fix = (
             f"The guide ({type(unwrapped(guide)).__name__}) was built for this model and draws "
-            "the shapes it was built with; the model's sites take other shapes on this x. Pass "
-            "x of the shape the guide was fitted on, or a guide built and fitted for this model "
-            "on such x"
+            "the shapes it was built with; the model's sites take other shapes now (on x of "
+            "another shape than the guide was fitted on, or the model changed since). Pass x of "
+            "the shape the guide was fitted on, or a guide built and fitted for the model as it "
+            "is now"
         )
     elif source is None:
         lead, fix = "the guide does not fit", f"Pass a guide built for this model {any_model}"

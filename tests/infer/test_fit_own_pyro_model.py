@@ -277,13 +277,53 @@ def test_an_autoguide_drawing_the_shapes_it_was_built_with_is_not_said_to_have_t
     assert "Pass the guide fitted with this model" not in str(err.value)
     assert str(err.value).endswith(
         "The guide (AutoNormal) was built for this model and draws the shapes it was built "
-        "with; the model's sites take other shapes on this x. Pass x of the shape the guide "
-        "was fitted on, or a guide built and fitted for this model on such x."
+        "with; the model's sites take other shapes now (on x of another shape than the guide "
+        "was fitted on, or the model changed since). Pass x of the shape the guide was fitted "
+        "on, or a guide built and fitted for the model as it is now."
     )
     assert pyrouq.predict(model, wide[:, :4], guide, num_samples=2, progress=False).probs.shape == (
         2,
         5,
         3,
+    )
+
+
+class _SizedByAnAttribute(_SizedByX):
+    """As :class:`_SizedByX` with ``classes`` outputs: changing it changes the site's shape."""
+
+    def __init__(self, classes=3):
+        super().__init__()
+        self.classes = classes
+
+    def forward(self, x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1], self.classes]).to_event(2))
+        with pyro.plate("data", 48, subsample_size=x.shape[0]):
+            pyro.sample("obs", dist.Categorical(logits=x @ w), obs=y)
+        return x @ w
+
+
+def test_an_autoguide_of_a_model_changed_since_is_not_told_only_to_pass_other_x():
+    """bd2efce told a guide drawing the shapes it was built with that the model's sites take
+    other shapes "on this x" and to pass x of the shape the guide was fitted on: for a model
+    changed since it was fitted (here its number of classes), x is that shape already, and
+    passing it again fails the same way. The message names both causes and the way out that
+    works for a changed model: a guide fitted for the model as it is now."""
+    x, y = data()
+    model = _SizedByAnAttribute()
+    guide = AutoNormal(model)
+    fit(model, guide, x[:, :4], y)
+    model.classes = 5
+    with pytest.raises(ValueError, match=r"site 'w' has shape \(4, 3\) there but \(4, 5\)") as err:
+        pyrouq.predict(model, x[:5, :4], guide, num_samples=2, progress=False)
+    assert "on this x. " not in str(err.value), str(err.value)
+    assert "or the model changed since" in str(err.value), str(err.value)
+    pyro.clear_param_store()
+    guide = AutoNormal(model)  # the way out: a guide fitted for the model as it is now
+    fit(model, guide, x[:, :4], y % 5)
+    assert pyrouq.predict(model, x[:5, :4], guide, num_samples=2, progress=False).probs.shape == (
+        2,
+        5,
+        5,
     )
 
 
