@@ -7,6 +7,7 @@ x.expand(...))."""
 
 from __future__ import annotations
 
+import traceback
 import warnings
 
 import pyro.distributions as dist
@@ -327,7 +328,8 @@ def test_the_warnings_before_bayesian_raised_are_issued_as_they_came():
     """The command's catcher of bayesian()'s warnings issued them again only when bayesian()
     returned: where it raised, what it had warned of was dropped; and a warning issued again
     had its file's path as its module, which a filter naming the module did not match, and no
-    registry, so that one warned once per place came again at every call."""
+    registry, so that one warned once per place came again at every call. Other warnings now
+    pass as they came: the filters, with their module, and the registries decide."""
     from pyrouq.cli._factor_prior import factor_prior_in_command_words
 
     factor = "bayesian(BatchEnsemble, prior=1.0) puts a Normal(0, 1.0) prior on the factors"
@@ -357,13 +359,55 @@ def test_the_warnings_before_bayesian_raised_are_issued_as_they_came():
     assert [str(w.message) for w in caught] == ["a layer stays shared"]
 
 
+def _warn_once_per_place() -> None:
+    warnings.warn("shown once from here", UserWarning, stacklevel=1)
+
+
+def test_a_warning_shown_before_the_command_called_bayesian_is_not_shown_again_inside():
+    """The catcher issued every warning again on a change of the filters (its own), which clears
+    the once-per-place registries: a warning shown once before came again from the same place."""
+    from pyrouq.cli._factor_prior import factor_prior_in_command_words
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        _warn_once_per_place()
+        with factor_prior_in_command_words("m:f", "Net"):
+            _warn_once_per_place()
+    assert [str(w.message) for w in caught] == ["shown once from here"]
+
+
+def test_bayesian_of_a_batchensemble_under_warnings_as_errors_raises_in_the_commands_words():
+    """Under an "error" filter (python -W error) bayesian()'s warning of the factors is the
+    error, in the command's words; another warning's error passes as it came."""
+    from pyrouq.cli._build import build
+    from pyrouq.cli._factor_prior import factor_prior_in_command_words
+    from pyrouq.cli._parser import _build_parser
+
+    spec = f"{SELF}:classifier_ensemble"
+    args = _build_parser().parse_args(["fit", spec, "--method", "bayesian"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning) as raised:
+            build(args, "bayesian")
+        with pytest.raises(DeprecationWarning, match=r"^a layer stays shared$"):
+            with factor_prior_in_command_words(spec, "BatchEnsembleNetwork"):
+                warnings.warn("a layer stays shared", DeprecationWarning, stacklevel=1)
+    assert str(raised.value).startswith(
+        f"factory {spec!r}, --method bayesian: puts a Normal(0, 1.0) prior (--prior-scale 1.0) "
+        "on the rank-1 factors of the BatchEnsembleNetwork it returned"
+    ), raised.value
+    shown = "".join(traceback.format_exception(raised.value))  # (no Python advice chained)
+    assert "dist.Normal(1.0, 0.1)" not in shown and "pyrouq.rank1(net" not in shown, shown
+
+
 def test_a_warning_from_code_of_no_module_file_passes_on_and_no_lazy_module_is_imported(
     tmp_path, monkeypatch
 ):
     """The catcher looked for the module a warning came from by each module's __file__: a
     module imported lazily (importlib.util.LazyLoader) was imported by that look, and its
     import's error came out of the command; and a warning from code of no module's file
-    (exec'd, a notebook's cell) was issued again with module=None, which Python drops."""
+    (exec'd, a notebook's cell) was issued again with module=None, which Python drops.
+    Nothing is looked up now: warnings are not issued again."""
     import importlib.util
     import sys
 
