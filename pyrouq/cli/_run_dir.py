@@ -258,11 +258,14 @@ def trained_run(
     training = saved.training or {}
     settings = ("num_data", "kl_weight", "num_particles")  # (unsaved 2026-11-30 to 12-04)
     if unrecorded := [key for key in settings if key not in training]:
+        # evaluate needs none of them: it evaluates the trained weights, as the run would have
         raise CommandError(
             f"--resume: the run in {str(checkpoint.parent)!r} trained in full, but its "
             f"checkpoint.pt, written by an earlier pyrouq, records no "
             f"{', '.join(map(repr, unrecorded))} among its training settings, which --resume "
-            "reads to finish the run; start the run anew there with --overwrite"
+            "reads to finish the run; evaluate the trained run with `pyrouq evaluate "
+            f"{shlex.quote(str(checkpoint.parent))}` (metrics-evaluate.json and its plots), "
+            "or start the run anew there with --overwrite to train it again"
         )
     result = pyrouq.FitResult(
         history=tuple(pyrouq.EpochRecord(**record) for record in training["history"]),

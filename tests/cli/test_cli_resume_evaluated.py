@@ -233,7 +233,10 @@ def test_a_run_trained_in_full_before_its_settings_were_saved_is_refused_in_the_
     """A checkpoint.pt of a pyrouq whose fit() did not record num_data, kl_weight and
     num_particles in the training state (2026-11-30 to 2026-12-04): --resume of such a run
     trained in full read them with a bare index, a KeyError traceback ('num_data'). Refused
-    in the command's words, naming the settings it lacks."""
+    in the command's words, naming the settings it lacks; its advice was only to start anew
+    with --overwrite, throwing the trained run away, where `pyrouq evaluate RUN`, which needs
+    none of them, evaluates it: that is said first, and followed it gives the figures of the
+    uninterrupted run."""
     monkeypatch.delenv("PYROUQ_DATA", raising=False)
     run = tmp_path / "run"
     shutil.copytree(runs[0] / "stopped", run)
@@ -244,10 +247,26 @@ def test_a_run_trained_in_full_before_its_settings_were_saved_is_refused_in_the_
     assert err.strip() == (
         f"pyrouq: error: --resume: the run in {str(run)!r} trained in full, but its "
         f"checkpoint.pt, written by an earlier pyrouq, records no {named} among its training "
-        "settings, which --resume reads to finish the run; start the run anew there with "
-        "--overwrite"
+        "settings, which --resume reads to finish the run; evaluate the trained run with "
+        f"`pyrouq evaluate {run}` (metrics-evaluate.json and its plots), or start the run anew "
+        "there with --overwrite to train it again"
     ), err
     assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json"]  # nothing written
+    # the advice, followed: the trained run evaluated, its figures the uninterrupted run's
+    command = err.split("evaluate the trained run with `")[1].split("`")[0]
+    assert main([*shlex.split(command)[1:], "--no-progress"]) == 0
+    assert sorted(os.listdir(run)) == [
+        "checkpoint.pt", "config.json", "image_grid-evaluate.png", "metrics-evaluate.json",
+        "most_uncertain-evaluate.png", "reliability-evaluate.png", "risk_coverage-evaluate.png",
+        "uncertainty-evaluate.png",
+    ]  # fmt: skip
+    fitted = json.loads((runs[0] / "full" / "metrics.json").read_text())
+    again = json.loads((run / "metrics-evaluate.json").read_text())
+    timings = ("eval_seconds", "train_seconds")
+    assert {k: v for k, v in again.items() if k not in timings} == {
+        k: v for k, v in fitted.items() if k not in timings
+    }
+    assert 0.1 < again["acc"] < 0.9 and again["seed"] == 7 and again["num_samples"] == 2
 
 
 NETS = """import os, signal
