@@ -400,6 +400,55 @@ def test_bayesian_of_a_batchensemble_under_warnings_as_errors_raises_in_the_comm
     assert "dist.Normal(1.0, 0.1)" not in shown and "pyrouq.rank1(net" not in shown, shown
 
 
+def test_a_filter_on_the_commands_words_of_the_factor_warning_ignores_it_or_raises_it():
+    """The wrapper of showwarning (97ccbd1) gave the filters bayesian()'s words only, which the
+    command's user never sees: python -W "ignore:factory" left the warning shown, and
+    "error:factory" did not raise it. The filters see the command's words too now."""
+    from pyrouq.cli._build import build
+    from pyrouq.cli._parser import _build_parser
+
+    spec = f"{SELF}:classifier_ensemble"
+    args = _build_parser().parse_args(["fit", spec, "--method", "bayesian"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message="factory ")
+        build(args, "bayesian")
+    assert [str(w.message) for w in caught if "rank-1 factors" in str(w.message)] == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="factory ", module="pyrouq.cli._build")
+        with pytest.raises(UserWarning, match=r"^factory '.*', --method bayesian: puts a No"):
+            build(args, "bayesian")
+
+
+def test_a_showwarning_replaced_inside_is_kept_and_the_wrapper_under_it_is_spent():
+    """On leaving, the wrapper was put back to the showwarning it found, dropping one put in
+    place inside (logging.captureWarnings(True)); and that one, taken off later, put back the
+    wrapper for good, which said bayesian()'s warning in a command's words outside any."""
+    import logging
+
+    from pyrouq.cli._factor_prior import factor_prior_in_command_words
+
+    factor = "bayesian(BatchEnsemble, prior=1.0) puts a Normal(0, 1.0) prior on the factors"
+    before = warnings.showwarning
+    try:
+        with factor_prior_in_command_words("m:f", "Net"):
+            logging.captureWarnings(True)
+            replaced = warnings.showwarning
+        kept = warnings.showwarning is replaced
+        logging.captureWarnings(False)  # (puts back the showwarning it found: the wrapper)
+        left = warnings.showwarning
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.showwarning = left  # (over the recorder)
+            warnings.simplefilter("always")
+            warnings.warn(factor, UserWarning, stacklevel=1)
+    finally:
+        logging.captureWarnings(False)
+        warnings.showwarning = before
+    assert kept, "logging's showwarning was dropped on leaving"
+    assert [str(w.message) for w in caught] == [factor]
+
+
 def test_a_warning_from_code_of_no_module_file_passes_on_and_no_lazy_module_is_imported(
     tmp_path, monkeypatch
 ):
