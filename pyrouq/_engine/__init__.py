@@ -67,7 +67,12 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._engine import _layer_calls, _layer_errors
-from pyrouq._engine._batch import batch_statistics, statistics_across_members
+from pyrouq._engine._batch import (
+    batch_statistics,
+    kept_buffers,
+    put_back,
+    statistics_across_members,
+)
 from pyrouq._engine._batch import check_outputs as check_outputs
 from pyrouq._engine._cpu_paths import CPU_CHUNK, _cpu, laid_out, nhwc
 from pyrouq._engine._cpu_paths import MaxPool2dChannelsLast as MaxPool2dChannelsLast
@@ -260,9 +265,7 @@ def run_draws(
         except RuntimeError as err:  # an op vmap cannot batch (nn.LSTM's), .item(), data-
             if not _VMAP_REFUSAL.search(str(err)):  # dependent control flow: draw by draw
                 raise
-            with torch.no_grad():
-                for buffer, value in kept:
-                    buffer.copy_(value)
+            put_back(kept)
             stacked = one_at_a_time(given)
     plates = 1 if members is None else 2
     return stacked.reshape(*output_dims(lead, plates), *stacked.shape[1:])
@@ -410,13 +413,12 @@ def _vmap_mode(net: nn.Module) -> tuple[bool, bool]:
 def _kept_buffers(net: nn.Module, weights: Mapping[str, Tensor]) -> list[tuple[Tensor, Tensor]]:
     """The buffers a vmap pass of ``net`` may move before it is refused (a counter the forward
     adds to), each with a copy, for the draws run one at a time to find them as they were; not
-    the latent sites' (``weights``). None where a pass in this mode has run through
+    the latent sites' (``weights``); none where a pass in this mode has run through
     (:data:`_RAN_THROUGH`): the copies would cost every call (on a GPU, a kernel launch each:
     60 for a ResNet-18's BatchNorm statistics) for a refusal that does not come."""
     if _vmap_mode(net) in _RAN_THROUGH.get(net, ()):
         return []
-    sites = {id(b) for k, b in net.named_buffers() if k in weights}
-    return [(b, b.clone()) for b in net.buffers() if id(b) not in sites]
+    return kept_buffers(net, weights.keys())
 
 
 _VMAP_REFUSAL = re.compile(

@@ -1,11 +1,15 @@
 """How a network treats its batch, as the engine checks it: its outputs are one row per input
 (:func:`check_outputs`), and which of its normalisation layers take statistics of the batch or
-move running statistics with it (so the batch must go through them in one call)."""
+move running statistics with it (so the batch must go through them in one call), and the
+buffers a forward may move, kept for a forward run again to find them as they were
+(:func:`kept_buffers`, :func:`put_back`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
@@ -100,3 +104,18 @@ def statistics_across_members(module: nn.Module) -> bool:
     if _uses_batch_statistics(module) or updates_running_statistics(module):
         return True
     return any(statistics_across_members(child) for child in module.children())
+
+
+def kept_buffers(net: nn.Module, sites: Collection[str]) -> list[tuple[Tensor, Tensor]]:
+    """Each buffer of ``net`` a forward may move (running statistics, a counter or moving
+    average of the network's own), with a copy, for a forward run again to find it as it was
+    (:func:`put_back`); not the latent sites' (``sites``, their paths), which draws replace."""
+    skip = {id(b) for name, b in net.named_buffers(remove_duplicate=False) if name in sites}
+    return [(b, b.clone()) for b in net.buffers() if id(b) not in skip]
+
+
+def put_back(kept: list[tuple[Tensor, Tensor]]) -> None:
+    """Set each buffer :func:`kept_buffers` kept back to its copy."""
+    with torch.no_grad():
+        for buffer, value in kept:
+            buffer.copy_(value)

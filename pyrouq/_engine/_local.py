@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pyrouq._engine._batch import check_outputs
+from pyrouq._engine._batch import check_outputs, kept_buffers, put_back
 from pyrouq._engine._layer_calls import call, noise_scale, tensor_reads
 from pyrouq._util import AsItCame, rng_state, set_rng_state
 
@@ -128,8 +128,7 @@ def run_local(
         # (a pattern that shows only later is found without)
         first = net not in _DRAWN_WHOLE
         state = rng_state(x.device) if first else None
-        sites = {id(net.get_buffer(s)) for s in loc} if first else set()
-        kept = [(b, b.clone()) for b in net.buffers() if first and id(b) not in sites]
+        kept = kept_buffers(net, loc.keys()) if first else []
         while True:
             whole = _DRAWN_WHOLE.get(net, frozenset())
             local = {path: sites for path, sites in layers.items() if path not in whole}
@@ -149,9 +148,7 @@ def run_local(
                 return out
             if state is not None:
                 set_rng_state(x.device, state)
-            with torch.no_grad():
-                for buffer, value in kept:
-                    buffer.copy_(value)
+            put_back(kept)
 
     if num_draws is None:
         return once()
