@@ -13,7 +13,7 @@ from typing import Any
 from pyrouq._words import as_typed
 from pyrouq.cli._built_in_method import built_in_instead
 from pyrouq.cli._classifier_only import refuse_regression
-from pyrouq.cli._factor_prior import factor_prior_in_command_words
+from pyrouq.cli._factor_prior import in_command_words
 from pyrouq.cli._factory_names import calling_factory
 from pyrouq.cli._held_prior import held_prior_words, is_held_refusal
 
@@ -448,6 +448,7 @@ _PYRO_SAMPLES = re.compile(
 def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]:
     """A factory's network converted by ``--method`` (not plain): the model and its guide."""
     import pyrouq
+    from pyrouq.convert._rank1_factors import float_prior_words
 
     norms = {} if args.norms is None else {"norms": args.norms}  # else the method's own
     if method == "batchensemble":
@@ -460,7 +461,7 @@ def _convert(net: Any, args: argparse.Namespace, method: str) -> tuple[Any, Any]
     if saved is not None:
         select = _resumed_sites(net, saved, args.model, method)
     try:
-        with factor_prior_in_command_words(args.model, type(net).__name__):
+        with float_prior_words(in_command_words(args.model, type(net).__name__)):
             model = pyrouq.bayesian(net, prior=args.prior_scale, select=select)
     except ValueError as err:  # bayesian()'s advice, select=, is not the command's to take
         said = f"select={select!r}"  # its first sentence (not cut at an "e.g. ")

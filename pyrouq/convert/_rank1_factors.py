@@ -1,12 +1,15 @@
 """The rank-1 factors of a BatchEnsemble made Bayesian (:func:`pyrouq.bayesian` of a
 BatchEnsemble, :func:`pyrouq.rank1`): the sites ``select`` picks among them
-(:func:`factor_names`), the priors that would pull them to 0 (:func:`warn_factor_priors`), and
-the refusal of local reparameterisation for them (:data:`NO_LOCAL_RANK1`)."""
+(:func:`factor_names`), the priors that would pull them to 0 (:func:`warn_factor_priors`; a
+caller with words of its own for a float's, :func:`float_prior_words`), and the refusal of
+local reparameterisation for them (:data:`NO_LOCAL_RANK1`)."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 
 import torch
 from torch import nn
@@ -17,7 +20,7 @@ from pyrouq.convert._hints import names_list
 from pyrouq.convert._select import PriorSpec, SelectSpec, SitePrior, _owner
 from pyrouq.nn import BatchEnsembleLinear
 
-__all__ = ["NO_LOCAL_RANK1", "factor_names", "warn_factor_priors"]
+__all__ = ["NO_LOCAL_RANK1", "factor_names", "float_prior_words", "warn_factor_priors"]
 
 NO_LOCAL_RANK1 = (
     "local_reparameterization applies to nn.Linear / convolution layers with latent weights; "
@@ -53,6 +56,24 @@ def factor_names(net: nn.Module, select: SelectSpec) -> SelectSpec:
     if select is not None:
         layers = layers[-1:]
     return [f"{path}.{factor}" if path else factor for path in layers for factor in ("r", "s")]
+
+
+# The words of the warning of a float prior on the factors, given the float (None: bayesian()'s)
+_FLOAT_PRIOR_WORDS: ContextVar[Callable[[float], str] | None] = ContextVar(
+    "pyrouq_float_prior_words", default=None
+)
+
+
+@contextlib.contextmanager
+def float_prior_words(words: Callable[[float], str]) -> Iterator[None]:
+    """While it runs, bayesian()'s warning of a float prior on a BatchEnsemble's factors says
+    ``words(prior)`` (e.g. ``pyrouq fit``'s, whose user cannot follow advice in Python): the
+    same warning, of the same category and place, in a caller's words."""
+    token = _FLOAT_PRIOR_WORDS.set(words)
+    try:
+        yield
+    finally:
+        _FLOAT_PRIOR_WORDS.reset(token)
 
 
 def _is_function(prior: object) -> bool:
@@ -93,13 +114,16 @@ def warn_factor_priors(
     ``net`` (``sites``: its latent sites, ``priors``: theirs), pulls rank-1 factors to 0: a
     float puts ``Normal(0, s)`` on them, a dict or callable may centre them on 0 (one
     distribution: the user's choice, or the placeholder ``pyrouq.load()`` replaces)."""
-    if is_real(prior) and any(_is_factor(net, s) for s in sites):
-        warnings.warn(  # (none where no factor is latent: the weights, the norms)
+    if is_real(prior) and any(_is_factor(net, s) for s in sites):  # (not the weights, norms)
+        words = _FLOAT_PRIOR_WORDS.get()  # (a caller's own: float_prior_words())
+        said = (
             f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
             "prior on the rank-1 factors, which start near 1 and scale the shared "
             "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
-            "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M).",
-            stacklevel=4,
+            "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)."
+            if words is None
+            else words(prior)
         )
+        warnings.warn(said, stacklevel=4)  # (the caller of bayesian())
     if isinstance(prior, Mapping) or _is_function(prior):
         _warn_zero_mean_factors(net, priors)  # (a float has warned)

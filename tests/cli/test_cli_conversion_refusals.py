@@ -301,7 +301,9 @@ def classifier_ensemble() -> nn.Module:
 def test_bayesian_of_a_batchensemble_warns_in_the_commands_words():
     """bayesian()'s warning of the Normal(0, s) prior on the factors advised "pass
     prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)", Python that a
-    command-line user cannot write; the command's way out is the plain network, --method rank1."""
+    command-line user cannot write; the command's way out is the plain network, --method rank1.
+    bayesian() says it in the command's words itself (no warning is caught or shown anew), at
+    the command's call of it, and once per place under the "default" filter."""
     from pyrouq.cli._build import build
     from pyrouq.cli._parser import _build_parser
 
@@ -309,78 +311,46 @@ def test_bayesian_of_a_batchensemble_warns_in_the_commands_words():
     args = _build_parser().parse_args(["fit", spec, "--method", "bayesian"])
     with pytest.warns(UserWarning) as caught:
         build(args, "bayesian")
-    said = [str(w.message) for w in caught if "rank-1 factors" in str(w.message)]
-    assert said == [
+    said = [w for w in caught if "rank-1 factors" in str(w.message)]
+    assert [str(w.message) for w in said] == [
         f"factory {spec!r}, --method bayesian: puts a Normal(0, 1.0) prior (--prior-scale "
         "1.0) on the rank-1 factors of the BatchEnsembleNetwork it returned, which start near "
         "1 and scale the shared weights: that prior pulls them to 0. --method rank1 gives them "
         "Normal(1, 0.1): make the factory return the plain network the ensemble was made from "
         "and pick --method rank1."
     ], said
-    from pyrouq.cli._factor_prior import factor_prior_in_command_words
-
-    with pytest.warns(UserWarning, match="^another warning$"):  # (others pass on as they came)
-        with factor_prior_in_command_words(spec, "BatchEnsembleNetwork"):
-            warnings.warn("another warning", UserWarning, stacklevel=1)
-
-
-def test_the_warnings_before_bayesian_raised_are_issued_as_they_came():
-    """The command's catcher of bayesian()'s warnings issued them again only when bayesian()
-    returned: where it raised, what it had warned of was dropped; and a warning issued again
-    had its file's path as its module, which a filter naming the module did not match, and no
-    registry, so that one warned once per place came again at every call. Other warnings now
-    pass as they came: the filters, with their module, and the registries decide."""
-    from pyrouq.cli._factor_prior import factor_prior_in_command_words
-
-    factor = "bayesian(BatchEnsemble, prior=1.0) puts a Normal(0, 1.0) prior on the factors"
+    assert said[0].filename.endswith("_build.py"), said[0].filename
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pytest.raises(ValueError, match="bayesian\\(\\) refused"):
-            with factor_prior_in_command_words("m:f", "Net"):
-                warnings.warn("a layer stays shared", DeprecationWarning, stacklevel=1)
-                warnings.warn(factor, FutureWarning, stacklevel=1)
-                raise ValueError("bayesian() refused the network")
-    said = [(w.category, str(w.message)[:40], w.filename) for w in caught]
-    assert said == [
-        (DeprecationWarning, "a layer stays shared", __file__),
-        (FutureWarning, "factory 'm:f', --method bayesian: puts a", __file__),
-    ], said
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        warnings.filterwarnings("ignore", module=__name__)
-        with factor_prior_in_command_words("m:f", "Net"):
-            warnings.warn("a layer stays shared", UserWarning, stacklevel=1)
-    assert caught == []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")  # once per place: the module's registry keeps count
-        with factor_prior_in_command_words("m:f", "Net"):
-            for _ in range(2):
-                warnings.warn("a layer stays shared", UserWarning, stacklevel=1)
-    assert [str(w.message) for w in caught] == ["a layer stays shared"]
+        warnings.simplefilter("default")  # once per place: _build's registry keeps count
+        for _ in range(2):
+            build(args, "bayesian")
+    assert sum("rank-1 factors" in str(w.message) for w in caught) == 1, caught
 
 
-def _warn_once_per_place() -> None:
-    warnings.warn("shown once from here", UserWarning, stacklevel=1)
+def test_bayesian_outside_the_command_warns_in_its_own_words():
+    """The command's words hold only while it calls bayesian(): after it, and after words given
+    to a call that raised, bayesian() of a BatchEnsemble warns in its own (Python) words."""
+    from pyrouq.cli._build import build
+    from pyrouq.cli._parser import _build_parser
+    from pyrouq.convert._rank1_factors import float_prior_words
 
-
-def test_a_warning_shown_before_the_command_called_bayesian_is_not_shown_again_inside():
-    """The catcher issued every warning again on a change of the filters (its own), which clears
-    the once-per-place registries: a warning shown once before came again from the same place."""
-    from pyrouq.cli._factor_prior import factor_prior_in_command_words
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")
-        _warn_once_per_place()
-        with factor_prior_in_command_words("m:f", "Net"):
-            _warn_once_per_place()
-    assert [str(w.message) for w in caught] == ["shown once from here"]
+    args = _build_parser().parse_args(["fit", f"{SELF}:classifier_ensemble"])
+    with pytest.warns(UserWarning, match="^factory "):
+        build(args, "bayesian")
+    with pytest.raises(ValueError, match=r"^refused$"):
+        with float_prior_words(lambda prior: f"in other words, {prior}"):
+            raise ValueError("refused")
+    with pytest.warns(UserWarning, match=r"^bayesian\(BatchEnsemble, prior=0\.5\) puts a No"):
+        pyrouq.bayesian(classifier_ensemble(), prior=0.5)
+    with pytest.warns(UserWarning, match=r"^in other words, 0\.5$"):
+        with float_prior_words(lambda prior: f"in other words, {prior}"):
+            pyrouq.bayesian(classifier_ensemble(), prior=0.5)
 
 
 def test_bayesian_of_a_batchensemble_under_warnings_as_errors_raises_in_the_commands_words():
     """Under an "error" filter (python -W error) bayesian()'s warning of the factors is the
-    error, in the command's words; another warning's error passes as it came."""
+    error, in the command's words."""
     from pyrouq.cli._build import build
-    from pyrouq.cli._factor_prior import factor_prior_in_command_words
     from pyrouq.cli._parser import _build_parser
 
     spec = f"{SELF}:classifier_ensemble"
@@ -389,9 +359,6 @@ def test_bayesian_of_a_batchensemble_under_warnings_as_errors_raises_in_the_comm
         warnings.simplefilter("error")
         with pytest.raises(UserWarning) as raised:
             build(args, "bayesian")
-        with pytest.raises(DeprecationWarning, match=r"^a layer stays shared$"):
-            with factor_prior_in_command_words(spec, "BatchEnsembleNetwork"):
-                warnings.warn("a layer stays shared", DeprecationWarning, stacklevel=1)
     assert str(raised.value).startswith(
         f"factory {spec!r}, --method bayesian: puts a Normal(0, 1.0) prior (--prior-scale 1.0) "
         "on the rank-1 factors of the BatchEnsembleNetwork it returned"
@@ -419,61 +386,6 @@ def test_a_filter_on_the_commands_words_of_the_factor_warning_ignores_it_or_rais
         warnings.filterwarnings("error", message="factory ", module="pyrouq.cli._build")
         with pytest.raises(UserWarning, match=r"^factory '.*', --method bayesian: puts a No"):
             build(args, "bayesian")
-
-
-def test_a_showwarning_replaced_inside_is_kept_and_the_wrapper_under_it_is_spent():
-    """On leaving, the wrapper was put back to the showwarning it found, dropping one put in
-    place inside (logging.captureWarnings(True)); and that one, taken off later, put back the
-    wrapper for good, which said bayesian()'s warning in a command's words outside any."""
-    import logging
-
-    from pyrouq.cli._factor_prior import factor_prior_in_command_words
-
-    factor = "bayesian(BatchEnsemble, prior=1.0) puts a Normal(0, 1.0) prior on the factors"
-    before = warnings.showwarning
-    try:
-        with factor_prior_in_command_words("m:f", "Net"):
-            logging.captureWarnings(True)
-            replaced = warnings.showwarning
-        kept = warnings.showwarning is replaced
-        logging.captureWarnings(False)  # (puts back the showwarning it found: the wrapper)
-        left = warnings.showwarning
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.showwarning = left  # (over the recorder)
-            warnings.simplefilter("always")
-            warnings.warn(factor, UserWarning, stacklevel=1)
-    finally:
-        logging.captureWarnings(False)
-        warnings.showwarning = before
-    assert kept, "logging's showwarning was dropped on leaving"
-    assert [str(w.message) for w in caught] == [factor]
-
-
-def test_a_warning_from_code_of_no_module_file_passes_on_and_no_lazy_module_is_imported(
-    tmp_path, monkeypatch
-):
-    """The catcher looked for the module a warning came from by each module's __file__: a
-    module imported lazily (importlib.util.LazyLoader) was imported by that look, and its
-    import's error came out of the command; and a warning from code of no module's file
-    (exec'd, a notebook's cell) was issued again with module=None, which Python drops.
-    Nothing is looked up now: warnings are not issued again."""
-    import importlib.util
-    import sys
-
-    from pyrouq.cli._factor_prior import factor_prior_in_command_words
-
-    (tmp_path / "lazy_unloadable.py").write_text("raise RuntimeError('imported by the look')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    spec = importlib.util.find_spec("lazy_unloadable")
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "lazy_unloadable", module)
-    spec.loader.exec_module(module)  # lazily: its code runs at its first attribute read
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")
-        with factor_prior_in_command_words("m:f", "Net"):
-            exec("import warnings; warnings.warn('a cell warned', UserWarning)")
-    assert [(str(w.message), w.filename) for w in caught] == [("a cell warned", "<string>")]
 
 
 def gaussian_of_one_output() -> nn.Module:
