@@ -293,6 +293,56 @@ def test_a_wrapped_regression_model_is_told_the_command_trains_classifiers(
     assert "y.float()" not in err and "fitting" not in out  # refused before training
 
 
+class LaplaceTargets(pyrouq.likelihoods.Likelihood):
+    """A user's own regression likelihood (real targets only; the rest is never reached)."""
+
+    def target_problem(self, y, num_outputs):
+        return None if y.dtype.is_floating_point else f"targets of dtype {y.dtype}: y.float()"
+
+
+class BinaryLabels(pyrouq.likelihoods.Likelihood):
+    """A user's own likelihood of labels 0 and 1 (integers only)."""
+
+    def target_problem(self, y, num_outputs):
+        if y.dtype.is_floating_point or int(y.max()) > 1:
+            return "labels other than 0 and 1: y.clamp(max=1)"
+        return None
+
+
+def laplace_ensemble() -> nn.Module:
+    return pyrouq.batchensemble(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), 2,
+                                likelihood=LaplaceTargets())  # fmt: skip
+
+
+def binary_ensemble() -> nn.Module:
+    return pyrouq.batchensemble(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), 2,
+                                likelihood=BinaryLabels())  # fmt: skip
+
+
+def test_a_model_whose_own_likelihood_refuses_the_labels_is_told_the_command_trains_classifiers(
+    tmp_path, capsys
+):
+    """The refusal named the Gaussian likelihood: a regression likelihood of the user's own
+    was trained on MNIST's labels and told fit()'s "Fix the targets" (its own advice, y.float(),
+    the command's user cannot take). The likelihood is asked now, as fit() asks it."""
+    err, out = fit_error(capsys, tmp_path, "laplace_ensemble", "plain")
+    assert err == (
+        f"pyrouq: error: factory '{SELF}:laplace_ensemble' returned BatchEnsembleNetwork with "
+        "the likelihood LaplaceTargets(), a regression of real-valued targets; pyrouq fit "
+        "trains a classifier of the data set's 10 classes on their labels: build it in the "
+        "factory with the Categorical likelihood (the default: leave likelihood= out), or make "
+        "the factory return the plain network for --method to convert"
+    ), err
+    assert "y.float()" not in err and "fitting" not in out  # refused before training
+    err, out = fit_error(capsys, tmp_path, "binary_ensemble", "plain")
+    assert err.startswith(
+        f"pyrouq: error: factory '{SELF}:binary_ensemble' returned BatchEnsembleNetwork with "
+        "the likelihood BinaryLabels(), which refuses class labels; pyrouq fit trains a "
+        "classifier of the data set's 10 classes"
+    ), err
+    assert "clamp" not in err and "fitting" not in out
+
+
 def classifier_ensemble() -> nn.Module:
     """A classifier BatchEnsemble of MNIST's image size (--method bayesian: latent factors)."""
     return pyrouq.batchensemble(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), 2)
