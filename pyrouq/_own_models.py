@@ -18,7 +18,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq._own_likelihood import outputs_problem
-from pyrouq._param_store import draws_as_built, store_taken_fix
+from pyrouq._param_store import draws_as_built, store_or_usual_fix
 from pyrouq._util import rng_state, set_rng_state, warn_caller
 from pyrouq._wrappers import unwrapped
 from pyrouq.likelihoods._categorical import are_probabilities
@@ -533,15 +533,11 @@ def _refuse(
     guide's trace. An autoguide built for this very model (``guide``) that took another
     model's values from Pyro's param store, and so draws (``drawn``, one draw's shapes) other
     shapes than it was built with, is told to clear the store
-    (:func:`~pyrouq._param_store.store_taken_fix`), not to pass the guide it is; one that
+    (:func:`~pyrouq._param_store.store_or_usual_fix`), not to pass the guide it is; one that
     draws the shapes it was built with (a model sized by x, given x of another shape; or a
     model changed since) is told to pass x of the shape it was fitted on, or a guide fitted
     for the model as it is now."""
     any_model = "(pyro.infer.autoguide.AutoNormal(model) is one for any Pyro model)"
-    taken = store_taken_fix(model, guide, drawn) if source in (None, "the guide") else None
-    if taken:
-        lead = "the guide does not fit"
-        raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {taken}", problem)
     if source in (None, "the guide") and draws_as_built(model, guide, drawn):
         lead = "the guide does not fit"  # (its own model's: "pass the guide built for it" is none)
         fix = (
@@ -549,14 +545,15 @@ def _refuse(
             "the shapes it was built with; the model's sites take other shapes now (on x of "
             "another shape than the guide was fitted on, or the model changed since). Pass x of "
             "the shape the guide was fitted on, or a guide built and fitted for the model as it "
-            "is now"
+            "is now."
         )
     elif source is None:
-        lead, fix = "the guide does not fit", f"Pass a guide built for this model {any_model}"
+        lead, fix = "the guide does not fit", f"Pass a guide built for this model {any_model}."
     else:
         lead = f"{source} {'do' if source == 'posterior_samples' else 'does'} not fit"
         fix = (
             f"Pass the guide fitted with this model {any_model}, or posterior draws "
-            "{site: (S, *shape)} of its latent sites"
+            "{site: (S, *shape)} of its latent sites."
         )
-    raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {fix}.", problem)
+    fix = store_or_usual_fix(fix, model, source, guide, drawn)  # (store taken: reshaped)
+    raise GuideMismatch(f"{caller}: {lead} {name_of(model)}: {problem}. {fix}", problem)

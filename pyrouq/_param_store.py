@@ -38,6 +38,7 @@ __all__ = [
     "register_point_estimates",
     "set_supermodule",
     "shared_copy",
+    "store_or_usual_fix",
     "store_taken_fix",
     "take_store_values",
 ]
@@ -313,6 +314,20 @@ def store_taken_fix(
         "this model and guide (then fit them), or pyro.settings.set(module_local_params="
         "True) before building the models to keep each one's parameters its own."
     )
+
+
+def store_or_usual_fix(
+    usual: str,
+    model: Any,
+    source: str | None,
+    guide: Any,
+    drawn: Mapping[str, Sequence[int]] | None = None,
+) -> str:
+    """The way out for draws from ``source`` that do not fit ``model``: where they are a
+    guide's (``source`` None or ``"the guide"``) and :func:`store_taken_fix` finds that
+    ``guide`` took the param store's values, clearing the store; else ``usual``."""
+    taken = store_taken_fix(model, guide, drawn) if source in (None, "the guide") else None
+    return taken or usual
 
 
 def _reshaped(guide: Any, drawn: Mapping[str, Sequence[int]] | None) -> bool:

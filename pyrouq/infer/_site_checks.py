@@ -10,7 +10,7 @@ import pyro
 import torch
 from torch import nn
 
-from pyrouq._param_store import store_taken_fix
+from pyrouq._param_store import store_or_usual_fix
 from pyrouq._util import has_latent_sites, takes_labels
 from pyrouq._wrappers import unwrapped
 from pyrouq.likelihoods import likelihood_of
@@ -131,9 +131,9 @@ def refuse(
     built for this very model whose draws (``drawn``, one draw's shapes) do not fit it, nor
     the shapes it was built with, took, when it first ran, the values Pyro's param store held
     under its parameters' names: passing "the guide built for this model" is then no fix,
-    clearing the store is (:func:`~pyrouq._param_store.store_taken_fix`)."""
+    clearing the store is (:func:`~pyrouq._param_store.store_or_usual_fix`)."""
     if problem is None:
         return
     lead, fix = _REFUSALS[source]
-    taken = store_taken_fix(model, guide, drawn) if source == "the guide" else None
-    raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {taken or fix}")
+    fix = store_or_usual_fix(fix, model, source, guide, drawn)
+    raise ValueError(f"{caller}: {lead} {type(model).__name__}: {problem}. {fix}")
