@@ -188,10 +188,13 @@ def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
 
 def label_shape_fix(shape: tuple[int, ...], n: int, c: int, name: str) -> str:
     """What to do with labels of ``shape`` where ``(n,)`` labels of ``c`` classes are expected:
-    one-hot rows take their argmax; a column ``(n, 1)`` (or a row) of the n labels, a reshape
-    (it was told to pass the labels of the inputs predicted, which it held)."""
+    one-hot rows take their argmax; a column ``(n, 1)`` (or a row) of the n labels, or the one
+    label of one input as a 0-d tensor (``y[i]``), a reshape (it was told to pass the labels of
+    the inputs predicted, which it held)."""
     if tuple(shape) == (n, c):  # one-hot rows, whose dtype passed the dtype check
         return f"one-hot targets? pass their class indices, {name}.argmax(-1)"
+    if not tuple(shape) and n == 1:  # the label of the one input predicted, y[i]
+        return f"one label as a 0-d tensor (y[i])? pass it as one dim, {name}.reshape(-1)"
     if len(shape) > 1 and math.prod(shape) == n and n in shape:  # (not (2, 3) for 6)
         return f"labels in a column (or a row)? pass them as one dim, {name}.reshape(-1)"
     return "pass the labels of exactly the inputs that were predicted"

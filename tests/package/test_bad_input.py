@@ -1201,6 +1201,9 @@ API_CASES = [
      r"targets.reshape\(-1\)"),  # was told to pass the labels of the inputs, which it held
     ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels()[None]), ValueError,
      r"got shape \(1, 6\); labels in a column \(or a row\)\? pass them as one dim"),
+    ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(1), labels(1)[0]), ValueError,
+     r"got shape \(\); one label as a 0-d tensor \(y\[i\]\)\? pass it as one dim, "
+     r"targets.reshape\(-1\)"),  # was told to pass the label of the input, which it held
     ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels().reshape(2, 3)),
      ValueError, r"got shape \(2, 3\); pass the labels of exactly the inputs that were predicted"),
     ("evaluate", "shape",
@@ -1581,6 +1584,10 @@ API_CASES = [
      lambda tmp: pyrouq.coverage(torch.ones(3, 2, dtype=torch.bool), torch.zeros(3, 1).long()),
      ValueError, r"coverage\(\): expected labels of shape \(3,\), one per prediction set, got "
      r"\(3, 1\); labels in a column \(or a row\)\? pass them as one dim, labels.reshape"),
+    ("coverage", "shape",
+     lambda tmp: pyrouq.coverage(torch.ones(1, 2, dtype=torch.bool), torch.tensor(1)),
+     ValueError, r"coverage\(\): expected labels of shape \(1,\), one per prediction set, got "
+     r"\(\); one label as a 0-d tensor \(y\[i\]\)\? pass it as one dim, labels.reshape"),
     ("coverage", "dtype", lambda tmp: pyrouq.coverage(torch.ones(3, 2), torch.zeros(3)),
      TypeError, r"Expected prediction sets as an \(N, C\) boolean tensor .*got torch.float32"),
     ("mean_set_size", "shape", lambda tmp: pyrouq.mean_set_size(torch.ones(3, dtype=torch.bool)),
