@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyrouq._metric_inputs import label_shape_fix
+from pyrouq._metric_inputs import WIDE_UNSIGNED, label_shape_fix
 from pyrouq._numbers import (
     check_at_most,
     finite_float,
@@ -276,6 +276,12 @@ def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
         raise ValueError(
             f"{where}: expected labels of shape ({num},), one per prediction set, got "
             f"{tuple(targets.shape)}; {label_shape_fix(targets.shape, num, classes, 'labels')}."
+        )
+    if targets.dtype in WIDE_UNSIGNED:  # torch's "min_all" not implemented for them
+        raise ValueError(
+            f"{where}: expected int64 class labels, got dtype {targets.dtype}, which torch can "
+            "neither take the minimum of nor compare with int64 class indices; convert them "
+            "with labels.long()."
         )
     y = targets.to(sets.device)
     wrong_dtype = y.is_floating_point() or y.is_complex() or y.dtype == torch.bool

@@ -23,6 +23,7 @@ from pyrouq import (
     coverage,
     temperature_scale,
 )
+from pyrouq._metric_inputs import WIDE_UNSIGNED
 from pyrouq.metrics import nll
 
 
@@ -193,6 +194,23 @@ def test_labels_of_the_wrong_dtype_or_range_are_refused_saying_what_to_do():
         "pass the labels of the inputs the sets were made for",
     ):
         coverage(sets, torch.tensor([0, 2, 1]))
+
+
+@pytest.mark.parametrize("dtype", WIDE_UNSIGNED, ids=str)
+def test_wide_unsigned_labels_are_refused_as_the_metrics_refuse_them(dtype):
+    # uint16 / uint32 / uint64 labels (torch.as_tensor of a numpy uint16 array) met torch's
+    # NotImplementedError '"min_all" not implemented for 'UInt16''; the metrics refuse them
+    sets = torch.tensor([[True, False], [True, True], [False, True]])
+    labels = torch.tensor([0, 1, 1], dtype=dtype)
+    for call in (coverage, class_conditional_coverage):
+        with pytest.raises(
+            ValueError,
+            match=rf"{call.__name__}\(\): expected int64 class labels, got dtype {dtype}, which "
+            r"torch can neither take the minimum of .*convert them with labels.long\(\)\.",
+        ):
+            call(sets, labels)
+    assert coverage(sets, labels.long()) == 1.0  # the advice followed
+    assert class_conditional_coverage(sets, labels.long()).tolist() == [1.0, 1.0]
 
 
 def test_complex_interval_targets_are_refused_not_cast_to_their_real_part():
