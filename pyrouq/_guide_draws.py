@@ -82,7 +82,22 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
     """One trace of ``guide(*args)``, or a clear error for a guide whose signature needs the
     targets (``guide(x, y)``), an autoguide that has never run (it traces the model on x alone
     to find its sites, and meets the likelihood unobserved) or one that runs the model at every
-    call (a ``GuideMessenger``: AutoNormalMessenger)."""
+    call (a ``GuideMessenger``: AutoNormalMessenger). An autoguide that had never run is left
+    unbuilt when that run fails, as it came: an ``AutoContinuous`` (``AutoDiagonalNormal``,
+    ...) or an ``AutoDelta`` would keep the trace it took of the model without the parameters
+    it failed to make, and never make them (``'AutoDiagonalNormal' object has no attribute
+    'loc'`` at its next run, given the targets or not)."""
+    unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
+    try:
+        return _traced(guide, args, unbuilt)
+    except BaseException:
+        if unbuilt:  # (an AutoNormal puts it back itself; the others set it before failing)
+            guide.prototype_trace = None
+        raise
+
+
+def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
+    """:func:`_guide_trace`'s trace and errors (``unbuilt``: an autoguide that never ran)."""
     try:
         return poutine.trace(guide).get_trace(*args)
     except TypeError as err:  # guide(x, y): y without a default
@@ -95,7 +110,6 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
             "y), or pass its draws as posterior_samples=."
         ) from err
     except (ValueError, NotImplementedError) as err:
-        unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
         unobserved = "discrete sample site" in str(err)  # the targets, sampled without y
         if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
             raise

@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 from _toy import PyroClassifier, RaisesItsOwn
 from pyro.infer import SVI, Trace_ELBO
-from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal, AutoNormalMessenger
+from pyro.infer.autoguide import (
+    AutoDelta,
+    AutoDiagonalNormal,
+    AutoLowRankMultivariateNormal,
+    AutoMultivariateNormal,
+    AutoNormal,
+    AutoNormalMessenger,
+)
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
@@ -529,6 +536,27 @@ def test_predict_tells_how_to_use_a_guide_that_never_ran_or_runs_the_model():
     assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
     with pytest.raises(ValueError, match=r"AutoNormalMessenger runs the model at every call"):
         pyrouq.predict(model, x, AutoNormalMessenger(model), num_samples=2, progress=False)
+
+
+@pytest.mark.parametrize(
+    "autoguide",
+    [AutoNormal, AutoDiagonalNormal, AutoMultivariateNormal, AutoLowRankMultivariateNormal,
+     AutoDelta],
+)  # fmt: skip
+def test_the_guide_that_never_ran_follows_the_advice_itself_and_predicts(autoguide):
+    # predict() ran it on x alone; every autoguide but AutoNormal kept the trace it took,
+    # without the parameters it failed to make: Pyro's own words, and the advice followed
+    # (guide(x, y)), predict() and fit() raised "object has no attribute 'loc'"
+    pyro.clear_param_store()
+    model, x, y = PyroClassifier(), torch.randn(6, 2), torch.randint(0, 3, (6,))
+    guide = autoguide(model)
+    with pytest.raises(ValueError, match=rf"the guide {autoguide.__name__} has not run yet: "):
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert guide.prototype_trace is None  # as it came
+    guide(x[:2], y[:2])  # the advice, taken by this guide
+    assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
+    result = pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=6, progress=False)
+    assert math.isfinite(result.history[-1].loss)
 
 
 def test_predict_of_a_forward_whose_targets_have_no_default_names_the_contract():
