@@ -139,6 +139,22 @@ def needs_labels(y: Any) -> None:
         )
 
 
+def refuse_unbuilt_without_labels(guide: Any, labelled: bool) -> None:
+    """Refuse a call without the labels (``y=None``) whose guide is a Pyro autoguide that has
+    never run: it would be built on that call, tracing the model with its ``"obs"`` site
+    unobserved, and guide the targets as a latent site for good (Pyro's words on a discrete
+    one, to enumerate it; a number for a continuous one, and warnings of a guide site
+    ``'obs'`` the model observes at every call after). The guide is left unbuilt."""
+    if labelled or not isinstance(guide, AutoGuide) or guide.prototype_trace is not None:
+        return
+    raise ValueError(
+        f"KLWeightedELBO needs the labels, which were not given (y=None), and the guide "
+        f"{type(guide).__name__} has not run yet: built on this call, on the inputs alone, it "
+        'would take the site the model samples in the targets\' place ("obs") for one of its '
+        "latent sites, for good. Pass them, e.g. elbo.loss(model, guide, x, y)."
+    )
+
+
 def _hides_every_site(handler: Messenger) -> bool:
     """Whether ``handler`` is a ``poutine.block()`` that hides every site from the handlers
     outside it: its default (``hide_all=True``, no ``expose`` nor ``expose_types`` list), not

@@ -41,6 +41,7 @@ from pyrouq.infer._elbo_checks import (
     needs_labels,
     plain_network_error,
     refuse_plate_around,
+    refuse_unbuilt_without_labels,
     set_known_plate_nesting,
     traced_guide,
     warn_local,
@@ -180,7 +181,9 @@ class KLWeightedELBO(ELBO):
     passed as the model (the two swapped: ``TypeError``), a
     :class:`~pyrouq.MeanFieldGuide` with a BatchEnsemble, and ``guide=None`` for a model with
     latent sites, one that observes nothing or a plain torch network are refused (``None`` is
-    the guide of a model without latent sites). Traced under Pyro's validation (its default;
+    the guide of a model without latent sites), as is a call without the labels whose guide
+    is a Pyro autoguide that has never run (built then, it would take the model's ``"obs"``
+    site for a latent one). Traced under Pyro's validation (its default;
     not in fit()), the traces are checked as ``Trace_ELBO`` checks them, site shapes included
     (``poutine.mask`` of one entry per data point around a model masks its weights: refused).
 
@@ -295,6 +298,7 @@ class KLWeightedELBO(ELBO):
         kl_total: Tensor | float = 0.0
         outputs = None
         labelled = not lacks_labels(model, args, kwargs)
+        refuse_unbuilt_without_labels(guide, labelled)
         ours = isinstance(model, BayesianNetwork)
         # the network's own priors are fixed: analytic in any order (not a subclass's sites)
         fixed = set(model.latent_sites()) if ours else set()

@@ -559,6 +559,32 @@ def test_the_guide_that_never_ran_follows_the_advice_itself_and_predicts(autogui
     assert math.isfinite(result.history[-1].loss)
 
 
+@pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
+@pytest.mark.parametrize("targets", ["classes", "real"])
+def test_the_elbo_without_labels_leaves_a_guide_that_never_ran_unbuilt(autoguide, targets):
+    # built on x alone, the guide took "obs" for a latent site: Pyro's words to enumerate it
+    # (classes; AutoDiagonalNormal and AutoDelta then broken for good), or a number (real
+    # targets), then at every call with the labels a warning of a guide site 'obs'
+    pyro.clear_param_store()
+    if targets == "classes":
+        model, x, y = PyroClassifier(in_features=4), *data()
+    else:
+        model = Counts(lambda out: dist.Normal(out, 1.0))
+        x, y = data()[0], torch.randn(48)
+    guide, elbo = autoguide(model), pyrouq.KLWeightedELBO()
+    told = rf"not given \(y=None\), and the guide {autoguide.__name__} has not run yet: .*\"obs\""
+    with pytest.raises(ValueError, match=r"needs the labels, which were " + told):
+        elbo.loss(model, guide, x)
+    assert guide.prototype_trace is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no "Found non-auxiliary vars in guide but not model")
+        assert math.isfinite(elbo.loss(model, guide, x, y))
+    assert (
+        "obs" not in guide.prototype_trace.nodes
+        or guide.prototype_trace.nodes["obs"]["is_observed"]
+    )
+
+
 def test_predict_of_a_forward_whose_targets_have_no_default_names_the_contract():
     pyro.clear_param_store()
     model, x = _TargetsRequired(), torch.randn(6, 2)
