@@ -287,6 +287,7 @@ class Loop:
             num_particles=self.elbo.num_particles,
             vectorize_particles=bool(getattr(self.elbo, "vectorize_particles", False)),
             num_data=self.num_data,
+            world=self.group.world,
         )
         return _checkpoint.save_run(  # (its state made of Python's values: not walked again)
             self.checkpoint,

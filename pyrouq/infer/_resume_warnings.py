@@ -1,8 +1,8 @@
 """The warnings of ``fit(resume_from=...)``: each setting of the resumed call that changes
 the run from where it stopped (``kl_weight``, the planned epochs, the learning-rate schedule,
-the particles, N, the loader's batches an epoch and batch size, the learning rate) is warned
-of, with the setting that continues the run as it was, and so is a finished run trained on
-for more epochs, whose schedule is planned anew; :meth:`Loop.resume
+the particles, N, the number of ranks, the loader's batches an epoch and batch size, the
+learning rate) is warned of, with the setting that continues the run as it was, and so is
+a finished run trained on for more epochs, whose schedule is planned anew; :meth:`Loop.resume
 <pyrouq.infer._loop.Loop.resume>` calls them before it loads the run's state."""
 
 from __future__ import annotations
@@ -31,6 +31,65 @@ def warn_of_changes(loop: Loop, state: dict[str, Any]) -> None:
         )
     _warn_of_other_settings(loop, state)
     _warn_of_a_new_plan(loop, state)
+    if not _warned_of_other_ranks(loop, state):
+        _warn_of_another_loader(loop, state)
+    given, run = loop.base_lrs, [float(v) for v in state["base_lrs"]]
+    if given != run:
+        warn_caller(
+            f"fit(resume_from=...) continues the run at its learning rate "
+            f"{_lrs(run)}; lr={_lrs(given)} is ignored (the optimizer's state and the "
+            "schedule carry on). Pass the run's lr, or start a new run to change it."
+        )
+
+
+def _warned_of_other_ranks(loop: Loop, state: dict[str, Any]) -> bool:
+    """Warn, and return True, when the run was trained on another number of ranks than
+    ``loop`` runs on (its checkpoint records it since 2026-12-07; not compared for older
+    ones): each rank's shard of an epoch, and so its batches and the schedule planned over
+    them, differ from the run's; the loader is then not the cause, and is not warned of."""
+    theirs, ours = state.get("world"), loop.group.world
+    if isinstance(theirs, bool) or not isinstance(theirs, int) or theirs < 1 or theirs == ours:
+        return False
+    run_batches, batches = int(state.get("batches_per_epoch", 0)), len_or(loop.loader)
+    changes = []
+    if run_batches and batches and run_batches != batches:
+        changes.append(
+            f"an epoch takes {batches} steps{_on(ours)} where the run took {run_batches}"
+            f"{_on(theirs)}, so the learning-rate schedule, planned over the run's steps, no "
+            "longer matches"
+        )
+    if state["epoch_steps"]:
+        changes.append(
+            f"the {state['epoch_steps']} steps the run took of epoch "
+            f"{state['epochs_done'] + 1} skip other batches than it saw"
+        )
+    changes.append("every step sees other batches than the run's would have")
+    where = (
+        "in one process (no process group)"
+        if theirs == 1
+        else f"on {theirs} ranks (torchrun --nproc_per_node {theirs})"
+    )
+    warn_caller(
+        f"fit(resume_from=...) continues {_ranks(ours)} a run trained {_ranks(theirs)}: its "
+        f"epochs are split otherwise than the run's: {'; '.join(changes)}. "
+        f"Resume {where}, with the run's loader, to continue it as it was."
+    )
+    return True
+
+
+def _ranks(world: int) -> str:
+    """``on 2 ranks`` or ``in one process``."""
+    return f"on {world} ranks" if world > 1 else "in one process"
+
+
+def _on(world: int) -> str:
+    """`` on each of 2 ranks`` or nothing (one process)."""
+    return f" on each of {world} ranks" if world > 1 else ""
+
+
+def _warn_of_another_loader(loop: Loop, state: dict[str, Any]) -> None:
+    """Warn of a loader serving another number of batches an epoch than the run's, or (as
+    many) batches of another size."""
     theirs, ours = int(state.get("batches_per_epoch", 0)), len_or(loop.loader)
     if theirs and ours and theirs != ours:
         skipped = (
@@ -54,13 +113,6 @@ def warn_of_changes(loop: Loop, state: dict[str, Any]) -> None:
             f"of batch size {ours_size}: its steps see other batches than the run's would "
             "have. Resume with the run's loader (same data and batch size) to continue it "
             "exactly."
-        )
-    given, run = loop.base_lrs, [float(v) for v in state["base_lrs"]]
-    if given != run:
-        warn_caller(
-            f"fit(resume_from=...) continues the run at its learning rate "
-            f"{_lrs(run)}; lr={_lrs(given)} is ignored (the optimizer's state and the "
-            "schedule carry on). Pass the run's lr, or start a new run to change it."
         )
 
 

@@ -430,10 +430,12 @@ def training_state(
     num_particles: int,
     vectorize_particles: bool,
     num_data: int,
+    world: int,
 ) -> dict[str, Any]:
     """The ``training`` entry of a checkpoint: Python's own numbers and strings (numpy's
     ``str_``, a subclass, would be unloadable), tensors, lists, dicts; save() skips its
-    check of fit()'s (which walked the whole history every epoch)."""
+    check of fit()'s (which walked the whole history every epoch). ``world``: the number of
+    ranks the run trains on (1: one process), whose shards ``batches_per_epoch`` counts."""
     return {
         "optimizer": str(optimizer),
         "kl_weight": float(kl_weight),
@@ -443,6 +445,7 @@ def training_state(
         "num_particles": int(num_particles),
         "vectorize_particles": bool(vectorize_particles),
         "num_data": int(num_data),
+        "world": int(world),
         "version": TRAINING_STATE_VERSION,
         "epochs": int(epochs),
         "epochs_done": int(epochs_done),

@@ -312,7 +312,8 @@ def fit(
         at the run's end, rises again (warned of, with how to train on at a flat one).
         Under torch.distributed a resumed run is repeatable but not the one never stopped: the
         checkpoint holds rank 0's random state, from which each rank derives its own stream
-        (see "Scaling out").
+        (see "Scaling out"). A run resumed on another number of ranks than it trained on
+        (one process counting as one) is warned of: its epochs are split into other shards.
     metadata : dict, optional
         JSON values stored in the checkpoints (string keys, lists rather than tuples); a
         resumed run keeps its checkpoint's when none is given.

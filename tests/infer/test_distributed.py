@@ -5,6 +5,7 @@ MLP and a BatchEnsemble alike."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,21 @@ def test_two_ranks_train_as_one_process(kind, tmp_path):
     assert ranks[0]["losses"] == ranks[1]["losses"]
     assert ranks[0]["resumed_losses"] == ranks[1]["resumed_losses"]
     assert not torch.equal(ranks[0]["unseeded_stream"], ranks[1]["unseeded_stream"])
+    # the 2 ranks' run resumed in one process: its ranks' shards of 2 batches are not this
+    # loader's 4, and the warning names the ranks, not the loader (before 2026-12-07 it said
+    # "Resume with the run's loader", the loader the run had)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(*_build(kind), ArrayLoader(x, y, 4, seed=0), epochs=4, progress=False,
+            resume_from=tmp_path / "run.pt")  # fmt: skip
+    told = [str(w.message) for w in caught if "continues" in str(w.message)]
+    assert told == [
+        "fit(resume_from=...) continues in one process a run trained on 2 ranks: its epochs "
+        "are split otherwise than the run's: an epoch takes 4 steps where the run took 2 on "
+        "each of 2 ranks, so the learning-rate schedule, planned over the run's steps, no "
+        "longer matches; every step sees other batches than the run's would have. Resume on "
+        "2 ranks (torchrun --nproc_per_node 2), with the run's loader, to continue it as it was."
+    ]
     for epoch in range(10):  # each epoch: disjoint halves that cover the data
         halves = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]) for r in ranks]
         assert set(halves[0].tolist()).isdisjoint(halves[1].tolist())
