@@ -30,7 +30,10 @@ _READABLE_VERSIONS = (1, 2, 3)
 
 
 def read(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate the raw checkpoint dict (tensors only; no code runs)."""
+    """Read and validate the raw checkpoint dict (tensors only; no code runs); a
+    :class:`ReadFile` gives the dict it was read into, without reading the file again."""
+    if isinstance(path, ReadFile):
+        return path.payload
     given, path = str(os.fspath(path)), Path(path)
     if not path.is_file():
         what = "the path is a folder" if path.is_dir() else "the file does not exist"
@@ -105,6 +108,26 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{str(path)!r} lacks the entries {missing}: the file is damaged. Re-save it."
         )
     return payload
+
+
+class ReadFile(os.PathLike[str]):
+    """A checkpoint file :func:`read` once, passed where its path goes (``fit(resume_from=)``,
+    :func:`pyrouq.load`, ``--resume``'s looks at the run): read() gives back the dict read
+    here rather than loading and checking the file again. Its ``str()`` is the path, as the
+    messages name it. Held, it holds the file's tensors (in host memory)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.payload = read(path)  # (refused here as read() refuses it)
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"ReadFile({str(self.path)!r})"
 
 
 _OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"}

@@ -64,6 +64,7 @@ from pyrouq.cli._run_dir import (
     claim,
     earlier_epochs,
     out_dir,
+    read_run,
     recorded_factory_root,
     recorded_sites,
     resume_command,
@@ -183,10 +184,11 @@ def _fit_on_rank(
     out = out_dir(args) if rank == 0 else Path(os.path.expanduser(args.out or "runs"))
     started = time.perf_counter()
     train, test = _load_data(args.dataset, batch_size, args, device)
-    if args.resume and method is not None:  # the factory found where the run found it, as
-        args.factory_root = recorded_factory_root(out)  # `pyrouq evaluate` finds it
+    resumed = read_run(out / "checkpoint.pt") if args.resume else None  # read once, for all
+    if resumed is not None and method is not None:  # the factory found where the run found
+        args.factory_root = recorded_factory_root(out)  # it, as `pyrouq evaluate` finds it
         # the layers the run made latent, which another pyrouq's --method may not pick
-        args.resume_sites = recorded_sites(out / "checkpoint.pt")
+        args.resume_sites = recorded_sites(resumed)
     pyro.set_rng_seed(args.seed)
     args.typed_num_samples = args.num_samples  # before build() fills in its default
     model, guide = build(args, method)
@@ -222,15 +224,17 @@ def _fit_on_rank(
         "versions": library_versions(),
     }
     if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
-        if args.resume and trained_in_full(out / "checkpoint.pt", epochs):
+        if resumed is not None and trained_in_full(resumed, epochs):
             return 0  # a run trained in full: rank 0 evaluates it (_run_fit)
         pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
                    num_particles=args.num_particles, progress=False, seed=args.seed,
-                   resume_from=out / "checkpoint.pt" if args.resume else None)  # fmt: skip
+                   resume_from=resumed)  # fmt: skip
         return 0
     out, fresh = claim(out, args, config)
     try:
-        return _run_fit(args, out, config, recipe, method, model, guide, train, test, started)
+        return _run_fit(
+            args, out, config, recipe, method, model, guide, train, test, started, resumed
+        )
     except BaseException:  # Ctrl-C too
         # a run refused before it trained leaves no folder behind; one with a checkpoint stays
         if not (out / "checkpoint.pt").exists():
@@ -256,6 +260,7 @@ def _run_fit(
     train: Any,
     test: Any,
     started: float,
+    resumed: os.PathLike[str] | None,
 ) -> int:
     import pyro
 
@@ -282,14 +287,14 @@ def _run_fit(
         f"{config['device']}"
     )
     # a run trained in full, stopped while it evaluated: finished without training
-    finished = args.resume and trained_in_full(checkpoint, epochs)
+    finished = resumed is not None and trained_in_full(resumed, epochs)
     lines = EpochLines()  # each epoch's line as it ends (rank 0's; the others print none)
-    if args.resume:
-        lines.history(earlier_epochs(checkpoint))  # the epochs of the run before it stopped
+    if resumed is not None:
+        lines.history(earlier_epochs(resumed))  # the epochs of the run before it stopped
     try:
         with _writing_run(out, checkpoint):  # each epoch's checkpoint
-            if finished:
-                model, guide, result = trained_run(checkpoint, args, method, config)
+            if finished and resumed is not None:
+                model, guide, result = trained_run(resumed, args, method, config)
             else:
                 result = pyrouq.fit(
                     model,
@@ -303,7 +308,7 @@ def _run_fit(
                     seed=args.seed,
                     checkpoint=checkpoint,
                     metadata={"config": config},
-                    resume_from=checkpoint if args.resume else None,
+                    resume_from=resumed,
                     callbacks=[lines],
                 )
     except TrainingInterrupted as stop:  # (step 0: as fit() says it)

@@ -113,7 +113,23 @@ def recorded_factory_root(out: Path) -> str | None:
     return root if isinstance(root, str) else None
 
 
-def recorded_sites(checkpoint: Path) -> list[str] | None:
+def read_run(checkpoint: Path) -> os.PathLike[str]:
+    """The interrupted run's ``checkpoint`` read once (a
+    :class:`~pyrouq.checkpoint._file.ReadFile`), for every use ``--resume`` makes of it:
+    :func:`recorded_sites`, :func:`trained_in_full`, :func:`earlier_epochs`, :func:`trained_run`
+    and fit()'s ``resume_from`` take it where they took the path, and read() gives them what was
+    read here (each loaded the file anew before: a check of every byte and a torch.load). The
+    path itself where it cannot be read, for fit() or load() to refuse in their words."""
+    from pyrouq.checkpoint import CheckpointError
+    from pyrouq.checkpoint._file import ReadFile
+
+    try:
+        return ReadFile(checkpoint)
+    except CheckpointError:
+        return checkpoint
+
+
+def recorded_sites(checkpoint: os.PathLike[str]) -> list[str] | None:
     """The latent sites of the Bayesian network (not rank-1) whose run ``checkpoint`` holds,
     which ``--resume`` converts the factory's network with: the layers the run's pyrouq picked
     (``--method bayesian`` / ``last-layer``; an earlier one left ``nn.Bilinear`` out), not
@@ -133,7 +149,7 @@ def recorded_sites(checkpoint: Path) -> list[str] | None:
     return sites if sites and all(isinstance(s, str) for s in sites) else None
 
 
-def trained_in_full(checkpoint: Path, epochs: int) -> bool:
+def trained_in_full(checkpoint: os.PathLike[str], epochs: int) -> bool:
     """Whether the interrupted run's ``checkpoint`` holds all its ``epochs`` trained (the run was
     stopped while it evaluated, after its last epoch's checkpoint): ``--resume`` then finishes
     the run without training, where fit(resume_from=) refuses it. Its final checkpoint (written
@@ -147,9 +163,10 @@ def trained_in_full(checkpoint: Path, epochs: int) -> bool:
         return False  # fit()'s refusal tells what is wrong with the file
     training = payload.get("training")
     if training is None and isinstance(metadata, dict) and "metrics" in metadata:
-        out = shlex.quote(str(checkpoint.parent))
+        folder = Path(checkpoint).parent
+        out = shlex.quote(str(folder))
         raise CommandError(
-            f"--resume: the run in {str(checkpoint.parent)!r} trained and was evaluated (its "
+            f"--resume: the run in {str(folder)!r} trained and was evaluated (its "
             "checkpoint.pt is the final one, without the training state), but was stopped "
             f"before it wrote metrics.json; evaluate it with `pyrouq evaluate {out}`, or start "
             "it anew there with --overwrite"
@@ -163,7 +180,7 @@ def trained_in_full(checkpoint: Path, epochs: int) -> bool:
     return done == planned == epochs
 
 
-def earlier_epochs(checkpoint: Path) -> list[Any]:
+def earlier_epochs(checkpoint: os.PathLike[str]) -> list[Any]:
     """The records of the epochs the interrupted run's ``checkpoint`` finished (its training
     state's history), whose lines ``--resume`` prints before it trains on; none where the file
     holds no training state fit() wrote, which fit() (or :func:`trained_run`) then refuses in
@@ -183,7 +200,9 @@ def earlier_epochs(checkpoint: Path) -> list[Any]:
     return [pyrouq.EpochRecord(**record) for record in training["history"]]
 
 
-def load_run(checkpoint: Path, skeleton: Any, config: dict[str, Any], device: Any) -> Any:
+def load_run(
+    checkpoint: os.PathLike[str], skeleton: Any, config: dict[str, Any], device: Any
+) -> Any:
     """``pyrouq.load()`` of a `pyrouq fit` run's ``checkpoint`` (``skeleton``: the network its
     recorded factory builds, or None), as `pyrouq evaluate` and ``fit --resume`` load it:
     load()'s refusals whose fix is not the user's to take in Python told in the command's
@@ -236,7 +255,10 @@ skeleton was given: the wrapper, and where DDP's must be built."""
 
 
 def trained_run(
-    checkpoint: Path, args: argparse.Namespace, method: str | None, config: dict[str, Any]
+    checkpoint: os.PathLike[str],
+    args: argparse.Namespace,
+    method: str | None,
+    config: dict[str, Any],
 ) -> tuple[Any, Any, Any]:
     """The model, guide and fit() result of a run that trained all its epochs and was stopped
     while it evaluated, from its last epoch's checkpoint (as `pyrouq evaluate` loads it:
@@ -260,11 +282,11 @@ def trained_run(
     if unrecorded := [key for key in settings if key not in training]:
         # evaluate needs none of them: it evaluates the trained weights, as the run would have
         raise CommandError(
-            f"--resume: the run in {str(checkpoint.parent)!r} trained in full, but its "
+            f"--resume: the run in {str(Path(checkpoint).parent)!r} trained in full, but its "
             f"checkpoint.pt, written by an earlier pyrouq, records no "
             f"{', '.join(map(repr, unrecorded))} among its training settings, which --resume "
             "reads to finish the run; evaluate the trained run with `pyrouq evaluate "
-            f"{shlex.quote(str(checkpoint.parent))}` (metrics-evaluate.json and its plots), "
+            f"{shlex.quote(str(Path(checkpoint).parent))}` (metrics-evaluate.json and its plots), "
             "or start the run anew there with --overwrite to train it again"
         )
     result = pyrouq.FitResult(

@@ -90,7 +90,11 @@ def test_a_run_stopped_while_it_evaluated_is_finished_by_resume_as_the_uninterru
     printed = err.split("without training: ")[1].rsplit(")", 1)[0]
     assert printed == shlex.join(["pyrouq", *ARGV, "--out", str(part), "--resume"])
     config_before = (part / "config.json").read_text()
+    loaded, load = [], torch.load  # (read three times before: now once)
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loaded.append(str(f)) or load(f, *a, **k))
     assert main(shlex.split(printed)[1:]) == 0  # fit() refused it: "e.g. epochs=3"
+    monkeypatch.setattr(torch, "load", load)
+    assert loaded == [str(part / "checkpoint.pt")]
     out = capsys.readouterr().out
     assert sorted(os.listdir(part)) == FILES == sorted(os.listdir(full))
     # the epochs' lines, the final checkpoint and metrics are the uninterrupted run's

@@ -60,6 +60,26 @@ def test_the_printed_command_resumes_to_the_uninterrupted_run(interrupted, capsy
     assert "pyrouq evaluate" in err
 
 
+def test_resume_loads_the_runs_checkpoint_once_and_ends_as_the_uninterrupted_run(
+    interrupted, monkeypatch
+):
+    """--resume loaded checkpoint.pt four times (torch.load, after a check of every byte):
+    for the factory's latent sites, whether it trained in full, its earlier epochs and fit()'s
+    resume_from. Now once, and the run still ends where the uninterrupted one does."""
+    tmp_path, printed = interrupted
+    part = tmp_path / "part"
+    loaded, load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loaded.append(str(f)) or load(f, *a, **k))
+    assert main(shlex.split(printed)[1:]) == 0
+    assert loaded == [str(part / "checkpoint.pt")]
+    monkeypatch.setattr(torch, "load", load)
+    full = pyrouq.load(tmp_path / "full" / "checkpoint.pt", module=CtrlCAt())
+    resumed = pyrouq.load(part / "checkpoint.pt", module=CtrlCAt())
+    for want, got in ((full.model, resumed.model), (full.guide, resumed.guide)):
+        want, got = want.state_dict(), got.state_dict()
+        assert [k for k in want if not torch.equal(want[k], got[k])] == []
+
+
 def test_resume_of_another_run_names_what_differs_and_the_command_to_run(interrupted, capsys):
     tmp_path, printed = interrupted
     part = tmp_path / "part"
