@@ -18,9 +18,11 @@ import torch
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _GLIBC_MMAP_MAX = 65536  # glibc's default
 _GLIBC_STATIC_THRESHOLD = 128 * 1024  # glibc's mmap and trim thresholds, as they start
-# Any mallopt turns glibc's dynamic mmap threshold off for good (it grows with the blocks freed
-# up to 32 MiB on 64-bit, the trim threshold twice that): on exit those are set, not its start
-# (128 KiB: every block over it mmapped from then on, 4 MiB tensors allocated 6x slower).
+# A mallopt of the mmap maximum or threshold, the trim threshold or the top pad (even to glibc's
+# own value) turns glibc's dynamic mmap threshold off for the rest of the process (it grows with
+# the mmapped blocks freed, up to 32 MiB on 64-bit, the trim threshold with it to twice that): on
+# exit those ceilings are set, not its start (128 KiB, static from then on: every block over it
+# mmapped and faulted in anew, a 4 MiB torch.ones 1.6-3.6 ms against 46-91 us on an AMD EPYC).
 _GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 _GLIBC_TRIM_THRESHOLD = 2 * _GLIBC_MMAP_THRESHOLD_MAX
 # What a user may set glibc's malloc with before the process starts: an environment variable
@@ -70,19 +72,24 @@ def reuse_turned_off() -> bool:
 @contextlib.contextmanager
 def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
     """While inside, glibc keeps freed memory for reuse: no ``mmap`` for large blocks, no
-    trimming of the heap; on exit the thresholds glibc's own adjustment grows to come back
-    (32 MiB for mmap on 64-bit; setting any turns that adjustment off) and the free memory is
-    returned to the system (``malloc_trim``). Large tensors then stop paying page faults at
-    every step (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN on CPU, see
-    ``benchmarks/results.md``). Only on CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` (or
-    ``false``, ``no``, ``off``) in the environment turns it off.
+    trimming of the heap until 1 GiB is free at its top. Large tensors then stop paying page
+    faults at every step (``benchmarks/bench_byon.py``: a BatchEnsemble epoch of a residual CNN
+    on CPU, see ``benchmarks/results.md``). On exit mmap is allowed again, the free memory is
+    returned to the system (``malloc_trim``) and the mmap and trim thresholds are set to the
+    ceilings glibc's own dynamic adjustment grows them to (32 MiB and 64 MiB on 64-bit). They
+    stay there: the ``mallopt`` calls turn that adjustment off for the rest of the process, so
+    glibc's thresholds do not come back as they were (128 KiB at the start, grown as mmapped
+    blocks are freed); blocks of up to 32 MiB stay in the heap from the first call on. Only on
+    CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` (or ``false``, ``no``, ``off``) in the
+    environment turns it off.
 
     Settings a user gave glibc in the environment (``MALLOC_TRIM_THRESHOLD_``,
     ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_MMAP_MAX_``, ``MALLOC_TOP_PAD_``, or their
     ``GLIBC_TUNABLES``) are kept, inside and after: with a trim threshold of theirs the heap is
     trimmed as they set it, with an mmap threshold or maximum large blocks are mmapped as they
-    set it; what pyrouq changes otherwise comes back on exit as glibc had it (with any of them
-    set, glibc's thresholds stay at 128 KiB, its dynamic adjustment off)."""
+    set it. Any of them (the top pad too) turned glibc's dynamic adjustment off as the process
+    started, its thresholds a static 128 KiB where not set: what pyrouq changes besides them
+    comes back on exit as glibc had it (128 KiB)."""
     global _reusing
     libc = _glibc()
     if libc is None or reuse_turned_off() or (device is not None and device.type != "cpu"):
