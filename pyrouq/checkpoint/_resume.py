@@ -71,12 +71,7 @@ def restore(
         model_state = saved.model.state_dict()
         guide_state = None if saved.guide is None else saved.guide.state_dict()
     else:
-        payload = read(source)
-        if payload.get("format") == MCMC_FORMAT:
-            raise CheckpointError(
-                f"resume_from={str(source)!r} holds an MCMC result, not a training run; "
-                "resume from a checkpoint that fit(checkpoint=...) wrote."
-            )
+        payload = _training_run(source)
         description = _parse_description(source, payload["description"])
         parallel = check_resumed_wrapper(description, given, str(source))
         model = parallel if parallel is not None else _as_saved(model, description)
@@ -147,18 +142,7 @@ def restore(
             "cannot continue: start a new fit() from the loaded model."
         )
     if saved.training is None:
-        run = saved.metadata.get("config") if isinstance(saved.metadata, dict) else None
-        if isinstance(run, dict) and "command" in run and "metrics" in saved.metadata:
-            raise CheckpointError(  # not save()'s: the finished run of the command
-                f"resume_from={where!r} holds no training state: it is the final checkpoint "
-                "of a finished `pyrouq fit` run, which keeps the weights and metrics, not the "
-                "optimizer state. To train on, start a new fit() from ckpt = pyrouq.load(path) "
-                "(ckpt.model, ckpt.guide), or run `pyrouq fit` with more --epochs."
-            )
-        raise CheckpointError(
-            f"resume_from={where!r} holds no training state (it was written by save(), not "
-            "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."
-        )
+        raise _no_training(saved.metadata, where)
     apart = saved_apart(model, model_state)
     if apart:
         raise CheckpointError(
@@ -301,6 +285,35 @@ def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:
     return None
 
 
+def _training_run(source: Any) -> dict[str, Any]:
+    """What :func:`read` gives of the file at ``source``, an MCMC result refused."""
+    payload = read(source)
+    if payload.get("format") == MCMC_FORMAT:
+        raise CheckpointError(
+            f"resume_from={str(source)!r} holds an MCMC result, not a training run; "
+            "resume from a checkpoint that fit(checkpoint=...) wrote."
+        )
+    return payload
+
+
+def _no_training(metadata: Any, where: str) -> CheckpointError:
+    """The refusal of the checkpoint at ``where`` that holds no training state: the final one
+    of a finished `pyrouq fit` run (its ``metadata`` records the command and metrics), or
+    save()'s."""
+    run = metadata.get("config") if isinstance(metadata, dict) else None
+    if isinstance(run, dict) and "command" in run and "metrics" in metadata:
+        return CheckpointError(  # not save()'s: the finished run of the command
+            f"resume_from={where!r} holds no training state: it is the final checkpoint "
+            "of a finished `pyrouq fit` run, which keeps the weights and metrics, not the "
+            "optimizer state. To train on, start a new fit() from ckpt = pyrouq.load(path) "
+            "(ckpt.model, ckpt.guide), or run `pyrouq fit` with more --epochs."
+        )
+    return CheckpointError(
+        f"resume_from={where!r} holds no training state (it was written by save(), not "
+        "by fit(checkpoint=...)). Load it with pyrouq.load() to evaluate it instead."
+    )
+
+
 def _shown(value: Any) -> str:
     """A value of a training state in a refusal: its repr, or its type where that is long."""
     shown = repr(value)
@@ -309,12 +322,30 @@ def _shown(value: Any) -> str:
 
 def recorded_num_data(source: Any) -> int | None:
     """The training-set size N a run saved at ``source`` (a path or a :class:`Checkpoint`)
-    trained with, for fit() resuming it from a loader that cannot tell N; None where the file
-    records none (:func:`restore` then says why). A file :func:`read` refuses (absent, not a
-    checkpoint) is refused here, with its words: fit() would otherwise ask for num_data=."""
+    trained with, for fit() resuming it from a loader that cannot tell N; None where its
+    training state records none (an earlier pyrouq's: fit() then asks for ``num_data=``). A
+    file :func:`read` refuses (absent, not a checkpoint), an MCMC result, a checkpoint holding
+    no training state and one whose training state fit() did not write are refused here, in
+    :func:`restore`'s words: fit() would otherwise ask for num_data=, then refuse the file."""
     if source is None:
         return None
-    training = source.training if isinstance(source, Checkpoint) else read(source).get("training")
+    if isinstance(source, Checkpoint):
+        training, optimizer_state, metadata = (
+            source.training,
+            source.optimizer_state,
+            source.metadata,
+        )
+        where = str(source.path) if source.path is not None else "the checkpoint"
+    else:
+        payload, where = _training_run(source), str(source)
+        training, optimizer_state = payload.get("training"), payload.get("optimizer")
+        try:
+            metadata = json.loads(payload["metadata"])
+        except (TypeError, ValueError):  # (restore's description_errors tell it)
+            metadata = None
+    if training is None:
+        raise _no_training(metadata, where)
+    check_training(training, optimizer_state, where)
     n = training.get("num_data") if isinstance(training, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 

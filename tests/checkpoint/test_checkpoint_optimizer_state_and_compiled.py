@@ -403,6 +403,26 @@ def test_a_run_resumed_from_an_unsized_loader_takes_its_n_from_the_checkpoint(tm
     assert fresh.num_data == 32
 
 
+def test_a_file_without_a_run_resumed_from_an_unsized_loader_is_refused_not_asked_for_n(tmp_path):
+    # a save() file holds no training state: fit() asked for num_data=N ("Cannot tell the
+    # training-set size N"), then, given it, refused the file; now it says so first
+    stream = torch.utils.data.DataLoader(_Stream(), batch_size=None)
+    model = _mlp()
+    saved = save(tmp_path / "saved.pt", model, mean_field_guide(model))
+    edited = tmp_path / "edited.pt"  # a training state fit() did not write
+    pyrouq.fit(model, mean_field_guide(model), stream, epochs=1, num_data=32, progress=False,
+               lr_schedule="constant", checkpoint=edited)  # fmt: skip
+    payload = torch.load(edited, weights_only=True)
+    torch.save({**payload, "training": {**payload["training"], "history": "none"}}, edited)
+    unsaved = "holds no training state (it was written by save(), not by fit(checkpoint=...))"
+    unfit = "holds a training state that fit() did not write ('history' is 'none', not a list"
+    for path, words in ((saved, unsaved), (load(saved), unsaved), (edited, unfit)):
+        fresh = _mlp()
+        with pytest.raises(CheckpointError, match=re.escape(words)):
+            pyrouq.fit(fresh, mean_field_guide(fresh), stream, epochs=2, resume_from=path,
+                       progress=False, lr_schedule="constant")  # fmt: skip
+
+
 # 6. DistributedDataParallel ------------------------------------------------------------------
 
 
