@@ -128,6 +128,19 @@ def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], floa
     return parse
 
 
+def _data_root(text: str) -> str:
+    """--data-root: a folder's name, not an empty one (``--data-root "$DATA"`` with DATA unset),
+    which pathlib reads as the current folder: the data found there were trained on, or the
+    refusal named that folder as the --data-root given."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"--data-root is {text!r}, an empty name; pass a folder in torchvision layout "
+            "(DIR/MNIST/raw/..., DIR/FashionMNIST/raw/...), or leave --data-root out for "
+            "$PYROUQ_DATA or the bundled copy"
+        )
+    return text
+
+
 def _model_name(text: str) -> str:
     if text not in MODELS and not is_factory(text):
         raise argparse.ArgumentTypeError(
@@ -145,7 +158,7 @@ def _build_parser() -> _Parser:
 
     data = sub.add_parser("data", help="load MNIST and print a one-line summary")
     data.add_argument(
-        "--data-root", default=None,
+        "--data-root", type=_data_root, default=None,
         help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled copy)",
     )  # fmt: skip
 
@@ -208,7 +221,7 @@ def _build_parser() -> _Parser:
         "(on as many torch threads: OMP_NUM_THREADS)",
     )  # fmt: skip
     fit.add_argument(
-        "--data-root", default=None,
+        "--data-root", type=_data_root, default=None,
         help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled MNIST)",
     )  # fmt: skip
     fit.add_argument(
@@ -266,7 +279,7 @@ def _build_parser() -> _Parser:
         "own --seed, so that evaluate repeats the figures fit printed)",
     )  # fmt: skip
     ev.add_argument(
-        "--data-root", default=None,
+        "--data-root", type=_data_root, default=None,
         help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled test splits)",
     )  # fmt: skip
     ev.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")

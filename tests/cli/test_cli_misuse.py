@@ -1,7 +1,7 @@
-"""The `pyrouq` command, second audit: a factory that takes arguments, an empty --out or
-RUN_DIR, the default run folder's error, one batch smaller than --batch-size, a non-finite
-loss told in the command's words (at the first step, and with the checkpoint a diverged run
-keeps) and a same-named module in the folder one evaluates from."""
+"""The `pyrouq` command, second audit: a factory that takes arguments, an empty --out,
+RUN_DIR or --data-root, the default run folder's error, one batch smaller than --batch-size, a
+non-finite loss told in the command's words (at the first step, and with the checkpoint a
+diverged run keeps) and a same-named module in the folder one evaluates from."""
 
 from __future__ import annotations
 
@@ -117,6 +117,27 @@ def test_an_empty_out_or_run_dir_is_refused_not_taken_for_the_current_folder(
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
     err = one_line_error(capsys, ["evaluate", ""])
     assert "RUN_DIR is '', an empty name; pass a folder of `pyrouq fit`" in err
+
+
+@pytest.mark.parametrize("command", [["data"], ["fit", "mlp"], ["evaluate", "run"]])
+def test_an_empty_data_root_is_refused_not_taken_for_the_current_folder(
+    command, tmp_path, capsys, monkeypatch
+):
+    """`--data-root "$DATA"` with DATA unset read the current folder: `pyrouq data` loaded the
+    MNIST there (exit 0), and a folder without it was named as the --data-root given."""
+    from pyrouq._idx import _BUNDLED_ROOT
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "MNIST").symlink_to(_BUNDLED_ROOT / "MNIST")  # data in the current folder
+    for root in ("", " "):
+        with pytest.raises(SystemExit) as stop:  # the parser's refusal
+            main([*command, "--data-root", root])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pyrouq: error: argument --data-root: ") and err.count("\n") == 1
+        assert f"--data-root is {root!r}, an empty name; pass a folder in torchvision " in err
+        assert "or leave --data-root out for $PYROUQ_DATA or the bundled copy" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["MNIST"]  # no run folder made
 
 
 def test_the_default_run_folder_error_names_no_out_that_was_not_given(
