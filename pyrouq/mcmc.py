@@ -17,7 +17,6 @@ import contextlib
 import math
 import multiprocessing
 import os
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,6 +56,7 @@ from pyrouq._util import (
     module_device,
     module_dtype,
     restore_modes,
+    warn_caller,
 )
 from pyrouq._wrappers import given_model
 from pyrouq.convert import BayesianNetwork
@@ -448,12 +448,11 @@ def _run_chains(
     if getattr(likelihood, "mode", None) == "learned":
         _, scale = likelihood.loc_scale(outputs)
         values = ", ".join(f"{v:.4g}" for v in scale.reshape(-1, scale.shape[-1])[0].tolist())
-        warnings.warn(
+        warn_caller(  # (the caller's line, however many of pyrouq's frames are between)
             f"mcmc(): the noise scale of Gaussian('learned') is a point estimate, held at its "
             f"current value ({values}) while NUTS samples the weights; untrained, it is 1. For "
             "a reference posterior give it a prior, Gaussian(dist.HalfNormal(1.0)), or fit() "
-            "the model first.",
-            stacklevel=3,
+            "the model first."
         )
     base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
     cores = _cores()

@@ -15,7 +15,14 @@ from pyrouq._distribution_parts import distribution_masks, innermost_distributio
 from pyrouq._input_cast import typed_by
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._param_store import take_store_values
-from pyrouq._util import builder_of, check_finite_inputs, modes, module_dtype, restore_modes
+from pyrouq._util import (
+    builder_of,
+    check_finite_inputs,
+    modes,
+    module_dtype,
+    restore_modes,
+    warn_caller,
+)
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
@@ -218,23 +225,20 @@ def _warn_not_finite(log_lik: Tensor, fn: str) -> None:
         )
     if bool(bad.any()):
         draws = bad.any(1).nonzero().flatten().tolist()
-        warnings.warn(
+        warn_caller(  # (the caller's line, past pyrouq's and torch's frames)
             f"{fn}: the pointwise log-likelihood is {what} at {int(bad.sum())} of "
             f"{bad.numel()} entries, in draws {draws[:10]}{' ...' if len(draws) > 10 else ''} "
             f"(flattened over chains): az.loo and az.waic will return NaN. {why}",
             RuntimeWarning,
-            stacklevel=4,  # past torch.no_grad: the caller
         )
 
 
 def _warn_one_draw(fn: str, how: str) -> None:
     """Warn of an export of a single draw: ``az.loo`` fails on it (arviz's "index -2 is out of
     bounds for axis 0 with size 1"), far from the export; ``how`` says how to get more."""
-    warnings.warn(
+    warn_caller(  # (the caller's line, past pyrouq's and torch's frames)
         f"{fn}: one draw exported (S = 1): az.loo fails on a single draw (arviz's IndexError) "
-        f"and az.waic reads its spread as 0. For PSIS-LOO and WAIC, {how}.",
-        UserWarning,
-        stacklevel=4,  # past torch.no_grad: the caller
+        f"and az.waic reads its spread as 0. For PSIS-LOO and WAIC, {how}."
     )
 
 

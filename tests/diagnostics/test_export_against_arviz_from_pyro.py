@@ -402,8 +402,10 @@ def test_a_single_draw_warns_that_az_loo_fails_on_it(source):
     with pytest.warns(
         UserWarning,
         match=rf"to_inference_data\(\): one draw exported \(S = 1\): az\.loo fails .*{how}",
-    ):
+    ) as record:
         idata = to_inference_data(*args)
+    # at the caller's line (it named pyrouq's _default_device.py, whose decorator it passed)
+    assert {w.filename for w in record if "one draw" in str(w.message)} == {__file__}
     with warnings.catch_warnings(), pytest.raises(IndexError):
         warnings.simplefilter("ignore")
         az.loo(idata, reff=1.0)

@@ -255,8 +255,9 @@ def test_a_minus_inf_log_likelihood_warns_that_loo_will_be_nan():
         RuntimeWarning,
         match=r"log-likelihood is -inf at \d+ of 100 entries, in draws \[.*az\.loo and az\.waic "
         r"will return NaN\. Those draws give the observed points probability 0",
-    ):
+    ) as record:
         idata = to_inference_data(model, guide, torch.ones(5, 1), torch.ones(5), num_samples=20)
+    assert {w.filename for w in record if "-inf at" in str(w.message)} == {__file__}  # here
     log_lik = idata.log_likelihood["obs"].values[0]
     assert np.isneginf(log_lik).any() and not np.isnan(log_lik).any()
     with warnings.catch_warnings():
