@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +26,7 @@ from pyro.util import check_model_guide_match, check_site_shape
 from pyrouq._forwards import own_forward
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
 from pyrouq._own_models import guiding_sites, name_of, observes_something, unobserved_sites
-from pyrouq._util import class_name, takes_labels
+from pyrouq._util import class_name, takes_labels, warn_caller
 from pyrouq._wrappers import uncompiled
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
 from pyrouq.infer._site_checks import check_drawable
@@ -432,9 +431,8 @@ def warn_local(local: str, model: Any, guide: Any, direct: bool) -> None:
             "Convert the network with pyrouq.bayesian(net, local_reparameterization=True) and "
             "use pyrouq.mean_field_guide(model)."
         )
-    warnings.warn(
-        f"{local} has local_reparameterization=True, but {why}: weights are sampled instead. {fix}",
-        stacklevel=3,
+    warn_caller(  # (the caller's line: ELBO.loss(), SVI.step() and fit() are between)
+        f"{local} has local_reparameterization=True, but {why}: weights are sampled instead. {fix}"
     )
 
 
