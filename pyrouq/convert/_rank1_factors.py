@@ -116,14 +116,14 @@ def warn_factor_priors(
     distribution: the user's choice, or the placeholder ``pyrouq.load()`` replaces)."""
     if is_real(prior) and any(_is_factor(net, s) for s in sites):  # (not the weights, norms)
         words = _FLOAT_PRIOR_WORDS.get()  # (a caller's own: float_prior_words())
-        said = (
-            f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
-            "prior on the rank-1 factors, which start near 1 and scale the shared "
-            "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
-            "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)."
-            if words is None
-            else words(prior)
-        )
-        warnings.warn(said, stacklevel=4)  # (the caller of bayesian())
+        if words is not None:  # the command's line that called bayesian() (tests pin it)
+            warnings.warn(words(prior), stacklevel=4)
+        else:
+            warn_caller(  # the user's line, by bayesian() or BayesianNetwork(...) alike
+                f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
+                "prior on the rank-1 factors, which start near 1 and scale the shared "
+                "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
+                "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)."
+            )
     if isinstance(prior, Mapping) or _is_function(prior):
         _warn_zero_mean_factors(net, priors)  # (a float has warned)
