@@ -48,8 +48,11 @@ def test_temperature_recovers_the_overconfidence_factor():
 def test_temperature_at_a_bound_of_the_search_warns():
     confident = torch.softmax(torch.tensor([[4.0, 0.0]]).repeat(8, 1), -1)[None]
     shuffled = Predictions(confident, torch.tensor([0, 1] * 4))  # labels it cannot tell apart
-    with pytest.warns(UserWarning, match=r"lowest at T = 20, the bound .*barely tell the labels"):
+    with pytest.warns(
+        UserWarning, match=r"lowest at T = 20, the bound .*barely tell the labels"
+    ) as w:
         assert temperature_scale(shuffled).temperature == pytest.approx(20.0, rel=1e-3)
+    assert {r.filename for r in w if "lowest at" in str(r.message)} == {__file__}  # here
     timid = torch.softmax(torch.tensor([[0.01, 0.0]]).repeat(8, 1), -1)[None]
     with pytest.warns(UserWarning, match=r"lowest at T = 0.05, .*far less confident"):
         temperature_scale(Predictions(timid, torch.zeros(8, dtype=torch.long)))

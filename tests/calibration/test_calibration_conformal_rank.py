@@ -84,8 +84,9 @@ def test_the_scaler_tempers_probabilities_clamped_at_1e_12_as_its_fit_does():
 @pytest.mark.parametrize("probs", [torch.full((1, 40, 4), 0.25), torch.ones(2, 40, 1)])
 def test_a_flat_nll_gives_the_identity_temperature_and_says_why(probs):
     preds = Predictions(probs, torch.randint(0, probs.shape[-1], (40,)))
-    with pytest.warns(UserWarning, match=r"the validation NLL is the same at every T .*T = 1"):
+    with pytest.warns(UserWarning, match=r"the validation NLL is the same at every T .*T = 1") as w:
         scaler = temperature_scale(preds)
+    assert {r.filename for r in w if "every T" in str(r.message)} == {__file__}  # here
     assert scaler.temperature == 1.0  # was 0.0539, silently: an arbitrary end of the grid
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -198,9 +198,10 @@ def test_fit_refuses_examples_served_as_batches(make, message):
 
 def test_fit_warns_of_a_kl_weight_without_latent_sites():
     x, y = toy_data(20)
-    with pytest.warns(UserWarning, match=r"fit\(kl_weight=0\.5\) has no effect on MLP, which"):
+    with pytest.warns(UserWarning, match=r"fit\(kl_weight=0\.5\) has no effect on MLP, which") as w:
         pyrouq.fit(MLP(3, 4, 2), None, ListLoader(x, y, 10), epochs=1, kl_weight=0.5,
                    progress=False)  # fmt: skip
+    assert {r.filename for r in w if "kl_weight" in str(r.message)} == {__file__}  # here
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pyrouq.fit(MLP(3, 4, 2), None, ListLoader(x, y, 10), epochs=1, progress=False)

@@ -72,6 +72,7 @@ def test_an_lr_given_beside_optim_is_warned_of_as_having_no_effect(lr):
         for t in texts
     ), texts  # fmt: skip
     assert optimizer.param_groups[0]["lr"] == 1e-3  # optim's own, as documented
+    assert {w.filename for w in caught if "beside optim" in str(w.message)} == {__file__}
 
 
 def test_the_default_lr_beside_optim_is_not_warned_of_and_reads_as_its_value():

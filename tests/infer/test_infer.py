@@ -572,8 +572,9 @@ def test_fit_refuses_before_training_what_it_could_not_store(tmp_path):
             fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False, callbacks=callbacks)
     assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
     assert not (tmp_path / "c.pt").exists()
-    with pytest.warns(UserWarning, match=r"no checkpoint= was given: it is not kept"):
+    with pytest.warns(UserWarning, match=r"no checkpoint= was given: it is not kept") as record:
         fit(model, guide, ListLoader(x, y, 24), epochs=1, progress=False, metadata={"a": 1})
+    assert {w.filename for w in record if "not kept" in str(w.message)} == {__file__}  # here
     calls = []  # a generator of callbacks is read once and each called every epoch
     fit(model, guide, ListLoader(x, y, 24), epochs=2, progress=False,
         callbacks=(c for c in [calls.append]))  # fmt: skip
@@ -593,8 +594,9 @@ def test_fit_takes_the_models_own_num_data_and_refuses_numpy_batches_before_trai
                        r"them with torch.as_tensor"):  # fmt: skip
         fit(model, guide, [(x.numpy(), y.numpy().astype(np.int64))], epochs=1, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
-    with pytest.warns(UserWarning, match=r"has no length: the learning rate stays constant"):
+    with pytest.warns(UserWarning, match=r"has no length: the learning rate stays constant") as w:
         fit(model, guide, iter([(x, y)]), epochs=1, progress=False)
+    assert {r.filename for r in w if "no length" in str(r.message)} == {__file__}  # here
 
     class Stream(torch.utils.data.IterableDataset):
         def __iter__(self):
