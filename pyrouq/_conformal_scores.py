@@ -22,6 +22,7 @@ from pyrouq._numbers import (
     is_real,
     shown,
     tensor_hint,
+    text_hint,
 )
 from pyrouq.predictive import Predictions
 from pyrouq.regression import GaussianPredictions
@@ -77,7 +78,7 @@ def _check_alpha(alpha: object, n: int) -> float:
         score = isinstance(alpha, str) and alpha in _SCORES  # conformal(preds, y, "aps")
         raise ValueError(
             f"Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got "
-            f"{shown(alpha)}{tensor_hint(alpha)}"
+            f"{shown(alpha)}{tensor_hint(alpha)}{'' if score else text_hint(alpha, 'alpha', 0, 1)}"
             + (f": a score, the fourth argument; pass score={alpha!r}." if score else ".")
         )
     if conformal_rank(n, a) > n:
@@ -384,7 +385,8 @@ def check_alpha_field(alpha: object, where: str) -> float:
     if (a := finite_float(alpha)) is None or not 0 < a < 1:  # (as in _check_alpha)
         raise ValueError(
             f"{where}: expected alpha in (0, 1), the allowed miscoverage, got {shown(alpha)}"
-            f"{tensor_hint(alpha)}. conformal() builds the predictor from held-out predictions."
+            f"{tensor_hint(alpha)}{text_hint(alpha, 'alpha', 0, 1)}. conformal() builds the "
+            "predictor from held-out predictions."
         )
     return a
 

@@ -81,6 +81,28 @@ def tensor_hint(value: object) -> str:
     )
 
 
+def text_hint(value: object, name: str, low: float = -math.inf, high: float = math.inf) -> str:
+    """For the message refusing ``value`` (no real number to :func:`is_real`): where it is a
+    string holding a finite number, or a number that is not real to pyrouq (a Decimal), what
+    to pass, ``name=<its float>`` where that float lies in the open range (``low``, ``high``),
+    else ``""``."""
+    if isinstance(value, str):
+        kind = "a string"
+    elif isinstance(value, numbers.Number) and not isinstance(value, (numbers.Real, complex)):
+        kind = f"a {type(value).__name__}"
+    else:
+        return ""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError, OverflowError):
+        return ""
+    if not math.isfinite(number):
+        return ""
+    if low < number < high:
+        return f" ({kind}: pass a float, {name}={number!r})"
+    return f" ({kind}: pass a float in ({low:g}, {high:g}))"
+
+
 def is_array_like(value: object) -> bool:
     """Whether ``value`` is a list, a tuple or an array (numpy's, a pandas frame: it has
     ``__array__``) rather than a tensor: what ``torch.as_tensor`` makes one of."""

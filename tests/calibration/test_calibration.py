@@ -260,7 +260,7 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"ConformalRegressor: expected alpha in \(0, 1\), the allowed miscoverage, got 1.5"),
         (lambda: __import__("pyrouq").ConformalClassifier("lac", "0.1", 0.5, 0.0, 0, 0),
          ValueError, r"ConformalClassifier: expected alpha in \(0, 1\), the allowed "
-         r"miscoverage, got '0.1'"),
+         r"miscoverage, got '0.1' \(a string: pass a float, alpha=0.1\)\. conformal\(\)"),
         (lambda: __import__("pyrouq").ConformalClassifier("lac", 0.1, math.nan, 0.0, 0, 0),
          ValueError, r"ConformalClassifier: expected threshold to be a real number \(the "
          r"largest score a set admits; inf admits every class\), got nan"),

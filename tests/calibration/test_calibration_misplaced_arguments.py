@@ -2,6 +2,8 @@
 score where alpha goes, the predictions where their labels or the sets go) are named for what
 they are, with the call that works, and a flat NLL names every cause it can have."""
 
+from decimal import Decimal
+
 import numpy as np
 import pytest
 import torch
@@ -53,8 +55,16 @@ def test_a_score_given_where_alpha_goes_is_told_to_be_the_score():
         "Expected alpha in (0, 1), the allowed miscoverage (0.1: 90 % coverage), got 'aps': a "
         "score, the fourth argument; pass score='aps'."
     )
-    with pytest.raises(ValueError, match=r"got '0.1'\.$"):  # a string, not a score: as before
+    # a string holding a number, not a score: told to pass the float (it said "got '0.1'."),
+    # as is a Decimal, which is no real number to pyrouq
+    with pytest.raises(ValueError, match=r"got '0.1' \(a string: pass a float, alpha=0.1\)\.$"):
         conformal(preds, preds.targets, "0.1")
+    with pytest.raises(ValueError, match=r"got Decimal\('0.1'\) \(a Decimal: pass a float, alph"):
+        conformal(preds, alpha=Decimal("0.1"))
+    with pytest.raises(ValueError, match=r"got '1.5' \(a string: pass a float in \(0, 1\)\)\.$"):
+        conformal(preds, alpha="1.5")  # (not told alpha=1.5, which is refused too)
+    with pytest.raises(ValueError, match=r"got 'abc'\.$"):  # no number: the range says it
+        conformal(preds, alpha="abc")
 
 
 def test_predictions_given_for_their_labels_are_told_to_pass_their_targets():
