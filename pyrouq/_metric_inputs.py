@@ -173,16 +173,18 @@ def carried_targets(
     return targets
 
 
-def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
+def check_same_draws(p: Tensor, ood_p: Tensor, what: str, other: str = "") -> None:
     """Refuse OOD probabilities ``(S', M, C)`` with another number of draws than the
-    in-distribution ones ``(S, N, C)`` where ``what`` (a disagreement of the draws) is
-    compared."""
+    in-distribution ones ``(S, N, C)`` where ``what`` (a measure of how far the draws
+    disagree) is compared; ``other``: a further way out (another score), after "or"."""
     if ood_p.shape[0] != p.shape[0]:
         raise ValueError(
             f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
-            f"predictions {p.shape[0]}: {what} of a draw's disagreement is only comparable "
-            "between predictions with as many draws (with one, it is 0). Predict the OOD "
-            "inputs with the same model and num_samples (an (N, C) tensor is one draw)."
+            f"predictions {p.shape[0]}: {what} measures how far the draws disagree, which "
+            "depends on how many there are (with one draw it is 0), so it is comparable only "
+            "between predictions with as many draws. Predict the OOD inputs with the same "
+            "model and num_samples (an (N, C) tensor is one draw)"
+            + (f", or {other}." if other else ".")
         )
 
 

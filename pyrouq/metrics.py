@@ -388,7 +388,9 @@ def evaluate(
         The per-input score of :func:`ood_scores`. Default: the mutual information, or for
         one draw (S = 1: a plain network), whose draws cannot disagree, the entropy; the
         mutual information and the variance of one draw are refused (0 for every input), as
-        is an ``ood_score`` without ``ood``.
+        are they where ``ood`` holds another number of draws (they depend on it; ``"entropy"``
+        and ``"max_prob"``, of the mean prediction, do not), and an ``ood_score`` without
+        ``ood``.
 
     Returns
     -------
@@ -454,8 +456,10 @@ def evaluate(
                 f"got shape {tuple(getattr(ood, 'probs', ood).shape)}; score both with the "
                 "same model."
             )
+        named = f"ood_score={ood_score!r}"  # (else the default's, as told below)
         if ood_score is None:
             ood_score = "mutual_information" if p.shape[0] > 1 else "entropy"
+            named = f"the default ood_score, {ood_score!r},"
         elif ood_score in ("mutual_information", "variance") and p.shape[0] == 1:
             raise ValueError(
                 f"ood_score={ood_score!r} of one draw (S = 1) is 0 for every input, so its OOD "
@@ -463,7 +467,10 @@ def evaluate(
                 "'max_prob', or predict with posterior draws or ensemble members."
             )
         if ood_score in ("mutual_information", "variance"):
-            check_same_draws(p, ood_p, f"the {ood_score}")
+            check_same_draws(
+                p, ood_p, named, "pass ood_score='entropy' (or 'max_prob'), which scores the "
+                "mean prediction and takes any number of draws",
+            )  # fmt: skip
         s_in, s_out = ood_scores(p, ood_score), ood_scores(ood_p, ood_score)
         out["ood_auroc"] = ood_auroc(s_in, s_out)
         out["ood_aupr"] = ood_aupr(s_in, s_out)

@@ -442,12 +442,28 @@ def test_evaluate_refuses_epistemic_ood_scores_across_draw_counts():
     # distribution the AUROC would be 0 by construction
     many = dirichlet(4, 6, 3)
     for score in ("mutual_information", "variance"):
-        with pytest.raises(ValueError, match=r"ood holds 1 draw\(s\) per input and the "
-                           r"in-distribution predictions 4: the " + score):  # fmt: skip
+        with pytest.raises(ValueError) as info:
             evaluate(many, torch.zeros(6, dtype=torch.long), ood=many.mean(0), ood_score=score)
-    # total-uncertainty scores compare any draw counts
-    assert 0 <= evaluate(many, torch.zeros(6, dtype=torch.long), ood=many.mean(0),
-                         ood_score="entropy")["ood_auroc"] <= 1  # fmt: skip
+        # it said "the mutual_information of a draw's disagreement", and not that 'entropy'
+        # (the score of the mean prediction) takes these predictions as they are
+        assert str(info.value) == (
+            f"ood holds 1 draw(s) per input and the in-distribution predictions 4: "
+            f"ood_score={score!r} measures how far the draws disagree, which depends on how "
+            "many there are (with one draw it is 0), so it is comparable only between "
+            "predictions with as many draws. Predict the OOD inputs with the same model and "
+            "num_samples (an (N, C) tensor is one draw), or pass ood_score='entropy' (or "
+            "'max_prob'), which scores the mean prediction and takes any number of draws."
+        )
+    with pytest.raises(ValueError, match=r"predictions 4: the default ood_score, "
+                       r"'mutual_information', measures how far"):  # fmt: skip
+        evaluate(many, torch.zeros(6, dtype=torch.long), ood=many[:2])
+    # total-uncertainty scores compare any draw counts: the way out works, and a mean of
+    # draws scores as its draws do
+    for score in ("entropy", "max_prob"):
+        y = torch.zeros(6, dtype=torch.long)
+        one = evaluate(many, y, ood=many.mean(0), ood_score=score)["ood_auroc"]
+        assert one == evaluate(many, y, ood=many, ood_score=score)["ood_auroc"]
+        assert 0 <= one <= 1
 
 
 def test_format_table():
