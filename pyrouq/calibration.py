@@ -117,10 +117,13 @@ class TemperatureScaler:
     plain network) this is the temperature scaling of Guo et al. (2017); for S draws the
     prediction stays a mixture of S tempered distributions, so the uncertainty decomposition
     keeps its meaning (total = aleatoric + epistemic, the epistemic part the disagreement of
-    the tempered members), and the same T applies whatever S. Its size moves with T: toward 0
-    as T grows (every member flattens toward uniform), toward the members' disagreement on
-    their top classes as T -> 0 (every member one-hot). Tempering the mean's log-probabilities
-    instead would return one distribution, with the epistemic part gone.
+    the tempered members), and the same T applies whatever S. For one draw every input keeps
+    its argmax, and so the accuracy; for S draws the mixture's argmax can change for a few
+    inputs (a confident draw weighs more or less against the others once tempered), so the
+    accuracy may move a little. The epistemic part's size moves with T: toward 0 as T grows
+    (every member flattens toward uniform), toward the members' disagreement on their top
+    classes as T -> 0 (every member one-hot). Tempering the mean's log-probabilities instead
+    would return one distribution, with the epistemic part gone.
 
     Examples
     --------
@@ -203,6 +206,7 @@ def temperature_scale(
     Returns
     -------
     TemperatureScaler
+        For S draws it may move the accuracy a little (:class:`TemperatureScaler`).
 
     Examples
     --------

@@ -45,6 +45,19 @@ def test_temperature_recovers_the_overconfidence_factor():
     assert nll(scaled.mean_probs, preds.targets) < nll(preds.mean_probs, preds.targets)
 
 
+def test_tempering_keeps_one_draws_argmax_and_may_move_a_mixtures():
+    """As TemperatureScaler's docstring says: one draw keeps every argmax at any T; of S draws,
+    each tempered, the mixture's argmax can change (a confident draw outweighed at T = 0.1)."""
+    one = Predictions(torch.tensor([[[0.45, 0.55], [0.99, 0.01]]]))
+    for t in (0.1, 0.5, 3.0, 20.0):
+        assert TemperatureScaler(t)(one).predicted.tolist() == [1, 0]
+    three = Predictions(torch.tensor([[[0.45, 0.55]], [[0.45, 0.55]], [[0.99, 0.01]]]))
+    assert three.mean_probs[0, 0].item() == pytest.approx(0.63)  # class 0
+    flips = [TemperatureScaler(t)(three).predicted.item() for t in (0.1, 0.5, 1.0, 3.0)]
+    assert flips == [1, 0, 0, 0]
+    assert TemperatureScaler(0.1)(three).mean_probs[0, 0].item() == pytest.approx(0.4123, abs=1e-4)
+
+
 def test_temperature_at_a_bound_of_the_search_warns():
     confident = torch.softmax(torch.tensor([[4.0, 0.0]]).repeat(8, 1), -1)[None]
     shuffled = Predictions(confident, torch.tensor([0, 1] * 4))  # labels it cannot tell apart
