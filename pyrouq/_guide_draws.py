@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import pyro
 import torch
 from pyro import poutine
 from pyro.infer.autoguide import AutoGuide
@@ -86,14 +87,43 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
     unbuilt when that run fails, as it came: an ``AutoContinuous`` (``AutoDiagonalNormal``,
     ...) or an ``AutoDelta`` would keep the trace it took of the model without the parameters
     it failed to make, and never make them (``'AutoDiagonalNormal' object has no attribute
-    'loc'`` at its next run, given the targets or not)."""
+    'loc'`` at its next run, given the targets or not). So is one whose run on x alone went
+    through, having taken the model's ``"obs"`` site, sampled there, for one of its latent
+    sites (real-valued targets: a regression), refused as the others, its parameters taken
+    out of Pyro's param store again: kept, it would draw the targets for good, and fit() or
+    Pyro's ``Predictive`` after it would take them for a latent site."""
     unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
+    held = set(pyro.get_param_store().keys()) if unbuilt else set()
     try:
-        return _traced(guide, args, unbuilt)
+        trace = _traced(guide, args, unbuilt)
+        if unbuilt and _guides_the_targets(guide.prototype_trace):
+            raise ValueError(
+                f"predict(): the guide {type(guide).__name__} {_UNBUILT} (built on them, it "
+                "took the model's 'obs' site, sampled without targets, for a latent site)."
+            )
+        return trace
     except BaseException:
         if unbuilt:  # (an AutoNormal puts it back itself; the others set it before failing)
             guide.prototype_trace = None
+            store = pyro.get_param_store()
+            for name in set(store.keys()) - held:  # (the parameters of that run)
+                del store[name]
         raise
+
+
+_UNBUILT = (
+    "has not run yet: it would trace the model on the inputs alone to find its sites, where "
+    "the model samples its targets. Run it once on training data first, guide(x_train[:2], "
+    "y_train[:2]), as fit() and SVI do (parameters loaded into Pyro's param store are then "
+    "taken)"
+)
+
+
+def _guides_the_targets(prototype: Any) -> bool:
+    """Whether an autoguide's ``prototype`` trace of the model holds its ``"obs"`` site (the
+    targets' site, DESIGN's model contract) as a latent one, sampled."""
+    site = None if prototype is None else prototype.nodes.get("obs")
+    return site is not None and site["type"] == "sample" and not site["is_observed"]
 
 
 def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
@@ -114,10 +144,7 @@ def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
         if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
             raise
         how = (
-            "has not run yet: it would trace the model on the inputs alone to find its sites, "
-            "where the model samples its targets. Run it once on training data first, "
-            "guide(x_train[:2], y_train[:2]), as fit() and SVI do (parameters loaded into "
-            "Pyro's param store are then taken)"
+            _UNBUILT
             if unbuilt
             else "runs the model at every call, and predictions have no targets to give it, "
             "nor has Pyro's Predictive; build it on the model with its targets hidden, "

@@ -560,6 +560,36 @@ def test_the_guide_that_never_ran_follows_the_advice_itself_and_predicts(autogui
 
 
 @pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
+def test_a_regression_guide_that_never_ran_is_refused_by_predict_and_left_unbuilt(autoguide):
+    # real-valued targets: the run on x alone went through, the guide took the model's "obs"
+    # (sampled, no targets) for a latent site of 6 values for good, and predict() said nothing;
+    # fit() and Pyro's Predictive after it met that site (AutoDiagonalNormal's loc of 9 values)
+    pyro.clear_param_store()
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(nn.Linear(2, 1), likelihood="gaussian")
+    x, y = torch.randn(6, 2), torch.randn(6, 1)
+    guide = autoguide(model)
+    with pytest.raises(
+        ValueError,
+        match=rf"the guide {autoguide.__name__} has not run yet: .*guide\(x_train\[:2\], "
+        r"y_train\[:2\]\).*took the model's 'obs' site, sampled without targets",
+    ):
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert guide.prototype_trace is None  # as it came, and its parameters out of the store
+    assert [k for k in pyro.get_param_store().keys() if "obs" in k] == []
+    assert list(pyro.get_param_store().keys()) == []
+    model.num_data = 6  # (the model's own refusal says so, where the guide's run meets it)
+    guide(x[:2], y[:2])  # the advice
+    assert "obs" not in guide.prototype_trace.nodes  # (observed: not the guide's)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no "Found non-auxiliary vars in guide but not model")
+        preds = pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+        result = pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=6, progress=False)
+    assert preds.loc.shape == (2, 6, 1)
+    assert math.isfinite(result.history[-1].loss)
+
+
+@pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
 @pytest.mark.parametrize("targets", ["classes", "real"])
 def test_the_elbo_without_labels_leaves_a_guide_that_never_ran_unbuilt(autoguide, targets):
     # built on x alone, the guide took "obs" for a latent site: Pyro's words to enumerate it
