@@ -233,11 +233,11 @@ def check_training(training: Any, optimizer_state: Any, where: str) -> None:
 def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:
     """What makes a saved training state one fit() did not write (None: it may be fit()'s, or
     there is none): not a dict, without a key that resuming reads (the sums of an epoch it
-    stopped inside too), a count that is none (N and the particles, where recorded, counted
-    from 1), a KL weight that is no finite number >= 0, learning rates or a history not in
-    lists, other learning rates than the saved ``optimizer_state`` has parameter groups (fit()
-    writes one per group), an epoch record of other keys than :class:`~pyrouq.EpochRecord`'s
-    fields, or no torch random state to restore."""
+    stopped inside too), a count that is none (N, the particles and the ranks, where recorded,
+    counted from 1), a KL weight that is no finite number >= 0, learning rates or a history
+    not in lists, other learning rates than the saved ``optimizer_state`` has parameter groups
+    (fit() writes one per group), an epoch record of other keys than
+    :class:`~pyrouq.EpochRecord`'s fields, or no torch random state to restore."""
     from pyrouq.infer._loop import EpochRecord  # (the infer package imports this one)
 
     if training is None:
@@ -251,7 +251,8 @@ def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:
         count = training[key]
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             return f"{key!r} is {count!r}, not a count"
-    for key in ("num_data", "num_particles"):  # (where recorded: read as ints, counts from 1)
+    # (where recorded: read as ints, counts from 1; the ranks since 2026-12-07)
+    for key in ("num_data", "num_particles", "world"):
         count = training.get(key, 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             return f"{key!r} is {_shown(count)}, not a count from 1"

@@ -195,6 +195,7 @@ def test_a_run_trained_in_full_whose_history_was_edited_is_refused_in_the_comman
         ("num_data", "128", "'num_data' is '128', not a count from 1"),
         ("num_data", 0, "'num_data' is 0, not a count from 1"),
         ("num_particles", 1.5, "'num_particles' is 1.5, not a count from 1"),
+        ("world", 0, "'world' is 0, not a count from 1"),
         ("kl_weight", "x", "'kl_weight' is 'x', not a weight of 0 or more"),
         ("kl_weight", None, "'kl_weight' is None, not a weight of 0 or more"),
         ("kl_weight", -1.0, "'kl_weight' is -1.0, not a weight of 0 or more"),

@@ -193,6 +193,11 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
         ({"kl_weight": float("nan")}, r"'kl_weight' is nan, not a weight of 0 or more"),
         ({"num_data": None}, r"'num_data' is None, not a count from 1"),
         ({"num_particles": 0}, r"'num_particles' is 0, not a count from 1"),
+        # the ranks the run trained on (recorded since 2026-12-07): taken as the warning's
+        # "not recorded", so a resume on other ranks went on without it
+        ({"world": 0}, r"'world' is 0, not a count from 1"),
+        ({"world": "2"}, r"'world' is '2', not a count from 1"),
+        ({"world": True}, r"'world' is True, not a count from 1"),
         (
             {"base_lrs": []},
             r"'base_lrs' holds 0 learning rate\(s\), one per parameter "
@@ -205,6 +210,11 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
         with pytest.raises(CheckpointError, match=said):
             fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=path)
         assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters(), strict=True))
+    # a file of a pyrouq that recorded no ranks (before 2026-12-07) resumes as it did
+    older = tmp_path / "older.pt"
+    training = {k: v for k, v in payload["training"].items() if k != "world"}
+    torch.save({**payload, "training": training}, older)
+    fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=older)
     fit(model, guide, ListLoader(x, y, 4), epochs=2, progress=False, resume_from=run)  # as is
 
 
