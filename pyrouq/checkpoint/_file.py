@@ -112,9 +112,10 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 class ReadFile(os.PathLike[str]):
     """A checkpoint file :func:`read` once, passed where its path goes (``fit(resume_from=)``,
-    :func:`pyrouq.load`, ``--resume``'s looks at the run): read() gives back the dict read
-    here rather than loading and checking the file again. Its ``str()`` is the path, as the
-    messages name it. Held, it holds the file's tensors (in host memory)."""
+    :func:`pyrouq.load`, ``--resume``'s looks at the run, `pyrouq evaluate`'s at its config):
+    read() gives back the dict read here rather than loading and checking the file again. Its
+    ``str()`` is the path, as the messages name it. Held, it holds the file's tensors (in host
+    memory)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

@@ -104,6 +104,7 @@ def _missing_data(
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from pyrouq.checkpoint import read
+    from pyrouq.checkpoint._file import ReadFile
 
     if not args.run_dir.strip():  # an unset shell variable: not the current folder
         raise CommandError(
@@ -125,7 +126,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if not checkpoint.is_file():
         raise CommandError(f"{str(run)!r} has no checkpoint.pt; pass a folder of `pyrouq fit`")
     device = _device(args.device)
-    raw = read(checkpoint)
+    file = ReadFile(checkpoint)  # read once: its config here, its model by load_run's load()
+    config = _recorded_config(read(file), checkpoint)
+    if not os.access(run, os.W_OK):  # before the evaluation, not after it
+        raise CommandError(_unwritable(run, "permission denied"))
+    _check_outputs(run, args)
+    factory = config.get("factory")
+    paths = list(sys.path)
+    try:  # the folder the factory was found in when the run trained, if it is not found now
+        skeleton = None
+        if factory:
+            skeleton = call_factory(factory, config.get("factory_root"))
+            initialise_lazy(skeleton, factory)
+        return _evaluate_run(args, run, file, skeleton, config, device)
+    finally:
+        sys.path[:] = paths
+
+
+def _recorded_config(raw: dict[str, Any], checkpoint: Path) -> dict[str, Any]:
+    """The config `pyrouq fit` recorded in the metadata of the ``checkpoint`` read into
+    ``raw``; one it cannot have written (an MCMC result, damaged or edited metadata) refused."""
     if "metadata" not in raw:
         raise CommandError(
             f"{str(checkpoint)!r} holds an MCMC result, not a fitted run; load it in Python "
@@ -142,19 +162,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             "run `pyrouq fit` again, or load the file in Python with pyrouq.load"
         ) from None
     _check_config(config, checkpoint)
-    if not os.access(run, os.W_OK):  # before the evaluation, not after it
-        raise CommandError(_unwritable(run, "permission denied"))
-    _check_outputs(run, args)
-    factory = config.get("factory")
-    paths = list(sys.path)
-    try:  # the folder the factory was found in when the run trained, if it is not found now
-        skeleton = None
-        if factory:
-            skeleton = call_factory(factory, config.get("factory_root"))
-            initialise_lazy(skeleton, factory)
-        return _evaluate_run(args, run, checkpoint, skeleton, config, device)
-    finally:
-        sys.path[:] = paths
+    return config
 
 
 def _run_model(config: dict[str, Any], model: Any) -> str:
@@ -170,7 +178,7 @@ def _run_model(config: dict[str, Any], model: Any) -> str:
 def _evaluate_run(
     args: argparse.Namespace,
     run: Path,
-    checkpoint: Path,
+    checkpoint: os.PathLike[str],
     skeleton: Any,
     config: dict[str, Any],
     device: Any,
@@ -215,7 +223,7 @@ def _evaluate_run(
     partial = _partial(saved.training)
     if partial is not None:
         resume = (  # the command's run: its command with --resume; else fit()'s own
-            resume_command(config, checkpoint.parent)
+            resume_command(config, run)
             if "command" in config
             else "in Python, saving it in the run: pyrouq.fit(..., resume_from=path, "
             f"checkpoint=path), path = {str(checkpoint)!r}"

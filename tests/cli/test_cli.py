@@ -146,9 +146,14 @@ def test_evaluate_one_draw_names_the_draw(bayes_run, capsys):
     assert metrics["num_samples"] == 1 and metrics["ood_score"] == "entropy"
 
 
-def test_evaluate_is_reproducible(bayes_run, capsys):
+def test_evaluate_is_reproducible(bayes_run, capsys, monkeypatch):
+    # each evaluate loads the run's checkpoint.pt once (it loaded it twice: read() for its
+    # config, then load() for the model, each a check of every byte and a torch.load)
+    loaded, load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loaded.append(str(f)) or load(f, *a, **k))
     for _ in range(2):
         assert main(["evaluate", str(bayes_run), "--num-samples", "3", "--ood", "none"]) == 0
+        assert loaded == [str(bayes_run / "checkpoint.pt")] * (_ + 1)
         runs = json.loads((bayes_run / "metrics-evaluate.json").read_text())
         runs.pop("eval_seconds")
         if _ == 0:
