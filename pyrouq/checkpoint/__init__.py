@@ -485,7 +485,7 @@ def load(
     # (to evaluate it) would hold inference tensors, which fit() cannot train later; built
     # under the CPU default whatever torch's default device (under meta, values were dropped)
     with torch.inference_mode(False), cpu_default():
-        payload = read(path)
+        payload = read(path, release=True)  # (a ReadFile's copy of the tensors goes with it)
         if payload.get("format") == MCMC_FORMAT:
             if model_class is not None or module is not None:
                 raise CheckpointError(

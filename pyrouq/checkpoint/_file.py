@@ -29,11 +29,19 @@ FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 
 
-def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read(path: str | os.PathLike[str], *, release: bool = False) -> dict[str, Any]:
     """Read and validate the raw checkpoint dict (tensors only; no code runs); a
-    :class:`ReadFile` gives the dict it was read into, without reading the file again."""
+    :class:`ReadFile` gives the dict it was read into, without reading the file again, and
+    with ``release`` lets go of it (for the caller rebuilding the run from it, load() or
+    fit()'s restore: the file's tensors, once copied into the model and guide, are freed
+    with that caller's last reference; a read() after that reads the file again)."""
     if isinstance(path, ReadFile):
-        return path.payload
+        payload = path.payload
+        if release:
+            path.payload = None
+        if payload is not None:
+            return payload
+        path = path.path  # (released: read as its path is)
     given, path = str(os.fspath(path)), Path(path)
     if not path.is_file():
         what = "the path is a folder" if path.is_dir() else "the file does not exist"
@@ -114,12 +122,14 @@ class ReadFile(os.PathLike[str]):
     """A checkpoint file :func:`read` once, passed where its path goes (``fit(resume_from=)``,
     :func:`pyrouq.load`, ``--resume``'s looks at the run, `pyrouq evaluate`'s at its config):
     read() gives back the dict read here rather than loading and checking the file again. Its
-    ``str()`` is the path, as the messages name it. Held, it holds the file's tensors (in host
-    memory)."""
+    ``str()`` is the path, as the messages name it. It holds the file's tensors (in host
+    memory) until load() or fit()'s restore, which rebuild the run from them, take them
+    (``payload`` is then None): the weights are not held twice while the run trains on or is
+    evaluated."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.payload = read(path)  # (refused here as read() refuses it)
+        self.payload: dict[str, Any] | None = read(path)  # (refused here as read() refuses it)
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)

@@ -71,7 +71,7 @@ def restore(
         model_state = saved.model.state_dict()
         guide_state = None if saved.guide is None else saved.guide.state_dict()
     else:
-        payload = _training_run(source)
+        payload = _training_run(source, release=True)  # (a ReadFile's copy goes with it)
         description = _parse_description(source, payload["description"])
         parallel = check_resumed_wrapper(description, given, str(source))
         model = parallel if parallel is not None else _as_saved(model, description)
@@ -286,9 +286,9 @@ def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:
     return None
 
 
-def _training_run(source: Any) -> dict[str, Any]:
+def _training_run(source: Any, release: bool = False) -> dict[str, Any]:
     """What :func:`read` gives of the file at ``source``, an MCMC result refused."""
-    payload = read(source)
+    payload = read(source, release=release)
     if payload.get("format") == MCMC_FORMAT:
         raise CheckpointError(
             f"resume_from={str(source)!r} holds an MCMC result, not a training run; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import math
@@ -9,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import _factories
@@ -159,6 +161,33 @@ def test_evaluate_is_reproducible(bayes_run, capsys, monkeypatch):
         if _ == 0:
             first = runs
     assert runs == first
+
+
+def test_evaluate_holds_no_second_copy_of_the_weights_while_it_evaluates(bayes_run, monkeypatch):
+    """The checkpoint.pt read once held the weights beside the loaded model's for the whole
+    evaluation: load() lets them go once they are loaded."""
+    from pyrouq.checkpoint import _file
+
+    evaluate = importlib.import_module("pyrouq.cli._evaluate")  # (pyrouq.cli._evaluate: a function)
+    saved, alive = [], []  # weakrefs to the file's tensors; how many live while it evaluates
+
+    class Watched(_file.ReadFile):
+        def __init__(self, path):
+            super().__init__(path)
+            for key in ("model", "guide"):
+                saved.extend(weakref.ref(t) for t in self.payload[key].values())
+
+    def counted(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in saved))
+        return real(*args, **kwargs)
+
+    real = evaluate._evaluate
+    monkeypatch.setattr(_file, "ReadFile", Watched)
+    monkeypatch.setattr(evaluate, "_evaluate", counted)
+    argv = ["evaluate", str(bayes_run), "--num-samples", "2", "--ood", "none", "--no-progress"]
+    assert main(argv) == 0
+    assert len(saved) > 4 and alive == [0]  # (all held at the old code)
 
 
 def _epoch_line(record):

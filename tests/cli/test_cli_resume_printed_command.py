@@ -4,14 +4,17 @@ to the bit; --resume of another run, of a finished one or without a folder is re
 
 from __future__ import annotations
 
+import gc
 import json
 import shlex
+import weakref
 
 import pytest
 import torch
 from _cli import CtrlCAt, one_line_error
 
 import pyrouq
+from pyrouq import cli
 from pyrouq.cli import main
 
 FACTORY = "_cli:ctrl_c_net"
@@ -65,13 +68,36 @@ def test_resume_loads_the_runs_checkpoint_once_and_ends_as_the_uninterrupted_run
 ):
     """--resume loaded checkpoint.pt four times (torch.load, after a check of every byte):
     for the factory's latent sites, whether it trained in full, its earlier epochs and fit()'s
-    resume_from. Now once, and the run still ends where the uninterrupted one does."""
+    resume_from. Now once, and the run still ends where the uninterrupted one does. The file
+    read once held its weights for the whole run, a second copy beside the model's: fit()'s
+    restore lets them go once they are loaded, so none is alive while the run trains."""
     tmp_path, printed = interrupted
     part = tmp_path / "part"
     loaded, load = [], torch.load
     monkeypatch.setattr(torch, "load", lambda f, *a, **k: loaded.append(str(f)) or load(f, *a, **k))
+    files, saved, alive = [], [], []  # the file read, weakrefs to its tensors, those alive
+
+    def read_run(path):
+        file = real_read_run(path)
+        files.append(file)
+        for key in ("model", "guide"):
+            saved.extend(weakref.ref(t) for t in file.payload[key].values())
+        return file
+
+    def fit(*args, callbacks=(), **kwargs):
+        def count(record):  # at each epoch's end, while the run trains
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in saved))
+
+        return real_fit(*args, **kwargs, callbacks=[*callbacks, count])
+
+    real_read_run, real_fit = cli.read_run, pyrouq.fit
+    monkeypatch.setattr(cli, "read_run", read_run)
+    monkeypatch.setattr(pyrouq, "fit", fit)
     assert main(shlex.split(printed)[1:]) == 0
     assert loaded == [str(part / "checkpoint.pt")]
+    assert len(saved) > 4 and alive == [0, 0]  # (epochs 1 and 2: all held at the old code)
+    assert files[0].payload is None  # what a later read() reads again from the file
     monkeypatch.setattr(torch, "load", load)
     full = pyrouq.load(tmp_path / "full" / "checkpoint.pt", module=CtrlCAt())
     resumed = pyrouq.load(part / "checkpoint.pt", module=CtrlCAt())
