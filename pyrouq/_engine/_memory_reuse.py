@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from pyrouq._util import warn_caller
+
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _GLIBC_MMAP_MAX = 65536  # glibc's default
@@ -35,6 +37,8 @@ _USER_SETTINGS = {
 }
 _OFF = ("0", "false", "no", "off")
 """The values of ``PYROUQ_REUSE_MEMORY`` that turn the reuse off (any case, spaces around)."""
+_ON = ("", "1", "true", "yes", "on")
+"""The values that leave it on, as it is unset; any other is warned of (and leaves it on)."""
 _reusing = 0
 
 
@@ -65,8 +69,17 @@ def _set_by_user() -> set[str]:
 
 def reuse_turned_off() -> bool:
     """Whether ``PYROUQ_REUSE_MEMORY`` turns the reuse off: ``0``, ``false``, ``no`` or
-    ``off``, in any case."""
-    return os.environ.get("PYROUQ_REUSE_MEMORY", "").strip().lower() in _OFF
+    ``off``, in any case. ``1``, ``true``, ``yes``, ``on`` or empty leave it on, as unset does;
+    any other value is warned of (a typo of ``off`` would keep it on unseen) and leaves it on."""
+    given = os.environ.get("PYROUQ_REUSE_MEMORY", "")
+    value = given.strip().lower()
+    if value not in _OFF + _ON:
+        warn_caller(
+            f"PYROUQ_REUSE_MEMORY={given!r} is not a value pyrouq knows, so freed memory is "
+            "kept for reuse as when it is unset. Expected 0, false, no or off (any case) to turn "
+            "the reuse off, or 1, true, yes or on to keep it on: set one of these, or unset it."
+        )
+    return value in _OFF
 
 
 @contextlib.contextmanager
@@ -81,7 +94,8 @@ def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
     glibc's thresholds do not come back as they were (128 KiB at the start, grown as mmapped
     blocks are freed); blocks of up to 32 MiB stay in the heap from the first call on. Only on
     CPU under glibc; ``PYROUQ_REUSE_MEMORY=0`` (or ``false``, ``no``, ``off``) in the
-    environment turns it off.
+    environment turns it off, ``1`` (or ``true``, ``yes``, ``on``) leaves it on, and another
+    value is warned of and leaves it on.
 
     Settings a user gave glibc in the environment (``MALLOC_TRIM_THRESHOLD_``,
     ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_MMAP_MAX_``, ``MALLOC_TOP_PAD_``, or their
@@ -92,7 +106,7 @@ def reuse_freed_memory(device: torch.device | None) -> Iterator[None]:
     comes back on exit as glibc had it (128 KiB)."""
     global _reusing
     libc = _glibc()
-    if libc is None or reuse_turned_off() or (device is not None and device.type != "cpu"):
+    if libc is None or (device is not None and device.type != "cpu") or reuse_turned_off():
         yield
         return
     users = _set_by_user()

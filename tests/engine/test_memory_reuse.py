@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -57,14 +58,38 @@ def test_the_usual_words_turn_the_reuse_off(value, libc, monkeypatch):
     assert _calls(libc) == ([], [])
 
 
-@pytest.mark.parametrize("value", [None, "", "1", "on"])
-def test_the_reuse_is_on_by_default_and_given_other_values(value, libc, monkeypatch):
+ON = (
+    [(MMAP_MAX, 0), (TRIM, 1 << 30)],
+    [(MMAP_MAX, 65536), (MMAP_THRESHOLD, MAX), (TRIM, 2 * MAX), ("trim", 0)],
+)
+
+
+@pytest.mark.parametrize("value", [None, "", "1", "on", " True ", "YES"])
+def test_the_reuse_is_on_by_default_and_given_the_words_for_on(value, libc, monkeypatch):
     if value is not None:
         monkeypatch.setenv("PYROUQ_REUSE_MEMORY", value)
-    assert _calls(libc) == (
-        [(MMAP_MAX, 0), (TRIM, 1 << 30)],
-        [(MMAP_MAX, 65536), (MMAP_THRESHOLD, MAX), (TRIM, 2 * MAX), ("trim", 0)],
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _calls(libc) == ON
+
+
+@pytest.mark.parametrize("value", ["flase", "2", "disable"])
+def test_an_unknown_value_is_warned_of_and_leaves_the_reuse_on(value, libc, monkeypatch):
+    # it left the reuse on unseen: a typo of "off" kept it on without a word
+    monkeypatch.setenv("PYROUQ_REUSE_MEMORY", value)
+    with pytest.warns(UserWarning, match=f"PYROUQ_REUSE_MEMORY='{value}' is not a value") as got:
+        assert _calls(libc) == ON
+    assert "0, false, no or off (any case) to turn the reuse off" in str(got[0].message)
+    assert got[0].filename == __file__
+
+
+def test_an_unknown_value_is_not_warned_of_where_no_reuse_is_made(libc, monkeypatch):
+    monkeypatch.setenv("PYROUQ_REUSE_MEMORY", "flase")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with reuse_freed_memory(torch.device("meta")):
+            pass
+    assert libc.calls == []
 
 
 @pytest.mark.parametrize(
