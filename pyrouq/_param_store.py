@@ -330,18 +330,30 @@ def store_or_usual_fix(
     return taken or usual
 
 
+def prototype_shapes(guide: Any) -> dict[str, tuple[int, ...]] | None:
+    """The latent sites of a built Pyro autoguide's prototype trace (the model as it was when
+    the guide first ran) with their shapes, in the trace's order; None for a guide without one
+    (not built yet, or no autoguide)."""
+    proto = getattr(unwrapped(guide), "prototype_trace", None)
+    if proto is None:
+        return None
+    return {
+        name: tuple(node["value"].shape)
+        for name, node in proto.nodes.items()
+        if node["type"] == "sample" and not node["is_observed"]
+    }
+
+
 def _reshaped(guide: Any, drawn: Mapping[str, Sequence[int]] | None) -> bool:
     """Whether ``guide`` drew a site (``drawn``, one draw's shapes, leading dims of size 1
-    allowed) in another shape than its prototype trace, the model as it was when the guide
-    first ran, held: its values have been replaced since, by the store's."""
-    proto = getattr(unwrapped(guide), "prototype_trace", None)
-    if proto is None or not drawn:
+    allowed) in another shape than its prototype trace (:func:`prototype_shapes`) held: its
+    values have been replaced since, by the store's."""
+    if not drawn or (shapes := prototype_shapes(guide)) is None:
         return False
     for site, shape in drawn.items():
-        node = proto.nodes.get(site)
-        if node is None or node["type"] != "sample" or node["is_observed"]:
+        if site not in shapes:
             continue
-        built, got = tuple(node["value"].shape), tuple(shape)
+        built, got = shapes[site], tuple(shape)
         extra = len(got) - len(built)
         if extra < 0 or got[extra:] != built or any(d != 1 for d in got[:extra]):
             return True

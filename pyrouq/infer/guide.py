@@ -19,6 +19,7 @@ from pyrouq._param_store import (
     copy_renamed,
     hold_params,
     hold_restored,
+    prototype_shapes,
     register_params,
     shared_copy,
 )
@@ -552,13 +553,7 @@ def check_guide(model: Any, guide: Any, caller: str) -> None:
         got = {site: tuple(guide.site_loc(site).shape) for site in guide.sites}
         strict = True
     else:
-        trace = getattr(guide, "prototype_trace", None)
-        if trace is not None:
-            got = {
-                name: tuple(node["value"].shape)
-                for name, node in trace.nodes.items()
-                if node["type"] == "sample" and not node["is_observed"]
-            }
+        got = prototype_shapes(guide)
     if got is not None:
         refuse(model, site_mismatch(expected, got, strict), caller)
     if isinstance(guide, MeanFieldGuide) and caller != "save()":  # (saving a pair moves none)
