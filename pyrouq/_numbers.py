@@ -127,3 +127,12 @@ def one_number(value: Any) -> float:
     if isinstance(value, np.ndarray):
         return float(value.reshape(()))
     return float(value)
+
+
+def finite_number(value: object) -> float | None:
+    """:func:`finite_float` of a number :func:`is_one_number` accepts (a one-value tensor or
+    array too, as its value): None for NaN, inf, an int too large for a float (``10**400``)
+    and anything that is not one number."""
+    if not is_one_number(value):
+        return None
+    return finite_float(value if is_real(value) else one_number(value))

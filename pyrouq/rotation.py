@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._meta_device import real_device
-from pyrouq._numbers import finite_float, is_one_number, one_number, shown
+from pyrouq._numbers import finite_float, finite_number, is_one_number, one_number, shown
 from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, rng_state, set_rng_state
 from pyrouq.uncertainty import Measure, decompose
@@ -395,15 +395,17 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 f"{list(_ROTATION_KEYS)}, as evaluate_rotations() returns them."
             )
     # one-number tensors and arrays (a metric left as one) as floats, as the rows are read
-    read = [{**row, **{k: _finite(row[k]) for k in _ROTATION_KEYS}} for row in out]
-    for row, given in zip(read, out, strict=True):
-        bad = [f"{k}={shown(given[k])}" for k in _ROTATION_KEYS if not math.isfinite(row[k])]
+    read = []
+    for given in out:
+        numbers = {k: finite_number(given[k]) for k in _ROTATION_KEYS}
+        bad = [f"{k}={shown(given[k])}" for k, number in numbers.items() if number is None]
         if bad:  # (plotted, an inf angle failed inside matplotlib, a figure left open)
             raise ValueError(
                 f"A rotation row holds NaN or infinite values ({', '.join(bad)}); expected "
                 f"finite numbers for each of {list(_ROTATION_KEYS)}, as evaluate_rotations() "
                 "returns them. Drop or repair that row."
             )
+        row = {**given, **numbers}
         bad = [f"{k}={shown(given[k])}" for k in ("acc", "ece") if not 0 <= row[k] <= 1]
         if bad:  # (percentages given by hand: shown as "9800.00%")
             raise ValueError(
@@ -411,12 +413,5 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
                 "as fractions, as evaluate_rotations() returns them (they are shown as "
                 "percentages). If they are percentages, divide them by 100."
             )
+        read.append(row)
     return read
-
-
-def _finite(value: object) -> float:
-    """:func:`one_number` of ``value``, with an int too large for a float as inf."""
-    try:
-        return one_number(value)
-    except OverflowError:  # 10**400
-        return math.inf
