@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import finite_float, is_one_number, one_number
+from pyrouq._numbers import finite_number, is_one_number, is_real, one_number, shown
 from pyrouq.data import MNIST_MEAN, MNIST_STD
 
 #: The channel counts taken: one (grey) and three (RGB).
@@ -114,7 +114,7 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     ``name``."""
     values = value
     if is_one_number(value):  # 0.5, tensor(0.5), tensor([0.5]): as torch broadcasts it,
-        values = [one_number(value)] * channels  # one number for every channel
+        values = [value if is_real(value) else one_number(value)] * channels  # for each channel
     elif _one_axis(value):  # (C,), (C, 1, 1), (1, C, 1, 1), a pandas Series, (0,) too
         flat = value.reshape(-1) if torch.is_tensor(value) else np.asarray(value).reshape(-1)
         values = flat.tolist()
@@ -130,12 +130,12 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
         )
     out = []
     for v in values:
-        number = finite_float(one_number(v) if is_one_number(v) else v)  # tensor(0.5) too
+        number = finite_number(v)  # tensor(0.5) too; None for 10**400, which float() refuses
         if number is None or (name == "std" and number <= 0):
             need = "a finite number > 0" if name == "std" else "a finite number"
             raise ValueError(
-                f"Expected each {name} to be {need}, got {v!r} in {name}={value!r}; pass the "
-                f"per-channel {name} the images were normalised with, e.g. {_CIFAR}."
+                f"Expected each {name} to be {need}, got {shown(v)} in {name}={shown(value)}; "
+                f"pass the per-channel {name} the images were normalised with, e.g. {_CIFAR}."
             )
         out.append(number)
     return tuple(out)

@@ -200,6 +200,19 @@ def test_rotate_takes_constants_given_as_one_number_tensors():
         rotate(rgb, 20, mean=0.5, std=torch.tensor(0.0))
 
 
+@pytest.mark.parametrize("given", [{"std": 10**400}, {"std": [0.5, 10**400, 0.5]},
+                                   {"mean": 10**400}])  # fmt: skip
+def test_rotate_refuses_an_int_too_large_for_a_float_as_a_constant(given):
+    # it was Python's bare "OverflowError: int too large to convert to float"
+    rgb = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    name = next(iter(given))
+    need = "a finite number > 0" if name == "std" else "a finite number"
+    with pytest.raises(
+        ValueError, match=rf"Expected each {name} to be {need}, got about 10\*\*400"
+    ):
+        rotate(rgb, 20, **{"mean": 0.5, "std": 0.25, **given})
+
+
 def test_evaluate_rotations_against_hand_computed_metrics():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
