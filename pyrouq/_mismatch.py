@@ -17,6 +17,7 @@ __all__ = [
     "dtype_words",
     "input_mismatch",
     "inputs_fix",
+    "instance_norm_words",
     "layer_added",
     "layer_named",
     "restated",
@@ -36,6 +37,9 @@ _SIZES = (  # torch's phrasings of a shape, size or channel count
 )
 _MISMATCH = re.compile(  # torch's own phrasings (a user's "Expected setup() first" is none)
     _SIZES + r"|should be the same|same device|dtype|scalar type", re.I
+)
+_INSTANCE_NORM = re.compile(  # an affine InstanceNorm's on another channel count: a ValueError
+    r"expected input's size at dim=\d+ to match num_features \(\d+\)"
 )
 _TYPE = r"(?:float|double|c10::\w+|long int|int|short int|signed char|unsigned char|bool)"
 _DTYPES = re.compile(  # torch's words on mixed dtypes (a convolution's with a bias: its own)
@@ -67,14 +71,24 @@ _NOT_THE_INPUTS: tuple[type[BaseException], ...] = (
 
 def input_mismatch(err: BaseException) -> bool:
     """Whether torch's error from a network's first pass reads as inputs it does not take
-    (shapes, sizes, channels, dtypes): what a caller may restate naming the inputs. Not an
-    error of the user's own wording, nor one pyrouq worded (:func:`_worded_by_pyrouq`), nor
-    out-of-memory, accelerator or not-implemented ones."""
+    (shapes, sizes, channels, dtypes): what a caller may restate naming the inputs. A
+    RuntimeError, or an affine InstanceNorm's ValueError on another channel count
+    (:func:`instance_norm_words`). Not an error of the user's own wording, nor one pyrouq
+    worded (:func:`_worded_by_pyrouq`), nor out-of-memory, accelerator or not-implemented
+    ones."""
     if isinstance(err, _NOT_THE_INPUTS):
         return False
-    if not isinstance(err, RuntimeError) or _MISMATCH.search(torch_words(err)) is None:
+    torch_said = isinstance(err, RuntimeError) and _MISMATCH.search(torch_words(err))
+    if not torch_said and not instance_norm_words(err):
         return False
     return not _worded_by_pyrouq(err)
+
+
+def instance_norm_words(err: BaseException) -> bool:
+    """Whether ``err`` is an affine ``nn.InstanceNorm*``'s ValueError on an input of another
+    channel count than its ``num_features`` (where a GroupNorm's or BatchNorm's is torch's
+    RuntimeError), in torch's words."""
+    return isinstance(err, ValueError) and _INSTANCE_NORM.match(torch_words(err)) is not None
 
 
 def dtype_fix(
@@ -206,7 +220,8 @@ def restated(err: BaseException, fix: str, said: str | None = None) -> str:
     appended, ``err.__cause__``)."""
     words = " ".join((str(err) if said is None else said).split())
     told = any(_INPUT_TOLD in vars(e) for e in (err, err.__cause__) if e is not None)
-    return words.removesuffix(".") if told else f"{words}. {fix}"
+    words = words.removesuffix(".")  # (an InstanceNorm's ends with a full stop)
+    return words if told else f"{words}. {fix}"
 
 
 def layer_added(err: BaseException) -> bool:

@@ -419,7 +419,7 @@ def _run_chains(
             weights = model.template()  # (the trace as a context: errors pass unchanged)
             with pyro.poutine.trace() as tracer, model._hiding_own_sites(weights):
                 outputs = model.outputs(x, weights)
-        except RuntimeError as err:  # torch's own message, e.g. a shape mismatch (as fit())
+        except (RuntimeError, ValueError) as err:  # torch's, e.g. a shape mismatch (as fit())
             if not input_mismatch(err):  # the user's own error, out of memory, a CUDA error
                 raise
             raise ValueError(

@@ -4,14 +4,18 @@ BatchEnsemble layer's refusal, torch's words on shapes, channels or dtypes, or a
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 from torch import nn
 
 from pyrouq._first_layer_fix import input_fix
-from pyrouq._mismatch import input_mismatch, layer_added, layer_named, torch_words
+from pyrouq._mismatch import (
+    input_mismatch,
+    instance_norm_words,
+    layer_added,
+    layer_named,
+)
 from pyrouq._util import LayerInputError, class_name
 
 
@@ -38,7 +42,7 @@ class LayersNamed:
         return None
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        if isinstance(error, RuntimeError) or _instance_norm_words(error):
+        if isinstance(error, RuntimeError) or instance_norm_words(error):
             _name_failing_layer(self.net, error, traceback, self.x, self.plain)
             return
         if isinstance(error, IndexError):
@@ -143,7 +147,7 @@ def _name_failing_layer(
     if layer_added(error) or len(args) != 1 or not isinstance(args[0], str):
         return
     try:
-        norm = _instance_norm_words(error)  # (a ValueError: only an InstanceNorm's is named)
+        norm = instance_norm_words(error)  # (a ValueError: only an InstanceNorm's is named)
         if not norm and not input_mismatch(error):
             return
         layer, _ = _innermost(net, traceback)
@@ -164,16 +168,6 @@ def _name_failing_layer(
     words = args[0].rstrip()  # (an InstanceNorm's ends with a full stop)
     named = f"{words.removesuffix('.') if norm else words} (in {label} {where})"
     layer_named(error, f"{named}: {fix}" if fix else named, told=fix is not None)
-
-
-_INSTANCE_NORM = re.compile(r"expected input's size at dim=\d+ to match num_features \(\d+\)")
-
-
-def _instance_norm_words(error: Any) -> bool:
-    """Whether ``error`` is an affine ``nn.InstanceNorm*``'s ValueError on an input of another
-    channel count than its ``num_features`` (where a GroupNorm's or BatchNorm's is torch's
-    RuntimeError), in torch's words."""
-    return isinstance(error, ValueError) and _INSTANCE_NORM.match(torch_words(error)) is not None
 
 
 def _input_fix(net: nn.Module, layer: nn.Module, x: Any, traceback: Any) -> str | None:

@@ -551,7 +551,7 @@ def _export_weights(
                         alone = alone_in_its_batch(err, x[cols], index, x, batch_size, fn, "export")
                         if alone:  # a BatchNorm without running statistics, on one input
                             raise ValueError(alone) from err
-                        if s == 0 and isinstance(err, RuntimeError):  # a shape
+                        if s == 0:  # a shape (an InstanceNorm's is a ValueError)
                             _explain_inputs(err, model, x, fn)
                         raise
                     per = num_samples // chains if chains else 0

@@ -149,7 +149,7 @@ class Probe:
                             own = own_model(model)
                             if own is not None and own_forward(own):  # its pyro.params
                                 own(x, y)
-                    except RuntimeError as err:  # torch's own message, e.g. a shape mismatch
+                    except (RuntimeError, ValueError) as err:  # torch's, e.g. a shape mismatch
                         if not input_mismatch(err):  # the network's own, a CUDA error, ...
                             raise
                         fix = inputs_fix(err, x.dtype, "the loader's inputs")

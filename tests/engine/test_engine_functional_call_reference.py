@@ -297,24 +297,53 @@ def test_a_norm_or_prelu_of_other_channels_is_named_and_restated_by_predict(laye
     assert "Check that the network takes x (shape, channels, flattening" in str(info.value)
 
 
-def test_an_affine_instance_norm_of_other_channels_is_named():
+def test_an_affine_instance_norm_of_other_channels_is_named_and_restated():
     """An affine InstanceNorm's refusal of another channel count is torch's ValueError, not a
-    RuntimeError as a GroupNorm's: it named no layer, in a converted network or a plain one."""
+    RuntimeError as a GroupNorm's: it named no layer, in a converted network or a plain one;
+    and, named, predict(), fit() and mcmc() let it through as it came, where they restate a
+    GroupNorm's or BatchNorm's naming x and what to check."""
     torch.manual_seed(0)
     layer = nn.InstanceNorm2d(16, affine=True)
     net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), layer, nn.Flatten(), nn.Linear(200, 2))
     model = pyrouq.bayesian(net)
     said = "expected input's size at dim=1 to match num_features (16), but got: 8"
+    x, y = torch.randn(3, 1, 5, 5), torch.tensor([0, 1, 0])
     with pytest.raises(ValueError) as info:
-        model(torch.randn(3, 1, 5, 5))
+        model(x)
     assert str(info.value) == f"{said} (in {layer!r} at 'net.1' of the model)"
+    check = "Check that the network takes x (shape, channels, flattening: inputs of the shape"
     guide = pyrouq.mean_field_guide(model)
     with pytest.raises(ValueError) as info:
-        pyrouq.predict(model, torch.randn(3, 1, 5, 5), guide, num_samples=2, progress=False)
-    assert str(info.value) == f"{said} (in {layer!r} at 'net.1' of the model)"
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert str(info.value) == (
+        "predict(): BayesianNetwork failed on x (a batch of shape (3, 1, 5, 5), dtype "
+        f"torch.float32): {said} (in {layer!r} at 'net.1' of the model). {check} it was "
+        "built for)."
+    )
     with pytest.raises(ValueError) as info:
-        pyrouq.predict(net, torch.randn(3, 1, 5, 5), progress=False)
-    assert str(info.value) == f"{said} (in {layer!r} at '1' of the network)"
+        pyrouq.predict(net, x, progress=False)
+    assert str(info.value).startswith("predict(): Sequential failed on x (a batch of shape")
+    assert f"{said} (in {layer!r} at '1' of the network). {check}" in str(info.value)
+    with pytest.raises(ValueError) as info:
+        pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=3, progress=False)
+    assert str(info.value).startswith("fit(): BayesianNetwork failed on the first examples")
+    assert str(info.value).endswith("built for); nothing was trained.")
+    assert f"{said} (in {layer!r} at 'net.1' of the model). Check" in str(info.value)
+    with pytest.raises(ValueError) as info:
+        pyrouq.mcmc(model, x, y, 2, 2, num_chains=1, progress=False)
+    assert str(info.value).startswith("mcmc(): BayesianNetwork failed on x (shape (3, 1, 5, 5)")
+    assert f"{said} (in {layer!r} at 'net.1' of the model). {check}" in str(info.value)
+    assert str(info.value).endswith("; nothing was sampled.")
+    for caller, run in [
+        ("psis_diagnostic()", lambda: pyrouq.psis_diagnostic(model, guide, x, y, num_samples=25)),
+        ("to_inference_data()", lambda: pyrouq.to_inference_data(model, guide, x, y, 2)),
+    ]:
+        with pytest.raises(ValueError) as info:
+            run()
+        assert str(info.value).startswith(f"{caller}: BayesianNetwork failed on x (shape (3, 1")
+        assert f"{said} (in {layer!r} at 'net.1' of the model). Check that the model takes x" in (
+            str(info.value)
+        )
 
     # a ValueError of those words from another layer of the user's is left as it came
     class Own(nn.Module):
@@ -324,6 +353,44 @@ def test_an_affine_instance_norm_of_other_channels_is_named():
     with pytest.raises(ValueError) as info:
         pyrouq.bayesian(nn.Sequential(nn.Linear(2, 2), Own()))(torch.randn(3, 2))
     assert str(info.value) == f"{said}."
+
+
+def test_an_own_pyro_models_instance_norm_refusal_is_restated_with_one_full_stop():
+    """In a Pyro model of one's own (no layer named), torch's InstanceNorm words end with a
+    full stop: restated, they read "but got: 3.. Check that ...", where they were not restated
+    at all."""
+    import pyro
+    import pyro.distributions as dist
+    from pyro.infer.autoguide import AutoNormal
+    from pyro.nn import PyroModule, PyroSample
+
+    class Own(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.InstanceNorm1d(4, affine=True)
+            self.fc = PyroModule[nn.Linear](20, 2)
+            self.fc.weight = PyroSample(dist.Normal(0.0, 1.0).expand([2, 20]).to_event(2))
+
+        def forward(self, x, y=None):
+            logits = self.fc(self.norm(x).flatten(1))
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    torch.manual_seed(0)
+    model = Own()
+    guide = AutoNormal(model)
+    x, y = torch.randn(6, 4, 5), torch.randint(0, 2, (6,))
+    pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=6, progress=False)
+    said = "expected input's size at dim=1 to match num_features (4), but got: 3. Check that"
+    with pytest.raises(ValueError) as info:
+        pyrouq.psis_diagnostic(model, guide, torch.randn(6, 3, 5), y, num_samples=25)
+    assert str(info.value).startswith("psis_diagnostic(): Own failed on x (shape (6, 3, 5)")
+    assert said in str(info.value)
+    with pytest.raises(ValueError) as info:
+        pyrouq.predict(model, torch.randn(6, 3, 5), guide, num_samples=2, progress=False)
+    assert str(info.value).startswith("predict(): Own failed on x (a batch of shape (6, 3, 5)")
+    assert "but got: 3." in str(info.value) and ".." not in str(info.value)
 
 
 class _Tokens(nn.Module):
