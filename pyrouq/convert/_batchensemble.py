@@ -394,7 +394,10 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
 
     def outputs(self, x: Tensor) -> Tensor:
         """Every member's outputs on every input, ``(M, B, D)``, no Pyro statements."""
-        x = self._input(x)
+        return self._members(self._input(x))
+
+    def _members(self, x: Tensor) -> Tensor:
+        """:meth:`outputs` of ``x`` checked and cast (:meth:`_input`)."""
         # read past PyroModule's hook, which under Pyro records it (pyro.module): forward
         # records it untraced
         net: nn.Module = self._modules["net"]  # type: ignore[assignment]
@@ -413,7 +416,7 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         x = untraced(self._recorded, x)
         likelihood: Likelihood = self._modules["likelihood"]  # type: ignore[assignment]
         with hiding_own_sites(likelihood):  # its own "logits", "obs" (once per member), ...
-            outputs = self.outputs(x)
+            outputs = self._members(x)  # (x checked once, untraced, by _recorded)
         # a learned noise scale takes its shape from the outputs before PyroModule's attribute
         # hook registers it with Pyro (self.likelihood below)
         likelihood.prepare(outputs)
