@@ -226,6 +226,14 @@ def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
     return value
 
 
+def _standardised(value: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """``(value - mean) / std`` in the widest of their dtypes, whatever their shapes (torch
+    keeps ``value``'s float16 against 0-d statistics, of one column, and promotes it against
+    statistics per column)."""
+    dtype = torch.promote_types(torch.promote_types(value.dtype, mean.dtype), std.dtype)
+    return (value.to(dtype) - mean.to(value.device, dtype)) / std.to(value.device, dtype)
+
+
 def _column_stats(t: Tensor) -> tuple[Tensor, Tensor]:
     """Per-column mean and (unbiased) standard deviation of ``t``, in ``t``'s dtype, computed
     in float64; a constant column gets its value as the mean and std 1 exactly (in float32 the
@@ -330,14 +338,15 @@ class Standardizer:
         return cls(*stats)
 
     def transform_x(self, x: Tensor) -> Tensor:
-        """Standardised inputs."""
+        """Standardised inputs, in the wider of ``x``'s dtype and the statistics' (as
+        :meth:`inverse`: float16 inputs of a scaler fitted on float32 come back float32)."""
         x = _fitting(x, self.x_mean, "x", "transform_x")
-        return (x - self.x_mean.to(x.device)) / self.x_std.to(x.device)
+        return _standardised(x, self.x_mean, self.x_std)
 
     def transform_y(self, y: Tensor) -> Tensor:
-        """Standardised targets."""
+        """Standardised targets, in the wider of ``y``'s dtype and the statistics'."""
         y = _fitting(y, self.y_mean, "y", "transform_y")
-        return (y - self.y_mean.to(y.device)) / self.y_std.to(y.device)
+        return _standardised(y, self.y_mean, self.y_std)
 
     def transform(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Standardised ``(x, y)``, the inputs and targets of the same examples (one row of

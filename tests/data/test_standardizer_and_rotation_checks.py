@@ -57,6 +57,22 @@ def test_standardizer_fit_of_one_row_says_what_to_do():
     assert known.transform_y(y + 1).tolist() == [2.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_standardizer_transforms_return_the_wider_dtype_whatever_the_columns(dtype):
+    # x and y of shape (N,) (0-d statistics) came back float16, of shape (N, D) float32
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(10, 3, generator=g), torch.randn(10, generator=g)
+    for scaler, values in ((Standardizer.fit(x, y), (x, y)), (Standardizer.fit(y, x), (y, x))):
+        low = tuple(v.to(dtype) for v in values)
+        got = (scaler.transform_x(low[0]), scaler.transform_y(low[1]), *scaler.transform(*low))
+        assert [t.dtype for t in got] == [torch.float32] * 4
+        exact = ((low[1].float() - scaler.y_mean) / scaler.y_std, scaler.transform_x(low[0]))
+        assert torch.equal(got[1], exact[0]) and torch.equal(got[2], exact[1])
+    # float64 inputs stay float64; a float16 scaler gives float32 inputs float32
+    assert Standardizer.fit(x, y).transform_y(y.double()).dtype == torch.float64
+    assert Standardizer.fit(x.half(), y.half()).transform_y(y).dtype == torch.float32
+
+
 def test_evaluate_rotations_reads_y_against_a_valid_batch_of_images():
     model = pyrouq.MLP(hidden_features=4)
     # a 0-d x raised IndexError: tuple index out of range
