@@ -46,8 +46,10 @@ def _inputs_of(
     data: Tensor | Iterable, batch_size: int, count: int, model: Any, device: Any
 ) -> list[Tensor]:
     """The first ``count`` input batches of ``batchnorm_data`` of two inputs or more (a
-    BatchNorm cannot take batch statistics of one), on the model's device and checked as
-    predict() checks its inputs."""
+    BatchNorm cannot take batch statistics of one; a norm shared by M members takes the M rows
+    of one input, but their variance is the members' spread on that input, not the data's:
+    about half the data's on a rank-1 network of 2 members), on the model's device and checked
+    as predict() checks its inputs."""
     inputs, first = [], 0
     for x, _ in _batches(data, batch_size, "batchnorm_data"):
         first += x.shape[0]  # (inputs seen: a loader of empty batches holds none)
