@@ -16,6 +16,7 @@ from pyro.poutine.guide import GuideMessenger
 from torch import Tensor
 
 from pyrouq import _own_models as own_models
+from pyrouq._param_store import forget_params_since
 from pyrouq.infer._draws import draw_runs
 from pyrouq.infer.guide import MeanFieldGuide
 
@@ -55,6 +56,7 @@ def draw_guide(guide: Any, num_samples: int, args: tuple) -> dict[str, Tensor]:
     # stacked holds them twice), and an auxiliary site, which no model samples (AutoNormal's
     # "<site>_unconstrained"), is not kept: a bayesian resnet18's 16 AutoNormal draws took
     # 2.3 GB at the peak for 0.68 GB of weights
+    _refuse_targets_unobserved(guide, args)
     draws: dict[str, Tensor] = {}
     counts: dict[str, int] = {}
     for _ in range(num_samples):
@@ -87,13 +89,10 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
     unbuilt when that run fails, as it came: an ``AutoContinuous`` (``AutoDiagonalNormal``,
     ...) or an ``AutoDelta`` would keep the trace it took of the model without the parameters
     it failed to make, and never make them (``'AutoDiagonalNormal' object has no attribute
-    'loc'`` at its next run, given the targets or not). So is one whose run on x alone went
-    through, having taken the model's ``"obs"`` site, sampled there, for one of its latent
-    sites (real-valued targets: a regression), refused as the others, its parameters taken
-    out of Pyro's param store again: kept, it would draw the targets for good, and fit() or
-    Pyro's ``Predictive`` after it would take them for a latent site."""
-    unbuilt = isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
-    held = set(pyro.get_param_store().keys()) if unbuilt else set()
+    'loc'`` at its next run, given the targets or not); the param-store entries that run made
+    are removed."""
+    unbuilt = _unbuilt(guide)
+    stored = set(pyro.get_param_store().keys())
     try:
         trace = _traced(guide, args, unbuilt)
         if unbuilt and _guides_the_targets(guide.prototype_trace):
@@ -105,25 +104,32 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
     except BaseException:
         if unbuilt:  # (an AutoNormal puts it back itself; the others set it before failing)
             guide.prototype_trace = None
-            store = pyro.get_param_store()
-            for name in set(store.keys()) - held:  # (the parameters of that run)
-                del store[name]
+            forget_params_since(stored)
         raise
 
 
-_UNBUILT = (
-    "has not run yet: it would trace the model on the inputs alone to find its sites, where "
-    "the model samples its targets. Run it once on training data first, guide(x_train[:2], "
-    "y_train[:2]), as fit() and SVI do (parameters loaded into Pyro's param store are then "
-    "taken)"
-)
+def _unbuilt(guide: Any) -> bool:
+    """Whether ``guide`` is a Pyro autoguide that has never run (it finds its sites then)."""
+    return isinstance(guide, AutoGuide) and getattr(guide, "prototype_trace", 1) is None
 
 
-def _guides_the_targets(prototype: Any) -> bool:
-    """Whether an autoguide's ``prototype`` trace of the model holds its ``"obs"`` site (the
-    targets' site, DESIGN's model contract) as a latent one, sampled."""
-    site = None if prototype is None else prototype.nodes.get("obs")
-    return site is not None and site["type"] == "sample" and not site["is_observed"]
+def _refuse_targets_unobserved(guide: Any, args: tuple) -> None:
+    """Refuse, before it runs, an autoguide that has never run or a ``GuideMessenger`` whose
+    model samples its targets' site ``"obs"`` on the inputs alone (``args``), as the contract's
+    models do where ``y`` is None: run on them, the guide would take ``"obs"`` for one of its
+    latent sites (for real-valued targets without a word, then Pyro's warning of a guide site
+    ``'obs'`` at every call with the targets; for labels, Pyro's words to enumerate it). The
+    model is traced under its priors, the random state kept; the guide is left as it came, and
+    the param-store entries that trace made are removed."""
+    if not (_unbuilt(guide) or isinstance(guide, GuideMessenger)) or not args:
+        return
+    stored = set(pyro.get_param_store().keys())
+    trace = own_models.prior_trace(guide.model, args[0])
+    site = None if trace is None else trace.nodes.get("obs")
+    if site is None or site["type"] != "sample" or site["is_observed"]:
+        return
+    forget_params_since(stored)
+    raise _refusal(guide, "its model samples the targets' site 'obs' on them")
 
 
 def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
@@ -143,12 +149,21 @@ def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
         unobserved = "discrete sample site" in str(err)  # the targets, sampled without y
         if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
             raise
-        how = (
-            _UNBUILT
-            if unbuilt
-            else "runs the model at every call, and predictions have no targets to give it, "
-            "nor has Pyro's Predictive; build it on the model with its targets hidden, "
-            "AutoNormalMessenger(poutine.block(model, hide=['obs'])), or fit an AutoNormal"
-        )
         first = " ".join(str(err).split(". ")[0].split())
-        raise ValueError(f"predict(): the guide {type(guide).__name__} {how} ({first}).") from err
+        raise _refusal(guide, first) from err
+
+
+def _refusal(guide: Any, why: str) -> ValueError:
+    """predict()'s refusal of an autoguide that has never run, or of a ``GuideMessenger``,
+    run on the inputs alone where its model samples its targets (``why``: what shows it)."""
+    how = (
+        "has not run yet: it would trace the model on the inputs alone to find its sites, "
+        "where the model samples its targets. Run it once on training data first, "
+        "guide(x_train[:2], y_train[:2]), as fit() and SVI do (parameters loaded into "
+        "Pyro's param store are then taken)"
+        if _unbuilt(guide)
+        else "runs the model at every call, and predictions have no targets to give it, "
+        "nor has Pyro's Predictive; build it on the model with its targets hidden, "
+        "AutoNormalMessenger(poutine.block(model, hide=['obs'])), or fit an AutoNormal"
+    )
+    return ValueError(f"predict(): the guide {type(guide).__name__} {how} ({why}).")

@@ -387,7 +387,7 @@ def _refuse_grouped(
 def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:
     """The names of the sites ``model`` samples on ``x`` (its likelihood, without targets,
     and per-input latent sites included), or None where it cannot be traced."""
-    trace = _prior_trace(model, x)
+    trace = prior_trace(model, x)
     if trace is None:
         return None
     return {
@@ -397,7 +397,7 @@ def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:
     }
 
 
-def _prior_trace(model: Any, x: Tensor) -> Any:
+def prior_trace(model: Any, x: Tensor) -> Any:
     """A trace of ``model`` on ``x`` under its priors (the random state kept), or None."""
     state = rng_state(x.device)
     try:
@@ -412,7 +412,7 @@ def _prior_trace(model: Any, x: Tensor) -> Any:
 def _discrete_sites(model: Any, x: Tensor, names: list[str]) -> list[str]:
     """Those of the sites ``names`` that ``model`` draws on ``x`` from a discrete
     distribution or marks for enumeration."""
-    trace = _prior_trace(model, x)
+    trace = prior_trace(model, x)
     nodes = {} if trace is None else trace.nodes
     return [name for name in names if name in nodes and _enumerated(nodes[name])]
 

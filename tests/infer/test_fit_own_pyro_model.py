@@ -572,7 +572,7 @@ def test_a_regression_guide_that_never_ran_is_refused_by_predict_and_left_unbuil
     with pytest.raises(
         ValueError,
         match=rf"the guide {autoguide.__name__} has not run yet: .*guide\(x_train\[:2\], "
-        r"y_train\[:2\]\).*took the model's 'obs' site, sampled without targets",
+        r"y_train\[:2\]\).*\(its model samples the targets' site 'obs' on them\)",
     ):
         pyrouq.predict(model, x, guide, num_samples=2, progress=False)
     assert guide.prototype_trace is None  # as it came, and its parameters out of the store
@@ -613,6 +613,33 @@ def test_the_elbo_without_labels_leaves_a_guide_that_never_ran_unbuilt(autoguide
         "obs" not in guide.prototype_trace.nodes
         or guide.prototype_trace.nodes["obs"]["is_observed"]
     )
+
+
+@pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
+def test_predict_leaves_a_guide_that_never_ran_unbuilt_for_real_targets(autoguide):
+    # built on x alone, the guide took the regression's "obs" (real-valued: no error of
+    # Pyro's) for a latent site, its entries in the param store, and predict() warned of a
+    # guide site 'obs' holding a value per input before refusing the outputs; fit() after it
+    # warned "Found non-auxiliary vars in guide but not model"
+    pyro.clear_param_store()
+    model = Counts(lambda out: dist.Normal(out, 1.0))
+    x, y = data()[0], torch.randn(48)
+    guide = autoguide(model)
+    told = rf"{autoguide.__name__} has not run yet: .*\(its model samples the targets' site 'obs' "
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no warning of a latent site 'obs')
+        with pytest.raises(ValueError, match=told + r"on them\)\.$"):
+            pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+        assert guide.prototype_trace is None
+        assert list(pyro.get_param_store().keys()) == []
+        result = fit(model, guide, x, y)
+    assert math.isfinite(result.history[-1].loss)
+    assert "obs" not in guide.prototype_trace.nodes  # (observed: hidden from it)
+    messenger = AutoNormalMessenger(model)
+    with pytest.raises(ValueError, match=r"AutoNormalMessenger runs the model at every call.*"
+                       r"\(its model samples the targets' site 'obs' on them\)"):  # fmt: skip
+        pyrouq.predict(model, x, messenger, num_samples=2, progress=False)
+    assert not [k for k in pyro.get_param_store().keys() if k.endswith("obs")]
 
 
 def test_predict_of_a_forward_whose_targets_have_no_default_names_the_contract():
