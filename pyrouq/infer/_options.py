@@ -19,6 +19,7 @@ from pyrouq._signatures import not_callable_as
 from pyrouq._util import warn_caller
 from pyrouq._words import slip_hint
 from pyrouq.infer._adam import Adam
+from pyrouq.infer._nonfinite import USUAL_FIX
 
 WARMUP_FRACTION = 0.2
 """Share of the steps over which ``lr_schedule="warmup_cosine"`` ramps the learning rate up."""
@@ -199,8 +200,7 @@ def anomaly_note(error: Exception, epoch: int, step: int) -> str | None:
     return (
         f"(fit(): torch's anomaly detection stopped the backward pass of epoch {epoch}, step "
         f"{step} at a NaN, before fit()'s own check of the loss; training stopped and the "
-        "parameters and normalisation statistics of the last finite step are kept. Lower lr, "
-        "check the inputs and targets for NaN/inf, or use a smaller init_scale.)"
+        f"parameters and normalisation statistics of the last finite step are kept. {USUAL_FIX})"
     )
 
 

@@ -340,7 +340,9 @@ def fit(
         When the loss turns non-finite; the parameters and the normalisation layers' running
         statistics of the last finite step are kept (also when a step's forward pass fails;
         under torch.distributed, on every rank, with the statistics averaged over the ranks).
-        Under ``torch.autograd.detect_anomaly()`` a NaN in the backward pass raises torch's
+        Where the NLL and the KL are finite and the KL term, ``kl_weight * KL``, overflowed the
+        loss's dtype, the error says so and asks for a smaller ``kl_weight``. Under
+        ``torch.autograd.detect_anomaly()`` a NaN in the backward pass raises torch's
         ``RuntimeError`` ("returned nan values") first; fit() adds a note of the same words.
     ValueError
         Bad arguments, NaN/inf inputs or bad labels (see ``check_inputs``), a vectorised

@@ -738,6 +738,25 @@ def test_fit_stops_on_non_finite_loss_and_keeps_parameters():
         assert torch.equal(guide.site_loc(site), value)
 
 
+@pytest.mark.parametrize("kl_weight", [1e300, 1e38])
+def test_a_kl_weight_that_overflows_the_loss_is_named_not_init_scale(kl_weight):
+    # the advice was "Lower lr, ... or use a smaller init_scale": at the first step (no lr
+    # yet), where a smaller init_scale makes the KL larger
+    x, y = toy_data(40)
+    model = tiny_mlp()
+    with pytest.raises(FloatingPointError) as info:
+        fit(model, mean_field_guide(model), ListLoader(x, y, 20), epochs=1,
+            kl_weight=kl_weight, progress=False)  # fmt: skip
+    told = str(info.value)
+    assert told.startswith("Non-finite loss (inf) at epoch 1, step 1; ")
+    assert f"The KL term overflowed it: kl_weight * KL = {kl_weight:g} * " in told
+    assert "in float32 (largest 3.4e+38). Pass a smaller kl_weight (1 is the exact ELBO" in told
+    assert "Lower lr" not in told
+    model = tiny_mlp()
+    fit(model, mean_field_guide(model), ListLoader(x, y, 20), epochs=1, kl_weight=1e30,
+        progress=False)  # the KL term in range: trains  # fmt: skip
+
+
 @pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
 @pytest.mark.filterwarnings("ignore:Error detected in")
 def test_a_nan_under_torchs_anomaly_detection_is_noted_with_fits_words():

@@ -1,0 +1,33 @@
+"""What fit()'s error for a non-finite loss advises (private): the usual causes (a step too
+long, NaN or inf in the data, a guide's scales too wide), or, where the likelihood's term and
+the KL are finite and the loss is not, the KL term that ``kl_weight`` made too large."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: The advice for a non-finite loss whose cause the loss's terms do not show.
+USUAL_FIX = "Lower lr, check the inputs and targets for NaN/inf, or use a smaller init_scale."
+
+
+def loss_fix(nll: float, kl: float, kl_weight: float, dtype: torch.dtype) -> str:
+    """The advice for a non-finite loss ``nll + kl_weight * kl`` computed in ``dtype``, of
+    finite or non-finite terms ``nll`` and ``kl`` (the unweighted KL): the KL term's own where
+    both are finite and it is the larger term, or ``kl_weight`` does not fit in ``dtype`` (a
+    KL of 0 times an infinite weight is NaN); otherwise :data:`USUAL_FIX`. A smaller
+    init_scale makes that KL larger, and lr has not acted on a first step's."""
+    if not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
+        return USUAL_FIX
+    largest = torch.finfo(dtype).max
+    term = kl_weight * kl
+    if kl_weight <= largest and abs(term) < abs(nll):
+        return USUAL_FIX  # (the likelihood's term is the larger: not the KL's doing)
+    return (
+        f"The KL term overflowed it: kl_weight * KL = {kl_weight:g} * {kl:.6g} = {term:.3g}, "
+        f"beside an NLL of {nll:.6g}, in {str(dtype).removeprefix('torch.')} (largest "
+        f"{largest:.3g}). Pass a smaller kl_weight (1 is the exact ELBO; kl_weight = k * N "
+        "for a loss of mean NLL + k * KL per example); a smaller init_scale would make the "
+        "KL larger."
+    )
