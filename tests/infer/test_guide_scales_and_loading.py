@@ -133,6 +133,36 @@ def test_scales_that_are_zero_or_inf_in_the_dtype_are_still_refused():
     assert guide.site_scale("fc1.bias")[0].item() == pytest.approx(1e-50, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    "dtype, held, lost, least, normal",
+    [
+        (torch.float16, [1e-6, 5.97e-8, 3e-8], 2.9e-8, "5.96e-08", "6.1e-05"),
+        (torch.bfloat16, [1e-39, 9.2e-41, 6.9e-41], 4.5e-41, "9.18e-41", "1.18e-38"),
+    ],
+)
+def test_a_scale_below_the_smallest_normal_is_held_and_the_refusal_names_the_smallest(
+    dtype, held, lost, least, normal
+):
+    # the refusal asked for at least the smallest normal number (float16's 6.1e-05), though
+    # the smaller, subnormal scales (1e-06) are held, not 0: only below about half of the
+    # smallest positive number (5.96e-08) is a scale 0
+    model = BayesianMLP(in_features=2, hidden_features=3, out_features=2).to(dtype)
+    smallest = torch.finfo(dtype).tiny * torch.finfo(dtype).eps
+    for scale in held:
+        got = mean_field_guide(model, init_scale=scale).site_scale("fc1.bias").detach()
+        assert got.dtype == dtype and float(got.min()) >= smallest  # (rounded, not to 0)
+        assert float(got.max()) == pytest.approx(max(scale, smallest), rel=0.5)
+    with pytest.raises(ValueError) as info:
+        mean_field_guide(model, init_scale=lost)
+    assert str(info.value).endswith(
+        f"({lost:g}) is 0 in {dtype}, so its KL would be infinite. Pass an init_scale of at "
+        f"least {least}, the smallest scale {dtype} holds here; below {normal}, its smallest "
+        "normal number, a scale keeps fewer digits and training may overflow (the default "
+        "init_scale is 0.01)."
+    )
+    mean_field_guide(model, init_scale=float(least))  # the advice, taken
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "kind, options",
