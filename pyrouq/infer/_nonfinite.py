@@ -16,8 +16,9 @@ def loss_fix(nll: float, kl: float, kl_weight: float, dtype: torch.dtype) -> str
     """The advice for a non-finite loss ``nll + kl_weight * kl`` computed in ``dtype``, of
     finite or non-finite terms ``nll`` and ``kl`` (the unweighted KL): the KL term's own where
     both are finite and it is the larger term, or ``kl_weight`` does not fit in ``dtype`` (a
-    KL of 0 times an infinite weight is NaN); otherwise :data:`USUAL_FIX`. A smaller
-    init_scale makes that KL larger, and lr has not acted on a first step's."""
+    KL of 0 times an infinite weight is NaN); otherwise :data:`USUAL_FIX`. An init_scale
+    further below the prior's scale makes that KL larger, and lr has not acted on a first
+    step's."""
     if not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
         return USUAL_FIX
     largest = torch.finfo(dtype).max
@@ -28,6 +29,6 @@ def loss_fix(nll: float, kl: float, kl_weight: float, dtype: torch.dtype) -> str
         f"The KL term overflowed it: kl_weight * KL = {kl_weight:g} * {kl:.6g} = {term:.3g}, "
         f"beside an NLL of {nll:.6g}, in {str(dtype).removeprefix('torch.')} (largest "
         f"{largest:.3g}). Pass a smaller kl_weight (1 is the exact ELBO; kl_weight = k * N "
-        "for a loss of mean NLL + k * KL per example); a smaller init_scale would make the "
-        "KL larger."
+        "for a loss of mean NLL + k * KL per example); an init_scale further below the "
+        "prior's scale would make the KL larger."
     )
