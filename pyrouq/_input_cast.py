@@ -76,14 +76,15 @@ def latent_dtype_refusal(
     model: Any,
     guide: Any,
     x: torch.Tensor,
-    y: torch.Tensor,
+    y: torch.Tensor | None,
     caller: str = "fit()",
 ) -> str | None:
     """Why a Pyro model of the user's own without floating parameters failed on ``x``
     (torch's words on a dtype, ``err``) where its guide holds no parameters yet to cast ``x``
     to: its latent sites, drawn from its priors (read off a trace of ``model(x, y)`` up to the
     error), are of another dtype than ``x``; and what to do, in ``caller``'s words (fit()'s
-    first run, or a diagnostic of a guide not fitted yet, an autoguide building itself on x).
+    first run, a diagnostic of a guide not fitted yet, an autoguide building itself on x, or
+    predict() from the priors, ``guide`` None).
     None for another error, and for a model or guide that holds floating parameters (``x``
     was cast to their dtype: serving it in another would change nothing)."""
     said = _dtype_words(err, model, guide, x)
@@ -107,6 +108,14 @@ def latent_dtype_refusal(
         return None
     dtype, names, cast = _told(other)
     name = type(model).__name__
+    if guide is None:  # predict() from the priors: no guide to take a dtype from
+        return (
+            f"{caller}: {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, "
+            f"but x is {x.dtype}, and torch does not mix the two ({type(err).__name__}: "
+            f"{said}). It holds no floating parameters to cast x to, nor is there a guide. "
+            f"Pass x in {dtype} ({cast}), or build {name}'s priors in {x.dtype} (their "
+            f"parameters as {x.dtype} tensors)."
+        )
     if caller != "fit()":  # a diagnostic: its guide is not fitted (fit() builds it on x)
         return (
             f"{caller}: {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, "

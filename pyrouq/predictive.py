@@ -27,7 +27,12 @@ from torch import Tensor, nn
 from pyrouq import _batchnorm as batchnorm
 from pyrouq import _engine, _runners
 from pyrouq._default_device import under_cpu_default
-from pyrouq._input_cast import guide_draws_refusal, latent_sites_refusal, typed_by
+from pyrouq._input_cast import (
+    guide_draws_refusal,
+    latent_dtype_refusal,
+    latent_sites_refusal,
+    typed_by,
+)
 from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch, inputs_fix, restated
@@ -483,6 +488,10 @@ def predict(
                             if refused is None:  # draws of another dtype than the model's
                                 refused = latent_sites_refusal(
                                     err, model, guide, inputs, None, drawn, "predict()"
+                                )
+                            if refused is None and guide is None and posterior_samples is None:
+                                refused = latent_dtype_refusal(  # (from the priors)
+                                    err, model, None, inputs, None, "predict()"
                                 )
                             if refused is not None:  # a function's draws: their dtype
                                 forget_params_since(stored)

@@ -202,16 +202,20 @@ def test_predict_from_the_priors_of_a_model_without_weights_names_the_draws_dtyp
     """predict() of a Pyro model of one's own under its priors (every weight a PyroSample of
     Python floats: float32 draws) on float64 inputs, which it has no weights to cast to, said
     'Give the model one dtype (model.to(torch.float64)) and x that dtype': model.to() leaves
-    the priors' draws float32 and it failed the same. It names x in its draws' dtype now."""
+    the priors' draws float32 and it failed the same. It named x in 'the dtype of its draws'
+    then, not which (float32), as fit()'s refusal does; it now names the sites, both dtypes and
+    both fixes in fit()'s words (a TypeError, as predict()'s other refusals of draws' dtypes)."""
     x, _ = toy_data(12)
     model = PyroClassifier(3, 2)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(TypeError) as info:
         pyrouq.predict(model.to(torch.float64), x.double(), num_samples=3, progress=False)
-    assert str(info.value).endswith(
-        "These are torch's words on dtypes, not on x's shape: x reached the model as "
-        "torch.float64, as it came (it holds no floating weights whose dtype x could be cast "
-        "to), and its draws or a tensor it makes are of another dtype. Pass x in the dtype of "
-        "its draws (priors of Python numbers draw in torch's default dtype, torch.float32)."
+    assert str(info.value) == (
+        "predict(): PyroClassifier draws its latent sites ('fc.weight', 'fc.bias') in "
+        "torch.float32, its priors' dtype, but x is torch.float64, and torch does not mix the "
+        "two (RuntimeError: mat1 and mat2 must have the same dtype, but got Double and Float). "
+        "It holds no floating parameters to cast x to, nor is there a guide. Pass x in "
+        "torch.float32 (x.float()), or build PyroClassifier's priors in torch.float64 (their "
+        "parameters as torch.float64 tensors)."
     )
     assert "model.to(" not in str(info.value)
     probs = pyrouq.predict(model, x.float(), num_samples=3, progress=False, seed=0).probs
