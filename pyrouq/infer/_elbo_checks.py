@@ -100,7 +100,7 @@ def check_kl_weight(kl_weight: object) -> float:
     if not is_real(kl_weight):
         raise TypeError(
             f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}. "
-            "Pass a number, e.g. kl_weight=1.0 (the exact ELBO)."
+            f"Pass a number, e.g. kl_weight=1.0 (the exact ELBO).{annealing_hint(kl_weight)}"
         )
     if (number := finite_float(kl_weight)) is None or number < 0:
         raise ValueError(
@@ -108,6 +108,24 @@ def check_kl_weight(kl_weight: object) -> float:
             "kl_weight = 1 is the exact ELBO; 0 <= kl_weight < 1 down-weights the prior."
         )
     return number + 0.0  # -0.0 as 0.0 (shown "-0" in a repr and a record)
+
+
+def annealing_hint(kl_weight: object, caller: str = "KLWeightedELBO") -> str:
+    """For a callable ``kl_weight`` (a KL annealing schedule), how to anneal: set
+    ``KLWeightedELBO.kl_weight`` between steps (each loss reads it), under Pyro's SVI for
+    fit(), which trains under one weight; "" for anything else."""
+    if not callable(kl_weight):
+        return ""
+    how = (
+        "set elbo.kl_weight between steps instead, each step's loss takes the value set"
+        if caller == "KLWeightedELBO"
+        else "fit() trains under one kl_weight; train with pyro.infer.SVI(model, guide, optim, "
+        "elbo), elbo = pyrouq.KLWeightedELBO(), and set elbo.kl_weight between steps"
+    )
+    return (
+        f" A schedule (KL annealing) is not taken as a function: {how}, e.g. "
+        "elbo.kl_weight = min(1.0, step / 1000) before each svi.step(x, y)."
+    )
 
 
 def model_inputs(args: tuple, kwargs: dict) -> tuple[Any, Any]:

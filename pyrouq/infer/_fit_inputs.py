@@ -17,6 +17,7 @@ from pyrouq._batch_size import loader_batch_size
 from pyrouq._numbers import is_real, tensor_hint
 from pyrouq._util import check_count, check_positive_float, example_sampler, warn_caller
 from pyrouq._words import article
+from pyrouq.infer._elbo_checks import annealing_hint
 from pyrouq.infer._training import unbatched_items
 
 
@@ -100,7 +101,7 @@ def check_settings(epochs: Any, lr: Any, num_particles: Any, kl_weight: Any) -> 
             f"Expected kl_weight to be a float >= 0 or None, got {kl_weight!r}"
             f"{tensor_hint(kl_weight)}. Pass a number, e.g. kl_weight=1.0 (the exact ELBO), or "
             "leave it out for the default (0.02 for classifiers, 1.0 for regression and rank-1 "
-            "networks)."
+            f"networks).{annealing_hint(kl_weight, 'fit()')}"
         )
     return epochs, lr
 

@@ -202,7 +202,9 @@ def fit(
         another number of batches than ``len(train_loader)`` is warned of.
     kl_weight : float, optional
         Weight of the KL term (1 = the exact ELBO; see :class:`KLWeightedELBO`; a model
-        without latent sites has none: another value than the default is warned of). By default
+        without latent sites has none: another value than the default is warned of), one for
+        the whole run: for a schedule (KL annealing), train with ``pyro.infer.SVI`` and a
+        :class:`KLWeightedELBO`, setting its ``kl_weight`` between steps. By default
         the likelihood's ``default_kl_weight``: 0.02 for classifiers (``Categorical``, and
         Pyro models of one's own observing integer labels), 1.0 for regression (``Gaussian``,
         and Pyro models of one's own observing real-valued targets). For

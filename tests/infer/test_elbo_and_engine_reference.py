@@ -28,6 +28,7 @@ from pyrouq import (
     KLWeightedELBO,
     batchensemble,
     bayesian,
+    fit,
     mean_field_guide,
 )
 
@@ -346,6 +347,33 @@ def test_a_batchensemble_subclass_takes_no_guide_as_the_ensemble_does():
     own.__class__ = _OwnEnsemble
     expected = KLWeightedELBO().loss(ensemble, None, x, y)
     assert KLWeightedELBO().loss(own, None, x, y) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_kl_weight_schedule_is_refused_with_the_way_to_anneal_which_works():
+    # a callable kl_weight was told "Pass a number" only, by KLWeightedELBO and by fit()
+    schedule = lambda step: min(1.0, step / 4)  # noqa: E731
+    told = r"\(the exact ELBO\)\. A schedule \(KL annealing\) is not taken as a function: "
+    with pytest.raises(TypeError, match=told + r"set elbo\.kl_weight between steps instead"):
+        KLWeightedELBO(schedule)
+    model = BayesianMLP(in_features=3, hidden_features=5, out_features=2, num_data=8)
+    guide = mean_field_guide(model)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    with pytest.raises(TypeError, match=r"networks\)\. A schedule \(KL annealing\) is not taken "
+                       r"as a function: fit\(\) trains under one kl_weight; train with pyro\.infer"
+                       r"\.SVI\(model, guide, optim, elbo\)"):  # fmt: skip
+        fit(model, guide, [(x, y)], epochs=1, kl_weight=schedule, progress=False)
+    # the advice: each SVI step's loss is NLL + (the weight set before it) * KL
+    elbo = KLWeightedELBO()
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), elbo)
+    for step in range(6):
+        elbo.kl_weight = schedule(step)
+        pyro.set_rng_seed(step)
+        terms = elbo.terms(model, guide, x, y)
+        pyro.set_rng_seed(step)
+        loss = svi.step(x, y)
+        expected = float(terms.nll) + schedule(step) * float(terms.kl)
+        assert loss == pytest.approx(expected, rel=1e-5)
+        assert (step == 0) == (loss == pytest.approx(float(terms.nll), rel=1e-5))
 
 
 def test_setting_the_kl_weight_checks_it_as_the_constructor_does():
