@@ -94,13 +94,7 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
     unbuilt = _unbuilt(guide)
     stored = set(pyro.get_param_store().keys())
     try:
-        trace = _traced(guide, args, unbuilt)
-        if unbuilt and _guides_the_targets(guide.prototype_trace):
-            raise ValueError(
-                f"predict(): the guide {type(guide).__name__} {_UNBUILT} (built on them, it "
-                "took the model's 'obs' site, sampled without targets, for a latent site)."
-            )
-        return trace
+        return _traced(guide, args, unbuilt)
     except BaseException:
         if unbuilt:  # (an AutoNormal puts it back itself; the others set it before failing)
             guide.prototype_trace = None
