@@ -409,7 +409,7 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
     if (penalty := finite_float(lam)) is None or penalty < 0:  # (None: also 10**400)
         raise ValueError(
             f"{where}: expected lam >= 0 (finite), the RAPS penalty per rank, got {shown(lam)}"
-            f"{tensor_hint(lam)}."
+            f"{tensor_hint(lam)}{text_hint(lam, 'lam', 0, low_allowed=True)}."
         )
     if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(

@@ -81,11 +81,19 @@ def tensor_hint(value: object) -> str:
     )
 
 
-def text_hint(value: object, name: str, low: float = -math.inf, high: float = math.inf) -> str:
+def text_hint(
+    value: object,
+    name: str,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_allowed: bool = False,
+) -> str:
     """For the message refusing ``value`` (no real number to :func:`is_real`): where it is a
     string holding a finite number, or a number that is not real to pyrouq (a Decimal), what
-    to pass, ``name=<its float>`` where that float lies in the open range (``low``, ``high``),
-    else ``""``."""
+    to pass, ``name=<its float>`` where that float lies in the range (``low``, ``high``) (from
+    ``low`` itself where ``low_allowed``), else ``""``. A ``name`` that is no argument's
+    (``"the Gaussian noise scale"``) is told the float alone; one ending in ``=`` is kept."""
     if isinstance(value, str):
         kind = "a string"
     elif isinstance(value, numbers.Number) and not isinstance(value, (numbers.Real, complex)):
@@ -98,9 +106,14 @@ def text_hint(value: object, name: str, low: float = -math.inf, high: float = ma
         return ""
     if not math.isfinite(number):
         return ""
-    if low < number < high:
-        return f" ({kind}: pass a float, {name}={number!r})"
-    return f" ({kind}: pass a float in ({low:g}, {high:g}))"
+    if (low <= number if low_allowed else low < number) and number < high:
+        if name.isidentifier() or name.endswith("="):
+            return f" ({kind}: pass a float, {name.rstrip('=')}={number!r})"
+        return f" ({kind}: pass the float {number!r})"
+    opening = "[" if low_allowed else "("
+    if high == math.inf:
+        return f" ({kind}: pass a float {'>=' if low_allowed else '>'} {low:g})"
+    return f" ({kind}: pass a float in {opening}{low:g}, {high:g}))"
 
 
 def is_array_like(value: object) -> bool:

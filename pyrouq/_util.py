@@ -21,7 +21,14 @@ from torch import Tensor, nn
 from pyrouq._dict_batches import dict_batch_fix
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._input_kind import not_a_tensor
-from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint
+from pyrouq._numbers import (
+    check_at_most,
+    finite_float,
+    is_integer,
+    shown,
+    tensor_hint,
+    text_hint,
+)
 from pyrouq._words import article, flag_fix
 
 
@@ -115,8 +122,8 @@ def check_positive_float(name: str, value: object, hint: str = "") -> float:
     """``value`` as a finite float ``> 0``, or a ValueError naming ``name`` and ``value``."""
     if (number := finite_float(value)) is None or number <= 0:
         raise ValueError(
-            f"Expected {name} > 0 (a finite float), got {shown(value)}{tensor_hint(value)}."
-            f"{_space(hint)}"
+            f"Expected {name} > 0 (a finite float), got {shown(value)}{tensor_hint(value)}"
+            f"{text_hint(value, name, 0)}.{_space(hint)}"
         )
     return number
 

@@ -37,7 +37,7 @@ from pyrouq._conformal_scores import (
     check_thresholds,
 )
 from pyrouq._metric_inputs import _float64
-from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint
+from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint, text_hint
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_bounds import bound_warning
 from pyrouq._util import MAX_SEED, check_seed
@@ -141,8 +141,9 @@ class TemperatureScaler:
         t = self.temperature
         if (number := finite_float(t)) is None or number <= 0:  # (None: also 10**400)
             raise ValueError(
-                f"Expected a temperature > 0 (finite), got {shown(t)}{tensor_hint(t)}: T > 1 "
-                "softens the probabilities, T < 1 sharpens them. temperature_scale() fits one."
+                f"Expected a temperature > 0 (finite), got {shown(t)}{tensor_hint(t)}"
+                f"{text_hint(t, 'temperature', 0)}: T > 1 softens the probabilities, T < 1 "
+                "sharpens them. temperature_scale() fits one."
             )
         object.__setattr__(self, "temperature", number)
 
@@ -551,8 +552,9 @@ def conformal(
     seed = check_seed(seed, "conformal()")
     if (penalty := finite_float(lam)) is None or penalty < 0:  # (None: also 10**400)
         raise ValueError(
-            f"Expected lam >= 0, the RAPS penalty per rank, got {shown(lam)}{tensor_hint(lam)}: "
-            "pass a finite number (0: no penalty, the APS score)."
+            f"Expected lam >= 0, the RAPS penalty per rank, got {shown(lam)}{tensor_hint(lam)}"
+            f"{text_hint(lam, 'lam', 0, low_allowed=True)}: pass a finite number (0: no "
+            "penalty, the APS score)."
         )
     if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(

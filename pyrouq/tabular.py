@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._arguments import set_generator_state
-from pyrouq._numbers import finite_float, shown, tensor_hint
+from pyrouq._numbers import finite_float, shown, tensor_hint, text_hint
 from pyrouq._util import MAX_SEED, ShardedOrder, check_flag, check_int, check_seed
 
 __all__ = ["ArrayLoader", "Standardizer", "train_test_split"]
@@ -177,7 +177,7 @@ def train_test_split(
     if fraction is None or not 0.0 < fraction < 1.0:
         raise ValueError(
             f"Expected test_fraction in (0, 1), got {shown(test_fraction)}"
-            f"{tensor_hint(test_fraction)}; "
+            f"{tensor_hint(test_fraction)}{text_hint(test_fraction, 'test_fraction', 0, 1)}; "
             "e.g. 0.2 holds out a fifth of the rows."
         )
     n = x.shape[0]

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyrouq._numbers import finite_float, is_one_number, is_real, one_number, shown, tensor_hint
+from pyrouq._numbers import (
+    finite_float,
+    is_one_number,
+    is_real,
+    one_number,
+    shown,
+    tensor_hint,
+    text_hint,
+)
 from pyrouq.diagnostics._common import ENSEMBLE_MEMBERS, GUIDE_DRAWS, _arviz, check_var_names_kind
 from pyrouq.diagnostics._summary_options import check_summary_options
 
@@ -93,7 +101,8 @@ def summary(
         if p is None or not 0 < p < 1:
             raise ValueError(  # (arviz's, for True and 1: "Too few elements for interval ...")
                 f"summary(): expected hdi_prob in (0, 1), the HDI's probability mass, got "
-                f"{shown(hdi_prob)}{'' if one else tensor_hint(hdi_prob)}. Pass e.g. "
+                f"{shown(hdi_prob)}{'' if one else tensor_hint(hdi_prob)}"
+                f"{text_hint(hdi_prob, 'hdi_prob', 0, 1)}. Pass e.g. "
                 "hdi_prob=0.9, or None for arviz's 0.94."
             )
         hdi_prob = p

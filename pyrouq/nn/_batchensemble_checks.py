@@ -7,7 +7,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyrouq._numbers import check_at_most, check_elements, finite_float, is_integer, shown
+from pyrouq._numbers import (
+    check_at_most,
+    check_elements,
+    finite_float,
+    is_integer,
+    shown,
+    text_hint,
+)
 from pyrouq._util import check_count, check_int
 from pyrouq._words import close_hint, close_names, did_you_mean, slip_hint
 
@@ -165,14 +172,16 @@ def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_
     for name, value in (("r_std", r_std), ("s_std", s_std)):
         if finite_float(value) is None or value < 0:
             raise ValueError(
-                f"Expected {name} >= 0 (a finite float), got {shown(value)}. It is the standard "
-                "deviation of the rank-1 factors around their mean; 0.5 is the default."
+                f"Expected {name} >= 0 (a finite float), got {shown(value)}"
+                f"{text_hint(value, name, 0, low_allowed=True)}. It is the standard deviation of "
+                "the rank-1 factors around their mean; 0.5 is the default."
             )
     for name, value in (("r_mean", r_mean), ("s_mean", s_mean)):
         if finite_float(value) is None:
             raise ValueError(
-                f"Expected {name} to be a finite float, got {shown(value)}. It is the mean of the "
-                "rank-1 factors; 1.0 (the default) starts every member at the shared weight."
+                f"Expected {name} to be a finite float, got {shown(value)}"
+                f"{text_hint(value, name)}. It is the mean of the rank-1 factors; 1.0 (the "
+                "default) starts every member at the shared weight."
             )
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint
+from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint, text_hint
 from pyrouq.plotting._common import _figure_and_axes
 
 if TYPE_CHECKING:
@@ -135,7 +135,8 @@ def plot_regression(
     if (sd := finite_float(num_sd)) is None or sd <= 0:  # inf: bands drawn as nothing
         raise ValueError(
             f"Expected num_sd > 0, the bands' half-width in standard deviations, got "
-            f"{shown(num_sd)}{tensor_hint(num_sd)}; pass a finite number, e.g. num_sd=2."
+            f"{shown(num_sd)}{tensor_hint(num_sd)}{text_hint(num_sd, 'num_sd', 0)}; pass a "
+            "finite number, e.g. num_sd=2."
         )
     if (train_x is None) != (train_y is None):
         given, missing = ("train_x", "train_y") if train_y is None else ("train_y", "train_x")

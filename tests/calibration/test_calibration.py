@@ -204,6 +204,8 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"Unknown score 'lac' for regression: expected 'abs'"),
         (lambda: conformal(_classifier_data(50), score="raps", lam=-1.0), ValueError,
          r"Expected lam >= 0, the RAPS penalty per rank, got -1.0"),
+        (lambda: conformal(_classifier_data(50), score="raps", lam="0"), ValueError,
+         r"got '0' \(a string: pass a float, lam=0\.0\): pass a finite number"),  # (0 is taken)
         (lambda: conformal(Predictions(torch.full((1, 50, 5), 0.2))), ValueError,
          r"No val_targets: pass the \(N,\) labels of the held-out split"),
         (lambda: temperature_scale(torch.full((1, 5, 2), 0.5)), TypeError,
@@ -211,6 +213,10 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
         (lambda: TemperatureScaler(0.0), ValueError,
          r"Expected a temperature > 0 \(finite\), got 0.0: T > 1 softens"),
         (lambda: TemperatureScaler(-1.0), ValueError, r"Expected a temperature > 0"),
+        (lambda: TemperatureScaler("1.5"), ValueError,  # (it said "got '1.5': T > 1 ...")
+         r"got '1.5' \(a string: pass a float, temperature=1.5\): T > 1 softens"),
+        (lambda: TemperatureScaler("-1.5"), ValueError,
+         r"got '-1.5' \(a string: pass a float > 0\):"),
         (lambda: coverage(torch.ones(3, 2), torch.zeros(3)), TypeError,
          r"Expected prediction sets as an \(N, C\) boolean tensor"),
         (lambda: coverage(torch.ones(3, 2, dtype=torch.bool), torch.zeros(4).long()), ValueError,

@@ -230,8 +230,9 @@ def _hand_draws_with_labels(model, guide, x, y, num_samples, seed):
          r"train_loader, e\.g\. epochs=10\."),
         ({"lr": 0}, ValueError,
          r"Expected lr > 0 \(a finite float\), got 0\. Pass a number, e\.g\. lr=1e-3"),
-        ({"lr": "1e-3"}, ValueError,
-         r"Expected lr > 0 \(a finite float\), got '1e-3'\. Pass a number, e\.g\. lr=1e-3"),
+        ({"lr": "1e-3"}, ValueError,  # (a string: it said "got '1e-3'. Pass a number")
+         r"Expected lr > 0 \(a finite float\), got '1e-3' \(a string: pass a float, lr=0\.001\)\. "
+         r"Pass a number, e\.g\. lr=1e-3"),
         ({"num_particles": 0}, ValueError,
          r"Expected num_particles to be an integer >= 1, got 0\. Pass the number of draws from "
          r"the guide per step, e\.g\. num_particles=1"),
