@@ -173,10 +173,11 @@ def carried_targets(
     return targets
 
 
-def check_same_draws(p: Tensor, ood_p: Tensor, what: str, other: str = "") -> None:
+def check_same_draws(p: Tensor, ood_p: Tensor, what: str, other: str = "", more: str = "") -> None:
     """Refuse OOD probabilities ``(S', M, C)`` with another number of draws than the
     in-distribution ones ``(S, N, C)`` where ``what`` (a measure of how far the draws
-    disagree) is compared; ``other``: a further way out (another score), after "or"."""
+    disagree) is compared; ``other``: a further way out (another score), after "or";
+    ``more``: a sentence that ends the message (what else is refused, and why)."""
     if ood_p.shape[0] != p.shape[0]:
         raise ValueError(
             f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
@@ -185,6 +186,7 @@ def check_same_draws(p: Tensor, ood_p: Tensor, what: str, other: str = "") -> No
             "between predictions with as many draws. Predict the OOD inputs with the same "
             "model and num_samples (an (N, C) tensor is one draw)"
             + (f", or {other}." if other else ".")
+            + (f" {more}" if more else "")
         )
 
 

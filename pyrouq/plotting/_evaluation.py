@@ -257,9 +257,9 @@ def plot_uncertainty_distributions(
         ``(S, N, C)`` (or ``(N, C)``) probabilities on in-distribution inputs.
     ood : Predictions or Tensor, optional
         ``(S, M, C)`` probabilities on out-of-distribution inputs, with the S of ``in_dist``
-        (the epistemic panel compares the draws' disagreement; ``(M, C)`` is one draw). The
-        OOD inputs themselves (images, a loader) are refused: pass
-        ``predict(model, ood_inputs, guide)``.
+        (the epistemic panel compares the draws' disagreement, which grows with S, and the
+        total panel with it; ``(M, C)`` is one draw). The OOD inputs themselves (images, a
+        loader) are refused: pass ``predict(model, ood_inputs, guide)``.
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
         Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
     kind : {"hist", "ecdf"}, default "hist"
@@ -309,7 +309,14 @@ def plot_uncertainty_distributions(
                 f"Expected ood with C={p_in.shape[-1]} classes like in_dist, got shape "
                 f"{tuple(given.shape)}; predict both with the same model."
             )
-        check_same_draws(p_in, p_out, "the epistemic part")
+        check_same_draws(  # (the total's mean grows with S as the epistemic part's does)
+            p_in,
+            p_out,
+            "the epistemic part",
+            more="The total panel (aleatoric + epistemic) depends on the number of draws as "
+            "much, though it scores the mean prediction: with one draw it is that draw's "
+            "aleatoric part. Only the aleatoric panel, a mean over the draws, does not.",
+        )
         parts_out = decompose(p_out, measure)
 
     plt = _pyplot()

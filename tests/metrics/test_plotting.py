@@ -252,6 +252,22 @@ def test_uncertainty_distributions_total_panel_ties_as_evaluate_does():
     assert fig.axes[0].get_title() == "total (entropy)\nOOD AUROC 50.00%"
 
 
+def test_uncertainty_distributions_say_why_the_total_panel_needs_as_many_draws_too():
+    # the refusal named the epistemic part alone, as if the total and aleatoric panels could
+    # be drawn: the total is aleatoric + epistemic, so one draw's total is its aleatoric part
+    p_in = torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]])  # 2 draws that disagree
+    one = decompose(p_in[:1])
+    assert torch.equal(one.total, one.aleatoric)  # S = 1: no epistemic part in the total
+    assert float(decompose(p_in).total) > float(decompose(p_in).aleatoric)  # S = 2: H(0.5) = ln 2
+    with pytest.raises(
+        ValueError,
+        match=r"\(an \(N, C\) tensor is one draw\)\. The total panel \(aleatoric \+ epistemic\) "
+        r"depends on the number of draws as much, .* Only the aleatoric panel, a mean over the "
+        r"draws, does not\.$",
+    ):
+        plot_uncertainty_distributions(p_in, p_in[0])
+
+
 def test_training_curves():
     history = tuple(
         EpochRecord(
