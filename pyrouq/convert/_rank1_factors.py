@@ -99,7 +99,7 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
     ]
     if zero:
         warn_caller(
-            f"bayesian(BatchEnsemble, prior=...) gives the rank-1 factors {names_list(zero)} "
+            f"The prior=... for a BatchEnsemble gives the rank-1 factors {names_list(zero)} "
             "a prior centred on 0 (a dict gives the sites none of its keys matches Normal(0, 1)). "
             "The factors start near 1 and scale the shared weights: that prior pulls them to "
             "0. rank1() uses Normal(1, 0.1): give them e.g. dist.Normal(1.0, 0.1), through a "
@@ -110,17 +110,18 @@ def _warn_zero_mean_factors(net: nn.Module, priors: Mapping[str, SitePrior]) -> 
 def warn_factor_priors(
     net: nn.Module, sites: Iterable[str], prior: PriorSpec, priors: Mapping[str, SitePrior]
 ) -> None:
-    """Warn when ``prior``, as given to ``bayesian()`` of a BatchEnsemble whose network is
-    ``net`` (``sites``: its latent sites, ``priors``: theirs), pulls rank-1 factors to 0: a
-    float puts ``Normal(0, s)`` on them, a dict or callable may centre them on 0 (one
-    distribution: the user's choice, or the placeholder ``pyrouq.load()`` replaces)."""
+    """Warn when ``prior``, as given to ``bayesian()`` or ``BayesianNetwork`` of a
+    BatchEnsemble whose network is ``net`` (``sites``: its latent sites, ``priors``: theirs),
+    pulls rank-1 factors to 0: a float puts ``Normal(0, s)`` on them, a dict or callable may
+    centre them on 0 (one distribution: the user's choice, or the placeholder
+    ``pyrouq.load()`` replaces). Its words name neither route (the user took one of two)."""
     if is_real(prior) and any(_is_factor(net, s) for s in sites):  # (not the weights, norms)
         words = _FLOAT_PRIOR_WORDS.get()  # (a caller's own: float_prior_words())
         if words is not None:  # the command's line that called bayesian() (tests pin it)
             warnings.warn(words(prior), stacklevel=4)
         else:
             warn_caller(  # the user's line, by bayesian() or BayesianNetwork(...) alike
-                f"bayesian(BatchEnsemble, prior={prior!r}) puts a Normal(0, {prior!r}) "
+                f"A float prior={prior!r} for a BatchEnsemble puts a Normal(0, {prior!r}) "
                 "prior on the rank-1 factors, which start near 1 and scale the shared "
                 "weights: that prior pulls them to 0. rank1() uses Normal(1, 0.1): pass "
                 "prior=dist.Normal(1.0, 0.1), or build it with pyrouq.rank1(net, M)."

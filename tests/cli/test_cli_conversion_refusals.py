@@ -390,7 +390,7 @@ def test_bayesian_outside_the_command_warns_in_its_own_words():
     with pytest.raises(ValueError, match=r"^refused$"):
         with float_prior_words(lambda prior: f"in other words, {prior}"):
             raise ValueError("refused")
-    with pytest.warns(UserWarning, match=r"^bayesian\(BatchEnsemble, prior=0\.5\) puts a No"):
+    with pytest.warns(UserWarning, match=r"^A float prior=0\.5 for a BatchEnsemble puts a No"):
         pyrouq.bayesian(classifier_ensemble(), prior=0.5)
     with pytest.warns(UserWarning, match=r"^in other words, 0\.5$"):
         with float_prior_words(lambda prior: f"in other words, {prior}"):

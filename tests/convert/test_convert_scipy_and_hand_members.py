@@ -240,13 +240,21 @@ def test_a_float_prior_warns_about_the_factors_only_where_factors_are_latent():
     assert str(weights.prior_of("3.weight")) == "SitePrior(Normal(loc=0, scale=0.5))"
     assert next(iter(norms.latent_sites())) == "1.norms.0.weight"
     with pytest.warns(
-        UserWarning, match=r"prior=0.5\) puts a Normal\(0, 0.5\) prior on the"
+        UserWarning, match=r"prior=0.5 for a BatchEnsemble puts a Normal\(0, 0.5\) prior on the"
     ) as record:
         bayesian(ensemble, select=["0"], prior=0.5)  # 0.weight, 0.r, 0.s, 0.bias
         pyrouq.convert.BayesianNetwork(ensemble, select=["0"], prior=0.5)  # the class itself
     # at the caller's lines: the class built directly named pytest's (stacklevel=4, one frame
     # past bayesian()'s caller)
-    assert {w.filename for w in record if "rank-1 factors" in str(w.message)} == {__file__}
+    said = [w for w in record if "rank-1 factors" in str(w.message)]
+    assert {w.filename for w in said} == {__file__}
+    # in words for either route: it said "bayesian(BatchEnsemble, prior=0.5) puts ..." to the
+    # class built directly too
+    assert [str(w.message).split(" puts ")[0] for w in said] == [
+        "A float prior=0.5 for a BatchEnsemble"
+    ] * 2
+    with pytest.warns(UserWarning, match=r"^The prior=\.\.\. for a BatchEnsemble gives the rank-1"):
+        pyrouq.convert.BayesianNetwork(ensemble, select=["0"], prior={"0.weight": 0.5})
 
 
 class _TiedLM(nn.Module):
