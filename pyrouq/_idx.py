@@ -112,6 +112,13 @@ def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
     if root is not None:
         hint = "Pass e.g. root='data' (holding data/MNIST/raw/...), or None for the default."
         check_folder("root", root, hint)
+        if isinstance(root, str) and not root.strip():  # (the command refuses --data-root "")
+            raise ValueError(
+                f"Expected root to be a folder's name, got {root!r}, an empty one, which pathlib "
+                "reads as the current folder (root=os.environ.get('DATA', '') with DATA unset?). "
+                "Pass a folder in torchvision layout, e.g. root='data' (holding data/MNIST/raw/"
+                "...), or root=None for $PYROUQ_DATA or the bundled copy."
+            )
         return Path(root).expanduser(), "root="
     env = os.environ.get("PYROUQ_DATA")
     if env:

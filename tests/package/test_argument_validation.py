@@ -157,12 +157,21 @@ def test_set_rng_state_refuses_what_get_rng_state_never_returns(state):
     loader.set_rng_state(loader.get_rng_state())  # its own state is taken
 
 
-def test_a_data_root_that_is_not_a_path_is_refused():
+def test_a_data_root_that_is_not_a_path_or_is_empty_is_refused():
     # was pathlib's "expected str, bytes or os.PathLike object, not int"
     with pytest.raises(TypeError, match=r"Expected root to be a folder path \(str or pathlib"):
         mnist_arrays("test", root=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"Expected root to be a folder path .* got int"):
         load_mnist(root=1)  # type: ignore[arg-type]
+    # an empty name was read as the current folder (pathlib's '.'): its MNIST/raw/ loaded, or
+    # download=True fetched into it, as the command's --data-root "" did before e36b639
+    empty = r"Expected root to be a folder's name, got '', an empty one, which pathlib reads as "
+    with pytest.raises(ValueError, match=empty + r"the current folder .* or root=None for \$PY"):
+        mnist_arrays("test", root="")
+    with pytest.raises(ValueError, match=r"got ' ', an empty one"):
+        load_mnist(root=" ", download=True)
+    with pytest.raises(ValueError, match=empty):
+        ood_loader(root="")
 
 
 @pytest.mark.parametrize(
