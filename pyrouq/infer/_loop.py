@@ -349,7 +349,7 @@ class Loop:
             if math.isfinite(float(row[0])):  # the gradients overflowed at the noise floor
                 what = f"Non-finite gradients (the loss is finite, {float(row[0]):.6g})"
             weight = 0.0 if self.plain else self.elbo.kl_weight
-            fix = loss_fix(float(row[1]), float(row[2]), weight, terms.loss.dtype)
+            fix = loss_fix(float(row[0]), float(row[1]), float(row[2]), weight, terms.loss.dtype)
             raise FloatingPointError(
                 f"{what}{where} at epoch {epoch}, step {step}; training stopped and the "
                 f"parameters and normalisation statistics of the last finite step are kept"

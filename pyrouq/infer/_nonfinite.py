@@ -12,14 +12,15 @@ import torch
 USUAL_FIX = "Lower lr, check the inputs and targets for NaN/inf, or use a smaller init_scale."
 
 
-def loss_fix(nll: float, kl: float, kl_weight: float, dtype: torch.dtype) -> str:
-    """The advice for a non-finite loss ``nll + kl_weight * kl`` computed in ``dtype``, of
-    finite or non-finite terms ``nll`` and ``kl`` (the unweighted KL): the KL term's own where
-    both are finite and it is the larger term, or ``kl_weight`` does not fit in ``dtype`` (a
-    KL of 0 times an infinite weight is NaN); otherwise :data:`USUAL_FIX`. An init_scale
-    further below the prior's scale makes that KL larger, and lr has not acted on a first
-    step's."""
-    if not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
+def loss_fix(loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.dtype) -> str:
+    """The advice for a step stopped on its ``loss``, ``nll + kl_weight * kl`` computed in
+    ``dtype``, of finite or non-finite terms ``nll`` and ``kl`` (the unweighted KL): where the
+    loss is not finite, the KL term's own where both terms are finite and it is the larger
+    one, or ``kl_weight`` does not fit in ``dtype`` (a KL of 0 times an infinite weight is
+    NaN); otherwise :data:`USUAL_FIX` (a finite loss, of gradients that overflowed, too: no
+    term overflowed it). An init_scale further below the prior's scale makes that KL larger,
+    and lr has not acted on a first step's."""
+    if math.isfinite(loss) or not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
         return USUAL_FIX
     largest = torch.finfo(dtype).max
     term = kl_weight * kl

@@ -139,6 +139,29 @@ def test_gradients_overflowing_at_a_tiny_floor_stop_fit_with_finite_parameters()
     assert all(torch.isfinite(p).all() for p in pyro.get_param_store().values())
 
 
+def test_gradients_overflowing_under_a_large_kl_term_are_not_told_as_a_kl_overflow():
+    # the loss is finite (2.02e+34 in float32), yet the error said "The KL term overflowed it:
+    # kl_weight * KL = 1e+30 * 20207.3 = 2.02e+34 ... Pass a smaller kl_weight" (its KL term
+    # is the larger one): what overflowed is the gradients at the noise floor
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 3, generator=g)
+    net = pyrouq.MLP(3, 8, 2)
+    with torch.no_grad():
+        list(net.parameters())[-1][1] = -200.0  # every scale at the floor
+    model = pyrouq.bayesian(net, likelihood=Gaussian("heteroscedastic", min_scale=1e-14))
+    guide = pyrouq.mean_field_guide(model)
+    with pytest.raises(FloatingPointError) as info:
+        pyrouq.fit(model, guide, [(x, x.sum(-1))], epochs=1, num_data=32, kl_weight=1e30,
+                   progress=False)  # fmt: skip
+    told = str(info.value)
+    assert told.startswith("Non-finite gradients (the loss is finite, 2.02")
+    assert "overflowed it" not in told
+    assert "kept. Lower lr, check the inputs and targets for NaN/inf" in told
+    assert "The noise floor Gaussian(min_scale=1e-14) is below" in told
+
+
 # --------------------------------------------------------------------------------------------
 # load(module=functools.partial(SomeClass, ...)) names the class the partial builds
 # --------------------------------------------------------------------------------------------
