@@ -113,9 +113,14 @@ def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
         hint = "Pass e.g. root='data' (holding data/MNIST/raw/...), or None for the default."
         check_folder("root", root, hint)
         if isinstance(root, str) and not root.strip():  # (the command refuses --data-root "")
+            what = (  # (pathlib reads '' as '.', and ' ' as a folder of that name)
+                "an empty one, which pathlib reads as the current folder "
+                "(root=os.environ.get('DATA', '') with DATA unset?)"
+                if not root
+                else "a blank one (spaces only), which pathlib takes for a folder of that name"
+            )
             raise ValueError(
-                f"Expected root to be a folder's name, got {root!r}, an empty one, which pathlib "
-                "reads as the current folder (root=os.environ.get('DATA', '') with DATA unset?). "
+                f"Expected root to be a folder's name, got {root!r}, {what}. "
                 "Pass a folder in torchvision layout, e.g. root='data' (holding data/MNIST/raw/"
                 "...), or root=None for $PYROUQ_DATA or the bundled copy."
             )

@@ -168,7 +168,10 @@ def test_a_data_root_that_is_not_a_path_or_is_empty_is_refused():
     empty = r"Expected root to be a folder's name, got '', an empty one, which pathlib reads as "
     with pytest.raises(ValueError, match=empty + r"the current folder .* or root=None for \$PY"):
         mnist_arrays("test", root="")
-    with pytest.raises(ValueError, match=r"got ' ', an empty one"):
+    # (a blank one is no current folder to pathlib: Path(' ') names a folder ' ')
+    with pytest.raises(
+        ValueError, match=r"got ' ', a blank one \(spaces only\), which pathlib takes for"
+    ):
         load_mnist(root=" ", download=True)
     with pytest.raises(ValueError, match=empty):
         ood_loader(root="")
