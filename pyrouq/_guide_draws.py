@@ -123,7 +123,7 @@ def _refuse_targets_unobserved(guide: Any, args: tuple) -> None:
     if site is None or site["type"] != "sample" or site["is_observed"]:
         return
     forget_params_since(stored)
-    raise _refusal(guide, "its model samples the targets' site 'obs' on them")
+    raise _refusal(guide, "its model samples the targets' site 'obs' on the inputs alone")
 
 
 def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:

@@ -572,7 +572,7 @@ def test_a_regression_guide_that_never_ran_is_refused_by_predict_and_left_unbuil
     with pytest.raises(
         ValueError,
         match=rf"the guide {autoguide.__name__} has not run yet: .*guide\(x_train\[:2\], "
-        r"y_train\[:2\]\).*\(its model samples the targets' site 'obs' on them\)",
+        r"y_train\[:2\]\).*\(its model samples the targets' site 'obs' on the inputs alone\)",
     ):
         pyrouq.predict(model, x, guide, num_samples=2, progress=False)
     assert guide.prototype_trace is None  # as it came, and its parameters out of the store
@@ -628,7 +628,7 @@ def test_predict_leaves_a_guide_that_never_ran_unbuilt_for_real_targets(autoguid
     told = rf"{autoguide.__name__} has not run yet: .*\(its model samples the targets' site 'obs' "
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (no warning of a latent site 'obs')
-        with pytest.raises(ValueError, match=told + r"on them\)\.$"):
+        with pytest.raises(ValueError, match=told + r"on the inputs alone\)\.$"):
             pyrouq.predict(model, x, guide, num_samples=2, progress=False)
         assert guide.prototype_trace is None
         assert list(pyro.get_param_store().keys()) == []
@@ -636,8 +636,8 @@ def test_predict_leaves_a_guide_that_never_ran_unbuilt_for_real_targets(autoguid
     assert math.isfinite(result.history[-1].loss)
     assert "obs" not in guide.prototype_trace.nodes  # (observed: hidden from it)
     messenger = AutoNormalMessenger(model)
-    with pytest.raises(ValueError, match=r"AutoNormalMessenger runs the model at every call.*"
-                       r"\(its model samples the targets' site 'obs' on them\)"):  # fmt: skip
+    told = r"AutoNormalMessenger runs the model at every call.*site 'obs' on the inputs alone\)"
+    with pytest.raises(ValueError, match=told):
         pyrouq.predict(model, x, messenger, num_samples=2, progress=False)
     assert not [k for k in pyro.get_param_store().keys() if k.endswith("obs")]
 
