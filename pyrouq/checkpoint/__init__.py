@@ -437,7 +437,10 @@ def load(
         saved structure (same parameter and buffer names and shapes, the same class name for
         every submodule, activations included, and the same settings of torch's layers, such
         as a convolution's stride or a BatchNorm's eps; checked), e.g. from the
-        factory that built the original. It is copied, not changed. Not needed for the
+        factory that built the original. A BatchEnsemble, or a rank-1 network made from one,
+        also takes the BatchEnsemble built from such a network (``batchensemble(net, M)``, as
+        a factory returning one builds it) with the saved ``M`` and ``norms`` (checked). It is
+        copied, not changed. Not needed for the
         front doors (``BayesianLeNet``, ...) nor for networks made from pyrouq's ``MLP`` /
         ``LeNet``. A ``torch.compile`` d skeleton is taken as the module it compiled; a file
         holding the compiled wrapper (saved by an earlier pyrouq, or a network compiled before

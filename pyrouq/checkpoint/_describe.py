@@ -401,9 +401,13 @@ def build_model(
                 before = FACTORS_BEFORE if name in ENSEMBLE_DOORS else {}
                 model = doors[name](**{**before, **config})
             else:
+                from pyrouq.checkpoint._ensemble_skeleton import ensemble_rebuild
+
                 record = description["model"].get("module") or {}
-                skeleton = _skeleton(record, module, path, plain=name == "Module")
-                model = _rebuild_converted(name, config, skeleton)
+                model = ensemble_rebuild(name, config, record, module, path)  # a BatchEnsemble's
+                if model is None:
+                    skeleton = _skeleton(record, module, path, plain=name == "Module")
+                    model = _rebuild_converted(name, config, skeleton)
     except (TypeError, ValueError) as err:
         if isinstance(err, CheckpointError):
             raise
@@ -510,6 +514,12 @@ def _rebuild_converted(name: str, config: dict[str, Any], skeleton: nn.Module) -
         )
         saved = _ensemble_options(ensemble)
         source.options.update({k: saved[k] for k in source.options if k in saved})
+    return rebuild_latent(source, config)
+
+
+def rebuild_latent(source: nn.Module, config: dict[str, Any]) -> BayesianNetwork:
+    """The BayesianNetwork a saved ``config`` describes, made from ``source`` (the skeleton,
+    or the BatchEnsemble of a rank-1 network), its priors of the saved families and shapes."""
     model = BayesianNetwork(
         source,
         prior=dist.Normal(0.0, 1.0),  # a placeholder: the saved priors replace it below

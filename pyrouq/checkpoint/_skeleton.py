@@ -13,7 +13,7 @@ from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError, _given
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
 
-__all__ = ["checked_skeleton"]
+__all__ = ["check_structure", "checked_skeleton"]
 
 
 def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Module:
@@ -54,7 +54,14 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
             "`with torch.device('meta')`, or after torch.set_default_device('cpu')), then "
             "load(path, module=net)."
         )
-    here = module_record(module)
+    check_structure(record, module_record(module), path)
+    return module
+
+
+def check_structure(record: dict[str, Any], here: dict[str, Any], path: Any) -> None:
+    """A clear :class:`CheckpointError` where ``here``, the structure record of a skeleton (of
+    the network a BatchEnsemble skeleton was made from, its ``module_record``), differs from
+    the saved ``record``: parameters, buffers, ties, submodules and layer settings."""
     for kind in ("parameters", "buffers"):
         saved, got = record.get(kind, {}), here[kind]
         name = _first_difference(saved, got)
@@ -118,7 +125,6 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
             f"{got_values} in the skeleton, and may compute another function with the saved "
             "weights. Build the module exactly as the saved one was built."
         )
-    return module
 
 
 def _not_a_network(module: Any, record: dict[str, Any]) -> str:

@@ -1337,6 +1337,49 @@ def test_a_converted_model_as_the_skeleton_is_refused_with_the_fix(tmp_path):
     assert all(torch.equal(a, b) for a, b in pairs)
 
 
+@pytest.mark.parametrize("latent", [False, True])
+def test_a_batchensemble_is_the_skeleton_of_a_saved_batchensemble_or_rank1_network(
+    tmp_path, latent
+):
+    """load(module=batchensemble(net, 2)), the network a factory returning the ensemble
+    builds (`pyrouq evaluate` of such a run passes it), was refused: 'module= got a
+    BatchEnsembleNetwork, a pyrouq model, but it takes the plain network'. It rebuilds the
+    saved model when the network it was made from matches the record and its members and
+    norms the saved ones; else it is refused, saying what differs."""
+
+    def net(width=8):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 3))
+
+    ensemble = pyrouq.batchensemble(net(), 2, r_std=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a Normal(0, 1) prior on the factors: its warning)
+        model = bayesian(ensemble) if latent else ensemble
+    guide = mean_field_guide(model) if latent else None
+    path = save(tmp_path / "m.pt", model, guide)
+    back = load(path, module=pyrouq.batchensemble(net(), 2))
+    x = torch.randn(5, 4)
+    draws = 2 if latent else None  # (a BatchEnsemble's members are not sampled)
+    pyro.set_rng_seed(0)
+    before = predict(model.eval(), x, guide, num_samples=draws, progress=False)
+    pyro.set_rng_seed(0)
+    after = predict(back.model, x, back.guide, num_samples=draws, progress=False)
+    assert torch.equal(before.probs, after.probs)
+    options = back.model.ensemble_options if latent else back.model.options
+    assert options["r_std"] == 0.3  # the saved factors' options, not the skeleton's 0.5
+    made = "a rank-1 network" if latent else "a BatchEnsemble"
+    with pytest.raises(CheckpointError) as refused:
+        load(path, module=pyrouq.batchensemble(net(), 3, norms="shared"))
+    assert str(refused.value) == (
+        f"The skeleton (a BatchEnsemble, num_members=3, norms='shared') does not match "
+        f"{str(path)!r}, which holds {made} of num_members=2, norms='per_member'. Build the "
+        "skeleton as the saved one was built (batchensemble(net, 2, norms='per_member')), or "
+        "pass the plain network it was made from: load(path, module=net)."
+    )
+    with pytest.raises(CheckpointError, match=r"parameter '0.weight' is shape \(8, 4\) in th"):
+        load(path, module=pyrouq.batchensemble(net(width=6), 2))
+
+
 class _TwoLayers(nn.Module):  # a network of one's own class: no Sequential, no pooling
     def __init__(self):
         super().__init__()

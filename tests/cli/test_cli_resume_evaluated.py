@@ -57,6 +57,10 @@ def make() -> nn.Module:  # `pyrouq fit test_cli_resume_evaluated:make`
     return StopsEvaluating()
 
 
+def make_ensemble() -> nn.Module:  # `pyrouq fit test_cli_resume_evaluated:make_ensemble`
+    return pyrouq.batchensemble(StopsEvaluating(), 2)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """An uninterrupted run in full/ and the same run stopped while it evaluated in part/:
@@ -447,3 +451,36 @@ def test_a_factory_running_latent_layers_under_no_grad_is_refused_by_the_command
         "--method last-layer; to make them Bayesian, run them with gradients."
     )
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.filterwarnings("ignore:factory .* prior .* on the rank-1 factors")
+@pytest.mark.parametrize("method", ["bayesian", "plain"])
+def test_a_run_of_a_factorys_batchensemble_is_evaluated_and_resumed(
+    method, tmp_path, capsys, monkeypatch
+):
+    """A factory returning batchensemble(net, 2), trained with --method bayesian (its factors
+    latent, as the command suggests for such a factory) or --method plain: `pyrouq evaluate`
+    of the run, and --resume of it stopped while it evaluated, exited 2 with load()'s Python
+    advice ('module= got a BatchEnsembleNetwork, a pyrouq model, but it takes the plain
+    network ...'). load() takes the ensemble as the skeleton: evaluate's figures are fit's."""
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    argv = ["fit", "test_cli_resume_evaluated:make_ensemble", "--method", method, "--epochs"]
+    argv += ["1", "--train-size", "128", "--batch-size", "64", "--seed", "7", "--no-progress"]
+    argv += ["--num-samples", "2"] if method == "bayesian" else []
+    run = tmp_path / "run"
+    if method == "bayesian":  # stopped while it evaluated, then finished by --resume
+        monkeypatch.setattr(StopsEvaluating, "armed", True)
+        assert main([*argv, "--out", str(run)]) == 130
+        monkeypatch.setattr(StopsEvaluating, "armed", False)
+        argv.append("--resume")
+    capsys.readouterr()
+    assert main([*argv, "--out", str(run)]) == 0, capsys.readouterr().err
+    assert main(["evaluate", str(run), "--no-progress"]) == 0, capsys.readouterr().err
+    fitted, again = (json.loads((run / name).read_text()) for name in
+                     ("metrics.json", "metrics-evaluate.json"))  # fmt: skip
+    timings = ("eval_seconds", "train_seconds")
+    assert {k: v for k, v in again.items() if k not in timings} == {
+        k: v for k, v in fitted.items() if k not in timings
+    }
+    # predictions of 2 members (2 draws each for the rank-1 network)
+    assert 0 < fitted["acc"] < 1 and fitted["num_samples"] == (4 if method == "bayesian" else 2)
