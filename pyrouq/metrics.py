@@ -35,6 +35,7 @@ from pyrouq._metric_inputs import (
     _prepare_probs,
     carried_targets,
     check_same_draws,
+    warn_other_draws,
 )
 from pyrouq._metric_ood import (
     _OOD_SCORES,
@@ -388,9 +389,11 @@ def evaluate(
         The per-input score of :func:`ood_scores`. Default: the mutual information, or for
         one draw (S = 1: a plain network), whose draws cannot disagree, the entropy; the
         mutual information and the variance of one draw are refused (0 for every input), as
-        are they where ``ood`` holds another number of draws (they depend on it; ``"entropy"``
-        and ``"max_prob"``, of the mean prediction, do not), and an ``ood_score`` without
-        ``ood``.
+        are they where ``ood`` holds another number of draws (they depend on it: predict both
+        with the same ``num_samples``), and an ``ood_score`` without ``ood``. ``"entropy"``
+        and ``"max_prob"`` score the mean prediction, which also grows less certain with
+        more disagreeing draws: with another number of draws in ``ood`` they warn (an
+        ``(M, C)`` tensor counts as one draw, though it may be the mean of as many).
 
     Returns
     -------
@@ -467,10 +470,9 @@ def evaluate(
                 "'max_prob', or predict with posterior draws or ensemble members."
             )
         if ood_score in ("mutual_information", "variance"):
-            check_same_draws(
-                p, ood_p, named, "pass ood_score='entropy' (or 'max_prob'), which scores the "
-                "mean prediction and takes any number of draws",
-            )  # fmt: skip
+            check_same_draws(p, ood_p, named)
+        else:  # (the mean of more draws is less certain: warned, an (N, C) mean may be fair)
+            warn_other_draws(p, ood_p, named)
         s_in, s_out = ood_scores(p, ood_score), ood_scores(ood_p, ood_score)
         out["ood_auroc"] = ood_auroc(s_in, s_out)
         out["ood_aupr"] = ood_aupr(s_in, s_out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -413,8 +414,10 @@ def test_evaluate_with_ood_and_duck_typed_predictions():
     assert m["ood_auroc"] == 1.0 and m["ood_aupr"] == 1.0 and m["ood_fpr95"] == 0.0
     assert m["disagreement"] == 0.0
     assert m["mutual_information"] == pytest.approx(0.0, abs=1e-12)
-    # a 2-d OOD tensor works as S = 1; with max_prob the OOD metrics follow ood_scores
-    m2 = evaluate(agree, y, ood=disagree.mean(0), ood_score="max_prob")
+    # a 2-d OOD tensor works as S = 1 (warned: 5 draws in distribution); with max_prob the
+    # OOD metrics follow ood_scores
+    with pytest.warns(UserWarning, match=r"an \(N, C\) tensor counts as one draw"):
+        m2 = evaluate(agree, y, ood=disagree.mean(0), ood_score="max_prob")
     s_in, s_out = ood_scores(agree, "max_prob"), ood_scores(disagree.mean(0), "max_prob")
     assert m2["ood_auroc"] == pytest.approx(ood_auroc(s_in, s_out))
 
@@ -444,26 +447,50 @@ def test_evaluate_refuses_epistemic_ood_scores_across_draw_counts():
     for score in ("mutual_information", "variance"):
         with pytest.raises(ValueError) as info:
             evaluate(many, torch.zeros(6, dtype=torch.long), ood=many.mean(0), ood_score=score)
-        # it said "the mutual_information of a draw's disagreement", and not that 'entropy'
-        # (the score of the mean prediction) takes these predictions as they are
+        # it said "the mutual_information of a draw's disagreement", then offered 'entropy'
+        # as a way out "which takes any number of draws": the mean prediction's entropy grows
+        # with the draws too (the way out is as many draws)
         assert str(info.value) == (
             f"ood holds 1 draw(s) per input and the in-distribution predictions 4: "
             f"ood_score={score!r} measures how far the draws disagree, which depends on how "
             "many there are (with one draw it is 0), so it is comparable only between "
             "predictions with as many draws. Predict the OOD inputs with the same model and "
-            "num_samples (an (N, C) tensor is one draw), or pass ood_score='entropy' (or "
-            "'max_prob'), which scores the mean prediction and takes any number of draws."
+            "num_samples (an (N, C) tensor is one draw)."
         )
     with pytest.raises(ValueError, match=r"predictions 4: the default ood_score, "
                        r"'mutual_information', measures how far"):  # fmt: skip
         evaluate(many, torch.zeros(6, dtype=torch.long), ood=many[:2])
-    # total-uncertainty scores compare any draw counts: the way out works, and a mean of
-    # draws scores as its draws do
+    # scores of the mean prediction warn across draw counts (the mean of more disagreeing
+    # draws is less certain), not refuse: a mean of draws scores as its draws do
+    y = torch.zeros(6, dtype=torch.long)
     for score in ("entropy", "max_prob"):
-        y = torch.zeros(6, dtype=torch.long)
-        one = evaluate(many, y, ood=many.mean(0), ood_score=score)["ood_auroc"]
-        assert one == evaluate(many, y, ood=many, ood_score=score)["ood_auroc"]
+        with pytest.warns(UserWarning) as told:
+            one = evaluate(many, y, ood=many.mean(0), ood_score=score)["ood_auroc"]
+        assert [str(w.message) for w in told] == [
+            f"ood holds 1 draw(s) per input and the in-distribution predictions 4: "
+            f"ood_score={score!r} scores the mean prediction, which is less certain the more "
+            "draws it averages where they disagree, so the OOD metrics lean toward calling the "
+            "set of more draws OOD. Predict the OOD inputs with the same model and num_samples; "
+            "an (N, C) tensor counts as one draw (if it is the mean of as many draws as the "
+            "other set, the scores compare and this warning can be ignored)."
+        ]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # as many draws: no warning
+            assert one == evaluate(many, y, ood=many, ood_score=score)["ood_auroc"]
         assert 0 <= one <= 1
+    with pytest.warns(UserWarning, match=r"predictions 1: the default ood_score, 'entropy', "
+                      r"scores the mean prediction"):  # fmt: skip
+        evaluate(many[0], y, ood=many[:2])
+    # and it matters: the entropy of the mean of 32 Dirichlet draws exceeds one draw's, so
+    # the same inputs, as 32 draws against 1, look OOD (AUROC 0.5 with as many draws)
+    wide = dirichlet(32, 400, 10)
+    with pytest.warns(UserWarning, match="lean toward calling the set of more draws OOD"):
+        assert (
+            evaluate(wide[:1], torch.zeros(400, dtype=torch.long), ood=wide, ood_score="entropy")[
+                "ood_auroc"
+            ]
+            > 0.9
+        )
 
 
 def test_format_table():
