@@ -415,21 +415,34 @@ def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> 
     head = message.split(";")[0]  # Non-finite loss (nan)[ on rank r of w] at epoch E, step S
     if not head.startswith("Non-finite loss") or ";" not in message:
         return message
-    causes = ["a smaller --kl-weight or a larger --prior-scale"] if bayesian else []
-    if method is not None:  # a factory's network
-        causes.append("a network that gives finite outputs on the images")
-    if head.endswith(" at epoch 1, step 1") and causes:
-        return (
-            f"{head}: the loss of the untrained model, before any update (--lr is not the "
-            f"cause); try {', or '.join(causes)}"
-        )
+    first = head.endswith(" at epoch 1, step 1")
     kept = ""
     if (out / "checkpoint.pt").exists():
         kept = (
             f" ({out / 'checkpoint.pt'} holds its weights after its last finished epoch: "
             f"pyrouq evaluate {shlex.quote(str(out))})"
         )
+    overflow = _KL_OVERFLOW.search(message)  # fit()'s figures of the KL term, kept
+    if overflow is not None:
+        before = ", before any update" if first else f"; training stopped{kept}"
+        return (
+            f"{head}{before}: the KL term overflowed it: --kl-weight * KL = {overflow[1]}. "
+            "Pass a smaller --kl-weight (1 is the exact ELBO)"
+        )
+    causes = ["a smaller --kl-weight or a larger --prior-scale"] if bayesian else []
+    if method is not None:  # a factory's network
+        causes.append("a network that gives finite outputs on the images")
+    if first and causes:
+        return (
+            f"{head}: the loss of the untrained model, before any update (--lr is not the "
+            f"cause); try {', or '.join(causes)}"
+        )
     return f"{head}; training stopped{kept}. Lower --lr."
+
+
+_KL_OVERFLOW = re.compile(r"The KL term overflowed it: kl_weight \* KL = (.*?\(largest [^)]*\))\.")
+"""fit()'s sentence naming the KL term times ``kl_weight`` as the loss's overflow
+(infer/_nonfinite.loss_fix): its figures."""
 
 
 @contextlib.contextmanager

@@ -5,13 +5,16 @@ diverged run keeps) and a same-named module in the folder one evaluates from."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
 import torch
 from torch import nn
 
+from pyrouq import cli
 from pyrouq.cli import main
+from pyrouq.infer._nonfinite import loss_fix
 
 
 def one_line_error(capsys, argv):
@@ -156,9 +159,27 @@ def test_a_loss_infinite_before_any_update_does_not_blame_the_learning_rate(tmp_
     not finite) said 'Lower --lr.', which cannot help: no update had been made."""
     argv = ["fit", "bayesian-mlp", "--epochs", "1", "--train-size", "64", "--no-progress"]
     err = one_line_error(capsys, [*argv, "--kl-weight", "1e300", "--out", str(tmp_path / "a")])
-    assert "Non-finite loss (inf) at epoch 1, step 1: the loss of the untrained model" in err
-    assert "(--lr is not the cause); try a smaller --kl-weight or a larger --prior-scale" in err
-    assert "Lower --lr" not in err and "are kept" not in err
+    # fit() names the KL term times kl_weight (d40a7c1); the command's rewrite dropped it and
+    # sent the user to --prior-scale: it keeps fit()'s figures, in the command's words
+    assert "Non-finite loss (inf) at epoch 1, step 1, before any update: the KL term" in err
+    assert re.search(
+        r"overflowed it: --kl-weight \* KL = 1e\+300 \* [\d.]+ = [\d.]+e\+30\d, beside an NLL "
+        r"of [\d.]+, in float32 \(largest 3.4e\+38\)\. Pass a smaller --kl-weight \(1 is the "
+        r"exact ELBO\)\n$",
+        err,
+    ), err
+    assert "Lower --lr" not in err and "are kept" not in err and "prior-scale" not in err
+    # and at a later step, after the training stopped there
+    kl_sentence = loss_fix(500.0, 1e5, 1e36, torch.float32)
+    later = (
+        "Non-finite loss (inf) at epoch 2, step 3; training stopped and the parameters and "
+        f"normalisation statistics of the last finite step are kept. {kl_sentence}"
+    )
+    assert cli._non_finite(later, tmp_path / "a", True, None) == (
+        "Non-finite loss (inf) at epoch 2, step 3; training stopped: the KL term overflowed "
+        "it: --kl-weight * KL = 1e+36 * 100000 = 1e+41, beside an NLL of 500, in float32 "
+        "(largest 3.4e+38). Pass a smaller --kl-weight (1 is the exact ELBO)"
+    )
     argv = ["fit", "test_cli_misuse:infinite_mlp", "--epochs", "1", "--train-size", "64"]
     err = one_line_error(capsys, [*argv, "--out", str(tmp_path / "b"), "--no-progress"])
     assert (
