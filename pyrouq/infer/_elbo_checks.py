@@ -24,7 +24,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match, check_site_shape
 
 from pyrouq._forwards import own_forward
-from pyrouq._numbers import finite_float, is_real, shown, tensor_hint
+from pyrouq._numbers import finite_float, is_real, shown, tensor_hint, text_hint
 from pyrouq._own_models import guiding_sites, name_of, observes_something, unobserved_sites
 from pyrouq._util import class_name, takes_labels, warn_caller
 from pyrouq._wrappers import uncompiled
@@ -99,7 +99,8 @@ def check_kl_weight(kl_weight: object) -> float:
     """``kl_weight`` as a float, refused unless it is a finite real number >= 0."""
     if not is_real(kl_weight):
         raise TypeError(
-            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}. "
+            f"Expected kl_weight to be a float >= 0, got {kl_weight!r}{tensor_hint(kl_weight)}"
+            f"{text_hint(kl_weight, 'kl_weight', 0, low_allowed=True)}. "
             f"Pass a number, e.g. kl_weight=1.0 (the exact ELBO).{annealing_hint(kl_weight)}"
         )
     if (number := finite_float(kl_weight)) is None or number < 0:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pyrouq._distribution_parts import support_of
-from pyrouq._numbers import is_one_number, is_real, one_number
+from pyrouq._numbers import is_one_number, is_real, one_number, text_hint
 from pyrouq._words import slip_hint
 from pyrouq.likelihoods._base import (
     Likelihood,
@@ -117,6 +117,7 @@ class Gaussian(Likelihood):
         elif isinstance(scale, str):
             if scale not in ("learned", "heteroscedastic"):
                 hint = slip_hint(scale, ("learned", "heteroscedastic"))
+                hint = hint or text_hint(scale, "the noise scale", 0)  # '0.5': the float 0.5
                 raise ValueError(
                     f"Unknown noise scale {scale!r}{hint}: expected a float > 0, 'learned', "
                     "'heteroscedastic' or a pyro.distributions prior such as HalfNormal(1.0)."

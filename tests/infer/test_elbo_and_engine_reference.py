@@ -382,6 +382,7 @@ def test_setting_the_kl_weight_checks_it_as_the_constructor_does():
     assert elbo.kl_weight == 2.0 and isinstance(elbo.kl_weight, float)
     with pytest.raises(ValueError, match=r"Expected kl_weight to be a finite float >= 0, got -1"):
         elbo.kl_weight = -1
-    with pytest.raises(TypeError, match=r"Expected kl_weight to be a float >= 0, got '0\.1'"):
+    with pytest.raises(TypeError, match=r"Expected kl_weight to be a float >= 0, got '0\.1' "
+                       r"\(a string: pass a float, kl_weight=0\.1\)\. Pass a number"):  # fmt: skip
         elbo.kl_weight = "0.1"
     assert elbo.kl_weight == 2.0

@@ -176,6 +176,10 @@ def test_a_conv_refuses_an_unknown_keyword_naming_the_public_class():
          r"Unknown OOD score 'Max-Prob' \(did you mean 'max_prob'\?"),
         (lambda: pyrouq.likelihoods.Gaussian("Learned"),
          r"Unknown noise scale 'Learned' \(did you mean 'learned'\?"),
+        (lambda: pyrouq.likelihoods.Gaussian("0.5"),  # (it said 'Unknown noise scale' alone)
+         r"^Unknown noise scale '0\.5' \(a string: pass the float 0\.5\): expected a float > 0"),
+        (lambda: pyrouq.likelihoods.Gaussian("-1"),
+         r"^Unknown noise scale '-1' \(a string: pass a float > 0\): expected"),
         (lambda: pyrouq.ood_loader(dataset="Fashion-MNIST"),
          r"Unknown dataset 'Fashion-MNIST' \(did you mean 'fashion-mnist'\?"),
         (lambda: GaussianPredictions(torch.zeros(1, 2, 1), torch.ones(1, 2, 1)).uncertainty(

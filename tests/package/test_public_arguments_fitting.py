@@ -222,7 +222,8 @@ def test_resume_refuses_a_training_state_fit_did_not_write(tmp_path):
     ("call", "error", "message"),
     [
         (lambda: KLWeightedELBO(kl_weight="1"), TypeError,
-         r"^Expected kl_weight to be a float >= 0, got '1'\. Pass a number, e\.g\. "
+         r"^Expected kl_weight to be a float >= 0, got '1' \(a string: pass a float, "
+         r"kl_weight=1\.0\)\. Pass a number, e\.g\. "
          r"kl_weight=1\.0 \(the exact ELBO\)\.$"),
         (lambda: KLWeightedELBO(num_particles=0), ValueError,
          r"^Expected num_particles to be an integer >= 1, got 0\. Pass the number of draws "
