@@ -170,7 +170,7 @@ def test_a_loss_infinite_before_any_update_does_not_blame_the_learning_rate(tmp_
     ), err
     assert "Lower --lr" not in err and "are kept" not in err and "prior-scale" not in err
     # and at a later step, after the training stopped there
-    kl_sentence = loss_fix(500.0, 1e5, 1e36, torch.float32)
+    kl_sentence = loss_fix(float("inf"), 500.0, 1e5, 1e36, torch.float32)
     later = (
         "Non-finite loss (inf) at epoch 2, step 3; training stopped and the parameters and "
         f"normalisation statistics of the last finite step are kept. {kl_sentence}"
