@@ -41,12 +41,14 @@ def smallest_held(dtype: torch.dtype, device: torch.device | str, entries: int) 
     return least
 
 
-def check_held(
+def check_initial_scales(
     site: str, scale: Tensor, sp: Tensor, dtype: torch.dtype, option: str, default: float
 ) -> None:
     """Refuse a site's initial scales (``scale``, float64) whose scales in ``dtype``, ``sp``,
     are not all positive and finite, naming ``option`` (``init_scale`` or
-    ``init_scale_relative``) and the smallest or largest scale ``dtype`` holds."""
+    ``init_scale_relative``) and the smallest or largest scale ``dtype`` holds. (A prior's
+    scale, cast to ``dtype`` as it is rather than through softplus, is
+    :func:`pyrouq._util.check_held`'s.)"""
     if not bool((sp > 0).all()):  # (a KL of -log 0: inf)
         info = torch.finfo(dtype)
         least = smallest_held(dtype, sp.device, max(sp.numel() - 1, 1))

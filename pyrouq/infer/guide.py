@@ -27,7 +27,7 @@ from pyrouq._util import check_count, check_positive_float, warn_caller
 from pyrouq._wrappers import given_model, unwrapped
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
-from pyrouq.infer._initial_scales import check_held, held, inverse_softplus
+from pyrouq.infer._initial_scales import check_initial_scales, held, inverse_softplus
 from pyrouq.infer._site_checks import check_drawable, model_sites, refuse, site_mismatch
 from pyrouq.likelihoods import likelihood_of
 
@@ -227,7 +227,7 @@ class MeanFieldGuide(nn.Module):
                 if values:
                     rho.fill_(first)
             option = "init_scale" if init_scale_relative is None else "init_scale_relative"
-            check_held(site, scale, sp, dtype, option, DEFAULT_INIT_SCALE)
+            check_initial_scales(site, scale, sp, dtype, option, DEFAULT_INIT_SCALE)
             self.rho[self._keys[site]] = nn.Parameter(rho)
         if clamped:
             warn_caller(
