@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 from torch.nn.utils import parametrize
 
 from pyrouq._distribution_parts import innermost_distribution
-from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._numbers import is_real, tensor_hint, text_hint
 from pyrouq._util import (
     builder_of,
     check_held,
@@ -297,7 +297,7 @@ def _site_prior(
         }
         return SitePrior("Normal", params, shape)
     if not isinstance(value, torch.distributions.Distribution):
-        hint = tensor_hint(value)
+        hint = tensor_hint(value) or text_hint(value, "prior=" if every else "its scale", 0)
         if torch.is_tensor(value) and value.numel() != 1:  # float(t) would fail: scales
             hint = (
                 f" of shape {tuple(value.shape)} (scales per weight: pass prior="

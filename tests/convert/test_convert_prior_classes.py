@@ -85,6 +85,25 @@ def test_a_distribution_class_is_told_the_instance_its_parameters_make(prior, to
     )
 
 
+@pytest.mark.parametrize(
+    ("prior", "told"),
+    [
+        ("0.5", "prior= must be a float (the scale of Normal(0, s)) or a pyro.distributions "
+         "distribution (or a dict of them by site name), got str (a string: pass a float, "
+         "prior=0.5)."),
+        ("-1", "got str (a string: pass a float > 0)."),
+        ({"0": "0.5"}, "The prior of '0.weight' must be a float (the scale of Normal(0, s)) or "
+         "a pyro.distributions distribution, got str (a string: pass the float 0.5)."),
+    ],
+)  # fmt: skip
+def test_a_prior_scale_given_as_a_string_is_told_the_float(prior, told):
+    """A string holding the scale was refused as 'got str.' alone, where prior_scale= of
+    rank1() and init_scale= were told the float to pass (text_hint)."""
+    with pytest.raises(TypeError) as refused:
+        bayesian(nn.Sequential(nn.Linear(3, 2)), prior=prior)
+    assert str(refused.value).endswith(told), str(refused.value)
+
+
 def test_a_distribution_instance_and_torch_classes_keep_their_routes():
     """An instance is expanded as before, and torch's own class is refused like Pyro's."""
     model = bayesian(nn.Sequential(nn.Linear(3, 2)), prior=dist.Laplace(0.0, 0.7))
