@@ -278,7 +278,9 @@ def predict(
         ``guide(x)``, as in Pyro's ``Predictive``: one that needs the targets is refused, and
         so, before it runs, is a Pyro autoguide that has never run (or a ``GuideMessenger``)
         whose model samples its targets' site ``"obs"`` on the inputs alone: it would take
-        them for a latent site (run it once on training data first, ``guide(x[:2], y[:2])``).
+        them for a latent site (run an autoguide once on training data first,
+        ``guide(x[:2], y[:2])``; a ``GuideMessenger`` runs the model at every call: build it
+        on the model with its targets hidden, ``poutine.block(model, hide=["obs"])``).
         Unlike ``Predictive``, only its draws of the sites every input shares are used: a
         Pyro model of your own draws its per-input latent sites (those an amortised guide's
         ``q(z | x)`` draws) from their prior for each input, with a warning naming them.
