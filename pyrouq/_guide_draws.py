@@ -92,7 +92,7 @@ def _guide_trace(guide: Any, args: tuple) -> Any:
     'loc'`` at its next run, given the targets or not); the param-store entries that run made
     are removed."""
     unbuilt = _unbuilt(guide)
-    stored = set(pyro.get_param_store().keys())
+    stored = set(pyro.get_param_store().keys()) if unbuilt else set()  # (not at every draw)
     try:
         return _traced(guide, args, unbuilt)
     except BaseException:
