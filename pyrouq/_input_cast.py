@@ -23,7 +23,7 @@ from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq._mismatch import dtype_words, torch_words
-from pyrouq._util import module_dtype
+from pyrouq._util import global_streams_kept, module_dtype
 
 __all__ = [
     "function_guide_refusal",
@@ -82,27 +82,15 @@ def latent_dtype_refusal(
     """Why a Pyro model of the user's own without floating parameters failed on ``x``
     (torch's words on a dtype, ``err``) where its guide holds no parameters yet to cast ``x``
     to: its latent sites, drawn from its priors (read off a trace of ``model(x, y)`` up to the
-    error), are of another dtype than ``x``; and what to do, in ``caller``'s words (fit()'s
-    first run, a diagnostic of a guide not fitted yet, an autoguide building itself on x, or
-    predict() from the priors, ``guide`` None).
+    error, the random state kept), are of another dtype than ``x``; and what to do, in
+    ``caller``'s words (fit()'s first run, a diagnostic of a guide not fitted yet, an
+    autoguide building itself on x, or predict() from the priors, ``guide`` None).
     None for another error, and for a model or guide that holds floating parameters (``x``
     was cast to their dtype: serving it in another would change nothing)."""
     said = _dtype_words(err, model, guide, x)
     if said is None:
         return None
-    with poutine.trace() as capture:
-        try:
-            model(x, y)
-        except Exception:  # (the error again: the sites drawn before it are what is read)
-            pass
-    sites = {
-        name: site["value"].dtype
-        for name, site in capture.trace.nodes.items()
-        if site["type"] == "sample"
-        and not site["is_observed"]
-        and torch.is_tensor(site["value"])
-        and site["value"].is_floating_point()
-    }
+    sites = _sites_drawn(model, x, y)
     other = {name: dtype for name, dtype in sites.items() if dtype != x.dtype}
     if not other:
         return None
@@ -216,8 +204,10 @@ def _dtypes(module: nn.Module) -> set[torch.dtype]:
 def _sites_drawn(fn: Any, x: torch.Tensor, y: torch.Tensor | None) -> dict[str, torch.dtype]:
     """The floating latent sites ``fn(x, y)`` draws before it returns or fails, with their
     dtypes (a guide's auxiliary sites, such as an ``AutoDiagonalNormal``'s joint latent, left
-    out), hidden from the handlers around the call."""
-    with poutine.block(), poutine.trace() as capture:
+    out), hidden from the handlers around the call; the random state (torch's, on ``x``'s
+    device too, numpy's, Python's) is put back after it, so that a refusal read off it draws
+    no number of the caller's stream."""
+    with global_streams_kept(x.device), poutine.block(), poutine.trace() as capture:
         try:
             fn(x, y)
         except Exception:  # (the error again: the sites drawn before it are what is read)

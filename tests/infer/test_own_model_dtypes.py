@@ -8,6 +8,8 @@ has no dtype to give, and the first fit() says so, naming the priors' dtype and 
 
 from __future__ import annotations
 
+import re
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -220,6 +222,30 @@ def test_predict_from_the_priors_of_a_model_without_weights_names_the_draws_dtyp
     assert "model.to(" not in str(info.value)
     probs = pyrouq.predict(model, x.float(), num_samples=3, progress=False, seed=0).probs
     assert probs.shape == (3, 12, 2) and probs.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (lambda: PyroClassifier(3, 2), "It holds no floating parameters"),  # no weights
+        (_OwnBias, "its priors draw its latent sites ('fc.weight')"),  # float64 bias
+    ],
+)
+def test_a_refused_predict_from_the_priors_draws_nothing_past_the_run_that_failed(build, said):
+    """predict()'s refusal of priors of another dtype than x's reads their sites off a second
+    run of the model, which drew from torch's stream: a user who caught the error, cast x and
+    ran predict() again got other draws than after the failed run alone. The stream is now
+    where that run left it (reference: the model run once on x, failing the same)."""
+    x, _ = toy_data(12)
+    model = build().to(torch.float64)
+    pyro.set_rng_seed(0)
+    with pytest.raises(RuntimeError, match="must have the same dtype"):
+        model(x.double())
+    expected = torch.get_rng_state()
+    pyro.set_rng_seed(0)
+    with pytest.raises(TypeError, match=re.escape(said)):
+        pyrouq.predict(model, x.double(), num_samples=3, progress=False)
+    assert torch.equal(torch.get_rng_state(), expected)
 
 
 def test_a_run_resumed_from_the_param_store_on_float64_inputs_goes_on_as_in_one_process(tmp_path):
