@@ -3,8 +3,12 @@ torch.compile), passed on to the rest of the API: pyrouq's models give the resul
 module they wrap (pyrouq/_wrappers.py). DDP runs in a one-process gloo group (no ranks
 spawned)."""
 
+import re
+
+import pyro
 import pytest
 import torch
+from pyro.infer.autoguide import AutoNormal
 from torch import nn
 
 import pyrouq
@@ -298,6 +302,25 @@ def test_a_ddp_wrapped_guide_is_taken_as_its_module_outside_fit(gloo_group, tmp_
     assert calls == []
     restored = pyrouq.load(pyrouq.save(tmp_path / "m.pt", DDP(model), wrapped), module=_net())
     assert torch.equal(restored.guide.site_loc("0.weight"), guide.site_loc("0.weight"))
+
+
+def test_a_wrapped_autoguide_of_another_model_is_refused_by_name(gloo_group):
+    # an AutoNormal built for another network, in DDP or DataParallel, was read for its
+    # prototype trace as the wrapper (none): KLWeightedELBO, and fit() given a DataParallel
+    # one, ran it and failed in the model on "Site '0.weight' takes draws of shape (8, 4)
+    # ... got shape (5, 4)" under a dump of trace shapes; cf27ebc reads the module inside
+    x, y = _data(6)
+    pyro.clear_param_store()
+    net = nn.Sequential(nn.Linear(4, 5), nn.LayerNorm(5), nn.Linear(5, 3))
+    other = AutoNormal(bayesian(net, num_data=6))
+    other(x, y)  # built: its prototype trace holds (5, 4) weights
+    model = bayesian(_net(), num_data=6)
+    said = "the guide does not belong to BayesianNetwork: site '0.weight' has shape (5, 4) in "
+    for wrapped in (DDP(other), DP(other)):
+        with pytest.raises(ValueError, match=re.escape("KLWeightedELBO: " + said)):
+            pyrouq.KLWeightedELBO().loss(model, wrapped, x, y)
+        with pytest.raises(ValueError, match=re.escape("fit(): " + said)):
+            pyrouq.fit(model, wrapped, ArrayLoader(x, y, 3), epochs=1, progress=False)
 
 
 def test_save_stores_a_guide_in_any_wrapper_as_the_guide(tmp_path):
