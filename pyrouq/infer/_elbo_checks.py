@@ -16,6 +16,7 @@ from pyro.infer.autoguide import AutoGuide, AutoGuideList
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.do_messenger import DoMessenger
+from pyro.poutine.guide import GuideMessenger
 from pyro.poutine.indep_messenger import IndepMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.seed_messenger import SeedMessenger
@@ -25,7 +26,14 @@ from pyro.util import check_model_guide_match, check_site_shape
 
 from pyrouq._forwards import own_forward
 from pyrouq._numbers import finite_float, is_real, shown, tensor_hint, text_hint
-from pyrouq._own_models import guiding_sites, name_of, observes_something, unobserved_sites
+from pyrouq._own_models import (
+    guiding_sites,
+    name_of,
+    observes_something,
+    prior_trace,
+    unobserved_sites,
+)
+from pyrouq._param_store import forget_params_since
 from pyrouq._util import class_name, takes_labels, warn_caller
 from pyrouq._wrappers import uncompiled
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
@@ -157,20 +165,43 @@ def needs_labels(y: Any) -> None:
         )
 
 
-def refuse_unbuilt_without_labels(guide: Any, labelled: bool) -> None:
+def refuse_unbuilt_without_labels(guide: Any, labelled: bool, x: Any = None) -> None:
     """Refuse a call without the labels (``y=None``) whose guide is a Pyro autoguide that has
     never run: it would be built on that call, tracing the model with its ``"obs"`` site
     unobserved, and guide the targets as a latent site for good (Pyro's words on a discrete
     one, to enumerate it; a number for a continuous one, and warnings of a guide site
-    ``'obs'`` the model observes at every call after). The guide is left unbuilt."""
-    if labelled or not isinstance(guide, AutoGuide) or guide.prototype_trace is not None:
+    ``'obs'`` the model observes at every call after). The guide is left unbuilt. So is a
+    ``GuideMessenger`` (AutoNormalMessenger) refused, which runs the model at every call, where
+    its model samples ``"obs"`` on the inputs ``x`` alone (traced under its priors, the random
+    state kept): it would guide the targets, and keep parameters for them."""
+    if labelled:
+        return
+    if isinstance(guide, AutoGuide) and guide.prototype_trace is None:
+        how = "has not run yet: built on this call, on the inputs alone, it"
+        end = ", for good"
+    elif isinstance(guide, GuideMessenger) and _samples_targets(guide.model, x):
+        how = "runs the model at every call: on the inputs alone, it"
+        end = " (and keep parameters for it)"
+    else:
         return
     raise ValueError(
         f"KLWeightedELBO needs the labels, which were not given (y=None), and the guide "
-        f"{type(guide).__name__} has not run yet: built on this call, on the inputs alone, it "
-        'would take the site the model samples in the targets\' place ("obs") for one of its '
-        "latent sites, for good. Pass them, e.g. elbo.loss(model, guide, x, y)."
+        f"{type(guide).__name__} {how} would take the site the model samples in the targets' "
+        f'place ("obs") for one of its latent sites{end}. Pass them, e.g. '
+        "elbo.loss(model, guide, x, y)."
     )
+
+
+def _samples_targets(model: Any, x: Any) -> bool:
+    """Whether ``model`` samples the targets' site ``"obs"`` unobserved on the inputs ``x``
+    alone (traced under its priors, the random state kept; param-store entries it made go)."""
+    if not torch.is_tensor(x):
+        return False
+    stored = set(pyro.get_param_store().keys())
+    trace = prior_trace(model, x)
+    forget_params_since(stored)
+    site = None if trace is None else trace.nodes.get("obs")
+    return site is not None and site["type"] == "sample" and not site["is_observed"]
 
 
 def _hides_every_site(handler: Messenger) -> bool:

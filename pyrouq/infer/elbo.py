@@ -183,7 +183,8 @@ class KLWeightedELBO(ELBO):
     latent sites, one that observes nothing or a plain torch network are refused (``None`` is
     the guide of a model without latent sites), as is a call without the labels whose guide
     is a Pyro autoguide that has never run (built then, it would take the model's ``"obs"``
-    site for a latent one). Traced under Pyro's validation (its default;
+    site for a latent one) or a ``GuideMessenger`` whose model samples ``"obs"`` on x alone
+    (it runs the model at every call). Traced under Pyro's validation (its default;
     not in fit()), the traces are checked as ``Trace_ELBO`` checks them, site shapes included
     (``poutine.mask`` of one entry per data point around a model masks its weights: refused).
 
@@ -298,7 +299,7 @@ class KLWeightedELBO(ELBO):
         kl_total: Tensor | float = 0.0
         outputs = None
         labelled = not lacks_labels(model, args, kwargs)
-        refuse_unbuilt_without_labels(guide, labelled)
+        refuse_unbuilt_without_labels(guide, labelled, model_inputs(args, kwargs)[0])
         ours = isinstance(model, BayesianNetwork)
         # the network's own priors are fixed: analytic in any order (not a subclass's sites)
         fixed = set(model.latent_sites()) if ours else set()

@@ -642,6 +642,31 @@ def test_predict_leaves_a_guide_that_never_ran_unbuilt_for_real_targets(autoguid
     assert not [k for k in pyro.get_param_store().keys() if k.endswith("obs")]
 
 
+@pytest.mark.parametrize("targets", ["classes", "real"])
+def test_the_elbo_without_labels_refuses_a_messenger_that_would_guide_the_targets(targets):
+    # it runs the model at every call: on x alone it drew "obs" as a latent site, Pyro's words
+    # to enumerate it (classes) or a number (real targets), and kept a loc and scale for it
+    pyro.clear_param_store()
+    if targets == "classes":
+        model, x, y = PyroClassifier(in_features=4), *data()
+    else:
+        model = Counts(lambda out: dist.Normal(out, 1.0))
+        x, y = data()[0], torch.randn(48)
+    guide, elbo = AutoNormalMessenger(model), pyrouq.KLWeightedELBO()
+    told = r"not given \(y=None\), and the guide AutoNormalMessenger runs the model at every"
+    with pytest.raises(ValueError, match=r"needs the labels, which were " + told):
+        elbo.loss(model, guide, x)
+    assert list(pyro.get_param_store().keys()) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isfinite(elbo.loss(model, guide, x, y))  # the way out given
+    assert not any("obs" in name for name in pyro.get_param_store().keys())
+    blocked = AutoNormalMessenger(pyro.poutine.block(model, hide=["obs"]))
+    with warnings.catch_warnings(), pytest.raises(ValueError, match=r"site 'obs' was not obs"):
+        warnings.simplefilter("ignore")  # (Pyro's "Found vars in model but not guide" first)
+        elbo.loss(model, blocked, x)  # it does not draw "obs": refused as before
+
+
 def test_predict_of_a_forward_whose_targets_have_no_default_names_the_contract():
     pyro.clear_param_store()
     model, x = _TargetsRequired(), torch.randn(6, 2)
