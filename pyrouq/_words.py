@@ -21,6 +21,7 @@ __all__ = [
     "close_hint",
     "close_names",
     "did_you_mean",
+    "empty_name",
     "flag_fix",
     "name_slip",
     "slip_hint",
@@ -148,6 +149,12 @@ DATASET_WORDS: dict[str, str | None] = {
 """Other words for the data sets' names (:func:`close_hint`'s ``other_words``): Fashion-MNIST's
 short forms, which difflib finds closer to ``'mnist'``, and the MNIST-like data sets pyrouq
 does not have, of which difflib would ask ``'mnist'`` (None: no question)."""
+
+
+def empty_name(text: str) -> str:
+    """How a refusal words a name with nothing in it: ``""`` as "an empty name" (a shell's
+    unset variable, ``--out "$RUN"``), a name of spaces as "a blank name (spaces only)"."""
+    return "an empty name" if not text else "a blank name (spaces only)"
 
 
 def flag_fix(name: str, value: object) -> str:

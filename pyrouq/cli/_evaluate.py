@@ -15,7 +15,7 @@ from typing import Any
 
 from pyrouq import __version__
 from pyrouq._util import MAX_SEED
-from pyrouq._words import as_typed
+from pyrouq._words import as_typed, empty_name
 from pyrouq.cli._build import (
     DEFAULT_NUM_SAMPLES,
     MODELS,
@@ -108,7 +108,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     if not args.run_dir.strip():  # an unset shell variable: not the current folder
         raise CommandError(
-            f"RUN_DIR is {args.run_dir!r}, an empty name; pass a folder of `pyrouq fit`"
+            f"RUN_DIR is {args.run_dir!r}, {empty_name(args.run_dir)}; "
+            "pass a folder of `pyrouq fit`"
         )
     run = Path(os.path.expanduser(args.run_dir))  # as --data-root (a quoted "~/runs/x")
     checkpoint = run / "checkpoint.pt"

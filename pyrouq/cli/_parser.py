@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from pyrouq import __version__
 from pyrouq._numbers import check_at_most
 from pyrouq._util import MAX_SEED
-from pyrouq._words import DATASET_WORDS, close_hint
+from pyrouq._words import DATASET_WORDS, close_hint, empty_name
 from pyrouq.cli._build import (
     DEFAULT_MEMBERS,
     DEFAULT_NUM_SAMPLES,
@@ -131,10 +131,11 @@ def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], floa
 def _data_root(text: str) -> str:
     """--data-root: a folder's name, not an empty one (``--data-root "$DATA"`` with DATA unset),
     which pathlib reads as the current folder: the data found there were trained on, or the
-    refusal named that folder as the --data-root given."""
+    refusal named that folder as the --data-root given; nor a blank one, a folder of spaces to
+    pathlib (the loaders' refusal of a blank ``root=``)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
-            f"--data-root is {text!r}, an empty name; pass a folder in torchvision layout "
+            f"--data-root is {text!r}, {empty_name(text)}; pass a folder in torchvision layout "
             "(DIR/MNIST/raw/..., DIR/FashionMNIST/raw/...), or leave --data-root out for "
             "$PYROUQ_DATA or the bundled copy"
         )

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pyrouq._words import empty_name
 from pyrouq.cli._build import CommandError
 from pyrouq.cli._report import RUN_PLOTS
 
@@ -51,7 +52,7 @@ def out_dir(args: argparse.Namespace) -> Path:
 def _given_out(args: argparse.Namespace) -> Path:
     if not args.out.strip():  # an unset shell variable, `--out "$RUN"`: not the current folder
         raise CommandError(
-            f"--out is {args.out!r}, an empty name; pass a folder, or leave --out out for "
+            f"--out is {args.out!r}, {empty_name(args.out)}; pass a folder, or leave --out out for "
             "runs/MODEL-TIMESTAMP"
         )
     return Path(os.path.expanduser(args.out))  # as --data-root: no shell expands --out=~/runs
