@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyrouq._numbers import finite_number, is_one_number, is_real, one_number, shown
+from pyrouq._numbers import finite_number, is_one_number, is_real, one_number, shown, text_hint
 from pyrouq.data import MNIST_MEAN, MNIST_STD
 
 #: The channel counts taken: one (grey) and three (RGB).
@@ -112,6 +112,7 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     tensor or array of one value per channel, 1-D or shaped to broadcast, ``(1, C, 1, 1)``)
     as ``channels`` finite floats (positive for ``std``), or a TypeError / ValueError naming
     ``name``."""
+    low = 0.0 if name == "std" else -math.inf  # (what a string's number must pass: a hint)
     values = value
     if is_one_number(value):  # 0.5, tensor(0.5), tensor([0.5]): as torch broadcasts it,
         values = [value if is_real(value) else one_number(value)] * channels  # for each channel
@@ -121,7 +122,7 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(
             f"Expected {name} to be a number or a sequence of numbers, one per channel, got "
-            f"{type(value).__name__} {value!r}; pass e.g. {_CIFAR}."
+            f"{type(value).__name__} {value!r}{text_hint(value, name, low)}; pass e.g. {_CIFAR}."
         )
     if len(values) != channels:
         raise ValueError(
@@ -134,7 +135,8 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
         if number is None or (name == "std" and number <= 0):
             need = "a finite number > 0" if name == "std" else "a finite number"
             raise ValueError(
-                f"Expected each {name} to be {need}, got {shown(v)} in {name}={shown(value)}; "
+                f"Expected each {name} to be {need}, got {shown(v)}"
+                f"{text_hint(v, f'each {name}', low)} in {name}={shown(value)}; "
                 f"pass the per-channel {name} the images were normalised with, e.g. {_CIFAR}."
             )
         out.append(number)

@@ -19,7 +19,15 @@ from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
 from pyrouq._mixture_terms import cdf_gap, crps_term
-from pyrouq._numbers import finite_float, is_array_like, is_one_number, is_real, one_number, shown
+from pyrouq._numbers import (
+    finite_float,
+    is_array_like,
+    is_one_number,
+    is_real,
+    one_number,
+    shown,
+    text_hint,
+)
 from pyrouq._to_args import device_and_dtype
 from pyrouq._words import slip_hint
 from pyrouq.uncertainty import Decomposition
@@ -480,7 +488,8 @@ def _level(level: object, what: str) -> float:
         level = one_number(level)
     if not (isinstance(level, numbers.Real) and not isinstance(level, bool)):
         raise TypeError(
-            f"Expected {what} in (0, 1), one number, got {type(level).__name__}; e.g. 0.9."
+            f"Expected {what} in (0, 1), one number, got {type(level).__name__}"
+            f"{text_hint(level, 'level', 0, 1)}; e.g. 0.9."
         )
     number = finite_float(level)  # (None for 10**400, which float() refuses)
     if number is None or not 0.0 < number < 1.0:

@@ -51,6 +51,18 @@ def test_rotate_takes_a_one_element_tensor_as_one_number_for_every_channel():
         rotate(_RGB, 20, mean=0.5, std=torch.tensor([0.5, 0.0, 0.5]).view(1, 3, 1, 1))
 
 
+def test_rotate_tells_a_string_of_a_number_what_to_pass():
+    # the string-number hint of the other numeric arguments: it was "got str '0.5'; pass e.g.
+    # mean=(0.4914, ...)" alone
+    with pytest.raises(TypeError, match=r"got str '0.5' \(a string: pass a float, mean=0.5\); "):
+        rotate(_RGB, 20, mean="0.5", std=0.25)
+    with pytest.raises(TypeError, match=r"got str '-1' \(a string: pass a float > 0\); pass"):
+        rotate(_RGB, 20, mean=0.5, std="-1")
+    told = r"got '0.25' \(a string: pass the float 0.25\) in std=\(0.25, '0.25', 0.25\); "
+    with pytest.raises(ValueError, match=told):
+        rotate(_RGB, 20, mean=0.5, std=(0.25, "0.25", 0.25))
+
+
 # --------------------------------------------------------------------------------------------
 # fit(): a dict of inputs, whatever the targets; example dicts left unbatched
 # --------------------------------------------------------------------------------------------

@@ -410,6 +410,9 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
          r"got tensor\(0.5000\) \(a tensor: pass a Python number"),
         (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).quantile([0.5]),
          TypeError, r"Expected a quantile level in \(0, 1\), one number, got list; e.g. 0.9"),
+        (lambda: GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1)).interval("0.9"),
+         TypeError, r"Expected an interval level in \(0, 1\), one number, got str \(a string: "
+         r"pass a float, level=0.9\); e.g. 0.9"),
         (lambda: GaussianPredictions(np.zeros((2, 3, 1)), np.ones((2, 3, 1))), TypeError,
          r"Expected loc to be a floating torch.Tensor \(S, N, D\), got ndarray; pass "
          r"torch.as_tensor\(loc\).float\(\)"),
