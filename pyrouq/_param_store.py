@@ -29,10 +29,12 @@ from pyrouq._wrappers import unwrapped
 __all__ = [
     "copy_name",
     "copy_renamed",
+    "draws_as_built",
     "forget_params",
     "forget_params_since",
     "hold_params",
     "hold_restored",
+    "prototype_shapes",
     "register_children",
     "register_params",
     "register_point_estimates",
