@@ -16,7 +16,7 @@ from pyrouq.checkpoint._describe import (
     _ensemble_options,
     rebuild_latent,
 )
-from pyrouq.checkpoint._skeleton import check_structure
+from pyrouq.checkpoint._skeleton import check_holds_values, check_structure
 from pyrouq.convert import BatchEnsembleNetwork
 from pyrouq.likelihoods import get_likelihood
 
@@ -39,6 +39,7 @@ def ensemble_rebuild(
     saved = config if name == "BatchEnsembleNetwork" else config.get("ensemble")
     if name not in ("BatchEnsembleNetwork", "BayesianNetwork") or not isinstance(saved, dict):
         return None
+    check_holds_values(module)  # (one built on the meta device would take no saved value)
     check_structure(record, dict(module.module_record), path)
     options = {"num_members": int(saved["num_members"]), **_ensemble_options(saved)}
     given = {"num_members": module.num_members, **module.options}
@@ -58,6 +59,7 @@ def ensemble_rebuild(
     if name == "BatchEnsembleNetwork":
         built = copy.deepcopy(module)  # (a fresh name in Pyro's param store)
         built.likelihood = get_likelihood(config["likelihood"])
+        built.num_data = built.given_num_data = None  # the file's, if it holds one (load())
         built.options.update(kept)
         return built
     model = rebuild_latent(module, config)  # (it copies the ensemble's network)

@@ -13,7 +13,7 @@ from pyrouq._util import class_name
 from pyrouq.checkpoint._describe import CheckpointError, _given
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
 
-__all__ = ["check_structure", "checked_skeleton"]
+__all__ = ["check_holds_values", "check_structure", "checked_skeleton"]
 
 
 def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Module:
@@ -35,6 +35,15 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
             f"({record.get('class', '?')}): load(path, module=make_net()), with make_net what "
             "built the network before bayesian(), batchensemble() or rank1() converted it."
         )
+    check_holds_values(module)
+    check_structure(record, module_record(module), path)
+    return module
+
+
+def check_holds_values(module: nn.Module) -> None:
+    """A clear :class:`CheckpointError` where the skeleton ``module`` (a plain network, or a
+    BatchEnsemble given for a saved one) holds tensors that cannot take the saved values:
+    lazy modules' uninitialised parameters, tensors on the meta device."""
     lazy = [name for name, t in (*module.named_parameters(), *module.named_buffers())
             if nn.parameter.is_lazy(t)]  # fmt: skip
     if lazy:
@@ -54,8 +63,6 @@ def checked_skeleton(record: dict[str, Any], module: Any, path: Any) -> nn.Modul
             "`with torch.device('meta')`, or after torch.set_default_device('cpu')), then "
             "load(path, module=net)."
         )
-    check_structure(record, module_record(module), path)
-    return module
 
 
 def check_structure(record: dict[str, Any], here: dict[str, Any], path: Any) -> None:

@@ -1378,6 +1378,17 @@ def test_a_batchensemble_is_the_skeleton_of_a_saved_batchensemble_or_rank1_netwo
     )
     with pytest.raises(CheckpointError, match=r"parameter '0.weight' is shape \(8, 4\) in th"):
         load(path, module=pyrouq.batchensemble(net(width=6), 2))
+    # nothing else loosened: an ensemble built on the meta device (no values: it took none of
+    # the saved ones, silently) is refused as a plain skeleton is, and the skeleton's num_data
+    # is not the loaded model's (the file's: none here)
+    with torch.device("meta"):
+        on_meta = pyrouq.batchensemble(net(), 2)
+    with pytest.raises(CheckpointError, match=r"has tensors on the meta device \('net.0.weight'"):
+        load(path, module=on_meta)
+    counted = pyrouq.batchensemble(net(), 2)
+    counted.num_data = counted.given_num_data = 100
+    back = load(path, module=counted)
+    assert back.model.num_data is None and back.model.given_num_data is None
 
 
 class _TwoLayers(nn.Module):  # a network of one's own class: no Sequential, no pooling
