@@ -14,7 +14,7 @@ from torch.nn.parameter import is_lazy
 
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._batch_size import loader_batch_size
-from pyrouq._numbers import is_real, tensor_hint
+from pyrouq._numbers import is_real, tensor_hint, text_hint
 from pyrouq._util import check_count, check_positive_float, example_sampler, warn_caller
 from pyrouq._words import article
 from pyrouq.infer._elbo_checks import annealing_hint
@@ -99,7 +99,8 @@ def check_settings(epochs: Any, lr: Any, num_particles: Any, kl_weight: Any) -> 
     if kl_weight is not None and not is_real(kl_weight):
         raise TypeError(
             f"Expected kl_weight to be a float >= 0 or None, got {kl_weight!r}"
-            f"{tensor_hint(kl_weight)}. Pass a number, e.g. kl_weight=1.0 (the exact ELBO), or "
+            f"{tensor_hint(kl_weight)}{text_hint(kl_weight, 'kl_weight', 0, low_allowed=True)}. "
+            "Pass a number, e.g. kl_weight=1.0 (the exact ELBO), or "
             "leave it out for the default (0.02 for classifiers, 1.0 for regression and rank-1 "
             f"networks).{annealing_hint(kl_weight, 'fit()')}"
         )

@@ -239,6 +239,9 @@ def _hand_draws_with_labels(model, guide, x, y, num_samples, seed):
         ({"kl_weight": "auto"}, TypeError,
          r"Expected kl_weight to be a float >= 0 or None, got 'auto'\. Pass a number, e\.g\. "
          r"kl_weight=1\.0 \(the exact ELBO\), or leave it out for the default"),
+        ({"kl_weight": "0.1"}, TypeError,  # (KLWeightedELBO's hint, 7109f60; fit() had none)
+         r"Expected kl_weight to be a float >= 0 or None, got '0\.1' \(a string: pass a float, "
+         r"kl_weight=0\.1\)\. Pass a number, e\.g\. kl_weight=1\.0 \(the exact ELBO\), or leave"),
         ({"kl_weight": -1}, ValueError,
          r"Expected kl_weight to be a finite float >= 0, got -1\. kl_weight = 1 is the exact"),
         ({"num_data": 0}, ValueError,
