@@ -123,7 +123,9 @@ def _refuse_targets_unobserved(guide: Any, args: tuple) -> None:
     if site is None or site["type"] != "sample" or site["is_observed"]:
         return
     forget_params_since(stored)
-    raise _refusal(guide, "its model samples the targets' site 'obs' on the inputs alone")
+    raise _refusal(
+        guide, "its model samples the targets' site 'obs' on the inputs alone", _unbuilt(guide)
+    )
 
 
 def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
@@ -144,18 +146,20 @@ def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
         if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
             raise
         first = " ".join(str(err).split(". ")[0].split())
-        raise _refusal(guide, first) from err
+        raise _refusal(guide, first, unbuilt) from err
 
 
-def _refusal(guide: Any, why: str) -> ValueError:
-    """predict()'s refusal of an autoguide that has never run, or of a ``GuideMessenger``,
-    run on the inputs alone where its model samples its targets (``why``: what shows it)."""
+def _refusal(guide: Any, why: str, unbuilt: bool) -> ValueError:
+    """predict()'s refusal of an autoguide that had never run (``unbuilt``, as it was before
+    that run: an ``AutoContinuous`` or ``AutoDelta`` sets its prototype trace before it
+    fails), or of a ``GuideMessenger``, run on the inputs alone where its model samples its
+    targets (``why``: what shows it)."""
     how = (
         "has not run yet: it would trace the model on the inputs alone to find its sites, "
         "where the model samples its targets. Run it once on training data first, "
         "guide(x_train[:2], y_train[:2]), as fit() and SVI do (parameters loaded into "
         "Pyro's param store are then taken)"
-        if _unbuilt(guide)
+        if unbuilt
         else "runs the model at every call, and predictions have no targets to give it, "
         "nor has Pyro's Predictive; build it on the model with its targets hidden, "
         "AutoNormalMessenger(poutine.block(model, hide=['obs'])), or fit an AutoNormal"

@@ -559,6 +559,60 @@ def test_the_guide_that_never_ran_follows_the_advice_itself_and_predicts(autogui
     assert math.isfinite(result.history[-1].loss)
 
 
+class _LabelSite(PyroClassifier):
+    """Its labels observed at a site of another name than "obs": no trace of the model tells
+    the guide's run on x alone that it would meet them."""
+
+    def forward(self, x, y=None):
+        logits = self.fc(x)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("label", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+@pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
+def test_a_guide_that_never_ran_failing_on_a_site_not_named_obs_is_told_it_has_not_run(autoguide):
+    # past the check of "obs", the guide's own run fails on the labels' site: that failed run
+    # (not predict()) is what leaves it unbuilt, its store entries gone; AutoDiagonalNormal and
+    # AutoDelta set their trace before failing, and were told the words of a GuideMessenger
+    # ("runs the model at every call ... AutoNormalMessenger(...)"), which they are not
+    pyro.clear_param_store()
+    model, x, y = _LabelSite(), torch.randn(6, 2), torch.randint(0, 3, (6,))
+    guide = autoguide(model)
+    with pytest.raises(ValueError, match=rf"the guide {autoguide.__name__} has not run yet: .*"
+                       r"guide\(x_train\[:2\], y_train\[:2\]\)") as told:  # fmt: skip
+        pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert "AutoNormalMessenger" not in str(told.value)
+    assert guide.prototype_trace is None  # as it came
+    assert list(pyro.get_param_store().keys()) == []
+    guide(x[:2], y[:2])  # the advice, taken by this guide
+    assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
+
+
+class _LearnedNoise(Counts):
+    """A regression whose noise scale is a ``pyro.param`` of the model's own."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def forward(self, x, y=None):
+        out = self.fc(x).squeeze(-1)
+        noise = pyro.param("noise", torch.tensor(1.0), constraint=dist.constraints.positive)
+        with pyro.plate("data", self.num_data, subsample_size=x.shape[0]):
+            pyro.sample("obs", dist.Normal(out, noise), obs=y)
+        return out
+
+
+def test_the_refusal_of_a_guide_that_never_ran_leaves_no_parameter_of_the_models_trace():
+    # predict() traces the model on x alone to find "obs" unobserved before the guide runs;
+    # the model's own pyro.param made in that trace goes with the refusal, as the guide's do
+    pyro.clear_param_store()
+    model, x = _LearnedNoise(), data()[0]
+    with pytest.raises(ValueError, match=r"AutoNormal has not run yet: .*'obs' on them\)\.$"):
+        pyrouq.predict(model, x, AutoNormal(model), num_samples=2, progress=False)
+    assert list(pyro.get_param_store().keys()) == []
+
+
 @pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
 def test_a_regression_guide_that_never_ran_is_refused_by_predict_and_left_unbuilt(autoguide):
     # real-valued targets: the run on x alone went through, the guide took the model's "obs"
