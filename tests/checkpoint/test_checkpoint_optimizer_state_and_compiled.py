@@ -2,9 +2,11 @@
 state, an object that is no optimizer, an MCMC file of a future format, an MCMC result passed
 as the guide, a non-numeric ``default_kl_weight``, and ``torch.compile``'d modules."""
 
+import gc
 import json
 import re
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -416,11 +418,41 @@ def test_a_file_without_a_run_resumed_from_an_unsized_loader_is_refused_not_aske
     torch.save({**payload, "training": {**payload["training"], "history": "none"}}, edited)
     unsaved = "holds no training state (it was written by save(), not by fit(checkpoint=...))"
     unfit = "holds a training state that fit() did not write ('history' is 'none', not a list"
-    for path, words in ((saved, unsaved), (load(saved), unsaved), (edited, unfit)):
+    uncounted = tmp_path / "uncounted.pt"  # an N of none: read as no N, fit() asked for one
+    torch.save({**payload, "training": {**payload["training"], "num_data": 0}}, uncounted)
+    zero = "holds a training state that fit() did not write ('num_data' is 0, not a count from 1"
+    cases = ((saved, unsaved), (load(saved), unsaved), (edited, unfit), (uncounted, zero))
+    for path, words in cases:
         fresh = _mlp()
         with pytest.raises(CheckpointError, match=re.escape(words)):
             pyrouq.fit(fresh, mean_field_guide(fresh), stream, epochs=2, resume_from=path,
                        progress=False, lr_schedule="constant")  # fmt: skip
+
+
+def test_a_run_resumed_from_a_file_read_once_holds_no_second_copy_of_its_weights(tmp_path):
+    # fit --resume passes the checkpoint read once (a ReadFile): restore() let go of the
+    # payload it rebuilt the run from, or the file's tensors lived beside the model's for the
+    # whole resumed run
+    from pyrouq.checkpoint._file import ReadFile
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g))]
+    model = _mlp()
+    pyrouq.fit(model, mean_field_guide(model), batches, epochs=1, num_data=16, progress=False,
+               checkpoint=tmp_path / "run.pt")  # fmt: skip
+    file = ReadFile(tmp_path / "run.pt")
+    saved = [weakref.ref(t) for key in ("model", "guide") for t in file.payload[key].values()]
+    alive = []
+
+    def counted(record):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in saved))
+
+    fresh = _mlp()
+    pyrouq.fit(fresh, mean_field_guide(fresh), batches, epochs=2, progress=False,
+               resume_from=file, callbacks=[counted])  # fmt: skip
+    assert len(saved) > 4 and alive == [0]  # (all held when restore() kept the payload)
+    assert file.payload is None
 
 
 # 6. DistributedDataParallel ------------------------------------------------------------------
