@@ -421,7 +421,15 @@ def test_a_file_without_a_run_resumed_from_an_unsized_loader_is_refused_not_aske
     uncounted = tmp_path / "uncounted.pt"  # an N of none: read as no N, fit() asked for one
     torch.save({**payload, "training": {**payload["training"], "num_data": 0}}, uncounted)
     zero = "holds a training state that fit() did not write ('num_data' is 0, not a count from 1"
-    cases = ((saved, unsaved), (load(saved), unsaved), (edited, unfit), (uncounted, zero))
+    mcmc = save(tmp_path / "mcmc.pt", _result())
+    sampled = "holds an MCMC result, not a training run; resume from a checkpoint that fit("
+    cases = (
+        (saved, unsaved),
+        (load(saved), unsaved),
+        (edited, unfit),
+        (uncounted, zero),
+        (mcmc, sampled),
+    )
     for path, words in cases:
         fresh = _mlp()
         with pytest.raises(CheckpointError, match=re.escape(words)):
