@@ -1458,6 +1458,44 @@ def test_resume_with_another_batch_size_warns_that_the_run_is_not_continued_exac
         run(10, epochs=2, resume_from=path)
 
 
+def test_a_run_stopped_inside_an_epoch_on_other_ranks_is_told_its_steps_skip_other_batches(
+    tmp_path,
+):
+    # the warning of a resume on another number of ranks (0509c6c) said what changes; the
+    # steps of the stopped epoch skipped anew are one, only where the run stopped inside one
+    # (its checkpoint's ranks edited: one process stands for 2 ranks' shards)
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+
+    class Stopping(pyrouq.ArrayLoader):  # Ctrl-C before its 3rd batch
+        def __iter__(self):
+            for step, batch in enumerate(super().__iter__()):
+                if step == 2:
+                    raise KeyboardInterrupt
+                yield batch
+
+    def run(loader, **kw):
+        torch.manual_seed(0)
+        model = bayesian(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        fit(model, mean_field_guide(model), loader, progress=False, seed=0, epochs=2, **kw)
+
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingInterrupted):
+        run(Stopping(x, y, 10, seed=0), checkpoint=path)
+    payload = torch.load(path, weights_only=True)
+    assert (payload["training"]["epoch_steps"], payload["training"]["world"]) == (2, 1)
+    torch.save({**payload, "training": {**payload["training"], "world": 2}}, path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(pyrouq.ArrayLoader(x, y, 10, seed=0), resume_from=path)
+    assert [str(w.message) for w in caught if "continues" in str(w.message)] == [
+        "fit(resume_from=...) continues in one process a run trained on 2 ranks: its epochs "
+        "are split otherwise than the run's: the 2 steps the run took of epoch 1 skip other "
+        "batches than it saw; every step sees other batches than the run's would have. Resume "
+        "on 2 ranks (torchrun --nproc_per_node 2), with the run's loader, to continue it as it "
+        "was."
+    ]
+
+
 def _run_batches_of(size, path, **kw):
     """fit() on 16 rows through a DataLoader of ``batch_sampler=`` batches of ``size``."""
     torch.manual_seed(0)
