@@ -268,8 +268,12 @@ def test_var_names_that_are_no_names_are_refused(pair, data, idata):
 @pytest.mark.parametrize("hdi_prob", [True, 1.0, "0.9", 1.5, float("nan")])
 def test_summary_refuses_an_hdi_prob_outside_zero_one(idata, hdi_prob):
     # True and 1.0 were arviz's "Too few elements for interval calculation", "0.9" its TypeError
-    with pytest.raises(ValueError, match=r"summary\(\): expected hdi_prob in \(0, 1\), the HDI's"):
+    with pytest.raises(
+        ValueError, match=r"summary\(\): expected hdi_prob in \(0, 1\), the HDI's"
+    ) as refused:
         summary(idata, hdi_prob=hdi_prob)
+    if hdi_prob == "0.9":  # a number in a string: told the float to pass
+        assert "got '0.9' (a string: pass a float, hdi_prob=0.9). Pass e.g." in str(refused.value)
 
 
 def test_summary_takes_a_numpy_hdi_prob(idata):

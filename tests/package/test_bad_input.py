@@ -10,6 +10,7 @@ import collections
 import math
 import re
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 
 import pyro
@@ -1031,6 +1032,9 @@ API_CASES = [
      r"Unknown norms 'own': expected 'shared' \(one normalisation layer for all members"),
     ("batchensemble", "nan", lambda tmp: pyrouq.batchensemble(pyrouq.MLP(), 2, r_mean=NAN),
      ValueError, r"Expected r_mean to be a finite float, got nan\. It is the mean of the rank-1"),
+    ("batchensemble", "type", lambda tmp: pyrouq.batchensemble(pyrouq.MLP(), 2, r_std="0.5"),
+     ValueError, r"Expected r_std >= 0 \(a finite float\), got '0\.5' \(a string: pass a float, "
+     r"r_std=0\.5\)\. It is the standard deviation"),
     ("BatchEnsembleLinear", "nan",
      lambda tmp: pyrouq.BatchEnsembleLinear(2, 3, 2, s_mean=float("inf")), ValueError,
      r"Expected s_mean to be a finite float, got inf\."),
@@ -1085,6 +1089,9 @@ API_CASES = [
      ValueError, r"Expected init_scale > 0 \(a finite float\), got 0.0.*the default is 1e-2"),
     ("mean_field_guide", "nan", lambda tmp: mean_field_guide(BayesianMLP(), init_scale=math.inf),
      ValueError, r"Expected init_scale > 0 \(a finite float\), got inf"),
+    ("mean_field_guide", "type",  # a Decimal: no float to pyrouq, told the float to pass
+     lambda tmp: mean_field_guide(BayesianMLP(), init_scale=Decimal("1e-3")), ValueError,
+     r"got Decimal\('0\.001'\) \(a Decimal: pass a float, init_scale=0\.001\)\. It is the"),
     ("KLWeightedELBO", "nan", lambda tmp: KLWeightedELBO(kl_weight=NAN), ValueError,
      r"Expected kl_weight to be a finite float >= 0, got nan. kl_weight = 1 is the exact ELBO"),
     ("KLWeightedELBO", "range", lambda tmp: KLWeightedELBO(num_particles=0), ValueError,
@@ -1434,6 +1441,9 @@ API_CASES = [
     ("train_test_split", "range",
      lambda tmp: pyrouq.train_test_split(torch.randn(4, 3), torch.randn(4), test_fraction=0.0),
      ValueError, r"Expected test_fraction in \(0, 1\), got 0.0; e.g. 0.2 holds out a fifth"),
+    ("train_test_split", "type",  # a number in a string: the float to pass (it said nothing)
+     lambda tmp: pyrouq.train_test_split(torch.randn(4, 3), torch.randn(4), test_fraction="0.2"),
+     ValueError, r"got '0.2' \(a string: pass a float, test_fraction=0\.2\); e\.g\. 0\.2 holds"),
     ("train_test_split", "nan",
      lambda tmp: pyrouq.train_test_split(torch.full((4, 3), NAN), torch.randn(4)), ValueError,
      r"train_test_split\(\): x holds NaN or inf; remove or repair those rows first"),
@@ -1536,6 +1546,9 @@ API_CASES = [
     ("plot_regression", "range",
      lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), num_sd=-2),
      ValueError, r"Expected num_sd > 0, the bands' half-width in standard deviations, got -2"),
+    ("plot_regression", "type",
+     lambda tmp: pyrouq.plot_regression(gaussian_preds(), torch.zeros(6), num_sd="2"),
+     ValueError, r"got '2' \(a string: pass a float, num_sd=2\.0\); pass a finite number"),
     ("plot_reliability", "type", lambda tmp: pyrouq.plot_reliability(gaussian_preds()), TypeError,
      r"Expected predictions_or_probs to be class probabilities, got GaussianPredictions, a "
      r"Gaussian likelihood.s predictions: .*plot_regression\(\) / plot_calibration\(\)"),
@@ -1574,6 +1587,10 @@ API_CASES = [
      lambda tmp: pyrouq.ConformalClassifier("aps", 0.1, 0.5, 0.0, 1, 2**32),
      ValueError, r"ConformalClassifier: expected seed to be an integer in \[0, 2\*\*32 - 1\], "
      r"got 4294967296\. Pass e\.g\. seed=0\."),
+    ("ConformalClassifier", "type",  # built by hand, its lam a string
+     lambda tmp: pyrouq.ConformalClassifier("raps", 0.1, 0.5, "0.1", 1, 0),
+     ValueError, r"ConformalClassifier: expected lam >= 0 \(finite\), the RAPS penalty per rank, "
+     r"got '0\.1' \(a string: pass a float, lam=0\.1\)\.$"),
     ("ConformalRegressor", "companion",
      lambda tmp: pyrouq.ConformalRegressor("abs", 0.1, torch.ones(2)).intervals(gaussian_preds()),
      ValueError, r"The predictions have 1 outputs, the calibration predictions had 2"),
