@@ -8,6 +8,8 @@ load() leaves torch's random state alone."""
 
 from __future__ import annotations
 
+import re
+
 import pyro.distributions as dist
 import pytest
 import torch
@@ -161,6 +163,19 @@ def test_a_scale_below_the_smallest_normal_is_held_and_the_refusal_names_the_sma
         "init_scale is 0.01)."
     )
     mean_field_guide(model, init_scale=float(least))  # the advice, taken
+
+
+def test_the_smallest_float32_scale_named_is_one_the_guide_takes():
+    # float32's smallest positive number (1.4e-45) is 0 through torch's vector softplus on a
+    # CPU (2.8e-45 is held): the refusal names the smallest scale the same code gives back,
+    # not the smallest number, so the advice taken builds the guide whatever the CPU's code
+    model = BayesianMLP(in_features=2, hidden_features=3, out_features=2)
+    with pytest.raises(ValueError, match=r"is 0 in torch.float32, .* at least ") as info:
+        mean_field_guide(model, init_scale=1e-46)
+    least = float(re.search(r"at least (\S+), the smallest scale", str(info.value))[1])
+    assert least >= torch.finfo(torch.float32).tiny * torch.finfo(torch.float32).eps
+    scales = mean_field_guide(model, init_scale=least).site_scale("fc1.weight").detach()
+    assert float(scales.min()) > 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
