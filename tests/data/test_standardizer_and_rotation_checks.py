@@ -71,6 +71,12 @@ def test_standardizer_transforms_return_the_wider_dtype_whatever_the_columns(dty
     # float64 inputs stay float64; a float16 scaler gives float32 inputs float32
     assert Standardizer.fit(x, y).transform_y(y.double()).dtype == torch.float64
     assert Standardizer.fit(x.half(), y.half()).transform_y(y).dtype == torch.float32
+    # statistics given by hand in two dtypes: the widest of the three, the std's too
+    mixed = Standardizer(torch.zeros(3), torch.full((3,), 2.0, dtype=torch.float64),
+                         torch.zeros(()), torch.tensor(2.0, dtype=torch.float64))  # fmt: skip
+    got = (mixed.transform_x(x.to(dtype)), mixed.transform_y(y.to(dtype)))
+    assert [t.dtype for t in got] == [torch.float64] * 2
+    assert torch.equal(got[1], y.to(dtype).double() / 2)
 
 
 def test_evaluate_rotations_reads_y_against_a_valid_batch_of_images():
