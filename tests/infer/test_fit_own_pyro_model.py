@@ -608,7 +608,9 @@ def test_the_refusal_of_a_guide_that_never_ran_leaves_no_parameter_of_the_models
     # the model's own pyro.param made in that trace goes with the refusal, as the guide's do
     pyro.clear_param_store()
     model, x = _LearnedNoise(), data()[0]
-    with pytest.raises(ValueError, match=r"AutoNormal has not run yet: .*'obs' on them\)\.$"):
+    with pytest.raises(
+        ValueError, match=r"AutoNormal has not run yet: .*'obs' on the inputs alone\)\.$"
+    ):
         pyrouq.predict(model, x, AutoNormal(model), num_samples=2, progress=False)
     assert list(pyro.get_param_store().keys()) == []
 

@@ -760,20 +760,20 @@ def test_a_kl_weight_that_overflows_the_loss_is_named_not_init_scale(kl_weight):
 def test_the_advice_for_a_non_finite_loss_names_the_kl_term_only_where_it_is_the_cause():
     from pyrouq.infer._nonfinite import USUAL_FIX, loss_fix
 
-    assert loss_fix(25.9, 505.8, 1e38, torch.float32) == (
+    assert loss_fix(math.inf, 25.9, 505.8, 1e38, torch.float32) == (
         "The KL term overflowed it: kl_weight * KL = 1e+38 * 505.8 = 5.06e+40, beside an NLL "
         "of 25.9, in float32 (largest 3.4e+38). Pass a smaller kl_weight (1 is the exact ELBO; "
         "kl_weight = k * N for a loss of mean NLL + k * KL per example); an init_scale further "
         "below the prior's scale would make the KL larger."
     )  # (90960c4: not "a smaller init_scale would make the KL larger", true below it only)
     # a weight the dtype cannot hold: its product with a KL of 0 is NaN, though "0" here
-    assert loss_fix(25.9, 0.0, 1e39, torch.float32).startswith(
+    assert loss_fix(math.nan, 25.9, 0.0, 1e39, torch.float32).startswith(
         "The KL term overflowed it: kl_weight * KL = 1e+39 * 0 = 0, beside an NLL of 25.9"
     )
     # a KL or NLL that is itself inf (a scale of 0, inf in the data): no smaller kl_weight helps
-    assert loss_fix(25.9, math.inf, 1.0, torch.float32) == USUAL_FIX
-    assert loss_fix(math.inf, 505.8, 1e38, torch.float32) == USUAL_FIX
-    assert loss_fix(1e38, 5.0, 1.0, torch.float32) == USUAL_FIX  # the NLL's the larger term
+    assert loss_fix(math.inf, 25.9, math.inf, 1.0, torch.float32) == USUAL_FIX
+    assert loss_fix(math.inf, math.inf, 505.8, 1e38, torch.float32) == USUAL_FIX
+    assert loss_fix(math.inf, 1e38, 5.0, 1.0, torch.float32) == USUAL_FIX  # the NLL's the larger
 
 
 @pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
