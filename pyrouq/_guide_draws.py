@@ -6,6 +6,7 @@ so."""
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 import pyro
@@ -146,14 +147,15 @@ def _traced(guide: Any, args: tuple, unbuilt: bool) -> Any:
         if not (unobserved and (unbuilt or isinstance(guide, GuideMessenger))):
             raise
         first = " ".join(str(err).split(". ")[0].split())
-        raise _refusal(guide, first, unbuilt) from err
+        named = re.search(r"discrete sample site '([^']+)'", first)  # (Pyro's words name it)
+        raise _refusal(guide, first, unbuilt, named[1] if named else "obs") from err
 
 
-def _refusal(guide: Any, why: str, unbuilt: bool) -> ValueError:
+def _refusal(guide: Any, why: str, unbuilt: bool, site: str = "obs") -> ValueError:
     """predict()'s refusal of an autoguide that had never run (``unbuilt``, as it was before
     that run: an ``AutoContinuous`` or ``AutoDelta`` sets its prototype trace before it
     fails), or of a ``GuideMessenger``, run on the inputs alone where its model samples its
-    targets (``why``: what shows it)."""
+    targets (``why``: what shows it; ``site``: the targets' site, the one to hide)."""
     how = (
         "has not run yet: it would trace the model on the inputs alone to find its sites, "
         "where the model samples its targets. Run it once on training data first, "
@@ -162,6 +164,6 @@ def _refusal(guide: Any, why: str, unbuilt: bool) -> ValueError:
         if unbuilt
         else "runs the model at every call, and predictions have no targets to give it, "
         "nor has Pyro's Predictive; build it on the model with its targets hidden, "
-        "AutoNormalMessenger(poutine.block(model, hide=['obs'])), or fit an AutoNormal"
+        f"AutoNormalMessenger(poutine.block(model, hide=[{site!r}])), or fit an AutoNormal"
     )
     return ValueError(f"predict(): the guide {type(guide).__name__} {how} ({why}).")

@@ -589,6 +589,18 @@ def test_a_guide_that_never_ran_failing_on_a_site_not_named_obs_is_told_it_has_n
     assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
 
 
+def test_a_messenger_whose_labels_site_is_not_named_obs_is_told_to_hide_that_site():
+    # its words named hide=['obs'], whatever site Pyro's words named: that advice, taken, met
+    # the same refusal (the labels' site 'label' still unhidden)
+    pyro.clear_param_store()
+    model, x = _LabelSite(), torch.randn(6, 2)
+    with pytest.raises(ValueError, match=r"runs the model at every call") as told:
+        pyrouq.predict(model, x, AutoNormalMessenger(model), num_samples=2, progress=False)
+    assert "AutoNormalMessenger(poutine.block(model, hide=['label']))" in str(told.value)
+    guide = AutoNormalMessenger(pyro.poutine.block(model, hide=["label"]))  # the advice
+    assert pyrouq.predict(model, x, guide, num_samples=2, progress=False).probs.shape == (2, 6, 3)
+
+
 class _LearnedNoise(Counts):
     """A regression whose noise scale is a ``pyro.param`` of the model's own."""
 
