@@ -657,6 +657,13 @@ def test_a_regression_guide_that_never_ran_is_refused_by_predict_and_left_unbuil
     assert math.isfinite(result.history[-1].loss)
 
 
+def _classifier_or_regression(targets: str) -> tuple:
+    """A model of one's own with its data: class labels, or real-valued targets."""
+    if targets == "classes":
+        return PyroClassifier(in_features=4), *data()
+    return Counts(lambda out: dist.Normal(out, 1.0)), data()[0], torch.randn(48)
+
+
 @pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
 @pytest.mark.parametrize("targets", ["classes", "real"])
 def test_the_elbo_without_labels_leaves_a_guide_that_never_ran_unbuilt(autoguide, targets):
@@ -664,11 +671,7 @@ def test_the_elbo_without_labels_leaves_a_guide_that_never_ran_unbuilt(autoguide
     # (classes; AutoDiagonalNormal and AutoDelta then broken for good), or a number (real
     # targets), then at every call with the labels a warning of a guide site 'obs'
     pyro.clear_param_store()
-    if targets == "classes":
-        model, x, y = PyroClassifier(in_features=4), *data()
-    else:
-        model = Counts(lambda out: dist.Normal(out, 1.0))
-        x, y = data()[0], torch.randn(48)
+    model, x, y = _classifier_or_regression(targets)
     guide, elbo = autoguide(model), pyrouq.KLWeightedELBO()
     told = rf"not given \(y=None\), and the guide {autoguide.__name__} has not run yet: .*\"obs\""
     with pytest.raises(ValueError, match=r"needs the labels, which were " + told):
@@ -715,11 +718,7 @@ def test_the_elbo_without_labels_refuses_a_messenger_that_would_guide_the_target
     # it runs the model at every call: on x alone it drew "obs" as a latent site, Pyro's words
     # to enumerate it (classes) or a number (real targets), and kept a loc and scale for it
     pyro.clear_param_store()
-    if targets == "classes":
-        model, x, y = PyroClassifier(in_features=4), *data()
-    else:
-        model = Counts(lambda out: dist.Normal(out, 1.0))
-        x, y = data()[0], torch.randn(48)
+    model, x, y = _classifier_or_regression(targets)
     guide, elbo = AutoNormalMessenger(model), pyrouq.KLWeightedELBO()
     told = r"not given \(y=None\), and the guide AutoNormalMessenger runs the model at every"
     with pytest.raises(ValueError, match=r"needs the labels, which were " + told):
