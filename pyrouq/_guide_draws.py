@@ -118,12 +118,8 @@ def _refuse_targets_unobserved(guide: Any, args: tuple) -> None:
     the param-store entries that trace made are removed."""
     if not (_unbuilt(guide) or isinstance(guide, GuideMessenger)) or not args:
         return
-    stored = set(pyro.get_param_store().keys())
-    trace = own_models.prior_trace(guide.model, args[0])
-    site = None if trace is None else trace.nodes.get("obs")
-    if site is None or site["type"] != "sample" or site["is_observed"]:
+    if not own_models.samples_targets_unobserved(guide.model, args[0]):
         return
-    forget_params_since(stored)
     raise _refusal(
         guide, "its model samples the targets' site 'obs' on the inputs alone", _unbuilt(guide)
     )

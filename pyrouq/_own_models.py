@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
+import pyro
 import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
@@ -18,7 +19,7 @@ from pyro.util import check_model_guide_match
 from torch import Tensor
 
 from pyrouq._own_likelihood import outputs_problem
-from pyrouq._param_store import draws_as_built, store_or_usual_fix
+from pyrouq._param_store import draws_as_built, forget_params_since, store_or_usual_fix
 from pyrouq._util import rng_state, set_rng_state, warn_caller
 from pyrouq._wrappers import unwrapped
 from pyrouq.likelihoods._categorical import are_probabilities
@@ -407,6 +408,17 @@ def prior_trace(model: Any, x: Tensor) -> Any:
         return None
     finally:
         set_rng_state(x.device, state)
+
+
+def samples_targets_unobserved(model: Any, x: Tensor) -> bool:
+    """Whether ``model`` samples the targets' site ``"obs"`` unobserved on the inputs ``x``
+    alone (traced under its priors, the random state kept; the param-store entries that trace
+    made are removed, whatever it finds)."""
+    stored = set(pyro.get_param_store().keys())
+    trace = prior_trace(model, x)
+    forget_params_since(stored)
+    site = None if trace is None else trace.nodes.get("obs")
+    return site is not None and site["type"] == "sample" and not site["is_observed"]
 
 
 def _discrete_sites(model: Any, x: Tensor, names: list[str]) -> list[str]:

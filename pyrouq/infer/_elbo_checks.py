@@ -30,10 +30,9 @@ from pyrouq._own_models import (
     guiding_sites,
     name_of,
     observes_something,
-    prior_trace,
+    samples_targets_unobserved,
     unobserved_sites,
 )
-from pyrouq._param_store import forget_params_since
 from pyrouq._util import class_name, takes_labels, warn_caller
 from pyrouq._wrappers import uncompiled
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
@@ -194,14 +193,8 @@ def refuse_unbuilt_without_labels(guide: Any, labelled: bool, x: Any = None) -> 
 
 def _samples_targets(model: Any, x: Any) -> bool:
     """Whether ``model`` samples the targets' site ``"obs"`` unobserved on the inputs ``x``
-    alone (traced under its priors, the random state kept; param-store entries it made go)."""
-    if not torch.is_tensor(x):
-        return False
-    stored = set(pyro.get_param_store().keys())
-    trace = prior_trace(model, x)
-    forget_params_since(stored)
-    site = None if trace is None else trace.nodes.get("obs")
-    return site is not None and site["type"] == "sample" and not site["is_observed"]
+    alone (:func:`~pyrouq._own_models.samples_targets_unobserved`)."""
+    return torch.is_tensor(x) and samples_targets_unobserved(model, x)
 
 
 def _hides_every_site(handler: Messenger) -> bool:

@@ -627,6 +627,27 @@ def test_the_refusal_of_a_guide_that_never_ran_leaves_no_parameter_of_the_models
     assert list(pyro.get_param_store().keys()) == []
 
 
+class _LabelSiteTempered(_LabelSite):
+    """A ``_LabelSite`` whose logits are divided by a ``pyro.param`` of the model's own."""
+
+    def forward(self, x, y=None):
+        logits = self.fc(x) / pyro.param("temperature", torch.tensor(2.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("label", dist.Categorical(logits=logits), obs=y)
+        return logits
+
+
+@pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal])
+def test_a_guide_refused_past_the_check_of_obs_leaves_no_parameter_of_the_models_trace(autoguide):
+    # the trace of the model looking for "obs" found none (the labels' site is 'label') and
+    # kept the pyro.param it made; the guide's failed run then removed only its own entries
+    pyro.clear_param_store()
+    model, x = _LabelSiteTempered(), torch.randn(6, 2)
+    with pytest.raises(ValueError, match=rf"the guide {autoguide.__name__} has not run yet"):
+        pyrouq.predict(model, x, autoguide(model), num_samples=2, progress=False)
+    assert list(pyro.get_param_store().keys()) == []
+
+
 @pytest.mark.parametrize("autoguide", [AutoNormal, AutoDiagonalNormal, AutoDelta])
 def test_a_regression_guide_that_never_ran_is_refused_by_predict_and_left_unbuilt(autoguide):
     # real-valued targets: the run on x alone went through, the guide took the model's "obs"
