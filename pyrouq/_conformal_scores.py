@@ -274,9 +274,10 @@ def _labels_of(sets: Tensor, targets: Any, where: str) -> Tensor:
     num, classes = sets.shape
     check_tensor_targets(targets, where, "labels")
     if targets.shape != (num,):
+        fix = label_shape_fix(targets.shape, num, classes, "labels", targets.dtype)
         raise ValueError(
             f"{where}: expected labels of shape ({num},), one per prediction set, got "
-            f"{tuple(targets.shape)}; {label_shape_fix(targets.shape, num, classes, 'labels')}."
+            f"{tuple(targets.shape)}; {fix}."
         )
     if targets.dtype in WIDE_UNSIGNED:  # torch's "min_all" not implemented for them
         raise ValueError(

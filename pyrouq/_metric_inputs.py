@@ -67,9 +67,11 @@ def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
             f"{type(targets).__name__}; wrap it with torch.as_tensor(...)."
         )
     if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
+        fix = "convert them with targets.long() (or argmax one-hot targets over the last dim)"
+        if tuple(targets.shape) == (n, c) and not targets.is_complex():  # one-hot rows: their
+            fix = label_shape_fix(targets.shape, n, c, "targets", targets.dtype)  # argmax
         raise TypeError(
-            f"Expected integer targets (class indices), got dtype {targets.dtype}; "
-            "convert them with targets.long() (or argmax one-hot targets over the last dim)."
+            f"Expected integer targets (class indices), got dtype {targets.dtype}; {fix}."
         )
     if targets.is_meta:  # (after the dtype, read without values; was torch's ".item() cannot
         # be called on meta tensors")
@@ -207,13 +209,17 @@ def warn_other_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
         )
 
 
-def label_shape_fix(shape: tuple[int, ...], n: int, c: int, name: str) -> str:
-    """What to do with labels of ``shape`` where ``(n,)`` labels of ``c`` classes are expected:
-    one-hot rows take their argmax; a column ``(n, 1)`` (or a row) of the n labels, or the one
+def label_shape_fix(
+    shape: tuple[int, ...], n: int, c: int, name: str, dtype: torch.dtype | None = None
+) -> str:
+    """What to do with labels of ``shape`` (and ``dtype``) where ``(n,)`` labels of ``c``
+    classes are expected: one-hot rows take their argmax (bool ones as long: torch has no
+    argmax of bools); a column ``(n, 1)`` (or a row) of the n labels, or the one
     label of one input as a 0-d tensor (``y[i]``), a reshape (it was told to pass the labels of
     the inputs predicted, which it held)."""
-    if tuple(shape) == (n, c):  # one-hot rows, whose dtype passed the dtype check
-        return f"one-hot targets? pass their class indices, {name}.argmax(-1)"
+    if tuple(shape) == (n, c):  # one-hot rows (torch: "argmax(): does not support bool input")
+        rows = f"{name}.long()" if dtype == torch.bool else name
+        return f"one-hot targets? pass their class indices, {rows}.argmax(-1)"
     if not tuple(shape) and n == 1:  # the label of the one input predicted, y[i]
         return f"one label as a 0-d tensor (y[i])? pass it as one dim, {name}.reshape(-1)"
     if len(shape) > 1 and math.prod(shape) == n and n in shape:  # (not (2, 3) for 6)

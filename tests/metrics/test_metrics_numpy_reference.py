@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -245,6 +246,30 @@ def test_one_hot_integer_targets_are_told_to_take_the_argmax():
         pyrouq.Predictions.from_probs(p[None], onehot)
     with pytest.raises(ValueError, match=r"got shape \(2,\); pass the labels of exactly"):
         metrics.acc(p, torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_one_hot_bool_or_float_targets_are_told_an_argmax_that_runs(dtype):
+    # bool one-hot labels were told "targets.argmax(-1)" (coverage()) or "argmax one-hot
+    # targets over the last dim" (the metrics), which torch refuses: "argmax(): does not
+    # support bool input". The advice, taken as written, now gives the labels.
+    p = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]])
+    labels = torch.tensor([0, 1, 1])
+    onehot = torch.nn.functional.one_hot(labels, 2).to(dtype)
+    sets = torch.tensor([[True, False], [False, True], [True, False]])
+    for call, name in (
+        (lambda y: metrics.acc(p, y), "targets"),
+        (lambda y: pyrouq.Predictions.from_probs(p[None], y), "targets"),
+        (lambda y: pyrouq.coverage(sets, y), "labels"),
+    ):
+        with pytest.raises((TypeError, ValueError)) as err:
+            call(onehot)
+        advice = re.search(
+            rf"one-hot targets\? pass their class indices, ({name}\S*)\.$", str(err.value)
+        )
+        assert advice is not None, str(err.value)
+        assert torch.equal(eval(advice.group(1), {name: onehot}), labels)  # as written
+    assert metrics.acc(p, labels) == pytest.approx(2 / 3)
 
 
 def test_an_ood_class_mismatch_names_the_shape_that_was_passed():
