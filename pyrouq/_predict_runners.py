@@ -3,7 +3,8 @@ draws are taken in chunks, in predict() itself): one for draws given as ``poster
 (an MCMC result or run, or a dict of stacked draws: checked against the model's latent sites,
 cast to the model's device and dtype, or to the inputs' for a model without parameters of
 its own, and copied chunk by chunk as they run), and one for a model given no draws (a
-BatchEnsemble's members, a Pyro model run from its priors, a plain network once)."""
+BatchEnsemble's members, a Pyro model run from its priors, a plain network once); and the
+advice of predict()'s refusal of a num_samples that is no count, which depends on that choice."""
 
 from __future__ import annotations
 
@@ -104,3 +105,21 @@ def runner_without_draws(
                 f"({type(model).__name__}): S = 1. Leave num_samples=None."
             )
         return _runners.plain_runner(model)
+
+
+def num_samples_hint(model: Any, guide: Any, posterior_samples: Any, default: int) -> str:
+    """What predict()'s refusal of a ``num_samples`` that is no positive integer advises: a
+    number of draws where the call draws them (a guide, a Pyro model's priors), else to leave
+    it out, as the refusal of any number there would (posterior_samples given, a
+    BatchEnsemble's members, a plain network's one prediction)."""
+    if posterior_samples is not None:
+        return "Leave it out: S is the number of draws in posterior_samples."
+    if guide is None and not has_latent_sites(model):
+        if isinstance(model, pyro.nn.PyroModule) and _runners.is_ensemble(model):
+            return (
+                f"Leave it out: a BatchEnsemble's {model.num_members} members are fixed, not "
+                f"sampled, so S = {model.num_members}."
+            )
+        if isinstance(model, nn.Module) and not isinstance(model, pyro.nn.PyroModule):
+            return f"Leave it out: a deterministic network ({type(model).__name__}) gives S = 1."
+    return f"Pass e.g. num_samples={default} (draws), or leave it out."

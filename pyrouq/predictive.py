@@ -40,7 +40,11 @@ from pyrouq._param_store import forget_params_since
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
 from pyrouq._predict_inputs import _inputs_of, _prepared, _progress_bar
-from pyrouq._predict_runners import posterior_samples_runner, runner_without_draws
+from pyrouq._predict_runners import (
+    num_samples_hint,
+    posterior_samples_runner,
+    runner_without_draws,
+)
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._to_args import device_and_dtype
 from pyrouq._util import (
@@ -395,7 +399,7 @@ def predict(
     batchnorm_batches = check_int("batchnorm_batches", batchnorm_batches, hint="Pass e.g. 20.")
     max_draw_bytes = check_int("max_draw_bytes", max_draw_bytes, hint="Pass e.g. 2**30 (1 GiB).")
     if num_samples is not None:  # (the number of draws: for a Bayesian model, or a clear error)
-        draws = f"Pass e.g. num_samples={DEFAULT_NUM_SAMPLES} (draws), or leave it out."
+        draws = num_samples_hint(model, guide, posterior_samples, DEFAULT_NUM_SAMPLES)
         num_samples = check_int("num_samples", num_samples, hint=draws)
     device = real_device("predict()", model, guide)  # (not meta)
     refuse_condition_around(model, "predict()")  # (its draws would overrule the values)

@@ -83,6 +83,32 @@ def test_batchensemble_members_are_the_draws():
         predict(model, x, num_samples=8)
 
 
+@pytest.mark.parametrize("bad", [0, True, 2.5])
+def test_a_num_samples_that_is_no_count_is_told_to_leave_it_out_where_any_count_is_refused(bad):
+    """A BatchEnsemble, a plain network or posterior_samples take no num_samples: its refusal
+    of one that is no positive integer advised num_samples=32, which the next check refuses."""
+    ensemble = BatchEnsembleMLP(in_features=4, hidden_features=8, out_features=3, num_members=4)
+    net = MLP(in_features=4, hidden_features=8, out_features=3)
+    bayes = BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    draws = {site: torch.zeros(2, *shape) for site, shape in bayes.latent_sites().items()}
+    x = torch.randn(3, 4)
+    for call, words in (
+        (lambda: predict(ensemble, x, num_samples=bad), "members are fixed, not sampled, so S = 4"),
+        (lambda: predict(net, x, num_samples=bad), "deterministic network (MLP) gives S = 1"),
+        (
+            lambda: predict(bayes, x, posterior_samples=draws, num_samples=bad),
+            "the number of draws in posterior_samples",
+        ),
+    ):
+        with pytest.raises(ValueError, match="positive integer") as refusal:
+            call()
+        assert "Leave it out: " in str(refusal.value) and words in str(refusal.value)
+        assert "num_samples=32" not in str(refusal.value)
+    guide = mean_field_guide(bayes)  # where draws are taken, a number of them is the advice
+    with pytest.raises(ValueError, match=r"Pass e.g. num_samples=32 \(draws\), or leave it out"):
+        predict(bayes, x, guide, num_samples=bad)
+
+
 def test_plain_network_is_one_draw():
     net = MLP(in_features=4, hidden_features=8, out_features=3)
     x = torch.randn(5, 4)
