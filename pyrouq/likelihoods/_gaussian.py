@@ -51,6 +51,8 @@ class Gaussian(Likelihood):
           ``scaler.inverse`` scales the predictions back;
         * ``"learned"``: one positive parameter per output (``softplus`` of a free one,
           starting at 1.0), a point estimate trained by :func:`pyrouq.fit`, saved with the model;
+          the members of a BatchEnsemble or rank-1 network share it (with
+          ``"heteroscedastic"`` each member computes its own scales);
         * a ``pyro.distributions`` distribution with positive support (e.g.
           ``HalfNormal(1.0)``): its prior; the noise is then the latent site ``"sigma"`` that
           the guide fits beside the weights, of the distribution's batch shape (``()``: one
