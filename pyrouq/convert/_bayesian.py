@@ -495,7 +495,9 @@ def bayesian(
         in its first 10,000 items: its forward would read the initial value there, never a
         draw), or a network holding
         Pyro modules with ``PyroSample`` attributes (no parameters, so no latent sites: fit()
-        and predict() take such a Pyro model as it is, with its own guide). On the first run with
+        and predict() take such a Pyro model as it is, with its own guide), or holding a
+        pyrouq model (a converted network inside it, which would draw its own sites from their
+        priors outside the guide: hold its ``plain_network()``). On the first run with
         gradients in each mode (training or eval), a forward that runs layers with latent
         weights inside ``torch.utils.checkpoint`` (torchvision's DenseNet with
         ``memory_efficient=True``): the backward pass would run them again with the initial

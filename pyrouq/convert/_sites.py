@@ -81,6 +81,7 @@ def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -
     keep one prior draw as a converted layer's shared weight."""
     if not isinstance(module, nn.Module):
         return  # (check_module says what came)
+    _check_no_models_inside(module, caller)
     where = pyro_samples_held(module)
     if not where:
         return
@@ -106,6 +107,32 @@ def check_no_pyro_samples(module: object, caller: str, ensemble: bool = False) -
         "use the Pyro model as it is: fit(model, guide, ...) and predict(model, x, guide) "
         "take a Pyro model of one's own with its own guide (e.g. "
         "pyro.infer.autoguide.AutoNormal(model))."
+    )
+
+
+def _check_no_models_inside(module: nn.Module, caller: str) -> None:
+    """Refuse a network holding a pyrouq model (a converted network, a front door such as
+    ``BayesianMLP``) below its root: a Bayesian one would draw its own latent sites from their
+    priors at every run, outside the guide of the model made here; a BatchEnsemble would
+    return ``(M, B, D)`` outputs to the layer after it. (The root itself: check_module.)"""
+    inside: list[tuple[str, nn.Module]] = []
+    for path, owner in module.named_modules():
+        if path and getattr(owner, "_pyrouq_model", False):
+            if not any(path.startswith(f"{outer}.") for outer, _ in inside):
+                inside.append((path, owner))
+    if not inside:
+        return
+    held = ", ".join(f"{path!r} ({class_name(owner)})" for path, owner in inside[:3])
+    more = ", ..." if len(inside) > 3 else ""
+    raise ValueError(
+        f"{caller} got a {class_name(module)} holding pyrouq models: {held}{more}. A model "
+        "inside a network is run by the network's forward as a Pyro model of its own: a "
+        "Bayesian one draws its latent sites from their priors at every run, outside the guide "
+        "of the model made here (fit() could not learn them, and one input would give other "
+        "outputs on every call); a BatchEnsemble returns its members' outputs (M, B, D) to "
+        "the layer after it. Hold the plain network there instead (a Bayesian model's "
+        "model.plain_network(), or the network it was made from) and convert the whole "
+        "network once, choosing its latent parameters with select= and prior=."
     )
 
 

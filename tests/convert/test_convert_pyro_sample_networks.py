@@ -83,3 +83,43 @@ def test_batchensemble_of_an_ensembles_network_says_its_layers_are_batchensemble
         batchensemble(ensemble.net[0], 2)
     with pytest.raises(ValueError, match=r"has no nn.Linear or convolution layer to turn into"):
         batchensemble(nn.Sequential(nn.ReLU()), 2)  # a plain network without one: as before
+
+
+# -- a network holding a pyrouq model -----------------------------------------------------------
+
+
+class _Holder(nn.Module):
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+def test_a_network_holding_a_pyrouq_model_is_refused_naming_it():
+    """bayesian() of a network holding a Bayesian model made only the outer layers latent
+    ('head.weight', 'head.bias'): the inner model drew its own sites from their priors at every
+    run, outside the guide, so fit() trained nothing there and predict() under one set of
+    draws gave other outputs on every call, silently. A BatchEnsemble inside failed at the
+    first run on its (M, B, D) outputs, in words about per-pixel outputs."""
+    inner = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    for held, convert in (
+        (bayesian(inner), bayesian),
+        (bayesian(inner), lambda net: batchensemble(net, 2)),
+        (batchensemble(inner, 2), bayesian),
+        (pyrouq.BayesianMLP(4, 5, 3), lambda net: rank1(net, 2)),
+    ):
+        with pytest.raises(ValueError) as err:
+            convert(_Holder(held))
+        message = str(err.value)
+        assert f"got a _Holder holding pyrouq models: 'inner' ({type(held).__name__})" in message
+        assert "draws its latent sites from their priors at every run" in message
+        assert "model.plain_network()" in message
+    # held as its plain network, every layer is the converted model's
+    model = bayesian(_Holder(bayesian(inner).plain_network()))
+    assert list(model.latent_sites()) == [
+        "inner.0.weight", "inner.0.bias", "inner.2.weight", "inner.2.bias",
+        "head.weight", "head.bias",
+    ]  # fmt: skip
