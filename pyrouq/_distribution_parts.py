@@ -24,7 +24,8 @@ def _bound_is(bound: Any, value: float) -> bool:
 def support_of(prior: Any) -> str | None:
     """``"real"`` for a prior on the real line, ``"positive"`` for one on (0, inf) (what a
     mean-field guide fits by a Normal and by a LogNormal), ``"nonnegative"`` for any other
-    support within [0, inf) (a Uniform(0.1, 2), a Beta), None for the rest."""
+    support within [0, inf) (a Uniform(0.1, 2), a Beta), None for the rest, discrete supports
+    too (a Poisson's integers from 0 on are no interval, however bounded)."""
     support = prior.support
     wrappers = (
         torch.distributions.constraints.independent,
@@ -32,6 +33,8 @@ def support_of(prior: Any) -> str | None:
     )  # a scale-mixture prior's support is its components'
     while isinstance(support, wrappers):
         support = support.base_constraint
+    if getattr(support, "is_discrete", False):
+        return None
     if type(support) is type(torch.distributions.constraints.real):
         return "real"
     lower = getattr(support, "lower_bound", None)

@@ -177,6 +177,14 @@ class MeanFieldGuide(nn.Module):
         for site, prior in priors.items():
             if site in sites and support_of(prior) not in ("real", "positive"):
                 base = innermost_distribution(prior)  # the family itself
+                if base.support.is_discrete:  # (mcmc() cannot sample it either)
+                    raise ValueError(
+                        f"mean_field_guide(): the prior of site {site!r} ({type(base).__name__}) "
+                        f"is discrete (support {base.support}); the guide fits a continuous "
+                        "Normal or LogNormal to it. Give the site a continuous prior, "
+                        "pyrouq.bayesian(net, prior=...) (Normal, Laplace, StudentT), or leave it "
+                        "out of select= (a point estimate)."
+                    )
                 raise ValueError(
                     f"mean_field_guide(): the prior of site {site!r} ({type(base).__name__}) "
                     f"has support {base.support}; the guide fits a Normal (on the real line) or a "
@@ -449,7 +457,8 @@ def mean_field_guide(
     ------
     ValueError
         A site whose prior has other bounds (a ``Uniform``, a ``Beta``, a ``Pareto``): the KL
-        of either family to it is infinite. :func:`pyrouq.mcmc` samples such priors. An
+        of either family to it is infinite. :func:`pyrouq.mcmc` samples such priors. A
+        discrete prior (a ``Poisson``, a ``Categorical``), which neither samples. An
         initial scale that is 0 or inf in the model's dtype (its KL would be infinite). A
         model on the meta device (shapes, no values: built under
         ``torch.set_default_device('meta')``).

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pyro import poutine
 from torch import nn
 
-from pyrouq import batchensemble, bayesian, fit, predict, rank1
+from pyrouq import Gaussian, batchensemble, bayesian, fit, predict, rank1
 from pyrouq.infer import KLWeightedELBO, mean_field_guide
 
 N, B = 100, 6
@@ -283,3 +283,25 @@ def test_a_scale_mixture_prior_gets_a_guide_on_its_components_support():
         result = fit(model, guide, loader, epochs=2, progress=False)
         assert all(math.isfinite(r.loss) and math.isfinite(r.kl) for r in result.history)
         assert predict(model, x, guide, num_samples=3, progress=False).probs.shape == (3, 64, 3)
+
+
+@pytest.mark.parametrize(
+    "prior", [dist.Poisson(2.0), dist.Geometric(0.5), dist.Categorical(torch.ones(3))]
+)
+def test_a_discrete_prior_is_refused_by_the_guide_not_taken_for_one_on_0_inf(prior):
+    """A Poisson or Geometric prior (integers from 0 on, no upper bound) was read as a prior on
+    (0, inf): mean_field_guide fitted its weights a LogNormal (clamping their start) and fit()
+    trained against the Poisson's log-density at non-integers, silently. Every discrete
+    support is now refused in words, as mcmc() refuses it (no advice to sample it there); a
+    noise prior on such a support is refused by the Gaussian likelihood too."""
+    model = bayesian(nn.Linear(3, 2), prior={"weight": prior})
+    with pytest.raises(ValueError) as err:
+        mean_field_guide(model)
+    name = type(prior).__name__
+    assert str(err.value).startswith(
+        f"mean_field_guide(): the prior of site 'weight' ({name}) is discrete (support "
+    )
+    assert "Give the site a continuous prior" in str(err.value)
+    assert "mcmc()" not in str(err.value)
+    with pytest.raises(ValueError, match=r"Expected a noise prior with positive support"):
+        Gaussian(prior)
