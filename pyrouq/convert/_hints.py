@@ -195,6 +195,19 @@ def _refuse_signature(select: object) -> None:
     )
 
 
+def refuse_prior_signature(prior: object) -> None:
+    """Refuse a ``prior=`` function that cannot be called as ``(name, param)`` (Python's
+    words named neither the option nor how it is called)."""
+    if not_callable_as(prior, "name", None) is None:  # it can (or says so when called)
+        return
+    raise TypeError(
+        f"A prior= function is called as prior(name, param) for each latent site, and "
+        f"{getattr(prior, '__name__', class_name(prior))}{call_signature(prior)} cannot take "
+        "those two arguments. Pass e.g. lambda name, param: 0.1 if name.startswith('fc') "
+        "else 1.0 (a float is the scale of Normal(0, s))."
+    )
+
+
 def refuse_types(module: nn.Module, select: object) -> None:
     """Refuse a ``select=`` that is a class, or a list holding one (``select=nn.Linear``: a
     class is callable, and would be called as ``(name, param) -> bool``), saying what to pass;

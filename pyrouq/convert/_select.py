@@ -35,6 +35,7 @@ from pyrouq.convert._hints import (
     no_linear,
     no_match,
     nothing_of_their_own,
+    refuse_prior_signature,
     refuse_types,
     warn_unregistered,
 )
@@ -444,6 +445,8 @@ def resolve_priors(
         elif callable(prior) and not isinstance(prior, torch.distributions.Distribution):
             # a class built as torch, Pyro or Python build it (dist.Normal itself) is refused
             # below; one with a constructor of its own may be a function (name, param) -> prior
+            if not _library_built(prior):
+                refuse_prior_signature(prior)
             value = prior if _library_built(prior) else prior(site, param)
         else:
             value = prior

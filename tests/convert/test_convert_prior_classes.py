@@ -112,3 +112,28 @@ def test_a_distribution_instance_and_torch_classes_keep_their_routes():
         TypeError, match=r"got the class Normal itself; pass an instance, e\.g\. dist\.Normal\("
     ):
         bayesian(nn.Sequential(nn.Linear(3, 2)), prior=torch.distributions.Normal)
+
+
+class ScaledNormal(dist.Normal):
+    """A class with a constructor of its own that is no prior function: ``(scale)`` alone."""
+
+    def __init__(self, scale):
+        super().__init__(0.0, scale)
+
+
+@pytest.mark.parametrize(
+    ("prior", "shown"),
+    [(lambda name: 0.5, "<lambda>(name)"), (ScaledNormal, "ScaledNormal(scale)")],
+)
+def test_a_prior_function_of_another_signature_is_told_how_it_is_called(prior, shown):
+    """prior=lambda name: ... failed in Python's words, "<lambda>() takes 1 positional argument
+    but 2 were given", naming neither prior= nor (name, param); select= said both."""
+    with pytest.raises(TypeError) as refused:
+        bayesian(nn.Sequential(nn.Linear(3, 2)), prior=prior)
+    assert str(refused.value).startswith(
+        f"A prior= function is called as prior(name, param) for each latent site, and {shown} "
+        "cannot take those two arguments. Pass e.g. lambda name, param:"
+    )
+    assert _scales(bayesian(nn.Linear(3, 2), prior=lambda name, param: 0.5)) == {
+        "weight": [0.5], "bias": [0.5]
+    }  # fmt: skip
