@@ -50,6 +50,13 @@ def check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
             f"{name}.forward returned outputs of shape {shape} for {batch} inputs; pyrouq "
             f"needs one row of outputs per input, ({batch}, D).{per_pixel}"
         )
+    if not out.is_floating_point():  # (no gradient reaches the weights through them)
+        raise TypeError(
+            f"{name}.forward returned outputs of dtype {out.dtype}; pyrouq needs floating-point "
+            "outputs (logits for classification, means for regression), through which the "
+            "likelihood's gradients reach the weights. Return them before any rounding, "
+            ".long(), .argmax() or comparison at the forward's end."
+        )
     return out
 
 

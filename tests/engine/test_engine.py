@@ -410,3 +410,38 @@ def test_a_transformer_ensemble_predicting_beside_another_thread_calls_its_layer
     first.join(), second.join()
     assert isinstance(out["b"], torch.Tensor), out["b"]
     torch.testing.assert_close(out["b"], alone)
+
+
+class _IntegerOutputs(nn.Module):
+    """Outputs cast at the forward's end: ``(B, D)`` of another dtype than floating point."""
+
+    def __init__(self, cast):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.cast = cast
+
+    def forward(self, x):
+        return self.cast(self.fc(x) * 3)
+
+
+@pytest.mark.parametrize(
+    ("cast", "dtype"),
+    [(lambda t: t.round().long(), "torch.int64"), (lambda t: t > 0, "torch.bool")],
+)
+def test_outputs_that_are_not_floating_point_are_refused(cast, dtype):
+    """A forward ending in .round().long() was taken: its integer logits met the likelihood,
+    fit() trained nothing through them (a BatchEnsemble's loss stayed 13.7496 every epoch; a
+    Bayesian network's weights moved by the KL alone) and predict() gave probabilities, with
+    no word; plain torch's cross_entropy refuses them."""
+    x, y = torch.randn(6, 3), torch.randint(0, 2, (6,))
+    for model in (
+        bayesian(_IntegerOutputs(cast), num_data=6),
+        batchensemble(_IntegerOutputs(cast), 2),
+    ):
+        with pytest.raises(TypeError) as err:
+            model(x, y)
+        assert str(err.value).startswith(
+            f"_IntegerOutputs.forward returned outputs of dtype {dtype}; pyrouq needs "
+            "floating-point outputs (logits for classification, means for regression)"
+        )
+        assert "before any rounding, .long(), .argmax()" in str(err.value)
