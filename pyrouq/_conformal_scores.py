@@ -399,7 +399,7 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
         raise ValueError(
             f"{where}: expected threshold to be a real number (the largest score a set "
             f"admits; inf admits every class), got {threshold!r}{tensor_hint(threshold)}"
-            f"{text_hint(threshold, 'threshold', 0, low_allowed=True)}."
+            f"{text_hint(threshold, 'threshold', 0, low_allowed=True, inf_allowed=True)}."
         )
     if threshold < 0:  # every score is >= 0: 1 - p, a mass, plus RAPS's penalties (lam >= 0)
         raise ValueError(

@@ -88,12 +88,14 @@ def text_hint(
     high: float = math.inf,
     *,
     low_allowed: bool = False,
+    inf_allowed: bool = False,
 ) -> str:
     """For the message refusing ``value`` (no real number to :func:`is_real`): where it is a
     string holding a finite number, or a number that is not real to pyrouq (a Decimal), what
     to pass, ``name=<its float>`` where that float lies in the range (``low``, ``high``) (from
-    ``low`` itself where ``low_allowed``), else ``""``. A ``name`` that is no argument's
-    (``"the Gaussian noise scale"``) is told the float alone; one ending in ``=`` is kept."""
+    ``low`` itself where ``low_allowed``; ``'inf'`` too, as ``name=float('inf')``, where
+    ``inf_allowed``), else ``""``. A ``name`` that is no argument's (``"each std"``, an
+    element of a sequence) is told the float alone; one ending in ``=`` is kept."""
     if isinstance(value, str):
         kind = "a string"
     elif isinstance(value, numbers.Number) and not isinstance(value, (numbers.Real, complex)):
@@ -104,16 +106,23 @@ def text_hint(
         number = float(value)  # type: ignore[arg-type]
     except (ValueError, TypeError, OverflowError):
         return ""
+    if number == math.inf and inf_allowed:
+        return _pass_float(kind, name, "float('inf')")
     if not math.isfinite(number):
         return ""
     if (low <= number if low_allowed else low < number) and number < high:
-        if name.isidentifier() or name.endswith("="):
-            return f" ({kind}: pass a float, {name.rstrip('=')}={number!r})"
-        return f" ({kind}: pass the float {number!r})"
+        return _pass_float(kind, name, repr(number))
     opening = "[" if low_allowed else "("
     if high == math.inf:
         return f" ({kind}: pass a float {'>=' if low_allowed else '>'} {low:g})"
     return f" ({kind}: pass a float in {opening}{low:g}, {high:g}))"
+
+
+def _pass_float(kind: str, name: str, written: str) -> str:
+    """:func:`text_hint`'s advice to pass the float ``written`` (``name=`` it, for an argument)."""
+    if name.isidentifier() or name.endswith("="):
+        return f" ({kind}: pass a float, {name.rstrip('=')}={written})"
+    return f" ({kind}: pass the float {written})"
 
 
 def is_array_like(value: object) -> bool:

@@ -119,7 +119,7 @@ class Gaussian(Likelihood):
         elif isinstance(scale, str):
             if scale not in ("learned", "heteroscedastic"):
                 hint = slip_hint(scale, ("learned", "heteroscedastic"))
-                hint = hint or text_hint(scale, "the noise scale", 0)  # '0.5': the float 0.5
+                hint = hint or text_hint(scale, "scale", 0)  # '0.5': scale=0.5
                 raise ValueError(
                     f"Unknown noise scale {scale!r}{hint}: expected a float > 0, 'learned', "
                     "'heteroscedastic' or a pyro.distributions prior such as HalfNormal(1.0)."

@@ -286,6 +286,9 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
         (lambda: __import__("pyrouq").ConformalClassifier("lac", 0.1, "0.5", 0.0, 0, 0),
          ValueError, r"expected threshold to be a real number .*got '0\.5' \(a string: pass a "
          r"float, threshold=0\.5\)\.$"),  # (its neighbours alpha and lam said so; it did not)
+        (lambda: __import__("pyrouq").ConformalClassifier("lac", 0.1, "inf", 0.0, 0, 0),
+         ValueError, r"got 'inf' \(a string: pass a float, threshold=float\('inf'\)\)\.$"),
+        # (inf is a threshold allowed, admitting every class: it was told nothing)
         (lambda: __import__("pyrouq").ConformalClassifier("raps", 0.1, 0.5, 0.1, -1, 0),
          ValueError, r"ConformalClassifier: expected k_reg, the ranks free of penalty, an "
          r"integer >= 0, got -1"),

@@ -176,8 +176,10 @@ def test_a_conv_refuses_an_unknown_keyword_naming_the_public_class():
          r"Unknown OOD score 'Max-Prob' \(did you mean 'max_prob'\?"),
         (lambda: pyrouq.likelihoods.Gaussian("Learned"),
          r"Unknown noise scale 'Learned' \(did you mean 'learned'\?"),
-        (lambda: pyrouq.likelihoods.Gaussian("0.5"),  # (it said 'Unknown noise scale' alone)
-         r"^Unknown noise scale '0\.5' \(a string: pass the float 0\.5\): expected a float > 0"),
+        (lambda: pyrouq.likelihoods.Gaussian("0.5"),  # (it said 'Unknown noise scale' alone,
+         # then "pass the float 0.5": scale= is what takes it, as test_..._followed_passes does)
+         r"^Unknown noise scale '0\.5' \(a string: pass a float, scale=0\.5\): expected a "
+         r"float > 0"),
         (lambda: pyrouq.likelihoods.Gaussian("-1"),
          r"^Unknown noise scale '-1' \(a string: pass a float > 0\): expected"),
         (lambda: pyrouq.ood_loader(dataset="Fashion-MNIST"),
@@ -192,6 +194,28 @@ def test_an_option_name_slipped_in_case_or_joins_is_asked_did_you_mean(call, mes
     # was: the names listed, the one meant not told
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def _classifier_of(*args, **kwargs):
+    return ConformalClassifier("lac", 0.1, *args, lam=0.0, k_reg=0, seed=0, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "given", "field", "taken"),
+    [
+        (pyrouq.likelihoods.Gaussian, "0.5", "fixed", 0.5),  # (was "pass the float 0.5")
+        (_classifier_of, "inf", "threshold", float("inf")),  # (was told nothing)
+        (_classifier_of, "0.25", "threshold", 0.25),
+    ],
+)
+def test_a_number_in_a_string_is_told_the_keyword_that_takes_it(make, given, field, taken):
+    with pytest.raises(ValueError) as info:
+        make(given)
+    advice = re.search(r"\(a string: pass a float, (\w+)=(\S+)\)[.:]", str(info.value))
+    assert advice, str(info.value)
+    name, written = advice.groups()
+    made = make(**{name: eval(written, {"float": float})})  # the advice, followed
+    assert getattr(made, field) == taken
 
 
 @pytest.mark.parametrize("given", ["normal", "Normal", "gauss", " Gauss", "gausian"])
