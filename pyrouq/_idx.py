@@ -117,7 +117,7 @@ def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
                 "an empty one, which pathlib reads as the current folder "
                 "(root=os.environ.get('DATA', '') with DATA unset?)"
                 if not root
-                else "a blank one (spaces only), which pathlib takes for a folder of that name"
+                else "a blank one (whitespace only), which pathlib takes for a folder of that name"
             )
             raise ValueError(
                 f"Expected root to be a folder's name, got {root!r}, {what}. "

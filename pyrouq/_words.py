@@ -153,8 +153,9 @@ does not have, of which difflib would ask ``'mnist'`` (None: no question)."""
 
 def empty_name(text: str) -> str:
     """How a refusal words a name with nothing in it: ``""`` as "an empty name" (a shell's
-    unset variable, ``--out "$RUN"``), a name of spaces as "a blank name (spaces only)"."""
-    return "an empty name" if not text else "a blank name (spaces only)"
+    unset variable, ``--out "$RUN"``), a name of spaces, tabs or newlines as "a blank name
+    (whitespace only)"."""
+    return "an empty name" if not text else "a blank name (whitespace only)"
 
 
 def flag_fix(name: str, value: object) -> str:

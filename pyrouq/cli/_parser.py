@@ -131,8 +131,8 @@ def _positive_float(name: str, allow_zero: bool = False) -> Callable[[str], floa
 def _data_root(text: str) -> str:
     """--data-root: a folder's name, not an empty one (``--data-root "$DATA"`` with DATA unset),
     which pathlib reads as the current folder: the data found there were trained on, or the
-    refusal named that folder as the --data-root given; nor a blank one, a folder of spaces to
-    pathlib (the loaders' refusal of a blank ``root=``)."""
+    refusal named that folder as the --data-root given; nor a blank one (whitespace only), a
+    folder of that name to pathlib (the loaders' refusal of a blank ``root=``)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
             f"--data-root is {text!r}, {empty_name(text)}; pass a folder in torchvision layout "

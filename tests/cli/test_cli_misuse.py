@@ -122,9 +122,9 @@ def test_an_empty_out_or_run_dir_is_refused_not_taken_for_the_current_folder(
     assert "RUN_DIR is '', an empty name; pass a folder of `pyrouq fit`" in err
     # a name of spaces is no unset variable's: worded as blank (as the loaders word root=' ')
     err = one_line_error(capsys, ["fit", "mlp", "--out", " ", "--overwrite"])
-    assert "--out is ' ', a blank name (spaces only); pass a folder, or leave --out out" in err
-    err = one_line_error(capsys, ["evaluate", " "])
-    assert "RUN_DIR is ' ', a blank name (spaces only); pass a folder of `pyrouq fit`" in err
+    assert "--out is ' ', a blank name (whitespace only); pass a folder, or leave --out out" in err
+    err = one_line_error(capsys, ["evaluate", "\t"])  # (a tab was called "spaces only")
+    assert "RUN_DIR is '\\t', a blank name (whitespace only); pass a folder of `pyrouq fit`" in err
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
 
 
@@ -144,7 +144,7 @@ def test_an_empty_data_root_is_refused_not_taken_for_the_current_folder(
         assert stop.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("pyrouq: error: argument --data-root: ") and err.count("\n") == 1
-        what = "an empty name" if not root else "a blank name (spaces only)"
+        what = "an empty name" if not root else "a blank name (whitespace only)"
         assert f"--data-root is {root!r}, {what}; pass a folder in torchvision " in err
         assert "or leave --data-root out for $PYROUQ_DATA or the bundled copy" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["MNIST"]  # no run folder made

@@ -170,9 +170,9 @@ def test_a_data_root_that_is_not_a_path_or_is_empty_is_refused():
         mnist_arrays("test", root="")
     # (a blank one is no current folder to pathlib: Path(' ') names a folder ' ')
     with pytest.raises(
-        ValueError, match=r"got ' ', a blank one \(spaces only\), which pathlib takes for"
-    ):
-        load_mnist(root=" ", download=True)
+        ValueError, match=r"got '\\t ', a blank one \(whitespace only\), which pathlib takes"
+    ):  # (a tab was called "spaces only")
+        load_mnist(root="\t ", download=True)
     with pytest.raises(ValueError, match=empty):
         ood_loader(root="")
 
