@@ -159,7 +159,7 @@ def lacks_labels(model: Any, args: tuple, kwargs: dict) -> bool:
 def needs_labels(y: Any) -> None:
     if y is None:
         raise ValueError(
-            'KLWeightedELBO needs the labels: the model\'s "obs" site was not observed '
+            "KLWeightedELBO needs the labels: the model's site 'obs' was not observed "
             "(y=None). Pass them, e.g. elbo.loss(model, guide, x, y)."
         )
 
@@ -186,7 +186,7 @@ def refuse_unbuilt_without_labels(guide: Any, labelled: bool, x: Any = None) -> 
     raise ValueError(
         f"KLWeightedELBO needs the labels, which were not given (y=None), and the guide "
         f"{type(guide).__name__} {how} would take the site the model samples in the targets' "
-        f'place ("obs") for one of its latent sites{end}. Pass them, e.g. '
+        f"place ('obs') for one of its latent sites{end}. Pass them, e.g. "
         "elbo.loss(model, guide, x, y)."
     )
 
