@@ -240,13 +240,21 @@ def load_run(
         if wrapped is not None:  # (DDP's process group after the call, not inside it)
             module, where = f"{wrapped[1]}(make_net())", wrapped[2] or ""
             held = f" (the file holds its {wrapped[1]} wrapper, saved by an earlier pyrouq)"
+        # what load() said the file holds (a plain network, or one converted from one)
+        named = _HELD_NETWORK.search(" ".join(str(err).split()))
+        what = "a network" if named is None else named[1]  # (a wrapper's: named below)
         raise CommandError(  # load()'s fix, module=, is not the command's to take
-            f"{str(checkpoint)!r} holds a converted network that pyrouq.save() wrote, not "
-            "`pyrouq fit` (no factory recorded to rebuild its skeleton from); evaluate it in "
+            f"{str(checkpoint)!r} holds {what}, written by pyrouq.save(), not `pyrouq fit` "
+            "(no factory recorded to rebuild its skeleton from); evaluate it in "
             f"Python: pyrouq.load(path, module={module}){where}, then pyrouq.predict{held}"
         ) from None
     return saved
 
+
+_HELD_NETWORK = re.compile(
+    r"holds (a plain network, an? [\w.]*\w|a network converted from an? [\w.]*\w)"
+)
+"""What load() says a file without a pyrouq model's record holds (the saved class, qualified)."""
 
 _WRAPPED_SKELETON = re.compile(
     r"Pass load\(path, module=(torch\.[\w.]+)\(net\)\)( in a process group \([^)]*\))?"

@@ -730,8 +730,17 @@ def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_
     )
     pyrouq.save(tmp_path / "checkpoint.pt", model)
     err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
-    assert "holds a converted network that pyrouq.save() wrote, not `pyrouq fit`" in err
+    assert (
+        "holds a network converted from a torch.nn.modules.container.Sequential, written by "
+        "pyrouq.save(), not `pyrouq fit`" in err
+    )
     assert "evaluate it in Python: pyrouq.load(path, module=make_net()), then" in err
+    # a plain network was called "a converted network" too: it says what came now
+    pyrouq.save(tmp_path / "checkpoint.pt", torch.nn.Linear(784, 10))
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert (
+        "holds a plain network, a torch.nn.modules.linear.Linear, written by pyrouq.save()" in err
+    )
     # a file of an earlier pyrouq holding the DataParallel or DDP wrapper ('module.' names):
     # the advice left the wrapper out, which load(path, module=make_net()) then refused; DDP's
     # process group was said inside load()'s parentheses (not Python)
