@@ -33,6 +33,9 @@ histogram or the empirical CDF."""
 
 _COMPONENTS: tuple[str, ...] = get_args(Component)
 _KINDS: tuple[str, ...] = get_args(DistributionKind)
+_KIND_WORDS: dict[str, str | None] = {"ccdf": None, "survival": None}
+"""Kinds not drawn whose names difflib finds close to one that is (``'ccdf'`` to ``'ecdf'``):
+the complementary CDF is 1 minus the ECDF, no typo of it, so no "did you mean" is asked."""
 
 #: Up to this many draws/members, :func:`~pyrouq.plotting.plot_most_uncertain` draws grouped
 #: bars (one colour per member); beyond it, one thin line per draw.
@@ -223,9 +226,14 @@ def _headless() -> bool:
     return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        hint = close_hint(value, allowed)  # (a slip's, or a typo's: 'histogram' for 'hist')
+def _check_choice(
+    name: str,
+    value: object,
+    allowed: tuple[str, ...],
+    other_words: Mapping[str, str | None] | None = None,
+) -> None:
+    if value not in allowed:  # (other_words: close_hint's)
+        hint = close_hint(value, allowed, other_words)  # (a slip's, a typo's: 'histogram')
         raise ValueError(
             f"Unknown {name} {value!r}{hint}; expected one of {', '.join(map(repr, allowed))}."
         )

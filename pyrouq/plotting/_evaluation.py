@@ -27,6 +27,7 @@ from pyrouq.metrics import (
 )
 from pyrouq.plotting._common import (
     _COMPONENTS,
+    _KIND_WORDS,
     _KINDS,
     DistributionKind,
     _check_choice,
@@ -287,7 +288,7 @@ def plot_uncertainty_distributions(
     >>> plt.close(fig)
     """
     _check_measure(measure)
-    _check_choice("kind", kind, _KINDS)
+    _check_choice("kind", kind, _KINDS, _KIND_WORDS)
     bins = check_int("bins", bins, hint="It is the number of histogram bins, e.g. bins=30.")
     if kind == "hist" and bins > _MAX_HISTOGRAM_BINS:
         raise ValueError(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -380,6 +381,13 @@ def test_bad_inputs(preds, images, targets):
         plot_most_uncertain(preds, images, measure="gini")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Unknown kind 'kde'; expected one of 'hist', 'ecdf'"):
         plot_uncertainty_distributions(preds, kind="kde")  # type: ignore[arg-type]
+    # the complementary CDF, no typo of 'ecdf' (its complement): it was asked "did you mean
+    # 'ecdf'?"; the allowed kinds' own slips still are asked
+    for kind, hint in [("ccdf", ""), ("CCDF", ""), ("cdf", " (did you mean 'ecdf'?)"),
+                       ("Hist", " (did you mean 'hist'? the names are lower case)")]:  # fmt: skip
+        told = f"Unknown kind {kind!r}{hint}; expected one of 'hist', 'ecdf'."
+        with pytest.raises(ValueError, match=f"^{re.escape(told)}$"):
+            plot_uncertainty_distributions(preds, kind=kind)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"Expected ood with C=10 classes like in_dist"):
         plot_uncertainty_distributions(preds, torch.full((2, 4), 0.25))
     inputs = r"inputs\? plot_uncertainty_distributions\(\) scores predictions, not inputs"
