@@ -107,6 +107,20 @@ def _one_axis(value: Any) -> bool:
     return isinstance(shape, tuple) and len(shape) >= 1 and sum(n != 1 for n in shape) <= 1
 
 
+def _shown_all(value: Any) -> str:
+    """``value`` for a message, as repr writes it but each number of a list, tuple, set or
+    object array shown by :func:`shown` (an int too large for a float as ``about 10**400``,
+    which repr writes out in 401 digits, or refuses past 4300)."""
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return f"array({_shown_all(value.tolist())})"
+    if not isinstance(value, (list, tuple, set, frozenset)) or not value:
+        return shown(value)
+    inner = ", ".join(_shown_all(v) for v in value)
+    if isinstance(value, tuple):
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return f"[{inner}]" if isinstance(value, list) else f"{{{inner}}}"
+
+
 def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     """``value`` (a number, a tensor or array of one element, or a sequence of numbers / a
     tensor or array of one value per channel, 1-D or shaped to broadcast, ``(1, C, 1, 1)``)
@@ -122,12 +136,14 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(
             f"Expected {name} to be a number or a sequence of numbers, one per channel, got "
-            f"{type(value).__name__} {value!r}{text_hint(value, name, low)}; pass e.g. {_CIFAR}."
+            f"{type(value).__name__} {_shown_all(value)}{text_hint(value, name, low)}; pass e.g. "
+            f"{_CIFAR}."
         )
     if len(values) != channels:
         raise ValueError(
             f"Expected {name} to hold {channels} value(s), one per channel of the images, got "
-            f"{len(values)} ({value!r}); pass one value per channel, or one number for all."
+            f"{len(values)} ({_shown_all(value)}); pass one value per channel, or one number for "
+            "all."
         )
     out = []
     for v in values:
@@ -136,7 +152,7 @@ def _per_channel(name: str, value: Any, channels: int) -> tuple[float, ...]:
             need = "a finite number > 0" if name == "std" else "a finite number"
             raise ValueError(
                 f"Expected each {name} to be {need}, got {shown(v)}"
-                f"{text_hint(v, f'each {name}', low)} in {name}={shown(value)}; "
+                f"{text_hint(v, f'each {name}', low)} in {name}={_shown_all(value)}; "
                 f"pass the per-channel {name} the images were normalised with, e.g. {_CIFAR}."
             )
         out.append(number)

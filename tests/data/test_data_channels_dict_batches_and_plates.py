@@ -6,6 +6,7 @@ in house words, and naming where a model function reads its num_data; the IDX ca
 from __future__ import annotations
 
 import collections
+import re
 import time
 
 import pyro
@@ -61,6 +62,20 @@ def test_rotate_tells_a_string_of_a_number_what_to_pass():
     told = r"got '0.25' \(a string: pass the float 0.25\) in std=\(0.25, '0.25', 0.25\); "
     with pytest.raises(ValueError, match=told):
         rotate(_RGB, 20, mean=0.5, std=(0.25, "0.25", 0.25))
+
+
+def test_rotate_shows_a_huge_int_among_the_channels_shortly():
+    # it was written out in 401 digits inside the list (and 10**5000 raised Python's "Exceeds
+    # the limit (4300 digits) for integer string conversion" instead of the refusal)
+    told = "got about 10**400 in mean=[0.5, 0.5, about 10**400]; pass the per-channel mean"
+    with pytest.raises(ValueError, match=re.escape(told)):
+        rotate(_RGB, 20, mean=[0.5, 0.5, 10**400], std=0.25)
+    told = "got about 10**5000 in std=(0.25, 0.25, about 10**5000); pass the per-channel std"
+    with pytest.raises(ValueError, match=re.escape(told)):
+        rotate(_RGB, 20, mean=0.5, std=(0.25, 0.25, 10**5000))
+    told = "got 4 ([0.5, 0.5, about 10**400, 1]); pass one value per channel"
+    with pytest.raises(ValueError, match=re.escape(told)):
+        rotate(_RGB, 20, mean=[0.5, 0.5, 10**400, 1], std=0.25)
 
 
 # --------------------------------------------------------------------------------------------
