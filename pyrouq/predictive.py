@@ -36,6 +36,7 @@ from pyrouq._input_cast import (
 from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch, inputs_fix, restated
+from pyrouq._one_at_a_time import one_at_a_time
 from pyrouq._param_store import forget_params_since
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
@@ -216,6 +217,7 @@ def _to(part: Any, device: torch.device | None) -> Any:
 
 @torch.no_grad()
 @under_cpu_default
+@one_at_a_time
 def predict(
     model: nn.Module | Any,
     x: Tensor | Iterable,

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._meta_device import real_device
 from pyrouq._numbers import finite_float, finite_number, is_one_number, one_number, shown
+from pyrouq._one_at_a_time import one_at_a_time
 from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, rng_state, set_rng_state
 from pyrouq.uncertainty import Measure, decompose
@@ -168,6 +169,7 @@ DEFAULT_ANGLES: tuple[int, ...] = tuple(range(0, 181, 15))
 _ROTATION_KEYS = ("angle", "acc", "ece", "epistemic", "total")
 
 
+@one_at_a_time
 @torch.no_grad()
 def evaluate_rotations(
     model: nn.Module | Any,

@@ -17,6 +17,7 @@ from torch import Tensor
 from pyrouq._batchnorm import alone_in_its_batch
 from pyrouq._default_device import under_cpu_default
 from pyrouq._meta_device import real_device
+from pyrouq._one_at_a_time import one_at_a_time
 from pyrouq._own_models import name_of
 from pyrouq._runners import is_ensemble as _is_ensemble
 from pyrouq._seeded import draw_devices, seeded
@@ -74,6 +75,7 @@ from pyrouq.diagnostics._store import _LATENT, _Draws, _sample_obs, _store_logit
 # --------------------------------------------------------------------------------------------
 
 
+@one_at_a_time
 @under_cpu_default
 @torch.no_grad()
 def to_inference_data(

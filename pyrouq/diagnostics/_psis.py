@@ -15,6 +15,7 @@ from torch import Tensor
 
 from pyrouq._default_device import under_cpu_default
 from pyrouq._meta_device import real_device
+from pyrouq._one_at_a_time import one_at_a_time
 from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int
@@ -258,6 +259,7 @@ def _check_spread(first: dict[str, Tensor], second: dict[str, Tensor], fn: str) 
         )
 
 
+@one_at_a_time
 @under_cpu_default
 @torch.no_grad()
 def psis_diagnostic(

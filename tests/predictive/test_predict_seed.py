@@ -344,3 +344,111 @@ def test_evaluate_rotations_seed_repeats_and_keeps_the_global_state():
     assert evaluate_rotations(model, x, y, guide, **options) == first
     with pytest.raises(ValueError, match=r"^evaluate_rotations\(\): expected seed to be an "):
         evaluate_rotations(model, x, y, guide, seed=-1, **options)
+
+
+def _two_threads_inside(model, first, second):
+    """Run ``first()`` on one thread and ``second()`` on another, each a call that runs
+    ``model``'s first Linear layer, so that (where nothing stops them) the second enters while
+    the first is inside, and the first ends while the second is inside; where the calls run
+    one at a time, the first goes on after 0.5 s of waiting."""
+    import threading
+
+    layer = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+    names = {}
+
+    def hook(module, args):
+        who = names.get(threading.get_ident())
+        if who == "first" and not first_in.is_set():
+            first_in.set()
+            second_in.wait(0.5)  # (a timeout: one at a time, the second cannot come in)
+        elif who == "second" and not second_in.is_set():
+            second_in.set()
+            first_done.wait(30)
+
+    def run(name, call, after):
+        names[threading.get_ident()] = name
+        if name == "second":
+            first_in.wait(30)
+        call()
+        after.set()
+
+    handle = layer.register_forward_pre_hook(hook)
+    try:
+        threads = [
+            threading.Thread(target=run, args=("first", first, first_done)),
+            threading.Thread(target=run, args=("second", second, threading.Event())),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_predict_on_two_threads_at_once_leaves_the_modes_validation_and_streams_as_they_were(
+    seeded,
+):
+    """Two threads predicting at once: the first to end put back the model's mode and Pyro's
+    validation flag it had found, and the second then its own, those the first had set: the
+    model was left in eval mode and Pyro's validation off for good, and (with seed=) torch's
+    global stream at the first call's seeded state. The calls now run one at a time."""
+    from pyro.infer import is_validation_enabled
+
+    torch.manual_seed(0)
+    model, guide = _bayesian()
+    x, _ = toy_data(8)
+    seeds = (1, 2) if seeded else (None, None)
+    alone = [predict(model, x, guide, num_samples=3, progress=False, seed=s) for s in seeds]
+    got = {}
+
+    def call(i):
+        return lambda: got.update({i: predict(model, x, guide, 3, progress=False, seed=seeds[i])})
+
+    model.train()
+    state = torch.get_rng_state()
+    with pyro.validation_enabled(True):
+        _two_threads_inside(model, call(0), call(1))
+        assert model.training and is_validation_enabled()
+    if seeded:
+        assert torch.equal(torch.get_rng_state(), state)
+        assert _same(got[0], alone[0]) and _same(got[1], alone[1])
+
+
+def test_predict_in_a_child_forked_while_another_thread_predicts_does_not_wait():
+    """The lock that keeps predict() calls one at a time is a fresh one in a forked child: the
+    parent's thread holding it does not exist there."""
+    import multiprocessing
+    import threading
+
+    from pyrouq import _one_at_a_time
+
+    torch.manual_seed(0)
+    model, guide = _bayesian()
+    x, _ = toy_data(8)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with _one_at_a_time._lock:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    try:
+        child = multiprocessing.get_context("fork").Process(
+            target=predict, args=(model, x, guide, 2), kwargs={"progress": False, "seed": 0}
+        )
+        child.start()
+        child.join(20)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+    finally:
+        release.set()
+        holder.join(30)
+    assert not alive and child.exitcode == 0
