@@ -85,6 +85,15 @@ def register_guide(cls: type) -> type:
     return cls
 
 
+def _same_class(registered: type | None, cls: type) -> bool:
+    """Whether ``cls`` is the guide class registered under its name, or that class as it was
+    before its module was reloaded (``importlib.reload(pyrouq.infer.guide)`` in a notebook
+    registers the new class; a guide built before it is of the old one)."""
+    if registered is None or registered is cls:
+        return registered is not None
+    return (cls.__module__, cls.__qualname__) == (registered.__module__, registered.__qualname__)
+
+
 def _front_doors() -> dict[str, type]:
     return {
         cls.__name__: cls
@@ -221,7 +230,7 @@ def describe_guide(guide: Any) -> dict[str, Any] | None:
     """The JSON description of a guide (a :class:`~pyrouq.MeanFieldGuide`)."""
     if guide is None:
         return None
-    if _GUIDES.get(type(guide).__name__) is not type(guide):
+    if not _same_class(_GUIDES.get(type(guide).__name__), type(guide)):
         raise CheckpointError(
             f"save() can store a MeanFieldGuide, got {type(guide).__name__}. Build the guide "
             "with mean_field_guide(model), or save its state yourself (pyro.get_param_store())."

@@ -247,4 +247,34 @@ def test_a_registered_subclass_of_the_guide_still_loads(tmp_path):
             param.mul_(1.5)
     restored = load(save(tmp_path / "s.pt", model, guide))
     assert type(restored.guide) is _Audit9Guide and restored.guide.tag == "b"
+
+
+def test_a_guide_built_before_its_module_was_reloaded_is_saved(tmp_path, monkeypatch):
+    """importlib.reload() of the module of a registered guide class (pyrouq.infer.guide's
+    MeanFieldGuide, or one's own, in a notebook) registers the new class under the name: a
+    guide built before it was refused by save() and fit(checkpoint=), in self-contradicting
+    words ("save() can store a MeanFieldGuide, got MeanFieldGuide"). It is saved now, and
+    loads as the class the module now has."""
+    import importlib
+
+    (tmp_path / "reloaded_guide_module.py").write_text(
+        "from pyrouq import MeanFieldGuide\n"
+        "from pyrouq.checkpoint import register_guide\n\n\n"
+        "@register_guide\n"
+        "class ReloadedGuide(MeanFieldGuide):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("reloaded_guide_module")
+    torch.manual_seed(4)
+    model = BayesianMLP(in_features=3, hidden_features=4, out_features=2)
+    guide = module.ReloadedGuide(model, init_scale=0.3)
+    x = torch.randn(5, 3)
+    before = predict(model, x, guide, num_samples=3, progress=False, seed=0)
+    module = importlib.reload(module)
+    assert type(guide) is not module.ReloadedGuide  # (the old class)
+    restored = load(save(tmp_path / "g.pt", model, guide))
+    assert type(restored.guide) is module.ReloadedGuide
+    again = predict(restored.model, x, restored.guide, num_samples=3, progress=False, seed=0)
+    assert torch.equal(again.probs, before.probs)
     _equal_states(restored.guide, guide)
