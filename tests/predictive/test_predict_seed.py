@@ -452,3 +452,18 @@ def test_predict_in_a_child_forked_while_another_thread_predicts_does_not_wait()
         release.set()
         holder.join(30)
     assert not alive and child.exitcode == 0
+
+
+def test_to_inference_data_on_two_threads_at_once_leaves_the_global_stream_as_it_was():
+    """As predict(): two seeded exports at once left torch's global stream at the first
+    export's seeded state (the second put back what it had found, the first's fork)."""
+    torch.manual_seed(0)
+    model, guide = _bayesian()
+    x, y = toy_data(8)
+    state = torch.get_rng_state()
+    _two_threads_inside(
+        model,
+        lambda: to_inference_data(model, guide, x, y, num_samples=3, seed=1),
+        lambda: to_inference_data(model, guide, x, y, num_samples=3, seed=2),
+    )
+    assert torch.equal(torch.get_rng_state(), state)
