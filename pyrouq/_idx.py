@@ -136,9 +136,12 @@ def _locate(
     split: str,
     root: str | os.PathLike[str] | None,
     download: bool | None,
+    both: bool = False,
 ) -> tuple[Path, Path]:
     """The split's two files; ``download`` None: the caller has no download option (the
-    message then does not offer one)."""
+    message then does not offer one). ``both``: the caller reads both splits from this root
+    (the loaders), so root=None helps only where both are bundled (Fashion-MNIST's train split
+    is not: leaving root=None out of a loader's call fails on it)."""
     if split not in _FILES:
         hint = slip_hint(split, _FILES)
         raise ValueError(
@@ -180,7 +183,10 @@ def _locate(
             else:
                 layout = f"pass a root= in torchvision layout (<root>/{folder}/raw/{name}[.gz])"
                 others = []
-                if _find(_BUNDLED_ROOT, folder, name) is not None:  # the split is bundled
+                splits = _FILES if both else {split: names}
+                if all(  # the split is bundled, and so is any other the caller reads
+                    _find(_BUNDLED_ROOT, folder, n) for files in splits.values() for n in files
+                ):
                     others.append(
                         "unset $PYROUQ_DATA to use the bundled copy"
                         if origin == "$PYROUQ_DATA"
@@ -267,9 +273,13 @@ _CACHE: dict[tuple[Path, Path], tuple[tuple[int, ...], torch.Tensor, torch.Tenso
 
 
 def _arrays(
-    folder: str, split: str, root: str | os.PathLike[str] | None, download: bool | None = None
+    folder: str,
+    split: str,
+    root: str | os.PathLike[str] | None,
+    download: bool | None = None,
+    both: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    images_path, labels_path = _locate(folder, split, root, download)
+    images_path, labels_path = _locate(folder, split, root, download, both)
     key = (images_path.resolve(), labels_path.resolve())
     # ctime too: a file rewritten in place with its mtime restored (cp -p, os.utime) has a new
     # one, which no one can set back, and a stale cache would serve the old pixels silently

@@ -449,7 +449,7 @@ def _make_loaders(
         seed = check_seed(seed, caller)
     check_device(device, caller)
     train_x, train_y = _arrays(folder, "train", root, download)
-    test_x, test_y = _arrays(folder, "test", root, download)
+    test_x, test_y = _arrays(folder, "test", root, download, both=True)
     if train_size is not None:
         n = train_x.shape[0]
         if not is_integer(train_size) or not (1 <= train_size <= n):
@@ -536,8 +536,8 @@ def load_fashion_mnist(
 
     Normalisation uses the MNIST statistics on purpose: Fashion-MNIST serves as the
     out-of-distribution set of a model trained on MNIST, so it must go through the same
-    preprocessing. Only the test split is bundled: the train split needs a ``root`` holding
-    ``FashionMNIST/raw/train-*``. To get the bundled test split alone, use
+    preprocessing. Only the test split is bundled: ``root`` must hold both splits,
+    ``FashionMNIST/raw/train-*`` and ``t10k-*``. To get the bundled test split alone, use
     :func:`fashion_mnist_arrays` or :func:`ood_loader`.
     """
     return _make_loaders(

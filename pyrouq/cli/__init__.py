@@ -124,7 +124,8 @@ def _load_data(dataset: str, batch_size: int, args: argparse.Namespace, device: 
         ):
             raise CommandError(
                 "--dataset fashion-mnist trains on the Fashion-MNIST train split, which pyrouq "
-                "does not bundle; pass --data-root DIR holding FashionMNIST/raw/train-*"
+                "does not bundle; pass --data-root DIR holding FashionMNIST/raw/train-* and t10k-* "
+                "(both splits: the run is evaluated on the test split of the same folder)"
             ) from None
         bundled = dataset == "mnist"
         raise _missing_data(err, dataset, bundled=bundled, root=args.data_root) from None

@@ -181,7 +181,8 @@ def _build_parser() -> _Parser:
     )  # fmt: skip
     fit.add_argument(
         "--dataset", choices=DATASETS, default="mnist",
-        help="training data; fashion-mnist needs --data-root with its train split (OOD: MNIST)",
+        help="training data; fashion-mnist needs --data-root with its train and test splits "
+        "(OOD: MNIST)",
     )  # fmt: skip
     fit.add_argument("--epochs", type=_positive_int("--epochs"), help="default per model")
     fit.add_argument("--batch-size", type=_positive_int("--batch-size"), help="default per model")

@@ -669,6 +669,8 @@ def test_factory_errors(tmp_path, capsys):
     assert "--method" in run_exit(["fit", "_factories:tiny_residual", "--method", "deep"], capsys)
     err = one_line_error(capsys, 2, ["fit", "mlp", "--dataset", "fashion-mnist", *out])
     assert "which pyrouq does not bundle; pass --data-root" in err
+    # both splits: a folder of train-* alone (as once told) was refused next for its test split
+    assert "holding FashionMNIST/raw/train-* and t10k-* (both splits: the run is" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 

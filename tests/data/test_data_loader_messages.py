@@ -177,3 +177,33 @@ def test_a_download_without_a_network_says_where_the_files_go_and_what_to_do(
     with pytest.raises(RuntimeError):
         load(root=tmp_path, download=True)
     assert [p.name for p in tmp_path.rglob("*")] == [folder, "raw", "notes.txt"]
+
+
+def test_a_loader_root_of_fashion_mnists_train_split_alone_is_not_told_to_leave_root_none(
+    tmp_path, monkeypatch
+):
+    """load_fashion_mnist(root=) on a folder of the train split alone (the test split being
+    bundled) was told 'leave root=None to use the bundled copy' (or 'unset $PYROUQ_DATA'):
+    followed, that fails on the train split, which is not bundled. It is told what the folder
+    lacks; fashion_mnist_arrays('test'), which reads that split alone, keeps the advice."""
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    header = (0x803).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (2, 28, 28))
+    (raw / "train-images-idx3-ubyte").write_bytes(header + bytes(2 * 28 * 28))
+    labels = (0x801).to_bytes(4, "big") + (2).to_bytes(4, "big") + bytes([3, 7])
+    (raw / "train-labels-idx1-ubyte").write_bytes(labels)
+    lacks = "(<root>/FashionMNIST/raw/t10k-images-idx3-ubyte[.gz]) or pass download=True."
+    with pytest.raises(FileNotFoundError, match="FashionMNIST test file not found") as err:
+        load_fashion_mnist(root=tmp_path)
+    assert str(err.value).endswith(f"To fix: pass a root= in torchvision layout {lacks}")
+    with pytest.raises(FileNotFoundError, match="FashionMNIST train file not found"):
+        load_fashion_mnist()  # (the advice it had: the train split is not bundled)
+    monkeypatch.setenv("PYROUQ_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as err:
+        load_fashion_mnist()
+    assert str(err.value).endswith(lacks) and "unset $PYROUQ_DATA" not in str(err.value)
+    monkeypatch.delenv("PYROUQ_DATA")
+    with pytest.raises(FileNotFoundError, match=r"or leave root=None to use the bundled copy\.$"):
+        pyrouq.fashion_mnist_arrays("test", root=tmp_path)  # the test split alone: it is
+    assert pyrouq.fashion_mnist_arrays("test")[1].shape == (10000,)
