@@ -416,7 +416,7 @@ def check_class_fields(threshold: object, lam: object, k_reg: object, classes: o
     if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(
             f"{where}: expected k_reg, the ranks free of penalty, an integer >= 0, got "
-            f"{k_reg!r}{tensor_hint(k_reg)}."
+            f"{k_reg!r}{tensor_hint(k_reg, integer=True)}."
         )
     check_at_most(f"{where}'s k_reg", int(k_reg), "Pass e.g. k_reg=1.")
     if classes is not None and (not is_integer(classes) or classes < 1):
@@ -432,7 +432,7 @@ def check_count(count: object, where: str) -> int | None:
     if count is not None and (not is_integer(count) or count < 1):
         raise ValueError(
             f"{where}: expected num_calibration, the number of calibration inputs, to be None "
-            f"or an integer >= 1, got {count!r}{tensor_hint(count)}."
+            f"or an integer >= 1, got {count!r}{tensor_hint(count, integer=True)}."
         )
     if count is not None:
         check_at_most(f"{where}'s num_calibration", int(count), "Pass n, or None.")

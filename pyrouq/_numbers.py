@@ -72,13 +72,15 @@ def check_elements(what: str, sizes: dict[str, int], hint: str) -> None:
         )
 
 
-def tensor_hint(value: object) -> str:
-    """For the message refusing ``value``: what to do when it is a tensor, else ``""``."""
-    return (
-        " (a tensor: pass a Python number, e.g. float(t) or int(t))"
-        if torch.is_tensor(value)
-        else ""
-    )
+def tensor_hint(value: object, *, integer: bool = False) -> str:
+    """For the message refusing ``value``: what to do when it is a tensor, else ``""``;
+    ``integer``: the argument takes an integer alone, so ``int(t)`` (``float(t)``, 5.0, is
+    refused as no integer)."""
+    if not torch.is_tensor(value):
+        return ""
+    if integer:
+        return " (a tensor: pass a Python integer, int(t))"
+    return " (a tensor: pass a Python number, e.g. float(t) or int(t))"
 
 
 def text_hint(

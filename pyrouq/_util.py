@@ -41,7 +41,8 @@ def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> int
     if not is_integer(value) or value < minimum:
         expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ValueError(
-            f"Expected {name} to be {expected}, got {value!r}{tensor_hint(value)}.{_space(hint)}"
+            f"Expected {name} to be {expected}, got {value!r}"
+            f"{tensor_hint(value, integer=True)}.{_space(hint)}"
         )
     check_at_most(name, int(value), hint)
     return int(value)
@@ -91,7 +92,7 @@ def check_seed(value: object, where: str) -> int:
     if not is_integer(value) or not 0 <= value <= MAX_SEED:
         raise ValueError(
             f"{where}: expected seed to be an integer in [0, 2**32 - 1], got {value!r}"
-            f"{tensor_hint(value)}. Pass "
+            f"{tensor_hint(value, integer=True)}. Pass "
             "e.g. seed=0."
         )
     return int(value)
@@ -111,8 +112,8 @@ def check_count(name: str, value: object, hint: str = "") -> int:
     """Like :func:`check_int` with ``minimum=1``, worded "an integer >= 1" (counts of things)."""
     if not is_integer(value) or value < 1:
         raise ValueError(
-            f"Expected {name} to be an integer >= 1, got {value!r}{tensor_hint(value)}."
-            f"{_space(hint)}"
+            f"Expected {name} to be an integer >= 1, got {value!r}"
+            f"{tensor_hint(value, integer=True)}.{_space(hint)}"
         )
     check_at_most(name, int(value), hint)
     return int(value)

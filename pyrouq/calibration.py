@@ -559,7 +559,7 @@ def conformal(
     if not is_integer(k_reg) or k_reg < 0:
         raise ValueError(
             f"Expected k_reg, the ranks free of penalty, an integer >= 0, got {k_reg!r}"
-            f"{tensor_hint(k_reg)}."
+            f"{tensor_hint(k_reg, integer=True)}."
         )
     check_at_most("k_reg", int(k_reg), "Pass e.g. k_reg=1 (a k_reg >= C leaves every rank free).")
     if isinstance(val_preds, GaussianPredictions):

@@ -455,7 +455,7 @@ def _make_loaders(
         if not is_integer(train_size) or not (1 <= train_size <= n):
             raise ValueError(
                 f"Expected train_size to be an integer in [1, {n}], got {train_size!r}"
-                f"{tensor_hint(train_size)}. "
+                f"{tensor_hint(train_size, integer=True)}. "
                 "Pass None for the whole training split."
             )
         train_x, train_y = train_x[:train_size], train_y[:train_size]

@@ -211,7 +211,7 @@ def _check_bins(num_bins: Any) -> int:
     if not is_integer(num_bins) or num_bins < 1:
         raise ValueError(
             f"Expected num_bins to be a positive integer, got {num_bins!r}"
-            f"{tensor_hint(num_bins)}. The reported figures use {NUM_BINS}."
+            f"{tensor_hint(num_bins, integer=True)}. The reported figures use {NUM_BINS}."
         )
     if num_bins > 2**53:
         raise ValueError(

@@ -130,7 +130,7 @@ def plot_regression(
     if not is_integer(output) or not 0 <= output < p.num_outputs:
         raise ValueError(
             f"Expected output in [0, {p.num_outputs}), one of the predictions' outputs, got "
-            f"{output!r}{tensor_hint(output)}."
+            f"{output!r}{tensor_hint(output, integer=True)}."
         )
     if (sd := finite_float(num_sd)) is None or sd <= 0:  # inf: bands drawn as nothing
         raise ValueError(

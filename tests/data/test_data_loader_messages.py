@@ -40,8 +40,34 @@ def test_integer_indices_of_numpy_and_torch_read_the_same_example(test_set):
 
 
 def test_a_train_size_given_as_a_tensor_is_told_to_pass_a_python_number():
-    with pytest.raises(ValueError, match=r"got tensor\(5\) \(a tensor: pass a Python number"):
+    with pytest.raises(ValueError, match=r"got tensor\(5\) \(a tensor: pass a Python integer"):
         load_mnist(train_size=torch.tensor(5))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda n: load_mnist(train_size=n),
+        lambda n: pyrouq.ArrayLoader(torch.zeros(8, 2), torch.zeros(8), batch_size=n),
+        lambda n: pyrouq.train_test_split(torch.zeros(8, 2), torch.zeros(8), seed=n),
+        lambda n: pyrouq.plot_reliability(
+            torch.tensor([[0.9, 0.1]]), torch.tensor([0]), num_bins=n
+        ),
+        lambda n: pyrouq.metrics.ece(torch.tensor([[0.9, 0.1]]), torch.tensor([0]), num_bins=n),
+    ],
+)
+def test_an_integer_given_as_a_tensor_is_told_int_t_alone(call):
+    # was "e.g. float(t) or int(t)", and float(t), 5.0, was refused as no integer in turn
+    with pytest.raises(ValueError, match=r"got tensor\(5\) \(a tensor: pass a Python integer, "
+                       r"int\(t\)\)\."):  # fmt: skip
+        call(torch.tensor(5))
+    with pytest.raises(ValueError, match=r"got 5\.0"):  # what float(t) would have passed
+        call(5.0)
+    result = call(int(torch.tensor(5)))  # what it says works
+    if hasattr(result, "savefig"):
+        import matplotlib.pyplot as plt
+
+        plt.close(result)
 
 
 @pytest.mark.parametrize("cls", [Categorical, Gaussian])

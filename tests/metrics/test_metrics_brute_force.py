@@ -89,7 +89,7 @@ def test_ood_scores_as_arrays_are_told_to_become_tensors():
 def test_a_tensor_num_bins_gets_the_tensor_hint():
     with pytest.raises(
         ValueError,
-        match=r"got tensor\(3\) \(a tensor: pass a Python number, e\.g\. float\(t\) or int\(t\)\)"
+        match=r"got tensor\(3\) \(a tensor: pass a Python integer, int\(t\)\)"
         r"\. The reported figures use 15\.",
     ):
         ece(PROBS, torch.tensor([0, 1]), num_bins=torch.tensor(3))  # type: ignore[arg-type]

@@ -65,11 +65,18 @@ def test_a_scaler_with_a_nan_mean_is_refused_as_such_by_inverse():
         scaler.inverse(p)
 
 
-@pytest.mark.parametrize("kwargs", [{"output": torch.tensor(1)}, {"num_sd": torch.tensor(2.0)}])
-def test_plot_regression_says_a_tensor_argument_is_a_tensor(kwargs):
+@pytest.mark.parametrize(
+    ("kwargs", "fix"),
+    [
+        ({"output": torch.tensor(1)}, r"\(a tensor: pass a Python integer, int\(t\)\)"),
+        ({"num_sd": torch.tensor(2.0)}, r"\(a tensor: pass a Python number, e\.g\. float\(t\)"),
+    ],
+)
+def test_plot_regression_says_a_tensor_argument_is_a_tensor(kwargs, fix):
     # "Expected output in [0, 2) ..., got tensor(1)": a value in range, refused without a reason
+    # (output an integer: float(t), 1.0, is refused in turn)
     p = GaussianPredictions(torch.zeros(2, 3, 2), torch.ones(2, 3, 2))
-    with pytest.raises(ValueError, match=r"\(a tensor: pass a Python number"):
+    with pytest.raises(ValueError, match=fix):
         plot_regression(p, torch.arange(3.0), **kwargs)
 
 
