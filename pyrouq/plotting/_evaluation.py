@@ -363,9 +363,15 @@ def plot_uncertainty_distributions(
                     label=label,
                 )
             else:
+                # from 0 at the smallest value, as matplotlib's Axes.ecdf draws it: without
+                # that jump one input drew a lone point (nothing), and N inputs began at 1/N
                 xs = np.sort(data)
                 ax.step(
-                    xs, np.arange(1, xs.size + 1) / xs.size, where="post", color=color, label=label
+                    np.concatenate([xs[:1], xs]),
+                    np.arange(xs.size + 1) / xs.size,
+                    where="post",
+                    color=color,
+                    label=label,
                 )
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(f"{name} uncertainty")

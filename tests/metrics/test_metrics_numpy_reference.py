@@ -325,9 +325,10 @@ def test_uncertainty_ecdfs_are_the_decompositions_and_titles_the_evaluated_auroc
         line_in, line_out = ax.lines
         for line, parts in ((line_in, parts_in), (line_out, parts_out)):
             values = np.sort(getattr(parts, name).numpy())
-            np.testing.assert_allclose(line.get_xdata(), values, rtol=1e-12, atol=1e-15)
+            xs = np.concatenate([values[:1], values])  # the jump from 0 at the first too
+            np.testing.assert_allclose(line.get_xdata(), xs, rtol=1e-12, atol=1e-15)
             n = values.size
-            np.testing.assert_allclose(line.get_ydata(), np.arange(1, n + 1) / n)
+            np.testing.assert_allclose(line.get_ydata(), np.arange(n + 1) / n)
         assert (line_in.get_label(), line_out.get_label()) == ("in-distribution", "OOD")
         assert ax.get_ylabel() == "fraction of inputs ≤ x"
         assert ax.get_xlabel() == f"{name} uncertainty"
@@ -336,6 +337,24 @@ def test_uncertainty_ecdfs_are_the_decompositions_and_titles_the_evaluated_auroc
             assert ax.get_title() == f"{name} (entropy)\nOOD AUROC {auroc:.2%}"
     fig = plot_uncertainty_distributions(p_in, p_out)
     assert {ax.get_ylabel() for ax in fig.axes} == {"density"}
+
+
+def test_uncertainty_ecdfs_start_from_0_as_matplotlibs_ecdf_draws_them():
+    # the step began at 1/N at the smallest value: one input drew a lone point, nothing at all
+    p = torch.tensor([[[0.3, 0.7], [0.5, 0.5], [0.9, 0.1]], [[0.6, 0.4], [0.5, 0.5], [0.8, 0.2]]])
+    for n in (1, 3):
+        fig = plot_uncertainty_distributions(p[:, :n], kind="ecdf")
+        for ax, name in zip(fig.axes[:2], ("total", "aleatoric"), strict=True):
+            (line,) = ax.lines
+            values = getattr(pyrouq.decompose(p[:, :n].double()), name).numpy()
+            _, ref = plt.subplots()
+            want = ref.ecdf(values)  # matplotlib's own ECDF of the same values
+            np.testing.assert_allclose(line.get_xdata(), want.get_xdata(), rtol=1e-12)
+            np.testing.assert_allclose(line.get_ydata(), want.get_ydata())
+            assert line.get_drawstyle() == want.get_drawstyle() == "steps-post"
+            assert line.get_ydata()[0] == 0.0 and line.get_ydata()[-1] == 1.0
+            plt.close(ref.figure)
+        plt.close(fig)
 
 
 def test_refused_plots_leave_no_figure_open():
