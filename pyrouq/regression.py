@@ -192,8 +192,11 @@ class GaussianPredictions:
 
     @property
     def mean(self) -> Tensor:
-        """The predictive mean ``(N, D)``: the mean of the draws' means."""
-        return self.loc.mean(0)
+        """The predictive mean ``(N, D)``: the mean of the draws' means, kept within their
+        range (S identical draws give their value, not their sum / S, which can be an ulp off)."""
+        mean = self.loc.mean(0)
+        inside = mean.detach().clamp(self.loc.detach().amin(0), self.loc.detach().amax(0))
+        return mean + (inside - mean).detach()  # (the value: inside; the gradient: the mean's)
 
     @property
     def aleatoric_variance(self) -> Tensor:

@@ -166,3 +166,19 @@ def test_a_level_near_0_or_1_is_a_tail_quantile_not_a_tie(level):
     loc = torch.zeros(1, 1, 1, dtype=torch.float64)
     q = GaussianPredictions(loc, torch.ones_like(loc)).quantile(level)
     assert float(q) == pytest.approx(stats.norm.ppf(level), rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_mean_of_identical_draws_is_their_value_and_covers_itself(dtype):
+    # the sum over 7 draws / 7 was an ulp off the draw for about half of these values, and a
+    # target equal to the mean fell outside the point masses' width-0 intervals [draw, draw]
+    value = 10 * torch.randn(200, 1, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    loc = value.expand(7, 200, 1).clone().requires_grad_()
+    tiny = 1e-300 if dtype == torch.float64 else 1e-45  # point masses: scales of ~0
+    preds = GaussianPredictions(loc, torch.full_like(loc, tiny))
+    assert torch.equal(preds.mean, value)
+    scores = preds.evaluate(preds.mean.detach())
+    assert (scores["coverage_50"], scores["coverage_90"], scores["width_90"]) == (1.0, 1.0, 0.0)
+    assert scores["rmse"] == 0.0  # (float64: 1.3e-15)
+    preds.mean.sum().backward()  # the gradient is the mean's own: 1 / S per draw
+    assert torch.equal(loc.grad, torch.full_like(loc, 1 / 7))
