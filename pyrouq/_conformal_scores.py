@@ -143,7 +143,7 @@ def _adaptive_scores(pbar: Tensor, u: Tensor, lam: float | None, k_reg: int) -> 
 def _regression_scores(preds: GaussianPredictions, y: Tensor, score: str, alpha: float) -> Tensor:
     if score == "abs":
         wide = preds.double()  # moments in float64
-        return (y - wide.mean).abs() / wide.stddev
+        return abs_score((y - wide.mean).abs(), wide.stddev)
     lo, hi = preds.interval(1 - alpha)
     return torch.maximum(lo - y, y - hi)
 
@@ -191,6 +191,12 @@ def check_regression_threshold(
     )
 
 
+def abs_score(residual: Tensor, stddev: Tensor) -> Tensor:
+    """The "abs" score ``residual / stddev``, 0 where both are 0: a target at the mean of a
+    point mass (a stddev of 0) is inside its width-0 interval (the quotient is 0 / 0, NaN)."""
+    return torch.where(residual == 0, torch.zeros_like(residual), residual / stddev)
+
+
 def _last_inside(centre: Tensor, spread: Tensor, threshold: Tensor) -> Tensor:
     """The largest float64 ``y`` whose score ``(y - centre) / spread``, computed in float64, is
     at most ``threshold``: the upper bound of an interval that holds a target exactly when
@@ -205,7 +211,7 @@ def _last_inside(centre: Tensor, spread: Tensor, threshold: Tensor) -> Tensor:
     inside, outside = start - slack, start + slack  # score at most, and above, the threshold
     for _ in range(64):  # to adjacent floats, but for a bound near 0 found by cancellation
         mid = inside + (outside - inside) / 2
-        ok = (mid - centre) / spread <= threshold
+        ok = abs_score(mid - centre, spread) <= threshold  # (mid at a point mass: inside)
         inside, outside = torch.where(ok, mid, inside), torch.where(ok, outside, mid)
     return torch.where(finite, inside, start)
 

@@ -405,8 +405,8 @@ class ConformalClassifier:
 class ConformalRegressor:
     """Split-conformal intervals for Gaussian predictions (made by :func:`conformal`).
 
-    * ``"abs"``: normalised residuals ``|y - mean| / sd`` of the predictive mixture; intervals
-      ``mean +- threshold * sd``;
+    * ``"abs"``: normalised residuals ``|y - mean| / sd`` of the predictive mixture (0 for a
+      target at the mean of point masses, sd 0); intervals ``mean +- threshold * sd``;
     * ``"cqr"``: conformalised quantiles (Romano et al., 2019) of the mixture, ``lo`` and
       ``hi`` its ``alpha / 2`` and ``1 - alpha / 2`` quantiles; score ``max(lo - y, y - hi)``;
       intervals ``[lo - threshold, hi + threshold]``.

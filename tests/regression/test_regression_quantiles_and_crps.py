@@ -182,3 +182,17 @@ def test_the_mean_of_identical_draws_is_their_value_and_covers_itself(dtype):
     assert scores["rmse"] == 0.0  # (float64: 1.3e-15)
     preds.mean.sum().backward()  # the gradient is the mean's own: 1 / S per draw
     assert torch.equal(loc.grad, torch.full_like(loc, 1 / 7))
+
+
+def test_abs_intervals_of_float64_point_masses_hold_their_mean_with_width_0():
+    # scales below ~1e-154 square to a stddev of 0: the scores of targets at the mean were
+    # 0 / 0 (conformal() refused the NaN threshold) and every interval came out empty, lo > hi
+    loc = torch.tensor([[[-1.5], [0.0], [2.0]]] * 3, dtype=torch.float64)
+    preds = GaussianPredictions(loc, torch.full_like(loc, 1e-300), loc[0])
+    assert float(preds.double().stddev.max()) == 0.0
+    predictor = conformal(preds, alpha=0.5, score="abs")
+    assert predictor.threshold.tolist() == [0.0]
+    for threshold in (0.0, 1.5):
+        lo, hi = ConformalRegressor("abs", 0.2, torch.tensor([threshold])).intervals(preds)
+        assert lo.tolist() == hi.tolist() == [[-1.5], [0.0], [2.0]]
+        assert coverage((lo, hi), preds.targets) == 1.0
