@@ -19,11 +19,11 @@ from pyrouq.metrics import (
     _error_counts,
     _prepare,
     aurc,
-    check_same_draws,
     ece,
     equal_width_bins,
     ood_auroc,
     risk_at_80_cov,
+    warn_other_draws,
 )
 from pyrouq.plotting._common import (
     _COMPONENTS,
@@ -257,10 +257,13 @@ def plot_uncertainty_distributions(
     in_dist : Predictions or Tensor
         ``(S, N, C)`` (or ``(N, C)``) probabilities on in-distribution inputs.
     ood : Predictions or Tensor, optional
-        ``(S, M, C)`` probabilities on out-of-distribution inputs, with the S of ``in_dist``
-        (the epistemic panel compares the draws' disagreement, which grows with S, and the
-        total panel with it; ``(M, C)`` is one draw). The OOD inputs themselves (images, a
-        loader) are refused: pass ``predict(model, ood_inputs, guide)``.
+        ``(S, M, C)`` probabilities on out-of-distribution inputs, best with the S of
+        ``in_dist`` (``(M, C)`` is one draw). With another S the total panel warns as
+        ``evaluate(..., ood_score="entropy")`` does (the mean of more disagreeing draws is
+        less certain), and the epistemic panel, the draws' disagreement, which grows with S,
+        draws no OOD series (as ``ood_score="mutual_information"`` is refused); the aleatoric
+        panel, a mean over the draws, compares. The OOD inputs themselves (images, a loader)
+        are refused: pass ``predict(model, ood_inputs, guide)``.
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
         Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
     kind : {"hist", "ecdf"}, default "hist"
@@ -300,7 +303,7 @@ def plot_uncertainty_distributions(
     p_in = _probs(in_dist, "in_dist")
     one_draw = p_in.shape[0] == 1  # its epistemic part is 0 for every input: not drawn
     parts_in = decompose(p_in, measure)
-    parts_out = None
+    parts_out, other_draws = None, False
     if ood is not None:  # (the OOD inputs themselves, or a loader of them: told to predict)
         check_ood_predictions(ood, p_in.shape[-1], "plot_uncertainty_distributions()")
         p_out = _probs(ood, "ood")
@@ -310,14 +313,8 @@ def plot_uncertainty_distributions(
                 f"Expected ood with C={p_in.shape[-1]} classes like in_dist, got shape "
                 f"{tuple(given.shape)}; predict both with the same model."
             )
-        check_same_draws(  # (the total's mean grows with S as the epistemic part's does)
-            p_in,
-            p_out,
-            "the epistemic part",
-            more="The total panel (aleatoric + epistemic) depends on the number of draws as "
-            "much, though it scores the mean prediction: with one draw it is that draw's "
-            "aleatoric part. Only the aleatoric panel, a mean over the draws, does not.",
-        )
+        warn_other_draws(p_in, p_out, "the total panel")  # (evaluate()'s words)
+        other_draws = p_out.shape[0] != p_in.shape[0]  # no epistemic comparison, as evaluate()
         parts_out = decompose(p_out, measure)
 
     plt = _pyplot()
@@ -331,7 +328,9 @@ def plot_uncertainty_distributions(
             ax.set_title(title + "\nnot drawn for S = 1", fontsize=10)
             ax.set_xlabel(f"{name} uncertainty")
             continue
-        if parts_out is not None:
+        if parts_out is not None and name == "epistemic" and other_draws:
+            title += f"\nOOD not drawn: S = {len(p_out)} vs {len(p_in)}"
+        elif parts_out is not None:
             out_values = getattr(parts_out, name)
             series.append(("OOD", out_values, "tab:orange"))
             scores = (getattr(parts_in, name), out_values)

@@ -253,20 +253,31 @@ def test_uncertainty_distributions_total_panel_ties_as_evaluate_does():
     assert fig.axes[0].get_title() == "total (entropy)\nOOD AUROC 50.00%"
 
 
-def test_uncertainty_distributions_say_why_the_total_panel_needs_as_many_draws_too():
-    # the refusal named the epistemic part alone, as if the total and aleatoric panels could
-    # be drawn: the total is aleatoric + epistemic, so one draw's total is its aleatoric part
+def test_uncertainty_distributions_across_draw_counts_warn_as_evaluate_does():
+    # they were refused for all panels, where evaluate(ood_score="entropy") warns: the total
+    # panel (the mean prediction's entropy) now warns in evaluate()'s words, the aleatoric
+    # panel (a mean over the draws) compares, the epistemic one (refused by evaluate) draws
+    # the in-distribution series alone and says why
     p_in = torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]])  # 2 draws that disagree
-    one = decompose(p_in[:1])
-    assert torch.equal(one.total, one.aleatoric)  # S = 1: no epistemic part in the total
-    assert float(decompose(p_in).total) > float(decompose(p_in).aleatoric)  # S = 2: H(0.5) = ln 2
-    with pytest.raises(
-        ValueError,
-        match=r"\(an \(N, C\) tensor is one draw\)\. The total panel \(aleatoric \+ epistemic\) "
-        r"depends on the number of draws as much, .* Only the aleatoric panel, a mean over the "
-        r"draws, does not\.$",
-    ):
-        plot_uncertainty_distributions(p_in, p_in[0])
+    with pytest.warns(UserWarning) as told:
+        metrics.evaluate(p_in, torch.tensor([0]), ood=p_in[0], ood_score="entropy")
+    with pytest.warns(UserWarning) as plotted:
+        fig = plot_uncertainty_distributions(p_in, p_in[0])
+    words = str(told[0].message).replace("ood_score='entropy'", "the total panel")
+    assert [str(w.message) for w in plotted] == [words]
+    assert "the total panel scores the mean prediction, which is less certain" in words
+    assert [ax.get_title() for ax in fig.axes] == [
+        "total (entropy)\nOOD AUROC 0.00%",  # ln 2 in distribution, H(0.9) out: the bias
+        "aleatoric (entropy)\nOOD AUROC 50.00%",  # H(0.9) both
+        "epistemic (entropy)\nOOD not drawn: S = 1 vs 2",
+    ]
+    assert [len(ax.get_legend().get_texts()) for ax in fig.axes] == [2, 2, 1]
+    plt.close(fig)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as many draws: no warning, every panel compared
+        fig = plot_uncertainty_distributions(p_in, p_in.flip(-1))
+    assert fig.axes[2].get_title() == "epistemic (entropy)\nOOD AUROC 50.00%"
+    plt.close(fig)
 
 
 def test_training_curves():
