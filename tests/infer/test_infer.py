@@ -778,6 +778,26 @@ def test_the_advice_for_a_non_finite_loss_names_the_kl_term_only_where_it_is_the
     assert loss_fix(math.inf, 1e38, 5.0, 1.0, torch.float32) == USUAL_FIX  # the NLL's the larger
 
 
+def test_the_advice_where_only_the_sum_of_finite_float16_terms_overflows_names_the_dtype():
+    from pyrouq.infer._nonfinite import USUAL_FIX, loss_fix
+
+    nll, kl = torch.tensor([40000.0, 30000.0], dtype=torch.float16)  # each finite in float16
+    loss = nll + kl
+    assert math.isinf(float(loss)) and loss.dtype == torch.float16  # 70,000 > 65,504
+    told = loss_fix(float(loss), float(nll), float(kl), 1.0, loss.dtype)
+    assert told == (  # was USUAL_FIX: lr, NaN in the data or init_scale, none the cause
+        "The sum overflowed it: NLL + kl_weight * KL = 40000 + 30000 = 7e+04, past float16's "
+        "largest 6.55e+04, though each term is finite. The NLL sums a batch's log-likelihood "
+        "scaled to the N training points (N/B times it), so it grows with N; a lower lr does "
+        "not help. Train in bfloat16 (net.bfloat16(): the same memory, float32's range) or in "
+        "float32."
+    )
+    assert loss_fix(math.inf, 3e38, 1e38, 1.0, torch.float32).endswith(
+        "Train in float64 (net.double())."
+    )
+    assert loss_fix(math.inf, 30000.0, 20000.0, 1.0, torch.float16) == USUAL_FIX  # sum in range
+
+
 @pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
 @pytest.mark.filterwarnings("ignore:Error detected in")
 def test_a_nan_under_torchs_anomaly_detection_is_noted_with_fits_words():
