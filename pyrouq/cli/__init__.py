@@ -332,7 +332,7 @@ def _run_fit(
         )
         return EXIT_INTERRUPTED
     except FloatingPointError as err:
-        raise CommandError(_non_finite(str(err), out, guide is not None, method)) from None
+        raise CommandError(_non_finite(err, out, guide is not None, method)) from None
     except ValueError as err:  # a factory's activation checkpointing, in the command's words
         text = " ".join(str(err).split())
         if (unfit := unfit_training_in_command_words(text, str(out))) is not None:
@@ -408,11 +408,12 @@ def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
         ) from None
 
 
-def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> str:
+def _non_finite(err: FloatingPointError, out: Path, bayesian: bool, method: str | None) -> str:
     """fit()'s error for a non-finite loss in the command's words: what the run folder keeps
     (fit() keeps the last finite step's weights in the model, which the command drops), and
-    at the first step, the untrained model's loss, a cause other than --lr."""
-    message = " ".join(message.split())
+    at the first step, the untrained model's loss, a cause other than --lr; a KL term that
+    overflowed it with the figures the error holds (its ``overflow``)."""
+    message = " ".join(str(err).split())
     head = message.split(";")[0]  # Non-finite loss (nan)[ on rank r of w] at epoch E, step S
     if not head.startswith("Non-finite loss") or ";" not in message:
         return message
@@ -423,12 +424,12 @@ def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> 
             f" ({out / 'checkpoint.pt'} holds its weights after its last finished epoch: "
             f"pyrouq evaluate {shlex.quote(str(out))})"
         )
-    overflow = _KL_OVERFLOW.search(message)  # fit()'s figures of the KL term, kept
+    overflow = getattr(err, "overflow", None)  # fit()'s KLOverflowError: its figures, kept
     if overflow is not None:
         before = ", before any update" if first else f"; training stopped{kept}"
         return (
-            f"{head}{before}: the KL term overflowed it: --kl-weight * KL = {overflow[1]}. "
-            "Pass a smaller --kl-weight (1 is the exact ELBO)"
+            f"{head}{before}: the KL term overflowed it: --kl-weight * KL = "
+            f"{overflow.figures}. Pass a smaller --kl-weight (1 is the exact ELBO)"
         )
     causes = ["a smaller --kl-weight or a larger --prior-scale"] if bayesian else []
     if method is not None:  # a factory's network
@@ -439,11 +440,6 @@ def _non_finite(message: str, out: Path, bayesian: bool, method: str | None) -> 
             f"cause); try {', or '.join(causes)}"
         )
     return f"{head}; training stopped{kept}. Lower --lr."
-
-
-_KL_OVERFLOW = re.compile(r"The KL term overflowed it: kl_weight \* KL = (.*?\(largest [^)]*\))\.")
-"""fit()'s sentence naming the KL term times ``kl_weight`` as the loss's overflow
-(infer/_nonfinite.loss_fix): its figures."""
 
 
 @contextlib.contextmanager

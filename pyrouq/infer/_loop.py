@@ -31,7 +31,7 @@ from pyrouq._wrappers import unwrapped
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
-from pyrouq.infer._nonfinite import loss_fix
+from pyrouq.infer._nonfinite import KLOverflowError, kl_overflow, loss_fix
 from pyrouq.infer._options import anomaly_note, base_lr, callback_note, lr_factor
 from pyrouq.infer._resume_warnings import warn_of_changes
 from pyrouq.infer._site_kl import check_float16_gradients
@@ -349,12 +349,15 @@ class Loop:
             if math.isfinite(float(row[0])):  # the gradients overflowed at the noise floor
                 what = f"Non-finite gradients (the loss is finite, {float(row[0]):.6g})"
             weight = 0.0 if self.plain else self.elbo.kl_weight
-            fix = loss_fix(float(row[0]), float(row[1]), float(row[2]), weight, terms.loss.dtype)
-            raise FloatingPointError(
+            figures = (float(row[0]), float(row[1]), float(row[2]), weight, terms.loss.dtype)
+            message = (
                 f"{what}{where} at epoch {epoch}, step {step}; training stopped and the "
                 f"parameters and normalisation statistics of the last finite step are kept"
-                f"{averaged}. {fix}{advice}"
+                f"{averaged}. {loss_fix(*figures)}{advice}"
             )
+            if (overflow := kl_overflow(*figures)) is not None:  # its figures, as attributes
+                raise KLOverflowError(message, overflow)
+            raise FloatingPointError(message)
         if not math.isfinite(everywhere):
             self.optimizer.zero_grad(set_to_none=True)
             self.put_back_statistics()

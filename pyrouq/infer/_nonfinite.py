@@ -6,11 +6,54 @@ sum, past the loss dtype's range."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 #: The advice for a non-finite loss whose cause the loss's terms do not show.
 USUAL_FIX = "Lower lr, check the inputs and targets for NaN/inf, or use a smaller init_scale."
+
+
+@dataclass(frozen=True)
+class KLOverflow:
+    """The figures of a loss that ``kl_weight * kl`` overflowed in ``dtype``, beside ``nll``."""
+
+    kl_weight: float
+    kl: float
+    nll: float
+    dtype: torch.dtype
+
+    @property
+    def figures(self) -> str:
+        """``1e+38 * 505.8 = 5.06e+40, beside an NLL of 25.9, in float32 (largest 3.4e+38)``:
+        the weight, the KL, their product, the NLL and the dtype, as fit()'s error words them
+        (and the command, which names ``--kl-weight``)."""
+        term, largest = self.kl_weight * self.kl, torch.finfo(self.dtype).max
+        return (
+            f"{self.kl_weight:g} * {self.kl:.6g} = {term:.3g}, beside an NLL of {self.nll:.6g}, "
+            f"in {str(self.dtype).removeprefix('torch.')} (largest {largest:.3g})"
+        )
+
+
+class KLOverflowError(FloatingPointError):
+    """fit()'s error for a loss that the KL term, times ``kl_weight``, overflowed: a
+    ``FloatingPointError`` (as every non-finite loss's) whose :attr:`overflow` holds the
+    figures its message gives."""
+
+    def __init__(self, message: str, overflow: KLOverflow) -> None:
+        super().__init__(message)
+        self.overflow = overflow
+
+
+def kl_overflow(
+    loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.dtype
+) -> KLOverflow | None:
+    """The figures where :func:`loss_fix` names the KL term as the cause, else None."""
+    if math.isfinite(loss) or not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
+        return None
+    if kl_weight <= torch.finfo(dtype).max and abs(kl_weight * kl) < abs(nll):
+        return None  # (the likelihood's term is the larger: not the KL's doing)
+    return KLOverflow(kl_weight, kl, nll, dtype)
 
 
 def loss_fix(loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.dtype) -> str:
@@ -22,19 +65,17 @@ def loss_fix(loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.
     otherwise :data:`USUAL_FIX` (a finite loss, of gradients that overflowed, too: no term
     overflowed it). An init_scale further below the prior's scale makes that KL larger,
     and lr has not acted on a first step's."""
+    if (overflow := kl_overflow(loss, nll, kl, kl_weight, dtype)) is not None:
+        return (
+            f"The KL term overflowed it: kl_weight * KL = {overflow.figures}. Pass a smaller "
+            "kl_weight (1 is the exact ELBO; kl_weight = k * N for a loss of mean NLL + k * KL "
+            "per example); an init_scale further below the prior's scale would make the KL "
+            "larger."
+        )
     if math.isfinite(loss) or not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
         return USUAL_FIX
-    largest = torch.finfo(dtype).max
-    term = kl_weight * kl
-    if kl_weight <= largest and abs(term) < abs(nll):  # (the likelihood's term the larger)
-        return USUAL_FIX if abs(nll + term) <= largest else _sum_fix(nll, term, dtype)
-    return (
-        f"The KL term overflowed it: kl_weight * KL = {kl_weight:g} * {kl:.6g} = {term:.3g}, "
-        f"beside an NLL of {nll:.6g}, in {str(dtype).removeprefix('torch.')} (largest "
-        f"{largest:.3g}). Pass a smaller kl_weight (1 is the exact ELBO; kl_weight = k * N "
-        "for a loss of mean NLL + k * KL per example); an init_scale further below the "
-        "prior's scale would make the KL larger."
-    )
+    term = kl_weight * kl  # the smaller term: the likelihood's the larger
+    return USUAL_FIX if abs(nll + term) <= torch.finfo(dtype).max else _sum_fix(nll, term, dtype)
 
 
 def _sum_fix(nll: float, term: float, dtype: torch.dtype) -> str:

@@ -343,7 +343,9 @@ def fit(
         statistics of the last finite step are kept (also when a step's forward pass fails;
         under torch.distributed, on every rank, with the statistics averaged over the ranks).
         Where the NLL and the KL are finite and the KL term, ``kl_weight * KL``, overflowed the
-        loss's dtype, the error says so and asks for a smaller ``kl_weight``. Under
+        loss's dtype, the error says so and asks for a smaller ``kl_weight``; it is then a
+        ``FloatingPointError`` subclass whose ``overflow`` attribute holds those figures
+        (``kl_weight``, ``kl``, ``nll``, ``dtype``). Under
         ``torch.autograd.detect_anomaly()`` a NaN in the backward pass raises torch's
         ``RuntimeError`` ("returned nan values") first; fit() adds a note of the same words.
     ValueError

@@ -14,7 +14,7 @@ from torch import nn
 
 from pyrouq import cli
 from pyrouq.cli import main
-from pyrouq.infer._nonfinite import loss_fix
+from pyrouq.infer._nonfinite import KLOverflowError, kl_overflow, loss_fix
 
 
 def one_line_error(capsys, argv):
@@ -177,12 +177,15 @@ def test_a_loss_infinite_before_any_update_does_not_blame_the_learning_rate(tmp_
     ), err
     assert "Lower --lr" not in err and "are kept" not in err and "prior-scale" not in err
     # and at a later step, after the training stopped there
-    kl_sentence = loss_fix(float("inf"), 500.0, 1e5, 1e36, torch.float32)
+    figures = (float("inf"), 500.0, 1e5, 1e36, torch.float32)
     later = (
         "Non-finite loss (inf) at epoch 2, step 3; training stopped and the parameters and "
-        f"normalisation statistics of the last finite step are kept. {kl_sentence}"
+        f"normalisation statistics of the last finite step are kept. {loss_fix(*figures)}"
     )
-    assert cli._non_finite(later, tmp_path / "a", True, None) == (
+    # the figures are read from the error's overflow attribute, not its words (a regular
+    # expression read them back from the message)
+    error = KLOverflowError(later, kl_overflow(*figures))
+    assert cli._non_finite(error, tmp_path / "a", True, None) == (
         "Non-finite loss (inf) at epoch 2, step 3; training stopped: the KL term overflowed "
         "it: --kl-weight * KL = 1e+36 * 100000 = 1e+41, beside an NLL of 500, in float32 "
         "(largest 3.4e+38). Pass a smaller --kl-weight (1 is the exact ELBO)"

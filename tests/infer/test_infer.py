@@ -752,6 +752,10 @@ def test_a_kl_weight_that_overflows_the_loss_is_named_not_init_scale(kl_weight):
     told = str(info.value)
     assert told.startswith("Non-finite loss (inf) at epoch 1, step 1; ")
     assert f"The KL term overflowed it: kl_weight * KL = {kl_weight:g} * " in told
+    overflow = info.value.overflow  # the figures as attributes (the command reads them)
+    assert (overflow.kl_weight, overflow.dtype) == (kl_weight, torch.float32)
+    assert 0 < overflow.kl < 1e6 and 0 < overflow.nll < 1e3  # (the KL of 20-unit layers)
+    assert f"kl_weight * KL = {overflow.figures}. Pass a smaller kl_weight" in told
     assert "in float32 (largest 3.4e+38). Pass a smaller kl_weight (1 is the exact ELBO" in told
     assert "Lower lr" not in told
     model = tiny_mlp()
