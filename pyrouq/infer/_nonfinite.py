@@ -44,6 +44,9 @@ class KLOverflowError(FloatingPointError):
         super().__init__(message)
         self.overflow = overflow
 
+    def __reduce__(self) -> tuple[type[KLOverflowError], tuple[str, KLOverflow]]:
+        return type(self), (str(self), self.overflow)  # (pickled: a worker's, a rank's)
+
 
 def kl_overflow(
     loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.dtype
