@@ -21,15 +21,17 @@ def one_line_error(capsys, argv):
 
 class CtrlCAt(nn.Module):
     """An MNIST network with BatchNorm and dropout that sends this process SIGINT (Ctrl-C) in
-    its ``at``-th forward pass in training mode (0: never)."""
+    its ``at``-th forward pass in training mode (0: never); ``width`` hidden units."""
 
     at = 0
+    width = 16
 
     def __init__(self):
         super().__init__()
+        w = CtrlCAt.width
         self.body = nn.Sequential(
-            nn.Flatten(), nn.Linear(784, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3),
-            nn.Linear(16, 10),
+            nn.Flatten(), nn.Linear(784, w), nn.BatchNorm1d(w), nn.ReLU(), nn.Dropout(0.3),
+            nn.Linear(w, 10),
         )  # fmt: skip
         self.passes = 0
 

@@ -290,12 +290,13 @@ def _run_fit(
     # a run trained in full, stopped while it evaluated: finished without training
     finished = resumed is not None and trained_in_full(resumed, epochs)
     lines = EpochLines()  # each epoch's line as it ends (rank 0's; the others print none)
-    if resumed is not None:
-        lines.history(earlier_epochs(resumed))  # the epochs of the run before it stopped
+    if resumed is not None:  # the epochs of the run before it stopped, printed once fit()
+        lines.hold(earlier_epochs(resumed))  # or trained_run() took the run (not refused)
     try:
         with _writing_run(out, checkpoint):  # each epoch's checkpoint
             if finished and resumed is not None:
                 model, guide, result = trained_run(resumed, args, method, config)
+                lines.release()
             else:
                 result = pyrouq.fit(
                     model,
@@ -324,6 +325,7 @@ def _run_fit(
     except KeyboardInterrupt:  # a second Ctrl-C inside a step: fit() saved nothing of it
         if not checkpoint.exists():
             raise  # no epoch finished: the run folder goes, as before training
+        lines.release()
         print(
             f"\npyrouq: interrupted inside a training step, which is not saved; {checkpoint} "
             f"holds the run after its last finished epoch (resume it: "
@@ -331,7 +333,8 @@ def _run_fit(
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    except FloatingPointError as err:
+    except FloatingPointError as err:  # (training ran: fit()'s checks passed)
+        lines.release()
         raise CommandError(_non_finite(err, out, guide is not None, method)) from None
     except ValueError as err:  # a factory's activation checkpointing, in the command's words
         text = " ".join(str(err).split())

@@ -22,14 +22,35 @@ class EpochLines:
     printed when the epoch ends: called with its record as fit()'s callback, after the epoch's
     checkpoint is written. A log (``--no-progress`` under a batch scheduler) shows each epoch
     as it finishes, and a run stopped by Ctrl-C or SIGTERM has printed the epochs it finished.
-    :meth:`history` prints the records of a history not printed yet, in order: a resumed run's
-    earlier epochs (before it trains on), one trained in full and finished without training.
-    Each epoch is printed once."""
+    :meth:`history` prints the records of a history not printed yet, in order: one trained
+    in full and finished without training, an interrupted one's. A resumed run's earlier
+    epochs are :meth:`hold`-en until fit() has taken the run (its resume checks passed, its
+    first epoch ended) or it stopped training (:meth:`release`): a refused ``--resume``
+    prints none of them before its error. Each epoch is printed once."""
 
     def __init__(self) -> None:
         self.printed: set[int] = set()
+        self.held: list[Any] = []
+
+    def hold(self, records: Any) -> None:
+        self.held = list(records)
+
+    def release(self) -> None:
+        """Print the held records (a resumed run's earlier epochs)."""
+        held, self.held = self.held, []
+        for record in held:
+            self._line(record)
 
     def __call__(self, record: Any) -> None:
+        self.release()  # (the earlier epochs first)
+        self._line(record)
+
+    def history(self, records: Any) -> None:
+        self.release()
+        for record in records:
+            self._line(record)
+
+    def _line(self, record: Any) -> None:
         from pyrouq._progress import write
 
         if record.epoch in self.printed:
@@ -40,10 +61,6 @@ class EpochLines:
             f"kl {record.kl:.4g}), train acc {100 * record.train_acc:.2f} %, "
             f"{record.seconds:.1f} s"
         )
-
-    def history(self, records: Any) -> None:
-        for record in records:
-            self(record)
 
 
 def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -133,3 +133,23 @@ def test_resume_refusals_without_a_run_to_continue(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{}")
     err = one_line_error(capsys, [*ARGV, "--out", str(tmp_path), "--resume"])
     assert f"--resume: {str(tmp_path)!r} holds no checkpoint.pt to continue from" in err
+
+
+def test_a_refused_resume_prints_none_of_the_runs_earlier_epochs(tmp_path, capsys, monkeypatch):
+    """--resume printed the finished epochs' lines, then fit() refused the run (here: the
+    factory now builds a network of other sizes): the lines read as if training had gone on.
+    They are printed once fit() has taken the run, before its next epoch's line."""
+    part = tmp_path / "part"
+    monkeypatch.setattr(CtrlCAt, "at", 6)  # inside epoch 2 (of 4 steps): epoch 1 finished
+    assert main([*ARGV, "--out", str(part)]) == 130
+    assert capsys.readouterr().out.count("\nepoch 1: loss ") == 1
+    monkeypatch.setattr(CtrlCAt, "at", 0)
+    monkeypatch.setattr(CtrlCAt, "width", 12)
+    assert main([*ARGV, "--out", str(part), "--resume"]) == 2
+    refused = capsys.readouterr()
+    assert "holds a BayesianNetwork of another module" in refused.err
+    assert "epoch 1:" not in refused.out and refused.out.count("\n") == 1  # "fitting ..."
+    monkeypatch.setattr(CtrlCAt, "width", 16)
+    assert main([*ARGV, "--out", str(part), "--resume"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"]
