@@ -202,9 +202,10 @@ def _take_stored(full: str, stored: torch.Tensor, param: torch.Tensor, like: Any
             f"parameter of that name has shape {tuple(param.shape)}: the store was loaded from "
             "another model (pyrouq names its models and guides in the order they are built, "
             "BayesianNetwork_0, MeanFieldGuide_0, ...; copies made with copy.deepcopy do not "
-            "count: they are named <name>_copy<k>). Build them in the order of the run that "
-            "saved the store before loading it, or call pyro.clear_param_store() and restore "
-            "them with pyrouq.save() / pyrouq.load()."
+            "count: they are named <name>_copy<k>). To use the stored values, build them as "
+            "the run that saved the store did (the same sizes, in the same order) before "
+            "loading it; or call pyro.clear_param_store() and restore them with pyrouq.save() "
+            "/ pyrouq.load()."
         )
     with torch.no_grad():
         param.copy_(stored)
@@ -312,7 +313,9 @@ def store_taken_fix(
     return (
         f"The guide ({type(unwrapped(guide)).__name__}) was built for this model, but "
         f"took the values Pyro's param store held under its parameters' names ({shown}): "
-        "another model's, fitted before. Call pyro.clear_param_store() before building "
+        "another model's, fitted or loaded before. To use the stored values, build the model "
+        "with the sizes they have (the guide's shapes above) and a new guide, which takes "
+        "them; to fit this model instead, call pyro.clear_param_store() before building "
         "this model and guide (then fit them), or pyro.settings.set(module_local_params="
         "True) before building the models to keep each one's parameters its own."
     )

@@ -134,6 +134,26 @@ def _caller(call, model, x, y):
     }[call]
 
 
+def test_a_store_loaded_from_a_model_of_other_sizes_is_told_how_to_keep_its_values():
+    # it was told to build the models in the run's order or to clear the store, which loses
+    # the loaded values; building them as the run did (its sizes too) keeps them
+    model = _bayesian(16)
+    model.num_data = 48
+    guide = pyrouq.mean_field_guide(model)
+    pyro.get_param_store()[f"{guide.name}$$$loc.0__weight"] = torch.zeros(8, 4)  # (a run's)
+    with pytest.raises(ValueError) as err:
+        pyrouq.predict(model, torch.randn(3, 4), guide, num_samples=2, progress=False)
+    assert str(err.value).startswith(
+        f"Pyro's param store holds '{guide.name}$$$loc.0__weight' of shape (8, 4), but the "
+        "parameter of that name has shape (16, 4): the store was loaded from another model"
+    )
+    assert str(err.value).endswith(
+        "To use the stored values, build them as the run that saved the store did (the same "
+        "sizes, in the same order) before loading it; or call pyro.clear_param_store() and "
+        "restore them with pyrouq.save() / pyrouq.load()."
+    )
+
+
 @pytest.mark.parametrize("call", ["predict", "to_inference_data", "psis_diagnostic"])
 def test_an_autoguide_built_for_the_model_that_took_another_ones_values_is_told_why(call):
     """A second pyrouq model of other sizes and its new AutoNormal, run once, in the session
@@ -248,7 +268,18 @@ def test_an_autoguide_built_for_ones_own_model_that_took_another_ones_values_is_
     old = "Pass the guide fitted with this model" if call == "predict" else "Pass a guide built"
     with pytest.raises(ValueError, match=old):
         run(first_guide)  # (another model's guide: the advice stands)
-    pyro.clear_param_store()  # the way out it names
+    # clearing the store loses its values (the fitted or loaded ones): it says how to keep them
+    assert (
+        "another model's, fitted or loaded before. To use the stored values, build the model "
+        "with the sizes they have (the guide's shapes above) and a new guide, which takes them; "
+        "to fit this model instead, call pyro.clear_param_store()" in message
+    )
+    again = BNN(8)
+    taken = AutoNormal(again)
+    taken(x[:2], y[:2])
+    assert torch.equal(taken.locs.fc1.weight, first_guide.locs.fc1.weight)  # the stored values
+    _caller(call, again, x, y)(taken)
+    pyro.clear_param_store()  # the other way out it names
     second = BNN(16)
     guide = AutoNormal(second)
     fit(second, guide, x, y)
