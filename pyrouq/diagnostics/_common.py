@@ -15,6 +15,7 @@ from pyrouq._distribution_parts import distribution_masks, innermost_distributio
 from pyrouq._input_cast import typed_by
 from pyrouq._input_dtype import not_floating, takes_indices
 from pyrouq._param_store import take_store_values
+from pyrouq._runners import is_ensemble
 from pyrouq._util import (
     builder_of,
     check_finite_inputs,
@@ -76,6 +77,20 @@ def _arviz() -> Any:
 # --------------------------------------------------------------------------------------------
 # Argument checks and model helpers
 # --------------------------------------------------------------------------------------------
+
+
+def num_samples_words(model: Any, guide: Any, result: Any) -> str:
+    """What to_inference_data()'s refusal of a ``num_samples`` that is no integer >= 1
+    advises: a number of guide draws where the export draws them, else to leave it out, as
+    the refusal of any number there would (an MCMCResult's draws, a BatchEnsemble's members)."""
+    if result is not None:
+        return "Leave it out: an MCMCResult's draws are exported, S is the number of MCMC draws."
+    if guide is None and isinstance(model, nn.Module) and is_ensemble(model):
+        return (
+            f"Leave it out: a BatchEnsemble's {model.num_members} members are the draws, so "
+            f"S = {model.num_members}."
+        )
+    return f"It is the number of guide draws S (default {DEFAULT_IDATA_SAMPLES})."
 
 
 def _check_data(fn: str, x: object, y: object) -> int:

@@ -56,6 +56,7 @@ from pyrouq.diagnostics._common import (
     _warn_not_finite,
     _warn_one_draw,
     _weight_dims,
+    num_samples_words,
 )
 from pyrouq.diagnostics._export_pyro import _export_pyro
 from pyrouq.diagnostics._own_forward import (
@@ -296,11 +297,7 @@ def to_inference_data(
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
     batch_size = check_int("batch_size", batch_size)
     if num_samples is not None:
-        check_count(
-            "num_samples",
-            num_samples,
-            f"It is the number of guide draws S (default {DEFAULT_IDATA_SAMPLES}).",
-        )
+        check_count("num_samples", num_samples, num_samples_words(model, guide, result))
     device = module_device(model, guide)
     xd = _typed(x if device is None else x.to(device), model, guide, fn)
     yd = y if device is None else y.to(device)

@@ -398,6 +398,10 @@ def test_batchensemble_takes_no_guide(ensemble, bayes, data):
         to_inference_data(ensemble, None, *data, num_samples=5)
     with pytest.raises(ValueError, match=r"var_names=.* given for a BatchEnsemble"):
         to_inference_data(ensemble, None, *data, var_names=["fc1.weight"])
+    # a count that is no count: told to leave it out, as any count would be, not told it is
+    # the number of guide draws (there are none)
+    with pytest.raises(ValueError, match=r">= 1, got 0\. Leave it out: a BatchEnsemble's 4 mem"):
+        to_inference_data(ensemble, None, *data, num_samples=0)
 
 
 @pytest.mark.parametrize("validation", [True, False])

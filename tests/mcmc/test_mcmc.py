@@ -108,6 +108,8 @@ def test_inference_data_has_chains_and_sampler_statistics(result):
     assert {"r_hat", "ess_bulk"} <= set(table.columns)
     with pytest.raises(ValueError, match=r"num_samples=5 given for an MCMCResult: its 2 x 20 "):
         to_inference_data(res, num_samples=5)
+    with pytest.raises(ValueError, match=r"got 0\. Leave it out: an MCMCResult's draws are"):
+        to_inference_data(res, num_samples=0)
     ours = summary(idata, var_names=["bias"])  # MCMC chains: the diagnostics too, as arviz's
     assert list(ours.columns) == list(table.columns) and ours.equals(table)
     assert list(summary(idata, var_names=["bias"], kind="stats").columns) == [
