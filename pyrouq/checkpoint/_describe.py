@@ -404,6 +404,7 @@ def build_model(
         with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"bayesian\(\): the embedding weight")
             warnings.filterwarnings("ignore", category=_BilinearSharedWarning)
+            warnings.filterwarnings("ignore", message=r"init='random_sign' sets every factor")
             warnings.filterwarnings("ignore", category=_TiedBiasKeptWarning)
             warnings.filterwarnings("ignore", category=_ParametrizationDroppedWarning)
             if name in doors:

@@ -45,7 +45,12 @@ from pyrouq.nn._batchensemble import (
     BatchEnsembleNorm,
     FactorInit,
 )
-from pyrouq.nn._batchensemble_checks import _check_factor_init, _check_members
+from pyrouq.nn._batchensemble_checks import (
+    NORMAL_DEFAULTS,
+    _check_factor_init,
+    _check_members,
+    warn_unread_by_random_sign,
+)
 
 __all__ = ["BatchEnsembleNetwork", "batchensemble"]
 
@@ -299,7 +304,8 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         bias, kept too). Layers kept plain (attention projections, subclasses with a
         computation of their own) keep theirs.
     init, r_mean, r_std, s_mean, s_std
-        Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear`.
+        Factor initialisation, see :class:`~pyrouq.nn.BatchEnsembleLinear` (with
+        ``init="random_sign"``, a mean or std other than its default is warned of: unread).
     norms : {"per_member", "shared"}, default "per_member"
         A copy of every normalisation layer per member, or one for all members (see above).
     num_data : int, optional
@@ -342,6 +348,8 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
         num_members = _check_members(num_members, made())
         use_base_weights = check_flag("use_base_weights", use_base_weights)
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
+        normal = dict(r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
+        warn_unread_by_random_sign(init, normal)
         _check_norms(norms)
         check_module(module, f"convert into {made()}")
         check_no_pyro_samples(module, "batchensemble()", ensemble=True)
@@ -371,7 +379,8 @@ class BatchEnsembleNetwork(NamedInStore, PyroModule):
             )
         if isinstance(net, tuple(BATCHENSEMBLE_LAYERS)):  # a bare layer: convert it as a child
             net = nn.Sequential(net)
-        factors = dict(init=init, r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
+        # (random_sign's layers read no mean or std: the defaults, not warned of again)
+        factors = dict(init=init, **(NORMAL_DEFAULTS if init == "random_sign" else normal))
         if not _convert_layers(net, num_members, factors, reset=not use_base_weights):
             raise ValueError(nothing_converted(net, class_name(module)))
         warn_bilinear(net, num_members)
@@ -464,6 +473,8 @@ def batchensemble(
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
         With ``init="normal"``: r ~ N(r_mean, r_std), s ~ N(s_mean, s_std).
     init : {"normal", "random_sign"}, default "normal"
+        ``"random_sign"`` sets every factor entry to +-1, reading no mean or std: one other
+        than its default is warned of (ignored).
     norms : {"per_member", "shared"}, default "per_member"
         One copy of every normalisation layer per member (its own affine parameters and
         statistics, as in the BatchEnsemble authors' implementation; on CPU the members then
@@ -484,6 +495,8 @@ def batchensemble(
         member shares. A parameter left as it is but tied to the bias of a converted layer: the
         tie breaks (the layer's per-member biases replace that bias in the layer only, and the
         two train apart; :func:`pyrouq.bayesian` keeps every tie).
+        ``init="random_sign"`` with ``r_mean``, ``r_std``, ``s_mean`` or ``s_std`` other than
+        the default (unread).
 
     Examples
     --------

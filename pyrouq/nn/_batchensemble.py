@@ -25,6 +25,7 @@ from pyrouq.nn._batchensemble_checks import (
     _check_sizes,
     _refuse_unknown,
     _settings_given,
+    warn_unread_by_random_sign,
 )
 from pyrouq.nn._batchensemble_norm import NORM_LAYERS as NORM_LAYERS
 from pyrouq.nn._batchensemble_norm import BatchEnsembleNorm as BatchEnsembleNorm
@@ -62,6 +63,9 @@ class _BatchEnsembleLayer(nn.Module):
             shape = {"num_members": num_members, "features": size}
             check_elements(f"{type(self).__name__}'s {factor}", shape, "Pass fewer members.")
         _check_factor_init(init, r_mean, r_std, s_mean, s_std)
+        warn_unread_by_random_sign(
+            init, dict(r_mean=r_mean, r_std=r_std, s_mean=s_mean, s_std=s_std)
+        )
         device, dtype = self.weight.device, self.weight.dtype
         held = num_members * (in_size + 2 * out_size)  # r, s and the members' biases
         what = f"{type(self).__name__} of {num_members} members (its factors and biases)"
@@ -162,6 +166,8 @@ class BatchEnsembleLinear(_BatchEnsembleLayer):
     init : {"normal", "random_sign"}, default "normal"
         ``"normal"`` draws r ~ N(r_mean, r_std), s ~ N(s_mean, s_std); ``"random_sign"`` +-1.
     r_mean, r_std, s_mean, s_std : float, default 1.0, 0.5, 1.0, 0.5
+        Read by ``init="normal"`` alone: ``"random_sign"`` warns of one other than its default
+        (ignored).
     base : nn.Linear, optional
         Copy W and the bias (to every member) from this layer; default a fresh ``nn.Linear``.
 

@@ -15,7 +15,7 @@ from pyrouq._numbers import (
     shown,
     text_hint,
 )
-from pyrouq._util import check_count, check_int
+from pyrouq._util import check_count, check_int, warn_caller
 from pyrouq._words import close_hint, close_names, did_you_mean, slip_hint
 
 _CONV_SETTINGS = ("stride", "padding", "dilation", "groups", "padding_mode")
@@ -183,6 +183,24 @@ def _check_factor_init(init: str, r_mean: float, r_std: float, s_mean: float, s_
                 f"{text_hint(value, name)}. It is the mean of the rank-1 factors; 1.0 (the "
                 "default) starts every member at the shared weight."
             )
+
+
+NORMAL_DEFAULTS = {"r_mean": 1.0, "r_std": 0.5, "s_mean": 1.0, "s_std": 0.5}
+"""The factor options ``init="normal"`` draws with, and their defaults."""
+
+
+def warn_unread_by_random_sign(init: str, options: dict[str, float]) -> None:
+    """Warn where ``init="random_sign"`` is given a factor mean or std other than its default:
+    it sets every entry to +-1 and reads none of them (``init="normal"`` draws with them)."""
+    unread = [f"{k}={v!r}" for k, v in options.items() if v != NORMAL_DEFAULTS[k]]
+    if init == "random_sign" and unread:
+        one = len(unread) == 1
+        warn_caller(
+            f"init='random_sign' sets every factor entry to +1 or -1 and reads no mean or "
+            f"std: {', '.join(unread)} {'is' if one else 'are'} ignored. Leave "
+            f"{'it' if one else 'them'} out, or pass init='normal' to draw r ~ N(r_mean, "
+            "r_std), s ~ N(s_mean, s_std)."
+        )
 
 
 def _check_factors_held(dtype: torch.dtype, options: dict[str, float]) -> None:

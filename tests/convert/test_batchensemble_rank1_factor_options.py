@@ -4,11 +4,13 @@ layer's dtype cannot hold are refused (inf factors gave NaN outputs, found only 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
 
-from pyrouq import batchensemble, rank1
+from pyrouq import BatchEnsembleLeNet, BatchEnsembleMLP, batchensemble, load, rank1, save
 from pyrouq.nn import BatchEnsembleLinear
 
 
@@ -52,8 +54,11 @@ def test_factor_means_and_stds_a_dtype_cannot_hold_are_refused():
     assert torch.equal(wide.net[0].r, torch.full((2, 4), 1e39, dtype=torch.float64))
     half = batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, s_mean=1e4, s_std=0.0)
     assert torch.equal(half.net[0].s, torch.full((2, 3), 1e4, dtype=torch.float16))
-    # random_sign draws +-1 whatever the (unused) means
-    signs = batchensemble(nn.Sequential(nn.Linear(4, 3)).half(), 2, r_mean=7e4, init="random_sign")
+    # random_sign draws +-1 whatever the (unused, warned of) means
+    with pytest.warns(UserWarning, match=r"r_mean=70000\.0 is ignored"):
+        signs = batchensemble(
+            nn.Sequential(nn.Linear(4, 3)).half(), 2, r_mean=7e4, init="random_sign"
+        )
     assert set(signs.net[0].r.flatten().tolist()) <= {-1.0, 1.0}
 
 
@@ -67,3 +72,50 @@ def test_the_factor_check_reads_no_tensor_so_fake_and_meta_layers_build():
     assert isinstance(layer.r, FakeTensor) and layer.r.shape == (2, 4)
     meta = BatchEnsembleLinear(4, 3, 2, base=nn.Linear(4, 3, device="meta"))
     assert meta.r.is_meta
+
+
+RANDOM_SIGN_IGNORES = r"init='random_sign' sets every factor entry to \+1 or -1 and reads no mean"
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda **o: batchensemble(nn.Sequential(nn.Linear(4, 3)), 2, **o),
+        lambda **o: BatchEnsembleMLP(4, 5, 3, num_members=2, **o),
+        lambda **o: BatchEnsembleLeNet(num_classes=3, num_members=2, **o),
+        lambda **o: BatchEnsembleLinear(4, 3, 2, **o),
+        lambda **o: rank1(nn.Sequential(nn.Linear(4, 3)), 2, **o),
+    ],
+    ids=["batchensemble", "mlp", "lenet", "layer", "rank1"],
+)
+def test_random_sign_warns_once_of_the_normal_options_it_does_not_read(build):
+    # they were ignored in silence: r_std=0.1 with init="random_sign" drew +-1 all the same
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build(init="random_sign", r_std=0.1, s_std=0.0)
+    told = [str(w.message) for w in caught if "random_sign" in str(w.message)]
+    assert len(told) == 1  # once, not once per layer
+    assert "r_std=0.1, s_std=0.0 are ignored. Leave them out, or pass init='normal'" in told[0]
+    assert caught[0].filename == __file__  # the user's line
+    held = [*model.named_parameters(), *model.named_buffers()]  # (rank-1's: buffers)
+    factors = [p for name, p in held if name.split(".")[-1] in ("r", "s")]
+    assert factors and all(set(p.detach().abs().flatten().tolist()) == {1.0} for p in factors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the defaults, or init="normal": no warning
+        build(init="random_sign")
+        build(init="normal", r_std=0.1, s_std=0.0)
+
+
+def test_a_saved_random_sign_ensemble_with_unread_options_loads_without_the_warning(tmp_path):
+    with pytest.warns(UserWarning, match=RANDOM_SIGN_IGNORES):
+        model = BatchEnsembleMLP(4, 5, 3, num_members=2, init="random_sign", r_mean=0.5)
+    with pytest.warns(UserWarning, match=RANDOM_SIGN_IGNORES):
+        other = batchensemble(nn.Sequential(nn.Linear(4, 3)), 2, init="random_sign", s_std=0.1)
+    for saved in (model, other):
+        path = save(tmp_path / "m.pt", saved)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # warned when it was built, not at every load
+            back = (
+                load(path, module=nn.Sequential(nn.Linear(4, 3))) if saved is other else load(path)
+            )
+        assert back.model.options == saved.options
