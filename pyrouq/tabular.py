@@ -57,13 +57,7 @@ def _check_xy(
                 f"{where}: expected {name} with a leading dimension of N >= 1 rows, got shape "
                 f"{tuple(value.shape)}."
             )
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            bad = (~torch.isfinite(value.reshape(value.shape[0], -1))).any(1).nonzero()
-            raise ValueError(
-                f"{where}: {name} holds NaN or inf; remove or repair those rows first: "
-                f"{bad.shape[0]} of {value.shape[0]}, at rows "
-                f"{str(bad[:5, 0].tolist())[:-1]}{', ...' if bad.shape[0] > 5 else ''}]."
-            )
+        _refuse_not_finite(where, name, value)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
     if x.shape[0] != y.shape[0]:
         raise ValueError(
@@ -72,6 +66,17 @@ def _check_xy(
             "pass the x and y of the same examples."
         )
     return x, y
+
+
+def _refuse_not_finite(where: str, name: str, value: Tensor) -> None:
+    """Refuse a floating ``value`` (N >= 1 rows) holding NaN or inf, naming its first rows."""
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        bad = (~torch.isfinite(value.reshape(value.shape[0], -1))).any(1).nonzero()
+        raise ValueError(
+            f"{where}: {name} holds NaN or inf; remove or repair those rows first: "
+            f"{bad.shape[0]} of {value.shape[0]}, at rows "
+            f"{str(bad[:5, 0].tolist())[:-1]}{', ...' if bad.shape[0] > 5 else ''}]."
+        )
 
 
 class _Dataset(torch.utils.data.Dataset):
@@ -216,6 +221,8 @@ def _fitting(value: object, mean: Tensor, name: str, where: str) -> Tensor:
             f"{str(('N', *mean.shape)).replace(chr(39), '')} as in fit() (rows of the columns "
             f"it was fitted on), got shape {tuple(value.shape)}.{fix}"
         )
+    if value.shape[0]:  # (fit() refuses them: they would come back NaN or inf in silence)
+        _refuse_not_finite(f"Standardizer.{where}()", name, value)
     if not bool(torch.isfinite(mean).all()):  # a mean made by hand: every value would be NaN
         cols = (~torch.isfinite(mean)).nonzero().flatten().tolist() if mean.dim() else []
         raise ValueError(
@@ -339,12 +346,14 @@ class Standardizer:
 
     def transform_x(self, x: Tensor) -> Tensor:
         """Standardised inputs, in the wider of ``x``'s dtype and the statistics' (as
-        :meth:`inverse`: float16 inputs of a scaler fitted on float32 come back float32)."""
+        :meth:`inverse`: float16 inputs of a scaler fitted on float32 come back float32). NaN or
+        inf in ``x`` is refused, as :meth:`fit` refuses it."""
         x = _fitting(x, self.x_mean, "x", "transform_x")
         return _standardised(x, self.x_mean, self.x_std)
 
     def transform_y(self, y: Tensor) -> Tensor:
-        """Standardised targets, in the wider of ``y``'s dtype and the statistics'."""
+        """Standardised targets, in the wider of ``y``'s dtype and the statistics'. NaN or inf
+        in ``y`` is refused, as :meth:`fit` refuses it."""
         y = _fitting(y, self.y_mean, "y", "transform_y")
         return _standardised(y, self.y_mean, self.y_std)
 

@@ -79,6 +79,22 @@ def test_standardizer_transforms_return_the_wider_dtype_whatever_the_columns(dty
     assert torch.equal(got[1], y.to(dtype).double() / 2)
 
 
+def test_standardizer_transforms_refuse_nan_and_inf_in_fits_words():
+    # fit() refused NaN; transform_x() and transform_y() passed it on as NaN in silence
+    x, y = torch.randn(6, 2), torch.randn(6)
+    scaler = Standardizer.fit(x, y)
+    told = r"holds NaN or inf; remove or repair those rows first: 1 of 6, at rows \[4\]\."
+    with pytest.raises(ValueError, match=r"^Standardizer\.fit\(\): y " + told):
+        Standardizer.fit(x, torch.where(torch.arange(6) == 4, torch.nan, y))
+    with pytest.raises(ValueError, match=r"^Standardizer\.transform_y\(\): y " + told):
+        scaler.transform_y(torch.where(torch.arange(6) == 4, torch.nan, y))
+    with pytest.raises(ValueError, match=r"^Standardizer\.transform_x\(\): x " + told):
+        scaler.transform_x(torch.where(torch.arange(6)[:, None] == 4, torch.inf, x))
+    with pytest.raises(ValueError, match=r"^Standardizer\.transform_y\(\): y holds NaN"):
+        scaler.transform(x, y.clone().fill_(torch.nan))
+    assert scaler.transform_x(x[:0]).shape == (0, 2)  # no rows: nothing to refuse
+
+
 def test_evaluate_rotations_reads_y_against_a_valid_batch_of_images():
     model = pyrouq.MLP(hidden_features=4)
     # a 0-d x raised IndexError: tuple index out of range
