@@ -10,7 +10,7 @@ from typing import Any
 from pyrouq._util import check_int, len_or
 from pyrouq.checkpoint._resume import recorded_num_data
 from pyrouq.infer._fit_inputs import dataset_size, num_examples, warn_num_data_below
-from pyrouq.infer._training import unbatched_items
+from pyrouq.infer._training import unbatched_items, unpack_batch
 
 __all__ = ["training_size"]
 
@@ -55,6 +55,8 @@ def training_size(num_data: Any, train_loader: Iterable, model: Any, resume_from
             f"train_loader is an empty {type(train_loader).__name__}: it holds no batches. "
             "Pass a loader with data, e.g. pyrouq.ArrayLoader(x, y, batch_size=64)."
         )
+    if n is None and isinstance(train_loader, (list, tuple)) and train_loader:
+        unpack_batch(train_loader[0], 1, 1)  # (a batch fit() refuses: said first, not after N)
     if n is None:
         raise ValueError(
             "Cannot tell the training-set size N from train_loader (it has no sized .dataset). "

@@ -996,6 +996,13 @@ def test_fit_bad_arguments():
         fit(model, guide, [], epochs=1, num_data=10)
     with pytest.raises(ValueError, match="Cannot tell the training-set size N"):
         fit(model, guide, [(x, y)], epochs=1)
+    # a list of batches fit() refuses: said first, not after asking for num_data=N (two
+    # refusals in a row, the first of them no help)
+    told = r"must yield \(x, y\) tensor pairs; batch 1 of epoch 1 is \({} of"
+    with pytest.raises(TypeError, match=told.format("dict")):
+        fit(model, guide, [({"x": x}, y)], epochs=1)
+    with pytest.raises(TypeError, match=told.format("tuple")):
+        fit(model, guide, ((((x, x), y),)), epochs=1)
     with pytest.raises(ValueError, match=r"has latent sites but guide is None"):
         fit(model, None, loader, epochs=1)
     one_shot = ((x[i : i + 10], y[i : i + 10]) for i in range(0, 20, 10))
