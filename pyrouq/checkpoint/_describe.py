@@ -466,9 +466,10 @@ def _skeleton(
         known = record.get("pyrouq")
         if known is not None:
             return _front_doors()[known["class"]](**known["config"])  # type: ignore[no-any-return]
-        what = "a plain network, a" if plain else "a network converted from a"
+        held = str(record.get("class", "?"))  # (qualified: "an app.Encoder", "a torch.nn...")
+        what = "a plain network," if plain else "a network converted from"
         raise CheckpointError(
-            f"{str(path)!r} holds {what} {record.get('class', '?')}. pyrouq "
+            f"{str(path)!r} holds {what} {article(held)} {held}. pyrouq "
             "never unpickles code: rebuild it from a skeleton, load(path, module=net), with "
             "net a freshly built module of the same structure (e.g. from the same factory)."
         )

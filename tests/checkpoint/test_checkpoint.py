@@ -359,6 +359,21 @@ def test_other_files_and_other_model_classes_are_refused(tmp_path):
         load(tmp_path / "edited.pt")
 
 
+class _Encoder(nn.Sequential):
+    __module__ = "app"  # (a class of a module named with a vowel first: "an app.Encoder")
+
+
+def test_a_network_without_a_skeleton_is_named_with_the_article_its_class_takes(tmp_path):
+    # it read "holds a network converted from a app._Encoder" (and "a plain network, a ...")
+    net = _Encoder(nn.Linear(3, 2))
+    with pytest.raises(CheckpointError, match=r"holds a network converted from an app\._Encoder\."):
+        load(save(tmp_path / "c.pt", pyrouq.batchensemble(net, 2)))
+    with pytest.raises(CheckpointError, match=r"holds a plain network, an app\._Encoder\. pyrouq"):
+        load(save(tmp_path / "p.pt", net))
+    with pytest.raises(CheckpointError, match=r"converted from a torch\.nn\.modules\.linear\."):
+        load(save(tmp_path / "t.pt", pyrouq.batchensemble(nn.Linear(3, 2), 2)))
+
+
 def test_a_hand_edited_description_or_metadata_is_refused_as_such(tmp_path):
     net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
     model = bayesian(net)
