@@ -157,7 +157,13 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     parser.subcommands = sub.choices
 
-    data = sub.add_parser("data", help="load MNIST and print a one-line summary")
+    data = sub.add_parser(
+        "data",
+        help="load MNIST and print a one-line summary",
+        description="Load MNIST's train and test splits (from --data-root, else $PYROUQ_DATA, "
+        "else the bundled copy) and print one line: the number of images in each, the "
+        "training batches and their size, the mean raw pixel and the train label counts.",
+    )
     data.add_argument(
         "--data-root", type=_data_root, default=None,
         help="folder in torchvision layout (default: $PYROUQ_DATA, else the bundled copy)",

@@ -64,3 +64,16 @@ def test_pyrouq_data_inside_the_data_sets_folder_is_told_what_to_set_it_to(capsy
     assert str(info.value).endswith(
         f"To fix: root= is the folder above MNIST/: pass root={str(BUNDLED)!r}."
     )
+
+
+@pytest.mark.parametrize("command", ["data", "fit", "evaluate"])
+def test_every_subcommands_help_has_a_description_line(command, capsys):
+    # `pyrouq data --help` went from its usage straight to its options, the others not
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    paragraphs = capsys.readouterr().out.split("\n\n")
+    assert paragraphs[0].startswith(f"usage: pyrouq {command}")
+    assert not paragraphs[1].startswith(("options:", "positional arguments:")), paragraphs[1]
+    if command == "data":
+        assert paragraphs[1].startswith("Load MNIST's train and test splits (from --data-root,")
