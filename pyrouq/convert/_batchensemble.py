@@ -485,6 +485,13 @@ def batchensemble(
         0). Networks without normalisation layers are unaffected.
     likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
 
+    Returns
+    -------
+    BatchEnsembleNetwork
+        Hooks go on its ``net`` (the converted copy) or its layers: :func:`pyrouq.fit` and
+        :func:`pyrouq.predict` run those, so a hook registered on the BatchEnsembleNetwork
+        itself (``model.register_forward_pre_hook``) runs on a direct ``model(x)`` call only.
+
     Warns
     -----
     UserWarning

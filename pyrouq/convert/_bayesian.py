@@ -484,6 +484,9 @@ def bayesian(
     Returns
     -------
     BayesianNetwork
+        Hooks go on its ``net`` (the converted copy) or its layers: :func:`pyrouq.fit` and
+        :func:`pyrouq.predict` run those, so a hook registered on the BayesianNetwork itself
+        (``model.register_forward_pre_hook``) runs on a direct ``model(x)`` call only.
 
     Raises
     ------
