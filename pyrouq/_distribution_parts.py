@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["distribution_masks", "innermost_distribution", "support_of"]
+__all__ = ["distribution_masks", "innermost_distribution", "is_discrete", "support_of"]
 
 
 def _bound_is(bound: Any, value: float) -> bool:
@@ -33,7 +33,7 @@ def support_of(prior: Any) -> str | None:
     )  # a scale-mixture prior's support is its components'
     while isinstance(support, wrappers):
         support = support.base_constraint
-    if getattr(support, "is_discrete", False):
+    if _discrete(support):
         return None
     if type(support) is type(torch.distributions.constraints.real):
         return "real"
@@ -43,6 +43,25 @@ def support_of(prior: Any) -> str | None:
     if lower is not None and bool(torch.as_tensor(lower).ge(0).all()):
         return "nonnegative"
     return None
+
+
+def is_discrete(fn: Any) -> bool:
+    """Whether a distribution's support is discrete (one without rsample may be continuous:
+    torch's VonMises; one of one's own that declares no support, or torch's ``dependent``
+    placeholder, whose ``is_discrete`` torch cannot tell, counts as continuous)."""
+    try:
+        return _discrete(fn.support)
+    except (AttributeError, NotImplementedError):  # (Distribution.support: NotImplementedError)
+        return False
+
+
+def _discrete(support: Any) -> bool:
+    """``support.is_discrete``, False where torch cannot tell (``constraints.dependent``
+    raises NotImplementedError) or the constraint has no such attribute."""
+    try:
+        return bool(getattr(support, "is_discrete", False))
+    except NotImplementedError:
+        return False
 
 
 def innermost_distribution(fn: Any) -> Any:

@@ -18,6 +18,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro.util import check_model_guide_match
 from torch import Tensor
 
+from pyrouq._distribution_parts import is_discrete
 from pyrouq._own_likelihood import outputs_problem
 from pyrouq._param_store import draws_as_built, forget_params_since, store_or_usual_fix
 from pyrouq._util import rng_state, set_rng_state, warn_caller
@@ -432,7 +433,7 @@ def _discrete_sites(model: Any, x: Tensor, names: list[str]) -> list[str]:
 def _enumerated(site: dict[str, Any]) -> bool:
     """Whether a trace's sample site is left to enumeration: drawn from a discrete
     distribution, or marked for it."""
-    return _is_discrete(site["fn"]) or bool(site["infer"].get("enumerate"))
+    return is_discrete(site["fn"]) or bool(site["infer"].get("enumerate"))
 
 
 def unpadded(value: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -500,15 +501,6 @@ def guiding_sites(model_trace: Any, guide_trace: Any) -> Any:
     kept = poutine.Trace()  # (what Pyro's check reads: the nodes; the guide's trace kept)
     kept.nodes.update((n, site) for n, site in guide_trace.nodes.items() if n not in shared)
     return kept
-
-
-def _is_discrete(fn: Any) -> bool:
-    """Whether a distribution's support is discrete (one without rsample may be continuous:
-    torch's VonMises; one of one's own that declares no support counts as continuous)."""
-    try:
-        return bool(fn.support.is_discrete)
-    except (AttributeError, NotImplementedError):
-        return False
 
 
 def _refuse_enumeration(model: Any, discrete: list[str], caller: str, lacks: str) -> NoReturn:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pyro.infer.autoguide import AutoGuide, AutoMessenger
 from torch import nn
 
-from pyrouq._distribution_parts import innermost_distribution, support_of
+from pyrouq._distribution_parts import innermost_distribution, is_discrete, support_of
 from pyrouq._meta_device import real_device
 from pyrouq._param_store import (
     copy_renamed,
@@ -177,7 +177,7 @@ class MeanFieldGuide(nn.Module):
         for site, prior in priors.items():
             if site in sites and support_of(prior) not in ("real", "positive"):
                 base = innermost_distribution(prior)  # the family itself
-                if base.support.is_discrete:  # (mcmc() cannot sample it either)
+                if is_discrete(base):  # (mcmc() cannot sample it either)
                     raise ValueError(
                         f"mean_field_guide(): the prior of site {site!r} ({type(base).__name__}) "
                         f"is discrete (support {base.support}); the guide fits a continuous "

@@ -305,3 +305,29 @@ def test_a_discrete_prior_is_refused_by_the_guide_not_taken_for_one_on_0_inf(pri
     assert "mcmc()" not in str(err.value)
     with pytest.raises(ValueError, match=r"Expected a noise prior with positive support"):
         Gaussian(prior)
+
+
+class _DependentSupport(dist.TorchDistribution):
+    """A prior of one's own declaring torch's ``constraints.dependent`` placeholder as its
+    support, whose ``is_discrete`` raises NotImplementedError."""
+
+    arg_constraints: dict = {}  # noqa: RUF012 (torch reads it off the class)
+    support = torch.distributions.constraints.dependent
+
+    def __init__(self):
+        super().__init__(torch.Size(), torch.Size())
+
+    def log_prob(self, value):
+        return -(value**2)
+
+
+def test_a_prior_whose_support_torch_cannot_tell_is_refused_in_words():
+    """The check for a discrete prior read ``support.is_discrete``, which torch's ``dependent``
+    placeholder raises NotImplementedError for: mean_field_guide() and Gaussian(scale=) failed
+    in torch's words (".is_discrete cannot be determined statically") instead of naming the
+    support they cannot fit, as they did before that check."""
+    model = bayesian(nn.Linear(3, 2), prior={"weight": _DependentSupport()})
+    with pytest.raises(ValueError, match=r"^mean_field_guide\(\): the prior of site 'weight' "):
+        mean_field_guide(model)
+    with pytest.raises(ValueError, match=r"Expected a noise prior with positive support"):
+        Gaussian(_DependentSupport())
