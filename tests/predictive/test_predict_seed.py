@@ -355,7 +355,7 @@ def _two_threads_inside(model, first, second):
 
     layer = next(m for m in model.modules() if isinstance(m, nn.Linear))
     first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
-    names = {}
+    names, failed = {}, []
 
     def hook(module, args):
         who = names.get(threading.get_ident())
@@ -370,7 +370,10 @@ def _two_threads_inside(model, first, second):
         names[threading.get_ident()] = name
         if name == "second":
             first_in.wait(30)
-        call()
+        try:
+            call()
+        except Exception as error:  # (a thread's error would pass for a warning alone)
+            failed.append(error)
         after.set()
 
     handle = layer.register_forward_pre_hook(hook)
@@ -386,6 +389,8 @@ def _two_threads_inside(model, first, second):
         assert not any(thread.is_alive() for thread in threads)
     finally:
         handle.remove()
+    if failed:
+        raise failed[0]
 
 
 @pytest.mark.parametrize("seeded", [False, True])
@@ -413,6 +418,7 @@ def test_predict_on_two_threads_at_once_leaves_the_modes_validation_and_streams_
     with pyro.validation_enabled(True):
         _two_threads_inside(model, call(0), call(1))
         assert model.training and is_validation_enabled()
+    assert sorted(got) == [0, 1]
     if seeded:
         assert torch.equal(torch.get_rng_state(), state)
         assert _same(got[0], alone[0]) and _same(got[1], alone[1])
@@ -460,10 +466,53 @@ def test_to_inference_data_on_two_threads_at_once_leaves_the_global_stream_as_it
     torch.manual_seed(0)
     model, guide = _bayesian()
     x, y = toy_data(8)
-    state = torch.get_rng_state()
+    state, got = torch.get_rng_state(), {}
     _two_threads_inside(
         model,
-        lambda: to_inference_data(model, guide, x, y, num_samples=3, seed=1),
-        lambda: to_inference_data(model, guide, x, y, num_samples=3, seed=2),
+        lambda: got.update(first=to_inference_data(model, guide, x, y, num_samples=3, seed=1)),
+        lambda: got.update(second=to_inference_data(model, guide, x, y, num_samples=3, seed=2)),
     )
     assert torch.equal(torch.get_rng_state(), state)
+    assert sorted(got) == ["first", "second"]
+
+
+def test_a_call_kept_waiting_for_another_threads_warns_of_a_call_that_waits_on_it(monkeypatch):
+    """A loader making its batches with predict() on a thread of its own (a teacher's labels,
+    prefetched) waits on a call that waits on the predict() reading the loader: neither ends,
+    and nothing said why. A call kept waiting (PATIENCE seconds) now warns, saying what to
+    do, and goes on waiting."""
+    import threading
+
+    from pyrouq import _one_at_a_time
+
+    torch.manual_seed(0)
+    model, guide = _bayesian()
+    x, _ = toy_data(8)
+    held, release = threading.Event(), threading.Event()
+    warn = _one_at_a_time._warn_waiting
+
+    def warned(name):  # the holder lets go once the waiting call has warned
+        warn(name)
+        release.set()
+
+    monkeypatch.setattr(_one_at_a_time, "PATIENCE", 0.01)
+    monkeypatch.setattr(_one_at_a_time, "_warn_waiting", warned)
+
+    def hold():
+        with _one_at_a_time._lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    try:
+        with pytest.warns(RuntimeWarning) as record:
+            preds = predict(model, x, guide, 2, progress=False)
+    finally:
+        release.set()
+        holder.join(30)
+    assert preds.probs.shape[:2] == (2, 8)
+    message = str(record[0].message)
+    assert message.startswith("predict() has waited 0.01 s for a call of predict(), ")
+    assert "make those predictions on the thread of the call that reads them" in message
