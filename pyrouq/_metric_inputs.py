@@ -52,52 +52,71 @@ def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
     return p.unsqueeze(0) if p.dim() == 2 else p
 
 
-def _check_targets(targets: Any, pbar: Tensor) -> Tensor:
-    """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long."""
+def _check_targets(targets: Any, pbar: Tensor, name: str = "targets") -> Tensor:
+    """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long.
+    ``name`` is the argument's name in the words."""
     n, c = pbar.shape
+    return check_labels(targets, n, c, name).to(device=pbar.device, dtype=torch.long)
+
+
+def check_labels(targets: Any, n: int, c: int | None, name: str = "targets") -> Tensor:
+    """``targets`` if they are ``(n,)`` integer labels in ``[0, c)``, else a TypeError /
+    ValueError naming ``name``; ``c`` None (the classes not known yet, as before a first
+    prediction): all but the upper bound is checked."""
     if targets is None:  # ece(preds, preds.targets) of inputs without labels: no tensor to wrap
         raise TypeError(
-            f"Expected targets to be a torch.Tensor of class labels, got None; pass the ({n},) "
+            f"Expected {name} to be a torch.Tensor of class labels, got None; pass the ({n},) "
             "labels of the inputs predicted (a Predictions' .targets is None when predict() "
             "was given inputs without labels)."
         )
     if not isinstance(targets, Tensor):
         raise TypeError(
-            f"Expected targets to be a torch.Tensor of class labels, got "
+            f"Expected {name} to be a torch.Tensor of class labels, got "
             f"{type(targets).__name__}; wrap it with torch.as_tensor(...)."
         )
     if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
-        fix = "convert them with targets.long() (or argmax one-hot targets over the last dim)"
-        if tuple(targets.shape) == (n, c) and not targets.is_complex():  # one-hot rows: their
-            fix = label_shape_fix(targets.shape, n, c, "targets", targets.dtype)  # argmax
+        rows = f"{name}.long()" if targets.dtype == torch.bool else name  # no argmax of bools
+        fix = f"convert them with {name}.long() (or, for one-hot rows, {rows}.argmax(-1))"
+        if targets.is_complex():  # (torch has no argmax of complex numbers either)
+            fix = f"convert them with {name}.long()"
+        elif c is not None and tuple(targets.shape) == (n, c):  # one-hot rows: their argmax
+            fix = label_shape_fix(targets.shape, n, c, name, targets.dtype)
         raise TypeError(
-            f"Expected integer targets (class indices), got dtype {targets.dtype}; {fix}."
+            f"Expected integer {name} (class indices), got dtype {targets.dtype}; {fix}."
         )
     if targets.is_meta:  # (after the dtype, read without values; was torch's ".item() cannot
         # be called on meta tensors")
         raise ValueError(
-            f"Expected targets on a real device (cpu or cuda), got a tensor of shape "
+            f"Expected {name} on a real device (cpu or cuda), got a tensor of shape "
             f"{tuple(targets.shape)} on the meta device (shapes, no values): there are no "
             "labels to check. Pass the labels themselves (on the cpu, or the device of probs)."
         )
     if targets.dim() != 1 or targets.numel() != n:
+        fix = label_shape_fix(targets.shape, n, -1 if c is None else c, name)
         raise ValueError(
-            f"Expected targets of shape (N,) = ({n},), one label per input of probs, got shape "
-            f"{tuple(targets.shape)}; {label_shape_fix(targets.shape, n, c, 'targets')}."
+            f"Expected {name} of shape (N,) = ({n},), one label per input of probs, got shape "
+            f"{tuple(targets.shape)}; {fix}."
         )
     if targets.dtype in WIDE_UNSIGNED:  # torch's "min_all" not implemented for them
         raise TypeError(
-            f"Expected int64 targets (class indices), got dtype {targets.dtype}, which torch "
+            f"Expected int64 {name} (class indices), got dtype {targets.dtype}, which torch "
             "can neither take the minimum of nor compare with int64 predictions; convert them "
-            "with targets.long()."
+            f"with {name}.long()."
         )
+    if not targets.numel():
+        return targets
     lo, hi = int(targets.min()), int(targets.max())
-    if lo < 0 or hi >= c:
+    if c is None and lo < 0:
         raise ValueError(
-            f"Expected targets in [0, {c}) (class indices for C={c} classes), got values in "
+            f"Expected {name} to be class indices 0..C-1 for C classes, got values in "
+            f"[{lo}, {hi}]; relabel them as 0..C-1."
+        )
+    if c is not None and (lo < 0 or hi >= c):
+        raise ValueError(
+            f"Expected {name} in [0, {c}) (class indices for C={c} classes), got values in "
             f"[{lo}, {hi}]; relabel them as 0..{c - 1}."
         )
-    return targets.to(device=pbar.device, dtype=torch.long)
+    return targets
 
 
 def _prepare(probs: Any, targets: Tensor | None) -> tuple[Tensor, Tensor]:

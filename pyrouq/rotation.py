@@ -241,6 +241,7 @@ def evaluate_rotations(
     >>> [row["angle"] for row in rows], sorted(rows[0])
     ([0.0, 90.0], ['acc', 'angle', 'ece', 'epistemic', 'total'])
     """
+    from pyrouq._metric_inputs import _check_targets, check_labels
     from pyrouq._seeded import draw_devices, seeded
     from pyrouq.metrics import _prepare_probs, acc, ece
     from pyrouq.predictive import class_predictions, predict  # (predictive imports nothing here)
@@ -267,6 +268,7 @@ def evaluate_rotations(
             f"Expected y of shape (N,) = ({x.shape[0]},), one label per image of x, got shape "
             f"{tuple(y.shape)}."
         )
+    check_labels(y, x.shape[0], None, "y")  # before any prediction (the classes: after one)
     _check_measure(measure)
     normalized = check_flag("normalized", normalized)
     normalisation(normalized, mean, std, channels)  # before any prediction
@@ -289,6 +291,8 @@ def evaluate_rotations(
             progress=False,
         )
         probs = _prepare_probs(class_predictions(preds, "evaluate_rotations()").probs)
+        if not i:  # y's upper bound, now that the classes are known, in words naming y
+            _check_targets(y, probs[0], "y")
         parts = decompose(probs, measure)
         rows.append(
             {

@@ -194,6 +194,32 @@ def test_evaluate_rotations_bad_inputs(raw):
         evaluate_rotations(shapes, raw, y, progress=False)
 
 
+def test_evaluate_rotations_refuses_bad_labels_in_words_naming_y_before_predicting(
+    raw, monkeypatch
+):
+    # float or negative labels were refused only after the first angle was predicted, in
+    # the metrics' words ("convert them with targets.long()"); the upper bound needs the
+    # classes, known after the first prediction, and is then refused naming y too
+    import pyrouq.predictive
+
+    calls = []
+    real = pyrouq.predictive.predict
+    monkeypatch.setattr(
+        pyrouq.predictive, "predict", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    net, y = MLP(hidden_features=8), mnist_arrays("test")[1][:8]
+    with pytest.raises(TypeError, match=r"integer y .*dtype torch.float32; convert them with y"):
+        evaluate_rotations(net, raw, y.float(), angles=(0, 90), progress=False)
+    with pytest.raises(TypeError, match=r"for one-hot rows, y\.long\(\)\.argmax\(-1\)\)\.$"):
+        evaluate_rotations(net, raw, y > 4, angles=(0, 90), progress=False)
+    with pytest.raises(ValueError, match=r"Expected y to be class indices .* \[-1, 8\]"):
+        evaluate_rotations(net, raw, y - 1, angles=(0, 90), progress=False)
+    assert calls == []  # refused before any prediction
+    with pytest.raises(ValueError, match=r"Expected y in \[0, 10\) .* \[5, 14\]; relabel"):
+        evaluate_rotations(net, raw, y + 5, angles=(0, 90), progress=False)
+    assert calls == [1]  # one angle, the classes' count coming from its predictions
+
+
 def test_format_rotation_table():
     rows = [
         {"angle": 0.0, "acc": 0.99, "ece": 0.004, "epistemic": 0.01, "total": 0.05},

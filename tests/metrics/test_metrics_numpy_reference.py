@@ -272,6 +272,21 @@ def test_one_hot_bool_or_float_targets_are_told_an_argmax_that_runs(dtype):
     assert metrics.acc(p, labels) == pytest.approx(2 / 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_one_hot_rows_of_another_width_are_told_an_argmax_that_runs(dtype):
+    # one-hot bool rows narrower than the classes (labels 0..1 of 3 classes) were told
+    # "argmax one-hot targets over the last dim", which torch refuses for bools
+    p = torch.tensor([[0.9, 0.05, 0.05], [0.2, 0.7, 0.1], [0.5, 0.3, 0.2]])
+    labels = torch.tensor([0, 1, 1])
+    onehot = torch.nn.functional.one_hot(labels, 2).to(dtype)
+    with pytest.raises(TypeError) as err:
+        metrics.acc(p, onehot)
+    advice = re.search(r"for one-hot rows, (targets\S*)\)\.$", str(err.value))
+    assert advice is not None, str(err.value)
+    assert torch.equal(eval(advice.group(1), {"targets": onehot}), labels)  # as written
+    assert metrics.acc(p, eval(advice.group(1), {"targets": onehot})) == pytest.approx(2 / 3)
+
+
 def test_an_ood_class_mismatch_names_the_shape_that_was_passed():
     p = torch.full((2, 4, 2), 0.5)
     y = torch.zeros(4, dtype=torch.long)
