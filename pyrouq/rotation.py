@@ -14,7 +14,14 @@ from torch import Tensor, nn
 
 from pyrouq._images import Constants, as_nchw, normalisation
 from pyrouq._meta_device import real_device
-from pyrouq._numbers import finite_float, finite_number, is_one_number, one_number, shown
+from pyrouq._numbers import (
+    finite_float,
+    finite_number,
+    is_integer,
+    is_one_number,
+    one_number,
+    shown,
+)
 from pyrouq._one_at_a_time import one_at_a_time
 from pyrouq._tables import unsigned_zero
 from pyrouq._util import check_flag, rng_state, set_rng_state
@@ -57,7 +64,8 @@ def rotate(
         ``(N, 3, H, W)`` images, e.g. CIFAR's ``(N, 3, 32, 32)``. Other channel counts are
         refused.
     angle : float
-        Degrees, counter-clockwise; any finite real number.
+        Degrees, counter-clockwise; any finite real number (an int is reduced modulo 360
+        exactly, however large).
     normalized : bool, default True
         Whether ``images`` are normalised as ``(x - mean) / std`` (which decides the
         background value, see above) or raw ``[0, 1]`` images (False).
@@ -88,7 +96,7 @@ def rotate(
     >>> rotate(rgb - 1, 45, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)).unique()
     tensor([-1.])
     """
-    angle = _check_angle(angle)
+    angle = _turn(angle)
     normalized = check_flag("normalized", normalized)  # "no" or None: no background guessed
     x = _image_batch(images)
     norm = normalisation(normalized, mean, std, x.shape[1])
@@ -143,6 +151,15 @@ def _image_batch(images: object) -> Tensor:
     return as_nchw(images)
 
 
+def _turn(angle: object) -> float:
+    """``angle`` as a float of degrees, an int reduced modulo 360 exactly first (its float
+    alone drops the turn past 2**53: 360 * 10**20 + 90 was a whole number of turns, and
+    10**400 none at all), or :func:`_check_angle`'s refusal."""
+    if is_integer(angle):
+        return float(int(angle) % 360)
+    return _check_angle(angle)
+
+
 def _check_angle(angle: object, name: str = "angle") -> float:
     """``angle`` as a finite float, or a TypeError / ValueError naming ``name``."""
     if isinstance(angle, bool) or not isinstance(angle, numbers.Real):
@@ -154,6 +171,12 @@ def _check_angle(angle: object, name: str = "angle") -> float:
             f"{type(angle).__name__} {angle!r}; pass e.g. {fix}."
         )
     value = finite_float(angle)  # (None: NaN, inf, and 10**400, which float() refuses)
+    if value is None and is_integer(angle):  # finite, past a float's range
+        raise ValueError(
+            f"Expected {name} to be a number of degrees a float can hold (up to about "
+            f"1.8e308), got {shown(angle)}, an int past that range; reduce it with % 360, "
+            "which gives the same turn."
+        )
     if value is None:
         raise ValueError(f"Expected {name} to be a finite number of degrees, got {shown(angle)}.")
     return value
@@ -284,7 +307,7 @@ def evaluate_rotations(
             set_rng_state(device, rng)
         preds = predict(
             model,
-            rotate(x, angle, normalized=normalized, mean=mean, std=std),
+            rotate(x, angle, normalized=normalized, mean=mean, std=std),  # an int: exact
             guide,
             num_samples=num_samples,
             batch_size=batch_size,
@@ -296,7 +319,7 @@ def evaluate_rotations(
         parts = decompose(probs, measure)
         rows.append(
             {
-                "angle": angle,
+                "angle": float(angle),
                 "acc": acc(probs, y),
                 "ece": ece(probs, y),
                 "epistemic": float(parts.epistemic.mean()),
@@ -306,9 +329,10 @@ def evaluate_rotations(
     return rows
 
 
-def _check_angles(angles: Any) -> list[float]:
-    """``angles`` as a list of finite floats, or a TypeError saying what to pass instead (one
-    number, a tensor or array of another rank, text: bytes iterated as numbers)."""
+def _check_angles(angles: Any) -> list[float | int]:
+    """``angles`` as a list of finite floats (ints kept as ints, for :func:`rotate` to reduce
+    exactly), or a TypeError saying what to pass instead (one number, a tensor or array of
+    another rank, text: bytes iterated as numbers)."""
     ndim = getattr(angles, "ndim", None)  # a tensor's or an array's rank
     if ndim == 1 and hasattr(angles, "tolist"):
         angles = angles.tolist()
@@ -324,10 +348,12 @@ def _check_angles(angles: Any) -> list[float]:
             f"Expected angles to be an iterable of degrees, got {got}; pass e.g. {fix}, or "
             "angles=range(0, 181, 15)."
         )
-    return [_check_angle(a, "each angle") for a in angles]
+    given = list(angles)
+    checked = [_check_angle(a, "each angle") for a in given]  # (a row's angle is a float)
+    return [int(a) if is_integer(a) else c for a, c in zip(given, checked, strict=True)]
 
 
-def _angles_bar(angles: list[float]) -> Any:
+def _angles_bar(angles: list[float | int]) -> Any:
     """The angles, iterated under a tqdm bar that shows itself only after 2 s."""
     from pyrouq._progress import tqdm
 
@@ -405,9 +431,17 @@ def _check_rotation_rows(rows: object) -> list[dict[str, float]]:
     for given in out:
         numbers = {k: finite_number(given[k]) for k in _ROTATION_KEYS}
         bad = [f"{k}={shown(given[k])}" for k, number in numbers.items() if number is None]
+        huge = [k for k, number in numbers.items() if number is None and is_integer(given[k])]
+        what = "NaN or infinite values"
+        if huge:  # 10**400: finite, but no float holds it
+            what = (
+                "values past a float's range"
+                if len(huge) == len(bad)
+                else ("values that are NaN, infinite or past a float's range")
+            )
         if bad:  # (plotted, an inf angle failed inside matplotlib, a figure left open)
             raise ValueError(
-                f"A rotation row holds NaN or infinite values ({', '.join(bad)}); expected "
+                f"A rotation row holds {what} ({', '.join(bad)}); expected "
                 f"finite numbers for each of {list(_ROTATION_KEYS)}, as evaluate_rotations() "
                 "returns them. Drop or repair that row."
             )

@@ -132,6 +132,23 @@ def test_rotate_bad_inputs(raw):
         rotate([[0.0]], 30)  # type: ignore[arg-type]
 
 
+def test_an_int_angle_is_reduced_modulo_360_exactly_however_large(raw):
+    # past 2**53 an int's float dropped its remainder: 360 * 10**20 + 90 returned an unchanged
+    # copy, and 10**400 (finite) was refused as "a finite number of degrees"
+    x = _normalise(raw)
+    assert torch.equal(rotate(x, 360 * 10**20 + 90), rotate(x, 90))
+    assert torch.equal(rotate(x, -(360 * 10**20) + 45), rotate(x, 45))
+    assert 10**400 % 360 == 280
+    assert torch.equal(rotate(x, 10**400), rotate(x, 280))
+    assert torch.equal(rotate(x, np.int64(360 * 2**54 + 180)), x.flip(-1, -2))
+    net, y = MLP(hidden_features=8), mnist_arrays("test")[1][:8]
+    far, near = evaluate_rotations(net, x, y, angles=(360 * 10**20 + 90, 90), progress=False)
+    assert far["angle"] == 3.6e22 and {**far, "angle": 90.0} == near  # rotated alike
+    told = r"each angle to be a number of degrees a float can hold .* about 10\*\*400, an int"
+    with pytest.raises(ValueError, match=told + r" past that range; reduce it with % 360"):
+        evaluate_rotations(net, x, y, angles=(0, 10**400), progress=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # evaluate_rotations
 

@@ -89,10 +89,6 @@ def class_preds():
             r"Expected test_fraction in \(0, 1\), got ",
         ),
         (
-            lambda: rotate(torch.rand(2, 1, 8, 8), HUGE, normalized=False),
-            r"Expected angle to be a finite number of degrees, got ",
-        ),
-        (
             lambda: plot_regression(gaussian_preds(), torch.arange(3.0), num_sd=HUGE),
             r"Expected num_sd > 0, the bands' half-width in standard deviations, got ",
         ),
