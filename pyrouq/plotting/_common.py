@@ -289,7 +289,17 @@ def _display_images(
         )
     nchw = as_nchw(images.detach().cpu(), array=array)
     x = nchw[:, 0] if nchw.shape[1] == 1 else nchw.permute(0, 2, 3, 1)  # (N, H, W[, 3])
-    if x.dtype == torch.uint8:
+    if x.dtype == torch.uint8:  # raw 0-255 pixels: nothing to undo (was: normalized=True,
+        # mean= and std= silently ignored)
+        said = [f"{k}=" for k, v in (("mean", mean), ("std", std)) if v is not None]
+        if normalized:
+            said.insert(0, "normalized=True")
+        if said:
+            raise ValueError(
+                f"Expected no normalisation for uint8 images (raw 0-255 pixels, shown as they "
+                f"are), got {' and '.join(said)}; drop {'it' if len(said) == 1 else 'them'}, "
+                "or pass the float images that were normalised."
+            )
         return (x[index].to(torch.float32) / 255).numpy()
     if not x.is_floating_point():
         to_u8, to_float = (

@@ -71,7 +71,8 @@ def plot_most_uncertain(
         Whether float images are normalised as ``(x - mean) / std`` (they are mapped back to
         ``[0, 1]`` for display, then clipped to it). Default: yes when ``mean`` and ``std``
         are given or any pixel is negative; float images with none negative and some above 1
-        (raw 0-255 pixels as floats) are refused, as neither.
+        (raw 0-255 pixels as floats) are refused, as neither. uint8 images are raw pixels:
+        ``normalized=True``, ``mean=`` or ``std=`` with them is refused.
     mean, std : float or sequence of float, optional
         The normalisation to undo: one value per channel (or one number for every channel),
         e.g. ``mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)`` for CIFAR-10.

@@ -56,6 +56,29 @@ def test_float_images_of_raw_pixels_are_refused_not_shown_white():
     np.testing.assert_allclose(arr, raw[0].float().clamp(0, 1).numpy())
 
 
+def test_uint8_images_with_a_normalisation_are_refused_not_drawn_raw():
+    # uint8 images drew their raw pixels whatever normalized=True, mean= or std= said (and
+    # mean= with normalized=False, refused for float images, passed)
+    p = _probs(n=4)
+    raw = torch.randint(0, 256, (4, 28, 28), generator=torch.Generator().manual_seed(0))
+    raw = raw.to(torch.uint8)
+    open_before = plt.get_fignums()
+    told = r"Expected no normalisation for uint8 images \(raw 0-255 pixels, shown as they are\)"
+    for plot in (plot_image_grid, plot_most_uncertain):
+        with pytest.raises(ValueError, match=told + r", got normalized=True; drop it,"):
+            plot(p, raw, normalized=True)
+        with pytest.raises(ValueError, match=r"got mean= and std=; drop them, or pass the float"):
+            plot(p, raw, mean=0.5, std=0.5)
+        with pytest.raises(ValueError, match=r"got normalized=True and mean=; drop them"):
+            plot(p, raw, normalized=True, mean=0.5)
+        with pytest.raises(ValueError, match=r"got mean=; drop it"):
+            plot(p, raw, normalized=False, mean=0.5)
+    assert plt.get_fignums() == open_before  # refused before a figure was made
+    fig = plot_image_grid(p, raw, rows=1, cols=1, normalized=False)  # raw pixels, as said
+    arr = np.asarray(fig.axes[0].images[0].get_array())
+    np.testing.assert_allclose(arr, raw[0].float().numpy() / 255, atol=1e-6)
+
+
 def test_regression_title_counts_one_draw_in_the_singular():
     loc, scale = torch.zeros(1, 5, 1), torch.ones(1, 5, 1)
     fig = plot_regression(GaussianPredictions(loc, scale), torch.arange(5.0))
