@@ -71,7 +71,12 @@ from pyrouq.cli._run_dir import (
     trained_in_full,
     trained_run,
 )
-from pyrouq.cli._terminal import closable_streams, printable_streams
+from pyrouq.cli._terminal import (
+    OutputFailed,
+    closable_streams,
+    output_failure,
+    printable_streams,
+)
 from pyrouq.cli._torchrun import _process_group, _rank_gpu, _world_size
 
 
@@ -480,9 +485,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stderr cannot encode (the tables' box drawing in an ASCII locale) is written in ASCII. A
     stdout or stderr whose reader has gone (``pyrouq fit MODEL 2>&1 | head -1``) silences the
     printing, not the command, which writes its files and then exits with 141 (or its own
-    error's code)."""
+    error's code); one that cannot be written (``> /dev/full``) stops the command, which
+    says so in one line on stderr and exits with 2."""
     with printable_streams(), closable_streams() as streams:
-        code = _main(argv)
+        try:
+            code = _main(argv)
+        except OutputFailed:  # (its line below, on the streams put back)
+            code = EXIT_USAGE
+    failure = output_failure(streams)
+    if failure is not None:  # (on a failed stderr itself: dropped, its descriptor on null)
+        with contextlib.suppress(OSError):
+            print(failure, file=sys.stderr)
+        return code or EXIT_USAGE
     gone = any(stream.reader_gone for stream in streams)
     return EXIT_BROKEN_PIPE if code == 0 and gone else code
 

@@ -1,7 +1,8 @@
 """The command's output on a terminal or file that cannot encode every character: its tables'
 box drawing as ASCII, a file name's undecodable bytes as they were, anything else as ``?``,
-never a UnicodeEncodeError; and on a stdout or stderr whose reader has gone (``| head -1``),
-nothing, never a BrokenPipeError that stops the command before it writes its files."""
+never a UnicodeEncodeError; on a stdout or stderr whose reader has gone (``| head -1``),
+nothing, never a BrokenPipeError that stops the command before it writes its files; and on one
+that cannot be written (``> /dev/full``, a full disk), one line, not an OSError's traceback."""
 
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ def printable_streams() -> Iterator[None]:
                 stream.reconfigure(errors=errors)
 
 
+class OutputFailed(Exception):
+    """A write to stdout or stderr failed other than by a reader gone (``> /dev/full``): the
+    command stops, and :func:`pyrouq.cli.main` says so in one line (:func:`output_failure`).
+    Not an OSError, which the run folder's writes report as theirs."""
+
+
 class _Closable:
     """``sys.stdout`` or ``sys.stderr`` while a command runs: once the reader of its pipe has
     gone (``pyrouq fit MODEL 2>&1 | head -1``), what is printed is dropped instead of raising
@@ -62,27 +69,42 @@ class _Closable:
     that the text left in its buffer is not an error at the last flush either. What the
     stream's ``write`` returns is passed on as it is (a caller's own stream may return None)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, name: str = "stdout") -> None:
         self._stream = stream
+        self.name = name
         self.reader_gone = False
+        self.failed: OSError | None = None  # a write that failed otherwise (a full disk)
 
     def write(self, text: str) -> Any:
-        if not self.reader_gone:
+        if not self.reader_gone and self.failed is None:
             try:
                 return self._stream.write(text)
             except BrokenPipeError:
                 self._gone()
+            except OSError as err:
+                self._fail(err)
         return len(text)
 
     def flush(self) -> None:
-        if not self.reader_gone:
+        if not self.reader_gone and self.failed is None:
             try:
                 self._stream.flush()
             except BrokenPipeError:
                 self._gone()
+            except OSError as err:
+                self._fail(err)
+
+    def _fail(self, err: OSError) -> None:
+        """Drop what follows (and the text left in the buffer), and stop the command."""
+        self.failed = err
+        self._to_null()
+        raise OutputFailed(self.name) from err
 
     def _gone(self) -> None:
         self.reader_gone = True
+        self._to_null()
+
+    def _to_null(self) -> None:
         with contextlib.suppress(Exception):  # a stream without a descriptor: dropped as is
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
@@ -105,13 +127,28 @@ def closable_streams() -> Iterator[list[_Closable]]:
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None:
-            wrapped.append((name, stream, _Closable(stream)))
+            wrapped.append((name, stream, _Closable(stream, name)))
             setattr(sys, name, wrapped[-1][2])
     try:
         yield [closable for _, _, closable in wrapped]
     finally:
         for name, stream, closable in wrapped:
-            with contextlib.suppress(ValueError):  # a stream closed by its owner: as it is
-                closable.flush()
+            with contextlib.suppress(ValueError, OutputFailed):  # closed by its owner: as it
+                closable.flush()  # is; failed: its .failed says so
             if getattr(sys, name) is closable:
                 setattr(sys, name, stream)
+
+
+def output_failure(streams: list[_Closable]) -> str | None:
+    """The one line that says a write to stdout or stderr failed (``> /dev/full``: "No space
+    left on device"), or None where none did."""
+    failed = [stream for stream in streams if stream.failed is not None]
+    if not failed:
+        return None
+    stream = failed[0]
+    why = stream.failed.strerror if stream.failed is not None else None
+    return (
+        f"pyrouq: error: cannot write to {stream.name} ({why or stream.failed}); free space "
+        f"on the disk {stream.name} is redirected to, or send it elsewhere (> another file, "
+        "or > /dev/null)."
+    )

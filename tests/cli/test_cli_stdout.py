@@ -1,8 +1,10 @@
 """The command's stdout and stderr: a caller's own stream, none at all (``>&-``), a pipe whose
-reader has gone on either (``pyrouq fit MODEL 2>&1 | head -1``)."""
+reader has gone on either (``pyrouq fit MODEL 2>&1 | head -1``), one on a full disk
+(``> /dev/full``)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import sys
@@ -79,3 +81,30 @@ def test_fit_with_its_stderr_piped_into_head_writes_its_run(monkeypatch, tmp_pat
     assert sys.stdout is pipe and sys.stderr is pipe  # put back
     names = set(os.listdir(out))
     assert {"metrics.json", "config.json", "checkpoint.pt", "reliability.png"} <= names
+
+
+class _Full(io.TextIOBase):
+    """A stdout redirected to a full disk (`> /dev/full`): every write fails."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_stdout_on_a_full_disk_is_one_line_not_a_traceback(monkeypatch, tmp_path, capsys):
+    # `pyrouq fit ... > /dev/full` ended in "OSError: [Errno 28] No space left on device"'s
+    # traceback (exit 1) at the first line it printed, before its run folder was made
+    monkeypatch.setattr(sys, "stdout", _Full())
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "pyrouq: error: cannot write to stdout (No space left on device); free space on the "
+        "disk stdout is redirected to, or send it elsewhere (> another file, or > /dev/null).\n"
+    )
+    assert not out.exists()  # stopped at its first line, before the run folder
+    assert isinstance(sys.stdout, _Full)  # put back
+    assert main([]) == 2  # the help too: "cannot write to stdout"
+    assert capsys.readouterr().err.startswith("pyrouq: error: cannot write to stdout (No space")
