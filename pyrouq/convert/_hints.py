@@ -200,11 +200,25 @@ def refuse_prior_signature(prior: object) -> None:
     words named neither the option nor how it is called)."""
     if not_callable_as(prior, "name", None) is None:  # it can (or says so when called)
         return
+    name = getattr(prior, "__name__", class_name(prior))
+    instance, tail = "prior=dist.Normal(0.0, 0.1)", ""
+    if isinstance(prior, type) and issubclass(prior, torch.distributions.Distribution):
+        # its instance is one prior for every site, expanded to each site's shape, which
+        # torch refuses to do for a subclass with an __init__ of its own and no .expand()
+        own = [c for c in prior.__mro__ if c.__module__.split(".")[0] not in ("torch", "pyro")]
+        if any("expand" in vars(c) for c in own):
+            instance += f", or {name}(...) built with its arguments"
+        else:
+            tail = (
+                f"; {name}(...) built with its arguments would be one too once {name} "
+                "defines .expand(), which torch asks of a subclass with an __init__ of its own"
+            )
     raise TypeError(
         f"A prior= function is called as prior(name, param) for each latent site, and "
-        f"{getattr(prior, '__name__', class_name(prior))}{call_signature(prior)} cannot take "
-        "those two arguments. Pass e.g. lambda name, param: 0.1 if name.startswith('fc') "
-        "else 1.0 (a float is the scale of Normal(0, s))."
+        f"{name}{call_signature(prior)} cannot take those two arguments. Pass e.g. lambda "
+        "name, param: 0.1 if name.startswith('fc') else 1.0 (a float is the scale of "
+        "Normal(0, s)), or one prior for every site: a float (prior=0.1) or a distribution "
+        f"instance ({instance}){tail}."
     )
 
 

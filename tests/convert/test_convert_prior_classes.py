@@ -5,6 +5,7 @@ an instance keeps its route."""
 from __future__ import annotations
 
 import math
+import re
 
 import pyro.distributions as dist
 import pytest
@@ -137,3 +138,33 @@ def test_a_prior_function_of_another_signature_is_told_how_it_is_called(prior, s
     assert _scales(bayesian(nn.Linear(3, 2), prior=lambda name, param: 0.5)) == {
         "weight": [0.5], "bias": [0.5]
     }  # fmt: skip
+    # one prior for every site works too, and is now said (it was told only of a lambda)
+    said = re.findall(
+        r"\(prior=(\d\.\d)\) or a distribution instance \(prior=(dist\.[^)]*\))", str(refused.value)
+    )
+    assert said == [("0.1", "dist.Normal(0.0, 0.1)")], str(refused.value)
+    for written in said[0]:  # as written
+        model = bayesian(nn.Linear(3, 2), prior=eval(written, {"dist": dist}))
+        assert _scales(model) == {"weight": [pytest.approx(0.1)], "bias": [pytest.approx(0.1)]}
+
+
+class ExpandedScaledNormal(ScaledNormal):
+    """ScaledNormal with the .expand() torch asks of a subclass with an __init__ of its own."""
+
+    def expand(self, batch_shape, _instance=None):
+        return dist.Normal(self.loc, self.scale).expand(batch_shape)
+
+
+def test_a_distribution_class_of_another_signature_is_told_when_its_instance_works():
+    net = nn.Sequential(nn.Linear(3, 2))
+    with pytest.raises(
+        TypeError,
+        match=r"ScaledNormal\(\.\.\.\) built with its arguments would "
+        r"be one too once ScaledNormal defines \.expand\(\), which torch asks",
+    ):
+        bayesian(net, prior=ScaledNormal)
+    told = r"\(prior=dist\.Normal\(0\.0, 0\.1\), or ExpandedScaledNormal\(\.\.\.\) built with"
+    with pytest.raises(TypeError, match=told + r" its arguments\)\.$"):
+        bayesian(net, prior=ExpandedScaledNormal)
+    model = bayesian(net, prior=ExpandedScaledNormal(0.2))  # as said
+    assert _scales(model) == {"0.weight": [pytest.approx(0.2)], "0.bias": [pytest.approx(0.2)]}
