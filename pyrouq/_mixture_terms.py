@@ -1,6 +1,7 @@
-"""Closed-form terms of the Gaussian mixtures of :mod:`pyrouq.regression`: the sign of a
-mixture's CDF less a level (:func:`cdf_gap`, its quantiles' bisection) and ``E|X|`` of one
-Gaussian (:func:`crps_term`, its CRPS)."""
+"""Closed-form terms of the Gaussian mixtures of :mod:`pyrouq.regression` (and of a rank-1
+draw's members, :mod:`pyrouq.diagnostics`): an equally weighted mixture's mean
+(:func:`mixture_mean`), the sign of a mixture's CDF less a level (:func:`cdf_gap`, its
+quantiles' bisection) and ``E|X|`` of one Gaussian (:func:`crps_term`, its CRPS)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,19 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["cdf_gap", "crps_term"]
+__all__ = ["cdf_gap", "crps_term", "mixture_mean"]
 
 _SQRT2 = math.sqrt(2.0)
+
+
+def mixture_mean(loc: Tensor) -> Tensor:
+    """The mean over dim 0 of ``loc`` ``(S, ...)``, the components' means, kept within their
+    range: S identical components give their value, not their sum / S, which can be an ulp
+    off (a target equal to the mean then fell outside point masses' width-0 intervals). Its
+    gradient is the mean's."""
+    mean = loc.mean(0)
+    inside = mean.detach().clamp(loc.detach().amin(0), loc.detach().amax(0))
+    return mean + (inside - mean).detach()  # (the value: inside; the gradient: the mean's)
 
 
 def cdf_gap(loc: Tensor, spread: Tensor, value: Tensor, target: float) -> Tensor:

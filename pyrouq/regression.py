@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
-from pyrouq._mixture_terms import cdf_gap, crps_term
+from pyrouq._mixture_terms import cdf_gap, crps_term, mixture_mean
 from pyrouq._numbers import (
     finite_float,
     is_array_like,
@@ -194,9 +194,7 @@ class GaussianPredictions:
     def mean(self) -> Tensor:
         """The predictive mean ``(N, D)``: the mean of the draws' means, kept within their
         range (S identical draws give their value, not their sum / S, which can be an ulp off)."""
-        mean = self.loc.mean(0)
-        inside = mean.detach().clamp(self.loc.detach().amin(0), self.loc.detach().amax(0))
-        return mean + (inside - mean).detach()  # (the value: inside; the gradient: the mean's)
+        return mixture_mean(self.loc)
 
     @property
     def aleatoric_variance(self) -> Tensor:

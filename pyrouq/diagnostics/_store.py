@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._mixture_terms import mixture_mean
 from pyrouq.diagnostics._common import _check_labels, _numpy
 from pyrouq.likelihoods import Categorical, Likelihood
 
@@ -104,7 +105,7 @@ def _store_logits(
         if mixture:
             out.values[_MEMBER_LOC][draws, :, cols] = loc.to(stored).cpu()
             out.values[_MEMBER_SCALE][draws, :, cols] = scale.to(stored).cpu()
-            mean = loc.mean(0)
+            mean = mixture_mean(loc)  # (identical members: their value, as predict()'s mean)
             loc, scale = mean, (scale**2 + (loc - mean) ** 2).mean(0).sqrt()
             log_lik = torch.logsumexp(log_lik, dim=0) - np.log(outputs.shape[0])
         out.values["loc"][draws, cols] = loc.to(stored).cpu()

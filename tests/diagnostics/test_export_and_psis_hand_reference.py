@@ -150,3 +150,21 @@ def test_export_and_psis_say_a_first_layers_fix_for_x_once():
         to_inference_data(model, guide, x, y, num_samples=2)
     with pytest.raises(ValueError, match=r"^psis_diagnostic\(\): .*draw: .*" + fix + "$"):
         psis_diagnostic(model, guide, x, y, num_samples=25)
+
+
+def test_a_rank1_draws_identical_members_export_their_own_mean():
+    # the members' mixture mean was loc.mean(0), an ulp off identical members' value (7 of
+    # 0.1: -1.4e-17) where GaussianPredictions.mean keeps it within the draws' range; both
+    # now take the one mixture_mean
+    from pyrouq.diagnostics._store import _Draws, _store_logits
+    from pyrouq.regression import GaussianPredictions
+
+    v = torch.tensor([0.1, 0.7, 1 / 3, 2.2], dtype=torch.float64)
+    members = v.reshape(1, 4, 1).expand(7, 4, 1).clone()  # (M, N, D): seven alike
+    assert not torch.equal(members.mean(0), members[0])  # (sum / M is an ulp off)
+    out = _Draws(1)
+    _store_logits(out, 0, slice(0, 4), members, v.clone(), 4, Gaussian(0.5), None, True)
+    assert torch.equal(out.values["loc"][0], members[0])
+    assert torch.equal(out.values["scale"][0], torch.full((4, 1), 0.5, dtype=torch.float64))
+    preds = GaussianPredictions(members, torch.full_like(members, 0.5))
+    assert torch.equal(out.values["loc"][0], preds.mean)  # one quantity, one value
