@@ -485,8 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stderr cannot encode (the tables' box drawing in an ASCII locale) is written in ASCII. A
     stdout or stderr whose reader has gone (``pyrouq fit MODEL 2>&1 | head -1``) silences the
     printing, not the command, which writes its files and then exits with 141 (or its own
-    error's code); one that cannot be written (``> /dev/full``) stops the command, which
-    says so in one line on stderr and exits with 2."""
+    error's code); a stdout that cannot be written (``> /dev/full``) stops the command, which
+    says so in one line on stderr and exits with 2; a stderr that cannot be written is dropped,
+    and the command, its files written, exits with 2."""
     with printable_streams(), closable_streams() as streams:
         try:
             code = _main(argv)

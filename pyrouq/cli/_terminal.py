@@ -95,10 +95,13 @@ class _Closable:
                 self._fail(err)
 
     def _fail(self, err: OSError) -> None:
-        """Drop what follows (and the text left in the buffer), and stop the command."""
+        """Drop what follows (and the text left in the buffer); a stdout stops the command, a
+        stderr (progress bars, warnings: Python drops a warning it cannot write) does not, and
+        the command, its files written, exits with 2."""
         self.failed = err
         self._to_null()
-        raise OutputFailed(self.name) from err
+        if self.name == "stdout":
+            raise OutputFailed(self.name) from err
 
     def _gone(self) -> None:
         self.reader_gone = True

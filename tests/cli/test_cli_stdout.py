@@ -108,3 +108,15 @@ def test_a_stdout_on_a_full_disk_is_one_line_not_a_traceback(monkeypatch, tmp_pa
     assert isinstance(sys.stdout, _Full)  # put back
     assert main([]) == 2  # the help too: "cannot write to stdout"
     assert capsys.readouterr().err.startswith("pyrouq: error: cannot write to stdout (No space")
+
+
+def test_a_stderr_on_a_full_disk_is_dropped_and_the_run_written(monkeypatch, tmp_path):
+    # a stderr that cannot be written (`2> /dev/full`: progress bars, warnings) does not stop
+    # the run: its files are written, and the exit code (2) says output was lost
+    monkeypatch.setattr(sys, "stderr", _Full())
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--out", str(out)]
+    assert main(argv) == 2  # progress bars on: the first write to stderr fails
+    names = set(os.listdir(out))
+    assert {"metrics.json", "config.json", "checkpoint.pt", "reliability.png"} <= names
+    assert isinstance(sys.stderr, _Full)  # put back
