@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
+from pyrouq.likelihoods._conditioned import conditioned_value
 
 
 def widened(outputs: Tensor) -> Tensor:
@@ -179,7 +180,9 @@ class Likelihood(nn.Module):
 
         The observation lies in ``pyro.plate("data", B)`` (dim -1) and, for ensembles, in
         ``pyro.plate("members", M)`` (dim -2); it is scaled by N/B so that a minibatch
-        estimates the full-data log-likelihood. Without ``y`` nothing is scaled (prediction).
+        estimates the full-data log-likelihood. Without ``y`` nothing is scaled (prediction),
+        unless a ``pyro.poutine.condition()`` around the model gives ``"obs"`` its targets
+        (:func:`~pyrouq.likelihoods._conditioned.conditioned_value`): they are scaled as ``y``.
         Returns ``outputs``.
         """
         if outputs.dim() < 2:
@@ -200,6 +203,22 @@ class Likelihood(nn.Module):
             self.check_targets(y, outputs, where)
             scale = self.scale(num_data, batch, where)
             y = self.shape_targets(y, outputs)
+        elif (given := conditioned_value("obs")) is not None:
+            # poutine.condition(model, data={"obs": y})(x) is model(x, y) to a Pyro user: the
+            # same N/B (the values are Pyro's to check: a vectorised Predictive gives a draw's
+            # "obs" per leading index), and a shape the site holds, else Pyro broadcasts them.
+            # Without N, 1 as before (a Predictive given draws holding "obs" runs unscaled)
+            scale = 1.0 if num_data is None else self.scale(num_data, batch, where)
+            shaped = self.shape_targets(given, outputs)
+            if shaped.shape != given.shape:
+                raise ValueError(
+                    f"{where}: a pyro.poutine.condition() around the model gives its 'obs' "
+                    f"site targets of shape {tuple(given.shape)}, expected "
+                    f"{tuple(shaped.shape)} as the site holds them: Pyro would score them "
+                    f"broadcast against the outputs {tuple(outputs.shape)}. Condition on "
+                    f"y.reshape{tuple(shaped.shape)}, or pass the targets to the model: "
+                    "model(x, y)."
+                )
         with pyro.plate("data", batch, dim=-1):
             if members is not None:
                 with pyro.plate("members", members, dim=-2):

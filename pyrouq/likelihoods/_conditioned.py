@@ -1,0 +1,54 @@
+"""The targets a ``pyro.poutine.condition()`` around a pyrouq model gives its ``"obs"`` site.
+
+``poutine.condition(model, data={"obs": y})(x)`` is, to a Pyro user, ``model(x, y)``: Pyro
+makes the site observed whatever its code passed as ``obs=``. The model sees ``y=None`` there,
+so :meth:`~pyrouq.likelihoods.Likelihood.observe` reads the value the handler will give the
+site, to scale the minibatch's log-likelihood by N/B and check the targets as for ``y``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro
+from pyro.poutine.block_messenger import BlockMessenger
+from pyro.poutine.condition_messenger import ConditionMessenger
+from torch import Tensor
+
+
+def conditioned_value(site: str) -> Tensor | None:
+    """The value the active ``poutine.condition()`` handlers give ``site`` (the outermost's,
+    which Pyro applies last), or None: none conditions it, the last one that names it gives
+    None (Pyro leaves the site unobserved then), or a ``poutine.block()`` between the call
+    and the handler hides the site from it (a ``hide_fn`` of one's own that fails on the
+    question counts as hiding it)."""
+    value: Any = None
+    for handler in reversed(getattr(pyro.poutine.runtime, "_PYRO_STACK", None) or []):
+        if isinstance(handler, BlockMessenger) and _hides(handler, site, value is not None):
+            break
+        if isinstance(handler, ConditionMessenger) and handler.data is not None:
+            data: Any = handler.data
+            if site in data:
+                trace = isinstance(data, pyro.poutine.Trace)
+                value = data.nodes[site].get("value") if trace else data[site]
+    return value if isinstance(value, Tensor) else None
+
+
+def _hides(handler: BlockMessenger, site: str, observed: bool) -> bool:
+    message = {
+        "type": "sample",
+        "name": site,
+        "is_observed": observed,
+        "infer": {},
+        "value": None,
+        "fn": None,
+        "args": (),
+        "kwargs": {},
+        "scale": 1.0,
+        "mask": None,
+        "cond_indep_stack": (),
+    }
+    try:
+        return bool(handler.hide_fn(message))  # type: ignore[arg-type]
+    except Exception:
+        return True
