@@ -449,6 +449,7 @@ def batchensemble(
     init: FactorInit = "normal",
     norms: Norms = "per_member",
     likelihood: LikelihoodName | Likelihood = "categorical",
+    num_data: int | None = None,
 ) -> BatchEnsembleNetwork:
     """Convert any (e.g. pre-trained) network into a BatchEnsemble of ``num_members``.
 
@@ -484,6 +485,10 @@ def batchensemble(
         against 91.21 % accuracy, NLL 0.2356 against 0.2431, ECE 0.39 % against 0.50 %, seed
         0). Networks without normalisation layers are unaffected.
     likelihood : {"categorical", "gaussian"} or Likelihood, default "categorical"
+    num_data : int, optional
+        Training-set size N, by which a minibatch of B targets passed to the model (or given
+        its ``"obs"`` by ``pyro.poutine.condition``) is scaled, N/B: set by ``fit()``; a
+        Pyro loop of one's own (``SVI``) needs it here or as ``model.num_data = N``.
 
     Returns
     -------
@@ -535,6 +540,7 @@ def batchensemble(
         init=init,
         norms=norms,
         likelihood=likelihood,
+        num_data=num_data,
     )
 
 
@@ -550,6 +556,7 @@ def _batchensemble(
     init: FactorInit,
     norms: Norms,
     likelihood: LikelihoodName | Likelihood,
+    num_data: int | None = None,
 ) -> BatchEnsembleNetwork:
     """:func:`batchensemble` without its check of the likelihood: :func:`pyrouq.rank1` builds
     its BatchEnsemble with a latent noise, which its guide then fits."""
@@ -560,6 +567,7 @@ def _batchensemble(
         r_std=r_std,
         s_mean=s_mean,
         s_std=s_std,
+        num_data=num_data,
     )
     from pyrouq.models import MLP, BatchEnsembleLeNet, BatchEnsembleMLP, LeNet
 

@@ -515,3 +515,21 @@ def test_per_member_norm_refuses_what_it_cannot_copy_or_split():
         ValueError, match=r"BatchEnsembleNorm\(num_members=3\) with 3 members expects a folded"
     ):
         BatchEnsembleNorm(nn.LayerNorm(4), 3)(torch.randn(4, 4))
+
+
+@pytest.mark.parametrize("module", ["MLP", "Sequential"])
+def test_batchensemble_takes_the_num_data_its_refusal_asks_for(module):
+    """A BatchEnsemble run by a Pyro loop of one's own (not fit()) meets 'num_data is not
+    set ... Pass num_data=N to the constructor': batchensemble() took no num_data (a
+    TypeError), as bayesian() and rank1() do. Its N now scales a minibatch's 'obs' by N/B."""
+    torch.manual_seed(0)
+    if module == "MLP":
+        net: nn.Module = MLP(in_features=3, hidden_features=4, out_features=2)
+    else:
+        net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    x, y = torch.randn(10, 3), torch.randint(0, 2, (10,))
+    with pytest.raises(ValueError, match=r"num_data is not set.*Pass num_data=N to the const"):
+        batchensemble(net, 2)(x, y)
+    model = batchensemble(net, 2, num_data=40)
+    assert model.num_data == 40
+    assert poutine.trace(model).get_trace(x, y).nodes["obs"]["scale"] == 4.0
