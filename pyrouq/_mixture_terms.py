@@ -19,8 +19,11 @@ def mixture_mean(loc: Tensor) -> Tensor:
     """The mean over dim 0 of ``loc`` ``(S, ...)``, the components' means, kept within their
     range: S identical components give their value, not their sum / S, which can be an ulp
     off (a target equal to the mean then fell outside point masses' width-0 intervals). Its
-    gradient is the mean's."""
+    gradient is the mean's. Finite components whose sum overflows their dtype (float32 means
+    of 3e38) give their mean, not inf + (3e38 - inf) = NaN: each / S, summed, there."""
     mean = loc.mean(0)
+    if not bool(mean.isfinite().all()):  # (only then: it allocates an S x ... copy)
+        mean = torch.where(mean.isfinite(), mean, (loc / loc.shape[0]).sum(0))
     inside = mean.detach().clamp(loc.detach().amin(0), loc.detach().amax(0))
     return mean + (inside - mean).detach()  # (the value: inside; the gradient: the mean's)
 

@@ -196,3 +196,13 @@ def test_abs_intervals_of_float64_point_masses_hold_their_mean_with_width_0():
         lo, hi = ConformalRegressor("abs", 0.2, torch.tensor([threshold])).intervals(preds)
         assert lo.tolist() == hi.tolist() == [[-1.5], [0.0], [2.0]]
         assert coverage((lo, hi), preds.targets) == 1.0
+
+
+def test_the_mean_of_finite_draws_whose_sum_overflows_is_finite():
+    # float32 draws of 3e38: their sum overflows to inf, and keeping the mean within the draws'
+    # range computed inf + (3e38 - inf), NaN (before that: inf); the mean is their value
+    loc = torch.full((2, 3, 1), 3e38).requires_grad_()
+    preds = GaussianPredictions(loc, torch.ones_like(loc))
+    assert torch.equal(preds.mean, torch.full((3, 1), 3e38))
+    preds.mean.sum().backward()  # the mean's gradient, 1 / S per draw
+    assert torch.equal(loc.grad, torch.full_like(loc, 0.5))
