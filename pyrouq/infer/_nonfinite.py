@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -44,8 +45,9 @@ class KLOverflowError(FloatingPointError):
         super().__init__(message)
         self.overflow = overflow
 
-    def __reduce__(self) -> tuple[type[KLOverflowError], tuple[str, KLOverflow]]:
-        return type(self), (str(self), self.overflow)  # (pickled: a worker's, a rank's)
+    def __reduce__(self) -> tuple[type[KLOverflowError], tuple[str, KLOverflow], dict[str, Any]]:
+        # (pickled: a worker's, a rank's) with its __dict__, as BaseException's own: its notes
+        return type(self), (str(self), self.overflow), self.__dict__
 
 
 def kl_overflow(

@@ -757,8 +757,10 @@ def test_a_kl_weight_that_overflows_the_loss_is_named_not_init_scale(kl_weight):
     assert (overflow.kl_weight, overflow.dtype) == (kl_weight, torch.float32)
     assert 0 < overflow.kl < 1e6 and 0 < overflow.nll < 1e3  # (the KL of 20-unit layers)
     assert f"kl_weight * KL = {overflow.figures}. Pass a smaller kl_weight" in told
+    info.value.add_note("(raised in rank 1)")  # kept, as a FloatingPointError's notes are
     again = pickle.loads(pickle.dumps(info.value))  # (a process's error, sent back)
     assert (str(again), again.overflow) == (told, overflow)
+    assert again.__notes__ == ["(raised in rank 1)"]
     assert "in float32 (largest 3.4e+38). Pass a smaller kl_weight (1 is the exact ELBO" in told
     assert "Lower lr" not in told
     model = tiny_mlp()
