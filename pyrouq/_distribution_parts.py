@@ -9,7 +9,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["distribution_masks", "innermost_distribution", "is_discrete", "support_of"]
+__all__ = [
+    "distribution_masks",
+    "innermost_distribution",
+    "is_discrete",
+    "refuse_undecided_support",
+    "support_of",
+    "support_undecided",
+]
 
 
 def _bound_is(bound: Any, value: float) -> bool:
@@ -53,6 +60,31 @@ def is_discrete(fn: Any) -> bool:
         return _discrete(fn.support)
     except (AttributeError, NotImplementedError):  # (Distribution.support: NotImplementedError)
         return False
+
+
+def support_undecided(fn: Any) -> bool:
+    """Whether ``fn`` declares torch's ``dependent`` placeholder as its support: torch can tell
+    neither whether it is discrete nor its bounds (no ``biject_to`` maps it for NUTS)."""
+    try:
+        bool(getattr(fn.support, "is_discrete", False))
+    except NotImplementedError:
+        return True
+    except AttributeError:
+        return False
+    return False
+
+
+def refuse_undecided_support(caller: str, site: str, prior: Any, why: str) -> None:
+    """Refuse a ``prior`` of :func:`support_undecided` in ``caller``'s words (``why``: what it
+    would need the support for)."""
+    if support_undecided(prior):
+        raise ValueError(
+            f"{caller}: the prior of site {site!r} ({type(prior).__name__}) declares torch's "
+            f"constraints.dependent placeholder as its support, whose bounds torch cannot tell; "
+            f"{why}. Declare the support its values lie in, in its class (support = "
+            "constraints.real, constraints.positive, ...), or give the site one of torch's "
+            "priors, pyrouq.bayesian(net, prior=...) (Normal, Laplace, StudentT)."
+        )
 
 
 def _discrete(support: Any) -> bool:

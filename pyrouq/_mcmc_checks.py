@@ -11,6 +11,7 @@ import pyro
 import torch
 from torch import Tensor
 
+from pyrouq._distribution_parts import innermost_distribution, refuse_undecided_support
 from pyrouq._numbers import is_array_like
 from pyrouq._own_models import unobserved_sites
 from pyrouq._util import global_streams_kept, module_device
@@ -147,6 +148,12 @@ def refuse_discrete_priors(model: Any) -> None:
             support = prior.support
         except NotImplementedError:  # a distribution of the user's own without a support
             continue
+        refuse_undecided_support(  # (torch: ".is_discrete cannot be determined statically")
+            "mcmc()",
+            site,
+            innermost_distribution(prior),
+            "NUTS and HMC cannot map it to the real line",
+        )
         if support.is_discrete:
             name = type(getattr(prior, "base_dist", prior)).__name__
             support = getattr(support, "base_constraint", support)  # (Independent's)

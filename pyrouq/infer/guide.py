@@ -13,7 +13,12 @@ import torch.nn.functional as F
 from pyro.infer.autoguide import AutoGuide, AutoMessenger
 from torch import nn
 
-from pyrouq._distribution_parts import innermost_distribution, is_discrete, support_of
+from pyrouq._distribution_parts import (
+    innermost_distribution,
+    is_discrete,
+    refuse_undecided_support,
+    support_of,
+)
 from pyrouq._meta_device import real_device
 from pyrouq._param_store import (
     copy_renamed,
@@ -185,6 +190,8 @@ class MeanFieldGuide(nn.Module):
                         "pyrouq.bayesian(net, prior=...) (Normal, Laplace, StudentT), or leave it "
                         "out of select= (a point estimate)."
                     )
+                why = "the guide fits a Normal (on the real line) or a LogNormal (on (0, inf))"
+                refuse_undecided_support("mean_field_guide()", site, base, why)  # (mcmc() too)
                 raise ValueError(
                     f"mean_field_guide(): the prior of site {site!r} ({type(base).__name__}) "
                     f"has support {base.support}; the guide fits a Normal (on the real line) or a "

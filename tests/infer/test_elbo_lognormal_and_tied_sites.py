@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pyro import poutine
 from torch import nn
 
-from pyrouq import Gaussian, batchensemble, bayesian, fit, predict, rank1
+from pyrouq import Gaussian, batchensemble, bayesian, fit, mcmc, predict, rank1
 from pyrouq.infer import KLWeightedELBO, mean_field_guide
 
 N, B = 100, 6
@@ -327,7 +327,16 @@ def test_a_prior_whose_support_torch_cannot_tell_is_refused_in_words():
     in torch's words (".is_discrete cannot be determined statically") instead of naming the
     support they cannot fit, as they did before that check."""
     model = bayesian(nn.Linear(3, 2), prior={"weight": _DependentSupport()})
-    with pytest.raises(ValueError, match=r"^mean_field_guide\(\): the prior of site 'weight' "):
+    with pytest.raises(
+        ValueError, match=r"^mean_field_guide\(\): the prior of site 'weight' "
+    ) as err:
         mean_field_guide(model)
+    # not "has support Dependent(); ... or sample it by mcmc()", which failed in torch's words
+    told = "(_DependentSupport) declares torch's constraints.dependent placeholder as its support"
+    assert told in str(err.value) and "by mcmc()" not in str(err.value)
+    assert "Declare the support its values lie in, in its class" in str(err.value)
+    with pytest.raises(ValueError, match=r"^mcmc\(\): the prior of site 'weight' ") as err:
+        mcmc(model, torch.randn(4, 3), torch.randn(4, 2), num_samples=2, warmup_steps=1)
+    assert told in str(err.value) and "cannot map it to the real line" in str(err.value)
     with pytest.raises(ValueError, match=r"Expected a noise prior with positive support"):
         Gaussian(_DependentSupport())
