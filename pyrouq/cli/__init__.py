@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -298,7 +298,7 @@ def _run_fit(
     if resumed is not None:  # the epochs of the run before it stopped, printed once fit()
         lines.hold(earlier_epochs(resumed))  # or trained_run() took the run (not refused)
     try:
-        with _writing_run(out, checkpoint):  # each epoch's checkpoint
+        with _writing_run(out, checkpoint, lines.release):  # each epoch's checkpoint
             if finished and resumed is not None:
                 model, guide, result = trained_run(resumed, args, method, config)
                 lines.release()
@@ -390,10 +390,13 @@ _WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EF
 
 
 @contextlib.contextmanager
-def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
+def _writing_run(
+    out: Path, checkpoint: Path, wrote: Callable[[], None] | None = None
+) -> Iterator[None]:
     """fit's writes into the run folder (each epoch's checkpoint, the final one, the metrics
     and plots): a failed write (a full disk, a folder made read-only) is one line naming the
-    folder and what it keeps, not a traceback."""
+    folder and what it keeps, not a traceback; ``wrote`` is called first (a resumed run's
+    held epoch lines: a write means fit() took the run and trained)."""
     try:
         yield
     except OSError as err:
@@ -403,6 +406,8 @@ def _writing_run(out: Path, checkpoint: Path) -> Iterator[None]:
                 raise  # not the run's file (a data set's, a factory's): the error as it came
         elif err.filename is None and err.errno not in _WRITE_ERRORS:
             raise  # of no file, and not one a write meets (a descriptor's, an int: the save's)
+        if wrote is not None:
+            wrote()
         what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
         kept = ""
         if checkpoint.exists():  # the last epoch's, written whole (else the folder goes)

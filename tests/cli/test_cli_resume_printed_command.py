@@ -153,3 +153,30 @@ def test_a_refused_resume_prints_none_of_the_runs_earlier_epochs(tmp_path, capsy
     assert main([*ARGV, "--out", str(part), "--resume"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
     assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"]
+
+
+def test_a_resumed_run_whose_first_write_fails_prints_its_earlier_epochs(
+    tmp_path, capsys, monkeypatch
+):
+    """The earlier epochs' lines, held until fit() takes the run, were lost where it took it
+    and then the first epoch's checkpoint could not be written (a full disk): the run trained
+    on, and the log showed none of the epochs checkpoint.pt holds."""
+    import errno
+
+    from pyrouq.checkpoint import _file
+
+    part = tmp_path / "part"
+    monkeypatch.setattr(CtrlCAt, "at", 6)  # inside epoch 2 (of 4 steps): epoch 1 finished
+    assert main([*ARGV, "--out", str(part)]) == 130
+    capsys.readouterr()
+    monkeypatch.setattr(CtrlCAt, "at", 0)
+
+    def save(obj, f, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_file.torch, "save", save)
+    assert main([*ARGV, "--out", str(part), "--resume"]) == 2
+    told = capsys.readouterr()
+    assert f"cannot write the run into {str(part)!r} (No space left on device" in told.err
+    lines = [line for line in told.out.splitlines() if line.startswith("epoch")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1"]
