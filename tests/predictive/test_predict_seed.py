@@ -516,3 +516,58 @@ def test_a_call_kept_waiting_for_another_threads_warns_of_a_call_that_waits_on_i
     message = str(record[0].message)
     assert message.startswith("predict() has waited 0.01 s for a call of predict(), ")
     assert "make those predictions on the thread of the call that reads them" in message
+
+
+@pytest.mark.parametrize("which", ["to_inference_data", "psis_diagnostic", "evaluate_rotations"])
+def test_the_other_calls_that_run_one_at_a_time_wait_for_another_threads_and_warn(
+    which, monkeypatch
+):
+    """psis_diagnostic() and evaluate_rotations() set what predict() sets (the model's modes,
+    Pyro's validation flags, with seed= torch's streams) and take the same turn: with the
+    lock taken off either of them, no test failed. Each waits while another thread's call
+    runs, warning in its own name once kept waiting, and then runs."""
+    import threading
+
+    from pyrouq import BayesianMLP, _one_at_a_time, evaluate_rotations
+
+    torch.manual_seed(0)
+    if which == "psis_diagnostic":
+        model, guide, x, y = _regression()
+        call = lambda: psis_diagnostic(model, guide, x, y, num_samples=40)  # noqa: E731
+    elif which == "evaluate_rotations":
+        model = BayesianMLP(in_features=784, hidden_features=8, out_features=10)
+        guide = mean_field_guide(model, init_scale=0.5)
+        x, y = torch.randn(4, 1, 28, 28), torch.arange(4)
+        call = lambda: evaluate_rotations(  # noqa: E731
+            model, x, y, guide, angles=[0, 90], num_samples=2, progress=False
+        )
+    else:
+        model, guide = _bayesian()
+        x, y = toy_data(8)
+        call = lambda: to_inference_data(model, guide, x, y, num_samples=2)  # noqa: E731
+    held, release = threading.Event(), threading.Event()
+    warn = _one_at_a_time._warn_waiting
+
+    def warned(name):  # the holder lets go once the waiting call has warned
+        warn(name)
+        release.set()
+
+    monkeypatch.setattr(_one_at_a_time, "PATIENCE", 0.01)
+    monkeypatch.setattr(_one_at_a_time, "_warn_waiting", warned)
+
+    def hold():
+        with _one_at_a_time._lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    try:
+        with pytest.warns(RuntimeWarning) as record:
+            result = call()
+    finally:
+        release.set()
+        holder.join(30)
+    assert result is not None
+    assert str(record[0].message).startswith(f"{which}() has waited 0.01 s for a call of ")
