@@ -760,6 +760,22 @@ def test_masked_priors_a_models_own_kl_weight_and_non_discrete_samplers_without_
             circular, lambda x, y=None: pyro.sample("angle", Jitter()), x, y
         )
 
+    def jittered(x, y=None):  # a latent site of its own distribution, left out of the guide
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        z = pyro.sample("z", Jitter())
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(x[:, 0] * w + z, 1.0), obs=y)
+
+    def w_alone(x, y=None):
+        pyro.sample("w", dist.Normal(pyro.param("w_loc", torch.tensor(0.0)), 1.0))
+
+    # asked whether the site is discrete (to enumerate), torch's Distribution.support raised
+    # NotImplementedError for it: it counts as continuous, and the guide is told what it lacks
+    for draws in (dict(guide=w_alone), dict(posterior_samples={"w": torch.zeros(3)})):
+        with pytest.raises(ValueError, match=r"model.s latent site 'z' \(\) is not in it"):
+            pyrouq.predict(jittered, x, num_samples=3 if "guide" in draws else None,
+                           progress=False, **draws)  # fmt: skip
+
 
 def test_a_bayesian_layers_local_reparameterization_is_documented_as_fit_applies_it():
     """BayesianLinear's docs called sample_with "the training path of KLWeightedELBO": fit()
