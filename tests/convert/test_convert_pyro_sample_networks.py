@@ -117,6 +117,11 @@ def test_a_network_holding_a_pyrouq_model_is_refused_naming_it():
         assert f"got a _Holder holding pyrouq models: 'inner' ({type(held).__name__})" in message
         assert "draws its latent sites from their priors at every run" in message
         assert "model.plain_network()" in message
+    # a model holding a model (put there by hand): the outermost one is named, once
+    nested = bayesian(inner)
+    nested.net.extra = batchensemble(nn.Sequential(nn.Linear(3, 3)), 2)
+    with pytest.raises(ValueError, match=r"holding pyrouq models: 'inner' \(BayesianNetwork\)\. "):
+        bayesian(_Holder(nested))
     # held as its plain network, every layer is the converted model's
     model = bayesian(_Holder(bayesian(inner).plain_network()))
     assert list(model.latent_sites()) == [
