@@ -76,6 +76,9 @@ def test_rotate_shows_a_huge_int_among_the_channels_shortly():
     told = "got 4 ([0.5, 0.5, about 10**400, 1]); pass one value per channel"
     with pytest.raises(ValueError, match=re.escape(told)):
         rotate(_RGB, 20, mean=[0.5, 0.5, 10**400, 1], std=0.25)
+    told = "got set {about 10**5000}; pass e.g. mean="  # (no sequence: its own refusal)
+    with pytest.raises(TypeError, match=re.escape(told)):
+        rotate(_RGB, 20, mean={10**5000}, std=0.25)
 
 
 # --------------------------------------------------------------------------------------------
