@@ -111,6 +111,12 @@ def test_numbers_given_as_tensors_are_told_to_be_python_numbers():
     integer = r" \(a tensor: pass a Python integer, int\(t\)\)"  # (1.0 is refused as well)
     with pytest.raises(ValueError, match=rf"free of penalty, .*got tensor\(1\){integer}"):
         conformal(preds, score="raps", k_reg=torch.tensor(1))
+    with pytest.raises(
+        ValueError, match=rf"the number of calibration inputs, .*got tensor\(5\){integer}"
+    ):
+        ConformalRegressor("abs", 0.1, torch.tensor([1.0]), num_calibration=torch.tensor(5))
+    with pytest.raises(ValueError, match=rf"free of penalty, .*got tensor\(1\){integer}"):
+        ConformalClassifier("raps", 0.1, 0.5, 0.1, torch.tensor(1), 0)
 
 
 def test_fitted_predictors_tell_their_calibration_count():
