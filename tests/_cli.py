@@ -21,10 +21,14 @@ def one_line_error(capsys, argv):
 
 class CtrlCAt(nn.Module):
     """An MNIST network with BatchNorm and dropout that sends this process SIGINT (Ctrl-C) in
-    its ``at``-th forward pass in training mode (0: never); ``width`` hidden units."""
+    its ``at``-th forward pass in training mode (0: never); ``width`` hidden units. From its
+    ``nan_at``-th such pass on, its outputs are NaN; in its ``raise_at``-th it raises
+    KeyboardInterrupt, as a second Ctrl-C inside a step does (0: never)."""
 
     at = 0
     width = 16
+    nan_at = 0
+    raise_at = 0
 
     def __init__(self):
         super().__init__()
@@ -40,6 +44,10 @@ class CtrlCAt(nn.Module):
             self.passes += 1
             if self.passes == CtrlCAt.at:
                 os.kill(os.getpid(), signal.SIGINT)
+            if self.passes == CtrlCAt.raise_at:
+                raise KeyboardInterrupt
+            if 0 < CtrlCAt.nan_at <= self.passes:
+                return self.body(x) * float("nan")
         return self.body(x)
 
 

@@ -180,3 +180,25 @@ def test_a_resumed_run_whose_first_write_fails_prints_its_earlier_epochs(
     assert f"cannot write the run into {str(part)!r} (No space left on device" in told.err
     lines = [line for line in told.out.splitlines() if line.startswith("epoch")]
     assert [line.split(":")[0] for line in lines] == ["epoch 1"]
+
+
+@pytest.mark.parametrize("stop", ["nan_at", "raise_at"])
+def test_a_resumed_run_stopped_before_its_next_epoch_ends_prints_its_earlier_epochs(
+    stop, tmp_path, capsys, monkeypatch
+):
+    """--resume holds the finished epochs' lines until fit() takes the run; a resumed run that
+    stops inside its first step (a non-finite loss, a second Ctrl-C in the step) has been
+    taken: its earlier epochs are printed before the error, as a run stopped there unresumed
+    prints the epochs it finished."""
+    part = tmp_path / "part"
+    monkeypatch.setattr(CtrlCAt, "at", 6)  # inside epoch 2 (of 4 steps): epoch 1 finished
+    assert main([*ARGV, "--out", str(part)]) == 130
+    assert capsys.readouterr().out.count("\nepoch 1: loss ") == 1
+    monkeypatch.setattr(CtrlCAt, "at", 0)
+    monkeypatch.setattr(CtrlCAt, stop, 1)  # the resumed run's first pass
+    assert main([*ARGV, "--out", str(part), "--resume"]) == (2 if stop == "nan_at" else 130)
+    stopped = capsys.readouterr()
+    lines = [line for line in stopped.out.splitlines() if line.startswith("epoch")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1"]
+    said = "Non-finite loss (nan) at epoch 2, step " if stop == "nan_at" else "inside a training"
+    assert said in stopped.err
