@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from pyrouq._numbers import is_one_number, one_number
-from pyrouq.likelihoods._conditioned import conditioned_value
+from pyrouq.likelihoods._conditioned import check_conditioned_shape, conditioned_value
 
 
 def widened(outputs: Tensor) -> Tensor:
@@ -206,19 +206,12 @@ class Likelihood(nn.Module):
         elif (given := conditioned_value("obs")) is not None:
             # poutine.condition(model, data={"obs": y})(x) is model(x, y) to a Pyro user: the
             # same N/B (the values are Pyro's to check: a vectorised Predictive gives a draw's
-            # "obs" per leading index), and a shape the site holds, else Pyro broadcasts them.
+            # "obs" per leading index), and last dims the site holds, (B, D) for a Gaussian of
+            # D outputs: Pyro broadcasts others, (B, 1) against D = 2 silently.
             # Without N, 1 as before (a Predictive given draws holding "obs" runs unscaled)
             scale = 1.0 if num_data is None else self.scale(num_data, batch, where)
-            shaped = self.shape_targets(given, outputs)
-            if shaped.shape != given.shape:
-                raise ValueError(
-                    f"{where}: a pyro.poutine.condition() around the model gives its 'obs' "
-                    f"site targets of shape {tuple(given.shape)}, expected "
-                    f"{tuple(shaped.shape)} as the site holds them: Pyro would score them "
-                    f"broadcast against the outputs {tuple(outputs.shape)}. Condition on "
-                    f"y.reshape{tuple(shaped.shape)}, or pass the targets to the model: "
-                    "model(x, y)."
-                )
+            event = self.distribution(outputs, latent).event_shape  # (B, D): a Gaussian's
+            check_conditioned_shape(given, (batch, *event), outputs, where)
         with pyro.plate("data", batch, dim=-1):
             if members is not None:
                 with pyro.plate("members", members, dim=-2):

@@ -3,14 +3,17 @@
 ``poutine.condition(model, data={"obs": y})(x)`` is, to a Pyro user, ``model(x, y)``: Pyro
 makes the site observed whatever its code passed as ``obs=``. The model sees ``y=None`` there,
 so :meth:`~pyrouq.likelihoods.Likelihood.observe` reads the value the handler will give the
-site, to scale the minibatch's log-likelihood by N/B and check the targets as for ``y``.
+site, to scale the minibatch's log-likelihood by N/B and check the targets' shape
+(:func:`check_conditioned_shape`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyro
+import torch
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
 from torch import Tensor
@@ -32,6 +35,33 @@ def conditioned_value(site: str) -> Tensor | None:
                 trace = isinstance(data, pyro.poutine.Trace)
                 value = data.nodes[site].get("value") if trace else data[site]
     return value if isinstance(value, Tensor) else None
+
+
+def check_conditioned_shape(
+    given: Tensor, site: tuple[int, ...], outputs: Tensor, where: str
+) -> None:
+    """Refuse targets ``given`` by a condition() whose last dims are not ``site``, the shape
+    the ``"obs"`` site holds for a batch: ``(B,)`` labels, a Gaussian's ``(B, D)`` targets.
+    Pyro would broadcast them against the outputs instead, silently where it can (a Gaussian
+    of 2 outputs scored each of ``(B, 1)`` targets against both means). Leading dims (a
+    vectorised Predictive's draws) are Pyro's to check."""
+    if given.dim() >= len(site) and tuple(given.shape[given.dim() - len(site) :]) == site:
+        return
+    try:
+        torch.broadcast_shapes(given.shape, (*outputs.shape[:-1], *site[1:]))
+        what = f"Pyro would score them broadcast against the outputs {tuple(outputs.shape)}"
+    except RuntimeError:
+        what = f"Pyro cannot match them to the outputs {tuple(outputs.shape)}"
+    fix = (
+        f"y.reshape{site}"
+        if given.numel() == math.prod(site)
+        else f"targets of shape {site}, one per output of each input"
+    )
+    raise ValueError(
+        f"{where}: a pyro.poutine.condition() around the model gives its 'obs' site targets "
+        f"of shape {tuple(given.shape)}, expected {site} as the site holds them: {what}. "
+        f"Condition on {fix}, or pass the targets to the model: model(x, y)."
+    )
 
 
 def _hides(handler: BlockMessenger, site: str, observed: bool) -> bool:

@@ -281,3 +281,29 @@ def test_a_predictive_given_draws_holding_obs_still_runs_on_a_model_without_n():
         given = {k: v for k, v in draws.items() if k != "logits"}  # (weights and "obs")
         again = Predictive(model, given, parallel=parallel, return_sites=["logits"])(x[:5])
         torch.testing.assert_close(again["logits"], draws["logits"])
+
+
+def test_targets_conditioned_against_a_gaussian_of_two_outputs_are_refused_as_the_site_holds():
+    """The shape check read the site's shape off a (B,) -> (B, 1) reshape alone: for a
+    Gaussian of 2 outputs, (B,) targets were told 'Condition on y.reshape(10, 1)', which then
+    ran, each target scored against both means, silently; (B, 1) labels of a classifier met Pyro's own words. Both now name the site's
+    shape, and targets of that shape give the loss of the targets passed in."""
+    x, _ = toy_data(40)
+    torch.manual_seed(0)
+    y = torch.randn(10, 2)
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2), likelihood="gaussian", num_data=40)
+    guide = pyrouq.mean_field_guide(model)
+    for given in (y[:, 0], y[:, :1]):
+        with pytest.raises(ValueError, match=r"expected \(10, 2\) as the site holds them: Pyro"):
+            Trace_ELBO().loss(poutine.condition(model, data={"obs": given}), guide, x[:10])
+    with pytest.raises(ValueError, match=r"Condition on targets of shape \(10, 2\), one per "):
+        Trace_ELBO().loss(poutine.condition(model, data={"obs": y[:, 0]}), guide, x[:10])
+    pyro.set_rng_seed(0)
+    passed = Trace_ELBO().loss(model, guide, x[:10], y)
+    pyro.set_rng_seed(0)
+    conditioned = poutine.condition(model, data={"obs": y})
+    assert Trace_ELBO().loss(conditioned, guide, x[:10]) == pytest.approx(passed, rel=1e-6)
+    labels = toy_data(40)[1][:10, None]
+    column = poutine.condition(tiny_mlp(num_data=40), data={"obs": labels})
+    with pytest.raises(ValueError, match=r"expected \(10,\) as the site .*y.reshape\(10,\), or"):
+        poutine.trace(column).get_trace(x[:10])
