@@ -327,6 +327,9 @@ def _run_fit(
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except OutputFailed as failed:  # (> /dev/full: the run stops; main() says what it left)
+        failed.kept = _kept_run(checkpoint, config, out)
+        raise
     except KeyboardInterrupt:  # a second Ctrl-C inside a step: fit() saved nothing of it
         if not checkpoint.exists():
             raise  # no epoch finished: the run folder goes, as before training
@@ -370,6 +373,9 @@ def _run_fit(
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except OutputFailed as failed:
+        failed.kept = _kept_run(checkpoint, config, out)
+        raise
     metrics["seed"] = args.seed  # of the draws, as metrics-evaluate.json records evaluate's
     metrics["train_seconds"] = result.seconds
     with _writing_run(out, checkpoint):
@@ -419,6 +425,17 @@ def _writing_run(
             f"cannot write the run into {str(out)!r} ({what}){kept}; free space on its disk "
             "(or make it writable), or pass --out another folder"
         ) from None
+
+
+def _kept_run(checkpoint: Path, config: dict[str, Any], out: Path) -> str:
+    """What a run stopped by a stdout it could not write left: its last saved epoch, which
+    --resume continues (or, trained in full, evaluates), or nothing before the first."""
+    if not checkpoint.exists():
+        return ""
+    return (
+        f"the run stopped: {checkpoint} holds it after its last saved epoch (resume it: "
+        f"{resume_command(config, out)})"
+    )
 
 
 def _non_finite(err: FloatingPointError, out: Path, bayesian: bool, method: str | None) -> str:
@@ -491,14 +508,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout or stderr whose reader has gone (``pyrouq fit MODEL 2>&1 | head -1``) silences the
     printing, not the command, which writes its files and then exits with 141 (or its own
     error's code); a stdout that cannot be written (``> /dev/full``) stops the command, which
-    says so in one line on stderr and exits with 2; a stderr that cannot be written is dropped,
-    and the command, its files written, exits with 2."""
+    says so in one line on stderr (with what a run it stopped left) and exits with 2; a stderr
+    that cannot be written is dropped, and the command, its files written, exits with 2."""
+    kept = ""  # what a run that a failed stdout stopped left
     with printable_streams(), closable_streams() as streams:
         try:
             code = _main(argv)
-        except OutputFailed:  # (its line below, on the streams put back)
-            code = EXIT_USAGE
-    failure = output_failure(streams)
+        except OutputFailed as failed:  # (its line below, on the streams put back)
+            code, kept = EXIT_USAGE, failed.kept
+    failure = output_failure(streams, kept)
     if failure is not None:  # (on a failed stderr itself: dropped, its descriptor on null)
         with contextlib.suppress(OSError):
             print(failure, file=sys.stderr)

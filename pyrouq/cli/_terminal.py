@@ -58,7 +58,10 @@ def printable_streams() -> Iterator[None]:
 class OutputFailed(Exception):
     """A write to stdout or stderr failed other than by a reader gone (``> /dev/full``): the
     command stops, and :func:`pyrouq.cli.main` says so in one line (:func:`output_failure`).
-    Not an OSError, which the run folder's writes report as theirs."""
+    Not an OSError, which the run folder's writes report as theirs. ``kept`` says what the
+    stopped run left (set by ``pyrouq fit``: its checkpoint and the command resuming it)."""
+
+    kept: str = ""
 
 
 class _Closable:
@@ -142,16 +145,17 @@ def closable_streams() -> Iterator[list[_Closable]]:
                 setattr(sys, name, stream)
 
 
-def output_failure(streams: list[_Closable]) -> str | None:
+def output_failure(streams: list[_Closable], kept: str = "") -> str | None:
     """The one line that says a write to stdout or stderr failed (``> /dev/full``: "No space
-    left on device"), or None where none did."""
+    left on device"), with ``kept`` (what a run stopped by it left), or None where none did."""
     failed = [stream for stream in streams if stream.failed is not None]
     if not failed:
         return None
     stream = failed[0]
     why = stream.failed.strerror if stream.failed is not None else None
     return (
-        f"pyrouq: error: cannot write to {stream.name} ({why or stream.failed}); free space "
+        f"pyrouq: error: cannot write to {stream.name} ({why or stream.failed}); "
+        f"{kept + '; ' if kept else ''}free space "
         f"on the disk {stream.name} is redirected to, or send it elsewhere (> another file, "
         "or > /dev/null)."
     )

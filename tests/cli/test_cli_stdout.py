@@ -120,3 +120,41 @@ def test_a_stderr_on_a_full_disk_is_dropped_and_the_run_written(monkeypatch, tmp
     names = set(os.listdir(out))
     assert {"metrics.json", "config.json", "checkpoint.pt", "reliability.png"} <= names
     assert isinstance(sys.stderr, _Full)  # put back
+
+
+class _FillsUp(io.TextIOBase):
+    """A stdout whose disk fills up once an epoch's line is written."""
+
+    encoding = "utf-8"
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        if "epoch 1:" in self.text:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.text += text
+        return len(text)
+
+
+def test_a_stdout_that_fills_up_mid_run_says_what_the_run_left_and_how_to_resume_it(
+    monkeypatch, tmp_path, capsys
+):
+    # the line said only to free space or send stdout elsewhere: the run, stopped after its
+    # first epoch, left its checkpoint, which the same command then refused ("holds an
+    # interrupted run") until given --resume
+    full = _FillsUp()
+    monkeypatch.setattr(sys, "stdout", full)
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "3", "--train-size", "64", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "epoch 1:" in full.text and "epoch 2:" not in full.text
+    assert err.startswith(
+        f"pyrouq: error: cannot write to stdout (No space left on device); the run stopped: "
+        f"{out / 'checkpoint.pt'} holds it after its last saved epoch (resume it: pyrouq fit "
+    )
+    assert f"--out {out} --resume); free space on the disk stdout" in err
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main([*argv, "--out", str(out), "--resume"]) == 0  # the advice, followed
+    assert (out / "metrics.json").exists()
