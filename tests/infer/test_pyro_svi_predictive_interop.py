@@ -286,8 +286,9 @@ def test_a_predictive_given_draws_holding_obs_still_runs_on_a_model_without_n():
 def test_targets_conditioned_against_a_gaussian_of_two_outputs_are_refused_as_the_site_holds():
     """The shape check read the site's shape off a (B,) -> (B, 1) reshape alone: for a
     Gaussian of 2 outputs, (B,) targets were told 'Condition on y.reshape(10, 1)', which then
-    ran, each target scored against both means, silently; (B, 1) labels of a classifier met Pyro's own words. Both now name the site's
-    shape, and targets of that shape give the loss of the targets passed in."""
+    ran, each target scored against both means, silently; (B, 1) labels of a classifier met
+    Pyro's own words. Both now name the site's shape, and targets of that shape give the loss
+    of the targets passed in."""
     x, _ = toy_data(40)
     torch.manual_seed(0)
     y = torch.randn(10, 2)
