@@ -94,6 +94,12 @@ def _same_class(registered: type | None, cls: type) -> bool:
     return (cls.__module__, cls.__qualname__) == (registered.__module__, registered.__qualname__)
 
 
+def guide_of_class(guide: Any, registered: type) -> bool:
+    """Whether ``guide`` is of the ``registered`` guide class or a subclass of it, the class as
+    it was before its module was reloaded included (:func:`_same_class`)."""
+    return any(_same_class(registered, cls) for cls in type(guide).__mro__)
+
+
 def _front_doors() -> dict[str, type]:
     return {
         cls.__name__: cls

@@ -30,6 +30,7 @@ from pyrouq.checkpoint._describe import (
     _GUIDES,
     ENSEMBLE_DOORS,
     FACTORS_BEFORE,
+    guide_of_class,
     saved_config,
     shared_member_norms,
     upgraded_state,
@@ -120,8 +121,8 @@ def restore(
     registered = _GUIDES.get(guide_class) if isinstance(guide_class, str) else None
     if guide is None or guide_class is None:
         other = False
-    elif registered is not None:  # its subclasses hold the same state
-        other = not isinstance(guide, registered)
+    elif registered is not None:  # its subclasses hold the same state (of before a reload too)
+        other = not guide_of_class(guide, registered)
     else:
         other = guide_class != type(guide).__name__
     if other:

@@ -278,3 +278,33 @@ def test_a_guide_built_before_its_module_was_reloaded_is_saved(tmp_path, monkeyp
     again = predict(restored.model, x, restored.guide, num_samples=3, progress=False, seed=0)
     assert torch.equal(again.probs, before.probs)
     _equal_states(restored.guide, guide)
+
+
+def test_a_run_whose_guide_was_built_before_its_module_was_reloaded_resumes(tmp_path, monkeypatch):
+    """fit(resume_from=) asked the guide to be an instance of the class registered under the
+    saved name: after importlib.reload() of the guide's module (the twin of save()'s case above)
+    a guide built before it was refused as 'trained with a ReloadedRunGuide guide, but guide is
+    of class ReloadedRunGuide'. It resumes now, as the run it continues would have gone on."""
+    import importlib
+
+    from pyrouq import ArrayLoader, fit
+
+    (tmp_path / "reloaded_run_guide.py").write_text(
+        "from pyrouq import MeanFieldGuide\n"
+        "from pyrouq.checkpoint import register_guide\n\n\n"
+        "@register_guide\n"
+        "class ReloadedRunGuide(MeanFieldGuide):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("reloaded_run_guide")
+    torch.manual_seed(4)
+    model = BayesianMLP(in_features=3, hidden_features=4, out_features=2)
+    guide = module.ReloadedRunGuide(model, init_scale=0.3)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    loader = ArrayLoader(x, y, batch_size=4)
+    fit(model, guide, loader, epochs=1, progress=False, seed=0, checkpoint=tmp_path / "r.pt")
+    module = importlib.reload(module)
+    assert type(guide) is not module.ReloadedRunGuide  # (the old class)
+    result = fit(model, guide, loader, epochs=2, progress=False, resume_from=tmp_path / "r.pt")
+    assert [record.epoch for record in result.history] == [1, 2]
