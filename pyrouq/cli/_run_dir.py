@@ -252,9 +252,10 @@ def load_run(
 
 
 _HELD_NETWORK = re.compile(
-    r"holds (a plain network, an? [\w.]*\w|a network converted from an? [\w.]*\w)"
+    r"holds (a plain network, an? \S+|a network converted from an? \S+)\. pyrouq never unpickles"
 )
-"""What load() says a file without a pyrouq model's record holds (the saved class, qualified)."""
+"""What load() says a file without a pyrouq model's record holds (the saved class, qualified:
+a class made in a function is ``module.make.<locals>.Net``)."""
 
 _WRAPPED_SKELETON = re.compile(
     r"Pass load\(path, module=(torch\.[\w.]+)\(net\)\)( in a process group \([^)]*\))?"

@@ -724,6 +724,25 @@ def test_factories_from_the_current_folder_and_modules_that_fail(tmp_path, capsy
     assert "'typo_pkg.helperz', a module it imports; check that import (a typo, or a file" in err
 
 
+def test_evaluate_of_a_file_of_a_class_made_in_a_function_names_that_class(tmp_path, capsys):
+    """The command read the class load() names out of its message up to the first character
+    that is no letter, digit or dot, so a class made in a function (qualified
+    'test_cli.<fn>.<locals>.Net') was said to be 'a test_cli.<fn>', the function's name."""
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(784, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.flatten(1))
+
+    pyrouq.save(tmp_path / "checkpoint.pt", Net())
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path)])
+    assert f"holds a plain network, a {Net.__module__}.{Net.__qualname__}, written by" in err
+    assert ".<locals>.Net, written by" in err
+
+
 def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_python(
     tmp_path, capsys, gloo_group
 ):
