@@ -195,18 +195,17 @@ def carried_targets(
     return targets
 
 
-def check_same_draws(p: Tensor, ood_p: Tensor, what: str, more: str = "") -> None:
+def check_same_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
     """Refuse OOD probabilities ``(S', M, C)`` with another number of draws than the
     in-distribution ones ``(S, N, C)`` where ``what`` (a measure of how far the draws
-    disagree) is compared; ``more``: a sentence that ends the message (what else is refused,
-    and why)."""
+    disagree) is compared."""
     if ood_p.shape[0] != p.shape[0]:
         raise ValueError(
             f"ood holds {ood_p.shape[0]} draw(s) per input and the in-distribution "
             f"predictions {p.shape[0]}: {what} measures how far the draws disagree, which "
             "depends on how many there are (with one draw it is 0), so it is comparable only "
             "between predictions with as many draws. Predict the OOD inputs with the same "
-            "model and num_samples (an (N, C) tensor is one draw)." + (f" {more}" if more else "")
+            "model and num_samples (an (N, C) tensor is one draw)."
         )
 
 
