@@ -39,7 +39,7 @@ from pyrouq._conformal_scores import (
 from pyrouq._metric_inputs import _float64
 from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint, text_hint
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
-from pyrouq._temperature_bounds import bound_warning
+from pyrouq._temperature_warnings import bound_warning, flat_warning
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq._words import slip_hint
 from pyrouq.predictive import Predictions
@@ -224,13 +224,7 @@ def temperature_scale(
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
     values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
     if max(values) - min(values) <= 1e-12 * max(1.0, abs(min(values))):
-        warnings.warn(
-            "temperature_scale: the validation NLL is the same at every T (every draw is "
-            "uniform over the classes, the draws disagree so symmetrically that their mixture "
-            "is uniform at every T, or there is one class): no temperature fits better than "
-            "another, so T = 1 (no change) is returned.",
-            stacklevel=2,
-        )
+        warnings.warn(flat_warning(), stacklevel=2)
         return TemperatureScaler(1.0)
     best = min(range(len(grid)), key=values.__getitem__)
     a, b = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]

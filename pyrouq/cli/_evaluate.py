@@ -241,7 +241,9 @@ def _evaluate_run(
     if partial is not None:
         metrics["interrupted_run"] = partial
     if args.calibrate is not None or args.conformal is not None:
-        metrics["calibration"] = _calibrate(preds, test.labels.cpu(), args)
+        metrics["calibration"] = _calibrate(
+            preds, test.labels.cpu(), args, config.get("factory") or None
+        )
     if args.shift == "rotate":
         x = test.transform(test.images)
         rows = pyrouq.evaluate_rotations(

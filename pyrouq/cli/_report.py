@@ -63,10 +63,15 @@ class EpochLines:
         )
 
 
-def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _calibrate(
+    preds: Any, labels: Any, args: argparse.Namespace, factory: str | None
+) -> dict[str, Any]:
     """Temperature scaling and/or conformal sets, fitted on a seeded half of the test set
-    (the validation half) and reported on the other half; tables printed before and after."""
+    (the validation half) and reported on the other half; tables printed before and after.
+    ``factory``: the run's (None: a model of pyrouq's own), which the warnings may name."""
     import pyrouq
+    from pyrouq._temperature_warnings import temperature_words
+    from pyrouq.cli._temperature_words import in_command_words
 
     n = labels.shape[0]
     order = _randperm(n, args.seed)
@@ -83,7 +88,8 @@ def _calibrate(preds: Any, labels: Any, args: argparse.Namespace) -> dict[str, A
         f"other {len(rest)}"
     )
     if args.calibrate == "temperature":
-        scaler = pyrouq.temperature_scale(val_preds)
+        with temperature_words(in_command_words(args.data_root, factory)):
+            scaler = pyrouq.temperature_scale(val_preds)
         before = pyrouq.evaluate(eval_preds, targets)
         scaled_val, eval_preds = scaler(val_preds), scaler(eval_preds)
         after = pyrouq.evaluate(eval_preds, targets)

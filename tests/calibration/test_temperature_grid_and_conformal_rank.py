@@ -90,6 +90,60 @@ def test_a_split_with_errors_at_the_lower_bound_is_told_to_check_its_probabiliti
         temperature_scale(Predictions(shuffled, torch.tensor([0, 1] * 4)))  # T = 20: as was
 
 
+def test_the_commands_words_name_its_options_for_every_warning(monkeypatch):
+    """`pyrouq evaluate --calibrate temperature` sets its own words (as it does around its
+    call): each warning, at either bound or flat, names --calibrate and none of
+    temperature_scale()'s Python names; the factory's, where the run has one."""
+    from pyrouq._temperature_warnings import temperature_words
+    from pyrouq.cli._temperature_words import in_command_words
+
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 3, (300,), generator=g)
+    logits = torch.randn(300, 3, generator=g) * 2
+    logits[torch.arange(300), y] += 2.0
+    cases = {
+        "right": (torch.softmax(logits * 50, -1)[None], logits.argmax(1)),
+        "softened": (torch.softmax(logits / 100, -1)[None], y),
+        "flat": (torch.full((1, 300, 3), 1 / 3), y),
+        "labels": (torch.softmax(logits, -1)[None], (logits.argmax(1) + 1) % 3),
+    }
+    said = {}
+    for factory in (None, "nets:softmax_net"):
+        for cause, (probs, labels) in cases.items():
+            with pytest.warns(UserWarning) as caught:
+                with temperature_words(in_command_words(None, factory)):
+                    temperature_scale(Predictions(probs, labels))
+            (text,) = [str(w.message) for w in caught]
+            assert caught[0].filename == __file__  # the caller's line, as before
+            assert text.startswith("--calibrate temperature: the validation NLL is "), text
+            assert "leave --calibrate out" in text, text
+            for name in ("val_targets", "val_preds", "temperature_scale", "returned"):
+                assert name not in text, (name, text)
+            said[cause, factory] = text
+    assert "T cannot be fitted on a half of the test split without errors" in said["right", None]
+    assert said["softened", "nets:softmax_net"].endswith(
+        "far less confident than their accuracy. The factory 'nets:softmax_net' must return "
+        "logits, which pyrouq turns into probabilities: a network returning probabilities "
+        "(ending in nn.Softmax) or shrunken logits gives flatter predictions. T = 0.05 "
+        "multiplies their log-odds by 20: make the factory's network return logits and fit "
+        "the run again, or leave --calibrate out (T = 1, no change)."
+    )
+    assert "nets:" not in said["softened", None]
+    assert (
+        "so T = 1 (no change) is used. The run's model does not tell the images apart: "
+        "check its accuracy above (and that the network of 'nets:softmax_net' uses its "
+        "input)" in said["flat", "nets:softmax_net"]
+    )
+    assert said["labels", None].endswith(  # the bundled copy: its labels are right
+        "so the flattest T fits best. The run's model tells the classes apart no better than "
+        "chance (its accuracy above): train it longer (pyrouq fit --epochs), or leave "
+        "--calibrate out (T = 1, no change)."
+    )
+    with pytest.warns(UserWarning, match="^temperature_scale: .*Check that val_targets"):
+        temperature_scale(Predictions(*cases["labels"]))  # outside them: Python's words
+
+
 @pytest.mark.parametrize("n", [9, 19, 37, 100])
 @pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2, 0.5, np.float64(0.1), np.float32(0.2)])
 def test_the_threshold_is_the_kth_smallest_score_one_below_numpys_higher(n, alpha):

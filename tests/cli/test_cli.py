@@ -134,6 +134,52 @@ def test_evaluate_calibrates_and_builds_conformal_sets(bayes_run, capsys):
     assert "--conformal must lie in (0, 1)" in err
 
 
+def _test_split(root, n, labels):
+    """A --data-root holding the first ``n`` bundled MNIST test images with ``labels(y)`` as
+    their labels (IDX files, torchvision layout)."""
+    from pyrouq.data import mnist_arrays
+
+    images, y = mnist_arrays("test")
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    head = (0x803, n, 28, 28)
+    (raw / "t10k-images-idx3-ubyte").write_bytes(
+        b"".join(v.to_bytes(4, "big") for v in head) + images[:n].numpy().tobytes()
+    )
+    given = labels(y[:n]).to(torch.uint8).numpy().tobytes()
+    (raw / "t10k-labels-idx1-ubyte").write_bytes(
+        b"".join(v.to_bytes(4, "big") for v in (0x801, n)) + given
+    )
+    return root
+
+
+def test_evaluate_calibrate_warns_of_a_temperature_at_its_bound_in_the_commands_words(
+    bayes_run, capsys, tmp_path
+):
+    """Labels that are not the images' (each one class off) put T at 20: temperature_scale()
+    told to check that "val_targets are the labels of val_preds", names the command's user
+    cannot act on; the command's warning names its --data-root and --calibrate."""
+    root = _test_split(tmp_path, 200, lambda y: (y + 1) % 10)
+    argv = ["evaluate", str(bayes_run), "--num-samples", "2", "--ood", "none", "--no-progress"]
+    with pytest.warns(UserWarning, match="lowest at T = 20") as caught:
+        assert main([*argv, "--data-root", str(root), "--calibrate", "temperature"]) == 0
+    said = [str(w.message) for w in caught if "T = 20" in str(w.message)]
+    assert said == [
+        "--calibrate temperature: the validation NLL is lowest at T = 20, the bound of the "
+        "search [0.05, 20]: the predictions barely tell the labels apart, so the flattest T "
+        f"fits best. Check that the test labels in --data-root {str(root)!r} are those of its "
+        "test images, in the same order (t10k-labels-idx1-ubyte beside t10k-images-idx3-ubyte); "
+        "else the run's model tells the classes apart no better than chance (its accuracy "
+        "above): train it longer (pyrouq fit --epochs), or leave --calibrate out (T = 1, no "
+        "change)."
+    ], said
+    assert not any(name in said[0] for name in ("val_targets", "val_preds", "temperature_scale"))
+    assert (
+        json.loads((bayes_run / "metrics-evaluate.json").read_text())["calibration"]["temperature"]
+        == 20.0
+    )
+
+
 def test_evaluate_one_draw_names_the_draw(bayes_run, capsys):
     # S = 1 of a Bayesian run is one posterior draw (its MI is 0), not one network
     argv = ["evaluate", str(bayes_run), "--num-samples", "1", "--no-progress"]
