@@ -11,7 +11,11 @@ import pyro
 import torch
 from torch import Tensor
 
-from pyrouq._distribution_parts import innermost_distribution, refuse_undecided_support
+from pyrouq._distribution_parts import (
+    innermost_distribution,
+    is_discrete,
+    refuse_undecided_support,
+)
 from pyrouq._numbers import is_array_like
 from pyrouq._own_models import unobserved_sites
 from pyrouq._util import global_streams_kept, module_device
@@ -154,7 +158,7 @@ def refuse_discrete_priors(model: Any) -> None:
             innermost_distribution(prior),
             "NUTS and HMC cannot map it to the real line",
         )
-        if support.is_discrete:
+        if is_discrete(prior):
             name = type(getattr(prior, "base_dist", prior)).__name__
             support = getattr(support, "base_constraint", support)  # (Independent's)
             raise ValueError(

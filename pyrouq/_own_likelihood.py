@@ -10,7 +10,7 @@ import torch
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._distribution_parts import innermost_distribution
+from pyrouq._distribution_parts import innermost_distribution, is_discrete
 from pyrouq._util import warn_caller
 from pyrouq.likelihoods._categorical import are_probabilities
 
@@ -109,11 +109,12 @@ def _drawn(site: Any) -> bool:
 def _labels(site: dict[str, Any], rows: int) -> bool:
     """Whether a site draws discrete values, one or more per input."""
     value = site["value"]
-    try:
-        discrete = bool(site["fn"].support.is_discrete)
-    except (AttributeError, NotImplementedError):
-        return False
-    return discrete and torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == rows
+    return (
+        is_discrete(site["fn"])
+        and torch.is_tensor(value)
+        and value.dim() >= 1
+        and value.shape[0] == rows
+    )
 
 
 def _close(a: Any, b: Tensor, *dtypes: torch.dtype) -> bool:

@@ -14,6 +14,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyrouq._default_device import under_cpu_default
+from pyrouq._distribution_parts import is_discrete
 from pyrouq._meta_device import real_device
 from pyrouq._one_at_a_time import one_at_a_time
 from pyrouq._own_models import check_traces_match, name_of
@@ -233,11 +234,7 @@ def _continuous_draws(trace: poutine.Trace) -> dict[str, Tensor]:
     """The values of a guide trace's latent sites of a continuous support."""
     draws = {}
     for name, site in _latent_sites(trace).items():
-        try:
-            discrete = bool(site["fn"].support.is_discrete)
-        except (AttributeError, NotImplementedError):
-            discrete = False
-        if not discrete and torch.is_tensor(site["value"]):
+        if not is_discrete(site["fn"]) and torch.is_tensor(site["value"]):
             draws[name] = site["value"].detach().clone()
     return draws
 

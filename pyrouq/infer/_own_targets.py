@@ -10,7 +10,7 @@ import torch
 from pyro.distributions import MaskedDistribution
 from torch.distributions import constraints
 
-from pyrouq._distribution_parts import innermost_distribution
+from pyrouq._distribution_parts import innermost_distribution, is_discrete
 
 
 class OwnTargets:
@@ -52,13 +52,11 @@ def _fixed_discrete_support(fn: Any) -> Any:
     """``fn``'s support where it is discrete, checked value by value (not a ``Multinomial``'s
     count vectors) and the same for every batch (no bound of one value per example, as a
     ``Binomial``'s ``total_count`` may be); else None."""
-    try:
-        support = fn.support
-        discrete = bool(support.is_discrete) and support.event_dim == 0
-    except (AttributeError, NotImplementedError):
+    if not is_discrete(fn) or fn.support.event_dim != 0:  # (no support: not discrete)
         return None
+    support = fn.support
     bounds = vars(support).values() if hasattr(support, "__dict__") else ()
-    if not discrete or any(torch.is_tensor(b) and b.dim() > 0 for b in bounds):
+    if any(torch.is_tensor(b) and b.dim() > 0 for b in bounds):
         return None
     while fn is not None:  # a mask, or validation turned off by the model itself: no check
         if isinstance(fn, MaskedDistribution) or vars(fn).get("_validate_args") is False:

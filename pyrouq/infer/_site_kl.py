@@ -15,7 +15,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyrouq._distribution_parts import distribution_masks, innermost_distribution
+from pyrouq._distribution_parts import distribution_masks, innermost_distribution, is_discrete
 from pyrouq._numbers import is_real
 from pyrouq._util import check_int
 from pyrouq.infer._normal_kl import kl_dtype
@@ -92,7 +92,7 @@ def traced_terms(
 def _missing(name: str, site: dict[str, Any], labelled: bool, fix: str) -> NoReturn:
     """Refuse a model's unobserved site that the guide does not draw."""
     enumerated = site["infer"].get("enumerate")  # else an unobserved label site is discrete
-    if enumerated or (labelled and _discrete(site["fn"])):
+    if enumerated or (labelled and is_discrete(site["fn"])):
         raise ValueError(
             f"The model's discrete latent site {name!r} is missing from the guide, left out for "
             "enumeration: KLWeightedELBO does not enumerate (nor take score-function "
@@ -256,7 +256,7 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
             "and Trace_ELBO."
         )
     what = type(innermost_distribution(fn)).__name__
-    if _discrete(fn):
+    if is_discrete(fn):
         kind = "a discrete site"
         fix = (
             "Sum the site out of the model (enumeration: pyro.infer.TraceEnum_ELBO with "
@@ -273,13 +273,6 @@ def check_reparameterised(name: str, site: dict[str, Any]) -> None:
         f"({kind}): KLWeightedELBO and fit() take gradients through the guide's draws only, "
         f"with no score-function term, so its parameters would not learn. {fix}"
     )
-
-
-def _discrete(fn: Any) -> bool:
-    try:
-        return bool(fn.support.is_discrete)
-    except (AttributeError, NotImplementedError):  # a distribution of one's own, no support
-        return False
 
 
 def check_max_plate_nesting(value: object) -> float:
