@@ -208,6 +208,14 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"got '0' \(a string: pass a float, lam=0\.0\): pass a finite number"),  # (0 is taken)
         (lambda: conformal(Predictions(torch.full((1, 50, 5), 0.2))), ValueError,
          r"No val_targets: pass the \(N,\) labels of the held-out split"),
+        # the labels' refusals name the argument (they said "targets", "targets.long()")
+        (lambda: temperature_scale(_classifier_data(50), torch.zeros(50)), TypeError,
+         r"^Expected integer val_targets \(class indices\), got dtype torch\.float32; convert "
+         r"them with val_targets\.long\(\)"),
+        (lambda: conformal(_classifier_data(50), torch.zeros(4).long()), ValueError,
+         r"^Expected val_targets of shape \(N,\) = \(50,\)"),
+        (lambda: conformal(_classifier_data(50), [0] * 50), TypeError,
+         r"^Expected val_targets to be a torch\.Tensor of class labels, got list"),
         (lambda: temperature_scale(torch.full((1, 5, 2), 0.5)), TypeError,
          r"Expected val_preds to be Predictions \(class probabilities"),
         (lambda: TemperatureScaler(0.0), ValueError,

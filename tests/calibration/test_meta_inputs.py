@@ -16,8 +16,8 @@ def test_temperature_scale_refuses_meta_labels_and_probabilities_in_words():
     labels = torch.tensor([0, 1, 2, 0, 1, 2], device="meta")
     with pytest.raises(
         ValueError,
-        match=r"Expected targets on a real device \(cpu or cuda\), got a tensor of shape \(6,\) "
-        r"on the meta device \(shapes, no values\): there are no labels to check\. Pass the "
+        match=r"Expected val_targets on a real device \(cpu or cuda\), got a tensor of shape "
+        r"\(6,\) on the meta device \(shapes, no values\): there are no labels to check\. Pass the "
         r"labels themselves",
     ):
         pyrouq.temperature_scale(Predictions(probs), labels)
