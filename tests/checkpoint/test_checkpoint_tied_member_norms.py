@@ -136,14 +136,14 @@ def test_evaluate_and_conformal_name_uint16_32_64_labels(dtype):
     """torch's '"min_all" not implemented for 'UInt16'' came instead."""
     probs = torch.softmax(torch.randn(1, 10, 3), -1)
     labels = torch.arange(10).remainder(3).to(dtype)
-    for call in (
-        lambda: evaluate(Predictions(probs, labels)),
-        lambda: conformal(Predictions(probs), labels),
+    for name, call in (  # (each naming its argument)
+        ("targets", lambda: evaluate(Predictions(probs, labels))),
+        ("val_targets", lambda: conformal(Predictions(probs), labels)),
     ):
         with pytest.raises(TypeError) as err:
             call()
         assert str(err.value) == (
-            f"Expected int64 targets (class indices), got dtype {dtype}, which torch can "
+            f"Expected int64 {name} (class indices), got dtype {dtype}, which torch can "
             "neither take the minimum of nor compare with int64 predictions; convert them "
-            "with targets.long()."
+            f"with {name}.long()."
         )

@@ -50,7 +50,9 @@ def test_an_alpha_tensor_is_named_by_its_dtypes_shortest_number(dtype, value, wa
 
 def test_a_meta_tensor_in_the_targets_place_is_not_read():
     # was RuntimeError "Tensor.item() cannot be called on meta tensors"
-    with pytest.raises(TypeError, match=r"^Expected integer targets \(class indices\), got dtype"):
+    with pytest.raises(
+        TypeError, match=r"^Expected integer val_targets \(class indices\), got dtype"
+    ):
         conformal(_class_preds(), torch.tensor(0.1, device="meta"))
 
 

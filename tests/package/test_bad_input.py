@@ -1566,7 +1566,7 @@ API_CASES = [
     ("conformal", "empty", lambda tmp: pyrouq.conformal(preds(), alpha=0.05), ValueError,
      r"alpha=0.05 needs at least 19 calibration points for a finite threshold, got 6"),
     ("conformal", "companion", lambda tmp: pyrouq.conformal(preds(), preds().targets[:3]),
-     ValueError, r"Expected targets of shape \(N,\) = \(6,\)"),
+     ValueError, r"Expected val_targets of shape \(N,\) = \(6,\)"),
     ("ConformalClassifier", "type",
      lambda tmp: pyrouq.ConformalClassifier("lac", 0.1, 0.5, 0.0, 1, 0).predict_sets(
          gaussian_preds()),
