@@ -63,6 +63,12 @@ def test_an_integer_given_as_a_tensor_is_told_int_t_alone(call):
         call(torch.tensor(5))
     with pytest.raises(ValueError, match=r"got 5\.0"):  # what float(t) would have passed
         call(5.0)
+    # a tensor holding no integer: int(t) would cut 2.5 to 2 unsaid; told so, as 2.5 is
+    with pytest.raises(ValueError, match=r"got tensor\(2\.5000\) \(a tensor holding 2\.5, not an "
+                       r"integer\)\."):  # fmt: skip
+        call(torch.tensor(2.5))
+    with pytest.raises(ValueError, match=r"got 2\.5\b"):
+        call(2.5)
     result = call(int(torch.tensor(5)))  # what it says works
     if hasattr(result, "savefig"):
         import matplotlib.pyplot as plt
