@@ -329,7 +329,9 @@ def plot_uncertainty_distributions(
             ax.set_xlabel(f"{name} uncertainty")
             continue
         if parts_out is not None and name == "epistemic" and other_draws:
-            title += f"\nOOD not drawn: S = {len(p_out)} vs {len(p_in)}"
+            title += (  # (which count is which: the in-distribution draws are p_in's)
+                f"\nOOD not drawn: S = {len(p_in)} (in-distribution)\nvs {len(p_out)} (OOD)"
+            )
         elif parts_out is not None:
             out_values = getattr(parts_out, name)
             series.append(("OOD", out_values, "tab:orange"))

@@ -269,7 +269,8 @@ def test_uncertainty_distributions_across_draw_counts_warn_as_evaluate_does():
     assert [ax.get_title() for ax in fig.axes] == [
         "total (entropy)\nOOD AUROC 0.00%",  # ln 2 in distribution, H(0.9) out: the bias
         "aleatoric (entropy)\nOOD AUROC 50.00%",  # H(0.9) both
-        "epistemic (entropy)\nOOD not drawn: S = 1 vs 2",
+        # (it said "S = 1 vs 2", the OOD draws first, unnamed)
+        "epistemic (entropy)\nOOD not drawn: S = 2 (in-distribution)\nvs 1 (OOD)",
     ]
     assert [len(ax.get_legend().get_texts()) for ax in fig.axes] == [2, 2, 1]
     plt.close(fig)
