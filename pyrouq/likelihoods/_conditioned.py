@@ -52,16 +52,26 @@ def check_conditioned_shape(
         what = f"Pyro would score them broadcast against the outputs {tuple(outputs.shape)}"
     except RuntimeError:
         what = f"Pyro cannot match them to the outputs {tuple(outputs.shape)}"
-    fix = (
-        f"y.reshape{site}"
-        if given.numel() == math.prod(site)
-        else f"targets of shape {site}, one per output of each input"
-    )
     raise ValueError(
         f"{where}: a pyro.poutine.condition() around the model gives its 'obs' site targets "
         f"of shape {tuple(given.shape)}, expected {site} as the site holds them: {what}. "
-        f"Condition on {fix}, or pass the targets to the model: model(x, y)."
+        f"Condition on {_fix(given, site)}, or pass the targets to the model: model(x, y)."
     )
+
+
+def _fix(given: Tensor, site: tuple[int, ...]) -> str:
+    """What to condition on instead of ``given`` for a site of shape ``site``: a reshape only
+    where it keeps each target with its input (the same sizes but for dims of 1: ``(B, 1)``
+    labels, ``(B,)`` targets of one output); the transpose of ``(D, B)`` targets (their
+    reshape pairs them with the wrong inputs); else the shape, in words."""
+    if given.numel() == math.prod(site) and [n for n in given.shape if n != 1] == [
+        n for n in site if n != 1
+    ]:
+        return f"y.reshape{site}"
+    if len(site) == 2 and site[0] != site[1] and given.shape[-2:] == site[::-1]:
+        return "y.mT" if given.dim() > 2 else "y.T"
+    each = "one label per input" if len(site) == 1 else "one per output of each input"
+    return f"targets of shape {site}, {each}"
 
 
 def _hides(handler: BlockMessenger, site: str, observed: bool) -> bool:

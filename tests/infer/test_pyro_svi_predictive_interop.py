@@ -308,3 +308,28 @@ def test_targets_conditioned_against_a_gaussian_of_two_outputs_are_refused_as_th
     column = poutine.condition(tiny_mlp(num_data=40), data={"obs": labels})
     with pytest.raises(ValueError, match=r"expected \(10,\) as the site .*y.reshape\(10,\), or"):
         poutine.trace(column).get_trace(x[:10])
+
+
+def test_conditioned_targets_are_told_a_reshape_only_where_it_keeps_them_with_their_inputs():
+    """(D, B) targets of a Gaussian of D = 2 outputs were told 'Condition on y.reshape(10, 2)',
+    which runs and pairs them with the wrong inputs, silently; a classifier's labels of
+    another count were told 'one per output of each input'. The transpose is told y.T, and
+    followed gives the loss of the targets passed in; a classifier is told one label per
+    input."""
+    x, _ = toy_data(40)
+    torch.manual_seed(0)
+    y = torch.randn(10, 2)
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2), likelihood="gaussian", num_data=40)
+    guide = pyrouq.mean_field_guide(model)
+    flipped = y.T.contiguous()
+    with pytest.raises(ValueError, match=r"of shape \(2, 10\), expected .* Condition on y\.T, or"):
+        Trace_ELBO().loss(poutine.condition(model, data={"obs": flipped}), guide, x[:10])
+    pyro.set_rng_seed(0)
+    passed = Trace_ELBO().loss(model, guide, x[:10], y)
+    pyro.set_rng_seed(0)
+    followed = Trace_ELBO().loss(poutine.condition(model, data={"obs": flipped.T}), guide, x[:10])
+    assert followed == pytest.approx(passed, rel=1e-6)
+    labels = toy_data(40)[1][:5]
+    fewer = poutine.condition(tiny_mlp(num_data=40), data={"obs": labels})
+    with pytest.raises(ValueError, match=r"Condition on targets of shape \(10,\), one label per "):
+        poutine.trace(fewer).get_trace(x[:10])
