@@ -75,14 +75,16 @@ def check_elements(what: str, sizes: dict[str, int], hint: str) -> None:
 def tensor_hint(value: object, *, integer: bool = False) -> str:
     """For the message refusing ``value``: what to do when it is a tensor, else ``""``;
     ``integer``: the argument takes an integer alone, so ``int(t)`` (``float(t)``, 5.0, is
-    refused as no integer), except for a tensor holding a number that is no integer (2.5:
-    ``int(t)`` would cut it to 2 unsaid), which is told so, as the float 2.5 is."""
+    refused as no integer), except for a tensor holding a number that is no integer (2.5, or
+    a complex 2.5+0j or 2+1j: ``int(t)`` would cut it to 2 unsaid), which is told so, as the
+    float 2.5 is."""
     if not torch.is_tensor(value):
         return ""
     if integer:
-        if value.numel() == 1 and value.is_floating_point() and value.device.type != "meta":
-            number = float(value.detach())
-            if not number.is_integer():  # (nor nan, nor inf)
+        inexact = value.is_floating_point() or value.is_complex()  # (int(2.5+0j): 2 too)
+        if value.numel() == 1 and inexact and value.device.type != "meta":
+            number = complex(value.detach()) if value.is_complex() else float(value.detach())
+            if number.imag or not number.real.is_integer():  # (nor nan, nor inf)
                 return f" (a tensor holding {number!r}, not an integer)"
         return " (a tensor: pass a Python integer, int(t))"
     return " (a tensor: pass a Python number, e.g. float(t) or int(t))"

@@ -69,6 +69,9 @@ def test_an_integer_given_as_a_tensor_is_told_int_t_alone(call):
         call(torch.tensor(2.5))
     with pytest.raises(ValueError, match=r"got 2\.5\b"):
         call(2.5)
+    for complex_number, shown in ((2.5 + 0j, r"\(2\.5\+0j\)"), (2 + 1j, r"\(2\+1j\)")):
+        with pytest.raises(ValueError, match=rf"\(a tensor holding {shown}, not an integer\)\."):
+            call(torch.tensor(complex_number))  # (int(t) gave 2 of both, unsaid)
     result = call(int(torch.tensor(5)))  # what it says works
     if hasattr(result, "savefig"):
         import matplotlib.pyplot as plt
