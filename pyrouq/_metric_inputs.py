@@ -52,17 +52,20 @@ def _prepare_probs(probs: Any, name: str = "probs") -> Tensor:
     return p.unsqueeze(0) if p.dim() == 2 else p
 
 
-def _check_targets(targets: Any, pbar: Tensor, name: str = "targets") -> Tensor:
+def _check_targets(targets: Any, pbar: Tensor, name: str = "targets", of: str = "probs") -> Tensor:
     """Validate ``(N,)`` integer labels in ``[0, C)`` for ``pbar`` ``(N, C)``; return them long.
-    ``name`` is the argument's name in the words."""
+    ``name`` is the labels' argument's name in the words, ``of`` that of the predictions."""
     n, c = pbar.shape
-    return check_labels(targets, n, c, name).to(device=pbar.device, dtype=torch.long)
+    return check_labels(targets, n, c, name, of).to(device=pbar.device, dtype=torch.long)
 
 
-def check_labels(targets: Any, n: int, c: int | None, name: str = "targets") -> Tensor:
+def check_labels(
+    targets: Any, n: int, c: int | None, name: str = "targets", of: str = "probs"
+) -> Tensor:
     """``targets`` if they are ``(n,)`` integer labels in ``[0, c)``, else a TypeError /
-    ValueError naming ``name``; ``c`` None (the classes not known yet, as before a first
-    prediction): all but the upper bound is checked."""
+    ValueError naming ``name`` (and ``of``, the argument they label, where their shape is
+    wrong); ``c`` None (the classes not known yet, as before a first prediction): all but the
+    upper bound is checked."""
     if targets is None:  # ece(preds, preds.targets) of inputs without labels: no tensor to wrap
         raise TypeError(
             f"Expected {name} to be a torch.Tensor of class labels, got None; pass the ({n},) "
@@ -94,7 +97,7 @@ def check_labels(targets: Any, n: int, c: int | None, name: str = "targets") -> 
     if targets.dim() != 1 or targets.numel() != n:
         fix = label_shape_fix(targets.shape, n, -1 if c is None else c, name)
         raise ValueError(
-            f"Expected {name} of shape (N,) = ({n},), one label per input of probs, got shape "
+            f"Expected {name} of shape (N,) = ({n},), one label per input of {of}, got shape "
             f"{tuple(targets.shape)}; {fix}."
         )
     if targets.dtype in WIDE_UNSIGNED:  # torch's "min_all" not implemented for them

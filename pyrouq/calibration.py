@@ -99,7 +99,8 @@ def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
         "pass the (N,) labels of the held-out split, or predictions made from a loader of "
         "(x, y) batches, which carry them"
     )
-    return _check_targets(carried_targets(targets, preds, name, fix), preds.mean_probs, name)
+    y = carried_targets(targets, preds, name, fix)
+    return _check_targets(y, preds.mean_probs, name, "val_preds")
 
 
 # --------------------------------------------------------------------------------------------

@@ -443,7 +443,7 @@ def evaluate(
             "the predictions carry)."
         )
     pbar = p.mean(0)
-    y = _check_targets(targets, pbar)
+    y = _check_targets(targets, pbar, of="predictions")
     on_mean = (acc, nll, brier, ece, aece, aurc, augrc, cov_at_5_risk, risk_at_80_cov)
     out = {fn.__name__: fn(pbar, y) for fn in on_mean}
     out["disagreement"] = disagreement(p)

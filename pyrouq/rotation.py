@@ -315,7 +315,7 @@ def evaluate_rotations(
         )
         probs = _prepare_probs(class_predictions(preds, "evaluate_rotations()").probs)
         if not i:  # y's upper bound, now that the classes are known, in words naming y
-            _check_targets(y, probs[0], "y")
+            _check_targets(y, probs[0], "y", "x")
         parts = decompose(probs, measure)
         rows.append(
             {

@@ -213,7 +213,10 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"^Expected integer val_targets \(class indices\), got dtype torch\.float32; convert "
          r"them with val_targets\.long\(\)"),
         (lambda: conformal(_classifier_data(50), torch.zeros(4).long()), ValueError,
-         r"^Expected val_targets of shape \(N,\) = \(50,\)"),
+         r"^Expected val_targets of shape \(N,\) = \(50,\), one label per input of val_preds, "
+         r"got shape \(4,\)"),  # (it said "per input of probs", an argument it has not)
+        (lambda: temperature_scale(_classifier_data(50), torch.zeros(50, 1).long()), ValueError,
+         r"one label per input of val_preds, got shape \(50, 1\); labels in a column"),
         (lambda: conformal(_classifier_data(50), [0] * 50), TypeError,
          r"^Expected val_targets to be a torch\.Tensor of class labels, got list"),
         (lambda: temperature_scale(torch.full((1, 5, 2), 0.5)), TypeError,

@@ -1202,7 +1202,8 @@ API_CASES = [
     ("evaluate", "dtype", lambda tmp: pyrouq.evaluate(preds().probs, torch.zeros(6)), TypeError,
      r"Expected integer targets \(class indices\), got dtype torch.float32; convert them"),
     ("evaluate", "companion", lambda tmp: pyrouq.evaluate(preds(), torch.arange(5)), ValueError,
-     r"Expected targets of shape \(N,\) = \(6,\)"),
+     r"Expected targets of shape \(N,\) = \(6,\), one label per input of predictions, got "
+     r"shape \(5,\)"),  # (its argument is predictions: it said "of probs")
     ("evaluate", "shape", lambda tmp: pyrouq.evaluate(preds(), labels()[:, None]), ValueError,
      r"got shape \(6, 1\); labels in a column \(or a row\)\? pass them as one dim, "
      r"targets.reshape\(-1\)"),  # was told to pass the labels of the inputs, which it held
