@@ -231,13 +231,18 @@ def warn_other_draws(p: Tensor, ood_p: Tensor, what: str) -> None:
 
 
 def label_shape_fix(
-    shape: tuple[int, ...], n: int, c: int, name: str, dtype: torch.dtype | None = None
+    shape: tuple[int, ...],
+    n: int,
+    c: int,
+    name: str,
+    dtype: torch.dtype | None = None,
+    otherwise: str = "pass the labels of exactly the inputs that were predicted",
 ) -> str:
     """What to do with labels of ``shape`` (and ``dtype``) where ``(n,)`` labels of ``c``
     classes are expected: one-hot rows take their argmax (bool ones as long: torch has no
     argmax of bools); a column ``(n, 1)`` (or a row) of the n labels, or the one
     label of one input as a 0-d tensor (``y[i]``), a reshape (it was told to pass the labels of
-    the inputs predicted, which it held)."""
+    the inputs predicted, which it held); any other shape, ``otherwise``."""
     if tuple(shape) == (n, c):  # one-hot rows (torch: "argmax(): does not support bool input")
         rows = f"{name}.long()" if dtype == torch.bool else name
         return f"one-hot targets? pass their class indices, {rows}.argmax(-1)"
@@ -245,4 +250,4 @@ def label_shape_fix(
         return f"one label as a 0-d tensor (y[i])? pass it as one dim, {name}.reshape(-1)"
     if len(shape) > 1 and math.prod(shape) == n and n in shape:  # (not (2, 3) for 6)
         return f"labels in a column (or a row)? pass them as one dim, {name}.reshape(-1)"
-    return "pass the labels of exactly the inputs that were predicted"
+    return otherwise

@@ -264,7 +264,7 @@ def evaluate_rotations(
     >>> [row["angle"] for row in rows], sorted(rows[0])
     ([0.0, 90.0], ['acc', 'angle', 'ece', 'epistemic', 'total'])
     """
-    from pyrouq._metric_inputs import _check_targets, check_labels
+    from pyrouq._metric_inputs import _check_targets, check_labels, label_shape_fix
     from pyrouq._seeded import draw_devices, seeded
     from pyrouq.metrics import _prepare_probs, acc, ece
     from pyrouq.predictive import class_predictions, predict  # (predictive imports nothing here)
@@ -287,9 +287,14 @@ def evaluate_rotations(
         )
     channels = _image_batch(x).shape[1]  # its layout first: y's shape is read against x's N
     if y.dim() != 1 or y.shape[0] != x.shape[0]:
+        n = x.shape[0]  # (N, k > 1) labels of the N images: one-hot rows (the classes unknown)
+        c = y.shape[1] if y.dim() == 2 and y.shape[0] == n and y.shape[1] > 1 else -1
+        fix = label_shape_fix(
+            y.shape, n, c, "y", y.dtype, "pass the labels of exactly the images of x"
+        )
         raise ValueError(
-            f"Expected y of shape (N,) = ({x.shape[0]},), one label per image of x, got shape "
-            f"{tuple(y.shape)}."
+            f"Expected y of shape (N,) = ({n},), one label per image of x, got shape "
+            f"{tuple(y.shape)}; {fix}."
         )
     check_labels(y, x.shape[0], None, "y")  # before any prediction (the classes: after one)
     _check_measure(measure)

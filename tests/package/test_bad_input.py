@@ -1237,7 +1237,17 @@ API_CASES = [
      ValueError, r"Expected each angle to be a finite number of degrees, got nan"),
     ("evaluate_rotations", "companion",
      with_model_guide(lambda m, g: pyrouq.evaluate_rotations(m, flat_x(), labels(3), g)),
-     ValueError, r"Expected y of shape \(N,\) = \(6,\), one label per image of x"),
+     ValueError, r"Expected y of shape \(N,\) = \(6,\), one label per image of x, got shape "
+     r"\(3,\); pass the labels of exactly the images of x\.$"),  # (it said no what to do)
+    ("evaluate_rotations", "shape",
+     with_model_guide(lambda m, g: pyrouq.evaluate_rotations(
+         m, flat_x(), torch.nn.functional.one_hot(labels(), 10), g)),
+     ValueError, r"got shape \(6, 10\); one-hot targets\? pass their class indices, "
+     r"y.argmax\(-1\)\.$"),
+    ("evaluate_rotations", "shape",
+     with_model_guide(lambda m, g: pyrouq.evaluate_rotations(m, flat_x(), labels()[:, None], g)),
+     ValueError, r"got shape \(6, 1\); labels in a column \(or a row\)\? pass them as one "
+     r"dim, y.reshape\(-1\)\.$"),
     ("evaluate_rotations", "dtype",
      lambda tmp: pyrouq.evaluate_rotations(BayesianLeNet(), U8_IMAGES, labels(2), lenet_guide()),
      TypeError, r"Expected floating-point images, got dtype torch.uint8"),
