@@ -77,12 +77,16 @@ def tensor_hint(value: object, *, integer: bool = False) -> str:
     ``integer``: the argument takes an integer alone, so ``int(t)`` (``float(t)``, 5.0, is
     refused as no integer), except for a tensor holding a number that is no integer (2.5, or
     a complex 2.5+0j or 2+1j: ``int(t)`` would cut it to 2 unsaid), which is told so, as the
-    float 2.5 is."""
+    float 2.5 is. A tensor of other than one element (``int(t)``, ``float(t)`` raise for it)
+    is told its shape."""
     if not torch.is_tensor(value):
         return ""
+    if value.numel() != 1:  # (int(t): "only one element tensors can be converted")
+        kind = "integer" if integer else "number"
+        return f" (a tensor of shape {tuple(value.shape)}: pass one Python {kind})"
     if integer:
         inexact = value.is_floating_point() or value.is_complex()  # (int(2.5+0j): 2 too)
-        if value.numel() == 1 and inexact and value.device.type != "meta":
+        if inexact and value.device.type != "meta":
             number = complex(value.detach()) if value.is_complex() else float(value.detach())
             if number.imag or not number.real.is_integer():  # (nor nan, nor inf)
                 return f" (a tensor holding {number!r}, not an integer)"

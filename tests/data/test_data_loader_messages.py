@@ -72,6 +72,10 @@ def test_an_integer_given_as_a_tensor_is_told_int_t_alone(call):
     for complex_number, shown in ((2.5 + 0j, r"\(2\.5\+0j\)"), (2 + 1j, r"\(2\+1j\)")):
         with pytest.raises(ValueError, match=rf"\(a tensor holding {shown}, not an integer\)\."):
             call(torch.tensor(complex_number))  # (int(t) gave 2 of both, unsaid)
+    # several elements: int(t) raises ("only one element tensors can be converted")
+    with pytest.raises(ValueError, match=r"got tensor\(\[5, 6\]\) \(a tensor of shape \(2,\): "
+                       r"pass one Python integer\)\."):  # fmt: skip
+        call(torch.tensor([5, 6]))
     result = call(int(torch.tensor(5)))  # what it says works
     if hasattr(result, "savefig"):
         import matplotlib.pyplot as plt

@@ -66,6 +66,10 @@ def test_a_tensor_base_is_told_to_be_a_number_not_to_exceed_one():
         r"number, e\.g\. float\(t\) or int\(t\)\); use math\.e",
     ):
         decompose(PROBS, base=torch.tensor(2.0))  # type: ignore[arg-type]
+    # several elements: float(t) raises, as int(t) does (it was told to pass them)
+    with pytest.raises(ValueError, match=r"got tensor\(\[2\., 3\.\]\) \(a tensor of shape "
+                       r"\(2,\): pass one Python number\); use math\.e"):  # fmt: skip
+        decompose(PROBS, base=torch.tensor([2.0, 3.0]))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"got nan \(NaN\); use math\.e"):
         decompose(PROBS, base=math.nan)
 
