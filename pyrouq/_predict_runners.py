@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from pyrouq import _runners
 from pyrouq._posterior_draws import posterior_draws
 from pyrouq._util import has_latent_sites, module_dtype
+from pyrouq._words import ensemble_draws
 
 
 def _in_dtype_of(draws: dict[str, Tensor], x: Tensor) -> dict[str, Tensor]:
@@ -90,8 +91,7 @@ def runner_without_draws(
         if num_samples is not None:
             raise ValueError(
                 f"num_samples={num_samples} given for a BatchEnsemble: its "
-                f"{model.num_members} members are fixed, not sampled, so S = "
-                f"{model.num_members}. Leave num_samples=None."
+                f"{ensemble_draws(model.num_members)}. Leave num_samples=None."
             )
         return _runners.ensemble_runner(model)
     elif isinstance(model, pyro.nn.PyroModule) or not isinstance(model, nn.Module):
@@ -116,10 +116,7 @@ def num_samples_hint(model: Any, guide: Any, posterior_samples: Any, default: in
         return "Leave it out: S is the number of draws in posterior_samples."
     if guide is None and not has_latent_sites(model):
         if isinstance(model, pyro.nn.PyroModule) and _runners.is_ensemble(model):
-            return (
-                f"Leave it out: a BatchEnsemble's {model.num_members} members are fixed, not "
-                f"sampled, so S = {model.num_members}."
-            )
+            return f"Leave it out: a BatchEnsemble's {ensemble_draws(model.num_members)}."
         if isinstance(model, nn.Module) and not isinstance(model, pyro.nn.PyroModule):
             return f"Leave it out: a deterministic network ({type(model).__name__}) gives S = 1."
     return f"Pass e.g. num_samples={default} (draws), or leave it out."

@@ -22,6 +22,7 @@ __all__ = [
     "close_names",
     "did_you_mean",
     "empty_name",
+    "ensemble_draws",
     "flag_fix",
     "name_slip",
     "slip_hint",
@@ -149,6 +150,12 @@ DATASET_WORDS: dict[str, str | None] = {
 """Other words for the data sets' names (:func:`close_hint`'s ``other_words``): Fashion-MNIST's
 short forms, which difflib finds closer to ``'mnist'``, and the MNIST-like data sets pyrouq
 does not have, of which difflib would ask ``'mnist'`` (None: no question)."""
+
+
+def ensemble_draws(members: object) -> str:
+    """Why a BatchEnsemble takes no ``num_samples`` (predict(), to_inference_data()), in one
+    wording: ``"4 members are fixed, not sampled, so S = 4"``."""
+    return f"{members} members are fixed, not sampled, so S = {members}"
 
 
 def empty_name(text: str) -> str:

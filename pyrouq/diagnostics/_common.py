@@ -24,6 +24,7 @@ from pyrouq._util import (
     restore_modes,
     warn_caller,
 )
+from pyrouq._words import ensemble_draws
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer.guide import MeanFieldGuide
 from pyrouq.likelihoods import Categorical
@@ -86,10 +87,7 @@ def num_samples_words(model: Any, guide: Any, result: Any) -> str:
     if result is not None:
         return "Leave it out: an MCMCResult's draws are exported, S is the number of MCMC draws."
     if guide is None and isinstance(model, nn.Module) and is_ensemble(model):
-        return (
-            f"Leave it out: a BatchEnsemble's {model.num_members} members are the draws, so "
-            f"S = {model.num_members}."
-        )
+        return f"Leave it out: a BatchEnsemble's {ensemble_draws(model.num_members)}."
     return f"It is the number of guide draws S (default {DEFAULT_IDATA_SAMPLES})."
 
 

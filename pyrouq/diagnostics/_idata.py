@@ -28,6 +28,7 @@ from pyrouq._util import (
     module_device,
     module_dtype,
 )
+from pyrouq._words import ensemble_draws
 from pyrouq._wrappers import given_model
 from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer._mask_or_scale import refuse_mask_or_scale_around
@@ -343,8 +344,8 @@ def to_inference_data(
             if value is not None:
                 raise ValueError(
                     f"{fn}: {name}={value!r} given for a BatchEnsemble "
-                    f"({type(model).__name__}): its {model.num_members} members are the "
-                    "draws and it has no posterior group. Leave it None."
+                    f"({type(model).__name__}): its {ensemble_draws(model.num_members)}, "
+                    "and it has no posterior group. Leave it None."
                 )
         out = _export_ensemble(model, xd, yd, n, batch_size)
         keep = []

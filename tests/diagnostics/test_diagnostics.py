@@ -394,14 +394,29 @@ def test_bayesian_model_needs_a_guide(bayes, data):
 def test_batchensemble_takes_no_guide(ensemble, bayes, data):
     with pytest.raises(ValueError, match=r"guide was given for a BatchEnsemble.*guide=None"):
         to_inference_data(ensemble, bayes[1], *data)
-    with pytest.raises(ValueError, match=r"num_samples=5 given for a BatchEnsemble"):
+    # predict()'s words for the one fact (it said "members are the draws"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_samples=5 given for a BatchEnsemble \(\w+\): its "
+        r"4 members are fixed, not sampled, so S = 4, and it has no posterior",
+    ):
         to_inference_data(ensemble, None, *data, num_samples=5)
     with pytest.raises(ValueError, match=r"var_names=.* given for a BatchEnsemble"):
         to_inference_data(ensemble, None, *data, var_names=["fc1.weight"])
     # a count that is no count: told to leave it out, as any count would be, not told it is
     # the number of guide draws (there are none)
-    with pytest.raises(ValueError, match=r">= 1, got 0\. Leave it out: a BatchEnsemble's 4 mem"):
+    with pytest.raises(
+        ValueError,
+        match=r">= 1, got 0\. Leave it out: a BatchEnsemble's 4 "
+        r"members are fixed, not sampled, so S = 4\.$",
+    ):  # (as predict() says)
         to_inference_data(ensemble, None, *data, num_samples=0)
+    with pytest.raises(
+        ValueError,
+        match=r"got 0\. Leave it out: a BatchEnsemble's 4 members are fixed, not sampled, so "
+        r"S = 4\.$",
+    ):  # predict()'s words, the same
+        pyrouq.predict(ensemble, data[0], num_samples=0)
 
 
 @pytest.mark.parametrize("validation", [True, False])
