@@ -108,8 +108,8 @@ def _shape_of(value: Any) -> str:
 def select_parameters(module: nn.Module, select: SelectSpec) -> list[str]:
     """The dotted names of the parameters of ``module`` that ``select`` picks, in
     ``named_parameters(remove_duplicate=False)`` order (see :func:`bayesian` for the accepted
-    values): a tied parameter is picked under any of its names, for
-    :func:`~pyrouq.convert._sites.latent_sites_of` to make it one site."""
+    values): a tied parameter is picked under any of its names, to be made one latent site
+    (whichever of its names picks it)."""
     params = dict(module.named_parameters(remove_duplicate=False))
     if not params:
         raise ValueError(

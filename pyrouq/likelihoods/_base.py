@@ -181,9 +181,9 @@ class Likelihood(nn.Module):
         The observation lies in ``pyro.plate("data", B)`` (dim -1) and, for ensembles, in
         ``pyro.plate("members", M)`` (dim -2); it is scaled by N/B so that a minibatch
         estimates the full-data log-likelihood. Without ``y`` nothing is scaled (prediction),
-        unless a ``pyro.poutine.condition()`` around the model gives ``"obs"`` its targets
-        (:func:`~pyrouq.likelihoods._conditioned.conditioned_value`): they are scaled as ``y``.
-        Returns ``outputs``.
+        unless a ``pyro.poutine.condition()`` around the model gives ``"obs"`` its targets (the
+        outermost such handler's, as Pyro applies it; none where a ``pyro.poutine.block()``
+        between hides the site from it): they are scaled as ``y``. Returns ``outputs``.
         """
         if outputs.dim() < 2:
             raise ValueError(

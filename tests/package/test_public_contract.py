@@ -1,7 +1,7 @@
 """Audit of the public contract: DESIGN.md's names, the model contract, the exact KL-weighted
 ELBO (against a hand computation in float64), predict()'s types and decompositions (against
-numpy), arviz groups, the API pages' coverage of ``pyrouq.__all__``, and a side-effect free
-``import pyrouq``."""
+numpy), arviz groups, the API pages' coverage of ``pyrouq.__all__`` (their docstrings linking
+no private name), and a side-effect free ``import pyrouq``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,28 @@ def test_every_top_level_name_is_documented_on_a_module_page():
     ]
     assert missing == []
     assert len(set(pyrouq.__all__)) == len(pyrouq.__all__)
+
+
+def test_the_api_pages_docstrings_link_no_private_name():
+    # Likelihood.observe linked pyrouq.likelihoods._conditioned.conditioned_value, and
+    # select_parameters pyrouq.convert._sites.latent_sites_of: a page's reader meets a name
+    # with no page of its own; say it in words
+    private = re.compile(r":(?:func|class|meth|attr|data|mod|obj):`~?[\w.]*\._\w[\w.]*`")
+    found = []
+    for module in (importlib.import_module(f"pyrouq.{m}") for m in _api_modules()):
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            members = [(name, obj)]
+            if inspect.isclass(obj):
+                members += [
+                    (f"{name}.{k}", getattr(v, "fget", v))
+                    for k, v in vars(obj).items()
+                    if not k.startswith("_")
+                ]
+            for where, member in members:
+                doc = member.__doc__ if callable(member) or inspect.ismodule(member) else None
+                found += [(where, link) for link in private.findall(doc or "")]
+    assert found == []
 
 
 # --------------------------------------------------------------------------------------------
