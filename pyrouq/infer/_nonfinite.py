@@ -50,11 +50,18 @@ class KLOverflowError(FloatingPointError):
         return type(self), (str(self), self.overflow), self.__dict__
 
 
+def _finite_terms_overflowed(loss: float, nll: float, kl: float, kl_weight: float) -> bool:
+    """Whether ``loss`` is not finite though ``nll`` and ``kl`` are, and the KL counts
+    (``kl_weight`` not 0): one term weighted, or the sum, overflowed it."""
+    finite_terms = math.isfinite(nll) and math.isfinite(kl)
+    return not math.isfinite(loss) and finite_terms and bool(kl_weight)
+
+
 def kl_overflow(
     loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.dtype
 ) -> KLOverflow | None:
     """The figures where :func:`loss_fix` names the KL term as the cause, else None."""
-    if math.isfinite(loss) or not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
+    if not _finite_terms_overflowed(loss, nll, kl, kl_weight):
         return None
     if kl_weight <= torch.finfo(dtype).max and abs(kl_weight * kl) < abs(nll):
         return None  # (the likelihood's term is the larger: not the KL's doing)
@@ -77,7 +84,7 @@ def loss_fix(loss: float, nll: float, kl: float, kl_weight: float, dtype: torch.
             "per example); an init_scale further below the prior's scale would make the KL "
             "larger."
         )
-    if math.isfinite(loss) or not (math.isfinite(nll) and math.isfinite(kl)) or not kl_weight:
+    if not _finite_terms_overflowed(loss, nll, kl, kl_weight):
         return USUAL_FIX
     term = kl_weight * kl  # the smaller term: the likelihood's the larger
     return USUAL_FIX if abs(nll + term) <= torch.finfo(dtype).max else _sum_fix(nll, term, dtype)
