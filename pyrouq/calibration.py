@@ -92,15 +92,16 @@ def _class_preds(preds: Any, name: str) -> Predictions:
     return preds
 
 
-def _labels(preds: Predictions, targets: Any, name: str) -> Tensor:
+def _labels(preds: Predictions, targets: Any) -> Tensor:
+    """``val_targets`` (or the labels ``val_preds`` carry), checked against ``val_preds``."""
     from pyrouq._metric_inputs import _check_targets, carried_targets
 
     fix = (
         "pass the (N,) labels of the held-out split, or predictions made from a loader of "
         "(x, y) batches, which carry them"
     )
-    y = carried_targets(targets, preds, name, fix)
-    return _check_targets(y, preds.mean_probs, name, "val_preds")
+    y = carried_targets(targets, preds, "val_targets", fix)
+    return _check_targets(y, preds.mean_probs, "val_targets", "val_preds")
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def temperature_scale(
     """
     preds = _class_preds(val_preds, "val_preds")
     logp = _log_probs(preds.probs.detach())  # a fit: no graph (torch warned at float())
-    y = _labels(preds, val_targets, "val_targets").to(logp.device)
+    y = _labels(preds, val_targets).to(logp.device)
     lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
     values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
@@ -579,7 +580,7 @@ def conformal(
             "classification: expected 'lac', 'aps' or 'raps'"
             f"{_score_fix(score, 'classification')}."
         )
-    y = _labels(preds, val_targets, "val_targets")
+    y = _labels(preds, val_targets)
     a = _check_alpha(alpha, y.shape[0])
     predictor = ConformalClassifier(score, a, math.inf, float(lam), int(k_reg), seed)  # type: ignore[arg-type]
     scores = predictor.scores(preds, seed).detach()  # as in temperature_scale
