@@ -4,10 +4,13 @@ reader has gone on either (``pyrouq fit MODEL 2>&1 | head -1``), one on a full d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
 import sys
+
+import pytest
 
 from pyrouq.cli import main
 
@@ -155,6 +158,80 @@ def test_a_stdout_that_fills_up_mid_run_says_what_the_run_left_and_how_to_resume
         f"{out / 'checkpoint.pt'} holds it after its last saved epoch (resume it: pyrouq fit "
     )
     assert f"--out {out} --resume); free space on the disk stdout" in err
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main([*argv, "--out", str(out), "--resume"]) == 0  # the advice, followed
+    assert (out / "metrics.json").exists()
+
+
+class _FullAtFlush(io.TextIOBase):
+    """A stdout whose writes are buffered and whose flush fails, as a redirected stdout's
+    short output reaches a full disk only when flushed."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_stdout_that_fails_only_when_flushed_is_one_line_not_a_traceback(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", _FullAtFlush())
+    assert main([]) == 2  # (a flush's OSError left out: the OSError from main)
+    assert capsys.readouterr().err.startswith(
+        "pyrouq: error: cannot write to stdout (No space left on device); free space"
+    )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="Linux's /dev/full")
+def test_a_real_full_disk_leaves_no_buffered_text_to_fail_again(monkeypatch, capsys):
+    # `> /dev/full` with a real descriptor: the text left in the buffer failed again at the
+    # interpreter's last flush (Python's "Exception ignored ... OSError"); the command points
+    # the descriptor at the null device, so that flush writes it there
+    full = open("/dev/full", "w", encoding="utf-8")  # (closed below)
+    try:
+        monkeypatch.setattr(sys, "stdout", full)
+        assert main([]) == 2
+        assert "cannot write to stdout (No space left on device)" in capsys.readouterr().err
+        full.write("left in the buffer\n")
+        full.flush()  # (was OSError: [Errno 28] No space left on device)
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(OSError):
+            full.close()
+
+
+class _FullAfterTraining(io.TextIOBase):
+    """A stdout whose disk fills up once the first epoch's line is written whole: the run
+    trained, and stops while it is evaluated."""
+
+    encoding = "utf-8"
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        if "epoch 1:" in self.text and self.text.endswith("\n"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.text += text
+        return len(text)
+
+
+def test_a_stdout_that_fills_up_while_the_run_is_evaluated_says_how_to_finish_it(
+    monkeypatch, tmp_path, capsys
+):
+    full = _FullAfterTraining()
+    monkeypatch.setattr(sys, "stdout", full)
+    out = tmp_path / "run"
+    argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "epoch 1:" in full.text and not (out / "metrics.json").exists()
+    assert err.startswith(
+        f"pyrouq: error: cannot write to stdout (No space left on device); the run stopped: "
+        f"{out / 'checkpoint.pt'} holds it after its last saved epoch (resume it: pyrouq fit "
+    )
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert main([*argv, "--out", str(out), "--resume"]) == 0  # the advice, followed
     assert (out / "metrics.json").exists()
