@@ -333,3 +333,25 @@ def test_conditioned_targets_are_told_a_reshape_only_where_it_keeps_them_with_th
     fewer = poutine.condition(tiny_mlp(num_data=40), data={"obs": labels})
     with pytest.raises(ValueError, match=r"Condition on targets of shape \(10,\), one label per "):
         poutine.trace(fewer).get_trace(x[:10])
+
+
+def test_the_conditioned_value_is_the_one_pyro_gives_the_site():
+    """The value checked and scaled is the one Pyro gives "obs": of nested condition()s the
+    outermost's (applied last), none where a block() hides the site from the handler (Pyro
+    leaves it unobserved there: nothing to check); (S, D, B) targets are told y.mT."""
+    x, _ = toy_data(40)
+    torch.manual_seed(0)
+    y = torch.randn(10, 2)
+    model = pyrouq.bayesian(torch.nn.Linear(3, 2), likelihood="gaussian", num_data=40)
+    guide = pyrouq.mean_field_guide(model)
+    pyro.set_rng_seed(0)
+    passed = Trace_ELBO().loss(model, guide, x[:10], y)
+    nested = poutine.condition(poutine.condition(model, data={"obs": y[:, 0]}), data={"obs": y})
+    pyro.set_rng_seed(0)
+    assert Trace_ELBO().loss(nested, guide, x[:10]) == pytest.approx(passed, rel=1e-6)
+    hidden = poutine.condition(poutine.block(model, hide=["obs"]), data={"obs": y[:, 0]})
+    trace = poutine.trace(hidden).get_trace(x[:10])
+    assert "obs" not in trace.nodes  # (hidden from the trace too: drawn, not observed)
+    stacked = poutine.condition(model, data={"obs": y.T[None]})
+    with pytest.raises(ValueError, match=r"of shape \(1, 2, 10\), .* Condition on y\.mT, or"):
+        Trace_ELBO().loss(stacked, guide, x[:10])
