@@ -206,3 +206,9 @@ def test_the_mean_of_finite_draws_whose_sum_overflows_is_finite():
     assert torch.equal(preds.mean, torch.full((3, 1), 3e38))
     preds.mean.sum().backward()  # the mean's gradient, 1 / S per draw
     assert torch.equal(loc.grad, torch.full_like(loc, 0.5))
+    # only the outputs whose mean overflows take the fallback: another output's mean is
+    # loc.mean(0) to the last bit (the sum of each / 3 is an ulp below it here)
+    small = torch.tensor([0.49625658988952637, 0.7682217955589294, 0.08847743272781372])
+    loc = torch.stack([torch.full((3,), 3e38), small], -1)[:, None]  # (3, 1, 2)
+    mean = GaussianPredictions(loc, torch.ones_like(loc)).mean
+    assert mean[0, 0] == 3e38 and mean[0, 1] == small.mean() != (small / 3).sum()
