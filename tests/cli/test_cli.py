@@ -153,6 +153,44 @@ def _test_split(root, n, labels):
     return root
 
 
+def test_evaluate_calibrate_names_a_factory_runs_factory_for_softened_predictions(
+    tmp_path, monkeypatch
+):
+    """A factory's network whose logits are shrunken puts T at the lower bound 0.05: the
+    command's warning names the run's factory (from its config.json), which must return
+    logits, where a model of pyrouq's own is told only what T does."""
+    (tmp_path / "bite17_shrunk.py").write_text(
+        "import torch.nn as nn\n"
+        "class Shrink(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 1e-3\n"
+        "def make():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(784, 16), nn.ReLU(), "
+        "nn.Linear(16, 10), Shrink())\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    argv = ["fit", "bite17_shrunk:make", "--method", "last-layer", "--epochs", "1",
+            "--train-size", "256", "--batch-size", "64", "--num-samples", "2", "--seed", "0",
+            "--device", "cpu", "--no-progress", "--out", str(run)]  # fmt: skip
+    try:
+        assert main(argv) == 0
+        evaluate = ["evaluate", str(run), "--num-samples", "2", "--ood", "none", "--no-progress"]
+        with pytest.warns(UserWarning, match="lowest at T = 0.05") as caught:
+            assert main([*evaluate, "--calibrate", "temperature"]) == 0
+    finally:
+        sys.modules.pop("bite17_shrunk", None)
+    said = [str(w.message) for w in caught if "T = 0.05" in str(w.message)]
+    assert (
+        len(said) == 1
+        and (
+            "far less confident than their accuracy. The factory 'bite17_shrunk:make' must return "
+            "logits, which pyrouq turns into probabilities"
+        )
+        in said[0]
+    ), said
+
+
 def test_evaluate_calibrate_warns_of_a_temperature_at_its_bound_in_the_commands_words(
     bayes_run, capsys, tmp_path
 ):
