@@ -5,6 +5,8 @@ is the state before it); seed=None is the call without the argument."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -476,18 +478,15 @@ def test_to_inference_data_on_two_threads_at_once_leaves_the_global_stream_as_it
     assert sorted(got) == ["first", "second"]
 
 
-def test_a_call_kept_waiting_for_another_threads_warns_of_a_call_that_waits_on_it(monkeypatch):
-    """A loader making its batches with predict() on a thread of its own (a teacher's labels,
-    prefetched) waits on a call that waits on the predict() reading the loader: neither ends,
-    and nothing said why. A call kept waiting (PATIENCE seconds) now warns, saying what to
-    do, and goes on waiting."""
+@contextlib.contextmanager
+def _held_until_a_call_warns(monkeypatch):
+    """Another thread holds the lock that runs calls one at a time (PATIENCE cut to 0.01 s)
+    until the call made inside the block warns that it has waited; yields the warnings the
+    block recorded (pytest.warns: the block must warn a RuntimeWarning)."""
     import threading
 
     from pyrouq import _one_at_a_time
 
-    torch.manual_seed(0)
-    model, guide = _bayesian()
-    x, _ = toy_data(8)
     held, release = threading.Event(), threading.Event()
     warn = _one_at_a_time._warn_waiting
 
@@ -508,10 +507,22 @@ def test_a_call_kept_waiting_for_another_threads_warns_of_a_call_that_waits_on_i
     held.wait(30)
     try:
         with pytest.warns(RuntimeWarning) as record:
-            preds = predict(model, x, guide, 2, progress=False)
+            yield record
     finally:
         release.set()
         holder.join(30)
+
+
+def test_a_call_kept_waiting_for_another_threads_warns_of_a_call_that_waits_on_it(monkeypatch):
+    """A loader making its batches with predict() on a thread of its own (a teacher's labels,
+    prefetched) waits on a call that waits on the predict() reading the loader: neither ends,
+    and nothing said why. A call kept waiting (PATIENCE seconds) now warns, saying what to
+    do, and goes on waiting."""
+    torch.manual_seed(0)
+    model, guide = _bayesian()
+    x, _ = toy_data(8)
+    with _held_until_a_call_warns(monkeypatch) as record:
+        preds = predict(model, x, guide, 2, progress=False)
     assert preds.probs.shape[:2] == (2, 8)
     message = str(record[0].message)
     assert message.startswith("predict() has waited 0.01 s for a call of predict(), ")
@@ -526,9 +537,7 @@ def test_the_other_calls_that_run_one_at_a_time_wait_for_another_threads_and_war
     Pyro's validation flags, with seed= torch's streams) and take the same turn: with the
     lock taken off either of them, no test failed. Each waits while another thread's call
     runs, warning in its own name once kept waiting, and then runs."""
-    import threading
-
-    from pyrouq import BayesianMLP, _one_at_a_time, evaluate_rotations
+    from pyrouq import BayesianMLP, evaluate_rotations
 
     torch.manual_seed(0)
     if which == "psis_diagnostic":
@@ -545,29 +554,7 @@ def test_the_other_calls_that_run_one_at_a_time_wait_for_another_threads_and_war
         model, guide = _bayesian()
         x, y = toy_data(8)
         call = lambda: to_inference_data(model, guide, x, y, num_samples=2)  # noqa: E731
-    held, release = threading.Event(), threading.Event()
-    warn = _one_at_a_time._warn_waiting
-
-    def warned(name):  # the holder lets go once the waiting call has warned
-        warn(name)
-        release.set()
-
-    monkeypatch.setattr(_one_at_a_time, "PATIENCE", 0.01)
-    monkeypatch.setattr(_one_at_a_time, "_warn_waiting", warned)
-
-    def hold():
-        with _one_at_a_time._lock:
-            held.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(30)
-    try:
-        with pytest.warns(RuntimeWarning) as record:
-            result = call()
-    finally:
-        release.set()
-        holder.join(30)
+    with _held_until_a_call_warns(monkeypatch) as record:
+        result = call()
     assert result is not None
     assert str(record[0].message).startswith(f"{which}() has waited 0.01 s for a call of ")
