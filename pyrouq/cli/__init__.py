@@ -373,8 +373,8 @@ def _run_fit(
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    except OutputFailed as failed:
-        failed.kept = _kept_run(checkpoint, config, out)
+    except OutputFailed as failed:  # (trained in full: --resume only evaluates it)
+        failed.kept = _kept_run(checkpoint, config, out, trained=True)
         raise
     metrics["seed"] = args.seed  # of the draws, as metrics-evaluate.json records evaluate's
     metrics["train_seconds"] = result.seconds
@@ -427,15 +427,16 @@ def _writing_run(
         ) from None
 
 
-def _kept_run(checkpoint: Path, config: dict[str, Any], out: Path) -> str:
+def _kept_run(checkpoint: Path, config: dict[str, Any], out: Path, trained: bool = False) -> str:
     """What a run stopped by a stdout it could not write left: its last saved epoch, which
-    --resume continues (or, trained in full, evaluates), or nothing before the first."""
+    --resume continues, or, ``trained`` in full, the trained run, which --resume evaluates
+    without training; or nothing before the first epoch."""
     if not checkpoint.exists():
         return ""
-    return (
-        f"the run stopped: {checkpoint} holds it after its last saved epoch (resume it: "
-        f"{resume_command(config, out)})"
-    )
+    command, stopped = resume_command(config, out), f"the run stopped: {checkpoint} holds"
+    if trained:
+        return f"{stopped} the trained run (resume it to evaluate: {command})"
+    return f"{stopped} it after its last saved epoch (resume it: {command})"
 
 
 def _non_finite(err: FloatingPointError, out: Path, bayesian: bool, method: str | None) -> str:

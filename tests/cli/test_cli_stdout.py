@@ -228,10 +228,13 @@ def test_a_stdout_that_fills_up_while_the_run_is_evaluated_says_how_to_finish_it
     assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "epoch 1:" in full.text and not (out / "metrics.json").exists()
+    # (trained in full, the run was said to be held "after its last saved epoch", as if
+    # --resume trained on: it only evaluates it)
     assert err.startswith(
         f"pyrouq: error: cannot write to stdout (No space left on device); the run stopped: "
-        f"{out / 'checkpoint.pt'} holds it after its last saved epoch (resume it: pyrouq fit "
+        f"{out / 'checkpoint.pt'} holds the trained run (resume it to evaluate: pyrouq fit "
     )
+    assert f"--out {out} --resume); free space on the disk stdout" in err
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert main([*argv, "--out", str(out), "--resume"]) == 0  # the advice, followed
     assert (out / "metrics.json").exists()
