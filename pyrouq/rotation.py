@@ -286,6 +286,12 @@ def evaluate_rotations(
             "the batches of a loader with torch.cat first."
         )
     channels = _image_batch(x).shape[1]  # its layout first: y's shape is read against x's N
+    if x.shape[0] == 0:  # (else predict()'s words, after the other checks)
+        raise ValueError(
+            f"evaluate_rotations() got no images: x is empty (shape {tuple(x.shape)}). Expected "
+            "at least one image, x of shape (N, ...) with N >= 1: pass at least one image, "
+            "with its label in y."
+        )
     if y.dim() != 1 or y.shape[0] != x.shape[0]:
         n = x.shape[0]  # (N, k > 1) labels of the N images: one-hot rows (the classes unknown)
         c = y.shape[1] if y.dim() == 2 and y.shape[0] == n and y.shape[1] > 1 else -1

@@ -204,8 +204,11 @@ def test_evaluate_rotations_bad_inputs(raw):
         evaluate_rotations(net, raw, y, angles=(0, "90"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Unknown measure 'bald'"):
         evaluate_rotations(net, raw, y, measure="bald")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"predict\(\) got no inputs: x is empty"):
-        evaluate_rotations(net, raw[:0], y[:0], progress=False)  # (labels: torch's min())
+    # 0 images were refused in predict()'s words ("predict() got no inputs"), after the
+    # labels' and options' checks; now up front, in evaluate_rotations' own
+    empty = r"^evaluate_rotations\(\) got no images: x is empty \(shape \(0, 1, 28, 28\)\)\."
+    with pytest.raises(ValueError, match=empty + r".* pass at least one image, with its label"):
+        evaluate_rotations(net, raw[:0], y[:0], measure="bald", progress=False)
     with torch.device("meta"):  # refused in its own name, not predict()'s
         shapes = BayesianMLP(hidden_features=8)
     told = r"^evaluate_rotations\(\): the model is on the meta device \(shapes, no values\).* "
