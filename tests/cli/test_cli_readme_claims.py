@@ -71,3 +71,25 @@ def test_no_subcommand_prints_the_help_and_exits_0_as_the_readme_says(capsys):
     assert (
         "`pyrouq` with no subcommand is no error: it prints its help on stdout and exits 0" in text
     )
+
+
+def test_the_readme_says_what_the_calibrate_temperature_warnings_name(monkeypatch):
+    # `--calibrate temperature`'s warnings name the command's options, not Python's names:
+    # the README sentence saying so, checked against the words the command gives
+    from dataclasses import astuple
+
+    from pyrouq.cli._temperature_words import in_command_words
+
+    text = " ".join(README.read_text().split())
+    assert (
+        "are worded in its own terms, not Python's (`val_targets`, `val_preds`): they name what "
+        "its user can change, the test labels in `--data-root` (or `$PYROUQ_DATA`) they came "
+        "from, `pyrouq fit --epochs`, a factory run's factory, or leaving `--calibrate` out."
+    ) in text
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    words = " ".join(astuple(in_command_words("/data", "nets:f")))
+    for name in ("--data-root '/data'", "pyrouq fit --epochs", "'nets:f'", "--calibrate out"):
+        assert name in words, name
+    assert "val_targets" not in words and "val_preds" not in words
+    monkeypatch.setenv("PYROUQ_DATA", "/data")
+    assert "test labels in $PYROUQ_DATA" in in_command_words(None, None).labels
