@@ -249,6 +249,22 @@ def test_a_registered_subclass_of_the_guide_still_loads(tmp_path):
     assert type(restored.guide) is _Audit9Guide and restored.guide.tag == "b"
 
 
+def _guide_module(tmp_path, monkeypatch, module_name: str, class_name: str):
+    """A module ``module_name`` in ``tmp_path``, imported, that registers a MeanFieldGuide
+    subclass ``class_name`` (for importlib.reload() of a guide's module)."""
+    import importlib
+
+    (tmp_path / f"{module_name}.py").write_text(
+        "from pyrouq import MeanFieldGuide\n"
+        "from pyrouq.checkpoint import register_guide\n\n\n"
+        "@register_guide\n"
+        f"class {class_name}(MeanFieldGuide):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(module_name)
+
+
 def test_a_guide_built_before_its_module_was_reloaded_is_saved(tmp_path, monkeypatch):
     """importlib.reload() of the module of a registered guide class (pyrouq.infer.guide's
     MeanFieldGuide, or one's own, in a notebook) registers the new class under the name: a
@@ -257,15 +273,7 @@ def test_a_guide_built_before_its_module_was_reloaded_is_saved(tmp_path, monkeyp
     loads as the class the module now has."""
     import importlib
 
-    (tmp_path / "reloaded_guide_module.py").write_text(
-        "from pyrouq import MeanFieldGuide\n"
-        "from pyrouq.checkpoint import register_guide\n\n\n"
-        "@register_guide\n"
-        "class ReloadedGuide(MeanFieldGuide):\n"
-        "    pass\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module("reloaded_guide_module")
+    module = _guide_module(tmp_path, monkeypatch, "reloaded_guide_module", "ReloadedGuide")
     torch.manual_seed(4)
     model = BayesianMLP(in_features=3, hidden_features=4, out_features=2)
     guide = module.ReloadedGuide(model, init_scale=0.3)
@@ -289,15 +297,7 @@ def test_a_run_whose_guide_was_built_before_its_module_was_reloaded_resumes(tmp_
 
     from pyrouq import ArrayLoader, fit
 
-    (tmp_path / "reloaded_run_guide.py").write_text(
-        "from pyrouq import MeanFieldGuide\n"
-        "from pyrouq.checkpoint import register_guide\n\n\n"
-        "@register_guide\n"
-        "class ReloadedRunGuide(MeanFieldGuide):\n"
-        "    pass\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module("reloaded_run_guide")
+    module = _guide_module(tmp_path, monkeypatch, "reloaded_run_guide", "ReloadedRunGuide")
     torch.manual_seed(4)
     model = BayesianMLP(in_features=3, hidden_features=4, out_features=2)
     guide = module.ReloadedRunGuide(model, init_scale=0.3)
