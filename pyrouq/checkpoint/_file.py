@@ -17,6 +17,7 @@ import torch
 
 from pyrouq._arguments import check_device
 from pyrouq._util import class_name
+from pyrouq._words import article
 from pyrouq.checkpoint._describe import CheckpointError
 
 FORMAT = "pyrouq.checkpoint"
@@ -457,11 +458,17 @@ def check_read_back(model: Any) -> None:
         return
     state = model.state_dict(keep_vars=True)  # (a lazy parameter cannot be detached)
     for key, value in state.items():
-        if unreadable(value, key):
+        found = unreadable(value, key)
+        if found:
+            returns = "what its module's get_extra_state() returns"
+            what = (  # the value itself, or one inside the dict, list or tuple it returns
+                f"is a {class_name(value)} ({returns})"
+                if found[0] == key
+                else f"({returns}) holds {article(found[1])} {found[1]} at {found[0]}"
+            )
             raise CheckpointError(
-                f"save() cannot write {class_name(model)}: its state entry {key!r} is a "
-                f"{class_name(value)} (what its module's get_extra_state() returns), which "
-                "load() would refuse to unpickle, as any Python object. Make "
+                f"save() cannot write {class_name(model)}: its state entry {key!r} {what}, "
+                "which load() would refuse to unpickle, as any Python object. Make "
                 "get_extra_state() return tensors, numbers, strings, lists or dicts of them, "
                 "or save model.state_dict() with torch.save yourself."
             )

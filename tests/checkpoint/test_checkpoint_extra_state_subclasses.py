@@ -40,14 +40,30 @@ class _Extra(nn.Module):
         return self.fc(x)
 
 
-@pytest.mark.parametrize(
-    "extra", [_Mode.FAST, np.float64(1.5), {"mode": _Mode.FAST}], ids=["intenum", "np", "nested"]
+_IN_THE_DICT = (
+    "its state entry '_extra_state' (what its module's get_extra_state() returns) holds a "
+    f"{__name__}._Mode at _extra_state['mode'], which load() would refuse to unpickle"
 )
-def test_save_refuses_a_subclass_of_a_plain_type_that_load_would_refuse(tmp_path, extra):
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (_Mode.FAST, "its state entry '_extra_state' is a _Mode (what its module's "),
+        (np.float64(1.5), "its state entry '_extra_state' is a float64 (what its module's "),
+        ({"mode": _Mode.FAST}, _IN_THE_DICT),
+        ([1, object()], "holds an object at _extra_state[1], which load() would refuse"),
+    ],
+    ids=["intenum", "np", "nested", "in a list"],
+)
+def test_save_refuses_a_subclass_of_a_plain_type_that_load_would_refuse(tmp_path, extra, words):
     """isinstance(IntEnum member, int) held, so it passed as plain data: save() wrote the file
-    and load() refused it as holding pickled Python objects."""
-    with pytest.raises(pyrouq.CheckpointError, match=r"its state entry '_extra_state' is a "):
+    and load() refused it as holding pickled Python objects. A value inside the dict or list
+    that get_extra_state() returns is named where it lies (the refusal said the dict itself
+    was what load() would refuse, which its advice, to return dicts, contradicted)."""
+    with pytest.raises(pyrouq.CheckpointError) as err:
         pyrouq.save(tmp_path / "c.pt", _Extra(extra))
+    assert words in str(err.value)
     assert os.listdir(tmp_path) == []
 
 
