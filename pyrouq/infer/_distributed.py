@@ -373,15 +373,21 @@ def _ranks_hold(ranks: list[int]) -> str:
     return f"rank{'s' if many else ''} {', '.join(str(r) for r in ranks)} hold{'' if many else 's'}"
 
 
-def check_same_arguments(values: dict[str, float], group: Group, fix: str) -> None:
+def check_same_arguments(
+    values: dict[str, float], group: Group, fix: str, notes: dict[str, str] | None = None
+) -> None:
     """Refuse to start when a number of ``values`` (the same names on every rank) differs
-    between ranks, compared exactly; ``fix`` says what to do."""
+    between ranks, compared exactly; ``fix`` says what to do, after ``notes[name]`` for each
+    name that differs and has one (what this rank's value stands for, where it was not given)."""
     if not group.active:
         return
     high, low = extremes(torch.tensor(list(values.values()), dtype=torch.float64), group)
     differ = [k for k, h, lo in zip(values, high.tolist(), low.tolist(), strict=True) if h != lo]
     if differ:
-        raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}. {fix}")
+        told = "".join(f" {(notes or {})[k]}" for k in differ if k in (notes or {}))
+        raise ValueError(
+            f"fit(): the arguments differ between ranks: {', '.join(differ)}.{told} {fix}"
+        )
 
 
 def _code(dtype: torch.dtype) -> float:

@@ -12,7 +12,7 @@ from pyrouq.checkpoint._resume import recorded_num_data
 from pyrouq.infer._fit_inputs import dataset_size, num_examples, warn_num_data_below
 from pyrouq.infer._training import unbatched_items, unpack_batch
 
-__all__ = ["training_size"]
+__all__ = ["counted_num_data_note", "training_size"]
 
 _NUM_DATA = "Pass the training-set size N (the likelihood is scaled by N/B), or leave num_data out."
 """What to do about a ``num_data`` that is no count."""
@@ -67,3 +67,18 @@ def training_size(num_data: Any, train_loader: Iterable, model: Any, resume_from
             f"train_loader is empty (its dataset holds {n} examples). Pass a loader with data."
         )
     return n
+
+
+def counted_num_data_note(num_data: Any, n: int, train_loader: Iterable) -> dict[str, str]:
+    """What fit()'s refusal of a ``num_data`` that differs between ranks adds (by the
+    argument's name) where it was left out and N counted from the rank's loader: the ranks'
+    datasets differ, which one ``num_data`` passed everywhere would leave as it is (each rank
+    would train on a set of its own)."""
+    if num_data is not None or num_examples(train_loader) != n:
+        return {}
+    return {
+        "num_data": f"num_data was left out on this rank, so N = {n} was counted from "
+        "train_loader (the examples of its dataset): the ranks' datasets differ. Build the "
+        "same dataset on every rank (DistributedSampler(dataset) gives each rank its own "
+        "shard of it)."
+    }

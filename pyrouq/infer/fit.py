@@ -44,7 +44,7 @@ from pyrouq.infer._fit_inputs import (
     warn_lr_beside_optim,
 )
 from pyrouq.infer._loop import EpochRecord, FitResult, Loop
-from pyrouq.infer._num_data import training_size
+from pyrouq.infer._num_data import counted_num_data_note, training_size
 from pyrouq.infer._options import (
     LR_SCHEDULES,
     build_optimizer,
@@ -521,6 +521,7 @@ def fit(
         "Pass the same lr, lr_schedule, kl_weight, num_particles, vectorize_particles, "
         "num_data and distributed_draws on every rank (and the same seed with distributed_draws="
         "'identical'): the ranks train one model.",
+        counted_num_data_note(num_data, n, train_loader),
     )
     _rank_optimizers.check_same_optimizer(optimizer, group)  # optim=: settings fit() cannot see
     # each rank draws from streams of its own while it trains; they join again after it

@@ -459,6 +459,12 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
             "identical without a seed": lambda: fit(
                 *_build("bayesian"), ArrayLoader(x, y, 4, seed=0), epochs=1, progress=False,
                 distributed_draws="identical", seed=(0, None)[rank]),
+            # each rank's own dataset (14 and 12 examples): refused as num_data passed
+            # otherwise, though none was passed, and passing one would have trained on both
+            "datasets": lambda: fit(*_build("bayesian"), data.DataLoader(
+                data.TensorDataset(x[: N - 2 - 2 * rank], y[: N - 2 - 2 * rank]), 4,
+                sampler=data.DistributedSampler(data.TensorDataset(x[: N - 2 - 2 * rank]))),
+                epochs=1, progress=False),
             "sampler rank": lambda: fit(*_build("bayesian"), data.DataLoader(
                 data.TensorDataset(x, y), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
@@ -520,6 +526,16 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
         assert "fit(): the arguments differ between ranks: lr. Pass the same lr, " in message
         assert outcome["overflow"][0] == "FloatingPointError"
         assert outcome["sampler rank"][0] == "ValueError"
+    for rank, outcome in enumerate(by_rank):
+        assert outcome["datasets"] == ("ValueError", (
+            "fit(): the arguments differ between ranks: num_data. num_data was left out on "
+            f"this rank, so N = {14 - 2 * rank} was counted from train_loader (the examples of "
+            "its dataset): the ranks' datasets differ. Build the same dataset on every rank "
+            "(DistributedSampler(dataset) gives each rank its own shard of it). Pass the same lr,"
+            " lr_schedule, kl_weight, num_particles, vectorize_particles, num_data and "
+            "distributed_draws on every rank (and the same seed with distributed_draws="
+            "'identical'): the ranks train one model."
+        ))  # fmt: skip
     overflow = sorted(outcome["overflow"][1] for outcome in by_rank)
     assert overflow[0].startswith("Another rank stopped at epoch 1, step ")
     assert overflow[1].startswith("Non-finite loss (inf) on rank 1 of 2 at epoch 1, step ")
