@@ -32,6 +32,12 @@ from pyrouq._util import check_count, check_positive_float, warn_caller
 from pyrouq._wrappers import given_model, unwrapped
 from pyrouq.checkpoint import register_guide
 from pyrouq.infer._draws import draw
+from pyrouq.infer._init_from import (
+    expected_init_from,
+    held_state,
+    warn_extra_state,
+    warn_unshared_point_estimates,
+)
 from pyrouq.infer._initial_scales import check_initial_scales, held, inverse_softplus
 from pyrouq.infer._site_checks import check_drawable, model_sites, refuse, site_mismatch
 from pyrouq.likelihoods import likelihood_of
@@ -163,19 +169,20 @@ class MeanFieldGuide(nn.Module):
                     "are drawn from its guide, not held. Pass a trained network that holds "
                     "them: the plain module (for rank1(), a trained batchensemble() of it)."
                 )
-            state = _held_state(init_from)
+            state = held_state(init_from)
             own: dict[str, Any] = getattr(likelihood_of(model), "latent_sites", dict)()
             missing = [s for s in sites if s not in state and s not in own]
             if missing and inner is not init_from:  # (its names: "_orig_mod."..., "module."...)
-                state, init_from = _held_state(inner), inner
+                state, init_from = held_state(inner), inner
                 missing = [s for s in sites if s not in state and s not in own]
             if missing:
                 raise ValueError(
                     f"init_from ({type(init_from).__name__}) has no parameter(s) "
                     f"{missing[:5]}; expected a network of the model's structure, with "
-                    f"parameters {list(sites)[:5]}... ({_expected_init_from(model)})."
+                    f"parameters {list(sites)[:5]}... ({expected_init_from(model)})."
                 )
-            _warn_unshared_point_estimates(model, state)
+            warn_unshared_point_estimates(model, state)
+            warn_extra_state(model, init_from, state)
         own_values = template()
         device = next(iter(own_values.values())).device
         priors = model.priors() if callable(getattr(model, "priors", None)) else {}
@@ -217,7 +224,7 @@ class MeanFieldGuide(nn.Module):
                 raise ValueError(
                     f"init_from parameter {site!r} has shape {tuple(value.shape)}, expected "
                     f"{tuple(shape)}: the network's configuration differs from the model's "
-                    f"({_expected_init_from(model)})."
+                    f"({expected_init_from(model)})."
                 )
             dtype = own_values[site].dtype  # the model's, whatever init_from holds
             if values:  # contiguous, as Pyro's param store keeps a copy of another layout
@@ -368,52 +375,6 @@ def _refuse_both(init_scale: float, init_scale_relative: float) -> None:
     )
 
 
-def _held_state(init_from: nn.Module) -> dict[str, torch.Tensor]:
-    """The weights ``init_from`` holds: its state, or a trained BatchEnsembleNetwork's network's
-    (its layers named as the rank-1 model's)."""
-    ensemble_net = getattr(init_from, "net", None)
-    if getattr(init_from, "num_members", None) is not None and isinstance(ensemble_net, nn.Module):
-        return ensemble_net.state_dict()
-    return init_from.state_dict()
-
-
-def _expected_init_from(model: Any) -> str:
-    """What ``init_from`` should be for ``model``, for an error message."""
-    members = getattr(model, "num_members", None)
-    if members is not None:  # rank-1: the factors come from a trained BatchEnsemble
-        return (
-            f"a rank-1 model starts from a trained pyrouq.batchensemble(net, {members}) of "
-            "the network it was made from, not from the plain network"
-        )
-    return "e.g. the module passed to bayesian(), trained"
-
-
-def _warn_unshared_point_estimates(model: Any, state: dict[str, torch.Tensor]) -> None:
-    """Warn when ``init_from`` holds other values than the model for parameters or buffers
-    the guide does not own (BatchNorm's affine parameters and running statistics, ...): the
-    guide copies only its sites, so a trained network's normalisation layers would be lost."""
-    net = getattr(model, "net", None)
-    if not isinstance(net, nn.Module):
-        return
-    own: dict[str, Any] = getattr(model, "network_sites", dict)()  # the guide's sites: their
-    differ = [  # start values are not the model's to keep
-        name
-        for name, value in net.state_dict().items()
-        if name in state
-        and name not in own
-        and state[name].shape == value.shape
-        and not torch.equal(state[name].to(value.device, value.dtype), value)
-    ]
-    if differ:
-        shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
-        warn_caller(
-            f"init_from sets the guide's means only; the model's own parameters and buffers "
-            f"keep their values where init_from's differ ({shown}). To start from the whole "
-            "trained network (its BatchNorm statistics too), convert it: model = "
-            "pyrouq.bayesian(trained); guide = mean_field_guide(model)."
-        )
-
-
 def positive_support(prior: Any) -> bool:
     """Whether ``prior`` lives on (0, inf) (a noise scale): its guide is LogNormal."""
     return support_of(prior) == "positive"
@@ -443,8 +404,11 @@ def mean_field_guide(
         :func:`pyrouq.bayesian`, an ``MLP`` / ``LeNet`` of the same configuration) whose
         parameters become the initial locations. Default: the model's own initial values,
         i.e. the converted module's parameters (a fresh torch initialisation for the front
-        doors, not draws from the prior). For a rank-1 model (:func:`pyrouq.rank1`), a
-        trained :func:`pyrouq.batchensemble` of the same network starts the factors.
+        doors, not draws from the prior). One lacking a site is refused; one holding
+        parameters or buffers the model's network lacks (a layer more) is warned of, naming
+        them, as are the model's point estimates whose values it does not share. For a
+        rank-1 model (:func:`pyrouq.rank1`), a trained :func:`pyrouq.batchensemble` of the
+        same network starts the factors.
     init_scale_relative : float, optional
         MOPED's initial scales (Krishnan et al., AAAI 2020): every weight starts at a standard
         deviation of ``init_scale_relative * |loc|`` (at least 1e-6; do not pass

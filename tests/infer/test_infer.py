@@ -469,6 +469,26 @@ def test_init_from_names_the_normalisation_layers_it_leaves_behind():
     assert torch.equal(guide.site_loc("0.weight"), trained[0].weight)
 
 
+def test_init_from_names_the_layers_the_model_lacks():
+    """A trained network with a layer more than the model's (a deeper one) is not of the
+    model's structure: the guide takes the weights the two share, and the rest is named."""
+    torch.manual_seed(0)
+    model = bayesian(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)))
+    deeper = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.Linear(4, 2), torch.nn.Linear(2, 2)
+    )
+    with pytest.warns(
+        UserWarning,
+        match=r"init_from \(Sequential\) holds parameters or buffers that BayesianNetwork's "
+        r"network lacks \(2.weight, 2.bias\): it is not a network of the model's structure",
+    ):
+        guide = mean_field_guide(model, init_from=deeper)
+    assert torch.equal(guide.site_loc("1.weight"), deeper[1].weight)
+    with warnings.catch_warnings():  # the network of the model's structure: nothing to say
+        warnings.simplefilter("error")
+        mean_field_guide(model, init_from=torch.nn.Sequential(*deeper[:2]))
+
+
 def test_a_float64_model_gets_a_float64_guide_and_predictions():
     from pyrouq import predict
 
