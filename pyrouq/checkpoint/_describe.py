@@ -71,7 +71,17 @@ class CheckpointError(ValueError):
     ...         print("holds a BatchEnsembleMLP, expected a BayesianMLP" in str(error))
     BatchEnsembleMLP
     True
+
+    ``held_class`` is set where load() refused a file for want of a skeleton (no
+    ``module=``): the qualified class of the network it holds, which ``held_plain`` says is
+    plain (else converted from it); both are None otherwise.
     """
+
+    def __init__(
+        self, *args: object, held_class: str | None = None, held_plain: bool | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.held_class, self.held_plain = held_class, held_plain
 
 
 _GUIDES: dict[str, type] = {}
@@ -477,7 +487,9 @@ def _skeleton(
         raise CheckpointError(
             f"{str(path)!r} holds {what} {article(held)} {held}. pyrouq "
             "never unpickles code: rebuild it from a skeleton, load(path, module=net), with "
-            "net a freshly built module of the same structure (e.g. from the same factory)."
+            "net a freshly built module of the same structure (e.g. from the same factory).",
+            held_class=held,
+            held_plain=plain,
         )
     from pyrouq.checkpoint._skeleton import checked_skeleton  # (it imports CheckpointError)
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pyrouq._words import empty_name
+from pyrouq._words import article, empty_name
 from pyrouq.cli._build import CommandError
 from pyrouq.cli._report import RUN_PLOTS
 
@@ -240,9 +240,11 @@ def load_run(
         if wrapped is not None:  # (DDP's process group after the call, not inside it)
             module, where = f"{wrapped[1]}(make_net())", wrapped[2] or ""
             held = f" (the file holds its {wrapped[1]} wrapper, saved by an earlier pyrouq)"
-        # what load() said the file holds (a plain network, or one converted from one)
-        named = _HELD_NETWORK.search(" ".join(str(err).split()))
-        what = "a network" if named is None else named[1]  # (a wrapper's: named below)
+        # what the file holds (a plain network, or one converted from one; a wrapper's: below)
+        what, saved_class = "a network", err.held_class
+        if saved_class is not None:
+            kind = "a plain network," if err.held_plain else "a network converted from"
+            what = f"{kind} {article(saved_class)} {saved_class}"
         raise CommandError(  # load()'s fix, module=, is not the command's to take
             f"{str(checkpoint)!r} holds {what}, written by pyrouq.save(), not `pyrouq fit` "
             "(no factory recorded to rebuild its skeleton from); evaluate it in "
@@ -250,12 +252,6 @@ def load_run(
         ) from None
     return saved
 
-
-_HELD_NETWORK = re.compile(
-    r"holds (a plain network, an? \S+|a network converted from an? \S+)\. pyrouq never unpickles"
-)
-"""What load() says a file without a pyrouq model's record holds (the saved class, qualified:
-a class made in a function is ``module.make.<locals>.Net``)."""
 
 _WRAPPED_SKELETON = re.compile(
     r"Pass load\(path, module=(torch\.[\w.]+)\(net\)\)( in a process group \([^)]*\))?"

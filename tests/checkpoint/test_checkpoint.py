@@ -374,6 +374,20 @@ def test_a_network_without_a_skeleton_is_named_with_the_article_its_class_takes(
         load(save(tmp_path / "t.pt", pyrouq.batchensemble(nn.Linear(3, 2), 2)))
 
 
+def test_a_refusal_for_want_of_a_skeleton_names_the_held_class_as_attributes(tmp_path):
+    # pyrouq evaluate read the class out of the message's text; the error now carries it
+    net = _Encoder(nn.Linear(3, 2))
+    with pytest.raises(CheckpointError) as converted:
+        load(save(tmp_path / "c.pt", pyrouq.batchensemble(net, 2)))
+    assert (converted.value.held_class, converted.value.held_plain) == ("app._Encoder", False)
+    with pytest.raises(CheckpointError) as plain:
+        load(save(tmp_path / "p.pt", net))
+    assert (plain.value.held_class, plain.value.held_plain) == ("app._Encoder", True)
+    with pytest.raises(CheckpointError) as other:  # another refusal: neither is set
+        load(save(tmp_path / "m.pt", pyrouq.MLP(3, 4, 2)), model_class=pyrouq.BayesianMLP)
+    assert (other.value.held_class, other.value.held_plain) == (None, None)
+
+
 def test_a_hand_edited_description_or_metadata_is_refused_as_such(tmp_path):
     net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
     model = bayesian(net)
