@@ -534,8 +534,21 @@ def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
     ax_tot.set_title("Mean total uncertainty", fontsize=10)
     for ax in (ax_acc, ax_epi, ax_tot):
         ax.set_xlabel("rotation angle (degrees)")
-        ax.set_xticks(angles[:: (len(angles) + 6) // 7])  # at most 7 labelled angles
+        ax.set_xticks(_labelled_angles(angles))
     for ax in (ax_epi, ax_tot):
         ax.set_ylim(bottom=0)
     fig.tight_layout()
     return fig
+
+
+def _labelled_angles(angles: list[float], most: int = 7) -> list[float]:
+    """At most ``most`` of the sorted ``angles`` to label, the first and the last among them:
+    every ``step``-th, the fewest steps that span them (73 angles 0..360 by 5: every 12th,
+    0, 60, ..., 360), then the last, where the steps do not end on it (the one before it
+    dropped where nearer to it than half a step, so that their labels do not crowd)."""
+    last = len(angles) - 1
+    step = max(1, -(-last // (most - 1)))
+    picked = list(range(0, last, step))
+    if len(picked) > 1 and last - picked[-1] < step / 2:
+        picked.pop()
+    return [angles[i] for i in [*picked, last]]

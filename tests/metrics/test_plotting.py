@@ -313,6 +313,25 @@ def test_rotation_plot():
 
 
 @pytest.mark.parametrize(
+    ("last", "by", "labelled"),
+    [
+        (360, 5, [0, 60, 120, 180, 240, 300, 360]),  # every 11th: 0, 55, ..., 330, no 360
+        (55, 5, [0, 10, 20, 30, 40, 50, 55]),  # every 2nd: 0, 10, ..., 50, no 55
+        (35, 5, [0, 10, 20, 30, 35]),
+        (360, 15, [0, 60, 120, 180, 240, 300, 360]),
+        (360, 30, [0, 60, 120, 180, 240, 300, 360]),
+    ],
+)
+def test_rotation_plot_labels_the_last_angle(last, by, labelled):
+    angles = range(0, last + 1, by)
+    rows = [{"angle": a, "acc": 0.5, "ece": 0.1, "epistemic": 0.1, "total": 0.2} for a in angles]
+    fig = plot_rotation(rows)
+    for ax in fig.axes:
+        np.testing.assert_array_equal(ax.get_xticks(), labelled)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
     ("key", "value", "shown"),
     [
         ("angle", float("inf"), r"NaN or infinite values \(angle=inf"),
