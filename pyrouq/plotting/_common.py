@@ -44,6 +44,13 @@ MAX_BARS = 10
 Probs = Any  # Predictions, (S, N, C) or (N, C) tensor
 
 
+def lone_point(n: int, marker: str = "o") -> dict[str, Any]:
+    """Keyword arguments of ``Axes.plot`` for a line through ``n`` points: a ``marker`` where
+    it has one (a line through one point draws nothing), not clipped (drawn whole on an axis
+    limit: the risk-coverage point of one input is at coverage 1), else none."""
+    return {"marker": marker, "clip_on": False} if n == 1 else {}
+
+
 # ---------------------------------------------------------------------------------------------
 # Saving
 

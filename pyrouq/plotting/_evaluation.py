@@ -35,6 +35,7 @@ from pyrouq.plotting._common import (
     _probs,
     _pyplot,
     _targets,
+    lone_point,
 )
 from pyrouq.uncertainty import Measure, _check_measure, decompose
 
@@ -217,8 +218,9 @@ def plot_risk_coverage(
     own = ax is None
     fig, ax = _figure_and_axes(ax, (5.5, 4.0))
     coverage = (k / n).numpy()
-    ax.plot(coverage, risk.numpy(), lw=1.5, label=f"model (AURC {value:.2%})")
-    ax.plot(coverage, best.numpy(), "g--", lw=1, label=f"optimal (AURC {float(best.mean()):.2%})")
+    ax.plot(coverage, risk.numpy(), lw=1.5, label=f"model (AURC {value:.2%})", **lone_point(n))
+    best_label = f"optimal (AURC {float(best.mean()):.2%})"  # (one input: its point, an x)
+    ax.plot(coverage, best.numpy(), "g--", lw=1, label=best_label, **lone_point(n, "x"))
     ax.axhline(total_errors / n, color="gray", ls=":", lw=1, label="random ranking")
     ax.plot([(4 * n + 4) // 5 / n], [at_80], "ko", ms=4, label=f"Risk@80Cov {at_80:.2%}")
     ax.set_xlim(0, 1)

@@ -19,6 +19,7 @@ from pyrouq.plotting._common import (
     _optional_targets,
     _probs,
     _pyplot,
+    lone_point,
 )
 from pyrouq.uncertainty import Measure, _check_measure, decompose
 
@@ -147,6 +148,7 @@ def plot_most_uncertain(
                     alpha=0.25,
                     lw=0.8,
                     label=f"{s} draws" if j == 0 else None,
+                    **lone_point(len(classes), "_"),
                 )
         ax_p.plot(classes, p_bar[i].numpy(), "k.-", lw=1.0, label="mean")
         ax_p.set_ylim(0.0, 1.02)

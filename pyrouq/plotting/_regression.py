@@ -3,13 +3,14 @@ calibration."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint, text_hint
-from pyrouq.plotting._common import _figure_and_axes
+from pyrouq.plotting._common import _figure_and_axes, lone_point
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -160,15 +161,17 @@ def plot_regression(
         train = tx.numpy(), ty.numpy()
     own = ax is None
     fig, ax = _figure_and_axes(ax, (7.0, 4.0))
-    ax.fill_between(
+    # one point: a band of no width draws nothing, so its height is drawn as a thick bar
+    band = ax.fill_between if len(grid) > 1 else partial(ax.vlines, lw=8)
+    band(
         grid, mean - sd * aleatoric, mean + sd * aleatoric, color="tab:orange", alpha=0.25,
         label=f"aleatoric (+-{sd:g} sd)",
     )  # fmt: skip
-    ax.fill_between(
+    band(
         grid, mean - sd * epistemic, mean + sd * epistemic, color="tab:blue", alpha=0.35,
         label=f"epistemic (+-{sd:g} sd)",
     )  # fmt: skip
-    ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean")
+    ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean", **lone_point(len(grid)))
     if train is not None:
         ax.scatter(*train, s=12, color="black", zorder=3, label="training data")
     ax.set_xlabel("x")

@@ -114,6 +114,32 @@ def test_risk_coverage_curve_and_risk_at_80_point(n):
     assert ax.lines[0].get_xdata()[k - 1] == pytest.approx(x80)
 
 
+def test_a_line_through_one_point_is_drawn_as_a_marker():
+    # a line of one point draws nothing: one input drew an empty risk-coverage curve and an
+    # empty regression (its bands of no width too); more points draw lines as before
+    ax = plot_risk_coverage(_probs(n=1), _labels(n=1)).axes[0]
+    assert [(len(line.get_xdata()), line.get_marker()) for line in ax.lines[:2]] == [
+        (1, "o"),
+        (1, "x"),
+    ]
+    assert [
+        line.get_marker()
+        for line in plot_risk_coverage(_probs(n=2), _labels(n=2)).axes[0].lines[:2]
+    ] == ["None", "None"]
+    preds = GaussianPredictions(torch.tensor([[[0.0]], [[0.5]]]), torch.full((2, 1, 1), 0.5))
+    ax = plot_regression(preds, torch.tensor([1.0])).axes[0]
+    assert (len(ax.lines[0].get_xdata()), ax.lines[0].get_marker()) == (1, "o")
+    bands = [np.asarray(band.get_segments()).tolist() for band in ax.collections]
+    assert bands == [[[[1.0, -0.75], [1.0, 1.25]]], [[[1.0, -0.25], [1.0, 0.75]]]]  # +-2 sd
+    two = GaussianPredictions(torch.zeros(2, 2, 1), torch.ones(2, 2, 1))
+    ax = plot_regression(two, torch.tensor([0.0, 1.0])).axes[0]
+    assert ax.lines[0].get_marker() == "None" and len(ax.collections) == 2
+    # one class: the thin line of each of 11 draws (beyond the bars' 10) is a tick
+    ax = plot_most_uncertain(torch.ones(11, 2, 1), torch.rand(2, 1, 4, 4), k=1).axes[1]
+    assert [line.get_marker() for line in ax.lines] == ["_"] * 11 + ["."]
+    plt.close("all")
+
+
 def test_train_test_split_partitions_the_rows():
     x, y = torch.arange(40.0).reshape(20, 2), torch.arange(20)
     tx, ty, vx, vy = train_test_split(x, y, test_fraction=0.25, seed=3)
