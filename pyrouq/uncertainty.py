@@ -28,6 +28,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from pyrouq._mixture_terms import mixture_mean
 from pyrouq._numbers import is_integer, is_real, tensor_hint
 from pyrouq._words import slip_hint
 
@@ -162,7 +163,7 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
     if measure == "entropy":
         log_probs = _clamped_log(probs)
         aleatoric = _negate((probs * log_probs).sum(-1)).mean(0)  # 0 log 0 = 0
-        mean = _draw_mean(probs)
+        mean = mixture_mean(probs)
         # p̄_c > 0 wherever some p_sc > 0; the clamp only guards an underflow of the mean.
         log_mean = _clamped_log(mean)
         # mean_s KL(p_s || p̄), both logs by one kernel: draws that agree (S = 1, a plain
@@ -175,9 +176,9 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
         aleatoric = (probs * (1 - probs)).sum(-1).mean(0)
         epistemic = _clamp_roundoff(probs.var(0, correction=0).sum(-1), measure)
     else:
-        max_s = _draw_mean(probs.amax(-1))
+        max_s = mixture_mean(probs.amax(-1))
         aleatoric = 1 - max_s
-        epistemic = _clamp_roundoff(max_s - _draw_mean(probs).amax(-1), measure)
+        epistemic = _clamp_roundoff(max_s - mixture_mean(probs).amax(-1), measure)
     return Decomposition(total=aleatoric + epistemic, aleatoric=aleatoric, epistemic=epistemic)
 
 
@@ -385,14 +386,6 @@ def _base_reason(base: object) -> str:
     if base <= 0:
         return " (a logarithm needs a positive base)"
     return " (a base below 1 makes every uncertainty negative)"
-
-
-def _draw_mean(x: Tensor) -> Tensor:
-    """``mean_s x_s`` over dim 0, exactly ``x_0`` where the draws agree (``x.mean(0)`` of S equal
-    float32 draws can round an ulp off, and the epistemic parts then read up to ``5e-7``);
-    no (S, N, C) temporary."""
-    mean = x.mean(0)  # (+ x_0 - mean exactly where they agree; the gradient stays the mean's)
-    return mean + torch.where(x.amax(0) == x.amin(0), x[0] - mean, 0).detach()
 
 
 def _clamped_log(p: Tensor) -> Tensor:
