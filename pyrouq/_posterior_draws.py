@@ -54,6 +54,12 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
             )
         elif callable(source):
             way = " A guide is passed as the guide: predict(model, x, guide)."
+        elif _arviz_draws(source):  # an export (to_inference_data, from_netcdf) or its group
+            way = (
+                " An arviz export's posterior goes in as a dict of its draws, (chain, draw) "
+                "flattened: {site: v.values.reshape(-1, *v.shape[2:]) for site, v in "
+                "idata.posterior.items()} (or the MCMCResult itself, where you have it)."
+            )
         raise TypeError(
             "Expected posterior_samples to be an MCMCResult, a pyro.infer.MCMC run or a dict "
             f"{{site: (S, ...)}} of tensors, got {type(source).__name__}.{way}"
@@ -116,3 +122,14 @@ def posterior_draws(source: Any, model: Any) -> dict[str, Tensor]:
                     "the finite draws of every site (value[keep])."
                 )
     return draws
+
+
+def _arviz_draws(source: Any) -> bool:
+    """Whether ``source`` is an arviz ``InferenceData`` with a posterior group, or an xarray
+    ``Dataset`` of draws (``chain`` and ``draw`` dims: such a group), read without importing
+    either library."""
+    module = type(source).__module__
+    if module.startswith("arviz"):
+        return hasattr(source, "posterior")
+    dims: Any = getattr(source, "dims", ())
+    return module.startswith("xarray") and "draw" in dims

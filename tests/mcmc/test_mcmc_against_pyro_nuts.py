@@ -218,6 +218,27 @@ def test_a_guide_or_a_kernel_given_as_posterior_samples_is_told_where_it_goes():
         predict(model, x, posterior_samples=NUTS(model), **QUIET)
 
 
+def test_an_arviz_export_given_as_posterior_samples_is_told_how_its_draws_go_in():
+    # before: 'got InferenceData.' (or Dataset), and nothing of what to do; the dict the
+    # words give is read back as the run's draws, from an export to_netcdf would store
+    x, y = toy_data(10)
+    model = bayesian(nn.Linear(3, 2), num_data=10)
+    result = mcmc(model, x, y, 3, 3, 2, seed=0, max_tree_depth=2, **QUIET)
+    idata = pyrouq.to_inference_data(result)
+    fix = (
+        ". An arviz export's posterior goes in as a dict of its draws, (chain, draw) "
+        "flattened: {site: v.values.reshape(-1, *v.shape[2:]) for site, v in "
+        "idata.posterior.items()} (or the MCMCResult itself, where you have it)."
+    )
+    for given, name in ((idata, "InferenceData"), (idata.posterior, "Dataset")):
+        with pytest.raises(TypeError) as err:
+            predict(model, x, posterior_samples=given, **QUIET)
+        assert str(err.value).endswith(f"of tensors, got {name}{fix}"), str(err.value)
+    draws = {site: v.values.reshape(-1, *v.shape[2:]) for site, v in idata.posterior.items()}
+    told = predict(model, x, posterior_samples=draws, **QUIET)
+    assert torch.equal(told.probs, predict(model, x, posterior_samples=result, **QUIET).probs)
+
+
 @pytest.mark.parametrize(
     "counts, message",
     [
