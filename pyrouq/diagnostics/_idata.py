@@ -100,8 +100,10 @@ def to_inference_data(
       torch's layout: ``fc1.weight`` is ``(fc1_out, fc1_in)``, ``conv1.weight``
       ``(conv1_out, conv1_in, conv1_kh, conv1_kw)``, ``fc1.bias`` ``(fc1_out,)``; a grouped
       convolution's second weight dim is ``<layer>_in_per_group`` (``_out_per_group`` for a
-      transposed one), a network that is a single layer has ``(out, in)``. Where two layers'
-      names would meet (``block.fc`` and ``block_fc``), theirs keep the dots: ``block.fc_out``.
+      transposed one), a network that is a single layer has ``(out, in)``; a rank-1
+      network's factors ``fc1.r`` and ``fc1.s`` are ``(fc1_member, fc1_in)`` and
+      ``(fc1_member, fc1_out)``. Where two layers' names would meet (``block.fc`` and
+      ``block_fc``), theirs keep the dots: ``block.fc_out``.
     * ``posterior_predictive`` -- ``obs``: ``(1, S, N)`` labels (or targets, shaped as ``y``)
       drawn from each draw's predictive distribution; ``probs``: ``(1, S, N, C)`` those
       distributions (classifiers); ``loc`` and ``scale``: ``(1, S, N, D)`` their means and
