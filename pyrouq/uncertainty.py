@@ -294,14 +294,20 @@ def _check_probs(
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if probs.dim() not in allowed:
             wanted = " or ".join(f"{_shape_name(k)} ({k} dims)" for k in allowed)
-            one_draw = (
+            hint = (
                 f" For the (N, C) probabilities of one draw pass {name}.unsqueeze(0)."
                 if allowed == (3,) and probs.dim() == 2
                 else ""
             )
+            if _class_one(probs) and (2 in allowed or 3 in allowed):  # no class dim
+                both = "torch.stack([1 - p, p], dim=-1)" + ("" if 2 in allowed else "[None]")
+                hint = (
+                    f" A binary classifier's (N,) probabilities p of class 1 (a sigmoid's)? "
+                    f"Pass both classes, {both}."
+                )
             raise ValueError(
                 f"Expected {name} of shape {wanted}, got shape {shape}. "
-                f"Stack the draws/members on dim 0 and the classes on the last dim.{one_draw}"
+                f"Stack the draws/members on dim 0 and the classes on the last dim.{hint}"
             )
     elif probs.dim() == 0:
         raise ValueError(f"Expected {name} with a class dimension, got a scalar (shape ()).")
@@ -335,6 +341,22 @@ def _check_probs(
             f"Expected finite {name}, got {int(mask.sum())} NaN or inf entries; "
             f"check the model outputs{at or ' ('}did the fit diverge?)."
         )
+    if probs.shape[dim] == 1 and (low < 1 - _SUM_TOL or high > 1 + _SUM_TOL):
+        # one class: a binary classifier's one column, which the fixes below (a softmax, a
+        # division by the sum) would make 1 everywhere, one certain class whatever the input
+        given = (
+            "probabilities p of class 1 (a sigmoid's)? Pass both classes, "
+            f"torch.cat([1 - p, p], dim={dim})"
+            if 0 <= low and high <= 1
+            else "logits z of class 1 (one output)? Pass both classes' probabilities, "
+            f"torch.cat([1 - p, p], dim={dim}) with p = torch.sigmoid(z)"
+        )
+        raise ValueError(
+            f"Expected {name} over the classes, summing to 1 over the class dim {dim}, got one "
+            f"class (shape {shape}) with values between {low:.6g} and {high:.6g}: a binary "
+            f"classifier's {given}; a softmax over one class, or a division by its sum, would "
+            "make every probability 1."
+        )
     if low < 0:
         raise ValueError(
             f"Expected {name} to be non-negative probabilities, got a minimum of {low:.4g}. "
@@ -354,6 +376,15 @@ def _check_probs(
             f"Expected {name} to be probabilities of at most 1, got a maximum of {high:.6g}. "
             "Normalise them exactly: x / x.sum(-1, keepdim=True)."
         )
+
+
+def _class_one(probs: Tensor) -> bool:
+    """Whether ``probs`` may be a binary classifier's ``(N,)`` probabilities of class 1: one
+    dim of values in [0, 1] that do not sum to 1 (those that do may be one input's)."""
+    if probs.dim() != 1 or not probs.numel() or probs.is_meta:
+        return False
+    p = probs.detach()
+    return bool(((p >= 0) & (p <= 1)).all()) and abs(float(p.sum()) - 1) > _SUM_TOL
 
 
 def _check_measure(measure: object) -> None:

@@ -300,6 +300,29 @@ def test_the_probs_checks_serve_the_metrics_and_name_their_argument():
         metrics.evaluate(dirichlet(2, 3, 2), torch.tensor([0, 1, 0]), ood=torch.tensor([0.5, 0.5]))
 
 
+def test_a_binary_classifiers_one_column_is_told_to_pass_both_classes():
+    """A sigmoid's (N, 1) (or (N,)) probabilities of class 1 were told to apply a softmax or
+    divide by the sums, which makes every entry 1; the labels 0 and 1 were then told to be
+    relabelled as 0..0, and the metrics read every input right (acc 1, ECE 0)."""
+    p = torch.tensor([0.2, 0.7, 0.9, 0.4])
+    y = torch.tensor([0, 1, 1, 1])
+    both = r"torch\.cat\(\[1 - p, p\], dim=-1\)"
+    with pytest.raises(ValueError, match=rf"got one class \(shape \(4, 1\)\).*sigmoid.*{both}"):
+        metrics.ece(p[:, None], y)
+    with pytest.raises(ValueError, match=rf"logits z of class 1.*{both} with p = torch\.sigmoid"):
+        metrics.nll(torch.logit(p)[:, None], y)  # (negative values: told of a softmax too)
+    with pytest.raises(ValueError, match=rf"got one class \(shape \(1, 4, 1\)\).*{both}"):
+        decompose(p[None, :, None])
+    with pytest.raises(ValueError, match=r"\(N,\) probabilities p of class 1 \(a sigmoid's\)\? "
+                       r"Pass both classes, torch\.stack\(\[1 - p, p\], dim=-1\)\.$"):  # fmt: skip
+        metrics.evaluate(p, y)
+    ones = torch.ones(4, 1)  # (the softmax of that column): one class, certain everywhere
+    with pytest.raises(ValueError, match=rf"probs hold one class, .*{both}.*keep these labels\.$"):
+        metrics.acc(ones, y)
+    assert metrics.acc(torch.stack([1 - p, p], dim=-1), y) == 0.75  # the fix told works
+    assert metrics.acc(ones, torch.zeros(4, dtype=torch.long)) == 1.0  # one class: as before
+
+
 # --- module hygiene -----------------------------------------------------------------------
 
 
