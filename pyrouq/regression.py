@@ -28,6 +28,8 @@ from pyrouq._numbers import (
     shown,
     text_hint,
 )
+from pyrouq._regression_targets import check_regression_targets
+from pyrouq._regression_targets import refuse_meta as _refuse_meta
 from pyrouq._to_args import device_and_dtype
 from pyrouq._words import slip_hint
 from pyrouq.uncertainty import Decomposition
@@ -138,38 +140,9 @@ class GaussianPredictions:
         if self.targets is not None:
             object.__setattr__(self, "targets", self._check_targets(self.targets))
 
-    def _check_targets(self, targets: object) -> Tensor:
+    def _check_targets(self, targets: object, name: str = "targets") -> Tensor:
         n, d = self.num_inputs, self.num_outputs
-        if not isinstance(targets, Tensor):
-            raise TypeError(
-                f"Expected targets to be a torch.Tensor, got {type(targets).__name__}; wrap "
-                "them with torch.as_tensor(...)."
-            )
-        _refuse_meta(  # (torch's own error: "register_meta function for torch.nonzero()")
-            targets,
-            "targets",
-            "there are no targets to check. Pass the targets themselves (on the cpu, or the "
-            "device of loc).",
-        )
-        if not targets.is_floating_point():
-            raise TypeError(
-                f"Expected real targets (a floating dtype), got {targets.dtype}: class labels "
-                "belong to a classifier's Predictions; for real targets use y.float()."
-            )
-        shaped = targets.unsqueeze(-1) if targets.dim() == 1 and d == 1 else targets
-        if tuple(shaped.shape) != (n, d):
-            raise ValueError(
-                f"Expected targets of shape ({n}, {d})"
-                + (f" or ({n},)" if d == 1 else "")
-                + f", one per input and output, got shape {tuple(targets.shape)}."
-            )
-        bad = (~torch.isfinite(shaped)).any(-1).nonzero()[:, 0]
-        if bad.numel():
-            raise ValueError(
-                f"Expected finite targets, got NaN or inf in {bad.numel()} of {n} rows (rows "
-                f"{bad[:5].tolist()}); remove or repair them."
-            )
-        return shaped.to(self.loc.device)
+        return check_regression_targets(targets, n, d, name).to(self.loc.device)
 
     # -- shape ---------------------------------------------------------------------------------
 
@@ -368,7 +341,7 @@ class GaussianPredictions:
                 "that the predictions carry them"
             )
             return carried_targets(None, self, name, fix)  # type: ignore[no-any-return]
-        return self._check_targets(targets)
+        return self._check_targets(targets, name)
 
     # -- conversions ---------------------------------------------------------------------------
 
@@ -468,17 +441,6 @@ class GaussianPredictions:
         return (
             f"GaussianPredictions(S={self.num_samples}, N={self.num_inputs}, "
             f"D={self.num_outputs}, targets={'yes' if self.targets is not None else 'no'})"
-        )
-
-
-def _refuse_meta(value: object, name: str, why: str) -> None:
-    """Refuse ``value``, a tensor on the meta device, as the classifiers' checks do (torch's
-    own words: ".item() cannot be called on meta tensors", "Cannot copy out of meta tensor");
-    ``why``: what is missing, and what to do."""
-    if isinstance(value, Tensor) and value.is_meta:
-        raise ValueError(
-            f"Expected {name} on a real device (cpu or cuda), got a tensor of shape "
-            f"{tuple(value.shape)} on the meta device (shapes, no values): {why}"
         )
 
 

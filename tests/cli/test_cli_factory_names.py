@@ -63,7 +63,8 @@ def test_a_regressions_one_target_as_a_0d_tensor_is_told_the_targets_shapes():
     with pytest.raises(ValueError) as info:
         conformal(one, torch.tensor(0.5), alpha=0.6)
     assert str(info.value) == (
-        "Expected targets of shape (1, 1) or (1,), one per input and output, got shape ()."
+        "Expected val_targets of shape (1, 1) or (1,), one per input and output, got shape (). "
+        "Pass it as one dim, val_targets.reshape(-1)."
     )
     reg = conformal(one, torch.tensor([0.5]), alpha=0.6)  # the shape it names works
     assert reg.threshold.tolist() == [0.5]  # |0.5 - 0| / 1

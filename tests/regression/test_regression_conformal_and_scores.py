@@ -129,3 +129,25 @@ def test_a_target_is_inside_its_interval_exactly_when_its_score_says_so(score, o
             for t in (below, above, bound):
                 scores = _regression_scores(preds, t, score, predictor.alpha)
                 assert torch.equal((t >= lo) & (t <= hi), scores <= predictor.threshold)
+
+
+def test_conformal_names_val_targets_and_says_what_to_do_with_their_shape():
+    """conformal(val_preds, val_targets) of a regression refused bad targets as 'targets'
+    (the classifiers' refusals name val_targets) and said nothing of what to do: targets of
+    the inputs transposed, or a row of one output's, are told .T."""
+    two = GaussianPredictions(torch.zeros(1, 5, 2), torch.ones(1, 5, 2))
+    with pytest.raises(ValueError, match=r"^Expected val_targets of shape \(5, 2\), one per "
+                       r"input and output, got shape \(2, 5\)\. They hold an input per column: "
+                       r"pass val_targets\.T "):  # fmt: skip
+        conformal(two, torch.randn(2, 5), alpha=0.2)
+    one = GaussianPredictions(torch.zeros(1, 5, 1), torch.ones(1, 5, 1))
+    with pytest.raises(ValueError, match=r"got shape \(1, 5\)\. .*pass val_targets\.T "):
+        conformal(one, torch.randn(1, 5), alpha=0.2)
+    with pytest.raises(TypeError, match=r"^Expected real val_targets .* use val_targets\.float"):
+        conformal(one, torch.arange(5), alpha=0.2)
+    with pytest.raises(ValueError, match=r"got shape \(2, 5\)\. .*pass targets\.T "):
+        two.evaluate(torch.randn(2, 5))  # (evaluate's argument is targets)
+    with pytest.raises(ValueError, match=r"got shape \(7,\)\. Pass the targets of exactly the "
+                       r"inputs predicted, one row per input\.$"):  # fmt: skip
+        one.crps(torch.randn(7))
+    assert conformal(two, torch.randn(2, 5).T, alpha=0.2).threshold.shape == (2,)  # as told

@@ -16,26 +16,27 @@ import pyrouq
 from pyrouq import GaussianPredictions
 
 _META = (
-    "Expected targets on a real device (cpu or cuda), got a tensor of shape (6,) on the meta "
-    "device (shapes, no values): there are no targets to check."
+    "Expected {0} on a real device (cpu or cuda), got a tensor of shape (6,) on the meta "
+    "device (shapes, no values): there are no {0} to check."
 )
 
 
 @pytest.mark.parametrize(
-    "call",
+    ("call", "name"),
     [
-        lambda p, y: GaussianPredictions(p.loc, p.scale, y),
-        lambda p, y: p.evaluate(y),
-        lambda p, y: p.crps(y),
-        lambda p, y: p.log_prob(y),
-        lambda p, y: p.calibration_curve(y),
-        lambda p, y: pyrouq.conformal(p, y),
+        (lambda p, y: GaussianPredictions(p.loc, p.scale, y), "targets"),
+        (lambda p, y: p.evaluate(y), "targets"),
+        (lambda p, y: p.crps(y), "targets"),
+        (lambda p, y: p.log_prob(y), "targets"),
+        (lambda p, y: p.calibration_curve(y), "targets"),
+        (lambda p, y: pyrouq.conformal(p, y), "val_targets"),  # (its argument's name)
     ],
     ids=["constructor", "evaluate", "crps", "log_prob", "calibration_curve", "conformal"],
 )
-def test_regression_targets_on_the_meta_device_are_refused_in_words(call):
+def test_regression_targets_on_the_meta_device_are_refused_in_words(call, name):
     predictions = GaussianPredictions(torch.zeros(3, 6, 1), torch.ones(3, 6, 1))
-    with pytest.raises(ValueError, match="^" + _META.replace("(", r"\(").replace(")", r"\)")):
+    words = _META.format(name).replace("(", r"\(").replace(")", r"\)")
+    with pytest.raises(ValueError, match="^" + words):
         call(predictions, torch.zeros(6, device="meta"))
 
 

@@ -1,0 +1,69 @@
+"""The checks of a Gaussian regression's real targets (:class:`pyrouq.GaussianPredictions`'s
+and :func:`pyrouq.conformal`'s): a tensor on a real device, floating, one value per input and
+output, finite; each refusal names the argument the targets came as and says what to do."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def refuse_meta(value: object, name: str, why: str) -> None:
+    """Refuse ``value``, a tensor on the meta device, as the classifiers' checks do (torch's
+    own words: ".item() cannot be called on meta tensors", "Cannot copy out of meta tensor");
+    ``why``: what is missing, and what to do."""
+    if isinstance(value, Tensor) and value.is_meta:
+        raise ValueError(
+            f"Expected {name} on a real device (cpu or cuda), got a tensor of shape "
+            f"{tuple(value.shape)} on the meta device (shapes, no values): {why}"
+        )
+
+
+def check_regression_targets(targets: object, n: int, d: int, name: str = "targets") -> Tensor:
+    """``targets`` as an ``(n, d)`` floating tensor (``(n,)`` taken for ``d = 1``), or a
+    TypeError / ValueError naming ``name``, the argument they came as."""
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"Expected {name} to be a torch.Tensor, got {type(targets).__name__}; wrap "
+            "them with torch.as_tensor(...)."
+        )
+    refuse_meta(  # (torch's own error: "register_meta function for torch.nonzero()")
+        targets,
+        name,
+        f"there are no {name} to check. Pass the targets themselves (on the cpu, or the "
+        "device of loc).",
+    )
+    if not targets.is_floating_point():
+        raise TypeError(
+            f"Expected real {name} (a floating dtype), got {targets.dtype}: class labels "
+            f"belong to a classifier's Predictions; for real targets use {name}.float()."
+        )
+    shaped = targets.unsqueeze(-1) if targets.dim() == 1 and d == 1 else targets
+    if tuple(shaped.shape) != (n, d):
+        raise ValueError(
+            f"Expected {name} of shape ({n}, {d})"
+            + (f" or ({n},)" if d == 1 else "")
+            + f", one per input and output, got shape {tuple(targets.shape)}"
+            + _shape_fix(tuple(targets.shape), n, d, name)
+            + "."
+        )
+    bad = (~shaped.isfinite()).any(-1).nonzero()[:, 0]
+    if bad.numel():
+        raise ValueError(
+            f"Expected finite {name}, got NaN or inf in {bad.numel()} of {n} rows (rows "
+            f"{bad[:5].tolist()}); remove or repair them."
+        )
+    return shaped
+
+
+def _shape_fix(shape: tuple[int, ...], n: int, d: int, name: str) -> str:
+    """What to do with targets of ``shape`` where ``(n, d)`` ones go: those of the inputs
+    transposed (a row of one output's, too), ``.T``; the one target of one input as a 0-d
+    tensor, a reshape; else to pass those of the inputs predicted."""
+    if n != d and shape == (d, n):
+        return (
+            f". They hold an input per column: pass {name}.T (one row per input, one column "
+            "per output)"
+        )
+    if shape == () and n == d == 1:
+        return f". Pass it as one dim, {name}.reshape(-1)"
+    return ". Pass the targets of exactly the inputs predicted, one row per input"
