@@ -4,6 +4,8 @@ output, finite; each refusal names the argument the targets came as and says wha
 
 from __future__ import annotations
 
+import math
+
 from torch import Tensor
 
 
@@ -58,7 +60,9 @@ def check_regression_targets(targets: object, n: int, d: int, name: str = "targe
 def _shape_fix(shape: tuple[int, ...], n: int, d: int, name: str) -> str:
     """What to do with targets of ``shape`` where ``(n, d)`` ones go: those of the inputs
     transposed (a row of one output's, too), ``.T``; the one target of one input as a 0-d
-    tensor, a reshape; else to pass those of the inputs predicted."""
+    tensor, a reshape; a row per input holding its ``d`` values in more dims (``(n, d, 1)``),
+    a reshape; a row per input of another number of values, the outputs the model predicts;
+    else to pass those of the inputs predicted."""
     if n != d and shape == (d, n):
         return (
             f". They hold an input per column: pass {name}.T (one row per input, one column "
@@ -66,4 +70,13 @@ def _shape_fix(shape: tuple[int, ...], n: int, d: int, name: str) -> str:
         )
     if shape == () and n == d == 1:
         return f". Pass it as one dim, {name}.reshape(-1)"
+    if len(shape) > 2 and shape[0] == n and math.prod(shape[1:]) == d:
+        return f". Pass them as one row per input, {name}.reshape({n}, {d})"
+    if len(shape) in (1, 2) and shape[0] == n:  # a row per input, but not d values in it
+        per_input = 1 if len(shape) == 1 else shape[1]
+        return (
+            f". They hold {per_input} value{'s' * (per_input != 1)} per input, the predictions "
+            f"{d} output{'s' * (d != 1)}: pass the targets of the outputs the model predicts, "
+            "one column per output"
+        )
     return ". Pass the targets of exactly the inputs predicted, one row per input"

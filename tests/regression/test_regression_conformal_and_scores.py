@@ -151,3 +151,24 @@ def test_conformal_names_val_targets_and_says_what_to_do_with_their_shape():
                        r"inputs predicted, one row per input\.$"):  # fmt: skip
         one.crps(torch.randn(7))
     assert conformal(two, torch.randn(2, 5).T, alpha=0.2).threshold.shape == (2,)  # as told
+
+
+def test_targets_of_each_input_but_not_its_outputs_are_told_of_the_outputs():
+    """Targets with a row per input whose values are not the predictions' outputs were told
+    to 'pass the targets of exactly the inputs predicted, one row per input', which they
+    were already: they are told the outputs instead, or a reshape where the values are there
+    in more dims."""
+    two = GaussianPredictions(torch.zeros(1, 5, 2), torch.ones(1, 5, 2))
+    one = GaussianPredictions(torch.zeros(1, 5, 1), torch.ones(1, 5, 1))
+    outputs = r"pass the targets of the outputs the model predicts, one column per output\.$"
+    with pytest.raises(ValueError, match=rf"\(5,\)\. They hold 1 value per input, the "
+                       rf"predictions 2 outputs: {outputs}"):  # fmt: skip
+        two.evaluate(torch.randn(5))
+    with pytest.raises(ValueError, match=rf"\(5, 2\)\. They hold 2 values per input, the "
+                       rf"predictions 1 output: {outputs}"):  # fmt: skip
+        conformal(one, torch.randn(5, 2), alpha=0.2)
+    with pytest.raises(ValueError, match=r"got shape \(5, 2, 1\)\. Pass them as one row per "
+                       r"input, val_targets\.reshape\(5, 2\)\.$"):  # fmt: skip
+        conformal(two, torch.randn(5, 2, 1), alpha=0.2)
+    y = torch.randn(5, 2, 1)
+    assert torch.equal(two.crps(y.reshape(5, 2)), two.crps(y[..., 0]))  # the reshape told works
