@@ -378,13 +378,18 @@ def check_same_arguments(
 ) -> None:
     """Refuse to start when a number of ``values`` (the same names on every rank) differs
     between ranks, compared exactly; ``fix`` says what to do, after ``notes[name]`` for each
-    name that differs and has one (what this rank's value stands for, where it was not given)."""
+    name that differs and has a note on every rank (what the ranks' values stand for, where
+    none was given: a note on some ranks only would tell of a cause that is not the one)."""
     if not group.active:
         return
-    high, low = extremes(torch.tensor(list(values.values()), dtype=torch.float64), group)
-    differ = [k for k, h, lo in zip(values, high.tolist(), low.tolist(), strict=True) if h != lo]
+    notes = notes or {}
+    noted = [float(k in notes) for k in values]  # (1 on every rank: a minimum of 1)
+    both = torch.tensor([*values.values(), *noted], dtype=torch.float64)
+    high, low = (v.tolist() for v in extremes(both, group))
+    differ = [k for k, h, lo in zip(values, high, low, strict=False) if h != lo]
     if differ:
-        told = "".join(f" {(notes or {})[k]}" for k in differ if k in (notes or {}))
+        everywhere = {k for k, lo in zip(values, low[len(values) :], strict=True) if lo == 1}
+        told = "".join(f" {notes[k]}" for k in differ if k in everywhere)
         raise ValueError(
             f"fit(): the arguments differ between ranks: {', '.join(differ)}.{told} {fix}"
         )

@@ -71,9 +71,10 @@ def training_size(num_data: Any, train_loader: Iterable, model: Any, resume_from
 
 def counted_num_data_note(num_data: Any, n: int, train_loader: Iterable) -> dict[str, str]:
     """What fit()'s refusal of a ``num_data`` that differs between ranks adds (by the
-    argument's name) where it was left out and N counted from the rank's loader: the ranks'
-    datasets differ, which one ``num_data`` passed everywhere would leave as it is (each rank
-    would train on a set of its own)."""
+    argument's name) where it was left out and N counted from the rank's loader, told where
+    that holds on every rank (else one rank's ``num_data`` differs from the others' counts):
+    the ranks' datasets differ, which one ``num_data`` passed everywhere would leave as it
+    is (each rank would train on a set of its own)."""
     if num_data is not None or num_examples(train_loader) != n:
         return {}
     return {

@@ -465,6 +465,10 @@ def _stopping_worker(rank: int, init: str, out: str) -> None:
                 data.TensorDataset(x[: N - 2 - 2 * rank], y[: N - 2 - 2 * rank]), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x[: N - 2 - 2 * rank]))),
                 epochs=1, progress=False),
+            # num_data passed on rank 0 alone: the same dataset, so no word of datasets
+            "num_data on one rank": lambda: fit(*_build("bayesian"), ArrayLoader(x, y, 4, seed=0),
+                                                num_data=(30, None)[rank], epochs=1,
+                                                progress=False),
             "sampler rank": lambda: fit(*_build("bayesian"), data.DataLoader(
                 data.TensorDataset(x, y), 4,
                 sampler=data.DistributedSampler(data.TensorDataset(x, y), 2, 0)), epochs=1,
@@ -535,6 +539,14 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
             " lr_schedule, kl_weight, num_particles, vectorize_particles, num_data and "
             "distributed_draws on every rank (and the same seed with distributed_draws="
             "'identical'): the ranks train one model."
+        ))  # fmt: skip
+        # one rank's num_data against the other's count: the datasets are the same (rank 1
+        # was told they differ, as if no rank had passed num_data)
+        assert outcome["num_data on one rank"] == ("ValueError", (
+            "fit(): the arguments differ between ranks: num_data. Pass the same lr, lr_schedule,"
+            " kl_weight, num_particles, vectorize_particles, num_data and distributed_draws on "
+            "every rank (and the same seed with distributed_draws='identical'): the ranks train "
+            "one model."
         ))  # fmt: skip
     overflow = sorted(outcome["overflow"][1] for outcome in by_rank)
     assert overflow[0].startswith("Another rank stopped at epoch 1, step ")
