@@ -379,7 +379,8 @@ def check_same_arguments(
     """Refuse to start when a number of ``values`` (the same names on every rank) differs
     between ranks, compared exactly; ``fix`` says what to do, after ``notes[name]`` for each
     name that differs and has a note on every rank (what the ranks' values stand for, where
-    none was given: a note on some ranks only would tell of a cause that is not the one)."""
+    none was given: a note on some ranks only would tell of a cause that is not the one).
+    Where every name that differs has such a note, the notes say what to do, not ``fix``."""
     if not group.active:
         return
     notes = notes or {}
@@ -390,9 +391,9 @@ def check_same_arguments(
     if differ:
         everywhere = {k for k, lo in zip(values, low[len(values) :], strict=True) if lo == 1}
         told = "".join(f" {notes[k]}" for k in differ if k in everywhere)
-        raise ValueError(
-            f"fit(): the arguments differ between ranks: {', '.join(differ)}.{told} {fix}"
-        )
+        if not everywhere.issuperset(differ):
+            told += f" {fix}"
+        raise ValueError(f"fit(): the arguments differ between ranks: {', '.join(differ)}.{told}")
 
 
 def _code(dtype: torch.dtype) -> float:

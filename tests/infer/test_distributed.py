@@ -531,14 +531,12 @@ def test_every_rank_stops_together_and_agrees_on_the_arguments(tmp_path):
         assert outcome["overflow"][0] == "FloatingPointError"
         assert outcome["sampler rank"][0] == "ValueError"
     for rank, outcome in enumerate(by_rank):
+        # the note says what to do, not "Pass the same ... num_data on every rank"
         assert outcome["datasets"] == ("ValueError", (
             "fit(): the arguments differ between ranks: num_data. num_data was left out on "
             f"this rank, so N = {14 - 2 * rank} was counted from train_loader (the examples of "
             "its dataset): the ranks' datasets differ. Build the same dataset on every rank "
-            "(DistributedSampler(dataset) gives each rank its own shard of it). Pass the same lr,"
-            " lr_schedule, kl_weight, num_particles, vectorize_particles, num_data and "
-            "distributed_draws on every rank (and the same seed with distributed_draws="
-            "'identical'): the ranks train one model."
+            "(DistributedSampler(dataset) gives each rank its own shard of it)."
         ))  # fmt: skip
         # one rank's num_data against the other's count: the datasets are the same (rank 1
         # was told they differ, as if no rank had passed num_data)
