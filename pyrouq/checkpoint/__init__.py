@@ -425,8 +425,10 @@ def load(
     ----------
     path : str or PathLike
     model_class : type or str, optional
-        The class the caller expects (e.g. ``BayesianLeNet``); a checkpoint of another class
-        is refused.
+        The class the caller expects (e.g. ``BayesianLeNet``) or its name; a checkpoint of
+        another class is refused. A converted network is held as ``"BayesianNetwork"``
+        (:func:`pyrouq.bayesian`, :func:`pyrouq.rank1`) or ``"BatchEnsembleNetwork"``, a plain
+        one as ``"Module"``; a name no checkpoint holds is refused with those it can hold.
     device : str or torch.device, optional
         Where the rebuilt model and guide live (default: the ``module=`` skeleton's device,
         else the CPU), or an MCMC result's draws (default CPU). A device torch cannot put

@@ -389,6 +389,15 @@ def build_model(
     doors = _front_doors()
     if expected is not None:
         expected_name = expected_class_name(expected)
+        known = sorted(doors) + list(_CONVERTED)
+        if expected_name != name and expected_name not in known:
+            raise CheckpointError(
+                f"model_class={expected_name!r} is no class a pyrouq checkpoint holds: expected "
+                f"one of {known} (a network of pyrouq.bayesian() or rank1() is a "
+                "BayesianNetwork, of batchensemble() a BatchEnsembleNetwork, a plain one a "
+                "Module). "
+                f"{str(path)!r} holds a {name}: pass model_class={name!r}, or leave it out."
+            )
         if expected_name != name:
             raise CheckpointError(
                 f"{str(path)!r} holds a {name}, expected a {expected_name}. Load it without "

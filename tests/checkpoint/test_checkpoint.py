@@ -359,6 +359,22 @@ def test_other_files_and_other_model_classes_are_refused(tmp_path):
         load(tmp_path / "edited.pt")
 
 
+def test_a_model_class_name_no_checkpoint_holds_is_told_so_with_the_names_it_can_be(tmp_path):
+    # it read "holds a MLP, expected a Nope. ... pick the checkpoint of a Nope."
+    path = save(tmp_path / "mlp.pt", pyrouq.MLP(3, 4, 2))
+    for given, name in (("Nope", "Nope"), ("mlp", "mlp"), (nn.Sequential, "Sequential")):
+        with pytest.raises(CheckpointError) as caught:
+            load(path, model_class=given)
+        message = str(caught.value)
+        assert message.startswith(f"model_class={name!r} is no class a pyrouq checkpoint holds: ")
+        assert "'BayesianMLP', 'LeNet', 'MLP', 'BayesianNetwork', 'BatchEnsembleNetwork'" in message
+        assert message.endswith(
+            f"{str(path)!r} holds a MLP: pass model_class='MLP', or leave it out."
+        )
+    with pytest.raises(CheckpointError, match="holds a MLP, expected a BayesianMLP"):  # a known one
+        load(path, model_class="BayesianMLP")
+
+
 class _Encoder(nn.Sequential):
     __module__ = "app"  # (a class of a module named with a vowel first: "an app.Encoder")
 
