@@ -18,6 +18,7 @@ from pyrouq import models
 from pyrouq._util import class_name, module_device, warn_caller
 from pyrouq._words import article
 from pyrouq._wrappers import unwrapped
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, SitePrior, module_record
 from pyrouq.convert._conversion_warnings import (
     _BilinearSharedWarning,
@@ -53,35 +54,6 @@ _CONVERTED = ("BayesianNetwork", "BatchEnsembleNetwork", "Module")
 ENSEMBLE_DOORS = ("BatchEnsembleMLP", "BatchEnsembleLeNet")
 FACTORS_BEFORE = {"use_base_weights": True, "init": "normal", "r_mean": 1.0, "r_std": 0.5,
                   "s_mean": 1.0, "s_std": 0.5}  # fmt: skip
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be written or read (unreadable, unsafe, or of another model).
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from pyrouq import BatchEnsembleMLP, BayesianMLP, load, save
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     path = save(os.path.join(folder, "model.pt"), BatchEnsembleMLP(4, 8, 3))
-    ...     print(type(load(path).model).__name__)
-    ...     try:
-    ...         load(path, model_class=BayesianMLP)
-    ...     except CheckpointError as error:
-    ...         print("holds a BatchEnsembleMLP, expected a BayesianMLP" in str(error))
-    BatchEnsembleMLP
-    True
-
-    ``held_class`` is set where load() refused a file for want of a skeleton (no
-    ``module=``): the qualified class of the network it holds, which ``held_plain`` says is
-    plain (else converted from it); both are None otherwise.
-    """
-
-    def __init__(
-        self, *args: object, held_class: str | None = None, held_plain: bool | None = None
-    ) -> None:
-        super().__init__(*args)
-        self.held_class, self.held_plain = held_class, held_plain
 
 
 _GUIDES: dict[str, type] = {}

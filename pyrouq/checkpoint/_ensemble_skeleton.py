@@ -49,11 +49,15 @@ def ensemble_rebuild(
             ", ".join(f"{key}={values.get(key)!r}" for key in differ) for values in (options, given)
         )
         made = "a BatchEnsemble" if name == "BatchEnsembleNetwork" else "a rank-1 network"
-        raise CheckpointError(
+        fault = (
             f"The skeleton (a BatchEnsemble, {mine}) does not match {str(path)!r}, which holds "
-            f"{made} of {theirs}. Build the skeleton as the saved one was built "
-            f"(batchensemble(net, {options['num_members']}, norms={options['norms']!r})), or "
-            "pass the plain network it was made from: load(path, module=net)."
+            f"{made} of {theirs}."
+        )
+        raise CheckpointError(
+            f"{fault} Build the skeleton as the saved one was built (batchensemble(net, "
+            f"{options['num_members']}, norms={options['norms']!r})), or pass the plain "
+            "network it was made from: load(path, module=net).",
+            skeleton_mismatch=fault,
         )
     kept = {key: value for key, value in options.items() if key in module.options}
     if name == "BatchEnsembleNetwork":

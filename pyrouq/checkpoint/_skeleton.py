@@ -4,7 +4,7 @@ layer settings, and a network at all (not the function or class that builds one)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from torch import nn
 
@@ -47,21 +47,27 @@ def check_holds_values(module: nn.Module) -> None:
     lazy = [name for name, t in (*module.named_parameters(), *module.named_buffers())
             if nn.parameter.is_lazy(t)]  # fmt: skip
     if lazy:
-        raise CheckpointError(
+        fault = (
             f"The skeleton ({class_name(module)}) has lazy modules that have not created "
             f"their parameters yet ({', '.join(repr(n) for n in lazy[:3])}"
-            f"{', ...' if len(lazy) > 3 else ''}): run one batch through it first (net(x)), "
-            "then load(path, module=net)."
+            f"{', ...' if len(lazy) > 3 else ''})"
+        )
+        raise CheckpointError(
+            f"{fault}: run one batch through it first (net(x)), then load(path, module=net).",
+            skeleton_mismatch=f"{fault}.",
         )
     meta = [name for name, t in (*module.named_parameters(), *module.named_buffers())
             if t.is_meta]  # fmt: skip
     if meta:
-        raise CheckpointError(
+        fault = (
             f"The skeleton ({class_name(module)}) has tensors on the meta device "
             f"({', '.join(repr(n) for n in meta[:3])}{', ...' if len(meta) > 3 else ''}), "
-            "which hold no values and cannot take the saved ones. Build it on the CPU (outside "
-            "`with torch.device('meta')`, or after torch.set_default_device('cpu')), then "
-            "load(path, module=net)."
+            "which hold no values and cannot take the saved ones."
+        )
+        raise CheckpointError(
+            f"{fault} Build it on the CPU (outside `with torch.device('meta')`, or after "
+            "torch.set_default_device('cpu')), then load(path, module=net).",
+            skeleton_mismatch=fault,
         )
 
 
@@ -79,12 +85,11 @@ def check_structure(record: dict[str, Any], here: dict[str, Any], path: Any) -> 
                     return f"tied to {ties[name]!r}" if name in ties else "absent"
                 return f"shape {tuple(v)}"
 
-            raise CheckpointError(
+            _mismatch(
                 f"The skeleton ({here['class']}) does not match {str(path)!r}, which holds "
                 f"a {record.get('class', '?')}: {kind[:-1]} {name!r} is "
                 f"{shape(saved.get(name), record.get('tied', {}))} in the checkpoint and "
-                f"{shape(got.get(name), here.get('tied', {}))} in the skeleton. Build the "
-                "module exactly as the saved one was built."
+                f"{shape(got.get(name), here.get('tied', {}))} in the skeleton."
             )
     saved_ties = record.get("tied")  # absent without ties (and before 2026-12-05): unchecked
     if saved_ties is not None and (
@@ -94,11 +99,10 @@ def check_structure(record: dict[str, Any], here: dict[str, Any], path: Any) -> 
             "its own tensor" if ties.get(name) is None else f"tied to {ties[name]!r}"
             for ties in (saved_ties, here.get("tied", {}))
         )
-        raise CheckpointError(
+        _mismatch(
             f"The skeleton ({here['class']}) does not match {str(path)!r}: parameter "
             f"{name!r} is {saved_tie} in the checkpoint and {got_tie} in the skeleton (tied "
-            "weights: one tensor under several names). Build the module exactly as the saved "
-            "one was built."
+            "weights: one tensor under several names)."
         )
     saved_modules = record.get("modules")  # absent from checkpoints written before 2026-12-03
     if (
@@ -109,11 +113,10 @@ def check_structure(record: dict[str, Any], here: dict[str, Any], path: Any) -> 
             "absent" if kind is None else f"a {kind}"
             for kind in (saved_modules.get(name), here["modules"].get(name))
         )
-        raise CheckpointError(
+        _mismatch(
             f"The skeleton ({here['class']}) does not match {str(path)!r}: {_where(name)} is "
             f"{saved_kind} in the checkpoint and {got_kind} in the skeleton (layers without "
-            "parameters, such as activations, count too). Build the module exactly as the "
-            "saved one was built."
+            "parameters, such as activations, count too)."
         )
     saved_settings = record.get("settings")  # absent from checkpoints written before 2026-12-04
     if (
@@ -126,12 +129,19 @@ def check_structure(record: dict[str, Any], here: dict[str, Any], path: Any) -> 
             ", ".join(f"{k}={values.get(k, 'unset')!r}" for k in differ)
             for values in (theirs, mine)
         )
-        raise CheckpointError(
+        _mismatch(
             f"The skeleton ({here['class']}) does not match {str(path)!r}: {_where(name)} "
             f"({here['modules'].get(name, '?')}) has {saved_values} in the checkpoint and "
             f"{got_values} in the skeleton, and may compute another function with the saved "
-            "weights. Build the module exactly as the saved one was built."
+            "weights."
         )
+
+
+def _mismatch(fault: str) -> NoReturn:
+    """Refuse a skeleton whose structure differs from the file's: ``fault`` says where."""
+    raise CheckpointError(
+        f"{fault} Build the module exactly as the saved one was built.", skeleton_mismatch=fault
+    )
 
 
 def _not_a_network(module: Any, record: dict[str, Any]) -> str:

@@ -56,14 +56,16 @@ def skeleton_for(description: dict[str, Any], module: Any, path: Any) -> Any:
                 f"torch.compile (converted with its wrapper, OptimizedModule, parameters named "
                 f"'_orig_mod.'...), {but}. Pass load(path, module=torch.compile(net)){net}. To "
                 "save a model that loads into a plain skeleton, convert before compiling: "
-                "torch.compile(bayesian(net)), not bayesian(torch.compile(net))."
+                "torch.compile(bayesian(net)), not bayesian(torch.compile(net)).",
+                held_wrapper="torch.compile",
             )
         raise CheckpointError(
             f"{str(path)!r} holds a {inner} compiled by torch.compile, saved with its wrapper "
             f"(OptimizedModule, parameters named '_orig_mod.'...) by an earlier pyrouq, {but}. "
             f"Pass load(path, module=torch.compile(net)){net}; save the loaded model again to "
             "get a file that loads into a plain skeleton (save() now writes the module "
-            "torch.compile wrapped)."
+            "torch.compile wrapped).",
+            held_wrapper="torch.compile",
         )
     return module
 
@@ -98,7 +100,8 @@ def _parallel_skeleton(wrapper: str, record: dict[str, Any], module: Any, path: 
     raise CheckpointError(
         f"{str(path)!r} {_held(wrapper, record)}, {but}. Pass load(path, module={wrap}){where}"
         f"{net}; save the loaded model again to get a file that loads into a plain skeleton "
-        f"(save() now writes the module {wrapper} wraps)."
+        f"(save() now writes the module {wrapper} wraps).",
+        held_wrapper=_QUALIFIED[wrapper],
     )
 
 
@@ -155,11 +158,22 @@ def _held(wrapper: str, record: dict[str, Any]) -> str:
     )
 
 
+_QUALIFIED = {
+    "DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "DataParallel": "torch.nn.DataParallel",
+}
+"""The parallel wrappers by their class name, as a call names them."""
+
+
+def wrapper_where(held_wrapper: str) -> str:
+    """Where the skeleton must be wrapped in ``held_wrapper`` (a
+    :class:`CheckpointError`'s, e.g. ``"torch.nn.DataParallel"``), after the call that wraps
+    it: DDP's process group, else nothing."""
+    if held_wrapper == _QUALIFIED["DistributedDataParallel"]:
+        return " in a process group (one of one process will do)"
+    return ""
+
+
 def _how_to_wrap(wrapper: str) -> tuple[str, str]:
     """The call that wraps ``net`` in ``wrapper``, and where it must run."""
-    if wrapper == "DistributedDataParallel":
-        return (
-            "torch.nn.parallel.DistributedDataParallel(net)",
-            " in a process group (one of one process will do)",
-        )
-    return "torch.nn.DataParallel(net)", ""
+    return f"{_QUALIFIED[wrapper]}(net)", wrapper_where(_QUALIFIED[wrapper])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 from datetime import datetime
 from pathlib import Path
@@ -211,6 +210,7 @@ def load_run(
     import warnings
 
     import pyrouq
+    from pyrouq.checkpoint._wrapped_skeleton import wrapper_where
     from pyrouq.cli._build import factory_root
 
     try:
@@ -218,9 +218,9 @@ def load_run(
             warnings.filterwarnings("ignore", message=r".* the module= skeleton")  # not needed
             saved = pyrouq.load(checkpoint, device=device, module=skeleton)
     except pyrouq.CheckpointError as err:
-        if skeleton is not None and str(err).startswith("The skeleton "):
+        if skeleton is not None and err.skeleton_mismatch is not None:
             # the skeleton is what the recorded factory builds now; load()'s fix is the user's
-            detail = " ".join(str(err).split()).split(" Build the module exactly")[0]
+            detail = err.skeleton_mismatch
             fix = "make the factory build what it built when the run trained, or fit the run again"
             found, recorded = factory_root(config["factory"]), config.get("factory_root")
             if found and recorded and found != recorded:  # another module of that name here
@@ -232,14 +232,14 @@ def load_run(
                 f"the factory {config['factory']!r}, called to rebuild the run's network, "
                 f"now builds another network: {detail.rstrip('.')}; {fix}"
             ) from None
-        if skeleton is not None or config.get("model") or "never unpickles code" not in str(err):
+        wrapper = err.held_wrapper  # (a file of an earlier pyrouq holding the wrapper)
+        wanting = err.held_class is not None or wrapper is not None  # (for want of a skeleton)
+        if skeleton is not None or config.get("model") or not wanting:
             raise
-        # a file of an earlier pyrouq holding the wrapper: load() names the one to rebuild
-        wrapped = _WRAPPED_SKELETON.search(" ".join(str(err).split()))
         module, where, held = "make_net()", "", ""
-        if wrapped is not None:  # (DDP's process group after the call, not inside it)
-            module, where = f"{wrapped[1]}(make_net())", wrapped[2] or ""
-            held = f" (the file holds its {wrapped[1]} wrapper, saved by an earlier pyrouq)"
+        if wrapper is not None:  # (DDP's process group after the call, not inside it)
+            module, where = f"{wrapper}(make_net())", wrapper_where(wrapper)
+            held = f" (the file holds its {wrapper} wrapper, saved by an earlier pyrouq)"
         # what the file holds (a plain network, or one converted from one; a wrapper's: below)
         what, saved_class = "a network", err.held_class
         if saved_class is not None:
@@ -251,13 +251,6 @@ def load_run(
             f"Python: pyrouq.load(path, module={module}){where}, then pyrouq.predict{held}"
         ) from None
     return saved
-
-
-_WRAPPED_SKELETON = re.compile(
-    r"Pass load\(path, module=(torch\.[\w.]+)\(net\)\)( in a process group \([^)]*\))?"
-)
-"""load()'s advice for a file holding a wrapper (torch.compile's, DataParallel, DDP) where no
-skeleton was given: the wrapper, and where DDP's must be built."""
 
 
 def trained_run(

@@ -404,6 +404,60 @@ def test_a_refusal_for_want_of_a_skeleton_names_the_held_class_as_attributes(tmp
     assert (other.value.held_class, other.value.held_plain) == (None, None)
 
 
+def test_a_refused_skeleton_and_a_held_wrapper_are_attributes_of_the_error(tmp_path):
+    # pyrouq evaluate read them out of the message's text ("The skeleton " ... "Build the
+    # module exactly", "never unpickles code", "Pass load(path, module=torch...(net))")
+    def make_net(hidden=4):
+        return nn.Sequential(nn.Linear(3, hidden), nn.ReLU(), nn.Linear(hidden, 2))
+
+    net = make_net()
+    path = save(tmp_path / "p.pt", net)
+    with pytest.raises(CheckpointError) as other:  # why, without the advice
+        load(path, module=make_net(5))
+    fault = (
+        "The skeleton (torch.nn.modules.container.Sequential) does not match "
+        f"{str(path)!r}, which holds a torch.nn.modules.container.Sequential: parameter "
+        "'0.weight' is shape (4, 3) in the checkpoint and shape (5, 3) in the skeleton."
+    )
+    assert other.value.skeleton_mismatch == fault
+    assert str(other.value) == f"{fault} Build the module exactly as the saved one was built."
+    assert (other.value.held_class, other.value.held_wrapper) == (None, None)
+    with torch.device("meta"):
+        meta = make_net()
+    with pytest.raises(CheckpointError) as no_values:
+        load(path, module=meta)
+    assert no_values.value.skeleton_mismatch == (
+        "The skeleton (Sequential) has tensors on the meta device ('0.weight', '0.bias', "
+        "'2.weight', ...), which hold no values and cannot take the saved ones."
+    )
+    ensemble = save(tmp_path / "e.pt", pyrouq.batchensemble(net, 2))
+    with pytest.raises(CheckpointError) as members:
+        load(ensemble, module=pyrouq.batchensemble(make_net(), 3))
+    assert members.value.skeleton_mismatch == (
+        f"The skeleton (a BatchEnsemble, num_members=3) does not match {str(ensemble)!r}, "
+        "which holds a BatchEnsemble of num_members=2."
+    )
+    # a file of an earlier pyrouq holding its wrapper ('module.', '_orig_mod.' names)
+    for wrapper, wrap, prefix in [
+        ("torch.nn.DataParallel", nn.DataParallel, "module"),
+        ("torch.compile", lambda n: torch.compile(n, backend="eager"), "_orig_mod"),
+    ]:
+        payload = torch.load(path, weights_only=True)
+        description = json.loads(payload["description"])
+        description["model"]["module"] = pyrouq.convert.module_record(wrap(make_net()))
+        payload["description"] = json.dumps(description)
+        payload["model"] = {f"{prefix}.{k}": v for k, v in payload["model"].items()}
+        torch.save(payload, tmp_path / "w.pt")
+        for module in (None, make_net()):  # no skeleton, or one not in the wrapper
+            with pytest.raises(CheckpointError) as held:
+                load(tmp_path / "w.pt", module=module)
+            assert held.value.held_wrapper == wrapper
+            assert (held.value.held_class, held.value.skeleton_mismatch) == (None, None)
+    with pytest.raises(CheckpointError) as neither:  # a refusal for want of a skeleton
+        load(path)
+    assert (neither.value.held_wrapper, neither.value.skeleton_mismatch) == (None, None)
+
+
 def test_a_hand_edited_description_or_metadata_is_refused_as_such(tmp_path):
     net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
     model = bayesian(net)
