@@ -120,12 +120,15 @@ class TemperatureScaler:
     prediction stays a mixture of S tempered distributions, so the uncertainty decomposition
     keeps its meaning (total = aleatoric + epistemic, the epistemic part the disagreement of
     the tempered members), and the same T applies whatever S. For one draw every input keeps
-    its argmax, and so the accuracy; for S draws the mixture's argmax can change for a few
-    inputs (a confident draw weighs more or less against the others once tempered), so the
-    accuracy may move a little. The epistemic part's size moves with T: toward 0 as T grows
-    (every member flattens toward uniform), toward the members' disagreement on their top
-    classes as T -> 0 (every member one-hot). Tempering the mean's log-probabilities instead
-    would return one distribution, with the epistemic part gone.
+    the order of its classes, and so its argmax and the accuracy, up to rounding: two top
+    classes a few units in the last place apart (in float32, logits within about 1e-6) can
+    round to one value once tempered (T > 1 flattens them), and argmax then takes the lower
+    index. For S draws the mixture's argmax can change for a few inputs (a confident draw
+    weighs more or less against the others once tempered), so the accuracy may move a little.
+    The epistemic part's size moves with T: toward 0 as T grows (every member flattens toward
+    uniform), toward the members' disagreement on their top classes as T -> 0 (every member
+    one-hot). Tempering the mean's log-probabilities instead would return one distribution,
+    with the epistemic part gone.
 
     Examples
     --------

@@ -46,11 +46,17 @@ def test_temperature_recovers_the_overconfidence_factor():
 
 
 def test_tempering_keeps_one_draws_argmax_and_may_move_a_mixtures():
-    """As TemperatureScaler's docstring says: one draw keeps every argmax at any T; of S draws,
+    """As TemperatureScaler's docstring says: one draw keeps every argmax at any T, up to
+    rounding (a near-tie tempering rounds to one value takes the lower index); of S draws,
     each tempered, the mixture's argmax can change (a confident draw outweighed at T = 0.1)."""
     one = Predictions(torch.tensor([[[0.45, 0.55], [0.99, 0.01]]]))
     for t in (0.1, 0.5, 3.0, 20.0):
         assert TemperatureScaler(t)(one).predicted.tolist() == [1, 0]
+    low = torch.tensor(0.48)  # class 1 one float32 ulp above class 0: merged at T = 20
+    high = torch.nextafter(low, torch.tensor(1.0))
+    tie = Predictions(torch.stack([low, high, 1 - low - high])[None, None])
+    assert [TemperatureScaler(t)(tie).predicted.item() for t in (0.5, 20.0)] == [1, 0]
+    assert len(set(TemperatureScaler(20.0)(tie).probs[0, 0, :2].tolist())) == 1
     three = Predictions(torch.tensor([[[0.45, 0.55]], [[0.45, 0.55]], [[0.99, 0.01]]]))
     assert three.mean_probs[0, 0].item() == pytest.approx(0.63)  # class 0
     flips = [TemperatureScaler(t)(three).predicted.item() for t in (0.1, 0.5, 1.0, 3.0)]
