@@ -73,8 +73,9 @@ def check_elements(what: str, sizes: dict[str, int], hint: str) -> None:
 
 
 def tensor_hint(value: object, *, integer: bool = False) -> str:
-    """For the message refusing ``value``: what to do when it is a tensor, else ``""``;
-    ``integer``: the argument takes an integer alone, so ``int(t)`` (``float(t)``, 5.0, is
+    """For the message refusing ``value``: what to do when it is a tensor, else ``""``:
+    ``float(t)`` (a number argument takes a float, and ``int(t)`` would cut one); with
+    ``integer``, the argument takes an integer alone, so ``int(t)`` (``float(t)``, 5.0, is
     refused as no integer), except for a tensor holding a number that is no integer (2.5, or
     a complex 2.5+0j or 2+1j: ``int(t)`` would cut it to 2 unsaid), which is told so, as the
     float 2.5 is. A tensor of other than one element (``int(t)``, ``float(t)`` raise for it)
@@ -91,7 +92,7 @@ def tensor_hint(value: object, *, integer: bool = False) -> str:
             if number.imag or not number.real.is_integer():  # (nor nan, nor inf)
                 return f" (a tensor holding {number!r}, not an integer)"
         return " (a tensor: pass a Python integer, int(t))"
-    return " (a tensor: pass a Python number, e.g. float(t) or int(t))"
+    return " (a tensor: pass a Python number, float(t))"  # (int(t) would cut 0.1 to 0)
 
 
 def text_hint(

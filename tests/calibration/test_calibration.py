@@ -276,7 +276,7 @@ def test_conformal_intervals_cover_at_the_stated_rate(score):
          r"Expected prediction sets as an \(N, C\) boolean tensor, one row per input .*got "
          r"shape \(3,\)"),
         (lambda: conformal(_classifier_data(50), alpha=torch.tensor(0.2)), ValueError,
-         r"got tensor\(0.2000\) \(a tensor: pass a Python number, e.g. float\(t\)"),
+         r"got tensor\(0.2000\) \(a tensor: pass a Python number, float\(t\)\)"),
         (lambda: __import__("pyrouq").ConformalClassifier("LAC", 0.1, 0.5, 0.0, 0, 0),
          ValueError, r"ConformalClassifier: unknown score 'LAC' \(did you mean 'lac'\? the names "
          r"are lower case\), expected one of 'lac', 'aps', 'raps'\. conformal\(\) builds"),

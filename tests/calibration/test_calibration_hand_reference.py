@@ -102,12 +102,15 @@ def test_coverage_refuses_targets_that_are_not_tensors_by_their_type():
 
 def test_numbers_given_as_tensors_are_told_to_be_python_numbers():
     # "Expected a temperature > 0 (finite), got tensor(2.)" said nothing a user could act on
-    hint = r" \(a tensor: pass a Python number, e\.g\. float\(t\) or int\(t\)\)"
+    hint = r" \(a tensor: pass a Python number, float\(t\)\)"  # (was "e.g. float(t) or int(t)")
     with pytest.raises(ValueError, match=rf"got tensor\(2\.\){hint}"):
         TemperatureScaler(torch.tensor(2.0))
     preds = Predictions(torch.softmax(torch.randn(1, 30, 3), -1), torch.randint(0, 3, (30,)))
     with pytest.raises(ValueError, match=rf"RAPS penalty per rank, got tensor.*{hint}"):
         conformal(preds, score="raps", lam=torch.tensor(0.1))
+    with pytest.raises(ValueError, match=rf"got tensor\(0\.1000\){hint}") as alpha:
+        conformal(preds, alpha=torch.tensor(0.1))  # int(t) would pass 0: never a fit
+    assert "int(t)" not in str(alpha.value)
     integer = r" \(a tensor: pass a Python integer, int\(t\)\)"  # (1.0 is refused as well)
     with pytest.raises(ValueError, match=rf"free of penalty, .*got tensor\(1\){integer}"):
         conformal(preds, score="raps", k_reg=torch.tensor(1))

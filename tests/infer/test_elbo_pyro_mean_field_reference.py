@@ -405,5 +405,5 @@ def test_a_tensor_given_as_a_prior_says_to_pass_a_number(how):
     subject = r"prior=" if how == "float" else r"The prior of '0.weight'"  # (one for all)
     with pytest.raises(TypeError, match=subject + r" must be a float \(the scale of Normal\(0, "
                        r"s\)\) or a pyro.distributions distribution.*, got Tensor "
-                       r"\(a tensor: pass a Python number, e\.g\. float\(t\)"):  # fmt: skip
+                       r"\(a tensor: pass a Python number, float\(t\)"):  # fmt: skip
         bayesian(_net(), prior=prior)

@@ -186,7 +186,7 @@ CASES = {
         lambda tmp: KLWeightedELBO(kl_weight=torch.tensor(1.0)),
         TypeError,
         r"Expected kl_weight to be a float >= 0, got tensor\(1\.\) \(a tensor: pass a Python "
-        r"number, e\.g\. float\(t\) or int\(t\)\)\.",
+        r"number, float\(t\)\)\.",
     ),
     "elbo: num_particles": (
         lambda tmp: KLWeightedELBO(num_particles=0),

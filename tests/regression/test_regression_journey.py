@@ -69,7 +69,7 @@ def test_a_scaler_with_a_nan_mean_is_refused_as_such_by_inverse():
     ("kwargs", "fix"),
     [
         ({"output": torch.tensor(1)}, r"\(a tensor: pass a Python integer, int\(t\)\)"),
-        ({"num_sd": torch.tensor(2.0)}, r"\(a tensor: pass a Python number, e\.g\. float\(t\)"),
+        ({"num_sd": torch.tensor(2.0)}, r"\(a tensor: pass a Python number, float\(t\)\)"),
     ],
 )
 def test_plot_regression_says_a_tensor_argument_is_a_tensor(kwargs, fix):
