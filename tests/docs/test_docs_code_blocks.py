@@ -206,7 +206,10 @@ def test_readme_command_lines_parse_and_name_the_cli_models_and_methods():
     parser = _parser()
     lines = [line.split("#")[0].strip() for line in code.splitlines()]
     commands = [shlex.split(line) for line in lines if line.startswith(("pyrouq", "python -m"))]
-    assert len(commands) == 7
+    assert len(commands) == 8
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    named = {(argv[3:] if argv[0] == "python" else argv[1:])[0] for argv in commands}
+    assert named == set(sub.choices), named ^ set(sub.choices)  # (pyrouq data was left out)
     for argv in commands:
         argv = argv[3:] if argv[0] == "python" else argv[1:]
         parser.parse_args([a.replace("...", "x") for a in argv])  # exits on an unknown option
@@ -218,9 +221,19 @@ def test_readme_command_lines_parse_and_name_the_cli_models_and_methods():
     assert methods is not None
     listed = {"bayesian", *re.split(r",? (?:or )?", methods[1].strip())}
     assert listed == set(METHODS)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     method = next(a for a in sub.choices["fit"]._actions if "--method" in a.option_strings)
     assert set(method.choices) == set(METHODS)
+
+
+def test_readme_pyrouq_data_line_is_what_it_prints_for_the_bundled_copy(capsys, monkeypatch):
+    from pyrouq.cli import main
+
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    quoted = re.search(r"\(`(MNIST: train .*?), \.\.\.\]` for the bundled copy\)", readme)
+    assert quoted, "the README quotes what pyrouq data prints"
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    assert main(["data"]) == 0
+    assert capsys.readouterr().out.startswith(quoted[1])
 
 
 # -- docs/installation.md, docs/kl_weight.md, docs/scaling_out.md ---------------------------------
