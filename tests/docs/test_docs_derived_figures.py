@@ -132,3 +132,20 @@ def test_tutorial_08_network_and_tree_bound_figures():
     leapfrog = 2**8 - 1  # a tree of depth 8 holds at most 2**8 - 1 leapfrog steps
     assert f"`max_tree_depth=8` bounds it at {leapfrog} leapfrog steps" in sources
     assert f"at most {leapfrog} leapfrog steps a draw" in sources
+
+
+def test_tutorial_03_rotation_prose_is_its_stored_runs_and_says_so():
+    # the prose read "the lowest accuracy" at 90° and "about a third of its peak by 180°" as
+    # facts; a rerun on an AMD EPYC gave the lowest accuracy at 105° and three fifths at 180°
+    sources, outputs = _notebook("03_uncertainty_and_ood.ipynb")
+    rows = {}
+    for line in outputs.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 5 and cells[0].endswith("°"):
+            rows[int(cells[0][:-1])] = (float(cells[1][:-1]), float(cells[3]))
+    assert sorted(rows) == list(range(0, 181, 15))
+    acc = {angle: a for angle, (a, _) in rows.items()}
+    epistemic = {angle: e for angle, (_, e) in rows.items()}
+    assert min(acc, key=acc.get) == 90 == max(epistemic, key=epistemic.get)
+    assert 0.28 <= epistemic[180] / epistemic[90] <= 0.38  # "about a third of its peak"
+    assert "These are the figures of the run stored here; another CPU rounds differently" in sources
