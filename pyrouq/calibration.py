@@ -40,6 +40,8 @@ from pyrouq._metric_inputs import _float64
 from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint, text_hint
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_warnings import bound_warning, flat_warning
+from pyrouq._tempered_nll import TemperedNLL
+from pyrouq._tempered_nll import log_probs as _log_probs
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq._words import slip_hint
 from pyrouq.predictive import Predictions
@@ -158,30 +160,13 @@ class TemperatureScaler:
         # smaller probabilities exactly instead (1e-30 at T = 3: 1e-10, not 1e-4) applied
         # another transform than the one fitted (a validation NLL of 1.4 where the fit's T gave
         # 0.57), and float32's and float64's underflowed 0s other results (0.012 and 0 at T = 20)
-        logp = _log_probs(preds.probs)
-        probs = torch.softmax(logp / self.temperature, dim=-1)
+        logp = _log_probs(preds.probs)  # (a copy of its own: divided in place)
+        probs = torch.softmax(logp.div_(self.temperature), dim=-1)
         probs = probs.to(device=preds.probs.device, dtype=preds.probs.dtype)
         return Predictions(probs, preds.targets)
 
     def __repr__(self) -> str:
         return f"TemperatureScaler(temperature={self.temperature:.4f})"
-
-
-def _log_probs(probs: Tensor) -> Tensor:
-    """``log p`` in float64, clamped at ``log(NLL_CLAMP)`` (-27.6), as the NLL the metrics
-    report is: a probability that underflowed to 0 says only "very small", and a far smaller
-    stand-in (1e-300: -690.8) let one confidently wrong input outweigh the rest of the
-    validation split in the fit (and gave float32 and float64 probabilities two
-    temperatures)."""
-    from pyrouq.metrics import NLL_CLAMP
-
-    return _float64(probs).clamp_min(NLL_CLAMP).log()
-
-
-def _tempered_nll(logp: Tensor, y: Tensor, temperature: float) -> float:
-    logq = torch.log_softmax(logp / temperature, dim=-1)  # (S, N, C)
-    mixture = torch.logsumexp(logq, dim=0) - math.log(logp.shape[0])  # (N, C)
-    return float(-mixture.gather(1, y[:, None]).mean())
 
 
 def temperature_scale(
@@ -225,9 +210,10 @@ def temperature_scale(
     preds = _class_preds(val_preds, "val_preds")
     logp = _log_probs(preds.probs.detach())  # a fit: no graph (torch warned at float())
     y = _labels(preds, val_targets).to(logp.device)
+    nll = TemperedNLL(logp, y)  # (one buffer for every T of the search)
     lo, hi = (math.log(b) for b in TEMPERATURE_BOUNDS)
     grid = [lo + (hi - lo) * i / 80 for i in range(81)]
-    values = [_tempered_nll(logp, y, math.exp(t)) for t in grid]
+    values = [nll(math.exp(t)) for t in grid]
     if max(values) - min(values) <= 1e-12 * max(1.0, abs(min(values))):
         warnings.warn(flat_warning(), stacklevel=2)
         return TemperatureScaler(1.0)
@@ -235,19 +221,19 @@ def temperature_scale(
     a, b = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
     ratio = (math.sqrt(5) - 1) / 2
     c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = _tempered_nll(logp, y, math.exp(c)), _tempered_nll(logp, y, math.exp(d))
+    fc, fd = nll(math.exp(c)), nll(math.exp(d))
     while b - a > 1e-6:
         if fc < fd:
             b, d, fd = d, c, fc
             c = b - ratio * (b - a)
-            fc = _tempered_nll(logp, y, math.exp(c))
+            fc = nll(math.exp(c))
         else:
             a, c, fc = c, d, fd
             d = a + ratio * (b - a)
-            fd = _tempered_nll(logp, y, math.exp(d))
+            fd = nll(math.exp(d))
     log_t = (a + b) / 2
     temperature = math.exp(log_t)
-    nll_t = _tempered_nll(logp, y, temperature)  # a bound as low (an NLL flat at 0 near
+    nll_t = nll(temperature)  # a bound as low (an NLL flat at 0 near
     if min(values[0], values[-1]) <= nll_t:  # T = 0.05: every input right) is the minimum
         log_t = lo if values[0] <= values[-1] else hi
     if min(log_t - lo, hi - log_t) < 1e-3:
