@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._metric_inputs import carried_targets
-from pyrouq._mixture_terms import cdf_gap, crps_term, mixture_mean
+from pyrouq._mixture_terms import cdf_gap, cdf_gap_work, crps_term, mixture_mean
 from pyrouq._numbers import (
     finite_float,
     is_array_like,
@@ -254,22 +254,27 @@ class GaussianPredictions:
         where the density is 0)."""
         level = _level(level, "a quantile level")
         loc, scale = self.loc.double(), self.scale.double()
+        graph = torch.is_grad_enabled() and (loc.requires_grad or scale.requires_grad)
         with torch.no_grad():  # the bisection's own graph ran through the bracket's ends
             lo = (loc - 40 * scale).amin(0)
             hi = (loc + 40 * scale).amax(0)
-            spread = scale * _SQRT2
+            # (in place in scale's float64 copy, when it is one and no gradient reads it)
+            own = not graph and scale is not self.scale
+            spread = scale.mul_(_SQRT2) if own else scale * _SQRT2
             target = level * self.num_samples  # a whole k where level is k / S but for rounding
             whole = round(target)  # (not 0 or S: a level near 0 or 1 is a tail's, not a tie)
             close = abs(target - whole) <= 8 * sys.float_info.epsilon * target
             if 0 < whole < self.num_samples and close:
                 target = float(whole)  # (0.05 * 20 is 0.9999999999999998)
+            work = cdf_gap_work(loc)  # (S, N, D) buffers for the 64 steps
             for _ in range(64):
                 mid = 0.5 * (lo + hi)
-                below = cdf_gap(loc, spread, mid, target) < 0
+                below = cdf_gap(loc, spread, mid, target, work) < 0
                 lo = torch.where(below, mid, lo)
                 hi = torch.where(below, hi, mid)
             q = 0.5 * (lo + hi)
-        if not (torch.is_grad_enabled() and (loc.requires_grad or scale.requires_grad)):
+            del work
+        if not graph:
             return q
         # dq = sum_i w_i (dloc_i + z_i dscale_i), w_i the components' shares of the density
         # at q, taken in log space (a density that underflows still has its shares)

@@ -212,3 +212,34 @@ def test_the_mean_of_finite_draws_whose_sum_overflows_is_finite():
     loc = torch.stack([torch.full((3,), 3e38), small], -1)[:, None]  # (3, 1, 2)
     mean = GaussianPredictions(loc, torch.ones_like(loc)).mean
     assert mean[0, 0] == 3e38 and mean[0, 1] == small.mean() != (small / 3).sum()
+
+
+def _reference_gap(loc, spread, value, target):  # the sign formula, fresh temporaries each step
+    w = (value - loc) / spread
+    upper = w > 0
+    tail = torch.erfc(w.abs())
+    return upper.sum(0, dtype=w.dtype) - target + 0.5 * torch.where(upper, -tail, tail).sum(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_quantiles_in_reused_buffers_are_the_bisection_on_the_formula_to_the_bit(dtype):
+    # the bisection's 64 steps share two (S, N, D) float64 buffers, and spread is taken in
+    # place in scale's own float64 copy: the same bits as the formula with fresh temporaries
+    # (where the tails do not tie), and float64 predictions' scale left as it came
+    g = torch.Generator().manual_seed(3)
+    for s in (1, 2, 7):
+        loc = (3 * torch.randn(s, 5, 3, generator=g, dtype=torch.float64)).to(dtype)
+        if s == 1:  # the first step's mid is 0, at loc: w = +0 is not above (its tail: +1)
+            loc = torch.zeros_like(loc)
+        scale = (torch.rand(s, 5, 3, generator=g, dtype=torch.float64) + 0.05).to(dtype)
+        kept = scale.clone()
+        preds = GaussianPredictions(loc, scale)
+        m, sd = loc.double(), scale.double()
+        for level in (0.03, 0.5, 0.9):
+            lo, hi = (m - 40 * sd).amin(0), (m + 40 * sd).amax(0)
+            for _ in range(64):
+                mid = 0.5 * (lo + hi)
+                below = _reference_gap(m, sd * math.sqrt(2), mid, level * s) < 0
+                lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+            assert torch.equal(preds.quantile(level), 0.5 * (lo + hi))
+        assert torch.equal(preds.scale, kept)
