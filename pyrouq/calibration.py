@@ -11,6 +11,13 @@ data) and then applied to new predictions; neither touches the model:
   true label (target) with probability at least ``1 - alpha``, marginally.
 
 Shape convention: S draws or members, N inputs, C classes (D outputs for regression).
+
+Saving a fitted recalibrator: each is a frozen dataclass of numbers, text and (a regressor's
+thresholds) a tensor, so ``torch.save(dataclasses.asdict(fitted), path)`` writes its fields and
+``type(fitted)(**torch.load(path, weights_only=True))`` rebuilds an equal one, with equal
+outputs, from no pickled code. ``torch.save(fitted, path)`` pickles the object instead:
+``torch.load(weights_only=True)`` refuses that file, and ``weights_only=False`` runs the code it
+names, so load such a file only if you trust where it came from.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from pyrouq._conformal_scores import (
 )
 from pyrouq._metric_inputs import _float64
 from pyrouq._numbers import check_at_most, finite_float, is_integer, shown, tensor_hint, text_hint
+from pyrouq._score_names import check_score as _check_score
+from pyrouq._score_names import score_fix as _score_fix
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_warnings import bound_warning, flat_warning
 from pyrouq._tempered_nll import TemperedNLL
@@ -131,6 +140,9 @@ class TemperatureScaler:
     uniform), toward the members' disagreement on their top classes as T -> 0 (every member
     one-hot). Tempering the mean's log-probabilities instead would return one distribution,
     with the epistemic part gone.
+
+    Saved as its fields (the module docstring): ``torch.save(dataclasses.asdict(scaler), path)``,
+    then ``TemperatureScaler(**torch.load(path, weights_only=True))``.
 
     Examples
     --------
@@ -251,36 +263,6 @@ def temperature_scale(
 # --------------------------------------------------------------------------------------------
 
 
-def _score_fix(score: object, task: str) -> str:
-    """What to do about a score conformal() does not know for ``task``: the other task's score
-    (predictions of the other kind?), the one it slipped from (its case, spaces: the message's
-    :func:`~pyrouq._words.slip_hint` asks), or leaving it out."""
-    scores = {"classification": ("lac", "aps", "raps"), "regression": ("abs", "cqr")}
-    other = "regression" if task == "classification" else "classification"
-    text = score.strip().lower() if isinstance(score, str) else None
-    if text in scores[other]:
-        kind = "GaussianPredictions" if other == "regression" else "Predictions"
-        preds = "Predictions" if other == "regression" else "GaussianPredictions"
-        return (
-            f": {score!r} scores {other} ({kind}), and val_preds are a {task} model's "
-            f"{preds}. Pass one of these, or leave score out (its default, "
-            f"{scores[task][0]!r})"
-        )
-    if slip_hint(score, scores[task]):  # ("RAPS", "aps "): the name it slipped from
-        return f". Pass score={str(score).strip().lower()!r}"
-    return f". Pass one of these, or leave score out (its default, {scores[task][0]!r})"
-
-
-def _check_score(score: object, allowed: tuple[str, ...], where: str) -> None:
-    if score not in allowed:
-        hint = slip_hint(score, allowed)  # (did you mean 'lac'? the names are lower case)
-        raise ValueError(
-            f"{where}: unknown score {score!r}{hint}, expected one of "
-            f"{', '.join(map(repr, allowed))}{'' if hint else ' (lower case)'}. conformal() "
-            "builds the predictor and picks the score."
-        )
-
-
 @dataclass(frozen=True)
 class ConformalClassifier:
     """Split-conformal prediction sets for a classifier (made by :func:`conformal`).
@@ -307,6 +289,10 @@ class ConformalClassifier:
         n, the calibration inputs (None when made by hand): the threshold is the
         ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores, and the coverage on
         exchangeable data is below ``1 - alpha + 1 / (n + 1)`` when the scores have no ties.
+
+    Saved as its fields (the module docstring): ``torch.save(dataclasses.asdict(sets), path)``,
+    then ``ConformalClassifier(**torch.load(path, weights_only=True))``, seed included, so APS
+    and RAPS draw the same sets.
 
     Examples
     --------
@@ -412,6 +398,9 @@ class ConformalRegressor:
     threshold is the ``ceil((n + 1)(1 - alpha))``-th smallest of their n scores.
 
     Two predictors are equal when their score, alpha and thresholds are.
+
+    Saved as its fields (the module docstring): ``torch.save(dataclasses.asdict(reg), path)``,
+    then ``ConformalRegressor(**torch.load(path, weights_only=True))``.
 
     Examples
     --------

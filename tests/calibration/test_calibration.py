@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -438,3 +439,54 @@ def test_tempered_nll_in_one_buffer_is_torchs_formula_to_the_bit():
     scaled = scaler(preds).probs
     assert torch.equal(scaled, torch.softmax(logp / scaler.temperature, -1))
     assert torch.equal(probs, kept)
+
+
+def test_the_documented_save_and_load_gives_equal_recalibrators_without_pickle(tmp_path):
+    """Each recalibrator's docstring says how to save it (its fields, read back with
+    weights_only=True): those very expressions round-trip a fitted one to an equal predictor
+    with equal outputs, and the pickled object itself is what weights_only=True refuses."""
+    import dataclasses
+    import pickle
+
+    import pyrouq.calibration as calibration
+    from pyrouq import ConformalClassifier, ConformalRegressor
+
+    classes = _classifier_data(60, c=4, s=3, seed=1)
+    g = torch.Generator().manual_seed(2)
+    loc, y = torch.randn(2, 40, 2, generator=g), torch.randn(40, 2, generator=g)
+    gaussian = GaussianPredictions(loc, 0.5 + torch.rand(2, 40, 2, generator=g), y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a T at a bound of the search: not the point here)
+        fitted = {
+            "scaler": temperature_scale(classes),
+            "sets": conformal(classes, alpha=0.2, score="raps", seed=7),
+            "reg": conformal(gaussian, alpha=0.2, score="cqr"),
+        }
+    outputs = {
+        "scaler": lambda r: r(classes).probs,
+        "sets": lambda r: r.predict_sets(classes),
+        "reg": lambda r: torch.stack(r.intervals(gaussian)),
+    }
+    assert "load such a file only if you trust where it came from" in " ".join(
+        calibration.__doc__.split()
+    )
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = " ".join(readme.split())  # the README gives TemperatureScaler's, run below
+    assert "`torch.save(dataclasses.asdict(scaler), path)`" in readme
+    assert "`TemperatureScaler(**torch.load(path, weights_only=True))` (no pickled code" in readme
+    for cls in (TemperatureScaler, ConformalClassifier, ConformalRegressor):
+        doc = " ".join(cls.__doc__.split())
+        save = re.search(r"``(torch\.save\(dataclasses\.asdict\((\w+)\), path\))``", doc)
+        load = re.search(
+            rf"``({cls.__name__}\(\*\*torch\.load\(path, weights_only=True\)\))``", doc
+        )
+        assert save and load, cls.__name__
+        name, path = save[2], tmp_path / f"{cls.__name__}.pt"
+        scope = {"torch": torch, "dataclasses": dataclasses, "path": path, cls.__name__: cls}
+        exec(save[1], {**scope, name: fitted[name]})
+        again = eval(load[1], scope)
+        assert again == fitted[name] and repr(again) == repr(fitted[name])
+        assert torch.equal(outputs[name](again), outputs[name](fitted[name]))
+        torch.save(fitted[name], path)  # the object pickled: refused by weights_only=True
+        with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+            torch.load(path, weights_only=True)
