@@ -182,6 +182,15 @@ def _finite(images: str, model: Any, guide: Any) -> Iterator[None]:
         ) from None
 
 
+def _members(model: Any) -> int | None:
+    """M of a BatchEnsemble or rank-1 model (pyrouq's, as a run builds them), else None."""
+    from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork
+
+    if isinstance(model, (BatchEnsembleNetwork, BayesianNetwork)) and model.num_members:
+        return int(model.num_members)
+    return None
+
+
 def _evaluate(
     model: Any,
     guide: Any,
@@ -232,7 +241,10 @@ def _evaluate(
             metrics_module.ood_scores(preds.probs, "entropy"),
             metrics_module.ood_scores(ood_preds.probs, "entropy"),
         )
+    # S, the predictions averaged: a rank-1 model's draws x members, which --num-samples and
+    # config.json count in draws; its M (null without members) says how many there are
     metrics["num_samples"] = preds.probs.shape[0]
+    metrics["members"] = _members(model)
     metrics["eval_seconds"] = time.perf_counter() - start
     if ood_preds is not None and single:
         # a guide's one draw (--num-samples 1) could be more: a network without one cannot

@@ -640,6 +640,7 @@ def test_factory_fit_and_evaluate(method, tmp_path, capsys):
     # rank-1: 2 draws of the factors, each running the 4 members
     expected = {"bayesian": 2, "last-layer": 2, "batchensemble": 4, "rank1": 8}
     assert metrics["num_samples"] == expected.get(method, 1)
+    assert metrics["members"] == (4 if method in ("batchensemble", "rank1") else None)
     # one network's draws cannot disagree: its OOD score is the entropy, not the MI (always 0)
     assert metrics["ood_score"] == ("entropy" if method == "plain" else "mutual_information")
     if method == "plain":
@@ -694,6 +695,8 @@ def test_rank1_lenet_fits_with_the_batchensemble_recipe(tmp_path, capsys):
     )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["num_samples"] == 16 and metrics["acc"] > 0.5
+    # S counts draws x members, --num-samples draws: members says how to pass it back
+    assert metrics["members"] == 4 and metrics["num_samples"] // 4 == config["num_samples"]
     saved = pyrouq.load(out / "checkpoint.pt")  # a LeNet skeleton: no factory needed
     assert saved.model.num_members == 4
 

@@ -122,3 +122,19 @@ def test_the_seed_paragraph_says_fit_seed_leaves_the_initial_weights_to_the_glob
     first = run(None)  # the global stream as another process (or an earlier cell) left it
     assert not torch.equal(first, run(None))  # seed=0 alone: another run
     assert torch.equal(run(0), run(0))  # the stream seeded before building: the same run
+
+
+def test_the_readme_says_metrics_json_num_samples_counts_draws_times_members():
+    # before: nothing said it; a rank-1 run's metrics.json num_samples (16) passed back as
+    # --num-samples quadrupled its draws (config.json's 4)
+    from pyrouq.cli._build import DEFAULT_MEMBERS, DEFAULT_NUM_SAMPLES
+
+    text = " ".join(_text().split())
+    draws = DEFAULT_NUM_SAMPLES // DEFAULT_MEMBERS  # rank1-lenet's, each running every member
+    assert (
+        "Their `num_samples` is S, the predictions the figures average: a Bayesian model's "
+        "posterior draws, a BatchEnsemble's members, and a rank-1 model's draws x members "
+        f"(`rank1-lenet`: {draws} draws of {DEFAULT_MEMBERS} members, {DEFAULT_NUM_SAMPLES}), "
+        "while `--num-samples` and `config.json` count draws, so pass `num_samples / members` "
+        "back; `members` records M (null for a model without members)."
+    ) in text
