@@ -192,7 +192,24 @@ def chain_job(job: tuple[Any, ...]) -> tuple[dict[str, Tensor], dict[str, Tensor
     if threads is not None:
         torch.set_num_threads(threads)
     with repeatable(module_device(args[0]), True), _default_dtype_of(args[0]):
-        return _run_chain(*args)
+        return _run_chain(*args, line=_bar_line(args[7], parallel=threads is not None))
+
+
+def _bar_line(chain: int, parallel: bool) -> int | None:
+    """The line of chain ``chain``'s progress bar (tqdm's ``position``): its own, below the
+    others', for chains running at once (in their processes) on a terminal; else none, the
+    bar redrawn in place on one line. Chains run one after another share one line (each bar
+    is gone before the next starts), and where stderr is no terminal (a Jupyter notebook, to
+    which the kernel forwards the chain processes' output, or a log file) tqdm's moves
+    between lines are not followed: each redraw of a bar below the first was a new line
+    there, hundreds in a notebook's cell for a long run."""
+    if not parallel:
+        return None
+    try:
+        terminal = sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a stream of the user's own, or a closed one
+        terminal = False
+    return chain if terminal else None
 
 
 @contextlib.contextmanager
@@ -225,6 +242,8 @@ def _run_chain(
     chain: int,
     progress: bool,
     max_tree_depth: int,
+    *,
+    line: int | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor], float]:
     seed_chain(seed, module_device(model))
     start = time.perf_counter()
@@ -240,7 +259,7 @@ def _run_chain(
             total=warmup_steps + num_samples,
             desc=f"chain {chain} {'warmup' if warmup_steps else 'sample'}",
             leave=False,
-            position=chain,
+            position=line,
         )
     kept: dict[str, list[Tensor]] = {}
     stats: dict[str, list[Any]] = {

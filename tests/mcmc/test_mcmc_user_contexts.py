@@ -107,3 +107,32 @@ def test_labels_outside_the_classes_are_refused_whatever_pyros_validation(valida
             mcmc(bayesian(nn.Linear(4, 3)), x, y, **{**OPTIONS, "num_chains": 1})
     finally:
         pyro.enable_validation(was)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_chain_bars_off_a_terminal_redraw_in_place_not_a_line_each(capfd, parallel):
+    """In a Jupyter notebook stderr is no terminal (the kernel forwards the chain processes'
+    output too) and tqdm's moves between lines (ESC [A) are not followed: the bars of chains
+    1, 2, ... drawn on lines of their own (``position=chain``) added a line at each redraw,
+    hundreds in a cell for a long run. Chains run one after another share one line anyway."""
+    x, y = _data()
+    mcmc(_model(), x, y, num_chains=2, parallel=parallel, **{**OPTIONS, "progress": True})
+    err = capfd.readouterr().err
+    assert "chain 0 warmup" in err and "chain 1 warmup" in err
+    assert "\x1b[A" not in err  # the cursor moved up, to a bar's line of its own
+    assert "\n" not in err  # each redraw a carriage return on the same line
+
+
+def test_parallel_chain_bars_keep_a_line_each_on_a_terminal(monkeypatch):
+    """On a terminal, which follows tqdm's moves, chains run at once keep a line each."""
+    from pyrouq import _mcmc_workers
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(_mcmc_workers.sys, "stderr", Terminal())
+    assert [_mcmc_workers._bar_line(c, parallel=True) for c in (0, 3)] == [0, 3]
+    assert _mcmc_workers._bar_line(3, parallel=False) is None
+    monkeypatch.setattr(_mcmc_workers.sys, "stderr", None)
+    assert _mcmc_workers._bar_line(3, parallel=True) is None
