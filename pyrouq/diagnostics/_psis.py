@@ -21,6 +21,7 @@ from pyrouq._own_models import check_traces_match, name_of
 from pyrouq._seeded import draw_devices, seeded
 from pyrouq._util import check_count, check_int
 from pyrouq._wrappers import given_model
+from pyrouq.convert import BayesianNetwork
 from pyrouq.diagnostics._common import (
     _CONSTANT_WEIGHTS_RTOL,
     DEFAULT_PSIS_SAMPLES,
@@ -427,6 +428,8 @@ def psis_diagnostic(
     if device is not None:
         x, y = x.to(device), y.to(device)
     x = _typed(x, model, guide, fn)
+    if isinstance(model, BayesianNetwork):  # its refusal of x's shape, as predict() words it
+        model._check_input(x)  # (raised inside Pyro's trace, it came with Pyro's site table)
     log_weights = torch.empty(num_samples, dtype=torch.float64)
     first: dict[str, Tensor] = {}
     with _prepared(model, n):

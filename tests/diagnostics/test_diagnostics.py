@@ -713,6 +713,26 @@ def test_psis_errors(bayes, data):
         psis_diagnostic(reg, lambda x, y: None, rx, ry, num_samples=25)
 
 
+@pytest.mark.parametrize("fn", ["psis", "export"])
+def test_inputs_of_another_shape_are_refused_as_predict_refuses_them(bayes, data, fn):
+    """psis_diagnostic() ran BayesianMLP's check of x inside Pyro's trace, which appended
+    its table of site shapes ("Trace Shapes: Param Sites: Sample Sites:") to the message and
+    chained the same error above it: a traceback twice as long, ending in an empty table,
+    where predict() and to_inference_data() say the sentence alone."""
+    model, guide = bayes
+    x, y = data
+    with pytest.raises(ValueError) as info:
+        if fn == "psis":
+            psis_diagnostic(model, guide, x[:, :3], y, num_samples=25)
+        else:
+            to_inference_data(model, guide, x[:, :3], y, num_samples=2)
+    assert str(info.value) == (
+        "BayesianMLP expects inputs of shape (B, 4) (or (B, ...) with 4 values per example), "
+        f"got shape ({N}, 3). Flatten the images (load_mnist(flatten=True)) or set in_features."
+    )
+    assert info.value.__cause__ is None
+
+
 # --------------------------------------------------------------------------------------------
 # MCMC results: hand-made draws (no sampler run), checked against hand computations
 # --------------------------------------------------------------------------------------------
