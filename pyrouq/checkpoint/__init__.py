@@ -415,11 +415,12 @@ def load(
     device: str | torch.device | None = None,
     module: nn.Module | None = None,
 ) -> Checkpoint | MCMCResult:
-    """Rebuild the model and guide saved at ``path`` (or the MCMC result saved there). The
-    rebuild's initial values, replaced by the saved ones, leave torch's random state as it was:
-    a seed set before ``load`` gives the draws it gives without it. Its tensors are normal ones
-    wherever it is called: a model loaded inside ``torch.inference_mode()`` to be evaluated
-    can be trained on later by :func:`~pyrouq.fit`.
+    """Rebuild the model and guide saved at ``path`` (or the MCMC result saved there).
+
+    The rebuild's initial values, replaced by the saved ones, leave torch's random state as it
+    was: a seed set before ``load`` gives the draws it gives without it. Its tensors are
+    normal ones wherever it is called: a model loaded inside ``torch.inference_mode()`` to be
+    evaluated can be trained on later by :func:`~pyrouq.fit`.
 
     Parameters
     ----------
