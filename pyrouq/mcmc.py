@@ -247,10 +247,12 @@ def mcmc(
         The draws are the same either way, except where torch splits a sum among its
         threads: a chain process computes on its share of the cores (``cores // chains``
         torch threads), this process on the caller's threads, and torch adds up a
-        convolution's weight gradient (on any data) and a sum over very many values (the
-        likelihood of large data) in another order for another number of threads; there the
-        chains differ in the last bits, then drift apart (each as valid). Set
-        ``torch.set_num_threads`` to the chain processes' number for the same draws. A chain
+        convolution's weight gradient (on any data), a linear layer's for some shapes (a
+        logistic regression's, ``bayesian(nn.Linear(16, 10))`` on 128 points) and a sum of
+        more than 32,768 values (the likelihood of large data) in another order for another
+        number of threads; there the chains differ in the last bits, then drift apart (each
+        as valid). Set ``torch.set_num_threads`` to the chain processes' number for the same
+        draws. A chain
         process that dies (out of memory, say) raises a ``RuntimeError``; an interrupt
         (Ctrl-C) terminates the chain processes, and a chain process whose parent is killed
         ends too.

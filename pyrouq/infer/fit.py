@@ -279,7 +279,9 @@ def fit(
         bilinear ``interpolate``'s gradients, ``scatter_add_``, ...) repeat exactly only under
         ``torch.use_deterministic_algorithms(True)``, yours to set. On the CPU a run repeats
         with the same number of torch threads (``torch.get_num_threads()``): torch splits a
-        convolution's weight gradient among them, in another order for another number.
+        convolution's weight gradient among them, a linear layer's for some shapes and any
+        sum of more than 32,768 values, in another order for another number, so an MLP's
+        run ends in other last bits too.
     callbacks : sequence of callables
         Each is called as ``callback(record)`` after every epoch (after the epoch's checkpoint
         is written). A callback may raise ``KeyboardInterrupt`` to stop the run (handled as

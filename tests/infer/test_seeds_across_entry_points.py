@@ -294,3 +294,53 @@ def test_a_refused_fit_leaves_the_callers_random_streams_alone(bad) -> None:
     assert torch.equal(torch.rand(3), expected[0])
     assert np.array_equal(np.random.rand(3), expected[1])  # noqa: NPY002
     assert random.random() == expected[2]
+
+
+def _threads(count: int, work):
+    """``work()`` on ``count`` torch threads, the caller's number put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        return work()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_an_mlps_seeded_run_repeats_on_as_many_threads_only_as_the_docs_say():
+    """The docs named a convolution's weight gradient alone as what torch splits among its
+    threads ("so a convolutional network trained on another number ends in other last bits";
+    mcmc: the draws the same in chain processes but for convolutions and large data). A
+    BayesianMLP trained on 1 and on 2 threads ends in other parameters too (a linear layer's
+    weight gradient, MKL in torch's x86 wheels), and torch adds more than 32,768 values in
+    another order (measured; mcmc of ``bayesian(nn.Linear(16, 10))`` on 128 points, 2 chains of
+    20 steps: parallel and in this process 6.2e-05 apart on 2 caller threads, equal on 1)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 200, generator=g), torch.randint(0, 10, (64,), generator=g)
+
+    def run():
+        torch.manual_seed(0)
+        model = pyrouq.BayesianMLP(in_features=200, hidden_features=200, out_features=10)
+        guide = pyrouq.mean_field_guide(model)
+        loader = pyrouq.ArrayLoader(x, y, batch_size=32, seed=0)
+        pyrouq.fit(model, guide, loader, epochs=1, seed=0, progress=False)
+        return [p.detach().clone() for p in guide.parameters()]
+
+    one, again, two = _threads(1, run), _threads(1, run), _threads(2, run)
+    assert all(torch.equal(a, b) for a, b in zip(one, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+    values = torch.randn(32_769, generator=g)
+    sums = [_threads(n, lambda k=k: values[:k].sum()) for k in (32_768, 32_769) for n in (1, 2)]
+    assert torch.equal(sums[0], sums[1]) and not torch.equal(sums[2], sums[3])
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert (
+        "a linear layer's for some shapes and any sum of more than 32,768 values, so a network "
+        "trained on another number, an MLP too, ends in other last bits" in readme
+    )
+    assert "a linear layer's for some shapes, even a logistic regression's on 128 points" in (
+        readme
+    )
+    fit_doc = " ".join((pyrouq.fit.__doc__ or "").split())
+    assert "a linear layer's for some shapes and any sum of more than 32,768 values" in fit_doc
+    mcmc_doc = " ".join((pyrouq.mcmc.__doc__ or "").split())
+    assert "a linear layer's for some shapes (a logistic regression's" in mcmc_doc
