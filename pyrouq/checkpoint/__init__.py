@@ -86,6 +86,7 @@ from pyrouq.checkpoint._file import (
 from pyrouq.checkpoint._guide_left_out import warn_guide_left_out
 from pyrouq.checkpoint._json import json_text, python_number
 from pyrouq.checkpoint._paths import check_path_type, check_target
+from pyrouq.checkpoint._shown import checkpoint_repr
 from pyrouq.checkpoint._state import frozen_names, load_state, refreeze
 from pyrouq.checkpoint._wrapped_skeleton import skeleton_for
 from pyrouq.convert._sites import rebuilding_saved
@@ -138,6 +139,9 @@ class Checkpoint:
     ('BayesianNetwork', {'seed': 0}, True)
     >>> checkpoint.guide is not None, checkpoint.optimizer_state, checkpoint.model.training
     (True, None, False)
+    >>> checkpoint  # one line: classes and sizes # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+    Checkpoint(model=<BayesianNetwork, 2 latent sites (15 values)>, guide=<MeanFieldGuide,
+      30 parameters>, optimizer_state=None, metadata={'seed': 0}, training=None, path='...')
     """
 
     model: nn.Module
@@ -147,6 +151,9 @@ class Checkpoint:
     description: dict[str, Any] = field(repr=False)
     training: dict[str, Any] | None = field(default=None, repr=False)
     path: Path | None = None
+
+    def __repr__(self) -> str:  # one line: the classes and sizes, not the whole model
+        return checkpoint_repr(self)
 
 
 def library_versions() -> dict[str, str]:

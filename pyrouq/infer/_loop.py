@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 import pyro
@@ -31,6 +30,7 @@ from pyrouq._wrappers import unwrapped
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
+from pyrouq.infer._fit_result import EpochRecord, FitResult
 from pyrouq.infer._nonfinite import KLOverflowError, kl_overflow, loss_fix
 from pyrouq.infer._options import anomaly_note, base_lr, callback_note, lr_factor
 from pyrouq.infer._resume_warnings import warn_of_changes
@@ -58,97 +58,6 @@ from pyrouq.likelihoods._gaussian import floor_advice
 
 _SUMS = 5
 """Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """What one epoch of :func:`fit` measured.
-
-    Attributes
-    ----------
-    epoch : int
-        1-based.
-    loss : float
-        Mean over the epoch's steps of the minibatch loss (an estimate of the full-data
-        negative ELBO, in nats, with the KL weighted).
-    nll : float
-        Mean of the expected negative log-likelihood term ``-(N/B) sum_batch log p(y|x,w)``.
-    kl : float
-        Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
-    train_acc : float
-        Running accuracy over the epoch's training examples, read off the outputs each step
-        computed anyway (in training mode, before that step's update): under the step's
-        weight draw (Bayesian; the first particle's, or with ``vectorize_particles`` the
-        particles' mean prediction), of the members' mean prediction (ensemble), of the network
-        (plain); as Keras and Lightning report it, so it costs no extra pass. ``nan`` for
-        regression models and for Pyro models without a ``"logits"`` site.
-    seconds : float
-        Wall time of the epoch (under torch.distributed, the longest of the ranks': every rank
-        reports the same record).
-
-    Examples
-    --------
-    >>> import torch
-    >>> from torch import nn
-    >>> import pyrouq
-    >>> model = pyrouq.bayesian(nn.Linear(4, 3))
-    >>> data = pyrouq.ArrayLoader(torch.randn(8, 4), torch.arange(8) % 3, batch_size=4, seed=0)
-    >>> result = pyrouq.fit(model, pyrouq.mean_field_guide(model), data, epochs=2, progress=False)
-    >>> record = result.history[-1]
-    >>> record.epoch, record.kl > 0, 0 <= record.train_acc <= 1, record.seconds >= 0
-    (2, True, True, True)
-    """
-
-    epoch: int
-    loss: float
-    nll: float
-    kl: float
-    train_acc: float
-    seconds: float
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """The outcome of :func:`fit`.
-
-    Attributes
-    ----------
-    history : tuple of EpochRecord
-        One record per completed epoch.
-    num_data : int
-        Training-set size N used for the N/B scaling.
-    kl_weight : float
-    num_particles : int
-    steps : int
-        Optimizer steps taken.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from torch import nn
-    >>> import pyrouq
-    >>> model = pyrouq.bayesian(nn.Linear(4, 3))
-    >>> data = pyrouq.ArrayLoader(torch.randn(8, 4), torch.arange(8) % 3, batch_size=4, seed=0)
-    >>> result = pyrouq.fit(model, pyrouq.mean_field_guide(model), data, epochs=2, progress=False)
-    >>> len(result.history), result.num_data, result.steps, len(result.losses)
-    (2, 8, 4, 2)
-    """
-
-    history: tuple[EpochRecord, ...]
-    num_data: int
-    kl_weight: float
-    num_particles: int
-    steps: int
-
-    @property
-    def losses(self) -> list[float]:
-        """Per-epoch mean loss."""
-        return [r.loss for r in self.history]
-
-    @property
-    def seconds(self) -> float:
-        """Total training time."""
-        return sum(r.seconds for r in self.history)
 
 
 class Loop:

@@ -114,6 +114,30 @@ def test_a_relative_guide_keeps_its_option_through_a_checkpoint(tmp_path):
         assert torch.equal(params_of(ckpt.model, ckpt.guide)[key], value), key
 
 
+def test_a_checkpoints_repr_is_one_line_of_classes_and_sizes(tmp_path):
+    # the dataclass's repr held the whole model's and guide's reprs and the optimizer state's
+    # tensors (~2,000 characters for a 4-3 linear layer); it names classes and sizes now
+    model = bayesian(nn.Linear(4, 3))
+    guide = mean_field_guide(model)
+    data = pyrouq.ArrayLoader(torch.randn(8, 4), torch.arange(8) % 3, batch_size=4, seed=0)
+    fit(model, guide, data, epochs=2, progress=False, checkpoint=tmp_path / "run.pt")
+    ckpt = load(tmp_path / "run.pt", module=nn.Linear(4, 3))
+    assert repr(ckpt) == (
+        "Checkpoint(model=<BayesianNetwork, 2 latent sites (15 values)>, guide=<MeanFieldGuide, "
+        "30 parameters>, optimizer_state=<saved>, metadata={}, training=<2 of 2 epochs done>, "
+        f"path={str(tmp_path / 'run.pt')!r})"
+    )
+    assert ckpt.optimizer_state["param_groups"] and ckpt.training["epochs_done"] == 2
+    metadata = {"config": {f"option_{i}": i for i in range(20)}, "metrics": {"acc": 0.9}}
+    ensemble = load(save(tmp_path / "e.pt", BatchEnsembleMLP(4, 8, 3), metadata=metadata))
+    # 4 members, 4-8-3: W 32 + 24, r 16 + 32, s 32 + 12, biases 32 + 12
+    assert repr(ensemble).startswith(
+        "Checkpoint(model=<BatchEnsembleMLP, 192 parameters>, guide=None, optimizer_state=None, "
+        "metadata=<keys 'config', 'metrics'>, training=None, path="
+    )
+    assert ensemble.metadata == metadata
+
+
 @pytest.mark.skipif(not hasattr(nn, "RMSNorm"), reason="nn.RMSNorm needs torch >= 2.4")
 def test_a_norm_saved_shared_by_per_member_ensembles_loads_as_each_members_copy(tmp_path):
     # a per-member BatchEnsemble saved when nn.RMSNorm stayed one shared layer

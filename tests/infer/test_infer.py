@@ -1058,6 +1058,28 @@ def test_a_kl_weight_of_minus_0_is_0():
     assert "kl_weight=0.0," in repr(result) and math.copysign(1.0, result.kl_weight) == 1.0
 
 
+def test_a_fit_results_repr_is_one_short_line_its_history_whole():
+    # a notebook cell ending in fit(...) showed every epoch's record in full precision (~170
+    # characters an epoch: a screenful for a 100-epoch run); the repr gives their number and
+    # the last one's figures, rounded, and the records stay whole in .history
+    from pyrouq.infer import EpochRecord, FitResult
+
+    records = tuple(
+        EpochRecord(e, 1000.0 / e + 0.123456, 900.0 / e, 2000.0 + 1.0 / 3, 0.987654, 0.25)
+        for e in range(1, 101)
+    )
+    result = FitResult(records, num_data=60000, kl_weight=0.01, num_particles=1, steps=4700)
+    assert repr(result) == (
+        "FitResult(history=<100 epochs, last: loss=10.12, nll=9, kl=2000, train_acc=0.9877>, "
+        "num_data=60000, kl_weight=0.01, num_particles=1, steps=4700, seconds=25.0)"
+    )
+    assert result.history == records and result.losses[-1] == 1000.0 / 100 + 0.123456
+    one = FitResult(records[:1], num_data=8, kl_weight=0.0, num_particles=2, steps=2)
+    assert repr(one).startswith("FitResult(history=<1 epoch, last: loss=1000,")
+    none = FitResult((), num_data=8, kl_weight=0.02, num_particles=1, steps=0)
+    assert repr(none).startswith("FitResult(history=<0 epochs>, num_data=8, kl_weight=0.02,")
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
 def test_bad_init_scale(bad):
     with pytest.raises(ValueError, match=r"Expected init_scale > 0"):
