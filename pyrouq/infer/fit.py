@@ -298,6 +298,8 @@ def fit(
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model, guide or
         metadata :func:`pyrouq.save` would refuse (see its Raises) is refused before training.
+        A file there holding an interrupted run, given no ``resume_from``, is warned of before
+        training: this run starts afresh and writes over it (a finished run's is not).
     resume_from : str, PathLike or Checkpoint, optional
         Continue the run saved there: the model and guide get its parameters, the optimizer its
         state, and the epoch count, learning-rate schedule, loss history and random-number
@@ -476,7 +478,7 @@ def fit(
             train_loader = ReadAhead(train_loader, len_or(train_loader, None))
         n = training_size(num_data, train_loader, model, resume_from)
         callbacks = check_callbacks(callbacks)  # a generator is read once, here
-        check_checkpoint(checkpoint, metadata, model, guide)  # before, not after, an epoch
+        check_checkpoint(checkpoint, metadata, model, guide, resume_from)  # before an epoch
         if seed is not None:  # after the checks (a refused call leaves the streams alone),
             pyro.set_rng_seed(seed)  # (the probe's pass draws from streams of its own)
         model.num_data = int(n)  # type: ignore[assignment]

@@ -816,6 +816,43 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
 
 
+def test_a_fresh_run_over_an_interrupted_runs_checkpoint_warns_once_before_training(tmp_path):
+    # a notebook cell with fit(..., checkpoint=p) run again after an interrupted run wrote p
+    # trained afresh and wrote over it without a word; it warns now, before training, of what
+    # p holds and how to continue it, and not for a finished run, a resume or no file
+    x, y = torch.randn(16, 4), torch.arange(16) % 3
+    path = tmp_path / "run.pt"
+
+    def run(**kw):
+        model = bayesian(nn.Linear(4, 3))
+        data = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                fit(model, mean_field_guide(model), data, epochs=3, progress=False, **kw)
+            except TrainingInterrupted:
+                pass
+        return [str(w.message) for w in caught if "interrupted run" in str(w.message)]
+
+    assert run(checkpoint=path, callbacks=[StopAfter(2)]) == []  # no file yet
+    assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 2
+    assert run(checkpoint=path, resume_from=path, callbacks=[StopAfter(3)]) == []  # resumed
+    assert run(checkpoint=path) == []  # a finished run: 3 of 3 epochs
+    run(checkpoint=path, callbacks=[StopAfter(1)])
+    (told,) = run(checkpoint=path)
+    assert told == (
+        f"fit(checkpoint={str(path)!r}): that file holds an interrupted run (1 of 3 epochs done, "
+        "2 steps), and no resume_from was given, so this run starts afresh and writes over it "
+        f"with its own checkpoints. To continue that run instead, pass resume_from={str(path)!r} "
+        "(and epochs=3, its total); to keep it, pass another checkpoint= path; to start anew "
+        "without this warning, delete the file."
+    )
+    assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 3  # written over
+    model = bayesian(nn.Linear(4, 3))
+    save(path, model, mean_field_guide(model))  # save()'s own file: no training state
+    assert run(checkpoint=path) == []
+
+
 class _Augmented(TensorDataset):
     """Each example with noise drawn from torch's, numpy's and Python's global streams, as a
     dataset's random augmentations draw."""

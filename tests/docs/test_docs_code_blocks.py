@@ -128,6 +128,14 @@ def test_readme_checkpoint_block_runs_and_its_resume_line_continues_an_interrupt
     # "a finished run is refused: pass a larger epochs to train on"
     with pytest.raises(ValueError, match="it finished the run it was planned for"):
         _run(resume, fresh, README)
+    # "the call without resume_from warns, then starts afresh and writes over the stopped run"
+    assert "the call without resume_from warns, then starts afresh" in code
+    with pytest.raises(pyrouq.TrainingInterrupted):
+        pyrouq.fit(model, guide, train, epochs=3, checkpoint="run.pt", progress=False,
+                   callbacks=[ctrl_c])  # fmt: skip
+    with pytest.warns(UserWarning, match=r"holds an interrupted run \(1 of 3 epochs done"):
+        pyrouq.fit(model, guide, train, epochs=3, checkpoint="run.pt", progress=False)
+    assert pyrouq.load("run.pt").training["epochs_done"] == 3
 
 
 # -- README "Data", "Pyro inside", "BatchEnsemble", colour images, "Command line" ------------------
