@@ -100,7 +100,8 @@ def _all_reduce(t: torch.Tensor, group: Group, op: Any = None) -> torch.Tensor:
 def shards(loader: Iterable, group: Group) -> Iterator[None]:
     """While inside, ``loader`` serves this rank's shard of every epoch: pyrouq's in-memory
     loaders shard themselves; a ``DataLoader`` needs a ``DistributedSampler`` of this group;
-    any other loader would give every rank the same data and is refused. The ranks decide
+    any other loader is refused (it may give every rank the same data, or each rank data
+    sharded beforehand: fit() cannot tell, and takes no such data). The ranks decide
     together (one ``all_reduce``): a loader refused on one rank only stops every rank, instead
     of leaving the others in the next collective (which would meet the refused rank's next
     one, and read its numbers). Without ranks, a ``DistributedSampler`` of several replicas

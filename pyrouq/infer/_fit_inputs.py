@@ -312,20 +312,27 @@ def no_batches_message(loader: Iterable, world: int, epoch: int) -> str:
 
 def unsharded_loader_message(loader: Any, world: int) -> str:
     """fit()'s refusal, on ``world`` ranks, of a loader that does not shard the data by rank
-    (neither pyrouq's nor a ``DataLoader`` with a ``DistributedSampler``), with what to do
-    for one over an ``IterableDataset``, which takes no sampler."""
+    (neither pyrouq's nor a ``DataLoader`` with a ``DistributedSampler``): fit() cannot tell
+    whether it serves every rank the same data or each rank data of its own (sharded
+    beforehand, which fit() does not take), with what to do (for a loader over an
+    ``IterableDataset``, which takes no sampler, too)."""
     message = (
         f"fit() runs on {world} ranks (torch.distributed is initialised), but train_loader "
-        f"({type(loader).__name__}) would give every rank the same data. Use pyrouq's loaders "
-        "(load_mnist, ArrayLoader, ...: they shard themselves by rank) or a DataLoader with a "
-        "DistributedSampler."
+        f"({type(loader).__name__}) is neither one of pyrouq's loaders (load_mnist, "
+        "ArrayLoader, ...: they shard themselves by rank) nor a DataLoader with a "
+        "DistributedSampler, so fit() cannot tell whether it gives every rank the same data "
+        "or each rank its own; it takes no data sharded beforehand. "
     )
-    if isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset):
-        message += (
-            f" Its dataset ({type(loader.dataset).__name__}) is an IterableDataset, which takes "
-            "no sampler, and fit() cannot tell whether it serves each rank examples of its own: "
-            "put the examples in a map-style dataset (torch.utils.data.TensorDataset, or one "
-            "with __getitem__ and __len__) and pass DataLoader(dataset, batch_size, "
-            "sampler=DistributedSampler(dataset)), or train on one process."
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return message + (
+            f"Its dataset ({type(dataset).__name__}) is an IterableDataset, which takes no "
+            "sampler: put the examples in a map-style dataset (torch.utils.data.TensorDataset, "
+            "or one with __getitem__ and __len__) and pass DataLoader(dataset, batch_size, "
+            "sampler=DistributedSampler(dataset)) on every rank, or train on one process."
         )
-    return message
+    return message + (
+        "Give every rank the whole data set, as DataLoader(dataset, batch_size, "
+        "sampler=DistributedSampler(dataset)) (dataset: e.g. TensorDataset(x, y)) or one of "
+        "pyrouq's loaders: each rank then trains on a shard of its own."
+    )

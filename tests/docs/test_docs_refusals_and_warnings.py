@@ -23,6 +23,7 @@ from pyrouq._batchnorm import one_value_in_training
 from pyrouq._mcmc_checks import KERNELS
 from pyrouq.cli._build import CommandError, call_factory
 from pyrouq.convert._sites import rebuilding_saved
+from pyrouq.infer._fit_inputs import unsharded_loader_message
 from pyrouq.infer._options import LR_SCHEDULES
 
 matplotlib.use("Agg")
@@ -138,6 +139,27 @@ def test_scaling_out_a_batchnorm_batch_of_one_names_the_ranks_shard():
     tiny = pyrouq.ArrayLoader(torch.randn(2, 3), torch.zeros(2, dtype=torch.long), 8)
     first = str(one_value_in_training(x, 1, 1, tiny, 2))
     assert "more examples, or fewer ranks" in first and "(1 on this rank)" in first
+
+
+def test_scaling_out_a_loader_without_a_sampler_is_refused_as_fit_cannot_tell_its_data():
+    # the refusal said such a loader "would give every rank the same data", untrue of one
+    # holding each rank's data sharded beforehand: fit() sees no DistributedSampler alone
+    text = _flat(SCALING_OUT)
+    assert (
+        "`fit()` cannot tell whether it hands every rank the same batches or each rank data of "
+        "its own, and it takes no data sharded beforehand (give every rank the whole set, and "
+        "the `DistributedSampler` shards it)"
+    ) in text
+    batches = [(torch.randn(4, 3), torch.zeros(4, dtype=torch.long))]
+    assert unsharded_loader_message(batches, 2) == (
+        "fit() runs on 2 ranks (torch.distributed is initialised), but train_loader (list) is "
+        "neither one of pyrouq's loaders (load_mnist, ArrayLoader, ...: they shard themselves "
+        "by rank) nor a DataLoader with a DistributedSampler, so fit() cannot tell whether it "
+        "gives every rank the same data or each rank its own; it takes no data sharded "
+        "beforehand. Give every rank the whole data set, as DataLoader(dataset, batch_size, "
+        "sampler=DistributedSampler(dataset)) (dataset: e.g. TensorDataset(x, y)) or one of "
+        "pyrouq's loaders: each rank then trains on a shard of its own."
+    )
 
 
 def test_plot_uncertainty_distributions_bins_at_most_1000_unused_by_ecdf():

@@ -255,11 +255,12 @@ def test_a_loader_over_an_iterable_dataset_is_refused_with_what_to_do(ranks):
     for r in ranks:
         assert r["stream"] == (
             "fit() runs on 2 ranks (torch.distributed is initialised), but train_loader "
-            "(DataLoader) would give every rank the same data. Use pyrouq's loaders "
-            "(load_mnist, ArrayLoader, ...: they shard themselves by rank) or a DataLoader "
-            "with a DistributedSampler. Its dataset (_Stream) is an IterableDataset, which "
-            "takes no sampler, and fit() cannot tell whether it serves each rank examples of "
-            "its own: put the examples in a map-style dataset (torch.utils.data.TensorDataset, "
-            "or one with __getitem__ and __len__) and pass DataLoader(dataset, batch_size, "
-            "sampler=DistributedSampler(dataset)), or train on one process."
+            "(DataLoader) is neither one of pyrouq's loaders (load_mnist, ArrayLoader, ...: "
+            "they shard themselves by rank) nor a DataLoader with a DistributedSampler, so "
+            "fit() cannot tell whether it gives every rank the same data or each rank its own; "
+            "it takes no data sharded beforehand. Its dataset (_Stream) is an IterableDataset, "
+            "which takes no sampler: put the examples in a map-style dataset "
+            "(torch.utils.data.TensorDataset, or one with __getitem__ and __len__) and pass "
+            "DataLoader(dataset, batch_size, sampler=DistributedSampler(dataset)) on every "
+            "rank, or train on one process."
         )

@@ -81,7 +81,8 @@ def _worker(rank: int, init: str, out: str) -> None:
 def test_refusals_on_one_rank_keep_the_ranks_in_step_and_name_the_rank(tmp_path):
     spawn_ranks(_worker, (str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    assert "would give every rank the same data" in ranks[0]["list on rank 0"]
+    told = ranks[0]["list on rank 0"]
+    assert "cannot tell whether it gives every rank the same data or each rank its own" in told
     assert ranks[1]["list on rank 0"].startswith(
         "fit() stopped on every rank: rank 0 failed (its train_loader does not shard the data "
         "for its rank)"
