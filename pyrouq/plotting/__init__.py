@@ -23,7 +23,9 @@ TypeError. The plots of several panels (:func:`plot_uncertainty_distributions`,
 :func:`plot_training_curves`, :func:`plot_rotation`, :func:`plot_most_uncertain`,
 :func:`plot_image_grid`) always make a figure of their own.
 
-Figures are made with pyplot, so Jupyter shows them inline. Where there is no display (Linux
+Figures are made with pyplot, so Jupyter shows them inline; one left as a cell's last
+expression is shown twice (by the inline backend, then as the cell's value): assign it
+(``fig = plot_reliability(...)``) or end the line with ``;``. Where there is no display (Linux
 without ``$DISPLAY`` / ``$WAYLAND_DISPLAY``) and no backend was chosen (``$MPLBACKEND``,
 ``matplotlib.use``), the non-interactive Agg backend is selected; nothing here calls
 ``plt.show()``. Close figures you are done with (``plt.close(fig)``), or write them with

@@ -162,6 +162,22 @@ def test_scaling_out_a_loader_without_a_sampler_is_refused_as_fit_cannot_tell_it
     )
 
 
+def test_readme_and_plotting_say_how_a_notebook_shows_a_returned_figure_once():
+    # a plot left as a cell's last expression is shown twice in Jupyter (the inline backend,
+    # then the cell's value; checked with nbclient: 2 images, 1 with `fig = ` or `;`), which
+    # neither said
+    assert (
+        "In a notebook, a figure left as a cell's last expression is shown twice (by pyplot's "
+        "inline backend, then as the cell's value): assign it, `fig = "
+        "pyrouq.plot_reliability(preds, y)`, or end the line with `;`."
+    ) in _flat(README)
+    assert (
+        "one left as a cell's last expression is shown twice (by the inline backend, then as "
+        "the cell's value): assign it (``fig = plot_reliability(...)``) or end the line with "
+        "``;``."
+    ) in _flat(pyrouq.plotting.__doc__ or "")
+
+
 def test_plot_uncertainty_distributions_bins_at_most_1000_unused_by_ecdf():
     import matplotlib.pyplot as plt
 
