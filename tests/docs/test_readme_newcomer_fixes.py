@@ -126,7 +126,8 @@ def test_the_seed_paragraph_says_fit_seed_leaves_the_initial_weights_to_the_glob
 
 def test_the_readme_says_metrics_json_num_samples_counts_draws_times_members():
     # before: nothing said it; a rank-1 run's metrics.json num_samples (16) passed back as
-    # --num-samples quadrupled its draws (config.json's 4)
+    # --num-samples quadrupled its draws (config.json's 4); and a BatchEnsemble run's, passed
+    # back as told (4 / 4: --num-samples 1), was refused: it takes no --num-samples
     from pyrouq.cli._build import DEFAULT_MEMBERS, DEFAULT_NUM_SAMPLES
 
     text = " ".join(_text().split())
@@ -135,6 +136,7 @@ def test_the_readme_says_metrics_json_num_samples_counts_draws_times_members():
         "Their `num_samples` is S, the predictions the figures average: a Bayesian model's "
         "posterior draws, a BatchEnsemble's members, and a rank-1 model's draws x members "
         f"(`rank1-lenet`: {draws} draws of {DEFAULT_MEMBERS} members, {DEFAULT_NUM_SAMPLES}), "
-        "while `--num-samples` and `config.json` count draws, so pass `num_samples / members` "
-        "back; `members` records M (null for a model without members)."
+        "while `--num-samples` and `config.json` count draws, so pass a rank-1 run's "
+        "`num_samples / members` back (a BatchEnsemble or plain run takes no `--num-samples`: "
+        "its S is fixed); `members` records M (null for a model without members)."
     ) in text
