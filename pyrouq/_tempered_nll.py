@@ -18,6 +18,8 @@ from torch import Tensor
 
 __all__ = ["TemperedNLL", "log_probs", "tempered_nll"]
 
+_CHUNK = 2**20  # values tempered at once (8 MiB of float64)
+
 
 def log_probs(probs: Tensor) -> Tensor:
     """``log p`` in float64, clamped at ``log(NLL_CLAMP)`` (-27.6), as the NLL the metrics
@@ -44,8 +46,11 @@ class TemperedNLL:
         if self.buffer is None:
             self.buffer = torch.empty_like(logp)
         logq = self.buffer
-        for s in range(logp.shape[0]):  # (rows one at a time: the same values as all at once)
-            logq[s] = torch.log_softmax(logp[s] / temperature, dim=-1)
+        # draws a few at a time (each row's values are those of all at once): one temporary
+        # of about _CHUNK values, and no Python loop of S small steps where S is large
+        step = max(1, _CHUNK // max(logp[0].numel(), 1))
+        for s in range(0, logp.shape[0], step):
+            logq[s : s + step] = torch.log_softmax(logp[s : s + step] / temperature, dim=-1)
         # torch.logsumexp(logq, dim=0), as torch computes it, in place
         maxes = logq.amax(0, keepdim=True)
         maxes.masked_fill_(maxes.abs() == math.inf, 0)
