@@ -61,10 +61,12 @@ _CAME_FROM = "_pyrouq_came_from"  # (an attribute of an error: where it came fro
 _TORCH_WORDS = "_pyrouq_torch_words"  # (one of an error a layer was added to: torch's words)
 _INPUT_TOLD = "_pyrouq_input_told"  # (one that says what to do about the model's input)
 # Not-implemented, out-of-memory and accelerator errors (torch >= 2.8's AcceleratorError, a
-# RuntimeError subclass; absent before it): never about the inputs' sizes
+# RuntimeError subclass; absent before it): never about the inputs' sizes. The out-of-memory
+# error is torch.cuda's (torch.OutOfMemoryError is the same class from torch 2.4 on; torch 2.2
+# and 2.3 have no such name, and `import pyrouq` failed there)
 _NOT_THE_INPUTS: tuple[type[BaseException], ...] = (
     NotImplementedError,
-    torch.OutOfMemoryError,
+    torch.cuda.OutOfMemoryError,
     *[kind for kind in [getattr(torch, "AcceleratorError", None)] if kind is not None],
 )
 

@@ -57,3 +57,44 @@ def test_console_script_flushes_runs_atexit_and_returns_the_exit_code(tmp_path):
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("pyrouq: error: MNIST train file not found")
+
+
+def test_import_fit_predict_and_load_on_a_torch_without_the_names_torch_2_2_lacks(tmp_path):
+    """pyproject allows torch 2.2, which has no torch.OutOfMemoryError (from 2.4; torch.cuda's
+    is the same class), get_autocast_dtype (2.4), uint16/32/64 (2.3), get_default_device
+    (2.3), compiler.is_compiling (2.3), nn.RMSNorm (2.4) nor AcceleratorError (2.8), and
+    whose is_autocast_enabled takes no device (2.4): `import pyrouq` raised AttributeError
+    on torch.OutOfMemoryError. Checked against torch 2.2's own stubs (torch/_C/__init__.pyi)."""
+    code = (
+        "import torch\n"
+        "from torch import nn\n"
+        "for name in ('OutOfMemoryError', 'AcceleratorError', 'get_default_device'):\n"
+        "    if hasattr(torch, name): delattr(torch, name)\n"
+        "if hasattr(nn, 'RMSNorm'): delattr(nn, 'RMSNorm')\n"
+        "kept = {n: getattr(torch, n) for n in ('uint16', 'uint32', 'uint64')}\n"
+        "compiling = torch.compiler.is_compiling\n"
+        "for name in kept: delattr(torch, name)  # (torch's own code reads these: gone at import)\n"
+        "del torch.compiler.is_compiling\n"
+        "import pyrouq\n"
+        "torch.compiler.is_compiling = compiling\n"
+        "for name, kind in kept.items(): setattr(torch, name, kind)\n"
+        "x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))\n"
+        "y = (x[:, 0] > 0).long()\n"
+        "model = pyrouq.BayesianMLP(4, 8, 2)\n"
+        "guide = pyrouq.mean_field_guide(model)\n"
+        "pyrouq.fit(model, guide, [(x, y)], epochs=2, num_data=16, progress=False, seed=0)\n"
+        "enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype\n"
+        "with torch.autocast('cpu', dtype=torch.bfloat16):  # (torch's own enter and exit)\n"
+        "    torch.is_autocast_enabled = lambda: enabled()  # torch 2.2's: no device argument\n"
+        "    del torch.get_autocast_dtype\n"
+        "    pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=16, progress=False, seed=0)\n"
+        "    torch.is_autocast_enabled, torch.get_autocast_dtype = enabled, dtype\n"
+        f"path = pyrouq.save({str(tmp_path / 'c.pt')!r}, model, guide)\n"
+        "back = pyrouq.load(path)\n"
+        "a = pyrouq.predict(model, x, guide, num_samples=3, progress=False, seed=1).probs\n"
+        "b = pyrouq.predict(back.model, x, back.guide, num_samples=3, progress=False, seed=1)\n"
+        "print(torch.equal(a, b.probs), a.shape)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "True torch.Size([3, 16, 2])"
