@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,45 @@ def test_import_fit_predict_and_load_on_a_torch_without_the_names_torch_2_2_lack
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "True torch.Size([3, 16, 2])"
+
+
+# What pyrouq (or its tests: the dev extra) uses that a declared floor must have: (package,
+# the use as written in the file, the file, the oldest version checked to have it). Checked
+# against each package's own code: matplotlib 3.7.0 lacks both and 3.8.0 has both; tqdm 4.59.0
+# takes delay=; torch.func (functional_call) is torch 2.0's, torch.compiler torch 2.1's,
+# forward pre-hooks with kwargs torch 2.0's; numpy's get_state(legacy=) is 1.17's.
+_USED_SINCE = [
+    ("matplotlib", "fig.get_suptitle()", "tests/metrics/test_plotting.py", "3.8", "dev"),
+    ("matplotlib", "ref.ecdf(values)", "tests/metrics/test_metrics_numpy_reference.py", "3.8",
+     "dev"),
+    ("tqdm", "leave=False, delay=2.0", "pyrouq/_predict_inputs.py", "4.59", "dependencies"),
+    ("torch", "from torch.func import functional_call", "pyrouq/_engine/_layer_calls.py", "2.0",
+     "dependencies"),
+    ("torch", "@torch.compiler.disable", "pyrouq/_untraced_call.py", "2.1", "dependencies"),
+    ("torch", "register_forward_pre_hook(weigh, with_kwargs=True)", "pyrouq/_batchnorm.py", "2.0",
+     "dependencies"),
+    ("numpy", "np.random.get_state(legacy=True)", "pyrouq/infer/_training.py", "1.17",
+     "dependencies"),
+]  # fmt: skip
+
+
+def _floor(pyproject: str, section: str, package: str) -> tuple[int, ...] | None:
+    """The ``>=`` version of ``package`` in pyproject's ``section`` list (None where absent)."""
+    start = pyproject.index(f"\n{section} = [")
+    block = pyproject[start : pyproject.index("\n]", start)]
+    found = re.search(rf'^\s*"{re.escape(package)}\s*>=\s*([0-9.]+)', block, re.M)
+    return tuple(int(n) for n in found.group(1).split(".")) if found else None
+
+
+@pytest.mark.parametrize(("package", "use", "where", "since", "section"), _USED_SINCE)
+def test_a_declared_floor_has_what_pyrouq_and_its_tests_use(package, use, where, since, section):
+    """pyproject declared matplotlib>=3.7 for the dev install too, while tests/metrics read
+    Figure.get_suptitle() and Axes.ecdf() (matplotlib 3.8): under matplotlib 3.7.0 four tests
+    failed with AttributeError. A floor (the dev extra's where the tests need more) must be at
+    least the version in the table; a use gone from its file fails here too (drop its row)."""
+    root = Path(__file__).resolve().parents[2]
+    assert use in (root / where).read_text(), f"{use!r} no longer in {where}: drop its row"
+    pyproject = (root / "pyproject.toml").read_text()
+    floors = [_floor(pyproject, s, package) for s in {section, "dependencies"}]
+    floor = max(f for f in floors if f is not None)
+    assert floor >= tuple(int(n) for n in since.split(".")), (package, use, floor)
