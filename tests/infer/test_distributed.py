@@ -668,6 +668,19 @@ def _param_store_worker(rank: int, init: str, out: str) -> None:
     exit_quietly()
 
 
+def test_the_datasets_note_is_for_an_n_counted_from_the_loader_alone():
+    """The note that the ranks' datasets differ is for an N counted from train_loader: an N the
+    model was built with (bayesian(net, num_data=30), a loader of batches that counts none)
+    or one of resume_from's run was not counted from it, and is not told so."""
+    from pyrouq.infer._num_data import counted_num_data_note
+
+    x, y = torch.randn(N, 4), torch.randint(0, 3, (N,))
+    note = counted_num_data_note(None, N, ArrayLoader(x, y, 4))
+    assert note["num_data"].startswith(f"num_data was left out on this rank, so N = {N} was ")
+    assert counted_num_data_note(None, 30, [(x, y)]) == {}  # the model's N, not the loader's
+    assert counted_num_data_note(N, N, ArrayLoader(x, y, 4)) == {}  # passed: no note
+
+
 def test_param_store_parameters_are_compared_and_the_largest_seed_wraps(tmp_path):
     spawn_ranks(_param_store_worker, (str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"store{r}.pt", weights_only=True) for r in range(WORLD)]
