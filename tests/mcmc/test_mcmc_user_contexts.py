@@ -134,5 +134,13 @@ def test_parallel_chain_bars_keep_a_line_each_on_a_terminal(monkeypatch):
     monkeypatch.setattr(_mcmc_workers.sys, "stderr", Terminal())
     assert [_mcmc_workers._bar_line(c, parallel=True) for c in (0, 3)] == [0, 3]
     assert _mcmc_workers._bar_line(3, parallel=False) is None
+    # a chain job run here (threads None: one after another) shares one line; one in a chain
+    # process (its threads set) keeps its own
+    lines = []
+    monkeypatch.setattr(_mcmc_workers, "_run_chain", lambda *args, line: lines.append(line))
+    job = (_model(), *_data(), None, 1, 1, 0, 3, True, 2)
+    _mcmc_workers.chain_job((*job, None))
+    _mcmc_workers.chain_job((*job, torch.get_num_threads()))
+    assert lines == [None, 3]
     monkeypatch.setattr(_mcmc_workers.sys, "stderr", None)
     assert _mcmc_workers._bar_line(3, parallel=True) is None
