@@ -243,3 +243,7 @@ def test_quantiles_in_reused_buffers_are_the_bisection_on_the_formula_to_the_bit
                 lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
             assert torch.equal(preds.quantile(level), 0.5 * (lo + hi))
         assert torch.equal(preds.scale, kept)
+    # the count of components below is exact past 255 (a uint8's top): 300 point-like
+    # components at 0, 1, ..., 299, the 271.5th of them at 271
+    loc = torch.arange(300.0, dtype=dtype).reshape(300, 1, 1)
+    assert GaussianPredictions(loc, torch.full_like(loc, 1e-3)).quantile(0.905).item() == 271.0
