@@ -397,6 +397,15 @@ def test_a_model_class_name_no_checkpoint_holds_is_told_so_with_the_names_it_can
         )
     with pytest.raises(CheckpointError, match="holds a MLP, expected a BayesianMLP"):  # a known one
         load(path, model_class="BayesianMLP")
+    # a file of a class this pyrouq does not know, asked for by that name: told it is unknown,
+    # not to pass the very model_class given
+    payload = torch.load(path, weights_only=True)
+    description = json.loads(payload["description"])
+    description["model"]["class"] = "Nope"
+    payload["description"] = json.dumps(description)
+    torch.save(payload, tmp_path / "nope.pt")
+    with pytest.raises(CheckpointError, match="describes an unknown model class 'Nope'; expected"):
+        load(tmp_path / "nope.pt", model_class="Nope")
 
 
 class _Encoder(nn.Sequential):
@@ -454,6 +463,13 @@ def test_a_refused_skeleton_and_a_held_wrapper_are_attributes_of_the_error(tmp_p
         "The skeleton (Sequential) has tensors on the meta device ('0.weight', '0.bias', "
         "'2.weight', ...), which hold no values and cannot take the saved ones."
     )
+    lazy = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(CheckpointError) as uninitialised:
+        load(path, module=lazy)
+    assert uninitialised.value.skeleton_mismatch == (
+        "The skeleton (Sequential) has lazy modules that have not created their parameters "
+        "yet ('0.weight', '0.bias')."
+    )
     ensemble = save(tmp_path / "e.pt", pyrouq.batchensemble(net, 2))
     with pytest.raises(CheckpointError) as members:
         load(ensemble, module=pyrouq.batchensemble(make_net(), 3))
@@ -477,6 +493,13 @@ def test_a_refused_skeleton_and_a_held_wrapper_are_attributes_of_the_error(tmp_p
                 load(tmp_path / "w.pt", module=module)
             assert held.value.held_wrapper == wrapper
             assert (held.value.held_class, held.value.skeleton_mismatch) == (None, None)
+    with warnings.catch_warnings():  # (saved without a guide: warned, not the point here)
+        warnings.simplefilter("ignore")
+        converted = save(tmp_path / "c.pt", bayesian(torch.compile(make_net(), backend="eager")))
+    for module in (None, make_net()):  # bayesian(torch.compile(net)): its network's wrapper
+        with pytest.raises(CheckpointError, match="made from a Sequential compiled") as held:
+            load(converted, module=module)
+        assert held.value.held_wrapper == "torch.compile"
     with pytest.raises(CheckpointError) as neither:  # a refusal for want of a skeleton
         load(path)
     assert (neither.value.held_wrapper, neither.value.skeleton_mismatch) == (None, None)
