@@ -882,6 +882,34 @@ def test_evaluate_of_a_converted_network_that_save_wrote_says_to_evaluate_it_in_
         assert torch.equal(loaded.module[1].weight, net[1].weight)
 
 
+def test_a_file_load_refuses_for_another_reason_is_told_in_loads_words(tmp_path, capsys):
+    """The command tells two of load()'s refusals in its own words (a skeleton the factory
+    no longer builds, a file of pyrouq.save() without a skeleton), read from the error's
+    attributes; another refusal (a description edited by hand) is load()'s own, with the
+    factory's skeleton (no 'now builds another network') and without one alike."""
+    from pyrouq.cli._run_dir import load_run
+
+    def edited(path, model):
+        pyrouq.save(path, model, pyrouq.mean_field_guide(model))
+        payload = torch.load(path, weights_only=True)
+        description = json.loads(payload["description"])
+        description["guide"] = "x"
+        payload["description"] = json.dumps(description)
+        torch.save(payload, path)
+        return path
+
+    def make_net():
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+
+    words = "cannot be rebuilt from its description or metadata (ValueError: "
+    path = edited(tmp_path / "run" / "checkpoint.pt", pyrouq.BayesianMLP(784, 8, 10))
+    err = one_line_error(capsys, 2, ["evaluate", str(tmp_path / "run"), "--no-progress"])
+    assert err.startswith(f"pyrouq: error: {str(path)!r} {words}"), err
+    path = edited(tmp_path / "b.pt", pyrouq.bayesian(make_net()))
+    with pytest.raises(pyrouq.CheckpointError, match=re.escape(f"{str(path)!r} {words}")):
+        load_run(path, make_net(), {"factory": "_factories:flat_mlp"}, None)
+
+
 def test_a_lazy_factory_fits_and_evaluate_clears_an_earlier_evaluates_rotation_plot(
     tmp_path, capsys
 ):
