@@ -172,3 +172,10 @@ def test_targets_of_each_input_but_not_its_outputs_are_told_of_the_outputs():
         conformal(two, torch.randn(5, 2, 1), alpha=0.2)
     y = torch.randn(5, 2, 1)
     assert torch.equal(two.crps(y.reshape(5, 2)), two.crps(y[..., 0]))  # the reshape told works
+    # a reshape is told only where it gives the shape: not for 3 values per input where the
+    # predictions have 2 outputs, nor for one target where there are 5 inputs
+    for preds, y in ((two, torch.randn(5, 3, 1)), (one, torch.tensor(0.5))):
+        with pytest.raises(ValueError) as info:
+            preds.crps(y)
+        assert str(info.value).endswith(". Pass the targets of exactly the inputs predicted, "
+                                        "one row per input.")  # fmt: skip
