@@ -311,6 +311,8 @@ def test_a_binary_classifiers_one_column_is_told_to_pass_both_classes():
         metrics.ece(p[:, None], y)
     with pytest.raises(ValueError, match=rf"logits z of class 1.*{both} with p = torch\.sigmoid"):
         metrics.nll(torch.logit(p)[:, None], y)  # (negative values: told of a softmax too)
+    with pytest.raises(ValueError, match=rf"logits z of class 1.*{both} with p = torch\.sigmoid"):
+        metrics.nll(torch.tensor([[0.5], [2.0], [3.0], [1.5]]), y)  # (none below 0, some above 1)
     with pytest.raises(ValueError, match=rf"got one class \(shape \(1, 4, 1\)\).*{both}"):
         decompose(p[None, :, None])
     with pytest.raises(ValueError, match=r"\(N,\) probabilities p of class 1 \(a sigmoid's\)\? "
