@@ -234,6 +234,15 @@ def test_an_arviz_export_given_as_posterior_samples_is_told_how_its_draws_go_in(
         with pytest.raises(TypeError) as err:
             predict(model, x, posterior_samples=given, **QUIET)
         assert str(err.value).endswith(f"of tensors, got {name}{fix}"), str(err.value)
+    # arviz's or xarray's objects that hold no posterior draws are not told of them
+    import arviz
+    import xarray
+
+    no_draws = arviz.InferenceData(observed_data=idata.observed_data)
+    for given in (no_draws, xarray.Dataset({"a": ("x", np.zeros(3))})):
+        with pytest.raises(TypeError) as err:
+            predict(model, x, posterior_samples=given, **QUIET)
+        assert str(err.value).endswith(f"of tensors, got {type(given).__name__}."), str(err.value)
     draws = {site: v.values.reshape(-1, *v.shape[2:]) for site, v in idata.posterior.items()}
     told = predict(model, x, posterior_samples=draws, **QUIET)
     assert torch.equal(told.probs, predict(model, x, posterior_samples=result, **QUIET).probs)
