@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.collections import LineCollection
 
 import pyrouq
 from pyrouq import metrics
@@ -122,6 +123,7 @@ def test_a_line_through_one_point_is_drawn_as_a_marker():
         (1, "o"),
         (1, "x"),
     ]
+    assert [line.get_clip_on() for line in ax.lines[:2]] == [False, False]  # (at coverage 1)
     assert [
         line.get_marker()
         for line in plot_risk_coverage(_probs(n=2), _labels(n=2)).axes[0].lines[:2]
@@ -131,9 +133,11 @@ def test_a_line_through_one_point_is_drawn_as_a_marker():
     assert (len(ax.lines[0].get_xdata()), ax.lines[0].get_marker()) == (1, "o")
     bands = [np.asarray(band.get_segments()).tolist() for band in ax.collections]
     assert bands == [[[[1.0, -0.75], [1.0, 1.25]]], [[[1.0, -0.25], [1.0, 0.75]]]]  # +-2 sd
+    assert [band.get_linewidths().tolist() for band in ax.collections] == [[8.0], [8.0]]
     two = GaussianPredictions(torch.zeros(2, 2, 1), torch.ones(2, 2, 1))
     ax = plot_regression(two, torch.tensor([0.0, 1.0])).axes[0]
     assert ax.lines[0].get_marker() == "None" and len(ax.collections) == 2
+    assert not any(isinstance(band, LineCollection) for band in ax.collections)  # filled bands
     # one class: the thin line of each of 11 draws (beyond the bars' 10) is a tick
     ax = plot_most_uncertain(torch.ones(11, 2, 1), torch.rand(2, 1, 4, 4), k=1).axes[1]
     assert [line.get_marker() for line in ax.lines] == ["_"] * 11 + ["."]

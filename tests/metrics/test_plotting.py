@@ -320,6 +320,7 @@ def test_rotation_plot():
         (35, 5, [0, 10, 20, 30, 35]),
         (360, 15, [0, 60, 120, 180, 240, 300, 360]),
         (360, 30, [0, 60, 120, 180, 240, 300, 360]),
+        (0, 5, [0]),  # one angle, labelled once
     ],
 )
 def test_rotation_plot_labels_the_last_angle(last, by, labelled):
