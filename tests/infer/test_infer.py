@@ -472,6 +472,8 @@ def test_init_from_names_the_normalisation_layers_it_leaves_behind():
 def test_init_from_names_the_layers_the_model_lacks():
     """A trained network with a layer more than the model's (a deeper one) is not of the
     model's structure: the guide takes the weights the two share, and the rest is named."""
+    from pyrouq import batchensemble, rank1
+
     torch.manual_seed(0)
     model = bayesian(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)))
     deeper = torch.nn.Sequential(
@@ -487,6 +489,11 @@ def test_init_from_names_the_layers_the_model_lacks():
     with warnings.catch_warnings():  # the network of the model's structure: nothing to say
         warnings.simplefilter("error")
         mean_field_guide(model, init_from=torch.nn.Sequential(*deeper[:2]))
+        # nor for rank-1, whose trained BatchEnsemble holds per-member norms ('1.norms.0.weight')
+        net = torch.nn.Sequential(
+            torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+        )
+        mean_field_guide(rank1(net, 2), init_from=batchensemble(net, 2))
 
 
 def test_a_float64_model_gets_a_float64_guide_and_predictions():
