@@ -116,12 +116,17 @@ def check_labels(
         )
     if c is not None and (lo < 0 or hi >= c):
         fix = f"relabel them as 0..{c - 1}"
-        if c == 1 and lo >= 0:  # (relabelled 0..0, every input is right: acc 1, ECE 0)
+        if c == 1:  # (relabelled 0..0, every input is right: acc 1, ECE 0)
+            keep = (
+                "keep these labels"
+                if lo >= 0
+                else f"relabel these as 0 and 1 (e.g. ({name} > 0).long() for labels -1 and 1)"
+            )
             fix = (
                 f"{of} hold one class, which every input gets with probability 1. For a binary "
                 "classifier pass both classes' probabilities, torch.cat([1 - p, p], dim=-1) "
                 "of its class-1 probabilities p (a sigmoid's, not a softmax over its one "
-                "output, which is 1 everywhere), and keep these labels"
+                f"output, which is 1 everywhere), and {keep}"
             )
         raise ValueError(
             f"Expected {name} in [0, {c}) (class indices for C={c} classes), got values in "

@@ -323,6 +323,12 @@ def test_a_binary_classifiers_one_column_is_told_to_pass_both_classes():
         metrics.acc(ones, y)
     assert metrics.acc(torch.stack([1 - p, p], dim=-1), y) == 0.75  # the fix told works
     assert metrics.acc(ones, torch.zeros(4, dtype=torch.long)) == 1.0  # one class: as before
+    # labels -1 and 1 (a sigmoid's usual other coding) were told "relabel them as 0..0"
+    signs = 2 * y - 1
+    with pytest.raises(ValueError, match=rf"{both}.*relabel these as 0 and 1 \(e\.g\. "
+                       r"\(targets > 0\)\.long\(\) for labels -1 and 1\)\.$"):  # fmt: skip
+        metrics.acc(ones, signs)
+    assert metrics.acc(torch.stack([1 - p, p], dim=-1), (signs > 0).long()) == 0.75
 
 
 # --- module hygiene -----------------------------------------------------------------------
