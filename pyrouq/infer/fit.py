@@ -236,7 +236,10 @@ def fit(
         rather than one particle after another. The particles then run as one batched pass
         on accelerators; on CPU, where oneDNN runs batched (grouped) convolutions slower
         than separate ones, each particle's forward and backward pass runs in turn (see
-        :meth:`KLWeightedELBO.terms_and_grads`). The gradients are the same either way.
+        :meth:`KLWeightedELBO.terms_and_grads`). Each draw's loss and gradient are computed
+        alike either way, so the gradient has the same expectation, but the draws are taken
+        from the random stream in another order: a seeded run gives other draws, hence
+        another run, under the other setting.
     num_data : int, optional
         Training-set size N; default ``len(train_loader.dataset)`` (the number of indices of
         a ``SubsetRandomSampler``), else the ``num_data`` the model was built with
