@@ -227,9 +227,11 @@ def mcmc(
         independent run, take seeds at least ``num_chains`` apart. On a CUDA device the chains
         run cuDNN's deterministic kernels (put back afterwards), as a seeded :func:`fit`.
     progress : bool, default True
-        A progress bar per chain (tqdm, on stderr). Chains run at once keep a line each on a
-        terminal; elsewhere (a Jupyter notebook, a log file), and for chains run one after
-        another, each bar is redrawn in place on one line.
+        A progress bar per chain (``tqdm.auto``'s). Chains run one after another show one
+        bar at a time: a widget in a Jupyter notebook with ipywidgets, else a line of text
+        on stderr redrawn in place. Chains run at once (in their own processes) draw text on
+        stderr: a line each on a terminal; elsewhere (a notebook, a log file) their bars
+        overwrite one shared line.
     force : bool, default False
         Sample a model above :data:`MAX_LATENT_VALUES` latent values anyway.
     max_tree_depth : int, default 10
