@@ -12,11 +12,14 @@ operations of ``torch.logsumexp`` in their order: the same NLL to the bit."""
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch import Tensor
 
-__all__ = ["TemperedNLL", "log_probs", "tempered_nll"]
+from pyrouq._numbers import shown
+
+__all__ = ["TemperedNLL", "check_not_overflowing", "log_probs", "tempered_nll"]
 
 _CHUNK = 2**20  # values tempered at once (8 MiB of float64)
 
@@ -31,6 +34,25 @@ def log_probs(probs: Tensor) -> Tensor:
     from pyrouq.metrics import NLL_CLAMP
 
     return _float64(probs).clamp_min(NLL_CLAMP).log_()  # (clamp_min's copy: never probs)
+
+
+def check_not_overflowing(temperature: float) -> None:
+    """Refuse a temperature by which :func:`log_probs`'s smallest value, ``log(NLL_CLAMP)``
+    (-27.6), divided overflows float64 to -inf: one below about 1.54e-307, a subnormal one
+    such as 5e-324 among them (whose 1 / T is inf itself). A row all -inf once tempered made
+    the probabilities NaN, and :class:`~pyrouq.Predictions` refused them as the model's
+    ("check the model outputs")."""
+    from pyrouq.metrics import NLL_CLAMP
+
+    if math.isinf(math.log(NLL_CLAMP) / temperature):
+        smallest = -math.log(NLL_CLAMP) / sys.float_info.max
+        raise ValueError(
+            f"Expected a temperature of at least {smallest:.3g}, got {shown(temperature)}: the "
+            f"log-probabilities (down to log {NLL_CLAMP:g} = {math.log(NLL_CLAMP):.1f}) "
+            "divided by it overflow float64 to -inf, and the tempered probabilities would "
+            "be NaN. Pass a larger T: as T -> 0 every draw becomes one-hot on its top class "
+            "(ties shared), which T = 1e-300 gives already."
+        )
 
 
 class TemperedNLL:

@@ -50,6 +50,7 @@ from pyrouq._score_names import score_fix as _score_fix
 from pyrouq._set_coverage import class_conditional_coverage, coverage, mean_set_size
 from pyrouq._temperature_warnings import bound_warning, flat_warning
 from pyrouq._tempered_nll import TemperedNLL
+from pyrouq._tempered_nll import check_not_overflowing as _check_not_overflowing
 from pyrouq._tempered_nll import log_probs as _log_probs
 from pyrouq._util import MAX_SEED, check_seed
 from pyrouq._words import slip_hint
@@ -138,8 +139,9 @@ class TemperatureScaler:
     weighs more or less against the others once tempered), so the accuracy may move a little.
     The epistemic part's size moves with T: toward 0 as T grows (every member flattens toward
     uniform), toward the members' disagreement on their top classes as T -> 0 (every member
-    one-hot). Tempering the mean's log-probabilities instead would return one distribution,
-    with the epistemic part gone.
+    one-hot; 1e-300 is that already, and a T below 1.54e-307, by which the log-probabilities
+    divided overflow, is refused). Tempering the mean's log-probabilities instead would return
+    one distribution, with the epistemic part gone.
 
     Saved as its fields (the module docstring): ``torch.save(dataclasses.asdict(scaler), path)``,
     then ``TemperatureScaler(**torch.load(path, weights_only=True))``.
@@ -164,6 +166,7 @@ class TemperatureScaler:
                 f"{text_hint(t, 'temperature', 0)}: T > 1 softens the probabilities, T < 1 "
                 "sharpens them. temperature_scale() fits one."
             )
+        _check_not_overflowing(number)
         object.__setattr__(self, "temperature", number)
 
     def __call__(self, preds: Predictions) -> Predictions:

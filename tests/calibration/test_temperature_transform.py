@@ -62,6 +62,28 @@ def test_the_temperature_scaler_applies_the_transform_its_fit_minimised():
     assert hard[1][0, 0, 1].item() == pytest.approx(0.167194, abs=1e-6)  # 1e-12^(1/20) tempered
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1e-310, 1e-308, 1.53e-307])
+def test_a_temperature_whose_tempering_overflows_is_refused_when_made(temperature):
+    """A subnormal T (1 / T is inf) and a T just above (1 / T finite, but log(1e-12) / T is
+    not) were taken, and applied to uniform predictions over 10 classes made every tempered
+    log-probability -inf: the NaNs were refused as the model's ("Expected finite probs ...
+    check the model outputs"). Refused now, at the smallest T that does not overflow."""
+    with pytest.raises(ValueError) as caught:
+        TemperatureScaler(temperature)(Predictions(torch.full((1, 2, 10), 0.1)))
+    assert str(caught.value).startswith(
+        f"Expected a temperature of at least 1.54e-307, got {temperature!r}: the "
+        "log-probabilities (down to log 1e-12 = -27.6) divided by it overflow float64 to -inf"
+    )
+    assert "Pass a larger T" in str(caught.value)
+    assert "model outputs" not in str(caught.value)
+    # the smallest T that passes tempers as T -> 0 does: one-hot on the top class, ties shared
+    for dtype in (torch.float32, torch.float64):
+        preds = Predictions(torch.tensor([[[0.1] * 10, [0.7] + [0.3 / 9] * 9]], dtype=dtype))
+        probs = TemperatureScaler(1.54e-307)(preds).probs[0]
+        assert probs[0].tolist() == pytest.approx([0.1] * 10)
+        assert probs[1].tolist() == [1.0] + [0.0] * 9
+
+
 def _logistic():
     """A Logistic(0, 0.5) prior the way torch's docs build one: a Uniform through the
     inverse of a sigmoid (an inverse transform holds the transform it inverts)."""
