@@ -48,7 +48,13 @@ def as_typed(value: float) -> str:
 def article(word: str) -> str:
     """``"an"`` before a word said with a vowel's sound first (an int, an OrderedDict, an
     ndarray, said "en-dee-array", an UninitializedParameter), else ``"a"`` (a list, a UserDict,
-    said "you-ser", a Union)."""
+    said "you-ser", a Union). Capitals first without a vowel are said letter by letter: an
+    MLP ("em-el-pee"), an MCMCResult, an HTTPError, but a CNN; with a vowel they may be a
+    word (a NUTS), and take the rule of words."""
+    caps = len(word) - len(word.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    initials = word[: caps - 1] if caps and word[caps : caps + 1].islower() else word[:caps]
+    if len(initials) > 1 and not set(initials) & set("AEIOU"):
+        return "an" if initials[0] in "FHLMNRSX" else "a"
     lower = word.lower()
     if lower.startswith(("nd", "unin")):  # ndarray, UninitializedParameter
         return "an"

@@ -368,12 +368,14 @@ def build_model(
                 f"one of {known} (a network of pyrouq.bayesian() or rank1() is a "
                 "BayesianNetwork, of batchensemble() a BatchEnsembleNetwork, a plain one a "
                 "Module). "
-                f"{str(path)!r} holds a {name}: pass model_class={name!r}, or leave it out."
+                f"{str(path)!r} holds {article(name)} {name}: pass model_class={name!r}, or "
+                "leave it out."
             )
         if expected_name != name:
+            wanted = f"{article(expected_name)} {expected_name}"
             raise CheckpointError(
-                f"{str(path)!r} holds a {name}, expected a {expected_name}. Load it without "
-                f"model_class, or pick the checkpoint of a {expected_name}."
+                f"{str(path)!r} holds {article(name)} {name}, expected {wanted}. Load it "
+                f"without model_class, or pick the checkpoint of {wanted}."
             )
     if name not in doors and name not in _CONVERTED:
         raise CheckpointError(

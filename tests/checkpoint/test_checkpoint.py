@@ -393,9 +393,9 @@ def test_a_model_class_name_no_checkpoint_holds_is_told_so_with_the_names_it_can
         assert message.startswith(f"model_class={name!r} is no class a pyrouq checkpoint holds: ")
         assert "'BayesianMLP', 'LeNet', 'MLP', 'BayesianNetwork', 'BatchEnsembleNetwork'" in message
         assert message.endswith(
-            f"{str(path)!r} holds a MLP: pass model_class='MLP', or leave it out."
+            f"{str(path)!r} holds an MLP: pass model_class='MLP', or leave it out."
         )
-    with pytest.raises(CheckpointError, match="holds a MLP, expected a BayesianMLP"):  # a known one
+    with pytest.raises(CheckpointError, match="holds an MLP, expected a BayesianMLP"):  # known
         load(path, model_class="BayesianMLP")
     # a file of a class this pyrouq does not know, asked for by that name: told it is unknown,
     # not to pass the very model_class given
@@ -406,6 +406,16 @@ def test_a_model_class_name_no_checkpoint_holds_is_told_so_with_the_names_it_can
     torch.save(payload, tmp_path / "nope.pt")
     with pytest.raises(CheckpointError, match="describes an unknown model class 'Nope'; expected"):
         load(tmp_path / "nope.pt", model_class="Nope")
+    # "holds a MLP, expected a LeNet", and "expected a MLP ... the checkpoint of a MLP"
+    with pytest.raises(CheckpointError, match=r"holds an MLP, expected a LeNet\. Load it"):
+        load(path, model_class=pyrouq.LeNet)
+    lenet = save(tmp_path / "lenet.pt", pyrouq.LeNet())
+    with pytest.raises(CheckpointError) as caught:
+        load(lenet, model_class="MLP")
+    assert str(caught.value) == (
+        f"{str(lenet)!r} holds a LeNet, expected an MLP. Load it without model_class, or pick "
+        "the checkpoint of an MLP."
+    )
 
 
 class _Encoder(nn.Sequential):

@@ -92,6 +92,12 @@ def test_an_before_uninitialized_and_a_before_union():
     ]
 
 
+def test_an_before_initials_said_letter_by_letter():
+    """ "holds a MLP": capitals without a vowel are said by their letters' names ("em")."""
+    words = ("MLP", "MCMCResult", "HTTPError", "CNN", "NUTS", "LeNet", "BayesianMLP", "ELBO")
+    assert [article(w) for w in words] == ["an", "an", "an", "a", "a", "a", "a", "an"]
+
+
 _DICT_FIT = (
     "train_loader must yield (x, y) tensor pairs; batch 1 of epoch 1 is (dict of 2 entries, dict "
     "of 1 entry), and pyrouq runs the network on one input tensor x. Wrap the network in a small "
