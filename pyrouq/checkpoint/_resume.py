@@ -239,7 +239,7 @@ def _unfit_training(training: Any, optimizer_state: Any = None) -> str | None:
     not in lists, other learning rates than the saved ``optimizer_state`` has parameter groups
     (fit() writes one per group), an epoch record of other keys than
     :class:`~pyrouq.EpochRecord`'s fields, or no torch random state to restore."""
-    from pyrouq.infer._loop import EpochRecord  # (the infer package imports this one)
+    from pyrouq.infer._fit_result import EpochRecord  # (the infer package imports this one)
 
     if training is None:
         return None

@@ -43,7 +43,8 @@ from pyrouq.infer._fit_inputs import (
     refuse_inference_tensors,
     warn_lr_beside_optim,
 )
-from pyrouq.infer._loop import EpochRecord, FitResult, Loop
+from pyrouq.infer._fit_result import EpochRecord, FitResult
+from pyrouq.infer._loop import Loop
 from pyrouq.infer._num_data import counted_num_data_note, training_size
 from pyrouq.infer._options import (
     LR_SCHEDULES,
