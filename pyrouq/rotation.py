@@ -209,6 +209,7 @@ def evaluate_rotations(
     std: Constants = None,
     progress: bool = True,
     seed: int | None = None,
+    posterior_samples: Any = None,
 ) -> list[dict[str, float]]:
     """Accuracy, calibration and uncertainty of a model on rotated copies of ``x``.
 
@@ -223,8 +224,9 @@ def evaluate_rotations(
 
     Parameters
     ----------
-    model, guide, num_samples, batch_size
-        As in :func:`predict`.
+    model, guide, num_samples, batch_size, posterior_samples
+        As in :func:`predict`: a guide's draws, or draws from anywhere (an MCMC result, a
+        ``{site: (S, ...)}`` dict) given by name, ``posterior_samples=``.
     x : torch.Tensor
         ``(N, 1, 28, 28)`` or ``(N, 784)`` images (any grey square images), or RGB
         ``(N, 3, H, W)`` images such as CIFAR's ``(N, 3, 32, 32)``; as :func:`rotate` takes
@@ -275,7 +277,7 @@ def evaluate_rotations(
             return evaluate_rotations(
                 model, x, y, guide, angles=angles, num_samples=num_samples,
                 batch_size=batch_size, measure=measure, normalized=normalized, mean=mean,
-                std=std, progress=progress,
+                std=std, progress=progress, posterior_samples=posterior_samples,
             )  # fmt: skip
 
     if not isinstance(x, Tensor) or not isinstance(y, Tensor):
@@ -322,6 +324,7 @@ def evaluate_rotations(
             guide,
             num_samples=num_samples,
             batch_size=batch_size,
+            posterior_samples=posterior_samples,
             progress=False,
         )
         probs = _prepare_probs(class_predictions(preds, "evaluate_rotations()").probs)

@@ -192,6 +192,33 @@ def test_every_angle_sees_the_same_posterior_draws(raw):
     assert row["total"] == pytest.approx(float(parts.total.mean()), rel=1e-12)
 
 
+def test_evaluate_rotations_takes_posterior_samples_as_predict_does(raw):
+    # Draws from anywhere (an MCMC run, a dict), as predict(posterior_samples=) takes them:
+    # each row against Pyro's own conditioning of the model on each draw, rotated by rot90
+    x, y = _normalise(raw).flatten(1), mnist_arrays("test")[1][:8]
+    model = BayesianMLP(in_features=784, hidden_features=8, out_features=10)
+    draws = mean_field_guide(model, init_scale=0.3).sample(3)
+    rows = evaluate_rotations(model, x, y, angles=(0, 90), posterior_samples=draws, seed=0)
+    assert [row["angle"] for row in rows] == [0.0, 90.0]
+    for row, turns in zip(rows, (0, 1), strict=True):
+        images = torch.rot90(x.view(8, 1, 28, 28), turns, dims=(-2, -1)).flatten(1)
+        probs = []
+        for s in range(3):
+            conditioned = pyro.poutine.condition(model, data={k: v[s] for k, v in draws.items()})
+            logits = pyro.poutine.trace(conditioned).get_trace(images).nodes["logits"]["value"]
+            probs.append(torch.softmax(logits.detach().double(), -1).numpy())
+        p = np.stack(probs)  # (S, N, C)
+        mean = p.mean(0)
+        total = -(mean * np.log(mean)).sum(-1)
+        aleatoric = -(p * np.log(p)).sum(-1).mean(0)
+        assert row["acc"] == float((mean.argmax(-1) == y.numpy()).mean())
+        assert row["total"] == pytest.approx(total.mean(), rel=1e-5)
+        assert row["epistemic"] == pytest.approx((total - aleatoric).mean(), rel=1e-4, abs=1e-7)
+    assert rows[0]["epistemic"] > 1e-4  # the draws differ
+    with pytest.raises(ValueError, match="draws come from one source"):
+        evaluate_rotations(model, x, y, angles=[0], num_samples=2, posterior_samples=draws)
+
+
 def test_evaluate_rotations_bad_inputs(raw):
     net, y = MLP(hidden_features=8), torch.zeros(8, dtype=torch.long)
     with pytest.raises(ValueError, match=r"Expected y of shape \(N,\) = \(8,\).*got shape \(3,\)"):
