@@ -298,7 +298,7 @@ def to_inference_data(
     _check_callables(fn, model, guide)
     n = _check_data(fn, x, y)
     assert isinstance(x, Tensor) and isinstance(y, Tensor)
-    batch_size = check_int("batch_size", batch_size)
+    batch_size = check_int("batch_size", batch_size, hint="Pass e.g. batch_size=256.")
     if num_samples is not None:
         check_count("num_samples", num_samples, num_samples_words(model, guide, result))
     device = module_device(model, guide)

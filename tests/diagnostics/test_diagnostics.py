@@ -419,6 +419,18 @@ def test_batchensemble_takes_no_guide(ensemble, bayes, data):
         pyrouq.predict(ensemble, data[0], num_samples=0)
 
 
+@pytest.mark.parametrize("bad", [0, -3, 2.0])
+def test_a_bad_batch_size_is_refused_in_predicts_words(bayes, data, bad):
+    # to_inference_data() said what was expected and what came, not what to do
+    words = (
+        rf"Expected batch_size to be a positive integer, got {bad}\. Pass e\.g\. batch_size=256\.$"
+    )
+    with pytest.raises(ValueError, match=words):
+        to_inference_data(*bayes, *data, num_samples=2, batch_size=bad)
+    with pytest.raises(ValueError, match=words):  # the same words
+        pyrouq.predict(bayes[0], data[0], bayes[1], num_samples=2, batch_size=bad)
+
+
 @pytest.mark.parametrize("validation", [True, False])
 def test_labels_out_of_range(bayes, data, validation):
     x, _ = data
