@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 def plot_most_uncertain(
     predictions: Predictions | Tensor,
     images: Tensor,
-    *,
     targets: Tensor | None = None,
+    *,
     k: int = 8,
     measure: Measure = "entropy",
     component: Component = "epistemic",
@@ -61,7 +61,8 @@ def plot_most_uncertain(
         RGB ``(N, 3, H, W)`` (drawn in colour); float (normalised or in ``[0, 1]``) or uint8
         (raw 0-255 pixels). Other channel counts are refused.
     targets : Tensor, optional
-        ``(N,)`` labels; default ``predictions.targets`` when it has them.
+        ``(N,)`` labels; default ``predictions.targets`` when it has them. Third, as in
+        :func:`plot_image_grid` (or by name).
     k : int, default 8
         Number of inputs (rows) shown; at most N.
     measure : {"entropy", "variance", "zero_one"}, default "entropy"

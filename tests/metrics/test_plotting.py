@@ -101,6 +101,20 @@ def test_most_uncertain_ranks_by_the_chosen_component(preds, images, targets):
     assert fig.axes[0].get_title().startswith(f"#{int(total.argmax())} pred")  # no targets
 
 
+def test_most_uncertain_takes_the_targets_third_as_the_image_grid_does(preds, images, targets):
+    # plot_image_grid(preds, x, y) is the README's call; the same three arguments to
+    # plot_most_uncertain raised "takes 2 positional arguments but 3 were given"
+    fig = plot_most_uncertain(preds, images, targets, k=3)
+    order = torch.argsort(decompose(preds.probs.double()).epistemic, descending=True)[:3]
+    assert [ax.get_title() for ax in fig.axes[::2]] == [
+        f"#{i} true {int(targets[i])} pred {int(preds.predicted[i])}" for i in order.tolist()
+    ]
+    grid = plot_image_grid(preds, images, targets)  # its titles: the same truth
+    assert [t.get_text().split("\n")[0] for t in grid.axes[0].texts[:N]] == [
+        f"GT {int(t)} / P {int(p)}" for t, p in zip(targets, preds.predicted, strict=True)
+    ]
+
+
 def test_most_uncertain_ranks_in_float64_as_its_docstring_says():
     # two inputs of one epistemic entropy in float32 (0.43376511 both: by input order, #0
     # first) whose float64 values order #1 first; the docstring named uncertainty(), float32
