@@ -191,6 +191,7 @@ def _evaluate_run(
     saved = load_run(checkpoint, skeleton, config, device)
     assert isinstance(saved, pyrouq.Checkpoint)
     from pyrouq._util import has_latent_sites
+    from pyrouq.checkpoint._stopped import stopped_run
 
     if saved.guide is None and has_latent_sites(saved.model):  # predict() asked for guide
         raise CommandError(
@@ -221,7 +222,7 @@ def _evaluate_run(
         args.seed = config.get("seed", 0)
     pyro.set_rng_seed(args.seed)
     print(f"pyrouq {__version__}: evaluating {type(saved.model).__name__} from {checkpoint}")
-    partial = _partial(saved.training)
+    partial = stopped_run(saved.training)
     if partial is not None:
         resume = (  # the command's run: its command with --resume; else fit()'s own
             resume_command(config, run)
@@ -272,21 +273,6 @@ def _evaluate_run(
         written = _save_plots({f"{name}-evaluate": fig for name, fig in figures.items()}, run)
     print(f"\nwrote {run}/metrics-evaluate.json, {', '.join(p.name for p in written)}")
     return 0
-
-
-def _partial(training: Any) -> dict[str, int] | None:
-    """Where the training of an interrupted run stopped (the resume state that fit() saves
-    each epoch and on Ctrl-C, which a finished run's checkpoint no longer holds): ``{"epochs",
-    "epochs_done", "steps"}``; None for a run that trained all its epochs."""
-    if not isinstance(training, dict):
-        return None
-    try:
-        epochs, done, steps = (int(training[key]) for key in ("epochs", "epochs_done", "steps"))
-    except (KeyError, TypeError, ValueError):
-        return None
-    if done >= epochs:
-        return None
-    return {"epochs": epochs, "epochs_done": done, "steps": steps}
 
 
 def _check_conformal(alpha: float, n: int) -> None:

@@ -16,6 +16,7 @@ import torch
 from pyrouq import checkpoint as _checkpoint
 from pyrouq._util import warn_caller
 from pyrouq._wrappers import unwrapped
+from pyrouq.checkpoint._stopped import stopped_run
 
 __all__ = ["check_checkpoint", "refuse_checkpoint"]
 
@@ -53,31 +54,30 @@ def _warn_of_an_interrupted_run(checkpoint: str | os.PathLike[str]) -> None:
     where = _where_stopped(checkpoint)
     if where is None:
         return
-    done, planned, steps = where
+    done, planned, steps = where["epochs_done"], where["epochs"], where["steps"]
     path = str(checkpoint)
     warn_caller(
         f"fit(checkpoint={path!r}): that file holds an interrupted run ({done} of {planned} "
-        f"epochs done, {steps} steps), and no resume_from was given, so this run starts "
-        "afresh and writes over it with its own checkpoints. To continue that run instead, "
-        f"pass resume_from={path!r} (and epochs={planned}, its total); to keep it, pass "
-        "another checkpoint= path; to start anew without this warning, delete the file."
+        f"epochs done, {steps} step{'' if steps == 1 else 's'}), and no resume_from was given, "
+        "so this run starts afresh and writes over it with its own checkpoints. To continue "
+        f"that run instead, pass resume_from={path!r} (and epochs={planned}, its total); to "
+        "keep it, pass another checkpoint= path; to start anew without this warning, delete "
+        "the file."
     )
 
 
-def _where_stopped(checkpoint: str | os.PathLike[str]) -> tuple[int, int, int] | None:
-    """The epochs done, epochs planned and steps of the unfinished fit() run ``checkpoint``
-    holds, or None: no file, another file, a checkpoint without a training state, a finished
-    run. Only the training state is read: the file's tensors are mapped, not loaded."""
+def _where_stopped(checkpoint: str | os.PathLike[str]) -> dict[str, int] | None:
+    """Where the unfinished fit() run ``checkpoint`` holds stopped (its epochs planned, epochs
+    done and steps), or None: no file, another file, a checkpoint without a training state,
+    a finished run. Only the training state is read: the file's tensors are mapped, not
+    loaded."""
     if not os.path.isfile(checkpoint):
         return None
     try:
         payload = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-        training = payload["training"]
-        done, planned = int(training["epochs_done"]), int(training["epochs"])
-        steps = int(training["steps"])
+        return stopped_run(payload.get("training"))
     except Exception:  # (not fit()'s: whatever it is, the run writes over it, as save() does)
         return None
-    return (done, planned, steps) if done < planned else None
 
 
 def refuse_checkpoint(check: Callable, *args: Any) -> None:

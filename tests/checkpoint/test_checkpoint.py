@@ -856,9 +856,9 @@ def test_a_fresh_run_over_an_interrupted_runs_checkpoint_warns_once_before_train
     x, y = torch.randn(16, 4), torch.arange(16) % 3
     path = tmp_path / "run.pt"
 
-    def run(**kw):
+    def run(batch_size=8, **kw):
         model = bayesian(nn.Linear(4, 3))
-        data = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
+        data = pyrouq.ArrayLoader(x, y, batch_size=batch_size, seed=0)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -884,6 +884,10 @@ def test_a_fresh_run_over_an_interrupted_runs_checkpoint_warns_once_before_train
     model = bayesian(nn.Linear(4, 3))
     save(path, model, mean_field_guide(model))  # save()'s own file: no training state
     assert run(checkpoint=path) == []
+    # one step: "1 step", as `pyrouq evaluate` says of such a run (it said "1 steps")
+    run(batch_size=16, checkpoint=path, callbacks=[StopAfter(1)])
+    (told,) = run(checkpoint=path)
+    assert "holds an interrupted run (1 of 3 epochs done, 1 step), and no" in told
 
 
 class _Augmented(TensorDataset):
