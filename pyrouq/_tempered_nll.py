@@ -5,9 +5,11 @@ read at the ~110 temperatures of its search on one ``(S, N, C)`` float64 buffer.
 Each temperature took three ``(S, N, C)`` float64 temporaries beside ``log p`` (``log p / T``,
 its log-softmax, and the log-sum-exp's ``exp(x - max)``), allocated afresh each time: 6.3
 times float32 probabilities of S = 64, N = 2000, C = 1000 at the peak, and 430 s for the fit.
-Here each draw is tempered and log-softmaxed on its own ``(N, C)`` rows into one buffer kept
-for the whole search, and the log-sum-exp over the draws runs in that buffer, with the
-operations of ``torch.logsumexp`` in their order: the same NLL to the bit."""
+Here the draws are tempered and log-softmaxed a few at a time (as many as make about 2**20
+values, or one draw where one holds more: two temporaries of that size, ``log p / T`` and its
+log-softmax, each row's values those of all draws at once) into one buffer kept for the whole
+search, and the log-sum-exp over the draws runs in that buffer, with the operations of
+``torch.logsumexp`` in their order: the same NLL to the bit."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pyrouq._numbers import shown
 
 __all__ = ["TemperedNLL", "check_not_overflowing", "log_probs", "tempered_nll"]
 
-_CHUNK = 2**20  # values tempered at once (8 MiB of float64)
+_CHUNK = 2**20  # values tempered at once (8 MiB of float64; a draw's N * C where more)
 
 
 def log_probs(probs: Tensor) -> Tensor:
@@ -68,8 +70,9 @@ class TemperedNLL:
         if self.buffer is None:
             self.buffer = torch.empty_like(logp)
         logq = self.buffer
-        # draws a few at a time (each row's values are those of all at once): one temporary
-        # of about _CHUNK values, and no Python loop of S small steps where S is large
+        # draws a few at a time (each row's values are those of all at once): two temporaries
+        # (log p / T, its log-softmax) of about _CHUNK values, and no Python loop of S small
+        # steps where S is large
         step = max(1, _CHUNK // max(logp[0].numel(), 1))
         for s in range(0, logp.shape[0], step):
             logq[s : s + step] = torch.log_softmax(logp[s : s + step] / temperature, dim=-1)

@@ -418,7 +418,7 @@ def test_tempered_nll_in_one_buffer_is_torchs_formula_to_the_bit():
     (three fresh float64 copies per temperature before: 6.3x float32 probabilities at the
     peak, 4.1x now): the same values to the bit as torch's log_softmax and logsumexp, one T
     after another, and float64 probabilities given to the fit or the scaler are left as they
-    came (log p and its division are taken in place, in copies of their own)."""
+    came (log p is taken in place, in a copy of its own)."""
     import math
 
     from pyrouq._tempered_nll import TemperedNLL, log_probs
@@ -440,6 +440,27 @@ def test_tempered_nll_in_one_buffer_is_torchs_formula_to_the_bit():
     scaled = scaler(preds).probs
     assert torch.equal(scaled, torch.softmax(logp / scaler.temperature, -1))
     assert torch.equal(probs, kept)
+
+
+@pytest.mark.parametrize(("chunk", "step"), [(3 * 33 * 9 + 5, 3), (33 * 9 - 1, 1)])
+def test_tempered_nll_in_chunks_of_draws_is_torchs_formula_to_the_bit(monkeypatch, chunk, step):
+    """The draws are tempered a few at a time (as many as make _CHUNK values; one at a time
+    where a draw holds more): with S = 7 draws of N * C = 297 values, in chunks of 3, 3 and 1
+    draws, or one by one, every T's NLL is still torch's formula on all draws at once."""
+    import math
+
+    from pyrouq import _tempered_nll
+    from pyrouq._tempered_nll import TemperedNLL, log_probs
+
+    monkeypatch.setattr(_tempered_nll, "_CHUNK", chunk)
+    assert max(1, chunk // (33 * 9)) == step
+    torch.manual_seed(1)
+    logp = log_probs(torch.softmax(3 * torch.randn(7, 33, 9, dtype=torch.float64), -1))
+    y = torch.randint(0, 9, (33,))
+    nll = TemperedNLL(logp, y)
+    for t in (0.05, 0.7, 3.3, 1e-308, 20.0):
+        mixture = torch.logsumexp(torch.log_softmax(logp / t, -1), 0) - math.log(7)
+        assert nll(t) == float(-mixture.gather(1, y[:, None]).mean()), t
 
 
 def test_the_documented_save_and_load_gives_equal_recalibrators_without_pickle(tmp_path):
