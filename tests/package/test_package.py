@@ -103,23 +103,31 @@ def test_import_fit_predict_and_load_on_a_torch_without_the_names_torch_2_2_lack
 
 
 # What pyrouq (or its tests: the dev extra) uses that a declared floor must have: (package,
-# the use as written in the file, the file, the oldest version checked to have it). Checked
-# against each package's own code: matplotlib 3.7.0 lacks both and 3.8.0 has both; tqdm 4.59.0
-# takes delay=; torch.func (functional_call) is torch 2.0's, torch.compiler torch 2.1's,
-# forward pre-hooks with kwargs torch 2.0's; numpy's get_state(legacy=) is 1.17's.
+# the use as written, the folder whose files hold it, the oldest version checked to have it,
+# the pyproject list whose floor must have it). Checked against each package's own code:
+# matplotlib 3.7.0 lacks both and 3.8.0 has both; tqdm 4.59.0 takes delay=; torch.func
+# (functional_call) is torch 2.0's, torch.compiler torch 2.1's, forward pre-hooks with kwargs
+# torch 2.0's; numpy's get_state(legacy=) is 1.17's.
 _USED_SINCE = [
-    ("matplotlib", "fig.get_suptitle()", "tests/metrics/test_plotting.py", "3.8", "dev"),
-    ("matplotlib", "ref.ecdf(values)", "tests/metrics/test_metrics_numpy_reference.py", "3.8",
-     "dev"),
-    ("tqdm", "leave=False, delay=2.0", "pyrouq/_predict_inputs.py", "4.59", "dependencies"),
-    ("torch", "from torch.func import functional_call", "pyrouq/_engine/_layer_calls.py", "2.0",
+    ("matplotlib", ".get_suptitle()", "tests", "3.8", "dev"),
+    ("matplotlib", ".ecdf(", "tests", "3.8", "dev"),
+    ("tqdm", "leave=False, delay=2.0", "pyrouq", "4.59", "dependencies"),
+    ("torch", "from torch.func import functional_call", "pyrouq", "2.0", "dependencies"),
+    ("torch", "@torch.compiler.disable", "pyrouq", "2.1", "dependencies"),
+    ("torch", "register_forward_pre_hook(weigh, with_kwargs=True)", "pyrouq", "2.0",
      "dependencies"),
-    ("torch", "@torch.compiler.disable", "pyrouq/_untraced_call.py", "2.1", "dependencies"),
-    ("torch", "register_forward_pre_hook(weigh, with_kwargs=True)", "pyrouq/_batchnorm.py", "2.0",
-     "dependencies"),
-    ("numpy", "np.random.get_state(legacy=True)", "pyrouq/infer/_training.py", "1.17",
-     "dependencies"),
+    ("numpy", "np.random.get_state(legacy=True)", "pyrouq", "1.17", "dependencies"),
 ]  # fmt: skip
+
+
+def _holding(root: Path, folder: str, use: str) -> list[str]:
+    """The Python files under ``root / folder`` that hold ``use`` (this file aside)."""
+    here = Path(__file__).resolve()
+    return [
+        str(path.relative_to(root))
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.resolve() != here and use in path.read_text(encoding="utf-8")
+    ]
 
 
 def _floor(pyproject: str, section: str, package: str) -> tuple[int, ...] | None:
@@ -133,11 +141,19 @@ def _floor(pyproject: str, section: str, package: str) -> tuple[int, ...] | None
 @pytest.mark.parametrize(("package", "use", "where", "since", "section"), _USED_SINCE)
 def test_a_declared_floor_has_what_pyrouq_and_its_tests_use(package, use, where, since, section):
     """pyproject declared matplotlib>=3.7 for the dev install too, while tests/metrics read
-    Figure.get_suptitle() and Axes.ecdf() (matplotlib 3.8): under matplotlib 3.7.0 four tests
-    failed with AttributeError. A floor (the dev extra's where the tests need more) must be at
-    least the version in the table; a use gone from its file fails here too (drop its row)."""
+    Figure.get_suptitle() and Axes.ecdf() (matplotlib 3.8): under matplotlib 3.7.0 tests
+    failed with AttributeError. A floor (the dev extra's where the tests alone need more) must
+    be at least the version in the table, while some file under its folder holds the use; a
+    use of the tests' alone must stay out of pyrouq, whose floor is the lower one."""
     root = Path(__file__).resolve().parents[2]
-    assert use in (root / where).read_text(), f"{use!r} no longer in {where}: drop its row"
+    assert _holding(root, where, use), f"no file under {where}/ holds {use!r}: drop its row"
+    if section == "dev":
+        inside = _holding(root, "pyrouq", use)
+        assert not inside, (
+            f"{inside} use {use!r} ({package} {since}), which only the tests used: raise "
+            f"{package}'s floor in pyproject's dependencies to {since} and make its row's "
+            "folder pyrouq, section dependencies"
+        )
     pyproject = (root / "pyproject.toml").read_text()
     floors = [_floor(pyproject, s, package) for s in {section, "dependencies"}]
     floor = max(f for f in floors if f is not None)
