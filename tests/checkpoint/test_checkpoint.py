@@ -888,6 +888,13 @@ def test_a_fresh_run_over_an_interrupted_runs_checkpoint_warns_once_before_train
     run(batch_size=16, checkpoint=path, callbacks=[StopAfter(1)])
     (told,) = run(checkpoint=path)
     assert "holds an interrupted run (1 of 3 epochs done, 1 step), and no" in told
+    # an interrupted run's file cut short, or bytes of no checkpoint: quiet, written over
+    run(checkpoint=path, callbacks=[StopAfter(1)])
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert run(checkpoint=path) == []
+    path.write_bytes(b"PK\x03\x04" + bytes(range(256)) * 4)
+    assert run(checkpoint=path) == []
+    assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 3
 
 
 class _Augmented(TensorDataset):
