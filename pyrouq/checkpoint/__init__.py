@@ -432,6 +432,8 @@ def load(
     Parameters
     ----------
     path : str or PathLike
+        A file written by :func:`save` (a model and guide, or an MCMC result) or by
+        ``fit(checkpoint=)``.
     model_class : type or str, optional
         The class the caller expects (e.g. ``BayesianLeNet``) or its name; a checkpoint of
         another class is refused. A converted network is held as ``"BayesianNetwork"``
@@ -458,7 +460,9 @@ def load(
 
     Returns
     -------
-    Checkpoint
+    Checkpoint or MCMCResult
+        The model, guide and training state; or, for a file of :func:`pyrouq.mcmc`'s draws,
+        the :class:`~pyrouq.MCMCResult`.
 
     Raises
     ------
