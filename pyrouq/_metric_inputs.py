@@ -116,7 +116,14 @@ def check_labels(
         )
     if c is not None and (lo < 0 or hi >= c):
         fix = f"relabel them as 0..{c - 1}"
-        if c == 1:  # (relabelled 0..0, every input is right: acc 1, ECE 0)
+        if c == 1 and hi > 1:  # labels of more classes than two: no binary classifier's
+            fix = (
+                f"{of} hold one class, which every input gets with probability 1, and {name} "
+                f"name classes up to {hi}. Pass probabilities over every class, one column "
+                "per class (a softmax over the model's outputs, one output per class)"
+                + (", and relabel the labels as 0..C-1" if lo < 0 else "")
+            )
+        elif c == 1:  # (relabelled 0..0, every input is right: acc 1, ECE 0)
             keep = (
                 "keep these labels"
                 if lo >= 0

@@ -331,6 +331,20 @@ def test_a_binary_classifiers_one_column_is_told_to_pass_both_classes():
     assert metrics.acc(torch.stack([1 - p, p], dim=-1), (signs > 0).long()) == 0.75
 
 
+def test_one_column_with_labels_of_more_classes_is_not_told_to_keep_them():
+    """Labels up to 4 beside one column of probabilities were told to pass a binary
+    classifier's two columns and keep these labels, which then failed again (relabel them
+    as 0..1): they name five classes, and the probabilities must cover them."""
+    ones, y = torch.ones(5, 1), torch.tensor([0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match=r"targets name classes up to 4\. Pass probabilities "
+                       r"over every class, one column per class") as err:  # fmt: skip
+        metrics.acc(ones, y)
+    assert "keep these labels" not in str(err.value) and "cat([1 - p" not in str(err.value)
+    with pytest.raises(ValueError, match=r"up to 2\. .*, and relabel the labels as 0\.\.C-1\.$"):
+        metrics.acc(ones, torch.tensor([-1, 0, 2, 1, 0]))
+    assert metrics.acc(torch.eye(5), y) == 1.0  # the fix told works
+
+
 # --- module hygiene -----------------------------------------------------------------------
 
 
