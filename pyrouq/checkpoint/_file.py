@@ -462,7 +462,7 @@ def check_read_back(model: Any) -> None:
         if found:
             returns = "what its module's get_extra_state() returns"
             what = (  # the value itself, or one inside the dict, list or tuple it returns
-                f"is a {class_name(value)} ({returns})"
+                f"is {article(class_name(value))} {class_name(value)} ({returns})"
                 if found[0] == key
                 else f"({returns}) holds {article(found[1])} {found[1]} at {found[0]}"
             )

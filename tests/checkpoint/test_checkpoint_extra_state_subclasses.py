@@ -51,10 +51,11 @@ _IN_THE_DICT = (
     [
         (_Mode.FAST, "its state entry '_extra_state' is a _Mode (what its module's "),
         (np.float64(1.5), "its state entry '_extra_state' is a float64 (what its module's "),
+        (np.zeros(2), "its state entry '_extra_state' is an ndarray (what its module's "),
         ({"mode": _Mode.FAST}, _IN_THE_DICT),
         ([1, object()], "holds an object at _extra_state[1], which load() would refuse"),
     ],
-    ids=["intenum", "np", "nested", "in a list"],
+    ids=["intenum", "np", "ndarray", "nested", "in a list"],
 )
 def test_save_refuses_a_subclass_of_a_plain_type_that_load_would_refuse(tmp_path, extra, words):
     """isinstance(IntEnum member, int) held, so it passed as plain data: save() wrote the file
