@@ -320,9 +320,15 @@ def _run_fit(
                 )
     except TrainingInterrupted as stop:  # (step 0: as fit() says it)
         lines.history(stop.result.history)  # (an epoch stopped before its callback ran)
-        when = f"after step {stop.step}" if stop.step else "before its first step"
+        when = (
+            f"at the end of epoch {stop.epoch}"
+            if stop.epoch_complete
+            else f"in epoch {stop.epoch} after step {stop.step}"
+            if stop.step
+            else f"in epoch {stop.epoch} before its first step"
+        )
         print(
-            f"\npyrouq: interrupted in epoch {stop.epoch} {when}; the partial run "
+            f"\npyrouq: interrupted {when}; the partial run "
             f"is saved at {checkpoint} (resume it: {resume_command(config, out)})",
             file=sys.stderr,
         )

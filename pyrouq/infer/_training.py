@@ -54,6 +54,9 @@ class TrainingInterrupted(KeyboardInterrupt):
         ``fit(..., resume_from=checkpoint)``).
     epoch, step : int
         The epoch (1-based) and its last completed step.
+    epoch_complete : bool
+        Whether that step ended the epoch (stopped between epochs, e.g. by a callback): the
+        message then says "at the end of epoch ...".
 
     Examples
     --------
@@ -76,6 +79,8 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.checkpoint = checkpoint
         self.epoch = epoch
         self.step = step
+        # stopped between epochs (a callback after an epoch's last step): the epoch is whole
+        self.epoch_complete = bool(step) and len(getattr(result, "history", ())) >= epoch
         where = (
             f"; the partial run is saved at {str(checkpoint)!r} (resume with "
             "fit(..., resume_from=that path))"
@@ -83,12 +88,16 @@ class TrainingInterrupted(KeyboardInterrupt):
             else "; pass checkpoint=PATH to fit() to save partial runs"
         )
         when = (
-            f"after step {step}: the model and guide keep the parameters of that step"
+            f"at the end of epoch {epoch} (after its last step, {step}): the model and guide "
+            "keep the parameters of that step"
+            if self.epoch_complete
+            else f"in epoch {epoch} after step {step}: the model and guide keep the parameters "
+            "of that step"
             if step
-            else "before its first step: the model and guide keep the parameters they had "
-            "when it began"
+            else f"in epoch {epoch} before its first step: the model and guide keep the "
+            "parameters they had when it began"
         )
-        super().__init__(f"Training interrupted in epoch {epoch} {when}{where}.")
+        super().__init__(f"Training interrupted {when}{where}.")
 
 
 class InterruptFlag:

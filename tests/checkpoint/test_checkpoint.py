@@ -596,14 +596,15 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, mnist_small):
     model = small_mlp()
     guide = mean_field_guide(model)
     path = tmp_path / "run.pt"
-    with pytest.raises(TrainingInterrupted, match="interrupted in epoch 2") as stopped:
+    with pytest.raises(TrainingInterrupted, match="interrupted at the end of epoch 2") as stopped:
         fit(model, guide, loader_like(train), epochs=4, progress=False, seed=1,
             checkpoint=path, callbacks=[StopAfter(2)])  # fmt: skip
     assert stopped.value.checkpoint == path
     assert len(stopped.value.result.history) == 2
     # stopped at the end of epoch 2: its last completed step is its 8th (of 8)
     assert (stopped.value.epoch, stopped.value.step) == (2, 8)
-    assert "interrupted in epoch 2 after step 8:" in str(stopped.value)
+    assert "interrupted at the end of epoch 2 (after its last step, 8):" in str(stopped.value)
+    assert stopped.value.epoch_complete
 
     # a new process would rebuild everything: new model, guide and loader
     model = small_mlp()

@@ -332,7 +332,8 @@ def test_a_fit_stopped_while_it_writes_an_epochs_checkpoint_prints_that_epochs_l
     assert main([*argv, "--out", str(out), "--no-progress"]) == cli.EXIT_INTERRUPTED
     printed = capsys.readouterr()
     assert stopped == [1]
-    assert f"interrupted in epoch 1 after step 2; the partial run is saved at {out}" in printed.err
+    # epoch 1 was whole (its 2 steps; "in epoch 1 after step 2" read as inside it)
+    assert f"interrupted at the end of epoch 1; the partial run is saved at {out}" in printed.err
     history = pyrouq.load(out / "checkpoint.pt").training["history"]
     assert len(history) == 1
     assert _epoch_lines(printed.out) == [_epoch_line(history[0])]

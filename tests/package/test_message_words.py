@@ -143,3 +143,24 @@ def test_pyrouq_fit_interrupted_before_a_first_step_says_so_as_fit_does(
     with pytest.raises(pyrouq.TrainingInterrupted) as info:
         pyrouq.fit(model, pyrouq.mean_field_guide(model), loader, epochs=2, progress=False)
     assert str(info.value).startswith("Training interrupted in epoch 2 before its first step: ")
+
+
+def test_a_stop_between_epochs_says_the_epoch_ended():
+    """A callback raising KeyboardInterrupt after epoch 1's last step was told "interrupted in
+    epoch 1 after step 2", as if inside it, though epoch 1 was whole (and saved as done)."""
+    torch.manual_seed(0)
+    model = pyrouq.BayesianMLP(in_features=4, hidden_features=8, out_features=3)
+    batches = [(torch.randn(4, 4), torch.randint(0, 3, (4,))) for _ in range(2)]
+
+    def stop(record):
+        raise KeyboardInterrupt
+
+    with pytest.raises(pyrouq.TrainingInterrupted) as info:
+        pyrouq.fit(model, pyrouq.mean_field_guide(model), batches, epochs=3, num_data=8,
+                   progress=False, callbacks=[stop])  # fmt: skip
+    assert (info.value.epoch, info.value.step, info.value.epoch_complete) == (1, 2, True)
+    assert str(info.value).startswith(
+        "Training interrupted at the end of epoch 1 (after its last step, 2): the model and "
+        "guide keep the parameters of that step; pass checkpoint=PATH"
+    )
+    assert len(info.value.result.history) == 1
