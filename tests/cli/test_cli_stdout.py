@@ -126,15 +126,18 @@ def test_a_stderr_on_a_full_disk_is_dropped_and_the_run_written(monkeypatch, tmp
 
 
 class _FillsUp(io.TextIOBase):
-    """A stdout whose disk fills up once an epoch's line is written."""
+    """A stdout whose disk fills up once the first epoch's line is written: at once (the run
+    stops in training), or, with ``whole_line``, once that line has ended (the run trained,
+    and stops while it is evaluated)."""
 
     encoding = "utf-8"
 
-    def __init__(self) -> None:
+    def __init__(self, whole_line: bool = False) -> None:
         self.text = ""
+        self.whole_line = whole_line
 
     def write(self, text: str) -> int:
-        if "epoch 1:" in self.text:
+        if "epoch 1:" in self.text and (not self.whole_line or self.text.endswith("\n")):
             raise OSError(errno.ENOSPC, "No space left on device")
         self.text += text
         return len(text)
@@ -202,26 +205,10 @@ def test_a_real_full_disk_leaves_no_buffered_text_to_fail_again(monkeypatch, cap
             full.close()
 
 
-class _FullAfterTraining(io.TextIOBase):
-    """A stdout whose disk fills up once the first epoch's line is written whole: the run
-    trained, and stops while it is evaluated."""
-
-    encoding = "utf-8"
-
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, text: str) -> int:
-        if "epoch 1:" in self.text and self.text.endswith("\n"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        self.text += text
-        return len(text)
-
-
 def test_a_stdout_that_fills_up_while_the_run_is_evaluated_says_how_to_finish_it(
     monkeypatch, tmp_path, capsys
 ):
-    full = _FullAfterTraining()
+    full = _FillsUp(whole_line=True)
     monkeypatch.setattr(sys, "stdout", full)
     out = tmp_path / "run"
     argv = ["fit", "mlp", "--epochs", "1", "--train-size", "64", "--no-progress"]
