@@ -76,7 +76,8 @@ def warn_extra_state(model: Any, init_from: nn.Module, state: dict[str, torch.Te
     net = getattr(model, "net", None)
     if not isinstance(net, nn.Module) or getattr(model, "num_members", None) is not None:
         return
-    extra = [name for name in state if name not in net.state_dict()]
+    held = net.state_dict()  # (built once, not once per name)
+    extra = [name for name in state if name not in held]
     if extra:
         warn_caller(
             f"init_from ({type(init_from).__name__}) holds parameters or buffers that "
