@@ -6,6 +6,7 @@ noted with (:func:`callback_note`), and one of torch's anomaly detection at a Na
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,6 +27,13 @@ WARMUP_FRACTION = 0.2
 
 
 _EXAMPLE = "e.g. optim=lambda params: torch.optim.AdamW(params, lr=1e-3)"
+
+#: Where Pyro's own torch optimizers live (what its ``ClippedAdam`` and the like wrap).
+_PYRO_OPTIMIZER_MODULES = (
+    pyro.optim.clipped_adam,
+    pyro.optim.dct_adam,
+    pyro.optim.adagrad_rmsprop,
+)
 
 
 def build_optimizer(
@@ -61,6 +69,15 @@ def build_optimizer(
         raise TypeError(
             f"optim got a Pyro optimizer ({type(optim).__name__}), which wraps one for "
             f"pyro.infer.SVI; fit() takes a function building a torch optimizer, {_EXAMPLE}."
+            + _schedule_note(isinstance(optim, pyro.optim.PyroLRScheduler))
+        )
+    if _pyro_optim_maker(optim):  # pyro.optim.Adam (not called): it would take the parameters
+        name = getattr(optim, "__name__", type(optim).__name__)  # as its optim_args
+        example = _counterpart_example(name)
+        raise TypeError(
+            f"optim got pyro.optim.{name}, which makes a Pyro optimizer for pyro.infer.SVI "
+            f"from a dict of options; fit() takes a function building a torch optimizer from "
+            f"the parameters it trains, {example}." + _schedule_note(_is_scheduler(name))
         )
     if isinstance(optim, torch.optim.Optimizer) or not callable(optim):
         raise TypeError(
@@ -81,6 +98,47 @@ def build_optimizer(
         )
     _check_built(optimizer, unique, _names(model, guide), lr_schedule)
     return optimizer
+
+
+def _pyro_optim_maker(optim: Any) -> bool:
+    """Whether ``optim`` is one of ``pyro.optim``'s makers of Pyro optimizers (``Adam``,
+    ``ClippedAdam``, ``ExponentialLR``: functions of options) or its ``PyroOptim`` class, rather
+    than a torch optimizer class it holds (``pyro.optim.clipped_adam.ClippedAdam``)."""
+    if not str(getattr(optim, "__module__", "")).startswith("pyro.optim"):
+        return False
+    return not (isinstance(optim, type) and issubclass(optim, torch.optim.Optimizer))
+
+
+def _counterpart_example(name: str) -> str:
+    """How to pass the torch optimizer class that ``pyro.optim.<name>`` wraps
+    (``torch.optim.Adam``, ``pyro.optim.clipped_adam.ClippedAdam``) as ``optim=``; the usual
+    example for a scheduler, which wraps none."""
+    for module in (torch.optim, *_PYRO_OPTIMIZER_MODULES):
+        made = getattr(module, name, None)
+        if isinstance(made, type) and issubclass(made, torch.optim.Optimizer):
+            if "lr" in inspect.signature(made).parameters:
+                return f"e.g. optim=lambda params: {module.__name__}.{name}(params, lr=1e-3)"
+            # (its groups have no lr for a schedule to multiply: AdagradRMSProp's eta)
+            return f"e.g. optim={module.__name__}.{name} with lr_schedule='constant'"
+    return _EXAMPLE
+
+
+def _is_scheduler(name: str) -> bool:
+    """Whether ``pyro.optim.<name>`` wraps a torch learning-rate scheduler."""
+    made = getattr(torch.optim.lr_scheduler, name, None)
+    schedulers = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    return name == "PyroLRScheduler" or (isinstance(made, type) and issubclass(made, schedulers))
+
+
+def _schedule_note(scheduler: bool) -> str:
+    """What a refusal of a Pyro learning-rate scheduler adds: fit()'s own schedules."""
+    if not scheduler:
+        return ""
+    return (
+        " fit() schedules the learning rate itself: lr_schedule='warmup_cosine' (default), "
+        "'cosine' or 'constant'; for a scheduler of one's own, train with pyro.infer.SVI and "
+        "the Pyro scheduler."
+    )
 
 
 def _check_built(optimizer: Any, given: list[Any], names: dict[int, str], schedule: str) -> None:

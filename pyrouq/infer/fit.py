@@ -188,11 +188,13 @@ def fit(
         ``params -> torch.optim.Optimizer`` (e.g. ``lambda p: torch.optim.AdamW(p, 1e-3)``)
         replacing the default Adam, with the learning rates it gives (an ``lr`` passed beside
         it has no effect and is warned of; ``lr_schedule`` multiplies the optimizer's own
-        learning rates). A built optimizer, a Pyro
-        optimizer (``pyro.optim.Adam``: it is for ``SVI``) or a function returning something
-        else is refused; so is an optimizer holding none of the parameters it is given (one
-        leaving some out is warned of: freeze those instead), one whose ``step()`` needs a
-        closure (LBFGS), and, unless ``lr_schedule="constant"``, one without an ``lr``.
+        learning rates). A built optimizer, a Pyro optimizer or scheduler
+        (``pyro.optim.Adam``, ``ClippedAdam``, ``ExponentialLR``, made or not: they are for
+        ``SVI``; ``pyro.optim.clipped_adam.ClippedAdam`` is a torch optimizer) or a function
+        returning something else is refused; so is an optimizer holding none of the
+        parameters it is given (one leaving some out is warned of: freeze those instead), one
+        whose ``step()`` needs a closure (LBFGS), and, unless ``lr_schedule="constant"``, one
+        without an ``lr``.
     lr_schedule : {"warmup_cosine", "cosine", "constant"}, default "warmup_cosine"
         Multiplies every learning rate of the optimizer, over the ``epochs *
         len(train_loader)`` steps of the run: ``"warmup_cosine"`` ramps it linearly over the first

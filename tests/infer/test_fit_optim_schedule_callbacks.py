@@ -138,6 +138,40 @@ def test_an_optimizer_needing_a_closure_and_an_optim_taking_no_parameters_are_re
     assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
 
 
+def test_pyro_optims_makers_passed_uncalled_are_refused_naming_the_torch_optimizer():
+    """pyro.optim.ClippedAdam / Adam / ExponentialLR passed as optim= (as torch.optim.Adam is)
+    got Pyro's bare AssertionError ('optim_args must be function that returns defaults') or
+    TypeError ("'str' object cannot be interpreted as an integer")."""
+    import pyro.optim
+
+    x, y = toy_data(20)
+    net = nn.Linear(3, 2)
+    before = copy.deepcopy(net.state_dict())
+    for maker, expected in (
+        (pyro.optim.ClippedAdam, r"pyro\.optim\.clipped_adam\.ClippedAdam\(params, lr=1e-3\)"),
+        (pyro.optim.Adam, r"torch\.optim\.Adam\(params, lr=1e-3\)"),
+        (pyro.optim.ExponentialLR, r"AdamW\(params, lr=1e-3\)\. fit\(\) schedules the "
+         r"learning rate itself: lr_schedule='warmup_cosine' \(default\), 'cosine' or "
+         r"'constant'"),
+    ):  # fmt: skip
+        with pytest.raises(TypeError, match=rf"optim got pyro\.optim\.{maker.__name__}, which "
+                           r"makes a Pyro optimizer for pyro\.infer\.SVI from a dict of "
+                           rf"options; fit\(\) takes a function .*{expected}"):  # fmt: skip
+            fit(net, None, ListLoader(x, y, 5), epochs=1, optim=maker, progress=False)
+    scheduler = pyro.optim.ExponentialLR(
+        {"optimizer": torch.optim.SGD, "optim_args": {"lr": 0.1}, "gamma": 0.9}
+    )
+    with pytest.raises(TypeError, match=r"Pyro optimizer \(PyroLRScheduler\).*fit\(\) "
+                       r"schedules the learning rate itself"):  # fmt: skip
+        fit(net, None, ListLoader(x, y, 5), epochs=1, optim=scheduler, progress=False)
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    # Pyro's own torch optimizer, as the refusal names it, trains
+    clipped = pyro.optim.clipped_adam.ClippedAdam
+    result = fit(net, None, ListLoader(x, y, 5), epochs=1, progress=False,
+                 optim=lambda params: clipped(params, lr=1e-3))  # fmt: skip
+    assert result.steps == 4
+
+
 # --------------------------------------------------------------------------------------------
 # callbacks=
 # --------------------------------------------------------------------------------------------
