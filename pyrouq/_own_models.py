@@ -338,7 +338,8 @@ def _warn_of_local_sites(
     local latent variable, an amortised guide's ``q(z | x)``): predict() takes the guide's
     draws of the global sites once, and the model draws those from its prior for every input,
     where Pyro's ``Predictive`` would run the model on the guide's draws of them."""
-    sampled = _sampled_sites(model, x) or set()
+    # (a site poutine.condition observes is not drawn: the model runs on its given value)
+    sampled = _sampled_sites(model, x, observed=False) or set()
     local = sorted(site for site in draws if site not in expected and site in sampled)
     if not local:
         return
@@ -386,9 +387,10 @@ def _refuse_grouped(
     )
 
 
-def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:
+def _sampled_sites(model: Any, x: Tensor, observed: bool = True) -> set[str] | None:
     """The names of the sites ``model`` samples on ``x`` (its likelihood, without targets,
-    and per-input latent sites included), or None where it cannot be traced."""
+    and per-input latent sites included; ``observed``: those it observes too), or None where
+    it cannot be traced."""
     trace = prior_trace(model, x)
     if trace is None:
         return None
@@ -396,6 +398,7 @@ def _sampled_sites(model: Any, x: Tensor) -> set[str] | None:
         name
         for name, site in trace.nodes.items()
         if site["type"] == "sample" and not site_is_subsample(site)
+        if observed or not site["is_observed"]
     }
 
 

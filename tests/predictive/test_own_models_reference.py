@@ -195,3 +195,21 @@ def test_an_amortised_guides_per_input_draws_are_warned_of_not_silently_replaced
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pyrouq.predict(model, x, weights_only, num_samples=3, progress=False, seed=0)
+
+
+def test_a_weight_conditioned_by_poutine_is_used_and_not_called_a_per_input_draw():
+    """poutine.condition(bayesian(net), data={"2.weight": W, "2.bias": b}) with the model's
+    guide: predict() runs the conditioned values (softmax(5, -5) for every input), but warned
+    that the guide's draws of those sites 'hold a value per input' and that the model draws
+    them from its prior, pointing to pyro.infer.Predictive, which would use the guide's."""
+    pyro.clear_param_store()
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(),
+                                                torch.nn.Linear(3, 2)))  # fmt: skip
+    guide = pyrouq.mean_field_guide(model)
+    bias = torch.tensor([5.0, -5.0])
+    conditioned = poutine.condition(model, data={"2.weight": torch.zeros(2, 3), "2.bias": bias})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        probs = pyrouq.predict(conditioned, torch.randn(4, 2), guide, num_samples=3).probs
+    assert torch.allclose(probs, bias.softmax(-1).expand(3, 4, 2))
