@@ -31,7 +31,10 @@ channels-last layout in :mod:`pyrouq._engine._cpu_paths`, the memory reuse in
   with a single input feature that reads the members' repeated input (a grayscale stem) runs
   once for all members, its output scaled per member (exact: r_m is then a scalar);
 * ``nn.TransformerEncoderLayer``'s fused eval path (which reads its linear layers' weights
-  as tensors) is off while a BatchEnsemble runs, so that its BatchEnsemble layers are called;
+  as tensors) is off while a BatchEnsemble runs, so that its BatchEnsemble layers are called,
+  and torch's fused attention (``nn.MultiheadAttention`` too) while S draws run as one vmap
+  pass with gradients (inside vmap the draws tell no ``requires_grad``, and those kernels
+  have no backward);
 * on CPU, networks whose widest 2-d convolution reads 16 to 128 channels run channels-last
   (:func:`channels_last`: the input and the 4-d weights, so oneDNN keeps the activations
   channels-last too; wider ones lose on small maps), except where a strided 1x1 convolution
@@ -84,7 +87,7 @@ from pyrouq._engine._cpu_paths import prepare as prepare
 from pyrouq._engine._cpu_paths import run_children as run_children
 from pyrouq._engine._cpu_paths import schedule as schedule
 from pyrouq._engine._cpu_paths import unprepare as unprepare
-from pyrouq._engine._layer_calls import call, calls_checked, layers_called
+from pyrouq._engine._layer_calls import FUSED_ATTENTION, call, calls_checked, layers_called
 from pyrouq._engine._layer_errors import LayersNamed as LayersNamed
 from pyrouq._engine._local import LOCAL_TYPES as LOCAL_TYPES
 from pyrouq._engine._local import local_moments as local_moments
@@ -259,8 +262,12 @@ def run_draws(
         def one(draw: dict[str, Tensor]) -> Tensor:
             return run(net, x, {**shared, **draw}, members)
 
+        # inside vmap a draw tells no requires_grad: torch's fused attention (eval mode) would
+        # take draws that need gradients, and its kernels have no backward
+        fused_off = torch.is_grad_enabled()
         try:
-            stacked = torch.func.vmap(one, randomness="different")(batched)
+            with layers_called(net, FUSED_ATTENTION if fused_off else ()):
+                stacked = torch.func.vmap(one, randomness="different")(batched)
             _RAN_THROUGH.setdefault(net, set()).add(_vmap_mode(net))
         except RuntimeError as err:  # an op vmap cannot batch (nn.LSTM's), .item(), data-
             if not _VMAP_REFUSAL.search(str(err)):  # dependent control flow: draw by draw

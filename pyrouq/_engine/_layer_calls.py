@@ -35,17 +35,26 @@ _depth = 0  # networks running with the fast path off (nested, or in other threa
 _found = True  # the setting the first of them found
 
 
+FUSED_ATTENTION: tuple[type[nn.Module], ...] = (nn.TransformerEncoderLayer, nn.MultiheadAttention)
+"""The modules of torch's fused attention kernels (``torch.backends.mha``'s fast path)."""
+
+
 @contextlib.contextmanager
-def layers_called(net: nn.Module) -> Iterator[None]:
+def layers_called(
+    net: nn.Module, kinds: tuple[type[nn.Module], ...] = (nn.TransformerEncoderLayer,)
+) -> Iterator[None]:
     """PyTorch's fused transformer layer (``nn.TransformerEncoderLayer`` in eval mode without
     gradients) reads its linear layers' weights and biases as tensors instead of calling the
     layers, which would bypass the BatchEnsemble layers (and meet their per-member biases): it
-    is switched off while ``net`` runs, so every layer is called. The switch is process-wide:
-    the first of nested or concurrent (threads) runs turns it off and the last one out puts
-    back what the first found."""
+    is switched off while ``net`` runs, where ``net`` holds a module of ``kinds``, so every
+    layer is called (:data:`FUSED_ATTENTION`: ``nn.MultiheadAttention``'s fused kernel too,
+    for a vmap pass with gradients, inside which torch cannot tell that the draws require
+    them, and would run kernels that have no backward). The switch is process-wide: the first
+    of nested or concurrent (threads) runs turns it off and the last one out puts back what
+    the first found."""
     global _depth, _found
     mha = getattr(torch.backends, "mha", None)
-    if mha is None or not any(isinstance(m, nn.TransformerEncoderLayer) for m in net.modules()):
+    if mha is None or not any(isinstance(m, kinds) for m in net.modules()):
         yield
         return
     with _lock:

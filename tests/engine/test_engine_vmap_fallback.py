@@ -289,3 +289,42 @@ def test_a_float16_bayesian_linear_draws_its_outputs_with_the_variance_it_comput
     draws = layer.sample_with(x, w_loc, w_scale, b_loc, b_scale, num_draws=4000).float()
     exact = torch.tensor([1e-3, (4 * 0.25 * 1e-6 + 1e-6) ** 0.5])  # sqrt(sum x^2 s^2 + s_b^2)
     torch.testing.assert_close(draws.std(0), exact[:, None].expand(2, 3), rtol=0.1, atol=0)
+
+
+class _Attends(nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "layer":
+            self.att: nn.Module = nn.TransformerEncoderLayer(
+                8, 2, 16, dropout=0.0, batch_first=True
+            )
+        else:
+            self.att = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.att(x) if self.kind == "layer" else self.att(x, x, x, need_weights=False)[0]
+        return self.head(h.mean(1))
+
+
+@pytest.mark.parametrize("kind", ["layer", "attention"])
+def test_draws_of_fused_attention_in_eval_mode_get_the_plain_gradients_from_vmap(kind):
+    """Every tensor of the attention latent, eval mode, gradients on: inside the accelerator
+    schedule's vmap pass torch saw no draw requiring gradients and ran its fused kernels, whose
+    backward failed ('derivative for aten::_native_multi_head_attention is not implemented',
+    or for aten::_transformer_encoder_layer_fwd)."""
+    torch.manual_seed(0)
+    net = _Attends(kind).eval()
+    model = bayesian(copy.deepcopy(net), select=lambda name, param: True).eval()
+    base = {k: v.detach() + 0.1 * torch.randn(3, *v.shape) for k, v in model.template().items()}
+    x = torch.randn(4, 5, 8)
+    weights = {k: v.clone().requires_grad_() for k, v in base.items()}
+    with _engine.schedule("accelerator"):
+        model.outputs(x, weights).square().sum().backward()
+    given = {k: v.clone().requires_grad_() for k, v in base.items()}
+    plain = [functional_call(net, {k: v[s] for k, v in given.items()}, (x,)) for s in range(3)]
+    torch.stack(plain).square().sum().backward()
+    for site, value in weights.items():
+        torch.testing.assert_close(value.grad, given[site].grad, rtol=1e-4, atol=1e-5)
+    assert torch.backends.mha.get_fastpath_enabled()  # switched back on after the pass
