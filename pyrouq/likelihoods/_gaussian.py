@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from pyrouq._distribution_parts import support_of
 from pyrouq._numbers import is_one_number, is_real, one_number, text_hint
-from pyrouq._words import slip_hint
+from pyrouq._words import close_hint
 from pyrouq.likelihoods._base import (
     Likelihood,
     along_inputs,
@@ -27,6 +27,9 @@ NOISE_SITE = "sigma"
 
 NoiseSpec = float | Literal["learned", "heteroscedastic"] | torch.distributions.Distribution
 
+
+#: Other words users write for a noise scale's name (in any case), and its name here.
+_SCALE_WORDS = {"heteroskedastic": "heteroscedastic", "hetero": "heteroscedastic"}
 
 _UNBATCHED = (
     "Give them a batch dim: outputs.unsqueeze(-1) if they are B inputs of one output each, "
@@ -118,7 +121,8 @@ class Gaussian(Likelihood):
             self.noise_prior = _site_prior(scale, NOISE_SITE, scale.batch_shape, None)
         elif isinstance(scale, str):
             if scale not in ("learned", "heteroscedastic"):
-                hint = slip_hint(scale, ("learned", "heteroscedastic"))
+                # a slip of case, another spelling ('heteroskedastic'), or a typo: the one meant
+                hint = close_hint(scale, ("learned", "heteroscedastic"), _SCALE_WORDS)
                 hint = hint or text_hint(scale, "scale", 0)  # '0.5': scale=0.5
                 raise ValueError(
                     f"Unknown noise scale {scale!r}{hint}: expected a float > 0, 'learned', "

@@ -229,6 +229,20 @@ def test_the_words_users_write_for_gaussian_are_asked_did_you_mean_gaussian(give
 
 
 @pytest.mark.parametrize(
+    ("given", "meant"),
+    [("heteroskedastic", "heteroscedastic"), ("Heteroskedastic", "heteroscedastic"),
+     ("hetero", "heteroscedastic"), ("heteroscedastc", "heteroscedastic"), ("learnt", "learned"),
+     ("learn", "learned")],
+)  # fmt: skip
+def test_a_noise_scale_of_another_spelling_or_a_typo_is_asked_did_you_mean(given, meant):
+    # was: "Unknown noise scale 'heteroskedastic': expected a float > 0, 'learned', ...", the
+    # one meant not told (only a slip of case was asked), though a likelihood's name is
+    with pytest.raises(ValueError, match=rf"^Unknown noise scale {given!r} \(did you mean "
+                       rf"{meant!r}\?\): expected a float > 0"):  # fmt: skip
+        pyrouq.likelihoods.Gaussian(given)
+
+
+@pytest.mark.parametrize(
     ("call", "given", "meant"),
     [
         (lambda v: pyrouq.ood_loader(dataset=v), "fashion", "fashion-mnist"),
