@@ -33,14 +33,34 @@ LikelihoodName = Literal["categorical", "gaussian"]
 
 _LIKELIHOODS: dict[str, type[Likelihood]] = {"categorical": Categorical, "gaussian": Gaussian}
 
-#: Other words users write for a likelihood (in any case), and its name here.
-_OTHER_WORDS = {"normal": "gaussian", "gauss": "gaussian"}
+#: Other words users write for a likelihood (in any case), and its name here (Laplace's
+#: ``likelihood="regression" | "classification"`` among them).
+_OTHER_WORDS = {
+    "normal": "gaussian",
+    "gauss": "gaussian",
+    "regression": "gaussian",
+    "classification": "categorical",
+    "softmax": "categorical",
+}
+
+#: The noise scales of :class:`Gaussian` (its ``scale``), which users give as a likelihood.
+_NOISE_SCALES = ("learned", "heteroscedastic", "heteroskedastic")
 
 
-def _name_hint(name: object) -> str:
+def _name_hint(name: object, scales: bool = True) -> str:
     """The question the refusal of an unknown likelihood ``name`` asks: its slip (``"Gaussian"``),
-    another word for it (``"normal"``), else the name close to a typo (``"categorial"``)."""
-    return close_hint(name, _LIKELIHOODS, _OTHER_WORDS) if isinstance(name, str) else ""
+    another word for it (``"normal"``), else the name close to a typo (``"categorial"``); for
+    a Gaussian's noise scale (``"heteroscedastic"``) given as the likelihood (``scales``: not a
+    checkpoint's description), the likelihood that takes it."""
+    if not isinstance(name, str):
+        return ""
+    if scales and name.strip().lower() in _NOISE_SCALES:
+        scale = "learned" if "learned" in name.lower() else "heteroscedastic"
+        return (
+            f" (a noise scale of the Gaussian likelihood, not a likelihood: pass "
+            f"likelihood=pyrouq.Gaussian({scale!r}))"
+        )
+    return close_hint(name, _LIKELIHOODS, _OTHER_WORDS)
 
 
 def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
@@ -63,7 +83,7 @@ def get_likelihood(spec: str | Likelihood | dict[str, Any]) -> Likelihood:
         )
     name = spec.get("name") if isinstance(spec, dict) else spec
     if not isinstance(name, str) or name not in _LIKELIHOODS:
-        hint = _name_hint(name)
+        hint = _name_hint(name, scales=not isinstance(spec, dict))
         raise ValueError(
             f"Unknown likelihood {spec!r}{hint}: expected one of {sorted(_LIKELIHOODS)} or a "
             "pyrouq.likelihoods.Likelihood instance (e.g. pyrouq.likelihoods.Gaussian(0.5))."

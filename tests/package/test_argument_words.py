@@ -230,6 +230,37 @@ def test_the_words_users_write_for_gaussian_are_asked_did_you_mean_gaussian(give
 
 @pytest.mark.parametrize(
     ("given", "meant"),
+    [("regression", "gaussian"), ("Regression", "gaussian"), ("classification", "categorical"),
+     ("softmax", "categorical")],
+)  # fmt: skip
+def test_laplace_words_for_a_likelihood_are_asked_did_you_mean(given, meant):
+    # was: "Unknown likelihood 'regression': expected one of ['categorical', 'gaussian']", the
+    # one meant not told (Laplace's likelihood= takes 'regression' and 'classification')
+    said = rf"^Unknown likelihood {given!r} \(did you mean {meant!r}\?\): expected one of"
+    with pytest.raises(ValueError, match=said):
+        pyrouq.bayesian(nn.Linear(3, 2), likelihood=given)
+    with pytest.raises(ValueError, match=said):
+        pyrouq.likelihoods.get_likelihood(given)
+
+
+@pytest.mark.parametrize(
+    ("given", "scale"),
+    [("heteroscedastic", "heteroscedastic"), ("Heteroskedastic", "heteroscedastic"),
+     ("learned", "learned")],
+)  # fmt: skip
+def test_a_noise_scale_given_as_the_likelihood_is_told_the_gaussian_that_takes_it(given, scale):
+    # was: "Unknown likelihood 'heteroscedastic': expected one of ['categorical', 'gaussian'] or
+    # a ... Likelihood instance (e.g. pyrouq.likelihoods.Gaussian(0.5))": a fixed noise offered
+    with pytest.raises(ValueError) as caught:
+        pyrouq.bayesian(nn.Linear(3, 2), likelihood=given)
+    advice = re.search(r"pass likelihood=pyrouq\.(Gaussian\('\w+'\))\)", str(caught.value))
+    assert advice, str(caught.value)
+    made = pyrouq.bayesian(nn.Linear(3, 2), likelihood=eval(advice.group(1), vars(pyrouq)))
+    assert made.likelihood.mode == scale  # the advice, followed
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
     [("heteroskedastic", "heteroscedastic"), ("Heteroskedastic", "heteroscedastic"),
      ("hetero", "heteroscedastic"), ("heteroscedastc", "heteroscedastic"), ("learnt", "learned"),
      ("learn", "learned")],
