@@ -1,11 +1,27 @@
-"""The refusal of a model or a guide on the meta device (shapes, no values) before a call runs
-on it: torch's own errors say ".item() cannot be called on meta tensors" or "no data"."""
+"""The refusals of a model or a guide on the meta device (shapes, no values) before a call runs
+on it, and of a tensor there where values are read: torch's own errors say ".item() cannot
+be called on meta tensors" or "no data"."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from pyrouq._util import module_device
+
+
+def refuse_meta(value: object, name: str, why: str, got: str | None = None) -> None:
+    """Refuse ``value``, a tensor on the meta device, where its values are to be read (torch's
+    own words: ".item() cannot be called on meta tensors", "Cannot copy out of meta tensor");
+    ``why``: what is missing, and what to do; ``got``: what came, by default "a tensor of
+    shape ...". Anything else passes."""
+    if isinstance(value, Tensor) and value.is_meta:
+        got = f"a tensor of shape {tuple(value.shape)}" if got is None else got
+        raise ValueError(
+            f"Expected {name} on a real device (cpu or cuda), got {got} on the meta device "
+            f"(shapes, no values): {why}"
+        )
 
 
 def real_device(caller: str, model: Any, guide: Any = None) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pyrouq._meta_device import refuse_meta
 from pyrouq._numbers import is_array_like
 from pyrouq._util import warn_caller
 from pyrouq.uncertainty import _check_probs
@@ -87,13 +88,13 @@ def check_labels(
         raise TypeError(
             f"Expected integer {name} (class indices), got dtype {targets.dtype}; {fix}."
         )
-    if targets.is_meta:  # (after the dtype, read without values; was torch's ".item() cannot
-        # be called on meta tensors")
-        raise ValueError(
-            f"Expected {name} on a real device (cpu or cuda), got a tensor of shape "
-            f"{tuple(targets.shape)} on the meta device (shapes, no values): there are no "
-            "labels to check. Pass the labels themselves (on the cpu, or the device of probs)."
-        )
+    refuse_meta(  # (after the dtype, read without values; was torch's ".item() cannot be
+        # called on meta tensors")
+        targets,
+        name,
+        "there are no labels to check. Pass the labels themselves (on the cpu, or the device "
+        "of probs).",
+    )
     if targets.dim() != 1 or targets.numel() != n:
         fix = label_shape_fix(targets.shape, n, -1 if c is None else c, name)
         raise ValueError(

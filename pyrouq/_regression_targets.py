@@ -8,16 +8,7 @@ import math
 
 from torch import Tensor
 
-
-def refuse_meta(value: object, name: str, why: str) -> None:
-    """Refuse ``value``, a tensor on the meta device, as the classifiers' checks do (torch's
-    own words: ".item() cannot be called on meta tensors", "Cannot copy out of meta tensor");
-    ``why``: what is missing, and what to do."""
-    if isinstance(value, Tensor) and value.is_meta:
-        raise ValueError(
-            f"Expected {name} on a real device (cpu or cuda), got a tensor of shape "
-            f"{tuple(value.shape)} on the meta device (shapes, no values): {why}"
-        )
+from pyrouq._meta_device import refuse_meta
 
 
 def check_regression_targets(targets: object, n: int, d: int, name: str = "targets") -> Tensor:

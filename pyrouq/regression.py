@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq._meta_device import refuse_meta as _refuse_meta
 from pyrouq._metric_inputs import carried_targets
 from pyrouq._mixture_terms import cdf_gap, cdf_gap_work, crps_term, mixture_mean
 from pyrouq._numbers import (
@@ -29,7 +30,6 @@ from pyrouq._numbers import (
     text_hint,
 )
 from pyrouq._regression_targets import check_regression_targets
-from pyrouq._regression_targets import refuse_meta as _refuse_meta
 from pyrouq._to_args import device_and_dtype
 from pyrouq._words import slip_hint
 from pyrouq.uncertainty import Decomposition

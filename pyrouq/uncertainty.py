@@ -28,6 +28,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from pyrouq._meta_device import refuse_meta
 from pyrouq._mixture_terms import mixture_mean
 from pyrouq._numbers import is_integer, is_real, tensor_hint
 from pyrouq._words import slip_hint
@@ -321,12 +322,13 @@ def _check_probs(
             f"Expected a non-empty {name}, got shape {shape}; "
             "pass at least one draw, one input and one class."
         )
-    if probs.is_meta:  # (torch's own error: "Tensor.item() cannot be called on meta tensors")
-        raise ValueError(
-            f"Expected {name} on a real device (cpu or cuda), got them on the meta device "
-            "(shapes, no values): there are no probabilities to check. Pass the model's "
-            "predictions, made with its weights loaded on a real device."
-        )
+    refuse_meta(  # (torch's own error: "Tensor.item() cannot be called on meta tensors")
+        probs,
+        name,
+        "there are no probabilities to check. Pass the model's predictions, made with its "
+        "weights loaded on a real device.",
+        got="them",
+    )
     probs = probs.detach()  # read numbers off, nothing differentiated (torch warns otherwise)
     # NaN and +-inf show in the extremes: no mask the size of probs (isfinite's took 1.75x it)
     low, high = (float(v) for v in torch.aminmax(probs))
