@@ -62,7 +62,6 @@ from pyrouq.checkpoint._checks import (
     python_numbers,
 )
 from pyrouq.checkpoint._describe import (
-    CheckpointError,
     build_guide,
     build_model,
     describe_guide,
@@ -72,6 +71,7 @@ from pyrouq.checkpoint._describe import (
     shared_member_norms,
     upgraded_state,
 )
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.checkpoint._file import (
     FORMAT,
     FORMAT_VERSION,

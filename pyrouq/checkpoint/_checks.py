@@ -19,7 +19,7 @@ from pyrouq._numbers import finite_float, shown, tensor_hint
 from pyrouq._util import class_name
 from pyrouq._words import article
 from pyrouq._wrappers import unwrapped
-from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.checkpoint._file import unreadable
 
 #: The class a ``torch.compile`` d module's record names (files written before 2026-12-06 hold

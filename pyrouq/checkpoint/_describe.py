@@ -474,7 +474,7 @@ def _skeleton(
             held_class=held,
             held_plain=plain,
         )
-    from pyrouq.checkpoint._skeleton import checked_skeleton  # (it imports CheckpointError)
+    from pyrouq.checkpoint._skeleton import checked_skeleton  # (it imports _given from here)
 
     return checked_skeleton(record, module, path)
 

@@ -12,10 +12,10 @@ from typing import Any
 from torch import nn
 
 from pyrouq.checkpoint._describe import (
-    CheckpointError,
     _ensemble_options,
     rebuild_latent,
 )
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.checkpoint._skeleton import check_holds_values, check_structure
 from pyrouq.convert import BatchEnsembleNetwork
 from pyrouq.likelihoods import get_likelihood

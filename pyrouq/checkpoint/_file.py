@@ -18,7 +18,7 @@ import torch
 from pyrouq._arguments import check_device
 from pyrouq._util import class_name
 from pyrouq._words import article
-from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._error import CheckpointError
 
 FORMAT = "pyrouq.checkpoint"
 #: The format of a saved :class:`~pyrouq.mcmc.MCMCResult` (draws and sampler statistics).

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._error import CheckpointError
 
 
 def python_number(value: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 from torch import nn
 
 from pyrouq._util import class_name
-from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.mcmc import MCMCResult
 
 __all__ = ["check_path_type", "check_target"]

@@ -10,7 +10,8 @@ from torch import nn
 
 from pyrouq._engine import MaxPool2dChannelsLast, MaxPool2x2, SwappingSequential
 from pyrouq._util import class_name
-from pyrouq.checkpoint._describe import CheckpointError, _given
+from pyrouq.checkpoint._describe import _given
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.convert import BatchEnsembleNetwork, BayesianNetwork, module_record
 
 __all__ = ["check_holds_values", "check_structure", "checked_skeleton"]

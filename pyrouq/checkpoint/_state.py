@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from pyrouq._util import class_name
-from pyrouq.checkpoint._describe import CheckpointError, own_way_note, share_out_member_norms
+from pyrouq.checkpoint._describe import own_way_note, share_out_member_norms
+from pyrouq.checkpoint._error import CheckpointError
 
 __all__ = ["frozen_names", "load_state", "refreeze"]
 

@@ -12,7 +12,7 @@ from torch import nn
 from pyrouq._util import class_name
 from pyrouq._wrappers import _PARALLEL, uncompiled, unwrapped
 from pyrouq.checkpoint._checks import COMPILED_CLASS
-from pyrouq.checkpoint._describe import CheckpointError
+from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.checkpoint._skeleton import saved_modules
 
 _PARALLEL_CLASSES = {f"{c.__module__}.{c.__qualname__}": c for c in _PARALLEL}
