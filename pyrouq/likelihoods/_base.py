@@ -197,7 +197,7 @@ class Likelihood(nn.Module):
                 f"{where}: got an empty batch (outputs of shape {tuple(outputs.shape)}), "
                 "expected at least one input; leave empty batches out."
             )
-        scale = 1.0
+        scale, fn = 1.0, None  # fn: the distribution, where built for a check (once)
         check_device(y, outputs, where)  # (pyrouq's check_targets do too; a subclass may not)
         if y is not None:
             self.check_targets(y, outputs, where)
@@ -210,22 +210,30 @@ class Likelihood(nn.Module):
             # D outputs: Pyro broadcasts others, (B, 1) against D = 2 silently.
             # Without N, 1 as before (a Predictive given draws holding "obs" runs unscaled)
             scale = 1.0 if num_data is None else self.scale(num_data, batch, where)
-            event = self.distribution(outputs, latent).event_shape  # (B, D): a Gaussian's
-            check_conditioned_shape(given, (batch, *event), outputs, where)
+            fn = self.distribution(outputs, latent)  # its event shape, (B, D): a Gaussian's
+            check_conditioned_shape(given, (batch, *fn.event_shape), outputs, where)
         with pyro.plate("data", batch, dim=-1):
             if members is not None:
                 with pyro.plate("members", members, dim=-2):
-                    self._sample(outputs, y, scale, latent)
+                    self._sample(outputs, y, scale, latent, fn)
             else:
-                self._sample(outputs, y, scale, latent)
+                self._sample(outputs, y, scale, latent, fn)
         return outputs
 
     def _sample(
-        self, outputs: Tensor, y: Tensor | None, scale: float, latent: dict[str, Tensor] | None
+        self,
+        outputs: Tensor,
+        y: Tensor | None,
+        scale: float,
+        latent: dict[str, Tensor] | None,
+        fn: dist.TorchDistribution | None = None,
     ) -> None:
+        """The output site and ``"obs"``, observed from ``fn`` (built here where None)."""
         pyro.deterministic(self.output_site, outputs, event_dim=1)
+        if fn is None:
+            fn = self.distribution(outputs, latent)
         with pyro.poutine.scale(scale=scale):
-            pyro.sample("obs", self.distribution(outputs, latent), obs=y)
+            pyro.sample("obs", fn, obs=y)
 
     def extra_repr(self) -> str:
         return ""
