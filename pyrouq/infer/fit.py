@@ -32,7 +32,11 @@ from pyrouq._wrappers import given_model
 from pyrouq.checkpoint._checks import check_store_params, note_store_params
 from pyrouq.checkpoint._resume import restore
 from pyrouq.infer import _distributed, _rank_optimizers
-from pyrouq.infer._checkpoint_refusals import check_checkpoint, refuse_checkpoint
+from pyrouq.infer._checkpoint_refusals import (
+    check_checkpoint,
+    refuse_checkpoint,
+    warn_of_an_interrupted_run,
+)
 from pyrouq.infer._elbo_checks import refuse_handlers_around
 from pyrouq.infer._fit_inputs import (
     DEFAULT_LR,
@@ -304,8 +308,9 @@ def fit(
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model, guide or
         metadata :func:`pyrouq.save` would refuse (see its Raises) is refused before training.
-        A file there holding an interrupted run, given no ``resume_from``, is warned of before
-        training: this run starts afresh and writes over it (a finished run's is not).
+        A file there holding an interrupted run (not the ``resume_from`` one) is warned of
+        before training, once the arguments are checked: this run writes over it (a finished
+        run's is not).
     resume_from : str, PathLike or Checkpoint, optional
         Continue the run saved there: the model and guide get its parameters, the optimizer its
         state, and the epoch count, learning-rate schedule, loss history and random-number
@@ -484,7 +489,7 @@ def fit(
             train_loader = ReadAhead(train_loader, len_or(train_loader, None))
         n = training_size(num_data, train_loader, model, resume_from)
         callbacks = check_callbacks(callbacks)  # a generator is read once, here
-        check_checkpoint(checkpoint, metadata, model, guide, resume_from)  # before an epoch
+        check_checkpoint(checkpoint, metadata, model, guide)  # before an epoch
         if seed is not None:  # after the checks (a refused call leaves the streams alone),
             pyro.set_rng_seed(seed)  # (the probe's pass draws from streams of its own)
         model.num_data = int(n)  # type: ignore[assignment]
@@ -510,6 +515,7 @@ def fit(
             )
         group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
         independent = _distributed.draws_option(distributed_draws, group, seed)
+        warn_of_an_interrupted_run(checkpoint, resume_from)  # once none of the above refused
     check_same_resume(resume, group)  # resume_from on rank 0 alone: told as such, first
     _distributed.check_same_model(  # the parameters, then the likelihood, priors, ...
         model, guide, compared_parameters(model, guide, probe), group

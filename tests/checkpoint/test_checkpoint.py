@@ -898,6 +898,56 @@ def test_a_fresh_run_over_an_interrupted_runs_checkpoint_warns_once_before_train
     assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 3
 
 
+def test_the_interrupted_run_warning_waits_for_the_checks_and_is_given_when_resuming_another(
+    tmp_path, monkeypatch
+):
+    # fit(checkpoint=p) warned that it would write over p's interrupted run before checks
+    # that refused the call later (labels out of range here), so nothing was written over;
+    # and fit(checkpoint=p, resume_from=other) wrote over p's interrupted run without a word
+    x, y = torch.randn(16, 4), torch.arange(16) % 3
+    path, other = tmp_path / "run.pt", tmp_path / "other.pt"
+
+    def run(**kw):
+        model = bayesian(nn.Linear(4, 3))
+        data = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                fit(model, mean_field_guide(model), data, epochs=3, progress=False, **kw)
+            except TrainingInterrupted:
+                pass
+        return [str(w.message) for w in caught if "interrupted run" in str(w.message)]
+
+    run(checkpoint=path, callbacks=[StopAfter(1)])  # p: 1 of 3 epochs, 2 steps
+    run(checkpoint=other, callbacks=[StopAfter(2)])  # another run, stopped after 2 epochs
+    bad = y.clone()
+    bad[3] = 7  # a label of no class: refused after fit()'s checkpoint checks
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match=r"labels in \[0, 7\], expected class indices"):
+            model = bayesian(nn.Linear(4, 3))
+            fit(model, mean_field_guide(model), pyrouq.ArrayLoader(x, bad, batch_size=8),
+                epochs=3, progress=False, checkpoint=path)  # fmt: skip
+    assert [str(w.message) for w in caught if "interrupted run" in str(w.message)] == []
+    assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 1  # not written over
+    # resuming another file writes over p's run: warned, naming the file resumed
+    (told,) = run(checkpoint=path, resume_from=other, callbacks=[StopAfter(3)])
+    assert told == (
+        f"fit(checkpoint={str(path)!r}): that file holds an interrupted run (1 of 3 epochs done, "
+        f"2 steps), and this run resumes another ({str(other)!r}), so it writes over that file "
+        f"with its own checkpoints. To continue that run instead, pass resume_from={str(path)!r} "
+        "(and epochs=3, its total); to keep it, pass another checkpoint= path; to start anew "
+        "without this warning, delete the file."
+    )
+    assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 3  # written over
+    # resuming p itself, by another name or as the Checkpoint load() read from it: quiet
+    run(checkpoint=path, callbacks=[StopAfter(1)])
+    monkeypatch.chdir(tmp_path)
+    assert run(checkpoint=path, resume_from="run.pt", callbacks=[StopAfter(2)]) == []
+    saved = load(path, module=nn.Linear(4, 3))
+    assert run(checkpoint="run.pt", resume_from=saved, callbacks=[StopAfter(3)]) == []
+
+
 class _Augmented(TensorDataset):
     """Each example with noise drawn from torch's, numpy's and Python's global streams, as a
     dataset's random augmentations draw."""
