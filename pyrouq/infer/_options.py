@@ -263,13 +263,15 @@ def anomaly_note(error: Exception, epoch: int, step: int) -> str | None:
 
 
 LR_SCHEDULES = {
-    "warmup_cosine": "the default: a linear ramp over the first 20 % of the steps, then a "
-    "half-cosine decay to 0",
-    "cosine": "a half-cosine decay to 0 from the first step",
+    "warmup_cosine": "the default: a linear ramp over the first 20 % of the steps up to the "
+    "learning rate given, then a half-cosine decay from it towards 0, reached one step after "
+    "the last",
+    "cosine": "a half-cosine decay towards 0 from the first step, reached one step after the last",
     "constant": "the learning rate as given at every step",
 }
 """fit()'s learning-rate schedules, each glossed (fit() compares ranks' schedules by their index
-here)."""
+here). The warm-up's last step and the decay's first both take the rate given; no step takes
+0 (:func:`lr_factor`)."""
 
 
 def check_lr_schedule(lr_schedule: Any) -> None:
@@ -291,7 +293,10 @@ def check_lr_schedule(lr_schedule: Any) -> None:
 
 def lr_factor(lr_schedule: str, total_steps: int) -> Callable[[int], float]:
     """The factor ``lr_schedule`` multiplies the learning rate by at each step (0-based) of a
-    run of ``total_steps``."""
+    run of ``total_steps``: for ``"warmup_cosine"``, ``(step + 1) / w`` over the first
+    ``w = int(0.2 * total_steps)`` (1 at step ``w - 1``), then ``(1 + cos(pi * (step - w) /
+    (total_steps - w))) / 2`` (1 again at step ``w``, 0 at ``total_steps``, a step not taken):
+    10 steps take 0.5, 1, 1, 0.962, 0.854, 0.691, 0.5, 0.309, 0.146, 0.038."""
     warmup = int(WARMUP_FRACTION * total_steps) if lr_schedule == "warmup_cosine" else 0
 
     def factor(step: int) -> float:

@@ -204,7 +204,8 @@ def fit(
         len(train_loader)`` steps of the run: ``"warmup_cosine"`` ramps it linearly over the first
         w = 20 % of the steps (rounded down: none in runs under 5 steps), from 1/w of its
         value at the first step to its value at the w-th, then decays it along a half cosine
-        towards 0, which it would reach one step after the last (a one-cycle policy: short
+        from that value (at the next step too) towards 0, which it would reach one step after
+        the last (a one-cycle policy: short
         runs converge much further, see the benchmarks);
         ``"cosine"`` decays from the start; ``"constant"`` leaves it alone. An epoch serving
         another number of batches than ``len(train_loader)`` is warned of.
