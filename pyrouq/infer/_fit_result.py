@@ -23,7 +23,8 @@ class EpochRecord:
     kl : float
         Mean of the (unweighted) ``KL(q || p)``; 0 for models without latent sites.
     train_acc : float
-        Running accuracy over the epoch's training examples, read off the outputs each step
+        Running accuracy over the epoch's training examples, a fraction in [0, 1] (``pyrouq
+        fit`` prints it as a percent: 0.9877 is its "98.77 %"), read off the outputs each step
         computed anyway (in training mode, before that step's update): under the step's
         weight draw (Bayesian; the first particle's, or with ``vectorize_particles`` the
         particles' mean prediction), of the members' mean prediction (ensemble), of the network
@@ -109,7 +110,8 @@ class FitResult:
 
     def __repr__(self) -> str:
         # One line: the number of epochs and the last one's figures (to 4 significant digits,
-        # as `pyrouq fit` prints them), not every record in full precision.
+        # as `pyrouq fit` prints them; train_acc as the attribute holds it, a fraction, where
+        # the command prints a percent), not every record in full precision.
         n = len(self.history)
         history = f"<{n} epoch{'' if n == 1 else 's'}"
         if n:
