@@ -8,7 +8,9 @@ Two kinds of pages are written here, at build time, before Sphinx reads the sour
 * ``tutorials/*.ipynb``, copies of ``../tutorials/*.ipynb``, rendered by myst-nb from the outputs
   stored in them: nothing is executed.
 
-Both are generated (git ignores them); ``tutorials/index.md`` globs the notebooks.
+Both are generated (git ignores them); ``tutorials/index.md`` globs the notebooks. ``setup()``
+links the names ``import pyrouq`` re-exports (``:func:`pyrouq.fit```) to the module page that
+documents them, and keeps private classes out of the "Bases:" lines (``_links.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DOCS))
+
+import _links  # noqa: E402
 
 import pyrouq  # noqa: E402
 
@@ -166,16 +171,9 @@ def _write_api_pages() -> list[str]:
 
     # Where each top-level name is documented: the first module page whose __all__ has it.
     rows = []
-    for name in pyrouq.__all__:
-        if name.startswith("__"):
-            continue
-        obj = getattr(pyrouq, name)
-        for module in present:
-            mod = importlib.import_module(f"pyrouq.{module}")
-            if name in getattr(mod, "__all__", ()) and getattr(mod, name, None) is obj:
-                rows.append(f"   * - :py:obj:`pyrouq.{name} <pyrouq.{module}.{name}>`")
-                rows.append(f"     - :doc:`{module}`")
-                break
+    for name, module in _links.documented_in(present).items():
+        rows.append(f"   * - :py:obj:`pyrouq.{name} <pyrouq.{module}.{name}>`")
+        rows.append(f"     - :doc:`{module}`")
     toc = "\n".join(f"   {m}" for m in present)
     summary = "\n".join(f"* :doc:`{m}`: {_summary(m)}" for m in present)
     index = (
@@ -225,3 +223,20 @@ def _copy_tutorials() -> list[str]:
 
 api_modules = _write_api_pages()
 tutorial_notebooks = _copy_tutorials()
+
+
+def setup(app):  # type: ignore[no-untyped-def]
+    """Link ``pyrouq.fit`` (and a bare ``predict`` from another module) to the page documenting
+    it, and show no private pyrouq class under a class's "Bases:" (see ``_links.py``)."""
+    pages = _links.documented_in(api_modules)
+    app.connect(
+        "missing-reference",
+        lambda app, env, node, contnode: _links.resolve(app, env, node, contnode, pages),
+    )
+    app.connect(
+        "autodoc-process-bases",
+        lambda app, name, obj, options, bases: bases.__setitem__(
+            slice(None), _links.public_bases(bases)
+        ),
+    )
+    return {"parallel_read_safe": True}
