@@ -3,11 +3,12 @@ checks and :func:`~pyrouq.plotting.save_figures`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, get_args
 
 import numpy as np
 import torch
@@ -42,6 +43,37 @@ the complementary CDF is 1 minus the ECDF, no typo of it, so no "did you mean" i
 MAX_BARS = 10
 
 Probs = Any  # Predictions, (S, N, C) or (N, C) tensor
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def closes_its_figures(plot: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``plot``, closing the figures it made when it fails: pyplot keeps every figure, and one
+    that failed half-drawn (in ``tight_layout``, with ``text.usetex`` and no LaTeX) was left
+    open with no handle to close it. A figure given through ``ax=`` is the caller's: kept."""
+
+    @functools.wraps(plot)
+    def drawn(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        before = set(pyplot.get_fignums()) if pyplot is not None else set()
+        try:
+            return plot(*args, **kwargs)
+        except BaseException:
+            pyplot = sys.modules.get("matplotlib.pyplot")  # (imported by plot, maybe)
+            if pyplot is not None:
+                for number in set(pyplot.get_fignums()) - before:
+                    pyplot.close(number)
+            raise
+
+    return drawn
+
+
+def ink() -> str:
+    """The colour of the style's text (black by default, white with ``dark_background``), for
+    what is drawn in black on a light figure: a hard-coded black vanished on a dark one."""
+    return str(_pyplot().rcParams["text.color"])
 
 
 def lone_point(n: int, marker: str = "o") -> dict[str, Any]:

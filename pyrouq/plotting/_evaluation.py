@@ -35,6 +35,8 @@ from pyrouq.plotting._common import (
     _probs,
     _pyplot,
     _targets,
+    closes_its_figures,
+    ink,
     lone_point,
 )
 from pyrouq.uncertainty import Measure, _check_measure, decompose
@@ -58,6 +60,7 @@ _MAX_HISTOGRAM_BINS = 1000
 # Calibration and selective prediction
 
 
+@closes_its_figures
 def plot_reliability(
     predictions_or_probs: Predictions | Tensor,
     targets: Tensor | None = None,
@@ -145,7 +148,7 @@ def plot_reliability(
         lw=0.5,
         label="gap to confidence",
     )
-    ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+    ax.plot([0, 1], [0, 1], "--", color=ink(), lw=1, label="perfect calibration")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
@@ -162,6 +165,7 @@ def plot_reliability(
     return fig
 
 
+@closes_its_figures
 def plot_risk_coverage(
     predictions_or_probs: Predictions | Tensor,
     targets: Tensor | None = None,
@@ -222,7 +226,8 @@ def plot_risk_coverage(
     best_label = f"optimal (AURC {float(best.mean()):.2%})"  # (one input: its point, an x)
     ax.plot(coverage, best.numpy(), "g--", lw=1, label=best_label, **lone_point(n, "x"))
     ax.axhline(total_errors / n, color="gray", ls=":", lw=1, label="random ranking")
-    ax.plot([(4 * n + 4) // 5 / n], [at_80], "ko", ms=4, label=f"Risk@80Cov {at_80:.2%}")
+    at_80_label = f"Risk@80Cov {at_80:.2%}"
+    ax.plot([(4 * n + 4) // 5 / n], [at_80], "o", color=ink(), ms=4, label=at_80_label)
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("coverage")
@@ -238,6 +243,7 @@ def plot_risk_coverage(
 # Uncertainty, training, distribution shift
 
 
+@closes_its_figures
 def plot_uncertainty_distributions(
     in_dist: Predictions | Tensor,
     ood: Predictions | Tensor | None = None,
@@ -384,6 +390,7 @@ def plot_uncertainty_distributions(
     return fig
 
 
+@closes_its_figures
 def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figure:
     """Loss, KL and training accuracy per epoch of a :func:`pyrouq.infer.fit` run.
 
@@ -482,6 +489,7 @@ def plot_training_curves(fit_result: FitResult | Sequence[EpochRecord]) -> Figur
     return fig
 
 
+@closes_its_figures
 def plot_rotation(rows: Sequence[Mapping[str, float]]) -> Figure:
     """Accuracy, ECE and uncertainty against the rotation angle.
 

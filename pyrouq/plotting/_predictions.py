@@ -19,6 +19,8 @@ from pyrouq.plotting._common import (
     _optional_targets,
     _probs,
     _pyplot,
+    closes_its_figures,
+    ink,
     lone_point,
 )
 from pyrouq.uncertainty import Measure, _check_measure, decompose
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from pyrouq.predictive import Predictions
 
 
+@closes_its_figures
 def plot_most_uncertain(
     predictions: Predictions | Tensor,
     images: Tensor,
@@ -50,7 +53,7 @@ def plot_most_uncertain(
     otherwise. Row r shows the r-th image, titled with its index, true label (when
     known) and predicted class, and a chart of the class probabilities ``p_s`` of every draw s:
     grouped bars for up to 10 draws/members, one thin line per draw beyond that, with the mean
-    ``p̄`` as a black line.
+    ``p̄`` as a line in the style's text colour (black by default).
 
     Parameters
     ----------
@@ -151,7 +154,7 @@ def plot_most_uncertain(
                     label=f"{s} draws" if j == 0 else None,
                     **lone_point(len(classes), "_"),
                 )
-        ax_p.plot(classes, p_bar[i].numpy(), "k.-", lw=1.0, label="mean")
+        ax_p.plot(classes, p_bar[i].numpy(), ".-", color=ink(), lw=1.0, label="mean")
         ax_p.set_ylim(0.0, 1.02)
         ax_p.set_xticks(classes)
         ax_p.tick_params(labelsize=7)
@@ -185,6 +188,7 @@ def plot_most_uncertain(
     return fig
 
 
+@closes_its_figures
 def plot_image_grid(
     predictions: Predictions | Tensor,
     images: Tensor,
@@ -276,7 +280,7 @@ def plot_image_grid(
             ha="center",
             va="bottom",
             fontsize=8,
-            color="tab:red" if wrong else "black",
+            color="tab:red" if wrong else ink(),
         )
     ax.set_xlim(0.0, width)  # after imshow, which sets the limits to the images' extent
     ax.set_ylim(height, 0.0)  # y grows downwards, like the rows

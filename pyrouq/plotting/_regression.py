@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint, text_hint
-from pyrouq.plotting._common import _figure_and_axes, lone_point
+from pyrouq.plotting._common import _figure_and_axes, closes_its_figures, ink, lone_point
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -75,6 +75,7 @@ def _targets_of(train_y: Any, n: int, num_outputs: int) -> Tensor:
     return train_y.detach().reshape(n, num_outputs)
 
 
+@closes_its_figures
 def plot_regression(
     predictions: GaussianPredictions,
     x: Tensor,
@@ -173,7 +174,7 @@ def plot_regression(
     )  # fmt: skip
     ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean", **lone_point(len(grid)))
     if train is not None:
-        ax.scatter(*train, s=12, color="black", zorder=3, label="training data")
+        ax.scatter(*train, s=12, color=ink(), zorder=3, label="training data")
     ax.set_xlabel("x")
     ax.set_ylabel("y" if p.num_outputs == 1 else f"y[{output}]")
     draws = f"{p.num_samples} draw{'s' if p.num_samples != 1 else ''}"
@@ -184,6 +185,7 @@ def plot_regression(
     return fig
 
 
+@closes_its_figures
 def plot_calibration(
     predictions: GaussianPredictions,
     targets: Tensor | None = None,

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.colors import to_rgba
 
 import pyrouq
 from pyrouq import metrics
@@ -517,3 +518,53 @@ def test_matplotlib_is_imported_lazily_with_agg_when_headless():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.split() == ["False", "True", "agg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A user's style and settings
+
+
+def test_what_was_black_takes_the_style_text_colour(preds, images):
+    # hard-coded black vanished on plt.style.use("dark_background"): the image grid's titles
+    # of right predictions, the diagonal, the Risk@80Cov point, the mean line, training points
+    right = preds.probs.mean(0).argmax(-1)  # every title a right prediction's
+    gauss = GaussianPredictions(torch.zeros(2, 3, 1), torch.ones(2, 3, 1))
+    x = torch.arange(3.0)
+    white = (1.0, 1.0, 1.0, 1.0)
+    with plt.style.context("dark_background"):
+        grid = plot_image_grid(preds, images, right, rows=1, cols=3)
+        assert {to_rgba(t.get_color()) for t in grid.axes[0].texts} == {white}
+        diagonal = plot_reliability(preds, right).axes[0].lines[0]
+        assert diagonal.get_label() == "perfect calibration"
+        at_80 = plot_risk_coverage(preds, right).axes[0].lines[-1]
+        assert at_80.get_label().startswith("Risk@80Cov")
+        mean = plot_most_uncertain(preds, images, k=1).axes[1].lines[-1]
+        assert mean.get_label() == "mean"
+        assert {to_rgba(line.get_color()) for line in (diagonal, at_80, mean)} == {white}
+        scatter = plot_regression(gauss, x, train_x=x, train_y=x).axes[0].collections[-1]
+        assert [tuple(c) for c in scatter.get_facecolor()] == [white]
+    grid = plot_image_grid(preds, images, right, rows=1, cols=3)  # the default style: black
+    assert {to_rgba(t.get_color()) for t in grid.axes[0].texts} == {(0.0, 0.0, 0.0, 1.0)}
+
+
+def test_a_plot_that_fails_while_drawing_closes_its_own_figure(preds, targets):
+    # text.usetex without LaTeX fails in tight_layout or a title, after the figure was made: it
+    # was left open in pyplot, with no handle to close it (a given ax's figure is the caller's)
+    from matplotlib.axes import Axes
+
+    def no_latex(*args, **kwargs):
+        raise RuntimeError("Failed to process string with tex because latex could not be found")
+
+    _, ax = plt.subplots()  # the caller's figure, open before and after
+    open_before = plt.get_fignums()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Axes, "set_title", no_latex)
+        for draw in (
+            lambda: plot_reliability(preds, targets),
+            lambda: plot_uncertainty_distributions(preds),
+            lambda: plot_rotation(_rows()),
+            lambda: plot_risk_coverage(preds, targets, ax=ax),
+        ):
+            with pytest.raises(RuntimeError, match="latex could not be found"):
+                draw()
+            assert plt.get_fignums() == open_before
