@@ -163,7 +163,13 @@ def _locate(
         if path is None:
             where = Path(os.path.abspath(base))  # a relative root, from the working folder
             expected = _candidates(where, folder, name)[0]
-            if origin == "the bundled copy":
+            if origin == "the bundled copy" and not _BUNDLED_ROOT.is_dir():
+                hint = (  # (was: "pyrouq bundles only MNIST and ...", MNIST's own split)
+                    f"the bundled copy is not a folder on disk: {_packed_in()}; pass root= (or "
+                    f"set $PYROUQ_DATA) to a folder in torchvision layout (<root>/{folder}/raw/"
+                    "...), or install pyrouq as a folder (pip install)"
+                )
+            elif origin == "the bundled copy":
                 hint = (
                     f"pyrouq bundles only MNIST and the Fashion-MNIST test split; for the "
                     f"{folder} {split} split pass root= (or set $PYROUQ_DATA) to a folder in "
@@ -204,6 +210,17 @@ def _locate(
                 f"(looked under {origin}: {where}).{missing} To fix: {hint}."
             )
     return found[0], found[1]  # type: ignore[return-value]
+
+
+def _packed_in() -> str:
+    """Why the bundled folder is missing: the archive pyrouq was imported from (a zip on
+    ``sys.path``, which ``Path`` cannot read inside), or an install without its data files."""
+    for parent in _BUNDLED_ROOT.parents:
+        if parent.is_file():
+            return f"pyrouq was imported from inside the file {str(parent)!r} (a zip archive)"
+        if parent.is_dir():
+            break
+    return "pyrouq was installed without its data files"
 
 
 def _root_above(base: Path, folder: str, names: tuple[str, ...]) -> Path | None:

@@ -97,6 +97,23 @@ def test_the_bundled_test_split_is_the_raw_files_bit_for_bit():
     assert np.array_equal(labels.numpy(), read(raw / "t10k-labels-idx1-ubyte"))
 
 
+def test_a_bundled_copy_inside_a_zip_archive_is_told_as_such(tmp_path, monkeypatch):
+    # pyrouq imported from a zip on sys.path: pathlib cannot look inside it, and the refusal
+    # said "pyrouq bundles only MNIST and ...; for the MNIST test split pass root=", of MNIST
+    archive = tmp_path / "pyrouq.zip"
+    archive.write_bytes(b"PK")
+    monkeypatch.setattr("pyrouq._idx._BUNDLED_ROOT", archive / "pyrouq" / "_data")
+    monkeypatch.delenv("PYROUQ_DATA", raising=False)
+    with pytest.raises(FileNotFoundError) as info:
+        mnist_arrays("test")
+    said = str(info.value)
+    assert (
+        f"the bundled copy is not a folder on disk: pyrouq was imported from inside the "
+        f"file {str(archive)!r} (a zip archive); pass root= (or set $PYROUQ_DATA)" in said
+    )
+    assert "bundles only" not in said
+
+
 def test_predict_batchnorm_data_predicts_with_the_average_of_the_batches_statistics():
     """predict(..., batchnorm_data=...) predicts each draw with BatchNorm's running statistics
     re-estimated under that draw: the average of the batches' means and unbiased variances
