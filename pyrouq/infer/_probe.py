@@ -47,6 +47,7 @@ from pyrouq._util import (
     warn_caller,
 )
 from pyrouq._wrappers import uncompiled, unwrapped
+from pyrouq.infer._adopted import adopted, adoption_refusal, adoption_warning, module_params
 from pyrouq.infer._elbo_checks import own_model
 from pyrouq.infer._own_targets import OwnTargets
 from pyrouq.infer._training import (
@@ -133,7 +134,7 @@ class Probe:
         if foreign and likelihood_of(model) is None and y.dtype.is_floating_point:
             self.likelihood = OwnTargets()
         x = model_input(x, typed_by(model, guide), "fit()")  # (a guide holding parameters)
-        held = {id(p) for p in _module_params(model, guide)}
+        held = {id(p) for p in module_params(model, guide)}
         stored = {id(p) for _, p in pyro.get_param_store().named_parameters()}
         names = set(pyro.get_param_store().keys())
         was = modes(model) + modes(guide)  # (a guide's BatchNorm keeps its statistics too)
@@ -189,36 +190,21 @@ class Probe:
                 params, trace = _own_model_params(model, guide, x, y, names)
                 self.created_params += params
                 self._read_targets(model, trace, y)
-            elif guide is not None and _adopted(model, guide, held, stored)[0]:
+            elif guide is not None and adopted(model, guide, held, stored)[0]:
                 with torch.no_grad(), pyro.validation_enabled(False):
                     _replayed_check(model, guide, x, y)
         except Exception as err:  # a guide (or model) that took another's parameters
             if x.shape[0] == 1 and str(err).startswith(ONE_VALUE_PER_CHANNEL):  # as the step
                 raise one_value_in_training(x, 1, 1) from None  # would say
-            taken, takers = _adopted(model, guide, held, stored)
-            if not taken:
+            refusal = adoption_refusal(err, model, guide, held, stored)
+            if refusal is None:  # (none taken, or an error taking them cannot cause)
                 raise
-            why = err.problem if isinstance(err, GuideMismatch) else f"{type(err).__name__}: {err}"
-            why = why.strip().splitlines()[0] if why.strip() else why  # (not Pyro's trace shapes)
-            raise ValueError(
-                f"{_adopted_text(taken, takers)} Those do not fit {type(model).__name__} "
-                f"({' '.join(why.split())}). Call "
-                "pyro.clear_param_store() before building this model and guide, or "
-                "pyro.settings.set(module_local_params=True) before building the models to "
-                "keep each one's parameters its own. Nothing was trained."
-            ) from err
+            raise refusal from err
         finally:
             restore_modes(was)
-        taken, takers = _adopted(model, guide, held, stored)
+        taken, takers = adopted(model, guide, held, stored)
         if taken:
-            warn_caller(
-                f"{_adopted_text(taken, takers)} It starts from those values instead of its "
-                "own, and shares the tensors, so training it also changes the other one. Call "
-                "pyro.settings.set(module_local_params=True) before building the models to "
-                "keep each one's parameters its own (or pyro.clear_param_store() before "
-                "building this model and guide, if the other is no longer used); values you "
-                "loaded into the store to resume a run are taken as intended."
-            )
+            warn_caller(adoption_warning(taken, takers))
 
     def _network_params(self, trace: Any, held: set[int]) -> None:
         """The ``pyro.param`` sites a converted network created as it ran (``trace``), that no
@@ -257,44 +243,6 @@ def _network_of_its_own(model: Any) -> bool:
     libraries = ("torch", "pyrouq")
     return isinstance(net, nn.Module) and any(
         type(m).__module__.partition(".")[0] not in libraries for m in net.modules()
-    )
-
-
-def _module_params(model: Any, guide: Any) -> list[torch.Tensor]:
-    """The parameters the model and a guide module hold."""
-    modules = [m for m in (model, guide) if isinstance(m, nn.Module)]  # (a module, or None)
-    return [p for m in modules for p in m.parameters()]
-
-
-def _adopted(
-    model: nn.Module, guide: Any, held: set[int], stored: set[int]
-) -> tuple[list[str], list[str]]:
-    """The names of the parameters that the model or guide took, on its first call, from Pyro's
-    global param store, which already held them under those names, and which of the two took
-    them (``held``: the ids of the parameters they held before; ``stored``: those of the
-    store's): a ``PyroModule`` takes a stored value of its parameter's name in place of its
-    own, so a new ``AutoNormal`` of a second model of the same class starts from the first
-    fit's posterior and shares its tensors (training one moves the other's guide), and one of
-    a model of other sizes gets tensors of the first one's shapes."""
-    store = pyro.get_param_store()
-    taken, takers = [], []
-    for who, owner in ((type(model).__name__, model), (f"{type(model).__name__}'s guide", guide)):
-        mine = [
-            store.param_name(p) or "?"
-            for p in _module_params(owner, None)
-            if id(p) not in held and id(p) in stored
-        ]
-        taken += mine
-        takers += [who] if mine else []
-    return taken, takers
-
-
-def _adopted_text(taken: list[str], takers: list[str]) -> str:
-    shown = ", ".join(map(repr, taken[:3])) + (", ..." if len(taken) > 3 else "")
-    return (
-        f"fit(): {' and '.join(takers)} took {len(taken)} parameter(s) ({shown}) from "
-        "Pyro's param store, which already held them under those names (another model's or "
-        "guide's: an AutoNormal of a model of the same class fitted before, say)."
     )
 
 
