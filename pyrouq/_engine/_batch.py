@@ -24,7 +24,9 @@ def check_outputs(out: Any, net: nn.Module, batch: int) -> Tensor:
             f"{name}.forward returned shape {shape} for {batch} inputs: one value per input, "
             "without the outputs' dimension. pyrouq needs outputs (B, D): for a single output "
             f"(regression), return ({batch}, 1), e.g. drop the forward's .squeeze(-1) or return "
-            "outputs.unsqueeze(-1); a classifier returns (B, C) logits, C >= 2."
+            f"outputs.unsqueeze(-1) (under Gaussian('heteroscedastic'), ({batch}, 2): a mean, "
+            "then a raw scale, from a last layer of 2 outputs); a classifier returns (B, C) "
+            "logits, C >= 2."
         )
     if not isinstance(out, Tensor):
         keys = f" (keys {', '.join(map(repr, list(out)[:5]))})" if isinstance(out, dict) else ""

@@ -94,13 +94,42 @@ def test_fit_of_a_network_with_one_value_per_input_is_not_told_to_wrap_it():
     message = (
         "Sequential.forward returned shape (16,) for 16 inputs: one value per input, without "
         "the outputs' dimension. pyrouq needs outputs (B, D): for a single output (regression), "
-        "return (16, 1), e.g. drop the forward's .squeeze(-1) or return outputs.unsqueeze(-1); "
-        "a classifier returns (B, C) logits, C >= 2."
+        "return (16, 1), e.g. drop the forward's .squeeze(-1) or return outputs.unsqueeze(-1) "
+        "(under Gaussian('heteroscedastic'), (16, 2): a mean, then a raw scale, from a last "
+        "layer of 2 outputs); a classifier returns (B, C) logits, C >= 2."
     )
     assert str(info.value) == message  # fit and predict alike, one message (not 'wrap it')
     with pytest.raises(TypeError) as info:
         pyrouq.predict(net, x, progress=False)
     assert str(info.value) == message
+
+
+class _Squeezed(nn.Module):
+    def __init__(self, outputs: int):
+        super().__init__()
+        self.fc = nn.Linear(6, outputs)
+
+    def forward(self, x):
+        out = self.fc(x)
+        return out.squeeze(-1) if out.shape[-1] == 1 else out
+
+
+def test_a_heteroscedastic_network_with_one_value_per_input_is_told_the_shape_that_fits():
+    """Under Gaussian('heteroscedastic') the refusal said to return (B, 1), which the
+    likelihood then refuses ('an odd number' of outputs): it needs a mean and a raw scale per
+    input, (B, 2). Its advice, followed, now fits."""
+    x, y = torch.randn(16, 6), torch.randn(16)
+
+    def fitted(outputs):
+        model = pyrouq.bayesian(_Squeezed(outputs), likelihood=pyrouq.Gaussian("heteroscedastic"))
+        loader = [(x, y)]
+        return pyrouq.fit(
+            model, pyrouq.mean_field_guide(model), loader, epochs=1, num_data=16, progress=False
+        )
+
+    with pytest.raises(TypeError, match=r"under Gaussian\('heteroscedastic'\), \(2, 2\): a mean"):
+        fitted(1)  # (fit() first runs the network on 2 examples)
+    assert fitted(2).steps == 1
 
 
 def test_a_run_resumed_in_python_keeps_its_metadata(tmp_path):
