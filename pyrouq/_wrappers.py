@@ -13,13 +13,21 @@ and each function here says how far in to look:
   with the same compiler settings, around the module inside it.
 
 A wrapper is told by its class (never by an ``_orig_mod`` or ``module`` attribute alone, which a
-user's own module may have)."""
+user's own module may have).
+
+A model function or module may also come inside Pyro's effect handlers
+(``poutine.condition(model, data=...)``: a ``functools.partial`` of Pyro's), run as they are;
+:func:`under_handlers` names the model inside and the handlers, for messages."""
 
 from __future__ import annotations
 
+import functools
+import re
 import sys
 from typing import Any
 
+from pyro import poutine
+from pyro.poutine.messenger import Messenger
 from torch import nn
 
 _PARALLEL = (nn.parallel.DistributedDataParallel, nn.DataParallel)
@@ -124,3 +132,22 @@ def _compiled_around(compiled: Any, model: Any) -> Any:
             "model)): compile inside the parallel wrapper."
         )
     return settings(model)
+
+
+def under_handlers(fn: Any) -> tuple[Any, list[str]]:
+    """The model that Pyro's effect handlers wrapped (``poutine.condition(model, data=...)``,
+    however they nest: ``partial(_context_wrap, messenger, model)`` in a ``_bound_partial``),
+    and the handlers, outermost first, as written (``"poutine.condition"``; a handler of
+    another name, its class's); ``fn`` itself and none where it is no such wrapper."""
+    inner, handlers = fn, []
+    while isinstance(inner, functools.partial):
+        if len(inner.args) == 2 and isinstance(inner.args[0], Messenger):
+            kind = type(inner.args[0]).__name__
+            word = re.sub(r"(?<!^)(?=[A-Z])", "_", kind.removesuffix("Messenger")).lower()
+            handlers.append(f"poutine.{word}" if hasattr(poutine, word) else kind)
+            inner = inner.args[1]
+        elif not inner.args and isinstance(inner.func, functools.partial):
+            inner = inner.func  # (the _bound_partial around the handler's partial)
+        else:
+            break
+    return (inner, handlers) if handlers else (fn, [])

@@ -12,6 +12,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 from _toy import toy_data
+from pyro import poutine
 from pyro.infer import MCMC, NUTS
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
@@ -110,12 +111,25 @@ def test_mcmc_draws_decompose_by_hand_as_guide_draws_do():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [OwnLinear, lambda: coin], ids=["pyromodule", "function"])
-def test_to_inference_data_of_ones_own_model_without_a_guide_names_its_latent_sites(make):
+def _conditioned():
+    return poutine.condition(OwnLinear(), data={"fc.bias": torch.zeros(2)})
+
+
+@pytest.mark.parametrize(
+    "make, sites, name",
+    [
+        (OwnLinear, "['fc.weight', 'fc.bias']", "OwnLinear"),
+        (lambda: coin, "['p']", "coin"),
+        # named '_bound_partial', the class of the partial that Pyro's handlers make
+        (_conditioned, "['fc.weight']", "OwnLinear (under poutine.condition)"),
+    ],
+    ids=["pyromodule", "function", "poutine-wrapped"],
+)
+def test_to_inference_data_of_ones_own_model_without_a_guide_names_its_latent_sites(
+    make, sites, name
+):
     model = make()
     x, y = (torch.zeros(30, 1), torch.zeros(30).long()) if model is coin else toy_data(20)
-    sites = "['p']" if model is coin else "['fc.weight', 'fc.bias']"
-    name = "coin" if model is coin else "OwnLinear"
     state = torch.get_rng_state()
     with pytest.raises(ValueError) as err:
         to_inference_data(model, None, x, y)
