@@ -294,6 +294,7 @@ def trained_run(
         kl_weight=float(training["kl_weight"]),
         num_particles=int(training["num_particles"]),
         steps=int(training["steps"]),
+        _weighs_kl=saved.guide is not None,
     )
     return saved.model, saved.guide, result
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,9 @@ class FitResult:
     num_data : int
         Training-set size N used for the N/B scaling.
     kl_weight : float
+        The weight of the KL term in the loss. A fit without a guide (a BatchEnsemble, a
+        plain network: the NLL alone, no KL term) holds the weight it was given or the
+        default, which weighs nothing there; its repr leaves it out.
     num_particles : int
     steps : int
         Optimizer steps taken.
@@ -97,6 +100,7 @@ class FitResult:
     kl_weight: float
     num_particles: int
     steps: int
+    _weighs_kl: bool = field(default=True, repr=False)  # False: no guide, so no KL term
 
     @property
     def losses(self) -> list[float]:
@@ -111,7 +115,8 @@ class FitResult:
     def __repr__(self) -> str:
         # One line: the number of epochs and the last one's figures (to 4 significant digits,
         # as `pyrouq fit` prints them; train_acc as the attribute holds it, a fraction, where
-        # the command prints a percent), not every record in full precision.
+        # the command prints a percent), not every record in full precision; kl_weight left
+        # out of a fit without a KL term (no guide), where it weighs nothing.
         n = len(self.history)
         history = f"<{n} epoch{'' if n == 1 else 's'}"
         if n:
@@ -122,6 +127,7 @@ class FitResult:
             )
         return (
             f"FitResult(history={history}>, num_data={self.num_data}, "
-            f"kl_weight={self.kl_weight!r}, num_particles={self.num_particles}, "
+            + (f"kl_weight={self.kl_weight!r}, " if self._weighs_kl else "")
+            + f"num_particles={self.num_particles}, "
             f"steps={self.steps}, seconds={self.seconds:.1f})"
         )

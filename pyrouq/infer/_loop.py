@@ -146,6 +146,7 @@ class Loop:
             kl_weight=self.elbo.kl_weight,
             num_particles=self.elbo.num_particles,
             steps=self.steps,
+            _weighs_kl=self.guide is not None,  # (no guide: the NLL alone)
         )
 
     def call_back(self, record: EpochRecord) -> None:

@@ -1087,6 +1087,22 @@ def test_a_fit_results_repr_is_one_short_line_its_history_whole():
     assert repr(none).startswith("FitResult(history=<0 epochs>, num_data=8, kl_weight=0.02,")
 
 
+def test_a_fit_without_a_kl_term_leaves_kl_weight_out_of_its_repr():
+    # a BatchEnsemble's (or a plain network's) fit showed kl_weight=0.02, the default, which
+    # weighs nothing there (no guide: the loss is the NLL alone); the attribute stays
+    from pyrouq.convert import batchensemble
+
+    x, y = torch.randn(8, 4), torch.arange(8) % 3
+    net = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    for model in (batchensemble(net, 2), torch.nn.Linear(4, 3)):
+        result = fit(model, None, [(x, y)], epochs=1, num_data=8, progress=False)
+        assert ", num_data=8, num_particles=1, steps=1," in repr(result)
+        assert result.kl_weight == 0.02 and result.history[-1].kl == 0.0
+    model = bayesian(torch.nn.Linear(4, 3))
+    result = fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, progress=False)
+    assert ", num_data=8, kl_weight=0.02, num_particles=1, steps=1," in repr(result)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
 def test_bad_init_scale(bad):
     with pytest.raises(ValueError, match=r"Expected init_scale > 0"):
