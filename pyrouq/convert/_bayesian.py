@@ -356,7 +356,29 @@ class BayesianNetwork(NamedInStore, PyroModule):
         # read past PyroModule's hook, which under Pyro records it (pyro.module): forward
         # records it untraced
         net: nn.Module = self._modules["net"]  # type: ignore[assignment]
+        self._check_priors_dtype(net, network, x)
         return _engine.run_draws(net, x, network, dims, self.num_members)
+
+    def _check_priors_dtype(self, net: nn.Module, network: Mapping[str, Tensor], x: Tensor) -> None:
+        """Refuse the priors' draws in another dtype than the network's, where the network was
+        cast alone (``model.net.double()``): torch's "mat1 and mat2 must have the same dtype"
+        names neither. One site's dtypes compared (O(1)); the priors read only then."""
+        site = next(iter(self._sites), None)
+        if site is None or site not in network:
+            return
+        held, given = net.get_buffer(site).dtype, network[site].dtype
+        if held == given or torch.is_autocast_enabled(x.device.type):  # (autocast casts both)
+            return
+        priors = module_dtype(self._modules["site_priors"])
+        if priors != given:  # (draws of another source: torch's words, at the layer)
+            return
+        casts = {torch.float64: "double", torch.float32: "float", torch.float16: "half"}
+        cast = f"model.{casts[held]}()" if held in casts else f"model.to({held})"
+        raise TypeError(
+            f"{type(self).__name__}'s priors are {priors}, but its network is {held} (the "
+            f"network was cast alone, e.g. model.net.double()), so the weights they draw do "
+            f"not fit it. Cast the whole model, {cast}, which casts the priors with the network."
+        )
 
     def _recorded(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """``x`` checked and the latent sites drawn, the point estimates put in Pyro's param

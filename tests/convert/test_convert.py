@@ -275,6 +275,23 @@ def test_a_tied_weight_is_one_latent_site_that_every_name_reads(tmp_path):
     assert torch.equal(restored.model.outputs(x, drawn), model.outputs(x, drawn))
 
 
+def test_a_network_cast_alone_is_told_to_cast_the_model():
+    # model.net.double() leaves the priors float32: model(x) gave torch's "mat1 and mat2 must
+    # have the same dtype, but got Double and Float", which names neither; the advice, followed,
+    # runs in float64
+    model = bayesian(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    model.net.double()
+    x = torch.randn(5, 3, dtype=torch.float64)
+    with pytest.raises(TypeError) as err:
+        model(x)
+    assert str(err.value) == (
+        "BayesianNetwork's priors are torch.float32, but its network is torch.float64 (the "
+        "network was cast alone, e.g. model.net.double()), so the weights they draw do not fit "
+        "it. Cast the whole model, model.double(), which casts the priors with the network."
+    )
+    assert model.double()(x).dtype == torch.float64
+
+
 def test_a_tied_site_stays_tied_through_load_state_dict_with_assign():
     # assign=True puts the loaded tensor in under the site's name only; net(x), which runs the
     # network with its template, read the tensor it replaced under the other names
