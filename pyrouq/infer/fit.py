@@ -309,9 +309,10 @@ def fit(
         Write a checkpoint (:func:`pyrouq.save` format, with the optimizer and the resume state)
         to this file after every epoch and when the run is interrupted. A model, guide or
         metadata :func:`pyrouq.save` would refuse (see its Raises) is refused before training.
-        A file there holding an interrupted run (not the ``resume_from`` one) is warned of
-        before training, once the arguments are checked: this run writes over it (a finished
-        run's is not).
+        A file there holding an interrupted run is warned of before training, once the
+        arguments are checked, unless ``resume_from`` is that file (which continues it): this
+        run, started afresh (no ``resume_from``) or resuming another file, writes over it (a
+        finished run is not warned of).
     resume_from : str, PathLike or Checkpoint, optional
         Continue the run saved there: the model and guide get its parameters, the optimizer its
         state, and the epoch count, learning-rate schedule, loss history and random-number

@@ -136,6 +136,16 @@ def test_readme_checkpoint_block_runs_and_its_resume_line_continues_an_interrupt
     with pytest.warns(UserWarning, match=r"holds an interrupted run \(1 of 3 epochs done"):
         pyrouq.fit(model, guide, train, epochs=3, checkpoint="run.pt", progress=False)
     assert pyrouq.load("run.pt").training["epochs_done"] == 3
+    # "one whose resume_from is another file warns too, then writes that run over the stopped
+    # one" (it wrote over it without a word)
+    assert "one whose resume_from is another file warns too" in code
+    with pytest.raises(pyrouq.TrainingInterrupted):
+        pyrouq.fit(model, guide, train, epochs=3, checkpoint="run.pt", progress=False,
+                   callbacks=[ctrl_c])  # fmt: skip
+    with pytest.warns(UserWarning, match=r"run resumes another \('ref.pt'\), so it writes over"):
+        pyrouq.fit(model, guide, train, epochs=4, checkpoint="run.pt", resume_from="ref.pt",
+                   progress=False)  # fmt: skip
+    assert pyrouq.load("run.pt").training["epochs_done"] == 4
 
 
 # -- README "Data", "Pyro inside", "BatchEnsemble", colour images, "Command line" ------------------
