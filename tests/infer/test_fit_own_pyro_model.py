@@ -142,7 +142,7 @@ def test_an_error_the_store_cannot_cause_is_not_blamed_on_it():
         return model, guide
 
     for _ in range(2):  # an empty store, then one holding the first build's tensors
-        with pytest.raises(RuntimeError, match="Multiple sample sites named '2.bias'"):
+        with pytest.raises(RuntimeError, match=r"Multiple sample sites named '2\.bias'"):
             fit(*build(8), x, y)
 
 
