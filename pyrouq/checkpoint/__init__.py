@@ -181,7 +181,7 @@ def save(
     path : str or PathLike
         The file to write (its folder is created; a leading ``~`` is refused, not expanded:
         pass ``os.path.expanduser(path)``). Written atomically: a temporary file in the same
-        folder, then renamed.
+        folder, then renamed (a device or a pipe, such as ``/dev/null``, is written into).
     model : pyrouq model or nn.Module
         A model made by :func:`pyrouq.bayesian` / :func:`pyrouq.batchensemble`, a front door
         (``BayesianLeNet``, ``BatchEnsembleMLP``, ...) or a plain ``nn.Module`` (rebuilt by

@@ -9,6 +9,7 @@ import io
 import os
 import pickle
 import pickletools
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -305,34 +306,22 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     mode. torch.save is given the open file, not its name: it names the archive's folder
     after a file's name (the random temporary one), an open file's ``archive/``, so that the
     same payload gives the same bytes. A full disk is an OSError (ENOSPC) naming ``path``,
-    not torch's RuntimeError "unexpected pos" (:func:`_disk_error`)."""
+    not torch's RuntimeError "unexpected pos" (:func:`_disk_error`). A device or a pipe
+    (``/dev/null``, a FIFO) is written into, as torch.save writes it: renamed over, the
+    temporary file would take its place (as root, ``/dev/null`` replaced by a regular file)."""
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode: int | None = os.stat(target).st_mode & 0o777
+        found = os.stat(target).st_mode
     except OSError:  # a new file: the mode _create gives it (0o666 less the umask)
-        mode = None
+        found = None
+    if found is not None and not (stat.S_ISREG(found) or stat.S_ISDIR(found)):
+        _dump(target, payload, target)  # a device or a pipe (/dev/null, a FIFO): written into
+        return path  # as torch.save writes it, not replaced by a file of the temporary's
+    mode = None if found is None else found & 0o777
     handle, tmp = _create(target, 0o666 if mode is None else 0o600)  # (private until chmod)
     try:
-        try:
-            with open(handle, "wb") as file:
-                try:
-                    torch.save(payload, file)
-                except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
-                    disk = _disk_error(err, target)  # EFBIG): "unexpected pos"
-                    if disk is None:
-                        raise
-                    raise disk from None
-                file.flush()
-                try:
-                    os.fsync(file.fileno())
-                except OSError as err:  # a file system that cannot flush (some FUSE mounts)
-                    if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
-                        raise
-        except OSError as err:  # a small archive's bytes meet the disk at the flush or close
-            if err.filename is None and err.errno in _DISK_ERRORS:
-                raise OSError(err.errno, err.strerror or str(err), str(target)) from None
-            raise
+        _dump(handle, payload, target)
         if mode is not None:  # after the writes: a read-only file's mode (0o444) forbids them
             os.chmod(tmp, mode)
         os.replace(tmp, target)
@@ -340,6 +329,30 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _dump(file: int | Path, payload: dict[str, Any], target: Path) -> None:
+    """torch.save ``payload`` into ``file`` (an open descriptor, or a device or pipe's path),
+    flushed to the disk; a full disk (or quota, size limit) is an OSError naming ``target``."""
+    try:
+        with open(file, "wb") as out:
+            try:
+                torch.save(payload, out)
+            except RuntimeError as err:  # torch's writer took the file's OSError (ENOSPC,
+                disk = _disk_error(err, target)  # EFBIG): "unexpected pos"
+                if disk is None:
+                    raise
+                raise disk from None
+            out.flush()
+            try:
+                os.fsync(out.fileno())
+            except OSError as err:  # a file system that cannot flush (some FUSE mounts), a
+                if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):  # device
+                    raise
+    except OSError as err:  # a small archive's bytes meet the disk at the flush or close
+        if err.filename is None and err.errno in _DISK_ERRORS:
+            raise OSError(err.errno, err.strerror or str(err), str(target)) from None
+        raise
 
 
 def _create(target: Path, mode: int) -> tuple[int, str]:

@@ -224,3 +224,29 @@ def test_a_model_with_latent_sites_saved_without_its_guide_is_warned_of(tmp_path
         x, y = _data()  # fit(checkpoint=) saves its guide every epoch
         fit(model, guide, ArrayLoader(x, y, 10), epochs=1, checkpoint=tmp_path / "run.pt",
             progress=False)  # fmt: skip
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_pipe_or_device_is_written_into_not_replaced_by_a_file(tmp_path):
+    # renamed over, save()'s temporary file took the node's place: as root,
+    # save("/dev/null", model) left /dev/null a regular file; torch.save writes into it
+    import stat
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # (so that save's open does not wait)
+    try:
+        torch.manual_seed(0)
+        net = MLP(2, 3, 2)  # a file smaller than the pipe's buffer (64 KiB)
+        save(pipe, net)
+        written = b""
+        while chunk := os.read(reader, 1 << 16):
+            written += chunk
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode)  # still the pipe
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(written)
+    loaded = load(copy).model
+    for name, value in net.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
