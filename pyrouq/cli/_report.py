@@ -289,7 +289,7 @@ RUN_PLOTS = (
 
 
 def _write_metrics(out: Path, metrics: dict[str, Any], name: str = "metrics.json") -> None:
-    (out / name).write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / name).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
 
 def _save_plots(figures: dict[str, Any], out: Path) -> list[Path]:

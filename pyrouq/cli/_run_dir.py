@@ -107,7 +107,7 @@ def recorded_factory_root(out: Path) -> str | None:
     ``pyrouq evaluate`` does; None where config.json records none or cannot be read (which
     :func:`check_same_run` tells)."""
     try:
-        root = json.loads((out / "config.json").read_text()).get("factory_root")
+        root = json.loads((out / "config.json").read_text(encoding="utf-8")).get("factory_root")
     except (OSError, ValueError, AttributeError):
         return None
     return root if isinstance(root, str) else None
@@ -324,7 +324,7 @@ def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[
                 folder.mkdir(parents=True, exist_ok=True)
                 if args.overwrite:
                     clear_run(folder)
-            with open(folder / "config.json", "x") as file:
+            with open(folder / "config.json", "x", encoding="utf-8") as file:
                 file.write(text)
             return folder, fresh
         except FileExistsError:
@@ -351,7 +351,7 @@ def check_same_run(out: Path, config: dict[str, Any], args: argparse.Namespace) 
     recorded command, ``config.json`` recording its values."""
     path = out / "config.json"
     try:
-        saved = json.loads(path.read_text())
+        saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CommandError(
             f"--resume: cannot read {str(path)!r} ({err}), the record of the run that --resume "
@@ -465,7 +465,7 @@ def _rewrite(path: Path, config: dict[str, Any], keys: list[str]) -> None:
     """Replace ``config.json`` at ``path`` whole (never half written)."""
     part = path.with_name(f".config.json.{os.getpid()}.tmp")
     try:
-        part.write_text(json.dumps(config, indent=2) + "\n")
+        part.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         os.replace(part, path)
     except OSError as err:
         part.unlink(missing_ok=True)

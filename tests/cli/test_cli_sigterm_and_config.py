@@ -309,3 +309,31 @@ def test_a_local_rank_that_is_no_index_is_refused_in_words(value, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", value)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert _rank_gpu() == torch.device("cuda", 0)
+
+
+def test_run_files_are_written_and_read_without_the_locales_encoding(tmp_path):
+    # config.json and metrics.json were opened without encoding=: under Python's
+    # `-X warn_default_encoding -W error` (PEP 597) the command died writing config.json
+    script = textwrap.dedent(
+        """
+        import argparse, json, sys
+        from pathlib import Path
+        from pyrouq.cli._report import _write_metrics
+        from pyrouq.cli._run_dir import _rewrite, claim, recorded_factory_root
+
+        out = Path(sys.argv[1])
+        args = argparse.Namespace(resume=False, out=str(out), overwrite=False)
+        folder, fresh = claim(out, args, {"factory_root": "/data/\\u00e9t\\u00e9"})
+        root = recorded_factory_root(folder)
+        _rewrite(folder / "config.json", {"factory_root": root, "seed": 1}, ["seed"])
+        _write_metrics(folder, {"acc": 0.5})
+        print(fresh, root, json.loads((folder / "config.json").read_bytes())["seed"])
+        """
+    )
+    argv = [sys.executable, "-X", "warn_default_encoding", "-W", "error::EncodingWarning"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*argv, "-c", script, str(tmp_path / "run")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "/data/\u00e9t\u00e9", "1"]
