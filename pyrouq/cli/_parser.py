@@ -4,7 +4,9 @@ errors of bad values (exit code 2, pointing to the subcommand's ``--help``)."""
 from __future__ import annotations
 
 import argparse
+import errno
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -139,7 +141,32 @@ def _data_root(text: str) -> str:
             "(DIR/MNIST/raw/..., DIR/FashionMNIST/raw/...), or leave --data-root out for "
             "$PYROUQ_DATA or the bundled copy"
         )
+    return _looked_up("--data-root", text, "a folder you can read")
+
+
+def _looked_up(option: str, text: str, usable: str) -> str:
+    """A path the system can look up (a missing one too: made, or refused, later): a name of
+    more than 255 bytes, a folder on the way that may not be entered, a loop of links are
+    refused here in one line, as pathlib's ``exists()`` / ``is_file()`` raise their OSError
+    (before Python 3.13), which the command then met as a traceback."""
+    try:
+        os.stat(os.path.expanduser(text))
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as err:
+        fix = "a shorter path" if err.errno == errno.ENAMETOOLONG else usable
+        raise argparse.ArgumentTypeError(
+            f"{option} {text!r} cannot be looked up ({err.strerror}); pass {fix}"
+        ) from None
     return text
+
+
+def _out(text: str) -> str:
+    return _looked_up("--out", text, "a folder you can write to")
+
+
+def _run_dir(text: str) -> str:
+    return _looked_up("RUN_DIR", text, "a folder of `pyrouq fit` you can read")
 
 
 def _model_name(text: str) -> str:
@@ -237,7 +264,9 @@ def _build_parser() -> _Parser:
         # its bound, the split's size, before anything starts)
         help="train on the first N of the 60000 images (quick trials)",
     )  # fmt: skip
-    fit.add_argument("--out", default=None, help="run folder (default runs/MODEL-TIMESTAMP)")
+    fit.add_argument(
+        "--out", type=_out, default=None, help="run folder (default runs/MODEL-TIMESTAMP)"
+    )
     fit.add_argument(
         "--overwrite", action="store_true", help="reuse a non-empty --out, removing its earlier run"
     )
@@ -259,7 +288,7 @@ def _build_parser() -> _Parser:
             "--calibrate and --conformal fit on a seeded half of it and report the other half."
         ),
     )
-    ev.add_argument("run_dir", metavar="RUN_DIR")
+    ev.add_argument("run_dir", type=_run_dir, metavar="RUN_DIR")
     ev.add_argument(
         "--num-samples", type=_positive_int("--num-samples"), default=None,
         help="posterior draws (Bayesian models; default: the run's own --num-samples)",

@@ -272,3 +272,28 @@ def test_a_network_instead_of_a_factory_is_told_as_such(tmp_path, capsys):
     Linear.forward() missing 1 required positional argument: 'input''."""
     err = one_line_error(capsys, ["fit", "test_cli_misuse:A_NETWORK", "--out", str(tmp_path)])
     assert "'test_cli_misuse:A_NETWORK' is a network (Linear), not a factory: name a " in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["fit", "mlp", "--out", "{long}"], "--out"),
+        (["fit", "mlp", "--out", "{long}", "--resume"], "--out"),
+        (["evaluate", "{long}"], "RUN_DIR"),
+        (["data", "--data-root", "{long}"], "--data-root"),
+        (["fit", "mlp", "--data-root", "{long}/data"], "--data-root"),
+    ],
+)
+def test_a_folder_name_too_long_to_look_up_is_one_line(argv, option, tmp_path, capsys):
+    # pathlib's exists() / is_file() raised the system's OSError (File name too long): a
+    # traceback with exit code 1 instead of the command's one-line refusal
+    long = str(tmp_path / ("a" * 256))  # (more than the 255 bytes a name may hold)
+    given = [a.format(long=long) for a in argv]
+    with pytest.raises(SystemExit) as stop:  # the parser's refusal
+        main([*given, "--no-progress"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pyrouq: error: argument {option}: ") and err.count("\n") == 1, err
+    path = next(a for a in given if a.startswith(long))
+    assert f"{option} {path!r} cannot be looked up (File name too long); pass a shorter path" in err
+    assert not any(tmp_path.iterdir())  # no run folder made
