@@ -33,6 +33,11 @@ def out_dir(args: argparse.Namespace) -> Path:
         name = args.model.replace(":", "-").replace(".", "-")
         return Path("runs") / f"{name}-{stamp}"
     out = _given_out(args)
+    if out.is_symlink() and not out.exists():  # (mkdir's FileExistsError: "claimed by another run")
+        raise CommandError(
+            f"--out {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which does not "
+            "exist; make that folder first, or pass another --out"
+        )
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {str(out)!r} is a file; pass a folder")
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:

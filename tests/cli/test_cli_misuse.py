@@ -297,3 +297,17 @@ def test_a_folder_name_too_long_to_look_up_is_one_line(argv, option, tmp_path, c
     path = next(a for a in given if a.startswith(long))
     assert f"{option} {path!r} cannot be looked up (File name too long); pass a shorter path" in err
     assert not any(tmp_path.iterdir())  # no run folder made
+
+
+def test_an_out_linked_to_a_missing_folder_is_told_as_such(tmp_path, capsys):
+    # mkdir met the link (FileExistsError), which the command told as "claimed by another
+    # run while this one started (it holds a config.json now)"
+    link = tmp_path / "latest"
+    link.symlink_to(tmp_path / "gone" / "run")
+    err = one_line_error(capsys, ["fit", "mlp", "--out", str(link), "--no-progress"])
+    assert err == (
+        f"pyrouq: error: --out {str(link)!r} is a symbolic link to "
+        f"{str(tmp_path / 'gone' / 'run')!r}, which does not exist; make that folder first, or "
+        "pass another --out\n"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["latest"]
