@@ -4,6 +4,7 @@ bundled in the package (plain or gzip-compressed, torchvision's layout), checked
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import zlib
@@ -131,6 +132,23 @@ def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
     return _BUNDLED_ROOT, "the bundled copy"
 
 
+def _looked_up(base: Path, origin: str, folder: str) -> None:
+    """Refuse a data folder the system cannot look up (a name of more than 255 bytes, a folder
+    on the way that may not be entered): pathlib's ``is_file()`` raised its bare OSError (before
+    Python 3.13). A missing one is told later, with the files it lacks."""
+    try:
+        os.stat(base)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as err:
+        fix = "a shorter path" if err.errno == errno.ENAMETOOLONG else "a folder you can read"
+        given = f"{origin.rstrip('=')}={str(base)!r}"  # root=... or $PYROUQ_DATA=...
+        raise DataError(
+            f"Expected a data folder that can be looked up, got {given} ({err.strerror}). "
+            f"Pass {fix}, in torchvision layout (<root>/{folder}/raw/...)."
+        ) from None
+
+
 def _locate(
     folder: str,
     split: str,
@@ -149,6 +167,7 @@ def _locate(
             "split='test'."
         )
     base, origin = _resolve_root(root)
+    _looked_up(base, origin, folder)
     names = _FILES[split]
     found = [_find(base, folder, n) for n in names]
     if (

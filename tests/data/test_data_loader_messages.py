@@ -246,3 +246,18 @@ def test_a_loader_root_of_fashion_mnists_train_split_alone_is_not_told_to_leave_
     with pytest.raises(FileNotFoundError, match=r"or leave root=None to use the bundled copy\.$"):
         pyrouq.fashion_mnist_arrays("test", root=tmp_path)  # the test split alone: it is
     assert pyrouq.fashion_mnist_arrays("test")[1].shape == (10000,)
+
+
+def test_a_data_folder_name_too_long_to_look_up_is_told_what_to_pass(tmp_path, monkeypatch):
+    # pathlib's is_file() raised the system's bare OSError (File name too long), which
+    # `pyrouq data` with such a $PYROUQ_DATA showed as a traceback
+    long = str(tmp_path / ("a" * 256))  # (more than the 255 bytes a name may hold)
+    with pytest.raises(pyrouq.data.DataError) as info:
+        pyrouq.fashion_mnist_arrays("test", root=long)
+    assert str(info.value) == (
+        f"Expected a data folder that can be looked up, got root={long!r} (File name too "
+        "long). Pass a shorter path, in torchvision layout (<root>/FashionMNIST/raw/...)."
+    )
+    monkeypatch.setenv("PYROUQ_DATA", long)
+    with pytest.raises(ValueError, match=r"got \$PYROUQ_DATA='.*' \(File name too long\)\. "):
+        load_mnist(batch_size=64)
