@@ -582,7 +582,9 @@ def console() -> NoReturn:
     teardown of every imported module (torch, Pyro, matplotlib), which frees nothing the
     operating system does not and measured 0.5-0.9 s of a 20 s ``make demo`` on 2 CPU cores.
     Every file of a run is closed before :func:`main` returns. Call :func:`main` instead to stay
-    in the interpreter (it returns the exit code)."""
+    in the interpreter (it returns the exit code). The command writes its plots to files and
+    shows none: matplotlib draws them with Agg, whatever ``$MPLBACKEND`` names."""
+    os.environ["MPLBACKEND"] = "agg"  # (one of another environment, or a GUI's, failed the run)
     code = main()
     atexit._run_exitfuncs()  # what a normal exit runs first (CPython has no public call)
     for stream in (sys.stdout, sys.stderr):

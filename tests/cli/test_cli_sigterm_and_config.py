@@ -337,3 +337,15 @@ def test_run_files_are_written_and_read_without_the_locales_encoding(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "/data/\u00e9t\u00e9", "1"]
+
+
+def test_the_command_draws_its_plots_whatever_backend_the_environment_names(plain_run):
+    # the command shows no figure, but pyplot took $MPLBACKEND: one of another environment
+    # (a terminal's module://..., not installed here) ended the run in a traceback at its
+    # first plot, after training and evaluating, its metrics and plots unwritten
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "module://no_such_backend"}
+    argv = [sys.executable, "-m", "pyrouq", "evaluate", str(plain_run), "--ood", "none"]
+    (plain_run / "reliability-evaluate.png").unlink(missing_ok=True)  # (another test's)
+    done = subprocess.run([*argv, "--no-progress"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (plain_run / "reliability-evaluate.png").read_bytes()[:4] == b"\x89PNG"
