@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyrouq import _gaussian_moments as moments
+from pyrouq._gaussian_moments import in_own_dtype, warn_of_overflow
 from pyrouq._meta_device import refuse_meta as _refuse_meta
 from pyrouq._metric_inputs import carried_targets
 from pyrouq._mixture_terms import cdf_gap, cdf_gap_work, crps_term, mixture_mean
@@ -172,23 +174,34 @@ class GaussianPredictions:
     @property
     def aleatoric_variance(self) -> Tensor:
         """``mean_s sigma_s^2`` ``(N, D)``: the expected noise variance."""
-        return self.scale.square().mean(0)
+        out = in_own_dtype(moments.aleatoric, self.loc, self.scale)
+        warn_of_overflow(out, "aleatoric variance")
+        return out
 
     @property
     def epistemic_variance(self) -> Tensor:
         """``var_s mu_s`` ``(N, D)`` (over the S draws, divided by S): the spread of the means."""
-        return self.loc.var(0, unbiased=False)
+        out = in_own_dtype(moments.epistemic, self.loc, self.scale)
+        warn_of_overflow(out, "epistemic variance")
+        return out
 
     @property
     def variance(self) -> Tensor:
         """The predictive variance ``(N, D)`` by the law of total variance: aleatoric plus
-        epistemic."""
-        return self.aleatoric_variance + self.epistemic_variance
+        epistemic. Like the other moments, in the dtype of ``loc``: a float32 one above
+        float32's largest number (3.4e38: scales past about 1.8e19) is inf, with a warning
+        (``double()``'s moments have it)."""
+        out = in_own_dtype(moments.total, self.loc, self.scale)
+        warn_of_overflow(out, "variance")
+        return out
 
     @property
     def stddev(self) -> Tensor:
-        """The predictive standard deviation ``(N, D)``."""
-        return self.variance.sqrt()
+        """The predictive standard deviation ``(N, D)`` (finite in float32 where its variance
+        is above float32's largest number but it is not: taken from the float64 variance)."""
+        out = in_own_dtype(moments.stddev, self.loc, self.scale)
+        warn_of_overflow(out, "standard deviation")
+        return out
 
     def uncertainty(self, measure: str = "variance") -> Decomposition:
         """Variances per input ``(N,)``: total = aleatoric + epistemic, each summed over the D
@@ -202,9 +215,11 @@ class GaussianPredictions:
                 f"GaussianPredictions decompose the predictive variance only, got measure="
                 f"{measure!r}{why}. Call uncertainty() or uncertainty('variance')."
             )
-        aleatoric = self.aleatoric_variance.sum(-1)
-        epistemic = self.epistemic_variance.sum(-1)
-        return Decomposition(aleatoric + epistemic, aleatoric, epistemic)
+        loc, scale = self.loc, self.scale
+        aleatoric = in_own_dtype(lambda *ls: moments.aleatoric(*ls).sum(-1), loc, scale)
+        epistemic = in_own_dtype(lambda *ls: moments.epistemic(*ls).sum(-1), loc, scale)
+        warn_of_overflow(total := aleatoric + epistemic, "total variance")
+        return Decomposition(total, aleatoric, epistemic)
 
     # -- the mixture ---------------------------------------------------------------------------
 

@@ -152,8 +152,9 @@ def plot_regression(
     # detached: predictions built from outputs that require grad (to differentiate their
     # CRPS) would otherwise fail in numpy()
     mean = p.mean[:, output].detach().double().cpu()[order].numpy()
-    aleatoric = p.aleatoric_variance[:, output].detach().double().cpu()[order].sqrt().numpy()
-    epistemic = p.epistemic_variance[:, output].detach().double().cpu()[order].sqrt().numpy()
+    wide = p.double()  # (float32 variances of scales past 1.8e19 are inf, their roots not)
+    aleatoric = wide.aleatoric_variance[:, output].detach().cpu()[order].sqrt().numpy()
+    epistemic = wide.epistemic_variance[:, output].detach().cpu()[order].sqrt().numpy()
     train = None
     if train_x is not None and train_y is not None:  # checked before a figure is made
         n = train_x.shape[0] if isinstance(train_x, Tensor) and train_x.dim() else 0

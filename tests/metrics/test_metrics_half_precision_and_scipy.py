@@ -6,6 +6,7 @@ numerical integration, the law of total variance)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -40,6 +41,35 @@ def test_float16_predictions_decompose_a_variance_above_65504_without_overflow()
     assert parts.total.item() == 180000.0
     assert preds.stddev.item() == pytest.approx(math.sqrt(180000.0), rel=1e-6)
     assert preds.loc.dtype == preds.scale.dtype == torch.float32
+
+
+def test_float32_variances_are_finite_where_float32_holds_them_and_warned_of_where_not():
+    """float32 scales of 1.9e19 square to inf (float32's largest number is 3.4e38): the mean
+    square of input 0 (one such scale, three of 1) is 9.025e37 and read inf; input 1's
+    variance, 3.61e38, is inf in float32 however computed: a warning names it and double()
+    (it was a silent inf), and its stddev 1.9e19 is finite."""
+    loc, scale = torch.zeros(4, 3, 1), torch.ones(4, 3, 1)
+    scale[0, 0], scale[:, 1] = 1.9e19, 1.9e19
+    preds = GaussianPredictions(loc, scale)
+    wide = preds.double()
+    words = (
+        r"total variance is above torch.float32's largest number \(3.4e\+38\) at inputs "
+        r"\[1\] \(1 of 3 inputs\): it is inf there .*preds.double\(\).uncertainty\(\)"
+    )
+    with pytest.warns(RuntimeWarning, match=words):
+        parts = preds.uncertainty()
+    total = wide.uncertainty().total
+    assert total[1].item() == pytest.approx(1.9e19**2, rel=1e-6) and total[1] > 3.4029e38
+    assert parts.total.dtype == parts.aleatoric.dtype == torch.float32
+    assert parts.total.tolist() == [float(total[0].float()), math.inf, 1.0]
+    assert parts.aleatoric.tolist() == parts.total.tolist() and parts.epistemic.tolist() == [0] * 3
+    with pytest.warns(RuntimeWarning, match=r"GaussianPredictions' variance is above"):
+        assert preds.variance[:, 0].tolist() == parts.total.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # finite: no warning
+        assert preds.stddev.dtype == torch.float32
+        assert preds.stddev[:, 0].tolist() == wide.stddev.float()[:, 0].tolist()
+        assert preds.stddev[1, 0].item() == pytest.approx(1.9e19, rel=1e-6)
 
 
 def test_bfloat16_predictions_have_the_moments_of_their_values_not_bfloat16_rounding():
