@@ -54,7 +54,7 @@ from pyrouq.infer._training import (
     whole_data,
 )
 from pyrouq.infer.elbo import KLWeightedELBO
-from pyrouq.likelihoods._gaussian import floor_advice
+from pyrouq.likelihoods._gaussian import floor_advice, learned_noise_advice
 
 _SUMS = 5
 """Running sums of an epoch: loss, NLL, KL (per step), correct and counted examples."""
@@ -263,7 +263,7 @@ class Loop:
             message = (
                 f"{what}{where} at epoch {epoch}, step {step}; training stopped and the "
                 f"parameters and normalisation statistics of the last finite step are kept"
-                f"{averaged}. {loss_fix(*figures)}{advice}"
+                f"{averaged}. {loss_fix(*figures)}{advice}{learned_noise_advice(self.likelihood)}"
             )
             if (overflow := kl_overflow(*figures)) is not None:  # its figures, as attributes
                 raise KLOverflowError(message, overflow)

@@ -55,7 +55,11 @@ class Gaussian(Likelihood):
         * ``"learned"``: one positive parameter per output (``softplus`` of a free one,
           starting at 1.0), a point estimate trained by :func:`pyrouq.fit`, saved with the model;
           the members of a BatchEnsemble or rank-1 network share it (with
-          ``"heteroscedastic"`` each member computes its own scales);
+          ``"heteroscedastic"`` each member computes its own scales). It has no floor but its
+          dtype's smallest normal number (1.2e-38 in float32), where a raw value below about
+          -87 rounds; a scale that trains towards 0 (targets the network fits exactly) stops
+          fit() once the NLL overflows (below 5.4e-20 in float32), with an error naming it:
+          give such a model a fixed scale or ``"heteroscedastic"`` with its ``min_scale``;
         * a ``pyro.distributions`` distribution with positive support (e.g.
           ``HalfNormal(1.0)``): its prior; the noise is then the latent site ``"sigma"`` that
           the guide fits beside the weights, of the distribution's batch shape (``()``: one
@@ -257,7 +261,10 @@ class Gaussian(Likelihood):
         if self.mode == "learned":
             self.num_outputs(outputs)  # the learned scales fit D
             assert self.raw_scale is not None
-            return outputs, F.softplus(widened(self.raw_scale)).expand_as(outputs)
+            scale = F.softplus(widened(self.raw_scale))
+            # held at its dtype's smallest normal number, not rounded to 0 (float32 softplus of
+            # a raw value below -103): an NLL of inf, not NaN, and predictions of that scale
+            return outputs, scale.clamp_min(torch.finfo(scale.dtype).tiny).expand_as(outputs)
         if latent is None or NOISE_SITE not in latent:
             raise ValueError(
                 f"The Gaussian noise is the latent site {NOISE_SITE!r}: pass its value (a "
@@ -497,4 +504,31 @@ def floor_advice(likelihood: Any, dtype: torch.dtype) -> str:
         f"the smallest whose gradient at the floor (1/min_scale**3, for a target 1 away from "
         f"the mean) is finite in {kind}: scales that reach the floor make the loss or its "
         f"gradients inf or NaN. Raise min_scale to >= {limit:.3g} (1e-3 suggested){wider}."
+    )
+
+
+def learned_noise_advice(likelihood: Any) -> str:
+    """A sentence for fit()'s "Non-finite loss" error when ``likelihood`` is a
+    ``Gaussian("learned")`` whose scale is so small that the NLL's ``z**2`` of a target 1 away
+    from the mean, ``1 / scale**2``, overflows its dtype; "" otherwise (read at the error, not
+    at each step: the scale is the parameter of the last finite step)."""
+    if not isinstance(likelihood, Gaussian) or likelihood.mode != "learned":
+        return ""
+    raw = likelihood.raw_scale
+    if isinstance(raw, nn.UninitializedParameter) or raw is None:
+        return ""
+    raw = widened(raw.detach())
+    scale = F.softplus(raw).clamp_min(torch.finfo(raw.dtype).tiny)  # as loc_scale() holds it
+    limit = torch.finfo(scale.dtype).max ** (-1 / 2)
+    if float(scale.min()) >= limit:
+        return ""
+    at = int(scale.argmin())
+    kind, wider = _dtype_words(scale.dtype)
+    return (
+        f" The learned noise scale, Gaussian('learned'), has fallen to "
+        f"{float(scale[at]):.3g} (softplus of raw_scale {float(raw[at]):.4g}, output {at}), "
+        f"below {limit:.3g}: the NLL's z**2 (1/scale**2 for a target 1 away from the mean) "
+        f"overflows {kind}. A learned scale falls towards 0 where the network fits the "
+        "targets exactly; give the model a fixed noise scale (e.g. Gaussian(0.01)) or "
+        f"Gaussian('heteroscedastic'), whose min_scale floors it{wider}."
     )

@@ -70,6 +70,46 @@ def test_a_non_finite_loss_of_another_model_gets_no_floor_sentence():
     assert "noise floor" not in str(info.value)
 
 
+def test_a_learned_noise_fallen_to_0_scores_inf_predicts_and_is_named_by_fit():
+    # softplus(-200) underflows float32 to 0: nll() was NaN, predict() refused "standard
+    # deviations ... floored above 0" (none were passed), fit() gave the generic advice only
+    tiny = torch.finfo(torch.float32).tiny
+    lik = Gaussian("learned")
+    lik.prepare(torch.zeros(1, 1))
+    with torch.no_grad():
+        lik.raw_scale.fill_(-200.0)
+    assert lik.loc_scale(torch.zeros(1, 1))[1].item() == tiny  # its dtype's floor, not 0
+    assert lik.nll(torch.zeros(4, 1), torch.ones(4)).item() == math.inf
+    at_mean = lik.nll(torch.zeros(4, 1), torch.zeros(4)).item()  # z = 0: the log-scales
+    assert at_mean == pytest.approx(4 * (math.log(tiny) + 0.5 * math.log(2 * math.pi)))
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    x, y = _data()
+    model = pyrouq.bayesian(pyrouq.MLP(3, 8, 1), likelihood=lik, num_data=32)
+    guide = pyrouq.mean_field_guide(model)
+    preds = pyrouq.predict(model, x, guide, num_samples=2, progress=False)
+    assert preds.scale.unique().tolist() == [tiny]
+    with pytest.raises(FloatingPointError, match=r"^Non-finite loss \(inf\)") as info:
+        pyrouq.fit(model, guide, [(x, y)], epochs=1, num_data=32, progress=False)
+    assert (
+        "The learned noise scale, Gaussian('learned'), has fallen to 1.18e-38 (softplus of "
+        "raw_scale -200, output 0), below 5.42e-20: the NLL's z**2" in str(info.value)
+    )
+    assert "give the model a fixed noise scale (e.g. Gaussian(0.01))" in str(info.value)
+
+
+def test_a_learned_noise_in_its_range_gets_no_sentence():
+    x, y = _data()
+    y = y * 1e30  # z**2 overflows, but the learned scale (1) is not the cause
+    model = pyrouq.bayesian(pyrouq.MLP(3, 8, 1), likelihood=Gaussian("learned"))
+    pyro.clear_param_store()
+    with pytest.raises(FloatingPointError, match=r"^Non-finite loss") as info:
+        pyrouq.fit(
+            model, pyrouq.mean_field_guide(model), [(x, y)], epochs=1, num_data=32, progress=False
+        )
+    assert "learned noise" not in str(info.value)
+
+
 # --------------------------------------------------------------------------------------------
 # to_inference_data(model, None, x, y): the whole data is traced only after a size error on
 # two rows (not a dtype error, a model's own ValueError, or out of memory)
