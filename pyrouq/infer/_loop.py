@@ -30,6 +30,7 @@ from pyrouq._wrappers import unwrapped
 from pyrouq.infer import _distributed
 from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
+from pyrouq.infer._fit_modes import train_for_fit
 from pyrouq.infer._fit_result import EpochRecord, FitResult
 from pyrouq.infer._nonfinite import KLOverflowError, kl_overflow, loss_fix
 from pyrouq.infer._options import anomaly_note, base_lr, callback_note, lr_factor
@@ -370,8 +371,7 @@ class Loop:
         mid_step = False  # a step under way: a second Ctrl-C there leaves it half done
         loader_state = loader_rng_state(self.loader)
         at_start = rng_states(self.loader, loader_state)  # an epoch's, before its first batch
-        if not self.model.training:  # in training mode, the modes the user set stay
-            self.model.train()
+        train_for_fit(self.model)  # in training mode, the modes the user set stay
         try:
             with (
                 pyro.validation_enabled(False),

@@ -141,7 +141,9 @@ def fit(
         ``SVI``, or wrap it in a ``PyroModule``). Its ``num_data`` is set to N. It trains in
         training mode: a model already in it keeps the modes of its submodules (a BatchNorm
         put in eval mode to keep its statistics stays so), one in eval mode is switched to
-        training mode throughout; it is left in eval mode. A converted model starts in
+        training mode throughout; it is left in eval mode. So a second fit() trains the layers
+        the first kept frozen, with a warning naming them: call ``model.train()``, then
+        ``layer.eval()``, before it to keep them frozen. A converted model starts in
         training mode throughout (whatever modes the network had): freeze a layer after
         converting, ``model.net.bn.eval()``. A plain torch
         network returning logits (``MLP``, ``LeNet``; ``guide=None``) is fitted by maximum

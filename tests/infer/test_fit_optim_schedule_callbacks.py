@@ -7,6 +7,7 @@ import copy
 import functools
 import math
 import sys
+import warnings
 
 import pytest
 import torch
@@ -201,6 +202,42 @@ def test_a_callback_that_evaluates_in_eval_mode_leaves_the_training_as_it_was():
 
     _run(net, callbacks=[freeze])
     assert seen == [(True, True), (True, False), (True, False)]
+
+
+def test_a_second_fit_that_trains_a_layer_the_first_kept_frozen_warns_and_names_it():
+    # fit() leaves the model in eval mode, and a model in eval mode trains in training mode
+    # throughout (documented): the BatchNorm frozen for the first fit trained at the second
+    # without a word; it still does (its running mean moves), with a warning naming it
+    net = _net()
+    net[1].eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the first fit: no warning
+        _run(net)
+    assert not net.training and not net[1].training
+    frozen = net[1].running_mean.clone()
+    assert torch.equal(frozen, torch.zeros(8))
+    words = (
+        r"fit\(\) trains Sequential, in eval mode \(as the last fit\(\) left it\), in "
+        r"training mode throughout, and with it 1, which the last fit\(\) trained in eval mode "
+        r"\(frozen\): they train now .* call model.train\(\), then .eval\(\) on each \(here "
+        r"model.get_submodule\('1'\).eval\(\)\), before fit\(\)"
+    )
+    with pytest.warns(UserWarning, match=words) as seen:
+        _run(net)
+    assert seen[0].filename == __file__  # the user's line
+    assert not torch.equal(net[1].running_mean, frozen)  # trained, as documented
+    net.train()  # as told: kept frozen, no warning
+    net[1].eval()
+    kept = net[1].running_mean.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _run(net)
+    assert torch.equal(net[1].running_mean, kept)
+    net.train()  # all layers trained on purpose: no warning at the next fit either
+    _run(net)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _run(net)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes need Python 3.11")
