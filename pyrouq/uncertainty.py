@@ -169,7 +169,10 @@ def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e)
         log_mean = _clamped_log(mean)
         # mean_s KL(p_s || p̄), both logs by one kernel: draws that agree (S = 1, a plain
         # network) give exactly 0, not the rounding of two ways of computing p log p
-        epistemic = (probs * (log_probs - log_mean)).sum(-1).mean(0)
+        if log_probs.requires_grad:
+            epistemic = (probs * (log_probs - log_mean)).sum(-1).mean(0)
+        else:  # the same numbers in log_probs' place (two fewer tensors the size of probs)
+            epistemic = log_probs.sub_(log_mean).mul_(probs).sum(-1).mean(0)
         epistemic = _clamp_roundoff(epistemic, measure)
         scale = math.log(base)
         aleatoric, epistemic = aleatoric / scale, epistemic / scale
@@ -425,7 +428,9 @@ def _clamped_log(p: Tensor) -> Tensor:
     """``log max(p, tiny)``: ``p * _clamped_log(p)`` is ``p log p`` with ``0 log 0 = 0`` and a
     finite gradient at ``p = 0`` (``torch.xlogy(p, p)``'s is NaN there, and turns every
     gradient through a softmax that rounded a class to exactly 0 into NaN)."""
-    return torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))
+    clamped = p.clamp_min(torch.finfo(p.dtype).tiny)
+    # in place where no gradient reads it: one tensor the size of p at a time, not two
+    return torch.log(clamped) if clamped.requires_grad else clamped.log_()
 
 
 def _negate(x: Tensor) -> Tensor:
