@@ -21,7 +21,14 @@ from pyrouq import _gaussian_moments as moments
 from pyrouq._gaussian_moments import in_own_dtype, warn_of_overflow
 from pyrouq._meta_device import refuse_meta as _refuse_meta
 from pyrouq._metric_inputs import carried_targets
-from pyrouq._mixture_terms import cdf_gap, cdf_gap_work, crps_term, mixture_mean
+from pyrouq._mixture_terms import (
+    cdf_gap,
+    cdf_gap_work,
+    crps_pair_mean,
+    crps_pair_work,
+    crps_term,
+    mixture_mean,
+)
 from pyrouq._numbers import (
     finite_float,
     is_array_like,
@@ -504,7 +511,8 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
 
     The pairwise term costs S^2 per input and output: inputs are taken ``chunk`` (an int >=
     1) at a time, fewer when S is large, so that memory stays bounded
-    (:data:`CRPS_PAIR_VALUES`)."""
+    (:data:`CRPS_PAIR_VALUES`); where no gradient is taken, every chunk works in one set of
+    buffers (the same values)."""
     for name, value in (("loc", loc), ("scale", scale), ("y", y)):
         if not isinstance(value, Tensor):
             raise TypeError(
@@ -557,6 +565,8 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
     loc, scale, y = loc.double(), scale.double(), y.double()
     pairs = loc.shape[0] ** 2 * max(1, math.prod(loc.shape[2:]))
     chunk = max(1, min(int(chunk), CRPS_PAIR_VALUES // pairs))
+    graph = torch.is_grad_enabled() and (loc.requires_grad or scale.requires_grad)
+    work = None if graph else crps_pair_work(loc, min(chunk, loc.shape[1]))
     out = []
     for start in range(0, loc.shape[1], chunk):
         m, s, t = (
@@ -566,8 +576,12 @@ def mixture_crps(loc: Tensor, scale: Tensor, y: Tensor, chunk: int = 1024) -> Te
         )
         var = s.square()
         first = crps_term(t - m, var).mean(0)
-        pair = crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
-        out.append(first - 0.5 * pair.mean((0, 1)))
+        if work is not None:  # one set of buffers for every chunk, the same values
+            pair = crps_pair_mean(m, var, work)
+        else:
+            pair = crps_term(m.unsqueeze(0) - m.unsqueeze(1), var.unsqueeze(0) + var.unsqueeze(1))
+            pair = pair.mean((0, 1))
+        out.append(first - 0.5 * pair)
     if not out:  # N = 0: no inputs, no scores
         return y.new_zeros(y.shape)
     crps = torch.cat(out)

@@ -214,6 +214,22 @@ def test_the_mean_of_finite_draws_whose_sum_overflows_is_finite():
     assert mean[0, 0] == 3e38 and mean[0, 1] == small.mean() != (small / 3).sum()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_crps_in_reused_buffers_is_the_one_on_fresh_temporaries_to_the_bit(dtype):
+    # without a graph every chunk's pair term works in one set of buffers (a last, shorter
+    # chunk in their first part; point masses; an infinite component): the graph's values
+    g = torch.Generator().manual_seed(4)
+    for s, n, d, chunk in ((1, 4, 1, 1024), (3, 11, 2, 4), (7, 9, 1, 2)):
+        loc = (3 * torch.randn(s, n, d, generator=g, dtype=torch.float64)).to(dtype)
+        scale = torch.rand(s, n, d, generator=g, dtype=torch.float64).to(dtype)
+        scale[:, ::3] = 0.0
+        loc[0, 1, 0] = math.inf
+        y = torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype)
+        fresh = mixture_crps(loc.requires_grad_(), scale, y, chunk).detach()
+        reused = mixture_crps(loc.detach(), scale, y, chunk)
+        assert fresh[1, 0] == math.inf and torch.equal(reused, fresh)
+
+
 def _reference_gap(loc, spread, value, target):  # the sign formula, fresh temporaries each step
     w = (value - loc) / spread
     upper = w > 0
