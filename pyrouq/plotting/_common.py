@@ -70,10 +70,11 @@ def closes_its_figures(plot: Callable[_P, _R]) -> Callable[_P, _R]:
     return drawn
 
 
-def ink() -> str:
+def ink() -> Any:
     """The colour of the style's text (black by default, white with ``dark_background``), for
-    what is drawn in black on a light figure: a hard-coded black vanished on a dark one."""
-    return str(_pyplot().rcParams["text.color"])
+    what is drawn in black on a light figure: a hard-coded black vanished on a dark one. As
+    rcParams holds it: a name, or an RGB(A) tuple (whose ``str()`` no colour argument takes)."""
+    return _pyplot().rcParams["text.color"]
 
 
 def lone_point(n: int, marker: str = "o") -> dict[str, Any]:

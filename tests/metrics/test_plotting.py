@@ -547,6 +547,18 @@ def test_what_was_black_takes_the_style_text_colour(preds, images):
     assert {to_rgba(t.get_color()) for t in grid.axes[0].texts} == {(0.0, 0.0, 0.0, 1.0)}
 
 
+def test_a_text_colour_given_as_a_tuple_is_drawn_as_that_colour(preds, images):
+    # rcParams["text.color"] may hold an RGB tuple; its str(), "(0.9, 0.9, 0.9)", is no colour:
+    # every plot drawing in the text's colour refused it ("is not a valid value for color")
+    right = preds.probs.mean(0).argmax(-1)
+    grey = (0.9, 0.9, 0.9)
+    with plt.rc_context({"text.color": grey}):
+        grid = plot_image_grid(preds, images, right, rows=1, cols=3)
+        diagonal = plot_reliability(preds, right).axes[0].lines[0]
+    assert {to_rgba(t.get_color()) for t in grid.axes[0].texts} == {(*grey, 1.0)}
+    assert to_rgba(diagonal.get_color()) == (*grey, 1.0)
+
+
 def test_a_plot_that_fails_while_drawing_closes_its_own_figure(preds, targets):
     # text.usetex without LaTeX fails in tight_layout or a title, after the figure was made: it
     # was left open in pyplot, with no handle to close it (a given ax's figure is the caller's)
