@@ -308,16 +308,19 @@ def _write(path: Path, payload: dict[str, Any]) -> Path:
     same payload gives the same bytes. A full disk is an OSError (ENOSPC) naming ``path``,
     not torch's RuntimeError "unexpected pos" (:func:`_disk_error`). A device or a pipe
     (``/dev/null``, a FIFO) is written into, as torch.save writes it: renamed over, the
-    temporary file would take its place (as root, ``/dev/null`` replaced by a regular file)."""
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary file would take its place (as root, ``/dev/null`` replaced by a regular file).
+    Looked up through its links, as open() follows them: ``/dev/stdout`` of a piped process
+    leads to ``/proc/self/fd/1``, whose target (``pipe:[...]``) is no path realpath can
+    resolve."""
     try:
-        found = os.stat(target).st_mode
+        found = os.stat(path).st_mode
     except OSError:  # a new file: the mode _create gives it (0o666 less the umask)
         found = None
     if found is not None and not (stat.S_ISREG(found) or stat.S_ISDIR(found)):
-        _dump(target, payload, target)  # a device or a pipe (/dev/null, a FIFO): written into
+        _dump(path, payload, path)  # a device or a pipe (/dev/null, a FIFO): written into
         return path  # as torch.save writes it, not replaced by a file of the temporary's
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
     mode = None if found is None else found & 0o777
     handle, tmp = _create(target, 0o666 if mode is None else 0o600)  # (private until chmod)
     try:

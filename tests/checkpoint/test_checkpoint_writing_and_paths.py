@@ -250,3 +250,30 @@ def test_a_pipe_or_device_is_written_into_not_replaced_by_a_file(tmp_path):
     loaded = load(copy).model
     for name, value in net.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux's /proc/self/fd")
+def test_a_pipe_reached_through_a_link_of_proc_is_written_into(tmp_path):
+    # save("/dev/stdout", model) in a piped process (python script.py | ...): /dev/stdout leads
+    # to /proc/self/fd/1, a link to "pipe:[...]", which realpath cannot resolve: save() then
+    # made its temporary file in /proc/<pid>/fd and failed (FileNotFoundError) where
+    # torch.save writes into the pipe
+    torch.manual_seed(0)
+    net = MLP(2, 3, 2)  # a file smaller than the pipe's buffer (64 KiB)
+    reader, writer = os.pipe()
+    try:
+        save(f"/proc/self/fd/{writer}", net)
+        os.close(writer)
+        writer = -1
+        written = b""
+        while chunk := os.read(reader, 1 << 16):
+            written += chunk
+    finally:
+        os.close(reader)
+        if writer >= 0:
+            os.close(writer)
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(written)
+    loaded = load(copy).model
+    for name, value in net.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
