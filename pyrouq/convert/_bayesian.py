@@ -14,6 +14,7 @@ from pyro.nn import PyroModule
 from torch import Tensor, nn
 
 from pyrouq import _engine
+from pyrouq._autocast import autocast_dtype
 from pyrouq._param_store import (
     hold_params,
     register_children,
@@ -367,7 +368,7 @@ class BayesianNetwork(NamedInStore, PyroModule):
         if site is None or site not in network:
             return
         held, given = net.get_buffer(site).dtype, network[site].dtype
-        if held == given or torch.is_autocast_enabled(x.device.type):  # (autocast casts both)
+        if held == given or autocast_dtype(x.device.type) is not None:  # (it casts both)
             return
         priors = module_dtype(self._modules["site_priors"])
         if priors != given:  # (draws of another source: torch's words, at the layer)

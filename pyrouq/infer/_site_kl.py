@@ -15,6 +15,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyrouq._autocast import autocast_dtype
 from pyrouq._distribution_parts import distribution_masks, innermost_distribution, is_discrete
 from pyrouq._numbers import is_real
 from pyrouq._util import check_int
@@ -335,22 +336,4 @@ def check_float16_gradients(
 
 def _float16_autocast(devices: set[str]) -> bool:
     """Whether a ``torch.autocast(dtype=torch.float16)`` is on for one of ``devices``."""
-    for device in devices:
-        try:
-            on = torch.is_autocast_enabled(device) and (
-                torch.get_autocast_dtype(device) == torch.float16
-            )
-        except TypeError:  # torch < 2.4: no device argument
-            if device == "cpu":
-                on = torch.is_autocast_cpu_enabled() and (
-                    torch.get_autocast_cpu_dtype() == torch.float16
-                )
-            else:
-                on = (
-                    device == "cuda"
-                    and torch.is_autocast_enabled()
-                    and (torch.get_autocast_gpu_dtype() == torch.float16)
-                )
-        if on:
-            return True
-    return False
+    return any(autocast_dtype(device) == torch.float16 for device in devices)

@@ -292,6 +292,22 @@ def test_a_network_cast_alone_is_told_to_cast_the_model():
     assert model.double()(x).dtype == torch.float64
 
 
+def test_a_network_cast_alone_is_told_so_under_a_torch_without_device_autocast_calls(
+    monkeypatch,
+):
+    # before torch 2.4 torch.is_autocast_enabled() takes no device: the check of the cast
+    # called it with one and raised torch's TypeError ("takes 0 positional arguments")
+    def is_autocast_enabled():  # torch < 2.4's (the CPU's has a call of its own)
+        return False
+
+    monkeypatch.setattr(torch, "is_autocast_enabled", is_autocast_enabled)
+    monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: False)
+    model = bayesian(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    model.net.double()
+    with pytest.raises(TypeError, match=r"^BayesianNetwork's priors are torch\.float32, but "):
+        model(torch.randn(5, 3, dtype=torch.float64))
+
+
 def test_a_tied_site_stays_tied_through_load_state_dict_with_assign():
     # assign=True puts the loaded tensor in under the site's name only; net(x), which runs the
     # network with its template, read the tensor it replaced under the other names
