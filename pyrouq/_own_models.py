@@ -41,7 +41,9 @@ def room_for(model: Any, rows: int) -> Iterator[None]:
     is smaller gets ``num_data = rows``: ``pyro.plate("data", self.num_data,
     subsample_size=len(x))`` (the README's recipe, with ``num_data`` set by ``fit()`` to the
     training set's size) refuses a batch larger than the data set, and predictions read the
-    logits only, which the plate's scale does not touch."""
+    logits only, which the plate's scale does not touch. A model inside Pyro's handlers
+    (``poutine.condition(model, data=...)``) is the one given room."""
+    model = under_handlers(model)[0]  # (the handlers' partial holds no num_data)
     num_data = getattr(model, "num_data", None)
     ours = callable(getattr(model, "latent_sites", None))  # pyrouq scales by N/B itself
     if not isinstance(num_data, int) or ours or num_data >= rows:

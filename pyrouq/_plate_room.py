@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from pyrouq import _own_models as own_models
+from pyrouq._wrappers import under_handlers
 
 # Pyro's words (pyro.poutine.subsample_messenger) for a plate of size N given a subsample_size
 # B > N: it draws the subsample torch.randperm(N)[:B], of N indices, and compares
@@ -44,7 +45,8 @@ def batch_room(
             written = f'"{plate if plate is not None else "data"}"'
             function = caller.removesuffix("()")
             # a model function reads the attribute off itself (fit() sets it there too)
-            holder = "self" if isinstance(owner, nn.Module) else own_models.name_of(owner)
+            inner = under_handlers(owner)[0]  # (poutine.condition(model): the model's)
+            holder = "self" if isinstance(inner, nn.Module) else own_models.name_of(inner)
             setter = "(the README's recipe; fit() sets it)"
             if guide:  # fit() sets the model's num_data alone
                 setter = (

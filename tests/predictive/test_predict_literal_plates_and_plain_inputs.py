@@ -73,6 +73,35 @@ def test_predict_runs_such_a_model_at_the_batch_size_it_names():
     assert out.probs.shape == (3, 150, 2)
 
 
+def test_a_model_under_pyros_handlers_is_told_and_given_room_as_itself():
+    # poutine.condition(model, data=...) is a partial of Pyro's: the advice wrote its name into
+    # code, pyro.plate("data", hundred_plate (under poutine.condition).num_data, ...), and a
+    # module's num_data, which predict() raises for a larger batch, was not raised through it
+    wrapped = pyro.poutine.condition(hundred_plate, data={})
+    with pytest.raises(ValueError) as refused:
+        pyrouq.predict(wrapped, torch.randn(150, 3), num_samples=2, progress=False)
+    message = str(refused.value)
+    assert message.startswith("predict(): hundred_plate (under poutine.condition)'s plate ")
+    assert 'pyro.plate("data", hundred_plate.num_data, subsample_size=len(x))' in message
+
+    class Plated(pyro.nn.PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.num_data = 100
+
+        def forward(self, x, y=None):
+            w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
+            logits = pyro.deterministic("logits", x @ w)
+            with pyro.plate("data", self.num_data, subsample_size=len(x)):
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+            return logits
+
+    model = Plated()
+    wrapped = pyro.poutine.condition(model, data={"w": torch.ones(3, 2)})
+    out = pyrouq.predict(wrapped, torch.randn(150, 3), num_samples=2, progress=False)
+    assert out.probs.shape == (2, 150, 2) and model.num_data == 100
+
+
 def test_predict_leaves_pyros_other_subsample_refusals_as_they_came():
     def own_subsample(x, y=None):  # a subsample of 5 where 7 are asked: not predict()'s batch
         w = pyro.sample("w", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
