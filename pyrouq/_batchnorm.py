@@ -54,7 +54,8 @@ def one_value_in_training(
     own (a loader of one example, or of batch_size=1: drop_last does not help there; more
     examples, a larger batch_size or a frozen BatchNorm do; on ``world`` > 1 ranks whose shard
     of ``loader``'s examples holds one, more examples or fewer ranks); a later one as, usually,
-    an epoch's last batch (drop_last, or a batch size that leaves no remainder of 1). On
+    an epoch's last batch (drop_last, or a batch size that leaves no remainder of 1; pyrouq's
+    own loaders, which have no drop_last, are told the batch sizes nearest theirs). On
     ``world`` > 1 ranks the remainder is that of this rank's shard, which is told."""
     share, total, batch = _shard(loader, world) if world > 1 else (None, None, None)
     told: dict[str, Any] = {"world": world, "share": share, "total": total}
@@ -85,11 +86,35 @@ def one_value_in_training(
     )
     if world > 1:
         return BatchTooSmall(head + _shard_words(world, share, total, batch), head, **told)
-    advice = (
+    advice = _own_loader_words(loader) or (
         " That is usually the last batch of an epoch: drop it (DataLoader(..., drop_last=True)) "
         "or pick a batch size that leaves no remainder of 1."
     )
     return BatchTooSmall(head + advice, head, **told)
+
+
+def _own_loader_words(loader: Any) -> str:
+    """The advice for a last batch of one from pyrouq's own in-memory loader (``ArrayLoader``,
+    ``TensorLoader``) on one process, which has no ``drop_last`` to give: the batch sizes
+    nearest its own that leave no remainder of 1, or one example fewer. Empty for any other
+    loader, or where its numbers do not leave one."""
+    dataset, size = getattr(loader, "dataset", None), loader_batch_size(loader)
+    if not isinstance(loader, ShardedOrder) or size is None or size < 2:
+        return ""
+    try:
+        n = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return ""
+    if n <= size or n % size != 1:
+        return ""
+    fits = [b for b in range(2, n) if n % b != 1]
+    near = sorted(sorted(fits, key=lambda b: (abs(b - size), -b))[:2])
+    sizes = " or ".join(f"batch_size={b}" for b in near)
+    name = type(loader).__name__
+    return (
+        f" That is the last batch of the epoch: {n} examples in batches of {size} leave 1, and "
+        f"{name} has no drop_last: pass {sizes} (no batch of one), or leave one example out."
+    )
 
 
 def _shard(loader: Any, world: int) -> tuple[int | None, int | None, int | None]:

@@ -122,11 +122,11 @@ def test_one_process_keeps_its_words_for_a_batch_of_one():
         "freeze the BatchNorm with .eval() (it then normalises with its running statistics; one "
         "built with track_running_stats=False takes its batch's statistics in eval mode too)."
     )
-    assert _bn_refusal("array", 17) == (
+    assert _bn_refusal("array", 17) == (  # (ArrayLoader has no drop_last to give)
         "Batch 3 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training mode "
-        f"needs more than one value per channel to normalise it {BN}. That is usually the last "
-        "batch of an epoch: drop it (DataLoader(..., drop_last=True)) or pick a batch size that "
-        "leaves no remainder of 1."
+        f"needs more than one value per channel to normalise it {BN}. That is the last batch of "
+        "the epoch: 17 examples in batches of 8 leave 1, and ArrayLoader has no drop_last: pass "
+        "batch_size=7 or batch_size=9 (no batch of one), or leave one example out."
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from pyrouq import bayesian, fit, mean_field_guide, to_inference_data
+from pyrouq import ArrayLoader, Gaussian, bayesian, fit, mean_field_guide, to_inference_data
 
 QUIET = {"progress": False}
 
@@ -201,3 +201,23 @@ def test_fit_words_a_later_batch_of_one_as_before():
         "value per channel'). That is usually the last batch of an epoch: drop it "
         "(DataLoader(..., drop_last=True)) or pick a batch size that leaves no remainder of 1."
     )
+
+
+def test_an_array_loaders_last_batch_of_one_is_told_batch_sizes_not_drop_last():
+    """A regression's ArrayLoader of 17 rows in batches of 8 was told to 'drop it
+    (DataLoader(..., drop_last=True))', an option ArrayLoader has not; it is told the batch
+    sizes nearest its own that leave no batch of one."""
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    model = bayesian(net, likelihood=Gaussian("heteroscedastic"))
+    x, _ = _data(17)
+    loader = ArrayLoader(x, x[:, 0], batch_size=8, seed=0)
+    with pytest.raises(ValueError) as info:
+        fit(model, mean_field_guide(model), loader, epochs=1, **QUIET)
+    assert str(info.value).endswith(
+        "(torch: 'Expected more than 1 value per channel'). That is the last batch of the "
+        "epoch: 17 examples in batches of 8 leave 1, and ArrayLoader has no drop_last: pass "
+        "batch_size=7 or batch_size=9 (no batch of one), or leave one example out."
+    )
+    assert "DataLoader" not in str(info.value)
