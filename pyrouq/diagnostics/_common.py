@@ -132,6 +132,23 @@ def _check_result_data(fn: str, given: str | None, x: object, y: object) -> None
         )
 
 
+def _result_lacking(fn: str, missing: list[str]) -> str:
+    """What an MCMCResult without its model or data (a loaded one) needs, all at once."""
+    names = [f"result.{name}" for name in missing]
+    lacks = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
+    steps = ["set result.model = model (the model its chains ran)"] if "model" in missing else []
+    data = [name for name in missing if name != "model"]
+    if data:
+        steps.append(f"pass {' and '.join(f'{name}=' for name in data)}")
+    then = "to_inference_data(result, x=x, y=y)" if data else "call it again"
+    instead = f" (or set result.{' and result.'.join(data)} instead of passing)" if data else ""
+    return (
+        f"{fn}: an MCMCResult is exported with the model and data its chains ran on and no "
+        f"guide; a loaded result carries neither, and this one lacks {lacks}: "
+        f"{' and '.join(steps)}, then {then}{instead}."
+    )
+
+
 def _check_callables(fn: str, model: object, guide: object) -> None:
     """A clear error for a model, or a guide other than None, that cannot be called (a
     FitResult met Pyro's "is not callable" or dataclasses' "cannot assign to field"). Then

@@ -53,6 +53,7 @@ from pyrouq.diagnostics._common import (
     _check_var_names,
     _numpy,
     _prepared,
+    _result_lacking,
     _typed,
     _warn_not_finite,
     _warn_one_draw,
@@ -281,15 +282,8 @@ def to_inference_data(
         given = "x" if y is None and x is not None else "y" if x is None and y is not None else None
         model, x, y = result.model, result.x if x is None else x, result.y if y is None else y
         missing = [name for name, v in (("model", model), ("x", x), ("y", y)) if v is None]
-        if missing:
-            names = [f"result.{name}" for name in missing]
-            setting = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
-            data = [f"{name}=" for name in missing if name != "model"]
-            passing = f" (or pass {' and '.join(data)})" if data else ""
-            raise ValueError(
-                f"{fn}: an MCMCResult is exported with the model and data its chains ran on "
-                f"and no guide; a loaded result carries neither: set {setting} first{passing}."
-            )
+        if missing:  # all that is needed, in one message (the model's, then the data's)
+            raise ValueError(_result_lacking(fn, missing))
         _check_result_data(fn, given, x, y)
         _check_result(result, fn)
     real_device(fn, model, guide)  # (no values to run on: before anything)
