@@ -160,16 +160,15 @@ def _check_callables(fn: str, model: object, guide: object) -> None:
             raise TypeError(f"{fn}: expected the model to be {what}, got {builds}.")
         if (value is None and name == "guide") or callable(value):
             continue
-        fit_result = type(value).__name__ == "FitResult"
+        hints = {  # what was passed in the model's place, and what to pass instead
+            "FitResult": " fit() returns a FitResult, the record of its epochs: pass the model "
+            "and the guide that fit() trained.",
+            "Checkpoint": " load() returns a Checkpoint: pass its model and guide "
+            "(checkpoint.model, checkpoint.guide).",
+        }
         raise TypeError(
             f"{fn}: expected the {name} to be callable ({what}, or a Pyro {name} function), "
-            f"got {type(value).__name__}."
-            + (
-                " fit() returns a FitResult, the record of its epochs: pass the model and the "
-                "guide that fit() trained."
-                if fit_result
-                else ""
-            )
+            f"got {type(value).__name__}." + hints.get(type(value).__name__, "")
         )
     take_store_values(model, guide)
 

@@ -140,7 +140,7 @@ def test_mcmc_chains_keep_their_order_and_match_predict_and_arviz():
     assert float(az.ess(idata)["bias"][0]) == pytest.approx(float(az.ess(raw)))
 
 
-def test_a_fit_result_in_the_models_place_is_a_clear_error():
+def test_a_fit_result_in_the_models_place_is_a_clear_error(tmp_path):
     """fit()'s FitResult as the model met dataclasses' 'cannot assign to field num_data'."""
     model = BayesianMLP(in_features=4, hidden_features=3, out_features=2)
     guide = mean_field_guide(model)
@@ -156,6 +156,12 @@ def test_a_fit_result_in_the_models_place_is_a_clear_error():
         to_inference_data(model, fitted, x, y)
     with pytest.raises(TypeError, match=r"expected the model to be callable .* got NoneType"):
         psis_diagnostic(None, guide, x, y)
+    # load()'s Checkpoint in the model's place: told to pass its model and guide, which works
+    checkpoint = pyrouq.load(pyrouq.save(tmp_path / "fitted.pt", model, guide))
+    with pytest.raises(TypeError, match=r"got Checkpoint\. load\(\) returns a Checkpoint: pass"):
+        to_inference_data(checkpoint, x=x, y=y)
+    idata = to_inference_data(checkpoint.model, checkpoint.guide, x, y, num_samples=2)
+    assert idata.log_likelihood["obs"].shape == (1, 2, 5)
 
 
 # --------------------------------------------------------------------------------------------
