@@ -252,7 +252,8 @@ def _corrupt(path: Path, err: BaseException | str) -> str:
     reason = text.splitlines()[0] if text else getattr(type(err), "__name__", "unreadable")
     return (
         f"{str(path)!r} is not a readable checkpoint: it is truncated or corrupted ({reason}). "
-        "Use an intact copy, or the previous epoch's checkpoint."
+        "Use an intact copy, or write it again: save() the model anew, or rerun the training "
+        "that wrote it (a run keeps one checkpoint, its last epoch's, and no earlier one)."
     )
 
 

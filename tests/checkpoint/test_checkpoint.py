@@ -287,8 +287,14 @@ def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
     model = BayesianMLP(hidden_features=8)
     good = save(tmp_path / "good.pt", model, mean_field_guide(model)).read_bytes()
     (tmp_path / "short.pt").write_bytes(good[: len(good) // 2])
-    with pytest.raises(CheckpointError, match="truncated or corrupted"):
+    with pytest.raises(CheckpointError, match="truncated or corrupted") as info:
         load(tmp_path / "short.pt")
+    # no earlier epoch's checkpoint to point to: fit(checkpoint=) and a run folder keep one file
+    assert "previous epoch" not in str(info.value)
+    assert str(info.value).endswith(
+        "Use an intact copy, or write it again: save() the model anew, or rerun the training "
+        "that wrote it (a run keeps one checkpoint, its last epoch's, and no earlier one)."
+    )
     (tmp_path / "noise.pt").write_bytes(b"\x80\x02" + bytes(range(256)) * 8)  # a pickle's start
     with pytest.raises(CheckpointError, match="truncated or corrupted") as info:
         load(tmp_path / "noise.pt")
