@@ -223,7 +223,8 @@ def save(
         model whose network creates parameters with ``pyro.param`` in its forward (as
         :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
         that is not a dict or holds what load() would refuse to unpickle; also a model on the
-        meta device (shapes, no values: nothing is written), or a guide there.
+        meta device (shapes, no values: nothing is written), or a guide there; a path the
+        system cannot look up (a name of more than 255 bytes).
 
     Warns
     -----
@@ -467,7 +468,8 @@ def load(
     Raises
     ------
     CheckpointError
-        A missing, unreadable (no permission), truncated or corrupted file, one that
+        A missing, unreadable (no permission), truncated or corrupted file, a path the system
+        cannot look up (a name of more than 255 bytes), a file that
         ``torch.save()`` did not write (a plain ``pickle.dump``'s, a zip archive of other
         files), one holding pickled Python objects, one of a format version this pyrouq does
         not read (an MCMC result's too), one of another model class than ``model_class``, a

@@ -20,6 +20,7 @@ from pyrouq._arguments import check_device
 from pyrouq._util import class_name
 from pyrouq._words import article
 from pyrouq.checkpoint._error import CheckpointError
+from pyrouq.checkpoint._paths import check_looked_up
 
 FORMAT = "pyrouq.checkpoint"
 #: The format of a saved :class:`~pyrouq.mcmc.MCMCResult` (draws and sampler statistics).
@@ -45,6 +46,8 @@ def read(path: str | os.PathLike[str], *, release: bool = False) -> dict[str, An
             return payload
         path = path.path  # (released: read as its path is)
     given, path = str(os.fspath(path)), Path(path)
+    # (a name too long: is_file() raised a bare OSError)
+    check_looked_up(path, "reading a checkpoint")
     if not path.is_file():
         what = "the path is a folder" if path.is_dir() else "the file does not exist"
         if os.path.expanduser(given) != given:  # save() refuses it too: "~/runs/c.pt"

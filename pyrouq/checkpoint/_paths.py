@@ -1,9 +1,11 @@
 """The paths a checkpoint is read from and written to: :func:`check_path_type` refuses what is
 no path (a model given first, as ``torch.save`` takes it), :func:`check_target` a path a file
-cannot be written to (a folder, one below a file, an unexpanded ``~``, an unwritable folder)."""
+cannot be written to (a folder, one below a file, an unexpanded ``~``, an unwritable folder),
+:func:`check_looked_up` one the system cannot look up (a name too long), for both."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from pyrouq._util import class_name
 from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.mcmc import MCMCResult
 
-__all__ = ["check_path_type", "check_target"]
+__all__ = ["check_looked_up", "check_path_type", "check_target"]
 
 
 def check_path_type(path: Any, caller: str) -> None:
@@ -33,12 +35,32 @@ def check_path_type(path: Any, caller: str) -> None:
     )
 
 
+def check_looked_up(path: str | os.PathLike[str], caller: str) -> None:
+    """Refuse, as a :class:`CheckpointError` naming ``caller`` (``save()``, ...), a path the
+    system cannot look up: a file or folder name of more than 255 bytes (a folder on the way
+    that may not be entered, a loop of links), where pathlib's ``is_file()`` / ``is_dir()``
+    raised their bare OSError (before Python 3.13). A missing one passes: save() makes it,
+    load() tells it."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as err:
+        long = err.errno == errno.ENAMETOOLONG
+        fix = "a shorter path (each name at most 255 bytes)" if long else "another path"
+        raise CheckpointError(
+            f"Expected a path the system can look up, got {str(os.fspath(path))!r} for {caller} "
+            f"({err.strerror}). Pass {fix}."
+        ) from None
+
+
 def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:
     """Refuse a path a checkpoint cannot be written to: a folder, one below a file, one
     starting with a '~' left unexpanded, or one in a folder not writable (a
     :class:`CheckpointError` naming ``caller``; ``example``, the file name its advice gives).
     Its missing folders are created when it is written."""
     given, path = str(os.fspath(path)), Path(path)
+    check_looked_up(path, caller)  # (a name too long: the is_dir() below raised OSError)
     if os.path.expanduser(given) != given:  # "~/runs/c.pt" would make a folder named "~" here
         raise CheckpointError(
             f"{caller} got {given!r}, whose '~' is not expanded (it would name a folder or a "

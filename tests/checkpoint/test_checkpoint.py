@@ -281,6 +281,21 @@ def test_saved_models_predict_bit_identically_in_a_fresh_process(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_a_path_too_long_to_look_up_is_a_checkpoint_error(tmp_path, where):
+    """A name of more than 255 bytes raised pathlib's bare OSError (File name too long) from
+    save() and load(), whose docstring promises CheckpointError for files it cannot read."""
+    long = tmp_path / ("a" * 300 + ".pt") if where == "file" else tmp_path / ("d" * 300) / "m.pt"
+    said = r"Expected a path the system can look up, got '.*' for {} \(File name too long\)\. "
+    said += r"Pass a shorter path \(each name at most 255 bytes\)\.$"
+    with pytest.raises(CheckpointError, match=said.format(r"save\(\)")):
+        save(long, MLP(4, 8, 3))
+    with pytest.raises(CheckpointError, match=said.format("reading a checkpoint")):
+        load(long)
+    short = save(tmp_path / "m.pt", MLP(4, 8, 3))  # as told: a shorter path, written and read
+    assert load(short).guide is None
+
+
 def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"No checkpoint at .*nope\.pt.*does not exist"):
         load(tmp_path / "nope.pt")
