@@ -468,14 +468,13 @@ def load(
     Raises
     ------
     CheckpointError
-        A missing, unreadable (no permission), truncated or corrupted file, a path the system
-        cannot look up (a name of more than 255 bytes), a file that
+        A missing, unreadable (no permission), truncated or corrupted file, one that
         ``torch.save()`` did not write (a plain ``pickle.dump``'s, a zip archive of other
         files), one holding pickled Python objects, one of a format version this pyrouq does
         not read (an MCMC result's too), one of another model class than ``model_class``, a
         converted network without a skeleton or with one that does not match, parameters that
         do not fit the description, or a description or metadata that ``save()`` did not write
-        (edited by hand).
+        (edited by hand); a path the system cannot look up (a name of more than 255 bytes).
     ValueError
         A ``device`` torch cannot use here, or the meta device.
 
