@@ -232,7 +232,9 @@ def evaluate_rotations(
         ``(N, 3, H, W)`` images such as CIFAR's ``(N, 3, 32, 32)``; as :func:`rotate` takes
         them.
     y : torch.Tensor
-        ``(N,)`` integer labels.
+        ``(N,)`` integer labels. The model is a classifier: a regression model (a
+        ``Gaussian`` likelihood) is refused, with how to evaluate it
+        (``predict(model, rotate(x, angle), guide).evaluate(y)``).
     angles : iterable of float, default ``(0, 15, ..., 180)``
         Rotation angles in degrees, counter-clockwise.
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
@@ -287,6 +289,7 @@ def evaluate_rotations(
             f"(N,)), got {bad} of type {type(x if bad == 'x' else y).__name__}; concatenate "
             "the batches of a loader with torch.cat first."
         )
+    _refuse_regression(model)  # (before y's checks, which would ask for class labels)
     channels = _image_batch(x).shape[1]  # its layout first: y's shape is read against x's N
     if x.shape[0] == 0:  # (else predict()'s words, after the other checks)
         raise ValueError(
@@ -341,6 +344,25 @@ def evaluate_rotations(
             }
         )
     return rows
+
+
+def _refuse_regression(model: Any) -> None:
+    """Refuse a model whose likelihood is not a classifier's (a ``Gaussian``, a regression
+    model): the sweep's metrics are of class probabilities, and its targets class labels."""
+    from pyrouq._own_models import name_of
+    from pyrouq._wrappers import given_model
+    from pyrouq.likelihoods import Categorical, likelihood_of
+
+    likelihood = likelihood_of(given_model(model))
+    if likelihood is None or isinstance(likelihood, Categorical):
+        return
+    raise TypeError(
+        "evaluate_rotations() expects a classifier (its rows are accuracy and calibration of "
+        f"class probabilities), got {name_of(model)} with a {type(likelihood).__name__} "
+        "likelihood, a regression model, which it does not evaluate. Evaluate one with "
+        "predict(model, x, guide).evaluate(y) (plot it with plot_regression() / "
+        "plot_calibration()); under rotation, predict on rotate(x, angle) for each angle."
+    )
 
 
 def _check_angles(angles: Any) -> list[float | int]:

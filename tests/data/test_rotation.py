@@ -322,3 +322,25 @@ def test_a_long_rotation_sweep_shows_one_bar_over_the_angles(capsys):
     assert "predict" not in shown  # the predictions under it show no bar of their own
     evaluate_rotations(_SlowMLP(), x, y, angles=[0, 30, 60, 90], progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_a_regression_model_is_told_at_once_how_to_evaluate_it_under_rotation(raw):
+    # with float targets it was first told "convert them with y.long()", then, followed,
+    # "use its .evaluate()"; now the first refusal names what to do, and doing it works
+    import pyrouq
+
+    torch.manual_seed(0)
+    model = pyrouq.bayesian(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 1)),
+                            likelihood=pyrouq.Gaussian(scale=0.5))  # fmt: skip
+    guide = mean_field_guide(model)
+    y = torch.linspace(-1, 1, raw.shape[0])
+    told = (
+        r"^evaluate_rotations\(\) expects a classifier .* got BayesianNetwork with a Gaussian "
+        r"likelihood, a regression model, which it does not evaluate\. Evaluate one with "
+        r"predict\(model, x, guide\)\.evaluate\(y\) .* predict on rotate\(x, angle\) for each"
+    )
+    for targets in (y, y.long(), y[:, None]):  # as they come, as once told, one column
+        with pytest.raises(TypeError, match=told):
+            evaluate_rotations(model, raw, targets, guide, angles=(0, 90), progress=False)
+    rows = [predict(model, rotate(raw, a), guide, num_samples=2).evaluate(y) for a in (0, 90)]
+    assert all(math.isfinite(row["rmse"]) and row["rmse"] > 0 for row in rows)
