@@ -20,12 +20,20 @@ if TYPE_CHECKING:
 
 
 def _gaussian(predictions: Any, where: str) -> GaussianPredictions:
+    from pyrouq.predictive import Predictions
     from pyrouq.regression import GaussianPredictions
 
     if not isinstance(predictions, GaussianPredictions):
+        fix = ""
+        if isinstance(predictions, Predictions):  # a classifier's: where they are plotted
+            fix = (
+                " (a classifier's class probabilities): plot them with plot_reliability(), "
+                "plot_risk_coverage(), plot_uncertainty_distributions(), plot_most_uncertain() "
+                "or plot_image_grid()"
+            )
         raise TypeError(
             f"{where} expects GaussianPredictions (what predict() returns for a model with a "
-            f"Gaussian likelihood), got {type(predictions).__name__}."
+            f"Gaussian likelihood), got {type(predictions).__name__}{fix}."
         )
     return predictions
 

@@ -19,6 +19,7 @@ from pyrouq import (
     ArrayLoader,
     Gaussian,
     GaussianPredictions,
+    Predictions,
     Standardizer,
     batchensemble,
     bayesian,
@@ -395,6 +396,10 @@ def test_to_inference_data_evaluates_a_regressor_in_batches(d_out):
          r"input and output, or one number, got shape \(3,\)"),
         (lambda: plot_regression(torch.zeros(2, 3, 1), torch.zeros(3)), TypeError,
          r"plot_regression\(\) expects GaussianPredictions"),
+        (lambda: plot_calibration(Predictions(torch.full((2, 3, 2), 0.5)), torch.zeros(3)),
+         TypeError, r"plot_calibration\(\) expects GaussianPredictions .*got Predictions \(a "
+         r"classifier's class probabilities\): plot them with plot_reliability\(\), "
+         r"plot_risk_coverage\(\), .*plot_image_grid\(\)\.$"),
         (lambda: Standardizer.fit(torch.randn(5, 3), torch.randn(5)).inverse(
             GaussianPredictions(torch.zeros(2, 3, 2), torch.ones(2, 3, 2))), ValueError,
          r"Standardizer.inverse\(\): the predictions have 2 output\(s\), the scaler was "
