@@ -127,6 +127,13 @@ def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
             )
         return Path(root).expanduser(), "root="
     env = os.environ.get("PYROUQ_DATA")
+    if env and not env.strip():  # (as root=" " is refused: not a folder named " " looked up)
+        raise DataError(
+            f"Expected $PYROUQ_DATA to be a folder's name, got {env!r}, a blank one (whitespace "
+            "only), which pathlib takes for a folder of that name. Point it at a folder in "
+            "torchvision layout (DIR/MNIST/raw/...), or unset it (or set it empty) for the "
+            "bundled copy."
+        )
     if env:
         return Path(env).expanduser(), "$PYROUQ_DATA"
     return _BUNDLED_ROOT, "the bundled copy"

@@ -77,8 +77,8 @@ def mnist_arrays(
         Which split.
     root : path, optional
         Folder in torchvision layout (``<root>/MNIST/raw/...``); default ``$PYROUQ_DATA`` or the
-        bundled copy. An empty or blank string is refused (pathlib reads ``""`` as the current
-        folder: pass ``"."`` for that).
+        bundled copy. An empty or blank string is refused, as a blank ``$PYROUQ_DATA`` is
+        (pathlib reads ``""`` as the current folder: pass ``"."`` for that).
 
     Returns
     -------
@@ -489,8 +489,8 @@ def load_mnist(
         Examples per batch (the last batch may be smaller).
     root : path, optional
         Folder in torchvision layout (``<root>/MNIST/raw/train-images-idx3-ubyte[.gz]``).
-        Default: ``$PYROUQ_DATA`` if set, else the copy shipped inside the package. An empty
-        or blank string is refused (pathlib reads ``""`` as the current folder: pass ``"."``).
+        Default: ``$PYROUQ_DATA`` if set (a blank one is refused), else the bundled copy. An
+        empty or blank string is refused (pathlib reads ``""`` as the current folder: pass ``"."``).
     flatten : bool, default False
         Yield ``(B, 784)`` (for MLPs) instead of ``(B, 1, 28, 28)``.
     normalize : bool, default True

@@ -261,3 +261,23 @@ def test_a_data_folder_name_too_long_to_look_up_is_told_what_to_pass(tmp_path, m
     monkeypatch.setenv("PYROUQ_DATA", long)
     with pytest.raises(ValueError, match=r"got \$PYROUQ_DATA='.*' \(File name too long\)\. "):
         load_mnist(batch_size=64)
+
+
+def test_a_blank_pyrouq_data_is_refused_as_a_blank_root_is(monkeypatch, capsys):
+    # root=" " was refused, but $PYROUQ_DATA=" " was looked up as a folder named " " (a file
+    # not found under "<cwd>/ "); an empty one still means the bundled copy
+    from pyrouq.cli import main
+
+    told = (
+        "Expected $PYROUQ_DATA to be a folder's name, got ' ', a blank one (whitespace only), "
+        "which pathlib takes for a folder of that name. Point it at a folder in torchvision "
+        "layout (DIR/MNIST/raw/...), or unset it (or set it empty) for the bundled copy."
+    )
+    monkeypatch.setenv("PYROUQ_DATA", " ")
+    with pytest.raises(pyrouq.data.DataError) as info:
+        pyrouq.mnist_arrays("test")
+    assert str(info.value) == told
+    assert main(["data"]) == 2
+    assert capsys.readouterr().err == f"pyrouq: error: {told}\n"
+    monkeypatch.setenv("PYROUQ_DATA", "")  # as told: set empty, the bundled copy
+    assert pyrouq.mnist_arrays("test")[0].shape == (10000, 28, 28)
