@@ -23,7 +23,9 @@ from pyro.nn import PyroModule
 from torch import nn
 
 from pyrouq._mismatch import dtype_words, torch_words
+from pyrouq._own_models import name_of
 from pyrouq._util import global_streams_kept, module_dtype
+from pyrouq._wrappers import under_handlers
 
 __all__ = [
     "function_guide_refusal",
@@ -95,13 +97,13 @@ def latent_dtype_refusal(
     if not other:
         return None
     dtype, names, cast = _told(other)
-    name = type(model).__name__
+    name, own = name_of(model), name_of(under_handlers(model)[0])  # (own: its priors' holder)
     if guide is None:  # predict() from the priors: no guide to take a dtype from
         return (
             f"{caller}: {name} draws its latent sites ({names}) in {dtype}, its priors' dtype, "
             f"but x is {x.dtype}, and torch does not mix the two ({type(err).__name__}: "
             f"{said}). It holds no floating parameters to cast x to, nor is there a guide. "
-            f"Pass x in {dtype} ({cast}), or build {name}'s priors in {x.dtype} (their "
+            f"Pass x in {dtype} ({cast}), or build {own}'s priors in {x.dtype} (their "
             f"parameters as {x.dtype} tensors)."
         )
     if caller != "fit()":  # a diagnostic: its guide is not fitted (fit() builds it on x)
@@ -110,7 +112,7 @@ def latent_dtype_refusal(
             f"but x is {x.dtype}, and torch does not mix the two ({type(err).__name__}: "
             f"{said}). Its guide holds no parameters yet to take the dtype from: it has not "
             "been fitted (a fitted guide's dtype is what x is cast to). Fit it first, "
-            f"pyrouq.fit(model, guide, ...), or pass x in {dtype} ({cast}), or build {name}'s "
+            f"pyrouq.fit(model, guide, ...), or pass x in {dtype} ({cast}), or build {own}'s "
             f"priors in {x.dtype}."
         )
     return (
@@ -119,7 +121,7 @@ def latent_dtype_refusal(
         f"({type(err).__name__}: {said}). Its guide holds no parameters yet to take the dtype "
         "from (a model without parameters of its own has its inputs cast to its guide's "
         "dtype, as predict() and a later fit() do). Serve the inputs in "
-        f"{dtype} ({cast}, e.g. TensorDataset({cast}, y)), or build {name}'s priors in "
+        f"{dtype} ({cast}, e.g. TensorDataset({cast}, y)), or build {own}'s priors in "
         f"{x.dtype} (their parameters as {x.dtype} tensors). Nothing was trained."
     )
 
@@ -157,17 +159,17 @@ def latent_sites_refusal(
     if not other:
         return None
     their, names, _ = _told(other)
-    name = type(model).__name__
+    name, own = name_of(model), name_of(under_handlers(model)[0])  # (own: its priors' holder)
     inputs = "train_loader's inputs are" if caller == "fit()" else "x is"
     if source == "its priors draw":
         why = (
             "model.to() converts a module's parameters and buffers, not the distributions "
             "of its PyroSample attributes nor the tensors its forward builds them from"
         )
-        fix = f"Build {name}'s priors in {dtype} (their parameters as {dtype} tensors)"
+        fix = f"Build {own}'s priors in {dtype} (their parameters as {dtype} tensors)"
     else:
         why = "the guide was built, or fitted, in that dtype"
-        fix = f"Build and fit a guide of {name} in {dtype}"
+        fix = f"Build and fit a guide of {own} in {dtype}"
     ending = " Nothing was trained." if caller == "fit()" else ""
     return (
         f"{caller}: {name}'s parameters are {dtype}, and {inputs} cast to them, but {source} "
@@ -278,7 +280,7 @@ def _function_guide_words(
     else:
         inputs, ending, serve = "x's inputs", "", f"Pass x in {dtype} ({cast})"
     return (
-        f"{caller}: {who} draws {type(model).__name__}'s latent sites "
+        f"{caller}: {who} draws {name_of(model)}'s latent sites "
         f"({names}) in {dtype}, but {inputs} are {x.dtype}, and torch does not mix the two "
         f"({type(err).__name__}: {said}). pyrouq casts the inputs to the dtype of a guide that "
         "is a module holding parameters (an autoguide), not to a function's, whose parameters "

@@ -163,12 +163,12 @@ def plain_runner(model: nn.Module):
             _engine.check_outputs(logits, model, x.shape[0])  # says what to return instead
         if logits.shape[0] != x.shape[0]:  # logits.T, or a subsample's: another input's
             raise ValueError(
-                f"predict(): {type(model).__name__} returned logits of shape "
+                f"predict(): {own_models.name_of(model)} returned logits of shape "
                 f"{tuple(logits.shape)} on a batch of {x.shape[0]} inputs, expected class "
                 f"logits ({x.shape[0]}, C): {own_models.ONE_ROW_PER_INPUT})."
             )
         if trace is not None:  # a Pyro model: the logits of the Categorical "obs" draws from
-            check_likelihood_logits(type(model).__name__, trace, logits)
+            check_likelihood_logits(own_models.name_of(model), trace, logits)
         logits = logits.unsqueeze(0)
         refuse(logits)
         return logits

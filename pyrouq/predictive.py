@@ -37,6 +37,7 @@ from pyrouq._meta_device import real_device
 from pyrouq._metric_inputs import _float64
 from pyrouq._mismatch import input_mismatch, inputs_fix, restated
 from pyrouq._one_at_a_time import one_at_a_time
+from pyrouq._own_models import name_of
 from pyrouq._param_store import forget_params_since
 from pyrouq._predict_batches import batches as _batches
 from pyrouq._predict_batches import unaligned_labels, warn_of_labels
@@ -508,7 +509,7 @@ def predict(
                             weights = module_dtype(model) is not None  # (not PyroSamples)
                             fix = inputs_fix(err, inputs.dtype, cast=cast, weights=weights)
                             raise ValueError(
-                                f"predict(): {type(model).__name__} failed on x (a batch of "
+                                f"predict(): {name_of(model)} failed on x (a batch of "
                                 f"shape {tuple(inputs.shape)}, dtype {inputs.dtype}): "
                                 f"{restated(err, fix)}."
                             ) from err

@@ -31,6 +31,7 @@ from pyrouq._mismatch import input_mismatch, inputs_fix, restated
 from pyrouq._own_models import (
     GuideMismatch,
     check_traces_match,
+    name_of,
     observes_something,
     unobserved_sites,
 )
@@ -155,7 +156,7 @@ class Probe:
                             raise
                         fix = inputs_fix(err, x.dtype, "the loader's inputs")
                         raise ValueError(
-                            f"fit(): {type(model).__name__} failed on the first examples of "
+                            f"fit(): {name_of(model)} failed on the first examples of "
                             f"train_loader (x of shape {tuple(x.shape)}, dtype {x.dtype}): "
                             f"{restated(err, fix)}; nothing was trained."
                         ) from err
@@ -173,7 +174,7 @@ class Probe:
                         if not _plate_hint(err, model, x):
                             raise
                         raise ValueError(
-                            f"fit(): the guide of {type(model).__name__} failed on the first "
+                            f"fit(): the guide of {name_of(model)} failed on the first "
                             f"batch of train_loader:{_plate_hint(err, model, x)}\n{err}"
                         ) from err
                     except RuntimeError as err:  # inputs of another dtype than its priors'
@@ -229,7 +230,7 @@ class Probe:
         if not torch.equal(value, y) or site["mask"] is not None:  # (something else than y,
             return  # or some of it masked: poutine.mask)
         if isinstance(self.likelihood, OwnTargets):
-            self.likelihood = OwnTargets(site["fn"], f"{type(model).__name__}'s 'obs' site")
+            self.likelihood = OwnTargets(site["fn"], f"{name_of(model)}'s 'obs' site")
             return
         family = innermost_distribution(site["fn"])
         if isinstance(family, torch.distributions.Categorical) and self.num_classes is None:
@@ -293,7 +294,7 @@ def _check_called_with_x_y(model: nn.Module) -> None:
         else:
             why = f"y would fill its parameter {names[1]!r}"
         raise TypeError(
-            f"fit() calls {type(model).__name__}(x, y), as Pyro's SVI calls a model, but its "
+            f"fit() calls {name_of(model)}(x, y), as Pyro's SVI calls a model, but its "
             f"forward{signature} takes them otherwise: {why}. Write forward(x, y=None) (the "
             "inputs, then the targets), and give any other parameter a default, or set what "
             "it needs as an attribute of the model before fit()."
@@ -354,7 +355,7 @@ def _own_model_params(
             forget_params_since(names)
             raise TypeError(other) from err
         raise ValueError(
-            f"fit(): {type(model).__name__} and its guide failed on the first batch of "
+            f"fit(): {name_of(model)} and its guide failed on the first batch of "
             f"train_loader (x of shape {tuple(x.shape)}), run as model(x, y) replayed on "
             f"guide(x, y) to check their sites: {type(err).__name__}: "
             f"{' '.join(str(err).split())}.{_plate_hint(err, model, x)} Nothing was trained."
@@ -364,7 +365,7 @@ def _own_model_params(
     latent = unobserved_sites(model_trace)
     if not observes_something(model_trace):
         raise ValueError(
-            f"fit(): {type(model).__name__} observes nothing: run as model(x, y) on the first "
+            f"fit(): {name_of(model)} observes nothing: run as model(x, y) on the first "
             "batch of train_loader, it has no observed site, so the loss would hold no "
             "likelihood of the targets and training would only pull the guide to the prior. "
             "Observe them, e.g. pyro.sample('obs', dist.Categorical(logits=logits), obs=y) "
@@ -373,7 +374,7 @@ def _own_model_params(
         )
     if guide_trace is None and latent:
         raise ValueError(
-            f"fit(): {type(model).__name__} samples the latent site(s) {latent[:5]} but guide "
+            f"fit(): {name_of(model)} samples the latent site(s) {latent[:5]} but guide "
             "is None: each step would draw them from their priors, with nothing to learn them. "
             "Pass a guide, e.g. pyro.infer.autoguide.AutoNormal(model)."
         )
@@ -415,7 +416,7 @@ def _check_scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     ]
     if observed and all(_is_one(site["scale"]) for site in observed):
         warn_caller(
-            f"fit(): {type(model).__name__} observes its targets without the factor N/B: on "
+            f"fit(): {name_of(model)} observes its targets without the factor N/B: on "
             f"{x.shape[0]} of N = {num_data} examples the likelihood's scale is 1, so every "
             "minibatch counts as the whole data set and the KL outweighs it N/B times. Observe "
             "them inside pyro.plate('data', self.num_data, subsample_size=len(x)) (fit() sets "

@@ -488,3 +488,24 @@ def test_inputs_cast_to_the_guide_of_a_model_of_draws_are_not_told_to_call_model
     model.in_x_dtype = True  # the fix followed: the forward's tensor in x's dtype
     probs = pyrouq.predict(model, x.double(), guide, num_samples=2, progress=False, seed=0).probs
     assert probs.shape == (2, 12, 2) and probs.dtype == torch.float32
+
+
+def test_a_model_under_poutine_condition_is_named_with_its_handler_in_the_dtype_refusal():
+    """The refusal named a poutine-wrapped model by the partial Pyro makes of it
+    ('_bound_partial draws its latent sites ...; build _bound_partial's priors'), and a model
+    function as 'function'; it now names both as name_of() does, the priors by the model's."""
+    from pyro import poutine
+
+    x, _ = toy_data(12)
+    model = PyroClassifier(3, 2)
+    held = poutine.condition(model, data={"fc.bias": torch.zeros(2)})
+    with pytest.raises(TypeError) as info:
+        pyrouq.predict(held, x.double(), num_samples=3, progress=False)
+    assert str(info.value).startswith(
+        "predict(): PyroClassifier (under poutine.condition) draws its latent sites "
+        "('fc.weight') in torch.float32, its priors' dtype, but x is torch.float64"
+    )
+    assert str(info.value).endswith(
+        "or build PyroClassifier's priors in torch.float64 (their parameters as torch.float64 "
+        "tensors)."
+    )
