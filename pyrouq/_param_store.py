@@ -11,7 +11,6 @@ value loaded into it from a file (``pyro.get_param_store().load(path)``) is take
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 import weakref
 from collections.abc import Mapping, Sequence
@@ -20,11 +19,10 @@ from typing import Any, TypeVar
 import pyro
 import torch
 from pyro.nn import PyroModule
-from pyro.poutine.messenger import Messenger
 from torch import nn
 
 from pyrouq._util import module_device, module_dtype
-from pyrouq._wrappers import unwrapped
+from pyrouq._wrappers import under_handlers, unwrapped
 
 __all__ = [
     "copy_name",
@@ -382,11 +380,7 @@ def _built_for(model: Any, guide: Any) -> bool:
     built_for = getattr(guide, "_model", None) if isinstance(guide, AutoGuide) else None
     if not built_for:  # (an unpickled autoguide holds None)
         return False
-    inner = built_for[0]
-    while isinstance(inner, functools.partial) and len(inner.args) == 2:  # messenger(model)
-        if not isinstance(inner.args[0], Messenger):
-            break
-        inner = inner.args[1]
+    inner, _ = under_handlers(built_for[0])  # (the model inside its handlers: messenger(model))
     return unwrapped(inner) is unwrapped(model)
 
 
