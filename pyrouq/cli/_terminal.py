@@ -122,22 +122,45 @@ class _Closable:
         return getattr(self._stream, name)
 
 
+class _NoStderr:
+    """``sys.stderr`` while a command runs in a process without one (``2>&-``): what is
+    written is dropped, and it reads as closed, so that no progress bar is drawn on it."""
+
+    closed = True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
 @contextlib.contextmanager
 def closable_streams() -> Iterator[list[_Closable]]:
     """While a command runs, a closed stdout or stderr (its reader gone) silences what the
     command prints there instead of stopping it; the ``reader_gone`` of what it yields (one
-    per stream: none where the process has no such stream, ``>&-``, whose printing print()
-    drops) says whether that happened (checked at a last flush). The streams are put back
-    after."""
+    per stream: none where the process has no such stream, ``>&-``) says whether that
+    happened (checked at a last flush). Where the process has no stderr (``2>&-``, so
+    ``sys.stderr`` is None), what the command prints there is dropped (:class:`_NoStderr`):
+    ``print(..., file=None)`` would write its error lines on stdout, into the run's output.
+    The streams are put back after."""
     wrapped: list[tuple[str, Any, _Closable]] = []
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None:
             wrapped.append((name, stream, _Closable(stream, name)))
             setattr(sys, name, wrapped[-1][2])
+    none = sys.stderr is None  # (no stdout: print() itself drops what goes there)
+    if none:
+        sys.stderr = _NoStderr()
     try:
         yield [closable for _, _, closable in wrapped]
     finally:
+        if none and isinstance(sys.stderr, _NoStderr):
+            sys.stderr = None
         for name, stream, closable in wrapped:
             with contextlib.suppress(ValueError, OutputFailed):  # closed by its owner: as it
                 closable.flush()  # is; failed: its .failed says so

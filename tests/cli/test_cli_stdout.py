@@ -42,6 +42,15 @@ def test_no_stdout_at_all_prints_nothing_and_runs(monkeypatch, capsys):
     assert capsys.readouterr().err.startswith("usage: pyrouq ")  # argparse's own fallback
 
 
+def test_no_stderr_at_all_keeps_the_error_line_off_stdout(monkeypatch, capsys, tmp_path):
+    # `pyrouq data --data-root MISSING 2>&-`: print(file=sys.stderr) with sys.stderr None
+    # writes on stdout, and the error line went into the command's output there
+    monkeypatch.setattr(sys, "stderr", None)
+    assert main(["data", "--data-root", str(tmp_path / "missing")]) == 2  # the exit code kept
+    assert sys.stderr is None  # put back
+    assert capsys.readouterr().out == ""
+
+
 def test_a_closed_stderr_of_ones_own_is_left_as_it_is(monkeypatch, tmp_path, capsys):
     closed = (tmp_path / "err.txt").open("w")
     closed.close()
