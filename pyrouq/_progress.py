@@ -12,12 +12,31 @@ def tqdm(*args: Any, **kwargs: Any) -> Any:
     with its stderr closed, ``python train.py 2>&-``, a daemon, Windows' ``pythonw``) or a
     closed or detached stream: tqdm writes there, and fit() and mcmc() ended in
     AttributeError "'NoneType' object has no attribute 'write'" (ValueError "I/O operation
-    on closed file") at their first bar."""
+    on closed file") at their first bar.
+
+    Where ``sys.stderr`` is no terminal (a Jupyter notebook without ipywidgets, a log file),
+    a bar given no ``position`` is drawn on the first line (``position=0``), redrawn there in
+    place: tqdm puts a bar opened while another is shown (a predict() in a fit() callback, a
+    fit() inside one's own tqdm loop) on the line below, reached by a cursor move (ESC [A)
+    that a notebook does not follow, so each of its redraws was a new line in the cell. On a
+    terminal tqdm places it as it does."""
     from tqdm.auto import tqdm as bar
 
-    if kwargs.get("file") is None and not _writable(sys.stderr):
-        kwargs["disable"] = True
+    if kwargs.get("file") is None:
+        if not _writable(sys.stderr):
+            kwargs["disable"] = True
+        elif kwargs.get("position") is None and not _terminal(sys.stderr):
+            kwargs["position"] = 0
     return bar(*args, **kwargs)
+
+
+def _terminal(stream: Any) -> bool:
+    """Whether ``stream`` (a writable one) is a terminal; a stream of the user's own without
+    ``isatty`` is taken as none."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _writable(stream: Any) -> bool:

@@ -206,6 +206,40 @@ def test_fit_shows_no_bar_where_stderr_is_closed_or_detached(monkeypatch, stream
     assert got == losses
 
 
+class _Stream(io.StringIO):
+    """A stderr that is a terminal or not (a Jupyter notebook's, a log file)."""
+
+    def __init__(self, terminal: bool):
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["notebook", "terminal"])
+def test_a_fit_inside_ones_own_bar_redraws_in_place_off_a_terminal(monkeypatch, terminal):
+    """A fit() (or a predict() in a fit() callback) run while another bar is shown (one's own
+    tqdm loop over settings, a notebook's usual cell) had its bar put on the line below by
+    tqdm, reached by a cursor move up (ESC [A) that a notebook does not follow: each redraw
+    was a new line in the cell, dozens an epoch. Off a terminal it is redrawn in place now;
+    on a terminal, which follows the moves, it keeps its line below."""
+    from tqdm.auto import tqdm
+
+    stream = _Stream(terminal)
+    monkeypatch.setattr(sys, "stderr", stream)
+    outer = tqdm(total=2, desc="settings", leave=False)
+    try:
+        _run("fit", progress=True)
+    finally:
+        outer.close()
+    monkeypatch.undo()
+    drawn = stream.getvalue()
+    assert "settings:" in drawn and "0/2 [00:00<?, ?step/s]" in drawn  # (both bars drawn)
+    assert ("\x1b[A" in drawn) is terminal
+    assert ("\n" in drawn) is terminal
+
+
 def test_train_test_split_under_a_meta_default_device_splits_as_on_the_cpu():
     """Its order came from a randperm on the default device: "Cannot copy out of meta tensor;
     no data!" (under 'cuda': a CPU generator refused there), as ArrayLoader's did."""
