@@ -7,8 +7,6 @@ The public names are re-exported here; see ``__all__``. arviz and matplotlib are
 by :mod:`pyrouq.diagnostics` and :mod:`pyrouq.plotting`, on first use.
 """
 
-from __future__ import annotations
-
 __version__ = "0.1.0"
 
 from pyrouq.calibration import (

@@ -16,6 +16,16 @@ def test_public_names_resolve():
         assert getattr(pyrouq, name) is not None, name
 
 
+def test_tab_completion_on_pyrouq_offers_its_public_names_and_subpackages_only():
+    """dir(pyrouq), which a notebook's tab completion lists, held ``annotations`` (the
+    ``__future__`` feature its __init__ imported, annotating nothing) beside the public names."""
+    import types
+
+    shown = {name for name in dir(pyrouq) if not name.startswith("_")}
+    others = {n for n in shown if not isinstance(getattr(pyrouq, n), types.ModuleType)}
+    assert others == set(pyrouq.__all__) - {"__version__"}
+
+
 def test_import_does_not_load_arviz_or_matplotlib():
     code = (
         "import sys, pyrouq; print(sorted(m for m in ('arviz', 'matplotlib') if m in sys.modules))"
