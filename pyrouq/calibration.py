@@ -470,11 +470,15 @@ class ConformalRegressor:
         return 0.0 - _last_inside(-lo, one, q), _last_inside(hi, one, q)
 
     def __repr__(self) -> str:
-        values = ", ".join(f"{v:.4f}" for v in self.threshold.tolist())
+        # (each threshold for up to 8 outputs; for more, their count and range: short)
+        kept = self.threshold.tolist()
+        if len(kept) <= 8:
+            values = "[" + ", ".join(f"{v:.4f}" for v in kept) + "]"
+        else:
+            values = f"<{len(kept)} outputs, {min(kept):.4f} to {max(kept):.4f}>"
         n = "" if self.num_calibration is None else f", num_calibration={self.num_calibration}"
         return (
-            f"ConformalRegressor(score={self.score!r}, alpha={self.alpha:g}, "
-            f"threshold=[{values}]{n})"
+            f"ConformalRegressor(score={self.score!r}, alpha={self.alpha:g}, threshold={values}{n})"
         )
 
 

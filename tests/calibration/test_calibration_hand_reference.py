@@ -139,6 +139,20 @@ def test_fitted_predictors_tell_their_calibration_count():
             ConformalRegressor("abs", 0.1, [1.0], bad)
 
 
+def test_a_conformal_regressor_of_many_outputs_has_a_short_repr():
+    """A notebook cell ending in conformal(...) printed every output's threshold: 4,074
+    characters for 500 outputs (an image's pixels: tens of thousands). A few outputs keep
+    theirs; more are told by their count and range."""
+    few = ConformalRegressor("abs", 0.1, [1.5, 2.25])
+    assert repr(few) == "ConformalRegressor(score='abs', alpha=0.1, threshold=[1.5000, 2.2500])"
+    thresholds = torch.linspace(0.5, 3.0, 500, dtype=torch.float64).flip(0)
+    many = ConformalRegressor("cqr", 0.2, thresholds, num_calibration=40)
+    assert repr(many) == (
+        "ConformalRegressor(score='cqr', alpha=0.2, threshold=<500 outputs, 0.5000 to "
+        "3.0000>, num_calibration=40)"
+    )
+
+
 def test_the_mixtures_lower_tail_keeps_its_precision():
     """0.5 * (1 + erf(z / sqrt 2)) cancels in the lower tail: cdf(-9) read 0 and the 1e-15
     quantile -7.9380 where scipy's norm.ppf gives -7.9413."""
