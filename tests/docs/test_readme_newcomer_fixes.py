@@ -6,6 +6,7 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
 import torch
 import torchvision
 
@@ -28,6 +29,25 @@ def test_the_resnet18_one_channel_line_runs_on_mnist_shaped_input():
     guide = pyrouq.mean_field_guide(model)
     preds = pyrouq.predict(model, torch.randn(2, 1, 28, 28), guide, num_samples=2, progress=False)
     assert preds.probs.shape == (2, 2, 10)
+
+
+def test_the_resnet18_skeleton_is_built_as_the_one_channel_net_was(tmp_path):
+    # before: the block's load() built a stock resnet18 (3 channels) as the skeleton, which a
+    # network given MNIST's one channel by the line above is refused with ('conv1.weight' is
+    # shape (64, 1, 7, 7) in the checkpoint and (64, 3, 7, 7) in the skeleton)
+    text = _text()
+    assert "resnet18(num_classes=10)  # built as net was (its conv1 too)" in text
+    line = re.search(r"for MNIST's 1: (net\.conv1 = [^\n]+)", text)
+    assert line and 'pyrouq.load("resnet.pt", module=skeleton)' in text
+    net, skeleton = (torchvision.models.resnet18(num_classes=10) for _ in range(2))
+    for module in (net, skeleton):
+        exec(line.group(1), {"net": module, "torch": torch})
+    model = pyrouq.bayesian(net, select="last_layer")
+    path = pyrouq.save(tmp_path / "resnet.pt", model, pyrouq.mean_field_guide(model))
+    with pytest.raises(pyrouq.CheckpointError, match=r"shape \(64, 1, 7, 7\) in the checkpoint"):
+        pyrouq.load(path, module=torchvision.models.resnet18(num_classes=10))
+    restored = pyrouq.load(path, module=skeleton)
+    assert torch.equal(restored.model.net.conv1.weight, model.net.conv1.weight)
 
 
 def test_the_calibration_block_names_what_its_inputs_are():
