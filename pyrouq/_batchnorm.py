@@ -107,7 +107,7 @@ def _own_loader_words(loader: Any) -> str:
         return ""
     if n <= size or n % size != 1:
         return ""
-    fits = [b for b in range(2, n) if n % b != 1]
+    fits = [b for b in range(2, n + 1) if n % b != 1]  # (n itself: one batch of them all)
     near = sorted(sorted(fits, key=lambda b: (abs(b - size), -b))[:2])
     sizes = " or ".join(f"batch_size={b}" for b in near)
     name = type(loader).__name__

@@ -221,3 +221,24 @@ def test_an_array_loaders_last_batch_of_one_is_told_batch_sizes_not_drop_last():
         "batch_size=7 or batch_size=9 (no batch of one), or leave one example out."
     )
     assert "DataLoader" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "told"),
+    [(3, 2, "pass batch_size=3 (no batch"), (13, 12, "pass batch_size=11 or batch_size=13 (no")],
+)
+def test_the_batch_sizes_told_for_a_batch_of_one_include_one_batch_of_all(n, size, told):
+    """The sizes told were looked for below N only: 3 examples in batches of 2 were told
+    'pass  (no batch of one)', no size at all, and 13 in batches of 12 sizes 10 and 11, not
+    13 (one batch of all), nearer than 10."""
+    pyro.clear_param_store()
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    model = bayesian(net, likelihood=Gaussian("heteroscedastic"))
+    x, _ = _data(n)
+    loader = ArrayLoader(x, x[:, 0], batch_size=size, seed=0)
+    with pytest.raises(ValueError) as info:
+        fit(model, mean_field_guide(model), loader, epochs=1, **QUIET)
+    assert f"{n} examples in batches of {size} leave 1, and ArrayLoader has no drop_last: " in str(
+        info.value
+    )
+    assert told in str(info.value)
