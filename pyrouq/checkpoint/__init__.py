@@ -224,7 +224,7 @@ def save(
         :func:`pyrouq.fit` found them: a file holds no param store), or a ``training`` state
         that is not a dict or holds what load() would refuse to unpickle; also a model on the
         meta device (shapes, no values: nothing is written), or a guide there; a path the
-        system cannot look up (a name of more than 255 bytes).
+        system cannot look up (a name of more than 255 bytes, or the whole too long).
 
     Warns
     -----
@@ -474,7 +474,8 @@ def load(
         not read (an MCMC result's too), one of another model class than ``model_class``, a
         converted network without a skeleton or with one that does not match, parameters that
         do not fit the description, or a description or metadata that ``save()`` did not write
-        (edited by hand); a path the system cannot look up (a name of more than 255 bytes).
+        (edited by hand); a path the system cannot look up (a name of more than 255 bytes, or
+        the whole too long).
     ValueError
         A ``device`` torch cannot use here, or the meta device.
 

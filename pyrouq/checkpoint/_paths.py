@@ -37,21 +37,41 @@ def check_path_type(path: Any, caller: str) -> None:
 
 def check_looked_up(path: str | os.PathLike[str], caller: str) -> None:
     """Refuse, as a :class:`CheckpointError` naming ``caller`` (``save()``, ...), a path the
-    system cannot look up: a file or folder name of more than 255 bytes (a folder on the way
-    that may not be entered, a loop of links), where pathlib's ``is_file()`` / ``is_dir()``
-    raised their bare OSError (before Python 3.13). A missing one passes: save() makes it,
-    load() tells it."""
+    system cannot look up: a file or folder name of more than 255 bytes, or a whole path
+    longer than the system takes (a folder on the way that may not be entered, a loop of
+    links), where pathlib's ``is_file()`` / ``is_dir()`` raised their bare OSError (before
+    Python 3.13). A name too long below a folder not made yet is refused too: the system
+    says only that the folder is missing, and save() made it, then failed on the name. A
+    missing path of names that fit passes: save() makes it, load() tells it."""
+    text = str(os.fspath(path))
+    too_long = [name for name in Path(text).parts if len(os.fsencode(name)) > _NAME_MAX]
     try:
         os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return
+    except (FileNotFoundError, NotADirectoryError) as err:
+        if not too_long:
+            return
+        problem: OSError = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        problem.__cause__ = err
     except OSError as err:
-        long = err.errno == errno.ENAMETOOLONG
-        fix = "a shorter path (each name at most 255 bytes)" if long else "another path"
-        raise CheckpointError(
-            f"Expected a path the system can look up, got {str(os.fspath(path))!r} for {caller} "
-            f"({err.strerror}). Pass {fix}."
-        ) from None
+        problem = err
+    else:
+        return
+    if problem.errno != errno.ENAMETOOLONG:
+        fix = "another path"
+    elif too_long:
+        size = len(os.fsencode(too_long[0]))
+        fix = f"a shorter path (each name at most {_NAME_MAX} bytes; one here is {size})"
+    else:  # each name fits: the whole path is longer than the system looks up
+        fix = f"a shorter path (this one is {len(os.fsencode(text))} bytes in all, its names "
+        fix += f"each at most {_NAME_MAX}: fewer or shorter folders)"
+    raise CheckpointError(
+        f"Expected a path the system can look up, got {text!r} for {caller} "
+        f"({problem.strerror}). Pass {fix}."
+    ) from None
+
+
+_NAME_MAX = 255
+"""The bytes a file or folder name may take (ext4, XFS, btrfs, APFS, NTFS's 255 characters)."""
 
 
 def check_target(path: str | os.PathLike[str], caller: str, example: str = "checkpoint.pt") -> None:

@@ -287,13 +287,29 @@ def test_a_path_too_long_to_look_up_is_a_checkpoint_error(tmp_path, where):
     save() and load(), whose docstring promises CheckpointError for files it cannot read."""
     long = tmp_path / ("a" * 300 + ".pt") if where == "file" else tmp_path / ("d" * 300) / "m.pt"
     said = r"Expected a path the system can look up, got '.*' for {} \(File name too long\)\. "
-    said += r"Pass a shorter path \(each name at most 255 bytes\)\.$"
+    said += r"Pass a shorter path \(each name at most 255 bytes; one here is 30[03]\)\.$"
     with pytest.raises(CheckpointError, match=said.format(r"save\(\)")):
         save(long, MLP(4, 8, 3))
     with pytest.raises(CheckpointError, match=said.format("reading a checkpoint")):
         load(long)
     short = save(tmp_path / "m.pt", MLP(4, 8, 3))  # as told: a shorter path, written and read
     assert load(short).guide is None
+
+
+def test_a_name_too_long_below_a_folder_not_made_yet_is_refused_before_it_is_made(tmp_path):
+    """The system tells only the missing folder of tmp/new/<257 bytes>.pt: save() passed it,
+    made tmp/new, then failed on a bare OSError (File name too long) at its rename; a path
+    whose names fit but whose whole is past the system's 4096 bytes was told to keep 'each
+    name at most 255 bytes', which each was."""
+    said = r"got '.*' for save\(\) \(File name too long\)\. Pass a shorter path \({}\)\.$"
+    with pytest.raises(CheckpointError, match=said.format("each name at most 255 bytes; one.*")):
+        save(tmp_path / "new" / ("é" * 127 + ".pt"), MLP(4, 8, 3))  # (257 bytes, 130 letters)
+    assert not (tmp_path / "new").exists()
+    deep = tmp_path.joinpath(*["d" * 200] * 21, "m.pt")
+    whole = rf"this one is {len(str(deep))} bytes in all, its names each at most 255: fewer or "
+    with pytest.raises(CheckpointError, match=said.format(whole + "shorter folders")):
+        save(deep, MLP(4, 8, 3))
+    assert not (tmp_path / ("d" * 200)).exists()
 
 
 def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
