@@ -347,14 +347,15 @@ def evaluate_rotations(
 
 
 def _refuse_regression(model: Any) -> None:
-    """Refuse a model whose likelihood is not a classifier's (a ``Gaussian``, a regression
-    model): the sweep's metrics are of class probabilities, and its targets class labels."""
+    """Refuse a model of a ``Gaussian`` likelihood, a regression model: the sweep's metrics
+    are of class probabilities, and its targets class labels. Any other likelihood passes (a
+    ``Categorical`` of a module reloaded in a notebook is no instance of today's class)."""
     from pyrouq._own_models import name_of
     from pyrouq._wrappers import given_model
-    from pyrouq.likelihoods import Categorical, likelihood_of
+    from pyrouq.likelihoods import Gaussian, likelihood_of
 
     likelihood = likelihood_of(given_model(model))
-    if likelihood is None or isinstance(likelihood, Categorical):
+    if not isinstance(likelihood, Gaussian):
         return
     raise TypeError(
         "evaluate_rotations() expects a classifier (its rows are accuracy and calibration of "

@@ -344,3 +344,22 @@ def test_a_regression_model_is_told_at_once_how_to_evaluate_it_under_rotation(ra
             evaluate_rotations(model, raw, targets, guide, angles=(0, 90), progress=False)
     rows = [predict(model, rotate(raw, a), guide, num_samples=2).evaluate(y) for a in (0, 90)]
     assert all(math.isfinite(row["rmse"]) and row["rmse"] > 0 for row in rows)
+
+
+def test_a_classifier_of_a_reloaded_likelihoods_module_is_not_taken_for_a_regression_model():
+    """The refusal of a regression model (026fc33) took every likelihood but today's
+    Categorical for one: a classifier built before a notebook's importlib.reload() (which
+    makes the class again) was told 'got BayesianNetwork with a Categorical likelihood, a
+    regression model'. It is evaluated as before."""
+    import pyrouq.likelihoods
+
+    torch.manual_seed(0)
+    model = BayesianMLP(in_features=64, hidden_features=4, out_features=3)
+    guide = mean_field_guide(model)
+    x, y = torch.rand(6, 1, 8, 8), torch.tensor([0, 1, 2, 0, 1, 2])
+    reloaded = type("Categorical", (pyrouq.likelihoods.Categorical,), {})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pyrouq.likelihoods, "Categorical", reloaded)
+        rows = evaluate_rotations(model, x, y, guide, angles=(0, 90), num_samples=2, progress=False)
+    assert [row["angle"] for row in rows] == [0, 90]
+    assert all(0.0 <= row["acc"] <= 1.0 for row in rows)
