@@ -87,7 +87,16 @@ class Decomposition:
     >>> import torch
     >>> probs = torch.tensor([[[0.9, 0.1]], [[0.1, 0.9]]])  # S = 2 confident draws disagree
     >>> decompose(probs, "zero_one")  # total 1 - 0.5, aleatoric mean(1 - 0.9)
-    Decomposition(total=tensor([0.5000]), aleatoric=tensor([0.1000]), epistemic=tensor([0.4000]))
+    Decomposition(total=[0.5], aleatoric=[0.1], epistemic=[0.4])
+
+    Its repr is one short line: up to 4 inputs' values (to 4 significant digits); for more,
+    their number and each part's mean and range (the attributes hold every value):
+
+    >>> a = torch.linspace(0.5, 1.0, 41, dtype=torch.float64)  # from agreeing to opposed
+    >>> probs = torch.stack([torch.stack([a, 1 - a], -1), torch.stack([1 - a, a], -1)])
+    >>> decompose(probs, "zero_one")  # doctest: +NORMALIZE_WHITESPACE
+    Decomposition(N=41, total=<mean 0.5, 0.5 to 0.5>, aleatoric=<mean 0.25, 0 to 0.5>,
+                  epistemic=<mean 0.25, 0 to 0.5>)
     """
 
     total: Tensor
@@ -108,6 +117,35 @@ class Decomposition:
                 f"Expected total, aleatoric and epistemic of one shape (N,), got {shapes}; a "
                 "Decomposition is made by decompose() or Predictions.uncertainty()."
             )
+
+    def __repr__(self) -> str:
+        # (each value for up to 4 inputs; for more, their number and each part's mean and
+        # range: one short line where the dataclass's showed three whole tensors)
+        parts = {"total": self.total, "aleatoric": self.aleatoric, "epistemic": self.epistemic}
+        shape = tuple(self.total.shape)
+        lead = f"N={shape[0]}, " if len(shape) == 1 and shape[0] > _REPR_VALUES else ""
+        if len(shape) != 1:  # (made by hand of another shape: shown by it)
+            lead = f"shape={shape}, "
+        shown = ", ".join(f"{name}={_shown_part(part)}" for name, part in parts.items())
+        return f"Decomposition({lead}{shown})"
+
+
+#: Inputs up to which a Decomposition's repr shows each value.
+_REPR_VALUES = 4
+
+
+def _shown_part(part: Tensor) -> str:
+    """``[v, ...]`` for up to :data:`_REPR_VALUES` values of a 1-D part, else ``<mean m, lo to
+    hi>``; ``<meta>`` for a part on the meta device, which holds no values to show."""
+    if part.is_meta:
+        return "<meta>"
+    values = part.detach().to("cpu", torch.float64)
+    if values.ndim == 1 and values.numel() <= _REPR_VALUES:
+        return "[" + ", ".join(f"{v:.4g}" for v in values.tolist()) + "]"
+    if not values.numel():
+        return "<empty>"
+    mean, lo, hi = values.mean().item(), values.min().item(), values.max().item()
+    return f"<mean {mean:.4g}, {lo:.4g} to {hi:.4g}>"
 
 
 def decompose(probs: Tensor, measure: Measure = "entropy", base: float = math.e) -> Decomposition:

@@ -228,6 +228,28 @@ def test_decomposition_is_frozen_and_documented():
     assert "total = aleatoric + epistemic" in Decomposition.__doc__
 
 
+def test_a_decomposition_of_many_inputs_has_a_short_repr():
+    # a notebook cell ending in decompose(...) showed three whole tensors (1,125 characters at
+    # N = 40, a screenful at 10,000 inputs); the repr gives N and each part's mean and range,
+    # the attributes keep every value
+    a = torch.linspace(0.5, 1.0, 40, dtype=torch.float64)
+    probs = torch.stack([torch.stack([a, 1 - a], -1), torch.stack([1 - a, a], -1)])
+    d = decompose(probs, "zero_one")
+    assert repr(d) == (
+        "Decomposition(N=40, total=<mean 0.5, 0.5 to 0.5>, aleatoric=<mean 0.25, 0 to 0.5>, "
+        "epistemic=<mean 0.25, 0 to 0.5>)"
+    )
+    assert d.aleatoric.shape == (40,) and d.aleatoric[1].item() == pytest.approx(1 - a[1].item())
+    few = decompose(torch.tensor([[[0.9, 0.1]] * 2, [[0.1, 0.9]] * 2]), "zero_one")
+    assert repr(few) == (
+        "Decomposition(total=[0.5, 0.5], aleatoric=[0.1, 0.1], epistemic=[0.4, 0.4])"
+    )
+    many = torch.ones(10_000, device="meta")  # (no values to show: not a failing repr)
+    assert repr(Decomposition(many, many, many)) == (
+        "Decomposition(N=10000, total=<meta>, aleatoric=<meta>, epistemic=<meta>)"
+    )
+
+
 def test_clamp_only_absorbs_roundoff():
     # private: an error above round-off cannot be produced through decompose(), whose epistemic
     # part is >= 0 mathematically; the public side (round-off clamped) is in
