@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 
@@ -45,6 +46,11 @@ class EpochRecord:
     >>> record = result.history[-1]
     >>> record.epoch, record.kl > 0, 0 <= record.train_acc <= 1, record.seconds >= 0
     (2, True, True, True)
+
+    Its repr rounds the figures as :class:`FitResult`'s does (the attributes hold them whole):
+
+    >>> EpochRecord(3, 333.4567893, 128.5714286, 2000.333333, 0.987654321, 0.2512345678)
+    EpochRecord(epoch=3, loss=333.5, nll=128.6, kl=2000, train_acc=0.9877, seconds=0.3)
     """
 
     epoch: int
@@ -53,6 +59,22 @@ class EpochRecord:
     kl: float
     train_acc: float
     seconds: float
+
+    def __repr__(self) -> str:
+        # (to 4 significant digits and the seconds to 0.1, as `pyrouq fit` prints them, where
+        # the dataclass's repr gave each float in full: 137 characters a record)
+        specs = {"loss": ".4g", "nll": ".4g", "kl": ".4g", "train_acc": ".4g", "seconds": ".1f"}
+        figures = ", ".join(
+            f"{name}={_rounded(getattr(self, name), spec)}" for name, spec in specs.items()
+        )
+        return f"EpochRecord(epoch={self.epoch!r}, {figures})"
+
+
+def _rounded(value: object, spec: str) -> str:
+    """``value`` in ``spec`` if a number, else its repr (a record made by hand may hold any)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return format(float(value), spec)
+    return repr(value)
 
 
 @dataclass(frozen=True)

@@ -1087,6 +1087,20 @@ def test_a_fit_results_repr_is_one_short_line_its_history_whole():
     assert repr(none).startswith("FitResult(history=<0 epochs>, num_data=8, kl_weight=0.02,")
 
 
+def test_an_epoch_records_repr_is_rounded_its_figures_whole():
+    # a record (fit()'s callbacks get one; result.history holds them) showed each float in full
+    # precision (137 characters); the repr rounds them as FitResult's does
+    from pyrouq.infer import EpochRecord
+
+    record = EpochRecord(3, 1000.0 / 3 + 0.123456, 900.0 / 7, 2000.0 + 1.0 / 3, 0.987654321, 0.25)
+    assert repr(record) == (
+        "EpochRecord(epoch=3, loss=333.5, nll=128.6, kl=2000, train_acc=0.9877, seconds=0.2)"
+    )
+    assert record.loss == 1000.0 / 3 + 0.123456 and record.train_acc == 0.987654321
+    odd = EpochRecord(1, None, 1.0, 1.0, math.nan, 1)  # type: ignore[arg-type]
+    assert repr(odd) == "EpochRecord(epoch=1, loss=None, nll=1, kl=1, train_acc=nan, seconds=1.0)"
+
+
 def test_a_fit_without_a_kl_term_leaves_kl_weight_out_of_its_repr():
     # a BatchEnsemble's (or a plain network's) fit showed kl_weight=0.02, the default, which
     # weighs nothing there (no guide: the loss is the NLL alone); the attribute stays
