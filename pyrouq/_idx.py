@@ -4,7 +4,6 @@ bundled in the package (plain or gzip-compressed, torchvision's layout), checked
 from __future__ import annotations
 
 import contextlib
-import errno
 import gzip
 import os
 import zlib
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 
 from pyrouq._arguments import check_folder
+from pyrouq._lookup import lookup_error, name_too_long
 from pyrouq._words import slip_hint
 
 _BUNDLED_ROOT = Path(__file__).parent / "_data"
@@ -143,17 +143,14 @@ def _looked_up(base: Path, origin: str, folder: str) -> None:
     """Refuse a data folder the system cannot look up (a name of more than 255 bytes, a folder
     on the way that may not be entered): pathlib's ``is_file()`` raised its bare OSError (before
     Python 3.13). A missing one is told later, with the files it lacks."""
-    try:
-        os.stat(base)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    except OSError as err:
-        fix = "a shorter path" if err.errno == errno.ENAMETOOLONG else "a folder you can read"
+    err = lookup_error(base)
+    if err is not None:
+        fix = "a shorter path" if name_too_long(err) else "a folder you can read"
         given = f"{origin.rstrip('=')}={str(base)!r}"  # root=... or $PYROUQ_DATA=...
         raise DataError(
             f"Expected a data folder that can be looked up, got {given} ({err.strerror}). "
             f"Pass {fix}, in torchvision layout (<root>/{folder}/raw/...)."
-        ) from None
+        )
 
 
 def _locate(

@@ -4,13 +4,13 @@ errors of bad values (exit code 2, pointing to the subcommand's ``--help``)."""
 from __future__ import annotations
 
 import argparse
-import errno
 import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from pyrouq import __version__
+from pyrouq._lookup import lookup_error, name_too_long
 from pyrouq._numbers import check_at_most
 from pyrouq._util import MAX_SEED
 from pyrouq._words import DATASET_WORDS, close_hint, empty_name
@@ -149,15 +149,12 @@ def _looked_up(option: str, text: str, usable: str) -> str:
     more than 255 bytes, a folder on the way that may not be entered, a loop of links are
     refused here in one line, as pathlib's ``exists()`` / ``is_file()`` raise their OSError
     (before Python 3.13), which the command then met as a traceback."""
-    try:
-        os.stat(os.path.expanduser(text))
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    except OSError as err:
-        fix = "a shorter path" if err.errno == errno.ENAMETOOLONG else usable
+    err = lookup_error(os.path.expanduser(text))
+    if err is not None:
+        fix = "a shorter path" if name_too_long(err) else usable
         raise argparse.ArgumentTypeError(
             f"{option} {text!r} cannot be looked up ({err.strerror}); pass {fix}"
-        ) from None
+        )
     return text
 
 
