@@ -54,7 +54,8 @@ def layers_called(
     the first found."""
     global _depth, _found
     mha = getattr(torch.backends, "mha", None)
-    if mha is None or not any(isinstance(m, kinds) for m in net.modules()):
+    # (no kinds: nothing to switch, no walk of the modules: a predict() with vmap passes none)
+    if mha is None or not kinds or not any(isinstance(m, kinds) for m in net.modules()):
         yield
         return
     with _lock:
