@@ -32,6 +32,7 @@ from pyrouq.infer._elbo_checks import empty_guide
 from pyrouq.infer._fit_inputs import no_batches_message, refuse_batch_above_n
 from pyrouq.infer._fit_modes import train_for_fit
 from pyrouq.infer._fit_result import EpochRecord, FitResult
+from pyrouq.infer._last_batch import LastBatchOfOne, last_batch_watched
 from pyrouq.infer._nonfinite import KLOverflowError, kl_overflow, loss_fix
 from pyrouq.infer._options import anomaly_note, base_lr, callback_note, lr_factor
 from pyrouq.infer._resume_warnings import warn_of_changes
@@ -404,8 +405,18 @@ class Loop:
                         if x.is_inference() or y.is_inference():  # (features computed under
                             x, y = x.clone(), y.clone()  # inference_mode: autograd refuses them)
                         mid_step = True
+                        # the run's first step: an epoch's last batch of one is told now, where
+                        # the loader's sizes say it comes and a BatchNorm would refuse it
+                        first = step == skip + 1 and epoch == self.first_epoch
+                        rows = x.shape[0] if first else 0
+                        nets = (self.model, self.guide)
                         try:
-                            row, asked = self.step(x, y, epoch, step, interrupt.requested)
+                            with last_batch_watched(nets, self.loader, self.group.world, rows):
+                                row, asked = self.step(x, y, epoch, step, interrupt.requested)
+                        except LastBatchOfOne as one:  # (nothing updated: the step refused)
+                            raise one_value_in_training(
+                                x[:1], epoch, one.step, self.loader
+                            ) from None
                         except ValueError as err:
                             if not str(err).startswith(ONE_VALUE_PER_CHANNEL):
                                 raise

@@ -376,12 +376,14 @@ def fit(
         step would record the model's sites again; call fit() outside it), a
         ``pyro.poutine.condition()`` fixing a latent site of a pyrouq model around it (or giving it
         None, which Pyro writes over the guide's draw), a ``pyro.poutine.do()`` intervening on one,
-        or a ``resume_from`` that does not fit the model or holds a training state fit() did not
-        write (``CheckpointError``). Under torch.distributed, also ranks that differ (parameters,
-        models' settings, loaders, arguments, optimizers, the run and point resumed from), a failure
-        of another rank's set-up (naming that rank), and ``nn.SyncBatchNorm`` layers in training
-        mode in a model on the CPU (torch synchronises them on GPUs only): freeze such a layer with
-        ``.eval()`` or build BatchNorm layers.
+        a ``resume_from`` that does not fit the model or holds a training state fit() did not
+        write (``CheckpointError``), or a batch of one input that a BatchNorm in training mode
+        cannot normalise (an epoch's last batch of one, where an in-memory loader's sizes show
+        it, at the first step, before any update). Under torch.distributed, also ranks that
+        differ (parameters, models' settings, loaders, arguments, optimizers, the run and point
+        resumed from), a failure of another rank's set-up (naming that rank), and
+        ``nn.SyncBatchNorm`` layers in training mode in a model on the CPU (torch synchronises
+        them on GPUs only): freeze such a layer with ``.eval()`` or build BatchNorm layers.
     TrainingInterrupted
         On Ctrl-C: the first press lets the current step finish, then fit stops with that
         step's parameters, writes ``checkpoint`` if given, and raises this ``KeyboardInterrupt``

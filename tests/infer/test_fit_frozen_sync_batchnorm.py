@@ -242,3 +242,56 @@ def test_the_batch_sizes_told_for_a_batch_of_one_include_one_batch_of_all(n, siz
         info.value
     )
     assert told in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["ArrayLoader", "DataLoader"])
+def test_a_last_batch_of_one_known_from_the_sizes_is_refused_before_any_step(kind, tmp_path):
+    """17 examples in batches of 8 were refused at batch 3, after the epoch's first two steps
+    had trained the guide and the BatchNorm's statistics; an in-memory loader's sizes tell the
+    batch of one before training: the same words come at the first step, before its update
+    (no parameter, no statistic changed, no callback, no checkpoint)."""
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    model = _bn_model()
+    guide = mean_field_guide(model)
+    x, y = _data(17)
+    if kind == "ArrayLoader":
+        loader = ArrayLoader(x, y, batch_size=8, seed=0)
+        advice = "and ArrayLoader has no drop_last: pass batch_size=7 or batch_size=9"
+    else:
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(x, y), batch_size=8, shuffle=True
+        )
+        advice = "drop it (DataLoader(..., drop_last=True)) or pick a batch size that leaves"
+    guide(x[:2])  # (its parameters made, to compare)
+    before = {k: v.detach().clone() for k, v in pyro.get_param_store().items()}
+    statistics = {k: v.clone() for k, v in model.state_dict().items()}
+    seen: list[object] = []
+    path = tmp_path / "run.pt"
+    with pytest.raises(ValueError) as info:
+        fit(model, guide, loader, epochs=2, callbacks=[seen.append], checkpoint=path, **QUIET)
+    text = str(info.value)
+    assert text.startswith(
+        "Batch 3 of epoch 1 holds 1 input(s) of shape (3,), and a BatchNorm in training mode "
+        "needs more than one value per channel to normalise it (torch: 'Expected more than 1 "
+        "value per channel')."
+    )
+    assert advice in text
+    after = dict(pyro.get_param_store().items())
+    assert all(torch.equal(before[k], after[k].detach()) for k in before)  # nothing trained
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in statistics.items())
+    assert seen == [] and not path.exists()
+
+
+def test_a_batchnorm_of_images_takes_a_last_batch_of_one_as_before():
+    # (1, C, H, W) holds H * W values per channel: torch normalises it, nothing is refused
+    pyro.clear_param_store()
+    net = nn.Sequential(
+        nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(32, 2)
+    )
+    model = bayesian(net)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(17, 1, 6, 6, generator=g), torch.arange(17) % 2
+    loader = ArrayLoader(x, y, batch_size=8, seed=0)
+    result = fit(model, mean_field_guide(model), loader, epochs=1, **QUIET)
+    assert result.steps == 3
