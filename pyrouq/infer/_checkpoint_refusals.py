@@ -48,8 +48,9 @@ def warn_of_an_interrupted_run(checkpoint: Any, resume_from: Any) -> None:
     without ``resume_from``) or resuming another file. Nothing where ``resume_from`` is that
     file (the run continues it), for a finished run, a checkpoint without a training state
     (save()'s, the command line's final one), another file or none. fit() calls it once its
-    arguments are checked (a refused call writes nothing over), on every rank, as its other
-    warnings."""
+    arguments, and the ranks under torch.distributed, are checked (a refused call writes
+    nothing over), on every rank, as its other warnings (raised as an error on one rank, it
+    stops them all)."""
     if checkpoint is None or _resumes(checkpoint, resume_from):
         return
     where = _where_stopped(checkpoint)

@@ -312,9 +312,9 @@ def fit(
         to this file after every epoch and when the run is interrupted. A model, guide or
         metadata :func:`pyrouq.save` would refuse (see its Raises) is refused before training.
         A file there holding an interrupted run is warned of before training, once the
-        arguments are checked, unless ``resume_from`` is that file (which continues it): this
-        run, started afresh (no ``resume_from``) or resuming another file, writes over it (a
-        finished run is not warned of).
+        arguments (and the ranks, under torch.distributed) are checked, unless ``resume_from``
+        is that file (which continues it): this run, started afresh (no ``resume_from``) or
+        resuming another file, writes over it (a finished run is not warned of).
     resume_from : str, PathLike or Checkpoint, optional
         Continue the run saved there: the model and guide get its parameters, the optimizer its
         state, and the epoch count, learning-rate schedule, loss history and random-number
@@ -521,7 +521,6 @@ def fit(
             )
         group = _distributed.current(module_device(model, guide))  # a lazy guide's made now
         independent = _distributed.draws_option(distributed_draws, group, seed)
-        warn_of_an_interrupted_run(checkpoint, resume_from)  # once none of the above refused
     check_same_resume(resume, group)  # resume_from on rank 0 alone: told as such, first
     _distributed.check_same_model(  # the parameters, then the likelihood, priors, ...
         model, guide, compared_parameters(model, guide, probe), group
@@ -566,6 +565,10 @@ def fit(
             _distributed.shards(train_loader, group),
         ):
             _distributed.check_same_steps(train_loader, epochs, group)
+            # once no check refused, on any rank; raised as an error on one rank (warnings as
+            # errors), it stops every rank there (as in the set-up), not in the first collective
+            with _distributed.together(group, _SET_UP):
+                warn_of_an_interrupted_run(checkpoint, resume_from)
             loop = Loop(
                 model=model,
                 guide=guide,

@@ -985,6 +985,39 @@ def test_the_interrupted_run_warning_waits_for_the_checks_and_is_given_when_resu
     assert run(checkpoint="run.pt", resume_from=saved, callbacks=[StopAfter(3)]) == []
 
 
+@pytest.mark.parametrize(
+    "check",
+    ["check_same_resume", "check_same_model", "check_same_arguments", "check_same_steps"],
+)
+def test_the_interrupted_run_warning_waits_for_the_cross_rank_checks(tmp_path, monkeypatch, check):
+    # under torch.distributed, fit(checkpoint=p) warned that it writes over p's interrupted run
+    # before the checks that compare the ranks (the resumed point, the models, the arguments,
+    # the steps), so a call they refused had warned of a write it never made; each check is
+    # made to refuse here as it does for ranks that differ
+    import sys
+
+    x, y = torch.randn(16, 4), torch.arange(16) % 3
+    path = tmp_path / "run.pt"
+    model = bayesian(nn.Linear(4, 3))
+    data = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
+    with pytest.raises(TrainingInterrupted):
+        stop = [StopAfter(1)]
+        fit(model, mean_field_guide(model), data, epochs=3, checkpoint=path, callbacks=stop)
+
+    def differ(*args, **kwargs):
+        raise ValueError("the ranks differ")
+
+    where = sys.modules["pyrouq.infer.fit"] if check == "check_same_resume" else None
+    monkeypatch.setattr(where or sys.modules["pyrouq.infer._distributed"], check, differ)
+    model = bayesian(nn.Linear(4, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="the ranks differ"):
+            fit(model, mean_field_guide(model), data, epochs=3, checkpoint=path, progress=False)
+    assert [str(w.message) for w in caught if "interrupted run" in str(w.message)] == []
+    assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 1  # not written over
+
+
 class _Augmented(TensorDataset):
     """Each example with noise drawn from torch's, numpy's and Python's global streams, as a
     dataset's random augmentations draw."""

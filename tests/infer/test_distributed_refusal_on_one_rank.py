@@ -7,14 +7,17 @@ every epoch and repeated with the seed."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 from _processes import exit_quietly, spawn_ranks
+from _toy import StopAfter
 from torch import nn
 
-from pyrouq import ArrayLoader, Gaussian, bayesian, fit, mean_field_guide
+from pyrouq import ArrayLoader, Gaussian, TrainingInterrupted, bayesian, fit, load, mean_field_guide
 
 WORLD = 2
 N = 11  # not divisible by 2: shards of 6, one example repeated
@@ -63,6 +66,23 @@ def _worker(rank: int, init: str, out: str) -> None:
         attempt("then", *_build(), ArrayLoader(x, y, 4, seed=0))  # in step again
         attempt("model", *_build(seed=rank), ArrayLoader(x, y, 4, seed=0))
         attempt("layers", *_build(layers=2 + rank), ArrayLoader(x, y, 4, seed=0))
+        # an interrupted run's checkpoint (written before the ranks started): models that
+        # differ are refused before its warning; raised as an error on rank 1, it stops both
+        stopped = str(Path(out) / "stopped.pt")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            attempt("model, checkpoint", *_build(seed=rank), ArrayLoader(x, y, 4, seed=0),
+                    checkpoint=stopped)  # fmt: skip
+        told = [str(w.message) for w in caught]
+        outcomes["warned"] = [m for m in told if "holds an interrupted run" in m]
+        with warnings.catch_warnings():
+            if rank == 1:
+                warnings.filterwarnings("error", message=".*holds an interrupted run")
+            try:
+                attempt("warning as error", *_build(), ArrayLoader(x, y, 4, seed=0),
+                        checkpoint=stopped)  # fmt: skip
+            except UserWarning as warned:
+                outcomes["warning as error"] = f"raised: {str(warned)[:60]}"
         model, guide = _build()  # a skeleton on the meta device on rank 1 (left unloaded)
         attempt("meta", model.to("meta") if rank else model, guide, ArrayLoader(x, y, 4, seed=0))
         runs = []
@@ -79,8 +99,21 @@ def _worker(rank: int, init: str, out: str) -> None:
 
 
 def test_refusals_on_one_rank_keep_the_ranks_in_step_and_name_the_rank(tmp_path):
+    x, y = torch.randn(N, 3), torch.arange(N, dtype=torch.float32)
+    with pytest.raises(TrainingInterrupted):  # an interrupted run's checkpoint: 1 of 3 epochs
+        fit(*_build(), ArrayLoader(x, y, 4, seed=0), epochs=3, progress=False,
+            checkpoint=tmp_path / "stopped.pt", callbacks=[StopAfter(1)])  # fmt: skip
     spawn_ranks(_worker, (str(tmp_path / "init"), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    for r in ranks:  # refused by the models' check, before the warning (it came first)
+        assert "differ between ranks, first at" in r["model, checkpoint"], r["model, checkpoint"]
+        assert r["warned"] == [], r["warned"]
+    assert ranks[1]["warning as error"].startswith("raised: fit(checkpoint="), ranks[1]
+    assert ranks[0]["warning as error"].startswith(
+        "fit() stopped on every rank: rank 1 failed (fit()'s set-up"
+    ), ranks[0]["warning as error"]
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    assert load(tmp_path / "stopped.pt", module=net).training["epochs_done"] == 1  # kept
     told = ranks[0]["list on rank 0"]
     assert "cannot tell whether it gives every rank the same data or each rank its own" in told
     assert ranks[1]["list on rank 0"].startswith(
