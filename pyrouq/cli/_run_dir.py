@@ -34,8 +34,11 @@ def out_dir(args: argparse.Namespace) -> Path:
         return Path("runs") / f"{name}-{stamp}"
     out = _given_out(args)
     if out.is_symlink() and not out.exists():  # (mkdir's FileExistsError: "claimed by another run")
+        # the folder to make: a relative link's target is read from the link's folder, not
+        # from the working folder (os.readlink's "../gone" named neither)
+        target = os.path.realpath(out)
         raise CommandError(
-            f"--out {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which does not "
+            f"--out {str(out)!r} is a symbolic link to {target!r}, which does not "
             "exist; make that folder first, or pass another --out"
         )
     if out.exists() and not out.is_dir():

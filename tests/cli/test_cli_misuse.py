@@ -5,6 +5,7 @@ diverged run keeps) and a same-named module in the folder one evaluates from."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -312,3 +313,21 @@ def test_an_out_linked_to_a_missing_folder_is_told_as_such(tmp_path, capsys):
         "pass another --out\n"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
+def test_an_out_linked_relatively_to_a_missing_folder_names_it_whole(tmp_path, capsys, monkeypatch):
+    # the advice showed the link's own words, '../gone/run', which the link reads from its
+    # folder (runs/), not from the working folder the command was run in: the folder to make
+    # is told as an absolute path
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "runs" / "latest"
+    link.symlink_to(os.path.join("..", "gone", "run"))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    err = one_line_error(capsys, ["fit", "mlp", "--out", "../runs/latest", "--no-progress"])
+    made = os.path.realpath(tmp_path / "gone" / "run")
+    assert err == (
+        f"pyrouq: error: --out '../runs/latest' is a symbolic link to {made!r}, which does not "
+        "exist; make that folder first, or pass another --out\n"
+    )
+    assert not (tmp_path / "gone").exists()
