@@ -137,7 +137,8 @@ def to_inference_data(
     shared weights and rank-1 factors are point estimates). ``az.loo`` then treats the members
     as S = M equally weighted draws; without a posterior it cannot estimate their relative
     efficiency, so call it as ``az.loo(idata, reff=1.0)``, and with a handful of members its
-    Pareto k warnings are expected.
+    Pareto k warnings are expected. ``az.compare``, which computes each model's LOO itself,
+    fails on it for the same reason: pass it ``az.loo(idata, pointwise=True, reff=1.0)``.
 
     Memory: the posterior group holds ``S * (number of weights)`` values in the guide's dtype
     (float32): for ``BayesianLeNet`` (44k weights) and S = 100 about 18 MB, for the default

@@ -261,6 +261,23 @@ def test_batchensemble_members_are_the_draws(ensemble, data):
     assert len(stats) == N * C
 
 
+@LOO_WARNINGS
+@pytest.mark.filterwarnings("ignore:The inplace keyword:DeprecationWarning")  # arviz, pandas 3
+def test_az_compare_takes_a_batchensemble_through_its_loo_as_documented(ensemble, bayes, data):
+    # a researcher ranking a BatchEnsemble beside a guide (or NUTS): az.compare computes each
+    # model's LOO itself, which needs a posterior group; the README gives it the LOO instead
+    x, y = data
+    members = to_inference_data(ensemble, None, x, y)
+    draws = to_inference_data(*bayes, x, y, num_samples=20, seed=0)
+    with pytest.raises(TypeError):
+        az.compare({"ensemble": members, "guide": draws})
+    members_loo = az.loo(members, pointwise=True, reff=1.0)
+    table = az.compare({"ensemble": members_loo, "guide": draws})
+    assert sorted(table.index) == ["ensemble", "guide"]
+    assert table.loc["ensemble", "elpd_loo"] == pytest.approx(members_loo.elpd_loo, rel=1e-12)
+    assert table.loc["guide", "elpd_loo"] == pytest.approx(az.loo(draws).elpd_loo, rel=1e-12)
+
+
 def _regression(dtype=torch.float64, n=30, noise=0.5, prior=1.0):
     """Bayesian linear regression with known noise: the posterior of w is Gaussian."""
     x = torch.randn(n, 2, dtype=dtype)
