@@ -5,8 +5,9 @@ several chains, with per-draw sampler statistics for arviz.
 latent site and, per draw, whether the trajectory diverged, the step size, the tree depth and
 the energy. :func:`pyrouq.predict` takes it as ``posterior_samples=``, and
 :func:`pyrouq.to_inference_data` exports it with its chains (R-hat, ESS, trace and rank plots,
-BFMI, LOO). For small networks only: NUTS costs hundreds of full-data gradient evaluations per
-draw, and a network above :data:`MAX_LATENT_VALUES` latent values is refused unless forced.
+BFMI, LOO). For small networks only: NUTS costs up to ``2**max_tree_depth - 1`` full-data
+gradient evaluations per draw (1,023 at the default), a network's posterior often all of them,
+and a network above :data:`MAX_LATENT_VALUES` latent values is refused unless forced.
 Chains run in parallel processes when that pays (several chains, cores and steps); under a
 Pyro effect handler (``poutine.scale``), which those processes would not see, in this one.
 """
