@@ -302,14 +302,19 @@ def test_a_name_too_long_below_a_folder_not_made_yet_is_refused_before_it_is_mad
     whose names fit but whose whole is past the system's 4096 bytes was told to keep 'each
     name at most 255 bytes', which each was."""
     said = r"got '.*' for save\(\) \(File name too long\)\. Pass a shorter path \({}\)\.$"
-    with pytest.raises(CheckpointError, match=said.format("each name at most 255 bytes; one.*")):
+    with pytest.raises(CheckpointError, match=said.format("each name at most 255 bytes; one here "
+                       "is 257")):  # fmt: skip
         save(tmp_path / "new" / ("é" * 127 + ".pt"), MLP(4, 8, 3))  # (257 bytes, 130 letters)
     assert not (tmp_path / "new").exists()
-    deep = tmp_path.joinpath(*["d" * 200] * 21, "m.pt")
-    whole = rf"this one is {len(str(deep))} bytes in all, its names each at most 255: fewer or "
+    deep = tmp_path.joinpath(*["é" * 100] * 21, "m.pt")  # (names of 200 bytes, 100 letters)
+    size = len(str(deep).encode())  # bytes, not letters
+    whole = rf"this one is {size} bytes in all, its names each at most 255: fewer or "
     with pytest.raises(CheckpointError, match=said.format(whole + "shorter folders")):
         save(deep, MLP(4, 8, 3))
-    assert not (tmp_path / ("d" * 200)).exists()
+    assert not (tmp_path / ("é" * 100)).exists()
+    # a name of 255 bytes, the most one may take, below a folder not made yet is written
+    most = save(tmp_path / "made" / ("a" * 252 + ".pt"), MLP(4, 8, 3))
+    assert load(most).guide is None
 
 
 def test_missing_truncated_and_corrupted_files_are_refused(tmp_path):
