@@ -225,8 +225,9 @@ def test_an_array_loaders_last_batch_of_one_is_told_batch_sizes_not_drop_last():
 
 @pytest.mark.parametrize(
     ("n", "size", "told"),
-    [(3, 2, "pass batch_size=3 (no batch"), (13, 12, "pass batch_size=11 or batch_size=13 (no")],
-)
+    [(3, 2, "pass batch_size=3 (no batch"), (13, 12, "pass batch_size=11 or batch_size=13 (no"),
+     (43, 6, "pass batch_size=5 or batch_size=8 (no")],  # (4 and 8 as near: the larger told)
+)  # fmt: skip
 def test_the_batch_sizes_told_for_a_batch_of_one_include_one_batch_of_all(n, size, told):
     """The sizes told were looked for below N only: 3 examples in batches of 2 were told
     'pass  (no batch of one)', no size at all, and 13 in batches of 12 sizes 10 and 11, not
