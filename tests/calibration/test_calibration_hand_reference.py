@@ -145,6 +145,10 @@ def test_a_conformal_regressor_of_many_outputs_has_a_short_repr():
     theirs; more are told by their count and range."""
     few = ConformalRegressor("abs", 0.1, [1.5, 2.25])
     assert repr(few) == "ConformalRegressor(score='abs', alpha=0.1, threshold=[1.5000, 2.2500])"
+    eight = repr(ConformalRegressor("abs", 0.1, [1.0] * 8))  # up to 8: each one's own
+    assert eight.endswith("threshold=[" + ", ".join(["1.0000"] * 8) + "])")
+    nine = repr(ConformalRegressor("abs", 0.1, [1.0] * 8 + [2.0]))
+    assert nine.endswith("threshold=<9 outputs, 1.0000 to 2.0000>)")
     thresholds = torch.linspace(0.5, 3.0, 500, dtype=torch.float64).flip(0)
     many = ConformalRegressor("cqr", 0.2, thresholds, num_calibration=40)
     assert repr(many) == (
