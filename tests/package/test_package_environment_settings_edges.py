@@ -240,6 +240,20 @@ def test_a_fit_inside_ones_own_bar_redraws_in_place_off_a_terminal(monkeypatch, 
     assert ("\n" in drawn) is terminal
 
 
+def test_a_bar_given_its_position_keeps_it_off_a_terminal(monkeypatch):
+    # only a bar given no position is drawn on the first line: one placed by its caller (each
+    # MCMC chain's on a line of its own) keeps its line, reached by tqdm's moves down and up
+    from pyrouq._progress import tqdm
+
+    stream = _Stream(False)
+    monkeypatch.setattr(sys, "stderr", stream)
+    bar = tqdm(total=2, desc="chain 2", position=1)
+    bar.close()
+    monkeypatch.undo()
+    assert "chain 2:" in stream.getvalue()
+    assert "\n" in stream.getvalue() and "\x1b[A" in stream.getvalue()  # (drawn a line below)
+
+
 def test_train_test_split_under_a_meta_default_device_splits_as_on_the_cpu():
     """Its order came from a randperm on the default device: "Cannot copy out of meta tensor;
     no data!" (under 'cuda': a CPU generator refused there), as ArrayLoader's did."""
