@@ -68,7 +68,8 @@ def test_a_loaded_result_exports_once_its_model_is_set_on_data_passed(tmp_path):
     with pytest.raises(ValueError, match=r"lacks result\.model and result\.y: .* pass y=, then"):
         pyrouq.to_inference_data(back, x=new_x)
     back.model = model
-    with pytest.raises(ValueError, match=r"lacks result\.y: pass y=, then to_inference_data"):
+    only_y = r"lacks result\.y: pass y=, then to_inference_data\(result, x=x, y=y\) "
+    with pytest.raises(ValueError, match=only_y + r"\(or set result\.y instead of passing\)\.$"):
         pyrouq.to_inference_data(back, x=new_x)
     got = pyrouq.to_inference_data(back, x=new_x, y=new_y)
     want = pyrouq.to_inference_data(result, x=new_x, y=new_y)
