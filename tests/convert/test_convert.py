@@ -308,6 +308,20 @@ def test_a_network_cast_alone_is_told_so_under_a_torch_without_device_autocast_c
         model(torch.randn(5, 3, dtype=torch.float64))
 
 
+def test_a_cpu_autocast_is_read_under_a_torch_without_device_autocast_calls(monkeypatch):
+    # there the CPU's autocast has calls of its own (is_autocast_cpu_enabled, ...): an autocast
+    # on is read through them (the check of a network cast alone, and float16's of _site_kl)
+    from pyrouq._autocast import autocast_dtype
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), monkeypatch.context() as old_torch:
+        old_torch.setattr(torch, "is_autocast_enabled", lambda: False)  # (the GPU's, < 2.4)
+        assert autocast_dtype("cpu") == torch.bfloat16
+        assert autocast_dtype("cuda") is None
+    with monkeypatch.context() as old_torch:
+        old_torch.setattr(torch, "is_autocast_enabled", lambda: False)
+        assert autocast_dtype("cpu") is None
+
+
 def test_a_tied_site_stays_tied_through_load_state_dict_with_assign():
     # assign=True puts the loaded tensor in under the site's name only; net(x), which runs the
     # network with its template, read the tensor it replaced under the other names
