@@ -319,7 +319,7 @@ def test_run_files_are_written_and_read_without_the_locales_encoding(tmp_path):
         import argparse, json, sys
         from pathlib import Path
         from pyrouq.cli._report import _write_metrics
-        from pyrouq.cli._run_dir import _rewrite, claim, recorded_factory_root
+        from pyrouq.cli._run_dir import _rewrite, check_same_run, claim, recorded_factory_root
 
         out = Path(sys.argv[1])
         args = argparse.Namespace(resume=False, out=str(out), overwrite=False)
@@ -327,6 +327,8 @@ def test_run_files_are_written_and_read_without_the_locales_encoding(tmp_path):
         root = recorded_factory_root(folder)
         _rewrite(folder / "config.json", {"factory_root": root, "seed": 1}, ["seed"])
         _write_metrics(folder, {"acc": 0.5})
+        again = {"factory_root": root, "seed": 1}
+        check_same_run(folder, again, argparse.Namespace(device=None, num_samples=None))
         print(fresh, root, json.loads((folder / "config.json").read_bytes())["seed"])
         """
     )
