@@ -13,7 +13,7 @@ from torch import nn
 
 import pyrouq
 from pyrouq import ArrayLoader, batchensemble, bayesian, mean_field_guide, predict, rank1
-from pyrouq._wrappers import given_model, uncompiled
+from pyrouq._wrappers import given_model, uncompiled, under_handlers
 
 DDP = nn.parallel.DistributedDataParallel
 DP = nn.DataParallel
@@ -381,3 +381,25 @@ def test_only_torch_compiles_wrapper_is_looked_through_as_compiled():
     assert uncompiled(compiled) is model and own_model(compiled) is model
     assert _network_of_its_own(compiled) and _network_of_its_own(model)
     assert own_model(DP(model)) is None  # (own_model looks through compile alone)
+
+
+def test_the_model_under_pyros_handlers_is_found_through_an_unflattened_partial():
+    # poutine.condition(model) is partial(_context_wrap, messenger, model) in a _bound_partial,
+    # which functools flattens into one partial only where the inner one has no __dict__ (and
+    # not at all in some Pythons): the model and its handler are found in both forms
+    from functools import partial
+
+    from pyro import poutine
+    from pyro.poutine.messenger import _bound_partial, _context_wrap
+
+    def model(x, y=None):
+        pass
+
+    flat = poutine.condition(model, data={})
+    assert under_handlers(flat) == (model, ["poutine.condition"])
+    inner = partial(_context_wrap, flat.args[0], model)
+    inner.note = "a __dict__: not flattened"
+    nested = _bound_partial(inner)
+    assert nested.func is inner and not nested.args
+    assert under_handlers(nested) == (model, ["poutine.condition"])
+    assert under_handlers(model) == (model, [])
