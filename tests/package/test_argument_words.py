@@ -259,6 +259,15 @@ def test_a_noise_scale_given_as_the_likelihood_is_told_the_gaussian_that_takes_i
     assert made.likelihood.mode == scale  # the advice, followed
 
 
+def test_a_description_naming_a_noise_scale_is_not_told_to_pass_a_gaussian():
+    # a likelihood's description (a checkpoint's, a dict) is not what a user typed: no advice
+    # to write likelihood=pyrouq.Gaussian(...) there
+    with pytest.raises(ValueError) as caught:
+        pyrouq.likelihoods.get_likelihood({"name": "heteroscedastic"})
+    assert str(caught.value).startswith("Unknown likelihood {'name': 'heteroscedastic'}: expected")
+    assert "noise scale" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("given", "meant"),
     [("heteroskedastic", "heteroscedastic"), ("Heteroskedastic", "heteroscedastic"),
