@@ -154,6 +154,8 @@ def test_pyro_optims_makers_passed_uncalled_are_refused_naming_the_torch_optimiz
         (pyro.optim.ExponentialLR, r"AdamW\(params, lr=1e-3\)\. fit\(\) schedules the "
          r"learning rate itself: lr_schedule='warmup_cosine' \(default\), 'cosine' or "
          r"'constant'"),
+        (pyro.optim.AdagradRMSProp, r"optim=pyro\.optim\.adagrad_rmsprop\.AdagradRMSProp with "
+         r"lr_schedule='constant'\.$"),  # (no lr: its eta)
     ):  # fmt: skip
         with pytest.raises(TypeError, match=rf"optim got pyro\.optim\.{maker.__name__}, which "
                            r"makes a Pyro optimizer for pyro\.infer\.SVI from a dict of "
@@ -171,6 +173,8 @@ def test_pyro_optims_makers_passed_uncalled_are_refused_naming_the_torch_optimiz
     result = fit(net, None, ListLoader(x, y, 5), epochs=1, progress=False,
                  optim=lambda params: clipped(params, lr=1e-3))  # fmt: skip
     assert result.steps == 4
+    result = fit(net, None, ListLoader(x, y, 5), epochs=1, progress=False, optim=clipped)
+    assert result.steps == 4  # (the class itself, passed as torch.optim.Adam is: not refused)
 
 
 # --------------------------------------------------------------------------------------------
