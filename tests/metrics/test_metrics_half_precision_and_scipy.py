@@ -70,6 +70,26 @@ def test_float32_variances_are_finite_where_float32_holds_them_and_warned_of_whe
         assert preds.stddev.dtype == torch.float32
         assert preds.stddev[:, 0].tolist() == wide.stddev.float()[:, 0].tolist()
         assert preds.stddev[1, 0].item() == pytest.approx(1.9e19, rel=1e-6)
+    # the moments that came finite are kept to the bit (float32's own mean of squares, not one
+    # recomputed in float64 and rounded, which differs here in its last bit)
+    odd = torch.ones(4, 2, 1)
+    odd[0, 0], odd[:, 1, 0] = 1.9e19, torch.tensor([1.60476756, 0.59640956, 1.97763515, 1.97067082])
+    kept = GaussianPredictions(torch.zeros(4, 2, 1), odd).aleatoric_variance[1, 0]
+    assert kept == odd.square().mean(0)[1, 0] != odd.double().square().mean(0)[1, 0].float()
+
+
+def test_a_regression_plot_draws_float32_scales_whose_variance_float32_cannot_hold():
+    # a band of scales of 1.9e19 (variances 3.6e38, inf in float32) is drawn from the float64
+    # variances, whose roots are finite: no warning of an inf, a band 1.9e19 wide
+    loc, scale = torch.zeros(2, 5, 1), torch.full((2, 5, 1), 1.9e19)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_regression(GaussianPredictions(loc, scale), torch.linspace(0, 1, 5))
+    try:
+        tops = [c.get_paths()[0].vertices[:, 1].max() for c in fig.axes[0].collections]
+        assert max(tops) == pytest.approx(2 * 1.9e19, rel=1e-6)  # (num_sd=2)
+    finally:
+        plt.close(fig)
 
 
 def test_bfloat16_predictions_have_the_moments_of_their_values_not_bfloat16_rounding():
