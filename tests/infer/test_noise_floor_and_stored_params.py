@@ -98,6 +98,26 @@ def test_a_learned_noise_fallen_to_0_scores_inf_predicts_and_is_named_by_fit():
     assert "give the model a fixed noise scale (e.g. Gaussian(0.01))" in str(info.value)
 
 
+def test_a_learned_noise_above_the_floor_but_past_where_the_nll_overflows_is_named():
+    # 1e-21 is no underflow, but 1/scale**2 (1e42) passes float32's largest number: the NLL
+    # of a target 1 away from the mean overflows, and the scale is named as at the floor
+    lik = Gaussian("learned")
+    lik.prepare(torch.zeros(1, 1))
+    with torch.no_grad():
+        lik.raw_scale.fill_(math.log(1e-21))
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    x, y = _data()
+    model = pyrouq.bayesian(pyrouq.MLP(3, 8, 1), likelihood=lik, num_data=32)
+    with pytest.raises(FloatingPointError, match=r"^Non-finite loss") as info:
+        pyrouq.fit(
+            model, pyrouq.mean_field_guide(model), [(x, y)], epochs=1, num_data=32, progress=False
+        )
+    assert "has fallen to 1e-21 (softplus of raw_scale -48.35, output 0), below 5.42e-20" in str(
+        info.value
+    )
+
+
 def test_a_learned_noise_in_its_range_gets_no_sentence():
     x, y = _data()
     y = y * 1e30  # z**2 overflows, but the learned scale (1) is not the cause
