@@ -26,7 +26,6 @@ import errno
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
 import threading
@@ -52,6 +51,7 @@ from pyrouq.cli._fit_words import (
     grey_in_command_words,
     unfit_training_in_command_words,
 )
+from pyrouq.cli._made_folders import remove_made
 from pyrouq.cli._parser import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -236,7 +236,7 @@ def _fit_on_rank(
                    num_particles=args.num_particles, progress=False, seed=args.seed,
                    resume_from=resumed)  # fmt: skip
         return 0
-    out, fresh = claim(out, args, config)
+    out, made = claim(out, args, config)
     try:
         return _run_fit(
             args, out, config, recipe, method, model, guide, train, test, started, resumed
@@ -244,8 +244,8 @@ def _fit_on_rank(
     except BaseException:  # Ctrl-C too
         # a run refused before it trained leaves no folder behind; one with a checkpoint stays
         if not (out / "checkpoint.pt").exists():
-            if fresh:
-                shutil.rmtree(out, ignore_errors=True)
+            if made:  # the folder, and the parents made for it
+                remove_made(made)
             elif not args.overwrite:  # an empty --out that was there: empty again, or the
                 (out / "config.json").unlink(missing_ok=True)  # fixed command is refused
         raise

@@ -15,6 +15,7 @@ from typing import Any
 
 from pyrouq._words import article, empty_name
 from pyrouq.cli._build import CommandError
+from pyrouq.cli._made_folders import missing_folders, remove_made
 from pyrouq.cli._report import RUN_PLOTS
 
 #: config.json entries a resumed run may differ in: how it was typed, the libraries' versions.
@@ -307,22 +308,24 @@ def trained_run(
     return saved.model, saved.guide, result
 
 
-def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[Path, bool]:
+def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[Path, list[Path]]:
     """Make the run folder ``out`` and write its ``config.json``, which no other run may have
-    written first: ``(the folder, whether this run created it)``. A default folder taken by
+    written first: ``(the folder, the folders this run made)``, the folder and its parents
+    that were missing, deepest first (none for an ``--out`` that was there); refused, it
+    leaves none of them behind. A default folder taken by
     another run started in the same second gets a suffix (``-2``, ``-3``, ...); an ``--out``
     that another run has claimed since the check is refused (with --overwrite, the earlier
     run's files are removed first). With ``--resume`` the folder is the interrupted run's,
     whose ``config.json`` must record the same run as ``config``."""
     if args.resume:
         check_same_run(out, config, args)
-        return out, False
+        return out, []
     text = json.dumps(config, indent=2) + "\n"
     default = args.out is None
     for number in range(1, 10_000):
         folder = out if number == 1 or not default else out.with_name(f"{out.name}-{number}")
         try:
-            fresh = not folder.exists()
+            made = missing_folders(folder)
             if default:
                 try:
                     folder.mkdir(parents=True)
@@ -334,13 +337,14 @@ def claim(out: Path, args: argparse.Namespace, config: dict[str, Any]) -> tuple[
                     clear_run(folder)
             with open(folder / "config.json", "x", encoding="utf-8") as file:
                 file.write(text)
-            return folder, fresh
+            return folder, made
         except FileExistsError:
             raise CommandError(
                 f"--out {str(folder)!r} was claimed by another run while this one started (it "
                 "holds a config.json now); pass another folder"
             ) from None
         except OSError as err:
+            remove_made(made)  # `new/` of `--out new/<a name too long>`
             what = f"{str(folder)!r} (the default)" if default else f"--out {str(folder)!r}"
             raise CommandError(
                 f"cannot write the run folder {what}: {err.strerror or err}; pass "

@@ -971,6 +971,21 @@ def test_an_unwritable_out_and_a_diverging_run_are_one_line_errors(tmp_path, cap
     assert "Non-finite loss (nan) at epoch 1" in err and err.endswith(" Lower --lr.\n")
 
 
+def test_a_refused_run_leaves_none_of_the_folders_it_made(tmp_path, capsys):
+    # `--out new/<300 characters>` was refused (ENAMETOOLONG) after mkdir(parents=True) had
+    # made new/, and a run refused before it trained removed its folder but not new/deeper/
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("")
+    argv = ["fit", "mlp", "--train-size", "256", "--no-progress", "--out"]
+    for out in (tmp_path / "new" / ("a" * 300), tmp_path / "kept" / "new" / ("a" * 300)):
+        err = one_line_error(capsys, 2, [*argv, str(out)])
+        assert "cannot write the run folder --out" in err and ": File name too long; " in err
+    argv = ["fit", "mlp", "--lr", "1e30", "--train-size", "1024", "--epochs", "2"]
+    err = one_line_error(capsys, 2, [*argv, "--no-progress", "--out", str(tmp_path / "n/d/r")])
+    assert "Non-finite loss (nan) at epoch 1, step 2; training stopped. Lower" in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept", "mine.txt"]
+
+
 def test_overwrite_keeps_nothing_of_the_earlier_run_and_only_once_the_new_one_is_built(
     tmp_path, capsys
 ):

@@ -323,13 +323,13 @@ def test_run_files_are_written_and_read_without_the_locales_encoding(tmp_path):
 
         out = Path(sys.argv[1])
         args = argparse.Namespace(resume=False, out=str(out), overwrite=False)
-        folder, fresh = claim(out, args, {"factory_root": "/data/\\u00e9t\\u00e9"})
+        folder, made = claim(out, args, {"factory_root": "/data/\\u00e9t\\u00e9"})
         root = recorded_factory_root(folder)
         _rewrite(folder / "config.json", {"factory_root": root, "seed": 1}, ["seed"])
         _write_metrics(folder, {"acc": 0.5})
         again = {"factory_root": root, "seed": 1}
         check_same_run(folder, again, argparse.Namespace(device=None, num_samples=None))
-        print(fresh, root, json.loads((folder / "config.json").read_bytes())["seed"])
+        print(made == [out], root, json.loads((folder / "config.json").read_bytes())["seed"])
         """
     )
     argv = [sys.executable, "-X", "warn_default_encoding", "-W", "error::EncodingWarning"]
