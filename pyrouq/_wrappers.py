@@ -59,6 +59,27 @@ def unwrapped(module: Any) -> Any:
     return module
 
 
+def held_name(module: Any) -> str:
+    """The class of the module inside ``module``'s wrappers, with the wrappers, innermost
+    first, for messages that name what the user holds: ``"BayesianNetwork (in
+    DataParallel)"``, ``"Net (in DistributedDataParallel in torch.compile)"``; ``module``'s
+    own class where it is in none."""
+    wrappers = []
+    while (inner := _inner(module)) is not None:
+        wrappers.append(type(module).__name__ if isinstance(module, _PARALLEL) else "torch.compile")
+        module = inner
+    name = type(module).__name__
+    return f"{name} (in {' in '.join(reversed(wrappers))})" if wrappers else name
+
+
+def held_paths(held: Any, module: Any) -> dict[str, str]:
+    """The names of ``module``'s submodules (``module.named_modules()``) as ``held``, the
+    wrapper the user holds around it, names them (``held.get_submodule(name)``): DataParallel's
+    ``'module.net.1'`` for ``'net.1'``; a submodule ``held`` does not hold keeps its name."""
+    paths = {id(sub): name for name, sub in held.named_modules()}
+    return {name: paths.get(id(sub), name) for name, sub in module.named_modules()}
+
+
 def uncompiled(module: Any) -> Any:
     """The module ``torch.compile`` wrapped (its ``_orig_mod``), however many times, else
     ``module`` itself: a parallel wrapper is kept, and so is a module of another class that has

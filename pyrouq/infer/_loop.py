@@ -69,6 +69,7 @@ class Loop:
         self,
         *,
         model: nn.Module,
+        held: nn.Module,
         guide: Any,
         loader: Iterable,
         epochs: int,
@@ -84,6 +85,7 @@ class Loop:
         likelihood: Any,
     ):
         self.model, self.guide, self.loader = model, guide, loader
+        self.held = held  # the model as fit() was given it (a wrapper of model), for messages
         self.cast_to: Any = None  # whose dtype the inputs take, once settled (typed_by)
         self.guide_fn = guide if guide is not None else empty_guide
         # (a compiled BatchEnsemble is one: torch.compile's wrapper is no PyroModule)
@@ -372,7 +374,7 @@ class Loop:
         mid_step = False  # a step under way: a second Ctrl-C there leaves it half done
         loader_state = loader_rng_state(self.loader)
         at_start = rng_states(self.loader, loader_state)  # an epoch's, before its first batch
-        train_for_fit(self.model)  # in training mode, the modes the user set stay
+        train_for_fit(self.model, self.held)  # in training mode, the modes the user set stay
         try:
             with (
                 pyro.validation_enabled(False),

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyrouq._util import module_device
+from pyrouq._wrappers import held_name, held_paths
 
 _SYNCED_ON = ("cuda", "hpu", "xpu")
 """The device types whose inputs torch's ``SyncBatchNorm.forward`` takes in training mode in a
@@ -19,7 +20,7 @@ process group (besides the PrivateUse1 backend's, read at the call): the list wr
 that forward of torch 2.14 (torch keeps it there as a literal, with no constant to read)."""
 
 
-def check_sync_batchnorm(model: Any, guide: Any) -> None:
+def check_sync_batchnorm(model: Any, guide: Any, held: Any = None) -> None:
     """Refuse a model (or guide module) holding ``nn.SyncBatchNorm`` layers in training mode
     that fit() would train on the CPU (or another device torch's SyncBatchNorm does not take)
     while ``torch.distributed`` is initialised: every such layer raises torch's "SyncBatchNorm
@@ -27,7 +28,9 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
     eval mode (frozen, ``layer.eval()``) runs as BatchNorm does and passes, unless the whole
     model is in eval mode (``.eval()``, fit() and load() leave it so), which fit() switches to
     training mode throughout: the refusal then tells to call ``model.train()``, then
-    ``layer.eval()``, before fit(). Outside a process group they run as BatchNorm does, and pass."""
+    ``layer.eval()``, before fit(). Outside a process group they run as BatchNorm does, and pass.
+    The refusal names the model and its layers as ``held``, the wrapper fit() was given around
+    ``model`` (DDP's ``'module.net.1'``), if any."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     device = module_device(model, guide) or torch.device("cpu")  # fit()'s, as its loop's
@@ -40,8 +43,10 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
         if isinstance(model, nn.Module) and not model.training
         else set()
     )
+    held = model if held is None or not isinstance(model, nn.Module) else held
+    paths = held_paths(held, model) if isinstance(model, nn.Module) else {}
     names = [
-        name or type(module).__name__
+        (paths.get(name, name) if owner is model else name) or type(module).__name__
         for owner in (model, guide)
         if isinstance(owner, nn.Module)
         for name, module in owner.named_modules()
@@ -50,7 +55,7 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
     if not names:
         return
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    model_name = type(model).__name__
+    model_name = held_name(held)
     if switched:  # fit()'s model.train() would unfreeze a layer frozen before
         why = (
             f"{model_name} is in eval mode (model.eval() leaves a model so, and so do fit() "
@@ -65,6 +70,7 @@ def check_sync_batchnorm(model: Any, guide: Any) -> None:
             ),
             None,
         )
+        first = paths.get(first, first) if first else first
         example = f"here model.get_submodule('{first}').eval(); " if first else ""
         freeze = (
             "or keep such a layer frozen: call model.train(), then layer.eval(), before fit() "

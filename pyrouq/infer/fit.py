@@ -463,7 +463,7 @@ def fit(
             check_drawable(model, "a guide", "fit()")
         check_guide(model, guide, "fit()")
         refuse_inference_tensors(model, guide)
-        check_sync_batchnorm(model, guide)  # torch's SyncBatchNorm on the CPU: GPUs only
+        check_sync_batchnorm(model, guide, wrapped)  # torch's SyncBatchNorm on the CPU: GPUs only
         if num_particles > 1 and guide is None:
             raise ValueError(
                 f"num_particles={num_particles} given for {type(model).__name__}, which has no "
@@ -571,6 +571,7 @@ def fit(
                 warn_of_an_interrupted_run(checkpoint, resume_from)
             loop = Loop(
                 model=model,
+                held=wrapped,
                 guide=guide,
                 loader=train_loader,
                 epochs=epochs,

@@ -342,6 +342,9 @@ def test_a_regression_model_is_told_at_once_how_to_evaluate_it_under_rotation(ra
     for targets in (y, y.long(), y[:, None]):  # as they come, as once told, one column
         with pytest.raises(TypeError, match=told):
             evaluate_rotations(model, raw, targets, guide, angles=(0, 90), progress=False)
+    told = told.replace("BayesianNetwork", r"BayesianNetwork \(in DataParallel\)")  # (was: got
+    with pytest.raises(TypeError, match=told):  # DataParallel with a Gaussian likelihood)
+        evaluate_rotations(torch.nn.DataParallel(model), raw, y, guide, progress=False)
     rows = [predict(model, rotate(raw, a), guide, num_samples=2).evaluate(y) for a in (0, 90)]
     assert all(math.isfinite(row["rmse"]) and row["rmse"] > 0 for row in rows)
 

@@ -67,6 +67,15 @@ def test_a_frozen_sync_batchnorm_of_a_model_left_in_eval_mode_is_refused(gloo_gr
         "BayesianNetwork is in eval mode (model.eval() leaves a model so, and so do fit() "
         "and load()), and fit() switches a model in eval mode to training mode throughout"
     ) in str(info.value)
+    # in DataParallel (DDP takes no SyncBatchNorm on the CPU), named as the wrapper the user
+    held = nn.DataParallel(model)  # holds names it (was: BayesianNetwork, 'net.1')
+    held.eval()
+    with pytest.raises(ValueError) as info:
+        fit(held, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
+    text = str(info.value)
+    assert "fit() runs BayesianNetwork (in DataParallel) on cpu in a " in text
+    assert "SyncBatchNorm layers (module.net.1), which " in text
+    assert "(here model.get_submodule('module.net.1').eval(); " in text
 
 
 # --------------------------------------------------------------------------------------------

@@ -244,6 +244,27 @@ def test_a_second_fit_that_trains_a_layer_the_first_kept_frozen_warns_and_names_
         _run(net)
 
 
+def test_the_warning_names_a_frozen_layer_as_the_wrapper_the_user_holds_does():
+    # a pyrouq model in DataParallel (trained as the model inside) was named BayesianNetwork,
+    # with model.get_submodule('net.1'), which the DataParallel the user holds has not
+    model = pyrouq.bayesian(_net())
+    guide = pyrouq.mean_field_guide(model)
+    held = nn.DataParallel(model)
+    model.net[1].eval()
+    x, y = toy_data(20)
+    loader = pyrouq.ArrayLoader(x, y, 5, seed=0)
+    fit(held, guide, loader, epochs=1, progress=False, seed=0)
+    words = (
+        "fit() trains BayesianNetwork (in DataParallel), in eval mode (as the last fit() left "
+        "it), in training mode throughout, and with it module.net.1, which the last fit() "
+    )
+    with pytest.warns(UserWarning) as seen:
+        fit(held, guide, loader, epochs=1, progress=False, seed=0)
+    assert str(seen[0].message).startswith(words)
+    assert "(here model.get_submodule('module.net.1').eval())" in str(seen[0].message)
+    assert held.get_submodule("module.net.1") is model.net[1]
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes need Python 3.11")
 def test_an_error_raised_by_a_callback_says_where_fit_stopped(tmp_path):
     net, path = _net(), tmp_path / "run.pt"
