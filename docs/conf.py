@@ -3,8 +3,9 @@
 Two kinds of pages are written here, at build time, before Sphinx reads the sources:
 
 * ``api/<module>.rst``, one autodoc page per public module, for the modules whose file exists
-  (modules still being written are left out without a warning), plus ``api/index.rst`` mapping
-  every name of ``pyrouq.__all__`` to the page that documents it;
+  (modules still being written are left out without a warning), with the constants and type
+  aliases its module imports, which autodoc leaves out (``_data_members.py``), plus
+  ``api/index.rst`` mapping every name of ``pyrouq.__all__`` to the page that documents it;
 * ``tutorials/*.ipynb``, copies of ``../tutorials/*.ipynb``, rendered by myst-nb from the outputs
   stored in them: nothing is executed.
 
@@ -29,6 +30,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS))
 
+import _data_members  # noqa: E402
 import _links  # noqa: E402
 
 import pyrouq  # noqa: E402
@@ -165,6 +167,8 @@ def _write_api_pages() -> list[str]:
             stale.unlink()
     for module in present:
         text = _heading(f"pyrouq.{module}") + f"\n.. automodule:: pyrouq.{module}\n"
+        if data := _data_members.entries(module):  # the constants autodoc leaves out
+            text += "\n" + data
         if module == "cli":
             text += "\n" + _cli_usage()
         _write_if_changed(api / f"{module}.rst", text)

@@ -27,6 +27,8 @@ FORMAT = "pyrouq.checkpoint"
 MCMC_FORMAT = "pyrouq.mcmc"
 MCMC_FORMAT_VERSION = 1
 FORMAT_VERSION = 3
+"""The version of the checkpoint format :func:`~pyrouq.checkpoint.save` writes (the file's
+``"format_version"``); :func:`~pyrouq.checkpoint.load` reads it and the earlier ones."""
 # version 1: before networks were converted (pyrouq 0.1 runs); 2: without a Bayesian network's
 # latent-site start values (a loaded one takes the skeleton's)
 _READABLE_VERSIONS = (1, 2, 3)

@@ -30,6 +30,8 @@ from pyrouq.likelihoods._gaussian import Gaussian
 __all__ = ["Categorical", "Gaussian", "Likelihood", "LikelihoodName", "get_likelihood"]
 
 LikelihoodName = Literal["categorical", "gaussian"]
+"""The names :func:`get_likelihood` (and the converters' ``likelihood=``) take, lower case:
+:class:`Categorical`, and :class:`Gaussian` with its default noise scale."""
 
 _LIKELIHOODS: dict[str, type[Likelihood]] = {"categorical": Categorical, "gaussian": Gaussian}
 
