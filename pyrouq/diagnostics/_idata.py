@@ -125,6 +125,14 @@ def to_inference_data(
     Every per-point variable has the dim ``obs_id`` (coordinates ``0..N-1``); ``probs`` also
     has ``class`` (``0..C-1``), ``loc`` and ``scale`` ``output`` (``0..D-1``).
 
+    A regression model fitted on standardised targets (:class:`pyrouq.Standardizer`) is
+    exported in those units: pass ``y`` standardised, and ``obs``, ``loc``, ``scale``, a latent
+    ``sigma`` and ``log_likelihood`` (so ``az.loo``'s elpd) are of the standardised targets.
+    :meth:`Standardizer.inverse <pyrouq.tabular.Standardizer.inverse>` rescales predictions,
+    not this export: for the targets' units, take ``loc`` and ``obs`` times ``y_std`` plus
+    ``y_mean``, ``scale`` and ``sigma`` times ``y_std``, and each log-likelihood minus
+    ``log(y_std).sum()``.
+
     A rank-1 network (:func:`pyrouq.rank1`) exports its factors' draws; each draw's M members
     are mixed with equal weights, so ``log_likelihood`` and ``posterior_predictive`` are those of
     the draw's member mixture: its class probabilities, or for a ``Gaussian`` likelihood the
