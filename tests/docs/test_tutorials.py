@@ -34,6 +34,13 @@ def test_each_tutorial_says_at_its_top_that_its_outputs_are_a_full_runs(path: Pa
     assert "far less trained" in top and "need not hold there." in top
 
 
+def test_the_tutorials_name_one_kernel_alike():
+    # 09's kernelspec said "Python 3", the others "Python 3 (ipykernel)"
+    specs = {p.stem: dict(nbformat.read(p, as_version=4).metadata.kernelspec) for p in TUTORIALS}
+    expected = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    assert {stem: spec for stem, spec in specs.items() if spec != expected} == {}
+
+
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_runs_in_smoke_mode(path: Path):
     nb = nbformat.read(path, as_version=4)
