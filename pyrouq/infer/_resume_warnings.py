@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyrouq._batch_size import loader_batch_size
-from pyrouq._util import len_or, warn_caller
+from pyrouq._batchnorm import Norm
+from pyrouq._util import ShardedOrder, len_or, warn_caller
 from pyrouq.infer._options import WARMUP_FRACTION, lr_factor
 
 if TYPE_CHECKING:
@@ -46,10 +47,36 @@ def _warned_of_other_ranks(loop: Loop, state: dict[str, Any]) -> bool:
     """Warn, and return True, when the run was trained on another number of ranks than
     ``loop`` runs on (its checkpoint records it since 2026-12-07; not compared for older
     ones): each rank's shard of an epoch, and so its batches and the schedule planned over
-    them, differ from the run's; the loader is then not the cause, and is not warned of."""
+    them, differ from the run's; the loader is then not the cause, and is not warned of. A
+    pyrouq loader whose batches make the run's (:func:`_run_batch`) is told what differs
+    still: the weight draws a step averages, BatchNorm's batch statistics; one whose batch
+    size alone differs, the batch size that would make them."""
     theirs, ours = state.get("world"), loop.group.world
     if isinstance(theirs, bool) or not isinstance(theirs, int) or theirs < 1 or theirs == ours:
         return False
+    head = f"fit(resume_from=...) continues {_ranks(ours)} a run trained {_ranks(theirs)}"
+    where = (
+        "in one process (no process group)"
+        if theirs == 1
+        else f"on {theirs} ranks (torchrun --nproc_per_node {theirs})"
+    )
+    run_size, size = int(state.get("batch_size") or 0), loader_batch_size(loop.loader) or 0
+    batch = _run_batch(loop.loader, theirs, ours, run_size)
+    if batch is not None and size * ours == batch:  # the same examples a step, split otherwise
+        normed = (
+            f", and BatchNorm layers normalise with the statistics of {size} examples where "
+            f"the run's took {run_size}"
+            if any(isinstance(m, Norm) for m in loop.model.modules())
+            else ""
+        )
+        warn_caller(
+            f"{head}: its steps see the run's batches ({batch} examples a step: {run_size}"
+            f"{_each(theirs)} in the run, {size}{_each(ours)} here), but split otherwise: a "
+            f"step's gradient {_draws(ours, theirs)} (drawn alike on every rank with "
+            "distributed_draws='identical': the run then continues as it was, to float "
+            f"rounding){normed}. Resume {where}, with the run's loader, to continue it as it was."
+        )
+        return True
     run_batches, batches = int(state.get("batches_per_epoch", 0)), len_or(loop.loader)
     changes = []
     if run_batches and batches and run_batches != batches:
@@ -64,17 +91,44 @@ def _warned_of_other_ranks(loop: Loop, state: dict[str, Any]) -> bool:
             f"{state['epochs_done'] + 1} skip other batches than it saw"
         )
     changes.append("every step sees other batches than the run's would have")
-    where = (
-        "in one process (no process group)"
-        if theirs == 1
-        else f"on {theirs} ranks (torchrun --nproc_per_node {theirs})"
+    fits = (
+        f", or give this loader batch_size={batch // ours}, whose steps then see the run's batches"
+        if batch is not None and batch % ours == 0
+        else ""
     )
     warn_caller(
-        f"fit(resume_from=...) continues {_ranks(ours)} a run trained {_ranks(theirs)}: its "
-        f"epochs are split otherwise than the run's: {'; '.join(changes)}. "
-        f"Resume {where}, with the run's loader, to continue it as it was."
+        f"{head}: its epochs are split otherwise than the run's: {'; '.join(changes)}. "
+        f"Resume {where}, with the run's loader, to continue it as it was{fits}."
     )
     return True
+
+
+def _run_batch(loader: Any, theirs: int, ours: int, run_size: int) -> int | None:
+    """The run's batch, the ``run_size`` examples on each of its ``theirs`` ranks, where
+    ``loader`` on ``ours`` ranks can serve it: a pyrouq loader (every number of ranks shards
+    one permutation drawn alike, rank r taking every world-th example from r, so that a step's
+    shards together are the next ``world * batch_size`` examples of it) over examples that
+    both numbers of ranks divide (else the permutation is padded); None elsewhere."""
+    if not isinstance(loader, ShardedOrder) or not run_size:
+        return None
+    n = len(loader.dataset)  # type: ignore[attr-defined]
+    return None if n % theirs or n % ours else run_size * theirs
+
+
+def _each(world: int) -> str:
+    """`` on each of 2 ranks`` or `` in one process``."""
+    return f" on each of {world} ranks" if world > 1 else " in one process"
+
+
+def _draws(ours: int, theirs: int) -> str:
+    """How many draws of the weights a step's gradient averages on ``ours`` ranks, against the
+    run's on ``theirs``: one per rank."""
+    if ours == 1:
+        return (
+            f"is taken at one draw of the weights where the run's averaged {theirs}, one per rank"
+        )
+    run = "was taken at one" if theirs == 1 else f"averaged {theirs}"
+    return f"averages {ours} draws of the weights, one per rank, where the run's {run}"
 
 
 def _ranks(world: int) -> str:

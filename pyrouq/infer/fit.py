@@ -335,7 +335,8 @@ def fit(
         Under torch.distributed a resumed run is repeatable but not the one never stopped: the
         checkpoint holds rank 0's random state, from which each rank derives its own stream
         (see "Scaling out"). A run resumed on another number of ranks than it trained on
-        (one process counting as one) is warned of: its epochs are split into other shards.
+        (one process counting as one) is warned of: its epochs are split into other shards
+        (pyrouq's loaders serve each step the run's examples at a batch size the warning names).
     metadata : dict, optional
         JSON values stored in the checkpoints (string keys, lists rather than tuples); a
         resumed run keeps its checkpoint's when none is given.

@@ -1822,7 +1822,7 @@ def test_a_run_stopped_inside_an_epoch_on_other_ranks_is_told_its_steps_skip_oth
         "are split otherwise than the run's: the 2 steps the run took of epoch 1 skip other "
         "batches than it saw; every step sees other batches than the run's would have. Resume "
         "on 2 ranks (torchrun --nproc_per_node 2), with the run's loader, to continue it as it "
-        "was."
+        "was, or give this loader batch_size=20, whose steps then see the run's batches."
     ]
 
 

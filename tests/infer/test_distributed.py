@@ -169,7 +169,8 @@ def test_two_ranks_train_as_one_process(kind, tmp_path):
         "are split otherwise than the run's: an epoch takes 4 steps where the run took 2 on "
         "each of 2 ranks, so the learning-rate schedule, planned over the run's steps, no "
         "longer matches; every step sees other batches than the run's would have. Resume on "
-        "2 ranks (torchrun --nproc_per_node 2), with the run's loader, to continue it as it was."
+        "2 ranks (torchrun --nproc_per_node 2), with the run's loader, to continue it as it "
+        "was, or give this loader batch_size=8, whose steps then see the run's batches."
     ]
     for epoch in range(10):  # each epoch: disjoint halves that cover the data
         halves = [torch.cat(r["seen"][2 * epoch : 2 * epoch + 2]) for r in ranks]

@@ -7,6 +7,7 @@ stopped; fit() called on one rank alone explains the timeout it ends in."""
 from __future__ import annotations
 
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -184,6 +185,25 @@ def test_two_ranks_average_float16_gradients_refuse_other_optimizers_and_resume_
         assert r["stopped after"] == 2
         for key, value in r["never stopped"].items():
             assert torch.equal(r["resumed"][key], value), key
+    # resumed in one process on batches of 6, the 2 ranks' 3 each: the run's batches, and
+    # with identical draws the run never stopped, to float rounding (the warning said "every
+    # step sees other batches than the run's would have" before 2026-12-08)
+    model, guide = _build("learned")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, guide, _loader("learned", 6), epochs=4, progress=False, seed=0,
+            resume_from=tmp_path / "run.pt")  # fmt: skip
+    for key, value in ranks[0]["never stopped"].items():
+        torch.testing.assert_close(_state(model, guide)[key], value, rtol=0, atol=1e-6)
+    assert [str(w.message) for w in caught if "continues" in str(w.message)] == [
+        "fit(resume_from=...) continues in one process a run trained on 2 ranks: its steps "
+        "see the run's batches (6 examples a step: 3 on each of 2 ranks in the run, 6 in one "
+        "process here), but split otherwise: a step's gradient is taken at one draw of the "
+        "weights where the run's averaged 2, one per rank (drawn alike on every rank with "
+        "distributed_draws='identical': the run then continues as it was, to float rounding). "
+        "Resume on 2 ranks (torchrun --nproc_per_node 2), with the run's loader, to continue "
+        "it as it was."
+    ]
     fix = ". Build the same optimizer on every rank (optim=...: the same class, parameter groups"
     for rank, r in enumerate(ranks):
         said = r["optimizers"]
