@@ -449,12 +449,18 @@ def check_same_everywhere(named: list[tuple[str, torch.Tensor]], group: Group, w
             if name.startswith(STORE)
             else ""
         )
+        held, sizes = "other values than rank 0", table[:, first, 2].tolist()
+        if any(sizes[r] != sizes[0] for r in other):  # a model of other sizes (not seeds)
+            theirs = ", ".join(f"{int(sizes[r]):,}" for r in other)
+            held = f"{theirs} values where rank 0 holds {int(sizes[0]):,}"
+        elif bool((table[other, first, 3] != table[0, first, 3]).any()):
+            here = f"{named[first][1].dtype} on rank {group.rank}"
+            held = f"values of another dtype than rank 0 ({here})"
         raise ValueError(
             f"fit(): the {what} differ between ranks, first at {name!r}, where "
-            f"{_ranks_hold(other)} other values than "
-            "rank 0. Build them the same way on every rank (same arguments and seed: "
-            "torch.manual_seed before building, a seeded loader such as load_mnist(seed=0)); "
-            f"ranks then draw their own weights from there.{stored}"
+            f"{_ranks_hold(other)} {held}. Build them the same way on every rank (same "
+            "arguments and seed: torch.manual_seed before building, a seeded loader such as "
+            f"load_mnist(seed=0)); ranks then draw their own weights from there.{stored}"
         )
 
 

@@ -83,6 +83,10 @@ def _worker(rank: int, init: str, out: str) -> None:
                         checkpoint=stopped)  # fmt: skip
             except UserWarning as warned:
                 outcomes["warning as error"] = f"raised: {str(warned)[:60]}"
+        attempt("hidden", *_build(hidden=8 + rank), ArrayLoader(x, y, 4, seed=0))
+        model, guide = _build()  # float64 on rank 1
+        attempt("dtype", *((model.double(), guide.double()) if rank else (model, guide)),
+                ArrayLoader(x, y, 4, seed=0))  # fmt: skip
         model, guide = _build()  # a skeleton on the meta device on rank 1 (left unloaded)
         attempt("meta", model.to("meta") if rank else model, guide, ArrayLoader(x, y, 4, seed=0))
         runs = []
@@ -129,6 +133,14 @@ def test_refusals_on_one_rank_keep_the_ranks_in_step_and_name_the_rank(tmp_path)
         assert "differ between ranks: rank 1 holds 24 tensors, rank 0 holds 16." in r["layers"], r[
             "layers"
         ]
+        # a layer of 9 units on rank 1: its sizes, not its values (seeds) differ (it said
+        # "where rank 1 holds other values than rank 0" before 2026-12-08)
+        assert "differ between ranks, first at 'guide: loc.0__weight', where rank 1 holds 27 " \
+            "values where rank 0 holds 24. Build them" in r["hidden"], r["hidden"]  # fmt: skip
+    for rank, r in enumerate(ranks):
+        dtype = ("torch.float32", "torch.float64")[rank]
+        assert "where rank 1 holds values of another dtype than rank 0 " \
+            f"({dtype} on rank {rank})." in r["dtype"], r["dtype"]  # fmt: skip
     first, again = ranks[0]["runs"]
     for r in ranks:
         assert r["runs"][0][1] == N  # the likelihood scales by the whole N, not the shard
