@@ -26,6 +26,7 @@ from pyrouq.cli._build import (
 )
 from pyrouq.cli._report import RUN_PLOTS, _calibrate, _evaluate, _save_plots, _write_metrics
 from pyrouq.cli._run_dir import load_run, resume_command
+from pyrouq.cli._torchrun import other_rank
 
 
 def _device(name: str | None) -> Any:
@@ -106,6 +107,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from pyrouq.checkpoint import read
     from pyrouq.checkpoint._file import ReadFile
 
+    if other_rank():  # under torchrun: rank 0 evaluates, alone, as `pyrouq fit`'s rank 0 does
+        return 0
     if not args.run_dir.strip():  # an unset shell variable: not the current folder
         raise CommandError(
             f"RUN_DIR is {args.run_dir!r}, {empty_name(args.run_dir)}; "

@@ -56,6 +56,14 @@ def _world_size() -> int:
     return int(value) if _is_count(value) else 1
 
 
+def other_rank() -> bool:
+    """Whether this process is a torchrun rank other than 0 (``WORLD_SIZE`` > 1, ``RANK`` from
+    1): one that leaves a command of one process's work, ``pyrouq evaluate``, to rank 0, which
+    does it as it does after ``pyrouq fit``'s training (each rank did it all, and wrote the
+    same files, before 2026-12-08)."""
+    return _world_size() > 1 and _is_count(os.environ.get("RANK", "").strip())
+
+
 def _is_count(value: str) -> bool:
     """Whether ``value`` is a count from 1 in ASCII digits (str.isdigit() takes '0', no
     count, and '²', which int() refuses)."""

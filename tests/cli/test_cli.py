@@ -1191,3 +1191,15 @@ def test_torchrun_fits_on_two_ranks_and_rank_0_writes(tmp_path):
     assert {"metrics.json", "checkpoint.pt"} <= {p.name for p in out.iterdir()}
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0.15 < metrics["acc"] <= 1.0  # 4 steps per rank: above chance, no more
+
+
+def test_evaluate_under_torchrun_is_left_to_rank_0(bayes_run, monkeypatch, capsys):
+    # `torchrun --nproc_per_node 2 -m pyrouq evaluate RUN` evaluated the run on every rank:
+    # the tables printed twice, each rank writing the same metrics-evaluate.json and plots
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    argv = ["evaluate", str(bayes_run), "--num-samples", "2", "--ood", "none", "--no-progress"]
+    before = {p.name: p.stat().st_mtime_ns for p in bayes_run.iterdir()}
+    assert main(argv) == 0
+    assert capsys.readouterr() == ("", "")
+    assert {p.name: p.stat().st_mtime_ns for p in bayes_run.iterdir()} == before  # no writes
