@@ -53,3 +53,8 @@ class CtrlCAt(nn.Module):
 
 def ctrl_c_net() -> nn.Module:  # `pyrouq fit _cli:ctrl_c_net`
     return CtrlCAt()
+
+
+def ctrl_c_net_at_3() -> nn.Module:  # `pyrouq fit _cli:ctrl_c_net_at_3`: Ctrl-C at pass 3
+    CtrlCAt.at = 3
+    return CtrlCAt()

@@ -77,7 +77,7 @@ from pyrouq.cli._terminal import (
     output_failure,
     printable_streams,
 )
-from pyrouq.cli._torchrun import _process_group, _rank_gpu, _world_size
+from pyrouq.cli._torchrun import _process_group, _rank_gpu, _world_size, quiet_rank
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -232,10 +232,9 @@ def _fit_on_rank(
     if rank != 0:  # the other ranks train their shards quietly; rank 0 reports and writes
         if resumed is not None and trained_in_full(resumed, epochs):
             return 0  # a run trained in full: rank 0 evaluates it (_run_fit)
-        pyrouq.fit(model, guide, train, epochs=epochs, lr=lr, kl_weight=args.kl_weight,
-                   num_particles=args.num_particles, progress=False, seed=args.seed,
-                   resume_from=resumed)  # fmt: skip
-        return 0
+        return quiet_rank(lambda: pyrouq.fit(model, guide, train, epochs=epochs, lr=lr,
+            kl_weight=args.kl_weight, num_particles=args.num_particles, progress=False,
+            seed=args.seed, resume_from=resumed))  # fmt: skip
     out, made = claim(out, args, config)
     try:
         return _run_fit(

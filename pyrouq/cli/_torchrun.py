@@ -1,15 +1,17 @@
 """How ``pyrouq fit`` runs under torchrun: the world size ``WORLD_SIZE`` asks for, the process
 group it initialises (unless the caller has) and each rank's GPU (``LOCAL_RANK``), the
-environment's missing or malformed variables refused in words."""
+environment's missing or malformed variables refused in words; the ranks other than 0, which
+train quietly and leave ``pyrouq evaluate`` to rank 0."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyrouq.cli._build import CommandError
+from pyrouq.cli._parser import EXIT_INTERRUPTED
 
 
 def _rank_gpu() -> Any:
@@ -54,6 +56,21 @@ def _world_size() -> int:
     """torchrun's ``WORLD_SIZE``; 1 where it is unset, empty or not a count."""
     value = os.environ.get("WORLD_SIZE", "").strip()
     return int(value) if _is_count(value) else 1
+
+
+def quiet_rank(train: Callable[[], Any]) -> int:
+    """``pyrouq fit`` on a rank other than 0: ``train()`` (its shard's fit()), quietly; the
+    exit code. A first Ctrl-C stops every rank with ``TrainingInterrupted``, which rank 0 tells
+    (where the run stopped, how to resume it) as it writes the run: this rank exits with 130
+    and prints nothing (a bare "pyrouq: interrupted" of its own, once). Errors
+    are its own, and told as in one process."""
+    from pyrouq import TrainingInterrupted
+
+    try:
+        train()
+    except TrainingInterrupted:
+        return EXIT_INTERRUPTED
+    return 0
 
 
 def other_rank() -> bool:

@@ -139,3 +139,19 @@ def test_a_run_of_two_ranks_resumes_under_torchrun_with_a_tilde_out(tmp_path, mo
     assert "checkpoint.pt" not in done.stderr
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["seed"] == 5 and 0.0 <= metrics["acc"] <= 1.0
+
+
+def test_a_ctrl_c_under_torchrun_is_told_by_rank_0_alone(tmp_path):
+    # every rank stops after the same step; rank 1 printed a bare "pyrouq: interrupted" of
+    # its own above rank 0's line, which says where the run stopped and how to resume it
+    words = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    words += ["2", "-m", "pyrouq", "fit", "_cli:ctrl_c_net_at_3", "--epochs", "1"]
+    words += ["--train-size", "256", "--batch-size", "32", "--no-progress", "--device", "cpu"]
+    words += ["--out", str(tmp_path / "run")]
+    here = str(Path(__file__).parents[1])  # tests/: the factory
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": here}
+    env.pop("WORLD_SIZE", None)
+    done = run_in_own_group(words, env, timeout=240)
+    assert done.returncode != 0
+    assert done.stderr.count("pyrouq: interrupted") == 1, done.stderr[-3000:]
+    assert "pyrouq: interrupted in epoch 1 after step " in done.stderr, done.stderr[-3000:]
