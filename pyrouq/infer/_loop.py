@@ -215,12 +215,15 @@ class Loop:
         )
 
     def step(
-        self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int, interrupted: bool
+        self, x: torch.Tensor, y: torch.Tensor, epoch: int, step: int, interrupt: InterruptFlag
     ) -> tuple[torch.Tensor, bool]:
         """One optimizer step on ``(x, y)``; returns its loss, NLL, KL and ``[correct,
         counted]`` on the CPU, read in one transfer before the update (on a GPU the update's
         kernels then run while the next batch is prepared), and, under ranks, whether any rank
-        was ``interrupted`` (Ctrl-C) as it entered the step's collective, which carries it."""
+        was interrupted (Ctrl-C: ``interrupt.requested``) as it entered the step's collective,
+        which carries it (a request its forward or backward pass saw too: read at the
+        collective, not as the step began; read as the step began, it stopped the ranks a step
+        later than one process)."""
         if self.scheduled:
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * self.lr_factor(self.steps)
@@ -241,7 +244,9 @@ class Loop:
             self.stop_with_the_ranks(err)
         if self.walked is None:
             self.hold_registered()
-        stopped = _distributed.average_gradients(self.params, self.group, terms.loss, interrupted)
+        stopped = _distributed.average_gradients(
+            self.params, self.group, terms.loss, interrupt.requested
+        )
         parts = torch.stack([terms.loss.detach(), terms.nll, terms.kl])
         parts = parts.to(torch.promote_types(parts.dtype, torch.float32))
         hits = step_hits(self.likelihood, terms.outputs, y).to(parts.dtype)
@@ -414,7 +419,7 @@ class Loop:
                         nets = (self.model, self.guide)
                         try:
                             with last_batch_watched(nets, self.loader, self.group.world, rows):
-                                row, asked = self.step(x, y, epoch, step, interrupt.requested)
+                                row, asked = self.step(x, y, epoch, step, interrupt)
                         except LastBatchOfOne as one:  # (nothing updated: the step refused)
                             raise one_value_in_training(
                                 x[:1], epoch, one.step, self.loader

@@ -65,10 +65,26 @@ class SignalsInUpdate(torch.optim.SGD):
         return super().step(closure)
 
 
+def _signal_in_forward(at: int | None):
+    """A forward pre-hook sending SIGINT to its own process in the model's training-mode
+    forward pass number ``at`` (None: never): inside a step, before its gradient all_reduce."""
+    passes = []
+
+    def hook(module, args):
+        if module.training:
+            passes.append(1)
+            if len(passes) == at:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    return hook
+
+
 def _interrupted_fit(signals: tuple, checkpoint: Path) -> dict:
-    at, epoch_end, in_update = signals
+    at, epoch_end, in_update, *in_forward = signals
     torch.manual_seed(0)
-    model = bayesian(nn.Sequential(nn.Linear(3, 3)))
+    net = nn.Sequential(nn.Linear(3, 3))
+    net.register_forward_pre_hook(_signal_in_forward(in_forward[0] if in_forward else None))
+    model = bayesian(net)
     guide = mean_field_guide(model)
 
     def optim(params):
@@ -98,6 +114,7 @@ CASES = {
     "rank 1, callback at epoch 1's end": ((None, None, None), (None, 1, None)),
     "rank 0, update 3": ((None, None, 3), (None, None, None)),
     "rank 1, update 4 (epoch 1's last)": ((None, None, None), (None, None, 4)),
+    "rank 1, forward pass of step 3": ((None, None, None), (None, None, None, 3)),
 }
 
 
@@ -133,6 +150,9 @@ STOPS = {
     # after the step's all_reduce: the next one carries it (one process: after step 3 itself)
     "rank 0, update 3": (1, 4, 4, 0),
     "rank 1, update 4 (epoch 1's last)": (1, 4, 4, 1),  # the epoch's end exchange carries it
+    # inside the step, before its all_reduce: after that step, as one process stops (read as
+    # the step began, the request stopped the ranks after step 4 before 2026-12-08)
+    "rank 1, forward pass of step 3": (1, 3, 3, 0),
 }
 
 
@@ -160,3 +180,12 @@ def test_every_rank_stops_after_the_same_step_and_rank_0_saves_it(ranks, case):
     for key, value in first["weights"].items():  # every rank holds the step's parameters
         assert torch.equal(value, second["weights"][key]), key
         assert torch.equal(value, weights[key]), key
+
+
+def test_a_ctrl_c_inside_a_forward_pass_stops_one_process_after_that_step_too(tmp_path):
+    # the reference of the ranks' case "rank 1, forward pass of step 3": one process
+    outcome = _interrupted_fit((None, None, None, 3), tmp_path / "one.pt")
+    assert outcome["raised"] == "TrainingInterrupted", outcome["raised"]
+    assert (outcome["epoch"], outcome["step"], outcome["steps"]) == STOPS[
+        "rank 1, forward pass of step 3"
+    ][:3]
