@@ -39,7 +39,8 @@ _KIND_WORDS: dict[str, str | None] = {"ccdf": None, "survival": None}
 the complementary CDF is 1 minus the ECDF, no typo of it, so no "did you mean" is asked."""
 
 #: Up to this many draws/members, :func:`~pyrouq.plotting.plot_most_uncertain` draws grouped
-#: bars (one colour per member); beyond it, one thin line per draw.
+#: bars (one colour per member) while there are at most 300 of them (S x C, 1.6 pixels wide at
+#: 100 dpi); beyond either, one thin line per draw.
 MAX_BARS = 10
 
 Probs = Any  # Predictions, (S, N, C) or (N, C) tensor

@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 
     from pyrouq.predictive import Predictions
 
+#: Most bars of one chart of :func:`plot_most_uncertain` (S draws x C classes): each is 1.6
+#: pixels wide at 100 dpi (10 000 of them took a minute to make and draw, 0.05 pixel each).
+_MOST_BARS = 300
+#: Most classes of :func:`plot_most_uncertain` that are each a tick: 1000 labels merged into a
+#: black band (and took seconds to lay out); beyond, a few integer ticks.
+_MOST_CLASS_TICKS = 30
+
 
 @closes_its_figures
 def plot_most_uncertain(
@@ -52,8 +59,11 @@ def plot_most_uncertain(
     :func:`~pyrouq.predict`), where inputs within its rounding of each other may tie or order
     otherwise. Row r shows the r-th image, titled with its index, true label (when
     known) and predicted class, and a chart of the class probabilities ``p_s`` of every draw s:
-    grouped bars for up to 10 draws/members, one thin line per draw beyond that, with the mean
-    ``p̄`` as a line in the style's text colour (black by default).
+    grouped bars for up to 10 draws/members and 300 bars (S x C; 1.6 pixels wide at 100 dpi),
+    one thin line per draw beyond either, with the mean ``p̄`` as a line in the style's text
+    colour (black by default). Up to 30 classes each class is a tick and a dot of the mean;
+    of more (ImageNet's 1000, whose labels merged into a black band), a few integer ticks
+    (matplotlib's ``MaxNLocator(integer=True)``) and a plain line.
 
     Parameters
     ----------
@@ -117,6 +127,8 @@ def plot_most_uncertain(
     predicted = p_bar.argmax(-1)
 
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(
         len(order),
         2,
@@ -126,6 +138,7 @@ def plot_most_uncertain(
     )
     classes = np.arange(c)
     width = 0.8 / s
+    bars = s <= MAX_BARS and s * c <= _MOST_BARS  # else one thin line per draw
     colors = plt.get_cmap("tab10")
     for row, i in enumerate(order):
         ax_img, ax_p = axes[row]
@@ -133,7 +146,7 @@ def plot_most_uncertain(
         ax_img.set_axis_off()
         label = f"#{i}" + ("" if y is None else f" true {int(y[i])}")
         ax_img.set_title(f"{label} pred {int(predicted[i])}", fontsize=8)
-        if s <= MAX_BARS:
+        if bars:
             for j in range(s):
                 offset = (j - (s - 1) / 2) * width
                 ax_p.bar(
@@ -151,18 +164,22 @@ def plot_most_uncertain(
                     color="tab:blue",
                     alpha=0.25,
                     lw=0.8,
-                    label=f"{s} draws" if j == 0 else None,
+                    label=f"{s} draw{'s' if s != 1 else ''}" if j == 0 else None,
                     **lone_point(len(classes), "_"),
                 )
-        ax_p.plot(classes, p_bar[i].numpy(), ".-", color=ink(), lw=1.0, label="mean")
+        dotted = ".-" if c <= _MOST_CLASS_TICKS else "-"  # (1000 dots: a thick line)
+        ax_p.plot(classes, p_bar[i].numpy(), dotted, color=ink(), lw=1.0, label="mean")
         ax_p.set_ylim(0.0, 1.02)
-        ax_p.set_xticks(classes)
+        if c <= _MOST_CLASS_TICKS:
+            ax_p.set_xticks(classes)
+        else:
+            ax_p.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax_p.tick_params(labelsize=7)
         ax_p.set_ylabel("prob.", fontsize=7)
         ax_p.set_title(f"{component} {measure} = {float(scores[i]):.4f}", fontsize=8)
     axes[0, 1].legend(
         fontsize=6,
-        title="draw / member" if s <= MAX_BARS else None,
+        title="draw / member" if bars else None,
         title_fontsize=6,
         ncol=min(s + 1, 6),
         loc="upper right",

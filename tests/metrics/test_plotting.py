@@ -143,6 +143,25 @@ def test_most_uncertain_many_draws_one_draw_and_k_above_n(images):
     assert len(fig.axes) == 4
 
 
+@pytest.mark.parametrize(("s", "c", "bars", "ticks"), [(10, 30, 10, {30}), (4, 100, 0, {3, 11})])
+def test_most_uncertain_of_many_classes_draws_lines_and_a_few_ticks(s, c, bars, ticks):
+    # ImageNet's 1000 classes: every class a tick (labels merged into a black band), 4000
+    # bars of 0.1 pixel per chart (19 s for k=8); up to 300 bars and 30 classes as before
+    p = torch.softmax(torch.randn(s, 3, c, generator=torch.Generator().manual_seed(0)), -1)
+    ax = plot_most_uncertain(p, torch.rand(3, 1, 4, 4), k=1).axes[1]
+    assert (len(ax.containers), len(ax.lines)) == (bars, 1 if bars else s + 1)
+    low, high = ax.get_xlim()
+    shown = [t for t in ax.get_xticks() if low <= t <= high]
+    assert min(ticks) <= len(shown) <= max(ticks) and all(float(t).is_integer() for t in shown)
+    many = plot_most_uncertain(torch.ones(1, 1, 1000) / 1000, torch.rand(1, 4, 4)).axes[1]
+    assert 3 <= len([t for t in many.get_xticks() if 0 <= t <= 999]) <= 11
+    assert many.get_legend_handles_labels()[1] == ["1 draw", "mean"]
+    assert (ax.lines[-1].get_marker(), many.lines[-1].get_marker()) == (
+        "." if c <= 30 else "None",  # the mean: a dot per class up to 30 classes
+        "None",
+    )
+
+
 def test_image_grid_titles_show_truth_prediction_and_std(preds, images, targets):
     fig = plot_image_grid(preds, images, targets, rows=2, cols=3)
     (ax,) = fig.axes  # one axes holds the cells
