@@ -23,6 +23,9 @@ TypeError. The plots of several panels (:func:`plot_uncertainty_distributions`,
 :func:`plot_training_curves`, :func:`plot_rotation`, :func:`plot_most_uncertain`,
 :func:`plot_image_grid`) always make a figure of their own.
 
+A regression's bands and training points, of more than 10,000 points, are rasterized in SVG
+and PDF files (a picture at the file's dpi; a PNG is the same).
+
 Figures are made with pyplot, so Jupyter shows them inline; one left as a cell's last
 expression is shown twice (by the inline backend, then as the cell's value): assign it
 (``fig = plot_reliability(...)``) or end the line with ``;``. Where there is no display (Linux
