@@ -39,6 +39,7 @@ from pyrouq.plotting._common import (
     ink,
     lone_point,
 )
+from pyrouq.plotting._dense import thinned
 from pyrouq.uncertainty import Measure, _check_measure, decompose
 
 if TYPE_CHECKING:
@@ -180,6 +181,12 @@ def plot_risk_coverage(
     ranks every error last (same accuracy, perfect ranking); the dotted line is the overall
     error rate (a random ranking).
 
+    Of more than 100,000 inputs, each curve is drawn through the first, last, lowest and
+    highest point of each 1/4096 of the coverage axis: within 1/4096 of the axes' width of
+    every point (0.1 pixel at 100 dpi, 0.3 at 300 dpi), as the figure shows them, and the
+    ``loc="best"`` legend weighs those points, not a million (the lines' data are those
+    points; the AURC in the title is of all of them).
+
     Parameters
     ----------
     predictions_or_probs : Predictions or Tensor
@@ -221,10 +228,13 @@ def plot_risk_coverage(
 
     own = ax is None
     fig, ax = _figure_and_axes(ax, (5.5, 4.0))
-    coverage = (k / n).numpy()
-    ax.plot(coverage, risk.numpy(), lw=1.5, label=f"model (AURC {value:.2%})", **lone_point(n))
+    coverage, risk_, best_ = (k / n).numpy(), risk.numpy(), best.numpy()
+    curve = thinned(coverage, risk_)  # (all of them up to THIN_ABOVE inputs)
+    model_label = f"model (AURC {value:.2%})"
+    ax.plot(coverage[curve], risk_[curve], lw=1.5, label=model_label, **lone_point(n))
     best_label = f"optimal (AURC {float(best.mean()):.2%})"  # (one input: its point, an x)
-    ax.plot(coverage, best.numpy(), "g--", lw=1, label=best_label, **lone_point(n, "x"))
+    curve = thinned(coverage, best_)
+    ax.plot(coverage[curve], best_[curve], "g--", lw=1, label=best_label, **lone_point(n, "x"))
     ax.axhline(total_errors / n, color="gray", ls=":", lw=1, label="random ranking")
     at_80_label = f"Risk@80Cov {at_80:.2%}"
     ax.plot([(4 * n + 4) // 5 / n], [at_80], "o", color=ink(), ms=4, label=at_80_label)
@@ -275,7 +285,11 @@ def plot_uncertainty_distributions(
     measure : {"entropy", "variance", "zero_one"}, default "entropy"
         Uncertainty measure of :func:`pyrouq.uncertainty.decompose`.
     kind : {"hist", "ecdf"}, default "hist"
-        Density histograms (common bin edges) or empirical CDFs.
+        Density histograms (common bin edges) or empirical CDFs. An ECDF of more than
+        100,000 inputs is drawn through the first and last of its steps in each 1/4096 of
+        its x range: within 1/4096 of the panel's width of every step (under 0.07 pixel at
+        100 dpi, 0.2 at 300 dpi), as the figure shows it, and the ``loc="best"`` legends
+        weigh those steps, not a million (the lines' data are those steps).
     bins : int, default 30
         Number of histogram bins, at most 1000 (more are thinner than a pixel); unused by
         ``kind="ecdf"``.
@@ -375,13 +389,9 @@ def plot_uncertainty_distributions(
                 # from 0 at the smallest value, as matplotlib's Axes.ecdf draws it: without
                 # that jump one input drew a lone point (nothing), and N inputs began at 1/N
                 xs = np.sort(data)
-                ax.step(
-                    np.concatenate([xs[:1], xs]),
-                    np.arange(xs.size + 1) / xs.size,
-                    where="post",
-                    color=color,
-                    label=label,
-                )
+                xs, fractions = np.concatenate([xs[:1], xs]), np.arange(xs.size + 1) / xs.size
+                curve = thinned(xs, fractions)  # (all of them up to THIN_ABOVE inputs)
+                ax.step(xs[curve], fractions[curve], where="post", color=color, label=label)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(f"{name} uncertainty")
         ax.set_ylabel("density" if kind == "hist" else "fraction of inputs ≤ x")

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from pyrouq._numbers import finite_float, is_integer, shown, tensor_hint, text_hint
 from pyrouq.plotting._common import _figure_and_axes, closes_its_figures, ink, lone_point
-from pyrouq.plotting._dense import rasterized
+from pyrouq.plotting._dense import rasterized, thinned
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -105,7 +105,11 @@ def plot_regression(
 
     Of more than 10,000 points, the bands (and a scatter of more than 10,000 training points)
     are rasterized: in an SVG or PDF file they are a picture at the file's dpi (a PNG is the
-    same), and an SVG of a million points and as many training points is 0.4 MB, not 190 MB.
+    same), and an SVG of a million points and as many training points is 0.3 MB, not 190 MB.
+    Of more than 100,000 points, the mean and the bands' edges are drawn through the first,
+    last, lowest and highest point of each 1/4096 of the x range: within 1/4096 of the axes'
+    width of every point (0.13 pixel at 100 dpi, 0.4 at 300 dpi), as the figure shows them,
+    and the ``loc="best"`` legend weighs those points, not a million.
 
     Parameters
     ----------
@@ -182,11 +186,17 @@ def plot_regression(
         ("aleatoric", aleatoric, "tab:orange", 0.25),
         ("epistemic", epistemic, "tab:blue", 0.35),
     ):
+        low, high = mean - sd * spread, mean + sd * spread
+        edge = thinned(grid, low, high)  # (all of them up to THIN_ABOVE points)
         band(
-            grid, mean - sd * spread, mean + sd * spread, color=color, alpha=alpha,
+            grid[edge], low[edge], high[edge], color=color, alpha=alpha,
             label=f"{name} (+-{sd:g} sd)", **rasterized(len(grid)),
         )  # fmt: skip
-    ax.plot(grid, mean, color="tab:blue", lw=2, label="predictive mean", **lone_point(len(grid)))
+    curve = thinned(grid, mean)
+    ax.plot(
+        grid[curve], mean[curve], color="tab:blue", lw=2, label="predictive mean",
+        **lone_point(len(grid)),
+    )  # fmt: skip
     if train is not None:
         ax.scatter(
             *train, s=12, color=ink(), zorder=3, label="training data", **rasterized(len(train[0]))
