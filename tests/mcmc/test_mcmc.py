@@ -129,7 +129,8 @@ def test_save_and_load_round_trip(result, tmp_path):
         assert torch.equal(back.samples[name], res.samples[name])
     for name in res.sample_stats:
         assert torch.equal(back.sample_stats[name], res.sample_stats[name])
-    with pytest.raises(ValueError, match=r"set result\.model, result\.x and result\.y first"):
+    lacks = r"lacks result\.model, result\.x and result\.y: set result\.model = model"
+    with pytest.raises(ValueError, match=lacks):
         to_inference_data(back)
     back.model, back.x, back.y = model, x, y
     assert to_inference_data(back).posterior["bias"].shape == (2, 20, 1)
