@@ -18,7 +18,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+)
 
 from pyrouq._batch_size import loader_batch_size
 from pyrouq._util import ShardedOrder
@@ -38,8 +44,9 @@ class LastBatchOfOne(Exception):
 def last_step_of_one(loader: Any, world: int) -> int | None:
     """The step of an epoch's last batch where ``loader``'s sizes say it holds one example
     (``N`` examples in batches of ``B`` >= 2, ``N > B`` and ``N % B == 1``); None where they do
-    not, or where they are not known before training: another loader (a sampler of its own, a
-    list of batches, ``drop_last=True``), or ranks, each serving its own shard."""
+    not, or where they are not known before training: another loader (a sampler of its own or
+    over other indices than the dataset's, a ``collate_fn`` of its own, a list of batches,
+    ``drop_last=True``), or ranks, each serving its own shard."""
     if world != 1:
         return None
     dataset, size = getattr(loader, "dataset", None), loader_batch_size(loader)
@@ -51,18 +58,25 @@ def last_step_of_one(loader: Any, world: int) -> int | None:
         return None
     if n <= size or n % size != 1:
         return None
+    # a sampler over other indices (SequentialSampler(range(16)) of 17): other batches
+    if isinstance(loader, DataLoader) and len(loader.sampler) != n:  # type: ignore[arg-type]
+        return None
     return n // size + 1
 
 
 def _known_sizes(loader: Any) -> bool:
     """Whether ``loader`` serves all its examples once an epoch in batches of its batch size, the
     last one holding what is left: pyrouq's in-memory loaders, or a ``DataLoader`` over a sized
-    dataset with its own sequential or shuffled sampler and no ``drop_last``."""
+    dataset with its own sequential or shuffled sampler, torch's ``default_collate`` (a
+    ``collate_fn`` of one's own may serve other rows than examples: two views of each, or
+    the ones it keeps) and no ``drop_last``."""
     if isinstance(loader, ShardedOrder):
         return True
     if not isinstance(loader, DataLoader) or loader.drop_last:
         return False
     if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
+        return False
+    if loader.collate_fn is not default_collate:
         return False
     sampler = loader.sampler
     if type(sampler) is SequentialSampler:
@@ -79,8 +93,11 @@ def last_batch_watched(
     """While inside (the run's first step, on a batch of ``rows`` examples), raise
     :class:`LastBatchOfOne` before the first BatchNorm taking batch statistics that meets one
     value per channel per example, where the epoch's last batch holds one example
-    (:func:`last_step_of_one`); nothing is watched otherwise."""
-    step = last_step_of_one(loader, world) if rows >= 2 else None  # (every other step: None)
+    (:func:`last_step_of_one`) and the first holds the loader's batch size; nothing is watched
+    otherwise."""
+    # (every other step: rows 0; a first batch of other rows than its examples: not watched)
+    known = rows >= 2 and rows == loader_batch_size(loader)
+    step = last_step_of_one(loader, world) if known else None
     norms = [
         m
         for module in (modules if step is not None else ())

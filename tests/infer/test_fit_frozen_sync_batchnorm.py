@@ -5,6 +5,8 @@ fit() words a first batch of one input on its own."""
 
 from __future__ import annotations
 
+import warnings
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -305,3 +307,34 @@ def test_a_batchnorm_of_images_takes_a_last_batch_of_one_as_before():
     loader = ArrayLoader(x, y, batch_size=8, seed=0)
     result = fit(model, mean_field_guide(model), loader, epochs=1, **QUIET)
     assert result.steps == 3
+
+
+def _two_views(items: list) -> tuple[torch.Tensor, torch.Tensor]:
+    # each example twice (two augmented views): a last example alone is a batch of 2 rows
+    xb, yb = torch.utils.data.default_collate(items)
+    return torch.cat([xb, xb + 0.1]), torch.cat([yb, yb])
+
+
+@pytest.mark.parametrize("kind", ["collate_fn of two views", "sampler of 16 of 17"])
+def test_a_loader_whose_last_batch_is_not_one_row_is_not_refused_at_its_first_step(kind):
+    """The first-step watch read 17 examples in batches of 8 as a last batch of one where
+    the loader's collate_fn serves two rows an example (its last batch: 2 rows) or its sampler
+    serves 16 of the 17 (no third batch): both trained were refused 'Batch 3 of epoch 1 holds
+    1 input(s)' before any step. Where the batches are not the dataset's sizes, nothing is
+    watched: they train."""
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    model = _bn_model()
+    x, y = _data(17)
+    data = torch.utils.data.TensorDataset(x, y)
+    if kind == "collate_fn of two views":
+        loader = torch.utils.data.DataLoader(data, batch_size=8, collate_fn=_two_views)
+        n, steps = 34, 3
+    else:
+        order = torch.utils.data.SequentialSampler(range(16))
+        loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=order)
+        n, steps = 16, 2
+    with warnings.catch_warnings():  # (num_data=16 of the dataset's 17: warned of, as meant)
+        warnings.filterwarnings("ignore", "fit\\(num_data=16\\) is below the 17 examples")
+        result = fit(model, mean_field_guide(model), loader, epochs=1, num_data=n, **QUIET)
+    assert result.steps == steps
