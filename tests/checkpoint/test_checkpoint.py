@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import pickle
@@ -892,24 +893,27 @@ def test_resume_of_a_dataloader_with_its_own_generator_is_exact(tmp_path):
     torch.testing.assert_close(resumed_weights, weights, rtol=1e-6, atol=1e-7)
 
 
+def _interrupted_run_warnings(x, y, batch_size=8, **kw):
+    """The interrupted-run warnings of a 3-epoch fit() of a fresh Bayesian linear model on
+    (x, y) (a Ctrl-C's TrainingInterrupted, from a callback, let through)."""
+    model = bayesian(nn.Linear(4, 3))
+    data = pyrouq.ArrayLoader(x, y, batch_size=batch_size, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit(model, mean_field_guide(model), data, epochs=3, progress=False, **kw)
+        except TrainingInterrupted:
+            pass
+    return [str(w.message) for w in caught if "interrupted run" in str(w.message)]
+
+
 def test_a_fresh_run_over_an_interrupted_runs_checkpoint_warns_once_before_training(tmp_path):
     # a notebook cell with fit(..., checkpoint=p) run again after an interrupted run wrote p
     # trained afresh and wrote over it without a word; it warns now, before training, of what
     # p holds and how to continue it, and not for a finished run, a resume or no file
     x, y = torch.randn(16, 4), torch.arange(16) % 3
     path = tmp_path / "run.pt"
-
-    def run(batch_size=8, **kw):
-        model = bayesian(nn.Linear(4, 3))
-        data = pyrouq.ArrayLoader(x, y, batch_size=batch_size, seed=0)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                fit(model, mean_field_guide(model), data, epochs=3, progress=False, **kw)
-            except TrainingInterrupted:
-                pass
-        return [str(w.message) for w in caught if "interrupted run" in str(w.message)]
-
+    run = functools.partial(_interrupted_run_warnings, x, y)
     assert run(checkpoint=path, callbacks=[StopAfter(2)]) == []  # no file yet
     assert load(path, module=nn.Linear(4, 3)).training["epochs_done"] == 2
     assert run(checkpoint=path, resume_from=path, callbacks=[StopAfter(3)]) == []  # resumed
@@ -948,18 +952,7 @@ def test_the_interrupted_run_warning_waits_for_the_checks_and_is_given_when_resu
     # and fit(checkpoint=p, resume_from=other) wrote over p's interrupted run without a word
     x, y = torch.randn(16, 4), torch.arange(16) % 3
     path, other = tmp_path / "run.pt", tmp_path / "other.pt"
-
-    def run(**kw):
-        model = bayesian(nn.Linear(4, 3))
-        data = pyrouq.ArrayLoader(x, y, batch_size=8, seed=0)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                fit(model, mean_field_guide(model), data, epochs=3, progress=False, **kw)
-            except TrainingInterrupted:
-                pass
-        return [str(w.message) for w in caught if "interrupted run" in str(w.message)]
-
+    run = functools.partial(_interrupted_run_warnings, x, y)
     run(checkpoint=path, callbacks=[StopAfter(1)])  # p: 1 of 3 epochs, 2 steps
     run(checkpoint=other, callbacks=[StopAfter(2)])  # another run, stopped after 2 epochs
     bad = y.clone()

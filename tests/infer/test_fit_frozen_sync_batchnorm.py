@@ -44,13 +44,18 @@ def test_a_frozen_sync_batchnorm_trains_on_the_cpu_in_a_gloo_group(gloo_group):
     torch.testing.assert_close(model.net[1].running_mean, before)  # not trained
 
 
+def _refusal(held: nn.Module, model: nn.Module) -> str:
+    """fit()'s refusal of ``held`` (``model``, or a wrapper of it) on 8 examples, in words."""
+    x, y = _data(8)
+    with pytest.raises(ValueError) as info:
+        fit(held, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
+    return str(info.value)
+
+
 def test_a_sync_batchnorm_in_training_mode_is_still_refused(gloo_group):
     pyro.clear_param_store()
     model = _sync_model()
-    x, y = _data(8)
-    with pytest.raises(ValueError) as info:
-        fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
-    text = str(info.value)
+    text = _refusal(model, model)
     assert "holds SyncBatchNorm layers (net.1)," in text
     assert "Torch synchronises them in training mode only, and these are in training mode" in text
     assert "For a run on cpu, build the network with BatchNorm layers instead" in text
@@ -62,19 +67,14 @@ def test_a_frozen_sync_batchnorm_of_a_model_left_in_eval_mode_is_refused(gloo_gr
     pyro.clear_param_store()
     model = _sync_model()
     model.eval()  # fit() switches it all to training mode: the layer would train
-    x, y = _data(8)
-    with pytest.raises(ValueError) as info:
-        fit(model, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
     assert (
         "BayesianNetwork is in eval mode (model.eval() leaves a model so, and so do fit() "
         "and load()), and fit() switches a model in eval mode to training mode throughout"
-    ) in str(info.value)
+    ) in _refusal(model, model)
     # in DataParallel (DDP takes no SyncBatchNorm on the CPU), named as the wrapper the user
     held = nn.DataParallel(model)  # holds names it (was: BayesianNetwork, 'net.1')
     held.eval()
-    with pytest.raises(ValueError) as info:
-        fit(held, mean_field_guide(model), [(x, y)], epochs=1, num_data=8, **QUIET)
-    text = str(info.value)
+    text = _refusal(held, model)
     assert "fit() runs BayesianNetwork (in DataParallel) on cpu in a " in text
     assert "SyncBatchNorm layers (module.net.1), which " in text
     assert "(here model.get_submodule('module.net.1').eval(); " in text
