@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import nn
 
+from pyrouq._lookup import lookup_error, name_too_long
 from pyrouq._util import class_name
 from pyrouq.checkpoint._error import CheckpointError
 from pyrouq.mcmc import MCMCResult
@@ -45,18 +46,12 @@ def check_looked_up(path: str | os.PathLike[str], caller: str) -> None:
     missing path of names that fit passes: save() makes it, load() tells it."""
     text = str(os.fspath(path))
     too_long = [name for name in Path(text).parts if len(os.fsencode(name)) > _NAME_MAX]
-    try:
-        os.stat(path)
-    except (FileNotFoundError, NotADirectoryError) as err:
+    problem = lookup_error(path)
+    if problem is None:  # (a missing path too: one of a name too long is refused still)
         if not too_long:
             return
-        problem: OSError = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
-        problem.__cause__ = err
-    except OSError as err:
-        problem = err
-    else:
-        return
-    if problem.errno != errno.ENAMETOOLONG:
+        problem = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+    if not name_too_long(problem):
         fix = "another path"
     elif too_long:
         size = len(os.fsencode(too_long[0]))
