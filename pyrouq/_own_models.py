@@ -22,17 +22,9 @@ from pyrouq._distribution_parts import is_discrete
 from pyrouq._own_likelihood import outputs_problem
 from pyrouq._param_store import draws_as_built, forget_params_since, store_or_usual_fix
 from pyrouq._util import rng_state, set_rng_state, warn_caller
+from pyrouq._wrappers import name_of as name_of  # (a model's name: read here by many)
 from pyrouq._wrappers import under_handlers, unwrapped
 from pyrouq.likelihoods._categorical import are_probabilities
-
-
-def name_of(model: Any) -> str:
-    """A model's name for messages: a function's own name, else its class's; one inside Pyro's
-    effect handlers is named with them, "BNN (under poutine.condition)", not as the
-    ``functools.partial`` they make (:func:`~pyrouq._wrappers.under_handlers`)."""
-    inner, handlers = under_handlers(model)
-    name = getattr(inner, "__name__", None) or type(inner).__name__
-    return f"{name} (under {', '.join(handlers)})" if handlers else name
 
 
 @contextlib.contextmanager

@@ -17,7 +17,8 @@ user's own module may have).
 
 A model function or module may also come inside Pyro's effect handlers
 (``poutine.condition(model, data=...)``: a ``functools.partial`` of Pyro's), run as they are;
-:func:`under_handlers` names the model inside and the handlers, for messages."""
+:func:`under_handlers` names the model inside and the handlers, for messages
+(:func:`name_of`, :func:`held_name`: the one home of a model's name in messages)."""
 
 from __future__ import annotations
 
@@ -59,16 +60,26 @@ def unwrapped(module: Any) -> Any:
     return module
 
 
+def name_of(model: Any) -> str:
+    """A model's name for messages: a function's own name, else its class's; one inside Pyro's
+    effect handlers is named with them, "BNN (under poutine.condition)", not as the
+    ``functools.partial`` they make (:func:`under_handlers`). :func:`held_name` names one
+    inside torch's wrappers too."""
+    inner, handlers = under_handlers(model)
+    name = getattr(inner, "__name__", None) or type(inner).__name__
+    return f"{name} (under {', '.join(handlers)})" if handlers else name
+
+
 def held_name(module: Any) -> str:
-    """The class of the module inside ``module``'s wrappers, with the wrappers, innermost
-    first, for messages that name what the user holds: ``"BayesianNetwork (in
-    DataParallel)"``, ``"Net (in DistributedDataParallel in torch.compile)"``; ``module``'s
-    own class where it is in none."""
+    """The name (:func:`name_of`) of the model inside ``module``'s wrappers, with the
+    wrappers, innermost first, for messages that name what the user holds:
+    ``"BayesianNetwork (in DataParallel)"``, ``"Net (in DistributedDataParallel in
+    torch.compile)"``; :func:`name_of` ``module`` where it is in none."""
     wrappers = []
     while (inner := _inner(module)) is not None:
         wrappers.append(type(module).__name__ if isinstance(module, _PARALLEL) else "torch.compile")
         module = inner
-    name = type(module).__name__
+    name = name_of(module)
     return f"{name} (in {' in '.join(reversed(wrappers))})" if wrappers else name
 
 

@@ -350,17 +350,15 @@ def _refuse_regression(model: Any) -> None:
     """Refuse a model of a ``Gaussian`` likelihood, a regression model: the sweep's metrics
     are of class probabilities, and its targets class labels. Any other likelihood passes (a
     ``Categorical`` of a module reloaded in a notebook is no instance of today's class)."""
-    from pyrouq._own_models import name_of
-    from pyrouq._wrappers import given_model, held_name, unwrapped
+    from pyrouq._wrappers import given_model, held_name
     from pyrouq.likelihoods import Gaussian, likelihood_of
 
     likelihood = likelihood_of(given_model(model))
     if not isinstance(likelihood, Gaussian):
         return
-    shown = name_of(model) if unwrapped(model) is model else held_name(model)
     raise TypeError(
         "evaluate_rotations() expects a classifier (its rows are accuracy and calibration of "
-        f"class probabilities), got {shown} with a {type(likelihood).__name__} "
+        f"class probabilities), got {held_name(model)} with a {type(likelihood).__name__} "
         "likelihood, a regression model, which it does not evaluate. Evaluate one with "
         "predict(model, x, guide).evaluate(y) (plot it with plot_regression() / "
         "plot_calibration()); under rotation, predict on rotate(x, angle) for each angle."
