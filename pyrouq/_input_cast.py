@@ -28,6 +28,7 @@ from pyrouq._util import global_streams_kept, module_dtype
 from pyrouq._wrappers import under_handlers
 
 __all__ = [
+    "cast_call",
     "function_guide_refusal",
     "guide_draws_refusal",
     "latent_dtype_refusal",
@@ -38,6 +39,13 @@ __all__ = [
 ]
 
 _TO = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}
+
+
+def cast_call(holder: str, dtype: torch.dtype) -> str:
+    """How to cast ``holder`` (``"x"``, ``"model"``) to ``dtype`` in words of code:
+    ``x.double()``, or ``x.to(torch.bfloat16)`` for a dtype without a method of its own
+    here."""
+    return f"{holder}.{_TO[dtype]}()" if dtype in _TO else f"{holder}.to({dtype})"
 
 
 def typed_by(model: Any, guide: Any) -> Any:
@@ -320,5 +328,4 @@ def _told(other: dict[str, torch.dtype]) -> tuple[torch.dtype, str, str]:
     as the messages list them, and the cast of ``x`` to that dtype."""
     dtype = next(iter(other.values()))
     names = ", ".join(map(repr, list(other)[:3])) + (", ..." if len(other) > 3 else "")
-    cast = f"x.{_TO[dtype]}()" if dtype in _TO else f"x.to({dtype})"
-    return dtype, names, cast
+    return dtype, names, cast_call("x", dtype)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from pyrouq import _engine
 from pyrouq._autocast import autocast_dtype
+from pyrouq._input_cast import cast_call
 from pyrouq._param_store import (
     hold_params,
     register_children,
@@ -373,12 +374,11 @@ class BayesianNetwork(NamedInStore, PyroModule):
         priors = module_dtype(self._modules["site_priors"])
         if priors != given:  # (draws of another source: torch's words, at the layer)
             return
-        casts = {torch.float64: "double", torch.float32: "float", torch.float16: "half"}
-        cast = f"model.{casts[held]}()" if held in casts else f"model.to({held})"
         raise TypeError(
             f"{type(self).__name__}'s priors are {priors}, but its network is {held} (the "
             f"network was cast alone, e.g. model.net.double()), so the weights they draw do "
-            f"not fit it. Cast the whole model, {cast}, which casts the priors with the network."
+            f"not fit it. Cast the whole model, {cast_call('model', held)}, which casts the "
+            "priors with the network."
         )
 
     def _recorded(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
