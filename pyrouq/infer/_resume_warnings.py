@@ -240,8 +240,8 @@ def _warn_of_a_new_plan(loop: Loop, state: dict[str, Any]) -> None:
         f"epochs={loop.epochs}: lr_schedule={loop.lr_schedule!r} is planned anew over the "
         f"{loop.epochs} epochs, so the learning rate, which the run ended at "
         f"{_lrs([b * last for b in base])}, rises to {_lrs([b * now for b in base])} at the "
-        f"next step{peak}, then decays to 0 again. To train on at a low, flat learning rate "
-        "instead, call fit() without resume_from (it trains on from the fitted parameters, "
+        f"next step{peak}, then decays towards 0 again. To train on at a low, flat learning "
+        "rate instead, call fit() without resume_from (it trains on from the fitted parameters, "
         "with a new optimizer), giving the rate you want (as lr=... or in optim=...) and "
         "lr_schedule='constant'."
     )

@@ -1191,7 +1191,7 @@ def test_resuming_a_finished_run_warns_that_the_learning_rate_rises_again(tmp_pa
     with pytest.warns(UserWarning, match=r"trains a finished run of 2 epochs on to epochs=4: "
                       r"lr_schedule='warmup_cosine' is planned anew over the 4 epochs, so the "
                       r"learning rate, which the run ended at 0.00495156, rises to 0.0677302 at "
-                      r"the next step, then decays to 0 again. To train on at a low, flat "
+                      r"the next step, then decays towards 0 again. To train on at a low, flat "
                       r"learning rate instead, call fit\(\) without resume_from"):  # fmt: skip
         fit(model, guide, loader, epochs=4, resume_from=path, **kw)
     assert lrs[0] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 5 / 13)))  # 0.0677
@@ -1200,7 +1200,7 @@ def test_resuming_a_finished_run_warns_that_the_learning_rate_rises_again(tmp_pa
     lrs.clear()
     with pytest.warns(UserWarning, match=r"which the run ended at 0.00495156, rises to 0.05625 "
                       r"at the next step and on to 0.1 at the end of the warm-up \(step 16 of "
-                      r"80\), then decays to 0 again\."):  # fmt: skip
+                      r"80\), then decays towards 0 again\."):  # fmt: skip
         fit(model, guide, loader, epochs=20, resume_from=path, **kw)
     assert lrs[0] == pytest.approx(0.1 * 9 / 16) and lrs[7] == max(lrs) == pytest.approx(0.1)
     # the advice followed: a flat, low learning rate from the fitted parameters, quietly
