@@ -3,9 +3,10 @@
 autodoc documents a data member of a module's ``__all__`` (``DEFAULT_PRIOR_SCALE``,
 ``PriorSpec``) only where its doc (a ``#:`` comment or a string after it) is in that module's
 own source: the names a page's module imports from a private one (``K_HAT_GOOD`` of
-``pyrouq.diagnostics``, written in ``pyrouq/diagnostics/_common.py``) were left off the pages,
-silently, and ``:data:`` references to them led nowhere. ``imported_data`` finds each such name's
-doc where it is written, and ``conf.py`` puts it on the page as a ``py:data`` entry.
+``pyrouq.diagnostics``, written in ``pyrouq/diagnostics/_common.py``) it leaves off the
+pages, silently, and ``:data:`` references to them would lead nowhere. ``imported_data`` finds
+each such name's doc where it is written, and ``conf.py`` puts it on the page as a
+``py:data`` entry.
 """
 
 from __future__ import annotations

@@ -141,8 +141,8 @@ def _resolve_root(root: str | os.PathLike[str] | None) -> tuple[Path, str]:
 
 def _looked_up(base: Path, origin: str, folder: str) -> None:
     """Refuse a data folder the system cannot look up (a name of more than 255 bytes, a folder
-    on the way that may not be entered): pathlib's ``is_file()`` raised its bare OSError (before
-    Python 3.13). A missing one is told later, with the files it lacks."""
+    on the way that may not be entered), where pathlib's ``is_file()`` raises a bare OSError
+    (before Python 3.13). A missing one is told later, with the files it lacks."""
     err = lookup_error(base)
     if err is not None:
         fix = "a shorter path" if name_too_long(err) else "a folder you can read"
@@ -187,7 +187,7 @@ def _locate(
             where = Path(os.path.abspath(base))  # a relative root, from the working folder
             expected = _candidates(where, folder, name)[0]
             if origin == "the bundled copy" and not _BUNDLED_ROOT.is_dir():
-                hint = (  # (was: "pyrouq bundles only MNIST and ...", MNIST's own split)
+                hint = (  # (not "bundles only MNIST and ...": MNIST's own files are missing)
                     f"the bundled copy is not a folder on disk: {_packed_in()}; pass root= (or "
                     f"set $PYROUQ_DATA) to a folder in torchvision layout (<root>/{folder}/raw/"
                     "...), or install pyrouq as a folder (pip install)"

@@ -18,7 +18,7 @@ def tqdm(*args: Any, **kwargs: Any) -> Any:
     a bar given no ``position`` is drawn on the first line (``position=0``), redrawn there in
     place: tqdm puts a bar opened while another is shown (a predict() in a fit() callback, a
     fit() inside one's own tqdm loop) on the line below, reached by a cursor move (ESC [A)
-    that a notebook does not follow, so each of its redraws was a new line in the cell. On a
+    that a notebook does not follow, so each of its redraws would be a new line in the cell. On a
     terminal tqdm places it as it does."""
     from tqdm.auto import tqdm as bar
 

@@ -120,7 +120,7 @@ class Decomposition:
 
     def __repr__(self) -> str:
         # (each value for up to 4 inputs; for more, their number and each part's mean and
-        # range: one short line where the dataclass's showed three whole tensors)
+        # range: one short line where the dataclass's shows three whole tensors)
         parts = {"total": self.total, "aleatoric": self.aleatoric, "epistemic": self.epistemic}
         shape = tuple(self.total.shape)
         lead = f"N={shape[0]}, " if len(shape) == 1 and shape[0] > _REPR_VALUES else ""

@@ -40,9 +40,9 @@ def check_looked_up(path: str | os.PathLike[str], caller: str) -> None:
     """Refuse, as a :class:`CheckpointError` naming ``caller`` (``save()``, ...), a path the
     system cannot look up: a file or folder name of more than 255 bytes, or a whole path
     longer than the system takes (a folder on the way that may not be entered, a loop of
-    links), where pathlib's ``is_file()`` / ``is_dir()`` raised their bare OSError (before
+    links), where pathlib's ``is_file()`` / ``is_dir()`` raise a bare OSError (before
     Python 3.13). A name too long below a folder not made yet is refused too: the system
-    says only that the folder is missing, and save() made it, then failed on the name. A
+    says only that the folder is missing, and save() would make it, then fail on the name. A
     missing path of names that fit passes: save() makes it, load() tells it."""
     text = str(os.fspath(path))
     too_long = [name for name in Path(text).parts if len(os.fsencode(name)) > _NAME_MAX]

@@ -583,7 +583,7 @@ def console() -> NoReturn:
     Every file of a run is closed before :func:`main` returns. Call :func:`main` instead to stay
     in the interpreter (it returns the exit code). The command writes its plots to files and
     shows none: matplotlib draws them with Agg, whatever ``$MPLBACKEND`` names."""
-    os.environ["MPLBACKEND"] = "agg"  # (one of another environment, or a GUI's, failed the run)
+    os.environ["MPLBACKEND"] = "agg"  # (another one named there, a GUI's, could fail the run)
     code = main()
     atexit._run_exitfuncs()  # what a normal exit runs first (CPython has no public call)
     for stream in (sys.stdout, sys.stderr):

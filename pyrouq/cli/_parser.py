@@ -147,8 +147,8 @@ def _data_root(text: str) -> str:
 def _looked_up(option: str, text: str, usable: str) -> str:
     """A path the system can look up (a missing one too: made, or refused, later): a name of
     more than 255 bytes, a folder on the way that may not be entered, a loop of links are
-    refused here in one line, as pathlib's ``exists()`` / ``is_file()`` raise their OSError
-    (before Python 3.13), which the command then met as a traceback."""
+    refused here in one line, where pathlib's ``exists()`` / ``is_file()`` raise their OSError
+    (before Python 3.13), which the command would meet as a traceback."""
     err = lookup_error(os.path.expanduser(text))
     if err is not None:
         fix = "a shorter path" if name_too_long(err) else usable

@@ -76,8 +76,8 @@ def quiet_rank(train: Callable[[], Any]) -> int:
 def other_rank() -> bool:
     """Whether this process is a torchrun rank other than 0 (``WORLD_SIZE`` > 1, ``RANK`` from
     1): one that leaves a command of one process's work, ``pyrouq evaluate``, to rank 0, which
-    does it as it does after ``pyrouq fit``'s training (each rank did it all, and wrote the
-    same files, before 2026-12-08)."""
+    does it as it does after ``pyrouq fit``'s training (every rank would do it all, and write
+    the same files)."""
     return _world_size() > 1 and _is_count(os.environ.get("RANK", "").strip())
 
 

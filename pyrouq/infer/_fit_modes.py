@@ -4,10 +4,9 @@ layers a run before kept frozen.
 fit() trains a model in training mode with the modes its submodules have (a BatchNorm put in
 eval mode stays frozen), and a model in eval mode in training mode throughout; it leaves the
 model in eval mode. A second fit() of a model with a frozen layer then trains that layer (its
-running statistics move) unless ``model.train()``, then ``layer.eval()``, came before it: as
-documented, but silent. The layers each run kept in eval mode are remembered per model (weakly:
-nothing is added to the model, nor kept alive), and a run that switches them to training mode
-says so.
+running statistics move) unless ``model.train()``, then ``layer.eval()``, came before it. The
+layers each run kept in eval mode are remembered per model (weakly: nothing is added to the
+model, nor kept alive), and a run that switches them to training mode warns of it.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class EpochRecord:
 
     def __repr__(self) -> str:
         # (to 4 significant digits and the seconds to 0.1, as `pyrouq fit` prints them, where
-        # the dataclass's repr gave each float in full: 137 characters a record)
+        # the dataclass's repr gives each float in full: 137 characters a record)
         specs = {"loss": ".4g", "nll": ".4g", "kl": ".4g", "train_acc": ".4g", "seconds": ".1f"}
         figures = ", ".join(
             f"{name}={_rounded(getattr(self, name), spec)}" for name, spec in specs.items()
